@@ -1,0 +1,42 @@
+# The two set-up commands of the README: `make run` and `make test`.
+.PHONY: all deps build run test test-release test-asan bench format tidy clean
+
+JOBS ?= $(shell nproc 2>/dev/null || echo 2)
+
+all: build
+
+deps:
+	@bash scripts/install-deps.sh
+
+build/release/build.ninja: CMakeLists.txt CMakePresets.json
+	cmake --preset release >/dev/null
+
+build: deps build/release/build.ninja
+	cmake --build --preset release -j $(JOBS)
+
+# Until the pool exists, `run` shows what discovery sees on this machine.
+run: build
+	@bash scripts/run.sh
+
+test: deps test-release test-asan
+
+test-release: build/release/build.ninja
+	cmake --build --preset release -j $(JOBS)
+	ctest --preset release
+
+test-asan:
+	cmake --preset asan-ubsan >/dev/null
+	cmake --build --preset asan-ubsan -j $(JOBS)
+	ctest --preset asan-ubsan
+
+bench: build
+	@bash bench/run.sh
+
+format:
+	find src tests bench -name '*.cc' -o -name '*.h' -o -name '*.c' | xargs clang-format -i
+
+tidy: build/release/build.ninja
+	find src -name '*.cc' ! -name '*_test.cc' | xargs clang-tidy -p build/release --quiet
+
+clean:
+	rm -rf build

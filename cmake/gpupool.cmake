@@ -1,0 +1,21 @@
+# gpupool_test(NAME SOURCES a_test.cc ... LIBS lib ... [LABELS l ...])
+# One GoogleTest executable; its cases are listed at test time so ctest shows each.
+function(gpupool_test name)
+  if(NOT GPUPOOL_BUILD_TESTS)
+    return()
+  endif()
+  cmake_parse_arguments(T "" "" "SOURCES;LIBS;LABELS" ${ARGN})
+  add_executable(${name} ${T_SOURCES})
+  target_link_libraries(${name} PRIVATE ${T_LIBS} GTest::gtest GTest::gtest_main GTest::gmock)
+  target_include_directories(${name} PRIVATE ${PROJECT_SOURCE_DIR}/src ${PROJECT_SOURCE_DIR})
+  target_compile_definitions(${name} PRIVATE
+    GPUPOOL_SOURCE_DIR="${PROJECT_SOURCE_DIR}"
+    GPUPOOL_BINARY_DIR="${PROJECT_BINARY_DIR}")
+  set(props ENVIRONMENT "GPUPOOL_SOURCE_DIR=${PROJECT_SOURCE_DIR}")
+  if(T_LABELS)
+    list(APPEND props LABELS "${T_LABELS}")
+  endif()
+  gtest_discover_tests(${name} DISCOVERY_MODE PRE_TEST PROPERTIES ${props})
+endfunction()
+
+include(GoogleTest)

@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# Installs, only when missing, every Debian package that building, testing and running
+# gpupool needs. Safe to run again and again: it asks apt only about what is absent.
+set -euo pipefail
+
+packages=(
+  # toolchain
+  g++ cmake ninja-build pkg-config make git
+  # libraries (see the README's dependency table for why each)
+  nlohmann-json3-dev libfmt-dev libspdlog-dev libcli11-dev libcpp-httplib-dev libsqlite3-dev
+  # tests and benchmarks
+  libgtest-dev libgmock-dev libbenchmark-dev python3
+  # containers: the CDI tests run real podman with runc
+  podman runc
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "install-deps: all ${#packages[@]} packages are present"
+  exit 0
+fi
+
+sudo=""
+if [ "$(id -u)" -ne 0 ]; then
+  if command -v sudo >/dev/null 2>&1; then
+    sudo="sudo"
+  else
+    echo "install-deps: missing packages: ${missing[*]}" >&2
+    echo "install-deps: run this script as root (or install sudo) to install them" >&2
+    exit 1
+  fi
+fi
+
+echo "install-deps: installing ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+$sudo apt-get update -qq
+$sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"

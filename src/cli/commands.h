@@ -1,0 +1,16 @@
+// Each gpupool subcommand registers itself on the CLI11 app. A command's callback sets
+// `exit_code` (0 success, 1 runtime failure, 2 usage error) for main() to return.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+namespace gpupool::cli {
+
+struct CommandContext {
+  int exit_code = 0;
+};
+
+void RegisterGpusCommand(CLI::App& app, CommandContext& ctx);  // gpus_command.cc
+void RegisterSimCommand(CLI::App& app, CommandContext& ctx);   // sim_command.cc
+
+}  // namespace gpupool::cli

@@ -1,0 +1,29 @@
+// gpupool: one binary, several roles (see docs/architecture.md).
+#include <cstdio>
+
+#include "cli/commands.h"
+#include "common/logging.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"gpupool: one shared, fair, well-used GPU pool"};
+  app.require_subcommand(1);
+  std::string log_level = "warn";
+  app.add_option("--log-level", log_level, "trace, debug, info, warn, error or off")
+      ->capture_default_str();
+
+  gpupool::cli::CommandContext ctx;
+  gpupool::cli::RegisterGpusCommand(app, ctx);
+  gpupool::cli::RegisterSimCommand(app, ctx);
+
+  app.parse_complete_callback([&] {
+    if (auto s = gpupool::InitLogging(log_level); !s.ok()) {
+      throw CLI::ValidationError("--log-level", s.message());
+    }
+  });
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? 0 : 2;
+  }
+  return ctx.exit_code;
+}

@@ -1,0 +1,16 @@
+// Whole-file reads and atomic writes. Errors name the path.
+#pragma once
+
+#include <string>
+
+#include "common/status.h"
+
+namespace gpupool {
+
+// Reads a whole file; refuses files larger than `max_bytes`.
+Result<std::string> ReadFileToString(const std::string& path, size_t max_bytes = 64u << 20);
+
+// Writes via a temporary file and rename, so readers never see half a file.
+Status WriteFileAtomically(const std::string& path, const std::string& contents);
+
+}  // namespace gpupool

@@ -1,0 +1,90 @@
+#include "common/json.h"
+
+#include <gtest/gtest.h>
+
+namespace gpupool {
+namespace {
+
+TEST(JsonTest, ParseErrorsNameTheSourceAndByte) {
+  Result<Json> r = ParseJson("{\"a\": 1,", "node.json");
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(r.status().message().find("node.json: invalid JSON at byte"), std::string::npos)
+      << r.status().message();
+}
+
+TEST(JsonTest, RejectsOversizedAndDeepDocuments) {
+  EXPECT_EQ(ParseJson(std::string(100, ' '), "x", 10).status().code(),
+            StatusCode::kResourceExhausted);
+  std::string deep(1000, '[');
+  deep += std::string(1000, ']');
+  Result<Json> r = ParseJson(deep, "deep.json");
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("nests deeper"), std::string::npos);
+  // Brackets inside strings do not count.
+  EXPECT_TRUE(ParseJson("{\"s\": \"[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[\"}",
+                        "s", 1 << 20, 4)
+                  .ok());
+}
+
+TEST(JsonTest, FieldsReportPathAndType) {
+  Json j = Json::parse(R"({"name": "A100", "count": "eight", "mem": -5, "extra": 1})");
+  std::string name;
+  int64_t count = 0;
+  JsonFields f(j, "gpus[2]");
+  f.Required("name", &name);
+  f.Required("count", &count);
+  Status s = f.Finish();
+  EXPECT_EQ(name, "A100");
+  EXPECT_EQ(s.message(), "gpus[2].count: expected an integer, found string");
+}
+
+TEST(JsonTest, FieldsRangeMissingAndUnknown) {
+  Json j = Json::parse(R"({"mem": -5, "ok": true, "surprise": 1})");
+  {
+    uint64_t mem = 0;
+    JsonFields f(j, "gpu");
+    f.Required("mem", &mem);
+    EXPECT_NE(f.Finish().message().find("gpu.mem: -5 is negative"), std::string::npos);
+  }
+  {
+    bool ok = false;
+    std::string missing;
+    JsonFields f(j, "");
+    f.Required("ok", &ok);
+    f.Required("name", &missing);
+    EXPECT_EQ(f.Finish().message(), "name: required field is missing");
+  }
+  {
+    bool ok = false;
+    int64_t mem = 0;
+    JsonFields f(j, "gpu");
+    f.Required("ok", &ok);
+    f.Optional("mem", &mem, -10, 10);
+    Status s = f.Finish();
+    EXPECT_NE(s.message().find("gpu.surprise: unknown field"), std::string::npos) << s.message();
+    EXPECT_EQ(mem, -5);
+  }
+}
+
+TEST(JsonTest, FractionalWhereIntegerExpected) {
+  Json j = Json::parse(R"({"n": 1.5})");
+  int n = 0;
+  JsonFields f(j, "x");
+  f.Required("n", &n);
+  EXPECT_EQ(f.Finish().message(), "x.n: expected an integer, found a fractional number");
+}
+
+TEST(JsonTest, NonObjectIsAnError) {
+  Json j = Json::parse("[1,2]");
+  JsonFields f(j, "node");
+  EXPECT_EQ(f.Finish().message(), "node: expected an object, found array");
+}
+
+TEST(JsonTest, DumpReplacesInvalidUtf8) {
+  Json j = {{"name", std::string("bad\xff")}};
+  EXPECT_EQ(DumpJson(j), "{\"name\":\"bad\xEF\xBF\xBD\"}");
+}
+
+}  // namespace
+}  // namespace gpupool

@@ -1,0 +1,103 @@
+#include "common/strings.h"
+
+#include <cctype>
+#include <charconv>
+#include <cmath>
+#include <cstdlib>
+
+namespace gpupool {
+
+std::string_view Trim(std::string_view s) {
+  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.front()))) s.remove_prefix(1);
+  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back()))) s.remove_suffix(1);
+  return s;
+}
+
+std::vector<std::string> Split(std::string_view s, char sep) {
+  std::vector<std::string> out;
+  size_t start = 0;
+  while (true) {
+    size_t pos = s.find(sep, start);
+    if (pos == std::string_view::npos) {
+      out.emplace_back(s.substr(start));
+      return out;
+    }
+    out.emplace_back(s.substr(start, pos - start));
+    start = pos + 1;
+  }
+}
+
+bool StartsWith(std::string_view s, std::string_view prefix) {
+  return s.substr(0, prefix.size()) == prefix;
+}
+
+std::string ToLower(std::string_view s) {
+  std::string out(s);
+  for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return out;
+}
+
+std::optional<int64_t> ParseInt64(std::string_view s) {
+  int64_t v = 0;
+  if (s.empty()) return std::nullopt;
+  auto [ptr, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+  if (ec != std::errc() || ptr != s.data() + s.size()) return std::nullopt;
+  return v;
+}
+
+std::optional<uint64_t> ParseUint64(std::string_view s) {
+  uint64_t v = 0;
+  if (s.empty() || s.front() == '-') return std::nullopt;
+  auto [ptr, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+  if (ec != std::errc() || ptr != s.data() + s.size()) return std::nullopt;
+  return v;
+}
+
+std::optional<double> ParseDouble(std::string_view s) {
+  double v = 0;
+  if (s.empty()) return std::nullopt;
+  auto [ptr, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+  if (ec != std::errc() || ptr != s.data() + s.size() || !std::isfinite(v)) return std::nullopt;
+  return v;
+}
+
+std::string SanitizeUtf8(std::string_view s) {
+  std::string out;
+  out.reserve(s.size());
+  size_t i = 0;
+  while (i < s.size()) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    size_t len = 0;
+    if (c < 0x80) {
+      len = 1;
+    } else if ((c & 0xE0) == 0xC0 && c >= 0xC2) {
+      len = 2;
+    } else if ((c & 0xF0) == 0xE0) {
+      len = 3;
+    } else if ((c & 0xF8) == 0xF0 && c <= 0xF4) {
+      len = 4;
+    }
+    bool valid = len > 0 && i + len <= s.size();
+    for (size_t k = 1; valid && k < len; ++k) {
+      valid = (static_cast<unsigned char>(s[i + k]) & 0xC0) == 0x80;
+    }
+    if (valid && len == 3) {
+      const auto c1 = static_cast<unsigned char>(s[i + 1]);
+      valid = !(c == 0xE0 && c1 < 0xA0) && !(c == 0xED && c1 >= 0xA0);  // overlong, surrogate
+    }
+    if (valid && len == 4) {
+      const auto c1 = static_cast<unsigned char>(s[i + 1]);
+      valid = !(c == 0xF0 && c1 < 0x90) && !(c == 0xF4 && c1 >= 0x90);
+    }
+    if (valid) {
+      out.append(s.substr(i, len));
+      i += len;
+    } else {
+      out.push_back('?');
+      ++i;
+    }
+  }
+  return out;
+}
+
+}  // namespace gpupool

@@ -1,0 +1,26 @@
+// Small string helpers that the standard library lacks. Pure functions, thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace gpupool {
+
+std::string_view Trim(std::string_view s);
+std::vector<std::string> Split(std::string_view s, char sep);  // keeps empty fields
+bool StartsWith(std::string_view s, std::string_view prefix);
+std::string ToLower(std::string_view s);
+
+// Whole-string numeric parses: no sign games, no trailing junk, no overflow.
+std::optional<int64_t> ParseInt64(std::string_view s);
+std::optional<uint64_t> ParseUint64(std::string_view s);
+std::optional<double> ParseDouble(std::string_view s);
+
+// Replaces bytes that are not valid UTF-8 with '?', so text from drivers and files
+// can be printed and put into JSON safely.
+std::string SanitizeUtf8(std::string_view s);
+
+}  // namespace gpupool

@@ -1,0 +1,42 @@
+#include "common/strings.h"
+
+#include <gtest/gtest.h>
+
+namespace gpupool {
+namespace {
+
+TEST(StringsTest, SplitKeepsEmptyFields) {
+  EXPECT_EQ(Split("a,,b", ','), (std::vector<std::string>{"a", "", "b"}));
+  EXPECT_EQ(Split("", ','), (std::vector<std::string>{""}));
+}
+
+TEST(StringsTest, TrimAndLower) {
+  EXPECT_EQ(Trim("  x y \n"), "x y");
+  EXPECT_EQ(ToLower("AbC"), "abc");
+  EXPECT_TRUE(StartsWith("GPU-123", "GPU-"));
+  EXPECT_FALSE(StartsWith("GP", "GPU-"));
+}
+
+TEST(StringsTest, NumbersMustBeWholeAndInRange) {
+  EXPECT_EQ(ParseInt64("-42"), -42);
+  EXPECT_EQ(ParseInt64("42x"), std::nullopt);
+  EXPECT_EQ(ParseInt64(""), std::nullopt);
+  EXPECT_EQ(ParseInt64("99999999999999999999"), std::nullopt);
+  EXPECT_EQ(ParseUint64("-1"), std::nullopt);
+  EXPECT_EQ(ParseUint64("18446744073709551615"), UINT64_MAX);
+  EXPECT_EQ(ParseDouble("0.25"), 0.25);
+  EXPECT_EQ(ParseDouble("nan"), std::nullopt);
+  EXPECT_EQ(ParseDouble("1e999"), std::nullopt);
+}
+
+TEST(StringsTest, SanitizeUtf8ReplacesInvalidBytes) {
+  EXPECT_EQ(SanitizeUtf8("Tesla V100"), "Tesla V100");
+  EXPECT_EQ(SanitizeUtf8("caf\xc3\xa9"), "caf\xc3\xa9");
+  EXPECT_EQ(SanitizeUtf8("bad\xff\xfe."), "bad??.");
+  EXPECT_EQ(SanitizeUtf8("trunc\xe2\x82"), "trunc??");
+  EXPECT_EQ(SanitizeUtf8("\xc0\xaf"), "??");          // overlong
+  EXPECT_EQ(SanitizeUtf8("\xed\xa0\x80"), "???");     // surrogate
+}
+
+}  // namespace
+}  // namespace gpupool
