@@ -1,0 +1,1 @@
+target_sources(gpupool_sched PRIVATE placeholder.cc)

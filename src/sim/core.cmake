@@ -1,0 +1,1 @@
+target_sources(gpupool_sim PRIVATE placeholder.cc)
