@@ -148,8 +148,14 @@ void JsonFields::GetInt(std::string_view key, T* out, bool required, T min, T ma
   }
   if (j->is_number_unsigned()) {
     const uint64_t v = j->get<uint64_t>();
-    if (v > static_cast<uint64_t>(max)) {
-      Fail(key, std::to_string(v) + " is above the maximum of " + std::to_string(max));
+    const bool below_min = min > 0 && v < static_cast<uint64_t>(min);
+    if (v > static_cast<uint64_t>(max) || below_min) {
+      if constexpr (std::is_unsigned_v<T>) {
+        Fail(key, std::to_string(v) + " is above the maximum of " + std::to_string(max));
+      } else {
+        Fail(key, std::to_string(v) + " is outside the range " + std::to_string(min) + ".." +
+                      std::to_string(max));
+      }
       return;
     }
     *out = static_cast<T>(v);

@@ -67,6 +67,16 @@ TEST(JsonTest, FieldsRangeMissingAndUnknown) {
   }
 }
 
+TEST(JsonTest, MinimumAppliesToNonNegativeValues) {
+  // Regression: non-negative JSON integers are parsed as unsigned and skipped the minimum.
+  Json j = Json::parse(R"({"tasks": 0})");
+  int tasks = 1;
+  JsonFields f(j, "req");
+  f.Optional("tasks", &tasks, 1, 10);
+  EXPECT_EQ(f.Finish().message(), "req.tasks: 0 is outside the range 1..10");
+  EXPECT_EQ(tasks, 1);
+}
+
 TEST(JsonTest, FractionalWhereIntegerExpected) {
   Json j = Json::parse(R"({"n": 1.5})");
   int n = 0;

@@ -1,0 +1,91 @@
+// The job model: what a user asks for, where it runs, and the states it goes through.
+//
+// PENDING -> ASSIGNED -> RUNNING -> SUCCEEDED | FAILED | CANCELLED | TIMEOUT | LOST.
+// A pending or assigned job may also go straight to CANCELLED or LOST, an assigned job
+// to FAILED (it could not be launched), and a LOST job back to PENDING when it asked to
+// be requeued. Every transition is persisted by the controller before it is acted on.
+// Plain value types; not thread-safe to mutate concurrently.
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace gpupool::jobs {
+
+enum class JobState {
+  kPending,
+  kAssigned,
+  kRunning,
+  kSucceeded,
+  kFailed,
+  kCancelled,
+  kTimeout,
+  kLost,
+};
+
+std::string_view JobStateName(JobState s);  // "PENDING", ...
+std::optional<JobState> ParseJobState(std::string_view name);
+bool IsTerminal(JobState s);
+// Whether the state machine allows from -> to.
+bool IsValidTransition(JobState from, JobState to);
+
+// What one task of a job needs. Invariants (checked by ValidateRequest): gpus >= 0;
+// 1 <= gpu_milli <= 1000 when gpus > 0, and gpu_milli < 1000 only when gpus == 1;
+// gpu_memory_bytes > 0 only when gpus == 1 (a share sized by memory); tasks >= 1.
+struct ResourceRequest {
+  int gpus = 0;
+  int gpu_milli = 1000;             // share of each GPU in thousandths
+  uint64_t gpu_memory_bytes = 0;    // alternative to gpu_milli: a share sized by memory
+  int64_t cpu_milli = 1000;
+  uint64_t memory_bytes = 0;        // 0 = no explicit request
+  std::vector<std::string> gpu_models;  // allowed models; empty = any
+  std::string vendor;               // "nvidia", "amd" or empty = any
+  std::string min_capability;       // "8.0"; empty = any
+  int tasks = 1;                    // gang size: all tasks placed or none
+  friend bool operator==(const ResourceRequest&, const ResourceRequest&) = default;
+};
+
+// Where a job runs: one entry per task.
+struct TaskPlacement {
+  std::string node;
+  std::vector<int> gpu_indices;       // vendor indices on that node
+  std::vector<std::string> gpu_uuids;
+  int gpu_milli = 1000;
+  friend bool operator==(const TaskPlacement&, const TaskPlacement&) = default;
+};
+
+struct Job {
+  int64_t id = 0;
+  std::string user;
+  uint32_t uid = 0;
+  uint32_t gid = 0;
+  std::string project;
+  std::string name;
+  std::vector<std::string> command;   // argv
+  std::map<std::string, std::string> env;
+  std::string workdir;
+  std::string image;                  // container image; empty = plain process
+  ResourceRequest request;
+  int priority = 0;
+  int64_t time_limit_s = 0;           // 0 = none
+  bool requeue = false;               // requeue when LOST
+  JobState state = JobState::kPending;
+  int64_t submit_time_us = 0;
+  int64_t start_time_us = 0;          // 0 = not started
+  int64_t end_time_us = 0;            // 0 = not ended
+  std::optional<int> exit_code;
+  std::optional<int> signal;
+  std::vector<TaskPlacement> placement;
+  std::string pending_reason;         // why a pending job waits, in words
+  std::string reason;                 // why it ended as it did (LOST, FAILED to launch, ...)
+  int attempt = 0;                    // launches so far (requeues add one)
+  friend bool operator==(const Job&, const Job&) = default;
+};
+
+}  // namespace gpupool::jobs

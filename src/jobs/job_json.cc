@@ -1,0 +1,232 @@
+#include "jobs/job_json.h"
+
+#include <string>
+
+namespace gpupool::jobs {
+namespace {
+
+constexpr int kMaxGpusPerTask = 1024;
+constexpr int kMaxTasks = 4096;
+constexpr int64_t kMaxCpuMilli = 100'000'000;  // 100k cores
+constexpr size_t kMaxArgs = 4096;
+constexpr size_t kMaxEnv = 1024;
+constexpr size_t kMaxString = 64 * 1024;
+
+Status CheckString(std::string_view field, const std::string& s) {
+  if (s.size() > kMaxString) {
+    return Status::InvalidArgument(std::string(field) + ": longer than " +
+                                   std::to_string(kMaxString) + " bytes");
+  }
+  if (s.find('\0') != std::string::npos) {
+    return Status::InvalidArgument(std::string(field) + ": contains a NUL byte");
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status ValidateRequest(const ResourceRequest& r) {
+  if (r.gpus < 0 || r.gpus > kMaxGpusPerTask) {
+    return Status::InvalidArgument("gpus: " + std::to_string(r.gpus) + " is outside 0.." +
+                                   std::to_string(kMaxGpusPerTask));
+  }
+  if (r.gpus > 0 && (r.gpu_milli < 1 || r.gpu_milli > 1000)) {
+    return Status::InvalidArgument("gpu_milli: " + std::to_string(r.gpu_milli) +
+                                   " is outside 1..1000 (thousandths of one GPU)");
+  }
+  if (r.gpus > 1 && r.gpu_milli < 1000) {
+    return Status::InvalidArgument(
+        "gpu_milli: a GPU share below 1000 needs gpus = 1; ask for whole GPUs or for one shared GPU");
+  }
+  if (r.gpu_memory_bytes > 0 && r.gpus != 1) {
+    return Status::InvalidArgument("gpu_memory: a share sized by memory needs gpus = 1");
+  }
+  if (r.gpus == 0 && (r.gpu_milli != 1000 || r.gpu_memory_bytes != 0)) {
+    return Status::InvalidArgument("gpu_milli/gpu_memory: a GPU share needs gpus = 1");
+  }
+  if (r.cpu_milli < 0 || r.cpu_milli > kMaxCpuMilli) {
+    return Status::InvalidArgument("cpu_milli: " + std::to_string(r.cpu_milli) +
+                                   " is outside 0.." + std::to_string(kMaxCpuMilli));
+  }
+  if (r.tasks < 1 || r.tasks > kMaxTasks) {
+    return Status::InvalidArgument("tasks: " + std::to_string(r.tasks) + " is outside 1.." +
+                                   std::to_string(kMaxTasks));
+  }
+  if (!r.vendor.empty() && r.vendor != "nvidia" && r.vendor != "amd") {
+    return Status::InvalidArgument("vendor: '" + r.vendor + "' is not nvidia or amd");
+  }
+  if (!r.min_capability.empty()) {
+    const auto dot = r.min_capability.find('.');
+    bool ok = dot != std::string::npos && dot > 0 && dot + 1 < r.min_capability.size();
+    for (size_t i = 0; ok && i < r.min_capability.size(); ++i) {
+      ok = i == dot || std::isdigit(static_cast<unsigned char>(r.min_capability[i]));
+    }
+    if (!ok) {
+      return Status::InvalidArgument("min_capability: '" + r.min_capability +
+                                     "' is not MAJOR.MINOR, e.g. 8.0");
+    }
+  }
+  for (const auto& m : r.gpu_models) GP_RETURN_IF_ERROR(CheckString("gpu_models", m));
+  return Status::Ok();
+}
+
+OrderedJson RequestToJson(const ResourceRequest& r) {
+  OrderedJson j;
+  j["gpus"] = r.gpus;
+  j["gpu_milli"] = r.gpu_milli;
+  if (r.gpu_memory_bytes > 0) j["gpu_memory_bytes"] = r.gpu_memory_bytes;
+  j["cpu_milli"] = r.cpu_milli;
+  j["memory_bytes"] = r.memory_bytes;
+  if (!r.gpu_models.empty()) j["gpu_models"] = r.gpu_models;
+  if (!r.vendor.empty()) j["vendor"] = r.vendor;
+  if (!r.min_capability.empty()) j["min_capability"] = r.min_capability;
+  j["tasks"] = r.tasks;
+  return j;
+}
+
+Result<ResourceRequest> RequestFromJson(const Json& j, std::string_view path) {
+  ResourceRequest r;
+  JsonFields f(j, std::string(path));
+  f.Optional("gpus", &r.gpus, 0, kMaxGpusPerTask);
+  f.Optional("gpu_milli", &r.gpu_milli, 1, 1000);
+  f.Optional("gpu_memory_bytes", &r.gpu_memory_bytes);
+  f.Optional("cpu_milli", &r.cpu_milli, 0, kMaxCpuMilli);
+  f.Optional("memory_bytes", &r.memory_bytes);
+  f.Optional("gpu_models", &r.gpu_models);
+  f.Optional("vendor", &r.vendor);
+  f.Optional("min_capability", &r.min_capability);
+  f.Optional("tasks", &r.tasks, 1, kMaxTasks);
+  GP_RETURN_IF_ERROR(f.Finish());
+  GP_RETURN_IF_ERROR(ValidateRequest(r).WithContext(std::string(path)));
+  return r;
+}
+
+OrderedJson JobToJson(const Job& job) {
+  OrderedJson j;
+  j["id"] = job.id;
+  j["user"] = job.user;
+  j["uid"] = job.uid;
+  j["gid"] = job.gid;
+  j["project"] = job.project;
+  j["name"] = job.name;
+  j["command"] = job.command;
+  j["env"] = job.env;
+  j["workdir"] = job.workdir;
+  if (!job.image.empty()) j["image"] = job.image;
+  j["request"] = RequestToJson(job.request);
+  j["priority"] = job.priority;
+  j["time_limit_s"] = job.time_limit_s;
+  j["requeue"] = job.requeue;
+  j["state"] = JobStateName(job.state);
+  j["submit_time_us"] = job.submit_time_us;
+  j["start_time_us"] = job.start_time_us;
+  j["end_time_us"] = job.end_time_us;
+  if (job.exit_code) j["exit_code"] = *job.exit_code;
+  if (job.signal) j["signal"] = *job.signal;
+  OrderedJson placement = OrderedJson::array();
+  for (const TaskPlacement& p : job.placement) {
+    placement.push_back({{"node", p.node},
+                         {"gpu_indices", p.gpu_indices},
+                         {"gpu_uuids", p.gpu_uuids},
+                         {"gpu_milli", p.gpu_milli}});
+  }
+  j["placement"] = std::move(placement);
+  j["pending_reason"] = job.pending_reason;
+  j["reason"] = job.reason;
+  j["attempt"] = job.attempt;
+  return j;
+}
+
+Result<Job> JobFromJson(const Json& j, std::string_view path) {
+  Job job;
+  JsonFields f(j, std::string(path));
+  f.Optional("id", &job.id, 0);
+  f.Optional("user", &job.user);
+  int64_t uid = 0;
+  int64_t gid = 0;
+  f.Optional("uid", &uid, 0, UINT32_MAX);
+  f.Optional("gid", &gid, 0, UINT32_MAX);
+  job.uid = static_cast<uint32_t>(uid);
+  job.gid = static_cast<uint32_t>(gid);
+  f.Optional("project", &job.project);
+  f.Optional("name", &job.name);
+  f.Optional("command", &job.command);
+  if (const Json* env = f.Member("env")) {
+    if (!env->is_object()) {
+      f.Fail("env", "expected an object of NAME: value strings");
+    } else {
+      for (auto it = env->begin(); it != env->end(); ++it) {
+        if (!it->is_string()) {
+          f.Fail("env." + it.key(), "expected a string value");
+          break;
+        }
+        job.env[it.key()] = it->get<std::string>();
+      }
+    }
+  }
+  f.Optional("workdir", &job.workdir);
+  f.Optional("image", &job.image);
+  if (const Json* req = f.Member("request")) {
+    Result<ResourceRequest> r = RequestFromJson(*req, f.PathOf("request"));
+    if (!r.ok()) return r.status();
+    job.request = *r;
+  }
+  f.Optional("priority", &job.priority, -1'000'000, 1'000'000);
+  f.Optional("time_limit_s", &job.time_limit_s, 0, int64_t{10} * 365 * 24 * 3600);
+  f.Optional("requeue", &job.requeue);
+  std::string state = "PENDING";
+  f.Optional("state", &state);
+  if (auto s = ParseJobState(state)) {
+    job.state = *s;
+  } else {
+    f.Fail("state", "unknown state '" + state + "'");
+  }
+  f.Optional("submit_time_us", &job.submit_time_us, 0);
+  f.Optional("start_time_us", &job.start_time_us, 0);
+  f.Optional("end_time_us", &job.end_time_us, 0);
+  f.Optional("exit_code", &job.exit_code);
+  f.Optional("signal", &job.signal);
+  if (const Json* placement = f.Array("placement")) {
+    for (size_t i = 0; i < placement->size(); ++i) {
+      TaskPlacement p;
+      JsonFields pf((*placement)[i], f.PathOf("placement") + "[" + std::to_string(i) + "]");
+      pf.Required("node", &p.node);
+      if (const Json* idx = pf.Array("gpu_indices")) {
+        for (const Json& e : *idx) {
+          if (!e.is_number_integer()) {
+            pf.Fail("gpu_indices", "expected integers");
+            break;
+          }
+          p.gpu_indices.push_back(e.get<int>());
+        }
+      }
+      pf.Optional("gpu_uuids", &p.gpu_uuids);
+      pf.Optional("gpu_milli", &p.gpu_milli, 1, 1000);
+      GP_RETURN_IF_ERROR(pf.Finish());
+      job.placement.push_back(std::move(p));
+    }
+  }
+  f.Optional("pending_reason", &job.pending_reason);
+  f.Optional("reason", &job.reason);
+  f.Optional("attempt", &job.attempt, 0);
+  GP_RETURN_IF_ERROR(f.Finish());
+  if (job.command.size() > kMaxArgs) {
+    return Status::InvalidArgument(std::string(path) + ".command: more than " +
+                                   std::to_string(kMaxArgs) + " arguments");
+  }
+  if (job.env.size() > kMaxEnv) {
+    return Status::InvalidArgument(std::string(path) + ".env: more than " +
+                                   std::to_string(kMaxEnv) + " variables");
+  }
+  for (const auto& a : job.command) GP_RETURN_IF_ERROR(CheckString("command", a));
+  for (const auto& [k, v] : job.env) {
+    GP_RETURN_IF_ERROR(CheckString("env", k));
+    GP_RETURN_IF_ERROR(CheckString("env", v));
+  }
+  for (const auto* s : {&job.user, &job.project, &job.name, &job.workdir, &job.image}) {
+    GP_RETURN_IF_ERROR(CheckString(path, *s));
+  }
+  return job;
+}
+
+}  // namespace gpupool::jobs

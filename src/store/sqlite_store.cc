@@ -1,0 +1,328 @@
+// SQLite implementation of Store. One connection guarded by a mutex: SQLite serialises
+// writers anyway, and the controller's write rate (thousands per second) is far below
+// what one connection in WAL mode sustains. Job bodies are stored as JSON beside the
+// indexed columns the queries filter on, so adding a job field needs no migration.
+#include <sqlite3.h>
+
+#include <mutex>
+
+#include "common/json.h"
+#include "jobs/job_json.h"
+#include "store/store.h"
+
+namespace gpupool::store {
+namespace {
+
+using jobs::Job;
+using jobs::JobState;
+
+// Schema versions, applied in order; PRAGMA user_version records how far a file got.
+const char* const kMigrations[] = {
+    R"sql(
+CREATE TABLE jobs (
+  id INTEGER PRIMARY KEY AUTOINCREMENT,
+  user TEXT NOT NULL,
+  state TEXT NOT NULL,
+  node TEXT NOT NULL DEFAULT '',
+  end_time_us INTEGER NOT NULL DEFAULT 0,
+  body TEXT NOT NULL
+);
+CREATE INDEX jobs_state ON jobs(state);
+CREATE INDEX jobs_user ON jobs(user);
+CREATE INDEX jobs_node ON jobs(node);
+CREATE TABLE nodes (
+  name TEXT PRIMARY KEY,
+  info_json TEXT NOT NULL,
+  agent_url TEXT NOT NULL,
+  registered_us INTEGER NOT NULL,
+  last_heartbeat_us INTEGER NOT NULL,
+  draining INTEGER NOT NULL
+);
+CREATE TABLE tokens (
+  token_hash TEXT PRIMARY KEY,
+  user TEXT NOT NULL,
+  kind TEXT NOT NULL,
+  created_us INTEGER NOT NULL
+);
+)sql",
+};
+
+class Stmt {
+ public:
+  Stmt(sqlite3* db, const char* sql) { rc_ = sqlite3_prepare_v2(db, sql, -1, &stmt_, nullptr); }
+  ~Stmt() { sqlite3_finalize(stmt_); }
+  Stmt(const Stmt&) = delete;
+  Stmt& operator=(const Stmt&) = delete;
+  bool ok() const { return rc_ == SQLITE_OK; }
+  sqlite3_stmt* get() { return stmt_; }
+  void Bind(int i, int64_t v) { sqlite3_bind_int64(stmt_, i, v); }
+  void Bind(int i, const std::string& v) {
+    sqlite3_bind_text(stmt_, i, v.data(), static_cast<int>(v.size()), SQLITE_TRANSIENT);
+  }
+  int Step() { return sqlite3_step(stmt_); }
+  std::string Text(int col) {
+    const auto* p = sqlite3_column_text(stmt_, col);
+    return p == nullptr ? std::string()
+                        : std::string(reinterpret_cast<const char*>(p),
+                                      static_cast<size_t>(sqlite3_column_bytes(stmt_, col)));
+  }
+  int64_t Int(int col) { return sqlite3_column_int64(stmt_, col); }
+
+ private:
+  sqlite3_stmt* stmt_ = nullptr;
+  int rc_;
+};
+
+std::string PrimaryNode(const Job& job) {
+  return job.placement.empty() ? std::string() : job.placement.front().node;
+}
+
+class SqliteStore final : public Store {
+ public:
+  explicit SqliteStore(sqlite3* db) : db_(db) {}
+  ~SqliteStore() override { sqlite3_close(db_); }
+
+  Status Init() {
+    GP_RETURN_IF_ERROR(Exec("PRAGMA journal_mode=WAL"));
+    GP_RETURN_IF_ERROR(Exec("PRAGMA synchronous=NORMAL"));
+    GP_RETURN_IF_ERROR(Exec("PRAGMA foreign_keys=ON"));
+    sqlite3_busy_timeout(db_, 5000);
+    int64_t version = 0;
+    {
+      Stmt s(db_, "PRAGMA user_version");
+      if (s.Step() == SQLITE_ROW) version = s.Int(0);
+    }
+    const auto known = static_cast<int64_t>(std::size(kMigrations));
+    if (version > known) {
+      return Status::FailedPrecondition(
+          "the store's schema version " + std::to_string(version) +
+          " is newer than this gpupool understands (" + std::to_string(known) +
+          "): run a newer gpupool or restore a backup");
+    }
+    for (int64_t v = version; v < known; ++v) {
+      GP_RETURN_IF_ERROR(Exec("BEGIN IMMEDIATE"));
+      Status s = Exec(kMigrations[v]);
+      if (s.ok()) s = Exec("PRAGMA user_version=" + std::to_string(v + 1));
+      if (!s.ok()) {
+        (void)Exec("ROLLBACK");
+        return s.WithContext("schema migration " + std::to_string(v + 1));
+      }
+      GP_RETURN_IF_ERROR(Exec("COMMIT"));
+    }
+    return Status::Ok();
+  }
+
+  Result<int64_t> InsertJob(const Job& job) override {
+    std::lock_guard lock(mu_);
+    GP_RETURN_IF_ERROR(Exec("BEGIN IMMEDIATE"));
+    Stmt s(db_, "INSERT INTO jobs(user, state, node, end_time_us, body) VALUES(?,?,?,?,'')");
+    if (!s.ok()) return Rollback(Error("prepare insert"));
+    s.Bind(1, job.user);
+    s.Bind(2, std::string(jobs::JobStateName(job.state)));
+    s.Bind(3, PrimaryNode(job));
+    s.Bind(4, job.end_time_us);
+    if (s.Step() != SQLITE_DONE) return Rollback(Error("insert job"));
+    const int64_t id = sqlite3_last_insert_rowid(db_);
+    Job stored = job;
+    stored.id = id;
+    Stmt u(db_, "UPDATE jobs SET body=? WHERE id=?");
+    u.Bind(1, DumpJson(jobs::JobToJson(stored)));
+    u.Bind(2, id);
+    if (u.Step() != SQLITE_DONE) return Rollback(Error("store job body"));
+    GP_RETURN_IF_ERROR(Exec("COMMIT"));
+    return id;
+  }
+
+  Result<Job> GetJob(int64_t id) override {
+    std::lock_guard lock(mu_);
+    Stmt s(db_, "SELECT body FROM jobs WHERE id=?");
+    s.Bind(1, id);
+    const int rc = s.Step();
+    if (rc == SQLITE_DONE) return Status::NotFound("no job " + std::to_string(id));
+    if (rc != SQLITE_ROW) return Error("read job " + std::to_string(id));
+    return Decode(s.Text(0));
+  }
+
+  Result<std::vector<Job>> ListJobs(const JobFilter& filter) override {
+    std::string sql = "SELECT body FROM jobs WHERE 1=1";
+    if (filter.user) sql += " AND user=?1";
+    if (filter.node) sql += " AND node=?2";
+    if (filter.active_only) sql += " AND state IN ('PENDING','ASSIGNED','RUNNING')";
+    if (!filter.states.empty()) {
+      sql += " AND state IN (";
+      for (size_t i = 0; i < filter.states.size(); ++i) {
+        sql += (i ? ",'" : "'") + std::string(jobs::JobStateName(filter.states[i])) + "'";
+      }
+      sql += ")";
+    }
+    if (filter.ended_after_us > 0) sql += " AND (end_time_us=0 OR end_time_us>=?3)";
+    if (filter.limit > 0) {
+      sql += " ORDER BY id DESC LIMIT " + std::to_string(filter.limit);
+    } else {
+      sql += " ORDER BY id";
+    }
+    std::lock_guard lock(mu_);
+    Stmt s(db_, sql.c_str());
+    if (!s.ok()) return Error("prepare job listing");
+    if (filter.user) s.Bind(1, *filter.user);
+    if (filter.node) s.Bind(2, *filter.node);
+    if (filter.ended_after_us > 0) s.Bind(3, filter.ended_after_us);
+    std::vector<Job> out;
+    int rc;
+    while ((rc = s.Step()) == SQLITE_ROW) {
+      GP_ASSIGN_OR_RETURN(Job j, Decode(s.Text(0)));
+      out.push_back(std::move(j));
+    }
+    if (rc != SQLITE_DONE) return Error("list jobs");
+    return out;
+  }
+
+  Status UpdateJob(const Job& job, JobState expected) override {
+    return UpdateJobs({{job, expected}});
+  }
+
+  Status UpdateJobs(const std::vector<JobUpdate>& updates) override {
+    std::lock_guard lock(mu_);
+    GP_RETURN_IF_ERROR(Exec("BEGIN IMMEDIATE"));
+    for (const JobUpdate& u : updates) {
+      Stmt s(db_,
+             "UPDATE jobs SET state=?1, node=?2, end_time_us=?3, body=?4 WHERE id=?5 AND "
+             "state=?6");
+      s.Bind(1, std::string(jobs::JobStateName(u.job.state)));
+      s.Bind(2, PrimaryNode(u.job));
+      s.Bind(3, u.job.end_time_us);
+      s.Bind(4, DumpJson(jobs::JobToJson(u.job)));
+      s.Bind(5, u.job.id);
+      s.Bind(6, std::string(jobs::JobStateName(u.expected)));
+      if (s.Step() != SQLITE_DONE) return Rollback(Error("update job"));
+      if (sqlite3_changes(db_) == 1) continue;
+      // Nothing matched: say whether the job is missing or in another state.
+      Stmt q(db_, "SELECT state FROM jobs WHERE id=?");
+      q.Bind(1, u.job.id);
+      Status why = q.Step() == SQLITE_ROW
+                       ? Status::FailedPrecondition(
+                             "job " + std::to_string(u.job.id) + " is " + q.Text(0) + ", not " +
+                             std::string(jobs::JobStateName(u.expected)))
+                       : Status::NotFound("no job " + std::to_string(u.job.id));
+      return Rollback(why);
+    }
+    return Exec("COMMIT");
+  }
+
+  Status PutNode(const NodeRecord& n) override {
+    std::lock_guard lock(mu_);
+    Stmt s(db_,
+           "INSERT INTO nodes(name, info_json, agent_url, registered_us, last_heartbeat_us, "
+           "draining) VALUES(?,?,?,?,?,?) ON CONFLICT(name) DO UPDATE SET "
+           "info_json=excluded.info_json, agent_url=excluded.agent_url, "
+           "registered_us=excluded.registered_us, last_heartbeat_us=excluded.last_heartbeat_us, "
+           "draining=excluded.draining");
+    s.Bind(1, n.name);
+    s.Bind(2, n.info_json);
+    s.Bind(3, n.agent_url);
+    s.Bind(4, n.registered_us);
+    s.Bind(5, n.last_heartbeat_us);
+    s.Bind(6, n.draining ? 1 : 0);
+    if (s.Step() != SQLITE_DONE) return Error("store node " + n.name);
+    return Status::Ok();
+  }
+
+  Result<std::vector<NodeRecord>> ListNodes() override {
+    std::lock_guard lock(mu_);
+    Stmt s(db_,
+           "SELECT name, info_json, agent_url, registered_us, last_heartbeat_us, draining "
+           "FROM nodes ORDER BY name");
+    std::vector<NodeRecord> out;
+    int rc;
+    while ((rc = s.Step()) == SQLITE_ROW) {
+      out.push_back({s.Text(0), s.Text(1), s.Text(2), s.Int(3), s.Int(4), s.Int(5) != 0});
+    }
+    if (rc != SQLITE_DONE) return Error("list nodes");
+    return out;
+  }
+
+  Status PutToken(const TokenRecord& t) override {
+    std::lock_guard lock(mu_);
+    Stmt s(db_, "INSERT INTO tokens(token_hash, user, kind, created_us) VALUES(?,?,?,?)");
+    s.Bind(1, t.token_hash);
+    s.Bind(2, t.user);
+    s.Bind(3, t.kind);
+    s.Bind(4, t.created_us);
+    if (s.Step() != SQLITE_DONE) return Error("store token");
+    return Status::Ok();
+  }
+
+  Result<std::optional<TokenRecord>> FindToken(std::string_view hash) override {
+    std::lock_guard lock(mu_);
+    Stmt s(db_, "SELECT token_hash, user, kind, created_us FROM tokens WHERE token_hash=?");
+    s.Bind(1, std::string(hash));
+    const int rc = s.Step();
+    if (rc == SQLITE_DONE) return std::optional<TokenRecord>();
+    if (rc != SQLITE_ROW) return Error("find token");
+    return std::optional<TokenRecord>(TokenRecord{s.Text(0), s.Text(1), s.Text(2), s.Int(3)});
+  }
+
+  Result<std::vector<TokenRecord>> ListTokens() override {
+    std::lock_guard lock(mu_);
+    Stmt s(db_, "SELECT token_hash, user, kind, created_us FROM tokens ORDER BY created_us");
+    std::vector<TokenRecord> out;
+    int rc;
+    while ((rc = s.Step()) == SQLITE_ROW) out.push_back({s.Text(0), s.Text(1), s.Text(2), s.Int(3)});
+    if (rc != SQLITE_DONE) return Error("list tokens");
+    return out;
+  }
+
+  Status DeleteToken(std::string_view hash) override {
+    std::lock_guard lock(mu_);
+    Stmt s(db_, "DELETE FROM tokens WHERE token_hash=?");
+    s.Bind(1, std::string(hash));
+    if (s.Step() != SQLITE_DONE) return Error("delete token");
+    if (sqlite3_changes(db_) == 0) return Status::NotFound("no such token");
+    return Status::Ok();
+  }
+
+ private:
+  Status Exec(const std::string& sql) {
+    char* err = nullptr;
+    if (sqlite3_exec(db_, sql.c_str(), nullptr, nullptr, &err) != SQLITE_OK) {
+      std::string msg = err != nullptr ? err : "unknown error";
+      sqlite3_free(err);
+      return Status::Internal("sqlite: " + msg);
+    }
+    return Status::Ok();
+  }
+  Status Error(const std::string& what) {
+    return Status::Internal("sqlite: " + what + ": " + sqlite3_errmsg(db_));
+  }
+  Status Rollback(Status s) {
+    (void)Exec("ROLLBACK");
+    return s;
+  }
+  static Result<Job> Decode(const std::string& body) {
+    GP_ASSIGN_OR_RETURN(Json j, ParseJson(body, "stored job"));
+    return jobs::JobFromJson(j, "stored job");
+  }
+
+  std::mutex mu_;
+  sqlite3* db_;
+};
+
+}  // namespace
+
+Result<std::unique_ptr<Store>> OpenSqliteStore(const std::string& path) {
+  sqlite3* db = nullptr;
+  const int rc = sqlite3_open_v2(path.c_str(), &db,
+                                 SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_FULLMUTEX,
+                                 nullptr);
+  if (rc != SQLITE_OK) {
+    std::string msg = db != nullptr ? sqlite3_errmsg(db) : "out of memory";
+    sqlite3_close(db);
+    return Status::Unavailable("cannot open the store '" + path + "': " + msg +
+                               ": check that the state directory exists and is writable");
+  }
+  auto store = std::make_unique<SqliteStore>(db);
+  GP_RETURN_IF_ERROR(store->Init().WithContext("store '" + path + "'"));
+  return std::unique_ptr<Store>(std::move(store));
+}
+
+}  // namespace gpupool::store

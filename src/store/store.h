@@ -1,0 +1,80 @@
+// Store: the controller's durable state (jobs, nodes, API tokens).
+//
+// Every job state transition goes through UpdateJob with the state the caller believes
+// the job is in; the store refuses the write if another writer got there first, so a
+// transition is never applied twice. Implementations are thread-safe. The conformance
+// tests in store_conformance_test.cc run against every implementation.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/status.h"
+#include "jobs/job.h"
+
+namespace gpupool::store {
+
+struct JobFilter {
+  std::optional<std::string> user;            // only this user's jobs
+  std::vector<jobs::JobState> states;         // empty = any state
+  bool active_only = false;                   // PENDING, ASSIGNED, RUNNING
+  std::optional<std::string> node;            // placed on this node
+  int64_t ended_after_us = 0;                 // terminal jobs ending before this are left out
+  size_t limit = 0;                           // 0 = no limit; newest first when limited
+};
+
+struct NodeRecord {
+  std::string name;
+  std::string info_json;       // the node's GPUs as `gpupool gpus --json` prints them
+  std::string agent_url;       // how the controller reaches the agent, if it does
+  int64_t registered_us = 0;
+  int64_t last_heartbeat_us = 0;
+  bool draining = false;
+  friend bool operator==(const NodeRecord&, const NodeRecord&) = default;
+};
+
+struct TokenRecord {
+  std::string token_hash;      // SHA-256 of the token, hex; the token itself is never stored
+  std::string user;
+  std::string kind;            // "user" or "node"
+  int64_t created_us = 0;
+  friend bool operator==(const TokenRecord&, const TokenRecord&) = default;
+};
+
+class Store {
+ public:
+  virtual ~Store() = default;
+
+  // Inserts a new job and returns its id (ids increase and are never reused).
+  virtual Result<int64_t> InsertJob(const jobs::Job& job) = 0;
+  virtual Result<jobs::Job> GetJob(int64_t id) = 0;
+  // Jobs in id order (newest first when filter.limit is set).
+  virtual Result<std::vector<jobs::Job>> ListJobs(const JobFilter& filter) = 0;
+  // Writes `job` (matched by id) only if the stored state is `expected`; otherwise
+  // FailedPrecondition naming both states. NotFound for an unknown id.
+  virtual Status UpdateJob(const jobs::Job& job, jobs::JobState expected) = 0;
+  // Several such updates in one transaction: all or none.
+  struct JobUpdate {
+    jobs::Job job;
+    jobs::JobState expected;
+  };
+  virtual Status UpdateJobs(const std::vector<JobUpdate>& updates) = 0;
+
+  virtual Status PutNode(const NodeRecord& node) = 0;
+  virtual Result<std::vector<NodeRecord>> ListNodes() = 0;
+
+  virtual Status PutToken(const TokenRecord& token) = 0;
+  virtual Result<std::optional<TokenRecord>> FindToken(std::string_view token_hash) = 0;
+  virtual Result<std::vector<TokenRecord>> ListTokens() = 0;
+  virtual Status DeleteToken(std::string_view token_hash) = 0;
+};
+
+// Opens (creating if needed) an SQLite store at `path` in WAL mode and brings its schema
+// up to date. ":memory:" gives a private in-memory store for tests.
+Result<std::unique_ptr<Store>> OpenSqliteStore(const std::string& path);
+
+}  // namespace gpupool::store
