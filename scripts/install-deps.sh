@@ -7,7 +7,8 @@ packages=(
   # toolchain
   g++ cmake ninja-build pkg-config make git
   # libraries (see the README's dependency table for why each)
-  nlohmann-json3-dev libfmt-dev libspdlog-dev libcli11-dev libcpp-httplib-dev libsqlite3-dev
+  nlohmann-json3-dev libfmt-dev libspdlog-dev libcli11-dev libsqlite3-dev
+  libmicrohttpd-dev libcurl4-openssl-dev libssl-dev
   # tests and benchmarks
   libgtest-dev libgmock-dev libbenchmark-dev python3
   # containers: the CDI tests run real podman with runc

@@ -1,0 +1,120 @@
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <filesystem>
+#include <thread>
+
+#include "net/http_client.h"
+#include "net/http_server.h"
+
+namespace gpupool::net {
+namespace {
+
+TEST(ServerAddressTest, Parses) {
+  auto u = ParseServerAddress("unix:/run/gpupool.sock");
+  ASSERT_TRUE(u.ok());
+  EXPECT_EQ(u->kind, ServerAddress::Kind::kUnix);
+  EXPECT_EQ(u->path, "/run/gpupool.sock");
+  EXPECT_EQ(ParseServerAddress("unix:///run/x.sock")->path, "/run/x.sock");
+  auto t = ParseServerAddress("http://127.0.0.1:8421/");
+  ASSERT_TRUE(t.ok());
+  EXPECT_EQ(t->host, "127.0.0.1");
+  EXPECT_EQ(t->port, 8421);
+  EXPECT_EQ(ParseServerAddress("localhost:80")->port, 80);
+  EXPECT_FALSE(ParseServerAddress("unix:relative.sock").ok());
+  EXPECT_FALSE(ParseServerAddress("http://host:99999").ok());
+  EXPECT_FALSE(ParseServerAddress("https://host:1").ok());
+  EXPECT_NE(ParseServerAddress("nonsense").status().message().find("use unix:"), std::string::npos);
+}
+
+class HttpTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = std::filesystem::temp_directory_path() / ("gpupool-net-" + std::to_string(getpid()));
+    std::filesystem::create_directories(dir_);
+    HttpServerOptions opts;
+    opts.unix_socket_path = (dir_ / "s.sock").string();
+    opts.tcp_host = "127.0.0.1";
+    opts.tcp_port = 0;
+    opts.max_body_bytes = 1000;
+    auto s = StartHttpServer(opts, [this](const HttpRequest& r) {
+      ++calls_;
+      HttpResponse resp;
+      resp.body = r.method + " " + r.path + " q=" + r.Query("q") + " auth=" +
+                  r.Header("authorization") + " body=" + r.body + " peer=" +
+                  (r.peer ? std::to_string(r.peer->uid) : std::string("none"));
+      return resp;
+    });
+    ASSERT_TRUE(s.ok()) << s.status().ToString();
+    server_ = std::move(s).value();
+  }
+  void TearDown() override {
+    server_.reset();
+    std::filesystem::remove_all(dir_);
+  }
+  std::filesystem::path dir_;
+  std::unique_ptr<HttpServer> server_;
+  std::atomic<int> calls_{0};
+};
+
+TEST_F(HttpTest, UnixSocketCarriesPeerCredentials) {
+  HttpClient c(ParseServerAddress("unix:" + (dir_ / "s.sock").string()).value());
+  auto r = c.Post("/v1/x?q=a%20b", "hello");
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->status, 200);
+  EXPECT_EQ(r->body, "POST /v1/x q=a b auth= body=hello peer=" + std::to_string(getuid()));
+}
+
+TEST_F(HttpTest, TcpCarriesBearerTokenAndNoPeer) {
+  ServerAddress a;
+  a.kind = ServerAddress::Kind::kTcp;
+  a.host = "127.0.0.1";
+  a.port = server_->tcp_port();
+  HttpClient c(a, "sekrit");
+  auto r = c.Get("/v1/y");
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->body, "GET /v1/y q= auth=Bearer sekrit body= peer=none");
+}
+
+TEST_F(HttpTest, OversizedBodyIs413AndNeverReachesTheHandler) {
+  HttpClient c(ParseServerAddress("unix:" + (dir_ / "s.sock").string()).value());
+  auto r = c.Post("/v1/x", std::string(5000, 'x'));
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->status, 413);
+  EXPECT_EQ(calls_.load(), 0);
+}
+
+TEST_F(HttpTest, SecondServerOnTheSameSocketIsRefused) {
+  HttpServerOptions opts;
+  opts.unix_socket_path = (dir_ / "s.sock").string();
+  auto s = StartHttpServer(opts, [](const HttpRequest&) { return HttpResponse{}; });
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.status().code(), StatusCode::kAlreadyExists);
+}
+
+TEST(HttpClientTest, NoServerIsUnavailable) {
+  HttpClient c(ParseServerAddress("unix:/nonexistent/gpupool.sock").value());
+  auto r = c.Get("/v1/jobs");
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kUnavailable);
+  EXPECT_NE(r.status().message().find("is `gpupool up` running?"), std::string::npos);
+}
+
+TEST_F(HttpTest, ConcurrentClients) {
+  HttpClient c(ParseServerAddress("unix:" + (dir_ / "s.sock").string()).value());
+  std::atomic<int> ok{0};
+  std::vector<std::thread> ts;
+  for (int i = 0; i < 8; ++i) {
+    ts.emplace_back([&] {
+      for (int k = 0; k < 20; ++k) {
+        if (auto r = c.Get("/v1/z"); r.ok() && r->status == 200) ++ok;
+      }
+    });
+  }
+  for (auto& t : ts) t.join();
+  EXPECT_EQ(ok.load(), 160);
+}
+
+}  // namespace
+}  // namespace gpupool::net
