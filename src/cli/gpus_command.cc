@@ -1,8 +1,124 @@
-// PLACEHOLDER: replaced by the real `gpupool gpus`.
+// `gpupool gpus`: discover this node's GPUs (or replay a captured node with --fake) and
+// print them as a table, JSON, HTCondor ClassAd, Slurm gres.conf or a CDI spec.
+// Output goes to stdout; in the machine formats, diagnostics go to stderr so the output
+// stays parseable. Exit codes: 0 success, 1 discovery or export failure, 2 usage error.
+#include <cstdio>
+#include <memory>
+#include <string>
+
 #include "cli/commands.h"
+#include "gpu/export/exporters.h"
+#include "gpu/gpu_backend.h"
 
 namespace gpupool::cli {
-void RegisterGpusCommand(CLI::App& app, CommandContext& ctx) {
-  app.add_subcommand("gpus", "discover this node's GPUs")->callback([&ctx] { ctx.exit_code = 1; });
+namespace {
+
+struct GpusFlags {
+  std::string backend = "auto";
+  std::string fake_file;
+  bool json = false;
+  std::string format;
+  bool classad_legacy = false;
+  std::string cdi_vendor;
+  std::string dev_root;
+};
+
+constexpr const char* kFakeHint =
+    "To try gpupool without GPUs, replay one of the example nodes, e.g.\n"
+    "  gpupool gpus --fake examples/nodes/nvidia-8xh100.json\n"
+    "  gpupool gpus --fake examples/nodes/amd-8xmi250x.json --format gres\n";
+
+void Print(std::FILE* to, const std::string& text) {
+  std::fwrite(text.data(), 1, text.size(), to);
+  std::fflush(to);
 }
+
+// Resolves --json/--format/--classad-legacy into one format name, or a usage error.
+std::string ResolveFormat(const GpusFlags& f) {
+  std::string format = f.format;
+  auto conflict = [&](const char* flag, const char* wants) {
+    if (!format.empty() && format != wants) {
+      throw CLI::ValidationError(flag, std::string("cannot be combined with --format ") + format);
+    }
+    format = wants;
+  };
+  if (f.json) conflict("--json", "json");
+  if (f.classad_legacy) conflict("--classad-legacy", "classad");
+  return format.empty() ? "table" : format;
+}
+
+int RunGpus(const GpusFlags& f) {
+  const std::string format = ResolveFormat(f);
+
+  gpu::DiscoveryOptions options = gpu::WithEnvironmentOverrides({});
+  options.fake_node_file = f.fake_file;
+  if (!f.dev_root.empty()) options.dev_root = f.dev_root;
+  if (f.backend != "auto") {
+    options.backends = {f.backend};
+  } else if (!f.fake_file.empty()) {
+    // A replayed node stands alone: probing the real machine too would mix its GPUs
+    // and diagnostics into the capture.
+    options.backends = {"fake"};
+  }
+  if (f.backend == "fake" && f.fake_file.empty()) {
+    Print(stderr,
+          "gpupool gpus: --backend fake needs --fake FILE (a `gpupool gpus --json` "
+          "capture or one of examples/nodes/*.json)\n");
+    return 2;
+  }
+
+  Result<gpu::NodeInfo> node = gpu::DiscoverNode(options);
+  if (!node.ok()) {
+    Print(stderr, "gpupool gpus: " + node.status().message() + "\n");
+    return 1;
+  }
+
+  gpu::ExportOptions export_options;
+  export_options.classad_legacy = f.classad_legacy;
+  export_options.cdi.host_dev_root = options.dev_root;
+  if (!f.cdi_vendor.empty()) export_options.cdi.vendor = gpu::ParseVendor(f.cdi_vendor);
+
+  Result<std::string> text = gpu::ExportNode(*node, format, export_options);
+  const bool table = format == "table";
+  if (!table) {
+    for (const gpu::Diagnostic& d : node->diagnostics) {
+      Print(stderr, "gpupool gpus: [" + d.backend + "] " + d.message + "\n");
+    }
+  }
+  if (!text.ok()) {
+    Print(stderr, "gpupool gpus: " + text.status().message() + "\n");
+    if (node->gpus.empty()) Print(stderr, kFakeHint);
+    return 1;
+  }
+  Print(stdout, *text);
+  if (node->gpus.empty()) Print(table ? stdout : stderr, std::string("\n") + kFakeHint);
+  return 0;
+}
+
+}  // namespace
+
+void RegisterGpusCommand(CLI::App& app, CommandContext& ctx) {
+  auto flags = std::make_shared<GpusFlags>();
+  CLI::App* cmd = app.add_subcommand(
+      "gpus", "Discover this node's GPUs and print them (table, JSON, ClassAd, gres.conf, CDI)");
+  cmd->add_option("--backend", flags->backend,
+                  "Discovery backend: auto probes nvml, rocm-smi and sysfs and merges them")
+      ->check(CLI::IsMember({"auto", "nvml", "rocm-smi", "sysfs", "fake"}))
+      ->capture_default_str();
+  cmd->add_option("--fake", flags->fake_file,
+                  "Replay a node file (a `gpupool gpus --json` capture) instead of this machine");
+  cmd->add_flag("--json", flags->json, "Print the node JSON (same as --format json)");
+  cmd->add_option("--format", flags->format, "Output format (default table)")
+      ->check(CLI::IsMember(gpu::ExportFormatNames()));
+  cmd->add_flag("--classad-legacy", flags->classad_legacy,
+                "ClassAd in the old flat CUDA0/CUDACapability form (implies --format classad)");
+  cmd->add_option("--cdi-vendor", flags->cdi_vendor,
+                  "Vendor of the CDI spec when the node has both NVIDIA and AMD GPUs")
+      ->check(CLI::IsMember({"nvidia", "amd"}));
+  cmd->add_option("--dev-root", flags->dev_root,
+                  "Where the host's device nodes live (default /dev, or $GPUPOOL_DEV_ROOT); "
+                  "CDI host paths are written under it");
+  cmd->callback([&ctx, flags] { ctx.exit_code = RunGpus(*flags); });
+}
+
 }  // namespace gpupool::cli

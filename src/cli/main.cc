@@ -3,6 +3,7 @@
 
 #include "cli/commands.h"
 #include "common/logging.h"
+#include "daemon/daemon_commands.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"gpupool: one shared, fair, well-used GPU pool"};
@@ -14,6 +15,7 @@ int main(int argc, char** argv) {
   gpupool::cli::CommandContext ctx;
   gpupool::cli::RegisterGpusCommand(app, ctx);
   gpupool::cli::RegisterSimCommand(app, ctx);
+  gpupool::daemon::RegisterDaemonCommands(app, ctx);
 
   app.parse_complete_callback([&] {
     if (auto s = gpupool::InitLogging(log_level); !s.ok()) {

@@ -90,6 +90,7 @@ Result<NodeInfo> DiscoverNode(const DiscoveryOptions& options) {
 
   NodeInfo merged;
   std::set<std::string> seen_pci;
+  std::set<Vendor> vendor_backend_worked;  // vendors whose own library backend succeeded
   for (const std::string& name : names) {
     GP_ASSIGN_OR_RETURN(auto backend, CreateBackend(name, options));
     Result<NodeInfo> found = backend->Discover();
@@ -101,6 +102,8 @@ Result<NodeInfo> DiscoverNode(const DiscoveryOptions& options) {
       continue;
     }
     NodeInfo& node = *found;
+    if (name == "nvml") vendor_backend_worked.insert(Vendor::kNvidia);
+    if (name == "rocm-smi") vendor_backend_worked.insert(Vendor::kAmd);
     if (merged.hostname.empty()) merged.hostname = node.hostname;
     MergeDriver(&merged.nvidia, node.nvidia);
     MergeDriver(&merged.amd, node.amd);
@@ -116,6 +119,14 @@ Result<NodeInfo> DiscoverNode(const DiscoveryOptions& options) {
       if (!known) merged.links.push_back(std::move(l));
     }
     for (Diagnostic& d : node.diagnostics) merged.diagnostics.push_back(std::move(d));
+  }
+  if (automatic) {
+    // The sysfs backend cannot know that a vendor backend listed the same GPUs; its "library
+    // missing" note would be a false warning on a healthy node.
+    std::erase_if(merged.diagnostics, [&](const Diagnostic& d) {
+      return std::any_of(vendor_backend_worked.begin(), vendor_backend_worked.end(),
+                         [&](Vendor v) { return IsMissingLibraryDiagnostic(d, v); });
+    });
   }
   if (merged.hostname.empty()) merged.hostname = LocalHostname();
   std::stable_sort(merged.gpus.begin(), merged.gpus.end(), [](const GpuInfo& a, const GpuInfo& b) {

@@ -85,6 +85,9 @@ struct Job {
   std::string pending_reason;         // why a pending job waits, in words
   std::string reason;                 // why it ended as it did (LOST, FAILED to launch, ...)
   int attempt = 0;                    // launches so far (requeues add one)
+  bool cancel_requested = false;      // cancel asked for; the agent is stopping it
+  std::string stdout_path;            // on the job's node, set when it starts
+  std::string stderr_path;
   friend bool operator==(const Job&, const Job&) = default;
 };
 

@@ -134,6 +134,9 @@ OrderedJson JobToJson(const Job& job) {
   j["pending_reason"] = job.pending_reason;
   j["reason"] = job.reason;
   j["attempt"] = job.attempt;
+  j["cancel_requested"] = job.cancel_requested;
+  if (!job.stdout_path.empty()) j["stdout_path"] = job.stdout_path;
+  if (!job.stderr_path.empty()) j["stderr_path"] = job.stderr_path;
   return j;
 }
 
@@ -209,6 +212,9 @@ Result<Job> JobFromJson(const Json& j, std::string_view path) {
   f.Optional("pending_reason", &job.pending_reason);
   f.Optional("reason", &job.reason);
   f.Optional("attempt", &job.attempt, 0);
+  f.Optional("cancel_requested", &job.cancel_requested);
+  f.Optional("stdout_path", &job.stdout_path);
+  f.Optional("stderr_path", &job.stderr_path);
   GP_RETURN_IF_ERROR(f.Finish());
   if (job.command.size() > kMaxArgs) {
     return Status::InvalidArgument(std::string(path) + ".command: more than " +

@@ -1,1 +1,12 @@
-target_sources(gpupool_sched PRIVATE placeholder.cc)
+# Core types, framework, fragmentation measure and placement policies.
+target_sources(gpupool_sched PRIVATE
+  ${CMAKE_CURRENT_LIST_DIR}/cluster_state.cc
+  ${CMAKE_CURRENT_LIST_DIR}/fragmentation.cc
+  ${CMAKE_CURRENT_LIST_DIR}/framework.cc
+  ${CMAKE_CURRENT_LIST_DIR}/policy_registry.cc
+  ${CMAKE_CURRENT_LIST_DIR}/resources.cc
+  ${CMAKE_CURRENT_LIST_DIR}/task.cc
+  ${CMAKE_CURRENT_LIST_DIR}/placement/builtin_policies.cc
+  ${CMAKE_CURRENT_LIST_DIR}/placement/fgd_score.cc
+  ${CMAKE_CURRENT_LIST_DIR}/placement/gpu_choice.cc
+  ${CMAKE_CURRENT_LIST_DIR}/placement/simple_scores.cc)

@@ -34,6 +34,8 @@ CREATE TABLE nodes (
   name TEXT PRIMARY KEY,
   info_json TEXT NOT NULL,
   agent_url TEXT NOT NULL,
+  cpu_milli INTEGER NOT NULL,
+  memory_mib INTEGER NOT NULL,
   registered_us INTEGER NOT NULL,
   last_heartbeat_us INTEGER NOT NULL,
   draining INTEGER NOT NULL
@@ -212,17 +214,20 @@ class SqliteStore final : public Store {
   Status PutNode(const NodeRecord& n) override {
     std::lock_guard lock(mu_);
     Stmt s(db_,
-           "INSERT INTO nodes(name, info_json, agent_url, registered_us, last_heartbeat_us, "
-           "draining) VALUES(?,?,?,?,?,?) ON CONFLICT(name) DO UPDATE SET "
+           "INSERT INTO nodes(name, info_json, agent_url, cpu_milli, memory_mib, registered_us, "
+           "last_heartbeat_us, draining) VALUES(?,?,?,?,?,?,?,?) ON CONFLICT(name) DO UPDATE SET "
            "info_json=excluded.info_json, agent_url=excluded.agent_url, "
+           "cpu_milli=excluded.cpu_milli, memory_mib=excluded.memory_mib, "
            "registered_us=excluded.registered_us, last_heartbeat_us=excluded.last_heartbeat_us, "
            "draining=excluded.draining");
     s.Bind(1, n.name);
     s.Bind(2, n.info_json);
     s.Bind(3, n.agent_url);
-    s.Bind(4, n.registered_us);
-    s.Bind(5, n.last_heartbeat_us);
-    s.Bind(6, n.draining ? 1 : 0);
+    s.Bind(4, n.cpu_milli);
+    s.Bind(5, n.memory_mib);
+    s.Bind(6, n.registered_us);
+    s.Bind(7, n.last_heartbeat_us);
+    s.Bind(8, n.draining ? 1 : 0);
     if (s.Step() != SQLITE_DONE) return Error("store node " + n.name);
     return Status::Ok();
   }
@@ -230,12 +235,13 @@ class SqliteStore final : public Store {
   Result<std::vector<NodeRecord>> ListNodes() override {
     std::lock_guard lock(mu_);
     Stmt s(db_,
-           "SELECT name, info_json, agent_url, registered_us, last_heartbeat_us, draining "
-           "FROM nodes ORDER BY name");
+           "SELECT name, info_json, agent_url, cpu_milli, memory_mib, registered_us, "
+           "last_heartbeat_us, draining FROM nodes ORDER BY name");
     std::vector<NodeRecord> out;
     int rc;
     while ((rc = s.Step()) == SQLITE_ROW) {
-      out.push_back({s.Text(0), s.Text(1), s.Text(2), s.Int(3), s.Int(4), s.Int(5) != 0});
+      out.push_back({s.Text(0), s.Text(1), s.Text(2), s.Int(3), s.Int(4), s.Int(5), s.Int(6),
+                     s.Int(7) != 0});
     }
     if (rc != SQLITE_DONE) return Error("list nodes");
     return out;

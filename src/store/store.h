@@ -31,6 +31,8 @@ struct NodeRecord {
   std::string name;
   std::string info_json;       // the node's GPUs as `gpupool gpus --json` prints them
   std::string agent_url;       // how the controller reaches the agent, if it does
+  int64_t cpu_milli = 0;       // the node's schedulable CPU and memory
+  int64_t memory_mib = 0;
   int64_t registered_us = 0;
   int64_t last_heartbeat_us = 0;
   bool draining = false;

@@ -1,0 +1,302 @@
+#include "agent/cgroup.h"
+
+#include <fcntl.h>
+#include <linux/magic.h>
+#include <sys/stat.h>
+#include <sys/statfs.h>
+#include <sys/sysmacros.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <csignal>
+#include <cstring>
+#include <ctime>
+
+#include "common/file_util.h"
+#include "common/strings.h"
+
+namespace gpupool::agent {
+namespace {
+
+constexpr int64_t kCfsPeriodUs = 100'000;
+
+// Writes a whole value to an existing control file; cgroup files reject partial writes.
+Status WriteControl(const std::string& path, const std::string& value) {
+  int fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC);
+  if (fd < 0) return Status::Unavailable("cannot open '" + path + "': " + std::strerror(errno));
+  ssize_t n = ::write(fd, value.data(), value.size());
+  int err = errno;
+  ::close(fd);
+  if (n != static_cast<ssize_t>(value.size())) {
+    return Status::Unavailable("cannot write '" + value + "' to '" + path +
+                               "': " + std::strerror(n < 0 ? err : EIO));
+  }
+  return Status::Ok();
+}
+
+bool IsFsType(const std::string& path, int64_t magic) {
+  struct statfs st;
+  if (::statfs(path.c_str(), &st) != 0) return false;
+  return static_cast<int64_t>(st.f_type) == magic;
+}
+
+std::vector<int> ReadPids(const std::string& procs_path) {
+  std::vector<int> pids;
+  Result<std::string> text = ReadFileToString(procs_path, 1u << 20);
+  if (!text.ok()) return pids;
+  for (const std::string& line : Split(*text, '\n')) {
+    if (std::optional<int64_t> pid = ParseInt64(Trim(line)); pid && *pid > 0) {
+      pids.push_back(static_cast<int>(*pid));
+    }
+  }
+  return pids;
+}
+
+void SleepMillis(int ms) {
+  struct timespec ts = {ms / 1000, (ms % 1000) * 1'000'000L};
+  ::nanosleep(&ts, nullptr);
+}
+
+}  // namespace
+
+Result<std::string> DeviceRuleFor(const std::string& node) {
+  struct stat st;
+  if (::stat(node.c_str(), &st) != 0) {
+    return Status::NotFound("device node '" + node + "': " + std::strerror(errno));
+  }
+  char type = 0;
+  if (S_ISCHR(st.st_mode)) {
+    type = 'c';
+  } else if (S_ISBLK(st.st_mode)) {
+    type = 'b';
+  } else {
+    return Status::InvalidArgument("'" + node + "' is not a device node");
+  }
+  return std::string(1, type) + " " + std::to_string(major(st.st_rdev)) + ":" +
+         std::to_string(minor(st.st_rdev)) + " rwm";
+}
+
+int64_t CpuQuotaMicros(int64_t cpu_milli, int64_t period_us) {
+  const int64_t quota = cpu_milli * period_us / 1000;
+  return quota < 1000 ? 1000 : quota;
+}
+
+std::unique_ptr<JobCgroup> JobCgroup::Create(const std::string& root,
+                                             const CgroupRequest& request) {
+  std::unique_ptr<JobCgroup> cg(new JobCgroup());
+  if (root.empty()) {
+    cg->note_ = "isolation skipped: disabled by configuration";
+  } else if (::geteuid() != 0) {
+    cg->note_ = "isolation skipped: the agent does not run as root";
+  } else if (IsFsType(root, CGROUP2_SUPER_MAGIC)) {
+    cg->SetUpV2(root, request);
+  } else if (IsFsType(root + "/devices", CGROUP_SUPER_MAGIC) ||
+             IsFsType(root + "/cpu", CGROUP_SUPER_MAGIC) ||
+             IsFsType(root + "/memory", CGROUP_SUPER_MAGIC)) {
+    cg->SetUpV1(root, request);
+  } else {
+    cg->note_ = "isolation skipped: no cgroup file system at '" + root + "'";
+  }
+  return cg;
+}
+
+JobCgroup::~JobCgroup() {
+  for (int fd : procs_fds_) ::close(fd);
+}
+
+bool JobCgroup::MakeDir(const std::string& parent, const std::string& leaf, std::string* dir) {
+  const std::string mid = parent + "/gpupool";
+  if (::mkdir(mid.c_str(), 0755) != 0 && errno != EEXIST) {
+    notes_.push_back("cannot create '" + mid + "': " + std::strerror(errno));
+    return false;
+  }
+  *dir = mid + "/" + leaf;
+  if (::mkdir(dir->c_str(), 0755) != 0 && errno != EEXIST) {
+    notes_.push_back("cannot create '" + *dir + "': " + std::strerror(errno));
+    return false;
+  }
+  dirs_.push_back(*dir);
+  return true;
+}
+
+void JobCgroup::OpenProcs(const std::string& dir) {
+  const std::string path = dir + "/cgroup.procs";
+  int fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC);
+  if (fd < 0) {
+    notes_.push_back("cannot open '" + path + "': " + std::strerror(errno));
+    return;
+  }
+  procs_fds_.push_back(fd);
+}
+
+void JobCgroup::SetUpV1(const std::string& root, const CgroupRequest& request) {
+  const std::string leaf =
+      "job-" + std::to_string(request.job_id) + "-" + std::to_string(request.attempt);
+  std::vector<std::string> applied;
+  std::string dir;
+
+  if (!IsFsType(root + "/devices", CGROUP_SUPER_MAGIC)) {
+    notes_.push_back("no devices controller: device access not restricted");
+  } else if (MakeDir(root + "/devices", leaf, &dir)) {
+    int denied = 0;
+    bool all = true;
+    for (const std::string& node : request.deny_device_nodes) {
+      Result<std::string> rule = DeviceRuleFor(node);
+      Status st = rule.ok() ? WriteControl(dir + "/devices.deny", *rule) : rule.status();
+      if (st.ok()) {
+        ++denied;
+      } else {
+        all = false;
+        notes_.push_back(st.message());
+      }
+    }
+    devices_enforced_ = all;
+    applied.push_back("devices denied " + std::to_string(denied));
+    OpenProcs(dir);
+  }
+
+  const bool want_cpu = request.cpu_milli > 0;
+  const bool want_mem = request.memory_bytes > 0;
+  if (want_cpu) {
+    if (!IsFsType(root + "/cpu", CGROUP_SUPER_MAGIC)) {
+      notes_.push_back("no cpu controller: CPU not limited");
+    } else if (MakeDir(root + "/cpu", leaf, &dir)) {
+      Status st = WriteControl(dir + "/cpu.cfs_period_us", std::to_string(kCfsPeriodUs));
+      if (st.ok()) {
+        st = WriteControl(dir + "/cpu.cfs_quota_us",
+                          std::to_string(CpuQuotaMicros(request.cpu_milli, kCfsPeriodUs)));
+      }
+      if (st.ok()) {
+        applied.push_back("cpu " + std::to_string(request.cpu_milli) + "m");
+      } else {
+        notes_.push_back(st.message());
+      }
+      OpenProcs(dir);
+    }
+  }
+  if (want_mem) {
+    if (!IsFsType(root + "/memory", CGROUP_SUPER_MAGIC)) {
+      notes_.push_back("no memory controller: memory not limited");
+    } else if (MakeDir(root + "/memory", leaf, &dir)) {
+      Status st =
+          WriteControl(dir + "/memory.limit_in_bytes", std::to_string(request.memory_bytes));
+      if (st.ok()) {
+        applied.push_back("memory " + std::to_string(request.memory_bytes) + " B");
+      } else {
+        notes_.push_back(st.message());
+      }
+      OpenProcs(dir);
+    }
+  }
+  note_ = "cgroup v1";
+  if (!applied.empty()) {
+    note_ += ": ";
+    for (size_t i = 0; i < applied.size(); ++i) note_ += (i ? ", " : "") + applied[i];
+  }
+  for (const std::string& n : notes_) note_ += "; " + n;
+}
+
+void JobCgroup::SetUpV2(const std::string& root, const CgroupRequest& request) {
+  const std::string leaf =
+      "job-" + std::to_string(request.job_id) + "-" + std::to_string(request.attempt);
+  std::vector<std::string> applied;
+  notes_.push_back(
+      "device access not restricted: cgroup v2 needs an eBPF device program, which gpupool "
+      "does not install yet");
+  std::string dir;
+  if (MakeDir(root, leaf, &dir)) {
+    // Controllers must be enabled in every ancestor's subtree_control to appear below.
+    for (const char* ctrl : {"+cpu", "+memory"}) {
+      (void)WriteControl(root + "/cgroup.subtree_control", ctrl);
+      (void)WriteControl(root + "/gpupool/cgroup.subtree_control", ctrl);
+    }
+    if (request.cpu_milli > 0) {
+      Status st = WriteControl(
+          dir + "/cpu.max", std::to_string(CpuQuotaMicros(request.cpu_milli, kCfsPeriodUs)) + " " +
+                                std::to_string(kCfsPeriodUs));
+      if (st.ok()) {
+        applied.push_back("cpu " + std::to_string(request.cpu_milli) + "m");
+      } else {
+        notes_.push_back(st.message());
+      }
+    }
+    if (request.memory_bytes > 0) {
+      Status st = WriteControl(dir + "/memory.max", std::to_string(request.memory_bytes));
+      if (st.ok()) {
+        applied.push_back("memory " + std::to_string(request.memory_bytes) + " B");
+      } else {
+        notes_.push_back(st.message());
+      }
+    }
+    OpenProcs(dir);
+  }
+  note_ = "cgroup v2";
+  if (!applied.empty()) {
+    note_ += ": ";
+    for (size_t i = 0; i < applied.size(); ++i) note_ += (i ? ", " : "") + applied[i];
+  }
+  for (const std::string& n : notes_) note_ += "; " + n;
+}
+
+bool JobCgroup::JoinFromChild() const {
+  char buf[24];
+  int len = 0;
+  char rev[24];
+  int rlen = 0;
+  for (pid_t pid = ::getpid(); pid > 0; pid /= 10) rev[rlen++] = static_cast<char>('0' + pid % 10);
+  while (rlen > 0) buf[len++] = rev[--rlen];
+  bool ok = true;
+  for (int fd : procs_fds_) {
+    if (::write(fd, buf, static_cast<size_t>(len)) != len) ok = false;
+  }
+  return ok;
+}
+
+namespace {
+
+Status KillAndRemove(const std::vector<std::string>& dirs, int timeout_ms) {
+  std::string failed;
+  for (const std::string& dir : dirs) {
+    int waited = 0;
+    while (true) {
+      std::vector<int> pids = ReadPids(dir + "/cgroup.procs");
+      for (int pid : pids) ::kill(pid, SIGKILL);
+      if (::rmdir(dir.c_str()) == 0 || errno == ENOENT) break;
+      if (waited >= timeout_ms) {
+        failed += (failed.empty() ? "" : ", ") + dir + " (" + std::strerror(errno) + ")";
+        break;
+      }
+      SleepMillis(20);
+      waited += 20;
+    }
+  }
+  if (!failed.empty()) {
+    return Status::Unavailable("cannot remove the job's cgroups: " + failed +
+                               "; remove them by hand once their processes are gone");
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status JobCgroup::Destroy(int timeout_ms) {
+  for (int fd : procs_fds_) ::close(fd);
+  procs_fds_.clear();
+  Status st = KillAndRemove(dirs_, timeout_ms);
+  dirs_.clear();
+  return st;
+}
+
+Status RemoveJobCgroups(const std::string& root, int64_t job_id, int attempt, int timeout_ms) {
+  if (root.empty()) return Status::Ok();
+  const std::string leaf = "job-" + std::to_string(job_id) + "-" + std::to_string(attempt);
+  std::vector<std::string> dirs;
+  for (const char* parent : {"/devices", "/cpu", "/memory", ""}) {
+    const std::string dir = root + parent + "/gpupool/" + leaf;
+    struct stat st;
+    if (::stat(dir.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) dirs.push_back(dir);
+  }
+  return KillAndRemove(dirs, timeout_ms);
+}
+
+}  // namespace gpupool::agent

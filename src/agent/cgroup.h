@@ -1,0 +1,80 @@
+// JobCgroup: the cgroups that isolate one job attempt, under cgroup v1 (the `devices`,
+// `cpu` and `memory` hierarchies, ROOT/<controller>/gpupool/job-<id>-<attempt>) or
+// cgroup v2 (ROOT/gpupool/job-<id>-<attempt>).
+//
+// What it enforces:
+//   v1: devices.deny "c MAJ:MIN rwm" for every denied device node; cpu.cfs_quota_us /
+//       cfs_period_us from cpu_milli; memory.limit_in_bytes.
+//   v2: cpu.max and memory.max. Device access is NOT restricted under v2: that needs an
+//       eBPF device program, which gpupool does not install yet; note() says so.
+// Isolation is best effort: when not root, when ROOT is not a cgroup file system or a
+// write fails, the job still runs and note() says what was skipped. Not thread-safe;
+// the shim owns one per job.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+
+namespace gpupool::agent {
+
+struct CgroupRequest {
+  int64_t job_id = 0;
+  int attempt = 0;
+  std::vector<std::string> deny_device_nodes;
+  int64_t cpu_milli = 0;      // 0 = no limit
+  uint64_t memory_bytes = 0;  // 0 = no limit
+};
+
+class JobCgroup {
+ public:
+  // Creates and configures the cgroups under `root` (empty = isolation disabled).
+  static std::unique_ptr<JobCgroup> Create(const std::string& root, const CgroupRequest& request);
+  ~JobCgroup();
+  JobCgroup(const JobCgroup&) = delete;
+  JobCgroup& operator=(const JobCgroup&) = delete;
+
+  // Moves the calling process into the job's cgroups. Async-signal-safe (only write(2)
+  // on descriptors opened by Create), so a freshly forked child may call it before exec.
+  // Returns false when a move failed.
+  bool JoinFromChild() const;
+
+  // Kills whatever still runs in the cgroups and removes them, waiting up to
+  // `timeout_ms` for them to empty. The note of what happened is kept.
+  Status Destroy(int timeout_ms);
+
+  // "cgroup v1: devices denied 2, cpu 1500m, memory 1073741824 B" or why it was skipped.
+  const std::string& note() const { return note_; }
+  bool devices_enforced() const { return devices_enforced_; }
+  const std::vector<std::string>& dirs() const { return dirs_; }
+
+ private:
+  JobCgroup() = default;
+  void SetUpV1(const std::string& root, const CgroupRequest& request);
+  void SetUpV2(const std::string& root, const CgroupRequest& request);
+  bool MakeDir(const std::string& parent, const std::string& leaf, std::string* dir);
+  void OpenProcs(const std::string& dir);
+
+  std::vector<std::string> dirs_;  // created leaf directories
+  std::vector<int> procs_fds_;     // cgroup.procs of each, opened for writing
+  std::vector<std::string> notes_;
+  std::string note_;
+  bool devices_enforced_ = false;
+};
+
+// For a job whose shim died: kills whatever still runs in the cgroups of that attempt
+// and removes them. OK when there are none (or `root` is empty).
+Status RemoveJobCgroups(const std::string& root, int64_t job_id, int attempt, int timeout_ms);
+
+// "c 195:3 rwm" for a character device node (b for block); an error when the path does
+// not exist or is not a device node.
+Result<std::string> DeviceRuleFor(const std::string& node);
+
+// cfs quota in microseconds for `cpu_milli` thousandths of a CPU per `period_us`,
+// never below the kernel's minimum of 1000.
+int64_t CpuQuotaMicros(int64_t cpu_milli, int64_t period_us);
+
+}  // namespace gpupool::agent

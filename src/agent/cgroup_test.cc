@@ -1,0 +1,94 @@
+#include "agent/cgroup.h"
+
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <fstream>
+
+namespace gpupool::agent {
+namespace {
+
+TEST(CgroupTest, DeviceRuleForCharacterDevice) {
+  Result<std::string> rule = DeviceRuleFor("/dev/null");
+  ASSERT_TRUE(rule.ok()) << rule.status().ToString();
+  EXPECT_EQ(*rule, "c 1:3 rwm");
+}
+
+TEST(CgroupTest, DeviceRuleRejectsMissingAndPlainFiles) {
+  EXPECT_EQ(DeviceRuleFor("/no/such/device").status().code(), StatusCode::kNotFound);
+  Result<std::string> r = DeviceRuleFor("/etc/hostname");
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("not a device node"), std::string::npos);
+}
+
+TEST(CgroupTest, CpuQuota) {
+  EXPECT_EQ(CpuQuotaMicros(1000, 100000), 100000);
+  EXPECT_EQ(CpuQuotaMicros(2500, 100000), 250000);
+  EXPECT_EQ(CpuQuotaMicros(1, 100000), 1000);  // kernel minimum
+}
+
+TEST(CgroupTest, DisabledAndMissingRootsAreNotesNotErrors) {
+  CgroupRequest req;
+  req.job_id = 1;
+  auto cg = JobCgroup::Create("", req);
+  EXPECT_NE(cg->note().find("skipped"), std::string::npos);
+  EXPECT_TRUE(cg->dirs().empty());
+  EXPECT_TRUE(cg->JoinFromChild());  // nothing to join
+  EXPECT_TRUE(cg->Destroy(100).ok());
+
+  char tmpl[] = "/tmp/gpupool-nocg-XXXXXX";
+  ASSERT_NE(::mkdtemp(tmpl), nullptr);
+  cg = JobCgroup::Create(tmpl, req);
+  EXPECT_NE(cg->note().find("skipped"), std::string::npos) << cg->note();
+  EXPECT_FALSE(cg->devices_enforced());
+  ::rmdir(tmpl);
+}
+
+// Real cgroup v1 hierarchies: only as root on a host that mounts them.
+TEST(CgroupTest, V1CreatesConfiguresAndRemoves) {
+  if (::geteuid() != 0 || ::access("/sys/fs/cgroup/devices/devices.deny", F_OK) != 0 ||
+      ::access("/sys/fs/cgroup/cpu/cpu.cfs_quota_us", F_OK) != 0) {
+    GTEST_SKIP() << "needs root and cgroup v1 devices+cpu controllers at /sys/fs/cgroup";
+  }
+  CgroupRequest req;
+  req.job_id = 900000 + ::getpid() % 1000;
+  req.attempt = 1;
+  req.deny_device_nodes = {"/dev/zero", "/no/such/node"};
+  req.cpu_milli = 1500;
+  req.memory_bytes = 256ull << 20;
+  auto cg = JobCgroup::Create("/sys/fs/cgroup", req);
+  EXPECT_NE(cg->note().find("cgroup v1"), std::string::npos) << cg->note();
+  EXPECT_NE(cg->note().find("/no/such/node"), std::string::npos) << cg->note();
+  EXPECT_FALSE(cg->devices_enforced());  // one node could not be denied
+  ASSERT_FALSE(cg->dirs().empty());
+  const std::string leaf = "job-" + std::to_string(req.job_id) + "-1";
+  // The kernel enforces the rule: a process in the cgroup cannot open /dev/zero.
+  pid_t pid = ::fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    if (!cg->JoinFromChild()) ::_exit(10);
+    int zero = ::open("/dev/zero", O_RDONLY);
+    if (zero >= 0) ::_exit(11);
+    if (errno != EPERM) ::_exit(12);
+    int null_fd = ::open("/dev/null", O_RDONLY);
+    ::_exit(null_fd >= 0 ? 0 : 13);
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "10: join failed, 11: /dev/zero opened, 12: wrong errno, "
+                                       "13: /dev/null denied";
+  std::ifstream quota("/sys/fs/cgroup/cpu/gpupool/" + leaf + "/cpu.cfs_quota_us");
+  int64_t q = 0;
+  quota >> q;
+  EXPECT_EQ(q, 150000);
+  EXPECT_TRUE(cg->Destroy(2000).ok());
+  EXPECT_NE(::access(("/sys/fs/cgroup/cpu/gpupool/" + leaf).c_str(), F_OK), 0);
+}
+
+}  // namespace
+}  // namespace gpupool::agent

@@ -1,0 +1,84 @@
+#include "agent/job_env.h"
+
+#include <algorithm>
+
+namespace gpupool::agent {
+namespace {
+
+std::string Join(const std::vector<std::string>& parts) {
+  std::string out;
+  for (const std::string& p : parts) {
+    if (!out.empty()) out += ',';
+    out += p;
+  }
+  return out;
+}
+
+}  // namespace
+
+std::map<std::string, std::string> BuildJobEnvironment(const LaunchSpec& spec,
+                                                       const LoginDefaults& defaults) {
+  std::map<std::string, std::string> env = spec.env;
+  env.try_emplace("HOME", defaults.home);
+  env.try_emplace("USER", spec.user);
+  env.try_emplace("LOGNAME", spec.user);
+  env.try_emplace("SHELL", defaults.shell);
+  env.try_emplace("PATH", defaults.path);
+
+  for (const char* key : {"CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES",
+                          "HIP_VISIBLE_DEVICES", "GPUPOOL_GPU_MILLI"}) {
+    env.erase(key);
+  }
+  env["GPUPOOL_JOB_ID"] = std::to_string(spec.job_id);
+  env["GPUPOOL_ATTEMPT"] = std::to_string(spec.attempt);
+
+  if (spec.gpus.empty()) {
+    env["CUDA_VISIBLE_DEVICES"] = "";
+    env["NVIDIA_VISIBLE_DEVICES"] = "void";
+    env["ROCR_VISIBLE_DEVICES"] = "";
+    env["HIP_VISIBLE_DEVICES"] = "";
+    return env;
+  }
+
+  std::vector<std::string> nvidia;
+  std::vector<std::string> amd_uuids;
+  std::vector<std::string> amd_indices;
+  bool amd_all_uuids = true;
+  int milli = 1000;
+  for (const GpuGrant& g : spec.gpus) {
+    milli = std::min(milli, g.gpu_milli);
+    if (g.vendor == "nvidia") {
+      nvidia.push_back(g.uuid.empty() ? std::to_string(g.index) : g.uuid);
+    } else if (g.vendor == "amd") {
+      amd_uuids.push_back(g.uuid);
+      amd_indices.push_back(std::to_string(g.index));
+      if (g.uuid.empty()) amd_all_uuids = false;
+    }
+  }
+  env["GPUPOOL_GPU_MILLI"] = std::to_string(milli);
+  if (!nvidia.empty()) {
+    env["CUDA_VISIBLE_DEVICES"] = Join(nvidia);
+    env["NVIDIA_VISIBLE_DEVICES"] = Join(nvidia);
+  }
+  if (!amd_uuids.empty()) {
+    if (amd_all_uuids) {
+      env["ROCR_VISIBLE_DEVICES"] = Join(amd_uuids);
+      env["HIP_VISIBLE_DEVICES"] = Join(amd_uuids);
+    } else {
+      std::vector<std::string> positions;
+      for (size_t i = 0; i < amd_indices.size(); ++i) positions.push_back(std::to_string(i));
+      env["ROCR_VISIBLE_DEVICES"] = Join(amd_indices);
+      env["HIP_VISIBLE_DEVICES"] = Join(positions);
+    }
+  }
+  return env;
+}
+
+std::vector<std::string> EnvironmentStrings(const std::map<std::string, std::string>& env) {
+  std::vector<std::string> out;
+  out.reserve(env.size());
+  for (const auto& [k, v] : env) out.push_back(k + "=" + v);
+  return out;
+}
+
+}  // namespace gpupool::agent

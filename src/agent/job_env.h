@@ -1,0 +1,41 @@
+// The environment a job's command sees: exactly the user's variables, plus the
+// variables that tell vendor runtimes which GPUs are the job's, plus login defaults.
+//
+// Rules, in order:
+//   1. Start from LaunchSpec::env.
+//   2. Fill HOME, USER, LOGNAME, SHELL and PATH when the user did not set them.
+//   3. Set (overriding the user) GPUPOOL_JOB_ID, GPUPOOL_ATTEMPT, GPUPOOL_GPU_MILLI
+//      (when GPUs were granted) and the visibility variables:
+//        NVIDIA grants: CUDA_VISIBLE_DEVICES and NVIDIA_VISIBLE_DEVICES = UUIDs
+//        AMD grants:    ROCR_VISIBLE_DEVICES and HIP_VISIBLE_DEVICES = UUIDs (both
+//                       accept UUIDs; with a grant lacking a UUID, ROCR gets the
+//                       indices and HIP the positions 0..n-1 within what ROCR shows)
+//        no GPU at all: CUDA_VISIBLE_DEVICES="", NVIDIA_VISIBLE_DEVICES=void,
+//                       ROCR_VISIBLE_DEVICES="" and HIP_VISIBLE_DEVICES="", so that
+//                       runtimes see nothing (the cgroup, where present, enforces it)
+//      A visibility variable the user set for a vendor without grants is removed, so
+//      no job can widen its own view.
+// Pure functions; thread-safe.
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "agent/launcher.h"
+
+namespace gpupool::agent {
+
+struct LoginDefaults {
+  std::string home = "/";
+  std::string shell = "/bin/sh";
+  std::string path = "/usr/local/bin:/usr/bin:/bin";
+};
+
+std::map<std::string, std::string> BuildJobEnvironment(const LaunchSpec& spec,
+                                                       const LoginDefaults& defaults);
+
+// "KEY=VALUE" strings for execve.
+std::vector<std::string> EnvironmentStrings(const std::map<std::string, std::string>& env);
+
+}  // namespace gpupool::agent

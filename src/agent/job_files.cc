@@ -1,0 +1,268 @@
+#include "agent/job_files.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "common/file_util.h"
+#include "common/json.h"
+
+namespace gpupool::agent {
+namespace {
+
+OrderedJson GrantToJson(const GpuGrant& g) {
+  OrderedJson j;
+  j["vendor"] = g.vendor;
+  j["index"] = g.index;
+  j["uuid"] = g.uuid;
+  j["device_nodes"] = g.device_nodes;
+  j["gpu_milli"] = g.gpu_milli;
+  return j;
+}
+
+Status GrantFromJson(const Json& j, const std::string& path, GpuGrant* g) {
+  if (!j.is_object()) return Status::InvalidArgument(path + ": expected an object");
+  JsonFields f(j, path);
+  f.Required("vendor", &g->vendor);
+  f.Required("index", &g->index, -1);
+  f.Optional("uuid", &g->uuid);
+  f.Optional("device_nodes", &g->device_nodes);
+  f.Required("gpu_milli", &g->gpu_milli, 1, 1000);
+  return f.Finish();
+}
+
+void PutOptionalInt(OrderedJson& j, const char* key, const std::optional<int>& v) {
+  if (v.has_value()) {
+    j[key] = *v;
+  } else {
+    j[key] = nullptr;
+  }
+}
+
+}  // namespace
+
+std::string ShimConfigToJson(const ShimConfig& config) {
+  const LaunchSpec& s = config.spec;
+  OrderedJson j;
+  j["job_id"] = s.job_id;
+  j["attempt"] = s.attempt;
+  j["user"] = s.user;
+  j["uid"] = s.uid;
+  j["gid"] = s.gid;
+  j["argv"] = s.argv;
+  OrderedJson env = OrderedJson::object();
+  for (const auto& [k, v] : s.env) env[k] = v;
+  j["env"] = std::move(env);
+  j["workdir"] = s.workdir;
+  OrderedJson gpus = OrderedJson::array();
+  for (const GpuGrant& g : s.gpus) gpus.push_back(GrantToJson(g));
+  j["gpus"] = std::move(gpus);
+  j["denied_device_nodes"] = s.denied_device_nodes;
+  j["cpu_milli"] = s.cpu_milli;
+  j["memory_bytes"] = s.memory_bytes;
+  j["time_limit_s"] = s.time_limit_s;
+  j["grace_s"] = s.grace_s;
+  j["cgroup_root"] = config.cgroup_root;
+  return DumpJson(j, 2);
+}
+
+Result<ShimConfig> ShimConfigFromJson(const std::string& text, const std::string& source) {
+  GP_ASSIGN_OR_RETURN(Json j, ParseJson(text, source));
+  if (!j.is_object()) return Status::InvalidArgument(source + ": expected a JSON object");
+  ShimConfig config;
+  LaunchSpec& s = config.spec;
+  JsonFields f(j, source);
+  f.Required("job_id", &s.job_id, 1);
+  f.Required("attempt", &s.attempt, 0);
+  f.Required("user", &s.user);
+  int64_t uid = 0;
+  int64_t gid = 0;
+  f.Required("uid", &uid, 0, UINT32_MAX - 1);
+  f.Required("gid", &gid, 0, UINT32_MAX - 1);
+  s.uid = static_cast<uint32_t>(uid);
+  s.gid = static_cast<uint32_t>(gid);
+  f.Optional("argv", &s.argv);
+  if (const Json* env = f.Member("env"); env != nullptr) {
+    if (!env->is_object()) {
+      f.Fail("env", "expected an object of strings");
+    } else {
+      for (auto it = env->begin(); it != env->end(); ++it) {
+        if (!it.value().is_string()) {
+          f.Fail("env." + it.key(), "expected a string");
+          break;
+        }
+        s.env[it.key()] = it.value().get<std::string>();
+      }
+    }
+  }
+  f.Optional("workdir", &s.workdir);
+  if (const Json* gpus = f.Array("gpus"); gpus != nullptr) {
+    for (size_t i = 0; i < gpus->size(); ++i) {
+      GpuGrant g;
+      Status st = GrantFromJson((*gpus)[i], f.PathOf("gpus") + "[" + std::to_string(i) + "]", &g);
+      if (!st.ok()) return st;
+      s.gpus.push_back(std::move(g));
+    }
+  }
+  f.Optional("denied_device_nodes", &s.denied_device_nodes);
+  f.Optional("cpu_milli", &s.cpu_milli, 0);
+  f.Optional("memory_bytes", &s.memory_bytes);
+  f.Optional("time_limit_s", &s.time_limit_s, 0);
+  f.Optional("grace_s", &s.grace_s, 0, 24 * 3600);
+  f.Optional("cgroup_root", &config.cgroup_root);
+  GP_RETURN_IF_ERROR(f.Finish());
+  if (s.argv.empty()) return Status::InvalidArgument(source + ": argv: the command is empty");
+  return config;
+}
+
+std::string ShimRecordToJson(const ShimRecord& r) {
+  OrderedJson j;
+  j["job_id"] = r.job_id;
+  j["attempt"] = r.attempt;
+  j["pid"] = r.pid;
+  j["start_ticks"] = r.start_ticks;
+  j["boot_id"] = r.boot_id;
+  j["job_pid"] = r.job_pid;
+  j["job_start_ticks"] = r.job_start_ticks;
+  j["start_time_us"] = r.start_time_us;
+  j["isolation"] = r.isolation;
+  return DumpJson(j, 2);
+}
+
+Result<ShimRecord> ShimRecordFromJson(const std::string& text, const std::string& source) {
+  GP_ASSIGN_OR_RETURN(Json j, ParseJson(text, source));
+  if (!j.is_object()) return Status::InvalidArgument(source + ": expected a JSON object");
+  ShimRecord r;
+  JsonFields f(j, source);
+  f.Required("job_id", &r.job_id, 1);
+  f.Required("attempt", &r.attempt, 0);
+  f.Required("pid", &r.pid, 1);
+  f.Required("start_ticks", &r.start_ticks);
+  f.Optional("boot_id", &r.boot_id);
+  f.Optional("job_pid", &r.job_pid, 0);
+  f.Optional("job_start_ticks", &r.job_start_ticks);
+  f.Optional("start_time_us", &r.start_time_us, 0);
+  f.Optional("isolation", &r.isolation);
+  GP_RETURN_IF_ERROR(f.Finish());
+  return r;
+}
+
+std::string FinalStatusToJson(const FinalStatus& s) {
+  OrderedJson j;
+  j["job_id"] = s.job_id;
+  j["attempt"] = s.attempt;
+  j["started"] = s.started;
+  j["start_time_us"] = s.start_time_us;
+  j["end_time_us"] = s.end_time_us;
+  PutOptionalInt(j, "exit_code", s.exit_code);
+  PutOptionalInt(j, "signal", s.signal);
+  j["timed_out"] = s.timed_out;
+  j["cancelled"] = s.cancelled;
+  j["reason"] = s.reason;
+  j["isolation"] = s.isolation;
+  return DumpJson(j, 2);
+}
+
+Result<FinalStatus> FinalStatusFromJson(const std::string& text, const std::string& source) {
+  GP_ASSIGN_OR_RETURN(Json j, ParseJson(text, source));
+  if (!j.is_object()) return Status::InvalidArgument(source + ": expected a JSON object");
+  FinalStatus s;
+  JsonFields f(j, source);
+  f.Required("job_id", &s.job_id, 1);
+  f.Required("attempt", &s.attempt, 0);
+  f.Required("started", &s.started);
+  f.Optional("start_time_us", &s.start_time_us, 0);
+  f.Optional("end_time_us", &s.end_time_us, 0);
+  f.Optional("exit_code", &s.exit_code, 0, 255);
+  f.Optional("signal", &s.signal, 1, 128);
+  f.Optional("timed_out", &s.timed_out);
+  f.Optional("cancelled", &s.cancelled);
+  f.Optional("reason", &s.reason);
+  f.Optional("isolation", &s.isolation);
+  GP_RETURN_IF_ERROR(f.Finish());
+  return s;
+}
+
+JobEvent EventFromFinalStatus(const FinalStatus& s) {
+  JobEvent e;
+  e.job_id = s.job_id;
+  e.attempt = s.attempt;
+  e.kind = s.started ? JobEvent::Kind::kExited : JobEvent::Kind::kFailed;
+  e.time_us = s.end_time_us;
+  e.start_time_us = s.start_time_us;
+  e.exit_code = s.exit_code;
+  e.signal = s.signal;
+  e.timed_out = s.timed_out;
+  e.cancelled = s.cancelled;
+  e.reason = s.reason;
+  e.isolation = s.isolation;
+  return e;
+}
+
+Status WriteFileDurably(const std::string& path, const std::string& contents, mode_t mode) {
+  const std::string tmp = path + ".tmp";
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, mode);
+  if (fd < 0) {
+    return Status::Unavailable("cannot create '" + tmp + "': " + std::strerror(errno));
+  }
+  size_t done = 0;
+  while (done < contents.size()) {
+    ssize_t n = ::write(fd, contents.data() + done, contents.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      int err = errno;
+      ::close(fd);
+      ::unlink(tmp.c_str());
+      return Status::Unavailable("cannot write '" + tmp + "': " + std::strerror(err));
+    }
+    done += static_cast<size_t>(n);
+  }
+  // The umask may have narrowed the mode at creation; make it exact.
+  if (::fchmod(fd, mode) != 0 || ::fsync(fd) != 0) {
+    int err = errno;
+    ::close(fd);
+    ::unlink(tmp.c_str());
+    return Status::Unavailable("cannot sync '" + tmp + "': " + std::strerror(err));
+  }
+  ::close(fd);
+  if (::rename(tmp.c_str(), path.c_str()) != 0) {
+    int err = errno;
+    ::unlink(tmp.c_str());
+    return Status::Unavailable("cannot rename '" + tmp + "' to '" + path +
+                               "': " + std::strerror(err));
+  }
+  return Status::Ok();
+}
+
+namespace {
+
+Result<std::string> ReadJobFile(const std::string& job_dir, const char* name) {
+  const std::string path = job_dir + "/" + name;
+  struct stat st;
+  if (::lstat(path.c_str(), &st) != 0) {
+    return Status::NotFound("'" + path + "' does not exist");
+  }
+  return ReadFileToString(path, 16u << 20);
+}
+
+}  // namespace
+
+Result<ShimConfig> ReadShimConfig(const std::string& job_dir) {
+  GP_ASSIGN_OR_RETURN(std::string text, ReadJobFile(job_dir, kSpecFile));
+  return ShimConfigFromJson(text, job_dir + "/" + kSpecFile);
+}
+
+Result<ShimRecord> ReadShimRecord(const std::string& job_dir) {
+  GP_ASSIGN_OR_RETURN(std::string text, ReadJobFile(job_dir, kShimFile));
+  return ShimRecordFromJson(text, job_dir + "/" + kShimFile);
+}
+
+Result<FinalStatus> ReadFinalStatus(const std::string& job_dir) {
+  GP_ASSIGN_OR_RETURN(std::string text, ReadJobFile(job_dir, kStatusFile));
+  return FinalStatusFromJson(text, job_dir + "/" + kStatusFile);
+}
+
+}  // namespace gpupool::agent

@@ -1,0 +1,86 @@
+// The files in STATE/jobs/<id>/ through which a shim and any agent incarnation talk:
+//
+//   spec.json    what to run (written by the launcher, read by the shim), mode 0600
+//   shim.json    the running shim: pid, its kernel start time, the job's pid, start time
+//   status.json  the final status, written once by the shim just before it exits
+//   stdout.log, stderr.log   the job's output, owned by the job's user, mode 0600
+//   shim.log     the shim's own diagnostics
+//
+// Every JSON file is replaced atomically (temporary file, fsync, rename), so a reader
+// sees the old file, the new one, or none. Plain functions; thread-safe.
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "agent/launcher.h"
+#include "common/status.h"
+
+namespace gpupool::agent {
+
+inline constexpr char kSpecFile[] = "spec.json";
+inline constexpr char kShimFile[] = "shim.json";
+inline constexpr char kStatusFile[] = "status.json";
+inline constexpr char kStdoutFile[] = "stdout.log";
+inline constexpr char kStderrFile[] = "stderr.log";
+inline constexpr char kShimLogFile[] = "shim.log";
+
+// What the launcher hands the shim.
+struct ShimConfig {
+  LaunchSpec spec;
+  std::string cgroup_root;  // empty = no isolation
+};
+
+// Who the shim is, so that a later agent can tell it from a process that reused its pid.
+struct ShimRecord {
+  int64_t job_id = 0;
+  int attempt = 0;
+  int pid = 0;
+  uint64_t start_ticks = 0;  // field 22 of /proc/<pid>/stat
+  std::string boot_id;       // the kernel boot the pids belong to
+  int job_pid = 0;           // 0 until the command started
+  uint64_t job_start_ticks = 0;
+  int64_t start_time_us = 0;
+  std::string isolation;
+};
+
+// How an attempt ended.
+struct FinalStatus {
+  int64_t job_id = 0;
+  int attempt = 0;
+  bool started = false;  // false: the command never ran (see reason)
+  int64_t start_time_us = 0;
+  int64_t end_time_us = 0;
+  std::optional<int> exit_code;
+  std::optional<int> signal;
+  bool timed_out = false;
+  bool cancelled = false;
+  std::string reason;
+  std::string isolation;
+};
+
+std::string ShimConfigToJson(const ShimConfig& config);
+Result<ShimConfig> ShimConfigFromJson(const std::string& text, const std::string& source);
+
+std::string ShimRecordToJson(const ShimRecord& record);
+Result<ShimRecord> ShimRecordFromJson(const std::string& text, const std::string& source);
+
+std::string FinalStatusToJson(const FinalStatus& status);
+Result<FinalStatus> FinalStatusFromJson(const std::string& text, const std::string& source);
+
+// The event an agent reports for a final status.
+JobEvent EventFromFinalStatus(const FinalStatus& status);
+
+// Writes `contents` to `path` via a temporary file that is fsynced and renamed, with
+// the given mode, so a crash never leaves half a file.
+Status WriteFileDurably(const std::string& path, const std::string& contents, mode_t mode);
+
+// Reads and parses one of the JSON files; NotFound when it does not exist.
+Result<ShimConfig> ReadShimConfig(const std::string& job_dir);
+Result<ShimRecord> ReadShimRecord(const std::string& job_dir);
+Result<FinalStatus> ReadFinalStatus(const std::string& job_dir);
+
+}  // namespace gpupool::agent

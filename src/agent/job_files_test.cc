@@ -1,0 +1,97 @@
+#include "agent/job_files.h"
+
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdlib>
+
+#include "common/file_util.h"
+
+namespace gpupool::agent {
+namespace {
+
+TEST(JobFilesTest, ShimConfigRoundTrips) {
+  ShimConfig c;
+  c.spec.job_id = 9;
+  c.spec.attempt = 3;
+  c.spec.user = "bob";
+  c.spec.uid = 1001;
+  c.spec.gid = 1002;
+  c.spec.argv = {"python", "train.py", "--lr=0.1"};
+  c.spec.env = {{"A", "1"}, {"B", "two words"}};
+  c.spec.workdir = "/work";
+  c.spec.gpus = {{"nvidia", 1, "GPU-1", {"/dev/nvidia1"}, 250}};
+  c.spec.denied_device_nodes = {"/dev/nvidia0"};
+  c.spec.cpu_milli = 1500;
+  c.spec.memory_bytes = 1ull << 30;
+  c.spec.time_limit_s = 60;
+  c.spec.grace_s = 5;
+  c.cgroup_root = "/sys/fs/cgroup";
+  Result<ShimConfig> back = ShimConfigFromJson(ShimConfigToJson(c), "spec.json");
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(back->spec, c.spec);
+  EXPECT_EQ(back->cgroup_root, c.cgroup_root);
+}
+
+TEST(JobFilesTest, ShimConfigErrorsNameTheField) {
+  Result<ShimConfig> r = ShimConfigFromJson(
+      R"({"job_id":1,"attempt":1,"user":"u","uid":1,"gid":1,"argv":["x"],"env":{"A":3}})",
+      "spec.json");
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("env.A"), std::string::npos) << r.status().message();
+  r = ShimConfigFromJson(R"({"job_id":1,"attempt":1,"user":"u","uid":1,"gid":1,"argv":[]})",
+                         "spec.json");
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("argv"), std::string::npos);
+  r = ShimConfigFromJson(R"({"job_id":1,"attempt":1,"user":"u","uid":-5,"gid":1,"argv":["x"]})",
+                         "spec.json");
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("uid"), std::string::npos);
+  EXPECT_FALSE(ShimConfigFromJson("not json", "spec.json").ok());
+}
+
+TEST(JobFilesTest, FinalStatusRoundTripsAndBecomesAnEvent) {
+  FinalStatus s;
+  s.job_id = 5;
+  s.attempt = 1;
+  s.started = true;
+  s.start_time_us = 100;
+  s.end_time_us = 200;
+  s.signal = 9;
+  s.timed_out = true;
+  s.reason = "time limit of 1 s reached";
+  Result<FinalStatus> back = FinalStatusFromJson(FinalStatusToJson(s), "status.json");
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  JobEvent e = EventFromFinalStatus(*back);
+  EXPECT_EQ(e.kind, JobEvent::Kind::kExited);
+  EXPECT_EQ(e.signal, 9);
+  EXPECT_FALSE(e.exit_code.has_value());
+  EXPECT_TRUE(e.timed_out);
+  EXPECT_EQ(e.time_us, 200);
+  EXPECT_EQ(e.reason, s.reason);
+
+  s.started = false;
+  s.signal.reset();
+  e = EventFromFinalStatus(s);
+  EXPECT_EQ(e.kind, JobEvent::Kind::kFailed);
+}
+
+TEST(JobFilesTest, WriteFileDurablySetsModeAndReplaces) {
+  char tmpl[] = "/tmp/gpupool-files-XXXXXX";
+  ASSERT_NE(::mkdtemp(tmpl), nullptr);
+  const std::string path = std::string(tmpl) + "/x.json";
+  ASSERT_TRUE(WriteFileDurably(path, "one", 0600).ok());
+  ASSERT_TRUE(WriteFileDurably(path, "two", 0640).ok());
+  EXPECT_EQ(ReadFileToString(path).value_or(""), "two");
+  struct stat st;
+  ASSERT_EQ(::stat(path.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0640u);
+  EXPECT_FALSE(WriteFileDurably(std::string(tmpl) + "/no/such/dir/x", "x", 0600).ok());
+  EXPECT_EQ(ReadFinalStatus(tmpl).status().code(), StatusCode::kNotFound);
+  ::unlink(path.c_str());
+  ::rmdir(tmpl);
+}
+
+}  // namespace
+}  // namespace gpupool::agent

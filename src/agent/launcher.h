@@ -1,0 +1,134 @@
+// Launcher: starts jobs on this node, each under its own supervisor process (the
+// "shim", `gpupool agent-shim`), and reports what happens to them.
+//
+// The shim is detached from the agent (own session), so killing the agent never kills a
+// job. It runs the job as the submitting user with exactly its GPUs visible, enforces the
+// time limit and cancel grace, applies cgroup isolation where the host allows it, and
+// writes the job's final status to STATE/jobs/<id>/status.json before it exits. That
+// directory is the contract between a shim and any agent incarnation: a restarted agent
+// calls Adopt() to find its jobs again.
+//
+// Event delivery is at-least-once: after a restart Adopt() reports a finished job's exit
+// again until the agent calls Forget(job_id) (once the controller has recorded it), so
+// consumers must treat events for (job_id, attempt) idempotently.
+//
+// Thread safety: all methods may be called from any thread; calls are serialised
+// internally. Destroying a Launcher leaves running shims and their jobs running.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/clock.h"
+#include "common/status.h"
+
+namespace gpupool::agent {
+
+// One GPU given to a job.
+struct GpuGrant {
+  std::string vendor;  // "nvidia" or "amd" (others get no visibility variables)
+  int index = -1;      // vendor runtime index on the node
+  std::string uuid;    // "GPU-..." for NVIDIA; may be empty for AMD (index is used then)
+  std::vector<std::string> device_nodes;  // informational; isolation uses the denied list
+  int gpu_milli = 1000;                   // share in thousandths
+  friend bool operator==(const GpuGrant&, const GpuGrant&) = default;
+};
+
+// Everything the shim needs to start one attempt of one job.
+struct LaunchSpec {
+  int64_t job_id = 0;
+  int attempt = 1;
+  std::string user;
+  uint32_t uid = 0;
+  uint32_t gid = 0;
+  std::vector<std::string> argv;           // argv[0] is looked up in the job's PATH
+  std::map<std::string, std::string> env;  // the user's variables; see job_env.h
+  std::string workdir;                     // empty = the user's home directory
+  std::vector<GpuGrant> gpus;
+  std::vector<std::string> denied_device_nodes;  // nodes of every GPU not granted
+  int64_t cpu_milli = 0;                         // 0 = no CPU limit
+  uint64_t memory_bytes = 0;                     // 0 = no memory limit
+  int64_t time_limit_s = 0;                      // 0 = none
+  int64_t grace_s = 10;                          // TERM -> KILL delay for cancel and time limit
+  friend bool operator==(const LaunchSpec&, const LaunchSpec&) = default;
+};
+
+struct JobEvent {
+  enum class Kind {
+    kStarted,  // the command is running (after Launch, or re-adopted after a restart)
+    kExited,   // it ran and ended: exit_code or signal set; timed_out / cancelled say why
+    kFailed,   // it could not be started (the command never ran, or exec failed); see reason
+    kLost,     // its supervisor vanished without recording a status; see reason
+  };
+  int64_t job_id = 0;
+  int attempt = 0;
+  Kind kind = Kind::kStarted;
+  int64_t time_us = 0;        // when it happened (start time for kStarted, end time else)
+  int64_t start_time_us = 0;  // 0 when the command never started
+  std::optional<int> exit_code;
+  std::optional<int> signal;
+  bool timed_out = false;
+  bool cancelled = false;  // ended after Cancel()
+  bool adopted = false;    // reported by Adopt() rather than by the launching agent
+  std::string reason;      // why it failed / was lost / was stopped, in words
+  std::string isolation;   // what isolation was applied or why it was skipped
+};
+
+std::string_view JobEventKindName(JobEvent::Kind kind);  // "started", "exited", ...
+
+class Launcher {
+ public:
+  virtual ~Launcher() = default;
+
+  // Starts one attempt of a job and returns once its command runs or has failed to
+  // start; either way a kStarted or kFailed event is queued for Poll(). An error Status
+  // means nothing was started (invalid spec, job already running here, no shim).
+  virtual Status Launch(const LaunchSpec& spec) = 0;
+
+  // Asks the job's shim to stop it: SIGTERM to its process group, SIGKILL after
+  // grace_s. Returns at once; the kExited event (cancelled = true) follows via Poll().
+  // NotFound when the launcher does not supervise that job.
+  virtual Status Cancel(int64_t job_id) = 0;
+
+  // Events since the last call, oldest first. Never blocks.
+  virtual std::vector<JobEvent> Poll() = 0;
+
+  // Like Poll(), but waits up to `timeout_ms` for at least one event.
+  virtual std::vector<JobEvent> Wait(int timeout_ms) = 0;
+
+  // After an agent restart: scans the state directory. Jobs whose shims still run are
+  // supervised again (kStarted, adopted = true); jobs that ended meanwhile yield their
+  // kExited / kFailed event; jobs whose shim vanished without a status yield kLost.
+  // Jobs this launcher already supervises are skipped.
+  virtual Result<std::vector<JobEvent>> Adopt() = 0;
+
+  // The agent has delivered the job's final event: drop its bookkeeping files (logs are
+  // kept) so that later Adopt() calls do not report it again. FailedPrecondition while
+  // the job still runs.
+  virtual Status Forget(int64_t job_id) = 0;
+
+  // Job ids currently supervised.
+  virtual std::vector<int64_t> Running() const = 0;
+};
+
+struct LauncherOptions {
+  std::string state_dir;  // jobs live in STATE/jobs/<id>/
+  // Command that runs the shim, e.g. {"/usr/bin/gpupool", "agent-shim"}; the launcher
+  // appends "--job-dir DIR --ready-fd N".
+  std::vector<std::string> shim_command;
+  const Clock* clock = nullptr;  // nullptr = SystemClock
+  // cgroup file system root; empty disables isolation (the shim notes that it skipped).
+  std::string cgroup_root = "/sys/fs/cgroup";
+  int start_timeout_ms = 30'000;  // how long Launch waits for the shim to report
+};
+
+// Paths inside a job's directory, shared by the launcher and the shim.
+std::string JobDir(const std::string& state_dir, int64_t job_id);
+
+std::unique_ptr<Launcher> NewProcessLauncher(LauncherOptions options);
+
+}  // namespace gpupool::agent

@@ -1,0 +1,441 @@
+// The process launcher with real shims and real processes.
+#include "agent/launcher.h"
+
+#include <gtest/gtest.h>
+#include <pwd.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <csignal>
+#include <map>
+#include <thread>
+
+#include "agent/job_files.h"
+#include "agent/launcher_test_util.h"
+#include "common/strings.h"
+
+namespace gpupool::agent {
+namespace {
+
+using testing::ProcessAlive;
+using testing::ReadWholeFile;
+using testing::ScratchDir;
+using testing::TestOptions;
+using testing::TestSpec;
+using testing::WaitForEvent;
+using testing::WaitForFileContaining;
+using Kind = JobEvent::Kind;
+
+std::map<std::string, std::string> ParseEnvOutput(const std::string& text) {
+  std::map<std::string, std::string> env;
+  for (const std::string& line : Split(text, '\n')) {
+    if (line.empty()) continue;
+    size_t eq = line.find('=');
+    env[line.substr(0, eq)] = eq == std::string::npos ? "" : line.substr(eq + 1);
+  }
+  return env;
+}
+
+class LauncherTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_FALSE(dir_.path().empty());
+    launcher_ = NewProcessLauncher(TestOptions(dir_.path()));
+  }
+  std::string JobFile(int64_t id, const char* name) const {
+    return JobDir(dir_.path(), id) + "/" + name;
+  }
+  // Launches and expects the kStarted event.
+  void Start(const LaunchSpec& spec) {
+    Status st = launcher_->Launch(spec);
+    ASSERT_TRUE(st.ok()) << st.ToString();
+    std::optional<JobEvent> e = WaitForEvent(*launcher_, spec.job_id, 5000);
+    ASSERT_TRUE(e.has_value());
+    ASSERT_EQ(e->kind, Kind::kStarted) << e->reason;
+    EXPECT_GT(e->start_time_us, 0);
+  }
+  JobEvent Finish(int64_t id, int timeout_ms = 10'000) {
+    std::optional<JobEvent> e = WaitForEvent(*launcher_, id, timeout_ms);
+    EXPECT_TRUE(e.has_value()) << "no event for job " << id;
+    return e.value_or(JobEvent{});
+  }
+
+  ScratchDir dir_;
+  std::unique_ptr<Launcher> launcher_;
+};
+
+TEST_F(LauncherTest, JobSeesExactlyItsGpusAndVariables) {
+  LaunchSpec spec = TestSpec(101, {"env"});
+  spec.env = {{"FOO", "bar baz"}, {"CUDA_VISIBLE_DEVICES", "0,1,2,3,4,5,6,7"}};
+  spec.gpus = {{"nvidia", 2, "GPU-2222", {"/dev/nvidia2"}, 1000},
+               {"nvidia", 5, "GPU-5555", {"/dev/nvidia5"}, 1000}};
+  Start(spec);
+  JobEvent e = Finish(101);
+  EXPECT_EQ(e.kind, Kind::kExited);
+  EXPECT_EQ(e.exit_code, 0);
+  EXPECT_EQ(e.reason, "");
+  std::map<std::string, std::string> env = ParseEnvOutput(ReadWholeFile(JobFile(101, kStdoutFile)));
+  std::vector<std::string> keys;
+  for (const auto& [k, v] : env) keys.push_back(k);
+  EXPECT_EQ(keys,
+            (std::vector<std::string>{"CUDA_VISIBLE_DEVICES", "FOO", "GPUPOOL_ATTEMPT",
+                                      "GPUPOOL_GPU_MILLI", "GPUPOOL_JOB_ID", "HOME", "LOGNAME",
+                                      "NVIDIA_VISIBLE_DEVICES", "PATH", "SHELL", "USER"}));
+  EXPECT_EQ(env["CUDA_VISIBLE_DEVICES"], "GPU-2222,GPU-5555");
+  EXPECT_EQ(env["NVIDIA_VISIBLE_DEVICES"], "GPU-2222,GPU-5555");
+  EXPECT_EQ(env["GPUPOOL_JOB_ID"], "101");
+  EXPECT_EQ(env["GPUPOOL_GPU_MILLI"], "1000");
+  EXPECT_EQ(env["FOO"], "bar baz");
+  EXPECT_EQ(env["USER"], "tester");
+}
+
+TEST_F(LauncherTest, TwoJobsShareOneGpuWithTheirShares) {
+  LaunchSpec a = TestSpec(111, {"sh", "-c", "echo $CUDA_VISIBLE_DEVICES $GPUPOOL_GPU_MILLI"});
+  a.gpus = {{"nvidia", 0, "GPU-0000", {}, 250}};
+  LaunchSpec b = a;
+  b.job_id = 112;
+  b.gpus[0].gpu_milli = 750;
+  ASSERT_TRUE(launcher_->Launch(a).ok());
+  ASSERT_TRUE(launcher_->Launch(b).ok());
+  for (int64_t id : {111, 112}) {
+    std::optional<JobEvent> e;
+    do {
+      e = WaitForEvent(*launcher_, id, 5000);
+    } while (e && e->kind == Kind::kStarted);
+    ASSERT_TRUE(e.has_value());
+    EXPECT_EQ(e->exit_code, 0);
+  }
+  EXPECT_EQ(ReadWholeFile(JobFile(111, kStdoutFile)), "GPU-0000 250\n");
+  EXPECT_EQ(ReadWholeFile(JobFile(112, kStdoutFile)), "GPU-0000 750\n");
+}
+
+TEST_F(LauncherTest, AmdGrantSetsRocmVariables) {
+  LaunchSpec spec = TestSpec(121, {"sh", "-c", "echo $ROCR_VISIBLE_DEVICES/$HIP_VISIBLE_DEVICES"});
+  spec.gpus = {{"amd", 1, "GPU-abcd", {}, 1000}};
+  Start(spec);
+  EXPECT_EQ(Finish(121).exit_code, 0);
+  EXPECT_EQ(ReadWholeFile(JobFile(121, kStdoutFile)), "GPU-abcd/GPU-abcd\n");
+}
+
+TEST_F(LauncherTest, ExitCodeAndStderrAreReported) {
+  Start(TestSpec(131, {"sh", "-c", "echo out; echo oops >&2; exit 3"}));
+  JobEvent e = Finish(131);
+  EXPECT_EQ(e.kind, Kind::kExited);
+  EXPECT_EQ(e.exit_code, 3);
+  EXPECT_FALSE(e.signal.has_value());
+  EXPECT_EQ(e.reason, "exited with code 3");
+  EXPECT_GE(e.time_us, e.start_time_us);
+  EXPECT_EQ(ReadWholeFile(JobFile(131, kStdoutFile)), "out\n");
+  EXPECT_EQ(ReadWholeFile(JobFile(131, kStderrFile)), "oops\n");
+}
+
+TEST_F(LauncherTest, DeathBySignalIsReported) {
+  Start(TestSpec(141, {"sh", "-c", "kill -USR1 $$"}));
+  JobEvent e = Finish(141);
+  EXPECT_EQ(e.kind, Kind::kExited);
+  EXPECT_EQ(e.signal, SIGUSR1);
+  EXPECT_FALSE(e.exit_code.has_value());
+  EXPECT_FALSE(e.cancelled);
+  EXPECT_NE(e.reason.find("SIGUSR1"), std::string::npos) << e.reason;
+}
+
+TEST_F(LauncherTest, CancelSendsTermToTheProcessGroup) {
+  // The background sleep shares the job's process group and must die with it.
+  Start(TestSpec(151, {"sh", "-c", "sleep 100 & echo $! > bg.pid; wait"}));
+  const auto t0 = std::chrono::steady_clock::now();
+  ASSERT_TRUE(launcher_->Cancel(151).ok());
+  JobEvent e = Finish(151, 5000);
+  EXPECT_EQ(e.kind, Kind::kExited);
+  EXPECT_TRUE(e.cancelled);
+  EXPECT_FALSE(e.timed_out);
+  EXPECT_EQ(e.signal, SIGTERM);
+  EXPECT_NE(e.reason.find("cancelled"), std::string::npos) << e.reason;
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::milliseconds(900));
+}
+
+TEST_F(LauncherTest, CancelKillsAJobThatIgnoresTermAfterGrace) {
+  LaunchSpec spec =
+      TestSpec(161, {"sh", "-c", "trap '' TERM; echo ready; while :; do sleep 0.05; done"});
+  spec.grace_s = 1;
+  Start(spec);
+  ASSERT_TRUE(WaitForFileContaining(JobFile(161, kStdoutFile), "ready", 5000));
+  const auto t0 = std::chrono::steady_clock::now();
+  ASSERT_TRUE(launcher_->Cancel(161).ok());
+  JobEvent e = Finish(161, 5000);
+  const auto took = std::chrono::steady_clock::now() - t0;
+  EXPECT_TRUE(e.cancelled);
+  EXPECT_EQ(e.signal, SIGKILL);
+  EXPECT_NE(e.reason.find("SIGKILL after the grace period of 1 s"), std::string::npos) << e.reason;
+  EXPECT_GE(took, std::chrono::milliseconds(900));
+  EXPECT_LT(took, std::chrono::milliseconds(3000));
+}
+
+TEST_F(LauncherTest, TimeLimitStopsTheJob) {
+  LaunchSpec spec = TestSpec(171, {"sleep", "100"});
+  spec.time_limit_s = 1;
+  Start(spec);
+  JobEvent e = Finish(171, 5000);
+  EXPECT_EQ(e.kind, Kind::kExited);
+  EXPECT_TRUE(e.timed_out);
+  EXPECT_FALSE(e.cancelled);
+  EXPECT_EQ(e.signal, SIGTERM);
+  EXPECT_NE(e.reason.find("time limit of 1 s reached"), std::string::npos) << e.reason;
+  EXPECT_GE(e.time_us - e.start_time_us, 900'000);
+}
+
+TEST_F(LauncherTest, MissingCommandFailsWithReason) {
+  ASSERT_TRUE(launcher_->Launch(TestSpec(181, {"gpupool-no-such-command", "x"})).ok());
+  JobEvent e = Finish(181);
+  EXPECT_EQ(e.kind, Kind::kFailed);
+  EXPECT_EQ(e.reason, "command 'gpupool-no-such-command' not found");
+  EXPECT_EQ(e.start_time_us, 0);
+  EXPECT_TRUE(launcher_->Running().empty());
+
+  // A file without execute permission, and one with it but no executable format.
+  const std::string plain = dir_.path() + "/plain";
+  const std::string junk = dir_.path() + "/junk";
+  for (const auto& [path, mode] : {std::pair{plain, 0644}, std::pair{junk, 0755}}) {
+    FILE* f = std::fopen(path.c_str(), "w");
+    ASSERT_NE(f, nullptr);
+    std::fputs("\x01\x02 not a program\n", f);
+    std::fclose(f);
+    ASSERT_EQ(::chmod(path.c_str(), static_cast<mode_t>(mode)), 0);
+  }
+  ASSERT_TRUE(launcher_->Launch(TestSpec(182, {plain})).ok());
+  e = Finish(182);
+  EXPECT_EQ(e.kind, Kind::kFailed);
+  EXPECT_NE(e.reason.find("is not executable by user 'tester'"), std::string::npos) << e.reason;
+  ASSERT_TRUE(launcher_->Launch(TestSpec(183, {junk})).ok());
+  e = Finish(183);
+  EXPECT_EQ(e.kind, Kind::kFailed);
+  EXPECT_NE(e.reason.find("is not an executable file"), std::string::npos) << e.reason;
+}
+
+TEST_F(LauncherTest, MissingWorkdirFailsAndTheCommandNeverRuns) {
+  const std::string marker = dir_.path() + "/ran";
+  LaunchSpec spec = TestSpec(191, {"touch", marker});
+  spec.workdir = "/no/such/dir";
+  ASSERT_TRUE(launcher_->Launch(spec).ok());
+  JobEvent e = Finish(191);
+  EXPECT_EQ(e.kind, Kind::kFailed);
+  EXPECT_EQ(e.reason, "working directory '/no/such/dir' does not exist");
+  EXPECT_NE(::access(marker.c_str(), F_OK), 0);
+}
+
+TEST_F(LauncherTest, RunsAsTheSubmittingUserWithPrivateLogs) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root to switch users";
+  struct passwd* pw = ::getpwnam("nobody");
+  if (pw == nullptr) GTEST_SKIP() << "no user 'nobody' on this host";
+  LaunchSpec spec = TestSpec(201, {"sh", "-c", "id -u; id -g; echo $HOME $USER"});
+  spec.user = "nobody";
+  spec.uid = pw->pw_uid;
+  spec.gid = pw->pw_gid;
+  Start(spec);
+  JobEvent e = Finish(201);
+  EXPECT_EQ(e.exit_code, 0) << ReadWholeFile(JobFile(201, kStderrFile));
+  EXPECT_EQ(ReadWholeFile(JobFile(201, kStdoutFile)), std::to_string(pw->pw_uid) + "\n" +
+                                                          std::to_string(pw->pw_gid) + "\n" +
+                                                          pw->pw_dir + " nobody\n");
+  for (const char* f : {kStdoutFile, kStderrFile}) {
+    struct stat st;
+    ASSERT_EQ(::stat(JobFile(201, f).c_str(), &st), 0);
+    EXPECT_EQ(st.st_uid, pw->pw_uid);
+    EXPECT_EQ(st.st_mode & 0777, 0600u);
+  }
+  // The job's spec may hold secrets in its environment: root only.
+  struct stat st;
+  ASSERT_EQ(::stat(JobFile(201, kSpecFile).c_str(), &st), 0);
+  EXPECT_EQ(st.st_uid, 0u);
+  EXPECT_EQ(st.st_mode & 0777, 0600u);
+}
+
+TEST_F(LauncherTest, UserWithoutAccessToWorkdirFails) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root to switch users";
+  struct passwd* pw = ::getpwnam("nobody");
+  if (pw == nullptr) GTEST_SKIP() << "no user 'nobody' on this host";
+  const std::string secret = dir_.path() + "/private";
+  ASSERT_EQ(::mkdir(secret.c_str(), 0700), 0);
+  LaunchSpec spec = TestSpec(211, {"true"});
+  spec.user = "nobody";
+  spec.uid = pw->pw_uid;
+  spec.gid = pw->pw_gid;
+  spec.workdir = secret;
+  ASSERT_TRUE(launcher_->Launch(spec).ok());
+  JobEvent e = Finish(211);
+  EXPECT_EQ(e.kind, Kind::kFailed);
+  EXPECT_EQ(e.reason, "working directory '" + secret +
+                          "' is not accessible to user 'nobody' (uid " +
+                          std::to_string(pw->pw_uid) + ")");
+}
+
+TEST_F(LauncherTest, BadRequestsAreErrorsNotEvents) {
+  EXPECT_EQ(launcher_->Launch(TestSpec(0, {"true"})).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(launcher_->Launch(TestSpec(221, {})).code(), StatusCode::kInvalidArgument);
+  LaunchSpec bad_env = TestSpec(222, {"true"});
+  bad_env.env["A=B"] = "x";
+  EXPECT_EQ(launcher_->Launch(bad_env).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(launcher_->Cancel(999).code(), StatusCode::kNotFound);
+
+  Start(TestSpec(223, {"sleep", "100"}));
+  EXPECT_EQ(launcher_->Launch(TestSpec(223, {"true"})).code(), StatusCode::kAlreadyExists);
+  EXPECT_EQ(launcher_->Forget(223).code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(launcher_->Running(), std::vector<int64_t>{223});
+  ASSERT_TRUE(launcher_->Cancel(223).ok());
+  EXPECT_TRUE(Finish(223).cancelled);
+  EXPECT_TRUE(launcher_->Poll().empty());
+}
+
+TEST_F(LauncherTest, MissingShimBinaryIsAnError) {
+  LauncherOptions o = TestOptions(dir_.path());
+  o.shim_command = {"/no/such/gpupool"};
+  auto launcher = NewProcessLauncher(o);
+  Status st = launcher->Launch(TestSpec(231, {"true"}));
+  EXPECT_EQ(st.code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(st.message().find("/no/such/gpupool"), std::string::npos) << st.message();
+  EXPECT_TRUE(launcher->Poll().empty());
+}
+
+TEST_F(LauncherTest, ShimOutlivesTheLauncherAndIsAdopted) {
+  LaunchSpec spec = TestSpec(241, {"sh", "-c", "read x < fifo; exit 7"});
+  spec.workdir = dir_.path();
+  ASSERT_EQ(::mkfifo((dir_.path() + "/fifo").c_str(), 0600), 0);
+  Start(spec);
+  Result<ShimRecord> rec = ReadShimRecord(JobDir(dir_.path(), 241));
+  ASSERT_TRUE(rec.ok()) << rec.status().ToString();
+  launcher_.reset();  // the agent "dies"
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  ASSERT_TRUE(ProcessAlive(rec->pid));
+  ASSERT_TRUE(ProcessAlive(rec->job_pid));
+
+  launcher_ = NewProcessLauncher(TestOptions(dir_.path()));
+  Result<std::vector<JobEvent>> adopted = launcher_->Adopt();
+  ASSERT_TRUE(adopted.ok()) << adopted.status().ToString();
+  ASSERT_EQ(adopted->size(), 1u);
+  EXPECT_EQ((*adopted)[0].kind, Kind::kStarted);
+  EXPECT_TRUE((*adopted)[0].adopted);
+  EXPECT_EQ((*adopted)[0].start_time_us, rec->start_time_us);
+  EXPECT_EQ(launcher_->Running(), std::vector<int64_t>{241});
+  // Adopting twice does not duplicate.
+  EXPECT_TRUE(launcher_->Adopt()->empty());
+
+  // Let the job finish; the new launcher reports it.
+  {
+    FILE* f = std::fopen((dir_.path() + "/fifo").c_str(), "w");
+    ASSERT_NE(f, nullptr);
+    std::fputs("go\n", f);
+    std::fclose(f);
+  }
+  JobEvent e = Finish(241);
+  EXPECT_EQ(e.kind, Kind::kExited);
+  EXPECT_EQ(e.exit_code, 7);
+}
+
+TEST_F(LauncherTest, JobThatEndedWhileTheAgentWasDownIsReportedUntilForgotten) {
+  LaunchSpec spec = TestSpec(251, {"sh", "-c", "exit 4"});
+  Start(spec);
+  launcher_.reset();
+  ASSERT_TRUE(WaitForFileContaining(JobFile(251, kStatusFile), "exit_code", 5000));
+
+  for (int round = 0; round < 2; ++round) {
+    launcher_ = NewProcessLauncher(TestOptions(dir_.path()));
+    Result<std::vector<JobEvent>> adopted = launcher_->Adopt();
+    ASSERT_TRUE(adopted.ok());
+    ASSERT_EQ(adopted->size(), 1u) << "round " << round;
+    EXPECT_EQ((*adopted)[0].kind, Kind::kExited);
+    EXPECT_EQ((*adopted)[0].exit_code, 4);
+    EXPECT_TRUE((*adopted)[0].adopted);
+    EXPECT_TRUE(launcher_->Running().empty());
+  }
+  ASSERT_TRUE(launcher_->Forget(251).ok());
+  EXPECT_TRUE(launcher_->Adopt()->empty());
+  // Logs stay for `gpupool logs`.
+  EXPECT_EQ(::access(JobFile(251, kStdoutFile).c_str(), F_OK), 0);
+}
+
+TEST_F(LauncherTest, KilledShimIsLostAndItsJobDoesNotLinger) {
+  Start(TestSpec(261, {"sleep", "100"}));
+  Result<ShimRecord> rec = ReadShimRecord(JobDir(dir_.path(), 261));
+  ASSERT_TRUE(rec.ok());
+  launcher_.reset();
+  ASSERT_EQ(::kill(rec->pid, SIGKILL), 0);
+
+  launcher_ = NewProcessLauncher(TestOptions(dir_.path()));
+  // The shim was a child of this test process: give the kernel a moment to end it.
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  Result<std::vector<JobEvent>> adopted = launcher_->Adopt();
+  ASSERT_TRUE(adopted.ok());
+  ASSERT_EQ(adopted->size(), 1u);
+  const JobEvent& e = (*adopted)[0];
+  EXPECT_EQ(e.kind, Kind::kLost);
+  EXPECT_NE(e.reason.find("supervisor (pid " + std::to_string(rec->pid) + ")"), std::string::npos)
+      << e.reason;
+  EXPECT_NE(e.reason.find("remaining processes were killed"), std::string::npos) << e.reason;
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  EXPECT_FALSE(ProcessAlive(rec->job_pid));
+  // The cgroups the dead shim could not remove are gone as well.
+  EXPECT_NE(::access("/sys/fs/cgroup/devices/gpupool/job-261-1", F_OK), 0);
+  EXPECT_NE(::access("/sys/fs/cgroup/cpu/gpupool/job-261-1", F_OK), 0);
+}
+
+TEST_F(LauncherTest, ShimKilledUnderARunningLauncherIsLost) {
+  Start(TestSpec(271, {"sleep", "100"}));
+  Result<ShimRecord> rec = ReadShimRecord(JobDir(dir_.path(), 271));
+  ASSERT_TRUE(rec.ok());
+  ASSERT_EQ(::kill(rec->pid, SIGKILL), 0);
+  JobEvent e = Finish(271, 5000);
+  EXPECT_EQ(e.kind, Kind::kLost);
+  EXPECT_NE(e.reason.find("without recording the job's status"), std::string::npos) << e.reason;
+  EXPECT_TRUE(launcher_->Running().empty());
+}
+
+TEST_F(LauncherTest, DeniedDeviceNodeCannotBeOpened) {
+  if (::geteuid() != 0 || ::access("/sys/fs/cgroup/devices/devices.deny", W_OK) != 0) {
+    GTEST_SKIP() << "needs root and the cgroup v1 devices controller at /sys/fs/cgroup/devices";
+  }
+  // Stand-ins for two GPUs' device nodes: /dev/full's numbers (denied) and /dev/zero's.
+  struct stat full_st;
+  struct stat zero_st;
+  ASSERT_EQ(::stat("/dev/full", &full_st), 0);
+  ASSERT_EQ(::stat("/dev/zero", &zero_st), 0);
+  const std::string denied = dir_.path() + "/gpu0";
+  const std::string allowed = dir_.path() + "/gpu1";
+  ASSERT_EQ(::mknod(denied.c_str(), S_IFCHR | 0666, full_st.st_rdev), 0);
+  ASSERT_EQ(::mknod(allowed.c_str(), S_IFCHR | 0666, zero_st.st_rdev), 0);
+  const std::string script = "if (: < " + denied + "); then echo denied:opened; else echo " +
+                             "denied:refused; fi; if (: < " + allowed +
+                             "); then echo allowed:opened; else echo allowed:refused; fi";
+  LaunchSpec spec = TestSpec(281, {"sh", "-c", script});
+  spec.denied_device_nodes = {denied};
+  spec.cpu_milli = 500;
+  spec.memory_bytes = 256ull << 20;
+  Status st = launcher_->Launch(spec);
+  ASSERT_TRUE(st.ok()) << st.ToString();
+  std::optional<JobEvent> started = WaitForEvent(*launcher_, 281, 5000);
+  ASSERT_TRUE(started.has_value());
+  EXPECT_NE(started->isolation.find("devices denied 1"), std::string::npos) << started->isolation;
+  JobEvent e = Finish(281);
+  EXPECT_EQ(e.exit_code, 0);
+  EXPECT_EQ(ReadWholeFile(JobFile(281, kStdoutFile)), "denied:refused\nallowed:opened\n")
+      << ReadWholeFile(JobFile(281, kStderrFile));
+  EXPECT_NE(ReadWholeFile(JobFile(281, kStderrFile)).find("Operation not permitted"),
+            std::string::npos);
+  // The job's cgroups are gone once it ended.
+  EXPECT_NE(::access("/sys/fs/cgroup/devices/gpupool/job-281-1", F_OK), 0);
+}
+
+TEST_F(LauncherTest, IsolationSkippedIsNotedNotFatal) {
+  LauncherOptions o = TestOptions(dir_.path());
+  o.cgroup_root = dir_.path() + "/not-a-cgroup-fs";
+  launcher_ = NewProcessLauncher(o);
+  LaunchSpec spec = TestSpec(291, {"true"});
+  spec.denied_device_nodes = {"/dev/full"};
+  Start(spec);
+  JobEvent e = Finish(291);
+  EXPECT_EQ(e.exit_code, 0);
+  EXPECT_NE(e.isolation.find("skipped"), std::string::npos) << e.isolation;
+}
+
+}  // namespace
+}  // namespace gpupool::agent

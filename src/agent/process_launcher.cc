@@ -1,0 +1,515 @@
+// NewProcessLauncher: the Launcher that runs each job under a `gpupool agent-shim`
+// process and watches the shims through pidfds.
+#include <dirent.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <csignal>
+#include <cstring>
+#include <mutex>
+#include <set>
+
+#include "agent/cgroup.h"
+#include "agent/job_files.h"
+#include "agent/launcher.h"
+#include "agent/proc_util.h"
+#include "common/logging.h"
+#include "common/strings.h"
+
+namespace gpupool::agent {
+
+std::string_view JobEventKindName(JobEvent::Kind kind) {
+  switch (kind) {
+    case JobEvent::Kind::kStarted:
+      return "started";
+    case JobEvent::Kind::kExited:
+      return "exited";
+    case JobEvent::Kind::kFailed:
+      return "failed";
+    case JobEvent::Kind::kLost:
+      return "lost";
+  }
+  return "unknown";
+}
+
+std::string JobDir(const std::string& state_dir, int64_t job_id) {
+  return state_dir + "/jobs/" + std::to_string(job_id);
+}
+
+namespace {
+
+constexpr int kReadyFd = 3;  // where the shim finds the start-report pipe
+
+struct Supervised {
+  int attempt = 0;
+  pid_t shim_pid = 0;
+  int pidfd = -1;  // -2: no pidfd support, liveness by start ticks
+  uint64_t start_ticks = 0;
+  bool our_child = false;  // started by this launcher, so ours to reap
+};
+
+Status MakeDir(const std::string& path, mode_t mode) {
+  if (::mkdir(path.c_str(), mode) != 0 && errno != EEXIST) {
+    return Status::Unavailable("cannot create directory '" + path + "': " + std::strerror(errno));
+  }
+  struct stat st;
+  if (::lstat(path.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
+    return Status::FailedPrecondition("'" + path + "' is not a directory; remove it");
+  }
+  ::chmod(path.c_str(), mode);
+  return Status::Ok();
+}
+
+Status ValidateSpec(const LaunchSpec& s) {
+  if (s.job_id <= 0) return Status::InvalidArgument("job_id must be positive");
+  if (s.argv.empty() || s.argv[0].empty()) {
+    return Status::InvalidArgument("job " + std::to_string(s.job_id) + " has an empty command");
+  }
+  if (s.user.empty()) {
+    return Status::InvalidArgument("job " + std::to_string(s.job_id) + " has no user name");
+  }
+  if (s.grace_s < 0 || s.time_limit_s < 0 || s.cpu_milli < 0) {
+    return Status::InvalidArgument("job " + std::to_string(s.job_id) +
+                                   ": grace, time limit and cpus must not be negative");
+  }
+  for (const auto& [k, v] : s.env) {
+    if (k.empty() || k.find('=') != std::string::npos || k.find('\0') != std::string::npos ||
+        v.find('\0') != std::string::npos) {
+      return Status::InvalidArgument("job " + std::to_string(s.job_id) +
+                                     ": invalid environment variable name '" + k + "'");
+    }
+  }
+  return Status::Ok();
+}
+
+bool ShimExited(const Supervised& s) {
+  if (s.pidfd >= 0) return PidFdExited(s.pidfd);
+  Result<uint64_t> ticks = ProcessStartTicks(s.shim_pid);
+  return !ticks.ok() || *ticks != s.start_ticks;
+}
+
+// A shim that ended while no launcher watched it may still be a zombie child of this
+// process (a launcher destroyed and recreated in one process, as in tests). Reaped only
+// when the pid still names that very process, so no other child's status is stolen.
+void ReapIfOurs(const std::string& job_dir) {
+  Result<ShimRecord> rec = ReadShimRecord(job_dir);
+  if (!rec.ok()) return;
+  Result<uint64_t> ticks = ProcessStartTicks(rec->pid);
+  if (ticks.ok() && *ticks == rec->start_ticks) ::waitpid(rec->pid, nullptr, WNOHANG);
+}
+
+class ProcessLauncher final : public Launcher {
+ public:
+  explicit ProcessLauncher(LauncherOptions options) : opt_(std::move(options)) {
+    if (opt_.clock == nullptr) opt_.clock = SystemClock::Get();
+  }
+  ~ProcessLauncher() override {
+    // The shims keep running; only our handles go.
+    for (auto& [id, s] : jobs_) {
+      if (s.pidfd >= 0) ::close(s.pidfd);
+    }
+  }
+
+  Status Launch(const LaunchSpec& spec) override;
+  Status Cancel(int64_t job_id) override;
+  std::vector<JobEvent> Poll() override;
+  std::vector<JobEvent> Wait(int timeout_ms) override;
+  Result<std::vector<JobEvent>> Adopt() override;
+  Status Forget(int64_t job_id) override;
+  std::vector<int64_t> Running() const override;
+
+ private:
+  Result<Supervised> SpawnShim(const std::string& job_dir, std::string* report);
+  JobEvent FinalEvent(int64_t job_id, int attempt, pid_t shim_pid, const std::string& job_dir);
+  void Queue(JobEvent e) { events_.push_back(std::move(e)); }
+
+  LauncherOptions opt_;
+  mutable std::mutex mu_;
+  std::map<int64_t, Supervised> jobs_;  // guarded by mu_
+  std::set<int64_t> launching_;         // guarded by mu_
+  std::vector<JobEvent> events_;        // guarded by mu_
+};
+
+Result<Supervised> ProcessLauncher::SpawnShim(const std::string& job_dir, std::string* report) {
+  if (opt_.shim_command.empty()) {
+    return Status::FailedPrecondition("no shim command configured for the launcher");
+  }
+  std::vector<std::string> args = opt_.shim_command;
+  args.insert(args.end(), {"--job-dir", job_dir, "--ready-fd", std::to_string(kReadyFd)});
+  std::vector<char*> argv;
+  for (std::string& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+
+  int pipefd[2];
+  if (::pipe2(pipefd, O_CLOEXEC) != 0) {
+    return Status::Unavailable(std::string("cannot create a pipe: ") + std::strerror(errno));
+  }
+  sigset_t block;
+  sigemptyset(&block);
+  for (int sig : {SIGCHLD, SIGTERM, SIGINT, SIGHUP, SIGQUIT}) sigaddset(&block, sig);
+  // The agent may have threads: between fork and exec only async-signal-safe calls.
+  pid_t pid = ::fork();
+  if (pid < 0) {
+    int err = errno;
+    ::close(pipefd[0]);
+    ::close(pipefd[1]);
+    return Status::Unavailable(std::string("cannot fork the job's supervisor: ") +
+                               std::strerror(err));
+  }
+  if (pid == 0) {
+    // Its own session: signals to the agent's group or terminal never reach it.
+    ::setsid();
+    // Blocked across exec until the shim installs its handling; a cancel then waits.
+    ::sigprocmask(SIG_SETMASK, &block, nullptr);
+    for (int sig : {SIGPIPE, SIGHUP, SIGTERM, SIGINT, SIGQUIT, SIGCHLD}) ::signal(sig, SIG_DFL);
+    int null_fd = ::open("/dev/null", O_RDWR);
+    if (null_fd >= 0) {
+      ::dup2(null_fd, 0);
+      ::dup2(null_fd, 1);
+      ::dup2(null_fd, 2);
+    }
+    if (pipefd[1] == kReadyFd) {
+      ::fcntl(kReadyFd, F_SETFD, 0);
+    } else if (::dup2(pipefd[1], kReadyFd) < 0) {  // dup2 clears close-on-exec
+      ::_exit(126);
+    }
+    ::close_range(kReadyFd + 1, ~0U, 0);
+    ::execv(argv[0], argv.data());
+    char msg[64] = "exec-failed ";
+    int err = errno;
+    int len = 12;
+    char rev[16];
+    int rlen = 0;
+    do {
+      rev[rlen++] = static_cast<char>('0' + err % 10);
+      err /= 10;
+    } while (err > 0);
+    while (rlen > 0) msg[len++] = rev[--rlen];
+    msg[len++] = '\n';
+    (void)!::write(kReadyFd, msg, static_cast<size_t>(len));
+    ::_exit(127);
+  }
+  ::close(pipefd[1]);
+
+  Supervised s;
+  s.shim_pid = pid;
+  s.our_child = true;
+  s.pidfd = OpenVerifiedPidFd(pid, 0);
+  s.start_ticks = ProcessStartTicks(pid).value_or(0);
+
+  // Wait for the start report: the shim closes the pipe after one line (and so does
+  // everything else that holds it once it exits).
+  const int64_t deadline = opt_.clock->MonotonicMicros() + opt_.start_timeout_ms * 1000LL;
+  std::string text;
+  bool timed_out = false;
+  while (true) {
+    const int64_t left_ms = (deadline - opt_.clock->MonotonicMicros()) / 1000;
+    if (left_ms <= 0) {
+      timed_out = true;
+      break;
+    }
+    struct pollfd p = {pipefd[0], POLLIN, 0};
+    int n = ::poll(&p, 1, static_cast<int>(std::min<int64_t>(left_ms, 1000)));
+    if (n < 0 && errno != EINTR) break;
+    if (n <= 0) continue;
+    char buf[512];
+    ssize_t got = ::read(pipefd[0], buf, sizeof buf);
+    if (got < 0 && errno == EINTR) continue;
+    if (got <= 0) break;
+    text.append(buf, static_cast<size_t>(got));
+    if (text.size() > 4096) break;
+  }
+  ::close(pipefd[0]);
+  if (timed_out) {
+    SignalProcess(s.pidfd, pid, SIGKILL);
+    if (Result<ShimRecord> rec = ReadShimRecord(job_dir); rec.ok() && rec->job_pid > 0) {
+      ::kill(-rec->job_pid, SIGKILL);
+    }
+    ::waitpid(pid, nullptr, 0);
+    if (s.pidfd >= 0) ::close(s.pidfd);
+    return Status::Unavailable("the job's supervisor did not report within " +
+                               std::to_string(opt_.start_timeout_ms) + " ms and was killed; see " +
+                               job_dir + "/" + kShimLogFile);
+  }
+  *report = std::string(Trim(text));
+  return s;
+}
+
+Status ProcessLauncher::Launch(const LaunchSpec& spec) {
+  GP_RETURN_IF_ERROR(ValidateSpec(spec));
+  const std::string id = std::to_string(spec.job_id);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (jobs_.count(spec.job_id) != 0 || launching_.count(spec.job_id) != 0) {
+      return Status::AlreadyExists("job " + id + " is already running on this node");
+    }
+    launching_.insert(spec.job_id);
+  }
+  struct Unreserve {
+    ProcessLauncher* self;
+    int64_t id;
+    ~Unreserve() {
+      std::lock_guard<std::mutex> lock(self->mu_);
+      self->launching_.erase(id);
+    }
+  } unreserve{this, spec.job_id};
+
+  // STATE and STATE/jobs may be traversed by users to reach their own logs, not listed.
+  GP_RETURN_IF_ERROR(MakeDir(opt_.state_dir, 0711));
+  GP_RETURN_IF_ERROR(MakeDir(opt_.state_dir + "/jobs", 0711));
+  const std::string dir = JobDir(opt_.state_dir, spec.job_id);
+  GP_RETURN_IF_ERROR(MakeDir(dir, 0711));
+  // A shim from an earlier launch (before a restart) that still runs owns this directory.
+  if (Result<ShimRecord> rec = ReadShimRecord(dir); rec.ok() && rec->boot_id == BootId()) {
+    if (Result<FinalStatus> done = ReadFinalStatus(dir); !done.ok()) {
+      int fd = OpenVerifiedPidFd(rec->pid, rec->start_ticks);
+      if (fd != -1) {
+        if (fd >= 0) ::close(fd);
+        return Status::AlreadyExists("job " + id + " is already running on this node (shim pid " +
+                                     std::to_string(rec->pid) + "); call Adopt()");
+      }
+    }
+  }
+  for (const char* f : {kStatusFile, kShimFile}) ::unlink((dir + "/" + f).c_str());
+
+  ShimConfig config{spec, opt_.cgroup_root};
+  GP_RETURN_IF_ERROR(WriteFileDurably(dir + "/" + kSpecFile, ShimConfigToJson(config), 0600));
+
+  std::string report;
+  GP_ASSIGN_OR_RETURN(Supervised s, SpawnShim(dir, &report));
+  s.attempt = spec.attempt;
+  std::lock_guard<std::mutex> lock(mu_);
+  if (StartsWith(report, "started ")) {
+    JobEvent e;
+    e.job_id = spec.job_id;
+    e.attempt = spec.attempt;
+    e.kind = JobEvent::Kind::kStarted;
+    e.start_time_us = ParseInt64(report.substr(8)).value_or(opt_.clock->NowMicros());
+    e.time_us = e.start_time_us;
+    if (Result<ShimRecord> rec = ReadShimRecord(dir); rec.ok()) e.isolation = rec->isolation;
+    Queue(std::move(e));
+    jobs_[spec.job_id] = s;
+    return Status::Ok();
+  }
+  // The shim said "failed", or nothing at all: it ends (or has ended) by itself.
+  int status = 0;
+  while (::waitpid(s.shim_pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  if (s.pidfd >= 0) ::close(s.pidfd);
+  if (StartsWith(report, "exec-failed ")) {
+    const int err = static_cast<int>(ParseInt64(report.substr(12)).value_or(0));
+    return Status::FailedPrecondition("cannot run the job's supervisor '" + opt_.shim_command[0] +
+                                      "': " + std::strerror(err));
+  }
+  Result<FinalStatus> final_status = ReadFinalStatus(dir);
+  if (!final_status.ok()) {
+    return Status::Internal("the job's supervisor ended without starting job " + id +
+                            " or saying why; see " + dir + "/" + kShimLogFile);
+  }
+  Queue(EventFromFinalStatus(*final_status));
+  return Status::Ok();
+}
+
+Status ProcessLauncher::Cancel(int64_t job_id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = jobs_.find(job_id);
+  if (it == jobs_.end()) {
+    return Status::NotFound("job " + std::to_string(job_id) + " is not running on this node");
+  }
+  // The shim turns TERM into TERM-then-KILL for the job's process group. If it already
+  // ended, its final event is on its way and there is nothing to do.
+  if (!ShimExited(it->second)) {
+    SignalProcess(it->second.pidfd, it->second.shim_pid, SIGTERM);
+  }
+  return Status::Ok();
+}
+
+JobEvent ProcessLauncher::FinalEvent(int64_t job_id, int attempt, pid_t shim_pid,
+                                     const std::string& job_dir) {
+  Result<FinalStatus> st = ReadFinalStatus(job_dir);
+  if (st.ok()) return EventFromFinalStatus(*st);
+  JobEvent e;
+  e.job_id = job_id;
+  e.attempt = attempt;
+  e.kind = JobEvent::Kind::kLost;
+  e.time_us = opt_.clock->NowMicros();
+  e.reason = "the job's supervisor (pid " + std::to_string(shim_pid) +
+             ") ended without recording the job's status; it was probably killed";
+  if (st.status().code() != StatusCode::kNotFound) e.reason += " (" + st.status().message() + ")";
+  // The job itself may have outlived its supervisor: nobody would account for it.
+  if (Result<ShimRecord> rec = ReadShimRecord(job_dir); rec.ok() && rec->job_pid > 0) {
+    e.start_time_us = rec->start_time_us;
+    Result<uint64_t> ticks = ProcessStartTicks(rec->job_pid);
+    if (rec->boot_id == BootId() && ticks.ok() && *ticks == rec->job_start_ticks) {
+      ::kill(-rec->job_pid, SIGKILL);
+      e.reason += "; its remaining processes were killed";
+    }
+  }
+  // Its cgroups too (this also kills job processes that left the process group).
+  if (Status rm = RemoveJobCgroups(opt_.cgroup_root, job_id, attempt, 2000); !rm.ok()) {
+    spdlog::warn("job {}: {}", job_id, rm.message());
+  }
+  return e;
+}
+
+std::vector<JobEvent> ProcessLauncher::Poll() {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto it = jobs_.begin(); it != jobs_.end();) {
+    Supervised& s = it->second;
+    if (!ShimExited(s)) {
+      ++it;
+      continue;
+    }
+    if (s.our_child) {
+      ::waitpid(s.shim_pid, nullptr, WNOHANG);
+    } else {
+      ReapIfOurs(JobDir(opt_.state_dir, it->first));
+    }
+    Queue(FinalEvent(it->first, s.attempt, s.shim_pid, JobDir(opt_.state_dir, it->first)));
+    if (s.pidfd >= 0) ::close(s.pidfd);
+    it = jobs_.erase(it);
+  }
+  std::vector<JobEvent> out;
+  out.swap(events_);
+  return out;
+}
+
+std::vector<JobEvent> ProcessLauncher::Wait(int timeout_ms) {
+  const int64_t deadline = opt_.clock->MonotonicMicros() + int64_t{timeout_ms} * 1000;
+  while (true) {
+    std::vector<JobEvent> events = Poll();
+    const int64_t left_ms = (deadline - opt_.clock->MonotonicMicros()) / 1000;
+    if (!events.empty() || left_ms <= 0) return events;
+    // Wait on duplicates of the pidfds, so another thread's Poll may close the originals.
+    std::vector<struct pollfd> fds;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      for (const auto& [id, s] : jobs_) {
+        if (s.pidfd >= 0) {
+          int dup = ::fcntl(s.pidfd, F_DUPFD_CLOEXEC, 0);
+          if (dup >= 0) fds.push_back({dup, POLLIN, 0});
+        }
+      }
+    }
+    // Short slices: events queued by Launch from other threads do not wake the poll.
+    ::poll(fds.data(), fds.size(), static_cast<int>(std::min<int64_t>(left_ms, 50)));
+    for (const struct pollfd& p : fds) ::close(p.fd);
+  }
+}
+
+Result<std::vector<JobEvent>> ProcessLauncher::Adopt() {
+  const std::string jobs_dir = opt_.state_dir + "/jobs";
+  std::vector<int64_t> ids;
+  DIR* d = ::opendir(jobs_dir.c_str());
+  if (d == nullptr) {
+    if (errno == ENOENT) return std::vector<JobEvent>{};
+    return Status::Unavailable("cannot list '" + jobs_dir + "': " + std::strerror(errno));
+  }
+  while (struct dirent* e = ::readdir(d)) {
+    if (std::optional<int64_t> id = ParseInt64(e->d_name); id && *id > 0) ids.push_back(*id);
+  }
+  ::closedir(d);
+  std::sort(ids.begin(), ids.end());
+
+  const std::string boot = BootId();
+  std::vector<JobEvent> out;
+  std::lock_guard<std::mutex> lock(mu_);
+  for (int64_t id : ids) {
+    if (jobs_.count(id) != 0 || launching_.count(id) != 0) continue;
+    const std::string dir = JobDir(opt_.state_dir, id);
+    Result<ShimConfig> config = ReadShimConfig(dir);
+    if (!config.ok()) {
+      if (config.status().code() != StatusCode::kNotFound) {
+        spdlog::warn("job directory '{}' is unreadable, skipped: {}", dir,
+                     config.status().message());
+      }
+      continue;  // forgotten: only logs remain
+    }
+    const int attempt = config->spec.attempt;
+    if (Result<FinalStatus> st = ReadFinalStatus(dir); st.ok()) {
+      ReapIfOurs(dir);
+      JobEvent e = EventFromFinalStatus(*st);
+      e.adopted = true;
+      out.push_back(std::move(e));
+      continue;
+    }
+    JobEvent e;
+    e.job_id = id;
+    e.attempt = attempt;
+    e.adopted = true;
+    Result<ShimRecord> rec = ReadShimRecord(dir);
+    if (!rec.ok()) {
+      e.kind = JobEvent::Kind::kLost;
+      e.time_us = opt_.clock->NowMicros();
+      e.reason =
+          "the job's supervisor never recorded itself; the node or agent stopped while "
+          "the job was being launched";
+      out.push_back(std::move(e));
+      continue;
+    }
+    if (rec->boot_id != boot) {
+      e.kind = JobEvent::Kind::kLost;
+      e.time_us = opt_.clock->NowMicros();
+      e.start_time_us = rec->start_time_us;
+      e.reason = "the node restarted while the job ran";
+      out.push_back(std::move(e));
+      continue;
+    }
+    Supervised s;
+    s.attempt = attempt;
+    s.shim_pid = rec->pid;
+    s.start_ticks = rec->start_ticks;
+    s.pidfd = OpenVerifiedPidFd(rec->pid, rec->start_ticks);
+    if (s.pidfd == -1 || ShimExited(s)) {
+      ReapIfOurs(dir);
+      JobEvent fin = FinalEvent(id, attempt, rec->pid, dir);
+      fin.adopted = true;
+      if (s.pidfd >= 0) ::close(s.pidfd);
+      out.push_back(std::move(fin));
+      continue;
+    }
+    e.kind = JobEvent::Kind::kStarted;
+    e.start_time_us = rec->start_time_us;
+    e.time_us = rec->start_time_us != 0 ? rec->start_time_us : opt_.clock->NowMicros();
+    e.isolation = rec->isolation;
+    jobs_[id] = s;
+    out.push_back(std::move(e));
+  }
+  return out;
+}
+
+Status ProcessLauncher::Forget(int64_t job_id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (jobs_.count(job_id) != 0 || launching_.count(job_id) != 0) {
+    return Status::FailedPrecondition("job " + std::to_string(job_id) +
+                                      " still runs; cancel it and wait for its final event");
+  }
+  const std::string dir = JobDir(opt_.state_dir, job_id);
+  for (const char* f : {kSpecFile, kShimFile, kStatusFile}) {
+    const std::string path = dir + "/" + f;
+    if (::unlink(path.c_str()) != 0 && errno != ENOENT) {
+      return Status::Unavailable("cannot remove '" + path + "': " + std::strerror(errno));
+    }
+  }
+  return Status::Ok();
+}
+
+std::vector<int64_t> ProcessLauncher::Running() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<int64_t> ids;
+  for (const auto& [id, s] : jobs_) ids.push_back(id);
+  return ids;
+}
+
+}  // namespace
+
+std::unique_ptr<Launcher> NewProcessLauncher(LauncherOptions options) {
+  return std::make_unique<ProcessLauncher>(std::move(options));
+}
+
+}  // namespace gpupool::agent

@@ -1,0 +1,30 @@
+// The per-job supervisor: `gpupool agent-shim --job-dir DIR [--ready-fd N]`.
+//
+// Started by the Launcher in its own session, it reads DIR/spec.json, records itself in
+// DIR/shim.json, starts the job (job_process.h) under its cgroups (cgroup.h), reports
+// "started ..." or "failed ..." on the ready descriptor, then supervises: SIGTERM or
+// SIGINT to the shim cancels the job (TERM to its process group, KILL after grace_s),
+// the time limit does the same with timed_out set. When the job's main process ends,
+// the rest of its process group and cgroup are killed, DIR/status.json is written
+// atomically, and the shim exits 0 (non-zero only when it could not record a status).
+#pragma once
+
+#include <string>
+
+#include "common/status.h"
+
+namespace gpupool::agent {
+
+struct ShimArgs {
+  std::string job_dir;
+  int ready_fd = -1;  // -1 = nobody waits for the start report
+};
+
+// Parses the arguments after the program (or subcommand) name in argv[0].
+Result<ShimArgs> ParseShimArgs(int argc, char** argv);
+
+// The shim's whole life; returns its exit code. Expects to be the only thread.
+int RunShim(const ShimArgs& args);
+int RunShim(int argc, char** argv);
+
+}  // namespace gpupool::agent

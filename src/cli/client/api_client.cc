@@ -1,0 +1,131 @@
+#include "cli/client/api_client.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "common/strings.h"
+
+namespace gpupool::cli {
+namespace {
+
+std::string HeaderValue(const net::HttpResponse& r, std::string_view name) {
+  // Header names are compared without case: HTTP says they are case-insensitive.
+  for (const auto& [k, v] : r.headers) {
+    if (ToLower(k) == name) return std::string(Trim(v));
+  }
+  return "";
+}
+
+}  // namespace
+
+int ExitCodeFor(const Status& status) {
+  switch (status.code()) {
+    case StatusCode::kOk: return kExitOk;
+    case StatusCode::kInvalidArgument: return kExitUsage;
+    case StatusCode::kNotFound: return kExitNotFound;
+    case StatusCode::kPermissionDenied: return kExitPermission;
+    case StatusCode::kUnavailable: return kExitUnreachable;
+    default: return kExitFailure;
+  }
+}
+
+Result<net::ServerAddress> ResolveServerAddress(const std::string& flag,
+                                                const std::string& env_server, uid_t uid,
+                                                const std::string& env_xdg_state_home,
+                                                const std::string& env_home) {
+  if (!flag.empty()) {
+    auto a = net::ParseServerAddress(flag);
+    if (!a.ok()) return a.status().WithContext("--server " + flag);
+    return a;
+  }
+  if (!env_server.empty()) {
+    auto a = net::ParseServerAddress(env_server);
+    if (!a.ok()) return a.status().WithContext("GPUPOOL_SERVER=" + env_server);
+    return a;
+  }
+  net::ServerAddress a;
+  a.kind = net::ServerAddress::Kind::kUnix;
+  if (uid == 0) {
+    a.path = "/var/lib/gpupool/gpupool.sock";
+  } else if (!env_xdg_state_home.empty() && env_xdg_state_home[0] == '/') {
+    a.path = env_xdg_state_home + "/gpupool/gpupool.sock";
+  } else if (!env_home.empty()) {
+    a.path = env_home + "/.local/state/gpupool/gpupool.sock";
+  } else {
+    return Status::InvalidArgument(
+        "cannot find the default server socket: HOME is not set; pass --server unix:PATH or "
+        "set GPUPOOL_SERVER");
+  }
+  return a;
+}
+
+Status StatusFromHttp(int http_status, const std::string& body) {
+  std::string message;
+  if (auto j = ParseJson(body, "answer", 1 << 20); j.ok() && j->is_object()) {
+    if (auto it = j->find("error"); it != j->end() && it->is_string()) {
+      message = it->get<std::string>();
+    }
+  }
+  if (message.empty()) {
+    message = "the server answered HTTP " + std::to_string(http_status);
+    const std::string_view text = Trim(body);
+    if (!text.empty() && text.size() < 300) message += ": " + SanitizeUtf8(text);
+  }
+  switch (http_status) {
+    case 400: return Status::InvalidArgument(message);
+    case 401:
+    case 403: return Status::PermissionDenied(message);
+    case 404: return Status::NotFound(message);
+    case 409: return Status::FailedPrecondition(message);
+    case 413: return Status::ResourceExhausted(message);
+    default: return Status::Internal(message);
+  }
+}
+
+ApiClient::ApiClient(net::ServerAddress address, std::string token)
+    : http_(std::move(address), std::move(token)) {}
+
+Result<ApiAnswer> ApiClient::Get(const std::string& path_and_query) const {
+  return Call("GET", path_and_query, "");
+}
+
+Result<ApiAnswer> ApiClient::Post(const std::string& path, const std::string& body) const {
+  return Call("POST", path, body);
+}
+
+Result<ApiAnswer> ApiClient::Call(const std::string& method, const std::string& path,
+                             const std::string& body) const {
+  GP_ASSIGN_OR_RETURN(net::HttpResponse resp, http_.Send(method, path, body));
+  if (resp.status < 200 || resp.status > 299) return StatusFromHttp(resp.status, resp.body);
+  auto j = ParseJson(resp.body, "the server's answer to " + method + " " + path);
+  if (!j.ok()) return Status::Internal(j.status().message());
+  if (!j->is_object()) {
+    return Status::Internal("the server's answer to " + method + " " + path +
+                            " is not a JSON object; is the server a gpupool server of this "
+                            "version?");
+  }
+  return ApiAnswer{std::move(j).value(), std::move(resp.body)};
+}
+
+Result<LogChunk> ApiClient::ReadLog(int64_t job_id, const std::string& stream, int64_t offset,
+                                    int wait_ms) const {
+  std::string path = "/v1/jobs/" + std::to_string(job_id) +
+                     "/logs?stream=" + net::UrlEncode(stream) +
+                     "&offset=" + std::to_string(offset);
+  if (wait_ms > 0) path += "&wait_ms=" + std::to_string(wait_ms);
+  // A long poll may take wait_ms; give the transport that plus a margin.
+  GP_ASSIGN_OR_RETURN(net::HttpResponse resp,
+                      http_.Send("GET", path, "", 30'000 + std::max(wait_ms, 0)));
+  if (resp.status < 200 || resp.status > 299) return StatusFromHttp(resp.status, resp.body);
+  LogChunk chunk;
+  chunk.bytes = std::move(resp.body);
+  chunk.next_offset = offset + static_cast<int64_t>(chunk.bytes.size());
+  if (auto next = ParseInt64(HeaderValue(resp, "x-gpupool-next-offset")); next && *next >= 0) {
+    chunk.next_offset = *next;
+    chunk.offset_header_seen = true;
+  }
+  chunk.eof = HeaderValue(resp, "x-gpupool-eof") == "1";
+  return chunk;
+}
+
+}  // namespace gpupool::cli

@@ -1,0 +1,80 @@
+// ApiClient: the client side of the REST API (docs/api.md) for the `gpupool` user
+// commands. It wraps net::HttpClient, turns non-2xx answers into Status values whose
+// code says what kind of failure it was and whose message is the server's own `error`
+// text, and knows how to find the server (--server, GPUPOOL_SERVER, the default socket).
+//
+// Status codes map to the CLI's documented exit codes through ExitCodeFor(). Thread-safe
+// like HttpClient: every call opens its own connection.
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "common/json.h"
+#include "common/status.h"
+#include "net/http_client.h"
+
+namespace gpupool::cli {
+
+// Exit codes scripts can rely on (docs/cli.md).
+inline constexpr int kExitOk = 0;
+inline constexpr int kExitFailure = 1;       // server-side or other failure
+inline constexpr int kExitUsage = 2;         // bad option or value (also a 400 answer)
+inline constexpr int kExitNotFound = 3;      // no such job, node, ...
+inline constexpr int kExitPermission = 4;    // permission denied or not authenticated
+inline constexpr int kExitUnreachable = 5;   // no server at the address
+
+int ExitCodeFor(const Status& status);
+
+// The server address to use: `flag` if given, else `env_server` (GPUPOOL_SERVER), else
+// the default local socket: /var/lib/gpupool/gpupool.sock for uid 0, else
+// $XDG_STATE_HOME/gpupool/gpupool.sock, else $HOME/.local/state/gpupool/gpupool.sock.
+// Empty strings count as absent.
+Result<net::ServerAddress> ResolveServerAddress(const std::string& flag,
+                                                const std::string& env_server, uid_t uid,
+                                                const std::string& env_xdg_state_home,
+                                                const std::string& env_home);
+
+// A 2xx answer: the body as sent (for --json) and parsed (a JSON object).
+struct ApiAnswer {
+  Json json;
+  std::string body;
+};
+
+// One read of a job's log.
+struct LogChunk {
+  std::string bytes;
+  int64_t next_offset = 0;
+  bool eof = false;              // the job has ended and everything was read
+  bool offset_header_seen = false;  // X-Gpupool-Next-Offset came back (headers are visible)
+};
+
+class ApiClient {
+ public:
+  ApiClient(net::ServerAddress address, std::string token);
+
+  // GET/POST a JSON API path; a 2xx answer whose body is a JSON object.
+  Result<ApiAnswer> Get(const std::string& path_and_query) const;
+  Result<ApiAnswer> Post(const std::string& path, const std::string& body) const;
+
+  // GET /v1/jobs/ID/logs. `wait_ms` > 0 asks the server to wait for new bytes.
+  Result<LogChunk> ReadLog(int64_t job_id, const std::string& stream, int64_t offset,
+                           int wait_ms) const;
+
+  const net::ServerAddress& address() const { return http_.address(); }
+
+ private:
+  Result<ApiAnswer> Call(const std::string& method, const std::string& path,
+                    const std::string& body) const;
+  net::HttpClient http_;
+};
+
+// The Status for a non-2xx answer: 400 kInvalidArgument, 401/403 kPermissionDenied, 404
+// kNotFound, 409 kFailedPrecondition, 413 kResourceExhausted, else kInternal. The message
+// is the body's `error` text as is, or a description of the status when there is none.
+Status StatusFromHttp(int http_status, const std::string& body);
+
+}  // namespace gpupool::cli

@@ -1,0 +1,42 @@
+// The user-facing client commands of `gpupool`: submit, queue, show, cancel, logs, nodes,
+// usage, token, whoami. Each is a thin client of the REST API (docs/api.md) through
+// ApiClient; what they print and their exit codes are documented in docs/cli.md.
+//
+// A command's callback sets ctx.exit_code: 0 ok, 1 failure, 2 usage, 3 not found,
+// 4 permission denied, 5 server unreachable (api_client.h). Errors are printed as
+// `gpupool: <message>` on the error stream.
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <functional>
+#include <iosfwd>
+#include <string>
+
+#include <CLI/CLI.hpp>
+
+#include "cli/commands.h"
+
+namespace gpupool::cli {
+
+// What the client commands take from the process, injectable so tests can capture
+// output and fix the environment, clock and directory.
+struct ClientEnvironment {
+  std::ostream* out = nullptr;                               // command output
+  std::ostream* err = nullptr;                               // `gpupool: ...` messages
+  std::function<std::string(const std::string&)> getenv;     // "" when unset
+  std::function<int64_t()> now_us;                           // wall clock, for ages
+  std::function<std::string()> cwd;                          // "" when unknown
+  uid_t uid = 0;
+  int log_wait_ms = 10'000;  // how long one `logs -f` long poll may wait on the server
+
+  // std::cout, std::cerr, the real environment, clock, directory and uid.
+  static ClientEnvironment Process();
+};
+
+// Adds the client commands to `app`; their callbacks report through ctx.exit_code.
+void RegisterClientCommands(CLI::App& app, CommandContext& ctx);
+void RegisterClientCommands(CLI::App& app, CommandContext& ctx, ClientEnvironment env);
+
+}  // namespace gpupool::cli

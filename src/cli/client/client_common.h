@@ -1,0 +1,48 @@
+// Shared plumbing of the client commands (internal to src/cli/client): the --server and
+// --token options, connecting, and reporting a Status as `gpupool: message` plus its
+// exit code.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "cli/client/api_client.h"
+#include "cli/client/client_commands.h"
+
+namespace gpupool::cli {
+
+// What every client command's callback shares. Owned by shared_ptr so the CLI11
+// callbacks, which outlive RegisterClientCommands, can hold it.
+struct ClientRuntime {
+  ClientEnvironment env;
+  CommandContext* ctx = nullptr;
+};
+using RuntimePtr = std::shared_ptr<ClientRuntime>;
+
+struct ConnectionFlags {
+  std::string server;
+  std::string token;
+};
+
+// Adds --server and --token to a subcommand.
+void AddConnectionOptions(CLI::App& cmd, ConnectionFlags* flags);
+
+// An ApiClient for the flags (else GPUPOOL_SERVER / GPUPOOL_TOKEN, else the default).
+Result<ApiClient> Connect(const ClientRuntime& rt, const ConnectionFlags& flags);
+
+// Prints `gpupool: <message>` and sets the exit code for `status` (a no-op when OK).
+void Report(const ClientRuntime& rt, const Status& status);
+// Writes text to the output stream and flushes it.
+void Print(const ClientRuntime& rt, const std::string& text);
+// Writes the server's answer for --json, ending with a newline.
+void PrintRaw(const ClientRuntime& rt, const std::string& body);
+
+// A job id from the command line: a positive whole number, else kInvalidArgument.
+Result<int64_t> ParseJobId(const std::string& text);
+
+void RegisterSubmitCommand(CLI::App& app, const RuntimePtr& rt);   // submit_command.cc
+void RegisterJobCommands(CLI::App& app, const RuntimePtr& rt);     // job_commands.cc
+void RegisterLogsCommand(CLI::App& app, const RuntimePtr& rt);     // logs_command.cc
+void RegisterClusterCommands(CLI::App& app, const RuntimePtr& rt);  // cluster_commands.cc
+
+}  // namespace gpupool::cli

@@ -1,0 +1,453 @@
+// End to end: the real commands, through the real HttpClient, against a real in-process
+// HttpServer on a temporary Unix socket that plays a canned gpupool server.
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <mutex>
+#include <sstream>
+
+#include "cli/client/client_commands.h"
+#include "common/json.h"
+#include "net/http_client.h"
+#include "net/http_server.h"
+
+namespace gpupool::cli {
+namespace {
+
+using net::HttpRequest;
+using net::HttpResponse;
+
+constexpr int64_t kNow = 1'793'491'200'000'000;  // 2026-11-01T00:00:00Z
+
+HttpResponse JsonAnswer(int status, const std::string& body) {
+  HttpResponse r;
+  r.status = status;
+  r.body = body;
+  return r;
+}
+
+struct RunResult {
+  int code = -1;
+  std::string out;
+  std::string err;
+};
+
+class ClientE2eTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = std::filesystem::temp_directory_path() /
+           ("gpupool-cli-" + std::to_string(getpid()) + "-" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    std::filesystem::remove_all(dir_);
+    std::filesystem::create_directories(dir_);
+    socket_ = (dir_ / "gpupool.sock").string();
+  }
+  void TearDown() override {
+    if (server_) server_->Stop();
+    server_.reset();
+    std::filesystem::remove_all(dir_);
+  }
+
+  // Starts the canned server; `handler` answers every request and each is recorded.
+  void Serve(std::function<HttpResponse(const HttpRequest&)> handler, bool tcp = false) {
+    net::HttpServerOptions opts;
+    opts.unix_socket_path = socket_;
+    if (tcp) opts.tcp_host = "127.0.0.1";
+    auto s = net::StartHttpServer(opts, [this, handler](const HttpRequest& r) {
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        requests_.push_back(r);
+      }
+      return handler(r);
+    });
+    ASSERT_TRUE(s.ok()) << s.status().ToString();
+    server_ = std::move(s).value();
+  }
+
+  std::vector<HttpRequest> Requests() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return requests_;
+  }
+
+  // Runs `gpupool ARGS...` as main() does, with the client commands only.
+  RunResult Run(std::vector<std::string> args, bool with_server_flag = true) {
+    if (with_server_flag && !args.empty()) {
+      // --server goes on the leaf subcommand, before its positionals.
+      size_t at = 1;
+      if (args[0] == "token") at = 2;
+      args.insert(args.begin() + static_cast<std::ptrdiff_t>(at), {"--server", "unix:" + socket_});
+    }
+    CLI::App app{"gpupool"};
+    app.require_subcommand(1);
+    CommandContext ctx;
+    std::ostringstream out, err;
+    ClientEnvironment env;
+    env.out = &out;
+    env.err = &err;
+    env.getenv = [this](const std::string& name) {
+      auto it = env_.find(name);
+      return it == env_.end() ? std::string() : it->second;
+    };
+    env.now_us = [] { return kNow; };
+    env.cwd = [this] { return dir_.string(); };
+    env.uid = 1000;
+    env.log_wait_ms = 100;
+    RegisterClientCommands(app, ctx, env);
+    RunResult r;
+    std::vector<std::string> reversed(args.rbegin(), args.rend());
+    try {
+      app.parse(reversed);
+      r.code = ctx.exit_code;
+    } catch (const CLI::ParseError& e) {
+      r.code = app.exit(e, out, err) == 0 ? 0 : 2;
+    }
+    r.out = out.str();
+    r.err = err.str();
+    return r;
+  }
+
+  std::string WriteScript(const std::string& name, const std::string& text, bool executable) {
+    const std::string path = (dir_ / name).string();
+    std::ofstream(path) << text;
+    chmod(path.c_str(), executable ? 0755 : 0644);
+    return path;
+  }
+
+  std::filesystem::path dir_;
+  std::string socket_;
+  std::map<std::string, std::string> env_;
+  std::unique_ptr<net::HttpServer> server_;
+  std::mutex mu_;
+  std::vector<HttpRequest> requests_;
+};
+
+TEST_F(ClientE2eTest, SubmitSendsTheRightBodyAndPrintsTheId) {
+  Serve([](const HttpRequest&) { return JsonAnswer(201, R"({"job": {"id": 17}})"); });
+  RunResult r = Run({"submit", "--gpu-share", "0.25", "--time", "90m", "--env", "A=1", "--",
+                     "python", "-c", "print(1)", "--gpus", "9"});
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.out, "Submitted job 17\n");
+  EXPECT_EQ(r.err, "");
+  auto reqs = Requests();
+  ASSERT_EQ(reqs.size(), 1u);
+  EXPECT_EQ(reqs[0].method, "POST");
+  EXPECT_EQ(reqs[0].path, "/v1/jobs");
+  EXPECT_EQ(reqs[0].body,
+            R"js({"command":["python","-c","print(1)","--gpus","9"],"env":{"A":"1"},)js"
+            R"("workdir":")" + dir_.string() +
+                R"(","request":{"gpus":1,"gpu_milli":250,"cpu_milli":1000,"memory_bytes":0,)"
+                R"("tasks":1},"time_limit_s":5400})");
+}
+
+TEST_F(ClientE2eTest, SubmitJsonPrintsTheServersAnswer) {
+  Serve([](const HttpRequest&) { return JsonAnswer(201, R"({"job": {"id": 3, "z": 1, "a": 2}})"); });
+  RunResult r = Run({"submit", "--json", "--", "true"});
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.out, "{\"job\": {\"id\": 3, \"z\": 1, \"a\": 2}}\n");
+}
+
+TEST_F(ClientE2eTest, SubmitScriptReadsDirectivesAndTheCommandLineWins) {
+  Serve([](const HttpRequest&) { return JsonAnswer(201, R"({"job": {"id": 5}})"); });
+  WriteScript("train.sh",
+              "#!/bin/bash\n#GPUPOOL --gpus 2 --name fromscript\n#GPUPOOL --mem 1G\necho hi\n",
+              true);
+  RunResult r = Run({"submit", "--gpus", "4", "train.sh", "--lr", "0.1", "--gpus", "1"});
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.out, "Submitted job 5\n");
+  auto reqs = Requests();
+  ASSERT_EQ(reqs.size(), 1u);
+  Json body = Json::parse(reqs[0].body);
+  EXPECT_EQ(body["command"],
+            Json::array({(dir_ / "train.sh").string(), "--lr", "0.1", "--gpus", "1"}));
+  EXPECT_EQ(body["name"], "fromscript");
+  EXPECT_EQ(body["request"]["gpus"], 4);
+  EXPECT_EQ(body["request"]["memory_bytes"], 1u << 30);
+}
+
+TEST_F(ClientE2eTest, SubmitScriptProblemsAreUsageErrorsBeforeAnyRequest) {
+  Serve([](const HttpRequest&) { return JsonAnswer(201, R"({"job": {"id": 5}})"); });
+  WriteScript("noexec.sh", "#!/bin/sh\ntrue\n", false);
+  RunResult r = Run({"submit", "noexec.sh"});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(r.err,
+            "gpupool: script 'noexec.sh' is not executable: run chmod +x noexec.sh, or submit it "
+            "as -- bash noexec.sh\n");
+  r = Run({"submit", "missing.sh"});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("gpupool: script 'missing.sh': no such file; to run a program"),
+            std::string::npos)
+      << r.err;
+  WriteScript("bad.sh", "#!/bin/sh\n#GPUPOOL --gpus 2 --frobnicate\ntrue\n", true);
+  r = Run({"submit", "bad.sh"});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("gpupool: bad.sh:2: #GPUPOOL line: "), std::string::npos) << r.err;
+  WriteScript("share.sh", "#!/bin/sh\n#GPUPOOL --gpu-share 1.5\ntrue\n", true);
+  r = Run({"submit", "share.sh"});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(r.err, "gpupool: --gpu-share 1.5: a share must be in (0, 1]\n");
+  r = Run({"submit", "--gpus", "1"});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("nothing to run"), std::string::npos);
+  EXPECT_TRUE(Requests().empty());
+}
+
+TEST_F(ClientE2eTest, BadOptionValueIsExit2WithNoRequest) {
+  Serve([](const HttpRequest&) { return JsonAnswer(201, R"({"job": {"id": 1}})"); });
+  RunResult r = Run({"submit", "--gpu-share", "1.5", "--", "x"});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(r.err, "gpupool: --gpu-share 1.5: a share must be in (0, 1]\n");
+  EXPECT_EQ(Run({"submit", "--no-such-option", "--", "x"}).code, 2);
+  EXPECT_EQ(Run({"show", "abc"}).code, 2);
+  EXPECT_EQ(Run({"queue", "--state", "DONE"}).code, 2);
+  EXPECT_EQ(Run({"usage", "--since", "last tuesday"}).code, 2);
+  EXPECT_EQ(Run({"usage", "--by", "team"}).code, 2);
+  EXPECT_EQ(Run({"token", "create", "--user", "a", "--kind", "admin"}).code, 2);
+  EXPECT_TRUE(Requests().empty());
+}
+
+TEST_F(ClientE2eTest, ServerRefusalsMapToExitCodesWithTheServersMessage) {
+  Serve([](const HttpRequest& r) {
+    if (r.path == "/v1/jobs/99") return JsonAnswer(404, R"({"error": "no job 99"})");
+    if (r.path == "/v1/jobs/7") return JsonAnswer(403, R"({"error": "job 7 belongs to bob"})");
+    if (r.path == "/v1/tokens") return JsonAnswer(401, R"({"error": "no token given"})");
+    if (r.path == "/v1/jobs") return JsonAnswer(400, R"({"error": "request.gpus: too many"})");
+    return JsonAnswer(500, R"({"error": "database is locked"})");
+  });
+  RunResult r = Run({"show", "99"});
+  EXPECT_EQ(r.code, 3);
+  EXPECT_EQ(r.err, "gpupool: no job 99\n");
+  EXPECT_EQ(r.out, "");
+  r = Run({"show", "7", "--json"});
+  EXPECT_EQ(r.code, 4);
+  EXPECT_EQ(r.err, "gpupool: job 7 belongs to bob\n");
+  EXPECT_EQ(Run({"token", "list"}).code, 4);
+  r = Run({"submit", "--", "x"});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(r.err, "gpupool: request.gpus: too many\n");
+  r = Run({"nodes"});
+  EXPECT_EQ(r.code, 1);
+  EXPECT_EQ(r.err, "gpupool: database is locked\n");
+}
+
+TEST_F(ClientE2eTest, NoServerIsExit5) {
+  RunResult r = Run({"queue"});  // nothing listens on the socket
+  EXPECT_EQ(r.code, 5);
+  EXPECT_NE(r.err.find("gpupool: cannot reach the gpupool server at unix:"), std::string::npos)
+      << r.err;
+  env_["GPUPOOL_SERVER"] = "unix:" + (dir_ / "elsewhere.sock").string();
+  r = Run({"whoami"}, /*with_server_flag=*/false);
+  EXPECT_EQ(r.code, 5);
+  EXPECT_NE(r.err.find("elsewhere.sock"), std::string::npos) << r.err;
+}
+
+TEST_F(ClientE2eTest, EnvironmentChoosesServerAndTokenAndFlagsOverrideIt) {
+  Serve([](const HttpRequest& r) {
+    return JsonAnswer(200, Json{{"user", "alice"}, {"uid", 1000}, {"admin", false},
+                                {"auth", r.Header("authorization")}}
+                               .dump());
+  }, /*tcp=*/true);
+  env_["GPUPOOL_SERVER"] = "http://127.0.0.1:" + std::to_string(server_->tcp_port());
+  env_["GPUPOOL_TOKEN"] = "gpt_env";
+  RunResult r = Run({"whoami"}, false);
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.out, "alice (uid 1000)\n");
+  r = Run({"whoami", "--json", "--token", "gpt_flag"}, false);
+  EXPECT_NE(r.out.find("Bearer gpt_flag"), std::string::npos) << r.out;
+  env_["GPUPOOL_SERVER"] = "unix:/nonexistent/x.sock";
+  r = Run({"whoami"});  // --server unix:<the canned socket> wins over the environment
+  EXPECT_EQ(r.code, 0) << r.err;
+}
+
+TEST_F(ClientE2eTest, QueueSendsFiltersAndRendersTheTable) {
+  Serve([](const HttpRequest&) {
+    return JsonAnswer(200, R"({"jobs": [{"id": 4, "user": "bob", "name": "n", "state":
+      "PENDING", "request": {"gpus": 1, "gpu_milli": 500}, "submit_time_us": 1793491140000000,
+      "pending_reason": "no idle GPU"}]})");
+  });
+  RunResult r = Run({"queue", "--all", "--user", "bob", "--state", "pending,Running"});
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.out,
+            "ID  USER  NAME  STATE    GPUS  NODES   TIME  REASON\n"
+            " 4  bob   n     PENDING   0.5  -      1m00s  no idle GPU\n");
+  r = Run({"queue"});
+  auto reqs = Requests();
+  ASSERT_EQ(reqs.size(), 2u);
+  EXPECT_EQ(reqs[0].path, "/v1/jobs");
+  EXPECT_EQ(reqs[0].Query("state"), "PENDING,RUNNING");
+  EXPECT_EQ(reqs[0].Query("all"), "1");
+  EXPECT_EQ(reqs[0].Query("user"), "bob");
+  EXPECT_EQ(reqs[0].Query("active"), "");
+  EXPECT_EQ(reqs[1].Query("active"), "1");
+  EXPECT_EQ(reqs[1].Query("all"), "");
+}
+
+TEST_F(ClientE2eTest, CancelReportsEachAndFailsIfAnyFailed) {
+  Serve([](const HttpRequest& r) {
+    if (r.path == "/v1/jobs/1/cancel") return JsonAnswer(200, R"({"job": {"state": "CANCELLED"}})");
+    if (r.path == "/v1/jobs/2/cancel") return JsonAnswer(200, R"({"job": {"state": "RUNNING"}})");
+    return JsonAnswer(409, R"js({"error": "job 3 has already ended (SUCCEEDED)"})js");
+  });
+  RunResult r = Run({"cancel", "1", "3", "2"});
+  EXPECT_EQ(r.code, 1);
+  EXPECT_EQ(r.out, "Cancelled job 1\nCancelling job 2 (RUNNING; it is being stopped)\n");
+  EXPECT_EQ(r.err, "gpupool: job 3: job 3 has already ended (SUCCEEDED)\n");
+  EXPECT_EQ(Requests().size(), 3u);
+  r = Run({"cancel", "1", "2"});
+  EXPECT_EQ(r.code, 0) << r.err;
+}
+
+// A job whose stdout grows in three pieces, one more each time the client has read all.
+// With `headers`, answers carry X-Gpupool-Next-Offset and, at the end, X-Gpupool-Eof and
+// the job never reports an end state (so only the header can stop the client); without,
+// the job reports SUCCEEDED once the last piece is out.
+class LogServer {
+ public:
+  explicit LogServer(bool headers) : headers_(headers) {}
+  HttpResponse operator()(const HttpRequest& r) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (r.path == "/v1/jobs/8") {
+      const bool ended = !headers_ && served_ == kPieces.size();
+      return JsonAnswer(200, ended ? R"({"job": {"state": "SUCCEEDED"}})"
+                                   : R"({"job": {"state": "RUNNING"}})");
+    }
+    HttpResponse resp;
+    resp.content_type = "text/plain";
+    const auto offset = static_cast<size_t>(std::stoll(r.Query("offset", "0")));
+    offsets_.push_back(offset);
+    std::string all;
+    for (size_t i = 0; i < served_; ++i) all += kPieces[i];
+    if (offset >= all.size() && served_ < kPieces.size()) all += kPieces[served_++];
+    resp.body = offset < all.size() ? all.substr(offset) : "";
+    if (headers_) {
+      resp.headers["X-Gpupool-Next-Offset"] = std::to_string(offset + resp.body.size());
+      if (served_ == kPieces.size() && offset + resp.body.size() == all.size()) {
+        resp.headers["X-Gpupool-Eof"] = "1";
+      }
+    }
+    return resp;
+  }
+  std::vector<size_t> offsets() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return offsets_;
+  }
+  inline static const std::vector<std::string> kPieces = {"epoch 1\n", "epoch 2\n", "done\n"};
+
+ private:
+  bool headers_;
+  std::mutex mu_;
+  size_t served_ = 0;
+  std::vector<size_t> offsets_;
+};
+
+TEST_F(ClientE2eTest, LogsFollowReadsOffsetsUntilTheEofHeader) {
+  auto logs = std::make_shared<LogServer>(true);
+  Serve([logs](const HttpRequest& r) { return (*logs)(r); });
+  {
+    // The header path needs net::HttpClient to hand back response headers.
+    net::HttpClient probe(net::ParseServerAddress("unix:" + socket_).value());
+    auto resp = probe.Get("/v1/jobs/9/logs?offset=0");
+    ASSERT_TRUE(resp.ok()) << resp.status().ToString();
+    if (resp->headers.empty()) {
+      GTEST_SKIP() << "net::HttpClient does not return response headers yet, so "
+                      "X-Gpupool-Eof cannot be seen; the state-based path is tested below";
+    }
+  }
+  auto logs2 = std::make_shared<LogServer>(true);
+  server_->Stop();
+  server_.reset();
+  Serve([logs2](const HttpRequest& r) { return (*logs2)(r); });
+  RunResult r = Run({"logs", "8", "-f"});
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.out, "epoch 1\nepoch 2\ndone\n");
+  EXPECT_EQ(logs2->offsets(), (std::vector<size_t>{0, 8, 16}));
+  for (const auto& req : Requests()) {
+    if (req.path == "/v1/jobs/8/logs") {
+      EXPECT_EQ(req.Query("wait_ms"), "100");
+      EXPECT_EQ(req.Query("stream"), "stdout");
+    }
+  }
+}
+
+TEST_F(ClientE2eTest, LogsFollowWithoutHeadersEndsWithTheJob) {
+  auto logs = std::make_shared<LogServer>(false);
+  Serve([logs](const HttpRequest& r) { return (*logs)(r); });
+  RunResult r = Run({"logs", "8", "--follow"});
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.out, "epoch 1\nepoch 2\ndone\n");
+  // Offsets advance by what was read; after the job ended, one last read, then stop.
+  EXPECT_EQ(logs->offsets(), (std::vector<size_t>{0, 8, 16, 21, 21}));
+}
+
+TEST_F(ClientE2eTest, LogsWithoutFollowPrintsWhatIsThereAndStops) {
+  Serve([](const HttpRequest& r) {
+    HttpResponse resp;
+    resp.content_type = "text/plain";
+    const std::string all = "err line\n";
+    const auto offset = static_cast<size_t>(std::stoll(r.Query("offset", "0")));
+    resp.body = offset < all.size() ? all.substr(offset) : "";
+    EXPECT_EQ(r.Query("stream"), "stderr");
+    EXPECT_EQ(r.Query("wait_ms"), "");
+    return resp;
+  });
+  RunResult r = Run({"logs", "8", "--stderr"});
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.out, "err line\n");
+}
+
+TEST_F(ClientE2eTest, LogsOfSomeoneElsesJobIsExit4) {
+  Serve([](const HttpRequest&) {
+    return JsonAnswer(403, R"({"error": "the logs of job 8 are readable by its owner only"})");
+  });
+  RunResult r = Run({"logs", "8"});
+  EXPECT_EQ(r.code, 4);
+  EXPECT_EQ(r.err, "gpupool: the logs of job 8 are readable by its owner only\n");
+}
+
+TEST_F(ClientE2eTest, NodesUsageTokensRenderAndSendTheirQueries) {
+  Serve([](const HttpRequest& r) {
+    if (r.path == "/v1/nodes") {
+      return JsonAnswer(200, R"({"nodes": [{"name": "n1", "state": "up", "running_jobs": 1,
+        "last_heartbeat_us": 1793491199000000,
+        "gpus": [{"name": "H100", "allocated_milli": 250}]}]})");
+    }
+    if (r.path == "/v1/usage") {
+      return JsonAnswer(200, Json{{"since_us", std::stoll(r.Query("since_us", "0"))},
+                                  {"until_us", kNow},
+                                  {"by", r.Query("by", "user")},
+                                  {"rows", Json::array()}}
+                                 .dump());
+    }
+    if (r.method == "POST" && r.path == "/v1/tokens") {
+      return JsonAnswer(201, R"({"token": "gpt_secret", "user": "alice", "kind": "user"})");
+    }
+    return JsonAnswer(404, R"({"error": "no route"})");
+  });
+  RunResult r = Run({"nodes"});
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.out,
+            "NODE  STATE  GPUS  RUNNING    SEEN  MODELS\n"
+            "n1    up     0.25/1        1  1s ago  1x H100\n");
+  r = Run({"usage", "--since", "2026-10-01", "--by", "project"});
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.out,
+            "GPU-hours allocated from 2026-10-01T00:00:00Z to 2026-11-01T00:00:00Z, by project\n"
+            "PROJECT  GPU-HOURS  JOBS\n"
+            "TOTAL         0.00     0\n");
+  r = Run({"token", "create", "--user", "alice"});
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.out, "gpt_secret\n");
+  EXPECT_NE(r.err.find("shown only this once"), std::string::npos);
+  auto reqs = Requests();
+  ASSERT_EQ(reqs.size(), 3u);
+  EXPECT_EQ(reqs[1].Query("since_us"), "1790812800000000");
+  EXPECT_EQ(reqs[1].Query("by"), "project");
+  EXPECT_EQ(reqs[1].Query("until_us"), "");
+  EXPECT_EQ(reqs[2].body, R"({"user":"alice","kind":"user"})");
+}
+
+}  // namespace
+}  // namespace gpupool::cli

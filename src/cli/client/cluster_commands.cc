@@ -1,0 +1,143 @@
+// `gpupool nodes`, `gpupool usage`, `gpupool token create|list`, `gpupool whoami`.
+#include <functional>
+
+#include "cli/client/client_common.h"
+#include "cli/client/json_view.h"
+#include "cli/client/render.h"
+#include "cli/client/units.h"
+
+namespace gpupool::cli {
+namespace {
+
+struct SimpleState {
+  ConnectionFlags conn;
+  bool json = false;
+};
+
+// GET `path` and print it raw (--json) or rendered.
+Status GetAndPrint(const ClientRuntime& rt, const SimpleState& s, const std::string& path,
+                   const std::function<std::string(const Json&)>& render) {
+  GP_ASSIGN_OR_RETURN(ApiClient api, Connect(rt, s.conn));
+  GP_ASSIGN_OR_RETURN(ApiAnswer answer, api.Get(path));
+  if (s.json) {
+    PrintRaw(rt, answer.body);
+  } else {
+    Print(rt, render(answer.json));
+  }
+  return Status::Ok();
+}
+
+struct UsageState {
+  SimpleState base;
+  std::string since;
+  std::string until;
+  std::string by;
+};
+
+Status RunUsage(const ClientRuntime& rt, const UsageState& s) {
+  const int64_t now = rt.env.now_us();
+  std::string path = "/v1/usage";
+  std::string sep = "?";
+  if (!s.since.empty()) {
+    auto t = ParseTimePoint(s.since, now);
+    if (!t.ok()) return Status::InvalidArgument("--since " + s.since + ": " + t.status().message());
+    path += sep + "since_us=" + std::to_string(*t);
+    sep = "&";
+  }
+  if (!s.until.empty()) {
+    auto t = ParseTimePoint(s.until, now);
+    if (!t.ok()) return Status::InvalidArgument("--until " + s.until + ": " + t.status().message());
+    path += sep + "until_us=" + std::to_string(*t);
+    sep = "&";
+  }
+  if (!s.by.empty()) {
+    if (s.by != "user" && s.by != "project") {
+      return Status::InvalidArgument("--by " + s.by + ": use user or project");
+    }
+    path += sep + "by=" + s.by;
+  }
+  return GetAndPrint(rt, s.base, path, [](const Json& j) { return RenderUsage(j); });
+}
+
+struct TokenCreateState {
+  SimpleState base;
+  std::string user;
+  std::string kind = "user";
+};
+
+Status RunTokenCreate(const ClientRuntime& rt, const TokenCreateState& s) {
+  if (s.kind != "user" && s.kind != "node") {
+    return Status::InvalidArgument("--kind " + s.kind + ": use user or node");
+  }
+  if (s.user.empty()) return Status::InvalidArgument("--user: give the user the token is for");
+  GP_ASSIGN_OR_RETURN(ApiClient api, Connect(rt, s.base.conn));
+  OrderedJson body = {{"user", s.user}, {"kind", s.kind}};
+  GP_ASSIGN_OR_RETURN(ApiAnswer answer, api.Post("/v1/tokens", DumpJson(body)));
+  if (s.base.json) {
+    PrintRaw(rt, answer.body);
+    return Status::Ok();
+  }
+  const std::string token = GetString(answer.json, "token");
+  if (token.empty()) return Status::Internal("the server's answer carries no token");
+  // The token alone on stdout, so `TOKEN=$(gpupool token create ...)` works; advice on
+  // stderr.
+  Print(rt, token + "\n");
+  *rt.env.err << "gpupool: a " << s.kind << " token for " << GetString(answer.json, "user", s.user)
+              << "; it is shown only this once: keep it secret and use it as GPUPOOL_TOKEN or "
+                 "--token\n";
+  return Status::Ok();
+}
+
+}  // namespace
+
+void RegisterClusterCommands(CLI::App& app, const RuntimePtr& rt) {
+  auto n = std::make_shared<SimpleState>();
+  CLI::App* nodes = app.add_subcommand("nodes", "List the pool's nodes and their GPUs");
+  nodes->add_flag("--json", n->json, "print the server's JSON");
+  AddConnectionOptions(*nodes, &n->conn);
+  nodes->callback([rt, n] {
+    const int64_t now = rt->env.now_us();
+    Report(*rt, GetAndPrint(*rt, *n, "/v1/nodes",
+                            [now](const Json& j) { return RenderNodes(j, now); }));
+  });
+
+  auto u = std::make_shared<UsageState>();
+  CLI::App* usage = app.add_subcommand(
+      "usage", "GPU-hours allocated per user or project (a 0.25 share counts a quarter)");
+  usage->add_option("--since", u->since,
+                    "from this UTC date or time (2026-11-01, 2026-11-01T08:00) or this long ago "
+                    "(7d, 12h); default 30 days ago");
+  usage->add_option("--until", u->until, "up to this time (same forms); default now");
+  usage->add_option("--by", u->by, "user or project (default user)");
+  usage->add_flag("--json", u->base.json, "print the server's JSON");
+  AddConnectionOptions(*usage, &u->base.conn);
+  usage->callback([rt, u] { Report(*rt, RunUsage(*rt, *u)); });
+
+  CLI::App* token = app.add_subcommand("token", "Bearer tokens for TCP access (admins)");
+  token->require_subcommand(1);
+  auto tc = std::make_shared<TokenCreateState>();
+  CLI::App* create = token->add_subcommand("create", "Create a token; it is shown only once");
+  create->add_option("--user", tc->user, "the user (or node) the token is for")->required();
+  create->add_option("--kind", tc->kind, "user (a person's token) or node (an agent's join token)")
+      ->capture_default_str();
+  create->add_flag("--json", tc->base.json, "print the server's JSON");
+  AddConnectionOptions(*create, &tc->base.conn);
+  create->callback([rt, tc] { Report(*rt, RunTokenCreate(*rt, *tc)); });
+  auto tl = std::make_shared<SimpleState>();
+  CLI::App* list = token->add_subcommand("list", "List tokens (never their secrets)");
+  list->add_flag("--json", tl->json, "print the server's JSON");
+  AddConnectionOptions(*list, &tl->conn);
+  list->callback([rt, tl] {
+    Report(*rt, GetAndPrint(*rt, *tl, "/v1/tokens", [](const Json& j) { return RenderTokens(j); }));
+  });
+
+  auto w = std::make_shared<SimpleState>();
+  CLI::App* whoami = app.add_subcommand("whoami", "Who the server takes you for");
+  whoami->add_flag("--json", w->json, "print the server's JSON");
+  AddConnectionOptions(*whoami, &w->conn);
+  whoami->callback([rt, w] {
+    Report(*rt, GetAndPrint(*rt, *w, "/v1/whoami", [](const Json& j) { return RenderWhoami(j); }));
+  });
+}
+
+}  // namespace gpupool::cli

@@ -1,0 +1,33 @@
+// Human-readable output of the client commands, rendered from the server's JSON answers
+// (docs/api.md) with lenient readers (json_view.h): a field this client does not know,
+// or one that is missing, never makes a command fail; `--json` prints the answer itself.
+// Pure functions of their inputs (the current time is passed in); times are UTC.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/json.h"
+
+namespace gpupool::cli {
+
+// `gpupool queue`: {"jobs": [JOB...]} as a table.
+std::string RenderQueue(const Json& answer, int64_t now_us);
+// `gpupool show`: one JOB, every field on its own line.
+std::string RenderJob(const Json& job, int64_t now_us);
+// `gpupool nodes`: {"nodes": [...]} as a table.
+std::string RenderNodes(const Json& answer, int64_t now_us);
+// `gpupool usage`: {"since_us", "until_us", "by", "rows": [...]} as a table with a total.
+std::string RenderUsage(const Json& answer);
+// `gpupool token list`: {"tokens": [...]} as a table.
+std::string RenderTokens(const Json& answer);
+// `gpupool whoami`: "alice (uid 1000)", with ", admin" when so.
+std::string RenderWhoami(const Json& answer);
+
+// The GPUs a job asks for or holds, compactly: "2", "0.25", "1 (20 GiB)", "4x2", "0".
+std::string FormatJobGpus(const Json& job);
+// argv as a shell would need it typed: words with special characters are quoted.
+std::string ShellJoin(const std::vector<std::string>& argv);
+
+}  // namespace gpupool::cli

@@ -1,0 +1,105 @@
+// Cluster views: `gpupool nodes`, `usage`, `token list`, `whoami`. Declared in render.h.
+#include <algorithm>
+#include <cctype>
+#include <cstdio>
+#include <map>
+
+#include "cli/client/json_view.h"
+#include "cli/client/render.h"
+#include "cli/client/table.h"
+#include "cli/client/units.h"
+
+namespace gpupool::cli {
+namespace {
+
+// "8x NVIDIA H100 80GB HBM3" or "4x A100, 4x H100": GPU models with counts, in order.
+std::string Models(const Json& gpus) {
+  std::vector<std::pair<std::string, int>> counts;
+  for (const Json& g : gpus) {
+    const std::string name = GetString(g, "name", "?");
+    auto it = std::find_if(counts.begin(), counts.end(),
+                           [&](const auto& c) { return c.first == name; });
+    if (it == counts.end()) {
+      counts.emplace_back(name, 1);
+    } else {
+      ++it->second;
+    }
+  }
+  std::string out;
+  for (const auto& [name, n] : counts) {
+    out += (out.empty() ? "" : ", ") + std::to_string(n) + "x " + name;
+  }
+  return out.empty() ? "-" : out;
+}
+
+std::string RunningJobs(const Json& node) {
+  const Json* r = Field(node, "running_jobs");
+  if (r == nullptr) return "0";
+  if (r->is_array()) return std::to_string(r->size());
+  if (r->is_number_integer() || r->is_number_unsigned()) return r->dump();
+  return "?";
+}
+
+std::string Hours(double h) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.2f", h);
+  return buf;
+}
+
+}  // namespace
+
+std::string RenderNodes(const Json& answer, int64_t now_us) {
+  Table t({"NODE", "STATE", "GPUS>", "RUNNING>", "SEEN>", "MODELS"});
+  for (const Json& node : GetArray(answer, "nodes")) {
+    const Json& gpus = GetArray(node, "gpus");
+    int64_t allocated = 0;
+    for (const Json& g : gpus) allocated += GetInt(g, "allocated_milli");
+    const int64_t heartbeat = GetInt(node, "last_heartbeat_us");
+    const std::string seen =
+        heartbeat > 0 ? FormatDuration((now_us - heartbeat) / 1'000'000) + " ago" : "never";
+    t.AddRow({GetString(node, "name"), GetString(node, "state"),
+              FormatMilli(allocated) + "/" + std::to_string(gpus.size()), RunningJobs(node), seen,
+              Models(gpus)});
+  }
+  return t.Render();
+}
+
+std::string RenderUsage(const Json& answer) {
+  const std::string by = GetString(answer, "by", "user");
+  std::string out = "GPU-hours allocated from " + FormatTimeUtc(GetInt(answer, "since_us")) +
+                    " to " + FormatTimeUtc(GetInt(answer, "until_us")) + ", by " + by + "\n";
+  std::string key_header = by;
+  for (char& c : key_header) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  Table t({key_header, "GPU-HOURS>", "JOBS>"});
+  double total_hours = 0;
+  int64_t total_jobs = 0;
+  for (const Json& row : GetArray(answer, "rows")) {
+    const double h = GetDouble(row, "gpu_hours");
+    const int64_t jobs = GetInt(row, "jobs");
+    total_hours += h;
+    total_jobs += jobs;
+    std::string key = GetString(row, "key");
+    t.AddRow({key.empty() ? "(none)" : key, Hours(h), std::to_string(jobs)});
+  }
+  t.AddRow({"TOTAL", Hours(total_hours), std::to_string(total_jobs)});
+  return out + t.Render();
+}
+
+std::string RenderTokens(const Json& answer) {
+  Table t({"ID", "USER", "KIND", "CREATED"});
+  for (const Json& tok : GetArray(answer, "tokens")) {
+    const Json* id = Field(tok, "id");
+    t.AddRow({id == nullptr ? "" : id->is_string() ? id->get<std::string>() : id->dump(),
+              GetString(tok, "user"), GetString(tok, "kind"),
+              FormatTimeUtc(GetInt(tok, "created_us"))});
+  }
+  return t.Render();
+}
+
+std::string RenderWhoami(const Json& answer) {
+  return CleanCell(GetString(answer, "user", "?")) + " (uid " +
+         std::to_string(GetInt(answer, "uid")) + ")" +
+         (GetBool(answer, "admin") ? ", admin" : "") + "\n";
+}
+
+}  // namespace gpupool::cli

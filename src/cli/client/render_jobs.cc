@@ -1,0 +1,196 @@
+// Job views: `gpupool queue` and `gpupool show`. Declared in render.h.
+#include <cctype>
+#include <set>
+
+#include "cli/client/json_view.h"
+#include "cli/client/render.h"
+#include "cli/client/table.h"
+#include "cli/client/units.h"
+
+namespace gpupool::cli {
+namespace {
+
+std::vector<std::string> StringList(const Json& array) {
+  std::vector<std::string> out;
+  for (const Json& e : array) {
+    if (e.is_string()) out.push_back(e.get<std::string>());
+  }
+  return out;
+}
+
+std::string Join(const std::vector<std::string>& parts, const std::string& sep) {
+  std::string out;
+  for (size_t i = 0; i < parts.size(); ++i) out += (i ? sep : "") + parts[i];
+  return out;
+}
+
+// Distinct placement nodes in placement order, "-" when not placed.
+std::string Nodes(const Json& job) {
+  std::vector<std::string> nodes;
+  std::set<std::string> seen;
+  for (const Json& p : GetArray(job, "placement")) {
+    std::string n = GetString(p, "node");
+    if (!n.empty() && seen.insert(n).second) nodes.push_back(n);
+  }
+  return nodes.empty() ? "-" : Join(nodes, ",");
+}
+
+// Runtime for started jobs (to the end, or to now), time waited for jobs not started.
+std::string JobTime(const Json& job, int64_t now_us) {
+  const int64_t start = GetInt(job, "start_time_us");
+  const int64_t end = GetInt(job, "end_time_us");
+  const int64_t submit = GetInt(job, "submit_time_us");
+  if (start > 0) return FormatDuration(((end > 0 ? end : now_us) - start) / 1'000'000);
+  if (end > 0 || submit <= 0) return "-";
+  return FormatDuration((now_us - submit) / 1'000'000);
+}
+
+std::string Why(const Json& job) {
+  const std::string state = GetString(job, "state");
+  if (state == "PENDING") return GetString(job, "pending_reason");
+  if (GetBool(job, "cancel_requested") && (state == "RUNNING" || state == "ASSIGNED")) {
+    return "cancelling";
+  }
+  return GetString(job, "reason");
+}
+
+std::string RequestText(const Json& r) {
+  std::vector<std::string> parts;
+  const int64_t gpus = GetInt(r, "gpus");
+  const int64_t milli = GetInt(r, "gpu_milli", 1000);
+  const int64_t gpu_mem = GetInt(r, "gpu_memory_bytes");
+  if (gpus == 0) {
+    parts.push_back("no GPU");
+  } else if (gpu_mem > 0) {
+    parts.push_back("a share of 1 GPU sized by " + FormatBytes(static_cast<uint64_t>(gpu_mem)) +
+                    " of its memory");
+  } else if (milli < 1000) {
+    parts.push_back(FormatMilli(milli) + " of 1 GPU");
+  } else {
+    parts.push_back(std::to_string(gpus) + (gpus == 1 ? " GPU" : " GPUs"));
+  }
+  std::vector<std::string> constraints;
+  if (auto models = StringList(GetArray(r, "gpu_models")); !models.empty()) {
+    constraints.push_back("model " + Join(models, " or "));
+  }
+  if (auto v = GetString(r, "vendor"); !v.empty()) constraints.push_back("vendor " + v);
+  if (auto c = GetString(r, "min_capability"); !c.empty()) {
+    constraints.push_back("capability >= " + c);
+  }
+  if (!constraints.empty()) parts.back() += " (" + Join(constraints, ", ") + ")";
+  parts.push_back(FormatMilli(GetInt(r, "cpu_milli", 1000)) + " CPU");
+  if (const int64_t mem = GetInt(r, "memory_bytes"); mem > 0) {
+    parts.push_back(FormatBytes(static_cast<uint64_t>(mem)) + " memory");
+  }
+  if (const int64_t tasks = GetInt(r, "tasks", 1); tasks != 1) {
+    parts.push_back("each of " + std::to_string(tasks) + " tasks");
+  }
+  return Join(parts, ", ");
+}
+
+}  // namespace
+
+std::string ShellJoin(const std::vector<std::string>& argv) {
+  std::vector<std::string> words;
+  for (const std::string& a : argv) {
+    bool plain = !a.empty();
+    for (char c : a) {
+      const bool ok = std::isalnum(static_cast<unsigned char>(c)) ||
+                      std::string_view("-_./=:,+@%").find(c) != std::string_view::npos;
+      if (!ok) plain = false;
+    }
+    if (plain) {
+      words.push_back(a);
+      continue;
+    }
+    std::string q = "'";
+    for (char c : a) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+    words.push_back(q + "'");
+  }
+  return Join(words, " ");
+}
+
+std::string FormatJobGpus(const Json& job) {
+  const Json& r = GetObject(job, "request");
+  const int64_t gpus = GetInt(r, "gpus");
+  const int64_t tasks = GetInt(r, "tasks", 1);
+  const std::string prefix = tasks > 1 ? std::to_string(tasks) + "x" : "";
+  if (gpus == 0) return "0";
+  if (gpus == 1) {
+    // A placed share shows what it got; a memory-sized share waiting shows its size.
+    const Json& placement = GetArray(job, "placement");
+    int64_t milli = GetInt(r, "gpu_milli", 1000);
+    if (!placement.empty()) milli = GetInt(placement[0], "gpu_milli", milli);
+    if (milli < 1000) return prefix + FormatMilli(milli);
+    if (const int64_t mem = GetInt(r, "gpu_memory_bytes"); mem > 0) {
+      return prefix + "1 (" + FormatBytes(static_cast<uint64_t>(mem)) + ")";
+    }
+  }
+  return prefix + std::to_string(gpus);
+}
+
+std::string RenderQueue(const Json& answer, int64_t now_us) {
+  Table t({"ID>", "USER", "NAME", "STATE", "GPUS>", "NODES", "TIME>", "REASON"});
+  for (const Json& job : GetArray(answer, "jobs")) {
+    t.AddRow({std::to_string(GetInt(job, "id")), GetString(job, "user"), GetString(job, "name"),
+              GetString(job, "state"), FormatJobGpus(job), Nodes(job), JobTime(job, now_us),
+              Why(job)});
+  }
+  return t.Render();
+}
+
+std::string RenderJob(const Json& job, int64_t now_us) {
+  std::string out;
+  auto line = [&](const std::string& key, const std::string& value) {
+    std::string pad(key.size() < 12 ? 12 - key.size() : 1, ' ');
+    out += "  " + key + ":" + pad + CleanCell(value) + "\n";
+  };
+  std::string title = "Job " + std::to_string(GetInt(job, "id"));
+  if (auto name = GetString(job, "name"); !name.empty()) title += " (" + CleanCell(name) + ")";
+  out += title + ": " + GetString(job, "state", "?") + "\n";
+  line("User", GetString(job, "user") + " (uid " + std::to_string(GetInt(job, "uid")) +
+                   ", gid " + std::to_string(GetInt(job, "gid")) + ")");
+  if (auto p = GetString(job, "project"); !p.empty()) line("Project", p);
+  line("Command", ShellJoin(StringList(GetArray(job, "command"))));
+  line("Workdir", GetString(job, "workdir"));
+  if (auto image = GetString(job, "image"); !image.empty()) line("Image", image);
+  const Json& env = GetObject(job, "env");
+  for (auto it = env.begin(); it != env.end(); ++it) {
+    line("Env", it.key() + "=" + (it->is_string() ? it->get<std::string>() : it->dump()));
+  }
+  line("Request", RequestText(GetObject(job, "request")));
+  line("Priority", std::to_string(GetInt(job, "priority")));
+  const int64_t limit = GetInt(job, "time_limit_s");
+  line("Time limit", limit > 0 ? FormatDuration(limit) : "none");
+  line("Requeue", GetBool(job, "requeue") ? "yes, if its node is lost" : "no");
+  line("Submitted", FormatTimeUtc(GetInt(job, "submit_time_us")));
+  line("Started", FormatTimeUtc(GetInt(job, "start_time_us")));
+  line("Ended", FormatTimeUtc(GetInt(job, "end_time_us")));
+  if (GetInt(job, "start_time_us") > 0) line("Runtime", JobTime(job, now_us));
+  if (const Json* code = Field(job, "exit_code")) line("Exit code", code->dump());
+  if (const Json* sig = Field(job, "signal")) line("Signal", sig->dump());
+  if (auto r = GetString(job, "pending_reason"); !r.empty()) line("Waiting", r);
+  if (auto r = GetString(job, "reason"); !r.empty()) line("Reason", r);
+  if (GetBool(job, "cancel_requested")) line("Cancel", "requested; the job is being stopped");
+  line("Attempt", std::to_string(GetInt(job, "attempt")));
+  const Json& placement = GetArray(job, "placement");
+  for (size_t i = 0; i < placement.size(); ++i) {
+    const Json& p = placement[i];
+    std::vector<std::string> idx;
+    for (const Json& e : GetArray(p, "gpu_indices")) idx.push_back(e.dump());
+    std::string text = GetString(p, "node");
+    if (!idx.empty()) text += ": GPU " + Join(idx, ",");
+    if (auto uuids = StringList(GetArray(p, "gpu_uuids")); !uuids.empty()) {
+      text += " (" + Join(uuids, ", ") + ")";
+    }
+    if (const int64_t milli = GetInt(p, "gpu_milli", 1000); milli < 1000) {
+      text += ", share " + FormatMilli(milli);
+    }
+    line(placement.size() > 1 ? "Task " + std::to_string(i) : "Placement", text);
+  }
+  if (auto p = GetString(job, "stdout_path"); !p.empty()) line("Stdout", p);
+  if (auto p = GetString(job, "stderr_path"); !p.empty()) line("Stderr", p);
+  return out;
+}
+
+}  // namespace gpupool::cli

@@ -1,0 +1,167 @@
+#include "cli/client/render.h"
+
+#include <gtest/gtest.h>
+
+#include "cli/client/table.h"
+
+namespace gpupool::cli {
+namespace {
+
+constexpr int64_t kNow = 1'793'491'200'000'000;  // 2026-11-01T00:00:00Z
+constexpr int64_t kMin = 60'000'000;
+
+Json Parse(const char* text) { return Json::parse(text); }
+
+TEST(TableTest, PadsAlignsAndCleans) {
+  Table t({"ID>", "NAME", "NOTE"});
+  t.AddRow({"7", "a\nb", "x"});
+  t.AddRow({"123", "élan", ""});
+  EXPECT_EQ(t.Render(),
+            " ID  NAME  NOTE\n"
+            "  7  a b   x\n"
+            "123  élan\n");
+}
+
+TEST(RenderQueueTest, CannedJobs) {
+  const Json answer = Parse(R"({"jobs": [
+    {"id": 17, "user": "alice", "name": "train", "state": "RUNNING",
+     "request": {"gpus": 2, "gpu_milli": 1000, "tasks": 1},
+     "submit_time_us": 1793490000000000, "start_time_us": 1793491080000000,
+     "placement": [{"node": "gpu1", "gpu_indices": [0, 1], "gpu_uuids": ["GPU-a", "GPU-b"],
+                    "gpu_milli": 1000}]},
+    {"id": 18, "user": "bob", "name": "nb", "state": "PENDING",
+     "request": {"gpus": 1, "gpu_milli": 250},
+     "submit_time_us": 1793491170000000,
+     "pending_reason": "needs 1 GPU with 0.25 free; every GPU is full", "placement": []},
+    {"id": 19, "user": "carol", "name": "", "state": "RUNNING", "cancel_requested": true,
+     "request": {"gpus": 1, "gpu_milli": 1000, "gpu_memory_bytes": 21474836480},
+     "start_time_us": 1793491197000000,
+     "placement": [{"node": "gpu2", "gpu_milli": 500}]},
+    {"id": 20, "user": "dave", "name": "gang", "state": "PENDING",
+     "request": {"gpus": 2, "tasks": 4}, "submit_time_us": 0},
+    {"id": 21, "user": "erin", "state": "ASSIGNED", "request": {"gpus": 0},
+     "placement": [{"node": "gpu1"}, {"node": "gpu2"}, {"node": "gpu1"}]}
+  ]})");
+  EXPECT_EQ(RenderQueue(answer, kNow),
+            "ID  USER   NAME   STATE     GPUS  NODES      TIME  REASON\n"
+            "17  alice  train  RUNNING      2  gpu1      2m00s\n"
+            "18  bob    nb     PENDING   0.25  -           30s  needs 1 GPU with 0.25 free; "
+            "every GPU is full\n"
+            "19  carol         RUNNING    0.5  gpu2         3s  cancelling\n"
+            "20  dave   gang   PENDING    4x2  -             -\n"
+            "21  erin          ASSIGNED     0  gpu1,gpu2     -\n");
+}
+
+TEST(RenderQueueTest, EmptyAndMalformedAnswersStillRender) {
+  EXPECT_EQ(RenderQueue(Parse(R"({"jobs": []})"), kNow),
+            "ID  USER  NAME  STATE  GPUS  NODES  TIME  REASON\n");
+  // Wrong types read as absent rather than failing: a newer server must not break us.
+  EXPECT_EQ(RenderQueue(Parse(R"({"jobs": [{"id": "x", "state": 3, "request": []}, 5]})"), kNow),
+            "ID  USER  NAME  STATE  GPUS  NODES  TIME  REASON\n"
+            " 0                        0  -         -\n"
+            " 0                        0  -         -\n");
+  EXPECT_EQ(RenderQueue(Parse(R"([1, 2])"), kNow), "ID  USER  NAME  STATE  GPUS  NODES  TIME  REASON\n");
+}
+
+TEST(RenderJobTest, EveryFieldReadably) {
+  const Json job = Parse(R"({"id": 17, "user": "alice", "uid": 1000, "gid": 100,
+    "project": "vision", "name": "train", "command": ["/home/alice/run.sh", "--lr", "0.1 x"],
+    "env": {"A": "1"}, "workdir": "/home/alice", "image": "pytorch:2",
+    "request": {"gpus": 2, "gpu_milli": 1000, "cpu_milli": 4000, "memory_bytes": 17179869184,
+                "gpu_models": ["A100", "H100"], "vendor": "nvidia", "min_capability": "8.0",
+                "tasks": 1},
+    "priority": 5, "time_limit_s": 5400, "requeue": true, "state": "FAILED",
+    "submit_time_us": 1793491080000000, "start_time_us": 1793491140000000,
+    "end_time_us": 1793491200000000, "exit_code": 3,
+    "placement": [{"node": "gpu1", "gpu_indices": [0, 1], "gpu_uuids": ["GPU-a", "GPU-b"],
+                   "gpu_milli": 1000}],
+    "pending_reason": "", "reason": "exited with code 3", "attempt": 1,
+    "cancel_requested": false, "stdout_path": "/var/log/17.out",
+    "stderr_path": "/var/log/17.err"})");
+  EXPECT_EQ(RenderJob(job, kNow),
+            "Job 17 (train): FAILED\n"
+            "  User:       alice (uid 1000, gid 100)\n"
+            "  Project:    vision\n"
+            "  Command:    /home/alice/run.sh --lr '0.1 x'\n"
+            "  Workdir:    /home/alice\n"
+            "  Image:      pytorch:2\n"
+            "  Env:        A=1\n"
+            "  Request:    2 GPUs (model A100 or H100, vendor nvidia, capability >= 8.0), 4 CPU, "
+            "16 GiB memory\n"
+            "  Priority:   5\n"
+            "  Time limit: 1h30m\n"
+            "  Requeue:    yes, if its node is lost\n"
+            "  Submitted:  2026-10-31T23:58:00Z\n"
+            "  Started:    2026-10-31T23:59:00Z\n"
+            "  Ended:      2026-11-01T00:00:00Z\n"
+            "  Runtime:    1m00s\n"
+            "  Exit code:  3\n"
+            "  Reason:     exited with code 3\n"
+            "  Attempt:    1\n"
+            "  Placement:  gpu1: GPU 0,1 (GPU-a, GPU-b)\n"
+            "  Stdout:     /var/log/17.out\n"
+            "  Stderr:     /var/log/17.err\n");
+}
+
+TEST(RenderJobTest, PendingShareAndGang) {
+  const Json job = Parse(R"({"id": 3, "user": "bob", "state": "PENDING",
+    "request": {"gpus": 1, "gpu_milli": 250, "cpu_milli": 500},
+    "pending_reason": "waiting for a GPU", "signal": 9})");
+  const std::string out = RenderJob(job, kNow);
+  EXPECT_NE(out.find("Job 3: PENDING\n"), std::string::npos) << out;
+  EXPECT_NE(out.find("  Request:    0.25 of 1 GPU, 0.5 CPU\n"), std::string::npos) << out;
+  EXPECT_NE(out.find("  Waiting:    waiting for a GPU\n"), std::string::npos) << out;
+  EXPECT_NE(out.find("  Signal:     9\n"), std::string::npos) << out;
+  EXPECT_NE(out.find("  Time limit: none\n"), std::string::npos) << out;
+  EXPECT_EQ(out.find("Runtime"), std::string::npos) << out;
+  const Json gang = Parse(R"({"id": 4, "request": {"gpus": 8, "tasks": 2},
+    "placement": [{"node": "a", "gpu_indices": [0]}, {"node": "b", "gpu_milli": 500}]})");
+  const std::string g = RenderJob(gang, kNow);
+  EXPECT_NE(g.find("8 GPUs, 1 CPU, each of 2 tasks"), std::string::npos) << g;
+  EXPECT_NE(g.find("  Task 0:     a: GPU 0\n  Task 1:     b, share 0.5\n"), std::string::npos) << g;
+}
+
+TEST(ShellJoinTest, QuotesOnlyWhatNeedsIt) {
+  EXPECT_EQ(ShellJoin({"python", "-c", "print('hi')", "", "a=b"}),
+            "python -c 'print('\\''hi'\\'')' '' a=b");
+}
+
+TEST(RenderNodesTest, FractionsAndModels) {
+  const Json answer = Parse(R"({"nodes": [
+    {"name": "gpu1", "state": "up", "last_heartbeat_us": 1793491197000000, "running_jobs": 3,
+     "gpus": [{"index": 0, "name": "H100", "allocated_milli": 1000},
+              {"index": 1, "name": "H100", "allocated_milli": 250},
+              {"index": 2, "name": "A100", "allocated_milli": 0}]},
+    {"name": "gpu2", "state": "down", "running_jobs": [5, 6], "gpus": []}]})");
+  EXPECT_EQ(RenderNodes(answer, kNow),
+            "NODE  STATE  GPUS  RUNNING     SEEN  MODELS\n"
+            "gpu1  up     1.25/3       3  3s ago  2x H100, 1x A100\n"
+            "gpu2  down      0/0       2   never  -\n");
+}
+
+TEST(RenderUsageTest, RowsAndTotal) {
+  const Json answer = Parse(R"({"since_us": 1790899200000000, "until_us": 1793491200000000,
+    "by": "project", "rows": [{"key": "vision", "gpu_hours": 12.5, "jobs": 4},
+                              {"key": "", "gpu_hours": 0.25, "jobs": 1}]})");
+  EXPECT_EQ(RenderUsage(answer),
+            "GPU-hours allocated from 2026-10-02T00:00:00Z to 2026-11-01T00:00:00Z, by project\n"
+            "PROJECT  GPU-HOURS  JOBS\n"
+            "vision       12.50     4\n"
+            "(none)        0.25     1\n"
+            "TOTAL        12.75     5\n");
+}
+
+TEST(RenderTokensAndWhoamiTest, Canned) {
+  EXPECT_EQ(RenderTokens(Parse(R"({"tokens": [{"id": 2, "user": "alice", "kind": "user",
+              "created_us": 1793491200000000}, {"id": "n1", "user": "gpu7", "kind": "node"}]})")),
+            "ID  USER   KIND  CREATED\n"
+            "2   alice  user  2026-11-01T00:00:00Z\n"
+            "n1  gpu7   node  -\n");
+  EXPECT_EQ(RenderWhoami(Parse(R"({"user": "alice", "uid": 1000, "admin": false})")),
+            "alice (uid 1000)\n");
+  EXPECT_EQ(RenderWhoami(Parse(R"({"user": "root", "uid": 0, "admin": true})")),
+            "root (uid 0), admin\n");
+}
+
+}  // namespace
+}  // namespace gpupool::cli

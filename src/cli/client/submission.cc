@@ -1,0 +1,185 @@
+// BuildSubmission: submit options (as text) -> the POST /v1/jobs body. Declared in
+// submit_flags.h. The server checks everything again; these checks exist so that a
+// mistake is reported before any network round trip, in the user's own words.
+#include <cctype>
+#include <filesystem>
+
+#include "cli/client/submit_flags.h"
+#include "cli/client/units.h"
+#include "common/strings.h"
+#include "jobs/job.h"
+#include "jobs/job_json.h"
+
+namespace gpupool::cli {
+namespace {
+
+constexpr int64_t kMaxTimeLimitS = int64_t{10} * 365 * 24 * 3600;  // the server's limit
+
+Status OptionError(std::string_view option, std::string_view value, std::string_view why) {
+  return Status::InvalidArgument(std::string(option) + " " + std::string(value) + ": " +
+                                 std::string(why));
+}
+
+// A whole number in [min, max], or an error naming the option.
+Result<int64_t> WholeNumber(std::string_view option, const std::string& value, int64_t min,
+                            int64_t max, std::string_view example) {
+  auto v = ParseInt64(Trim(value));
+  if (!v || *v < min || *v > max) {
+    return OptionError(option, value,
+                       "use a whole number from " + std::to_string(min) + " to " +
+                           std::to_string(max) + ", e.g. " + std::string(example));
+  }
+  return *v;
+}
+
+bool IsEnvName(std::string_view s) {
+  if (s.empty() || std::isdigit(static_cast<unsigned char>(s[0]))) return false;
+  for (char c : s) {
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '_') return false;
+  }
+  return true;
+}
+
+bool IsCapability(std::string_view s) {
+  const size_t dot = s.find('.');
+  if (dot == std::string_view::npos || dot == 0 || dot + 1 == s.size()) return false;
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (i != dot && !std::isdigit(static_cast<unsigned char>(s[i]))) return false;
+  }
+  return true;
+}
+
+// The GPU part of the request: --gpus, --gpu-share, --gpu-mem.
+Status FillGpus(const SubmitFlags& f, jobs::ResourceRequest* r) {
+  if (f.gpu_share && f.gpu_mem) {
+    return Status::InvalidArgument(
+        "--gpu-share and --gpu-mem both size a share of one GPU; give one or the other");
+  }
+  std::optional<int64_t> gpus;
+  if (f.gpus) {
+    GP_ASSIGN_OR_RETURN(gpus, WholeNumber("--gpus", *f.gpus, 0, 1024, "2"));
+  }
+  if (f.gpu_share) {
+    auto milli = ParseGpuShare(*f.gpu_share);
+    if (!milli.ok()) return OptionError("--gpu-share", *f.gpu_share, milli.status().message());
+    if (gpus && *gpus != 1) {
+      return OptionError("--gpu-share", *f.gpu_share,
+                         "a share is part of one GPU and needs --gpus 1 (got --gpus " +
+                             *f.gpus + ")");
+    }
+    gpus = 1;
+    r->gpu_milli = *milli;
+  }
+  if (f.gpu_mem) {
+    auto bytes = ParseSize(*f.gpu_mem);
+    if (!bytes.ok()) return OptionError("--gpu-mem", *f.gpu_mem, bytes.status().message());
+    if (*bytes == 0) return OptionError("--gpu-mem", *f.gpu_mem, "must be more than 0");
+    if (gpus && *gpus != 1) {
+      return OptionError("--gpu-mem", *f.gpu_mem,
+                         "a share sized by memory is part of one GPU and needs --gpus 1 (got "
+                         "--gpus " + *f.gpus + ")");
+    }
+    gpus = 1;
+    r->gpu_memory_bytes = *bytes;
+  }
+  r->gpus = static_cast<int>(gpus.value_or(0));
+  return Status::Ok();
+}
+
+// Everything else of the request.
+Status FillRequest(const SubmitFlags& f, jobs::ResourceRequest* r) {
+  GP_RETURN_IF_ERROR(FillGpus(f, r));
+  for (const std::string& m : f.gpu_models) {
+    std::string model(Trim(m));
+    if (model.empty()) {
+      return Status::InvalidArgument("--gpu-model: an empty model name; use e.g. A100 or A100,H100");
+    }
+    r->gpu_models.push_back(std::move(model));
+  }
+  if (!r->gpu_models.empty() && r->gpus == 0) {
+    return Status::InvalidArgument("--gpu-model: the job asks for no GPU; add --gpus N");
+  }
+  if (f.min_capability) {
+    if (!IsCapability(Trim(*f.min_capability))) {
+      return OptionError("--min-capability", *f.min_capability, "use MAJOR.MINOR, e.g. 8.0");
+    }
+    r->min_capability = std::string(Trim(*f.min_capability));
+  }
+  if (f.vendor) {
+    r->vendor = ToLower(Trim(*f.vendor));
+    if (r->vendor != "nvidia" && r->vendor != "amd") {
+      return OptionError("--vendor", *f.vendor, "use nvidia or amd");
+    }
+  }
+  if (f.cpus) {
+    auto milli = ParseCpus(*f.cpus);
+    if (!milli.ok()) return OptionError("--cpus", *f.cpus, milli.status().message());
+    r->cpu_milli = *milli;
+  }
+  if (f.mem) {
+    auto bytes = ParseSize(*f.mem);
+    if (!bytes.ok()) return OptionError("--mem", *f.mem, bytes.status().message());
+    r->memory_bytes = *bytes;
+  }
+  if (f.tasks) {
+    GP_ASSIGN_OR_RETURN(int64_t tasks, WholeNumber("--tasks", *f.tasks, 1, 4096, "4"));
+    r->tasks = static_cast<int>(tasks);
+  }
+  // The codec's own invariants, so nothing the server would refuse leaves this machine.
+  return jobs::ValidateRequest(*r);
+}
+
+}  // namespace
+
+Result<OrderedJson> BuildSubmission(const SubmitFlags& f, const std::vector<std::string>& command,
+                                    const std::string& cwd) {
+  if (command.empty() || command[0].empty()) {
+    return Status::InvalidArgument(
+        "nothing to run: give a SCRIPT [ARGS...] or -- COMMAND [ARGS...]");
+  }
+  jobs::ResourceRequest request;
+  GP_RETURN_IF_ERROR(FillRequest(f, &request));
+
+  OrderedJson body;
+  if (f.name) body["name"] = *f.name;
+  if (f.project) body["project"] = *f.project;
+  body["command"] = command;
+  OrderedJson env = OrderedJson::object();
+  for (const std::string& kv : f.env) {
+    const size_t eq = kv.find('=');
+    if (eq == std::string::npos || !IsEnvName(kv.substr(0, eq))) {
+      return OptionError("--env", kv, "use NAME=VALUE, e.g. --env OMP_NUM_THREADS=4");
+    }
+    env[kv.substr(0, eq)] = kv.substr(eq + 1);  // a later --env for a name wins
+  }
+  if (!env.empty()) body["env"] = std::move(env);
+  std::filesystem::path workdir(cwd);
+  if (f.workdir) {
+    if (Trim(*f.workdir).empty()) return OptionError("--workdir", "''", "give a directory");
+    workdir = std::filesystem::path(cwd) / *f.workdir;  // an absolute --workdir replaces cwd
+  }
+  body["workdir"] = workdir.lexically_normal().string();
+  if (f.image) {
+    if (Trim(*f.image).empty()) return OptionError("--image", "''", "give an image reference");
+    body["image"] = *f.image;
+  }
+  body["request"] = jobs::RequestToJson(request);
+  if (f.priority) {
+    GP_ASSIGN_OR_RETURN(int64_t p,
+                        WholeNumber("--priority", *f.priority, -1'000'000, 1'000'000, "10"));
+    body["priority"] = p;
+  }
+  if (f.time) {
+    auto secs = ParseDuration(*f.time);
+    if (!secs.ok()) return OptionError("--time", *f.time, secs.status().message());
+    if (*secs <= 0) return OptionError("--time", *f.time, "a time limit must be positive");
+    if (*secs > kMaxTimeLimitS) {
+      return OptionError("--time", *f.time, "a time limit must be at most 10 years");
+    }
+    body["time_limit_s"] = *secs;
+  }
+  if (f.requeue) body["requeue"] = *f.requeue;
+  return body;
+}
+
+}  // namespace gpupool::cli

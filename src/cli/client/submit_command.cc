@@ -1,0 +1,112 @@
+// `gpupool submit [options] SCRIPT [ARGS...]` or `gpupool submit [options] -- COMMAND...`.
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "cli/client/client_common.h"
+#include "cli/client/json_view.h"
+#include "cli/client/submit_flags.h"
+
+namespace gpupool::cli {
+namespace {
+
+// Directives live in the leading comment block; reading this much is plenty and keeps a
+// huge or binary "script" from being slurped.
+constexpr size_t kScriptHeadBytes = 1 << 20;
+
+struct SubmitState {
+  ConnectionFlags conn;
+  SubmitFlags flags;
+  std::vector<std::string> words;  // SCRIPT ARGS... or, after --, COMMAND ARGS...
+  bool json = false;
+};
+
+// A script's #GPUPOOL options and the command that runs it (its absolute path first).
+Status ReadScript(const std::string& cwd, std::vector<std::string>* command,
+                  SubmitFlags* script_flags) {
+  const std::string& script = (*command)[0];
+  const std::string hint =
+      "; to run a program that is not a file here, put it after --, e.g. gpupool submit "
+      "--gpus 1 -- nvidia-smi";
+  std::filesystem::path path(script);
+  if (path.is_relative()) path = std::filesystem::path(cwd) / path;
+  path = path.lexically_normal();
+  std::error_code ec;
+  const auto st = std::filesystem::status(path, ec);
+  if (ec || !std::filesystem::exists(st)) {
+    return Status::InvalidArgument("script '" + script + "': no such file" + hint);
+  }
+  if (!std::filesystem::is_regular_file(st)) {
+    return Status::InvalidArgument("script '" + script + "': not a regular file" + hint);
+  }
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    return Status::InvalidArgument("script '" + script +
+                                   "': cannot be read; check its permissions");
+  }
+  std::string head(kScriptHeadBytes, '\0');
+  in.read(head.data(), static_cast<std::streamsize>(head.size()));
+  head.resize(static_cast<size_t>(in.gcount()));
+  GP_ASSIGN_OR_RETURN(auto directives, ReadScriptDirectives(head, script));
+  GP_ASSIGN_OR_RETURN(*script_flags, ParseDirectives(directives, script));
+  // The job runs the script itself, so it must be executable (as with ./script).
+  if (access(path.c_str(), X_OK) != 0) {
+    return Status::InvalidArgument("script '" + script + "' is not executable: run chmod +x " +
+                                   script + ", or submit it as -- bash " + script);
+  }
+  (*command)[0] = path.string();
+  return Status::Ok();
+}
+
+Status RunSubmit(const ClientRuntime& rt, const SubmitState& s, bool after_dashes) {
+  std::vector<std::string> command = s.words;
+  if (command.empty()) {
+    return Status::InvalidArgument(
+        "nothing to run: give a SCRIPT [ARGS...] or -- COMMAND [ARGS...]");
+  }
+  const std::string cwd = rt.env.cwd();
+  const bool workdir_absolute = s.flags.workdir && !s.flags.workdir->empty() &&
+                                (*s.flags.workdir)[0] == '/';
+  if (cwd.empty() && !workdir_absolute) {
+    return Status::InvalidArgument(
+        "cannot determine the current directory; pass --workdir /absolute/path");
+  }
+  SubmitFlags script_flags;
+  if (!after_dashes) GP_RETURN_IF_ERROR(ReadScript(cwd, &command, &script_flags));
+  const SubmitFlags flags = MergeFlags(script_flags, s.flags);
+  GP_ASSIGN_OR_RETURN(OrderedJson body, BuildSubmission(flags, command, cwd));
+  GP_ASSIGN_OR_RETURN(ApiClient api, Connect(rt, s.conn));
+  GP_ASSIGN_OR_RETURN(ApiAnswer answer, api.Post("/v1/jobs", DumpJson(body)));
+  if (s.json) {
+    PrintRaw(rt, answer.body);
+  } else {
+    Print(rt, "Submitted job " + std::to_string(GetInt(GetObject(answer.json, "job"), "id")) +
+                  "\n");
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+void RegisterSubmitCommand(CLI::App& app, const RuntimePtr& rt) {
+  auto s = std::make_shared<SubmitState>();
+  CLI::App* cmd = app.add_subcommand(
+      "submit",
+      "Submit a job: gpupool submit [options] SCRIPT [ARGS...] or gpupool submit [options] -- "
+      "COMMAND [ARGS...]; a SCRIPT's leading '#GPUPOOL --option' lines are read as options");
+  AddSubmitOptions(*cmd, &s->flags);
+  cmd->add_flag("--json", s->json, "print the server's answer (the new job) as JSON");
+  AddConnectionOptions(*cmd, &s->conn);
+  cmd->add_option("command", s->words, "SCRIPT [ARGS...], or COMMAND [ARGS...] after --");
+  // Everything after the script or command word is its own argument list, not ours.
+  cmd->positionals_at_end();
+  cmd->callback([rt, s, cmd] {
+    // CLI11 leaves a "--" separator in remaining(); that is how the two forms differ.
+    const auto rest = cmd->remaining();
+    const bool after_dashes = !rest.empty() && rest.front() == "--";
+    Report(*rt, RunSubmit(*rt, *s, after_dashes));
+  });
+}
+
+}  // namespace gpupool::cli

@@ -1,0 +1,177 @@
+#include "cli/client/submit_flags.h"
+
+#include <algorithm>
+
+#include "common/strings.h"
+
+namespace gpupool::cli {
+namespace {
+
+// A single-valued option: the last occurrence wins, like most Unix tools.
+void Single(CLI::App& app, const std::string& name, std::optional<std::string>* out,
+            const std::string& help) {
+  app.add_option_function<std::string>(
+         name, [out](const std::string& v) { *out = v; }, help)
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+}
+
+// Splits one directive's text into words: '...' keeps everything, "..." and bare words
+// honour backslash escapes, and an unquoted # at the start of a word begins a comment.
+Result<std::vector<std::string>> SplitWords(std::string_view text) {
+  std::vector<std::string> words;
+  std::string word;
+  bool in_word = false;
+  size_t i = 0;
+  while (i < text.size()) {
+    const char c = text[i];
+    if (c == ' ' || c == '\t' || c == '\r') {
+      if (in_word) words.push_back(std::move(word));
+      word.clear();
+      in_word = false;
+      ++i;
+    } else if (c == '#' && !in_word) {
+      break;
+    } else if (c == '\'') {
+      const size_t end = text.find('\'', i + 1);
+      if (end == std::string_view::npos) return Status::InvalidArgument("unterminated ' quote");
+      word.append(text.substr(i + 1, end - i - 1));
+      in_word = true;
+      i = end + 1;
+    } else if (c == '"') {
+      ++i;
+      bool closed = false;
+      while (i < text.size()) {
+        if (text[i] == '"') {
+          closed = true;
+          ++i;
+          break;
+        }
+        if (text[i] == '\\' && i + 1 < text.size()) ++i;
+        word += text[i++];
+      }
+      if (!closed) return Status::InvalidArgument("unterminated \" quote");
+      in_word = true;
+    } else if (c == '\\' && i + 1 < text.size()) {
+      word += text[i + 1];
+      in_word = true;
+      i += 2;
+    } else {
+      word += c;
+      in_word = true;
+      ++i;
+    }
+  }
+  if (in_word) words.push_back(std::move(word));
+  return words;
+}
+
+}  // namespace
+
+void AddSubmitOptions(CLI::App& app, SubmitFlags* f) {
+  Single(app, "--gpus", &f->gpus, "whole GPUs per task (default 0)");
+  Single(app, "--gpu-share", &f->gpu_share, "a share of one GPU, e.g. 0.25 (implies --gpus 1)");
+  Single(app, "--gpu-mem", &f->gpu_mem,
+         "a share of one GPU sized by its memory, e.g. 20G (implies --gpus 1)");
+  app.add_option_function<std::vector<std::string>>(
+         "--gpu-model",
+         [f](const std::vector<std::string>& v) {
+           f->gpu_models.insert(f->gpu_models.end(), v.begin(), v.end());
+         },
+         "allowed GPU models, repeatable or a comma list, e.g. A100,H100")
+      ->allow_extra_args(false)
+      ->delimiter(',');
+  Single(app, "--min-capability", &f->min_capability, "minimum compute capability, e.g. 8.0");
+  Single(app, "--vendor", &f->vendor, "nvidia or amd");
+  Single(app, "--cpus", &f->cpus, "CPUs per task, e.g. 2 or 0.5 (default 1)");
+  Single(app, "--mem", &f->mem, "memory per task, e.g. 16G (binary units)");
+  Single(app, "--time", &f->time, "time limit: 1:30:00, 90m, 2h, 45s or 1-00:00:00");
+  Single(app, "--name", &f->name, "job name");
+  Single(app, "--project", &f->project, "project to account the usage to");
+  Single(app, "--priority", &f->priority, "priority within your own jobs (default 0)");
+  app.add_option_function<std::vector<std::string>>(
+         "--env",
+         [f](const std::vector<std::string>& v) {
+           f->env.insert(f->env.end(), v.begin(), v.end());
+         },
+         "set NAME=VALUE in the job's environment (repeatable)")
+      ->allow_extra_args(false);
+  Single(app, "--workdir", &f->workdir, "working directory (default: the current directory)");
+  Single(app, "--tasks", &f->tasks, "tasks placed together as a gang (default 1)");
+  Single(app, "--image", &f->image, "run in this container image");
+  app.add_flag_function(
+      "--requeue,!--no-requeue", [f](int64_t count) { f->requeue = count > 0; },
+      "requeue the job if its node is lost");
+}
+
+Result<std::vector<Directive>> ReadScriptDirectives(std::string_view text,
+                                                    std::string_view script_name) {
+  std::vector<Directive> out;
+  std::vector<std::string> lines = Split(text, '\n');
+  constexpr std::string_view kTag = "#GPUPOOL";
+  for (size_t i = 0; i < lines.size(); ++i) {
+    const std::string_view line = Trim(lines[i]);
+    if (i == 0 && StartsWith(line, "#!")) continue;
+    if (line.empty()) continue;
+    if (line[0] != '#') break;  // the leading comment block ends here
+    if (!StartsWith(line, kTag)) continue;
+    const std::string_view rest = line.substr(kTag.size());
+    if (!rest.empty() && rest[0] != ' ' && rest[0] != '\t') continue;  // e.g. "#GPUPOOLX"
+    auto words = SplitWords(rest);
+    if (!words.ok()) {
+      return Status::InvalidArgument(std::string(script_name) + ":" + std::to_string(i + 1) +
+                                     ": #GPUPOOL line: " + words.status().message());
+    }
+    if (!words->empty()) out.push_back({static_cast<int>(i + 1), std::move(words).value()});
+  }
+  return out;
+}
+
+Result<SubmitFlags> ParseDirectives(const std::vector<Directive>& directives,
+                                    std::string_view script_name) {
+  SubmitFlags flags;
+  for (const Directive& d : directives) {
+    // A fresh parser per line, so an error names its line; all write into one SubmitFlags.
+    CLI::App parser;
+    parser.set_help_flag();
+    AddSubmitOptions(parser, &flags);
+    std::vector<std::string> args(d.words.rbegin(), d.words.rend());  // CLI11 wants reverse
+    try {
+      parser.parse(args);
+    } catch (const CLI::ParseError& e) {
+      return Status::InvalidArgument(std::string(script_name) + ":" + std::to_string(d.line) +
+                                     ": #GPUPOOL line: " + e.what());
+    }
+  }
+  return flags;
+}
+
+SubmitFlags MergeFlags(const SubmitFlags& script, const SubmitFlags& cmdline) {
+  SubmitFlags m = script;
+  auto over = [](std::optional<std::string>* into, const std::optional<std::string>& v) {
+    if (v) *into = v;
+  };
+  over(&m.gpus, cmdline.gpus);
+  over(&m.gpu_share, cmdline.gpu_share);
+  over(&m.gpu_mem, cmdline.gpu_mem);
+  // A share asked for on the command line replaces the script's way of sizing it, so a
+  // script's --gpu-mem and a command line --gpu-share do not conflict.
+  if (cmdline.gpu_share && !cmdline.gpu_mem) m.gpu_mem.reset();
+  if (cmdline.gpu_mem && !cmdline.gpu_share) m.gpu_share.reset();
+  if (!cmdline.gpu_models.empty()) m.gpu_models = cmdline.gpu_models;
+  over(&m.min_capability, cmdline.min_capability);
+  over(&m.vendor, cmdline.vendor);
+  over(&m.cpus, cmdline.cpus);
+  over(&m.mem, cmdline.mem);
+  over(&m.time, cmdline.time);
+  over(&m.name, cmdline.name);
+  over(&m.project, cmdline.project);
+  over(&m.priority, cmdline.priority);
+  m.env.insert(m.env.end(), cmdline.env.begin(), cmdline.env.end());
+  over(&m.workdir, cmdline.workdir);
+  over(&m.tasks, cmdline.tasks);
+  over(&m.image, cmdline.image);
+  if (cmdline.requeue) m.requeue = cmdline.requeue;
+  return m;
+}
+
+}  // namespace gpupool::cli

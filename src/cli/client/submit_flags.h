@@ -1,0 +1,73 @@
+// The options of `gpupool submit`, where they come from, and the job submission they
+// become.
+//
+// Options come from the command line and from `#GPUPOOL` lines in a script's leading
+// comment block (read like Slurm's `#SBATCH` lines); the command line wins. Values stay
+// text until BuildSubmission checks and converts them all, so that every error names
+// the option and the value as the user wrote them ("--gpu-share 1.5: a share must be in
+// (0, 1]"). Pure functions apart from AddSubmitOptions, which binds to a CLI11 app.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+
+#include "common/json.h"
+#include "common/status.h"
+
+namespace gpupool::cli {
+
+struct SubmitFlags {
+  std::optional<std::string> gpus;
+  std::optional<std::string> gpu_share;
+  std::optional<std::string> gpu_mem;
+  std::vector<std::string> gpu_models;  // each --gpu-model, comma lists split
+  std::optional<std::string> min_capability;
+  std::optional<std::string> vendor;
+  std::optional<std::string> cpus;
+  std::optional<std::string> mem;
+  std::optional<std::string> time;
+  std::optional<std::string> name;
+  std::optional<std::string> project;
+  std::optional<std::string> priority;
+  std::vector<std::string> env;  // "K=V", in the order given
+  std::optional<std::string> workdir;
+  std::optional<std::string> tasks;
+  std::optional<std::string> image;
+  std::optional<bool> requeue;
+};
+
+// Adds every submit option to `app`, writing into *flags (which must outlive app).
+void AddSubmitOptions(CLI::App& app, SubmitFlags* flags);
+
+// One `#GPUPOOL` line, split into words like a shell would (quotes, backslashes, and a
+// `#` at the start of a word begins a comment).
+struct Directive {
+  int line = 0;  // 1-based
+  std::vector<std::string> words;
+};
+
+// The #GPUPOOL lines of a script's leading comment block: after an optional `#!` line,
+// up to the first line that is neither blank nor a comment.
+Result<std::vector<Directive>> ReadScriptDirectives(std::string_view script_text,
+                                                    std::string_view script_name);
+
+// Parses directives as submit options. Errors name the script and line.
+Result<SubmitFlags> ParseDirectives(const std::vector<Directive>& directives,
+                                    std::string_view script_name);
+
+// `cmdline` over `script`: each option given on the command line replaces the script's;
+// --env lists are concatenated (later wins for the same name); --gpu-model lists replace.
+SubmitFlags MergeFlags(const SubmitFlags& script, const SubmitFlags& cmdline);
+
+// The POST /v1/jobs body for these options and command. `cwd` (absolute) is the default
+// working directory and the base of a relative --workdir. Every value is checked;
+// errors are kInvalidArgument naming the option.
+Result<OrderedJson> BuildSubmission(const SubmitFlags& flags,
+                                    const std::vector<std::string>& command,
+                                    const std::string& cwd);
+
+}  // namespace gpupool::cli

@@ -1,0 +1,187 @@
+#include "cli/client/submit_flags.h"
+
+#include <gtest/gtest.h>
+
+namespace gpupool::cli {
+namespace {
+
+// Parses command-line words (after `submit`) with the real option definitions.
+SubmitFlags ParseArgs(std::vector<std::string> words) {
+  SubmitFlags flags;
+  CLI::App app;
+  AddSubmitOptions(app, &flags);
+  std::vector<std::string> reversed(words.rbegin(), words.rend());
+  app.parse(reversed);
+  return flags;
+}
+
+std::string Body(const SubmitFlags& f, std::vector<std::string> cmd = {"python", "train.py"}) {
+  auto b = BuildSubmission(f, cmd, "/home/alice/proj");
+  return b.ok() ? DumpJson(*b) : "ERROR: " + b.status().message();
+}
+
+std::string Error(std::vector<std::string> words) {
+  auto b = BuildSubmission(ParseArgs(std::move(words)), {"x"}, "/w");
+  return b.ok() ? "OK" : b.status().message();
+}
+
+TEST(BuildSubmissionTest, MinimalBodyIsExact) {
+  EXPECT_EQ(Body({}),
+            R"({"command":["python","train.py"],"workdir":"/home/alice/proj",)"
+            R"("request":{"gpus":0,"gpu_milli":1000,"cpu_milli":1000,"memory_bytes":0,"tasks":1}})");
+}
+
+TEST(BuildSubmissionTest, EveryOptionLandsInItsField) {
+  SubmitFlags f = ParseArgs({"--gpus", "2", "--gpu-model", "A100,H100", "--gpu-model", "L40S",
+                             "--min-capability", "8.0", "--vendor", "NVIDIA", "--cpus", "0.5",
+                             "--mem", "16G", "--time", "1:30:00", "--name", "train", "--project",
+                             "vision", "--priority", "-5", "--env", "A=1", "--env", "B=x=y",
+                             "--env", "A=2", "--workdir", "sub/dir", "--tasks", "3", "--image",
+                             "docker.io/pytorch:2", "--requeue"});
+  EXPECT_EQ(Body(f),
+            R"({"name":"train","project":"vision","command":["python","train.py"],)"
+            R"("env":{"A":"2","B":"x=y"},"workdir":"/home/alice/proj/sub/dir",)"
+            R"("image":"docker.io/pytorch:2","request":{"gpus":2,"gpu_milli":1000,)"
+            R"("cpu_milli":500,"memory_bytes":17179869184,"gpu_models":["A100","H100","L40S"],)"
+            R"("vendor":"nvidia","min_capability":"8.0","tasks":3},"priority":-5,)"
+            R"("time_limit_s":5400,"requeue":true})");
+}
+
+TEST(BuildSubmissionTest, ShareImpliesOneGpu) {
+  EXPECT_NE(Body(ParseArgs({"--gpu-share", "0.25"})).find(R"("gpus":1,"gpu_milli":250)"),
+            std::string::npos);
+  EXPECT_NE(Body(ParseArgs({"--gpus", "1", "--gpu-share", "25%"})).find(R"("gpu_milli":250)"),
+            std::string::npos);
+  EXPECT_NE(Body(ParseArgs({"--gpu-mem", "20G"}))
+                .find(R"("gpus":1,"gpu_milli":1000,"gpu_memory_bytes":21474836480)"),
+            std::string::npos);
+}
+
+TEST(BuildSubmissionTest, WorkdirAbsoluteReplacesCwd) {
+  EXPECT_NE(Body(ParseArgs({"--workdir", "/data/run"})).find(R"("workdir":"/data/run")"),
+            std::string::npos);
+  EXPECT_NE(Body(ParseArgs({"--workdir", "../other"})).find(R"("workdir":"/home/alice/other")"),
+            std::string::npos);
+}
+
+TEST(BuildSubmissionTest, NoRequeueIsSentAsFalse) {
+  EXPECT_NE(Body(ParseArgs({"--no-requeue"})).find(R"("requeue":false)"), std::string::npos);
+}
+
+TEST(BuildSubmissionTest, EveryBadValueNamesItsOption) {
+  EXPECT_EQ(Error({"--gpu-share", "1.5"}), "--gpu-share 1.5: a share must be in (0, 1]");
+  EXPECT_EQ(Error({"--gpu-share", "0.5", "--gpus", "2"}),
+            "--gpu-share 0.5: a share is part of one GPU and needs --gpus 1 (got --gpus 2)");
+  EXPECT_EQ(Error({"--gpu-mem", "20G", "--gpus", "0"}),
+            "--gpu-mem 20G: a share sized by memory is part of one GPU and needs --gpus 1 (got "
+            "--gpus 0)");
+  EXPECT_EQ(Error({"--gpu-mem", "20G", "--gpu-share", "0.5"}),
+            "--gpu-share and --gpu-mem both size a share of one GPU; give one or the other");
+  EXPECT_EQ(Error({"--gpu-mem", "0"}), "--gpu-mem 0: must be more than 0");
+  EXPECT_EQ(Error({"--gpus", "two"}), "--gpus two: use a whole number from 0 to 1024, e.g. 2");
+  EXPECT_EQ(Error({"--gpus", "-1"}), "--gpus -1: use a whole number from 0 to 1024, e.g. 2");
+  EXPECT_EQ(Error({"--gpus", "1.5"}), "--gpus 1.5: use a whole number from 0 to 1024, e.g. 2");
+  EXPECT_EQ(Error({"--tasks", "0"}), "--tasks 0: use a whole number from 1 to 4096, e.g. 4");
+  EXPECT_EQ(Error({"--priority", "high"}),
+            "--priority high: use a whole number from -1000000 to 1000000, e.g. 10");
+  EXPECT_EQ(Error({"--vendor", "intel"}), "--vendor intel: use nvidia or amd");
+  EXPECT_EQ(Error({"--gpus", "1", "--min-capability", "8"}),
+            "--min-capability 8: use MAJOR.MINOR, e.g. 8.0");
+  EXPECT_EQ(Error({"--gpu-model", "A100"}),
+            "--gpu-model: the job asks for no GPU; add --gpus N");
+  EXPECT_EQ(Error({"--gpus", "1", "--gpu-model", "A100,,H100"}),
+            "--gpu-model: an empty model name; use e.g. A100 or A100,H100");
+  EXPECT_EQ(Error({"--env", "FOO"}), "--env FOO: use NAME=VALUE, e.g. --env OMP_NUM_THREADS=4");
+  EXPECT_EQ(Error({"--env", "1X=2"}), "--env 1X=2: use NAME=VALUE, e.g. --env OMP_NUM_THREADS=4");
+  EXPECT_EQ(Error({"--time", "0"}), "--time 0: a time limit must be positive");
+  EXPECT_EQ(Error({"--time", "11000d"}), "--time 11000d: a time limit must be at most 10 years");
+  EXPECT_NE(Error({"--time", "soon"}).find("--time soon: 'soon' is not a duration"),
+            std::string::npos);
+  EXPECT_NE(Error({"--mem", "16X"}).find("--mem 16X: '16X' is not a size"), std::string::npos);
+  EXPECT_NE(Error({"--cpus", "-2"}).find("--cpus -2: a CPU count must not be negative"),
+            std::string::npos);
+  EXPECT_NE(Error({"--gpu-mem", "lots"}).find("--gpu-mem lots: 'lots' is not a size"),
+            std::string::npos);
+  EXPECT_EQ(Error({"--workdir", ""}), "--workdir '': give a directory");
+  EXPECT_EQ(Error({"--image", " "}), "--image '': give an image reference");
+}
+
+TEST(BuildSubmissionTest, EmptyCommandIsAUsageError) {
+  auto b = BuildSubmission({}, {}, "/w");
+  ASSERT_FALSE(b.ok());
+  EXPECT_EQ(b.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(b.status().message().find("nothing to run"), std::string::npos);
+}
+
+TEST(ScriptDirectivesTest, ReadsTheLeadingCommentBlockOnly) {
+  const char* script =
+      "#!/bin/bash\n"
+      "# a comment\n"
+      "#GPUPOOL --gpus 2 --name 'my run'\n"
+      "\n"
+      "#GPUPOOL   --env \"MSG=hello world\" # trailing comment\n"
+      "#GPUPOOLX --gpus 9\n"
+      "#SBATCH --gpus 7\n"
+      "echo start\n"
+      "#GPUPOOL --gpus 5\n";
+  auto d = ReadScriptDirectives(script, "job.sh");
+  ASSERT_TRUE(d.ok()) << d.status().ToString();
+  ASSERT_EQ(d->size(), 2u);
+  EXPECT_EQ((*d)[0].line, 3);
+  EXPECT_EQ((*d)[0].words, (std::vector<std::string>{"--gpus", "2", "--name", "my run"}));
+  EXPECT_EQ((*d)[1].line, 5);
+  EXPECT_EQ((*d)[1].words, (std::vector<std::string>{"--env", "MSG=hello world"}));
+}
+
+TEST(ScriptDirectivesTest, NoShebangAndBackslashes) {
+  auto d = ReadScriptDirectives("#GPUPOOL --name a\\ b --env X=a#b\npython x.py\n", "s");
+  ASSERT_TRUE(d.ok());
+  ASSERT_EQ(d->size(), 1u);
+  EXPECT_EQ((*d)[0].words, (std::vector<std::string>{"--name", "a b", "--env", "X=a#b"}));
+}
+
+TEST(ScriptDirectivesTest, UnterminatedQuoteNamesTheLine) {
+  auto d = ReadScriptDirectives("#!/bin/sh\n#GPUPOOL --name 'oops\n", "run.sh");
+  ASSERT_FALSE(d.ok());
+  EXPECT_EQ(d.status().message(), "run.sh:2: #GPUPOOL line: unterminated ' quote");
+}
+
+TEST(ScriptDirectivesTest, ParsedOptionsAndTheirErrors) {
+  auto d = ReadScriptDirectives("#GPUPOOL --gpus 2\n#GPUPOOL --env A=1\n#GPUPOOL --env B=2\n",
+                                "s.sh");
+  ASSERT_TRUE(d.ok());
+  auto f = ParseDirectives(*d, "s.sh");
+  ASSERT_TRUE(f.ok()) << f.status().ToString();
+  EXPECT_EQ(f->gpus, "2");
+  EXPECT_EQ(f->env, (std::vector<std::string>{"A=1", "B=2"}));
+
+  auto bad = ParseDirectives({{4, {"--gpus", "2", "--bogus"}}}, "s.sh");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(bad.status().message().find("s.sh:4: #GPUPOOL line: "), std::string::npos);
+  EXPECT_NE(bad.status().message().find("--bogus"), std::string::npos);
+  EXPECT_FALSE(ParseDirectives({{1, {"stray"}}}, "s.sh").ok());
+  EXPECT_FALSE(ParseDirectives({{1, {"--help"}}}, "s.sh").ok());
+}
+
+TEST(MergeFlagsTest, CommandLineOverridesScript) {
+  SubmitFlags script = ParseArgs({"--gpus", "2", "--name", "from-script", "--env", "A=1",
+                                  "--gpu-model", "A100", "--time", "1h", "--requeue"});
+  SubmitFlags cmdline = ParseArgs({"--gpus", "4", "--env", "A=2", "--no-requeue"});
+  SubmitFlags m = MergeFlags(script, cmdline);
+  EXPECT_EQ(m.gpus, "4");
+  EXPECT_EQ(m.name, "from-script");
+  EXPECT_EQ(m.time, "1h");
+  EXPECT_EQ(m.gpu_models, std::vector<std::string>{"A100"});
+  EXPECT_EQ(m.requeue, false);
+  EXPECT_NE(Body(m).find(R"("env":{"A":"2"})"), std::string::npos);
+}
+
+TEST(MergeFlagsTest, CommandLineShareReplacesScriptMemoryShare) {
+  SubmitFlags m = MergeFlags(ParseArgs({"--gpu-mem", "20G"}), ParseArgs({"--gpu-share", "0.5"}));
+  EXPECT_FALSE(m.gpu_mem.has_value());
+  EXPECT_NE(Body(m).find(R"("gpus":1,"gpu_milli":500,"cpu_milli")"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace gpupool::cli

@@ -1,0 +1,426 @@
+#include "controller/api.h"
+
+#include <sys/stat.h>
+
+#include <chrono>
+#include <fstream>
+#include <thread>
+
+#include "common/json.h"
+#include "common/strings.h"
+#include "controller/usage.h"
+#include "gpu/node_json.h"
+#include "jobs/job_json.h"
+
+namespace gpupool::controller {
+namespace {
+
+using net::HttpRequest;
+using net::HttpResponse;
+
+constexpr size_t kMaxLogChunk = 1 << 20;
+
+HttpResponse JsonResponse(int status, const OrderedJson& body) {
+  HttpResponse r;
+  r.status = status;
+  r.body = DumpJson(body);
+  return r;
+}
+
+HttpResponse ErrorResponse(const Status& s) {
+  int code = 500;
+  switch (s.code()) {
+    case StatusCode::kInvalidArgument: code = 400; break;
+    case StatusCode::kNotFound: code = 404; break;
+    case StatusCode::kAlreadyExists:
+    case StatusCode::kFailedPrecondition: code = 409; break;
+    case StatusCode::kPermissionDenied: code = 403; break;
+    case StatusCode::kResourceExhausted: code = 413; break;
+    case StatusCode::kUnimplemented: code = 501; break;
+    case StatusCode::kUnavailable: code = 503; break;
+    default: code = 500;
+  }
+  OrderedJson j;
+  j["error"] = s.message();
+  return JsonResponse(code, j);
+}
+
+HttpResponse MethodNotAllowed(const HttpRequest& r) {
+  return ErrorResponse(Status::InvalidArgument("method " + r.method + " is not allowed on " +
+                                               r.path + ": see docs/api.md"));
+}
+
+// Parses "/v1/jobs/<id>[/<rest>]".
+bool ParseJobPath(const std::string& path, int64_t* id, std::string* rest) {
+  const std::string prefix = "/v1/jobs/";
+  if (path.compare(0, prefix.size(), prefix) != 0) return false;
+  std::string tail = path.substr(prefix.size());
+  const auto slash = tail.find('/');
+  *rest = slash == std::string::npos ? "" : tail.substr(slash + 1);
+  auto parsed = ParseInt64(tail.substr(0, slash));
+  if (!parsed || *parsed <= 0) return false;
+  *id = *parsed;
+  return true;
+}
+
+Result<int64_t> QueryInt(const HttpRequest& r, const std::string& name, int64_t fallback,
+                         int64_t min, int64_t max) {
+  const std::string v = r.Query(name);
+  if (v.empty()) return fallback;
+  auto parsed = ParseInt64(v);
+  if (!parsed || *parsed < min || *parsed > max) {
+    return Status::InvalidArgument("query parameter " + name + "='" + v + "' must be an integer in " +
+                                   std::to_string(min) + ".." + std::to_string(max));
+  }
+  return *parsed;
+}
+
+OrderedJson LaunchToJson(const LaunchOrder& o) {
+  OrderedJson j = jobs::JobToJson(o.job);
+  j["task_index"] = o.task_index;
+  OrderedJson gpus = OrderedJson::array();
+  for (const GpuGrant& g : o.gpus) {
+    gpus.push_back({{"vendor", g.vendor},
+                    {"index", g.index},
+                    {"uuid", g.uuid},
+                    {"device_nodes", g.device_nodes},
+                    {"gpu_milli", g.gpu_milli}});
+  }
+  j["gpus"] = std::move(gpus);
+  j["denied_device_nodes"] = o.denied_device_nodes;
+  return j;
+}
+
+const char* const kServerSetFields[] = {
+    "id",      "user",          "uid",           "gid",       "state",  "submit_time_us",
+    "start_time_us", "end_time_us", "exit_code", "signal",    "placement", "pending_reason",
+    "reason",  "attempt",       "cancel_requested", "stdout_path", "stderr_path"};
+
+}  // namespace
+
+HttpResponse Api::Handle(const HttpRequest& request) {
+  Result<Identity> who = Authenticate(request, *store_, auth_);
+  if (!who.ok()) {
+    HttpResponse r = ErrorResponse(who.status());
+    r.status = request.Header("authorization").empty() ? 401 : 403;
+    return r;
+  }
+  return Route(request, *who);
+}
+
+HttpResponse Api::Route(const HttpRequest& r, const Identity& who) {
+  const Caller& caller = who.caller;
+  const std::string& p = r.path;
+  if (StartsWith(p, "/v1/agent/")) {
+    if (!who.is_node) {
+      return ErrorResponse(Status::PermissionDenied(
+          "agent calls need a node join token or root on the Unix socket"));
+    }
+    if (p == "/v1/agent/register" && r.method == "POST") return ServeAgentRegister(r);
+    if (p == "/v1/agent/work" && r.method == "GET") return ServeAgentWork(r);
+    if (p == "/v1/agent/events" && r.method == "POST") return ServeAgentEvents(r);
+    return ErrorResponse(Status::NotFound("no agent endpoint " + r.method + " " + p));
+  }
+  if (p == "/v1/jobs") {
+    if (r.method == "POST") return Submit(r, caller);
+    if (r.method == "GET") return ListJobs(r, caller);
+    return MethodNotAllowed(r);
+  }
+  int64_t id = 0;
+  std::string rest;
+  if (ParseJobPath(p, &id, &rest)) {
+    if (rest.empty() && r.method == "GET") {
+      Result<jobs::Job> j = controller_->Get(id, caller);
+      if (!j.ok()) return ErrorResponse(j.status());
+      return JsonResponse(200, {{"job", jobs::JobToJson(*j)}});
+    }
+    if (rest == "cancel" && r.method == "POST") {
+      Result<jobs::Job> j = controller_->Cancel(id, caller);
+      if (!j.ok()) return ErrorResponse(j.status());
+      return JsonResponse(200, {{"job", jobs::JobToJson(*j)}});
+    }
+    if (rest == "logs" && r.method == "GET") return Logs(r, id, caller);
+    return ErrorResponse(Status::NotFound("no endpoint " + r.method + " " + p + ": see docs/api.md"));
+  }
+  if (p == "/v1/nodes" && r.method == "GET") {
+    OrderedJson nodes = OrderedJson::array();
+    for (const NodeView& v : controller_->Nodes()) {
+      OrderedJson gpus = OrderedJson::array();
+      for (size_t g = 0; g < v.info.gpus.size(); ++g) {
+        const gpu::GpuInfo& gi = v.info.gpus[g];
+        gpus.push_back({{"index", gi.index},
+                        {"vendor", gpu::VendorName(gi.vendor)},
+                        {"name", gi.name},
+                        {"uuid", gi.uuid},
+                        {"memory_total_bytes", gi.memory_total_bytes},
+                        {"allocated_milli", v.allocated_milli[g]}});
+      }
+      nodes.push_back({{"name", v.name},
+                       {"state", v.state},
+                       {"last_heartbeat_us", v.last_seen_us},
+                       {"cpu_milli", v.cpu_milli},
+                       {"memory_mib", v.memory_mib},
+                       {"gpus", std::move(gpus)},
+                       {"running_jobs", v.running_jobs}});
+    }
+    return JsonResponse(200, {{"nodes", std::move(nodes)}});
+  }
+  if (p == "/v1/usage" && r.method == "GET") return Usage(r, caller);
+  if (p == "/v1/whoami" && r.method == "GET") {
+    return JsonResponse(200, {{"user", caller.user}, {"uid", caller.uid}, {"admin", caller.admin}});
+  }
+  if (p == "/v1/tokens") {
+    if (!caller.admin) return ErrorResponse(Status::PermissionDenied("only admins manage tokens"));
+    if (r.method == "POST") return CreateToken(r, caller);
+    if (r.method == "GET") {
+      Result<std::vector<store::TokenRecord>> tokens = store_->ListTokens();
+      if (!tokens.ok()) return ErrorResponse(tokens.status());
+      OrderedJson list = OrderedJson::array();
+      for (const auto& t : *tokens) {
+        list.push_back({{"id", t.token_hash.substr(0, 12)},
+                        {"user", t.user},
+                        {"kind", t.kind},
+                        {"created_us", t.created_us}});
+      }
+      return JsonResponse(200, {{"tokens", std::move(list)}});
+    }
+    return MethodNotAllowed(r);
+  }
+  return ErrorResponse(Status::NotFound("no endpoint " + r.method + " " + p + ": see docs/api.md"));
+}
+
+HttpResponse Api::Submit(const HttpRequest& r, const Caller& caller) {
+  Result<Json> body = ParseJson(r.body, "request body", 1 << 20, 32);
+  if (!body.ok()) return ErrorResponse(body.status());
+  if (!body->is_object()) {
+    return ErrorResponse(Status::InvalidArgument("request body: expected a JSON object"));
+  }
+  for (const char* f : kServerSetFields) {
+    if (body->contains(f)) {
+      return ErrorResponse(Status::InvalidArgument(std::string(f) +
+                                                   ": this field is set by the server; leave it out"));
+    }
+  }
+  Result<jobs::Job> job = jobs::JobFromJson(*body, "job");
+  if (!job.ok()) return ErrorResponse(job.status());
+  Result<jobs::Job> submitted = controller_->Submit(std::move(*job), caller);
+  if (!submitted.ok()) return ErrorResponse(submitted.status());
+  return JsonResponse(201, {{"job", jobs::JobToJson(*submitted)}});
+}
+
+HttpResponse Api::ListJobs(const HttpRequest& r, const Caller& caller) {
+  store::JobFilter f;
+  const bool all = r.Query("all") == "1";
+  if (!r.Query("user").empty()) {
+    f.user = r.Query("user");
+  } else if (!all || !caller.admin) {
+    f.user = caller.user;
+  }
+  if (f.user && *f.user != caller.user && !caller.admin) {
+    return ErrorResponse(Status::PermissionDenied("only admins may list other users' jobs"));
+  }
+  f.active_only = r.Query("active") == "1";
+  if (const std::string states = r.Query("state"); !states.empty()) {
+    for (const std::string& s : Split(states, ',')) {
+      std::string upper = s;
+      for (char& c : upper) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+      auto st = jobs::ParseJobState(upper);
+      if (!st) {
+        return ErrorResponse(Status::InvalidArgument(
+            "state: unknown state '" + s +
+            "'; use PENDING, ASSIGNED, RUNNING, SUCCEEDED, FAILED, CANCELLED, TIMEOUT or LOST"));
+      }
+      f.states.push_back(*st);
+    }
+  }
+  Result<int64_t> limit = QueryInt(r, "limit", 0, 0, 100000);
+  if (!limit.ok()) return ErrorResponse(limit.status());
+  f.limit = static_cast<size_t>(*limit);
+  Result<std::vector<jobs::Job>> jobs = controller_->List(f, caller);
+  if (!jobs.ok()) return ErrorResponse(jobs.status());
+  OrderedJson list = OrderedJson::array();
+  for (const jobs::Job& j : *jobs) list.push_back(jobs::JobToJson(j));
+  return JsonResponse(200, {{"jobs", std::move(list)}});
+}
+
+HttpResponse Api::Logs(const HttpRequest& r, int64_t id, const Caller& caller) {
+  const std::string stream = r.Query("stream", "stdout");
+  if (stream != "stdout" && stream != "stderr") {
+    return ErrorResponse(Status::InvalidArgument("stream: use stdout or stderr"));
+  }
+  Result<int64_t> offset = QueryInt(r, "offset", 0, 0, INT64_MAX);
+  Result<int64_t> wait_ms = QueryInt(r, "wait_ms", 0, 0, 60'000);
+  if (!offset.ok()) return ErrorResponse(offset.status());
+  if (!wait_ms.ok()) return ErrorResponse(wait_ms.status());
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(*wait_ms);
+  while (true) {
+    Result<jobs::Job> job = controller_->Get(id, caller);
+    if (!job.ok()) return ErrorResponse(job.status());
+    const std::string& path = stream == "stdout" ? job->stdout_path : job->stderr_path;
+    const bool ended = jobs::IsTerminal(job->state);
+    std::string data;
+    int64_t size = 0;
+    if (!path.empty()) {
+      struct stat st {};
+      if (stat(path.c_str(), &st) == 0) size = st.st_size;
+      if (size > *offset) {
+        std::ifstream in(path, std::ios::binary);
+        in.seekg(*offset);
+        data.resize(static_cast<size_t>(std::min<int64_t>(size - *offset, kMaxLogChunk)));
+        in.read(data.data(), static_cast<std::streamsize>(data.size()));
+        data.resize(static_cast<size_t>(in.gcount()));
+      }
+    }
+    const int64_t next = *offset + static_cast<int64_t>(data.size());
+    const bool eof = ended && next >= size;
+    if (!data.empty() || eof || std::chrono::steady_clock::now() >= deadline) {
+      HttpResponse resp;
+      resp.content_type = "text/plain; charset=utf-8";
+      resp.body = std::move(data);
+      resp.headers["X-Gpupool-Next-Offset"] = std::to_string(next);
+      resp.headers["X-Gpupool-Eof"] = eof ? "1" : "0";
+      return resp;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+}
+
+HttpResponse Api::Usage(const HttpRequest& r, const Caller& caller) {
+  const int64_t now = clock_->NowMicros();
+  Result<int64_t> until = QueryInt(r, "until_us", now, 0, INT64_MAX);
+  if (!until.ok()) return ErrorResponse(until.status());
+  Result<int64_t> since = QueryInt(r, "since_us", *until - int64_t{30} * 24 * 3600 * 1'000'000, 0,
+                                   INT64_MAX);
+  if (!since.ok()) return ErrorResponse(since.status());
+  if (*since >= *until) {
+    return ErrorResponse(Status::InvalidArgument("since_us must be before until_us"));
+  }
+  const std::string by = r.Query("by", "user");
+  if (by != "user" && by != "project") {
+    return ErrorResponse(Status::InvalidArgument("by: use user or project"));
+  }
+  store::JobFilter f;
+  f.ended_after_us = *since;
+  if (!caller.admin) f.user = caller.user;
+  Result<std::vector<jobs::Job>> jobs = store_->ListJobs(f);
+  if (!jobs.ok()) return ErrorResponse(jobs.status());
+  OrderedJson rows = OrderedJson::array();
+  for (const UsageRow& u : ComputeUsage(*jobs, *since, *until, now, by)) {
+    rows.push_back({{"key", u.key}, {"gpu_hours", u.gpu_hours}, {"jobs", u.jobs}});
+  }
+  return JsonResponse(200, {{"since_us", *since}, {"until_us", *until}, {"by", by},
+                            {"rows", std::move(rows)}});
+}
+
+HttpResponse Api::CreateToken(const HttpRequest& r, const Caller&) {
+  Result<Json> body = ParseJson(r.body, "request body", 1 << 16, 8);
+  if (!body.ok()) return ErrorResponse(body.status());
+  std::string user;
+  std::string kind = "user";
+  JsonFields f(*body, "");
+  f.Required("user", &user);
+  f.Optional("kind", &kind);
+  if (Status s = f.Finish(); !s.ok()) return ErrorResponse(s);
+  if (kind != "user" && kind != "node") {
+    return ErrorResponse(Status::InvalidArgument("kind: use user or node"));
+  }
+  if (user.empty() || user.size() > 256) {
+    return ErrorResponse(Status::InvalidArgument("user: a name of 1..256 characters is required"));
+  }
+  Result<std::pair<std::string, std::string>> tok = NewToken();
+  if (!tok.ok()) return ErrorResponse(tok.status());
+  Status s = store_->PutToken({tok->second, user, kind, clock_->NowMicros()});
+  if (!s.ok()) return ErrorResponse(s);
+  return JsonResponse(201, {{"token", tok->first}, {"user", user}, {"kind", kind}});
+}
+
+HttpResponse Api::ServeAgentRegister(const HttpRequest& r) {
+  Result<Json> body = ParseJson(r.body, "request body", 8 << 20, 64);
+  if (!body.ok()) return ErrorResponse(body.status());
+  std::string node;
+  int64_t cpu_milli = 0;
+  int64_t memory_mib = 0;
+  JsonFields f(*body, "");
+  f.Required("node", &node);
+  f.Optional("cpu_milli", &cpu_milli, 0);
+  f.Optional("memory_mib", &memory_mib, 0);
+  const Json* info_json = f.Member("info");
+  const Json* running_json = f.Array("running");
+  if (Status s = f.Finish(); !s.ok()) return ErrorResponse(s);
+  if (info_json == nullptr) return ErrorResponse(Status::InvalidArgument("info: required"));
+  Result<gpu::NodeInfo> info = gpu::NodeFromJson(*info_json, "info");
+  if (!info.ok()) return ErrorResponse(info.status());
+  std::vector<std::pair<int64_t, int>> running;
+  if (running_json != nullptr) {
+    for (const Json& e : *running_json) {
+      int64_t id = 0;
+      int attempt = 0;
+      JsonFields rf(e, "running[]");
+      rf.Required("job_id", &id, 1);
+      rf.Required("attempt", &attempt, 0);
+      if (Status s = rf.Finish(); !s.ok()) return ErrorResponse(s);
+      running.emplace_back(id, attempt);
+    }
+  }
+  Status s = controller_->RegisterNode(node, std::move(*info), cpu_milli, memory_mib, running);
+  if (!s.ok()) return ErrorResponse(s);
+  return JsonResponse(200, {{"ok", true}});
+}
+
+HttpResponse Api::ServeAgentWork(const HttpRequest& r) {
+  Result<int64_t> wait_ms = QueryInt(r, "wait_ms", 0, 0, 60'000);
+  if (!wait_ms.ok()) return ErrorResponse(wait_ms.status());
+  Result<AgentWork> work = controller_->WaitForWork(r.Query("node"), *wait_ms);
+  if (!work.ok()) return ErrorResponse(work.status());
+  OrderedJson launch = OrderedJson::array();
+  for (const LaunchOrder& o : work->launch) launch.push_back(LaunchToJson(o));
+  return JsonResponse(200, {{"launch", std::move(launch)}, {"cancel", work->cancel}});
+}
+
+HttpResponse Api::ServeAgentEvents(const HttpRequest& r) {
+  Result<Json> body = ParseJson(r.body, "request body", 8 << 20, 16);
+  if (!body.ok()) return ErrorResponse(body.status());
+  std::string node;
+  JsonFields f(*body, "");
+  f.Required("node", &node);
+  const Json* events_json = f.Array("events");
+  if (Status s = f.Finish(); !s.ok()) return ErrorResponse(s);
+  std::vector<AgentEvent> events;
+  if (events_json != nullptr) {
+    for (size_t i = 0; i < events_json->size(); ++i) {
+      AgentEvent ev;
+      std::string kind;
+      JsonFields ef((*events_json)[i], "events[" + std::to_string(i) + "]");
+      ef.Required("job_id", &ev.job_id, 1);
+      ef.Optional("attempt", &ev.attempt, 0);
+      ef.Optional("task_index", &ev.task_index, 0, 4095);
+      ef.Required("kind", &kind);
+      ef.Optional("time_us", &ev.time_us, 0);
+      ef.Optional("exit_code", &ev.exit_code);
+      ef.Optional("signal", &ev.signal);
+      ef.Optional("timed_out", &ev.timed_out);
+      ef.Optional("cancelled", &ev.cancelled);
+      ef.Optional("reason", &ev.reason);
+      ef.Optional("stdout_path", &ev.stdout_path);
+      ef.Optional("stderr_path", &ev.stderr_path);
+      if (Status s = ef.Finish(); !s.ok()) return ErrorResponse(s);
+      if (kind == "started") {
+        ev.kind = AgentEvent::Kind::kStarted;
+      } else if (kind == "exited") {
+        ev.kind = AgentEvent::Kind::kExited;
+      } else if (kind == "lost") {
+        ev.kind = AgentEvent::Kind::kLost;
+      } else {
+        return ErrorResponse(Status::InvalidArgument("events[" + std::to_string(i) +
+                                                     "].kind: use started, exited or lost"));
+      }
+      if (ev.time_us == 0) ev.time_us = clock_->NowMicros();
+      events.push_back(std::move(ev));
+    }
+  }
+  Status s = controller_->ApplyEvents(node, events);
+  if (!s.ok()) return ErrorResponse(s);
+  return JsonResponse(200, {{"ok", true}});
+}
+
+}  // namespace gpupool::controller

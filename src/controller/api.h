@@ -1,0 +1,37 @@
+// The REST API of docs/api.md: routes HTTP requests to the Controller after
+// authenticating the caller. Thread-safe (the controller and store are).
+#pragma once
+
+#include "controller/auth.h"
+#include "controller/controller.h"
+#include "net/http.h"
+#include "store/store.h"
+
+namespace gpupool::controller {
+
+class Api {
+ public:
+  // All three must outlive the Api.
+  Api(Controller* controller, store::Store* store, const Clock* clock, AuthOptions auth)
+      : controller_(controller), store_(store), clock_(clock), auth_(std::move(auth)) {}
+
+  net::HttpResponse Handle(const net::HttpRequest& request);
+
+ private:
+  net::HttpResponse Route(const net::HttpRequest& r, const Identity& who);
+  net::HttpResponse Submit(const net::HttpRequest& r, const Caller& caller);
+  net::HttpResponse ListJobs(const net::HttpRequest& r, const Caller& caller);
+  net::HttpResponse Logs(const net::HttpRequest& r, int64_t id, const Caller& caller);
+  net::HttpResponse Usage(const net::HttpRequest& r, const Caller& caller);
+  net::HttpResponse CreateToken(const net::HttpRequest& r, const Caller& caller);
+  net::HttpResponse ServeAgentRegister(const net::HttpRequest& r);
+  net::HttpResponse ServeAgentWork(const net::HttpRequest& r);
+  net::HttpResponse ServeAgentEvents(const net::HttpRequest& r);
+
+  Controller* controller_;
+  store::Store* store_;
+  const Clock* clock_;
+  AuthOptions auth_;
+};
+
+}  // namespace gpupool::controller

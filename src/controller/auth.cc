@@ -1,0 +1,117 @@
+#include "controller/auth.h"
+
+#include <grp.h>
+#include <openssl/evp.h>
+#include <pwd.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+#include <vector>
+
+namespace gpupool::controller {
+namespace {
+
+std::string Hex(const unsigned char* data, size_t n) {
+  static const char* const kHex = "0123456789abcdef";
+  std::string out;
+  out.reserve(n * 2);
+  for (size_t i = 0; i < n; ++i) {
+    out += kHex[data[i] >> 4];
+    out += kHex[data[i] & 15];
+  }
+  return out;
+}
+
+bool InGroup(const std::string& user, gid_t primary, const std::string& group) {
+  if (group.empty()) return false;
+  std::vector<char> buf(16384);
+  struct group gr {};
+  struct group* found = nullptr;
+  if (getgrnam_r(group.c_str(), &gr, buf.data(), buf.size(), &found) != 0 || found == nullptr) {
+    return false;
+  }
+  if (found->gr_gid == primary) return true;
+  for (char** m = found->gr_mem; m != nullptr && *m != nullptr; ++m) {
+    if (user == *m) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+std::string HashToken(const std::string& token) {
+  unsigned char digest[EVP_MAX_MD_SIZE];
+  unsigned int len = 0;
+  EVP_Digest(token.data(), token.size(), digest, &len, EVP_sha256(), nullptr);
+  return Hex(digest, len);
+}
+
+Result<std::pair<std::string, std::string>> NewToken() {
+  unsigned char raw[32];
+  std::ifstream urandom("/dev/urandom", std::ios::binary);
+  if (!urandom.read(reinterpret_cast<char*>(raw), sizeof raw)) {
+    return Status::Unavailable("cannot read /dev/urandom to make a token");
+  }
+  std::string token = "gpt_" + Hex(raw, sizeof raw);
+  std::string hash = HashToken(token);
+  return std::make_pair(std::move(token), std::move(hash));
+}
+
+Caller CallerForUid(uint32_t uid, uint32_t gid, const AuthOptions& options) {
+  Caller c;
+  c.uid = uid;
+  c.gid = gid;
+  std::vector<char> buf(16384);
+  passwd pw{};
+  passwd* found = nullptr;
+  if (getpwuid_r(uid, &pw, buf.data(), buf.size(), &found) == 0 && found != nullptr) {
+    c.user = found->pw_name;
+    c.gid = found->pw_gid;
+  } else {
+    c.user = "uid" + std::to_string(uid);
+  }
+  c.admin = uid == 0 || InGroup(c.user, c.gid, options.admin_group);
+  return c;
+}
+
+Result<Identity> Authenticate(const net::HttpRequest& request, store::Store& store,
+                              const AuthOptions& options) {
+  Identity id;
+  // A token, when given, names the caller on either transport (the local agent of
+  // `gpupool up` uses a node token on the Unix socket); otherwise the socket's peer does.
+  if (request.peer && request.Header("authorization").empty()) {
+    id.caller = CallerForUid(request.peer->uid, request.peer->gid, options);
+    id.is_node = request.peer->uid == 0;
+    return id;
+  }
+  const std::string header = request.Header("authorization");
+  const std::string prefix = "Bearer ";
+  if (header.compare(0, prefix.size(), prefix) != 0 || header.size() == prefix.size()) {
+    return Status::PermissionDenied(
+        "this API needs a token over TCP: ask an admin for one (`gpupool token create --user "
+        "NAME`) and pass it with --token or GPUPOOL_TOKEN, or use the local Unix socket");
+  }
+  GP_ASSIGN_OR_RETURN(std::optional<store::TokenRecord> rec,
+                      store.FindToken(HashToken(header.substr(prefix.size()))));
+  if (!rec) {
+    return Status::PermissionDenied("unknown or revoked token: ask an admin for a new one");
+  }
+  if (rec->kind == "node") {
+    id.is_node = true;
+    id.caller.user = "node:" + rec->user;
+    return id;
+  }
+  std::vector<char> buf(16384);
+  passwd pw{};
+  passwd* found = nullptr;
+  if (getpwnam_r(rec->user.c_str(), &pw, buf.data(), buf.size(), &found) != 0 ||
+      found == nullptr) {
+    return Status::PermissionDenied("the token's user '" + rec->user +
+                                    "' has no account on the controller host");
+  }
+  id.caller = CallerForUid(found->pw_uid, found->pw_gid, options);
+  return id;
+}
+
+}  // namespace gpupool::controller

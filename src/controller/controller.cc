@@ -1,0 +1,526 @@
+#include "controller/controller.h"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <set>
+
+#include "common/json.h"
+#include "controller/job_scheduler.h"
+#include "gpu/node_json.h"
+#include "jobs/job_json.h"
+
+namespace gpupool::controller {
+
+using jobs::Job;
+using jobs::JobState;
+
+namespace {
+
+constexpr int64_t kResendAfterUs = 5'000'000;
+
+bool OnNode(const Job& job, const std::string& node) {
+  return std::any_of(job.placement.begin(), job.placement.end(),
+                     [&](const jobs::TaskPlacement& p) { return p.node == node; });
+}
+
+bool Occupies(const Job& job) {
+  return job.state == JobState::kAssigned || job.state == JobState::kRunning;
+}
+
+Status CheckOwner(const Job& job, const Caller& caller) {
+  if (caller.admin || job.uid == caller.uid) return Status::Ok();
+  return Status::PermissionDenied("job " + std::to_string(job.id) + " belongs to " + job.user +
+                                  "; users may only see and act on their own jobs");
+}
+
+}  // namespace
+
+Controller::Controller(store::Store* store, const Clock* clock, ControllerOptions options)
+    : store_(store), clock_(clock), options_(std::move(options)) {}
+
+Controller::~Controller() { Stop(); }
+
+Result<std::unique_ptr<Controller>> Controller::Create(store::Store* store, const Clock* clock,
+                                                       ControllerOptions options) {
+  Result<std::unique_ptr<JobScheduler>> scheduler =
+      JobScheduler::Create(options.placement_policy, options.queue_policy, options.start_rule);
+  if (!scheduler.ok()) return scheduler.status().WithContext("scheduler configuration");
+  std::unique_ptr<Controller> c(new Controller(store, clock, std::move(options)));
+  c->scheduler_ = std::move(scheduler).value();
+  GP_RETURN_IF_ERROR(c->Load());
+  return c;
+}
+
+Status Controller::Load() {
+  store::JobFilter active;
+  active.active_only = true;
+  GP_ASSIGN_OR_RETURN(std::vector<Job> jobs, store_->ListJobs(active));
+  for (Job& j : jobs) active_.emplace(j.id, std::move(j));
+  GP_ASSIGN_OR_RETURN(std::vector<store::NodeRecord> nodes, store_->ListNodes());
+  const int64_t now = clock_->NowMicros();
+  for (const store::NodeRecord& r : nodes) {
+    Result<Json> j = ParseJson(r.info_json, "stored node " + r.name);
+    if (!j.ok()) {
+      spdlog::warn("ignoring stored node {}: {}", r.name, j.status().message());
+      continue;
+    }
+    Result<gpu::NodeInfo> info = gpu::NodeFromJson(*j, "stored node " + r.name);
+    if (!info.ok()) {
+      spdlog::warn("ignoring stored node {}: {}", r.name, info.status().message());
+      continue;
+    }
+    NodeEntry e;
+    e.info = std::move(*info);
+    e.cpu_milli = r.cpu_milli;
+    e.memory_mib = r.memory_mib;
+    // A restarted controller gives every known node a full timeout to poll again.
+    e.last_seen_us = now;
+    e.up = true;
+    nodes_.emplace(r.name, std::move(e));
+  }
+  spdlog::info("controller: loaded {} active jobs and {} nodes", active_.size(), nodes_.size());
+  return Status::Ok();
+}
+
+void Controller::Start() {
+  std::lock_guard lock(mu_);
+  if (loop_.joinable()) return;
+  stopping_ = false;
+  loop_ = std::thread([this] { Loop(); });
+}
+
+void Controller::Stop() {
+  {
+    std::lock_guard lock(mu_);
+    stopping_ = true;
+  }
+  scheduler_cv_.notify_all();
+  work_cv_.notify_all();
+  if (loop_.joinable()) loop_.join();
+}
+
+void Controller::Loop() {
+  int64_t last_sweep = clock_->MonotonicMicros();
+  while (true) {
+    {
+      std::unique_lock lock(mu_);
+      scheduler_cv_.wait_for(lock, std::chrono::microseconds(options_.scheduler_period_us),
+                             [this] { return stopping_ || schedule_requested_; });
+      if (stopping_) return;
+      schedule_requested_ = false;
+    }
+    if (Status s = ScheduleOnce(); !s.ok()) spdlog::error("scheduler pass: {}", s.ToString());
+    const int64_t now = clock_->MonotonicMicros();
+    if (now - last_sweep >= options_.scheduler_period_us) {
+      last_sweep = now;
+      if (Status s = SweepNodes(); !s.ok()) spdlog::error("node sweep: {}", s.ToString());
+    }
+  }
+}
+
+void Controller::WakeScheduler() {
+  schedule_requested_ = true;
+  scheduler_cv_.notify_one();
+}
+
+void Controller::NotifyNode(const std::string&) { work_cv_.notify_all(); }
+
+Result<Job> Controller::Submit(Job job, const Caller& caller) {
+  job.user = caller.user;
+  job.uid = caller.uid;
+  job.gid = caller.gid;
+  job.state = JobState::kPending;
+  job.submit_time_us = clock_->NowMicros();
+  job.attempt = 0;
+  if (job.command.empty()) {
+    return Status::InvalidArgument("command: a job needs a command to run, e.g. -- python3 train.py");
+  }
+  if (!job.workdir.empty() && job.workdir.front() != '/') {
+    return Status::InvalidArgument("workdir: '" + job.workdir + "' must be an absolute path");
+  }
+  GP_RETURN_IF_ERROR(jobs::ValidateRequest(job.request).WithContext("request"));
+  std::lock_guard lock(mu_);
+  std::vector<SchedNode> nodes;
+  for (const auto& [name, e] : nodes_) nodes.push_back({name, &e.info, e.cpu_milli, e.memory_mib});
+  if (!nodes.empty()) {
+    if (std::string why = JobScheduler::NeverFits(job, nodes); !why.empty()) {
+      return Status::FailedPrecondition("no node of this pool can ever run this job: " + why);
+    }
+  }
+  GP_ASSIGN_OR_RETURN(job.id, store_->InsertJob(job));
+  active_[job.id] = job;
+  WakeScheduler();
+  return job;
+}
+
+Result<Job> Controller::Get(int64_t id, const Caller& caller) {
+  {
+    std::lock_guard lock(mu_);
+    if (auto it = active_.find(id); it != active_.end()) {
+      GP_RETURN_IF_ERROR(CheckOwner(it->second, caller));
+      return it->second;
+    }
+  }
+  GP_ASSIGN_OR_RETURN(Job job, store_->GetJob(id));
+  GP_RETURN_IF_ERROR(CheckOwner(job, caller));
+  return job;
+}
+
+Result<std::vector<Job>> Controller::List(const store::JobFilter& filter, const Caller& caller) {
+  store::JobFilter f = filter;
+  if (!caller.admin) f.user = caller.user;
+  const bool only_active =
+      f.active_only ||
+      (!f.states.empty() && std::all_of(f.states.begin(), f.states.end(),
+                                        [](JobState s) { return !jobs::IsTerminal(s); }));
+  if (!only_active) return store_->ListJobs(f);
+  // Active jobs are served from memory: they carry fresh pending reasons.
+  std::vector<Job> out;
+  std::lock_guard lock(mu_);
+  for (const auto& [id, job] : active_) {
+    if (f.user && job.user != *f.user) continue;
+    if (!f.states.empty() && std::find(f.states.begin(), f.states.end(), job.state) == f.states.end()) {
+      continue;
+    }
+    if (f.node && !OnNode(job, *f.node)) continue;
+    out.push_back(job);
+  }
+  if (f.limit > 0 && out.size() > f.limit) {
+    out.erase(out.begin(), out.end() - static_cast<std::ptrdiff_t>(f.limit));
+    std::reverse(out.begin(), out.end());
+  }
+  return out;
+}
+
+Result<Job> Controller::Cancel(int64_t id, const Caller& caller) {
+  std::lock_guard lock(mu_);
+  auto it = active_.find(id);
+  if (it == active_.end()) {
+    GP_ASSIGN_OR_RETURN(Job job, store_->GetJob(id));
+    GP_RETURN_IF_ERROR(CheckOwner(job, caller));
+    return Status::FailedPrecondition("job " + std::to_string(id) + " has already ended (" +
+                                      std::string(jobs::JobStateName(job.state)) + ")");
+  }
+  Job& job = it->second;
+  GP_RETURN_IF_ERROR(CheckOwner(job, caller));
+  if (job.state == JobState::kPending) {
+    Job next = job;
+    next.state = JobState::kCancelled;
+    next.end_time_us = clock_->NowMicros();
+    next.reason = "cancelled by " + caller.user + " while pending";
+    next.pending_reason.clear();
+    GP_RETURN_IF_ERROR(store_->UpdateJob(next, job.state));
+    active_.erase(it);
+    WakeScheduler();
+    return next;
+  }
+  if (!job.cancel_requested) {
+    Job next = job;
+    next.cancel_requested = true;
+    next.reason = "cancelled by " + caller.user;
+    GP_RETURN_IF_ERROR(store_->UpdateJob(next, job.state));
+    job = std::move(next);
+    for (const auto& p : job.placement) {
+      if (auto n = nodes_.find(p.node); n != nodes_.end()) n->second.cancel_sent_us.erase(id);
+    }
+    NotifyNode("");
+  }
+  return job;
+}
+
+std::vector<NodeView> Controller::Nodes() {
+  std::lock_guard lock(mu_);
+  std::vector<NodeView> out;
+  for (const auto& [name, e] : nodes_) {
+    NodeView v;
+    v.name = name;
+    v.state = e.up ? "up" : "down";
+    v.last_seen_us = e.last_seen_us;
+    v.info = e.info;
+    v.cpu_milli = e.cpu_milli;
+    v.memory_mib = e.memory_mib;
+    v.allocated_milli.assign(e.info.gpus.size(), 0);
+    for (const auto& [id, job] : active_) {
+      if (!Occupies(job) || !OnNode(job, name)) continue;
+      ++v.running_jobs;
+      for (const auto& p : job.placement) {
+        if (p.node != name) continue;
+        for (const std::string& uuid : p.gpu_uuids) {
+          for (size_t g = 0; g < e.info.gpus.size(); ++g) {
+            if (e.info.gpus[g].uuid == uuid) v.allocated_milli[g] += p.gpu_milli;
+          }
+        }
+      }
+    }
+    out.push_back(std::move(v));
+  }
+  return out;
+}
+
+Status Controller::RegisterNode(const std::string& name, gpu::NodeInfo info, int64_t cpu_milli,
+                                int64_t memory_mib,
+                                const std::vector<std::pair<int64_t, int>>& running) {
+  if (name.empty() || name.size() > 253) {
+    return Status::InvalidArgument("node: a node name of 1..253 characters is required");
+  }
+  const int64_t now = clock_->NowMicros();
+  store::NodeRecord rec;
+  rec.name = name;
+  rec.info_json = DumpJson(gpu::NodeToJson(info));
+  rec.cpu_milli = cpu_milli;
+  rec.memory_mib = memory_mib;
+  rec.registered_us = now;
+  rec.last_heartbeat_us = now;
+  GP_RETURN_IF_ERROR(store_->PutNode(rec));
+
+  std::lock_guard lock(mu_);
+  NodeEntry& e = nodes_[name];
+  e.info = std::move(info);
+  e.cpu_milli = cpu_milli;
+  e.memory_mib = memory_mib;
+  e.last_seen_us = now;
+  e.up = true;
+  e.launch_sent_us.clear();  // a (re)started agent gets every open order again
+  e.cancel_sent_us.clear();
+
+  // Jobs we believe run there that the agent does not know are gone.
+  std::set<std::pair<int64_t, int>> known(running.begin(), running.end());
+  std::vector<int64_t> lost;
+  for (const auto& [id, job] : active_) {
+    if (job.state == JobState::kRunning && OnNode(job, name) &&
+        known.count({id, job.attempt}) == 0) {
+      lost.push_back(id);
+    }
+  }
+  for (int64_t id : lost) {
+    Job& job = active_.at(id);
+    GP_RETURN_IF_ERROR(FinishOnNodeLoss(
+        job, "the agent on node " + name + " restarted and no longer knows this job"));
+  }
+  WakeScheduler();
+  NotifyNode(name);
+  return Status::Ok();
+}
+
+Status Controller::FinishOnNodeLoss(Job& job, const std::string& reason) {
+  Job lost = job;
+  lost.state = JobState::kLost;
+  lost.end_time_us = clock_->NowMicros();
+  lost.reason = reason;
+  if (job.requeue && !job.cancel_requested) {
+    // LOST is recorded, then the job goes back to the queue, in one transaction.
+    Job again = lost;
+    again.state = JobState::kPending;
+    again.placement.clear();
+    again.start_time_us = 0;
+    again.end_time_us = 0;
+    again.reason = "requeued: " + reason;
+    GP_RETURN_IF_ERROR(store_->UpdateJobs({{lost, job.state}, {again, JobState::kLost}}));
+    job = std::move(again);
+    spdlog::warn("job {} LOST and requeued: {}", job.id, reason);
+    return Status::Ok();
+  }
+  GP_RETURN_IF_ERROR(store_->UpdateJob(lost, job.state));
+  spdlog::warn("job {} LOST: {}", job.id, reason);
+  active_.erase(job.id);
+  return Status::Ok();
+}
+
+LaunchOrder Controller::MakeLaunchOrder(const Job& job, size_t task_index) const {
+  LaunchOrder order;
+  order.job = job;
+  order.task_index = static_cast<int>(task_index);
+  const jobs::TaskPlacement& p = job.placement[task_index];
+  auto n = nodes_.find(p.node);
+  if (n == nodes_.end()) return order;
+  for (const gpu::GpuInfo& g : n->second.info.gpus) {
+    const bool granted =
+        std::find(p.gpu_uuids.begin(), p.gpu_uuids.end(), g.uuid) != p.gpu_uuids.end();
+    if (granted) {
+      order.gpus.push_back({std::string(gpu::VendorName(g.vendor)), g.index, g.uuid,
+                            g.device_nodes, p.gpu_milli});
+    } else {
+      for (const std::string& d : g.device_nodes) order.denied_device_nodes.push_back(d);
+    }
+  }
+  return order;
+}
+
+Result<AgentWork> Controller::WaitForWork(const std::string& node, int64_t wait_ms) {
+  const auto deadline =
+      std::chrono::steady_clock::now() + std::chrono::milliseconds(std::clamp<int64_t>(wait_ms, 0, 60'000));
+  std::unique_lock lock(mu_);
+  while (true) {
+    auto it = nodes_.find(node);
+    if (it == nodes_.end()) {
+      return Status::NotFound("node " + node + " is not registered: register it first");
+    }
+    NodeEntry& e = it->second;
+    const int64_t now = clock_->NowMicros();
+    e.last_seen_us = now;
+    if (!e.up) {
+      e.up = true;
+      WakeScheduler();
+    }
+    AgentWork work;
+    for (const auto& [id, job] : active_) {
+      if (!Occupies(job) || !OnNode(job, node)) continue;
+      if (job.cancel_requested) {
+        auto sent = e.cancel_sent_us.find(id);
+        if (sent == e.cancel_sent_us.end() || now - sent->second > kResendAfterUs) {
+          work.cancel.push_back(id);
+          e.cancel_sent_us[id] = now;
+        }
+        continue;
+      }
+      if (job.state != JobState::kAssigned) continue;
+      auto sent = e.launch_sent_us.find(id);
+      if (sent != e.launch_sent_us.end() && now - sent->second <= kResendAfterUs) continue;
+      for (size_t t = 0; t < job.placement.size(); ++t) {
+        if (job.placement[t].node == node) work.launch.push_back(MakeLaunchOrder(job, t));
+      }
+      e.launch_sent_us[id] = now;
+    }
+    if (!work.launch.empty() || !work.cancel.empty() || stopping_ ||
+        std::chrono::steady_clock::now() >= deadline) {
+      return work;
+    }
+    // Wake at the deadline, on new work, or in time to resend unacknowledged orders.
+    work_cv_.wait_until(lock, std::min(deadline, std::chrono::steady_clock::now() +
+                                                     std::chrono::microseconds(kResendAfterUs)));
+  }
+}
+
+Status Controller::ApplyEvents(const std::string& node, const std::vector<AgentEvent>& events) {
+  std::lock_guard lock(mu_);
+  if (auto it = nodes_.find(node); it != nodes_.end()) it->second.last_seen_us = clock_->NowMicros();
+  bool freed = false;
+  for (const AgentEvent& ev : events) {
+    auto it = active_.find(ev.job_id);
+    if (it == active_.end()) continue;  // already final: a resent event
+    Job& job = it->second;
+    if (ev.attempt != job.attempt || !OnNode(job, node) || !Occupies(job)) continue;
+    Job next = job;
+    switch (ev.kind) {
+      case AgentEvent::Kind::kStarted:
+        if (job.state != JobState::kAssigned) continue;
+        next.state = JobState::kRunning;
+        next.start_time_us = ev.time_us;
+        if (!ev.stdout_path.empty()) next.stdout_path = ev.stdout_path;
+        if (!ev.stderr_path.empty()) next.stderr_path = ev.stderr_path;
+        GP_RETURN_IF_ERROR(store_->UpdateJob(next, job.state));
+        job = std::move(next);
+        continue;
+      case AgentEvent::Kind::kExited: {
+        const bool clean = ev.exit_code && *ev.exit_code == 0 && !ev.signal;
+        bool gang_failed = false;
+        if (job.request.tasks > 1) {
+          // A gang ends when every task has ended; the first failure stops the rest.
+          auto& exits = task_exits_[job.id];
+          exits[ev.task_index] = !clean;
+          const bool any_failed =
+              std::any_of(exits.begin(), exits.end(), [](const auto& e) { return e.second; });
+          if (static_cast<int>(exits.size()) < job.request.tasks) {
+            if (any_failed && !job.cancel_requested) {
+              Job stop = job;
+              stop.cancel_requested = true;
+              stop.reason = "task " + std::to_string(ev.task_index) + " failed";
+              GP_RETURN_IF_ERROR(store_->UpdateJob(stop, job.state));
+              job = std::move(stop);
+              work_cv_.notify_all();
+            }
+            continue;
+          }
+          gang_failed = any_failed;
+          task_exits_.erase(job.id);
+        }
+        if (gang_failed) {
+          next.state = JobState::kFailed;
+        } else if (ev.cancelled || job.cancel_requested) {
+          next.state = JobState::kCancelled;
+        } else if (ev.timed_out) {
+          next.state = JobState::kTimeout;
+        } else {
+          next.state = clean ? JobState::kSucceeded : JobState::kFailed;
+        }
+        next.exit_code = ev.exit_code;
+        next.signal = ev.signal;
+        next.end_time_us = ev.time_us;
+        if (next.start_time_us == 0 && ev.reason.empty()) next.start_time_us = ev.time_us;
+        if (!ev.reason.empty()) next.reason = ev.reason;
+        if (!ev.stdout_path.empty()) next.stdout_path = ev.stdout_path;
+        if (!ev.stderr_path.empty()) next.stderr_path = ev.stderr_path;
+        GP_RETURN_IF_ERROR(store_->UpdateJob(next, job.state));
+        active_.erase(it);
+        freed = true;
+        continue;
+      }
+      case AgentEvent::Kind::kLost:
+        GP_RETURN_IF_ERROR(FinishOnNodeLoss(job, ev.reason.empty() ? "lost on " + node : ev.reason));
+        freed = true;
+        continue;
+    }
+  }
+  if (freed) WakeScheduler();
+  return Status::Ok();
+}
+
+Status Controller::ScheduleOnce() {
+  std::lock_guard lock(mu_);
+  std::vector<SchedNode> nodes;
+  for (const auto& [name, e] : nodes_) {
+    if (e.up) nodes.push_back({name, &e.info, e.cpu_milli, e.memory_mib});
+  }
+  std::vector<const Job*> active;
+  active.reserve(active_.size());
+  bool any_pending = false;
+  for (const auto& [id, job] : active_) {
+    active.push_back(&job);
+    any_pending = any_pending || job.state == JobState::kPending;
+  }
+  if (!any_pending) return Status::Ok();
+  const int64_t now = clock_->NowMicros();
+  GP_ASSIGN_OR_RETURN(ScheduleResult plan, scheduler_->Plan(active, nodes, now / 1'000'000));
+
+  std::vector<store::Store::JobUpdate> updates;
+  for (auto& [id, placement] : plan.starts) {
+    Job next = active_.at(id);
+    next.state = JobState::kAssigned;
+    next.placement = std::move(placement);
+    next.pending_reason.clear();
+    next.attempt += 1;
+    updates.push_back({std::move(next), JobState::kPending});
+  }
+  if (!updates.empty()) {
+    GP_RETURN_IF_ERROR(store_->UpdateJobs(updates));
+    for (auto& u : updates) active_[u.job.id] = std::move(u.job);
+    NotifyNode("");
+  }
+  for (const auto& [id, reason] : plan.pending_reasons) {
+    if (auto it = active_.find(id); it != active_.end()) it->second.pending_reason = reason;
+  }
+  return Status::Ok();
+}
+
+Status Controller::SweepNodes() {
+  std::lock_guard lock(mu_);
+  const int64_t now = clock_->NowMicros();
+  for (auto& [name, e] : nodes_) {
+    if (!e.up || now - e.last_seen_us <= options_.node_timeout_us) continue;
+    e.up = false;
+    spdlog::warn("node {} stopped responding ({} s without a poll)", name,
+                 (now - e.last_seen_us) / 1'000'000);
+    std::vector<int64_t> victims;
+    for (const auto& [id, job] : active_) {
+      if (Occupies(job) && OnNode(job, name)) victims.push_back(id);
+    }
+    const std::string reason = "node " + name + " stopped responding (no heartbeat for " +
+                               std::to_string(options_.node_timeout_us / 1'000'000) + " s)";
+    for (int64_t id : victims) GP_RETURN_IF_ERROR(FinishOnNodeLoss(active_.at(id), reason));
+    WakeScheduler();
+  }
+  return Status::Ok();
+}
+
+}  // namespace gpupool::controller

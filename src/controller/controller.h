@@ -1,0 +1,165 @@
+// Controller: the pool's brain. Owns the job state machine, the node registry and the
+// scheduler loop; persists every transition to the Store before acting on it.
+//
+// In memory it keeps the active (non-terminal) jobs and the nodes, mirrored from the
+// store at start-up, so the scheduler and the agents' polls never scan the store. All
+// public methods are thread-safe (one mutex; the HTTP server calls in from many
+// threads). The controller never touches a GPU and never launches anything: agents poll
+// for work (WaitForWork) and report what happened (ApplyEvents).
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/clock.h"
+#include "common/status.h"
+#include "gpu/gpu_info.h"
+#include "jobs/job.h"
+#include "store/store.h"
+
+namespace gpupool::controller {
+
+class JobScheduler;
+
+struct Caller {
+  std::string user;
+  uint32_t uid = 0;
+  uint32_t gid = 0;
+  bool admin = false;
+};
+
+struct ControllerOptions {
+  std::string placement_policy = "default";  // a name from the placement registry
+  std::string queue_policy = "fair";         // a name from the queue registry
+  std::string start_rule = "easy";           // strict | easy | skip
+  int64_t node_timeout_us = 30'000'000;      // no poll for this long: the node is down
+  int64_t scheduler_period_us = 1'000'000;   // a pass at least this often
+  int64_t cancel_grace_s = 10;
+};
+
+// One GPU grant in a launch order.
+struct GpuGrant {
+  std::string vendor;
+  int index = -1;
+  std::string uuid;
+  std::vector<std::string> device_nodes;
+  int gpu_milli = 1000;
+};
+
+// What an agent is told to run: the job plus its GPUs on this node.
+struct LaunchOrder {
+  jobs::Job job;
+  int task_index = 0;
+  std::vector<GpuGrant> gpus;
+  std::vector<std::string> denied_device_nodes;
+};
+
+struct AgentWork {
+  std::vector<LaunchOrder> launch;
+  std::vector<int64_t> cancel;
+};
+
+// What an agent reports about one job.
+struct AgentEvent {
+  enum class Kind { kStarted, kExited, kLost };
+  int64_t job_id = 0;
+  int attempt = 0;
+  int task_index = 0;
+  Kind kind = Kind::kStarted;
+  int64_t time_us = 0;
+  std::optional<int> exit_code;
+  std::optional<int> signal;
+  bool timed_out = false;
+  bool cancelled = false;
+  std::string reason;
+  std::string stdout_path;
+  std::string stderr_path;
+};
+
+struct NodeView {
+  std::string name;
+  std::string state;  // "up", "down", "draining"
+  int64_t last_seen_us = 0;
+  gpu::NodeInfo info;
+  int64_t cpu_milli = 0;
+  int64_t memory_mib = 0;
+  std::vector<int> allocated_milli;  // per GPU, in node.info.gpus order
+  int running_jobs = 0;
+};
+
+class Controller {
+ public:
+  // Loads state from `store`. Both `store` and `clock` must outlive the controller.
+  static Result<std::unique_ptr<Controller>> Create(store::Store* store, const Clock* clock,
+                                                    ControllerOptions options);
+  ~Controller();
+
+  // Starts / stops the scheduler thread (passes on events and periodically) and the
+  // node-timeout sweep.
+  void Start();
+  void Stop();
+
+  // --- users ---
+  Result<jobs::Job> Submit(jobs::Job job, const Caller& caller);
+  Result<jobs::Job> Cancel(int64_t id, const Caller& caller);
+  Result<jobs::Job> Get(int64_t id, const Caller& caller);
+  Result<std::vector<jobs::Job>> List(const store::JobFilter& filter, const Caller& caller);
+  std::vector<NodeView> Nodes();
+
+  // --- agents ---
+  Status RegisterNode(const std::string& name, gpu::NodeInfo info, int64_t cpu_milli,
+                      int64_t memory_mib, const std::vector<std::pair<int64_t, int>>& running);
+  // Returns work for the node, waiting up to wait_ms for some; also the heartbeat.
+  Result<AgentWork> WaitForWork(const std::string& node, int64_t wait_ms);
+  Status ApplyEvents(const std::string& node, const std::vector<AgentEvent>& events);
+
+  // --- scheduling ---
+  // One scheduling pass now (the loop calls this; tests call it directly).
+  Status ScheduleOnce();
+  // Marks jobs on nodes silent for longer than the timeout LOST (or requeues them).
+  Status SweepNodes();
+
+ private:
+  Controller(store::Store* store, const Clock* clock, ControllerOptions options);
+  Status Load();
+  Status FinishOnNodeLoss(jobs::Job& job, const std::string& reason);
+  LaunchOrder MakeLaunchOrder(const jobs::Job& job, size_t task_index) const;
+  void Loop();
+  void WakeScheduler();
+  void NotifyNode(const std::string& node);
+
+  struct NodeEntry {
+    gpu::NodeInfo info;
+    int64_t cpu_milli = 0;
+    int64_t memory_mib = 0;
+    int64_t last_seen_us = 0;
+    bool up = false;
+    std::map<int64_t, int64_t> launch_sent_us;  // job id -> when last sent
+    std::map<int64_t, int64_t> cancel_sent_us;
+  };
+
+  store::Store* store_;
+  const Clock* clock_;
+  ControllerOptions options_;
+
+  std::mutex mu_;
+  std::condition_variable work_cv_;        // agents waiting for work
+  std::condition_variable scheduler_cv_;   // the loop waiting for a reason to run
+  bool schedule_requested_ = false;
+  bool stopping_ = false;
+  std::map<int64_t, jobs::Job> active_;   // non-terminal jobs by id
+  std::map<std::string, NodeEntry> nodes_;
+  std::unique_ptr<JobScheduler> scheduler_;  // used under mu_ only
+  // Gangs: exit events seen so far per job (task index -> job failed?).
+  std::map<int64_t, std::map<int, bool>> task_exits_;
+  std::thread loop_;
+};
+
+}  // namespace gpupool::controller

@@ -1,0 +1,278 @@
+#include "controller/controller.h"
+
+#include <gtest/gtest.h>
+
+#include "common/clock.h"
+#include "store/store.h"
+
+namespace gpupool::controller {
+namespace {
+
+using jobs::Job;
+using jobs::JobState;
+
+gpu::NodeInfo MakeNode(int gpus, const std::string& model = "NVIDIA A100-SXM4-80GB") {
+  gpu::NodeInfo n;
+  n.hostname = "n1";
+  for (int i = 0; i < gpus; ++i) {
+    gpu::GpuInfo g;
+    g.vendor = gpu::Vendor::kNvidia;
+    g.index = i;
+    g.name = model;
+    g.uuid = "GPU-" + std::to_string(1000 + i);
+    g.pci_bus_id = "0000:0" + std::to_string(i) + ":00.0";
+    g.memory_total_bytes = uint64_t{80} << 30;
+    g.compute_capability = gpu::ComputeCapability{8, 0};
+    g.device_nodes = {"/dev/nvidia" + std::to_string(i)};
+    n.gpus.push_back(g);
+  }
+  return n;
+}
+
+Job MakeJob(int gpus, int milli = 1000) {
+  Job j;
+  j.command = {"true"};
+  j.request.gpus = gpus;
+  j.request.gpu_milli = milli;
+  j.request.cpu_milli = 100;
+  return j;
+}
+
+class ControllerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    store_ = OpenSqliteStore(":memory:");
+    Restart();
+    alice_ = {"alice", 1000, 1000, false};
+    bob_ = {"bob", 1001, 1001, false};
+    root_ = {"root", 0, 0, true};
+  }
+  void Restart(ControllerOptions options = {}) {
+    c_.reset();
+    options.node_timeout_us = 10'000'000;
+    auto c = Controller::Create(store_.get(), &clock_, options);
+    ASSERT_TRUE(c.ok()) << c.status().ToString();
+    c_ = std::move(c).value();
+  }
+  static std::unique_ptr<store::Store> OpenSqliteStore(const std::string& path) {
+    return store::OpenSqliteStore(path).value();
+  }
+  void Register(int gpus, std::vector<std::pair<int64_t, int>> running = {}) {
+    ASSERT_TRUE(c_->RegisterNode("n1", MakeNode(gpus), 64'000, 256'000, running).ok());
+  }
+  Job Get(int64_t id) { return c_->Get(id, root_).value(); }
+  AgentEvent Event(const Job& j, AgentEvent::Kind kind, int exit_code = 0) {
+    AgentEvent e;
+    e.job_id = j.id;
+    e.attempt = j.attempt;
+    e.kind = kind;
+    e.time_us = clock_.NowMicros();
+    if (kind == AgentEvent::Kind::kExited) e.exit_code = exit_code;
+    return e;
+  }
+
+  ManualClock clock_{1'700'000'000'000'000};
+  std::unique_ptr<store::Store> store_;
+  std::unique_ptr<Controller> c_;
+  Caller alice_, bob_, root_;
+};
+
+TEST_F(ControllerTest, JobRunsThroughItsStates) {
+  Register(2);
+  Job j = c_->Submit(MakeJob(1), alice_).value();
+  EXPECT_EQ(j.state, JobState::kPending);
+  EXPECT_EQ(j.user, "alice");
+  ASSERT_TRUE(c_->ScheduleOnce().ok());
+  j = Get(j.id);
+  ASSERT_EQ(j.state, JobState::kAssigned);
+  ASSERT_EQ(j.placement.size(), 1u);
+  EXPECT_EQ(j.placement[0].node, "n1");
+  EXPECT_EQ(j.attempt, 1);
+
+  AgentWork work = c_->WaitForWork("n1", 0).value();
+  ASSERT_EQ(work.launch.size(), 1u);
+  const LaunchOrder& o = work.launch[0];
+  ASSERT_EQ(o.gpus.size(), 1u);
+  EXPECT_EQ(o.gpus[0].uuid, j.placement[0].gpu_uuids[0]);
+  ASSERT_EQ(o.denied_device_nodes.size(), 1u);  // the other GPU's node
+  EXPECT_NE(o.denied_device_nodes[0], o.gpus[0].device_nodes[0]);
+  // Not sent again right away.
+  EXPECT_TRUE(c_->WaitForWork("n1", 0)->launch.empty());
+
+  ASSERT_TRUE(c_->ApplyEvents("n1", {Event(j, AgentEvent::Kind::kStarted)}).ok());
+  EXPECT_EQ(Get(j.id).state, JobState::kRunning);
+  clock_.AdvanceMicros(5'000'000);
+  ASSERT_TRUE(c_->ApplyEvents("n1", {Event(j, AgentEvent::Kind::kExited, 0)}).ok());
+  Job done = Get(j.id);
+  EXPECT_EQ(done.state, JobState::kSucceeded);
+  EXPECT_EQ(done.exit_code, 0);
+  // A resent event changes nothing.
+  ASSERT_TRUE(c_->ApplyEvents("n1", {Event(j, AgentEvent::Kind::kExited, 3)}).ok());
+  EXPECT_EQ(Get(j.id).state, JobState::kSucceeded);
+}
+
+TEST_F(ControllerTest, NonZeroExitFailsAndStoreHasEveryTransition) {
+  Register(1);
+  Job j = c_->Submit(MakeJob(1), alice_).value();
+  ASSERT_TRUE(c_->ScheduleOnce().ok());
+  j = Get(j.id);
+  ASSERT_TRUE(c_->ApplyEvents("n1", {Event(j, AgentEvent::Kind::kStarted)}).ok());
+  ASSERT_TRUE(c_->ApplyEvents("n1", {Event(j, AgentEvent::Kind::kExited, 2)}).ok());
+  Job stored = store_->GetJob(j.id).value();
+  EXPECT_EQ(stored.state, JobState::kFailed);
+  EXPECT_EQ(stored.exit_code, 2);
+}
+
+TEST_F(ControllerTest, SharedGpuHoldsTwoHalfJobs) {
+  Register(1);
+  Job a = c_->Submit(MakeJob(1, 500), alice_).value();
+  Job b = c_->Submit(MakeJob(1, 500), bob_).value();
+  Job c = c_->Submit(MakeJob(1, 500), bob_).value();
+  ASSERT_TRUE(c_->ScheduleOnce().ok());
+  a = Get(a.id);
+  b = Get(b.id);
+  c = Get(c.id);
+  ASSERT_EQ(a.state, JobState::kAssigned);
+  ASSERT_EQ(b.state, JobState::kAssigned);
+  EXPECT_EQ(a.placement[0].gpu_uuids, b.placement[0].gpu_uuids);
+  EXPECT_EQ(a.placement[0].gpu_milli, 500);
+  EXPECT_EQ(c.state, JobState::kPending);
+  EXPECT_EQ(c.pending_reason, "needs 0.5 of one GPU; the most free on any GPU: 0");
+  auto nodes = c_->Nodes();
+  ASSERT_EQ(nodes.size(), 1u);
+  EXPECT_EQ(nodes[0].allocated_milli[0], 1000);
+}
+
+TEST_F(ControllerTest, PendingReasonNamesTheLargestIdleBlock) {
+  Register(2);
+  Job busy = c_->Submit(MakeJob(1), alice_).value();
+  ASSERT_TRUE(c_->ScheduleOnce().ok());
+  Job want = MakeJob(2);
+  want.request.gpu_models = {"a100"};
+  want = c_->Submit(want, bob_).value();
+  ASSERT_TRUE(c_->ScheduleOnce().ok());
+  EXPECT_EQ(Get(busy.id).state, JobState::kAssigned);
+  EXPECT_EQ(Get(want.id).pending_reason,
+            "needs 2 idle GPUs of model A100; largest idle block on any node: 1");
+}
+
+TEST_F(ControllerTest, ImpossibleJobsAreRefusedAtSubmit) {
+  Register(2);
+  Job tooBig = MakeJob(4);
+  Result<Job> r = c_->Submit(tooBig, alice_);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kFailedPrecondition);
+  Job wrongModel = MakeJob(1);
+  wrongModel.request.gpu_models = {"H100"};
+  r = c_->Submit(wrongModel, alice_);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("no node has GPUs of model H100 (models here: A100)"),
+            std::string::npos)
+      << r.status().message();
+  Job noCommand = MakeJob(1);
+  noCommand.command.clear();
+  EXPECT_EQ(c_->Submit(noCommand, alice_).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_TRUE(store_->ListJobs({})->empty());
+}
+
+TEST_F(ControllerTest, UsersOnlySeeAndCancelTheirOwnJobs) {
+  Register(1);
+  Job j = c_->Submit(MakeJob(1), alice_).value();
+  EXPECT_EQ(c_->Get(j.id, bob_).status().code(), StatusCode::kPermissionDenied);
+  EXPECT_EQ(c_->Cancel(j.id, bob_).status().code(), StatusCode::kPermissionDenied);
+  EXPECT_TRUE(c_->List({}, bob_)->empty());
+  EXPECT_EQ(c_->List({}, root_)->size(), 1u);
+  EXPECT_EQ(Get(j.id).state, JobState::kPending);
+}
+
+TEST_F(ControllerTest, CancelPendingAndRunning) {
+  Register(1);
+  Job run = c_->Submit(MakeJob(1), alice_).value();
+  ASSERT_TRUE(c_->ScheduleOnce().ok());
+  Job wait = c_->Submit(MakeJob(1), alice_).value();
+  EXPECT_EQ(c_->Cancel(wait.id, alice_)->state, JobState::kCancelled);
+  EXPECT_EQ(c_->Cancel(wait.id, alice_).status().code(), StatusCode::kFailedPrecondition);
+
+  run = Get(run.id);
+  ASSERT_TRUE(c_->ApplyEvents("n1", {Event(run, AgentEvent::Kind::kStarted)}).ok());
+  (void)c_->WaitForWork("n1", 0);
+  ASSERT_TRUE(c_->Cancel(run.id, alice_).ok());
+  AgentWork w = c_->WaitForWork("n1", 0).value();
+  ASSERT_EQ(w.cancel, std::vector<int64_t>{run.id});
+  AgentEvent e = Event(Get(run.id), AgentEvent::Kind::kExited);
+  e.exit_code.reset();
+  e.signal = 15;
+  e.cancelled = true;
+  ASSERT_TRUE(c_->ApplyEvents("n1", {e}).ok());
+  EXPECT_EQ(Get(run.id).state, JobState::kCancelled);
+}
+
+TEST_F(ControllerTest, SilentNodeLosesItsJobsAndRequeuesWhenAsked) {
+  Register(2);
+  Job plain = c_->Submit(MakeJob(1), alice_).value();
+  Job again = MakeJob(1);
+  again.requeue = true;
+  again = c_->Submit(again, alice_).value();
+  ASSERT_TRUE(c_->ScheduleOnce().ok());
+  clock_.AdvanceMicros(11'000'000);
+  ASSERT_TRUE(c_->SweepNodes().ok());
+  Job lost = Get(plain.id);
+  EXPECT_EQ(lost.state, JobState::kLost);
+  EXPECT_EQ(lost.reason, "node n1 stopped responding (no heartbeat for 10 s)");
+  Job requeued = Get(again.id);
+  EXPECT_EQ(requeued.state, JobState::kPending);
+  EXPECT_TRUE(requeued.placement.empty());
+  // Nothing schedules onto the down node; it comes back by polling.
+  ASSERT_TRUE(c_->ScheduleOnce().ok());
+  EXPECT_EQ(Get(again.id).state, JobState::kPending);
+  (void)c_->WaitForWork("n1", 0);
+  ASSERT_TRUE(c_->ScheduleOnce().ok());
+  EXPECT_EQ(Get(again.id).state, JobState::kAssigned);
+  EXPECT_EQ(Get(again.id).attempt, 2);
+}
+
+TEST_F(ControllerTest, RestartKeepsJobsAndAgentReconciles) {
+  Register(2);
+  Job a = c_->Submit(MakeJob(1), alice_).value();
+  Job b = c_->Submit(MakeJob(1), alice_).value();
+  ASSERT_TRUE(c_->ScheduleOnce().ok());
+  a = Get(a.id);
+  b = Get(b.id);
+  ASSERT_TRUE(c_->ApplyEvents("n1", {Event(a, AgentEvent::Kind::kStarted),
+                                     Event(b, AgentEvent::Kind::kStarted)})
+                  .ok());
+  Restart();  // the controller dies and comes back on the same store
+  EXPECT_EQ(Get(a.id).state, JobState::kRunning);
+  // The agent re-registers knowing only job a: b is gone.
+  Register(2, {{a.id, a.attempt}});
+  EXPECT_EQ(Get(a.id).state, JobState::kRunning);
+  EXPECT_EQ(Get(b.id).state, JobState::kLost);
+  EXPECT_NE(Get(b.id).reason.find("restarted"), std::string::npos);
+  // a finishes after the restart and its state arrives.
+  ASSERT_TRUE(c_->ApplyEvents("n1", {Event(a, AgentEvent::Kind::kExited, 0)}).ok());
+  EXPECT_EQ(Get(a.id).state, JobState::kSucceeded);
+}
+
+TEST_F(ControllerTest, FairShareInterleavesUsers) {
+  Register(2);
+  std::vector<Job> alice;
+  for (int i = 0; i < 3; ++i) alice.push_back(c_->Submit(MakeJob(1), alice_).value());
+  Job bob = c_->Submit(MakeJob(1), bob_).value();
+  ASSERT_TRUE(c_->ScheduleOnce().ok());
+  // Two GPUs: one for alice, one for bob, although alice queued first.
+  EXPECT_EQ(Get(bob.id).state, JobState::kAssigned);
+  int alice_running = 0;
+  for (const Job& j : alice) alice_running += Get(j.id).state == JobState::kAssigned ? 1 : 0;
+  EXPECT_EQ(alice_running, 1);
+}
+
+TEST_F(ControllerTest, UnknownPolicyIsAConfigurationError) {
+  ControllerOptions o;
+  o.placement_policy = "nonsense";
+  auto c = Controller::Create(store_.get(), &clock_, o);
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(c.status().message().find("scheduler configuration"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace gpupool::controller

@@ -1,0 +1,368 @@
+#include "controller/job_scheduler.h"
+
+#include <algorithm>
+#include <cmath>
+#include <set>
+#include <sstream>
+
+#include "common/strings.h"
+#include "sched/policy_registry.h"
+#include "sched/queue/gang_placement.h"
+#include "sched/queue/queue_policy_registry.h"
+
+namespace gpupool::controller {
+namespace {
+
+std::string JoinModels(const std::vector<std::string>& v) {
+  std::string out;
+  for (const auto& s : v) out += (out.empty() ? "" : "|") + s;
+  return out;
+}
+
+constexpr uint64_t kMiB = 1024 * 1024;
+
+std::string FormatShare(int milli) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.3g", milli / 1000.0);
+  return buf;
+}
+
+std::string FormatGiB(uint64_t bytes) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.1f GiB", static_cast<double>(bytes) / (1024.0 * kMiB));
+  return buf;
+}
+
+int32_t CapabilityOf(const gpu::GpuInfo& g) {
+  return g.compute_capability ? g.compute_capability->major * 10 + g.compute_capability->minor
+                              : 0;
+}
+
+struct ModelFacts {
+  std::string key;
+  std::string full_name;
+  std::string vendor;
+  uint64_t memory_bytes = 0;
+};
+
+// Everything about the nodes' GPU models a request's constraints are matched against.
+std::vector<ModelFacts> Models(const std::vector<SchedNode>& nodes) {
+  std::vector<ModelFacts> out;
+  for (const SchedNode& n : nodes) {
+    if (n.info == nullptr || n.info->gpus.empty()) continue;
+    const gpu::GpuInfo& g = n.info->gpus.front();
+    ModelFacts f{GpuModelKey(g.name), g.name, std::string(gpu::VendorName(g.vendor)),
+                 g.memory_total_bytes};
+    auto it = std::find_if(out.begin(), out.end(), [&](const auto& m) { return m.key == f.key; });
+    if (it == out.end()) {
+      out.push_back(f);
+    } else {
+      it->memory_bytes = std::min(it->memory_bytes, f.memory_bytes);
+    }
+  }
+  return out;
+}
+
+bool ModelMatches(const ModelFacts& m, const std::string& wanted) {
+  const std::string w = ToLower(wanted);
+  return ToLower(m.key) == w || ToLower(m.full_name).find(w) != std::string::npos;
+}
+
+// Builds the scheduling core's task for one task of `job`; on failure returns a reason
+// the job can never run here.
+Result<sched::Task> TaskFor(const jobs::Job& job, const std::vector<ModelFacts>& models) {
+  const jobs::ResourceRequest& r = job.request;
+  sched::Task t;
+  t.name = std::to_string(job.id);
+  t.job_id = std::to_string(job.id);
+  t.cpu_milli = r.cpu_milli;
+  t.memory_mib = static_cast<int64_t>((r.memory_bytes + kMiB - 1) / kMiB);
+  t.num_gpu = r.gpus;
+  t.gpu_milli = r.gpus > 0 ? r.gpu_milli : 0;
+  if (!r.min_capability.empty()) {
+    const auto dot = r.min_capability.find('.');
+    t.min_capability = std::atoi(r.min_capability.substr(0, dot).c_str()) * 10 +
+                       std::atoi(r.min_capability.substr(dot + 1).c_str());
+  }
+  if (r.gpus == 0) return t;
+
+  std::vector<const ModelFacts*> allowed;
+  for (const ModelFacts& m : models) {
+    if (!r.vendor.empty() && m.vendor != r.vendor) continue;
+    if (!r.gpu_models.empty() &&
+        std::none_of(r.gpu_models.begin(), r.gpu_models.end(),
+                     [&](const std::string& w) { return ModelMatches(m, w); })) {
+      continue;
+    }
+    allowed.push_back(&m);
+  }
+  if (!r.gpu_models.empty() || !r.vendor.empty()) {
+    if (allowed.empty()) {
+      std::string have;
+      for (const ModelFacts& m : models) have += (have.empty() ? "" : ", ") + m.key;
+      return Status::FailedPrecondition(
+          "no node has GPUs of " +
+          (r.gpu_models.empty() ? "vendor " + r.vendor : "model " + JoinModels(r.gpu_models)) +
+          " (models here: " + (have.empty() ? "none" : have) + ")");
+    }
+    for (const ModelFacts* m : allowed) t.gpu_models.push_back(m->key);
+  }
+  if (r.gpu_memory_bytes > 0) {
+    // Size the share against the smallest GPU that has the memory: safe on bigger ones.
+    uint64_t best = 0;
+    uint64_t largest = 0;
+    for (const ModelFacts& m : models) {
+      const bool eligible = allowed.empty() || std::find(allowed.begin(), allowed.end(), &m) !=
+                                                   allowed.end();
+      if (!eligible) continue;
+      largest = std::max(largest, m.memory_bytes);
+      if (m.memory_bytes >= r.gpu_memory_bytes && (best == 0 || m.memory_bytes < best)) {
+        best = m.memory_bytes;
+      }
+    }
+    if (best == 0) {
+      return Status::FailedPrecondition("needs " + FormatGiB(r.gpu_memory_bytes) +
+                                        " of GPU memory; the largest GPU here has " +
+                                        FormatGiB(largest));
+    }
+    t.gpu_milli = static_cast<int32_t>(
+        std::clamp<uint64_t>((r.gpu_memory_bytes * 1000 + best - 1) / best, 1, 1000));
+  }
+  return t;
+}
+
+}  // namespace
+
+std::string GpuModelKey(const std::string& gpu_name) {
+  static const std::set<std::string> kNoise = {"nvidia", "tesla", "geforce", "quadro", "amd",
+                                               "instinct", "radeon", "intel", "pro", "rtx"};
+  for (const std::string& word : Split(gpu_name, ' ')) {
+    if (word.empty() || kNoise.count(ToLower(word)) > 0) continue;
+    if (std::any_of(word.begin(), word.end(), [](char c) { return std::isdigit(c); })) {
+      std::string key = word;
+      for (char& c : key) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+      // "A100-SXM4-80GB" -> "A100"
+      if (auto dash = key.find('-'); dash != std::string::npos && dash > 0) key.resize(dash);
+      return key;
+    }
+  }
+  return gpu_name.empty() ? std::string("GPU") : gpu_name;
+}
+
+Result<std::unique_ptr<JobScheduler>> JobScheduler::Create(const std::string& placement_policy,
+                                                           const std::string& queue_policy,
+                                                           const std::string& start_rule) {
+  std::unique_ptr<JobScheduler> s(new JobScheduler());
+  s->placement_policy_name_ = placement_policy;
+  GP_ASSIGN_OR_RETURN(s->placement_policy_,
+                      sched::BuiltinPlacementPolicies().Create(placement_policy));
+  GP_ASSIGN_OR_RETURN(s->queue_policy_, sched::BuiltinQueuePolicies().Create(queue_policy));
+  GP_ASSIGN_OR_RETURN(s->pass_options_.rule, sched::ParseStartRule(start_rule));
+  return s;
+}
+
+std::string JobScheduler::NeverFits(const jobs::Job& job, const std::vector<SchedNode>& nodes) {
+  const std::vector<ModelFacts> models = Models(nodes);
+  Result<sched::Task> task = TaskFor(job, models);
+  if (!task.ok()) return task.status().message();
+  sched::ClusterState cluster;
+  for (const SchedNode& n : nodes) {
+    sched::NodeSpec spec{n.name, n.cpu_milli, n.memory_mib,
+                         n.info ? static_cast<int32_t>(n.info->gpus.size()) : 0};
+    if (spec.num_gpus > 0) {
+      spec.gpu_model = GpuModelKey(n.info->gpus.front().name);
+      spec.gpu_memory_mib = static_cast<int64_t>(n.info->gpus.front().memory_total_bytes / kMiB);
+      spec.gpu_capability = CapabilityOf(n.info->gpus.front());
+    }
+    if (!cluster.AddNode(spec).ok()) continue;
+  }
+  std::vector<sched::Task> tasks(static_cast<size_t>(job.request.tasks), *task);
+  std::string reason;
+  if (sched::GangObviouslyUnplaceable(cluster, tasks, &reason)) return reason;
+  return "";
+}
+
+Result<ScheduleResult> JobScheduler::Plan(const std::vector<const jobs::Job*>& active,
+                                          const std::vector<SchedNode>& nodes, int64_t now_s) {
+  ScheduleResult result;
+  const std::vector<ModelFacts> models = Models(nodes);
+
+  sched::ClusterState cluster;
+  std::vector<const SchedNode*> node_of;  // cluster index -> node
+  for (const SchedNode& n : nodes) {
+    sched::NodeSpec spec{n.name, n.cpu_milli, n.memory_mib,
+                         n.info ? static_cast<int32_t>(n.info->gpus.size()) : 0};
+    if (spec.num_gpus > 0) {
+      const gpu::GpuInfo& g = n.info->gpus.front();
+      spec.gpu_model = GpuModelKey(g.name);
+      uint64_t min_mem = g.memory_total_bytes;
+      for (const auto& other : n.info->gpus) min_mem = std::min(min_mem, other.memory_total_bytes);
+      spec.gpu_memory_mib = static_cast<int64_t>(min_mem / kMiB);
+      spec.gpu_capability = CapabilityOf(g);
+    }
+    if (cluster.AddNode(spec).ok()) node_of.push_back(&n);
+  }
+
+  // Queued jobs for everything active; running ones also occupy the cluster.
+  std::vector<sched::QueuedJob> queued;
+  queued.reserve(active.size());
+  std::vector<const jobs::Job*> queued_source;
+  std::map<int64_t, std::string> never;
+  for (const jobs::Job* job : active) {
+    Result<sched::Task> task = TaskFor(*job, models);
+    if (!task.ok()) {
+      if (job->state == jobs::JobState::kPending) never[job->id] = task.status().message();
+      continue;
+    }
+    sched::QueuedJob q;
+    q.id = std::to_string(job->id);
+    q.user = job->user;
+    q.project = job->project.empty() ? job->user : job->project;
+    q.priority = job->priority;
+    q.submit_s = job->submit_time_us / 1'000'000;
+    q.time_limit_s = job->time_limit_s;
+    q.tasks.assign(static_cast<size_t>(job->request.tasks), *task);
+    queued.push_back(std::move(q));
+    queued_source.push_back(job);
+  }
+
+  std::vector<sched::RunningJob> running;
+  std::vector<const sched::QueuedJob*> pending;
+  std::vector<const jobs::Job*> pending_source;
+  for (size_t i = 0; i < queued.size(); ++i) {
+    const jobs::Job* job = queued_source[i];
+    if (job->state == jobs::JobState::kPending) {
+      pending.push_back(&queued[i]);
+      pending_source.push_back(job);
+      continue;
+    }
+    sched::RunningJob r;
+    r.job = &queued[i];
+    r.start_s = (job->start_time_us > 0 ? job->start_time_us : job->submit_time_us) / 1'000'000;
+    bool complete = job->placement.size() == queued[i].tasks.size();
+    for (size_t t = 0; complete && t < job->placement.size(); ++t) {
+      const jobs::TaskPlacement& p = job->placement[t];
+      sched::Placement sp;
+      sp.node = cluster.FindNode(p.node);
+      if (sp.node < 0) {
+        complete = false;
+        break;
+      }
+      const gpu::NodeInfo* info = node_of[static_cast<size_t>(sp.node)]->info;
+      for (size_t k = 0; k < p.gpu_uuids.size(); ++k) {
+        auto it = std::find_if(info->gpus.begin(), info->gpus.end(),
+                               [&](const auto& g) { return g.uuid == p.gpu_uuids[k]; });
+        if (it == info->gpus.end()) {
+          complete = false;
+          break;
+        }
+        sp.gpus.push_back(static_cast<int32_t>(it - info->gpus.begin()));
+      }
+      r.placements.push_back(std::move(sp));
+    }
+    if (!complete) continue;  // its node is gone: the sweep will mark it LOST
+    bool allocated = true;
+    for (size_t t = 0; t < r.placements.size(); ++t) {
+      if (!cluster.Allocate(queued[i].tasks[t], r.placements[t]).ok()) allocated = false;
+    }
+    if (allocated) running.push_back(std::move(r));
+  }
+
+  const std::string policy_name = placement_policy_name_;
+  sched::SchedulingPass pass(
+      *queue_policy_, *placement_policy_,
+      [policy_name]() { return sched::BuiltinPlacementPolicies().Create(policy_name); },
+      pass_options_);
+  GP_ASSIGN_OR_RETURN(sched::PassResult pr, pass.Run(cluster, now_s, pending, running));
+
+  std::set<size_t> started;
+  for (const auto& s : pr.started) {
+    started.insert(s.pending_index);
+    const jobs::Job* job = pending_source[s.pending_index];
+    const sched::QueuedJob& q = *pending[s.pending_index];
+    std::vector<jobs::TaskPlacement> out;
+    for (size_t t = 0; t < s.placements.size(); ++t) {
+      const sched::Placement& sp = s.placements[t];
+      const SchedNode& n = *node_of[static_cast<size_t>(sp.node)];
+      jobs::TaskPlacement tp;
+      tp.node = n.name;
+      tp.gpu_milli = q.tasks[t].num_gpu > 0 ? q.tasks[t].gpu_milli : 0;
+      for (int32_t g : sp.gpus) {
+        const gpu::GpuInfo& gi = n.info->gpus[static_cast<size_t>(g)];
+        tp.gpu_indices.push_back(gi.index);
+        tp.gpu_uuids.push_back(gi.uuid);
+      }
+      out.push_back(std::move(tp));
+    }
+    result.starts[job->id] = std::move(out);
+  }
+
+  // Pending reasons, from the cluster as it is after this pass.
+  for (const auto& [id, why] : never) result.pending_reasons[id] = "cannot run on any node: " + why;
+  for (size_t i = 0; i < pending.size(); ++i) {
+    if (started.count(i) > 0) continue;
+    const jobs::Job* job = pending_source[i];
+    const sched::Task& t = pending[i]->tasks.front();
+    std::string reason;
+    std::string never_reason;
+    if (sched::GangObviouslyUnplaceable(cluster, pending[i]->tasks, &never_reason)) {
+      reason = "cannot run on any node: " + never_reason;
+    } else if (pr.reserved_index && *pr.reserved_index == i) {
+      reason = pr.reservation_unplannable
+                   ? "next in line; waits for running jobs to end (they have no time limit)"
+                   : "next in line; resources reserved from " +
+                         std::to_string(pr.reservation_start_s - now_s) +
+                         " s from now, when running jobs reach their time limits";
+    } else if (t.num_gpu > 0) {
+      int32_t best_block = 0;
+      int32_t best_milli = 0;
+      bool cpu_mem_short = false;
+      for (int32_t n = 0; n < cluster.num_nodes(); ++n) {
+        const sched::NodeState& ns = cluster.node(n);
+        if (ns.num_gpus() == 0) continue;
+        if (!t.gpu_models.empty() && std::find(t.gpu_models.begin(), t.gpu_models.end(),
+                                               ns.gpu_model) == t.gpu_models.end()) {
+          continue;
+        }
+        if (t.min_capability > 0 && ns.gpu_capability < t.min_capability) continue;
+        int32_t block = 0;
+        for (int32_t f : ns.gpu_free_milli) {
+          if (f >= t.gpu_milli) ++block;
+          best_milli = std::max(best_milli, f);
+        }
+        best_block = std::max(best_block, block);
+        if (block >= t.num_gpu &&
+            (ns.cpu_free_milli < t.cpu_milli || ns.memory_free_mib < t.memory_mib)) {
+          cpu_mem_short = true;
+        }
+      }
+      const std::string of_model =
+          t.gpu_models.empty() ? "" : " of model " + JoinModels(t.gpu_models);
+      if (t.IsFractional() && best_milli < t.gpu_milli) {
+        reason = "needs " + FormatShare(t.gpu_milli) + " of one GPU" + of_model +
+                 "; the most free on any GPU: " + FormatShare(best_milli);
+      } else if (best_block < t.num_gpu) {
+        reason = "needs " + std::to_string(t.num_gpu) + " idle GPU" +
+                 (t.num_gpu == 1 ? "" : "s") + of_model +
+                 "; largest idle block on any node: " + std::to_string(best_block);
+      } else if (cpu_mem_short) {
+        reason = "needs " + FormatShare(static_cast<int>(t.cpu_milli)) + " CPUs and " +
+                 std::to_string(t.memory_mib) + " MiB memory beside its GPUs; no node with "
+                 "the GPUs has them free";
+      } else if (pending[i]->tasks.size() > 1) {
+        reason = "needs " + std::to_string(pending[i]->tasks.size()) +
+                 " tasks placed together; not all fit at once now";
+      } else {
+        reason = "waiting for its turn: jobs ahead of it in the queue (" +
+                 std::string(queue_policy_->name()) + " order) come first";
+      }
+    } else {
+      reason = "needs " + FormatShare(static_cast<int>(t.cpu_milli)) + " CPUs and " +
+               std::to_string(t.memory_mib) + " MiB memory; no node has them free";
+    }
+    result.pending_reasons[job->id] = reason;
+  }
+  return result;
+}
+
+}  // namespace gpupool::controller

@@ -1,0 +1,34 @@
+#include "controller/usage.h"
+
+#include <algorithm>
+#include <map>
+
+namespace gpupool::controller {
+
+std::vector<UsageRow> ComputeUsage(const std::vector<jobs::Job>& jobs, int64_t since_us,
+                                   int64_t until_us, int64_t now_us, const std::string& by) {
+  std::map<std::string, UsageRow> rows;
+  for (const jobs::Job& j : jobs) {
+    if (j.start_time_us <= 0) continue;  // never ran
+    const int64_t end = j.end_time_us > 0 ? j.end_time_us : now_us;
+    const int64_t from = std::max(j.start_time_us, since_us);
+    const int64_t to = std::min(end, until_us);
+    if (to <= from) continue;
+    double gpus = 0;
+    for (const jobs::TaskPlacement& p : j.placement) {
+      gpus += static_cast<double>(p.gpu_uuids.size()) * p.gpu_milli / 1000.0;
+    }
+    const std::string key = by == "project" ? (j.project.empty() ? "(none)" : j.project) : j.user;
+    UsageRow& r = rows[key];
+    r.key = key;
+    r.gpu_hours += gpus * static_cast<double>(to - from) / 3.6e9;
+    r.jobs += 1;
+  }
+  std::vector<UsageRow> out;
+  for (auto& [k, r] : rows) out.push_back(std::move(r));
+  std::stable_sort(out.begin(), out.end(),
+                   [](const UsageRow& a, const UsageRow& b) { return a.gpu_hours > b.gpu_hours; });
+  return out;
+}
+
+}  // namespace gpupool::controller

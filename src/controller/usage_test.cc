@@ -1,0 +1,49 @@
+#include "controller/usage.h"
+
+#include <gtest/gtest.h>
+
+namespace gpupool::controller {
+namespace {
+
+constexpr int64_t kHour = 3'600'000'000;
+constexpr int64_t kT0 = 1000 * kHour;  // times below are relative to this
+
+jobs::Job Ran(const std::string& user, const std::string& project, int gpus, int milli,
+              int64_t start, int64_t end) {
+  jobs::Job j;
+  j.user = user;
+  j.project = project;
+  j.start_time_us = kT0 + start;
+  j.end_time_us = end == 0 ? 0 : kT0 + end;
+  jobs::TaskPlacement p;
+  p.node = "n";
+  p.gpu_milli = milli;
+  for (int i = 0; i < gpus; ++i) p.gpu_uuids.push_back("GPU-" + std::to_string(i));
+  j.placement = {p};
+  return j;
+}
+
+TEST(UsageTest, WeightsFractionsAndClipsToTheWindow) {
+  std::vector<jobs::Job> js = {
+      Ran("alice", "vision", 2, 1000, 0, 2 * kHour),         // 4 GPU-hours
+      Ran("alice", "nlp", 1, 250, 0, 4 * kHour),             // 1 GPU-hour
+      Ran("bob", "vision", 1, 1000, 3 * kHour, 0),           // still running: 2 h by now
+      Ran("carol", "x", 1, 1000, 10 * kHour, 11 * kHour),    // outside the window
+  };
+  js.push_back(jobs::Job{});  // never started
+  auto by_user = ComputeUsage(js, kT0, kT0 + 6 * kHour, kT0 + 5 * kHour, "user");
+  ASSERT_EQ(by_user.size(), 2u);
+  EXPECT_EQ(by_user[0].key, "alice");
+  EXPECT_DOUBLE_EQ(by_user[0].gpu_hours, 5.0);
+  EXPECT_EQ(by_user[0].jobs, 2);
+  EXPECT_EQ(by_user[1].key, "bob");
+  EXPECT_DOUBLE_EQ(by_user[1].gpu_hours, 2.0);
+  auto by_project = ComputeUsage(js, kT0 + kHour, kT0 + 6 * kHour, kT0 + 5 * kHour, "project");
+  ASSERT_EQ(by_project.size(), 2u);
+  EXPECT_EQ(by_project[0].key, "vision");
+  EXPECT_DOUBLE_EQ(by_project[0].gpu_hours, 2.0 + 2.0);  // alice 1 h x 2 GPUs + bob 2 h
+  EXPECT_DOUBLE_EQ(by_project[1].gpu_hours, 0.75);
+}
+
+}  // namespace
+}  // namespace gpupool::controller

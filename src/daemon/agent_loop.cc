@@ -1,0 +1,261 @@
+#include "daemon/agent_loop.h"
+
+#include <spdlog/spdlog.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <thread>
+
+#include "gpu/node_json.h"
+#include "jobs/job_json.h"
+
+namespace gpupool::daemon {
+namespace {
+
+constexpr int64_t kGangKeyBase = int64_t{1} << 50;
+constexpr int kMaxTasks = 4096;
+
+std::string KindName(agent::JobEvent::Kind k) {
+  switch (k) {
+    case agent::JobEvent::Kind::kStarted: return "started";
+    case agent::JobEvent::Kind::kExited:
+    case agent::JobEvent::Kind::kFailed: return "exited";
+    case agent::JobEvent::Kind::kLost: return "lost";
+  }
+  return "lost";
+}
+
+bool IsFinal(agent::JobEvent::Kind k) { return k != agent::JobEvent::Kind::kStarted; }
+
+}  // namespace
+
+int64_t LauncherKey(int64_t job_id, int task_index, int tasks) {
+  if (tasks <= 1) return job_id;
+  return kGangKeyBase + job_id * kMaxTasks + task_index;
+}
+
+std::pair<int64_t, int> FromLauncherKey(int64_t key) {
+  if (key < kGangKeyBase) return {key, 0};
+  key -= kGangKeyBase;
+  return {key / kMaxTasks, static_cast<int>(key % kMaxTasks)};
+}
+
+AgentLoop::AgentLoop(AgentLoopOptions options, net::HttpClient client, agent::Launcher* launcher)
+    : options_(std::move(options)), client_(std::move(client)), launcher_(launcher) {
+  if (options_.cpu_milli <= 0) options_.cpu_milli = sysconf(_SC_NPROCESSORS_ONLN) * 1000;
+  if (options_.memory_mib <= 0) {
+    options_.memory_mib = static_cast<int64_t>(sysconf(_SC_PHYS_PAGES)) *
+                          sysconf(_SC_PAGE_SIZE) / (1024 * 1024);
+  }
+}
+
+Result<Json> AgentLoop::Call(const std::string& method, const std::string& path,
+                             const std::string& body, int timeout_ms) {
+  GP_ASSIGN_OR_RETURN(net::HttpResponse r, client_.Send(method, path, body, timeout_ms));
+  Result<Json> j = ParseJson(r.body.empty() ? "{}" : r.body, "controller answer");
+  if (r.status / 100 != 2) {
+    std::string msg = j.ok() && j->is_object() && j->contains("error") && (*j)["error"].is_string()
+                          ? (*j)["error"].get<std::string>()
+                          : r.body;
+    return Status(r.status == 404 ? StatusCode::kNotFound : StatusCode::kUnavailable,
+                  "controller answered " + std::to_string(r.status) + ": " + msg);
+  }
+  return j;
+}
+
+Status AgentLoop::Register() {
+  // Jobs this node already runs (from before an agent restart) are reported back.
+  GP_ASSIGN_OR_RETURN(std::vector<agent::JobEvent> adopted, launcher_->Adopt());
+  OrderedJson running = OrderedJson::array();
+  {
+    std::lock_guard lock(mu_);
+    for (agent::JobEvent& ev : adopted) {
+      launched_.insert({ev.job_id, ev.attempt});
+      unsent_.push_back(ev);
+    }
+    for (const auto& [key, attempt] : launched_) {
+      auto [job, task] = FromLauncherKey(key);
+      (void)task;
+      running.push_back({{"job_id", job}, {"attempt", attempt}});
+    }
+  }
+  OrderedJson body;
+  body["node"] = options_.node_name;
+  body["info"] = gpu::NodeToJson(options_.node);
+  body["cpu_milli"] = options_.cpu_milli;
+  body["memory_mib"] = options_.memory_mib;
+  body["running"] = std::move(running);
+  GP_RETURN_IF_ERROR(Call("POST", "/v1/agent/register", DumpJson(body), 10'000).status());
+  registered_ = true;
+  spdlog::info("agent: node {} registered with {} GPUs ({} jobs adopted)", options_.node_name,
+               options_.node.gpus.size(), adopted.size());
+  return Status::Ok();
+}
+
+Status AgentLoop::Launch(const Json& order) {
+  GP_ASSIGN_OR_RETURN(jobs::Job job, [&]() -> Result<jobs::Job> {
+    Json copy = order;
+    for (const char* k : {"task_index", "gpus", "denied_device_nodes"}) copy.erase(k);
+    return jobs::JobFromJson(copy, "launch order");
+  }());
+  const int task_index = order.value("task_index", 0);
+  const int64_t key = LauncherKey(job.id, task_index, job.request.tasks);
+  {
+    std::lock_guard lock(mu_);
+    if (!launched_.insert({key, job.attempt}).second) return Status::Ok();  // resent order
+  }
+  agent::LaunchSpec spec;
+  spec.job_id = key;
+  spec.attempt = job.attempt;
+  spec.user = job.user;
+  spec.uid = job.uid;
+  spec.gid = job.gid;
+  spec.argv = job.command;
+  spec.env = job.env;
+  spec.workdir = job.workdir;
+  spec.cpu_milli = job.request.cpu_milli;
+  spec.memory_bytes = job.request.memory_bytes;
+  spec.time_limit_s = job.time_limit_s;
+  spec.grace_s = options_.cancel_grace_s;
+  if (order.contains("gpus") && order["gpus"].is_array()) {
+    for (const Json& g : order["gpus"]) {
+      agent::GpuGrant grant;
+      grant.vendor = g.value("vendor", "");
+      grant.index = g.value("index", -1);
+      grant.uuid = g.value("uuid", "");
+      grant.gpu_milli = g.value("gpu_milli", 1000);
+      if (g.contains("device_nodes") && g["device_nodes"].is_array()) {
+        for (const Json& d : g["device_nodes"]) {
+          if (d.is_string()) grant.device_nodes.push_back(d.get<std::string>());
+        }
+      }
+      spec.gpus.push_back(std::move(grant));
+    }
+  }
+  if (order.contains("denied_device_nodes") && order["denied_device_nodes"].is_array()) {
+    for (const Json& d : order["denied_device_nodes"]) {
+      if (d.is_string()) spec.denied_device_nodes.push_back(d.get<std::string>());
+    }
+  }
+  Status s = launcher_->Launch(spec);
+  if (!s.ok()) {
+    // Nothing was started: report the failure as the job's end.
+    agent::JobEvent ev;
+    ev.job_id = key;
+    ev.attempt = job.attempt;
+    ev.kind = agent::JobEvent::Kind::kFailed;
+    ev.time_us = std::chrono::duration_cast<std::chrono::microseconds>(
+                     std::chrono::system_clock::now().time_since_epoch())
+                     .count();
+    ev.reason = "could not launch: " + s.message();
+    std::lock_guard lock(mu_);
+    unsent_.push_back(std::move(ev));
+  }
+  return Status::Ok();
+}
+
+Status AgentLoop::PollOnce() {
+  Result<Json> work =
+      Call("GET",
+           "/v1/agent/work?node=" + net::UrlEncode(options_.node_name) +
+               "&wait_ms=" + std::to_string(options_.poll_wait_ms),
+           "", options_.poll_wait_ms + 15'000);
+  if (!work.ok()) {
+    if (work.status().code() == StatusCode::kNotFound) registered_ = false;
+    return work.status();
+  }
+  if (work->contains("cancel") && (*work)["cancel"].is_array()) {
+    for (const Json& id : (*work)["cancel"]) {
+      if (!id.is_number_integer()) continue;
+      const int64_t job = id.get<int64_t>();
+      // Every task of the job that runs here (gang tasks have keys of their own).
+      for (int64_t key : launcher_->Running()) {
+        if (FromLauncherKey(key).first == job) {
+          if (Status s = launcher_->Cancel(key); !s.ok()) {
+            spdlog::warn("agent: cancel job {}: {}", job, s.message());
+          }
+        }
+      }
+    }
+  }
+  if (work->contains("launch") && (*work)["launch"].is_array()) {
+    for (const Json& order : (*work)["launch"]) {
+      if (Status s = Launch(order); !s.ok()) spdlog::error("agent: bad launch order: {}", s.message());
+    }
+  }
+  return Status::Ok();
+}
+
+void AgentLoop::ReportEvents() {
+  int backoff_ms = 100;
+  while (!stopping_) {
+    std::vector<agent::JobEvent> fresh = launcher_->Wait(200);
+    std::vector<agent::JobEvent> batch;
+    {
+      std::lock_guard lock(mu_);
+      for (auto& e : fresh) unsent_.push_back(std::move(e));
+      batch = unsent_;
+    }
+    if (batch.empty() || !registered_) continue;
+    OrderedJson events = OrderedJson::array();
+    for (const agent::JobEvent& ev : batch) {
+      auto [job, task] = FromLauncherKey(ev.job_id);
+      OrderedJson e;
+      e["job_id"] = job;
+      e["attempt"] = ev.attempt;
+      e["task_index"] = task;
+      e["kind"] = KindName(ev.kind);
+      e["time_us"] = ev.time_us;
+      if (ev.exit_code) e["exit_code"] = *ev.exit_code;
+      if (ev.signal) e["signal"] = *ev.signal;
+      e["timed_out"] = ev.timed_out;
+      e["cancelled"] = ev.cancelled;
+      e["reason"] = ev.reason;
+      if (ev.kind != agent::JobEvent::Kind::kLost) {
+        const std::string dir = agent::JobDir(options_.state_dir, ev.job_id);
+        e["stdout_path"] = dir + "/stdout.log";
+        e["stderr_path"] = dir + "/stderr.log";
+      }
+      events.push_back(std::move(e));
+    }
+    OrderedJson body;
+    body["node"] = options_.node_name;
+    body["events"] = std::move(events);
+    Result<Json> ack = Call("POST", "/v1/agent/events", DumpJson(body), 10'000);
+    if (!ack.ok()) {
+      spdlog::warn("agent: cannot report {} events yet: {}", batch.size(), ack.status().message());
+      std::this_thread::sleep_for(std::chrono::milliseconds(backoff_ms));
+      backoff_ms = std::min(backoff_ms * 2, 5000);
+      continue;
+    }
+    backoff_ms = 100;
+    std::lock_guard lock(mu_);
+    unsent_.erase(unsent_.begin(), unsent_.begin() + static_cast<std::ptrdiff_t>(batch.size()));
+    for (const agent::JobEvent& ev : batch) {
+      if (!IsFinal(ev.kind)) continue;
+      if (Status s = launcher_->Forget(ev.job_id); !s.ok() && s.code() != StatusCode::kNotFound) {
+        spdlog::warn("agent: forget job {}: {}", ev.job_id, s.message());
+      }
+    }
+  }
+}
+
+void AgentLoop::Run() {
+  std::thread reporter([this] { ReportEvents(); });
+  int backoff_ms = 200;
+  while (!stopping_) {
+    Status s = registered_ ? PollOnce() : Register();
+    if (s.ok()) {
+      backoff_ms = 200;
+      continue;
+    }
+    spdlog::warn("agent: {} (retrying in {} ms)", s.message(), backoff_ms);
+    for (int slept = 0; slept < backoff_ms && !stopping_; slept += 50) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    backoff_ms = std::min(backoff_ms * 2, 5000);
+  }
+  reporter.join();
+}
+
+}  // namespace gpupool::daemon

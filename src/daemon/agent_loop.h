@@ -1,0 +1,70 @@
+// AgentLoop: the node agent's main loop. Registers the node's GPUs with the controller,
+// long-polls it for launch and cancel orders, runs them through the Launcher, and reports
+// what happens, over the same HTTP protocol whether the controller is in this process
+// (`gpupool up`) or on another machine (docs/api.md, "Agent protocol").
+//
+// It survives a controller restart (retries with back-off, re-registers when the
+// controller no longer knows the node) and its own restart (Launcher::Adopt finds the
+// jobs whose shims still run). Events are kept until the controller has acknowledged
+// them, and launch orders are de-duplicated by (job, attempt), so nothing is started
+// twice and no final state is lost. Run() blocks until Stop(); both are thread-safe.
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "agent/launcher.h"
+#include "common/json.h"
+#include "gpu/gpu_info.h"
+#include "net/http_client.h"
+
+namespace gpupool::daemon {
+
+struct AgentLoopOptions {
+  std::string node_name;
+  std::string state_dir;      // the Launcher's state directory (job logs live there)
+  gpu::NodeInfo node;         // what discovery found (or the fake node)
+  int64_t cpu_milli = 0;      // 0 = all online CPUs
+  int64_t memory_mib = 0;     // 0 = all physical memory
+  int poll_wait_ms = 10'000;  // long-poll length; also the heartbeat period
+  int64_t cancel_grace_s = 10;
+};
+
+class AgentLoop {
+ public:
+  // `launcher` must outlive the loop.
+  AgentLoop(AgentLoopOptions options, net::HttpClient client, agent::Launcher* launcher);
+
+  void Run();
+  void Stop() { stopping_ = true; }
+
+ private:
+  Status Register();
+  Status PollOnce();
+  void ReportEvents();  // runs on its own thread
+  Status Launch(const Json& order);
+  Result<Json> Call(const std::string& method, const std::string& path, const std::string& body,
+                    int timeout_ms);
+
+  AgentLoopOptions options_;
+  net::HttpClient client_;
+  agent::Launcher* launcher_;
+  std::atomic<bool> stopping_{false};
+  std::atomic<bool> registered_{false};
+
+  std::mutex mu_;
+  std::set<std::pair<int64_t, int>> launched_;   // (launcher key, attempt) seen
+  std::vector<agent::JobEvent> unsent_;          // waiting for the controller's ack
+};
+
+// The launcher key of one task: the job id for single-task jobs; gang tasks get a key
+// of their own so that two tasks of one job can run on one node.
+int64_t LauncherKey(int64_t job_id, int task_index, int tasks);
+// The inverse: job id and task index of a launcher key.
+std::pair<int64_t, int> FromLauncherKey(int64_t key);
+
+}  // namespace gpupool::daemon

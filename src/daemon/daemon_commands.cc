@@ -1,0 +1,341 @@
+#include "daemon/daemon_commands.h"
+
+#include <signal.h>
+#include <spdlog/spdlog.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <filesystem>
+#include <iostream>
+#include <thread>
+
+#include "agent/launcher.h"
+#include "agent/shim.h"
+#include "controller/api.h"
+#include "controller/auth.h"
+#include "controller/controller.h"
+#include "daemon/agent_loop.h"
+#include "gpu/gpu_backend.h"
+#include "net/http_server.h"
+#include "store/store.h"
+
+namespace gpupool::daemon {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::atomic<bool> g_stop{false};
+
+void OnSignal(int) { g_stop = true; }
+
+void InstallSignalHandlers() {
+  struct sigaction sa {};
+  sa.sa_handler = OnSignal;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGINT, &sa, nullptr);
+  sigaction(SIGTERM, &sa, nullptr);
+  signal(SIGPIPE, SIG_IGN);
+}
+
+std::string SelfExe() {
+  std::error_code ec;
+  fs::path p = fs::read_symlink("/proc/self/exe", ec);
+  return ec ? std::string("gpupool") : p.string();
+}
+
+std::string Hostname() {
+  char buf[256] = {};
+  if (gethostname(buf, sizeof buf - 1) != 0) return "localhost";
+  return buf;
+}
+
+// A stand-in 8-GPU node for machines without GPUs, so `make run` works anywhere.
+gpu::NodeInfo FakeEightGpuNode() {
+  gpu::NodeInfo n;
+  n.hostname = Hostname();
+  n.nvidia = gpu::DriverInfo{"fake", "13.0", {}, {}};
+  for (int i = 0; i < 8; ++i) {
+    gpu::GpuInfo g;
+    g.vendor = gpu::Vendor::kNvidia;
+    g.index = i;
+    g.name = "Fake GPU F100 16GB";
+    char uuid[64];
+    std::snprintf(uuid, sizeof uuid, "GPU-fa4e0000-0000-4000-8000-%012d", i);
+    g.uuid = uuid;
+    char bus[32];
+    std::snprintf(bus, sizeof bus, "0000:%02x:00.0", 0x10 + i);
+    g.pci_bus_id = bus;
+    g.memory_total_bytes = uint64_t{16} << 30;
+    g.compute_capability = gpu::ComputeCapability{8, 0};
+    g.minor_number = i;
+    g.device_nodes = {"/dev/nvidia" + std::to_string(i)};
+    g.backend = "fake";
+    n.gpus.push_back(g);
+  }
+  return n;
+}
+
+struct NodeChoice {
+  gpu::NodeInfo node;
+  bool stand_in = false;
+};
+
+Result<NodeChoice> DiscoverForAgent(const std::string& fake_file, bool allow_stand_in) {
+  gpu::DiscoveryOptions opts = gpu::WithEnvironmentOverrides({});
+  if (!fake_file.empty()) {
+    opts.backends = {"fake"};
+    opts.fake_node_file = fake_file;
+  }
+  GP_ASSIGN_OR_RETURN(gpu::NodeInfo node, gpu::DiscoverNode(opts));
+  if (!node.gpus.empty() || !allow_stand_in) return NodeChoice{std::move(node), false};
+  return NodeChoice{FakeEightGpuNode(), true};
+}
+
+struct ServerParts {
+  std::unique_ptr<store::Store> store;
+  std::unique_ptr<controller::Controller> controller;
+  std::unique_ptr<controller::Api> api;
+  std::unique_ptr<net::HttpServer> http;
+};
+
+struct ServerFlags {
+  std::string state_dir;
+  int port = 8421;
+  std::string listen = "127.0.0.1";
+  std::string admin_group;
+  std::string placement_policy = "default";
+  std::string queue_policy = "fair";
+  std::string start_rule = "easy";
+  int node_timeout_s = 30;
+};
+
+Result<ServerParts> StartServer(const ServerFlags& f) {
+  std::error_code ec;
+  fs::create_directories(f.state_dir, ec);
+  if (ec) {
+    return Status::Unavailable("cannot create the state directory '" + f.state_dir +
+                               "': " + ec.message() + ": pass a writable --state-dir");
+  }
+  ServerParts p;
+  GP_ASSIGN_OR_RETURN(p.store, store::OpenSqliteStore(f.state_dir + "/gpupool.db"));
+  controller::ControllerOptions co;
+  co.placement_policy = f.placement_policy;
+  co.queue_policy = f.queue_policy;
+  co.start_rule = f.start_rule;
+  co.node_timeout_us = int64_t{f.node_timeout_s} * 1'000'000;
+  GP_ASSIGN_OR_RETURN(p.controller,
+                      controller::Controller::Create(p.store.get(), SystemClock::Get(), co));
+  p.api = std::make_unique<controller::Api>(p.controller.get(), p.store.get(), SystemClock::Get(),
+                                            controller::AuthOptions{f.admin_group});
+  net::HttpServerOptions ho;
+  ho.unix_socket_path = f.state_dir + "/gpupool.sock";
+  if (f.port > 0) {
+    ho.tcp_host = f.listen;
+    ho.tcp_port = f.port;
+  }
+  controller::Api* api = p.api.get();
+  GP_ASSIGN_OR_RETURN(p.http, net::StartHttpServer(ho, [api](const net::HttpRequest& r) {
+                        return api->Handle(r);
+                      }));
+  p.controller->Start();
+  return p;
+}
+
+void AddServerFlags(CLI::App* cmd, ServerFlags* f) {
+  cmd->add_option("--state-dir", f->state_dir, "where the store, socket and job logs live");
+  cmd->add_option("--port", f->port, "TCP port on --listen for the API (0 = none)")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 65535));
+  cmd->add_option("--listen", f->listen, "TCP address for the API")->capture_default_str();
+  cmd->add_option("--admin-group", f->admin_group, "members of this group are admins");
+  cmd->add_option("--policy", f->placement_policy, "placement policy")->capture_default_str();
+  cmd->add_option("--queue", f->queue_policy, "queue policy: fifo, priority, sjf, fair")
+      ->capture_default_str();
+  cmd->add_option("--start-rule", f->start_rule, "strict, easy (EASY backfill) or skip")
+      ->capture_default_str();
+  cmd->add_option("--node-timeout", f->node_timeout_s,
+                  "seconds without a poll before a node's jobs are LOST")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 86400));
+}
+
+std::unique_ptr<agent::Launcher> MakeLauncher(const std::string& state_dir) {
+  agent::LauncherOptions lo;
+  lo.state_dir = state_dir;
+  lo.shim_command = {SelfExe(), "agent-shim"};
+  return agent::NewProcessLauncher(lo);
+}
+
+int Fail(const Status& s) {
+  std::cerr << "gpupool: " << s.message() << "\n";
+  return 1;
+}
+
+void WaitForStop() {
+  while (!g_stop) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+}
+
+}  // namespace
+
+std::string DefaultStateDir() {
+  if (geteuid() == 0) return "/var/lib/gpupool";
+  if (const char* x = std::getenv("XDG_STATE_HOME"); x != nullptr && *x == '/') {
+    return std::string(x) + "/gpupool";
+  }
+  const char* home = std::getenv("HOME");
+  return std::string(home != nullptr ? home : "/tmp") + "/.local/state/gpupool";
+}
+
+void RegisterDaemonCommands(CLI::App& app, cli::CommandContext& ctx) {
+  // --- up ---
+  auto* up_flags = new ServerFlags();  // lives as long as the app (the process)
+  auto* up_fake = new std::string();
+  CLI::App* up = app.add_subcommand("up", "run the whole pool on this machine: controller + agent");
+  AddServerFlags(up, up_flags);
+  up->add_option("--fake", *up_fake, "use this node description instead of discovery");
+  up->callback([&ctx, up_flags, up_fake] {
+    InstallSignalHandlers();
+    ServerFlags f = *up_flags;
+    if (f.state_dir.empty()) f.state_dir = DefaultStateDir();
+    Result<NodeChoice> node = DiscoverForAgent(*up_fake, /*allow_stand_in=*/true);
+    if (!node.ok()) {
+      ctx.exit_code = Fail(node.status());
+      return;
+    }
+    Result<ServerParts> server = StartServer(f);
+    if (!server.ok()) {
+      ctx.exit_code = Fail(server.status());
+      return;
+    }
+    // The local agent authenticates like a remote one: with a node token.
+    auto token = controller::NewToken();
+    if (!token.ok() || !server->store->PutToken({token->second, Hostname(), "node",
+                                                 SystemClock::Get()->NowMicros()})
+                            .ok()) {
+      ctx.exit_code = Fail(Status::Internal("cannot create the local agent's token"));
+      return;
+    }
+    net::ServerAddress addr;
+    addr.kind = net::ServerAddress::Kind::kUnix;
+    addr.path = f.state_dir + "/gpupool.sock";
+    std::unique_ptr<agent::Launcher> launcher = MakeLauncher(f.state_dir + "/agent");
+    AgentLoopOptions ao;
+    ao.node_name = Hostname();
+    ao.state_dir = f.state_dir + "/agent";
+    ao.node = node->node;
+    AgentLoop loop(ao, net::HttpClient(addr, token->first), launcher.get());
+    std::thread agent_thread([&loop] { loop.Run(); });
+
+    const size_t ngpus = node->node.gpus.size();
+    if (node->stand_in) {
+      std::cout << "No GPUs were found on this machine, so gpupool is running with a FAKE node of "
+                   "8 GPUs (jobs run for real, but see no real GPU).\n"
+                   "To describe your own node instead: gpupool up --fake examples/nodes/FILE.json\n";
+    }
+    std::cout << "gpupool is up on " << Hostname() << " with " << ngpus << " GPU"
+              << (ngpus == 1 ? "" : "s") << ".\n"
+              << "  API:       unix:" << addr.path;
+    if (f.port > 0) std::cout << " and http://" << f.listen << ":" << server->http->tcp_port();
+    std::cout << "\n  State:     " << f.state_dir << "\n"
+              << "Submit a job from another terminal:\n"
+              << "  export GPUPOOL_SERVER=unix:" << addr.path << "\n"
+              << "  gpupool submit --gpus 1 -- sh -c 'echo $CUDA_VISIBLE_DEVICES'\n"
+              << "  gpupool queue; gpupool logs 1\n"
+              << "Stop with Ctrl-C; running jobs keep running and are picked up on restart.\n"
+              << std::flush;
+    WaitForStop();
+    loop.Stop();
+    agent_thread.join();
+    server->controller->Stop();
+    server->http->Stop();
+  });
+
+  // --- server ---
+  auto* server_flags = new ServerFlags();
+  CLI::App* server = app.add_subcommand("server", "run the controller only (REST API, scheduler, store)");
+  AddServerFlags(server, server_flags);
+  server->callback([&ctx, server_flags] {
+    InstallSignalHandlers();
+    ServerFlags f = *server_flags;
+    if (f.state_dir.empty()) f.state_dir = DefaultStateDir();
+    Result<ServerParts> parts = StartServer(f);
+    if (!parts.ok()) {
+      ctx.exit_code = Fail(parts.status());
+      return;
+    }
+    std::cout << "gpupool server: API on unix:" << f.state_dir << "/gpupool.sock";
+    if (f.port > 0) std::cout << " and http://" << f.listen << ":" << parts->http->tcp_port();
+    std::cout << "\n" << std::flush;
+    WaitForStop();
+    parts->controller->Stop();
+    parts->http->Stop();
+  });
+
+  // --- agent ---
+  struct AgentFlags {
+    std::string controller;
+    std::string token;
+    std::string state_dir;
+    std::string fake;
+    std::string node_name;
+  };
+  auto* af = new AgentFlags();
+  CLI::App* agent_cmd = app.add_subcommand("agent", "run a node agent for a controller");
+  agent_cmd->add_option("--controller", af->controller, "unix:PATH or http://HOST:PORT")->required();
+  agent_cmd->add_option("--token", af->token, "node join token (or GPUPOOL_TOKEN)");
+  agent_cmd->add_option("--state-dir", af->state_dir, "where job state and logs live");
+  agent_cmd->add_option("--fake", af->fake, "use this node description instead of discovery");
+  agent_cmd->add_option("--node-name", af->node_name, "name of this node (default: hostname)");
+  agent_cmd->callback([&ctx, af] {
+    InstallSignalHandlers();
+    Result<net::ServerAddress> addr = net::ParseServerAddress(af->controller);
+    if (!addr.ok()) {
+      ctx.exit_code = 2;
+      std::cerr << "gpupool: --controller: " << addr.status().message() << "\n";
+      return;
+    }
+    std::string token = af->token;
+    if (token.empty()) {
+      if (const char* t = std::getenv("GPUPOOL_TOKEN")) token = t;
+    }
+    Result<NodeChoice> node = DiscoverForAgent(af->fake, /*allow_stand_in=*/false);
+    if (!node.ok()) {
+      ctx.exit_code = Fail(node.status());
+      return;
+    }
+    const std::string state = (af->state_dir.empty() ? DefaultStateDir() : af->state_dir) + "/agent";
+    std::error_code ec;
+    fs::create_directories(state, ec);
+    std::unique_ptr<agent::Launcher> launcher = MakeLauncher(state);
+    AgentLoopOptions ao;
+    ao.node_name = af->node_name.empty() ? Hostname() : af->node_name;
+    ao.state_dir = state;
+    ao.node = node->node;
+    AgentLoop loop(ao, net::HttpClient(*addr, token), launcher.get());
+    std::thread t([&loop] { loop.Run(); });
+    std::cout << "gpupool agent: node " << ao.node_name << " with " << ao.node.gpus.size()
+              << " GPUs, controller " << addr->ToString() << "\n"
+              << std::flush;
+    WaitForStop();
+    loop.Stop();
+    t.join();
+  });
+
+  // --- agent-shim (hidden): the per-job supervisor ---
+  CLI::App* shim = app.add_subcommand("agent-shim", "");
+  shim->group("");  // hidden from help
+  shim->allow_extras();
+  shim->prefix_command();
+  shim->callback([&ctx, shim] {
+    std::vector<std::string> args = shim->remaining();
+    std::vector<char*> argv;
+    static std::string name = "agent-shim";
+    argv.push_back(name.data());
+    for (std::string& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    ctx.exit_code = agent::RunShim(static_cast<int>(argv.size() - 1), argv.data());
+  });
+}
+
+}  // namespace gpupool::daemon

@@ -1,0 +1,121 @@
+#include <gtest/gtest.h>
+
+#include "common/json.h"
+#include "gpu/export/exporters.h"
+#include "gpu/export/test_nodes.h"
+
+namespace gpupool::gpu {
+namespace {
+
+using testing::AmdGpu;
+using testing::TwoH100;
+
+Json Spec(const NodeInfo& n, const CdiOptions& o = {}) {
+  Result<std::string> text = ExportCdi(n, o);
+  EXPECT_TRUE(text.ok()) << text.status().message();
+  if (!text.ok()) return Json();
+  Result<Json> j = ParseJson(*text, "cdi");
+  EXPECT_TRUE(j.ok());
+  return j.ok() ? *j : Json();
+}
+
+const Json* Device(const Json& spec, const std::string& name) {
+  for (const Json& d : spec["devices"]) {
+    if (d["name"] == name) return &d;
+  }
+  return nullptr;
+}
+
+TEST(CdiExportTest, OneDevicePerGpuByIndexAndUuidPlusAll) {
+  const Json spec = Spec(TwoH100());
+  EXPECT_EQ(spec["cdiVersion"], "0.5.0");
+  EXPECT_EQ(spec["kind"], "nvidia.com/gpu");
+  std::vector<std::string> names;
+  for (const Json& d : spec["devices"]) names.push_back(d["name"]);
+  EXPECT_EQ(names, (std::vector<std::string>{"0", "GPU-11111111-2222-3333-4444-555555555555", "1",
+                                             "GPU-aaaaaaaa-bbbb-cccc-dddd-eeeeeeeeeeee", "all"}));
+  const Json* one = Device(spec, "1");
+  ASSERT_NE(one, nullptr);
+  EXPECT_EQ((*one)["containerEdits"]["deviceNodes"],
+            Json::parse(R"([{"path": "/dev/nvidia1", "hostPath": "/dev/nvidia1"}])"));
+  EXPECT_EQ((*one)["containerEdits"]["env"],
+            Json::parse(R"(["GPUPOOL_GPU_1=GPU-aaaaaaaa-bbbb-cccc-dddd-eeeeeeeeeeee"])"));
+  EXPECT_EQ((*Device(spec, "all"))["containerEdits"]["deviceNodes"].size(), 2u);
+}
+
+TEST(CdiExportTest, TopLevelEditsCarryControlNodesAndReadOnlyLibraries) {
+  CdiOptions o;
+  o.host_dev_root = "/tmp/stand-in/dev/";
+  const Json spec = Spec(TwoH100(), o);
+  const Json& top = spec["containerEdits"];
+  EXPECT_EQ(
+      top["deviceNodes"][0],
+      Json::parse(R"({"path": "/dev/nvidiactl", "hostPath": "/tmp/stand-in/dev/nvidiactl"})"));
+  EXPECT_EQ(top["mounts"][0]["options"], Json::parse(R"(["ro", "nosuid", "nodev", "bind"])"));
+  EXPECT_EQ(top["mounts"][0]["hostPath"], top["mounts"][0]["containerPath"]);
+  EXPECT_EQ(top["env"], Json::parse(R"(["GPUPOOL_CDI_KIND=nvidia.com/gpu"])"));
+  EXPECT_EQ((*Device(spec, "0"))["containerEdits"]["deviceNodes"][0]["hostPath"],
+            "/tmp/stand-in/dev/nvidia0");
+}
+
+TEST(CdiExportTest, MigDevicesAddTheirCapabilityNodes) {
+  NodeInfo n = TwoH100();
+  n.gpus[0].mig_enabled = true;
+  n.gpus[0].mig_devices = {
+      MigDevice{"MIG-1234",
+                "1g.10gb",
+                9,
+                0,
+                1,
+                {"/dev/nvidia-caps/nvidia-cap36", "/dev/nvidia-caps/nvidia-cap37"}}};
+  const Json spec = Spec(n);
+  const Json* mig = Device(spec, "0:0");
+  ASSERT_NE(mig, nullptr);
+  EXPECT_EQ((*mig)["containerEdits"]["deviceNodes"].size(), 3u);
+  EXPECT_EQ((*mig)["containerEdits"]["env"], Json::parse(R"(["GPUPOOL_MIG_0_0=MIG-1234"])"));
+  EXPECT_NE(Device(spec, "MIG-1234"), nullptr);
+}
+
+TEST(CdiExportTest, VendorIsChosenOrAskedFor) {
+  NodeInfo n = TwoH100();
+  n.gpus.push_back(AmdGpu(0, "0x1a2b", "0000:c1:00.0"));
+  n.amd = DriverInfo{"", "", {}, {"/dev/kfd"}};
+  Result<std::string> both = ExportCdi(n, {});
+  ASSERT_FALSE(both.ok());
+  EXPECT_NE(both.status().message().find("--cdi-vendor nvidia or --cdi-vendor amd"),
+            std::string::npos);
+  CdiOptions amd;
+  amd.vendor = Vendor::kAmd;
+  const Json spec = Spec(n, amd);
+  EXPECT_EQ(spec["kind"], "amd.com/gpu");
+  EXPECT_EQ((*Device(spec, "0"))["containerEdits"]["deviceNodes"].size(), 2u);  // card + render
+  EXPECT_EQ(spec["containerEdits"]["deviceNodes"][0]["path"], "/dev/kfd");
+  EXPECT_EQ(Device(spec, "GPU-11111111-2222-3333-4444-555555555555"), nullptr);
+}
+
+TEST(CdiExportTest, FailsClearlyWithoutGpusOrDeviceNodes) {
+  Result<std::string> none = ExportCdi(NodeInfo{}, {});
+  ASSERT_FALSE(none.ok());
+  EXPECT_NE(none.status().message().find("nothing to put in a CDI spec"), std::string::npos);
+  NodeInfo n = TwoH100();
+  n.gpus[1].device_nodes.clear();
+  n.gpus[1].minor_number = -1;
+  Result<std::string> nodeless = ExportCdi(n, {});
+  ASSERT_FALSE(nodeless.ok());
+  EXPECT_NE(nodeless.status().message().find("GPU 1 (0000:2a:00.0) has no device node"),
+            std::string::npos);
+  CdiOptions amd;
+  amd.vendor = Vendor::kAmd;
+  EXPECT_EQ(ExportCdi(TwoH100(), amd).status().code(), StatusCode::kNotFound);
+}
+
+TEST(CdiExportTest, NvidiaNodeFallsBackToTheMinorNumber) {
+  NodeInfo n = TwoH100();
+  n.gpus[0].device_nodes.clear();
+  n.gpus[0].minor_number = 5;
+  const Json spec = Spec(n);
+  EXPECT_EQ((*Device(spec, "0"))["containerEdits"]["deviceNodes"][0]["path"], "/dev/nvidia5");
+}
+
+}  // namespace
+}  // namespace gpupool::gpu

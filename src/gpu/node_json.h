@@ -1,0 +1,37 @@
+// The node JSON schema "gpupool.node/v1": what `gpupool gpus --json` prints and what the
+// fake backend reads back, so a real node can be captured once and replayed anywhere
+// (docs/node-schema.md describes every field).
+//
+// Contract: for every NodeInfo n that NodeFromJson accepts, NodeFromJson(NodeToJson(n))
+// == n, and printing a re-read node gives byte-identical JSON. Unknown values (an index
+// of -1, an empty string, an empty optional or list) are left out, never invented.
+//
+// NodeFromJson treats its input as hostile: wrong types, unknown fields, negative sizes,
+// duplicate bus ids or indices, dangling links, device paths outside /dev, oversized
+// strings and more than kMaxGpusPerNode GPUs are errors that name the field's path
+// ("gpus[3].pci_bus_id") and say what to fix. Pure functions; thread-safe.
+#pragma once
+
+#include <cstddef>
+#include <string_view>
+
+#include "common/json.h"
+#include "common/status.h"
+#include "gpu/gpu_info.h"
+
+namespace gpupool::gpu {
+
+inline constexpr std::string_view kNodeSchema = "gpupool.node/v1";
+
+// Limits that keep a hostile file from exhausting memory or producing absurd output.
+inline constexpr size_t kMaxGpusPerNode = 1024;
+inline constexpr size_t kMaxStringBytes = 4096;        // names, ids, paths
+inline constexpr size_t kMaxMessageBytes = 64 * 1024;  // diagnostic messages
+inline constexpr size_t kMaxListEntries = 1024;        // libraries, device nodes, ...
+
+OrderedJson NodeToJson(const NodeInfo& node);
+
+// `source` names the input in errors (a file name); errors read "source: path: problem".
+Result<NodeInfo> NodeFromJson(const Json& json, std::string_view source);
+
+}  // namespace gpupool::gpu

@@ -1,0 +1,234 @@
+#include "sched/cluster_state.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <atomic>
+
+namespace gpupool::sched {
+
+namespace {
+// Versions are unique across every ClusterState in the process, so a cache keyed by
+// (node index, version) can never confuse two clusters or a rebuilt one.
+uint64_t NextVersion() {
+  static std::atomic<uint64_t> counter{0};
+  return counter.fetch_add(1, std::memory_order_relaxed) + 1;
+}
+}  // namespace
+
+int32_t NodeState::FullyFreeGpus() const {
+  int32_t n = 0;
+  for (int32_t f : gpu_free_milli) n += (f == 1000);
+  return n;
+}
+
+int32_t GpuTaskKind(const Task& task) {
+  if (task.num_gpu == 0) return -1;
+  return task.IsFractional() ? 0 : task.num_gpu;
+}
+
+Status ClusterState::AddNode(const NodeSpec& s) {
+  if (s.name.empty()) return Status::InvalidArgument("node has an empty name; give every node one");
+  if (FindNode(s.name) >= 0) {
+    return Status::AlreadyExists(
+        fmt::format("node '{}' appears twice; names must be unique", s.name));
+  }
+  if (s.cpu_milli < 0 || s.memory_mib < 0 || s.num_gpus < 0 || s.gpu_memory_mib < 0 ||
+      s.gpu_capability < 0) {
+    return Status::InvalidArgument(fmt::format("node '{}' has a negative amount", s.name));
+  }
+  if (s.num_gpus > 64) {
+    return Status::InvalidArgument(fmt::format(
+        "node '{}' has {} GPUs; at most 64 per node are supported", s.name, s.num_gpus));
+  }
+  if (s.num_gpus > 0 && s.gpu_model.empty()) {
+    return Status::InvalidArgument(
+        fmt::format("node '{}' has {} GPUs but no GPU model; give the model", s.name, s.num_gpus));
+  }
+  NodeState n;
+  n.name = s.name;
+  n.cpu_capacity_milli = n.cpu_free_milli = s.cpu_milli;
+  n.memory_capacity_mib = n.memory_free_mib = s.memory_mib;
+  if (s.num_gpus > 0) {
+    n.gpu_model = s.gpu_model;
+    n.model_id = ModelId(s.gpu_model);
+    if (n.model_id < 0) {
+      models_.push_back(s.gpu_model);
+      n.model_id = static_cast<int32_t>(models_.size()) - 1;
+    }
+  }
+  n.gpu_memory_mib = s.gpu_memory_mib;
+  n.gpu_capability = s.gpu_capability;
+  n.gpu_free_milli.assign(static_cast<size_t>(s.num_gpus), 1000);
+  n.gpu_free_total = int64_t{s.num_gpus} * 1000;
+  n.version = NextVersion();
+  capacity_ += n.Capacity();
+  free_ += n.Free();
+  scan_order_.push_back(num_nodes());
+  nodes_.push_back(std::move(n));
+  return Status::Ok();
+}
+
+int32_t ClusterState::FindNode(std::string_view name) const {
+  for (size_t i = 0; i < nodes_.size(); ++i) {
+    if (nodes_[i].name == name) return static_cast<int32_t>(i);
+  }
+  return -1;
+}
+
+int32_t ClusterState::ModelId(std::string_view model) const {
+  for (size_t i = 0; i < models_.size(); ++i) {
+    if (models_[i] == model) return static_cast<int32_t>(i);
+  }
+  return -1;
+}
+
+Status ClusterState::SetScanOrder(std::vector<int32_t> order) {
+  if (order.size() != nodes_.size()) {
+    return Status::InvalidArgument(fmt::format(
+        "scan order has {} entries for {} nodes; give a permutation", order.size(), nodes_.size()));
+  }
+  std::vector<char> seen(nodes_.size(), 0);
+  for (int32_t i : order) {
+    if (i < 0 || i >= num_nodes() || seen[static_cast<size_t>(i)]) {
+      return Status::InvalidArgument("scan order is not a permutation of the node indices");
+    }
+    seen[static_cast<size_t>(i)] = 1;
+  }
+  scan_order_ = std::move(order);
+  return Status::Ok();
+}
+
+bool ClusterState::ModelAllowed(const NodeState& n, const Task& task) const {
+  if (task.num_gpu == 0) return true;
+  if (!task.gpu_models.empty() && std::find(task.gpu_models.begin(), task.gpu_models.end(),
+                                            n.gpu_model) == task.gpu_models.end()) {
+    return false;
+  }
+  return task.min_capability == 0 || n.gpu_capability >= task.min_capability;
+}
+
+bool ClusterState::CouldEverHost(int32_t i, const Task& task) const {
+  const NodeState& n = node(i);
+  return n.cpu_capacity_milli >= task.cpu_milli && n.memory_capacity_mib >= task.memory_mib &&
+         n.num_gpus() >= task.num_gpu && ModelAllowed(n, task);
+}
+
+bool ClusterState::Fits(int32_t i, const Task& task) const {
+  const NodeState& n = node(i);
+  if (n.cpu_free_milli < task.cpu_milli || n.memory_free_mib < task.memory_mib) return false;
+  if (task.num_gpu == 0) return true;
+  if (!ModelAllowed(n, task)) return false;
+  int32_t ok = 0;
+  for (int32_t f : n.gpu_free_milli) ok += (f >= task.gpu_milli);
+  return ok >= task.num_gpu;
+}
+
+std::string ClusterState::WhyNotFit(int32_t i, const Task& task) const {
+  const NodeState& n = node(i);
+  if (n.cpu_free_milli < task.cpu_milli) return "not enough free CPU";
+  if (n.memory_free_mib < task.memory_mib) return "not enough free memory";
+  if (task.num_gpu == 0) return "";
+  if (!ModelAllowed(n, task)) return "GPU model or capability not allowed";
+  int32_t ok = 0;
+  for (int32_t f : n.gpu_free_milli) ok += (f >= task.gpu_milli);
+  if (ok < task.num_gpu) {
+    return fmt::format("fewer than {} GPUs with {} thousandths free", task.num_gpu, task.gpu_milli);
+  }
+  return "";
+}
+
+Status ClusterState::CheckPlacementShape(const Task& task, const Placement& p) const {
+  if (p.node < 0 || p.node >= num_nodes()) {
+    return Status::InvalidArgument(fmt::format("placement of task '{}' names node index {} of {}",
+                                               task.name, p.node, num_nodes()));
+  }
+  if (static_cast<int32_t>(p.gpus.size()) != task.num_gpu) {
+    return Status::InvalidArgument(
+        fmt::format("placement of task '{}' lists {} GPUs, task needs {}", task.name, p.gpus.size(),
+                    task.num_gpu));
+  }
+  const NodeState& n = node(p.node);
+  for (size_t a = 0; a < p.gpus.size(); ++a) {
+    if (p.gpus[a] < 0 || p.gpus[a] >= n.num_gpus()) {
+      return Status::InvalidArgument(
+          fmt::format("placement of task '{}' names GPU {} on node '{}' with {} GPUs", task.name,
+                      p.gpus[a], n.name, n.num_gpus()));
+    }
+    for (size_t b = 0; b < a; ++b) {
+      if (p.gpus[a] == p.gpus[b]) {
+        return Status::InvalidArgument(
+            fmt::format("placement of task '{}' names GPU {} twice", task.name, p.gpus[a]));
+      }
+    }
+  }
+  return Status::Ok();
+}
+
+Status ClusterState::Allocate(const Task& task, const Placement& p) {
+  GP_RETURN_IF_ERROR(CheckPlacementShape(task, p));
+  NodeState& n = nodes_[static_cast<size_t>(p.node)];
+  if (n.cpu_free_milli < task.cpu_milli || n.memory_free_mib < task.memory_mib) {
+    return Status::FailedPrecondition(fmt::format(
+        "task '{}' does not fit node '{}': not enough free CPU or memory", task.name, n.name));
+  }
+  if (task.num_gpu > 0 && !ModelAllowed(n, task)) {
+    return Status::FailedPrecondition(fmt::format("task '{}' may not use the {} GPUs of node '{}'",
+                                                  task.name, n.gpu_model, n.name));
+  }
+  for (int32_t g : p.gpus) {
+    if (n.gpu_free_milli[static_cast<size_t>(g)] < task.gpu_milli) {
+      return Status::FailedPrecondition(fmt::format(
+          "task '{}' needs {} thousandths of GPU {} on node '{}', which has {} free", task.name,
+          task.gpu_milli, g, n.name, n.gpu_free_milli[static_cast<size_t>(g)]));
+    }
+  }
+  n.cpu_free_milli -= task.cpu_milli;
+  n.memory_free_mib -= task.memory_mib;
+  for (int32_t g : p.gpus) n.gpu_free_milli[static_cast<size_t>(g)] -= task.gpu_milli;
+  n.gpu_free_total -= task.TotalGpuMilli();
+  if (int32_t kind = GpuTaskKind(task); kind >= 0) {
+    auto it = std::find_if(n.gpu_task_kinds.begin(), n.gpu_task_kinds.end(),
+                           [kind](const auto& e) { return e.first == kind; });
+    if (it == n.gpu_task_kinds.end()) {
+      n.gpu_task_kinds.emplace_back(kind, 1);
+    } else {
+      ++it->second;
+    }
+  }
+  n.version = NextVersion();
+  free_ -= task.Total();
+  return Status::Ok();
+}
+
+Status ClusterState::Release(const Task& task, const Placement& p) {
+  GP_RETURN_IF_ERROR(CheckPlacementShape(task, p));
+  NodeState& n = nodes_[static_cast<size_t>(p.node)];
+  if (n.cpu_free_milli + task.cpu_milli > n.cpu_capacity_milli ||
+      n.memory_free_mib + task.memory_mib > n.memory_capacity_mib) {
+    return Status::FailedPrecondition(fmt::format(
+        "releasing task '{}' would exceed the capacity of node '{}'; was it placed there?",
+        task.name, n.name));
+  }
+  for (int32_t g : p.gpus) {
+    if (n.gpu_free_milli[static_cast<size_t>(g)] + task.gpu_milli > 1000) {
+      return Status::FailedPrecondition(
+          fmt::format("releasing task '{}' would exceed GPU {} of node '{}'; was it placed there?",
+                      task.name, g, n.name));
+    }
+  }
+  n.cpu_free_milli += task.cpu_milli;
+  n.memory_free_mib += task.memory_mib;
+  for (int32_t g : p.gpus) n.gpu_free_milli[static_cast<size_t>(g)] += task.gpu_milli;
+  n.gpu_free_total += task.TotalGpuMilli();
+  if (int32_t kind = GpuTaskKind(task); kind >= 0) {
+    auto it = std::find_if(n.gpu_task_kinds.begin(), n.gpu_task_kinds.end(),
+                           [kind](const auto& e) { return e.first == kind; });
+    if (it != n.gpu_task_kinds.end() && --it->second == 0) n.gpu_task_kinds.erase(it);
+  }
+  n.version = NextVersion();
+  free_ += task.Total();
+  return Status::Ok();
+}
+
+}  // namespace gpupool::sched

@@ -1,0 +1,128 @@
+// ClusterState: the scheduler's view of every node, as a plain value type.
+//
+// Per node: CPU and memory capacity and free amount, the node's GPU model (all GPUs of
+// one node share a model, memory size and compute capability, as in every trace and
+// cluster we know), and per GPU the free share in thousandths (1000 = idle). Allocate
+// and Release apply a Placement and keep every derived field (totals, versions,
+// per-node counts of placed GPU task kinds) consistent.
+//
+// Invariants (checked by Allocate/Release, which refuse rather than break them):
+//   0 <= cpu_free_milli <= cpu_capacity_milli, 0 <= memory_free_mib <= capacity,
+//   0 <= gpu_free_milli[i] <= 1000, gpu_free_total == sum(gpu_free_milli).
+// `version` of a node changes on every change of that node and is unique in the
+// process, so policies may cache per-node results keyed by (node index, version).
+// Thread-compatible: concurrent reads are safe, writes need external synchronisation. Copying is
+// cheap enough for simulations.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "common/status.h"
+#include "sched/resources.h"
+#include "sched/task.h"
+
+namespace gpupool::sched {
+
+// Static description of a node, used to add it to a ClusterState.
+struct NodeSpec {
+  std::string name;
+  int64_t cpu_milli = 0;
+  int64_t memory_mib = 0;
+  int32_t num_gpus = 0;
+  std::string gpu_model;       // empty when num_gpus == 0
+  int64_t gpu_memory_mib = 0;  // per GPU; 0 = unknown
+  int32_t gpu_capability = 0;  // e.g. 80 for compute capability 8.0; 0 = unknown
+};
+
+struct NodeState {
+  std::string name;
+  int64_t cpu_capacity_milli = 0;
+  int64_t memory_capacity_mib = 0;
+  int64_t cpu_free_milli = 0;
+  int64_t memory_free_mib = 0;
+  std::string gpu_model;
+  int32_t model_id = -1;  // index into ClusterState::models(); -1 without GPUs
+  int64_t gpu_memory_mib = 0;
+  int32_t gpu_capability = 0;
+  std::vector<int32_t> gpu_free_milli;  // per GPU, 0..1000
+  int64_t gpu_free_total = 0;           // sum of gpu_free_milli
+  uint64_t version = 0;                 // new, process-unique value on every change
+  // Placed GPU tasks by kind: key 0 = fractional, key k > 0 = k whole GPUs; value = count.
+  // Used by GpuClustering ("which request sizes run here").
+  std::vector<std::pair<int32_t, int32_t>> gpu_task_kinds;
+
+  int32_t num_gpus() const { return static_cast<int32_t>(gpu_free_milli.size()); }
+  int64_t gpu_capacity_milli() const { return int64_t{num_gpus()} * 1000; }
+  int32_t FullyFreeGpus() const;
+  Resources Free() const { return {cpu_free_milli, memory_free_mib, gpu_free_total}; }
+  Resources Capacity() const {
+    return {cpu_capacity_milli, memory_capacity_mib, gpu_capacity_milli()};
+  }
+};
+
+// Where a task goes: a node index and the GPU indices on that node it uses (num_gpu of
+// them, distinct; empty for CPU-only tasks).
+struct Placement {
+  int32_t node = -1;
+  std::vector<int32_t> gpus;
+  friend bool operator==(const Placement&, const Placement&) = default;
+};
+
+// Kind key of a task for NodeState::gpu_task_kinds (see there); -1 for CPU-only tasks.
+int32_t GpuTaskKind(const Task& task);
+
+class ClusterState {
+ public:
+  ClusterState() = default;
+
+  // Adds an idle node. Fails on an empty or duplicate name, negative amounts or a GPU
+  // node without a model.
+  Status AddNode(const NodeSpec& spec);
+
+  int32_t num_nodes() const { return static_cast<int32_t>(nodes_.size()); }
+  const NodeState& node(int32_t i) const { return nodes_[static_cast<size_t>(i)]; }
+  const std::vector<NodeState>& nodes() const { return nodes_; }
+  int32_t FindNode(std::string_view name) const;  // -1 when absent
+
+  // GPU model names in first-seen order; NodeState::model_id indexes this.
+  const std::vector<std::string>& models() const { return models_; }
+  int32_t ModelId(std::string_view model) const;  // -1 when no node has it
+
+  // The order in which nodes are considered; among equally scored nodes the first in
+  // this order wins. Defaults to index order. `order` must be a permutation.
+  Status SetScanOrder(std::vector<int32_t> order);
+  const std::vector<int32_t>& scan_order() const { return scan_order_; }
+
+  // Static fit: could `task` run on node `i` if the node were idle? (model,
+  // capability, capacities, GPU count). Used to find tasks that can never be placed.
+  bool CouldEverHost(int32_t i, const Task& task) const;
+  // Fit now: CPU, memory, model, capability and num_gpu GPUs with free >= gpu_milli.
+  bool Fits(int32_t i, const Task& task) const;
+  // Why `task` does not fit node `i` now; empty when it fits.
+  std::string WhyNotFit(int32_t i, const Task& task) const;
+
+  // Applies / undoes a placement. Both validate the placement against the task and the
+  // node's free amounts and change nothing when it is invalid.
+  Status Allocate(const Task& task, const Placement& placement);
+  Status Release(const Task& task, const Placement& placement);
+
+  Resources TotalCapacity() const { return capacity_; }
+  Resources TotalFree() const { return free_; }
+  int64_t TotalGpuMilliUsed() const { return capacity_.gpu_milli - free_.gpu_milli; }
+
+ private:
+  Status CheckPlacementShape(const Task& task, const Placement& p) const;
+  bool ModelAllowed(const NodeState& n, const Task& task) const;
+
+  std::vector<NodeState> nodes_;
+  std::vector<std::string> models_;
+  std::vector<int32_t> scan_order_;
+  Resources capacity_;
+  Resources free_;
+};
+
+}  // namespace gpupool::sched

@@ -1,0 +1,89 @@
+#include "sched/fragmentation.h"
+
+#include <algorithm>
+#include <map>
+#include <tuple>
+
+namespace gpupool::sched {
+
+TargetWorkload::TargetWorkload(std::vector<TargetShape> shapes) : shapes_(std::move(shapes)) {
+  for (const auto& s : shapes_) total_weight_ += s.weight;
+}
+
+TargetWorkload TargetWorkload::FromTasks(const std::vector<Task>& tasks, double coverage) {
+  using Key = std::tuple<int32_t, int32_t, int64_t, std::vector<std::string>>;
+  std::map<Key, int64_t> counts;
+  for (const Task& t : tasks) ++counts[Key{t.num_gpu, t.gpu_milli, t.cpu_milli, t.gpu_models}];
+  std::vector<TargetShape> all;
+  for (const auto& [k, c] : counts) {
+    all.push_back({std::get<2>(k), std::get<0>(k), std::get<1>(k), std::get<3>(k), c});
+  }
+  // Stable: equal counts keep the map's (num_gpu, gpu_milli, cpu, models) order.
+  std::stable_sort(all.begin(), all.end(),
+                   [](const TargetShape& a, const TargetShape& b) { return a.weight > b.weight; });
+  const double needed = coverage * static_cast<double>(tasks.size());
+  std::vector<TargetShape> kept;
+  int64_t covered = 0;
+  for (auto& s : all) {
+    if (static_cast<double>(covered) >= needed) break;
+    covered += s.weight;
+    kept.push_back(std::move(s));
+  }
+  return TargetWorkload(std::move(kept));
+}
+
+FragmentationMeasure::FragmentationMeasure(const TargetWorkload& workload,
+                                           const std::vector<std::string>& models)
+    : total_weight_(workload.total_weight()) {
+  for (const auto& s : workload.shapes()) {
+    Shape sh{s.cpu_milli, s.num_gpu, s.gpu_milli, s.weight, {}};
+    sh.model_allowed.resize(models.size(), 1);
+    if (!s.gpu_models.empty()) {
+      for (size_t m = 0; m < models.size(); ++m) {
+        sh.model_allowed[m] =
+            std::find(s.gpu_models.begin(), s.gpu_models.end(), models[m]) != s.gpu_models.end();
+      }
+    }
+    shapes_.push_back(std::move(sh));
+  }
+}
+
+int64_t FragmentationMeasure::ScaledNode(int32_t model_id, int64_t cpu_free_milli,
+                                         const int32_t* gpu_free, int32_t num_gpus) const {
+  int64_t free_total = 0;
+  for (int32_t i = 0; i < num_gpus; ++i) free_total += gpu_free[i];
+  if (free_total == 0) return 0;
+  int64_t sum = 0;
+  for (const Shape& s : shapes_) {
+    int64_t frag = free_total;
+    const bool model_ok = model_id >= 0 && static_cast<size_t>(model_id) < s.model_allowed.size() &&
+                          s.model_allowed[static_cast<size_t>(model_id)];
+    if (s.gpu_milli > 0 && model_ok && cpu_free_milli >= s.cpu_milli) {
+      int32_t fitting = 0;
+      int64_t small = 0;
+      for (int32_t i = 0; i < num_gpus; ++i) {
+        if (gpu_free[i] >= s.gpu_milli) {
+          ++fitting;
+        } else {
+          small += gpu_free[i];
+        }
+      }
+      if (fitting >= s.num_gpu) frag = small;
+    }
+    sum += s.weight * frag;
+  }
+  return sum;
+}
+
+int64_t FragmentationMeasure::ScaledCluster(const ClusterState& state) const {
+  int64_t sum = 0;
+  for (const NodeState& n : state.nodes()) sum += ScaledNode(n);
+  return sum;
+}
+
+double FragmentationMeasure::ClusterRatio(const ClusterState& state) const {
+  const int64_t free_gpu = state.TotalFree().gpu_milli;
+  return free_gpu == 0 ? 0.0 : ClusterMilli(state) / static_cast<double>(free_gpu);
+}
+
+}  // namespace gpupool::sched

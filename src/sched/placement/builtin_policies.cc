@@ -1,0 +1,61 @@
+// Registers the built-in placement policies: each is the FitFilter plus one score
+// plugin. `default` is the policy the live scheduler uses: our best.
+#include <cstdlib>
+
+#include "sched/placement/fgd_score.h"
+#include "sched/placement/score_plugins.h"
+#include "sched/policy_registry.h"
+
+namespace gpupool::sched {
+namespace {
+
+PlacementPolicyFactory Profile(std::string name,
+                               std::unique_ptr<ScorePlugin> (*make)(const PolicyConfig&)) {
+  return [name, make](const PolicyConfig& config) -> std::unique_ptr<PlacementPolicy> {
+    std::vector<std::unique_ptr<FilterPlugin>> filters;
+    filters.push_back(std::make_unique<FitFilter>());
+    return std::make_unique<FrameworkPolicy>(name, std::move(filters), make(config));
+  };
+}
+
+PlacementPolicyFactory FgdProfile(std::string name, FgdOptions options) {
+  return [name, options](const PolicyConfig& config) -> std::unique_ptr<PlacementPolicy> {
+    std::vector<std::unique_ptr<FilterPlugin>> filters;
+    filters.push_back(std::make_unique<FitFilter>());
+    return std::make_unique<FrameworkPolicy>(name, std::move(filters),
+                                             MakeFgdScore(config, options, name));
+  };
+}
+
+PlacementPolicyRegistry MakeBuiltins() {
+  PlacementPolicyRegistry r;
+  auto must = [](Status s) {
+    if (!s.ok()) std::abort();  // duplicate built-in names are a programming error
+  };
+  must(r.Register("random", "a uniformly random feasible node; random fitting GPU",
+                  Profile("random", MakeRandomScore)));
+  must(r.Register("dotprod", "Tetris dot product of free and requested (cpu, gpu), tightest wins",
+                  Profile("dotprod", MakeDotProductScore)));
+  must(r.Register("gpuclustering", "nodes already running the same GPU request kind first",
+                  Profile("gpuclustering", MakeGpuClusteringScore)));
+  must(r.Register("gpupacking", "partly used GPUs first, then used nodes, then idle nodes",
+                  Profile("gpupacking", MakeGpuPackingScore)));
+  must(r.Register("bestfit", "the node with the least CPU and GPU left after placement",
+                  Profile("bestfit", MakeBestFitScore)));
+  must(r.Register("fgd", "fragmentation gradient descent (ATC'23), integer sigmoid scores",
+                  FgdProfile("fgd", FgdOptions{})));
+  must(r.Register("fgd-exact-bestfit",
+                  "FGD with the exact fragmentation change and BestFit as tie-break (ours)",
+                  FgdProfile("fgd-exact-bestfit", FgdOptions{false, true})));
+  must(r.RegisterAlias("default", "fgd-exact-bestfit"));
+  return r;
+}
+
+}  // namespace
+
+const PlacementPolicyRegistry& BuiltinPlacementPolicies() {
+  static const PlacementPolicyRegistry kRegistry = MakeBuiltins();
+  return kRegistry;
+}
+
+}  // namespace gpupool::sched

@@ -1,0 +1,39 @@
+// Fragmentation Gradient Descent (FGD) and our refinement of it, as one score plugin.
+//
+// For each feasible node (and for a fractional task each distinct GPU choice) FGD
+// computes Δ = F_n(before) − F_n(after) with the fragmentation measure of
+// fragmentation.h and prefers the node where fragmentation grows least.
+//
+// Options select the published behaviour or ours:
+//   - integer_sigmoid: score = ⌊100·sigmoid(Δ/1000)⌋ as the artifact (ties frequent);
+//     otherwise the exact Δ (an integer in units of 1/total_weight milli).
+//   - tie_break_best_fit: among equal primary scores prefer the node that is fuller
+//     after placement (BestFit's measure), before the scan order decides.
+//
+// Speed: F_n depends only on the node's state, so it is cached per node version; the
+// best (score, GPUs) of a node for a task shape (cpu, num_gpu, gpu_milli) is cached per
+// node version too. Each placement changes one node, so a cycle recomputes only what
+// changed since the last task of the same shape. Single-threaded (caches).
+#pragma once
+
+#include <memory>
+
+#include "sched/fragmentation.h"
+#include "sched/framework.h"
+#include "sched/placement_policy.h"
+
+namespace gpupool::sched {
+
+struct FgdOptions {
+  bool integer_sigmoid = true;
+  bool tie_break_best_fit = false;
+};
+
+std::unique_ptr<ScorePlugin> MakeFgdScore(const PolicyConfig& config, const FgdOptions& options,
+                                          std::string name);
+
+// The target workload used when PolicyConfig::target_workload is null: whole tasks of
+// 1, 2, 4 and 8 GPUs and shares of 1/4 and 1/2 GPU, equally weighted, no CPU demand.
+std::shared_ptr<const TargetWorkload> GenericTargetWorkload();
+
+}  // namespace gpupool::sched

@@ -1,0 +1,44 @@
+#include "sched/placement/score_plugins.h"
+
+namespace gpupool::sched {
+
+GpuMask FirstIdleGpus(const NodeState& node, int32_t n) {
+  GpuMask mask = 0;
+  int32_t got = 0;
+  for (int32_t i = 0; i < node.num_gpus() && got < n; ++i) {
+    if (node.gpu_free_milli[static_cast<size_t>(i)] == 1000) {
+      mask |= GpuMask{1} << i;
+      ++got;
+    }
+  }
+  return got == n ? mask : 0;
+}
+
+GpuMask BestFitGpus(const NodeState& node, const Task& task) {
+  if (task.num_gpu == 0) return 0;
+  if (!task.IsFractional()) return FirstIdleGpus(node, task.num_gpu);
+  int32_t best = -1;
+  for (int32_t i = 0; i < node.num_gpus(); ++i) {
+    const int32_t f = node.gpu_free_milli[static_cast<size_t>(i)];
+    if (f >= task.gpu_milli && (best < 0 || f < node.gpu_free_milli[static_cast<size_t>(best)])) {
+      best = i;
+    }
+  }
+  return best < 0 ? 0 : GpuMask{1} << best;
+}
+
+void MinMaxNormalize(std::vector<NodeScore>& scores) {
+  if (scores.empty()) return;
+  int64_t lo = scores[0].score, hi = scores[0].score;
+  for (const auto& s : scores) {
+    lo = std::min(lo, s.score);
+    hi = std::max(hi, s.score);
+  }
+  for (auto& s : scores) {
+    s.score = hi == lo
+                  ? kMinNodeScore
+                  : (s.score - lo) * (kMaxNodeScore - kMinNodeScore) / (hi - lo) + kMinNodeScore;
+  }
+}
+
+}  // namespace gpupool::sched

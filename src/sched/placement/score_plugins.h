@@ -1,0 +1,37 @@
+// The score plugins behind the built-in placement policies, and GPU-choice helpers.
+//
+// Each policy of fgd-experiment.md is one score plugin (see framework.h) that also
+// chooses the GPUs inside the node; BuiltinPlacementPolicies() (policy_registry.h)
+// pairs each with the FitFilter. The constants follow the paper's artifact: scores are
+// integers in 0..100, "max node" is 128 CPU cores and 8 GPUs.
+#pragma once
+
+#include <memory>
+
+#include "sched/cluster_state.h"
+#include "sched/framework.h"
+#include "sched/placement_policy.h"
+
+namespace gpupool::sched {
+
+// Normalisation constants of the artifact (largest node of the openb cluster).
+inline constexpr double kMaxSpecCpuMilli = 128000.0;
+inline constexpr double kMaxSpecGpuMilli = 8000.0;
+
+// The first `n` fully idle GPUs by index (whole-GPU tasks); 0 when there are too few.
+GpuMask FirstIdleGpus(const NodeState& node, int32_t n);
+// Fractional task: the fitting GPU with the least free share (first index on ties).
+// Whole-GPU task: FirstIdleGpus. CPU-only: 0.
+GpuMask BestFitGpus(const NodeState& node, const Task& task);
+
+std::unique_ptr<ScorePlugin> MakeRandomScore(const PolicyConfig& config);
+std::unique_ptr<ScorePlugin> MakeDotProductScore(const PolicyConfig& config);
+std::unique_ptr<ScorePlugin> MakeGpuClusteringScore(const PolicyConfig& config);
+std::unique_ptr<ScorePlugin> MakeGpuPackingScore(const PolicyConfig& config);
+std::unique_ptr<ScorePlugin> MakeBestFitScore(const PolicyConfig& config);
+std::unique_ptr<ScorePlugin> MakeFgdScore(const PolicyConfig& config);
+
+// Min-max normalisation to 0..100 as the artifact's NormalizeScore (integer division).
+void MinMaxNormalize(std::vector<NodeScore>& scores);
+
+}  // namespace gpupool::sched

@@ -1,0 +1,63 @@
+#include "sched/queue/easy_backfill.h"
+
+#include <algorithm>
+#include <numeric>
+
+#include "sched/queue/gang_placement.h"
+
+namespace gpupool::sched {
+
+Result<std::optional<ReservationPlan>> ReservationPlan::Make(const ClusterState& cluster,
+                                                             int64_t now_s,
+                                                             std::span<const RunningJob> running,
+                                                             const QueuedJob& head,
+                                                             PlacementPolicy& policy) {
+  ClusterState future = cluster;
+  const Resources need = head.Total();
+  auto try_place = [&](int64_t at) -> Result<std::optional<ReservationPlan>> {
+    if (!future.TotalFree().Contains(need)) return std::optional<ReservationPlan>();
+    GP_ASSIGN_OR_RETURN(GangPlacement g, PlaceGang(future, head.tasks, policy));
+    if (!g.placed) return std::optional<ReservationPlan>();
+    return std::optional<ReservationPlan>(
+        ReservationPlan(std::max(at, now_s), std::move(future), std::move(g.placements)));
+  };
+  GP_ASSIGN_OR_RETURN(std::optional<ReservationPlan> plan, try_place(now_s));
+  if (plan) return plan;
+
+  std::vector<size_t> by_end;
+  for (size_t i = 0; i < running.size(); ++i) {
+    if (running[i].PlannedEnd() != kNoPlannedEnd) by_end.push_back(i);
+  }
+  std::stable_sort(by_end.begin(), by_end.end(), [&](size_t a, size_t b) {
+    return running[a].PlannedEnd() < running[b].PlannedEnd();
+  });
+  for (size_t k = 0; k < by_end.size(); ++k) {
+    const RunningJob& r = running[by_end[k]];
+    GP_RETURN_IF_ERROR(ReleaseGang(future, r.job->tasks, r.placements));
+    // Jobs planned to end at the same moment are all gone before anything starts then.
+    if (k + 1 < by_end.size() && running[by_end[k + 1]].PlannedEnd() == r.PlannedEnd()) continue;
+    GP_ASSIGN_OR_RETURN(plan, try_place(r.PlannedEnd()));
+    if (plan) return plan;
+  }
+  return std::optional<ReservationPlan>();
+}
+
+Result<bool> ReservationPlan::Admit(const QueuedJob& job, const std::vector<Placement>& placements,
+                                    int64_t planned_end_s) {
+  if (planned_end_s <= start_s_) return true;
+  if (placements.size() != job.tasks.size()) {
+    return Status::InvalidArgument("backfill: placements do not match the job's tasks");
+  }
+  for (size_t i = 0; i < job.tasks.size(); ++i) {
+    if (!future_.Allocate(job.tasks[i], placements[i]).ok()) {
+      // Taken by the reservation (or by a job still running then): undo and refuse.
+      for (size_t k = i; k-- > 0;) {
+        GP_RETURN_IF_ERROR(future_.Release(job.tasks[k], placements[k]));
+      }
+      return false;
+    }
+  }
+  return true;
+}
+
+}  // namespace gpupool::sched

@@ -1,0 +1,103 @@
+#include <gtest/gtest.h>
+
+#include "sched/queue/queue_policy_registry.h"
+#include "sched/queue/queue_test_util.h"
+
+namespace gpupool::sched {
+namespace {
+
+using testing::GpuTask;
+using testing::Job;
+using testing::MakeCluster;
+using testing::Pointers;
+
+std::string Users(const std::vector<QueuedJob>& jobs, const std::vector<size_t>& order) {
+  std::string s;
+  for (size_t i : order) s += jobs[i].user;
+  return s;
+}
+
+std::vector<size_t> FairOrder(const std::vector<QueuedJob>& jobs,
+                              const std::vector<RunningJob>& running, const ClusterState& cluster,
+                              const QueuePolicyConfig& config = {}) {
+  auto p = BuiltinQueuePolicies().Create("fair", config);
+  EXPECT_TRUE(p.ok());
+  auto pending = Pointers(jobs);
+  return (*p)->Order(QueueContext{0, pending, running, &cluster});
+}
+
+TEST(FairShareQueuePolicy, AlternatesBetweenHeavyAndLightUser) {
+  // The heavy user (H) submitted four jobs before the light user (L) submitted any.
+  ClusterState cluster = MakeCluster(2, 8);
+  std::vector<QueuedJob> jobs;
+  for (int i = 0; i < 4; ++i) jobs.push_back(Job("h" + std::to_string(i), "H", i, {GpuTask(2)}));
+  for (int i = 0; i < 4; ++i) jobs.push_back(Job("l" + std::to_string(i), "L", 10 + i, {GpuTask(2)}));
+  EXPECT_EQ(Users(jobs, FairOrder(jobs, {}, cluster)), "HLHLHLHL");
+  // Under fifo the heavy user would take everything first.
+  auto fifo = BuiltinQueuePolicies().Create("fifo");
+  auto pending = Pointers(jobs);
+  EXPECT_EQ(Users(jobs, (*fifo)->Order(QueueContext{0, pending, {}, &cluster})), "HHHHLLLL");
+}
+
+TEST(FairShareQueuePolicy, RunningUsageCountsSoTheUserBehindGoesFirst) {
+  ClusterState cluster = MakeCluster(2, 8);
+  QueuedJob running_h = Job("rh", "H", 0, {GpuTask(8)});
+  std::vector<RunningJob> running = {RunningJob{&running_h, 0, {}}};
+  std::vector<QueuedJob> jobs;
+  for (int i = 0; i < 3; ++i) jobs.push_back(Job("h" + std::to_string(i), "H", i, {GpuTask(2)}));
+  for (int i = 0; i < 3; ++i) jobs.push_back(Job("l" + std::to_string(i), "L", 10 + i, {GpuTask(2)}));
+  // H holds 8 of 16 GPUs (share 0.5); L catches up to 0.375 before H's 0.5 is lowest.
+  EXPECT_EQ(Users(jobs, FairOrder(jobs, running, cluster)), "LLLHHH");
+}
+
+TEST(FairShareQueuePolicy, DominantResourceDecides) {
+  // 16 GPUs, 128 cores. C runs a CPU-heavy job (96 of 128 cores = 0.75 dominant share);
+  // G runs 4 GPUs (0.25). G goes first although C uses no GPU at all.
+  ClusterState cluster = MakeCluster(2, 8);
+  QueuedJob cpu_job = Job("rc", "C", 0, {GpuTask(0, 0, 96000, 1024)});
+  QueuedJob gpu_job = Job("rg", "G", 0, {GpuTask(4)});
+  std::vector<RunningJob> running = {RunningJob{&cpu_job, 0, {}}, RunningJob{&gpu_job, 0, {}}};
+  std::vector<QueuedJob> jobs = {Job("c", "C", 0, {GpuTask(1)}), Job("g", "G", 1, {GpuTask(1)})};
+  EXPECT_EQ(Users(jobs, FairOrder(jobs, running, cluster)), "GC");
+}
+
+TEST(FairShareQueuePolicy, WeightsGiveProportionalTurns) {
+  ClusterState cluster = MakeCluster(4, 8);
+  std::vector<QueuedJob> jobs;
+  for (int i = 0; i < 6; ++i) jobs.push_back(Job("a" + std::to_string(i), "A", i, {GpuTask(1)}));
+  for (int i = 0; i < 3; ++i) {
+    jobs.push_back(Job("b" + std::to_string(i), "B", 100 + i, {GpuTask(1)}));
+  }
+  QueuePolicyConfig config;
+  config.fair_weights["A"] = 2;
+  EXPECT_EQ(Users(jobs, FairOrder(jobs, {}, cluster, config)), "ABAABAABA");
+}
+
+TEST(FairShareQueuePolicy, GroupsByProjectWhenAsked) {
+  ClusterState cluster = MakeCluster(2, 8);
+  // Two users of one project against one user of another project.
+  std::vector<QueuedJob> jobs = {Job("x1", "x", 0, {GpuTask(1)}), Job("y1", "y", 1, {GpuTask(1)}),
+                                 Job("z1", "z", 2, {GpuTask(1)})};
+  jobs[0].project = "P";
+  jobs[1].project = "P";
+  jobs[2].project = "Q";
+  QueuePolicyConfig by_project;
+  by_project.fair_group = FairShareGroup::kProject;
+  EXPECT_EQ(Users(jobs, FairOrder(jobs, {}, cluster, by_project)), "xzy");
+  EXPECT_EQ(Users(jobs, FairOrder(jobs, {}, cluster)), "xyz");
+}
+
+TEST(FairShareQueuePolicy, EveryIndexExactlyOnce) {
+  ClusterState cluster = MakeCluster(1, 8);
+  std::vector<QueuedJob> jobs;
+  for (int i = 0; i < 50; ++i) {
+    jobs.push_back(Job("j" + std::to_string(i), std::string(1, static_cast<char>('a' + i % 7)),
+                       (i * 37) % 11, {GpuTask(1 + i % 3)}));
+  }
+  std::vector<size_t> order = FairOrder(jobs, {}, cluster);
+  std::sort(order.begin(), order.end());
+  for (size_t i = 0; i < jobs.size(); ++i) EXPECT_EQ(order[i], i);
+}
+
+}  // namespace
+}  // namespace gpupool::sched

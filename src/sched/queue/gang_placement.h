@@ -1,0 +1,44 @@
+// Gang placement: every task of a job gets a node, or none does.
+//
+// Tasks are placed one after another through the placement policy, each applied with
+// ClusterState::Allocate so later tasks see the earlier ones (a gang that fits only when
+// spread over nodes gets spread). Bigger tasks go first because they are the hardest to
+// fit. If any task cannot be placed, the tasks placed so far are released in reverse
+// order and the cluster is left exactly as it was. A task never spans nodes: a
+// multi-GPU task gets all its GPUs on one node, as ClusterState requires.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "sched/cluster_state.h"
+#include "sched/placement_policy.h"
+#include "sched/task.h"
+
+namespace gpupool::sched {
+
+struct GangPlacement {
+  bool placed = false;
+  std::vector<Placement> placements;  // one per task, in the tasks' order, when placed
+  std::string reason;                 // why not, when !placed
+};
+
+// Places all of `tasks` on `cluster` or none. An error (not an unplaced gang) means the
+// policy proposed a placement that the cluster refused, which is a bug in the policy;
+// the cluster is restored in that case too.
+Result<GangPlacement> PlaceGang(ClusterState& cluster, const std::vector<Task>& tasks,
+                                PlacementPolicy& policy);
+
+// Releases a placed gang (the inverse of a successful PlaceGang).
+Status ReleaseGang(ClusterState& cluster, const std::vector<Task>& tasks,
+                   const std::vector<Placement>& placements);
+
+// True when no placement of `tasks` could ever exist on `cluster`, even idle: a task no
+// node can host, or more GPUs, CPU or memory than the whole cluster has. A gang that
+// passes may still never fit if its tasks cannot share the nodes that can host them;
+// callers that need certainty try PlaceGang on an idle copy.
+bool GangObviouslyUnplaceable(const ClusterState& cluster, const std::vector<Task>& tasks,
+                              std::string* reason);
+
+}  // namespace gpupool::sched

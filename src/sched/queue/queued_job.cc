@@ -1,0 +1,30 @@
+#include "sched/queue/queued_job.h"
+
+namespace gpupool::sched {
+
+Resources QueuedJob::Total() const {
+  Resources sum;
+  for (const Task& t : tasks) sum += t.Total();
+  return sum;
+}
+
+std::optional<int64_t> QueuedJob::SjfRuntime() const {
+  if (runtime_estimate_s > 0) return runtime_estimate_s;
+  if (time_limit_s > 0) return time_limit_s;
+  return std::nullopt;
+}
+
+std::optional<int64_t> QueuedJob::PlanningRuntime() const {
+  if (time_limit_s > 0) return time_limit_s;
+  if (runtime_estimate_s > 0) return runtime_estimate_s;
+  return std::nullopt;
+}
+
+int64_t RunningJob::PlannedEnd() const {
+  std::optional<int64_t> runtime = job->PlanningRuntime();
+  if (!runtime) return kNoPlannedEnd;
+  if (start_s > kNoPlannedEnd - *runtime) return kNoPlannedEnd;
+  return start_s + *runtime;
+}
+
+}  // namespace gpupool::sched

@@ -1,0 +1,52 @@
+// QueuedJob and RunningJob: what queue policies and the scheduling pass see of a job.
+//
+// A job is one or more tasks placed all together or not at all (a gang). Times are
+// seconds on the caller's clock (simulated or real); queue policies never read a clock.
+// Value types, thread-compatible. A RunningJob points at its QueuedJob, which the caller
+// owns and keeps alive while the RunningJob is in use.
+#pragma once
+
+#include <cstdint>
+#include <limits>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "sched/cluster_state.h"
+#include "sched/resources.h"
+#include "sched/task.h"
+
+namespace gpupool::sched {
+
+// Planned end of a job that has neither a time limit nor an estimate.
+inline constexpr int64_t kNoPlannedEnd = std::numeric_limits<int64_t>::max();
+
+struct QueuedJob {
+  std::string id;
+  std::string user;
+  std::string project;
+  int32_t priority = 0;            // larger first under the `priority` policy
+  int64_t submit_s = 0;            // when it entered the queue
+  int64_t time_limit_s = 0;        // hard limit on run time; 0 = none
+  int64_t runtime_estimate_s = 0;  // the user's or a predictor's guess; 0 = none
+  std::vector<Task> tasks;         // at least one; a gang when more
+
+  // Sum of every task's request.
+  Resources Total() const;
+  // The run time shortest-job-first sorts by: the estimate, else the time limit.
+  std::optional<int64_t> SjfRuntime() const;
+  // The run time a reservation may rely on: the time limit (the job cannot run longer),
+  // else the estimate.
+  std::optional<int64_t> PlanningRuntime() const;
+};
+
+struct RunningJob {
+  const QueuedJob* job = nullptr;
+  int64_t start_s = 0;
+  std::vector<Placement> placements;  // one per job->tasks entry, same order
+
+  // start + PlanningRuntime(), or kNoPlannedEnd.
+  int64_t PlannedEnd() const;
+};
+
+}  // namespace gpupool::sched

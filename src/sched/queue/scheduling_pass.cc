@@ -1,0 +1,146 @@
+#include "sched/queue/scheduling_pass.h"
+
+#include <fmt/format.h>
+
+#include <unordered_map>
+
+#include "sched/queue/easy_backfill.h"
+#include "sched/queue/gang_placement.h"
+
+namespace gpupool::sched {
+namespace {
+
+// Remembers the task-shape lists of jobs that failed to place in this pass.
+class FailedShapes {
+ public:
+  bool Contains(const QueuedJob& job) const {
+    auto it = seen_.find(Hash(job));
+    if (it == seen_.end()) return false;
+    for (const auto& shapes : it->second) {
+      if (Equal(shapes, job)) return true;
+    }
+    return false;
+  }
+  void Add(const QueuedJob& job) {
+    std::vector<TaskShape> shapes;
+    for (const Task& t : job.tasks) shapes.push_back(ShapeOf(t));
+    seen_[Hash(job)].push_back(std::move(shapes));
+  }
+
+ private:
+  static size_t Hash(const QueuedJob& job) {
+    size_t h = job.tasks.size();
+    for (const Task& t : job.tasks) h = h * 1000003u ^ HashShape(ShapeOf(t));
+    return h;
+  }
+  static bool Equal(const std::vector<TaskShape>& shapes, const QueuedJob& job) {
+    if (shapes.size() != job.tasks.size()) return false;
+    for (size_t i = 0; i < shapes.size(); ++i) {
+      if (!(shapes[i] == ShapeOf(job.tasks[i]))) return false;
+    }
+    return true;
+  }
+  std::unordered_map<size_t, std::vector<std::vector<TaskShape>>> seen_;
+};
+
+int64_t PlannedEndIfStartedAt(const QueuedJob& job, int64_t now_s) {
+  return RunningJob{&job, now_s, {}}.PlannedEnd();
+}
+
+}  // namespace
+
+std::string_view StartRuleName(StartRule rule) {
+  switch (rule) {
+    case StartRule::kStrict:
+      return "strict";
+    case StartRule::kEasyBackfill:
+      return "easy";
+    case StartRule::kSkipBlocked:
+      return "skip";
+  }
+  return "unknown";
+}
+
+Result<StartRule> ParseStartRule(std::string_view name) {
+  if (name == "strict") return StartRule::kStrict;
+  if (name == "easy") return StartRule::kEasyBackfill;
+  if (name == "skip") return StartRule::kSkipBlocked;
+  return Status::InvalidArgument(
+      fmt::format("unknown start rule '{}'; use strict, easy or skip", name));
+}
+
+SchedulingPass::SchedulingPass(const QueuePolicy& queue_policy, PlacementPolicy& placement_policy,
+                               PlanningPolicyMaker make_planning_policy, PassOptions options)
+    : queue_policy_(queue_policy),
+      placement_policy_(placement_policy),
+      make_planning_policy_(std::move(make_planning_policy)),
+      options_(options) {}
+
+Result<PassResult> SchedulingPass::Run(ClusterState& cluster, int64_t now_s,
+                                       std::span<const QueuedJob* const> pending,
+                                       std::span<const RunningJob> running) {
+  PassResult result;
+  if (pending.empty()) return result;
+  const std::vector<size_t> order =
+      queue_policy_.Order(QueueContext{now_s, pending, running, &cluster});
+  if (order.size() != pending.size()) {
+    return Status::Internal(fmt::format("queue policy '{}' ordered {} of {} pending jobs",
+                                        queue_policy_.name(), order.size(), pending.size()));
+  }
+  FailedShapes failed;
+  std::optional<ReservationPlan> plan;
+  bool blocked = false;
+  size_t tries_after_block = 0;
+  for (size_t index : order) {
+    if (index >= pending.size()) {
+      return Status::Internal(
+          fmt::format("queue policy '{}' returned index {} of {}", queue_policy_.name(), index,
+                      pending.size()));
+    }
+    const QueuedJob& job = *pending[index];
+    if (blocked) {
+      if (options_.max_backfill_tries > 0 && tries_after_block >= options_.max_backfill_tries) {
+        break;
+      }
+      ++tries_after_block;
+    }
+    if (failed.Contains(job)) continue;
+    GP_ASSIGN_OR_RETURN(GangPlacement g, PlaceGang(cluster, job.tasks, placement_policy_));
+    if (g.placed) {
+      if (plan) {
+        GP_ASSIGN_OR_RETURN(bool keeps,
+                            plan->Admit(job, g.placements, PlannedEndIfStartedAt(job, now_s)));
+        if (!keeps) {
+          GP_RETURN_IF_ERROR(ReleaseGang(cluster, job.tasks, g.placements));
+          continue;
+        }
+      }
+      result.started.push_back({index, std::move(g.placements)});
+      continue;
+    }
+    failed.Add(job);
+    if (blocked) continue;
+    // The first job that cannot start.
+    blocked = true;
+    if (options_.rule == StartRule::kStrict) break;
+    if (options_.rule == StartRule::kSkipBlocked) continue;
+    std::vector<RunningJob> running_now(running.begin(), running.end());
+    for (const PassResult::Started& s : result.started) {
+      running_now.push_back(RunningJob{pending[s.pending_index], now_s, s.placements});
+    }
+    if (!make_planning_policy_) {
+      return Status::FailedPrecondition("EASY backfill needs a planning placement policy");
+    }
+    GP_ASSIGN_OR_RETURN(std::unique_ptr<PlacementPolicy> planner, make_planning_policy_());
+    GP_ASSIGN_OR_RETURN(plan, ReservationPlan::Make(cluster, now_s, running_now, job, *planner));
+    if (!plan) {
+      result.reservation_unplannable = true;
+      break;
+    }
+    result.reserved_index = index;
+    result.reservation_start_s = plan->start_s();
+  }
+  return result;
+}
+
+}  // namespace gpupool::sched

@@ -1,0 +1,56 @@
+// Task: one schedulable request (a Kubernetes pod, one task of a gang job).
+//
+// A task asks for CPU, memory and `num_gpu` GPUs of which it uses `gpu_milli`
+// thousandths each. Invariants (checked by ValidateTask, which readers and the API call
+// before a task reaches a policy):
+//   - cpu_milli, memory_mib >= 0; num_gpu >= 0; 0 <= gpu_milli <= 1000;
+//   - num_gpu == 0 exactly when gpu_milli == 0 (a CPU-only task);
+//   - gpu_milli < 1000 only when num_gpu == 1 (a fractional task uses one GPU).
+// `gpu_models` empty means any model. `job_id` groups the tasks of a gang; empty for a
+// single task. Value type, thread-compatible.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "sched/resources.h"
+
+namespace gpupool::sched {
+
+struct Task {
+  std::string name;
+  std::string job_id;  // gang id; empty when the task stands alone
+  int64_t cpu_milli = 0;
+  int64_t memory_mib = 0;
+  int32_t num_gpu = 0;
+  int32_t gpu_milli = 0;                // per GPU, 1..1000 when num_gpu > 0
+  std::vector<std::string> gpu_models;  // allowed GPU models; empty = any
+  int32_t min_capability = 0;           // e.g. 80 for compute capability 8.0; 0 = any
+
+  int64_t TotalGpuMilli() const { return int64_t{num_gpu} * gpu_milli; }
+  bool IsFractional() const { return num_gpu == 1 && gpu_milli < 1000; }
+  bool NeedsGpu() const { return num_gpu > 0; }
+  Resources Total() const { return {cpu_milli, memory_mib, TotalGpuMilli()}; }
+};
+
+// Checks the invariants above; the message names the task and the bad field.
+Status ValidateTask(const Task& task);
+
+// The part of a task that placement depends on. Tasks with equal shapes are placed the
+// same way in the same cluster state, which policies use to cache decisions.
+struct TaskShape {
+  int64_t cpu_milli = 0;
+  int64_t memory_mib = 0;
+  int32_t num_gpu = 0;
+  int32_t gpu_milli = 0;
+  std::vector<std::string> gpu_models;
+  int32_t min_capability = 0;
+  friend bool operator==(const TaskShape&, const TaskShape&) = default;
+};
+
+TaskShape ShapeOf(const Task& task);
+size_t HashShape(const TaskShape& shape);
+
+}  // namespace gpupool::sched

@@ -1,0 +1,108 @@
+#include "sim/timed/generic_trace_reader.h"
+
+#include <gtest/gtest.h>
+
+namespace gpupool::sim {
+namespace {
+
+TEST(GenericTraceCsv, ReadsEveryColumnWithDefaults) {
+  auto jobs = ReadGenericTraceText(
+      "job_id,user,project,submit_time,duration,time_limit,runtime_estimate,tasks,gpus_per_task,"
+      "gpu_milli,cpu_milli,memory_mib,gpu_model,priority\n"
+      "j1,alice,vision,10,100,200,150,2,4,,8000,32768,A100|H100,5\n"
+      "j2,,,2017-09-04 10:30:41,7,,,,1,250,,,,\n",
+      "jobs.csv");
+  ASSERT_TRUE(jobs.ok()) << jobs.status().ToString();
+  ASSERT_EQ(jobs->size(), 2u);
+  const TraceJob& a = (*jobs)[0];
+  EXPECT_EQ(a.id, "j1");
+  EXPECT_EQ(a.user, "alice");
+  EXPECT_EQ(a.project, "vision");
+  EXPECT_EQ(a.submit_s, 10);
+  EXPECT_EQ(a.duration_s, 100);
+  EXPECT_EQ(a.time_limit_s, 200);
+  EXPECT_EQ(a.runtime_estimate_s, 150);
+  EXPECT_EQ(a.priority, 5);
+  ASSERT_EQ(a.tasks.size(), 2u);
+  EXPECT_EQ(a.tasks[1].num_gpu, 4);
+  EXPECT_EQ(a.tasks[1].gpu_milli, 1000);
+  EXPECT_EQ(a.tasks[1].cpu_milli, 8000);
+  EXPECT_EQ(a.tasks[1].gpu_models, (std::vector<std::string>{"A100", "H100"}));
+  const TraceJob& b = (*jobs)[1];
+  EXPECT_EQ(b.user, "default");
+  EXPECT_EQ(b.project, "default");
+  EXPECT_EQ(b.submit_s, 1504521041);
+  EXPECT_EQ(b.time_limit_s, 0);
+  ASSERT_EQ(b.tasks.size(), 1u);
+  EXPECT_EQ(b.tasks[0].gpu_milli, 250);
+  EXPECT_TRUE(b.tasks[0].gpu_models.empty());
+}
+
+TEST(GenericTraceCsv, BadInputNamesFileLineAndField) {
+  struct Case {
+    std::string text;
+    std::string message;
+  };
+  std::vector<Case> cases = {
+      {"job_id,duration\nj,1\n", "jobs.csv:1: missing column 'submit_time'"},
+      {"job_id,submit_time,duration,gpus_per_task,gpu_milli\nj,0,1,1,1500\n",
+       "jobs.csv:2: field 'gpu_milli': GPU share 1500 is above 1000"},
+      {"job_id,submit_time,duration,gpus_per_task,gpu_milli\nj,0,1,2,500\n",
+       "fractional shares are for single-GPU tasks only"},
+      {"job_id,submit_time,duration\nj,0,-1\n", "jobs.csv:2: field 'duration': negative value"},
+      {"job_id,submit_time,duration\nj,0,1\nk,soon,1\n", "jobs.csv:3: field 'submit_time'"},
+      {"job_id,submit_time,duration,gpu_modle\nj,0,1,A100\n", "unknown column 'gpu_modle'"},
+      {"job_id,submit_time,duration,tasks\nj,0,1,0\n", "jobs.csv:2: field 'tasks'"},
+      {"job_id,submit_time,duration\n,0,1\n", "jobs.csv:2: field 'job_id': empty"},
+  };
+  for (const Case& c : cases) {
+    auto jobs = ReadGenericTraceText(c.text, "jobs.csv");
+    ASSERT_FALSE(jobs.ok()) << c.text;
+    EXPECT_NE(jobs.status().message().find(c.message), std::string::npos)
+        << jobs.status().message();
+  }
+}
+
+TEST(GenericTraceJson, ReadsArrayAndObjectForms) {
+  const std::string job =
+      R"({"job_id":"j1","user":"u","submit_time":5,"duration":60,"tasks":3,)"
+      R"("gpus_per_task":1,"gpu_milli":500,"gpu_model":"T4","priority":-2})";
+  for (const std::string& text : {"[" + job + "]", R"({"jobs":[)" + job + "]}"}) {
+    auto jobs = ReadGenericTraceText(text, "jobs.json");
+    ASSERT_TRUE(jobs.ok()) << jobs.status().ToString();
+    ASSERT_EQ(jobs->size(), 1u);
+    const TraceJob& j = (*jobs)[0];
+    EXPECT_EQ(j.project, "u");
+    EXPECT_EQ(j.priority, -2);
+    ASSERT_EQ(j.tasks.size(), 3u);
+    EXPECT_EQ(j.tasks[2].gpu_milli, 500);
+    EXPECT_EQ(j.tasks[2].gpu_models, (std::vector<std::string>{"T4"}));
+  }
+}
+
+TEST(GenericTraceJson, BadInputNamesTheField) {
+  struct Case {
+    std::string text;
+    std::string message;
+  };
+  std::vector<Case> cases = {
+      {R"([{"job_id":"j","submit_time":0}])", "jobs[0].duration"},
+      {R"([{"job_id":"j","submit_time":0,"duration":1,"gpus_per_task":1,"gpu_milli":2000}])",
+       "jobs[0].gpu_milli: GPU share 2000 is above 1000"},
+      {R"([{"job_id":"j","submit_time":-1,"duration":1}])", "jobs[0].submit_time"},
+      {R"([{"job_id":"j","submit_time":0,"duration":"long"}])", "jobs[0].duration"},
+      {R"([{"job_id":"j","submit_time":0,"duration":1,"colour":"red"}])", "colour"},
+      {R"({"work":[]})", "work"},
+      {R"([1])", "jobs[0]: found integer"},
+      {R"([{"job_id":"j",)", "jobs.json"},
+  };
+  for (const Case& c : cases) {
+    auto jobs = ReadGenericTraceText(c.text, "jobs.json");
+    ASSERT_FALSE(jobs.ok()) << c.text;
+    EXPECT_NE(jobs.status().message().find(c.message), std::string::npos)
+        << jobs.status().message();
+  }
+}
+
+}  // namespace
+}  // namespace gpupool::sim

@@ -1,0 +1,88 @@
+// The time-driven experiment: jobs arrive at their submission times, wait in a queue,
+// run for their durations and leave; the production scheduler pieces (a queue policy,
+// a start rule and a placement policy, all from their registries, plus gang placement)
+// decide who starts where. Time is simulated seconds; the wall clock is never read, so
+// the same inputs and seed give the same output on every machine.
+//
+// Events at one instant are handled in this order: completions (resources free up),
+// arrivals (jobs join the queue), then one scheduling pass. A job runs for its duration,
+// or until its time limit if that is shorter (it then counts as timed out). A job that
+// could not be placed even on the idle cluster is never queued and counts as never
+// fitting.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "sched/cluster_state.h"
+#include "sched/policy_registry.h"
+#include "sched/queue/queue_policy.h"
+#include "sched/queue/scheduling_pass.h"
+#include "sim/timed/trace_job.h"
+
+namespace gpupool::sim {
+
+struct TimedOptions {
+  std::string queue_policy = "fifo";
+  sched::QueuePolicyConfig queue_config;
+  sched::StartRule start_rule = sched::StartRule::kStrict;
+  size_t max_backfill_tries = 0;  // see PassOptions
+  std::string placement_policy = "default";
+  // Seeds the placement policy and the node scan order (which breaks ties).
+  uint64_t seed = 42;
+  bool shuffle_nodes = true;
+  // Called now and then with (jobs done, jobs in total); may be empty.
+  std::function<void(size_t, size_t)> progress;
+  // Where placement and queue policies come from; null = the built-in registries.
+  const sched::PlacementPolicyRegistry* placement_registry = nullptr;
+};
+
+enum class JobFate {
+  kFinished,      // ran for its whole duration
+  kTimedOut,      // stopped at its time limit
+  kNeverFits,     // no placement exists even on the idle cluster
+  kNeverStarted,  // still queued when nothing else could happen (should not occur)
+};
+std::string_view JobFateName(JobFate fate);
+
+struct JobRecord {
+  std::string id;
+  std::string user;
+  std::string project;
+  int64_t submit_s = 0;  // relative to TimedRun::origin_s
+  int64_t start_s = -1;  // -1 when it never started
+  int64_t end_s = -1;
+  int64_t duration_s = 0;   // as in the trace
+  int64_t gpu_milli = 0;    // total over its tasks
+  int32_t num_tasks = 0;
+  JobFate fate = JobFate::kNeverStarted;
+  std::string reason;  // why it never fit
+};
+
+// The allocation just after the events of one instant, when it changed.
+struct AllocationPoint {
+  int64_t time_s = 0;
+  int64_t gpu_milli_used = 0;
+  int64_t running_jobs = 0;
+  int64_t pending_jobs = 0;
+};
+
+struct TimedRun {
+  int64_t origin_s = 0;  // the first submission in trace time; all times are relative
+  sched::Resources capacity;
+  std::vector<JobRecord> jobs;            // in trace order
+  std::vector<AllocationPoint> timeline;  // a step function, one point per change
+  size_t passes = 0;                      // scheduling passes run
+  size_t reservations = 0;                // EASY reservations made
+};
+
+// Runs the experiment. `cluster` should be idle; it is copied. Errors: unknown policy
+// names, invalid jobs (the message names the job), or a policy bug.
+Result<TimedRun> RunTimedExperiment(const sched::ClusterState& cluster,
+                                    const std::vector<TraceJob>& jobs,
+                                    const TimedOptions& options);
+
+}  // namespace gpupool::sim

@@ -1,0 +1,221 @@
+#include "sim/timed/timed_experiment.h"
+
+#include <gtest/gtest.h>
+
+#include <map>
+
+#include "sched/rng.h"
+#include "sim/timed/cluster_spec.h"
+#include "sim/timed/timed_metrics.h"
+#include "sim/timed/timed_report.h"
+#include "sim/timed/timed_test_util.h"
+
+namespace gpupool::sim {
+namespace {
+
+using testing::FirstFitRegistry;
+using testing::TJob;
+
+sched::ClusterState Cluster(const std::string& spec) {
+  auto nodes = ParseClusterSpec(spec);
+  EXPECT_TRUE(nodes.ok());
+  auto c = BuildCluster(*nodes);
+  EXPECT_TRUE(c.ok());
+  return *c;
+}
+
+TimedOptions Options(const std::string& queue = "fifo",
+                     sched::StartRule rule = sched::StartRule::kStrict) {
+  TimedOptions o;
+  o.queue_policy = queue;
+  o.start_rule = rule;
+  o.placement_policy = "first-fit";
+  o.placement_registry = &FirstFitRegistry();
+  return o;
+}
+
+std::map<std::string, JobRecord> ById(const TimedRun& run) {
+  std::map<std::string, JobRecord> m;
+  for (const JobRecord& j : run.jobs) m[j.id] = j;
+  return m;
+}
+
+TEST(TimedExperiment, FifoOnOneNodeGivesTheHandComputedSchedule) {
+  // Times are relative to the first submission (1000).
+  std::vector<TraceJob> jobs = {TJob("a", "u", 1000, 100, 4), TJob("b", "u", 1010, 50, 2),
+                                TJob("c", "u", 1020, 10, 2)};
+  auto run = RunTimedExperiment(Cluster("1x4"), jobs, Options());
+  ASSERT_TRUE(run.ok()) << run.status().ToString();
+  EXPECT_EQ(run->origin_s, 1000);
+  auto j = ById(*run);
+  EXPECT_EQ(j["a"].start_s, 0);
+  EXPECT_EQ(j["b"].start_s, 100);
+  EXPECT_EQ(j["c"].start_s, 100);
+  EXPECT_EQ(j["b"].end_s, 150);
+  EXPECT_EQ(j["c"].end_s, 110);
+  TimedSummary s = Summarize(*run, sched::FairShareGroup::kUser);
+  EXPECT_EQ(s.finished, 3u);
+  EXPECT_EQ(s.makespan_s, 150);
+  EXPECT_DOUBLE_EQ(s.delay_s.mean, (0 + 90 + 80) / 3.0);
+  EXPECT_DOUBLE_EQ(s.jct_s.max, 140);
+  // 4 GPUs busy for 110 s, then 2 for 40 s, of 150 s.
+  EXPECT_NEAR(s.mean_gpu_alloc_pct, 100.0 * (4 * 110 + 2 * 40) / (4.0 * 150), 1e-9);
+  EXPECT_DOUBLE_EQ(s.peak_gpu_alloc_pct, 100);
+}
+
+std::map<std::string, JobRecord> RunHole(sched::StartRule rule, int64_t c_limit) {
+  std::vector<TraceJob> jobs = {TJob("a", "u", 0, 100, 2, 1, 100), TJob("b", "u", 1, 10, 4, 1, 10),
+                                TJob("c", "u", 2, c_limit, 2, 1, c_limit)};
+  auto run = RunTimedExperiment(Cluster("1x4"), jobs, Options("fifo", rule));
+  EXPECT_TRUE(run.ok()) << run.status().ToString();
+  return ById(*run);
+}
+
+TEST(TimedExperiment, EasyBackfillFillsTheHoleWithoutDelayingTheHead) {
+  auto strict = RunHole(sched::StartRule::kStrict, 50);
+  EXPECT_EQ(strict["b"].start_s, 100);
+  EXPECT_EQ(strict["c"].start_s, 110);
+  auto easy = RunHole(sched::StartRule::kEasyBackfill, 50);
+  EXPECT_EQ(easy["b"].start_s, 100);
+  EXPECT_EQ(easy["c"].start_s, 2);  // backfilled: done at 52, before b's reservation at 100
+}
+
+TEST(TimedExperiment, EasyBackfillProtectsTheHeadWhereSkippingDoesNot) {
+  auto skip = RunHole(sched::StartRule::kSkipBlocked, 500);
+  EXPECT_EQ(skip["c"].start_s, 2);
+  EXPECT_EQ(skip["b"].start_s, 502);  // the big job starves behind the long one
+  auto easy = RunHole(sched::StartRule::kEasyBackfill, 500);
+  EXPECT_EQ(easy["b"].start_s, 100);
+  EXPECT_EQ(easy["c"].start_s, 110);
+}
+
+TEST(TimedExperiment, FairShareLetsTheLightUserIn) {
+  std::vector<TraceJob> jobs;
+  for (int i = 0; i < 4; ++i) jobs.push_back(TJob("h" + std::to_string(i), "heavy", 0, 100, 4));
+  jobs.push_back(TJob("l", "light", 1, 100, 4));
+  auto fifo = RunTimedExperiment(Cluster("2x4"), jobs, Options("fifo"));
+  auto fair = RunTimedExperiment(Cluster("2x4"), jobs, Options("fair"));
+  ASSERT_TRUE(fifo.ok() && fair.ok());
+  EXPECT_EQ(ById(*fifo)["l"].start_s, 200);
+  EXPECT_EQ(ById(*fair)["l"].start_s, 100);
+  TimedSummary sf = Summarize(*fifo, sched::FairShareGroup::kUser);
+  TimedSummary sr = Summarize(*fair, sched::FairShareGroup::kUser);
+  EXPECT_GT(sr.jain_index, sf.jain_index);
+}
+
+TEST(TimedExperiment, UnplaceableJobsAreCountedAndTheRestRuns) {
+  std::vector<TraceJob> jobs = {TJob("ok", "u", 0, 10, 2), TJob("too-wide", "u", 1, 10, 8),
+                                TJob("gang", "u", 2, 10, 4, 2), TJob("gang-too-big", "u", 3, 10, 4, 3)};
+  jobs[0].tasks[0].gpu_models = {"V100"};
+  auto run = RunTimedExperiment(Cluster("2x4:V100"), jobs, Options());
+  ASSERT_TRUE(run.ok()) << run.status().ToString();
+  auto j = ById(*run);
+  EXPECT_EQ(j["ok"].fate, JobFate::kFinished);
+  EXPECT_EQ(j["gang"].fate, JobFate::kFinished);
+  EXPECT_EQ(j["too-wide"].fate, JobFate::kNeverFits);
+  EXPECT_NE(j["too-wide"].reason.find("8 GPUs"), std::string::npos) << j["too-wide"].reason;
+  EXPECT_EQ(j["gang-too-big"].fate, JobFate::kNeverFits);
+  TimedSummary s = Summarize(*run, sched::FairShareGroup::kUser);
+  EXPECT_EQ(s.never_fits, 2u);
+  EXPECT_EQ(s.finished, 2u);
+  TimedRunInfo info;
+  EXPECT_NE(TimedReportText(info, *run, s).find("too-wide (never_fits)"), std::string::npos);
+
+  std::vector<TraceJob> wrong_model = {TJob("t4", "u", 0, 10, 1)};
+  wrong_model[0].tasks[0].gpu_models = {"T4"};
+  auto r2 = RunTimedExperiment(Cluster("2x4:V100"), wrong_model, Options());
+  ASSERT_TRUE(r2.ok());
+  EXPECT_EQ(r2->jobs[0].fate, JobFate::kNeverFits);
+}
+
+TEST(TimedExperiment, TimeLimitStopsAJob) {
+  std::vector<TraceJob> jobs = {TJob("long", "u", 0, 100, 1, 1, 30)};
+  auto run = RunTimedExperiment(Cluster("1x1"), jobs, Options());
+  ASSERT_TRUE(run.ok());
+  EXPECT_EQ(run->jobs[0].end_s, 30);
+  EXPECT_EQ(run->jobs[0].fate, JobFate::kTimedOut);
+}
+
+TEST(TimedExperiment, UnknownPoliciesAreErrors) {
+  std::vector<TraceJob> jobs = {TJob("a", "u", 0, 1, 1)};
+  TimedOptions o = Options();
+  o.placement_policy = "nope";
+  EXPECT_EQ(RunTimedExperiment(Cluster("1x1"), jobs, o).status().code(), StatusCode::kNotFound);
+  o = Options("lifo");
+  EXPECT_EQ(RunTimedExperiment(Cluster("1x1"), jobs, o).status().code(), StatusCode::kNotFound);
+}
+
+std::vector<TraceJob> RandomWorkload(uint64_t seed, int n) {
+  sched::Rng rng(seed);
+  std::vector<TraceJob> jobs;
+  int64_t t = 0;
+  for (int i = 0; i < n; ++i) {
+    t += static_cast<int64_t>(rng.Uniform(30));
+    const int gpus = 1 << rng.Uniform(4);  // 1, 2, 4, 8
+    const int tasks = gpus == 8 && rng.Uniform(3) == 0 ? 2 : 1;
+    const int64_t duration = 1 + static_cast<int64_t>(rng.Uniform(600));
+    jobs.push_back(TJob("j" + std::to_string(i), "user" + std::to_string(rng.Uniform(4)), t,
+                        duration, gpus, tasks, duration * 2));
+    if (rng.Uniform(5) == 0) {  // a fractional job
+      jobs.back().tasks.resize(1);
+      jobs.back().tasks[0].num_gpu = 1;
+      jobs.back().tasks[0].gpu_milli = 250 + static_cast<int>(rng.Uniform(500));
+    }
+  }
+  return jobs;
+}
+
+TEST(TimedExperiment, SameSeedSameOutputAndInvariantsHold) {
+  const std::vector<TraceJob> jobs = RandomWorkload(7, 300);
+  for (const char* queue : {"fifo", "priority", "sjf", "fair"}) {
+    for (sched::StartRule rule : {sched::StartRule::kStrict, sched::StartRule::kEasyBackfill,
+                                  sched::StartRule::kSkipBlocked}) {
+      TimedOptions o = Options(queue, rule);
+      o.seed = 3;
+      auto a = RunTimedExperiment(Cluster("4x8"), jobs, o);
+      auto b = RunTimedExperiment(Cluster("4x8"), jobs, o);
+      ASSERT_TRUE(a.ok() && b.ok()) << a.status().ToString();
+      TimedSummary sa = Summarize(*a, sched::FairShareGroup::kUser);
+      TimedSummary sb = Summarize(*b, sched::FairShareGroup::kUser);
+      TimedRunInfo info;
+      EXPECT_EQ(DumpJson(TimedReportJson(info, *a, sa)), DumpJson(TimedReportJson(info, *b, sb)));
+      EXPECT_EQ(JobsCsv(*a), JobsCsv(*b));
+      EXPECT_EQ(sa.finished + sa.timed_out, jobs.size()) << queue;
+      for (const JobRecord& j : a->jobs) {
+        EXPECT_GE(j.start_s, j.submit_s);
+        EXPECT_EQ(j.end_s - j.start_s, j.duration_s) << j.id;  // limits are 2x durations
+      }
+      for (const AllocationPoint& p : a->timeline) {
+        EXPECT_LE(p.gpu_milli_used, a->capacity.gpu_milli);
+        EXPECT_GE(p.gpu_milli_used, 0);
+      }
+      EXPECT_EQ(a->timeline.back().gpu_milli_used, 0);  // everything left in the end
+    }
+  }
+}
+
+TEST(TimedExperiment, EmptyWorkloadIsFine) {
+  auto run = RunTimedExperiment(Cluster("1x1"), {}, Options());
+  ASSERT_TRUE(run.ok());
+  EXPECT_TRUE(run->jobs.empty());
+  TimedSummary s = Summarize(*run, sched::FairShareGroup::kUser);
+  EXPECT_EQ(s.makespan_s, 0);
+}
+
+TEST(TimedExperiment, ProgressReportsReachTheTotal) {
+  const std::vector<TraceJob> jobs = RandomWorkload(5, 50);
+  TimedOptions o = Options();
+  size_t last = 0, calls = 0;
+  o.progress = [&](size_t done, size_t total) {
+    EXPECT_EQ(total, jobs.size());
+    EXPECT_GE(done, last);
+    last = done;
+    ++calls;
+  };
+  ASSERT_TRUE(RunTimedExperiment(Cluster("2x8"), jobs, o).ok());
+  EXPECT_EQ(last, jobs.size());
+  EXPECT_GT(calls, 1u);
+}
+
+}  // namespace
+}  // namespace gpupool::sim

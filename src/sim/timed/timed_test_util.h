@@ -1,0 +1,47 @@
+// Helpers for the time-driven tests: jobs in a line of code and a placement registry
+// holding the predictable first-fit test double.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "sched/policy_registry.h"
+#include "sched/queue/first_fit_for_test.h"
+#include "sim/timed/trace_job.h"
+
+namespace gpupool::sim::testing {
+
+inline TraceJob TJob(std::string id, std::string user, int64_t submit, int64_t duration,
+                     int gpus, int tasks = 1, int64_t limit = 0) {
+  TraceJob j;
+  j.id = std::move(id);
+  j.user = user;
+  j.project = user;
+  j.submit_s = submit;
+  j.duration_s = duration;
+  j.time_limit_s = limit;
+  for (int i = 0; i < tasks; ++i) {
+    TraceTask t;
+    t.num_gpu = gpus;
+    t.gpu_milli = gpus > 0 ? 1000 : 0;
+    t.cpu_milli = 1000;
+    t.memory_mib = 1024;
+    j.tasks.push_back(t);
+  }
+  return j;
+}
+
+inline const sched::PlacementPolicyRegistry& FirstFitRegistry() {
+  static const sched::PlacementPolicyRegistry* r = [] {
+    auto* reg = new sched::PlacementPolicyRegistry();
+    (void)reg->Register("first-fit", "test double", [](const sched::PolicyConfig&) {
+      return std::unique_ptr<sched::PlacementPolicy>(
+          std::make_unique<sched::testing::FirstFitForTest>());
+    });
+    return reg;
+  }();
+  return *r;
+}
+
+}  // namespace gpupool::sim::testing

@@ -1,0 +1,83 @@
+// The scripted state behind the fake libnvidia-ml.so.1: one node's GPUs as a scenario
+// file (JSON, see README.md) describes them. Loaded afresh by every nvmlInit_v2.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace fake_nvml {
+
+// A string answer; `unterminated` fills the caller's whole buffer with no NUL.
+struct FakeString {
+  std::string bytes;
+  bool unterminated = false;
+};
+
+struct FakeDevice;
+
+// What the opaque nvmlDevice_t points at: a GPU, or one MIG device of a GPU.
+struct Handle {
+  FakeDevice* gpu = nullptr;
+  int mig = -1;  // index into gpu->migs, or -1 for the GPU itself
+};
+
+struct FakeMig {
+  unsigned slot = 0;
+  FakeString uuid;
+  FakeString name;
+  uint64_t memory_total = 0;
+  uint64_t memory_used = 0;
+  unsigned gpu_instance_id = 0;
+  unsigned compute_instance_id = 0;
+  std::map<std::string, int> errors;
+  Handle handle;
+};
+
+struct FakeLink {
+  bool active = true;
+  std::string remote_bus_id;  // "00000000:05:00.0"
+  int remote_type = 0;        // nvmlIntNvLinkDeviceType_t
+};
+
+struct FakeDevice {
+  int index = 0;
+  FakeString name;
+  FakeString uuid;
+  std::string bus_id;  // 32-char form "00000000:18:00.0"; legacy and numbers derive from it
+  unsigned domain = 0, bus = 0, device = 0;
+  unsigned pci_device_id = 0;
+  uint64_t memory_total = 0, memory_used = 0;
+  int cc_major = 0, cc_minor = 0;
+  unsigned minor = 0;
+  unsigned numa_node = 0;
+  std::vector<unsigned> cpus;
+  unsigned mig_current = 0, mig_pending = 0, mig_max = 0;
+  std::vector<FakeMig> migs;
+  unsigned ecc_current = 0, ecc_pending = 0;
+  unsigned util_gpu = 0, util_memory = 0;
+  unsigned temperature = 0;
+  unsigned power_mw = 0, power_limit_mw = 0;
+  unsigned nvlink_max = 0;  // 0: NVLink not supported
+  std::vector<FakeLink> links;
+  std::map<std::string, int> errors;  // function base name (no _vN) -> return code
+  Handle handle;
+};
+
+struct Scenario {
+  int init_error = 0;
+  FakeString driver_version;
+  int cuda_version = 0;
+  long long device_count = -1;        // -1: the number of devices
+  std::map<std::string, int> errors;  // system-wide calls
+  std::vector<FakeDevice> devices;
+  int topology_default = 50;
+  std::map<std::pair<int, int>, int> topology;  // (lower index, higher index) -> level
+};
+
+// Parses the file; on error returns false and sets *error. Never throws.
+bool LoadScenario(const std::string& path, Scenario* out, std::string* error);
+
+}  // namespace fake_nvml
