@@ -13,6 +13,8 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev python3
   # containers: the CDI tests run real podman with runc
   podman runc
+  # a static busybox makes the minimal root file system of the CDI podman test
+  busybox-static
 )
 
 missing=()

@@ -2,10 +2,13 @@
 
 #include <fcntl.h>
 #include <gtest/gtest.h>
+#include <linux/magic.h>
+#include <sys/statfs.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <csignal>
 #include <cstdlib>
 #include <fstream>
 
@@ -88,6 +91,72 @@ TEST(CgroupTest, V1CreatesConfiguresAndRemoves) {
   EXPECT_EQ(q, 150000);
   EXPECT_TRUE(cg->Destroy(2000).ok());
   EXPECT_NE(::access(("/sys/fs/cgroup/cpu/gpupool/" + leaf).c_str(), F_OK), 0);
+}
+
+// A cgroup v2 hierarchy: the hybrid host mounts one at /sys/fs/cgroup/unified, usually
+// without controllers, which exercises creation, joining, notes and removal.
+TEST(CgroupTest, V2NotesThatDevicesAreNotRestricted) {
+  struct statfs fs;
+  if (::geteuid() != 0 || ::statfs("/sys/fs/cgroup/unified", &fs) != 0 ||
+      fs.f_type != CGROUP2_SUPER_MAGIC) {
+    GTEST_SKIP() << "needs root and a cgroup v2 mount at /sys/fs/cgroup/unified";
+  }
+  CgroupRequest req;
+  req.job_id = 910000 + ::getpid() % 1000;
+  req.attempt = 2;
+  req.deny_device_nodes = {"/dev/zero"};
+  req.cpu_milli = 500;
+  auto cg = JobCgroup::Create("/sys/fs/cgroup/unified", req);
+  EXPECT_EQ(cg->note().rfind("cgroup v2", 0), 0u) << cg->note();
+  EXPECT_NE(cg->note().find("device access not restricted"), std::string::npos) << cg->note();
+  EXPECT_FALSE(cg->devices_enforced());
+  ASSERT_EQ(cg->dirs().size(), 1u);
+  pid_t pid = ::fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) ::_exit(cg->JoinFromChild() ? 0 : 1);
+  int status = 0;
+  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  const std::string dir = cg->dirs()[0];
+  EXPECT_TRUE(cg->Destroy(2000).ok());
+  EXPECT_NE(::access(dir.c_str(), F_OK), 0);
+}
+
+TEST(CgroupTest, RemoveJobCgroupsOfADeadShim) {
+  if (::geteuid() != 0 || ::access("/sys/fs/cgroup/cpu/cpu.cfs_quota_us", F_OK) != 0) {
+    GTEST_SKIP() << "needs root and the cgroup v1 cpu controller at /sys/fs/cgroup";
+  }
+  CgroupRequest req;
+  req.job_id = 920000 + ::getpid() % 1000;
+  req.attempt = 1;
+  req.cpu_milli = 100;
+  auto cg = JobCgroup::Create("/sys/fs/cgroup", req);
+  ASSERT_FALSE(cg->dirs().empty()) << cg->note();
+  int ready[2];
+  ASSERT_EQ(::pipe(ready), 0);
+  pid_t pid = ::fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    char joined = cg->JoinFromChild() ? 'y' : 'n';
+    (void)!::write(ready[1], &joined, 1);
+    ::pause();
+    ::_exit(0);
+  }
+  ::close(ready[1]);
+  char joined = 0;
+  ASSERT_EQ(::read(ready[0], &joined, 1), 1);
+  ::close(ready[0]);
+  ASSERT_EQ(joined, 'y');
+  const std::vector<std::string> dirs = cg->dirs();
+  cg.reset();  // like a shim that died: the cgroups stay, with the job in them
+  ASSERT_EQ(::access(dirs[0].c_str(), F_OK), 0);
+  EXPECT_TRUE(RemoveJobCgroups("/sys/fs/cgroup", req.job_id, 1, 2000).ok());
+  int status = 0;
+  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+  EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
+  for (const std::string& d : dirs) EXPECT_NE(::access(d.c_str(), F_OK), 0) << d;
+  EXPECT_TRUE(RemoveJobCgroups("/sys/fs/cgroup", req.job_id, 1, 100).ok());  // idempotent
+  EXPECT_TRUE(RemoveJobCgroups("", req.job_id, 1, 100).ok());
 }
 
 }  // namespace

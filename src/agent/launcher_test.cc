@@ -5,6 +5,7 @@
 #include <pwd.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -330,6 +331,42 @@ TEST_F(LauncherTest, ShimOutlivesTheLauncherAndIsAdopted) {
   JobEvent e = Finish(241);
   EXPECT_EQ(e.kind, Kind::kExited);
   EXPECT_EQ(e.exit_code, 7);
+}
+
+TEST_F(LauncherTest, AgentProcessKilledWithSigkillLeavesTheJobRunning) {
+  // A real agent process (a forked child of the test) launches the job and is killed -9.
+  const std::string go = dir_.path() + "/go";
+  int pipefd[2];
+  ASSERT_EQ(::pipe(pipefd), 0);
+  pid_t agent = ::fork();
+  ASSERT_GE(agent, 0);
+  if (agent == 0) {
+    ::close(pipefd[0]);
+    auto launcher = NewProcessLauncher(TestOptions(dir_.path()));
+    LaunchSpec spec = TestSpec(245, {"sh", "-c", "while [ ! -e " + go + " ]; do sleep 0.02; done"});
+    char ok = launcher->Launch(spec).ok() ? 'y' : 'n';
+    (void)!::write(pipefd[1], &ok, 1);
+    ::pause();
+    ::_exit(0);
+  }
+  ::close(pipefd[1]);
+  char ok = 0;
+  ASSERT_EQ(::read(pipefd[0], &ok, 1), 1);
+  ::close(pipefd[0]);
+  ASSERT_EQ(ok, 'y');
+  ASSERT_EQ(::kill(agent, SIGKILL), 0);
+  ASSERT_EQ(::waitpid(agent, nullptr, 0), agent);
+
+  Result<std::vector<JobEvent>> adopted = launcher_->Adopt();
+  ASSERT_TRUE(adopted.ok());
+  ASSERT_EQ(adopted->size(), 1u);
+  EXPECT_EQ((*adopted)[0].kind, Kind::kStarted);
+  FILE* f = std::fopen(go.c_str(), "w");
+  ASSERT_NE(f, nullptr);
+  std::fclose(f);
+  JobEvent e = Finish(245);
+  EXPECT_EQ(e.kind, Kind::kExited) << e.reason;
+  EXPECT_EQ(e.exit_code, 0);
 }
 
 TEST_F(LauncherTest, JobThatEndedWhileTheAgentWasDownIsReportedUntilForgotten) {

@@ -12,6 +12,7 @@ struct CommandContext {
 
 void RegisterGpusCommand(CLI::App& app, CommandContext& ctx);  // gpus_command.cc
 void RegisterSimCommand(CLI::App& app, CommandContext& ctx);   // sim_command.cc
+void RegisterEnvCommand(CLI::App& app, CommandContext& ctx);   // env_command.cc
 // Adds `sim timed` under the `sim` subcommand; called by RegisterSimCommand.
 void RegisterSimTimedCommand(CLI::App& sim, CommandContext& ctx);  // sim_timed_command.cc
 

@@ -15,6 +15,7 @@ int main(int argc, char** argv) {
   gpupool::cli::CommandContext ctx;
   gpupool::cli::RegisterGpusCommand(app, ctx);
   gpupool::cli::RegisterSimCommand(app, ctx);
+  gpupool::cli::RegisterEnvCommand(app, ctx);
   gpupool::daemon::RegisterDaemonCommands(app, ctx);
 
   app.parse_complete_callback([&] {

@@ -69,8 +69,7 @@ Result<std::string> DetectFormat(const std::string& path) {
   std::string_view head = Trim(text);
   if (!head.empty() && (head.front() == '[' || head.front() == '{')) return std::string("generic");
   const size_t eol = head.find('\n');
-  GP_ASSIGN_OR_RETURN(sim::CsvTable header,
-                      sim::CsvTable::Parse(head.substr(0, eol), path));
+  GP_ASSIGN_OR_RETURN(sim::CsvTable header, sim::CsvTable::Parse(head.substr(0, eol), path));
   if (header.HasColumn("num_gpus") && header.HasColumn("cluster")) return std::string("philly");
   if (header.HasColumn("creation_time") || header.HasColumn("gpu_spec")) {
     return std::string("openb");
@@ -131,11 +130,11 @@ class ProgressLine {
 
 int RunTimed(const TimedFlags& f) {
   auto fail = [](const Status& s) {
-    Err("gpupool sim timed: " + s.message() + "\n");
+    Err(fmt::format("gpupool sim timed: {}\n", s.message()));
     return 1;
   };
   auto usage = [](const std::string& m) {
-    Err("gpupool sim timed: " + m + "\n");
+    Err(fmt::format("gpupool sim timed: {}\n", m));
     return 2;
   };
   if (f.nodes.empty() == f.cluster.empty()) {
@@ -169,8 +168,8 @@ int RunTimed(const TimedFlags& f) {
     queue_config.fair_weights[w.substr(0, eq)] = *weight;
   }
 
-  auto node_specs = f.nodes.empty() ? sim::ParseClusterSpec(f.cluster)
-                                    : sim::ReadNodeCsvFile(f.nodes);
+  auto node_specs =
+      f.nodes.empty() ? sim::ParseClusterSpec(f.cluster) : sim::ReadNodeCsvFile(f.nodes);
   if (!node_specs.ok()) return fail(node_specs.status());
   auto cluster = sim::BuildCluster(*node_specs);
   if (!cluster.ok()) return fail(cluster.status());
@@ -250,7 +249,8 @@ void RegisterSimTimedCommand(CLI::App& sim, CommandContext& ctx) {
   cmd->add_option("--format", flags->format, "trace format: auto, philly, openb or generic")
       ->check(CLI::IsMember({"auto", "philly", "openb", "generic"}))
       ->capture_default_str();
-  cmd->add_option("--nodes", flags->nodes, "cluster as a node CSV (sn,cpu_milli,memory_mib,gpu,model)")
+  cmd->add_option("--nodes", flags->nodes,
+                  "cluster as a node CSV (sn,cpu_milli,memory_mib,gpu,model)")
       ->check(CLI::ExistingFile);
   cmd->add_option("--cluster", flags->cluster,
                   "synthetic cluster COUNTxGPUS[:MODEL[:CPU_MILLI[:MEMORY_MIB]]][,...], e.g. "

@@ -70,8 +70,8 @@ Result<std::unique_ptr<GpuBackend>> CreateBackend(std::string_view name,
                                                   const DiscoveryOptions& options) {
   auto it = Registry().find(name);
   if (it == Registry().end()) {
-    return Status::InvalidArgument("unknown GPU backend '" + std::string(name) +
-                                   "': use one of " + KnownBackendNames() + " or auto");
+    return Status::InvalidArgument("unknown GPU backend '" + std::string(name) + "': use one of " +
+                                   KnownBackendNames() + " or auto");
   }
   if (name == "fake" && options.fake_node_file.empty()) {
     return Status::InvalidArgument(

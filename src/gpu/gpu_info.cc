@@ -9,10 +9,14 @@ namespace gpupool::gpu {
 
 std::string_view VendorName(Vendor v) {
   switch (v) {
-    case Vendor::kNvidia: return "nvidia";
-    case Vendor::kAmd: return "amd";
-    case Vendor::kIntel: return "intel";
-    case Vendor::kUnknown: return "unknown";
+    case Vendor::kNvidia:
+      return "nvidia";
+    case Vendor::kAmd:
+      return "amd";
+    case Vendor::kIntel:
+      return "intel";
+    case Vendor::kUnknown:
+      return "unknown";
   }
   return "unknown";
 }
@@ -28,21 +32,28 @@ std::optional<Vendor> ParseVendor(std::string_view name) {
 
 std::string_view PcieLevelName(PcieLevel level) {
   switch (level) {
-    case PcieLevel::kUnknown: return "?";
-    case PcieLevel::kSameBoard: return "BOARD";
-    case PcieLevel::kSingle: return "PIX";
-    case PcieLevel::kMultiple: return "PXB";
-    case PcieLevel::kHostBridge: return "PHB";
-    case PcieLevel::kNode: return "NODE";
-    case PcieLevel::kSystem: return "SYS";
+    case PcieLevel::kUnknown:
+      return "?";
+    case PcieLevel::kSameBoard:
+      return "BOARD";
+    case PcieLevel::kSingle:
+      return "PIX";
+    case PcieLevel::kMultiple:
+      return "PXB";
+    case PcieLevel::kHostBridge:
+      return "PHB";
+    case PcieLevel::kNode:
+      return "NODE";
+    case PcieLevel::kSystem:
+      return "SYS";
   }
   return "?";
 }
 
 std::optional<PcieLevel> ParsePcieLevel(std::string_view name) {
-  for (PcieLevel l : {PcieLevel::kUnknown, PcieLevel::kSameBoard, PcieLevel::kSingle,
-                      PcieLevel::kMultiple, PcieLevel::kHostBridge, PcieLevel::kNode,
-                      PcieLevel::kSystem}) {
+  for (PcieLevel l :
+       {PcieLevel::kUnknown, PcieLevel::kSameBoard, PcieLevel::kSingle, PcieLevel::kMultiple,
+        PcieLevel::kHostBridge, PcieLevel::kNode, PcieLevel::kSystem}) {
     if (PcieLevelName(l) == name) return l;
   }
   return std::nullopt;

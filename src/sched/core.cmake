@@ -10,3 +10,10 @@ target_sources(gpupool_sched PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/placement/fgd_score.cc
   ${CMAKE_CURRENT_LIST_DIR}/placement/gpu_choice.cc
   ${CMAKE_CURRENT_LIST_DIR}/placement/simple_scores.cc)
+
+gpupool_test(sched_core_test
+  SOURCES
+    ${CMAKE_CURRENT_LIST_DIR}/core_types_test.cc
+    ${CMAKE_CURRENT_LIST_DIR}/fragmentation_test.cc
+    ${CMAKE_CURRENT_LIST_DIR}/placement/policies_test.cc
+  LIBS gpupool_sched)

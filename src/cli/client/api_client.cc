@@ -20,12 +20,18 @@ std::string HeaderValue(const net::HttpResponse& r, std::string_view name) {
 
 int ExitCodeFor(const Status& status) {
   switch (status.code()) {
-    case StatusCode::kOk: return kExitOk;
-    case StatusCode::kInvalidArgument: return kExitUsage;
-    case StatusCode::kNotFound: return kExitNotFound;
-    case StatusCode::kPermissionDenied: return kExitPermission;
-    case StatusCode::kUnavailable: return kExitUnreachable;
-    default: return kExitFailure;
+    case StatusCode::kOk:
+      return kExitOk;
+    case StatusCode::kInvalidArgument:
+      return kExitUsage;
+    case StatusCode::kNotFound:
+      return kExitNotFound;
+    case StatusCode::kPermissionDenied:
+      return kExitPermission;
+    case StatusCode::kUnavailable:
+      return kExitUnreachable;
+    default:
+      return kExitFailure;
   }
 }
 
@@ -72,13 +78,19 @@ Status StatusFromHttp(int http_status, const std::string& body) {
     if (!text.empty() && text.size() < 300) message += ": " + SanitizeUtf8(text);
   }
   switch (http_status) {
-    case 400: return Status::InvalidArgument(message);
+    case 400:
+      return Status::InvalidArgument(message);
     case 401:
-    case 403: return Status::PermissionDenied(message);
-    case 404: return Status::NotFound(message);
-    case 409: return Status::FailedPrecondition(message);
-    case 413: return Status::ResourceExhausted(message);
-    default: return Status::Internal(message);
+    case 403:
+      return Status::PermissionDenied(message);
+    case 404:
+      return Status::NotFound(message);
+    case 409:
+      return Status::FailedPrecondition(message);
+    case 413:
+      return Status::ResourceExhausted(message);
+    default:
+      return Status::Internal(message);
   }
 }
 
@@ -94,7 +106,7 @@ Result<ApiAnswer> ApiClient::Post(const std::string& path, const std::string& bo
 }
 
 Result<ApiAnswer> ApiClient::Call(const std::string& method, const std::string& path,
-                             const std::string& body) const {
+                                  const std::string& body) const {
   GP_ASSIGN_OR_RETURN(net::HttpResponse resp, http_.Send(method, path, body));
   if (resp.status < 200 || resp.status > 299) return StatusFromHttp(resp.status, resp.body);
   auto j = ParseJson(resp.body, "the server's answer to " + method + " " + path);
@@ -110,8 +122,7 @@ Result<ApiAnswer> ApiClient::Call(const std::string& method, const std::string& 
 Result<LogChunk> ApiClient::ReadLog(int64_t job_id, const std::string& stream, int64_t offset,
                                     int wait_ms) const {
   std::string path = "/v1/jobs/" + std::to_string(job_id) +
-                     "/logs?stream=" + net::UrlEncode(stream) +
-                     "&offset=" + std::to_string(offset);
+                     "/logs?stream=" + net::UrlEncode(stream) + "&offset=" + std::to_string(offset);
   if (wait_ms > 0) path += "&wait_ms=" + std::to_string(wait_ms);
   // A long poll may take wait_ms; give the transport that plus a margin.
   GP_ASSIGN_OR_RETURN(net::HttpResponse resp,

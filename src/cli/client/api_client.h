@@ -21,11 +21,11 @@ namespace gpupool::cli {
 
 // Exit codes scripts can rely on (docs/cli.md).
 inline constexpr int kExitOk = 0;
-inline constexpr int kExitFailure = 1;       // server-side or other failure
-inline constexpr int kExitUsage = 2;         // bad option or value (also a 400 answer)
-inline constexpr int kExitNotFound = 3;      // no such job, node, ...
-inline constexpr int kExitPermission = 4;    // permission denied or not authenticated
-inline constexpr int kExitUnreachable = 5;   // no server at the address
+inline constexpr int kExitFailure = 1;      // server-side or other failure
+inline constexpr int kExitUsage = 2;        // bad option or value (also a 400 answer)
+inline constexpr int kExitNotFound = 3;     // no such job, node, ...
+inline constexpr int kExitPermission = 4;   // permission denied or not authenticated
+inline constexpr int kExitUnreachable = 5;  // no server at the address
 
 int ExitCodeFor(const Status& status);
 
@@ -48,7 +48,7 @@ struct ApiAnswer {
 struct LogChunk {
   std::string bytes;
   int64_t next_offset = 0;
-  bool eof = false;              // the job has ended and everything was read
+  bool eof = false;                 // the job has ended and everything was read
   bool offset_header_seen = false;  // X-Gpupool-Next-Offset came back (headers are visible)
 };
 
@@ -68,7 +68,7 @@ class ApiClient {
 
  private:
   Result<ApiAnswer> Call(const std::string& method, const std::string& path,
-                    const std::string& body) const;
+                         const std::string& body) const;
   net::HttpClient http_;
 };
 

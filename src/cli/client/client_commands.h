@@ -9,12 +9,11 @@
 
 #include <sys/types.h>
 
+#include <CLI/CLI.hpp>
 #include <cstdint>
 #include <functional>
 #include <iosfwd>
 #include <string>
-
-#include <CLI/CLI.hpp>
 
 #include "cli/commands.h"
 
@@ -23,11 +22,11 @@ namespace gpupool::cli {
 // What the client commands take from the process, injectable so tests can capture
 // output and fix the environment, clock and directory.
 struct ClientEnvironment {
-  std::ostream* out = nullptr;                               // command output
-  std::ostream* err = nullptr;                               // `gpupool: ...` messages
-  std::function<std::string(const std::string&)> getenv;     // "" when unset
-  std::function<int64_t()> now_us;                           // wall clock, for ages
-  std::function<std::string()> cwd;                          // "" when unknown
+  std::ostream* out = nullptr;                            // command output
+  std::ostream* err = nullptr;                            // `gpupool: ...` messages
+  std::function<std::string(const std::string&)> getenv;  // "" when unset
+  std::function<int64_t()> now_us;                        // wall clock, for ages
+  std::function<std::string()> cwd;                       // "" when unknown
   uid_t uid = 0;
   int log_wait_ms = 10'000;  // how long one `logs -f` long poll may wait on the server
 

@@ -40,9 +40,9 @@ void PrintRaw(const ClientRuntime& rt, const std::string& body);
 // A job id from the command line: a positive whole number, else kInvalidArgument.
 Result<int64_t> ParseJobId(const std::string& text);
 
-void RegisterSubmitCommand(CLI::App& app, const RuntimePtr& rt);   // submit_command.cc
-void RegisterJobCommands(CLI::App& app, const RuntimePtr& rt);     // job_commands.cc
-void RegisterLogsCommand(CLI::App& app, const RuntimePtr& rt);     // logs_command.cc
+void RegisterSubmitCommand(CLI::App& app, const RuntimePtr& rt);    // submit_command.cc
+void RegisterJobCommands(CLI::App& app, const RuntimePtr& rt);      // job_commands.cc
+void RegisterLogsCommand(CLI::App& app, const RuntimePtr& rt);      // logs_command.cc
 void RegisterClusterCommands(CLI::App& app, const RuntimePtr& rt);  // cluster_commands.cc
 
 }  // namespace gpupool::cli

@@ -138,16 +138,33 @@ TEST_F(ClientE2eTest, SubmitSendsTheRightBodyAndPrintsTheId) {
   EXPECT_EQ(reqs[0].path, "/v1/jobs");
   EXPECT_EQ(reqs[0].body,
             R"js({"command":["python","-c","print(1)","--gpus","9"],"env":{"A":"1"},)js"
-            R"("workdir":")" + dir_.string() +
+            R"("workdir":")" +
+                dir_.string() +
                 R"(","request":{"gpus":1,"gpu_milli":250,"cpu_milli":1000,"memory_bytes":0,)"
                 R"("tasks":1},"time_limit_s":5400})");
 }
 
 TEST_F(ClientE2eTest, SubmitJsonPrintsTheServersAnswer) {
-  Serve([](const HttpRequest&) { return JsonAnswer(201, R"({"job": {"id": 3, "z": 1, "a": 2}})"); });
+  Serve(
+      [](const HttpRequest&) { return JsonAnswer(201, R"({"job": {"id": 3, "z": 1, "a": 2}})"); });
   RunResult r = Run({"submit", "--json", "--", "true"});
   EXPECT_EQ(r.code, 0) << r.err;
   EXPECT_EQ(r.out, "{\"job\": {\"id\": 3, \"z\": 1, \"a\": 2}}\n");
+}
+
+TEST_F(ClientE2eTest, SubmitAnswerWithoutAnIdIsAFailure) {
+  Serve([](const HttpRequest&) { return JsonAnswer(201, R"({"job": {}})"); });
+  RunResult r = Run({"submit", "--", "true"});
+  EXPECT_EQ(r.code, 1);
+  EXPECT_EQ(r.err, "gpupool: the server accepted the job but its answer has no job id\n");
+  server_->Stop();
+  server_.reset();
+  Serve([](const HttpRequest&) { return JsonAnswer(201, "<html>not json</html>"); });
+  r = Run({"submit", "--", "true"});
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.err.find("gpupool: the server's answer to POST /v1/jobs: invalid JSON"),
+            std::string::npos)
+      << r.err;
 }
 
 TEST_F(ClientE2eTest, SubmitScriptReadsDirectivesAndTheCommandLineWins) {
@@ -245,11 +262,15 @@ TEST_F(ClientE2eTest, NoServerIsExit5) {
 }
 
 TEST_F(ClientE2eTest, EnvironmentChoosesServerAndTokenAndFlagsOverrideIt) {
-  Serve([](const HttpRequest& r) {
-    return JsonAnswer(200, Json{{"user", "alice"}, {"uid", 1000}, {"admin", false},
-                                {"auth", r.Header("authorization")}}
-                               .dump());
-  }, /*tcp=*/true);
+  Serve(
+      [](const HttpRequest& r) {
+        return JsonAnswer(200, Json{{"user", "alice"},
+                                    {"uid", 1000},
+                                    {"admin", false},
+                                    {"auth", r.Header("authorization")}}
+                                   .dump());
+      },
+      /*tcp=*/true);
   env_["GPUPOOL_SERVER"] = "http://127.0.0.1:" + std::to_string(server_->tcp_port());
   env_["GPUPOOL_TOKEN"] = "gpt_env";
   RunResult r = Run({"whoami"}, false);
@@ -311,8 +332,8 @@ class LogServer {
     std::lock_guard<std::mutex> lock(mu_);
     if (r.path == "/v1/jobs/8") {
       const bool ended = !headers_ && served_ == kPieces.size();
-      return JsonAnswer(200, ended ? R"({"job": {"state": "SUCCEEDED"}})"
-                                   : R"({"job": {"state": "RUNNING"}})");
+      return JsonAnswer(
+          200, ended ? R"({"job": {"state": "SUCCEEDED"}})" : R"({"job": {"state": "RUNNING"}})");
     }
     HttpResponse resp;
     resp.content_type = "text/plain";
@@ -429,7 +450,7 @@ TEST_F(ClientE2eTest, NodesUsageTokensRenderAndSendTheirQueries) {
   RunResult r = Run({"nodes"});
   EXPECT_EQ(r.code, 0) << r.err;
   EXPECT_EQ(r.out,
-            "NODE  STATE  GPUS  RUNNING    SEEN  MODELS\n"
+            "NODE  STATE    GPUS  RUNNING    SEEN  MODELS\n"
             "n1    up     0.25/1        1  1s ago  1x H100\n");
   r = Run({"usage", "--since", "2026-10-01", "--by", "project"});
   EXPECT_EQ(r.code, 0) << r.err;

@@ -97,8 +97,8 @@ void RegisterClusterCommands(CLI::App& app, const RuntimePtr& rt) {
   AddConnectionOptions(*nodes, &n->conn);
   nodes->callback([rt, n] {
     const int64_t now = rt->env.now_us();
-    Report(*rt, GetAndPrint(*rt, *n, "/v1/nodes",
-                            [now](const Json& j) { return RenderNodes(j, now); }));
+    Report(*rt,
+           GetAndPrint(*rt, *n, "/v1/nodes", [now](const Json& j) { return RenderNodes(j, now); }));
   });
 
   auto u = std::make_shared<UsageState>();

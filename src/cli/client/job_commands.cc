@@ -90,10 +90,10 @@ void RunCancel(const ClientRuntime& rt, const CancelState& s) {
       continue;
     }
     const std::string state = GetString(GetObject(answer->json, "job"), "state");
-    Print(rt, state == "CANCELLED" || state.empty()
-                  ? "Cancelled job " + std::to_string(id) + "\n"
-                  : "Cancelling job " + std::to_string(id) + " (" + state +
-                        "; it is being stopped)\n");
+    Print(rt,
+          state == "CANCELLED" || state.empty()
+              ? "Cancelled job " + std::to_string(id) + "\n"
+              : "Cancelling job " + std::to_string(id) + " (" + state + "; it is being stopped)\n");
   }
   rt.ctx->exit_code = first_failure;
 }

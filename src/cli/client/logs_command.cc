@@ -37,7 +37,7 @@ Status RunLogs(const ClientRuntime& rt, const LogsState& s) {
     const bool progressed = chunk.next_offset > offset;
     offset = std::max(offset, chunk.next_offset);
     if (chunk.eof) return Status::Ok();
-    if (progressed) continue;  // there may be more already
+    if (progressed) continue;            // there may be more already
     if (!s.follow) return Status::Ok();  // everything written so far has been printed
     if (ending) return Status::Ok();
     // The server's wait_ms long poll paces this loop; the pause only guards against a

@@ -17,8 +17,8 @@ std::string Models(const Json& gpus) {
   std::vector<std::pair<std::string, int>> counts;
   for (const Json& g : gpus) {
     const std::string name = GetString(g, "name", "?");
-    auto it = std::find_if(counts.begin(), counts.end(),
-                           [&](const auto& c) { return c.first == name; });
+    auto it =
+        std::find_if(counts.begin(), counts.end(), [&](const auto& c) { return c.first == name; });
     if (it == counts.end()) {
       counts.emplace_back(name, 1);
     } else {
@@ -89,7 +89,9 @@ std::string RenderTokens(const Json& answer) {
   Table t({"ID", "USER", "KIND", "CREATED"});
   for (const Json& tok : GetArray(answer, "tokens")) {
     const Json* id = Field(tok, "id");
-    t.AddRow({id == nullptr ? "" : id->is_string() ? id->get<std::string>() : id->dump(),
+    t.AddRow({id == nullptr     ? ""
+              : id->is_string() ? id->get<std::string>()
+                                : id->dump(),
               GetString(tok, "user"), GetString(tok, "kind"),
               FormatTimeUtc(GetInt(tok, "created_us"))});
   }
@@ -98,8 +100,8 @@ std::string RenderTokens(const Json& answer) {
 
 std::string RenderWhoami(const Json& answer) {
   return CleanCell(GetString(answer, "user", "?")) + " (uid " +
-         std::to_string(GetInt(answer, "uid")) + ")" +
-         (GetBool(answer, "admin") ? ", admin" : "") + "\n";
+         std::to_string(GetInt(answer, "uid")) + ")" + (GetBool(answer, "admin") ? ", admin" : "") +
+         "\n";
 }
 
 }  // namespace gpupool::cli

@@ -142,14 +142,14 @@ std::string RenderQueue(const Json& answer, int64_t now_us) {
 std::string RenderJob(const Json& job, int64_t now_us) {
   std::string out;
   auto line = [&](const std::string& key, const std::string& value) {
-    std::string pad(key.size() < 12 ? 12 - key.size() : 1, ' ');
+    std::string pad(key.size() < 11 ? 11 - key.size() : 1, ' ');
     out += "  " + key + ":" + pad + CleanCell(value) + "\n";
   };
   std::string title = "Job " + std::to_string(GetInt(job, "id"));
   if (auto name = GetString(job, "name"); !name.empty()) title += " (" + CleanCell(name) + ")";
   out += title + ": " + GetString(job, "state", "?") + "\n";
-  line("User", GetString(job, "user") + " (uid " + std::to_string(GetInt(job, "uid")) +
-                   ", gid " + std::to_string(GetInt(job, "gid")) + ")");
+  line("User", GetString(job, "user") + " (uid " + std::to_string(GetInt(job, "uid")) + ", gid " +
+                   std::to_string(GetInt(job, "gid")) + ")");
   if (auto p = GetString(job, "project"); !p.empty()) line("Project", p);
   line("Command", ShellJoin(StringList(GetArray(job, "command"))));
   line("Workdir", GetString(job, "workdir"));

@@ -43,13 +43,13 @@ TEST(RenderQueueTest, CannedJobs) {
      "placement": [{"node": "gpu1"}, {"node": "gpu2"}, {"node": "gpu1"}]}
   ]})");
   EXPECT_EQ(RenderQueue(answer, kNow),
-            "ID  USER   NAME   STATE     GPUS  NODES      TIME  REASON\n"
-            "17  alice  train  RUNNING      2  gpu1      2m00s\n"
-            "18  bob    nb     PENDING   0.25  -           30s  needs 1 GPU with 0.25 free; "
+            "ID  USER   NAME   STATE     GPUS  NODES       TIME  REASON\n"
+            "17  alice  train  RUNNING      2  gpu1       2m00s\n"
+            "18  bob    nb     PENDING   0.25  -            30s  needs 1 GPU with 0.25 free; "
             "every GPU is full\n"
-            "19  carol         RUNNING    0.5  gpu2         3s  cancelling\n"
-            "20  dave   gang   PENDING    4x2  -             -\n"
-            "21  erin          ASSIGNED     0  gpu1,gpu2     -\n");
+            "19  carol         RUNNING    0.5  gpu2          3s  cancelling\n"
+            "20  dave   gang   PENDING    4x2  -              -\n"
+            "21  erin          ASSIGNED     0  gpu1,gpu2      -\n");
 }
 
 TEST(RenderQueueTest, EmptyAndMalformedAnswersStillRender) {
@@ -60,7 +60,8 @@ TEST(RenderQueueTest, EmptyAndMalformedAnswersStillRender) {
             "ID  USER  NAME  STATE  GPUS  NODES  TIME  REASON\n"
             " 0                        0  -         -\n"
             " 0                        0  -         -\n");
-  EXPECT_EQ(RenderQueue(Parse(R"([1, 2])"), kNow), "ID  USER  NAME  STATE  GPUS  NODES  TIME  REASON\n");
+  EXPECT_EQ(RenderQueue(Parse(R"([1, 2])"), kNow),
+            "ID  USER  NAME  STATE  GPUS  NODES  TIME  REASON\n");
 }
 
 TEST(RenderJobTest, EveryFieldReadably) {
@@ -134,9 +135,9 @@ TEST(RenderNodesTest, FractionsAndModels) {
               {"index": 2, "name": "A100", "allocated_milli": 0}]},
     {"name": "gpu2", "state": "down", "running_jobs": [5, 6], "gpus": []}]})");
   EXPECT_EQ(RenderNodes(answer, kNow),
-            "NODE  STATE  GPUS  RUNNING     SEEN  MODELS\n"
-            "gpu1  up     1.25/3       3  3s ago  2x H100, 1x A100\n"
-            "gpu2  down      0/0       2   never  -\n");
+            "NODE  STATE    GPUS  RUNNING    SEEN  MODELS\n"
+            "gpu1  up     1.25/3        3  3s ago  2x H100, 1x A100\n"
+            "gpu2  down      0/0        2   never  -\n");
 }
 
 TEST(RenderUsageTest, RowsAndTotal) {

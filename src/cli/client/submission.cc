@@ -63,9 +63,9 @@ Status FillGpus(const SubmitFlags& f, jobs::ResourceRequest* r) {
     auto milli = ParseGpuShare(*f.gpu_share);
     if (!milli.ok()) return OptionError("--gpu-share", *f.gpu_share, milli.status().message());
     if (gpus && *gpus != 1) {
-      return OptionError("--gpu-share", *f.gpu_share,
-                         "a share is part of one GPU and needs --gpus 1 (got --gpus " +
-                             *f.gpus + ")");
+      return OptionError(
+          "--gpu-share", *f.gpu_share,
+          "a share is part of one GPU and needs --gpus 1 (got --gpus " + *f.gpus + ")");
     }
     gpus = 1;
     r->gpu_milli = *milli;
@@ -77,7 +77,8 @@ Status FillGpus(const SubmitFlags& f, jobs::ResourceRequest* r) {
     if (gpus && *gpus != 1) {
       return OptionError("--gpu-mem", *f.gpu_mem,
                          "a share sized by memory is part of one GPU and needs --gpus 1 (got "
-                         "--gpus " + *f.gpus + ")");
+                         "--gpus " +
+                             *f.gpus + ")");
     }
     gpus = 1;
     r->gpu_memory_bytes = *bytes;
@@ -92,7 +93,8 @@ Status FillRequest(const SubmitFlags& f, jobs::ResourceRequest* r) {
   for (const std::string& m : f.gpu_models) {
     std::string model(Trim(m));
     if (model.empty()) {
-      return Status::InvalidArgument("--gpu-model: an empty model name; use e.g. A100 or A100,H100");
+      return Status::InvalidArgument(
+          "--gpu-model: an empty model name; use e.g. A100 or A100,H100");
     }
     r->gpu_models.push_back(std::move(model));
   }

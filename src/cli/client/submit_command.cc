@@ -66,8 +66,8 @@ Status RunSubmit(const ClientRuntime& rt, const SubmitState& s, bool after_dashe
         "nothing to run: give a SCRIPT [ARGS...] or -- COMMAND [ARGS...]");
   }
   const std::string cwd = rt.env.cwd();
-  const bool workdir_absolute = s.flags.workdir && !s.flags.workdir->empty() &&
-                                (*s.flags.workdir)[0] == '/';
+  const bool workdir_absolute =
+      s.flags.workdir && !s.flags.workdir->empty() && (*s.flags.workdir)[0] == '/';
   if (cwd.empty() && !workdir_absolute) {
     return Status::InvalidArgument(
         "cannot determine the current directory; pass --workdir /absolute/path");
@@ -81,8 +81,11 @@ Status RunSubmit(const ClientRuntime& rt, const SubmitState& s, bool after_dashe
   if (s.json) {
     PrintRaw(rt, answer.body);
   } else {
-    Print(rt, "Submitted job " + std::to_string(GetInt(GetObject(answer.json, "job"), "id")) +
-                  "\n");
+    const int64_t id = GetInt(GetObject(answer.json, "job"), "id");
+    if (id <= 0) {
+      return Status::Internal("the server accepted the job but its answer has no job id");
+    }
+    Print(rt, "Submitted job " + std::to_string(id) + "\n");
   }
   return Status::Ok();
 }

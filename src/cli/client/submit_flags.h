@@ -8,12 +8,11 @@
 // (0, 1]"). Pure functions apart from AddSubmitOptions, which binds to a CLI11 app.
 #pragma once
 
+#include <CLI/CLI.hpp>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
-
-#include <CLI/CLI.hpp>
 
 #include "common/json.h"
 #include "common/status.h"

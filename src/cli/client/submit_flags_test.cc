@@ -26,18 +26,48 @@ std::string Error(std::vector<std::string> words) {
 }
 
 TEST(BuildSubmissionTest, MinimalBodyIsExact) {
-  EXPECT_EQ(Body({}),
-            R"({"command":["python","train.py"],"workdir":"/home/alice/proj",)"
-            R"("request":{"gpus":0,"gpu_milli":1000,"cpu_milli":1000,"memory_bytes":0,"tasks":1}})");
+  EXPECT_EQ(
+      Body({}),
+      R"({"command":["python","train.py"],"workdir":"/home/alice/proj",)"
+      R"("request":{"gpus":0,"gpu_milli":1000,"cpu_milli":1000,"memory_bytes":0,"tasks":1}})");
 }
 
 TEST(BuildSubmissionTest, EveryOptionLandsInItsField) {
-  SubmitFlags f = ParseArgs({"--gpus", "2", "--gpu-model", "A100,H100", "--gpu-model", "L40S",
-                             "--min-capability", "8.0", "--vendor", "NVIDIA", "--cpus", "0.5",
-                             "--mem", "16G", "--time", "1:30:00", "--name", "train", "--project",
-                             "vision", "--priority", "-5", "--env", "A=1", "--env", "B=x=y",
-                             "--env", "A=2", "--workdir", "sub/dir", "--tasks", "3", "--image",
-                             "docker.io/pytorch:2", "--requeue"});
+  SubmitFlags f = ParseArgs({"--gpus",
+                             "2",
+                             "--gpu-model",
+                             "A100,H100",
+                             "--gpu-model",
+                             "L40S",
+                             "--min-capability",
+                             "8.0",
+                             "--vendor",
+                             "NVIDIA",
+                             "--cpus",
+                             "0.5",
+                             "--mem",
+                             "16G",
+                             "--time",
+                             "1:30:00",
+                             "--name",
+                             "train",
+                             "--project",
+                             "vision",
+                             "--priority",
+                             "-5",
+                             "--env",
+                             "A=1",
+                             "--env",
+                             "B=x=y",
+                             "--env",
+                             "A=2",
+                             "--workdir",
+                             "sub/dir",
+                             "--tasks",
+                             "3",
+                             "--image",
+                             "docker.io/pytorch:2",
+                             "--requeue"});
   EXPECT_EQ(Body(f),
             R"({"name":"train","project":"vision","command":["python","train.py"],)"
             R"("env":{"A":"2","B":"x=y"},"workdir":"/home/alice/proj/sub/dir",)"
@@ -87,9 +117,8 @@ TEST(BuildSubmissionTest, EveryBadValueNamesItsOption) {
   EXPECT_EQ(Error({"--vendor", "intel"}), "--vendor intel: use nvidia or amd");
   EXPECT_EQ(Error({"--gpus", "1", "--min-capability", "8"}),
             "--min-capability 8: use MAJOR.MINOR, e.g. 8.0");
-  EXPECT_EQ(Error({"--gpu-model", "A100"}),
-            "--gpu-model: the job asks for no GPU; add --gpus N");
-  EXPECT_EQ(Error({"--gpus", "1", "--gpu-model", "A100,,H100"}),
+  EXPECT_EQ(Error({"--gpu-model", "A100"}), "--gpu-model: the job asks for no GPU; add --gpus N");
+  EXPECT_EQ(Error({"--gpus", "1", "--gpu-model", "A100, ,H100"}),
             "--gpu-model: an empty model name; use e.g. A100 or A100,H100");
   EXPECT_EQ(Error({"--env", "FOO"}), "--env FOO: use NAME=VALUE, e.g. --env OMP_NUM_THREADS=4");
   EXPECT_EQ(Error({"--env", "1X=2"}), "--env 1X=2: use NAME=VALUE, e.g. --env OMP_NUM_THREADS=4");
@@ -147,8 +176,8 @@ TEST(ScriptDirectivesTest, UnterminatedQuoteNamesTheLine) {
 }
 
 TEST(ScriptDirectivesTest, ParsedOptionsAndTheirErrors) {
-  auto d = ReadScriptDirectives("#GPUPOOL --gpus 2\n#GPUPOOL --env A=1\n#GPUPOOL --env B=2\n",
-                                "s.sh");
+  auto d =
+      ReadScriptDirectives("#GPUPOOL --gpus 2\n#GPUPOOL --env A=1\n#GPUPOOL --env B=2\n", "s.sh");
   ASSERT_TRUE(d.ok());
   auto f = ParseDirectives(*d, "s.sh");
   ASSERT_TRUE(f.ok()) << f.status().ToString();

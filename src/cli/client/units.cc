@@ -43,11 +43,20 @@ Result<int64_t> ParseUnitDuration(std::string_view t, std::string_view text) {
     const char unit = static_cast<char>(std::tolower(static_cast<unsigned char>(t[i++])));
     int64_t scale = 0;
     switch (unit) {
-      case 's': scale = 1; break;
-      case 'm': scale = 60; break;
-      case 'h': scale = 3600; break;
-      case 'd': scale = 86400; break;
-      default: return BadDuration(text);
+      case 's':
+        scale = 1;
+        break;
+      case 'm':
+        scale = 60;
+        break;
+      case 'h':
+        scale = 3600;
+        break;
+      case 'd':
+        scale = 86400;
+        break;
+      default:
+        return BadDuration(text);
     }
     if (seen.find(unit) != std::string::npos) return BadDuration(text);
     seen += unit;
@@ -121,16 +130,29 @@ Result<uint64_t> ParseSize(std::string_view text) {
   if (!suffix.empty()) {
     std::string_view rest = std::string_view(suffix).substr(1);
     switch (suffix[0]) {
-      case 'b': shift = 0; break;
-      case 'k': shift = 10; break;
-      case 'm': shift = 20; break;
-      case 'g': shift = 30; break;
-      case 't': shift = 40; break;
-      case 'p': shift = 50; break;
-      default: return bad();
+      case 'b':
+        shift = 0;
+        break;
+      case 'k':
+        shift = 10;
+        break;
+      case 'm':
+        shift = 20;
+        break;
+      case 'g':
+        shift = 30;
+        break;
+      case 't':
+        shift = 40;
+        break;
+      case 'p':
+        shift = 50;
+        break;
+      default:
+        return bad();
     }
-    if (suffix[0] == 'b' ? !rest.empty() : !(rest.empty() || rest == "b" || rest == "i" ||
-                                             rest == "ib")) {
+    if (suffix[0] == 'b' ? !rest.empty()
+                         : !(rest.empty() || rest == "b" || rest == "i" || rest == "ib")) {
       return bad();
     }
   }
@@ -239,9 +261,8 @@ Result<int64_t> ParseTimePoint(std::string_view text, int64_t now_us) {
   const time_t secs = timegm(&tm);
   // timegm normalises out-of-range fields (February 30 becomes March 2); a date that
   // does not survive the round trip did not exist.
-  if (secs == static_cast<time_t>(-1) || tm.tm_mday != asked.tm_mday ||
-      tm.tm_mon != asked.tm_mon || tm.tm_hour != asked.tm_hour || tm.tm_min != asked.tm_min ||
-      tm.tm_sec != asked.tm_sec) {
+  if (secs == static_cast<time_t>(-1) || tm.tm_mday != asked.tm_mday || tm.tm_mon != asked.tm_mon ||
+      tm.tm_hour != asked.tm_hour || tm.tm_min != asked.tm_min || tm.tm_sec != asked.tm_sec) {
     return Status::InvalidArgument("'" + std::string(text) + "' is not a valid date and time");
   }
   return static_cast<int64_t>(secs) * 1'000'000;

@@ -54,8 +54,8 @@ TEST(ParseDurationTest, UnitForms) {
 }
 
 TEST(ParseDurationTest, RejectsBadForms) {
-  for (const char* bad : {"", "abc", "1x", "h", "1h1h", "1:2:3:4", "-5", "1-", "1-2:3:4:5",
-                          ":30", "1.5h", "1::2", "1h 30m"}) {
+  for (const char* bad : {"", "abc", "1x", "h", "1h1h", "1:2:3:4", "-5", "1-", "1-2:3:4:5", ":30",
+                          "1.5h", "1::2", "1h 30m"}) {
     auto r = ParseDuration(bad);
     ASSERT_FALSE(r.ok()) << bad;
     EXPECT_NE(r.status().message().find("e.g. 45s, 90m, 2h"), std::string::npos) << bad;
@@ -77,8 +77,7 @@ TEST(ParseGpuShareTest, OutOfRangeSaysTheRange) {
   for (const char* bad : {"1.5", "0", "-0.5", "150%"}) {
     EXPECT_EQ(ParseGpuShare(bad).status().message(), "a share must be in (0, 1]") << bad;
   }
-  EXPECT_NE(ParseGpuShare("0.0001").status().message().find("at least 0.001"),
-            std::string::npos);
+  EXPECT_NE(ParseGpuShare("0.0001").status().message().find("at least 0.001"), std::string::npos);
   EXPECT_NE(ParseGpuShare("half").status().message().find("such as 0.25"), std::string::npos);
   EXPECT_FALSE(ParseGpuShare("").ok());
   EXPECT_FALSE(ParseGpuShare("nan").ok());
@@ -98,8 +97,7 @@ TEST(ParseTimePointTest, DatesAreUtcAndDurationsAreAgo) {
   const int64_t now = 1'800'000'000'000'000;
   EXPECT_EQ(*ParseTimePoint("2026-11-01", now), 1'793'491'200'000'000);
   EXPECT_EQ(*ParseTimePoint("2026-11-01T08:30", now), 1'793'491'200'000'000 + 30'600'000'000);
-  EXPECT_EQ(*ParseTimePoint("2026-11-01 08:30:15Z", now),
-            1'793'491'200'000'000 + 30'615'000'000);
+  EXPECT_EQ(*ParseTimePoint("2026-11-01 08:30:15Z", now), 1'793'491'200'000'000 + 30'615'000'000);
   EXPECT_EQ(*ParseTimePoint("7d", now), now - 7 * 86'400'000'000);
   EXPECT_EQ(*ParseTimePoint("12h", now), now - 12 * 3'600'000'000);
   EXPECT_EQ(*ParseTimePoint("now", now), now);

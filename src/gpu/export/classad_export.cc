@@ -8,7 +8,7 @@
 // Legacy form: DetectedGPUs="CUDA0, CUDA1", CUDACapability=9.0, CUDA0DeviceUuid="...".
 //
 // Choices where HTCondor has no convention (docs/gpus.md): AMD GPUs are "AMD-<8 hex of
-// the unique id>" with GfxTarget, ROCmVersion and AMDDriverVersion instead of
+// the unique id>" with GfxTarget, ROCmVersion and AmdgpuVersion instead of
 // Capability/DriverVersion; a GPU in MIG mode is replaced by its MIG devices, named by
 // their full MIG UUID as HTCondor does, because CUDA jobs can only use those.
 #include <cctype>
@@ -104,7 +104,7 @@ void AddDriverAttrs(const NodeInfo& node, Vendor vendor, AdDevice* d) {
     }
   }
   if (vendor == Vendor::kAmd && node.amd) {
-    if (!node.amd->version.empty()) d->attrs["AMDDriverVersion"] = Quote(node.amd->version);
+    if (!node.amd->version.empty()) d->attrs["AmdgpuVersion"] = Quote(node.amd->version);
     if (!node.amd->runtime_version.empty()) {
       d->attrs["ROCmVersion"] = Quote(node.amd->runtime_version);
     }

@@ -65,7 +65,7 @@ TEST(ClassAdExportTest, AmdGpusGetGfxTargetAndNoCapability) {
   n.gpus = {AmdGpu(0, "0x1a2b3c4d5e6f7081", "0000:c1:00.0")};
   EXPECT_EQ(ExportClassAd(n, false),
             "DetectedGPUs=\"AMD-1a2b3c4d\"\n"
-            "Common=[ AMDDriverVersion=\"6.3.6\"; DeviceName=\"AMD Instinct MI250X\"; "
+            "Common=[ AmdgpuVersion=\"6.3.6\"; DeviceName=\"AMD Instinct MI250X\"; "
             "GfxTarget=\"gfx90a\"; GlobalMemoryMb=65520; ROCmVersion=\"6.0.2\"; ]\n"
             "AMD_1a2b3c4d=[ id=\"AMD-1a2b3c4d\"; DevicePciBusId=\"0000:C1:00.0\"; "
             "DeviceUuid=\"0x1a2b3c4d5e6f7081\"; ]\n");

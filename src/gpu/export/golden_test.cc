@@ -145,8 +145,8 @@ TEST_P(GoldenTest, JsonRoundTripsThroughTheFakeBackend) {
 }
 
 INSTANTIATE_TEST_SUITE_P(ExampleNodes, GoldenTest, ::testing::ValuesIn(ExampleNodes()),
-                         [](const auto& info) {
-                           std::string name = info.param;
+                         [](const auto& param_info) {
+                           std::string name = param_info.param;
                            for (char& c : name) {
                              if (c == '-') c = '_';
                            }
@@ -163,19 +163,19 @@ TEST(GoldenFilesTest, EveryExampleNodeHasGoldens) {
 
 // ---- through the real binary ---------------------------------------------------------
 
-struct Run {
+struct CommandRun {
   int exit_code = -1;
   std::string out;
   std::string err;
 };
 
 // Runs `gpupool <args>` with a shell; stdout and stderr are captured separately.
-Run RunGpupool(const std::string& args, const std::string& env = "") {
+CommandRun RunGpupool(const std::string& args, const std::string& env = "") {
   const fs::path err_file =
       fs::temp_directory_path() / ("gpupool-golden-err-" + std::to_string(::getpid()));
   const std::string cmd =
       env + " '" + std::string(GPUPOOL_BINARY) + "' " + args + " 2>'" + err_file.string() + "'";
-  Run run;
+  CommandRun run;
   FILE* pipe = ::popen(cmd.c_str(), "r");
   if (pipe == nullptr) return run;
   char buf[4096];
@@ -207,7 +207,7 @@ TEST(GpupoolBinaryTest, OutputMatchesTheGoldens) {
   if (Updating()) GTEST_SKIP() << "goldens are written by GoldenTest";
   for (const Case& c : cases) {
     SCOPED_TRACE(c.node + " " + c.flags);
-    const Run run = RunGpupool(Fake(c.node) + " " + c.flags);
+    const CommandRun run = RunGpupool(Fake(c.node) + " " + c.flags);
     EXPECT_EQ(run.exit_code, 0) << run.err;
     ExpectGolden(GoldenFile(c.node, c.golden), run.out);
   }
@@ -218,10 +218,10 @@ TEST(GpupoolBinaryTest, JsonCaptureReplaysIdentically) {
       fs::temp_directory_path() / ("gpupool-capture-" + std::to_string(::getpid()) + ".json");
   for (const std::string& node : ExampleNodes()) {
     SCOPED_TRACE(node);
-    const Run first = RunGpupool(Fake(node) + " --json");
+    const CommandRun first = RunGpupool(Fake(node) + " --json");
     ASSERT_EQ(first.exit_code, 0) << first.err;
     ASSERT_TRUE(WriteFileAtomically(capture.string(), first.out).ok());
-    const Run second = RunGpupool("gpus --fake '" + capture.string() + "' --json");
+    const CommandRun second = RunGpupool("gpus --fake '" + capture.string() + "' --json");
     ASSERT_EQ(second.exit_code, 0) << second.err;
     EXPECT_EQ(second.out, first.out);
   }
@@ -234,7 +234,7 @@ TEST(GpupoolBinaryTest, BadInputFailsWithExitCode1AndAMessage) {
   ASSERT_TRUE(
       WriteFileAtomically(bad.string(), R"({"schema": "gpupool.node/v1", "gpus": [{"vendor": )")
           .ok());
-  const Run run = RunGpupool("gpus --fake '" + bad.string() + "'");
+  const CommandRun run = RunGpupool("gpus --fake '" + bad.string() + "'");
   fs::remove(bad);
   EXPECT_EQ(run.exit_code, 1);
   EXPECT_TRUE(run.out.empty()) << run.out;
@@ -249,7 +249,7 @@ TEST(GpupoolBinaryTest, UsageErrorsExitWith2) {
 }
 
 TEST(GpupoolBinaryTest, MixedNodeCdiAsksForAVendor) {
-  const Run run = RunGpupool(Fake("mixed-nvidia-amd") + " --format cdi");
+  const CommandRun run = RunGpupool(Fake("mixed-nvidia-amd") + " --format cdi");
   EXPECT_EQ(run.exit_code, 1);
   EXPECT_NE(run.err.find("--cdi-vendor"), std::string::npos) << run.err;
   // Diagnostics of machine formats go to stderr, keeping stdout parseable.
@@ -264,7 +264,7 @@ TEST(GpupoolBinaryTest, NoGpusSaysSoAndShowsTheFakeNodeHint) {
   const std::string env = "GPUPOOL_NVML_LIBRARY=" + (empty / "libnvidia-ml.so.1").string() +
                           " GPUPOOL_ROCM_SMI_LIBRARY=" + (empty / "librocm_smi64.so").string() +
                           " GPUPOOL_SYSFS_ROOT=" + empty.string();
-  const Run run = RunGpupool("gpus", env);
+  const CommandRun run = RunGpupool("gpus", env);
   fs::remove_all(empty);
   EXPECT_EQ(run.exit_code, 0) << run.err;
   EXPECT_NE(run.out.find("No GPUs found on"), std::string::npos) << run.out;

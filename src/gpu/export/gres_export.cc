@@ -76,6 +76,8 @@ std::string LinksField(const NodeInfo& node, const std::vector<const GpuInfo*>& 
   return any ? out : "";
 }
 
+bool InMigMode(const GpuInfo& g) { return g.mig_enabled.value_or(false) && !g.mig_devices.empty(); }
+
 }  // namespace
 
 std::string GresTypeName(std::string_view device_name) {
@@ -101,18 +103,21 @@ std::string ExportGres(const NodeInfo& node) {
   for (const GpuInfo& g : node.gpus) {
     std::vector<const GpuInfo*> peers;
     for (const GpuInfo& p : node.gpus) {
-      if (p.vendor == g.vendor) peers.push_back(&p);
+      // Links index the gres lines of whole GPUs; MIG devices have their own lines.
+      if (p.vendor == g.vendor && !InMigMode(p)) peers.push_back(&p);
     }
     const std::string type = GresTypeName(g.name);
-    const std::string file = PrimaryFile(g);
+    const std::string file = Printable(PrimaryFile(g));
     std::string cores = g.cpu_affinity.empty() ? "" : " Cores=" + Printable(g.cpu_affinity);
-    if (g.mig_enabled.value_or(false) && !g.mig_devices.empty()) {
+    if (InMigMode(g)) {
       for (const MigDevice& m : g.mig_devices) {
         std::string line = "Name=gpu";
         const std::string profile = KeepTypeChars(m.profile);
         if (!type.empty()) line += " Type=" + type + (profile.empty() ? "" : "_" + profile);
         std::string files = file;
-        for (const std::string& n : m.device_nodes) files += (files.empty() ? "" : ",") + n;
+        for (const std::string& n : m.device_nodes) {
+          files += (files.empty() ? "" : ",") + Printable(n);
+        }
         if (!files.empty()) line += " MultipleFiles=" + files;
         out += line + cores + "\n";
       }

@@ -132,6 +132,8 @@ TEST(AmdSysfsFallbackTest, ListsGpusWithEveryFieldSysfsHas) {
   EXPECT_NE(node->diagnostics[0].message.find("could not be loaded"), std::string::npos);
   EXPECT_NE(node->diagnostics[0].message.find("sysfs files and KFD topology instead"),
             std::string::npos);
+  EXPECT_NE(node->diagnostics[0].message.find("install ROCm SMI (Debian: librocm-smi64-1)"),
+            std::string::npos);
 }
 
 TEST(AmdSysfsFallbackTest, NoKfdNoControlNode) {

@@ -78,8 +78,10 @@ class RocmSmiBackend final : public GpuBackend {
     NodeInfo node;
     DriverInfo driver;
     Status library_status;
+    bool library_loaded = false;
     {
       Result<std::unique_ptr<RocmSmiLibrary>> lib = RocmSmiLibrary::Load(options_.rocm_smi_library);
+      library_loaded = lib.ok();
       library_status = lib.ok() ? (*lib)->Init() : lib.status();
       if (library_status.ok()) {
         library_status = ListWithLibrary(**lib, reader, kfd, &node, &driver, &sink);
@@ -88,18 +90,23 @@ class RocmSmiBackend final : public GpuBackend {
     }
     if (!library_status.ok()) {
       node = NodeInfo{};
+      driver = DriverInfo{};
+      library_path_.clear();
       node.gpus = rocm::ReadAmdGpusFromSysfs(reader, kfd, pci_ids_files_, &sink);
       if (node.gpus.empty()) {
         return Status::Unavailable(library_status.message() + "; no AMD GPU found in " +
                                    reader.Path("class/drm") + " either");
       }
       node.links = rocm::BuildAmdLinks(node.gpus, rocm::XgmiCountsFromKfd(kfd));
-      node.diagnostics.push_back(
-          {std::string(kBackend),
-           library_status.message() +
-               ": listed the AMD GPUs from the amdgpu sysfs files and KFD topology instead "
-               "(no power, temperature or driver telemetry from ROCm SMI); install ROCm SMI "
-               "(Debian: librocm-smi64-1) or point GPUPOOL_ROCM_SMI_LIBRARY at it"});
+      std::string message = library_status.message() +
+                            ": listed the AMD GPUs from the amdgpu sysfs files and KFD topology "
+                            "instead, with fewer details";
+      if (!library_loaded) {
+        message +=
+            "; install ROCm SMI (Debian: librocm-smi64-1) or point "
+            "GPUPOOL_ROCM_SMI_LIBRARY at it";
+      }
+      node.diagnostics.push_back({std::string(kBackend), std::move(message)});
     } else if (node.gpus.empty()) {
       // A working library that sees no AMD GPU: nothing to report, and no driver to describe.
       for (Diagnostic& d : sink.Take()) node.diagnostics.push_back(std::move(d));

@@ -327,6 +327,8 @@ TEST_F(RocmSmiBackendTest, InitFailureFallsBackToSysfs) {
             std::string::npos)
       << node->diagnostics[0].message;
   EXPECT_NE(node->diagnostics[0].message.find("instead"), std::string::npos);
+  // The library is installed; it is the driver that is not ready, so no install hint.
+  EXPECT_EQ(node->diagnostics[0].message.find("install ROCm SMI"), std::string::npos);
   EXPECT_EQ(CallLog(), "init\n");  // no shut down of a library that never started
   ASSERT_TRUE(node->amd.has_value());
   EXPECT_TRUE(node->amd->libraries.empty());

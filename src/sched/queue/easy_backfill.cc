@@ -7,22 +7,28 @@
 
 namespace gpupool::sched {
 
-Result<std::optional<ReservationPlan>> ReservationPlan::Make(const ClusterState& cluster,
-                                                             int64_t now_s,
-                                                             std::span<const RunningJob> running,
-                                                             const QueuedJob& head,
-                                                             PlacementPolicy& policy) {
+Result<std::unique_ptr<ReservationPlan>> ReservationPlan::Make(const ClusterState& cluster,
+                                                               int64_t now_s,
+                                                               std::span<const RunningJob> running,
+                                                               const QueuedJob& head,
+                                                               PlacementPolicy& policy) {
   ClusterState future = cluster;
   const Resources need = head.Total();
-  auto try_place = [&](int64_t at) -> Result<std::optional<ReservationPlan>> {
-    if (!future.TotalFree().Contains(need)) return std::optional<ReservationPlan>();
+  std::vector<Placement> head_placements;
+  // Tries to place the head on `future`; on success its placements stay allocated there.
+  auto try_place = [&]() -> Result<bool> {
+    if (!future.TotalFree().Contains(need)) return false;
     GP_ASSIGN_OR_RETURN(GangPlacement g, PlaceGang(future, head.tasks, policy));
-    if (!g.placed) return std::optional<ReservationPlan>();
-    return std::optional<ReservationPlan>(
-        ReservationPlan(std::max(at, now_s), std::move(future), std::move(g.placements)));
+    if (!g.placed) return false;
+    head_placements = std::move(g.placements);
+    return true;
   };
-  GP_ASSIGN_OR_RETURN(std::optional<ReservationPlan> plan, try_place(now_s));
-  if (plan) return plan;
+  auto plan_at = [&](int64_t at) {
+    return std::unique_ptr<ReservationPlan>(
+        new ReservationPlan(std::max(at, now_s), std::move(future), std::move(head_placements)));
+  };
+  GP_ASSIGN_OR_RETURN(bool fits_now, try_place());
+  if (fits_now) return plan_at(now_s);
 
   std::vector<size_t> by_end;
   for (size_t i = 0; i < running.size(); ++i) {
@@ -36,10 +42,10 @@ Result<std::optional<ReservationPlan>> ReservationPlan::Make(const ClusterState&
     GP_RETURN_IF_ERROR(ReleaseGang(future, r.job->tasks, r.placements));
     // Jobs planned to end at the same moment are all gone before anything starts then.
     if (k + 1 < by_end.size() && running[by_end[k + 1]].PlannedEnd() == r.PlannedEnd()) continue;
-    GP_ASSIGN_OR_RETURN(plan, try_place(r.PlannedEnd()));
-    if (plan) return plan;
+    GP_ASSIGN_OR_RETURN(bool fits, try_place());
+    if (fits) return plan_at(r.PlannedEnd());
   }
-  return std::optional<ReservationPlan>();
+  return std::unique_ptr<ReservationPlan>();
 }
 
 Result<bool> ReservationPlan::Admit(const QueuedJob& job, const std::vector<Placement>& placements,

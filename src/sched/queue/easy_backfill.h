@@ -13,7 +13,7 @@
 #pragma once
 
 #include <cstdint>
-#include <optional>
+#include <memory>
 #include <span>
 #include <vector>
 
@@ -27,14 +27,14 @@ namespace gpupool::sched {
 class ReservationPlan {
  public:
   // Plans the reservation for `head`, given the cluster now and every job running on it
-  // (including any started earlier in the same pass). Returns nullopt when the head job
+  // (including any started earlier in the same pass). Returns null when the head job
   // cannot fit even after every job with a known end has ended. `policy` is used on a
   // private copy of the cluster only; give it an instance that has not seen other
   // clusters (policies may cache by node version, which copies share).
-  static Result<std::optional<ReservationPlan>> Make(const ClusterState& cluster, int64_t now_s,
-                                                     std::span<const RunningJob> running,
-                                                     const QueuedJob& head,
-                                                     PlacementPolicy& policy);
+  static Result<std::unique_ptr<ReservationPlan>> Make(const ClusterState& cluster, int64_t now_s,
+                                                       std::span<const RunningJob> running,
+                                                       const QueuedJob& head,
+                                                       PlacementPolicy& policy);
 
   int64_t start_s() const { return start_s_; }
   const std::vector<Placement>& head_placements() const { return head_placements_; }

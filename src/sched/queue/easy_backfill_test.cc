@@ -1,5 +1,6 @@
 #include "sched/queue/easy_backfill.h"
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include "sched/queue/first_fit_for_test.h"
@@ -35,7 +36,7 @@ TEST(ReservationPlan, ReleasesJobsInPlannedEndOrderUntilTheHeadFits) {
   FirstFitForTest planner;
   auto plan = ReservationPlan::Make(cluster, 5, running, head, planner);
   ASSERT_TRUE(plan.ok());
-  ASSERT_TRUE(plan->has_value());
+  ASSERT_NE(*plan, nullptr);
   EXPECT_EQ((*plan)->start_s(), 200);
   EXPECT_EQ((*plan)->head_placements()[0].node, 1);
 
@@ -43,7 +44,7 @@ TEST(ReservationPlan, ReleasesJobsInPlannedEndOrderUntilTheHeadFits) {
   QueuedJob wide = Job("wide", "u", 1, {GpuTask(4), GpuTask(4)}, 10);
   FirstFitForTest planner2;
   auto plan2 = ReservationPlan::Make(cluster, 5, running, wide, planner2);
-  ASSERT_TRUE(plan2.ok() && plan2->has_value());
+  ASSERT_TRUE(plan2.ok() && *plan2 != nullptr);
   EXPECT_EQ((*plan2)->start_s(), 300);
 
   // More than the cluster: no reservation at all.
@@ -51,7 +52,7 @@ TEST(ReservationPlan, ReleasesJobsInPlannedEndOrderUntilTheHeadFits) {
   FirstFitForTest planner3;
   auto plan3 = ReservationPlan::Make(cluster, 5, running, huge, planner3);
   ASSERT_TRUE(plan3.ok());
-  EXPECT_FALSE(plan3->has_value());
+  EXPECT_EQ(*plan3, nullptr);
 }
 
 TEST(ReservationPlan, AdmitRefusesReservedGpusAndAcceptsOthers) {
@@ -64,7 +65,7 @@ TEST(ReservationPlan, AdmitRefusesReservedGpusAndAcceptsOthers) {
   QueuedJob head = Job("head", "u", 1, {GpuTask(3)}, 10);
   FirstFitForTest planner;
   auto plan = ReservationPlan::Make(cluster, 0, running, head, planner);
-  ASSERT_TRUE(plan.ok() && plan->has_value());
+  ASSERT_TRUE(plan.ok() && *plan != nullptr);
   ReservationPlan& p = **plan;
   EXPECT_EQ(p.start_s(), 100);
   // The head takes 3 of 4 GPUs at t=100: one GPU stays free for long jobs.
@@ -107,9 +108,9 @@ TEST(EasyBackfill, NeverDelaysTheHeadJobOnRandomCases) {
     running_jobs.reserve(16);
     std::vector<RunningJob> running;
     for (int i = 0; i < 6; ++i) {
-      QueuedJob j = Job("r" + std::to_string(i), "u", 0,
-                        {GpuTask(1 + static_cast<int>(rng.Uniform(4)))},
-                        1 + static_cast<int64_t>(rng.Uniform(100)));
+      QueuedJob j =
+          Job(fmt::format("r{}", i), "u", 0, {GpuTask(1 + static_cast<int>(rng.Uniform(4)))},
+              1 + static_cast<int64_t>(rng.Uniform(100)));
       running_jobs.push_back(std::move(j));
       auto g = PlaceGang(cluster, running_jobs.back().tasks, policy);
       ASSERT_TRUE(g.ok());
@@ -123,8 +124,9 @@ TEST(EasyBackfill, NeverDelaysTheHeadJobOnRandomCases) {
     for (int i = 0; i < 8; ++i) {
       std::vector<Task> tasks;
       const int width = 1 + static_cast<int>(rng.Uniform(2));
-      for (int t = 0; t < width; ++t) tasks.push_back(GpuTask(1 + static_cast<int>(rng.Uniform(4))));
-      pending.push_back(Job("p" + std::to_string(i), "u", 1 + i, std::move(tasks),
+      for (int t = 0; t < width; ++t)
+        tasks.push_back(GpuTask(1 + static_cast<int>(rng.Uniform(4))));
+      pending.push_back(Job(fmt::format("p{}", i), "u", 1 + i, std::move(tasks),
                             1 + static_cast<int64_t>(rng.Uniform(150))));
     }
     auto fifo = BuiltinQueuePolicies().Create("fifo");
@@ -145,10 +147,9 @@ TEST(EasyBackfill, NeverDelaysTheHeadJobOnRandomCases) {
       after.push_back(RunningJob{pointers[s.pending_index], 0, s.placements});
     }
     FirstFitForTest planner;
-    auto replan =
-        ReservationPlan::Make(cluster, 0, after, *pointers[*r->reserved_index], planner);
+    auto replan = ReservationPlan::Make(cluster, 0, after, *pointers[*r->reserved_index], planner);
     ASSERT_TRUE(replan.ok());
-    ASSERT_TRUE(replan->has_value()) << "seed " << seed;
+    ASSERT_NE(*replan, nullptr) << "seed " << seed;
     EXPECT_LE((*replan)->start_s(), r->reservation_start_s) << "seed " << seed;
     ++checked;
   }

@@ -1,3 +1,4 @@
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include "sched/queue/queue_policy_registry.h"
@@ -30,8 +31,8 @@ TEST(FairShareQueuePolicy, AlternatesBetweenHeavyAndLightUser) {
   // The heavy user (H) submitted four jobs before the light user (L) submitted any.
   ClusterState cluster = MakeCluster(2, 8);
   std::vector<QueuedJob> jobs;
-  for (int i = 0; i < 4; ++i) jobs.push_back(Job("h" + std::to_string(i), "H", i, {GpuTask(2)}));
-  for (int i = 0; i < 4; ++i) jobs.push_back(Job("l" + std::to_string(i), "L", 10 + i, {GpuTask(2)}));
+  for (int i = 0; i < 4; ++i) jobs.push_back(Job(fmt::format("h{}", i), "H", i, {GpuTask(2)}));
+  for (int i = 0; i < 4; ++i) jobs.push_back(Job(fmt::format("l{}", i), "L", 10 + i, {GpuTask(2)}));
   EXPECT_EQ(Users(jobs, FairOrder(jobs, {}, cluster)), "HLHLHLHL");
   // Under fifo the heavy user would take everything first.
   auto fifo = BuiltinQueuePolicies().Create("fifo");
@@ -44,8 +45,8 @@ TEST(FairShareQueuePolicy, RunningUsageCountsSoTheUserBehindGoesFirst) {
   QueuedJob running_h = Job("rh", "H", 0, {GpuTask(8)});
   std::vector<RunningJob> running = {RunningJob{&running_h, 0, {}}};
   std::vector<QueuedJob> jobs;
-  for (int i = 0; i < 3; ++i) jobs.push_back(Job("h" + std::to_string(i), "H", i, {GpuTask(2)}));
-  for (int i = 0; i < 3; ++i) jobs.push_back(Job("l" + std::to_string(i), "L", 10 + i, {GpuTask(2)}));
+  for (int i = 0; i < 3; ++i) jobs.push_back(Job(fmt::format("h{}", i), "H", i, {GpuTask(2)}));
+  for (int i = 0; i < 3; ++i) jobs.push_back(Job(fmt::format("l{}", i), "L", 10 + i, {GpuTask(2)}));
   // H holds 8 of 16 GPUs (share 0.5); L catches up to 0.375 before H's 0.5 is lowest.
   EXPECT_EQ(Users(jobs, FairOrder(jobs, running, cluster)), "LLLHHH");
 }
@@ -64,9 +65,9 @@ TEST(FairShareQueuePolicy, DominantResourceDecides) {
 TEST(FairShareQueuePolicy, WeightsGiveProportionalTurns) {
   ClusterState cluster = MakeCluster(4, 8);
   std::vector<QueuedJob> jobs;
-  for (int i = 0; i < 6; ++i) jobs.push_back(Job("a" + std::to_string(i), "A", i, {GpuTask(1)}));
+  for (int i = 0; i < 6; ++i) jobs.push_back(Job(fmt::format("a{}", i), "A", i, {GpuTask(1)}));
   for (int i = 0; i < 3; ++i) {
-    jobs.push_back(Job("b" + std::to_string(i), "B", 100 + i, {GpuTask(1)}));
+    jobs.push_back(Job(fmt::format("b{}", i), "B", 100 + i, {GpuTask(1)}));
   }
   QueuePolicyConfig config;
   config.fair_weights["A"] = 2;
@@ -91,7 +92,7 @@ TEST(FairShareQueuePolicy, EveryIndexExactlyOnce) {
   ClusterState cluster = MakeCluster(1, 8);
   std::vector<QueuedJob> jobs;
   for (int i = 0; i < 50; ++i) {
-    jobs.push_back(Job("j" + std::to_string(i), std::string(1, static_cast<char>('a' + i % 7)),
+    jobs.push_back(Job(fmt::format("j{}", i), std::string(1, static_cast<char>('a' + i % 7)),
                        (i * 37) % 11, {GpuTask(1 + i % 3)}));
   }
   std::vector<size_t> order = FairOrder(jobs, {}, cluster);

@@ -55,18 +55,18 @@ Result<GangPlacement> PlaceGang(ClusterState& cluster, const std::vector<Task>& 
     if (!d.placed) {
       GP_RETURN_IF_ERROR(Rollback(cluster, tasks, order, out.placements, k));
       out.placements.clear();
-      out.reason = tasks.size() == 1
-                       ? d.reason
-                       : fmt::format("task {} of {} ('{}'): {}", i + 1, tasks.size(),
-                                     tasks[i].name, d.reason);
+      out.reason = tasks.size() == 1 ? d.reason
+                                     : fmt::format("task {} of {} ('{}'): {}", i + 1, tasks.size(),
+                                                   tasks[i].name, d.reason);
       return out;
     }
     Status s = cluster.Allocate(tasks[i], d.placement);
     if (!s.ok()) {
       GP_RETURN_IF_ERROR(Rollback(cluster, tasks, order, out.placements, k));
-      return Status::Internal(fmt::format("placement policy '{}' proposed a placement the "
-                                          "cluster refused: {}",
-                                          policy.name(), s.message()));
+      return Status::Internal(
+          fmt::format("placement policy '{}' proposed a placement the "
+                      "cluster refused: {}",
+                      policy.name(), s.message()));
     }
     out.placements[i] = std::move(d.placement);
   }
@@ -77,8 +77,8 @@ Result<GangPlacement> PlaceGang(ClusterState& cluster, const std::vector<Task>& 
 Status ReleaseGang(ClusterState& cluster, const std::vector<Task>& tasks,
                    const std::vector<Placement>& placements) {
   if (placements.size() != tasks.size()) {
-    return Status::InvalidArgument(fmt::format(
-        "gang release: {} placements for {} tasks", placements.size(), tasks.size()));
+    return Status::InvalidArgument(
+        fmt::format("gang release: {} placements for {} tasks", placements.size(), tasks.size()));
   }
   std::vector<size_t> order(tasks.size());
   std::iota(order.begin(), order.end(), size_t{0});
@@ -97,7 +97,8 @@ bool GangObviouslyUnplaceable(const ClusterState& cluster, const std::vector<Tas
       if (reason != nullptr) {
         *reason = fmt::format(
             "no node could ever host task {} ({} GPUs x {} thousandths{}, {})", i + 1, t.num_gpu,
-            t.gpu_milli, t.gpu_models.empty() ? "" : " of model " + fmt::to_string(fmt::join(t.gpu_models, "|")),
+            t.gpu_milli,
+            t.gpu_models.empty() ? "" : fmt::format(" of model {}", fmt::join(t.gpu_models, "|")),
             Resources{t.cpu_milli, t.memory_mib, 0}.ToString());
       }
       return true;

@@ -13,9 +13,8 @@ template <typename Less>
 std::vector<size_t> StableOrder(const QueueContext& ctx, Less less) {
   std::vector<size_t> order(ctx.pending.size());
   std::iota(order.begin(), order.end(), size_t{0});
-  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
-    return less(*ctx.pending[a], *ctx.pending[b]);
-  });
+  std::stable_sort(order.begin(), order.end(),
+                   [&](size_t a, size_t b) { return less(*ctx.pending[a], *ctx.pending[b]); });
   return order;
 }
 
@@ -23,9 +22,8 @@ class FifoQueuePolicy final : public QueuePolicy {
  public:
   std::string_view name() const override { return "fifo"; }
   std::vector<size_t> Order(const QueueContext& ctx) const override {
-    return StableOrder(ctx, [](const QueuedJob& a, const QueuedJob& b) {
-      return a.submit_s < b.submit_s;
-    });
+    return StableOrder(
+        ctx, [](const QueuedJob& a, const QueuedJob& b) { return a.submit_s < b.submit_s; });
   }
 };
 

@@ -31,10 +31,9 @@ TEST(FifoQueuePolicy, OrdersBySubmitTimeAndKeepsArrivalOrderOnTies) {
 }
 
 TEST(PriorityQueuePolicy, HigherPriorityFirstThenFifo) {
-  std::vector<QueuedJob> jobs = {Job("low-old", "u", 1, {GpuTask(1)}),
-                                 Job("high-new", "u", 5, {GpuTask(1)}),
-                                 Job("high-old", "u", 2, {GpuTask(1)}),
-                                 Job("neg", "u", 0, {GpuTask(1)})};
+  std::vector<QueuedJob> jobs = {
+      Job("low-old", "u", 1, {GpuTask(1)}), Job("high-new", "u", 5, {GpuTask(1)}),
+      Job("high-old", "u", 2, {GpuTask(1)}), Job("neg", "u", 0, {GpuTask(1)})};
   jobs[1].priority = 10;
   jobs[2].priority = 10;
   jobs[3].priority = -1;
@@ -48,8 +47,8 @@ TEST(ShortestJobFirstQueuePolicy, UsesEstimateThenLimitAndPutsUnknownLast) {
                                  Job("estimate-100", "u", 2, {GpuTask(1)}, 1000),
                                  Job("limit-300-later", "u", 3, {GpuTask(1)}, 300)};
   jobs[2].runtime_estimate_s = 100;  // the estimate wins over its 1000 s limit
-  EXPECT_EQ(OrderedIds("sjf", jobs), (std::vector<std::string>{"estimate-100", "limit-300",
-                                                               "limit-300-later", "unknown"}));
+  EXPECT_EQ(OrderedIds("sjf", jobs),
+            (std::vector<std::string>{"estimate-100", "limit-300", "limit-300-later", "unknown"}));
 }
 
 TEST(QueuePolicyRegistry, ListsBuiltinsAndRejectsUnknownNames) {
@@ -64,8 +63,8 @@ TEST(QueuePolicyRegistry, ListsBuiltinsAndRejectsUnknownNames) {
 
 TEST(QueuePolicyRegistry, RejectsDuplicatesAndBadWeights) {
   QueuePolicyRegistry r;
-  ASSERT_TRUE(r.Register("x", "d", [](const QueuePolicyConfig&) { return MakeFifoQueuePolicy(); })
-                  .ok());
+  ASSERT_TRUE(
+      r.Register("x", "d", [](const QueuePolicyConfig&) { return MakeFifoQueuePolicy(); }).ok());
   Status dup = r.Register("x", "d", [](const QueuePolicyConfig&) { return MakeFifoQueuePolicy(); });
   EXPECT_EQ(dup.code(), StatusCode::kAlreadyExists);
   EXPECT_EQ(r.Register("y", "d", nullptr).code(), StatusCode::kInvalidArgument);

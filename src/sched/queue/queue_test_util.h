@@ -1,6 +1,7 @@
 // Helpers for the queue tests: hand-built clusters and jobs.
 #pragma once
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <string>
@@ -16,7 +17,7 @@ inline ClusterState MakeCluster(int nodes, int gpus, const std::string& model = 
                                 int64_t cpu = 64000, int64_t mem = 262144) {
   ClusterState c;
   for (int i = 0; i < nodes; ++i) {
-    Status s = c.AddNode(NodeSpec{"n" + std::to_string(i), cpu, mem, gpus, model, 0, 0});
+    Status s = c.AddNode(NodeSpec{fmt::format("n{}", i), cpu, mem, gpus, model, 0, 0});
     EXPECT_TRUE(s.ok()) << s.ToString();
   }
   return c;
@@ -37,7 +38,7 @@ inline QueuedJob Job(std::string id, std::string user, int64_t submit, std::vect
   QueuedJob j;
   j.id = std::move(id);
   j.user = user;
-  j.project = "p-" + user;
+  j.project = fmt::format("p-{}", user);
   j.submit_s = submit;
   j.time_limit_s = time_limit;
   j.tasks = std::move(tasks);

@@ -88,14 +88,13 @@ Result<PassResult> SchedulingPass::Run(ClusterState& cluster, int64_t now_s,
                                         queue_policy_.name(), order.size(), pending.size()));
   }
   FailedShapes failed;
-  std::optional<ReservationPlan> plan;
+  std::unique_ptr<ReservationPlan> plan;
   bool blocked = false;
   size_t tries_after_block = 0;
   for (size_t index : order) {
     if (index >= pending.size()) {
-      return Status::Internal(
-          fmt::format("queue policy '{}' returned index {} of {}", queue_policy_.name(), index,
-                      pending.size()));
+      return Status::Internal(fmt::format("queue policy '{}' returned index {} of {}",
+                                          queue_policy_.name(), index, pending.size()));
     }
     const QueuedJob& job = *pending[index];
     if (blocked) {

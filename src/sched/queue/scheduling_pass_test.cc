@@ -139,10 +139,9 @@ TEST(EasyBackfill, LongJobMayUseResourcesTheReservationDoesNotNeed) {
 
 TEST(EasyBackfill, JobsStartedEarlierInThePassCountForTheReservation) {
   PassFixture f(MakeCluster(1, 4));
-  std::vector<QueuedJob> pending = {Job("first", "u", 0, {GpuTask(2)}, 30),
-                                    Job("head", "u", 1, {GpuTask(4)}, 50),
-                                    Job("fits-before", "u", 2, {GpuTask(2)}, 20),
-                                    Job("too-long", "u", 3, {GpuTask(1)}, 40)};
+  std::vector<QueuedJob> pending = {
+      Job("first", "u", 0, {GpuTask(2)}, 30), Job("head", "u", 1, {GpuTask(4)}, 50),
+      Job("fits-before", "u", 2, {GpuTask(2)}, 20), Job("too-long", "u", 3, {GpuTask(1)}, 40)};
   auto r = f.Pass(pending, StartRule::kEasyBackfill);
   ASSERT_TRUE(r.ok());
   EXPECT_EQ(f.StartedIds(pending, *r), (Ids{"first", "fits-before"}));

@@ -90,10 +90,11 @@ Result<std::vector<sched::NodeSpec>> ReadNodeCsvFile(const std::string& path) {
 }
 
 Result<sched::ClusterState> BuildCluster(const std::vector<sched::NodeSpec>& nodes) {
-  if (nodes.empty()) return Status::InvalidArgument("the cluster has no nodes; describe at least one");
+  if (nodes.empty())
+    return Status::InvalidArgument("the cluster has no nodes; describe at least one");
   sched::ClusterState cluster;
   for (const sched::NodeSpec& n : nodes) {
-    GP_RETURN_IF_ERROR(cluster.AddNode(n).WithContext("node '" + n.name + "'"));
+    GP_RETURN_IF_ERROR(cluster.AddNode(n).WithContext(fmt::format("node '{}'", n.name)));
   }
   return cluster;
 }

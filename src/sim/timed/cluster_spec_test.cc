@@ -39,7 +39,8 @@ TEST(NodeCsv, ReadsOpenbNodesAndNamesBadFields) {
   auto nodes = ReadNodeCsv(*t);
   ASSERT_TRUE(nodes.ok()) << nodes.status().ToString();
   EXPECT_EQ(nodes->size(), 2u);
-  auto bad = CsvTable::Parse("sn,cpu_milli,memory_mib,gpu,model\nn0,64000,262144,2,\n", "nodes.csv");
+  auto bad =
+      CsvTable::Parse("sn,cpu_milli,memory_mib,gpu,model\nn0,64000,262144,2,\n", "nodes.csv");
   ASSERT_TRUE(bad.ok());
   auto r = ReadNodeCsv(*bad);
   ASSERT_FALSE(r.ok());

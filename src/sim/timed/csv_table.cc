@@ -70,9 +70,9 @@ Result<CsvTable> CsvTable::Parse(std::string_view text, std::string source) {
     if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
     if (Trim(line).empty()) continue;
     if (!SplitCsvLine(line, &fields)) {
-      return Status::InvalidArgument(fmt::format(
-          "{}:{}: unterminated quoted field; close the quote or remove it", table.source_,
-          line_no));
+      return Status::InvalidArgument(
+          fmt::format("{}:{}: unterminated quoted field; close the quote or remove it",
+                      table.source_, line_no));
     }
     if (!have_header) {
       for (size_t i = 0; i < fields.size(); ++i) {
@@ -84,8 +84,8 @@ Result<CsvTable> CsvTable::Parse(std::string_view text, std::string source) {
               table.source_, line_no, i + 1));
         }
         if (!table.column_index_.emplace(name, i).second) {
-          return Status::InvalidArgument(fmt::format(
-              "{}:{}: header names column '{}' twice", table.source_, line_no, Shown(name)));
+          return Status::InvalidArgument(fmt::format("{}:{}: header names column '{}' twice",
+                                                     table.source_, line_no, Shown(name)));
         }
         table.header_.push_back(std::move(name));
       }
@@ -124,10 +124,11 @@ Status CsvTable::RequireColumns(std::initializer_list<std::string_view> names) c
   for (std::string_view name : names) {
     if (!HasColumn(name)) {
       std::string have;
-      for (const std::string& h : header_) have += (have.empty() ? "" : ",") + Shown(h);
-      return Status::InvalidArgument(
-          fmt::format("{}:1: missing column '{}' (the header has: {}); add the column", source_,
-                      name, have));
+      for (const std::string& h : header_)
+        if (!have.empty()) have += ',';
+      have += Shown(h);
+      return Status::InvalidArgument(fmt::format(
+          "{}:1: missing column '{}' (the header has: {}); add the column", source_, name, have));
     }
   }
   return Status::Ok();

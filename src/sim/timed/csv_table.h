@@ -42,8 +42,8 @@ class CsvTable {
 
   // Typed reads. Empty fields are an error unless a default is given; values outside
   // [min, max] are an error whose message names the bound.
-  Result<int64_t> Int(size_t row, std::string_view column, int64_t min = 0,
-                      int64_t max = INT64_MAX, std::optional<int64_t> if_empty = {}) const;
+  Result<int64_t> Int(size_t row, std::string_view column, int64_t min = 0, int64_t max = INT64_MAX,
+                      std::optional<int64_t> if_empty = {}) const;
   // Accepts integers and decimals ("2240194.0"); NaN and infinity are rejected.
   Result<double> Number(size_t row, std::string_view column, double min = 0,
                         std::optional<double> if_empty = {}) const;

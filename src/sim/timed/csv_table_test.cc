@@ -44,11 +44,12 @@ TEST(CsvTable, TypedReadsNameFileLineAndField) {
   ASSERT_TRUE(t.ok());
   EXPECT_EQ(*t->Int(0, "n"), 12);
   EXPECT_DOUBLE_EQ(*t->Number(0, "d"), 2.5);
-  EXPECT_EQ(t->Int(1, "n").status().message(), "v.csv:3: field 'n': negative value -3 is not allowed");
+  EXPECT_EQ(t->Int(1, "n").status().message(),
+            "v.csv:3: field 'n': negative value -3 is not allowed");
   EXPECT_EQ(t->Number(1, "d").status().message(), "v.csv:3: field 'd': 'abc' is not a number");
   EXPECT_FALSE(t->Int(2, "n").ok());
   EXPECT_EQ(*t->Int(2, "n", 0, INT64_MAX, 7), 7);
-  EXPECT_EQ(*t->Int(3, "n"), 12);  // a whole number written as a decimal
+  EXPECT_EQ(*t->Int(3, "n"), 12);        // a whole number written as a decimal
   EXPECT_FALSE(t->Number(3, "d").ok());  // infinity
   EXPECT_EQ(t->Int(0, "n", 0, 10).status().message(),
             "v.csv:2: field 'n': 12 is above the maximum 10");

@@ -2,7 +2,6 @@
 
 #include <fmt/format.h>
 
-
 #include "common/file_util.h"
 #include "common/json.h"
 #include "common/strings.h"
@@ -12,9 +11,9 @@ namespace gpupool::sim {
 namespace {
 
 constexpr std::string_view kColumns[] = {
-    "job_id",    "user",          "project",   "submit_time", "duration",
-    "time_limit", "runtime_estimate", "tasks", "gpus_per_task", "gpu_milli",
-    "cpu_milli", "memory_mib",    "gpu_model", "priority"};
+    "job_id",           "user",    "project",       "submit_time", "duration",  "time_limit",
+    "runtime_estimate", "tasks",   "gpus_per_task", "gpu_milli",   "cpu_milli", "memory_mib",
+    "gpu_model",        "priority"};
 
 // Fields of one job as read, before the shared checks.
 struct RawJob {
@@ -47,7 +46,8 @@ std::vector<std::string> SplitModels(std::string_view text) {
 template <typename Where>
 Result<TraceJob> Finish(RawJob raw, const Where& where) {
   if (raw.id.empty()) return Status::InvalidArgument(where("job_id") + ": empty; name the job");
-  if (raw.tasks < 1) return Status::InvalidArgument(where("tasks") + ": a job needs 1 task or more");
+  if (raw.tasks < 1)
+    return Status::InvalidArgument(where("tasks") + ": a job needs 1 task or more");
   const int64_t milli = raw.gpu_milli.value_or(raw.gpus > 0 ? 1000 : 0);
   if (milli > 1000) {
     return Status::InvalidArgument(fmt::format(
@@ -83,10 +83,10 @@ Result<std::vector<TraceJob>> ReadGenericCsv(const CsvTable& t) {
     bool known = false;
     for (std::string_view k : kColumns) known |= column == k;
     if (!known) {
-      return Status::InvalidArgument(fmt::format(
-          "{}:1: unknown column '{}'; the generic format's columns are documented in "
-          "docs/sim.md",
-          t.source(), SanitizeUtf8(column.substr(0, 40))));
+      return Status::InvalidArgument(
+          fmt::format("{}:1: unknown column '{}'; the generic format's columns are documented in "
+                      "docs/sim.md",
+                      t.source(), SanitizeUtf8(column.substr(0, 40))));
     }
   }
   std::vector<TraceJob> jobs;
@@ -99,10 +99,9 @@ Result<std::vector<TraceJob>> ReadGenericCsv(const CsvTable& t) {
     raw.project = std::string(Trim(t.Field(r, "project")));
     std::optional<int64_t> submit = ParseTimestampSeconds(t.Field(r, "submit_time"));
     if (!submit) {
-      return Status::InvalidArgument(
-          fmt::format("{}: '{}' is not a time; expected seconds or 'YYYY-MM-DD HH:MM:SS'",
-                      t.Where(r, "submit_time"),
-                      SanitizeUtf8(t.Field(r, "submit_time").substr(0, 40))));
+      return Status::InvalidArgument(fmt::format(
+          "{}: '{}' is not a time; expected seconds or 'YYYY-MM-DD HH:MM:SS'",
+          t.Where(r, "submit_time"), SanitizeUtf8(t.Field(r, "submit_time").substr(0, 40))));
     }
     if (*submit < 0) {
       return Status::InvalidArgument(t.Where(r, "submit_time") + ": negative time is not allowed");

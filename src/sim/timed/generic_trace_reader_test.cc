@@ -1,5 +1,6 @@
 #include "sim/timed/generic_trace_reader.h"
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 namespace gpupool::sim {
@@ -64,10 +65,10 @@ TEST(GenericTraceCsv, BadInputNamesFileLineAndField) {
 }
 
 TEST(GenericTraceJson, ReadsArrayAndObjectForms) {
-  const std::string job =
-      R"({"job_id":"j1","user":"u","submit_time":5,"duration":60,"tasks":3,)"
-      R"("gpus_per_task":1,"gpu_milli":500,"gpu_model":"T4","priority":-2})";
-  for (const std::string& text : {"[" + job + "]", R"({"jobs":[)" + job + "]}"}) {
+  const std::string job = R"({"job_id":"j1","user":"u","submit_time":5,"duration":60,"tasks":3,)"
+                          R"("gpus_per_task":1,"gpu_milli":500,"gpu_model":"T4","priority":-2})";
+  for (const std::string& text :
+       {fmt::format("[{}]", job), fmt::format(R"({{"jobs":[{}]}})", job)}) {
     auto jobs = ReadGenericTraceText(text, "jobs.json");
     ASSERT_TRUE(jobs.ok()) << jobs.status().ToString();
     ASSERT_EQ(jobs->size(), 1u);

@@ -26,9 +26,9 @@ Result<std::vector<TraceJob>> ReadOpenbTimedJobs(const CsvTable& t, size_t max_j
     GP_ASSIGN_OR_RETURN(int64_t num_gpu, t.Int(r, "num_gpu", 0, 4096));
     GP_ASSIGN_OR_RETURN(int64_t gpu_milli, t.Int(r, "gpu_milli", 0));
     if (gpu_milli > 1000) {
-      return Status::InvalidArgument(fmt::format(
-          "{}: GPU share {} is above 1000 (thousandths of one GPU)", t.Where(r, "gpu_milli"),
-          gpu_milli));
+      return Status::InvalidArgument(
+          fmt::format("{}: GPU share {} is above 1000 (thousandths of one GPU)",
+                      t.Where(r, "gpu_milli"), gpu_milli));
     }
     task.num_gpu = static_cast<int>(num_gpu);
     task.gpu_milli = static_cast<int>(gpu_milli);
@@ -45,9 +45,9 @@ Result<std::vector<TraceJob>> ReadOpenbTimedJobs(const CsvTable& t, size_t max_j
       GP_ASSIGN_OR_RETURN(started, t.Int(r, "scheduled_time", 0, INT64_MAX, created));
     }
     if (deleted < started) {
-      return Status::InvalidArgument(fmt::format(
-          "{}: {} is before the pod started ({}); deletion must not precede scheduling",
-          t.Where(r, "deletion_time"), deleted, started));
+      return Status::InvalidArgument(
+          fmt::format("{}: {} is before the pod started ({}); deletion must not precede scheduling",
+                      t.Where(r, "deletion_time"), deleted, started));
     }
     job.submit_s = created;
     job.duration_s = deleted - started;

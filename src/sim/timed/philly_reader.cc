@@ -21,8 +21,7 @@ std::vector<int> SplitGpusPerNode(int num_gpus, int gpus_per_node) {
   return widths;
 }
 
-Result<std::vector<TraceJob>> ReadPhillyJobs(const CsvTable& table,
-                                             const PhillyOptions& options) {
+Result<std::vector<TraceJob>> ReadPhillyJobs(const CsvTable& table, const PhillyOptions& options) {
   if (options.gpus_per_node <= 0) {
     return Status::InvalidArgument("Philly reader: GPUs per node must be at least 1");
   }

@@ -16,9 +16,9 @@
 namespace gpupool::sim {
 
 struct PhillyOptions {
-  int gpus_per_node = 8;             // the widest task; wider jobs are split
-  int64_t cpu_milli_per_gpu = 0;     // given to each task per GPU it uses
-  int64_t memory_mib_per_gpu = 0;    // given to each task per GPU it uses
+  int gpus_per_node = 8;           // the widest task; wider jobs are split
+  int64_t cpu_milli_per_gpu = 0;   // given to each task per GPU it uses
+  int64_t memory_mib_per_gpu = 0;  // given to each task per GPU it uses
   // Philly has no time limits. 0 leaves jobs without one; otherwise each job's limit is
   // ceil(duration x factor), i.e. a user estimate that many times the true run time.
   double time_limit_factor = 0;
@@ -27,8 +27,7 @@ struct PhillyOptions {
 
 // Submission times are seconds since the Unix epoch (the trace's timestamps are UTC).
 Result<std::vector<TraceJob>> ReadPhillyJobs(const CsvTable& table, const PhillyOptions& options);
-Result<std::vector<TraceJob>> ReadPhillyFile(const std::string& path,
-                                             const PhillyOptions& options);
+Result<std::vector<TraceJob>> ReadPhillyFile(const std::string& path, const PhillyOptions& options);
 
 // Splits `num_gpus` into per-node task widths: full nodes first, then the remainder.
 std::vector<int> SplitGpusPerNode(int num_gpus, int gpus_per_node);

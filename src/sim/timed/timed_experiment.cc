@@ -61,8 +61,8 @@ class FeasibilityCheck {
   Result<std::string> WhyNever(const QueuedJob& job) {
     std::string key;
     for (const sched::Task& t : job.tasks) {
-      key += fmt::format("{}/{}/{}/{}/{}/{};", t.cpu_milli, t.memory_mib, t.num_gpu,
-                         t.gpu_milli, fmt::join(t.gpu_models, "|"), t.min_capability);
+      key += fmt::format("{}/{}/{}/{}/{}/{};", t.cpu_milli, t.memory_mib, t.num_gpu, t.gpu_milli,
+                         fmt::join(t.gpu_models, "|"), t.min_capability);
     }
     auto it = cache_.find(key);
     if (it != cache_.end()) return it->second;
@@ -72,7 +72,7 @@ class FeasibilityCheck {
       if (g.placed) {
         GP_RETURN_IF_ERROR(sched::ReleaseGang(idle_, job.tasks, g.placements));
       } else {
-        why = "does not fit even on the idle cluster: " + g.reason;
+        why = fmt::format("does not fit even on the idle cluster: {}", g.reason);
       }
     }
     cache_.emplace(std::move(key), why);
@@ -108,16 +108,16 @@ std::string_view JobFateName(JobFate fate) {
 Result<TimedRun> RunTimedExperiment(const ClusterState& idle_cluster,
                                     const std::vector<TraceJob>& trace,
                                     const TimedOptions& options) {
-  const sched::PlacementPolicyRegistry& placements =
-      options.placement_registry != nullptr ? *options.placement_registry
-                                            : sched::BuiltinPlacementPolicies();
+  const sched::PlacementPolicyRegistry& placements = options.placement_registry != nullptr
+                                                         ? *options.placement_registry
+                                                         : sched::BuiltinPlacementPolicies();
   sched::PolicyConfig policy_config;
   policy_config.seed = options.seed;
   auto make_policy = [&]() { return placements.Create(options.placement_policy, policy_config); };
   GP_ASSIGN_OR_RETURN(std::unique_ptr<PlacementPolicy> policy, make_policy());
-  GP_ASSIGN_OR_RETURN(std::unique_ptr<sched::QueuePolicy> queue,
-                      sched::BuiltinQueuePolicies().Create(options.queue_policy,
-                                                           options.queue_config));
+  GP_ASSIGN_OR_RETURN(
+      std::unique_ptr<sched::QueuePolicy> queue,
+      sched::BuiltinQueuePolicies().Create(options.queue_policy, options.queue_config));
   ClusterState cluster = idle_cluster;
   if (options.shuffle_nodes) {
     std::vector<int32_t> order(static_cast<size_t>(cluster.num_nodes()));
@@ -183,8 +183,7 @@ Result<TimedRun> RunTimedExperiment(const ClusterState& idle_cluster,
       const size_t j = completions.top().second;
       completions.pop();
       const size_t pos = running_pos[j];
-      GP_RETURN_IF_ERROR(
-          sched::ReleaseGang(cluster, jobs[j].tasks, running[pos].placements));
+      GP_RETURN_IF_ERROR(sched::ReleaseGang(cluster, jobs[j].tasks, running[pos].placements));
       if (pos + 1 != running.size()) {
         running[pos] = std::move(running.back());
         running_pos[index_of(running[pos].job)] = pos;

@@ -55,8 +55,8 @@ struct JobRecord {
   int64_t submit_s = 0;  // relative to TimedRun::origin_s
   int64_t start_s = -1;  // -1 when it never started
   int64_t end_s = -1;
-  int64_t duration_s = 0;   // as in the trace
-  int64_t gpu_milli = 0;    // total over its tasks
+  int64_t duration_s = 0;  // as in the trace
+  int64_t gpu_milli = 0;   // total over its tasks
   int32_t num_tasks = 0;
   JobFate fate = JobFate::kNeverStarted;
   std::string reason;  // why it never fit
@@ -82,7 +82,6 @@ struct TimedRun {
 // Runs the experiment. `cluster` should be idle; it is copied. Errors: unknown policy
 // names, invalid jobs (the message names the job), or a policy bug.
 Result<TimedRun> RunTimedExperiment(const sched::ClusterState& cluster,
-                                    const std::vector<TraceJob>& jobs,
-                                    const TimedOptions& options);
+                                    const std::vector<TraceJob>& jobs, const TimedOptions& options);
 
 }  // namespace gpupool::sim

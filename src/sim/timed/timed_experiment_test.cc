@@ -1,5 +1,6 @@
 #include "sim/timed/timed_experiment.h"
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <map>
@@ -91,7 +92,7 @@ TEST(TimedExperiment, EasyBackfillProtectsTheHeadWhereSkippingDoesNot) {
 
 TEST(TimedExperiment, FairShareLetsTheLightUserIn) {
   std::vector<TraceJob> jobs;
-  for (int i = 0; i < 4; ++i) jobs.push_back(TJob("h" + std::to_string(i), "heavy", 0, 100, 4));
+  for (int i = 0; i < 4; ++i) jobs.push_back(TJob(fmt::format("h{}", i), "heavy", 0, 100, 4));
   jobs.push_back(TJob("l", "light", 1, 100, 4));
   auto fifo = RunTimedExperiment(Cluster("2x4"), jobs, Options("fifo"));
   auto fair = RunTimedExperiment(Cluster("2x4"), jobs, Options("fair"));
@@ -105,7 +106,8 @@ TEST(TimedExperiment, FairShareLetsTheLightUserIn) {
 
 TEST(TimedExperiment, UnplaceableJobsAreCountedAndTheRestRuns) {
   std::vector<TraceJob> jobs = {TJob("ok", "u", 0, 10, 2), TJob("too-wide", "u", 1, 10, 8),
-                                TJob("gang", "u", 2, 10, 4, 2), TJob("gang-too-big", "u", 3, 10, 4, 3)};
+                                TJob("gang", "u", 2, 10, 4, 2),
+                                TJob("gang-too-big", "u", 3, 10, 4, 3)};
   jobs[0].tasks[0].gpu_models = {"V100"};
   auto run = RunTimedExperiment(Cluster("2x4:V100"), jobs, Options());
   ASSERT_TRUE(run.ok()) << run.status().ToString();
@@ -154,8 +156,8 @@ std::vector<TraceJob> RandomWorkload(uint64_t seed, int n) {
     const int gpus = 1 << rng.Uniform(4);  // 1, 2, 4, 8
     const int tasks = gpus == 8 && rng.Uniform(3) == 0 ? 2 : 1;
     const int64_t duration = 1 + static_cast<int64_t>(rng.Uniform(600));
-    jobs.push_back(TJob("j" + std::to_string(i), "user" + std::to_string(rng.Uniform(4)), t,
-                        duration, gpus, tasks, duration * 2));
+    jobs.push_back(TJob(fmt::format("j{}", i), fmt::format("user{}", rng.Uniform(4)), t, duration,
+                        gpus, tasks, duration * 2));
     if (rng.Uniform(5) == 0) {  // a fractional job
       jobs.back().tasks.resize(1);
       jobs.back().tasks[0].num_gpu = 1;

@@ -35,7 +35,7 @@ double JainIndex(const std::vector<double>& values);
 
 struct GroupStats {
   std::string group;
-  size_t jobs = 0;   // that ran
+  size_t jobs = 0;  // that ran
   double mean_jct_s = 0;
   double mean_delay_s = 0;
   double gpu_hours = 0;
@@ -58,8 +58,8 @@ struct TimedSummary {
   size_t never_started = 0;
   Distribution jct_s;
   Distribution delay_s;
-  int64_t makespan_s = 0;           // last end - first submission
-  double mean_gpu_alloc_pct = 0;    // time-weighted over [0, makespan]
+  int64_t makespan_s = 0;         // last end - first submission
+  double mean_gpu_alloc_pct = 0;  // time-weighted over [0, makespan]
   double peak_gpu_alloc_pct = 0;
   double gpu_hours = 0;
   std::vector<GroupStats> groups;  // by group name

@@ -39,8 +39,7 @@ std::string CsvField(const std::string& s) {
 
 }  // namespace
 
-OrderedJson TimedReportJson(const TimedRunInfo& info, const TimedRun& run,
-                            const TimedSummary& s) {
+OrderedJson TimedReportJson(const TimedRunInfo& info, const TimedRun& run, const TimedSummary& s) {
   OrderedJson j;
   OrderedJson setup;
   setup["workload"] = info.workload;
@@ -87,8 +86,7 @@ OrderedJson TimedReportJson(const TimedRunInfo& info, const TimedRun& run,
   return j;
 }
 
-std::string TimedReportText(const TimedRunInfo& info, const TimedRun& run,
-                            const TimedSummary& s) {
+std::string TimedReportText(const TimedRunInfo& info, const TimedRun& run, const TimedSummary& s) {
   std::string out;
   out += fmt::format("workload     {} ({})\n", info.workload, info.trace_format);
   out += fmt::format("cluster      {} ({} nodes, {} GPUs)\n", info.cluster, info.nodes,
@@ -116,8 +114,8 @@ std::string TimedReportText(const TimedRunInfo& info, const TimedRun& run,
   out += fmt::format("{:<16}{:>8}{:>14}{:>14}{:>12}{:>9}{:>9}\n", "group", "jobs", "mean JCT s",
                      "mean delay s", "GPU-hours", "share", "service");
   for (const GroupStats& g : s.groups) {
-    out += fmt::format("{:<16}{:>8}{:>14.0f}{:>14.0f}{:>12.1f}{:>8.1f}%{:>9.3f}\n", g.group.substr(0, 15),
-                       g.jobs, g.mean_jct_s, g.mean_delay_s, g.gpu_hours,
+    out += fmt::format("{:<16}{:>8}{:>14.0f}{:>14.0f}{:>12.1f}{:>8.1f}%{:>9.3f}\n",
+                       g.group.substr(0, 15), g.jobs, g.mean_jct_s, g.mean_delay_s, g.gpu_hours,
                        100.0 * g.gpu_hours_share, g.service_ratio);
   }
   size_t shown = 0;
@@ -134,19 +132,18 @@ std::string TimedReportText(const TimedRunInfo& info, const TimedRun& run,
 std::string AllocationCsv(const TimedSummary& s) {
   std::string out = "time_s,gpu_alloc_pct,running_jobs,pending_jobs\n";
   for (const AllocationSample& a : s.samples) {
-    out += fmt::format("{},{:.3f},{},{}\n", a.time_s, a.gpu_alloc_pct, a.running_jobs,
-                       a.pending_jobs);
+    out +=
+        fmt::format("{},{:.3f},{},{}\n", a.time_s, a.gpu_alloc_pct, a.running_jobs, a.pending_jobs);
   }
   return out;
 }
 
 std::string GroupsCsv(const TimedSummary& s) {
-  std::string out =
-      "group,jobs,mean_jct_s,mean_delay_s,gpu_hours,gpu_hours_share,service_ratio\n";
+  std::string out = "group,jobs,mean_jct_s,mean_delay_s,gpu_hours,gpu_hours_share,service_ratio\n";
   for (const GroupStats& g : s.groups) {
-    out += fmt::format("{},{},{:.3f},{:.3f},{:.3f},{:.5f},{:.5f}\n", CsvField(g.group), g.jobs,
-                       g.mean_jct_s, g.mean_delay_s, g.gpu_hours, g.gpu_hours_share,
-                       g.service_ratio);
+    out +=
+        fmt::format("{},{},{:.3f},{:.3f},{:.3f},{:.5f},{:.5f}\n", CsvField(g.group), g.jobs,
+                    g.mean_jct_s, g.mean_delay_s, g.gpu_hours, g.gpu_hours_share, g.service_ratio);
   }
   return out;
 }

@@ -12,8 +12,8 @@
 
 namespace gpupool::sim::testing {
 
-inline TraceJob TJob(std::string id, std::string user, int64_t submit, int64_t duration,
-                     int gpus, int tasks = 1, int64_t limit = 0) {
+inline TraceJob TJob(std::string id, std::string user, int64_t submit, int64_t duration, int gpus,
+                     int tasks = 1, int64_t limit = 0) {
   TraceJob j;
   j.id = std::move(id);
   j.user = user;

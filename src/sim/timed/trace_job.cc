@@ -18,18 +18,18 @@ Status ValidateTraceTask(const TraceTask& t, std::string_view where) {
         where, t.gpu_milli));
   }
   if (t.num_gpu == 0 && t.gpu_milli != 0) {
-    return Status::InvalidArgument(fmt::format(
-        "{}: a GPU share of {} without GPUs; set the GPU count or a share of 0", where,
-        t.gpu_milli));
+    return Status::InvalidArgument(
+        fmt::format("{}: a GPU share of {} without GPUs; set the GPU count or a share of 0", where,
+                    t.gpu_milli));
   }
   if (t.num_gpu > 0 && t.gpu_milli == 0) {
     return Status::InvalidArgument(
         fmt::format("{}: {} GPUs with a share of 0; use 1..1000", where, t.num_gpu));
   }
   if (t.num_gpu > 1 && t.gpu_milli < 1000) {
-    return Status::InvalidArgument(fmt::format(
-        "{}: a share of {} on {} GPUs; fractional shares are for single-GPU tasks only",
-        where, t.gpu_milli, t.num_gpu));
+    return Status::InvalidArgument(
+        fmt::format("{}: a share of {} on {} GPUs; fractional shares are for single-GPU tasks only",
+                    where, t.gpu_milli, t.num_gpu));
   }
   if (t.cpu_milli < 0 || t.memory_mib < 0) {
     return Status::InvalidArgument(fmt::format("{}: negative CPU or memory", where));

@@ -15,10 +15,10 @@ namespace gpupool::sim {
 
 // What one task of a job asks for. All tasks of a job are placed together or not at all.
 struct TraceTask {
-  int num_gpu = 0;            // GPUs on one node; 0 = CPU-only task
-  int gpu_milli = 0;          // share of each GPU in thousandths (1..1000; < 1000 only if num_gpu == 1)
-  int64_t cpu_milli = 0;      // CPU in thousandths of a core
-  int64_t memory_mib = 0;     // memory in MiB
+  int num_gpu = 0;        // GPUs on one node; 0 = CPU-only task
+  int gpu_milli = 0;      // share of each GPU in thousandths (1..1000; < 1000 only if num_gpu == 1)
+  int64_t cpu_milli = 0;  // CPU in thousandths of a core
+  int64_t memory_mib = 0;               // memory in MiB
   std::vector<std::string> gpu_models;  // allowed GPU models; empty = any
 
   int64_t TotalGpuMilli() const { return static_cast<int64_t>(num_gpu) * gpu_milli; }
@@ -26,13 +26,13 @@ struct TraceTask {
 
 struct TraceJob {
   std::string id;
-  std::string user;     // for fair share by user
-  std::string project;  // for fair share by project (Philly: the virtual cluster)
-  int64_t submit_s = 0;      // submission time, seconds from the trace's origin
-  int64_t duration_s = 0;    // run time once started, seconds
-  int64_t time_limit_s = 0;  // the user's limit, seconds; 0 = none given
+  std::string user;                // for fair share by user
+  std::string project;             // for fair share by project (Philly: the virtual cluster)
+  int64_t submit_s = 0;            // submission time, seconds from the trace's origin
+  int64_t duration_s = 0;          // run time once started, seconds
+  int64_t time_limit_s = 0;        // the user's limit, seconds; 0 = none given
   int64_t runtime_estimate_s = 0;  // a run-time guess for shortest-job-first; 0 = none
-  int priority = 0;          // larger runs first under the `priority` queue policy
+  int priority = 0;                // larger runs first under the `priority` queue policy
   std::vector<TraceTask> tasks;
 
   int64_t TotalGpuMilli() const {

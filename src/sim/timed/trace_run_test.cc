@@ -89,7 +89,8 @@ TEST(OpenbTimedRun, First2000PodsOnTheOpenbNodes) {
   const auto pods = Traces() / "openb/openb_pod_list_default.csv";
   const auto nodes_csv = Traces() / "openb/openb_node_list_gpu_node.csv";
   if (!std::filesystem::exists(pods) || !std::filesystem::exists(nodes_csv)) {
-    GTEST_SKIP() << "the openb trace is not under " << Traces() << " (only in the project workspace)";
+    GTEST_SKIP() << "the openb trace is not under " << Traces()
+                 << " (only in the project workspace)";
   }
   auto jobs = ReadOpenbTimedFile(pods.string(), 2000);
   ASSERT_TRUE(jobs.ok()) << jobs.status().ToString();

@@ -1,0 +1,399 @@
+#!/usr/bin/env python3
+"""Measures one side of the gpupool-vs-Slurm benchmark of trivial one-GPU jobs, or prints
+the side-by-side table of several measurements (python3 stdlib only).
+
+  pool_vs_slurm.py measure --system slurm|slurm-array|gpupool-api|gpupool-cli \
+      --work DIR --jobs 1000 --idle-jobs 30 --out RESULT.json [--sock SOCK] [--gpupool BIN]
+  pool_vs_slurm.py report --out ALL.json RESULT.json...
+
+`measure` expects the system to be up already (bench_pool_vs_slurm.sh starts it; Slurm via
+SLURM_CONF, gpupool via its Unix socket). Every job is the same trivial command for both
+systems, `date +%s.%N > WORK/starts/start.JOBID`, run through sh and asking for one GPU:
+the job writes the time it started, the client writes the time just before it submitted,
+so submit-to-start needs no scheduler timestamps (Slurm's have 1 s resolution).
+
+Two phases per system:
+  burst: submit --jobs jobs back to back from one client, then wait until none is queued or
+         running. submissions/s = jobs / (last submit returned - first submit began);
+         completed/s = jobs / (last completion seen - first submit began); submit-to-start
+         p50/p99 over all jobs (includes the time a job waits for a free GPU).
+  idle:  --idle-jobs jobs one at a time, each submitted to an idle node and waited for
+         until it has finished: submit-to-start p50/p99 of a job that never queues.
+"""
+import argparse
+import http.client
+import json
+import os
+import re
+import socket
+import subprocess
+import sys
+import time
+
+POLL_S = 0.05  # how often completion is polled (both systems alike)
+
+
+def percentile(values, p):
+    """Nearest-rank percentile of a non-empty list."""
+    s = sorted(values)
+    k = max(0, min(len(s) - 1, int(round(p / 100.0 * len(s) + 0.5)) - 1))
+    return s[k]
+
+
+class UnixConnection(http.client.HTTPConnection):
+    def __init__(self, path, timeout=60):
+        super().__init__("localhost", timeout=timeout)
+        self.unix_path = path
+
+    def connect(self):
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.settimeout(self.timeout)
+        self.sock.connect(self.unix_path)
+
+
+class Api:
+    """A keep-alive HTTP client of the gpupool API over its Unix socket."""
+
+    def __init__(self, sock):
+        self.path = sock
+        self.conn = None
+
+    def call(self, method, path, body=None):
+        data = json.dumps(body) if body is not None else None
+        for attempt in (0, 1):
+            if self.conn is None:
+                self.conn = UnixConnection(self.path)
+            try:
+                self.conn.request(method, path, body=data,
+                                  headers={"Content-Type": "application/json"})
+                r = self.conn.getresponse()
+                payload = r.read()
+                if r.getheader("Connection", "").lower() == "close":
+                    self.conn.close()
+                    self.conn = None
+                return r.status, json.loads(payload) if payload else None
+            except (OSError, http.client.HTTPException):
+                self.conn.close()
+                self.conn = None
+                if attempt == 1:
+                    raise
+        raise RuntimeError("unreachable")
+
+
+def job_cmd(starts, var):
+    return "date +%%s.%%N > %s/start.$%s" % (starts, var)
+
+
+class Slurm:
+    name = "slurm"
+
+    def __init__(self, work):
+        self.work = work
+        self.starts = os.path.join(work, "starts")
+        os.makedirs(os.path.join(work, "out"), exist_ok=True)
+
+    def submit(self):
+        out = subprocess.run(
+            ["sbatch", "--parsable", "--gres=gpu:1", "-D", self.work,
+             "-o", os.path.join(self.work, "out", "%j.out"),
+             "--wrap", job_cmd(self.starts, "SLURM_JOB_ID")],
+            check=True, capture_output=True, text=True).stdout
+        return out.strip().split(";")[0]
+
+    def active(self, job=None):
+        cmd = ["squeue", "-h", "-o", "%i"] + (["-j", job] if job else [])
+        r = subprocess.run(cmd, capture_output=True, text=True)
+        if r.returncode != 0:
+            # squeue -j on a purged job fails: it is no longer active.
+            if job and "Invalid job id" in r.stderr:
+                return 0
+            raise RuntimeError("squeue failed: " + r.stderr.strip())
+        return len(r.stdout.split())
+
+    def failed(self, ids):
+        return []  # checked through the start files
+
+
+class SlurmArray(Slurm):
+    name = "slurm-array"
+
+    def submit_array(self, n):
+        out = subprocess.run(
+            ["sbatch", "--parsable", "--gres=gpu:1", "--array=0-%d" % (n - 1), "-D", self.work,
+             "-o", os.path.join(self.work, "out", "%A_%a.out"),
+             "--wrap", "date +%%s.%%N > %s/start.${SLURM_ARRAY_JOB_ID}_${SLURM_ARRAY_TASK_ID}"
+             % self.starts],
+            check=True, capture_output=True, text=True).stdout
+        base = out.strip().split(";")[0]
+        return ["%s_%d" % (base, i) for i in range(n)]
+
+
+class GpupoolApi:
+    name = "gpupool-api"
+    final = ("SUCCEEDED", "FAILED", "CANCELLED", "TIMEOUT", "LOST")
+
+    def __init__(self, work, sock):
+        self.work = work
+        self.starts = os.path.join(work, "starts")
+        self.api = Api(sock)
+
+    def submit(self):
+        st, body = self.api.call("POST", "/v1/jobs", {
+            "command": ["sh", "-c", job_cmd(self.starts, "GPUPOOL_JOB_ID")],
+            "workdir": self.work, "request": {"gpus": 1}})
+        if st != 201:
+            raise RuntimeError("submit answered %s: %s" % (st, body))
+        return str(body["job"]["id"])
+
+    def active(self, job=None):
+        if job:
+            st, body = self.api.call("GET", "/v1/jobs/" + job)
+            if st != 200:
+                raise RuntimeError("GET job answered %s: %s" % (st, body))
+            return 0 if body["job"]["state"] in self.final else 1
+        st, body = self.api.call("GET", "/v1/jobs?active=1&limit=1")
+        if st != 200:
+            raise RuntimeError("GET jobs answered %s: %s" % (st, body))
+        return len(body["jobs"])
+
+    def failed(self, ids):
+        st, body = self.api.call("GET", "/v1/jobs?state=FAILED,CANCELLED,TIMEOUT,LOST")
+        if st != 200:
+            raise RuntimeError("GET jobs answered %s: %s" % (st, body))
+        wanted = set(ids)
+        return ["%s %s %s" % (j["id"], j["state"], j.get("reason", ""))
+                for j in body["jobs"] if str(j["id"]) in wanted]
+
+
+class GpupoolCli(GpupoolApi):
+    name = "gpupool-cli"
+
+    def __init__(self, work, sock, binary):
+        super().__init__(work, sock)
+        self.binary = binary
+        self.server = "unix:" + sock
+
+    def submit(self):
+        r = subprocess.run(
+            [self.binary, "submit", "--server", self.server, "--gpus", "1", "--workdir",
+             self.work, "--", "sh", "-c", job_cmd(self.starts, "GPUPOOL_JOB_ID")],
+            capture_output=True, text=True)
+        if r.returncode != 0:
+            raise RuntimeError("gpupool submit exited %d: %s" % (r.returncode, r.stderr.strip()))
+        m = re.search(r"\d+", r.stdout)
+        if not m:
+            raise RuntimeError("gpupool submit printed no job id: %r" % r.stdout)
+        return m.group(0)
+
+
+def read_start(starts, job, wait_s=0.0):
+    """The start time a job wrote, or None; waits up to wait_s for it to appear."""
+    path = os.path.join(starts, "start." + job)
+    deadline = time.time() + wait_s
+    while True:
+        try:
+            with open(path) as f:
+                text = f.read().strip()
+            if text:
+                return float(text)
+        except (OSError, ValueError):
+            pass
+        if time.time() >= deadline:
+            return None
+        time.sleep(0.001)
+
+
+def wait_drained(system, timeout_s):
+    deadline = time.time() + timeout_s
+    while time.time() < deadline:
+        if system.active() == 0:
+            return time.time()
+        time.sleep(POLL_S)
+    raise RuntimeError("%s: jobs still active after %d s" % (system.name, timeout_s))
+
+
+def latency_stats(lat_s):
+    ms = [x * 1000.0 for x in lat_s]
+    return {"p50_ms": percentile(ms, 50), "p99_ms": percentile(ms, 99),
+            "mean_ms": sum(ms) / len(ms), "max_ms": max(ms), "n": len(ms)}
+
+
+def burst(system, jobs, timeout_s):
+    subs = []
+    t_first = time.time()
+    if isinstance(system, SlurmArray):
+        ids = system.submit_array(jobs)
+        subs = [(i, t_first) for i in ids]
+    else:
+        for _ in range(jobs):
+            t0 = time.time()
+            subs.append((system.submit(), t0))
+    t_sub_done = time.time()
+    t_drained = wait_drained(system, timeout_s)
+    starts = [read_start(system.starts, j, wait_s=5.0) for j, _ in subs]
+    missing = [j for (j, _), s in zip(subs, starts) if s is None]
+    lat = [s - t0 for (_, t0), s in zip(subs, starts) if s is not None]
+    res = {
+        "jobs": jobs,
+        "submit_s": t_sub_done - t_first,
+        "makespan_s": t_drained - t_first,
+        "submissions_per_s": jobs / max(t_sub_done - t_first, 1e-9),
+        "completed_per_s": jobs / max(t_drained - t_first, 1e-9),
+        "jobs_that_did_not_run": len(missing),
+        "failed": system.failed([j for j, _ in subs])[:10],
+    }
+    if lat:
+        res["submit_to_start"] = latency_stats(lat)
+    return res
+
+
+def idle(system, n, timeout_s):
+    lat = []
+    for _ in range(n):
+        t0 = time.time()
+        job = system.submit()
+        s = read_start(system.starts, job, wait_s=timeout_s)
+        if s is None:
+            raise RuntimeError("%s: idle job %s did not start within %d s"
+                               % (system.name, job, timeout_s))
+        lat.append(s - t0)
+        deadline = time.time() + timeout_s
+        while system.active(job) and time.time() < deadline:
+            time.sleep(0.01)
+        # Let the node settle (Slurm marks the node COMPLETING briefly) so the next job
+        # really finds an idle node.
+        while system.active() and time.time() < deadline:
+            time.sleep(0.01)
+    return latency_stats(lat) if lat else None
+
+
+def cmd_measure(a):
+    work = os.path.abspath(a.work)
+    os.makedirs(os.path.join(work, "starts"), exist_ok=True)
+    if a.system == "slurm":
+        system = Slurm(work)
+    elif a.system == "slurm-array":
+        system = SlurmArray(work)
+    elif a.system == "gpupool-api":
+        system = GpupoolApi(work, a.sock)
+    else:
+        system = GpupoolCli(work, a.sock, a.gpupool)
+    res = {"system": system.name, "host_cpus": os.cpu_count()}
+    print("[%s] burst of %d jobs..." % (system.name, a.jobs), file=sys.stderr, flush=True)
+    res["burst"] = burst(system, a.jobs, a.timeout)
+    if a.idle_jobs > 0 and not isinstance(system, SlurmArray):
+        print("[%s] %d jobs one at a time on the idle node..." % (system.name, a.idle_jobs),
+              file=sys.stderr, flush=True)
+        res["idle"] = idle(system, a.idle_jobs, a.timeout)
+    with open(a.out, "w") as f:
+        json.dump(res, f, indent=1)
+    print(json.dumps(res), file=sys.stderr)
+    return 0
+
+
+def fmt(v, spec="%.1f"):
+    return "-" if v is None else spec % v
+
+
+def cmd_report(a):
+    results = []
+    for p in a.results:
+        try:
+            with open(p) as f:
+                results.append(json.load(f))
+        except (OSError, ValueError) as e:
+            print("skipping %s: %s" % (p, e), file=sys.stderr)
+    if not results:
+        print("no result file could be read", file=sys.stderr)
+        return 1
+    by = {r["system"]: r for r in results}
+
+    def g(r, *path):
+        for k in path:
+            if not isinstance(r, dict) or k not in r:
+                return None
+            r = r[k]
+        return r
+
+    head = ("system", "jobs", "submit/s", "completed/s", "makespan s", "burst p50 ms",
+            "burst p99 ms", "idle p50 ms", "idle p99 ms", "not run")
+    rows = []
+    for r in results:
+        rows.append((r["system"], str(g(r, "burst", "jobs")),
+                     fmt(g(r, "burst", "submissions_per_s")),
+                     fmt(g(r, "burst", "completed_per_s")),
+                     fmt(g(r, "burst", "makespan_s"), "%.2f"),
+                     fmt(g(r, "burst", "submit_to_start", "p50_ms")),
+                     fmt(g(r, "burst", "submit_to_start", "p99_ms")),
+                     fmt(g(r, "idle", "p50_ms")), fmt(g(r, "idle", "p99_ms")),
+                     str(g(r, "burst", "jobs_that_did_not_run"))))
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    lines += ["| " + " | ".join(row) + " |" for row in rows]
+
+    ratios = {}
+    slurm = by.get("slurm")
+    for name in ("gpupool-api", "gpupool-cli"):
+        gp = by.get(name)
+        if not gp or not slurm:
+            continue
+        rr = {}
+        for key, path, inverse in (
+                ("submissions_per_s", ("burst", "submissions_per_s"), False),
+                ("completed_per_s", ("burst", "completed_per_s"), False),
+                ("burst_p50", ("burst", "submit_to_start", "p50_ms"), True),
+                ("burst_p99", ("burst", "submit_to_start", "p99_ms"), True),
+                ("idle_p50", ("idle", "p50_ms"), True),
+                ("idle_p99", ("idle", "p99_ms"), True)):
+            x, y = g(gp, *path), g(slurm, *path)
+            if x and y:
+                rr[key] = (y / x) if inverse else (x / y)
+        ratios[name + "/slurm"] = rr
+    if ratios:
+        lines.append("")
+        lines.append("Ratios gpupool/Slurm (throughput: gpupool ÷ Slurm; latency: Slurm ÷ "
+                     "gpupool, so > 1 means gpupool is better):")
+        for k, rr in ratios.items():
+            lines.append("  %s: %s" % (k, ", ".join("%s %.1fx" % (n, v) for n, v in rr.items())))
+    table = "\n".join(lines)
+    print(table)
+    if a.out:
+        with open(a.out, "w") as f:
+            json.dump({"results": results, "ratios": ratios, "table_markdown": table}, f,
+                      indent=1)
+    return 0
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    m = sub.add_parser("measure")
+    m.add_argument("--system", required=True,
+                   choices=("slurm", "slurm-array", "gpupool-api", "gpupool-cli"))
+    m.add_argument("--work", required=True, help="directory the jobs write their start times to")
+    m.add_argument("--jobs", type=int, default=1000)
+    m.add_argument("--idle-jobs", type=int, default=30)
+    m.add_argument("--timeout", type=int, default=900, help="seconds to wait for the jobs")
+    m.add_argument("--sock", help="gpupool API socket (STATE_DIR/gpupool.sock)")
+    m.add_argument("--gpupool", default="gpupool", help="gpupool binary (gpupool-cli)")
+    m.add_argument("--out", required=True)
+    r = sub.add_parser("report")
+    r.add_argument("--out")
+    r.add_argument("results", nargs="+")
+    a = ap.parse_args()
+    if a.cmd == "measure":
+        if a.jobs < 1 or a.idle_jobs < 0:
+            ap.error("--jobs must be >= 1 and --idle-jobs >= 0")
+        if a.system.startswith("gpupool") and not a.sock:
+            ap.error("--sock is needed for " + a.system)
+        return cmd_measure(a)
+    return cmd_report(a)
+
+
+if __name__ == "__main__":
+    try:
+        sys.exit(main())
+    except (RuntimeError, subprocess.CalledProcessError) as e:
+        msg = e.stderr.strip() if isinstance(e, subprocess.CalledProcessError) and e.stderr \
+            else str(e)
+        print("pool_vs_slurm: %s" % msg, file=sys.stderr)
+        sys.exit(1)
