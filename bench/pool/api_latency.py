@@ -68,8 +68,15 @@ def percentile(values, p):
     return s[k]
 
 
+# gpupool counts CPUs (the agent reports the machine's; a job asks for 1 by default): with
+# a few CPUs only a few holder jobs would run, so every job asks for a share that lets
+# each GPU hold one.
+CPU_MILLI = max(1, (os.cpu_count() or 1) * 1000 // 8)
+
+
 def job_body(workdir, command):
-    return {"command": command, "workdir": workdir, "request": {"gpus": 1}}
+    return {"command": command, "workdir": workdir,
+            "request": {"gpus": 1, "cpu_milli": CPU_MILLI}}
 
 
 # ---- worker mode: one process of client threads, prints its samples as JSON ----
@@ -262,9 +269,9 @@ def driver(a):
         srv.wait_up(gpus)
         # Occupy every GPU with a job that outlasts the run (time limit as a safety net).
         for _ in range(gpus):
-            st, body = call(srv.sock, "POST", "/v1/jobs", {
-                "command": ["sleep", "3600"], "workdir": srv.work, "request": {"gpus": 1},
-                "time_limit_s": 900, "name": "apilat-hold"})
+            hold = job_body(srv.work, ["sleep", "3600"])
+            hold.update({"time_limit_s": 900, "name": "apilat-hold"})
+            st, body = call(srv.sock, "POST", "/v1/jobs", hold)
             if st != 201:
                 raise RuntimeError("submitting a holder job answered %s: %s" % (st, body))
             running.append(body["job"]["id"])

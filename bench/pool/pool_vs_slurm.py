@@ -31,6 +31,10 @@ import sys
 import time
 
 POLL_S = 0.05  # how often completion is polled (both systems alike)
+# gpupool counts CPUs (its agent reports the machine's, a job asks for 1 by default), so on a
+# small machine CPUs, not GPUs, would cap concurrency; 8 jobs share the CPUs instead, as
+# Slurm's partition lets them (OverSubscribe=FORCE:8 in slurm_setup.sh).
+CPU_MILLI = max(1, (os.cpu_count() or 1) * 1000 // 8)
 
 
 def percentile(values, p):
@@ -140,7 +144,7 @@ class GpupoolApi:
     def submit(self):
         st, body = self.api.call("POST", "/v1/jobs", {
             "command": ["sh", "-c", job_cmd(self.starts, "GPUPOOL_JOB_ID")],
-            "workdir": self.work, "request": {"gpus": 1}})
+            "workdir": self.work, "request": {"gpus": 1, "cpu_milli": CPU_MILLI}})
         if st != 201:
             raise RuntimeError("submit answered %s: %s" % (st, body))
         return str(body["job"]["id"])
@@ -175,7 +179,8 @@ class GpupoolCli(GpupoolApi):
 
     def submit(self):
         r = subprocess.run(
-            [self.binary, "submit", "--server", self.server, "--gpus", "1", "--workdir",
+            [self.binary, "submit", "--server", self.server, "--gpus", "1",
+             "--cpus", "%.3f" % (CPU_MILLI / 1000.0), "--workdir",
              self.work, "--", "sh", "-c", job_cmd(self.starts, "GPUPOOL_JOB_ID")],
             capture_output=True, text=True)
         if r.returncode != 0:

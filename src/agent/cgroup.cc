@@ -52,6 +52,12 @@ std::vector<int> ReadPids(const std::string& procs_path) {
   return pids;
 }
 
+std::string LeafName(const CgroupRequest& r) {
+  std::string leaf = "job-" + std::to_string(r.job_id) + "-" + std::to_string(r.attempt);
+  if (!r.instance.empty()) leaf += "-" + r.instance;
+  return leaf;
+}
+
 void SleepMillis(int ms) {
   struct timespec ts = {ms / 1000, (ms % 1000) * 1'000'000L};
   ::nanosleep(&ts, nullptr);
@@ -130,12 +136,14 @@ void JobCgroup::OpenProcs(const std::string& dir) {
 }
 
 void JobCgroup::SetUpV1(const std::string& root, const CgroupRequest& request) {
-  const std::string leaf =
-      "job-" + std::to_string(request.job_id) + "-" + std::to_string(request.attempt);
+  const std::string leaf = LeafName(request);
   std::vector<std::string> applied;
   std::string dir;
 
-  if (!IsFsType(root + "/devices", CGROUP_SUPER_MAGIC)) {
+  if (request.deny_device_nodes.empty()) {
+    // Nothing to deny: skip the cgroup, as every move into a v1 cgroup costs milliseconds.
+    devices_enforced_ = true;
+  } else if (!IsFsType(root + "/devices", CGROUP_SUPER_MAGIC)) {
     notes_.push_back("no devices controller: device access not restricted");
   } else if (MakeDir(root + "/devices", leaf, &dir)) {
     int denied = 0;
@@ -182,6 +190,7 @@ void JobCgroup::SetUpV1(const std::string& root, const CgroupRequest& request) {
           WriteControl(dir + "/memory.limit_in_bytes", std::to_string(request.memory_bytes));
       if (st.ok()) {
         applied.push_back("memory " + std::to_string(request.memory_bytes) + " B");
+        oom_events_ = dir + "/memory.oom_control";
       } else {
         notes_.push_back(st.message());
       }
@@ -197,8 +206,7 @@ void JobCgroup::SetUpV1(const std::string& root, const CgroupRequest& request) {
 }
 
 void JobCgroup::SetUpV2(const std::string& root, const CgroupRequest& request) {
-  const std::string leaf =
-      "job-" + std::to_string(request.job_id) + "-" + std::to_string(request.attempt);
+  const std::string leaf = LeafName(request);
   std::vector<std::string> applied;
   notes_.push_back(
       "device access not restricted: cgroup v2 needs an eBPF device program, which gpupool "
@@ -224,6 +232,7 @@ void JobCgroup::SetUpV2(const std::string& root, const CgroupRequest& request) {
       Status st = WriteControl(dir + "/memory.max", std::to_string(request.memory_bytes));
       if (st.ok()) {
         applied.push_back("memory " + std::to_string(request.memory_bytes) + " B");
+        oom_events_ = dir + "/memory.events";
       } else {
         notes_.push_back(st.message());
       }
@@ -236,6 +245,18 @@ void JobCgroup::SetUpV2(const std::string& root, const CgroupRequest& request) {
     for (size_t i = 0; i < applied.size(); ++i) note_ += (i ? ", " : "") + applied[i];
   }
   for (const std::string& n : notes_) note_ += "; " + n;
+}
+
+bool JobCgroup::OomKilled() const {
+  if (oom_events_.empty()) return false;
+  Result<std::string> text = ReadFileToString(oom_events_, 1u << 16);
+  if (!text.ok()) return false;
+  // Both files hold "key value" lines; "oom_kill N" counts the kills.
+  for (const std::string& line : Split(*text, '\n')) {
+    std::vector<std::string> kv = Split(Trim(line), ' ');
+    if (kv.size() == 2 && kv[0] == "oom_kill") return ParseUint64(kv[1]).value_or(0) > 0;
+  }
+  return false;
 }
 
 bool JobCgroup::JoinFromChild() const {
@@ -287,16 +308,17 @@ Status JobCgroup::Destroy(int timeout_ms) {
   return st;
 }
 
-Status RemoveJobCgroups(const std::string& root, int64_t job_id, int attempt, int timeout_ms) {
-  if (root.empty()) return Status::Ok();
-  const std::string leaf = "job-" + std::to_string(job_id) + "-" + std::to_string(attempt);
-  std::vector<std::string> dirs;
-  for (const char* parent : {"/devices", "/cpu", "/memory", ""}) {
-    const std::string dir = root + parent + "/gpupool/" + leaf;
+Status RemoveCgroupDirs(const std::vector<std::string>& dirs, int timeout_ms) {
+  std::vector<std::string> ours;
+  for (const std::string& dir : dirs) {
+    // The list comes from a file: never let it point the killing elsewhere.
+    if (dir.find("/gpupool/job-") == std::string::npos || dir.find("..") != std::string::npos) {
+      continue;
+    }
     struct stat st;
-    if (::stat(dir.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) dirs.push_back(dir);
+    if (::stat(dir.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) ours.push_back(dir);
   }
-  return KillAndRemove(dirs, timeout_ms);
+  return KillAndRemove(ours, timeout_ms);
 }
 
 }  // namespace gpupool::agent

@@ -1,6 +1,7 @@
 // JobCgroup: the cgroups that isolate one job attempt, under cgroup v1 (the `devices`,
-// `cpu` and `memory` hierarchies, ROOT/<controller>/gpupool/job-<id>-<attempt>) or
-// cgroup v2 (ROOT/gpupool/job-<id>-<attempt>).
+// `cpu` and `memory` hierarchies, ROOT/<controller>/gpupool/LEAF) or cgroup v2
+// (ROOT/gpupool/LEAF), where LEAF is job-<id>-<attempt>-<instance>: the instance (the
+// shim's pid) keeps two agents on one host, as in tests, from sharing a cgroup.
 //
 // What it enforces:
 //   v1: devices.deny "c MAJ:MIN rwm" for every denied device node; cpu.cfs_quota_us /
@@ -27,6 +28,7 @@ struct CgroupRequest {
   std::vector<std::string> deny_device_nodes;
   int64_t cpu_milli = 0;      // 0 = no limit
   uint64_t memory_bytes = 0;  // 0 = no limit
+  std::string instance;       // appended to the leaf name when not empty
 };
 
 class JobCgroup {
@@ -46,8 +48,13 @@ class JobCgroup {
   // `timeout_ms` for them to empty. The note of what happened is kept.
   Status Destroy(int timeout_ms);
 
+  // Whether the kernel's OOM killer killed a process of the job for reaching its memory
+  // limit. Call before Destroy().
+  bool OomKilled() const;
+
   // "cgroup v1: devices denied 2, cpu 1500m, memory 1073741824 B" or why it was skipped.
   const std::string& note() const { return note_; }
+  // Every requested device node is denied (true when none was requested).
   bool devices_enforced() const { return devices_enforced_; }
   const std::vector<std::string>& dirs() const { return dirs_; }
 
@@ -59,15 +66,17 @@ class JobCgroup {
   void OpenProcs(const std::string& dir);
 
   std::vector<std::string> dirs_;  // created leaf directories
+  std::string oom_events_;         // memory.oom_control (v1) or memory.events (v2)
   std::vector<int> procs_fds_;     // cgroup.procs of each, opened for writing
   std::vector<std::string> notes_;
   std::string note_;
   bool devices_enforced_ = false;
 };
 
-// For a job whose shim died: kills whatever still runs in the cgroups of that attempt
-// and removes them. OK when there are none (or `root` is empty).
-Status RemoveJobCgroups(const std::string& root, int64_t job_id, int attempt, int timeout_ms);
+// For a job whose shim died: kills whatever still runs in `dirs` (JobCgroup::dirs() as
+// the shim recorded them) and removes them. Paths that are not job cgroups of gpupool
+// are ignored; missing ones are fine.
+Status RemoveCgroupDirs(const std::vector<std::string>& dirs, int timeout_ms);
 
 // "c 195:3 rwm" for a character device node (b for block); an error when the path does
 // not exist or is not a device node.

@@ -63,12 +63,13 @@ TEST(CgroupTest, V1CreatesConfiguresAndRemoves) {
   req.deny_device_nodes = {"/dev/zero", "/no/such/node"};
   req.cpu_milli = 1500;
   req.memory_bytes = 256ull << 20;
+  req.instance = "t" + std::to_string(::getpid());
   auto cg = JobCgroup::Create("/sys/fs/cgroup", req);
   EXPECT_NE(cg->note().find("cgroup v1"), std::string::npos) << cg->note();
   EXPECT_NE(cg->note().find("/no/such/node"), std::string::npos) << cg->note();
   EXPECT_FALSE(cg->devices_enforced());  // one node could not be denied
   ASSERT_FALSE(cg->dirs().empty());
-  const std::string leaf = "job-" + std::to_string(req.job_id) + "-1";
+  const std::string leaf = "job-" + std::to_string(req.job_id) + "-1-" + req.instance;
   // The kernel enforces the rule: a process in the cgroup cannot open /dev/zero.
   pid_t pid = ::fork();
   ASSERT_GE(pid, 0);
@@ -122,7 +123,7 @@ TEST(CgroupTest, V2NotesThatDevicesAreNotRestricted) {
   EXPECT_NE(::access(dir.c_str(), F_OK), 0);
 }
 
-TEST(CgroupTest, RemoveJobCgroupsOfADeadShim) {
+TEST(CgroupTest, RemoveCgroupDirsOfADeadShim) {
   if (::geteuid() != 0 || ::access("/sys/fs/cgroup/cpu/cpu.cfs_quota_us", F_OK) != 0) {
     GTEST_SKIP() << "needs root and the cgroup v1 cpu controller at /sys/fs/cgroup";
   }
@@ -150,13 +151,14 @@ TEST(CgroupTest, RemoveJobCgroupsOfADeadShim) {
   const std::vector<std::string> dirs = cg->dirs();
   cg.reset();  // like a shim that died: the cgroups stay, with the job in them
   ASSERT_EQ(::access(dirs[0].c_str(), F_OK), 0);
-  EXPECT_TRUE(RemoveJobCgroups("/sys/fs/cgroup", req.job_id, 1, 2000).ok());
+  EXPECT_TRUE(RemoveCgroupDirs({"/sys/fs/cgroup/cpu", "/etc"}, 100).ok());  // not ours: ignored
+  ASSERT_EQ(::access("/sys/fs/cgroup/cpu", F_OK), 0);
+  EXPECT_TRUE(RemoveCgroupDirs(dirs, 2000).ok());
   int status = 0;
   ASSERT_EQ(::waitpid(pid, &status, 0), pid);
   EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
   for (const std::string& d : dirs) EXPECT_NE(::access(d.c_str(), F_OK), 0) << d;
-  EXPECT_TRUE(RemoveJobCgroups("/sys/fs/cgroup", req.job_id, 1, 100).ok());  // idempotent
-  EXPECT_TRUE(RemoveJobCgroups("", req.job_id, 1, 100).ok());
+  EXPECT_TRUE(RemoveCgroupDirs(dirs, 100).ok());  // idempotent
 }
 
 }  // namespace

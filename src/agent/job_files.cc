@@ -13,6 +13,9 @@
 namespace gpupool::agent {
 namespace {
 
+// Readers accept unknown fields: a shim started by one agent version may be adopted by
+// the next, and files must stay readable across such an upgrade.
+
 OrderedJson GrantToJson(const GpuGrant& g) {
   OrderedJson j;
   j["vendor"] = g.vendor;
@@ -25,7 +28,7 @@ OrderedJson GrantToJson(const GpuGrant& g) {
 
 Status GrantFromJson(const Json& j, const std::string& path, GpuGrant* g) {
   if (!j.is_object()) return Status::InvalidArgument(path + ": expected an object");
-  JsonFields f(j, path);
+  JsonFields f(j, path, /*reject_unknown=*/false);
   f.Required("vendor", &g->vendor);
   f.Required("index", &g->index, -1);
   f.Optional("uuid", &g->uuid);
@@ -74,7 +77,7 @@ Result<ShimConfig> ShimConfigFromJson(const std::string& text, const std::string
   if (!j.is_object()) return Status::InvalidArgument(source + ": expected a JSON object");
   ShimConfig config;
   LaunchSpec& s = config.spec;
-  JsonFields f(j, source);
+  JsonFields f(j, source, /*reject_unknown=*/false);
   f.Required("job_id", &s.job_id, 1);
   f.Required("attempt", &s.attempt, 0);
   f.Required("user", &s.user);
@@ -129,6 +132,7 @@ std::string ShimRecordToJson(const ShimRecord& r) {
   j["job_start_ticks"] = r.job_start_ticks;
   j["start_time_us"] = r.start_time_us;
   j["isolation"] = r.isolation;
+  j["cgroup_dirs"] = r.cgroup_dirs;
   return DumpJson(j, 2);
 }
 
@@ -136,7 +140,7 @@ Result<ShimRecord> ShimRecordFromJson(const std::string& text, const std::string
   GP_ASSIGN_OR_RETURN(Json j, ParseJson(text, source));
   if (!j.is_object()) return Status::InvalidArgument(source + ": expected a JSON object");
   ShimRecord r;
-  JsonFields f(j, source);
+  JsonFields f(j, source, /*reject_unknown=*/false);
   f.Required("job_id", &r.job_id, 1);
   f.Required("attempt", &r.attempt, 0);
   f.Required("pid", &r.pid, 1);
@@ -146,6 +150,7 @@ Result<ShimRecord> ShimRecordFromJson(const std::string& text, const std::string
   f.Optional("job_start_ticks", &r.job_start_ticks);
   f.Optional("start_time_us", &r.start_time_us, 0);
   f.Optional("isolation", &r.isolation);
+  f.Optional("cgroup_dirs", &r.cgroup_dirs);
   GP_RETURN_IF_ERROR(f.Finish());
   return r;
 }
@@ -170,7 +175,7 @@ Result<FinalStatus> FinalStatusFromJson(const std::string& text, const std::stri
   GP_ASSIGN_OR_RETURN(Json j, ParseJson(text, source));
   if (!j.is_object()) return Status::InvalidArgument(source + ": expected a JSON object");
   FinalStatus s;
-  JsonFields f(j, source);
+  JsonFields f(j, source, /*reject_unknown=*/false);
   f.Required("job_id", &s.job_id, 1);
   f.Required("attempt", &s.attempt, 0);
   f.Required("started", &s.started);
@@ -202,7 +207,8 @@ JobEvent EventFromFinalStatus(const FinalStatus& s) {
   return e;
 }
 
-Status WriteFileDurably(const std::string& path, const std::string& contents, mode_t mode) {
+Status WriteFileDurably(const std::string& path, const std::string& contents, mode_t mode,
+                        bool sync) {
   const std::string tmp = path + ".tmp";
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, mode);
   if (fd < 0) {
@@ -221,7 +227,7 @@ Status WriteFileDurably(const std::string& path, const std::string& contents, mo
     done += static_cast<size_t>(n);
   }
   // The umask may have narrowed the mode at creation; make it exact.
-  if (::fchmod(fd, mode) != 0 || ::fsync(fd) != 0) {
+  if (::fchmod(fd, mode) != 0 || (sync && ::fsync(fd) != 0)) {
     int err = errno;
     ::close(fd);
     ::unlink(tmp.c_str());

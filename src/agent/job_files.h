@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "agent/launcher.h"
 #include "common/status.h"
@@ -45,6 +46,7 @@ struct ShimRecord {
   uint64_t job_start_ticks = 0;
   int64_t start_time_us = 0;
   std::string isolation;
+  std::vector<std::string> cgroup_dirs;  // to remove if the shim dies
 };
 
 // How an attempt ended.
@@ -74,9 +76,13 @@ Result<FinalStatus> FinalStatusFromJson(const std::string& text, const std::stri
 // The event an agent reports for a final status.
 JobEvent EventFromFinalStatus(const FinalStatus& status);
 
-// Writes `contents` to `path` via a temporary file that is fsynced and renamed, with
-// the given mode, so a crash never leaves half a file.
-Status WriteFileDurably(const std::string& path, const std::string& contents, mode_t mode);
+// Writes `contents` to `path` via a temporary file and rename, with the given mode, so a
+// reader never sees half a file. With `sync` the data is fsynced first and so survives
+// a power loss; only status.json needs that (after a reboot every job is lost anyway,
+// but one that finished before it should be reported as finished), and the fsync costs
+// milliseconds on the path to a job's start.
+Status WriteFileDurably(const std::string& path, const std::string& contents, mode_t mode,
+                        bool sync = true);
 
 // Reads and parses one of the JSON files; NotFound when it does not exist.
 Result<ShimConfig> ReadShimConfig(const std::string& job_dir);

@@ -49,6 +49,10 @@ TEST(JobFilesTest, ShimConfigErrorsNameTheField) {
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.status().message().find("uid"), std::string::npos);
   EXPECT_FALSE(ShimConfigFromJson("not json", "spec.json").ok());
+  // A field from a newer agent version is no error.
+  EXPECT_TRUE(
+      ShimRecordFromJson(R"({"job_id":1,"attempt":1,"pid":5,"start_ticks":9,"new":1})", "shim.json")
+          .ok());
 }
 
 TEST(JobFilesTest, FinalStatusRoundTripsAndBecomesAnEvent) {

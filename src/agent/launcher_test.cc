@@ -392,9 +392,12 @@ TEST_F(LauncherTest, JobThatEndedWhileTheAgentWasDownIsReportedUntilForgotten) {
 }
 
 TEST_F(LauncherTest, KilledShimIsLostAndItsJobDoesNotLinger) {
-  Start(TestSpec(261, {"sleep", "100"}));
+  LaunchSpec spec = TestSpec(261, {"sleep", "100"});
+  spec.cpu_milli = 1000;  // a cgroup to clean up where the host has them
+  Start(spec);
   Result<ShimRecord> rec = ReadShimRecord(JobDir(dir_.path(), 261));
   ASSERT_TRUE(rec.ok());
+  for (const std::string& d : rec->cgroup_dirs) ASSERT_EQ(::access(d.c_str(), F_OK), 0) << d;
   launcher_.reset();
   ASSERT_EQ(::kill(rec->pid, SIGKILL), 0);
 
@@ -412,8 +415,7 @@ TEST_F(LauncherTest, KilledShimIsLostAndItsJobDoesNotLinger) {
   std::this_thread::sleep_for(std::chrono::milliseconds(100));
   EXPECT_FALSE(ProcessAlive(rec->job_pid));
   // The cgroups the dead shim could not remove are gone as well.
-  EXPECT_NE(::access("/sys/fs/cgroup/devices/gpupool/job-261-1", F_OK), 0);
-  EXPECT_NE(::access("/sys/fs/cgroup/cpu/gpupool/job-261-1", F_OK), 0);
+  for (const std::string& d : rec->cgroup_dirs) EXPECT_NE(::access(d.c_str(), F_OK), 0) << d;
 }
 
 TEST_F(LauncherTest, ShimKilledUnderARunningLauncherIsLost) {
@@ -459,7 +461,28 @@ TEST_F(LauncherTest, DeniedDeviceNodeCannotBeOpened) {
   EXPECT_NE(ReadWholeFile(JobFile(281, kStderrFile)).find("Operation not permitted"),
             std::string::npos);
   // The job's cgroups are gone once it ended.
-  EXPECT_NE(::access("/sys/fs/cgroup/devices/gpupool/job-281-1", F_OK), 0);
+  Result<ShimRecord> rec = ReadShimRecord(JobDir(dir_.path(), 281));
+  ASSERT_TRUE(rec.ok());
+  EXPECT_EQ(rec->cgroup_dirs.size(), 3u);  // devices, cpu, memory
+  for (const std::string& d : rec->cgroup_dirs) EXPECT_NE(::access(d.c_str(), F_OK), 0) << d;
+}
+
+TEST_F(LauncherTest, MemoryLimitKillIsExplained) {
+  if (::geteuid() != 0 || ::access("/sys/fs/cgroup/memory/memory.limit_in_bytes", W_OK) != 0) {
+    GTEST_SKIP() << "needs root and the cgroup v1 memory controller at /sys/fs/cgroup/memory";
+  }
+  // tail buffers /dev/zero's endless first line until the limit stops it.
+  LaunchSpec spec = TestSpec(285, {"tail", "/dev/zero"});
+  spec.memory_bytes = 32ull << 20;
+  spec.time_limit_s = 20;
+  Start(spec);
+  JobEvent e = Finish(285, 20'000);
+  EXPECT_EQ(e.kind, Kind::kExited);
+  EXPECT_EQ(e.signal, SIGKILL);
+  EXPECT_FALSE(e.timed_out);
+  EXPECT_NE(e.reason.find("OOM killer: the memory limit of 33554432 bytes was reached"),
+            std::string::npos)
+      << e.reason;
 }
 
 TEST_F(LauncherTest, IsolationSkippedIsNotedNotFatal) {

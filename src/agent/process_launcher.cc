@@ -53,7 +53,8 @@ struct Supervised {
   bool our_child = false;  // started by this launcher, so ours to reap
 };
 
-Status MakeDir(const std::string& path, mode_t mode) {
+// Creates `path` if needed; `enforce` also resets the mode of an existing directory.
+Status MakeDir(const std::string& path, mode_t mode, bool enforce = true) {
   if (::mkdir(path.c_str(), mode) != 0 && errno != EEXIST) {
     return Status::Unavailable("cannot create directory '" + path + "': " + std::strerror(errno));
   }
@@ -61,7 +62,7 @@ Status MakeDir(const std::string& path, mode_t mode) {
   if (::lstat(path.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
     return Status::FailedPrecondition("'" + path + "' is not a directory; remove it");
   }
-  ::chmod(path.c_str(), mode);
+  if (enforce) ::chmod(path.c_str(), mode);
   return Status::Ok();
 }
 
@@ -259,8 +260,9 @@ Status ProcessLauncher::Launch(const LaunchSpec& spec) {
     }
   } unreserve{this, spec.job_id};
 
-  // STATE and STATE/jobs may be traversed by users to reach their own logs, not listed.
-  GP_RETURN_IF_ERROR(MakeDir(opt_.state_dir, 0711));
+  // STATE/jobs may be traversed by users to reach their own logs, not listed. An existing
+  // STATE keeps the mode its owner gave it.
+  GP_RETURN_IF_ERROR(MakeDir(opt_.state_dir, 0711, /*enforce=*/false));
   GP_RETURN_IF_ERROR(MakeDir(opt_.state_dir + "/jobs", 0711));
   const std::string dir = JobDir(opt_.state_dir, spec.job_id);
   GP_RETURN_IF_ERROR(MakeDir(dir, 0711));
@@ -278,7 +280,8 @@ Status ProcessLauncher::Launch(const LaunchSpec& spec) {
   for (const char* f : {kStatusFile, kShimFile}) ::unlink((dir + "/" + f).c_str());
 
   ShimConfig config{spec, opt_.cgroup_root};
-  GP_RETURN_IF_ERROR(WriteFileDurably(dir + "/" + kSpecFile, ShimConfigToJson(config), 0600));
+  GP_RETURN_IF_ERROR(WriteFileDurably(dir + "/" + kSpecFile, ShimConfigToJson(config), 0600,
+                                      /*sync=*/false));
 
   std::string report;
   GP_ASSIGN_OR_RETURN(Supervised s, SpawnShim(dir, &report));
@@ -351,8 +354,10 @@ JobEvent ProcessLauncher::FinalEvent(int64_t job_id, int attempt, pid_t shim_pid
     }
   }
   // Its cgroups too (this also kills job processes that left the process group).
-  if (Status rm = RemoveJobCgroups(opt_.cgroup_root, job_id, attempt, 2000); !rm.ok()) {
-    spdlog::warn("job {}: {}", job_id, rm.message());
+  if (Result<ShimRecord> rec = ReadShimRecord(job_dir); rec.ok() && rec->boot_id == BootId()) {
+    if (Status rm = RemoveCgroupDirs(rec->cgroup_dirs, 2000); !rm.ok()) {
+      spdlog::warn("job {}: {}", job_id, rm.message());
+    }
   }
   return e;
 }

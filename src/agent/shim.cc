@@ -170,9 +170,11 @@ Status Shim::Prepare() {
   req.deny_device_nodes = spec.denied_device_nodes;
   req.cpu_milli = spec.cpu_milli;
   req.memory_bytes = spec.memory_bytes;
+  req.instance = std::to_string(::getpid());
   cgroup_ = JobCgroup::Create(config_.cgroup_root, req);
   final_.isolation = cgroup_->note();
   record_.isolation = cgroup_->note();
+  record_.cgroup_dirs = cgroup_->dirs();
   ShimLog("isolation: %s", cgroup_->note().c_str());
   plan_.cgroup = cgroup_.get();
   return Status::Ok();
@@ -185,7 +187,8 @@ Status Shim::StartJob() {
   record_.job_pid = job_pid_;
   record_.job_start_ticks = ProcessStartTicks(job_pid_).value_or(0);
   record_.start_time_us = final_.start_time_us;
-  Status st = WriteFileDurably(args_.job_dir + "/" + kShimFile, ShimRecordToJson(record_), 0600);
+  Status st = WriteFileDurably(args_.job_dir + "/" + kShimFile, ShimRecordToJson(record_), 0600,
+                               /*sync=*/false);
   if (!st.ok()) ShimLog("%s", st.message().c_str());  // the job runs; Adopt copes
   ShimLog("started job %lld attempt %d as pid %d", static_cast<long long>(config_.spec.job_id),
           config_.spec.attempt, static_cast<int>(job_pid_));
@@ -282,6 +285,11 @@ std::string Shim::ExitReason() const {
 }
 
 int Shim::Finish() {
+  if (cgroup_ != nullptr && final_.started && cgroup_->OomKilled()) {
+    const std::string oom = "killed by the kernel's OOM killer: the memory limit of " +
+                            std::to_string(config_.spec.memory_bytes) + " bytes was reached";
+    final_.reason = final_.reason.empty() ? oom : oom + "; " + final_.reason;
+  }
   if (cgroup_ != nullptr) {
     Status st = cgroup_->Destroy(5000);
     if (!st.ok()) ShimLog("%s", st.message().c_str());
@@ -329,7 +337,8 @@ int Shim::Run() {
   record_.pid = ::getpid();
   record_.start_ticks = ProcessStartTicks(record_.pid).value_or(0);
   record_.boot_id = BootId();
-  Status st = WriteFileDurably(args_.job_dir + "/" + kShimFile, ShimRecordToJson(record_), 0600);
+  Status st = WriteFileDurably(args_.job_dir + "/" + kShimFile, ShimRecordToJson(record_), 0600,
+                               /*sync=*/false);
   if (st.ok()) st = Prepare();
   if (st.ok()) st = StartJob();
   if (!st.ok()) {

@@ -2,6 +2,8 @@
 // libraries and nodes for CDI, and the topology. Failure paths: nvml_failure_test.cc.
 #include <gtest/gtest.h>
 
+#include <iostream>
+
 #include "gpu/nvml/nvml_driver.h"
 #include "gpu/nvml/nvml_test_fixture.h"
 
@@ -230,6 +232,29 @@ TEST_F(NvmlBackendTest, DriverLibrariesWithoutAVersionAreRealFilesOnly) {
             (std::vector<std::string>{dir + "/libcuda.so.550.1", dir + "/libnvidia-cfg.so.550.1"}));
   EXPECT_TRUE(nvml::ListDriverLibraries((root_ / "absent").string(), "550.1").empty());
   EXPECT_TRUE(nvml::ListDriverLibraries("", "550.1").empty());
+}
+
+// On a machine with an NVIDIA driver this checks our ABI declarations against the real
+// library; elsewhere it skips.
+TEST(NvmlRealDriverTest, RealLibraryAnswersSanelyWhenPresent) {
+  DiscoveryOptions options;  // the real libnvidia-ml.so.1, /sys and /dev
+  auto found = NewNvmlBackend(options)->Discover();
+  if (!found.ok()) {
+    ASSERT_EQ(found.status().code(), StatusCode::kUnavailable) << found.status().ToString();
+    GTEST_SKIP() << "no usable NVIDIA driver here: " << found.status().message();
+  }
+  ASSERT_TRUE(found->nvidia.has_value());
+  EXPECT_FALSE(found->nvidia->version.empty());
+  for (const GpuInfo& g : found->gpus) {
+    SCOPED_TRACE("GPU " + std::to_string(g.index));
+    EXPECT_EQ(g.uuid.rfind("GPU-", 0), 0u) << g.uuid;
+    EXPECT_EQ(g.pci_bus_id.size(), 12u) << g.pci_bus_id;
+    EXPECT_GT(g.memory_total_bytes, 0u);
+    EXPECT_LE(g.memory_used_bytes, g.memory_total_bytes);
+    EXPECT_TRUE(g.compute_capability.has_value());
+    EXPECT_GE(g.minor_number, 0);
+  }
+  for (const Diagnostic& d : found->diagnostics) std::cout << "note: " << d.message << "\n";
 }
 
 }  // namespace

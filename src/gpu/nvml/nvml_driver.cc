@@ -35,10 +35,11 @@ std::vector<std::string> ListDriverLibraries(const std::string& directory,
   std::vector<std::string> out;
   if (directory.empty()) return out;
   const bool versioned = IsPlainVersion(driver_version);
+  // Iterated with error codes: the range-for form throws on a read error mid-listing.
   std::error_code ec;
-  std::filesystem::directory_iterator it(directory, ec);
-  if (ec) return out;
-  for (const auto& entry : it) {
+  for (std::filesystem::directory_iterator it(directory, ec), end; !ec && it != end;
+       it.increment(ec)) {
+    const std::filesystem::directory_entry& entry = *it;
     const std::string name = entry.path().filename().string();
     const bool wanted =
         std::any_of(std::begin(kDriverLibraries), std::end(kDriverLibraries), [&](const char* lib) {

@@ -124,9 +124,10 @@ Status CsvTable::RequireColumns(std::initializer_list<std::string_view> names) c
   for (std::string_view name : names) {
     if (!HasColumn(name)) {
       std::string have;
-      for (const std::string& h : header_)
+      for (const std::string& h : header_) {
         if (!have.empty()) have += ',';
-      have += Shown(h);
+        have += Shown(h);
+      }
       return Status::InvalidArgument(fmt::format(
           "{}:1: missing column '{}' (the header has: {}); add the column", source_, name, have));
     }
