@@ -290,6 +290,19 @@ def driver(a):
         print("queued %d jobs in %.1f s (%.0f/s)" % (len(ids), fill_s, len(ids) / fill_s),
               file=sys.stderr, flush=True)
         rss_before = vm_status(srv.proc.pid)
+        # Service time without concurrency: one client, each kind a few times in a row, to
+        # tell an expensive request from one that waits behind the others under load.
+        solo = {}
+        for kind, req in (("get_job", ("GET", "/v1/jobs/%d" % ids[len(ids) // 2], None)),
+                          ("list_active", ("GET", "/v1/jobs?active=1&limit=50", None)),
+                          ("nodes", ("GET", "/v1/nodes", None)),
+                          ("submit", ("POST", "/v1/jobs", job_body(srv.work, ["true"])))):
+            ms = []
+            for _ in range(a.solo):
+                t1 = time.perf_counter()
+                call(srv.sock, *req)
+                ms.append((time.perf_counter() - t1) * 1000.0)
+            solo[kind] = stats(ms)
 
         procs = min(a.clients, a.processes)
         per = [a.clients // procs + (1 if i < a.clients % procs else 0) for i in range(procs)]
@@ -325,6 +338,7 @@ def driver(a):
             "errors": errors, "error_examples": examples[:5],
             "by_kind": {k: stats(v) for k, v in merged.items()},
             "overall": stats(all_ms),
+            "solo": solo,
             "controller_rss_bytes_before_load": rss_before.get("VmRSS"),
             "controller_peak_rss_bytes": mem.get("VmHWM"),
             "controller_rss_bytes_end": mem.get("VmRSS"),
@@ -356,6 +370,11 @@ def print_table(res):
         print("| all | %d | %.1f | %.1f | %.1f | %.1f | %d |" % (
             s["n"], s["p50_ms"], s["p95_ms"], s["p99_ms"], s["max_ms"],
             sum(res["errors"].values())))
+    solo = res.get("solo", {})
+    if solo and all(v["n"] for v in solo.values()):
+        print("one client alone, %d of each: %s" % (
+            next(iter(solo.values()))["n"],
+            ", ".join("%s p50 %.1f ms" % (names[k], v["p50_ms"]) for k, v in solo.items())))
     mib = lambda b: "-" if b is None else "%.1f MiB" % (b / 1048576.0)
     print("controller RSS: %s after queueing, peak (VmHWM) %s, %s at the end" % (
         mib(res["controller_rss_bytes_before_load"]), mib(res["controller_peak_rss_bytes"]),
@@ -376,6 +395,8 @@ def main():
     ap.add_argument("--clients", type=int, default=50)
     ap.add_argument("--processes", type=int, default=5, help="client processes")
     ap.add_argument("--duration", type=float, default=20.0)
+    ap.add_argument("--solo", type=int, default=10,
+                    help="requests of each kind from one client before the load")
     ap.add_argument("--out")
     # worker mode (internal)
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)

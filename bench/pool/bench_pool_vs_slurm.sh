@@ -68,8 +68,7 @@ GP_DIR=""
 stop_gpupool() {
   if [[ -n $GP_PID ]]; then
     kill -TERM "$GP_PID" 2>/dev/null
-    local t
-    for t in $(seq 100); do kill -0 "$GP_PID" 2>/dev/null || break; sleep 0.1; done
+    for _ in $(seq 100); do kill -0 "$GP_PID" 2>/dev/null || break; sleep 0.1; done
     kill -KILL "$GP_PID" 2>/dev/null
     wait "$GP_PID" 2>/dev/null
     GP_PID=""
@@ -83,7 +82,20 @@ stop_gpupool() {
   fi
 }
 
+# Measurements run in the background and are waited for, so that a TERM/INT to this script
+# is handled at once (bash defers traps while a foreground child runs).
+CHILD=""
+measure() {
+  python3 "$HERE/pool_vs_slurm.py" measure "$@" &
+  CHILD=$!
+  wait "$CHILD"
+  local rc=$?
+  CHILD=""
+  return $rc
+}
+
 cleanup() {
+  if [[ -n $CHILD ]]; then kill -TERM "$CHILD" 2>/dev/null; wait "$CHILD" 2>/dev/null; fi
   stop_gpupool
   slurm_stop
   rm -rf "$WORK"
@@ -97,7 +109,7 @@ echo "== $(date -u +%FT%TZ) on $(nproc) CPUs, load: $(cut -d' ' -f1-3 /proc/load
 if ((DO_SLURM)); then
   if slurm_start "$PROFILE"; then
     mkdir -p "$WORK/slurm"
-    if python3 "$HERE/pool_vs_slurm.py" measure --system slurm --work "$WORK/slurm" \
+    if measure --system slurm --work "$WORK/slurm" \
       --jobs "$JOBS" --idle-jobs "$IDLE_JOBS" --out "$WORK/slurm.json"; then
       RESULTS+=("$WORK/slurm.json")
     else
@@ -106,7 +118,7 @@ if ((DO_SLURM)); then
     fi
     if ((DO_ARRAY)); then
       mkdir -p "$WORK/slurm-array"
-      python3 "$HERE/pool_vs_slurm.py" measure --system slurm-array --work "$WORK/slurm-array" \
+      measure --system slurm-array --work "$WORK/slurm-array" \
         --jobs "$JOBS" --idle-jobs 0 --out "$WORK/slurm-array.json" &&
         RESULTS+=("$WORK/slurm-array.json")
     fi
@@ -122,8 +134,7 @@ start_gpupool() {
   "$GPUPOOL" up --fake "$NODE_JSON" --state-dir "$GP_DIR" --port 0 \
     >"$GP_DIR/server.log" 2>&1 &
   GP_PID=$!
-  local t
-  for t in $(seq 400); do
+  for _ in $(seq 400); do
     if ! kill -0 "$GP_PID" 2>/dev/null; then
       echo "gpupool up exited; its log:" >&2
       tail -n 30 "$GP_DIR/server.log" >&2
@@ -156,7 +167,7 @@ if ((DO_GPUPOOL)); then
   # A fresh pool for each row so neither sees the other's job history.
   if start_gpupool; then
     mkdir -p "$WORK/gpupool-api"
-    python3 "$HERE/pool_vs_slurm.py" measure --system gpupool-api --work "$WORK/gpupool-api" \
+    measure --system gpupool-api --work "$WORK/gpupool-api" \
       --sock "$GP_DIR/gpupool.sock" --jobs "$JOBS" --idle-jobs "$IDLE_JOBS" \
       --out "$WORK/gpupool-api.json" && RESULTS+=("$WORK/gpupool-api.json")
   fi
@@ -166,7 +177,7 @@ if ((DO_GPUPOOL)); then
     if "$GPUPOOL" submit --help 2>&1 | grep -q -- '--gpus'; then
       if start_gpupool; then
         mkdir -p "$WORK/gpupool-cli"
-        python3 "$HERE/pool_vs_slurm.py" measure --system gpupool-cli --work "$WORK/gpupool-cli" \
+        measure --system gpupool-cli --work "$WORK/gpupool-cli" \
           --sock "$GP_DIR/gpupool.sock" --gpupool "$GPUPOOL" --jobs "$JOBS" \
           --idle-jobs "$IDLE_JOBS" --out "$WORK/gpupool-cli.json" &&
           RESULTS+=("$WORK/gpupool-cli.json")

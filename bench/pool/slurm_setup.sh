@@ -175,8 +175,7 @@ slurm_start() {
     --seed-file="$d/munge/munged.seed" --log-file="$d/log/munged.log" \
     >>"$d/log/munged.out" 2>&1 &
   _SLURM_PIDS+=($!)
-  local t
-  for t in $(seq 100); do [[ -S $d/munge.sock ]] && break; sleep 0.05; done
+  for _ in $(seq 100); do [[ -S $d/munge.sock ]] && break; sleep 0.05; done
   if [[ ! -S $d/munge.sock ]]; then
     _slurm_log "munged did not start; its log:"
     tail -n 20 "$d/log/munged.log" "$d/log/munged.out" >&2 2>/dev/null
@@ -193,7 +192,7 @@ slurm_start() {
 
   # Ready when the node is idle (slurmd registered with its 8 GPUs).
   local state=""
-  for t in $(seq 300); do
+  for _ in $(seq 300); do
     local p
     for p in "${_SLURM_PIDS[@]}"; do
       if ! kill -0 "$p" 2>/dev/null; then
@@ -219,8 +218,7 @@ slurm_stop() {
   # Daemons first (TERM, then KILL), then any job step left behind by slurmd.
   for p in "${_SLURM_PIDS[@]}"; do kill -TERM "$p" 2>/dev/null; done
   for p in "${_SLURM_PIDS[@]}"; do
-    local t
-    for t in $(seq 50); do kill -0 "$p" 2>/dev/null || break; sleep 0.1; done
+    for _ in $(seq 50); do kill -0 "$p" 2>/dev/null || break; sleep 0.1; done
     kill -KILL "$p" 2>/dev/null
     wait "$p" 2>/dev/null
   done
@@ -245,8 +243,7 @@ _slurm_check() {
   local out=$SLURM_BENCH_DIR/check.out
   local id
   id=$(sbatch --parsable --gres=gpu:1 -o "$out" --wrap 'echo gpus=$CUDA_VISIBLE_DEVICES') || exit 1
-  local t
-  for t in $(seq 300); do
+  for _ in $(seq 300); do
     [[ -z $(squeue -h -j "$id" 2>/dev/null) && -s $out ]] && break
     sleep 0.1
   done

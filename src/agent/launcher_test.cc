@@ -45,6 +45,10 @@ class LauncherTest : public ::testing::Test {
     ASSERT_FALSE(dir_.path().empty());
     launcher_ = NewProcessLauncher(TestOptions(dir_.path()));
   }
+  void TearDown() override {
+    launcher_.reset();
+    testing::KillLeftoverJobs(dir_.path());
+  }
   std::string JobFile(int64_t id, const char* name) const {
     return JobDir(dir_.path(), id) + "/" + name;
   }

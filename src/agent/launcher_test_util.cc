@@ -1,6 +1,7 @@
 #include "agent/launcher_test_util.h"
 
 #include <signal.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -8,6 +9,9 @@
 #include <filesystem>
 #include <thread>
 
+#include "agent/cgroup.h"
+#include "agent/job_files.h"
+#include "agent/proc_util.h"
 #include "common/file_util.h"
 
 namespace gpupool::agent::testing {
@@ -84,6 +88,22 @@ bool ProcessAlive(int pid) {
   if (stat.empty()) return false;
   size_t close = stat.rfind(')');
   return close != std::string::npos && close + 2 < stat.size() && stat[close + 2] != 'Z';
+}
+
+void KillLeftoverJobs(const std::string& state_dir) {
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(state_dir + "/jobs", ec)) {
+    Result<ShimRecord> rec = ReadShimRecord(entry.path().string());
+    if (!rec.ok() || rec->boot_id != BootId()) continue;
+    if (ProcessStartTicks(rec->pid).value_or(0) == rec->start_ticks) {
+      ::kill(rec->pid, SIGKILL);
+      ::waitpid(rec->pid, nullptr, 0);  // ECHILD when it is not ours: fine
+    }
+    if (rec->job_pid > 0 && ProcessStartTicks(rec->job_pid).value_or(0) == rec->job_start_ticks) {
+      ::kill(-rec->job_pid, SIGKILL);
+    }
+    (void)RemoveCgroupDirs(rec->cgroup_dirs, 2000);
+  }
 }
 
 }  // namespace gpupool::agent::testing

@@ -34,4 +34,8 @@ std::string ReadWholeFile(const std::string& path);
 bool WaitForFileContaining(const std::string& path, const std::string& needle, int timeout_ms);
 bool ProcessAlive(int pid);
 
+// Kills every shim (and its job and cgroups) still running under `state_dir`, so a
+// failed test leaves nothing behind.
+void KillLeftoverJobs(const std::string& state_dir);
+
 }  // namespace gpupool::agent::testing

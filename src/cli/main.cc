@@ -1,6 +1,7 @@
 // gpupool: one binary, several roles (see docs/architecture.md).
 #include <cstdio>
 
+#include "cli/client/client_commands.h"
 #include "cli/commands.h"
 #include "common/logging.h"
 #include "daemon/daemon_commands.h"
@@ -16,6 +17,7 @@ int main(int argc, char** argv) {
   gpupool::cli::RegisterGpusCommand(app, ctx);
   gpupool::cli::RegisterSimCommand(app, ctx);
   gpupool::cli::RegisterEnvCommand(app, ctx);
+  gpupool::cli::RegisterClientCommands(app, ctx);
   gpupool::daemon::RegisterDaemonCommands(app, ctx);
 
   app.parse_complete_callback([&] {

@@ -110,7 +110,12 @@ void Controller::Loop() {
       if (stopping_) return;
       schedule_requested_ = false;
     }
+    const int64_t pass_start = clock_->MonotonicMicros();
     if (Status s = ScheduleOnce(); !s.ok()) spdlog::error("scheduler pass: {}", s.ToString());
+    // Under a stream of submissions, passes would run back to back; a short gap lets
+    // them batch (each pass sees many new jobs) and leaves the lock to API calls.
+    const int64_t pass_us = clock_->MonotonicMicros() - pass_start;
+    std::this_thread::sleep_for(std::chrono::microseconds(std::clamp<int64_t>(pass_us, 1000, 20'000)));
     const int64_t now = clock_->MonotonicMicros();
     if (now - last_sweep >= options_.scheduler_period_us) {
       last_sweep = now;
@@ -140,15 +145,19 @@ Result<Job> Controller::Submit(Job job, const Caller& caller) {
     return Status::InvalidArgument("workdir: '" + job.workdir + "' must be an absolute path");
   }
   GP_RETURN_IF_ERROR(jobs::ValidateRequest(job.request).WithContext("request"));
-  std::lock_guard lock(mu_);
-  std::vector<SchedNode> nodes;
-  for (const auto& [name, e] : nodes_) nodes.push_back({name, &e.info, e.cpu_milli, e.memory_mib});
-  if (!nodes.empty()) {
-    if (std::string why = JobScheduler::NeverFits(job, nodes); !why.empty()) {
-      return Status::FailedPrecondition("no node of this pool can ever run this job: " + why);
+  {
+    std::lock_guard lock(mu_);
+    std::vector<SchedNode> nodes;
+    for (const auto& [name, e] : nodes_) nodes.push_back({name, &e.info, e.cpu_milli, e.memory_mib});
+    if (!nodes.empty()) {
+      if (std::string why = JobScheduler::NeverFits(job, nodes); !why.empty()) {
+        return Status::FailedPrecondition("no node of this pool can ever run this job: " + why);
+      }
     }
   }
+  // The store serialises writers itself; API calls need not wait for this one.
   GP_ASSIGN_OR_RETURN(job.id, store_->InsertJob(job));
+  std::lock_guard lock(mu_);
   active_[job.id] = job;
   WakeScheduler();
   return job;
@@ -178,17 +187,22 @@ Result<std::vector<Job>> Controller::List(const store::JobFilter& filter, const 
   // Active jobs are served from memory: they carry fresh pending reasons.
   std::vector<Job> out;
   std::lock_guard lock(mu_);
-  for (const auto& [id, job] : active_) {
-    if (f.user && job.user != *f.user) continue;
-    if (!f.states.empty() && std::find(f.states.begin(), f.states.end(), job.state) == f.states.end()) {
-      continue;
+  auto matches = [&](const Job& job) {
+    if (f.user && job.user != *f.user) return false;
+    if (!f.states.empty() &&
+        std::find(f.states.begin(), f.states.end(), job.state) == f.states.end()) {
+      return false;
     }
-    if (f.node && !OnNode(job, *f.node)) continue;
-    out.push_back(job);
+    return !f.node || OnNode(job, *f.node);
+  };
+  if (f.limit > 0) {  // newest first, like the store
+    for (auto it = active_.rbegin(); it != active_.rend() && out.size() < f.limit; ++it) {
+      if (matches(it->second)) out.push_back(it->second);
+    }
+    return out;
   }
-  if (f.limit > 0 && out.size() > f.limit) {
-    out.erase(out.begin(), out.end() - static_cast<std::ptrdiff_t>(f.limit));
-    std::reverse(out.begin(), out.end());
+  for (const auto& [id, job] : active_) {
+    if (matches(job)) out.push_back(job);
   }
   return out;
 }
@@ -467,25 +481,67 @@ Status Controller::ApplyEvents(const std::string& node, const std::vector<AgentE
 }
 
 Status Controller::ScheduleOnce() {
-  std::lock_guard lock(mu_);
+  // Planning takes milliseconds with a long queue; API calls must not wait for it. So the
+  // pass plans on a snapshot (jobs without their command lines and environments) taken
+  // under the lock, and applies the result under the lock after checking that nothing
+  // it relied on changed meanwhile.
+  std::vector<Job> snapshot;
+  std::vector<std::pair<std::string, NodeEntry>> nodes_copy;
+  {
+    std::lock_guard lock(mu_);
+    bool any_pending = false;
+    snapshot.reserve(active_.size());
+    for (const auto& [id, job] : active_) {
+      any_pending = any_pending || job.state == JobState::kPending;
+      Job slim;
+      slim.id = job.id;
+      slim.user = job.user;
+      slim.project = job.project;
+      slim.request = job.request;
+      slim.priority = job.priority;
+      slim.time_limit_s = job.time_limit_s;
+      slim.state = job.state;
+      slim.submit_time_us = job.submit_time_us;
+      slim.start_time_us = job.start_time_us;
+      slim.placement = job.placement;
+      snapshot.push_back(std::move(slim));
+    }
+    if (!any_pending) return Status::Ok();
+    for (const auto& [name, e] : nodes_) {
+      if (e.up) nodes_copy.emplace_back(name, NodeEntry{e.info, e.cpu_milli, e.memory_mib, 0, true, {}, {}});
+    }
+  }
   std::vector<SchedNode> nodes;
-  for (const auto& [name, e] : nodes_) {
-    if (e.up) nodes.push_back({name, &e.info, e.cpu_milli, e.memory_mib});
-  }
+  for (const auto& [name, e] : nodes_copy) nodes.push_back({name, &e.info, e.cpu_milli, e.memory_mib});
   std::vector<const Job*> active;
-  active.reserve(active_.size());
-  bool any_pending = false;
-  for (const auto& [id, job] : active_) {
-    active.push_back(&job);
-    any_pending = any_pending || job.state == JobState::kPending;
-  }
-  if (!any_pending) return Status::Ok();
+  active.reserve(snapshot.size());
+  for (const Job& j : snapshot) active.push_back(&j);
   const int64_t now = clock_->NowMicros();
   GP_ASSIGN_OR_RETURN(ScheduleResult plan, scheduler_->Plan(active, nodes, now / 1'000'000));
 
+  std::lock_guard lock(mu_);
+  // Apply only if every job the plan saw occupying resources still does, every job it
+  // starts is still pending, and every node it used is still up; otherwise plan again.
+  for (const Job& j : snapshot) {
+    if (j.state == JobState::kPending) continue;
+    auto it = active_.find(j.id);
+    if (it == active_.end()) continue;  // ended: resources freed, the plan stays safe
+    if (it->second.placement != j.placement) {
+      WakeScheduler();
+      return Status::Ok();
+    }
+  }
   std::vector<store::Store::JobUpdate> updates;
   for (auto& [id, placement] : plan.starts) {
-    Job next = active_.at(id);
+    auto it = active_.find(id);
+    if (it == active_.end() || it->second.state != JobState::kPending) continue;
+    bool nodes_up = true;
+    for (const jobs::TaskPlacement& p : placement) {
+      auto n = nodes_.find(p.node);
+      nodes_up = nodes_up && n != nodes_.end() && n->second.up;
+    }
+    if (!nodes_up) continue;
+    Job next = it->second;
     next.state = JobState::kAssigned;
     next.placement = std::move(placement);
     next.pending_reason.clear();
@@ -497,8 +553,11 @@ Status Controller::ScheduleOnce() {
     for (auto& u : updates) active_[u.job.id] = std::move(u.job);
     NotifyNode("");
   }
-  for (const auto& [id, reason] : plan.pending_reasons) {
-    if (auto it = active_.find(id); it != active_.end()) it->second.pending_reason = reason;
+  for (auto& [id, reason] : plan.pending_reasons) {
+    auto it = active_.find(id);
+    if (it != active_.end() && it->second.state == JobState::kPending) {
+      it->second.pending_reason = std::move(reason);
+    }
   }
   return Status::Ok();
 }

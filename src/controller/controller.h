@@ -156,7 +156,7 @@ class Controller {
   bool stopping_ = false;
   std::map<int64_t, jobs::Job> active_;   // non-terminal jobs by id
   std::map<std::string, NodeEntry> nodes_;
-  std::unique_ptr<JobScheduler> scheduler_;  // used under mu_ only
+  std::unique_ptr<JobScheduler> scheduler_;  // used by one pass at a time (the loop)
   // Gangs: exit events seen so far per job (task index -> job failed?).
   std::map<int64_t, std::map<int, bool>> task_exits_;
   std::thread loop_;

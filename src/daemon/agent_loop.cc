@@ -179,11 +179,27 @@ Status AgentLoop::PollOnce() {
     }
   }
   if (work->contains("launch") && (*work)["launch"].is_array()) {
-    for (const Json& order : (*work)["launch"]) {
-      if (Status s = Launch(order); !s.ok()) spdlog::error("agent: bad launch order: {}", s.message());
-    }
+    std::lock_guard lock(mu_);
+    for (const Json& order : (*work)["launch"]) launch_queue_.push_back(order);
+    launch_cv_.notify_all();
   }
   return Status::Ok();
+}
+
+void AgentLoop::LaunchWorker() {
+  while (true) {
+    Json order;
+    {
+      std::unique_lock lock(mu_);
+      launch_cv_.wait_for(lock, std::chrono::milliseconds(200),
+                          [this] { return stopping_ || !launch_queue_.empty(); });
+      if (stopping_) return;
+      if (launch_queue_.empty()) continue;
+      order = std::move(launch_queue_.front());
+      launch_queue_.pop_front();
+    }
+    if (Status s = Launch(order); !s.ok()) spdlog::error("agent: bad launch order: {}", s.message());
+  }
 }
 
 void AgentLoop::ReportEvents() {
@@ -242,6 +258,10 @@ void AgentLoop::ReportEvents() {
 
 void AgentLoop::Run() {
   std::thread reporter([this] { ReportEvents(); });
+  std::vector<std::thread> launchers;
+  for (int i = 0; i < std::max(1, options_.launch_workers); ++i) {
+    launchers.emplace_back([this] { LaunchWorker(); });
+  }
   int backoff_ms = 200;
   while (!stopping_) {
     Status s = registered_ ? PollOnce() : Register();
@@ -255,6 +275,8 @@ void AgentLoop::Run() {
     }
     backoff_ms = std::min(backoff_ms * 2, 5000);
   }
+  launch_cv_.notify_all();
+  for (std::thread& t : launchers) t.join();
   reporter.join();
 }
 

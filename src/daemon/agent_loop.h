@@ -11,6 +11,8 @@
 #pragma once
 
 #include <atomic>
+#include <condition_variable>
+#include <deque>
 #include <memory>
 #include <mutex>
 #include <set>
@@ -32,6 +34,7 @@ struct AgentLoopOptions {
   int64_t memory_mib = 0;     // 0 = all physical memory
   int poll_wait_ms = 10'000;  // long-poll length; also the heartbeat period
   int64_t cancel_grace_s = 10;
+  int launch_workers = 8;     // launches in flight at once
 };
 
 class AgentLoop {
@@ -46,6 +49,7 @@ class AgentLoop {
   Status Register();
   Status PollOnce();
   void ReportEvents();  // runs on its own thread
+  void LaunchWorker();  // several run: a launch waits for its shim, others need not
   Status Launch(const Json& order);
   Result<Json> Call(const std::string& method, const std::string& path, const std::string& body,
                     int timeout_ms);
@@ -59,6 +63,8 @@ class AgentLoop {
   std::mutex mu_;
   std::set<std::pair<int64_t, int>> launched_;   // (launcher key, attempt) seen
   std::vector<agent::JobEvent> unsent_;          // waiting for the controller's ack
+  std::deque<Json> launch_queue_;
+  std::condition_variable launch_cv_;
 };
 
 // The launcher key of one task: the job id for single-task jobs; gang tasks get a key

@@ -91,6 +91,7 @@ Result<NodeInfo> DiscoverNode(const DiscoveryOptions& options) {
   NodeInfo merged;
   std::set<std::string> seen_pci;
   std::set<Vendor> vendor_backend_worked;  // vendors whose own library backend succeeded
+  std::set<std::string> unavailable;        // backends that could not run here
   for (const std::string& name : names) {
     GP_ASSIGN_OR_RETURN(auto backend, CreateBackend(name, options));
     Result<NodeInfo> found = backend->Discover();
@@ -99,6 +100,7 @@ Result<NodeInfo> DiscoverNode(const DiscoveryOptions& options) {
       // probing, it is only worth a note.
       if (!automatic) return found.status().WithContext(name);
       merged.diagnostics.push_back({name, found.status().message()});
+      unavailable.insert(name);
       continue;
     }
     NodeInfo& node = *found;
@@ -126,6 +128,18 @@ Result<NodeInfo> DiscoverNode(const DiscoveryOptions& options) {
     std::erase_if(merged.diagnostics, [&](const Diagnostic& d) {
       return std::any_of(vendor_backend_worked.begin(), vendor_backend_worked.end(),
                          [&](Vendor v) { return IsMissingLibraryDiagnostic(d, v); });
+    });
+    // A vendor backend that cannot run on a machine without that vendor's GPUs is
+    // expected, not news: keep its note only when some backend saw such a GPU.
+    auto has_vendor = [&](Vendor v) {
+      return std::any_of(merged.gpus.begin(), merged.gpus.end(),
+                         [v](const GpuInfo& g) { return g.vendor == v; });
+    };
+    std::erase_if(merged.diagnostics, [&](const Diagnostic& d) {
+      if (unavailable.count(d.backend) == 0) return false;
+      if (d.backend == "nvml") return !has_vendor(Vendor::kNvidia);
+      if (d.backend == "rocm-smi") return !has_vendor(Vendor::kAmd);
+      return false;
     });
   }
   if (merged.hostname.empty()) merged.hostname = LocalHostname();

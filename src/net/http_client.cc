@@ -4,6 +4,9 @@
 
 #include <memory>
 #include <mutex>
+#include <string_view>
+
+#include "common/strings.h"
 
 namespace gpupool::net {
 namespace {
@@ -11,6 +14,16 @@ namespace {
 void GlobalInit() {
   static std::once_flag once;
   std::call_once(once, [] { curl_global_init(CURL_GLOBAL_DEFAULT); });
+}
+
+// Collects "Name: value" response header lines, names lower-cased like the server's.
+size_t CollectHeader(char* data, size_t size, size_t n, void* out) {
+  const std::string_view line(data, size * n);
+  if (const size_t colon = line.find(':'); colon != std::string_view::npos) {
+    auto* headers = static_cast<std::map<std::string, std::string>*>(out);
+    (*headers)[ToLower(Trim(line.substr(0, colon)))] = std::string(Trim(line.substr(colon + 1)));
+  }
+  return size * n;
 }
 
 size_t Append(char* data, size_t size, size_t n, void* out) {
@@ -68,6 +81,8 @@ Result<HttpResponse> HttpClient::Send(const std::string& method, const std::stri
   curl_easy_setopt(curl.get(), CURLOPT_CONNECTTIMEOUT_MS, 5000L);
   curl_easy_setopt(curl.get(), CURLOPT_WRITEFUNCTION, &Append);
   curl_easy_setopt(curl.get(), CURLOPT_WRITEDATA, &resp.body);
+  curl_easy_setopt(curl.get(), CURLOPT_HEADERFUNCTION, &CollectHeader);
+  curl_easy_setopt(curl.get(), CURLOPT_HEADERDATA, &resp.headers);
   if (method == "POST" || method == "PUT" || !body.empty()) {
     curl_easy_setopt(curl.get(), CURLOPT_POSTFIELDS, body.data());
     curl_easy_setopt(curl.get(), CURLOPT_POSTFIELDSIZE_LARGE, static_cast<curl_off_t>(body.size()));

@@ -41,6 +41,7 @@ class HttpTest : public ::testing::Test {
     auto s = StartHttpServer(opts, [this](const HttpRequest& r) {
       ++calls_;
       HttpResponse resp;
+      resp.headers["X-Gpupool-Next-Offset"] = "42";
       resp.body = r.method + " " + r.path + " q=" + r.Query("q") + " auth=" +
                   r.Header("authorization") + " body=" + r.body + " peer=" +
                   (r.peer ? std::to_string(r.peer->uid) : std::string("none"));
@@ -64,6 +65,7 @@ TEST_F(HttpTest, UnixSocketCarriesPeerCredentials) {
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   EXPECT_EQ(r->status, 200);
   EXPECT_EQ(r->body, "POST /v1/x q=a b auth= body=hello peer=" + std::to_string(getuid()));
+  EXPECT_EQ(r->headers["x-gpupool-next-offset"], "42");  // names come back lower-cased
 }
 
 TEST_F(HttpTest, TcpCarriesBearerTokenAndNoPeer) {

@@ -187,7 +187,8 @@ std::vector<AdDevice> Devices(const NodeInfo& node) {
   std::set<std::string> seen;
   for (size_t i = 0; i < out.size(); ++i) {
     if (!seen.insert(out[i].id).second) {
-      out[i].id += "-" + std::to_string(i);
+      out[i].id += '-';
+      out[i].id += std::to_string(i);
       seen.insert(out[i].id);
     }
   }
@@ -272,7 +273,7 @@ std::string Legacy(std::vector<AdDevice> devices) {
         if (common.count(name) != 0) continue;
         std::string v = value;
         // Old HTCondor printed GPU UUIDs without their "GPU-" prefix.
-        if (name == "DeviceUuid" && StartsWith(v, "\"GPU-")) v = "\"" + v.substr(5);
+        if (name == "DeviceUuid" && StartsWith(v, "\"GPU-")) v.erase(1, 4);
         out += prefix + std::to_string(i) + name + "=" + v + "\n";
       }
     }

@@ -5,6 +5,7 @@
 // each other GPU, -1 for the GPU itself and 0 for none; it and Cores are left out when
 // unknown. A GPU in MIG mode is replaced by one line per MIG device, whose Type carries
 // the profile (a100_1g.10gb) and MultipleFiles the parent and capability nodes.
+#include <algorithm>
 #include <cctype>
 #include <string>
 #include <vector>
@@ -61,17 +62,15 @@ std::string LinksField(const NodeInfo& node, const std::vector<const GpuInfo*>& 
   bool any = false;
   std::string out;
   for (const GpuInfo* p : peers) {
-    std::string v = "0";
+    int count = 0;
     if (p == &self) {
-      v = "-1";
+      count = -1;
     } else if (const GpuLink* l = FindLink(node, self.pci_bus_id, p->pci_bus_id); l != nullptr) {
-      const int count = self.vendor == Vendor::kAmd ? l->xgmi_count : l->nvlink_count;
-      if (count > 0) {
-        any = true;
-        v = std::to_string(count);
-      }
+      count = std::max(0, self.vendor == Vendor::kAmd ? l->xgmi_count : l->nvlink_count);
+      any |= count > 0;
     }
-    out += (out.empty() ? "" : ",") + v;
+    if (!out.empty()) out += ',';
+    out += std::to_string(count);
   }
   return any ? out : "";
 }
@@ -108,15 +107,27 @@ std::string ExportGres(const NodeInfo& node) {
     }
     const std::string type = GresTypeName(g.name);
     const std::string file = Printable(PrimaryFile(g));
-    std::string cores = g.cpu_affinity.empty() ? "" : " Cores=" + Printable(g.cpu_affinity);
+    std::string cores;
+    if (!g.cpu_affinity.empty()) {
+      cores = " Cores=";
+      cores += Printable(g.cpu_affinity);
+    }
     if (InMigMode(g)) {
       for (const MigDevice& m : g.mig_devices) {
         std::string line = "Name=gpu";
         const std::string profile = KeepTypeChars(m.profile);
-        if (!type.empty()) line += " Type=" + type + (profile.empty() ? "" : "_" + profile);
+        if (!type.empty()) {
+          line += " Type=";
+          line += type;
+          if (!profile.empty()) {
+            line += '_';
+            line += profile;
+          }
+        }
         std::string files = file;
         for (const std::string& n : m.device_nodes) {
-          files += (files.empty() ? "" : ",") + Printable(n);
+          if (!files.empty()) files += ',';
+          files += Printable(n);
         }
         if (!files.empty()) line += " MultipleFiles=" + files;
         out += line + cores + "\n";

@@ -162,7 +162,10 @@ std::string ExportTable(const NodeInfo& node) {
   if (node.nvidia) out += DriverLine("NVIDIA", "CUDA", *node.nvidia);
   if (node.amd) out += DriverLine("AMD", "ROCm", *node.amd);
   if (!node.gpus.empty()) {
-    out += "\n" + GpuRows(node) + MigRows(node) + TopologyMatrix(node);
+    out += '\n';
+    out += GpuRows(node);
+    out += MigRows(node);
+    out += TopologyMatrix(node);
   }
   return out + Diagnostics(node);
 }

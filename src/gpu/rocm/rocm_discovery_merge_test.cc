@@ -108,5 +108,24 @@ TEST_F(RocmDiscoveryMergeTest, ProbingWithoutAnyAmdBackendKeepsTheNote) {
   for (const GpuInfo& g : node->gpus) EXPECT_EQ(g.backend, "sysfs");
 }
 
+TEST(DiscoveryNotesTest, NoVendorGpuMeansNoNoteAboutItsMissingLibrary) {
+  // A machine with one Intel GPU and neither vendor library: the NVML and ROCm backends
+  // cannot run, and that is expected, so neither may leave a warning.
+  FakeSysfsTree tree;
+  tree.AddPciDevice("0000:00:02.0", "0x8086", "0x46a6", "0x030000", "0", "0-7");
+  DiscoveryOptions options;
+  options.sysfs_root = tree.root();
+  options.dev_root = tree.Path("dev");
+  options.nvml_library = "/nonexistent/libnvidia-ml.so.1";
+  options.rocm_smi_library = "/nonexistent/librocm_smi64.so";
+  Result<NodeInfo> node = DiscoverNode(options);
+  ASSERT_TRUE(node.ok()) << node.status().ToString();
+  ASSERT_EQ(node->gpus.size(), 1u);
+  for (const Diagnostic& d : node->diagnostics) {
+    EXPECT_NE(d.backend, "nvml") << d.message;
+    EXPECT_NE(d.backend, "rocm-smi") << d.message;
+  }
+}
+
 }  // namespace
 }  // namespace gpupool::gpu

@@ -56,7 +56,11 @@ std::optional<LibraryHint> HintFor(Vendor vendor, const DiscoveryOptions& option
 }
 
 std::string MissingLibraryPrefix(Vendor vendor) {
-  return " " + std::string(VendorDisplayName(vendor)) + " GPU";
+  // Built by appending: GCC 12 at -O3 warns falsely (-Wrestrict) on `" " + string`.
+  std::string prefix = " ";
+  prefix += VendorDisplayName(vendor);
+  prefix += " GPU";
+  return prefix;
 }
 
 class SysfsBackend final : public GpuBackend {

@@ -47,6 +47,21 @@ PlacementPolicyRegistry MakeBuiltins() {
   must(r.Register("fgd-exact-bestfit",
                   "FGD with the exact fragmentation change and BestFit as tie-break (ours)",
                   FgdProfile("fgd-exact-bestfit", FgdOptions{false, true})));
+  must(r.Register("fgd-bestfit",
+                  "FGD's integer scores with BestFit as tie-break before the scan order (ours)",
+                  FgdProfile("fgd-bestfit", FgdOptions{true, true})));
+  must(r.Register("fgd-exact", "FGD with the exact fragmentation change (ours, for comparison)",
+                  FgdProfile("fgd-exact", FgdOptions{false, false})));
+  must(r.Register("fgd-demand", "FGD with target shapes weighted by GPU demand (ours)",
+                  FgdProfile("fgd-demand", FgdOptions{true, false, true})));
+  must(r.Register("fgd-demand-bestfit", "FGD weighted by GPU demand, BestFit as tie-break (ours)",
+                  FgdProfile("fgd-demand-bestfit", FgdOptions{true, true, true})));
+  must(r.Register("fgd-coarse20", "FGD with 20 score levels (ours, experiment)",
+                  FgdProfile("fgd-coarse20", FgdOptions{true, false, false, 20})));
+  must(r.Register("fgd-coarse20-bestfit", "FGD with 20 score levels, BestFit tie-break (ours)",
+                  FgdProfile("fgd-coarse20-bestfit", FgdOptions{true, true, false, 20})));
+  must(r.Register("fgd-fine1000", "FGD with 1000 score levels (ours, experiment)",
+                  FgdProfile("fgd-fine1000", FgdOptions{true, false, false, 1000})));
   must(r.RegisterAlias("default", "fgd-exact-bestfit"));
   return r;
 }

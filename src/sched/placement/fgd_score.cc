@@ -85,7 +85,7 @@ class FgdScore final : public ScorePlugin {
     if (!options_.integer_sigmoid) return delta_scaled;
     const double delta_milli = measure_->ToMilli(delta_scaled);
     return static_cast<int64_t>(1.0 / (1.0 + std::exp(-delta_milli / 1000.0)) *
-                                static_cast<double>(kMaxNodeScore));
+                                static_cast<double>(options_.score_levels));
   }
 
   int64_t Combine(int64_t primary, const NodeState& n, const Task& task) const {
@@ -172,6 +172,13 @@ std::shared_ptr<const TargetWorkload> GenericTargetWorkload() {
 std::unique_ptr<ScorePlugin> MakeFgdScore(const PolicyConfig& config, const FgdOptions& options,
                                           std::string name) {
   auto workload = config.target_workload ? config.target_workload : GenericTargetWorkload();
+  if (options.demand_weighted) {
+    std::vector<TargetShape> shapes = workload->shapes();
+    for (auto& s : shapes) {
+      s.weight *= std::max<int64_t>(100, int64_t{s.num_gpu} * s.gpu_milli);
+    }
+    workload = std::make_shared<const TargetWorkload>(std::move(shapes));
+  }
   return std::make_unique<FgdScore>(std::move(workload), options, std::move(name));
 }
 

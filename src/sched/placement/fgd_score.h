@@ -27,6 +27,13 @@ namespace gpupool::sched {
 struct FgdOptions {
   bool integer_sigmoid = true;
   bool tie_break_best_fit = false;
+  // Weight each target shape by its GPU demand (count x num_gpu x gpu_milli; CPU-only
+  // shapes count as 0.1 GPU) instead of its count, so that fragments which would block
+  // the GPU-heavy tasks (a few 8-GPU tasks carry much of the demand) weigh more.
+  bool demand_weighted = false;
+  // Levels of the integer sigmoid score (the artifact: 100). Fewer levels make more ties,
+  // which the scan order then breaks consistently, packing tasks onto preferred nodes.
+  int32_t score_levels = 100;
 };
 
 std::unique_ptr<ScorePlugin> MakeFgdScore(const PolicyConfig& config, const FgdOptions& options,
