@@ -4,6 +4,7 @@
 // 80% of its GPUs are allocated) it is reset, outside the timed region, so every
 // decision is made against a realistically loaded cluster.
 #include <benchmark/benchmark.h>
+#include <fmt/format.h>
 
 #include <memory>
 #include <string>
@@ -21,7 +22,7 @@ ClusterState MakeCluster(int nodes) {
   ClusterState s;
   const char* models[] = {"A100", "V100", "T4", "G2"};
   for (int i = 0; i < nodes; ++i) {
-    (void)s.AddNode({"node-" + std::to_string(i), 96000, 786432, 8, models[i % 4]});
+    (void)s.AddNode({fmt::format("node-{}", i), 96000, 786432, 8, models[i % 4]});
   }
   return s;
 }
@@ -32,7 +33,7 @@ std::vector<Task> MakeQueue(size_t n) {
   const int32_t shares[] = {100, 250, 300, 500, 700, 1000};
   for (size_t i = 0; i < n; ++i) {
     Task t;
-    t.name = "t" + std::to_string(i);
+    t.name = fmt::format("t{}", i);
     t.cpu_milli = 1000 * static_cast<int64_t>(1 + rng.Uniform(16));
     t.memory_mib = 1024 * static_cast<int64_t>(1 + rng.Uniform(32));
     const uint64_t kind = rng.Uniform(20);

@@ -2,6 +2,7 @@
 // run of the published campaign that must stay inside the published band.
 #include "sim/saturation.h"
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -52,12 +53,12 @@ TEST(CampaignTest, SeedLists) {
 SaturationInputs SmallInputs() {
   std::vector<sched::NodeSpec> nodes;
   for (int i = 0; i < 6; ++i) {
-    nodes.push_back({"n" + std::to_string(i), 32000, 65536, i % 2 ? 8 : 2, i % 3 ? "T4" : "V100"});
+    nodes.push_back({fmt::format("n{}", i), 32000, 65536, i % 2 ? 8 : 2, i % 3 ? "T4" : "V100"});
   }
   std::vector<sched::Task> tasks;
   const int32_t shares[] = {1000, 500, 250, 1000, 300, 1000};
   for (int i = 0; i < 24; ++i) {
-    sched::Task t{"t" + std::to_string(100 + i), "", 2000, 1024, 1, shares[i % 6], {}, 0};
+    sched::Task t{fmt::format("t{}", 100 + i), "", 2000, 1024, 1, shares[i % 6], {}, 0};
     if (i % 7 == 0) t.num_gpu = 0, t.gpu_milli = 0;
     if (i % 5 == 0 && t.gpu_milli == 1000) t.num_gpu = 2;
     tasks.push_back(t);

@@ -128,8 +128,21 @@ class Pool:
                     p.wait(10)
                 except subprocess.TimeoutExpired:
                     p.kill()
-        # Kill any job shims the test left behind.
+        # Kill any job shims the test left behind, then their now-empty job cgroups
+        # (a live agent's Adopt() would have removed them).
         subprocess.run(["pkill", "-9", "-f", "agent-shim --job-dir " + self.dir], check=False)
+        time.sleep(0.2)
+        for ctrl in ("cpu", "memory", "devices", "pids"):
+            base = os.path.join("/sys/fs/cgroup", ctrl, "gpupool")
+            if not os.path.isdir(base):
+                continue
+            for name in os.listdir(base):
+                path = os.path.join(base, name)
+                try:
+                    if name.startswith("job-") and not open(os.path.join(path, "cgroup.procs")).read().strip():
+                        os.rmdir(path)
+                except OSError:
+                    pass
         shutil.rmtree(self.dir, ignore_errors=True)
 
     # --- API helpers ---

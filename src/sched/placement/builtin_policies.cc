@@ -1,5 +1,5 @@
 // Registers the built-in placement policies: each is the FitFilter plus one score
-// plugin. `default` is the policy the live scheduler uses: our best.
+// plugin. `default` is the policy the live scheduler uses: the best measured.
 #include <cstdlib>
 
 #include "sched/placement/fgd_score.h"
@@ -54,15 +54,12 @@ PlacementPolicyRegistry MakeBuiltins() {
                   FgdProfile("fgd-exact", FgdOptions{false, false})));
   must(r.Register("fgd-demand", "FGD with target shapes weighted by GPU demand (ours)",
                   FgdProfile("fgd-demand", FgdOptions{true, false, true})));
-  must(r.Register("fgd-demand-bestfit", "FGD weighted by GPU demand, BestFit as tie-break (ours)",
-                  FgdProfile("fgd-demand-bestfit", FgdOptions{true, true, true})));
   must(r.Register("fgd-coarse20", "FGD with 20 score levels (ours, experiment)",
                   FgdProfile("fgd-coarse20", FgdOptions{true, false, false, 20})));
-  must(r.Register("fgd-coarse20-bestfit", "FGD with 20 score levels, BestFit tie-break (ours)",
-                  FgdProfile("fgd-coarse20-bestfit", FgdOptions{true, true, false, 20})));
   must(r.Register("fgd-fine1000", "FGD with 1000 score levels (ours, experiment)",
                   FgdProfile("fgd-fine1000", FgdOptions{true, false, false, 1000})));
-  must(r.RegisterAlias("default", "fgd-exact-bestfit"));
+  // None of our FGD variants beat FGD yet (docs/benchmarks.md), so the live default is FGD.
+  must(r.RegisterAlias("default", "fgd"));
   return r;
 }
 

@@ -1,4 +1,5 @@
 // Each built-in policy on small hand-built clusters where the right answer is known.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <memory>
@@ -119,7 +120,7 @@ TEST(PolicyTest, TiesGoToTheFirstNodeInScanOrder) {
 TEST(PolicyTest, RandomIsReproducibleBySeed) {
   ClusterState s;
   for (int i = 0; i < 20; ++i) {
-    ASSERT_TRUE(s.AddNode({"n" + std::to_string(i), 32000, 65536, 2, "T4"}).ok());
+    ASSERT_TRUE(s.AddNode({fmt::format("n{}", i), 32000, 65536, 2, "T4"}).ok());
   }
   auto a = Make("random");
   auto b = Make("random");
