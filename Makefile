@@ -14,9 +14,9 @@ build/release/build.ninja: CMakeLists.txt CMakePresets.json
 build: deps build/release/build.ninja
 	cmake --build --preset release -j $(JOBS)
 
-# Until the pool exists, `run` shows what discovery sees on this machine.
+# Shows what discovery sees, then starts the pool in the foreground (Ctrl-C stops it).
 run: build
-	@bash scripts/run.sh
+	@bash scripts/run.sh $(ARGS)
 
 test: deps test-release test-asan
 

@@ -47,8 +47,11 @@ class Target {
     }
     Result<std::string> mount = Capture({"podman", "image", "mount", ref});
     if (!mount.ok()) {
-      return Status::NotFound("'" + ref + "' is neither a path nor an image in podman's local "
-                              "store (" + mount.status().message() + "): load it with podman "
+      return Status::NotFound("'" + ref +
+                              "' is neither a path nor an image in podman's local "
+                              "store (" +
+                              mount.status().message() +
+                              "): load it with podman "
                               "load/import first");
     }
     std::string path = *mount;
@@ -79,7 +82,8 @@ envcheck::NodeOffer OfferOf(const gpu::NodeInfo& node) {
     o.cuda_driver_version = node.nvidia->runtime_version;
   }
   for (const gpu::GpuInfo& g : node.gpus) {
-    if (g.compute_capability) o.capabilities.emplace_back(g.compute_capability->major, g.compute_capability->minor);
+    if (g.compute_capability)
+      o.capabilities.emplace_back(g.compute_capability->major, g.compute_capability->minor);
     if (!g.gfx_target.empty()) o.gfx_targets.push_back(g.gfx_target);
   }
   return o;
@@ -92,7 +96,8 @@ void PrintReport(const envcheck::EnvReport& r) {
               << "min driver:  " << r.min_driver << " (" << r.min_driver_minor_compat
               << " with minor version compatibility, no PTX JIT)\n";
   }
-  for (const auto& l : r.libraries) std::cout << "library:     " << l.name << " " << l.version << "  " << l.path << "\n";
+  for (const auto& l : r.libraries)
+    std::cout << "library:     " << l.name << " " << l.version << "  " << l.path << "\n";
   auto list = [](const std::vector<std::string>& v) {
     std::string s;
     for (const auto& x : v) s += (s.empty() ? "" : " ") + x;
@@ -114,8 +119,10 @@ void RegisterEnvCommand(CLI::App& app, CommandContext& ctx) {
     bool json = false;
   };
   auto* f = new Flags();  // lives as long as the process
-  CLI::App* inspect = env->add_subcommand("inspect", "what an image or directory needs from the GPU stack");
-  inspect->add_option("target", f->target, "a directory, a file, or an image in podman's store")->required();
+  CLI::App* inspect =
+      env->add_subcommand("inspect", "what an image or directory needs from the GPU stack");
+  inspect->add_option("target", f->target, "a directory, a file, or an image in podman's store")
+      ->required();
   inspect->add_flag("--json", f->json, "print JSON");
   inspect->callback([&ctx, f] {
     Result<Target> t = Target::Open(f->target);
@@ -134,8 +141,10 @@ void RegisterEnvCommand(CLI::App& app, CommandContext& ctx) {
     }
   });
   CLI::App* check = env->add_subcommand("check", "whether a node can run an image or directory");
-  check->add_option("target", f->target, "a directory, a file, or an image in podman's store")->required();
-  check->add_option("--node", f->node, "node description (gpupool gpus --json); default: this node");
+  check->add_option("target", f->target, "a directory, a file, or an image in podman's store")
+      ->required();
+  check->add_option("--node", f->node,
+                    "node description (gpupool gpus --json); default: this node");
   check->callback([&ctx, f] {
     gpu::DiscoveryOptions opts = gpu::WithEnvironmentOverrides({});
     if (!f->node.empty()) {

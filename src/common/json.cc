@@ -38,16 +38,25 @@ bool NestingWithin(std::string_view text, int max_depth) {
 
 std::string_view JsonTypeName(const Json& j) {
   switch (j.type()) {
-    case Json::value_t::null: return "null";
-    case Json::value_t::object: return "object";
-    case Json::value_t::array: return "array";
-    case Json::value_t::string: return "string";
-    case Json::value_t::boolean: return "boolean";
+    case Json::value_t::null:
+      return "null";
+    case Json::value_t::object:
+      return "object";
+    case Json::value_t::array:
+      return "array";
+    case Json::value_t::string:
+      return "string";
+    case Json::value_t::boolean:
+      return "boolean";
     case Json::value_t::number_integer:
-    case Json::value_t::number_unsigned: return "integer";
-    case Json::value_t::number_float: return "number";
-    case Json::value_t::binary: return "binary";
-    case Json::value_t::discarded: return "discarded";
+    case Json::value_t::number_unsigned:
+      return "integer";
+    case Json::value_t::number_float:
+      return "number";
+    case Json::value_t::binary:
+      return "binary";
+    case Json::value_t::discarded:
+      return "discarded";
   }
   return "unknown";
 }
@@ -181,7 +190,8 @@ void JsonFields::GetInt(std::string_view key, T* out, bool required, T min, T ma
 void JsonFields::Required(std::string_view key, std::string* out) {
   const Json* j = Find(key);
   if (j == nullptr) return Fail(key, "required field is missing");
-  if (!j->is_string()) return Fail(key, "expected a string, found " + std::string(JsonTypeName(*j)));
+  if (!j->is_string())
+    return Fail(key, "expected a string, found " + std::string(JsonTypeName(*j)));
   *out = j->get<std::string>();
 }
 void JsonFields::Required(std::string_view key, int64_t* out, int64_t min, int64_t max) {
@@ -196,7 +206,8 @@ void JsonFields::Required(std::string_view key, uint64_t* out, uint64_t max) {
 void JsonFields::Required(std::string_view key, double* out) {
   const Json* j = Find(key);
   if (j == nullptr) return Fail(key, "required field is missing");
-  if (!j->is_number()) return Fail(key, "expected a number, found " + std::string(JsonTypeName(*j)));
+  if (!j->is_number())
+    return Fail(key, "expected a number, found " + std::string(JsonTypeName(*j)));
   *out = j->get<double>();
 }
 void JsonFields::Required(std::string_view key, bool* out) {

@@ -6,9 +6,8 @@
 // never see one.
 #pragma once
 
-#include <nlohmann/json.hpp>
-
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <set>
 #include <string>
@@ -25,8 +24,8 @@ using OrderedJson = nlohmann::ordered_json;
 
 // Parses `text`. `source` names the input in errors (a file name, "request body").
 // Rejects input larger than `max_bytes` and nesting deeper than `max_depth`.
-Result<Json> ParseJson(std::string_view text, std::string_view source,
-                       size_t max_bytes = 64u << 20, int max_depth = 64);
+Result<Json> ParseJson(std::string_view text, std::string_view source, size_t max_bytes = 64u << 20,
+                       int max_depth = 64);
 
 // Reads `path` and parses it. Errors name the file.
 Result<Json> ReadJsonFile(const std::string& path, size_t max_bytes = 64u << 20);

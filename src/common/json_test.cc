@@ -22,9 +22,10 @@ TEST(JsonTest, RejectsOversizedAndDeepDocuments) {
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.status().message().find("nests deeper"), std::string::npos);
   // Brackets inside strings do not count.
-  EXPECT_TRUE(ParseJson("{\"s\": \"[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[\"}",
-                        "s", 1 << 20, 4)
-                  .ok());
+  EXPECT_TRUE(
+      ParseJson("{\"s\": \"[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[\"}",
+                "s", 1 << 20, 4)
+          .ok());
 }
 
 TEST(JsonTest, FieldsReportPathAndType) {

@@ -36,7 +36,9 @@ class [[nodiscard]] Status {
   Status(StatusCode code, std::string message) : code_(code), message_(std::move(message)) {}
 
   static Status Ok() { return {}; }
-  static Status InvalidArgument(std::string m) { return {StatusCode::kInvalidArgument, std::move(m)}; }
+  static Status InvalidArgument(std::string m) {
+    return {StatusCode::kInvalidArgument, std::move(m)};
+  }
   static Status NotFound(std::string m) { return {StatusCode::kNotFound, std::move(m)}; }
   static Status AlreadyExists(std::string m) { return {StatusCode::kAlreadyExists, std::move(m)}; }
   static Status FailedPrecondition(std::string m) {
@@ -76,7 +78,7 @@ class [[nodiscard]] Status {
 template <typename T>
 class [[nodiscard]] Result {
  public:
-  Result(T value) : data_(std::move(value)) {}  // NOLINT(google-explicit-constructor)
+  Result(T value) : data_(std::move(value)) {}        // NOLINT(google-explicit-constructor)
   Result(Status status) : data_(std::move(status)) {  // NOLINT(google-explicit-constructor)
     if (std::get<Status>(data_).ok()) {
       data_ = Status::Internal("Result constructed from an OK status without a value");
@@ -128,10 +130,10 @@ void Result<T>::CheckOk() const {
 #define GP_CONCAT_(a, b) GP_CONCAT_INNER_(a, b)
 
 // Returns the Status from the enclosing function if `expr` is not OK.
-#define GP_RETURN_IF_ERROR(expr)                  \
-  do {                                            \
-    ::gpupool::Status gp_status_ = (expr);        \
-    if (!gp_status_.ok()) return gp_status_;      \
+#define GP_RETURN_IF_ERROR(expr)             \
+  do {                                       \
+    ::gpupool::Status gp_status_ = (expr);   \
+    if (!gp_status_.ok()) return gp_status_; \
   } while (false)
 
 // `GP_ASSIGN_OR_RETURN(auto x, Foo());` declares x from a Result or returns its error.

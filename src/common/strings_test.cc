@@ -34,8 +34,8 @@ TEST(StringsTest, SanitizeUtf8ReplacesInvalidBytes) {
   EXPECT_EQ(SanitizeUtf8("caf\xc3\xa9"), "caf\xc3\xa9");
   EXPECT_EQ(SanitizeUtf8("bad\xff\xfe."), "bad??.");
   EXPECT_EQ(SanitizeUtf8("trunc\xe2\x82"), "trunc??");
-  EXPECT_EQ(SanitizeUtf8("\xc0\xaf"), "??");          // overlong
-  EXPECT_EQ(SanitizeUtf8("\xed\xa0\x80"), "???");     // surrogate
+  EXPECT_EQ(SanitizeUtf8("\xc0\xaf"), "??");       // overlong
+  EXPECT_EQ(SanitizeUtf8("\xed\xa0\x80"), "???");  // surrogate
 }
 
 }  // namespace

@@ -30,15 +30,30 @@ HttpResponse JsonResponse(int status, const OrderedJson& body) {
 HttpResponse ErrorResponse(const Status& s) {
   int code = 500;
   switch (s.code()) {
-    case StatusCode::kInvalidArgument: code = 400; break;
-    case StatusCode::kNotFound: code = 404; break;
+    case StatusCode::kInvalidArgument:
+      code = 400;
+      break;
+    case StatusCode::kNotFound:
+      code = 404;
+      break;
     case StatusCode::kAlreadyExists:
-    case StatusCode::kFailedPrecondition: code = 409; break;
-    case StatusCode::kPermissionDenied: code = 403; break;
-    case StatusCode::kResourceExhausted: code = 413; break;
-    case StatusCode::kUnimplemented: code = 501; break;
-    case StatusCode::kUnavailable: code = 503; break;
-    default: code = 500;
+    case StatusCode::kFailedPrecondition:
+      code = 409;
+      break;
+    case StatusCode::kPermissionDenied:
+      code = 403;
+      break;
+    case StatusCode::kResourceExhausted:
+      code = 413;
+      break;
+    case StatusCode::kUnimplemented:
+      code = 501;
+      break;
+    case StatusCode::kUnavailable:
+      code = 503;
+      break;
+    default:
+      code = 500;
   }
   OrderedJson j;
   j["error"] = s.message();
@@ -69,8 +84,9 @@ Result<int64_t> QueryInt(const HttpRequest& r, const std::string& name, int64_t 
   if (v.empty()) return fallback;
   auto parsed = ParseInt64(v);
   if (!parsed || *parsed < min || *parsed > max) {
-    return Status::InvalidArgument("query parameter " + name + "='" + v + "' must be an integer in " +
-                                   std::to_string(min) + ".." + std::to_string(max));
+    return Status::InvalidArgument("query parameter " + name + "='" + v +
+                                   "' must be an integer in " + std::to_string(min) + ".." +
+                                   std::to_string(max));
   }
   return *parsed;
 }
@@ -91,10 +107,23 @@ OrderedJson LaunchToJson(const LaunchOrder& o) {
   return j;
 }
 
-const char* const kServerSetFields[] = {
-    "id",      "user",          "uid",           "gid",       "state",  "submit_time_us",
-    "start_time_us", "end_time_us", "exit_code", "signal",    "placement", "pending_reason",
-    "reason",  "attempt",       "cancel_requested", "stdout_path", "stderr_path"};
+const char* const kServerSetFields[] = {"id",
+                                        "user",
+                                        "uid",
+                                        "gid",
+                                        "state",
+                                        "submit_time_us",
+                                        "start_time_us",
+                                        "end_time_us",
+                                        "exit_code",
+                                        "signal",
+                                        "placement",
+                                        "pending_reason",
+                                        "reason",
+                                        "attempt",
+                                        "cancel_requested",
+                                        "stdout_path",
+                                        "stderr_path"};
 
 }  // namespace
 
@@ -140,7 +169,8 @@ HttpResponse Api::Route(const HttpRequest& r, const Identity& who) {
       return JsonResponse(200, {{"job", jobs::JobToJson(*j)}});
     }
     if (rest == "logs" && r.method == "GET") return Logs(r, id, caller);
-    return ErrorResponse(Status::NotFound("no endpoint " + r.method + " " + p + ": see docs/api.md"));
+    return ErrorResponse(
+        Status::NotFound("no endpoint " + r.method + " " + p + ": see docs/api.md"));
   }
   if (p == "/v1/nodes" && r.method == "GET") {
     OrderedJson nodes = OrderedJson::array();
@@ -197,8 +227,8 @@ HttpResponse Api::Submit(const HttpRequest& r, const Caller& caller) {
   }
   for (const char* f : kServerSetFields) {
     if (body->contains(f)) {
-      return ErrorResponse(Status::InvalidArgument(std::string(f) +
-                                                   ": this field is set by the server; leave it out"));
+      return ErrorResponse(Status::InvalidArgument(
+          std::string(f) + ": this field is set by the server; leave it out"));
     }
   }
   Result<jobs::Job> job = jobs::JobFromJson(*body, "job");
@@ -289,8 +319,8 @@ HttpResponse Api::Usage(const HttpRequest& r, const Caller& caller) {
   const int64_t now = clock_->NowMicros();
   Result<int64_t> until = QueryInt(r, "until_us", now, 0, INT64_MAX);
   if (!until.ok()) return ErrorResponse(until.status());
-  Result<int64_t> since = QueryInt(r, "since_us", *until - int64_t{30} * 24 * 3600 * 1'000'000, 0,
-                                   INT64_MAX);
+  Result<int64_t> since =
+      QueryInt(r, "since_us", *until - int64_t{30} * 24 * 3600 * 1'000'000, 0, INT64_MAX);
   if (!since.ok()) return ErrorResponse(since.status());
   if (*since >= *until) {
     return ErrorResponse(Status::InvalidArgument("since_us must be before until_us"));
@@ -308,8 +338,8 @@ HttpResponse Api::Usage(const HttpRequest& r, const Caller& caller) {
   for (const UsageRow& u : ComputeUsage(*jobs, *since, *until, now, by)) {
     rows.push_back({{"key", u.key}, {"gpu_hours", u.gpu_hours}, {"jobs", u.jobs}});
   }
-  return JsonResponse(200, {{"since_us", *since}, {"until_us", *until}, {"by", by},
-                            {"rows", std::move(rows)}});
+  return JsonResponse(
+      200, {{"since_us", *since}, {"until_us", *until}, {"by", by}, {"rows", std::move(rows)}});
 }
 
 HttpResponse Api::CreateToken(const HttpRequest& r, const Caller&) {

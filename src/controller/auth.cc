@@ -105,8 +105,7 @@ Result<Identity> Authenticate(const net::HttpRequest& request, store::Store& sto
   std::vector<char> buf(16384);
   passwd pw{};
   passwd* found = nullptr;
-  if (getpwnam_r(rec->user.c_str(), &pw, buf.data(), buf.size(), &found) != 0 ||
-      found == nullptr) {
+  if (getpwnam_r(rec->user.c_str(), &pw, buf.data(), buf.size(), &found) != 0 || found == nullptr) {
     return Status::PermissionDenied("the token's user '" + rec->user +
                                     "' has no account on the controller host");
   }

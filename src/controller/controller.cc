@@ -115,7 +115,8 @@ void Controller::Loop() {
     // Under a stream of submissions, passes would run back to back; a short gap lets
     // them batch (each pass sees many new jobs) and leaves the lock to API calls.
     const int64_t pass_us = clock_->MonotonicMicros() - pass_start;
-    std::this_thread::sleep_for(std::chrono::microseconds(std::clamp<int64_t>(pass_us, 1000, 20'000)));
+    std::this_thread::sleep_for(
+        std::chrono::microseconds(std::clamp<int64_t>(pass_us, 1000, 20'000)));
     const int64_t now = clock_->MonotonicMicros();
     if (now - last_sweep >= options_.scheduler_period_us) {
       last_sweep = now;
@@ -139,7 +140,8 @@ Result<Job> Controller::Submit(Job job, const Caller& caller) {
   job.submit_time_us = clock_->NowMicros();
   job.attempt = 0;
   if (job.command.empty()) {
-    return Status::InvalidArgument("command: a job needs a command to run, e.g. -- python3 train.py");
+    return Status::InvalidArgument(
+        "command: a job needs a command to run, e.g. -- python3 train.py");
   }
   if (!job.workdir.empty() && job.workdir.front() != '/') {
     return Status::InvalidArgument("workdir: '" + job.workdir + "' must be an absolute path");
@@ -148,7 +150,8 @@ Result<Job> Controller::Submit(Job job, const Caller& caller) {
   {
     std::lock_guard lock(mu_);
     std::vector<SchedNode> nodes;
-    for (const auto& [name, e] : nodes_) nodes.push_back({name, &e.info, e.cpu_milli, e.memory_mib});
+    for (const auto& [name, e] : nodes_)
+      nodes.push_back({name, &e.info, e.cpu_milli, e.memory_mib});
     if (!nodes.empty()) {
       if (std::string why = JobScheduler::NeverFits(job, nodes); !why.empty()) {
         return Status::FailedPrecondition("no node of this pool can ever run this job: " + why);
@@ -352,8 +355,8 @@ LaunchOrder Controller::MakeLaunchOrder(const Job& job, size_t task_index) const
     const bool granted =
         std::find(p.gpu_uuids.begin(), p.gpu_uuids.end(), g.uuid) != p.gpu_uuids.end();
     if (granted) {
-      order.gpus.push_back({std::string(gpu::VendorName(g.vendor)), g.index, g.uuid,
-                            g.device_nodes, p.gpu_milli});
+      order.gpus.push_back(
+          {std::string(gpu::VendorName(g.vendor)), g.index, g.uuid, g.device_nodes, p.gpu_milli});
     } else {
       for (const std::string& d : g.device_nodes) order.denied_device_nodes.push_back(d);
     }
@@ -362,8 +365,8 @@ LaunchOrder Controller::MakeLaunchOrder(const Job& job, size_t task_index) const
 }
 
 Result<AgentWork> Controller::WaitForWork(const std::string& node, int64_t wait_ms) {
-  const auto deadline =
-      std::chrono::steady_clock::now() + std::chrono::milliseconds(std::clamp<int64_t>(wait_ms, 0, 60'000));
+  const auto deadline = std::chrono::steady_clock::now() +
+                        std::chrono::milliseconds(std::clamp<int64_t>(wait_ms, 0, 60'000));
   std::unique_lock lock(mu_);
   while (true) {
     auto it = nodes_.find(node);
@@ -408,7 +411,8 @@ Result<AgentWork> Controller::WaitForWork(const std::string& node, int64_t wait_
 
 Status Controller::ApplyEvents(const std::string& node, const std::vector<AgentEvent>& events) {
   std::lock_guard lock(mu_);
-  if (auto it = nodes_.find(node); it != nodes_.end()) it->second.last_seen_us = clock_->NowMicros();
+  if (auto it = nodes_.find(node); it != nodes_.end())
+    it->second.last_seen_us = clock_->NowMicros();
   bool freed = false;
   for (const AgentEvent& ev : events) {
     auto it = active_.find(ev.job_id);
@@ -471,7 +475,8 @@ Status Controller::ApplyEvents(const std::string& node, const std::vector<AgentE
         continue;
       }
       case AgentEvent::Kind::kLost:
-        GP_RETURN_IF_ERROR(FinishOnNodeLoss(job, ev.reason.empty() ? "lost on " + node : ev.reason));
+        GP_RETURN_IF_ERROR(
+            FinishOnNodeLoss(job, ev.reason.empty() ? "lost on " + node : ev.reason));
         freed = true;
         continue;
     }
@@ -508,11 +513,14 @@ Status Controller::ScheduleOnce() {
     }
     if (!any_pending) return Status::Ok();
     for (const auto& [name, e] : nodes_) {
-      if (e.up) nodes_copy.emplace_back(name, NodeEntry{e.info, e.cpu_milli, e.memory_mib, 0, true, {}, {}});
+      if (e.up)
+        nodes_copy.emplace_back(name,
+                                NodeEntry{e.info, e.cpu_milli, e.memory_mib, 0, true, {}, {}});
     }
   }
   std::vector<SchedNode> nodes;
-  for (const auto& [name, e] : nodes_copy) nodes.push_back({name, &e.info, e.cpu_milli, e.memory_mib});
+  for (const auto& [name, e] : nodes_copy)
+    nodes.push_back({name, &e.info, e.cpu_milli, e.memory_mib});
   std::vector<const Job*> active;
   active.reserve(snapshot.size());
   for (const Job& j : snapshot) active.push_back(&j);

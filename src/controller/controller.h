@@ -150,11 +150,11 @@ class Controller {
   ControllerOptions options_;
 
   std::mutex mu_;
-  std::condition_variable work_cv_;        // agents waiting for work
-  std::condition_variable scheduler_cv_;   // the loop waiting for a reason to run
+  std::condition_variable work_cv_;       // agents waiting for work
+  std::condition_variable scheduler_cv_;  // the loop waiting for a reason to run
   bool schedule_requested_ = false;
   bool stopping_ = false;
-  std::map<int64_t, jobs::Job> active_;   // non-terminal jobs by id
+  std::map<int64_t, jobs::Job> active_;  // non-terminal jobs by id
   std::map<std::string, NodeEntry> nodes_;
   std::unique_ptr<JobScheduler> scheduler_;  // used by one pass at a time (the loop)
   // Gangs: exit events seen so far per job (task index -> job failed?).

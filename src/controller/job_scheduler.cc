@@ -33,9 +33,16 @@ std::string FormatGiB(uint64_t bytes) {
   return buf;
 }
 
+// "2 CPUs", "0.5 CPU and 4096 MiB memory".
+std::string CpuMemText(const sched::Task& t) {
+  std::string out =
+      FormatShare(static_cast<int>(t.cpu_milli)) + (t.cpu_milli <= 1000 ? " CPU" : " CPUs");
+  if (t.memory_mib > 0) out += " and " + std::to_string(t.memory_mib) + " MiB memory";
+  return out;
+}
+
 int32_t CapabilityOf(const gpu::GpuInfo& g) {
-  return g.compute_capability ? g.compute_capability->major * 10 + g.compute_capability->minor
-                              : 0;
+  return g.compute_capability ? g.compute_capability->major * 10 + g.compute_capability->minor : 0;
 }
 
 struct ModelFacts {
@@ -112,8 +119,8 @@ Result<sched::Task> TaskFor(const jobs::Job& job, const std::vector<ModelFacts>&
     uint64_t best = 0;
     uint64_t largest = 0;
     for (const ModelFacts& m : models) {
-      const bool eligible = allowed.empty() || std::find(allowed.begin(), allowed.end(), &m) !=
-                                                   allowed.end();
+      const bool eligible =
+          allowed.empty() || std::find(allowed.begin(), allowed.end(), &m) != allowed.end();
       if (!eligible) continue;
       largest = std::max(largest, m.memory_bytes);
       if (m.memory_bytes >= r.gpu_memory_bytes && (best == 0 || m.memory_bytes < best)) {
@@ -134,8 +141,8 @@ Result<sched::Task> TaskFor(const jobs::Job& job, const std::vector<ModelFacts>&
 }  // namespace
 
 std::string GpuModelKey(const std::string& gpu_name) {
-  static const std::set<std::string> kNoise = {"nvidia", "tesla", "geforce", "quadro", "amd",
-                                               "instinct", "radeon", "intel", "pro", "rtx"};
+  static const std::set<std::string> kNoise = {"nvidia",   "tesla",  "geforce", "quadro", "amd",
+                                               "instinct", "radeon", "intel",   "pro",    "rtx"};
   for (const std::string& word : Split(gpu_name, ' ')) {
     if (word.empty() || kNoise.count(ToLower(word)) > 0) continue;
     if (std::any_of(word.begin(), word.end(), [](char c) { return std::isdigit(c); })) {
@@ -342,13 +349,10 @@ Result<ScheduleResult> JobScheduler::Plan(const std::vector<const jobs::Job*>& a
         reason = "needs " + FormatShare(t.gpu_milli) + " of one GPU" + of_model +
                  "; the most free on any GPU: " + FormatShare(best_milli);
       } else if (best_block < t.num_gpu) {
-        reason = "needs " + std::to_string(t.num_gpu) + " idle GPU" +
-                 (t.num_gpu == 1 ? "" : "s") + of_model +
-                 "; largest idle block on any node: " + std::to_string(best_block);
+        reason = "needs " + std::to_string(t.num_gpu) + " idle GPU" + (t.num_gpu == 1 ? "" : "s") +
+                 of_model + "; largest idle block on any node: " + std::to_string(best_block);
       } else if (cpu_mem_short) {
-        reason = "needs " + FormatShare(static_cast<int>(t.cpu_milli)) + " CPUs and " +
-                 std::to_string(t.memory_mib) + " MiB memory beside its GPUs; no node with "
-                 "the GPUs has them free";
+        reason = "needs " + CpuMemText(t) + " beside its GPUs; no node with the GPUs has them free";
       } else if (pending[i]->tasks.size() > 1) {
         reason = "needs " + std::to_string(pending[i]->tasks.size()) +
                  " tasks placed together; not all fit at once now";
@@ -357,8 +361,7 @@ Result<ScheduleResult> JobScheduler::Plan(const std::vector<const jobs::Job*>& a
                  std::string(queue_policy_->name()) + " order) come first";
       }
     } else {
-      reason = "needs " + FormatShare(static_cast<int>(t.cpu_milli)) + " CPUs and " +
-               std::to_string(t.memory_mib) + " MiB memory; no node has them free";
+      reason = "needs " + CpuMemText(t) + "; no node has them free";
     }
     result.pending_reasons[job->id] = reason;
   }

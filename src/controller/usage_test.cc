@@ -25,10 +25,10 @@ jobs::Job Ran(const std::string& user, const std::string& project, int gpus, int
 
 TEST(UsageTest, WeightsFractionsAndClipsToTheWindow) {
   std::vector<jobs::Job> js = {
-      Ran("alice", "vision", 2, 1000, 0, 2 * kHour),         // 4 GPU-hours
-      Ran("alice", "nlp", 1, 250, 0, 4 * kHour),             // 1 GPU-hour
-      Ran("bob", "vision", 1, 1000, 3 * kHour, 0),           // still running: 2 h by now
-      Ran("carol", "x", 1, 1000, 10 * kHour, 11 * kHour),    // outside the window
+      Ran("alice", "vision", 2, 1000, 0, 2 * kHour),       // 4 GPU-hours
+      Ran("alice", "nlp", 1, 250, 0, 4 * kHour),           // 1 GPU-hour
+      Ran("bob", "vision", 1, 1000, 3 * kHour, 0),         // still running: 2 h by now
+      Ran("carol", "x", 1, 1000, 10 * kHour, 11 * kHour),  // outside the window
   };
   js.push_back(jobs::Job{});  // never started
   auto by_user = ComputeUsage(js, kT0, kT0 + 6 * kHour, kT0 + 5 * kHour, "user");

@@ -17,10 +17,13 @@ constexpr int kMaxTasks = 4096;
 
 std::string KindName(agent::JobEvent::Kind k) {
   switch (k) {
-    case agent::JobEvent::Kind::kStarted: return "started";
+    case agent::JobEvent::Kind::kStarted:
+      return "started";
     case agent::JobEvent::Kind::kExited:
-    case agent::JobEvent::Kind::kFailed: return "exited";
-    case agent::JobEvent::Kind::kLost: return "lost";
+    case agent::JobEvent::Kind::kFailed:
+      return "exited";
+    case agent::JobEvent::Kind::kLost:
+      return "lost";
   }
   return "lost";
 }
@@ -44,8 +47,8 @@ AgentLoop::AgentLoop(AgentLoopOptions options, net::HttpClient client, agent::La
     : options_(std::move(options)), client_(std::move(client)), launcher_(launcher) {
   if (options_.cpu_milli <= 0) options_.cpu_milli = sysconf(_SC_NPROCESSORS_ONLN) * 1000;
   if (options_.memory_mib <= 0) {
-    options_.memory_mib = static_cast<int64_t>(sysconf(_SC_PHYS_PAGES)) *
-                          sysconf(_SC_PAGE_SIZE) / (1024 * 1024);
+    options_.memory_mib =
+        static_cast<int64_t>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGE_SIZE) / (1024 * 1024);
   }
 }
 
@@ -155,11 +158,10 @@ Status AgentLoop::Launch(const Json& order) {
 }
 
 Status AgentLoop::PollOnce() {
-  Result<Json> work =
-      Call("GET",
-           "/v1/agent/work?node=" + net::UrlEncode(options_.node_name) +
-               "&wait_ms=" + std::to_string(options_.poll_wait_ms),
-           "", options_.poll_wait_ms + 15'000);
+  Result<Json> work = Call("GET",
+                           "/v1/agent/work?node=" + net::UrlEncode(options_.node_name) +
+                               "&wait_ms=" + std::to_string(options_.poll_wait_ms),
+                           "", options_.poll_wait_ms + 15'000);
   if (!work.ok()) {
     if (work.status().code() == StatusCode::kNotFound) registered_ = false;
     return work.status();
@@ -198,7 +200,8 @@ void AgentLoop::LaunchWorker() {
       order = std::move(launch_queue_.front());
       launch_queue_.pop_front();
     }
-    if (Status s = Launch(order); !s.ok()) spdlog::error("agent: bad launch order: {}", s.message());
+    if (Status s = Launch(order); !s.ok())
+      spdlog::error("agent: bad launch order: {}", s.message());
   }
 }
 

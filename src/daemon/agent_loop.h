@@ -34,7 +34,7 @@ struct AgentLoopOptions {
   int64_t memory_mib = 0;     // 0 = all physical memory
   int poll_wait_ms = 10'000;  // long-poll length; also the heartbeat period
   int64_t cancel_grace_s = 10;
-  int launch_workers = 8;     // launches in flight at once
+  int launch_workers = 8;  // launches in flight at once
 };
 
 class AgentLoop {
@@ -61,8 +61,8 @@ class AgentLoop {
   std::atomic<bool> registered_{false};
 
   std::mutex mu_;
-  std::set<std::pair<int64_t, int>> launched_;   // (launcher key, attempt) seen
-  std::vector<agent::JobEvent> unsent_;          // waiting for the controller's ack
+  std::set<std::pair<int64_t, int>> launched_;  // (launcher key, attempt) seen
+  std::vector<agent::JobEvent> unsent_;         // waiting for the controller's ack
   std::deque<Json> launch_queue_;
   std::condition_variable launch_cv_;
 };

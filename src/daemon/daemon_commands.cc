@@ -135,9 +135,8 @@ Result<ServerParts> StartServer(const ServerFlags& f) {
     ho.tcp_port = f.port;
   }
   controller::Api* api = p.api.get();
-  GP_ASSIGN_OR_RETURN(p.http, net::StartHttpServer(ho, [api](const net::HttpRequest& r) {
-                        return api->Handle(r);
-                      }));
+  GP_ASSIGN_OR_RETURN(p.http, net::StartHttpServer(
+                                  ho, [api](const net::HttpRequest& r) { return api->Handle(r); }));
   p.controller->Start();
   return p;
 }
@@ -210,9 +209,10 @@ void RegisterDaemonCommands(CLI::App& app, cli::CommandContext& ctx) {
     }
     // The local agent authenticates like a remote one: with a node token.
     auto token = controller::NewToken();
-    if (!token.ok() || !server->store->PutToken({token->second, Hostname(), "node",
-                                                 SystemClock::Get()->NowMicros()})
-                            .ok()) {
+    if (!token.ok() ||
+        !server->store
+             ->PutToken({token->second, Hostname(), "node", SystemClock::Get()->NowMicros()})
+             .ok()) {
       ctx.exit_code = Fail(Status::Internal("cannot create the local agent's token"));
       return;
     }
@@ -229,9 +229,10 @@ void RegisterDaemonCommands(CLI::App& app, cli::CommandContext& ctx) {
 
     const size_t ngpus = node->node.gpus.size();
     if (node->stand_in) {
-      std::cout << "No GPUs were found on this machine, so gpupool is running with a FAKE node of "
-                   "8 GPUs (jobs run for real, but see no real GPU).\n"
-                   "To describe your own node instead: gpupool up --fake examples/nodes/FILE.json\n";
+      std::cout
+          << "No GPUs were found on this machine, so gpupool is running with a FAKE node of "
+             "8 GPUs (jobs run for real, but see no real GPU).\n"
+             "To describe your own node instead: gpupool up --fake examples/nodes/FILE.json\n";
     }
     std::cout << "gpupool is up on " << Hostname() << " with " << ngpus << " GPU"
               << (ngpus == 1 ? "" : "s") << ".\n"
@@ -253,7 +254,8 @@ void RegisterDaemonCommands(CLI::App& app, cli::CommandContext& ctx) {
 
   // --- server ---
   auto* server_flags = new ServerFlags();
-  CLI::App* server = app.add_subcommand("server", "run the controller only (REST API, scheduler, store)");
+  CLI::App* server =
+      app.add_subcommand("server", "run the controller only (REST API, scheduler, store)");
   AddServerFlags(server, server_flags);
   server->callback([&ctx, server_flags] {
     InstallSignalHandlers();
@@ -282,7 +284,8 @@ void RegisterDaemonCommands(CLI::App& app, cli::CommandContext& ctx) {
   };
   auto* af = new AgentFlags();
   CLI::App* agent_cmd = app.add_subcommand("agent", "run a node agent for a controller");
-  agent_cmd->add_option("--controller", af->controller, "unix:PATH or http://HOST:PORT")->required();
+  agent_cmd->add_option("--controller", af->controller, "unix:PATH or http://HOST:PORT")
+      ->required();
   agent_cmd->add_option("--token", af->token, "node join token (or GPUPOOL_TOKEN)");
   agent_cmd->add_option("--state-dir", af->state_dir, "where job state and logs live");
   agent_cmd->add_option("--fake", af->fake, "use this node description instead of discovery");
@@ -304,7 +307,8 @@ void RegisterDaemonCommands(CLI::App& app, cli::CommandContext& ctx) {
       ctx.exit_code = Fail(node.status());
       return;
     }
-    const std::string state = (af->state_dir.empty() ? DefaultStateDir() : af->state_dir) + "/agent";
+    const std::string state =
+        (af->state_dir.empty() ? DefaultStateDir() : af->state_dir) + "/agent";
     std::error_code ec;
     fs::create_directories(state, ec);
     std::unique_ptr<agent::Launcher> launcher = MakeLauncher(state);

@@ -29,8 +29,8 @@ struct Version {
 };
 
 struct DriverNeed {
-  std::string cuda;                  // "12.4"
-  std::string min_driver;            // this release's own minimum ("550.54.14")
+  std::string cuda;                     // "12.4"
+  std::string min_driver;               // this release's own minimum ("550.54.14")
   std::string min_driver_minor_compat;  // the family's minimum under minor version compatibility
 };
 

@@ -50,8 +50,8 @@ Result<std::vector<CudaCode>> ParseFatbinary(std::span<const uint8_t> b, std::st
     const auto body_size = Load<uint64_t>(b, pos + 8);
     if (header_size < 16 || header_size > b.size() - pos ||
         body_size > b.size() - pos - header_size) {
-      return bad(pos, "truncated container (header says " + std::to_string(body_size) +
-                          " bytes, " + std::to_string(b.size() - pos) + " remain)");
+      return bad(pos, "truncated container (header says " + std::to_string(body_size) + " bytes, " +
+                          std::to_string(b.size() - pos) + " remain)");
     }
     size_t e = pos + header_size;
     const size_t end = e + body_size;
@@ -68,7 +68,8 @@ Result<std::vector<CudaCode>> ParseFatbinary(std::span<const uint8_t> b, std::st
       const auto arch = Load<uint32_t>(b, e + 28);
       const auto flags = Load<uint32_t>(b, e + 40);
       if (kind == kKindPtx || kind == kKindSass) {
-        if (arch == 0 || arch > 10'000) return bad(e, "implausible architecture " + std::to_string(arch));
+        if (arch == 0 || arch > 10'000)
+          return bad(e, "implausible architecture " + std::to_string(arch));
         CudaCode code;
         code.kind = kind == kKindPtx ? CudaCode::Kind::kPtx : CudaCode::Kind::kSass;
         code.arch = static_cast<int>(arch);

@@ -20,9 +20,9 @@ namespace gpupool::envcheck {
 
 struct CudaCode {
   enum class Kind { kSass, kPtx } kind = Kind::kSass;
-  int arch = 0;              // 80 for sm_80 / compute_80
-  std::string suffix;        // "a" (arch-specific), "f" (family-specific) or ""
-  int ptx_major = 0;         // PTX ISA version of a PTX entry (9.0 for CUDA 13.0)
+  int arch = 0;        // 80 for sm_80 / compute_80
+  std::string suffix;  // "a" (arch-specific), "f" (family-specific) or ""
+  int ptx_major = 0;   // PTX ISA version of a PTX entry (9.0 for CUDA 13.0)
   int ptx_minor = 0;
   bool compressed = false;
   friend bool operator==(const CudaCode&, const CudaCode&) = default;

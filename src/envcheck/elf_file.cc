@@ -39,7 +39,8 @@ bool LooksLikeElf(std::span<const uint8_t> b) {
 }
 
 std::span<const uint8_t> SectionBytes(std::span<const uint8_t> bytes, const ElfSection& s) {
-  if (s.type == kShtNobits || s.offset > bytes.size() || bytes.size() - s.offset < s.size) return {};
+  if (s.type == kShtNobits || s.offset > bytes.size() || bytes.size() - s.offset < s.size)
+    return {};
   return bytes.subspan(s.offset, s.size);
 }
 
@@ -63,7 +64,8 @@ Result<ElfFile> ParseElf(std::span<const uint8_t> b, std::string_view source) {
   Read(b, 60, &shnum);
   Read(b, 62, &shstrndx);
   if (shnum == 0) return elf;  // no section table (stripped to the bone): nothing to find
-  if (shentsize < 64) return bad("section header entries of " + std::to_string(shentsize) + " bytes");
+  if (shentsize < 64)
+    return bad("section header entries of " + std::to_string(shentsize) + " bytes");
   if (shnum > kMaxSections || shoff > b.size() ||
       (b.size() - shoff) / shentsize < static_cast<uint64_t>(shnum)) {
     return bad("truncated: the section header table lies past the end of the file");
@@ -91,9 +93,9 @@ Result<ElfFile> ParseElf(std::span<const uint8_t> b, std::string_view source) {
     }
   }
   if (shstrndx >= shnum) return bad("the section name table index is out of range");
-  const std::span<const uint8_t> names =
-      raw[shstrndx].type == kShtNobits ? std::span<const uint8_t>()
-                                       : b.subspan(raw[shstrndx].offset, raw[shstrndx].size);
+  const std::span<const uint8_t> names = raw[shstrndx].type == kShtNobits
+                                             ? std::span<const uint8_t>()
+                                             : b.subspan(raw[shstrndx].offset, raw[shstrndx].size);
   for (const Raw& r : raw) {
     elf.sections.push_back({CString(names, r.name), r.type, r.offset, r.size});
   }

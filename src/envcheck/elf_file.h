@@ -25,7 +25,7 @@ struct ElfFile {
   uint16_t type = 0;     // ET_EXEC, ET_DYN, ET_REL, ...
   uint16_t machine = 0;  // EM_X86_64 = 62, EM_AARCH64 = 183, EM_CUDA = 190
   std::vector<ElfSection> sections;
-  std::string soname;    // DT_SONAME when present
+  std::string soname;  // DT_SONAME when present
 
   const ElfSection* Find(std::string_view name) const;
 };

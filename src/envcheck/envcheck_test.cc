@@ -28,12 +28,9 @@ std::vector<std::string> Codes(const BinaryFound& b) {
 
 TEST(EnvcheckFixtureTest, ReportsEachNvccBuildExactly) {
   const std::vector<std::pair<std::string, std::vector<std::string>>> expected = {
-      {"sm75.so", {"sm_75"}},
-      {"sm80.so", {"sm_80"}},
-      {"sm90.so", {"sm_90"}},
-      {"sm90a.so", {"sm_90a"}},
-      {"ptx80.so", {"compute_80"}},
-      {"mix.so", {"compute_90", "sm_80", "sm_90"}},
+      {"sm75.so", {"sm_75"}},       {"sm80.so", {"sm_80"}},
+      {"sm90.so", {"sm_90"}},       {"sm90a.so", {"sm_90a"}},
+      {"ptx80.so", {"compute_80"}}, {"mix.so", {"compute_90", "sm_80", "sm_90"}},
       {"sm100f.so", {"sm_100f"}},
   };
   for (const auto& [file, codes] : expected) {
@@ -176,7 +173,8 @@ TEST(MalformedTest, CorruptFatbinariesGiveErrorsNotCrashes) {
   int rejected = 0;
   for (int round = 0; round < 3000; ++round) {
     std::vector<uint8_t> m = bytes;
-    for (int k = 0; k < 4; ++k) m[rng() % std::min<size_t>(m.size(), 256)] = static_cast<uint8_t>(rng());
+    for (int k = 0; k < 4; ++k)
+      m[rng() % std::min<size_t>(m.size(), 256)] = static_cast<uint8_t>(rng());
     if (!ParseFatbinary(m, "mutant").ok()) ++rejected;
   }
   EXPECT_GT(rejected, 0);
@@ -184,16 +182,20 @@ TEST(MalformedTest, CorruptFatbinariesGiveErrorsNotCrashes) {
   bad_magic[0] ^= 0xff;
   Result<std::vector<CudaCode>> r = ParseFatbinary(bad_magic, "x.so .nv_fatbin");
   ASSERT_FALSE(r.ok());
-  EXPECT_EQ(r.status().message(),
-            "x.so .nv_fatbin: fatbinary at byte 0: bad magic; this is not a CUDA fatbinary container");
+  EXPECT_EQ(
+      r.status().message(),
+      "x.so .nv_fatbin: fatbinary at byte 0: bad magic; this is not a CUDA fatbinary container");
 }
 
 std::vector<uint8_t> Bundle(const std::vector<std::string>& targets, bool truncate) {
   std::string b = "__CLANG_OFFLOAD_BUNDLE__";
   auto put64 = [&](uint64_t v) { b.append(reinterpret_cast<const char*>(&v), 8); };
   put64(targets.size());
-  const size_t header = b.size() + targets.size() * 24 +
-                        [&] { size_t n = 0; for (auto& t : targets) n += t.size(); return n; }();
+  const size_t header = b.size() + targets.size() * 24 + [&] {
+    size_t n = 0;
+    for (auto& t : targets) n += t.size();
+    return n;
+  }();
   for (size_t i = 0; i < targets.size(); ++i) {
     put64(header);
     put64(0);

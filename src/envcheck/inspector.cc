@@ -125,9 +125,8 @@ void Derive(EnvReport* r) {
   std::sort(r->gfx_targets.begin(), r->gfx_targets.end());
   // The CUDA the environment needs: its runtime's, else the newest PTX ISA it carries.
   for (const LibraryFound& l : r->libraries) {
-    if (l.name == "cudart" &&
-        (r->cuda_version.empty() || *Version::Parse(MajorMinor(l.version)) >
-                                        *Version::Parse(r->cuda_version))) {
+    if (l.name == "cudart" && (r->cuda_version.empty() || *Version::Parse(MajorMinor(l.version)) >
+                                                              *Version::Parse(r->cuda_version))) {
       r->cuda_version = MajorMinor(l.version);
       r->needs_from = "CUDA runtime " + l.path;
     }
@@ -138,8 +137,8 @@ void Derive(EnvReport* r) {
       for (const CudaCode& c : b.cuda) {
         if (c.kind != CudaCode::Kind::kPtx) continue;
         const std::string cuda = CudaForPtx(c.ptx_major, c.ptx_minor);
-        if (!cuda.empty() && (r->cuda_version.empty() ||
-                              *Version::Parse(cuda) > *Version::Parse(r->cuda_version))) {
+        if (!cuda.empty() &&
+            (r->cuda_version.empty() || *Version::Parse(cuda) > *Version::Parse(r->cuda_version))) {
           r->cuda_version = cuda;
           r->needs_from = "PTX ISA " + std::to_string(c.ptx_major) + "." +
                           std::to_string(c.ptx_minor) + " in " + b.path;
@@ -179,8 +178,8 @@ Result<EnvReport> InspectTree(const std::string& root, const InspectOptions& opt
   for (const LibraryPattern& p : kLibraries) patterns.emplace_back(p.file_regex);
 
   auto visit = [&](const fs::path& path) {
-    const std::string rel = fs::is_directory(st) ? fs::relative(path, root, ec).string()
-                                                 : path.filename().string();
+    const std::string rel =
+        fs::is_directory(st) ? fs::relative(path, root, ec).string() : path.filename().string();
     const std::string file = path.filename().string();
     for (size_t i = 0; i < std::size(kLibraries); ++i) {
       std::smatch m;
@@ -188,14 +187,16 @@ Result<EnvReport> InspectTree(const std::string& root, const InspectOptions& opt
         r.libraries.push_back({kLibraries[i].name, m[1].str(), rel});
         if (kLibraries[i].driver) {
           r.warnings.push_back(
-              rel + " is a host driver library baked into the environment: it must come from "
-                    "the node's driver at run time (remove it; mismatched copies break CUDA)");
+              rel +
+              " is a host driver library baked into the environment: it must come from "
+              "the node's driver at run time (remove it; mismatched copies break CUDA)");
         }
       }
     }
     Result<MappedFile> m = MappedFile::Open(path.string(), options.max_file_bytes);
     if (!m.ok()) {
-      if (m.status().code() == StatusCode::kResourceExhausted) r.warnings.push_back(m.status().message());
+      if (m.status().code() == StatusCode::kResourceExhausted)
+        r.warnings.push_back(m.status().message());
       return;
     }
     if (!LooksLikeElf(m->bytes())) return;
@@ -276,8 +277,9 @@ Status CheckNode(const EnvReport& r, const NodeOffer& node) {
   const bool wants_cuda = !r.cuda_version.empty() || !r.sass.empty() || !r.ptx.empty();
   if (wants_cuda) {
     if (node.driver_version.empty()) {
-      return Status::FailedPrecondition("needs CUDA " + (r.cuda_version.empty() ? "" : r.cuda_version) +
-                                        "; node " + node.name + " has no NVIDIA driver");
+      return Status::FailedPrecondition("needs CUDA " +
+                                        (r.cuda_version.empty() ? "" : r.cuda_version) + "; node " +
+                                        node.name + " has no NVIDIA driver");
     }
     if (!r.min_driver.empty()) {
       auto have = Version::Parse(node.driver_version);
@@ -295,12 +297,11 @@ Status CheckNode(const EnvReport& r, const NodeOffer& node) {
     std::vector<CudaCode> codes;
     for (const BinaryFound& b : r.binaries) codes.insert(codes.end(), b.cuda.begin(), b.cuda.end());
     if (!codes.empty() && !node.capabilities.empty()) {
-      const bool any = std::any_of(node.capabilities.begin(), node.capabilities.end(),
-                                   [&](const auto& cap) {
-                                     return std::any_of(codes.begin(), codes.end(), [&](const CudaCode& c) {
-                                       return RunsOn(c, cap.first, cap.second);
-                                     });
-                                   });
+      const bool any =
+          std::any_of(node.capabilities.begin(), node.capabilities.end(), [&](const auto& cap) {
+            return std::any_of(codes.begin(), codes.end(),
+                               [&](const CudaCode& c) { return RunsOn(c, cap.first, cap.second); });
+          });
       if (!any) {
         std::string caps;
         for (const auto& [ma, mi] : node.capabilities) {
@@ -316,11 +317,12 @@ Status CheckNode(const EnvReport& r, const NodeOffer& node) {
     }
   }
   if (!r.gfx_targets.empty()) {
-    const bool any = std::any_of(node.gfx_targets.begin(), node.gfx_targets.end(), [&](const auto& g) {
-      return std::any_of(r.gfx_targets.begin(), r.gfx_targets.end(), [&](const std::string& t) {
-        return t == g || StartsWith(t, g + ":");
-      });
-    });
+    const bool any =
+        std::any_of(node.gfx_targets.begin(), node.gfx_targets.end(), [&](const auto& g) {
+          return std::any_of(r.gfx_targets.begin(), r.gfx_targets.end(), [&](const std::string& t) {
+            return t == g || StartsWith(t, g + ":");
+          });
+        });
     if (!any) {
       std::string want;
       for (const std::string& t : r.gfx_targets) want += (want.empty() ? "" : ", ") + t;

@@ -34,15 +34,15 @@ struct BinaryFound {
 
 struct EnvReport {
   std::string root;
-  std::vector<LibraryFound> libraries;   // CUDA/ROCm runtime and libraries
-  std::vector<BinaryFound> binaries;     // ELF files carrying GPU code
+  std::vector<LibraryFound> libraries;  // CUDA/ROCm runtime and libraries
+  std::vector<BinaryFound> binaries;    // ELF files carrying GPU code
   std::vector<std::string> warnings;
   uint64_t files_scanned = 0;
 
   // Derived verdict.
-  std::string cuda_version;              // of the CUDA runtime shipped, else "" (see needs_from)
-  std::string needs_from;                // what the CUDA need was derived from
-  std::string min_driver;                // the release's own minimum, "" when no CUDA
+  std::string cuda_version;  // of the CUDA runtime shipped, else "" (see needs_from)
+  std::string needs_from;    // what the CUDA need was derived from
+  std::string min_driver;    // the release's own minimum, "" when no CUDA
   std::string min_driver_minor_compat;
   std::vector<std::string> sass;         // union of sm_XY[a|f]
   std::vector<std::string> ptx;          // union of compute_XY
@@ -65,8 +65,8 @@ OrderedJson ReportToJson(const EnvReport& report);
 // What a node offers, for the check below.
 struct NodeOffer {
   std::string name;
-  std::string driver_version;               // "535.104.05"; "" = no NVIDIA driver
-  std::string cuda_driver_version;          // newest CUDA the driver supports, "12.2"
+  std::string driver_version;                     // "535.104.05"; "" = no NVIDIA driver
+  std::string cuda_driver_version;                // newest CUDA the driver supports, "12.2"
   std::vector<std::pair<int, int>> capabilities;  // of its NVIDIA GPUs
   std::vector<std::string> gfx_targets;           // of its AMD GPUs
 };

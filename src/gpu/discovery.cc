@@ -91,7 +91,7 @@ Result<NodeInfo> DiscoverNode(const DiscoveryOptions& options) {
   NodeInfo merged;
   std::set<std::string> seen_pci;
   std::set<Vendor> vendor_backend_worked;  // vendors whose own library backend succeeded
-  std::set<std::string> unavailable;        // backends that could not run here
+  std::set<std::string> unavailable;       // backends that could not run here
   for (const std::string& name : names) {
     GP_ASSIGN_OR_RETURN(auto backend, CreateBackend(name, options));
     Result<NodeInfo> found = backend->Discover();

@@ -31,10 +31,10 @@ struct DiscoveryOptions {
   // Backends to use, in priority order. Empty means probe all real ones ("nvml",
   // "rocm-smi", "sysfs"); "fake" needs fake_node_file.
   std::vector<std::string> backends;
-  std::string nvml_library = "libnvidia-ml.so.1";   // env GPUPOOL_NVML_LIBRARY overrides
+  std::string nvml_library = "libnvidia-ml.so.1";     // env GPUPOOL_NVML_LIBRARY overrides
   std::string rocm_smi_library = "librocm_smi64.so";  // env GPUPOOL_ROCM_SMI_LIBRARY overrides
-  std::string sysfs_root = "/sys";                  // env GPUPOOL_SYSFS_ROOT overrides
-  std::string dev_root = "/dev";                    // env GPUPOOL_DEV_ROOT overrides
+  std::string sysfs_root = "/sys";                    // env GPUPOOL_SYSFS_ROOT overrides
+  std::string dev_root = "/dev";                      // env GPUPOOL_DEV_ROOT overrides
   std::string fake_node_file;
 };
 

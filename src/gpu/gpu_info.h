@@ -16,7 +16,7 @@ namespace gpupool::gpu {
 
 enum class Vendor { kNvidia, kAmd, kIntel, kUnknown };
 
-std::string_view VendorName(Vendor v);            // "nvidia", "amd", "intel", "unknown"
+std::string_view VendorName(Vendor v);  // "nvidia", "amd", "intel", "unknown"
 std::optional<Vendor> ParseVendor(std::string_view name);
 
 // How close two GPUs are on the PCIe tree, in the terms of `nvidia-smi topo -m`.
@@ -30,7 +30,8 @@ enum class PcieLevel {
   kSystem,      // "SYS": across NUMA nodes (SMP interconnect)
 };
 
-std::string_view PcieLevelName(PcieLevel level);  // "BOARD", "PIX", "PXB", "PHB", "NODE", "SYS", "?"
+std::string_view PcieLevelName(
+    PcieLevel level);  // "BOARD", "PIX", "PXB", "PHB", "NODE", "SYS", "?"
 std::optional<PcieLevel> ParsePcieLevel(std::string_view name);
 
 struct ComputeCapability {
@@ -41,8 +42,8 @@ struct ComputeCapability {
 
 // One MIG instance of an NVIDIA GPU in MIG mode.
 struct MigDevice {
-  std::string uuid;          // "MIG-..."
-  std::string profile;       // "1g.10gb"
+  std::string uuid;     // "MIG-..."
+  std::string profile;  // "1g.10gb"
   int gpu_instance_id = -1;
   int compute_instance_id = -1;
   uint64_t memory_total_bytes = 0;
@@ -52,35 +53,35 @@ struct MigDevice {
 
 struct GpuInfo {
   Vendor vendor = Vendor::kUnknown;
-  int index = -1;            // the vendor runtime's index (CUDA / ROCm order)
-  std::string name;          // "NVIDIA H100 80GB HBM3", "AMD Instinct MI250X"
-  std::string uuid;          // NVIDIA "GPU-<uuid>"; AMD unique id as "0x<hex>"
-  std::string pci_bus_id;    // canonical lower-case "0000:3b:00.0"; unique within a node
+  int index = -1;          // the vendor runtime's index (CUDA / ROCm order)
+  std::string name;        // "NVIDIA H100 80GB HBM3", "AMD Instinct MI250X"
+  std::string uuid;        // NVIDIA "GPU-<uuid>"; AMD unique id as "0x<hex>"
+  std::string pci_bus_id;  // canonical lower-case "0000:3b:00.0"; unique within a node
   uint64_t memory_total_bytes = 0;
   uint64_t memory_used_bytes = 0;
   std::optional<ComputeCapability> compute_capability;  // NVIDIA
-  std::string gfx_target;    // AMD "gfx90a"
-  int minor_number = -1;     // NVIDIA /dev/nvidiaN; AMD DRM render minor (renderD<128+n>)
+  std::string gfx_target;                               // AMD "gfx90a"
+  int minor_number = -1;  // NVIDIA /dev/nvidiaN; AMD DRM render minor (renderD<128+n>)
   std::vector<std::string> device_nodes;  // this GPU's own nodes: /dev/nvidia0, /dev/dri/renderD128
   int numa_node = -1;
-  std::string cpu_affinity;  // CPU list in kernel syntax, "0-23,48-71"; empty when unknown
-  std::optional<bool> mig_enabled;    // current MIG mode
+  std::string cpu_affinity;         // CPU list in kernel syntax, "0-23,48-71"; empty when unknown
+  std::optional<bool> mig_enabled;  // current MIG mode
   std::vector<MigDevice> mig_devices;
-  std::optional<bool> ecc_enabled;    // current ECC mode
+  std::optional<bool> ecc_enabled;  // current ECC mode
   std::optional<int> utilization_percent;
   std::optional<int> temperature_celsius;
   std::optional<double> power_watts;
   std::optional<double> power_limit_watts;
-  std::string backend;       // which backend reported it: "nvml", "rocm-smi", "sysfs", "fake"
+  std::string backend;  // which backend reported it: "nvml", "rocm-smi", "sysfs", "fake"
   friend bool operator==(const GpuInfo&, const GpuInfo&) = default;
 };
 
 // A direct or PCIe relation between two GPUs of the node, named by PCI bus id.
 struct GpuLink {
-  std::string a;             // pci_bus_id of one GPU
-  std::string b;             // pci_bus_id of the other
-  int nvlink_count = 0;      // NVLink links between them (NVIDIA)
-  int xgmi_count = 0;        // XGMI links between them (AMD); 0 when not directly linked
+  std::string a;         // pci_bus_id of one GPU
+  std::string b;         // pci_bus_id of the other
+  int nvlink_count = 0;  // NVLink links between them (NVIDIA)
+  int xgmi_count = 0;    // XGMI links between them (AMD); 0 when not directly linked
   PcieLevel pcie_level = PcieLevel::kUnknown;
   friend bool operator==(const GpuLink&, const GpuLink&) = default;
 };
@@ -96,8 +97,8 @@ struct DriverInfo {
 
 // Something discovery wants the user to know: a missing library, a failing call.
 struct Diagnostic {
-  std::string backend;   // "nvml"
-  std::string message;   // "libnvidia-ml.so.1 not found: install the NVIDIA driver ..."
+  std::string backend;  // "nvml"
+  std::string message;  // "libnvidia-ml.so.1 not found: install the NVIDIA driver ..."
   friend bool operator==(const Diagnostic&, const Diagnostic&) = default;
 };
 
@@ -105,8 +106,8 @@ struct NodeInfo {
   std::string hostname;
   std::optional<DriverInfo> nvidia;
   std::optional<DriverInfo> amd;
-  std::vector<GpuInfo> gpus;      // sorted by vendor, then index
-  std::vector<GpuLink> links;     // one entry per unordered pair that has any relation known
+  std::vector<GpuInfo> gpus;   // sorted by vendor, then index
+  std::vector<GpuLink> links;  // one entry per unordered pair that has any relation known
   std::vector<Diagnostic> diagnostics;
   friend bool operator==(const NodeInfo&, const NodeInfo&) = default;
 };

@@ -40,23 +40,23 @@ bool IsValidTransition(JobState from, JobState to);
 // gpu_memory_bytes > 0 only when gpus == 1 (a share sized by memory); tasks >= 1.
 struct ResourceRequest {
   int gpus = 0;
-  int gpu_milli = 1000;             // share of each GPU in thousandths
-  uint64_t gpu_memory_bytes = 0;    // alternative to gpu_milli: a share sized by memory
+  int gpu_milli = 1000;           // share of each GPU in thousandths
+  uint64_t gpu_memory_bytes = 0;  // alternative to gpu_milli: a share sized by memory
   int64_t cpu_milli = 1000;
-  uint64_t memory_bytes = 0;        // 0 = no explicit request
+  uint64_t memory_bytes = 0;            // 0 = no explicit request
   std::vector<std::string> gpu_models;  // allowed models; empty = any
-  std::string vendor;               // "nvidia", "amd" or empty = any
-  std::string min_capability;       // "8.0"; empty = any
-  int tasks = 1;                    // gang size: all tasks placed or none
+  std::string vendor;                   // "nvidia", "amd" or empty = any
+  std::string min_capability;           // "8.0"; empty = any
+  int tasks = 1;                        // gang size: all tasks placed or none
   friend bool operator==(const ResourceRequest&, const ResourceRequest&) = default;
 };
 
 // Where a job runs: one entry per task.
 struct TaskPlacement {
   std::string node;
-  std::vector<int> gpu_indices;       // vendor indices on that node
+  std::vector<int> gpu_indices;  // vendor indices on that node
   std::vector<std::string> gpu_uuids;
-  int gpu_milli = 1000;
+  int gpu_milli = 1000;  // 0 for a CPU-only task
   friend bool operator==(const TaskPlacement&, const TaskPlacement&) = default;
 };
 
@@ -67,26 +67,26 @@ struct Job {
   uint32_t gid = 0;
   std::string project;
   std::string name;
-  std::vector<std::string> command;   // argv
+  std::vector<std::string> command;  // argv
   std::map<std::string, std::string> env;
   std::string workdir;
-  std::string image;                  // container image; empty = plain process
+  std::string image;  // container image; empty = plain process
   ResourceRequest request;
   int priority = 0;
-  int64_t time_limit_s = 0;           // 0 = none
-  bool requeue = false;               // requeue when LOST
+  int64_t time_limit_s = 0;  // 0 = none
+  bool requeue = false;      // requeue when LOST
   JobState state = JobState::kPending;
   int64_t submit_time_us = 0;
-  int64_t start_time_us = 0;          // 0 = not started
-  int64_t end_time_us = 0;            // 0 = not ended
+  int64_t start_time_us = 0;  // 0 = not started
+  int64_t end_time_us = 0;    // 0 = not ended
   std::optional<int> exit_code;
   std::optional<int> signal;
   std::vector<TaskPlacement> placement;
-  std::string pending_reason;         // why a pending job waits, in words
-  std::string reason;                 // why it ended as it did (LOST, FAILED to launch, ...)
-  int attempt = 0;                    // launches so far (requeues add one)
-  bool cancel_requested = false;      // cancel asked for; the agent is stopping it
-  std::string stdout_path;            // on the job's node, set when it starts
+  std::string pending_reason;     // why a pending job waits, in words
+  std::string reason;             // why it ended as it did (LOST, FAILED to launch, ...)
+  int attempt = 0;                // launches so far (requeues add one)
+  bool cancel_requested = false;  // cancel asked for; the agent is stopping it
+  std::string stdout_path;        // on the job's node, set when it starts
   std::string stderr_path;
   friend bool operator==(const Job&, const Job&) = default;
 };

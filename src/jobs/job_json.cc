@@ -36,7 +36,8 @@ Status ValidateRequest(const ResourceRequest& r) {
   }
   if (r.gpus > 1 && r.gpu_milli < 1000) {
     return Status::InvalidArgument(
-        "gpu_milli: a GPU share below 1000 needs gpus = 1; ask for whole GPUs or for one shared GPU");
+        "gpu_milli: a GPU share below 1000 needs gpus = 1; ask for whole GPUs or for one shared "
+        "GPU");
   }
   if (r.gpu_memory_bytes > 0 && r.gpus != 1) {
     return Status::InvalidArgument("gpu_memory: a share sized by memory needs gpus = 1");
@@ -45,8 +46,8 @@ Status ValidateRequest(const ResourceRequest& r) {
     return Status::InvalidArgument("gpu_milli/gpu_memory: a GPU share needs gpus = 1");
   }
   if (r.cpu_milli < 0 || r.cpu_milli > kMaxCpuMilli) {
-    return Status::InvalidArgument("cpu_milli: " + std::to_string(r.cpu_milli) +
-                                   " is outside 0.." + std::to_string(kMaxCpuMilli));
+    return Status::InvalidArgument("cpu_milli: " + std::to_string(r.cpu_milli) + " is outside 0.." +
+                                   std::to_string(kMaxCpuMilli));
   }
   if (r.tasks < 1 || r.tasks > kMaxTasks) {
     return Status::InvalidArgument("tasks: " + std::to_string(r.tasks) + " is outside 1.." +
@@ -204,7 +205,7 @@ Result<Job> JobFromJson(const Json& j, std::string_view path) {
         }
       }
       pf.Optional("gpu_uuids", &p.gpu_uuids);
-      pf.Optional("gpu_milli", &p.gpu_milli, 1, 1000);
+      pf.Optional("gpu_milli", &p.gpu_milli, 0, 1000);  // 0 for CPU-only tasks
       GP_RETURN_IF_ERROR(pf.Finish());
       job.placement.push_back(std::move(p));
     }

@@ -1,6 +1,7 @@
+#include "jobs/job.h"
+
 #include <gtest/gtest.h>
 
-#include "jobs/job.h"
 #include "jobs/job_json.h"
 
 namespace gpupool::jobs {
@@ -63,7 +64,8 @@ TEST(JobJsonTest, RejectsBadRequests) {
   EXPECT_EQ(err(R"({"colour": "red"})").substr(0, 26), "job.colour: unknown field;");
   EXPECT_EQ(err(R"({"env": {"A": 1}})"), "job.env.A: expected a string value");
   EXPECT_EQ(err(R"({"state": "DANCING"})"), "job.state: unknown state 'DANCING'");
-  EXPECT_EQ(err(R"({"request": {"tasks": 0}})"), "job.request.tasks: 0 is outside the range 1..4096");
+  EXPECT_EQ(err(R"({"request": {"tasks": 0}})"),
+            "job.request.tasks: 0 is outside the range 1..4096");
 }
 
 }  // namespace

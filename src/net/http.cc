@@ -22,8 +22,8 @@ std::string ServerAddress::ToString() const {
 Result<ServerAddress> ParseServerAddress(std::string_view text) {
   const std::string_view original = text;
   auto bad = [&](std::string_view why) {
-    return Status::InvalidArgument("server address '" + std::string(original) + "': " +
-                                   std::string(why) +
+    return Status::InvalidArgument("server address '" + std::string(original) +
+                                   "': " + std::string(why) +
                                    "; use unix:/path/to/gpupool.sock or http://HOST:PORT");
   };
   ServerAddress a;

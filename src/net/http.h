@@ -28,8 +28,8 @@ struct HttpRequest {
   std::map<std::string, std::string> query;    // decoded query arguments
   std::map<std::string, std::string> headers;  // names lower-cased
   std::string body;
-  std::optional<PeerCredentials> peer;         // set on Unix-socket connections
-  std::string remote;                          // "unix" or "127.0.0.1:5678"
+  std::optional<PeerCredentials> peer;  // set on Unix-socket connections
+  std::string remote;                   // "unix" or "127.0.0.1:5678"
 
   std::string Header(std::string_view name) const;  // lower-case name; "" when absent
   std::string Query(std::string_view name, std::string fallback = "") const;

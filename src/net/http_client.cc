@@ -72,7 +72,7 @@ Result<HttpResponse> HttpClient::Send(const std::string& method, const std::stri
     headers = curl_slist_append(headers, ("Authorization: Bearer " + bearer_token_).c_str());
   }
   std::unique_ptr<curl_slist, decltype(&curl_slist_free_all)> header_guard(headers,
-                                                                            curl_slist_free_all);
+                                                                           curl_slist_free_all);
   curl_easy_setopt(curl.get(), CURLOPT_URL, url.c_str());
   curl_easy_setopt(curl.get(), CURLOPT_CUSTOMREQUEST, method.c_str());
   curl_easy_setopt(curl.get(), CURLOPT_HTTPHEADER, headers);
@@ -92,8 +92,8 @@ Result<HttpResponse> HttpClient::Send(const std::string& method, const std::stri
     std::string hint = address_.kind == ServerAddress::Kind::kUnix
                            ? ": is `gpupool up` running? (set --server or GPUPOOL_SERVER)"
                            : ": is the server running and reachable?";
-    return Status::Unavailable("cannot reach the gpupool server at " + address_.ToString() +
-                               ": " + curl_easy_strerror(rc) + hint);
+    return Status::Unavailable("cannot reach the gpupool server at " + address_.ToString() + ": " +
+                               curl_easy_strerror(rc) + hint);
   }
   long code = 0;
   curl_easy_getinfo(curl.get(), CURLINFO_RESPONSE_CODE, &code);

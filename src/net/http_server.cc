@@ -143,8 +143,8 @@ class MhdServer final : public HttpServer {
     auto& ctx = is_unix ? unix_ctx_ : tcp_ctx_;
     ctx = {this, is_unix};
     return MHD_start_daemon(
-        MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION | MHD_USE_POLL, 0,
-        nullptr, nullptr, &MhdServer::OnRequest, &ctx, MHD_OPTION_LISTEN_SOCKET, listen_fd,
+        MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION | MHD_USE_POLL, 0, nullptr,
+        nullptr, &MhdServer::OnRequest, &ctx, MHD_OPTION_LISTEN_SOCKET, listen_fd,
         MHD_OPTION_CONNECTION_TIMEOUT, static_cast<unsigned>(options_.connection_timeout_s),
         MHD_OPTION_NOTIFY_COMPLETED, &MhdServer::OnCompleted, nullptr, MHD_OPTION_END);
   }
@@ -201,9 +201,9 @@ class MhdServer final : public HttpServer {
     return out + "\"";
   }
 
-  static MHD_Result OnRequest(void* cls, MHD_Connection* conn, const char* url,
-                              const char* method, const char*, const char* upload_data,
-                              size_t* upload_data_size, void** con_cls) {
+  static MHD_Result OnRequest(void* cls, MHD_Connection* conn, const char* url, const char* method,
+                              const char*, const char* upload_data, size_t* upload_data_size,
+                              void** con_cls) {
     auto* ctx = static_cast<DaemonContext*>(cls);
     MhdServer* self = ctx->server;
     if (*con_cls == nullptr) {  // first call: headers only
@@ -222,9 +222,9 @@ class MhdServer final : public HttpServer {
       return MHD_YES;
     }
     if (pending->too_large) {
-      return Send(conn, ErrorResponse(413, "request body is larger than " +
-                                               std::to_string(self->options_.max_body_bytes) +
-                                               " bytes"));
+      return Send(conn,
+                  ErrorResponse(413, "request body is larger than " +
+                                         std::to_string(self->options_.max_body_bytes) + " bytes"));
     }
 
     HttpRequest req;

@@ -42,9 +42,9 @@ class HttpTest : public ::testing::Test {
       ++calls_;
       HttpResponse resp;
       resp.headers["X-Gpupool-Next-Offset"] = "42";
-      resp.body = r.method + " " + r.path + " q=" + r.Query("q") + " auth=" +
-                  r.Header("authorization") + " body=" + r.body + " peer=" +
-                  (r.peer ? std::to_string(r.peer->uid) : std::string("none"));
+      resp.body = r.method + " " + r.path + " q=" + r.Query("q") +
+                  " auth=" + r.Header("authorization") + " body=" + r.body +
+                  " peer=" + (r.peer ? std::to_string(r.peer->uid) : std::string("none"));
       return resp;
     });
     ASSERT_TRUE(s.ok()) << s.status().ToString();

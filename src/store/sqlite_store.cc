@@ -96,10 +96,10 @@ class SqliteStore final : public Store {
     }
     const auto known = static_cast<int64_t>(std::size(kMigrations));
     if (version > known) {
-      return Status::FailedPrecondition(
-          "the store's schema version " + std::to_string(version) +
-          " is newer than this gpupool understands (" + std::to_string(known) +
-          "): run a newer gpupool or restore a backup");
+      return Status::FailedPrecondition("the store's schema version " + std::to_string(version) +
+                                        " is newer than this gpupool understands (" +
+                                        std::to_string(known) +
+                                        "): run a newer gpupool or restore a backup");
     }
     for (int64_t v = version; v < known; ++v) {
       GP_RETURN_IF_ERROR(Exec("BEGIN IMMEDIATE"));
@@ -201,11 +201,11 @@ class SqliteStore final : public Store {
       // Nothing matched: say whether the job is missing or in another state.
       Stmt q(db_, "SELECT state FROM jobs WHERE id=?");
       q.Bind(1, u.job.id);
-      Status why = q.Step() == SQLITE_ROW
-                       ? Status::FailedPrecondition(
-                             "job " + std::to_string(u.job.id) + " is " + q.Text(0) + ", not " +
-                             std::string(jobs::JobStateName(u.expected)))
-                       : Status::NotFound("no job " + std::to_string(u.job.id));
+      Status why =
+          q.Step() == SQLITE_ROW
+              ? Status::FailedPrecondition("job " + std::to_string(u.job.id) + " is " + q.Text(0) +
+                                           ", not " + std::string(jobs::JobStateName(u.expected)))
+              : Status::NotFound("no job " + std::to_string(u.job.id));
       return Rollback(why);
     }
     return Exec("COMMIT");
@@ -240,8 +240,8 @@ class SqliteStore final : public Store {
     std::vector<NodeRecord> out;
     int rc;
     while ((rc = s.Step()) == SQLITE_ROW) {
-      out.push_back({s.Text(0), s.Text(1), s.Text(2), s.Int(3), s.Int(4), s.Int(5), s.Int(6),
-                     s.Int(7) != 0});
+      out.push_back(
+          {s.Text(0), s.Text(1), s.Text(2), s.Int(3), s.Int(4), s.Int(5), s.Int(6), s.Int(7) != 0});
     }
     if (rc != SQLITE_DONE) return Error("list nodes");
     return out;
@@ -273,7 +273,8 @@ class SqliteStore final : public Store {
     Stmt s(db_, "SELECT token_hash, user, kind, created_us FROM tokens ORDER BY created_us");
     std::vector<TokenRecord> out;
     int rc;
-    while ((rc = s.Step()) == SQLITE_ROW) out.push_back({s.Text(0), s.Text(1), s.Text(2), s.Int(3)});
+    while ((rc = s.Step()) == SQLITE_ROW)
+      out.push_back({s.Text(0), s.Text(1), s.Text(2), s.Int(3)});
     if (rc != SQLITE_DONE) return Error("list tokens");
     return out;
   }
@@ -317,9 +318,9 @@ class SqliteStore final : public Store {
 
 Result<std::unique_ptr<Store>> OpenSqliteStore(const std::string& path) {
   sqlite3* db = nullptr;
-  const int rc = sqlite3_open_v2(path.c_str(), &db,
-                                 SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_FULLMUTEX,
-                                 nullptr);
+  const int rc =
+      sqlite3_open_v2(path.c_str(), &db,
+                      SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_FULLMUTEX, nullptr);
   if (rc != SQLITE_OK) {
     std::string msg = db != nullptr ? sqlite3_errmsg(db) : "out of memory";
     sqlite3_close(db);

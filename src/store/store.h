@@ -19,19 +19,19 @@
 namespace gpupool::store {
 
 struct JobFilter {
-  std::optional<std::string> user;            // only this user's jobs
-  std::vector<jobs::JobState> states;         // empty = any state
-  bool active_only = false;                   // PENDING, ASSIGNED, RUNNING
-  std::optional<std::string> node;            // placed on this node
-  int64_t ended_after_us = 0;                 // terminal jobs ending before this are left out
-  size_t limit = 0;                           // 0 = no limit; newest first when limited
+  std::optional<std::string> user;     // only this user's jobs
+  std::vector<jobs::JobState> states;  // empty = any state
+  bool active_only = false;            // PENDING, ASSIGNED, RUNNING
+  std::optional<std::string> node;     // placed on this node
+  int64_t ended_after_us = 0;          // terminal jobs ending before this are left out
+  size_t limit = 0;                    // 0 = no limit; newest first when limited
 };
 
 struct NodeRecord {
   std::string name;
-  std::string info_json;       // the node's GPUs as `gpupool gpus --json` prints them
-  std::string agent_url;       // how the controller reaches the agent, if it does
-  int64_t cpu_milli = 0;       // the node's schedulable CPU and memory
+  std::string info_json;  // the node's GPUs as `gpupool gpus --json` prints them
+  std::string agent_url;  // how the controller reaches the agent, if it does
+  int64_t cpu_milli = 0;  // the node's schedulable CPU and memory
   int64_t memory_mib = 0;
   int64_t registered_us = 0;
   int64_t last_heartbeat_us = 0;
@@ -40,9 +40,9 @@ struct NodeRecord {
 };
 
 struct TokenRecord {
-  std::string token_hash;      // SHA-256 of the token, hex; the token itself is never stored
+  std::string token_hash;  // SHA-256 of the token, hex; the token itself is never stored
   std::string user;
-  std::string kind;            // "user" or "node"
+  std::string kind;  // "user" or "node"
   int64_t created_us = 0;
   friend bool operator==(const TokenRecord&, const TokenRecord&) = default;
 };

@@ -161,7 +161,8 @@ INSTANTIATE_TEST_SUITE_P(Sqlite, StoreTest, ::testing::Values("sqlite-memory", "
                          });
 
 TEST(SqliteStoreTest, SurvivesReopenAndRefusesNewerSchema) {
-  auto dir = std::filesystem::temp_directory_path() / ("gpupool-reopen-" + std::to_string(getpid()));
+  auto dir =
+      std::filesystem::temp_directory_path() / ("gpupool-reopen-" + std::to_string(getpid()));
   std::filesystem::create_directories(dir);
   const std::string path = (dir / "state.db").string();
   int64_t id = 0;
@@ -184,7 +185,8 @@ TEST(SqliteStoreTest, SurvivesReopenAndRefusesNewerSchema) {
   auto newer = OpenSqliteStore(path);
   ASSERT_FALSE(newer.ok());
   EXPECT_EQ(newer.status().code(), StatusCode::kFailedPrecondition);
-  EXPECT_NE(newer.status().message().find("newer than this gpupool understands"), std::string::npos);
+  EXPECT_NE(newer.status().message().find("newer than this gpupool understands"),
+            std::string::npos);
   auto bad = OpenSqliteStore("/nonexistent-dir/state.db");
   EXPECT_EQ(bad.status().code(), StatusCode::kUnavailable);
   std::filesystem::remove_all(dir);

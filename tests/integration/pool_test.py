@@ -62,6 +62,7 @@ class Pool:
 
     def __init__(self, split=False, node_timeout=30, port=0):
         self.dir = tempfile.mkdtemp(prefix="gp-", dir="/tmp")
+        os.chmod(self.dir, 0o755)  # other users reach the socket, as under /var/lib/gpupool
         self.sock = os.path.join(self.dir, "gpupool.sock")
         self.split = split
         self.node_timeout = node_timeout
@@ -74,15 +75,15 @@ class Pool:
                "--port", str(self.port), "--node-timeout", str(self.node_timeout)]
         if not self.split:
             cmd += ["--fake", NODE]
-        log = open(os.path.join(self.dir, "server.log"), "ab")
-        self.server = subprocess.Popen(cmd, stdout=log, stderr=log, start_new_session=True)
+        with open(os.path.join(self.dir, "server.log"), "ab") as log:
+            self.server = subprocess.Popen(cmd, stdout=log, stderr=log, start_new_session=True)
         self._wait_for_socket()
 
     def start_agent(self, token):
         cmd = [GPUPOOL, "agent", "--controller", "unix:" + self.sock, "--token", token,
                "--state-dir", self.dir, "--fake", NODE, "--node-name", "itest"]
-        log = open(os.path.join(self.dir, "agent.log"), "ab")
-        self.agent = subprocess.Popen(cmd, stdout=log, stderr=log, start_new_session=True)
+        with open(os.path.join(self.dir, "agent.log"), "ab") as log:
+            self.agent = subprocess.Popen(cmd, stdout=log, stderr=log, start_new_session=True)
 
     def _wait_for_socket(self):
         deadline = time.time() + 20
@@ -112,7 +113,8 @@ class Pool:
         for f in ("server.log", "agent.log"):
             p = os.path.join(self.dir, f)
             if os.path.exists(p):
-                out += open(p, errors="replace").read()[-3000:]
+                with open(p, errors="replace") as f:
+                    out += f.read()[-3000:]
         return out
 
     def kill9(self, which):
@@ -139,7 +141,9 @@ class Pool:
             for name in os.listdir(base):
                 path = os.path.join(base, name)
                 try:
-                    if name.startswith("job-") and not open(os.path.join(path, "cgroup.procs")).read().strip():
+                    with open(os.path.join(path, "cgroup.procs")) as f:
+                        empty = not f.read().strip()
+                    if name.startswith("job-") and empty:
                         os.rmdir(path)
                 except OSError:
                     pass
@@ -217,12 +221,13 @@ class PoolTest(unittest.TestCase):
 
     def test_two_jobs_share_one_gpu(self):
         # Fill three GPUs so the two halves must share the last one.
-        fill = [self.pool.submit(["sleep", "30"], gpus=1) for _ in range(3)]
+        # Small CPU requests: the test machine may have fewer cores than the fake node GPUs.
+        fill = [self.pool.submit(["sleep", "30"], gpus=1, cpu_milli=100) for _ in range(3)]
         for f in fill:
             self.pool.wait_state(f, ("RUNNING",))
         cmd = ["sh", "-c", "echo $CUDA_VISIBLE_DEVICES $GPUPOOL_GPU_MILLI; sleep 2"]
-        a = self.pool.submit(cmd, gpus=1, gpu_milli=500)
-        b = self.pool.submit(cmd, gpus=1, gpu_milli=500)
+        a = self.pool.submit(cmd, gpus=1, gpu_milli=500, cpu_milli=100)
+        b = self.pool.submit(cmd, gpus=1, gpu_milli=500, cpu_milli=100)
         ja = self.pool.wait_state(a, ("RUNNING",) + FINAL)
         jb = self.pool.wait_state(b, ("RUNNING",) + FINAL)
         self.assertEqual(ja["placement"][0]["gpu_uuids"], jb["placement"][0]["gpu_uuids"])
@@ -264,6 +269,7 @@ class PoolTest(unittest.TestCase):
 
     def test_other_users(self):
         mine = self.pool.submit(["sleep", "30"])
+        self.pool.wait_state(mine, ("RUNNING",))
         # A child process that becomes `nobody` talks to the same socket.
         r, w = os.pipe()
         pid = os.fork()
@@ -358,7 +364,8 @@ class RecoveryTest(unittest.TestCase):
         self.pool.start_server()
         j = self.pool.wait_state(jid, FINAL, timeout=30)
         self.assertEqual(j["state"], "SUCCEEDED", j)
-        self.assertEqual(open(marker).read().count("x"), 1)
+        with open(marker) as f:
+            self.assertEqual(f.read().count("x"), 1)
 
     def _split_pool(self, node_timeout=30):
         self.pool = Pool(split=True, node_timeout=node_timeout)
