@@ -118,7 +118,8 @@ void RegisterEnvCommand(CLI::App& app, CommandContext& ctx) {
     std::string node;
     bool json = false;
   };
-  auto* f = new Flags();  // lives as long as the process
+  static Flags flags;  // the callbacks outlive this function; a static is never a leak
+  Flags* f = &flags;
   CLI::App* inspect =
       env->add_subcommand("inspect", "what an image or directory needs from the GPU stack");
   inspect->add_option("target", f->target, "a directory, a file, or an image in podman's store")

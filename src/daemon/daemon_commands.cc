@@ -188,8 +188,12 @@ std::string DefaultStateDir() {
 
 void RegisterDaemonCommands(CLI::App& app, cli::CommandContext& ctx) {
   // --- up ---
-  auto* up_flags = new ServerFlags();  // lives as long as the app (the process)
-  auto* up_fake = new std::string();
+  // Flag storage must outlive this function (the callbacks run later); statics are
+  // neither dangling nor leaked.
+  static ServerFlags up_flags_storage;
+  static std::string up_fake_storage;
+  ServerFlags* up_flags = &up_flags_storage;
+  std::string* up_fake = &up_fake_storage;
   CLI::App* up = app.add_subcommand("up", "run the whole pool on this machine: controller + agent");
   AddServerFlags(up, up_flags);
   up->add_option("--fake", *up_fake, "use this node description instead of discovery");
@@ -253,7 +257,8 @@ void RegisterDaemonCommands(CLI::App& app, cli::CommandContext& ctx) {
   });
 
   // --- server ---
-  auto* server_flags = new ServerFlags();
+  static ServerFlags server_flags_storage;
+  ServerFlags* server_flags = &server_flags_storage;
   CLI::App* server =
       app.add_subcommand("server", "run the controller only (REST API, scheduler, store)");
   AddServerFlags(server, server_flags);
@@ -282,7 +287,8 @@ void RegisterDaemonCommands(CLI::App& app, cli::CommandContext& ctx) {
     std::string fake;
     std::string node_name;
   };
-  auto* af = new AgentFlags();
+  static AgentFlags af_storage;
+  AgentFlags* af = &af_storage;
   CLI::App* agent_cmd = app.add_subcommand("agent", "run a node agent for a controller");
   agent_cmd->add_option("--controller", af->controller, "unix:PATH or http://HOST:PORT")
       ->required();
