@@ -7,7 +7,6 @@
 
 #include <algorithm>
 #include <filesystem>
-#include <regex>
 #include <set>
 
 #include "common/strings.h"
@@ -62,23 +61,49 @@ class MappedFile {
 
 struct LibraryPattern {
   const char* name;
-  const char* file_regex;  // group 1 = version
-  bool driver;             // belongs to the host driver: must not be in an image
+  const char* prefix;  // file name up to the version, e.g. "libcudart.so."
+  bool driver;         // belongs to the host driver: must not be in an image
 };
 
 const LibraryPattern kLibraries[] = {
-    {"cudart", R"(libcudart\.so\.(\d+\.\d+(\.\d+)?))", false},
-    {"cublas", R"(libcublas\.so\.(\d+\.\d+(\.\d+)*))", false},
-    {"cublasLt", R"(libcublasLt\.so\.(\d+\.\d+(\.\d+)*))", false},
-    {"cudnn", R"(libcudnn\.so\.(\d+\.\d+(\.\d+)*))", false},
-    {"nccl", R"(libnccl\.so\.(\d+\.\d+(\.\d+)*))", false},
-    {"cufft", R"(libcufft\.so\.(\d+\.\d+(\.\d+)*))", false},
-    {"amdhip64", R"(libamdhip64\.so\.(\d+\.\d+(\.\d+)*(-\d+)?))", false},
-    {"rccl", R"(librccl\.so\.(\d+\.\d+(\.\d+)*))", false},
-    {"libcuda", R"(libcuda\.so\.(\d+\.\d+(\.\d+)*))", true},
-    {"libnvidia-ml", R"(libnvidia-ml\.so\.(\d+\.\d+(\.\d+)*))", true},
-    {"libnvidia-ptxjitcompiler", R"(libnvidia-ptxjitcompiler\.so\.(\d+\.\d+(\.\d+)*))", true},
+    {"cudart", "libcudart.so.", false},
+    {"cublas", "libcublas.so.", false},
+    {"cublasLt", "libcublasLt.so.", false},
+    {"cudnn", "libcudnn.so.", false},
+    {"nccl", "libnccl.so.", false},
+    {"cufft", "libcufft.so.", false},
+    {"amdhip64", "libamdhip64.so.", false},
+    {"rccl", "librccl.so.", false},
+    {"libcuda", "libcuda.so.", true},
+    {"libnvidia-ml", "libnvidia-ml.so.", true},
+    {"libnvidia-ptxjitcompiler", "libnvidia-ptxjitcompiler.so.", true},
 };
+
+// The version after `prefix` in `file` when it is MAJOR.MINOR[.PATCH...][-BUILD], else "".
+std::string VersionAfter(const std::string& file, std::string_view prefix) {
+  if (!StartsWith(file, prefix)) return "";
+  const std::string v = file.substr(prefix.size());
+  int dots = 0;
+  bool digit_before = false;
+  for (size_t i = 0; i < v.size(); ++i) {
+    const char c = v[i];
+    if (std::isdigit(static_cast<unsigned char>(c))) {
+      digit_before = true;
+    } else if (c == '.' && digit_before) {
+      ++dots;
+      digit_before = false;
+    } else if (c == '-' && digit_before && dots >= 1) {
+      digit_before = false;  // ROCm's "6.1.40091-a8dbc0c19" style build suffix
+      for (size_t k = i + 1; k < v.size(); ++k) {
+        if (!std::isalnum(static_cast<unsigned char>(v[k]))) return "";
+      }
+      return v;
+    } else {
+      return "";
+    }
+  }
+  return dots >= 1 && digit_before ? v : "";
+}
 
 void AddUnique(std::vector<std::string>* v, const std::string& s) {
   if (std::find(v->begin(), v->end(), s) == v->end()) v->push_back(s);
@@ -174,18 +199,15 @@ Result<EnvReport> InspectTree(const std::string& root, const InspectOptions& opt
   }
   EnvReport r;
   r.root = root;
-  std::vector<std::regex> patterns;
-  for (const LibraryPattern& p : kLibraries) patterns.emplace_back(p.file_regex);
 
   auto visit = [&](const fs::path& path) {
     const std::string rel =
         fs::is_directory(st) ? fs::relative(path, root, ec).string() : path.filename().string();
     const std::string file = path.filename().string();
-    for (size_t i = 0; i < std::size(kLibraries); ++i) {
-      std::smatch m;
-      if (std::regex_match(file, m, patterns[i])) {
-        r.libraries.push_back({kLibraries[i].name, m[1].str(), rel});
-        if (kLibraries[i].driver) {
+    for (const LibraryPattern& lib : kLibraries) {
+      if (std::string version = VersionAfter(file, lib.prefix); !version.empty()) {
+        r.libraries.push_back({lib.name, version, rel});
+        if (lib.driver) {
           r.warnings.push_back(
               rel +
               " is a host driver library baked into the environment: it must come from "
