@@ -60,6 +60,28 @@ struct TaskPlacement {
   friend bool operator==(const TaskPlacement&, const TaskPlacement&) = default;
 };
 
+// A host path bind-mounted into a container job.
+struct Mount {
+  std::string source;  // absolute host path
+  std::string target;  // absolute path inside the container
+  bool read_only = false;
+  friend bool operator==(const Mount&, const Mount&) = default;
+};
+
+// What a job's software environment needs from a node's GPU stack, found by inspecting
+// its image or directory at submit time (src/envcheck). Empty `source` = not inspected.
+struct EnvNeeds {
+  std::string source;                   // what was inspected: "image REF (ID)", "directory D"
+  std::string cuda;                     // CUDA release it needs, "12.4"; "" = none
+  std::string min_driver;               // that release's minimum driver
+  std::string min_driver_minor_compat;  // the family minimum under minor version compatibility
+  std::vector<std::string> sass;        // sm_XY[a|f] it carries
+  std::vector<std::string> ptx;         // compute_XY it carries
+  std::vector<std::string> gfx_targets;  // AMD targets it carries
+  bool empty() const { return source.empty(); }
+  friend bool operator==(const EnvNeeds&, const EnvNeeds&) = default;
+};
+
 struct Job {
   int64_t id = 0;
   std::string user;
@@ -71,6 +93,10 @@ struct Job {
   std::map<std::string, std::string> env;
   std::string workdir;
   std::string image;  // container image; empty = plain process
+  std::vector<Mount> mounts;  // bind mounts of a container job
+  std::string environment;    // named environment "NAME:VERSION"; empty = none
+  std::string env_dir;        // a directory environment's root (process jobs)
+  EnvNeeds needs;             // what its image / environment needs from the GPU stack
   ResourceRequest request;
   int priority = 0;
   int64_t time_limit_s = 0;  // 0 = none

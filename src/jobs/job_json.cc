@@ -11,6 +11,7 @@ constexpr int64_t kMaxCpuMilli = 100'000'000;  // 100k cores
 constexpr size_t kMaxArgs = 4096;
 constexpr size_t kMaxEnv = 1024;
 constexpr size_t kMaxString = 64 * 1024;
+constexpr size_t kMaxMounts = 64;
 
 Status CheckString(std::string_view field, const std::string& s) {
   if (s.size() > kMaxString) {
@@ -102,6 +103,32 @@ Result<ResourceRequest> RequestFromJson(const Json& j, std::string_view path) {
   return r;
 }
 
+OrderedJson NeedsToJson(const EnvNeeds& n) {
+  OrderedJson j;
+  j["source"] = n.source;
+  j["cuda"] = n.cuda;
+  j["min_driver"] = n.min_driver;
+  j["min_driver_minor_compat"] = n.min_driver_minor_compat;
+  j["sass"] = n.sass;
+  j["ptx"] = n.ptx;
+  j["gfx_targets"] = n.gfx_targets;
+  return j;
+}
+
+Result<EnvNeeds> NeedsFromJson(const Json& j, std::string_view path) {
+  EnvNeeds n;
+  JsonFields f(j, std::string(path));
+  f.Required("source", &n.source);
+  f.Optional("cuda", &n.cuda);
+  f.Optional("min_driver", &n.min_driver);
+  f.Optional("min_driver_minor_compat", &n.min_driver_minor_compat);
+  f.Optional("sass", &n.sass);
+  f.Optional("ptx", &n.ptx);
+  f.Optional("gfx_targets", &n.gfx_targets);
+  GP_RETURN_IF_ERROR(f.Finish());
+  return n;
+}
+
 OrderedJson JobToJson(const Job& job) {
   OrderedJson j;
   j["id"] = job.id;
@@ -114,6 +141,16 @@ OrderedJson JobToJson(const Job& job) {
   j["env"] = job.env;
   j["workdir"] = job.workdir;
   if (!job.image.empty()) j["image"] = job.image;
+  if (!job.mounts.empty()) {
+    OrderedJson mounts = OrderedJson::array();
+    for (const Mount& m : job.mounts) {
+      mounts.push_back({{"source", m.source}, {"target", m.target}, {"read_only", m.read_only}});
+    }
+    j["mounts"] = std::move(mounts);
+  }
+  if (!job.environment.empty()) j["environment"] = job.environment;
+  if (!job.env_dir.empty()) j["env_dir"] = job.env_dir;
+  if (!job.needs.empty()) j["needs"] = NeedsToJson(job.needs);
   j["request"] = RequestToJson(job.request);
   j["priority"] = job.priority;
   j["time_limit_s"] = job.time_limit_s;
@@ -170,6 +207,24 @@ Result<Job> JobFromJson(const Json& j, std::string_view path) {
   }
   f.Optional("workdir", &job.workdir);
   f.Optional("image", &job.image);
+  if (const Json* mounts = f.Array("mounts")) {
+    for (size_t i = 0; i < mounts->size(); ++i) {
+      Mount m;
+      JsonFields mf((*mounts)[i], f.PathOf("mounts") + "[" + std::to_string(i) + "]");
+      mf.Required("source", &m.source);
+      mf.Required("target", &m.target);
+      mf.Optional("read_only", &m.read_only);
+      GP_RETURN_IF_ERROR(mf.Finish());
+      job.mounts.push_back(std::move(m));
+    }
+  }
+  f.Optional("environment", &job.environment);
+  f.Optional("env_dir", &job.env_dir);
+  if (const Json* needs = f.Member("needs")) {
+    Result<EnvNeeds> n = NeedsFromJson(*needs, f.PathOf("needs"));
+    if (!n.ok()) return n.status();
+    job.needs = std::move(*n);
+  }
   if (const Json* req = f.Member("request")) {
     Result<ResourceRequest> r = RequestFromJson(*req, f.PathOf("request"));
     if (!r.ok()) return r.status();
@@ -230,8 +285,17 @@ Result<Job> JobFromJson(const Json& j, std::string_view path) {
     GP_RETURN_IF_ERROR(CheckString("env", k));
     GP_RETURN_IF_ERROR(CheckString("env", v));
   }
-  for (const auto* s : {&job.user, &job.project, &job.name, &job.workdir, &job.image}) {
+  for (const auto* s : {&job.user, &job.project, &job.name, &job.workdir, &job.image,
+                        &job.environment, &job.env_dir}) {
     GP_RETURN_IF_ERROR(CheckString(path, *s));
+  }
+  if (job.mounts.size() > kMaxMounts) {
+    return Status::InvalidArgument(std::string(path) + ".mounts: more than " +
+                                   std::to_string(kMaxMounts) + " mounts");
+  }
+  for (const Mount& m : job.mounts) {
+    GP_RETURN_IF_ERROR(CheckString("mounts.source", m.source));
+    GP_RETURN_IF_ERROR(CheckString("mounts.target", m.target));
   }
   return job;
 }

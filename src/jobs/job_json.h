@@ -15,6 +15,9 @@ namespace gpupool::jobs {
 OrderedJson RequestToJson(const ResourceRequest& r);
 Result<ResourceRequest> RequestFromJson(const Json& j, std::string_view path);
 
+OrderedJson NeedsToJson(const EnvNeeds& n);
+Result<EnvNeeds> NeedsFromJson(const Json& j, std::string_view path);
+
 OrderedJson JobToJson(const Job& job);
 // Reads a full job record (all fields optional except the request's invariants).
 Result<Job> JobFromJson(const Json& j, std::string_view path = "job");

@@ -42,6 +42,15 @@ TEST(JobJsonTest, RoundTrip) {
   j.state = JobState::kRunning;
   j.exit_code = 3;
   j.placement = {{"node1", {2}, {"GPU-abc"}, 250}};
+  j.image = "localhost/train:1";
+  j.mounts = {{"/data", "/data", true}, {"/home/alice/out", "/out", false}};
+  j.environment = "torch:2.4";
+  j.needs.source = "image localhost/train:1";
+  j.needs.cuda = "12.4";
+  j.needs.min_driver = "550.54.14";
+  j.needs.min_driver_minor_compat = "525.60.13";
+  j.needs.sass = {"sm_80", "sm_90"};
+  j.needs.ptx = {"compute_90"};
   Result<Job> back = JobFromJson(Json::parse(DumpJson(JobToJson(j))));
   ASSERT_TRUE(back.ok()) << back.status().ToString();
   EXPECT_EQ(*back, j);
@@ -64,6 +73,9 @@ TEST(JobJsonTest, RejectsBadRequests) {
   EXPECT_EQ(err(R"({"colour": "red"})").substr(0, 26), "job.colour: unknown field;");
   EXPECT_EQ(err(R"({"env": {"A": 1}})"), "job.env.A: expected a string value");
   EXPECT_EQ(err(R"({"state": "DANCING"})"), "job.state: unknown state 'DANCING'");
+  EXPECT_EQ(err(R"({"mounts": [{"source": "/data"}]})"),
+            "job.mounts[0].target: required field is missing");
+  EXPECT_EQ(err(R"({"needs": {"cuda": "12.4"}})"), "job.needs.source: required field is missing");
   EXPECT_EQ(err(R"({"request": {"tasks": 0}})"),
             "job.request.tasks: 0 is outside the range 1..4096");
 }
