@@ -1,42 +1,21 @@
 // `gpupool env inspect|check`: what an environment needs from the GPU stack, and whether
 // a node has it (src/envcheck).
-#include <sys/wait.h>
-
-#include <array>
-#include <cstdio>
 #include <filesystem>
 #include <iostream>
+#include <optional>
 
 #include "cli/commands.h"
 #include "common/json.h"
 #include "envcheck/inspector.h"
+#include "envcheck/needs.h"
 #include "gpu/gpu_backend.h"
 #include "gpu/node_json.h"
 
 namespace gpupool::cli {
 namespace {
 
-// Runs a command without a shell and returns its stdout, or an error with its output.
-Result<std::string> Capture(const std::vector<std::string>& argv) {
-  std::string cmd;
-  for (const std::string& a : argv) {
-    std::string q = "'";
-    for (char c : a) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
-    cmd += (cmd.empty() ? "" : " ") + q + "'";
-  }
-  cmd += " 2>&1";
-  FILE* p = popen(cmd.c_str(), "r");
-  if (p == nullptr) return Status::Unavailable("cannot run " + argv[0]);
-  std::string out;
-  std::array<char, 4096> buf{};
-  size_t n;
-  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) out.append(buf.data(), n);
-  const int rc = pclose(p);
-  if (rc != 0) return Status::Unavailable(argv[0] + " failed: " + out);
-  return out;
-}
-
-// An image is inspected through `podman image mount`, read-only, then unmounted.
+// A directory or file is read in place; an image through `podman image mount`,
+// read-only, unmounted again when this object goes.
 class Target {
  public:
   static Result<Target> Open(const std::string& ref) {
@@ -45,48 +24,23 @@ class Target {
       t.path_ = ref;
       return t;
     }
-    Result<std::string> mount = Capture({"podman", "image", "mount", ref});
-    if (!mount.ok()) {
-      return Status::NotFound("'" + ref +
-                              "' is neither a path nor an image in podman's local "
-                              "store (" +
-                              mount.status().message() +
-                              "): load it with podman "
-                              "load/import first");
+    Result<envcheck::MountedImage> m = envcheck::MountedImage::Mount(ref, {});
+    if (!m.ok()) {
+      return Status(m.status().code(), "'" + ref + "' is not a path; " + m.status().message());
     }
-    std::string path = *mount;
-    while (!path.empty() && (path.back() == '\n' || path.back() == ' ')) path.pop_back();
-    t.path_ = path;
-    t.image_ = ref;
+    t.path_ = m->path();
+    t.image_.emplace(std::move(*m));
     return t;
-  }
-  Target(Target&& o) noexcept : path_(std::move(o.path_)), image_(std::move(o.image_)) {
-    o.image_.clear();
-  }
-  ~Target() {
-    if (!image_.empty()) (void)Capture({"podman", "image", "unmount", image_});
   }
   const std::string& path() const { return path_; }
 
  private:
-  Target() = default;
   std::string path_;
-  std::string image_;
+  std::optional<envcheck::MountedImage> image_;
 };
 
 envcheck::NodeOffer OfferOf(const gpu::NodeInfo& node) {
-  envcheck::NodeOffer o;
-  o.name = node.hostname;
-  if (node.nvidia) {
-    o.driver_version = node.nvidia->version;
-    o.cuda_driver_version = node.nvidia->runtime_version;
-  }
-  for (const gpu::GpuInfo& g : node.gpus) {
-    if (g.compute_capability)
-      o.capabilities.emplace_back(g.compute_capability->major, g.compute_capability->minor);
-    if (!g.gfx_target.empty()) o.gfx_targets.push_back(g.gfx_target);
-  }
-  return o;
+  return envcheck::OfferFromNode(node, node.hostname);
 }
 
 void PrintReport(const envcheck::EnvReport& r) {

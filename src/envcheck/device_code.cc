@@ -29,6 +29,27 @@ std::string CudaCodeName(const CudaCode& code) {
          code.suffix;
 }
 
+std::optional<CudaCode> ParseCudaCodeName(std::string_view name) {
+  CudaCode c;
+  if (name.substr(0, 3) == "sm_") {
+    name.remove_prefix(3);
+  } else if (name.substr(0, 8) == "compute_") {
+    c.kind = CudaCode::Kind::kPtx;
+    name.remove_prefix(8);
+  } else {
+    return std::nullopt;
+  }
+  size_t digits = 0;
+  while (digits < name.size() && digits < 4 && name[digits] >= '0' && name[digits] <= '9') {
+    c.arch = c.arch * 10 + (name[digits] - '0');
+    ++digits;
+  }
+  const std::string_view rest = name.substr(digits);
+  if (digits < 2 || (rest != "" && rest != "a" && rest != "f")) return std::nullopt;
+  c.suffix = std::string(rest);
+  return c;
+}
+
 Result<std::vector<CudaCode>> ParseFatbinary(std::span<const uint8_t> b, std::string_view source) {
   auto bad = [&](size_t at, const std::string& why) {
     return Status::InvalidArgument(std::string(source) + ": fatbinary at byte " +

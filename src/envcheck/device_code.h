@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -30,6 +31,8 @@ struct CudaCode {
 
 // "sm_90a", "compute_80".
 std::string CudaCodeName(const CudaCode& code);
+// The inverse for the kind, arch and suffix; nullopt for anything else.
+std::optional<CudaCode> ParseCudaCodeName(std::string_view name);
 
 // Parses every fatbinary container in `bytes` (a section's contents).
 Result<std::vector<CudaCode>> ParseFatbinary(std::span<const uint8_t> bytes,

@@ -317,7 +317,11 @@ Status CheckNode(const EnvReport& r, const NodeOffer& node) {
     }
     // Some GPU of the node must run some of the code, natively or by JIT.
     std::vector<CudaCode> codes;
-    for (const BinaryFound& b : r.binaries) codes.insert(codes.end(), b.cuda.begin(), b.cuda.end());
+    for (const std::vector<std::string>* names : {&r.sass, &r.ptx}) {
+      for (const std::string& name : *names) {
+        if (std::optional<CudaCode> c = ParseCudaCodeName(name)) codes.push_back(*c);
+      }
+    }
     if (!codes.empty() && !node.capabilities.empty()) {
       const bool any =
           std::any_of(node.capabilities.begin(), node.capabilities.end(), [&](const auto& cap) {
