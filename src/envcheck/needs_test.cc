@@ -144,7 +144,7 @@ TEST(ImageIdTest, MissingImageSaysHowToLoadIt) {
     GTEST_SKIP() << "podman is not installed";
   }
   Result<std::string> id =
-      ImageId("localhost/gpupool-no-such-image:never", {"--root", "/tmp/gpupool-needs-noroot",
+      ImageId("localhost/gpupool-no-such-image:never", {"--storage-driver", "vfs", "--root", "/tmp/gpupool-needs-noroot",
                                                         "--runroot", "/tmp/gpupool-needs-norun"});
   std::error_code ec;
   std::filesystem::remove_all("/tmp/gpupool-needs-noroot", ec);
