@@ -1,5 +1,7 @@
 #include "agent/job_env.h"
 
+#include <sys/stat.h>
+
 #include <algorithm>
 
 namespace gpupool::agent {
@@ -14,17 +16,22 @@ std::string Join(const std::vector<std::string>& parts) {
   return out;
 }
 
-}  // namespace
+bool Exists(const std::string& path) {
+  struct stat st;
+  return ::stat(path.c_str(), &st) == 0;
+}
 
-std::map<std::string, std::string> BuildJobEnvironment(const LaunchSpec& spec,
-                                                       const LoginDefaults& defaults) {
-  std::map<std::string, std::string> env = spec.env;
-  env.try_emplace("HOME", defaults.home);
-  env.try_emplace("USER", spec.user);
-  env.try_emplace("LOGNAME", spec.user);
-  env.try_emplace("SHELL", defaults.shell);
-  env.try_emplace("PATH", defaults.path);
+void ApplyEnvDir(const std::string& dir, std::map<std::string, std::string>& env) {
+  std::string root = dir;
+  while (root.size() > 1 && root.back() == '/') root.pop_back();
+  const std::string& path = env["PATH"];
+  env["PATH"] = path.empty() ? root + "/bin" : root + "/bin:" + path;
+  env["GPUPOOL_ENV_DIR"] = root;
+  if (Exists(root + "/conda-meta")) env["CONDA_PREFIX"] = root;
+  if (Exists(root + "/pyvenv.cfg")) env["VIRTUAL_ENV"] = root;
+}
 
+void SetGpupoolAndVisibility(const LaunchSpec& spec, std::map<std::string, std::string>& env) {
   for (const char* key : {"CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES",
                           "HIP_VISIBLE_DEVICES", "GPUPOOL_GPU_MILLI"}) {
     env.erase(key);
@@ -37,7 +44,7 @@ std::map<std::string, std::string> BuildJobEnvironment(const LaunchSpec& spec,
     env["NVIDIA_VISIBLE_DEVICES"] = "void";
     env["ROCR_VISIBLE_DEVICES"] = "";
     env["HIP_VISIBLE_DEVICES"] = "";
-    return env;
+    return;
   }
 
   std::vector<std::string> nvidia;
@@ -71,6 +78,28 @@ std::map<std::string, std::string> BuildJobEnvironment(const LaunchSpec& spec,
       env["HIP_VISIBLE_DEVICES"] = Join(positions);
     }
   }
+}
+
+}  // namespace
+
+std::map<std::string, std::string> BuildJobEnvironment(const LaunchSpec& spec,
+                                                       const LoginDefaults& defaults) {
+  std::map<std::string, std::string> env = spec.env;
+  env.try_emplace("HOME", defaults.home);
+  env.try_emplace("USER", spec.user);
+  env.try_emplace("LOGNAME", spec.user);
+  env.try_emplace("SHELL", defaults.shell);
+  env.try_emplace("PATH", defaults.path);
+  SetGpupoolAndVisibility(spec, env);
+  if (!spec.env_dir.empty()) ApplyEnvDir(spec.env_dir, env);
+  return env;
+}
+
+std::map<std::string, std::string> BuildContainerEnvironment(const LaunchSpec& spec) {
+  std::map<std::string, std::string> env = spec.env;
+  env.try_emplace("USER", spec.user);
+  env.try_emplace("LOGNAME", spec.user);
+  SetGpupoolAndVisibility(spec, env);
   return env;
 }
 

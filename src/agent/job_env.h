@@ -15,7 +15,12 @@
 //                       runtimes see nothing (the cgroup, where present, enforces it)
 //      A visibility variable the user set for a vendor without grants is removed, so
 //      no job can widen its own view.
-// Pure functions; thread-safe.
+//   4. With LaunchSpec::env_dir (a conda env or virtualenv directory): PATH gets
+//      ENV_DIR/bin first, GPUPOOL_ENV_DIR=ENV_DIR, CONDA_PREFIX=ENV_DIR when
+//      ENV_DIR/conda-meta exists, VIRTUAL_ENV=ENV_DIR when ENV_DIR/pyvenv.cfg exists.
+// Container jobs (BuildContainerEnvironment) get rules 1 and 3 and USER/LOGNAME, but no
+// HOME, SHELL or PATH from the host: the image supplies those.
+// Thread-safe; rule 4 looks at the file system, everything else is pure.
 #pragma once
 
 #include <map>
@@ -34,6 +39,8 @@ struct LoginDefaults {
 
 std::map<std::string, std::string> BuildJobEnvironment(const LaunchSpec& spec,
                                                        const LoginDefaults& defaults);
+
+std::map<std::string, std::string> BuildContainerEnvironment(const LaunchSpec& spec);
 
 // "KEY=VALUE" strings for execve.
 std::vector<std::string> EnvironmentStrings(const std::map<std::string, std::string>& env);

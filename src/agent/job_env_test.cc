@@ -1,6 +1,11 @@
 #include "agent/job_env.h"
 
 #include <gtest/gtest.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+
+#include <filesystem>
+#include <fstream>
 
 namespace gpupool::agent {
 namespace {
@@ -83,6 +88,69 @@ TEST(JobEnvTest, LoginDefaultsFillOnlyWhatTheUserLeftOut) {
   EXPECT_EQ(env["LOGNAME"], "alice");
   EXPECT_EQ(env["SHELL"], "/bin/zsh");
   EXPECT_EQ(EnvironmentStrings({{"A", "1"}, {"B", ""}}), (std::vector<std::string>{"A=1", "B="}));
+}
+
+class EnvDirTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/gpupool-envdir-XXXXXX";
+    ASSERT_NE(::mkdtemp(tmpl), nullptr);
+    dir_ = tmpl;
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+  std::string dir_;
+};
+
+TEST_F(EnvDirTest, CondaEnvironmentGoesFirstOnPath) {
+  std::filesystem::create_directories(dir_ + "/conda-meta");
+  LaunchSpec s = BaseSpec();
+  s.env_dir = dir_;
+  auto env = BuildJobEnvironment(s, LoginDefaults{});
+  EXPECT_EQ(env["PATH"], dir_ + "/bin:/usr/local/bin:/usr/bin:/bin");
+  EXPECT_EQ(env["GPUPOOL_ENV_DIR"], dir_);
+  EXPECT_EQ(env["CONDA_PREFIX"], dir_);
+  EXPECT_EQ(env.count("VIRTUAL_ENV"), 0u);
+}
+
+TEST_F(EnvDirTest, VirtualenvKeepsTheUsersPathBehindIt) {
+  std::ofstream(dir_ + "/pyvenv.cfg") << "home = /usr/bin\n";
+  LaunchSpec s = BaseSpec();
+  s.env_dir = dir_ + "/";  // a trailing slash is not repeated
+  s.env = {{"PATH", "/home/alice/bin:/usr/bin"}};
+  auto env = BuildJobEnvironment(s, LoginDefaults{});
+  EXPECT_EQ(env["PATH"], dir_ + "/bin:/home/alice/bin:/usr/bin");
+  EXPECT_EQ(env["VIRTUAL_ENV"], dir_);
+  EXPECT_EQ(env["GPUPOOL_ENV_DIR"], dir_);
+  EXPECT_EQ(env.count("CONDA_PREFIX"), 0u);
+}
+
+TEST_F(EnvDirTest, PlainDirectoryGetsOnlyPathAndMarker) {
+  LaunchSpec s = BaseSpec();
+  s.env_dir = dir_;
+  auto env = BuildJobEnvironment(s, LoginDefaults{});
+  EXPECT_EQ(env["PATH"].rfind(dir_ + "/bin:", 0), 0u);
+  EXPECT_EQ(env.count("CONDA_PREFIX"), 0u);
+  EXPECT_EQ(env.count("VIRTUAL_ENV"), 0u);
+}
+
+TEST(JobEnvTest, NoEnvDirLeavesPathAlone) {
+  auto env = BuildJobEnvironment(BaseSpec(), LoginDefaults{});
+  EXPECT_EQ(env["PATH"], "/usr/local/bin:/usr/bin:/bin");
+  EXPECT_EQ(env.count("GPUPOOL_ENV_DIR"), 0u);
+}
+
+TEST(JobEnvTest, ContainerEnvironmentHasNoHostLoginDefaults) {
+  LaunchSpec s = BaseSpec();
+  s.env = {{"FOO", "bar"}, {"CUDA_VISIBLE_DEVICES", "0,1,2"}};
+  s.gpus = {{"nvidia", 1, "GPU-bbb", {"/dev/nvidia1"}, 1000}};
+  auto env = BuildContainerEnvironment(s);
+  EXPECT_EQ(env.count("PATH"), 0u);
+  EXPECT_EQ(env.count("HOME"), 0u);
+  EXPECT_EQ(env.count("SHELL"), 0u);
+  EXPECT_EQ(env["USER"], "alice");
+  EXPECT_EQ(env["FOO"], "bar");
+  EXPECT_EQ(env["CUDA_VISIBLE_DEVICES"], "GPU-bbb");
+  EXPECT_EQ(env["GPUPOOL_JOB_ID"], "42");
 }
 
 }  // namespace

@@ -37,6 +37,50 @@ Status GrantFromJson(const Json& j, const std::string& path, GpuGrant* g) {
   return f.Finish();
 }
 
+OrderedJson MountToJson(const BindMount& m) {
+  OrderedJson j;
+  j["source"] = m.source;
+  j["target"] = m.target;
+  j["read_only"] = m.read_only;
+  return j;
+}
+
+Status MountFromJson(const Json& j, const std::string& path, BindMount* m) {
+  if (!j.is_object()) return Status::InvalidArgument(path + ": expected an object");
+  JsonFields f(j, path, /*reject_unknown=*/false);
+  f.Required("source", &m->source);
+  f.Required("target", &m->target);
+  f.Optional("read_only", &m->read_only);
+  return f.Finish();
+}
+
+OrderedJson ContainerToJson(const ContainerOptions& c) {
+  OrderedJson j;
+  j["podman"] = c.podman;
+  j["global_args"] = c.global_args;
+  j["runtime"] = c.runtime;
+  j["ulimits"] = c.ulimits;
+  j["pull"] = c.pull;
+  j["network"] = c.network;
+  j["note"] = c.note;
+  j["unavailable"] = c.unavailable;
+  return j;
+}
+
+Status ContainerFromJson(const Json& j, const std::string& path, ContainerOptions* c) {
+  if (!j.is_object()) return Status::InvalidArgument(path + ": expected an object");
+  JsonFields f(j, path, /*reject_unknown=*/false);
+  f.Optional("podman", &c->podman);
+  f.Optional("global_args", &c->global_args);
+  f.Optional("runtime", &c->runtime);
+  f.Optional("ulimits", &c->ulimits);
+  f.Optional("pull", &c->pull);
+  f.Optional("network", &c->network);
+  f.Optional("note", &c->note);
+  f.Optional("unavailable", &c->unavailable);
+  return f.Finish();
+}
+
 void PutOptionalInt(OrderedJson& j, const char* key, const std::optional<int>& v) {
   if (v.has_value()) {
     j[key] = *v;
@@ -68,7 +112,14 @@ std::string ShimConfigToJson(const ShimConfig& config) {
   j["memory_bytes"] = s.memory_bytes;
   j["time_limit_s"] = s.time_limit_s;
   j["grace_s"] = s.grace_s;
+  j["image"] = s.image;
+  OrderedJson mounts = OrderedJson::array();
+  for (const BindMount& m : s.mounts) mounts.push_back(MountToJson(m));
+  j["mounts"] = std::move(mounts);
+  j["cdi_devices"] = s.cdi_devices;
+  j["env_dir"] = s.env_dir;
   j["cgroup_root"] = config.cgroup_root;
+  j["container"] = ContainerToJson(config.container);
   return DumpJson(j, 2);
 }
 
@@ -115,7 +166,21 @@ Result<ShimConfig> ShimConfigFromJson(const std::string& text, const std::string
   f.Optional("memory_bytes", &s.memory_bytes);
   f.Optional("time_limit_s", &s.time_limit_s, 0);
   f.Optional("grace_s", &s.grace_s, 0, 24 * 3600);
+  f.Optional("image", &s.image);
+  if (const Json* mounts = f.Array("mounts"); mounts != nullptr) {
+    for (size_t i = 0; i < mounts->size(); ++i) {
+      BindMount m;
+      GP_RETURN_IF_ERROR(
+          MountFromJson((*mounts)[i], f.PathOf("mounts") + "[" + std::to_string(i) + "]", &m));
+      s.mounts.push_back(std::move(m));
+    }
+  }
+  f.Optional("cdi_devices", &s.cdi_devices);
+  f.Optional("env_dir", &s.env_dir);
   f.Optional("cgroup_root", &config.cgroup_root);
+  if (const Json* c = f.Member("container"); c != nullptr) {
+    GP_RETURN_IF_ERROR(ContainerFromJson(*c, f.PathOf("container"), &config.container));
+  }
   GP_RETURN_IF_ERROR(f.Finish());
   if (s.argv.empty()) return Status::InvalidArgument(source + ": argv: the command is empty");
   return config;

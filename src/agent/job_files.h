@@ -32,7 +32,9 @@ inline constexpr char kShimLogFile[] = "shim.log";
 // What the launcher hands the shim.
 struct ShimConfig {
   LaunchSpec spec;
-  std::string cgroup_root;  // empty = no isolation
+  std::string cgroup_root;     // empty = no isolation
+  ContainerOptions container;  // how to run spec.image, when it is set
+  friend bool operator==(const ShimConfig&, const ShimConfig&) = default;
 };
 
 // Who the shim is, so that a later agent can tell it from a process that reused its pid.

@@ -32,6 +32,59 @@ TEST(JobFilesTest, ShimConfigRoundTrips) {
   ASSERT_TRUE(back.ok()) << back.status().ToString();
   EXPECT_EQ(back->spec, c.spec);
   EXPECT_EQ(back->cgroup_root, c.cgroup_root);
+  EXPECT_EQ(*back, c);
+}
+
+TEST(JobFilesTest, ContainerSpecAndOptionsRoundTrip) {
+  ShimConfig c;
+  c.spec.job_id = 12;
+  c.spec.attempt = 1;
+  c.spec.user = "bob";
+  c.spec.uid = 1001;
+  c.spec.gid = 1002;
+  c.spec.argv = {"python", "train.py"};
+  c.spec.image = "localhost/train:1";
+  c.spec.mounts = {{"/data/set", "/data", true}, {"/scratch/bob", "/scratch", false}};
+  c.spec.cdi_devices = {"gpupool.local/gpu=GPU-1", "gpupool.local/gpu=3"};
+  c.spec.env_dir = "/opt/envs/torch";
+  c.container.podman = "/usr/bin/podman";
+  c.container.global_args = {"--root", "/tmp/r", "--storage-driver", "vfs"};
+  c.container.runtime = "runc";
+  c.container.ulimits = {"nofile=20000:20000", "nproc=32768:32768"};
+  c.container.pull = "never";
+  c.container.network = "none";
+  c.container.note = "podman: --runtime runc (crun missing)";
+  c.container.unavailable = "";
+  Result<ShimConfig> back = ShimConfigFromJson(ShimConfigToJson(c), "spec.json");
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(*back, c);
+
+  // Every field takes part in equality, so a field the JSON forgot would show above.
+  ShimConfig other = c;
+  other.spec.mounts[0].read_only = false;
+  EXPECT_NE(other, c);
+  other = c;
+  other.container.ulimits.pop_back();
+  EXPECT_NE(other, c);
+}
+
+TEST(JobFilesTest, SpecWithoutContainerFieldsReadsAsProcessJob) {
+  // A spec.json written by an agent from before container jobs.
+  Result<ShimConfig> r = ShimConfigFromJson(
+      R"({"job_id":1,"attempt":1,"user":"u","uid":1,"gid":1,"argv":["x"]})", "spec.json");
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_TRUE(r->spec.image.empty());
+  EXPECT_TRUE(r->spec.mounts.empty());
+  EXPECT_EQ(r->container, ContainerOptions{});
+}
+
+TEST(JobFilesTest, BadMountIsNamed) {
+  Result<ShimConfig> r = ShimConfigFromJson(
+      R"({"job_id":1,"attempt":1,"user":"u","uid":1,"gid":1,"argv":["x"],
+          "mounts":[{"source":"/a"}]})",
+      "spec.json");
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("mounts[0]"), std::string::npos) << r.status().message();
 }
 
 TEST(JobFilesTest, ShimConfigErrorsNameTheField) {

@@ -38,6 +38,14 @@ struct GpuGrant {
   friend bool operator==(const GpuGrant&, const GpuGrant&) = default;
 };
 
+// A host path bind-mounted into a container job.
+struct BindMount {
+  std::string source;  // absolute host path; the job's user must be able to read it
+  std::string target;  // absolute path inside the container
+  bool read_only = false;
+  friend bool operator==(const BindMount&, const BindMount&) = default;
+};
+
 // Everything the shim needs to start one attempt of one job.
 struct LaunchSpec {
   int64_t job_id = 0;
@@ -54,6 +62,14 @@ struct LaunchSpec {
   uint64_t memory_bytes = 0;                     // 0 = no memory limit
   int64_t time_limit_s = 0;                      // 0 = none
   int64_t grace_s = 10;                          // TERM -> KILL delay for cancel and time limit
+  // Container jobs (container.h): the command runs in `image` under podman; empty = a
+  // plain process. `cdi_devices` are fully qualified CDI names ("KIND=NAME") of the
+  // granted GPUs; `mounts` are bind mounts (the workdir, when set, is mounted as well).
+  std::string image;
+  std::vector<BindMount> mounts;
+  std::vector<std::string> cdi_devices;
+  // Process jobs: a directory environment (conda env, virtualenv) put first on PATH.
+  std::string env_dir;
   friend bool operator==(const LaunchSpec&, const LaunchSpec&) = default;
 };
 
@@ -115,6 +131,20 @@ class Launcher {
   virtual std::vector<int64_t> Running() const = 0;
 };
 
+// How container jobs are run on this node: found once per agent (DetectContainerOptions
+// in container.h) and handed to every shim.
+struct ContainerOptions {
+  std::string podman = "podman";         // the podman binary: a name looked up in PATH, or a path
+  std::vector<std::string> global_args;  // before the subcommand: --root, --runroot, ...
+  std::string runtime;                   // --runtime; empty = podman's default
+  std::vector<std::string> ulimits;      // --ulimit values, e.g. "nofile=20000:20000"
+  std::string pull = "missing";          // --pull policy: always, missing, never, newer
+  std::string network = "host";          // --network: jobs use the node's network like processes
+  std::string note;                      // the adjustments above and why, for isolation notes
+  std::string unavailable;               // non-empty: why container jobs cannot run here
+  friend bool operator==(const ContainerOptions&, const ContainerOptions&) = default;
+};
+
 struct LauncherOptions {
   std::string state_dir;  // jobs live in STATE/jobs/<id>/
   // Command that runs the shim, e.g. {"/usr/bin/gpupool", "agent-shim"}; the launcher
@@ -124,6 +154,7 @@ struct LauncherOptions {
   // cgroup file system root; empty disables isolation (the shim notes that it skipped).
   std::string cgroup_root = "/sys/fs/cgroup";
   int start_timeout_ms = 30'000;  // how long Launch waits for the shim to report
+  ContainerOptions container;     // for jobs with an image
 };
 
 // Paths inside a job's directory, shared by the launcher and the shim.

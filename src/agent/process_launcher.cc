@@ -15,6 +15,7 @@
 #include <set>
 
 #include "agent/cgroup.h"
+#include "agent/container.h"
 #include "agent/job_files.h"
 #include "agent/launcher.h"
 #include "agent/proc_util.h"
@@ -279,7 +280,7 @@ Status ProcessLauncher::Launch(const LaunchSpec& spec) {
   }
   for (const char* f : {kStatusFile, kShimFile}) ::unlink((dir + "/" + f).c_str());
 
-  ShimConfig config{spec, opt_.cgroup_root};
+  ShimConfig config{spec, opt_.cgroup_root, opt_.container};
   GP_RETURN_IF_ERROR(WriteFileDurably(dir + "/" + kSpecFile, ShimConfigToJson(config), 0600,
                                       /*sync=*/false));
 
@@ -351,6 +352,16 @@ JobEvent ProcessLauncher::FinalEvent(int64_t job_id, int attempt, pid_t shim_pid
     if (rec->boot_id == BootId() && ticks.ok() && *ticks == rec->job_start_ticks) {
       ::kill(-rec->job_pid, SIGKILL);
       e.reason += "; its remaining processes were killed";
+    }
+  }
+  // A container job's container outlives its podman client (conmon keeps it).
+  if (Result<ShimConfig> config = ReadShimConfig(job_dir);
+      config.ok() && !config->spec.image.empty()) {
+    const std::string name = ContainerName(config->spec);
+    if (Result<bool> rm = RemoveContainer(config->container, name); !rm.ok()) {
+      spdlog::warn("job {}: {}", job_id, rm.status().message());
+    } else if (*rm) {
+      e.reason += "; its container " + name + " was removed";
     }
   }
   // Its cgroups too (this also kills job processes that left the process group).

@@ -15,8 +15,10 @@
 #include <cstring>
 #include <ctime>
 #include <memory>
+#include <set>
 
 #include "agent/cgroup.h"
+#include "agent/container.h"
 #include "agent/job_env.h"
 #include "agent/job_files.h"
 #include "agent/job_process.h"
@@ -55,6 +57,32 @@ void ShimLog(const char* fmt, ...) {
   std::fflush(stderr);
 }
 
+// After `podman stop --time GRACE` the container should be gone; this much later the
+// shim kills it (`podman kill`) and its podman client itself.
+constexpr int64_t kContainerKillSlackS = 5;
+
+std::string HostName() {
+  char buf[256] = {};
+  if (::gethostname(buf, sizeof buf - 1) != 0) return "this node";
+  return buf;
+}
+
+// The last 64 KiB of a log file (podman's errors are at its end).
+std::string FileTail(const std::string& path) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+  if (fd < 0) return "";
+  struct stat st;
+  std::string out;
+  if (::fstat(fd, &st) == 0) {
+    const off_t from = st.st_size > 65536 ? st.st_size - 65536 : 0;
+    out.resize(static_cast<size_t>(st.st_size - from));
+    ssize_t n = ::pread(fd, out.data(), out.size(), from);
+    out.resize(n > 0 ? static_cast<size_t>(n) : 0);
+  }
+  ::close(fd);
+  return out;
+}
+
 sigset_t ShimSignals() {
   sigset_t set;
   sigemptyset(&set);
@@ -69,7 +97,10 @@ class Shim {
 
  private:
   Status Prepare();
+  Status PrepareContainer(const std::vector<gid_t>& groups);
   Status StartJob();
+  void StartHelper(const std::vector<std::string>& podman_args, const char* what);
+  void MapContainerExit();
   void Supervise();
   bool ReapChildren();  // true once the job's main process ended
   void BeginStop(bool cancel);
@@ -90,6 +121,13 @@ class Shim {
   bool stopping_ = false;
   bool killed_ = false;
   int64_t kill_at_mono_ = 0;
+  // Container jobs: the job process is the podman client; the container is reached by name.
+  bool container_ = false;
+  std::string container_name_;
+  std::string container_reason_;  // from podman's exit status (MapPodmanExit)
+  std::set<pid_t> helpers_;       // podman stop/kill commands in flight
+  pid_t stop_pid_ = 0;
+  int64_t stop_retry_at_mono_ = 0;
 };
 
 void Shim::Report(const std::string& line) {
@@ -149,6 +187,14 @@ Status Shim::Prepare() {
     ShimLog("uid %u has no passwd entry; HOME=/ and only group %u", spec.uid, spec.gid);
   }
 
+  if (!spec.image.empty()) return PrepareContainer(plan_.groups);
+  if (!spec.env_dir.empty()) {
+    struct stat st;
+    if (::stat(spec.env_dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
+      return Status::FailedPrecondition("environment directory '" + spec.env_dir +
+                                        "' does not exist on node " + HostName());
+    }
+  }
   std::map<std::string, std::string> env = BuildJobEnvironment(spec, defaults);
   plan_.env = EnvironmentStrings(env);
   plan_.argv = spec.argv;
@@ -180,8 +226,96 @@ Status Shim::Prepare() {
   return Status::Ok();
 }
 
+// A container job: the shim runs `podman run` as root, its output in the job's logs; the
+// container itself runs as the job's user (container.h). podman creates the container's
+// cgroup (--cpus, --memory); the CDI spec gives it exactly its GPUs' device nodes.
+Status Shim::PrepareContainer(const std::vector<gid_t>& groups) {
+  const LaunchSpec& spec = config_.spec;
+  const ContainerOptions& copt = config_.container;
+  container_ = true;
+  container_name_ = ContainerName(spec);
+  if (!copt.unavailable.empty()) {
+    return Status::FailedPrecondition("podman is not installed on node " + HostName() + ": " +
+                                      copt.unavailable);
+  }
+  // Root-run podman must not read what the user cannot: check every source as the user.
+  if (!spec.workdir.empty()) {
+    Status st = CheckUserAccess(spec.workdir, spec.user, spec.uid, spec.gid, groups,
+                                /*write=*/false);
+    if (!st.ok()) return Status::FailedPrecondition("working directory: " + st.message());
+  }
+  for (const BindMount& m : spec.mounts) {
+    Status st = CheckUserAccess(m.source, spec.user, spec.uid, spec.gid, groups,
+                                /*write=*/!m.read_only);
+    if (!st.ok()) return Status::FailedPrecondition("mount " + m.target + ": " + st.message());
+  }
+  // The job's variables travel in a root-only file, not on podman's command line.
+  const std::string env_file = args_.job_dir + "/container.env";
+  GP_RETURN_IF_ERROR(WriteFileDurably(env_file, ContainerEnvFile(spec), 0600, /*sync=*/false));
+  std::vector<uint32_t> gids(groups.begin(), groups.end());
+  GP_ASSIGN_OR_RETURN(plan_.argv, BuildPodmanRunArgv(spec, copt, gids, env_file));
+  plan_.env = {"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME=/root"};
+  plan_.candidates = CommandCandidates(plan_.argv[0],
+                                       "/usr/local/sbin:/usr/local/bin:"
+                                       "/usr/sbin:/usr/bin:/sbin:/bin");
+  plan_.workdir = "/";
+  plan_.switch_user = false;  // podman runs as root; --user switches inside
+  plan_.user = "root";
+  plan_.uid = 0;
+  plan_.gid = 0;
+
+  devnull_ = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+  if (devnull_ < 0)
+    return Status::Unavailable("cannot open /dev/null: " + std::string(std::strerror(errno)));
+  const bool root = ::geteuid() == 0;
+  GP_ASSIGN_OR_RETURN(stdout_fd_, OpenLog(args_.job_dir + "/" + kStdoutFile, spec, root));
+  GP_ASSIGN_OR_RETURN(stderr_fd_, OpenLog(args_.job_dir + "/" + kStderrFile, spec, root));
+  plan_.stdin_fd = devnull_;
+  plan_.stdout_fd = stdout_fd_;
+  plan_.stderr_fd = stderr_fd_;
+  plan_.cgroup = nullptr;
+  std::string note = copt.note.empty() ? std::string("podman") : copt.note;
+  note += "; container " + container_name_ + " in podman's own cgroup";
+  if (spec.cpu_milli > 0 || spec.memory_bytes > 0) note += " (--cpus/--memory)";
+  note += spec.cdi_devices.empty() ? "; no GPU devices"
+                                   : "; GPUs by CDI: " + std::to_string(spec.cdi_devices.size());
+  final_.isolation = note;
+  record_.isolation = note;
+  ShimLog("isolation: %s", note.c_str());
+  std::string cmdline;
+  for (const std::string& a : plan_.argv) cmdline += (cmdline.empty() ? "" : " ") + a;
+  ShimLog("container: %s", cmdline.c_str());
+  return Status::Ok();
+}
+
+void Shim::StartHelper(const std::vector<std::string>& podman_args, const char* what) {
+  Result<pid_t> pid = StartCommand(PodmanArgv(config_.container, podman_args));
+  if (!pid.ok()) {
+    ShimLog("%s: %s", what, pid.status().message().c_str());
+    return;
+  }
+  helpers_.insert(*pid);
+  if (podman_args[0] == "stop") stop_pid_ = *pid;
+}
+
+void Shim::MapContainerExit() {
+  if (!final_.exit_code) return;  // the podman client itself was killed: signal stays
+  const std::string cmd = config_.spec.argv.empty() ? "" : config_.spec.argv[0];
+  ContainerExit m = MapPodmanExit(*final_.exit_code, FileTail(args_.job_dir + "/" + kStderrFile),
+                                  config_.spec.image, cmd);
+  final_.exit_code = m.exit_code;
+  final_.signal = m.signal;
+  container_reason_ = m.reason;
+  if (stopping_ && m.signal && *m.signal == SIGKILL) killed_ = true;
+}
+
 Status Shim::StartJob() {
-  GP_ASSIGN_OR_RETURN(job_pid_, StartJobProcess(plan_));
+  Result<pid_t> started = StartJobProcess(plan_);
+  if (!started.ok() && container_) {
+    return Status::FailedPrecondition("podman is not installed on node " + HostName() + ": " +
+                                      started.status().message());
+  }
+  GP_ASSIGN_OR_RETURN(job_pid_, std::move(started));
   final_.started = true;
   final_.start_time_us = WallMicros();
   record_.job_pid = job_pid_;
@@ -203,6 +337,14 @@ void Shim::BeginStop(bool cancel) {
   } else {
     final_.timed_out = true;
   }
+  if (container_) {
+    ShimLog("%s: podman stop --time %lld %s", cancel ? "cancel" : "time limit",
+            static_cast<long long>(config_.spec.grace_s), container_name_.c_str());
+    StartHelper({"stop", "--time", std::to_string(config_.spec.grace_s), container_name_},
+                "podman stop");
+    kill_at_mono_ = MonoMicros() + (config_.spec.grace_s + kContainerKillSlackS) * 1'000'000;
+    return;
+  }
   ShimLog("%s: SIGTERM to process group %d", cancel ? "cancel" : "time limit",
           static_cast<int>(job_pid_));
   ::kill(-job_pid_, SIGTERM);
@@ -218,13 +360,28 @@ void Shim::Supervise() {
     const int64_t now = MonoMicros();
     if (limit_at != 0 && now >= limit_at && !stopping_) BeginStop(/*cancel=*/false);
     if (stopping_ && !killed_ && now >= kill_at_mono_) {
-      ShimLog("grace period over: SIGKILL to process group %d", static_cast<int>(job_pid_));
+      if (container_) {
+        // podman stop did not end it: kill the container and its client; the container
+        // is removed when the shim finishes either way.
+        ShimLog("container still running after the grace period: podman kill %s",
+                container_name_.c_str());
+        StartHelper({"kill", "--signal", "KILL", container_name_}, "podman kill");
+      } else {
+        ShimLog("grace period over: SIGKILL to process group %d", static_cast<int>(job_pid_));
+      }
       ::kill(-job_pid_, SIGKILL);
       killed_ = true;
+    }
+    if (stop_retry_at_mono_ != 0 && now >= stop_retry_at_mono_ && !killed_) {
+      // The container did not exist yet when podman stop ran: ask again.
+      stop_retry_at_mono_ = 0;
+      StartHelper({"stop", "--time", std::to_string(config_.spec.grace_s), container_name_},
+                  "podman stop");
     }
     int64_t next = now + 3'600'000'000LL;
     if (limit_at != 0 && !stopping_) next = std::min(next, limit_at);
     if (stopping_ && !killed_) next = std::min(next, kill_at_mono_);
+    if (stop_retry_at_mono_ != 0) next = std::min(next, stop_retry_at_mono_);
     const int64_t wait_us = std::max<int64_t>(next - now, 1000);
     struct timespec ts = {static_cast<time_t>(wait_us / 1'000'000),
                           static_cast<long>((wait_us % 1'000'000) * 1000)};
@@ -247,8 +404,15 @@ bool Shim::ReapChildren() {
       return false;
     }
     if (child.si_pid != job_pid_) {
-      // An orphaned descendant of the job (we are its subreaper) ended.
-      ::waitpid(child.si_pid, nullptr, WNOHANG);
+      // A podman helper, or an orphaned descendant of the job (we are its subreaper).
+      int status = 0;
+      ::waitpid(child.si_pid, &status, WNOHANG);
+      if (helpers_.erase(child.si_pid) != 0 && child.si_pid == stop_pid_) {
+        stop_pid_ = 0;
+        if (!(WIFEXITED(status) && WEXITSTATUS(status) == 0) && !killed_) {
+          stop_retry_at_mono_ = MonoMicros() + 500'000;
+        }
+      }
       continue;
     }
     ::kill(-job_pid_, SIGKILL);  // stragglers left in the job's process group
@@ -270,6 +434,9 @@ std::string Shim::ExitReason() const {
   } else if (final_.exit_code) {
     how = "exited with code " + std::to_string(*final_.exit_code);
   }
+  if (container_ && final_.signal) {
+    how += " (container exit status " + std::to_string(128 + *final_.signal) + ")";
+  }
   std::string why;
   if (final_.timed_out) {
     why = "time limit of " + std::to_string(config_.spec.time_limit_s) + " s reached";
@@ -280,6 +447,7 @@ std::string Shim::ExitReason() const {
     if (killed_) why += "; SIGKILL after the grace period of " + std::to_string(grace) + " s";
     return why + " (" + how + ")";
   }
+  if (!container_reason_.empty()) return container_reason_;
   if (final_.signal || (final_.exit_code && *final_.exit_code != 0)) return how;
   return "";
 }
@@ -294,6 +462,19 @@ int Shim::Finish() {
     Status st = cgroup_->Destroy(5000);
     if (!st.ok()) ShimLog("%s", st.message().c_str());
   }
+  if (container_ && final_.started) {
+    // Whatever happened to podman's client (killed, crashed), conmon keeps a container
+    // running on its own: make sure it is gone.
+    Result<bool> rm = RemoveContainer(config_.container, container_name_);
+    if (!rm.ok()) {
+      ShimLog("%s", rm.status().message().c_str());
+      final_.reason += std::string(final_.reason.empty() ? "" : "; ") +
+                       "the container may still run: " + rm.status().message();
+    } else if (*rm) {
+      ShimLog("container %s was still there and has been removed", container_name_.c_str());
+    }
+  }
+  if (container_) ::unlink((args_.job_dir + "/container.env").c_str());
   while (::waitpid(-1, nullptr, WNOHANG) > 0) {
   }
   if (final_.end_time_us == 0) final_.end_time_us = WallMicros();
@@ -350,6 +531,7 @@ int Shim::Run() {
   }
   Report("started " + std::to_string(final_.start_time_us));
   Supervise();
+  if (container_) MapContainerExit();
   final_.reason = ExitReason();
   return Finish();
 }

@@ -1,0 +1,483 @@
+#include "agent/container.h"
+
+#include <fcntl.h>
+#include <grp.h>
+#include <poll.h>
+#include <spawn.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <array>
+#include <cerrno>
+#include <csignal>
+#include <cstdio>
+#include <cstring>
+
+#include "agent/job_env.h"
+#include "common/file_util.h"
+#include "common/json.h"
+#include "common/strings.h"
+
+extern char** environ;
+
+namespace gpupool::agent {
+namespace {
+
+constexpr int kCapSysResource = 24;
+
+int64_t MonoMillis() {
+  struct timespec ts;
+  ::clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<int64_t>(ts.tv_sec) * 1000 + ts.tv_nsec / 1'000'000;
+}
+
+// Paths podman's --mount syntax would misread.
+Status CheckMountPath(const std::string& what, const std::string& path) {
+  if (path.empty() || path[0] != '/') {
+    return Status::InvalidArgument(what + " '" + path + "' must be an absolute path");
+  }
+  if (path.find_first_of(",\n\r") != std::string::npos) {
+    return Status::InvalidArgument(what + " '" + path +
+                                   "' contains a comma or line break, which podman's --mount "
+                                   "cannot express; rename it or mount its parent");
+  }
+  return Status::Ok();
+}
+
+std::string BindArg(const std::string& source, const std::string& target, bool read_only) {
+  std::string arg = "type=bind,source=" + source + ",target=" + target;
+  if (read_only) arg += ",ro=true";
+  return arg;
+}
+
+std::string CpusValue(int64_t cpu_milli) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%lld.%03lld", static_cast<long long>(cpu_milli / 1000),
+                static_cast<long long>(cpu_milli % 1000));
+  return buf;
+}
+
+std::string FindInPath(const std::string& name) {
+  if (name.find('/') != std::string::npos) {
+    return ::access(name.c_str(), X_OK) == 0 ? name : std::string();
+  }
+  const char* env_path = std::getenv("PATH");
+  std::string path = env_path != nullptr && *env_path != '\0' ? env_path : "";
+  // Root's usual directories too: the agent may run with a narrow PATH.
+  path += ":/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+  for (const std::string& dir : Split(path, ':')) {
+    if (dir.empty()) continue;
+    const std::string candidate = dir + "/" + name;
+    struct stat st;
+    if (::stat(candidate.c_str(), &st) == 0 && S_ISREG(st.st_mode) &&
+        ::access(candidate.c_str(), X_OK) == 0) {
+      return candidate;
+    }
+  }
+  return "";
+}
+
+bool HasCapability(int cap) {
+  Result<std::string> status = ReadFileToString("/proc/self/status");
+  if (!status.ok()) return false;
+  for (const std::string& line : Split(*status, '\n')) {
+    if (!StartsWith(line, "CapEff:")) continue;
+    const std::string hex(Trim(line.substr(7)));
+    errno = 0;
+    const unsigned long long caps = std::strtoull(hex.c_str(), nullptr, 16);
+    return errno == 0 && ((caps >> cap) & 1ULL) != 0;
+  }
+  return false;
+}
+
+uint64_t HardLimit(int resource) {
+  struct rlimit rl;
+  if (::getrlimit(resource, &rl) != 0) return 0;
+  return rl.rlim_max == RLIM_INFINITY ? UINT64_MAX : static_cast<uint64_t>(rl.rlim_max);
+}
+
+std::string Joined(const std::vector<std::string>& parts, const std::string& sep) {
+  std::string out;
+  for (const std::string& p : parts) {
+    if (!out.empty()) out += sep;
+    out += p;
+  }
+  return out;
+}
+
+bool HasUlimit(const std::vector<std::string>& ulimits, const std::string& type) {
+  return std::any_of(ulimits.begin(), ulimits.end(),
+                     [&](const std::string& u) { return StartsWith(u, type + "="); });
+}
+
+}  // namespace
+
+std::string ContainerName(const LaunchSpec& spec) {
+  return "gpupool-job-" + std::to_string(spec.job_id) + "-" + std::to_string(spec.attempt);
+}
+
+std::vector<std::string> PodmanArgv(const ContainerOptions& options,
+                                    const std::vector<std::string>& rest) {
+  std::vector<std::string> argv = {options.podman.empty() ? std::string("podman") : options.podman};
+  argv.insert(argv.end(), options.global_args.begin(), options.global_args.end());
+  argv.insert(argv.end(), rest.begin(), rest.end());
+  return argv;
+}
+
+bool EnvFileCan(const std::string& key, const std::string& value) {
+  if (key.empty() || key[0] == '#' || key.find_first_of(" \t\n\r\v\f") != std::string::npos) {
+    return false;
+  }
+  // bufio.Scanner's default line limit is 64 KiB.
+  return value.find_first_of("\n\r") == std::string::npos && key.size() + value.size() < 60'000;
+}
+
+std::string ContainerEnvFile(const LaunchSpec& spec) {
+  std::string text;
+  for (const auto& [k, v] : BuildContainerEnvironment(spec)) {
+    if (EnvFileCan(k, v)) text += k + "=" + v + "\n";
+  }
+  return text;
+}
+
+Result<std::vector<std::string>> BuildPodmanRunArgv(const LaunchSpec& spec,
+                                                    const ContainerOptions& options,
+                                                    const std::vector<uint32_t>& groups,
+                                                    const std::string& env_file) {
+  if (spec.image.empty()) return Status::InvalidArgument("the job has no image");
+  if (spec.argv.empty()) return Status::InvalidArgument("the job's command is empty");
+  std::vector<std::string> run = {"run", "--rm", "--name", ContainerName(spec), "--label",
+                                  "gpupool.job=" + std::to_string(spec.job_id),
+                                  // Output goes to the attached client (the job's logs) only.
+                                  "--log-driver", "none"};
+  if (!options.runtime.empty()) run.insert(run.end(), {"--runtime", options.runtime});
+  for (const std::string& u : options.ulimits) run.insert(run.end(), {"--ulimit", u});
+  if (!options.pull.empty()) run.insert(run.end(), {"--pull", options.pull});
+  if (!options.network.empty()) run.insert(run.end(), {"--network", options.network});
+  run.insert(run.end(), {"--user", std::to_string(spec.uid) + ":" + std::to_string(spec.gid)});
+  for (uint32_t g : groups) {
+    if (g != spec.gid) run.insert(run.end(), {"--group-add", std::to_string(g)});
+  }
+  if (spec.uid != 0) {
+    // Nothing in the image (setuid binaries, file capabilities) may gain privileges.
+    run.insert(run.end(), {"--cap-drop", "all", "--security-opt", "no-new-privileges"});
+  }
+  bool workdir_mounted = spec.workdir.empty();
+  for (const BindMount& m : spec.mounts) {
+    GP_RETURN_IF_ERROR(CheckMountPath("mount source", m.source));
+    GP_RETURN_IF_ERROR(CheckMountPath("mount target", m.target));
+    if (m.target == spec.workdir) workdir_mounted = true;
+  }
+  if (!spec.workdir.empty()) {
+    GP_RETURN_IF_ERROR(CheckMountPath("working directory", spec.workdir));
+    run.insert(run.end(), {"--workdir", spec.workdir});
+    if (!workdir_mounted) {
+      run.insert(run.end(), {"--mount", BindArg(spec.workdir, spec.workdir, false)});
+    }
+  }
+  for (const BindMount& m : spec.mounts) {
+    run.insert(run.end(), {"--mount", BindArg(m.source, m.target, m.read_only)});
+  }
+  for (const std::string& d : spec.cdi_devices) run.insert(run.end(), {"--device", d});
+  if (!env_file.empty()) run.insert(run.end(), {"--env-file", env_file});
+  for (const auto& [k, v] : BuildContainerEnvironment(spec)) {
+    if (env_file.empty() || !EnvFileCan(k, v)) run.insert(run.end(), {"--env", k + "=" + v});
+  }
+  if (spec.cpu_milli > 0) run.insert(run.end(), {"--cpus", CpusValue(spec.cpu_milli)});
+  if (spec.memory_bytes > 0) {
+    run.insert(run.end(), {"--memory", std::to_string(spec.memory_bytes) + "b"});
+  }
+  run.push_back(spec.image);
+  run.insert(run.end(), spec.argv.begin(), spec.argv.end());
+  return PodmanArgv(options, run);
+}
+
+std::string LastPodmanError(const std::string& stderr_text) {
+  std::vector<std::string> lines = Split(stderr_text, '\n');
+  for (auto it = lines.rbegin(); it != lines.rend(); ++it) {
+    std::string line(Trim(*it));
+    if (StartsWith(line, "Error: ")) return line.substr(7);
+  }
+  return "";
+}
+
+ContainerExit MapPodmanExit(int status, const std::string& stderr_tail, const std::string& image,
+                            const std::string& command) {
+  ContainerExit out;
+  out.exit_code = status;
+  const std::string err = LastPodmanError(stderr_tail);
+  // 125-127 are podman's own only when podman said so; a command may exit with them too.
+  if (status == 125) {
+    out.reason = "podman could not run the container: " +
+                 (err.empty() ? std::string("see the job's stderr.log") : err);
+  } else if (status == 126 && !err.empty()) {
+    out.reason = "command '" + command + "' could not be executed in image '" + image + "': " + err;
+  } else if (status == 127 && !err.empty()) {
+    out.reason = "command '" + command + "' not found in image '" + image + "': " + err;
+  } else if (status > 128 && status <= 128 + 64) {
+    out.exit_code.reset();
+    out.signal = status - 128;
+  }
+  return out;
+}
+
+namespace {
+
+// posix_spawnp with default signal handling and an empty signal mask (the shim blocks
+// its signals); `out_fd`/`err_fd` < 0 keep the caller's.
+Result<pid_t> Spawn(const std::vector<std::string>& argv, int out_fd, int err_fd) {
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+  if (out_fd >= 0) posix_spawn_file_actions_adddup2(&fa, out_fd, 1);
+  if (err_fd >= 0) posix_spawn_file_actions_adddup2(&fa, err_fd, 2);
+  posix_spawnattr_t attr;
+  posix_spawnattr_init(&attr);
+  sigset_t none;
+  sigemptyset(&none);
+  sigset_t defaults;
+  sigemptyset(&defaults);
+  for (int sig : {SIGCHLD, SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGPIPE}) sigaddset(&defaults, sig);
+  posix_spawnattr_setsigmask(&attr, &none);
+  posix_spawnattr_setsigdefault(&attr, &defaults);
+  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
+  std::vector<char*> args;
+  for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+  pid_t pid = 0;
+  const int rc = ::posix_spawnp(&pid, args[0], &fa, &attr, args.data(), environ);
+  posix_spawn_file_actions_destroy(&fa);
+  posix_spawnattr_destroy(&attr);
+  if (rc != 0) return Status::Unavailable("cannot run " + argv[0] + ": " + std::strerror(rc));
+  return pid;
+}
+
+}  // namespace
+
+Result<pid_t> StartCommand(const std::vector<std::string>& argv) {
+  if (argv.empty()) return Status::InvalidArgument("no command to run");
+  return Spawn(argv, -1, -1);
+}
+
+Result<std::string> RunCommand(const std::vector<std::string>& argv, int timeout_ms,
+                               std::string* err_out) {
+  if (argv.empty()) return Status::InvalidArgument("no command to run");
+  int out[2];
+  int err[2];
+  if (::pipe2(out, O_CLOEXEC) != 0) {
+    return Status::Unavailable("pipe: " + std::string(std::strerror(errno)));
+  }
+  if (::pipe2(err, O_CLOEXEC) != 0) {
+    ::close(out[0]);
+    ::close(out[1]);
+    return Status::Unavailable("pipe: " + std::string(std::strerror(errno)));
+  }
+  Result<pid_t> spawned = Spawn(argv, out[1], err[1]);
+  ::close(out[1]);
+  ::close(err[1]);
+  if (!spawned.ok()) {
+    ::close(out[0]);
+    ::close(err[0]);
+    return spawned.status();
+  }
+  const pid_t pid = *spawned;
+  std::string stdout_text;
+  std::string stderr_text;
+  std::array<pollfd, 2> fds = {pollfd{out[0], POLLIN, 0}, pollfd{err[0], POLLIN, 0}};
+  int open_fds = 2;
+  std::array<char, 4096> buf{};
+  const int64_t deadline = MonoMillis() + timeout_ms;
+  bool timed_out = false;
+  while (open_fds > 0) {
+    const int64_t left = deadline - MonoMillis();
+    if (left <= 0) {
+      timed_out = true;
+      ::kill(pid, SIGKILL);
+      break;
+    }
+    const int n = ::poll(fds.data(), fds.size(), static_cast<int>(std::min<int64_t>(left, 1000)));
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      break;
+    }
+    for (pollfd& p : fds) {
+      if (p.fd < 0 || p.revents == 0) continue;
+      const ssize_t got = ::read(p.fd, buf.data(), buf.size());
+      if (got > 0) {
+        std::string& dst = p.fd == out[0] ? stdout_text : stderr_text;
+        if (dst.size() < (size_t{16} << 20)) dst.append(buf.data(), static_cast<size_t>(got));
+      } else if (got == 0 || errno != EINTR) {
+        ::close(p.fd);
+        p.fd = -1;
+        --open_fds;
+      }
+    }
+  }
+  for (pollfd& p : fds) {
+    if (p.fd >= 0) ::close(p.fd);
+  }
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  if (err_out != nullptr) *err_out = stderr_text;
+  const std::string what = argv[0] + (argv.size() > 1 ? " " + argv[1] : std::string());
+  if (timed_out) {
+    return Status::Unavailable(what + " did not finish within " + std::to_string(timeout_ms) +
+                               " ms and was killed");
+  }
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+    std::string msg = LastPodmanError(stderr_text);
+    if (msg.empty()) {
+      std::vector<std::string> lines = Split(std::string(Trim(stderr_text)), '\n');
+      if (!lines.empty()) msg = std::string(Trim(lines.back()));
+    }
+    return Status::Unavailable(what + " failed" + (msg.empty() ? "" : ": " + msg));
+  }
+  return stdout_text;
+}
+
+Result<bool> RemoveContainer(const ContainerOptions& options, const std::string& name,
+                             int timeout_ms) {
+  std::string err;
+  Result<std::string> rm =
+      RunCommand(PodmanArgv(options, {"rm", "--force", "--time", "0", name}), timeout_ms, &err);
+  // With --force podman prints the names it removed and is silent about missing ones.
+  if (rm.ok()) return !Trim(*rm).empty();
+  if (err.find("no such container") != std::string::npos) return false;
+  return Status::Unavailable("cannot remove container " + name + ": " + rm.status().message());
+}
+
+PodmanFacts ProbePodman(const ContainerOptions& base) {
+  PodmanFacts f;
+  f.crun_present = !FindInPath("crun").empty();
+  f.runc_present = !FindInPath("runc").empty();
+  f.cap_sys_resource = HasCapability(kCapSysResource);
+  f.nofile_hard = HardLimit(RLIMIT_NOFILE);
+  f.nproc_hard = HardLimit(RLIMIT_NPROC);
+  if (Result<std::string> pid_max = ReadFileToString("/proc/sys/kernel/pid_max"); pid_max.ok()) {
+    f.pid_max = static_cast<uint64_t>(ParseInt64(std::string(Trim(*pid_max))).value_or(0));
+  }
+  const std::string name = base.podman.empty() ? "podman" : base.podman;
+  f.podman_path = FindInPath(name);
+  if (f.podman_path.empty()) {
+    f.missing_reason = "'" + name + "' not found (install podman, e.g. apt-get install podman)";
+    return f;
+  }
+  ContainerOptions probe = base;
+  probe.podman = f.podman_path;
+  Result<std::string> info = RunCommand(PodmanArgv(probe, {"info", "--format", "json"}), 60'000);
+  if (!info.ok()) {
+    f.missing_reason = "`podman info` failed: " + info.status().message();
+    return f;
+  }
+  Result<Json> j = ParseJson(*info, "podman info");
+  if (!j.ok() || !j->is_object()) {
+    f.missing_reason = "`podman info` printed no JSON object";
+    return f;
+  }
+  const Json host = j->value("host", Json::object());
+  if (host.is_object()) {
+    const Json runtime = host.value("ociRuntime", Json::object());
+    if (runtime.is_object()) f.default_runtime = runtime.value("name", "");
+    f.cgroup_version = host.value("cgroupVersion", "");
+  }
+  return f;
+}
+
+ContainerOptions DecideContainerOptions(const PodmanFacts& facts, ContainerOptions base) {
+  std::vector<std::string> notes;
+  if (facts.podman_path.empty() || !facts.missing_reason.empty()) {
+    base.unavailable = facts.missing_reason.empty() ? "podman is not usable" : facts.missing_reason;
+  } else {
+    base.podman = facts.podman_path;
+  }
+  if (!base.runtime.empty()) {
+    notes.push_back("--runtime " + base.runtime + " (configured)");
+  } else if (!facts.crun_present && facts.runc_present) {
+    base.runtime = "runc";
+    notes.push_back("--runtime runc (crun missing)");
+  } else if (facts.crun_present && facts.runc_present && facts.cgroup_version == "v1") {
+    base.runtime = "runc";
+    notes.push_back("--runtime runc (cgroup v1: crun rejects this hierarchy)");
+  } else if (!facts.crun_present && !facts.runc_present && facts.default_runtime.empty() &&
+             base.unavailable.empty()) {
+    base.unavailable = "no OCI runtime (crun or runc) is installed";
+  }
+  if (!facts.cap_sys_resource) {
+    const std::string why = " < podman's default " + std::to_string(kPodmanDefaultRlimit) +
+                            ", and no CAP_SYS_RESOURCE to raise it)";
+    if (facts.nofile_hard > 0 && facts.nofile_hard < kPodmanDefaultRlimit &&
+        !HasUlimit(base.ulimits, "nofile")) {
+      const std::string n = std::to_string(facts.nofile_hard);
+      base.ulimits.push_back("nofile=" + n + ":" + n);
+      notes.push_back("--ulimit nofile=" + n + ":" + n + " (hard RLIMIT_NOFILE " + n + why);
+    }
+    uint64_t nproc = facts.nproc_hard;
+    if (facts.pid_max > 0 && (nproc == 0 || facts.pid_max < nproc)) nproc = facts.pid_max;
+    if (nproc > 0 && nproc < kPodmanDefaultRlimit && !HasUlimit(base.ulimits, "nproc")) {
+      const std::string n = std::to_string(nproc);
+      base.ulimits.push_back("nproc=" + n + ":" + n);
+      notes.push_back("--ulimit nproc=" + n + ":" + n + " (min of hard RLIMIT_NPROC and pid_max " +
+                      n + why);
+    }
+  }
+  base.note = "podman: " + (notes.empty() ? std::string("no adjustments") : Joined(notes, "; "));
+  return base;
+}
+
+ContainerOptions DetectContainerOptions(const ContainerOptions& base) {
+  return DecideContainerOptions(ProbePodman(base), base);
+}
+
+Status CheckUserAccess(const std::string& path, const std::string& user, uid_t uid, gid_t gid,
+                       const std::vector<gid_t>& groups, bool write) {
+  const std::string who = "user '" + user + "' (uid " + std::to_string(uid) + ")";
+  auto check = [&]() -> int {  // 0 or an errno
+    struct stat st;
+    if (::stat(path.c_str(), &st) != 0) return errno;
+    int mode = R_OK;
+    if (S_ISDIR(st.st_mode)) mode |= X_OK;
+    if (write) mode |= W_OK;
+    return ::access(path.c_str(), mode) == 0 ? 0 : errno;
+  };
+  int err = 0;
+  if (::geteuid() != 0 || uid == 0) {
+    err = check();
+  } else {
+    // A child that becomes the user answers; the access checks then use the user's ids.
+    pid_t pid = ::fork();
+    if (pid < 0) return Status::Unavailable("cannot fork: " + std::string(std::strerror(errno)));
+    if (pid == 0) {
+      if (::setgroups(groups.size(), groups.data()) != 0 || ::setresgid(gid, gid, gid) != 0 ||
+          ::setresuid(uid, uid, uid) != 0) {
+        ::_exit(255);
+      }
+      ::_exit(std::min(check(), 254));
+    }
+    int status = 0;
+    while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+    }
+    if (!WIFEXITED(status) || WEXITSTATUS(status) == 255) {
+      return Status::Unavailable("cannot switch to " + who + " to check access to '" + path + "'");
+    }
+    err = WEXITSTATUS(status);
+  }
+  if (err == 0) return Status::Ok();
+  if (err == ENOENT || err == ENOTDIR) {
+    return Status::FailedPrecondition("'" + path + "' does not exist (or is not reachable by " +
+                                      who + ")");
+  }
+  if (err == EACCES || err == EPERM) {
+    return Status::FailedPrecondition(
+        "'" + path + "' is not " + (write ? "readable and writable" : "readable") + " by " + who +
+        "; the container may only mount what its user can " + (write ? "write" : "read"));
+  }
+  return Status::FailedPrecondition("cannot check '" + path + "' for " + who + ": " +
+                                    std::strerror(err));
+}
+
+}  // namespace gpupool::agent
