@@ -9,6 +9,7 @@
 #include "common/json.h"
 #include "common/strings.h"
 #include "controller/usage.h"
+#include "envcheck/needs.h"
 #include "gpu/node_json.h"
 #include "jobs/job_json.h"
 
@@ -123,7 +124,21 @@ const char* const kServerSetFields[] = {"id",
                                         "attempt",
                                         "cancel_requested",
                                         "stdout_path",
-                                        "stderr_path"};
+                                        "stderr_path",
+                                        "needs",
+                                        "env_dir"};
+
+OrderedJson EnvironmentToJson(const store::EnvironmentRecord& e) {
+  OrderedJson j;
+  j["name"] = e.name + ":" + e.version;
+  j["kind"] = e.kind;
+  j["location"] = e.location;
+  OrderedJson needs = OrderedJson::parse(e.needs_json, nullptr, /*allow_exceptions=*/false);
+  j["needs"] = needs.is_discarded() ? OrderedJson::object() : std::move(needs);
+  j["owner"] = e.owner;
+  j["created_us"] = e.created_us;
+  return j;
+}
 
 }  // namespace
 
@@ -196,6 +211,9 @@ HttpResponse Api::Route(const HttpRequest& r, const Identity& who) {
     return JsonResponse(200, {{"nodes", std::move(nodes)}});
   }
   if (p == "/v1/usage" && r.method == "GET") return Usage(r, caller);
+  if (p == "/v1/environments" || StartsWith(p, "/v1/environments/")) {
+    return ServeEnvironments(r, caller);
+  }
   if (p == "/v1/whoami" && r.method == "GET") {
     return JsonResponse(200, {{"user", caller.user}, {"uid", caller.uid}, {"admin", caller.admin}});
   }
@@ -233,9 +251,85 @@ HttpResponse Api::Submit(const HttpRequest& r, const Caller& caller) {
   }
   Result<jobs::Job> job = jobs::JobFromJson(*body, "job");
   if (!job.ok()) return ErrorResponse(job.status());
+  if (Status s = environments_.Resolve(&*job); !s.ok()) {
+    if (s.code() == StatusCode::kNotFound) s = Status::InvalidArgument(s.message());
+    return ErrorResponse(s);
+  }
   Result<jobs::Job> submitted = controller_->Submit(std::move(*job), caller);
   if (!submitted.ok()) return ErrorResponse(submitted.status());
   return JsonResponse(201, {{"job", jobs::JobToJson(*submitted)}});
+}
+
+HttpResponse Api::ServeEnvironments(const HttpRequest& r, const Caller& caller) {
+  const std::string prefix = "/v1/environments";
+  const std::string rest = r.path.size() > prefix.size() ? r.path.substr(prefix.size() + 1) : "";
+  if (rest.empty() && r.method == "GET") {
+    Result<std::vector<store::EnvironmentRecord>> list = environments_.List();
+    if (!list.ok()) return ErrorResponse(list.status());
+    OrderedJson out = OrderedJson::array();
+    for (const auto& e : *list) out.push_back(EnvironmentToJson(e));
+    return JsonResponse(200, {{"environments", std::move(out)}});
+  }
+  if ((rest.empty() || rest == "check") && r.method == "POST") {
+    Result<Json> body = ParseJson(r.body, "request body", 64 << 10, 8);
+    if (!body.ok()) return ErrorResponse(body.status());
+    JsonFields f(*body, "");
+    std::string name;
+    std::string image;
+    std::string dir;
+    std::string environment;
+    std::string node;
+    if (rest.empty()) f.Required("name", &name);
+    f.Optional("image", &image);
+    f.Optional("dir", &dir);
+    if (rest == "check") {
+      f.Optional("environment", &environment);
+      f.Optional("node", &node);
+    }
+    if (Status s = f.Finish(); !s.ok()) return ErrorResponse(s);
+    const int given = !image.empty() + !dir.empty() + !environment.empty();
+    if (given != 1) {
+      return ErrorResponse(Status::InvalidArgument(
+          rest.empty() ? "give exactly one of image or dir"
+                       : "give exactly one of image, dir or environment"));
+    }
+    const std::string kind = !image.empty() ? "image" : !dir.empty() ? "dir" : "environment";
+    const std::string location = !image.empty() ? image : !dir.empty() ? dir : environment;
+    if (rest.empty()) {
+      Result<store::EnvironmentRecord> e = environments_.Add(name, kind, location, caller.user);
+      if (!e.ok()) return ErrorResponse(e.status());
+      return JsonResponse(201, {{"environment", EnvironmentToJson(*e)}});
+    }
+    Result<jobs::EnvNeeds> needs = environments_.NeedsOf(kind, location);
+    if (!needs.ok()) return ErrorResponse(needs.status());
+    OrderedJson nodes = OrderedJson::array();
+    bool any = false;
+    bool known = node.empty();
+    for (const NodeView& v : controller_->Nodes()) {
+      if (!node.empty() && v.name != node) continue;
+      known = true;
+      Status s = envcheck::CheckNeeds(*needs, envcheck::OfferFromNode(v.info, v.name));
+      any = any || s.ok();
+      nodes.push_back({{"name", v.name}, {"ok", s.ok()}, {"reason", s.message()}});
+    }
+    if (!known) return ErrorResponse(Status::NotFound("no node '" + node + "' in this pool"));
+    return JsonResponse(200, {{"needs", jobs::NeedsToJson(*needs)},
+                              {"runnable", any},
+                              {"nodes", std::move(nodes)}});
+  }
+  if (!rest.empty() && rest != "check" && r.method == "DELETE") {
+    Status s = environments_.Remove(rest, caller.user, caller.admin, [this](const std::string& ref) {
+      return controller_->JobsUsingEnvironment(ref);
+    });
+    if (!s.ok()) return ErrorResponse(s);
+    return JsonResponse(200, {{"removed", rest}});
+  }
+  if (!rest.empty() && rest != "check" && r.method == "GET") {
+    Result<store::EnvironmentRecord> e = environments_.Get(rest);
+    if (!e.ok()) return ErrorResponse(e.status());
+    return JsonResponse(200, {{"environment", EnvironmentToJson(*e)}});
+  }
+  return MethodNotAllowed(r);
 }
 
 HttpResponse Api::ListJobs(const HttpRequest& r, const Caller& caller) {

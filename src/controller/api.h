@@ -2,8 +2,11 @@
 // authenticating the caller. Thread-safe (the controller and store are).
 #pragma once
 
+#include <memory>
+
 #include "controller/auth.h"
 #include "controller/controller.h"
+#include "controller/environments.h"
 #include "net/http.h"
 #include "store/store.h"
 
@@ -11,9 +14,16 @@ namespace gpupool::controller {
 
 class Api {
  public:
-  // All three must outlive the Api.
-  Api(Controller* controller, store::Store* store, const Clock* clock, AuthOptions auth)
-      : controller_(controller), store_(store), clock_(clock), auth_(std::move(auth)) {}
+  // All pointers must outlive the Api. Images are inspected by `inspector`, or, when it is
+  // null, by podman on this host.
+  Api(Controller* controller, store::Store* store, const Clock* clock, AuthOptions auth,
+      EnvInspector* inspector = nullptr)
+      : controller_(controller),
+        store_(store),
+        clock_(clock),
+        auth_(std::move(auth)),
+        own_inspector_(inspector == nullptr ? NewPodmanInspector({}, clock) : nullptr),
+        environments_(store, inspector == nullptr ? own_inspector_.get() : inspector, clock) {}
 
   net::HttpResponse Handle(const net::HttpRequest& request);
 
@@ -24,6 +34,7 @@ class Api {
   net::HttpResponse Logs(const net::HttpRequest& r, int64_t id, const Caller& caller);
   net::HttpResponse Usage(const net::HttpRequest& r, const Caller& caller);
   net::HttpResponse CreateToken(const net::HttpRequest& r, const Caller& caller);
+  net::HttpResponse ServeEnvironments(const net::HttpRequest& r, const Caller& caller);
   net::HttpResponse ServeAgentRegister(const net::HttpRequest& r);
   net::HttpResponse ServeAgentWork(const net::HttpRequest& r);
   net::HttpResponse ServeAgentEvents(const net::HttpRequest& r);
@@ -32,6 +43,8 @@ class Api {
   store::Store* store_;
   const Clock* clock_;
   AuthOptions auth_;
+  std::unique_ptr<EnvInspector> own_inspector_;
+  Environments environments_;
 };
 
 }  // namespace gpupool::controller

@@ -166,6 +166,15 @@ Result<Job> Controller::Submit(Job job, const Caller& caller) {
   return job;
 }
 
+std::vector<int64_t> Controller::JobsUsingEnvironment(const std::string& ref) {
+  std::vector<int64_t> out;
+  std::lock_guard lock(mu_);
+  for (const auto& [id, job] : active_) {
+    if (job.environment == ref) out.push_back(id);
+  }
+  return out;
+}
+
 Result<Job> Controller::Get(int64_t id, const Caller& caller) {
   {
     std::lock_guard lock(mu_);
@@ -487,7 +496,7 @@ Status Controller::ApplyEvents(const std::string& node, const std::vector<AgentE
 
 Status Controller::ScheduleOnce() {
   // Planning takes milliseconds with a long queue; API calls must not wait for it. So the
-  // pass plans on a snapshot (jobs without their command lines and environments) taken
+  // pass plans on a snapshot (jobs without their command lines and variables) taken
   // under the lock, and applies the result under the lock after checking that nothing
   // it relied on changed meanwhile.
   std::vector<Job> snapshot;
@@ -509,6 +518,7 @@ Status Controller::ScheduleOnce() {
       slim.submit_time_us = job.submit_time_us;
       slim.start_time_us = job.start_time_us;
       slim.placement = job.placement;
+      if (job.state == JobState::kPending) slim.needs = job.needs;  // placement filter
       snapshot.push_back(std::move(slim));
     }
     if (!any_pending) return Status::Ok();

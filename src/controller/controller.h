@@ -112,6 +112,8 @@ class Controller {
   Result<jobs::Job> Get(int64_t id, const Caller& caller);
   Result<std::vector<jobs::Job>> List(const store::JobFilter& filter, const Caller& caller);
   std::vector<NodeView> Nodes();
+  // Ids of queued or running jobs that use named environment "NAME:VERSION".
+  std::vector<int64_t> JobsUsingEnvironment(const std::string& ref);
 
   // --- agents ---
   Status RegisterNode(const std::string& name, gpu::NodeInfo info, int64_t cpu_milli,

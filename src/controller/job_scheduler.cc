@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "common/strings.h"
+#include "envcheck/needs.h"
 #include "sched/policy_registry.h"
 #include "sched/queue/gang_placement.h"
 #include "sched/queue/queue_policy_registry.h"
@@ -138,6 +139,32 @@ Result<sched::Task> TaskFor(const jobs::Job& job, const std::vector<ModelFacts>&
   return t;
 }
 
+// The nodes that can run the job's environment, sorted; empty when every node can (or
+// the job needs no GPU). FailedPrecondition, with each node's reason, when none can.
+Result<std::vector<std::string>> AllowedNodes(const jobs::Job& job,
+                                              const std::vector<SchedNode>& nodes) {
+  std::vector<std::string> allowed;
+  if (job.needs.empty() || job.request.gpus == 0) return allowed;
+  std::string why;
+  size_t considered = 0;
+  for (const SchedNode& n : nodes) {
+    if (n.info == nullptr || n.info->gpus.empty()) continue;
+    ++considered;
+    Status s = envcheck::CheckNeeds(job.needs, envcheck::OfferFromNode(*n.info, n.name));
+    if (s.ok()) {
+      allowed.push_back(n.name);
+    } else if (why.size() < 2000) {
+      why += (why.empty() ? "" : "; ") + s.message();
+    }
+  }
+  if (allowed.empty() && considered > 0) {
+    return Status::FailedPrecondition(job.needs.source + " " + why);
+  }
+  if (allowed.size() == considered) allowed.clear();  // no constraint
+  std::sort(allowed.begin(), allowed.end());
+  return allowed;
+}
+
 }  // namespace
 
 std::string GpuModelKey(const std::string& gpu_name) {
@@ -172,6 +199,9 @@ std::string JobScheduler::NeverFits(const jobs::Job& job, const std::vector<Sche
   const std::vector<ModelFacts> models = Models(nodes);
   Result<sched::Task> task = TaskFor(job, models);
   if (!task.ok()) return task.status().message();
+  Result<std::vector<std::string>> allowed = AllowedNodes(job, nodes);
+  if (!allowed.ok()) return allowed.status().message();
+  task->allowed_nodes = std::move(*allowed);
   sched::ClusterState cluster;
   for (const SchedNode& n : nodes) {
     sched::NodeSpec spec{n.name, n.cpu_milli, n.memory_mib,
@@ -215,8 +245,22 @@ Result<ScheduleResult> JobScheduler::Plan(const std::vector<const jobs::Job*>& a
   queued.reserve(active.size());
   std::vector<const jobs::Job*> queued_source;
   std::map<int64_t, std::string> never;
+  // Environment checks per distinct environment (jobs of one image share the answer).
+  std::map<std::string, Result<std::vector<std::string>>> allowed_by_env;
   for (const jobs::Job* job : active) {
     Result<sched::Task> task = TaskFor(*job, models);
+    if (task.ok() && job->state == jobs::JobState::kPending && !job->needs.empty() &&
+        job->request.gpus > 0) {
+      auto it = allowed_by_env.find(job->needs.source);
+      if (it == allowed_by_env.end()) {
+        it = allowed_by_env.emplace(job->needs.source, AllowedNodes(*job, nodes)).first;
+      }
+      if (it->second.ok()) {
+        task->allowed_nodes = *it->second;
+      } else {
+        task = it->second.status();
+      }
+    }
     if (!task.ok()) {
       if (job->state == jobs::JobState::kPending) never[job->id] = task.status().message();
       continue;
@@ -332,6 +376,10 @@ Result<ScheduleResult> JobScheduler::Plan(const std::vector<const jobs::Job*>& a
           continue;
         }
         if (t.min_capability > 0 && ns.gpu_capability < t.min_capability) continue;
+        if (!t.allowed_nodes.empty() &&
+            !std::binary_search(t.allowed_nodes.begin(), t.allowed_nodes.end(), ns.name)) {
+          continue;
+        }
         int32_t block = 0;
         for (int32_t f : ns.gpu_free_milli) {
           if (f >= t.gpu_milli) ++block;
@@ -343,8 +391,11 @@ Result<ScheduleResult> JobScheduler::Plan(const std::vector<const jobs::Job*>& a
           cpu_mem_short = true;
         }
       }
-      const std::string of_model =
-          t.gpu_models.empty() ? "" : " of model " + JoinModels(t.gpu_models);
+      std::string of_model = t.gpu_models.empty() ? "" : " of model " + JoinModels(t.gpu_models);
+      if (!t.allowed_nodes.empty()) {
+        of_model += " on the " + std::to_string(t.allowed_nodes.size()) + " node" +
+                    (t.allowed_nodes.size() == 1 ? "" : "s") + " that can run its environment";
+      }
       if (t.IsFractional() && best_milli < t.gpu_milli) {
         reason = "needs " + FormatShare(t.gpu_milli) + " of one GPU" + of_model +
                  "; the most free on any GPU: " + FormatShare(best_milli);

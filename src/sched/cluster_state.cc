@@ -105,7 +105,9 @@ bool ClusterState::ModelAllowed(const NodeState& n, const Task& task) const {
                                             n.gpu_model) == task.gpu_models.end()) {
     return false;
   }
-  return task.min_capability == 0 || n.gpu_capability >= task.min_capability;
+  if (task.min_capability != 0 && n.gpu_capability < task.min_capability) return false;
+  return task.allowed_nodes.empty() ||
+         std::binary_search(task.allowed_nodes.begin(), task.allowed_nodes.end(), n.name);
 }
 
 bool ClusterState::CouldEverHost(int32_t i, const Task& task) const {
@@ -129,7 +131,7 @@ std::string ClusterState::WhyNotFit(int32_t i, const Task& task) const {
   if (n.cpu_free_milli < task.cpu_milli) return "not enough free CPU";
   if (n.memory_free_mib < task.memory_mib) return "not enough free memory";
   if (task.num_gpu == 0) return "";
-  if (!ModelAllowed(n, task)) return "GPU model or capability not allowed";
+  if (!ModelAllowed(n, task)) return "GPU model, capability or software environment not allowed";
   int32_t ok = 0;
   for (int32_t f : n.gpu_free_milli) ok += (f >= task.gpu_milli);
   if (ok < task.num_gpu) {

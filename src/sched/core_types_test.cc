@@ -111,5 +111,20 @@ TEST(ClusterStateTest, MinCapabilityAndCouldEverHost) {
   EXPECT_FALSE(s.CouldEverHost(1, eight));
 }
 
+TEST(ClusterStateTest, AllowedNodesConstrainGpuTasksOnly) {
+  ClusterState s;
+  ASSERT_TRUE(s.AddNode({"a", 8000, 8192, 4, "A100"}).ok());
+  ASSERT_TRUE(s.AddNode({"b", 8000, 8192, 4, "A100"}).ok());
+  Task t = MakeTask("t", 1000, 1, 1000);
+  t.allowed_nodes = {"b"};
+  EXPECT_FALSE(s.Fits(0, t));
+  EXPECT_TRUE(s.Fits(1, t));
+  EXPECT_FALSE(s.CouldEverHost(0, t));
+  EXPECT_NE(ShapeOf(t), ShapeOf(MakeTask("t", 1000, 1, 1000)));  // caches keep them apart
+  Task cpu = MakeTask("c", 1000, 0, 0);
+  cpu.allowed_nodes = {"b"};
+  EXPECT_TRUE(s.Fits(0, cpu));
+}
+
 }  // namespace
 }  // namespace gpupool::sched

@@ -30,7 +30,8 @@ Status ValidateTask(const Task& t) {
 }
 
 TaskShape ShapeOf(const Task& t) {
-  return {t.cpu_milli, t.memory_mib, t.num_gpu, t.gpu_milli, t.gpu_models, t.min_capability};
+  return {t.cpu_milli, t.memory_mib, t.num_gpu, t.gpu_milli, t.gpu_models, t.min_capability,
+          t.allowed_nodes};
 }
 
 size_t HashShape(const TaskShape& s) {
@@ -41,6 +42,7 @@ size_t HashShape(const TaskShape& s) {
   mix(std::hash<int32_t>{}(s.gpu_milli));
   mix(std::hash<int32_t>{}(s.min_capability));
   for (const auto& m : s.gpu_models) mix(std::hash<std::string>{}(m));
+  for (const auto& n : s.allowed_nodes) mix(std::hash<std::string>{}(n));
   return h;
 }
 

@@ -28,6 +28,9 @@ struct Task {
   int32_t gpu_milli = 0;                // per GPU, 1..1000 when num_gpu > 0
   std::vector<std::string> gpu_models;  // allowed GPU models; empty = any
   int32_t min_capability = 0;           // e.g. 80 for compute capability 8.0; 0 = any
+  // Nodes whose software stack can run the task's environment, sorted; empty = any.
+  // Like gpu_models it constrains GPU tasks only (CPU-only tasks need no GPU driver).
+  std::vector<std::string> allowed_nodes;
 
   int64_t TotalGpuMilli() const { return int64_t{num_gpu} * gpu_milli; }
   bool IsFractional() const { return num_gpu == 1 && gpu_milli < 1000; }
@@ -47,6 +50,7 @@ struct TaskShape {
   int32_t gpu_milli = 0;
   std::vector<std::string> gpu_models;
   int32_t min_capability = 0;
+  std::vector<std::string> allowed_nodes;
   friend bool operator==(const TaskShape&, const TaskShape&) = default;
 };
 

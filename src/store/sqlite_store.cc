@@ -47,6 +47,18 @@ CREATE TABLE tokens (
   created_us INTEGER NOT NULL
 );
 )sql",
+    R"sql(
+CREATE TABLE environments (
+  name TEXT NOT NULL,
+  version TEXT NOT NULL,
+  kind TEXT NOT NULL,
+  location TEXT NOT NULL,
+  needs_json TEXT NOT NULL,
+  owner TEXT NOT NULL,
+  created_us INTEGER NOT NULL,
+  PRIMARY KEY (name, version)
+);
+)sql",
 };
 
 class Stmt {
@@ -285,6 +297,70 @@ class SqliteStore final : public Store {
     s.Bind(1, std::string(hash));
     if (s.Step() != SQLITE_DONE) return Error("delete token");
     if (sqlite3_changes(db_) == 0) return Status::NotFound("no such token");
+    return Status::Ok();
+  }
+
+  Status PutEnvironment(const EnvironmentRecord& e) override {
+    std::lock_guard lock(mu_);
+    Stmt s(db_,
+           "INSERT INTO environments(name, version, kind, location, needs_json, owner, "
+           "created_us) VALUES(?,?,?,?,?,?,?)");
+    s.Bind(1, e.name);
+    s.Bind(2, e.version);
+    s.Bind(3, e.kind);
+    s.Bind(4, e.location);
+    s.Bind(5, e.needs_json);
+    s.Bind(6, e.owner);
+    s.Bind(7, e.created_us);
+    const int rc = s.Step();
+    if ((rc & 0xff) == SQLITE_CONSTRAINT) {
+      return Status::AlreadyExists("environment " + e.name + ":" + e.version +
+                                   " already exists; environments are immutable, add a new "
+                                   "version instead");
+    }
+    if (rc != SQLITE_DONE) return Error("store environment");
+    return Status::Ok();
+  }
+
+  Result<std::optional<EnvironmentRecord>> FindEnvironment(std::string_view name,
+                                                           std::string_view version) override {
+    std::lock_guard lock(mu_);
+    Stmt s(db_,
+           "SELECT name, version, kind, location, needs_json, owner, created_us FROM "
+           "environments WHERE name=? AND version=?");
+    s.Bind(1, std::string(name));
+    s.Bind(2, std::string(version));
+    const int rc = s.Step();
+    if (rc == SQLITE_DONE) return std::optional<EnvironmentRecord>();
+    if (rc != SQLITE_ROW) return Error("find environment");
+    return std::optional<EnvironmentRecord>(EnvironmentRecord{
+        s.Text(0), s.Text(1), s.Text(2), s.Text(3), s.Text(4), s.Text(5), s.Int(6)});
+  }
+
+  Result<std::vector<EnvironmentRecord>> ListEnvironments() override {
+    std::lock_guard lock(mu_);
+    Stmt s(db_,
+           "SELECT name, version, kind, location, needs_json, owner, created_us FROM "
+           "environments ORDER BY name, version");
+    std::vector<EnvironmentRecord> out;
+    int rc;
+    while ((rc = s.Step()) == SQLITE_ROW) {
+      out.push_back({s.Text(0), s.Text(1), s.Text(2), s.Text(3), s.Text(4), s.Text(5), s.Int(6)});
+    }
+    if (rc != SQLITE_DONE) return Error("list environments");
+    return out;
+  }
+
+  Status DeleteEnvironment(std::string_view name, std::string_view version) override {
+    std::lock_guard lock(mu_);
+    Stmt s(db_, "DELETE FROM environments WHERE name=? AND version=?");
+    s.Bind(1, std::string(name));
+    s.Bind(2, std::string(version));
+    if (s.Step() != SQLITE_DONE) return Error("delete environment");
+    if (sqlite3_changes(db_) == 0) {
+      return Status::NotFound("no environment " + std::string(name) + ":" +
+                              std::string(version));
+    }
     return Status::Ok();
   }
 

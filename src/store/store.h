@@ -47,6 +47,18 @@ struct TokenRecord {
   friend bool operator==(const TokenRecord&, const TokenRecord&) = default;
 };
 
+// A named environment (`gpupool env add NAME:VERSION`): immutable once stored.
+struct EnvironmentRecord {
+  std::string name;
+  std::string version;
+  std::string kind;        // "image" or "dir"
+  std::string location;    // the image reference or the directory
+  std::string needs_json;  // jobs::EnvNeeds as JSON (jobs/job_json.h)
+  std::string owner;       // who registered it
+  int64_t created_us = 0;
+  friend bool operator==(const EnvironmentRecord&, const EnvironmentRecord&) = default;
+};
+
 class Store {
  public:
   virtual ~Store() = default;
@@ -73,6 +85,15 @@ class Store {
   virtual Result<std::optional<TokenRecord>> FindToken(std::string_view token_hash) = 0;
   virtual Result<std::vector<TokenRecord>> ListTokens() = 0;
   virtual Status DeleteToken(std::string_view token_hash) = 0;
+
+  // AlreadyExists when NAME:VERSION is taken (environments never change once added).
+  virtual Status PutEnvironment(const EnvironmentRecord& env) = 0;
+  virtual Result<std::optional<EnvironmentRecord>> FindEnvironment(std::string_view name,
+                                                                   std::string_view version) = 0;
+  // By name, then version.
+  virtual Result<std::vector<EnvironmentRecord>> ListEnvironments() = 0;
+  // NotFound when absent.
+  virtual Status DeleteEnvironment(std::string_view name, std::string_view version) = 0;
 };
 
 // Opens (creating if needed) an SQLite store at `path` in WAL mode and brings its schema

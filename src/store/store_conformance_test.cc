@@ -138,6 +138,33 @@ TEST_P(StoreTest, NodesAndTokens) {
   EXPECT_EQ(store_->DeleteToken("abc123").code(), StatusCode::kNotFound);
 }
 
+TEST_P(StoreTest, EnvironmentsAreImmutableAndListedInOrder) {
+  EnvironmentRecord a{"torch", "2.4", "image", "localhost/torch:2.4", R"({"source":"x"})",
+                      "alice", 10};
+  EnvironmentRecord b{"torch", "1.13", "dir", "/opt/envs/torch-1.13", "{}", "bob", 11};
+  EnvironmentRecord c{"jax", "0.4", "image", "localhost/jax:0.4", "{}", "alice", 12};
+  for (const auto* e : {&a, &b, &c}) ASSERT_TRUE(store_->PutEnvironment(*e).ok());
+  EnvironmentRecord again = a;
+  again.location = "localhost/other:1";
+  Status dup = store_->PutEnvironment(again);
+  EXPECT_EQ(dup.code(), StatusCode::kAlreadyExists);
+  EXPECT_NE(dup.message().find("torch:2.4 already exists"), std::string::npos);
+  auto found = store_->FindEnvironment("torch", "2.4");
+  ASSERT_TRUE(found.ok());
+  ASSERT_TRUE(found->has_value());
+  EXPECT_EQ(**found, a);  // the first registration stands
+  EXPECT_FALSE(store_->FindEnvironment("torch", "9")->has_value());
+  auto list = store_->ListEnvironments();
+  ASSERT_TRUE(list.ok());
+  ASSERT_EQ(list->size(), 3u);
+  EXPECT_EQ((*list)[0], c);
+  EXPECT_EQ((*list)[1], b);  // "1.13" < "2.4" as text
+  EXPECT_EQ((*list)[2], a);
+  EXPECT_TRUE(store_->DeleteEnvironment("torch", "1.13").ok());
+  EXPECT_EQ(store_->DeleteEnvironment("torch", "1.13").code(), StatusCode::kNotFound);
+  EXPECT_EQ(store_->ListEnvironments()->size(), 2u);
+}
+
 TEST_P(StoreTest, ConcurrentWritersNeverLoseJobs) {
   constexpr int kThreads = 4;
   constexpr int kPerThread = 50;
