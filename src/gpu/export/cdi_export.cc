@@ -39,6 +39,23 @@ bool IsCdiName(std::string_view name) {
   return true;
 }
 
+// A CDI kind: VENDOR/CLASS, the vendor a domain-like name ([A-Za-z0-9][A-Za-z0-9.-]*),
+// the class [A-Za-z0-9][A-Za-z0-9_.-]* (the rules of the CDI spec's parser).
+bool IsCdiKind(std::string_view kind) {
+  const size_t slash = kind.find('/');
+  if (slash == std::string_view::npos || slash == 0 || slash + 1 >= kind.size()) return false;
+  auto part_ok = [](std::string_view p, std::string_view extra) {
+    if (!std::isalnum(static_cast<unsigned char>(p[0]))) return false;
+    for (char c : p) {
+      if (!std::isalnum(static_cast<unsigned char>(c)) && extra.find(c) == std::string_view::npos) {
+        return false;
+      }
+    }
+    return true;
+  };
+  return part_ok(kind.substr(0, slash), ".-") && part_ok(kind.substr(slash + 1), "_.-");
+}
+
 class SpecWriter {
  public:
   explicit SpecWriter(std::string host_dev_root) : root_(std::move(host_dev_root)) {
@@ -109,7 +126,14 @@ Result<Vendor> PickVendor(const NodeInfo& node, const CdiOptions& options) {
 Result<std::string> ExportCdi(const NodeInfo& node, const CdiOptions& options) {
   GP_ASSIGN_OR_RETURN(const Vendor vendor, PickVendor(node, options));
   const std::optional<DriverInfo>& driver = vendor == Vendor::kNvidia ? node.nvidia : node.amd;
-  const std::string kind = vendor == Vendor::kNvidia ? "nvidia.com/gpu" : "amd.com/gpu";
+  if (!options.kind.empty() && !IsCdiKind(options.kind)) {
+    return Status::InvalidArgument("'" + options.kind +
+                                   "' is not a CDI kind: expected VENDOR/CLASS such as "
+                                   "gpupool.local/gpu (letters, digits, '.', '-'; '_' in CLASS)");
+  }
+  const std::string kind = !options.kind.empty()       ? options.kind
+                           : vendor == Vendor::kNvidia ? "nvidia.com/gpu"
+                                                       : "amd.com/gpu";
   const SpecWriter writer(options.host_dev_root);
 
   OrderedJson devices = OrderedJson::array();

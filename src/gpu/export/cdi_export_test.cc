@@ -117,5 +117,30 @@ TEST(CdiExportTest, NvidiaNodeFallsBackToTheMinorNumber) {
   EXPECT_EQ((*Device(spec, "0"))["containerEdits"]["deviceNodes"][0]["path"], "/dev/nvidia5");
 }
 
+TEST(CdiExportTest, KindIsConfigurable) {
+  CdiOptions o;
+  o.kind = "gpupool.local/gpu";
+  const Json spec = Spec(TwoH100(), o);
+  EXPECT_EQ(spec["kind"], "gpupool.local/gpu");
+  EXPECT_EQ(spec["containerEdits"]["env"][0], "GPUPOOL_CDI_KIND=gpupool.local/gpu");
+  // The devices do not change with the kind.
+  EXPECT_EQ(spec["devices"], Spec(TwoH100())["devices"]);
+}
+
+TEST(CdiExportTest, InvalidKindIsRefused) {
+  for (const char* bad :
+       {"gpu", "/gpu", "vendor/", "ven dor/gpu", "vendor/g/pu", "-x.com/gpu", "x_y.com/gpu"}) {
+    CdiOptions o;
+    o.kind = bad;
+    Result<std::string> r = ExportCdi(TwoH100(), o);
+    ASSERT_FALSE(r.ok()) << bad;
+    EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument) << bad;
+    EXPECT_NE(r.status().message().find("not a CDI kind"), std::string::npos) << bad;
+  }
+  CdiOptions ok;
+  ok.kind = "gpupool-test-123.example/gpu_x.1";
+  EXPECT_TRUE(ExportCdi(TwoH100(), ok).ok());
+}
+
 }  // namespace
 }  // namespace gpupool::gpu

@@ -37,9 +37,14 @@ struct CdiOptions {
   std::optional<Vendor> vendor;
   // Where the host's device nodes live: hostPath = host_dev_root + the path after "/dev".
   std::string host_dev_root = "/dev";
+  // The spec's kind, "VENDOR/CLASS" (e.g. "gpupool.local/gpu"); empty = the vendor's
+  // own (nvidia.com/gpu, amd.com/gpu). A kind of its own keeps gpupool's spec apart from
+  // one the vendor's toolkit writes.
+  std::string kind;
 };
 
-// A CDI spec (JSON, cdiVersion 0.5.0) of kind nvidia.com/gpu or amd.com/gpu: one device
+// A CDI spec (JSON, cdiVersion 0.5.0) of kind options.kind, by default nvidia.com/gpu or
+// amd.com/gpu (InvalidArgument when options.kind is not a valid CDI kind): one device
 // per GPU by index and by UUID, MIG devices as "<gpu>:<mig>" and by MIG UUID, and "all".
 Result<std::string> ExportCdi(const NodeInfo& node, const CdiOptions& options);
 
