@@ -218,6 +218,62 @@ TEST_F(LauncherTest, MissingCommandFailsWithReason) {
   EXPECT_NE(e.reason.find("is not an executable file"), std::string::npos) << e.reason;
 }
 
+TEST_F(LauncherTest, ImageJobOnANodeWithoutPodmanFails) {
+  LauncherOptions o = TestOptions(dir_.path());
+  o.container.unavailable = "'podman' not found (install podman)";
+  std::unique_ptr<Launcher> launcher = NewProcessLauncher(o);
+  LaunchSpec spec = TestSpec(185, {"true"});
+  spec.image = "localhost/some:1";
+  ASSERT_TRUE(launcher->Launch(spec).ok());
+  std::optional<JobEvent> e = WaitForEvent(*launcher, 185, 10'000);
+  ASSERT_TRUE(e.has_value());
+  EXPECT_EQ(e->kind, Kind::kFailed);
+  EXPECT_EQ(e->reason.rfind("podman is not installed on node ", 0), 0u) << e->reason;
+  EXPECT_NE(e->reason.find("'podman' not found"), std::string::npos) << e->reason;
+
+  // Detected as present, but gone by the time the job starts.
+  o.container.unavailable = "";
+  o.container.podman = "/nonexistent/podman";
+  launcher = NewProcessLauncher(o);
+  spec.job_id = 186;
+  ASSERT_TRUE(launcher->Launch(spec).ok());
+  e = WaitForEvent(*launcher, 186, 10'000);
+  ASSERT_TRUE(e.has_value());
+  EXPECT_EQ(e->kind, Kind::kFailed);
+  EXPECT_EQ(e->reason.rfind("podman is not installed on node ", 0), 0u) << e->reason;
+  EXPECT_NE(e->reason.find("/nonexistent/podman"), std::string::npos) << e->reason;
+}
+
+TEST_F(LauncherTest, EnvDirCommandsComeFirst) {
+  const std::string env_dir = dir_.path() + "/venv";
+  ASSERT_EQ(::mkdir(env_dir.c_str(), 0755), 0);
+  ASSERT_EQ(::mkdir((env_dir + "/bin").c_str(), 0755), 0);
+  FILE* cfg = std::fopen((env_dir + "/pyvenv.cfg").c_str(), "w");
+  ASSERT_NE(cfg, nullptr);
+  std::fclose(cfg);
+  const std::string tool = env_dir + "/bin/gpupool-env-tool";
+  FILE* f = std::fopen(tool.c_str(), "w");
+  ASSERT_NE(f, nullptr);
+  std::fputs("#!/bin/sh\necho \"tool $GPUPOOL_ENV_DIR $VIRTUAL_ENV\"\n", f);
+  std::fclose(f);
+  ASSERT_EQ(::chmod(tool.c_str(), 0755), 0);
+  LaunchSpec spec = TestSpec(187, {"gpupool-env-tool"});
+  spec.env_dir = env_dir;
+  Start(spec);
+  JobEvent e = Finish(187);
+  EXPECT_EQ(e.exit_code, 0) << e.reason;
+  EXPECT_EQ(ReadWholeFile(JobFile(187, kStdoutFile)), "tool " + env_dir + " " + env_dir + "\n");
+
+  spec.job_id = 188;
+  spec.env_dir = dir_.path() + "/no-such-env";
+  ASSERT_TRUE(launcher_->Launch(spec).ok());
+  e = Finish(188);
+  EXPECT_EQ(e.kind, Kind::kFailed);
+  EXPECT_NE(e.reason.find("environment directory '" + spec.env_dir + "' does not exist"),
+            std::string::npos)
+      << e.reason;
+}
+
 TEST_F(LauncherTest, MissingWorkdirFailsAndTheCommandNeverRuns) {
   const std::string marker = dir_.path() + "/ran";
   LaunchSpec spec = TestSpec(191, {"touch", marker});

@@ -1,0 +1,384 @@
+// Container jobs through the real Launcher, real shims and real rootful podman.
+//
+// Needs root, podman, runc and a static busybox; skips with the reason otherwise. All
+// podman state is private: a busybox image imported into --root/--runroot under a
+// temporary directory with the vfs driver (plain directories, no overlay mounts left
+// behind). GPUs are stand-in device nodes (mknod with /dev/null's numbers) described by
+// a CDI spec that gpu::ExportCdi writes under a kind unique to this run; podman 4.3 reads
+// specs only from /var/run/cdi and /etc/cdi, so it goes to /var/run/cdi and is removed at
+// the end.
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <csignal>
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+#include "agent/container.h"
+#include "agent/job_files.h"
+#include "agent/launcher.h"
+#include "agent/launcher_test_util.h"
+#include "common/strings.h"
+#include "gpu/export/exporters.h"
+
+namespace gpupool::agent {
+namespace {
+
+namespace fs = std::filesystem;
+using testing::ReadWholeFile;
+using testing::WaitForEvent;
+using Kind = JobEvent::Kind;
+
+constexpr uint32_t kNobody = 65534;
+const char kUuid0[] = "GPU-0a0a0a0a-1111-2222-3333-444444444444";
+const char kUuid1[] = "GPU-1b1b1b1b-5555-6666-7777-888888888888";
+
+// Shared by every test of the suite: building the image takes a few seconds.
+struct World {
+  std::string skip;  // non-empty: why the suite is skipped
+  std::string dir;   // the temporary directory holding everything
+  std::string image;
+  std::string kind;
+  std::string cdi_spec;
+  bool created_cdi_dir = false;
+  std::string lib;  // the stand-in driver library
+  ContainerOptions container;
+};
+World* g_world = nullptr;
+
+bool Run(const std::vector<std::string>& argv, std::string* out = nullptr,
+         int timeout_ms = 120'000) {
+  Result<std::string> r = RunCommand(argv, timeout_ms);
+  if (out != nullptr) *out = r.ok() ? *r : r.status().message();
+  return r.ok();
+}
+
+std::string BuildWorld(World& w) {
+  if (::geteuid() != 0) return "needs root (rootful podman, mknod, jobs as another user)";
+  const std::string busybox = fs::exists("/bin/busybox") ? "/bin/busybox" : "/usr/bin/busybox";
+  if (!fs::exists(busybox)) return "busybox is not installed (apt-get install busybox-static)";
+  if (Run({"ldd", busybox})) return "busybox is dynamically linked; install busybox-static";
+  if (!Run({"sh", "-c", "command -v podman"})) return "podman is not installed";
+  if (!Run({"sh", "-c", "command -v runc"})) return "runc is not installed";
+
+  char tmpl[] = "/tmp/gpupool-podman-XXXXXX";
+  if (::mkdtemp(tmpl) == nullptr) return "cannot create a temporary directory";
+  w.dir = tmpl;
+  ::chmod(w.dir.c_str(), 0755);  // the job's user (nobody) traverses it
+
+  // A minimal image: busybox and its applets, imported into private storage.
+  const std::string rootfs = w.dir + "/rootfs";
+  for (const char* d : {"/bin", "/proc", "/sys", "/dev", "/etc", "/tmp"}) {
+    fs::create_directories(rootfs + d);
+  }
+  fs::copy_file(busybox, rootfs + "/bin/busybox");
+  for (const char* tool : {"sh", "ls", "env", "cat", "id", "sleep", "pwd", "touch", "echo"}) {
+    fs::create_symlink("busybox", rootfs + "/bin/" + tool);
+  }
+  std::string out;
+  if (!Run({"tar", "-C", rootfs, "-cf", w.dir + "/rootfs.tar", "."}, &out)) return "tar: " + out;
+  w.container.global_args = {"--root",       w.dir + "/storage", "--runroot",
+                             w.dir + "/run", "--storage-driver", "vfs"};
+  w.container.pull = "never";  // a missing image fails at once instead of asking registries
+  w.container = DetectContainerOptions(w.container);
+  if (!w.container.unavailable.empty()) return "podman is unusable: " + w.container.unavailable;
+  w.image = "localhost/gpupool-test-" + std::to_string(::getpid()) + ":1";
+  if (!Run(PodmanArgv(w.container, {"import", "--quiet", w.dir + "/rootfs.tar", w.image}), &out)) {
+    return "podman import failed: " + out;
+  }
+
+  // Stand-in device nodes and driver library.
+  struct stat null_st;
+  if (::stat("/dev/null", &null_st) != 0) return "no /dev/null";
+  fs::create_directories(w.dir + "/dev");
+  for (const char* n : {"nvidia0", "nvidia1", "nvidiactl", "nvidia-uvm"}) {
+    const std::string path = w.dir + "/dev/" + n;
+    if (::mknod(path.c_str(), S_IFCHR | 0666, null_st.st_rdev) != 0) return "mknod " + path;
+    ::chmod(path.c_str(), 0666);
+  }
+  fs::create_directories(w.dir + "/lib");
+  w.lib = w.dir + "/lib/libnvidia-ml.so.999.99";
+  std::ofstream(w.lib) << "stand-in driver library\n";
+  ::chmod(w.lib.c_str(), 0644);
+
+  // The CDI spec the agent would write, under this run's own kind.
+  gpu::NodeInfo node;
+  node.hostname = "podman-test";
+  node.nvidia = gpu::DriverInfo{"999.99", "12.4", {w.lib}, {"/dev/nvidiactl", "/dev/nvidia-uvm"}};
+  for (int i = 0; i < 2; ++i) {
+    gpu::GpuInfo g;
+    g.vendor = gpu::Vendor::kNvidia;
+    g.index = i;
+    g.name = "NVIDIA H100 80GB HBM3";
+    g.uuid = i == 0 ? kUuid0 : kUuid1;
+    g.pci_bus_id = i == 0 ? "0000:18:00.0" : "0000:2a:00.0";
+    g.minor_number = i;
+    g.device_nodes = {"/dev/nvidia" + std::to_string(i)};
+    node.gpus.push_back(g);
+  }
+  w.kind = "gpupool-test-" + std::to_string(::getpid()) + ".example/gpu";
+  gpu::CdiOptions cdi;
+  cdi.kind = w.kind;
+  cdi.host_dev_root = w.dir + "/dev";
+  Result<std::string> spec = gpu::ExportCdi(node, cdi);
+  if (!spec.ok()) return "ExportCdi: " + spec.status().message();
+  if (!fs::exists("/var/run/cdi")) {
+    fs::create_directories("/var/run/cdi");
+    w.created_cdi_dir = true;
+  }
+  w.cdi_spec = "/var/run/cdi/gpupool-test-" + std::to_string(::getpid()) + ".json";
+  std::ofstream(w.cdi_spec) << *spec;
+  return "";
+}
+
+void DestroyWorld(World& w) {
+  if (!w.dir.empty()) {
+    (void)RunCommand(PodmanArgv(w.container, {"rm", "--all", "--force", "--time", "0"}), 60'000);
+    (void)RunCommand(PodmanArgv(w.container, {"rmi", "--all", "--force"}), 60'000);
+    std::error_code ec;
+    fs::remove_all(w.dir, ec);
+  }
+  if (!w.cdi_spec.empty()) ::unlink(w.cdi_spec.c_str());
+  if (w.created_cdi_dir) ::rmdir("/var/run/cdi");
+}
+
+std::vector<std::string> Containers() {
+  std::string out;
+  EXPECT_TRUE(Run(PodmanArgv(g_world->container, {"ps", "--all", "--format", "{{.Names}}"}), &out))
+      << out;
+  std::vector<std::string> names;
+  for (const std::string& line : Split(std::string(Trim(out)), '\n')) {
+    if (!line.empty()) names.push_back(line);
+  }
+  return names;
+}
+
+bool WaitForRunningContainer(const std::string& name, int timeout_ms) {
+  for (int waited = 0; waited < timeout_ms; waited += 100) {
+    std::string out;
+    if (Run(PodmanArgv(g_world->container, {"ps", "--filter", "name=" + name, "--filter",
+                                            "status=running", "--format", "{{.Names}}"}),
+            &out) &&
+        Trim(out) == name) {
+      return true;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  return false;
+}
+
+bool HasLine(const std::string& text, const std::string& line) {
+  for (const std::string& l : Split(text, '\n')) {
+    if (l == line) return true;
+  }
+  return false;
+}
+
+class ContainerPodmanTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    g_world = new World;
+    g_world->skip = BuildWorld(*g_world);
+  }
+  static void TearDownTestSuite() {
+    DestroyWorld(*g_world);
+    delete g_world;
+    g_world = nullptr;
+  }
+  void SetUp() override {
+    if (!g_world->skip.empty()) GTEST_SKIP() << g_world->skip;
+    state_ = g_world->dir + "/state-" + std::to_string(++counter_);
+    LauncherOptions o = testing::TestOptions(state_);
+    o.container = g_world->container;
+    o.start_timeout_ms = 60'000;
+    launcher_ = NewProcessLauncher(o);
+  }
+  void TearDown() override {
+    if (launcher_ == nullptr) return;
+    launcher_.reset();
+    testing::KillLeftoverJobs(state_);
+  }
+
+  LaunchSpec Spec(int64_t id, std::vector<std::string> argv) {
+    LaunchSpec s = testing::TestSpec(id, std::move(argv));
+    s.user = "nobody";
+    s.uid = kNobody;
+    s.gid = kNobody;
+    s.workdir = "";
+    s.image = g_world->image;
+    s.grace_s = 2;
+    return s;
+  }
+  // Launches, expects kStarted, returns the final event.
+  JobEvent RunToEnd(const LaunchSpec& spec, int timeout_ms = 60'000) {
+    Status st = launcher_->Launch(spec);
+    EXPECT_TRUE(st.ok()) << st.ToString();
+    std::optional<JobEvent> e = WaitForEvent(*launcher_, spec.job_id, timeout_ms);
+    EXPECT_TRUE(e.has_value());
+    if (!e || e->kind != Kind::kStarted) return e.value_or(JobEvent{});
+    std::optional<JobEvent> end = WaitForEvent(*launcher_, spec.job_id, timeout_ms);
+    EXPECT_TRUE(end.has_value()) << "no final event for job " << spec.job_id;
+    return end.value_or(JobEvent{});
+  }
+  std::string Log(int64_t id, const char* name) {
+    return ReadWholeFile(JobDir(state_, id) + "/" + name);
+  }
+
+  static inline int counter_ = 0;
+  std::string state_;
+  std::unique_ptr<Launcher> launcher_;
+};
+
+TEST_F(ContainerPodmanTest, SeesOnlyItsGpuAndItsVariablesAsItsUser) {
+  LaunchSpec s =
+      Spec(201, {"sh", "-c",
+                 "ls /dev; echo ENV; env; echo ID; id -u; id -g; echo LIB; cat " + g_world->lib +
+                     "; touch " + g_world->lib + " 2>/dev/null && echo LIB-WRITABLE; true"});
+  s.env = {{"FOO", "bar baz"}, {"CUDA_VISIBLE_DEVICES", "0,1"}};
+  s.gpus = {{"nvidia", 1, kUuid1, {"/dev/nvidia1"}, 1000}};
+  s.cdi_devices = {g_world->kind + "=" + kUuid1};
+  JobEvent e = RunToEnd(s);
+  ASSERT_EQ(e.kind, Kind::kExited) << e.reason << "\n" << Log(201, kStderrFile);
+  EXPECT_EQ(e.exit_code, 0) << e.reason << "\n" << Log(201, kStderrFile);
+  const std::string out = Log(201, kStdoutFile);
+  EXPECT_TRUE(HasLine(out, "nvidia1")) << out;
+  EXPECT_FALSE(HasLine(out, "nvidia0")) << out;
+  EXPECT_TRUE(HasLine(out, "nvidiactl")) << out;
+  EXPECT_TRUE(HasLine(out, "nvidia-uvm")) << out;
+  EXPECT_TRUE(HasLine(out, std::string("GPUPOOL_GPU_1=") + kUuid1)) << out;
+  EXPECT_FALSE(HasLine(out, std::string("GPUPOOL_GPU_0=") + kUuid0)) << out;
+  EXPECT_TRUE(HasLine(out, std::string("CUDA_VISIBLE_DEVICES=") + kUuid1)) << out;
+  EXPECT_TRUE(HasLine(out, "FOO=bar baz")) << out;
+  EXPECT_TRUE(HasLine(out, "GPUPOOL_JOB_ID=201")) << out;
+  EXPECT_TRUE(HasLine(out, "GPUPOOL_CDI_KIND=" + g_world->kind)) << out;
+  EXPECT_FALSE(HasLine(out, "HOME=/root")) << out;  // not the host's (the shim's) HOME
+  EXPECT_TRUE(HasLine(out, "stand-in driver library")) << out;
+  EXPECT_FALSE(HasLine(out, "LIB-WRITABLE")) << out;
+  const size_t id = out.find("ID\n");
+  ASSERT_NE(id, std::string::npos) << out;
+  EXPECT_EQ(out.substr(id, 15), "ID\n65534\n65534\n") << out;
+  EXPECT_NE(e.isolation.find("podman:"), std::string::npos) << e.isolation;
+  EXPECT_TRUE(Containers().empty());
+}
+
+TEST_F(ContainerPodmanTest, WorkdirAndReadOnlyMount) {
+  const std::string work = g_world->dir + "/work-202";
+  const std::string data = g_world->dir + "/data-202";
+  fs::create_directories(work);
+  fs::create_directories(data);
+  ASSERT_EQ(::chown(work.c_str(), kNobody, kNobody), 0);
+  std::ofstream(data + "/input.txt") << "input data\n";
+  LaunchSpec s = Spec(202, {"sh", "-c",
+                            "pwd; cat /data/input.txt; touch /data/new 2>/dev/null && echo "
+                            "DATA-WRITABLE; touch out.txt && echo WORKDIR-WRITABLE"});
+  s.workdir = work;
+  s.mounts = {{data, "/data", true}};
+  JobEvent e = RunToEnd(s);
+  ASSERT_EQ(e.kind, Kind::kExited) << e.reason;
+  EXPECT_EQ(e.exit_code, 0) << e.reason << "\n" << Log(202, kStderrFile);
+  const std::string out = Log(202, kStdoutFile);
+  EXPECT_TRUE(HasLine(out, work)) << out;
+  EXPECT_TRUE(HasLine(out, "input data")) << out;
+  EXPECT_FALSE(HasLine(out, "DATA-WRITABLE")) << out;
+  EXPECT_TRUE(HasLine(out, "WORKDIR-WRITABLE")) << out;
+  struct stat st;
+  ASSERT_EQ(::stat((work + "/out.txt").c_str(), &st), 0);
+  EXPECT_EQ(st.st_uid, kNobody);  // written as the job's user
+}
+
+TEST_F(ContainerPodmanTest, ExitCodePropagates) {
+  JobEvent e = RunToEnd(Spec(203, {"sh", "-c", "echo to-stderr >&2; exit 3"}));
+  ASSERT_EQ(e.kind, Kind::kExited) << e.reason;
+  EXPECT_EQ(e.exit_code, 3);
+  EXPECT_FALSE(e.signal);
+  EXPECT_NE(Log(203, kStderrFile).find("to-stderr"), std::string::npos);
+}
+
+TEST_F(ContainerPodmanTest, CancelStopsTheContainerWithinTheGrace) {
+  LaunchSpec s = Spec(204, {"sleep", "600"});
+  ASSERT_TRUE(launcher_->Launch(s).ok());
+  std::optional<JobEvent> started = WaitForEvent(*launcher_, 204, 60'000);
+  ASSERT_TRUE(started && started->kind == Kind::kStarted);
+  ASSERT_TRUE(WaitForRunningContainer("gpupool-job-204-1", 30'000));
+  const auto t0 = std::chrono::steady_clock::now();
+  ASSERT_TRUE(launcher_->Cancel(204).ok());
+  std::optional<JobEvent> e = WaitForEvent(*launcher_, 204, 60'000);
+  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  ASSERT_TRUE(e.has_value());
+  EXPECT_EQ(e->kind, Kind::kExited);
+  EXPECT_TRUE(e->cancelled);
+  // busybox sleep as PID 1 ignores SIGTERM: podman stop kills it after the grace.
+  EXPECT_TRUE(e->signal.has_value()) << e->reason;
+  EXPECT_NE(e->reason.find("cancelled"), std::string::npos) << e->reason;
+  EXPECT_LT(took, s.grace_s + 4.0) << e->reason;
+  EXPECT_TRUE(Containers().empty());
+}
+
+TEST_F(ContainerPodmanTest, TimeLimitStopsTheContainer) {
+  LaunchSpec s = Spec(205, {"sleep", "600"});
+  s.time_limit_s = 2;
+  s.grace_s = 1;
+  const auto t0 = std::chrono::steady_clock::now();
+  JobEvent e = RunToEnd(s);
+  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_EQ(e.kind, Kind::kExited);
+  EXPECT_TRUE(e.timed_out) << e.reason;
+  EXPECT_NE(e.reason.find("time limit of 2 s reached"), std::string::npos) << e.reason;
+  EXPECT_LT(took, 2 + 1 + 6.0);
+  EXPECT_TRUE(Containers().empty());
+}
+
+TEST_F(ContainerPodmanTest, KilledPodmanClientLeavesNoContainer) {
+  LaunchSpec s = Spec(206, {"sleep", "600"});
+  ASSERT_TRUE(launcher_->Launch(s).ok());
+  std::optional<JobEvent> started = WaitForEvent(*launcher_, 206, 60'000);
+  ASSERT_TRUE(started && started->kind == Kind::kStarted);
+  ASSERT_TRUE(WaitForRunningContainer("gpupool-job-206-1", 30'000));
+  Result<ShimRecord> rec = ReadShimRecord(JobDir(state_, 206));
+  ASSERT_TRUE(rec.ok() && rec->job_pid > 0);
+  ASSERT_EQ(::kill(rec->job_pid, SIGKILL), 0);  // the podman client; conmon keeps the container
+  std::optional<JobEvent> e = WaitForEvent(*launcher_, 206, 60'000);
+  ASSERT_TRUE(e.has_value());
+  EXPECT_EQ(e->kind, Kind::kExited);
+  EXPECT_EQ(e->signal, SIGKILL);
+  EXPECT_TRUE(Containers().empty());
+}
+
+TEST_F(ContainerPodmanTest, MissingImageFailsWithAClearReason) {
+  LaunchSpec s = Spec(207, {"true"});
+  s.image = "localhost/gpupool-no-such-image:1";
+  JobEvent e = RunToEnd(s);
+  EXPECT_EQ(e.exit_code, 125) << e.reason;
+  EXPECT_NE(e.reason.find("podman could not run the container"), std::string::npos) << e.reason;
+  EXPECT_NE(e.reason.find("image not known"), std::string::npos) << e.reason;
+}
+
+TEST_F(ContainerPodmanTest, CommandNotFoundInImage) {
+  JobEvent e = RunToEnd(Spec(208, {"no-such-command"}));
+  EXPECT_EQ(e.exit_code, 127) << e.reason;
+  EXPECT_NE(e.reason.find("command 'no-such-command' not found in image"), std::string::npos)
+      << e.reason;
+}
+
+TEST_F(ContainerPodmanTest, MountTheUserCannotReadIsRefused) {
+  const std::string secret = g_world->dir + "/secret-209";
+  fs::create_directories(secret + "/inner");
+  ::chmod(secret.c_str(), 0700);  // root's; the inner directory itself is open
+  ::chmod((secret + "/inner").c_str(), 0755);
+  LaunchSpec s = Spec(209, {"ls", "/data"});
+  s.mounts = {{secret + "/inner", "/data", true}};
+  ASSERT_TRUE(launcher_->Launch(s).ok());
+  std::optional<JobEvent> e = WaitForEvent(*launcher_, 209, 60'000);
+  ASSERT_TRUE(e.has_value());
+  EXPECT_EQ(e->kind, Kind::kFailed);
+  EXPECT_NE(e->reason.find("mount /data"), std::string::npos) << e->reason;
+  EXPECT_NE(e->reason.find("user 'nobody'"), std::string::npos) << e->reason;
+  EXPECT_TRUE(Containers().empty());
+}
+
+}  // namespace
+}  // namespace gpupool::agent
