@@ -4,6 +4,7 @@
 #include <iostream>
 #include <optional>
 
+#include "cli/client/client_commands.h"
 #include "cli/commands.h"
 #include "common/json.h"
 #include "envcheck/inspector.h"
@@ -70,6 +71,10 @@ void RegisterEnvCommand(CLI::App& app, CommandContext& ctx) {
   struct Flags {
     std::string target;
     std::string node;
+    std::string env_ref;
+    std::string server;
+    std::string token;
+    bool local = false;
     bool json = false;
   };
   static Flags flags;  // the callbacks outlive this function; a static is never a leak
@@ -95,14 +100,48 @@ void RegisterEnvCommand(CLI::App& app, CommandContext& ctx) {
       PrintReport(*r);
     }
   });
-  CLI::App* check = env->add_subcommand("check", "whether a node can run an image or directory");
-  check->add_option("target", f->target, "a directory, a file, or an image in podman's store")
-      ->required();
+  CLI::App* check = env->add_subcommand(
+      "check",
+      "whether the pool's nodes (or a node description, or this machine) can run an image, a "
+      "directory or a named environment");
+  check->add_option("target", f->target, "a directory, a file, or an image in podman's store");
+  check->add_option("--env", f->env_ref, "a named environment NAME:VERSION instead of a target");
   check->add_option("--node", f->node,
-                    "node description (gpupool gpus --json); default: this node");
+                    "a node description file (gpupool gpus --json), or the name of a pool node");
+  check->add_flag("--local", f->local, "check this machine (discovery), not the pool");
+  check->add_flag("--json", f->json, "print the server's answer as JSON (pool checks)");
+  check->add_option("--server", f->server, "the pool server (default: $GPUPOOL_SERVER, else the local socket)");
+  check->add_option("--token", f->token, "bearer token for a TCP server (default: $GPUPOOL_TOKEN)");
   check->callback([&ctx, f] {
+    if (f->target.empty() == f->env_ref.empty()) {
+      std::cerr << "gpupool: env check: give an image or directory, or --env NAME:VERSION\n";
+      ctx.exit_code = 2;
+      return;
+    }
+    std::error_code ec;
+    const bool node_file = !f->node.empty() && std::filesystem::is_regular_file(f->node, ec);
+    if (!f->local && !node_file) {
+      // The pool's view: every node (or the named one), checked by the server.
+      std::string kind = "environment";
+      std::string location = f->env_ref;
+      if (f->env_ref.empty()) {
+        const bool is_path = std::filesystem::exists(f->target, ec);
+        kind = is_path ? "dir" : "image";
+        location = is_path ? std::filesystem::absolute(f->target, ec).lexically_normal().string()
+                           : f->target;
+      }
+      ctx.exit_code = PoolEnvCheck(kind, location, f->node, f->server, f->token, f->json,
+                                   ClientEnvironment::Process());
+      return;
+    }
+    if (!f->env_ref.empty()) {
+      std::cerr << "gpupool: env check --env: named environments live on the pool server; drop "
+                   "--local / the node file\n";
+      ctx.exit_code = 2;
+      return;
+    }
     gpu::DiscoveryOptions opts = gpu::WithEnvironmentOverrides({});
-    if (!f->node.empty()) {
+    if (node_file) {
       opts.backends = {"fake"};
       opts.fake_node_file = f->node;
     }

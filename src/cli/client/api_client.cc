@@ -105,6 +105,10 @@ Result<ApiAnswer> ApiClient::Post(const std::string& path, const std::string& bo
   return Call("POST", path, body);
 }
 
+Result<ApiAnswer> ApiClient::Delete(const std::string& path) const {
+  return Call("DELETE", path, "");
+}
+
 Result<ApiAnswer> ApiClient::Call(const std::string& method, const std::string& path,
                                   const std::string& body) const {
   GP_ASSIGN_OR_RETURN(net::HttpResponse resp, http_.Send(method, path, body));

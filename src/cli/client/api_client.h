@@ -56,9 +56,10 @@ class ApiClient {
  public:
   ApiClient(net::ServerAddress address, std::string token);
 
-  // GET/POST a JSON API path; a 2xx answer whose body is a JSON object.
+  // GET/POST/DELETE a JSON API path; a 2xx answer whose body is a JSON object.
   Result<ApiAnswer> Get(const std::string& path_and_query) const;
   Result<ApiAnswer> Post(const std::string& path, const std::string& body) const;
+  Result<ApiAnswer> Delete(const std::string& path) const;
 
   // GET /v1/jobs/ID/logs. `wait_ms` > 0 asks the server to wait for new bytes.
   Result<LogChunk> ReadLog(int64_t job_id, const std::string& stream, int64_t offset,

@@ -42,6 +42,7 @@ void RegisterClientCommands(CLI::App& app, CommandContext& ctx, ClientEnvironmen
   RegisterJobCommands(app, rt);
   RegisterLogsCommand(app, rt);
   RegisterClusterCommands(app, rt);
+  RegisterEnvPoolCommands(app, rt);
 }
 
 void AddConnectionOptions(CLI::App& cmd, ConnectionFlags* flags) {

@@ -34,6 +34,13 @@ struct ClientEnvironment {
   static ClientEnvironment Process();
 };
 
+// `gpupool env check` against the pool's nodes (POST /v1/environments/check): `kind` is
+// "image", "dir" or "environment". Prints a verdict per node; returns the exit code: 0 when
+// some node (or `node`) can run it, 1 when none can, else the client error codes.
+int PoolEnvCheck(const std::string& kind, const std::string& location, const std::string& node,
+                 const std::string& server, const std::string& token, bool json,
+                 ClientEnvironment env);
+
 // Adds the client commands to `app`; their callbacks report through ctx.exit_code.
 void RegisterClientCommands(CLI::App& app, CommandContext& ctx);
 void RegisterClientCommands(CLI::App& app, CommandContext& ctx, ClientEnvironment env);

@@ -147,14 +147,55 @@ Result<OrderedJson> BuildSubmission(const SubmitFlags& f, const std::vector<std:
   if (f.project) body["project"] = *f.project;
   body["command"] = command;
   OrderedJson env = OrderedJson::object();
+  std::string environment;
   for (const std::string& kv : f.env) {
     const size_t eq = kv.find('=');
+    if (eq == std::string::npos && kv.find(':') != std::string::npos) {
+      // A named environment, NAME:VERSION (the server checks that it exists).
+      if (!environment.empty() && environment != kv) {
+        return OptionError("--env", kv,
+                           "only one named environment per job; already given " + environment);
+      }
+      environment = kv;
+      continue;
+    }
     if (eq == std::string::npos || !IsEnvName(kv.substr(0, eq))) {
-      return OptionError("--env", kv, "use NAME=VALUE, e.g. --env OMP_NUM_THREADS=4");
+      return OptionError("--env", kv,
+                         "use NAME=VALUE for a variable (e.g. --env OMP_NUM_THREADS=4) or "
+                         "NAME:VERSION for a named environment (e.g. --env torch:2.4)");
     }
     env[kv.substr(0, eq)] = kv.substr(eq + 1);  // a later --env for a name wins
   }
   if (!env.empty()) body["env"] = std::move(env);
+  if (!environment.empty()) {
+    if (f.image) {
+      return OptionError("--env", environment,
+                         "a named environment already sets the image; drop --image");
+    }
+    body["environment"] = environment;
+  }
+  OrderedJson mounts = OrderedJson::array();
+  for (const std::string& m : f.mounts) {
+    std::vector<std::string> parts = Split(m, ':');
+    const bool ro = parts.size() == 3 && parts[2] == "ro";
+    const bool rw = parts.size() == 3 && parts[2] == "rw";
+    if (parts.size() < 2 || parts.size() > 3 || (parts.size() == 3 && !ro && !rw) ||
+        parts[0].empty() || parts[1].empty() || parts[1].front() != '/') {
+      return OptionError("--mount", m,
+                         "use SRC:DST[:ro] with an absolute DST, e.g. --mount /data:/data:ro");
+    }
+    // A relative source is relative to the current directory, like --workdir.
+    const std::string src =
+        (std::filesystem::path(cwd) / parts[0]).lexically_normal().string();
+    mounts.push_back({{"source", src}, {"target", parts[1]}, {"read_only", ro}});
+  }
+  if (!mounts.empty()) {
+    if (!f.image && environment.empty()) {
+      return OptionError("--mount", f.mounts.front(),
+                         "mounts are for container jobs; add --image REF or --env NAME:VERSION");
+    }
+    body["mounts"] = std::move(mounts);
+  }
   std::filesystem::path workdir(cwd);
   if (f.workdir) {
     if (Trim(*f.workdir).empty()) return OptionError("--workdir", "''", "give a directory");

@@ -93,7 +93,15 @@ void AddSubmitOptions(CLI::App& app, SubmitFlags* f) {
          [f](const std::vector<std::string>& v) {
            f->env.insert(f->env.end(), v.begin(), v.end());
          },
-         "set NAME=VALUE in the job's environment (repeatable)")
+         "NAME=VALUE sets a variable (repeatable); NAME:VERSION runs in a named environment "
+         "(gpupool env list)")
+      ->allow_extra_args(false);
+  app.add_option_function<std::vector<std::string>>(
+         "--mount",
+         [f](const std::vector<std::string>& v) {
+           f->mounts.insert(f->mounts.end(), v.begin(), v.end());
+         },
+         "bind-mount SRC:DST[:ro] into a container job (repeatable)")
       ->allow_extra_args(false);
   Single(app, "--workdir", &f->workdir, "working directory (default: the current directory)");
   Single(app, "--tasks", &f->tasks, "tasks placed together as a gang (default 1)");
@@ -167,6 +175,7 @@ SubmitFlags MergeFlags(const SubmitFlags& script, const SubmitFlags& cmdline) {
   over(&m.project, cmdline.project);
   over(&m.priority, cmdline.priority);
   m.env.insert(m.env.end(), cmdline.env.begin(), cmdline.env.end());
+  m.mounts.insert(m.mounts.end(), cmdline.mounts.begin(), cmdline.mounts.end());
   over(&m.workdir, cmdline.workdir);
   over(&m.tasks, cmdline.tasks);
   over(&m.image, cmdline.image);

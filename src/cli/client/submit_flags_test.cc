@@ -120,8 +120,11 @@ TEST(BuildSubmissionTest, EveryBadValueNamesItsOption) {
   EXPECT_EQ(Error({"--gpu-model", "A100"}), "--gpu-model: the job asks for no GPU; add --gpus N");
   EXPECT_EQ(Error({"--gpus", "1", "--gpu-model", "A100, ,H100"}),
             "--gpu-model: an empty model name; use e.g. A100 or A100,H100");
-  EXPECT_EQ(Error({"--env", "FOO"}), "--env FOO: use NAME=VALUE, e.g. --env OMP_NUM_THREADS=4");
-  EXPECT_EQ(Error({"--env", "1X=2"}), "--env 1X=2: use NAME=VALUE, e.g. --env OMP_NUM_THREADS=4");
+  const std::string env_fix =
+      ": use NAME=VALUE for a variable (e.g. --env OMP_NUM_THREADS=4) or NAME:VERSION for a "
+      "named environment (e.g. --env torch:2.4)";
+  EXPECT_EQ(Error({"--env", "FOO"}), "--env FOO" + env_fix);
+  EXPECT_EQ(Error({"--env", "1X=2"}), "--env 1X=2" + env_fix);
   EXPECT_EQ(Error({"--time", "0"}), "--time 0: a time limit must be positive");
   EXPECT_EQ(Error({"--time", "11000d"}), "--time 11000d: a time limit must be at most 10 years");
   EXPECT_NE(Error({"--time", "soon"}).find("--time soon: 'soon' is not a duration"),
@@ -133,6 +136,28 @@ TEST(BuildSubmissionTest, EveryBadValueNamesItsOption) {
             std::string::npos);
   EXPECT_EQ(Error({"--workdir", ""}), "--workdir '': give a directory");
   EXPECT_EQ(Error({"--image", " "}), "--image '': give an image reference");
+}
+
+TEST(BuildSubmissionTest, NamedEnvironmentsAndMounts) {
+  EXPECT_EQ(Body(ParseArgs({"--env", "torch:2.4", "--env", "A=1", "--mount", "data:/data:ro",
+                            "--mount", "/scratch:/scratch"})),
+            R"({"command":["python","train.py"],"env":{"A":"1"},"environment":"torch:2.4",)"
+            R"("mounts":[{"source":"/home/alice/proj/data","target":"/data","read_only":true},)"
+            R"({"source":"/scratch","target":"/scratch","read_only":false}],)"
+            R"("workdir":"/home/alice/proj",)"
+            R"("request":{"gpus":0,"gpu_milli":1000,"cpu_milli":1000,"memory_bytes":0,"tasks":1}})");
+  EXPECT_EQ(Error({"--env", "torch:2.4", "--env", "jax:0.4"}),
+            "--env jax:0.4: only one named environment per job; already given torch:2.4");
+  EXPECT_EQ(Error({"--env", "torch:2.4", "--image", "x"}),
+            "--env torch:2.4: a named environment already sets the image; drop --image");
+  EXPECT_EQ(Error({"--mount", "/a:/b"}),
+            "--mount /a:/b: mounts are for container jobs; add --image REF or --env NAME:VERSION");
+  for (const char* bad : {"/a", "/a:b", "/a:/b:rx", "/a:/b:ro:x", ":/b"}) {
+    EXPECT_EQ(Error({"--image", "x", "--mount", bad}),
+              std::string("--mount ") + bad +
+                  ": use SRC:DST[:ro] with an absolute DST, e.g. --mount /data:/data:ro");
+  }
+  EXPECT_EQ(Error({"--image", "x", "--mount", "/a:/b:ro"}), "OK");
 }
 
 TEST(BuildSubmissionTest, EmptyCommandIsAUsageError) {
