@@ -435,7 +435,7 @@ std::string Shim::ExitReason() const {
     how = "exited with code " + std::to_string(*final_.exit_code);
   }
   if (container_ && final_.signal) {
-    how += " (container exit status " + std::to_string(128 + *final_.signal) + ")";
+    how += ", container exit status " + std::to_string(128 + *final_.signal);
   }
   std::string why;
   if (final_.timed_out) {

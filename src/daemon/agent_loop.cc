@@ -1,11 +1,18 @@
 #include "daemon/agent_loop.h"
 
 #include <spdlog/spdlog.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <cctype>
+#include <cerrno>
 #include <chrono>
+#include <cstring>
 #include <thread>
 
+#include "agent/job_files.h"
+#include "envcheck/needs.h"
+#include "gpu/export/exporters.h"
 #include "gpu/node_json.h"
 #include "jobs/job_json.h"
 
@@ -30,7 +37,61 @@ std::string KindName(agent::JobEvent::Kind k) {
 
 bool IsFinal(agent::JobEvent::Kind k) { return k != agent::JobEvent::Kind::kStarted; }
 
+int64_t NowMicros() {
+  return std::chrono::duration_cast<std::chrono::microseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+// Every host path a CDI spec's device nodes point at.
+void CollectHostPaths(const Json& edits, std::vector<std::string>* out) {
+  if (!edits.is_object() || !edits.contains("deviceNodes")) return;
+  for (const Json& n : edits["deviceNodes"]) {
+    if (n.is_object() && n.contains("hostPath") && n["hostPath"].is_string()) {
+      out->push_back(n["hostPath"].get<std::string>());
+    }
+  }
+}
+
 }  // namespace
+
+std::string CdiSpecPath(const std::string& cdi_dir, const std::string& kind) {
+  std::string name;
+  for (char c : kind) {
+    const bool ok = std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '_' || c == '-';
+    name += ok ? c : '_';
+  }
+  return cdi_dir + "/gpupool-" + name + ".json";
+}
+
+Result<std::string> WriteCdiSpec(const gpu::NodeInfo& node, const std::string& kind,
+                                 const std::string& dev_root, const std::string& cdi_dir) {
+  gpu::CdiOptions o;
+  o.kind = kind;
+  o.host_dev_root = dev_root.empty() ? "/dev" : dev_root;
+  GP_ASSIGN_OR_RETURN(std::string text, gpu::ExportCdi(node, o));
+  GP_ASSIGN_OR_RETURN(Json spec, ParseJson(text, "CDI spec"));
+  std::vector<std::string> host_paths;
+  CollectHostPaths(spec.value("containerEdits", Json::object()), &host_paths);
+  for (const Json& d : spec.value("devices", Json::array())) {
+    CollectHostPaths(d.value("containerEdits", Json::object()), &host_paths);
+  }
+  for (const std::string& p : host_paths) {
+    struct stat st;
+    if (::stat(p.c_str(), &st) != 0) {
+      return Status::FailedPrecondition("device node '" + p +
+                                        "' does not exist, and podman refuses a spec naming it; " +
+                                        "a fake node needs stand-in device nodes under --dev-root");
+    }
+  }
+  if (::mkdir(cdi_dir.c_str(), 0755) != 0 && errno != EEXIST) {
+    return Status::Unavailable("cannot create '" + cdi_dir + "': " + std::strerror(errno) +
+                               " (writing CDI specs needs root)");
+  }
+  const std::string path = CdiSpecPath(cdi_dir, kind);
+  GP_RETURN_IF_ERROR(agent::WriteFileDurably(path, text, 0644, /*sync=*/false));
+  return path;
+}
 
 int64_t LauncherKey(int64_t job_id, int task_index, int tasks) {
   if (tasks <= 1) return job_id;
@@ -120,6 +181,9 @@ Status AgentLoop::Launch(const Json& order) {
   spec.memory_bytes = job.request.memory_bytes;
   spec.time_limit_s = job.time_limit_s;
   spec.grace_s = options_.cancel_grace_s;
+  spec.image = job.image;
+  for (const jobs::Mount& m : job.mounts) spec.mounts.push_back({m.source, m.target, m.read_only});
+  spec.env_dir = job.env_dir;
   if (order.contains("gpus") && order["gpus"].is_array()) {
     for (const Json& g : order["gpus"]) {
       agent::GpuGrant grant;
@@ -140,21 +204,74 @@ Status AgentLoop::Launch(const Json& order) {
       if (d.is_string()) spec.denied_device_nodes.push_back(d.get<std::string>());
     }
   }
-  Status s = launcher_->Launch(spec);
-  if (!s.ok()) {
-    // Nothing was started: report the failure as the job's end.
-    agent::JobEvent ev;
-    ev.job_id = key;
-    ev.attempt = job.attempt;
-    ev.kind = agent::JobEvent::Kind::kFailed;
-    ev.time_us = std::chrono::duration_cast<std::chrono::microseconds>(
-                     std::chrono::system_clock::now().time_since_epoch())
-                     .count();
-    ev.reason = "could not launch: " + s.message();
-    std::lock_guard lock(mu_);
-    unsent_.push_back(std::move(ev));
+  if (!spec.image.empty() || !spec.gpus.empty()) {
+    if (Status pre = PrepareContainerJob(job, &spec); !pre.ok()) {
+      FailLaunch(key, job.attempt, pre.message());
+      return Status::Ok();
+    }
   }
+  Status s = launcher_->Launch(spec);
+  if (!s.ok()) FailLaunch(key, job.attempt, "could not launch: " + s.message());
   return Status::Ok();
+}
+
+void AgentLoop::FailLaunch(int64_t key, int attempt, const std::string& reason) {
+  // Nothing was started: report the failure as the job's end.
+  agent::JobEvent ev;
+  ev.job_id = key;
+  ev.attempt = attempt;
+  ev.kind = agent::JobEvent::Kind::kFailed;
+  ev.time_us = NowMicros();
+  ev.reason = reason;
+  spdlog::info("agent: job {} attempt {} not launched: {}", FromLauncherKey(key).first, attempt,
+               reason);
+  std::lock_guard lock(mu_);
+  unsent_.push_back(std::move(ev));
+}
+
+Result<jobs::EnvNeeds> AgentLoop::NeedsOf(const jobs::Job& job) {
+  if (!job.needs.empty() || job.image.empty()) return job.needs;
+  GP_ASSIGN_OR_RETURN(std::string id, envcheck::ImageId(job.image, options_.container.global_args));
+  {
+    std::lock_guard lock(mu_);
+    if (auto it = needs_by_image_id_.find(id); it != needs_by_image_id_.end()) return it->second;
+  }
+  GP_ASSIGN_OR_RETURN(jobs::EnvNeeds needs,
+                      envcheck::InspectImageNeeds(job.image, options_.container.global_args));
+  std::lock_guard lock(mu_);
+  needs_by_image_id_[id] = needs;
+  return needs;
+}
+
+Status AgentLoop::PrepareContainerJob(const jobs::Job& job, agent::LaunchSpec* spec) {
+  const std::string& node = options_.node_name;
+  if (!spec->image.empty() && !options_.container.unavailable.empty()) {
+    return Status::FailedPrecondition("podman is not installed on node " + node + ": " +
+                                      options_.container.unavailable);
+  }
+  if (!spec->image.empty() && !spec->gpus.empty()) {
+    if (!options_.cdi_error.empty() || options_.cdi_kind.empty()) {
+      return Status::FailedPrecondition(
+          "node " + node + " cannot give GPUs to containers: the agent wrote no CDI spec (" +
+          (options_.cdi_error.empty() ? std::string("no CDI kind configured")
+                                      : options_.cdi_error) +
+          ")");
+    }
+    for (const agent::GpuGrant& g : spec->gpus) {
+      spec->cdi_devices.push_back(options_.cdi_kind + "=" +
+                                  (g.uuid.empty() ? std::to_string(g.index) : g.uuid));
+    }
+  }
+  // The environment's needs matter only to jobs that use the node's GPUs.
+  if (spec->gpus.empty()) return Status::Ok();
+  Result<jobs::EnvNeeds> needs = NeedsOf(job);
+  if (!needs.ok()) {
+    // Not fatal: the image may be pulled at run time, and podman then says what is wrong.
+    spdlog::warn("agent: job {}: cannot inspect image '{}' to check its needs: {}", job.id,
+                 job.image, needs.status().message());
+    return Status::Ok();
+  }
+  return envcheck::CheckNeeds(*needs, envcheck::OfferFromNode(options_.node, node));
 }
 
 Status AgentLoop::PollOnce() {

@@ -13,6 +13,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <deque>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <set>
@@ -22,6 +23,7 @@
 #include "agent/launcher.h"
 #include "common/json.h"
 #include "gpu/gpu_info.h"
+#include "jobs/job.h"
 #include "net/http_client.h"
 
 namespace gpupool::daemon {
@@ -35,6 +37,12 @@ struct AgentLoopOptions {
   int poll_wait_ms = 10'000;  // long-poll length; also the heartbeat period
   int64_t cancel_grace_s = 10;
   int launch_workers = 8;  // launches in flight at once
+  // Container jobs (docs/containers.md). `container` as detected at start (its
+  // `unavailable` says why image jobs cannot run here); `cdi_kind` the kind of the CDI
+  // spec the agent wrote for the node's GPUs, `cdi_error` why none was written.
+  agent::ContainerOptions container;
+  std::string cdi_kind;
+  std::string cdi_error;
 };
 
 class AgentLoop {
@@ -51,6 +59,12 @@ class AgentLoop {
   void ReportEvents();  // runs on its own thread
   void LaunchWorker();  // several run: a launch waits for its shim, others need not
   Status Launch(const Json& order);
+  // The checks before an image job (podman, CDI, environment needs); fills the spec's
+  // CDI devices. An error is the job's failure reason.
+  Status PrepareContainerJob(const jobs::Job& job, agent::LaunchSpec* spec);
+  // What the job's environment needs: job.needs, or the inspected image (cached by id).
+  Result<jobs::EnvNeeds> NeedsOf(const jobs::Job& job);
+  void FailLaunch(int64_t key, int attempt, const std::string& reason);
   Result<Json> Call(const std::string& method, const std::string& path, const std::string& body,
                     int timeout_ms);
 
@@ -65,7 +79,21 @@ class AgentLoop {
   std::vector<agent::JobEvent> unsent_;         // waiting for the controller's ack
   std::deque<Json> launch_queue_;
   std::condition_variable launch_cv_;
+  std::map<std::string, jobs::EnvNeeds> needs_by_image_id_;  // guarded by mu_
 };
+
+// Where the agent writes its CDI spec: CDI_DIR/gpupool-<kind with '/' and other
+// characters outside [A-Za-z0-9._-] as '_'>.json, e.g. gpupool-gpupool.local_gpu.json.
+std::string CdiSpecPath(const std::string& cdi_dir, const std::string& kind);
+
+// Writes the CDI spec of `node`'s GPUs (gpu::ExportCdi with `kind`, host device nodes
+// under `dev_root`) atomically to CdiSpecPath(cdi_dir, kind) and returns that path. Fails
+// (and writes nothing) when the spec cannot be made (no GPUs, mixed vendors), when one
+// of its host device nodes does not exist (a fake node without stand-ins), or when the
+// directory is not writable (not root).
+Result<std::string> WriteCdiSpec(const gpu::NodeInfo& node, const std::string& kind,
+                                 const std::string& dev_root,
+                                 const std::string& cdi_dir = "/var/run/cdi");
 
 // The launcher key of one task: the job id for single-task jobs; gang tasks get a key
 // of their own so that two tasks of one job can run on one node.

@@ -5,11 +5,14 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cerrno>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <iostream>
 #include <thread>
 
+#include "agent/container.h"
 #include "agent/launcher.h"
 #include "agent/shim.h"
 #include "controller/api.h"
@@ -159,11 +162,79 @@ void AddServerFlags(CLI::App* cmd, ServerFlags* f) {
       ->check(CLI::Range(1, 86400));
 }
 
-std::unique_ptr<agent::Launcher> MakeLauncher(const std::string& state_dir) {
+// How the agent runs container jobs: `agent` and `up` share these flags.
+struct ContainerFlags {
+  std::string cdi_kind = "gpupool.local/gpu";
+  std::string dev_root = "/dev";
+  std::string podman = "podman";
+  std::vector<std::string> podman_args;
+};
+
+void AddContainerFlags(CLI::App* cmd, ContainerFlags* f) {
+  cmd->add_option("--cdi-kind", f->cdi_kind,
+                  "kind of the CDI spec the agent writes for container jobs (VENDOR/CLASS)")
+      ->capture_default_str();
+  cmd->add_option("--dev-root", f->dev_root,
+                  "where the host's GPU device nodes live (stand-ins for fake nodes)")
+      ->capture_default_str();
+  cmd->add_option("--podman", f->podman, "podman binary for container jobs")->capture_default_str();
+  cmd->add_option("--podman-arg", f->podman_args,
+                  "global podman argument, repeatable: --podman-arg=--root --podman-arg=DIR")
+      ->allow_extra_args(false);
+}
+
+// What the agent found and wrote for container jobs; the CDI spec is removed on a clean
+// shutdown (Cleanup).
+struct ContainerSetup {
+  agent::ContainerOptions container;
+  std::string cdi_kind;
+  std::string cdi_error;  // why no spec was written
+  std::string cdi_path;   // the spec written, to remove on shutdown
+  void Cleanup() {
+    if (!cdi_path.empty() && ::unlink(cdi_path.c_str()) != 0 && errno != ENOENT) {
+      spdlog::warn("cannot remove the CDI spec '{}': {}", cdi_path, std::strerror(errno));
+    }
+    cdi_path.clear();
+  }
+  std::string Summary() const {
+    std::string s = container.unavailable.empty() ? container.note
+                                                  : "unavailable (" + container.unavailable + ")";
+    s += cdi_path.empty() ? "; no CDI spec (" + cdi_error + "): GPU container jobs fail"
+                          : "; CDI spec " + cdi_path + " (kind " + cdi_kind + ")";
+    return s;
+  }
+};
+
+ContainerSetup SetUpContainers(const gpu::NodeInfo& node, const ContainerFlags& f) {
+  ContainerSetup c;
+  agent::ContainerOptions base;
+  base.podman = f.podman;
+  base.global_args = f.podman_args;
+  c.container = agent::DetectContainerOptions(base);
+  c.cdi_kind = f.cdi_kind;
+  Result<std::string> path = WriteCdiSpec(node, f.cdi_kind, f.dev_root);
+  if (path.ok()) {
+    c.cdi_path = *path;
+  } else {
+    c.cdi_error = path.status().message();
+  }
+  spdlog::info("agent: container jobs: {}", c.Summary());
+  return c;
+}
+
+std::unique_ptr<agent::Launcher> MakeLauncher(const std::string& state_dir,
+                                              const agent::ContainerOptions& container) {
   agent::LauncherOptions lo;
   lo.state_dir = state_dir;
   lo.shim_command = {SelfExe(), "agent-shim"};
+  lo.container = container;
   return agent::NewProcessLauncher(lo);
+}
+
+void SetContainerOptions(const ContainerSetup& c, AgentLoopOptions* ao) {
+  ao->container = c.container;
+  ao->cdi_kind = c.cdi_kind;
+  ao->cdi_error = c.cdi_error;
 }
 
 int Fail(const Status& s) {
@@ -192,12 +263,15 @@ void RegisterDaemonCommands(CLI::App& app, cli::CommandContext& ctx) {
   // neither dangling nor leaked.
   static ServerFlags up_flags_storage;
   static std::string up_fake_storage;
+  static ContainerFlags up_container_storage;
   ServerFlags* up_flags = &up_flags_storage;
   std::string* up_fake = &up_fake_storage;
+  ContainerFlags* up_container = &up_container_storage;
   CLI::App* up = app.add_subcommand("up", "run the whole pool on this machine: controller + agent");
   AddServerFlags(up, up_flags);
   up->add_option("--fake", *up_fake, "use this node description instead of discovery");
-  up->callback([&ctx, up_flags, up_fake] {
+  AddContainerFlags(up, up_container);
+  up->callback([&ctx, up_flags, up_fake, up_container] {
     InstallSignalHandlers();
     ServerFlags f = *up_flags;
     if (f.state_dir.empty()) f.state_dir = DefaultStateDir();
@@ -223,11 +297,14 @@ void RegisterDaemonCommands(CLI::App& app, cli::CommandContext& ctx) {
     net::ServerAddress addr;
     addr.kind = net::ServerAddress::Kind::kUnix;
     addr.path = f.state_dir + "/gpupool.sock";
-    std::unique_ptr<agent::Launcher> launcher = MakeLauncher(f.state_dir + "/agent");
+    ContainerSetup containers = SetUpContainers(node->node, *up_container);
+    std::unique_ptr<agent::Launcher> launcher =
+        MakeLauncher(f.state_dir + "/agent", containers.container);
     AgentLoopOptions ao;
     ao.node_name = Hostname();
     ao.state_dir = f.state_dir + "/agent";
     ao.node = node->node;
+    SetContainerOptions(containers, &ao);
     AgentLoop loop(ao, net::HttpClient(addr, token->first), launcher.get());
     std::thread agent_thread([&loop] { loop.Run(); });
 
@@ -243,6 +320,7 @@ void RegisterDaemonCommands(CLI::App& app, cli::CommandContext& ctx) {
               << "  API:       unix:" << addr.path;
     if (f.port > 0) std::cout << " and http://" << f.listen << ":" << server->http->tcp_port();
     std::cout << "\n  State:     " << f.state_dir << "\n"
+              << "  Containers: " << containers.Summary() << "\n"
               << "Submit a job from another terminal:\n"
               << "  export GPUPOOL_SERVER=unix:" << addr.path << "\n"
               << "  gpupool submit --gpus 1 -- sh -c 'echo $CUDA_VISIBLE_DEVICES'\n"
@@ -252,6 +330,7 @@ void RegisterDaemonCommands(CLI::App& app, cli::CommandContext& ctx) {
     WaitForStop();
     loop.Stop();
     agent_thread.join();
+    containers.Cleanup();
     server->controller->Stop();
     server->http->Stop();
   });
@@ -296,7 +375,10 @@ void RegisterDaemonCommands(CLI::App& app, cli::CommandContext& ctx) {
   agent_cmd->add_option("--state-dir", af->state_dir, "where job state and logs live");
   agent_cmd->add_option("--fake", af->fake, "use this node description instead of discovery");
   agent_cmd->add_option("--node-name", af->node_name, "name of this node (default: hostname)");
-  agent_cmd->callback([&ctx, af] {
+  static ContainerFlags agent_container_storage;
+  ContainerFlags* agent_container = &agent_container_storage;
+  AddContainerFlags(agent_cmd, agent_container);
+  agent_cmd->callback([&ctx, af, agent_container] {
     InstallSignalHandlers();
     Result<net::ServerAddress> addr = net::ParseServerAddress(af->controller);
     if (!addr.ok()) {
@@ -317,19 +399,23 @@ void RegisterDaemonCommands(CLI::App& app, cli::CommandContext& ctx) {
         (af->state_dir.empty() ? DefaultStateDir() : af->state_dir) + "/agent";
     std::error_code ec;
     fs::create_directories(state, ec);
-    std::unique_ptr<agent::Launcher> launcher = MakeLauncher(state);
+    ContainerSetup containers = SetUpContainers(node->node, *agent_container);
+    std::unique_ptr<agent::Launcher> launcher = MakeLauncher(state, containers.container);
     AgentLoopOptions ao;
     ao.node_name = af->node_name.empty() ? Hostname() : af->node_name;
     ao.state_dir = state;
     ao.node = node->node;
+    SetContainerOptions(containers, &ao);
     AgentLoop loop(ao, net::HttpClient(*addr, token), launcher.get());
     std::thread t([&loop] { loop.Run(); });
     std::cout << "gpupool agent: node " << ao.node_name << " with " << ao.node.gpus.size()
               << " GPUs, controller " << addr->ToString() << "\n"
+              << "  containers: " << containers.Summary() << "\n"
               << std::flush;
     WaitForStop();
     loop.Stop();
     t.join();
+    containers.Cleanup();
   });
 
   // --- agent-shim (hidden): the per-job supervisor ---
