@@ -13,6 +13,8 @@ constexpr uint32_t kFlagCompressed = 0x8000;
 constexpr uint32_t kFlagArchSpecific = 0x100000;    // sm_90a
 constexpr uint32_t kFlagFamilySpecific = 0x200000;  // sm_100f
 constexpr size_t kMaxEntries = 100'000;
+constexpr uint32_t kMinArch = 10;  // sm_10, the first CUDA GPUs
+constexpr uint32_t kMaxArch = 9999;
 constexpr std::string_view kBundleMagic = "__CLANG_OFFLOAD_BUNDLE__";
 
 template <typename T>
@@ -89,7 +91,9 @@ Result<std::vector<CudaCode>> ParseFatbinary(std::span<const uint8_t> b, std::st
       const auto arch = Load<uint32_t>(b, e + 28);
       const auto flags = Load<uint32_t>(b, e + 40);
       if (kind == kKindPtx || kind == kKindSass) {
-        if (arch == 0 || arch > 10'000)
+        // Two to four digits, as in every real sm_XY and what ParseCudaCodeName reads
+        // back: CheckNode works on the names, so an sm_1 or sm_10000 would be dropped.
+        if (arch < kMinArch || arch > kMaxArch)
           return bad(e, "implausible architecture " + std::to_string(arch));
         CudaCode code;
         code.kind = kind == kKindPtx ? CudaCode::Kind::kPtx : CudaCode::Kind::kSass;

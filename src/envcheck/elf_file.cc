@@ -1,15 +1,19 @@
 #include "envcheck/elf_file.h"
 
+#include <algorithm>
 #include <cstring>
 
 namespace gpupool::envcheck {
 namespace {
 
+constexpr uint32_t kShtNull = 0;
 constexpr uint32_t kShtNobits = 8;
 constexpr uint32_t kShtDynamic = 6;
 constexpr int64_t kDtNull = 0;
 constexpr int64_t kDtSoname = 14;
 constexpr size_t kMaxSections = 65535;
+// Longer section names and sonames are cut; the names looked for are short.
+constexpr size_t kMaxNameBytes = 256;
 
 template <typename T>
 bool Read(std::span<const uint8_t> b, uint64_t off, T* out) {
@@ -18,10 +22,13 @@ bool Read(std::span<const uint8_t> b, uint64_t off, T* out) {
   return true;
 }
 
+// The NUL-terminated string at `off` in `table`, cut at kMaxNameBytes: every section
+// holds a name, so without the cut a hostile file (65535 sections named from one large
+// unterminated table) would make ParseElf copy gigabytes.
 std::string CString(std::span<const uint8_t> table, uint64_t off) {
   if (off >= table.size()) return "";
   const auto* start = reinterpret_cast<const char*>(table.data() + off);
-  const size_t max = table.size() - off;
+  const size_t max = std::min<uint64_t>(table.size() - off, kMaxNameBytes);
   return std::string(start, strnlen(start, max));
 }
 
@@ -87,32 +94,41 @@ Result<ElfFile> ParseElf(std::span<const uint8_t> b, std::string_view source) {
     Read(b, h + 32, &raw[i].size);
     Read(b, h + 40, &raw[i].link);
     Read(b, h + 56, &raw[i].entsize);
-    if (raw[i].type != kShtNobits && raw[i].type != 0 &&
+    if (raw[i].type != kShtNobits && raw[i].type != kShtNull &&
         (raw[i].offset > b.size() || b.size() - raw[i].offset < raw[i].size)) {
       return bad("truncated: section " + std::to_string(i) + " lies past the end of the file");
     }
   }
   if (shstrndx >= shnum) return bad("the section name table index is out of range");
-  const std::span<const uint8_t> names = raw[shstrndx].type == kShtNobits
-                                             ? std::span<const uint8_t>()
-                                             : b.subspan(raw[shstrndx].offset, raw[shstrndx].size);
+  // The bytes of a section used as a string table. SHT_NULL and SHT_NOBITS sections were
+  // not checked above (their offset and size mean nothing), so they have none; a string
+  // table index may point at one in a hostile file.
+  auto contents = [&](const Raw& r) -> std::span<const uint8_t> {
+    if (r.type == kShtNull || r.type == kShtNobits) return {};
+    return b.subspan(r.offset, r.size);
+  };
+  const std::span<const uint8_t> names = contents(raw[shstrndx]);
   for (const Raw& r : raw) {
     elf.sections.push_back({CString(names, r.name), r.type, r.offset, r.size});
   }
-  // DT_SONAME, for libraries whose file name lies about their version.
+  // DT_SONAME, for libraries whose file name lies about their version. Only the first
+  // dynamic section and its first DT_SONAME count (a real file has one of each), so a
+  // hostile file of many large dynamic sections costs one pass, not one per section.
   for (const Raw& r : raw) {
     if (r.type != kShtDynamic || r.link >= shnum) continue;
-    const Raw& strtab = raw[r.link];
-    if (strtab.type == kShtNobits) continue;
-    const auto strings = b.subspan(strtab.offset, strtab.size);
+    const auto strings = contents(raw[r.link]);
     for (uint64_t off = r.offset; off + 16 <= r.offset + r.size; off += 16) {
       int64_t tag = 0;
       uint64_t val = 0;
       Read(b, off, &tag);
       Read(b, off + 8, &val);
       if (tag == kDtNull) break;
-      if (tag == kDtSoname) elf.soname = CString(strings, val);
+      if (tag == kDtSoname) {
+        elf.soname = CString(strings, val);
+        break;
+      }
     }
+    break;
   }
   return elf;
 }

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <set>
+#include <tuple>
 
 #include "common/strings.h"
 #include "envcheck/cuda_compat.h"
@@ -112,20 +113,40 @@ void AddUnique(std::vector<std::string>* v, const std::string& s) {
 Result<BinaryFound> InspectBytes(std::span<const uint8_t> bytes, const std::string& source) {
   BinaryFound found;
   GP_ASSIGN_OR_RETURN(ElfFile elf, ParseElf(bytes, source));
+  // The work is bounded by the file's size: GPU code sections of a real file do not
+  // overlap, and a hostile one whose thousands of section headers all name the same
+  // bytes would otherwise be parsed once per header.
+  uint64_t gpu_bytes = 0;
+  auto gpu_section = [&](const ElfSection& s) -> Result<std::span<const uint8_t>> {
+    const std::span<const uint8_t> section = SectionBytes(bytes, s);
+    gpu_bytes += section.size();
+    if (gpu_bytes > bytes.size()) {
+      return Status::InvalidArgument(source + ": GPU code sections overlap (" + s.name +
+                                     " runs the total past the file's " +
+                                     std::to_string(bytes.size()) + " bytes)");
+    }
+    return section;
+  };
+  // What found.cuda and found.gfx_targets hold, for de-duplication in O(n log n).
+  std::set<std::tuple<CudaCode::Kind, int, std::string, int, int, bool>> seen;
+  std::set<std::string> seen_gfx;
   for (const ElfSection& s : elf.sections) {
     if (s.name == ".nv_fatbin" || s.name == "__nv_relfatbin") {
+      GP_ASSIGN_OR_RETURN(std::span<const uint8_t> section, gpu_section(s));
       GP_ASSIGN_OR_RETURN(std::vector<CudaCode> codes,
-                          ParseFatbinary(SectionBytes(bytes, s), source + " " + s.name));
+                          ParseFatbinary(section, source + " " + s.name));
       for (CudaCode& c : codes) {
-        if (std::find(found.cuda.begin(), found.cuda.end(), c) == found.cuda.end()) {
+        if (seen.emplace(c.kind, c.arch, c.suffix, c.ptx_major, c.ptx_minor, c.compressed).second) {
           found.cuda.push_back(std::move(c));
         }
       }
     } else if (s.name == ".hip_fatbin") {
+      GP_ASSIGN_OR_RETURN(std::span<const uint8_t> section, gpu_section(s));
       GP_ASSIGN_OR_RETURN(std::vector<std::string> targets,
-                          ParseOffloadBundles(SectionBytes(bytes, s), source + " " + s.name));
+                          ParseOffloadBundles(section, source + " " + s.name));
       for (const std::string& t : targets) {
-        if (std::string gfx = GfxTargetOf(t); !gfx.empty()) AddUnique(&found.gfx_targets, gfx);
+        std::string gfx = GfxTargetOf(t);
+        if (!gfx.empty() && seen_gfx.insert(gfx).second) found.gfx_targets.push_back(gfx);
       }
     }
   }
@@ -136,6 +157,15 @@ std::string MajorMinor(const std::string& version) {
   auto v = Version::Parse(version);
   if (!v || v->parts.size() < 2) return version;
   return std::to_string(v->parts[0]) + "." + std::to_string(v->parts[1]);
+}
+
+// Whether version `a` is newer than `b`. One that does not parse (from a file name such
+// as "libcudart.so.12.4-x" or "libcudart.so.99999999.1") is never newer, and any that
+// parses is newer than it.
+bool Newer(const std::string& a, const std::string& b) {
+  const std::optional<Version> va = Version::Parse(a);
+  const std::optional<Version> vb = Version::Parse(b);
+  return va && (!vb || *va > *vb);
 }
 
 void Derive(EnvReport* r) {
@@ -150,8 +180,8 @@ void Derive(EnvReport* r) {
   std::sort(r->gfx_targets.begin(), r->gfx_targets.end());
   // The CUDA the environment needs: its runtime's, else the newest PTX ISA it carries.
   for (const LibraryFound& l : r->libraries) {
-    if (l.name == "cudart" && (r->cuda_version.empty() || *Version::Parse(MajorMinor(l.version)) >
-                                                              *Version::Parse(r->cuda_version))) {
+    if (l.name == "cudart" &&
+        (r->cuda_version.empty() || Newer(MajorMinor(l.version), r->cuda_version))) {
       r->cuda_version = MajorMinor(l.version);
       r->needs_from = "CUDA runtime " + l.path;
     }
@@ -162,8 +192,7 @@ void Derive(EnvReport* r) {
       for (const CudaCode& c : b.cuda) {
         if (c.kind != CudaCode::Kind::kPtx) continue;
         const std::string cuda = CudaForPtx(c.ptx_major, c.ptx_minor);
-        if (!cuda.empty() &&
-            (r->cuda_version.empty() || *Version::Parse(cuda) > *Version::Parse(r->cuda_version))) {
+        if (!cuda.empty() && (r->cuda_version.empty() || Newer(cuda, r->cuda_version))) {
           r->cuda_version = cuda;
           r->needs_from = "PTX ISA " + std::to_string(c.ptx_major) + "." +
                           std::to_string(c.ptx_minor) + " in " + b.path;
@@ -188,6 +217,12 @@ Result<BinaryFound> InspectElfFile(const std::string& path) {
   GP_ASSIGN_OR_RETURN(MappedFile m, MappedFile::Open(path, uint64_t{8} << 30));
   GP_ASSIGN_OR_RETURN(BinaryFound b, InspectBytes(m.bytes(), path));
   b.path = path;
+  return b;
+}
+
+Result<BinaryFound> InspectElfBytes(std::span<const uint8_t> bytes, const std::string& source) {
+  GP_ASSIGN_OR_RETURN(BinaryFound b, InspectBytes(bytes, source));
+  b.path = source;
   return b;
 }
 

@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -59,6 +60,11 @@ Result<EnvReport> InspectTree(const std::string& root, const InspectOptions& opt
 
 // Inspects one ELF file's GPU code (for tests and single binaries).
 Result<BinaryFound> InspectElfFile(const std::string& path);
+
+// The same inspection of an ELF file already in memory; `source` names it in errors and
+// becomes the result's path. Malformed bytes give InvalidArgument, never a crash (the
+// fuzz/ targets hold it to that).
+Result<BinaryFound> InspectElfBytes(std::span<const uint8_t> bytes, const std::string& source);
 
 OrderedJson ReportToJson(const EnvReport& report);
 
