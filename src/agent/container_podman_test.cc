@@ -44,7 +44,6 @@ struct World {
   std::string image;
   std::string kind;
   std::string cdi_spec;
-  bool created_cdi_dir = false;
   std::string lib;  // the stand-in driver library
   ContainerOptions container;
 };
@@ -126,10 +125,8 @@ std::string BuildWorld(World& w) {
   cdi.host_dev_root = w.dir + "/dev";
   Result<std::string> spec = gpu::ExportCdi(node, cdi);
   if (!spec.ok()) return "ExportCdi: " + spec.status().message();
-  if (!fs::exists("/var/run/cdi")) {
-    fs::create_directories("/var/run/cdi");
-    w.created_cdi_dir = true;
-  }
+  // Left in place afterwards (tmpfs, harmless): a parallel run may be using it.
+  fs::create_directories("/var/run/cdi");
   w.cdi_spec = "/var/run/cdi/gpupool-test-" + std::to_string(::getpid()) + ".json";
   std::ofstream(w.cdi_spec) << *spec;
   return "";
@@ -143,7 +140,6 @@ void DestroyWorld(World& w) {
     fs::remove_all(w.dir, ec);
   }
   if (!w.cdi_spec.empty()) ::unlink(w.cdi_spec.c_str());
-  if (w.created_cdi_dir) ::rmdir("/var/run/cdi");
 }
 
 std::vector<std::string> Containers() {
