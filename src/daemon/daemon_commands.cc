@@ -98,6 +98,7 @@ Result<NodeChoice> DiscoverForAgent(const std::string& fake_file, bool allow_sta
 struct ServerParts {
   std::unique_ptr<store::Store> store;
   std::unique_ptr<controller::Controller> controller;
+  std::unique_ptr<controller::EnvInspector> inspector;  // images inspected at submit
   std::unique_ptr<controller::Api> api;
   std::unique_ptr<net::HttpServer> http;
 };
@@ -111,6 +112,7 @@ struct ServerFlags {
   std::string queue_policy = "fair";
   std::string start_rule = "easy";
   int node_timeout_s = 30;
+  std::vector<std::string> podman_args;  // global podman flags for image inspection
 };
 
 Result<ServerParts> StartServer(const ServerFlags& f) {
@@ -129,8 +131,10 @@ Result<ServerParts> StartServer(const ServerFlags& f) {
   co.node_timeout_us = int64_t{f.node_timeout_s} * 1'000'000;
   GP_ASSIGN_OR_RETURN(p.controller,
                       controller::Controller::Create(p.store.get(), SystemClock::Get(), co));
+  p.inspector = controller::NewPodmanInspector(f.podman_args, SystemClock::Get());
   p.api = std::make_unique<controller::Api>(p.controller.get(), p.store.get(), SystemClock::Get(),
-                                            controller::AuthOptions{f.admin_group});
+                                            controller::AuthOptions{f.admin_group},
+                                            p.inspector.get());
   net::HttpServerOptions ho;
   ho.unix_socket_path = f.state_dir + "/gpupool.sock";
   if (f.port > 0) {
@@ -275,6 +279,7 @@ void RegisterDaemonCommands(CLI::App& app, cli::CommandContext& ctx) {
     InstallSignalHandlers();
     ServerFlags f = *up_flags;
     if (f.state_dir.empty()) f.state_dir = DefaultStateDir();
+    f.podman_args = up_container->podman_args;  // one podman store for inspection and jobs
     Result<NodeChoice> node = DiscoverForAgent(*up_fake, /*allow_stand_in=*/true);
     if (!node.ok()) {
       ctx.exit_code = Fail(node.status());
@@ -341,6 +346,9 @@ void RegisterDaemonCommands(CLI::App& app, cli::CommandContext& ctx) {
   CLI::App* server =
       app.add_subcommand("server", "run the controller only (REST API, scheduler, store)");
   AddServerFlags(server, server_flags);
+  server->add_option("--podman-arg", server_flags->podman_args,
+                     "global podman argument for inspecting job images, repeatable")
+      ->allow_extra_args(false);
   server->callback([&ctx, server_flags] {
     InstallSignalHandlers();
     ServerFlags f = *server_flags;

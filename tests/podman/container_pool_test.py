@@ -1,0 +1,303 @@
+#!/usr/bin/env python3
+"""End to end: container jobs and environment checks through a real `gpupool up`.
+
+A fake 2-GPU H100 node whose driver is 550.54.15 (CUDA 12.4), stand-in device nodes
+(mknod with /dev/null's numbers), and two images built here from busybox-static and
+imported into a private podman store (--root/--runroot under a temp dir, vfs driver):
+
+  localhost/gpupool-itest-cu124:1  CUDA runtime 12.4 and sm_90 SASS  -> runs
+  localhost/gpupool-itest-cu130:1  CUDA runtime 13.0                 -> needs driver >= 580
+
+Checks: a container job sees exactly its GPU's device node plus the control nodes and
+its variables, runs as the submitting user, gets its working directory and a read-only
+mount; the CUDA 13 image is refused at submit with the driver message and by `env check`;
+named environments (add, list, submit --env, immutability, removal refused while used);
+cancel stops the container and leaves nothing behind in podman.
+
+Usage: container_pool_test.py PATH/TO/gpupool. Exit 77 = skipped (ctest SKIP_RETURN_CODE).
+"""
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+import unittest
+
+GPUPOOL = os.path.abspath(sys.argv.pop(1)) if len(sys.argv) > 1 else "gpupool"
+HERE = os.path.dirname(os.path.abspath(__file__))
+FIXTURES = os.path.join(HERE, "..", "fixtures", "envcheck")
+UUIDS = ["GPU-c0c0c0c0-1111-2222-3333-00000000000%d" % i for i in range(2)]
+
+
+def skip_reason():
+    if os.geteuid() != 0:
+        return "needs root (mknod, rootful podman, jobs as other users)"
+    for tool in ("podman", "runc"):
+        if shutil.which(tool) is None:
+            return "%s is not installed: run scripts/install-deps.sh" % tool
+    bb = shutil.which("busybox")
+    if bb is None or subprocess.run(["ldd", bb], capture_output=True).returncode == 0:
+        return "a static busybox is needed to build the test images (busybox-static)"
+    if not os.path.exists(os.path.join(FIXTURES, "sm90.so")):
+        return "tests/fixtures/envcheck/sm90.so is missing"
+    return None
+
+
+class Env:
+    """Temp dir, stand-in devices, private podman store, images, node file, a pool."""
+
+    def __init__(self):
+        self.dir = tempfile.mkdtemp(prefix="gp-ctr-", dir="/tmp")
+        os.chmod(self.dir, 0o755)
+        self.kind = "gpupool-itest-%d.example/gpu" % os.getpid()
+        self.podman_args = ["--root", os.path.join(self.dir, "storage"),
+                            "--runroot", os.path.join(self.dir, "run"),
+                            "--storage-driver", "vfs"]
+        self.dev = os.path.join(self.dir, "dev")
+        os.makedirs(self.dev)
+        st = os.stat("/dev/null")
+        for n in ("nvidia0", "nvidia1", "nvidiactl", "nvidia-uvm", "nvidia-uvm-tools"):
+            os.mknod(os.path.join(self.dev, n), 0o666 | 0o020000, st.st_rdev)
+        lib = os.path.join(self.dir, "lib")
+        os.makedirs(lib)
+        self.lib = os.path.join(lib, "libnvidia-ml.so.550.54.15")
+        with open(self.lib, "w") as f:
+            f.write("stand-in driver library\n")
+        self.node = os.path.join(self.dir, "node.json")
+        gpus = []
+        for i, uuid in enumerate(UUIDS):
+            gpus.append({"vendor": "nvidia", "index": i, "name": "NVIDIA H100 80GB HBM3",
+                         "uuid": uuid, "pci_bus_id": "0000:%02x:00.0" % (0x18 + i),
+                         "memory_total_bytes": 85899345920, "compute_capability": "9.0",
+                         "minor_number": i, "device_nodes": ["/dev/nvidia%d" % i]})
+        with open(self.node, "w") as f:
+            json.dump({"schema": "gpupool.node/v1", "hostname": "ctest",
+                       "drivers": {"nvidia": {
+                           "version": "550.54.15", "runtime_version": "12.4",
+                           "libraries": [self.lib],
+                           "control_nodes": ["/dev/nvidiactl", "/dev/nvidia-uvm",
+                                             "/dev/nvidia-uvm-tools"]}},
+                       "gpus": gpus}, f)
+        self.data = os.path.join(self.dir, "data")
+        os.makedirs(self.data)
+        with open(os.path.join(self.data, "hello.txt"), "w") as f:
+            f.write("data for the job\n")
+        os.chmod(self.data, 0o755)
+        self.work = os.path.join(self.dir, "work")
+        os.makedirs(self.work)
+        os.chown(self.work, 65534, 65534)
+        self.image("localhost/gpupool-itest-cu124:1", {"usr/lib/libcudart.so.12.4.127": b"",
+                                                       "app/kernels.so": None})
+        self.image("localhost/gpupool-itest-cu130:1", {"usr/lib/libcudart.so.13.0.48": b""})
+        self.pool = None
+
+    def podman(self, *args, check=True):
+        r = subprocess.run(["podman"] + self.podman_args + list(args), capture_output=True,
+                           text=True)
+        if check and r.returncode != 0:
+            raise RuntimeError("podman %s: %s" % (" ".join(args), r.stderr))
+        return r
+
+    def image(self, ref, extra):
+        tar_path = os.path.join(self.dir, "rootfs.tar")
+        with tarfile.open(tar_path, "w") as tar:
+            def add_dir(name):
+                ti = tarfile.TarInfo(name)
+                ti.type = tarfile.DIRTYPE
+                ti.mode = 0o755
+                tar.addfile(ti)
+            for d in ("bin", "dev", "proc", "sys", "tmp", "etc", "usr", "usr/lib", "app"):
+                add_dir(d)
+            tar.add(shutil.which("busybox"), "bin/busybox")
+            for tool in ("sh", "ls", "env", "cat", "id", "sleep", "pwd", "touch", "echo"):
+                ti = tarfile.TarInfo("bin/" + tool)
+                ti.type = tarfile.SYMTYPE
+                ti.linkname = "busybox"
+                tar.addfile(ti)
+            for name, content in extra.items():
+                if content is None:
+                    tar.add(os.path.join(FIXTURES, "sm90.so"), name)
+                else:
+                    ti = tarfile.TarInfo(name)
+                    ti.size = len(content)
+                    tar.addfile(ti)
+        self.podman("import", tar_path, ref)
+        os.unlink(tar_path)
+
+    def start(self):
+        cmd = [GPUPOOL, "up", "--state-dir", os.path.join(self.dir, "state"), "--port", "0",
+               "--fake", self.node, "--cdi-kind", self.kind, "--dev-root", self.dev]
+        cmd += ["--podman-arg=" + a for a in self.podman_args]
+        os.makedirs(os.path.join(self.dir, "state"))
+        os.chmod(os.path.join(self.dir, "state"), 0o755)
+        self.sock = os.path.join(self.dir, "state", "gpupool.sock")
+        self.log_path = os.path.join(self.dir, "up.log")
+        with open(self.log_path, "ab") as log:
+            self.pool = subprocess.Popen(cmd, stdout=log, stderr=log, start_new_session=True)
+        deadline = time.time() + 30
+        while time.time() < deadline:
+            r = self.cli("nodes", "--json", check=False)
+            up = [n["name"] for n in json.loads(r.stdout)["nodes"] if n["state"] == "up"] \
+                if r.returncode == 0 else []
+            if up:
+                self.node_name = up[0]  # the agent's node name (the host name by default)
+                return
+            if self.pool.poll() is not None:
+                raise RuntimeError("gpupool up exited:\n" + self.log())
+            time.sleep(0.1)
+        raise RuntimeError("the pool did not come up:\n" + self.log())
+
+    def log(self):
+        with open(self.log_path, errors="replace") as f:
+            return f.read()[-4000:]
+
+    def cli(self, *args, user=None, check=True):
+        cmd = [GPUPOOL] + list(args)
+        env = dict(os.environ, GPUPOOL_SERVER="unix:" + self.sock)
+        if user is not None:
+            cmd = ["setpriv", "--reuid=%d" % user, "--regid=%d" % user, "--clear-groups"] + cmd
+        r = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=self.work)
+        if check and r.returncode != 0:
+            raise AssertionError("%s failed (%d): %s%s" % (" ".join(args), r.returncode,
+                                                          r.stdout, r.stderr))
+        return r
+
+    def job(self, jid):
+        return json.loads(self.cli("show", str(jid), "--json").stdout)["job"]
+
+    def wait(self, jid, states, timeout=60):
+        deadline = time.time() + timeout
+        j = None
+        while time.time() < deadline:
+            j = self.job(jid)
+            if j["state"] in states:
+                return j
+            time.sleep(0.2)
+        raise AssertionError("job %d stuck in %s (wanted %s): reason=%r pending=%r\n%s" % (
+            jid, j["state"], states, j.get("reason"), j.get("pending_reason"), self.log()))
+
+    def stop(self):
+        if self.pool is not None and self.pool.poll() is None:
+            self.pool.send_signal(signal.SIGTERM)
+            try:
+                self.pool.wait(15)
+            except subprocess.TimeoutExpired:
+                self.pool.kill()
+        subprocess.run(["pkill", "-9", "-f", "agent-shim --job-dir " + self.dir], check=False)
+        for c in self.podman("ps", "-a", "-q", check=False).stdout.split():
+            self.podman("rm", "-f", c, check=False)
+        self.podman("rmi", "-a", "-f", check=False)
+        subprocess.run(["rm", "-f", "/var/run/cdi/gpupool-" + self.kind.replace("/", "-")
+                        .replace(".", "-") + ".json"], check=False)
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def submitted_id(r):
+    for word in r.stdout.split():
+        if word.isdigit():
+            return int(word)
+    raise AssertionError("no job id in: " + r.stdout)
+
+
+class ContainerPoolTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.env = Env()
+        try:
+            cls.env.start()
+        except Exception:
+            cls.env.stop()
+            raise
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.env.stop()
+
+    def test_container_job_sees_exactly_its_gpu(self):
+        e = self.env
+        r = e.cli("submit", "--gpus", "1", "--cpus", "0.1", "--image",
+                  "localhost/gpupool-itest-cu124:1", "--mount", e.data + ":/data:ro",
+                  "--", "sh", "-c",
+                  "ls /dev; echo ENV; env; echo ID $(id -u):$(id -g); echo PWD $(pwd); "
+                  "cat /data/hello.txt; touch /data/x 2>/dev/null && echo DATA-WRITABLE; "
+                  "echo made > out.txt", user=65534)
+        jid = submitted_id(r)
+        j = e.wait(jid, ("SUCCEEDED", "FAILED", "CANCELLED", "TIMEOUT", "LOST"))
+        out = e.cli("logs", str(jid), user=65534).stdout
+        self.assertEqual(j["state"], "SUCCEEDED", (j, out, e.log()))
+        lines = out.splitlines()
+        granted = j["placement"][0]["gpu_indices"][0]
+        self.assertIn("nvidia%d" % granted, lines)
+        self.assertNotIn("nvidia%d" % (1 - granted), lines)
+        for ctl in ("nvidiactl", "nvidia-uvm", "nvidia-uvm-tools"):
+            self.assertIn(ctl, lines)
+        self.assertIn("CUDA_VISIBLE_DEVICES=" + UUIDS[granted], lines)
+        self.assertIn("GPUPOOL_JOB_ID=%d" % jid, lines)
+        self.assertIn("ID 65534:65534", lines)
+        self.assertIn("PWD " + e.work, lines)
+        self.assertIn("data for the job", lines)
+        self.assertNotIn("DATA-WRITABLE", lines)
+        with open(os.path.join(e.work, "out.txt")) as f:
+            self.assertEqual(f.read(), "made\n")
+        self.assertEqual(e.job(jid)["needs"]["cuda"], "12.4")
+
+    def test_image_needing_a_newer_driver_is_refused_before_launch(self):
+        e = self.env
+        r = e.cli("submit", "--gpus", "1", "--image", "localhost/gpupool-itest-cu130:1",
+                  "--", "true", check=False)
+        self.assertNotEqual(r.returncode, 0, r.stdout)
+        self.assertIn("needs CUDA 13.0 -> driver >= 580", r.stderr)
+        self.assertIn("node %s has 550.54.15" % e.node_name, r.stderr)
+        c = e.cli("env", "check", "localhost/gpupool-itest-cu130:1", check=False)
+        self.assertEqual(c.returncode, 1, c.stdout + c.stderr)
+        self.assertIn("NO: node %s: needs CUDA 13.0 -> driver >= 580" % e.node_name, c.stdout)
+        ok = e.cli("env", "check", "localhost/gpupool-itest-cu124:1")
+        self.assertIn("OK: node %s can run" % e.node_name, ok.stdout)
+        queue = e.cli("queue", "--json").stdout
+        self.assertNotIn("cu130", queue)  # nothing was queued
+
+    def test_named_environments(self):
+        e = self.env
+        e.cli("env", "add", "itest:1", "--image", "localhost/gpupool-itest-cu124:1")
+        dup = e.cli("env", "add", "itest:1", "--image", "localhost/gpupool-itest-cu130:1",
+                    check=False)
+        self.assertNotEqual(dup.returncode, 0)
+        self.assertIn("immutable", dup.stderr)
+        new = e.cli("env", "add", "itest:2", "--image", "localhost/gpupool-itest-cu130:1")
+        self.assertIn("13.0", new.stdout)
+        listing = e.cli("env", "list").stdout
+        self.assertIn("itest:1", listing)
+        self.assertIn("itest:2", listing)
+        refused = e.cli("submit", "--gpus", "1", "--env", "itest:2", "--", "true", check=False)
+        self.assertIn("driver >= 580", refused.stderr)
+        r = e.cli("submit", "--gpus", "1", "--cpus", "0.1", "--env", "itest:1", "--",
+                  "sleep", "300")
+        jid = submitted_id(r)
+        e.wait(jid, ("RUNNING",))
+        busy = e.cli("env", "rm", "itest:1", check=False)
+        self.assertNotEqual(busy.returncode, 0)
+        self.assertIn("used by 1 queued or running job (%d)" % jid, busy.stderr)
+        e.cli("cancel", str(jid))
+        j = e.wait(jid, ("CANCELLED",), timeout=60)
+        self.assertEqual(j["state"], "CANCELLED")
+        # The container is gone, not left running under conmon.
+        deadline = time.time() + 20
+        while time.time() < deadline and e.podman("ps", "-a", "-q").stdout.strip():
+            time.sleep(0.2)
+        self.assertEqual(e.podman("ps", "-a", "-q").stdout.strip(), "")
+        e.cli("env", "rm", "itest:1")
+        e.cli("env", "rm", "itest:2")
+        self.assertNotIn("itest:1", e.cli("env", "list").stdout)
+
+
+if __name__ == "__main__":
+    why = skip_reason()
+    if why:
+        print("SKIP: " + why)
+        sys.exit(77)
+    result = unittest.main(exit=False, verbosity=2).result
+    sys.exit(0 if result.wasSuccessful() else 1)
