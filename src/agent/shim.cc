@@ -124,8 +124,9 @@ class Shim {
   // Container jobs: the job process is the podman client; the container is reached by name.
   bool container_ = false;
   std::string container_name_;
-  std::string container_reason_;  // from podman's exit status (MapPodmanExit)
-  std::set<pid_t> helpers_;       // podman stop/kill commands in flight
+  std::string container_reason_;   // from podman's exit status (MapPodmanExit)
+  bool container_signal_ = false;  // final_.signal is the container's (128+N), not the client's
+  std::set<pid_t> helpers_;        // podman stop/kill commands in flight
   pid_t stop_pid_ = 0;
   int64_t stop_retry_at_mono_ = 0;
 };
@@ -306,6 +307,7 @@ void Shim::MapContainerExit() {
   final_.exit_code = m.exit_code;
   final_.signal = m.signal;
   container_reason_ = m.reason;
+  container_signal_ = m.signal.has_value();
   if (stopping_ && m.signal && *m.signal == SIGKILL) killed_ = true;
 }
 
@@ -434,8 +436,10 @@ std::string Shim::ExitReason() const {
   } else if (final_.exit_code) {
     how = "exited with code " + std::to_string(*final_.exit_code);
   }
-  if (container_ && final_.signal) {
+  if (container_signal_) {
     how += ", container exit status " + std::to_string(128 + *final_.signal);
+  } else if (container_ && final_.signal) {
+    how += " (the podman client)";
   }
   std::string why;
   if (final_.timed_out) {
