@@ -110,7 +110,8 @@ void RegisterEnvCommand(CLI::App& app, CommandContext& ctx) {
                     "a node description file (gpupool gpus --json), or the name of a pool node");
   check->add_flag("--local", f->local, "check this machine (discovery), not the pool");
   check->add_flag("--json", f->json, "print the server's answer as JSON (pool checks)");
-  check->add_option("--server", f->server, "the pool server (default: $GPUPOOL_SERVER, else the local socket)");
+  check->add_option("--server", f->server,
+                    "the pool server (default: $GPUPOOL_SERVER, else the local socket)");
   check->add_option("--token", f->token, "bearer token for a TCP server (default: $GPUPOOL_TOKEN)");
   check->callback([&ctx, f] {
     if (f->target.empty() == f->env_ref.empty()) {

@@ -289,9 +289,9 @@ HttpResponse Api::ServeEnvironments(const HttpRequest& r, const Caller& caller) 
     if (Status s = f.Finish(); !s.ok()) return ErrorResponse(s);
     const int given = !image.empty() + !dir.empty() + !environment.empty();
     if (given != 1) {
-      return ErrorResponse(Status::InvalidArgument(
-          rest.empty() ? "give exactly one of image or dir"
-                       : "give exactly one of image, dir or environment"));
+      return ErrorResponse(
+          Status::InvalidArgument(rest.empty() ? "give exactly one of image or dir"
+                                               : "give exactly one of image, dir or environment"));
     }
     const std::string kind = !image.empty() ? "image" : !dir.empty() ? "dir" : "environment";
     const std::string location = !image.empty() ? image : !dir.empty() ? dir : environment;
@@ -313,14 +313,14 @@ HttpResponse Api::ServeEnvironments(const HttpRequest& r, const Caller& caller) 
       nodes.push_back({{"name", v.name}, {"ok", s.ok()}, {"reason", s.message()}});
     }
     if (!known) return ErrorResponse(Status::NotFound("no node '" + node + "' in this pool"));
-    return JsonResponse(200, {{"needs", jobs::NeedsToJson(*needs)},
-                              {"runnable", any},
-                              {"nodes", std::move(nodes)}});
+    return JsonResponse(
+        200,
+        {{"needs", jobs::NeedsToJson(*needs)}, {"runnable", any}, {"nodes", std::move(nodes)}});
   }
   if (!rest.empty() && rest != "check" && r.method == "DELETE") {
-    Status s = environments_.Remove(rest, caller.user, caller.admin, [this](const std::string& ref) {
-      return controller_->JobsUsingEnvironment(ref);
-    });
+    Status s = environments_.Remove(
+        rest, caller.user, caller.admin,
+        [this](const std::string& ref) { return controller_->JobsUsingEnvironment(ref); });
     if (!s.ok()) return ErrorResponse(s);
     return JsonResponse(200, {{"removed", rest}});
   }

@@ -146,7 +146,8 @@ Result<store::EnvironmentRecord> Environments::Add(const std::string& ref, const
                                  "version instead");
   }
   Result<jobs::EnvNeeds> needs = NeedsOf(kind, location);
-  if (!needs.ok()) return needs.status().WithContext("cannot inspect " + kind + " '" + location + "'");
+  if (!needs.ok())
+    return needs.status().WithContext("cannot inspect " + kind + " '" + location + "'");
   store::EnvironmentRecord rec;
   rec.name = parts.first;
   rec.version = parts.second;

@@ -78,7 +78,8 @@ class EnvironmentsTest : public ::testing::Test {
   // old: driver 535 (CUDA 12.2), A100; new: driver 550 (CUDA 12.4), H100.
   void TwoNodes() {
     ASSERT_TRUE(
-        controller_->RegisterNode("old", Node("old", "535.104.05", "12.2", 8), 8000, 8192, {}).ok());
+        controller_->RegisterNode("old", Node("old", "535.104.05", "12.2", 8), 8000, 8192, {})
+            .ok());
     ASSERT_TRUE(
         controller_->RegisterNode("new", Node("new", "550.54.15", "12.4", 9), 8000, 8192, {}).ok());
   }
@@ -249,12 +250,12 @@ TEST_F(EnvironmentsTest, ApiServesEnvironmentsAndChecks) {
     r.peer->gid = 0;
     return api.Handle(r);
   };
-  EXPECT_EQ(call("POST", "/v1/environments", R"({"name":"t:1","image":"localhost/cuda124:1"})")
-                .status,
-            201);
-  EXPECT_EQ(call("POST", "/v1/environments", R"({"name":"t:1","image":"localhost/cuda124:1"})")
-                .status,
-            409);
+  EXPECT_EQ(
+      call("POST", "/v1/environments", R"({"name":"t:1","image":"localhost/cuda124:1"})").status,
+      201);
+  EXPECT_EQ(
+      call("POST", "/v1/environments", R"({"name":"t:1","image":"localhost/cuda124:1"})").status,
+      409);
   EXPECT_EQ(call("POST", "/v1/environments", R"({"name":"t:2"})").status, 400);
   net::HttpResponse list = call("GET", "/v1/environments", "");
   EXPECT_EQ(list.status, 200);
@@ -264,8 +265,8 @@ TEST_F(EnvironmentsTest, ApiServesEnvironmentsAndChecks) {
   EXPECT_EQ(check.status, 200);
   EXPECT_NE(check.body.find(R"("runnable":false)"), std::string::npos) << check.body;
   EXPECT_NE(check.body.find("node old has 535.104.05"), std::string::npos) << check.body;
-  net::HttpResponse one = call("POST", "/v1/environments/check",
-                               R"({"environment":"t:1","node":"new"})");
+  net::HttpResponse one =
+      call("POST", "/v1/environments/check", R"({"environment":"t:1","node":"new"})");
   EXPECT_NE(one.body.find(R"("runnable":true)"), std::string::npos) << one.body;
   EXPECT_EQ(call("POST", "/v1/environments/check", R"({"environment":"t:1","node":"x"})").status,
             404);
@@ -275,8 +276,7 @@ TEST_F(EnvironmentsTest, ApiServesEnvironmentsAndChecks) {
       R"({"command":["true"],"image":"localhost/cuda99:1","request":{"gpus":1,"cpu_milli":100}})");
   EXPECT_EQ(refused.status, 409);
   EXPECT_NE(refused.body.find("driver >= 580.65.06"), std::string::npos) << refused.body;
-  EXPECT_EQ(call("POST", "/v1/jobs", R"({"command":["true"],"needs":{"source":"x"}})").status,
-            400);
+  EXPECT_EQ(call("POST", "/v1/jobs", R"({"command":["true"],"needs":{"source":"x"}})").status, 400);
   EXPECT_EQ(call("DELETE", "/v1/environments/t:1", "").status, 200);
   EXPECT_EQ(call("DELETE", "/v1/environments/t:1", "").status, 404);
 }

@@ -132,9 +132,9 @@ Result<ServerParts> StartServer(const ServerFlags& f) {
   GP_ASSIGN_OR_RETURN(p.controller,
                       controller::Controller::Create(p.store.get(), SystemClock::Get(), co));
   p.inspector = controller::NewPodmanInspector(f.podman_args, SystemClock::Get());
-  p.api = std::make_unique<controller::Api>(p.controller.get(), p.store.get(), SystemClock::Get(),
-                                            controller::AuthOptions{f.admin_group},
-                                            p.inspector.get());
+  p.api =
+      std::make_unique<controller::Api>(p.controller.get(), p.store.get(), SystemClock::Get(),
+                                        controller::AuthOptions{f.admin_group}, p.inspector.get());
   net::HttpServerOptions ho;
   ho.unix_socket_path = f.state_dir + "/gpupool.sock";
   if (f.port > 0) {
@@ -346,8 +346,9 @@ void RegisterDaemonCommands(CLI::App& app, cli::CommandContext& ctx) {
   CLI::App* server =
       app.add_subcommand("server", "run the controller only (REST API, scheduler, store)");
   AddServerFlags(server, server_flags);
-  server->add_option("--podman-arg", server_flags->podman_args,
-                     "global podman argument for inspecting job images, repeatable")
+  server
+      ->add_option("--podman-arg", server_flags->podman_args,
+                   "global podman argument for inspecting job images, repeatable")
       ->allow_extra_args(false);
   server->callback([&ctx, server_flags] {
     InstallSignalHandlers();

@@ -46,9 +46,8 @@ NodeOffer OfferFromNode(const gpu::NodeInfo& node, const std::string& name) {
         o.capabilities.push_back(cap);
       }
     }
-    if (!g.gfx_target.empty() &&
-        std::find(o.gfx_targets.begin(), o.gfx_targets.end(), g.gfx_target) ==
-            o.gfx_targets.end()) {
+    if (!g.gfx_target.empty() && std::find(o.gfx_targets.begin(), o.gfx_targets.end(),
+                                           g.gfx_target) == o.gfx_targets.end()) {
       o.gfx_targets.push_back(g.gfx_target);
     }
   }
@@ -83,7 +82,8 @@ Result<std::string> RunCapture(const std::vector<std::string>& argv) {
   if (argv.empty()) return Status::InvalidArgument("no command to run");
   int out[2];
   int err[2];
-  if (::pipe2(out, O_CLOEXEC) != 0) return Status::Unavailable("pipe: " + std::string(std::strerror(errno)));
+  if (::pipe2(out, O_CLOEXEC) != 0)
+    return Status::Unavailable("pipe: " + std::string(std::strerror(errno)));
   if (::pipe2(err, O_CLOEXEC) != 0) {
     ::close(out[0]);
     ::close(out[1]);
@@ -145,8 +145,7 @@ Result<std::string> ImageId(const std::string& ref, const std::vector<std::strin
   Result<std::string> id =
       RunCapture(PodmanArgv(podman_args, {"image", "inspect", "--format", "{{.Id}}", ref}));
   if (!id.ok()) {
-    return Status::NotFound("image '" + ref +
-                            "' is not in podman's local store on this node (" +
+    return Status::NotFound("image '" + ref + "' is not in podman's local store on this node (" +
                             id.status().message() +
                             "): pull it, or load it with `podman load` / `podman import`");
   }

@@ -11,8 +11,7 @@
 namespace gpupool::envcheck {
 namespace {
 
-gpu::NodeInfo NvidiaNode(const std::string& driver, const std::string& cuda, int major,
-                         int minor) {
+gpu::NodeInfo NvidiaNode(const std::string& driver, const std::string& cuda, int major, int minor) {
   gpu::NodeInfo n;
   n.hostname = "b07";
   n.nvidia = gpu::DriverInfo{driver, cuda, {}, {}};
@@ -61,13 +60,15 @@ TEST(OfferFromNodeTest, TakesDriverCapabilitiesAndTargets) {
 }
 
 TEST(CheckNeedsTest, DriverTooOldNamesBothVersionsAndTheFix) {
-  Status s = CheckNeeds(Cuda124({"sm_80"}), OfferFromNode(NvidiaNode("535.104.05", "12.2", 8, 0), ""));
+  Status s =
+      CheckNeeds(Cuda124({"sm_80"}), OfferFromNode(NvidiaNode("535.104.05", "12.2", 8, 0), ""));
   ASSERT_EQ(s.code(), StatusCode::kFailedPrecondition);
   EXPECT_EQ(s.message(),
             "needs CUDA 12.4 -> driver >= 550.54.14; node b07 has 535.104.05: upgrade the node's "
             "driver or use an image built for CUDA 12.2 or older");
-  EXPECT_TRUE(CheckNeeds(Cuda124({"sm_80"}), OfferFromNode(NvidiaNode("550.54.14", "12.4", 8, 0), ""))
-                  .ok());
+  EXPECT_TRUE(
+      CheckNeeds(Cuda124({"sm_80"}), OfferFromNode(NvidiaNode("550.54.14", "12.4", 8, 0), ""))
+          .ok());
 }
 
 TEST(CheckNeedsTest, ArchitectureRules) {
@@ -144,8 +145,9 @@ TEST(ImageIdTest, MissingImageSaysHowToLoadIt) {
     GTEST_SKIP() << "podman is not installed";
   }
   Result<std::string> id =
-      ImageId("localhost/gpupool-no-such-image:never", {"--storage-driver", "vfs", "--root", "/tmp/gpupool-needs-noroot",
-                                                        "--runroot", "/tmp/gpupool-needs-norun"});
+      ImageId("localhost/gpupool-no-such-image:never",
+              {"--storage-driver", "vfs", "--root", "/tmp/gpupool-needs-noroot", "--runroot",
+               "/tmp/gpupool-needs-norun"});
   std::error_code ec;
   std::filesystem::remove_all("/tmp/gpupool-needs-noroot", ec);
   std::filesystem::remove_all("/tmp/gpupool-needs-norun", ec);

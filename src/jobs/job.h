@@ -71,12 +71,12 @@ struct Mount {
 // What a job's software environment needs from a node's GPU stack, found by inspecting
 // its image or directory at submit time (src/envcheck). Empty `source` = not inspected.
 struct EnvNeeds {
-  std::string source;                   // what was inspected: "image REF (ID)", "directory D"
-  std::string cuda;                     // CUDA release it needs, "12.4"; "" = none
-  std::string min_driver;               // that release's minimum driver
-  std::string min_driver_minor_compat;  // the family minimum under minor version compatibility
-  std::vector<std::string> sass;        // sm_XY[a|f] it carries
-  std::vector<std::string> ptx;         // compute_XY it carries
+  std::string source;                    // what was inspected: "image REF (ID)", "directory D"
+  std::string cuda;                      // CUDA release it needs, "12.4"; "" = none
+  std::string min_driver;                // that release's minimum driver
+  std::string min_driver_minor_compat;   // the family minimum under minor version compatibility
+  std::vector<std::string> sass;         // sm_XY[a|f] it carries
+  std::vector<std::string> ptx;          // compute_XY it carries
   std::vector<std::string> gfx_targets;  // AMD targets it carries
   bool empty() const { return source.empty(); }
   friend bool operator==(const EnvNeeds&, const EnvNeeds&) = default;
@@ -92,7 +92,7 @@ struct Job {
   std::vector<std::string> command;  // argv
   std::map<std::string, std::string> env;
   std::string workdir;
-  std::string image;  // container image; empty = plain process
+  std::string image;          // container image; empty = plain process
   std::vector<Mount> mounts;  // bind mounts of a container job
   std::string environment;    // named environment "NAME:VERSION"; empty = none
   std::string env_dir;        // a directory environment's root (process jobs)

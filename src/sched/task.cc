@@ -30,8 +30,8 @@ Status ValidateTask(const Task& t) {
 }
 
 TaskShape ShapeOf(const Task& t) {
-  return {t.cpu_milli, t.memory_mib, t.num_gpu, t.gpu_milli, t.gpu_models, t.min_capability,
-          t.allowed_nodes};
+  return {t.cpu_milli,  t.memory_mib,     t.num_gpu,      t.gpu_milli,
+          t.gpu_models, t.min_capability, t.allowed_nodes};
 }
 
 size_t HashShape(const TaskShape& s) {

@@ -358,8 +358,7 @@ class SqliteStore final : public Store {
     s.Bind(2, std::string(version));
     if (s.Step() != SQLITE_DONE) return Error("delete environment");
     if (sqlite3_changes(db_) == 0) {
-      return Status::NotFound("no environment " + std::string(name) + ":" +
-                              std::string(version));
+      return Status::NotFound("no environment " + std::string(name) + ":" + std::string(version));
     }
     return Status::Ok();
   }

@@ -40,7 +40,8 @@ std::string RenderEnvironments(const Json& answer) {
               cuda.empty() ? "-" : cuda, driver.empty() ? "-" : driver, code,
               GetString(e, "owner")});
   }
-  if (t.rows() == 0) return "no environments registered; add one with `gpupool env add NAME:VERSION --image REF`\n";
+  if (t.rows() == 0)
+    return "no environments registered; add one with `gpupool env add NAME:VERSION --image REF`\n";
   return t.Render();
 }
 

@@ -185,8 +185,7 @@ Result<OrderedJson> BuildSubmission(const SubmitFlags& f, const std::vector<std:
                          "use SRC:DST[:ro] with an absolute DST, e.g. --mount /data:/data:ro");
     }
     // A relative source is relative to the current directory, like --workdir.
-    const std::string src =
-        (std::filesystem::path(cwd) / parts[0]).lexically_normal().string();
+    const std::string src = (std::filesystem::path(cwd) / parts[0]).lexically_normal().string();
     mounts.push_back({{"source", src}, {"target", parts[1]}, {"read_only", ro}});
   }
   if (!mounts.empty()) {

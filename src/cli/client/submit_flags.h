@@ -32,7 +32,7 @@ struct SubmitFlags {
   std::optional<std::string> name;
   std::optional<std::string> project;
   std::optional<std::string> priority;
-  std::vector<std::string> env;  // "K=V" variables or one "NAME:VERSION", in the order given
+  std::vector<std::string> env;     // "K=V" variables or one "NAME:VERSION", in the order given
   std::vector<std::string> mounts;  // "SRC:DST[:ro]", in the order given
   std::optional<std::string> workdir;
   std::optional<std::string> tasks;

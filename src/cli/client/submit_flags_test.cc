@@ -139,13 +139,14 @@ TEST(BuildSubmissionTest, EveryBadValueNamesItsOption) {
 }
 
 TEST(BuildSubmissionTest, NamedEnvironmentsAndMounts) {
-  EXPECT_EQ(Body(ParseArgs({"--env", "torch:2.4", "--env", "A=1", "--mount", "data:/data:ro",
-                            "--mount", "/scratch:/scratch"})),
-            R"({"command":["python","train.py"],"env":{"A":"1"},"environment":"torch:2.4",)"
-            R"("mounts":[{"source":"/home/alice/proj/data","target":"/data","read_only":true},)"
-            R"({"source":"/scratch","target":"/scratch","read_only":false}],)"
-            R"("workdir":"/home/alice/proj",)"
-            R"("request":{"gpus":0,"gpu_milli":1000,"cpu_milli":1000,"memory_bytes":0,"tasks":1}})");
+  EXPECT_EQ(
+      Body(ParseArgs({"--env", "torch:2.4", "--env", "A=1", "--mount", "data:/data:ro", "--mount",
+                      "/scratch:/scratch"})),
+      R"({"command":["python","train.py"],"env":{"A":"1"},"environment":"torch:2.4",)"
+      R"("mounts":[{"source":"/home/alice/proj/data","target":"/data","read_only":true},)"
+      R"({"source":"/scratch","target":"/scratch","read_only":false}],)"
+      R"("workdir":"/home/alice/proj",)"
+      R"("request":{"gpus":0,"gpu_milli":1000,"cpu_milli":1000,"memory_bytes":0,"tasks":1}})");
   EXPECT_EQ(Error({"--env", "torch:2.4", "--env", "jax:0.4"}),
             "--env jax:0.4: only one named environment per job; already given torch:2.4");
   EXPECT_EQ(Error({"--env", "torch:2.4", "--image", "x"}),
