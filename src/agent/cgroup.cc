@@ -107,7 +107,7 @@ std::unique_ptr<JobCgroup> JobCgroup::Create(const std::string& root,
 }
 
 JobCgroup::~JobCgroup() {
-  for (int fd : procs_fds_) ::close(fd);
+  for (const JoinFd& j : join_fds_) ::close(j.fd);
 }
 
 bool JobCgroup::MakeDir(const std::string& parent, const std::string& leaf, std::string* dir) {
@@ -125,14 +125,27 @@ bool JobCgroup::MakeDir(const std::string& parent, const std::string& leaf, std:
   return true;
 }
 
-void JobCgroup::OpenProcs(const std::string& dir) {
+void JobCgroup::OpenProcs(const std::string& dir, bool v1) {
+  // Under v1, writing "0" to `tasks` moves only the calling thread, and the kernel then
+  // skips the global threadgroup lock whose write side waits for an RCU grace period:
+  // 5-17 ms per controller on an idle host, against 0.1 ms. The caller of
+  // JoinFromChild is a freshly forked, single-threaded child, so the thread is the
+  // whole process. cgroup.procs with the pid is the fallback (and v2's only way).
+  if (v1) {
+    const std::string tasks = dir + "/tasks";
+    int fd = ::open(tasks.c_str(), O_WRONLY | O_CLOEXEC);
+    if (fd >= 0) {
+      join_fds_.push_back({fd, /*write_zero=*/true});
+      return;
+    }
+  }
   const std::string path = dir + "/cgroup.procs";
   int fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC);
   if (fd < 0) {
     notes_.push_back("cannot open '" + path + "': " + std::strerror(errno));
     return;
   }
-  procs_fds_.push_back(fd);
+  join_fds_.push_back({fd, /*write_zero=*/false});
 }
 
 void JobCgroup::SetUpV1(const std::string& root, const CgroupRequest& request) {
@@ -160,7 +173,7 @@ void JobCgroup::SetUpV1(const std::string& root, const CgroupRequest& request) {
     }
     devices_enforced_ = all;
     applied.push_back("devices denied " + std::to_string(denied));
-    OpenProcs(dir);
+    OpenProcs(dir, /*v1=*/true);
   }
 
   const bool want_cpu = request.cpu_milli > 0;
@@ -179,7 +192,7 @@ void JobCgroup::SetUpV1(const std::string& root, const CgroupRequest& request) {
       } else {
         notes_.push_back(st.message());
       }
-      OpenProcs(dir);
+      OpenProcs(dir, /*v1=*/true);
     }
   }
   if (want_mem) {
@@ -194,7 +207,7 @@ void JobCgroup::SetUpV1(const std::string& root, const CgroupRequest& request) {
       } else {
         notes_.push_back(st.message());
       }
-      OpenProcs(dir);
+      OpenProcs(dir, /*v1=*/true);
     }
   }
   note_ = "cgroup v1";
@@ -237,7 +250,7 @@ void JobCgroup::SetUpV2(const std::string& root, const CgroupRequest& request) {
         notes_.push_back(st.message());
       }
     }
-    OpenProcs(dir);
+    OpenProcs(dir, /*v1=*/false);
   }
   note_ = "cgroup v2";
   if (!applied.empty()) {
@@ -267,8 +280,9 @@ bool JobCgroup::JoinFromChild() const {
   for (pid_t pid = ::getpid(); pid > 0; pid /= 10) rev[rlen++] = static_cast<char>('0' + pid % 10);
   while (rlen > 0) buf[len++] = rev[--rlen];
   bool ok = true;
-  for (int fd : procs_fds_) {
-    if (::write(fd, buf, static_cast<size_t>(len)) != len) ok = false;
+  for (const JoinFd& j : join_fds_) {
+    const ssize_t want = j.write_zero ? 1 : len;
+    if (::write(j.fd, j.write_zero ? "0" : buf, static_cast<size_t>(want)) != want) ok = false;
   }
   return ok;
 }
@@ -301,8 +315,8 @@ Status KillAndRemove(const std::vector<std::string>& dirs, int timeout_ms) {
 }  // namespace
 
 Status JobCgroup::Destroy(int timeout_ms) {
-  for (int fd : procs_fds_) ::close(fd);
-  procs_fds_.clear();
+  for (const JoinFd& j : join_fds_) ::close(j.fd);
+  join_fds_.clear();
   Status st = KillAndRemove(dirs_, timeout_ms);
   dirs_.clear();
   return st;

@@ -41,7 +41,8 @@ class JobCgroup {
 
   // Moves the calling process into the job's cgroups. Async-signal-safe (only write(2)
   // on descriptors opened by Create), so a freshly forked child may call it before exec.
-  // Returns false when a move failed.
+  // The caller must be single-threaded (under v1 only the calling thread is moved, which
+  // avoids a global kernel lock). Returns false when a move failed.
   bool JoinFromChild() const;
 
   // Kills whatever still runs in the cgroups and removes them, waiting up to
@@ -63,11 +64,15 @@ class JobCgroup {
   void SetUpV1(const std::string& root, const CgroupRequest& request);
   void SetUpV2(const std::string& root, const CgroupRequest& request);
   bool MakeDir(const std::string& parent, const std::string& leaf, std::string* dir);
-  void OpenProcs(const std::string& dir);
+  void OpenProcs(const std::string& dir, bool v1);
 
   std::vector<std::string> dirs_;  // created leaf directories
   std::string oom_events_;         // memory.oom_control (v1) or memory.events (v2)
-  std::vector<int> procs_fds_;     // cgroup.procs of each, opened for writing
+  struct JoinFd {
+    int fd;  // v1 `tasks` (write "0": this thread) or cgroup.procs (write the pid)
+    bool write_zero;
+  };
+  std::vector<JoinFd> join_fds_;  // one per created cgroup, opened for writing
   std::vector<std::string> notes_;
   std::string note_;
   bool devices_enforced_ = false;

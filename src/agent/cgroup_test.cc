@@ -75,6 +75,13 @@ TEST(CgroupTest, V1CreatesConfiguresAndRemoves) {
   ASSERT_GE(pid, 0);
   if (pid == 0) {
     if (!cg->JoinFromChild()) ::_exit(10);
+    // The whole process is listed in every cgroup (v1 joins by thread through `tasks`).
+    for (const std::string& dir : cg->dirs()) {
+      std::ifstream procs(dir + "/cgroup.procs");
+      bool listed = false;
+      for (int p = 0; procs >> p;) listed = listed || p == ::getpid();
+      if (!listed) ::_exit(14);
+    }
     int zero = ::open("/dev/zero", O_RDONLY);
     if (zero >= 0) ::_exit(11);
     if (errno != EPERM) ::_exit(12);
@@ -85,7 +92,7 @@ TEST(CgroupTest, V1CreatesConfiguresAndRemoves) {
   ASSERT_EQ(::waitpid(pid, &status, 0), pid);
   ASSERT_TRUE(WIFEXITED(status));
   EXPECT_EQ(WEXITSTATUS(status), 0) << "10: join failed, 11: /dev/zero opened, 12: wrong errno, "
-                                       "13: /dev/null denied";
+                                       "13: /dev/null denied, 14: not in a cgroup's procs";
   std::ifstream quota("/sys/fs/cgroup/cpu/gpupool/" + leaf + "/cpu.cfs_quota_us");
   int64_t q = 0;
   quota >> q;

@@ -3,6 +3,7 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <spawn.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -151,50 +152,40 @@ Result<Supervised> ProcessLauncher::SpawnShim(const std::string& job_dir, std::s
   if (::pipe2(pipefd, O_CLOEXEC) != 0) {
     return Status::Unavailable(std::string("cannot create a pipe: ") + std::strerror(errno));
   }
+  // posix_spawn (vfork-like: no copy of the agent's page tables, ~1 ms less per launch
+  // than fork) with everything the shim needs set up in the child before exec.
   sigset_t block;
   sigemptyset(&block);
   for (int sig : {SIGCHLD, SIGTERM, SIGINT, SIGHUP, SIGQUIT}) sigaddset(&block, sig);
-  // The agent may have threads: between fork and exec only async-signal-safe calls.
-  pid_t pid = ::fork();
-  if (pid < 0) {
-    int err = errno;
+  sigset_t defaults;
+  sigemptyset(&defaults);
+  for (int sig : {SIGPIPE, SIGHUP, SIGTERM, SIGINT, SIGQUIT, SIGCHLD}) sigaddset(&defaults, sig);
+  posix_spawnattr_t attr;
+  posix_spawn_file_actions_t actions;
+  posix_spawnattr_init(&attr);
+  posix_spawn_file_actions_init(&actions);
+  // Its own session: signals to the agent's group or terminal never reach it. Signals
+  // stay blocked across exec until the shim installs its handling; a cancel then waits.
+  posix_spawnattr_setflags(&attr,
+                           POSIX_SPAWN_SETSID | POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
+  posix_spawnattr_setsigmask(&attr, &block);
+  posix_spawnattr_setsigdefault(&attr, &defaults);
+  // The pipe first (dup2 onto itself clears close-on-exec), then /dev/null on 0-2, so a
+  // pipe that got a low descriptor is moved before it would be overwritten.
+  posix_spawn_file_actions_adddup2(&actions, pipefd[1], kReadyFd);
+  posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDWR, 0);
+  posix_spawn_file_actions_adddup2(&actions, 0, 1);
+  posix_spawn_file_actions_adddup2(&actions, 0, 2);
+  posix_spawn_file_actions_addclosefrom_np(&actions, kReadyFd + 1);
+  pid_t pid = -1;
+  const int spawn_err = ::posix_spawn(&pid, argv[0], &actions, &attr, argv.data(), environ);
+  posix_spawn_file_actions_destroy(&actions);
+  posix_spawnattr_destroy(&attr);
+  if (spawn_err != 0) {
     ::close(pipefd[0]);
     ::close(pipefd[1]);
-    return Status::Unavailable(std::string("cannot fork the job's supervisor: ") +
-                               std::strerror(err));
-  }
-  if (pid == 0) {
-    // Its own session: signals to the agent's group or terminal never reach it.
-    ::setsid();
-    // Blocked across exec until the shim installs its handling; a cancel then waits.
-    ::sigprocmask(SIG_SETMASK, &block, nullptr);
-    for (int sig : {SIGPIPE, SIGHUP, SIGTERM, SIGINT, SIGQUIT, SIGCHLD}) ::signal(sig, SIG_DFL);
-    int null_fd = ::open("/dev/null", O_RDWR);
-    if (null_fd >= 0) {
-      ::dup2(null_fd, 0);
-      ::dup2(null_fd, 1);
-      ::dup2(null_fd, 2);
-    }
-    if (pipefd[1] == kReadyFd) {
-      ::fcntl(kReadyFd, F_SETFD, 0);
-    } else if (::dup2(pipefd[1], kReadyFd) < 0) {  // dup2 clears close-on-exec
-      ::_exit(126);
-    }
-    ::close_range(kReadyFd + 1, ~0U, 0);
-    ::execv(argv[0], argv.data());
-    char msg[64] = "exec-failed ";
-    int err = errno;
-    int len = 12;
-    char rev[16];
-    int rlen = 0;
-    do {
-      rev[rlen++] = static_cast<char>('0' + err % 10);
-      err /= 10;
-    } while (err > 0);
-    while (rlen > 0) msg[len++] = rev[--rlen];
-    msg[len++] = '\n';
-    (void)!::write(kReadyFd, msg, static_cast<size_t>(len));
-    ::_exit(127);
+    return Status::FailedPrecondition("cannot run the job's supervisor '" + args[0] +
+                                      "': " + std::strerror(spawn_err));
   }
   ::close(pipefd[1]);
 
@@ -305,11 +296,6 @@ Status ProcessLauncher::Launch(const LaunchSpec& spec) {
   while (::waitpid(s.shim_pid, &status, 0) < 0 && errno == EINTR) {
   }
   if (s.pidfd >= 0) ::close(s.pidfd);
-  if (StartsWith(report, "exec-failed ")) {
-    const int err = static_cast<int>(ParseInt64(report.substr(12)).value_or(0));
-    return Status::FailedPrecondition("cannot run the job's supervisor '" + opt_.shim_command[0] +
-                                      "': " + std::strerror(err));
-  }
   Result<FinalStatus> final_status = ReadFinalStatus(dir);
   if (!final_status.ok()) {
     return Status::Internal("the job's supervisor ended without starting job " + id +
