@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <cstring>
+#include <string>
 #include <unordered_map>
 
 #include "sched/placement/score_plugins.h"
@@ -25,6 +27,7 @@ class FgdScore final : public ScorePlugin {
     const ShapeKey key{task.cpu_milli, task.num_gpu, task.gpu_milli};
     auto [it, inserted] = shape_ids_.try_emplace(key, static_cast<int32_t>(cache_.size()));
     if (inserted) cache_.emplace_back();
+    current_shape_ = it->second;
     current_ = &cache_[static_cast<size_t>(it->second)];
     if (current_->size() != static_cast<size_t>(state.num_nodes())) {
       current_->assign(static_cast<size_t>(state.num_nodes()), Entry{});
@@ -35,7 +38,9 @@ class FgdScore final : public ScorePlugin {
     Entry& e = (*current_)[static_cast<size_t>(node)];
     const NodeState& n = state.node(node);
     if (e.version != n.version) {
-      Compute(n, static_cast<size_t>(node), task, &e);
+      const MemoValue& m = Memo(n, static_cast<size_t>(node), task);
+      e.score = m.score;
+      e.gpus = task.IsFractional() ? WinningGpu(n, m.winners) : FirstIdleGpus(n, task.num_gpu);
       e.version = n.version;
     }
     return {node, e.score, e.gpus};
@@ -58,6 +63,12 @@ class FgdScore final : public ScorePlugin {
     int64_t score = 0;
     GpuMask gpus = 0;
   };
+  // The content memo's value: the node's best score for the shape and, for a fractional
+  // task, which positions of the sorted free shares (the key's) give that score.
+  struct MemoValue {
+    int64_t score = 0;
+    uint64_t winners = 0;
+  };
 
   // (Re)binds the measure when the cluster's model table or size changed.
   void Bind(const ClusterState& state) {
@@ -71,6 +82,7 @@ class FgdScore final : public ScorePlugin {
     node_frag_version_.assign(static_cast<size_t>(state.num_nodes()), 0);
     cache_.clear();
     shape_ids_.clear();
+    memo_.clear();
   }
 
   int64_t NodeFrag(const NodeState& n, size_t index) {
@@ -99,49 +111,99 @@ class FgdScore final : public ScorePlugin {
            static_cast<int64_t>(full * static_cast<double>(kSecondaryRange - 1));
   }
 
-  void Compute(const NodeState& n, size_t index, const Task& task, Entry* e) {
+  // The node's result for the current shape, looked up by content. The score depends on
+  // the node only through its model, free CPU and the multiset of its GPUs' free shares
+  // (F_n and Combine do not look at GPU order or memory), so the key is those with the
+  // shares sorted; thousands of identical nodes share one entry. The GPU indices are
+  // derived per node from the result (WinningGpu, FirstIdleGpus), exactly as before.
+  const MemoValue& Memo(const NodeState& n, size_t index, const Task& task) {
+    const int32_t g = n.num_gpus();
+    for (int32_t i = 0; i < g; ++i) {  // insertion sort, descending: g is small
+      const int32_t f = n.gpu_free_milli[static_cast<size_t>(i)];
+      int32_t j = i;
+      for (; j > 0 && sorted_[static_cast<size_t>(j - 1)] < f; --j) {
+        sorted_[static_cast<size_t>(j)] = sorted_[static_cast<size_t>(j - 1)];
+      }
+      sorted_[static_cast<size_t>(j)] = f;
+    }
+    key_.resize(kKeyHeader + static_cast<size_t>(g) * sizeof(uint16_t));
+    char* k = key_.data();
+    std::memcpy(k, &current_shape_, sizeof(int32_t));
+    std::memcpy(k + 4, &n.model_id, sizeof(int32_t));
+    std::memcpy(k + 8, &n.cpu_free_milli, sizeof(int64_t));
+    for (int32_t i = 0; i < g; ++i) {
+      const auto f = static_cast<uint16_t>(sorted_[static_cast<size_t>(i)]);  // 0..1000
+      std::memcpy(k + kKeyHeader + static_cast<size_t>(i) * sizeof(uint16_t), &f, sizeof(f));
+    }
+    if (auto it = memo_.find(key_); it != memo_.end()) return it->second;
+    if (memo_.size() >= kMaxMemoEntries) memo_.clear();  // bounds memory; L1 stays warm
+    return memo_.emplace(key_, Compute(n, index, task)).first->second;
+  }
+
+  // For a fractional task: the first GPU (index order) whose free share is one of the
+  // winning values, which is the GPU the exhaustive scan in index order picks.
+  GpuMask WinningGpu(const NodeState& n, uint64_t winners) const {
+    const int32_t g = n.num_gpus();
+    for (int32_t i = 0; i < g; ++i) {
+      const int32_t f = n.gpu_free_milli[static_cast<size_t>(i)];
+      for (int32_t j = 0; j < g; ++j) {
+        if (sorted_[static_cast<size_t>(j)] == f && (winners >> j & 1) != 0) {
+          return GpuMask{1} << i;
+        }
+      }
+    }
+    return 0;  // cannot happen after the filter; keep the entry harmless
+  }
+
+  // Scores the node in the sorted order of Memo() (sorted_ holds its free shares).
+  MemoValue Compute(const NodeState& n, size_t index, const Task& task) {
     const int64_t before = NodeFrag(n, index);
     const int32_t g = n.num_gpus();
-    std::array<int32_t, 64> after{};
-    std::copy(n.gpu_free_milli.begin(), n.gpu_free_milli.end(), after.begin());
+    std::array<int32_t, 64> after = sorted_;
     const int64_t cpu_after = n.cpu_free_milli - task.cpu_milli;
+    MemoValue m;
     if (task.IsFractional()) {
-      // Every GPU with enough free share is a candidate; GPUs with equal free shares give
-      // equal results, so only the first of each value is evaluated (first index wins ties).
+      // Every distinct free share >= gpu_milli is a candidate; equal shares give equal
+      // results. The winners are all positions whose share reaches the best score.
       bool have = false;
-      std::array<int32_t, 64> tried{};
-      int32_t num_tried = 0;
+      std::array<int64_t, 64> score_at{};
       for (int32_t i = 0; i < g; ++i) {
-        const int32_t f = n.gpu_free_milli[static_cast<size_t>(i)];
-        if (f < task.gpu_milli) continue;
-        if (std::find(tried.begin(), tried.begin() + num_tried, f) != tried.begin() + num_tried) {
+        const int32_t f = sorted_[static_cast<size_t>(i)];
+        if (f < task.gpu_milli) break;  // descending: no later share fits either
+        if (i > 0 && sorted_[static_cast<size_t>(i - 1)] == f) {
+          score_at[static_cast<size_t>(i)] = score_at[static_cast<size_t>(i - 1)];
           continue;
         }
-        tried[static_cast<size_t>(num_tried++)] = f;
         after[static_cast<size_t>(i)] = f - task.gpu_milli;
         const int64_t delta = before - measure_->ScaledNode(n.model_id, cpu_after, after.data(), g);
         after[static_cast<size_t>(i)] = f;
         const int64_t score = Combine(Primary(delta), n, task);
-        if (!have || score > e->score) {
+        score_at[static_cast<size_t>(i)] = score;
+        if (!have || score > m.score) {
           have = true;
-          e->score = score;
-          e->gpus = GpuMask{1} << i;
+          m.score = score;
         }
       }
-      if (!have) {  // cannot happen after the filter; keep the entry harmless
-        e->score = 0;
-        e->gpus = 0;
+      for (int32_t i = 0; have && i < g && sorted_[static_cast<size_t>(i)] >= task.gpu_milli; ++i) {
+        if (score_at[static_cast<size_t>(i)] == m.score) m.winners |= uint64_t{1} << i;
       }
-      return;
+      return m;  // score 0, no winners when nothing fits (cannot happen after the filter)
     }
-    const GpuMask gpus = FirstIdleGpus(n, task.num_gpu);
-    for (int32_t i = 0; i < g; ++i) {
-      if (gpus & (GpuMask{1} << i)) after[static_cast<size_t>(i)] = 0;
+    // Whole GPUs (or none): the task takes num_gpu idle GPUs, which lead the sorted shares.
+    int32_t idle = 0;
+    while (idle < g && sorted_[static_cast<size_t>(idle)] == 1000) ++idle;
+    if (task.num_gpu > 0 && idle >= task.num_gpu) {
+      for (int32_t i = 0; i < task.num_gpu; ++i) after[static_cast<size_t>(i)] = 0;
     }
     const int64_t delta = before - measure_->ScaledNode(n.model_id, cpu_after, after.data(), g);
-    e->score = Combine(Primary(delta), n, task);
-    e->gpus = gpus;
+    m.score = Combine(Primary(delta), n, task);
+    return m;
   }
+
+  // Memo entries: key of 16 + 2 x GPUs bytes (~32 for 8 GPUs) plus map overhead, about
+  // 100 bytes each, so at most ~13 MB.
+  static constexpr size_t kKeyHeader = 16;
+  static constexpr size_t kMaxMemoEntries = size_t{1} << 17;
 
   std::shared_ptr<const TargetWorkload> workload_;
   FgdOptions options_;
@@ -153,6 +215,10 @@ class FgdScore final : public ScorePlugin {
   std::unordered_map<ShapeKey, int32_t, ShapeKeyHash> shape_ids_;
   std::vector<std::vector<Entry>> cache_;
   std::vector<Entry>* current_ = nullptr;
+  int32_t current_shape_ = -1;
+  std::unordered_map<std::string, MemoValue> memo_;
+  std::string key_;                   // scratch: the key being looked up
+  std::array<int32_t, 64> sorted_{};  // scratch: the node's free shares, descending
 };
 
 }  // namespace

@@ -10,10 +10,14 @@
 //   - tie_break_best_fit: among equal primary scores prefer the node that is fuller
 //     after placement (BestFit's measure), before the scan order decides.
 //
-// Speed: F_n depends only on the node's state, so it is cached per node version; the
-// best (score, GPUs) of a node for a task shape (cpu, num_gpu, gpu_milli) is cached per
-// node version too. Each placement changes one node, so a cycle recomputes only what
-// changed since the last task of the same shape. Single-threaded (caches).
+// Speed: two caches. (1) Per (task shape (cpu, num_gpu, gpu_milli), node index) the
+// best (score, GPUs) keyed by node version: each placement changes one node, so a cycle
+// looks at most nodes only through this. (2) On a version miss, a memo keyed by node
+// *content* — shape, GPU model, free CPU and the sorted free GPU shares, which is all
+// the score depends on — so the thousands of identical (e.g. idle) nodes of a large
+// cluster share one computation; the GPU indices are then derived per node exactly as
+// the full scan would pick them. Results are bit-identical to computing every node.
+// The memo is cleared when it reaches 2^17 entries (~13 MB). Single-threaded (caches).
 #pragma once
 
 #include <memory>
