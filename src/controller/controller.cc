@@ -52,11 +52,51 @@ Result<std::unique_ptr<Controller>> Controller::Create(store::Store* store, cons
   return c;
 }
 
+void Controller::Touched(int64_t id) {
+  auto it = active_.find(id);
+  if (it == active_.end()) {
+    occupying_.erase(id);
+    slim_.erase(id);
+    return;
+  }
+  const Job& job = it->second;
+  if (Occupies(job)) {
+    occupying_.insert(id);
+  } else {
+    occupying_.erase(id);
+  }
+  // What planning needs, without command lines, variables or paths.
+  auto slim = std::make_shared<Job>();
+  slim->id = job.id;
+  slim->user = job.user;
+  slim->project = job.project;
+  slim->request = job.request;
+  slim->priority = job.priority;
+  slim->time_limit_s = job.time_limit_s;
+  slim->state = job.state;
+  slim->submit_time_us = job.submit_time_us;
+  slim->start_time_us = job.start_time_us;
+  slim->placement = job.placement;
+  if (job.state == JobState::kPending) slim->needs = job.needs;  // placement filter
+  slim_[id] = std::move(slim);
+}
+
+void Controller::AttachPendingReason(Job* job) const {
+  if (job->state != JobState::kPending) return;
+  if (auto r = pending_reasons_.find(job->id); r != pending_reasons_.end()) {
+    job->pending_reason = r->second;
+  }
+}
+
 Status Controller::Load() {
   store::JobFilter active;
   active.active_only = true;
   GP_ASSIGN_OR_RETURN(std::vector<Job> jobs, store_->ListJobs(active));
-  for (Job& j : jobs) active_.emplace(j.id, std::move(j));
+  for (Job& j : jobs) {
+    const int64_t id = j.id;
+    active_.emplace(id, std::move(j));
+    Touched(id);
+  }
   GP_ASSIGN_OR_RETURN(std::vector<store::NodeRecord> nodes, store_->ListNodes());
   const int64_t now = clock_->NowMicros();
   for (const store::NodeRecord& r : nodes) {
@@ -101,14 +141,29 @@ void Controller::Stop() {
 }
 
 void Controller::Loop() {
+  using std::chrono::steady_clock;
   int64_t last_sweep = clock_->MonotonicMicros();
+  steady_clock::time_point last_pass_end = steady_clock::now();
   while (true) {
     {
+      // A pass runs when resources changed, when jobs arrived (batched for up to
+      // arrival_batch_us while the last pass could start nothing: with a full pool and a
+      // long queue, a pass per submission would only keep the lock from API calls), or
+      // once per period.
       std::unique_lock lock(mu_);
-      scheduler_cv_.wait_for(lock, std::chrono::microseconds(options_.scheduler_period_us),
-                             [this] { return stopping_ || schedule_requested_; });
+      const auto period_end =
+          steady_clock::now() + std::chrono::microseconds(options_.scheduler_period_us);
+      const auto batch_end = last_pass_end + std::chrono::microseconds(options_.arrival_batch_us);
+      while (!stopping_ && !capacity_changed_) {
+        const auto now = steady_clock::now();
+        if (jobs_arrived_ && (!last_pass_blocked_ || now >= batch_end)) break;
+        if (now >= period_end) break;
+        scheduler_cv_.wait_until(lock,
+                                 jobs_arrived_ ? std::min(period_end, batch_end) : period_end);
+      }
       if (stopping_) return;
-      schedule_requested_ = false;
+      capacity_changed_ = false;
+      jobs_arrived_ = false;
     }
     const int64_t pass_start = clock_->MonotonicMicros();
     if (Status s = ScheduleOnce(); !s.ok()) spdlog::error("scheduler pass: {}", s.ToString());
@@ -117,6 +172,7 @@ void Controller::Loop() {
     const int64_t pass_us = clock_->MonotonicMicros() - pass_start;
     std::this_thread::sleep_for(
         std::chrono::microseconds(std::clamp<int64_t>(pass_us, 1000, 20'000)));
+    last_pass_end = steady_clock::now();
     const int64_t now = clock_->MonotonicMicros();
     if (now - last_sweep >= options_.scheduler_period_us) {
       last_sweep = now;
@@ -126,7 +182,12 @@ void Controller::Loop() {
 }
 
 void Controller::WakeScheduler() {
-  schedule_requested_ = true;
+  capacity_changed_ = true;
+  scheduler_cv_.notify_one();
+}
+
+void Controller::WakeSchedulerForArrival() {
+  jobs_arrived_ = true;
   scheduler_cv_.notify_one();
 }
 
@@ -162,7 +223,8 @@ Result<Job> Controller::Submit(Job job, const Caller& caller) {
   GP_ASSIGN_OR_RETURN(job.id, store_->InsertJob(job));
   std::lock_guard lock(mu_);
   active_[job.id] = job;
-  WakeScheduler();
+  Touched(job.id);
+  WakeSchedulerForArrival();
   return job;
 }
 
@@ -180,7 +242,9 @@ Result<Job> Controller::Get(int64_t id, const Caller& caller) {
     std::lock_guard lock(mu_);
     if (auto it = active_.find(id); it != active_.end()) {
       GP_RETURN_IF_ERROR(CheckOwner(it->second, caller));
-      return it->second;
+      Job job = it->second;
+      AttachPendingReason(&job);
+      return job;
     }
   }
   GP_ASSIGN_OR_RETURN(Job job, store_->GetJob(id));
@@ -211,11 +275,12 @@ Result<std::vector<Job>> Controller::List(const store::JobFilter& filter, const 
     for (auto it = active_.rbegin(); it != active_.rend() && out.size() < f.limit; ++it) {
       if (matches(it->second)) out.push_back(it->second);
     }
-    return out;
+  } else {
+    for (const auto& [id, job] : active_) {
+      if (matches(job)) out.push_back(job);
+    }
   }
-  for (const auto& [id, job] : active_) {
-    if (matches(job)) out.push_back(job);
-  }
+  for (Job& job : out) AttachPendingReason(&job);
   return out;
 }
 
@@ -238,6 +303,7 @@ Result<Job> Controller::Cancel(int64_t id, const Caller& caller) {
     next.pending_reason.clear();
     GP_RETURN_IF_ERROR(store_->UpdateJob(next, job.state));
     active_.erase(it);
+    Touched(id);
     WakeScheduler();
     return next;
   }
@@ -247,6 +313,7 @@ Result<Job> Controller::Cancel(int64_t id, const Caller& caller) {
     next.reason = "cancelled by " + caller.user;
     GP_RETURN_IF_ERROR(store_->UpdateJob(next, job.state));
     job = std::move(next);
+    Touched(id);
     for (const auto& p : job.placement) {
       if (auto n = nodes_.find(p.node); n != nodes_.end()) n->second.cancel_sent_us.erase(id);
     }
@@ -267,8 +334,9 @@ std::vector<NodeView> Controller::Nodes() {
     v.cpu_milli = e.cpu_milli;
     v.memory_mib = e.memory_mib;
     v.allocated_milli.assign(e.info.gpus.size(), 0);
-    for (const auto& [id, job] : active_) {
-      if (!Occupies(job) || !OnNode(job, name)) continue;
+    for (int64_t id : occupying_) {
+      const Job& job = active_.at(id);
+      if (!OnNode(job, name)) continue;
       ++v.running_jobs;
       for (const auto& p : job.placement) {
         if (p.node != name) continue;
@@ -313,7 +381,8 @@ Status Controller::RegisterNode(const std::string& name, gpu::NodeInfo info, int
   // Jobs we believe run there that the agent does not know are gone.
   std::set<std::pair<int64_t, int>> known(running.begin(), running.end());
   std::vector<int64_t> lost;
-  for (const auto& [id, job] : active_) {
+  for (int64_t id : occupying_) {
+    const Job& job = active_.at(id);
     if (job.state == JobState::kRunning && OnNode(job, name) &&
         known.count({id, job.attempt}) == 0) {
       lost.push_back(id);
@@ -344,12 +413,15 @@ Status Controller::FinishOnNodeLoss(Job& job, const std::string& reason) {
     again.reason = "requeued: " + reason;
     GP_RETURN_IF_ERROR(store_->UpdateJobs({{lost, job.state}, {again, JobState::kLost}}));
     job = std::move(again);
+    Touched(job.id);
     spdlog::warn("job {} LOST and requeued: {}", job.id, reason);
     return Status::Ok();
   }
   GP_RETURN_IF_ERROR(store_->UpdateJob(lost, job.state));
   spdlog::warn("job {} LOST: {}", job.id, reason);
-  active_.erase(job.id);
+  const int64_t id = job.id;  // `job` lives in active_
+  active_.erase(id);
+  Touched(id);
   return Status::Ok();
 }
 
@@ -390,8 +462,9 @@ Result<AgentWork> Controller::WaitForWork(const std::string& node, int64_t wait_
       WakeScheduler();
     }
     AgentWork work;
-    for (const auto& [id, job] : active_) {
-      if (!Occupies(job) || !OnNode(job, node)) continue;
+    for (int64_t id : occupying_) {
+      const Job& job = active_.at(id);
+      if (!OnNode(job, node)) continue;
       if (job.cancel_requested) {
         auto sent = e.cancel_sent_us.find(id);
         if (sent == e.cancel_sent_us.end() || now - sent->second > kResendAfterUs) {
@@ -438,6 +511,7 @@ Status Controller::ApplyEvents(const std::string& node, const std::vector<AgentE
         if (!ev.stderr_path.empty()) next.stderr_path = ev.stderr_path;
         GP_RETURN_IF_ERROR(store_->UpdateJob(next, job.state));
         job = std::move(next);
+        Touched(job.id);
         continue;
       case AgentEvent::Kind::kExited: {
         const bool clean = ev.exit_code && *ev.exit_code == 0 && !ev.signal;
@@ -455,6 +529,7 @@ Status Controller::ApplyEvents(const std::string& node, const std::vector<AgentE
               stop.reason = "task " + std::to_string(ev.task_index) + " failed";
               GP_RETURN_IF_ERROR(store_->UpdateJob(stop, job.state));
               job = std::move(stop);
+              Touched(job.id);
               work_cv_.notify_all();
             }
             continue;
@@ -479,7 +554,9 @@ Status Controller::ApplyEvents(const std::string& node, const std::vector<AgentE
         if (!ev.stdout_path.empty()) next.stdout_path = ev.stdout_path;
         if (!ev.stderr_path.empty()) next.stderr_path = ev.stderr_path;
         GP_RETURN_IF_ERROR(store_->UpdateJob(next, job.state));
+        const int64_t id = it->first;
         active_.erase(it);
+        Touched(id);
         freed = true;
         continue;
       }
@@ -499,29 +576,20 @@ Status Controller::ScheduleOnce() {
   // pass plans on a snapshot (jobs without their command lines and variables) taken
   // under the lock, and applies the result under the lock after checking that nothing
   // it relied on changed meanwhile.
-  std::vector<Job> snapshot;
+  std::vector<std::shared_ptr<const Job>> snapshot;
   std::vector<std::pair<std::string, NodeEntry>> nodes_copy;
   {
     std::lock_guard lock(mu_);
     bool any_pending = false;
-    snapshot.reserve(active_.size());
-    for (const auto& [id, job] : active_) {
-      any_pending = any_pending || job.state == JobState::kPending;
-      Job slim;
-      slim.id = job.id;
-      slim.user = job.user;
-      slim.project = job.project;
-      slim.request = job.request;
-      slim.priority = job.priority;
-      slim.time_limit_s = job.time_limit_s;
-      slim.state = job.state;
-      slim.submit_time_us = job.submit_time_us;
-      slim.start_time_us = job.start_time_us;
-      slim.placement = job.placement;
-      if (job.state == JobState::kPending) slim.needs = job.needs;  // placement filter
-      snapshot.push_back(std::move(slim));
+    snapshot.reserve(slim_.size());
+    for (const auto& [id, slim] : slim_) {  // shared, immutable copies: no deep copy here
+      any_pending = any_pending || slim->state == JobState::kPending;
+      snapshot.push_back(slim);
     }
-    if (!any_pending) return Status::Ok();
+    if (!any_pending) {
+      last_pass_blocked_ = false;
+      return Status::Ok();
+    }
     for (const auto& [name, e] : nodes_) {
       if (e.up)
         nodes_copy.emplace_back(name,
@@ -533,14 +601,15 @@ Status Controller::ScheduleOnce() {
     nodes.push_back({name, &e.info, e.cpu_milli, e.memory_mib});
   std::vector<const Job*> active;
   active.reserve(snapshot.size());
-  for (const Job& j : snapshot) active.push_back(&j);
+  for (const auto& j : snapshot) active.push_back(j.get());
   const int64_t now = clock_->NowMicros();
   GP_ASSIGN_OR_RETURN(ScheduleResult plan, scheduler_->Plan(active, nodes, now / 1'000'000));
 
   std::lock_guard lock(mu_);
   // Apply only if every job the plan saw occupying resources still does, every job it
   // starts is still pending, and every node it used is still up; otherwise plan again.
-  for (const Job& j : snapshot) {
+  for (const auto& slim : snapshot) {
+    const Job& j = *slim;
     if (j.state == JobState::kPending) continue;
     auto it = active_.find(j.id);
     if (it == active_.end()) continue;  // ended: resources freed, the plan stays safe
@@ -566,17 +635,18 @@ Status Controller::ScheduleOnce() {
     next.attempt += 1;
     updates.push_back({std::move(next), JobState::kPending});
   }
+  last_pass_blocked_ = updates.empty();
   if (!updates.empty()) {
     GP_RETURN_IF_ERROR(store_->UpdateJobs(updates));
-    for (auto& u : updates) active_[u.job.id] = std::move(u.job);
+    for (auto& u : updates) {
+      const int64_t id = u.job.id;
+      active_[id] = std::move(u.job);
+      Touched(id);
+    }
     NotifyNode("");
   }
-  for (auto& [id, reason] : plan.pending_reasons) {
-    auto it = active_.find(id);
-    if (it != active_.end() && it->second.state == JobState::kPending) {
-      it->second.pending_reason = std::move(reason);
-    }
-  }
+  // Readers attach these to pending jobs; the old map is freed after the lock.
+  pending_reasons_.swap(plan.pending_reasons);
   return Status::Ok();
 }
 
@@ -589,8 +659,8 @@ Status Controller::SweepNodes() {
     spdlog::warn("node {} stopped responding ({} s without a poll)", name,
                  (now - e.last_seen_us) / 1'000'000);
     std::vector<int64_t> victims;
-    for (const auto& [id, job] : active_) {
-      if (Occupies(job) && OnNode(job, name)) victims.push_back(id);
+    for (int64_t id : occupying_) {
+      if (OnNode(active_.at(id), name)) victims.push_back(id);
     }
     const std::string reason = "node " + name + " stopped responding (no heartbeat for " +
                                std::to_string(options_.node_timeout_us / 1'000'000) + " s)";

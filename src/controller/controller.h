@@ -14,6 +14,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -41,6 +42,9 @@ struct ControllerOptions {
   std::string start_rule = "easy";           // strict | easy | skip
   int64_t node_timeout_us = 30'000'000;      // no poll for this long: the node is down
   int64_t scheduler_period_us = 1'000'000;   // a pass at least this often
+  // While the last pass could start nothing, new submissions wait up to this long so
+  // that one pass plans them together; freed resources still trigger a pass at once.
+  int64_t arrival_batch_us = 100'000;
   int64_t cancel_grace_s = 10;
 };
 
@@ -134,8 +138,15 @@ class Controller {
   Status FinishOnNodeLoss(jobs::Job& job, const std::string& reason);
   LaunchOrder MakeLaunchOrder(const jobs::Job& job, size_t task_index) const;
   void Loop();
+  // Asks for a pass: WakeScheduler when resources or nodes changed (runs at once),
+  // WakeSchedulerForArrival for new jobs (batched while the pool is full).
   void WakeScheduler();
+  void WakeSchedulerForArrival();
   void NotifyNode(const std::string& node);
+  // After job `id` changed in active_ (or left it): updates occupying_ and slim_.
+  void Touched(int64_t id);
+  // Sets a pending job's pending_reason from the last pass.
+  void AttachPendingReason(jobs::Job* job) const;
 
   struct NodeEntry {
     gpu::NodeInfo info;
@@ -154,9 +165,19 @@ class Controller {
   std::mutex mu_;
   std::condition_variable work_cv_;       // agents waiting for work
   std::condition_variable scheduler_cv_;  // the loop waiting for a reason to run
-  bool schedule_requested_ = false;
+  bool capacity_changed_ = false;         // resources freed, nodes changed: plan at once
+  bool jobs_arrived_ = false;             // new submissions
+  bool last_pass_blocked_ = false;        // the last pass had pending jobs and started none
   bool stopping_ = false;
   std::map<int64_t, jobs::Job> active_;  // non-terminal jobs by id
+  // Ids of the jobs in active_ that hold resources (ASSIGNED or RUNNING): what node
+  // views, agent polls and node-loss sweeps walk, not the whole queue.
+  std::set<int64_t> occupying_;
+  // For each job in active_, an immutable copy with what planning needs: a pass takes
+  // its snapshot by sharing these, not by copying thousands of jobs under the lock.
+  std::map<int64_t, std::shared_ptr<const jobs::Job>> slim_;
+  // Why each job left pending by the last pass waits (swapped in whole by the pass).
+  std::map<int64_t, std::string> pending_reasons_;
   std::map<std::string, NodeEntry> nodes_;
   std::unique_ptr<JobScheduler> scheduler_;  // used by one pass at a time (the loop)
   // Gangs: exit events seen so far per job (task index -> job failed?).

@@ -2,6 +2,9 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <thread>
+
 #include "common/clock.h"
 #include "store/store.h"
 
@@ -264,6 +267,84 @@ TEST_F(ControllerTest, FairShareInterleavesUsers) {
   int alice_running = 0;
   for (const Job& j : alice) alice_running += Get(j.id).state == JobState::kAssigned ? 1 : 0;
   EXPECT_EQ(alice_running, 1);
+}
+
+// The node view and the agent's work come from the index of jobs holding resources:
+// it must follow every transition (assign, start, end, cancel, loss, requeue, restart).
+TEST_F(ControllerTest, NodeViewFollowsEveryTransition) {
+  Register(4);
+  auto allocated = [&] {
+    std::vector<NodeView> nodes = c_->Nodes();
+    EXPECT_EQ(nodes.size(), 1u);
+    int sum = 0;
+    for (int m : nodes[0].allocated_milli) sum += m;
+    return std::pair<int, int>{nodes[0].running_jobs, sum};
+  };
+  Job a = c_->Submit(MakeJob(1), alice_).value();
+  Job b = c_->Submit(MakeJob(1, 250), alice_).value();
+  Job again = MakeJob(2);
+  again.requeue = true;
+  again = c_->Submit(again, bob_).value();
+  Job queued = c_->Submit(MakeJob(4), bob_).value();
+  EXPECT_EQ(allocated(), (std::pair<int, int>{0, 0}));  // pending jobs hold nothing
+  ASSERT_TRUE(c_->ScheduleOnce().ok());
+  EXPECT_EQ(Get(queued.id).state, JobState::kPending);
+  EXPECT_EQ(allocated(), (std::pair<int, int>{3, 3250}));
+  EXPECT_EQ(c_->WaitForWork("n1", 0).value().launch.size(), 3u);
+  a = Get(a.id);
+  ASSERT_TRUE(c_->ApplyEvents("n1", {Event(a, AgentEvent::Kind::kStarted),
+                                     Event(a, AgentEvent::Kind::kExited, 0)})
+                  .ok());
+  EXPECT_EQ(allocated(), (std::pair<int, int>{2, 2250}));
+  ASSERT_TRUE(c_->Cancel(queued.id, bob_).ok());  // pending: never indexed
+  EXPECT_EQ(allocated(), (std::pair<int, int>{2, 2250}));
+  Restart();
+  EXPECT_EQ(allocated(), (std::pair<int, int>{2, 2250}));  // rebuilt from the store
+  clock_.AdvanceMicros(11'000'000);
+  ASSERT_TRUE(c_->SweepNodes().ok());
+  EXPECT_EQ(Get(b.id).state, JobState::kLost);
+  EXPECT_EQ(Get(again.id).state, JobState::kPending);  // requeued: holds nothing
+  EXPECT_EQ(allocated(), (std::pair<int, int>{0, 0}));
+  EXPECT_TRUE(c_->WaitForWork("n1", 0).value().launch.empty());
+  ASSERT_TRUE(c_->ScheduleOnce().ok());
+  EXPECT_EQ(allocated(), (std::pair<int, int>{1, 2000}));
+  AgentWork w = c_->WaitForWork("n1", 0).value();
+  ASSERT_EQ(w.launch.size(), 1u);
+  EXPECT_EQ(w.launch[0].job.id, again.id);
+}
+
+// The scheduler thread: submissions to a full pool wait for one batched pass, while freed
+// resources are planned at once.
+TEST_F(ControllerTest, LoopBatchesArrivalsWhileFullButPlansFreedResourcesAtOnce) {
+  ControllerOptions o;
+  o.scheduler_period_us = 60'000'000;
+  o.arrival_batch_us = 4'000'000;
+  Restart(o);
+  Register(1);
+  c_->Start();
+  auto state_within = [&](int64_t id, JobState want, int ms) {
+    for (int waited = 0; waited < ms; waited += 10) {
+      if (Get(id).state == want) return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    return Get(id).state == want;
+  };
+  Job a = c_->Submit(MakeJob(1), alice_).value();
+  ASSERT_TRUE(state_within(a.id, JobState::kAssigned, 3000));  // idle pool: at once
+  Job b = c_->Submit(MakeJob(1), alice_).value();              // its pass starts nothing
+  ASSERT_TRUE(state_within(b.id, JobState::kPending, 0));
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  Job cpu_only = c_->Submit(MakeJob(0), bob_).value();  // would fit, but is batched
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  EXPECT_EQ(Get(cpu_only.id).state, JobState::kPending);
+  a = Get(a.id);
+  ASSERT_TRUE(c_->ApplyEvents("n1", {Event(a, AgentEvent::Kind::kStarted),
+                                     Event(a, AgentEvent::Kind::kExited, 0)})
+                  .ok());
+  // Well before the batch ends: the freed GPU goes to b, and cpu_only rides along.
+  EXPECT_TRUE(state_within(b.id, JobState::kAssigned, 2500));
+  EXPECT_TRUE(state_within(cpu_only.id, JobState::kAssigned, 100));
+  c_->Stop();
 }
 
 TEST_F(ControllerTest, UnknownPolicyIsAConfigurationError) {
