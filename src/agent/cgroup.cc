@@ -12,6 +12,7 @@
 #include <cstring>
 #include <ctime>
 
+#include "agent/device_filter.h"
 #include "common/file_util.h"
 #include "common/strings.h"
 
@@ -221,11 +222,31 @@ void JobCgroup::SetUpV1(const std::string& root, const CgroupRequest& request) {
 void JobCgroup::SetUpV2(const std::string& root, const CgroupRequest& request) {
   const std::string leaf = LeafName(request);
   std::vector<std::string> applied;
-  notes_.push_back(
-      "device access not restricted: cgroup v2 needs an eBPF device program, which gpupool "
-      "does not install yet");
   std::string dir;
   if (MakeDir(root, leaf, &dir)) {
+    // v2 has no devices.deny: an eBPF program attached to the job's cgroup denies them.
+    if (request.deny_device_nodes.empty()) {
+      devices_enforced_ = true;
+    } else {
+      std::vector<DeviceNumber> deny;
+      bool all = true;
+      for (const std::string& node : request.deny_device_nodes) {
+        Result<DeviceNumber> d = DeviceNumberOf(node);
+        if (d.ok()) {
+          deny.push_back(*d);
+        } else {
+          all = false;
+          notes_.push_back(d.status().message());
+        }
+      }
+      Status st = AttachDeviceFilter(dir, deny);
+      if (st.ok()) {
+        devices_enforced_ = all;
+        applied.push_back("devices denied " + std::to_string(deny.size()) + " (eBPF)");
+      } else {
+        notes_.push_back(st.message() + ": device access not restricted");
+      }
+    }
     // Controllers must be enabled in every ancestor's subtree_control to appear below.
     for (const char* ctrl : {"+cpu", "+memory"}) {
       (void)WriteControl(root + "/cgroup.subtree_control", ctrl);

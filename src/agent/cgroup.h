@@ -6,8 +6,8 @@
 // What it enforces:
 //   v1: devices.deny "c MAJ:MIN rwm" for every denied device node; cpu.cfs_quota_us /
 //       cfs_period_us from cpu_milli; memory.limit_in_bytes.
-//   v2: cpu.max and memory.max. Device access is NOT restricted under v2: that needs an
-//       eBPF device program, which gpupool does not install yet; note() says so.
+//   v2: cpu.max and memory.max; denied device nodes through an eBPF device program
+//       attached to the job's cgroup (device_filter.h).
 // Isolation is best effort: when not root, when ROOT is not a cgroup file system or a
 // write fails, the job still runs and note() says what was skipped. Not thread-safe;
 // the shim owns one per job.

@@ -103,7 +103,7 @@ TEST(CgroupTest, V1CreatesConfiguresAndRemoves) {
 
 // A cgroup v2 hierarchy: the hybrid host mounts one at /sys/fs/cgroup/unified, usually
 // without controllers, which exercises creation, joining, notes and removal.
-TEST(CgroupTest, V2NotesThatDevicesAreNotRestricted) {
+TEST(CgroupTest, V2DeniesDevicesThroughEbpf) {
   struct statfs fs;
   if (::geteuid() != 0 || ::statfs("/sys/fs/cgroup/unified", &fs) != 0 ||
       fs.f_type != CGROUP2_SUPER_MAGIC) {
@@ -112,19 +112,34 @@ TEST(CgroupTest, V2NotesThatDevicesAreNotRestricted) {
   CgroupRequest req;
   req.job_id = 910000 + ::getpid() % 1000;
   req.attempt = 2;
-  req.deny_device_nodes = {"/dev/zero"};
+  req.deny_device_nodes = {"/dev/zero", "/no/such/node"};
   req.cpu_milli = 500;
   auto cg = JobCgroup::Create("/sys/fs/cgroup/unified", req);
   EXPECT_EQ(cg->note().rfind("cgroup v2", 0), 0u) << cg->note();
-  EXPECT_NE(cg->note().find("device access not restricted"), std::string::npos) << cg->note();
-  EXPECT_FALSE(cg->devices_enforced());
+  ASSERT_NE(cg->note().find("devices denied 1 (eBPF)"), std::string::npos) << cg->note();
+  EXPECT_NE(cg->note().find("/no/such/node"), std::string::npos) << cg->note();
+  EXPECT_FALSE(cg->devices_enforced());  // one node could not be denied
   ASSERT_EQ(cg->dirs().size(), 1u);
+  // The kernel runs the program: a process in the cgroup cannot open /dev/zero.
   pid_t pid = ::fork();
   ASSERT_GE(pid, 0);
-  if (pid == 0) ::_exit(cg->JoinFromChild() ? 0 : 1);
+  if (pid == 0) {
+    if (!cg->JoinFromChild()) ::_exit(10);
+    int zero = ::open("/dev/zero", O_RDONLY);
+    if (zero >= 0) ::_exit(11);
+    if (errno != EPERM) ::_exit(12);
+    int null_fd = ::open("/dev/null", O_RDONLY);
+    ::_exit(null_fd >= 0 ? 0 : 13);
+  }
   int status = 0;
   ASSERT_EQ(::waitpid(pid, &status, 0), pid);
-  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "10: join failed, 11: /dev/zero opened, 12: wrong errno, "
+                                       "13: /dev/null denied";
+  // Outside the cgroup nothing changed.
+  int zero = ::open("/dev/zero", O_RDONLY);
+  EXPECT_GE(zero, 0);
+  if (zero >= 0) ::close(zero);
   const std::string dir = cg->dirs()[0];
   EXPECT_TRUE(cg->Destroy(2000).ok());
   EXPECT_NE(::access(dir.c_str(), F_OK), 0);
