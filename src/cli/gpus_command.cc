@@ -20,6 +20,7 @@ struct GpusFlags {
   std::string format;
   bool classad_legacy = false;
   std::string cdi_vendor;
+  std::string cdi_kind;
   std::string dev_root;
 };
 
@@ -77,6 +78,7 @@ int RunGpus(const GpusFlags& f) {
   export_options.classad_legacy = f.classad_legacy;
   export_options.cdi.host_dev_root = options.dev_root;
   if (!f.cdi_vendor.empty()) export_options.cdi.vendor = gpu::ParseVendor(f.cdi_vendor);
+  export_options.cdi.kind = f.cdi_kind;
 
   Result<std::string> text = gpu::ExportNode(*node, format, export_options);
   const bool table = format == "table";
@@ -115,6 +117,9 @@ void RegisterGpusCommand(CLI::App& app, CommandContext& ctx) {
   cmd->add_option("--cdi-vendor", flags->cdi_vendor,
                   "Vendor of the CDI spec when the node has both NVIDIA and AMD GPUs")
       ->check(CLI::IsMember({"nvidia", "amd"}));
+  cmd->add_option("--cdi-kind", flags->cdi_kind,
+                  "Kind of the CDI spec, VENDOR/CLASS (default nvidia.com/gpu or amd.com/gpu; "
+                  "the agent writes gpupool.local/gpu)");
   cmd->add_option("--dev-root", flags->dev_root,
                   "Where the host's device nodes live (default /dev, or $GPUPOOL_DEV_ROOT); "
                   "CDI host paths are written under it");

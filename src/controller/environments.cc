@@ -204,8 +204,7 @@ Status Environments::Resolve(jobs::Job* job) {
       return Status::InvalidArgument(
           "image: give either --image REF or --env NAME:VERSION (a named environment), not both");
     }
-    GP_ASSIGN_OR_RETURN(store::EnvironmentRecord e, Get(job->environment));
-    if (Status s = ParseEnvRef(job->environment, "environment").status(); !s.ok()) return s;
+    GP_ASSIGN_OR_RETURN(store::EnvironmentRecord e, Get(job->environment));  // parses the ref
     job->environment = e.name + ":" + e.version;
     if (e.kind == "image") {
       job->image = e.location;

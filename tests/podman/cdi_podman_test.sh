@@ -67,12 +67,15 @@ cat > "$T/node.json" <<JSON
 }
 JSON
 
-"$GPUPOOL" gpus --fake "$T/node.json" --format cdi --dev-root "$T/dev" > "$T/spec.json" \
-  || fail "gpupool gpus --format cdi failed"
-grep -q "\"hostPath\": \"$T/dev/nvidia0\"" "$T/spec.json" || fail "spec lacks the --dev-root host path"
 # This run's own kind, so no other spec on the machine can clash with it.
-sed "s#\"kind\": \"nvidia.com/gpu\"#\"kind\": \"$KIND\"#" "$T/spec.json" > "$T/spec-test.json"
-grep -q "\"kind\": \"$KIND\"" "$T/spec-test.json" || fail "could not set the test kind"
+"$GPUPOOL" gpus --fake "$T/node.json" --format cdi --dev-root "$T/dev" --cdi-kind "$KIND" \
+  > "$T/spec-test.json" || fail "gpupool gpus --format cdi --cdi-kind failed"
+grep -q "\"hostPath\": \"$T/dev/nvidia0\"" "$T/spec-test.json" || fail "spec lacks the --dev-root host path"
+grep -q "\"kind\": \"$KIND\"" "$T/spec-test.json" || fail "spec lacks the --cdi-kind kind"
+if "$GPUPOOL" gpus --fake "$T/node.json" --format cdi --cdi-kind "no-slash" > /dev/null 2> "$T/bad-kind.err"; then
+  fail "an invalid --cdi-kind was accepted"
+fi
+grep -q "no-slash" "$T/bad-kind.err" || fail "the error for a bad --cdi-kind does not name it: $(cat "$T/bad-kind.err")"
 if [ ! -d "$CDI_DIR" ]; then mkdir -p "$CDI_DIR"; created_cdi_dir=1; fi
 install -m 0644 "$T/spec-test.json" "$SPEC"
 
@@ -115,7 +118,7 @@ check_common() {
   has "$out" nvidiactl "$what"
   has "$out" nvidia-uvm "$what"
   has "$out" nvidia-uvm-tools "$what"
-  has "$out" "GPUPOOL_CDI_KIND=nvidia.com/gpu" "$what"
+  has "$out" "GPUPOOL_CDI_KIND=$KIND" "$what"
   has "$out" "stand-in driver library" "$what"
   lacks "$out" LIB-WRITABLE "$what (the library must be mounted read-only)"
 }
