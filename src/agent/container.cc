@@ -2,8 +2,6 @@
 
 #include <fcntl.h>
 #include <grp.h>
-#include <poll.h>
-#include <spawn.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -11,7 +9,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <array>
 #include <cerrno>
 #include <csignal>
 #include <cstdio>
@@ -21,19 +18,12 @@
 #include "common/file_util.h"
 #include "common/json.h"
 #include "common/strings.h"
-
-extern char** environ;
+#include "common/subprocess.h"
 
 namespace gpupool::agent {
 namespace {
 
 constexpr int kCapSysResource = 24;
-
-int64_t MonoMillis() {
-  struct timespec ts;
-  ::clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<int64_t>(ts.tv_sec) * 1000 + ts.tv_nsec / 1'000'000;
-}
 
 // Paths podman's --mount syntax would misread.
 Status CheckMountPath(const std::string& what, const std::string& path) {
@@ -225,119 +215,20 @@ ContainerExit MapPodmanExit(int status, const std::string& stderr_tail, const st
   return out;
 }
 
-namespace {
-
-// posix_spawnp with default signal handling and an empty signal mask (the shim blocks
-// its signals); `out_fd`/`err_fd` < 0 keep the caller's.
-Result<pid_t> Spawn(const std::vector<std::string>& argv, int out_fd, int err_fd) {
-  posix_spawn_file_actions_t fa;
-  posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
-  if (out_fd >= 0) posix_spawn_file_actions_adddup2(&fa, out_fd, 1);
-  if (err_fd >= 0) posix_spawn_file_actions_adddup2(&fa, err_fd, 2);
-  posix_spawnattr_t attr;
-  posix_spawnattr_init(&attr);
-  sigset_t none;
-  sigemptyset(&none);
-  sigset_t defaults;
-  sigemptyset(&defaults);
-  for (int sig : {SIGCHLD, SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGPIPE}) sigaddset(&defaults, sig);
-  posix_spawnattr_setsigmask(&attr, &none);
-  posix_spawnattr_setsigdefault(&attr, &defaults);
-  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
-  std::vector<char*> args;
-  for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-  args.push_back(nullptr);
-  pid_t pid = 0;
-  const int rc = ::posix_spawnp(&pid, args[0], &fa, &attr, args.data(), environ);
-  posix_spawn_file_actions_destroy(&fa);
-  posix_spawnattr_destroy(&attr);
-  if (rc != 0) return Status::Unavailable("cannot run " + argv[0] + ": " + std::strerror(rc));
-  return pid;
-}
-
-}  // namespace
-
-Result<pid_t> StartCommand(const std::vector<std::string>& argv) {
-  if (argv.empty()) return Status::InvalidArgument("no command to run");
-  return Spawn(argv, -1, -1);
-}
+Result<pid_t> StartCommand(const std::vector<std::string>& argv) { return SpawnCommand(argv); }
 
 Result<std::string> RunCommand(const std::vector<std::string>& argv, int timeout_ms,
                                std::string* err_out) {
-  if (argv.empty()) return Status::InvalidArgument("no command to run");
-  int out[2];
-  int err[2];
-  if (::pipe2(out, O_CLOEXEC) != 0) {
-    return Status::Unavailable("pipe: " + std::string(std::strerror(errno)));
-  }
-  if (::pipe2(err, O_CLOEXEC) != 0) {
-    ::close(out[0]);
-    ::close(out[1]);
-    return Status::Unavailable("pipe: " + std::string(std::strerror(errno)));
-  }
-  Result<pid_t> spawned = Spawn(argv, out[1], err[1]);
-  ::close(out[1]);
-  ::close(err[1]);
-  if (!spawned.ok()) {
-    ::close(out[0]);
-    ::close(err[0]);
-    return spawned.status();
-  }
-  const pid_t pid = *spawned;
-  std::string stdout_text;
-  std::string stderr_text;
-  std::array<pollfd, 2> fds = {pollfd{out[0], POLLIN, 0}, pollfd{err[0], POLLIN, 0}};
-  int open_fds = 2;
-  std::array<char, 4096> buf{};
-  const int64_t deadline = MonoMillis() + timeout_ms;
-  bool timed_out = false;
-  while (open_fds > 0) {
-    const int64_t left = deadline - MonoMillis();
-    if (left <= 0) {
-      timed_out = true;
-      ::kill(pid, SIGKILL);
-      break;
-    }
-    const int n = ::poll(fds.data(), fds.size(), static_cast<int>(std::min<int64_t>(left, 1000)));
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      break;
-    }
-    for (pollfd& p : fds) {
-      if (p.fd < 0 || p.revents == 0) continue;
-      const ssize_t got = ::read(p.fd, buf.data(), buf.size());
-      if (got > 0) {
-        std::string& dst = p.fd == out[0] ? stdout_text : stderr_text;
-        if (dst.size() < (size_t{16} << 20)) dst.append(buf.data(), static_cast<size_t>(got));
-      } else if (got == 0 || errno != EINTR) {
-        ::close(p.fd);
-        p.fd = -1;
-        --open_fds;
-      }
+  GP_ASSIGN_OR_RETURN(CommandResult r, RunCommandCapture(argv, timeout_ms));
+  if (err_out != nullptr) *err_out = r.err;
+  if (r.Succeeded()) return std::move(r.out);
+  if (!r.timed_out) {
+    if (std::string msg = LastPodmanError(r.err); !msg.empty()) {
+      return Status::Unavailable(argv[0] + (argv.size() > 1 ? " " + argv[1] : std::string()) +
+                                 " failed: " + msg);
     }
   }
-  for (pollfd& p : fds) {
-    if (p.fd >= 0) ::close(p.fd);
-  }
-  int status = 0;
-  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-  }
-  if (err_out != nullptr) *err_out = stderr_text;
-  const std::string what = argv[0] + (argv.size() > 1 ? " " + argv[1] : std::string());
-  if (timed_out) {
-    return Status::Unavailable(what + " did not finish within " + std::to_string(timeout_ms) +
-                               " ms and was killed");
-  }
-  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-    std::string msg = LastPodmanError(stderr_text);
-    if (msg.empty()) {
-      std::vector<std::string> lines = Split(std::string(Trim(stderr_text)), '\n');
-      if (!lines.empty()) msg = std::string(Trim(lines.back()));
-    }
-    return Status::Unavailable(what + " failed" + (msg.empty() ? "" : ": " + msg));
-  }
-  return stdout_text;
+  return Status::Unavailable(r.Failure(argv, timeout_ms));
 }
 
 Result<bool> RemoveContainer(const ContainerOptions& options, const std::string& name,

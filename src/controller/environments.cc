@@ -46,7 +46,7 @@ class PodmanInspector final : public EnvInspector {
         return n;
       }
     }
-    GP_ASSIGN_OR_RETURN(jobs::EnvNeeds needs, envcheck::InspectImageNeeds(ref, args_));
+    GP_ASSIGN_OR_RETURN(jobs::EnvNeeds needs, envcheck::InspectImageNeeds(ref, args_, id));
     std::lock_guard lock(mu_);
     by_id_[id] = needs;
     return needs;

@@ -237,7 +237,7 @@ Result<jobs::EnvNeeds> AgentLoop::NeedsOf(const jobs::Job& job) {
     if (auto it = needs_by_image_id_.find(id); it != needs_by_image_id_.end()) return it->second;
   }
   GP_ASSIGN_OR_RETURN(jobs::EnvNeeds needs,
-                      envcheck::InspectImageNeeds(job.image, options_.container.global_args));
+                      envcheck::InspectImageNeeds(job.image, options_.container.global_args, id));
   std::lock_guard lock(mu_);
   needs_by_image_id_[id] = needs;
   return needs;

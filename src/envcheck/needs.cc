@@ -1,18 +1,12 @@
 #include "envcheck/needs.h"
 
-#include <fcntl.h>
-#include <poll.h>
-#include <spawn.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
-#include <array>
 #include <cerrno>
 #include <cstring>
 
 #include "common/strings.h"
-
-extern char** environ;
+#include "common/subprocess.h"
 
 namespace gpupool::envcheck {
 namespace {
@@ -78,67 +72,10 @@ Status CheckNeeds(const jobs::EnvNeeds& needs, const NodeOffer& node) {
   return CheckNode(r, node);
 }
 
-Result<std::string> RunCapture(const std::vector<std::string>& argv) {
-  if (argv.empty()) return Status::InvalidArgument("no command to run");
-  int out[2];
-  int err[2];
-  if (::pipe2(out, O_CLOEXEC) != 0)
-    return Status::Unavailable("pipe: " + std::string(std::strerror(errno)));
-  if (::pipe2(err, O_CLOEXEC) != 0) {
-    ::close(out[0]);
-    ::close(out[1]);
-    return Status::Unavailable("pipe: " + std::string(std::strerror(errno)));
-  }
-  posix_spawn_file_actions_t fa;
-  posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
-  posix_spawn_file_actions_adddup2(&fa, out[1], 1);
-  posix_spawn_file_actions_adddup2(&fa, err[1], 2);
-  std::vector<char*> args;
-  for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-  args.push_back(nullptr);
-  pid_t pid = 0;
-  const int rc = ::posix_spawnp(&pid, args[0], &fa, nullptr, args.data(), environ);
-  posix_spawn_file_actions_destroy(&fa);
-  ::close(out[1]);
-  ::close(err[1]);
-  if (rc != 0) {
-    ::close(out[0]);
-    ::close(err[0]);
-    return Status::Unavailable("cannot run " + argv[0] + ": " + std::strerror(rc));
-  }
-  std::string stdout_text;
-  std::string stderr_text;
-  std::array<pollfd, 2> fds = {pollfd{out[0], POLLIN, 0}, pollfd{err[0], POLLIN, 0}};
-  int open_fds = 2;
-  std::array<char, 4096> buf{};
-  while (open_fds > 0) {
-    if (::poll(fds.data(), fds.size(), -1) < 0) {
-      if (errno == EINTR) continue;
-      break;
-    }
-    for (pollfd& p : fds) {
-      if (p.fd < 0 || p.revents == 0) continue;
-      const ssize_t n = ::read(p.fd, buf.data(), buf.size());
-      if (n > 0) {
-        std::string& dst = p.fd == out[0] ? stdout_text : stderr_text;
-        if (dst.size() < (size_t{16} << 20)) dst.append(buf.data(), static_cast<size_t>(n));
-      } else if (n == 0 || errno != EINTR) {
-        ::close(p.fd);
-        p.fd = -1;
-        --open_fds;
-      }
-    }
-  }
-  int status = 0;
-  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-  }
-  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-    std::string what = TrimEnd(stderr_text.empty() ? stdout_text : stderr_text);
-    return Status::Unavailable(argv[0] + " " + (argv.size() > 1 ? argv[1] : "") + " failed" +
-                               (what.empty() ? "" : ": " + what));
-  }
-  return stdout_text;
+Result<std::string> RunCapture(const std::vector<std::string>& argv, int timeout_ms) {
+  GP_ASSIGN_OR_RETURN(CommandResult r, RunCommandCapture(argv, timeout_ms));
+  if (!r.Succeeded()) return Status::Unavailable(r.Failure(argv, timeout_ms));
+  return std::move(r.out);
 }
 
 Result<std::string> ImageId(const std::string& ref, const std::vector<std::string>& podman_args) {
@@ -155,9 +92,14 @@ Result<std::string> ImageId(const std::string& ref, const std::vector<std::strin
 }
 
 Result<MountedImage> MountedImage::Mount(const std::string& ref,
-                                         const std::vector<std::string>& podman_args) {
+                                         const std::vector<std::string>& podman_args,
+                                         const std::string& known_id) {
   MountedImage m;
-  GP_ASSIGN_OR_RETURN(m.id_, ImageId(ref, podman_args));
+  if (known_id.empty()) {
+    GP_ASSIGN_OR_RETURN(m.id_, ImageId(ref, podman_args));
+  } else {
+    m.id_ = known_id;
+  }
   Result<std::string> path = RunCapture(PodmanArgv(podman_args, {"image", "mount", m.id_}));
   if (!path.ok()) {
     return Status::Unavailable("cannot mount image '" + ref + "' to read it (" +
@@ -183,8 +125,9 @@ MountedImage::~MountedImage() {
 }
 
 Result<jobs::EnvNeeds> InspectImageNeeds(const std::string& ref,
-                                         const std::vector<std::string>& podman_args) {
-  GP_ASSIGN_OR_RETURN(MountedImage m, MountedImage::Mount(ref, podman_args));
+                                         const std::vector<std::string>& podman_args,
+                                         const std::string& known_id) {
+  GP_ASSIGN_OR_RETURN(MountedImage m, MountedImage::Mount(ref, podman_args, known_id));
   GP_ASSIGN_OR_RETURN(EnvReport r, InspectTree(m.path()));
   const std::string short_id = m.id().substr(0, 12);
   return NeedsFromReport(r, "image " + ref + " (" + short_id + ")");

@@ -28,16 +28,18 @@ jobs::EnvNeeds NeedsFromReport(const EnvReport& report, const std::string& sourc
 // an actionable message (see CheckNode). Empty needs run anywhere.
 Status CheckNeeds(const jobs::EnvNeeds& needs, const NodeOffer& node);
 
-// Runs argv (no shell) and returns its standard output; Unavailable with the output when
-// it cannot be run or exits non-zero.
-Result<std::string> RunCapture(const std::vector<std::string>& argv);
+// Runs argv (no shell) and returns its standard output; Unavailable naming its last error
+// line when it cannot be run, exits non-zero or outlasts timeout_ms (then it is killed).
+Result<std::string> RunCapture(const std::vector<std::string>& argv, int timeout_ms = 120'000);
 
 // An image of podman's local store, mounted read-only while this object lives.
 // `podman_args` are global podman flags put before the subcommand (e.g. --root DIR).
 class MountedImage {
  public:
+  // `known_id`: the image's id when the caller already looked it up (saves a podman call).
   static Result<MountedImage> Mount(const std::string& ref,
-                                    const std::vector<std::string>& podman_args);
+                                    const std::vector<std::string>& podman_args,
+                                    const std::string& known_id = "");
   MountedImage(MountedImage&& other) noexcept;
   MountedImage& operator=(MountedImage&&) = delete;
   MountedImage(const MountedImage&) = delete;
@@ -59,7 +61,8 @@ Result<std::string> ImageId(const std::string& ref, const std::vector<std::strin
 
 // Inspects an image (mounted for the time of the call) or a directory tree.
 Result<jobs::EnvNeeds> InspectImageNeeds(const std::string& ref,
-                                         const std::vector<std::string>& podman_args);
+                                         const std::vector<std::string>& podman_args,
+                                         const std::string& known_id = "");
 Result<jobs::EnvNeeds> InspectDirNeeds(const std::string& dir);
 
 }  // namespace gpupool::envcheck

@@ -1,0 +1,133 @@
+#include "common/subprocess.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <array>
+#include <cerrno>
+#include <chrono>
+#include <csignal>
+#include <cstring>
+
+#include "common/strings.h"
+
+namespace gpupool {
+namespace {
+
+constexpr size_t kMaxCapture = size_t{16} << 20;
+
+int64_t MonoMillis() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+}  // namespace
+
+Result<pid_t> SpawnCommand(const std::vector<std::string>& argv, int out_fd, int err_fd) {
+  if (argv.empty()) return Status::InvalidArgument("no command to run");
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+  if (out_fd >= 0) posix_spawn_file_actions_adddup2(&fa, out_fd, 1);
+  if (err_fd >= 0) posix_spawn_file_actions_adddup2(&fa, err_fd, 2);
+  posix_spawnattr_t attr;
+  posix_spawnattr_init(&attr);
+  sigset_t none;
+  sigemptyset(&none);
+  sigset_t defaults;
+  sigemptyset(&defaults);
+  for (int sig : {SIGCHLD, SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGPIPE}) sigaddset(&defaults, sig);
+  posix_spawnattr_setsigmask(&attr, &none);
+  posix_spawnattr_setsigdefault(&attr, &defaults);
+  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
+  std::vector<char*> args;
+  for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+  pid_t pid = 0;
+  const int rc = ::posix_spawnp(&pid, args[0], &fa, &attr, args.data(), environ);
+  posix_spawn_file_actions_destroy(&fa);
+  posix_spawnattr_destroy(&attr);
+  if (rc != 0) return Status::Unavailable("cannot run " + argv[0] + ": " + std::strerror(rc));
+  return pid;
+}
+
+bool CommandResult::Succeeded() const {
+  return !timed_out && WIFEXITED(wait_status) && WEXITSTATUS(wait_status) == 0;
+}
+
+std::string CommandResult::Failure(const std::vector<std::string>& argv, int timeout_ms) const {
+  const std::string what =
+      (argv.empty() ? std::string("command") : argv[0]) + (argv.size() > 1 ? " " + argv[1] : "");
+  if (timed_out) {
+    return what + " did not finish within " + std::to_string(timeout_ms) + " ms and was killed";
+  }
+  std::vector<std::string> lines = Split(std::string(Trim(err.empty() ? out : err)), '\n');
+  const std::string last = lines.empty() ? std::string() : std::string(Trim(lines.back()));
+  return what + " failed" + (last.empty() ? "" : ": " + last);
+}
+
+Result<CommandResult> RunCommandCapture(const std::vector<std::string>& argv, int timeout_ms) {
+  if (argv.empty()) return Status::InvalidArgument("no command to run");
+  int out[2];
+  int err[2];
+  if (::pipe2(out, O_CLOEXEC) != 0) {
+    return Status::Unavailable("pipe: " + std::string(std::strerror(errno)));
+  }
+  if (::pipe2(err, O_CLOEXEC) != 0) {
+    ::close(out[0]);
+    ::close(out[1]);
+    return Status::Unavailable("pipe: " + std::string(std::strerror(errno)));
+  }
+  Result<pid_t> spawned = SpawnCommand(argv, out[1], err[1]);
+  ::close(out[1]);
+  ::close(err[1]);
+  if (!spawned.ok()) {
+    ::close(out[0]);
+    ::close(err[0]);
+    return spawned.status();
+  }
+  const pid_t pid = *spawned;
+  CommandResult r;
+  std::array<pollfd, 2> fds = {pollfd{out[0], POLLIN, 0}, pollfd{err[0], POLLIN, 0}};
+  int open_fds = 2;
+  std::array<char, 4096> buf{};
+  const int64_t deadline = MonoMillis() + timeout_ms;
+  while (open_fds > 0) {
+    const int64_t left = deadline - MonoMillis();
+    if (left <= 0) {
+      r.timed_out = true;
+      ::kill(pid, SIGKILL);
+      break;
+    }
+    const int n = ::poll(fds.data(), fds.size(), static_cast<int>(std::min<int64_t>(left, 1000)));
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      break;
+    }
+    for (pollfd& p : fds) {
+      if (p.fd < 0 || p.revents == 0) continue;
+      const ssize_t got = ::read(p.fd, buf.data(), buf.size());
+      if (got > 0) {
+        std::string& dst = p.fd == out[0] ? r.out : r.err;
+        if (dst.size() < kMaxCapture) dst.append(buf.data(), static_cast<size_t>(got));
+      } else if (got == 0 || errno != EINTR) {
+        ::close(p.fd);
+        p.fd = -1;
+        --open_fds;
+      }
+    }
+  }
+  for (pollfd& p : fds) {
+    if (p.fd >= 0) ::close(p.fd);
+  }
+  while (::waitpid(pid, &r.wait_status, 0) < 0 && errno == EINTR) {
+  }
+  return r;
+}
+
+}  // namespace gpupool
