@@ -8,15 +8,25 @@ namespace gpupool::sched {
 
 TargetWorkload::TargetWorkload(std::vector<TargetShape> shapes) : shapes_(std::move(shapes)) {
   for (const auto& s : shapes_) total_weight_ += s.weight;
+  memory_shapes_ = shapes_;
 }
 
-TargetWorkload TargetWorkload::FromTasks(const std::vector<Task>& tasks, double coverage) {
-  using Key = std::tuple<int32_t, int32_t, int64_t, std::vector<std::string>>;
+namespace {
+
+// The most popular distinct shapes of `tasks` (see FromTasks); memory is part of the
+// shape only when `with_memory`.
+std::vector<TargetShape> PopularShapes(const std::vector<Task>& tasks, double coverage,
+                                       bool with_memory) {
+  using Key = std::tuple<int32_t, int32_t, int64_t, std::vector<std::string>, int64_t>;
   std::map<Key, int64_t> counts;
-  for (const Task& t : tasks) ++counts[Key{t.num_gpu, t.gpu_milli, t.cpu_milli, t.gpu_models}];
+  for (const Task& t : tasks) {
+    ++counts[Key{t.num_gpu, t.gpu_milli, t.cpu_milli, t.gpu_models,
+                 with_memory ? t.memory_mib : 0}];
+  }
   std::vector<TargetShape> all;
   for (const auto& [k, c] : counts) {
-    all.push_back({std::get<2>(k), std::get<0>(k), std::get<1>(k), std::get<3>(k), c});
+    all.push_back(
+        {std::get<2>(k), std::get<0>(k), std::get<1>(k), std::get<3>(k), c, std::get<4>(k)});
   }
   // Stable: equal counts keep the map's (num_gpu, gpu_milli, cpu, models) order.
   std::stable_sort(all.begin(), all.end(),
@@ -29,14 +39,22 @@ TargetWorkload TargetWorkload::FromTasks(const std::vector<Task>& tasks, double 
     covered += s.weight;
     kept.push_back(std::move(s));
   }
-  return TargetWorkload(std::move(kept));
+  return kept;
+}
+
+}  // namespace
+
+TargetWorkload TargetWorkload::FromTasks(const std::vector<Task>& tasks, double coverage) {
+  TargetWorkload w(PopularShapes(tasks, coverage, false));
+  w.memory_shapes_ = PopularShapes(tasks, coverage, true);
+  return w;
 }
 
 FragmentationMeasure::FragmentationMeasure(const TargetWorkload& workload,
                                            const std::vector<std::string>& models)
     : total_weight_(workload.total_weight()) {
   for (const auto& s : workload.shapes()) {
-    Shape sh{s.cpu_milli, s.num_gpu, s.gpu_milli, s.weight, {}};
+    Shape sh{s.cpu_milli, s.num_gpu, s.gpu_milli, s.weight, s.memory_mib, {}};
     sh.model_allowed.resize(models.size(), 1);
     if (!s.gpu_models.empty()) {
       for (size_t m = 0; m < models.size(); ++m) {
@@ -49,7 +67,8 @@ FragmentationMeasure::FragmentationMeasure(const TargetWorkload& workload,
 }
 
 int64_t FragmentationMeasure::ScaledNode(int32_t model_id, int64_t cpu_free_milli,
-                                         const int32_t* gpu_free, int32_t num_gpus) const {
+                                         const int32_t* gpu_free, int32_t num_gpus,
+                                         int64_t memory_free_mib) const {
   int64_t free_total = 0;
   for (int32_t i = 0; i < num_gpus; ++i) free_total += gpu_free[i];
   if (free_total == 0) return 0;
@@ -58,7 +77,8 @@ int64_t FragmentationMeasure::ScaledNode(int32_t model_id, int64_t cpu_free_mill
     int64_t frag = free_total;
     const bool model_ok = model_id >= 0 && static_cast<size_t>(model_id) < s.model_allowed.size() &&
                           s.model_allowed[static_cast<size_t>(model_id)];
-    if (s.gpu_milli > 0 && model_ok && cpu_free_milli >= s.cpu_milli) {
+    if (s.gpu_milli > 0 && model_ok && cpu_free_milli >= s.cpu_milli &&
+        memory_free_mib >= s.memory_mib) {
       int32_t fitting = 0;
       int64_t small = 0;
       for (int32_t i = 0; i < num_gpus; ++i) {

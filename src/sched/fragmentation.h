@@ -18,6 +18,7 @@
 #pragma once
 
 #include <cstdint>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -32,6 +33,7 @@ struct TargetShape {
   int32_t gpu_milli = 0;
   std::vector<std::string> gpu_models;  // empty = any
   int64_t weight = 0;                   // number of tasks of this shape
+  int64_t memory_mib = 0;               // 0 = memory not counted (FGD's shapes)
 };
 
 class TargetWorkload {
@@ -42,13 +44,18 @@ class TargetWorkload {
   // Distinct shapes of `tasks` by decreasing count (ties: smaller num_gpu, gpu_milli,
   // cpu_milli, models first, for determinism), cut once `coverage` of all tasks is
   // covered.
+  // memory_shapes() are cut the same way from shapes that also tell tasks apart by
+  // memory and carry it (for our memory-aware measure; FGD's shapes() ignore memory).
   static TargetWorkload FromTasks(const std::vector<Task>& tasks, double coverage = 0.95);
 
   const std::vector<TargetShape>& shapes() const { return shapes_; }
+  // Equal to shapes() unless built by FromTasks.
+  const std::vector<TargetShape>& memory_shapes() const { return memory_shapes_; }
   int64_t total_weight() const { return total_weight_; }
 
  private:
   std::vector<TargetShape> shapes_;
+  std::vector<TargetShape> memory_shapes_;
   int64_t total_weight_ = 0;
 };
 
@@ -58,10 +65,13 @@ class FragmentationMeasure {
   FragmentationMeasure(const TargetWorkload& workload, const std::vector<std::string>& models);
 
   // F_n * total_weight for a node in the given state. `gpu_free` has the node's GPUs.
+  // Memory counts only for shapes with memory_mib > 0 (never for FGD's shapes).
   int64_t ScaledNode(int32_t model_id, int64_t cpu_free_milli, const int32_t* gpu_free,
-                     int32_t num_gpus) const;
+                     int32_t num_gpus,
+                     int64_t memory_free_mib = std::numeric_limits<int64_t>::max()) const;
   int64_t ScaledNode(const NodeState& n) const {
-    return ScaledNode(n.model_id, n.cpu_free_milli, n.gpu_free_milli.data(), n.num_gpus());
+    return ScaledNode(n.model_id, n.cpu_free_milli, n.gpu_free_milli.data(), n.num_gpus(),
+                      n.memory_free_mib);
   }
   // F_n in GPU milli.
   double NodeMilli(const NodeState& n) const { return ToMilli(ScaledNode(n)); }
@@ -82,6 +92,7 @@ class FragmentationMeasure {
     int32_t num_gpu;
     int32_t gpu_milli;
     int64_t weight;
+    int64_t memory_mib;
     std::vector<char> model_allowed;  // by model id
   };
   std::vector<Shape> shapes_;

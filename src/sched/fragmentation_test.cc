@@ -78,5 +78,27 @@ TEST(FragmentationTest, TargetWorkloadKeepsPopularShapesUpToCoverage) {
   EXPECT_EQ(w.total_weight(), 98);
 }
 
+TEST(FragmentationTest, MemoryShapesCountMemoryAndFgdShapesDoNot) {
+  // One GPU shape in two memory sizes: FGD's shapes merge them and carry no memory; the
+  // memory shapes keep them apart, and a node without the memory counts as fragment.
+  std::vector<Task> tasks;
+  for (int i = 0; i < 6; ++i) tasks.push_back({"a", "", 1000, 4096, 1, 1000, {}, 0});
+  for (int i = 0; i < 4; ++i) tasks.push_back({"b", "", 1000, 65536, 1, 1000, {}, 0});
+  TargetWorkload w = TargetWorkload::FromTasks(tasks, 1.0);
+  ASSERT_EQ(w.shapes().size(), 1u);
+  EXPECT_EQ(w.shapes()[0].memory_mib, 0);
+  ASSERT_EQ(w.memory_shapes().size(), 2u);
+  EXPECT_EQ(w.memory_shapes()[0].memory_mib, 4096);
+  EXPECT_EQ(w.memory_shapes()[1].memory_mib, 65536);
+  const std::vector<std::string> models = {"T4"};
+  const int32_t gpus[] = {1000, 1000};
+  const FragmentationMeasure fgd(w, models);
+  const FragmentationMeasure mem(TargetWorkload(w.memory_shapes()), models);
+  EXPECT_EQ(fgd.ScaledNode(0, 8000, gpus, 2, 8192), 0);
+  // Only the 4 GiB shape fits in 8 GiB: the 64 GiB shape (weight 4) sees 2000 fragment.
+  EXPECT_EQ(mem.ScaledNode(0, 8000, gpus, 2, 8192), 4 * 2000);
+  EXPECT_EQ(mem.ScaledNode(0, 8000, gpus, 2, 65536), 0);
+}
+
 }  // namespace
 }  // namespace gpupool::sched

@@ -1,5 +1,7 @@
 // Registers the built-in placement policies: each is the FitFilter plus one score
 // plugin. `default` is the policy the live scheduler uses: the best measured.
+#include <fmt/format.h>
+
 #include <cstdlib>
 
 #include "sched/placement/fgd_score.h"
@@ -58,8 +60,28 @@ PlacementPolicyRegistry MakeBuiltins() {
                   FgdProfile("fgd-coarse20", FgdOptions{true, false, false, 20})));
   must(r.Register("fgd-fine1000", "FGD with 1000 score levels (ours, experiment)",
                   FgdProfile("fgd-fine1000", FgdOptions{true, false, false, 1000})));
-  // None of our FGD variants beat FGD yet (docs/benchmarks.md), so the live default is FGD.
-  must(r.RegisterAlias("default", "fgd"));
+  must(r.Register("fgd-mem",
+                  "FGD whose fragmentation also counts GPUs stranded by exhausted memory (ours)",
+                  FgdProfile("fgd-mem", FgdOptions{true, false, false, 100, true})));
+  FgdOptions pack;
+  pack.prefer_used_nodes = true;
+  must(r.Register("fgd-pack",
+                  "FGD; among equal scores nodes with a GPU in use before idle nodes (ours)",
+                  FgdProfile("fgd-pack", pack)));
+  FgdOptions reserve = pack;
+  reserve.idle_node_penalty = 1;
+  must(r.Register("fgd-reserve",
+                  "fgd-pack, and idle nodes score one level less for smaller tasks (ours)",
+                  FgdProfile("fgd-reserve", reserve)));
+  FgdOptions strand;
+  strand.strand_weight = 2.0;
+  must(r.Register("fgd-strand",
+                  "FGD plus the GPUs a node's CPU and memory could no longer feed (ours)",
+                  FgdProfile("fgd-strand", strand)));
+  // fgd-strand is below FGD on the default openb workload and on every variant
+  // (docs/benchmarks.md), so the live default is fgd-strand. Without a target workload
+  // (no CPU or memory per GPU known) it decides exactly as FGD.
+  must(r.RegisterAlias("default", "fgd-strand"));
   return r;
 }
 

@@ -18,7 +18,19 @@ constexpr int64_t kSecondaryRange = int64_t{1} << 20;
 class FgdScore final : public ScorePlugin {
  public:
   FgdScore(std::shared_ptr<const TargetWorkload> workload, FgdOptions options, std::string name)
-      : workload_(std::move(workload)), options_(options), name_(std::move(name)) {}
+      : workload_(std::move(workload)), options_(options), name_(std::move(name)) {
+    double cpu = 0, memory = 0, gpu = 0;
+    for (const TargetShape& t : workload_->memory_shapes()) {
+      if (t.num_gpu == 0) continue;
+      cpu += static_cast<double>(t.weight) * static_cast<double>(t.cpu_milli);
+      memory += static_cast<double>(t.weight) * static_cast<double>(t.memory_mib);
+      gpu += static_cast<double>(t.weight) * t.num_gpu * t.gpu_milli;
+    }
+    cpu_per_gpu_milli_ = gpu > 0 ? cpu / gpu : 0;
+    memory_per_gpu_milli_ = gpu > 0 ? memory / gpu : 0;
+    key_has_memory_ = options_.strand_weight != 0;
+    for (const TargetShape& t : workload_->shapes()) key_has_memory_ |= t.memory_mib > 0;
+  }
 
   std::string_view name() const override { return name_; }
 
@@ -93,6 +105,32 @@ class FgdScore final : public ScorePlugin {
     return node_frag_[index];
   }
 
+  // GPU milli of a node that its free CPU and memory could not feed (see strand_weight).
+  double Stranded(int64_t gpu_free, int64_t cpu_free, int64_t memory_free) const {
+    double usable = static_cast<double>(gpu_free);
+    if (cpu_per_gpu_milli_ > 0) {
+      usable = std::min(usable, static_cast<double>(cpu_free) / cpu_per_gpu_milli_);
+    }
+    if (memory_per_gpu_milli_ > 0) {
+      usable = std::min(usable, static_cast<double>(memory_free) / memory_per_gpu_milli_);
+    }
+    return static_cast<double>(gpu_free) - std::max(usable, 0.0);
+  }
+
+  // Δ including the stranding term, scaled like the measure.
+  int64_t Delta(int64_t before, int64_t after, const NodeState& n, const Task& task) const {
+    int64_t delta = before - after;
+    if (options_.strand_weight != 0) {
+      const double s0 = Stranded(n.gpu_free_total, n.cpu_free_milli, n.memory_free_mib);
+      const double s1 =
+          Stranded(n.gpu_free_total - task.TotalGpuMilli(), n.cpu_free_milli - task.cpu_milli,
+                   n.memory_free_mib - task.memory_mib);
+      delta -= static_cast<int64_t>(std::llround(options_.strand_weight * (s1 - s0) *
+                                                 static_cast<double>(measure_->total_weight())));
+    }
+    return delta;
+  }
+
   int64_t Primary(int64_t delta_scaled) const {
     if (!options_.integer_sigmoid) return delta_scaled;
     const double delta_milli = measure_->ToMilli(delta_scaled);
@@ -101,6 +139,10 @@ class FgdScore final : public ScorePlugin {
   }
 
   int64_t Combine(int64_t primary, const NodeState& n, const Task& task) const {
+    // "Idle" looks at GPUs only, which the content memo's key covers.
+    const bool idle = n.gpu_free_total == n.gpu_capacity_milli();
+    if (idle && task.num_gpu < n.num_gpus()) primary -= options_.idle_node_penalty;
+    if (options_.prefer_used_nodes) primary = primary * 2 + (idle ? 0 : 1);
     if (!options_.tie_break_best_fit) return primary;
     // BestFit's measure of how full the node is after placement, in 0..kSecondaryRange.
     const double left =
@@ -112,10 +154,11 @@ class FgdScore final : public ScorePlugin {
   }
 
   // The node's result for the current shape, looked up by content. The score depends on
-  // the node only through its model, free CPU and the multiset of its GPUs' free shares
-  // (F_n and Combine do not look at GPU order or memory), so the key is those with the
-  // shares sorted; thousands of identical nodes share one entry. The GPU indices are
-  // derived per node from the result (WinningGpu, FirstIdleGpus), exactly as before.
+  // the node only through its model, free CPU, the multiset of its GPUs' free shares and,
+  // when the measure or the strand term counts memory, its free memory (F_n and Combine do not look
+  // at GPU order), so the key is those with the shares sorted; thousands of identical nodes share
+  // one entry. The GPU indices are derived per node from the result (WinningGpu, FirstIdleGpus),
+  // exactly as a scan of every GPU in index order picks them.
   const MemoValue& Memo(const NodeState& n, size_t index, const Task& task) {
     const int32_t g = n.num_gpus();
     for (int32_t i = 0; i < g; ++i) {  // insertion sort, descending: g is small
@@ -126,7 +169,10 @@ class FgdScore final : public ScorePlugin {
       }
       sorted_[static_cast<size_t>(j)] = f;
     }
-    key_.resize(kKeyHeader + static_cast<size_t>(g) * sizeof(uint16_t));
+    // When the score counts memory, the free memory follows the shares in the key.
+    const size_t shares = kKeyHeader + static_cast<size_t>(g) * sizeof(uint16_t);
+    const bool with_memory = key_has_memory_;
+    key_.resize(shares + (with_memory ? sizeof(int64_t) : 0));
     char* k = key_.data();
     std::memcpy(k, &current_shape_, sizeof(int32_t));
     std::memcpy(k + 4, &n.model_id, sizeof(int32_t));
@@ -135,6 +181,7 @@ class FgdScore final : public ScorePlugin {
       const auto f = static_cast<uint16_t>(sorted_[static_cast<size_t>(i)]);  // 0..1000
       std::memcpy(k + kKeyHeader + static_cast<size_t>(i) * sizeof(uint16_t), &f, sizeof(f));
     }
+    if (with_memory) std::memcpy(k + shares, &n.memory_free_mib, sizeof(int64_t));
     if (auto it = memo_.find(key_); it != memo_.end()) return it->second;
     if (memo_.size() >= kMaxMemoEntries) memo_.clear();  // bounds memory; L1 stays warm
     return memo_.emplace(key_, Compute(n, index, task)).first->second;
@@ -161,6 +208,7 @@ class FgdScore final : public ScorePlugin {
     const int32_t g = n.num_gpus();
     std::array<int32_t, 64> after = sorted_;
     const int64_t cpu_after = n.cpu_free_milli - task.cpu_milli;
+    const int64_t memory_after = n.memory_free_mib - task.memory_mib;
     MemoValue m;
     if (task.IsFractional()) {
       // Every distinct free share >= gpu_milli is a candidate; equal shares give equal
@@ -175,7 +223,9 @@ class FgdScore final : public ScorePlugin {
           continue;
         }
         after[static_cast<size_t>(i)] = f - task.gpu_milli;
-        const int64_t delta = before - measure_->ScaledNode(n.model_id, cpu_after, after.data(), g);
+        const int64_t delta = Delta(
+            before, measure_->ScaledNode(n.model_id, cpu_after, after.data(), g, memory_after), n,
+            task);
         after[static_cast<size_t>(i)] = f;
         const int64_t score = Combine(Primary(delta), n, task);
         score_at[static_cast<size_t>(i)] = score;
@@ -195,7 +245,9 @@ class FgdScore final : public ScorePlugin {
     if (task.num_gpu > 0 && idle >= task.num_gpu) {
       for (int32_t i = 0; i < task.num_gpu; ++i) after[static_cast<size_t>(i)] = 0;
     }
-    const int64_t delta = before - measure_->ScaledNode(n.model_id, cpu_after, after.data(), g);
+    const int64_t delta =
+        Delta(before, measure_->ScaledNode(n.model_id, cpu_after, after.data(), g, memory_after), n,
+              task);
     m.score = Combine(Primary(delta), n, task);
     return m;
   }
@@ -216,6 +268,9 @@ class FgdScore final : public ScorePlugin {
   std::vector<std::vector<Entry>> cache_;
   std::vector<Entry>* current_ = nullptr;
   int32_t current_shape_ = -1;
+  bool key_has_memory_ = false;      // the score depends on free memory
+  double cpu_per_gpu_milli_ = 0;     // target workload's GPU tasks: CPU milli per GPU milli
+  double memory_per_gpu_milli_ = 0;  // and memory MiB per GPU milli
   std::unordered_map<std::string, MemoValue> memo_;
   std::string key_;                   // scratch: the key being looked up
   std::array<int32_t, 64> sorted_{};  // scratch: the node's free shares, descending
@@ -238,6 +293,9 @@ std::shared_ptr<const TargetWorkload> GenericTargetWorkload() {
 std::unique_ptr<ScorePlugin> MakeFgdScore(const PolicyConfig& config, const FgdOptions& options,
                                           std::string name) {
   auto workload = config.target_workload ? config.target_workload : GenericTargetWorkload();
+  if (options.memory_aware) {
+    workload = std::make_shared<const TargetWorkload>(workload->memory_shapes());
+  }
   if (options.demand_weighted) {
     std::vector<TargetShape> shapes = workload->shapes();
     for (auto& s : shapes) {

@@ -9,15 +9,17 @@
 //     otherwise the exact Δ (an integer in units of 1/total_weight milli).
 //   - tie_break_best_fit: among equal primary scores prefer the node that is fuller
 //     after placement (BestFit's measure), before the scan order decides.
+//   - memory_aware, prefer_used_nodes, idle_node_penalty, strand_weight: our variants,
+//     documented at FgdOptions; strand_weight is the live default (`fgd-strand`).
 //
 // Speed: two caches. (1) Per (task shape (cpu, num_gpu, gpu_milli), node index) the
 // best (score, GPUs) keyed by node version: each placement changes one node, so a cycle
 // looks at most nodes only through this. (2) On a version miss, a memo keyed by node
-// *content* — shape, GPU model, free CPU and the sorted free GPU shares, which is all
-// the score depends on — so the thousands of identical (e.g. idle) nodes of a large
-// cluster share one computation; the GPU indices are then derived per node exactly as
-// the full scan would pick them. Results are bit-identical to computing every node.
-// The memo is cleared when it reaches 2^17 entries (~13 MB). Single-threaded (caches).
+// *content* — shape, GPU model, free CPU, the sorted free GPU shares and, when the score
+// counts memory, free memory: all the score depends on — so the thousands of identical (e.g. idle)
+// nodes of a large cluster share one computation; the GPU indices are then derived per node exactly
+// as the full scan would pick them. Results are bit-identical to computing every node. The memo is
+// cleared when it reaches 2^17 entries (~13 MB). Single-threaded (caches).
 #pragma once
 
 #include <memory>
@@ -38,6 +40,21 @@ struct FgdOptions {
   // Levels of the integer sigmoid score (the artifact: 100). Fewer levels make more ties,
   // which the scan order then breaks consistently, packing tasks onto preferred nodes.
   int32_t score_levels = 100;
+  // Count memory in the fragmentation measure: the target shapes are told apart by
+  // memory too, and a shape fits a node only with enough free memory (FGD ignores
+  // memory, so GPUs stranded by a node's exhausted memory look usable to it).
+  bool memory_aware = false;
+  // Among equal primary scores prefer nodes with a GPU already in use (keep idle nodes
+  // idle for the tasks that need whole nodes), before the scan order decides.
+  bool prefer_used_nodes = false;
+  // Score levels taken off a node whose GPUs are all idle when the task needs fewer GPUs
+  // than the node has (a soft reservation of whole nodes for whole-node tasks).
+  int32_t idle_node_penalty = 0;
+  // Adds strand_weight x the change in the node's "stranded" GPU milli to Δ: free GPU
+  // share that the node's free CPU (or memory) could not feed at the target workload's
+  // average CPU (memory) per GPU. Steers CPU- and memory-heavy tasks to nodes with CPU
+  // and memory to spare.
+  double strand_weight = 0.0;
 };
 
 std::unique_ptr<ScorePlugin> MakeFgdScore(const PolicyConfig& config, const FgdOptions& options,

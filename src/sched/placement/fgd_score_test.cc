@@ -2,6 +2,7 @@
 // recomputation of every node: the decisions must be the same, node and GPUs.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <memory>
 #include <vector>
@@ -17,9 +18,24 @@ namespace {
 
 // FGD as fgd-experiment.md states it, with no caching: every feasible node in scan
 // order, for a fractional task every fitting GPU in index order, strict > so the first
-// best wins.
+// best wins. With strand_weight > 0, fgd-strand's term as fgd_score.h states it, with
+// the CPU and memory per GPU milli of `shapes`' GPU shapes.
 PlacementDecision ReferenceFgd(const ClusterState& s, const Task& task,
-                               const FragmentationMeasure& m) {
+                               const FragmentationMeasure& m, double strand_weight = 0,
+                               const std::vector<TargetShape>& shapes = {}) {
+  double cpu = 0, mem = 0, gpu = 0;
+  for (const TargetShape& t : shapes) {
+    if (t.num_gpu == 0) continue;
+    cpu += static_cast<double>(t.weight) * static_cast<double>(t.cpu_milli);
+    mem += static_cast<double>(t.weight) * static_cast<double>(t.memory_mib);
+    gpu += static_cast<double>(t.weight) * t.num_gpu * t.gpu_milli;
+  }
+  auto stranded = [&](int64_t g, int64_t c, int64_t mm) {
+    double usable = static_cast<double>(g);
+    if (cpu > 0) usable = std::min(usable, static_cast<double>(c) / (cpu / gpu));
+    if (mem > 0) usable = std::min(usable, static_cast<double>(mm) / (mem / gpu));
+    return static_cast<double>(g) - std::max(usable, 0.0);
+  };
   PlacementDecision best;
   for (int32_t node : s.scan_order()) {
     if (!s.Fits(node, task)) continue;
@@ -27,9 +43,16 @@ PlacementDecision ReferenceFgd(const ClusterState& s, const Task& task,
     const int64_t before = m.ScaledNode(n);
     std::vector<int32_t> after = n.gpu_free_milli;
     auto score_of = [&]() {
-      const double delta =
-          m.ToMilli(before - m.ScaledNode(n.model_id, n.cpu_free_milli - task.cpu_milli,
-                                          after.data(), n.num_gpus()));
+      int64_t d = before - m.ScaledNode(n.model_id, n.cpu_free_milli - task.cpu_milli, after.data(),
+                                        n.num_gpus(), n.memory_free_mib - task.memory_mib);
+      if (strand_weight != 0) {
+        const double s0 = stranded(n.gpu_free_total, n.cpu_free_milli, n.memory_free_mib);
+        const double s1 =
+            stranded(n.gpu_free_total - task.TotalGpuMilli(), n.cpu_free_milli - task.cpu_milli,
+                     n.memory_free_mib - task.memory_mib);
+        d -= std::llround(strand_weight * (s1 - s0) * static_cast<double>(m.total_weight()));
+      }
+      const double delta = m.ToMilli(d);
       return static_cast<int64_t>(1.0 / (1.0 + std::exp(-delta / 1000.0)) * 100.0);
     };
     std::vector<int32_t> gpus;
@@ -60,15 +83,28 @@ PlacementDecision ReferenceFgd(const ClusterState& s, const Task& task,
   return best;
 }
 
-TEST(FgdScoreTest, ContentMemoDecidesLikeAFullRecomputation) {
+struct MemoCase {
+  const char* policy;
+  double strand_weight;
+  bool shapes_with_memory;  // the measure then counts memory (explicit target shapes)
+};
+
+class FgdMemoTest : public testing::TestWithParam<MemoCase> {};
+
+TEST_P(FgdMemoTest, ContentMemoDecidesLikeAFullRecomputation) {
   // Nodes of two models whose GPUs end up with the same free shares in different orders
   // (and identical idle nodes), so memo entries are shared between nodes whose GPU
   // indices differ; the cluster is also reset to a copy of its idle state, as the
   // placement benchmark does, so node versions go back to old values.
-  const std::vector<TargetShape> shapes = {{2000, 1, 250, {}, 5},   {4000, 1, 500, {}, 4},
-                                           {1000, 1, 700, {}, 2},   {8000, 1, 1000, {}, 6},
-                                           {16000, 2, 1000, {}, 2}, {32000, 4, 1000, {"A"}, 1},
-                                           {4000, 0, 0, {}, 3}};
+  const MemoCase c = GetParam();
+  std::vector<TargetShape> shapes = {{2000, 1, 250, {}, 5, 8192},    {4000, 1, 500, {}, 4, 65536},
+                                     {1000, 1, 700, {}, 2, 4096},    {8000, 1, 1000, {}, 6, 49152},
+                                     {16000, 2, 1000, {}, 2, 98304}, {32000, 4, 1000, {"A"}, 1, 0},
+                                     {4000, 0, 0, {}, 3, 131072}};
+  const std::vector<TargetShape> with_memory = shapes;  // the tasks' memory
+  if (!c.shapes_with_memory) {
+    for (auto& sh : shapes) sh.memory_mib = 0;
+  }
   auto workload = std::make_shared<const TargetWorkload>(TargetWorkload(shapes));
   ClusterState idle;
   for (int i = 0; i < 24; ++i) {
@@ -80,7 +116,7 @@ TEST(FgdScoreTest, ContentMemoDecidesLikeAFullRecomputation) {
   const FragmentationMeasure measure(*workload, idle.models());
   PolicyConfig config;
   config.target_workload = workload;
-  auto policy = BuiltinPlacementPolicies().Create("fgd", config);
+  auto policy = BuiltinPlacementPolicies().Create(c.policy, config);
   ASSERT_TRUE(policy.ok());
 
   Rng rng(2024);
@@ -88,16 +124,17 @@ TEST(FgdScoreTest, ContentMemoDecidesLikeAFullRecomputation) {
   int placed = 0, fractional_on_used_gpu = 0;
   for (int step = 0; step < 3000; ++step) {
     const TargetShape& sh = shapes[rng.Uniform(shapes.size())];
-    Task t{"t", "", sh.cpu_milli, 1024, sh.num_gpu, sh.gpu_milli, sh.gpu_models, 0};
-    const PlacementDecision want = ReferenceFgd(s, t, measure);
+    const TargetShape& mem = with_memory[static_cast<size_t>(&sh - shapes.data())];
+    Task t{"t", "", sh.cpu_milli, mem.memory_mib, sh.num_gpu, sh.gpu_milli, sh.gpu_models, 0};
+    const PlacementDecision want = ReferenceFgd(s, t, measure, c.strand_weight, shapes);
     const PlacementDecision got = (*policy)->Place(s, t);
-    ASSERT_EQ(got.placed, want.placed) << "step " << step;
+    ASSERT_EQ(got.placed, want.placed) << c.policy << " step " << step;
     if (!want.placed) {
       s = idle;  // full for this shape: start again from the idle copy
       continue;
     }
-    ASSERT_EQ(got.placement, want.placement) << "step " << step;
-    ASSERT_EQ(got.score, want.score) << "step " << step;
+    ASSERT_EQ(got.placement, want.placement) << c.policy << " step " << step;
+    ASSERT_EQ(got.score, want.score) << c.policy << " step " << step;
     if (t.IsFractional() &&
         s.node(got.placement.node).gpu_free_milli[static_cast<size_t>(got.placement.gpus[0])] <
             1000) {
@@ -109,6 +146,39 @@ TEST(FgdScoreTest, ContentMemoDecidesLikeAFullRecomputation) {
   // The run exercised what it is meant to: many placements, shared GPUs picked by index.
   EXPECT_GT(placed, 2000);
   EXPECT_GT(fractional_on_used_gpu, 100);
+}
+
+INSTANTIATE_TEST_SUITE_P(Policies, FgdMemoTest,
+                         testing::Values(MemoCase{"fgd", 0, false}, MemoCase{"fgd", 0, true},
+                                         MemoCase{"fgd-strand", 2.0, false},
+                                         MemoCase{"fgd-strand", 2.0, true}));
+
+TEST(FgdScoreTest, StrandSendsCpuHeavyTasksToNodesWithCpuToSpare) {
+  // GPU tasks need 12 cores and 48 GiB per GPU. Node "g2" (8 GPUs, 96 cores) is first in
+  // scan order; node "t4" (2 GPUs, 104 cores) has CPU to spare. A 32-core CPU-only task
+  // changes neither node's FGD fragmentation (every shape still fits), so FGD takes the
+  // first node and leaves g2 too little CPU for its 8 GPUs; fgd-strand sees that and
+  // takes t4. A 1-GPU task that fits its share goes to g2 under both.
+  auto w = std::make_shared<const TargetWorkload>(
+      TargetWorkload({{12000, 1, 1000, {}, 10, 49152}, {12000, 0, 0, {}, 1, 49152}}));
+  ClusterState s;
+  ASSERT_TRUE(s.AddNode({"g2", 96000, 393216, 8, "G2"}).ok());
+  ASSERT_TRUE(s.AddNode({"t4", 104000, 524288, 2, "T4"}).ok());
+  Task cpu_only{"c", "", 32000, 49152, 0, 0, {}, 0};
+  Task one_gpu{"g", "", 12000, 49152, 1, 1000, {}, 0};
+  PolicyConfig config;
+  config.target_workload = w;
+  auto fgd = BuiltinPlacementPolicies().Create("fgd", config);
+  auto strand = BuiltinPlacementPolicies().Create("fgd-strand", config);
+  ASSERT_TRUE(fgd.ok() && strand.ok());
+  EXPECT_EQ((*fgd)->Place(s, cpu_only).placement.node, 0);
+  EXPECT_EQ((*strand)->Place(s, cpu_only).placement.node, 1);
+  EXPECT_EQ((*fgd)->Place(s, one_gpu).placement.node, 0);
+  EXPECT_EQ((*strand)->Place(s, one_gpu).placement.node, 0);
+  // Without a target workload (no CPU or memory per GPU known) it is FGD.
+  auto generic = BuiltinPlacementPolicies().Create("fgd-strand", PolicyConfig{});
+  ASSERT_TRUE(generic.ok());
+  EXPECT_EQ((*generic)->Place(s, cpu_only).placement.node, 0);
 }
 
 }  // namespace
