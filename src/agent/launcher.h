@@ -122,9 +122,9 @@ class Launcher {
   // Jobs this launcher already supervises are skipped.
   virtual Result<std::vector<JobEvent>> Adopt() = 0;
 
-  // The agent has delivered the job's final event: drop its bookkeeping files (logs are
-  // kept) so that later Adopt() calls do not report it again. FailedPrecondition while
-  // the job still runs.
+  // The agent has delivered the job's final event: empty its spec (the command line and
+  // variables go; records and logs are kept) so that later Adopt() calls do not report it
+  // again. FailedPrecondition while the job still runs.
   virtual Status Forget(int64_t job_id) = 0;
 
   // Job ids currently supervised.

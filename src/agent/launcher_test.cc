@@ -431,6 +431,7 @@ TEST_F(LauncherTest, AgentProcessKilledWithSigkillLeavesTheJobRunning) {
 
 TEST_F(LauncherTest, JobThatEndedWhileTheAgentWasDownIsReportedUntilForgotten) {
   LaunchSpec spec = TestSpec(251, {"sh", "-c", "exit 4"});
+  spec.env = {{"API_TOKEN", "s3cr3t-251"}};
   Start(spec);
   launcher_.reset();
   ASSERT_TRUE(WaitForFileContaining(JobFile(251, kStatusFile), "exit_code", 5000));
@@ -445,9 +446,12 @@ TEST_F(LauncherTest, JobThatEndedWhileTheAgentWasDownIsReportedUntilForgotten) {
     EXPECT_TRUE((*adopted)[0].adopted);
     EXPECT_TRUE(launcher_->Running().empty());
   }
+  EXPECT_NE(ReadWholeFile(JobFile(251, kSpecFile)).find("s3cr3t-251"), std::string::npos);
   ASSERT_TRUE(launcher_->Forget(251).ok());
   EXPECT_TRUE(launcher_->Adopt()->empty());
-  // Logs stay for `gpupool logs`.
+  EXPECT_TRUE(launcher_->Adopt()->empty());  // and stays forgotten
+  // The job's variables do not outlive it on disk; logs stay for `gpupool logs`.
+  EXPECT_EQ(ReadWholeFile(JobFile(251, kSpecFile)).find("s3cr3t-251"), std::string::npos);
   EXPECT_EQ(::access(JobFile(251, kStdoutFile).c_str(), F_OK), 0);
 }
 

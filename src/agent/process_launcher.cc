@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <spawn.h>
+#include <sys/eventfd.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -110,8 +111,10 @@ class ProcessLauncher final : public Launcher {
  public:
   explicit ProcessLauncher(LauncherOptions options) : opt_(std::move(options)) {
     if (opt_.clock == nullptr) opt_.clock = SystemClock::Get();
+    wake_fd_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   }
   ~ProcessLauncher() override {
+    if (wake_fd_ >= 0) ::close(wake_fd_);
     // The shims keep running; only our handles go.
     for (auto& [id, s] : jobs_) {
       if (s.pidfd >= 0) ::close(s.pidfd);
@@ -129,13 +132,24 @@ class ProcessLauncher final : public Launcher {
  private:
   Result<Supervised> SpawnShim(const std::string& job_dir, std::string* report);
   JobEvent FinalEvent(int64_t job_id, int attempt, pid_t shim_pid, const std::string& job_dir);
-  void Queue(JobEvent e) { events_.push_back(std::move(e)); }
+  // Queues an event and wakes Wait (callers hold mu_).
+  void Queue(JobEvent e) {
+    events_.push_back(std::move(e));
+    Wake();
+  }
+  // Wakes Wait: an event was queued or a job to watch was added.
+  void Wake() const {
+    if (wake_fd_ < 0) return;
+    const uint64_t one = 1;
+    (void)!::write(wake_fd_, &one, sizeof one);
+  }
 
   LauncherOptions opt_;
   mutable std::mutex mu_;
   std::map<int64_t, Supervised> jobs_;  // guarded by mu_
   std::set<int64_t> launching_;         // guarded by mu_
   std::vector<JobEvent> events_;        // guarded by mu_
+  int wake_fd_ = -1;                    // eventfd: Launch/Queue -> Wait
 };
 
 Result<Supervised> ProcessLauncher::SpawnShim(const std::string& job_dir, std::string* report) {
@@ -288,7 +302,7 @@ Status ProcessLauncher::Launch(const LaunchSpec& spec) {
     e.time_us = e.start_time_us;
     if (Result<ShimRecord> rec = ReadShimRecord(dir); rec.ok()) e.isolation = rec->isolation;
     Queue(std::move(e));
-    jobs_[spec.job_id] = s;
+    jobs_[spec.job_id] = s;  // Queue woke Wait, whose next poll includes this shim
     return Status::Ok();
   }
   // The shim said "failed", or nothing at all: it ends (or has ended) by itself.
@@ -387,8 +401,10 @@ std::vector<JobEvent> ProcessLauncher::Wait(int timeout_ms) {
     std::vector<JobEvent> events = Poll();
     const int64_t left_ms = (deadline - opt_.clock->MonotonicMicros()) / 1000;
     if (!events.empty() || left_ms <= 0) return events;
-    // Wait on duplicates of the pidfds, so another thread's Poll may close the originals.
+    // Wait on duplicates of the pidfds, so another thread's Poll may close the originals,
+    // and on the wake eventfd, which Launch and Queue signal (a new shim to watch, an event).
     std::vector<struct pollfd> fds;
+    if (wake_fd_ >= 0) fds.push_back({wake_fd_, POLLIN, 0});
     {
       std::lock_guard<std::mutex> lock(mu_);
       for (const auto& [id, s] : jobs_) {
@@ -398,9 +414,15 @@ std::vector<JobEvent> ProcessLauncher::Wait(int timeout_ms) {
         }
       }
     }
-    // Short slices: events queued by Launch from other threads do not wake the poll.
-    ::poll(fds.data(), fds.size(), static_cast<int>(std::min<int64_t>(left_ms, 50)));
-    for (const struct pollfd& p : fds) ::close(p.fd);
+    // Slices of at most a second: a safety net; wakes come through the eventfd.
+    ::poll(fds.data(), fds.size(), static_cast<int>(std::min<int64_t>(left_ms, 1000)));
+    if (wake_fd_ >= 0) {
+      uint64_t count = 0;
+      (void)!::read(wake_fd_, &count, sizeof count);  // non-blocking: drain
+    }
+    for (const struct pollfd& p : fds) {
+      if (p.fd != wake_fd_) ::close(p.fd);
+    }
   }
 }
 
@@ -424,6 +446,10 @@ Result<std::vector<JobEvent>> ProcessLauncher::Adopt() {
   for (int64_t id : ids) {
     if (jobs_.count(id) != 0 || launching_.count(id) != 0) continue;
     const std::string dir = JobDir(opt_.state_dir, id);
+    struct stat spec_st;
+    if (::stat((dir + "/" + kSpecFile).c_str(), &spec_st) == 0 && spec_st.st_size == 0) {
+      continue;  // forgotten (Forget emptied the spec): only records and logs remain
+    }
     Result<ShimConfig> config = ReadShimConfig(dir);
     if (!config.ok()) {
       if (config.status().code() != StatusCode::kNotFound) {
@@ -491,12 +517,13 @@ Status ProcessLauncher::Forget(int64_t job_id) {
     return Status::FailedPrecondition("job " + std::to_string(job_id) +
                                       " still runs; cancel it and wait for its final event");
   }
-  const std::string dir = JobDir(opt_.state_dir, job_id);
-  for (const char* f : {kSpecFile, kShimFile, kStatusFile}) {
-    const std::string path = dir + "/" + f;
-    if (::unlink(path.c_str()) != 0 && errno != ENOENT) {
-      return Status::Unavailable("cannot remove '" + path + "': " + std::strerror(errno));
-    }
+  // Emptying the spec (its command line and variables go) marks the job forgotten. The
+  // files are not deleted: on a file system without a journal every recently deleted
+  // inode slows each later file creation (ext4 skips them), and a job's small records
+  // cost less kept beside its logs than deleted.
+  const std::string spec = JobDir(opt_.state_dir, job_id) + "/" + kSpecFile;
+  if (::truncate(spec.c_str(), 0) != 0 && errno != ENOENT) {
+    return Status::Unavailable("cannot empty '" + spec + "': " + std::strerror(errno));
   }
   return Status::Ok();
 }
