@@ -6,6 +6,13 @@
 // public methods are thread-safe (one mutex; the HTTP server calls in from many
 // threads). The controller never touches a GPU and never launches anything: agents poll
 // for work (WaitForWork) and report what happened (ApplyEvents).
+//
+// Under a long queue the lock stays short: node views and agent polls walk only the jobs
+// holding resources (occupying_), a scheduling pass takes its snapshot by sharing
+// immutable per-job copies (slim_) and plans outside the lock, and its pending reasons
+// replace the previous ones in one swap. Submissions to a pool whose last pass could
+// start nothing are planned together after arrival_batch_us; freed resources, node
+// changes and cancellations trigger a pass at once.
 #pragma once
 
 #include <condition_variable>
