@@ -46,8 +46,8 @@ std::string BindArg(const std::string& source, const std::string& target, bool r
 
 std::string CpusValue(int64_t cpu_milli) {
   char buf[32];
-  std::snprintf(buf, sizeof buf, "%lld.%03lld", static_cast<long long>(cpu_milli / 1000),
-                static_cast<long long>(cpu_milli % 1000));
+  (void)std::snprintf(buf, sizeof buf, "%lld.%03lld", static_cast<long long>(cpu_milli / 1000),
+                      static_cast<long long>(cpu_milli % 1000));
   return buf;
 }
 
@@ -61,7 +61,8 @@ std::string FindInPath(const std::string& name) {
   path += ":/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
   for (const std::string& dir : Split(path, ':')) {
     if (dir.empty()) continue;
-    const std::string candidate = dir + "/" + name;
+    std::string candidate = dir;
+    candidate.append("/").append(name);
     struct stat st;
     if (::stat(candidate.c_str(), &st) == 0 && S_ISREG(st.st_mode) &&
         ::access(candidate.c_str(), X_OK) == 0) {
@@ -129,7 +130,7 @@ bool EnvFileCan(const std::string& key, const std::string& value) {
 std::string ContainerEnvFile(const LaunchSpec& spec) {
   std::string text;
   for (const auto& [k, v] : BuildContainerEnvironment(spec)) {
-    if (EnvFileCan(k, v)) text += k + "=" + v + "\n";
+    if (EnvFileCan(k, v)) text.append(k).append("=").append(v).append("\n");
   }
   return text;
 }
@@ -175,7 +176,11 @@ Result<std::vector<std::string>> BuildPodmanRunArgv(const LaunchSpec& spec,
   for (const std::string& d : spec.cdi_devices) run.insert(run.end(), {"--device", d});
   if (!env_file.empty()) run.insert(run.end(), {"--env-file", env_file});
   for (const auto& [k, v] : BuildContainerEnvironment(spec)) {
-    if (env_file.empty() || !EnvFileCan(k, v)) run.insert(run.end(), {"--env", k + "=" + v});
+    if (env_file.empty() || !EnvFileCan(k, v)) {
+      std::string kv = k;
+      kv.append("=").append(v);
+      run.insert(run.end(), {"--env", std::move(kv)});
+    }
   }
   if (spec.cpu_milli > 0) run.insert(run.end(), {"--cpus", CpusValue(spec.cpu_milli)});
   if (spec.memory_bytes > 0) {

@@ -30,8 +30,9 @@ constexpr const char* kFakeHint =
     "  gpupool gpus --fake examples/nodes/amd-8xmi250x.json --format gres\n";
 
 void Print(std::FILE* to, const std::string& text) {
-  std::fwrite(text.data(), 1, text.size(), to);
-  std::fflush(to);
+  // Nothing useful is left to do when stdout or stderr cannot be written.
+  (void)std::fwrite(text.data(), 1, text.size(), to);
+  (void)std::fflush(to);
 }
 
 // Resolves --json/--format/--classad-legacy into one format name, or a usage error.

@@ -139,7 +139,10 @@ void Result<T>::CheckOk() const {
 // `GP_ASSIGN_OR_RETURN(auto x, Foo());` declares x from a Result or returns its error.
 #define GP_ASSIGN_OR_RETURN(lhs, expr) \
   GP_ASSIGN_OR_RETURN_IMPL_(GP_CONCAT_(gp_result_, __LINE__), lhs, expr)
+// `tmp` is a name and `lhs` a declaration: neither can take parentheses.
+// NOLINTBEGIN(bugprone-macro-parentheses)
 #define GP_ASSIGN_OR_RETURN_IMPL_(tmp, lhs, expr) \
   auto tmp = (expr);                              \
   if (!tmp.ok()) return tmp.status();             \
   lhs = std::move(tmp).value()
+// NOLINTEND(bugprone-macro-parentheses)

@@ -597,6 +597,7 @@ Status Controller::ScheduleOnce() {
     }
   }
   std::vector<SchedNode> nodes;
+  nodes.reserve(nodes_copy.size());
   for (const auto& [name, e] : nodes_copy)
     nodes.push_back({name, &e.info, e.cpu_milli, e.memory_mib});
   std::vector<const Job*> active;

@@ -109,7 +109,7 @@ AgentLoop::AgentLoop(AgentLoopOptions options, net::HttpClient client, agent::La
   if (options_.cpu_milli <= 0) options_.cpu_milli = sysconf(_SC_NPROCESSORS_ONLN) * 1000;
   if (options_.memory_mib <= 0) {
     options_.memory_mib =
-        static_cast<int64_t>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGE_SIZE) / (1024 * 1024);
+        static_cast<int64_t>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGE_SIZE) / int64_t{1 << 20};
   }
 }
 

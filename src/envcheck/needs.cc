@@ -120,7 +120,8 @@ MountedImage::MountedImage(MountedImage&& o) noexcept
   o.path_.clear();
 }
 
-MountedImage::~MountedImage() {
+// Only allocation can throw here, and terminating then is right.
+MountedImage::~MountedImage() {  // NOLINT(bugprone-exception-escape)
   if (!path_.empty()) (void)RunCapture(PodmanArgv(podman_args_, {"image", "unmount", id_}));
 }
 

@@ -43,7 +43,7 @@ class MountedImage {
   MountedImage(MountedImage&& other) noexcept;
   MountedImage& operator=(MountedImage&&) = delete;
   MountedImage(const MountedImage&) = delete;
-  ~MountedImage();
+  ~MountedImage();  // NOLINT(bugprone-exception-escape): see needs.cc
 
   const std::string& path() const { return path_; }
   const std::string& id() const { return id_; }  // the image's full id

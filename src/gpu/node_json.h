@@ -25,9 +25,9 @@ inline constexpr std::string_view kNodeSchema = "gpupool.node/v1";
 
 // Limits that keep a hostile file from exhausting memory or producing absurd output.
 inline constexpr size_t kMaxGpusPerNode = 1024;
-inline constexpr size_t kMaxStringBytes = 4096;        // names, ids, paths
-inline constexpr size_t kMaxMessageBytes = 64 * 1024;  // diagnostic messages
-inline constexpr size_t kMaxListEntries = 1024;        // libraries, device nodes, ...
+inline constexpr size_t kMaxStringBytes = 4096;                // names, ids, paths
+inline constexpr size_t kMaxMessageBytes = size_t{64} * 1024;  // diagnostic messages
+inline constexpr size_t kMaxListEntries = 1024;                // libraries, device nodes, ...
 
 OrderedJson NodeToJson(const NodeInfo& node);
 

@@ -24,6 +24,7 @@ std::vector<TargetShape> PopularShapes(const std::vector<Task>& tasks, double co
                  with_memory ? t.memory_mib : 0}];
   }
   std::vector<TargetShape> all;
+  all.reserve(counts.size());
   for (const auto& [k, c] : counts) {
     all.push_back(
         {std::get<2>(k), std::get<0>(k), std::get<1>(k), std::get<3>(k), c, std::get<4>(k)});

@@ -11,7 +11,7 @@
 namespace gpupool::sched {
 namespace {
 
-PlacementPolicyFactory Profile(std::string name,
+PlacementPolicyFactory Profile(const std::string& name,
                                std::unique_ptr<ScorePlugin> (*make)(const PolicyConfig&)) {
   return [name, make](const PolicyConfig& config) -> std::unique_ptr<PlacementPolicy> {
     std::vector<std::unique_ptr<FilterPlugin>> filters;
@@ -20,7 +20,7 @@ PlacementPolicyFactory Profile(std::string name,
   };
 }
 
-PlacementPolicyFactory FgdProfile(std::string name, FgdOptions options) {
+PlacementPolicyFactory FgdProfile(const std::string& name, const FgdOptions& options) {
   return [name, options](const PolicyConfig& config) -> std::unique_ptr<PlacementPolicy> {
     std::vector<std::unique_ptr<FilterPlugin>> filters;
     filters.push_back(std::make_unique<FitFilter>());
@@ -31,7 +31,7 @@ PlacementPolicyFactory FgdProfile(std::string name, FgdOptions options) {
 
 PlacementPolicyRegistry MakeBuiltins() {
   PlacementPolicyRegistry r;
-  auto must = [](Status s) {
+  auto must = [](const Status& s) {
     if (!s.ok()) std::abort();  // duplicate built-in names are a programming error
   };
   must(r.Register("random", "a uniformly random feasible node; random fitting GPU",

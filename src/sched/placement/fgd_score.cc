@@ -67,7 +67,7 @@ class FgdScore final : public ScorePlugin {
   };
   struct ShapeKeyHash {
     size_t operator()(const ShapeKey& k) const {
-      return std::hash<int64_t>{}(k.cpu * 1000003 + k.num_gpu * 1009 + k.gpu_milli);
+      return std::hash<int64_t>{}(k.cpu * 1000003 + int64_t{k.num_gpu} * 1009 + k.gpu_milli);
     }
   };
   struct Entry {
