@@ -2,7 +2,7 @@
 """API latency of a loaded gpupool controller (python3 stdlib only).
 
   api_latency.py [--gpupool BIN] [--node NODE.json] [--queued 10000] [--clients 50]
-                 [--duration 20] [--out FILE]
+                 [--duration 20] [--client c|python] [--out FILE]
 
 Starts `gpupool up --fake NODE --state-dir TMP --port 0`, fills the 8 GPUs with long
 `sleep` jobs (so nothing queued can start), queues --queued one-GPU jobs, then runs
@@ -13,9 +13,12 @@ over the Unix socket, one connection per request as the CLI does. Reports p50/p9
 request kind and overall, errors, and the controller's peak RSS (VmHWM of the `gpupool up`
 process, which also holds the local agent). Everything is torn down at the end.
 
-The clients run in several processes (threads within each) so that Python's GIL does not
-serialize them; on a small machine they still share the CPUs with the server, which makes
-the numbers an upper bound of what a client on another machine would see.
+Two clients send the same mix: `--client c` (the default when it is built: bench/api_load
+beside the gpupool binary's build, from bench/pool/api_load.cc), one process of threads
+spending microseconds per request; `--client python`, several processes of threads (so
+that the GIL does not serialize them), which on a 2-CPU machine take more CPU than the
+server. Either way the clients share the machine's CPUs with the server, so the numbers
+are an upper bound of what a client on another machine would see.
 """
 import argparse
 import http.client
@@ -262,6 +265,16 @@ def driver(a):
     if not binary or not os.access(binary, os.X_OK):
         raise RuntimeError("no gpupool binary at %s: build it (make build) or pass --gpupool"
                            % (binary or "build/h-bench, build/release or PATH"))
+    client_bin = None
+    if a.client != "python":
+        client_bin = a.client_binary or os.path.join(os.path.dirname(os.path.abspath(binary)),
+                                                     "bench", "api_load")
+        if not os.access(client_bin, os.X_OK):
+            if a.client == "c":
+                raise RuntimeError("no C client at %s: build it (cmake --build BUILD --target "
+                                   "api_load) or pass --client python" % client_bin)
+            print("no C client at %s: using the Python clients" % client_bin, file=sys.stderr)
+            client_bin = None
     gpus = len(json.load(open(a.node))["gpus"])
     srv = Server(binary, a.node)
     running = []
@@ -304,17 +317,21 @@ def driver(a):
                 ms.append((time.perf_counter() - t1) * 1000.0)
             solo[kind] = stats(ms)
 
-        procs = min(a.clients, a.processes)
+        procs = 1 if client_bin else min(a.clients, a.processes)
         per = [a.clients // procs + (1 if i < a.clients % procs else 0) for i in range(procs)]
         stop_at = time.time() + 2 + a.duration  # 2 s for the workers to start
         # GET /v1/jobs/ID picks from a sample of the queued jobs (argv stays small).
         pick = random.Random(1).sample(ids, min(len(ids), 2000)) + running
         id_list = ",".join(str(i) for i in pick)
-        workers = [subprocess.Popen(
-            [sys.executable, os.path.abspath(__file__), "--worker", "--sock", srv.sock,
-             "--workdir", srv.work, "--threads", str(n), "--seed", str(i), "--ids", id_list,
-             "--stop-at", repr(stop_at)], stdout=subprocess.PIPE)
-            for i, n in enumerate(per)]
+        common = ["--sock", srv.sock, "--workdir", srv.work, "--ids", id_list,
+                  "--stop-at", repr(stop_at)]
+        if client_bin:
+            cmds = [[client_bin, "--threads", str(n), "--seed", str(i),
+                     "--cpu-milli", str(CPU_MILLI)] + common for i, n in enumerate(per)]
+        else:
+            cmds = [[sys.executable, os.path.abspath(__file__), "--worker", "--threads", str(n),
+                     "--seed", str(i)] + common for i, n in enumerate(per)]
+        workers = [subprocess.Popen(c, stdout=subprocess.PIPE) for c in cmds]
         merged = {k: [] for k, _ in KINDS}
         errors = {k: 0 for k, _ in KINDS}
         examples = []
@@ -343,6 +360,7 @@ def driver(a):
             "controller_peak_rss_bytes": mem.get("VmHWM"),
             "controller_rss_bytes_end": mem.get("VmRSS"),
             "host_cpus": os.cpu_count(),
+            "client": "c" if client_bin else "python",
         }
     finally:
         srv.stop(running)
@@ -350,9 +368,10 @@ def driver(a):
 
 
 def print_table(res):
-    print("API latency: %d queued (%s pending at the end), %d clients for %d s, %d requests "
+    print("API latency: %d queued (%s pending at the end), %d %s clients for %d s, %d requests "
           "(%.0f/s)" % (res["queued_before"], res["pending_after"], res["clients"],
-                        res["duration_s"], res["requests"], res["requests_per_s"]))
+                        "C++" if res["client"] == "c" else "Python", res["duration_s"],
+                        res["requests"], res["requests_per_s"]))
     print("| request | n | p50 ms | p95 ms | p99 ms | max ms | errors |")
     print("|---|---|---|---|---|---|---|")
     names = {"get_job": "GET /v1/jobs/ID", "list_active": "GET /v1/jobs?active=1&limit=50",
@@ -397,6 +416,10 @@ def main():
     ap.add_argument("--duration", type=float, default=20.0)
     ap.add_argument("--solo", type=int, default=10,
                     help="requests of each kind from one client before the load")
+    ap.add_argument("--client", choices=("auto", "c", "python"), default="auto",
+                    help="load generator: c (bench/api_load), python, or auto (c when built)")
+    ap.add_argument("--client-binary", help="api_load binary (default: BUILD/bench/api_load "
+                    "beside --gpupool)")
     ap.add_argument("--out")
     # worker mode (internal)
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)

@@ -28,33 +28,55 @@ int64_t MonoMillis() {
 
 }  // namespace
 
-Result<pid_t> SpawnCommand(const std::vector<std::string>& argv, int out_fd, int err_fd) {
+Result<pid_t> SpawnCommand(const std::vector<std::string>& argv, const SpawnOptions& o) {
   if (argv.empty()) return Status::InvalidArgument("no command to run");
   posix_spawn_file_actions_t fa;
   posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
-  if (out_fd >= 0) posix_spawn_file_actions_adddup2(&fa, out_fd, 1);
-  if (err_fd >= 0) posix_spawn_file_actions_adddup2(&fa, err_fd, 2);
+  // The passed descriptor first (dup2 onto itself clears close-on-exec), then /dev/null
+  // on 0-2, so one that got a low number is moved before it would be overwritten.
+  if (o.pass_fd >= 0 && o.pass_fd_as >= 0) {
+    posix_spawn_file_actions_adddup2(&fa, o.pass_fd, o.pass_fd_as);
+  }
+  posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", o.null_output ? O_RDWR : O_RDONLY, 0);
+  if (o.null_output) {
+    posix_spawn_file_actions_adddup2(&fa, 0, 1);
+    posix_spawn_file_actions_adddup2(&fa, 0, 2);
+  } else {
+    if (o.out_fd >= 0) posix_spawn_file_actions_adddup2(&fa, o.out_fd, 1);
+    if (o.err_fd >= 0) posix_spawn_file_actions_adddup2(&fa, o.err_fd, 2);
+  }
+  if (o.close_from >= 0) posix_spawn_file_actions_addclosefrom_np(&fa, o.close_from);
   posix_spawnattr_t attr;
   posix_spawnattr_init(&attr);
-  sigset_t none;
-  sigemptyset(&none);
+  sigset_t mask;
+  sigemptyset(&mask);
+  for (int sig : o.blocked) sigaddset(&mask, sig);
   sigset_t defaults;
   sigemptyset(&defaults);
   for (int sig : {SIGCHLD, SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGPIPE}) sigaddset(&defaults, sig);
-  posix_spawnattr_setsigmask(&attr, &none);
+  posix_spawnattr_setsigmask(&attr, &mask);
   posix_spawnattr_setsigdefault(&attr, &defaults);
-  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
+  short flags = POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF;  // NOLINT(google-runtime-int)
+  if (o.new_session) flags |= POSIX_SPAWN_SETSID;
+  posix_spawnattr_setflags(&attr, flags);
   std::vector<char*> args;
   args.reserve(argv.size() + 1);
   for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
   args.push_back(nullptr);
   pid_t pid = 0;
-  const int rc = ::posix_spawnp(&pid, args[0], &fa, &attr, args.data(), environ);
+  const int rc = o.search_path ? ::posix_spawnp(&pid, args[0], &fa, &attr, args.data(), environ)
+                               : ::posix_spawn(&pid, args[0], &fa, &attr, args.data(), environ);
   posix_spawn_file_actions_destroy(&fa);
   posix_spawnattr_destroy(&attr);
   if (rc != 0) return Status::Unavailable("cannot run " + argv[0] + ": " + std::strerror(rc));
   return pid;
+}
+
+Result<pid_t> SpawnCommand(const std::vector<std::string>& argv, int out_fd, int err_fd) {
+  SpawnOptions o;
+  o.out_fd = out_fd;
+  o.err_fd = err_fd;
+  return SpawnCommand(argv, o);
 }
 
 bool CommandResult::Succeeded() const {

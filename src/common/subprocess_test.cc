@@ -1,7 +1,12 @@
 #include "common/subprocess.h"
 
 #include <gtest/gtest.h>
+#include <fcntl.h>
 #include <sys/wait.h>
+#include <unistd.h>
+
+#include <csignal>
+#include <string>
 
 namespace gpupool {
 namespace {
@@ -15,6 +20,70 @@ TEST(SubprocessTest, CapturesBothStreamsAndTheExitStatus) {
   EXPECT_EQ(WEXITSTATUS(r->wait_status), 3);
   EXPECT_FALSE(r->Succeeded());
   EXPECT_EQ(r->Failure({"sh", "-c"}, 10'000), "sh -c failed: err");
+}
+
+// The options the agent starts a job's supervisor with: own session, signals blocked
+// across exec, one descriptor passed, every later one closed, output to /dev/null.
+TEST(SubprocessTest, SpawnOptionsReachTheChild) {
+  int pipefd[2];
+  ASSERT_EQ(::pipe2(pipefd, O_CLOEXEC), 0);
+  const int stray = ::dup2(pipefd[1], 40);  // inherited (no close-on-exec) unless closed
+  ASSERT_EQ(stray, 40);
+  SpawnOptions o;
+  o.null_output = true;
+  o.new_session = true;
+  o.search_path = false;
+  o.blocked = {SIGTERM};
+  o.pass_fd = pipefd[1];
+  o.pass_fd_as = 5;
+  o.close_from = 6;
+  auto pid = SpawnCommand(
+      {"/bin/sh", "-c",
+       "read -r _ _ _ _ _ sid _ < /proc/self/stat; echo \"sid=$sid pid=$$\" >&5; "
+       "[ -e /proc/$$/fd/40 ] && echo stray >&5; echo noise"},
+      o);
+  ::close(pipefd[1]);
+  ::close(stray);
+  ASSERT_TRUE(pid.ok()) << pid.status().ToString();
+  std::string got;
+  char buf[256];
+  for (ssize_t n; (n = ::read(pipefd[0], buf, sizeof buf)) > 0;) got.append(buf, static_cast<size_t>(n));
+  ::close(pipefd[0]);
+  int status = 0;
+  ASSERT_EQ(::waitpid(*pid, &status, 0), *pid);
+  EXPECT_NE(got.find("sid=" + std::to_string(*pid) + " pid=" + std::to_string(*pid)),
+            std::string::npos) << got;
+  EXPECT_EQ(got.find("stray"), std::string::npos) << got;
+  EXPECT_EQ(got.find("noise"), std::string::npos) << got;  // stdout went to /dev/null
+
+  // The mask, seen by a program that leaves it alone (a shell resets its own).
+  auto status_text = [](const std::vector<int>& blocked) {
+    SpawnOptions so;
+    so.blocked = blocked;
+    int fds[2];
+    if (::pipe2(fds, O_CLOEXEC) != 0) return std::string();
+    so.out_fd = fds[1];
+    auto p = SpawnCommand({"cat", "/proc/self/status"}, so);
+    ::close(fds[1]);
+    std::string text;
+    char b[4096];
+    for (ssize_t n; (n = ::read(fds[0], b, sizeof b)) > 0;) text.append(b, static_cast<size_t>(n));
+    ::close(fds[0]);
+    int st = 0;
+    if (p.ok()) ::waitpid(*p, &st, 0);
+    return text;
+  };
+  auto blocked_mask = [](const std::string& text) {
+    const size_t at = text.find("SigBlk:");
+    return at == std::string::npos ? ~0ULL : std::stoull(text.substr(at + 7), nullptr, 16);
+  };
+  EXPECT_NE(blocked_mask(status_text({SIGTERM})) & (1ULL << (SIGTERM - 1)), 0U);
+  EXPECT_EQ(blocked_mask(status_text({})), 0U);
+
+  o.search_path = false;  // no PATH search: a bare name is not found
+  auto bare = SpawnCommand({"sh", "-c", "true"}, o);
+  if (bare.ok()) ::waitpid(*bare, &status, 0);
+  EXPECT_FALSE(bare.ok());
 }
 
 TEST(SubprocessTest, SucceedsAndReadsNoInput) {

@@ -142,6 +142,14 @@ OrderedJson EnvironmentToJson(const store::EnvironmentRecord& e) {
 
 }  // namespace
 
+bool Api::MayBlock(const HttpRequest& r) {
+  if (const std::string w = r.Query("wait_ms"); !w.empty() && w != "0") return true;
+  if (r.method != "POST") return false;
+  if (r.path.rfind("/v1/environments", 0) == 0) return true;
+  // A submission naming an image may inspect it; a plain one is a store write.
+  return r.path == "/v1/jobs" && r.body.find("\"image\"") != std::string::npos;
+}
+
 HttpResponse Api::Handle(const HttpRequest& request) {
   Result<Identity> who = Authenticate(request, *store_, auth_);
   if (!who.ok()) {

@@ -27,6 +27,11 @@ class Api {
 
   net::HttpResponse Handle(const net::HttpRequest& request);
 
+  // Whether handling `request` may take long (a long poll with wait_ms, or a podman image
+  // inspection for a submission or an environment): the HTTP server gives such requests
+  // a thread of their own instead of a pool thread.
+  static bool MayBlock(const net::HttpRequest& request);
+
  private:
   net::HttpResponse Route(const net::HttpRequest& r, const Identity& who);
   net::HttpResponse Submit(const net::HttpRequest& r, const Caller& caller);

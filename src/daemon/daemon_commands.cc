@@ -141,6 +141,7 @@ Result<ServerParts> StartServer(const ServerFlags& f) {
     ho.tcp_host = f.listen;
     ho.tcp_port = f.port;
   }
+  ho.may_block = &controller::Api::MayBlock;
   controller::Api* api = p.api.get();
   GP_ASSIGN_OR_RETURN(p.http, net::StartHttpServer(
                                   ho, [api](const net::HttpRequest& r) { return api->Handle(r); }));

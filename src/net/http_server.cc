@@ -8,18 +8,28 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <chrono>
+#include <condition_variable>
 #include <cstring>
+#include <mutex>
+#include <thread>
 
 #include "common/strings.h"
 
 namespace gpupool::net {
 namespace {
 
-// Per-connection state while a request body arrives.
+// Per-connection state while a request body arrives and, for a blocking request, while
+// its handler runs on a thread of its own (the connection is suspended meanwhile).
 struct PendingRequest {
   std::string body;
   bool too_large = false;
+  bool detached = false;  // handed to a thread of its own; the connection is suspended
+  bool ready = false;     // that thread's response is in `response` (guarded by mu_)
+  bool suspended = false;  // counted in suspended_ (guarded by mu_)
+  HttpResponse response;
 };
 
 std::string Errno(const char* what) { return std::string(what) + ": " + std::strerror(errno); }
@@ -122,6 +132,13 @@ class MhdServer final : public HttpServer {
   int tcp_port() const override { return tcp_port_; }
 
   void Stop() override {
+    // MHD must not be stopped with suspended connections: let blocking handlers finish
+    // (as joining their connection threads used to) and their answers go out first.
+    {
+      std::unique_lock lock(mu_);
+      idle_cv_.wait(lock, [this] { return blocking_running_ == 0; });
+      idle_cv_.wait_for(lock, std::chrono::seconds(5), [this] { return suspended_ == 0; });
+    }
     if (unix_daemon_ != nullptr) {
       MHD_stop_daemon(unix_daemon_);
       unix_daemon_ = nullptr;
@@ -142,16 +159,69 @@ class MhdServer final : public HttpServer {
   MHD_Daemon* StartDaemon(int listen_fd, bool is_unix) {
     auto& ctx = is_unix ? unix_ctx_ : tcp_ctx_;
     ctx = {this, is_unix};
+    const unsigned hw = std::thread::hardware_concurrency();
+    const unsigned threads = options_.pool_threads > 0 ? static_cast<unsigned>(options_.pool_threads)
+                                                       : std::max(4U, hw);
     return MHD_start_daemon(
-        MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION | MHD_USE_POLL, 0, nullptr,
+        MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME, 0, nullptr,
         nullptr, &MhdServer::OnRequest, &ctx, MHD_OPTION_LISTEN_SOCKET, listen_fd,
-        MHD_OPTION_CONNECTION_TIMEOUT, static_cast<unsigned>(options_.connection_timeout_s),
-        MHD_OPTION_NOTIFY_COMPLETED, &MhdServer::OnCompleted, nullptr, MHD_OPTION_END);
+        MHD_OPTION_THREAD_POOL_SIZE, threads, MHD_OPTION_CONNECTION_TIMEOUT,
+        static_cast<unsigned>(options_.connection_timeout_s), MHD_OPTION_NOTIFY_COMPLETED,
+        &MhdServer::OnCompleted, this, MHD_OPTION_END);
   }
 
-  static void OnCompleted(void*, MHD_Connection*, void** con_cls, MHD_RequestTerminationCode) {
-    delete static_cast<PendingRequest*>(*con_cls);
+  static void OnCompleted(void* cls, MHD_Connection*, void** con_cls,
+                          MHD_RequestTerminationCode) {
+    auto* pending = static_cast<PendingRequest*>(*con_cls);
+    if (pending != nullptr && pending->detached) {
+      static_cast<MhdServer*>(cls)->Unsuspended(pending);  // answered (or the peer left)
+    }
+    delete pending;
     *con_cls = nullptr;
+  }
+
+  // A detached request is over: its answer was sent, or its connection closed.
+  void Unsuspended(PendingRequest* pending) {
+    std::lock_guard lock(mu_);
+    if (!pending->suspended) return;
+    pending->suspended = false;
+    --suspended_;
+    idle_cv_.notify_all();
+  }
+
+  HttpResponse CallHandler(const HttpRequest& req) {
+    try {
+      return handler_(req);
+    } catch (const std::exception& e) {  // the edge: a handler bug must not kill the server
+      return ErrorResponse(500, std::string("internal error: ") + e.what());
+    }
+  }
+
+  // Runs the handler of a blocking request on a thread of its own with the connection
+  // suspended; the thread resumes it when the answer is ready, and MHD calls OnRequest
+  // again, which sends it.
+  MHD_Result RunDetached(MHD_Connection* conn, PendingRequest* pending, HttpRequest req) {
+    {
+      std::lock_guard lock(mu_);
+      pending->detached = true;
+      pending->suspended = true;
+      ++suspended_;
+      ++blocking_running_;
+    }
+    MHD_suspend_connection(conn);
+    std::thread([this, conn, pending, req = std::move(req)] {
+      HttpResponse resp = CallHandler(req);
+      {
+        std::lock_guard lock(mu_);
+        pending->response = std::move(resp);
+        pending->ready = true;
+      }
+      MHD_resume_connection(conn);  // safe from any thread, at any time
+      std::lock_guard lock(mu_);
+      --blocking_running_;
+      idle_cv_.notify_all();  // nothing of `this` is touched after the lock is released
+    }).detach();
+    return MHD_YES;
   }
 
   static MHD_Result CollectQuery(void* cls, MHD_ValueKind, const char* key, const char* value) {
@@ -211,6 +281,15 @@ class MhdServer final : public HttpServer {
       return MHD_YES;
     }
     auto* pending = static_cast<PendingRequest*>(*con_cls);
+    if (pending->detached) {  // resumed: the blocking handler's answer is ready
+      HttpResponse resp;
+      {
+        std::lock_guard lock(self->mu_);
+        if (!pending->ready) return MHD_YES;
+        resp = std::move(pending->response);
+      }
+      return Send(conn, resp);  // counted out of suspended_ in OnCompleted, once it is sent
+    }
     if (*upload_data_size > 0) {
       if (pending->body.size() + *upload_data_size > self->options_.max_body_bytes) {
         pending->too_large = true;
@@ -254,13 +333,10 @@ class MhdServer final : public HttpServer {
         req.remote = std::string(buf) + ":" + std::to_string(ntohs(in->sin_port));
       }
     }
-    HttpResponse resp;
-    try {
-      resp = self->handler_(req);
-    } catch (const std::exception& e) {  // the edge: a handler bug must not kill the server
-      resp = ErrorResponse(500, std::string("internal error: ") + e.what());
+    if (self->options_.may_block && self->options_.may_block(req)) {
+      return self->RunDetached(conn, pending, std::move(req));
     }
-    return Send(conn, resp);
+    return Send(conn, self->CallHandler(req));
   }
 
   HttpServerOptions options_;
@@ -270,6 +346,11 @@ class MhdServer final : public HttpServer {
   MHD_Daemon* unix_daemon_ = nullptr;
   MHD_Daemon* tcp_daemon_ = nullptr;
   int tcp_port_ = 0;
+
+  std::mutex mu_;  // guards the two counts and PendingRequest's shared fields
+  std::condition_variable idle_cv_;
+  int blocking_running_ = 0;  // handlers running on threads of their own
+  int suspended_ = 0;         // connections suspended for them
 };
 
 }  // namespace

@@ -2,6 +2,9 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <mutex>
 #include <filesystem>
 #include <thread>
 
@@ -116,6 +119,99 @@ TEST_F(HttpTest, ConcurrentClients) {
   }
   for (auto& t : ts) t.join();
   EXPECT_EQ(ok.load(), 160);
+}
+
+// A server with one pool thread whose "/block" requests wait until released: they must
+// run on threads of their own (may_block), or the one pool thread would be stuck.
+class BlockingTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = std::filesystem::temp_directory_path() / ("gpupool-netb-" + std::to_string(getpid()));
+    std::filesystem::create_directories(dir_);
+    HttpServerOptions opts;
+    opts.unix_socket_path = (dir_ / "s.sock").string();
+    opts.pool_threads = 1;
+    opts.may_block = [](const HttpRequest& r) { return r.path == "/block"; };
+    auto s = StartHttpServer(opts, [this](const HttpRequest& r) {
+      HttpResponse resp;
+      if (r.path == "/block") {
+        std::unique_lock lock(mu_);
+        ++waiting_;
+        cv_.notify_all();
+        cv_.wait(lock, [this] { return released_; });
+        resp.body = "unblocked " + r.Query("n");
+      } else {
+        resp.body = "quick";
+      }
+      return resp;
+    });
+    ASSERT_TRUE(s.ok()) << s.status().ToString();
+    server_ = std::move(s).value();
+  }
+  void TearDown() override {
+    Release();
+    server_.reset();
+    std::filesystem::remove_all(dir_);
+  }
+  void Release() {
+    std::lock_guard lock(mu_);
+    released_ = true;
+    cv_.notify_all();
+  }
+  bool WaitForWaiting(int n) {
+    std::unique_lock lock(mu_);
+    return cv_.wait_for(lock, std::chrono::seconds(10), [&] { return waiting_ >= n; });
+  }
+  HttpClient Client() {
+    return HttpClient(ParseServerAddress("unix:" + (dir_ / "s.sock").string()).value());
+  }
+
+  std::filesystem::path dir_;
+  std::unique_ptr<HttpServer> server_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  int waiting_ = 0;
+  bool released_ = false;
+};
+
+TEST_F(BlockingTest, BlockingRequestsHoldNoPoolThread) {
+  std::vector<std::thread> ts;
+  std::vector<std::string> bodies(3);
+  for (int i = 0; i < 3; ++i) {
+    ts.emplace_back([&, i] {
+      auto r = Client().Get("/block?n=" + std::to_string(i));
+      if (r.ok() && r->status == 200) bodies[static_cast<size_t>(i)] = r->body;
+    });
+  }
+  ASSERT_TRUE(WaitForWaiting(3));
+  // Three handlers are blocked; the single pool thread still answers.
+  for (int k = 0; k < 5; ++k) {
+    auto q = Client().Get("/quick");
+    ASSERT_TRUE(q.ok()) << q.status().ToString();
+    EXPECT_EQ(q->body, "quick");
+  }
+  Release();
+  for (auto& t : ts) t.join();
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(bodies[static_cast<size_t>(i)], "unblocked " + std::to_string(i));
+}
+
+TEST_F(BlockingTest, StopWaitsForABlockingHandlerAndItsAnswerGoesOut) {
+  std::string body;
+  std::thread client([&] {
+    auto r = Client().Get("/block?n=7");
+    if (r.ok()) body = r->body;
+  });
+  ASSERT_TRUE(WaitForWaiting(1));
+  std::thread releaser([this] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    Release();
+  });
+  const auto t0 = std::chrono::steady_clock::now();
+  server_->Stop();
+  EXPECT_GE(std::chrono::steady_clock::now() - t0, std::chrono::milliseconds(150));
+  client.join();
+  releaser.join();
+  EXPECT_EQ(body, "unblocked 7");
 }
 
 }  // namespace
