@@ -78,10 +78,17 @@ PlacementPolicyRegistry MakeBuiltins() {
   must(r.Register("fgd-strand",
                   "FGD plus the GPUs a node's CPU and memory could no longer feed (ours)",
                   FgdProfile("fgd-strand", strand)));
-  // fgd-strand is below FGD on the default openb workload and on every variant
-  // (docs/benchmarks.md), so the live default is fgd-strand. Without a target workload
-  // (no CPU or memory per GPU known) it decides exactly as FGD.
-  must(r.RegisterAlias("default", "fgd-strand"));
+  FgdOptions gpufit = strand;
+  gpufit.fractional_gpu_best_fit = true;
+  gpufit.fractional_score_merge = 10;
+  must(r.Register("fgd-strand-gpufit",
+                  "fgd-strand; fractional tasks: 10 score levels, then the fullest fitting GPU "
+                  "(ours)",
+                  FgdProfile("fgd-strand-gpufit", gpufit)));
+  // fgd-strand-gpufit is below fgd-strand on the default openb workload and below FGD on
+  // every variant (docs/benchmarks.md), so it is the live default. Without a target
+  // workload (no CPU or memory per GPU known) its strand term is zero.
+  must(r.RegisterAlias("default", "fgd-strand-gpufit"));
   return r;
 }
 

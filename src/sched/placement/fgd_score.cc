@@ -138,11 +138,22 @@ class FgdScore final : public ScorePlugin {
                                 static_cast<double>(options_.score_levels));
   }
 
-  int64_t Combine(int64_t primary, const NodeState& n, const Task& task) const {
+  // `gpu_left`: for a fractional task, the chosen GPU's free share after placement.
+  int64_t Combine(int64_t primary, const NodeState& n, const Task& task,
+                  int32_t gpu_left = 0) const {
     // "Idle" looks at GPUs only, which the content memo's key covers.
     const bool idle = n.gpu_free_total == n.gpu_capacity_milli();
     if (idle && task.num_gpu < n.num_gpus()) primary -= options_.idle_node_penalty;
     if (options_.prefer_used_nodes) primary = primary * 2 + (idle ? 0 : 1);
+    if (options_.fractional_gpu_best_fit) {
+      // Whole-GPU and CPU-only tasks: one secondary value, so the scan order alone breaks
+      // their ties, as without the option. gpu_left depends on the node only through its
+      // sorted free shares, which the content memo's key holds.
+      if (!task.IsFractional()) return primary * kSecondaryRange;
+      const int64_t merge = std::max<int32_t>(1, options_.fractional_score_merge);
+      const int64_t merged = primary >= 0 ? primary / merge : -((-primary + merge - 1) / merge);
+      return merged * kSecondaryRange + (1000 - gpu_left);
+    }
     if (!options_.tie_break_best_fit) return primary;
     // BestFit's measure of how full the node is after placement, in 0..kSecondaryRange.
     const double left =
@@ -227,7 +238,7 @@ class FgdScore final : public ScorePlugin {
             before, measure_->ScaledNode(n.model_id, cpu_after, after.data(), g, memory_after), n,
             task);
         after[static_cast<size_t>(i)] = f;
-        const int64_t score = Combine(Primary(delta), n, task);
+        const int64_t score = Combine(Primary(delta), n, task, f - task.gpu_milli);
         score_at[static_cast<size_t>(i)] = score;
         if (!have || score > m.score) {
           have = true;

@@ -9,8 +9,9 @@
 //     otherwise the exact Δ (an integer in units of 1/total_weight milli).
 //   - tie_break_best_fit: among equal primary scores prefer the node that is fuller
 //     after placement (BestFit's measure), before the scan order decides.
-//   - memory_aware, prefer_used_nodes, idle_node_penalty, strand_weight: our variants,
-//     documented at FgdOptions; strand_weight is the live default (`fgd-strand`).
+//   - memory_aware, prefer_used_nodes, idle_node_penalty, strand_weight,
+//     fractional_gpu_best_fit: our variants, documented at FgdOptions; strand_weight with
+//     fractional_gpu_best_fit is the live default (`fgd-strand-gpufit`).
 //
 // Speed: two caches. (1) Per (task shape (cpu, num_gpu, gpu_milli), node index) the
 // best (score, GPUs) keyed by node version: each placement changes one node, so a cycle
@@ -55,6 +56,12 @@ struct FgdOptions {
   // average CPU (memory) per GPU. Steers CPU- and memory-heavy tasks to nodes with CPU
   // and memory to spare.
   double strand_weight = 0.0;
+  // Fractional tasks only: the primary score is divided by fractional_score_merge (10:
+  // FGD's 100 levels become 10, so near-equal candidates tie), and among ties the GPU
+  // left fullest after placement wins (BestFit at the GPU level, across nodes), before
+  // the scan order decides. Whole-GPU and CPU-only tasks are scored as without it.
+  bool fractional_gpu_best_fit = false;
+  int32_t fractional_score_merge = 1;
 };
 
 std::unique_ptr<ScorePlugin> MakeFgdScore(const PolicyConfig& config, const FgdOptions& options,

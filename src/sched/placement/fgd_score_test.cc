@@ -19,10 +19,13 @@ namespace {
 // FGD as fgd-experiment.md states it, with no caching: every feasible node in scan
 // order, for a fractional task every fitting GPU in index order, strict > so the first
 // best wins. With strand_weight > 0, fgd-strand's term as fgd_score.h states it, with
-// the CPU and memory per GPU milli of `shapes`' GPU shapes.
+// the CPU and memory per GPU milli of `shapes`' GPU shapes. With fractional_merge > 0,
+// fgd-strand-gpufit's rule: a fractional task's score is ⌊score / fractional_merge⌋,
+// then the least free share left on the GPU after placement wins.
 PlacementDecision ReferenceFgd(const ClusterState& s, const Task& task,
                                const FragmentationMeasure& m, double strand_weight = 0,
-                               const std::vector<TargetShape>& shapes = {}) {
+                               const std::vector<TargetShape>& shapes = {},
+                               int64_t fractional_merge = 0) {
   double cpu = 0, mem = 0, gpu = 0;
   for (const TargetShape& t : shapes) {
     if (t.num_gpu == 0) continue;
@@ -62,7 +65,10 @@ PlacementDecision ReferenceFgd(const ClusterState& s, const Task& task,
         const int32_t f = n.gpu_free_milli[static_cast<size_t>(i)];
         if (f < task.gpu_milli) continue;
         after[static_cast<size_t>(i)] = f - task.gpu_milli;
-        const int64_t sc = score_of();
+        int64_t sc = score_of();
+        if (fractional_merge > 0) {
+          sc = (sc / fractional_merge) * (int64_t{1} << 20) + (1000 - (f - task.gpu_milli));
+        }
         after[static_cast<size_t>(i)] = f;
         if (sc > score) {
           score = sc;
@@ -73,6 +79,7 @@ PlacementDecision ReferenceFgd(const ClusterState& s, const Task& task,
       gpus = GpuMaskToList(FirstIdleGpus(n, task.num_gpu));
       for (int32_t i : gpus) after[static_cast<size_t>(i)] = 0;
       score = score_of();
+      if (fractional_merge > 0) score *= int64_t{1} << 20;
     }
     if (!best.placed || score > best.score) {
       best.placed = true;
@@ -86,7 +93,8 @@ PlacementDecision ReferenceFgd(const ClusterState& s, const Task& task,
 struct MemoCase {
   const char* policy;
   double strand_weight;
-  bool shapes_with_memory;  // the measure then counts memory (explicit target shapes)
+  bool shapes_with_memory;       // the measure then counts memory (explicit target shapes)
+  int64_t fractional_merge = 0;  // fgd-strand-gpufit's rule (see ReferenceFgd)
 };
 
 class FgdMemoTest : public testing::TestWithParam<MemoCase> {};
@@ -126,7 +134,8 @@ TEST_P(FgdMemoTest, ContentMemoDecidesLikeAFullRecomputation) {
     const TargetShape& sh = shapes[rng.Uniform(shapes.size())];
     const TargetShape& mem = with_memory[static_cast<size_t>(&sh - shapes.data())];
     Task t{"t", "", sh.cpu_milli, mem.memory_mib, sh.num_gpu, sh.gpu_milli, sh.gpu_models, 0};
-    const PlacementDecision want = ReferenceFgd(s, t, measure, c.strand_weight, shapes);
+    const PlacementDecision want =
+        ReferenceFgd(s, t, measure, c.strand_weight, shapes, c.fractional_merge);
     const PlacementDecision got = (*policy)->Place(s, t);
     ASSERT_EQ(got.placed, want.placed) << c.policy << " step " << step;
     if (!want.placed) {
@@ -151,7 +160,9 @@ TEST_P(FgdMemoTest, ContentMemoDecidesLikeAFullRecomputation) {
 INSTANTIATE_TEST_SUITE_P(Policies, FgdMemoTest,
                          testing::Values(MemoCase{"fgd", 0, false}, MemoCase{"fgd", 0, true},
                                          MemoCase{"fgd-strand", 2.0, false},
-                                         MemoCase{"fgd-strand", 2.0, true}));
+                                         MemoCase{"fgd-strand", 2.0, true},
+                                         MemoCase{"fgd-strand-gpufit", 2.0, false, 10},
+                                         MemoCase{"fgd-strand-gpufit", 2.0, true, 10}));
 
 TEST(FgdScoreTest, StrandSendsCpuHeavyTasksToNodesWithCpuToSpare) {
   // GPU tasks need 12 cores and 48 GiB per GPU. Node "g2" (8 GPUs, 96 cores) is first in
@@ -179,6 +190,43 @@ TEST(FgdScoreTest, StrandSendsCpuHeavyTasksToNodesWithCpuToSpare) {
   auto generic = BuiltinPlacementPolicies().Create("fgd-strand", PolicyConfig{});
   ASSERT_TRUE(generic.ok());
   EXPECT_EQ((*generic)->Place(s, cpu_only).placement.node, 0);
+}
+
+TEST(FgdScoreTest, GpufitPutsFractionalTasksOnTheFullestGpuAmongNearTies) {
+  // Target: quarter GPUs and whole GPUs. Node "a" (first in scan order) has a GPU with
+  // 500 free, node "b" one with 300 free. A 250-task: on a, F_n goes 250 -> 125
+  // (Δ = 125, FGD score 53); on b, 150 -> 50 (Δ = 100, score 52). FGD and fgd-strand
+  // take a and leave a 250 piece; fgd-strand-gpufit merges 53 and 52 into one of its 10
+  // levels and takes b's GPU, which is left with 50 (the fullest fitting GPU).
+  auto w = std::make_shared<const TargetWorkload>(
+      TargetWorkload({{0, 1, 250, {}, 1}, {0, 1, 1000, {}, 1}}));
+  ClusterState s;
+  ASSERT_TRUE(s.AddNode({"a", 32000, 65536, 2, "T4"}).ok());
+  ASSERT_TRUE(s.AddNode({"b", 32000, 65536, 2, "T4"}).ok());
+  ASSERT_TRUE(s.Allocate({"x", "", 1000, 1024, 1, 500, {}, 0}, {0, {1}}).ok());
+  ASSERT_TRUE(s.Allocate({"y", "", 1000, 1024, 1, 700, {}, 0}, {1, {0}}).ok());
+  const Task quarter{"q", "", 1000, 1024, 1, 250, {}, 0};
+  PolicyConfig config;
+  config.target_workload = w;
+  for (const char* name : {"fgd", "fgd-strand"}) {
+    auto p = BuiltinPlacementPolicies().Create(name, config);
+    ASSERT_TRUE(p.ok());
+    const PlacementDecision d = (*p)->Place(s, quarter);
+    EXPECT_EQ(d.placement.node, 0) << name;
+    EXPECT_EQ(d.placement.gpus, std::vector<int32_t>{1}) << name;
+  }
+  auto gpufit = BuiltinPlacementPolicies().Create("fgd-strand-gpufit", config);
+  ASSERT_TRUE(gpufit.ok());
+  const PlacementDecision d = (*gpufit)->Place(s, quarter);
+  EXPECT_EQ(d.placement.node, 1);
+  EXPECT_EQ(d.placement.gpus, std::vector<int32_t>{0});
+  // A whole GPU still goes by FGD's score and the scan order: both nodes have one idle
+  // GPU and the same Δ, so the first node.
+  EXPECT_EQ((*gpufit)->Place(s, {"w", "", 1000, 1024, 1, 1000, {}, 0}).placement.node, 0);
+  // The live default is this policy.
+  auto def = BuiltinPlacementPolicies().Create("default", config);
+  ASSERT_TRUE(def.ok());
+  EXPECT_EQ((*def)->Place(s, quarter).placement.node, 1);
 }
 
 }  // namespace
