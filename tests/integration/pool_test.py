@@ -8,17 +8,17 @@ Prints one line per test and a closing "N passed, N failed, N skipped" line.
 import http.client
 import json
 import os
-import shutil
 import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import time
 import unittest
 
 GPUPOOL = os.path.abspath(sys.argv.pop(1)) if len(sys.argv) > 1 else "gpupool"
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "testlib"))
+import pooltest  # noqa: E402  (tests/testlib)
 NODE = os.path.join(HERE, "node-4gpu.json")
 UUIDS = ["GPU-00000000-1111-2222-3333-00000000000%d" % i for i in range(4)]
 
@@ -61,8 +61,7 @@ class Pool:
     """One `gpupool up` (or server + agent) under a temporary state directory."""
 
     def __init__(self, split=False, node_timeout=30, port=0):
-        self.dir = tempfile.mkdtemp(prefix="gp-", dir="/tmp")
-        os.chmod(self.dir, 0o755)  # other users reach the socket, as under /var/lib/gpupool
+        self.dir = pooltest.make_test_dir("gp-")
         self.sock = os.path.join(self.dir, "gpupool.sock")
         self.split = split
         self.node_timeout = node_timeout
@@ -123,31 +122,9 @@ class Pool:
         proc.wait()
 
     def stop(self):
-        for p in (self.agent, self.server):
-            if p is not None and p.poll() is None:
-                p.terminate()
-                try:
-                    p.wait(10)
-                except subprocess.TimeoutExpired:
-                    p.kill()
-        # Kill any job shims the test left behind, then their now-empty job cgroups
-        # (a live agent's Adopt() would have removed them).
-        subprocess.run(["pkill", "-9", "-f", "agent-shim --job-dir " + self.dir], check=False)
-        time.sleep(0.2)
-        for ctrl in ("cpu", "memory", "devices", "pids"):
-            base = os.path.join("/sys/fs/cgroup", ctrl, "gpupool")
-            if not os.path.isdir(base):
-                continue
-            for name in os.listdir(base):
-                path = os.path.join(base, name)
-                try:
-                    with open(os.path.join(path, "cgroup.procs")) as f:
-                        empty = not f.read().strip()
-                    if name.startswith("job-") and empty:
-                        os.rmdir(path)
-                except OSError:
-                    pass
-        shutil.rmtree(self.dir, ignore_errors=True)
+        pooltest.stop_processes([self.agent, self.server])
+        pooltest.kill_leftovers(self.dir)
+        pooltest.remove_dir(self.dir)
 
     # --- API helpers ---
     def submit(self, command, **kw):
@@ -170,15 +147,7 @@ class Pool:
         return resp["job"]
 
     def wait_state(self, jid, states, timeout=20):
-        deadline = time.time() + timeout
-        j = None
-        while time.time() < deadline:
-            j = self.job(jid)
-            if j["state"] in states:
-                return j
-            time.sleep(0.05)
-        raise AssertionError("job %d stuck in %s (wanted %s); reason=%r pending=%r\n%s" % (
-            jid, j["state"], states, j.get("reason"), j.get("pending_reason"), self.log()))
+        return pooltest.wait_job(self.job, jid, states, timeout, poll=0.05, log=self.log)
 
     def logs(self, jid, stream="stdout"):
         st, body, _ = call(self.sock, "GET", "/v1/jobs/%d/logs?stream=%s" % (jid, stream))
@@ -186,7 +155,7 @@ class Pool:
         return body.decode() if isinstance(body, bytes) else str(body)
 
 
-FINAL = ("SUCCEEDED", "FAILED", "CANCELLED", "TIMEOUT", "LOST")
+FINAL = pooltest.FINAL_STATES
 
 
 class PoolTest(unittest.TestCase):

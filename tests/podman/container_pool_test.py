@@ -19,16 +19,16 @@ Usage: container_pool_test.py PATH/TO/gpupool. Exit 77 = skipped (ctest SKIP_RET
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import tarfile
-import tempfile
 import time
 import unittest
 
 GPUPOOL = os.path.abspath(sys.argv.pop(1)) if len(sys.argv) > 1 else "gpupool"
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "testlib"))
+import pooltest  # noqa: E402  (tests/testlib)
 FIXTURES = os.path.join(HERE, "..", "fixtures", "envcheck")
 UUIDS = ["GPU-c0c0c0c0-1111-2222-3333-00000000000%d" % i for i in range(2)]
 
@@ -51,8 +51,7 @@ class Env:
     """Temp dir, stand-in devices, private podman store, images, node file, a pool."""
 
     def __init__(self):
-        self.dir = tempfile.mkdtemp(prefix="gp-ctr-", dir="/tmp")
-        os.chmod(self.dir, 0o755)
+        self.dir = pooltest.make_test_dir("gp-ctr-")
         self.kind = "gpupool-itest-%d.example/gpu" % os.getpid()
         self.podman_args = ["--root", os.path.join(self.dir, "storage"),
                             "--runroot", os.path.join(self.dir, "run"),
@@ -170,30 +169,17 @@ class Env:
         return json.loads(self.cli("show", str(jid), "--json").stdout)["job"]
 
     def wait(self, jid, states, timeout=60):
-        deadline = time.time() + timeout
-        j = None
-        while time.time() < deadline:
-            j = self.job(jid)
-            if j["state"] in states:
-                return j
-            time.sleep(0.2)
-        raise AssertionError("job %d stuck in %s (wanted %s): reason=%r pending=%r\n%s" % (
-            jid, j["state"], states, j.get("reason"), j.get("pending_reason"), self.log()))
+        return pooltest.wait_job(self.job, jid, states, timeout, poll=0.2, log=self.log)
 
     def stop(self):
-        if self.pool is not None and self.pool.poll() is None:
-            self.pool.send_signal(signal.SIGTERM)
-            try:
-                self.pool.wait(15)
-            except subprocess.TimeoutExpired:
-                self.pool.kill()
-        subprocess.run(["pkill", "-9", "-f", "agent-shim --job-dir " + self.dir], check=False)
+        pooltest.stop_processes([self.pool], timeout=15)
+        pooltest.kill_leftovers(self.dir)
         for c in self.podman("ps", "-a", "-q", check=False).stdout.split():
             self.podman("rm", "-f", c, check=False)
         self.podman("rmi", "-a", "-f", check=False)
         subprocess.run(["rm", "-f", "/var/run/cdi/gpupool-" + self.kind.replace("/", "-")
                         .replace(".", "-") + ".json"], check=False)
-        shutil.rmtree(self.dir, ignore_errors=True)
+        pooltest.remove_dir(self.dir)
 
 
 def submitted_id(r):
@@ -226,7 +212,7 @@ class ContainerPoolTest(unittest.TestCase):
                   "cat /data/hello.txt; touch /data/x 2>/dev/null && echo DATA-WRITABLE; "
                   "echo made > out.txt", user=65534)
         jid = submitted_id(r)
-        j = e.wait(jid, ("SUCCEEDED", "FAILED", "CANCELLED", "TIMEOUT", "LOST"))
+        j = e.wait(jid, pooltest.FINAL_STATES)
         out = e.cli("logs", str(jid), user=65534).stdout
         self.assertEqual(j["state"], "SUCCEEDED", (j, out, e.log()))
         lines = out.splitlines()

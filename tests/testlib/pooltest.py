@@ -1,0 +1,71 @@
+"""Helpers shared by the Python tests that run a real pool (tests/integration,
+tests/podman): a state directory other users can reach, waiting for a job to reach a
+state, and stopping a pool without leaving job supervisors or cgroups behind."""
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+
+FINAL_STATES = ("SUCCEEDED", "FAILED", "CANCELLED", "TIMEOUT", "LOST")
+
+
+def make_test_dir(prefix):
+    """A fresh directory under /tmp, mode 755: jobs of other users reach their socket and
+    working directories, as under /var/lib/gpupool."""
+    d = tempfile.mkdtemp(prefix=prefix, dir="/tmp")
+    os.chmod(d, 0o755)
+    return d
+
+
+def wait_job(get_job, jid, states, timeout, poll=0.05, log=lambda: ""):
+    """Polls get_job(jid) until its state is one of `states`; returns the job. Fails
+    with the job's reasons and the pool's log otherwise."""
+    deadline = time.time() + timeout
+    j = None
+    while time.time() < deadline:
+        j = get_job(jid)
+        if j["state"] in states:
+            return j
+        time.sleep(poll)
+    raise AssertionError("job %d stuck in %s (wanted %s); reason=%r pending=%r\n%s" % (
+        jid, j["state"] if j else "?", states, j.get("reason") if j else None,
+        j.get("pending_reason") if j else None, log()))
+
+
+def stop_processes(procs, timeout=10, sig=signal.SIGTERM):
+    """Signals each live process, waits up to `timeout` s, then kills it."""
+    for p in procs:
+        if p is None or p.poll() is not None:
+            continue
+        p.send_signal(sig)
+        try:
+            p.wait(timeout)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+
+
+def kill_leftovers(state_dir):
+    """Kills job supervisors started under `state_dir` that outlived the pool, then
+    removes the empty job cgroups they leave (a live agent's adoption would have)."""
+    subprocess.run(["pkill", "-9", "-f", "agent-shim --job-dir " + state_dir], check=False)
+    time.sleep(0.2)
+    for ctrl in ("cpu", "memory", "devices", "pids"):
+        base = os.path.join("/sys/fs/cgroup", ctrl, "gpupool")
+        if not os.path.isdir(base):
+            continue
+        for name in os.listdir(base):
+            path = os.path.join(base, name)
+            try:
+                with open(os.path.join(path, "cgroup.procs")) as f:
+                    empty = not f.read().strip()
+                if name.startswith("job-") and empty:
+                    os.rmdir(path)
+            except OSError:
+                pass
+
+
+def remove_dir(path):
+    shutil.rmtree(path, ignore_errors=True)
