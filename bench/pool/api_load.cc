@@ -50,8 +50,7 @@ struct Shared {
 };
 
 double NowEpoch() {
-  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch())
-      .count();
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
 std::string JsonString(const std::string& s) {
@@ -79,7 +78,7 @@ int Call(const std::string& sock, const std::string& request, std::string* why) 
   }
   sockaddr_un addr{};
   addr.sun_family = AF_UNIX;
-  std::snprintf(addr.sun_path, sizeof addr.sun_path, "%s", sock.c_str());
+  (void)std::snprintf(addr.sun_path, sizeof addr.sun_path, "%s", sock.c_str());
   if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
     *why = std::string("connect: ") + std::strerror(errno);
     close(fd);
@@ -122,11 +121,11 @@ int Call(const std::string& sock, const std::string& request, std::string* why) 
 }
 
 std::string Request(const char* method, const std::string& path, const std::string& body) {
-  std::string r = std::string(method) + " " + path +
-                  " HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n";
+  std::string r =
+      std::string(method) + " " + path + " HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n";
   if (!body.empty()) {
-    r += "Content-Type: application/json\r\nContent-Length: " + std::to_string(body.size()) +
-         "\r\n";
+    r +=
+        "Content-Type: application/json\r\nContent-Length: " + std::to_string(body.size()) + "\r\n";
   }
   return r + "\r\n" + body;
 }
@@ -135,9 +134,9 @@ void Client(const Options& o, int index, Shared* out) {
   std::mt19937_64 rng(static_cast<uint64_t>(o.seed) * 1000 + static_cast<uint64_t>(index));
   std::uniform_int_distribution<int> pick_kind(0, 99);
   std::uniform_int_distribution<size_t> pick_id(0, o.ids.empty() ? 0 : o.ids.size() - 1);
-  const std::string submit_body = "{\"command\":[\"true\"],\"workdir\":" + JsonString(o.workdir) +
-                                  ",\"request\":{\"gpus\":1,\"cpu_milli\":" +
-                                  std::to_string(o.cpu_milli) + "}}";
+  const std::string submit_body =
+      "{\"command\":[\"true\"],\"workdir\":" + JsonString(o.workdir) +
+      ",\"request\":{\"gpus\":1,\"cpu_milli\":" + std::to_string(o.cpu_milli) + "}}";
   const std::string list = Request("GET", "/v1/jobs?active=1&limit=50", "");
   const std::string nodes = Request("GET", "/v1/nodes", "");
   const std::string submit = Request("POST", "/v1/jobs", submit_body);
@@ -174,8 +173,7 @@ void Client(const Options& o, int index, Shared* out) {
     } else {
       ++errors[kind];
       if (examples.size() < 5) {
-        examples.push_back(std::string(kKinds[kind]) + " -> " + std::to_string(status) + " " +
-                           why);
+        examples.push_back(std::string(kKinds[kind]) + " -> " + std::to_string(status) + " " + why);
       }
     }
   }
@@ -190,10 +188,10 @@ void Client(const Options& o, int index, Shared* out) {
 }
 
 int Usage(const char* why) {
-  std::fprintf(stderr,
-               "api_load: %s\nusage: api_load --sock PATH --workdir DIR --threads N --seed S "
-               "--ids 1,2,3 --stop-at EPOCH_S [--cpu-milli M]\n",
-               why);
+  (void)std::fprintf(stderr,
+                     "api_load: %s\nusage: api_load --sock PATH --workdir DIR --threads N --seed S "
+                     "--ids 1,2,3 --stop-at EPOCH_S [--cpu-milli M]\n",
+                     why);
   return 2;
 }
 
@@ -245,7 +243,7 @@ int main(int argc, char** argv) {
     out += std::string(k ? "," : "") + "\"" + kKinds[k] + "\":[";
     for (size_t i = 0; i < shared.samples[k].size(); ++i) {
       char buf[32];
-      std::snprintf(buf, sizeof buf, "%s%.3f", i ? "," : "", shared.samples[k][i]);
+      (void)std::snprintf(buf, sizeof buf, "%s%.3f", i ? "," : "", shared.samples[k][i]);
       out += buf;
     }
     out += "]";
@@ -259,6 +257,6 @@ int main(int argc, char** argv) {
     out += (i ? "," : "") + JsonString(shared.examples[i]);
   }
   out += "]}\n";
-  std::fwrite(out.data(), 1, out.size(), stdout);
-  return std::fflush(stdout) == 0 ? 0 : 1;
+  const bool written = std::fwrite(out.data(), 1, out.size(), stdout) == out.size();
+  return written && std::fflush(stdout) == 0 ? 0 : 1;
 }

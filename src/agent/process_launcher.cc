@@ -21,8 +21,8 @@
 #include "agent/launcher.h"
 #include "agent/proc_util.h"
 #include "common/logging.h"
-#include "common/subprocess.h"
 #include "common/strings.h"
+#include "common/subprocess.h"
 
 namespace gpupool::agent {
 
@@ -177,8 +177,7 @@ Result<Supervised> ProcessLauncher::SpawnShim(const std::string& job_dir, std::s
   if (!spawned.ok()) {
     ::close(pipefd[0]);
     ::close(pipefd[1]);
-    return Status::FailedPrecondition("the job's supervisor: " +
-                                      spawned.status().message());
+    return Status::FailedPrecondition("the job's supervisor: " + spawned.status().message());
   }
   const pid_t pid = *spawned;
   ::close(pipefd[1]);

@@ -15,15 +15,15 @@ namespace gpupool {
 // page tables). Standard input is always /dev/null; the usual signals (SIGCHLD, SIGTERM,
 // SIGINT, SIGHUP, SIGQUIT, SIGPIPE) get their default handling.
 struct SpawnOptions {
-  int out_fd = -1;              // standard output; < 0: the caller's
-  int err_fd = -1;              // standard error; < 0: the caller's
-  bool null_output = false;     // both to /dev/null (out_fd/err_fd ignored)
-  bool new_session = false;     // setsid: the caller's group and terminal signals miss it
-  bool search_path = true;      // argv[0] searched in PATH (false: taken as a path)
-  std::vector<int> blocked;     // signals blocked across exec (default: none)
-  int pass_fd = -1;             // a descriptor the child keeps, as pass_fd_as
+  int out_fd = -1;           // standard output; < 0: the caller's
+  int err_fd = -1;           // standard error; < 0: the caller's
+  bool null_output = false;  // both to /dev/null (out_fd/err_fd ignored)
+  bool new_session = false;  // setsid: the caller's group and terminal signals miss it
+  bool search_path = true;   // argv[0] searched in PATH (false: taken as a path)
+  std::vector<int> blocked;  // signals blocked across exec (default: none)
+  int pass_fd = -1;          // a descriptor the child keeps, as pass_fd_as
   int pass_fd_as = -1;
-  int close_from = -1;          // >= 0: every descriptor from this one up is closed
+  int close_from = -1;  // >= 0: every descriptor from this one up is closed
 };
 
 // Starts argv (no shell) as `options` say. The caller reaps it. Unavailable when it

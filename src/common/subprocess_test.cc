@@ -1,7 +1,7 @@
 #include "common/subprocess.h"
 
-#include <gtest/gtest.h>
 #include <fcntl.h>
+#include <gtest/gtest.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -37,22 +37,24 @@ TEST(SubprocessTest, SpawnOptionsReachTheChild) {
   o.pass_fd = pipefd[1];
   o.pass_fd_as = 5;
   o.close_from = 6;
-  auto pid = SpawnCommand(
-      {"/bin/sh", "-c",
-       "read -r _ _ _ _ _ sid _ < /proc/self/stat; echo \"sid=$sid pid=$$\" >&5; "
-       "[ -e /proc/$$/fd/40 ] && echo stray >&5; echo noise"},
-      o);
+  auto pid =
+      SpawnCommand({"/bin/sh", "-c",
+                    "read -r _ _ _ _ _ sid _ < /proc/self/stat; echo \"sid=$sid pid=$$\" >&5; "
+                    "[ -e /proc/$$/fd/40 ] && echo stray >&5; echo noise"},
+                   o);
   ::close(pipefd[1]);
   ::close(stray);
   ASSERT_TRUE(pid.ok()) << pid.status().ToString();
   std::string got;
   char buf[256];
-  for (ssize_t n; (n = ::read(pipefd[0], buf, sizeof buf)) > 0;) got.append(buf, static_cast<size_t>(n));
+  for (ssize_t n; (n = ::read(pipefd[0], buf, sizeof buf)) > 0;)
+    got.append(buf, static_cast<size_t>(n));
   ::close(pipefd[0]);
   int status = 0;
   ASSERT_EQ(::waitpid(*pid, &status, 0), *pid);
   EXPECT_NE(got.find("sid=" + std::to_string(*pid) + " pid=" + std::to_string(*pid)),
-            std::string::npos) << got;
+            std::string::npos)
+      << got;
   EXPECT_EQ(got.find("stray"), std::string::npos) << got;
   EXPECT_EQ(got.find("noise"), std::string::npos) << got;  // stdout went to /dev/null
 

@@ -26,8 +26,8 @@ namespace {
 struct PendingRequest {
   std::string body;
   bool too_large = false;
-  bool detached = false;  // handed to a thread of its own; the connection is suspended
-  bool ready = false;     // that thread's response is in `response` (guarded by mu_)
+  bool detached = false;   // handed to a thread of its own; the connection is suspended
+  bool ready = false;      // that thread's response is in `response` (guarded by mu_)
   bool suspended = false;  // counted in suspended_ (guarded by mu_)
   HttpResponse response;
 };
@@ -160,8 +160,8 @@ class MhdServer final : public HttpServer {
     auto& ctx = is_unix ? unix_ctx_ : tcp_ctx_;
     ctx = {this, is_unix};
     const unsigned hw = std::thread::hardware_concurrency();
-    const unsigned threads = options_.pool_threads > 0 ? static_cast<unsigned>(options_.pool_threads)
-                                                       : std::max(4U, hw);
+    const unsigned threads =
+        options_.pool_threads > 0 ? static_cast<unsigned>(options_.pool_threads) : std::max(4U, hw);
     return MHD_start_daemon(
         MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME, 0, nullptr,
         nullptr, &MhdServer::OnRequest, &ctx, MHD_OPTION_LISTEN_SOCKET, listen_fd,
@@ -170,8 +170,7 @@ class MhdServer final : public HttpServer {
         &MhdServer::OnCompleted, this, MHD_OPTION_END);
   }
 
-  static void OnCompleted(void* cls, MHD_Connection*, void** con_cls,
-                          MHD_RequestTerminationCode) {
+  static void OnCompleted(void* cls, MHD_Connection*, void** con_cls, MHD_RequestTerminationCode) {
     auto* pending = static_cast<PendingRequest*>(*con_cls);
     if (pending != nullptr && pending->detached) {
       static_cast<MhdServer*>(cls)->Unsuspended(pending);  // answered (or the peer left)
@@ -262,7 +261,7 @@ class MhdServer final : public HttpServer {
         out += static_cast<char>(c);
       } else if (c < 0x20) {
         char buf[8];
-        std::snprintf(buf, sizeof buf, "\\u%04x", c);
+        (void)std::snprintf(buf, sizeof buf, "\\u%04x", c);
         out += buf;
       } else {
         out += static_cast<char>(c);

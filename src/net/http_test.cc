@@ -4,8 +4,8 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
-#include <mutex>
 #include <filesystem>
+#include <mutex>
 #include <thread>
 
 #include "net/http_client.h"
@@ -192,7 +192,8 @@ TEST_F(BlockingTest, BlockingRequestsHoldNoPoolThread) {
   }
   Release();
   for (auto& t : ts) t.join();
-  for (int i = 0; i < 3; ++i) EXPECT_EQ(bodies[static_cast<size_t>(i)], "unblocked " + std::to_string(i));
+  for (int i = 0; i < 3; ++i)
+    EXPECT_EQ(bodies[static_cast<size_t>(i)], "unblocked " + std::to_string(i));
 }
 
 TEST_F(BlockingTest, StopWaitsForABlockingHandlerAndItsAnswerGoesOut) {
