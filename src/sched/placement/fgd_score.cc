@@ -6,6 +6,8 @@
 #include <cstring>
 #include <string>
 #include <unordered_map>
+#include <utility>
+#include <vector>
 
 #include "sched/placement/score_plugins.h"
 
@@ -14,6 +16,8 @@ namespace {
 
 // Secondary key range for tie-breaking; the primary score is shifted above it.
 constexpr int64_t kSecondaryRange = int64_t{1} << 20;
+// The same with the lookahead's two keys (growth of the expected waste, then BestFit).
+constexpr int64_t kLookaheadRange = int64_t{1} << 25;
 
 class FgdScore final : public ScorePlugin {
  public:
@@ -29,6 +33,9 @@ class FgdScore final : public ScorePlugin {
     cpu_per_gpu_milli_ = gpu > 0 ? cpu / gpu : 0;
     memory_per_gpu_milli_ = gpu > 0 ? memory / gpu : 0;
     key_has_memory_ = options_.strand_weight != 0;
+    if (options_.fractional_gpu_best_fit && options_.fill_theta > 0) {
+      piece_waste_ = ExpectedPieceWaste(*workload_, options_.fill_theta);
+    }
     for (const TargetShape& t : workload_->shapes()) key_has_memory_ |= t.memory_mib > 0;
   }
 
@@ -152,7 +159,12 @@ class FgdScore final : public ScorePlugin {
       if (!task.IsFractional()) return primary * kSecondaryRange;
       const int64_t merge = std::max<int32_t>(1, options_.fractional_score_merge);
       const int64_t merged = primary >= 0 ? primary / merge : -((-primary + merge - 1) / merge);
-      return merged * kSecondaryRange + (1000 - gpu_left);
+      if (piece_waste_.empty()) return merged * kSecondaryRange + (1000 - gpu_left);
+      // The least growth of the expected unused share (tenths of GPU milli, |growth| <=
+      // 10,000), then the least share left (BestFit), then the scan order.
+      const int64_t growth = piece_waste_[static_cast<size_t>(gpu_left)] -
+                             piece_waste_[static_cast<size_t>(gpu_left + task.gpu_milli)];
+      return merged * kLookaheadRange + (10000 - growth) * 1024 + (1000 - gpu_left);
     }
     if (!options_.tie_break_best_fit) return primary;
     // BestFit's measure of how full the node is after placement, in 0..kSecondaryRange.
@@ -279,15 +291,41 @@ class FgdScore final : public ScorePlugin {
   std::vector<std::vector<Entry>> cache_;
   std::vector<Entry>* current_ = nullptr;
   int32_t current_shape_ = -1;
-  bool key_has_memory_ = false;      // the score depends on free memory
-  double cpu_per_gpu_milli_ = 0;     // target workload's GPU tasks: CPU milli per GPU milli
-  double memory_per_gpu_milli_ = 0;  // and memory MiB per GPU milli
+  std::vector<int64_t> piece_waste_;  // ExpectedPieceWaste, when fill_theta > 0
+  bool key_has_memory_ = false;       // the score depends on free memory
+  double cpu_per_gpu_milli_ = 0;      // target workload's GPU tasks: CPU milli per GPU milli
+  double memory_per_gpu_milli_ = 0;   // and memory MiB per GPU milli
   std::unordered_map<std::string, MemoValue> memo_;
   std::string key_;                   // scratch: the key being looked up
   std::array<int32_t, 64> sorted_{};  // scratch: the node's free shares, descending
 };
 
 }  // namespace
+
+std::vector<int64_t> ExpectedPieceWaste(const TargetWorkload& workload, double theta) {
+  double total = 0;
+  std::vector<std::pair<int32_t, double>> fractional;  // (gpu_milli, weight)
+  for (const TargetShape& t : workload.shapes()) {
+    total += static_cast<double>(t.weight);
+    if (t.num_gpu == 1 && t.gpu_milli > 0 && t.gpu_milli < 1000) {
+      fractional.emplace_back(t.gpu_milli, static_cast<double>(t.weight));
+    }
+  }
+  std::vector<double> w(1001, 0.0);
+  for (int32_t r = 1; r < 1000; ++r) {
+    double fit = 0, next = 0;
+    for (const auto& [milli, weight] : fractional) {
+      if (milli > r) continue;
+      fit += weight;
+      next += weight * w[static_cast<size_t>(r - milli)];
+    }
+    const double p = fit > 0 && total > 0 && theta > 0 ? std::min(1.0, fit / total / theta) : 0;
+    w[static_cast<size_t>(r)] = (1 - p) * r + (fit > 0 ? p * next / fit : 0);
+  }
+  std::vector<int64_t> tenths(w.size());
+  for (size_t r = 0; r < w.size(); ++r) tenths[r] = std::llround(w[r] * 10);
+  return tenths;
+}
 
 std::shared_ptr<const TargetWorkload> GenericTargetWorkload() {
   static const auto kGeneric = std::make_shared<const TargetWorkload>(std::vector<TargetShape>{

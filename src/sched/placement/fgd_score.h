@@ -10,8 +10,10 @@
 //   - tie_break_best_fit: among equal primary scores prefer the node that is fuller
 //     after placement (BestFit's measure), before the scan order decides.
 //   - memory_aware, prefer_used_nodes, idle_node_penalty, strand_weight,
-//     fractional_gpu_best_fit: our variants, documented at FgdOptions; strand_weight with
-//     fractional_gpu_best_fit is the live default (`fgd-strand-gpufit`).
+//     fractional_gpu_best_fit, fill_theta: our variants, documented at FgdOptions;
+//     strand_weight with fractional_gpu_best_fit is the live default
+//     (`fgd-strand-gpufit`), with fill_theta too the best measured
+//     (`fgd-strand-lookahead`).
 //
 // Speed: two caches. (1) Per (task shape (cpu, num_gpu, gpu_milli), node index) the
 // best (score, GPUs) keyed by node version: each placement changes one node, so a cycle
@@ -24,6 +26,7 @@
 #pragma once
 
 #include <memory>
+#include <vector>
 
 #include "sched/fragmentation.h"
 #include "sched/framework.h"
@@ -62,7 +65,21 @@ struct FgdOptions {
   // the scan order decides. Whole-GPU and CPU-only tasks are scored as without it.
   bool fractional_gpu_best_fit = false;
   int32_t fractional_score_merge = 1;
+  // With fractional_gpu_best_fit: when > 0, ties go first to the GPU whose expected
+  // unused share grows least, ExpectedPieceWaste(workload, fill_theta)[free after] −
+  // [free before] (a lookahead over the target workload's fractional shapes), then by
+  // BestFit as above.
+  double fill_theta = 0;
 };
+
+// For a GPU with r thousandths free (index r, 0..1000), the GPU milli expected to stay
+// unused if it is filled by the target workload's fractional shapes: W(r) = (1 − P) r +
+// P · Σ_{s ≤ r} w_s W(r − s) / Σ_{s ≤ r} w_s, where w_s is a fractional shape's weight
+// and P = min(1, (Σ_{s ≤ r} w_s / total weight) / theta) the chance that a task that fits
+// reaches the piece at all (theta: the share of tasks that fit above which a piece
+// surely gets one). W(1000) = 0: an idle GPU is whole-GPU tasks' to take. The vector
+// holds W in tenths of GPU milli, rounded, so scores stay exact integers.
+std::vector<int64_t> ExpectedPieceWaste(const TargetWorkload& workload, double theta);
 
 std::unique_ptr<ScorePlugin> MakeFgdScore(const PolicyConfig& config, const FgdOptions& options,
                                           std::string name);

@@ -1,5 +1,7 @@
 // FGD's caches (per node version, and the memo by node content) against a plain
 // recomputation of every node: the decisions must be the same, node and GPUs.
+#include "sched/placement/fgd_score.h"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -21,11 +23,14 @@ namespace {
 // best wins. With strand_weight > 0, fgd-strand's term as fgd_score.h states it, with
 // the CPU and memory per GPU milli of `shapes`' GPU shapes. With fractional_merge > 0,
 // fgd-strand-gpufit's rule: a fractional task's score is ⌊score / fractional_merge⌋,
-// then the least free share left on the GPU after placement wins.
+// then the least free share left on the GPU after placement wins; with `piece_waste`
+// too, fgd-strand-lookahead's: the least growth of piece_waste (ExpectedPieceWaste),
+// then the least share left.
 PlacementDecision ReferenceFgd(const ClusterState& s, const Task& task,
                                const FragmentationMeasure& m, double strand_weight = 0,
                                const std::vector<TargetShape>& shapes = {},
-                               int64_t fractional_merge = 0) {
+                               int64_t fractional_merge = 0,
+                               const std::vector<int64_t>* piece_waste = nullptr) {
   double cpu = 0, mem = 0, gpu = 0;
   for (const TargetShape& t : shapes) {
     if (t.num_gpu == 0) continue;
@@ -67,7 +72,15 @@ PlacementDecision ReferenceFgd(const ClusterState& s, const Task& task,
         after[static_cast<size_t>(i)] = f - task.gpu_milli;
         int64_t sc = score_of();
         if (fractional_merge > 0) {
-          sc = (sc / fractional_merge) * (int64_t{1} << 20) + (1000 - (f - task.gpu_milli));
+          const int32_t left = f - task.gpu_milli;
+          if (piece_waste == nullptr) {
+            sc = (sc / fractional_merge) * (int64_t{1} << 20) + (1000 - left);
+          } else {
+            const int64_t growth =
+                (*piece_waste)[static_cast<size_t>(left)] - (*piece_waste)[static_cast<size_t>(f)];
+            sc = (sc / fractional_merge) * (int64_t{1} << 25) + (10000 - growth) * 1024 +
+                 (1000 - left);
+          }
         }
         after[static_cast<size_t>(i)] = f;
         if (sc > score) {
@@ -95,6 +108,7 @@ struct MemoCase {
   double strand_weight;
   bool shapes_with_memory;       // the measure then counts memory (explicit target shapes)
   int64_t fractional_merge = 0;  // fgd-strand-gpufit's rule (see ReferenceFgd)
+  double fill_theta = 0;         // fgd-strand-lookahead's (see ReferenceFgd)
 };
 
 class FgdMemoTest : public testing::TestWithParam<MemoCase> {};
@@ -122,6 +136,7 @@ TEST_P(FgdMemoTest, ContentMemoDecidesLikeAFullRecomputation) {
   for (int32_t i = 0; i < 24; ++i) order[static_cast<size_t>(i)] = (i * 7) % 24;
   ASSERT_TRUE(idle.SetScanOrder(order).ok());
   const FragmentationMeasure measure(*workload, idle.models());
+  const std::vector<int64_t> piece_waste = ExpectedPieceWaste(*workload, c.fill_theta);
   PolicyConfig config;
   config.target_workload = workload;
   auto policy = BuiltinPlacementPolicies().Create(c.policy, config);
@@ -135,7 +150,8 @@ TEST_P(FgdMemoTest, ContentMemoDecidesLikeAFullRecomputation) {
     const TargetShape& mem = with_memory[static_cast<size_t>(&sh - shapes.data())];
     Task t{"t", "", sh.cpu_milli, mem.memory_mib, sh.num_gpu, sh.gpu_milli, sh.gpu_models, 0};
     const PlacementDecision want =
-        ReferenceFgd(s, t, measure, c.strand_weight, shapes, c.fractional_merge);
+        ReferenceFgd(s, t, measure, c.strand_weight, shapes, c.fractional_merge,
+                     c.fill_theta > 0 ? &piece_waste : nullptr);
     const PlacementDecision got = (*policy)->Place(s, t);
     ASSERT_EQ(got.placed, want.placed) << c.policy << " step " << step;
     if (!want.placed) {
@@ -162,7 +178,9 @@ INSTANTIATE_TEST_SUITE_P(Policies, FgdMemoTest,
                                          MemoCase{"fgd-strand", 2.0, false},
                                          MemoCase{"fgd-strand", 2.0, true},
                                          MemoCase{"fgd-strand-gpufit", 2.0, false, 10},
-                                         MemoCase{"fgd-strand-gpufit", 2.0, true, 10}));
+                                         MemoCase{"fgd-strand-gpufit", 2.0, true, 10},
+                                         MemoCase{"fgd-strand-lookahead", 2.0, false, 20, 0.03},
+                                         MemoCase{"fgd-strand-lookahead", 2.0, true, 20, 0.03}));
 
 TEST(FgdScoreTest, StrandSendsCpuHeavyTasksToNodesWithCpuToSpare) {
   // GPU tasks need 12 cores and 48 GiB per GPU. Node "g2" (8 GPUs, 96 cores) is first in
@@ -227,6 +245,61 @@ TEST(FgdScoreTest, GpufitPutsFractionalTasksOnTheFullestGpuAmongNearTies) {
   auto def = BuiltinPlacementPolicies().Create("default", config);
   ASSERT_TRUE(def.ok());
   EXPECT_EQ((*def)->Place(s, quarter).placement.node, 1);
+}
+
+// Fractional shapes of 470 (weight 9) and 320 (4) thousandths, whole GPUs (50).
+std::shared_ptr<const TargetWorkload> FourSeventyThreeTwentyWorkload() {
+  return std::make_shared<const TargetWorkload>(
+      TargetWorkload({{0, 1, 470, {}, 9}, {0, 1, 320, {}, 4}, {0, 1, 1000, {}, 50}}));
+}
+
+TEST(FgdScoreTest, ExpectedPieceWasteFollowsTheFillRecursion) {
+  // theta 0.03: a piece that 470 or 320 fits (13/63 or 4/63 of the tasks) surely gets
+  // one. 60, 210: nothing fits, all stays. 360: a 320 fits, 40 stays. 530: 470 (9 of
+  // 13) leaves 60, 320 (4 of 13) leaves 210: (9·60 + 4·210)/13 = 106.15. 680: 470
+  // leaves 210, 320 leaves 360 (then 40): (9·210 + 4·40)/13 = 157.69. Idle: 0.
+  const std::vector<int64_t> w = ExpectedPieceWaste(*FourSeventyThreeTwentyWorkload(), 0.03);
+  ASSERT_EQ(w.size(), 1001u);
+  EXPECT_EQ(w[0], 0);
+  EXPECT_EQ(w[60], 600);
+  EXPECT_EQ(w[210], 2100);
+  EXPECT_EQ(w[360], 400);
+  EXPECT_EQ(w[530], 1062);
+  EXPECT_EQ(w[680], 1577);
+  EXPECT_EQ(w[1000], 0);
+  // theta 0.5: a 360 piece gets a 320 only with chance (4/63)/0.5.
+  const double p = 4.0 / 63.0 / 0.5;
+  EXPECT_EQ(ExpectedPieceWaste(*FourSeventyThreeTwentyWorkload(), 0.5)[360],
+            std::llround(((1 - p) * 360 + p * 40) * 10));
+}
+
+TEST(FgdScoreTest, LookaheadLeavesAPieceTheNextTaskCanFill) {
+  // Node "a" (first in scan order) has a GPU with 530 free (a 470 task), node "b" one with
+  // 680 free (a 320 task). A 320 task scores 55 on both under FGD (Δ 210.6 and 202.6), so
+  // FGD, fgd-strand and fgd-strand-gpufit (BestFit: 210 left < 360) take a. The
+  // lookahead sees that 210 will stay unused (W 106.2 -> 210) while b's 360 takes the
+  // next 320 (W 157.7 -> 40), and takes b.
+  auto w = FourSeventyThreeTwentyWorkload();
+  ClusterState s;
+  ASSERT_TRUE(s.AddNode({"a", 32000, 65536, 2, "T4"}).ok());
+  ASSERT_TRUE(s.AddNode({"b", 32000, 65536, 2, "T4"}).ok());
+  ASSERT_TRUE(s.Allocate({"x", "", 1000, 1024, 1, 470, {}, 0}, {0, {0}}).ok());
+  ASSERT_TRUE(s.Allocate({"y", "", 1000, 1024, 1, 320, {}, 0}, {1, {0}}).ok());
+  const Task task{"t", "", 1000, 1024, 1, 320, {}, 0};
+  PolicyConfig config;
+  config.target_workload = w;
+  for (const char* name : {"fgd", "fgd-strand", "fgd-strand-gpufit"}) {
+    auto p = BuiltinPlacementPolicies().Create(name, config);
+    ASSERT_TRUE(p.ok());
+    const PlacementDecision d = (*p)->Place(s, task);
+    EXPECT_EQ(d.placement.node, 0) << name;
+    EXPECT_EQ(d.placement.gpus, std::vector<int32_t>{0}) << name;
+  }
+  auto lookahead = BuiltinPlacementPolicies().Create("fgd-strand-lookahead", config);
+  ASSERT_TRUE(lookahead.ok());
+  const PlacementDecision d = (*lookahead)->Place(s, task);
+  EXPECT_EQ(d.placement.node, 1);
+  EXPECT_EQ(d.placement.gpus, std::vector<int32_t>{0});
 }
 
 }  // namespace
