@@ -93,13 +93,11 @@ PlacementPolicyRegistry MakeBuiltins() {
                   "fgd-strand; fractional tasks: 5 score levels, then the GPU whose expected "
                   "unused share grows least (ours)",
                   FgdProfile("fgd-strand-lookahead", lookahead)));
-  // fgd-strand-gpufit is below fgd-strand on the default openb workload and below FGD on
-  // every variant (docs/benchmarks.md), so it is the live default. fgd-strand-lookahead
-  // is better still everywhere, but leaves 3.90% on seed 42, below the band that
-  // src/sim/published_band_test.cc holds `default` to (FGD's published 4.62-4.94 ± 0.6);
-  // it becomes the default once that test bounds `default` from above only. Without a
-  // target workload (no CPU or memory per GPU known) the strand term is zero.
-  must(r.RegisterAlias("default", "fgd-strand-gpufit"));
+  // fgd-strand-lookahead leaves the fewest GPUs unallocated of all our policies on the
+  // default openb workload and is below FGD on every variant (docs/benchmarks.md), so it
+  // is the live default. Without a target workload (no CPU or memory per GPU known) the
+  // strand term is zero.
+  must(r.RegisterAlias("default", "fgd-strand-lookahead"));
   return r;
 }
 

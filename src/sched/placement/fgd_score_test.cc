@@ -241,10 +241,10 @@ TEST(FgdScoreTest, GpufitPutsFractionalTasksOnTheFullestGpuAmongNearTies) {
   // A whole GPU still goes by FGD's score and the scan order: both nodes have one idle
   // GPU and the same Δ, so the first node.
   EXPECT_EQ((*gpufit)->Place(s, {"w", "", 1000, 1024, 1, 1000, {}, 0}).placement.node, 0);
-  // The live default is this policy.
+  // The live default is the lookahead variant of this policy.
   auto def = BuiltinPlacementPolicies().Create("default", config);
   ASSERT_TRUE(def.ok());
-  EXPECT_EQ((*def)->Place(s, quarter).placement.node, 1);
+  EXPECT_EQ((*def)->name(), "fgd-strand-lookahead");
 }
 
 // Fractional shapes of 470 (weight 9) and 320 (4) thousandths, whole GPUs (50).
