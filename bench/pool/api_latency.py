@@ -2,13 +2,16 @@
 """API latency of a loaded gpupool controller (python3 stdlib only).
 
   api_latency.py [--gpupool BIN] [--node NODE.json] [--queued 10000] [--clients 50]
-                 [--duration 20] [--client c|python] [--out FILE]
+                 [--duration 20] [--client c|python] [--mix steady|growing] [--out FILE]
 
 Starts `gpupool up --fake NODE --state-dir TMP --port 0`, fills the 8 GPUs with long
 `sleep` jobs (so nothing queued can start), queues --queued one-GPU jobs, then runs
 --clients concurrent clients for --duration seconds, each issuing a mix of
   GET /v1/jobs/ID (40%), GET /v1/jobs?active=1&limit=50 (20%), GET /v1/nodes (20%),
-  POST /v1/jobs (20%)
+  and with --mix steady (the default) POST /v1/jobs (10%) + POST /v1/jobs/ID/cancel
+  (10%, the client's oldest job not yet cancelled; a submission when it has none), which
+  holds the queue at --queued, or with --mix growing POST /v1/jobs (20%), under which a
+  fast server's queue grows to several times --queued within the run,
 over the Unix socket, one connection per request as the CLI does. Reports p50/p95/p99 per
 request kind and overall, errors, and the controller's peak RSS (VmHWM of the `gpupool up`
 process, which also holds the local agent). Everything is torn down at the end.
@@ -36,7 +39,11 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
-KINDS = (("get_job", 40), ("list_active", 20), ("nodes", 20), ("submit", 20))
+MIXES = {"steady": (("get_job", 40), ("list_active", 20), ("nodes", 20), ("submit", 10),
+                    ("cancel", 10)),
+         "growing": (("get_job", 40), ("list_active", 20), ("nodes", 20), ("submit", 20),
+                     ("cancel", 0))}
+KINDS = MIXES["steady"]  # every kind, in table order
 
 
 class UnixConnection(http.client.HTTPConnection):
@@ -91,18 +98,23 @@ def worker(a):
     errors = {k: 0 for k, _ in KINDS}
     error_examples = []
     lock = threading.Lock()
-    population = [k for k, w in KINDS for _ in range(w)]
+    population = [k for k, w in MIXES[a.mix] for _ in range(w)]
 
     def client(seed):
         rng = random.Random(seed)
+        mine = []  # jobs this client submitted and has not cancelled, oldest first
         while time.time() < stop_at:
             kind = rng.choice(population)
+            if kind == "cancel" and not mine:
+                kind = "submit"
             if kind == "get_job":
                 req = ("GET", "/v1/jobs/%d" % rng.choice(ids), None, 200)
             elif kind == "list_active":
                 req = ("GET", "/v1/jobs?active=1&limit=50", None, 200)
             elif kind == "nodes":
                 req = ("GET", "/v1/nodes", None, 200)
+            elif kind == "cancel":
+                req = ("POST", "/v1/jobs/%d/cancel" % mine.pop(0), None, 200)
             else:
                 req = ("POST", "/v1/jobs", job_body(a.workdir, ["true"]), 201)
             t0 = time.perf_counter()
@@ -113,6 +125,8 @@ def worker(a):
             except (OSError, http.client.HTTPException) as e:
                 ok, why = False, "%s %s -> %s" % (req[0], req[1], e)
             dt = (time.perf_counter() - t0) * 1000.0
+            if ok and kind == "submit":
+                mine.append(body["job"]["id"])
             with lock:
                 if ok:
                     samples[kind].append(dt)
@@ -326,11 +340,11 @@ def driver(a):
         common = ["--sock", srv.sock, "--workdir", srv.work, "--ids", id_list,
                   "--stop-at", repr(stop_at)]
         if client_bin:
-            cmds = [[client_bin, "--threads", str(n), "--seed", str(i),
+            cmds = [[client_bin, "--threads", str(n), "--seed", str(i), "--mix", a.mix,
                      "--cpu-milli", str(CPU_MILLI)] + common for i, n in enumerate(per)]
         else:
             cmds = [[sys.executable, os.path.abspath(__file__), "--worker", "--threads", str(n),
-                     "--seed", str(i)] + common for i, n in enumerate(per)]
+                     "--seed", str(i), "--mix", a.mix] + common for i, n in enumerate(per)]
         workers = [subprocess.Popen(c, stdout=subprocess.PIPE) for c in cmds]
         merged = {k: [] for k, _ in KINDS}
         errors = {k: 0 for k, _ in KINDS}
@@ -361,6 +375,7 @@ def driver(a):
             "controller_rss_bytes_end": mem.get("VmRSS"),
             "host_cpus": os.cpu_count(),
             "client": "c" if client_bin else "python",
+            "mix": a.mix,
         }
     finally:
         srv.stop(running)
@@ -368,14 +383,15 @@ def driver(a):
 
 
 def print_table(res):
-    print("API latency: %d queued (%s pending at the end), %d %s clients for %d s, %d requests "
-          "(%.0f/s)" % (res["queued_before"], res["pending_after"], res["clients"],
-                        "C++" if res["client"] == "c" else "Python", res["duration_s"],
-                        res["requests"], res["requests_per_s"]))
+    print("API latency: %d queued (%s pending at the end), %d %s clients (%s mix) for %d s, "
+          "%d requests (%.0f/s)" % (res["queued_before"], res["pending_after"], res["clients"],
+                                    "C++" if res["client"] == "c" else "Python", res["mix"],
+                                    res["duration_s"], res["requests"], res["requests_per_s"]))
     print("| request | n | p50 ms | p95 ms | p99 ms | max ms | errors |")
     print("|---|---|---|---|---|---|---|")
     names = {"get_job": "GET /v1/jobs/ID", "list_active": "GET /v1/jobs?active=1&limit=50",
-             "nodes": "GET /v1/nodes", "submit": "POST /v1/jobs"}
+             "nodes": "GET /v1/nodes", "submit": "POST /v1/jobs",
+             "cancel": "POST /v1/jobs/ID/cancel"}
     for k, _ in KINDS:
         s = res["by_kind"][k]
         if s["n"]:
@@ -416,6 +432,9 @@ def main():
     ap.add_argument("--duration", type=float, default=20.0)
     ap.add_argument("--solo", type=int, default=10,
                     help="requests of each kind from one client before the load")
+    ap.add_argument("--mix", choices=("steady", "growing"), default="steady",
+                    help="steady: submissions and cancels balance (the queue stays at "
+                    "--queued); growing: 20%% submissions (the queue grows)")
     ap.add_argument("--client", choices=("auto", "c", "python"), default="auto",
                     help="load generator: c (bench/api_load), python, or auto (c when built)")
     ap.add_argument("--client-binary", help="api_load binary (default: BUILD/bench/api_load "

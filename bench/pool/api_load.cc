@@ -1,13 +1,16 @@
 // api_load: the client half of bench/pool/api_latency.py in C++.
 //
 //   api_load --sock PATH --workdir DIR --threads N --seed S --ids 1,2,3 --stop-at EPOCH_S
-//            [--cpu-milli M]
+//            [--cpu-milli M] [--mix steady|growing]
 //
 // Runs N closed-loop clients until --stop-at (seconds since the epoch), each sending the
 // same mix as the Python clients: GET /v1/jobs/ID 40%, GET /v1/jobs?active=1&limit=50 20%,
-// GET /v1/nodes 20%, POST /v1/jobs 20%, one connection per request over the Unix socket
-// (as the CLI does). Prints {"samples": {kind: [ms...]}, "errors": {kind: n},
-// "error_examples": [...]} on stdout, the format of the Python worker.
+// GET /v1/nodes 20%, and either (steady) POST /v1/jobs 10% + POST /v1/jobs/ID/cancel 10%
+// of the client's oldest job not yet cancelled (a submission when it has none), which
+// holds the queue at its length, or (growing) POST /v1/jobs 20%. One connection per
+// request over the Unix socket (as the CLI does). Prints {"samples": {kind: [ms...]},
+// "errors": {kind: n}, "error_examples": [...]} on stdout, the format of the Python
+// worker.
 //
 // Why a second client: on a 2-CPU machine the Python clients use more CPU than the
 // server they measure (57% of the machine against 42%), so their latencies mostly show
@@ -29,8 +32,10 @@
 
 namespace {
 
-constexpr const char* kKinds[] = {"get_job", "list_active", "nodes", "submit"};
-constexpr int kWeights[] = {40, 20, 20, 20};
+constexpr int kNumKinds = 5;
+constexpr const char* kKinds[kNumKinds] = {"get_job", "list_active", "nodes", "submit", "cancel"};
+constexpr int kSteady[kNumKinds] = {40, 20, 20, 10, 10};
+constexpr int kGrowing[kNumKinds] = {40, 20, 20, 20, 0};
 
 struct Options {
   std::string sock;
@@ -40,12 +45,13 @@ struct Options {
   std::vector<long> ids;
   double stop_at = 0;
   int cpu_milli = 250;
+  bool steady = true;
 };
 
 struct Shared {
   std::mutex mu;
-  std::vector<double> samples[4];
-  long errors[4] = {0, 0, 0, 0};
+  std::vector<double> samples[kNumKinds];
+  long errors[kNumKinds] = {};
   std::vector<std::string> examples;
 };
 
@@ -69,8 +75,9 @@ std::string JsonString(const std::string& s) {
 }
 
 // One request on a fresh connection; returns the HTTP status (0 on a transport error,
-// with `why` set) and reads the whole answer.
-int Call(const std::string& sock, const std::string& request, std::string* why) {
+// with `why` set) and reads the whole answer into `answer`.
+int Call(const std::string& sock, const std::string& request, std::string* why,
+         std::string* answer_out) {
   const int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd < 0) {
     *why = std::string("socket: ") + std::strerror(errno);
@@ -117,6 +124,7 @@ int Call(const std::string& sock, const std::string& request, std::string* why) 
     const size_t body = answer.find("\r\n\r\n");
     *why = answer.substr(body == std::string::npos ? 0 : body + 4, 200);
   }
+  *answer_out = std::move(answer);
   return status;
 }
 
@@ -140,13 +148,18 @@ void Client(const Options& o, int index, Shared* out) {
   const std::string list = Request("GET", "/v1/jobs?active=1&limit=50", "");
   const std::string nodes = Request("GET", "/v1/nodes", "");
   const std::string submit = Request("POST", "/v1/jobs", submit_body);
-  std::vector<double> local[4];
-  long errors[4] = {0, 0, 0, 0};
+  const int* weights = o.steady ? kSteady : kGrowing;
+  std::vector<double> local[kNumKinds];
+  long errors[kNumKinds] = {};
   std::vector<std::string> examples;
+  std::vector<long> mine;  // jobs this client submitted and has not cancelled, oldest first
+  size_t next_cancel = 0;
+  std::string answer;
   while (NowEpoch() < o.stop_at) {
     int roll = pick_kind(rng);
     int kind = 0;
-    while (roll >= kWeights[kind]) roll -= kWeights[kind++];
+    while (roll >= weights[kind]) roll -= weights[kind++];
+    if (kind == 4 && next_cancel >= mine.size()) kind = 3;  // nothing to cancel yet
     std::string req;
     int want = 200;
     switch (kind) {
@@ -159,17 +172,24 @@ void Client(const Options& o, int index, Shared* out) {
       case 2:
         req = nodes;
         break;
-      default:
+      case 3:
         req = submit;
         want = 201;
+        break;
+      default:
+        req = Request("POST", "/v1/jobs/" + std::to_string(mine[next_cancel++]) + "/cancel", "");
     }
     std::string why;
     const auto t0 = std::chrono::steady_clock::now();
-    const int status = Call(o.sock, req, &why);
+    const int status = Call(o.sock, req, &why, &answer);
     const double ms =
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     if (status == want) {
       local[kind].push_back(ms);
+      if (kind == 3) {  // {"job":{"id":N,...}}
+        const size_t at = answer.find("\"id\":");
+        if (at != std::string::npos) mine.push_back(std::atol(answer.c_str() + at + 5));
+      }
     } else {
       ++errors[kind];
       if (examples.size() < 5) {
@@ -178,7 +198,7 @@ void Client(const Options& o, int index, Shared* out) {
     }
   }
   std::lock_guard lock(out->mu);
-  for (int k = 0; k < 4; ++k) {
+  for (int k = 0; k < kNumKinds; ++k) {
     out->samples[k].insert(out->samples[k].end(), local[k].begin(), local[k].end());
     out->errors[k] += errors[k];
   }
@@ -190,7 +210,7 @@ void Client(const Options& o, int index, Shared* out) {
 int Usage(const char* why) {
   (void)std::fprintf(stderr,
                      "api_load: %s\nusage: api_load --sock PATH --workdir DIR --threads N --seed S "
-                     "--ids 1,2,3 --stop-at EPOCH_S [--cpu-milli M]\n",
+                     "--ids 1,2,3 --stop-at EPOCH_S [--cpu-milli M] [--mix steady|growing]\n",
                      why);
   return 2;
 }
@@ -213,6 +233,9 @@ int main(int argc, char** argv) {
       o.seed = std::atoi(value.c_str());
     } else if (flag == "--stop-at") {
       o.stop_at = std::atof(value.c_str());
+    } else if (flag == "--mix") {
+      if (value != "steady" && value != "growing") return Usage("--mix: steady or growing");
+      o.steady = value == "steady";
     } else if (flag == "--cpu-milli") {
       o.cpu_milli = std::atoi(value.c_str());
     } else if (flag == "--ids") {
@@ -239,7 +262,7 @@ int main(int argc, char** argv) {
   for (auto& t : ts) t.join();
 
   std::string out = "{\"samples\":{";
-  for (int k = 0; k < 4; ++k) {
+  for (int k = 0; k < kNumKinds; ++k) {
     out += std::string(k ? "," : "") + "\"" + kKinds[k] + "\":[";
     for (size_t i = 0; i < shared.samples[k].size(); ++i) {
       char buf[32];
@@ -249,7 +272,7 @@ int main(int argc, char** argv) {
     out += "]";
   }
   out += "},\"errors\":{";
-  for (int k = 0; k < 4; ++k) {
+  for (int k = 0; k < kNumKinds; ++k) {
     out += std::string(k ? "," : "") + "\"" + kKinds[k] + "\":" + std::to_string(shared.errors[k]);
   }
   out += "},\"error_examples\":[";
