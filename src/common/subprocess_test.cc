@@ -82,7 +82,7 @@ TEST(SubprocessTest, SpawnOptionsReachTheChild) {
   EXPECT_NE(blocked_mask(status_text({SIGTERM})) & (1ULL << (SIGTERM - 1)), 0U);
   EXPECT_EQ(blocked_mask(status_text({})), 0U);
 
-  o.search_path = false;  // no PATH search: a bare name is not found
+  // search_path is still false: a bare name is not looked up in PATH.
   auto bare = SpawnCommand({"sh", "-c", "true"}, o);
   if (bare.ok()) ::waitpid(*bare, &status, 0);
   EXPECT_FALSE(bare.ok());
