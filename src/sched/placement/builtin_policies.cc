@@ -93,6 +93,12 @@ PlacementPolicyRegistry MakeBuiltins() {
                   "fgd-strand; fractional tasks: 5 score levels, then the GPU whose expected "
                   "unused share grows least (ours)",
                   FgdProfile("fgd-strand-lookahead", lookahead)));
+  FgdOptions opening = lookahead;
+  opening.free_opening = true;
+  must(r.Register("fgd-strand-lookahead-open",
+                  "fgd-strand-lookahead; a fractional task opening an idle GPU counts zero "
+                  "growth of the expected unused share (ours)",
+                  FgdProfile("fgd-strand-lookahead-open", opening)));
   // fgd-strand-lookahead leaves the fewest GPUs unallocated of all our policies on the
   // default openb workload and is below FGD on every variant (docs/benchmarks.md), so it
   // is the live default. Without a target workload (no CPU or memory per GPU known) the

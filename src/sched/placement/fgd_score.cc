@@ -162,8 +162,13 @@ class FgdScore final : public ScorePlugin {
       if (piece_waste_.empty()) return merged * kSecondaryRange + (1000 - gpu_left);
       // The least growth of the expected unused share (tenths of GPU milli, |growth| <=
       // 10,000), then the least share left (BestFit), then the scan order.
-      const int64_t growth = piece_waste_[static_cast<size_t>(gpu_left)] -
-                             piece_waste_[static_cast<size_t>(gpu_left + task.gpu_milli)];
+      // With free_opening, an idle GPU's growth is zero (the free share before placement
+      // is in the content memo's key as well).
+      const bool opens = gpu_left + task.gpu_milli == 1000;
+      const int64_t growth = options_.free_opening && opens
+                                 ? 0
+                                 : piece_waste_[static_cast<size_t>(gpu_left)] -
+                                       piece_waste_[static_cast<size_t>(gpu_left + task.gpu_milli)];
       return merged * kLookaheadRange + (10000 - growth) * 1024 + (1000 - gpu_left);
     }
     if (!options_.tie_break_best_fit) return primary;

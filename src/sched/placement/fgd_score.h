@@ -13,7 +13,8 @@
 //     fractional_gpu_best_fit, fill_theta: our variants, documented at FgdOptions;
 //     strand_weight with fractional_gpu_best_fit is the live default
 //     (`fgd-strand-gpufit`), with fill_theta too the best measured
-//     (`fgd-strand-lookahead`).
+//     (`fgd-strand-lookahead`), with free_opening too the fewest GPUs left unallocated
+//     (`fgd-strand-lookahead-open`).
 //
 // Speed: two caches. (1) Per (task shape (cpu, num_gpu, gpu_milli), node index) the
 // best (score, GPUs) keyed by node version: each placement changes one node, so a cycle
@@ -70,6 +71,11 @@ struct FgdOptions {
   // [free before] (a lookahead over the target workload's fractional shapes), then by
   // BestFit as above.
   double fill_theta = 0;
+  // With fill_theta: a fractional task that opens an idle GPU counts zero growth instead
+  // of W(1000 − s) − W(1000), so the lookahead charges a task only for what it does to a
+  // piece already open: a fill that makes a piece's expected waste grow loses to opening
+  // an idle GPU, one that shrinks it wins (`fgd-strand-lookahead-open`).
+  bool free_opening = false;
 };
 
 // For a GPU with r thousandths free (index r, 0..1000), the GPU milli expected to stay

@@ -25,12 +25,14 @@ namespace {
 // fgd-strand-gpufit's rule: a fractional task's score is ⌊score / fractional_merge⌋,
 // then the least free share left on the GPU after placement wins; with `piece_waste`
 // too, fgd-strand-lookahead's: the least growth of piece_waste (ExpectedPieceWaste),
-// then the least share left.
+// then the least share left; with free_opening too, fgd-strand-lookahead-open's: an idle
+// GPU's growth is zero.
 PlacementDecision ReferenceFgd(const ClusterState& s, const Task& task,
                                const FragmentationMeasure& m, double strand_weight = 0,
                                const std::vector<TargetShape>& shapes = {},
                                int64_t fractional_merge = 0,
-                               const std::vector<int64_t>* piece_waste = nullptr) {
+                               const std::vector<int64_t>* piece_waste = nullptr,
+                               bool free_opening = false) {
   double cpu = 0, mem = 0, gpu = 0;
   for (const TargetShape& t : shapes) {
     if (t.num_gpu == 0) continue;
@@ -76,8 +78,10 @@ PlacementDecision ReferenceFgd(const ClusterState& s, const Task& task,
           if (piece_waste == nullptr) {
             sc = (sc / fractional_merge) * (int64_t{1} << 20) + (1000 - left);
           } else {
-            const int64_t growth =
-                (*piece_waste)[static_cast<size_t>(left)] - (*piece_waste)[static_cast<size_t>(f)];
+            const int64_t growth = free_opening && f == 1000
+                                       ? 0
+                                       : (*piece_waste)[static_cast<size_t>(left)] -
+                                             (*piece_waste)[static_cast<size_t>(f)];
             sc = (sc / fractional_merge) * (int64_t{1} << 25) + (10000 - growth) * 1024 +
                  (1000 - left);
           }
@@ -109,6 +113,7 @@ struct MemoCase {
   bool shapes_with_memory;       // the measure then counts memory (explicit target shapes)
   int64_t fractional_merge = 0;  // fgd-strand-gpufit's rule (see ReferenceFgd)
   double fill_theta = 0;         // fgd-strand-lookahead's (see ReferenceFgd)
+  bool free_opening = false;     // fgd-strand-lookahead-open's (see ReferenceFgd)
 };
 
 class FgdMemoTest : public testing::TestWithParam<MemoCase> {};
@@ -151,7 +156,7 @@ TEST_P(FgdMemoTest, ContentMemoDecidesLikeAFullRecomputation) {
     Task t{"t", "", sh.cpu_milli, mem.memory_mib, sh.num_gpu, sh.gpu_milli, sh.gpu_models, 0};
     const PlacementDecision want =
         ReferenceFgd(s, t, measure, c.strand_weight, shapes, c.fractional_merge,
-                     c.fill_theta > 0 ? &piece_waste : nullptr);
+                     c.fill_theta > 0 ? &piece_waste : nullptr, c.free_opening);
     const PlacementDecision got = (*policy)->Place(s, t);
     ASSERT_EQ(got.placed, want.placed) << c.policy << " step " << step;
     if (!want.placed) {
@@ -173,14 +178,16 @@ TEST_P(FgdMemoTest, ContentMemoDecidesLikeAFullRecomputation) {
   EXPECT_GT(fractional_on_used_gpu, 100);
 }
 
-INSTANTIATE_TEST_SUITE_P(Policies, FgdMemoTest,
-                         testing::Values(MemoCase{"fgd", 0, false}, MemoCase{"fgd", 0, true},
-                                         MemoCase{"fgd-strand", 2.0, false},
-                                         MemoCase{"fgd-strand", 2.0, true},
-                                         MemoCase{"fgd-strand-gpufit", 2.0, false, 10},
-                                         MemoCase{"fgd-strand-gpufit", 2.0, true, 10},
-                                         MemoCase{"fgd-strand-lookahead", 2.0, false, 20, 0.03},
-                                         MemoCase{"fgd-strand-lookahead", 2.0, true, 20, 0.03}));
+INSTANTIATE_TEST_SUITE_P(
+    Policies, FgdMemoTest,
+    testing::Values(MemoCase{"fgd", 0, false}, MemoCase{"fgd", 0, true},
+                    MemoCase{"fgd-strand", 2.0, false}, MemoCase{"fgd-strand", 2.0, true},
+                    MemoCase{"fgd-strand-gpufit", 2.0, false, 10},
+                    MemoCase{"fgd-strand-gpufit", 2.0, true, 10},
+                    MemoCase{"fgd-strand-lookahead", 2.0, false, 20, 0.03},
+                    MemoCase{"fgd-strand-lookahead", 2.0, true, 20, 0.03},
+                    MemoCase{"fgd-strand-lookahead-open", 2.0, false, 20, 0.03, true},
+                    MemoCase{"fgd-strand-lookahead-open", 2.0, true, 20, 0.03, true}));
 
 TEST(FgdScoreTest, StrandSendsCpuHeavyTasksToNodesWithCpuToSpare) {
   // GPU tasks need 12 cores and 48 GiB per GPU. Node "g2" (8 GPUs, 96 cores) is first in
@@ -300,6 +307,33 @@ TEST(FgdScoreTest, LookaheadLeavesAPieceTheNextTaskCanFill) {
   const PlacementDecision d = (*lookahead)->Place(s, task);
   EXPECT_EQ(d.placement.node, 1);
   EXPECT_EQ(d.placement.gpus, std::vector<int32_t>{0});
+}
+
+TEST(FgdScoreTest, LookaheadOpenPrefersAnIdleGpuToAFillThatLeavesWaste) {
+  // Fractional shapes of 470 (weight 9) and 320 (4), whole GPUs (1); every piece that a
+  // shape fits surely gets one, so W is that of FourSeventyThreeTwentyWorkload. Node "a"
+  // has a GPU with 530 free (a 470 task) and an idle GPU. A 320 task in the 530 leaves
+  // 210, which nothing fills (FGD score 45; W 106.2 -> 210, growth +103.8); on the idle
+  // GPU it leaves 680 (score 48; W 0 -> 157.7, growth +157.7). Both scores fall in the
+  // same of the 5 merged levels, so fgd-strand-lookahead takes the 530 (less growth) and
+  // fgd-strand-lookahead-open, which counts opening an idle GPU as zero growth, takes the
+  // idle GPU. A 470 task fills the 530 to 60 under both (growth 60 - 106.2 < 0).
+  auto w = std::make_shared<const TargetWorkload>(
+      TargetWorkload({{0, 1, 470, {}, 9}, {0, 1, 320, {}, 4}, {0, 1, 1000, {}, 1}}));
+  ClusterState s;
+  ASSERT_TRUE(s.AddNode({"a", 32000, 65536, 2, "T4"}).ok());
+  ASSERT_TRUE(s.Allocate({"x", "", 1000, 1024, 1, 470, {}, 0}, {0, {0}}).ok());
+  const Task t320{"t", "", 1000, 1024, 1, 320, {}, 0};
+  const Task t470{"u", "", 1000, 1024, 1, 470, {}, 0};
+  PolicyConfig config;
+  config.target_workload = w;
+  auto lookahead = BuiltinPlacementPolicies().Create("fgd-strand-lookahead", config);
+  auto open = BuiltinPlacementPolicies().Create("fgd-strand-lookahead-open", config);
+  ASSERT_TRUE(lookahead.ok() && open.ok());
+  EXPECT_EQ((*lookahead)->Place(s, t320).placement.gpus, std::vector<int32_t>{0});
+  EXPECT_EQ((*open)->Place(s, t320).placement.gpus, std::vector<int32_t>{1});
+  EXPECT_EQ((*lookahead)->Place(s, t470).placement.gpus, std::vector<int32_t>{0});
+  EXPECT_EQ((*open)->Place(s, t470).placement.gpus, std::vector<int32_t>{0});
 }
 
 }  // namespace

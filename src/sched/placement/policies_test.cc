@@ -99,8 +99,8 @@ TEST(PolicyTest, FgdFillsTheHoleThatWouldOtherwiseBeFragment) {
   ClusterState s;
   for (const char* n : {"a", "b", "c"}) ASSERT_TRUE(s.AddNode({n, 32000, 65536, 2, "T4"}).ok());
   ASSERT_TRUE(s.Allocate(T(1000, 1, 500), {1, {1}}).ok());
-  for (const char* name :
-       {"fgd", "fgd-exact-bestfit", "fgd-strand-gpufit", "fgd-strand-lookahead"}) {
+  for (const char* name : {"fgd", "fgd-exact-bestfit", "fgd-strand-gpufit", "fgd-strand-lookahead",
+                           "fgd-strand-lookahead-open"}) {
     auto p = Make(name, w);
     PlacementDecision d = p->Place(s, T(1000, 1, 500));
     ASSERT_TRUE(d.placed) << name;
@@ -114,7 +114,7 @@ TEST(PolicyTest, TiesGoToTheFirstNodeInScanOrder) {
   for (const char* n : {"a", "b", "c"}) ASSERT_TRUE(s.AddNode({n, 32000, 65536, 2, "T4"}).ok());
   ASSERT_TRUE(s.SetScanOrder({2, 0, 1}).ok());
   for (const char* name : {"bestfit", "fgd", "fgd-strand-gpufit", "fgd-strand-lookahead",
-                           "gpupacking", "dotprod", "gpuclustering"}) {
+                           "fgd-strand-lookahead-open", "gpupacking", "dotprod", "gpuclustering"}) {
     EXPECT_EQ(Make(name)->Place(s, T(1000, 1, 1000)).placement.node, 2) << name;
   }
 }
