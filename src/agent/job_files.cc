@@ -4,7 +4,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <climits>
+#include <cstdlib>
 #include <cstring>
 
 #include "common/file_util.h"
@@ -165,7 +168,7 @@ Result<ShimConfig> ShimConfigFromJson(const std::string& text, const std::string
   f.Optional("cpu_milli", &s.cpu_milli, 0);
   f.Optional("memory_bytes", &s.memory_bytes);
   f.Optional("time_limit_s", &s.time_limit_s, 0);
-  f.Optional("grace_s", &s.grace_s, 0, 24 * 3600);
+  f.Optional("grace_s", &s.grace_s, 0, int64_t{24} * 3600);
   f.Optional("image", &s.image);
   if (const Json* mounts = f.Array("mounts"); mounts != nullptr) {
     for (size_t i = 0; i < mounts->size(); ++i) {
@@ -334,6 +337,61 @@ Result<ShimRecord> ReadShimRecord(const std::string& job_dir) {
 Result<FinalStatus> ReadFinalStatus(const std::string& job_dir) {
   GP_ASSIGN_OR_RETURN(std::string text, ReadJobFile(job_dir, kStatusFile));
   return FinalStatusFromJson(text, job_dir + "/" + kStatusFile);
+}
+
+Result<LogSlice> ReadJobLogSlice(const std::string& state_dir, const std::string& path,
+                                 int64_t offset, int64_t max_bytes) {
+  const size_t slash = path.find_last_of('/');
+  const std::string name = slash == std::string::npos ? path : path.substr(slash + 1);
+  if (slash == std::string::npos || (name != kStdoutFile && name != kStderrFile)) {
+    return Status::PermissionDenied("'" + path + "' is not a job's stdout or stderr file");
+  }
+  char real_jobs[PATH_MAX];
+  char real_dir[PATH_MAX];
+  if (::realpath((state_dir + "/jobs").c_str(), real_jobs) == nullptr) {
+    return Status::NotFound("this node has no job directory under '" + state_dir + "'");
+  }
+  if (::realpath(path.substr(0, slash).c_str(), real_dir) == nullptr) {
+    return Status::NotFound("no job directory '" + path.substr(0, slash) + "' on this node");
+  }
+  // The file's directory must be one level below the jobs directory.
+  const std::string jobs_dir = real_jobs;
+  const std::string dir = real_dir;
+  if (dir.size() <= jobs_dir.size() + 1 || dir.compare(0, jobs_dir.size(), jobs_dir) != 0 ||
+      dir[jobs_dir.size()] != '/' || dir.find('/', jobs_dir.size() + 1) != std::string::npos) {
+    return Status::PermissionDenied("'" + path + "' is not inside a job directory of this node");
+  }
+  int fd = ::open((dir + "/" + name).c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0) {
+    if (errno == ENOENT) return Status::NotFound("no file '" + path + "' on this node");
+    return Status::Unavailable("cannot open '" + path + "': " + std::strerror(errno));
+  }
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    ::close(fd);
+    return Status::PermissionDenied("'" + path + "' is not a regular file");
+  }
+  LogSlice out;
+  out.size = st.st_size;
+  if (offset < out.size && max_bytes > 0) {
+    out.data.resize(static_cast<size_t>(std::min<int64_t>(out.size - offset, max_bytes)));
+    size_t done = 0;
+    while (done < out.data.size()) {
+      ssize_t n = ::pread(fd, out.data.data() + done, out.data.size() - done,
+                          static_cast<off_t>(offset + static_cast<int64_t>(done)));
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) {
+        const int err = errno;
+        ::close(fd);
+        return Status::Unavailable("cannot read '" + path + "': " + std::strerror(err));
+      }
+      if (n == 0) break;  // truncated meanwhile
+      done += static_cast<size_t>(n);
+    }
+    out.data.resize(done);
+  }
+  ::close(fd);
+  return out;
 }
 
 }  // namespace gpupool::agent

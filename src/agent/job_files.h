@@ -91,4 +91,18 @@ Result<ShimConfig> ReadShimConfig(const std::string& job_dir);
 Result<ShimRecord> ReadShimRecord(const std::string& job_dir);
 Result<FinalStatus> ReadFinalStatus(const std::string& job_dir);
 
+// A piece of a job's log, read for the controller (which relays it to `gpupool logs`).
+struct LogSlice {
+  std::string data;
+  int64_t size = 0;  // the file's size when read
+};
+
+// Reads up to `max_bytes` from `offset` of `path`, which must be the stdout or stderr
+// file directly inside a job directory under STATE_DIR/jobs, reached without symbolic
+// links: the relay must not become a way to read other files of the node. kNotFound
+// when the file is not there, kPermissionDenied for any other path, kUnavailable when
+// it cannot be read.
+Result<LogSlice> ReadJobLogSlice(const std::string& state_dir, const std::string& path,
+                                 int64_t offset, int64_t max_bytes);
+
 }  // namespace gpupool::agent

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <cstdlib>
+#include <filesystem>
 
 #include "common/file_util.h"
 
@@ -148,6 +149,58 @@ TEST(JobFilesTest, WriteFileDurablySetsModeAndReplaces) {
   EXPECT_EQ(ReadFinalStatus(tmpl).status().code(), StatusCode::kNotFound);
   ::unlink(path.c_str());
   ::rmdir(tmpl);
+}
+
+TEST(JobFilesTest, ReadJobLogSliceReadsOnlyJobLogs) {
+  char tmpl[] = "/tmp/gpupool-logslice-XXXXXX";
+  ASSERT_NE(::mkdtemp(tmpl), nullptr);
+  const std::string state = tmpl;
+  const std::string job = state + "/jobs/7";
+  std::filesystem::create_directories(job);
+  ASSERT_TRUE(WriteFileDurably(job + "/stdout.log", "0123456789", 0600).ok());
+  ASSERT_TRUE(WriteFileDurably(job + "/spec.json", "{}", 0600).ok());
+  ASSERT_TRUE(WriteFileDurably(state + "/secret", "s", 0600).ok());
+
+  Result<LogSlice> s = ReadJobLogSlice(state, job + "/stdout.log", 3, 4);
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  EXPECT_EQ(s->data, "3456");
+  EXPECT_EQ(s->size, 10);
+  s = ReadJobLogSlice(state, job + "/stdout.log", 8, 100);  // to the end
+  ASSERT_TRUE(s.ok());
+  EXPECT_EQ(s->data, "89");
+  s = ReadJobLogSlice(state, job + "/stdout.log", 50, 100);  // past the end: size only
+  ASSERT_TRUE(s.ok());
+  EXPECT_EQ(s->data, "");
+  EXPECT_EQ(s->size, 10);
+  // The same directory through a path with ".." still resolves to the job directory.
+  s = ReadJobLogSlice(state, state + "/jobs/../jobs/7/stdout.log", 0, 2);
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  EXPECT_EQ(s->data, "01");
+
+  // Not yet written, or no such job: not found.
+  EXPECT_EQ(ReadJobLogSlice(state, job + "/stderr.log", 0, 10).status().code(),
+            StatusCode::kNotFound);
+  EXPECT_EQ(ReadJobLogSlice(state, state + "/jobs/8/stdout.log", 0, 10).status().code(),
+            StatusCode::kNotFound);
+  // Anything but a job's log file is refused.
+  for (const std::string& bad :
+       {job + "/spec.json", state + "/secret", std::string("/etc/passwd"),
+        std::string("stdout.log"), state + "/jobs/stdout.log", job + "/../../secret"}) {
+    EXPECT_EQ(ReadJobLogSlice(state, bad, 0, 10).status().code(), StatusCode::kPermissionDenied)
+        << bad;
+  }
+  // A log file that is a symbolic link (to another file) is not followed.
+  std::filesystem::create_directories(state + "/jobs/9");
+  std::filesystem::create_symlink(state + "/secret", state + "/jobs/9/stdout.log");
+  Result<LogSlice> link = ReadJobLogSlice(state, state + "/jobs/9/stdout.log", 0, 10);
+  EXPECT_FALSE(link.ok());
+  // A job directory that is a link to elsewhere is outside the jobs directory.
+  std::filesystem::create_directories(state + "/elsewhere");
+  ASSERT_TRUE(WriteFileDurably(state + "/elsewhere/stdout.log", "x", 0600).ok());
+  std::filesystem::create_directory_symlink(state + "/elsewhere", state + "/jobs/10");
+  EXPECT_EQ(ReadJobLogSlice(state, state + "/jobs/10/stdout.log", 0, 10).status().code(),
+            StatusCode::kPermissionDenied);
+  std::filesystem::remove_all(state);
 }
 
 }  // namespace

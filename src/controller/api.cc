@@ -1,7 +1,9 @@
 #include "controller/api.h"
 
+#include <spdlog/spdlog.h>
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <chrono>
 #include <fstream>
 #include <thread>
@@ -20,6 +22,52 @@ using net::HttpRequest;
 using net::HttpResponse;
 
 constexpr size_t kMaxLogChunk = 1 << 20;
+// A relayed chunk comes back as a request body, which the server caps at 1 MiB.
+constexpr int64_t kMaxRelayedLogChunk = 512 << 10;
+constexpr std::chrono::milliseconds kLogRelayTimeout{5000};
+
+struct LogRead {
+  std::string data;
+  int64_t size = 0;    // the file's size when read
+  std::string source;  // "node NAME" or "local"
+};
+
+// Bytes from `offset` of a log file on this machine's disk.
+LogRead ReadLocalLog(const std::string& path, int64_t offset) {
+  LogRead out;
+  out.source = "local";
+  if (path.empty()) return out;
+  struct stat st {};
+  if (stat(path.c_str(), &st) == 0) out.size = st.st_size;
+  if (out.size > offset) {
+    std::ifstream in(path, std::ios::binary);
+    in.seekg(offset);
+    out.data.resize(static_cast<size_t>(std::min<int64_t>(out.size - offset, kMaxLogChunk)));
+    in.read(out.data.data(), static_cast<std::streamsize>(out.data.size()));
+    out.data.resize(static_cast<size_t>(in.gcount()));
+  }
+  return out;
+}
+
+// The node that ran the job has its log files: while that node's agent polls, it sends
+// the bytes (log_relay.h). A node that is gone, or that does not answer, leaves this
+// machine's disk, which is where they are in a single-machine pool.
+LogRead ReadJobLog(Controller* controller, const jobs::Job& job, const std::string& path,
+                   int64_t offset) {
+  if (path.empty()) return ReadLocalLog(path, offset);
+  std::vector<std::string> nodes;
+  for (const jobs::TaskPlacement& t : job.placement) {
+    if (std::find(nodes.begin(), nodes.end(), t.node) == nodes.end()) nodes.push_back(t.node);
+  }
+  for (const std::string& node : nodes) {
+    if (!controller->NodeUp(node)) continue;
+    Result<LogChunk> chunk =
+        controller->log_relay().Fetch(node, path, offset, kMaxRelayedLogChunk, kLogRelayTimeout);
+    if (chunk.ok()) return LogRead{std::move(chunk->data), chunk->size, "node " + node};
+    spdlog::debug("log of job {} from node {}: {}", job.id, node, chunk.status().message());
+  }
+  return ReadLocalLog(path, offset);
+}
 
 HttpResponse JsonResponse(int status, const OrderedJson& body) {
   HttpResponse r;
@@ -144,6 +192,9 @@ OrderedJson EnvironmentToJson(const store::EnvironmentRecord& e) {
 
 bool Api::MayBlock(const HttpRequest& r) {
   if (const std::string w = r.Query("wait_ms"); !w.empty() && w != "0") return true;
+  // A log read may wait for the node that has the file (log_relay.h).
+  if (r.method == "GET" && r.path.size() > 5 && r.path.compare(r.path.size() - 5, 5, "/logs") == 0)
+    return true;
   if (r.method != "POST") return false;
   if (r.path.rfind("/v1/environments", 0) == 0) return true;
   // A submission naming an image may inspect it; a plain one is a store write.
@@ -171,6 +222,7 @@ HttpResponse Api::Route(const HttpRequest& r, const Identity& who) {
     if (p == "/v1/agent/register" && r.method == "POST") return ServeAgentRegister(r);
     if (p == "/v1/agent/work" && r.method == "GET") return ServeAgentWork(r);
     if (p == "/v1/agent/events" && r.method == "POST") return ServeAgentEvents(r);
+    if (p == "/v1/agent/logs" && r.method == "POST") return ServeAgentLogs(r);
     return ErrorResponse(Status::NotFound("no agent endpoint " + r.method + " " + p));
   }
   if (p == "/v1/jobs") {
@@ -390,30 +442,20 @@ HttpResponse Api::Logs(const HttpRequest& r, int64_t id, const Caller& caller) {
     if (!job.ok()) return ErrorResponse(job.status());
     const std::string& path = stream == "stdout" ? job->stdout_path : job->stderr_path;
     const bool ended = jobs::IsTerminal(job->state);
-    std::string data;
-    int64_t size = 0;
-    if (!path.empty()) {
-      struct stat st {};
-      if (stat(path.c_str(), &st) == 0) size = st.st_size;
-      if (size > *offset) {
-        std::ifstream in(path, std::ios::binary);
-        in.seekg(*offset);
-        data.resize(static_cast<size_t>(std::min<int64_t>(size - *offset, kMaxLogChunk)));
-        in.read(data.data(), static_cast<std::streamsize>(data.size()));
-        data.resize(static_cast<size_t>(in.gcount()));
-      }
-    }
-    const int64_t next = *offset + static_cast<int64_t>(data.size());
-    const bool eof = ended && next >= size;
-    if (!data.empty() || eof || std::chrono::steady_clock::now() >= deadline) {
+    LogRead read = ReadJobLog(controller_, *job, path, *offset);
+    const int64_t next = *offset + static_cast<int64_t>(read.data.size());
+    const bool eof = ended && next >= read.size;
+    if (!read.data.empty() || eof || std::chrono::steady_clock::now() >= deadline) {
       HttpResponse resp;
       resp.content_type = "text/plain; charset=utf-8";
-      resp.body = std::move(data);
+      resp.body = std::move(read.data);
       resp.headers["X-Gpupool-Next-Offset"] = std::to_string(next);
       resp.headers["X-Gpupool-Eof"] = eof ? "1" : "0";
+      resp.headers["X-Gpupool-Log-Source"] = read.source;
       return resp;
     }
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    // A relayed read costs the node a round trip: poll it less often than the disk.
+    std::this_thread::sleep_for(std::chrono::milliseconds(read.source == "local" ? 50 : 250));
   }
 }
 
@@ -506,7 +548,39 @@ HttpResponse Api::ServeAgentWork(const HttpRequest& r) {
   if (!work.ok()) return ErrorResponse(work.status());
   OrderedJson launch = OrderedJson::array();
   for (const LaunchOrder& o : work->launch) launch.push_back(LaunchToJson(o));
-  return JsonResponse(200, {{"launch", std::move(launch)}, {"cancel", work->cancel}});
+  OrderedJson logs = OrderedJson::array();
+  for (const LogRequest& l : work->logs) {
+    logs.push_back(
+        {{"id", l.id}, {"path", l.path}, {"offset", l.offset}, {"max_bytes", l.max_bytes}});
+  }
+  return JsonResponse(
+      200, {{"launch", std::move(launch)}, {"cancel", work->cancel}, {"logs", std::move(logs)}});
+}
+
+// An agent's answer to a log read: the bytes as the body, the file's size in `size`; or
+// `error` (not_found, refused, io) with the agent's words as the body.
+HttpResponse Api::ServeAgentLogs(const HttpRequest& r) {
+  const std::string node = r.Query("node");
+  if (node.empty())
+    return ErrorResponse(Status::InvalidArgument("node: the answering node's name"));
+  if (r.Query("id").empty()) return ErrorResponse(Status::InvalidArgument("id: the request's id"));
+  Result<int64_t> id = QueryInt(r, "id", 0, 1, INT64_MAX);
+  if (!id.ok()) return ErrorResponse(id.status());
+  Result<int64_t> size = QueryInt(r, "size", 0, 0, INT64_MAX);
+  if (!size.ok()) return ErrorResponse(size.status());
+  const std::string error = r.Query("error");
+  if (error.empty()) {
+    controller_->log_relay().Answer(node, *id, LogChunk{r.body, *size});
+  } else if (error == "not_found") {
+    controller_->log_relay().Answer(node, *id, Status::NotFound(r.body));
+  } else if (error == "refused") {
+    controller_->log_relay().Answer(node, *id, Status::PermissionDenied(r.body));
+  } else if (error == "io") {
+    controller_->log_relay().Answer(node, *id, Status::Unavailable(r.body));
+  } else {
+    return ErrorResponse(Status::InvalidArgument("error: use not_found, refused or io"));
+  }
+  return JsonResponse(200, {{"ok", true}});
 }
 
 HttpResponse Api::ServeAgentEvents(const HttpRequest& r) {

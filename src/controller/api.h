@@ -43,6 +43,7 @@ class Api {
   net::HttpResponse ServeAgentRegister(const net::HttpRequest& r);
   net::HttpResponse ServeAgentWork(const net::HttpRequest& r);
   net::HttpResponse ServeAgentEvents(const net::HttpRequest& r);
+  net::HttpResponse ServeAgentLogs(const net::HttpRequest& r);
 
   Controller* controller_;
   store::Store* store_;

@@ -37,7 +37,15 @@ Status CheckOwner(const Job& job, const Caller& caller) {
 }  // namespace
 
 Controller::Controller(store::Store* store, const Clock* clock, ControllerOptions options)
-    : store_(store), clock_(clock), options_(std::move(options)) {}
+    : store_(store),
+      clock_(clock),
+      options_(std::move(options)),
+      log_relay_([this](const std::string&) {
+        // Taking the lock orders this wake after a poll's check for work, so the wake
+        // cannot fall between that check and the poll's wait.
+        { std::lock_guard lock(mu_); }
+        work_cv_.notify_all();
+      }) {}
 
 Controller::~Controller() { Stop(); }
 
@@ -481,7 +489,8 @@ Result<AgentWork> Controller::WaitForWork(const std::string& node, int64_t wait_
       }
       e.launch_sent_us[id] = now;
     }
-    if (!work.launch.empty() || !work.cancel.empty() || stopping_ ||
+    work.logs = log_relay_.Take(node);
+    if (!work.launch.empty() || !work.cancel.empty() || !work.logs.empty() || stopping_ ||
         std::chrono::steady_clock::now() >= deadline) {
       return work;
     }
@@ -489,6 +498,12 @@ Result<AgentWork> Controller::WaitForWork(const std::string& node, int64_t wait_
     work_cv_.wait_until(lock, std::min(deadline, std::chrono::steady_clock::now() +
                                                      std::chrono::microseconds(kResendAfterUs)));
   }
+}
+
+bool Controller::NodeUp(const std::string& node) {
+  std::lock_guard lock(mu_);
+  auto it = nodes_.find(node);
+  return it != nodes_.end() && it->second.up;
 }
 
 Status Controller::ApplyEvents(const std::string& node, const std::vector<AgentEvent>& events) {

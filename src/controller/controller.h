@@ -28,6 +28,7 @@
 
 #include "common/clock.h"
 #include "common/status.h"
+#include "controller/log_relay.h"
 #include "gpu/gpu_info.h"
 #include "jobs/job.h"
 #include "store/store.h"
@@ -75,6 +76,7 @@ struct LaunchOrder {
 struct AgentWork {
   std::vector<LaunchOrder> launch;
   std::vector<int64_t> cancel;
+  std::vector<LogRequest> logs;  // log reads for the API (log_relay.h)
 };
 
 // What an agent reports about one job.
@@ -132,6 +134,10 @@ class Controller {
   // Returns work for the node, waiting up to wait_ms for some; also the heartbeat.
   Result<AgentWork> WaitForWork(const std::string& node, int64_t wait_ms);
   Status ApplyEvents(const std::string& node, const std::vector<AgentEvent>& events);
+  // Whether `node` is registered and polling (not timed out).
+  bool NodeUp(const std::string& node);
+  // Reads of log files on the nodes ride on the agents' polls.
+  LogRelay& log_relay() { return log_relay_; }
 
   // --- scheduling ---
   // One scheduling pass now (the loop calls this; tests call it directly).
@@ -187,6 +193,7 @@ class Controller {
   std::map<int64_t, std::string> pending_reasons_;
   std::map<std::string, NodeEntry> nodes_;
   std::unique_ptr<JobScheduler> scheduler_;  // used by one pass at a time (the loop)
+  LogRelay log_relay_;
   // Gangs: exit events seen so far per job (task index -> job failed?).
   std::map<int64_t, std::map<int, bool>> task_exits_;
   std::thread loop_;

@@ -274,6 +274,46 @@ Status AgentLoop::PrepareContainerJob(const jobs::Job& job, agent::LaunchSpec* s
   return envcheck::CheckNeeds(*needs, envcheck::OfferFromNode(options_.node, node));
 }
 
+// Log reads the controller relays for `gpupool logs` (the files are on this node). Each
+// answer is posted at once; a controller that gave up on one ignores it.
+void AgentLoop::AnswerLogReads(const Json& reads) {
+  for (const Json& read : reads) {
+    if (!read.is_object()) continue;
+    int64_t id = 0;
+    int64_t offset = 0;
+    int64_t max_bytes = 0;
+    std::string path;
+    JsonFields f(read, "log read", /*reject_unknown=*/false);
+    f.Required("id", &id, 1);
+    f.Required("path", &path);
+    f.Optional("offset", &offset, 0);
+    f.Optional("max_bytes", &max_bytes, 0, 1 << 20);
+    if (Status s = f.Finish(); !s.ok()) {
+      spdlog::warn("agent: bad log read: {}", s.message());
+      continue;
+    }
+    Result<agent::LogSlice> slice =
+        agent::ReadJobLogSlice(options_.state_dir, path, offset, max_bytes);
+    std::string query =
+        "/v1/agent/logs?node=" + net::UrlEncode(options_.node_name) + "&id=" + std::to_string(id);
+    std::string body;
+    if (slice.ok()) {
+      query += "&size=" + std::to_string(slice->size);
+      body = std::move(slice->data);
+    } else {
+      const StatusCode c = slice.status().code();
+      query += c == StatusCode::kNotFound           ? "&error=not_found"
+               : c == StatusCode::kPermissionDenied ? "&error=refused"
+                                                    : "&error=io";
+      body = slice.status().message();
+      if (c == StatusCode::kPermissionDenied) spdlog::warn("agent: log read refused: {}", body);
+    }
+    if (Result<Json> r = Call("POST", query, body, 10'000); !r.ok()) {
+      spdlog::warn("agent: answering log read {}: {}", id, r.status().message());
+    }
+  }
+}
+
 Status AgentLoop::PollOnce() {
   Result<Json> work = Call("GET",
                            "/v1/agent/work?node=" + net::UrlEncode(options_.node_name) +
@@ -297,6 +337,7 @@ Status AgentLoop::PollOnce() {
       }
     }
   }
+  if (work->contains("logs") && (*work)["logs"].is_array()) AnswerLogReads((*work)["logs"]);
   if (work->contains("launch") && (*work)["launch"].is_array()) {
     std::lock_guard lock(mu_);
     for (const Json& order : (*work)["launch"]) launch_queue_.push_back(order);

@@ -56,6 +56,7 @@ class AgentLoop {
  private:
   Status Register();
   Status PollOnce();
+  void AnswerLogReads(const Json& reads);
   void ReportEvents();  // runs on its own thread
   void LaunchWorker();  // several run: a launch waits for its shim, others need not
   Status Launch(const Json& order);

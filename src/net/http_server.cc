@@ -3,6 +3,7 @@
 #include <arpa/inet.h>
 #include <microhttpd.h>
 #include <netinet/in.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -165,9 +166,23 @@ class MhdServer final : public HttpServer {
     return MHD_start_daemon(
         MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME, 0, nullptr,
         nullptr, &MhdServer::OnRequest, &ctx, MHD_OPTION_LISTEN_SOCKET, listen_fd,
-        MHD_OPTION_THREAD_POOL_SIZE, threads, MHD_OPTION_CONNECTION_TIMEOUT,
-        static_cast<unsigned>(options_.connection_timeout_s), MHD_OPTION_NOTIFY_COMPLETED,
-        &MhdServer::OnCompleted, this, MHD_OPTION_END);
+        MHD_OPTION_THREAD_POOL_SIZE, threads, MHD_OPTION_CONNECTION_LIMIT, ConnectionLimit(),
+        MHD_OPTION_CONNECTION_TIMEOUT, static_cast<unsigned>(options_.connection_timeout_s),
+        MHD_OPTION_NOTIFY_COMPLETED, &MhdServer::OnCompleted, this, MHD_OPTION_END);
+  }
+
+  unsigned ConnectionLimit() const {
+    if (options_.max_connections > 0) return static_cast<unsigned>(options_.max_connections);
+    struct rlimit rl {};
+    rlim_t files = 1024;
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY) files = rl.rlim_cur;
+    if (rl.rlim_cur == RLIM_INFINITY) files = 1 << 20;
+    // Descriptors for the store, logs, pipes and the job supervisors stay free.
+    const rlim_t reserve = 128;
+    const rlim_t listeners =
+        (options_.unix_socket_path.empty() ? 0 : 1) + (options_.tcp_host.empty() ? 0 : 1);
+    const rlim_t per = files > reserve ? (files - reserve) / std::max<rlim_t>(listeners, 1) : 16;
+    return static_cast<unsigned>(std::clamp<rlim_t>(per, 16, 1 << 20));
   }
 
   static void OnCompleted(void* cls, MHD_Connection*, void** con_cls, MHD_RequestTerminationCode) {

@@ -34,6 +34,10 @@ struct HttpServerOptions {
   size_t max_body_bytes = 1 << 20;
   int connection_timeout_s = 120;
   int pool_threads = 0;  // threads serving connections; 0: max(4, CPUs)
+  // Connections open at once, per listener. 0: what the open-files limit allows (half
+  // of it each with two listeners, less a reserve), so that hundreds of agents can hold
+  // their long polls beside the clients. libmicrohttpd's own default is ~1,020.
+  int max_connections = 0;
   // Requests for which this returns true run on a thread of their own (see above);
   // it sees the whole request (method, path, query, headers, body). Unset: none.
   std::function<bool(const HttpRequest&)> may_block;

@@ -1,7 +1,12 @@
 #include <gtest/gtest.h>
+#include <poll.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <condition_variable>
 #include <filesystem>
@@ -119,6 +124,88 @@ TEST_F(HttpTest, ConcurrentClients) {
   }
   for (auto& t : ts) t.join();
   EXPECT_EQ(ok.load(), 160);
+}
+
+// Hundreds of agents each hold a long poll: more connections at once than libmicrohttpd's
+// default limit (FD_SETSIZE - 4 per pool thread) must all be served, up to what the
+// open-files limit allows.
+TEST(HttpLimitsTest, MoreConnectionsAtOnceThanTheLibraryDefault) {
+  constexpr int kThreads = 2;
+  constexpr int kConnections = 2500;  // above 2 x 1,020
+  struct rlimit rl {};
+  ASSERT_EQ(getrlimit(RLIMIT_NOFILE, &rl), 0);
+  if (rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur < 2 * kConnections + 300) {
+    GTEST_SKIP() << "the open-files limit (" << rl.rlim_cur << ") is below "
+                 << 2 * kConnections + 300 << ": raise it (ulimit -n) to run this test";
+  }
+  const auto dir =
+      std::filesystem::temp_directory_path() / ("gpupool-netl-" + std::to_string(getpid()));
+  std::filesystem::create_directories(dir);
+  const std::string path = (dir / "s.sock").string();
+  HttpServerOptions opts;
+  opts.unix_socket_path = path;
+  opts.pool_threads = kThreads;
+  auto server = StartHttpServer(opts, [](const HttpRequest& r) {
+    HttpResponse resp;
+    resp.body = r.method + " " + r.path;
+    return resp;
+  });
+  ASSERT_TRUE(server.ok()) << server.status().ToString();
+
+  std::vector<int> fds;
+  int refused = 0;
+  const auto connect_deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  for (int i = 0; i < kConnections; ++i) {
+    // Non-blocking: a server that stopped accepting fills the listen backlog, and a
+    // blocking connect would then wait forever.
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    ASSERT_GE(fd, 0);
+    sockaddr_un addr{};
+    addr.sun_family = AF_UNIX;
+    std::snprintf(addr.sun_path, sizeof(addr.sun_path), "%s", path.c_str());
+    // EAGAIN: the backlog is full for now; a server that still accepts drains it soon.
+    int rc = -1;
+    while ((rc = connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr))) != 0 &&
+           errno == EAGAIN && std::chrono::steady_clock::now() < connect_deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    if (rc != 0) {
+      ++refused;
+      close(fd);
+      continue;
+    }
+    fds.push_back(fd);
+  }
+  EXPECT_EQ(refused, 0);
+  // Every connection is open before any request is sent: the server holds them all.
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  const std::string req = "GET /many HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
+  for (int fd : fds) {
+    // A connection the server dropped may refuse the write; that is counted below.
+    (void)!write(fd, req.data(), req.size());
+  }
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  int answered = 0;
+  for (int fd : fds) {
+    std::string got;
+    char buf[4096];
+    while (true) {
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+          deadline - std::chrono::steady_clock::now());
+      pollfd p{fd, POLLIN, 0};
+      if (left.count() <= 0 || poll(&p, 1, static_cast<int>(left.count())) <= 0) break;
+      ssize_t n = read(fd, buf, sizeof(buf));
+      if (n <= 0) break;
+      got.append(buf, static_cast<size_t>(n));
+    }
+    if (got.rfind("HTTP/1.1 200", 0) == 0 && got.find("GET /many") != std::string::npos) {
+      ++answered;
+    }
+    close(fd);
+  }
+  EXPECT_EQ(answered, kConnections);
+  server->reset();
+  std::filesystem::remove_all(dir);
 }
 
 // A server with one pool thread whose "/block" requests wait until released: they must

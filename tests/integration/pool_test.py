@@ -365,6 +365,29 @@ class RecoveryTest(unittest.TestCase):
         self.assertEqual(j["state"], "LOST", j)
         self.assertTrue(j["reason"])
 
+    def test_logs_come_from_the_node_and_survive_a_silent_agent(self):
+        self._split_pool()
+        jid = self.pool.submit(["sh", "-c", "echo out-line; echo err-line >&2"], gpus=1)
+        j = self.pool.wait_state(jid, FINAL)
+        self.assertEqual(j["state"], "SUCCEEDED", j)
+        path = "/v1/jobs/%d/logs?stream=" % jid
+        st, body, h = call(self.pool.sock, "GET", path + "stdout")
+        self.assertEqual((st, body), (200, b"out-line\n"))
+        self.assertEqual(h.get("X-Gpupool-Log-Source"), "node itest", h)
+        self.assertEqual(h.get("X-Gpupool-Eof"), "1", h)
+        st, body, h = call(self.pool.sock, "GET", path + "stderr&offset=4")
+        self.assertEqual((st, body), (200, b"line\n"))
+        self.assertEqual(h.get("X-Gpupool-Next-Offset"), "9", h)
+        self.assertEqual(h.get("X-Gpupool-Log-Source"), "node itest", h)
+        # The agent goes silent while its node still counts as up: the read waits for it
+        # (5 s), then falls back to this machine's disk, where a one-machine pool has them.
+        self.pool.kill9("agent")
+        t0 = time.time()
+        st, body, h = call(self.pool.sock, "GET", path + "stdout")
+        self.assertEqual((st, body), (200, b"out-line\n"))
+        self.assertEqual(h.get("X-Gpupool-Log-Source"), "local", h)
+        self.assertGreaterEqual(time.time() - t0, 4.5)
+
     def test_silent_node_loses_jobs_and_requeues(self):
         self._split_pool(node_timeout=2)
         plain = self.pool.submit(["sleep", "60"], gpus=1)

@@ -1,0 +1,78 @@
+// LogRelay: reads of job log files that live on the node that ran the job.
+//
+// A job's stdout/stderr files are written by its supervisor on the node. The controller
+// cannot read them when the agent runs on another machine, and it must not need to: it
+// asks the node. Agents talk to the controller only by polling it (no port of their
+// own to open), so a read travels with the agent's long poll: an API thread queues a
+// request for the node and waits; the node's next poll (woken at once) takes it; the
+// agent reads the file and posts the bytes back; the waiting thread returns them.
+//
+// Thread-safe. Fetch blocks (the API runs it on a thread of its own); Take and Answer
+// are quick. A request no agent answered within its timeout is dropped, and a late
+// answer to it is ignored.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+
+namespace gpupool::controller {
+
+// What the agent is asked: bytes [offset, offset + max_bytes) of a log file of its own.
+struct LogRequest {
+  int64_t id = 0;
+  std::string path;
+  int64_t offset = 0;
+  int64_t max_bytes = 0;
+};
+
+// What it answers: the bytes read and the file's size when it read them.
+struct LogChunk {
+  std::string data;
+  int64_t size = 0;
+};
+
+class LogRelay {
+ public:
+  // `wake_node` is called (without the relay's lock held) when a node has a new request,
+  // so that its waiting poll returns.
+  explicit LogRelay(std::function<void(const std::string& node)> wake_node);
+
+  // Queues a read on `node` and waits up to `timeout` for the answer. kUnavailable when
+  // no answer came in time (node busy, down, or an agent that does not relay logs).
+  Result<LogChunk> Fetch(const std::string& node, const std::string& path, int64_t offset,
+                         int64_t max_bytes, std::chrono::milliseconds timeout);
+
+  // The node's requests not yet handed out; each is handed out once.
+  std::vector<LogRequest> Take(const std::string& node);
+  bool HasWork(const std::string& node);
+
+  // Node `node`'s answer to request `id` (an error when it could not read the file).
+  // Unknown or expired ids, and answers from another node than the one asked, are
+  // ignored: the reader has given up, or the answer is not for it.
+  void Answer(const std::string& node, int64_t id, Result<LogChunk> answer);
+
+ private:
+  struct Pending {
+    std::string node;
+    LogRequest request;
+    bool taken = false;
+    std::optional<Result<LogChunk>> answer;
+  };
+
+  std::function<void(const std::string&)> wake_node_;
+  std::mutex mu_;
+  std::condition_variable answered_;
+  int64_t next_id_ = 1;
+  std::map<int64_t, Pending> pending_;
+};
+
+}  // namespace gpupool::controller
