@@ -80,7 +80,7 @@ def main():
     ap.add_argument("--gpupool", default=os.path.join(root, "build", "release", "gpupool"))
     ap.add_argument("--traces", default=os.path.join(root, "..", "shared", "traces"))
     ap.add_argument("--out", default=os.path.join(root, "build", "campaign"))
-    ap.add_argument("--ours", default="fgd-strand-lookahead", help="our policy's name")
+    ap.add_argument("--ours", default="fgd-strand-lookahead-open", help="our policy's name")
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 2)
     ap.add_argument("--seeds", default="42-51")
     ap.add_argument("--skip-variants", action="store_true")

@@ -10,11 +10,10 @@
 //   - tie_break_best_fit: among equal primary scores prefer the node that is fuller
 //     after placement (BestFit's measure), before the scan order decides.
 //   - memory_aware, prefer_used_nodes, idle_node_penalty, strand_weight,
-//     fractional_gpu_best_fit, fill_theta: our variants, documented at FgdOptions;
-//     strand_weight with fractional_gpu_best_fit is the live default
-//     (`fgd-strand-gpufit`), with fill_theta too the best measured
-//     (`fgd-strand-lookahead`), with free_opening too the fewest GPUs left unallocated
-//     (`fgd-strand-lookahead-open`).
+//     fractional_gpu_best_fit, fill_theta, free_opening: our variants, documented at
+//     FgdOptions; strand_weight with fractional_gpu_best_fit is `fgd-strand-gpufit`,
+//     with fill_theta too `fgd-strand-lookahead`, with free_opening too
+//     `fgd-strand-lookahead-open`: the fewest GPUs left unallocated, the live default.
 //
 // Speed: two caches. (1) Per (task shape (cpu, num_gpu, gpu_milli), node index) the
 // best (score, GPUs) keyed by node version: each placement changes one node, so a cycle

@@ -248,10 +248,10 @@ TEST(FgdScoreTest, GpufitPutsFractionalTasksOnTheFullestGpuAmongNearTies) {
   // A whole GPU still goes by FGD's score and the scan order: both nodes have one idle
   // GPU and the same Δ, so the first node.
   EXPECT_EQ((*gpufit)->Place(s, {"w", "", 1000, 1024, 1, 1000, {}, 0}).placement.node, 0);
-  // The live default is the lookahead variant of this policy.
+  // The live default is the lookahead variant of this policy that opens idle GPUs freely.
   auto def = BuiltinPlacementPolicies().Create("default", config);
   ASSERT_TRUE(def.ok());
-  EXPECT_EQ((*def)->name(), "fgd-strand-lookahead");
+  EXPECT_EQ((*def)->name(), "fgd-strand-lookahead-open");
 }
 
 // Fractional shapes of 470 (weight 9) and 320 (4) thousandths, whole GPUs (50).
