@@ -19,6 +19,7 @@
 #include "common/json.h"
 #include "common/strings.h"
 #include "common/subprocess.h"
+#include "jobs/job_validation.h"
 
 namespace gpupool::agent {
 namespace {
@@ -140,6 +141,9 @@ Result<std::vector<std::string>> BuildPodmanRunArgv(const LaunchSpec& spec,
                                                     const std::vector<uint32_t>& groups,
                                                     const std::string& env_file) {
   if (spec.image.empty()) return Status::InvalidArgument("the job has no image");
+  // The controller checked it at submit; an agent takes no value from the network on
+  // trust before it reaches podman's command line.
+  GP_RETURN_IF_ERROR(jobs::ValidateImageRef(spec.image));
   if (spec.argv.empty()) return Status::InvalidArgument("the job's command is empty");
   std::vector<std::string> run = {"run", "--rm", "--name", ContainerName(spec), "--label",
                                   "gpupool.job=" + std::to_string(spec.job_id),
@@ -186,7 +190,8 @@ Result<std::vector<std::string>> BuildPodmanRunArgv(const LaunchSpec& spec,
   if (spec.memory_bytes > 0) {
     run.insert(run.end(), {"--memory", std::to_string(spec.memory_bytes) + "b"});
   }
-  run.push_back(spec.image);
+  // "--": whatever follows is the image and its command, never a podman option.
+  run.insert(run.end(), {"--", spec.image});
   run.insert(run.end(), spec.argv.begin(), spec.argv.end());
   return PodmanArgv(options, run);
 }

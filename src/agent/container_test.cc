@@ -61,8 +61,9 @@ TEST(PodmanRunArgvTest, FullJob) {
   EXPECT_EQ(a[0], "/usr/bin/podman");
   EXPECT_EQ(std::vector<std::string>(a.begin() + 1, a.begin() + 5), o.global_args);
   EXPECT_EQ(a[5], "run");
-  EXPECT_EQ(std::vector<std::string>(a.end() - 5, a.end()),
-            (std::vector<std::string>{"localhost/train:1", "python", "train.py", "--epochs", "3"}));
+  EXPECT_EQ(
+      std::vector<std::string>(a.end() - 6, a.end()),
+      (std::vector<std::string>{"--", "localhost/train:1", "python", "train.py", "--epochs", "3"}));
 
   EXPECT_TRUE(Has(a, "--rm"));
   EXPECT_EQ(After(a, "--name"), "gpupool-job-7-2");
@@ -93,6 +94,19 @@ TEST(PodmanRunArgvTest, FullJob) {
   for (const std::string& e : env) {
     EXPECT_NE(e.rfind("PATH=", 0), 0u) << e;
     EXPECT_NE(e.rfind("HOME=", 0), 0u) << e;
+  }
+}
+
+// Regression: `submit --image=--user=0:0` reached podman as its --user option and ran the
+// container as root; --image=--privileged exposed every host device.
+TEST(PodmanRunArgvTest, ImageThatLooksLikeAnOptionIsRefused) {
+  for (const char* image : {"--user=0:0", "--privileged", "-v/:/host"}) {
+    LaunchSpec s = ImageSpec();
+    s.image = image;
+    Result<std::vector<std::string>> r = BuildPodmanRunArgv(s, ContainerOptions{}, {}, "");
+    ASSERT_FALSE(r.ok()) << image;
+    EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(r.status().message().find("image"), std::string::npos);
   }
 }
 

@@ -111,6 +111,7 @@ std::string ShimConfigToJson(const ShimConfig& config) {
   for (const GpuGrant& g : s.gpus) gpus.push_back(GrantToJson(g));
   j["gpus"] = std::move(gpus);
   j["denied_device_nodes"] = s.denied_device_nodes;
+  j["require_device_isolation"] = s.require_device_isolation;
   j["cpu_milli"] = s.cpu_milli;
   j["memory_bytes"] = s.memory_bytes;
   j["time_limit_s"] = s.time_limit_s;
@@ -165,6 +166,7 @@ Result<ShimConfig> ShimConfigFromJson(const std::string& text, const std::string
     }
   }
   f.Optional("denied_device_nodes", &s.denied_device_nodes);
+  f.Optional("require_device_isolation", &s.require_device_isolation);
   f.Optional("cpu_milli", &s.cpu_milli, 0);
   f.Optional("memory_bytes", &s.memory_bytes);
   f.Optional("time_limit_s", &s.time_limit_s, 0);

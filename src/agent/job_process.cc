@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <grp.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -23,6 +24,7 @@ enum Stage : int {
   kStageUid,
   kStageChdir,
   kStageExec,
+  kStageCgroup,
 };
 
 struct ChildError {
@@ -58,6 +60,9 @@ std::string DescribeFailure(const JobProcessPlan& plan, const ChildError& e) {
     case kStageGid:
     case kStageUid:
       return "cannot switch to " + who + ": " + std::strerror(e.err);
+    case kStageCgroup:
+      return "cannot move the job into its cgroups, so it would reach GPUs it was not given; "
+             "not started";
     case kStageIo:
       return std::string("cannot connect the job's standard streams to its log files: ") +
              std::strerror(e.err);
@@ -108,8 +113,13 @@ Result<pid_t> StartJobProcess(const JobProcessPlan& plan) {
     sigemptyset(&none);
     ::sigprocmask(SIG_SETMASK, &none, nullptr);
     if (::setsid() < 0) ChildFail(fd, kStageSetsid, errno);
-    // Isolation is best effort: a failed move leaves the job running unconfined.
-    if (plan.cgroup != nullptr) (void)plan.cgroup->JoinFromChild();
+    // Limits are best effort (a failed move leaves the job unconfined), except where
+    // device isolation is required: that fails closed.
+    if (plan.cgroup != nullptr && !plan.cgroup->JoinFromChild() && plan.require_cgroup) {
+      ChildFail(fd, kStageCgroup, EPERM);
+    }
+    // The daemons run with umask 077 for their own files; a job starts from the usual 022.
+    ::umask(022);
     if (::dup2(plan.stdin_fd, 0) < 0 || ::dup2(plan.stdout_fd, 1) < 0 ||
         ::dup2(plan.stderr_fd, 2) < 0) {
       ChildFail(fd, kStageIo, errno);

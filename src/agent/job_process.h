@@ -29,6 +29,7 @@ struct JobProcessPlan {
   int stdout_fd = -1;
   int stderr_fd = -1;
   const JobCgroup* cgroup = nullptr;
+  bool require_cgroup = false;  // no launch unless the job joins `cgroup` (device isolation)
 };
 
 // Where argv0 is looked for: itself when it contains '/', else each PATH entry (an

@@ -58,10 +58,14 @@ struct LaunchSpec {
   std::string workdir;                     // empty = the user's home directory
   std::vector<GpuGrant> gpus;
   std::vector<std::string> denied_device_nodes;  // nodes of every GPU not granted
-  int64_t cpu_milli = 0;                         // 0 = no CPU limit
-  uint64_t memory_bytes = 0;                     // 0 = no memory limit
-  int64_t time_limit_s = 0;                      // 0 = none
-  int64_t grace_s = 10;                          // TERM -> KILL delay for cancel and time limit
+  // Process jobs: refuse to start when the denied nodes cannot all be denied (a missing
+  // node, no devices controller, no eBPF): isolation fails closed. The agent clears it
+  // only for fake nodes and when an admin opts out (--allow-unisolated-devices).
+  bool require_device_isolation = false;
+  int64_t cpu_milli = 0;      // 0 = no CPU limit
+  uint64_t memory_bytes = 0;  // 0 = no memory limit
+  int64_t time_limit_s = 0;   // 0 = none
+  int64_t grace_s = 10;       // TERM -> KILL delay for cancel and time limit
   // Container jobs (container.h): the command runs in `image` under podman; empty = a
   // plain process. `cdi_devices` are fully qualified CDI names ("KIND=NAME") of the
   // granted GPUs; `mounts` are bind mounts (the workdir, when set, is mounted as well).

@@ -561,5 +561,33 @@ TEST_F(LauncherTest, IsolationSkippedIsNotedNotFatal) {
   EXPECT_NE(e.isolation.find("skipped"), std::string::npos) << e.isolation;
 }
 
+// Regression: when a GPU's device node was missing, the job's device rules denied nothing
+// and it still ran, so on hosts that create /dev/nvidiaN lazily other GPUs were reachable.
+// Isolation now fails closed: no deny rule, no launch, and the reason says what to do.
+TEST_F(LauncherTest, MissingDeviceNodeFailsClosed) {
+  const std::string marker = dir_.path() + "/ran";
+  LaunchSpec spec = TestSpec(293, {"touch", marker});
+  spec.denied_device_nodes = {dir_.path() + "/nvidia-missing0"};
+  spec.require_device_isolation = true;
+  Status st = launcher_->Launch(spec);
+  ASSERT_TRUE(st.ok()) << st.ToString();
+  std::optional<JobEvent> e = WaitForEvent(*launcher_, 293, 10'000);
+  ASSERT_TRUE(e.has_value());
+  EXPECT_EQ(e->kind, Kind::kFailed);
+  EXPECT_NE(e->reason.find("GPU isolation could not be set up"), std::string::npos) << e->reason;
+  EXPECT_NE(e->reason.find("--allow-unisolated-devices"), std::string::npos) << e->reason;
+  EXPECT_NE(::access(marker.c_str(), F_OK), 0) << "the command ran";
+}
+
+// The admin's opt-out (the agent leaves require_device_isolation unset): the job runs and
+// the isolation note says what could not be denied.
+TEST_F(LauncherTest, MissingDeviceNodeRunsWhenNotRequired) {
+  LaunchSpec spec = TestSpec(294, {"true"});
+  spec.denied_device_nodes = {dir_.path() + "/nvidia-missing0"};
+  Start(spec);
+  JobEvent e = Finish(294);
+  EXPECT_EQ(e.exit_code, 0);
+}
+
 }  // namespace
 }  // namespace gpupool::agent

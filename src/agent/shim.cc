@@ -222,8 +222,17 @@ Status Shim::Prepare() {
   final_.isolation = cgroup_->note();
   record_.isolation = cgroup_->note();
   record_.cgroup_dirs = cgroup_->dirs();
+  if (spec.require_device_isolation && !cgroup_->devices_enforced()) {
+    // Fail closed: without every deny rule the job would reach GPUs it was not given.
+    return Status::FailedPrecondition(
+        "GPU isolation could not be set up on node " + HostName() + " (" + cgroup_->note() +
+        "), so the job would reach GPUs it was not given; not started. Create the missing "
+        "device nodes (nvidia-modprobe -c N, or load the driver), or have an admin run this "
+        "node's agent with --allow-unisolated-devices to accept unisolated GPUs");
+  }
   ShimLog("isolation: %s", cgroup_->note().c_str());
   plan_.cgroup = cgroup_.get();
+  plan_.require_cgroup = spec.require_device_isolation;
   return Status::Ok();
 }
 

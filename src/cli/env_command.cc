@@ -7,6 +7,7 @@
 #include "cli/client/client_commands.h"
 #include "cli/commands.h"
 #include "common/json.h"
+#include "envcheck/dir_walk.h"
 #include "envcheck/inspector.h"
 #include "envcheck/needs.h"
 #include "gpu/gpu_backend.h"
@@ -100,6 +101,19 @@ void RegisterEnvCommand(CLI::App& app, CommandContext& ctx) {
       PrintReport(*r);
     }
   });
+  // The server's bounded, unprivileged inspection of a directory (envcheck/dir_walk.h):
+  // run by the server as the caller, never by hand; hidden from --help.
+  static envcheck::DirWalkRequest walk_request;
+  envcheck::DirWalkRequest* w = &walk_request;
+  CLI::App* walk = env->add_subcommand("walk", "")->group("");
+  walk->add_option("dir", w->dir)->required();
+  walk->add_option("--who", w->who);
+  walk->add_option("--max-files", w->max_files);
+  walk->add_option("--max-file-bytes", w->max_file_bytes);
+  walk->add_option("--max-total-bytes", w->max_total_bytes);
+  walk->add_option("--timeout-ms", w->timeout_ms);
+  walk->add_flag("--digest-only", w->digest_only);
+  walk->callback([w] { std::cout << envcheck::RunDirWalk(*w) << "\n"; });
   CLI::App* check = env->add_subcommand(
       "check",
       "whether the pool's nodes (or a node description, or this machine) can run an image, a "

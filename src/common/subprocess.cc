@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <spawn.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -20,16 +21,111 @@ namespace {
 
 constexpr size_t kMaxCapture = size_t{16} << 20;
 
+std::string ErrnoText(int err) { return std::strerror(err); }
+
 int64_t MonoMillis() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(
              std::chrono::steady_clock::now().time_since_epoch())
       .count();
 }
 
+// The child side of a failed ForkAs: a line on standard error (the capture pipe when
+// there is one) and exit 127, with async-signal-safe calls only.
+[[noreturn]] void ChildFail(const char* what, int err) {
+  char buf[192];
+  size_t n = 0;
+  auto put = [&](const char* s) {
+    while (*s != '\0' && n + 16 < sizeof buf) buf[n++] = *s++;
+  };
+  put("cannot start the command as its user: ");
+  put(what);
+  put(" failed, errno ");
+  char digits[12];
+  int k = 0;
+  auto e = static_cast<unsigned>(err);
+  do {
+    digits[k++] = static_cast<char>('0' + e % 10);
+    e /= 10;
+  } while (e != 0 && k < 11);
+  while (k > 0) buf[n++] = digits[--k];
+  buf[n++] = '\n';
+  (void)!::write(2, buf, n);
+  ::_exit(127);
+}
+
+void CloseRange(unsigned first, unsigned last) {
+  if (first > last) return;
+  if (::syscall(SYS_close_range, first, last, 0) != 0) {
+    for (unsigned fd = first; fd <= std::min(last, 65535U); ++fd) ::close(static_cast<int>(fd));
+  }
+}
+
+// SpawnCommand with a user switch: fork, then only raw system calls until execve. The
+// parent may be multi-threaded, so nothing here allocates or takes a lock in the child.
+Result<pid_t> ForkAs(const std::vector<std::string>& argv, const SpawnOptions& o) {
+  const SpawnOptions::RunAs& as = *o.run_as;
+  if (argv[0].empty() || argv[0].front() != '/') {
+    return Status::InvalidArgument("cannot run '" + argv[0] +
+                                   "' as another user: give its absolute path");
+  }
+  std::vector<char*> args;
+  args.reserve(argv.size() + 1);
+  for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+  sigset_t mask;
+  sigemptyset(&mask);
+  for (int sig : o.blocked) sigaddset(&mask, sig);
+  const int devnull = ::open("/dev/null", O_RDWR | O_CLOEXEC);
+  if (devnull < 0) return Status::Unavailable("cannot open /dev/null: " + ErrnoText(errno));
+  const int out = o.null_output ? devnull : o.out_fd;
+  const int err = o.null_output ? devnull : o.err_fd;
+  const gid_t* groups = as.groups.data();
+  const size_t ngroups = as.groups.size();
+  const pid_t pid = ::fork();
+  if (pid < 0) {
+    const int e = errno;
+    ::close(devnull);
+    return Status::Unavailable("cannot start " + argv[0] + ": fork: " + ErrnoText(e));
+  }
+  if (pid == 0) {
+    for (int sig : {SIGCHLD, SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGPIPE}) {
+      struct sigaction sa {};
+      sa.sa_handler = SIG_DFL;
+      ::sigaction(sig, &sa, nullptr);
+    }
+    ::sigprocmask(SIG_SETMASK, &mask, nullptr);
+    if (o.new_session && ::setsid() < 0) ChildFail("setsid", errno);
+    if (o.pass_fd >= 0 && o.pass_fd_as >= 0 && ::dup2(o.pass_fd, o.pass_fd_as) < 0) {
+      ChildFail("dup2", errno);
+    }
+    if (::dup2(devnull, 0) < 0 || (out >= 0 && ::dup2(out, 1) < 0) ||
+        (err >= 0 && ::dup2(err, 2) < 0)) {
+      ChildFail("dup2", errno);
+    }
+    // Nothing of the server's (sockets, the store) may reach a process the user owns.
+    const int keep = o.pass_fd >= 0 ? o.pass_fd_as : -1;
+    if (keep >= 3) {
+      CloseRange(3, static_cast<unsigned>(keep) - 1);
+      CloseRange(static_cast<unsigned>(keep) + 1, ~0U);
+    } else {
+      CloseRange(3, ~0U);
+    }
+    // Raw calls: glibc's wrappers would try to signal the parent's other threads.
+    if (::syscall(SYS_setgroups, ngroups, groups) != 0) ChildFail("setgroups", errno);
+    if (::syscall(SYS_setresgid, as.gid, as.gid, as.gid) != 0) ChildFail("setresgid", errno);
+    if (::syscall(SYS_setresuid, as.uid, as.uid, as.uid) != 0) ChildFail("setresuid", errno);
+    ::execve(args[0], args.data(), environ);
+    ChildFail("execve", errno);
+  }
+  ::close(devnull);
+  return pid;
+}
+
 }  // namespace
 
 Result<pid_t> SpawnCommand(const std::vector<std::string>& argv, const SpawnOptions& o) {
   if (argv.empty()) return Status::InvalidArgument("no command to run");
+  if (o.run_as) return ForkAs(argv, o);
   posix_spawn_file_actions_t fa;
   posix_spawn_file_actions_init(&fa);
   // The passed descriptor first (dup2 onto itself clears close-on-exec), then /dev/null
@@ -80,7 +176,7 @@ Result<pid_t> SpawnCommand(const std::vector<std::string>& argv, int out_fd, int
 }
 
 bool CommandResult::Succeeded() const {
-  return !timed_out && WIFEXITED(wait_status) && WEXITSTATUS(wait_status) == 0;
+  return !timed_out && !cancelled && WIFEXITED(wait_status) && WEXITSTATUS(wait_status) == 0;
 }
 
 std::string CommandResult::Failure(const std::vector<std::string>& argv, int timeout_ms) const {
@@ -89,12 +185,19 @@ std::string CommandResult::Failure(const std::vector<std::string>& argv, int tim
   if (timed_out) {
     return what + " did not finish within " + std::to_string(timeout_ms) + " ms and was killed";
   }
+  if (cancelled) return what + " was stopped before it finished";
   std::vector<std::string> lines = Split(std::string(Trim(err.empty() ? out : err)), '\n');
   const std::string last = lines.empty() ? std::string() : std::string(Trim(lines.back()));
   return what + " failed" + (last.empty() ? "" : ": " + last);
 }
 
 Result<CommandResult> RunCommandCapture(const std::vector<std::string>& argv, int timeout_ms) {
+  return RunCommandCapture(argv, timeout_ms, SpawnOptions{}, {});
+}
+
+Result<CommandResult> RunCommandCapture(const std::vector<std::string>& argv, int timeout_ms,
+                                        const SpawnOptions& options,
+                                        const std::function<bool()>& cancelled) {
   if (argv.empty()) return Status::InvalidArgument("no command to run");
   int out[2];
   int err[2];
@@ -106,7 +209,11 @@ Result<CommandResult> RunCommandCapture(const std::vector<std::string>& argv, in
     ::close(out[1]);
     return Status::Unavailable("pipe: " + std::string(std::strerror(errno)));
   }
-  Result<pid_t> spawned = SpawnCommand(argv, out[1], err[1]);
+  SpawnOptions o = options;
+  o.null_output = false;
+  o.out_fd = out[1];
+  o.err_fd = err[1];
+  Result<pid_t> spawned = SpawnCommand(argv, o);
   ::close(out[1]);
   ::close(err[1]);
   if (!spawned.ok()) {
@@ -127,7 +234,13 @@ Result<CommandResult> RunCommandCapture(const std::vector<std::string>& argv, in
       ::kill(pid, SIGKILL);
       break;
     }
-    const int n = ::poll(fds.data(), fds.size(), static_cast<int>(std::min<int64_t>(left, 1000)));
+    if (cancelled && cancelled()) {
+      r.cancelled = true;
+      ::kill(pid, SIGKILL);
+      break;
+    }
+    const int n = ::poll(fds.data(), fds.size(),
+                         static_cast<int>(std::min<int64_t>(left, cancelled ? 50 : 1000)));
     if (n < 0) {
       if (errno == EINTR) continue;
       break;

@@ -4,6 +4,8 @@
 
 #include <sys/types.h>
 
+#include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -24,6 +26,16 @@ struct SpawnOptions {
   int pass_fd = -1;          // a descriptor the child keeps, as pass_fd_as
   int pass_fd_as = -1;
   int close_from = -1;  // >= 0: every descriptor from this one up is closed
+  // Run as this user instead of the caller's (needs root). posix_spawn cannot switch
+  // users, so the child is forked and only makes raw system calls (dup2, setgroups,
+  // setresgid, setresuid, execve) before exec; argv[0] must then be a path (search_path
+  // is ignored) and every descriptor from 3 up is closed.
+  struct RunAs {
+    uid_t uid = 0;
+    gid_t gid = 0;
+    std::vector<gid_t> groups;  // supplementary groups; empty: none
+  };
+  std::optional<RunAs> run_as;
 };
 
 // Starts argv (no shell) as `options` say. The caller reaps it. Unavailable when it
@@ -37,6 +49,7 @@ Result<pid_t> SpawnCommand(const std::vector<std::string>& argv, int out_fd = -1
 struct CommandResult {
   int wait_status = 0;     // as from waitpid
   bool timed_out = false;  // killed with SIGKILL after timeout_ms
+  bool cancelled = false;  // killed with SIGKILL because `cancelled()` said so
   std::string out;         // standard output (first 16 MiB)
   std::string err;         // standard error (first 16 MiB)
   bool Succeeded() const;  // exited with status 0 and did not time out
@@ -49,5 +62,12 @@ struct CommandResult {
 // (then kills it). An error only when it cannot be started; a failing command is a
 // CommandResult the caller judges.
 Result<CommandResult> RunCommandCapture(const std::vector<std::string>& argv, int timeout_ms);
+
+// The same with `options` for the child (its out_fd/err_fd/null_output are replaced by
+// the capture pipes), also killed as soon as `cancelled` (polled every 50 ms; may be
+// empty) returns true, e.g. when the server is shutting down.
+Result<CommandResult> RunCommandCapture(const std::vector<std::string>& argv, int timeout_ms,
+                                        const SpawnOptions& options,
+                                        const std::function<bool()>& cancelled);
 
 }  // namespace gpupool

@@ -5,6 +5,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <csignal>
 #include <string>
 
@@ -111,6 +112,33 @@ TEST(SubprocessTest, MissingCommandOrEmptyArgvIsAnError) {
   EXPECT_NE(missing.status().message().find("/no/such/tool"), std::string::npos);
   EXPECT_EQ(RunCommandCapture({}, 1000).status().code(), StatusCode::kInvalidArgument);
   EXPECT_FALSE(SpawnCommand({}).ok());
+}
+
+TEST(SubprocessTest, CancelledCommandIsKilledPromptly) {
+  const auto start = std::chrono::steady_clock::now();
+  int polls = 0;
+  auto r = RunCommandCapture({"sleep", "30"}, 20'000, SpawnOptions{}, [&] { return ++polls > 3; });
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_TRUE(r->cancelled);
+  EXPECT_FALSE(r->Succeeded());
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
+  EXPECT_NE(r->Failure({"sleep", "30"}, 20'000).find("was stopped"), std::string::npos);
+}
+
+TEST(SubprocessTest, RunAsSwitchesUserGroupsAndClosesDescriptors) {
+  if (::geteuid() != 0) GTEST_SKIP() << "switching users needs root";
+  const int leaked = ::open("/dev/null", O_RDONLY);  // no O_CLOEXEC: must still not reach it
+  ASSERT_GE(leaked, 3);
+  SpawnOptions o;
+  o.run_as = SpawnOptions::RunAs{65534, 65534, {65533}};
+  auto r = RunCommandCapture({"/bin/sh", "-c", "id -u; id -g; id -G; ls /proc/self/fd | wc -l"},
+                             10'000, o, {});
+  ::close(leaked);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_TRUE(r->Succeeded()) << r->err;
+  // 0, 1, 2 and the descriptor ls opens for /proc/self/fd.
+  EXPECT_EQ(r->out, "65534\n65534\n65534 65533\n4\n");
+  EXPECT_FALSE(SpawnCommand({"sh"}, o).ok());  // a path is required
 }
 
 }  // namespace

@@ -1,19 +1,25 @@
 #include "controller/api.h"
 
+#include <fcntl.h>
 #include <spdlog/spdlog.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
 #include <fstream>
+#include <optional>
 #include <thread>
 
 #include "common/json.h"
 #include "common/strings.h"
+#include "controller/endpoint_access.h"
+#include "controller/tokens.h"
 #include "controller/usage.h"
 #include "envcheck/needs.h"
 #include "gpu/node_json.h"
 #include "jobs/job_json.h"
+#include "jobs/job_validation.h"
 
 namespace gpupool::controller {
 namespace {
@@ -32,20 +38,27 @@ struct LogRead {
   std::string source;  // "node NAME" or "local"
 };
 
-// Bytes from `offset` of a log file on this machine's disk.
-LogRead ReadLocalLog(const std::string& path, int64_t offset) {
+// Bytes from `offset` of a log file on this machine's disk. The path came from an agent:
+// only a regular file (no symbolic link) that belongs to the job's user is read, so a
+// compromised node cannot make the controller read its host's files (/etc/shadow) as root.
+LogRead ReadLocalLog(const std::string& path, int64_t offset, uint32_t owner_uid) {
   LogRead out;
   out.source = "local";
-  if (path.empty()) return out;
+  if (path.empty() || path.front() != '/') return out;
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
+  if (fd < 0) return out;
   struct stat st {};
-  if (stat(path.c_str(), &st) == 0) out.size = st.st_size;
-  if (out.size > offset) {
-    std::ifstream in(path, std::ios::binary);
-    in.seekg(offset);
-    out.data.resize(static_cast<size_t>(std::min<int64_t>(out.size - offset, kMaxLogChunk)));
-    in.read(out.data.data(), static_cast<std::streamsize>(out.data.size()));
-    out.data.resize(static_cast<size_t>(in.gcount()));
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || (owner_uid != 0 && st.st_uid != owner_uid)) {
+    ::close(fd);
+    return out;
   }
+  out.size = st.st_size;
+  if (out.size > offset) {
+    out.data.resize(static_cast<size_t>(std::min<int64_t>(out.size - offset, kMaxLogChunk)));
+    const ssize_t n = ::pread(fd, out.data.data(), out.data.size(), offset);
+    out.data.resize(n > 0 ? static_cast<size_t>(n) : 0);
+  }
+  ::close(fd);
   return out;
 }
 
@@ -54,7 +67,7 @@ LogRead ReadLocalLog(const std::string& path, int64_t offset) {
 // machine's disk, which is where they are in a single-machine pool.
 LogRead ReadJobLog(Controller* controller, const jobs::Job& job, const std::string& path,
                    int64_t offset) {
-  if (path.empty()) return ReadLocalLog(path, offset);
+  if (path.empty()) return ReadLocalLog(path, offset, job.uid);
   std::vector<std::string> nodes;
   for (const jobs::TaskPlacement& t : job.placement) {
     if (std::find(nodes.begin(), nodes.end(), t.node) == nodes.end()) nodes.push_back(t.node);
@@ -66,7 +79,7 @@ LogRead ReadJobLog(Controller* controller, const jobs::Job& job, const std::stri
     if (chunk.ok()) return LogRead{std::move(chunk->data), chunk->size, "node " + node};
     spdlog::debug("log of job {} from node {}: {}", job.id, node, chunk.status().message());
   }
-  return ReadLocalLog(path, offset);
+  return ReadLocalLog(path, offset, job.uid);
 }
 
 HttpResponse JsonResponse(int status, const OrderedJson& body) {
@@ -185,6 +198,8 @@ OrderedJson EnvironmentToJson(const store::EnvironmentRecord& e) {
   j["needs"] = needs.is_discarded() ? OrderedJson::object() : std::move(needs);
   j["owner"] = e.owner;
   j["created_us"] = e.created_us;
+  if (!e.image_id.empty()) j["image_id"] = e.image_id;
+  if (!e.dir_digest.empty()) j["dir_digest"] = e.dir_digest;
   return j;
 }
 
@@ -198,15 +213,39 @@ bool Api::MayBlock(const HttpRequest& r) {
   if (r.method != "POST") return false;
   if (r.path.rfind("/v1/environments", 0) == 0) return true;
   // A submission naming an image may inspect it; a plain one is a store write.
-  return r.path == "/v1/jobs" && r.body.find("\"image\"") != std::string::npos;
+  // So may one naming an environment: a directory environment's tree is checked again.
+  return r.path == "/v1/jobs" && (r.body.find("\"image\"") != std::string::npos ||
+                                  r.body.find("\"environment\"") != std::string::npos);
 }
 
 HttpResponse Api::Handle(const HttpRequest& request) {
-  Result<Identity> who = Authenticate(request, *store_, auth_);
+  Result<Identity> who = Authenticate(request, *store_, auth_, clock_->NowMicros());
   if (!who.ok()) {
     HttpResponse r = ErrorResponse(who.status());
-    r.status = request.Header("authorization").empty() ? 401 : 403;
+    // Not authenticated (no, unknown, revoked or expired token): 401, as docs/api.md says.
+    if (who.status().code() == StatusCode::kPermissionDenied) {
+      r.status = 401;
+      r.headers["WWW-Authenticate"] = "Bearer";
+    }
     return r;
+  }
+  // The caller's kind decides which endpoints it may use (endpoint_access.cc), before
+  // anything else looks at the request.
+  if (Status s = MayCall(*who, request.method, request.path); !s.ok()) return ErrorResponse(s);
+  std::optional<RequestLimiter::Slot> slot;
+  if (MayBlock(request)) {
+    // Keyed by what authenticated the caller: its uid on the socket, else its token.
+    const std::string auth = request.Header("authorization");
+    const std::string key = request.peer && auth.empty()
+                                ? "uid:" + std::to_string(request.peer->uid)
+                                : "token:" + HashToken(auth);
+    std::string why;
+    slot = waiting_.TryAcquire(key, &why);
+    if (!slot) {
+      HttpResponse r = ErrorResponse(Status::ResourceExhausted(why));
+      r.status = 429;
+      return r;
+    }
   }
   return Route(request, *who);
 }
@@ -214,15 +253,11 @@ HttpResponse Api::Handle(const HttpRequest& request) {
 HttpResponse Api::Route(const HttpRequest& r, const Identity& who) {
   const Caller& caller = who.caller;
   const std::string& p = r.path;
-  if (StartsWith(p, "/v1/agent/")) {
-    if (!who.is_node) {
-      return ErrorResponse(Status::PermissionDenied(
-          "agent calls need a node join token or root on the Unix socket"));
-    }
-    if (p == "/v1/agent/register" && r.method == "POST") return ServeAgentRegister(r);
-    if (p == "/v1/agent/work" && r.method == "GET") return ServeAgentWork(r);
-    if (p == "/v1/agent/events" && r.method == "POST") return ServeAgentEvents(r);
-    if (p == "/v1/agent/logs" && r.method == "POST") return ServeAgentLogs(r);
+  if (StartsWith(p, "/v1/agent/")) {  // callers MayCall lets in: nodes and local root
+    if (p == "/v1/agent/register" && r.method == "POST") return ServeAgentRegister(r, who);
+    if (p == "/v1/agent/work" && r.method == "GET") return ServeAgentWork(r, who);
+    if (p == "/v1/agent/events" && r.method == "POST") return ServeAgentEvents(r, who);
+    if (p == "/v1/agent/logs" && r.method == "POST") return ServeAgentLogs(r, who);
     return ErrorResponse(Status::NotFound("no agent endpoint " + r.method + " " + p));
   }
   if (p == "/v1/jobs") {
@@ -270,29 +305,45 @@ HttpResponse Api::Route(const HttpRequest& r, const Identity& who) {
     }
     return JsonResponse(200, {{"nodes", std::move(nodes)}});
   }
-  if (p == "/v1/usage" && r.method == "GET") return Usage(r, caller);
+  if (p == "/v1/usage" && r.method == "GET") {
+    // Metrics tokens read the pool's aggregates; users only their own.
+    return Usage(r, caller, caller.admin || who.kind == CallerKind::kMetrics);
+  }
   if (p == "/v1/environments" || StartsWith(p, "/v1/environments/")) {
     return ServeEnvironments(r, caller);
   }
   if (p == "/v1/whoami" && r.method == "GET") {
-    return JsonResponse(200, {{"user", caller.user}, {"uid", caller.uid}, {"admin", caller.admin}});
+    return JsonResponse(200, {{"user", caller.user},
+                              {"uid", caller.uid},
+                              {"admin", caller.admin},
+                              {"kind", CallerKindName(who.kind)}});
   }
-  if (p == "/v1/tokens") {
-    if (!caller.admin) return ErrorResponse(Status::PermissionDenied("only admins manage tokens"));
+  if (p == "/v1/tokens") {  // admins only (endpoint_access.cc)
     if (r.method == "POST") return CreateToken(r, caller);
     if (r.method == "GET") {
       Result<std::vector<store::TokenRecord>> tokens = store_->ListTokens();
       if (!tokens.ok()) return ErrorResponse(tokens.status());
       OrderedJson list = OrderedJson::array();
       for (const auto& t : *tokens) {
-        list.push_back({{"id", t.token_hash.substr(0, 12)},
+        list.push_back({{"id", TokenId(t)},
                         {"user", t.user},
                         {"kind", t.kind},
-                        {"created_us", t.created_us}});
+                        {"created_us", t.created_us},
+                        {"expires_us", t.expires_us},
+                        {"last_used_us", t.last_used_us}});
       }
       return JsonResponse(200, {{"tokens", std::move(list)}});
     }
     return MethodNotAllowed(r);
+  }
+  if (StartsWith(p, "/v1/tokens/")) {  // admins only (endpoint_access.cc)
+    if (r.method != "DELETE") return MethodNotAllowed(r);
+    Result<store::TokenRecord> t =
+        FindTokenById(*store_, p.substr(std::string("/v1/tokens/").size()));
+    if (!t.ok()) return ErrorResponse(t.status());
+    if (Status s = store_->DeleteToken(t->token_hash); !s.ok()) return ErrorResponse(s);
+    return JsonResponse(200,
+                        {{"revoked", {{"id", TokenId(*t)}, {"user", t->user}, {"kind", t->kind}}}});
   }
   return ErrorResponse(Status::NotFound("no endpoint " + r.method + " " + p + ": see docs/api.md"));
 }
@@ -311,6 +362,8 @@ HttpResponse Api::Submit(const HttpRequest& r, const Caller& caller) {
   }
   Result<jobs::Job> job = jobs::JobFromJson(*body, "job");
   if (!job.ok()) return ErrorResponse(job.status());
+  // Before anything runs a tool on the job's values (podman inspects its image).
+  if (Status s = jobs::ValidateSubmission(*job); !s.ok()) return ErrorResponse(s);
   if (Status s = environments_.Resolve(&*job); !s.ok()) {
     if (s.code() == StatusCode::kNotFound) s = Status::InvalidArgument(s.message());
     return ErrorResponse(s);
@@ -356,11 +409,11 @@ HttpResponse Api::ServeEnvironments(const HttpRequest& r, const Caller& caller) 
     const std::string kind = !image.empty() ? "image" : !dir.empty() ? "dir" : "environment";
     const std::string location = !image.empty() ? image : !dir.empty() ? dir : environment;
     if (rest.empty()) {
-      Result<store::EnvironmentRecord> e = environments_.Add(name, kind, location, caller.user);
+      Result<store::EnvironmentRecord> e = environments_.Add(name, kind, location, caller);
       if (!e.ok()) return ErrorResponse(e.status());
       return JsonResponse(201, {{"environment", EnvironmentToJson(*e)}});
     }
-    Result<jobs::EnvNeeds> needs = environments_.NeedsOf(kind, location);
+    Result<jobs::EnvNeeds> needs = environments_.NeedsOf(kind, location, caller);
     if (!needs.ok()) return ErrorResponse(needs.status());
     OrderedJson nodes = OrderedJson::array();
     bool any = false;
@@ -454,12 +507,15 @@ HttpResponse Api::Logs(const HttpRequest& r, int64_t id, const Caller& caller) {
       resp.headers["X-Gpupool-Log-Source"] = read.source;
       return resp;
     }
+    if (stopping_) {
+      return ErrorResponse(Status::Unavailable("the server is shutting down: follow again"));
+    }
     // A relayed read costs the node a round trip: poll it less often than the disk.
     std::this_thread::sleep_for(std::chrono::milliseconds(read.source == "local" ? 50 : 250));
   }
 }
 
-HttpResponse Api::Usage(const HttpRequest& r, const Caller& caller) {
+HttpResponse Api::Usage(const HttpRequest& r, const Caller& caller, bool everyone) {
   const int64_t now = clock_->NowMicros();
   Result<int64_t> until = QueryInt(r, "until_us", now, 0, INT64_MAX);
   if (!until.ok()) return ErrorResponse(until.status());
@@ -475,7 +531,7 @@ HttpResponse Api::Usage(const HttpRequest& r, const Caller& caller) {
   }
   store::JobFilter f;
   f.ended_after_us = *since;
-  if (!caller.admin) f.user = caller.user;
+  if (!everyone) f.user = caller.user;
   Result<std::vector<jobs::Job>> jobs = store_->ListJobs(f);
   if (!jobs.ok()) return ErrorResponse(jobs.status());
   OrderedJson rows = OrderedJson::array();
@@ -491,36 +547,45 @@ HttpResponse Api::CreateToken(const HttpRequest& r, const Caller&) {
   if (!body.ok()) return ErrorResponse(body.status());
   std::string user;
   std::string kind = "user";
+  int64_t expires_in_s = 0;
   JsonFields f(*body, "");
   f.Required("user", &user);
   f.Optional("kind", &kind);
+  // Ten years at most; 0 (the default) never expires.
+  f.Optional("expires_in_s", &expires_in_s, 0, int64_t{10} * 366 * 24 * 3600);
   if (Status s = f.Finish(); !s.ok()) return ErrorResponse(s);
-  if (kind != "user" && kind != "node") {
-    return ErrorResponse(Status::InvalidArgument("kind: use user or node"));
+  if (kind != "user" && kind != "node" && kind != "metrics") {
+    return ErrorResponse(Status::InvalidArgument("kind: use user, node or metrics"));
   }
-  if (user.empty() || user.size() > 256) {
-    return ErrorResponse(Status::InvalidArgument("user: a name of 1..256 characters is required"));
-  }
+  if (Status s = ValidateTokenSubject(kind, user); !s.ok()) return ErrorResponse(s);
   Result<std::pair<std::string, std::string>> tok = NewToken();
   if (!tok.ok()) return ErrorResponse(tok.status());
-  Status s = store_->PutToken({tok->second, user, kind, clock_->NowMicros()});
+  store::TokenRecord rec{tok->second, user, kind, clock_->NowMicros()};
+  if (expires_in_s > 0) rec.expires_us = rec.created_us + expires_in_s * 1'000'000;
+  Status s = store_->PutToken(rec);
   if (!s.ok()) return ErrorResponse(s);
-  return JsonResponse(201, {{"token", tok->first}, {"user", user}, {"kind", kind}});
+  return JsonResponse(201, {{"token", tok->first},
+                            {"id", TokenId(rec)},
+                            {"user", user},
+                            {"kind", kind},
+                            {"expires_us", rec.expires_us}});
 }
 
-HttpResponse Api::ServeAgentRegister(const HttpRequest& r) {
+HttpResponse Api::ServeAgentRegister(const HttpRequest& r, const Identity& who) {
   Result<Json> body = ParseJson(r.body, "request body", 8 << 20, 64);
   if (!body.ok()) return ErrorResponse(body.status());
   std::string node;
   int64_t cpu_milli = 0;
   int64_t memory_mib = 0;
   JsonFields f(*body, "");
-  f.Required("node", &node);
+  f.Optional("node", &node);
   f.Optional("cpu_milli", &cpu_milli, 0);
   f.Optional("memory_mib", &memory_mib, 0);
   const Json* info_json = f.Member("info");
   const Json* running_json = f.Array("running");
   if (Status s = f.Finish(); !s.ok()) return ErrorResponse(s);
+  if (Status s = ActAsNode(who, &node); !s.ok()) return ErrorResponse(s);
+  if (node.empty()) return ErrorResponse(Status::InvalidArgument("node: the node's name"));
   if (info_json == nullptr) return ErrorResponse(Status::InvalidArgument("info: required"));
   Result<gpu::NodeInfo> info = gpu::NodeFromJson(*info_json, "info");
   if (!info.ok()) return ErrorResponse(info.status());
@@ -541,10 +606,12 @@ HttpResponse Api::ServeAgentRegister(const HttpRequest& r) {
   return JsonResponse(200, {{"ok", true}});
 }
 
-HttpResponse Api::ServeAgentWork(const HttpRequest& r) {
+HttpResponse Api::ServeAgentWork(const HttpRequest& r, const Identity& who) {
+  std::string node = r.Query("node");
+  if (Status s = ActAsNode(who, &node); !s.ok()) return ErrorResponse(s);
   Result<int64_t> wait_ms = QueryInt(r, "wait_ms", 0, 0, 60'000);
   if (!wait_ms.ok()) return ErrorResponse(wait_ms.status());
-  Result<AgentWork> work = controller_->WaitForWork(r.Query("node"), *wait_ms);
+  Result<AgentWork> work = controller_->WaitForWork(node, *wait_ms);
   if (!work.ok()) return ErrorResponse(work.status());
   OrderedJson launch = OrderedJson::array();
   for (const LaunchOrder& o : work->launch) launch.push_back(LaunchToJson(o));
@@ -559,8 +626,9 @@ HttpResponse Api::ServeAgentWork(const HttpRequest& r) {
 
 // An agent's answer to a log read: the bytes as the body, the file's size in `size`; or
 // `error` (not_found, refused, io) with the agent's words as the body.
-HttpResponse Api::ServeAgentLogs(const HttpRequest& r) {
-  const std::string node = r.Query("node");
+HttpResponse Api::ServeAgentLogs(const HttpRequest& r, const Identity& who) {
+  std::string node = r.Query("node");
+  if (Status s = ActAsNode(who, &node); !s.ok()) return ErrorResponse(s);
   if (node.empty())
     return ErrorResponse(Status::InvalidArgument("node: the answering node's name"));
   if (r.Query("id").empty()) return ErrorResponse(Status::InvalidArgument("id: the request's id"));
@@ -583,14 +651,16 @@ HttpResponse Api::ServeAgentLogs(const HttpRequest& r) {
   return JsonResponse(200, {{"ok", true}});
 }
 
-HttpResponse Api::ServeAgentEvents(const HttpRequest& r) {
+HttpResponse Api::ServeAgentEvents(const HttpRequest& r, const Identity& who) {
   Result<Json> body = ParseJson(r.body, "request body", 8 << 20, 16);
   if (!body.ok()) return ErrorResponse(body.status());
   std::string node;
   JsonFields f(*body, "");
-  f.Required("node", &node);
+  f.Optional("node", &node);
   const Json* events_json = f.Array("events");
   if (Status s = f.Finish(); !s.ok()) return ErrorResponse(s);
+  if (Status s = ActAsNode(who, &node); !s.ok()) return ErrorResponse(s);
+  if (node.empty()) return ErrorResponse(Status::InvalidArgument("node: the node's name"));
   std::vector<AgentEvent> events;
   if (events_json != nullptr) {
     for (size_t i = 0; i < events_json->size(); ++i) {

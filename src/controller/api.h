@@ -2,11 +2,13 @@
 // authenticating the caller. Thread-safe (the controller and store are).
 #pragma once
 
+#include <atomic>
 #include <memory>
 
 #include "controller/auth.h"
 #include "controller/controller.h"
 #include "controller/environments.h"
+#include "controller/request_limiter.h"
 #include "net/http.h"
 #include "store/store.h"
 
@@ -32,23 +34,40 @@ class Api {
   // a thread of their own instead of a pool thread.
   static bool MayBlock(const net::HttpRequest& request);
 
+  // Waiting requests (MayBlock) in flight at once: per caller (a Unix-socket uid or a
+  // token) and in all; over either bound the answer is 429 at once.
+  static constexpr size_t kMaxWaitingPerCaller = 16;
+  static constexpr size_t kMaxWaiting = 1024;
+
+  // Ends waits in progress (log follows) and directory inspections so that the HTTP
+  // server can stop at once.
+  void Stop() {
+    stopping_ = true;
+    environments_.Stop();
+  }
+
  private:
   net::HttpResponse Route(const net::HttpRequest& r, const Identity& who);
   net::HttpResponse Submit(const net::HttpRequest& r, const Caller& caller);
   net::HttpResponse ListJobs(const net::HttpRequest& r, const Caller& caller);
   net::HttpResponse Logs(const net::HttpRequest& r, int64_t id, const Caller& caller);
-  net::HttpResponse Usage(const net::HttpRequest& r, const Caller& caller);
+  // `everyone`: all users' jobs (admins, metrics tokens), else the caller's own.
+  net::HttpResponse Usage(const net::HttpRequest& r, const Caller& caller, bool everyone);
   net::HttpResponse CreateToken(const net::HttpRequest& r, const Caller& caller);
   net::HttpResponse ServeEnvironments(const net::HttpRequest& r, const Caller& caller);
-  net::HttpResponse ServeAgentRegister(const net::HttpRequest& r);
-  net::HttpResponse ServeAgentWork(const net::HttpRequest& r);
-  net::HttpResponse ServeAgentEvents(const net::HttpRequest& r);
-  net::HttpResponse ServeAgentLogs(const net::HttpRequest& r);
+  // The agent endpoints act only for the node `who` may act for (ActAsNode), and change
+  // nothing when the request names another.
+  net::HttpResponse ServeAgentRegister(const net::HttpRequest& r, const Identity& who);
+  net::HttpResponse ServeAgentWork(const net::HttpRequest& r, const Identity& who);
+  net::HttpResponse ServeAgentEvents(const net::HttpRequest& r, const Identity& who);
+  net::HttpResponse ServeAgentLogs(const net::HttpRequest& r, const Identity& who);
 
   Controller* controller_;
   store::Store* store_;
   const Clock* clock_;
   AuthOptions auth_;
+  std::atomic<bool> stopping_{false};
+  RequestLimiter waiting_{kMaxWaitingPerCaller, kMaxWaiting};
   std::unique_ptr<EnvInspector> own_inspector_;
   Environments environments_;
 };

@@ -1,6 +1,12 @@
 #include "controller/api.h"
 
 #include <gtest/gtest.h>
+#include <pwd.h>
+
+#include "common/clock.h"
+#include "common/json.h"
+#include "controller/tokens.h"
+#include "gpu/node_json.h"
 
 namespace gpupool::controller {
 namespace {
@@ -27,6 +33,7 @@ TEST(ApiTest, MayBlockPicksTheRequestsThatWait) {
   EXPECT_TRUE(Api::MayBlock(Req("POST", "/v1/environments/x:1/check")));
   EXPECT_TRUE(Api::MayBlock(Req("POST", "/v1/jobs", {}, R"({"image": "ubuntu", "command": []})")));
 
+  EXPECT_TRUE(Api::MayBlock(Req("POST", "/v1/jobs", {}, R"({"environment": "t:1"})")));
   EXPECT_FALSE(Api::MayBlock(Req("POST", "/v1/jobs", {}, R"({"command": ["true"]})")));
   EXPECT_FALSE(Api::MayBlock(Req("GET", "/v1/jobs")));
   EXPECT_FALSE(Api::MayBlock(Req("GET", "/v1/jobs/12")));
@@ -35,6 +42,271 @@ TEST(ApiTest, MayBlockPicksTheRequestsThatWait) {
   EXPECT_FALSE(Api::MayBlock(Req("POST", "/v1/agent/events", {}, "{}")));
   EXPECT_FALSE(Api::MayBlock(Req("GET", "/v1/nodes")));
   EXPECT_FALSE(Api::MayBlock(Req("GET", "/v1/environments")));
+}
+
+// Requests through Api::Handle against a real controller and an in-memory store: who may
+// call what, node tokens bound to their node, token expiry and revocation (issue 12).
+class ApiAccessTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    store_ = store::OpenSqliteStore(":memory:").value();
+    ControllerOptions options;
+    options.node_timeout_us = 3'600'000'000;
+    controller_ = Controller::Create(store_.get(), &clock_, options).value();
+    api_ = std::make_unique<Api>(controller_.get(), store_.get(), &clock_, AuthOptions{});
+    // A real unprivileged account for user tokens and socket callers.
+    const passwd* pw = getpwnam("nobody");
+    ASSERT_NE(pw, nullptr) << "the test needs the account 'nobody'";
+    user_ = pw->pw_name;
+    user_uid_ = pw->pw_uid;
+  }
+
+  std::string Token(const std::string& user, const std::string& kind, int64_t expires_us = 0) {
+    auto tok = NewToken().value();
+    store::TokenRecord rec{tok.second, user, kind, clock_.NowMicros(), expires_us};
+    EXPECT_TRUE(store_->PutToken(rec).ok());
+    return tok.first;
+  }
+  net::HttpResponse WithToken(const std::string& token, const std::string& method,
+                              const std::string& path, std::map<std::string, std::string> query,
+                              const std::string& body = "") {
+    net::HttpRequest r = Req(method, path, std::move(query), body);
+    r.headers["authorization"] = "Bearer " + token;
+    return api_->Handle(r);
+  }
+  net::HttpResponse AsUid(uint32_t uid, const std::string& method, const std::string& path,
+                          std::map<std::string, std::string> query = {},
+                          const std::string& body = "") {
+    net::HttpRequest r = Req(method, path, std::move(query), body);
+    r.peer = net::PeerCredentials{1, uid, uid};
+    return api_->Handle(r);
+  }
+  static std::string NodeInfoJson(int gpus) {
+    gpu::NodeInfo n;
+    for (int i = 0; i < gpus; ++i) {
+      gpu::GpuInfo g;
+      g.vendor = gpu::Vendor::kNvidia;
+      g.index = i;
+      g.name = "NVIDIA A100-SXM4-80GB";
+      g.uuid = "GPU-" + std::to_string(1000 + i);
+      g.memory_total_bytes = uint64_t{80} << 30;
+      n.gpus.push_back(g);
+    }
+    return DumpJson(gpu::NodeToJson(n));
+  }
+  static std::string RegisterBody(const std::string& node, int gpus) {
+    return R"({"node": ")" + node + R"(", "cpu_milli": 8000, "memory_mib": 65536, "info": )" +
+           NodeInfoJson(gpus) + "}";
+  }
+  static std::string Error(const net::HttpResponse& r) {
+    Result<Json> j = ParseJson(r.body, "answer");
+    return j.ok() && j->contains("error") ? (*j)["error"].get<std::string>() : r.body;
+  }
+  const NodeView* FindNode(const std::vector<NodeView>& nodes, const std::string& name) {
+    for (const NodeView& v : nodes) {
+      if (v.name == name) return &v;
+    }
+    return nullptr;
+  }
+  // A job of root's placed on node "vm" and RUNNING there, reported by vm's own token.
+  int64_t RunningJobOnVm(const std::string& vm_token) {
+    EXPECT_EQ(WithToken(vm_token, "POST", "/v1/agent/register", {}, RegisterBody("vm", 2)).status,
+              200);
+    net::HttpResponse sub =
+        AsUid(0, "POST", "/v1/jobs", {},
+              R"({"command": ["sleep", "60"], "request": {"gpus": 1}, "workdir": "/"})");
+    EXPECT_EQ(sub.status, 201) << sub.body;
+    const int64_t id = ParseJson(sub.body, "answer").value()["job"]["id"].get<int64_t>();
+    EXPECT_TRUE(controller_->ScheduleOnce().ok());
+    net::HttpResponse work = WithToken(vm_token, "GET", "/v1/agent/work", {{"node", "vm"}});
+    EXPECT_EQ(work.status, 200) << work.body;
+    const std::string started = R"({"node": "vm", "events": [{"job_id": )" + std::to_string(id) +
+                                R"(, "attempt": 1, "kind": "started"}]})";
+    EXPECT_EQ(WithToken(vm_token, "POST", "/v1/agent/events", {}, started).status, 200);
+    EXPECT_EQ(controller_->Get(id, Caller{"root", 0, 0, true})->state, jobs::JobState::kRunning);
+    return id;
+  }
+
+  ManualClock clock_{1'800'000'000'000'000};
+  std::unique_ptr<store::Store> store_;
+  std::unique_ptr<Controller> controller_;
+  std::unique_ptr<Api> api_;
+  std::string user_;
+  uint32_t user_uid_ = 0;
+};
+
+TEST_F(ApiAccessTest, NodeTokenCannotSubmitOrUseAnyUserEndpoint) {
+  const std::string vm = Token("vm", "node");
+  net::HttpResponse r =
+      WithToken(vm, "POST", "/v1/jobs", {}, R"({"command": ["id"], "workdir": "/"})");
+  EXPECT_EQ(r.status, 403);
+  EXPECT_NE(Error(r).find("may only call the agent endpoints"), std::string::npos) << r.body;
+  EXPECT_TRUE(store_->ListJobs({})->empty());  // nothing was created, let alone as uid 0
+  for (const auto& [method, path] :
+       std::vector<std::pair<std::string, std::string>>{{"GET", "/v1/jobs"},
+                                                        {"GET", "/v1/jobs/1"},
+                                                        {"POST", "/v1/jobs/1/cancel"},
+                                                        {"GET", "/v1/whoami"},
+                                                        {"GET", "/v1/nodes"},
+                                                        {"GET", "/v1/usage"},
+                                                        {"GET", "/v1/tokens"},
+                                                        {"POST", "/v1/tokens"},
+                                                        {"POST", "/v1/environments"}}) {
+    EXPECT_EQ(WithToken(vm, method, path, {}, "{}").status, 403) << method << " " << path;
+  }
+  EXPECT_EQ(store_->ListTokens()->size(), 1u);
+}
+
+TEST_F(ApiAccessTest, PeopleCannotUseAgentEndpointsButLocalRootCan) {
+  const std::string root_user_token = Token("root", "user");  // an admin, but over a token
+  const std::string body = RegisterBody("vm", 1);
+  net::HttpResponse r = AsUid(user_uid_, "POST", "/v1/agent/register", {}, body);
+  EXPECT_EQ(r.status, 403);
+  EXPECT_NE(Error(r).find("node token"), std::string::npos) << r.body;
+  EXPECT_EQ(WithToken(root_user_token, "POST", "/v1/agent/register", {}, body).status, 403);
+  EXPECT_TRUE(controller_->Nodes().empty());
+  // Root on the socket is an admin that may also act as any local agent.
+  EXPECT_EQ(AsUid(0, "POST", "/v1/agent/register", {}, body).status, 200);
+  EXPECT_EQ(AsUid(0, "GET", "/v1/agent/work", {{"node", "vm"}}).status, 200);
+  EXPECT_EQ(AsUid(0, "GET", "/v1/tokens").status, 200);
+}
+
+TEST_F(ApiAccessTest, NodeTokenActsOnlyForItsOwnNode) {
+  const std::string vm = Token("vm", "node");
+  const std::string vm2 = Token("vm2", "node");
+  const int64_t id = RunningJobOnVm(vm);
+  ASSERT_EQ(WithToken(vm2, "POST", "/v1/agent/register", {}, RegisterBody("vm2", 1)).status, 200);
+  const std::vector<NodeView> before = controller_->Nodes();
+  const jobs::Job job_before = store_->GetJob(id).value();
+
+  const std::string exited = R"({"node": "vm", "events": [{"job_id": )" + std::to_string(id) +
+                             R"(, "attempt": 1, "kind": "exited", "exit_code": 0}]})";
+  net::HttpResponse r = WithToken(vm2, "POST", "/v1/agent/events", {}, exited);
+  EXPECT_EQ(r.status, 403);
+  EXPECT_NE(Error(r).find("this token belongs to node vm2; it cannot act for node vm"),
+            std::string::npos)
+      << r.body;
+  r = WithToken(vm2, "POST", "/v1/agent/register", {}, RegisterBody("vm", 0));
+  EXPECT_EQ(r.status, 403);
+  EXPECT_NE(Error(r).find("cannot act for node vm"), std::string::npos) << r.body;
+  EXPECT_EQ(WithToken(vm2, "GET", "/v1/agent/work", {{"node", "vm"}}).status, 403);
+  EXPECT_EQ(
+      WithToken(vm2, "POST", "/v1/agent/logs", {{"node", "vm"}, {"id", "1"}, {"size", "3"}}, "abc")
+          .status,
+      403);
+  // Events naming no node are vm2's own, and the controller ignores them for a job on vm.
+  const std::string unnamed = R"({"events": [{"job_id": )" + std::to_string(id) +
+                              R"(, "attempt": 1, "kind": "lost", "reason": "x"}]})";
+  (void)WithToken(vm2, "POST", "/v1/agent/events", {}, unnamed);
+
+  // Nothing changed: the job runs on, vm keeps its GPUs and its grant.
+  EXPECT_EQ(store_->GetJob(id).value(), job_before);
+  EXPECT_EQ(store_->GetJob(id)->state, jobs::JobState::kRunning);
+  const std::vector<NodeView> after = controller_->Nodes();
+  const NodeView* vm_before = FindNode(before, "vm");
+  const NodeView* vm_after = FindNode(after, "vm");
+  ASSERT_NE(vm_before, nullptr);
+  ASSERT_NE(vm_after, nullptr);
+  EXPECT_EQ(vm_after->info.gpus.size(), 2u);
+  EXPECT_EQ(vm_after->allocated_milli, vm_before->allocated_milli);
+  EXPECT_EQ(vm_after->running_jobs, 1);
+  EXPECT_EQ(vm_after->state, vm_before->state);
+
+  // A node token may leave its node out: it means its own.
+  EXPECT_EQ(WithToken(vm2, "GET", "/v1/agent/work", {}).status, 200);
+  EXPECT_EQ(WithToken(vm, "POST", "/v1/agent/events", {}, exited).status, 200);
+  EXPECT_EQ(store_->GetJob(id)->state, jobs::JobState::kSucceeded);
+}
+
+TEST_F(ApiAccessTest, MetricsTokenReadsAggregatesOnly) {
+  const std::string m = Token(user_, "metrics");
+  EXPECT_EQ(WithToken(m, "GET", "/v1/nodes", {}).status, 200);
+  EXPECT_EQ(WithToken(m, "GET", "/v1/usage", {}).status, 200);
+  net::HttpResponse r = WithToken(m, "GET", "/v1/jobs", {});
+  EXPECT_EQ(r.status, 403);
+  EXPECT_NE(Error(r).find("metrics token may only read aggregates"), std::string::npos);
+  EXPECT_EQ(WithToken(m, "POST", "/v1/jobs", {}, R"({"command": ["id"]})").status, 403);
+  EXPECT_EQ(WithToken(m, "GET", "/v1/whoami", {}).status, 403);
+  EXPECT_EQ(WithToken(m, "GET", "/v1/agent/work", {{"node", "vm"}}).status, 403);
+  EXPECT_EQ(WithToken(m, "GET", "/v1/tokens", {}).status, 403);
+  EXPECT_TRUE(store_->ListJobs({})->empty());
+}
+
+TEST_F(ApiAccessTest, UnknownExpiredAndRevokedTokensAre401) {
+  net::HttpResponse r = WithToken("gpt_wrong", "GET", "/v1/jobs", {});
+  EXPECT_EQ(r.status, 401);
+  EXPECT_EQ(r.headers["WWW-Authenticate"], "Bearer");
+  EXPECT_NE(Error(r).find("unknown or revoked token"), std::string::npos);
+
+  const std::string soon = Token(user_, "user", clock_.NowMicros() + 1'000'000);
+  EXPECT_EQ(WithToken(soon, "GET", "/v1/whoami", {}).status, 200);
+  clock_.AdvanceMicros(1'000'000);
+  r = WithToken(soon, "GET", "/v1/whoami", {});
+  EXPECT_EQ(r.status, 401);
+  EXPECT_NE(Error(r).find("has expired"), std::string::npos) << r.body;
+
+  const std::string t = Token(user_, "user");
+  ASSERT_EQ(WithToken(t, "GET", "/v1/whoami", {}).status, 200);
+  auto tokens = store_->ListTokens().value();
+  ASSERT_EQ(tokens.size(), 2u);
+  const std::string id = TokenId(tokens[1]);
+  EXPECT_EQ(AsUid(user_uid_, "DELETE", "/v1/tokens/" + id).status, 403);  // admins only
+  EXPECT_EQ(WithToken(t, "GET", "/v1/whoami", {}).status, 200);
+  r = AsUid(0, "DELETE", "/v1/tokens/" + id);
+  EXPECT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(WithToken(t, "GET", "/v1/whoami", {}).status, 401);
+  EXPECT_EQ(AsUid(0, "DELETE", "/v1/tokens/" + id).status, 404);
+  EXPECT_EQ(AsUid(0, "DELETE", "/v1/tokens/xyz").status, 400);
+  EXPECT_EQ(store_->ListTokens()->size(), 1u);  // the expired one is listed until revoked
+}
+
+TEST_F(ApiAccessTest, LastUseIsWrittenAtMostOnceAMinute) {
+  const std::string t = Token(user_, "user");
+  const int64_t t0 = clock_.NowMicros();
+  auto last_used = [&] { return store_->ListTokens().value().at(0).last_used_us; };
+  EXPECT_EQ(last_used(), 0);
+  ASSERT_EQ(WithToken(t, "GET", "/v1/whoami", {}).status, 200);
+  EXPECT_EQ(last_used(), t0);
+  clock_.AdvanceMicros(30'000'000);
+  ASSERT_EQ(WithToken(t, "GET", "/v1/whoami", {}).status, 200);
+  EXPECT_EQ(last_used(), t0);  // no write for a use within the minute
+  clock_.AdvanceMicros(31'000'000);
+  ASSERT_EQ(WithToken(t, "GET", "/v1/whoami", {}).status, 200);
+  EXPECT_EQ(last_used(), t0 + 61'000'000);
+}
+
+TEST_F(ApiAccessTest, TokenCreationChecksNamesKindsAndExpiry) {
+  auto create = [&](const std::string& body) { return AsUid(0, "POST", "/v1/tokens", {}, body); };
+  net::HttpResponse r = create(R"({"user": "no-such-user-gpupool", "kind": "user"})");
+  EXPECT_EQ(r.status, 400);
+  EXPECT_NE(Error(r).find("no account 'no-such-user-gpupool'"), std::string::npos) << r.body;
+  r = create(R"({"user": "bad:name", "kind": "metrics"})");
+  EXPECT_EQ(r.status, 400);
+  EXPECT_NE(Error(r).find("not a valid user name"), std::string::npos) << r.body;
+  r = create(R"({"user": "-vm", "kind": "node"})");
+  EXPECT_EQ(r.status, 400);
+  EXPECT_NE(Error(r).find("not a node name"), std::string::npos) << r.body;
+  EXPECT_EQ(create(R"({"user": "vm", "kind": "root"})").status, 400);
+  EXPECT_EQ(create(R"({"user": "vm", "kind": "node", "expires_in_s": -1})").status, 400);
+  EXPECT_TRUE(store_->ListTokens()->empty());
+
+  EXPECT_EQ(AsUid(user_uid_, "POST", "/v1/tokens", {}, R"({"user": "root"})").status, 403);
+  r = create(R"({"user": "gpu-07.rack_2", "kind": "node", "expires_in_s": 3600})");
+  ASSERT_EQ(r.status, 201) << r.body;
+  Json j = ParseJson(r.body, "answer").value();
+  EXPECT_EQ(j["expires_us"].get<int64_t>(), clock_.NowMicros() + 3'600'000'000);
+  EXPECT_EQ(j["id"].get<std::string>().size(), 12u);
+  r = create(R"({"user": ")" + user_ + R"(", "kind": "metrics"})");
+  ASSERT_EQ(r.status, 201) << r.body;
+  EXPECT_EQ(ParseJson(r.body, "answer").value()["expires_us"].get<int64_t>(), 0);
+  r = AsUid(0, "GET", "/v1/tokens");
+  ASSERT_EQ(r.status, 200);
+  j = ParseJson(r.body, "answer").value();
+  ASSERT_EQ(j["tokens"].size(), 2u);
+  EXPECT_EQ(j["tokens"][0]["kind"], "node");
+  EXPECT_EQ(j["tokens"][0]["user"], "gpu-07.rack_2");
+  EXPECT_TRUE(j["tokens"][0].contains("last_used_us"));
+  EXPECT_EQ(j["tokens"][1]["kind"], "metrics");
 }
 
 }  // namespace

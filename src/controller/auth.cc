@@ -75,14 +75,29 @@ Caller CallerForUid(uint32_t uid, uint32_t gid, const AuthOptions& options) {
   return c;
 }
 
+std::string_view CallerKindName(CallerKind kind) {
+  switch (kind) {
+    case CallerKind::kUser:
+      return "user";
+    case CallerKind::kAdmin:
+      return "admin";
+    case CallerKind::kNode:
+      return "node";
+    case CallerKind::kMetrics:
+      return "metrics";
+  }
+  return "unknown";
+}
+
 Result<Identity> Authenticate(const net::HttpRequest& request, store::Store& store,
-                              const AuthOptions& options) {
+                              const AuthOptions& options, int64_t now_us) {
   Identity id;
   // A token, when given, names the caller on either transport (the local agent of
   // `gpupool up` uses a node token on the Unix socket); otherwise the socket's peer does.
   if (request.peer && request.Header("authorization").empty()) {
     id.caller = CallerForUid(request.peer->uid, request.peer->gid, options);
-    id.is_node = request.peer->uid == 0;
+    id.kind = id.caller.admin ? CallerKind::kAdmin : CallerKind::kUser;
+    id.any_local_agent = request.peer->uid == 0;
     return id;
   }
   const std::string header = request.Header("authorization");
@@ -92,15 +107,32 @@ Result<Identity> Authenticate(const net::HttpRequest& request, store::Store& sto
         "this API needs a token over TCP: ask an admin for one (`gpupool token create --user "
         "NAME`) and pass it with --token or GPUPOOL_TOKEN, or use the local Unix socket");
   }
-  GP_ASSIGN_OR_RETURN(std::optional<store::TokenRecord> rec,
-                      store.FindToken(HashToken(header.substr(prefix.size()))));
+  const std::string hash = HashToken(header.substr(prefix.size()));
+  GP_ASSIGN_OR_RETURN(std::optional<store::TokenRecord> rec, store.FindToken(hash));
   if (!rec) {
-    return Status::PermissionDenied("unknown or revoked token: ask an admin for a new one");
+    return Status::PermissionDenied(
+        "unknown or revoked token: ask an admin for a new one (`gpupool token create`)");
   }
+  if (rec->expires_us != 0 && now_us >= rec->expires_us) {
+    return Status::PermissionDenied("this " + rec->kind + " token for " + rec->user +
+                                    " has expired: ask an admin for a new one (`gpupool token "
+                                    "create --expires ...`)");
+  }
+  // Coarse on purpose: one write a minute per token at most, however often it polls. A
+  // failed write loses only that precision, so it does not fail the request.
+  if (now_us - rec->last_used_us >= kTokenUseResolutionUs) (void)store.TouchToken(hash, now_us);
   if (rec->kind == "node") {
-    id.is_node = true;
+    id.kind = CallerKind::kNode;
+    id.node = rec->user;
     id.caller.user = "node:" + rec->user;
+    id.caller.uid = kNodeCallerUid;
+    id.caller.gid = kNodeCallerUid;
+    id.caller.admin = false;
     return id;
+  }
+  if (rec->kind != "user" && rec->kind != "metrics") {
+    return Status::PermissionDenied("the token's kind '" + rec->kind +
+                                    "' is unknown to this gpupool: ask an admin for a new token");
   }
   std::vector<char> buf(16384);
   passwd pw{};
@@ -110,6 +142,12 @@ Result<Identity> Authenticate(const net::HttpRequest& request, store::Store& sto
                                     "' has no account on the controller host");
   }
   id.caller = CallerForUid(found->pw_uid, found->pw_gid, options);
+  if (rec->kind == "metrics") {
+    id.kind = CallerKind::kMetrics;
+    id.caller.admin = false;  // reads aggregates; never acts as its user's admin self
+  } else {
+    id.kind = id.caller.admin ? CallerKind::kAdmin : CallerKind::kUser;
+  }
   return id;
 }
 

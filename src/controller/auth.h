@@ -2,7 +2,9 @@
 // token over TCP. Tokens are random, shown once, and stored only as SHA-256 hashes.
 #pragma once
 
+#include <cstdint>
 #include <string>
+#include <string_view>
 
 #include "common/status.h"
 #include "controller/controller.h"
@@ -15,15 +17,38 @@ struct AuthOptions {
   std::string admin_group;  // members are admins; uid 0 always is
 };
 
+// What kind of caller a request comes from (docs/security.md, "Caller kinds"). The kind
+// alone decides which endpoints the caller may use (endpoint_access.h).
+enum class CallerKind {
+  kUser,     // a uid on the Unix socket, or a "user" token
+  kAdmin,    // a user who is uid 0 or in the admin group
+  kNode,     // a "node" token: an agent, bound to one node
+  kMetrics,  // a "metrics" token: reads aggregates only
+};
+std::string_view CallerKindName(CallerKind kind);
+
+// A node caller's uid and gid: nobody's, never 0. It never reaches a user endpoint anyway.
+inline constexpr uint32_t kNodeCallerUid = 65534;
+
 struct Identity {
+  CallerKind kind = CallerKind::kUser;
+  // kUser, kAdmin, kMetrics: the account the caller acts as (a metrics caller is never
+  // admin). kNode: no account: user "node:NAME", uid and gid kNodeCallerUid, not admin.
   Caller caller;
-  bool is_node = false;  // authenticated with a node join token (or root on the socket)
+  std::string node;              // kNode: the node the token belongs to
+  bool any_local_agent = false;  // root on the Unix socket: may also act as any node's agent
 };
 
-// kUnavailable is never returned: an unknown or missing token is kPermissionDenied with
-// a message saying how to get one.
+// How often a token's last use is written to the store at most: agents poll every few
+// seconds, and the store should not take a write for each poll.
+inline constexpr int64_t kTokenUseResolutionUs = 60'000'000;
+
+// The caller of `request` at time `now_us`. kPermissionDenied (the API answers 401) for a
+// missing, malformed, unknown, revoked or expired token and for a token whose user has no
+// account here, with a message saying what to do; kInternal when the store fails. Records
+// the token's use (Store::TouchToken) when the stored one is kTokenUseResolutionUs old.
 Result<Identity> Authenticate(const net::HttpRequest& request, store::Store& store,
-                              const AuthOptions& options);
+                              const AuthOptions& options, int64_t now_us);
 
 // A new random token ("gpt_" + 64 hex digits) and its hash.
 Result<std::pair<std::string, std::string>> NewToken();

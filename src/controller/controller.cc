@@ -9,6 +9,7 @@
 #include "controller/job_scheduler.h"
 #include "gpu/node_json.h"
 #include "jobs/job_json.h"
+#include "jobs/job_validation.h"
 
 namespace gpupool::controller {
 
@@ -212,9 +213,7 @@ Result<Job> Controller::Submit(Job job, const Caller& caller) {
     return Status::InvalidArgument(
         "command: a job needs a command to run, e.g. -- python3 train.py");
   }
-  if (!job.workdir.empty() && job.workdir.front() != '/') {
-    return Status::InvalidArgument("workdir: '" + job.workdir + "' must be an absolute path");
-  }
+  GP_RETURN_IF_ERROR(jobs::ValidateSubmission(job));
   GP_RETURN_IF_ERROR(jobs::ValidateRequest(job.request).WithContext("request"));
   {
     std::lock_guard lock(mu_);

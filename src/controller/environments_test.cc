@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <set>
+
 #include "common/clock.h"
 #include "controller/api.h"
 #include "controller/controller.h"
@@ -21,13 +23,33 @@ class TableInspector final : public EnvInspector {
     if (it == images.end()) return Status::NotFound("image '" + ref + "' is not here");
     return it->second;
   }
-  Result<jobs::EnvNeeds> InspectDir(const std::string& dir) override {
+  Result<std::string> ImageId(const std::string& ref) override {
+    if (!images.contains(ref)) return Status::NotFound("image '" + ref + "' is not here");
+    auto it = ids.find(ref);
+    return it == ids.end() ? "id-of-" + ref : it->second;
+  }
+  Result<DirInspection> InspectDir(const std::string& dir, const DirReader& reader) override {
+    readers.push_back(reader);
     auto it = dirs.find(dir);
     if (it == dirs.end()) return Status::NotFound("'" + dir + "' does not exist");
-    return it->second;
+    if (!reader.as_root && private_dirs.contains(dir)) {
+      return Status::PermissionDenied("'" + dir + "' is not readable by user " + reader.user);
+    }
+    return DirInspection{it->second, Digest(dir)};
+  }
+  Result<std::string> DigestDir(const std::string& dir) override {
+    if (!dirs.contains(dir)) return Status::NotFound("'" + dir + "' does not exist");
+    return Digest(dir);
+  }
+  std::string Digest(const std::string& dir) {
+    return "sha256:" + dir + "@" + std::to_string(changes[dir]);
   }
   std::map<std::string, jobs::EnvNeeds> images;
+  std::map<std::string, std::string> ids;  // ref -> id (default "id-of-REF")
   std::map<std::string, jobs::EnvNeeds> dirs;
+  std::set<std::string> private_dirs;  // readable only as root
+  std::map<std::string, int> changes;  // dir -> how often it changed
+  std::vector<DirReader> readers;
   int image_calls = 0;
 };
 
@@ -74,6 +96,8 @@ class EnvironmentsTest : public ::testing::Test {
         Cuda("directory /opt/envs/torch-1.13", "11.7", "515.43.04", {"sm_80"});
     envs_ = std::make_unique<Environments>(store_.get(), &inspector_, &clock_);
     alice_ = {"alice", 1000, 1000, false};
+    bob_ = {"bob", 1001, 1001, false};
+    admin_ = {"root", 0, 0, true};
   }
   // old: driver 535 (CUDA 12.2), A100; new: driver 550 (CUDA 12.4), H100.
   void TwoNodes() {
@@ -98,6 +122,8 @@ class EnvironmentsTest : public ::testing::Test {
   TableInspector inspector_;
   std::unique_ptr<Environments> envs_;
   Caller alice_;
+  Caller bob_;
+  Caller admin_;
 };
 
 TEST_F(EnvironmentsTest, ParseEnvRef) {
@@ -110,6 +136,108 @@ TEST_F(EnvironmentsTest, ParseEnvRef) {
     ASSERT_FALSE(r.ok()) << bad;
     EXPECT_NE(r.status().message().find("is not NAME:VERSION"), std::string::npos);
   }
+}
+
+TEST_F(EnvironmentsTest, ParseEnvRefTakesOneProtectedPrefix) {
+  auto site = ParseEnvRef("site/torch:2.4", "environment");
+  ASSERT_TRUE(site.ok()) << site.status().ToString();
+  EXPECT_EQ(site->first, "site/torch");
+  EXPECT_EQ(site->second, "2.4");
+  for (const char* bad : {"a/b/c:1", "/torch:1", "site/:1", "site//torch:1", "-s/torch:1"}) {
+    EXPECT_FALSE(ParseEnvRef(bad, "environment").ok()) << bad;
+  }
+}
+
+TEST_F(EnvironmentsTest, NameBelongsToWhoeverAddedItFirst) {
+  ASSERT_TRUE(envs_->Add("torch:1.13", "dir", "/opt/envs/torch-1.13", bob_).ok());
+  Status theft = envs_->Add("torch:2.5", "image", "localhost/cuda124:1", alice_).status();
+  ASSERT_EQ(theft.code(), StatusCode::kPermissionDenied);
+  EXPECT_NE(theft.message().find("environment name torch belongs to bob (who added torch:1.13)"),
+            std::string::npos)
+      << theft.message();
+  EXPECT_NE(theft.message().find("e.g. alice-torch:2.5"), std::string::npos) << theft.message();
+  // Admins do not add versions of a user's name either; the owner does.
+  EXPECT_EQ(envs_->Add("torch:2.6", "image", "localhost/cuda124:1", admin_).status().code(),
+            StatusCode::kPermissionDenied);
+  EXPECT_TRUE(envs_->Add("torch:2.5", "image", "localhost/cuda124:1", bob_).ok());
+  EXPECT_EQ(envs_->List()->size(), 2u);
+}
+
+TEST_F(EnvironmentsTest, ProtectedSiteNamesAreForAdminsOnly) {
+  Status s = envs_->Add("site/torch:2.4", "image", "localhost/cuda124:1", alice_).status();
+  ASSERT_EQ(s.code(), StatusCode::kPermissionDenied);
+  EXPECT_NE(s.message().find("protected site name"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("e.g. torch:2.4"), std::string::npos) << s.message();
+  ASSERT_TRUE(envs_->Add("site/torch:2.4", "image", "localhost/cuda124:1", admin_).ok());
+  Caller ops{"ops", 1500, 1500, true};  // any admin adds versions of a site name
+  EXPECT_TRUE(envs_->Add("site/torch:2.5", "image", "localhost/hopper:1", ops).ok());
+  EXPECT_EQ(envs_->Add("site/torch:2.6", "image", "localhost/hopper:1", alice_).status().code(),
+            StatusCode::kPermissionDenied);
+  Job j = ImageJob("");
+  j.environment = "site/torch:2.4";
+  ASSERT_TRUE(envs_->Resolve(&j).ok());
+  EXPECT_EQ(j.environment, "site/torch:2.4");
+}
+
+TEST_F(EnvironmentsTest, DirectoryIsReadWithTheCallersPermissions) {
+  inspector_.private_dirs.insert("/opt/envs/torch-1.13");
+  Status s = envs_->Add("torch:1.13", "dir", "/opt/envs/torch-1.13", bob_).status();
+  ASSERT_EQ(s.code(), StatusCode::kPermissionDenied);
+  EXPECT_NE(s.message().find("not readable by user bob"), std::string::npos) << s.message();
+  ASSERT_FALSE(inspector_.readers.empty());
+  EXPECT_EQ(inspector_.readers.back().uid, 1001u);
+  EXPECT_EQ(inspector_.readers.back().gid, 1001u);
+  EXPECT_FALSE(inspector_.readers.back().as_root);
+  EXPECT_EQ(envs_->NeedsOf("dir", "/opt/envs/torch-1.13", bob_).status().code(),
+            StatusCode::kPermissionDenied);
+  EXPECT_TRUE(envs_->NeedsOf("dir", "/opt/envs/torch-1.13", admin_).ok());
+  EXPECT_TRUE(inspector_.readers.back().as_root);
+  EXPECT_TRUE(envs_->List()->empty());
+}
+
+TEST_F(EnvironmentsTest, DirectoryEnvironmentChangedSinceRegistrationIsRefused) {
+  ASSERT_TRUE(envs_->Add("torch:1.13", "dir", "/opt/envs/torch-1.13", bob_).ok());
+  EXPECT_EQ(envs_->Get("torch:1.13")->dir_digest, "sha256:/opt/envs/torch-1.13@0");
+  Job j = ImageJob("");
+  j.environment = "torch:1.13";
+  ASSERT_TRUE(envs_->Resolve(&j).ok());
+  EXPECT_EQ(j.env_dir, "/opt/envs/torch-1.13");
+  ++inspector_.changes["/opt/envs/torch-1.13"];  // bob edits bin/python
+  Job k = ImageJob("");
+  k.environment = "torch:1.13";
+  Status s = envs_->Resolve(&k);
+  ASSERT_EQ(s.code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(s.message(),
+            "environment torch:1.13 changed since it was registered (its directory "
+            "/opt/envs/torch-1.13 differs): ask its owner (bob) to register a new version");
+  // A record from before digests cannot be checked: refused, saying what to do.
+  store::EnvironmentRecord old{"legacy", "1", "dir", "/opt/envs/torch-1.13", "{}", "bob", 1};
+  ASSERT_TRUE(store_->PutEnvironment(old).ok());
+  Job l = ImageJob("");
+  l.environment = "legacy:1";
+  Status o = envs_->Resolve(&l);
+  EXPECT_EQ(o.code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(o.message().find("register it again as a new version"), std::string::npos)
+      << o.message();
+}
+
+TEST_F(EnvironmentsTest, ImageEnvironmentRunsTheIdRecordedAtRegistration) {
+  ASSERT_TRUE(envs_->Add("torch:2.4", "image", "localhost/cuda124:1", bob_).ok());
+  EXPECT_EQ(envs_->Get("torch:2.4")->image_id, "id-of-localhost/cuda124:1");
+  inspector_.ids["localhost/cuda124:1"] = "id-of-something-else";  // re-tagged afterwards
+  Job j = ImageJob("");
+  j.environment = "torch:2.4";
+  ASSERT_TRUE(envs_->Resolve(&j).ok());
+  EXPECT_EQ(j.image, "id-of-localhost/cuda124:1");
+  // Records from before ids were recorded run their reference, as before.
+  store::EnvironmentRecord old{
+      "legacy", "1", "image", "localhost/cuda124:1", R"({"source":"image localhost/cuda124:1"})",
+      "bob",    1};
+  ASSERT_TRUE(store_->PutEnvironment(old).ok());
+  Job l = ImageJob("");
+  l.environment = "legacy:1";
+  ASSERT_TRUE(envs_->Resolve(&l).ok());
+  EXPECT_EQ(l.image, "localhost/cuda124:1");
 }
 
 TEST_F(EnvironmentsTest, ImageJobGetsItsNeedsAndRunsOnlyWhereTheDriverAllows) {
@@ -170,22 +298,22 @@ TEST_F(EnvironmentsTest, UninspectableImageIsAcceptedUnchecked) {
 
 TEST_F(EnvironmentsTest, NamedEnvironmentsLiveSideBySideAndAreImmutable) {
   TwoNodes();
-  ASSERT_TRUE(envs_->Add("torch:2.4", "image", "localhost/cuda124:1", "alice").ok());
-  ASSERT_TRUE(envs_->Add("torch:1.13", "dir", "/opt/envs/torch-1.13", "alice").ok());
-  EXPECT_EQ(envs_->Add("torch:2.4", "image", "localhost/hopper:1", "alice").status().code(),
+  ASSERT_TRUE(envs_->Add("torch:2.4", "image", "localhost/cuda124:1", alice_).ok());
+  ASSERT_TRUE(envs_->Add("torch:1.13", "dir", "/opt/envs/torch-1.13", alice_).ok());
+  EXPECT_EQ(envs_->Add("torch:2.4", "image", "localhost/hopper:1", alice_).status().code(),
             StatusCode::kAlreadyExists);
-  Status missing = envs_->Add("torch:3", "image", "localhost/nope:1", "alice").status();
+  Status missing = envs_->Add("torch:3", "image", "localhost/nope:1", alice_).status();
   EXPECT_EQ(missing.code(), StatusCode::kNotFound);
   EXPECT_NE(missing.message().find("cannot inspect image 'localhost/nope:1'"), std::string::npos)
       << missing.message();
-  EXPECT_EQ(envs_->Add("torch:4", "dir", "relative/path", "alice").status().code(),
+  EXPECT_EQ(envs_->Add("torch:4", "dir", "relative/path", alice_).status().code(),
             StatusCode::kInvalidArgument);
   EXPECT_EQ(envs_->List()->size(), 2u);
 
   Job a = ImageJob("");
   a.environment = "torch:2.4";
   ASSERT_TRUE(envs_->Resolve(&a).ok());
-  EXPECT_EQ(a.image, "localhost/cuda124:1");
+  EXPECT_EQ(a.image, "id-of-localhost/cuda124:1");  // pinned to the id
   EXPECT_EQ(a.needs.cuda, "12.4");
   EXPECT_NE(a.needs.source.find("environment torch:2.4"), std::string::npos);
   Job b = ImageJob("");
@@ -279,6 +407,36 @@ TEST_F(EnvironmentsTest, ApiServesEnvironmentsAndChecks) {
   EXPECT_EQ(call("POST", "/v1/jobs", R"({"command":["true"],"needs":{"source":"x"}})").status, 400);
   EXPECT_EQ(call("DELETE", "/v1/environments/t:1", "").status, 200);
   EXPECT_EQ(call("DELETE", "/v1/environments/t:1", "").status, 404);
+
+  // Names: a user (no passwd entry: "uid54321") may not take root's name or a site name.
+  auto as_user = [&](const std::string& method, const std::string& path, const std::string& body) {
+    net::HttpRequest r;
+    r.method = method;
+    r.path = path;
+    r.body = body;
+    r.peer = net::PeerCredentials{};
+    r.peer->uid = 54321;
+    r.peer->gid = 54321;
+    return api.Handle(r);
+  };
+  EXPECT_EQ(
+      call("POST", "/v1/environments", R"({"name":"t:3","image":"localhost/cuda124:1"})").status,
+      201);
+  net::HttpResponse taken =
+      as_user("POST", "/v1/environments", R"({"name":"t:4","image":"localhost/cuda124:1"})");
+  EXPECT_EQ(taken.status, 403);
+  EXPECT_NE(taken.body.find("belongs to root"), std::string::npos) << taken.body;
+  EXPECT_EQ(
+      as_user("POST", "/v1/environments", R"({"name":"site/t:1","image":"localhost/cuda124:1"})")
+          .status,
+      403);
+  EXPECT_EQ(call("POST", "/v1/environments", R"({"name":"site/t:1","image":"localhost/cuda124:1"})")
+                .status,
+            201);
+  net::HttpResponse site = as_user("GET", "/v1/environments/site/t:1", "");
+  EXPECT_EQ(site.status, 200);
+  EXPECT_NE(site.body.find(R"("image_id":"id-of-localhost/cuda124:1")"), std::string::npos)
+      << site.body;
 }
 
 }  // namespace

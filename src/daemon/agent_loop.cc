@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cctype>
 #include <cerrno>
 #include <chrono>
@@ -204,6 +205,8 @@ Status AgentLoop::Launch(const Json& order) {
       if (d.is_string()) spec.denied_device_nodes.push_back(d.get<std::string>());
     }
   }
+  spec.require_device_isolation = !spec.denied_device_nodes.empty() &&
+                                  !options_.allow_unisolated_devices && !options_.fake_node;
   if (!spec.image.empty() || !spec.gpus.empty()) {
     if (Status pre = PrepareContainerJob(job, &spec); !pre.ok()) {
       FailLaunch(key, job.attempt, pre.message());

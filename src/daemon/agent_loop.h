@@ -43,6 +43,12 @@ struct AgentLoopOptions {
   agent::ContainerOptions container;
   std::string cdi_kind;
   std::string cdi_error;
+  // An admin's per-node opt-out of fail-closed device isolation (launcher.h,
+  // LaunchSpec::require_device_isolation).
+  bool allow_unisolated_devices = false;
+  // The node was replayed from a file (--fake) or is the stand-in of a GPU-less machine:
+  // its device nodes are stand-ins with no GPU behind them, so isolation is not required.
+  bool fake_node = false;
 };
 
 class AgentLoop {

@@ -2,6 +2,7 @@
 
 #include <signal.h>
 #include <spdlog/spdlog.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -19,6 +20,7 @@
 #include "controller/auth.h"
 #include "controller/controller.h"
 #include "daemon/agent_loop.h"
+#include "daemon/local_agent_token.h"
 #include "gpu/gpu_backend.h"
 #include "net/http_server.h"
 #include "store/store.h"
@@ -115,15 +117,54 @@ struct ServerFlags {
   std::vector<std::string> podman_args;  // global podman flags for image inspection
 };
 
-Result<ServerParts> StartServer(const ServerFlags& f) {
+// Files with job data (the store, job specs and logs) must be private: the daemons create
+// everything with umask 077, and the state directory is made 0711 so that users reach
+// the socket inside it (0666) but can list and read nothing else.
+void PrivateUmask() { ::umask(077); }
+
+Status PrepareStateDir(const std::string& dir) {
   std::error_code ec;
-  fs::create_directories(f.state_dir, ec);
+  fs::create_directories(dir, ec);
   if (ec) {
-    return Status::Unavailable("cannot create the state directory '" + f.state_dir +
-                               "': " + ec.message() + ": pass a writable --state-dir");
+    return Status::Unavailable("cannot create the state directory '" + dir + "': " + ec.message() +
+                               ": pass a writable --state-dir");
   }
+  struct stat st {};
+  if (::stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
+    return Status::FailedPrecondition("the state directory '" + dir + "' is not a directory");
+  }
+  // Only a directory of our own: never narrow a shared one such as /tmp.
+  if (st.st_uid == ::geteuid() && (st.st_mode & 0777) != 0711 && ::chmod(dir.c_str(), 0711) != 0) {
+    return Status::Unavailable("cannot make the state directory '" + dir +
+                               "' private (chmod 0711): " + std::strerror(errno));
+  }
+  if (st.st_uid != ::geteuid()) {
+    spdlog::warn(
+        "the state directory '{}' belongs to uid {}, not to this daemon: other users "
+        "may reach its files; use a directory of its own",
+        dir, st.st_uid);
+  }
+  return Status::Ok();
+}
+
+// A store made by an older gpupool (or under a wider umask) was world-readable: 0600 now.
+void MakeStoreFilesPrivate(const std::string& db) {
+  for (const std::string& p : {db, db + "-wal", db + "-shm", db + "-journal"}) {
+    struct stat st {};
+    if (::stat(p.c_str(), &st) == 0 && (st.st_mode & 077) != 0 &&
+        ::chmod(p.c_str(), st.st_mode & 0700) != 0) {
+      spdlog::warn("cannot make '{}' private: {}", p, std::strerror(errno));
+    }
+  }
+}
+
+Result<ServerParts> StartServer(const ServerFlags& f) {
+  GP_RETURN_IF_ERROR(PrepareStateDir(f.state_dir));
   ServerParts p;
-  GP_ASSIGN_OR_RETURN(p.store, store::OpenSqliteStore(f.state_dir + "/gpupool.db"));
+  const std::string db = f.state_dir + "/gpupool.db";
+  MakeStoreFilesPrivate(db);
+  GP_ASSIGN_OR_RETURN(p.store, store::OpenSqliteStore(db));
+  MakeStoreFilesPrivate(db);
   controller::ControllerOptions co;
   co.placement_policy = f.placement_policy;
   co.queue_policy = f.queue_policy;
@@ -169,6 +210,7 @@ void AddServerFlags(CLI::App* cmd, ServerFlags* f) {
 
 // How the agent runs container jobs: `agent` and `up` share these flags.
 struct ContainerFlags {
+  bool allow_unisolated_devices = false;
   std::string cdi_kind = "gpupool.local/gpu";
   std::string dev_root = "/dev";
   std::string podman = "podman";
@@ -186,6 +228,9 @@ void AddContainerFlags(CLI::App* cmd, ContainerFlags* f) {
   cmd->add_option("--podman-arg", f->podman_args,
                   "global podman argument, repeatable: --podman-arg=--root --podman-arg=DIR")
       ->allow_extra_args(false);
+  cmd->add_flag("--allow-unisolated-devices", f->allow_unisolated_devices,
+                "start process jobs even when the GPUs they were not given cannot be denied "
+                "(missing device nodes, no devices cgroup); by default such jobs fail");
 }
 
 // What the agent found and wrote for container jobs; the CDI spec is removed on a clean
@@ -195,6 +240,7 @@ struct ContainerSetup {
   std::string cdi_kind;
   std::string cdi_error;  // why no spec was written
   std::string cdi_path;   // the spec written, to remove on shutdown
+  bool allow_unisolated_devices = false;
   void Cleanup() {
     if (!cdi_path.empty() && ::unlink(cdi_path.c_str()) != 0 && errno != ENOENT) {
       spdlog::warn("cannot remove the CDI spec '{}': {}", cdi_path, std::strerror(errno));
@@ -217,6 +263,7 @@ ContainerSetup SetUpContainers(const gpu::NodeInfo& node, const ContainerFlags& 
   base.global_args = f.podman_args;
   c.container = agent::DetectContainerOptions(base);
   c.cdi_kind = f.cdi_kind;
+  c.allow_unisolated_devices = f.allow_unisolated_devices;
   Result<std::string> path = WriteCdiSpec(node, f.cdi_kind, f.dev_root);
   if (path.ok()) {
     c.cdi_path = *path;
@@ -246,6 +293,7 @@ std::unique_ptr<agent::Launcher> MakeLauncher(const std::string& state_dir,
 }
 
 void SetContainerOptions(const ContainerSetup& c, AgentLoopOptions* ao) {
+  ao->allow_unisolated_devices = c.allow_unisolated_devices;
   ao->container = c.container;
   ao->cdi_kind = c.cdi_kind;
   ao->cdi_error = c.cdi_error;
@@ -287,6 +335,7 @@ void RegisterDaemonCommands(CLI::App& app, cli::CommandContext& ctx) {
   AddContainerFlags(up, up_container);
   up->callback([&ctx, up_flags, up_fake, up_container] {
     InstallSignalHandlers();
+    PrivateUmask();
     ServerFlags f = *up_flags;
     if (f.state_dir.empty()) f.state_dir = DefaultStateDir();
     f.podman_args = up_container->podman_args;  // one podman store for inspection and jobs
@@ -300,13 +349,12 @@ void RegisterDaemonCommands(CLI::App& app, cli::CommandContext& ctx) {
       ctx.exit_code = Fail(server.status());
       return;
     }
-    // The local agent authenticates like a remote one: with a node token.
-    auto token = controller::NewToken();
-    if (!token.ok() ||
-        !server->store
-             ->PutToken({token->second, Hostname(), "node", SystemClock::Get()->NowMicros()})
-             .ok()) {
-      ctx.exit_code = Fail(Status::Internal("cannot create the local agent's token"));
+    // The local agent authenticates like a remote one: with a node token, kept in its
+    // state directory and reused by every start.
+    Result<std::string> token = LocalAgentToken(*server->store, f.state_dir + "/agent/node-token",
+                                                Hostname(), SystemClock::Get()->NowMicros());
+    if (!token.ok()) {
+      ctx.exit_code = Fail(token.status().WithContext("the local agent's node token"));
       return;
     }
     net::ServerAddress addr;
@@ -319,8 +367,9 @@ void RegisterDaemonCommands(CLI::App& app, cli::CommandContext& ctx) {
     ao.node_name = Hostname();
     ao.state_dir = f.state_dir + "/agent";
     ao.node = node->node;
+    ao.fake_node = node->stand_in || !up_fake->empty();
     SetContainerOptions(containers, &ao);
-    AgentLoop loop(ao, net::HttpClient(addr, token->first), launcher.get());
+    AgentLoop loop(ao, net::HttpClient(addr, *token), launcher.get());
     std::thread agent_thread([&loop] { loop.Run(); });
 
     const size_t ngpus = node->node.gpus.size();
@@ -343,10 +392,15 @@ void RegisterDaemonCommands(CLI::App& app, cli::CommandContext& ctx) {
               << "Stop with Ctrl-C; running jobs keep running and are picked up on restart.\n"
               << std::flush;
     WaitForStop();
+    std::cout << "gpupool: stopping (running jobs keep running and are picked up on restart)"
+              << std::endl;
+    // The controller first: stopping it ends the local agent's long poll at once, and the
+    // API's waits end with it, so nothing here waits out a poll period.
     loop.Stop();
+    server->api->Stop();
+    server->controller->Stop();
     agent_thread.join();
     containers.Cleanup();
-    server->controller->Stop();
     server->http->Stop();
   });
 
@@ -362,6 +416,7 @@ void RegisterDaemonCommands(CLI::App& app, cli::CommandContext& ctx) {
       ->allow_extra_args(false);
   server->callback([&ctx, server_flags] {
     InstallSignalHandlers();
+    PrivateUmask();
     ServerFlags f = *server_flags;
     if (f.state_dir.empty()) f.state_dir = DefaultStateDir();
     Result<ServerParts> parts = StartServer(f);
@@ -373,6 +428,7 @@ void RegisterDaemonCommands(CLI::App& app, cli::CommandContext& ctx) {
     if (f.port > 0) std::cout << " and http://" << f.listen << ":" << parts->http->tcp_port();
     std::cout << "\n" << std::flush;
     WaitForStop();
+    parts->api->Stop();
     parts->controller->Stop();
     parts->http->Stop();
   });
@@ -399,6 +455,7 @@ void RegisterDaemonCommands(CLI::App& app, cli::CommandContext& ctx) {
   AddContainerFlags(agent_cmd, agent_container);
   agent_cmd->callback([&ctx, af, agent_container] {
     InstallSignalHandlers();
+    PrivateUmask();
     Result<net::ServerAddress> addr = net::ParseServerAddress(af->controller);
     if (!addr.ok()) {
       ctx.exit_code = 2;
@@ -424,6 +481,7 @@ void RegisterDaemonCommands(CLI::App& app, cli::CommandContext& ctx) {
     ao.node_name = af->node_name.empty() ? Hostname() : af->node_name;
     ao.state_dir = state;
     ao.node = node->node;
+    ao.fake_node = !af->fake.empty();
     SetContainerOptions(containers, &ao);
     AgentLoop loop(ao, net::HttpClient(*addr, token), launcher.get());
     std::thread t([&loop] { loop.Run(); });

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <filesystem>
 #include <set>
 #include <tuple>
@@ -234,6 +235,8 @@ Result<EnvReport> InspectTree(const std::string& root, const InspectOptions& opt
   }
   EnvReport r;
   r.root = root;
+  uint64_t total_bytes = 0;
+  Status limit_hit;
 
   auto visit = [&](const fs::path& path) {
     const std::string rel =
@@ -254,6 +257,13 @@ Result<EnvReport> InspectTree(const std::string& root, const InspectOptions& opt
     if (!m.ok()) {
       if (m.status().code() == StatusCode::kResourceExhausted)
         r.warnings.push_back(m.status().message());
+      return;
+    }
+    total_bytes += m->bytes().size();
+    if (options.max_total_bytes > 0 && total_bytes > options.max_total_bytes) {
+      limit_hit = Status::ResourceExhausted(
+          "'" + root + "' holds more than " + std::to_string(options.max_total_bytes >> 20) +
+          " MiB of files, the limit for an inspection: inspect a smaller directory");
       return;
     }
     if (!LooksLikeElf(m->bytes())) return;
@@ -281,11 +291,27 @@ Result<EnvReport> InspectTree(const std::string& root, const InspectOptions& opt
       }
       if (!it->is_regular_file(ec) || it->is_symlink(ec)) continue;
       if (++r.files_scanned > options.max_files) {
-        r.warnings.push_back("stopped after " + std::to_string(options.max_files) + " files");
+        limit_hit = Status::ResourceExhausted(
+            "'" + root + "' has more than " + std::to_string(options.max_files) +
+            " files, the limit for an inspection: inspect a smaller directory");
+        break;
+      }
+      if (options.deadline_ms > 0 && r.files_scanned % 64 == 0 &&
+          std::chrono::duration_cast<std::chrono::milliseconds>(
+              std::chrono::steady_clock::now().time_since_epoch())
+                  .count() > options.deadline_ms) {
+        limit_hit = Status::ResourceExhausted("inspecting '" + root +
+                                              "' took longer than its time limit: inspect a "
+                                              "smaller directory");
         break;
       }
       visit(it->path());
+      if (!limit_hit.ok()) break;
     }
+  }
+  if (!limit_hit.ok()) {
+    if (options.limits_are_errors) return limit_hit;
+    r.warnings.push_back("stopped early: " + limit_hit.message());
   }
   std::sort(r.libraries.begin(), r.libraries.end(),
             [](const auto& a, const auto& b) { return a.path < b.path; });

@@ -54,6 +54,11 @@ struct EnvReport {
 struct InspectOptions {
   uint64_t max_files = 2'000'000;
   uint64_t max_file_bytes = uint64_t{8} << 30;  // larger files are skipped with a warning
+  uint64_t max_total_bytes = 0;                 // of all files read; 0 = no limit
+  int64_t deadline_ms = 0;  // on the steady clock (ms since its epoch); 0 = none
+  // Past max_files, max_total_bytes or the deadline: ResourceExhausted instead of a
+  // warning and a partial report (the pool's inspections, which must not be partial).
+  bool limits_are_errors = false;
 };
 
 Result<EnvReport> InspectTree(const std::string& root, const InspectOptions& options = {});

@@ -80,7 +80,7 @@ Result<std::string> RunCapture(const std::vector<std::string>& argv, int timeout
 
 Result<std::string> ImageId(const std::string& ref, const std::vector<std::string>& podman_args) {
   Result<std::string> id =
-      RunCapture(PodmanArgv(podman_args, {"image", "inspect", "--format", "{{.Id}}", ref}));
+      RunCapture(PodmanArgv(podman_args, {"image", "inspect", "--format", "{{.Id}}", "--", ref}));
   if (!id.ok()) {
     return Status::NotFound("image '" + ref + "' is not in podman's local store on this node (" +
                             id.status().message() +

@@ -59,6 +59,16 @@ CREATE TABLE environments (
   PRIMARY KEY (name, version)
 );
 )sql",
+    // What a named environment is pinned to: an image's id, a directory's digest.
+    R"sql(
+ALTER TABLE environments ADD COLUMN image_id TEXT NOT NULL DEFAULT '';
+ALTER TABLE environments ADD COLUMN dir_digest TEXT NOT NULL DEFAULT '';
+)sql",
+    // Tokens may expire, and record (coarsely) when they were last used.
+    R"sql(
+ALTER TABLE tokens ADD COLUMN expires_us INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE tokens ADD COLUMN last_used_us INTEGER NOT NULL DEFAULT 0;
+)sql",
 };
 
 class Stmt {
@@ -261,32 +271,42 @@ class SqliteStore final : public Store {
 
   Status PutToken(const TokenRecord& t) override {
     std::lock_guard lock(mu_);
-    Stmt s(db_, "INSERT INTO tokens(token_hash, user, kind, created_us) VALUES(?,?,?,?)");
+    Stmt s(db_,
+           "INSERT INTO tokens(token_hash, user, kind, created_us, expires_us, last_used_us) "
+           "VALUES(?,?,?,?,?,?)");
     s.Bind(1, t.token_hash);
     s.Bind(2, t.user);
     s.Bind(3, t.kind);
     s.Bind(4, t.created_us);
+    s.Bind(5, t.expires_us);
+    s.Bind(6, t.last_used_us);
     if (s.Step() != SQLITE_DONE) return Error("store token");
     return Status::Ok();
   }
 
   Result<std::optional<TokenRecord>> FindToken(std::string_view hash) override {
     std::lock_guard lock(mu_);
-    Stmt s(db_, "SELECT token_hash, user, kind, created_us FROM tokens WHERE token_hash=?");
+    Stmt s(db_,
+           "SELECT token_hash, user, kind, created_us, expires_us, last_used_us FROM tokens "
+           "WHERE token_hash=?");
     s.Bind(1, std::string(hash));
     const int rc = s.Step();
     if (rc == SQLITE_DONE) return std::optional<TokenRecord>();
     if (rc != SQLITE_ROW) return Error("find token");
-    return std::optional<TokenRecord>(TokenRecord{s.Text(0), s.Text(1), s.Text(2), s.Int(3)});
+    return std::optional<TokenRecord>(
+        TokenRecord{s.Text(0), s.Text(1), s.Text(2), s.Int(3), s.Int(4), s.Int(5)});
   }
 
   Result<std::vector<TokenRecord>> ListTokens() override {
     std::lock_guard lock(mu_);
-    Stmt s(db_, "SELECT token_hash, user, kind, created_us FROM tokens ORDER BY created_us");
+    Stmt s(db_,
+           "SELECT token_hash, user, kind, created_us, expires_us, last_used_us FROM tokens "
+           "ORDER BY created_us");
     std::vector<TokenRecord> out;
     int rc;
-    while ((rc = s.Step()) == SQLITE_ROW)
-      out.push_back({s.Text(0), s.Text(1), s.Text(2), s.Int(3)});
+    while ((rc = s.Step()) == SQLITE_ROW) {
+      out.push_back({s.Text(0), s.Text(1), s.Text(2), s.Int(3), s.Int(4), s.Int(5)});
+    }
     if (rc != SQLITE_DONE) return Error("list tokens");
     return out;
   }
@@ -300,11 +320,21 @@ class SqliteStore final : public Store {
     return Status::Ok();
   }
 
+  Status TouchToken(std::string_view hash, int64_t used_us) override {
+    std::lock_guard lock(mu_);
+    Stmt s(db_, "UPDATE tokens SET last_used_us=? WHERE token_hash=?");
+    s.Bind(1, used_us);
+    s.Bind(2, std::string(hash));
+    if (s.Step() != SQLITE_DONE) return Error("record the use of a token");
+    if (sqlite3_changes(db_) == 0) return Status::NotFound("no such token");
+    return Status::Ok();
+  }
+
   Status PutEnvironment(const EnvironmentRecord& e) override {
     std::lock_guard lock(mu_);
     Stmt s(db_,
            "INSERT INTO environments(name, version, kind, location, needs_json, owner, "
-           "created_us) VALUES(?,?,?,?,?,?,?)");
+           "created_us, image_id, dir_digest) VALUES(?,?,?,?,?,?,?,?,?)");
     s.Bind(1, e.name);
     s.Bind(2, e.version);
     s.Bind(3, e.kind);
@@ -312,6 +342,8 @@ class SqliteStore final : public Store {
     s.Bind(5, e.needs_json);
     s.Bind(6, e.owner);
     s.Bind(7, e.created_us);
+    s.Bind(8, e.image_id);
+    s.Bind(9, e.dir_digest);
     const int rc = s.Step();
     if ((rc & 0xff) == SQLITE_CONSTRAINT) {
       return Status::AlreadyExists("environment " + e.name + ":" + e.version +
@@ -326,26 +358,30 @@ class SqliteStore final : public Store {
                                                            std::string_view version) override {
     std::lock_guard lock(mu_);
     Stmt s(db_,
-           "SELECT name, version, kind, location, needs_json, owner, created_us FROM "
+           "SELECT name, version, kind, location, needs_json, owner, created_us, image_id, "
+           "dir_digest FROM "
            "environments WHERE name=? AND version=?");
     s.Bind(1, std::string(name));
     s.Bind(2, std::string(version));
     const int rc = s.Step();
     if (rc == SQLITE_DONE) return std::optional<EnvironmentRecord>();
     if (rc != SQLITE_ROW) return Error("find environment");
-    return std::optional<EnvironmentRecord>(EnvironmentRecord{
-        s.Text(0), s.Text(1), s.Text(2), s.Text(3), s.Text(4), s.Text(5), s.Int(6)});
+    return std::optional<EnvironmentRecord>(EnvironmentRecord{s.Text(0), s.Text(1), s.Text(2),
+                                                              s.Text(3), s.Text(4), s.Text(5),
+                                                              s.Int(6), s.Text(7), s.Text(8)});
   }
 
   Result<std::vector<EnvironmentRecord>> ListEnvironments() override {
     std::lock_guard lock(mu_);
     Stmt s(db_,
-           "SELECT name, version, kind, location, needs_json, owner, created_us FROM "
+           "SELECT name, version, kind, location, needs_json, owner, created_us, image_id, "
+           "dir_digest FROM "
            "environments ORDER BY name, version");
     std::vector<EnvironmentRecord> out;
     int rc;
     while ((rc = s.Step()) == SQLITE_ROW) {
-      out.push_back({s.Text(0), s.Text(1), s.Text(2), s.Text(3), s.Text(4), s.Text(5), s.Int(6)});
+      out.push_back({s.Text(0), s.Text(1), s.Text(2), s.Text(3), s.Text(4), s.Text(5), s.Int(6),
+                     s.Text(7), s.Text(8)});
     }
     if (rc != SQLITE_DONE) return Error("list environments");
     return out;

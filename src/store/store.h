@@ -41,9 +41,11 @@ struct NodeRecord {
 
 struct TokenRecord {
   std::string token_hash;  // SHA-256 of the token, hex; the token itself is never stored
-  std::string user;
-  std::string kind;  // "user" or "node"
+  std::string user;        // kind "node": the node the token belongs to
+  std::string kind;        // "user", "node" or "metrics"
   int64_t created_us = 0;
+  int64_t expires_us = 0;    // refused from this time on; 0 = never
+  int64_t last_used_us = 0;  // coarse (written at most about once a minute); 0 = never used
   friend bool operator==(const TokenRecord&, const TokenRecord&) = default;
 };
 
@@ -56,6 +58,10 @@ struct EnvironmentRecord {
   std::string needs_json;  // jobs::EnvNeeds as JSON (jobs/job_json.h)
   std::string owner;       // who registered it
   int64_t created_us = 0;
+  std::string image_id;    // kind "image": the full image id it runs; "" for records made
+                           // before ids were recorded (they run `location`)
+  std::string dir_digest;  // kind "dir": the tree's digest at registration ("sha256:..."),
+                           // envcheck/tree_digest.h; "" for records made before digests
   friend bool operator==(const EnvironmentRecord&, const EnvironmentRecord&) = default;
 };
 
@@ -83,8 +89,12 @@ class Store {
 
   virtual Status PutToken(const TokenRecord& token) = 0;
   virtual Result<std::optional<TokenRecord>> FindToken(std::string_view token_hash) = 0;
+  // Oldest first.
   virtual Result<std::vector<TokenRecord>> ListTokens() = 0;
+  // NotFound when absent.
   virtual Status DeleteToken(std::string_view token_hash) = 0;
+  // Records a use of the token (last_used_us); NotFound when absent.
+  virtual Status TouchToken(std::string_view token_hash, int64_t used_us) = 0;
 
   // AlreadyExists when NAME:VERSION is taken (environments never change once added).
   virtual Status PutEnvironment(const EnvironmentRecord& env) = 0;

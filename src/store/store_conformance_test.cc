@@ -138,11 +138,35 @@ TEST_P(StoreTest, NodesAndTokens) {
   EXPECT_EQ(store_->DeleteToken("abc123").code(), StatusCode::kNotFound);
 }
 
+TEST_P(StoreTest, TokensKeepTheirExpiryAndLastUse) {
+  TokenRecord never{"h-never", "alice", "user", 10};
+  TokenRecord expiring{"h-expiring", "gpu7", "node", 11, /*expires_us=*/5000};
+  ASSERT_TRUE(store_->PutToken(never).ok());
+  ASSERT_TRUE(store_->PutToken(expiring).ok());
+  EXPECT_EQ(store_->FindToken("h-expiring")->value(), expiring);
+  EXPECT_EQ(store_->FindToken("h-never")->value().expires_us, 0);
+  EXPECT_EQ(store_->FindToken("h-never")->value().last_used_us, 0);
+
+  ASSERT_TRUE(store_->TouchToken("h-never", 4242).ok());
+  EXPECT_EQ(store_->FindToken("h-never")->value().last_used_us, 4242);
+  EXPECT_EQ(store_->FindToken("h-expiring")->value(), expiring);  // only the one touched
+  EXPECT_EQ(store_->TouchToken("h-gone", 1).code(), StatusCode::kNotFound);
+
+  auto list = store_->ListTokens();
+  ASSERT_TRUE(list.ok());
+  ASSERT_EQ(list->size(), 2u);
+  never.last_used_us = 4242;
+  EXPECT_EQ((*list)[0], never);  // oldest first
+  EXPECT_EQ((*list)[1], expiring);
+}
+
 TEST_P(StoreTest, EnvironmentsAreImmutableAndListedInOrder) {
   EnvironmentRecord a{"torch", "2.4", "image", "localhost/torch:2.4", R"({"source":"x"})",
                       "alice", 10};
   EnvironmentRecord b{"torch", "1.13", "dir", "/opt/envs/torch-1.13", "{}", "bob", 11};
   EnvironmentRecord c{"jax", "0.4", "image", "localhost/jax:0.4", "{}", "alice", 12};
+  a.image_id = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";  // pinned
+  b.dir_digest = "sha256:00ff";
   for (const auto* e : {&a, &b, &c}) ASSERT_TRUE(store_->PutEnvironment(*e).ok());
   EnvironmentRecord again = a;
   again.location = "localhost/other:1";
@@ -216,6 +240,39 @@ TEST(SqliteStoreTest, SurvivesReopenAndRefusesNewerSchema) {
             std::string::npos);
   auto bad = OpenSqliteStore("/nonexistent-dir/state.db");
   EXPECT_EQ(bad.status().code(), StatusCode::kUnavailable);
+  std::filesystem::remove_all(dir);
+}
+
+// A store written before tokens could expire: its tokens never expire and were never used.
+TEST(SqliteStoreTest, MigratesTokensOfTheFirstSchema) {
+  auto dir =
+      std::filesystem::temp_directory_path() / ("gpupool-migrate-" + std::to_string(getpid()));
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  const std::string path = (dir / "state.db").string();
+  {
+    sqlite3* db = nullptr;
+    ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
+    const char* v1 =
+        "CREATE TABLE tokens (token_hash TEXT PRIMARY KEY, user TEXT NOT NULL, kind TEXT NOT "
+        "NULL, created_us INTEGER NOT NULL);"
+        "INSERT INTO tokens VALUES('old-hash', 'alice', 'user', 77);"
+        "CREATE TABLE jobs (id INTEGER PRIMARY KEY AUTOINCREMENT, user TEXT NOT NULL, state "
+        "TEXT NOT NULL, node TEXT NOT NULL DEFAULT '', end_time_us INTEGER NOT NULL DEFAULT 0, "
+        "body TEXT NOT NULL);"
+        "CREATE TABLE nodes (name TEXT PRIMARY KEY, info_json TEXT NOT NULL, agent_url TEXT NOT "
+        "NULL, cpu_milli INTEGER NOT NULL, memory_mib INTEGER NOT NULL, registered_us INTEGER "
+        "NOT NULL, last_heartbeat_us INTEGER NOT NULL, draining INTEGER NOT NULL);"
+        "PRAGMA user_version=1;";
+    ASSERT_EQ(sqlite3_exec(db, v1, nullptr, nullptr, nullptr), SQLITE_OK);
+    sqlite3_close(db);
+  }
+  auto s = OpenSqliteStore(path);
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  EXPECT_EQ((*s)->FindToken("old-hash")->value(), (TokenRecord{"old-hash", "alice", "user", 77}));
+  ASSERT_TRUE((*s)->TouchToken("old-hash", 99).ok());
+  EXPECT_EQ((*s)->FindToken("old-hash")->value().last_used_us, 99);
+  s->reset();
   std::filesystem::remove_all(dir);
 }
 

@@ -442,6 +442,13 @@ TEST_F(ClientE2eTest, NodesUsageTokensRenderAndSendTheirQueries) {
     if (r.method == "POST" && r.path == "/v1/tokens") {
       return JsonAnswer(201, R"({"token": "gpt_secret", "user": "alice", "kind": "user"})");
     }
+    if (r.method == "DELETE" && r.path == "/v1/tokens/0123456789ab") {
+      return JsonAnswer(200,
+                        R"({"revoked": {"id": "0123456789ab", "user": "gpu7", "kind": "node"}})");
+    }
+    if (r.method == "DELETE") {
+      return JsonAnswer(404, R"({"error": "no token has the id abc: see `gpupool token list`"})");
+    }
     return JsonAnswer(404, R"({"error": "no route"})");
   });
   RunResult r = Run({"nodes"});
@@ -465,6 +472,27 @@ TEST_F(ClientE2eTest, NodesUsageTokensRenderAndSendTheirQueries) {
   EXPECT_EQ(reqs[1].Query("by"), "project");
   EXPECT_EQ(reqs[1].Query("until_us"), "");
   EXPECT_EQ(reqs[2].body, R"({"user":"alice","kind":"user"})");
+
+  r = Run({"token", "create", "--user", "prom", "--kind", "metrics", "--expires", "90d"});
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(Requests().back().body, R"({"user":"prom","kind":"metrics","expires_in_s":7776000})");
+  for (const char* bad : {"90", "soon", "0s"}) {
+    r = Run({"token", "create", "--user", "prom", "--expires", bad});
+    EXPECT_EQ(r.code, 2) << bad;
+    EXPECT_NE(r.err.find("--expires " + std::string(bad) + ": give how long"), std::string::npos)
+        << r.err;
+  }
+  r = Run({"token", "create", "--user", "x", "--kind", "root"});
+  EXPECT_NE(r.err.find("use user, node or metrics"), std::string::npos) << r.err;
+  EXPECT_EQ(Requests().size(), 4u);  // refused before any request
+
+  r = Run({"token", "revoke", "0123456789ab"});
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.out, "revoked node token 0123456789ab of gpu7\n");
+  EXPECT_EQ(Requests().back().method, "DELETE");
+  r = Run({"token", "revoke", "abc"});
+  EXPECT_NE(r.code, 0);
+  EXPECT_EQ(r.err, "gpupool: no token has the id abc: see `gpupool token list`\n");
 }
 
 }  // namespace

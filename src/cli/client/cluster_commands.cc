@@ -1,4 +1,4 @@
-// `gpupool nodes`, `gpupool usage`, `gpupool token create|list`, `gpupool whoami`.
+// `gpupool nodes`, `gpupool usage`, `gpupool token create|list|revoke`, `gpupool whoami`.
 #include <functional>
 
 #include "cli/client/client_common.h"
@@ -63,15 +63,34 @@ struct TokenCreateState {
   SimpleState base;
   std::string user;
   std::string kind = "user";
+  std::string expires;  // a duration from now ("90d"); empty: never
 };
 
+// Seconds from "90d", "12h", "1h30m", "45s": a unit is required, since a bare number
+// (minutes, as time limits read it) is easy to misread as days here.
+Result<int64_t> ParseExpiry(const std::string& text) {
+  const bool bare = !text.empty() && text.find_first_not_of("0123456789") == std::string::npos;
+  Result<int64_t> secs = bare ? Status::InvalidArgument("give a unit") : ParseDuration(text);
+  if (!secs.ok() || *secs <= 0) {
+    return Status::InvalidArgument("--expires " + text +
+                                   ": give how long the token lasts with a unit, e.g. 90d, 12h, "
+                                   "30m or 45s");
+  }
+  return *secs;
+}
+
 Status RunTokenCreate(const ClientRuntime& rt, const TokenCreateState& s) {
-  if (s.kind != "user" && s.kind != "node") {
-    return Status::InvalidArgument("--kind " + s.kind + ": use user or node");
+  if (s.kind != "user" && s.kind != "node" && s.kind != "metrics") {
+    return Status::InvalidArgument("--kind " + s.kind + ": use user, node or metrics");
   }
   if (s.user.empty()) return Status::InvalidArgument("--user: give the user the token is for");
+  int64_t expires_in_s = 0;
+  if (!s.expires.empty()) {
+    GP_ASSIGN_OR_RETURN(expires_in_s, ParseExpiry(s.expires));
+  }
   GP_ASSIGN_OR_RETURN(ApiClient api, Connect(rt, s.base.conn));
   OrderedJson body = {{"user", s.user}, {"kind", s.kind}};
+  if (expires_in_s > 0) body["expires_in_s"] = expires_in_s;
   GP_ASSIGN_OR_RETURN(ApiAnswer answer, api.Post("/v1/tokens", DumpJson(body)));
   if (s.base.json) {
     PrintRaw(rt, answer.body);
@@ -82,9 +101,32 @@ Status RunTokenCreate(const ClientRuntime& rt, const TokenCreateState& s) {
   // The token alone on stdout, so `TOKEN=$(gpupool token create ...)` works; advice on
   // stderr.
   Print(rt, token + "\n");
+  const int64_t expires_us = GetInt(answer.json, "expires_us");
   *rt.env.err << "gpupool: a " << s.kind << " token for " << GetString(answer.json, "user", s.user)
-              << "; it is shown only this once: keep it secret and use it as GPUPOOL_TOKEN or "
+              << " (id " << GetString(answer.json, "id", "?") << ", "
+              << (expires_us > 0 ? "expires " + FormatTimeUtc(expires_us) : "never expires")
+              << "); it is shown only this once: keep it secret and use it as GPUPOOL_TOKEN or "
                  "--token\n";
+  return Status::Ok();
+}
+
+struct TokenRevokeState {
+  SimpleState base;
+  std::string id;
+};
+
+Status RunTokenRevoke(const ClientRuntime& rt, const TokenRevokeState& s) {
+  GP_ASSIGN_OR_RETURN(ApiClient api, Connect(rt, s.base.conn));
+  GP_ASSIGN_OR_RETURN(ApiAnswer answer, api.Delete("/v1/tokens/" + s.id));
+  if (s.base.json) {
+    PrintRaw(rt, answer.body);
+    return Status::Ok();
+  }
+  const Json* revoked = Field(answer.json, "revoked");
+  const Json none = Json::object();
+  const Json& r = revoked != nullptr ? *revoked : none;
+  Print(rt, "revoked " + GetString(r, "kind", "?") + " token " + GetString(r, "id", s.id) + " of " +
+                GetString(r, "user", "?") + "\n");
   return Status::Ok();
 }
 
@@ -117,9 +159,15 @@ void RegisterClusterCommands(CLI::App& app, const RuntimePtr& rt) {
   token->require_subcommand(1);
   auto tc = std::make_shared<TokenCreateState>();
   CLI::App* create = token->add_subcommand("create", "Create a token; it is shown only once");
-  create->add_option("--user", tc->user, "the user (or node) the token is for")->required();
-  create->add_option("--kind", tc->kind, "user (a person's token) or node (an agent's join token)")
+  create->add_option("--user", tc->user, "the user (or, for --kind node, the node) it is for")
+      ->required();
+  create
+      ->add_option("--kind", tc->kind,
+                   "user (a person's token), node (an agent's join token, for that node only) "
+                   "or metrics (reads GET /v1/nodes and /v1/usage only)")
       ->capture_default_str();
+  create->add_option("--expires", tc->expires,
+                     "refused after this long: 90d, 12h, 30m, 45s (default: never)");
   create->add_flag("--json", tc->base.json, "print the server's JSON");
   AddConnectionOptions(*create, &tc->base.conn);
   create->callback([rt, tc] { Report(*rt, RunTokenCreate(*rt, *tc)); });
@@ -128,8 +176,17 @@ void RegisterClusterCommands(CLI::App& app, const RuntimePtr& rt) {
   list->add_flag("--json", tl->json, "print the server's JSON");
   AddConnectionOptions(*list, &tl->conn);
   list->callback([rt, tl] {
-    Report(*rt, GetAndPrint(*rt, *tl, "/v1/tokens", [](const Json& j) { return RenderTokens(j); }));
+    const int64_t now = rt->env.now_us();
+    Report(*rt, GetAndPrint(*rt, *tl, "/v1/tokens",
+                            [now](const Json& j) { return RenderTokens(j, now); }));
   });
+  auto tr = std::make_shared<TokenRevokeState>();
+  CLI::App* revoke =
+      token->add_subcommand("revoke", "Revoke a token: it is refused (401) from now on");
+  revoke->add_option("ID", tr->id, "the token's id, as `gpupool token list` shows it")->required();
+  revoke->add_flag("--json", tr->base.json, "print the server's JSON");
+  AddConnectionOptions(*revoke, &tr->base.conn);
+  revoke->callback([rt, tr] { Report(*rt, RunTokenRevoke(*rt, *tr)); });
 
   auto w = std::make_shared<SimpleState>();
   CLI::App* whoami = app.add_subcommand("whoami", "Who the server takes you for");

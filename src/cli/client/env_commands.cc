@@ -36,9 +36,14 @@ std::string RenderEnvironments(const Json& answer) {
     }
     const std::string cuda = GetString(n, "cuda");
     const std::string driver = GetString(n, "min_driver");
-    t.AddRow({GetString(e, "name"), GetString(e, "kind"), GetString(e, "location"),
-              cuda.empty() ? "-" : cuda, driver.empty() ? "-" : driver, code,
-              GetString(e, "owner")});
+    std::string location = GetString(e, "location");
+    // What it runs: the image id recorded at registration (re-tagging changes nothing).
+    if (const std::string id = GetString(e, "image_id"); !id.empty()) {
+      location +=
+          " (" + id.substr(id.rfind(':') == std::string::npos ? 0 : id.rfind(':') + 1, 12) + ")";
+    }
+    t.AddRow({GetString(e, "name"), GetString(e, "kind"), location, cuda.empty() ? "-" : cuda,
+              driver.empty() ? "-" : driver, code, GetString(e, "owner")});
   }
   if (t.rows() == 0)
     return "no environments registered; add one with `gpupool env add NAME:VERSION --image REF`\n";
@@ -94,7 +99,10 @@ void RegisterEnvPoolCommands(CLI::App& app, const RuntimePtr& rt) {
   auto add_state = std::make_shared<EnvState>();
   CLI::App* add = env->add_subcommand(
       "add", "register an immutable, inspected environment NAME:VERSION (an image or a directory)");
-  add->add_option("name", add_state->ref, "NAME:VERSION, e.g. torch:2.4")->required();
+  add->add_option("name", add_state->ref,
+                  "NAME:VERSION, e.g. torch:2.4; names are their first registrant's, and "
+                  "PREFIX/NAME:VERSION (site/torch:2.4) is for admins")
+      ->required();
   add->add_option("--image", add_state->image, "an image in podman's store on the server's host");
   add->add_option("--dir", add_state->dir, "a directory (conda env, virtualenv) on the nodes");
   add->add_flag("--json", add_state->json, "print the server's answer as JSON");
@@ -129,10 +137,11 @@ void RegisterEnvPoolCommands(CLI::App& app, const RuntimePtr& rt) {
       const std::string& ref = rm_state->ref;
       const bool plain = !ref.empty() && std::all_of(ref.begin(), ref.end(), [](char c) {
         return std::isalnum(static_cast<unsigned char>(c)) || c == ':' || c == '.' || c == '_' ||
-               c == '-';
+               c == '-' || c == '/';
       });
-      if (!plain) {
-        return Status::InvalidArgument("env rm " + ref + ": not NAME:VERSION, e.g. torch:2.4");
+      if (!plain || ref.front() == '/') {
+        return Status::InvalidArgument("env rm " + ref +
+                                       ": not NAME:VERSION, e.g. torch:2.4 or site/torch:2.4");
       }
       GP_RETURN_IF_ERROR(api.Delete("/v1/environments/" + ref).status());
       Print(*rt, "removed " + rm_state->ref + "\n");

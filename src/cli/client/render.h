@@ -21,7 +21,8 @@ std::string RenderNodes(const Json& answer, int64_t now_us);
 // `gpupool usage`: {"since_us", "until_us", "by", "rows": [...]} as a table with a total.
 std::string RenderUsage(const Json& answer);
 // `gpupool token list`: {"tokens": [...]} as a table.
-std::string RenderTokens(const Json& answer);
+// Expiry and last use are shown against `now_us` ("(expired)", "3m ago").
+std::string RenderTokens(const Json& answer, int64_t now_us);
 // `gpupool whoami`: "alice (uid 1000)", with ", admin" when so.
 std::string RenderWhoami(const Json& answer);
 

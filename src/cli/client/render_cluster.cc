@@ -85,15 +85,22 @@ std::string RenderUsage(const Json& answer) {
   return out + t.Render();
 }
 
-std::string RenderTokens(const Json& answer) {
-  Table t({"ID", "USER", "KIND", "CREATED"});
+std::string RenderTokens(const Json& answer, int64_t now_us) {
+  Table t({"ID", "KIND", "USER/NODE", "CREATED", "EXPIRES", "LAST USED"});
   for (const Json& tok : GetArray(answer, "tokens")) {
     const Json* id = Field(tok, "id");
-    t.AddRow({id == nullptr     ? ""
-              : id->is_string() ? id->get<std::string>()
-                                : id->dump(),
-              GetString(tok, "user"), GetString(tok, "kind"),
-              FormatTimeUtc(GetInt(tok, "created_us"))});
+    const int64_t expires = GetInt(tok, "expires_us");
+    const int64_t used = GetInt(tok, "last_used_us");
+    t.AddRow(
+        {id == nullptr     ? ""
+         : id->is_string() ? id->get<std::string>()
+                           : id->dump(),
+         GetString(tok, "kind"), GetString(tok, "user"), FormatTimeUtc(GetInt(tok, "created_us")),
+         expires <= 0        ? "never"
+         : expires <= now_us ? FormatTimeUtc(expires) + " (expired)"
+                             : FormatTimeUtc(expires),
+         used <= 0 ? "never"
+                   : FormatDuration(std::max<int64_t>(0, now_us - used) / 1'000'000) + " ago"});
   }
   return t.Render();
 }

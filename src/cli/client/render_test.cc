@@ -153,11 +153,24 @@ TEST(RenderUsageTest, RowsAndTotal) {
 }
 
 TEST(RenderTokensAndWhoamiTest, Canned) {
+  const int64_t now = 1793491200000000 + 3600'000'000;  // an hour after the first was made
   EXPECT_EQ(RenderTokens(Parse(R"({"tokens": [{"id": 2, "user": "alice", "kind": "user",
-              "created_us": 1793491200000000}, {"id": "n1", "user": "gpu7", "kind": "node"}]})")),
-            "ID  USER   KIND  CREATED\n"
-            "2   alice  user  2026-11-01T00:00:00Z\n"
-            "n1  gpu7   node  -\n");
+              "created_us": 1793491200000000}, {"id": "n1", "user": "gpu7", "kind": "node"},
+              {"id": "m1", "user": "prom", "kind": "metrics", "created_us": 1793491200000000,
+               "expires_us": 1793491200000000, "last_used_us": 1793494620000000},
+              {"id": "u2", "user": "bob", "kind": "user", "created_us": 1793491200000000,
+               "expires_us": 1794355200000000, "last_used_us": 1793491200000000}]})"),
+                         now),
+            "ID  KIND     USER/NODE  CREATED               EXPIRES                         "
+            "LAST USED\n"
+            "2   user     alice      2026-11-01T00:00:00Z  never                           "
+            "never\n"
+            "n1  node     gpu7       -                     never                           "
+            "never\n"
+            "m1  metrics  prom       2026-11-01T00:00:00Z  2026-11-01T00:00:00Z (expired)  "
+            "3m00s ago\n"
+            "u2  user     bob        2026-11-01T00:00:00Z  2026-11-11T00:00:00Z            "
+            "1h00m ago\n");
   EXPECT_EQ(RenderWhoami(Parse(R"({"user": "alice", "uid": 1000, "admin": false})")),
             "alice (uid 1000)\n");
   EXPECT_EQ(RenderWhoami(Parse(R"({"user": "root", "uid": 0, "admin": true})")),

@@ -1,0 +1,27 @@
+// Which kinds of caller may use which endpoints: one table (endpoint_access.cc) consulted
+// for every request after authentication, so that no handler decides it on its own.
+// docs/security.md ("Caller kinds") is the same table in words. Pure functions,
+// thread-safe.
+#pragma once
+
+#include <string>
+#include <string_view>
+
+#include "common/status.h"
+#include "controller/auth.h"
+
+namespace gpupool::controller {
+
+// Ok when `who` may call `method path`; kPermissionDenied naming the caller's kind, what
+// it may use instead and how to get the right credential otherwise. Whether the endpoint
+// exists is the router's business: an unknown path is allowed to whom the catch-all rule
+// allows (users and admins), who then get 404.
+Status MayCall(const Identity& who, std::string_view method, std::string_view path);
+
+// For an agent endpoint: the node `who` acts for. `*node` is the node the request names
+// (empty: none). A node token acts only for its own node: an empty `*node` becomes it,
+// another is kPermissionDenied naming both. Root on the Unix socket acts for any node
+// (`*node` is left as it is). Any other caller is kPermissionDenied.
+Status ActAsNode(const Identity& who, std::string* node);
+
+}  // namespace gpupool::controller

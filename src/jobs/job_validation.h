@@ -1,0 +1,27 @@
+// Grammars of the job fields that reach a command line (podman's, the job's environment):
+// checked when a job is submitted and again by the agent before it builds a command, so
+// that no value can be read as an option of another tool. Each check returns
+// InvalidArgument naming the field and what a valid value looks like.
+#pragma once
+
+#include <string>
+
+#include "common/status.h"
+#include "jobs/job.h"
+
+namespace gpupool::jobs {
+
+// An OCI image reference as podman and docker accept it: [DOMAIN[:PORT]/]PATH[:TAG][@DIGEST]
+// (lower-case path components separated by '/', a tag of at most 128 word characters, '.'
+// and '-', a digest ALGORITHM:HEX), or a bare image id (hex). Never starts with '-'.
+Status ValidateImageRef(const std::string& ref, const std::string& field = "image");
+
+// An environment variable name: a letter or '_' followed by letters, digits and '_'
+// (POSIX's portable names), at most 255 characters.
+Status ValidateEnvName(const std::string& name, const std::string& field = "env");
+
+// Every field of a submitted job that a tool will see: image, variable names and values,
+// working directory and mount paths. Called by the controller at submit.
+Status ValidateSubmission(const Job& job);
+
+}  // namespace gpupool::jobs

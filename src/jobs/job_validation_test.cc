@@ -1,0 +1,68 @@
+#include "jobs/job_validation.h"
+
+#include <gtest/gtest.h>
+
+namespace gpupool::jobs {
+namespace {
+
+TEST(ImageRefTest, AcceptsWhatPodmanAccepts) {
+  for (const char* ref :
+       {"ubuntu", "ubuntu:22.04", "docker.io/library/ubuntu:22.04",
+        "localhost/gpupool-itest-cu124:1", "nvcr.io/nvidia/pytorch:24.05-py3",
+        "registry.example.com:5000/team/img_a.b-c:v1.2",
+        "quay.io/a/b/c@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef",
+        "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef", "a__b", "a---b"}) {
+    EXPECT_TRUE(ValidateImageRef(ref).ok()) << ref << ": " << ValidateImageRef(ref).message();
+  }
+}
+
+// Regression: `submit --image=--user=0:0` ran the container as root (a podman flag).
+TEST(ImageRefTest, ImageFieldThatIsAPodmanFlagIsRefused) {
+  for (const char* ref : {"--user=0:0", "--privileged", "-v/:/host", "-u0"}) {
+    Status s = ValidateImageRef(ref);
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << ref;
+    EXPECT_NE(s.message().find("image"), std::string::npos) << s.message();
+    EXPECT_NE(s.message().find("starts with '-'"), std::string::npos) << s.message();
+  }
+}
+
+TEST(ImageRefTest, RefusesWhatIsNotAReference) {
+  for (const char* ref : {"", "Upper", "a b", "img:", "img:tag with space", "img\n",
+                          "img@sha256:short", "a/../b", "/abs/path", "img:-tag", "a//b"}) {
+    EXPECT_FALSE(ValidateImageRef(ref).ok()) << ref;
+  }
+  EXPECT_FALSE(ValidateImageRef(std::string(600, 'a')).ok());
+}
+
+TEST(EnvNameTest, PortableNamesOnly) {
+  for (const char* n : {"A", "_x", "CUDA_VISIBLE_DEVICES", "a1"})
+    EXPECT_TRUE(ValidateEnvName(n).ok());
+  for (const char* n : {"", "A=B", "1A", "A-B", "A B", "A\nB"}) {
+    Status s = ValidateEnvName(n, "env.x");
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << n;
+    EXPECT_NE(s.message().find("env.x"), std::string::npos);
+  }
+}
+
+TEST(SubmissionTest, NamesTheFieldThatIsWrong) {
+  Job j;
+  j.command = {"true"};
+  EXPECT_TRUE(ValidateSubmission(j).ok());
+  j.env["A=B"] = "1";
+  EXPECT_NE(ValidateSubmission(j).message().find("env.A=B"), std::string::npos);
+  j.env.clear();
+  j.env[""] = "1";
+  EXPECT_FALSE(ValidateSubmission(j).ok());
+  j.env.clear();
+  j.image = "--privileged";
+  EXPECT_NE(ValidateSubmission(j).message().find("image"), std::string::npos);
+  j.image = "busybox";
+  j.mounts.push_back({"relative", "/data", false});
+  EXPECT_NE(ValidateSubmission(j).message().find("mounts[0].source"), std::string::npos);
+  j.mounts.clear();
+  j.workdir = "tmp";
+  EXPECT_NE(ValidateSubmission(j).message().find("workdir"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace gpupool::jobs
