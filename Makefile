@@ -1,5 +1,5 @@
 # The two set-up commands of the README: `make run` and `make test`.
-.PHONY: all deps build run test test-release test-asan bench format tidy clean
+.PHONY: all deps build build-release build-asan run test test-release test-asan bench format tidy clean
 
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 
@@ -20,13 +20,18 @@ run: build
 
 test: deps test-release test-asan
 
-test-release: build/release/build.ninja
+# Each test stage is a build step and a ctest step; .ci/run times them separately.
+build-release: build/release/build.ninja
 	cmake --build --preset release -j $(JOBS)
+
+test-release: build-release
 	ctest --preset release
 
-test-asan:
+build-asan:
 	cmake --preset asan-ubsan >/dev/null
 	cmake --build --preset asan-ubsan -j $(JOBS)
+
+test-asan: build-asan
 	ctest --preset asan-ubsan
 
 bench: build

@@ -1,10 +1,14 @@
 # gpupool_test(NAME SOURCES a_test.cc ... LIBS lib ... [LABELS l ...])
 # One GoogleTest executable; its cases are listed at test time so ctest shows each.
+# With LABELS slow and GPUPOOL_BUILD_SLOW_TESTS=OFF, neither the executable nor its tests exist.
 function(gpupool_test name)
   if(NOT GPUPOOL_BUILD_TESTS)
     return()
   endif()
   cmake_parse_arguments(T "" "" "SOURCES;LIBS;LABELS" ${ARGN})
+  if("slow" IN_LIST T_LABELS AND NOT GPUPOOL_BUILD_SLOW_TESTS)
+    return()
+  endif()
   add_executable(${name} ${T_SOURCES})
   target_link_libraries(${name} PRIVATE ${T_LIBS} GTest::gtest GTest::gtest_main GTest::gmock)
   target_include_directories(${name} PRIVATE ${PROJECT_SOURCE_DIR}/src ${PROJECT_SOURCE_DIR})

@@ -6,6 +6,8 @@ set -euo pipefail
 packages=(
   # toolchain
   g++ cmake ninja-build pkg-config make git
+  # compiler cache: CMake compiles through it when present (cmake/ccache.cmake)
+  ccache
   # libraries (see the README's dependency table for why each)
   nlohmann-json3-dev libfmt-dev libspdlog-dev libcli11-dev libsqlite3-dev
   libmicrohttpd-dev libcurl4-openssl-dev libssl-dev

@@ -3,12 +3,20 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
+#include <cstdio>
+#include <string>
 
 namespace gpupool::cli {
 
 struct CommandContext {
   int exit_code = 0;
 };
+
+// Writes `text` to standard error at once (progress lines, messages between results).
+inline void WriteStderr(const std::string& text) {
+  std::fwrite(text.data(), 1, text.size(), stderr);
+  std::fflush(stderr);
+}
 
 void RegisterGpusCommand(CLI::App& app, CommandContext& ctx);  // gpus_command.cc
 void RegisterSimCommand(CLI::App& app, CommandContext& ctx);   // sim_command.cc

@@ -41,11 +41,6 @@ struct SaturationFlags {
   int jobs = 0;
 };
 
-void Err(const std::string& text) {
-  std::fwrite(text.data(), 1, text.size(), stderr);
-  std::fflush(stderr);
-}
-
 // Draws "[=====>    ] 41% 123456/300000 arrivals" on stderr until stopped. Only used
 // when stderr is a terminal, so logs and pipes stay clean.
 class ProgressBar {
@@ -61,7 +56,7 @@ class ProgressBar {
     cv_.notify_all();
     thread_.join();
     Draw();
-    Err("\n");
+    WriteStderr("\n");
   }
 
  private:
@@ -75,7 +70,7 @@ class ProgressBar {
     const int filled = total_ > 0 ? static_cast<int>(d * width / total_) : width;
     std::string bar(static_cast<size_t>(filled), '=');
     bar.resize(static_cast<size_t>(width), ' ');
-    Err(fmt::format("\r[{}] {:3d}% {}/{} arrivals", bar, total_ > 0 ? d * 100 / total_ : 100, d,
+    WriteStderr(fmt::format("\r[{}] {:3d}% {}/{} arrivals", bar, total_ > 0 ? d * 100 / total_ : 100, d,
                     total_));
   }
   const std::atomic<int64_t>* done_;
@@ -90,7 +85,7 @@ int RunSaturationCommand(const SaturationFlags& f) {
   const int64_t start_us = SystemClock::Get()->MonotonicMicros();
   auto seeds = sim::ParseSeedList(f.seeds);
   if (!seeds.ok()) {
-    Err("gpupool sim saturation: " + seeds.status().message() + "\n");
+    WriteStderr("gpupool sim saturation: " + seeds.status().message() + "\n");
     return 2;
   }
   std::vector<std::string> policies;
@@ -99,27 +94,27 @@ int RunSaturationCommand(const SaturationFlags& f) {
   }
   for (const auto& p : policies) {
     if (auto c = sched::BuiltinPlacementPolicies().Create(p); !c.ok()) {
-      Err("gpupool sim saturation: " + c.status().message() + "\n");
+      WriteStderr("gpupool sim saturation: " + c.status().message() + "\n");
       return 2;
     }
   }
   if (policies.empty() || !(f.tune > 0)) {
-    Err("gpupool sim saturation: give at least one --policy and a --tune above 0\n");
+    WriteStderr("gpupool sim saturation: give at least one --policy and a --tune above 0\n");
     return 2;
   }
   auto nodes = sim::ReadOpenbNodes(f.nodes);
   if (!nodes.ok()) {
-    Err("gpupool sim saturation: " + nodes.status().message() + "\n");
+    WriteStderr("gpupool sim saturation: " + nodes.status().message() + "\n");
     return 1;
   }
   auto pods = sim::ReadOpenbPods(f.pods);
   if (!pods.ok()) {
-    Err("gpupool sim saturation: " + pods.status().message() + "\n");
+    WriteStderr("gpupool sim saturation: " + pods.status().message() + "\n");
     return 1;
   }
   auto inputs = sim::SaturationInputs::Prepare(std::move(nodes).value(), std::move(pods).value());
   if (!inputs.ok()) {
-    Err("gpupool sim saturation: " + inputs.status().message() + "\n");
+    WriteStderr("gpupool sim saturation: " + inputs.status().message() + "\n");
     return 1;
   }
 
@@ -143,7 +138,7 @@ int RunSaturationCommand(const SaturationFlags& f) {
     results = sim::RunCampaign(*inputs, spec);
   }
   if (!results.ok()) {
-    Err("gpupool sim saturation: " + results.status().message() + "\n");
+    WriteStderr("gpupool sim saturation: " + results.status().message() + "\n");
     return 1;
   }
   const std::string workload = sim::WorkloadName(f.pods);
@@ -151,7 +146,7 @@ int RunSaturationCommand(const SaturationFlags& f) {
   if (Status s = sim::WriteResultFiles(
           f.out_dir, sim::FormatResultFiles(workload, f.tune, total_gpus, *results));
       !s.ok()) {
-    Err("gpupool sim saturation: " + s.message() + "\n");
+    WriteStderr("gpupool sim saturation: " + s.message() + "\n");
     return 1;
   }
   const double wall_s = static_cast<double>(SystemClock::Get()->MonotonicMicros() - start_us) / 1e6;
@@ -159,7 +154,7 @@ int RunSaturationCommand(const SaturationFlags& f) {
   int64_t never = 0;
   for (const auto& r : *results) never = std::max(never, r.never_placeable);
   if (never > 0) {
-    Err(
+    WriteStderr(
         fmt::format("gpupool sim saturation: {} tasks can never be placed (no node could host "
                     "them even when idle); they count as failed\n",
                     never));

@@ -58,11 +58,6 @@ struct TimedFlags {
   bool json = false;
 };
 
-void Err(const std::string& text) {
-  std::fwrite(text.data(), 1, text.size(), stderr);
-  std::fflush(stderr);
-}
-
 // Picks the reader from the file's header when --format is auto.
 Result<std::string> DetectFormat(const std::string& path) {
   GP_ASSIGN_OR_RETURN(std::string text, ReadFileToString(path, size_t{1} << 30));
@@ -118,10 +113,10 @@ class ProgressLine {
     constexpr int kWidth = 40;
     std::string bar(static_cast<size_t>(pct * kWidth / 100), '=');
     bar.resize(kWidth, ' ');
-    Err(fmt::format("\r[{}] {:3d}% {}/{} jobs", bar, pct, done, total));
+    WriteStderr(fmt::format("\r[{}] {:3d}% {}/{} jobs", bar, pct, done, total));
   }
   void Finish() {
-    if (last_ >= 0) Err("\n");
+    if (last_ >= 0) WriteStderr("\n");
   }
 
  private:
@@ -130,11 +125,11 @@ class ProgressLine {
 
 int RunTimed(const TimedFlags& f) {
   auto fail = [](const Status& s) {
-    Err(fmt::format("gpupool sim timed: {}\n", s.message()));
+    WriteStderr(fmt::format("gpupool sim timed: {}\n", s.message()));
     return 1;
   };
   auto usage = [](const std::string& m) {
-    Err(fmt::format("gpupool sim timed: {}\n", m));
+    WriteStderr(fmt::format("gpupool sim timed: {}\n", m));
     return 2;
   };
   if (f.nodes.empty() == f.cluster.empty()) {
@@ -190,7 +185,7 @@ int RunTimed(const TimedFlags& f) {
     unplannable += j.time_limit_s == 0 && j.runtime_estimate_s == 0;
   }
   if (unplannable > 0 && (rule == sched::StartRule::kEasyBackfill || f.queue == "sjf")) {
-    Err(fmt::format(
+    WriteStderr(fmt::format(
         "gpupool sim timed: warning: {} of {} jobs have no time limit or estimate, so {} "
         "cannot plan with them; give --time-limit-factor (Philly) or --default-time-limit\n",
         unplannable, jobs->size(), rule == sched::StartRule::kEasyBackfill ? "backfill" : "sjf"));

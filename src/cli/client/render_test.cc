@@ -7,7 +7,7 @@
 namespace gpupool::cli {
 namespace {
 
-constexpr int64_t kNow = 1'793'491'200'000'000;  // 2026-11-01T00:00:00Z
+constexpr int64_t kRenderNow = 1'793'491'200'000'000;  // 2026-11-01T00:00:00Z
 constexpr int64_t kMin = 60'000'000;
 
 Json Parse(const char* text) { return Json::parse(text); }
@@ -42,7 +42,7 @@ TEST(RenderQueueTest, CannedJobs) {
     {"id": 21, "user": "erin", "state": "ASSIGNED", "request": {"gpus": 0},
      "placement": [{"node": "gpu1"}, {"node": "gpu2"}, {"node": "gpu1"}]}
   ]})");
-  EXPECT_EQ(RenderQueue(answer, kNow),
+  EXPECT_EQ(RenderQueue(answer, kRenderNow),
             "ID  USER   NAME   STATE     GPUS  NODES       TIME  REASON\n"
             "17  alice  train  RUNNING      2  gpu1       2m00s\n"
             "18  bob    nb     PENDING   0.25  -            30s  needs 1 GPU with 0.25 free; "
@@ -53,14 +53,14 @@ TEST(RenderQueueTest, CannedJobs) {
 }
 
 TEST(RenderQueueTest, EmptyAndMalformedAnswersStillRender) {
-  EXPECT_EQ(RenderQueue(Parse(R"({"jobs": []})"), kNow),
+  EXPECT_EQ(RenderQueue(Parse(R"({"jobs": []})"), kRenderNow),
             "ID  USER  NAME  STATE  GPUS  NODES  TIME  REASON\n");
   // Wrong types read as absent rather than failing: a newer server must not break us.
-  EXPECT_EQ(RenderQueue(Parse(R"({"jobs": [{"id": "x", "state": 3, "request": []}, 5]})"), kNow),
+  EXPECT_EQ(RenderQueue(Parse(R"({"jobs": [{"id": "x", "state": 3, "request": []}, 5]})"), kRenderNow),
             "ID  USER  NAME  STATE  GPUS  NODES  TIME  REASON\n"
             " 0                        0  -         -\n"
             " 0                        0  -         -\n");
-  EXPECT_EQ(RenderQueue(Parse(R"([1, 2])"), kNow),
+  EXPECT_EQ(RenderQueue(Parse(R"([1, 2])"), kRenderNow),
             "ID  USER  NAME  STATE  GPUS  NODES  TIME  REASON\n");
 }
 
@@ -79,7 +79,7 @@ TEST(RenderJobTest, EveryFieldReadably) {
     "pending_reason": "", "reason": "exited with code 3", "attempt": 1,
     "cancel_requested": false, "stdout_path": "/var/log/17.out",
     "stderr_path": "/var/log/17.err"})");
-  EXPECT_EQ(RenderJob(job, kNow),
+  EXPECT_EQ(RenderJob(job, kRenderNow),
             "Job 17 (train): FAILED\n"
             "  User:       alice (uid 1000, gid 100)\n"
             "  Project:    vision\n"
@@ -108,7 +108,7 @@ TEST(RenderJobTest, PendingShareAndGang) {
   const Json job = Parse(R"({"id": 3, "user": "bob", "state": "PENDING",
     "request": {"gpus": 1, "gpu_milli": 250, "cpu_milli": 500},
     "pending_reason": "waiting for a GPU", "signal": 9})");
-  const std::string out = RenderJob(job, kNow);
+  const std::string out = RenderJob(job, kRenderNow);
   EXPECT_NE(out.find("Job 3: PENDING\n"), std::string::npos) << out;
   EXPECT_NE(out.find("  Request:    0.25 of 1 GPU, 0.5 CPU\n"), std::string::npos) << out;
   EXPECT_NE(out.find("  Waiting:    waiting for a GPU\n"), std::string::npos) << out;
@@ -117,7 +117,7 @@ TEST(RenderJobTest, PendingShareAndGang) {
   EXPECT_EQ(out.find("Runtime"), std::string::npos) << out;
   const Json gang = Parse(R"({"id": 4, "request": {"gpus": 8, "tasks": 2},
     "placement": [{"node": "a", "gpu_indices": [0]}, {"node": "b", "gpu_milli": 500}]})");
-  const std::string g = RenderJob(gang, kNow);
+  const std::string g = RenderJob(gang, kRenderNow);
   EXPECT_NE(g.find("8 GPUs, 1 CPU, each of 2 tasks"), std::string::npos) << g;
   EXPECT_NE(g.find("  Task 0:     a: GPU 0\n  Task 1:     b, share 0.5\n"), std::string::npos) << g;
 }
@@ -134,7 +134,7 @@ TEST(RenderNodesTest, FractionsAndModels) {
               {"index": 1, "name": "H100", "allocated_milli": 250},
               {"index": 2, "name": "A100", "allocated_milli": 0}]},
     {"name": "gpu2", "state": "down", "running_jobs": [5, 6], "gpus": []}]})");
-  EXPECT_EQ(RenderNodes(answer, kNow),
+  EXPECT_EQ(RenderNodes(answer, kRenderNow),
             "NODE  STATE    GPUS  RUNNING    SEEN  MODELS\n"
             "gpu1  up     1.25/3        3  3s ago  2x H100, 1x A100\n"
             "gpu2  down      0/0        2   never  -\n");

@@ -12,7 +12,7 @@ namespace {
 // Sanity bounds: values outside them come from a broken driver or library, and
 // reporting them would mislead a scheduler more than reporting nothing.
 constexpr unsigned kMaxMinorNumber = 4096;
-constexpr unsigned kMaxNumaNode = 4096;
+constexpr unsigned kMaxNvmlNumaNode = 4096;
 constexpr unsigned kMaxTemperatureCelsius = 300;
 constexpr unsigned kMaxMilliwatts = 100'000'000;  // 100 kW: no board draws that
 constexpr unsigned kMaxMigDevices = 64;           // A100/H100 have 7 slots
@@ -141,7 +141,7 @@ void QueryNuma(const Ctx& c, const DiscoveryOptions& options, Device dev, GpuInf
   } else {
     unsigned node = 0;
     const Return rc = c.fn.device_get_numa_node_id(dev, &node);
-    if (rc == kSuccess && node < kMaxNumaNode) {
+    if (rc == kSuccess && node < kMaxNvmlNumaNode) {
       gpu->numa_node = static_cast<int>(node);
       return;
     }
@@ -153,7 +153,7 @@ void QueryNuma(const Ctx& c, const DiscoveryOptions& options, Device dev, GpuInf
   if (gpu->pci_bus_id.empty()) return;
   auto text = ReadFileToString(SysfsDeviceFile(options, gpu->pci_bus_id, "numa_node"), 64);
   if (!text.ok()) return;
-  if (auto n = ParseUint64(Trim(*text)); n && *n < kMaxNumaNode) {
+  if (auto n = ParseUint64(Trim(*text)); n && *n < kMaxNvmlNumaNode) {
     gpu->numa_node = static_cast<int>(*n);  // "-1" (no NUMA) fails the parse: unknown
   }
 }

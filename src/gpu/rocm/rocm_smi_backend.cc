@@ -26,7 +26,7 @@ constexpr std::string_view kBackend = "rocm-smi";
 // Far above any real node (8 MI300X in CPX mode are 64 devices); a larger count is a
 // broken library, and reading it all would only produce noise.
 constexpr uint32_t kMaxDevices = 1024;
-constexpr uint32_t kMaxNumaNode = 1023;
+constexpr uint32_t kMaxRocmNumaNode = 1023;
 constexpr size_t kNameBufferLen = 256;
 
 std::string BdfToBusId(uint64_t bdf) {
@@ -230,7 +230,7 @@ class RocmSmiBackend final : public GpuBackend {
     if (uint32_t numa = 0;
         api.topo_numa_affinity_get != nullptr &&
         check.Ok("rsmi_topo_numa_affinity_get", i, api.topo_numa_affinity_get(i, &numa)) &&
-        numa <= kMaxNumaNode) {
+        numa <= kMaxRocmNumaNode) {
       g.numa_node = static_cast<int>(numa);
     }
     if (uint32_t minor = 0;

@@ -8,7 +8,7 @@ namespace gpupool::gpu {
 namespace {
 
 // Linux supports at most a few thousand NUMA nodes (CONFIG_NODES_SHIFT <= 10).
-constexpr int64_t kMaxNumaNode = 1023;
+constexpr int64_t kMaxSysfsNumaNode = 1023;
 constexpr std::string_view kRenderPrefix = "renderD";
 constexpr std::string_view kCardPrefix = "card";
 
@@ -76,7 +76,7 @@ PciDevice ReadPciDevice(const SysfsReader& reader, const std::string& rel_dir,
   d.class_code =
       static_cast<uint32_t>(reader.ReadHex(rel_dir + "/class", sink, 0xffffff).value_or(0));
   // The kernel writes -1 when the platform gives no NUMA information.
-  if (auto numa = reader.ReadInt(rel_dir + "/numa_node", sink, -1, kMaxNumaNode)) {
+  if (auto numa = reader.ReadInt(rel_dir + "/numa_node", sink, -1, kMaxSysfsNumaNode)) {
     d.numa_node = static_cast<int>(*numa);
   }
   if (auto cpus = reader.ReadText(rel_dir + "/local_cpulist")) {

@@ -11,14 +11,14 @@ const char kHeader[] =
     "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,creation_time,"
     "deletion_time,scheduled_time\n";
 
-Result<std::vector<TraceJob>> Read(const std::string& rows) {
+Result<std::vector<TraceJob>> ReadOpenbRows(const std::string& rows) {
   auto t = CsvTable::Parse(kHeader + rows, "pods.csv");
   if (!t.ok()) return t.status();
   return ReadOpenbTimedJobs(*t);
 }
 
 TEST(OpenbTimedReader, RuntimeIsDeletionMinusScheduledOrCreation) {
-  auto jobs = Read(
+  auto jobs = ReadOpenbRows(
       "p0,12000,16384,1,1000,,LS,Running,0,100,10\n"
       "p1,6000,12288,1,460,V100M16|V100M32,BE,Pending,50,80,\n"
       "p2,4000,1024,0,0,,BE,Running,5,6,5\n");
@@ -46,7 +46,7 @@ TEST(OpenbTimedReader, BadInputNamesFileLineAndField) {
       {"p,1,1,0,500,,LS,Running,0,10,0\n", "without GPUs"},
   };
   for (const Case& c : cases) {
-    auto jobs = Read(c.rows);
+    auto jobs = ReadOpenbRows(c.rows);
     ASSERT_FALSE(jobs.ok()) << c.rows;
     EXPECT_NE(jobs.status().message().find(c.message), std::string::npos)
         << jobs.status().message();

@@ -7,7 +7,7 @@
 namespace gpupool::sim {
 namespace {
 
-Result<std::vector<TraceJob>> Read(const std::string& text, PhillyOptions o = {}) {
+Result<std::vector<TraceJob>> ReadPhilly(const std::string& text, PhillyOptions o = {}) {
   auto t = CsvTable::Parse(text, "philly.csv");
   if (!t.ok()) return t.status();
   return ReadPhillyJobs(*t, o);
@@ -31,7 +31,7 @@ TEST(PhillyReader, ReadsJobsAndSplitsWideOnesIntoPerNodeTasks) {
   o.cpu_milli_per_gpu = 4000;
   o.memory_mib_per_gpu = 1000;
   o.time_limit_factor = 1.5;
-  auto jobs = Read(
+  auto jobs = ReadPhilly(
       "timestamp,duration,num_gpus,gpu_time,cluster\n"
       "2017-09-04 10:30:41,100.0,1,100.0,vcA\n"
       "2017-09-04 10:31:41,7.2,12,86.4,vcB\n",
@@ -60,7 +60,7 @@ TEST(PhillyReader, ReadsJobsAndSplitsWideOnesIntoPerNodeTasks) {
 TEST(PhillyReader, MaxJobsReadsOnlyTheFirst) {
   PhillyOptions o;
   o.max_jobs = 1;
-  auto jobs = Read(
+  auto jobs = ReadPhilly(
       "timestamp,duration,num_gpus,cluster\n1,1,1,a\n2,1,1,a\nbroken line is never read,1,1,a\n",
       o);
   ASSERT_TRUE(jobs.ok()) << jobs.status().ToString();
@@ -84,7 +84,7 @@ TEST(PhillyReader, BadInputNamesFileLineAndField) {
       {header + "1,5,1,oops,a\n", "philly.csv:2: field 'gpu_time': 'oops' is not a number"},
   };
   for (const Case& c : cases) {
-    auto jobs = Read(c.text);
+    auto jobs = ReadPhilly(c.text);
     ASSERT_FALSE(jobs.ok()) << c.text;
     EXPECT_EQ(jobs.status().code(), StatusCode::kInvalidArgument);
     EXPECT_NE(jobs.status().message().find(c.message), std::string::npos)
@@ -92,7 +92,7 @@ TEST(PhillyReader, BadInputNamesFileLineAndField) {
   }
   PhillyOptions bad;
   bad.gpus_per_node = 0;
-  EXPECT_FALSE(Read(header, bad).ok());
+  EXPECT_FALSE(ReadPhilly(header, bad).ok());
 }
 
 TEST(PhillyReader, MissingFileIsAnError) {
