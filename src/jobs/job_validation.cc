@@ -1,27 +1,134 @@
 #include "jobs/job_validation.h"
 
-#include <regex>
+#include <string_view>
+#include <vector>
 
 namespace gpupool::jobs {
 namespace {
 
 // The grammar of github.com/distribution/reference (reference.go), which podman and
-// docker both use, written as one anchored expression.
-const std::regex& ImageRefRegex() {
-  static const std::regex re = [] {
-    const std::string alnum = "[a-z0-9]+";
-    const std::string separator = "(?:[._]|__|-+)";
-    const std::string path_component = alnum + "(?:" + separator + alnum + ")*";
-    const std::string domain_component = "(?:[a-zA-Z0-9]|[a-zA-Z0-9][a-zA-Z0-9-]*[a-zA-Z0-9])";
-    const std::string domain = domain_component + "(?:\\." + domain_component + ")*(?::[0-9]+)?";
-    const std::string name =
-        "(?:" + domain + "/)?" + path_component + "(?:/" + path_component + ")*";
-    const std::string tag = "[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}";
-    const std::string digest =
-        "[A-Za-z][A-Za-z0-9]*(?:[-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9a-fA-F]{32,}";
-    return std::regex(name + "(?::" + tag + ")?(?:@" + digest + ")?", std::regex::ECMAScript);
-  }();
-  return re;
+// docker both use, written out by hand (std::regex is slow to build and to run, and
+// GCC 12 warns inside it under the sanitizers).
+bool IsLowerAlnum(char c) { return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9'); }
+bool IsAlnum(char c) { return IsLowerAlnum(c) || (c >= 'A' && c <= 'Z'); }
+bool IsWord(char c) { return IsAlnum(c) || c == '_'; }
+bool IsHex(char c) {
+  return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F');
+}
+
+// [a-z0-9]+ ((\.|_|__|-+) [a-z0-9]+)*
+bool IsPathComponent(std::string_view s) {
+  size_t i = 0;
+  auto alnum_run = [&] {
+    const size_t from = i;
+    while (i < s.size() && IsLowerAlnum(s[i])) ++i;
+    return i > from;
+  };
+  if (!alnum_run()) return false;
+  while (i < s.size()) {
+    if (s[i] == '.') {
+      ++i;
+    } else if (s[i] == '_') {
+      ++i;
+      if (i < s.size() && s[i] == '_') ++i;
+    } else if (s[i] == '-') {
+      while (i < s.size() && s[i] == '-') ++i;
+    } else {
+      return false;
+    }
+    if (!alnum_run()) return false;
+  }
+  return true;
+}
+
+// [a-zA-Z0-9] | [a-zA-Z0-9][a-zA-Z0-9-]*[a-zA-Z0-9]
+bool IsDomainComponent(std::string_view s) {
+  if (s.empty() || !IsAlnum(s.front()) || !IsAlnum(s.back())) return false;
+  for (char c : s) {
+    if (!IsAlnum(c) && c != '-') return false;
+  }
+  return true;
+}
+
+// component (\. component)* (:[0-9]+)?
+bool IsDomain(std::string_view s) {
+  if (const size_t colon = s.find(':'); colon != std::string_view::npos) {
+    const std::string_view port = s.substr(colon + 1);
+    if (port.empty()) return false;
+    for (char c : port) {
+      if (c < '0' || c > '9') return false;
+    }
+    s = s.substr(0, colon);
+  }
+  while (true) {
+    const size_t dot = s.find('.');
+    if (!IsDomainComponent(s.substr(0, dot))) return false;
+    if (dot == std::string_view::npos) return true;
+    s = s.substr(dot + 1);
+  }
+}
+
+// (domain /)? path-component (/ path-component)*
+bool IsName(std::string_view s) {
+  std::vector<std::string_view> parts;
+  while (true) {
+    const size_t slash = s.find('/');
+    parts.push_back(s.substr(0, slash));
+    if (slash == std::string_view::npos) break;
+    s = s.substr(slash + 1);
+  }
+  for (size_t i = 1; i < parts.size(); ++i) {
+    if (!IsPathComponent(parts[i])) return false;
+  }
+  return IsPathComponent(parts[0]) || (parts.size() > 1 && IsDomain(parts[0]));
+}
+
+// [\w][\w.-]{0,127}
+bool IsTag(std::string_view s) {
+  if (s.empty() || s.size() > 128 || !IsWord(s[0])) return false;
+  for (char c : s) {
+    if (!IsWord(c) && c != '.' && c != '-') return false;
+  }
+  return true;
+}
+
+// [A-Za-z][A-Za-z0-9]*([-_+.][A-Za-z][A-Za-z0-9]*)* : [0-9a-fA-F]{32,}
+bool IsDigest(std::string_view s) {
+  const size_t colon = s.find(':');
+  if (colon == std::string_view::npos) return false;
+  const std::string_view algorithm = s.substr(0, colon);
+  const std::string_view hex = s.substr(colon + 1);
+  if (hex.size() < 32) return false;
+  for (char c : hex) {
+    if (!IsHex(c)) return false;
+  }
+  bool at_start = true;  // of a component: a letter must come
+  for (char c : algorithm) {
+    if (at_start) {
+      if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z'))) return false;
+      at_start = false;
+    } else if (c == '-' || c == '_' || c == '+' || c == '.') {
+      at_start = true;
+    } else if (!IsAlnum(c)) {
+      return false;
+    }
+  }
+  return !at_start;
+}
+
+// name (: tag)? (@ digest)?
+bool IsImageReference(std::string_view s) {
+  if (const size_t at = s.find('@'); at != std::string_view::npos) {
+    if (!IsDigest(s.substr(at + 1))) return false;
+    s = s.substr(0, at);
+  }
+  const size_t slash = s.rfind('/');
+  const size_t colon = s.rfind(':');
+  if (colon != std::string_view::npos && (slash == std::string_view::npos || colon > slash)) {
+    if (!IsTag(s.substr(colon + 1))) return false;
+    s = s.substr(0, colon);
+  }
+  return IsName(s);
 }
 
 bool HasControl(const std::string& s) {
@@ -56,7 +163,7 @@ Status ValidateImageRef(const std::string& ref, const std::string& field) {
                                    "an image reference never does" +
                                    fix);
   }
-  if (HasControl(ref) || !std::regex_match(ref, ImageRefRegex())) {
+  if (HasControl(ref) || !IsImageReference(ref)) {
     return Status::InvalidArgument(field + ": '" + ref + "' is not an image reference" + fix);
   }
   return Status::Ok();

@@ -11,7 +11,9 @@ TEST(ImageRefTest, AcceptsWhatPodmanAccepts) {
         "localhost/gpupool-itest-cu124:1", "nvcr.io/nvidia/pytorch:24.05-py3",
         "registry.example.com:5000/team/img_a.b-c:v1.2",
         "quay.io/a/b/c@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef",
-        "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef", "a__b", "a---b"}) {
+        "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef", "a__b", "a---b",
+        "localhost:5000/img", "host:5000", "a.b-c.d/x/y:T_1.2-3", "Registry/img",
+        "img@sha512+v2:0123456789abcdef0123456789abcdef"}) {
     EXPECT_TRUE(ValidateImageRef(ref).ok()) << ref << ": " << ValidateImageRef(ref).message();
   }
 }
@@ -27,8 +29,26 @@ TEST(ImageRefTest, ImageFieldThatIsAPodmanFlagIsRefused) {
 }
 
 TEST(ImageRefTest, RefusesWhatIsNotAReference) {
-  for (const char* ref : {"", "Upper", "a b", "img:", "img:tag with space", "img\n",
-                          "img@sha256:short", "a/../b", "/abs/path", "img:-tag", "a//b"}) {
+  for (const char* ref : {"",
+                          "Upper",
+                          "a b",
+                          "img:",
+                          "img:tag with space",
+                          "img\n",
+                          "img@sha256:short",
+                          "a/../b",
+                          "a_",
+                          "a..b",
+                          "a___b",
+                          "host:/img",
+                          "host:x/img",
+                          "img:tag:more",
+                          "img@sha256",
+                          "img@1sha:0123456789abcdef0123456789abcdef",
+                          "-host.com/img",
+                          "/abs/path",
+                          "img:-tag",
+                          "a//b"}) {
     EXPECT_FALSE(ValidateImageRef(ref).ok()) << ref;
   }
   EXPECT_FALSE(ValidateImageRef(std::string(600, 'a')).ok());
