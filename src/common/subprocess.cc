@@ -72,6 +72,11 @@ Result<pid_t> ForkAs(const std::vector<std::string>& argv, const SpawnOptions& o
   args.reserve(argv.size() + 1);
   for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
   args.push_back(nullptr);
+  // Not the server's environment: once the user owns the process, its /proc/PID/environ
+  // is theirs to read, and the server's variables may hold secrets.
+  static char kPath[] = "PATH=/usr/local/bin:/usr/bin:/bin";
+  static char kLang[] = "LC_ALL=C";
+  char* env[] = {kPath, kLang, nullptr};
   sigset_t mask;
   sigemptyset(&mask);
   for (int sig : o.blocked) sigaddset(&mask, sig);
@@ -114,7 +119,7 @@ Result<pid_t> ForkAs(const std::vector<std::string>& argv, const SpawnOptions& o
     if (::syscall(SYS_setgroups, ngroups, groups) != 0) ChildFail("setgroups", errno);
     if (::syscall(SYS_setresgid, as.gid, as.gid, as.gid) != 0) ChildFail("setresgid", errno);
     if (::syscall(SYS_setresuid, as.uid, as.uid, as.uid) != 0) ChildFail("setresuid", errno);
-    ::execve(args[0], args.data(), environ);
+    ::execve(args[0], args.data(), env);
     ChildFail("execve", errno);
   }
   ::close(devnull);

@@ -29,7 +29,8 @@ struct SpawnOptions {
   // Run as this user instead of the caller's (needs root). posix_spawn cannot switch
   // users, so the child is forked and only makes raw system calls (dup2, setgroups,
   // setresgid, setresuid, execve) before exec; argv[0] must then be a path (search_path
-  // is ignored) and every descriptor from 3 up is closed.
+  // is ignored), every descriptor from 3 up is closed, and the environment is only
+  // PATH and LC_ALL=C (the user could read the caller's from /proc).
   struct RunAs {
     uid_t uid = 0;
     gid_t gid = 0;
