@@ -13,6 +13,8 @@ packages=(
   libmicrohttpd-dev libcurl4-openssl-dev libssl-dev
   # tests and benchmarks
   libgtest-dev libgmock-dev libbenchmark-dev python3
+  # multi-node jobs for real (tests/multinode): PyTorch, Open MPI and mpi4py from Debian
+  python3-torch openmpi-bin python3-mpi4py
   # containers: the CDI tests run real podman with runc
   podman runc
   # a static busybox makes the minimal root file system of the CDI podman test

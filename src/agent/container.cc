@@ -109,7 +109,10 @@ bool HasUlimit(const std::vector<std::string>& ulimits, const std::string& type)
 }  // namespace
 
 std::string ContainerName(const LaunchSpec& spec) {
-  return "gpupool-job-" + std::to_string(spec.job_id) + "-" + std::to_string(spec.attempt);
+  // Two tasks of one job may share a node, so a gang's task index is part of the name.
+  std::string name = "gpupool-job-" + std::to_string(PoolJobId(spec));
+  if (spec.num_tasks > 1) name += "-t" + std::to_string(spec.task_index);
+  return name + "-" + std::to_string(spec.attempt);
 }
 
 std::vector<std::string> PodmanArgv(const ContainerOptions& options,
@@ -146,7 +149,8 @@ Result<std::vector<std::string>> BuildPodmanRunArgv(const LaunchSpec& spec,
   GP_RETURN_IF_ERROR(jobs::ValidateImageRef(spec.image));
   if (spec.argv.empty()) return Status::InvalidArgument("the job's command is empty");
   std::vector<std::string> run = {"run", "--rm", "--name", ContainerName(spec), "--label",
-                                  "gpupool.job=" + std::to_string(spec.job_id),
+                                  "gpupool.job=" + std::to_string(PoolJobId(spec)), "--label",
+                                  "gpupool.task=" + std::to_string(spec.task_index),
                                   // Output goes to the attached client (the job's logs) only.
                                   "--log-driver", "none"};
   if (!options.runtime.empty()) run.insert(run.end(), {"--runtime", options.runtime});

@@ -36,8 +36,9 @@ void SetGpupoolAndVisibility(const LaunchSpec& spec, std::map<std::string, std::
                           "HIP_VISIBLE_DEVICES", "GPUPOOL_GPU_MILLI"}) {
     env.erase(key);
   }
-  env["GPUPOOL_JOB_ID"] = std::to_string(spec.job_id);
+  env["GPUPOOL_JOB_ID"] = std::to_string(PoolJobId(spec));
   env["GPUPOOL_ATTEMPT"] = std::to_string(spec.attempt);
+  for (const auto& [k, v] : spec.pool_env) env[k] = v;
 
   if (spec.gpus.empty()) {
     env["CUDA_VISIBLE_DEVICES"] = "";

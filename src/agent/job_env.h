@@ -4,7 +4,9 @@
 // Rules, in order:
 //   1. Start from LaunchSpec::env.
 //   2. Fill HOME, USER, LOGNAME, SHELL and PATH when the user did not set them.
-//   3. Set (overriding the user) GPUPOOL_JOB_ID, GPUPOOL_ATTEMPT, GPUPOOL_GPU_MILLI
+//   3. Set (overriding the user) GPUPOOL_JOB_ID (the pool's job id, also for each task
+//      of a gang), GPUPOOL_ATTEMPT, LaunchSpec::pool_env (a gang's rendezvous),
+//      GPUPOOL_GPU_MILLI
 //      (when GPUs were granted) and the visibility variables:
 //        NVIDIA grants: CUDA_VISIBLE_DEVICES and NVIDIA_VISIBLE_DEVICES = UUIDs
 //        AMD grants:    ROCR_VISIBLE_DEVICES and HIP_VISIBLE_DEVICES = UUIDs (both

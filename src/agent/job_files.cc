@@ -19,27 +19,6 @@ namespace {
 // Readers accept unknown fields: a shim started by one agent version may be adopted by
 // the next, and files must stay readable across such an upgrade.
 
-OrderedJson GrantToJson(const GpuGrant& g) {
-  OrderedJson j;
-  j["vendor"] = g.vendor;
-  j["index"] = g.index;
-  j["uuid"] = g.uuid;
-  j["device_nodes"] = g.device_nodes;
-  j["gpu_milli"] = g.gpu_milli;
-  return j;
-}
-
-Status GrantFromJson(const Json& j, const std::string& path, GpuGrant* g) {
-  if (!j.is_object()) return Status::InvalidArgument(path + ": expected an object");
-  JsonFields f(j, path, /*reject_unknown=*/false);
-  f.Required("vendor", &g->vendor);
-  f.Required("index", &g->index, -1);
-  f.Optional("uuid", &g->uuid);
-  f.Optional("device_nodes", &g->device_nodes);
-  f.Required("gpu_milli", &g->gpu_milli, 1, 1000);
-  return f.Finish();
-}
-
 OrderedJson MountToJson(const BindMount& m) {
   OrderedJson j;
   j["source"] = m.source;
@@ -99,6 +78,15 @@ std::string ShimConfigToJson(const ShimConfig& config) {
   OrderedJson j;
   j["job_id"] = s.job_id;
   j["attempt"] = s.attempt;
+  if (s.pool_job_id != 0) j["pool_job_id"] = s.pool_job_id;
+  j["task_index"] = s.task_index;
+  j["num_tasks"] = s.num_tasks;
+  if (!s.pool_env.empty()) {
+    OrderedJson pool_env = OrderedJson::object();
+    for (const auto& [k, v] : s.pool_env) pool_env[k] = v;
+    j["pool_env"] = std::move(pool_env);
+  }
+  if (!s.hostfile.empty()) j["hostfile"] = s.hostfile;
   j["user"] = s.user;
   j["uid"] = s.uid;
   j["gid"] = s.gid;
@@ -108,7 +96,7 @@ std::string ShimConfigToJson(const ShimConfig& config) {
   j["env"] = std::move(env);
   j["workdir"] = s.workdir;
   OrderedJson gpus = OrderedJson::array();
-  for (const GpuGrant& g : s.gpus) gpus.push_back(GrantToJson(g));
+  for (const GpuGrant& g : s.gpus) gpus.push_back(protocol::EncodeGpuGrant(g));
   j["gpus"] = std::move(gpus);
   j["denied_device_nodes"] = s.denied_device_nodes;
   j["require_device_isolation"] = s.require_device_isolation;
@@ -135,6 +123,23 @@ Result<ShimConfig> ShimConfigFromJson(const std::string& text, const std::string
   JsonFields f(j, source, /*reject_unknown=*/false);
   f.Required("job_id", &s.job_id, 1);
   f.Required("attempt", &s.attempt, 0);
+  f.Optional("pool_job_id", &s.pool_job_id, 0);
+  f.Optional("task_index", &s.task_index, 0, 1 << 20);
+  f.Optional("num_tasks", &s.num_tasks, 1, 1 << 20);
+  if (const Json* env = f.Member("pool_env"); env != nullptr) {
+    if (!env->is_object()) {
+      f.Fail("pool_env", "expected an object of strings");
+    } else {
+      for (auto it = env->begin(); it != env->end(); ++it) {
+        if (!it.value().is_string()) {
+          f.Fail("pool_env." + it.key(), "expected a string");
+          break;
+        }
+        s.pool_env[it.key()] = it.value().get<std::string>();
+      }
+    }
+  }
+  f.Optional("hostfile", &s.hostfile);
   f.Required("user", &s.user);
   int64_t uid = 0;
   int64_t gid = 0;
@@ -159,10 +164,10 @@ Result<ShimConfig> ShimConfigFromJson(const std::string& text, const std::string
   f.Optional("workdir", &s.workdir);
   if (const Json* gpus = f.Array("gpus"); gpus != nullptr) {
     for (size_t i = 0; i < gpus->size(); ++i) {
-      GpuGrant g;
-      Status st = GrantFromJson((*gpus)[i], f.PathOf("gpus") + "[" + std::to_string(i) + "]", &g);
-      if (!st.ok()) return st;
-      s.gpus.push_back(std::move(g));
+      Result<GpuGrant> g =
+          protocol::DecodeGpuGrant((*gpus)[i], f.PathOf("gpus") + "[" + std::to_string(i) + "]");
+      if (!g.ok()) return g.status();
+      s.gpus.push_back(std::move(*g));
     }
   }
   f.Optional("denied_device_nodes", &s.denied_device_nodes);

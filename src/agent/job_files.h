@@ -28,6 +28,7 @@ inline constexpr char kStatusFile[] = "status.json";
 inline constexpr char kStdoutFile[] = "stdout.log";
 inline constexpr char kStderrFile[] = "stderr.log";
 inline constexpr char kShimLogFile[] = "shim.log";
+inline constexpr char kHostFile[] = "hostfile";  // a gang's hosts (GPUPOOL_HOSTFILE)
 
 // What the launcher hands the shim.
 struct ShimConfig {

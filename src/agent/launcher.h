@@ -25,18 +25,12 @@
 
 #include "common/clock.h"
 #include "common/status.h"
+#include "protocol/agent_protocol.h"
 
 namespace gpupool::agent {
 
-// One GPU given to a job.
-struct GpuGrant {
-  std::string vendor;  // "nvidia" or "amd" (others get no visibility variables)
-  int index = -1;      // vendor runtime index on the node
-  std::string uuid;    // "GPU-..." for NVIDIA; may be empty for AMD (index is used then)
-  std::vector<std::string> device_nodes;  // informational; isolation uses the denied list
-  int gpu_milli = 1000;                   // share in thousandths
-  friend bool operator==(const GpuGrant&, const GpuGrant&) = default;
-};
+// One GPU given to a job: the agent protocol's grant, as the launch order carried it.
+using GpuGrant = protocol::GpuGrant;
 
 // A host path bind-mounted into a container job.
 struct BindMount {
@@ -48,8 +42,22 @@ struct BindMount {
 
 // Everything the shim needs to start one attempt of one job.
 struct LaunchSpec {
+  // The launcher's key for this task: the job id of a single-task job, else TaskKey().
+  // Its job directory, events and Cancel/Forget calls use it.
   int64_t job_id = 0;
   int attempt = 1;
+  // Which job and task this is, as the job sees it (GPUPOOL_JOB_ID, container names and
+  // labels); pool_job_id 0 = job_id (tests, single tasks launched directly).
+  int64_t pool_job_id = 0;
+  int task_index = 0;
+  int num_tasks = 1;
+  // Variables gpupool sets for this task, over the user's: the rendezvous of a gang
+  // (GPUPOOL_TASK_INDEX, MASTER_ADDR, PET_*, ...; daemon/rendezvous.h).
+  std::map<std::string, std::string> pool_env;
+  // Written to JOB_DIR/hostfile (readable by the job, mounted into containers at the
+  // same path) and named by GPUPOOL_HOSTFILE; empty = none.
+  std::string hostfile;
+
   std::string user;
   uint32_t uid = 0;
   uint32_t gid = 0;
@@ -76,6 +84,11 @@ struct LaunchSpec {
   std::string env_dir;
   friend bool operator==(const LaunchSpec&, const LaunchSpec&) = default;
 };
+
+// The job id the job itself sees.
+inline int64_t PoolJobId(const LaunchSpec& s) {
+  return s.pool_job_id != 0 ? s.pool_job_id : s.job_id;
+}
 
 struct JobEvent {
   enum class Kind {
@@ -163,6 +176,17 @@ struct LauncherOptions {
 
 // Paths inside a job's directory, shared by the launcher and the shim.
 std::string JobDir(const std::string& state_dir, int64_t job_id);
+
+// Launcher keys. A single-task job is keyed by its id; each task of a gang gets a key of
+// its own (two tasks of one job may share a node), and so does each exec session.
+int64_t TaskKey(int64_t job_id, int task_index, int num_tasks);
+int64_t ExecKey(int64_t exec_id);
+struct KeyInfo {
+  int64_t job_id = 0;  // 0 for an exec key
+  int task_index = 0;
+  int64_t exec_id = 0;  // set for an exec key
+};
+KeyInfo FromKey(int64_t key);
 
 std::unique_ptr<Launcher> NewProcessLauncher(LauncherOptions options);
 

@@ -188,6 +188,16 @@ Status Shim::Prepare() {
     ShimLog("uid %u has no passwd entry; HOME=/ and only group %u", spec.uid, spec.gid);
   }
 
+  if (!spec.hostfile.empty()) {
+    // The job's to read (and mounted into its container), nobody else's. The job
+    // directory belongs to root, so nobody can plant a link here.
+    const std::string path = args_.job_dir + "/" + kHostFile;
+    GP_RETURN_IF_ERROR(WriteFileDurably(path, spec.hostfile, 0600, /*sync=*/false));
+    if (root && ::chown(path.c_str(), spec.uid, spec.gid) != 0) {
+      return Status::Unavailable("cannot give the host file '" + path + "' to user '" + spec.user +
+                                 "': " + std::strerror(errno));
+    }
+  }
   if (!spec.image.empty()) return PrepareContainer(plan_.groups);
   if (!spec.env_dir.empty()) {
     struct stat st;

@@ -62,18 +62,13 @@ LogRead ReadLocalLog(const std::string& path, int64_t offset, uint32_t owner_uid
   return out;
 }
 
-// The node that ran the job has its log files: while that node's agent polls, it sends
-// the bytes (log_relay.h). A node that is gone, or that does not answer, leaves this
-// machine's disk, which is where they are in a single-machine pool.
+// The node that ran the task (`node`) has its log files: while that node's agent polls,
+// it sends the bytes (log_relay.h). A node that is gone, or that does not answer, leaves
+// this machine's disk, which is where they are in a single-machine pool.
 LogRead ReadJobLog(Controller* controller, const jobs::Job& job, const std::string& path,
-                   int64_t offset) {
+                   int64_t offset, const std::string& node) {
   if (path.empty()) return ReadLocalLog(path, offset, job.uid);
-  std::vector<std::string> nodes;
-  for (const jobs::TaskPlacement& t : job.placement) {
-    if (std::find(nodes.begin(), nodes.end(), t.node) == nodes.end()) nodes.push_back(t.node);
-  }
-  for (const std::string& node : nodes) {
-    if (!controller->NodeUp(node)) continue;
+  if (!node.empty() && controller->NodeUp(node)) {
     Result<LogChunk> chunk =
         controller->log_relay().Fetch(node, path, offset, kMaxRelayedLogChunk, kLogRelayTimeout);
     if (chunk.ok()) return LogRead{std::move(chunk->data), chunk->size, "node " + node};
@@ -153,22 +148,6 @@ Result<int64_t> QueryInt(const HttpRequest& r, const std::string& name, int64_t 
   return *parsed;
 }
 
-OrderedJson LaunchToJson(const LaunchOrder& o) {
-  OrderedJson j = jobs::JobToJson(o.job);
-  j["task_index"] = o.task_index;
-  OrderedJson gpus = OrderedJson::array();
-  for (const GpuGrant& g : o.gpus) {
-    gpus.push_back({{"vendor", g.vendor},
-                    {"index", g.index},
-                    {"uuid", g.uuid},
-                    {"device_nodes", g.device_nodes},
-                    {"gpu_milli", g.gpu_milli}});
-  }
-  j["gpus"] = std::move(gpus);
-  j["denied_device_nodes"] = o.denied_device_nodes;
-  return j;
-}
-
 const char* const kServerSetFields[] = {"id",
                                         "user",
                                         "uid",
@@ -180,6 +159,8 @@ const char* const kServerSetFields[] = {"id",
                                         "exit_code",
                                         "signal",
                                         "placement",
+                                        "tasks",
+                                        "master_port",
                                         "pending_reason",
                                         "reason",
                                         "attempt",
@@ -210,6 +191,11 @@ bool Api::MayBlock(const HttpRequest& r) {
   // A log read may wait for the node that has the file (log_relay.h).
   if (r.method == "GET" && r.path.size() > 5 && r.path.compare(r.path.size() - 5, 5, "/logs") == 0)
     return true;
+  // So may an exec session's output.
+  if (r.method == "GET" && r.path.rfind("/v1/exec/", 0) == 0 && r.path.size() > 7 &&
+      r.path.compare(r.path.size() - 7, 7, "/output") == 0) {
+    return true;
+  }
   if (r.method != "POST") return false;
   if (r.path.rfind("/v1/environments", 0) == 0) return true;
   // A submission naming an image may inspect it; a plain one is a store write.
@@ -279,9 +265,11 @@ HttpResponse Api::Route(const HttpRequest& r, const Identity& who) {
       return JsonResponse(200, {{"job", jobs::JobToJson(*j)}});
     }
     if (rest == "logs" && r.method == "GET") return Logs(r, id, caller);
+    if (rest == "exec" && r.method == "POST") return StartExec(r, id, caller);
     return ErrorResponse(
         Status::NotFound("no endpoint " + r.method + " " + p + ": see docs/api.md"));
   }
+  if (StartsWith(p, "/v1/exec/")) return ServeExec(r, caller);
   if (p == "/v1/nodes" && r.method == "GET") {
     OrderedJson nodes = OrderedJson::array();
     for (const NodeView& v : controller_->Nodes()) {
@@ -297,6 +285,8 @@ HttpResponse Api::Route(const HttpRequest& r, const Identity& who) {
       }
       nodes.push_back({{"name", v.name},
                        {"state", v.state},
+                       {"address", v.address},
+                       {"protocol", v.protocol},
                        {"last_heartbeat_us", v.last_seen_us},
                        {"cpu_milli", v.cpu_milli},
                        {"memory_mib", v.memory_mib},
@@ -487,15 +477,30 @@ HttpResponse Api::Logs(const HttpRequest& r, int64_t id, const Caller& caller) {
   }
   Result<int64_t> offset = QueryInt(r, "offset", 0, 0, INT64_MAX);
   Result<int64_t> wait_ms = QueryInt(r, "wait_ms", 0, 0, 60'000);
+  Result<int64_t> task = QueryInt(r, "task", 0, 0, 4095);
   if (!offset.ok()) return ErrorResponse(offset.status());
   if (!wait_ms.ok()) return ErrorResponse(wait_ms.status());
+  if (!task.ok()) return ErrorResponse(task.status());
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(*wait_ms);
   while (true) {
     Result<jobs::Job> job = controller_->Get(id, caller);
     if (!job.ok()) return ErrorResponse(job.status());
-    const std::string& path = stream == "stdout" ? job->stdout_path : job->stderr_path;
+    const auto t = static_cast<size_t>(*task);
+    if (t > 0 && t >= static_cast<size_t>(job->request.tasks)) {
+      return ErrorResponse(Status::InvalidArgument("task: job " + std::to_string(id) +
+                                                   " has tasks 0.." +
+                                                   std::to_string(job->request.tasks - 1)));
+    }
+    std::string path = stream == "stdout" ? job->stdout_path : job->stderr_path;
+    std::string node;
+    if (t < job->tasks.size()) {
+      path = stream == "stdout" ? job->tasks[t].stdout_path : job->tasks[t].stderr_path;
+    } else if (t > 0) {
+      path.clear();  // not placed, or placed before per-task records
+    }
+    if (t < job->placement.size()) node = job->placement[t].node;
     const bool ended = jobs::IsTerminal(job->state);
-    LogRead read = ReadJobLog(controller_, *job, path, *offset);
+    LogRead read = ReadJobLog(controller_, *job, path, *offset, node);
     const int64_t next = *offset + static_cast<int64_t>(read.data.size());
     const bool eof = ended && next >= read.size;
     if (!read.data.empty() || eof || std::chrono::steady_clock::now() >= deadline) {
@@ -574,36 +579,20 @@ HttpResponse Api::CreateToken(const HttpRequest& r, const Caller&) {
 HttpResponse Api::ServeAgentRegister(const HttpRequest& r, const Identity& who) {
   Result<Json> body = ParseJson(r.body, "request body", 8 << 20, 64);
   if (!body.ok()) return ErrorResponse(body.status());
-  std::string node;
-  int64_t cpu_milli = 0;
-  int64_t memory_mib = 0;
-  JsonFields f(*body, "");
-  f.Optional("node", &node);
-  f.Optional("cpu_milli", &cpu_milli, 0);
-  f.Optional("memory_mib", &memory_mib, 0);
-  const Json* info_json = f.Member("info");
-  const Json* running_json = f.Array("running");
-  if (Status s = f.Finish(); !s.ok()) return ErrorResponse(s);
-  if (Status s = ActAsNode(who, &node); !s.ok()) return ErrorResponse(s);
-  if (node.empty()) return ErrorResponse(Status::InvalidArgument("node: the node's name"));
-  if (info_json == nullptr) return ErrorResponse(Status::InvalidArgument("info: required"));
-  Result<gpu::NodeInfo> info = gpu::NodeFromJson(*info_json, "info");
-  if (!info.ok()) return ErrorResponse(info.status());
-  std::vector<std::pair<int64_t, int>> running;
-  if (running_json != nullptr) {
-    for (const Json& e : *running_json) {
-      int64_t id = 0;
-      int attempt = 0;
-      JsonFields rf(e, "running[]");
-      rf.Required("job_id", &id, 1);
-      rf.Required("attempt", &attempt, 0);
-      if (Status s = rf.Finish(); !s.ok()) return ErrorResponse(s);
-      running.emplace_back(id, attempt);
-    }
+  // Who may act for the node named is checked before anything else is read.
+  std::string named;
+  if (body->is_object()) {
+    if (auto n = body->find("node"); n != body->end() && n->is_string()) named = *n;
   }
-  Status s = controller_->RegisterNode(node, std::move(*info), cpu_milli, memory_mib, running);
-  if (!s.ok()) return ErrorResponse(s);
-  return JsonResponse(200, {{"ok", true}});
+  if (Status s = ActAsNode(who, &named); !s.ok()) return ErrorResponse(s);
+  Result<protocol::Registration> reg = protocol::DecodeRegistration(*body);
+  if (!reg.ok()) return ErrorResponse(reg.status());
+  reg->node = named;
+  if (reg->node.empty()) return ErrorResponse(Status::InvalidArgument("node: the node's name"));
+  Result<protocol::RegistrationReply> reply =
+      controller_->RegisterNode(std::move(*reg), r.peer ? std::string() : r.remote);
+  if (!reply.ok()) return ErrorResponse(reply.status());
+  return JsonResponse(200, protocol::EncodeRegistrationReply(*reply));
 }
 
 HttpResponse Api::ServeAgentWork(const HttpRequest& r, const Identity& who) {
@@ -613,15 +602,7 @@ HttpResponse Api::ServeAgentWork(const HttpRequest& r, const Identity& who) {
   if (!wait_ms.ok()) return ErrorResponse(wait_ms.status());
   Result<AgentWork> work = controller_->WaitForWork(node, *wait_ms);
   if (!work.ok()) return ErrorResponse(work.status());
-  OrderedJson launch = OrderedJson::array();
-  for (const LaunchOrder& o : work->launch) launch.push_back(LaunchToJson(o));
-  OrderedJson logs = OrderedJson::array();
-  for (const LogRequest& l : work->logs) {
-    logs.push_back(
-        {{"id", l.id}, {"path", l.path}, {"offset", l.offset}, {"max_bytes", l.max_bytes}});
-  }
-  return JsonResponse(
-      200, {{"launch", std::move(launch)}, {"cancel", work->cancel}, {"logs", std::move(logs)}});
+  return JsonResponse(200, protocol::EncodeWork(*work, controller_->NodeVersion(node)));
 }
 
 // An agent's answer to a log read: the bytes as the body, the file's size in `size`; or
@@ -654,49 +635,120 @@ HttpResponse Api::ServeAgentLogs(const HttpRequest& r, const Identity& who) {
 HttpResponse Api::ServeAgentEvents(const HttpRequest& r, const Identity& who) {
   Result<Json> body = ParseJson(r.body, "request body", 8 << 20, 16);
   if (!body.ok()) return ErrorResponse(body.status());
-  std::string node;
-  JsonFields f(*body, "");
-  f.Optional("node", &node);
-  const Json* events_json = f.Array("events");
-  if (Status s = f.Finish(); !s.ok()) return ErrorResponse(s);
-  if (Status s = ActAsNode(who, &node); !s.ok()) return ErrorResponse(s);
-  if (node.empty()) return ErrorResponse(Status::InvalidArgument("node: the node's name"));
-  std::vector<AgentEvent> events;
-  if (events_json != nullptr) {
-    for (size_t i = 0; i < events_json->size(); ++i) {
-      AgentEvent ev;
-      std::string kind;
-      JsonFields ef((*events_json)[i], "events[" + std::to_string(i) + "]");
-      ef.Required("job_id", &ev.job_id, 1);
-      ef.Optional("attempt", &ev.attempt, 0);
-      ef.Optional("task_index", &ev.task_index, 0, 4095);
-      ef.Required("kind", &kind);
-      ef.Optional("time_us", &ev.time_us, 0);
-      ef.Optional("exit_code", &ev.exit_code);
-      ef.Optional("signal", &ev.signal);
-      ef.Optional("timed_out", &ev.timed_out);
-      ef.Optional("cancelled", &ev.cancelled);
-      ef.Optional("reason", &ev.reason);
-      ef.Optional("stdout_path", &ev.stdout_path);
-      ef.Optional("stderr_path", &ev.stderr_path);
-      if (Status s = ef.Finish(); !s.ok()) return ErrorResponse(s);
-      if (kind == "started") {
-        ev.kind = AgentEvent::Kind::kStarted;
-      } else if (kind == "exited") {
-        ev.kind = AgentEvent::Kind::kExited;
-      } else if (kind == "lost") {
-        ev.kind = AgentEvent::Kind::kLost;
-      } else {
-        return ErrorResponse(Status::InvalidArgument("events[" + std::to_string(i) +
-                                                     "].kind: use started, exited or lost"));
-      }
-      if (ev.time_us == 0) ev.time_us = clock_->NowMicros();
-      events.push_back(std::move(ev));
-    }
-  }
-  Status s = controller_->ApplyEvents(node, events);
+  Result<protocol::EventBatch> batch = protocol::DecodeEventBatch(*body);
+  if (!batch.ok()) return ErrorResponse(batch.status());
+  if (Status s = ActAsNode(who, &batch->node); !s.ok()) return ErrorResponse(s);
+  if (batch->node.empty()) return ErrorResponse(Status::InvalidArgument("node: the node's name"));
+  Status s = controller_->ApplyEvents(batch->node, *batch);
   if (!s.ok()) return ErrorResponse(s);
   return JsonResponse(200, {{"ok", true}});
+}
+
+// POST /v1/jobs/ID/exec {"task": N | "host": H, "argv": [...]}: starts a command in a task
+// of a running job (gpupool exec).
+HttpResponse Api::StartExec(const HttpRequest& r, int64_t id, const Caller& caller) {
+  Result<Json> body = ParseJson(r.body, "request body", 1 << 20, 8);
+  if (!body.ok()) return ErrorResponse(body.status());
+  int task = -1;
+  std::string host;
+  std::vector<std::string> argv;
+  JsonFields f(*body, "");
+  f.Optional("task", &task, 0, 4095);
+  f.Optional("host", &host);
+  f.Optional("argv", &argv);
+  if (Status s = f.Finish(); !s.ok()) return ErrorResponse(s);
+  if (argv.empty() || argv.size() > 4096) {
+    return ErrorResponse(Status::InvalidArgument("argv: 1..4096 arguments, e.g. [\"hostname\"]"));
+  }
+  for (const std::string& a : argv) {
+    if (a.find('\0') != std::string::npos || a.size() > 65536) {
+      return ErrorResponse(
+          Status::InvalidArgument("argv: an argument has a NUL byte or is too long"));
+    }
+  }
+  if ((task < 0) == host.empty()) {
+    return ErrorResponse(Status::InvalidArgument("give task (an index) or host (a task's host)"));
+  }
+  if (task < 0) {
+    Result<jobs::Job> job = controller_->Get(id, caller);
+    if (!job.ok()) return ErrorResponse(job.status());
+    for (size_t t = 0; t < job->tasks.size() && task < 0; ++t) {
+      if (job->tasks[t].host == host || job->placement[t].node == host) task = static_cast<int>(t);
+    }
+    if (task < 0) {
+      std::string hosts;
+      for (const jobs::TaskStatus& t : job->tasks) hosts += (hosts.empty() ? "" : ", ") + t.host;
+      return ErrorResponse(
+          Status::InvalidArgument("host: '" + host + "' runs no task of job " + std::to_string(id) +
+                                  " (its hosts: " + (hosts.empty() ? "none yet" : hosts) + ")"));
+    }
+  }
+  Result<int64_t> x = controller_->StartExec(id, task, std::move(argv), caller);
+  if (!x.ok()) return ErrorResponse(x.status());
+  return JsonResponse(201, {{"id", *x}, {"job_id", id}, {"task", task}});
+}
+
+// GET /v1/exec/EID?wait_ms&started&ended: the session (long poll until it differs);
+// GET /v1/exec/EID/output?stream&offset: its output; DELETE /v1/exec/EID: stop it.
+HttpResponse Api::ServeExec(const HttpRequest& r, const Caller& caller) {
+  std::string tail = r.path.substr(std::string("/v1/exec/").size());
+  const auto slash = tail.find('/');
+  const std::string rest = slash == std::string::npos ? "" : tail.substr(slash + 1);
+  std::optional<int64_t> id = ParseInt64(tail.substr(0, slash));
+  if (!id || *id <= 0) return ErrorResponse(Status::NotFound("no exec session " + tail));
+  if (rest.empty() && r.method == "DELETE") {
+    Status s = controller_->CancelExec(*id, caller);
+    if (!s.ok()) return ErrorResponse(s);
+    return JsonResponse(200, {{"ok", true}});
+  }
+  if (rest.empty() && r.method == "GET") {
+    Result<int64_t> wait_ms = QueryInt(r, "wait_ms", 0, 0, 60'000);
+    if (!wait_ms.ok()) return ErrorResponse(wait_ms.status());
+    Result<ExecSession> x = controller_->WaitExec(*id, caller, r.Query("started") == "1",
+                                                  r.Query("ended") == "1", *wait_ms);
+    if (!x.ok()) return ErrorResponse(x.status());
+    OrderedJson j;
+    j["id"] = x->id;
+    j["job_id"] = x->job_id;
+    j["task"] = x->task_index;
+    j["node"] = x->node;
+    j["started"] = x->started;
+    j["ended"] = x->ended;
+    if (x->exit_code) j["exit_code"] = *x->exit_code;
+    if (x->signal) j["signal"] = *x->signal;
+    if (!x->error.empty()) j["error"] = x->error;
+    return JsonResponse(200, j);
+  }
+  if (rest == "output" && r.method == "GET") {
+    const std::string stream = r.Query("stream", "stdout");
+    if (stream != "stdout" && stream != "stderr") {
+      return ErrorResponse(Status::InvalidArgument("stream: use stdout or stderr"));
+    }
+    Result<int64_t> offset = QueryInt(r, "offset", 0, 0, INT64_MAX);
+    if (!offset.ok()) return ErrorResponse(offset.status());
+    Result<ExecSession> x = controller_->WaitExec(*id, caller, false, false, 0);
+    if (!x.ok()) return ErrorResponse(x.status());
+    const std::string& path = stream == "stdout" ? x->stdout_path : x->stderr_path;
+    HttpResponse resp;
+    resp.content_type = "application/octet-stream";
+    int64_t size = 0;
+    if (!path.empty() && controller_->NodeUp(x->node)) {
+      Result<LogChunk> chunk = controller_->log_relay().Fetch(
+          x->node, path, *offset, kMaxRelayedLogChunk, kLogRelayTimeout);
+      if (!chunk.ok() && chunk.status().code() != StatusCode::kNotFound) {
+        return ErrorResponse(chunk.status());
+      }
+      if (chunk.ok()) {
+        resp.body = std::move(chunk->data);
+        size = chunk->size;
+      }
+    }
+    const int64_t next = *offset + static_cast<int64_t>(resp.body.size());
+    resp.headers["X-Gpupool-Next-Offset"] = std::to_string(next);
+    resp.headers["X-Gpupool-Eof"] = x->ended && next >= size ? "1" : "0";
+    return resp;
+  }
+  return ErrorResponse(Status::NotFound("no endpoint " + r.method + " " + r.path));
 }
 
 }  // namespace gpupool::controller

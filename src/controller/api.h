@@ -54,6 +54,8 @@ class Api {
   // `everyone`: all users' jobs (admins, metrics tokens), else the caller's own.
   net::HttpResponse Usage(const net::HttpRequest& r, const Caller& caller, bool everyone);
   net::HttpResponse CreateToken(const net::HttpRequest& r, const Caller& caller);
+  net::HttpResponse StartExec(const net::HttpRequest& r, int64_t id, const Caller& caller);
+  net::HttpResponse ServeExec(const net::HttpRequest& r, const Caller& caller);
   net::HttpResponse ServeEnvironments(const net::HttpRequest& r, const Caller& caller);
   // The agent endpoints act only for the node `who` may act for (ActAsNode), and change
   // nothing when the request names another.

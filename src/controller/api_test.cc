@@ -95,8 +95,8 @@ class ApiAccessTest : public ::testing::Test {
     return DumpJson(gpu::NodeToJson(n));
   }
   static std::string RegisterBody(const std::string& node, int gpus) {
-    return R"({"node": ")" + node + R"(", "cpu_milli": 8000, "memory_mib": 65536, "info": )" +
-           NodeInfoJson(gpus) + "}";
+    return R"({"protocol": "1.1", "node": ")" + node +
+           R"(", "cpu_milli": 8000, "memory_mib": 65536, "info": )" + NodeInfoJson(gpus) + "}";
   }
   static std::string Error(const net::HttpResponse& r) {
     Result<Json> j = ParseJson(r.body, "answer");

@@ -29,6 +29,44 @@ bool Occupies(const Job& job) {
   return job.state == JobState::kAssigned || job.state == JobState::kRunning;
 }
 
+// "task 1 (node n2)".
+std::string TaskName(const Job& job, size_t t) {
+  std::string s = "task " + std::to_string(t);
+  if (t < job.placement.size()) s += " (node " + job.placement[t].node + ")";
+  return s;
+}
+
+// How a task ended, in words: "exited with code 3", "was killed by signal 9", ...
+std::string TaskOutcome(const jobs::TaskStatus& t) {
+  if (t.timed_out) return "reached its time limit";
+  if (t.signal) return "was killed by signal " + std::to_string(*t.signal);
+  if (t.exit_code) return "exited with code " + std::to_string(*t.exit_code);
+  return t.reason.empty() ? std::string("could not be started")
+                          : "could not be started: " + t.reason;
+}
+
+// Fills the per-task records of a job placed before they existed (an older store).
+void EnsureTasks(Job& job) {
+  if (job.tasks.size() == job.placement.size()) return;
+  job.tasks.resize(job.placement.size());
+  for (size_t t = 0; t < job.placement.size(); ++t) {
+    if (job.tasks[t].host.empty()) job.tasks[t].host = job.placement[t].node;
+    if (job.state == JobState::kRunning && job.tasks[t].start_time_us == 0)
+      job.tasks[t].start_time_us = job.start_time_us;
+  }
+}
+
+// The IP address of "1.2.3.4:5678" or "[::1]:5678"; "" for "unix" and the unknown.
+std::string RemoteIp(const std::string& remote) {
+  if (remote.empty() || remote == "unix") return "";
+  if (remote.front() == '[') {
+    const auto close = remote.find(']');
+    return close == std::string::npos ? "" : remote.substr(1, close - 1);
+  }
+  const auto colon = remote.rfind(':');
+  return colon == std::string::npos ? remote : remote.substr(0, colon);
+}
+
 Status CheckOwner(const Job& job, const Caller& caller) {
   if (caller.admin || job.uid == caller.uid) return Status::Ok();
   return Status::PermissionDenied("job " + std::to_string(job.id) + " belongs to " + job.user +
@@ -103,6 +141,7 @@ Status Controller::Load() {
   GP_ASSIGN_OR_RETURN(std::vector<Job> jobs, store_->ListJobs(active));
   for (Job& j : jobs) {
     const int64_t id = j.id;
+    if (Occupies(j)) EnsureTasks(j);
     active_.emplace(id, std::move(j));
     Touched(id);
   }
@@ -123,11 +162,14 @@ Status Controller::Load() {
     e.info = std::move(*info);
     e.cpu_milli = r.cpu_milli;
     e.memory_mib = r.memory_mib;
+    e.address = r.address.empty() ? r.name : r.address;
+    if (Result<protocol::Version> v = protocol::ParseVersion(r.protocol); v.ok()) e.version = *v;
     // A restarted controller gives every known node a full timeout to poll again.
     e.last_seen_us = now;
     e.up = true;
     nodes_.emplace(r.name, std::move(e));
   }
+  next_exec_id_ = now;  // above every id an earlier run handed out (agents key on it)
   spdlog::info("controller: loaded {} active jobs and {} nodes", active_.size(), nodes_.size());
   return Status::Ok();
 }
@@ -146,6 +188,7 @@ void Controller::Stop() {
   }
   scheduler_cv_.notify_all();
   work_cv_.notify_all();
+  exec_cv_.notify_all();
   if (loop_.joinable()) loop_.join();
 }
 
@@ -318,13 +361,18 @@ Result<Job> Controller::Cancel(int64_t id, const Caller& caller) {
     Job next = job;
     next.cancel_requested = true;
     next.reason = "cancelled by " + caller.user;
-    GP_RETURN_IF_ERROR(store_->UpdateJob(next, job.state));
-    job = std::move(next);
-    Touched(id);
-    for (const auto& p : job.placement) {
+    bool freed = false;
+    GP_RETURN_IF_ERROR(StopJob(next, job.state, &freed));
+    if (freed) {
+      WakeScheduler();
+      return next;
+    }
+    Job& now = active_.at(id);
+    for (const auto& p : now.placement) {
       if (auto n = nodes_.find(p.node); n != nodes_.end()) n->second.cancel_sent_us.erase(id);
     }
     NotifyNode("");
+    return now;
   }
   return job;
 }
@@ -336,6 +384,8 @@ std::vector<NodeView> Controller::Nodes() {
     NodeView v;
     v.name = name;
     v.state = e.up ? "up" : "down";
+    v.address = e.address;
+    v.protocol = protocol::VersionString(e.version);
     v.last_seen_us = e.last_seen_us;
     v.info = e.info;
     v.cpu_milli = e.cpu_milli;
@@ -359,41 +409,63 @@ std::vector<NodeView> Controller::Nodes() {
   return out;
 }
 
-Status Controller::RegisterNode(const std::string& name, gpu::NodeInfo info, int64_t cpu_milli,
-                                int64_t memory_mib,
-                                const std::vector<std::pair<int64_t, int>>& running) {
+Result<protocol::RegistrationReply> Controller::RegisterNode(protocol::Registration reg,
+                                                             const std::string& remote_ip) {
+  const std::string& name = reg.node;
   if (name.empty() || name.size() > 253) {
     return Status::InvalidArgument("node: a node name of 1..253 characters is required");
   }
+  GP_RETURN_IF_ERROR(
+      protocol::CheckCompatible(protocol::kVersion, reg.version, "the agent on node " + name));
+  std::string address = reg.address;
+  if (address.empty()) address = RemoteIp(remote_ip);
+  if (address.empty()) address = name;
   const int64_t now = clock_->NowMicros();
   store::NodeRecord rec;
   rec.name = name;
-  rec.info_json = DumpJson(gpu::NodeToJson(info));
-  rec.cpu_milli = cpu_milli;
-  rec.memory_mib = memory_mib;
+  rec.info_json = DumpJson(gpu::NodeToJson(reg.info));
+  rec.cpu_milli = reg.cpu_milli;
+  rec.memory_mib = reg.memory_mib;
   rec.registered_us = now;
   rec.last_heartbeat_us = now;
+  rec.address = address;
+  rec.protocol = protocol::VersionString(reg.version);
   GP_RETURN_IF_ERROR(store_->PutNode(rec));
 
   std::lock_guard lock(mu_);
   NodeEntry& e = nodes_[name];
-  e.info = std::move(info);
-  e.cpu_milli = cpu_milli;
-  e.memory_mib = memory_mib;
+  e.info = std::move(reg.info);
+  e.cpu_milli = reg.cpu_milli;
+  e.memory_mib = reg.memory_mib;
   e.last_seen_us = now;
   e.up = true;
+  e.address = address;
+  e.version = reg.version;
   e.launch_sent_us.clear();  // a (re)started agent gets every open order again
   e.cancel_sent_us.clear();
+  e.stray_sent_us.clear();
+  e.exec_cancel_sent_us.clear();
 
-  // Jobs we believe run there that the agent does not know are gone.
-  std::set<std::pair<int64_t, int>> known(running.begin(), running.end());
+  // Tasks the agent runs that no active job of ours expects there are stopped; tasks we
+  // believe run there that the agent does not know are gone.
+  std::set<std::pair<int64_t, int>> known;
+  for (const protocol::RunningTask& t : reg.running) {
+    known.insert({t.job_id, t.attempt});
+    auto it = active_.find(t.job_id);
+    const bool expected = it != active_.end() && Occupies(it->second) &&
+                          it->second.attempt == t.attempt && OnNode(it->second, name);
+    if (!expected) e.stray_sent_us[{t.job_id, t.attempt}] = 0;
+  }
   std::vector<int64_t> lost;
   for (int64_t id : occupying_) {
     const Job& job = active_.at(id);
-    if (job.state == JobState::kRunning && OnNode(job, name) &&
-        known.count({id, job.attempt}) == 0) {
-      lost.push_back(id);
+    if (!OnNode(job, name) || known.count({id, job.attempt}) != 0) continue;
+    bool started_here = false;
+    for (size_t t = 0; t < job.placement.size() && t < job.tasks.size(); ++t) {
+      started_here = started_here || (job.placement[t].node == name &&
+                                      job.tasks[t].start_time_us != 0 && !job.tasks[t].ended);
     }
+    if (started_here) lost.push_back(id);
   }
   for (int64_t id : lost) {
     Job& job = active_.at(id);
@@ -402,10 +474,30 @@ Status Controller::RegisterNode(const std::string& name, gpu::NodeInfo info, int
   }
   WakeScheduler();
   NotifyNode(name);
-  return Status::Ok();
+  return protocol::RegistrationReply{protocol::kVersion, address};
+}
+
+void Controller::StopStrayTasks(const Job& job, const std::string& except) {
+  for (const jobs::TaskPlacement& p : job.placement) {
+    if (p.node == except) continue;
+    if (auto n = nodes_.find(p.node); n != nodes_.end()) {
+      n->second.stray_sent_us[{job.id, job.attempt}] = 0;
+    }
+  }
+  for (auto& [id, x] : execs_) {
+    if (x.job_id == job.id && !x.ended && x.node != except) {
+      if (auto n = nodes_.find(x.node); n != nodes_.end()) {
+        n->second.stray_sent_us[{job.id, job.attempt}] = 0;
+      }
+    }
+  }
+  work_cv_.notify_all();
 }
 
 Status Controller::FinishOnNodeLoss(Job& job, const std::string& reason) {
+  // The job's tasks on other nodes must not go on without it (nor hold GPUs a requeued
+  // attempt may need); the lost node, should it come back, is told when it registers.
+  StopStrayTasks(job, "");
   Job lost = job;
   lost.state = JobState::kLost;
   lost.end_time_us = clock_->NowMicros();
@@ -415,6 +507,8 @@ Status Controller::FinishOnNodeLoss(Job& job, const std::string& reason) {
     Job again = lost;
     again.state = JobState::kPending;
     again.placement.clear();
+    again.tasks.clear();
+    again.master_port = 0;
     again.start_time_us = 0;
     again.end_time_us = 0;
     again.reason = "requeued: " + reason;
@@ -436,6 +530,15 @@ LaunchOrder Controller::MakeLaunchOrder(const Job& job, size_t task_index) const
   LaunchOrder order;
   order.job = job;
   order.task_index = static_cast<int>(task_index);
+  protocol::Rendezvous& r = order.rendezvous;
+  r.task_index = static_cast<int>(task_index);
+  r.num_tasks = static_cast<int>(job.placement.size());
+  for (size_t t = 0; t < job.placement.size(); ++t) {
+    r.hosts.push_back(t < job.tasks.size() && !job.tasks[t].host.empty() ? job.tasks[t].host
+                                                                         : job.placement[t].node);
+    r.slots.push_back(std::max<int>(1, static_cast<int>(job.placement[t].gpu_uuids.size())));
+  }
+  r.master_port = job.master_port;
   const jobs::TaskPlacement& p = job.placement[task_index];
   auto n = nodes_.find(p.node);
   if (n == nodes_.end()) return order;
@@ -475,22 +578,54 @@ Result<AgentWork> Controller::WaitForWork(const std::string& node, int64_t wait_
       if (job.cancel_requested) {
         auto sent = e.cancel_sent_us.find(id);
         if (sent == e.cancel_sent_us.end() || now - sent->second > kResendAfterUs) {
-          work.cancel.push_back(id);
+          work.cancel.push_back({id, job.attempt});
           e.cancel_sent_us[id] = now;
         }
         continue;
       }
       if (job.state != JobState::kAssigned) continue;
-      auto sent = e.launch_sent_us.find(id);
-      if (sent != e.launch_sent_us.end() && now - sent->second <= kResendAfterUs) continue;
       for (size_t t = 0; t < job.placement.size(); ++t) {
-        if (job.placement[t].node == node) work.launch.push_back(MakeLaunchOrder(job, t));
+        if (job.placement[t].node != node) continue;
+        const jobs::TaskStatus& ts = job.tasks.at(t);
+        if (ts.start_time_us != 0 || ts.ended) continue;
+        // The other tasks wait for task 0's agent to pick the rendezvous port.
+        if (t > 0 && job.master_port == 0) continue;
+        auto sent = e.launch_sent_us.find({id, static_cast<int>(t)});
+        if (sent != e.launch_sent_us.end() && now - sent->second <= kResendAfterUs) continue;
+        work.launch.push_back(MakeLaunchOrder(job, t));
+        e.launch_sent_us[{id, static_cast<int>(t)}] = now;
       }
-      e.launch_sent_us[id] = now;
+    }
+    for (auto& [key, sent] : e.stray_sent_us) {
+      if (sent == 0 || now - sent > kResendAfterUs) {
+        work.cancel.push_back({key.first, key.second});
+        sent = now;
+      }
+    }
+    for (auto& [exec_id, sent] : e.exec_cancel_sent_us) {
+      if (sent == 0 || now - sent > kResendAfterUs) {
+        work.cancel.push_back({0, 0, exec_id});
+        sent = now;
+      }
+    }
+    if (protocol::SupportsExec(e.version)) {
+      for (auto& [id, x] : execs_) {
+        // Resent until the agent reports it (a poll answer can be lost: a dead agent's
+        // poll may take it), as launch orders are; agents ignore a session seen before.
+        if (x.node != node || x.started || x.ended) continue;
+        if (x.sent && now - x.sent_us <= kResendAfterUs) continue;
+        // Sent once its task runs (mpirun may ask before the task has started).
+        auto job = active_.find(x.job_id);
+        if (job == active_.end() || job->second.attempt != x.attempt) continue;
+        const auto t = static_cast<size_t>(x.task_index);
+        if (t >= job->second.tasks.size() || job->second.tasks[t].start_time_us == 0) continue;
+        work.exec.push_back({x.id, x.job_id, x.attempt, x.task_index, x.argv});
+        x.sent = true;
+        x.sent_us = now;
+      }
     }
     work.logs = log_relay_.Take(node);
-    if (!work.launch.empty() || !work.cancel.empty() || !work.logs.empty() || stopping_ ||
-        std::chrono::steady_clock::now() >= deadline) {
+    if (!work.empty() || stopping_ || std::chrono::steady_clock::now() >= deadline) {
       return work;
     }
     // Wake at the deadline, on new work, or in time to resend unacknowledged orders.
@@ -499,89 +634,190 @@ Result<AgentWork> Controller::WaitForWork(const std::string& node, int64_t wait_
   }
 }
 
+protocol::Version Controller::NodeVersion(const std::string& node) {
+  std::lock_guard lock(mu_);
+  auto it = nodes_.find(node);
+  return it == nodes_.end() ? protocol::Version{1, 0} : it->second.version;
+}
+
 bool Controller::NodeUp(const std::string& node) {
   std::lock_guard lock(mu_);
   auto it = nodes_.find(node);
   return it != nodes_.end() && it->second.up;
 }
 
-Status Controller::ApplyEvents(const std::string& node, const std::vector<AgentEvent>& events) {
+Status Controller::ApplyEvents(const std::string& node, const EventBatch& batch) {
   std::lock_guard lock(mu_);
-  if (auto it = nodes_.find(node); it != nodes_.end())
-    it->second.last_seen_us = clock_->NowMicros();
+  auto n = nodes_.find(node);
+  if (n != nodes_.end()) n->second.last_seen_us = clock_->NowMicros();
   bool freed = false;
-  for (const AgentEvent& ev : events) {
+  for (const Event& raw : batch.events) {
+    Event ev = raw;
+    if (ev.time_us == 0) ev.time_us = clock_->NowMicros();
+    if (ev.kind != protocol::EventKind::kStarted && n != nodes_.end()) {
+      n->second.stray_sent_us.erase({ev.job_id, ev.attempt});  // it ended there
+    }
     auto it = active_.find(ev.job_id);
     if (it == active_.end()) continue;  // already final: a resent event
     Job& job = it->second;
-    if (ev.attempt != job.attempt || !OnNode(job, node) || !Occupies(job)) continue;
-    Job next = job;
-    switch (ev.kind) {
-      case AgentEvent::Kind::kStarted:
-        if (job.state != JobState::kAssigned) continue;
-        next.state = JobState::kRunning;
-        next.start_time_us = ev.time_us;
-        if (!ev.stdout_path.empty()) next.stdout_path = ev.stdout_path;
-        if (!ev.stderr_path.empty()) next.stderr_path = ev.stderr_path;
-        GP_RETURN_IF_ERROR(store_->UpdateJob(next, job.state));
-        job = std::move(next);
-        Touched(job.id);
-        continue;
-      case AgentEvent::Kind::kExited: {
-        const bool clean = ev.exit_code && *ev.exit_code == 0 && !ev.signal;
-        bool gang_failed = false;
-        if (job.request.tasks > 1) {
-          // A gang ends when every task has ended; the first failure stops the rest.
-          auto& exits = task_exits_[job.id];
-          exits[ev.task_index] = !clean;
-          const bool any_failed =
-              std::any_of(exits.begin(), exits.end(), [](const auto& e) { return e.second; });
-          if (static_cast<int>(exits.size()) < job.request.tasks) {
-            if (any_failed && !job.cancel_requested) {
-              Job stop = job;
-              stop.cancel_requested = true;
-              stop.reason = "task " + std::to_string(ev.task_index) + " failed";
-              GP_RETURN_IF_ERROR(store_->UpdateJob(stop, job.state));
-              job = std::move(stop);
-              Touched(job.id);
-              work_cv_.notify_all();
-            }
-            continue;
-          }
-          gang_failed = any_failed;
-          task_exits_.erase(job.id);
-        }
-        if (gang_failed) {
-          next.state = JobState::kFailed;
-        } else if (ev.cancelled || job.cancel_requested) {
-          next.state = JobState::kCancelled;
-        } else if (ev.timed_out) {
-          next.state = JobState::kTimeout;
-        } else {
-          next.state = clean ? JobState::kSucceeded : JobState::kFailed;
-        }
-        next.exit_code = ev.exit_code;
-        next.signal = ev.signal;
-        next.end_time_us = ev.time_us;
-        if (next.start_time_us == 0 && ev.reason.empty()) next.start_time_us = ev.time_us;
-        if (!ev.reason.empty()) next.reason = ev.reason;
-        if (!ev.stdout_path.empty()) next.stdout_path = ev.stdout_path;
-        if (!ev.stderr_path.empty()) next.stderr_path = ev.stderr_path;
-        GP_RETURN_IF_ERROR(store_->UpdateJob(next, job.state));
-        const int64_t id = it->first;
-        active_.erase(it);
-        Touched(id);
-        freed = true;
-        continue;
+    if (ev.attempt != job.attempt || !Occupies(job)) continue;
+    if (ev.task_index < 0 || static_cast<size_t>(ev.task_index) >= job.placement.size() ||
+        job.placement[ev.task_index].node != node) {
+      continue;  // not a task of this node
+    }
+    GP_RETURN_IF_ERROR(ApplyTaskEvent(job, node, ev, &freed));
+  }
+  for (const protocol::ExecReport& r : batch.exec) ExecReported(node, r);
+  if (freed) WakeScheduler();
+  return Status::Ok();
+}
+
+Status Controller::ApplyTaskEvent(Job& job, const std::string& node, const Event& ev, bool* freed) {
+  const auto t = static_cast<size_t>(ev.task_index);
+  Job next = job;
+  EnsureTasks(next);
+  jobs::TaskStatus& ts = next.tasks[t];
+  if (ev.kind == protocol::EventKind::kLost) {
+    return FinishOnNodeLoss(
+        job, ev.reason.empty() ? TaskName(job, t) + " was lost on " + node : ev.reason);
+  }
+  if (ts.ended) return Status::Ok();  // a resent event
+  if (ev.kind == protocol::EventKind::kStarted) {
+    if (ts.start_time_us != 0) return Status::Ok();
+    ts.start_time_us = ev.time_us;
+    ts.stdout_path = ev.stdout_path;
+    ts.stderr_path = ev.stderr_path;
+    if (t == 0) {
+      next.stdout_path = ev.stdout_path;
+      next.stderr_path = ev.stderr_path;
+      if (ev.master_port > 0) next.master_port = ev.master_port;
+      if (next.master_port == 0) {
+        // Agents pick one when they start task 0; this keeps a gang going if one did not.
+        spdlog::warn("job {}: node {} reported no rendezvous port; using 29500", job.id, node);
+        next.master_port = 29500;
       }
-      case AgentEvent::Kind::kLost:
-        GP_RETURN_IF_ERROR(
-            FinishOnNodeLoss(job, ev.reason.empty() ? "lost on " + node : ev.reason));
-        freed = true;
-        continue;
+    }
+    const bool all_started =
+        std::all_of(next.tasks.begin(), next.tasks.end(),
+                    [](const jobs::TaskStatus& s) { return s.start_time_us != 0; });
+    if (all_started && job.state == JobState::kAssigned) {
+      next.state = JobState::kRunning;
+      next.start_time_us = ev.time_us;
+    }
+    GP_RETURN_IF_ERROR(store_->UpdateJob(next, job.state));
+    job = std::move(next);
+    Touched(job.id);
+    // Task 0's port lets the others go; a started task takes the exec requests held for it.
+    work_cv_.notify_all();
+    return Status::Ok();
+  }
+  // kExited: the task ran and ended, or could not be started.
+  ts.ended = true;
+  ts.end_time_us = ev.time_us;
+  ts.exit_code = ev.exit_code;
+  ts.signal = ev.signal;
+  ts.cancelled = ev.cancelled;
+  ts.timed_out = ev.timed_out;
+  ts.reason = ev.reason;
+  if (!ev.stdout_path.empty()) ts.stdout_path = ev.stdout_path;
+  if (!ev.stderr_path.empty()) ts.stderr_path = ev.stderr_path;
+  if (t == 0) {
+    if (!ev.stdout_path.empty()) next.stdout_path = ev.stdout_path;
+    if (!ev.stderr_path.empty()) next.stderr_path = ev.stderr_path;
+  }
+  if (!next.cancel_requested) {
+    if (ts.failed()) {
+      // The first failure stops the rest of the gang.
+      next.cancel_requested = next.tasks.size() > 1;
+      next.reason = TaskName(next, t) + " " + TaskOutcome(ts);
+    } else if (next.mpi && t == 0 && next.tasks.size() > 1) {
+      next.cancel_requested = true;  // mpirun ended: release the held tasks
+      next.reason = "task 0 ended; the held tasks were released";
     }
   }
-  if (freed) WakeScheduler();
+  return StopJob(next, job.state, freed);
+}
+
+Status Controller::StopJob(Job& next, JobState expected, bool* freed) {
+  const int64_t id = next.id;
+  EnsureTasks(next);
+  if (next.cancel_requested) {
+    // Tasks whose orders never went out (they wait for task 0's port) will not start.
+    for (size_t t = 1; t < next.tasks.size(); ++t) {
+      jobs::TaskStatus& ts = next.tasks[t];
+      if (next.master_port == 0 && ts.start_time_us == 0 && !ts.ended) {
+        ts.ended = true;
+        ts.cancelled = true;
+        ts.end_time_us = clock_->NowMicros();
+        ts.reason = "not started";
+      }
+    }
+  }
+  const bool all_ended = std::all_of(next.tasks.begin(), next.tasks.end(),
+                                     [](const jobs::TaskStatus& s) { return s.ended; });
+  if (!all_ended || next.tasks.empty()) {
+    GP_RETURN_IF_ERROR(store_->UpdateJob(next, expected));
+    active_[id] = std::move(next);
+    Touched(id);
+    work_cv_.notify_all();
+    return Status::Ok();
+  }
+  // Every task has ended: the job's outcome.
+  const jobs::TaskStatus* failed = nullptr;
+  size_t failed_index = 0;
+  for (size_t t = 0; t < next.tasks.size() && failed == nullptr; ++t) {
+    if (next.tasks[t].failed()) {
+      failed = &next.tasks[t];
+      failed_index = t;
+    }
+  }
+  const jobs::TaskStatus& first = next.tasks[0];
+  auto any = [&](bool jobs::TaskStatus::*flag) {
+    return std::any_of(next.tasks.begin(), next.tasks.end(),
+                       [&](const jobs::TaskStatus& s) { return s.*flag; });
+  };
+  if (failed != nullptr) {
+    next.state = JobState::kFailed;
+    next.exit_code = failed->exit_code;
+    next.signal = failed->signal;
+    if (next.tasks.size() > 1) {
+      next.reason = TaskName(next, failed_index) + " " + TaskOutcome(*failed);
+    } else if (!failed->reason.empty()) {
+      next.reason = failed->reason;
+    }
+    if (failed->timed_out) next.state = JobState::kTimeout;
+  } else {
+    next.exit_code = first.exit_code;
+    next.signal = first.signal;
+    if (next.mpi && !first.cancelled && !first.timed_out) {
+      next.state = JobState::kSucceeded;
+    } else if (any(&jobs::TaskStatus::timed_out)) {
+      next.state = JobState::kTimeout;
+    } else if (any(&jobs::TaskStatus::cancelled) || next.cancel_requested) {
+      next.state = JobState::kCancelled;
+    } else {
+      next.state = JobState::kSucceeded;
+    }
+    if (next.tasks.size() == 1 && !first.reason.empty()) next.reason = first.reason;
+  }
+  next.end_time_us = 0;
+  for (const jobs::TaskStatus& ts : next.tasks)
+    next.end_time_us = std::max(next.end_time_us, ts.end_time_us);
+  if (next.start_time_us == 0 && first.start_time_us != 0) next.start_time_us = first.start_time_us;
+  if (next.start_time_us == 0 && failed == nullptr) next.start_time_us = next.end_time_us;
+  GP_RETURN_IF_ERROR(store_->UpdateJob(next, expected));
+  // Commands run by gpupool exec in this job end with it.
+  for (auto& [xid, x] : execs_) {
+    if (x.job_id == id && !x.ended) {
+      if (auto n = nodes_.find(x.node); n != nodes_.end())
+        n->second.stray_sent_us[{id, next.attempt}] = 0;
+    }
+  }
+  active_.erase(id);
+  Touched(id);
+  *freed = true;
+  work_cv_.notify_all();
+  exec_cv_.notify_all();
   return Status::Ok();
 }
 
@@ -646,6 +882,11 @@ Status Controller::ScheduleOnce() {
     Job next = it->second;
     next.state = JobState::kAssigned;
     next.placement = std::move(placement);
+    next.tasks.assign(next.placement.size(), jobs::TaskStatus{});
+    for (size_t t = 0; t < next.placement.size(); ++t) {
+      next.tasks[t].host = nodes_.at(next.placement[t].node).address;
+    }
+    next.master_port = 0;
     next.pending_reason.clear();
     next.attempt += 1;
     updates.push_back({std::move(next), JobState::kPending});
@@ -683,6 +924,138 @@ Status Controller::SweepNodes() {
     WakeScheduler();
   }
   return Status::Ok();
+}
+
+Result<int64_t> Controller::StartExec(int64_t job_id, int task_index, std::vector<std::string> argv,
+                                      const Caller& caller) {
+  if (argv.empty() || argv[0].empty()) {
+    return Status::InvalidArgument("argv: the command to run, e.g. -- hostname");
+  }
+  std::lock_guard lock(mu_);
+  auto it = active_.find(job_id);
+  if (it == active_.end()) {
+    GP_ASSIGN_OR_RETURN(Job ended, store_->GetJob(job_id));
+    GP_RETURN_IF_ERROR(CheckOwner(ended, caller));
+    return Status::FailedPrecondition("job " + std::to_string(job_id) + " has ended (" +
+                                      std::string(jobs::JobStateName(ended.state)) +
+                                      "); exec runs only in a running job");
+  }
+  const Job& job = it->second;
+  GP_RETURN_IF_ERROR(CheckOwner(job, caller));
+  if (!Occupies(job) || job.cancel_requested) {
+    return Status::FailedPrecondition(
+        "job " + std::to_string(job_id) + " is " + std::string(jobs::JobStateName(job.state)) +
+        (job.cancel_requested ? " and stopping" : "") + "; exec runs only in a running job");
+  }
+  if (task_index < 0 || static_cast<size_t>(task_index) >= job.placement.size()) {
+    return Status::InvalidArgument("task: job " + std::to_string(job_id) + " has tasks 0.." +
+                                   std::to_string(job.placement.size() - 1));
+  }
+  const jobs::TaskStatus& ts = job.tasks.at(static_cast<size_t>(task_index));
+  if (ts.ended) {
+    return Status::FailedPrecondition("task " + std::to_string(task_index) + " of job " +
+                                      std::to_string(job_id) + " has ended");
+  }
+  const std::string& node = job.placement[static_cast<size_t>(task_index)].node;
+  auto n = nodes_.find(node);
+  if (n == nodes_.end() || !n->second.up) {
+    return Status::Unavailable("node " + node + " of task " + std::to_string(task_index) +
+                               " is down");
+  }
+  if (!protocol::SupportsExec(n->second.version)) {
+    return Status::FailedPrecondition("the agent on node " + node + " speaks agent protocol " +
+                                      protocol::VersionString(n->second.version) +
+                                      ", which has no exec: upgrade gpupool there");
+  }
+  // Sessions that ended long ago go; at most 10,000 are kept.
+  const int64_t mono = clock_->MonotonicMicros();
+  for (auto x = execs_.begin(); x != execs_.end();) {
+    const bool old = x->second.ended && mono - x->second.ended_mono_us > 600'000'000;
+    x = old || execs_.size() > 10'000 ? execs_.erase(x) : std::next(x);
+  }
+  ExecSession x;
+  x.id = ++next_exec_id_;
+  x.job_id = job_id;
+  x.attempt = job.attempt;
+  x.task_index = task_index;
+  x.node = node;
+  x.uid = job.uid;
+  x.argv = std::move(argv);
+  const int64_t id = x.id;
+  execs_.emplace(id, std::move(x));
+  work_cv_.notify_all();
+  return id;
+}
+
+Result<ExecSession> Controller::WaitExec(int64_t exec_id, const Caller& caller, bool seen_started,
+                                         bool seen_ended, int64_t wait_ms) {
+  const auto deadline = std::chrono::steady_clock::now() +
+                        std::chrono::milliseconds(std::clamp<int64_t>(wait_ms, 0, 60'000));
+  std::unique_lock lock(mu_);
+  while (true) {
+    auto it = execs_.find(exec_id);
+    if (it == execs_.end()) {
+      return Status::NotFound("exec session " + std::to_string(exec_id) +
+                              " is not known (it ended long ago, or the controller restarted)");
+    }
+    const ExecSession& x = it->second;
+    if (!caller.admin && caller.uid != x.uid) {
+      return Status::PermissionDenied("exec session " + std::to_string(exec_id) +
+                                      " belongs to another user");
+    }
+    if (x.started != seen_started || x.ended != seen_ended || stopping_ ||
+        std::chrono::steady_clock::now() >= deadline) {
+      return x;
+    }
+    exec_cv_.wait_until(lock, deadline);
+  }
+}
+
+Status Controller::CancelExec(int64_t exec_id, const Caller& caller) {
+  std::lock_guard lock(mu_);
+  auto it = execs_.find(exec_id);
+  if (it == execs_.end()) return Status::NotFound("exec session " + std::to_string(exec_id));
+  ExecSession& x = it->second;
+  if (!caller.admin && caller.uid != x.uid) {
+    return Status::PermissionDenied("exec session " + std::to_string(exec_id) +
+                                    " belongs to another user");
+  }
+  if (x.ended) return Status::Ok();
+  if (!x.sent) {
+    x.ended = true;
+    x.error = "cancelled before it started";
+    x.ended_mono_us = clock_->MonotonicMicros();
+    exec_cv_.notify_all();
+    return Status::Ok();
+  }
+  // The agent cancels an exec session like a task: a stray order for its launcher key.
+  if (auto n = nodes_.find(x.node); n != nodes_.end()) {
+    n->second.exec_cancel_sent_us[x.id] = 0;
+  }
+  work_cv_.notify_all();
+  return Status::Ok();
+}
+
+void Controller::ExecReported(const std::string& node, const protocol::ExecReport& r) {
+  auto it = execs_.find(r.id);
+  if (it == execs_.end() || it->second.node != node || it->second.ended) return;
+  ExecSession& x = it->second;
+  if (r.started && !x.started) {
+    x.started = true;
+    x.stdout_path = r.stdout_path;
+    x.stderr_path = r.stderr_path;
+  }
+  if (r.ended) {
+    x.ended = true;
+    x.exit_code = r.exit_code;
+    x.signal = r.signal;
+    x.error = r.error;
+    if (!r.stdout_path.empty()) x.stdout_path = r.stdout_path;
+    if (!r.stderr_path.empty()) x.stderr_path = r.stderr_path;
+    x.ended_mono_us = clock_->MonotonicMicros();
+    if (auto n = nodes_.find(node); n != nodes_.end()) n->second.exec_cancel_sent_us.erase(x.id);
+  }
+  exec_cv_.notify_all();
 }
 
 }  // namespace gpupool::controller

@@ -31,6 +31,7 @@
 #include "controller/log_relay.h"
 #include "gpu/gpu_info.h"
 #include "jobs/job.h"
+#include "protocol/agent_protocol.h"
 #include "store/store.h"
 
 namespace gpupool::controller {
@@ -56,49 +57,37 @@ struct ControllerOptions {
   int64_t cancel_grace_s = 10;
 };
 
-// One GPU grant in a launch order.
-struct GpuGrant {
-  std::string vendor;
-  int index = -1;
-  std::string uuid;
-  std::vector<std::string> device_nodes;
-  int gpu_milli = 1000;
-};
+using protocol::Event;
+using protocol::EventBatch;
+using protocol::LaunchOrder;
+using AgentWork = protocol::Work;
 
-// What an agent is told to run: the job plus its GPUs on this node.
-struct LaunchOrder {
-  jobs::Job job;
-  int task_index = 0;
-  std::vector<GpuGrant> gpus;
-  std::vector<std::string> denied_device_nodes;
-};
-
-struct AgentWork {
-  std::vector<LaunchOrder> launch;
-  std::vector<int64_t> cancel;
-  std::vector<LogRequest> logs;  // log reads for the API (log_relay.h)
-};
-
-// What an agent reports about one job.
-struct AgentEvent {
-  enum class Kind { kStarted, kExited, kLost };
+// One `gpupool exec` session: a command run inside a running task's allocation.
+struct ExecSession {
+  int64_t id = 0;
   int64_t job_id = 0;
   int attempt = 0;
   int task_index = 0;
-  Kind kind = Kind::kStarted;
-  int64_t time_us = 0;
+  std::string node;
+  uint32_t uid = 0;  // the job's owner
+  std::vector<std::string> argv;
+  bool sent = false;     // handed to the node's agent
+  int64_t sent_us = 0;   // when last handed out (resent until it is reported)
+  bool started = false;  // the command runs; output in the paths
+  bool ended = false;
   std::optional<int> exit_code;
   std::optional<int> signal;
-  bool timed_out = false;
-  bool cancelled = false;
-  std::string reason;
+  std::string error;  // why it could not run
   std::string stdout_path;
   std::string stderr_path;
+  int64_t ended_mono_us = 0;
 };
 
 struct NodeView {
   std::string name;
-  std::string state;  // "up", "down", "draining"
+  std::string address;   // where the node's peers reach it (agent --address)
+  std::string protocol;  // the agent protocol version it speaks
+  std::string state;     // "up", "down", "draining"
   int64_t last_seen_us = 0;
   gpu::NodeInfo info;
   int64_t cpu_milli = 0;
@@ -128,14 +117,30 @@ class Controller {
   // Ids of queued or running jobs that use named environment "NAME:VERSION".
   std::vector<int64_t> JobsUsingEnvironment(const std::string& ref);
 
+  // --- exec (gpupool exec) ---
+  // Starts `argv` in task `task_index` of job `job_id` for its owner (or an admin), once
+  // that task runs (it may still be starting). Returns the session id.
+  // FailedPrecondition once the job or task has ended or is being stopped.
+  Result<int64_t> StartExec(int64_t job_id, int task_index, std::vector<std::string> argv,
+                            const Caller& caller);
+  // The session once it differs from `seen` (started / ended changed), or after wait_ms.
+  Result<ExecSession> WaitExec(int64_t exec_id, const Caller& caller, bool seen_started,
+                               bool seen_ended, int64_t wait_ms);
+  // Stops a session's command (its agent is told to cancel it).
+  Status CancelExec(int64_t exec_id, const Caller& caller);
+
   // --- agents ---
-  Status RegisterNode(const std::string& name, gpu::NodeInfo info, int64_t cpu_milli,
-                      int64_t memory_mib, const std::vector<std::pair<int64_t, int>>& running);
+  // `remote_ip` is where the registration came from (the default address), "" for the
+  // Unix socket. FailedPrecondition for an agent whose protocol version is too far off.
+  Result<protocol::RegistrationReply> RegisterNode(protocol::Registration reg,
+                                                   const std::string& remote_ip);
   // Returns work for the node, waiting up to wait_ms for some; also the heartbeat.
   Result<AgentWork> WaitForWork(const std::string& node, int64_t wait_ms);
-  Status ApplyEvents(const std::string& node, const std::vector<AgentEvent>& events);
+  Status ApplyEvents(const std::string& node, const EventBatch& batch);
   // Whether `node` is registered and polling (not timed out).
   bool NodeUp(const std::string& node);
+  // The agent protocol version `node` registered with (1.0 when unknown).
+  protocol::Version NodeVersion(const std::string& node);
   // Reads of log files on the nodes ride on the agents' polls.
   LogRelay& log_relay() { return log_relay_; }
 
@@ -150,6 +155,17 @@ class Controller {
   Status Load();
   Status FinishOnNodeLoss(jobs::Job& job, const std::string& reason);
   LaunchOrder MakeLaunchOrder(const jobs::Job& job, size_t task_index) const;
+  // A task's event: updates job.tasks, and the job's state once every task has started
+  // or ended. `freed` is set when the job ended.
+  Status ApplyTaskEvent(jobs::Job& job, const std::string& node, const Event& ev, bool* freed);
+  // Writes `next` (stored as `expected`); once every task has ended, its final state,
+  // and the job leaves active_ (`freed`). With cancel_requested, tasks whose orders never
+  // went out are ended first.
+  Status StopJob(jobs::Job& next, jobs::JobState expected, bool* freed);
+  // Asks the agents running tasks of `job` (every node but `except`) to stop them: for a
+  // job that ended while some of its tasks may still run (a node lost, a requeue).
+  void StopStrayTasks(const jobs::Job& job, const std::string& except);
+  void ExecReported(const std::string& node, const protocol::ExecReport& r);
   void Loop();
   // Asks for a pass: WakeScheduler when resources or nodes changed (runs at once),
   // WakeSchedulerForArrival for new jobs (batched while the pool is full).
@@ -167,8 +183,14 @@ class Controller {
     int64_t memory_mib = 0;
     int64_t last_seen_us = 0;
     bool up = false;
-    std::map<int64_t, int64_t> launch_sent_us;  // job id -> when last sent
+    std::string address;              // what peers use; the name when unknown
+    protocol::Version version{1, 0};  // the agent's protocol
+    std::map<std::pair<int64_t, int>, int64_t> launch_sent_us;  // (job, task) -> when sent
     std::map<int64_t, int64_t> cancel_sent_us;
+    // Tasks of jobs that ended here or elsewhere while this node may still run them:
+    // (job, attempt) -> when last sent; dropped when the node reports their end.
+    std::map<std::pair<int64_t, int>, int64_t> stray_sent_us;
+    std::map<int64_t, int64_t> exec_cancel_sent_us;  // exec sessions to stop, as above
   };
 
   store::Store* store_;
@@ -194,8 +216,9 @@ class Controller {
   std::map<std::string, NodeEntry> nodes_;
   std::unique_ptr<JobScheduler> scheduler_;  // used by one pass at a time (the loop)
   LogRelay log_relay_;
-  // Gangs: exit events seen so far per job (task index -> job failed?).
-  std::map<int64_t, std::map<int, bool>> task_exits_;
+  std::map<int64_t, ExecSession> execs_;
+  int64_t next_exec_id_ = 0;  // from the clock at start: ids are not reused across restarts
+  std::condition_variable exec_cv_;
   std::thread loop_;
 };
 

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <map>
 #include <thread>
 
 #include "common/clock.h"
@@ -60,20 +61,38 @@ class ControllerTest : public ::testing::Test {
   static std::unique_ptr<store::Store> OpenSqliteStore(const std::string& path) {
     return store::OpenSqliteStore(path).value();
   }
-  void Register(int gpus, std::vector<std::pair<int64_t, int>> running = {}) {
-    ASSERT_TRUE(c_->RegisterNode("n1", MakeNode(gpus), 64'000, 256'000, running).ok());
+  void Register(int gpus, std::vector<std::pair<int64_t, int>> running = {},
+                const std::string& node = "n1") {
+    protocol::Registration r;
+    r.node = node;
+    r.info = MakeNode(gpus);
+    if (node != "n1") {
+      for (gpu::GpuInfo& g : r.info.gpus) g.uuid += "-" + node;
+    }
+    r.address = address_.count(node) ? address_[node] : "";
+    r.version = version_;
+    r.cpu_milli = 64'000;
+    r.memory_mib = 256'000;
+    for (const auto& [id, attempt] : running) r.running.push_back({id, 0, attempt});
+    ASSERT_TRUE(c_->RegisterNode(r, "").ok());
+  }
+  Status Apply(std::vector<Event> events, const std::string& node = "n1") {
+    return c_->ApplyEvents(node, EventBatch{node, std::move(events), {}});
   }
   Job Get(int64_t id) { return c_->Get(id, root_).value(); }
-  AgentEvent Event(const Job& j, AgentEvent::Kind kind, int exit_code = 0) {
-    AgentEvent e;
+  Event Ev(const Job& j, protocol::EventKind kind, int exit_code = 0, int task = 0) {
+    Event e;
+    e.task_index = task;
     e.job_id = j.id;
     e.attempt = j.attempt;
     e.kind = kind;
     e.time_us = clock_.NowMicros();
-    if (kind == AgentEvent::Kind::kExited) e.exit_code = exit_code;
+    if (kind == protocol::EventKind::kExited) e.exit_code = exit_code;
     return e;
   }
 
+  std::map<std::string, std::string> address_;
+  protocol::Version version_ = protocol::kVersion;
   ManualClock clock_{1'700'000'000'000'000};
   std::unique_ptr<store::Store> store_;
   std::unique_ptr<Controller> c_;
@@ -102,15 +121,15 @@ TEST_F(ControllerTest, JobRunsThroughItsStates) {
   // Not sent again right away.
   EXPECT_TRUE(c_->WaitForWork("n1", 0)->launch.empty());
 
-  ASSERT_TRUE(c_->ApplyEvents("n1", {Event(j, AgentEvent::Kind::kStarted)}).ok());
+  ASSERT_TRUE(Apply({Ev(j, protocol::EventKind::kStarted)}).ok());
   EXPECT_EQ(Get(j.id).state, JobState::kRunning);
   clock_.AdvanceMicros(5'000'000);
-  ASSERT_TRUE(c_->ApplyEvents("n1", {Event(j, AgentEvent::Kind::kExited, 0)}).ok());
+  ASSERT_TRUE(Apply({Ev(j, protocol::EventKind::kExited, 0)}).ok());
   Job done = Get(j.id);
   EXPECT_EQ(done.state, JobState::kSucceeded);
   EXPECT_EQ(done.exit_code, 0);
   // A resent event changes nothing.
-  ASSERT_TRUE(c_->ApplyEvents("n1", {Event(j, AgentEvent::Kind::kExited, 3)}).ok());
+  ASSERT_TRUE(Apply({Ev(j, protocol::EventKind::kExited, 3)}).ok());
   EXPECT_EQ(Get(j.id).state, JobState::kSucceeded);
 }
 
@@ -119,8 +138,8 @@ TEST_F(ControllerTest, NonZeroExitFailsAndStoreHasEveryTransition) {
   Job j = c_->Submit(MakeJob(1), alice_).value();
   ASSERT_TRUE(c_->ScheduleOnce().ok());
   j = Get(j.id);
-  ASSERT_TRUE(c_->ApplyEvents("n1", {Event(j, AgentEvent::Kind::kStarted)}).ok());
-  ASSERT_TRUE(c_->ApplyEvents("n1", {Event(j, AgentEvent::Kind::kExited, 2)}).ok());
+  ASSERT_TRUE(Apply({Ev(j, protocol::EventKind::kStarted)}).ok());
+  ASSERT_TRUE(Apply({Ev(j, protocol::EventKind::kExited, 2)}).ok());
   Job stored = store_->GetJob(j.id).value();
   EXPECT_EQ(stored.state, JobState::kFailed);
   EXPECT_EQ(stored.exit_code, 2);
@@ -197,16 +216,16 @@ TEST_F(ControllerTest, CancelPendingAndRunning) {
   EXPECT_EQ(c_->Cancel(wait.id, alice_).status().code(), StatusCode::kFailedPrecondition);
 
   run = Get(run.id);
-  ASSERT_TRUE(c_->ApplyEvents("n1", {Event(run, AgentEvent::Kind::kStarted)}).ok());
+  ASSERT_TRUE(Apply({Ev(run, protocol::EventKind::kStarted)}).ok());
   (void)c_->WaitForWork("n1", 0);
   ASSERT_TRUE(c_->Cancel(run.id, alice_).ok());
   AgentWork w = c_->WaitForWork("n1", 0).value();
-  ASSERT_EQ(w.cancel, std::vector<int64_t>{run.id});
-  AgentEvent e = Event(Get(run.id), AgentEvent::Kind::kExited);
+  ASSERT_EQ(w.cancel, (std::vector<protocol::CancelOrder>{{run.id, Get(run.id).attempt, 0}}));
+  Event e = Ev(Get(run.id), protocol::EventKind::kExited);
   e.exit_code.reset();
   e.signal = 15;
   e.cancelled = true;
-  ASSERT_TRUE(c_->ApplyEvents("n1", {e}).ok());
+  ASSERT_TRUE(Apply({e}).ok());
   EXPECT_EQ(Get(run.id).state, JobState::kCancelled);
 }
 
@@ -241,9 +260,8 @@ TEST_F(ControllerTest, RestartKeepsJobsAndAgentReconciles) {
   ASSERT_TRUE(c_->ScheduleOnce().ok());
   a = Get(a.id);
   b = Get(b.id);
-  ASSERT_TRUE(c_->ApplyEvents("n1", {Event(a, AgentEvent::Kind::kStarted),
-                                     Event(b, AgentEvent::Kind::kStarted)})
-                  .ok());
+  ASSERT_TRUE(
+      Apply({Ev(a, protocol::EventKind::kStarted), Ev(b, protocol::EventKind::kStarted)}).ok());
   Restart();  // the controller dies and comes back on the same store
   EXPECT_EQ(Get(a.id).state, JobState::kRunning);
   // The agent re-registers knowing only job a: b is gone.
@@ -252,7 +270,7 @@ TEST_F(ControllerTest, RestartKeepsJobsAndAgentReconciles) {
   EXPECT_EQ(Get(b.id).state, JobState::kLost);
   EXPECT_NE(Get(b.id).reason.find("restarted"), std::string::npos);
   // a finishes after the restart and its state arrives.
-  ASSERT_TRUE(c_->ApplyEvents("n1", {Event(a, AgentEvent::Kind::kExited, 0)}).ok());
+  ASSERT_TRUE(Apply({Ev(a, protocol::EventKind::kExited, 0)}).ok());
   EXPECT_EQ(Get(a.id).state, JobState::kSucceeded);
 }
 
@@ -292,9 +310,8 @@ TEST_F(ControllerTest, NodeViewFollowsEveryTransition) {
   EXPECT_EQ(allocated(), (std::pair<int, int>{3, 3250}));
   EXPECT_EQ(c_->WaitForWork("n1", 0).value().launch.size(), 3u);
   a = Get(a.id);
-  ASSERT_TRUE(c_->ApplyEvents("n1", {Event(a, AgentEvent::Kind::kStarted),
-                                     Event(a, AgentEvent::Kind::kExited, 0)})
-                  .ok());
+  ASSERT_TRUE(
+      Apply({Ev(a, protocol::EventKind::kStarted), Ev(a, protocol::EventKind::kExited, 0)}).ok());
   EXPECT_EQ(allocated(), (std::pair<int, int>{2, 2250}));
   ASSERT_TRUE(c_->Cancel(queued.id, bob_).ok());  // pending: never indexed
   EXPECT_EQ(allocated(), (std::pair<int, int>{2, 2250}));
@@ -338,9 +355,8 @@ TEST_F(ControllerTest, LoopBatchesArrivalsWhileFullButPlansFreedResourcesAtOnce)
   std::this_thread::sleep_for(std::chrono::milliseconds(300));
   EXPECT_EQ(Get(cpu_only.id).state, JobState::kPending);
   a = Get(a.id);
-  ASSERT_TRUE(c_->ApplyEvents("n1", {Event(a, AgentEvent::Kind::kStarted),
-                                     Event(a, AgentEvent::Kind::kExited, 0)})
-                  .ok());
+  ASSERT_TRUE(
+      Apply({Ev(a, protocol::EventKind::kStarted), Ev(a, protocol::EventKind::kExited, 0)}).ok());
   // Well before the batch ends: the freed GPU goes to b, and cpu_only rides along.
   EXPECT_TRUE(state_within(b.id, JobState::kAssigned, 2500));
   EXPECT_TRUE(state_within(cpu_only.id, JobState::kAssigned, 100));
@@ -353,6 +369,231 @@ TEST_F(ControllerTest, UnknownPolicyIsAConfigurationError) {
   auto c = Controller::Create(store_.get(), &clock_, o);
   ASSERT_FALSE(c.ok());
   EXPECT_NE(c.status().message().find("scheduler configuration"), std::string::npos);
+}
+
+// --- gangs ---
+
+class GangTest : public ControllerTest {
+ protected:
+  void SetUp() override {
+    ControllerTest::SetUp();
+    address_ = {{"n1", "10.0.0.1"}, {"n2", "10.0.0.2"}};
+    Register(2, {}, "n1");
+    Register(2, {}, "n2");
+  }
+  // A 2-task gang of 2 GPUs per task: one task per node. Returns it ASSIGNED.
+  Job SubmitGang(bool mpi = false) {
+    Job j = MakeJob(2);
+    j.request.tasks = 2;
+    j.mpi = mpi;
+    j = c_->Submit(j, alice_).value();
+    EXPECT_TRUE(c_->ScheduleOnce().ok());
+    j = Get(j.id);
+    EXPECT_EQ(j.state, JobState::kAssigned);
+    EXPECT_EQ(j.tasks.size(), 2u);
+    return j;
+  }
+  std::string NodeOf(const Job& j, int task) { return j.placement[static_cast<size_t>(task)].node; }
+  // Starts both tasks the way agents do: task 0 first, with its port.
+  Job StartBoth(Job j) {
+    AgentWork w0 = c_->WaitForWork(NodeOf(j, 0), 0).value();
+    EXPECT_EQ(w0.launch.size(), 1u);
+    EXPECT_TRUE(c_->WaitForWork(NodeOf(j, 1), 0)->launch.empty());  // waits for the port
+    Event s0 = Ev(j, protocol::EventKind::kStarted, 0, 0);
+    s0.master_port = 41000;
+    EXPECT_TRUE(Apply({s0}, NodeOf(j, 0)).ok());
+    EXPECT_EQ(Get(j.id).state, JobState::kAssigned);  // not every task runs yet
+    AgentWork w1 = c_->WaitForWork(NodeOf(j, 1), 0).value();
+    EXPECT_EQ(w1.launch.size(), 1u);
+    if (!w1.launch.empty()) {
+      const protocol::Rendezvous& r = w1.launch[0].rendezvous;
+      EXPECT_EQ(r.task_index, 1);
+      EXPECT_EQ(r.num_tasks, 2);
+      EXPECT_EQ(r.master_port, 41000);
+      EXPECT_EQ(r.hosts[0], address_[NodeOf(j, 0)]);
+      EXPECT_EQ(r.hosts[1], address_[NodeOf(j, 1)]);
+      EXPECT_EQ(r.slots, (std::vector<int>{2, 2}));
+    }
+    EXPECT_TRUE(Apply({Ev(j, protocol::EventKind::kStarted, 0, 1)}, NodeOf(j, 1)).ok());
+    Job running = Get(j.id);
+    EXPECT_EQ(running.state, JobState::kRunning);
+    return running;
+  }
+  Event Exit(const Job& j, int task, int code, bool cancelled = false) {
+    Event e = Ev(j, protocol::EventKind::kExited, code, task);
+    e.cancelled = cancelled;
+    if (cancelled) {
+      e.exit_code.reset();
+      e.signal = 15;
+    }
+    return e;
+  }
+};
+
+TEST_F(GangTest, TasksSpreadStartInOrderAndSucceedTogether) {
+  Job j = SubmitGang();
+  EXPECT_NE(NodeOf(j, 0), NodeOf(j, 1));
+  j = StartBoth(j);
+  EXPECT_EQ(j.master_port, 41000);
+  ASSERT_TRUE(Apply({Exit(j, 1, 0)}, NodeOf(j, 1)).ok());
+  EXPECT_EQ(Get(j.id).state, JobState::kRunning);  // task 0 still runs
+  ASSERT_TRUE(Apply({Exit(j, 0, 0)}, NodeOf(j, 0)).ok());
+  Job done = Get(j.id);
+  EXPECT_EQ(done.state, JobState::kSucceeded);
+  EXPECT_TRUE(done.tasks[0].ended && done.tasks[1].ended);
+}
+
+TEST_F(GangTest, OneFailedTaskStopsTheOthersAndNamesItself) {
+  Job j = StartBoth(SubmitGang());
+  (void)c_->WaitForWork(NodeOf(j, 0), 0);
+  ASSERT_TRUE(Apply({Exit(j, 1, 3)}, NodeOf(j, 1)).ok());
+  Job stopping = Get(j.id);
+  EXPECT_TRUE(stopping.cancel_requested);
+  // Task 0's node is told to stop it.
+  AgentWork w = c_->WaitForWork(NodeOf(j, 0), 0).value();
+  ASSERT_EQ(w.cancel.size(), 1u);
+  EXPECT_EQ(w.cancel[0].job_id, j.id);
+  EXPECT_EQ(w.cancel[0].attempt, j.attempt);
+  ASSERT_TRUE(Apply({Exit(j, 0, 0, /*cancelled=*/true)}, NodeOf(j, 0)).ok());
+  Job done = Get(j.id);
+  EXPECT_EQ(done.state, JobState::kFailed);
+  EXPECT_EQ(done.exit_code, 3);
+  EXPECT_NE(done.reason.find("task 1 (node " + NodeOf(j, 1) + ") exited with code 3"),
+            std::string::npos)
+      << done.reason;
+}
+
+TEST_F(GangTest, TaskStateSurvivesAControllerRestartBetweenTwoExits) {
+  Job j = StartBoth(SubmitGang());
+  ASSERT_TRUE(Apply({Exit(j, 1, 0)}, NodeOf(j, 1)).ok());
+  Restart();  // what kill -9 leaves: only the store
+  Job reloaded = Get(j.id);
+  ASSERT_EQ(reloaded.tasks.size(), 2u);
+  EXPECT_TRUE(reloaded.tasks[1].ended);
+  EXPECT_EQ(reloaded.tasks[1].exit_code, 0);
+  EXPECT_FALSE(reloaded.tasks[0].ended);
+  ASSERT_TRUE(Apply({Exit(j, 0, 0)}, NodeOf(j, 0)).ok());
+  EXPECT_EQ(Get(j.id).state, JobState::kSucceeded);
+}
+
+TEST_F(GangTest, CancelBeforeTheOthersStartEndsTheUnsentTasks) {
+  Job j = SubmitGang();
+  (void)c_->WaitForWork(NodeOf(j, 0), 0);  // task 0's order is out; task 1's is not
+  ASSERT_TRUE(c_->Cancel(j.id, alice_).ok());
+  Job stopping = Get(j.id);
+  EXPECT_TRUE(stopping.tasks[1].ended);  // never sent, so it will never start
+  Event e = Exit(j, 0, 0, true);
+  ASSERT_TRUE(Apply({e}, NodeOf(j, 0)).ok());
+  EXPECT_EQ(Get(j.id).state, JobState::kCancelled);
+}
+
+TEST_F(GangTest, MpiJobEndsWithTaskZeroAndReleasesTheHeldTasks) {
+  Job j = StartBoth(SubmitGang(/*mpi=*/true));
+  (void)c_->WaitForWork(NodeOf(j, 1), 0);
+  ASSERT_TRUE(Apply({Exit(j, 0, 0)}, NodeOf(j, 0)).ok());
+  AgentWork w = c_->WaitForWork(NodeOf(j, 1), 0).value();
+  ASSERT_EQ(w.cancel.size(), 1u);  // the held task is released
+  ASSERT_TRUE(Apply({Exit(j, 1, 0, /*cancelled=*/true)}, NodeOf(j, 1)).ok());
+  Job done = Get(j.id);
+  EXPECT_EQ(done.state, JobState::kSucceeded) << done.reason;
+  EXPECT_EQ(done.exit_code, 0);
+}
+
+TEST_F(GangTest, LosingOneNodeStopsTheTasksOnTheOthers) {
+  Job j = StartBoth(SubmitGang());
+  const std::string lost = NodeOf(j, 1);
+  const std::string alive = NodeOf(j, 0);
+  (void)c_->WaitForWork(alive, 0);
+  clock_.AdvanceMicros(11'000'000);
+  (void)c_->WaitForWork(alive, 0);  // the live node keeps polling
+  ASSERT_TRUE(c_->SweepNodes().ok());
+  EXPECT_EQ(Get(j.id).state, JobState::kLost);
+  AgentWork w = c_->WaitForWork(alive, 0).value();
+  ASSERT_EQ(w.cancel.size(), 1u);
+  EXPECT_EQ(w.cancel[0].job_id, j.id);
+  EXPECT_EQ(w.cancel[0].attempt, j.attempt);
+  // Resent until that node reports the task's end.
+  clock_.AdvanceMicros(6'000'000);
+  EXPECT_EQ(c_->WaitForWork(alive, 0)->cancel.size(), 1u);
+  ASSERT_TRUE(Apply({Exit(j, 0, 0, true)}, alive).ok());
+  clock_.AdvanceMicros(6'000'000);
+  EXPECT_TRUE(c_->WaitForWork(alive, 0)->cancel.empty());
+}
+
+TEST_F(GangTest, AnAgentRunningATaskNobodyExpectsIsToldToStopIt) {
+  Register(2, {{424242, 3}}, "n2");
+  AgentWork w = c_->WaitForWork("n2", 0).value();
+  ASSERT_EQ(w.cancel.size(), 1u);
+  EXPECT_EQ(w.cancel[0].job_id, 424242);
+  EXPECT_EQ(w.cancel[0].attempt, 3);
+}
+
+TEST_F(GangTest, ExecRunsInARunningTaskForItsOwnerOnly) {
+  Job j = SubmitGang();
+  // Asked before task 1 has started (mpirun does): held until it runs.
+  Result<int64_t> early = c_->StartExec(j.id, 1, {"true"}, alice_);
+  ASSERT_TRUE(early.ok()) << early.status().ToString();
+  EXPECT_TRUE(c_->WaitForWork(NodeOf(j, 1), 0)->exec.empty());
+  j = StartBoth(j);
+  EXPECT_EQ(c_->StartExec(j.id, 1, {"hostname"}, bob_).status().code(),
+            StatusCode::kPermissionDenied);
+  EXPECT_EQ(c_->StartExec(j.id, 5, {"hostname"}, alice_).status().code(),
+            StatusCode::kInvalidArgument);
+  Result<int64_t> x = c_->StartExec(j.id, 1, {"hostname"}, alice_);
+  ASSERT_TRUE(x.ok()) << x.status().ToString();
+  AgentWork w = c_->WaitForWork(NodeOf(j, 1), 0).value();
+  ASSERT_EQ(w.exec.size(), 2u);
+  EXPECT_EQ(w.exec[0].id, *early);
+  w.exec.erase(w.exec.begin());
+  EXPECT_EQ(w.exec[0].id, *x);
+  EXPECT_EQ(w.exec[0].task_index, 1);
+  EXPECT_EQ(w.exec[0].argv, std::vector<std::string>{"hostname"});
+  EXPECT_EQ(c_->WaitExec(*x, bob_, false, false, 0).status().code(), StatusCode::kPermissionDenied);
+  EventBatch b{NodeOf(j, 1), {}, {{*x, true, false, {}, {}, "", "/o", "/e"}}};
+  ASSERT_TRUE(c_->ApplyEvents(NodeOf(j, 1), b).ok());
+  ExecSession s = c_->WaitExec(*x, alice_, false, false, 1000).value();
+  EXPECT_TRUE(s.started);
+  EXPECT_EQ(s.stdout_path, "/o");
+  b.exec = {{*x, true, true, 7, {}, "", "", ""}};
+  ASSERT_TRUE(c_->ApplyEvents(NodeOf(j, 1), b).ok());
+  s = c_->WaitExec(*x, alice_, true, false, 1000).value();
+  EXPECT_TRUE(s.ended);
+  EXPECT_EQ(s.exit_code, 7);
+  // A job that ended takes no more.
+  ASSERT_TRUE(c_->Cancel(j.id, alice_).ok());
+  EXPECT_EQ(c_->StartExec(j.id, 1, {"true"}, alice_).status().code(),
+            StatusCode::kFailedPrecondition);
+}
+
+TEST_F(GangTest, ProtocolVersionsOneMinorApartWorkAndFartherOnesAreRefused) {
+  protocol::Registration r;
+  r.node = "n3";
+  r.info = MakeNode(1);
+  r.info.gpus[0].uuid = "GPU-n3";
+  r.version = {1, 3};
+  Result<protocol::RegistrationReply> far = c_->RegisterNode(r, "");
+  ASSERT_FALSE(far.ok());
+  EXPECT_NE(far.status().message().find("upgrade gpupool"), std::string::npos);
+  r.version = {1, 2};
+  EXPECT_TRUE(c_->RegisterNode(r, "").ok());
+  r.version = {1, 0};
+  Result<protocol::RegistrationReply> old = c_->RegisterNode(r, "192.0.2.7:5555");
+  ASSERT_TRUE(old.ok());
+  EXPECT_EQ(old->address, "192.0.2.7");  // no --address: where it connected from
+  EXPECT_EQ(old->version, protocol::kVersion);
+  // A 1.0 agent runs jobs but gets no exec requests.
+  Job j = MakeJob(1);
+  j.request.gpu_models = {"A100"};
+  j = c_->Submit(j, alice_).value();
+  ASSERT_TRUE(c_->ScheduleOnce().ok());
+  j = Get(j.id);
+  const std::string node = j.placement[0].node;
+  ASSERT_TRUE(Apply({Ev(j, protocol::EventKind::kStarted)}, node).ok());
+  if (node == "n3") {
+    Result<int64_t> x = c_->StartExec(j.id, 0, {"true"}, alice_);
+    ASSERT_FALSE(x.ok());
+    EXPECT_NE(x.status().message().find("protocol 1.0, which has no exec"), std::string::npos);
+  }
 }
 
 }  // namespace

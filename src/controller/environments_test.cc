@@ -63,6 +63,15 @@ jobs::EnvNeeds Cuda(const std::string& source, const std::string& cuda,
   return n;
 }
 
+protocol::Registration Reg(const std::string& name, gpu::NodeInfo info) {
+  protocol::Registration r;
+  r.node = name;
+  r.info = std::move(info);
+  r.cpu_milli = 8000;
+  r.memory_mib = 8192;
+  return r;
+}
+
 gpu::NodeInfo Node(const std::string& host, const std::string& driver, const std::string& cuda,
                    int cap_major) {
   gpu::NodeInfo n;
@@ -102,10 +111,9 @@ class EnvironmentsTest : public ::testing::Test {
   // old: driver 535 (CUDA 12.2), A100; new: driver 550 (CUDA 12.4), H100.
   void TwoNodes() {
     ASSERT_TRUE(
-        controller_->RegisterNode("old", Node("old", "535.104.05", "12.2", 8), 8000, 8192, {})
-            .ok());
+        controller_->RegisterNode(Reg("old", Node("old", "535.104.05", "12.2", 8)), "").ok());
     ASSERT_TRUE(
-        controller_->RegisterNode("new", Node("new", "550.54.15", "12.4", 9), 8000, 8192, {}).ok());
+        controller_->RegisterNode(Reg("new", Node("new", "550.54.15", "12.4", 9)), "").ok());
   }
   Job ImageJob(const std::string& image) {
     Job j;

@@ -23,16 +23,12 @@
 #include <vector>
 
 #include "common/status.h"
+#include "protocol/agent_protocol.h"
 
 namespace gpupool::controller {
 
 // What the agent is asked: bytes [offset, offset + max_bytes) of a log file of its own.
-struct LogRequest {
-  int64_t id = 0;
-  std::string path;
-  int64_t offset = 0;
-  int64_t max_bytes = 0;
-};
+using protocol::LogRequest;
 
 // What it answers: the bytes read and the file's size when it read them.
 struct LogChunk {

@@ -12,6 +12,8 @@
 #include <thread>
 
 #include "agent/job_files.h"
+#include "common/strings.h"
+#include "daemon/rendezvous.h"
 #include "envcheck/needs.h"
 #include "gpu/export/exporters.h"
 #include "gpu/node_json.h"
@@ -19,22 +21,6 @@
 
 namespace gpupool::daemon {
 namespace {
-
-constexpr int64_t kGangKeyBase = int64_t{1} << 50;
-constexpr int kMaxTasks = 4096;
-
-std::string KindName(agent::JobEvent::Kind k) {
-  switch (k) {
-    case agent::JobEvent::Kind::kStarted:
-      return "started";
-    case agent::JobEvent::Kind::kExited:
-    case agent::JobEvent::Kind::kFailed:
-      return "exited";
-    case agent::JobEvent::Kind::kLost:
-      return "lost";
-  }
-  return "lost";
-}
 
 bool IsFinal(agent::JobEvent::Kind k) { return k != agent::JobEvent::Kind::kStarted; }
 
@@ -94,17 +80,6 @@ Result<std::string> WriteCdiSpec(const gpu::NodeInfo& node, const std::string& k
   return path;
 }
 
-int64_t LauncherKey(int64_t job_id, int task_index, int tasks) {
-  if (tasks <= 1) return job_id;
-  return kGangKeyBase + job_id * kMaxTasks + task_index;
-}
-
-std::pair<int64_t, int> FromLauncherKey(int64_t key) {
-  if (key < kGangKeyBase) return {key, 0};
-  key -= kGangKeyBase;
-  return {key / kMaxTasks, static_cast<int>(key % kMaxTasks)};
-}
-
 AgentLoop::AgentLoop(AgentLoopOptions options, net::HttpClient client, agent::Launcher* launcher)
     : options_(std::move(options)), client_(std::move(client)), launcher_(launcher) {
   if (options_.cpu_milli <= 0) options_.cpu_milli = sysconf(_SC_NPROCESSORS_ONLN) * 1000;
@@ -131,47 +106,62 @@ Result<Json> AgentLoop::Call(const std::string& method, const std::string& path,
 Status AgentLoop::Register() {
   // Jobs this node already runs (from before an agent restart) are reported back.
   GP_ASSIGN_OR_RETURN(std::vector<agent::JobEvent> adopted, launcher_->Adopt());
-  OrderedJson running = OrderedJson::array();
+  protocol::Registration reg;
+  reg.node = options_.node_name;
+  reg.address = options_.address;
+  reg.info = options_.node;
+  reg.cpu_milli = options_.cpu_milli;
+  reg.memory_mib = options_.memory_mib;
   {
     std::lock_guard lock(mu_);
     for (agent::JobEvent& ev : adopted) {
       launched_.insert({ev.job_id, ev.attempt});
+      if (specs_.count(ev.job_id) == 0) {
+        // The spec it was started with (kept until the agent forgets the job).
+        Result<agent::ShimConfig> c =
+            agent::ReadShimConfig(agent::JobDir(options_.state_dir, ev.job_id));
+        if (c.ok()) specs_[ev.job_id] = c->spec;
+      }
       unsent_.push_back(ev);
     }
     for (const auto& [key, attempt] : launched_) {
-      auto [job, task] = FromLauncherKey(key);
-      (void)task;
-      running.push_back({{"job_id", job}, {"attempt", attempt}});
+      const agent::KeyInfo k = agent::FromKey(key);
+      if (k.exec_id != 0) continue;
+      reg.running.push_back({k.job_id, k.task_index, attempt});
     }
   }
-  OrderedJson body;
-  body["node"] = options_.node_name;
-  body["info"] = gpu::NodeToJson(options_.node);
-  body["cpu_milli"] = options_.cpu_milli;
-  body["memory_mib"] = options_.memory_mib;
-  body["running"] = std::move(running);
-  GP_RETURN_IF_ERROR(Call("POST", "/v1/agent/register", DumpJson(body), 10'000).status());
+  GP_ASSIGN_OR_RETURN(Json answer, Call("POST", "/v1/agent/register",
+                                        DumpJson(protocol::EncodeRegistration(reg)), 10'000));
+  GP_ASSIGN_OR_RETURN(protocol::RegistrationReply reply, protocol::DecodeRegistrationReply(answer));
+  GP_RETURN_IF_ERROR(
+      protocol::CheckCompatible(protocol::kVersion, reply.version, "the controller"));
   registered_ = true;
-  spdlog::info("agent: node {} registered with {} GPUs ({} jobs adopted)", options_.node_name,
-               options_.node.gpus.size(), adopted.size());
+  spdlog::info(
+      "agent: node {} registered with {} GPUs ({} jobs adopted), address {}, controller "
+      "protocol {}",
+      options_.node_name, options_.node.gpus.size(), adopted.size(), reply.address,
+      protocol::VersionString(reply.version));
   return Status::Ok();
 }
 
-Status AgentLoop::Launch(const Json& order) {
-  GP_ASSIGN_OR_RETURN(jobs::Job job, [&]() -> Result<jobs::Job> {
-    Json copy = order;
-    for (const char* k : {"task_index", "gpus", "denied_device_nodes"}) copy.erase(k);
-    return jobs::JobFromJson(copy, "launch order");
-  }());
-  const int task_index = order.value("task_index", 0);
-  const int64_t key = LauncherKey(job.id, task_index, job.request.tasks);
+void AgentLoop::Launch(const protocol::LaunchOrder& order) {
+  const jobs::Job& job = order.job;
+  const protocol::Rendezvous& rdzv = order.rendezvous;
+  const int64_t key = agent::TaskKey(job.id, order.task_index, rdzv.num_tasks);
   {
     std::lock_guard lock(mu_);
-    if (!launched_.insert({key, job.attempt}).second) return Status::Ok();  // resent order
+    if (!launched_.insert({key, job.attempt}).second) return;  // resent order
+    if (cancelled_.count({job.id, job.attempt}) != 0) {
+      FailLaunchLocked(key, job.attempt, "cancelled before it started", /*cancelled=*/true);
+      return;
+    }
   }
   agent::LaunchSpec spec;
   spec.job_id = key;
   spec.attempt = job.attempt;
+  spec.pool_job_id = job.id;
+  spec.task_index = order.task_index;
+  spec.num_tasks = rdzv.num_tasks;
   spec.user = job.user;
   spec.uid = job.uid;
   spec.gid = job.gid;
@@ -185,50 +175,111 @@ Status AgentLoop::Launch(const Json& order) {
   spec.image = job.image;
   for (const jobs::Mount& m : job.mounts) spec.mounts.push_back({m.source, m.target, m.read_only});
   spec.env_dir = job.env_dir;
-  if (order.contains("gpus") && order["gpus"].is_array()) {
-    for (const Json& g : order["gpus"]) {
-      agent::GpuGrant grant;
-      grant.vendor = g.value("vendor", "");
-      grant.index = g.value("index", -1);
-      grant.uuid = g.value("uuid", "");
-      grant.gpu_milli = g.value("gpu_milli", 1000);
-      if (g.contains("device_nodes") && g["device_nodes"].is_array()) {
-        for (const Json& d : g["device_nodes"]) {
-          if (d.is_string()) grant.device_nodes.push_back(d.get<std::string>());
-        }
-      }
-      spec.gpus.push_back(std::move(grant));
-    }
-  }
-  if (order.contains("denied_device_nodes") && order["denied_device_nodes"].is_array()) {
-    for (const Json& d : order["denied_device_nodes"]) {
-      if (d.is_string()) spec.denied_device_nodes.push_back(d.get<std::string>());
-    }
-  }
+  spec.gpus = order.gpus;
+  spec.denied_device_nodes = order.denied_device_nodes;
   spec.require_device_isolation = !spec.denied_device_nodes.empty() &&
                                   !options_.allow_unisolated_devices && !options_.fake_node;
+  // The rendezvous: task 0 picks the port its peers will meet it on.
+  protocol::Rendezvous r = rdzv;
+  if (r.task_index == 0 && r.master_port == 0) {
+    Result<int> port = PickFreePort();
+    if (!port.ok()) {
+      FailLaunch(key, job.attempt, port.status().message());
+      return;
+    }
+    r.master_port = *port;
+  }
+  const std::string hostfile = agent::JobDir(options_.state_dir, key) + "/" + agent::kHostFile;
+  spec.hostfile = HostfileText(r);
+  spec.pool_env = RendezvousEnv(r, {hostfile, options_.gpupool_binary, options_.server_for_jobs});
+  if (!spec.image.empty()) {
+    spec.mounts.push_back({hostfile, hostfile, /*read_only=*/true});
+    spec.pool_env.erase("OMPI_MCA_plm_rsh_agent");  // no gpupool binary in the image
+    spec.pool_env.erase("GPUPOOL_SERVER");
+  }
+  if (job.mpi && r.task_index > 0) {
+    // Held for mpirun's daemons (gpupool exec): the task runs nothing of its own.
+    // (In its image, for an image job: exec'd commands run in containers of that image.)
+    spec.argv = {"sleep", "infinity"};
+  }
   if (!spec.image.empty() || !spec.gpus.empty()) {
     if (Status pre = PrepareContainerJob(job, &spec); !pre.ok()) {
       FailLaunch(key, job.attempt, pre.message());
-      return Status::Ok();
+      return;
     }
+  }
+  {
+    std::lock_guard lock(mu_);
+    specs_[key] = spec;
   }
   Status s = launcher_->Launch(spec);
   if (!s.ok()) FailLaunch(key, job.attempt, "could not launch: " + s.message());
-  return Status::Ok();
 }
 
-void AgentLoop::FailLaunch(int64_t key, int attempt, const std::string& reason) {
-  // Nothing was started: report the failure as the job's end.
+void AgentLoop::StartExec(const protocol::ExecRequest& x) {
+  const int64_t key = agent::ExecKey(x.id);
+  agent::LaunchSpec spec;
+  std::string error;
+  {
+    std::lock_guard lock(mu_);
+    if (!launched_.insert({key, x.attempt}).second) return;  // resent
+    const agent::LaunchSpec* task = nullptr;
+    for (const auto& [k, sp] : specs_) {
+      const agent::KeyInfo info = agent::FromKey(k);
+      if (info.exec_id == 0 && info.job_id == x.job_id && info.task_index == x.task_index &&
+          sp.attempt == x.attempt) {
+        task = &sp;
+      }
+    }
+    if (task == nullptr) {
+      error = "task " + std::to_string(x.task_index) + " of job " + std::to_string(x.job_id) +
+              " does not run on node " + options_.node_name;
+    } else if (cancelled_.count({x.job_id, x.attempt}) != 0) {
+      error = "job " + std::to_string(x.job_id) + " is stopping";
+    } else {
+      spec = *task;
+      exec_job_[key] = x.job_id;
+    }
+  }
+  if (!error.empty()) {
+    FailLaunch(key, x.attempt, error);
+    return;
+  }
+  // The task's user, GPUs, device rules, limits and variables; its own command.
+  spec.job_id = key;
+  spec.argv = x.argv;
+  spec.time_limit_s = 0;  // it ends with its job (cancelled with it)
+  if (!spec.image.empty()) {
+    // A container task: the command runs in a container of the same image, GPUs and
+    // mounts beside the task's.
+    spec.pool_env.erase("OMPI_MCA_plm_rsh_agent");
+  }
+  {
+    std::lock_guard lock(mu_);
+    specs_[key] = spec;
+  }
+  Status s = launcher_->Launch(spec);
+  if (!s.ok()) FailLaunch(key, x.attempt, "could not start: " + s.message());
+}
+
+void AgentLoop::FailLaunch(int64_t key, int attempt, const std::string& reason, bool cancelled) {
+  std::lock_guard lock(mu_);
+  FailLaunchLocked(key, attempt, reason, cancelled);
+}
+
+void AgentLoop::FailLaunchLocked(int64_t key, int attempt, const std::string& reason,
+                                 bool cancelled) {
+  // Nothing was started: report the failure as the task's end.
   agent::JobEvent ev;
   ev.job_id = key;
   ev.attempt = attempt;
   ev.kind = agent::JobEvent::Kind::kFailed;
   ev.time_us = NowMicros();
   ev.reason = reason;
-  spdlog::info("agent: job {} attempt {} not launched: {}", FromLauncherKey(key).first, attempt,
-               reason);
-  std::lock_guard lock(mu_);
+  ev.cancelled = cancelled;
+  const agent::KeyInfo k = agent::FromKey(key);
+  spdlog::info("agent: {} {} attempt {} not started: {}", k.exec_id != 0 ? "exec" : "job",
+               k.exec_id != 0 ? k.exec_id : k.job_id, attempt, reason);
   unsent_.push_back(std::move(ev));
 }
 
@@ -279,26 +330,12 @@ Status AgentLoop::PrepareContainerJob(const jobs::Job& job, agent::LaunchSpec* s
 
 // Log reads the controller relays for `gpupool logs` (the files are on this node). Each
 // answer is posted at once; a controller that gave up on one ignores it.
-void AgentLoop::AnswerLogReads(const Json& reads) {
-  for (const Json& read : reads) {
-    if (!read.is_object()) continue;
-    int64_t id = 0;
-    int64_t offset = 0;
-    int64_t max_bytes = 0;
-    std::string path;
-    JsonFields f(read, "log read", /*reject_unknown=*/false);
-    f.Required("id", &id, 1);
-    f.Required("path", &path);
-    f.Optional("offset", &offset, 0);
-    f.Optional("max_bytes", &max_bytes, 0, 1 << 20);
-    if (Status s = f.Finish(); !s.ok()) {
-      spdlog::warn("agent: bad log read: {}", s.message());
-      continue;
-    }
+void AgentLoop::AnswerLogReads(const std::vector<protocol::LogRequest>& reads) {
+  for (const protocol::LogRequest& read : reads) {
     Result<agent::LogSlice> slice =
-        agent::ReadJobLogSlice(options_.state_dir, path, offset, max_bytes);
-    std::string query =
-        "/v1/agent/logs?node=" + net::UrlEncode(options_.node_name) + "&id=" + std::to_string(id);
+        agent::ReadJobLogSlice(options_.state_dir, read.path, read.offset, read.max_bytes);
+    std::string query = "/v1/agent/logs?node=" + net::UrlEncode(options_.node_name) +
+                        "&id=" + std::to_string(read.id);
     std::string body;
     if (slice.ok()) {
       query += "&size=" + std::to_string(slice->size);
@@ -312,38 +349,62 @@ void AgentLoop::AnswerLogReads(const Json& reads) {
       if (c == StatusCode::kPermissionDenied) spdlog::warn("agent: log read refused: {}", body);
     }
     if (Result<Json> r = Call("POST", query, body, 10'000); !r.ok()) {
-      spdlog::warn("agent: answering log read {}: {}", id, r.status().message());
+      spdlog::warn("agent: answering log read {}: {}", read.id, r.status().message());
+    }
+  }
+}
+
+void AgentLoop::CancelOrdered(const protocol::CancelOrder& c) {
+  std::vector<int64_t> keys;
+  {
+    std::lock_guard lock(mu_);
+    if (c.exec_id != 0) {
+      keys.push_back(agent::ExecKey(c.exec_id));
+    } else {
+      // Launches of this job still queued here are refused from now on.
+      cancelled_.insert({c.job_id, c.attempt});
+      for (const auto& [key, attempt] : launched_) {
+        const agent::KeyInfo k = agent::FromKey(key);
+        const int64_t job =
+            k.exec_id != 0 ? (exec_job_.count(key) ? exec_job_.at(key) : 0) : k.job_id;
+        if (job == c.job_id && (c.attempt == 0 || attempt == c.attempt)) keys.push_back(key);
+      }
+    }
+  }
+  const std::vector<int64_t> running = launcher_->Running();
+  for (int64_t key : keys) {
+    if (std::find(running.begin(), running.end(), key) == running.end()) continue;
+    if (Status s = launcher_->Cancel(key); !s.ok() && s.code() != StatusCode::kNotFound) {
+      spdlog::warn("agent: cancel {}: {}", key, s.message());
     }
   }
 }
 
 Status AgentLoop::PollOnce() {
-  Result<Json> work = Call("GET",
-                           "/v1/agent/work?node=" + net::UrlEncode(options_.node_name) +
-                               "&wait_ms=" + std::to_string(options_.poll_wait_ms),
-                           "", options_.poll_wait_ms + 15'000);
-  if (!work.ok()) {
-    if (work.status().code() == StatusCode::kNotFound) registered_ = false;
-    return work.status();
+  Result<Json> answer = Call("GET",
+                             "/v1/agent/work?node=" + net::UrlEncode(options_.node_name) +
+                                 "&wait_ms=" + std::to_string(options_.poll_wait_ms),
+                             "", options_.poll_wait_ms + 15'000);
+  if (!answer.ok()) {
+    if (answer.status().code() == StatusCode::kNotFound) registered_ = false;
+    return answer.status();
   }
-  if (work->contains("cancel") && (*work)["cancel"].is_array()) {
-    for (const Json& id : (*work)["cancel"]) {
-      if (!id.is_number_integer()) continue;
-      const int64_t job = id.get<int64_t>();
-      // Every task of the job that runs here (gang tasks have keys of their own).
-      for (int64_t key : launcher_->Running()) {
-        if (FromLauncherKey(key).first == job) {
-          if (Status s = launcher_->Cancel(key); !s.ok()) {
-            spdlog::warn("agent: cancel job {}: {}", job, s.message());
-          }
-        }
-      }
+  Result<protocol::Work> work = protocol::DecodeWork(*answer);
+  if (!work.ok()) return work.status().WithContext("work from the controller");
+  for (const protocol::Rejected& r : work->rejected) {
+    spdlog::error("agent: unreadable {} from the controller: {}", r.what, r.error);
+    if (r.job_id > 0 && r.what.rfind("launch", 0) == 0) {
+      // The task is known: it fails with the reason rather than waiting forever.
+      const int64_t key = agent::TaskKey(r.job_id, r.task_index, r.num_tasks);
+      FailLaunch(key, r.attempt, "the launch order could not be read: " + r.error);
     }
   }
-  if (work->contains("logs") && (*work)["logs"].is_array()) AnswerLogReads((*work)["logs"]);
-  if (work->contains("launch") && (*work)["launch"].is_array()) {
+  for (const protocol::CancelOrder& c : work->cancel) CancelOrdered(c);
+  if (!work->logs.empty()) AnswerLogReads(work->logs);
+  if (!work->launch.empty() || !work->exec.empty()) {
     std::lock_guard lock(mu_);
-    for (const Json& order : (*work)["launch"]) launch_queue_.push_back(order);
+    for (protocol::LaunchOrder& o : work->launch) launch_queue_.push_back({std::move(o), {}});
+    for (protocol::ExecRequest& x : work->exec) launch_queue_.push_back({{}, std::move(x)});
     launch_cv_.notify_all();
   }
   return Status::Ok();
@@ -351,19 +412,76 @@ Status AgentLoop::PollOnce() {
 
 void AgentLoop::LaunchWorker() {
   while (true) {
-    Json order;
+    WorkItem item;
     {
       std::unique_lock lock(mu_);
       launch_cv_.wait_for(lock, std::chrono::milliseconds(200),
                           [this] { return stopping_ || !launch_queue_.empty(); });
       if (stopping_) return;
       if (launch_queue_.empty()) continue;
-      order = std::move(launch_queue_.front());
+      item = std::move(launch_queue_.front());
       launch_queue_.pop_front();
     }
-    if (Status s = Launch(order); !s.ok())
-      spdlog::error("agent: bad launch order: {}", s.message());
+    if (item.launch) Launch(*item.launch);
+    if (item.exec) StartExec(*item.exec);
   }
+}
+
+void AgentLoop::ToWire(const agent::JobEvent& ev, protocol::EventBatch* batch) {
+  const agent::KeyInfo k = agent::FromKey(ev.job_id);
+  const std::string dir = agent::JobDir(options_.state_dir, ev.job_id);
+  if (k.exec_id != 0) {
+    protocol::ExecReport r;
+    r.id = k.exec_id;
+    r.started = ev.kind == agent::JobEvent::Kind::kStarted || ev.start_time_us != 0;
+    r.ended = IsFinal(ev.kind);
+    r.exit_code = ev.exit_code;
+    r.signal = ev.signal;
+    if (ev.kind == agent::JobEvent::Kind::kFailed || ev.kind == agent::JobEvent::Kind::kLost) {
+      r.error = ev.reason.empty() ? "it could not be started" : ev.reason;
+    }
+    if (ev.kind != agent::JobEvent::Kind::kLost) {
+      r.stdout_path = dir + "/stdout.log";
+      r.stderr_path = dir + "/stderr.log";
+    }
+    batch->exec.push_back(std::move(r));
+    return;
+  }
+  protocol::Event e;
+  e.job_id = k.job_id;
+  e.task_index = k.task_index;
+  e.attempt = ev.attempt;
+  switch (ev.kind) {
+    case agent::JobEvent::Kind::kStarted:
+      e.kind = protocol::EventKind::kStarted;
+      break;
+    case agent::JobEvent::Kind::kExited:
+    case agent::JobEvent::Kind::kFailed:
+      e.kind = protocol::EventKind::kExited;
+      break;
+    case agent::JobEvent::Kind::kLost:
+      e.kind = protocol::EventKind::kLost;
+      break;
+  }
+  e.time_us = ev.time_us;
+  e.exit_code = ev.exit_code;
+  e.signal = ev.signal;
+  e.timed_out = ev.timed_out;
+  e.cancelled = ev.cancelled;
+  e.reason = ev.reason;
+  if (ev.kind != agent::JobEvent::Kind::kLost) {
+    e.stdout_path = dir + "/stdout.log";
+    e.stderr_path = dir + "/stderr.log";
+  }
+  if (e.kind == protocol::EventKind::kStarted && k.task_index == 0) {
+    std::lock_guard lock(mu_);
+    if (auto it = specs_.find(ev.job_id); it != specs_.end()) {
+      if (auto p = it->second.pool_env.find("MASTER_PORT"); p != it->second.pool_env.end()) {
+        e.master_port = static_cast<int>(ParseInt64(p->second).value_or(0));
+      }
+    }
+  }
+  batch->events.push_back(std::move(e));
 }
 
 void AgentLoop::ReportEvents() {
@@ -377,31 +495,11 @@ void AgentLoop::ReportEvents() {
       batch = unsent_;
     }
     if (batch.empty() || !registered_) continue;
-    OrderedJson events = OrderedJson::array();
-    for (const agent::JobEvent& ev : batch) {
-      auto [job, task] = FromLauncherKey(ev.job_id);
-      OrderedJson e;
-      e["job_id"] = job;
-      e["attempt"] = ev.attempt;
-      e["task_index"] = task;
-      e["kind"] = KindName(ev.kind);
-      e["time_us"] = ev.time_us;
-      if (ev.exit_code) e["exit_code"] = *ev.exit_code;
-      if (ev.signal) e["signal"] = *ev.signal;
-      e["timed_out"] = ev.timed_out;
-      e["cancelled"] = ev.cancelled;
-      e["reason"] = ev.reason;
-      if (ev.kind != agent::JobEvent::Kind::kLost) {
-        const std::string dir = agent::JobDir(options_.state_dir, ev.job_id);
-        e["stdout_path"] = dir + "/stdout.log";
-        e["stderr_path"] = dir + "/stderr.log";
-      }
-      events.push_back(std::move(e));
-    }
-    OrderedJson body;
-    body["node"] = options_.node_name;
-    body["events"] = std::move(events);
-    Result<Json> ack = Call("POST", "/v1/agent/events", DumpJson(body), 10'000);
+    protocol::EventBatch wire;
+    wire.node = options_.node_name;
+    for (const agent::JobEvent& ev : batch) ToWire(ev, &wire);
+    Result<Json> ack =
+        Call("POST", "/v1/agent/events", DumpJson(protocol::EncodeEventBatch(wire)), 10'000);
     if (!ack.ok()) {
       spdlog::warn("agent: cannot report {} events yet: {}", batch.size(), ack.status().message());
       std::this_thread::sleep_for(std::chrono::milliseconds(backoff_ms));
@@ -413,6 +511,8 @@ void AgentLoop::ReportEvents() {
     unsent_.erase(unsent_.begin(), unsent_.begin() + static_cast<std::ptrdiff_t>(batch.size()));
     for (const agent::JobEvent& ev : batch) {
       if (!IsFinal(ev.kind)) continue;
+      specs_.erase(ev.job_id);
+      exec_job_.erase(ev.job_id);
       if (Status s = launcher_->Forget(ev.job_id); !s.ok() && s.code() != StatusCode::kNotFound) {
         spdlog::warn("agent: forget job {}: {}", ev.job_id, s.message());
       }

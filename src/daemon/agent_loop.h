@@ -16,6 +16,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -25,6 +26,7 @@
 #include "gpu/gpu_info.h"
 #include "jobs/job.h"
 #include "net/http_client.h"
+#include "protocol/agent_protocol.h"
 
 namespace gpupool::daemon {
 
@@ -49,6 +51,13 @@ struct AgentLoopOptions {
   // The node was replayed from a file (--fake) or is the stand-in of a GPU-less machine:
   // its device nodes are stand-ins with no GPU behind them, so isolation is not required.
   bool fake_node = false;
+  // Where the node's peers reach it (--address); empty = the address the controller sees
+  // this agent's requests come from.
+  std::string address;
+  // For tasks: this node's gpupool binary (mpirun's rsh agent is "GPUPOOL exec") and the
+  // controller's address as a job's `gpupool exec` should use it (GPUPOOL_SERVER).
+  std::string gpupool_binary;
+  std::string server_for_jobs;
 };
 
 class AgentLoop {
@@ -62,16 +71,21 @@ class AgentLoop {
  private:
   Status Register();
   Status PollOnce();
-  void AnswerLogReads(const Json& reads);
+  void AnswerLogReads(const std::vector<protocol::LogRequest>& reads);
+  void CancelOrdered(const protocol::CancelOrder& c);
   void ReportEvents();  // runs on its own thread
   void LaunchWorker();  // several run: a launch waits for its shim, others need not
-  Status Launch(const Json& order);
+  void Launch(const protocol::LaunchOrder& order);
+  void StartExec(const protocol::ExecRequest& x);
+  // Converts a launcher event into the wire's task event or exec report.
+  void ToWire(const agent::JobEvent& ev, protocol::EventBatch* batch);
   // The checks before an image job (podman, CDI, environment needs); fills the spec's
   // CDI devices. An error is the job's failure reason.
   Status PrepareContainerJob(const jobs::Job& job, agent::LaunchSpec* spec);
   // What the job's environment needs: job.needs, or the inspected image (cached by id).
   Result<jobs::EnvNeeds> NeedsOf(const jobs::Job& job);
-  void FailLaunch(int64_t key, int attempt, const std::string& reason);
+  void FailLaunch(int64_t key, int attempt, const std::string& reason, bool cancelled = false);
+  void FailLaunchLocked(int64_t key, int attempt, const std::string& reason, bool cancelled);
   Result<Json> Call(const std::string& method, const std::string& path, const std::string& body,
                     int timeout_ms);
 
@@ -82,9 +96,18 @@ class AgentLoop {
   std::atomic<bool> registered_{false};
 
   std::mutex mu_;
-  std::set<std::pair<int64_t, int>> launched_;  // (launcher key, attempt) seen
-  std::vector<agent::JobEvent> unsent_;         // waiting for the controller's ack
-  std::deque<Json> launch_queue_;
+  std::set<std::pair<int64_t, int>> launched_;   // (launcher key, attempt) seen
+  std::set<std::pair<int64_t, int>> cancelled_;  // (job, attempt) told to stop here
+  // What each task and exec session here was started with: a later exec runs with its
+  // task's spec, and task 0's started event carries its rendezvous port.
+  std::map<int64_t, agent::LaunchSpec> specs_;
+  std::map<int64_t, int64_t> exec_job_;  // exec launcher key -> the job it runs in
+  std::vector<agent::JobEvent> unsent_;  // waiting for the controller's ack
+  struct WorkItem {
+    std::optional<protocol::LaunchOrder> launch;
+    std::optional<protocol::ExecRequest> exec;
+  };
+  std::deque<WorkItem> launch_queue_;
   std::condition_variable launch_cv_;
   std::map<std::string, jobs::EnvNeeds> needs_by_image_id_;  // guarded by mu_
 };
@@ -101,11 +124,5 @@ std::string CdiSpecPath(const std::string& cdi_dir, const std::string& kind);
 Result<std::string> WriteCdiSpec(const gpu::NodeInfo& node, const std::string& kind,
                                  const std::string& dev_root,
                                  const std::string& cdi_dir = "/var/run/cdi");
-
-// The launcher key of one task: the job id for single-task jobs; gang tasks get a key
-// of their own so that two tasks of one job can run on one node.
-int64_t LauncherKey(int64_t job_id, int task_index, int tasks);
-// The inverse: job id and task index of a launcher key.
-std::pair<int64_t, int> FromLauncherKey(int64_t key);
 
 }  // namespace gpupool::daemon

@@ -299,6 +299,16 @@ void SetContainerOptions(const ContainerSetup& c, AgentLoopOptions* ao) {
   ao->cdi_error = c.cdi_error;
 }
 
+// A job reads files of its own in its job directory (the host file): every directory on
+// the way must let it through. 0711: traversable, not listable; what is inside keeps its
+// own mode (node token 0600, job directories 0711, their files the job's).
+void OpenAgentStateDir(const std::string& dir) {
+  if (::chmod(dir.c_str(), 0711) != 0) {
+    spdlog::warn("cannot make '{}' traversable (0711): {}; jobs cannot read their host file", dir,
+                 std::strerror(errno));
+  }
+}
+
 int Fail(const Status& s) {
   std::cerr << "gpupool: " << s.message() << "\n";
   return 1;
@@ -361,6 +371,7 @@ void RegisterDaemonCommands(CLI::App& app, cli::CommandContext& ctx) {
     addr.kind = net::ServerAddress::Kind::kUnix;
     addr.path = f.state_dir + "/gpupool.sock";
     ContainerSetup containers = SetUpContainers(node->node, *up_container);
+    OpenAgentStateDir(f.state_dir + "/agent");
     std::unique_ptr<agent::Launcher> launcher =
         MakeLauncher(f.state_dir + "/agent", containers.container);
     AgentLoopOptions ao;
@@ -368,6 +379,8 @@ void RegisterDaemonCommands(CLI::App& app, cli::CommandContext& ctx) {
     ao.state_dir = f.state_dir + "/agent";
     ao.node = node->node;
     ao.fake_node = node->stand_in || !up_fake->empty();
+    ao.gpupool_binary = SelfExe();
+    ao.server_for_jobs = addr.ToString();
     SetContainerOptions(containers, &ao);
     AgentLoop loop(ao, net::HttpClient(addr, *token), launcher.get());
     std::thread agent_thread([&loop] { loop.Run(); });
@@ -440,6 +453,7 @@ void RegisterDaemonCommands(CLI::App& app, cli::CommandContext& ctx) {
     std::string state_dir;
     std::string fake;
     std::string node_name;
+    std::string address;
   };
   static AgentFlags af_storage;
   AgentFlags* af = &af_storage;
@@ -450,6 +464,10 @@ void RegisterDaemonCommands(CLI::App& app, cli::CommandContext& ctx) {
   agent_cmd->add_option("--state-dir", af->state_dir, "where job state and logs live");
   agent_cmd->add_option("--fake", af->fake, "use this node description instead of discovery");
   agent_cmd->add_option("--node-name", af->node_name, "name of this node (default: hostname)");
+  agent_cmd->add_option("--address", af->address,
+                        "the address other nodes reach this one at, for multi-node jobs "
+                        "(MASTER_ADDR, host files; default: the address the controller sees "
+                        "this agent connect from)");
   static ContainerFlags agent_container_storage;
   ContainerFlags* agent_container = &agent_container_storage;
   AddContainerFlags(agent_cmd, agent_container);
@@ -475,6 +493,7 @@ void RegisterDaemonCommands(CLI::App& app, cli::CommandContext& ctx) {
         (af->state_dir.empty() ? DefaultStateDir() : af->state_dir) + "/agent";
     std::error_code ec;
     fs::create_directories(state, ec);
+    OpenAgentStateDir(state);
     ContainerSetup containers = SetUpContainers(node->node, *agent_container);
     std::unique_ptr<agent::Launcher> launcher = MakeLauncher(state, containers.container);
     AgentLoopOptions ao;
@@ -482,6 +501,9 @@ void RegisterDaemonCommands(CLI::App& app, cli::CommandContext& ctx) {
     ao.state_dir = state;
     ao.node = node->node;
     ao.fake_node = !af->fake.empty();
+    ao.address = af->address;
+    ao.gpupool_binary = SelfExe();
+    ao.server_for_jobs = addr->ToString();
     SetContainerOptions(containers, &ao);
     AgentLoop loop(ao, net::HttpClient(*addr, token), launcher.get());
     std::thread t([&loop] { loop.Run(); });

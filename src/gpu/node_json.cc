@@ -201,8 +201,8 @@ void ReadDouble(JsonFields& f, std::string_view key, std::optional<double>* out,
   }
 }
 
-Status ReadDriver(const Json& j, const std::string& path, DriverInfo* d) {
-  JsonFields f(j, path);
+Status ReadDriver(const Json& j, const std::string& path, DriverInfo* d, bool strict) {
+  JsonFields f(j, path, strict);
   ReadString(f, "version", &d->version);
   ReadString(f, "runtime_version", &d->runtime_version);
   ReadPathList(f, "libraries", &d->libraries, PathKind::kFile);
@@ -210,8 +210,8 @@ Status ReadDriver(const Json& j, const std::string& path, DriverInfo* d) {
   return f.Finish();
 }
 
-Status ReadMig(const Json& j, const std::string& path, MigDevice* m) {
-  JsonFields f(j, path);
+Status ReadMig(const Json& j, const std::string& path, MigDevice* m, bool strict) {
+  JsonFields f(j, path, strict);
   ReadString(f, "uuid", &m->uuid);
   ReadString(f, "profile", &m->profile);
   f.Optional("gpu_instance_id", &m->gpu_instance_id, -1, 1 << 20);
@@ -221,8 +221,8 @@ Status ReadMig(const Json& j, const std::string& path, MigDevice* m) {
   return f.Finish();
 }
 
-Status ReadGpu(const Json& j, const std::string& path, GpuInfo* g) {
-  JsonFields f(j, path);
+Status ReadGpu(const Json& j, const std::string& path, GpuInfo* g, bool strict) {
+  JsonFields f(j, path, strict);
   std::string vendor;
   f.Required("vendor", &vendor);
   if (f.ok()) {
@@ -273,7 +273,7 @@ Status ReadGpu(const Json& j, const std::string& path, GpuInfo* g) {
     }
     for (size_t i = 0; f.ok() && i < migs->size(); ++i) {
       MigDevice m;
-      if (Status s = ReadMig((*migs)[i], Index(f.PathOf("mig_devices"), i), &m); !s.ok()) {
+      if (Status s = ReadMig((*migs)[i], Index(f.PathOf("mig_devices"), i), &m, strict); !s.ok()) {
         return s;
       }
       g->mig_devices.push_back(std::move(m));
@@ -288,8 +288,8 @@ Status ReadGpu(const Json& j, const std::string& path, GpuInfo* g) {
   return f.Finish();
 }
 
-Status ReadLink(const Json& j, const std::string& path, GpuLink* l) {
-  JsonFields f(j, path);
+Status ReadLink(const Json& j, const std::string& path, GpuLink* l, bool strict) {
+  JsonFields f(j, path, strict);
   f.Required("a", &l->a);
   f.Required("b", &l->b);
   CheckLength(f, "a", l->a, 64);
@@ -374,12 +374,12 @@ Status CheckNode(const NodeInfo& node) {
   return Status::Ok();
 }
 
-Status ReadNode(const Json& j, NodeInfo* node) {
+Status ReadNode(const Json& j, NodeInfo* node, bool strict) {
   if (!j.is_object()) {
     return Status::InvalidArgument("expected a JSON object (a gpupool node description), found " +
                                    std::string(JsonTypeName(j)));
   }
-  JsonFields f(j, "");
+  JsonFields f(j, "", strict);
   const Json* schema = f.Member("schema");
   if (schema == nullptr) {
     return Status::InvalidArgument(
@@ -393,12 +393,12 @@ Status ReadNode(const Json& j, NodeInfo* node) {
   }
   ReadString(f, "hostname", &node->hostname, 255);
   if (const Json* drivers = f.Member("drivers"); drivers != nullptr && f.ok()) {
-    JsonFields df(*drivers, "drivers");
+    JsonFields df(*drivers, "drivers", strict);
     for (const char* vendor : {"nvidia", "amd"}) {
       const Json* d = df.Member(vendor);
       if (d == nullptr || !df.ok()) continue;
       DriverInfo info;
-      GP_RETURN_IF_ERROR(ReadDriver(*d, df.PathOf(vendor), &info));
+      GP_RETURN_IF_ERROR(ReadDriver(*d, df.PathOf(vendor), &info, strict));
       (std::string_view(vendor) == "nvidia" ? node->nvidia : node->amd) = std::move(info);
     }
     GP_RETURN_IF_ERROR(df.Finish());
@@ -412,7 +412,7 @@ Status ReadNode(const Json& j, NodeInfo* node) {
     }
     for (size_t i = 0; i < gpus->size(); ++i) {
       GpuInfo g;
-      GP_RETURN_IF_ERROR(ReadGpu((*gpus)[i], Index("gpus", i), &g));
+      GP_RETURN_IF_ERROR(ReadGpu((*gpus)[i], Index("gpus", i), &g, strict));
       node->gpus.push_back(std::move(g));
     }
   }
@@ -425,7 +425,7 @@ Status ReadNode(const Json& j, NodeInfo* node) {
     }
     for (size_t i = 0; i < links->size(); ++i) {
       GpuLink l;
-      GP_RETURN_IF_ERROR(ReadLink((*links)[i], Index("links", i), &l));
+      GP_RETURN_IF_ERROR(ReadLink((*links)[i], Index("links", i), &l, strict));
       node->links.push_back(std::move(l));
     }
   }
@@ -436,7 +436,7 @@ Status ReadNode(const Json& j, NodeInfo* node) {
                                      std::to_string(kMaxListEntries));
     }
     for (size_t i = 0; i < diags->size(); ++i) {
-      JsonFields df((*diags)[i], Index("diagnostics", i));
+      JsonFields df((*diags)[i], Index("diagnostics", i), strict);
       Diagnostic d;
       df.Required("backend", &d.backend);
       CheckLength(df, "backend", d.backend, 64);
@@ -480,9 +480,9 @@ OrderedJson NodeToJson(const NodeInfo& node) {
   return j;
 }
 
-Result<NodeInfo> NodeFromJson(const Json& json, std::string_view source) {
+Result<NodeInfo> NodeFromJson(const Json& json, std::string_view source, bool reject_unknown) {
   NodeInfo node;
-  if (Status s = ReadNode(json, &node); !s.ok()) return s.WithContext(source);
+  if (Status s = ReadNode(json, &node, reject_unknown); !s.ok()) return s.WithContext(source);
   return node;
 }
 

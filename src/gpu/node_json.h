@@ -32,6 +32,9 @@ inline constexpr size_t kMaxListEntries = 1024;                // libraries, dev
 OrderedJson NodeToJson(const NodeInfo& node);
 
 // `source` names the input in errors (a file name); errors read "source: path: problem".
-Result<NodeInfo> NodeFromJson(const Json& json, std::string_view source);
+// `reject_unknown` false ignores fields this version does not know (the agent protocol,
+// where a newer agent may send more); files and user input keep it true.
+Result<NodeInfo> NodeFromJson(const Json& json, std::string_view source,
+                              bool reject_unknown = true);
 
 }  // namespace gpupool::gpu

@@ -60,6 +60,27 @@ struct TaskPlacement {
   friend bool operator==(const TaskPlacement&, const TaskPlacement&) = default;
 };
 
+// What happened to one task of a job: Job::tasks has one entry per placement entry, and
+// the controller writes each change to the store, so a restarted controller knows which
+// tasks of a gang have started and ended.
+struct TaskStatus {
+  std::string host;           // the address its peers reach it at (the node's advertised one)
+  int64_t start_time_us = 0;  // 0 = not started
+  int64_t end_time_us = 0;
+  bool ended = false;  // it ran and ended, or it could not be started
+  std::optional<int> exit_code;
+  std::optional<int> signal;
+  bool cancelled = false;  // stopped by gpupool (cancel, another task's failure, --mpi end)
+  bool timed_out = false;
+  std::string reason;       // why it failed to start or was stopped, in words
+  std::string stdout_path;  // on its node, set when it starts
+  std::string stderr_path;
+  bool failed() const {
+    return ended && !cancelled && (timed_out || signal || !exit_code || *exit_code != 0);
+  }
+  friend bool operator==(const TaskStatus&, const TaskStatus&) = default;
+};
+
 // A host path bind-mounted into a container job.
 struct Mount {
   std::string source;  // absolute host path
@@ -101,6 +122,9 @@ struct Job {
   int priority = 0;
   int64_t time_limit_s = 0;  // 0 = none
   bool requeue = false;      // requeue when LOST
+  // MPI launch (--mpi): the command runs in task 0 only; the other tasks hold their
+  // allocations for `gpupool exec` (mpirun's remote daemons) until task 0 ends.
+  bool mpi = false;
   JobState state = JobState::kPending;
   int64_t submit_time_us = 0;
   int64_t start_time_us = 0;  // 0 = not started
@@ -108,11 +132,15 @@ struct Job {
   std::optional<int> exit_code;
   std::optional<int> signal;
   std::vector<TaskPlacement> placement;
+  std::vector<TaskStatus> tasks;  // one per placement entry while placed (see TaskStatus)
+  // The rendezvous port on task 0's node (MASTER_PORT), picked by that node's agent when
+  // task 0 starts; 0 until then. The other tasks are launched once it is known.
+  int master_port = 0;
   std::string pending_reason;     // why a pending job waits, in words
   std::string reason;             // why it ended as it did (LOST, FAILED to launch, ...)
   int attempt = 0;                // launches so far (requeues add one)
   bool cancel_requested = false;  // cancel asked for; the agent is stopping it
-  std::string stdout_path;        // on the job's node, set when it starts
+  std::string stdout_path;        // task 0's, on its node, set when it starts
   std::string stderr_path;
   friend bool operator==(const Job&, const Job&) = default;
 };

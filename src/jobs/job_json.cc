@@ -86,9 +86,9 @@ OrderedJson RequestToJson(const ResourceRequest& r) {
   return j;
 }
 
-Result<ResourceRequest> RequestFromJson(const Json& j, std::string_view path) {
+Result<ResourceRequest> RequestFromJson(const Json& j, std::string_view path, bool reject_unknown) {
   ResourceRequest r;
-  JsonFields f(j, std::string(path));
+  JsonFields f(j, std::string(path), reject_unknown);
   f.Optional("gpus", &r.gpus, 0, kMaxGpusPerTask);
   f.Optional("gpu_milli", &r.gpu_milli, 1, 1000);
   f.Optional("gpu_memory_bytes", &r.gpu_memory_bytes);
@@ -115,9 +115,9 @@ OrderedJson NeedsToJson(const EnvNeeds& n) {
   return j;
 }
 
-Result<EnvNeeds> NeedsFromJson(const Json& j, std::string_view path) {
+Result<EnvNeeds> NeedsFromJson(const Json& j, std::string_view path, bool reject_unknown) {
   EnvNeeds n;
-  JsonFields f(j, std::string(path));
+  JsonFields f(j, std::string(path), reject_unknown);
   f.Required("source", &n.source);
   f.Optional("cuda", &n.cuda);
   f.Optional("min_driver", &n.min_driver);
@@ -127,6 +127,43 @@ Result<EnvNeeds> NeedsFromJson(const Json& j, std::string_view path) {
   f.Optional("gfx_targets", &n.gfx_targets);
   GP_RETURN_IF_ERROR(f.Finish());
   return n;
+}
+
+OrderedJson TaskStatusToJson(const TaskStatus& t) {
+  OrderedJson j;
+  j["host"] = t.host;
+  j["start_time_us"] = t.start_time_us;
+  j["end_time_us"] = t.end_time_us;
+  j["ended"] = t.ended;
+  if (t.exit_code) j["exit_code"] = *t.exit_code;
+  if (t.signal) j["signal"] = *t.signal;
+  if (t.cancelled) j["cancelled"] = true;
+  if (t.timed_out) j["timed_out"] = true;
+  if (!t.reason.empty()) j["reason"] = t.reason;
+  if (!t.stdout_path.empty()) j["stdout_path"] = t.stdout_path;
+  if (!t.stderr_path.empty()) j["stderr_path"] = t.stderr_path;
+  return j;
+}
+
+Result<TaskStatus> TaskStatusFromJson(const Json& j, std::string_view path, bool reject_unknown) {
+  TaskStatus t;
+  JsonFields f(j, std::string(path), reject_unknown);
+  f.Optional("host", &t.host);
+  f.Optional("start_time_us", &t.start_time_us, 0);
+  f.Optional("end_time_us", &t.end_time_us, 0);
+  f.Optional("ended", &t.ended);
+  f.Optional("exit_code", &t.exit_code);
+  f.Optional("signal", &t.signal);
+  f.Optional("cancelled", &t.cancelled);
+  f.Optional("timed_out", &t.timed_out);
+  f.Optional("reason", &t.reason);
+  f.Optional("stdout_path", &t.stdout_path);
+  f.Optional("stderr_path", &t.stderr_path);
+  GP_RETURN_IF_ERROR(f.Finish());
+  for (const auto* s : {&t.host, &t.reason, &t.stdout_path, &t.stderr_path}) {
+    GP_RETURN_IF_ERROR(CheckString(path, *s));
+  }
+  return t;
 }
 
 OrderedJson JobToJson(const Job& job) {
@@ -155,6 +192,7 @@ OrderedJson JobToJson(const Job& job) {
   j["priority"] = job.priority;
   j["time_limit_s"] = job.time_limit_s;
   j["requeue"] = job.requeue;
+  if (job.mpi) j["mpi"] = true;
   j["state"] = JobStateName(job.state);
   j["submit_time_us"] = job.submit_time_us;
   j["start_time_us"] = job.start_time_us;
@@ -169,6 +207,12 @@ OrderedJson JobToJson(const Job& job) {
                          {"gpu_milli", p.gpu_milli}});
   }
   j["placement"] = std::move(placement);
+  if (!job.tasks.empty()) {
+    OrderedJson tasks = OrderedJson::array();
+    for (const TaskStatus& t : job.tasks) tasks.push_back(TaskStatusToJson(t));
+    j["tasks"] = std::move(tasks);
+  }
+  if (job.master_port != 0) j["master_port"] = job.master_port;
   j["pending_reason"] = job.pending_reason;
   j["reason"] = job.reason;
   j["attempt"] = job.attempt;
@@ -178,9 +222,9 @@ OrderedJson JobToJson(const Job& job) {
   return j;
 }
 
-Result<Job> JobFromJson(const Json& j, std::string_view path) {
+Result<Job> JobFromJson(const Json& j, std::string_view path, bool reject_unknown) {
   Job job;
-  JsonFields f(j, std::string(path));
+  JsonFields f(j, std::string(path), reject_unknown);
   f.Optional("id", &job.id, 0);
   f.Optional("user", &job.user);
   int64_t uid = 0;
@@ -210,7 +254,8 @@ Result<Job> JobFromJson(const Json& j, std::string_view path) {
   if (const Json* mounts = f.Array("mounts")) {
     for (size_t i = 0; i < mounts->size(); ++i) {
       Mount m;
-      JsonFields mf((*mounts)[i], f.PathOf("mounts") + "[" + std::to_string(i) + "]");
+      JsonFields mf((*mounts)[i], f.PathOf("mounts") + "[" + std::to_string(i) + "]",
+                    reject_unknown);
       mf.Required("source", &m.source);
       mf.Required("target", &m.target);
       mf.Optional("read_only", &m.read_only);
@@ -221,18 +266,19 @@ Result<Job> JobFromJson(const Json& j, std::string_view path) {
   f.Optional("environment", &job.environment);
   f.Optional("env_dir", &job.env_dir);
   if (const Json* needs = f.Member("needs")) {
-    Result<EnvNeeds> n = NeedsFromJson(*needs, f.PathOf("needs"));
+    Result<EnvNeeds> n = NeedsFromJson(*needs, f.PathOf("needs"), reject_unknown);
     if (!n.ok()) return n.status();
     job.needs = std::move(*n);
   }
   if (const Json* req = f.Member("request")) {
-    Result<ResourceRequest> r = RequestFromJson(*req, f.PathOf("request"));
+    Result<ResourceRequest> r = RequestFromJson(*req, f.PathOf("request"), reject_unknown);
     if (!r.ok()) return r.status();
     job.request = *r;
   }
   f.Optional("priority", &job.priority, -1'000'000, 1'000'000);
   f.Optional("time_limit_s", &job.time_limit_s, 0, int64_t{10} * 365 * 24 * 3600);
   f.Optional("requeue", &job.requeue);
+  f.Optional("mpi", &job.mpi);
   std::string state = "PENDING";
   f.Optional("state", &state);
   if (auto s = ParseJobState(state)) {
@@ -248,7 +294,8 @@ Result<Job> JobFromJson(const Json& j, std::string_view path) {
   if (const Json* placement = f.Array("placement")) {
     for (size_t i = 0; i < placement->size(); ++i) {
       TaskPlacement p;
-      JsonFields pf((*placement)[i], f.PathOf("placement") + "[" + std::to_string(i) + "]");
+      JsonFields pf((*placement)[i], f.PathOf("placement") + "[" + std::to_string(i) + "]",
+                    reject_unknown);
       pf.Required("node", &p.node);
       if (const Json* idx = pf.Array("gpu_indices")) {
         for (const Json& e : *idx) {
@@ -265,6 +312,15 @@ Result<Job> JobFromJson(const Json& j, std::string_view path) {
       job.placement.push_back(std::move(p));
     }
   }
+  if (const Json* tasks = f.Array("tasks")) {
+    for (size_t i = 0; i < tasks->size(); ++i) {
+      Result<TaskStatus> t = TaskStatusFromJson(
+          (*tasks)[i], f.PathOf("tasks") + "[" + std::to_string(i) + "]", reject_unknown);
+      if (!t.ok()) return t.status();
+      job.tasks.push_back(std::move(*t));
+    }
+  }
+  f.Optional("master_port", &job.master_port, 0, 65535);
   f.Optional("pending_reason", &job.pending_reason);
   f.Optional("reason", &job.reason);
   f.Optional("attempt", &job.attempt, 0);

@@ -69,6 +69,11 @@ ALTER TABLE environments ADD COLUMN dir_digest TEXT NOT NULL DEFAULT '';
 ALTER TABLE tokens ADD COLUMN expires_us INTEGER NOT NULL DEFAULT 0;
 ALTER TABLE tokens ADD COLUMN last_used_us INTEGER NOT NULL DEFAULT 0;
 )sql",
+    // Where a node's peers reach it, and the agent protocol it speaks.
+    R"sql(
+ALTER TABLE nodes ADD COLUMN address TEXT NOT NULL DEFAULT '';
+ALTER TABLE nodes ADD COLUMN protocol TEXT NOT NULL DEFAULT '';
+)sql",
 };
 
 class Stmt {
@@ -237,11 +242,12 @@ class SqliteStore final : public Store {
     std::lock_guard lock(mu_);
     Stmt s(db_,
            "INSERT INTO nodes(name, info_json, agent_url, cpu_milli, memory_mib, registered_us, "
-           "last_heartbeat_us, draining) VALUES(?,?,?,?,?,?,?,?) ON CONFLICT(name) DO UPDATE SET "
+           "last_heartbeat_us, draining, address, protocol) VALUES(?,?,?,?,?,?,?,?,?,?) ON "
+           "CONFLICT(name) DO UPDATE SET "
            "info_json=excluded.info_json, agent_url=excluded.agent_url, "
            "cpu_milli=excluded.cpu_milli, memory_mib=excluded.memory_mib, "
            "registered_us=excluded.registered_us, last_heartbeat_us=excluded.last_heartbeat_us, "
-           "draining=excluded.draining");
+           "draining=excluded.draining, address=excluded.address, protocol=excluded.protocol");
     s.Bind(1, n.name);
     s.Bind(2, n.info_json);
     s.Bind(3, n.agent_url);
@@ -250,6 +256,8 @@ class SqliteStore final : public Store {
     s.Bind(6, n.registered_us);
     s.Bind(7, n.last_heartbeat_us);
     s.Bind(8, n.draining ? 1 : 0);
+    s.Bind(9, n.address);
+    s.Bind(10, n.protocol);
     if (s.Step() != SQLITE_DONE) return Error("store node " + n.name);
     return Status::Ok();
   }
@@ -258,12 +266,12 @@ class SqliteStore final : public Store {
     std::lock_guard lock(mu_);
     Stmt s(db_,
            "SELECT name, info_json, agent_url, cpu_milli, memory_mib, registered_us, "
-           "last_heartbeat_us, draining FROM nodes ORDER BY name");
+           "last_heartbeat_us, draining, address, protocol FROM nodes ORDER BY name");
     std::vector<NodeRecord> out;
     int rc;
     while ((rc = s.Step()) == SQLITE_ROW) {
-      out.push_back(
-          {s.Text(0), s.Text(1), s.Text(2), s.Int(3), s.Int(4), s.Int(5), s.Int(6), s.Int(7) != 0});
+      out.push_back({s.Text(0), s.Text(1), s.Text(2), s.Int(3), s.Int(4), s.Int(5), s.Int(6),
+                     s.Int(7) != 0, s.Text(8), s.Text(9)});
     }
     if (rc != SQLITE_DONE) return Error("list nodes");
     return out;

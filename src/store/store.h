@@ -36,6 +36,8 @@ struct NodeRecord {
   int64_t registered_us = 0;
   int64_t last_heartbeat_us = 0;
   bool draining = false;
+  std::string address;   // where the node's peers reach it (agent --address)
+  std::string protocol;  // the agent protocol version it registered with, "1.1"
   friend bool operator==(const NodeRecord&, const NodeRecord&) = default;
 };
 

@@ -119,7 +119,7 @@ TEST_P(StoreTest, BatchUpdateIsAllOrNothing) {
 }
 
 TEST_P(StoreTest, NodesAndTokens) {
-  NodeRecord n{"gpu01", "{}", "unix:/x", 8000, 65536, 1, 2, false};
+  NodeRecord n{"gpu01", "{}", "unix:/x", 8000, 65536, 1, 2, false, "10.0.0.7", "1.1"};
   ASSERT_TRUE(store_->PutNode(n).ok());
   n.last_heartbeat_us = 5;
   ASSERT_TRUE(store_->PutNode(n).ok());

@@ -95,7 +95,8 @@ class NodeTokenTest(unittest.TestCase):
         e = self.env
         vm_before = self.vm_view()
         st, body, _ = e.tcp(self.vm2_token, "POST", "/v1/agent/register",
-                            {"node": "vm", "info": {"hostname": "vm", "gpus": []},
+                            {"protocol": "1.1", "node": "vm",
+                             "info": {"hostname": "vm", "gpus": []},
                              "running": []})
         self.assertEqual(st, 403, body)
         self.assertIn("cannot act for node vm", body["error"])

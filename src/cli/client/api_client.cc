@@ -88,6 +88,7 @@ Status StatusFromHttp(int http_status, const std::string& body) {
     case 409:
       return Status::FailedPrecondition(message);
     case 413:
+    case 429:  // too many waiting requests of this caller: try again shortly
       return Status::ResourceExhausted(message);
     default:
       return Status::Internal(message);
@@ -124,9 +125,16 @@ Result<ApiAnswer> ApiClient::Call(const std::string& method, const std::string& 
 }
 
 Result<LogChunk> ApiClient::ReadLog(int64_t job_id, const std::string& stream, int64_t offset,
-                                    int wait_ms) const {
-  std::string path = "/v1/jobs/" + std::to_string(job_id) +
-                     "/logs?stream=" + net::UrlEncode(stream) + "&offset=" + std::to_string(offset);
+                                    int wait_ms, int task) const {
+  std::string path =
+      "/v1/jobs/" + std::to_string(job_id) + "/logs?stream=" + net::UrlEncode(stream);
+  if (task > 0) path += "&task=" + std::to_string(task);
+  return ReadOutput(path, offset, wait_ms);
+}
+
+Result<LogChunk> ApiClient::ReadOutput(const std::string& path_and_query, int64_t offset,
+                                       int wait_ms) const {
+  std::string path = path_and_query + "&offset=" + std::to_string(offset);
   if (wait_ms > 0) path += "&wait_ms=" + std::to_string(wait_ms);
   // A long poll may take wait_ms; give the transport that plus a margin.
   GP_ASSIGN_OR_RETURN(net::HttpResponse resp,

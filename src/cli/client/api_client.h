@@ -61,9 +61,13 @@ class ApiClient {
   Result<ApiAnswer> Post(const std::string& path, const std::string& body) const;
   Result<ApiAnswer> Delete(const std::string& path) const;
 
-  // GET /v1/jobs/ID/logs. `wait_ms` > 0 asks the server to wait for new bytes.
-  Result<LogChunk> ReadLog(int64_t job_id, const std::string& stream, int64_t offset,
-                           int wait_ms) const;
+  // GET /v1/jobs/ID/logs (of task `task`). `wait_ms` > 0 asks the server to wait for
+  // new bytes.
+  Result<LogChunk> ReadLog(int64_t job_id, const std::string& stream, int64_t offset, int wait_ms,
+                           int task = 0) const;
+  // GET of any output path that answers like the log endpoint (X-Gpupool-Next-Offset,
+  // X-Gpupool-Eof): `path_and_query` without the offset, which this adds.
+  Result<LogChunk> ReadOutput(const std::string& path_and_query, int64_t offset, int wait_ms) const;
 
   const net::ServerAddress& address() const { return http_.address(); }
 
@@ -74,7 +78,7 @@ class ApiClient {
 };
 
 // The Status for a non-2xx answer: 400 kInvalidArgument, 401/403 kPermissionDenied, 404
-// kNotFound, 409 kFailedPrecondition, 413 kResourceExhausted, else kInternal. The message
+// kNotFound, 409 kFailedPrecondition, 413 and 429 kResourceExhausted, else kInternal. The message
 // is the body's `error` text as is, or a description of the status when there is none.
 Status StatusFromHttp(int http_status, const std::string& body);
 

@@ -41,6 +41,7 @@ void RegisterClientCommands(CLI::App& app, CommandContext& ctx, ClientEnvironmen
   RegisterSubmitCommand(app, rt);
   RegisterJobCommands(app, rt);
   RegisterLogsCommand(app, rt);
+  RegisterExecCommand(app, rt);
   RegisterClusterCommands(app, rt);
   RegisterEnvPoolCommands(app, rt);
 }

@@ -43,6 +43,7 @@ Result<int64_t> ParseJobId(const std::string& text);
 void RegisterSubmitCommand(CLI::App& app, const RuntimePtr& rt);    // submit_command.cc
 void RegisterJobCommands(CLI::App& app, const RuntimePtr& rt);      // job_commands.cc
 void RegisterLogsCommand(CLI::App& app, const RuntimePtr& rt);      // logs_command.cc
+void RegisterExecCommand(CLI::App& app, const RuntimePtr& rt);      // exec_command.cc
 void RegisterClusterCommands(CLI::App& app, const RuntimePtr& rt);  // cluster_commands.cc
 void RegisterEnvPoolCommands(CLI::App& app, const RuntimePtr& rt);  // env_commands.cc
 

@@ -454,8 +454,8 @@ TEST_F(ClientE2eTest, NodesUsageTokensRenderAndSendTheirQueries) {
   RunResult r = Run({"nodes"});
   EXPECT_EQ(r.code, 0) << r.err;
   EXPECT_EQ(r.out,
-            "NODE  STATE    GPUS  RUNNING    SEEN  MODELS\n"
-            "n1    up     0.25/1        1  1s ago  1x H100\n");
+            "NODE  STATE  ADDRESS    GPUS  RUNNING    SEEN  MODELS\n"
+            "n1    up     -        0.25/1        1  1s ago  1x H100\n");
   r = Run({"usage", "--since", "2026-10-01", "--by", "project"});
   EXPECT_EQ(r.code, 0) << r.err;
   EXPECT_EQ(r.out,

@@ -1,4 +1,4 @@
-// `gpupool logs ID [--stderr] [-f]`: a job's output, raw, to stdout.
+// `gpupool logs ID [--task N] [--stderr] [-f]`: a job's output, raw, to stdout.
 #include <algorithm>
 #include <chrono>
 #include <thread>
@@ -15,6 +15,7 @@ struct LogsState {
   std::string id;
   bool stderr_stream = false;
   bool follow = false;
+  int task = 0;
 };
 
 // Whether the job has ended, for servers whose answers do not carry the log headers.
@@ -32,7 +33,7 @@ Status RunLogs(const ClientRuntime& rt, const LogsState& s) {
   bool ending = false;  // the job has ended (no headers): one more read, then stop
   while (true) {
     GP_ASSIGN_OR_RETURN(LogChunk chunk,
-                        api.ReadLog(id, stream, offset, s.follow ? rt.env.log_wait_ms : 0));
+                        api.ReadLog(id, stream, offset, s.follow ? rt.env.log_wait_ms : 0, s.task));
     if (!chunk.bytes.empty()) Print(rt, chunk.bytes);
     const bool progressed = chunk.next_offset > offset;
     offset = std::max(offset, chunk.next_offset);
@@ -59,6 +60,8 @@ void RegisterLogsCommand(CLI::App& app, const RuntimePtr& rt) {
   cmd->add_option("id", s->id, "job id")->required();
   cmd->add_flag("--stderr", s->stderr_stream, "the job's standard error instead of its output");
   cmd->add_flag("-f,--follow", s->follow, "keep printing new output until the job ends");
+  cmd->add_option("--task", s->task, "which task of a multi-task job (default 0)")
+      ->check(CLI::Range(0, 4095));
   AddConnectionOptions(*cmd, &s->conn);
   cmd->callback([rt, s] { Report(*rt, RunLogs(*rt, *s)); });
 }

@@ -49,7 +49,7 @@ std::string Hours(double h) {
 }  // namespace
 
 std::string RenderNodes(const Json& answer, int64_t now_us) {
-  Table t({"NODE", "STATE", "GPUS>", "RUNNING>", "SEEN>", "MODELS"});
+  Table t({"NODE", "STATE", "ADDRESS", "GPUS>", "RUNNING>", "SEEN>", "MODELS"});
   for (const Json& node : GetArray(answer, "nodes")) {
     const Json& gpus = GetArray(node, "gpus");
     int64_t allocated = 0;
@@ -57,7 +57,7 @@ std::string RenderNodes(const Json& answer, int64_t now_us) {
     const int64_t heartbeat = GetInt(node, "last_heartbeat_us");
     const std::string seen =
         heartbeat > 0 ? FormatDuration((now_us - heartbeat) / 1'000'000) + " ago" : "never";
-    t.AddRow({GetString(node, "name"), GetString(node, "state"),
+    t.AddRow({GetString(node, "name"), GetString(node, "state"), GetString(node, "address", "-"),
               FormatMilli(allocated) + "/" + std::to_string(gpus.size()), RunningJobs(node), seen,
               Models(gpus)});
   }

@@ -163,6 +163,7 @@ std::string RenderJob(const Json& job, int64_t now_us) {
   const int64_t limit = GetInt(job, "time_limit_s");
   line("Time limit", limit > 0 ? FormatDuration(limit) : "none");
   line("Requeue", GetBool(job, "requeue") ? "yes, if its node is lost" : "no");
+  if (GetBool(job, "mpi")) line("Launch", "mpi: the command runs in task 0, the others are held");
   line("Submitted", FormatTimeUtc(GetInt(job, "submit_time_us")));
   line("Started", FormatTimeUtc(GetInt(job, "start_time_us")));
   line("Ended", FormatTimeUtc(GetInt(job, "end_time_us")));
@@ -186,7 +187,34 @@ std::string RenderJob(const Json& job, int64_t now_us) {
     if (const int64_t milli = GetInt(p, "gpu_milli", 1000); milli < 1000) {
       text += ", share " + FormatMilli(milli);
     }
+    // What happened to the task (gangs: each one's own state).
+    const Json& tasks = GetArray(job, "tasks");
+    if (placement.size() > 1 && i < tasks.size()) {
+      const Json& ts = tasks[i];
+      if (auto host = GetString(ts, "host"); !host.empty() && host != GetString(p, "node")) {
+        text += ", host " + host;
+      }
+      if (GetBool(ts, "ended")) {
+        std::string how = GetBool(ts, "cancelled")   ? "stopped"
+                          : GetBool(ts, "timed_out") ? "timed out"
+                                                     : "ended";
+        if (const Json* code = Field(ts, "exit_code")) how += ", exit code " + code->dump();
+        if (const Json* sig = Field(ts, "signal")) how += ", signal " + sig->dump();
+        if (auto r = GetString(ts, "reason"); !r.empty()) how += " (" + r + ")";
+        text += "; " + how;
+      } else if (GetInt(ts, "start_time_us") > 0) {
+        text += "; running";
+      } else {
+        text += "; not started";
+      }
+    }
     line(placement.size() > 1 ? "Task " + std::to_string(i) : "Placement", text);
+  }
+  if (const int64_t port = GetInt(job, "master_port"); port > 0) {
+    line("Rendezvous",
+         GetString(GetArray(job, "tasks").empty() ? Json::object() : GetArray(job, "tasks")[0],
+                   "host") +
+             ":" + std::to_string(port));
   }
   if (auto p = GetString(job, "stdout_path"); !p.empty()) line("Stdout", p);
   if (auto p = GetString(job, "stderr_path"); !p.empty()) line("Stderr", p);

@@ -56,10 +56,11 @@ TEST(RenderQueueTest, EmptyAndMalformedAnswersStillRender) {
   EXPECT_EQ(RenderQueue(Parse(R"({"jobs": []})"), kRenderNow),
             "ID  USER  NAME  STATE  GPUS  NODES  TIME  REASON\n");
   // Wrong types read as absent rather than failing: a newer server must not break us.
-  EXPECT_EQ(RenderQueue(Parse(R"({"jobs": [{"id": "x", "state": 3, "request": []}, 5]})"), kRenderNow),
-            "ID  USER  NAME  STATE  GPUS  NODES  TIME  REASON\n"
-            " 0                        0  -         -\n"
-            " 0                        0  -         -\n");
+  EXPECT_EQ(
+      RenderQueue(Parse(R"({"jobs": [{"id": "x", "state": 3, "request": []}, 5]})"), kRenderNow),
+      "ID  USER  NAME  STATE  GPUS  NODES  TIME  REASON\n"
+      " 0                        0  -         -\n"
+      " 0                        0  -         -\n");
   EXPECT_EQ(RenderQueue(Parse(R"([1, 2])"), kRenderNow),
             "ID  USER  NAME  STATE  GPUS  NODES  TIME  REASON\n");
 }
@@ -120,6 +121,18 @@ TEST(RenderJobTest, PendingShareAndGang) {
   const std::string g = RenderJob(gang, kRenderNow);
   EXPECT_NE(g.find("8 GPUs, 1 CPU, each of 2 tasks"), std::string::npos) << g;
   EXPECT_NE(g.find("  Task 0:     a: GPU 0\n  Task 1:     b, share 0.5\n"), std::string::npos) << g;
+  // With per-task records: each task's host and what happened to it, and the rendezvous.
+  const Json tasks = Parse(R"({"id": 5, "request": {"gpus": 1, "tasks": 3}, "master_port": 41000,
+    "placement": [{"node": "a"}, {"node": "b"}, {"node": "c"}],
+    "tasks": [{"host": "10.0.0.1", "start_time_us": 1, "ended": true, "exit_code": 3},
+              {"host": "10.0.0.2", "start_time_us": 1, "ended": true, "cancelled": true,
+               "signal": 15},
+              {"host": "c"}]})");
+  const std::string t = RenderJob(tasks, kRenderNow);
+  EXPECT_NE(t.find("  Task 0:     a, host 10.0.0.1; ended, exit code 3\n"), std::string::npos) << t;
+  EXPECT_NE(t.find("  Task 1:     b, host 10.0.0.2; stopped, signal 15\n"), std::string::npos) << t;
+  EXPECT_NE(t.find("  Task 2:     c; not started\n"), std::string::npos) << t;
+  EXPECT_NE(t.find("  Rendezvous: 10.0.0.1:41000\n"), std::string::npos) << t;
 }
 
 TEST(ShellJoinTest, QuotesOnlyWhatNeedsIt) {
@@ -129,15 +142,16 @@ TEST(ShellJoinTest, QuotesOnlyWhatNeedsIt) {
 
 TEST(RenderNodesTest, FractionsAndModels) {
   const Json answer = Parse(R"({"nodes": [
-    {"name": "gpu1", "state": "up", "last_heartbeat_us": 1793491197000000, "running_jobs": 3,
+    {"name": "gpu1", "state": "up", "address": "10.0.0.1", "last_heartbeat_us": 1793491197000000,
+     "running_jobs": 3,
      "gpus": [{"index": 0, "name": "H100", "allocated_milli": 1000},
               {"index": 1, "name": "H100", "allocated_milli": 250},
               {"index": 2, "name": "A100", "allocated_milli": 0}]},
     {"name": "gpu2", "state": "down", "running_jobs": [5, 6], "gpus": []}]})");
   EXPECT_EQ(RenderNodes(answer, kRenderNow),
-            "NODE  STATE    GPUS  RUNNING    SEEN  MODELS\n"
-            "gpu1  up     1.25/3        3  3s ago  2x H100, 1x A100\n"
-            "gpu2  down      0/0        2   never  -\n");
+            "NODE  STATE  ADDRESS     GPUS  RUNNING    SEEN  MODELS\n"
+            "gpu1  up     10.0.0.1  1.25/3        3  3s ago  2x H100, 1x A100\n"
+            "gpu2  down   -            0/0        2   never  -\n");
 }
 
 TEST(RenderUsageTest, RowsAndTotal) {

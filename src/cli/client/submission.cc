@@ -221,6 +221,7 @@ Result<OrderedJson> BuildSubmission(const SubmitFlags& f, const std::vector<std:
     body["time_limit_s"] = *secs;
   }
   if (f.requeue) body["requeue"] = *f.requeue;
+  if (f.mpi && *f.mpi) body["mpi"] = true;
   return body;
 }
 

@@ -109,6 +109,10 @@ void AddSubmitOptions(CLI::App& app, SubmitFlags* f) {
   app.add_flag_function(
       "--requeue,!--no-requeue", [f](int64_t count) { f->requeue = count > 0; },
       "requeue the job if its node is lost");
+  app.add_flag_function(
+      "--mpi", [f](int64_t count) { f->mpi = count > 0; },
+      "run the command in task 0 only and hold the other tasks for it (mpirun --hostfile "
+      "$GPUPOOL_HOSTFILE starts its ranks there through gpupool exec)");
 }
 
 Result<std::vector<Directive>> ReadScriptDirectives(std::string_view text,
@@ -180,6 +184,7 @@ SubmitFlags MergeFlags(const SubmitFlags& script, const SubmitFlags& cmdline) {
   over(&m.tasks, cmdline.tasks);
   over(&m.image, cmdline.image);
   if (cmdline.requeue) m.requeue = cmdline.requeue;
+  if (cmdline.mpi) m.mpi = cmdline.mpi;
   return m;
 }
 

@@ -38,6 +38,7 @@ struct SubmitFlags {
   std::optional<std::string> tasks;
   std::optional<std::string> image;
   std::optional<bool> requeue;
+  std::optional<bool> mpi;
 };
 
 // Adds every submit option to `app`, writing into *flags (which must outlive app).

@@ -1,0 +1,174 @@
+// `gpupool exec`: runs a command inside a running task's allocation, on that task's node,
+// relays its output and exits with its exit code (docs/cli.md, "Multi-node jobs").
+//
+//   gpupool exec --job ID [--task N] -- CMD ARGS...   CMD runs as given (no shell)
+//   gpupool exec HOST CMD...                          mpirun's rsh-agent form: the job is
+//       $GPUPOOL_JOB_ID, HOST one of its task hosts, and CMD is one shell command line
+//       (joined with spaces and run by /bin/sh -c, as ssh would)
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <csignal>
+#include <thread>
+
+#include "cli/client/client_common.h"
+#include "cli/client/json_view.h"
+#include "common/strings.h"
+
+namespace gpupool::cli {
+namespace {
+
+std::atomic<int> g_exec_signal{0};
+extern "C" void OnExecSignal(int sig) { g_exec_signal = sig; }
+
+// Calls `f` again while the server answers 429: a job's many `gpupool exec`s (mpirun
+// starting a daemon per node at once) share one caller's quota of waiting requests.
+template <typename F>
+auto Retrying(F f) -> decltype(f()) {
+  int pause_ms = 10;
+  for (int tries = 0;; ++tries) {
+    auto r = f();
+    if (r.ok() || r.status().code() != StatusCode::kResourceExhausted || tries >= 200) return r;
+    std::this_thread::sleep_for(std::chrono::milliseconds(pause_ms + (tries * 7919) % pause_ms));
+    pause_ms = std::min(pause_ms * 2, 500);
+  }
+}
+
+struct ExecState {
+  ConnectionFlags conn;
+  std::string job;
+  int task = -1;
+  std::vector<std::string> args;
+};
+
+struct ExecOutcome {
+  int exit_code = 255;
+  std::string error;
+};
+
+// Prints what is new in one stream; true when it reached the end of a finished session.
+Result<bool> Drain(const ClientRuntime& rt, const ApiClient& api, const std::string& base,
+                   const std::string& stream, int64_t* offset) {
+  while (true) {
+    GP_ASSIGN_OR_RETURN(LogChunk c, Retrying([&] {
+                          return api.ReadOutput(base + "/output?stream=" + stream, *offset, 0);
+                        }));
+    if (!c.bytes.empty()) {
+      if (stream == "stdout") {
+        Print(rt, c.bytes);
+      } else {
+        *rt.env.err << c.bytes << std::flush;
+      }
+    }
+    const bool progressed = c.next_offset > *offset;
+    *offset = std::max(*offset, c.next_offset);
+    if (c.eof) return true;
+    if (!progressed) return false;
+  }
+}
+
+Status RunExec(const ClientRuntime& rt, const ExecState& s) {
+  OrderedJson body;
+  std::string job_text = s.job;
+  std::vector<std::string> argv;
+  if (!s.job.empty()) {
+    if (s.args.empty()) return Status::InvalidArgument("exec: give the command after --");
+    argv = s.args;
+    body["task"] = std::max(s.task, 0);
+  } else {
+    // mpirun's form: HOST COMMAND...
+    if (s.args.size() < 2) {
+      return Status::InvalidArgument(
+          "exec: use `gpupool exec --job ID [--task N] -- CMD...`, or `gpupool exec HOST CMD...` "
+          "inside a job (as mpirun calls it)");
+    }
+    job_text = rt.env.getenv("GPUPOOL_JOB_ID");
+    if (job_text.empty()) {
+      return Status::InvalidArgument(
+          "exec HOST CMD: GPUPOOL_JOB_ID is not set; run it inside a job, or use --job ID");
+    }
+    if (s.task >= 0) {
+      body["task"] = s.task;
+    } else {
+      body["host"] = s.args[0];
+    }
+    std::string line;
+    for (size_t i = 1; i < s.args.size(); ++i) line += (i > 1 ? " " : "") + s.args[i];
+    argv = {"/bin/sh", "-c", line};
+  }
+  GP_ASSIGN_OR_RETURN(int64_t job, ParseJobId(job_text));
+  body["argv"] = argv;
+  GP_ASSIGN_OR_RETURN(ApiClient api, Connect(rt, s.conn));
+  GP_ASSIGN_OR_RETURN(ApiAnswer started, Retrying([&] {
+                        return api.Post("/v1/jobs/" + std::to_string(job) + "/exec",
+                                        DumpJson(body));
+                      }));
+  const int64_t id = GetInt(started.json, "id");
+  const std::string base = "/v1/exec/" + std::to_string(id);
+
+  std::signal(SIGINT, OnExecSignal);
+  std::signal(SIGTERM, OnExecSignal);
+  std::signal(SIGHUP, OnExecSignal);
+  bool seen_started = false;
+  bool seen_ended = false;
+  int64_t out_offset = 0;
+  int64_t err_offset = 0;
+  int idle_ms = 100;
+  Json state;
+  bool cancelled = false;
+  while (true) {
+    if (g_exec_signal != 0 && !cancelled) {
+      cancelled = true;
+      (void)api.Delete(base);  // the remote command is stopped with us
+    }
+    // Waits for the session to start or end (the server answers at once on a change).
+    // While it runs, output is read between waits that grow while it prints nothing (an
+    // mpirun daemon is quiet for the whole job) and reset when it prints.
+    const std::string query = base + "?wait_ms=" + std::to_string(seen_started ? idle_ms : 5000) +
+                              "&started=" + (seen_started ? "1" : "0") +
+                              "&ended=" + (seen_ended ? "1" : "0");
+    GP_ASSIGN_OR_RETURN(ApiAnswer a, Retrying([&] { return api.Get(query); }));
+    state = a.json;
+    seen_started = GetBool(state, "started");
+    seen_ended = GetBool(state, "ended");
+    if (seen_started) {
+      const int64_t before = out_offset + err_offset;
+      GP_ASSIGN_OR_RETURN(bool out_done, Drain(rt, api, base, "stdout", &out_offset));
+      GP_ASSIGN_OR_RETURN(bool err_done, Drain(rt, api, base, "stderr", &err_offset));
+      if (seen_ended && out_done && err_done) break;
+      idle_ms = out_offset + err_offset > before ? 100 : std::min(idle_ms * 2, 2000);
+    } else if (seen_ended) {
+      break;  // it never started
+    }
+  }
+  const std::string error = GetString(state, "error");
+  auto* ctx = rt.ctx;
+  if (state.contains("exit_code") && state["exit_code"].is_number_integer()) {
+    ctx->exit_code = state["exit_code"].get<int>();
+  } else if (state.contains("signal") && state["signal"].is_number_integer()) {
+    ctx->exit_code = 128 + state["signal"].get<int>();
+  } else {
+    ctx->exit_code = 255;
+    *rt.env.err << "gpupool: exec: " << (error.empty() ? "the command did not run" : error) << "\n";
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+void RegisterExecCommand(CLI::App& app, const RuntimePtr& rt) {
+  auto s = std::make_shared<ExecState>();
+  CLI::App* cmd = app.add_subcommand(
+      "exec", "Run a command in a running task of a job, on its node (mpirun's rsh agent)");
+  cmd->add_option("--job", s->job, "the job (default: $GPUPOOL_JOB_ID with HOST CMD...)");
+  cmd->add_option("--task", s->task, "which task (default 0, or the task on HOST)")
+      ->check(CLI::Range(0, 4095));
+  AddConnectionOptions(*cmd, &s->conn);
+  cmd->add_option("args", s->args, "-- CMD ARGS... (with --job), or HOST CMD... (mpirun's form)");
+  // Everything from the first word that is not one of these options (HOST, or what
+  // follows --) belongs to the command: mpirun's daemons take options of their own.
+  cmd->positionals_at_end();
+  cmd->callback([rt, s] { Report(*rt, RunExec(*rt, *s)); });
+}
+
+}  // namespace gpupool::cli

@@ -1,0 +1,494 @@
+#include "protocol/agent_protocol.h"
+
+#include <algorithm>
+#include <cstdlib>
+
+#include "common/strings.h"
+#include "gpu/node_json.h"
+#include "jobs/job_json.h"
+
+namespace gpupool::protocol {
+namespace {
+
+constexpr bool kLenient = false;  // JsonFields' reject_unknown: readers ignore new fields
+constexpr int kMaxTasks = 4096;
+constexpr size_t kMaxArgs = 4096;
+
+std::string Index(std::string_view base, size_t i) {
+  return std::string(base) + "[" + std::to_string(i) + "]";
+}
+
+Status CheckIntArray(JsonFields& f, std::string_view key, const Json* a, int min, int max,
+                     std::vector<int>* out) {
+  if (a == nullptr) return Status::Ok();
+  for (const Json& e : *a) {
+    if (!e.is_number_integer() || e.get<int64_t>() < min || e.get<int64_t>() > max) {
+      f.Fail(key, "expected integers in " + std::to_string(min) + ".." + std::to_string(max));
+      return f.Finish();
+    }
+    out->push_back(static_cast<int>(e.get<int64_t>()));
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+OrderedJson EncodeGpuGrant(const GpuGrant& g) {
+  return {{"vendor", g.vendor},
+          {"index", g.index},
+          {"uuid", g.uuid},
+          {"device_nodes", g.device_nodes},
+          {"gpu_milli", g.gpu_milli}};
+}
+
+Result<GpuGrant> DecodeGpuGrant(const Json& j, const std::string& path) {
+  GpuGrant g;
+  JsonFields f(j, path, kLenient);
+  f.Required("vendor", &g.vendor);
+  f.Required("index", &g.index, -1, 1 << 20);
+  f.Optional("uuid", &g.uuid);
+  f.Optional("device_nodes", &g.device_nodes);
+  f.Optional("gpu_milli", &g.gpu_milli, 1, 1000);
+  GP_RETURN_IF_ERROR(f.Finish());
+  return g;
+}
+
+namespace {
+
+OrderedJson EncodeRendezvous(const Rendezvous& r) {
+  return {{"task_index", r.task_index},
+          {"num_tasks", r.num_tasks},
+          {"hosts", r.hosts},
+          {"slots", r.slots},
+          {"master_port", r.master_port}};
+}
+
+Result<Rendezvous> DecodeRendezvous(const Json& j, const std::string& path) {
+  Rendezvous r;
+  JsonFields f(j, path, kLenient);
+  f.Required("task_index", &r.task_index, 0, kMaxTasks - 1);
+  f.Required("num_tasks", &r.num_tasks, 1, kMaxTasks);
+  f.Optional("hosts", &r.hosts);
+  GP_RETURN_IF_ERROR(CheckIntArray(f, "slots", f.Array("slots"), 1, 1 << 20, &r.slots));
+  f.Optional("master_port", &r.master_port, 0, 65535);
+  GP_RETURN_IF_ERROR(f.Finish());
+  if (r.task_index >= r.num_tasks) {
+    return Status::InvalidArgument(path + ".task_index: " + std::to_string(r.task_index) +
+                                   " is not below num_tasks " + std::to_string(r.num_tasks));
+  }
+  if (r.hosts.size() != static_cast<size_t>(r.num_tasks) ||
+      r.slots.size() != static_cast<size_t>(r.num_tasks)) {
+    return Status::InvalidArgument(path + ": hosts and slots need one entry per task (" +
+                                   std::to_string(r.num_tasks) + ")");
+  }
+  return r;
+}
+
+OrderedJson EncodeEvent(const Event& e) {
+  OrderedJson j;
+  j["job_id"] = e.job_id;
+  j["attempt"] = e.attempt;
+  j["task_index"] = e.task_index;
+  j["kind"] = EventKindName(e.kind);
+  j["time_us"] = e.time_us;
+  if (e.exit_code) j["exit_code"] = *e.exit_code;
+  if (e.signal) j["signal"] = *e.signal;
+  j["timed_out"] = e.timed_out;
+  j["cancelled"] = e.cancelled;
+  j["reason"] = e.reason;
+  if (!e.stdout_path.empty()) j["stdout_path"] = e.stdout_path;
+  if (!e.stderr_path.empty()) j["stderr_path"] = e.stderr_path;
+  if (e.master_port != 0) j["master_port"] = e.master_port;
+  return j;
+}
+
+Result<Event> DecodeEvent(const Json& j, const std::string& path) {
+  Event e;
+  std::string kind;
+  JsonFields f(j, path, kLenient);
+  f.Required("job_id", &e.job_id, 1);
+  f.Optional("attempt", &e.attempt, 0);
+  f.Optional("task_index", &e.task_index, 0, kMaxTasks - 1);
+  f.Required("kind", &kind);
+  f.Optional("time_us", &e.time_us, 0);
+  f.Optional("exit_code", &e.exit_code);
+  f.Optional("signal", &e.signal, 0, 128);
+  f.Optional("timed_out", &e.timed_out);
+  f.Optional("cancelled", &e.cancelled);
+  f.Optional("reason", &e.reason);
+  f.Optional("stdout_path", &e.stdout_path);
+  f.Optional("stderr_path", &e.stderr_path);
+  f.Optional("master_port", &e.master_port, 0, 65535);
+  GP_RETURN_IF_ERROR(f.Finish());
+  if (kind == "started") {
+    e.kind = EventKind::kStarted;
+  } else if (kind == "exited") {
+    e.kind = EventKind::kExited;
+  } else if (kind == "lost") {
+    e.kind = EventKind::kLost;
+  } else {
+    return Status::InvalidArgument(path + ".kind: '" + kind + "' is not started, exited or lost");
+  }
+  return e;
+}
+
+OrderedJson EncodeExecReport(const ExecReport& r) {
+  OrderedJson j;
+  j["id"] = r.id;
+  j["started"] = r.started;
+  j["ended"] = r.ended;
+  if (r.exit_code) j["exit_code"] = *r.exit_code;
+  if (r.signal) j["signal"] = *r.signal;
+  if (!r.error.empty()) j["error"] = r.error;
+  if (!r.stdout_path.empty()) j["stdout_path"] = r.stdout_path;
+  if (!r.stderr_path.empty()) j["stderr_path"] = r.stderr_path;
+  return j;
+}
+
+Result<ExecReport> DecodeExecReport(const Json& j, const std::string& path) {
+  ExecReport r;
+  JsonFields f(j, path, kLenient);
+  f.Required("id", &r.id, 1);
+  f.Optional("started", &r.started);
+  f.Optional("ended", &r.ended);
+  f.Optional("exit_code", &r.exit_code);
+  f.Optional("signal", &r.signal, 0, 128);
+  f.Optional("error", &r.error);
+  f.Optional("stdout_path", &r.stdout_path);
+  f.Optional("stderr_path", &r.stderr_path);
+  GP_RETURN_IF_ERROR(f.Finish());
+  return r;
+}
+
+// What can be told about an unreadable launch order, so that the agent can report it.
+Rejected RejectLaunch(const Json& j, std::string what, const Status& s) {
+  Rejected r;
+  r.what = std::move(what);
+  r.error = s.message();
+  if (j.is_object()) {
+    if (const auto job = j.find("job"); job != j.end() && job->is_object()) {
+      if (const auto id = job->find("id"); id != job->end() && id->is_number_integer())
+        r.job_id = id->get<int64_t>();
+      if (const auto a = job->find("attempt"); a != job->end() && a->is_number_integer())
+        r.attempt = static_cast<int>(std::clamp<int64_t>(a->get<int64_t>(), 0, INT32_MAX));
+      if (const auto q = job->find("request"); q != job->end() && q->is_object()) {
+        if (const auto n = q->find("tasks"); n != q->end() && n->is_number_integer())
+          r.num_tasks = static_cast<int>(std::clamp<int64_t>(n->get<int64_t>(), 1, kMaxTasks));
+      }
+    }
+    if (const auto t = j.find("task_index"); t != j.end() && t->is_number_integer()) {
+      const int64_t v = t->get<int64_t>();
+      r.task_index = v >= 0 && v < kMaxTasks ? static_cast<int>(v) : 0;
+    }
+  }
+  if (r.job_id < 0) r.job_id = 0;
+  return r;
+}
+
+}  // namespace
+
+std::string VersionString(Version v) {
+  return std::to_string(v.major) + "." + std::to_string(v.minor);
+}
+
+Result<Version> ParseVersion(std::string_view text) {
+  const auto dot = text.find('.');
+  std::optional<int64_t> major =
+      dot == std::string_view::npos ? std::nullopt : ParseInt64(text.substr(0, dot));
+  std::optional<int64_t> minor =
+      dot == std::string_view::npos ? std::nullopt : ParseInt64(text.substr(dot + 1));
+  if (!major || !minor || *major < 0 || *minor < 0 || *major > 1000 || *minor > 1000) {
+    return Status::InvalidArgument("protocol: '" + std::string(text) +
+                                   "' is not a version MAJOR.MINOR, e.g. " +
+                                   VersionString(kVersion));
+  }
+  return Version{static_cast<int>(*major), static_cast<int>(*minor)};
+}
+
+Status CheckCompatible(Version ours, Version theirs, std::string_view peer) {
+  if (ours.major == theirs.major && std::abs(ours.minor - theirs.minor) <= 1) return Status::Ok();
+  const bool peer_older =
+      theirs.major < ours.major || (theirs.major == ours.major && theirs.minor < ours.minor);
+  return Status::FailedPrecondition(
+      std::string(peer) + " speaks agent protocol " + VersionString(theirs) + " and this side " +
+      VersionString(ours) + "; they are too far apart (the same major and minors at most one " +
+      "apart work together): upgrade gpupool on the " +
+      (peer_older ? std::string(peer) : std::string("this side")));
+}
+
+bool SupportsExec(Version v) { return v.major > 1 || (v.major == 1 && v.minor >= 1); }
+
+std::string_view EventKindName(EventKind kind) {
+  switch (kind) {
+    case EventKind::kStarted:
+      return "started";
+    case EventKind::kExited:
+      return "exited";
+    case EventKind::kLost:
+      return "lost";
+  }
+  return "lost";
+}
+
+OrderedJson EncodeRegistration(const Registration& r) {
+  OrderedJson j;
+  j["protocol"] = VersionString(r.version);
+  j["node"] = r.node;
+  if (!r.address.empty()) j["address"] = r.address;
+  j["info"] = gpu::NodeToJson(r.info);
+  j["cpu_milli"] = r.cpu_milli;
+  j["memory_mib"] = r.memory_mib;
+  OrderedJson running = OrderedJson::array();
+  for (const RunningTask& t : r.running) {
+    running.push_back({{"job_id", t.job_id}, {"task_index", t.task_index}, {"attempt", t.attempt}});
+  }
+  j["running"] = std::move(running);
+  return j;
+}
+
+Result<Registration> DecodeRegistration(const Json& j) {
+  Registration r;
+  std::string version;
+  JsonFields f(j, "", kLenient);
+  f.Optional("protocol", &version);
+  f.Optional("node", &r.node);
+  f.Optional("address", &r.address);
+  f.Optional("cpu_milli", &r.cpu_milli, 0);
+  f.Optional("memory_mib", &r.memory_mib, 0);
+  const Json* info = f.Member("info");
+  const Json* running = f.Array("running");
+  GP_RETURN_IF_ERROR(f.Finish());
+  if (version.empty()) {
+    return Status::FailedPrecondition(
+        "protocol: missing; this agent predates the versioned agent protocol (" +
+        VersionString(kVersion) + "): upgrade gpupool on the node");
+  }
+  GP_ASSIGN_OR_RETURN(r.version, ParseVersion(version));
+  if (r.address.size() > 253) return Status::InvalidArgument("address: longer than 253 bytes");
+  if (info == nullptr) return Status::InvalidArgument("info: required (the node's GPUs)");
+  GP_ASSIGN_OR_RETURN(r.info, gpu::NodeFromJson(*info, "info", /*reject_unknown=*/false));
+  if (running != nullptr) {
+    for (size_t i = 0; i < running->size(); ++i) {
+      RunningTask t;
+      JsonFields rf((*running)[i], Index("running", i), kLenient);
+      rf.Required("job_id", &t.job_id, 1);
+      rf.Optional("task_index", &t.task_index, 0, kMaxTasks - 1);
+      rf.Required("attempt", &t.attempt, 0);
+      GP_RETURN_IF_ERROR(rf.Finish());
+      r.running.push_back(t);
+    }
+  }
+  return r;
+}
+
+OrderedJson EncodeRegistrationReply(const RegistrationReply& r) {
+  return {{"ok", true}, {"protocol", VersionString(r.version)}, {"address", r.address}};
+}
+
+Result<RegistrationReply> DecodeRegistrationReply(const Json& j) {
+  RegistrationReply r;
+  std::string version;
+  JsonFields f(j, "", kLenient);
+  f.Optional("protocol", &version);
+  f.Optional("address", &r.address);
+  GP_RETURN_IF_ERROR(f.Finish());
+  if (version.empty()) {
+    return Status::FailedPrecondition(
+        "protocol: the controller did not say its protocol version; it predates " +
+        VersionString(kVersion) + ": upgrade gpupool on the controller");
+  }
+  GP_ASSIGN_OR_RETURN(r.version, ParseVersion(version));
+  return r;
+}
+
+OrderedJson EncodeLaunchOrder(const LaunchOrder& o) {
+  OrderedJson j;
+  j["job"] = jobs::JobToJson(o.job);
+  j["task_index"] = o.task_index;
+  OrderedJson gpus = OrderedJson::array();
+  for (const GpuGrant& g : o.gpus) gpus.push_back(EncodeGpuGrant(g));
+  j["gpus"] = std::move(gpus);
+  j["denied_device_nodes"] = o.denied_device_nodes;
+  j["rendezvous"] = EncodeRendezvous(o.rendezvous);
+  return j;
+}
+
+Result<LaunchOrder> DecodeLaunchOrder(const Json& j, std::string_view path_view) {
+  const std::string path(path_view);
+  LaunchOrder o;
+  JsonFields f(j, path, kLenient);
+  const Json* job = f.Member("job");
+  f.Required("task_index", &o.task_index, 0, kMaxTasks - 1);
+  const Json* gpus = f.Array("gpus");
+  f.Optional("denied_device_nodes", &o.denied_device_nodes);
+  const Json* rdzv = f.Member("rendezvous");
+  GP_RETURN_IF_ERROR(f.Finish());
+  if (job == nullptr) return Status::InvalidArgument(path + ".job: required");
+  GP_ASSIGN_OR_RETURN(o.job, jobs::JobFromJson(*job, path + ".job", /*reject_unknown=*/false));
+  if (o.job.id <= 0) return Status::InvalidArgument(path + ".job.id: required");
+  if (gpus != nullptr) {
+    for (size_t i = 0; i < gpus->size(); ++i) {
+      GP_ASSIGN_OR_RETURN(GpuGrant g, DecodeGpuGrant((*gpus)[i], Index(path + ".gpus", i)));
+      o.gpus.push_back(std::move(g));
+    }
+  }
+  if (rdzv != nullptr) {
+    GP_ASSIGN_OR_RETURN(o.rendezvous, DecodeRendezvous(*rdzv, path + ".rendezvous"));
+  } else {
+    o.rendezvous.task_index = o.task_index;
+    o.rendezvous.num_tasks = o.task_index + 1;
+  }
+  if (o.rendezvous.task_index != o.task_index) {
+    return Status::InvalidArgument(path + ".rendezvous.task_index: differs from task_index");
+  }
+  return o;
+}
+
+OrderedJson EncodeWork(const Work& w, Version peer) {
+  OrderedJson j;
+  OrderedJson launch = OrderedJson::array();
+  for (const LaunchOrder& o : w.launch) launch.push_back(EncodeLaunchOrder(o));
+  j["launch"] = std::move(launch);
+  OrderedJson cancel = OrderedJson::array();
+  for (const CancelOrder& c : w.cancel) {
+    if (c.exec_id != 0) {
+      cancel.push_back({{"exec_id", c.exec_id}});
+    } else {
+      cancel.push_back({{"job_id", c.job_id}, {"attempt", c.attempt}});
+    }
+  }
+  j["cancel"] = std::move(cancel);
+  OrderedJson logs = OrderedJson::array();
+  for (const LogRequest& l : w.logs) {
+    logs.push_back(
+        {{"id", l.id}, {"path", l.path}, {"offset", l.offset}, {"max_bytes", l.max_bytes}});
+  }
+  j["logs"] = std::move(logs);
+  if (SupportsExec(peer)) {
+    OrderedJson exec = OrderedJson::array();
+    for (const ExecRequest& e : w.exec) {
+      exec.push_back({{"id", e.id},
+                      {"job_id", e.job_id},
+                      {"attempt", e.attempt},
+                      {"task_index", e.task_index},
+                      {"argv", e.argv}});
+    }
+    j["exec"] = std::move(exec);
+  }
+  return j;
+}
+
+Result<Work> DecodeWork(const Json& j) {
+  Work w;
+  JsonFields f(j, "work", kLenient);
+  const Json* launch = f.Array("launch");
+  const Json* cancel = f.Array("cancel");
+  const Json* logs = f.Array("logs");
+  const Json* exec = f.Array("exec");
+  GP_RETURN_IF_ERROR(f.Finish());
+  if (launch != nullptr) {
+    for (size_t i = 0; i < launch->size(); ++i) {
+      const std::string what = Index("launch", i);
+      Result<LaunchOrder> o = DecodeLaunchOrder((*launch)[i], what);
+      if (o.ok()) {
+        w.launch.push_back(std::move(*o));
+      } else {
+        w.rejected.push_back(RejectLaunch((*launch)[i], what, o.status()));
+      }
+    }
+  }
+  if (cancel != nullptr) {
+    for (size_t i = 0; i < cancel->size(); ++i) {
+      const Json& e = (*cancel)[i];
+      CancelOrder c;
+      JsonFields cf(e, Index("cancel", i), kLenient);
+      cf.Optional("job_id", &c.job_id, 1);
+      cf.Optional("attempt", &c.attempt, 0);
+      cf.Optional("exec_id", &c.exec_id, 1);
+      Status s = cf.Finish();
+      if (s.ok() && (c.job_id == 0) == (c.exec_id == 0)) {
+        s = Status::InvalidArgument(Index("cancel", i) + ": give job_id or exec_id");
+      }
+      if (!s.ok()) {
+        w.rejected.push_back({Index("cancel", i), 0, 0, 1, 0, s.message()});
+        continue;
+      }
+      w.cancel.push_back(c);
+    }
+  }
+  if (logs != nullptr) {
+    for (size_t i = 0; i < logs->size(); ++i) {
+      LogRequest l;
+      JsonFields lf((*logs)[i], Index("logs", i), kLenient);
+      lf.Required("id", &l.id, 1);
+      lf.Required("path", &l.path);
+      lf.Optional("offset", &l.offset, 0);
+      lf.Optional("max_bytes", &l.max_bytes, 0, 1 << 20);
+      if (Status s = lf.Finish(); !s.ok()) {
+        w.rejected.push_back({Index("logs", i), 0, 0, 1, 0, s.message()});
+        continue;
+      }
+      w.logs.push_back(std::move(l));
+    }
+  }
+  if (exec != nullptr) {
+    for (size_t i = 0; i < exec->size(); ++i) {
+      ExecRequest e;
+      JsonFields ef((*exec)[i], Index("exec", i), kLenient);
+      ef.Required("id", &e.id, 1);
+      ef.Required("job_id", &e.job_id, 1);
+      ef.Optional("attempt", &e.attempt, 0);
+      ef.Optional("task_index", &e.task_index, 0, kMaxTasks - 1);
+      ef.Optional("argv", &e.argv);
+      Status s = ef.Finish();
+      if (s.ok() && (e.argv.empty() || e.argv.size() > kMaxArgs)) {
+        s = Status::InvalidArgument(Index("exec", i) + ".argv: 1.." + std::to_string(kMaxArgs) +
+                                    " arguments");
+      }
+      if (!s.ok()) {
+        w.rejected.push_back({Index("exec", i), e.job_id, e.task_index, 1, e.attempt, s.message()});
+        continue;
+      }
+      w.exec.push_back(std::move(e));
+    }
+  }
+  return w;
+}
+
+OrderedJson EncodeEventBatch(const EventBatch& b) {
+  OrderedJson j;
+  j["node"] = b.node;
+  OrderedJson events = OrderedJson::array();
+  for (const Event& e : b.events) events.push_back(EncodeEvent(e));
+  j["events"] = std::move(events);
+  if (!b.exec.empty()) {
+    OrderedJson exec = OrderedJson::array();
+    for (const ExecReport& r : b.exec) exec.push_back(EncodeExecReport(r));
+    j["exec"] = std::move(exec);
+  }
+  return j;
+}
+
+Result<EventBatch> DecodeEventBatch(const Json& j) {
+  EventBatch b;
+  JsonFields f(j, "", kLenient);
+  f.Optional("node", &b.node);
+  const Json* events = f.Array("events");
+  const Json* exec = f.Array("exec");
+  GP_RETURN_IF_ERROR(f.Finish());
+  if (events != nullptr) {
+    for (size_t i = 0; i < events->size(); ++i) {
+      GP_ASSIGN_OR_RETURN(Event e, DecodeEvent((*events)[i], Index("events", i)));
+      b.events.push_back(std::move(e));
+    }
+  }
+  if (exec != nullptr) {
+    for (size_t i = 0; i < exec->size(); ++i) {
+      GP_ASSIGN_OR_RETURN(ExecReport r, DecodeExecReport((*exec)[i], Index("exec", i)));
+      b.exec.push_back(std::move(r));
+    }
+  }
+  return b;
+}
+
+}  // namespace gpupool::protocol

@@ -1,0 +1,209 @@
+// The agent protocol: every message that passes between the controller and a node agent,
+// as plain structs with one JSON codec that both sides use (docs/api.md, "Agent protocol").
+//
+// Readers are lenient in one way and strict in another. A field they do not know is
+// ignored, so a peer one minor version newer can add fields. A field they know with the
+// wrong type or range is an error that names it ("launch[2].task_index: expected an
+// integer"), never an exception: messages come from the network. In a work message an
+// item that cannot be read (one launch order, say) is left out and listed in
+// Work::rejected, so one bad order does not stop the others.
+//
+// Versions: MAJOR.MINOR. A registration carries the agent's version and its answer the
+// controller's; peers of one major whose minors differ by at most one talk to each
+// other, each sending only what the older of the two knows (SupportsExec). Minor 0 is
+// the protocol without `gpupool exec`; minor 1 adds exec requests and exec reports.
+// Stateless and thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/json.h"
+#include "common/status.h"
+#include "gpu/gpu_info.h"
+#include "jobs/job.h"
+
+namespace gpupool::protocol {
+
+struct Version {
+  int major = 0;
+  int minor = 0;
+  friend bool operator==(const Version&, const Version&) = default;
+};
+
+inline constexpr Version kVersion{1, 1};
+
+std::string VersionString(Version v);                 // "1.1"
+Result<Version> ParseVersion(std::string_view text);  // InvalidArgument naming the text
+// Whether a peer at `theirs` can talk to us at `ours`: the same major and minors at most
+// one apart. The error says which side to upgrade.
+Status CheckCompatible(Version ours, Version theirs, std::string_view peer);
+// Whether a peer at `v` understands exec requests (minor 1 on).
+bool SupportsExec(Version v);
+
+// One GPU given to a task.
+struct GpuGrant {
+  std::string vendor;  // "nvidia" or "amd" (others get no visibility variables)
+  int index = -1;      // vendor runtime index on the node
+  std::string uuid;    // "GPU-..." for NVIDIA; may be empty for AMD (index is used then)
+  std::vector<std::string> device_nodes;  // informational; isolation uses the denied list
+  int gpu_milli = 1000;                   // share in thousandths
+  friend bool operator==(const GpuGrant&, const GpuGrant&) = default;
+};
+
+OrderedJson EncodeGpuGrant(const GpuGrant& g);
+Result<GpuGrant> DecodeGpuGrant(const Json& j, const std::string& path);
+
+// How the tasks of one job find each other (the variables of docs/cli.md, "Multi-node
+// jobs", are made from it on the node).
+struct Rendezvous {
+  int task_index = 0;
+  int num_tasks = 1;
+  std::vector<std::string> hosts;  // per task, in task order: the address peers use
+  std::vector<int> slots;          // per task: its GPU count, at least 1
+  int master_port = 0;             // on hosts[0]; 0 in task 0's order: its agent picks one
+  friend bool operator==(const Rendezvous&, const Rendezvous&) = default;
+};
+
+// Start one task of a job.
+struct LaunchOrder {
+  jobs::Job job;
+  int task_index = 0;
+  std::vector<GpuGrant> gpus;                    // this task's GPUs on this node
+  std::vector<std::string> denied_device_nodes;  // device nodes of every other GPU
+  Rendezvous rendezvous;
+  friend bool operator==(const LaunchOrder&, const LaunchOrder&) = default;
+};
+
+// Stop every task of a job that runs on the node (only those of `attempt`, when set),
+// and the exec sessions in them; or, with exec_id, one exec session.
+struct CancelOrder {
+  int64_t job_id = 0;
+  int attempt = 0;  // 0 = whichever attempt runs
+  int64_t exec_id = 0;
+  friend bool operator==(const CancelOrder&, const CancelOrder&) = default;
+};
+
+// Read bytes [offset, offset + max_bytes) of a log file of one of the node's jobs.
+struct LogRequest {
+  int64_t id = 0;
+  std::string path;
+  int64_t offset = 0;
+  int64_t max_bytes = 0;
+  friend bool operator==(const LogRequest&, const LogRequest&) = default;
+};
+
+// Run a command inside a running task's allocation (`gpupool exec`).
+struct ExecRequest {
+  int64_t id = 0;  // the controller's exec session
+  int64_t job_id = 0;
+  int attempt = 0;
+  int task_index = 0;
+  std::vector<std::string> argv;
+  friend bool operator==(const ExecRequest&, const ExecRequest&) = default;
+};
+
+// A work item the reader could not read, with what it could tell about it.
+struct Rejected {
+  std::string what;    // "launch[1]"
+  int64_t job_id = 0;  // 0 when unreadable
+  int task_index = 0;
+  int num_tasks = 1;
+  int attempt = 0;
+  std::string error;
+  friend bool operator==(const Rejected&, const Rejected&) = default;
+};
+
+// The answer to an agent's long poll.
+struct Work {
+  std::vector<LaunchOrder> launch;
+  std::vector<CancelOrder> cancel;
+  std::vector<LogRequest> logs;
+  std::vector<ExecRequest> exec;
+  std::vector<Rejected> rejected;  // filled by the reader only
+  bool empty() const { return launch.empty() && cancel.empty() && logs.empty() && exec.empty(); }
+};
+
+// A task the agent runs (reported when it registers).
+struct RunningTask {
+  int64_t job_id = 0;
+  int task_index = 0;
+  int attempt = 0;
+  friend bool operator==(const RunningTask&, const RunningTask&) = default;
+};
+
+struct Registration {
+  Version version = kVersion;
+  std::string node;
+  std::string address;  // where the node's peers reach it; empty = where it polls from
+  gpu::NodeInfo info;
+  int64_t cpu_milli = 0;
+  int64_t memory_mib = 0;
+  std::vector<RunningTask> running;
+};
+
+struct RegistrationReply {
+  Version version = kVersion;  // the controller's
+  std::string address;         // the address the controller recorded for the node
+};
+
+enum class EventKind { kStarted, kExited, kLost };
+std::string_view EventKindName(EventKind kind);  // "started", "exited", "lost"
+
+// What happened to one task.
+struct Event {
+  EventKind kind = EventKind::kStarted;
+  int64_t job_id = 0;
+  int attempt = 0;
+  int task_index = 0;
+  int64_t time_us = 0;  // 0: the controller uses its own clock
+  std::optional<int> exit_code;
+  std::optional<int> signal;
+  bool timed_out = false;
+  bool cancelled = false;
+  std::string reason;
+  std::string stdout_path;
+  std::string stderr_path;
+  int master_port = 0;  // kStarted of task 0: the rendezvous port its agent picked
+  friend bool operator==(const Event&, const Event&) = default;
+};
+
+// What happened to an exec session (minor 1).
+struct ExecReport {
+  int64_t id = 0;
+  bool started = false;  // the command runs; its output is in the paths below
+  bool ended = false;    // it ended (exit_code or signal), or could not start (error)
+  std::optional<int> exit_code;
+  std::optional<int> signal;
+  std::string error;
+  std::string stdout_path;
+  std::string stderr_path;
+  friend bool operator==(const ExecReport&, const ExecReport&) = default;
+};
+
+struct EventBatch {
+  std::string node;
+  std::vector<Event> events;
+  std::vector<ExecReport> exec;
+};
+
+// Encoders: what the sender writes. `peer` (work only) is the receiver's version: fields
+// it does not know are left out.
+OrderedJson EncodeRegistration(const Registration& r);
+OrderedJson EncodeRegistrationReply(const RegistrationReply& r);
+OrderedJson EncodeWork(const Work& w, Version peer = kVersion);
+OrderedJson EncodeEventBatch(const EventBatch& b);
+OrderedJson EncodeLaunchOrder(const LaunchOrder& o);
+
+// Decoders: never throw; errors name the field. A registration without a version is
+// refused (it comes from an agent older than this protocol).
+Result<Registration> DecodeRegistration(const Json& j);
+Result<RegistrationReply> DecodeRegistrationReply(const Json& j);
+Result<Work> DecodeWork(const Json& j);
+Result<EventBatch> DecodeEventBatch(const Json& j);
+Result<LaunchOrder> DecodeLaunchOrder(const Json& j, std::string_view path);
+
+}  // namespace gpupool::protocol

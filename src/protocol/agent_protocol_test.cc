@@ -1,0 +1,216 @@
+#include "protocol/agent_protocol.h"
+
+#include <gtest/gtest.h>
+
+namespace gpupool::protocol {
+namespace {
+
+Json Reparse(const OrderedJson& j) { return Json::parse(DumpJson(j)); }
+
+gpu::NodeInfo SmallNode() {
+  gpu::NodeInfo n;
+  n.hostname = "n1";
+  gpu::GpuInfo g;
+  g.vendor = gpu::Vendor::kNvidia;
+  g.index = 0;
+  g.uuid = "GPU-1";
+  g.name = "NVIDIA H100";
+  g.memory_total_bytes = 80ull << 30;
+  n.gpus.push_back(g);
+  return n;
+}
+
+LaunchOrder SampleOrder() {
+  LaunchOrder o;
+  o.job.id = 7;
+  o.job.user = "alice";
+  o.job.command = {"python3", "train.py"};
+  o.job.attempt = 2;
+  o.job.request.tasks = 2;
+  o.job.request.gpus = 1;
+  o.task_index = 1;
+  o.gpus.push_back({"nvidia", 0, "GPU-1", {"/dev/nvidia0"}, 1000});
+  o.denied_device_nodes = {"/dev/nvidia1"};
+  o.rendezvous = {1, 2, {"10.0.0.1", "10.0.0.2"}, {1, 1}, 41000};
+  return o;
+}
+
+TEST(ProtocolVersion, ParsesAndChecksCompatibility) {
+  EXPECT_EQ(*ParseVersion("1.1"), (Version{1, 1}));
+  EXPECT_FALSE(ParseVersion("1").ok());
+  EXPECT_FALSE(ParseVersion("x.1").ok());
+  EXPECT_FALSE(ParseVersion("-1.0").ok());
+  EXPECT_TRUE(CheckCompatible({1, 1}, {1, 0}, "agent").ok());
+  EXPECT_TRUE(CheckCompatible({1, 1}, {1, 2}, "agent").ok());
+  Status older = CheckCompatible({1, 3}, {1, 1}, "agent on node n1");
+  EXPECT_FALSE(older.ok());
+  EXPECT_NE(older.message().find("upgrade gpupool on the agent on node n1"), std::string::npos)
+      << older.message();
+  Status newer = CheckCompatible({1, 1}, {2, 0}, "agent");
+  EXPECT_NE(newer.message().find("upgrade gpupool on the this side"), std::string::npos)
+      << newer.message();
+  EXPECT_FALSE(SupportsExec({1, 0}));
+  EXPECT_TRUE(SupportsExec({1, 1}));
+}
+
+TEST(ProtocolWork, RoundTrips) {
+  Work w;
+  w.launch.push_back(SampleOrder());
+  w.cancel.push_back({7, 2});
+  w.logs.push_back({3, "/var/lib/gpupool/jobs/7/stdout.log", 10, 4096});
+  w.exec.push_back({9, 7, 2, 1, {"orted", "-mca", "x"}});
+  Result<Work> back = DecodeWork(Reparse(EncodeWork(w)));
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_TRUE(back->rejected.empty());
+  ASSERT_EQ(back->launch.size(), 1u);
+  EXPECT_EQ(back->launch[0], w.launch[0]);
+  EXPECT_EQ(back->cancel, w.cancel);
+  EXPECT_EQ(back->logs, w.logs);
+  EXPECT_EQ(back->exec, w.exec);
+}
+
+TEST(ProtocolWork, AnOlderPeerGetsNoExecRequests) {
+  Work w;
+  w.exec.push_back({9, 7, 2, 1, {"true"}});
+  OrderedJson j = EncodeWork(w, Version{1, 0});
+  EXPECT_FALSE(j.contains("exec"));
+  EXPECT_TRUE(EncodeWork(w, Version{1, 1}).contains("exec"));
+}
+
+TEST(ProtocolWork, IgnoresUnknownFieldsAtEveryLevel) {
+  // What a controller one minor newer might send.
+  Json j = Reparse(EncodeWork({{SampleOrder()}, {{7, 2}}, {}, {}, {}}));
+  j["new_top_level"] = {1, 2, 3};
+  j["launch"][0]["new_order_field"] = "x";
+  j["launch"][0]["job"]["new_job_field"] = {{"a", 1}};
+  j["launch"][0]["job"]["request"]["new_request_field"] = 5;
+  j["launch"][0]["gpus"][0]["mig_profile"] = "1g.10gb";
+  j["launch"][0]["rendezvous"]["backend"] = "c10d";
+  j["cancel"][0]["reason"] = "why";
+  Result<Work> w = DecodeWork(j);
+  ASSERT_TRUE(w.ok()) << w.status().ToString();
+  ASSERT_EQ(w->launch.size(), 1u) << (w->rejected.empty() ? "" : w->rejected[0].error);
+  EXPECT_EQ(w->launch[0], SampleOrder());
+  EXPECT_EQ(w->cancel.size(), 1u);
+}
+
+TEST(ProtocolWork, ABadOrderIsRejectedAloneAndNamesItsField) {
+  Json j = Reparse(EncodeWork({{SampleOrder(), SampleOrder()}, {}, {}, {}, {}}));
+  j["launch"][0]["task_index"] = "one";  // wrong type: must not throw
+  j["launch"][1]["job"]["id"] = 8;
+  Result<Work> w = DecodeWork(j);
+  ASSERT_TRUE(w.ok()) << w.status().ToString();
+  ASSERT_EQ(w->launch.size(), 1u);
+  EXPECT_EQ(w->launch[0].job.id, 8);
+  ASSERT_EQ(w->rejected.size(), 1u);
+  EXPECT_EQ(w->rejected[0].what, "launch[0]");
+  EXPECT_EQ(w->rejected[0].job_id, 7);  // still known, so the agent can fail the task
+  EXPECT_EQ(w->rejected[0].attempt, 2);
+  EXPECT_EQ(w->rejected[0].num_tasks, 2);
+  EXPECT_NE(w->rejected[0].error.find("launch[0].task_index"), std::string::npos)
+      << w->rejected[0].error;
+}
+
+TEST(ProtocolWork, WrongTypesAnywhereNeverThrow) {
+  const Json base = Reparse(EncodeWork({{SampleOrder()}, {{7, 2}}, {{1, "/p", 0, 1}}, {}, {}}));
+  // Replace every member of every object, one at a time, with values of other types.
+  const std::vector<Json> values = {
+      Json(),        Json("s"),      Json(-1),   Json(1.5),
+      Json::array(), Json::object(), Json(true), Json(int64_t{1} << 62)};
+  int cases = 0;
+  std::function<void(const Json::json_pointer&, const Json&)> walk =
+      [&](const Json::json_pointer& at, const Json& node) {
+        if (node.is_object()) {
+          for (auto it = node.begin(); it != node.end(); ++it) walk(at / it.key(), *it);
+        } else if (node.is_array()) {
+          for (size_t i = 0; i < node.size(); ++i) walk(at / i, node[i]);
+        }
+        for (const Json& v : values) {
+          Json mutated = base;
+          mutated[at] = v;
+          EXPECT_NO_THROW((void)DecodeWork(mutated)) << at.to_string();
+          ++cases;
+        }
+      };
+  walk(Json::json_pointer(), base);
+  EXPECT_GT(cases, 100);
+  EXPECT_FALSE(DecodeWork(Json::array()).ok());
+  EXPECT_FALSE(DecodeWork(Json("x")).ok());
+}
+
+TEST(ProtocolRegistration, RoundTripsAndNeedsAVersion) {
+  Registration r;
+  r.node = "n1";
+  r.address = "10.0.0.1";
+  r.info = SmallNode();
+  r.cpu_milli = 8000;
+  r.memory_mib = 1024;
+  r.running = {{7, 1, 2}};
+  Result<Registration> back = DecodeRegistration(Reparse(EncodeRegistration(r)));
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(back->version, kVersion);
+  EXPECT_EQ(back->address, "10.0.0.1");
+  EXPECT_EQ(back->running, r.running);
+  EXPECT_EQ(back->info.gpus.size(), 1u);
+
+  Json old = Reparse(EncodeRegistration(r));
+  old.erase("protocol");
+  Result<Registration> refused = DecodeRegistration(old);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("upgrade gpupool on the node"), std::string::npos);
+
+  // A newer agent: unknown fields here and inside the node's GPU records.
+  Json newer = Reparse(EncodeRegistration(r));
+  newer["protocol"] = "1.2";
+  newer["telemetry"] = {{"period_s", 5}};
+  newer["info"]["gpus"][0]["new_gpu_field"] = 1;
+  Result<Registration> n = DecodeRegistration(newer);
+  ASSERT_TRUE(n.ok()) << n.status().ToString();
+  EXPECT_EQ(n->version, (Version{1, 2}));
+
+  Json bad = Reparse(EncodeRegistration(r));
+  bad["running"][0]["attempt"] = "2";
+  Result<Registration> b = DecodeRegistration(bad);
+  ASSERT_FALSE(b.ok());
+  EXPECT_NE(b.status().message().find("running[0].attempt"), std::string::npos);
+}
+
+TEST(ProtocolEvents, RoundTripAndNameBadKinds) {
+  EventBatch b;
+  b.node = "n1";
+  Event e;
+  e.kind = EventKind::kExited;
+  e.job_id = 7;
+  e.attempt = 2;
+  e.task_index = 1;
+  e.time_us = 5;
+  e.exit_code = 3;
+  e.reason = "r";
+  e.stdout_path = "/s";
+  e.master_port = 0;
+  b.events.push_back(e);
+  Event s;
+  s.kind = EventKind::kStarted;
+  s.job_id = 7;
+  s.master_port = 41000;
+  b.events.push_back(s);
+  b.exec.push_back({4, true, true, 0, std::nullopt, "", "/o", "/e"});
+  Result<EventBatch> back = DecodeEventBatch(Reparse(EncodeEventBatch(b)));
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(back->events, b.events);
+  EXPECT_EQ(back->exec, b.exec);
+
+  Json j = Reparse(EncodeEventBatch(b));
+  j["events"][0]["kind"] = "exploded";
+  Result<EventBatch> bad = DecodeEventBatch(j);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("events[0].kind"), std::string::npos);
+  j["events"][0]["kind"] = 3;
+  EXPECT_FALSE(DecodeEventBatch(j).ok());
+  j = Reparse(EncodeEventBatch(b));
+  j["events"][1]["future_field"] = "x";
+  EXPECT_TRUE(DecodeEventBatch(j).ok());
+}
+
+}  // namespace
+}  // namespace gpupool::protocol
