@@ -61,9 +61,13 @@ class Pool:
             state = os.path.join(self.dir, "a%d" % i)
             os.makedirs(state)
             alog = open(os.path.join(self.dir, "agent%d.log" % i), "ab")
+            # Each agent with a node token of its own, as on a real cluster: root's
+            # requests on the socket share one quota of waiting requests (16).
+            name = "n%02d" % i
+            token = self.json("token", "create", "--kind", "node", "--user", name)["token"]
             self.procs.append(subprocess.Popen(
                 [gpupool, "agent", "--controller", "unix:" + self.sock, "--state-dir", state,
-                 "--fake", self.node, "--node-name", "n%02d" % i,
+                 "--fake", self.node, "--node-name", name, "--token", token,
                  "--address", "127.0.1.%d" % (i + 1)],
                 stdout=alog, stderr=alog, start_new_session=True))
         while True:
@@ -125,16 +129,23 @@ def main():
             starts = [t["start_time_us"] for t in job["tasks"]]
             rows["plain"].append({"submit_to_last_s": (max(starts) - job["submit_time_us"]) / 1e6,
                                   "first_to_last_s": (max(starts) - min(starts)) / 1e6})
-        remote = "for i in $(seq 1 %d); do %s exec --job $GPUPOOL_JOB_ID --task $i -- date +%%s%%N & done; wait" % (n - 1, g)
+        remote = ("for i in $(seq 1 %d); do %s exec --job $GPUPOOL_JOB_ID --task $i -- "
+                  "sh -c 'echo $GPUPOOL_TASK_INDEX $(date +%%s%%N)' & done; wait" % (n - 1, g))
         for _ in range(a.runs):
             jid, job = pool.run(["--tasks", str(n), "--gpus", "1", "--mpi", "--", "sh", "-c", remote])
             assert job["state"] == "SUCCEEDED", job
-            out = pool.cli("logs", str(jid)).split()
-            stamps = [int(x) / 1000 for x in out if x.isdigit()]
-            assert len(stamps) == n - 1, (len(stamps), pool.cli("logs", str(jid), "--stderr"))
+            lines = [l.split() for l in pool.cli("logs", str(jid)).splitlines()]
+            at = {int(t): int(ns) / 1000 for t, ns in lines if t.isdigit() and ns.isdigit()}
+            assert len(at) == n - 1, (len(at), pool.cli("logs", str(jid), "--stderr"))
+            stamps = list(at.values())
             t0 = job["tasks"][0]["start_time_us"]
+            # How long each remote command took once its held task was running.
+            after_task = [at[t] - max(t0, job["tasks"][t]["start_time_us"]) for t in at]
             rows["mpi"].append({"submit_to_last_s": (max(stamps) - job["submit_time_us"]) / 1e6,
-                                "task0_to_last_remote_s": (max(stamps) - t0) / 1e6})
+                                "task0_to_last_remote_s": (max(stamps) - t0) / 1e6,
+                                "held_task_to_last_s": (max(stamps) - max(
+                                    job["tasks"][t]["start_time_us"] for t in at)) / 1e6,
+                                "remote_after_its_task_max_s": max(after_task) / 1e6})
     finally:
         pool.stop()
     summary = {}

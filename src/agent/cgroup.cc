@@ -107,6 +107,34 @@ std::unique_ptr<JobCgroup> JobCgroup::Create(const std::string& root,
   return cg;
 }
 
+std::unique_ptr<JobCgroup> JobCgroup::Join(const std::vector<std::string>& dirs) {
+  std::unique_ptr<JobCgroup> cg(new JobCgroup());
+  if (::geteuid() != 0) {
+    cg->note_ = "isolation skipped: the agent does not run as root";
+    return cg;
+  }
+  bool all = !dirs.empty();
+  for (const std::string& dir : dirs) {
+    // The list comes from a file: only gpupool's own job cgroups are joined.
+    struct stat st;
+    if (dir.find("/gpupool/job-") == std::string::npos || dir.find("..") != std::string::npos ||
+        ::stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
+      cg->notes_.push_back("cannot join '" + dir + "'");
+      all = false;
+      continue;
+    }
+    const size_t before = cg->join_fds_.size();
+    cg->OpenProcs(dir, /*v1=*/!IsFsType(dir, CGROUP2_SUPER_MAGIC));
+    if (cg->join_fds_.size() == before) all = false;
+  }
+  // The owner's device rules hold for whatever joins its cgroups; with no cgroups to
+  // join (isolation was skipped for the task), nothing is enforced.
+  cg->devices_enforced_ = all;
+  cg->note_ = "joined the task's cgroups (" + std::to_string(cg->join_fds_.size()) + ")";
+  for (const std::string& n : cg->notes_) cg->note_ += "; " + n;
+  return cg;
+}
+
 JobCgroup::~JobCgroup() {
   for (const JoinFd& j : join_fds_) ::close(j.fd);
 }

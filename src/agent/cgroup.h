@@ -35,6 +35,11 @@ class JobCgroup {
  public:
   // Creates and configures the cgroups under `root` (empty = isolation disabled).
   static std::unique_ptr<JobCgroup> Create(const std::string& root, const CgroupRequest& request);
+  // Joins the cgroups another job made (`dirs`, from its shim record): `gpupool exec`
+  // runs in its task's cgroups, under the task's limits and device rules. Destroy()
+  // leaves them to their owner. devices_enforced() is false when a directory is gone (or
+  // is not a gpupool job cgroup), so a caller that requires isolation fails closed.
+  static std::unique_ptr<JobCgroup> Join(const std::vector<std::string>& dirs);
   ~JobCgroup();
   JobCgroup(const JobCgroup&) = delete;
   JobCgroup& operator=(const JobCgroup&) = delete;

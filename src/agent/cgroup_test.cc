@@ -101,6 +101,43 @@ TEST(CgroupTest, V1CreatesConfiguresAndRemoves) {
   EXPECT_NE(::access(("/sys/fs/cgroup/cpu/gpupool/" + leaf).c_str(), F_OK), 0);
 }
 
+// gpupool exec: a second process joins a job's cgroups, is held by their rules, and
+// leaves them (and the job) alone when it is done.
+TEST(CgroupTest, JoinUsesTheTasksCgroupsAndLeavesThemToIt) {
+  auto none = JobCgroup::Join({});
+  EXPECT_FALSE(none->devices_enforced());  // nothing to join: nothing is enforced
+  auto foreign = JobCgroup::Join({"/sys/fs/cgroup/cpu", "/tmp/gpupool/job-1/../../etc"});
+  EXPECT_FALSE(foreign->devices_enforced());
+  if (::geteuid() != 0 || ::access("/sys/fs/cgroup/devices/devices.deny", F_OK) != 0) {
+    GTEST_SKIP() << "needs root and the cgroup v1 devices controller at /sys/fs/cgroup";
+  }
+  EXPECT_NE(foreign->note().find("cannot join"), std::string::npos) << foreign->note();
+  CgroupRequest req;
+  req.job_id = 910000 + ::getpid() % 1000;
+  req.attempt = 1;
+  req.deny_device_nodes = {"/dev/zero"};
+  req.instance = "j" + std::to_string(::getpid());
+  auto task = JobCgroup::Create("/sys/fs/cgroup", req);
+  ASSERT_TRUE(task->devices_enforced()) << task->note();
+  auto exec = JobCgroup::Join(task->dirs());
+  EXPECT_TRUE(exec->devices_enforced()) << exec->note();
+  EXPECT_TRUE(exec->dirs().empty());  // not its to remove
+  pid_t pid = ::fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    if (!exec->JoinFromChild()) ::_exit(10);
+    ::_exit(::open("/dev/zero", O_RDONLY) >= 0 ? 11 : 0);
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "10: join failed, 11: opened";
+  EXPECT_TRUE(exec->Destroy(2000).ok());
+  for (const std::string& dir : task->dirs()) {
+    EXPECT_EQ(::access(dir.c_str(), F_OK), 0) << dir << " went with the exec";
+  }
+  EXPECT_TRUE(task->Destroy(2000).ok());
+}
+
 // A cgroup v2 hierarchy: the hybrid host mounts one at /sys/fs/cgroup/unified, usually
 // without controllers, which exercises creation, joining, notes and removal.
 TEST(CgroupTest, V2DeniesDevicesThroughEbpf) {

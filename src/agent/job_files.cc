@@ -87,6 +87,7 @@ std::string ShimConfigToJson(const ShimConfig& config) {
     j["pool_env"] = std::move(pool_env);
   }
   if (!s.hostfile.empty()) j["hostfile"] = s.hostfile;
+  if (!s.join_cgroups.empty()) j["join_cgroups"] = s.join_cgroups;
   j["user"] = s.user;
   j["uid"] = s.uid;
   j["gid"] = s.gid;
@@ -140,6 +141,7 @@ Result<ShimConfig> ShimConfigFromJson(const std::string& text, const std::string
     }
   }
   f.Optional("hostfile", &s.hostfile);
+  f.Optional("join_cgroups", &s.join_cgroups);
   f.Required("user", &s.user);
   int64_t uid = 0;
   int64_t gid = 0;

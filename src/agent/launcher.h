@@ -54,6 +54,10 @@ struct LaunchSpec {
   // Variables gpupool sets for this task, over the user's: the rendezvous of a gang
   // (GPUPOOL_TASK_INDEX, MASTER_ADDR, PET_*, ...; daemon/rendezvous.h).
   std::map<std::string, std::string> pool_env;
+  // gpupool exec: run in these cgroups of the task (JobCgroup::Join) instead of making
+  // new ones; cpu_milli, memory_bytes and denied_device_nodes are then the task's, applied
+  // by its cgroups.
+  std::vector<std::string> join_cgroups;
   // Written to JOB_DIR/hostfile (readable by the job, mounted into containers at the
   // same path) and named by GPUPOOL_HOSTFILE; empty = none.
   std::string hostfile;

@@ -228,7 +228,8 @@ Status Shim::Prepare() {
   req.cpu_milli = spec.cpu_milli;
   req.memory_bytes = spec.memory_bytes;
   req.instance = std::to_string(::getpid());
-  cgroup_ = JobCgroup::Create(config_.cgroup_root, req);
+  cgroup_ = spec.join_cgroups.empty() ? JobCgroup::Create(config_.cgroup_root, req)
+                                      : JobCgroup::Join(spec.join_cgroups);
   final_.isolation = cgroup_->note();
   record_.isolation = cgroup_->note();
   record_.cgroup_dirs = cgroup_->dirs();

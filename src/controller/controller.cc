@@ -791,6 +791,7 @@ Status Controller::StopJob(Job& next, JobState expected, bool* freed) {
     next.signal = first.signal;
     if (next.mpi && !first.cancelled && !first.timed_out) {
       next.state = JobState::kSucceeded;
+      next.reason.clear();  // the held tasks' release is how an MPI job ends, not news
     } else if (any(&jobs::TaskStatus::timed_out)) {
       next.state = JobState::kTimeout;
     } else if (any(&jobs::TaskStatus::cancelled) || next.cancel_requested) {

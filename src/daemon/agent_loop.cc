@@ -245,7 +245,12 @@ void AgentLoop::StartExec(const protocol::ExecRequest& x) {
     FailLaunch(key, x.attempt, error);
     return;
   }
-  // The task's user, GPUs, device rules, limits and variables; its own command.
+  // The task's user, GPUs, device rules, limits and variables, in the task's own
+  // cgroups; its own command.
+  const int64_t task_key = spec.job_id;
+  Result<agent::ShimRecord> task_shim =
+      agent::ReadShimRecord(agent::JobDir(options_.state_dir, task_key));
+  if (task_shim.ok()) spec.join_cgroups = task_shim->cgroup_dirs;
   spec.job_id = key;
   spec.argv = x.argv;
   spec.time_limit_s = 0;  // it ends with its job (cancelled with it)

@@ -148,6 +148,8 @@ class MultiPool:
         pooltest.stop_processes([self.server] + list(self.agents.values()))
         for i in self.agents:
             pooltest.kill_leftovers(os.path.join(self.dir, "agent%d" % i))
+        # Job processes of a failed test that name this directory (they outlive shims).
+        subprocess.run(["pkill", "-9", "-f", self.dir], check=False)
         pooltest.remove_dir(self.dir)
 
 

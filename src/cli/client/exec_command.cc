@@ -129,8 +129,12 @@ Status RunExec(const ClientRuntime& rt, const ExecState& s) {
                               "&ended=" + (seen_ended ? "1" : "0");
     GP_ASSIGN_OR_RETURN(ApiAnswer a, Retrying([&] { return api.Get(query); }));
     state = a.json;
+    const bool just_started = !seen_started && GetBool(state, "started");
     seen_started = GetBool(state, "started");
     seen_ended = GetBool(state, "ended");
+    // A command that has just started has printed little: wait (up to idle_ms, less if
+    // it ends) before the first read, which spares short commands a relay round trip.
+    if (just_started && !seen_ended) continue;
     if (seen_started) {
       const int64_t before = out_offset + err_offset;
       GP_ASSIGN_OR_RETURN(bool out_done, Drain(rt, api, base, "stdout", &out_offset));

@@ -1,0 +1,60 @@
+#!/usr/bin/env python3
+"""Where `gpupool exec` bursts spend their time (docs/benchmarks.md, "Gang start-up"):
+with a 32-task --mpi job held on 32 agents (the gang_start.py pool), it times one exec
+alone, 31 at once (one per task, with each remote command's start), 31 at once into one
+task, and 31 concurrent `gpupool whoami` (client start-up and one request, no exec).
+
+    sudo python3 bench/pool/exec_burst.py [--gpupool BIN]
+"""
+import argparse
+import os
+import subprocess
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import gang_start  # noqa: E402  (the pool of fake one-GPU agents)
+
+
+def timed(what, argvs, pool, capture=False):
+    t = time.time()
+    ps = [subprocess.Popen(a, env=pool.env, stdout=subprocess.PIPE if capture else
+                           subprocess.DEVNULL, text=True) for a in argvs]
+    outs = [p.communicate()[0] for p in ps]
+    took = time.time() - t
+    extra = ""
+    if capture:
+        starts = sorted(float(o) - t for o in outs)
+        extra = "; remote commands started from %.2f s to %.2f s" % (starts[0], starts[-1])
+    print("%-34s %.3f s%s" % (what, took, extra))
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--gpupool")
+    a = ap.parse_args()
+    if os.geteuid() != 0:
+        sys.exit("exec_burst: run as root")
+    g = gang_start.find_gpupool(a.gpupool)
+    pool = gang_start.Pool(g, 32)
+    try:
+        jid = int(pool.cli("submit", "--workdir", "/", "--tasks", "32", "--gpus", "1", "--mpi",
+                           "--", "sleep", "600").split()[-1])
+        while pool.json("show", str(jid))["job"]["state"] != "RUNNING":
+            time.sleep(0.05)
+        time.sleep(1)
+        ex = [g, "exec", "--job", str(jid)]
+        timed("one exec", [ex + ["--task", "5", "--", "true"]], pool)
+        timed("31 execs at once, one per task",
+              [ex + ["--task", str(i), "--", "date", "+%s.%N"] for i in range(1, 32)], pool,
+              capture=True)
+        timed("31 execs at once into one task",
+              [ex + ["--task", "7", "--", "true"] for _ in range(31)], pool)
+        timed("31 whoami at once", [[g, "whoami"] for _ in range(31)], pool)
+        pool.cli("cancel", str(jid))
+    finally:
+        pool.stop()
+
+
+if __name__ == "__main__":
+    main()
