@@ -10,7 +10,7 @@ packages=(
   ccache
   # libraries (see the README's dependency table for why each)
   nlohmann-json3-dev libfmt-dev libspdlog-dev libcli11-dev libsqlite3-dev
-  libmicrohttpd-dev libcurl4-openssl-dev libssl-dev
+  libmicrohttpd-dev libssl-dev
   # tests and benchmarks
   libgtest-dev libgmock-dev libbenchmark-dev python3
   # multi-node jobs for real (tests/multinode): PyTorch, Open MPI and mpi4py from Debian

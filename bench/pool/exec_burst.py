@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """Where `gpupool exec` bursts spend their time (docs/benchmarks.md, "Gang start-up"):
 with a 32-task --mpi job held on 32 agents (the gang_start.py pool), it times one exec
-alone, 31 at once (one per task, with each remote command's start), 31 at once into one
-task, and 31 concurrent `gpupool whoami` (client start-up and one request, no exec).
+alone, 31 at once (one per task, with each remote command's start) and 31 at once into
+one task, with `gpupool exec` and with the slim `gpupool-exec`, then 31 concurrent
+`gpupool whoami` (client start-up and one request, no exec).
 
     sudo python3 bench/pool/exec_burst.py [--gpupool BIN]
 """
@@ -43,17 +44,24 @@ def main():
         while pool.json("show", str(jid))["job"]["state"] != "RUNNING":
             time.sleep(0.05)
         time.sleep(1)
-        ex = [g, "exec", "--job", str(jid)]
-        timed("one exec", [ex + ["--task", "5", "--", "true"]], pool)
-        timed("31 execs at once, one per task",
-              [ex + ["--task", str(i), "--", "date", "+%s.%N"] for i in range(1, 32)], pool,
-              capture=True)
-        timed("31 execs at once into one task",
-              [ex + ["--task", "7", "--", "true"] for _ in range(31)], pool)
+        slim = os.path.join(os.path.dirname(g), "gpupool-exec")
+        for name, ex in (("gpupool exec", [g, "exec", "--job", str(jid)]),
+                         ("gpupool-exec", [slim, "--job", str(jid)])):
+            print("-- " + name)
+            burst(pool, ex)
         timed("31 whoami at once", [[g, "whoami"] for _ in range(31)], pool)
         pool.cli("cancel", str(jid))
     finally:
         pool.stop()
+
+
+def burst(pool, ex):
+    timed("one exec", [ex + ["--task", "5", "--", "true"]], pool)
+    timed("31 execs at once, one per task",
+          [ex + ["--task", str(i), "--", "date", "+%s.%N"] for i in range(1, 32)], pool,
+          capture=True)
+    timed("31 execs at once into one task",
+          [ex + ["--task", "7", "--", "true"] for _ in range(31)], pool)
 
 
 if __name__ == "__main__":

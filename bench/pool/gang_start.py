@@ -10,7 +10,8 @@ tasks through `gpupool exec` (what mpirun does with its daemons).
 Per run it reports, from the job record (the agents' start times, one clock):
   plain:  submit -> last task started, and first -> last task started;
   mpi:    submit -> last of the 31 remote commands started (each prints its start time),
-          and task 0 started -> last remote command started.
+          and task 0 started -> last remote command started; the remote commands are
+          started with the task's $OMPI_MCA_plm_rsh_agent, as mpirun starts its daemons.
 The submit time includes the scheduler's arrival batching (at most 100 ms while idle), so
 "placement" is bounded above by it. Needs root (agents run jobs as their users).
 """
@@ -129,8 +130,10 @@ def main():
             starts = [t["start_time_us"] for t in job["tasks"]]
             rows["plain"].append({"submit_to_last_s": (max(starts) - job["submit_time_us"]) / 1e6,
                                   "first_to_last_s": (max(starts) - min(starts)) / 1e6})
-        remote = ("for i in $(seq 1 %d); do %s exec --job $GPUPOOL_JOB_ID --task $i -- "
-                  "sh -c 'echo $GPUPOOL_TASK_INDEX $(date +%%s%%N)' & done; wait" % (n - 1, g))
+        # What mpirun does: its rsh agent (the task's OMPI_MCA_plm_rsh_agent), once per task.
+        remote = ("for i in $(seq 1 %d); do $OMPI_MCA_plm_rsh_agent --job $GPUPOOL_JOB_ID "
+                  "--task $i -- sh -c 'echo $GPUPOOL_TASK_INDEX $(date +%%s%%N)' & done; wait"
+                  % (n - 1))
         for _ in range(a.runs):
             jid, job = pool.run(["--tasks", str(n), "--gpus", "1", "--mpi", "--", "sh", "-c", remote])
             assert job["state"] == "SUCCEEDED", job

@@ -191,7 +191,7 @@ void AgentLoop::Launch(const protocol::LaunchOrder& order) {
   }
   const std::string hostfile = agent::JobDir(options_.state_dir, key) + "/" + agent::kHostFile;
   spec.hostfile = HostfileText(r);
-  spec.pool_env = RendezvousEnv(r, {hostfile, options_.gpupool_binary, options_.server_for_jobs});
+  spec.pool_env = RendezvousEnv(r, {hostfile, options_.exec_agent, options_.server_for_jobs});
   if (!spec.image.empty()) {
     spec.mounts.push_back({hostfile, hostfile, /*read_only=*/true});
     spec.pool_env.erase("OMPI_MCA_plm_rsh_agent");  // no gpupool binary in the image

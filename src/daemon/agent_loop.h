@@ -54,9 +54,9 @@ struct AgentLoopOptions {
   // Where the node's peers reach it (--address); empty = the address the controller sees
   // this agent's requests come from.
   std::string address;
-  // For tasks: this node's gpupool binary (mpirun's rsh agent is "GPUPOOL exec") and the
+  // For tasks: the command mpirun runs as its rsh agent (ExecAgentCommand) and the
   // controller's address as a job's `gpupool exec` should use it (GPUPOOL_SERVER).
-  std::string gpupool_binary;
+  std::string exec_agent;
   std::string server_for_jobs;
 };
 

@@ -283,6 +283,16 @@ std::vector<std::string> ShimCommand() {
   return {self, "agent-shim"};
 }
 
+// What mpirun runs as its rsh agent in a task: the slim gpupool-exec beside this binary
+// (it starts in a third of gpupool's time; mpirun starts one per host at once), else
+// this binary's `exec` subcommand.
+std::string ExecAgentCommand() {
+  const std::string self = SelfExe();
+  const std::string slim = (fs::path(self).parent_path() / "gpupool-exec").string();
+  if (::access(slim.c_str(), X_OK) == 0) return slim;
+  return self + " exec";
+}
+
 std::unique_ptr<agent::Launcher> MakeLauncher(const std::string& state_dir,
                                               const agent::ContainerOptions& container) {
   agent::LauncherOptions lo;
@@ -379,7 +389,7 @@ void RegisterDaemonCommands(CLI::App& app, cli::CommandContext& ctx) {
     ao.state_dir = f.state_dir + "/agent";
     ao.node = node->node;
     ao.fake_node = node->stand_in || !up_fake->empty();
-    ao.gpupool_binary = SelfExe();
+    ao.exec_agent = ExecAgentCommand();
     ao.server_for_jobs = addr.ToString();
     SetContainerOptions(containers, &ao);
     AgentLoop loop(ao, net::HttpClient(addr, *token), launcher.get());
@@ -502,7 +512,7 @@ void RegisterDaemonCommands(CLI::App& app, cli::CommandContext& ctx) {
     ao.node = node->node;
     ao.fake_node = !af->fake.empty();
     ao.address = af->address;
-    ao.gpupool_binary = SelfExe();
+    ao.exec_agent = ExecAgentCommand();
     ao.server_for_jobs = addr->ToString();
     SetContainerOptions(containers, &ao);
     AgentLoop loop(ao, net::HttpClient(*addr, token), launcher.get());

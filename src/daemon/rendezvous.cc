@@ -38,7 +38,7 @@ std::map<std::string, std::string> RendezvousEnv(const protocol::Rendezvous& r,
     env["PET_MASTER_PORT"] = std::to_string(r.master_port);
     env["MASTER_PORT"] = std::to_string(r.master_port);
   }
-  if (!c.gpupool.empty()) env["OMPI_MCA_plm_rsh_agent"] = c.gpupool + " exec";
+  if (!c.exec_agent.empty()) env["OMPI_MCA_plm_rsh_agent"] = c.exec_agent;
   if (!c.server.empty()) env["GPUPOOL_SERVER"] = c.server;
   return env;
 }

@@ -9,8 +9,9 @@
 //     (torchrun reads its options from PET_*: `torchrun train.py` is the whole command),
 //   MASTER_ADDR, MASTER_PORT, WORLD_SIZE (tasks), RANK (task index) for programs that
 //     start one process per task and call init_process_group("env://"),
-//   OMPI_MCA_plm_rsh_agent = "GPUPOOL exec": mpirun starts its remote daemons through
-//     gpupool instead of ssh, and GPUPOOL_SERVER for that exec to reach the controller.
+//   OMPI_MCA_plm_rsh_agent = gpupool exec (the slim gpupool-exec binary when it is
+//     installed): mpirun starts its remote daemons through gpupool instead of ssh, and
+//     GPUPOOL_SERVER for that exec to reach the controller.
 // Pure functions except PickFreePort.
 #pragma once
 
@@ -24,7 +25,7 @@ namespace gpupool::daemon {
 
 struct RendezvousContext {
   std::string hostfile_path;  // where the task's host file is written
-  std::string gpupool;        // this node's gpupool binary (for OMPI_MCA_plm_rsh_agent)
+  std::string exec_agent;     // OMPI_MCA_plm_rsh_agent: "DIR/gpupool-exec" or "gpupool exec"
   std::string server;         // how jobs reach the controller (GPUPOOL_SERVER); "" = unset
 };
 

@@ -7,7 +7,7 @@ namespace {
 
 TEST(Rendezvous, EveryTaskGetsTheSameHostsAndItsOwnRank) {
   protocol::Rendezvous r{1, 3, {"127.0.0.2", "127.0.0.3", "127.0.0.4"}, {2, 0, 8}, 41234};
-  auto env = RendezvousEnv(r, {"/s/jobs/9/hostfile", "/usr/bin/gpupool", "unix:/s/gp.sock"});
+  auto env = RendezvousEnv(r, {"/s/jobs/9/hostfile", "/usr/bin/gpupool exec", "unix:/s/gp.sock"});
   EXPECT_EQ(env["GPUPOOL_TASK_INDEX"], "1");
   EXPECT_EQ(env["GPUPOOL_NUM_TASKS"], "3");
   EXPECT_EQ(env["GPUPOOL_NODES"], "127.0.0.2,127.0.0.3,127.0.0.4");

@@ -1,42 +1,256 @@
 #include "net/http_client.h"
 
-#include <curl/curl.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
 
-#include <memory>
-#include <mutex>
+#include <cctype>
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <optional>
 #include <string_view>
+#include <utility>
 
 #include "common/strings.h"
 
 namespace gpupool::net {
 namespace {
 
-void GlobalInit() {
-  static std::once_flag once;
-  std::call_once(once, [] { curl_global_init(CURL_GLOBAL_DEFAULT); });
+// HTTP/1.1 to our own server, one request per connection ("Connection: close"), no TLS:
+// written here rather than taken from libcurl, whose tree of 39 shared libraries cost
+// every client start ~25 ms of CPU (docs/benchmarks.md, "Gang start-up"): a burst of
+// `gpupool exec`s from mpirun is that many client starts at once.
+
+constexpr size_t kMaxResponseBytes = size_t{256} << 20;
+constexpr size_t kMaxHeaderBytes = size_t{64} << 10;
+constexpr int kConnectTimeoutMs = 5000;
+
+using SteadyClock = std::chrono::steady_clock;
+
+int MillisLeft(SteadyClock::time_point deadline) {
+  const auto left =
+      std::chrono::duration_cast<std::chrono::milliseconds>(deadline - SteadyClock::now()).count();
+  return left <= 0 ? 0 : static_cast<int>(std::min<int64_t>(left, INT32_MAX));
 }
 
-// Collects "Name: value" response header lines, names lower-cased like the server's.
-size_t CollectHeader(char* data, size_t size, size_t n, void* out) {
-  const std::string_view line(data, size * n);
-  if (const size_t colon = line.find(':'); colon != std::string_view::npos) {
-    auto* headers = static_cast<std::map<std::string, std::string>*>(out);
-    (*headers)[ToLower(Trim(line.substr(0, colon)))] = std::string(Trim(line.substr(colon + 1)));
+class Fd {
+ public:
+  explicit Fd(int fd = -1) : fd_(fd) {}
+  ~Fd() {
+    if (fd_ >= 0) ::close(fd_);
   }
-  return size * n;
+  Fd(const Fd&) = delete;
+  Fd& operator=(const Fd&) = delete;
+  Fd(Fd&& o) noexcept : fd_(o.fd_) { o.fd_ = -1; }
+  Fd& operator=(Fd&& o) noexcept {
+    std::swap(fd_, o.fd_);
+    return *this;
+  }
+  int get() const { return fd_; }
+
+ private:
+  int fd_;
+};
+
+// Waits for `events` on fd; false on timeout (errno ETIMEDOUT) or error.
+bool Wait(int fd, short events, SteadyClock::time_point deadline) {
+  while (true) {
+    pollfd p{fd, events, 0};
+    const int n = ::poll(&p, 1, MillisLeft(deadline));
+    if (n > 0) return true;
+    if (n == 0) {
+      errno = ETIMEDOUT;
+      return false;
+    }
+    if (errno != EINTR) return false;
+  }
 }
 
-size_t Append(char* data, size_t size, size_t n, void* out) {
-  static_cast<std::string*>(out)->append(data, size * n);
-  return size * n;
+// A non-blocking connect finished within the deadline; errno says why not.
+bool Connect(int fd, const sockaddr* addr, socklen_t len, SteadyClock::time_point deadline) {
+  if (::connect(fd, addr, len) == 0) return true;
+  if (errno != EINPROGRESS && errno != EAGAIN) return false;
+  if (!Wait(fd, POLLOUT, deadline)) return false;
+  int err = 0;
+  socklen_t n = sizeof(err);
+  if (::getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &n) != 0) return false;
+  errno = err;
+  return err == 0;
+}
+
+Result<Fd> Open(const ServerAddress& a, SteadyClock::time_point deadline) {
+  const auto connect_by =
+      std::min(deadline, SteadyClock::now() + std::chrono::milliseconds(kConnectTimeoutMs));
+  if (a.kind == ServerAddress::Kind::kUnix) {
+    sockaddr_un sun{};
+    sun.sun_family = AF_UNIX;
+    if (a.path.size() >= sizeof(sun.sun_path)) {
+      return Status::InvalidArgument("socket path longer than " +
+                                     std::to_string(sizeof(sun.sun_path) - 1) + " bytes");
+    }
+    std::memcpy(sun.sun_path, a.path.c_str(), a.path.size() + 1);
+    Fd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
+    if (fd.get() < 0) return Status::Unavailable(std::string("socket: ") + std::strerror(errno));
+    if (!Connect(fd.get(), reinterpret_cast<sockaddr*>(&sun), sizeof(sun), connect_by)) {
+      return Status::Unavailable(std::string("cannot connect: ") + std::strerror(errno));
+    }
+    return fd;
+  }
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* found = nullptr;
+  const std::string port = std::to_string(a.port);
+  if (int rc = ::getaddrinfo(a.host.c_str(), port.c_str(), &hints, &found); rc != 0) {
+    return Status::Unavailable("cannot resolve host '" + a.host + "': " + ::gai_strerror(rc));
+  }
+  std::string why = "no address";
+  for (addrinfo* ai = found; ai != nullptr; ai = ai->ai_next) {
+    Fd fd(::socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, ai->ai_protocol));
+    if (fd.get() < 0) continue;
+    if (Connect(fd.get(), ai->ai_addr, ai->ai_addrlen, connect_by)) {
+      ::freeaddrinfo(found);
+      return fd;
+    }
+    why = std::strerror(errno);
+  }
+  ::freeaddrinfo(found);
+  return Status::Unavailable("cannot connect: " + why);
+}
+
+Status SendAll(int fd, std::string_view data, SteadyClock::time_point deadline) {
+  while (!data.empty()) {
+    const ssize_t n = ::send(fd, data.data(), data.size(), MSG_NOSIGNAL);
+    if (n > 0) {
+      data.remove_prefix(static_cast<size_t>(n));
+    } else if (n < 0 && errno == EINTR) {
+      continue;
+    } else if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+      if (!Wait(fd, POLLOUT, deadline)) {
+        return Status::Unavailable(std::string("sending the request: ") + std::strerror(errno));
+      }
+    } else {
+      return Status::Unavailable(std::string("sending the request: ") + std::strerror(errno));
+    }
+  }
+  return Status::Ok();
+}
+
+// Decodes a chunked body; false when it is malformed or incomplete.
+bool Dechunk(std::string_view in, std::string* out) {
+  while (true) {
+    const size_t eol = in.find("\r\n");
+    if (eol == std::string_view::npos) return false;
+    std::string_view size_text = in.substr(0, eol);
+    if (const size_t semi = size_text.find(';'); semi != std::string_view::npos)
+      size_text = size_text.substr(0, semi);
+    size_text = Trim(size_text);
+    if (size_text.empty() || size_text.size() > 15) return false;
+    size_t size = 0;
+    for (char c : size_text) {
+      if (!std::isxdigit(static_cast<unsigned char>(c))) return false;
+      size = size * 16 +
+             static_cast<size_t>(std::isdigit(static_cast<unsigned char>(c))
+                                     ? c - '0'
+                                     : std::tolower(static_cast<unsigned char>(c)) - 'a' + 10);
+    }
+    in.remove_prefix(eol + 2);
+    if (size == 0) return true;  // trailers, if any, are ignored
+    if (in.size() < size + 2) return false;
+    out->append(in.substr(0, size));
+    in.remove_prefix(size + 2);
+  }
+}
+
+// Parses a whole response (the server closed the connection after it).
+Result<HttpResponse> Parse(const std::string& raw) {
+  const size_t end = raw.find("\r\n\r\n");
+  if (end == std::string::npos) return Status::Unavailable("the server sent no complete answer");
+  const std::string_view head(raw.data(), end);
+  const size_t first_eol = head.find("\r\n");
+  const std::string_view status_line = head.substr(0, first_eol);
+  // "HTTP/1.1 200 OK"
+  if (status_line.size() < 12 || status_line.substr(0, 5) != "HTTP/") {
+    return Status::Unavailable("the server's answer is not HTTP");
+  }
+  const size_t sp = status_line.find(' ');
+  std::optional<int64_t> code =
+      sp == std::string_view::npos ? std::nullopt : ParseInt64(status_line.substr(sp + 1, 3));
+  if (!code || *code < 100 || *code > 599) {
+    return Status::Unavailable("the server's answer has no status code");
+  }
+  HttpResponse resp;
+  resp.status = static_cast<int>(*code);
+  resp.content_type.clear();
+  if (first_eol != std::string_view::npos) {
+    for (std::string_view rest = head.substr(first_eol + 2); !rest.empty();) {
+      const size_t eol = rest.find("\r\n");
+      const std::string_view line = rest.substr(0, eol);
+      rest = eol == std::string_view::npos ? std::string_view() : rest.substr(eol + 2);
+      // Names lower-cased, like the server's.
+      if (const size_t colon = line.find(':'); colon != std::string_view::npos) {
+        resp.headers[ToLower(Trim(line.substr(0, colon)))] =
+            std::string(Trim(line.substr(colon + 1)));
+      }
+    }
+  }
+  if (auto ct = resp.headers.find("content-type"); ct != resp.headers.end()) {
+    resp.content_type = ct->second;
+  }
+  const std::string_view body(raw.data() + end + 4, raw.size() - end - 4);
+  auto te = resp.headers.find("transfer-encoding");
+  if (te != resp.headers.end() && ToLower(te->second).find("chunked") != std::string::npos) {
+    if (!Dechunk(body, &resp.body)) return Status::Unavailable("the server's answer was cut short");
+    return resp;
+  }
+  if (auto cl = resp.headers.find("content-length"); cl != resp.headers.end()) {
+    std::optional<int64_t> n = ParseInt64(cl->second);
+    if (!n || *n < 0 || static_cast<size_t>(*n) > body.size()) {
+      return Status::Unavailable("the server's answer was cut short");
+    }
+    resp.body.assign(body.substr(0, static_cast<size_t>(*n)));
+    return resp;
+  }
+  resp.body.assign(body);
+  return resp;
+}
+
+// Reads until the server closes the connection (the whole answer) or the deadline.
+Result<std::string> ReadAll(int fd, SteadyClock::time_point deadline) {
+  std::string raw;
+  char buf[65536];
+  while (true) {
+    const ssize_t n = ::recv(fd, buf, sizeof(buf), 0);
+    if (n > 0) {
+      raw.append(buf, static_cast<size_t>(n));
+      if (raw.size() > kMaxResponseBytes) return Status::Unavailable("the answer is too large");
+      if (raw.find("\r\n\r\n") == std::string::npos && raw.size() > kMaxHeaderBytes) {
+        return Status::Unavailable("the answer's header is too large");
+      }
+      continue;
+    }
+    if (n == 0) return raw;
+    if (errno == EINTR) continue;
+    if (errno == EAGAIN || errno == EWOULDBLOCK) {
+      if (!Wait(fd, POLLIN, deadline)) {
+        return Status::Unavailable(errno == ETIMEDOUT
+                                       ? "no answer in time"
+                                       : std::string("waiting: ") + std::strerror(errno));
+      }
+      continue;
+    }
+    return Status::Unavailable(std::string("reading the answer: ") + std::strerror(errno));
+  }
 }
 
 }  // namespace
 
 HttpClient::HttpClient(ServerAddress address, std::string bearer_token)
-    : address_(std::move(address)), bearer_token_(std::move(bearer_token)) {
-  GlobalInit();
-}
+    : address_(std::move(address)), bearer_token_(std::move(bearer_token)) {}
 
 std::string UrlEncode(const std::string& s) {
   static const char* const kHex = "0123456789ABCDEF";
@@ -55,52 +269,40 @@ std::string UrlEncode(const std::string& s) {
 
 Result<HttpResponse> HttpClient::Send(const std::string& method, const std::string& path,
                                       const std::string& body, int timeout_ms) const {
-  std::unique_ptr<CURL, decltype(&curl_easy_cleanup)> curl(curl_easy_init(), curl_easy_cleanup);
-  if (!curl) return Status::Internal("curl_easy_init failed");
-  std::string url;
-  if (address_.kind == ServerAddress::Kind::kUnix) {
-    curl_easy_setopt(curl.get(), CURLOPT_UNIX_SOCKET_PATH, address_.path.c_str());
-    url = "http://localhost" + path;
-  } else {
-    url = "http://" + address_.host + ":" + std::to_string(address_.port) + path;
-  }
-  HttpResponse resp;
-  curl_slist* headers = nullptr;
-  headers = curl_slist_append(headers, "Content-Type: application/json");
-  headers = curl_slist_append(headers, "Expect:");  // no 100-continue round trip
-  if (!bearer_token_.empty()) {
-    headers = curl_slist_append(headers, ("Authorization: Bearer " + bearer_token_).c_str());
-  }
-  std::unique_ptr<curl_slist, decltype(&curl_slist_free_all)> header_guard(headers,
-                                                                           curl_slist_free_all);
-  curl_easy_setopt(curl.get(), CURLOPT_URL, url.c_str());
-  curl_easy_setopt(curl.get(), CURLOPT_CUSTOMREQUEST, method.c_str());
-  curl_easy_setopt(curl.get(), CURLOPT_HTTPHEADER, headers);
-  curl_easy_setopt(curl.get(), CURLOPT_NOSIGNAL, 1L);
-  curl_easy_setopt(curl.get(), CURLOPT_TIMEOUT_MS, static_cast<long>(timeout_ms));
-  curl_easy_setopt(curl.get(), CURLOPT_CONNECTTIMEOUT_MS, 5000L);
-  curl_easy_setopt(curl.get(), CURLOPT_WRITEFUNCTION, &Append);
-  curl_easy_setopt(curl.get(), CURLOPT_WRITEDATA, &resp.body);
-  curl_easy_setopt(curl.get(), CURLOPT_HEADERFUNCTION, &CollectHeader);
-  curl_easy_setopt(curl.get(), CURLOPT_HEADERDATA, &resp.headers);
-  if (method == "POST" || method == "PUT" || !body.empty()) {
-    curl_easy_setopt(curl.get(), CURLOPT_POSTFIELDS, body.data());
-    curl_easy_setopt(curl.get(), CURLOPT_POSTFIELDSIZE_LARGE, static_cast<curl_off_t>(body.size()));
-  }
-  const CURLcode rc = curl_easy_perform(curl.get());
-  if (rc != CURLE_OK) {
+  const auto deadline = SteadyClock::now() + std::chrono::milliseconds(std::max(timeout_ms, 1));
+  auto fail = [&](const Status& s) -> Status {
     std::string hint = address_.kind == ServerAddress::Kind::kUnix
                            ? ": is `gpupool up` running? (set --server or GPUPOOL_SERVER)"
                            : ": is the server running and reachable?";
     return Status::Unavailable("cannot reach the gpupool server at " + address_.ToString() + ": " +
-                               curl_easy_strerror(rc) + hint);
+                               s.message() + hint);
+  };
+  // Nothing of the caller's may break the request line or inject a header.
+  for (const std::string* s : {&method, &path, &bearer_token_}) {
+    if (s->find_first_of("\r\n") != std::string::npos ||
+        (s != &bearer_token_ && s->find(' ') != std::string::npos)) {
+      return Status::InvalidArgument(
+          "HTTP request: a method, path or token holds a space or line break");
+    }
   }
-  long code = 0;
-  curl_easy_getinfo(curl.get(), CURLINFO_RESPONSE_CODE, &code);
-  resp.status = static_cast<int>(code);
-  char* ctype = nullptr;
-  curl_easy_getinfo(curl.get(), CURLINFO_CONTENT_TYPE, &ctype);
-  if (ctype != nullptr) resp.content_type = ctype;
+  std::string req =
+      method + " " + path + " HTTP/1.1\r\nHost: " +
+      (address_.kind == ServerAddress::Kind::kUnix ? std::string("localhost") : address_.host) +
+      "\r\nConnection: close\r\nAccept: */*\r\nContent-Type: application/json\r\n";
+  if (!bearer_token_.empty()) req += "Authorization: Bearer " + bearer_token_ + "\r\n";
+  if (method == "POST" || method == "PUT" || !body.empty()) {
+    req += "Content-Length: " + std::to_string(body.size()) + "\r\n";
+  }
+  req += "\r\n";
+  req += body;
+  Result<Fd> fd = Open(address_, deadline);
+  if (!fd.ok()) return fail(fd.status());
+  if (Status s = SendAll(fd->get(), req, deadline); !s.ok()) return fail(s);
+  // No half-close after the request: a server may take it for a client that went away.
+  Result<std::string> raw = ReadAll(fd->get(), deadline);
+  if (!raw.ok()) return fail(raw.status());
+  Result<HttpResponse> resp = Parse(*raw);
+  if (!resp.ok()) return fail(resp.status());
   return resp;
 }
 

@@ -1,5 +1,6 @@
-// HttpClient: one-shot HTTP requests to a gpupool server over a Unix socket or TCP, with
-// libcurl underneath. Thread-safe: each call uses its own connection handle.
+// HttpClient: one-shot HTTP/1.1 requests to a gpupool server over a Unix socket or TCP
+// (one connection per request, closed by the server after its answer; no TLS).
+// Thread-safe: each call uses its own connection.
 #pragma once
 
 #include <map>

@@ -9,6 +9,7 @@
 #include <cerrno>
 #include <chrono>
 #include <condition_variable>
+#include <cstdio>
 #include <filesystem>
 #include <mutex>
 #include <thread>
@@ -101,6 +102,99 @@ TEST_F(HttpTest, SecondServerOnTheSameSocketIsRefused) {
   auto s = StartHttpServer(opts, [](const HttpRequest&) { return HttpResponse{}; });
   ASSERT_FALSE(s.ok());
   EXPECT_EQ(s.status().code(), StatusCode::kAlreadyExists);
+}
+
+// A server that answers every connection with `answer` as raw bytes, to check how the
+// client reads what other servers may send: chunked bodies, short or broken answers.
+class RawServer {
+ public:
+  RawServer(const std::string& path, std::string answer, int delay_ms = 0)
+      : path_(path), answer_(std::move(answer)), delay_ms_(delay_ms) {
+    fd_ = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_un a{};
+    a.sun_family = AF_UNIX;
+    std::snprintf(a.sun_path, sizeof(a.sun_path), "%s", path.c_str());
+    ::unlink(path.c_str());
+    EXPECT_EQ(::bind(fd_, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
+    EXPECT_EQ(::listen(fd_, 8), 0);
+    thread_ = std::thread([this] {
+      const int c = ::accept(fd_, nullptr, nullptr);
+      if (c < 0) return;
+      char buf[4096];
+      std::string got;
+      while (got.find("\r\n\r\n") == std::string::npos) {
+        const ssize_t n = ::read(c, buf, sizeof buf);
+        if (n <= 0) break;
+        got.append(buf, static_cast<size_t>(n));
+      }
+      request_ = got;
+      std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms_));
+      (void)!::send(c, answer_.data(), answer_.size(), MSG_NOSIGNAL);
+      ::close(c);
+    });
+  }
+  ~RawServer() {
+    ::shutdown(fd_, SHUT_RDWR);
+    thread_.join();
+    ::close(fd_);
+    ::unlink(path_.c_str());
+  }
+  const std::string& request() const { return request_; }
+
+ private:
+  std::string path_;
+  std::string answer_;
+  int delay_ms_;
+  int fd_ = -1;
+  std::thread thread_;
+  std::string request_;
+};
+
+TEST(HttpClientTest, ReadsChunkedAndSizedAnswersAndNamesBrokenOnes) {
+  const std::string sock = ::testing::TempDir() + "/raw-" + std::to_string(::getpid()) + ".sock";
+  HttpClient c(ParseServerAddress("unix:" + sock).value(), "tok");
+  {
+    RawServer s(sock,
+                "HTTP/1.1 201 Created\r\nContent-Type: text/plain\r\nTransfer-Encoding: "
+                "chunked\r\nX-Gpupool-Eof: 1\r\n\r\n5\r\nhello\r\n7;ext=1\r\n, world\r\n0\r\n\r\n");
+    Result<HttpResponse> r = c.Post("/v1/x?a=1", "{}");
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    EXPECT_EQ(r->status, 201);
+    EXPECT_EQ(r->body, "hello, world");
+    EXPECT_EQ(r->content_type, "text/plain");
+    EXPECT_EQ(r->headers["x-gpupool-eof"], "1");  // names lower-cased
+    EXPECT_EQ(s.request().rfind("POST /v1/x?a=1 HTTP/1.1\r\n", 0), 0u) << s.request();
+    EXPECT_NE(s.request().find("Authorization: Bearer tok\r\n"), std::string::npos);
+    EXPECT_NE(s.request().find("Content-Length: 2\r\n"), std::string::npos);
+  }
+  {
+    RawServer s(sock, "HTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\nabcdef");
+    Result<HttpResponse> r = c.Get("/");
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    EXPECT_EQ(r->body, "abc");
+  }
+  for (const std::string& bad :
+       {std::string("HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nabc"),  // cut short
+        std::string("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n"),
+        std::string("SSH-2.0-OpenSSH\r\n\r\n"), std::string("HTTP/1.1 2x0\r\n\r\n"),
+        std::string()}) {
+    RawServer s(sock, bad);
+    Result<HttpResponse> r = c.Get("/");
+    ASSERT_FALSE(r.ok()) << bad;
+    EXPECT_EQ(r.status().code(), StatusCode::kUnavailable);
+    EXPECT_NE(r.status().message().find("cannot reach the gpupool server"), std::string::npos);
+  }
+  {
+    RawServer s(sock, "HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n", /*delay_ms=*/1500);
+    Result<HttpResponse> r = c.Get("/", /*timeout_ms=*/200);
+    ASSERT_FALSE(r.ok());
+    EXPECT_NE(r.status().message().find("no answer in time"), std::string::npos);
+  }
+  // Nothing of the caller's can add a header or a second request.
+  EXPECT_EQ(c.Get("/x\r\nX-Evil: 1").status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(
+      HttpClient(ParseServerAddress("unix:" + sock).value(), "t\r\nX: 1").Get("/").status().code(),
+      StatusCode::kInvalidArgument);
 }
 
 TEST(HttpClientTest, NoServerIsUnavailable) {

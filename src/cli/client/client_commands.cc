@@ -46,6 +46,13 @@ void RegisterClientCommands(CLI::App& app, CommandContext& ctx, ClientEnvironmen
   RegisterEnvPoolCommands(app, rt);
 }
 
+void RegisterExecOnly(CLI::App& app, CommandContext& ctx) {
+  auto rt = std::make_shared<ClientRuntime>();
+  rt->env = ClientEnvironment::Process();
+  rt->ctx = &ctx;
+  RegisterExecCommand(app, rt);
+}
+
 void AddConnectionOptions(CLI::App& cmd, ConnectionFlags* flags) {
   cmd.add_option("--server", flags->server,
                  "the server: unix:PATH or http://HOST:PORT (default: $GPUPOOL_SERVER, else "

@@ -41,6 +41,9 @@ int PoolEnvCheck(const std::string& kind, const std::string& location, const std
                  const std::string& server, const std::string& token, bool json,
                  ClientEnvironment env);
 
+// Adds only `exec` (the gpupool-exec binary, exec_main.cc).
+void RegisterExecOnly(CLI::App& app, CommandContext& ctx);
+
 // Adds the client commands to `app`; their callbacks report through ctx.exit_code.
 void RegisterClientCommands(CLI::App& app, CommandContext& ctx);
 void RegisterClientCommands(CLI::App& app, CommandContext& ctx, ClientEnvironment env);
