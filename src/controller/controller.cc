@@ -19,6 +19,9 @@ using jobs::JobState;
 namespace {
 
 constexpr int64_t kResendAfterUs = 5'000'000;
+// A node that answers stop orders for a job this long without reporting any of its
+// tasks' ends runs none of them.
+constexpr int64_t kStrayGiveUpUs = 60'000'000;
 
 bool OnNode(const Job& job, const std::string& node) {
   return std::any_of(job.placement.begin(), job.placement.end(),
@@ -444,6 +447,7 @@ Result<protocol::RegistrationReply> Controller::RegisterNode(protocol::Registrat
   e.launch_sent_us.clear();  // a (re)started agent gets every open order again
   e.cancel_sent_us.clear();
   e.stray_sent_us.clear();
+  e.stray_first_us.clear();
   e.exec_cancel_sent_us.clear();
 
   // Tasks the agent runs that no active job of ours expects there are stopped; tasks we
@@ -596,11 +600,20 @@ Result<AgentWork> Controller::WaitForWork(const std::string& node, int64_t wait_
         e.launch_sent_us[{id, static_cast<int>(t)}] = now;
       }
     }
-    for (auto& [key, sent] : e.stray_sent_us) {
+    for (auto stray = e.stray_sent_us.begin(); stray != e.stray_sent_us.end();) {
+      auto& [key, sent] = *stray;
+      int64_t& first = e.stray_first_us[key];
+      if (first == 0) first = now;
+      if (now - first > kStrayGiveUpUs) {
+        e.stray_first_us.erase(key);
+        stray = e.stray_sent_us.erase(stray);
+        continue;
+      }
       if (sent == 0 || now - sent > kResendAfterUs) {
         work.cancel.push_back({key.first, key.second});
         sent = now;
       }
+      ++stray;
     }
     for (auto& [exec_id, sent] : e.exec_cancel_sent_us) {
       if (sent == 0 || now - sent > kResendAfterUs) {
@@ -656,6 +669,7 @@ Status Controller::ApplyEvents(const std::string& node, const EventBatch& batch)
     if (ev.time_us == 0) ev.time_us = clock_->NowMicros();
     if (ev.kind != protocol::EventKind::kStarted && n != nodes_.end()) {
       n->second.stray_sent_us.erase({ev.job_id, ev.attempt});  // it ended there
+      n->second.stray_first_us.erase({ev.job_id, ev.attempt});
     }
     auto it = active_.find(ev.job_id);
     if (it == active_.end()) continue;  // already final: a resent event

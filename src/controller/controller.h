@@ -188,8 +188,11 @@ class Controller {
     std::map<std::pair<int64_t, int>, int64_t> launch_sent_us;  // (job, task) -> when sent
     std::map<int64_t, int64_t> cancel_sent_us;
     // Tasks of jobs that ended here or elsewhere while this node may still run them:
-    // (job, attempt) -> when last sent; dropped when the node reports their end.
+    // (job, attempt) -> when last sent (0: not yet); dropped when the node reports their
+    // end, when it registers again (it then lists what it runs), or after kStrayGiveUpUs
+    // of answers without such a report (it ran nothing of that job).
     std::map<std::pair<int64_t, int>, int64_t> stray_sent_us;
+    std::map<std::pair<int64_t, int>, int64_t> stray_first_us;
     std::map<int64_t, int64_t> exec_cancel_sent_us;  // exec sessions to stop, as above
   };
 

@@ -526,6 +526,14 @@ TEST_F(GangTest, AnAgentRunningATaskNobodyExpectsIsToldToStopIt) {
   ASSERT_EQ(w.cancel.size(), 1u);
   EXPECT_EQ(w.cancel[0].job_id, 424242);
   EXPECT_EQ(w.cancel[0].attempt, 3);
+  // Resent while unanswered, and given up once the node has shown for a minute that it
+  // runs nothing of that job (no exit reported).
+  clock_.AdvanceMicros(6'000'000);
+  EXPECT_EQ(c_->WaitForWork("n2", 0)->cancel.size(), 1u);
+  clock_.AdvanceMicros(60'000'000);
+  (void)c_->WaitForWork("n2", 0);
+  clock_.AdvanceMicros(6'000'000);
+  EXPECT_TRUE(c_->WaitForWork("n2", 0)->cancel.empty());
 }
 
 TEST_F(GangTest, ExecRunsInARunningTaskForItsOwnerOnly) {

@@ -124,9 +124,12 @@ Status AgentLoop::Register() {
       }
       unsent_.push_back(ev);
     }
+    // What runs here now (Adopt supervises the live shims again), not every task ever
+    // launched: the controller stops the tasks it does not expect.
+    const std::vector<int64_t> live = launcher_->Running();
     for (const auto& [key, attempt] : launched_) {
       const agent::KeyInfo k = agent::FromKey(key);
-      if (k.exec_id != 0) continue;
+      if (k.exec_id != 0 || std::find(live.begin(), live.end(), key) == live.end()) continue;
       reg.running.push_back({k.job_id, k.task_index, attempt});
     }
   }
