@@ -205,6 +205,10 @@ bool Api::MayBlock(const HttpRequest& r) {
 }
 
 HttpResponse Api::Handle(const HttpRequest& request) {
+  // Health checks answer anyone (load balancers, systemd), with no job or user data.
+  if (request.method == "GET" && (request.path == "/healthz" || request.path == "/readyz")) {
+    return Health(request.path == "/readyz");
+  }
   Result<Identity> who = Authenticate(request, *store_, auth_, clock_->NowMicros());
   if (!who.ok()) {
     HttpResponse r = ErrorResponse(who.status());
@@ -642,6 +646,20 @@ HttpResponse Api::ServeAgentEvents(const HttpRequest& r, const Identity& who) {
   Status s = controller_->ApplyEvents(batch->node, *batch);
   if (!s.ok()) return ErrorResponse(s);
   return JsonResponse(200, {{"ok", true}});
+}
+
+// GET /healthz: the process answers. GET /readyz: it can do its job: the store answers
+// and the scheduler loop goes round. 503 naming what is not ready otherwise.
+HttpResponse Api::Health(bool ready) {
+  if (!ready) return JsonResponse(200, {{"ok", true}});
+  std::vector<std::string> problems;
+  if (Result<std::vector<store::NodeRecord>> nodes = store_->ListNodes(); !nodes.ok()) {
+    problems.push_back("the store does not answer: " + nodes.status().message());
+  }
+  if (!controller_->SchedulerLooping()) problems.push_back("the scheduler loop is not running");
+  if (stopping_) problems.push_back("the server is shutting down");
+  if (problems.empty()) return JsonResponse(200, {{"ok", true}});
+  return JsonResponse(503, {{"ok", false}, {"problems", problems}});
 }
 
 // POST /v1/jobs/ID/exec {"task": N | "host": H, "argv": [...]}: starts a command in a task

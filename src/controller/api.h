@@ -54,6 +54,7 @@ class Api {
   // `everyone`: all users' jobs (admins, metrics tokens), else the caller's own.
   net::HttpResponse Usage(const net::HttpRequest& r, const Caller& caller, bool everyone);
   net::HttpResponse CreateToken(const net::HttpRequest& r, const Caller& caller);
+  net::HttpResponse Health(bool ready);
   net::HttpResponse StartExec(const net::HttpRequest& r, int64_t id, const Caller& caller);
   net::HttpResponse ServeExec(const net::HttpRequest& r, const Caller& caller);
   net::HttpResponse ServeEnvironments(const net::HttpRequest& r, const Caller& caller);

@@ -3,6 +3,9 @@
 #include <gtest/gtest.h>
 #include <pwd.h>
 
+#include <chrono>
+#include <thread>
+
 #include "common/clock.h"
 #include "common/json.h"
 #include "controller/tokens.h"
@@ -216,6 +219,23 @@ TEST_F(ApiAccessTest, NodeTokenActsOnlyForItsOwnNode) {
   EXPECT_EQ(WithToken(vm2, "GET", "/v1/agent/work", {}).status, 200);
   EXPECT_EQ(WithToken(vm, "POST", "/v1/agent/events", {}, exited).status, 200);
   EXPECT_EQ(store_->GetJob(id)->state, jobs::JobState::kSucceeded);
+}
+
+TEST_F(ApiAccessTest, HealthChecksNeedNoTokenAndReadySaysWhatIsMissing) {
+  EXPECT_EQ(api_->Handle(Req("GET", "/healthz", {})).status, 200);
+  net::HttpResponse r = api_->Handle(Req("GET", "/readyz", {}));
+  EXPECT_EQ(r.status, 503);  // the scheduler loop has not been started
+  EXPECT_NE(r.body.find("scheduler loop is not running"), std::string::npos) << r.body;
+  EXPECT_EQ(api_->Handle(Req("POST", "/readyz", {})).status, 401);  // only GET is open
+  controller_->Start();
+  bool ready = false;
+  for (int i = 0; i < 200 && !ready; ++i) {
+    ready = api_->Handle(Req("GET", "/readyz", {})).status == 200;
+    if (!ready) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_TRUE(ready);
+  controller_->Stop();
+  EXPECT_EQ(api_->Handle(Req("GET", "/readyz", {})).status, 503);
 }
 
 TEST_F(ApiAccessTest, MetricsTokenReadsAggregatesOnly) {

@@ -200,6 +200,7 @@ void Controller::Loop() {
   int64_t last_sweep = clock_->MonotonicMicros();
   steady_clock::time_point last_pass_end = steady_clock::now();
   while (true) {
+    loop_seen_mono_us_ = clock_->MonotonicMicros();
     {
       // A pass runs when resources changed, when jobs arrived (batched for up to
       // arrival_batch_us while the last pass could start nothing: with a full pool and a
@@ -216,7 +217,10 @@ void Controller::Loop() {
         scheduler_cv_.wait_until(lock,
                                  jobs_arrived_ ? std::min(period_end, batch_end) : period_end);
       }
-      if (stopping_) return;
+      if (stopping_) {
+        loop_seen_mono_us_ = 0;
+        return;
+      }
       capacity_changed_ = false;
       jobs_arrived_ = false;
     }
@@ -645,6 +649,13 @@ Result<AgentWork> Controller::WaitForWork(const std::string& node, int64_t wait_
     work_cv_.wait_until(lock, std::min(deadline, std::chrono::steady_clock::now() +
                                                      std::chrono::microseconds(kResendAfterUs)));
   }
+}
+
+bool Controller::SchedulerLooping() const {
+  const int64_t seen = loop_seen_mono_us_;
+  // A round at least once per period (a long pass may take a few more).
+  return seen != 0 && clock_->MonotonicMicros() - seen <=
+                          std::max<int64_t>(3 * options_.scheduler_period_us, 5'000'000);
 }
 
 protocol::Version Controller::NodeVersion(const std::string& node) {

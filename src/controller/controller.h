@@ -15,6 +15,7 @@
 // changes and cancellations trigger a pass at once.
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <map>
@@ -144,6 +145,9 @@ class Controller {
   // Reads of log files on the nodes ride on the agents' polls.
   LogRelay& log_relay() { return log_relay_; }
 
+  // Whether the scheduler loop is running and went round recently (GET /readyz).
+  bool SchedulerLooping() const;
+
   // --- scheduling ---
   // One scheduling pass now (the loop calls this; tests call it directly).
   Status ScheduleOnce();
@@ -223,6 +227,7 @@ class Controller {
   int64_t next_exec_id_ = 0;  // from the clock at start: ids are not reused across restarts
   std::condition_variable exec_cv_;
   std::thread loop_;
+  std::atomic<int64_t> loop_seen_mono_us_{0};  // the loop's last round; 0 = not running
 };
 
 }  // namespace gpupool::controller
