@@ -7,6 +7,7 @@
 #include <string>
 
 #include "cli/commands.h"
+#include "common/file_util.h"
 #include "gpu/export/exporters.h"
 #include "gpu/gpu_backend.h"
 
@@ -24,10 +25,22 @@ struct GpusFlags {
   std::string dev_root;
 };
 
-constexpr const char* kFakeHint =
-    "To try gpupool without GPUs, replay one of the example nodes, e.g.\n"
-    "  gpupool gpus --fake examples/nodes/nvidia-8xh100.json\n"
-    "  gpupool gpus --fake examples/nodes/amd-8xmi250x.json --format gres\n";
+// What to do on a machine without GPUs; the example nodes by their absolute path, so the
+// hint works from any directory.
+std::string FakeHint() {
+  const std::string dir = FindGpupoolData("examples/nodes");
+  if (dir.empty()) {
+    return "To try gpupool without GPUs, replay a node captured elsewhere:\n"
+           "  gpupool gpus --json > node.json        (on a GPU machine)\n"
+           "  gpupool gpus --fake node.json\n";
+  }
+  return "To try gpupool without GPUs, replay one of the example nodes, e.g.\n"
+         "  gpupool gpus --fake " +
+         dir +
+         "/nvidia-8xh100.json\n"
+         "  gpupool gpus --fake " +
+         dir + "/amd-8xmi250x.json --format gres\n";
+}
 
 void Print(std::FILE* to, const std::string& text) {
   // Nothing useful is left to do when stdout or stderr cannot be written.
@@ -90,11 +103,11 @@ int RunGpus(const GpusFlags& f) {
   }
   if (!text.ok()) {
     Print(stderr, "gpupool gpus: " + text.status().message() + "\n");
-    if (node->gpus.empty()) Print(stderr, kFakeHint);
+    if (node->gpus.empty()) Print(stderr, FakeHint());
     return 1;
   }
   Print(stdout, *text);
-  if (node->gpus.empty()) Print(table ? stdout : stderr, std::string("\n") + kFakeHint);
+  if (node->gpus.empty()) Print(table ? stdout : stderr, "\n" + FakeHint());
   return 0;
 }
 

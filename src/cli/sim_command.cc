@@ -8,8 +8,10 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <condition_variable>
 #include <cstdio>
 #include <mutex>
@@ -70,8 +72,8 @@ class ProgressBar {
     const int filled = total_ > 0 ? static_cast<int>(d * width / total_) : width;
     std::string bar(static_cast<size_t>(filled), '=');
     bar.resize(static_cast<size_t>(width), ' ');
-    WriteStderr(fmt::format("\r[{}] {:3d}% {}/{} arrivals", bar, total_ > 0 ? d * 100 / total_ : 100, d,
-                    total_));
+    WriteStderr(fmt::format("\r[{}] {:3d}% {}/{} arrivals", bar,
+                            total_ > 0 ? d * 100 / total_ : 100, d, total_));
   }
   const std::atomic<int64_t>* done_;
   int64_t total_;
@@ -81,8 +83,18 @@ class ProgressBar {
   std::thread thread_;
 };
 
+// A percentage or a time for JSON: four decimals, so that 3.739999999999995 prints as
+// 3.74 (the shortest form of the rounded double).
+double Rounded(double x) { return std::round(x * 1e4) / 1e4; }
+
 int RunSaturationCommand(const SaturationFlags& f) {
   const int64_t start_us = SystemClock::Get()->MonotonicMicros();
+  if (f.out_dir.empty() && !f.json) {
+    WriteStderr(
+        "gpupool sim saturation: --out-dir: give a directory for the CSV files, or --json for "
+        "a summary only\n");
+    return 2;
+  }
   auto seeds = sim::ParseSeedList(f.seeds);
   if (!seeds.ok()) {
     WriteStderr("gpupool sim saturation: " + seeds.status().message() + "\n");
@@ -143,11 +155,13 @@ int RunSaturationCommand(const SaturationFlags& f) {
   }
   const std::string workload = sim::WorkloadName(f.pods);
   const int64_t total_gpus = inputs->capacity_gpu_milli / 1000;
-  if (Status s = sim::WriteResultFiles(
-          f.out_dir, sim::FormatResultFiles(workload, f.tune, total_gpus, *results));
-      !s.ok()) {
-    WriteStderr("gpupool sim saturation: " + s.message() + "\n");
-    return 1;
+  if (!f.out_dir.empty()) {
+    if (Status s = sim::WriteResultFiles(
+            f.out_dir, sim::FormatResultFiles(workload, f.tune, total_gpus, *results));
+        !s.ok()) {
+      WriteStderr("gpupool sim saturation: " + s.message() + "\n");
+      return 1;
+    }
   }
   const double wall_s = static_cast<double>(SystemClock::Get()->MonotonicMicros() - start_us) / 1e6;
 
@@ -164,8 +178,8 @@ int RunSaturationCommand(const SaturationFlags& f) {
     j["workload"] = workload;
     j["tune"] = f.tune;
     j["total_gpus"] = total_gpus;
-    j["out_dir"] = f.out_dir;
-    j["wall_seconds"] = wall_s;
+    if (!f.out_dir.empty()) j["out_dir"] = f.out_dir;
+    j["wall_seconds"] = Rounded(wall_s);
     j["runs"] = OrderedJson::array();
     for (const auto& r : *results) {
       OrderedJson run;
@@ -175,9 +189,9 @@ int RunSaturationCommand(const SaturationFlags& f) {
       run["placed"] = r.placed;
       run["failed"] = r.failed;
       run["never_placeable"] = r.never_placeable;
-      run["unallocated_gpu_pct_at_100"] = r.UnallocatedAt100();
-      run["frag_pct_at_100"] = r.curves.frag[100];
-      run["frag_ratio_pct_at_100"] = r.curves.frag_ratio[100];
+      run["unallocated_gpu_pct_at_100"] = Rounded(r.UnallocatedAt100());
+      run["frag_pct_at_100"] = Rounded(r.curves.frag[100]);
+      run["frag_ratio_pct_at_100"] = Rounded(r.curves.frag_ratio[100]);
       j["runs"].push_back(std::move(run));
     }
     std::puts(DumpJson(j, 2).c_str());
@@ -190,7 +204,11 @@ int RunSaturationCommand(const SaturationFlags& f) {
                   static_cast<long long>(r.placed), static_cast<long long>(r.failed),
                   r.UnallocatedAt100(), r.curves.frag[100]);
     }
-    std::printf("wrote %s/{allo,frag,frag_ratio}.csv in %.2f s\n", f.out_dir.c_str(), wall_s);
+    if (f.out_dir.empty()) {
+      std::printf("done in %.2f s (no --out-dir: no CSV files written)\n", wall_s);
+    } else {
+      std::printf("wrote %s/{allo,frag,frag_ratio}.csv in %.2f s\n", f.out_dir.c_str(), wall_s);
+    }
   }
   return 0;
 }
@@ -205,7 +223,12 @@ int RunPolicies(bool json) {
     std::puts(DumpJson(j, 2).c_str());
     return 0;
   }
-  for (const auto& e : list) std::printf("%-20s %s\n", e.name.c_str(), e.description.c_str());
+  // The widest name sets the column (some are longer than any fixed width would allow).
+  size_t width = 0;
+  for (const auto& e : list) width = std::max(width, e.name.size());
+  for (const auto& e : list) {
+    std::printf("%-*s  %s\n", static_cast<int>(width), e.name.c_str(), e.description.c_str());
+  }
   return 0;
 }
 
@@ -231,8 +254,8 @@ void RegisterSimCommand(CLI::App& app, CommandContext& ctx) {
   sat->add_option("--seeds", flags->seeds, "seeds, e.g. 42-51 or 42,43")->capture_default_str();
   sat->add_option("--tune", flags->tune, "tune the workload up to this x cluster GPU capacity")
       ->capture_default_str();
-  sat->add_option("--out-dir", flags->out_dir, "directory for allo.csv, frag.csv, frag_ratio.csv")
-      ->required();
+  sat->add_option("--out-dir", flags->out_dir,
+                  "directory for allo.csv, frag.csv, frag_ratio.csv (needed unless --json)");
   sat->add_flag("--json", flags->json, "print a JSON summary instead of a table");
   sat->add_option("--jobs", flags->jobs, "runs in parallel (default: number of cores)");
   sat->callback([flags, &ctx] { ctx.exit_code = RunSaturationCommand(*flags); });

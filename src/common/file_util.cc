@@ -3,8 +3,10 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <vector>
 
 namespace gpupool {
 
@@ -40,6 +42,23 @@ Status WriteFileAtomically(const std::string& path, const std::string& contents)
                                "': " + std::strerror(errno));
   }
   return Status::Ok();
+}
+
+std::string FindGpupoolData(const std::string& relative) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
+  std::vector<fs::path> candidates;
+  if (!ec) {
+    const fs::path dir = exe.parent_path();
+    candidates = {dir / ".." / ".." / relative, dir / ".." / relative,
+                  dir / ".." / "share" / "gpupool" / relative};
+  }
+  candidates.push_back(fs::path("/usr/share/gpupool") / relative);
+  for (const fs::path& c : candidates) {
+    if (fs::is_directory(c, ec)) return fs::weakly_canonical(c, ec).string();
+  }
+  return "";
 }
 
 }  // namespace gpupool

@@ -358,10 +358,8 @@ HttpResponse Api::Submit(const HttpRequest& r, const Caller& caller) {
   if (!job.ok()) return ErrorResponse(job.status());
   // Before anything runs a tool on the job's values (podman inspects its image).
   if (Status s = jobs::ValidateSubmission(*job); !s.ok()) return ErrorResponse(s);
-  if (Status s = environments_.Resolve(&*job); !s.ok()) {
-    if (s.code() == StatusCode::kNotFound) s = Status::InvalidArgument(s.message());
-    return ErrorResponse(s);
-  }
+  // An unknown environment is 404 (the client exits 3, "not found"), not a usage error.
+  if (Status s = environments_.Resolve(&*job); !s.ok()) return ErrorResponse(s);
   Result<jobs::Job> submitted = controller_->Submit(std::move(*job), caller);
   if (!submitted.ok()) return ErrorResponse(submitted.status());
   return JsonResponse(201, {{"job", jobs::JobToJson(*submitted)}});
@@ -471,7 +469,12 @@ HttpResponse Api::ListJobs(const HttpRequest& r, const Caller& caller) {
   if (!jobs.ok()) return ErrorResponse(jobs.status());
   OrderedJson list = OrderedJson::array();
   for (const jobs::Job& j : *jobs) list.push_back(jobs::JobToJson(j));
-  return JsonResponse(200, {{"jobs", std::move(list)}});
+  OrderedJson answer;
+  answer["jobs"] = std::move(list);
+  // all=1 from a user who is no admin lists their own jobs; the answer says so, so the
+  // client can tell them instead of passing their jobs off as everyone's.
+  if (all && !caller.admin) answer["all_refused"] = true;
+  return JsonResponse(200, answer);
 }
 
 HttpResponse Api::Logs(const HttpRequest& r, int64_t id, const Caller& caller) {

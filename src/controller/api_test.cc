@@ -221,6 +221,16 @@ TEST_F(ApiAccessTest, NodeTokenActsOnlyForItsOwnNode) {
   EXPECT_EQ(store_->GetJob(id)->state, jobs::JobState::kSucceeded);
 }
 
+// Issue 15 A.5, "queue --all from a non-admin silently shows only their own jobs".
+TEST_F(ApiAccessTest, QueueAllFromAUserSaysItListsTheirOwnJobsOnly) {
+  net::HttpResponse mine = AsUid(user_uid_, "GET", "/v1/jobs", {{"all", "1"}});
+  EXPECT_EQ(mine.status, 200) << mine.body;
+  EXPECT_NE(mine.body.find(R"("all_refused":true)"), std::string::npos) << mine.body;
+  net::HttpResponse admin = AsUid(0, "GET", "/v1/jobs", {{"all", "1"}});
+  EXPECT_EQ(admin.status, 200) << admin.body;
+  EXPECT_EQ(admin.body.find("all_refused"), std::string::npos) << admin.body;
+}
+
 TEST_F(ApiAccessTest, HealthChecksNeedNoTokenAndReadySaysWhatIsMissing) {
   EXPECT_EQ(api_->Handle(Req("GET", "/healthz", {})).status, 200);
   net::HttpResponse r = api_->Handle(Req("GET", "/readyz", {}));

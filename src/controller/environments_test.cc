@@ -413,6 +413,12 @@ TEST_F(EnvironmentsTest, ApiServesEnvironmentsAndChecks) {
   EXPECT_EQ(refused.status, 409);
   EXPECT_NE(refused.body.find("driver >= 580.65.06"), std::string::npos) << refused.body;
   EXPECT_EQ(call("POST", "/v1/jobs", R"({"command":["true"],"needs":{"source":"x"}})").status, 400);
+  // Issue 15 A.5, "--env nosuch:1 exits 2": an unknown environment is a missing thing,
+  // 404 (the client exits 3), not a usage error.
+  net::HttpResponse nosuch =
+      call("POST", "/v1/jobs", R"({"command":["true"],"environment":"nosuch:1"})");
+  EXPECT_EQ(nosuch.status, 404) << nosuch.body;
+  EXPECT_NE(nosuch.body.find("nosuch:1"), std::string::npos) << nosuch.body;
   EXPECT_EQ(call("DELETE", "/v1/environments/t:1", "").status, 200);
   EXPECT_EQ(call("DELETE", "/v1/environments/t:1", "").status, 404);
 

@@ -16,6 +16,7 @@
 #include "agent/container.h"
 #include "agent/launcher.h"
 #include "agent/shim.h"
+#include "common/file_util.h"
 #include "controller/api.h"
 #include "controller/auth.h"
 #include "controller/controller.h"
@@ -397,10 +398,13 @@ void RegisterDaemonCommands(CLI::App& app, cli::CommandContext& ctx) {
 
     const size_t ngpus = node->node.gpus.size();
     if (node->stand_in) {
-      std::cout
-          << "No GPUs were found on this machine, so gpupool is running with a FAKE node of "
-             "8 GPUs (jobs run for real, but see no real GPU).\n"
-             "To describe your own node instead: gpupool up --fake examples/nodes/FILE.json\n";
+      std::cout << "No GPUs were found on this machine, so gpupool is running with a FAKE node of "
+                   "8 GPUs (jobs run for real, but see no real GPU).\n"
+                << "To describe your own node instead: gpupool up --fake "
+                << (FindGpupoolData("examples/nodes").empty()
+                        ? std::string("NODE.json (a `gpupool gpus --json` capture)")
+                        : FindGpupoolData("examples/nodes") + "/FILE.json")
+                << "\n";
     }
     std::cout << "gpupool is up on " << Hostname() << " with " << ngpus << " GPU"
               << (ngpus == 1 ? "" : "s") << ".\n"

@@ -401,6 +401,27 @@ class RecoveryTest(unittest.TestCase):
         self.assertIn("requeued", j["reason"])
 
 
+class StopTest(unittest.TestCase):
+    # Issue 15 A.5: "Ctrl-C on `up` takes 7-11 s and prints nothing".
+    def test_ctrl_c_stops_up_at_once_and_says_so(self):
+        if os.geteuid() != 0:
+            self.skipTest("runs jobs as other users and needs root")
+        pool = Pool()
+        try:
+            pool.start_server()
+            pool.wait_node()
+            job = pool.submit(["sleep", "30"], gpus=1)
+            pool.wait_state(job, ("RUNNING",))
+            t0 = time.time()
+            pool.server.send_signal(signal.SIGINT)
+            pool.server.wait(20)
+            elapsed = time.time() - t0
+            self.assertLess(elapsed, 5, pool.log())
+            self.assertIn("gpupool: stopping (running jobs keep running", pool.log())
+        finally:
+            pool.stop()
+
+
 class TokenTest(unittest.TestCase):
     def test_tcp_needs_a_token(self):
         if os.geteuid() != 0:

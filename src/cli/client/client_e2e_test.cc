@@ -306,6 +306,14 @@ TEST_F(ClientE2eTest, QueueSendsFiltersAndRendersTheTable) {
   EXPECT_EQ(reqs[1].Query("all"), "");
 }
 
+// Issue 15 A.5: "queue --all from a non-admin silently shows only their own jobs".
+TEST_F(ClientE2eTest, QueueAllAsAUserSaysTheJobsAreTheirOwn) {
+  Serve([](const HttpRequest&) { return JsonAnswer(200, R"({"jobs": [], "all_refused": true})"); });
+  RunResult r = Run({"queue", "--all"});
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.err, "gpupool: --all lists everyone's jobs for admins only; these are your own\n");
+}
+
 TEST_F(ClientE2eTest, CancelReportsEachAndFailsIfAnyFailed) {
   Serve([](const HttpRequest& r) {
     if (r.path == "/v1/jobs/1/cancel") return JsonAnswer(200, R"({"job": {"state": "CANCELLED"}})");

@@ -44,6 +44,9 @@ Status RunQueue(const ClientRuntime& rt, const QueueState& s) {
   } else {
     Print(rt, RenderQueue(answer.json, rt.env.now_us()));
   }
+  if (GetBool(answer.json, "all_refused")) {
+    *rt.env.err << "gpupool: --all lists everyone's jobs for admins only; these are your own\n";
+  }
   return Status::Ok();
 }
 

@@ -268,7 +268,12 @@ TEST(GpupoolBinaryTest, NoGpusSaysSoAndShowsTheFakeNodeHint) {
   fs::remove_all(empty);
   EXPECT_EQ(run.exit_code, 0) << run.err;
   EXPECT_NE(run.out.find("No GPUs found on"), std::string::npos) << run.out;
-  EXPECT_NE(run.out.find("gpupool gpus --fake examples/nodes/"), std::string::npos) << run.out;
+  // Issue 15 A.5, "the no-GPU hint gives a path relative to the source tree": the example
+  // named is an absolute path that exists, so the hint works from any directory.
+  const std::string want = "gpupool gpus --fake " +
+                           fs::weakly_canonical(kSource / "examples/nodes").string() +
+                           "/nvidia-8xh100.json";
+  EXPECT_NE(run.out.find(want), std::string::npos) << run.out;
 }
 
 }  // namespace

@@ -1,0 +1,90 @@
+#!/usr/bin/env python3
+"""`gpupool sim` as a user meets it (issue 15, part A item 5), on a tiny made-up trace:
+`sim policies` lines its descriptions up however long a name is; `sim saturation` needs
+--out-dir only without --json, says so when neither is given, and prints its JSON
+numbers rounded (3.74, not 3.739999999999995).
+
+Usage: sim_cli_test.py PATH_TO_GPUPOOL
+"""
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import unittest
+
+GPUPOOL = os.path.abspath(sys.argv.pop(1)) if len(sys.argv) > 1 else "gpupool"
+
+
+def run(*args):
+    return subprocess.run([GPUPOOL] + list(args), capture_output=True, text=True, timeout=60)
+
+
+class SimCliTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.dir = tempfile.mkdtemp(prefix="gp-sim-")
+        cls.nodes = os.path.join(cls.dir, "nodes.csv")
+        cls.pods = os.path.join(cls.dir, "pods.csv")
+        with open(cls.nodes, "w") as f:
+            f.write("sn,cpu_milli,memory_mib,gpu,model\n")
+            for i in range(3):
+                f.write("n%d,32000,262144,%d,V100M16\n" % (i, 2 + i))
+        with open(cls.pods, "w") as f:
+            f.write("name,cpu_milli,memory_mib,num_gpu,gpu_milli\n")
+            for i in range(300):  # enough demand for the curves to reach 100% arrived
+                gpus = i % 3  # 0: a CPU task, 1: a shared GPU, 2: two whole GPUs
+                milli = {0: 0, 1: 333, 2: 1000}[gpus]
+                f.write("p%d,%d,1024,%d,%d\n" % (i, 100 + 7 * i, gpus, milli))
+
+    def test_sim_policies_lines_up_long_names(self):
+        r = run("sim", "policies")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        lines = [l for l in r.stdout.splitlines() if l]
+        names = [l.split()[0] for l in lines]
+        width = max(len(n) for n in names)
+        self.assertGreater(width, 20)  # a name longer than the old fixed column
+        for line, name in zip(lines, names):
+            # Every description starts in the same column, two spaces after the widest name.
+            self.assertEqual(line[width:width + 2], "  ", line)
+            self.assertNotEqual(line[width + 2], " ", line)
+
+    def test_docs_name_the_policy_default_stands_for(self):
+        # docs/sim.md once named an old default; it must name what `default` is today.
+        line = [l for l in run("sim", "policies").stdout.splitlines() if l.startswith("default ")]
+        self.assertEqual(len(line), 1)
+        target = line[0].split("alias of ", 1)[1].split(":", 1)[0]
+        docs = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "docs", "sim.md")
+        with open(docs) as f:
+            text = f.read()
+        self.assertIn("| %s (ours, `default`) |" % target, text)
+
+    def test_saturation_needs_out_dir_only_without_json(self):
+        r = run("sim", "saturation", "--nodes", self.nodes, "--pods", self.pods, "--seeds", "1")
+        self.assertEqual(r.returncode, 2, r.stderr)
+        self.assertIn("--out-dir", r.stderr)
+        self.assertIn("--json", r.stderr)
+        r = run("sim", "saturation", "--nodes", self.nodes, "--pods", self.pods, "--seeds", "1",
+                "--policy", "fgd,bestfit", "--json")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        summary = json.loads(r.stdout)
+        self.assertNotIn("out_dir", summary)
+        self.assertEqual(len(summary["runs"]), 2)
+        self.assertNotIn("allo.csv", os.listdir(self.dir))  # no files without --out-dir
+        # Rounded: no number with more than four decimals, and the curves have values.
+        self.assertIsNone(re.search(r"\d\.\d{5,}", r.stdout), r.stdout)
+        for run_ in summary["runs"]:
+            self.assertIsInstance(run_["frag_pct_at_100"], float, r.stdout)
+
+    def test_saturation_writes_files_with_out_dir(self):
+        out = os.path.join(self.dir, "out")
+        r = run("sim", "saturation", "--nodes", self.nodes, "--pods", self.pods, "--seeds", "1",
+                "--policy", "fgd", "--out-dir", out)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(sorted(os.listdir(out)), ["allo.csv", "frag.csv", "frag_ratio.csv"])
+
+
+if __name__ == "__main__":
+    result = unittest.main(exit=False, verbosity=2).result
+    sys.exit(1 if result.failures or result.errors else 0)
