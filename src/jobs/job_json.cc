@@ -69,6 +69,18 @@ Status ValidateRequest(const ResourceRequest& r) {
     }
   }
   for (const auto& m : r.gpu_models) GP_RETURN_IF_ERROR(CheckString("gpu_models", m));
+  // A GPU constraint on a job that asks for no GPU would be dropped without a word.
+  if (r.gpus == 0) {
+    const char* field = !r.vendor.empty()           ? "vendor"
+                        : !r.min_capability.empty() ? "min_capability"
+                        : !r.gpu_models.empty()     ? "gpu_models"
+                                                    : nullptr;
+    if (field != nullptr) {
+      return Status::InvalidArgument(std::string(field) +
+                                     ": a GPU constraint on a job that asks for no GPU; add "
+                                     "--gpus N (or leave the constraint out)");
+    }
+  }
   return Status::Ok();
 }
 

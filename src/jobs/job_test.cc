@@ -80,5 +80,22 @@ TEST(JobJsonTest, RejectsBadRequests) {
             "job.request.tasks: 0 is outside the range 1..4096");
 }
 
+// Issue 15 A.2, "constraints silently dropped": `submit --vendor amd -- true` and
+// `--min-capability 9.5` without --gpus ran as CPU jobs.
+TEST(JobJsonTest, GpuConstraintsWithoutGpusAreRefusedByName) {
+  auto err = [](const std::string& text) {
+    Result<Job> r = JobFromJson(Json::parse(text));
+    return r.ok() ? std::string("ok") : r.status().message();
+  };
+  EXPECT_NE(err(R"({"request": {"vendor": "amd"}})").find("request: vendor: a GPU constraint"),
+            std::string::npos)
+      << err(R"({"request": {"vendor": "amd"}})");
+  EXPECT_NE(err(R"({"request": {"min_capability": "9.5"}})").find("min_capability: "),
+            std::string::npos);
+  EXPECT_NE(err(R"({"request": {"gpu_models": ["H100"]}})").find("add --gpus N"),
+            std::string::npos);
+  EXPECT_EQ(err(R"({"request": {"gpus": 1, "vendor": "amd", "min_capability": "9.0"}})"), "ok");
+}
+
 }  // namespace
 }  // namespace gpupool::jobs
