@@ -1,13 +1,22 @@
-"""One rank of a CPU (gloo) all-reduce, started by torchrun in every task of a gpupool
-job: `gpupool submit --tasks 3 --gpus 2 -- python3 -m torch.distributed.run allreduce.py`.
-torchrun takes its whole configuration from the PET_* variables gpupool sets, and this
-program from the variables torchrun sets (RANK, WORLD_SIZE, MASTER_ADDR/PORT).
+"""One rank of a CPU (gloo) all-reduce for gpupool's multi-node tests
+(tests/multinode/multinode_test.py).
 
-Started once per task without torchrun (`-- python3 allreduce.py`), the same program
-reads gpupool's own MASTER_ADDR, MASTER_PORT, WORLD_SIZE and RANK instead.
+With torchrun, in every task of a job:
+    gpupool submit --tasks 3 --gpus 2 -- python3 -m torch.distributed.run allreduce.py
+torchrun takes its whole configuration from the PET_* variables gpupool sets
+(PET_NNODES, PET_NODE_RANK, PET_NPROC_PER_NODE, PET_MASTER_ADDR, PET_MASTER_PORT: the
+'static' rendezvous, node rank 0 serving the store on PET_MASTER_PORT) and this program
+from the variables torchrun sets (RANK, WORLD_SIZE, LOCAL_RANK, GROUP_RANK, MASTER_*).
+Debian 12's torchrun also needs PET_REDIRECTS=2 PET_TEE=2: its defaults (0) crash it
+under Python 3.11 ('NoneType' object has no attribute 'get').
 
-Prints one line per rank, which tests/multinode/multinode_test.py checks:
-    rank R of W (task T): sum S
+Without torchrun, one process per task (`-- python3 allreduce.py`), it reads gpupool's
+own MASTER_ADDR, MASTER_PORT, WORLD_SIZE and RANK instead (init_method env://).
+
+Every rank all-reduces tensor([rank + 1]) and prints one line:
+    rank R of W (task T): sum S local_rank L node_rank N
+where S = W*(W+1)/2, T is GPUPOOL_TASK_INDEX, and L, N are torchrun's LOCAL_RANK and
+GROUP_RANK ('-' without torchrun).
 """
 import os
 import sys
@@ -21,11 +30,15 @@ def main():
     rank, world = dist.get_rank(), dist.get_world_size()
     t = torch.tensor([float(rank + 1)])
     dist.all_reduce(t)
-    print("rank %d of %d (task %s): sum %d" % (rank, world, os.environ.get("GPUPOOL_TASK_INDEX", "?"),
-                                             int(t.item())), flush=True)
+    env = os.environ.get
+    # One write per line: ranks of a node share the terminal.
+    sys.stdout.write("rank %d of %d (task %s): sum %d local_rank %s node_rank %s\n" % (
+        rank, world, env("GPUPOOL_TASK_INDEX", "?"), int(t.item()), env("LOCAL_RANK", "-"),
+        env("GROUP_RANK", "-")))
+    sys.stdout.flush()
     dist.barrier()
     dist.destroy_process_group()
-    return 0
+    return 0 if int(t.item()) == world * (world + 1) // 2 else 1
 
 
 if __name__ == "__main__":
