@@ -596,8 +596,10 @@ Result<AgentWork> Controller::WaitForWork(const std::string& node, int64_t wait_
         if (job.placement[t].node != node) continue;
         const jobs::TaskStatus& ts = job.tasks.at(t);
         if (ts.start_time_us != 0 || ts.ended) continue;
-        // The other tasks wait for task 0's agent to pick the rendezvous port.
-        if (t > 0 && job.master_port == 0) continue;
+        // The other tasks wait for task 0's agent to pick the rendezvous port, except
+        // an --mpi job's held tasks: they run nothing of the user's until an exec, which
+        // carries the port.
+        if (t > 0 && job.master_port == 0 && !job.mpi) continue;
         auto sent = e.launch_sent_us.find({id, static_cast<int>(t)});
         if (sent != e.launch_sent_us.end() && now - sent->second <= kResendAfterUs) continue;
         work.launch.push_back(MakeLaunchOrder(job, t));
@@ -636,7 +638,8 @@ Result<AgentWork> Controller::WaitForWork(const std::string& node, int64_t wait_
         if (job == active_.end() || job->second.attempt != x.attempt) continue;
         const auto t = static_cast<size_t>(x.task_index);
         if (t >= job->second.tasks.size() || job->second.tasks[t].start_time_us == 0) continue;
-        work.exec.push_back({x.id, x.job_id, x.attempt, x.task_index, x.argv});
+        work.exec.push_back(
+            {x.id, x.job_id, x.attempt, x.task_index, x.argv, job->second.master_port});
         x.sent = true;
         x.sent_us = now;
       }

@@ -398,18 +398,21 @@ class GangTest : public ControllerTest {
   Job StartBoth(Job j) {
     AgentWork w0 = c_->WaitForWork(NodeOf(j, 0), 0).value();
     EXPECT_EQ(w0.launch.size(), 1u);
-    EXPECT_TRUE(c_->WaitForWork(NodeOf(j, 1), 0)->launch.empty());  // waits for the port
+    // Task 1 waits for task 0's port, except the held task of an --mpi job: it runs
+    // nothing of the user's, and exec requests carry the port.
+    AgentWork early = c_->WaitForWork(NodeOf(j, 1), 0).value();
+    EXPECT_EQ(early.launch.size(), j.mpi ? 1u : 0u);
     Event s0 = Ev(j, protocol::EventKind::kStarted, 0, 0);
     s0.master_port = 41000;
     EXPECT_TRUE(Apply({s0}, NodeOf(j, 0)).ok());
     EXPECT_EQ(Get(j.id).state, JobState::kAssigned);  // not every task runs yet
-    AgentWork w1 = c_->WaitForWork(NodeOf(j, 1), 0).value();
+    AgentWork w1 = j.mpi ? early : c_->WaitForWork(NodeOf(j, 1), 0).value();
     EXPECT_EQ(w1.launch.size(), 1u);
     if (!w1.launch.empty()) {
       const protocol::Rendezvous& r = w1.launch[0].rendezvous;
       EXPECT_EQ(r.task_index, 1);
       EXPECT_EQ(r.num_tasks, 2);
-      EXPECT_EQ(r.master_port, 41000);
+      EXPECT_EQ(r.master_port, j.mpi ? 0 : 41000);
       EXPECT_EQ(r.hosts[0], address_[NodeOf(j, 0)]);
       EXPECT_EQ(r.hosts[1], address_[NodeOf(j, 1)]);
       EXPECT_EQ(r.slots, (std::vector<int>{2, 2}));
@@ -490,6 +493,12 @@ TEST_F(GangTest, CancelBeforeTheOthersStartEndsTheUnsentTasks) {
 TEST_F(GangTest, MpiJobEndsWithTaskZeroAndReleasesTheHeldTasks) {
   Job j = StartBoth(SubmitGang(/*mpi=*/true));
   (void)c_->WaitForWork(NodeOf(j, 1), 0);
+  // mpirun's daemon on the held task gets the port the task was launched without.
+  Result<int64_t> x = c_->StartExec(j.id, 1, {"orted"}, alice_);
+  ASSERT_TRUE(x.ok()) << x.status().ToString();
+  AgentWork daemon = c_->WaitForWork(NodeOf(j, 1), 0).value();
+  ASSERT_EQ(daemon.exec.size(), 1u);
+  EXPECT_EQ(daemon.exec[0].master_port, 41000);
   ASSERT_TRUE(Apply({Exit(j, 0, 0)}, NodeOf(j, 0)).ok());
   AgentWork w = c_->WaitForWork(NodeOf(j, 1), 0).value();
   ASSERT_EQ(w.cancel.size(), 1u);  // the held task is released

@@ -257,6 +257,11 @@ void AgentLoop::StartExec(const protocol::ExecRequest& x) {
   spec.job_id = key;
   spec.argv = x.argv;
   spec.time_limit_s = 0;  // it ends with its job (cancelled with it)
+  if (x.master_port > 0 && spec.pool_env.count("MASTER_PORT") == 0) {
+    // A held task of an --mpi job started before task 0 had picked the port.
+    spec.pool_env["PET_MASTER_PORT"] = std::to_string(x.master_port);
+    spec.pool_env["MASTER_PORT"] = std::to_string(x.master_port);
+  }
   if (!spec.image.empty()) {
     // A container task: the command runs in a container of the same image, GPUs and
     // mounts beside the task's.

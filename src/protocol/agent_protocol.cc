@@ -371,7 +371,8 @@ OrderedJson EncodeWork(const Work& w, Version peer) {
                       {"job_id", e.job_id},
                       {"attempt", e.attempt},
                       {"task_index", e.task_index},
-                      {"argv", e.argv}});
+                      {"argv", e.argv},
+                      {"master_port", e.master_port}});
     }
     j["exec"] = std::move(exec);
   }
@@ -440,6 +441,7 @@ Result<Work> DecodeWork(const Json& j) {
       ef.Optional("attempt", &e.attempt, 0);
       ef.Optional("task_index", &e.task_index, 0, kMaxTasks - 1);
       ef.Optional("argv", &e.argv);
+      ef.Optional("master_port", &e.master_port, 0, 65535);
       Status s = ef.Finish();
       if (s.ok() && (e.argv.empty() || e.argv.size() > kMaxArgs)) {
         s = Status::InvalidArgument(Index("exec", i) + ".argv: 1.." + std::to_string(kMaxArgs) +

@@ -103,6 +103,9 @@ struct ExecRequest {
   int attempt = 0;
   int task_index = 0;
   std::vector<std::string> argv;
+  // The job's rendezvous port, for a task launched before task 0 had picked it (the
+  // held tasks of an --mpi job start at once); 0 when the task's own variables have it.
+  int master_port = 0;
   friend bool operator==(const ExecRequest&, const ExecRequest&) = default;
 };
 

@@ -58,7 +58,7 @@ TEST(ProtocolWork, RoundTrips) {
   w.launch.push_back(SampleOrder());
   w.cancel.push_back({7, 2});
   w.logs.push_back({3, "/var/lib/gpupool/jobs/7/stdout.log", 10, 4096});
-  w.exec.push_back({9, 7, 2, 1, {"orted", "-mca", "x"}});
+  w.exec.push_back({9, 7, 2, 1, {"orted", "-mca", "x"}, 41000});
   Result<Work> back = DecodeWork(Reparse(EncodeWork(w)));
   ASSERT_TRUE(back.ok()) << back.status().ToString();
   EXPECT_TRUE(back->rejected.empty());

@@ -306,7 +306,10 @@ class MpiTest(unittest.TestCase):
         # No ssh is involved: mpirun's rsh agent is gpupool exec (whether or not ssh exists).
         jid = self.pool.submit(
             "--tasks", "3", "--gpus", "1", "--mpi", "--", "sh", "-c",
-            "mpirun --hostfile $GPUPOOL_HOSTFILE -np 3 %s %s" % (
+            "mpirun --hostfile $GPUPOOL_HOSTFILE -np 3 %s %s && "
+            # The held tasks started before task 0 had picked the port: an exec has it.
+            "$OMPI_MCA_plm_rsh_agent --job $GPUPOOL_JOB_ID --task 2 -- "
+            "sh -c 'echo remote_port=$MASTER_PORT'" % (
                 PYTHON, os.path.join(HERE, "allreduce_mpi.py")))
         job = self.pool.wait(jid, ("SUCCEEDED", "FAILED"), timeout=180)
         out = self.pool.logs(jid, 0)
@@ -316,6 +319,7 @@ class MpiTest(unittest.TestCase):
         for r in range(3):
             # Rank r ran in task r: the daemon mpirun started there through gpupool exec.
             self.assertIn("rank %d of 3 (task %d): sum 6" % (r, r), out)
+        self.assertIn("remote_port=%d\n" % job["master_port"], out)
         # The held tasks were released when mpirun ended.
         self.assertTrue(all(t["ended"] for t in job["tasks"]))
 
