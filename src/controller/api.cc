@@ -24,6 +24,32 @@
 namespace gpupool::controller {
 namespace {
 
+OrderedJson NodeViewToJson(const NodeView& v) {
+  OrderedJson gpus = OrderedJson::array();
+  for (size_t g = 0; g < v.info.gpus.size(); ++g) {
+    const gpu::GpuInfo& gi = v.info.gpus[g];
+    gpus.push_back({{"index", gi.index},
+                    {"vendor", gpu::VendorName(gi.vendor)},
+                    {"name", gi.name},
+                    {"uuid", gi.uuid},
+                    {"memory_total_bytes", gi.memory_total_bytes},
+                    {"allocated_milli", v.allocated_milli[g]}});
+  }
+  OrderedJson out = {{"name", v.name},
+                     {"state", v.state},
+                     {"address", v.address},
+                     {"protocol", v.protocol},
+                     {"last_heartbeat_us", v.last_seen_us},
+                     {"cpu_milli", v.cpu_milli},
+                     {"cpu_allocated_milli", v.cpu_allocated_milli},
+                     {"memory_mib", v.memory_mib},
+                     {"memory_allocated_mib", v.memory_allocated_mib},
+                     {"gpus", std::move(gpus)},
+                     {"running_jobs", v.running_jobs}};
+  if (!v.drain_reason.empty()) out["drain_reason"] = v.drain_reason;
+  return out;
+}
+
 using net::HttpRequest;
 using net::HttpResponse;
 
@@ -165,6 +191,11 @@ const char* const kServerSetFields[] = {"id",
                                         "reason",
                                         "attempt",
                                         "cancel_requested",
+                                        "held_by",
+                                        "array_id",
+                                        "array_index",
+                                        "array_max_running",
+                                        "held_by_admin",
                                         "stdout_path",
                                         "stderr_path",
                                         "needs",
@@ -263,8 +294,9 @@ HttpResponse Api::Route(const HttpRequest& r, const Identity& who) {
       if (!j.ok()) return ErrorResponse(j.status());
       return JsonResponse(200, {{"job", jobs::JobToJson(*j)}});
     }
-    if (rest == "cancel" && r.method == "POST") {
-      Result<jobs::Job> j = controller_->Cancel(id, caller);
+    if (rest == "cancel" && r.method == "POST") return CancelJobOrArray(r, id, caller);
+    if ((rest == "hold" || rest == "release") && r.method == "POST") {
+      Result<jobs::Job> j = controller_->Hold(id, caller, rest == "hold");
       if (!j.ok()) return ErrorResponse(j.status());
       return JsonResponse(200, {{"job", jobs::JobToJson(*j)}});
     }
@@ -276,28 +308,32 @@ HttpResponse Api::Route(const HttpRequest& r, const Identity& who) {
   if (StartsWith(p, "/v1/exec/")) return ServeExec(r, caller);
   if (p == "/v1/nodes" && r.method == "GET") {
     OrderedJson nodes = OrderedJson::array();
-    for (const NodeView& v : controller_->Nodes()) {
-      OrderedJson gpus = OrderedJson::array();
-      for (size_t g = 0; g < v.info.gpus.size(); ++g) {
-        const gpu::GpuInfo& gi = v.info.gpus[g];
-        gpus.push_back({{"index", gi.index},
-                        {"vendor", gpu::VendorName(gi.vendor)},
-                        {"name", gi.name},
-                        {"uuid", gi.uuid},
-                        {"memory_total_bytes", gi.memory_total_bytes},
-                        {"allocated_milli", v.allocated_milli[g]}});
-      }
-      nodes.push_back({{"name", v.name},
-                       {"state", v.state},
-                       {"address", v.address},
-                       {"protocol", v.protocol},
-                       {"last_heartbeat_us", v.last_seen_us},
-                       {"cpu_milli", v.cpu_milli},
-                       {"memory_mib", v.memory_mib},
-                       {"gpus", std::move(gpus)},
-                       {"running_jobs", v.running_jobs}});
-    }
+    for (const NodeView& v : controller_->Nodes()) nodes.push_back(NodeViewToJson(v));
     return JsonResponse(200, {{"nodes", std::move(nodes)}});
+  }
+  if (StartsWith(p, "/v1/nodes/")) {  // admins only (endpoint_access.cc)
+    const std::string tail = p.substr(std::string("/v1/nodes/").size());
+    const auto slash = tail.find('/');
+    const std::string name = tail.substr(0, slash);
+    const std::string action = slash == std::string::npos ? "" : tail.substr(slash + 1);
+    if (r.method != "POST" || (action != "drain" && action != "resume")) {
+      return ErrorResponse(Status::NotFound("no endpoint " + r.method + " " + p +
+                                            ": POST /v1/nodes/NAME/drain or /resume"));
+    }
+    Result<NodeView> v = Status::Ok();
+    if (action == "drain") {
+      Result<Json> body = ParseJson(r.body.empty() ? "{}" : r.body, "request body", 16 << 10, 4);
+      if (!body.ok()) return ErrorResponse(body.status());
+      JsonFields f(*body, "");
+      std::string reason;
+      f.Required("reason", &reason);
+      if (Status s = f.Finish(); !s.ok()) return ErrorResponse(s);
+      v = controller_->DrainNode(name, reason, caller);
+    } else {
+      v = controller_->ResumeNode(name, caller);
+    }
+    if (!v.ok()) return ErrorResponse(v.status());
+    return JsonResponse(200, {{"node", NodeViewToJson(*v)}});
   }
   if (p == "/v1/usage" && r.method == "GET") {
     // Metrics tokens read the pool's aggregates; users only their own.
@@ -340,6 +376,35 @@ HttpResponse Api::Route(const HttpRequest& r, const Identity& who) {
                         {{"revoked", {{"id", TokenId(*t)}, {"user", t->user}, {"kind", t->kind}}}});
   }
   return ErrorResponse(Status::NotFound("no endpoint " + r.method + " " + p + ": see docs/api.md"));
+}
+
+// POST /v1/jobs/ID/cancel: one job; ?element=N: element N of array ID; the head of an
+// array (its first element, whose id is the array's): every element still queued or
+// running.
+HttpResponse Api::CancelJobOrArray(const HttpRequest& r, int64_t id, const Caller& caller) {
+  if (!r.Query("element").empty()) {
+    Result<int64_t> index = QueryInt(r, "element", 0, 0, jobs::kMaxArrayIndex);
+    if (!index.ok()) return ErrorResponse(index.status());
+    std::vector<int64_t> ids = controller_->ArrayElements(id, static_cast<int>(*index));
+    if (ids.empty()) {
+      Result<jobs::Job> head = controller_->Get(id, caller);  // 404 / 403 first
+      if (!head.ok()) return ErrorResponse(head.status());
+      return ErrorResponse(Status::NotFound("array " + std::to_string(id) + " has no element " +
+                                            std::to_string(*index) + " still queued or running"));
+    }
+    id = ids.front();
+  }
+  Result<jobs::Job> j = controller_->Cancel(id, caller);
+  if (!j.ok()) return ErrorResponse(j.status());
+  OrderedJson answer = {{"job", jobs::JobToJson(*j)}};
+  if (r.Query("element").empty() && j->array_id == id) {
+    int cancelled = 1;
+    for (int64_t other : controller_->ArrayElements(id)) {
+      if (other != id && controller_->Cancel(other, caller).ok()) ++cancelled;
+    }
+    answer["array_cancelled"] = cancelled;
+  }
+  return JsonResponse(200, answer);
 }
 
 HttpResponse Api::Submit(const HttpRequest& r, const Caller& caller) {

@@ -49,6 +49,7 @@ class Api {
  private:
   net::HttpResponse Route(const net::HttpRequest& r, const Identity& who);
   net::HttpResponse Submit(const net::HttpRequest& r, const Caller& caller);
+  net::HttpResponse CancelJobOrArray(const net::HttpRequest& r, int64_t id, const Caller& caller);
   net::HttpResponse ListJobs(const net::HttpRequest& r, const Caller& caller);
   net::HttpResponse Logs(const net::HttpRequest& r, int64_t id, const Caller& caller);
   // `everyone`: all users' jobs (admins, metrics tokens), else the caller's own.

@@ -248,6 +248,107 @@ TEST_F(ApiAccessTest, HealthChecksNeedNoTokenAndReadySaysWhatIsMissing) {
   EXPECT_EQ(api_->Handle(Req("GET", "/readyz", {})).status, 503);
 }
 
+TEST_F(ApiAccessTest, HoldAndReleaseByTheOwnerOrAnAdmin) {
+  net::HttpResponse sub = AsUid(user_uid_, "POST", "/v1/jobs", {},
+                                R"({"command": ["true"], "request": {"gpus": 0}, "workdir": "/"})");
+  ASSERT_EQ(sub.status, 201) << sub.body;
+  const std::string id =
+      std::to_string(ParseJson(sub.body, "answer").value()["job"]["id"].get<int64_t>());
+  EXPECT_EQ(AsUid(user_uid_ + 1, "POST", "/v1/jobs/" + id + "/hold").status, 403);
+  net::HttpResponse r = AsUid(0, "POST", "/v1/jobs/" + id + "/hold");
+  ASSERT_EQ(r.status, 200) << r.body;
+  Json job = ParseJson(r.body, "answer").value()["job"];
+  EXPECT_EQ(job["held_by"], "root");
+  EXPECT_EQ(job["held_by_admin"], true);
+  r = AsUid(user_uid_, "POST", "/v1/jobs/" + id + "/release");
+  EXPECT_EQ(r.status, 403);
+  EXPECT_NE(Error(r).find("ask an admin to release it"), std::string::npos) << r.body;
+  EXPECT_EQ(AsUid(0, "POST", "/v1/jobs/" + id + "/release").status, 200);
+  EXPECT_EQ(AsUid(user_uid_, "POST", "/v1/jobs/" + id + "/hold").status, 200);
+  EXPECT_EQ(AsUid(user_uid_, "POST", "/v1/jobs/" + id + "/release").status, 200);
+  // Submissions cannot set the hold fields themselves.
+  EXPECT_EQ(AsUid(user_uid_, "POST", "/v1/jobs", {},
+                  R"({"command": ["true"], "held_by": "x", "workdir": "/"})")
+                .status,
+            400);
+}
+
+TEST_F(ApiAccessTest, ArraysAreCancelledWholeOrByElement) {
+  net::HttpResponse sub =
+      AsUid(user_uid_, "POST", "/v1/jobs", {},
+            R"({"command": ["true"], "workdir": "/", "array": "0-4", "request": {"gpus": 0}})");
+  ASSERT_EQ(sub.status, 201) << sub.body;
+  const Json head = ParseJson(sub.body, "answer").value()["job"];
+  const int64_t id = head["id"].get<int64_t>();
+  EXPECT_EQ(head["array_id"], id);
+  const std::string cancel = "/v1/jobs/" + std::to_string(id) + "/cancel";
+  EXPECT_EQ(AsUid(user_uid_ + 1, "POST", cancel, {{"element", "3"}}).status, 403);
+  net::HttpResponse r = AsUid(user_uid_, "POST", cancel, {{"element", "3"}});
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(ParseJson(r.body, "answer").value()["job"]["array_index"], 3);
+  EXPECT_EQ(controller_->ArrayElements(id).size(), 4u);
+  r = AsUid(user_uid_, "POST", cancel, {{"element", "3"}});
+  EXPECT_EQ(r.status, 404);
+  EXPECT_EQ(Error(r), "array " + std::to_string(id) + " has no element 3 still queued or running");
+  EXPECT_EQ(AsUid(user_uid_, "POST", cancel, {{"element", "x"}}).status, 400);
+  r = AsUid(user_uid_, "POST", cancel);
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(ParseJson(r.body, "answer").value()["array_cancelled"], 4);
+  EXPECT_TRUE(controller_->ArrayElements(id).empty());
+  // Submissions cannot claim to be an element of someone's array.
+  EXPECT_EQ(AsUid(user_uid_, "POST", "/v1/jobs", {},
+                  R"({"command": ["true"], "workdir": "/", "array_id": 1})")
+                .status,
+            400);
+}
+
+TEST_F(ApiAccessTest, BadDependenciesAreRefusedNamingTheField) {
+  auto submit = [&](const std::string& deps) {
+    return AsUid(user_uid_, "POST", "/v1/jobs", {},
+                 R"({"command": ["true"], "workdir": "/", "dependencies": )" + deps + "}");
+  };
+  net::HttpResponse r = submit(R"([{"job_id": 1, "kind": "before"}])");
+  EXPECT_EQ(r.status, 400);
+  EXPECT_EQ(Error(r),
+            "job.dependencies[0].kind: 'before'; use after-ok, after-any or after-not-ok");
+  r = submit(R"([{"job_id": 0, "kind": "after-ok"}])");
+  EXPECT_EQ(r.status, 400);
+  EXPECT_NE(Error(r).find("dependencies[0].job_id"), std::string::npos) << r.body;
+  r = submit(R"([{"job_id": 99, "kind": "after-ok"}])");
+  EXPECT_EQ(r.status, 404);
+  EXPECT_EQ(Error(r), "--after-ok 99: there is no job 99");
+  EXPECT_EQ(submit(R"({"job_id": 1})").status, 400);
+  EXPECT_TRUE(store_->ListJobs({})->empty());
+}
+
+TEST_F(ApiAccessTest, OnlyAdminsDrainAndResumeNodes) {
+  ASSERT_EQ(AsUid(0, "POST", "/v1/agent/register", {}, RegisterBody("vm", 2)).status, 200);
+  const std::string body = R"({"reason": "disk swap"})";
+  net::HttpResponse r = AsUid(user_uid_, "POST", "/v1/nodes/vm/drain", {}, body);
+  EXPECT_EQ(r.status, 403);
+  EXPECT_NE(Error(r).find("only admins drain and resume nodes"), std::string::npos) << r.body;
+  EXPECT_EQ(WithToken(Token(user_, "metrics"), "POST", "/v1/nodes/vm/drain", {}, body).status, 403);
+  EXPECT_EQ(WithToken(Token("vm", "node"), "POST", "/v1/nodes/vm/drain", {}, body).status, 403);
+  r = AsUid(0, "POST", "/v1/nodes/vm/drain", {}, "{}");
+  EXPECT_EQ(r.status, 400);
+  EXPECT_NE(Error(r).find("reason"), std::string::npos) << r.body;
+  EXPECT_EQ(AsUid(0, "POST", "/v1/nodes/vm/drain", {}, "[1,").status, 400);
+  EXPECT_EQ(AsUid(0, "POST", "/v1/nodes/nosuch/drain", {}, body).status, 404);
+  EXPECT_EQ(AsUid(0, "POST", "/v1/nodes/vm/reboot", {}, body).status, 404);
+  r = AsUid(0, "POST", "/v1/nodes/vm/drain", {}, body);
+  ASSERT_EQ(r.status, 200) << r.body;
+  Json node = ParseJson(r.body, "answer").value()["node"];
+  EXPECT_EQ(node["state"], "drained");
+  EXPECT_EQ(node["drain_reason"], "disk swap (root)");
+  Json listed = ParseJson(AsUid(user_uid_, "GET", "/v1/nodes").body, "answer").value();
+  EXPECT_EQ(listed["nodes"][0]["state"], "drained");
+  r = AsUid(0, "POST", "/v1/nodes/vm/resume");
+  ASSERT_EQ(r.status, 200) << r.body;
+  node = ParseJson(r.body, "answer").value()["node"];
+  EXPECT_EQ(node["state"], "up");
+  EXPECT_FALSE(node.contains("drain_reason"));
+}
+
 TEST_F(ApiAccessTest, MetricsTokenReadsAggregatesOnly) {
   const std::string m = Token(user_, "metrics");
   EXPECT_EQ(WithToken(m, "GET", "/v1/nodes", {}).status, 200);

@@ -127,6 +127,11 @@ void Controller::Touched(int64_t id) {
   slim->submit_time_us = job.submit_time_us;
   slim->start_time_us = job.start_time_us;
   slim->placement = job.placement;
+  slim->dependencies = job.dependencies;
+  slim->array_id = job.array_id;  // an array's limit on elements running at once
+  slim->array_max_running = job.array_max_running;
+  slim->held_by = job.held_by;  // held jobs are not started
+  slim->held_by_admin = job.held_by_admin;
   if (job.state == JobState::kPending) slim->needs = job.needs;  // placement filter
   slim_[id] = std::move(slim);
 }
@@ -166,6 +171,8 @@ Status Controller::Load() {
     e.cpu_milli = r.cpu_milli;
     e.memory_mib = r.memory_mib;
     e.address = r.address.empty() ? r.name : r.address;
+    e.draining = r.draining;
+    e.drain_reason = r.drain_reason;
     if (Result<protocol::Version> v = protocol::ParseVersion(r.protocol); v.ok()) e.version = *v;
     // A restarted controller gives every known node a full timeout to poll again.
     e.last_seen_us = now;
@@ -265,6 +272,23 @@ Result<Job> Controller::Submit(Job job, const Caller& caller) {
   }
   GP_RETURN_IF_ERROR(jobs::ValidateSubmission(job));
   GP_RETURN_IF_ERROR(jobs::ValidateRequest(job.request).WithContext("request"));
+  // Dependencies name jobs that exist, so no chain of them can loop back to this one.
+  for (const jobs::Dependency& d : job.dependencies) {
+    const std::string flag =
+        "--" + std::string(jobs::DependencyKindName(d.kind)) + " " + std::to_string(d.job_id);
+    Result<Job> dep = store_->GetJob(d.job_id);
+    if (!dep.ok()) {
+      if (dep.status().code() == StatusCode::kNotFound) {
+        return Status::NotFound(flag + ": there is no job " + std::to_string(d.job_id));
+      }
+      return dep.status();
+    }
+    if (!caller.admin && dep->uid != caller.uid) {
+      return Status::PermissionDenied(flag + ": job " + std::to_string(d.job_id) +
+                                      " is another user's; a job may depend on its owner's "
+                                      "jobs only");
+    }
+  }
   {
     std::lock_guard lock(mu_);
     std::vector<SchedNode> nodes;
@@ -276,6 +300,7 @@ Result<Job> Controller::Submit(Job job, const Caller& caller) {
       }
     }
   }
+  if (!job.array.empty()) return SubmitArray(std::move(job));
   // The store serialises writers itself; API calls need not wait for this one.
   GP_ASSIGN_OR_RETURN(job.id, store_->InsertJob(job));
   std::lock_guard lock(mu_);
@@ -283,6 +308,42 @@ Result<Job> Controller::Submit(Job job, const Caller& caller) {
   Touched(job.id);
   WakeSchedulerForArrival();
   return job;
+}
+
+Result<Job> Controller::SubmitArray(Job job) {
+  GP_ASSIGN_OR_RETURN(jobs::ArraySpec spec, jobs::ParseArraySpec(job.array));
+  job.array_max_running = spec.max_running;
+  job.env["GPUPOOL_ARRAY_TASK_COUNT"] = std::to_string(spec.indices.size());
+  job.env["GPUPOOL_ARRAY_TASK_MIN"] = std::to_string(spec.indices.front());
+  job.env["GPUPOOL_ARRAY_TASK_MAX"] = std::to_string(spec.indices.back());
+  Job first;
+  for (size_t k = 0; k < spec.indices.size(); ++k) {
+    Job e = job;
+    e.array_index = spec.indices[k];
+    e.env["GPUPOOL_ARRAY_TASK_ID"] = std::to_string(e.array_index);
+    if (k == 0) {
+      // The array's id is its first element's: known once that is stored.
+      GP_ASSIGN_OR_RETURN(e.id, store_->InsertJob(e));
+      e.array_id = e.id;
+      e.env["GPUPOOL_ARRAY_JOB_ID"] = std::to_string(e.id);
+      GP_RETURN_IF_ERROR(store_->UpdateJob(e, JobState::kPending));
+      job.array_id = e.id;
+      job.env["GPUPOOL_ARRAY_JOB_ID"] = std::to_string(e.id);
+      first = e;
+    } else {
+      e.array_id = job.array_id;
+      GP_ASSIGN_OR_RETURN(e.id, store_->InsertJob(e));
+    }
+    std::lock_guard lock(mu_);
+    const int64_t id = e.id;
+    active_[id] = std::move(e);
+    Touched(id);
+  }
+  std::lock_guard lock(mu_);
+  WakeSchedulerForArrival();
+  spdlog::info("array {} of {} elements submitted by {}", first.id, spec.indices.size(),
+               first.user);
+  return first;
 }
 
 std::vector<int64_t> Controller::JobsUsingEnvironment(const std::string& ref) {
@@ -384,13 +445,62 @@ Result<Job> Controller::Cancel(int64_t id, const Caller& caller) {
   return job;
 }
 
+std::vector<int64_t> Controller::ArrayElements(int64_t array_id, int index) {
+  std::lock_guard lock(mu_);
+  std::vector<int64_t> out;
+  for (const auto& [id, job] : active_) {
+    if (job.array_id == array_id && (index < 0 || job.array_index == index)) out.push_back(id);
+  }
+  return out;
+}
+
+Result<Job> Controller::Hold(int64_t id, const Caller& caller, bool hold) {
+  std::lock_guard lock(mu_);
+  const std::string what = hold ? "held" : "released";
+  auto it = active_.find(id);
+  if (it == active_.end()) {
+    GP_ASSIGN_OR_RETURN(Job job, store_->GetJob(id));
+    GP_RETURN_IF_ERROR(CheckOwner(job, caller));
+    return Status::FailedPrecondition("job " + std::to_string(id) + " has ended (" +
+                                      std::string(jobs::JobStateName(job.state)) +
+                                      "); only pending jobs are " + what);
+  }
+  const Job& job = it->second;
+  GP_RETURN_IF_ERROR(CheckOwner(job, caller));
+  if (job.state != JobState::kPending) {
+    return Status::FailedPrecondition(
+        "job " + std::to_string(id) + " is " + std::string(jobs::JobStateName(job.state)) +
+        "; only pending jobs are " + what + (hold ? " (`gpupool cancel` stops it)" : ""));
+  }
+  if (hold == !job.held_by.empty()) return job;  // already so
+  if (!hold && job.held_by_admin && !caller.admin) {
+    return Status::PermissionDenied("job " + std::to_string(id) + " was held by admin " +
+                                    job.held_by + "; ask an admin to release it");
+  }
+  Job next = job;
+  next.held_by = hold ? caller.user : "";
+  next.held_by_admin = hold && caller.admin && caller.uid != job.uid;
+  next.pending_reason = hold ? HeldReason(next) : "";
+  GP_RETURN_IF_ERROR(store_->UpdateJob(next, job.state));
+  it->second = next;
+  Touched(id);
+  spdlog::info("job {} {} by {}", id, what, caller.user);
+  if (hold) {
+    pending_reasons_[id] = next.pending_reason;
+  } else {
+    pending_reasons_.erase(id);
+    WakeSchedulerForArrival();
+  }
+  return next;
+}
+
 std::vector<NodeView> Controller::Nodes() {
   std::lock_guard lock(mu_);
   std::vector<NodeView> out;
   for (const auto& [name, e] : nodes_) {
     NodeView v;
     v.name = name;
-    v.state = e.up ? "up" : "down";
+    v.drain_reason = e.drain_reason;
     v.address = e.address;
     v.protocol = protocol::VersionString(e.version);
     v.last_seen_us = e.last_seen_us;
@@ -404,6 +514,9 @@ std::vector<NodeView> Controller::Nodes() {
       ++v.running_jobs;
       for (const auto& p : job.placement) {
         if (p.node != name) continue;
+        v.cpu_allocated_milli += job.request.cpu_milli;
+        v.memory_allocated_mib +=
+            static_cast<int64_t>((job.request.memory_bytes + (uint64_t{1} << 20) - 1) >> 20);
         for (const std::string& uuid : p.gpu_uuids) {
           for (size_t g = 0; g < e.info.gpus.size(); ++g) {
             if (e.info.gpus[g].uuid == uuid) v.allocated_milli[g] += p.gpu_milli;
@@ -411,9 +524,63 @@ std::vector<NodeView> Controller::Nodes() {
         }
       }
     }
+    v.state = !e.up ? "down" : !e.draining ? "up" : v.running_jobs > 0 ? "draining" : "drained";
     out.push_back(std::move(v));
   }
   return out;
+}
+
+Result<NodeView> Controller::DrainNode(const std::string& name, const std::string& reason,
+                                       const Caller& caller) {
+  if (!caller.admin) {
+    return Status::PermissionDenied("only admins drain nodes (you are " + caller.user + ")");
+  }
+  if (reason.empty() || reason.size() > 256 ||
+      std::any_of(reason.begin(), reason.end(),
+                  [](char c) { return static_cast<unsigned char>(c) < 0x20 || c == 0x7f; })) {
+    return Status::InvalidArgument(
+        "reason: say why the node is drained in 1..256 printable characters, e.g. --reason "
+        "\"disk replacement\"");
+  }
+  return SetDrain(name, true, reason + " (" + caller.user + ")");
+}
+
+Result<NodeView> Controller::ResumeNode(const std::string& name, const Caller& caller) {
+  if (!caller.admin) {
+    return Status::PermissionDenied("only admins resume nodes (you are " + caller.user + ")");
+  }
+  return SetDrain(name, false, "");
+}
+
+Result<NodeView> Controller::SetDrain(const std::string& name, bool draining,
+                                      const std::string& reason) {
+  std::lock_guard write(node_write_mu_);
+  {
+    std::lock_guard lock(mu_);
+    if (nodes_.count(name) == 0) {
+      return Status::NotFound("node " + name + " is not known: `gpupool nodes` lists the nodes");
+    }
+  }
+  GP_ASSIGN_OR_RETURN(std::vector<store::NodeRecord> records, store_->ListNodes());
+  auto rec = std::find_if(records.begin(), records.end(),
+                          [&](const store::NodeRecord& r) { return r.name == name; });
+  if (rec == records.end()) return Status::NotFound("node " + name + " is not stored");
+  rec->draining = draining;
+  rec->drain_reason = reason;
+  GP_RETURN_IF_ERROR(store_->PutNode(*rec));
+  {
+    std::lock_guard lock(mu_);
+    NodeEntry& e = nodes_[name];
+    e.draining = draining;
+    e.drain_reason = reason;
+    spdlog::info("node {} {}{}", name, draining ? "drained: " : "resumed", reason);
+    capacity_changed_ = true;
+    WakeScheduler();
+  }
+  for (NodeView& v : Nodes()) {
+    if (v.name == name) return std::move(v);
+  }
+  return Status::NotFound("node " + name);
 }
 
 Result<protocol::RegistrationReply> Controller::RegisterNode(protocol::Registration reg,
@@ -437,6 +604,14 @@ Result<protocol::RegistrationReply> Controller::RegisterNode(protocol::Registrat
   rec.last_heartbeat_us = now;
   rec.address = address;
   rec.protocol = protocol::VersionString(reg.version);
+  std::lock_guard write(node_write_mu_);
+  {
+    std::lock_guard lock(mu_);
+    if (auto it = nodes_.find(name); it != nodes_.end()) {
+      rec.draining = it->second.draining;  // a drain outlives the agent's restarts
+      rec.drain_reason = it->second.drain_reason;
+    }
+  }
   GP_RETURN_IF_ERROR(store_->PutNode(rec));
 
   std::lock_guard lock(mu_);
@@ -850,6 +1025,94 @@ Status Controller::StopJob(Job& next, JobState expected, bool* freed) {
   return Status::Ok();
 }
 
+Result<JobState> Controller::EndedState(int64_t id) {
+  if (auto it = ended_states_.find(id); it != ended_states_.end()) return it->second;
+  // An array (named by its id, its first element's) is as its elements together: active
+  // while any is, then SUCCEEDED if every one succeeded, else the first other end state.
+  std::optional<JobState> active;
+  for (const auto& [other, job] : active_) {
+    if (job.array_id == id || other == id) {
+      active = job.state;
+      break;
+    }
+  }
+  if (active) return *active;
+  GP_ASSIGN_OR_RETURN(Job job, store_->GetJob(id));
+  JobState state = job.state;
+  if (job.array_id == id && jobs::IsTerminal(state)) {
+    store::JobFilter f;
+    f.user = job.user;
+    GP_ASSIGN_OR_RETURN(std::vector<Job> mine, store_->ListJobs(f));
+    for (const Job& e : mine) {
+      if (e.array_id == id && e.state != JobState::kSucceeded) {
+        state = e.state;
+        break;
+      }
+    }
+  }
+  if (jobs::IsTerminal(state)) {
+    if (ended_states_.size() > 100'000) ended_states_.clear();
+    ended_states_[id] = state;  // an ended job's state never changes
+  }
+  return state;
+}
+
+Status Controller::ResolveDependencies(std::map<int64_t, std::string>* blocked) {
+  const int64_t now = clock_->NowMicros();
+  // In id order: a dependency is older than its dependant, so a chain of jobs that can
+  // never run ends in one pass.
+  std::vector<int64_t> ids;
+  for (const auto& [id, job] : active_) {
+    if (job.state == JobState::kPending && !job.dependencies.empty()) ids.push_back(id);
+  }
+  for (int64_t id : ids) {
+    const Job& job = active_.at(id);
+    std::string waiting;
+    std::string never;
+    for (const jobs::Dependency& d : job.dependencies) {
+      Result<JobState> st = EndedState(d.job_id);
+      const std::string flag = "--" + std::string(jobs::DependencyKindName(d.kind));
+      const std::string other = "job " + std::to_string(d.job_id);
+      if (!st.ok()) {
+        never = other + " is gone (" + st.status().message() + ")";
+        break;
+      }
+      const std::string name(jobs::JobStateName(*st));
+      const char* wants = d.kind == jobs::Dependency::Kind::kAfterOk      ? "succeed"
+                          : d.kind == jobs::Dependency::Kind::kAfterNotOk ? "fail"
+                                                                          : "end";
+      if (!jobs::IsTerminal(*st)) {
+        if (waiting.empty()) {
+          waiting = "waits for " + other + " (" + name + ") to " + wants + " (" + flag + ")";
+        }
+        continue;
+      }
+      const bool ok = *st == JobState::kSucceeded;
+      if ((d.kind == jobs::Dependency::Kind::kAfterOk && !ok) ||
+          (d.kind == jobs::Dependency::Kind::kAfterNotOk && ok)) {
+        never = other + " ended " + name + ", and " + flag + " needs it to " + wants;
+        break;
+      }
+    }
+    if (!never.empty()) {
+      Job next = job;
+      next.state = JobState::kCancelled;
+      next.end_time_us = now;
+      next.reason = "dependency can never be met: " + never;
+      next.pending_reason.clear();
+      GP_RETURN_IF_ERROR(store_->UpdateJob(next, job.state));
+      spdlog::info("job {} ended: {}", id, next.reason);
+      active_.erase(id);
+      pending_reasons_.erase(id);
+      ended_states_[id] = JobState::kCancelled;
+      Touched(id);
+      continue;
+    }
+    if (!waiting.empty()) (*blocked)[id] = waiting;
+  }
+  return Status::Ok();
+}
+
 Status Controller::ScheduleOnce() {
   // Planning takes milliseconds with a long queue; API calls must not wait for it. So the
   // pass plans on a snapshot (jobs without their command lines and variables) taken
@@ -857,8 +1120,10 @@ Status Controller::ScheduleOnce() {
   // it relied on changed meanwhile.
   std::vector<std::shared_ptr<const Job>> snapshot;
   std::vector<std::pair<std::string, NodeEntry>> nodes_copy;
+  std::map<int64_t, std::string> blocked;  // pending jobs whose dependencies are unmet
   {
     std::lock_guard lock(mu_);
+    GP_RETURN_IF_ERROR(ResolveDependencies(&blocked));
     bool any_pending = false;
     snapshot.reserve(slim_.size());
     for (const auto& [id, slim] : slim_) {  // shared, immutable copies: no deep copy here
@@ -870,20 +1135,25 @@ Status Controller::ScheduleOnce() {
       return Status::Ok();
     }
     for (const auto& [name, e] : nodes_) {
-      if (e.up)
-        nodes_copy.emplace_back(name,
-                                NodeEntry{e.info, e.cpu_milli, e.memory_mib, 0, true, {}, {}});
+      if (!e.up) continue;
+      NodeEntry copy;
+      copy.info = e.info;
+      copy.cpu_milli = e.cpu_milli;
+      copy.memory_mib = e.memory_mib;
+      copy.draining = e.draining;
+      nodes_copy.emplace_back(name, std::move(copy));
     }
   }
   std::vector<SchedNode> nodes;
   nodes.reserve(nodes_copy.size());
   for (const auto& [name, e] : nodes_copy)
-    nodes.push_back({name, &e.info, e.cpu_milli, e.memory_mib});
+    nodes.push_back({name, &e.info, e.cpu_milli, e.memory_mib, e.draining});
   std::vector<const Job*> active;
   active.reserve(snapshot.size());
   for (const auto& j : snapshot) active.push_back(j.get());
   const int64_t now = clock_->NowMicros();
-  GP_ASSIGN_OR_RETURN(ScheduleResult plan, scheduler_->Plan(active, nodes, now / 1'000'000));
+  GP_ASSIGN_OR_RETURN(ScheduleResult plan,
+                      scheduler_->Plan(active, nodes, now / 1'000'000, blocked));
 
   std::lock_guard lock(mu_);
   // Apply only if every job the plan saw occupying resources still does, every job it
@@ -902,12 +1172,15 @@ Status Controller::ScheduleOnce() {
   for (auto& [id, placement] : plan.starts) {
     auto it = active_.find(id);
     if (it == active_.end() || it->second.state != JobState::kPending) continue;
+    if (!it->second.held_by.empty()) continue;  // held while the plan was made
     bool nodes_up = true;
+    bool drained = false;
     for (const jobs::TaskPlacement& p : placement) {
       auto n = nodes_.find(p.node);
       nodes_up = nodes_up && n != nodes_.end() && n->second.up;
+      drained = drained || (n != nodes_.end() && n->second.draining);
     }
-    if (!nodes_up) continue;
+    if (!nodes_up || drained) continue;  // drained while the plan was made
     Job next = it->second;
     next.state = JobState::kAssigned;
     next.placement = std::move(placement);

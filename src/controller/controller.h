@@ -86,13 +86,16 @@ struct ExecSession {
 
 struct NodeView {
   std::string name;
-  std::string address;   // where the node's peers reach it (agent --address)
-  std::string protocol;  // the agent protocol version it speaks
-  std::string state;     // "up", "down", "draining"
+  std::string address;       // where the node's peers reach it (agent --address)
+  std::string protocol;      // the agent protocol version it speaks
+  std::string state;         // "up", "down", "draining" (jobs still run), "drained"
+  std::string drain_reason;  // set while drained (`gpupool node drain`)
   int64_t last_seen_us = 0;
   gpu::NodeInfo info;
   int64_t cpu_milli = 0;
   int64_t memory_mib = 0;
+  int64_t cpu_allocated_milli = 0;  // what the tasks placed on it asked for
+  int64_t memory_allocated_mib = 0;
   std::vector<int> allocated_milli;  // per GPU, in node.info.gpus order
   int running_jobs = 0;
 };
@@ -112,9 +115,21 @@ class Controller {
   // --- users ---
   Result<jobs::Job> Submit(jobs::Job job, const Caller& caller);
   Result<jobs::Job> Cancel(int64_t id, const Caller& caller);
+  // `hold`: keeps a pending job from starting until released (owner or admin; a hold an
+  // admin put on another user's job is released by admins only). Holding a held job or
+  // releasing one that is not held changes nothing; a job that runs cannot be held.
+  Result<jobs::Job> Hold(int64_t id, const Caller& caller, bool hold);
+  // Ids of the queued or running elements of array `array_id` (all when index < 0).
+  std::vector<int64_t> ArrayElements(int64_t array_id, int index = -1);
   Result<jobs::Job> Get(int64_t id, const Caller& caller);
   Result<std::vector<jobs::Job>> List(const store::JobFilter& filter, const Caller& caller);
   std::vector<NodeView> Nodes();
+  // Admins only. On a drained node what runs finishes and nothing new starts, until
+  // ResumeNode; the drain and its reason are stored, so they outlive restarts of the
+  // controller and re-registrations of the agent. Returns the node as Nodes() shows it.
+  Result<NodeView> DrainNode(const std::string& name, const std::string& reason,
+                             const Caller& caller);
+  Result<NodeView> ResumeNode(const std::string& name, const Caller& caller);
   // Ids of queued or running jobs that use named environment "NAME:VERSION".
   std::vector<int64_t> JobsUsingEnvironment(const std::string& ref);
 
@@ -181,6 +196,16 @@ class Controller {
   // Sets a pending job's pending_reason from the last pass.
   void AttachPendingReason(jobs::Job* job) const;
 
+  Result<NodeView> SetDrain(const std::string& name, bool draining, const std::string& reason);
+  // One job per index of `job.array`, stored one by one; returns the first element,
+  // whose id is the array's.
+  Result<jobs::Job> SubmitArray(jobs::Job job);
+  // A job's state: active ones from memory, ended ones from the store (cached). mu_ held.
+  Result<jobs::JobState> EndedState(int64_t id);
+  // Pending jobs whose dependencies are unmet go in `blocked` with the reason; those whose
+  // dependencies can no longer be met end (CANCELLED, with the reason). mu_ held.
+  Status ResolveDependencies(std::map<int64_t, std::string>* blocked);
+
   struct NodeEntry {
     gpu::NodeInfo info;
     int64_t cpu_milli = 0;
@@ -189,6 +214,8 @@ class Controller {
     bool up = false;
     std::string address;              // what peers use; the name when unknown
     protocol::Version version{1, 0};  // the agent's protocol
+    bool draining = false;            // `gpupool node drain`
+    std::string drain_reason;
     std::map<std::pair<int64_t, int>, int64_t> launch_sent_us;  // (job, task) -> when sent
     std::map<int64_t, int64_t> cancel_sent_us;
     // Tasks of jobs that ended here or elsewhere while this node may still run them:
@@ -205,13 +232,17 @@ class Controller {
   ControllerOptions options_;
 
   std::mutex mu_;
+  // Serialises writes of node records (registration, drain, resume), so a registration
+  // never stores a node's drain state as it was before a concurrent drain. Taken before mu_.
+  std::mutex node_write_mu_;
   std::condition_variable work_cv_;       // agents waiting for work
   std::condition_variable scheduler_cv_;  // the loop waiting for a reason to run
   bool capacity_changed_ = false;         // resources freed, nodes changed: plan at once
   bool jobs_arrived_ = false;             // new submissions
   bool last_pass_blocked_ = false;        // the last pass had pending jobs and started none
   bool stopping_ = false;
-  std::map<int64_t, jobs::Job> active_;  // non-terminal jobs by id
+  std::map<int64_t, jobs::Job> active_;             // non-terminal jobs by id
+  std::map<int64_t, jobs::JobState> ended_states_;  // of ended jobs others depend on
   // Ids of the jobs in active_ that hold resources (ASSIGNED or RUNNING): what node
   // views, agent polls and node-loss sweeps walk, not the whole queue.
   std::set<int64_t> occupying_;

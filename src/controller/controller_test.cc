@@ -197,6 +197,293 @@ TEST_F(ControllerTest, ImpossibleJobsAreRefusedAtSubmit) {
   EXPECT_TRUE(store_->ListJobs({})->empty());
 }
 
+// Issue 15 A.2: a refusal named none of the constraints ("no node could ever host task 1
+// (9 GPUs x 1000 thousandths ...)"); now it names the one that fails.
+TEST_F(ControllerTest, ConstraintRefusalsNameTheConstraint) {
+  Register(2);
+  auto refusal = [&](Job j) {
+    Result<Job> r = c_->Submit(j, alice_);
+    EXPECT_FALSE(r.ok());
+    return r.ok() ? std::string() : r.status().message();
+  };
+  Job cap = MakeJob(1);
+  cap.request.min_capability = "9.5";
+  EXPECT_NE(refusal(cap).find("compute capability 9.5 or newer (--min-capability): the newest of "
+                              "the nodes that could otherwise host it is 8.0"),
+            std::string::npos)
+      << refusal(cap);
+  Job amd = MakeJob(1);
+  amd.request.vendor = "amd";
+  EXPECT_NE(refusal(amd).find("no node has GPUs of vendor amd (models here: A100)"),
+            std::string::npos);
+  Job cpus = MakeJob(1);
+  cpus.request.cpu_milli = 100'000;
+  EXPECT_NE(refusal(cpus).find("it asks for 100 CPUs (--cpus); the most any node with the GPUs "
+                               "has is 64 CPUs"),
+            std::string::npos)
+      << refusal(cpus);
+  Job mem = MakeJob(0);
+  mem.request.memory_bytes = uint64_t{300'000} << 20;
+  EXPECT_NE(refusal(mem).find("300000 MiB of memory (--mem); the most any node has is 256000 MiB"),
+            std::string::npos)
+      << refusal(mem);
+  Job gpus = MakeJob(9);
+  EXPECT_NE(refusal(gpus).find("it asks for 9 GPUs on one node; the most any node has is 2"),
+            std::string::npos)
+      << refusal(gpus);
+}
+
+// Issue 15 B.4: an admin drains a node; what runs there finishes, nothing new starts,
+// and the drain outlives agent re-registration and a controller restart.
+TEST_F(ControllerTest, DrainedNodeFinishesItsJobsAndStartsNothingNew) {
+  Register(2);
+  Job a = c_->Submit(MakeJob(1), alice_).value();
+  ASSERT_TRUE(c_->ScheduleOnce().ok());
+  a = Get(a.id);
+  ASSERT_EQ(a.state, JobState::kAssigned);
+  EXPECT_EQ(c_->DrainNode("n1", "disk swap", alice_).status().code(),
+            StatusCode::kPermissionDenied);
+  EXPECT_EQ(c_->DrainNode("n1", "", root_).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(c_->DrainNode("n1", "bad\nline", root_).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(c_->DrainNode("nosuch", "x", root_).status().code(), StatusCode::kNotFound);
+  Result<NodeView> v = c_->DrainNode("n1", "disk swap", root_);
+  ASSERT_TRUE(v.ok()) << v.status().ToString();
+  EXPECT_EQ(v->state, "draining");  // a job still runs there
+  EXPECT_EQ(v->drain_reason, "disk swap (root)");
+
+  Job b = c_->Submit(MakeJob(1), bob_).value();  // a GPU is idle, but not for new jobs
+  ASSERT_TRUE(c_->ScheduleOnce().ok());
+  EXPECT_EQ(Get(b.id).state, JobState::kPending);
+  EXPECT_EQ(Get(b.id).pending_reason,
+            "needs 1 idle GPU; largest idle block on any node: 0 (nothing new starts on draining "
+            "node n1)");
+  EXPECT_EQ(Get(a.id).state, JobState::kAssigned);  // what ran goes on
+
+  Register(2, {{a.id, a.attempt}});  // the agent restarts
+  Restart();                         // and so does the controller
+  EXPECT_EQ(c_->Nodes()[0].state, "draining");
+  ASSERT_TRUE(c_->ScheduleOnce().ok());
+  EXPECT_EQ(Get(b.id).state, JobState::kPending);
+
+  ASSERT_TRUE(Apply({Ev(a, protocol::EventKind::kStarted)}).ok());
+  ASSERT_TRUE(Apply({Ev(a, protocol::EventKind::kExited, 0)}).ok());
+  EXPECT_EQ(c_->Nodes()[0].state, "drained");
+  ASSERT_TRUE(c_->ScheduleOnce().ok());
+  EXPECT_EQ(Get(b.id).state, JobState::kPending);
+
+  EXPECT_EQ(c_->ResumeNode("n1", bob_).status().code(), StatusCode::kPermissionDenied);
+  v = c_->ResumeNode("n1", root_);
+  ASSERT_TRUE(v.ok());
+  EXPECT_EQ(v->state, "up");
+  EXPECT_EQ(v->drain_reason, "");
+  ASSERT_TRUE(c_->ScheduleOnce().ok());
+  EXPECT_EQ(Get(b.id).state, JobState::kAssigned);
+}
+
+// Issue 15 B.3: hold and release, for owners on their own jobs and admins on any.
+TEST_F(ControllerTest, HeldJobsWaitUntilReleasedAndAdminHoldsNeedAnAdmin) {
+  Register(2);
+  Job a = c_->Submit(MakeJob(1), alice_).value();
+  EXPECT_EQ(c_->Hold(a.id, bob_, true).status().code(), StatusCode::kPermissionDenied);
+  Result<Job> held = c_->Hold(a.id, alice_, true);
+  ASSERT_TRUE(held.ok()) << held.status().ToString();
+  EXPECT_EQ(held->held_by, "alice");
+  const std::string reason =
+      "held by alice: `gpupool release " + std::to_string(a.id) + "` lets it start";
+  EXPECT_EQ(Get(a.id).pending_reason, reason);
+  ASSERT_TRUE(c_->ScheduleOnce().ok());
+  EXPECT_EQ(Get(a.id).state, JobState::kPending);  // two idle GPUs, but held
+  EXPECT_EQ(Get(a.id).pending_reason, reason);
+  EXPECT_TRUE(c_->Hold(a.id, alice_, true).ok());  // holding twice changes nothing
+  Restart();                                       // the hold is stored
+  EXPECT_EQ(Get(a.id).held_by, "alice");
+  ASSERT_TRUE(c_->ScheduleOnce().ok());
+  EXPECT_EQ(Get(a.id).state, JobState::kPending);
+  ASSERT_TRUE(c_->Hold(a.id, alice_, false).ok());
+  EXPECT_EQ(Get(a.id).held_by, "");
+  ASSERT_TRUE(c_->ScheduleOnce().ok());
+  a = Get(a.id);
+  EXPECT_EQ(a.state, JobState::kAssigned);
+  Result<Job> running = c_->Hold(a.id, alice_, true);  // only pending jobs
+  EXPECT_EQ(running.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(running.status().message().find("only pending jobs are held"), std::string::npos);
+
+  // An admin's hold on alice's job: alice cannot release it, an admin can.
+  Job b = c_->Submit(MakeJob(2), alice_).value();
+  ASSERT_TRUE(c_->Hold(b.id, root_, true).ok());
+  EXPECT_TRUE(Get(b.id).held_by_admin);
+  Result<Job> refused = c_->Hold(b.id, alice_, false);
+  EXPECT_EQ(refused.status().code(), StatusCode::kPermissionDenied);
+  EXPECT_NE(refused.status().message().find("held by admin root"), std::string::npos);
+  EXPECT_TRUE(c_->Hold(b.id, root_, false).ok());
+  EXPECT_EQ(c_->Hold(424242, alice_, true).status().code(), StatusCode::kNotFound);
+}
+
+// Issue 15 B.2: dependencies wait with a reason naming the job, start when met, and end
+// the job (and the jobs after it) when they can never be met.
+TEST_F(ControllerTest, DependenciesWaitStartOrEndTheJobWithAReason) {
+  Register(2);
+  using K = jobs::Dependency::Kind;
+  auto after = [&](std::vector<jobs::Dependency> deps, int gpus = 1) {
+    Job j = MakeJob(gpus);
+    j.dependencies = std::move(deps);
+    return c_->Submit(j, alice_).value();
+  };
+  Job a = c_->Submit(MakeJob(1), alice_).value();
+  Job ok = after({{a.id, K::kAfterOk}}, 0);
+  Job chain = after({{ok.id, K::kAfterOk}}, 0);
+  Job not_ok = after({{a.id, K::kAfterNotOk}}, 0);
+  Job any = after({{a.id, K::kAfterAny}, {not_ok.id, K::kAfterAny}}, 0);
+  ASSERT_TRUE(c_->ScheduleOnce().ok());
+  ASSERT_TRUE(c_->ScheduleOnce().ok());  // reasons are as the pass began: see them settled
+  a = Get(a.id);
+  ASSERT_EQ(a.state, JobState::kAssigned);
+  EXPECT_EQ(Get(ok.id).pending_reason,
+            "waits for job " + std::to_string(a.id) + " (ASSIGNED) to succeed (--after-ok)");
+  EXPECT_EQ(Get(chain.id).pending_reason,
+            "waits for job " + std::to_string(ok.id) + " (PENDING) to succeed (--after-ok)");
+  EXPECT_EQ(Get(not_ok.id).pending_reason,
+            "waits for job " + std::to_string(a.id) + " (ASSIGNED) to fail (--after-not-ok)");
+  EXPECT_EQ(Get(any.id).state, JobState::kPending);
+
+  ASSERT_TRUE(Apply({Ev(a, protocol::EventKind::kStarted)}).ok());
+  ASSERT_TRUE(Apply({Ev(a, protocol::EventKind::kExited, 3)}).ok());
+  Restart();  // what was decided is in the store
+  ASSERT_TRUE(c_->ScheduleOnce().ok());
+  Job ended = Get(ok.id);
+  EXPECT_EQ(ended.state, JobState::kCancelled);
+  EXPECT_EQ(ended.reason, "dependency can never be met: job " + std::to_string(a.id) +
+                              " ended FAILED, and --after-ok needs it to succeed");
+  ended = Get(chain.id);  // in the same pass
+  EXPECT_EQ(ended.state, JobState::kCancelled);
+  EXPECT_EQ(ended.reason, "dependency can never be met: job " + std::to_string(ok.id) +
+                              " ended CANCELLED, and --after-ok needs it to succeed");
+  EXPECT_EQ(Get(not_ok.id).state, JobState::kAssigned);
+  ASSERT_TRUE(c_->ScheduleOnce().ok());
+  EXPECT_EQ(Get(any.id).state, JobState::kPending);  // not_ok has not ended yet
+  EXPECT_EQ(Get(any.id).pending_reason,
+            "waits for job " + std::to_string(not_ok.id) + " (ASSIGNED) to end (--after-any)");
+}
+
+TEST_F(ControllerTest, DependenciesNameJobsThatExistAndAreTheCallers) {
+  Register(2);
+  Job bobs = c_->Submit(MakeJob(1), bob_).value();
+  Job j = MakeJob(1);
+  // A job can only depend on jobs submitted before it, so dependencies never form a
+  // cycle: naming itself or a later job is naming a job that does not exist yet.
+  j.dependencies = {{bobs.id + 1, jobs::Dependency::Kind::kAfterOk}};
+  Result<Job> r = c_->Submit(j, alice_);
+  EXPECT_EQ(r.status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(r.status().message(), "--after-ok " + std::to_string(bobs.id + 1) +
+                                      ": there is no job " + std::to_string(bobs.id + 1));
+  j.dependencies = {{bobs.id, jobs::Dependency::Kind::kAfterAny}};
+  r = c_->Submit(j, alice_);
+  EXPECT_EQ(r.status().code(), StatusCode::kPermissionDenied);
+  EXPECT_NE(r.status().message().find("another user's"), std::string::npos);
+  EXPECT_TRUE(c_->Submit(j, root_).ok());  // admins may
+}
+
+// Issue 15 B.1: an array is one job per index, with its index in the environment, and
+// at most %N of them run at once.
+TEST_F(ControllerTest, ArrayElementsRunAtMostTheLimitAtOnce) {
+  Register(2);
+  Job j = MakeJob(0);
+  j.array = "0-9:3%2";  // 0, 3, 6, 9; two at a time
+  Result<Job> first = c_->Submit(j, alice_);
+  ASSERT_TRUE(first.ok()) << first.status().ToString();
+  EXPECT_EQ(first->array_id, first->id);
+  std::vector<int64_t> ids = c_->ArrayElements(first->id);
+  ASSERT_EQ(ids.size(), 4u);
+  std::vector<int> indices;
+  for (int64_t id : ids) {
+    Job e = Get(id);
+    EXPECT_EQ(e.array_id, first->id);
+    EXPECT_EQ(e.array_max_running, 2);
+    EXPECT_EQ(e.env.at("GPUPOOL_ARRAY_TASK_ID"), std::to_string(e.array_index));
+    EXPECT_EQ(e.env.at("GPUPOOL_ARRAY_JOB_ID"), std::to_string(first->id));
+    EXPECT_EQ(e.env.at("GPUPOOL_ARRAY_TASK_COUNT"), "4");
+    indices.push_back(e.array_index);
+  }
+  EXPECT_EQ(indices, (std::vector<int>{0, 3, 6, 9}));
+  EXPECT_EQ(c_->ArrayElements(first->id, 6).size(), 1u);
+
+  ASSERT_TRUE(c_->ScheduleOnce().ok());
+  auto states = [&] {
+    std::vector<JobState> out;
+    for (int64_t id : ids) out.push_back(Get(id).state);
+    return out;
+  };
+  EXPECT_EQ(states(), (std::vector<JobState>{JobState::kAssigned, JobState::kAssigned,
+                                             JobState::kPending, JobState::kPending}));
+  EXPECT_EQ(
+      Get(ids[2]).pending_reason,
+      "array " + std::to_string(first->id) +
+          " runs at most 2 elements at once (--array ...%2); its earlier elements come first");
+  Job e0 = Get(ids[0]);
+  ASSERT_TRUE(Apply({Ev(e0, protocol::EventKind::kStarted)}).ok());
+  ASSERT_TRUE(Apply({Ev(e0, protocol::EventKind::kExited, 0)}).ok());
+  ASSERT_TRUE(c_->ScheduleOnce().ok());
+  EXPECT_EQ(states(), (std::vector<JobState>{JobState::kSucceeded, JobState::kAssigned,
+                                             JobState::kAssigned, JobState::kPending}));
+}
+
+TEST_F(ControllerTest, ADependencyOnAnArrayWaitsForEveryElement) {
+  Register(2);
+  Job arr = MakeJob(1);
+  arr.array = "0-1";
+  arr = c_->Submit(arr, alice_).value();
+  Job after = MakeJob(0);
+  after.dependencies = {{arr.id, jobs::Dependency::Kind::kAfterOk}};
+  after = c_->Submit(after, alice_).value();
+  ASSERT_TRUE(c_->ScheduleOnce().ok());
+  std::vector<int64_t> ids = c_->ArrayElements(arr.id);
+  ASSERT_EQ(ids.size(), 2u);
+  Job e0 = Get(ids[0]);
+  ASSERT_TRUE(Apply({Ev(e0, protocol::EventKind::kStarted)}).ok());
+  ASSERT_TRUE(Apply({Ev(e0, protocol::EventKind::kExited, 0)}).ok());
+  ASSERT_TRUE(c_->ScheduleOnce().ok());
+  EXPECT_EQ(Get(after.id).state, JobState::kPending);  // element 1 still runs
+  Job e1 = Get(ids[1]);
+  ASSERT_TRUE(Apply({Ev(e1, protocol::EventKind::kStarted)}).ok());
+  ASSERT_TRUE(Apply({Ev(e1, protocol::EventKind::kExited, 1)}).ok());
+  ASSERT_TRUE(c_->ScheduleOnce().ok());
+  Job ended = Get(after.id);
+  EXPECT_EQ(ended.state, JobState::kCancelled);
+  EXPECT_EQ(ended.reason, "dependency can never be met: job " + std::to_string(arr.id) +
+                              " ended FAILED, and --after-ok needs it to succeed");
+}
+
+TEST_F(ControllerTest, ArraySpecsOverTheLimitsOrMalformedAreRefused) {
+  Register(2);
+  for (const char* bad :
+       {"0-1000", "5-1", "x", "0-9%0", "0-9%", "1,,2", "0-9:0", "-3", "0-2000000"}) {
+    Job j = MakeJob(0);
+    j.array = bad;
+    Result<Job> r = c_->Submit(j, alice_);
+    EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument) << bad;
+    EXPECT_NE(r.status().message().find("array '"), std::string::npos) << r.status().message();
+  }
+  EXPECT_TRUE(store_->ListJobs({})->empty());
+  Job ok = MakeJob(0);
+  ok.array = "0-999";  // 1000 elements: the most an array may have
+  ASSERT_TRUE(c_->Submit(ok, alice_).ok());
+  EXPECT_EQ(store_->ListJobs({})->size(), 1000u);
+}
+
+TEST_F(ControllerTest, NodesShowCpuAndMemoryAllocatedAndTotal) {
+  Register(2);
+  Job j = MakeJob(1);
+  j.request.cpu_milli = 2500;
+  j.request.memory_bytes = (uint64_t{3} << 30) + 1;  // rounds up to whole MiB
+  j = c_->Submit(j, alice_).value();
+  ASSERT_TRUE(c_->ScheduleOnce().ok());
+  NodeView v = c_->Nodes().at(0);
+  EXPECT_EQ(v.cpu_milli, 64'000);
+  EXPECT_EQ(v.cpu_allocated_milli, 2500);
+  EXPECT_EQ(v.memory_mib, 256'000);
+  EXPECT_EQ(v.memory_allocated_mib, 3 * 1024 + 1);
+}
+
 TEST_F(ControllerTest, UsersOnlySeeAndCancelTheirOwnJobs) {
   Register(1);
   Job j = c_->Submit(MakeJob(1), alice_).value();

@@ -26,6 +26,7 @@ constexpr EndpointRule kRules[] = {
      "the agent endpoints /v1/agent/* are for agents: use a node token (`gpupool token "
      "create --kind node --user NODE`), or root on the Unix socket"},
     {"GET", "/v1/nodes", kUserBit | kAdminBit | kMetricsBit, ""},
+    {"", "/v1/nodes/", kAdminBit, "only admins drain and resume nodes"},
     {"GET", "/v1/usage", kUserBit | kAdminBit | kMetricsBit, ""},
     {"GET", "/metrics", kAdminBit | kMetricsBit,
      "/metrics is for metrics tokens and admins: ask an admin for a metrics token"},

@@ -165,7 +165,31 @@ Result<std::vector<std::string>> AllowedNodes(const jobs::Job& job,
   return allowed;
 }
 
+// Takes everything still free on a draining node, so nothing new is placed there while
+// what runs there keeps its share.
+void Cordon(sched::ClusterState& cluster, int32_t i) {
+  sched::Task rest;
+  rest.name = "drained";
+  rest.cpu_milli = cluster.node(i).cpu_free_milli;
+  rest.memory_mib = cluster.node(i).memory_free_mib;
+  if (rest.cpu_milli > 0 || rest.memory_mib > 0) (void)cluster.Allocate(rest, {i, {}});
+  for (int32_t g = 0; g < cluster.node(i).num_gpus(); ++g) {
+    const int32_t free = cluster.node(i).gpu_free_milli[static_cast<size_t>(g)];
+    if (free <= 0) continue;
+    sched::Task share;
+    share.name = "drained";
+    share.num_gpu = 1;
+    share.gpu_milli = free;
+    (void)cluster.Allocate(share, {i, {g}});
+  }
+}
+
 }  // namespace
+
+std::string HeldReason(const jobs::Job& job) {
+  return "held by " + job.held_by + (job.held_by_admin ? " (admin)" : "") + ": `gpupool release " +
+         std::to_string(job.id) + "` lets it start";
+}
 
 std::string GpuModelKey(const std::string& gpu_name) {
   static const std::set<std::string> kNoise = {"nvidia",   "tesla",  "geforce", "quadro", "amd",
@@ -220,7 +244,8 @@ std::string JobScheduler::NeverFits(const jobs::Job& job, const std::vector<Sche
 }
 
 Result<ScheduleResult> JobScheduler::Plan(const std::vector<const jobs::Job*>& active,
-                                          const std::vector<SchedNode>& nodes, int64_t now_s) {
+                                          const std::vector<SchedNode>& nodes, int64_t now_s,
+                                          const std::map<int64_t, std::string>& blocked) {
   ScheduleResult result;
   const std::vector<ModelFacts> models = Models(nodes);
 
@@ -247,7 +272,38 @@ Result<ScheduleResult> JobScheduler::Plan(const std::vector<const jobs::Job*>& a
   std::map<int64_t, std::string> never;
   // Environment checks per distinct environment (jobs of one image share the answer).
   std::map<std::string, Result<std::vector<std::string>>> allowed_by_env;
+  // Arrays with a limit on elements running at once: how many run, and how many pending
+  // ones this pass may start (the lowest ids first).
+  std::map<int64_t, int> array_running;
+  std::map<int64_t, int> array_admitted;
   for (const jobs::Job* job : active) {
+    if (job->array_id != 0 && job->state != jobs::JobState::kPending) {
+      ++array_running[job->array_id];
+    }
+  }
+  for (const jobs::Job* job : active) {
+    if (job->state == jobs::JobState::kPending && job->array_max_running > 0 &&
+        job->held_by.empty() && blocked.count(job->id) == 0) {
+      const int running = array_running[job->array_id];
+      int& admitted = array_admitted[job->array_id];
+      if (running + admitted >= job->array_max_running) {
+        result.pending_reasons[job->id] =
+            "array " + std::to_string(job->array_id) + " runs at most " +
+            std::to_string(job->array_max_running) + " elements at once (--array ...%" +
+            std::to_string(job->array_max_running) + "); its earlier elements come first";
+        continue;
+      }
+      ++admitted;
+    }
+    if (job->state == jobs::JobState::kPending && !job->held_by.empty()) {
+      result.pending_reasons[job->id] = HeldReason(*job);
+      continue;
+    }
+    if (auto b = blocked.find(job->id);
+        b != blocked.end() && job->state == jobs::JobState::kPending) {
+      result.pending_reasons[job->id] = b->second;
+      continue;
+    }
     Result<sched::Task> task = TaskFor(*job, models);
     if (task.ok() && job->state == jobs::JobState::kPending && !job->needs.empty() &&
         job->request.gpus > 0) {
@@ -317,6 +373,13 @@ Result<ScheduleResult> JobScheduler::Plan(const std::vector<const jobs::Job*>& a
       if (!cluster.Allocate(queued[i].tasks[t], r.placements[t]).ok()) allocated = false;
     }
     if (allocated) running.push_back(std::move(r));
+  }
+
+  std::string draining;  // "n1, n2": named in pending reasons
+  for (size_t i = 0; i < node_of.size(); ++i) {
+    if (!node_of[i]->draining) continue;
+    Cordon(cluster, static_cast<int32_t>(i));
+    draining += (draining.empty() ? "" : ", ") + node_of[i]->name;
   }
 
   const std::string policy_name = placement_policy_name_;
@@ -413,6 +476,10 @@ Result<ScheduleResult> JobScheduler::Plan(const std::vector<const jobs::Job*>& a
       }
     } else {
       reason = "needs " + CpuMemText(t) + "; no node has them free";
+    }
+    if (!draining.empty() && never_reason.empty()) {
+      reason += " (nothing new starts on draining node" +
+                std::string(draining.find(',') == std::string::npos ? " " : "s ") + draining + ")";
     }
     result.pending_reasons[job->id] = reason;
   }

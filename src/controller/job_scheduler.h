@@ -26,7 +26,11 @@ struct SchedNode {
   const gpu::NodeInfo* info = nullptr;
   int64_t cpu_milli = 0;
   int64_t memory_mib = 0;
+  bool draining = false;  // nothing new is placed there
 };
+
+// The pending reason of a held job: who held it and how to release it.
+std::string HeldReason(const jobs::Job& job);
 
 struct ScheduleResult {
   std::map<int64_t, std::vector<jobs::TaskPlacement>> starts;  // job id -> placements
@@ -40,8 +44,11 @@ class JobScheduler {
                                                       const std::string& start_rule);
 
   // `active` holds every non-terminal job; ASSIGNED/RUNNING ones occupy their GPUs.
+  // Jobs in `blocked` (pending ones that wait for something else: their dependencies)
+  // are not started and get the given pending reason.
   Result<ScheduleResult> Plan(const std::vector<const jobs::Job*>& active,
-                              const std::vector<SchedNode>& nodes, int64_t now_s);
+                              const std::vector<SchedNode>& nodes, int64_t now_s,
+                              const std::map<int64_t, std::string>& blocked = {});
 
   // Why `job` could never run on `nodes` even if they were idle; empty when it could.
   static std::string NeverFits(const jobs::Job& job, const std::vector<SchedNode>& nodes);

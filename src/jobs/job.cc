@@ -1,5 +1,10 @@
 #include "jobs/job.h"
 
+#include <algorithm>
+#include <set>
+
+#include "common/strings.h"
+
 namespace gpupool::jobs {
 
 std::string_view JobStateName(JobState s) {
@@ -31,6 +36,71 @@ std::optional<JobState> ParseJobState(std::string_view name) {
     if (JobStateName(s) == name) return s;
   }
   return std::nullopt;
+}
+
+std::string_view DependencyKindName(Dependency::Kind k) {
+  switch (k) {
+    case Dependency::Kind::kAfterOk:
+      return "after-ok";
+    case Dependency::Kind::kAfterAny:
+      return "after-any";
+    case Dependency::Kind::kAfterNotOk:
+      return "after-not-ok";
+  }
+  return "?";
+}
+
+std::optional<Dependency::Kind> ParseDependencyKind(std::string_view name) {
+  for (auto k :
+       {Dependency::Kind::kAfterOk, Dependency::Kind::kAfterAny, Dependency::Kind::kAfterNotOk}) {
+    if (DependencyKindName(k) == name) return k;
+  }
+  return std::nullopt;
+}
+
+Result<ArraySpec> ParseArraySpec(std::string_view text) {
+  auto bad = [&](const std::string& why) {
+    return Status::InvalidArgument("array '" + std::string(text) + "': " + why +
+                                   "; use e.g. 0-99, 0-99%10 (at most 10 at once), 1,3,5-7 or "
+                                   "0-30:10 (every 10th)");
+  };
+  ArraySpec spec;
+  std::string_view list = text;
+  if (const size_t pct = text.find('%'); pct != std::string_view::npos) {
+    auto limit = ParseInt64(text.substr(pct + 1));
+    if (!limit || *limit < 1 || *limit > kMaxArraySize) {
+      return bad("the limit after % must be 1.." + std::to_string(kMaxArraySize));
+    }
+    spec.max_running = static_cast<int>(*limit);
+    list = text.substr(0, pct);
+  }
+  if (list.empty()) return bad("no indices");
+  std::set<int> seen;
+  for (const std::string& part : Split(list, ',')) {
+    std::string range = part;
+    int64_t step = 1;
+    if (const size_t colon = range.find(':'); colon != std::string::npos) {
+      auto st = ParseInt64(range.substr(colon + 1));
+      if (!st || *st < 1) return bad("a step must be a whole number of at least 1");
+      step = *st;
+      range.resize(colon);
+    }
+    const size_t dash = range.find('-', 1);
+    auto lo = ParseInt64(range.substr(0, dash));
+    auto hi = dash == std::string::npos ? lo : ParseInt64(range.substr(dash + 1));
+    if (!lo || !hi || *lo < 0 || *hi > kMaxArrayIndex || *lo > *hi) {
+      return bad("'" + part + "' is not an index or a range LOW-HIGH of 0.." +
+                 std::to_string(kMaxArrayIndex));
+    }
+    for (int64_t i = *lo; i <= *hi; i += step) {
+      seen.insert(static_cast<int>(i));
+      if (seen.size() > static_cast<size_t>(kMaxArraySize)) {
+        return bad("more than " + std::to_string(kMaxArraySize) + " elements");
+      }
+    }
+  }
+  spec.indices.assign(seen.begin(), seen.end());
+  return spec;
 }
 
 bool IsTerminal(JobState s) {

@@ -16,6 +16,8 @@
 #include <string_view>
 #include <vector>
 
+#include "common/status.h"
+
 namespace gpupool::jobs {
 
 enum class JobState {
@@ -89,6 +91,30 @@ struct Mount {
   friend bool operator==(const Mount&, const Mount&) = default;
 };
 
+// `submit --after-ok/--after-any/--after-not-ok ID`: the job starts only once job ID has
+// ended as the kind asks; a dependency that can no longer be met ends the job.
+struct Dependency {
+  enum class Kind { kAfterOk, kAfterAny, kAfterNotOk };
+  int64_t job_id = 0;
+  Kind kind = Kind::kAfterOk;
+  friend bool operator==(const Dependency&, const Dependency&) = default;
+};
+inline constexpr size_t kMaxDependencies = 64;
+
+// `submit --array 0-99%10`: the indices, and how many elements may run at once (0 = no
+// limit). Forms: "0-99", "1,3,8-11", "0-30:10" (a step), each with an optional "%N".
+struct ArraySpec {
+  std::vector<int> indices;  // ascending, distinct
+  int max_running = 0;
+};
+inline constexpr int kMaxArraySize = 1000;  // elements per array (Slurm's default 1001)
+inline constexpr int kMaxArrayIndex = 1'000'000;
+// Errors name the field ("array") and show a correct form.
+Result<ArraySpec> ParseArraySpec(std::string_view text);
+// "after-ok", "after-any", "after-not-ok" (the CLI flags without their dashes).
+std::string_view DependencyKindName(Dependency::Kind k);
+std::optional<Dependency::Kind> ParseDependencyKind(std::string_view name);
+
 // What a job's software environment needs from a node's GPU stack, found by inspecting
 // its image or directory at submit time (src/envcheck). Empty `source` = not inspected.
 struct EnvNeeds {
@@ -125,6 +151,14 @@ struct Job {
   // MPI launch (--mpi): the command runs in task 0 only; the other tasks hold their
   // allocations for `gpupool exec` (mpirun's remote daemons) until task 0 ends.
   bool mpi = false;
+  std::vector<Dependency> dependencies;  // all must be met before it starts
+  // A submission's `--array` spec; the server turns it into one job per index.
+  std::string array;
+  // An element of an array: the array's id (its first element's job id), its index
+  // (GPUPOOL_ARRAY_TASK_ID) and the array's limit on elements running at once.
+  int64_t array_id = 0;
+  int array_index = 0;
+  int array_max_running = 0;
   JobState state = JobState::kPending;
   int64_t submit_time_us = 0;
   int64_t start_time_us = 0;  // 0 = not started
@@ -140,7 +174,11 @@ struct Job {
   std::string reason;             // why it ended as it did (LOST, FAILED to launch, ...)
   int attempt = 0;                // launches so far (requeues add one)
   bool cancel_requested = false;  // cancel asked for; the agent is stopping it
-  std::string stdout_path;        // task 0's, on its node, set when it starts
+  // `gpupool hold`: a held job stays PENDING and is not started until released. Who held
+  // it; a hold an admin put on someone else's job only an admin releases.
+  std::string held_by;
+  bool held_by_admin = false;
+  std::string stdout_path;  // task 0's, on its node, set when it starts
   std::string stderr_path;
   friend bool operator==(const Job&, const Job&) = default;
 };

@@ -205,6 +205,19 @@ OrderedJson JobToJson(const Job& job) {
   j["time_limit_s"] = job.time_limit_s;
   j["requeue"] = job.requeue;
   if (job.mpi) j["mpi"] = true;
+  if (!job.array.empty()) j["array"] = job.array;
+  if (job.array_id != 0) {
+    j["array_id"] = job.array_id;
+    j["array_index"] = job.array_index;
+    if (job.array_max_running > 0) j["array_max_running"] = job.array_max_running;
+  }
+  if (!job.dependencies.empty()) {
+    OrderedJson deps = OrderedJson::array();
+    for (const Dependency& d : job.dependencies) {
+      deps.push_back({{"job_id", d.job_id}, {"kind", DependencyKindName(d.kind)}});
+    }
+    j["dependencies"] = std::move(deps);
+  }
   j["state"] = JobStateName(job.state);
   j["submit_time_us"] = job.submit_time_us;
   j["start_time_us"] = job.start_time_us;
@@ -229,6 +242,10 @@ OrderedJson JobToJson(const Job& job) {
   j["reason"] = job.reason;
   j["attempt"] = job.attempt;
   j["cancel_requested"] = job.cancel_requested;
+  if (!job.held_by.empty()) {
+    j["held_by"] = job.held_by;
+    j["held_by_admin"] = job.held_by_admin;
+  }
   if (!job.stdout_path.empty()) j["stdout_path"] = job.stdout_path;
   if (!job.stderr_path.empty()) j["stderr_path"] = job.stderr_path;
   return j;
@@ -273,6 +290,32 @@ Result<Job> JobFromJson(const Json& j, std::string_view path, bool reject_unknow
       mf.Optional("read_only", &m.read_only);
       GP_RETURN_IF_ERROR(mf.Finish());
       job.mounts.push_back(std::move(m));
+    }
+  }
+  f.Optional("array", &job.array);
+  f.Optional("array_id", &job.array_id, 0);
+  f.Optional("array_index", &job.array_index, 0, kMaxArrayIndex);
+  f.Optional("array_max_running", &job.array_max_running, 0, kMaxArraySize);
+  if (const Json* deps = f.Array("dependencies")) {
+    if (deps->size() > kMaxDependencies) {
+      return Status::InvalidArgument(f.PathOf("dependencies") + ": at most " +
+                                     std::to_string(kMaxDependencies) + " dependencies");
+    }
+    for (size_t i = 0; i < deps->size(); ++i) {
+      const std::string at = f.PathOf("dependencies") + "[" + std::to_string(i) + "]";
+      JsonFields df((*deps)[i], at, reject_unknown);
+      Dependency d;
+      std::string kind;
+      df.Required("job_id", &d.job_id, 1);
+      df.Required("kind", &kind);
+      GP_RETURN_IF_ERROR(df.Finish());
+      std::optional<Dependency::Kind> k = ParseDependencyKind(kind);
+      if (!k) {
+        return Status::InvalidArgument(at + ".kind: '" + kind +
+                                       "'; use after-ok, after-any or after-not-ok");
+      }
+      d.kind = *k;
+      job.dependencies.push_back(d);
     }
   }
   f.Optional("environment", &job.environment);
@@ -337,6 +380,8 @@ Result<Job> JobFromJson(const Json& j, std::string_view path, bool reject_unknow
   f.Optional("reason", &job.reason);
   f.Optional("attempt", &job.attempt, 0);
   f.Optional("cancel_requested", &job.cancel_requested);
+  f.Optional("held_by", &job.held_by);
+  f.Optional("held_by_admin", &job.held_by_admin);
   f.Optional("stdout_path", &job.stdout_path);
   f.Optional("stderr_path", &job.stderr_path);
   GP_RETURN_IF_ERROR(f.Finish());

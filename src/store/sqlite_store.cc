@@ -74,6 +74,10 @@ ALTER TABLE tokens ADD COLUMN last_used_us INTEGER NOT NULL DEFAULT 0;
 ALTER TABLE nodes ADD COLUMN address TEXT NOT NULL DEFAULT '';
 ALTER TABLE nodes ADD COLUMN protocol TEXT NOT NULL DEFAULT '';
 )sql",
+    // Why an admin drained a node.
+    R"sql(
+ALTER TABLE nodes ADD COLUMN drain_reason TEXT NOT NULL DEFAULT '';
+)sql",
 };
 
 class Stmt {
@@ -242,12 +246,13 @@ class SqliteStore final : public Store {
     std::lock_guard lock(mu_);
     Stmt s(db_,
            "INSERT INTO nodes(name, info_json, agent_url, cpu_milli, memory_mib, registered_us, "
-           "last_heartbeat_us, draining, address, protocol) VALUES(?,?,?,?,?,?,?,?,?,?) ON "
-           "CONFLICT(name) DO UPDATE SET "
+           "last_heartbeat_us, draining, address, protocol, drain_reason) "
+           "VALUES(?,?,?,?,?,?,?,?,?,?,?) ON CONFLICT(name) DO UPDATE SET "
            "info_json=excluded.info_json, agent_url=excluded.agent_url, "
            "cpu_milli=excluded.cpu_milli, memory_mib=excluded.memory_mib, "
            "registered_us=excluded.registered_us, last_heartbeat_us=excluded.last_heartbeat_us, "
-           "draining=excluded.draining, address=excluded.address, protocol=excluded.protocol");
+           "draining=excluded.draining, address=excluded.address, protocol=excluded.protocol, "
+           "drain_reason=excluded.drain_reason");
     s.Bind(1, n.name);
     s.Bind(2, n.info_json);
     s.Bind(3, n.agent_url);
@@ -258,6 +263,7 @@ class SqliteStore final : public Store {
     s.Bind(8, n.draining ? 1 : 0);
     s.Bind(9, n.address);
     s.Bind(10, n.protocol);
+    s.Bind(11, n.drain_reason);
     if (s.Step() != SQLITE_DONE) return Error("store node " + n.name);
     return Status::Ok();
   }
@@ -266,12 +272,13 @@ class SqliteStore final : public Store {
     std::lock_guard lock(mu_);
     Stmt s(db_,
            "SELECT name, info_json, agent_url, cpu_milli, memory_mib, registered_us, "
-           "last_heartbeat_us, draining, address, protocol FROM nodes ORDER BY name");
+           "last_heartbeat_us, draining, address, protocol, drain_reason FROM nodes ORDER BY "
+           "name");
     std::vector<NodeRecord> out;
     int rc;
     while ((rc = s.Step()) == SQLITE_ROW) {
       out.push_back({s.Text(0), s.Text(1), s.Text(2), s.Int(3), s.Int(4), s.Int(5), s.Int(6),
-                     s.Int(7) != 0, s.Text(8), s.Text(9)});
+                     s.Int(7) != 0, s.Text(8), s.Text(9), s.Text(10)});
     }
     if (rc != SQLITE_DONE) return Error("list nodes");
     return out;

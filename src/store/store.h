@@ -35,9 +35,10 @@ struct NodeRecord {
   int64_t memory_mib = 0;
   int64_t registered_us = 0;
   int64_t last_heartbeat_us = 0;
-  bool draining = false;
-  std::string address;   // where the node's peers reach it (agent --address)
-  std::string protocol;  // the agent protocol version it registered with, "1.1"
+  bool draining = false;     // `gpupool node drain`: nothing new starts there
+  std::string address;       // where the node's peers reach it (agent --address)
+  std::string protocol;      // the agent protocol version it registered with, "1.1"
+  std::string drain_reason;  // why, and who drained it
   friend bool operator==(const NodeRecord&, const NodeRecord&) = default;
 };
 

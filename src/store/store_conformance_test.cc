@@ -122,6 +122,8 @@ TEST_P(StoreTest, NodesAndTokens) {
   NodeRecord n{"gpu01", "{}", "unix:/x", 8000, 65536, 1, 2, false, "10.0.0.7", "1.1"};
   ASSERT_TRUE(store_->PutNode(n).ok());
   n.last_heartbeat_us = 5;
+  n.draining = true;  // `gpupool node drain`, with its reason
+  n.drain_reason = "disk swap (root)";
   ASSERT_TRUE(store_->PutNode(n).ok());
   auto nodes = store_->ListNodes();
   ASSERT_TRUE(nodes.ok());

@@ -78,7 +78,7 @@ class ClientE2eTest : public ::testing::Test {
     if (with_server_flag && !args.empty()) {
       // --server goes on the leaf subcommand, before its positionals.
       size_t at = 1;
-      if (args[0] == "token") at = 2;
+      if (args[0] == "token" || args[0] == "node") at = 2;
       args.insert(args.begin() + static_cast<std::ptrdiff_t>(at), {"--server", "unix:" + socket_});
     }
     CLI::App app{"gpupool"};
@@ -433,6 +433,83 @@ TEST_F(ClientE2eTest, LogsOfSomeoneElsesJobIsExit4) {
   EXPECT_EQ(r.err, "gpupool: the logs of job 8 are readable by its owner only\n");
 }
 
+TEST_F(ClientE2eTest, ArraysAreSubmittedAndCancelledWholeOrByElement) {
+  Serve([](const HttpRequest& r) {
+    if (r.path == "/v1/jobs") {
+      return JsonAnswer(201, R"({"job": {"id": 12, "array_id": 12, "array": "0-99%10"}})");
+    }
+    if (r.path == "/v1/jobs/12/cancel" && r.Query("element").empty()) {
+      return JsonAnswer(200, R"({"job": {"state": "CANCELLED"}, "array_cancelled": 97})");
+    }
+    return JsonAnswer(200, R"({"job": {"state": "CANCELLED"}})");
+  });
+  RunResult r = Run({"submit", "--array", "0-99%10", "--", "true"});
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.out, "Submitted array job 12 (0-99%10; element N is 12_N in queue and cancel)\n");
+  EXPECT_NE(Requests()[0].body.find(R"("array":"0-99%10")"), std::string::npos);
+  r = Run({"submit", "--array", "0-5000", "--", "true"});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("--array 0-5000: more than 1000 elements"), std::string::npos) << r.err;
+  EXPECT_EQ(Requests().size(), 1u);  // refused before any request
+  r = Run({"cancel", "12_5", "12"});
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.out,
+            "Cancelled job 12_5\nCancelled array 12 (97 elements still queued or running)\n");
+  EXPECT_EQ(Requests()[1].Query("element"), "5");
+  EXPECT_EQ(Run({"cancel", "12_x"}).code, 2);
+}
+
+TEST_F(ClientE2eTest, HoldAndReleaseEachJobAndFailIfAnyFailed) {
+  Serve([](const HttpRequest& r) {
+    if (r.path == "/v1/jobs/7/hold" || r.path == "/v1/jobs/7/release") {
+      return JsonAnswer(200, R"({"job": {"id": 7, "state": "PENDING"}})");
+    }
+    return JsonAnswer(409, R"({"error": "job 8 is RUNNING; only pending jobs are held"})");
+  });
+  RunResult r = Run({"hold", "7", "8"});
+  EXPECT_EQ(r.code, 1);  // 409, as for cancel
+  EXPECT_EQ(r.out, "Held job 7\n");
+  EXPECT_NE(r.err.find("job 8: job 8 is RUNNING; only pending jobs are held"), std::string::npos)
+      << r.err;
+  r = Run({"release", "7"});
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.out, "Released job 7\n");
+  ASSERT_EQ(Requests().size(), 3u);
+  EXPECT_EQ(Requests()[1].path, "/v1/jobs/8/hold");
+  EXPECT_EQ(Requests()[2].method, "POST");
+  EXPECT_EQ(Run({"hold", "x7"}).code, 2);
+}
+
+TEST_F(ClientE2eTest, NodeDrainNeedsAReasonAndSaysWhatTheNodeDoesNow) {
+  Serve([](const HttpRequest& r) {
+    if (r.path == "/v1/nodes/n1/drain") {
+      return JsonAnswer(200, R"js({"node": {"name": "n1", "state": "draining",
+        "running_jobs": 2, "drain_reason": "fans (root)"}})js");
+    }
+    if (r.path == "/v1/nodes/n1/resume") {
+      return JsonAnswer(200, R"({"node": {"name": "n1", "state": "up", "running_jobs": 2}})");
+    }
+    return JsonAnswer(403, R"({"error": "only admins drain and resume nodes"})");
+  });
+  RunResult r = Run({"node", "drain", "n1"});
+  EXPECT_EQ(r.code, 2);  // --reason is required
+  EXPECT_TRUE(Requests().empty());
+  r = Run({"node", "drain", "n1", "--reason", "fans"});
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.out,
+            "node n1 draining: 2 jobs still run there; nothing new starts (`gpupool node resume "
+            "n1` undoes it)\n");
+  ASSERT_EQ(Requests().size(), 1u);
+  EXPECT_EQ(Requests()[0].method, "POST");
+  EXPECT_EQ(Json::parse(Requests()[0].body), Json({{"reason", "fans"}}));
+  r = Run({"node", "resume", "n1"});
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.out, "node n1 up: new jobs start there again\n");
+  r = Run({"node", "drain", "n2", "--reason", "x"});
+  EXPECT_EQ(r.code, 4);
+  EXPECT_NE(r.err.find("only admins drain and resume nodes"), std::string::npos) << r.err;
+}
+
 TEST_F(ClientE2eTest, NodesUsageTokensRenderAndSendTheirQueries) {
   Serve([](const HttpRequest& r) {
     if (r.path == "/v1/nodes") {
@@ -462,8 +539,8 @@ TEST_F(ClientE2eTest, NodesUsageTokensRenderAndSendTheirQueries) {
   RunResult r = Run({"nodes"});
   EXPECT_EQ(r.code, 0) << r.err;
   EXPECT_EQ(r.out,
-            "NODE  STATE  ADDRESS    GPUS  RUNNING    SEEN  MODELS\n"
-            "n1    up     -        0.25/1        1  1s ago  1x H100\n");
+            "NODE  STATE  ADDRESS    GPUS  CPUS       MEMORY  RUNNING    SEEN  MODELS\n"
+            "n1    up     -        0.25/1   0/0  0.0/0.0 GiB        1  1s ago  1x H100\n");
   r = Run({"usage", "--since", "2026-10-01", "--by", "project"});
   EXPECT_EQ(r.code, 0) << r.err;
   EXPECT_EQ(r.out,

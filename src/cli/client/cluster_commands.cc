@@ -130,6 +130,45 @@ Status RunTokenRevoke(const ClientRuntime& rt, const TokenRevokeState& s) {
   return Status::Ok();
 }
 
+struct NodeActionState {
+  SimpleState base;
+  std::string name;
+  std::string reason;
+};
+
+// POST /v1/nodes/NAME/drain or /resume (admins), then says what the node does now.
+Status RunNodeAction(const ClientRuntime& rt, const NodeActionState& s, const std::string& action) {
+  if (action == "drain" && s.reason.empty()) {
+    return Status::InvalidArgument(
+        "--reason: say why the node is drained, e.g. --reason \"GPU 3 replacement\"");
+  }
+  GP_ASSIGN_OR_RETURN(ApiClient api, Connect(rt, s.base.conn));
+  OrderedJson body = OrderedJson::object();
+  if (action == "drain") body["reason"] = s.reason;
+  GP_ASSIGN_OR_RETURN(ApiAnswer answer,
+                      api.Post("/v1/nodes/" + s.name + "/" + action, DumpJson(body)));
+  if (s.base.json) {
+    PrintRaw(rt, answer.body);
+    return Status::Ok();
+  }
+  const Json* node = Field(answer.json, "node");
+  const Json none = Json::object();
+  const Json& n = node != nullptr ? *node : none;
+  const std::string state = GetString(n, "state", "?");
+  const int64_t running = GetInt(n, "running_jobs");
+  std::string line = "node " + GetString(n, "name", s.name) + " " + state;
+  if (state == "draining") {
+    line += ": " + std::to_string(running) + " job" + (running == 1 ? "" : "s") +
+            " still run there; nothing new starts (`gpupool node resume " + s.name + "` undoes it)";
+  } else if (state == "drained") {
+    line += ": nothing runs there and nothing new starts";
+  } else if (action == "resume") {
+    line += ": new jobs start there again";
+  }
+  Print(rt, line + "\n");
+  return Status::Ok();
+}
+
 }  // namespace
 
 void RegisterClusterCommands(CLI::App& app, const RuntimePtr& rt) {
@@ -142,6 +181,26 @@ void RegisterClusterCommands(CLI::App& app, const RuntimePtr& rt) {
     Report(*rt,
            GetAndPrint(*rt, *n, "/v1/nodes", [now](const Json& j) { return RenderNodes(j, now); }));
   });
+
+  CLI::App* node = app.add_subcommand("node", "Drain a node or resume it (admins)");
+  node->require_subcommand(1);
+  auto nd = std::make_shared<NodeActionState>();
+  CLI::App* drain = node->add_subcommand(
+      "drain",
+      "Finish what runs on a node and start nothing new there (like scontrol ... "
+      "State=DRAIN)");
+  drain->add_option("name", nd->name, "the node, as `gpupool nodes` names it")->required();
+  drain->add_option("--reason", nd->reason, "why, shown in `gpupool nodes` and pending reasons")
+      ->required();
+  drain->add_flag("--json", nd->base.json, "print the server's JSON");
+  AddConnectionOptions(*drain, &nd->base.conn);
+  drain->callback([rt, nd] { Report(*rt, RunNodeAction(*rt, *nd, "drain")); });
+  auto nr = std::make_shared<NodeActionState>();
+  CLI::App* resume = node->add_subcommand("resume", "Let new jobs start on a drained node again");
+  resume->add_option("name", nr->name, "the node")->required();
+  resume->add_flag("--json", nr->base.json, "print the server's JSON");
+  AddConnectionOptions(*resume, &nr->base.conn);
+  resume->callback([rt, nr] { Report(*rt, RunNodeAction(*rt, *nr, "resume")); });
 
   auto u = std::make_shared<UsageState>();
   CLI::App* usage = app.add_subcommand(

@@ -1,4 +1,4 @@
-// `gpupool queue`, `gpupool show ID`, `gpupool cancel ID...`.
+// `gpupool queue`, `gpupool show ID`, `gpupool cancel ID...`, `gpupool hold|release ID...`.
 #include <cctype>
 
 #include "cli/client/client_common.h"
@@ -76,6 +76,53 @@ struct CancelState {
 // Cancels each job in turn; one failure does not stop the others. The exit code is the
 // first failure's.
 void RunCancel(const ClientRuntime& rt, const CancelState& s) {
+  // "12" is a job (or, for an array's first element, the whole array); "12_5" is element
+  // 5 of array 12.
+  std::vector<std::pair<int64_t, int64_t>> ids;  // (id, element or -1)
+  for (const std::string& text : s.ids) {
+    const size_t us = text.find('_');
+    auto id = ParseJobId(text.substr(0, us));
+    if (!id.ok()) return Report(rt, id.status());
+    int64_t element = -1;
+    if (us != std::string::npos) {
+      auto e = ParseInt64(text.substr(us + 1));
+      if (!e || *e < 0) {
+        return Report(rt, Status::InvalidArgument("job id '" + text +
+                                                  "': an array element is ARRAY_INDEX, e.g. 12_5"));
+      }
+      element = *e;
+    }
+    ids.emplace_back(*id, element);
+  }
+  auto api = Connect(rt, s.conn);
+  if (!api.ok()) return Report(rt, api.status());
+  int first_failure = kExitOk;
+  for (const auto& [id, element] : ids) {
+    const std::string name =
+        std::to_string(id) + (element >= 0 ? "_" + std::to_string(element) : "");
+    auto answer = api->Post("/v1/jobs/" + std::to_string(id) + "/cancel" +
+                                (element >= 0 ? "?element=" + std::to_string(element) : ""),
+                            "");
+    if (!answer.ok()) {
+      Report(rt, answer.status().WithContext("job " + name));
+      if (first_failure == kExitOk) first_failure = rt.ctx->exit_code;
+      continue;
+    }
+    if (const int64_t n = GetInt(answer->json, "array_cancelled"); n > 0) {
+      Print(rt, "Cancelled array " + name + " (" + std::to_string(n) + " element" +
+                    (n == 1 ? "" : "s") + " still queued or running)\n");
+      continue;
+    }
+    const std::string state = GetString(GetObject(answer->json, "job"), "state");
+    Print(rt, state == "CANCELLED" || state.empty()
+                  ? "Cancelled job " + name + "\n"
+                  : "Cancelling job " + name + " (" + state + "; it is being stopped)\n");
+  }
+  rt.ctx->exit_code = first_failure;
+}
+
+// Holds or releases each job in turn, like RunCancel.
+void RunHold(const ClientRuntime& rt, const CancelState& s, bool hold) {
   std::vector<int64_t> ids;
   for (const std::string& text : s.ids) {
     auto id = ParseJobId(text);
@@ -86,17 +133,13 @@ void RunCancel(const ClientRuntime& rt, const CancelState& s) {
   if (!api.ok()) return Report(rt, api.status());
   int first_failure = kExitOk;
   for (int64_t id : ids) {
-    auto answer = api->Post("/v1/jobs/" + std::to_string(id) + "/cancel", "");
+    auto answer = api->Post("/v1/jobs/" + std::to_string(id) + (hold ? "/hold" : "/release"), "");
     if (!answer.ok()) {
       Report(rt, answer.status().WithContext("job " + std::to_string(id)));
       if (first_failure == kExitOk) first_failure = rt.ctx->exit_code;
       continue;
     }
-    const std::string state = GetString(GetObject(answer->json, "job"), "state");
-    Print(rt,
-          state == "CANCELLED" || state.empty()
-              ? "Cancelled job " + std::to_string(id) + "\n"
-              : "Cancelling job " + std::to_string(id) + " (" + state + "; it is being stopped)\n");
+    Print(rt, std::string(hold ? "Held" : "Released") + " job " + std::to_string(id) + "\n");
   }
   rt.ctx->exit_code = first_failure;
 }
@@ -127,6 +170,18 @@ void RegisterJobCommands(CLI::App& app, const RuntimePtr& rt) {
   cancel->add_option("ids", c->ids, "job ids")->required();
   AddConnectionOptions(*cancel, &c->conn);
   cancel->callback([rt, c] { RunCancel(*rt, *c); });
+
+  auto h = std::make_shared<CancelState>();
+  CLI::App* hold = app.add_subcommand(
+      "hold", "Keep pending jobs from starting until `gpupool release` (like scontrol hold)");
+  hold->add_option("ids", h->ids, "job ids")->required();
+  AddConnectionOptions(*hold, &h->conn);
+  hold->callback([rt, h] { RunHold(*rt, *h, true); });
+  auto rl = std::make_shared<CancelState>();
+  CLI::App* release = app.add_subcommand("release", "Let held jobs start again");
+  release->add_option("ids", rl->ids, "job ids")->required();
+  AddConnectionOptions(*release, &rl->conn);
+  release->callback([rt, rl] { RunHold(*rt, *rl, false); });
 }
 
 }  // namespace gpupool::cli

@@ -40,6 +40,13 @@ std::string RunningJobs(const Json& node) {
   return "?";
 }
 
+// MiB as GiB with one decimal: "12.5".
+std::string Gib(int64_t mib) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.1f", static_cast<double>(mib) / 1024);
+  return buf;
+}
+
 std::string Hours(double h) {
   char buf[64];
   std::snprintf(buf, sizeof buf, "%.2f", h);
@@ -49,7 +56,8 @@ std::string Hours(double h) {
 }  // namespace
 
 std::string RenderNodes(const Json& answer, int64_t now_us) {
-  Table t({"NODE", "STATE", "ADDRESS", "GPUS>", "RUNNING>", "SEEN>", "MODELS"});
+  Table t({"NODE", "STATE", "ADDRESS", "GPUS>", "CPUS>", "MEMORY>", "RUNNING>", "SEEN>", "MODELS"});
+  std::string drains;  // "n1: disk swap (root)" per drained node
   for (const Json& node : GetArray(answer, "nodes")) {
     const Json& gpus = GetArray(node, "gpus");
     int64_t allocated = 0;
@@ -57,11 +65,18 @@ std::string RenderNodes(const Json& answer, int64_t now_us) {
     const int64_t heartbeat = GetInt(node, "last_heartbeat_us");
     const std::string seen =
         heartbeat > 0 ? FormatDuration((now_us - heartbeat) / 1'000'000) + " ago" : "never";
-    t.AddRow({GetString(node, "name"), GetString(node, "state"), GetString(node, "address", "-"),
-              FormatMilli(allocated) + "/" + std::to_string(gpus.size()), RunningJobs(node), seen,
-              Models(gpus)});
+    t.AddRow(
+        {GetString(node, "name"), GetString(node, "state"), GetString(node, "address", "-"),
+         FormatMilli(allocated) + "/" + std::to_string(gpus.size()),
+         FormatMilli(GetInt(node, "cpu_allocated_milli")) + "/" +
+             FormatMilli(GetInt(node, "cpu_milli")),
+         Gib(GetInt(node, "memory_allocated_mib")) + "/" + Gib(GetInt(node, "memory_mib")) + " GiB",
+         RunningJobs(node), seen, Models(gpus)});
+    if (auto why = GetString(node, "drain_reason"); !why.empty()) {
+      drains += CleanCell(GetString(node, "name")) + ": " + CleanCell(why) + "\n";
+    }
   }
-  return t.Render();
+  return t.Render() + (drains.empty() ? "" : "drained:\n" + drains);
 }
 
 std::string RenderUsage(const Json& answer) {

@@ -129,12 +129,45 @@ std::string FormatJobGpus(const Json& job) {
   return prefix + std::to_string(gpus);
 }
 
+// "0-4,7,9-10" from ascending indices.
+std::string IndexRanges(const std::vector<int64_t>& idx) {
+  std::vector<std::string> parts;
+  for (size_t i = 0; i < idx.size();) {
+    size_t j = i;
+    while (j + 1 < idx.size() && idx[j + 1] == idx[j] + 1) ++j;
+    parts.push_back(j == i ? std::to_string(idx[i])
+                           : std::to_string(idx[i]) + "-" + std::to_string(idx[j]));
+    i = j + 1;
+  }
+  return Join(parts, ",");
+}
+
 std::string RenderQueue(const Json& answer, int64_t now_us) {
   Table t({"ID>", "USER", "NAME", "STATE", "GPUS>", "NODES", "TIME>", "REASON"});
-  for (const Json& job : GetArray(answer, "jobs")) {
-    t.AddRow({std::to_string(GetInt(job, "id")), GetString(job, "user"), GetString(job, "name"),
-              GetString(job, "state"), FormatJobGpus(job), Nodes(job), JobTime(job, now_us),
-              Why(job)});
+  const Json& jobs = GetArray(answer, "jobs");
+  for (size_t i = 0; i < jobs.size(); ++i) {
+    const Json& job = jobs[i];
+    const int64_t array = GetInt(job, "array_id");
+    std::string id = std::to_string(GetInt(job, "id"));
+    if (array != 0) {
+      id = std::to_string(array) + "_" + std::to_string(GetInt(job, "array_index"));
+      if (GetString(job, "state") == "PENDING") {
+        // The array's pending elements that follow each other share one row, as squeue
+        // shows them: 12_[5-99%10].
+        std::vector<int64_t> indices = {GetInt(job, "array_index")};
+        while (i + 1 < jobs.size() && GetInt(jobs[i + 1], "array_id") == array &&
+               GetString(jobs[i + 1], "state") == "PENDING") {
+          indices.push_back(GetInt(jobs[++i], "array_index"));
+        }
+        if (indices.size() > 1) {
+          const int64_t limit = GetInt(job, "array_max_running");
+          id = std::to_string(array) + "_[" + IndexRanges(indices) +
+               (limit > 0 ? "%" + std::to_string(limit) : "") + "]";
+        }
+      }
+    }
+    t.AddRow({id, GetString(job, "user"), GetString(job, "name"), GetString(job, "state"),
+              FormatJobGpus(job), Nodes(job), JobTime(job, now_us), Why(job)});
   }
   return t.Render();
 }
@@ -164,6 +197,20 @@ std::string RenderJob(const Json& job, int64_t now_us) {
   line("Time limit", limit > 0 ? FormatDuration(limit) : "none");
   line("Requeue", GetBool(job, "requeue") ? "yes, if its node is lost" : "no");
   if (GetBool(job, "mpi")) line("Launch", "mpi: the command runs in task 0, the others are held");
+  if (const int64_t array = GetInt(job, "array_id"); array != 0) {
+    const int64_t at_once = GetInt(job, "array_max_running");
+    line("Array", "element " + std::to_string(GetInt(job, "array_index")) + " of array " +
+                      std::to_string(array) + " (" + GetString(job, "array") + ")" +
+                      (at_once > 0 ? ", at most " + std::to_string(at_once) + " at once" : ""));
+  }
+  std::vector<std::string> deps;
+  for (const Json& d : GetArray(job, "dependencies")) {
+    deps.push_back(GetString(d, "kind") + " " + std::to_string(GetInt(d, "job_id")));
+  }
+  if (!deps.empty()) line("Depends", Join(deps, ", "));
+  if (auto h = GetString(job, "held_by"); !h.empty()) {
+    line("Held", "by " + h + (GetBool(job, "held_by_admin") ? " (admin)" : ""));
+  }
   line("Submitted", FormatTimeUtc(GetInt(job, "submit_time_us")));
   line("Started", FormatTimeUtc(GetInt(job, "start_time_us")));
   line("Ended", FormatTimeUtc(GetInt(job, "end_time_us")));

@@ -140,18 +140,47 @@ TEST(ShellJoinTest, QuotesOnlyWhatNeedsIt) {
             "python -c 'print('\\''hi'\\'')' '' a=b");
 }
 
+// Issue 15 B.1: an array's pending elements share one row, as squeue shows them.
+TEST(RenderQueueTest, ArrayElementsPendingTogetherShareARow) {
+  const Json answer = Parse(R"({"jobs": [
+    {"id": 40, "array_id": 40, "array_index": 0, "array_max_running": 2, "user": "a",
+     "state": "RUNNING", "request": {"gpus": 1}},
+    {"id": 41, "array_id": 40, "array_index": 1, "array_max_running": 2, "user": "a",
+     "state": "PENDING", "pending_reason": "array 40 runs at most 2", "request": {"gpus": 1}},
+    {"id": 42, "array_id": 40, "array_index": 2, "array_max_running": 2, "user": "a",
+     "state": "PENDING", "request": {"gpus": 1}},
+    {"id": 43, "array_id": 40, "array_index": 3, "array_max_running": 2, "user": "a",
+     "state": "PENDING", "request": {"gpus": 1}},
+    {"id": 44, "array_id": 40, "array_index": 7, "array_max_running": 2, "user": "a",
+     "state": "PENDING", "request": {"gpus": 1}},
+    {"id": 45, "user": "b", "state": "PENDING", "request": {"gpus": 1}},
+    {"id": 46, "array_id": 46, "array_index": 5, "user": "b", "state": "PENDING",
+     "request": {"gpus": 1}}]})");
+  EXPECT_EQ(RenderQueue(answer, kRenderNow),
+            "          ID  USER  NAME  STATE    GPUS  NODES  TIME  REASON\n"
+            "        40_0  a           RUNNING     1  -         -\n"
+            "40_[1-3,7%2]  a           PENDING     1  -         -  array 40 runs at most 2\n"
+            "          45  b           PENDING     1  -         -\n"
+            "        46_5  b           PENDING     1  -         -\n");
+}
+
 TEST(RenderNodesTest, FractionsAndModels) {
-  const Json answer = Parse(R"({"nodes": [
-    {"name": "gpu1", "state": "up", "address": "10.0.0.1", "last_heartbeat_us": 1793491197000000,
-     "running_jobs": 3,
+  const Json answer = Parse(R"js({"nodes": [
+    {"name": "gpu1", "state": "draining", "address": "10.0.0.1",
+     "last_heartbeat_us": 1793491197000000, "running_jobs": 3, "cpu_milli": 64000,
+     "cpu_allocated_milli": 2500, "memory_mib": 257024, "memory_allocated_mib": 12800,
+     "drain_reason": "disk swap (root)",
      "gpus": [{"index": 0, "name": "H100", "allocated_milli": 1000},
               {"index": 1, "name": "H100", "allocated_milli": 250},
               {"index": 2, "name": "A100", "allocated_milli": 0}]},
-    {"name": "gpu2", "state": "down", "running_jobs": [5, 6], "gpus": []}]})");
+    {"name": "gpu2", "state": "down", "running_jobs": [5, 6], "gpus": []}]})js");
   EXPECT_EQ(RenderNodes(answer, kRenderNow),
-            "NODE  STATE  ADDRESS     GPUS  RUNNING    SEEN  MODELS\n"
-            "gpu1  up     10.0.0.1  1.25/3        3  3s ago  2x H100, 1x A100\n"
-            "gpu2  down   -            0/0        2   never  -\n");
+            "NODE  STATE     ADDRESS     GPUS    CPUS          MEMORY  RUNNING    SEEN  MODELS\n"
+            "gpu1  draining  10.0.0.1  1.25/3  2.5/64  12.5/251.0 GiB        3  3s ago  2x H100, "
+            "1x A100\n"
+            "gpu2  down      -            0/0     0/0     0.0/0.0 GiB        2   never  -\n"
+            "drained:\n"
+            "gpu1: disk swap (root)\n");
 }
 
 TEST(RenderUsageTest, RowsAndTotal) {

@@ -222,6 +222,27 @@ Result<OrderedJson> BuildSubmission(const SubmitFlags& f, const std::vector<std:
   }
   if (f.requeue) body["requeue"] = *f.requeue;
   if (f.mpi && *f.mpi) body["mpi"] = true;
+  if (f.array) {
+    // Checked here for a quick answer; the server parses it again (one definition).
+    Result<jobs::ArraySpec> spec = jobs::ParseArraySpec(Trim(*f.array));
+    if (!spec.ok()) {
+      std::string why = spec.status().message();
+      why = why.substr(why.find(": ") + 2);
+      return OptionError("--array", *f.array, why);
+    }
+    body["array"] = std::string(Trim(*f.array));
+  }
+  OrderedJson deps = OrderedJson::array();
+  for (const std::string& d : f.dependencies) {
+    const size_t colon = d.find(':');
+    const std::string flag = "--" + d.substr(0, colon);
+    const auto id = ParseInt64(Trim(d.substr(colon + 1)));
+    if (!id || *id <= 0) {
+      return OptionError(flag, d.substr(colon + 1), "give job ids, e.g. " + flag + " 12,14");
+    }
+    deps.push_back({{"job_id", *id}, {"kind", d.substr(0, colon)}});
+  }
+  if (!deps.empty()) body["dependencies"] = std::move(deps);
   return body;
 }
 

@@ -85,7 +85,13 @@ Status RunSubmit(const ClientRuntime& rt, const SubmitState& s, bool after_dashe
     if (id <= 0) {
       return Status::Internal("the server accepted the job but its answer has no job id");
     }
-    Print(rt, "Submitted job " + std::to_string(id) + "\n");
+    const Json& job = GetObject(answer.json, "job");
+    if (GetInt(job, "array_id") == id) {
+      Print(rt, "Submitted array job " + std::to_string(id) + " (" + GetString(job, "array") +
+                    "; element N is " + std::to_string(id) + "_N in queue and cancel)\n");
+    } else {
+      Print(rt, "Submitted job " + std::to_string(id) + "\n");
+    }
   }
   return Status::Ok();
 }

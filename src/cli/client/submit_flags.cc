@@ -106,9 +106,27 @@ void AddSubmitOptions(CLI::App& app, SubmitFlags* f) {
   Single(app, "--workdir", &f->workdir, "working directory (default: the current directory)");
   Single(app, "--tasks", &f->tasks, "tasks placed together as a gang (default 1)");
   Single(app, "--image", &f->image, "run in this container image");
+  Single(app, "--array", &f->array,
+         "one job per index: 0-99, 0-99%10 (at most 10 at once), 1,3,5-7, 0-30:10; each sees "
+         "GPUPOOL_ARRAY_TASK_ID");
   app.add_flag_function(
       "--requeue,!--no-requeue", [f](int64_t count) { f->requeue = count > 0; },
       "requeue the job if its node is lost");
+  for (const char* kind : {"after-ok", "after-any", "after-not-ok"}) {
+    const std::string k = kind;
+    const std::string when = k == "after-ok" ? "has succeeded"
+                             : k == "after-not-ok"
+                                 ? "has failed (or was cancelled, timed out, lost)"
+                                 : "has ended, however it ended";
+    app.add_option_function<std::vector<std::string>>(
+           "--" + k,
+           [f, k](const std::vector<std::string>& v) {
+             for (const std::string& id : v) f->dependencies.push_back(k + ":" + id);
+           },
+           "start only once each job ID " + when + "; ID[,ID...], repeatable")
+        ->allow_extra_args(false)
+        ->delimiter(',');
+  }
   app.add_flag_function(
       "--mpi", [f](int64_t count) { f->mpi = count > 0; },
       "run the command in task 0 only and hold the other tasks for it (mpirun --hostfile "
@@ -185,6 +203,9 @@ SubmitFlags MergeFlags(const SubmitFlags& script, const SubmitFlags& cmdline) {
   over(&m.image, cmdline.image);
   if (cmdline.requeue) m.requeue = cmdline.requeue;
   if (cmdline.mpi) m.mpi = cmdline.mpi;
+  over(&m.array, cmdline.array);
+  m.dependencies.insert(m.dependencies.end(), cmdline.dependencies.begin(),
+                        cmdline.dependencies.end());
   return m;
 }
 

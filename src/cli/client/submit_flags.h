@@ -39,6 +39,9 @@ struct SubmitFlags {
   std::optional<std::string> image;
   std::optional<bool> requeue;
   std::optional<bool> mpi;
+  std::optional<std::string> array;  // --array 0-99%10
+  // "after-ok:12", "after-any:13", ... in the order given (--after-ok 12,14 gives two).
+  std::vector<std::string> dependencies;
 };
 
 // Adds every submit option to `app`, writing into *flags (which must outlive app).

@@ -98,6 +98,18 @@ TEST(BuildSubmissionTest, NoRequeueIsSentAsFalse) {
   EXPECT_NE(Body(ParseArgs({"--no-requeue"})).find(R"("requeue":false)"), std::string::npos);
 }
 
+TEST(BuildSubmissionTest, DependenciesLandWithTheirKinds) {
+  const std::string body =
+      Body(ParseArgs({"--after-ok", "12,14", "--after-not-ok", "3", "--after-any", "5"}));
+  EXPECT_NE(body.find(R"("dependencies":[{"job_id":12,"kind":"after-ok"},)"
+                      R"({"job_id":14,"kind":"after-ok"},{"job_id":5,"kind":"after-any"},)"
+                      R"({"job_id":3,"kind":"after-not-ok"}])"),
+            std::string::npos)
+      << body;
+  EXPECT_EQ(Error({"--after-ok", "12,x"}), "--after-ok x: give job ids, e.g. --after-ok 12,14");
+  EXPECT_EQ(Error({"--after-any", "0"}), "--after-any 0: give job ids, e.g. --after-any 12,14");
+}
+
 TEST(BuildSubmissionTest, EveryBadValueNamesItsOption) {
   EXPECT_EQ(Error({"--gpu-share", "1.5"}), "--gpu-share 1.5: a share must be in (0, 1]");
   EXPECT_EQ(Error({"--gpu-share", "0.5", "--gpus", "2"}),

@@ -25,6 +25,91 @@ Status Rollback(ClusterState& cluster, const std::vector<Task>& tasks,
   return first;
 }
 
+std::string Cpus(int64_t milli) {
+  return milli % 1000 == 0 ? fmt::format("{} CPU{}", milli / 1000, milli == 1000 ? "" : "s")
+                           : fmt::format("{:.3g} CPUs", static_cast<double>(milli) / 1000);
+}
+
+std::string Capability(int32_t c) { return fmt::format("{}.{}", c / 10, c % 10); }
+
+// Why no node of `cluster` could host `t` even idle: the nodes are narrowed one
+// constraint at a time (GPU count, model, capability, environment, CPU, memory), and
+// the first constraint that leaves none is named with the best any remaining node has.
+std::string WhyNoNodeCouldHost(const ClusterState& cluster, const Task& t) {
+  std::vector<const NodeState*> left;
+  for (int32_t n = 0; n < cluster.num_nodes(); ++n) left.push_back(&cluster.node(n));
+  if (left.empty()) return "there are no nodes";
+  const std::string with = t.num_gpu > 0 ? " with the GPUs" : "";
+  if (t.num_gpu > 0) {
+    int32_t most = 0;
+    std::erase_if(left, [&](const NodeState* n) {
+      most = std::max(most, n->num_gpus());
+      return n->num_gpus() < t.num_gpu;
+    });
+    if (left.empty()) {
+      return fmt::format("it asks for {} GPU{} on one node; the most any node has is {}", t.num_gpu,
+                         t.num_gpu == 1 ? "" : "s", most);
+    }
+    if (!t.gpu_models.empty()) {
+      std::vector<std::string> seen;
+      std::erase_if(left, [&](const NodeState* n) {
+        if (std::find(seen.begin(), seen.end(), n->gpu_model) == seen.end()) {
+          seen.push_back(n->gpu_model);
+        }
+        return std::find(t.gpu_models.begin(), t.gpu_models.end(), n->gpu_model) ==
+               t.gpu_models.end();
+      });
+      if (left.empty()) {
+        return fmt::format("GPU model {}: the nodes with {} GPU{} have {}",
+                           fmt::join(t.gpu_models, "|"), t.num_gpu, t.num_gpu == 1 ? "" : "s",
+                           fmt::join(seen, ", "));
+      }
+    }
+    if (t.min_capability > 0) {
+      int32_t best = 0;
+      std::erase_if(left, [&](const NodeState* n) {
+        best = std::max(best, n->gpu_capability);
+        return n->gpu_capability < t.min_capability;
+      });
+      if (left.empty()) {
+        return fmt::format(
+            "compute capability {} or newer (--min-capability): the newest of the "
+            "nodes that could otherwise host it is {}",
+            Capability(t.min_capability), best == 0 ? "unknown" : Capability(best));
+      }
+    }
+    if (!t.allowed_nodes.empty()) {
+      std::erase_if(left, [&](const NodeState* n) {
+        return !std::binary_search(t.allowed_nodes.begin(), t.allowed_nodes.end(), n->name);
+      });
+      if (left.empty()) {
+        return fmt::format(
+            "its environment runs only on {}, none of which has the GPUs it asks for",
+            fmt::join(t.allowed_nodes, ", "));
+      }
+    }
+  }
+  int64_t most_cpu = 0;
+  std::erase_if(left, [&](const NodeState* n) {
+    most_cpu = std::max(most_cpu, n->cpu_capacity_milli);
+    return n->cpu_capacity_milli < t.cpu_milli;
+  });
+  if (left.empty()) {
+    return fmt::format("it asks for {} (--cpus); the most any node{} has is {}", Cpus(t.cpu_milli),
+                       with, Cpus(most_cpu));
+  }
+  int64_t most_mem = 0;
+  std::erase_if(left, [&](const NodeState* n) {
+    most_mem = std::max(most_mem, n->memory_capacity_mib);
+    return n->memory_capacity_mib < t.memory_mib;
+  });
+  if (left.empty()) {
+    return fmt::format("it asks for {} MiB of memory (--mem); the most any node{} has is {} MiB",
+                       t.memory_mib, with, most_mem);
+  }
+  return "";  // some node could
+}
+
 }  // namespace
 
 Result<GangPlacement> PlaceGang(ClusterState& cluster, const std::vector<Task>& tasks,
@@ -95,11 +180,8 @@ bool GangObviouslyUnplaceable(const ClusterState& cluster, const std::vector<Tas
     for (int32_t n = 0; n < cluster.num_nodes() && !any; ++n) any = cluster.CouldEverHost(n, t);
     if (!any) {
       if (reason != nullptr) {
-        *reason = fmt::format(
-            "no node could ever host task {} ({} GPUs x {} thousandths{}, {})", i + 1, t.num_gpu,
-            t.gpu_milli,
-            t.gpu_models.empty() ? "" : fmt::format(" of model {}", fmt::join(t.gpu_models, "|")),
-            Resources{t.cpu_milli, t.memory_mib, 0}.ToString());
+        *reason = fmt::format("no node could ever host task {}: {}", i + 1,
+                              WhyNoNodeCouldHost(cluster, t));
       }
       return true;
     }

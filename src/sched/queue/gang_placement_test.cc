@@ -138,5 +138,55 @@ TEST(GangObviouslyUnplaceable, FindsTasksNoNodeCouldHost) {
   EXPECT_NE(why.find("more than the cluster"), std::string::npos) << why;
 }
 
+// Issue 15 A.2: "no node could ever host task 1 (9 GPUs x 1000 thousandths ...)" named
+// none of the constraints; the reason now names the one that fails and what nodes have.
+TEST(GangObviouslyUnplaceable, TheReasonNamesTheConstraintThatFails) {
+  ClusterState cluster;
+  NodeSpec a{"a", 16000, 64 * 1024, 4};
+  a.gpu_model = "A100";
+  a.gpu_capability = 80;
+  NodeSpec b{"b", 64000, 256 * 1024, 8};
+  b.gpu_model = "V100";
+  b.gpu_capability = 70;
+  ASSERT_TRUE(cluster.AddNode(a).ok());
+  ASSERT_TRUE(cluster.AddNode(b).ok());
+  std::string why;
+  auto never = [&](Task t) {
+    why.clear();
+    EXPECT_TRUE(GangObviouslyUnplaceable(cluster, {t}, &why));
+    return why;
+  };
+  EXPECT_EQ(never(GpuTask(9)),
+            "no node could ever host task 1: it asks for 9 GPUs on one node; the most any node "
+            "has is 8");
+  Task model = GpuTask(8);
+  model.gpu_models = {"A100"};
+  EXPECT_EQ(never(model),
+            "no node could ever host task 1: GPU model A100: the nodes with 8 GPUs "
+            "have V100");
+  Task cap = GpuTask(1);
+  cap.min_capability = 95;
+  EXPECT_EQ(never(cap),
+            "no node could ever host task 1: compute capability 9.5 or newer (--min-capability): "
+            "the newest of the nodes that could otherwise host it is 8.0");
+  Task env = GpuTask(8);
+  env.allowed_nodes = {"a"};
+  EXPECT_EQ(never(env),
+            "no node could ever host task 1: its environment runs only on a, none of "
+            "which has the GPUs it asks for");
+  Task cpu = GpuTask(4);
+  cpu.cpu_milli = 32000;
+  cpu.gpu_models = {"A100"};
+  EXPECT_EQ(never(cpu),
+            "no node could ever host task 1: it asks for 32 CPUs (--cpus); the most "
+            "any node with the GPUs has is 16 CPUs");
+  Task mem;
+  mem.cpu_milli = 1500;
+  mem.memory_mib = 300 * 1024;
+  EXPECT_EQ(never(mem),
+            "no node could ever host task 1: it asks for 307200 MiB of memory "
+            "(--mem); the most any node has is 262144 MiB");
+}
+
 }  // namespace
 }  // namespace gpupool::sched
