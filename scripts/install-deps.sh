@@ -17,6 +17,8 @@ packages=(
   python3-torch openmpi-bin python3-mpi4py
   # containers: the CDI tests run real podman with runc
   podman runc
+  # podman run --init (the default for container jobs): catatonit as PID 1
+  catatonit
   # a static busybox makes the minimal root file system of the CDI podman test
   busybox-static
 )

@@ -190,6 +190,12 @@ Result<std::vector<std::string>> BuildPodmanRunArgv(const LaunchSpec& spec,
       run.insert(run.end(), {"--env", std::move(kv)});
     }
   }
+  // An init as PID 1 (podman's catatonit) passes the stop signal on to the command, so a
+  // cancel ends it with SIGTERM instead of SIGKILL after the grace period.
+  if (spec.init) run.push_back("--init");
+  if (spec.shm_bytes > 0) {
+    run.insert(run.end(), {"--shm-size", std::to_string(spec.shm_bytes) + "b"});
+  }
   if (spec.cpu_milli > 0) run.insert(run.end(), {"--cpus", CpusValue(spec.cpu_milli)});
   if (spec.memory_bytes > 0) {
     run.insert(run.end(), {"--memory", std::to_string(spec.memory_bytes) + "b"});
@@ -225,6 +231,25 @@ ContainerExit MapPodmanExit(int status, const std::string& stderr_tail, const st
   } else if (status > 128 && status <= 128 + 64) {
     out.exit_code.reset();
     out.signal = status - 128;
+  } else if (status == 1) {
+    // With --init, catatonit runs the command and, when it cannot, says so and exits 1:
+    // "ERROR (catatonit:6): failed to exec pid1: No such file or directory".
+    std::vector<std::string> lines = Split(stderr_tail, '\n');
+    for (auto it = lines.rbegin(); it != lines.rend(); ++it) {
+      const std::string line(Trim(*it));
+      if (line.empty()) continue;
+      const std::string tag = "failed to exec pid1: ";
+      const size_t at = line.find(tag);
+      if (StartsWith(line, "ERROR (catatonit") && at != std::string::npos) {
+        const std::string why = line.substr(at + tag.size());
+        const bool missing = why == "No such file or directory";
+        out.exit_code = missing ? 127 : 126;
+        out.reason = "command '" + command + "' " +
+                     (missing ? "not found" : "could not be executed") + " in image '" + image +
+                     "': " + why;
+      }
+      break;
+    }
   }
   return out;
 }

@@ -314,6 +314,35 @@ TEST_F(ContainerPodmanTest, CancelStopsTheContainerWithinTheGrace) {
   EXPECT_TRUE(Containers().empty());
 }
 
+// Issue 15 B.8: with an init as PID 1 (the default), a cancel's SIGTERM reaches the
+// command, which ends at once instead of being killed after the grace period.
+TEST_F(ContainerPodmanTest, WithInitCancelEndsTheCommandBySigtermAtOnce) {
+  LaunchSpec s = Spec(210, {"sleep", "600"});
+  s.grace_s = 8;
+  ASSERT_TRUE(s.init);
+  ASSERT_TRUE(launcher_->Launch(s).ok());
+  std::optional<JobEvent> started = WaitForEvent(*launcher_, 210, 60'000);
+  ASSERT_TRUE(started && started->kind == Kind::kStarted);
+  ASSERT_TRUE(WaitForRunningContainer("gpupool-job-210-1", 30'000));
+  const auto t0 = std::chrono::steady_clock::now();
+  ASSERT_TRUE(launcher_->Cancel(210).ok());
+  std::optional<JobEvent> e = WaitForEvent(*launcher_, 210, 60'000);
+  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  ASSERT_TRUE(e.has_value());
+  EXPECT_TRUE(e->cancelled);
+  EXPECT_LT(took, 6.0) << "SIGKILL after the 8 s grace? " << e->reason;
+  EXPECT_TRUE(Containers().empty());
+}
+
+TEST_F(ContainerPodmanTest, ShmSizeSizesDevShm) {
+  LaunchSpec s = Spec(211, {"sh", "-c", "df -k /dev/shm | tail -1"});
+  s.shm_bytes = 256ull << 20;
+  JobEvent e = RunToEnd(s);
+  ASSERT_EQ(e.kind, Kind::kExited) << e.reason << Log(211, kStderrFile);
+  EXPECT_EQ(e.exit_code, 0) << Log(211, kStderrFile);
+  EXPECT_NE(Log(211, kStdoutFile).find(" 262144 "), std::string::npos) << Log(211, kStdoutFile);
+}
+
 TEST_F(ContainerPodmanTest, TimeLimitStopsTheContainer) {
   LaunchSpec s = Spec(205, {"sleep", "600"});
   s.time_limit_s = 2;
@@ -355,7 +384,7 @@ TEST_F(ContainerPodmanTest, MissingImageFailsWithAClearReason) {
 
 TEST_F(ContainerPodmanTest, CommandNotFoundInImage) {
   JobEvent e = RunToEnd(Spec(208, {"no-such-command"}));
-  EXPECT_EQ(e.exit_code, 127) << e.reason;
+  EXPECT_EQ(e.exit_code, 127) << e.reason << Log(208, kStderrFile);
   EXPECT_NE(e.reason.find("command 'no-such-command' not found in image"), std::string::npos)
       << e.reason;
 }

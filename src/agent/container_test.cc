@@ -120,13 +120,32 @@ TEST(PodmanRunArgvTest, MinimalCpuJobHasNoOptionalFlags) {
   EXPECT_EQ(a[0], "podman");
   EXPECT_EQ(a[1], "run");
   for (const char* flag : {"--runtime", "--ulimit", "--workdir", "--mount", "--device", "--cpus",
-                           "--memory", "--group-add", "--cap-drop"}) {
+                           "--memory", "--group-add", "--cap-drop", "--shm-size"}) {
     EXPECT_FALSE(Has(a, flag)) << flag;
   }
   EXPECT_EQ(After(a, "--user"), "0:0");
   // No GPU: the visibility variables say so.
   EXPECT_TRUE(Has(AllAfter(a, "--env"), "CUDA_VISIBLE_DEVICES="));
   EXPECT_TRUE(Has(AllAfter(a, "--env"), "NVIDIA_VISIBLE_DEVICES=void"));
+}
+
+// Issue 15 B.8: an init as PID 1 by default (signals reach the command), /dev/shm sized
+// on request.
+TEST(PodmanRunArgvTest, InitByDefaultAndShmSizeOnRequest) {
+  LaunchSpec s = ImageSpec();
+  Result<std::vector<std::string>> r = BuildPodmanRunArgv(s, ContainerOptions{}, {0});
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_TRUE(Has(*r, "--init"));
+  EXPECT_FALSE(Has(*r, "--shm-size"));
+  s.init = false;
+  s.shm_bytes = 8ull << 30;
+  r = BuildPodmanRunArgv(s, ContainerOptions{}, {0});
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_FALSE(Has(*r, "--init"));
+  EXPECT_EQ(After(*r, "--shm-size"), "8589934592b");
+  // Both before the image: after it they would be the command's arguments.
+  const auto image = std::find(r->begin(), r->end(), s.image);
+  EXPECT_LT(std::find(r->begin(), r->end(), "--shm-size"), image);
 }
 
 TEST(PodmanRunArgvTest, MountOnTheWorkdirReplacesTheWorkdirMount) {
@@ -197,6 +216,19 @@ TEST(MapPodmanExitTest, PodmanFailureIsAFailureWithItsError) {
   EXPECT_EQ(e.reason, "podman could not run the container: localhost/nope:1: image not known");
   e = MapPodmanExit(125, "", "img", "sh");
   EXPECT_EQ(e.reason, "podman could not run the container: see the job's stderr.log");
+}
+
+TEST(MapPodmanExitTest, WhatCatatonitSaysWhenItCannotRunTheCommand) {
+  ContainerExit e = MapPodmanExit(
+      1, "ERROR (catatonit:6): failed to exec pid1: No such file or directory\n", "img", "x");
+  EXPECT_EQ(e.exit_code, 127);
+  EXPECT_EQ(e.reason, "command 'x' not found in image 'img': No such file or directory");
+  e = MapPodmanExit(1, "ERROR (catatonit:6): failed to exec pid1: Permission denied\n", "img", "x");
+  EXPECT_EQ(e.exit_code, 126);
+  // The command's own exit 1, whatever it printed before its last line.
+  e = MapPodmanExit(1, "ERROR (catatonit:6): failed to exec pid1: x\nlater output\n", "img", "x");
+  EXPECT_EQ(e.exit_code, 1);
+  EXPECT_EQ(e.reason, "");
 }
 
 TEST(MapPodmanExitTest, NotFoundAndNotExecutable) {

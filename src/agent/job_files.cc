@@ -110,6 +110,8 @@ std::string ShimConfigToJson(const ShimConfig& config) {
   for (const BindMount& m : s.mounts) mounts.push_back(MountToJson(m));
   j["mounts"] = std::move(mounts);
   j["cdi_devices"] = s.cdi_devices;
+  j["shm_bytes"] = s.shm_bytes;
+  j["init"] = s.init;
   j["env_dir"] = s.env_dir;
   j["cgroup_root"] = config.cgroup_root;
   j["container"] = ContainerToJson(config.container);
@@ -188,6 +190,8 @@ Result<ShimConfig> ShimConfigFromJson(const std::string& text, const std::string
     }
   }
   f.Optional("cdi_devices", &s.cdi_devices);
+  f.Optional("shm_bytes", &s.shm_bytes);
+  f.Optional("init", &s.init);
   f.Optional("env_dir", &s.env_dir);
   f.Optional("cgroup_root", &config.cgroup_root);
   if (const Json* c = f.Member("container"); c != nullptr) {

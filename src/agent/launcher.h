@@ -84,6 +84,8 @@ struct LaunchSpec {
   std::string image;
   std::vector<BindMount> mounts;
   std::vector<std::string> cdi_devices;
+  uint64_t shm_bytes = 0;  // /dev/shm size; 0 = podman's default
+  bool init = true;        // podman --init: PID 1 passes signals on and reaps
   // Process jobs: a directory environment (conda env, virtualenv) put first on PATH.
   std::string env_dir;
   friend bool operator==(const LaunchSpec&, const LaunchSpec&) = default;

@@ -318,6 +318,12 @@ TEST_F(ApiAccessTest, BadDependenciesAreRefusedNamingTheField) {
   EXPECT_EQ(r.status, 404);
   EXPECT_EQ(Error(r), "--after-ok 99: there is no job 99");
   EXPECT_EQ(submit(R"({"job_id": 1})").status, 400);
+  // Issue 15 B.8: /dev/shm is sized for containers only.
+  r = AsUid(user_uid_, "POST", "/v1/jobs", {},
+            R"({"command": ["true"], "workdir": "/", "shm_bytes": 1048576})");
+  EXPECT_EQ(r.status, 400);
+  EXPECT_NE(Error(r).find("shm_bytes: --shm-size sizes a container's /dev/shm"), std::string::npos)
+      << r.body;
   EXPECT_TRUE(store_->ListJobs({})->empty());
 }
 

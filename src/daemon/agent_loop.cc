@@ -176,6 +176,8 @@ void AgentLoop::Launch(const protocol::LaunchOrder& order) {
   spec.time_limit_s = job.time_limit_s;
   spec.grace_s = options_.cancel_grace_s;
   spec.image = job.image;
+  spec.shm_bytes = job.shm_bytes;
+  spec.init = job.init;
   for (const jobs::Mount& m : job.mounts) spec.mounts.push_back({m.source, m.target, m.read_only});
   spec.env_dir = job.env_dir;
   spec.gpus = order.gpus;

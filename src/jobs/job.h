@@ -152,6 +152,10 @@ struct Job {
   // allocations for `gpupool exec` (mpirun's remote daemons) until task 0 ends.
   bool mpi = false;
   std::vector<Dependency> dependencies;  // all must be met before it starts
+  // Container jobs: the size of /dev/shm (--shm-size; 0 = podman's 64 MiB), and whether a
+  // small init runs as PID 1 to pass signals on and reap (--init, the default; --no-init).
+  uint64_t shm_bytes = 0;
+  bool init = true;
   // A submission's `--array` spec; the server turns it into one job per index.
   std::string array;
   // An element of an array: the array's id (its first element's job id), its index

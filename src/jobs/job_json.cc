@@ -205,6 +205,8 @@ OrderedJson JobToJson(const Job& job) {
   j["time_limit_s"] = job.time_limit_s;
   j["requeue"] = job.requeue;
   if (job.mpi) j["mpi"] = true;
+  if (job.shm_bytes > 0) j["shm_bytes"] = job.shm_bytes;
+  if (!job.init) j["init"] = false;
   if (!job.array.empty()) j["array"] = job.array;
   if (job.array_id != 0) {
     j["array_id"] = job.array_id;
@@ -292,6 +294,8 @@ Result<Job> JobFromJson(const Json& j, std::string_view path, bool reject_unknow
       job.mounts.push_back(std::move(m));
     }
   }
+  f.Optional("shm_bytes", &job.shm_bytes, uint64_t{1} << 40);
+  f.Optional("init", &job.init);
   f.Optional("array", &job.array);
   f.Optional("array_id", &job.array_id, 0);
   f.Optional("array_index", &job.array_index, 0, kMaxArrayIndex);

@@ -197,6 +197,11 @@ Status ValidateSubmission(const Job& job) {
     }
   }
   if (!job.workdir.empty()) GP_RETURN_IF_ERROR(CheckPath("workdir", job.workdir));
+  if (job.shm_bytes > 0 && job.image.empty() && job.environment.empty()) {
+    return Status::InvalidArgument(
+        "shm_bytes: --shm-size sizes a container's /dev/shm; add --image REF or --env "
+        "NAME:VERSION, or drop it (a process job uses the node's /dev/shm)");
+  }
   for (size_t i = 0; i < job.mounts.size(); ++i) {
     const std::string at = "mounts[" + std::to_string(i) + "]";
     GP_RETURN_IF_ERROR(CheckPath(at + ".source", job.mounts[i].source));

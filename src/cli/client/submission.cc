@@ -222,6 +222,17 @@ Result<OrderedJson> BuildSubmission(const SubmitFlags& f, const std::vector<std:
   }
   if (f.requeue) body["requeue"] = *f.requeue;
   if (f.mpi && *f.mpi) body["mpi"] = true;
+  if (f.shm_size) {
+    auto bytes = ParseSize(*f.shm_size);
+    if (!bytes.ok()) return OptionError("--shm-size", *f.shm_size, bytes.status().message());
+    if (*bytes == 0) return OptionError("--shm-size", *f.shm_size, "must be more than 0");
+    if (!f.image && environment.empty()) {
+      return OptionError("--shm-size", *f.shm_size,
+                         "sizes a container's /dev/shm; add --image REF or --env NAME:VERSION");
+    }
+    body["shm_bytes"] = *bytes;
+  }
+  if (f.init && !*f.init) body["init"] = false;
   if (f.array) {
     // Checked here for a quick answer; the server parses it again (one definition).
     Result<jobs::ArraySpec> spec = jobs::ParseArraySpec(Trim(*f.array));

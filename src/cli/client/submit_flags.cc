@@ -106,6 +106,11 @@ void AddSubmitOptions(CLI::App& app, SubmitFlags* f) {
   Single(app, "--workdir", &f->workdir, "working directory (default: the current directory)");
   Single(app, "--tasks", &f->tasks, "tasks placed together as a gang (default 1)");
   Single(app, "--image", &f->image, "run in this container image");
+  Single(app, "--shm-size", &f->shm_size,
+         "size of a container job's /dev/shm, e.g. 8G (podman's default: 64M)");
+  app.add_flag_function(
+      "--init,!--no-init", [f](int64_t count) { f->init = count > 0; },
+      "container jobs: run a small init as PID 1 that passes signals on (default: on)");
   Single(app, "--array", &f->array,
          "one job per index: 0-99, 0-99%10 (at most 10 at once), 1,3,5-7, 0-30:10; each sees "
          "GPUPOOL_ARRAY_TASK_ID");
@@ -204,6 +209,8 @@ SubmitFlags MergeFlags(const SubmitFlags& script, const SubmitFlags& cmdline) {
   if (cmdline.requeue) m.requeue = cmdline.requeue;
   if (cmdline.mpi) m.mpi = cmdline.mpi;
   over(&m.array, cmdline.array);
+  over(&m.shm_size, cmdline.shm_size);
+  if (cmdline.init) m.init = cmdline.init;
   m.dependencies.insert(m.dependencies.end(), cmdline.dependencies.begin(),
                         cmdline.dependencies.end());
   return m;

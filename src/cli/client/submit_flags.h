@@ -40,6 +40,8 @@ struct SubmitFlags {
   std::optional<bool> requeue;
   std::optional<bool> mpi;
   std::optional<std::string> array;  // --array 0-99%10
+  std::optional<std::string> shm_size;
+  std::optional<bool> init;
   // "after-ok:12", "after-any:13", ... in the order given (--after-ok 12,14 gives two).
   std::vector<std::string> dependencies;
 };

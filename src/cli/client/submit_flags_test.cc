@@ -98,6 +98,16 @@ TEST(BuildSubmissionTest, NoRequeueIsSentAsFalse) {
   EXPECT_NE(Body(ParseArgs({"--no-requeue"})).find(R"("requeue":false)"), std::string::npos);
 }
 
+TEST(BuildSubmissionTest, ShmSizeAndInitAreForContainerJobs) {
+  const std::string body = Body(ParseArgs({"--image", "img", "--shm-size", "8G", "--no-init"}));
+  EXPECT_NE(body.find(R"("shm_bytes":8589934592)"), std::string::npos) << body;
+  EXPECT_NE(body.find(R"("init":false)"), std::string::npos) << body;
+  EXPECT_EQ(Body(ParseArgs({"--image", "img"})).find("init"), std::string::npos);  // default
+  EXPECT_EQ(Error({"--shm-size", "8G"}),
+            "--shm-size 8G: sizes a container's /dev/shm; add --image REF or --env NAME:VERSION");
+  EXPECT_EQ(Error({"--image", "img", "--shm-size", "0"}), "--shm-size 0: must be more than 0");
+}
+
 TEST(BuildSubmissionTest, DependenciesLandWithTheirKinds) {
   const std::string body =
       Body(ParseArgs({"--after-ok", "12,14", "--after-not-ok", "3", "--after-any", "5"}));
