@@ -18,9 +18,10 @@ inline void WriteStderr(const std::string& text) {
   std::fflush(stderr);
 }
 
-void RegisterGpusCommand(CLI::App& app, CommandContext& ctx);  // gpus_command.cc
-void RegisterSimCommand(CLI::App& app, CommandContext& ctx);   // sim_command.cc
-void RegisterEnvCommand(CLI::App& app, CommandContext& ctx);   // env_command.cc
+void RegisterGpusCommand(CLI::App& app, CommandContext& ctx);     // gpus_command.cc
+void RegisterSimCommand(CLI::App& app, CommandContext& ctx);      // sim_command.cc
+void RegisterEnvCommand(CLI::App& app, CommandContext& ctx);      // env_command.cc
+void RegisterCdiHookCommand(CLI::App& app, CommandContext& ctx);  // cdi_hook_command.cc
 // Adds `sim timed` under the `sim` subcommand; called by RegisterSimCommand.
 void RegisterSimTimedCommand(CLI::App& sim, CommandContext& ctx);  // sim_timed_command.cc
 

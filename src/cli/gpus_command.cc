@@ -3,13 +3,16 @@
 // Output goes to stdout; in the machine formats, diagnostics go to stderr so the output
 // stays parseable. Exit codes: 0 success, 1 discovery or export failure, 2 usage error.
 #include <cstdio>
+#include <filesystem>
 #include <memory>
 #include <string>
 
+#include "agent/cdi_spec.h"
 #include "cli/commands.h"
 #include "common/file_util.h"
 #include "gpu/export/exporters.h"
 #include "gpu/gpu_backend.h"
+#include "gpu/sysfs/cpu_topology_reader.h"
 
 namespace gpupool::cli {
 namespace {
@@ -22,7 +25,9 @@ struct GpusFlags {
   bool classad_legacy = false;
   std::string cdi_vendor;
   std::string cdi_kind;
+  std::string cdi_hook;
   std::string dev_root;
+  std::string node_name;
 };
 
 // What to do on a machine without GPUs; the example nodes by their absolute path, so the
@@ -90,9 +95,31 @@ int RunGpus(const GpusFlags& f) {
 
   gpu::ExportOptions export_options;
   export_options.classad_legacy = f.classad_legacy;
+  export_options.gres.node_name = f.node_name;
+  if (format == "gres" && f.fake_file.empty() && !node->gpus.empty()) {
+    // Slurm numbers cores, not the kernel's CPUs: gres.conf needs this machine's CPU
+    // topology. A replayed node's topology is not this machine's, so it gets none.
+    Result<gpu::CpuTopology> cpus = gpu::ReadCpuTopology(options.sysfs_root);
+    if (cpus.ok()) {
+      export_options.gres.cpu_topology = std::move(*cpus);
+    } else {
+      Print(stderr, "gpupool gpus: Cores= left out: " + cpus.status().message() + "\n");
+    }
+  }
   export_options.cdi.host_dev_root = options.dev_root;
   if (!f.cdi_vendor.empty()) export_options.cdi.vendor = gpu::ParseVendor(f.cdi_vendor);
   export_options.cdi.kind = f.cdi_kind;
+  // The spec's hook is this binary unless told otherwise; a node replayed from a file has
+  // no driver files on this machine to mount.
+  std::error_code self_ec;
+  export_options.cdi.hook_path = f.cdi_hook;
+  if (f.cdi_hook.empty()) {
+    export_options.cdi.hook_path =
+        std::filesystem::read_symlink("/proc/self/exe", self_ec).string();
+  }
+  if (format == "cdi" && f.fake_file.empty() && node->nvidia) {
+    export_options.cdi.driver_files = agent::FindNvidiaDriverFiles(node->nvidia->version);
+  }
 
   Result<std::string> text = gpu::ExportNode(*node, format, export_options);
   const bool table = format == "table";
@@ -134,6 +161,11 @@ void RegisterGpusCommand(CLI::App& app, CommandContext& ctx) {
   cmd->add_option("--cdi-kind", flags->cdi_kind,
                   "Kind of the CDI spec, VENDOR/CLASS (default nvidia.com/gpu or amd.com/gpu; "
                   "the agent writes gpupool.local/gpu)");
+  cmd->add_option("--cdi-hook", flags->cdi_hook,
+                  "Absolute path of the gpupool binary the CDI spec's hook runs (default: this "
+                  "one)");
+  cmd->add_option("--node-name", flags->node_name,
+                  "Slurm NodeName of the gres.conf lines (default: the node's short host name)");
   cmd->add_option("--dev-root", flags->dev_root,
                   "Where the host's device nodes live (default /dev, or $GPUPOOL_DEV_ROOT); "
                   "CDI host paths are written under it");

@@ -17,6 +17,7 @@ int main(int argc, char** argv) {
   gpupool::cli::RegisterGpusCommand(app, ctx);
   gpupool::cli::RegisterSimCommand(app, ctx);
   gpupool::cli::RegisterEnvCommand(app, ctx);
+  gpupool::cli::RegisterCdiHookCommand(app, ctx);
   gpupool::cli::RegisterClientCommands(app, ctx);
   gpupool::daemon::RegisterDaemonCommands(app, ctx);
 

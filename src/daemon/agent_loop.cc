@@ -30,55 +30,7 @@ int64_t NowMicros() {
       .count();
 }
 
-// Every host path a CDI spec's device nodes point at.
-void CollectHostPaths(const Json& edits, std::vector<std::string>* out) {
-  if (!edits.is_object() || !edits.contains("deviceNodes")) return;
-  for (const Json& n : edits["deviceNodes"]) {
-    if (n.is_object() && n.contains("hostPath") && n["hostPath"].is_string()) {
-      out->push_back(n["hostPath"].get<std::string>());
-    }
-  }
-}
-
 }  // namespace
-
-std::string CdiSpecPath(const std::string& cdi_dir, const std::string& kind) {
-  std::string name;
-  for (char c : kind) {
-    const bool ok = std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '_' || c == '-';
-    name += ok ? c : '_';
-  }
-  return cdi_dir + "/gpupool-" + name + ".json";
-}
-
-Result<std::string> WriteCdiSpec(const gpu::NodeInfo& node, const std::string& kind,
-                                 const std::string& dev_root, const std::string& cdi_dir) {
-  gpu::CdiOptions o;
-  o.kind = kind;
-  o.host_dev_root = dev_root.empty() ? "/dev" : dev_root;
-  GP_ASSIGN_OR_RETURN(std::string text, gpu::ExportCdi(node, o));
-  GP_ASSIGN_OR_RETURN(Json spec, ParseJson(text, "CDI spec"));
-  std::vector<std::string> host_paths;
-  CollectHostPaths(spec.value("containerEdits", Json::object()), &host_paths);
-  for (const Json& d : spec.value("devices", Json::array())) {
-    CollectHostPaths(d.value("containerEdits", Json::object()), &host_paths);
-  }
-  for (const std::string& p : host_paths) {
-    struct stat st;
-    if (::stat(p.c_str(), &st) != 0) {
-      return Status::FailedPrecondition("device node '" + p +
-                                        "' does not exist, and podman refuses a spec naming it; " +
-                                        "a fake node needs stand-in device nodes under --dev-root");
-    }
-  }
-  if (::mkdir(cdi_dir.c_str(), 0755) != 0 && errno != EEXIST) {
-    return Status::Unavailable("cannot create '" + cdi_dir + "': " + std::strerror(errno) +
-                               " (writing CDI specs needs root)");
-  }
-  const std::string path = CdiSpecPath(cdi_dir, kind);
-  GP_RETURN_IF_ERROR(agent::WriteFileDurably(path, text, 0644, /*sync=*/false));
-  return path;
-}
 
 AgentLoop::AgentLoop(AgentLoopOptions options, net::HttpClient client, agent::Launcher* launcher)
     : options_(std::move(options)), client_(std::move(client)), launcher_(launcher) {

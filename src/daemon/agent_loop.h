@@ -112,17 +112,4 @@ class AgentLoop {
   std::map<std::string, jobs::EnvNeeds> needs_by_image_id_;  // guarded by mu_
 };
 
-// Where the agent writes its CDI spec: CDI_DIR/gpupool-<kind with '/' and other
-// characters outside [A-Za-z0-9._-] as '_'>.json, e.g. gpupool-gpupool.local_gpu.json.
-std::string CdiSpecPath(const std::string& cdi_dir, const std::string& kind);
-
-// Writes the CDI spec of `node`'s GPUs (gpu::ExportCdi with `kind`, host device nodes
-// under `dev_root`) atomically to CdiSpecPath(cdi_dir, kind) and returns that path. Fails
-// (and writes nothing) when the spec cannot be made (no GPUs, mixed vendors), when one
-// of its host device nodes does not exist (a fake node without stand-ins), or when the
-// directory is not writable (not root).
-Result<std::string> WriteCdiSpec(const gpu::NodeInfo& node, const std::string& kind,
-                                 const std::string& dev_root,
-                                 const std::string& cdi_dir = "/var/run/cdi");
-
 }  // namespace gpupool::daemon

@@ -13,6 +13,7 @@
 #include <iostream>
 #include <thread>
 
+#include "agent/cdi_spec.h"
 #include "agent/container.h"
 #include "agent/launcher.h"
 #include "agent/shim.h"
@@ -241,6 +242,7 @@ struct ContainerSetup {
   std::string cdi_kind;
   std::string cdi_error;  // why no spec was written
   std::string cdi_path;   // the spec written, to remove on shutdown
+  std::string cdi_notes;  // what writing it did (stand-in libraries, device nodes made)
   bool allow_unisolated_devices = false;
   void Cleanup() {
     if (!cdi_path.empty() && ::unlink(cdi_path.c_str()) != 0 && errno != ENOENT) {
@@ -252,12 +254,15 @@ struct ContainerSetup {
     std::string s = container.unavailable.empty() ? container.note
                                                   : "unavailable (" + container.unavailable + ")";
     s += cdi_path.empty() ? "; no CDI spec (" + cdi_error + "): GPU container jobs fail"
-                          : "; CDI spec " + cdi_path + " (kind " + cdi_kind + ")";
+                          : "; CDI spec " + cdi_path + " (kind " + cdi_kind + ")" + cdi_notes;
     return s;
   }
 };
 
-ContainerSetup SetUpContainers(const gpu::NodeInfo& node, const ContainerFlags& f) {
+// `fake_node`: the node comes from a file; its stand-in driver libraries, if it needs
+// any, go under the agent's `state_dir`.
+ContainerSetup SetUpContainers(const gpu::NodeInfo& node, const ContainerFlags& f, bool fake_node,
+                               const std::string& state_dir) {
   ContainerSetup c;
   agent::ContainerOptions base;
   base.podman = f.podman;
@@ -265,7 +270,15 @@ ContainerSetup SetUpContainers(const gpu::NodeInfo& node, const ContainerFlags& 
   c.container = agent::DetectContainerOptions(base);
   c.cdi_kind = f.cdi_kind;
   c.allow_unisolated_devices = f.allow_unisolated_devices;
-  Result<std::string> path = WriteCdiSpec(node, f.cdi_kind, f.dev_root);
+  agent::CdiSpecOptions cdi;
+  cdi.kind = f.cdi_kind;
+  cdi.dev_root = f.dev_root.empty() ? "/dev" : f.dev_root;
+  cdi.hook_path = SelfExe();
+  cdi.fake_node = fake_node;
+  cdi.stand_in_root = state_dir + "/stand-in-driver";
+  std::vector<std::string> notes;
+  Result<std::string> path = agent::WriteNodeCdiSpec(node, cdi, &notes);
+  for (const std::string& n : notes) c.cdi_notes += "; " + n;
   if (path.ok()) {
     c.cdi_path = *path;
   } else {
@@ -381,7 +394,8 @@ void RegisterDaemonCommands(CLI::App& app, cli::CommandContext& ctx) {
     net::ServerAddress addr;
     addr.kind = net::ServerAddress::Kind::kUnix;
     addr.path = f.state_dir + "/gpupool.sock";
-    ContainerSetup containers = SetUpContainers(node->node, *up_container);
+    ContainerSetup containers = SetUpContainers(
+        node->node, *up_container, node->stand_in || !up_fake->empty(), f.state_dir + "/agent");
     OpenAgentStateDir(f.state_dir + "/agent");
     std::unique_ptr<agent::Launcher> launcher =
         MakeLauncher(f.state_dir + "/agent", containers.container);
@@ -508,7 +522,8 @@ void RegisterDaemonCommands(CLI::App& app, cli::CommandContext& ctx) {
     std::error_code ec;
     fs::create_directories(state, ec);
     OpenAgentStateDir(state);
-    ContainerSetup containers = SetUpContainers(node->node, *agent_container);
+    ContainerSetup containers =
+        SetUpContainers(node->node, *agent_container, !af->fake.empty(), state);
     std::unique_ptr<agent::Launcher> launcher = MakeLauncher(state, containers.container);
     AgentLoopOptions ao;
     ao.node_name = af->node_name.empty() ? Hostname() : af->node_name;

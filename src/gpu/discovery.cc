@@ -63,6 +63,7 @@ DiscoveryOptions WithEnvironmentOverrides(DiscoveryOptions options) {
   env("GPUPOOL_ROCM_SMI_LIBRARY", &options.rocm_smi_library);
   env("GPUPOOL_SYSFS_ROOT", &options.sysfs_root);
   env("GPUPOOL_DEV_ROOT", &options.dev_root);
+  env("GPUPOOL_PROC_ROOT", &options.proc_root);
   return options;
 }
 

@@ -35,6 +35,7 @@ struct DiscoveryOptions {
   std::string rocm_smi_library = "librocm_smi64.so";  // env GPUPOOL_ROCM_SMI_LIBRARY overrides
   std::string sysfs_root = "/sys";                    // env GPUPOOL_SYSFS_ROOT overrides
   std::string dev_root = "/dev";                      // env GPUPOOL_DEV_ROOT overrides
+  std::string proc_root = "/proc";                    // env GPUPOOL_PROC_ROOT overrides
   std::string fake_node_file;
 };
 

@@ -8,13 +8,19 @@ imported into a private podman store (--root/--runroot under a temp dir, vfs dri
   localhost/gpupool-itest-cu124:1  CUDA runtime 12.4 and sm_90 SASS  -> runs
   localhost/gpupool-itest-cu130:1  CUDA runtime 13.0                 -> needs driver >= 580
 
+  localhost/gpupool-itest-glibc:1  glibc, ldconfig and a dlopen probe, as a stock CUDA
+                                   image has them (no CUDA)
+
 Checks: a container job sees exactly its GPU's device node plus the control nodes and
 its variables, runs as the submitting user, gets its working directory and a read-only
 mount; the CUDA 13 image is refused at submit with the driver message and by `env check`;
 named environments (add, list, submit --env, immutability, removal refused while used);
-cancel stops the container and leaves nothing behind in podman.
+cancel stops the container and leaves nothing behind in podman. The node's driver
+libraries are not on this machine (as with the example nodes), so the agent mounts
+stand-ins, and a job finds libcuda.so.1 by SONAME (issue 15 A.1).
 
-Usage: container_pool_test.py PATH/TO/gpupool. Exit 77 = skipped (ctest SKIP_RETURN_CODE).
+Usage: container_pool_test.py PATH/TO/gpupool [PATH/TO/dlopen-probe]. Exit 77 = skipped
+(ctest SKIP_RETURN_CODE).
 """
 import json
 import os
@@ -26,11 +32,29 @@ import time
 import unittest
 
 GPUPOOL = os.path.abspath(sys.argv.pop(1)) if len(sys.argv) > 1 else "gpupool"
+PROBE = os.path.abspath(sys.argv.pop(1)) if len(sys.argv) > 1 else None
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "testlib"))
 import pooltest  # noqa: E402  (tests/testlib)
 FIXTURES = os.path.join(HERE, "..", "fixtures", "envcheck")
 UUIDS = ["GPU-c0c0c0c0-1111-2222-3333-00000000000%d" % i for i in range(2)]
+# Where the example nodes' driver is; a machine that has a driver there gets an odd
+# directory instead, so the node's libraries are never this machine's.
+FAKE_LIBCUDA = "/usr/lib/x86_64-linux-gnu/libcuda.so.550.54.15"
+if os.path.exists(FAKE_LIBCUDA):
+    FAKE_LIBCUDA = "/usr/lib/gpupool-itest-no-driver/libcuda.so.550.54.15"
+
+
+def is_static(path):
+    r = subprocess.run(["ldd", path], capture_output=True, text=True)
+    return "=>" not in r.stdout
+
+
+def static_ldconfig():
+    for p in ("/sbin/ldconfig.real", "/sbin/ldconfig", "/usr/sbin/ldconfig"):
+        if os.access(p, os.X_OK) and is_static(p):
+            return p
+    return None
 
 
 def skip_reason():
@@ -40,8 +64,12 @@ def skip_reason():
         if shutil.which(tool) is None:
             return "%s is not installed: run scripts/install-deps.sh" % tool
     bb = shutil.which("busybox")
-    if bb is None or subprocess.run(["ldd", bb], capture_output=True).returncode == 0:
+    if bb is None or not is_static(bb):
         return "a static busybox is needed to build the test images (busybox-static)"
+    if PROBE is None or not os.path.exists(PROBE):
+        return "the dlopen probe (tests/podman/stand_in_driver) is not built"
+    if static_ldconfig() is None:
+        return "no static ldconfig on this host to put in the glibc test image"
     if not os.path.exists(os.path.join(FIXTURES, "sm90.so")):
         return "tests/fixtures/envcheck/sm90.so is missing"
     return None
@@ -77,7 +105,7 @@ class Env:
             json.dump({"schema": "gpupool.node/v1", "hostname": "ctest",
                        "drivers": {"nvidia": {
                            "version": "550.54.15", "runtime_version": "12.4",
-                           "libraries": [self.lib],
+                           "libraries": [self.lib, FAKE_LIBCUDA],
                            "control_nodes": ["/dev/nvidiactl", "/dev/nvidia-uvm",
                                              "/dev/nvidia-uvm-tools"]}},
                        "gpus": gpus}, f)
@@ -92,6 +120,7 @@ class Env:
         self.image("localhost/gpupool-itest-cu124:1", {"usr/lib/libcudart.so.12.4.127": b"",
                                                        "app/kernels.so": None})
         self.image("localhost/gpupool-itest-cu130:1", {"usr/lib/libcudart.so.13.0.48": b""})
+        self.glibc_image("localhost/gpupool-itest-glibc:1")
         self.pool = None
 
     def podman(self, *args, check=True):
@@ -126,6 +155,32 @@ class Env:
                     tar.addfile(ti)
         self.podman("import", tar_path, ref)
         os.unlink(tar_path)
+
+    def glibc_image(self, ref):
+        """busybox, the probe with its C library and loader, a static ldconfig, and an
+        /etc/ld.so.conf that includes /etc/ld.so.conf.d, as a stock Ubuntu image has."""
+        root = os.path.join(self.dir, "glibc-rootfs")
+        for d in ("bin", "sbin", "dev", "proc", "sys", "tmp", "usr/local/bin",
+                  "etc/ld.so.conf.d"):
+            os.makedirs(os.path.join(root, d))
+        shutil.copy(shutil.which("busybox"), os.path.join(root, "bin/busybox"))
+        for tool in ("sh", "cat", "grep", "id", "ls"):
+            os.symlink("busybox", os.path.join(root, "bin", tool))
+        shutil.copy(static_ldconfig(), os.path.join(root, "sbin/ldconfig"))
+        shutil.copy(PROBE, os.path.join(root, "usr/local/bin/dlopen-probe"))
+        ldd = subprocess.run(["ldd", PROBE], capture_output=True, text=True, check=True).stdout
+        for word in ldd.split():
+            if word.startswith("/"):
+                os.makedirs(os.path.dirname(root + word), exist_ok=True)
+                shutil.copy(word, root + word)  # follows links: the file at that name
+        with open(os.path.join(root, "etc/ld.so.conf"), "w") as f:
+            f.write("include /etc/ld.so.conf.d/*.conf\n")
+        subprocess.run([static_ldconfig(), "-r", root], check=True)
+        tar_path = os.path.join(self.dir, "glibc-rootfs.tar")
+        subprocess.run(["tar", "-C", root, "-cf", tar_path, "."], check=True)
+        self.podman("import", tar_path, ref)
+        os.unlink(tar_path)
+        shutil.rmtree(root)
 
     def start(self):
         cmd = [GPUPOOL, "up", "--state-dir", os.path.join(self.dir, "state"), "--port", "0",
@@ -230,6 +285,26 @@ class ContainerPoolTest(unittest.TestCase):
         with open(os.path.join(e.work, "out.txt")) as f:
             self.assertEqual(f.read(), "made\n")
         self.assertEqual(e.job(jid)["needs"]["cuda"], "12.4")
+
+    def test_fake_node_gpu_job_finds_stand_in_driver_by_soname(self):
+        """Issue 15 A.1: a fake node (--fake, --dev-root) whose driver libraries are not on
+        this machine. Before, every GPU container job failed with "command 'sh' not found
+        in image" (runc could not mount the missing library); now the agent mounts
+        stand-ins with the driver's SONAMEs, and its hook links and caches them."""
+        e = self.env
+        r = e.cli("submit", "--gpus", "1", "--cpus", "0.1", "--image",
+                  "localhost/gpupool-itest-glibc:1", "--", "sh", "-c",
+                  "ldconfig -p; dlopen-probe libcuda.so.1 libnvidia-ml.so.1", user=65534)
+        jid = submitted_id(r)
+        j = e.wait(jid, pooltest.FINAL_STATES)
+        out = e.cli("logs", str(jid), user=65534).stdout
+        self.assertEqual(j["state"], "SUCCEEDED", (j, out, e.log()))
+        libdir = os.path.dirname(FAKE_LIBCUDA)
+        self.assertRegex(out, r"libcuda\.so\.1 \(libc6[^)]*\) => %s/libcuda\.so\.1\n"
+                         % libdir.replace(".", r"\."))
+        self.assertIn("dlopen libcuda.so.1: ok", out.splitlines())
+        self.assertIn("dlopen libnvidia-ml.so.1: ok", out.splitlines())
+        self.assertIn("stand-in driver libraries for the fake node", e.log())
 
     def test_image_needing_a_newer_driver_is_refused_before_launch(self):
         e = self.env

@@ -5,11 +5,17 @@
 // and "all". Each carries its own device nodes and an environment variable naming what it
 // grants (GPUPOOL_GPU_<index>=<uuid>, GPUPOOL_MIG_<gpu>_<mig>=<uuid>): distinct names per
 // device, so requesting several devices merges cleanly and the job can list what it got.
-// The spec-wide edits carry the vendor's control nodes, the driver's user-space libraries
-// as read-only bind mounts and GPUPOOL_CDI_KIND.
+// The spec-wide edits carry the vendor's control nodes and GPUPOOL_CDI_KIND; for NVIDIA
+// also the driver's libraries, tools and firmware as read-only bind mounts, and the
+// createContainer hook (`gpupool cdi-hook`) that links the libraries' SONAMEs
+// (libcuda.so.1 -> libcuda.so.550.54.15) and updates the container's linker cache, without
+// which a stock CUDA image finds no driver. AMD specs mount no libraries: ROCm's user space
+// (HIP, HSA runtime, rocm-smi) is versioned with the image that was built against it, and
+// only the kernel driver (/dev/kfd, /dev/dri/*) comes from the host.
 //
-// cdiVersion 0.5.0: the newest that Debian 12's podman 4.3.1 accepts, and enough for
-// device nodes, mounts and environment.
+// cdiVersion 0.5.0: the newest that Debian 12's podman 4.3.1 (container-device-interface
+// 0.5) accepts: it ignores a spec of 0.6.0 or later ("unresolvable CDI devices"). 0.5.0
+// has everything the spec uses: device nodes, mounts, environment and hooks.
 #include <cctype>
 #include <set>
 #include <string>
@@ -90,6 +96,22 @@ class SpecWriter {
 
 std::string GpuValue(const GpuInfo& g) { return g.uuid.empty() ? g.pci_bus_id : g.uuid; }
 
+// A read-only bind mount of a driver file at its own path, from under `host_root`.
+OrderedJson ReadOnlyMount(const std::string& host_root, const std::string& path) {
+  std::string host = host_root;
+  while (!host.empty() && host.back() == '/') host.pop_back();
+  return OrderedJson{{"hostPath", host + path},
+                     {"containerPath", path},
+                     {"options", {"ro", "nosuid", "nodev", "bind"}}};
+}
+
+// The createContainer hook that makes the mounted libraries usable by SONAME.
+OrderedJson LinkerHook(const std::string& hook_path, const std::vector<std::string>& libraries) {
+  std::vector<std::string> args = {"gpupool", "cdi-hook"};
+  for (const std::string& lib : libraries) args.insert(args.end(), {"--library", lib});
+  return OrderedJson{{"hookName", "createContainer"}, {"path", hook_path}, {"args", args}};
+}
+
 Result<Vendor> PickVendor(const NodeInfo& node, const CdiOptions& options) {
   bool nvidia = false;
   bool amd = false;
@@ -130,6 +152,11 @@ Result<std::string> ExportCdi(const NodeInfo& node, const CdiOptions& options) {
     return Status::InvalidArgument("'" + options.kind +
                                    "' is not a CDI kind: expected VENDOR/CLASS such as "
                                    "gpupool.local/gpu (letters, digits, '.', '-'; '_' in CLASS)");
+  }
+  if (!options.hook_path.empty() && options.hook_path[0] != '/') {
+    return Status::InvalidArgument("the CDI hook '" + options.hook_path +
+                                   "' must be an absolute path: runtimes run it from their "
+                                   "own directory");
   }
   const std::string kind = !options.kind.empty()       ? options.kind
                            : vendor == Vendor::kNvidia ? "nvidia.com/gpu"
@@ -180,16 +207,27 @@ Result<std::string> ExportCdi(const NodeInfo& node, const CdiOptions& options) {
   top["env"] = std::vector<std::string>{"GPUPOOL_CDI_KIND=" + kind};
   OrderedJson control = OrderedJson::array();
   OrderedJson mounts = OrderedJson::array();
+  std::vector<std::string> libraries;
   if (driver) {
     for (const std::string& n : driver->control_nodes) control.push_back(writer.DeviceNode(n));
-    for (const std::string& lib : driver->libraries) {
-      mounts.push_back(OrderedJson{{"hostPath", lib},
-                                   {"containerPath", lib},
-                                   {"options", {"ro", "nosuid", "nodev", "bind"}}});
+    if (vendor == Vendor::kNvidia) {
+      std::set<std::string> seen;
+      auto mount = [&](const std::string& path) {
+        if (path.empty() || path[0] != '/' || !seen.insert(path).second) return false;
+        mounts.push_back(ReadOnlyMount(options.host_file_root, path));
+        return true;
+      };
+      for (const std::string& lib : driver->libraries) {
+        if (mount(lib)) libraries.push_back(lib);
+      }
+      for (const std::string& f : options.driver_files) mount(f);
     }
   }
   top["deviceNodes"] = std::move(control);
   if (!mounts.empty()) top["mounts"] = std::move(mounts);
+  if (!libraries.empty() && !options.hook_path.empty()) {
+    top["hooks"] = OrderedJson::array({LinkerHook(options.hook_path, libraries)});
+  }
 
   OrderedJson spec = OrderedJson::object();
   spec["cdiVersion"] = kCdiVersion;

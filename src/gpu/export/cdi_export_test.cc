@@ -142,5 +142,71 @@ TEST(CdiExportTest, InvalidKindIsRefused) {
   EXPECT_TRUE(ExportCdi(TwoH100(), ok).ok());
 }
 
+// Issue 15 A.1, "stock CUDA images would not find the driver in a container": the spec
+// runs gpupool's hook on the mounted libraries, so libcuda.so.1 and libnvidia-ml.so.1
+// exist and are in the container's linker cache.
+TEST(CdiExportTest, StockCudaImagesFindTheDriver_HookLinksTheMountedLibraries) {
+  NodeInfo n = TwoH100();
+  n.nvidia->libraries.push_back("/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.550.54.15");
+  CdiOptions o;
+  o.hook_path = "/usr/local/bin/gpupool";
+  const Json spec = Spec(n, o);
+  EXPECT_EQ(spec["cdiVersion"], "0.5.0");  // the newest podman 4.3 accepts
+  const Json& hooks = spec["containerEdits"]["hooks"];
+  ASSERT_EQ(hooks.size(), 1u);
+  EXPECT_EQ(hooks[0], Json::parse(R"({"hookName": "createContainer",
+      "path": "/usr/local/bin/gpupool",
+      "args": ["gpupool", "cdi-hook",
+               "--library", "/usr/lib/x86_64-linux-gnu/libcuda.so.550.54.15",
+               "--library", "/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.550.54.15"]})"));
+  // Without a hook binary (a library caller that has none) the spec has no hooks.
+  EXPECT_FALSE(Spec(n)["containerEdits"].contains("hooks"));
+  // Nor without libraries to link.
+  n.nvidia->libraries.clear();
+  EXPECT_FALSE(Spec(n, o)["containerEdits"].contains("hooks"));
+  o.hook_path = "gpupool";
+  Result<std::string> relative = ExportCdi(TwoH100(), o);
+  EXPECT_EQ(relative.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(relative.status().message().find("absolute"), std::string::npos);
+}
+
+// Issue 15 A.1, "include the tools ... CUDA needs": driver files the caller found are
+// mounted read-only beside the libraries, all from under host_file_root when one is set.
+TEST(CdiExportTest, StockCudaImagesGetTheDriversFilesMountedReadOnly) {
+  CdiOptions o;
+  o.driver_files = {"/usr/bin/nvidia-smi", "/lib/firmware/nvidia/550.54.15/gsp_ga10x.bin",
+                    "relative/ignored", "/usr/bin/nvidia-smi"};
+  o.host_file_root = "/var/lib/gpupool/agent/stand-in-driver/";
+  const Json spec = Spec(TwoH100(), o);
+  const Json& mounts = spec["containerEdits"]["mounts"];
+  ASSERT_EQ(mounts.size(), 3u);  // the library, then each driver file once
+  EXPECT_EQ(mounts[0]["hostPath"],
+            "/var/lib/gpupool/agent/stand-in-driver/usr/lib/x86_64-linux-gnu/libcuda.so.550.54.15");
+  EXPECT_EQ(mounts[0]["containerPath"], "/usr/lib/x86_64-linux-gnu/libcuda.so.550.54.15");
+  EXPECT_EQ(mounts[1], Json::parse(R"({
+      "hostPath": "/var/lib/gpupool/agent/stand-in-driver/usr/bin/nvidia-smi",
+      "containerPath": "/usr/bin/nvidia-smi", "options": ["ro", "nosuid", "nodev", "bind"]})"));
+  EXPECT_EQ(mounts[2]["containerPath"], "/lib/firmware/nvidia/550.54.15/gsp_ga10x.bin");
+}
+
+// Issue 15 A.1, "do the same for ROCm": /dev/kfd and the GPU's /dev/dri nodes, and no
+// host ROCm libraries (the image's own ROCm matches what it was built with), so no hook.
+TEST(CdiExportTest, RocmSpecsGiveKfdAndRenderNodesButNoHostLibraries) {
+  NodeInfo n;
+  n.gpus.push_back(AmdGpu(0, "0x1a2b", "0000:c1:00.0"));
+  n.amd =
+      DriverInfo{"6.0.2", "6.0", {"/opt/rocm-6.0.2/lib/libamdhip64.so.6.0.60002"}, {"/dev/kfd"}};
+  CdiOptions o;
+  o.hook_path = "/usr/local/bin/gpupool";
+  o.driver_files = {"/usr/bin/nvidia-smi"};
+  const Json spec = Spec(n, o);
+  EXPECT_EQ(spec["containerEdits"]["deviceNodes"][0]["path"], "/dev/kfd");
+  const Json& nodes = (*Device(spec, "0"))["containerEdits"]["deviceNodes"];
+  ASSERT_EQ(nodes.size(), 2u);
+  EXPECT_EQ(nodes[1]["path"], "/dev/dri/renderD128");
+  EXPECT_FALSE(spec["containerEdits"].contains("mounts"));
+  EXPECT_FALSE(spec["containerEdits"].contains("hooks"));
+}
+
 }  // namespace
 }  // namespace gpupool::gpu

@@ -17,7 +17,7 @@ const std::map<std::string, Exporter, std::less<>>& Registry() {
        [](const NodeInfo& n, const ExportOptions& o) {
          return Result(ExportClassAd(n, o.classad_legacy));
        }},
-      {"gres", [](const NodeInfo& n, const ExportOptions&) { return Result(ExportGres(n)); }},
+      {"gres", [](const NodeInfo& n, const ExportOptions& o) { return ExportGres(n, o.gres); }},
       {"cdi", [](const NodeInfo& n, const ExportOptions& o) { return ExportCdi(n, o.cdi); }},
   };
   return *kRegistry;

@@ -20,6 +20,7 @@
 #include "common/file_util.h"
 #include "gpu/export/exporters.h"
 #include "gpu/gpu_backend.h"
+#include "gpu/sysfs/fake_sysfs_tree.h"
 
 namespace gpupool::gpu {
 namespace {
@@ -49,15 +50,33 @@ std::vector<Variant> VariantsFor(const std::string& node) {
                             {"classad-legacy", "classad", {}},
                             {"gres.conf", "gres", {}}};
   v[3].options.classad_legacy = true;
+  if (node == "nvidia-8xh100") {
+    // As on the node itself, whose CPU topology is known: 2 sockets x 56 cores x 2
+    // threads in Linux's numbering (CPU c and c + 112 are one core).
+    Variant topo{"gres-on-node.conf", "gres", {}};
+    CpuTopology t;
+    for (int s = 0; s < 2; ++s) {
+      std::vector<int> package;
+      for (int c = s * 56; c < (s + 1) * 56; ++c) t.cores.push_back({c, c + 112});
+      for (int c = s * 56; c < (s + 1) * 56; ++c) package.push_back(c);
+      for (int c = s * 56; c < (s + 1) * 56; ++c) package.push_back(c + 112);
+      t.packages.push_back(package);
+    }
+    topo.options.gres.cpu_topology = t;
+    v.push_back(topo);
+  }
+  ExportOptions cdi;
+  // The hook binary as an installed agent's would be (the CLI's default is its own path).
+  cdi.cdi.hook_path = "/usr/local/bin/gpupool";
   if (node == "mixed-nvidia-amd") {
-    Variant nv{"cdi-nvidia.json", "cdi", {}};
+    Variant nv{"cdi-nvidia.json", "cdi", cdi};
     nv.options.cdi.vendor = Vendor::kNvidia;
-    Variant amd{"cdi-amd.json", "cdi", {}};
+    Variant amd{"cdi-amd.json", "cdi", cdi};
     amd.options.cdi.vendor = Vendor::kAmd;
     v.push_back(nv);
     v.push_back(amd);
   } else {
-    v.push_back({"cdi.json", "cdi", {}});
+    v.push_back({"cdi.json", "cdi", cdi});
   }
   return v;
 }
@@ -203,6 +222,7 @@ TEST(GpupoolBinaryTest, OutputMatchesTheGoldens) {
       {"amd-8xmi250x", "--format gres", "gres.conf"},
       {"nvidia-16xv100", "--json", "json"},
       {"mixed-nvidia-amd", "--format cdi --cdi-vendor amd", "cdi-amd.json"},
+      {"nvidia-8xh100", "--format cdi --cdi-hook /usr/local/bin/gpupool", "cdi.json"},
   };
   if (Updating()) GTEST_SKIP() << "goldens are written by GoldenTest";
   for (const Case& c : cases) {
@@ -242,10 +262,52 @@ TEST(GpupoolBinaryTest, BadInputFailsWithExitCode1AndAMessage) {
   EXPECT_NE(run.err.find(bad.string()), std::string::npos) << run.err;
 }
 
+// Issue 15 A.3 through the CLI: on the node itself (here a fake sysfs tree), gres.conf
+// numbers Cores= as Slurm does from the node's CPU topology, and --node-name names it.
+TEST(GpupoolBinaryTest, GresOnTheNodeItselfUsesSlurmCoreIds) {
+  testing::FakeSysfsTree tree;
+  std::vector<testing::FakeSysfsTree::FakeCpu> cpus(16);
+  for (int c = 0; c < 16; ++c) {
+    cpus[static_cast<size_t>(c)].package = (c % 8) / 4;
+    cpus[static_cast<size_t>(c)].core = c % 4;
+  }
+  tree.AddCpus(cpus);
+  tree.AddPciDevice("0000:3b:00.0", "0x10de", "0x2330", "0x030200", "1", "4-7,12-15");
+  const std::string env = "GPUPOOL_SYSFS_ROOT=" + tree.root() +
+                          " GPUPOOL_NVML_LIBRARY=/nonexistent/libnvidia-ml.so.1"
+                          " GPUPOOL_ROCM_SMI_LIBRARY=/nonexistent/librocm_smi64.so";
+  CommandRun run = RunGpupool("gpus --backend sysfs --format gres --node-name gpu-07", env);
+  EXPECT_EQ(run.exit_code, 0) << run.err;
+  EXPECT_NE(run.out.find("#   NodeName=gpu-07 CPUs=16 Boards=1 SocketsPerBoard=2 "
+                         "CoresPerSocket=4 ThreadsPerCore=2 Gres=gpu:"),
+            std::string::npos)
+      << run.out;
+  EXPECT_NE(run.out.find("\nNodeName=gpu-07 Name=gpu Type="), std::string::npos) << run.out;
+  EXPECT_NE(run.out.find(" Cores=4-7\n"), std::string::npos) << run.out;
+  EXPECT_EQ(run.out.find("left out"), std::string::npos) << run.out;
+
+  run = RunGpupool("gpus --backend sysfs --format gres --node-name 'a b'", env);
+  EXPECT_EQ(run.exit_code, 1);
+  EXPECT_NE(run.err.find("'a b' is not a Slurm node name"), std::string::npos) << run.err;
+}
+
 TEST(GpupoolBinaryTest, UsageErrorsExitWith2) {
   EXPECT_EQ(RunGpupool("gpus --format yaml").exit_code, 2);
   EXPECT_EQ(RunGpupool("gpus --backend fake").exit_code, 2);
   EXPECT_EQ(RunGpupool(Fake("nvidia-1gpu") + " --json --format gres").exit_code, 2);
+}
+
+// Issue 15 A.1, "make the kind configurable for gpus --format cdi too", and the hook:
+// by default the spec's hook is the binary that wrote it, by absolute path.
+TEST(GpupoolBinaryTest, CdiKindAndHookAreConfigurable) {
+  const CommandRun run = RunGpupool(Fake("nvidia-1gpu") + " --format cdi --cdi-kind x.example/gpu");
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  EXPECT_NE(run.out.find("\"kind\": \"x.example/gpu\""), std::string::npos) << run.out;
+  const std::string binary = fs::canonical(GPUPOOL_BINARY).string();
+  EXPECT_NE(run.out.find("\"path\": \"" + binary + "\""), std::string::npos) << run.out;
+  const CommandRun relative = RunGpupool(Fake("nvidia-1gpu") + " --format cdi --cdi-hook gpupool");
+  EXPECT_EQ(relative.exit_code, 1);
+  EXPECT_NE(relative.err.find("must be an absolute path"), std::string::npos) << relative.err;
 }
 
 TEST(GpupoolBinaryTest, MixedNodeCdiAsksForAVendor) {

@@ -7,6 +7,7 @@
 #include "gpu/nvml/nvml_diagnostics.h"
 #include "gpu/nvml/nvml_driver.h"
 #include "gpu/nvml/nvml_library.h"
+#include "gpu/nvml/nvml_mig_minors.h"
 #include "gpu/nvml/nvml_topology.h"
 
 namespace gpupool::gpu {
@@ -68,6 +69,7 @@ Result<NodeInfo> NvmlBackend::Discover() {
     node.gpus.push_back(nvml::QueryGpu(*library, options_, index, device, &sink));
     topology.push_back({index, device, node.gpus.back().pci_bus_id});
   }
+  nvml::FillMigDeviceNodes(options_.proc_root, &node.gpus, &sink);
   node.links = nvml::QueryLinks(*library, topology, &sink);
   node.diagnostics = sink.Take();
   return node;

@@ -106,6 +106,7 @@ TEST_F(NvmlBackendTest, HgxH100ReportsEveryField) {
 }
 
 TEST_F(NvmlBackendTest, A100MigDevicesAndDirectNvLinks) {
+  WriteA100MigMinors();
   auto found = Run("a100_mig.json");
   ASSERT_TRUE(found.ok()) << found.status().ToString();
   const NodeInfo& node = *found;
@@ -121,9 +122,24 @@ TEST_F(NvmlBackendTest, A100MigDevicesAndDirectNvLinks) {
   const GpuInfo& mig = node.gpus[0];
   EXPECT_EQ(mig.mig_enabled, true);
   const std::vector<MigDevice> want_migs = {
-      {"MIG-11111111-2222-5333-8444-555555555555", "3g.20gb", 1, 0, 20937965568, {}},
-      {"MIG-22222222-3333-5444-8555-666666666666", "2g.10gb", 5, 0, 10468982784, {}},
-      {"MIG-33333333-4444-5555-8666-777777777777", "1g.5gb", 13, 0, 5100273664, {}},
+      {"MIG-11111111-2222-5333-8444-555555555555",
+       "3g.20gb",
+       1,
+       0,
+       20937965568,
+       {"/dev/nvidia-caps/nvidia-cap12", "/dev/nvidia-caps/nvidia-cap13"}},
+      {"MIG-22222222-3333-5444-8555-666666666666",
+       "2g.10gb",
+       5,
+       0,
+       10468982784,
+       {"/dev/nvidia-caps/nvidia-cap48", "/dev/nvidia-caps/nvidia-cap49"}},
+      {"MIG-33333333-4444-5555-8666-777777777777",
+       "1g.5gb",
+       13,
+       0,
+       5100273664,
+       {"/dev/nvidia-caps/nvidia-cap120", "/dev/nvidia-caps/nvidia-cap121"}},
   };
   EXPECT_EQ(mig.mig_devices, want_migs);
   EXPECT_EQ(mig.compute_capability, (ComputeCapability{8, 0}));
@@ -140,6 +156,59 @@ TEST_F(NvmlBackendTest, A100MigDevicesAndDirectNvLinks) {
   ASSERT_EQ(node.links.size(), 1u);
   EXPECT_EQ(node.links[0], (GpuLink{"0000:07:00.0", "0000:0f:00.0", 12, 0, PcieLevel::kMultiple}));
   ExpectCleanExit();
+}
+
+// Issue 15 A.4, "MIG devices wrong on real nodes": discovery never read the MIG
+// capability minors, so every MIG device had no /dev/nvidia-caps nodes; gres.conf then
+// printed `MultipleFiles=/dev/nvidia0` once per MIG device and the CDI spec gave each
+// MIG device only /dev/nvidia0, with no warning.
+TEST_F(NvmlBackendTest, MigDevicesGetTheirNvidiaCapsNodesFromMigMinors) {
+  WriteA100MigMinors();
+  auto found = Run("a100_mig.json");
+  ASSERT_TRUE(found.ok()) << found.status().ToString();
+  EXPECT_TRUE(found->diagnostics.empty()) << AllDiagnostics(*found);
+  const std::vector<MigDevice>& migs = found->gpus[0].mig_devices;
+  ASSERT_EQ(migs.size(), 3u);
+  // GPU instance 1 -> gpu0/gi1/access 12, its compute instance 0 -> gpu0/gi1/ci0/access 13.
+  EXPECT_EQ(migs[0].device_nodes, (std::vector<std::string>{"/dev/nvidia-caps/nvidia-cap12",
+                                                            "/dev/nvidia-caps/nvidia-cap13"}));
+  EXPECT_EQ(migs[2].device_nodes, (std::vector<std::string>{"/dev/nvidia-caps/nvidia-cap120",
+                                                            "/dev/nvidia-caps/nvidia-cap121"}));
+  // The other GPU is not in MIG mode: nothing of gpu1's lines is used.
+  EXPECT_TRUE(found->gpus[1].mig_devices.empty());
+  ExpectCleanExit();
+}
+
+TEST_F(NvmlBackendTest, MigDevicesWithoutNvidiaCapsNodesAreReported) {
+  // No mig-minors file at all (a driver without nvidia-caps, /proc not mounted).
+  auto found = Run("a100_mig.json");
+  ASSERT_TRUE(found.ok()) << found.status().ToString();
+  for (const MigDevice& m : found->gpus[0].mig_devices) EXPECT_TRUE(m.device_nodes.empty());
+  ASSERT_EQ(found->diagnostics.size(), 1u) << AllDiagnostics(*found);
+  EXPECT_EQ(CountDiagnostics(*found, (root_ / "proc/driver/nvidia-caps/mig-minors").string()), 1)
+      << AllDiagnostics(*found);
+  EXPECT_EQ(CountDiagnostics(*found, "the 3 MIG devices of GPU 0 have no /dev/nvidia-caps nodes"),
+            1)
+      << AllDiagnostics(*found);
+
+  // A file that lacks one device's compute instance: that device alone is reported.
+  WriteFile("proc/driver/nvidia-caps/mig-minors",
+            "gpu0/gi1/access 12\ngpu0/gi1/ci0/access 13\n"
+            "gpu0/gi5/access 48\n"
+            "gpu0/gi13/access 120\ngpu0/gi13/ci0/access 121\n"
+            "garbage\ngpu0/gi13/ci1/access many\n");
+  found = Run("a100_mig.json");
+  ASSERT_TRUE(found.ok()) << found.status().ToString();
+  const std::vector<MigDevice>& migs = found->gpus[0].mig_devices;
+  EXPECT_EQ(migs[0].device_nodes.size(), 2u);
+  EXPECT_TRUE(migs[1].device_nodes.empty());
+  EXPECT_EQ(migs[2].device_nodes.size(), 2u);
+  ASSERT_EQ(found->diagnostics.size(), 1u) << AllDiagnostics(*found);
+  EXPECT_EQ(found->diagnostics[0].message,
+            "GPU 0: MIG device MIG-22222222-3333-5444-8555-666666666666 has no "
+            "/dev/nvidia-caps nodes (gpu0/gi5[/ci0]/access is not in " +
+                (root_ / "proc/driver/nvidia-caps/mig-minors").string() +
+                "), so Slurm and containers cannot be given it alone");
 }
 
 TEST_F(NvmlBackendTest, WorkstationMapsEveryPcieLevelAndBridges) {

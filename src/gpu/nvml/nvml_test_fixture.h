@@ -26,6 +26,7 @@ class NvmlBackendTest : public ::testing::Test {
     root_ = tmpl;
     std::filesystem::create_directories(root_ / "sys");
     std::filesystem::create_directories(root_ / "dev");
+    std::filesystem::create_directories(root_ / "proc");
     log_ = (root_ / "calls.log").string();
     setenv("FAKE_NVML_LOG", log_.c_str(), 1);
   }
@@ -50,6 +51,7 @@ class NvmlBackendTest : public ::testing::Test {
     o.nvml_library = library;
     o.sysfs_root = (root_ / "sys").string();
     o.dev_root = (root_ / "dev").string();
+    o.proc_root = (root_ / "proc").string();
     return o;
   }
 
@@ -63,6 +65,19 @@ class NvmlBackendTest : public ::testing::Test {
     const auto path = root_ / relative;
     std::filesystem::create_directories(path.parent_path());
     std::ofstream(path) << text;
+  }
+
+  // The driver's list of MIG capability minors, as /proc/driver/nvidia-caps/mig-minors
+  // has it for a100_mig.json's GPU 0 (minor 0; GIs 1, 5, 13 with CI 0 each) and for an
+  // instance no device uses.
+  void WriteA100MigMinors() const {
+    WriteFile("proc/driver/nvidia-caps/mig-minors",
+              "config 1\nmonitor 2\n"
+              "gpu0/gi0/access 3\ngpu0/gi0/ci0/access 4\n"
+              "gpu0/gi1/access 12\ngpu0/gi1/ci0/access 13\ngpu0/gi1/ci1/access 14\n"
+              "gpu0/gi5/access 48\ngpu0/gi5/ci0/access 49\n"
+              "gpu0/gi13/access 120\ngpu0/gi13/ci0/access 121\n"
+              "gpu1/gi1/access 147\ngpu1/gi1/ci0/access 148\n");
   }
 
   // A sysfs PCI device directory with the given numa_node and local_cpulist.
