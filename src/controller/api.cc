@@ -335,6 +335,17 @@ HttpResponse Api::Route(const HttpRequest& r, const Identity& who) {
     if (!v.ok()) return ErrorResponse(v.status());
     return JsonResponse(200, {{"node", NodeViewToJson(*v)}});
   }
+  if (p == "/v1/limits") {
+    if (r.method == "GET") return JsonResponse(200, LimitsToJson(controller_->GetLimits()));
+    if (r.method != "PUT") return MethodNotAllowed(r);
+    Result<Json> body = ParseJson(r.body, "request body", 1 << 20, 8);
+    if (!body.ok()) return ErrorResponse(body.status());
+    Result<Limits> l = LimitsFromJson(*body);
+    if (!l.ok()) return ErrorResponse(l.status());
+    Result<Limits> set = controller_->SetLimits(std::move(*l), caller);
+    if (!set.ok()) return ErrorResponse(set.status());
+    return JsonResponse(200, LimitsToJson(*set));
+  }
   if (p == "/v1/usage" && r.method == "GET") {
     // Metrics tokens read the pool's aggregates; users only their own.
     return Usage(r, caller, caller.admin || who.kind == CallerKind::kMetrics);
@@ -426,6 +437,11 @@ HttpResponse Api::Submit(const HttpRequest& r, const Caller& caller) {
   // An unknown environment is 404 (the client exits 3, "not found"), not a usage error.
   if (Status s = environments_.Resolve(&*job); !s.ok()) return ErrorResponse(s);
   Result<jobs::Job> submitted = controller_->Submit(std::move(*job), caller);
+  if (!submitted.ok() && submitted.status().code() == StatusCode::kResourceExhausted) {
+    HttpResponse over = ErrorResponse(submitted.status());
+    over.status = 429;  // a usage limit (max_queued): try again once jobs have started
+    return over;
+  }
   if (!submitted.ok()) return ErrorResponse(submitted.status());
   return JsonResponse(201, {{"job", jobs::JobToJson(*submitted)}});
 }

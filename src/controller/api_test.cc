@@ -327,6 +327,26 @@ TEST_F(ApiAccessTest, BadDependenciesAreRefusedNamingTheField) {
   EXPECT_TRUE(store_->ListJobs({})->empty());
 }
 
+TEST_F(ApiAccessTest, LimitsAreReadByAnyoneAndSetByAdmins) {
+  const std::string body = R"({"default": {"max_queued": 1}, "users": {"x": {"max_gpus": 4}}})";
+  net::HttpResponse r = AsUid(user_uid_, "PUT", "/v1/limits", {}, body);
+  EXPECT_EQ(r.status, 403);
+  EXPECT_NE(Error(r).find("only admins set limits"), std::string::npos) << r.body;
+  EXPECT_EQ(AsUid(0, "PUT", "/v1/limits", {}, R"({"users": {"x": {"max_gpus": "4"}}})").status,
+            400);
+  EXPECT_EQ(AsUid(0, "PUT", "/v1/limits", {}, "{").status, 400);
+  r = AsUid(0, "PUT", "/v1/limits", {}, body);
+  ASSERT_EQ(r.status, 200) << r.body;
+  r = AsUid(user_uid_, "GET", "/v1/limits");
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(ParseJson(r.body, "answer").value()["users"]["x"]["max_gpus"], 4);
+  const std::string job = R"({"command": ["true"], "workdir": "/"})";
+  EXPECT_EQ(AsUid(user_uid_, "POST", "/v1/jobs", {}, job).status, 201);
+  r = AsUid(user_uid_, "POST", "/v1/jobs", {}, job);
+  EXPECT_EQ(r.status, 429);  // max_queued 1
+  EXPECT_NE(Error(r).find("max_queued 1"), std::string::npos) << r.body;
+}
+
 TEST_F(ApiAccessTest, OnlyAdminsDrainAndResumeNodes) {
   ASSERT_EQ(AsUid(0, "POST", "/v1/agent/register", {}, RegisterBody("vm", 2)).status, 200);
   const std::string body = R"({"reason": "disk swap"})";

@@ -180,6 +180,13 @@ Status Controller::Load() {
     nodes_.emplace(r.name, std::move(e));
   }
   next_exec_id_ = now;  // above every id an earlier run handed out (agents key on it)
+  GP_ASSIGN_OR_RETURN(std::optional<std::string> limits, store_->GetSetting("limits"));
+  if (limits) {
+    Result<Json> j = ParseJson(*limits, "stored limits");
+    Result<Limits> l = j.ok() ? LimitsFromJson(*j) : Result<Limits>(j.status());
+    if (!l.ok()) return l.status().WithContext("the stored usage limits");
+    limits_ = std::move(*l);
+  }
   spdlog::info("controller: loaded {} active jobs and {} nodes", active_.size(), nodes_.size());
   return Status::Ok();
 }
@@ -289,8 +296,29 @@ Result<Job> Controller::Submit(Job job, const Caller& caller) {
                                       "jobs only");
     }
   }
+  // Jobs that passed the max_queued check but are not in active_ yet count as queued, so
+  // concurrent submissions cannot pass the limit together; released on every return.
+  int64_t reserved = 0;
+  // Copies: `job` is moved from by the time this runs.
+  const std::string user = job.user;
+  const std::string project = job.project.empty() ? job.user : job.project;
+  struct Release {
+    Controller* c;
+    const std::string* user;
+    const std::string* project;
+    int64_t* n;
+    ~Release() {
+      if (*n == 0) return;
+      std::lock_guard lock(c->mu_);
+      c->submitting_[*user] -= *n;
+      c->submitting_project_[*project] -= *n;
+    }
+  } release{this, &user, &project, &reserved};
   {
     std::lock_guard lock(mu_);
+    GP_ASSIGN_OR_RETURN(reserved, CheckQueuedLimits(job));
+    submitting_[job.user] += reserved;
+    submitting_project_[project] += reserved;
     std::vector<SchedNode> nodes;
     for (const auto& [name, e] : nodes_)
       nodes.push_back({name, &e.info, e.cpu_milli, e.memory_mib});
@@ -443,6 +471,56 @@ Result<Job> Controller::Cancel(int64_t id, const Caller& caller) {
     return now;
   }
   return job;
+}
+
+Result<int64_t> Controller::CheckQueuedLimits(const Job& job) {
+  const std::string project = job.project.empty() ? job.user : job.project;
+  const Limit& ul = limits_.ForUser(job.user);
+  const Limit* pl = limits_.ForProject(project);
+  int64_t adding = 1;
+  if (!job.array.empty()) {
+    Result<jobs::ArraySpec> spec = jobs::ParseArraySpec(job.array);
+    if (spec.ok()) adding = static_cast<int64_t>(spec->indices.size());
+  }
+  if (ul.max_queued < 0 && (pl == nullptr || pl->max_queued < 0)) return adding;
+  int64_t user_queued = submitting_[job.user];
+  int64_t project_queued = submitting_project_[project];
+  for (const auto& [id, j] : active_) {
+    if (j.state != JobState::kPending) continue;
+    if (j.user == job.user) ++user_queued;
+    if ((j.project.empty() ? j.user : j.project) == project) ++project_queued;
+  }
+  auto over = [&](const std::string& who, int64_t queued, int64_t max) {
+    return Status::ResourceExhausted(
+        who + " has " + std::to_string(queued) + " jobs queued; " + std::to_string(adding) +
+        " more would pass the limit (max_queued " + std::to_string(max) +
+        "): wait for some to start, or ask an admin (`gpupool limits`)");
+  };
+  if (ul.max_queued >= 0 && user_queued + adding > ul.max_queued) {
+    return over("user " + job.user, user_queued, ul.max_queued);
+  }
+  if (pl != nullptr && pl->max_queued >= 0 && project_queued + adding > pl->max_queued) {
+    return over("project " + project, project_queued, pl->max_queued);
+  }
+  return adding;
+}
+
+Limits Controller::GetLimits() {
+  std::lock_guard lock(mu_);
+  return limits_;
+}
+
+Result<Limits> Controller::SetLimits(Limits limits, const Caller& caller) {
+  if (!caller.admin) {
+    return Status::PermissionDenied("only admins set limits (you are " + caller.user + ")");
+  }
+  std::lock_guard lock(mu_);
+  GP_RETURN_IF_ERROR(store_->PutSetting("limits", DumpJson(LimitsToJson(limits))));
+  limits_ = std::move(limits);
+  spdlog::info("usage limits set by {}: {}", caller.user, DumpJson(LimitsToJson(limits_)));
+  capacity_changed_ = true;  // raised limits may let jobs start
+  WakeScheduler();
+  return limits_;
 }
 
 std::vector<int64_t> Controller::ArrayElements(int64_t array_id, int index) {
@@ -1121,8 +1199,10 @@ Status Controller::ScheduleOnce() {
   std::vector<std::shared_ptr<const Job>> snapshot;
   std::vector<std::pair<std::string, NodeEntry>> nodes_copy;
   std::map<int64_t, std::string> blocked;  // pending jobs whose dependencies are unmet
+  Limits limits;
   {
     std::lock_guard lock(mu_);
+    limits = limits_;
     GP_RETURN_IF_ERROR(ResolveDependencies(&blocked));
     bool any_pending = false;
     snapshot.reserve(slim_.size());
@@ -1153,7 +1233,7 @@ Status Controller::ScheduleOnce() {
   for (const auto& j : snapshot) active.push_back(j.get());
   const int64_t now = clock_->NowMicros();
   GP_ASSIGN_OR_RETURN(ScheduleResult plan,
-                      scheduler_->Plan(active, nodes, now / 1'000'000, blocked));
+                      scheduler_->Plan(active, nodes, now / 1'000'000, blocked, limits));
 
   std::lock_guard lock(mu_);
   // Apply only if every job the plan saw occupying resources still does, every job it

@@ -29,6 +29,7 @@
 
 #include "common/clock.h"
 #include "common/status.h"
+#include "controller/limits.h"
 #include "controller/log_relay.h"
 #include "gpu/gpu_info.h"
 #include "jobs/job.h"
@@ -119,6 +120,9 @@ class Controller {
   // admin put on another user's job is released by admins only). Holding a held job or
   // releasing one that is not held changes nothing; a job that runs cannot be held.
   Result<jobs::Job> Hold(int64_t id, const Caller& caller, bool hold);
+  // The usage limits (limits.h): anyone may read them; admins replace them whole.
+  Limits GetLimits();
+  Result<Limits> SetLimits(Limits limits, const Caller& caller);
   // Ids of the queued or running elements of array `array_id` (all when index < 0).
   std::vector<int64_t> ArrayElements(int64_t array_id, int index = -1);
   Result<jobs::Job> Get(int64_t id, const Caller& caller);
@@ -197,6 +201,10 @@ class Controller {
   void AttachPendingReason(jobs::Job* job) const;
 
   Result<NodeView> SetDrain(const std::string& name, bool draining, const std::string& reason);
+  // ResourceExhausted, naming the user or project and the limit, when `job` (every
+  // element of an array) would queue more than max_queued, counting submissions still
+  // being stored; else how many jobs it adds. mu_ held.
+  Result<int64_t> CheckQueuedLimits(const jobs::Job& job);
   // One job per index of `job.array`, stored one by one; returns the first element,
   // whose id is the array's.
   Result<jobs::Job> SubmitArray(jobs::Job job);
@@ -243,6 +251,10 @@ class Controller {
   bool stopping_ = false;
   std::map<int64_t, jobs::Job> active_;             // non-terminal jobs by id
   std::map<int64_t, jobs::JobState> ended_states_;  // of ended jobs others depend on
+  Limits limits_;
+  // Submissions past the max_queued check and not yet in active_, per user and project.
+  std::map<std::string, int64_t> submitting_;
+  std::map<std::string, int64_t> submitting_project_;
   // Ids of the jobs in active_ that hold resources (ASSIGNED or RUNNING): what node
   // views, agent polls and node-loss sweeps walk, not the whole queue.
   std::set<int64_t> occupying_;

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <chrono>
 #include <map>
 #include <thread>
@@ -468,6 +469,82 @@ TEST_F(ControllerTest, ArraySpecsOverTheLimitsOrMalformedAreRefused) {
   ok.array = "0-999";  // 1000 elements: the most an array may have
   ASSERT_TRUE(c_->Submit(ok, alice_).ok());
   EXPECT_EQ(store_->ListJobs({})->size(), 1000u);
+}
+
+// Issue 15 B.5: limits per user and project on GPUs in use, running and queued jobs.
+TEST_F(ControllerTest, LimitsHoldJobsWithAReasonAndRefuseQueueingPastTheMax) {
+  Register(2, {}, "n1");
+  Register(2, {}, "n2");
+  Limits l;
+  l.users["alice"] = {/*max_gpus=*/3, /*max_running=*/-1, /*max_queued=*/-1};
+  l.user_default = {-1, /*max_running=*/1, /*max_queued=*/3};
+  l.projects["vision"] = {-1, -1, -1};
+  l.projects["vision"].max_gpus = 1;
+  EXPECT_EQ(c_->SetLimits(l, alice_).status().code(), StatusCode::kPermissionDenied);
+  ASSERT_TRUE(c_->SetLimits(l, root_).ok());
+
+  // alice: at most 3 GPUs in use.
+  Job a1 = c_->Submit(MakeJob(2), alice_).value();
+  Job a2 = c_->Submit(MakeJob(2), alice_).value();
+  ASSERT_TRUE(c_->ScheduleOnce().ok());
+  EXPECT_EQ(Get(a1.id).state, JobState::kAssigned);
+  EXPECT_EQ(Get(a2.id).state, JobState::kPending);  // 2 GPUs idle on n2, but 2 + 2 > 3
+  EXPECT_EQ(Get(a2.id).pending_reason,
+            "waits: user alice has 2 GPUs in use or next to start; this job's 2 more would pass "
+            "the limit (max_gpus 3, `gpupool limits`)");
+  // bob (the default): one job running at once, three queued at most.
+  Job b1 = c_->Submit(MakeJob(0), bob_).value();
+  Job b2 = c_->Submit(MakeJob(0), bob_).value();
+  ASSERT_TRUE(c_->Submit(MakeJob(0), bob_).ok());
+  Result<Job> b4 = c_->Submit(MakeJob(0), bob_);
+  EXPECT_EQ(b4.status().code(), StatusCode::kResourceExhausted);
+  EXPECT_EQ(b4.status().message(),
+            "user bob has 3 jobs queued; 1 more would pass the limit (max_queued 3): wait for "
+            "some to start, or ask an admin (`gpupool limits`)");
+  Job arr = MakeJob(0);
+  arr.array = "0-9";
+  EXPECT_EQ(c_->Submit(arr, bob_).status().code(), StatusCode::kResourceExhausted);
+  ASSERT_TRUE(c_->ScheduleOnce().ok());
+  EXPECT_EQ(Get(b1.id).state, JobState::kAssigned);
+  EXPECT_EQ(Get(b2.id).state, JobState::kPending);
+  EXPECT_EQ(Get(b2.id).pending_reason,
+            "waits: user bob has 1 jobs running or next to start, the limit (max_running 1, "
+            "`gpupool limits`)");
+  // A project's limit applies to all its members' jobs.
+  Job v = MakeJob(2);
+  v.project = "vision";
+  v = c_->Submit(v, root_).value();
+  ASSERT_TRUE(c_->ScheduleOnce().ok());
+  EXPECT_NE(Get(v.id).pending_reason.find("project vision has 0 GPUs in use"), std::string::npos)
+      << Get(v.id).pending_reason;
+
+  Restart();  // the limits are stored
+  EXPECT_EQ(c_->GetLimits(), l);
+  ASSERT_TRUE(c_->Cancel(v.id, root_).ok());
+  // Raising them lets the jobs start.
+  ASSERT_TRUE(c_->SetLimits(Limits{}, root_).ok());
+  ASSERT_TRUE(c_->ScheduleOnce().ok());
+  EXPECT_EQ(Get(a2.id).state, JobState::kAssigned);
+  EXPECT_EQ(Get(b2.id).state, JobState::kAssigned);
+}
+
+TEST_F(ControllerTest, ConcurrentSubmissionsCannotPassMaxQueuedTogether) {
+  Register(2);
+  Limits l;
+  l.users["alice"].max_queued = 10;
+  ASSERT_TRUE(c_->SetLimits(l, root_).ok());
+  std::atomic<int> accepted{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 8; ++t) {
+    threads.emplace_back([&] {
+      for (int i = 0; i < 5; ++i) {
+        if (c_->Submit(MakeJob(0), alice_).ok()) ++accepted;
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  EXPECT_EQ(accepted.load(), 10);
+  EXPECT_EQ(store_->ListJobs({})->size(), 10u);
 }
 
 TEST_F(ControllerTest, NodesShowCpuAndMemoryAllocatedAndTotal) {

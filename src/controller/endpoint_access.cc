@@ -27,6 +27,7 @@ constexpr EndpointRule kRules[] = {
      "create --kind node --user NODE`), or root on the Unix socket"},
     {"GET", "/v1/nodes", kUserBit | kAdminBit | kMetricsBit, ""},
     {"", "/v1/nodes/", kAdminBit, "only admins drain and resume nodes"},
+    {"PUT", "/v1/limits", kAdminBit, "only admins set limits"},
     {"GET", "/v1/usage", kUserBit | kAdminBit | kMetricsBit, ""},
     {"GET", "/metrics", kAdminBit | kMetricsBit,
      "/metrics is for metrics tokens and admins: ask an admin for a metrics token"},

@@ -245,7 +245,8 @@ std::string JobScheduler::NeverFits(const jobs::Job& job, const std::vector<Sche
 
 Result<ScheduleResult> JobScheduler::Plan(const std::vector<const jobs::Job*>& active,
                                           const std::vector<SchedNode>& nodes, int64_t now_s,
-                                          const std::map<int64_t, std::string>& blocked) {
+                                          const std::map<int64_t, std::string>& blocked,
+                                          const Limits& limits) {
   ScheduleResult result;
   const std::vector<ModelFacts> models = Models(nodes);
 
@@ -276,9 +277,27 @@ Result<ScheduleResult> JobScheduler::Plan(const std::vector<const jobs::Job*>& a
   // ones this pass may start (the lowest ids first).
   std::map<int64_t, int> array_running;
   std::map<int64_t, int> array_admitted;
+  // What each user and project has placed or running (GPUs, jobs), for their limits; the
+  // jobs this pass may start count as they are admitted.
+  struct Use {
+    int64_t gpus = 0;
+    int64_t running = 0;
+  };
+  std::map<std::string, Use> user_use;
+  std::map<std::string, Use> project_use;
+  auto gpus_of = [](const jobs::Job& j) {
+    return int64_t{j.request.gpus} * std::max(1, j.request.tasks);
+  };
+  auto project_of = [](const jobs::Job& j) { return j.project.empty() ? j.user : j.project; };
   for (const jobs::Job* job : active) {
     if (job->array_id != 0 && job->state != jobs::JobState::kPending) {
       ++array_running[job->array_id];
+    }
+    if (job->state != jobs::JobState::kPending) {
+      for (Use* u : {&user_use[job->user], &project_use[project_of(*job)]}) {
+        u->gpus += gpus_of(*job);
+        ++u->running;
+      }
     }
   }
   for (const jobs::Job* job : active) {
@@ -294,6 +313,25 @@ Result<ScheduleResult> JobScheduler::Plan(const std::vector<const jobs::Job*>& a
         continue;
       }
       ++admitted;
+    }
+    if (job->state == jobs::JobState::kPending && job->held_by.empty() &&
+        blocked.count(job->id) == 0) {
+      Use& u = user_use[job->user];
+      Use& p = project_use[project_of(*job)];
+      std::string why = LimitReason("user " + job->user, limits.ForUser(job->user), u.gpus,
+                                    u.running, gpus_of(*job));
+      if (const Limit* pl = limits.ForProject(project_of(*job)); why.empty() && pl != nullptr) {
+        why = LimitReason("project " + project_of(*job), *pl, p.gpus, p.running, gpus_of(*job));
+      }
+      if (!why.empty()) {
+        result.pending_reasons[job->id] = "waits: " + why;
+        continue;
+      }
+      // Admitted: counted as if it starts (it may not fit; then it only waits longer).
+      for (Use* x : {&u, &p}) {
+        x->gpus += gpus_of(*job);
+        ++x->running;
+      }
     }
     if (job->state == jobs::JobState::kPending && !job->held_by.empty()) {
       result.pending_reasons[job->id] = HeldReason(*job);

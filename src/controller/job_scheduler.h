@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "controller/limits.h"
 #include "gpu/gpu_info.h"
 #include "jobs/job.h"
 #include "sched/placement_policy.h"
@@ -46,9 +47,11 @@ class JobScheduler {
   // `active` holds every non-terminal job; ASSIGNED/RUNNING ones occupy their GPUs.
   // Jobs in `blocked` (pending ones that wait for something else: their dependencies)
   // are not started and get the given pending reason.
+  // Jobs that would take a user or project past `limits` wait with the reason.
   Result<ScheduleResult> Plan(const std::vector<const jobs::Job*>& active,
                               const std::vector<SchedNode>& nodes, int64_t now_s,
-                              const std::map<int64_t, std::string>& blocked = {});
+                              const std::map<int64_t, std::string>& blocked = {},
+                              const Limits& limits = {});
 
   // Why `job` could never run on `nodes` even if they were idle; empty when it could.
   static std::string NeverFits(const jobs::Job& job, const std::vector<SchedNode>& nodes);

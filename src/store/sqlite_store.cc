@@ -78,6 +78,13 @@ ALTER TABLE nodes ADD COLUMN protocol TEXT NOT NULL DEFAULT '';
     R"sql(
 ALTER TABLE nodes ADD COLUMN drain_reason TEXT NOT NULL DEFAULT '';
 )sql",
+    // Pool-wide settings (the usage limits).
+    R"sql(
+CREATE TABLE settings (
+  key TEXT PRIMARY KEY,
+  value TEXT NOT NULL
+);
+)sql",
 };
 
 class Stmt {
@@ -412,6 +419,27 @@ class SqliteStore final : public Store {
       return Status::NotFound("no environment " + std::string(name) + ":" + std::string(version));
     }
     return Status::Ok();
+  }
+
+  Status PutSetting(std::string_view key, std::string_view value) override {
+    std::lock_guard lock(mu_);
+    Stmt s(db_,
+           "INSERT INTO settings(key, value) VALUES(?,?) ON CONFLICT(key) DO UPDATE SET "
+           "value=excluded.value");
+    s.Bind(1, std::string(key));
+    s.Bind(2, std::string(value));
+    if (s.Step() != SQLITE_DONE) return Error("store setting " + std::string(key));
+    return Status::Ok();
+  }
+
+  Result<std::optional<std::string>> GetSetting(std::string_view key) override {
+    std::lock_guard lock(mu_);
+    Stmt s(db_, "SELECT value FROM settings WHERE key=?");
+    s.Bind(1, std::string(key));
+    const int rc = s.Step();
+    if (rc == SQLITE_ROW) return std::optional<std::string>(s.Text(0));
+    if (rc != SQLITE_DONE) return Error("read setting " + std::string(key));
+    return std::optional<std::string>();
   }
 
  private:

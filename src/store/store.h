@@ -107,6 +107,11 @@ class Store {
   virtual Result<std::vector<EnvironmentRecord>> ListEnvironments() = 0;
   // NotFound when absent.
   virtual Status DeleteEnvironment(std::string_view name, std::string_view version) = 0;
+
+  // Pool-wide settings an admin changes at run time (the usage limits: "limits"), as
+  // text, usually JSON. nullopt when never set.
+  virtual Status PutSetting(std::string_view key, std::string_view value) = 0;
+  virtual Result<std::optional<std::string>> GetSetting(std::string_view key) = 0;
 };
 
 // Opens (creating if needed) an SQLite store at `path` in WAL mode and brings its schema

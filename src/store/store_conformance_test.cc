@@ -118,6 +118,14 @@ TEST_P(StoreTest, BatchUpdateIsAllOrNothing) {
   EXPECT_EQ(store_->GetJob(b.id)->state, JobState::kAssigned);
 }
 
+TEST_P(StoreTest, SettingsAreReplacedWhole) {
+  EXPECT_FALSE(store_->GetSetting("limits")->has_value());
+  ASSERT_TRUE(store_->PutSetting("limits", R"({"users": {}})").ok());
+  ASSERT_TRUE(store_->PutSetting("limits", R"({"users": {"a": {}}})").ok());
+  EXPECT_EQ(store_->GetSetting("limits")->value(), R"({"users": {"a": {}}})");
+  EXPECT_FALSE(store_->GetSetting("other")->has_value());
+}
+
 TEST_P(StoreTest, NodesAndTokens) {
   NodeRecord n{"gpu01", "{}", "unix:/x", 8000, 65536, 1, 2, false, "10.0.0.7", "1.1"};
   ASSERT_TRUE(store_->PutNode(n).ok());

@@ -106,6 +106,10 @@ Result<ApiAnswer> ApiClient::Post(const std::string& path, const std::string& bo
   return Call("POST", path, body);
 }
 
+Result<ApiAnswer> ApiClient::Put(const std::string& path, const std::string& body) const {
+  return Call("PUT", path, body);
+}
+
 Result<ApiAnswer> ApiClient::Delete(const std::string& path) const {
   return Call("DELETE", path, "");
 }

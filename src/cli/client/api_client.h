@@ -60,6 +60,7 @@ class ApiClient {
   Result<ApiAnswer> Get(const std::string& path_and_query) const;
   Result<ApiAnswer> Post(const std::string& path, const std::string& body) const;
   Result<ApiAnswer> Delete(const std::string& path) const;
+  Result<ApiAnswer> Put(const std::string& path, const std::string& body) const;
 
   // GET /v1/jobs/ID/logs (of task `task`). `wait_ms` > 0 asks the server to wait for
   // new bytes.

@@ -78,7 +78,9 @@ class ClientE2eTest : public ::testing::Test {
     if (with_server_flag && !args.empty()) {
       // --server goes on the leaf subcommand, before its positionals.
       size_t at = 1;
-      if (args[0] == "token" || args[0] == "node") at = 2;
+      if (args[0] == "token" || args[0] == "node" || (args[0] == "limits" && args.size() > 1)) {
+        at = 2;
+      }
       args.insert(args.begin() + static_cast<std::ptrdiff_t>(at), {"--server", "unix:" + socket_});
     }
     CLI::App app{"gpupool"};
@@ -457,6 +459,34 @@ TEST_F(ClientE2eTest, ArraysAreSubmittedAndCancelledWholeOrByElement) {
             "Cancelled job 12_5\nCancelled array 12 (97 elements still queued or running)\n");
   EXPECT_EQ(Requests()[1].Query("element"), "5");
   EXPECT_EQ(Run({"cancel", "12_x"}).code, 2);
+}
+
+TEST_F(ClientE2eTest, LimitsSetChangesOneEntryAndKeepsTheOthers) {
+  Serve([](const HttpRequest& r) {
+    if (r.method == "GET") {
+      return JsonAnswer(200, R"({"default": {"max_queued": 500},
+        "users": {"bob": {"max_gpus": 4}}, "projects": {}})");
+    }
+    return JsonAnswer(200, r.body);  // PUT: the server answers what it stored
+  });
+  RunResult r =
+      Run({"limits", "set", "--user", "alice", "--max-gpus", "8", "--max-running", "none"});
+  EXPECT_EQ(r.code, 0) << r.err;
+  ASSERT_EQ(Requests().size(), 2u);
+  EXPECT_EQ(Requests()[1].method, "PUT");
+  EXPECT_EQ(Json::parse(Requests()[1].body),
+            Json::parse(R"({"default": {"max_queued": 500}, "projects": {},
+              "users": {"alice": {"max_gpus": 8}, "bob": {"max_gpus": 4}}})"));
+  EXPECT_EQ(r.out,
+            "FOR                   MAX_GPUS  MAX_RUNNING  MAX_QUEUED\n"
+            "every user (default)         -            -         500\n"
+            "user alice                   8            -           -\n"
+            "user bob                     4            -           -\n");
+  EXPECT_EQ(Run({"limits", "set", "--max-gpus", "1"}).code, 2);
+  EXPECT_EQ(Run({"limits", "set", "--user", "a", "--project", "p", "--max-gpus", "1"}).code, 2);
+  EXPECT_EQ(Run({"limits", "set", "--user", "a", "--max-gpus", "-3"}).code, 2);
+  EXPECT_EQ(Run({"limits", "set", "--user", "a"}).code, 2);
+  EXPECT_EQ(Requests().size(), 2u);  // none of those reached the server
 }
 
 TEST_F(ClientE2eTest, HoldAndReleaseEachJobAndFailIfAnyFailed) {

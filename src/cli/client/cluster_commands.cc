@@ -130,6 +130,71 @@ Status RunTokenRevoke(const ClientRuntime& rt, const TokenRevokeState& s) {
   return Status::Ok();
 }
 
+struct LimitsState {
+  SimpleState base;
+  std::string user;
+  std::string project;
+  bool all_users = false;
+  std::optional<std::string> max_gpus;
+  std::optional<std::string> max_running;
+  std::optional<std::string> max_queued;
+};
+
+// `limits set`: reads the limits, changes the one entry, writes them back (admins).
+Status RunLimitsSet(const ClientRuntime& rt, const LimitsState& s) {
+  const int scopes = (s.user.empty() ? 0 : 1) + (s.project.empty() ? 0 : 1) + (s.all_users ? 1 : 0);
+  if (scopes != 1) {
+    return Status::InvalidArgument(
+        "limits set: give one of --user NAME, --project NAME or --default (every user)");
+  }
+  if (!s.max_gpus && !s.max_running && !s.max_queued) {
+    return Status::InvalidArgument(
+        "limits set: give --max-gpus, --max-running or --max-queued (a number, or none)");
+  }
+  const std::tuple<const char*, const char*, const std::optional<std::string>*> fields[] = {
+      {"--max-gpus", "max_gpus", &s.max_gpus},
+      {"--max-running", "max_running", &s.max_running},
+      {"--max-queued", "max_queued", &s.max_queued}};
+  std::map<std::string, int64_t> values;  // -1: clear
+  for (const auto& [flag, key, value] : fields) {
+    if (!*value) continue;
+    if (**value == "none") {
+      values[key] = -1;
+      continue;
+    }
+    auto n = ParseInt64(Trim(**value));
+    if (!n || *n < 0) {
+      return Status::InvalidArgument(std::string(flag) + " " + **value +
+                                     ": a whole number of at least 0, or none (no limit)");
+    }
+    values[key] = *n;
+  }
+  GP_ASSIGN_OR_RETURN(ApiClient api, Connect(rt, s.base.conn));
+  GP_ASSIGN_OR_RETURN(ApiAnswer current, api.Get("/v1/limits"));
+  Json limits = current.json;
+  Json* entry = nullptr;
+  if (s.all_users) {
+    entry = &limits["default"];
+  } else {
+    entry = &limits[s.user.empty() ? "projects" : "users"][s.user.empty() ? s.project : s.user];
+  }
+  if (!entry->is_object()) *entry = Json::object();
+  for (const auto& [key, n] : values) {
+    if (n < 0) {
+      entry->erase(key);
+    } else {
+      (*entry)[key] = n;
+    }
+  }
+  GP_ASSIGN_OR_RETURN(ApiAnswer answer, api.Put("/v1/limits", limits.dump()));
+  if (s.base.json) {
+    PrintRaw(rt, answer.body);
+  } else {
+    Print(rt, RenderLimits(answer.json));
+  }
+  return Status::Ok();
+}
+
 struct NodeActionState {
   SimpleState base;
   std::string name;
@@ -180,6 +245,27 @@ void RegisterClusterCommands(CLI::App& app, const RuntimePtr& rt) {
     const int64_t now = rt->env.now_us();
     Report(*rt,
            GetAndPrint(*rt, *n, "/v1/nodes", [now](const Json& j) { return RenderNodes(j, now); }));
+  });
+
+  auto ls = std::make_shared<LimitsState>();
+  CLI::App* limits = app.add_subcommand(
+      "limits", "Show the usage limits per user and project; `limits set` changes them (admins)");
+  limits->add_flag("--json", ls->base.json, "print the server's JSON");
+  AddConnectionOptions(*limits, &ls->base.conn);
+  CLI::App* set = limits->add_subcommand("set", "Set or clear one user's or project's limits");
+  set->add_option("--user", ls->user, "this user's limits");
+  set->add_option("--project", ls->project, "this project's limits (all its members' jobs)");
+  set->add_flag("--default", ls->all_users, "the limits of every user without their own");
+  set->add_option("--max-gpus", ls->max_gpus, "GPUs in use at once, or none");
+  set->add_option("--max-running", ls->max_running, "jobs running at once, or none");
+  set->add_option("--max-queued", ls->max_queued, "jobs queued at once, or none");
+  set->add_flag("--json", ls->base.json, "print the server's JSON");
+  AddConnectionOptions(*set, &ls->base.conn);
+  set->callback([rt, ls] { Report(*rt, RunLimitsSet(*rt, *ls)); });
+  limits->callback([rt, ls, limits] {
+    if (limits->got_subcommand("set")) return;
+    Report(*rt,
+           GetAndPrint(*rt, ls->base, "/v1/limits", [](const Json& j) { return RenderLimits(j); }));
   });
 
   CLI::App* node = app.add_subcommand("node", "Drain a node or resume it (admins)");

@@ -17,6 +17,8 @@ std::string RenderQueue(const Json& answer, int64_t now_us);
 // `gpupool show`: one JOB, every field on its own line.
 std::string RenderJob(const Json& job, int64_t now_us);
 // `gpupool nodes`: {"nodes": [...]} as a table.
+// `gpupool limits`: one row for the default and each user and project; '-' = no limit.
+std::string RenderLimits(const Json& answer);
 std::string RenderNodes(const Json& answer, int64_t now_us);
 // `gpupool usage`: {"since_us", "until_us", "by", "rows": [...]} as a table with a total.
 std::string RenderUsage(const Json& answer);

@@ -79,6 +79,25 @@ std::string RenderNodes(const Json& answer, int64_t now_us) {
   return t.Render() + (drains.empty() ? "" : "drained:\n" + drains);
 }
 
+std::string RenderLimits(const Json& answer) {
+  Table t({"FOR", "MAX_GPUS>", "MAX_RUNNING>", "MAX_QUEUED>"});
+  auto cell = [](const Json& l, const char* key) {
+    const int64_t v = GetInt(l, key, -1);
+    return v < 0 ? std::string("-") : std::to_string(v);
+  };
+  auto row = [&](const std::string& who, const Json& l) {
+    t.AddRow({who, cell(l, "max_gpus"), cell(l, "max_running"), cell(l, "max_queued")});
+  };
+  row("every user (default)", GetObject(answer, "default"));
+  for (const char* kind : {"users", "projects"}) {
+    const Json& m = GetObject(answer, kind);
+    for (auto it = m.begin(); it != m.end(); ++it) {
+      row(std::string(kind == std::string("users") ? "user " : "project ") + it.key(), *it);
+    }
+  }
+  return t.Render();
+}
+
 std::string RenderUsage(const Json& answer) {
   const std::string by = GetString(answer, "by", "user");
   std::string out = "GPU-hours allocated from " + FormatTimeUtc(GetInt(answer, "since_us")) +

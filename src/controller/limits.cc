@@ -1,0 +1,99 @@
+#include "controller/limits.h"
+
+namespace gpupool::controller {
+namespace {
+
+constexpr int64_t kMaxValue = 1'000'000'000;
+
+OrderedJson LimitToJson(const Limit& l) {
+  OrderedJson j = OrderedJson::object();
+  if (l.max_gpus >= 0) j["max_gpus"] = l.max_gpus;
+  if (l.max_running >= 0) j["max_running"] = l.max_running;
+  if (l.max_queued >= 0) j["max_queued"] = l.max_queued;
+  return j;
+}
+
+Result<Limit> LimitFromJson(const Json& j, const std::string& path) {
+  Limit l;
+  if (!j.is_object()) {
+    return Status::InvalidArgument(path + ": an object, e.g. {\"max_gpus\": 8}");
+  }
+  JsonFields f(j, path);
+  f.Optional("max_gpus", &l.max_gpus, -1, kMaxValue);
+  f.Optional("max_running", &l.max_running, -1, kMaxValue);
+  f.Optional("max_queued", &l.max_queued, -1, kMaxValue);
+  GP_RETURN_IF_ERROR(f.Finish());
+  return l;
+}
+
+Status NamedLimits(const Json* obj, const std::string& path, std::map<std::string, Limit>* out) {
+  if (obj == nullptr) return Status::Ok();
+  for (auto it = obj->begin(); it != obj->end(); ++it) {
+    if (it.key().empty() || it.key().size() > 64) {
+      return Status::InvalidArgument(path + ": a name of 1..64 characters, e.g. \"alice\"");
+    }
+    GP_ASSIGN_OR_RETURN(Limit l, LimitFromJson(*it, path + "." + it.key()));
+    if (!l.empty()) (*out)[it.key()] = l;
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+const Limit& Limits::ForUser(const std::string& user) const {
+  auto it = users.find(user);
+  return it != users.end() ? it->second : user_default;
+}
+
+const Limit* Limits::ForProject(const std::string& project) const {
+  auto it = projects.find(project);
+  return it != projects.end() ? &it->second : nullptr;
+}
+
+OrderedJson LimitsToJson(const Limits& l) {
+  OrderedJson users = OrderedJson::object();
+  for (const auto& [name, limit] : l.users) users[name] = LimitToJson(limit);
+  OrderedJson projects = OrderedJson::object();
+  for (const auto& [name, limit] : l.projects) projects[name] = LimitToJson(limit);
+  return {{"default", LimitToJson(l.user_default)},
+          {"users", std::move(users)},
+          {"projects", std::move(projects)}};
+}
+
+Result<Limits> LimitsFromJson(const Json& j) {
+  Limits l;
+  if (!j.is_object()) return Status::InvalidArgument("limits: a JSON object, e.g. {\"users\": {}}");
+  JsonFields f(j, "limits");
+  const Json* def = f.Member("default");
+  const Json* users = f.Member("users");
+  const Json* projects = f.Member("projects");
+  for (const auto& [key, m] :
+       {std::pair{"default", def}, {"users", users}, {"projects", projects}}) {
+    if (m != nullptr && !m->is_object()) f.Fail(key, "an object, e.g. {\"max_gpus\": 8}");
+  }
+  GP_RETURN_IF_ERROR(f.Finish());
+  if (def != nullptr) {
+    GP_ASSIGN_OR_RETURN(l.user_default, LimitFromJson(*def, "limits.default"));
+  }
+  GP_RETURN_IF_ERROR(NamedLimits(users, "limits.users", &l.users));
+  GP_RETURN_IF_ERROR(NamedLimits(projects, "limits.projects", &l.projects));
+  return l;
+}
+
+std::string LimitReason(const std::string& who, const Limit& l, int64_t used_gpus,
+                        int64_t used_running, int64_t job_gpus) {
+  if (l.max_running >= 0 && used_running >= l.max_running) {
+    return who + " has " + std::to_string(used_running) +
+           " jobs running or next to start, the limit (max_running " +
+           std::to_string(l.max_running) + ", `gpupool limits`)";
+  }
+  if (l.max_gpus >= 0 && job_gpus > 0 && used_gpus + job_gpus > l.max_gpus) {
+    return who + " has " + std::to_string(used_gpus) +
+           " GPUs in use or next to start; this job's " + std::to_string(job_gpus) +
+           " more would pass the limit (max_gpus " + std::to_string(l.max_gpus) +
+           ", `gpupool limits`)";
+  }
+  return "";
+}
+
+}  // namespace gpupool::controller

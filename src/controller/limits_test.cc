@@ -1,0 +1,51 @@
+#include "controller/limits.h"
+
+#include <gtest/gtest.h>
+
+namespace gpupool::controller {
+namespace {
+
+TEST(LimitsJsonTest, RoundTripsAndDropsEmptyEntries) {
+  Limits l;
+  l.user_default.max_queued = 500;
+  l.users["alice"] = {8, 4, -1};
+  l.projects["vision"] = {16, -1, -1};
+  Result<Limits> back = LimitsFromJson(Json::parse(DumpJson(LimitsToJson(l))));
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(*back, l);
+  back = LimitsFromJson(Json::parse(R"({"users": {"bob": {}}})"));
+  ASSERT_TRUE(back.ok());
+  EXPECT_TRUE(back->users.empty());  // no limit is no entry
+  EXPECT_EQ(back->ForUser("bob").max_gpus, -1);
+}
+
+TEST(LimitsJsonTest, BadInputNamesTheField) {
+  auto err = [](const char* text) {
+    Result<Limits> r = LimitsFromJson(Json::parse(text));
+    return r.ok() ? std::string("OK") : r.status().message();
+  };
+  EXPECT_NE(err(R"({"users": {"alice": {"max_gpus": -2}}})").find("limits.users.alice.max_gpus"),
+            std::string::npos);
+  EXPECT_NE(err(R"({"users": {"alice": {"max_gpu": 2}}})").find("max_gpu"), std::string::npos);
+  EXPECT_NE(err(R"({"users": []})").find("limits.users"), std::string::npos);
+  EXPECT_NE(err(R"({"default": {"max_running": "4"}})").find("limits.default.max_running"),
+            std::string::npos);
+  EXPECT_NE(err(R"({"users": {"alice": 3}})").find("limits.users.alice"), std::string::npos);
+  EXPECT_NE(err(R"({"quota": {}})").find("quota"), std::string::npos);
+  EXPECT_NE(err("[]").find("limits"), std::string::npos);
+}
+
+TEST(LimitReasonTest, NamesWhoAndWhichLimit) {
+  Limit l{8, 2, -1};
+  EXPECT_EQ(LimitReason("user alice", l, 4, 1, 4), "");
+  EXPECT_EQ(LimitReason("user alice", l, 4, 2, 1),
+            "user alice has 2 jobs running or next to start, the limit (max_running 2, `gpupool "
+            "limits`)");
+  EXPECT_EQ(LimitReason("project vision", l, 6, 1, 4),
+            "project vision has 6 GPUs in use or next to start; this job's 4 more would pass the "
+            "limit (max_gpus 8, `gpupool limits`)");
+  EXPECT_EQ(LimitReason("user alice", l, 8, 0, 0), "");  // a CPU job needs no GPU
+}
+
+}  // namespace
+}  // namespace gpupool::controller
