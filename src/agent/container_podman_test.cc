@@ -296,6 +296,7 @@ TEST_F(ContainerPodmanTest, ExitCodePropagates) {
 
 TEST_F(ContainerPodmanTest, CancelStopsTheContainerWithinTheGrace) {
   LaunchSpec s = Spec(204, {"sleep", "600"});
+  s.init = false;  // the command itself is PID 1 (--no-init)
   ASSERT_TRUE(launcher_->Launch(s).ok());
   std::optional<JobEvent> started = WaitForEvent(*launcher_, 204, 60'000);
   ASSERT_TRUE(started && started->kind == Kind::kStarted);

@@ -301,7 +301,7 @@ Result<Job> Controller::Submit(Job job, const Caller& caller) {
   int64_t reserved = 0;
   // Copies: `job` is moved from by the time this runs.
   const std::string user = job.user;
-  const std::string project = job.project.empty() ? job.user : job.project;
+  const std::string project = jobs::AccountingProject(job);
   struct Release {
     Controller* c;
     const std::string* user;
@@ -474,7 +474,7 @@ Result<Job> Controller::Cancel(int64_t id, const Caller& caller) {
 }
 
 Result<int64_t> Controller::CheckQueuedLimits(const Job& job) {
-  const std::string project = job.project.empty() ? job.user : job.project;
+  const std::string& project = jobs::AccountingProject(job);
   const Limit& ul = limits_.ForUser(job.user);
   const Limit* pl = limits_.ForProject(project);
   int64_t adding = 1;
@@ -488,7 +488,7 @@ Result<int64_t> Controller::CheckQueuedLimits(const Job& job) {
   for (const auto& [id, j] : active_) {
     if (j.state != JobState::kPending) continue;
     if (j.user == job.user) ++user_queued;
-    if ((j.project.empty() ? j.user : j.project) == project) ++project_queued;
+    if (jobs::AccountingProject(j) == project) ++project_queued;
   }
   auto over = [&](const std::string& who, int64_t queued, int64_t max) {
     return Status::ResourceExhausted(

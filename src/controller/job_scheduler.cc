@@ -288,13 +288,12 @@ Result<ScheduleResult> JobScheduler::Plan(const std::vector<const jobs::Job*>& a
   auto gpus_of = [](const jobs::Job& j) {
     return int64_t{j.request.gpus} * std::max(1, j.request.tasks);
   };
-  auto project_of = [](const jobs::Job& j) { return j.project.empty() ? j.user : j.project; };
   for (const jobs::Job* job : active) {
     if (job->array_id != 0 && job->state != jobs::JobState::kPending) {
       ++array_running[job->array_id];
     }
     if (job->state != jobs::JobState::kPending) {
-      for (Use* u : {&user_use[job->user], &project_use[project_of(*job)]}) {
+      for (Use* u : {&user_use[job->user], &project_use[jobs::AccountingProject(*job)]}) {
         u->gpus += gpus_of(*job);
         ++u->running;
       }
@@ -317,11 +316,13 @@ Result<ScheduleResult> JobScheduler::Plan(const std::vector<const jobs::Job*>& a
     if (job->state == jobs::JobState::kPending && job->held_by.empty() &&
         blocked.count(job->id) == 0) {
       Use& u = user_use[job->user];
-      Use& p = project_use[project_of(*job)];
+      Use& p = project_use[jobs::AccountingProject(*job)];
       std::string why = LimitReason("user " + job->user, limits.ForUser(job->user), u.gpus,
                                     u.running, gpus_of(*job));
-      if (const Limit* pl = limits.ForProject(project_of(*job)); why.empty() && pl != nullptr) {
-        why = LimitReason("project " + project_of(*job), *pl, p.gpus, p.running, gpus_of(*job));
+      if (const Limit* pl = limits.ForProject(jobs::AccountingProject(*job));
+          why.empty() && pl != nullptr) {
+        why = LimitReason("project " + jobs::AccountingProject(*job), *pl, p.gpus, p.running,
+                          gpus_of(*job));
       }
       if (!why.empty()) {
         result.pending_reasons[job->id] = "waits: " + why;
@@ -362,7 +363,7 @@ Result<ScheduleResult> JobScheduler::Plan(const std::vector<const jobs::Job*>& a
     sched::QueuedJob q;
     q.id = std::to_string(job->id);
     q.user = job->user;
-    q.project = job->project.empty() ? job->user : job->project;
+    q.project = jobs::AccountingProject(*job);
     q.priority = job->priority;
     q.submit_s = job->submit_time_us / 1'000'000;
     q.time_limit_s = job->time_limit_s;

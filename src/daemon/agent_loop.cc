@@ -1,21 +1,16 @@
 #include "daemon/agent_loop.h"
 
 #include <spdlog/spdlog.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
-#include <cctype>
-#include <cerrno>
 #include <chrono>
-#include <cstring>
 #include <thread>
 
 #include "agent/job_files.h"
 #include "common/strings.h"
 #include "daemon/rendezvous.h"
 #include "envcheck/needs.h"
-#include "gpu/export/exporters.h"
 #include "gpu/node_json.h"
 #include "jobs/job_json.h"
 

@@ -187,4 +187,10 @@ struct Job {
   friend bool operator==(const Job&, const Job&) = default;
 };
 
+// The project a job is accounted to for fair share and limits: its own, else its user's
+// name.
+inline const std::string& AccountingProject(const Job& job) {
+  return job.project.empty() ? job.user : job.project;
+}
+
 }  // namespace gpupool::jobs
