@@ -11,8 +11,8 @@ packages=(
   # libraries (see the README's dependency table for why each)
   nlohmann-json3-dev libfmt-dev libspdlog-dev libcli11-dev libsqlite3-dev
   libmicrohttpd-dev libssl-dev
-  # tests and benchmarks
-  libgtest-dev libgmock-dev libbenchmark-dev python3
+  # tests and benchmarks; python3-jsonschema checks docs/openapi.json (openapi_schema_test.py)
+  libgtest-dev libgmock-dev libbenchmark-dev python3 python3-jsonschema
   # multi-node jobs for real (tests/multinode): PyTorch, Open MPI and mpi4py from Debian
   python3-torch openmpi-bin python3-mpi4py
   # containers: the CDI tests run real podman with runc

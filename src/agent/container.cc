@@ -193,6 +193,10 @@ Result<std::vector<std::string>> BuildPodmanRunArgv(const LaunchSpec& spec,
   // An init as PID 1 (podman's catatonit) passes the stop signal on to the command, so a
   // cancel ends it with SIGTERM instead of SIGKILL after the grace period.
   if (spec.init) run.push_back("--init");
+  // An interactive job: the container's stdin stays open, on a terminal of its own with
+  // --tty (podman passes the size of the terminal it was given and later changes on).
+  if (spec.stdio_relayed) run.push_back("--interactive");
+  if (spec.stdio_relayed && spec.tty) run.push_back("--tty");
   if (spec.shm_bytes > 0) {
     run.insert(run.end(), {"--shm-size", std::to_string(spec.shm_bytes) + "b"});
   }

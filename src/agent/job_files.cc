@@ -112,6 +112,8 @@ std::string ShimConfigToJson(const ShimConfig& config) {
   j["cdi_devices"] = s.cdi_devices;
   j["shm_bytes"] = s.shm_bytes;
   j["init"] = s.init;
+  if (s.stdio_relayed) j["stdio_relayed"] = true;
+  if (s.tty) j["tty"] = true;
   j["env_dir"] = s.env_dir;
   j["cgroup_root"] = config.cgroup_root;
   j["container"] = ContainerToJson(config.container);
@@ -192,6 +194,8 @@ Result<ShimConfig> ShimConfigFromJson(const std::string& text, const std::string
   f.Optional("cdi_devices", &s.cdi_devices);
   f.Optional("shm_bytes", &s.shm_bytes);
   f.Optional("init", &s.init);
+  f.Optional("stdio_relayed", &s.stdio_relayed);
+  f.Optional("tty", &s.tty);
   f.Optional("env_dir", &s.env_dir);
   f.Optional("cgroup_root", &config.cgroup_root);
   if (const Json* c = f.Member("container"); c != nullptr) {

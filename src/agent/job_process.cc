@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <grp.h>
+#include <sys/ioctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -124,6 +125,9 @@ Result<pid_t> StartJobProcess(const JobProcessPlan& plan) {
         ::dup2(plan.stderr_fd, 2) < 0) {
       ChildFail(fd, kStageIo, errno);
     }
+    // An interactive job's terminal: the new session's controlling terminal, so that ^C
+    // and a hangup reach its foreground process group.
+    if (plan.controlling_tty && ::ioctl(0, TIOCSCTTY, 0) < 0) ChildFail(fd, kStageIo, errno);
     if (plan.switch_user) {
       if (::setgroups(plan.groups.size(), plan.groups.data()) != 0) {
         ChildFail(fd, kStageGroups, errno);

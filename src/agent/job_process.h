@@ -28,6 +28,7 @@ struct JobProcessPlan {
   int stdin_fd = -1;
   int stdout_fd = -1;
   int stderr_fd = -1;
+  bool controlling_tty = false;  // stdin is a terminal: make it the job's (TIOCSCTTY)
   const JobCgroup* cgroup = nullptr;
   bool require_cgroup = false;  // no launch unless the job joins `cgroup` (device isolation)
 };

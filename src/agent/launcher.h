@@ -86,6 +86,12 @@ struct LaunchSpec {
   std::vector<std::string> cdi_devices;
   uint64_t shm_bytes = 0;  // /dev/shm size; 0 = podman's default
   bool init = true;        // podman --init: PID 1 passes signals on and reaps
+  // An interactive session (gpupool run, exec --pty): the command's standard streams are
+  // the descriptors given to Launch (JobStdio), not /dev/null and the log files. `tty`:
+  // they are one pseudo-terminal, made the command's controlling terminal; a cancel
+  // hangs it up (SIGHUP, then SIGTERM) before the grace period.
+  bool stdio_relayed = false;
+  bool tty = false;
   // Process jobs: a directory environment (conda env, virtualenv) put first on PATH.
   std::string env_dir;
   friend bool operator==(const LaunchSpec&, const LaunchSpec&) = default;
@@ -95,6 +101,15 @@ struct LaunchSpec {
 inline int64_t PoolJobId(const LaunchSpec& s) {
   return s.pool_job_id != 0 ? s.pool_job_id : s.job_id;
 }
+
+// The standard streams of an interactive launch (LaunchSpec::stdio_relayed): the child's
+// ends of pipes, or the same pseudo-terminal slave three times. The launcher passes
+// them to the shim and closes nothing of the caller's.
+struct JobStdio {
+  int in = -1;
+  int out = -1;
+  int err = -1;
+};
 
 struct JobEvent {
   enum class Kind {
@@ -126,7 +141,8 @@ class Launcher {
   // Starts one attempt of a job and returns once its command runs or has failed to
   // start; either way a kStarted or kFailed event is queued for Poll(). An error Status
   // means nothing was started (invalid spec, job already running here, no shim).
-  virtual Status Launch(const LaunchSpec& spec) = 0;
+  virtual Status Launch(const LaunchSpec& spec, const JobStdio& stdio) = 0;
+  Status Launch(const LaunchSpec& spec) { return Launch(spec, JobStdio{}); }
 
   // Asks the job's shim to stop it: SIGTERM to its process group, SIGKILL after
   // grace_s. Returns at once; the kExited event (cancelled = true) follows via Poll().

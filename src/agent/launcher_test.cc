@@ -1,7 +1,9 @@
 // The process launcher with real shims and real processes.
 #include "agent/launcher.h"
 
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <poll.h>
 #include <pwd.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
@@ -175,6 +177,73 @@ TEST_F(LauncherTest, CancelKillsAJobThatIgnoresTermAfterGrace) {
   EXPECT_NE(e.reason.find("SIGKILL after the grace period of 1 s"), std::string::npos) << e.reason;
   EXPECT_GE(took, std::chrono::milliseconds(900));
   EXPECT_LT(took, std::chrono::milliseconds(3000));
+}
+
+// Reads `fd` until EOF (or EIO: a terminal's last holder closed) or `timeout_ms`.
+std::string ReadUntilEnd(int fd, int timeout_ms, const std::string& stop_at = "") {
+  std::string out;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+  while (std::chrono::steady_clock::now() < deadline) {
+    struct pollfd p = {fd, POLLIN, 0};
+    if (::poll(&p, 1, 100) <= 0) continue;
+    char buf[4096];
+    const ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n <= 0) break;
+    out.append(buf, static_cast<size_t>(n));
+    if (!stop_at.empty() && out.find(stop_at) != std::string::npos) break;
+  }
+  return out;
+}
+
+TEST_F(LauncherTest, AnInteractiveJobUsesTheStreamsItWasGiven) {
+  int in[2], out[2], err[2];
+  ASSERT_EQ(::pipe2(in, O_CLOEXEC), 0);
+  ASSERT_EQ(::pipe2(out, O_CLOEXEC), 0);
+  ASSERT_EQ(::pipe2(err, O_CLOEXEC), 0);
+  LaunchSpec spec = TestSpec(171, {"sh", "-c", "read a; echo \"got $a\"; echo oops >&2"});
+  spec.stdio_relayed = true;
+  EXPECT_EQ(launcher_->Launch(spec).code(), StatusCode::kInvalidArgument);  // no streams
+  Status st = launcher_->Launch(spec, JobStdio{in[0], out[1], err[1]});
+  ASSERT_TRUE(st.ok()) << st.ToString();
+  for (int fd : {in[0], out[1], err[1]}) ::close(fd);
+  ASSERT_EQ(::write(in[1], "hi\n", 3), 3);
+  ::close(in[1]);
+  EXPECT_EQ(ReadUntilEnd(out[0], 10'000), "got hi\n");
+  EXPECT_EQ(ReadUntilEnd(err[0], 10'000), "oops\n");
+  JobEvent e;
+  do {
+    e = Finish(171);
+  } while (e.kind == Kind::kStarted);
+  EXPECT_EQ(e.exit_code, 0) << e.reason;
+  for (int fd : {out[0], err[0]}) ::close(fd);
+}
+
+TEST_F(LauncherTest, ATerminalJobOwnsItsTerminalAndACancelHangsItUp) {
+  const int master = ::posix_openpt(O_RDWR | O_NOCTTY | O_CLOEXEC);
+  ASSERT_GE(master, 0);
+  ASSERT_EQ(::grantpt(master), 0);
+  ASSERT_EQ(::unlockpt(master), 0);
+  const int slave = ::open(::ptsname(master), O_RDWR | O_NOCTTY | O_CLOEXEC);
+  ASSERT_GE(slave, 0);
+  LaunchSpec spec = TestSpec(
+      172, {"sh", "-c",
+            "tty; trap 'echo got HUP; exit 9' HUP; echo ready; while :; do sleep 0.05; done"});
+  spec.stdio_relayed = true;
+  spec.tty = true;
+  Status st = launcher_->Launch(spec, JobStdio{slave, slave, slave});
+  ASSERT_TRUE(st.ok()) << st.ToString();
+  ::close(slave);
+  const std::string shown = ReadUntilEnd(master, 10'000, "ready");
+  EXPECT_NE(shown.find("/dev/pts/"), std::string::npos) << shown;  // its controlling terminal
+  ASSERT_TRUE(launcher_->Cancel(172).ok());
+  EXPECT_NE(ReadUntilEnd(master, 10'000, "got HUP").find("got HUP"), std::string::npos);
+  JobEvent e;
+  do {
+    e = Finish(172);
+  } while (e.kind == Kind::kStarted);
+  EXPECT_TRUE(e.cancelled);
+  EXPECT_EQ(e.exit_code, 9) << e.reason;
+  ::close(master);
 }
 
 TEST_F(LauncherTest, TimeLimitStopsTheJob) {

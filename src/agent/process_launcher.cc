@@ -73,6 +73,7 @@ KeyInfo FromKey(int64_t key) {
 namespace {
 
 constexpr int kReadyFd = 3;  // where the shim finds the start-report pipe
+constexpr int kStdioFd = 4;  // an interactive job's stdin, stdout, stderr: 4, 5, 6
 
 struct Supervised {
   int attempt = 0;
@@ -147,7 +148,8 @@ class ProcessLauncher final : public Launcher {
     }
   }
 
-  Status Launch(const LaunchSpec& spec) override;
+  using Launcher::Launch;
+  Status Launch(const LaunchSpec& spec, const JobStdio& stdio) override;
   Status Cancel(int64_t job_id) override;
   std::vector<JobEvent> Poll() override;
   std::vector<JobEvent> Wait(int timeout_ms) override;
@@ -156,7 +158,8 @@ class ProcessLauncher final : public Launcher {
   std::vector<int64_t> Running() const override;
 
  private:
-  Result<Supervised> SpawnShim(const std::string& job_dir, std::string* report);
+  Result<Supervised> SpawnShim(const std::string& job_dir, const JobStdio& stdio,
+                               std::string* report);
   JobEvent FinalEvent(int64_t job_id, int attempt, pid_t shim_pid, const std::string& job_dir);
   // Queues an event and wakes Wait (callers hold mu_).
   void Queue(JobEvent e) {
@@ -178,7 +181,8 @@ class ProcessLauncher final : public Launcher {
   int wake_fd_ = -1;                    // eventfd: Launch/Queue -> Wait
 };
 
-Result<Supervised> ProcessLauncher::SpawnShim(const std::string& job_dir, std::string* report) {
+Result<Supervised> ProcessLauncher::SpawnShim(const std::string& job_dir, const JobStdio& stdio,
+                                              std::string* report) {
   if (opt_.shim_command.empty()) {
     return Status::FailedPrecondition("no shim command configured for the launcher");
   }
@@ -199,7 +203,29 @@ Result<Supervised> ProcessLauncher::SpawnShim(const std::string& job_dir, std::s
   so.pass_fd = pipefd[1];
   so.pass_fd_as = kReadyFd;
   so.close_from = kReadyFd + 1;
+  // An interactive job's streams, as descriptors 4, 5 and 6 (copied above any low number
+  // first, so that no source is overwritten by an earlier target).
+  std::vector<int> copies;
+  if (stdio.in >= 0 && stdio.out >= 0 && stdio.err >= 0) {
+    for (int fd : {stdio.in, stdio.out, stdio.err}) {
+      const int copy = ::fcntl(fd, F_DUPFD_CLOEXEC, 16);
+      if (copy < 0) {
+        for (int c : copies) ::close(c);
+        ::close(pipefd[0]);
+        ::close(pipefd[1]);
+        return Status::Unavailable(std::string("cannot pass the job's terminal: ") +
+                                   std::strerror(errno));
+      }
+      copies.push_back(copy);
+    }
+    for (size_t i = 0; i < copies.size(); ++i) {
+      so.more_fds.emplace_back(copies[i], kStdioFd + static_cast<int>(i));
+    }
+    so.close_from = kStdioFd + 3;
+    args.insert(args.end(), {"--stdio-fd", std::to_string(kStdioFd)});
+  }
   Result<pid_t> spawned = SpawnCommand(args, so);
+  for (int c : copies) ::close(c);
   if (!spawned.ok()) {
     ::close(pipefd[0]);
     ::close(pipefd[1]);
@@ -252,8 +278,13 @@ Result<Supervised> ProcessLauncher::SpawnShim(const std::string& job_dir, std::s
   return s;
 }
 
-Status ProcessLauncher::Launch(const LaunchSpec& spec) {
+Status ProcessLauncher::Launch(const LaunchSpec& spec, const JobStdio& stdio) {
   GP_RETURN_IF_ERROR(ValidateSpec(spec));
+  if (spec.stdio_relayed != (stdio.in >= 0 && stdio.out >= 0 && stdio.err >= 0)) {
+    return Status::InvalidArgument(
+        spec.stdio_relayed ? "an interactive job needs its stdin, stdout and stderr"
+                           : "standard streams given for a job that does not relay them");
+  }
   const std::string id = std::to_string(spec.job_id);
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -295,7 +326,7 @@ Status ProcessLauncher::Launch(const LaunchSpec& spec) {
                                       /*sync=*/false));
 
   std::string report;
-  GP_ASSIGN_OR_RETURN(Supervised s, SpawnShim(dir, &report));
+  GP_ASSIGN_OR_RETURN(Supervised s, SpawnShim(dir, stdio, &report));
   s.attempt = spec.attempt;
   std::lock_guard<std::mutex> lock(mu_);
   if (StartsWith(report, "started ")) {

@@ -8,6 +8,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <csignal>
 #include <cstdarg>
@@ -98,6 +99,8 @@ class Shim {
  private:
   Status Prepare();
   Status PrepareContainer(const std::vector<gid_t>& groups);
+  Status OpenStreams(const LaunchSpec& spec, bool root);
+  void CloseRelayedStreams();
   Status StartJob();
   void StartHelper(const std::vector<std::string>& podman_args, const char* what);
   void MapContainerExit();
@@ -121,6 +124,7 @@ class Shim {
   bool stopping_ = false;
   bool killed_ = false;
   int64_t kill_at_mono_ = 0;
+  int64_t term_at_mono_ = 0;  // a terminal job: SIGTERM this long after the hangup
   // Container jobs: the job process is the podman client; the container is reached by name.
   bool container_ = false;
   std::string container_name_;
@@ -154,6 +158,28 @@ Result<int> OpenLog(const std::string& path, const LaunchSpec& spec, bool chown_
                                "': " + std::strerror(err));
   }
   return fd;
+}
+
+// The job's standard streams: the relayed descriptors of an interactive job, else
+// /dev/null and its log files.
+Status Shim::OpenStreams(const LaunchSpec& spec, bool root) {
+  if (spec.stdio_relayed) {
+    if (args_.stdio_fd < 0) {
+      return Status::FailedPrecondition(
+          "the interactive job's terminal was not passed to its supervisor (--stdio-fd)");
+    }
+    plan_.stdin_fd = args_.stdio_fd;
+    plan_.stdout_fd = args_.stdio_fd + 1;
+    plan_.stderr_fd = args_.stdio_fd + 2;
+    plan_.controlling_tty = spec.tty;
+    return Status::Ok();
+  }
+  GP_ASSIGN_OR_RETURN(stdout_fd_, OpenLog(args_.job_dir + "/" + kStdoutFile, spec, root));
+  GP_ASSIGN_OR_RETURN(stderr_fd_, OpenLog(args_.job_dir + "/" + kStderrFile, spec, root));
+  plan_.stdin_fd = devnull_;
+  plan_.stdout_fd = stdout_fd_;
+  plan_.stderr_fd = stderr_fd_;
+  return Status::Ok();
 }
 
 Status Shim::Prepare() {
@@ -215,11 +241,7 @@ Status Shim::Prepare() {
   devnull_ = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
   if (devnull_ < 0)
     return Status::Unavailable("cannot open /dev/null: " + std::string(std::strerror(errno)));
-  GP_ASSIGN_OR_RETURN(stdout_fd_, OpenLog(args_.job_dir + "/" + kStdoutFile, spec, root));
-  GP_ASSIGN_OR_RETURN(stderr_fd_, OpenLog(args_.job_dir + "/" + kStderrFile, spec, root));
-  plan_.stdin_fd = devnull_;
-  plan_.stdout_fd = stdout_fd_;
-  plan_.stderr_fd = stderr_fd_;
+  GP_RETURN_IF_ERROR(OpenStreams(spec, root));
 
   CgroupRequest req;
   req.job_id = spec.job_id;
@@ -289,11 +311,7 @@ Status Shim::PrepareContainer(const std::vector<gid_t>& groups) {
   if (devnull_ < 0)
     return Status::Unavailable("cannot open /dev/null: " + std::string(std::strerror(errno)));
   const bool root = ::geteuid() == 0;
-  GP_ASSIGN_OR_RETURN(stdout_fd_, OpenLog(args_.job_dir + "/" + kStdoutFile, spec, root));
-  GP_ASSIGN_OR_RETURN(stderr_fd_, OpenLog(args_.job_dir + "/" + kStderrFile, spec, root));
-  plan_.stdin_fd = devnull_;
-  plan_.stdout_fd = stdout_fd_;
-  plan_.stderr_fd = stderr_fd_;
+  GP_RETURN_IF_ERROR(OpenStreams(spec, root));
   plan_.cgroup = nullptr;
   std::string note = copt.note.empty() ? std::string("podman") : copt.note;
   note += "; container " + container_name_ + " in podman's own cgroup";
@@ -337,6 +355,8 @@ Status Shim::StartJob() {
     return Status::FailedPrecondition("podman is not installed on node " + HostName() + ": " +
                                       started.status().message());
   }
+  // The job holds its terminal now: our copies would keep it open after the job ends.
+  CloseRelayedStreams();
   GP_ASSIGN_OR_RETURN(job_pid_, std::move(started));
   final_.started = true;
   final_.start_time_us = WallMicros();
@@ -349,6 +369,12 @@ Status Shim::StartJob() {
   ShimLog("started job %lld attempt %d as pid %d", static_cast<long long>(config_.spec.job_id),
           config_.spec.attempt, static_cast<int>(job_pid_));
   return Status::Ok();
+}
+
+void Shim::CloseRelayedStreams() {
+  if (args_.stdio_fd < 0) return;
+  for (int i = 0; i < 3; ++i) ::close(args_.stdio_fd + i);
+  args_.stdio_fd = -1;
 }
 
 void Shim::BeginStop(bool cancel) {
@@ -367,10 +393,20 @@ void Shim::BeginStop(bool cancel) {
     kill_at_mono_ = MonoMicros() + (config_.spec.grace_s + kContainerKillSlackS) * 1'000'000;
     return;
   }
+  kill_at_mono_ = MonoMicros() + config_.spec.grace_s * 1'000'000;
+  if (config_.spec.tty) {
+    // Its terminal hangs up first, as when an ssh connection drops (an interactive shell
+    // ignores SIGTERM but not SIGHUP); SIGTERM follows a second later.
+    ShimLog("%s: SIGHUP to process group %d", cancel ? "cancel" : "time limit",
+            static_cast<int>(job_pid_));
+    ::kill(-job_pid_, SIGHUP);
+    ::kill(-job_pid_, SIGCONT);
+    term_at_mono_ = std::min(MonoMicros() + 1'000'000, kill_at_mono_);
+    return;
+  }
   ShimLog("%s: SIGTERM to process group %d", cancel ? "cancel" : "time limit",
           static_cast<int>(job_pid_));
   ::kill(-job_pid_, SIGTERM);
-  kill_at_mono_ = MonoMicros() + config_.spec.grace_s * 1'000'000;
 }
 
 void Shim::Supervise() {
@@ -394,6 +430,11 @@ void Shim::Supervise() {
       ::kill(-job_pid_, SIGKILL);
       killed_ = true;
     }
+    if (term_at_mono_ != 0 && now >= term_at_mono_ && !killed_) {
+      ShimLog("SIGTERM to process group %d", static_cast<int>(job_pid_));
+      ::kill(-job_pid_, SIGTERM);
+      term_at_mono_ = 0;
+    }
     if (stop_retry_at_mono_ != 0 && now >= stop_retry_at_mono_ && !killed_) {
       // The container did not exist yet when podman stop ran: ask again.
       stop_retry_at_mono_ = 0;
@@ -404,6 +445,7 @@ void Shim::Supervise() {
     if (limit_at != 0 && !stopping_) next = std::min(next, limit_at);
     if (stopping_ && !killed_) next = std::min(next, kill_at_mono_);
     if (stop_retry_at_mono_ != 0) next = std::min(next, stop_retry_at_mono_);
+    if (term_at_mono_ != 0) next = std::min(next, term_at_mono_);
     const int64_t wait_us = std::max<int64_t>(next - now, 1000);
     struct timespec ts = {static_cast<time_t>(wait_us / 1'000'000),
                           static_cast<long>((wait_us % 1'000'000) * 1000)};
@@ -520,6 +562,9 @@ int Shim::Run() {
   ::signal(SIGCHLD, SIG_DFL);  // an inherited SIG_IGN would reap the job behind our back
   // The job must not inherit the start report's pipe, or the launcher would wait for it.
   if (args_.ready_fd >= 0) ::fcntl(args_.ready_fd, F_SETFD, FD_CLOEXEC);
+  if (args_.stdio_fd >= 0) {
+    for (int i = 0; i < 3; ++i) ::fcntl(args_.stdio_fd + i, F_SETFD, FD_CLOEXEC);
+  }
   // Orphaned descendants of the job become our children, so we can reap them.
   ::prctl(PR_SET_CHILD_SUBREAPER, 1);
 
@@ -566,7 +611,7 @@ Result<ShimArgs> ParseShimArgs(int argc, char** argv) {
   ShimArgs args;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
-    if ((a == "--job-dir" || a == "--ready-fd") && i + 1 >= argc) {
+    if ((a == "--job-dir" || a == "--ready-fd" || a == "--stdio-fd") && i + 1 >= argc) {
       return Status::InvalidArgument(a + " needs a value");
     }
     if (a == "--job-dir") {
@@ -577,9 +622,16 @@ Result<ShimArgs> ParseShimArgs(int argc, char** argv) {
         return Status::InvalidArgument("--ready-fd: expected a file descriptor number");
       }
       args.ready_fd = static_cast<int>(*fd);
+    } else if (a == "--stdio-fd") {
+      std::optional<int64_t> fd = ParseInt64(argv[++i]);
+      if (!fd || *fd < 3 || *fd > 1'000'000) {
+        return Status::InvalidArgument("--stdio-fd: expected a file descriptor number from 3");
+      }
+      args.stdio_fd = static_cast<int>(*fd);
     } else {
-      return Status::InvalidArgument("unknown argument '" + a +
-                                     "'; usage: agent-shim --job-dir DIR [--ready-fd N]");
+      return Status::InvalidArgument(
+          "unknown argument '" + a +
+          "'; usage: agent-shim --job-dir DIR [--ready-fd N] [--stdio-fd N]");
     }
   }
   if (args.job_dir.empty()) return Status::InvalidArgument("--job-dir is required");

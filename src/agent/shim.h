@@ -1,4 +1,4 @@
-// The per-job supervisor: `gpupool agent-shim --job-dir DIR [--ready-fd N]`.
+// The per-job supervisor: `gpupool agent-shim --job-dir DIR [--ready-fd N] [--stdio-fd N]`.
 //
 // Started by the Launcher in its own session, it reads DIR/spec.json, records itself in
 // DIR/shim.json, starts the job (job_process.h) under its cgroups (cgroup.h), reports
@@ -18,6 +18,9 @@ namespace gpupool::agent {
 struct ShimArgs {
   std::string job_dir;
   int ready_fd = -1;  // -1 = nobody waits for the start report
+  // An interactive job (LaunchSpec::stdio_relayed): its stdin, stdout and stderr are
+  // descriptors stdio_fd, stdio_fd + 1 and stdio_fd + 2; -1 = none.
+  int stdio_fd = -1;
 };
 
 // Parses the arguments after the program (or subcommand) name in argv[0].

@@ -23,4 +23,9 @@ std::optional<double> ParseDouble(std::string_view s);
 // can be printed and put into JSON safely.
 std::string SanitizeUtf8(std::string_view s);
 
+// Standard base64 (RFC 4648, with padding), for bytes carried in JSON. Decoding refuses
+// anything else (other characters, bad padding, a wrong length): std::nullopt.
+std::string Base64Encode(std::string_view bytes);
+std::optional<std::string> Base64Decode(std::string_view text);
+
 }  // namespace gpupool

@@ -38,5 +38,25 @@ TEST(StringsTest, SanitizeUtf8ReplacesInvalidBytes) {
   EXPECT_EQ(SanitizeUtf8("\xed\xa0\x80"), "???");  // surrogate
 }
 
+TEST(StringsTest, Base64RoundTripsEveryByteAndRefusesJunk) {
+  EXPECT_EQ(Base64Encode(""), "");
+  EXPECT_EQ(Base64Encode("f"), "Zg==");
+  EXPECT_EQ(Base64Encode("fo"), "Zm8=");
+  EXPECT_EQ(Base64Encode("foo"), "Zm9v");
+  EXPECT_EQ(Base64Encode("foobar"), "Zm9vYmFy");
+  std::string all;
+  for (int i = 0; i < 256; ++i) all += static_cast<char>(i);
+  for (size_t n = 0; n < 6; ++n) {
+    const std::string bytes = all.substr(n);
+    EXPECT_EQ(Base64Decode(Base64Encode(bytes)), bytes);
+  }
+  EXPECT_EQ(Base64Decode("Zg=="), "f");
+  EXPECT_FALSE(Base64Decode("Zg="));       // length
+  EXPECT_FALSE(Base64Decode("Z!=="));      // character
+  EXPECT_FALSE(Base64Decode("=Zg="));      // padding first
+  EXPECT_FALSE(Base64Decode("Zg==Zg=="));  // padding inside
+  EXPECT_FALSE(Base64Decode("Z=g="));
+}
+
 }  // namespace
 }  // namespace gpupool

@@ -130,6 +130,9 @@ Result<pid_t> ForkAs(const std::vector<std::string>& argv, const SpawnOptions& o
 
 Result<pid_t> SpawnCommand(const std::vector<std::string>& argv, const SpawnOptions& o) {
   if (argv.empty()) return Status::InvalidArgument("no command to run");
+  if (o.run_as && !o.more_fds.empty()) {
+    return Status::InvalidArgument("more_fds cannot be passed to a command run as another user");
+  }
   if (o.run_as) return ForkAs(argv, o);
   posix_spawn_file_actions_t fa;
   posix_spawn_file_actions_init(&fa);
@@ -138,6 +141,7 @@ Result<pid_t> SpawnCommand(const std::vector<std::string>& argv, const SpawnOpti
   if (o.pass_fd >= 0 && o.pass_fd_as >= 0) {
     posix_spawn_file_actions_adddup2(&fa, o.pass_fd, o.pass_fd_as);
   }
+  for (const auto& [fd, as] : o.more_fds) posix_spawn_file_actions_adddup2(&fa, fd, as);
   posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", o.null_output ? O_RDWR : O_RDONLY, 0);
   if (o.null_output) {
     posix_spawn_file_actions_adddup2(&fa, 0, 1);

@@ -7,6 +7,7 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/status.h"
@@ -25,6 +26,9 @@ struct SpawnOptions {
   std::vector<int> blocked;  // signals blocked across exec (default: none)
   int pass_fd = -1;          // a descriptor the child keeps, as pass_fd_as
   int pass_fd_as = -1;
+  // More descriptors the child keeps: (fd, as) pairs, applied after pass_fd and in order,
+  // so no `fd` may equal an earlier `as`. Not with run_as.
+  std::vector<std::pair<int, int>> more_fds;
   int close_from = -1;  // >= 0: every descriptor from this one up is closed
   // Run as this user instead of the caller's (needs root). posix_spawn cannot switch
   // users, so the child is forked and only makes raw system calls (dup2, setgroups,

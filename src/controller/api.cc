@@ -14,6 +14,7 @@
 #include "common/json.h"
 #include "common/strings.h"
 #include "controller/endpoint_access.h"
+#include "controller/openapi_document.h"
 #include "controller/tokens.h"
 #include "controller/usage.h"
 #include "envcheck/needs.h"
@@ -148,17 +149,85 @@ HttpResponse MethodNotAllowed(const HttpRequest& r) {
                                                r.path + ": see docs/api.md"));
 }
 
-// Parses "/v1/jobs/<id>[/<rest>]".
-bool ParseJobPath(const std::string& path, int64_t* id, std::string* rest) {
-  const std::string prefix = "/v1/jobs/";
-  if (path.compare(0, prefix.size(), prefix) != 0) return false;
-  std::string tail = path.substr(prefix.size());
-  const auto slash = tail.find('/');
-  *rest = slash == std::string::npos ? "" : tail.substr(slash + 1);
-  auto parsed = ParseInt64(tail.substr(0, slash));
-  if (!parsed || *parsed <= 0) return false;
-  *id = *parsed;
+// The parameters a path gave a route's pattern.
+struct PathParams {
+  int64_t id = 0;                                               // {id}
+  std::vector<std::pair<std::string_view, std::string>> named;  // the others
+};
+
+// Whether `path` matches `pattern` (segments as Api::Table() says); fills `params`, and
+// `rank` with each segment's kind (0 literal, 1 parameter, 2 the rest of the path): of
+// two patterns that match a path, the lower rank is the more specific.
+bool MatchPath(std::string_view pattern, std::string_view path, PathParams* params,
+               std::vector<int>* rank) {
+  PathParams out;
+  rank->clear();
+  size_t pi = 0;  // in pattern
+  size_t qi = 0;  // in path
+  while (pi < pattern.size()) {
+    if (qi >= path.size() || pattern[pi] != '/' || path[qi] != '/') return false;
+    ++pi;
+    ++qi;
+    const size_t pend = std::min(pattern.find('/', pi), pattern.size());
+    const std::string_view seg = pattern.substr(pi, pend - pi);
+    const bool param = seg.size() > 2 && seg.front() == '{' && seg.back() == '}';
+    if (param && seg.size() > 5 && seg.ends_with("...}")) {  // the rest, slashes and all
+      if (qi >= path.size() || pend != pattern.size()) return false;
+      out.named.emplace_back(seg.substr(1, seg.size() - 5), std::string(path.substr(qi)));
+      rank->push_back(2);
+      *params = std::move(out);
+      return true;
+    }
+    const size_t qend = std::min(path.find('/', qi), path.size());
+    const std::string_view value = path.substr(qi, qend - qi);
+    if (!param) {
+      if (seg != value) return false;
+      rank->push_back(0);
+    } else if (value.empty()) {
+      return false;
+    } else if (const std::string_view name = seg.substr(1, seg.size() - 2); name == "id") {
+      const std::optional<int64_t> id = ParseInt64(value);
+      if (!id || *id <= 0) return false;
+      out.id = *id;
+      rank->push_back(1);
+    } else {
+      out.named.emplace_back(name, std::string(value));
+      rank->push_back(1);
+    }
+    pi = pend;
+    qi = qend;
+  }
+  if (qi != path.size()) return false;
+  *params = std::move(out);
   return true;
+}
+
+// The answer when no route matches `r`. `path_known`: a route has the path, with another
+// method (400). The agent, exec and node paths keep the 404s they have always given.
+HttpResponse NoRoute(const HttpRequest& r, bool path_known) {
+  const std::string& p = r.path;
+  if (StartsWith(p, "/v1/agent/")) {
+    return ErrorResponse(Status::NotFound("no agent endpoint " + r.method + " " + p));
+  }
+  if (StartsWith(p, "/v1/exec/")) {
+    const std::string tail = p.substr(std::string("/v1/exec/").size());
+    const std::optional<int64_t> id = ParseInt64(tail.substr(0, tail.find('/')));
+    if (!id || *id <= 0) return ErrorResponse(Status::NotFound("no exec session " + tail));
+    return ErrorResponse(Status::NotFound("no endpoint " + r.method + " " + p));
+  }
+  if (StartsWith(p, "/v1/nodes/")) {
+    return ErrorResponse(Status::NotFound("no endpoint " + r.method + " " + p +
+                                          ": POST /v1/nodes/NAME/drain or /resume"));
+  }
+  if (path_known) return MethodNotAllowed(r);
+  return ErrorResponse(Status::NotFound("no endpoint " + r.method + " " + p + ": see docs/api.md"));
+}
+
+// Who calls a public endpoint (IsPublic): no one in particular, with no rights.
+const Identity& Anonymous() {
+  static const Identity anonymous{CallerKind::kUser,
+                                  Caller{"", kNodeCallerUid, kNodeCallerUid, false}, "", false};
+  return anonymous;
 }
 
 Result<int64_t> QueryInt(const HttpRequest& r, const std::string& name, int64_t fallback,
@@ -196,6 +265,9 @@ const char* const kServerSetFields[] = {"id",
                                         "array_index",
                                         "array_max_running",
                                         "held_by_admin",
+                                        "command_ended",
+                                        "command_exit_code",
+                                        "command_signal",
                                         "stdout_path",
                                         "stderr_path",
                                         "needs",
@@ -236,10 +308,9 @@ bool Api::MayBlock(const HttpRequest& r) {
 }
 
 HttpResponse Api::Handle(const HttpRequest& request) {
-  // Health checks answer anyone (load balancers, systemd), with no job or user data.
-  if (request.method == "GET" && (request.path == "/healthz" || request.path == "/readyz")) {
-    return Health(request.path == "/readyz");
-  }
+  // Health checks and the schema answer anyone (load balancers, systemd, client
+  // generators): they carry no job or user data.
+  if (IsPublic(request.method, request.path)) return Route(request, Anonymous());
   Result<Identity> who = Authenticate(request, *store_, auth_, clock_->NowMicros());
   if (!who.ok()) {
     HttpResponse r = ErrorResponse(who.status());
@@ -271,128 +342,224 @@ HttpResponse Api::Handle(const HttpRequest& request) {
   return Route(request, *who);
 }
 
+struct Api::Call {
+  const HttpRequest& r;
+  const Identity& who;
+  const Caller& caller;
+  int64_t id = 0;  // {id}: a job's or an exec session's
+  std::vector<std::pair<std::string_view, std::string>> params;  // the other parameters
+
+  const std::string& Param(std::string_view name) const {
+    static const std::string kNone;
+    for (const auto& [n, v] : params) {
+      if (n == name) return v;
+    }
+    return kNone;
+  }
+};
+
+// Patterns are OpenAPI path templates: "{id}" matches a positive integer (a job's or an
+// exec session's id), another "{name}" one non-empty segment, and a last "{name...}" the
+// rest of the path, slashes included (environment names may have one). Where two patterns
+// match a path the more specific one wins: a literal segment before a parameter. Who may
+// call a route is endpoint_access.cc's business; docs/openapi.json describes every line.
+std::span<const Api::RouteEntry> Api::Table() {
+  static constexpr RouteEntry kRoutes[] = {
+      {"GET", "/healthz", &Api::Healthz},
+      {"GET", "/readyz", &Api::Readyz},
+      {"GET", "/v1/openapi.json", &Api::OpenApi},
+      {"POST", "/v1/jobs", &Api::Submit},
+      {"GET", "/v1/jobs", &Api::ListJobs},
+      {"GET", "/v1/jobs/{id}", &Api::GetJob},
+      {"POST", "/v1/jobs/{id}/cancel", &Api::CancelJobOrArray},
+      {"POST", "/v1/jobs/{id}/hold", &Api::HoldJob},
+      {"POST", "/v1/jobs/{id}/release", &Api::ReleaseJob},
+      {"GET", "/v1/jobs/{id}/logs", &Api::Logs},
+      {"POST", "/v1/jobs/{id}/exec", &Api::StartExec},
+      {"POST", "/v1/jobs/{id}/attach", &Api::AttachJob},
+      {"GET", "/v1/exec/{id}", &Api::GetExec},
+      {"GET", "/v1/exec/{id}/output", &Api::ExecOutput},
+      {"GET", "/v1/exec/{id}/stream", &Api::ExecStream},
+      {"POST", "/v1/exec/{id}/input", &Api::ExecInput},
+      {"DELETE", "/v1/exec/{id}", &Api::CancelExec},
+      {"GET", "/v1/environments", &Api::ListEnvironments},
+      {"POST", "/v1/environments", &Api::AddEnvironment},
+      {"POST", "/v1/environments/check", &Api::CheckEnvironment},
+      {"GET", "/v1/environments/{ref...}", &Api::GetEnvironment},
+      {"DELETE", "/v1/environments/{ref...}", &Api::RemoveEnvironment},
+      {"GET", "/v1/nodes", &Api::ListNodes},
+      {"POST", "/v1/nodes/{name}/drain", &Api::DrainNode},
+      {"POST", "/v1/nodes/{name}/resume", &Api::ResumeNode},
+      {"GET", "/v1/limits", &Api::GetLimits},
+      {"PUT", "/v1/limits", &Api::PutLimits},
+      {"GET", "/v1/usage", &Api::Usage},
+      {"GET", "/v1/whoami", &Api::Whoami},
+      {"POST", "/v1/tokens", &Api::CreateToken},
+      {"GET", "/v1/tokens", &Api::ListTokens},
+      {"DELETE", "/v1/tokens/{token_id}", &Api::RevokeToken},
+      {"POST", "/v1/agent/register", &Api::ServeAgentRegister},
+      {"GET", "/v1/agent/work", &Api::ServeAgentWork},
+      {"POST", "/v1/agent/events", &Api::ServeAgentEvents},
+      {"POST", "/v1/agent/logs", &Api::ServeAgentLogs},
+      {"GET", "/v1/agent/exec/{id}/input", &Api::AgentExecInput},
+      {"POST", "/v1/agent/exec/{id}/output", &Api::AgentExecOutput},
+  };
+  return kRoutes;
+}
+
+std::vector<Api::RouteInfo> Api::Routes() {
+  std::vector<RouteInfo> out;
+  for (const RouteEntry& e : Table()) {
+    std::string pattern(e.pattern);
+    for (size_t at; (at = pattern.find("...}")) != std::string::npos;) pattern.erase(at, 3);
+    out.push_back({std::string(e.method), std::move(pattern)});
+  }
+  return out;
+}
+
 HttpResponse Api::Route(const HttpRequest& r, const Identity& who) {
-  const Caller& caller = who.caller;
-  const std::string& p = r.path;
-  if (StartsWith(p, "/v1/agent/")) {  // callers MayCall lets in: nodes and local root
-    if (p == "/v1/agent/register" && r.method == "POST") return ServeAgentRegister(r, who);
-    if (p == "/v1/agent/work" && r.method == "GET") return ServeAgentWork(r, who);
-    if (p == "/v1/agent/events" && r.method == "POST") return ServeAgentEvents(r, who);
-    if (p == "/v1/agent/logs" && r.method == "POST") return ServeAgentLogs(r, who);
-    return ErrorResponse(Status::NotFound("no agent endpoint " + r.method + " " + p));
-  }
-  if (p == "/v1/jobs") {
-    if (r.method == "POST") return Submit(r, caller);
-    if (r.method == "GET") return ListJobs(r, caller);
-    return MethodNotAllowed(r);
-  }
-  int64_t id = 0;
-  std::string rest;
-  if (ParseJobPath(p, &id, &rest)) {
-    if (rest.empty() && r.method == "GET") {
-      Result<jobs::Job> j = controller_->Get(id, caller);
-      if (!j.ok()) return ErrorResponse(j.status());
-      return JsonResponse(200, {{"job", jobs::JobToJson(*j)}});
+  // The most specific pattern that matches the path decides; then the method.
+  const RouteEntry* route = nullptr;
+  PathParams params;
+  bool path_known = false;
+  std::vector<int> best;
+  std::vector<int> rank;
+  for (const RouteEntry& e : Table()) {
+    PathParams p;
+    if (!MatchPath(e.pattern, r.path, &p, &rank)) continue;
+    if (path_known && rank > best) continue;
+    if (!path_known || rank < best) {
+      route = nullptr;
+      best = rank;
+      path_known = true;
     }
-    if (rest == "cancel" && r.method == "POST") return CancelJobOrArray(r, id, caller);
-    if ((rest == "hold" || rest == "release") && r.method == "POST") {
-      Result<jobs::Job> j = controller_->Hold(id, caller, rest == "hold");
-      if (!j.ok()) return ErrorResponse(j.status());
-      return JsonResponse(200, {{"job", jobs::JobToJson(*j)}});
+    if (e.method == r.method) {
+      route = &e;
+      params = std::move(p);
     }
-    if (rest == "logs" && r.method == "GET") return Logs(r, id, caller);
-    if (rest == "exec" && r.method == "POST") return StartExec(r, id, caller);
-    return ErrorResponse(
-        Status::NotFound("no endpoint " + r.method + " " + p + ": see docs/api.md"));
   }
-  if (StartsWith(p, "/v1/exec/")) return ServeExec(r, caller);
-  if (p == "/v1/nodes" && r.method == "GET") {
-    OrderedJson nodes = OrderedJson::array();
-    for (const NodeView& v : controller_->Nodes()) nodes.push_back(NodeViewToJson(v));
-    return JsonResponse(200, {{"nodes", std::move(nodes)}});
+  if (route == nullptr) return NoRoute(r, path_known);
+  return (this->*route->handler)(Call{r, who, who.caller, params.id, std::move(params.named)});
+}
+
+HttpResponse Api::Healthz(const Call&) { return JsonResponse(200, {{"ok", true}}); }
+
+// GET /readyz: the server can do its job: the store answers and the scheduler loop goes
+// round. 503 naming what is not ready otherwise.
+HttpResponse Api::Readyz(const Call&) {
+  std::vector<std::string> problems;
+  if (Result<std::vector<store::NodeRecord>> nodes = store_->ListNodes(); !nodes.ok()) {
+    problems.push_back("the store does not answer: " + nodes.status().message());
   }
-  if (StartsWith(p, "/v1/nodes/")) {  // admins only (endpoint_access.cc)
-    const std::string tail = p.substr(std::string("/v1/nodes/").size());
-    const auto slash = tail.find('/');
-    const std::string name = tail.substr(0, slash);
-    const std::string action = slash == std::string::npos ? "" : tail.substr(slash + 1);
-    if (r.method != "POST" || (action != "drain" && action != "resume")) {
-      return ErrorResponse(Status::NotFound("no endpoint " + r.method + " " + p +
-                                            ": POST /v1/nodes/NAME/drain or /resume"));
-    }
-    Result<NodeView> v = Status::Ok();
-    if (action == "drain") {
-      Result<Json> body = ParseJson(r.body.empty() ? "{}" : r.body, "request body", 16 << 10, 4);
-      if (!body.ok()) return ErrorResponse(body.status());
-      JsonFields f(*body, "");
-      std::string reason;
-      f.Required("reason", &reason);
-      if (Status s = f.Finish(); !s.ok()) return ErrorResponse(s);
-      v = controller_->DrainNode(name, reason, caller);
-    } else {
-      v = controller_->ResumeNode(name, caller);
-    }
-    if (!v.ok()) return ErrorResponse(v.status());
-    return JsonResponse(200, {{"node", NodeViewToJson(*v)}});
+  if (!controller_->SchedulerLooping()) problems.push_back("the scheduler loop is not running");
+  if (stopping_) problems.push_back("the server is shutting down");
+  if (problems.empty()) return JsonResponse(200, {{"ok", true}});
+  return JsonResponse(503, {{"ok", false}, {"problems", problems}});
+}
+
+// docs/openapi.json as it was when the server was built.
+HttpResponse Api::OpenApi(const Call&) {
+  HttpResponse resp;
+  resp.content_type = "application/json";
+  resp.body = std::string(OpenApiDocument());
+  return resp;
+}
+
+HttpResponse Api::GetJob(const Call& c) {
+  Result<jobs::Job> j = controller_->Get(c.id, c.caller);
+  if (!j.ok()) return ErrorResponse(j.status());
+  return JsonResponse(200, {{"job", jobs::JobToJson(*j)}});
+}
+
+HttpResponse Api::HoldJob(const Call& c) {
+  Result<jobs::Job> j = controller_->Hold(c.id, c.caller, /*hold=*/true);
+  if (!j.ok()) return ErrorResponse(j.status());
+  return JsonResponse(200, {{"job", jobs::JobToJson(*j)}});
+}
+
+HttpResponse Api::ReleaseJob(const Call& c) {
+  Result<jobs::Job> j = controller_->Hold(c.id, c.caller, /*hold=*/false);
+  if (!j.ok()) return ErrorResponse(j.status());
+  return JsonResponse(200, {{"job", jobs::JobToJson(*j)}});
+}
+
+HttpResponse Api::ListNodes(const Call&) {
+  OrderedJson nodes = OrderedJson::array();
+  for (const NodeView& v : controller_->Nodes()) nodes.push_back(NodeViewToJson(v));
+  return JsonResponse(200, {{"nodes", std::move(nodes)}});
+}
+
+// Admins only (endpoint_access.cc), as is ResumeNode.
+HttpResponse Api::DrainNode(const Call& c) {
+  Result<Json> body = ParseJson(c.r.body.empty() ? "{}" : c.r.body, "request body", 16 << 10, 4);
+  if (!body.ok()) return ErrorResponse(body.status());
+  JsonFields f(*body, "");
+  std::string reason;
+  f.Required("reason", &reason);
+  if (Status s = f.Finish(); !s.ok()) return ErrorResponse(s);
+  Result<NodeView> v = controller_->DrainNode(c.Param("name"), reason, c.caller);
+  if (!v.ok()) return ErrorResponse(v.status());
+  return JsonResponse(200, {{"node", NodeViewToJson(*v)}});
+}
+
+HttpResponse Api::ResumeNode(const Call& c) {
+  Result<NodeView> v = controller_->ResumeNode(c.Param("name"), c.caller);
+  if (!v.ok()) return ErrorResponse(v.status());
+  return JsonResponse(200, {{"node", NodeViewToJson(*v)}});
+}
+
+HttpResponse Api::GetLimits(const Call&) {
+  return JsonResponse(200, LimitsToJson(controller_->GetLimits()));
+}
+
+HttpResponse Api::PutLimits(const Call& c) {
+  Result<Json> body = ParseJson(c.r.body, "request body", 1 << 20, 8);
+  if (!body.ok()) return ErrorResponse(body.status());
+  Result<Limits> l = LimitsFromJson(*body);
+  if (!l.ok()) return ErrorResponse(l.status());
+  Result<Limits> set = controller_->SetLimits(std::move(*l), c.caller);
+  if (!set.ok()) return ErrorResponse(set.status());
+  return JsonResponse(200, LimitsToJson(*set));
+}
+
+HttpResponse Api::Whoami(const Call& c) {
+  return JsonResponse(200, {{"user", c.caller.user},
+                            {"uid", c.caller.uid},
+                            {"admin", c.caller.admin},
+                            {"kind", CallerKindName(c.who.kind)}});
+}
+
+// Admins only (endpoint_access.cc), as are CreateToken and RevokeToken.
+HttpResponse Api::ListTokens(const Call&) {
+  Result<std::vector<store::TokenRecord>> tokens = store_->ListTokens();
+  if (!tokens.ok()) return ErrorResponse(tokens.status());
+  OrderedJson list = OrderedJson::array();
+  for (const auto& t : *tokens) {
+    list.push_back({{"id", TokenId(t)},
+                    {"user", t.user},
+                    {"kind", t.kind},
+                    {"created_us", t.created_us},
+                    {"expires_us", t.expires_us},
+                    {"last_used_us", t.last_used_us}});
   }
-  if (p == "/v1/limits") {
-    if (r.method == "GET") return JsonResponse(200, LimitsToJson(controller_->GetLimits()));
-    if (r.method != "PUT") return MethodNotAllowed(r);
-    Result<Json> body = ParseJson(r.body, "request body", 1 << 20, 8);
-    if (!body.ok()) return ErrorResponse(body.status());
-    Result<Limits> l = LimitsFromJson(*body);
-    if (!l.ok()) return ErrorResponse(l.status());
-    Result<Limits> set = controller_->SetLimits(std::move(*l), caller);
-    if (!set.ok()) return ErrorResponse(set.status());
-    return JsonResponse(200, LimitsToJson(*set));
-  }
-  if (p == "/v1/usage" && r.method == "GET") {
-    // Metrics tokens read the pool's aggregates; users only their own.
-    return Usage(r, caller, caller.admin || who.kind == CallerKind::kMetrics);
-  }
-  if (p == "/v1/environments" || StartsWith(p, "/v1/environments/")) {
-    return ServeEnvironments(r, caller);
-  }
-  if (p == "/v1/whoami" && r.method == "GET") {
-    return JsonResponse(200, {{"user", caller.user},
-                              {"uid", caller.uid},
-                              {"admin", caller.admin},
-                              {"kind", CallerKindName(who.kind)}});
-  }
-  if (p == "/v1/tokens") {  // admins only (endpoint_access.cc)
-    if (r.method == "POST") return CreateToken(r, caller);
-    if (r.method == "GET") {
-      Result<std::vector<store::TokenRecord>> tokens = store_->ListTokens();
-      if (!tokens.ok()) return ErrorResponse(tokens.status());
-      OrderedJson list = OrderedJson::array();
-      for (const auto& t : *tokens) {
-        list.push_back({{"id", TokenId(t)},
-                        {"user", t.user},
-                        {"kind", t.kind},
-                        {"created_us", t.created_us},
-                        {"expires_us", t.expires_us},
-                        {"last_used_us", t.last_used_us}});
-      }
-      return JsonResponse(200, {{"tokens", std::move(list)}});
-    }
-    return MethodNotAllowed(r);
-  }
-  if (StartsWith(p, "/v1/tokens/")) {  // admins only (endpoint_access.cc)
-    if (r.method != "DELETE") return MethodNotAllowed(r);
-    Result<store::TokenRecord> t =
-        FindTokenById(*store_, p.substr(std::string("/v1/tokens/").size()));
-    if (!t.ok()) return ErrorResponse(t.status());
-    if (Status s = store_->DeleteToken(t->token_hash); !s.ok()) return ErrorResponse(s);
-    return JsonResponse(200,
-                        {{"revoked", {{"id", TokenId(*t)}, {"user", t->user}, {"kind", t->kind}}}});
-  }
-  return ErrorResponse(Status::NotFound("no endpoint " + r.method + " " + p + ": see docs/api.md"));
+  return JsonResponse(200, {{"tokens", std::move(list)}});
+}
+
+HttpResponse Api::RevokeToken(const Call& c) {
+  Result<store::TokenRecord> t = FindTokenById(*store_, c.Param("token_id"));
+  if (!t.ok()) return ErrorResponse(t.status());
+  if (Status s = store_->DeleteToken(t->token_hash); !s.ok()) return ErrorResponse(s);
+  return JsonResponse(200,
+                      {{"revoked", {{"id", TokenId(*t)}, {"user", t->user}, {"kind", t->kind}}}});
 }
 
 // POST /v1/jobs/ID/cancel: one job; ?element=N: element N of array ID; the head of an
 // array (its first element, whose id is the array's): every element still queued or
 // running.
-HttpResponse Api::CancelJobOrArray(const HttpRequest& r, int64_t id, const Caller& caller) {
+HttpResponse Api::CancelJobOrArray(const Call& c) {
+  const HttpRequest& r = c.r;
+  const Caller& caller = c.caller;
+  int64_t id = c.id;
   if (!r.Query("element").empty()) {
     Result<int64_t> index = QueryInt(r, "element", 0, 0, jobs::kMaxArrayIndex);
     if (!index.ok()) return ErrorResponse(index.status());
@@ -418,7 +585,9 @@ HttpResponse Api::CancelJobOrArray(const HttpRequest& r, int64_t id, const Calle
   return JsonResponse(200, answer);
 }
 
-HttpResponse Api::Submit(const HttpRequest& r, const Caller& caller) {
+HttpResponse Api::Submit(const Call& c) {
+  const HttpRequest& r = c.r;
+  const Caller& caller = c.caller;
   Result<Json> body = ParseJson(r.body, "request body", 1 << 20, 32);
   if (!body.ok()) return ErrorResponse(body.status());
   if (!body->is_object()) {
@@ -446,79 +615,92 @@ HttpResponse Api::Submit(const HttpRequest& r, const Caller& caller) {
   return JsonResponse(201, {{"job", jobs::JobToJson(*submitted)}});
 }
 
-HttpResponse Api::ServeEnvironments(const HttpRequest& r, const Caller& caller) {
-  const std::string prefix = "/v1/environments";
-  const std::string rest = r.path.size() > prefix.size() ? r.path.substr(prefix.size() + 1) : "";
-  if (rest.empty() && r.method == "GET") {
-    Result<std::vector<store::EnvironmentRecord>> list = environments_.List();
-    if (!list.ok()) return ErrorResponse(list.status());
-    OrderedJson out = OrderedJson::array();
-    for (const auto& e : *list) out.push_back(EnvironmentToJson(e));
-    return JsonResponse(200, {{"environments", std::move(out)}});
-  }
-  if ((rest.empty() || rest == "check") && r.method == "POST") {
-    Result<Json> body = ParseJson(r.body, "request body", 64 << 10, 8);
-    if (!body.ok()) return ErrorResponse(body.status());
-    JsonFields f(*body, "");
-    std::string name;
-    std::string image;
-    std::string dir;
-    std::string environment;
-    std::string node;
-    if (rest.empty()) f.Required("name", &name);
-    f.Optional("image", &image);
-    f.Optional("dir", &dir);
-    if (rest == "check") {
-      f.Optional("environment", &environment);
-      f.Optional("node", &node);
-    }
-    if (Status s = f.Finish(); !s.ok()) return ErrorResponse(s);
-    const int given = !image.empty() + !dir.empty() + !environment.empty();
-    if (given != 1) {
-      return ErrorResponse(
-          Status::InvalidArgument(rest.empty() ? "give exactly one of image or dir"
-                                               : "give exactly one of image, dir or environment"));
-    }
-    const std::string kind = !image.empty() ? "image" : !dir.empty() ? "dir" : "environment";
-    const std::string location = !image.empty() ? image : !dir.empty() ? dir : environment;
-    if (rest.empty()) {
-      Result<store::EnvironmentRecord> e = environments_.Add(name, kind, location, caller);
-      if (!e.ok()) return ErrorResponse(e.status());
-      return JsonResponse(201, {{"environment", EnvironmentToJson(*e)}});
-    }
-    Result<jobs::EnvNeeds> needs = environments_.NeedsOf(kind, location, caller);
-    if (!needs.ok()) return ErrorResponse(needs.status());
-    OrderedJson nodes = OrderedJson::array();
-    bool any = false;
-    bool known = node.empty();
-    for (const NodeView& v : controller_->Nodes()) {
-      if (!node.empty() && v.name != node) continue;
-      known = true;
-      Status s = envcheck::CheckNeeds(*needs, envcheck::OfferFromNode(v.info, v.name));
-      any = any || s.ok();
-      nodes.push_back({{"name", v.name}, {"ok", s.ok()}, {"reason", s.message()}});
-    }
-    if (!known) return ErrorResponse(Status::NotFound("no node '" + node + "' in this pool"));
-    return JsonResponse(
-        200,
-        {{"needs", jobs::NeedsToJson(*needs)}, {"runnable", any}, {"nodes", std::move(nodes)}});
-  }
-  if (!rest.empty() && rest != "check" && r.method == "DELETE") {
-    Status s = environments_.Remove(
-        rest, caller.user, caller.admin,
-        [this](const std::string& ref) { return controller_->JobsUsingEnvironment(ref); });
-    if (!s.ok()) return ErrorResponse(s);
-    return JsonResponse(200, {{"removed", rest}});
-  }
-  if (!rest.empty() && rest != "check" && r.method == "GET") {
-    Result<store::EnvironmentRecord> e = environments_.Get(rest);
-    if (!e.ok()) return ErrorResponse(e.status());
-    return JsonResponse(200, {{"environment", EnvironmentToJson(*e)}});
-  }
-  return MethodNotAllowed(r);
+HttpResponse Api::ListEnvironments(const Call&) {
+  Result<std::vector<store::EnvironmentRecord>> list = environments_.List();
+  if (!list.ok()) return ErrorResponse(list.status());
+  OrderedJson out = OrderedJson::array();
+  for (const auto& e : *list) out.push_back(EnvironmentToJson(e));
+  return JsonResponse(200, {{"environments", std::move(out)}});
 }
 
-HttpResponse Api::ListJobs(const HttpRequest& r, const Caller& caller) {
+// POST /v1/environments {"name", "image" | "dir"}: registers one.
+HttpResponse Api::AddEnvironment(const Call& c) {
+  Result<Json> body = ParseJson(c.r.body, "request body", 64 << 10, 8);
+  if (!body.ok()) return ErrorResponse(body.status());
+  JsonFields f(*body, "");
+  std::string name;
+  std::string image;
+  std::string dir;
+  f.Required("name", &name);
+  f.Optional("image", &image);
+  f.Optional("dir", &dir);
+  if (Status s = f.Finish(); !s.ok()) return ErrorResponse(s);
+  if (image.empty() == dir.empty()) {
+    return ErrorResponse(Status::InvalidArgument("give exactly one of image or dir"));
+  }
+  const std::string kind = !image.empty() ? "image" : "dir";
+  Result<store::EnvironmentRecord> e =
+      environments_.Add(name, kind, !image.empty() ? image : dir, c.caller);
+  if (!e.ok()) return ErrorResponse(e.status());
+  return JsonResponse(201, {{"environment", EnvironmentToJson(*e)}});
+}
+
+// POST /v1/environments/check {"image" | "dir" | "environment", "node"?}: whether the
+// pool's nodes (or one) can run it.
+HttpResponse Api::CheckEnvironment(const Call& c) {
+  Result<Json> body = ParseJson(c.r.body, "request body", 64 << 10, 8);
+  if (!body.ok()) return ErrorResponse(body.status());
+  JsonFields f(*body, "");
+  std::string image;
+  std::string dir;
+  std::string environment;
+  std::string node;
+  f.Optional("image", &image);
+  f.Optional("dir", &dir);
+  f.Optional("environment", &environment);
+  f.Optional("node", &node);
+  if (Status s = f.Finish(); !s.ok()) return ErrorResponse(s);
+  const int given = !image.empty() + !dir.empty() + !environment.empty();
+  if (given != 1) {
+    return ErrorResponse(Status::InvalidArgument("give exactly one of image, dir or environment"));
+  }
+  const std::string kind = !image.empty() ? "image" : !dir.empty() ? "dir" : "environment";
+  const std::string location = !image.empty() ? image : !dir.empty() ? dir : environment;
+  Result<jobs::EnvNeeds> needs = environments_.NeedsOf(kind, location, c.caller);
+  if (!needs.ok()) return ErrorResponse(needs.status());
+  OrderedJson nodes = OrderedJson::array();
+  bool any = false;
+  bool known = node.empty();
+  for (const NodeView& v : controller_->Nodes()) {
+    if (!node.empty() && v.name != node) continue;
+    known = true;
+    Status s = envcheck::CheckNeeds(*needs, envcheck::OfferFromNode(v.info, v.name));
+    any = any || s.ok();
+    nodes.push_back({{"name", v.name}, {"ok", s.ok()}, {"reason", s.message()}});
+  }
+  if (!known) return ErrorResponse(Status::NotFound("no node '" + node + "' in this pool"));
+  return JsonResponse(
+      200, {{"needs", jobs::NeedsToJson(*needs)}, {"runnable", any}, {"nodes", std::move(nodes)}});
+}
+
+HttpResponse Api::GetEnvironment(const Call& c) {
+  Result<store::EnvironmentRecord> e = environments_.Get(c.Param("ref"));
+  if (!e.ok()) return ErrorResponse(e.status());
+  return JsonResponse(200, {{"environment", EnvironmentToJson(*e)}});
+}
+
+HttpResponse Api::RemoveEnvironment(const Call& c) {
+  const std::string& ref = c.Param("ref");
+  Status s = environments_.Remove(ref, c.caller.user, c.caller.admin, [this](const std::string& r) {
+    return controller_->JobsUsingEnvironment(r);
+  });
+  if (!s.ok()) return ErrorResponse(s);
+  return JsonResponse(200, {{"removed", ref}});
+}
+
+HttpResponse Api::ListJobs(const Call& c) {
+  const HttpRequest& r = c.r;
+  const Caller& caller = c.caller;
   store::JobFilter f;
   const bool all = r.Query("all") == "1";
   if (!r.Query("user").empty()) {
@@ -533,7 +715,7 @@ HttpResponse Api::ListJobs(const HttpRequest& r, const Caller& caller) {
   if (const std::string states = r.Query("state"); !states.empty()) {
     for (const std::string& s : Split(states, ',')) {
       std::string upper = s;
-      for (char& c : upper) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+      for (char& ch : upper) ch = static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
       auto st = jobs::ParseJobState(upper);
       if (!st) {
         return ErrorResponse(Status::InvalidArgument(
@@ -558,7 +740,10 @@ HttpResponse Api::ListJobs(const HttpRequest& r, const Caller& caller) {
   return JsonResponse(200, answer);
 }
 
-HttpResponse Api::Logs(const HttpRequest& r, int64_t id, const Caller& caller) {
+HttpResponse Api::Logs(const Call& c) {
+  const HttpRequest& r = c.r;
+  const Caller& caller = c.caller;
+  const int64_t id = c.id;
   const std::string stream = r.Query("stream", "stdout");
   if (stream != "stdout" && stream != "stderr") {
     return ErrorResponse(Status::InvalidArgument("stream: use stdout or stderr"));
@@ -608,7 +793,11 @@ HttpResponse Api::Logs(const HttpRequest& r, int64_t id, const Caller& caller) {
   }
 }
 
-HttpResponse Api::Usage(const HttpRequest& r, const Caller& caller, bool everyone) {
+HttpResponse Api::Usage(const Call& c) {
+  const HttpRequest& r = c.r;
+  const Caller& caller = c.caller;
+  // Metrics tokens read the pool's aggregates; users only their own.
+  const bool everyone = caller.admin || c.who.kind == CallerKind::kMetrics;
   const int64_t now = clock_->NowMicros();
   Result<int64_t> until = QueryInt(r, "until_us", now, 0, INT64_MAX);
   if (!until.ok()) return ErrorResponse(until.status());
@@ -635,7 +824,8 @@ HttpResponse Api::Usage(const HttpRequest& r, const Caller& caller, bool everyon
       200, {{"since_us", *since}, {"until_us", *until}, {"by", by}, {"rows", std::move(rows)}});
 }
 
-HttpResponse Api::CreateToken(const HttpRequest& r, const Caller&) {
+HttpResponse Api::CreateToken(const Call& c) {
+  const HttpRequest& r = c.r;
   Result<Json> body = ParseJson(r.body, "request body", 1 << 16, 8);
   if (!body.ok()) return ErrorResponse(body.status());
   std::string user;
@@ -664,7 +854,9 @@ HttpResponse Api::CreateToken(const HttpRequest& r, const Caller&) {
                             {"expires_us", rec.expires_us}});
 }
 
-HttpResponse Api::ServeAgentRegister(const HttpRequest& r, const Identity& who) {
+HttpResponse Api::ServeAgentRegister(const Call& c) {
+  const HttpRequest& r = c.r;
+  const Identity& who = c.who;
   Result<Json> body = ParseJson(r.body, "request body", 8 << 20, 64);
   if (!body.ok()) return ErrorResponse(body.status());
   // Who may act for the node named is checked before anything else is read.
@@ -683,7 +875,9 @@ HttpResponse Api::ServeAgentRegister(const HttpRequest& r, const Identity& who) 
   return JsonResponse(200, protocol::EncodeRegistrationReply(*reply));
 }
 
-HttpResponse Api::ServeAgentWork(const HttpRequest& r, const Identity& who) {
+HttpResponse Api::ServeAgentWork(const Call& c) {
+  const HttpRequest& r = c.r;
+  const Identity& who = c.who;
   std::string node = r.Query("node");
   if (Status s = ActAsNode(who, &node); !s.ok()) return ErrorResponse(s);
   Result<int64_t> wait_ms = QueryInt(r, "wait_ms", 0, 0, 60'000);
@@ -695,7 +889,9 @@ HttpResponse Api::ServeAgentWork(const HttpRequest& r, const Identity& who) {
 
 // An agent's answer to a log read: the bytes as the body, the file's size in `size`; or
 // `error` (not_found, refused, io) with the agent's words as the body.
-HttpResponse Api::ServeAgentLogs(const HttpRequest& r, const Identity& who) {
+HttpResponse Api::ServeAgentLogs(const Call& c) {
+  const HttpRequest& r = c.r;
+  const Identity& who = c.who;
   std::string node = r.Query("node");
   if (Status s = ActAsNode(who, &node); !s.ok()) return ErrorResponse(s);
   if (node.empty())
@@ -720,7 +916,9 @@ HttpResponse Api::ServeAgentLogs(const HttpRequest& r, const Identity& who) {
   return JsonResponse(200, {{"ok", true}});
 }
 
-HttpResponse Api::ServeAgentEvents(const HttpRequest& r, const Identity& who) {
+HttpResponse Api::ServeAgentEvents(const Call& c) {
+  const HttpRequest& r = c.r;
+  const Identity& who = c.who;
   Result<Json> body = ParseJson(r.body, "request body", 8 << 20, 16);
   if (!body.ok()) return ErrorResponse(body.status());
   Result<protocol::EventBatch> batch = protocol::DecodeEventBatch(*body);
@@ -732,23 +930,12 @@ HttpResponse Api::ServeAgentEvents(const HttpRequest& r, const Identity& who) {
   return JsonResponse(200, {{"ok", true}});
 }
 
-// GET /healthz: the process answers. GET /readyz: it can do its job: the store answers
-// and the scheduler loop goes round. 503 naming what is not ready otherwise.
-HttpResponse Api::Health(bool ready) {
-  if (!ready) return JsonResponse(200, {{"ok", true}});
-  std::vector<std::string> problems;
-  if (Result<std::vector<store::NodeRecord>> nodes = store_->ListNodes(); !nodes.ok()) {
-    problems.push_back("the store does not answer: " + nodes.status().message());
-  }
-  if (!controller_->SchedulerLooping()) problems.push_back("the scheduler loop is not running");
-  if (stopping_) problems.push_back("the server is shutting down");
-  if (problems.empty()) return JsonResponse(200, {{"ok", true}});
-  return JsonResponse(503, {{"ok", false}, {"problems", problems}});
-}
-
 // POST /v1/jobs/ID/exec {"task": N | "host": H, "argv": [...]}: starts a command in a task
 // of a running job (gpupool exec).
-HttpResponse Api::StartExec(const HttpRequest& r, int64_t id, const Caller& caller) {
+HttpResponse Api::StartExec(const Call& c) {
+  const HttpRequest& r = c.r;
+  const Caller& caller = c.caller;
+  const int64_t id = c.id;
   Result<Json> body = ParseJson(r.body, "request body", 1 << 20, 8);
   if (!body.ok()) return ErrorResponse(body.status());
   int task = -1;
@@ -758,7 +945,13 @@ HttpResponse Api::StartExec(const HttpRequest& r, int64_t id, const Caller& call
   f.Optional("task", &task, 0, 4095);
   f.Optional("host", &host);
   f.Optional("argv", &argv);
+  ExecOptions io;
+  f.Optional("tty", &io.tty);
+  f.Optional("stdin", &io.stdin_open);
+  f.Optional("rows", &io.rows, 0, 10000);
+  f.Optional("cols", &io.cols, 0, 10000);
   if (Status s = f.Finish(); !s.ok()) return ErrorResponse(s);
+  if (io.tty) io.stdin_open = true;  // a terminal is typed into
   if (argv.empty() || argv.size() > 4096) {
     return ErrorResponse(Status::InvalidArgument("argv: 1..4096 arguments, e.g. [\"hostname\"]"));
   }
@@ -785,72 +978,159 @@ HttpResponse Api::StartExec(const HttpRequest& r, int64_t id, const Caller& call
                                   " (its hosts: " + (hosts.empty() ? "none yet" : hosts) + ")"));
     }
   }
-  Result<int64_t> x = controller_->StartExec(id, task, std::move(argv), caller);
+  Result<int64_t> x = controller_->StartExec(id, task, std::move(argv), caller, io);
   if (!x.ok()) return ErrorResponse(x.status());
   return JsonResponse(201, {{"id", *x}, {"job_id", id}, {"task", task}});
 }
 
-// GET /v1/exec/EID?wait_ms&started&ended: the session (long poll until it differs);
-// GET /v1/exec/EID/output?stream&offset: its output; DELETE /v1/exec/EID: stop it.
-HttpResponse Api::ServeExec(const HttpRequest& r, const Caller& caller) {
-  std::string tail = r.path.substr(std::string("/v1/exec/").size());
-  const auto slash = tail.find('/');
-  const std::string rest = slash == std::string::npos ? "" : tail.substr(slash + 1);
-  std::optional<int64_t> id = ParseInt64(tail.substr(0, slash));
-  if (!id || *id <= 0) return ErrorResponse(Status::NotFound("no exec session " + tail));
-  if (rest.empty() && r.method == "DELETE") {
-    Status s = controller_->CancelExec(*id, caller);
-    if (!s.ok()) return ErrorResponse(s);
-    return JsonResponse(200, {{"ok", true}});
+// GET /v1/exec/EID?wait_ms&started&ended: the session (long poll until it differs).
+HttpResponse Api::GetExec(const Call& c) {
+  Result<int64_t> wait_ms = QueryInt(c.r, "wait_ms", 0, 0, 60'000);
+  if (!wait_ms.ok()) return ErrorResponse(wait_ms.status());
+  Result<ExecSession> x = controller_->WaitExec(c.id, c.caller, c.r.Query("started") == "1",
+                                                c.r.Query("ended") == "1", *wait_ms);
+  if (!x.ok()) return ErrorResponse(x.status());
+  OrderedJson j;
+  j["id"] = x->id;
+  j["job_id"] = x->job_id;
+  j["task"] = x->task_index;
+  j["node"] = x->node;
+  j["started"] = x->started;
+  j["ended"] = x->ended;
+  if (x->exit_code) j["exit_code"] = *x->exit_code;
+  if (x->signal) j["signal"] = *x->signal;
+  if (!x->error.empty()) j["error"] = x->error;
+  return JsonResponse(200, j);
+}
+
+// GET /v1/exec/EID/output?stream&offset: the session's output, relayed from its node.
+HttpResponse Api::ExecOutput(const Call& c) {
+  const std::string stream = c.r.Query("stream", "stdout");
+  if (stream != "stdout" && stream != "stderr") {
+    return ErrorResponse(Status::InvalidArgument("stream: use stdout or stderr"));
   }
-  if (rest.empty() && r.method == "GET") {
-    Result<int64_t> wait_ms = QueryInt(r, "wait_ms", 0, 0, 60'000);
-    if (!wait_ms.ok()) return ErrorResponse(wait_ms.status());
-    Result<ExecSession> x = controller_->WaitExec(*id, caller, r.Query("started") == "1",
-                                                  r.Query("ended") == "1", *wait_ms);
-    if (!x.ok()) return ErrorResponse(x.status());
-    OrderedJson j;
-    j["id"] = x->id;
-    j["job_id"] = x->job_id;
-    j["task"] = x->task_index;
-    j["node"] = x->node;
-    j["started"] = x->started;
-    j["ended"] = x->ended;
-    if (x->exit_code) j["exit_code"] = *x->exit_code;
-    if (x->signal) j["signal"] = *x->signal;
-    if (!x->error.empty()) j["error"] = x->error;
-    return JsonResponse(200, j);
-  }
-  if (rest == "output" && r.method == "GET") {
-    const std::string stream = r.Query("stream", "stdout");
-    if (stream != "stdout" && stream != "stderr") {
-      return ErrorResponse(Status::InvalidArgument("stream: use stdout or stderr"));
+  Result<int64_t> offset = QueryInt(c.r, "offset", 0, 0, INT64_MAX);
+  if (!offset.ok()) return ErrorResponse(offset.status());
+  Result<ExecSession> x = controller_->WaitExec(c.id, c.caller, false, false, 0);
+  if (!x.ok()) return ErrorResponse(x.status());
+  const std::string& path = stream == "stdout" ? x->stdout_path : x->stderr_path;
+  HttpResponse resp;
+  resp.content_type = "application/octet-stream";
+  int64_t size = 0;
+  if (!path.empty() && controller_->NodeUp(x->node)) {
+    Result<LogChunk> chunk = controller_->log_relay().Fetch(x->node, path, *offset,
+                                                            kMaxRelayedLogChunk, kLogRelayTimeout);
+    if (!chunk.ok() && chunk.status().code() != StatusCode::kNotFound) {
+      return ErrorResponse(chunk.status());
     }
-    Result<int64_t> offset = QueryInt(r, "offset", 0, 0, INT64_MAX);
-    if (!offset.ok()) return ErrorResponse(offset.status());
-    Result<ExecSession> x = controller_->WaitExec(*id, caller, false, false, 0);
-    if (!x.ok()) return ErrorResponse(x.status());
-    const std::string& path = stream == "stdout" ? x->stdout_path : x->stderr_path;
-    HttpResponse resp;
-    resp.content_type = "application/octet-stream";
-    int64_t size = 0;
-    if (!path.empty() && controller_->NodeUp(x->node)) {
-      Result<LogChunk> chunk = controller_->log_relay().Fetch(
-          x->node, path, *offset, kMaxRelayedLogChunk, kLogRelayTimeout);
-      if (!chunk.ok() && chunk.status().code() != StatusCode::kNotFound) {
-        return ErrorResponse(chunk.status());
-      }
-      if (chunk.ok()) {
-        resp.body = std::move(chunk->data);
-        size = chunk->size;
-      }
+    if (chunk.ok()) {
+      resp.body = std::move(chunk->data);
+      size = chunk->size;
     }
-    const int64_t next = *offset + static_cast<int64_t>(resp.body.size());
-    resp.headers["X-Gpupool-Next-Offset"] = std::to_string(next);
-    resp.headers["X-Gpupool-Eof"] = x->ended && next >= size ? "1" : "0";
-    return resp;
   }
-  return ErrorResponse(Status::NotFound("no endpoint " + r.method + " " + r.path));
+  const int64_t next = *offset + static_cast<int64_t>(resp.body.size());
+  resp.headers["X-Gpupool-Next-Offset"] = std::to_string(next);
+  resp.headers["X-Gpupool-Eof"] = x->ended && next >= size ? "1" : "0";
+  return resp;
+}
+
+// DELETE /v1/exec/EID: stops the session's command.
+HttpResponse Api::CancelExec(const Call& c) {
+  Status s = controller_->CancelExec(c.id, c.caller);
+  if (!s.ok()) return ErrorResponse(s);
+  return JsonResponse(200, {{"ok", true}});
+}
+
+// POST /v1/jobs/ID/attach?wait_ms {"rows", "cols"}: gpupool run and alloc wait here for
+// their job to be placed (controller.h, AttachRun).
+HttpResponse Api::AttachJob(const Call& c) {
+  Result<Json> body = ParseJson(c.r.body.empty() ? "{}" : c.r.body, "request body", 16 << 10, 4);
+  if (!body.ok()) return ErrorResponse(body.status());
+  int rows = 0;
+  int cols = 0;
+  JsonFields f(*body, "");
+  f.Optional("rows", &rows, 0, 10000);
+  f.Optional("cols", &cols, 0, 10000);
+  if (Status s = f.Finish(); !s.ok()) return ErrorResponse(s);
+  Result<int64_t> wait_ms = QueryInt(c.r, "wait_ms", 0, 0, 30'000);
+  if (!wait_ms.ok()) return ErrorResponse(wait_ms.status());
+  jobs::Job job;
+  Result<int64_t> session = controller_->AttachRun(c.id, c.caller, rows, cols, *wait_ms, &job);
+  if (!session.ok()) return ErrorResponse(session.status());
+  if (job.id == 0) {
+    Result<jobs::Job> j = controller_->Get(c.id, c.caller);
+    if (!j.ok()) return ErrorResponse(j.status());
+    job = std::move(*j);
+  }
+  return JsonResponse(200, {{"session", *session}, {"job", jobs::JobToJson(job)}});
+}
+
+// GET /v1/exec/EID/stream?stdout_offset&stderr_offset&started&wait_ms: an interactive
+// session's output from those offsets and its state (long poll until there is news).
+HttpResponse Api::ExecStream(const Call& c) {
+  Result<int64_t> out = QueryInt(c.r, "stdout_offset", 0, 0, INT64_MAX);
+  if (!out.ok()) return ErrorResponse(out.status());
+  Result<int64_t> err = QueryInt(c.r, "stderr_offset", 0, 0, INT64_MAX);
+  if (!err.ok()) return ErrorResponse(err.status());
+  Result<int64_t> wait_ms = QueryInt(c.r, "wait_ms", 0, 0, 30'000);
+  if (!wait_ms.ok()) return ErrorResponse(wait_ms.status());
+  Result<ExecStreamRead> x = controller_->ReadExecStream(c.id, c.caller, *out, *err,
+                                                         c.r.Query("started") == "1", *wait_ms);
+  if (!x.ok()) return ErrorResponse(x.status());
+  OrderedJson j;
+  j["id"] = c.id;
+  j["stdout"] = Base64Encode(x->stdout_data);
+  j["stderr"] = Base64Encode(x->stderr_data);
+  j["stdout_next"] = x->stdout_next;
+  j["stderr_next"] = x->stderr_next;
+  j["eof"] = x->eof;
+  j["started"] = x->started;
+  j["ended"] = x->ended;
+  if (x->exit_code) j["exit_code"] = *x->exit_code;
+  if (x->signal) j["signal"] = *x->signal;
+  if (!x->error.empty()) j["error"] = x->error;
+  return JsonResponse(200, j);
+}
+
+// POST /v1/exec/EID/input: one input item (protocol::ExecInputItem) for the session.
+HttpResponse Api::ExecInput(const Call& c) {
+  Result<Json> body = ParseJson(c.r.body, "request body", 1 << 20, 4);
+  if (!body.ok()) return ErrorResponse(body.status());
+  Result<protocol::ExecInputItem> item = protocol::DecodeExecInputItem(*body, "input");
+  if (!item.ok()) return ErrorResponse(item.status());
+  Status s = controller_->PushExecInput(c.id, c.caller, std::move(*item));
+  if (!s.ok()) {
+    HttpResponse r = ErrorResponse(s);
+    if (s.code() == StatusCode::kResourceExhausted) r.status = 429;
+    return r;
+  }
+  return JsonResponse(200, {{"ok", true}});
+}
+
+// GET /v1/agent/exec/EID/input?node&after&wait_ms: the client's input for the agent.
+HttpResponse Api::AgentExecInput(const Call& c) {
+  std::string node = c.r.Query("node");
+  if (Status s = ActAsNode(c.who, &node); !s.ok()) return ErrorResponse(s);
+  Result<int64_t> after = QueryInt(c.r, "after", 0, 0, INT64_MAX);
+  if (!after.ok()) return ErrorResponse(after.status());
+  Result<int64_t> wait_ms = QueryInt(c.r, "wait_ms", 0, 0, 30'000);
+  if (!wait_ms.ok()) return ErrorResponse(wait_ms.status());
+  Result<protocol::ExecInput> in = controller_->TakeExecInput(node, c.id, *after, *wait_ms);
+  if (!in.ok()) return ErrorResponse(in.status());
+  return JsonResponse(200, protocol::EncodeExecInput(*in));
+}
+
+// POST /v1/agent/exec/EID/output?node: what the session's command printed.
+HttpResponse Api::AgentExecOutput(const Call& c) {
+  std::string node = c.r.Query("node");
+  if (Status s = ActAsNode(c.who, &node); !s.ok()) return ErrorResponse(s);
+  Result<Json> body = ParseJson(c.r.body, "request body", 2 << 20, 4);
+  if (!body.ok()) return ErrorResponse(body.status());
+  Result<protocol::ExecOutput> out = protocol::DecodeExecOutput(*body);
+  if (!out.ok()) return ErrorResponse(out.status());
+  Result<protocol::ExecOutputAck> ack = controller_->PutExecOutput(node, c.id, *out);
+  if (!ack.ok()) return ErrorResponse(ack.status());
+  return JsonResponse(200, protocol::EncodeExecOutputAck(*ack));
 }
 
 }  // namespace gpupool::controller

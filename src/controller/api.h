@@ -4,6 +4,10 @@
 
 #include <atomic>
 #include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
 
 #include "controller/auth.h"
 #include "controller/controller.h"
@@ -27,7 +31,21 @@ class Api {
         own_inspector_(inspector == nullptr ? NewPodmanInspector({}, clock) : nullptr),
         environments_(store, inspector == nullptr ? own_inspector_.get() : inspector, clock) {}
 
+  // Answers `request`: 401 when the caller is not authenticated, 403 when its kind may not
+  // use the endpoint (endpoint_access.h), 429 when it waits too often at once, 404 (or 400
+  // for another method on a known path) when no route matches; else the route's answer.
+  // GET /healthz, /readyz and /v1/openapi.json answer anyone (IsPublic).
   net::HttpResponse Handle(const net::HttpRequest& request);
+
+  // One route of the API: an HTTP method and an OpenAPI path template
+  // ("/v1/jobs/{id}/cancel").
+  struct RouteInfo {
+    std::string method;
+    std::string pattern;
+  };
+  // Every route the API answers, in the router's order. docs/openapi.json describes each
+  // (openapi_test.cc checks both ways).
+  static std::vector<RouteInfo> Routes();
 
   // Whether handling `request` may take long (a long poll with wait_ms, or a podman image
   // inspection for a submission or an environment): the HTTP server gives such requests
@@ -47,24 +65,62 @@ class Api {
   }
 
  private:
+  // A request matched to a route, with the route's path parameters.
+  struct Call;
+  using Handler = net::HttpResponse (Api::*)(const Call& c);
+  struct RouteEntry {
+    std::string_view method;
+    std::string_view pattern;  // see Table() for the parameter forms
+    Handler handler;
+  };
+  // The routing table: one line per route.
+  static std::span<const RouteEntry> Table();
+
   net::HttpResponse Route(const net::HttpRequest& r, const Identity& who);
-  net::HttpResponse Submit(const net::HttpRequest& r, const Caller& caller);
-  net::HttpResponse CancelJobOrArray(const net::HttpRequest& r, int64_t id, const Caller& caller);
-  net::HttpResponse ListJobs(const net::HttpRequest& r, const Caller& caller);
-  net::HttpResponse Logs(const net::HttpRequest& r, int64_t id, const Caller& caller);
-  // `everyone`: all users' jobs (admins, metrics tokens), else the caller's own.
-  net::HttpResponse Usage(const net::HttpRequest& r, const Caller& caller, bool everyone);
-  net::HttpResponse CreateToken(const net::HttpRequest& r, const Caller& caller);
-  net::HttpResponse Health(bool ready);
-  net::HttpResponse StartExec(const net::HttpRequest& r, int64_t id, const Caller& caller);
-  net::HttpResponse ServeExec(const net::HttpRequest& r, const Caller& caller);
-  net::HttpResponse ServeEnvironments(const net::HttpRequest& r, const Caller& caller);
+
+  // Handlers, one per route (the table in api.cc says which).
+  net::HttpResponse Healthz(const Call& c);
+  net::HttpResponse Readyz(const Call& c);
+  net::HttpResponse OpenApi(const Call& c);
+  net::HttpResponse Submit(const Call& c);
+  net::HttpResponse ListJobs(const Call& c);
+  net::HttpResponse GetJob(const Call& c);
+  net::HttpResponse CancelJobOrArray(const Call& c);
+  net::HttpResponse HoldJob(const Call& c);
+  net::HttpResponse ReleaseJob(const Call& c);
+  net::HttpResponse Logs(const Call& c);
+  net::HttpResponse StartExec(const Call& c);
+  net::HttpResponse GetExec(const Call& c);
+  // Interactive sessions (gpupool run, alloc, exec --pty / -i).
+  net::HttpResponse AttachJob(const Call& c);
+  net::HttpResponse ExecStream(const Call& c);
+  net::HttpResponse ExecInput(const Call& c);
+  net::HttpResponse AgentExecInput(const Call& c);
+  net::HttpResponse AgentExecOutput(const Call& c);
+  net::HttpResponse ExecOutput(const Call& c);
+  net::HttpResponse CancelExec(const Call& c);
+  net::HttpResponse ListNodes(const Call& c);
+  net::HttpResponse DrainNode(const Call& c);
+  net::HttpResponse ResumeNode(const Call& c);
+  net::HttpResponse GetLimits(const Call& c);
+  net::HttpResponse PutLimits(const Call& c);
+  // Admins and metrics tokens: all users' jobs; others their own.
+  net::HttpResponse Usage(const Call& c);
+  net::HttpResponse Whoami(const Call& c);
+  net::HttpResponse CreateToken(const Call& c);
+  net::HttpResponse ListTokens(const Call& c);
+  net::HttpResponse RevokeToken(const Call& c);
+  net::HttpResponse ListEnvironments(const Call& c);
+  net::HttpResponse AddEnvironment(const Call& c);
+  net::HttpResponse CheckEnvironment(const Call& c);
+  net::HttpResponse GetEnvironment(const Call& c);
+  net::HttpResponse RemoveEnvironment(const Call& c);
   // The agent endpoints act only for the node `who` may act for (ActAsNode), and change
   // nothing when the request names another.
-  net::HttpResponse ServeAgentRegister(const net::HttpRequest& r, const Identity& who);
-  net::HttpResponse ServeAgentWork(const net::HttpRequest& r, const Identity& who);
-  net::HttpResponse ServeAgentEvents(const net::HttpRequest& r, const Identity& who);
-  net::HttpResponse ServeAgentLogs(const net::HttpRequest& r, const Identity& who);
+  net::HttpResponse ServeAgentRegister(const Call& c);
+  net::HttpResponse ServeAgentWork(const Call& c);
+  net::HttpResponse ServeAgentEvents(const Call& c);
+  net::HttpResponse ServeAgentLogs(const Call& c);
 
   Controller* controller_;
   store::Store* store_;

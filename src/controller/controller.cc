@@ -250,6 +250,9 @@ void Controller::Loop() {
     if (now - last_sweep >= options_.scheduler_period_us) {
       last_sweep = now;
       if (Status s = SweepNodes(); !s.ok()) spdlog::error("node sweep: {}", s.ToString());
+      if (Status s = SweepExecClients(); !s.ok()) {
+        spdlog::error("exec client sweep: {}", s.ToString());
+      }
     }
   }
 }
@@ -273,7 +276,7 @@ Result<Job> Controller::Submit(Job job, const Caller& caller) {
   job.state = JobState::kPending;
   job.submit_time_us = clock_->NowMicros();
   job.attempt = 0;
-  if (job.command.empty()) {
+  if (job.command.empty() && job.interactive != "alloc") {
     return Status::InvalidArgument(
         "command: a job needs a command to run, e.g. -- python3 train.py");
   }
@@ -891,8 +894,9 @@ Result<AgentWork> Controller::WaitForWork(const std::string& node, int64_t wait_
         if (job == active_.end() || job->second.attempt != x.attempt) continue;
         const auto t = static_cast<size_t>(x.task_index);
         if (t >= job->second.tasks.size() || job->second.tasks[t].start_time_us == 0) continue;
-        work.exec.push_back(
-            {x.id, x.job_id, x.attempt, x.task_index, x.argv, job->second.master_port});
+        work.exec.push_back({x.id, x.job_id, x.attempt, x.task_index, x.argv,
+                             job->second.master_port, x.io.tty, x.io.stdin_open, x.io.rows,
+                             x.io.cols});
         x.sent = true;
         x.sent_us = now;
       }
@@ -948,7 +952,7 @@ Status Controller::ApplyEvents(const std::string& node, const EventBatch& batch)
     }
     GP_RETURN_IF_ERROR(ApplyTaskEvent(job, node, ev, &freed));
   }
-  for (const protocol::ExecReport& r : batch.exec) ExecReported(node, r);
+  for (const protocol::ExecReport& r : batch.exec) ExecReported(node, r, &freed);
   if (freed) WakeScheduler();
   return Status::Ok();
 }
@@ -988,8 +992,10 @@ Status Controller::ApplyTaskEvent(Job& job, const std::string& node, const Event
     GP_RETURN_IF_ERROR(store_->UpdateJob(next, job.state));
     job = std::move(next);
     Touched(job.id);
-    // Task 0's port lets the others go; a started task takes the exec requests held for it.
+    // Task 0's port lets the others go; a started task takes the exec requests held for it
+    // (and a `gpupool run` client waiting to attach).
     work_cv_.notify_all();
+    exec_cv_.notify_all();
     return Status::Ok();
   }
   // kExited: the task ran and ended, or could not be started.
@@ -1057,6 +1063,7 @@ Status Controller::StopJob(Job& next, JobState expected, bool* freed) {
     return std::any_of(next.tasks.begin(), next.tasks.end(),
                        [&](const jobs::TaskStatus& s) { return s.*flag; });
   };
+  const std::string reason_before = next.reason;
   if (failed != nullptr) {
     next.state = JobState::kFailed;
     next.exit_code = failed->exit_code;
@@ -1081,6 +1088,14 @@ Status Controller::StopJob(Job& next, JobState expected, bool* freed) {
       next.state = JobState::kSucceeded;
     }
     if (next.tasks.size() == 1 && !first.reason.empty()) next.reason = first.reason;
+    if (next.interactive == "run" && next.command_ended && !any(&jobs::TaskStatus::timed_out)) {
+      // gpupool run: the tasks were released when the command ended; it is the outcome.
+      next.exit_code = next.command_exit_code;
+      next.signal = next.command_signal;
+      const bool ok = next.exit_code && *next.exit_code == 0 && !next.signal;
+      next.state = ok ? JobState::kSucceeded : JobState::kFailed;
+      next.reason = reason_before;
+    }
   }
   next.end_time_us = 0;
   for (const jobs::TaskStatus& ts : next.tasks)
@@ -1309,11 +1324,17 @@ Status Controller::SweepNodes() {
 }
 
 Result<int64_t> Controller::StartExec(int64_t job_id, int task_index, std::vector<std::string> argv,
-                                      const Caller& caller) {
+                                      const Caller& caller, ExecOptions io) {
+  std::lock_guard lock(mu_);
+  return StartExecLocked(job_id, task_index, std::move(argv), caller, io);
+}
+
+Result<int64_t> Controller::StartExecLocked(int64_t job_id, int task_index,
+                                            std::vector<std::string> argv, const Caller& caller,
+                                            ExecOptions io) {
   if (argv.empty() || argv[0].empty()) {
     return Status::InvalidArgument("argv: the command to run, e.g. -- hostname");
   }
-  std::lock_guard lock(mu_);
   auto it = active_.find(job_id);
   if (it == active_.end()) {
     GP_ASSIGN_OR_RETURN(Job ended, store_->GetJob(job_id));
@@ -1349,11 +1370,22 @@ Result<int64_t> Controller::StartExec(int64_t job_id, int task_index, std::vecto
                                       protocol::VersionString(n->second.version) +
                                       ", which has no exec: upgrade gpupool there");
   }
+  if ((io.tty || io.stdin_open) && !protocol::SupportsInteractiveExec(n->second.version)) {
+    return Status::FailedPrecondition("the agent on node " + node + " speaks agent protocol " +
+                                      protocol::VersionString(n->second.version) +
+                                      ", which has no interactive exec (a terminal or stdin): "
+                                      "upgrade gpupool there");
+  }
   // Sessions that ended long ago go; at most 10,000 are kept.
   const int64_t mono = clock_->MonotonicMicros();
   for (auto x = execs_.begin(); x != execs_.end();) {
     const bool old = x->second.ended && mono - x->second.ended_mono_us > 600'000'000;
-    x = old || execs_.size() > 10'000 ? execs_.erase(x) : std::next(x);
+    if (x->second.client_waiting == 0 && (old || execs_.size() > 10'000)) {
+      if (x->second.primary) primary_exec_.erase(x->second.job_id);
+      x = execs_.erase(x);
+    } else {
+      x = std::next(x);
+    }
   }
   ExecSession x;
   x.id = ++next_exec_id_;
@@ -1363,6 +1395,8 @@ Result<int64_t> Controller::StartExec(int64_t job_id, int task_index, std::vecto
   x.node = node;
   x.uid = job.uid;
   x.argv = std::move(argv);
+  x.io = io;
+  x.client_seen_mono_us = mono;
   const int64_t id = x.id;
   execs_.emplace(id, std::move(x));
   work_cv_.notify_all();
@@ -1403,6 +1437,10 @@ Status Controller::CancelExec(int64_t exec_id, const Caller& caller) {
                                     " belongs to another user");
   }
   if (x.ended) return Status::Ok();
+  if (x.interactive() && !x.hung_up) {
+    x.hung_up = true;
+    x.hangup_reason = "stopped by " + caller.user;
+  }
   if (!x.sent) {
     x.ended = true;
     x.error = "cancelled before it started";
@@ -1418,7 +1456,7 @@ Status Controller::CancelExec(int64_t exec_id, const Caller& caller) {
   return Status::Ok();
 }
 
-void Controller::ExecReported(const std::string& node, const protocol::ExecReport& r) {
+void Controller::ExecReported(const std::string& node, const protocol::ExecReport& r, bool* freed) {
   auto it = execs_.find(r.id);
   if (it == execs_.end() || it->second.node != node || it->second.ended) return;
   ExecSession& x = it->second;
@@ -1436,6 +1474,7 @@ void Controller::ExecReported(const std::string& node, const protocol::ExecRepor
     if (!r.stderr_path.empty()) x.stderr_path = r.stderr_path;
     x.ended_mono_us = clock_->MonotonicMicros();
     if (auto n = nodes_.find(node); n != nodes_.end()) n->second.exec_cancel_sent_us.erase(x.id);
+    if (x.primary) CommandEndedLocked(x, freed);
   }
   exec_cv_.notify_all();
 }

@@ -18,6 +18,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
+#include <deque>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -57,6 +58,19 @@ struct ControllerOptions {
   // that one pass plans them together; freed resources still trigger a pass at once.
   int64_t arrival_batch_us = 100'000;
   int64_t cancel_grace_s = 10;
+  // An interactive exec session whose client made no request for this long is hung up
+  // (its terminal went away), and a `gpupool run` job whose client has not attached this
+  // long after it started is cancelled.
+  int64_t exec_client_timeout_us = 15'000'000;
+};
+
+// How a `gpupool exec` session runs: with the client's terminal (tty, of rows x cols) or
+// standard input relayed live, or (all false) with its output in files on the node.
+struct ExecOptions {
+  bool tty = false;
+  bool stdin_open = false;
+  int rows = 0;
+  int cols = 0;
 };
 
 using protocol::Event;
@@ -83,6 +97,34 @@ struct ExecSession {
   std::string stdout_path;
   std::string stderr_path;
   int64_t ended_mono_us = 0;
+  // Interactive sessions (ExecOptions): I/O relayed live through the controller.
+  ExecOptions io;
+  bool primary = false;  // the command of a `gpupool run` job: its end is the job's
+  std::deque<protocol::ExecInputItem> input;  // from the client, not yet applied
+  int64_t input_seq = 0;                      // the last item the client sent
+  size_t input_bytes = 0;
+  std::string output[2];            // stdout, stderr: not yet read by the client
+  int64_t output_base[2] = {0, 0};  // the stream offset of output[i][0]
+  bool output_eof = false;          // the agent relayed everything
+  int64_t client_seen_mono_us = 0;  // the client's last request
+  int client_waiting = 0;           // client reads in progress
+  bool hung_up = false;             // the client left or stopped it
+  std::string hangup_reason;
+  bool interactive() const { return io.tty || io.stdin_open; }
+};
+
+// A client's read of an interactive session: what is new in each stream and the state.
+struct ExecStreamRead {
+  std::string stdout_data;
+  std::string stderr_data;
+  int64_t stdout_next = 0;
+  int64_t stderr_next = 0;
+  bool eof = false;  // both streams are complete: nothing more will come
+  bool started = false;
+  bool ended = false;
+  std::optional<int> exit_code;
+  std::optional<int> signal;
+  std::string error;
 };
 
 struct NodeView {
@@ -142,12 +184,40 @@ class Controller {
   // that task runs (it may still be starting). Returns the session id.
   // FailedPrecondition once the job or task has ended or is being stopped.
   Result<int64_t> StartExec(int64_t job_id, int task_index, std::vector<std::string> argv,
-                            const Caller& caller);
+                            const Caller& caller, ExecOptions io = {});
   // The session once it differs from `seen` (started / ended changed), or after wait_ms.
   Result<ExecSession> WaitExec(int64_t exec_id, const Caller& caller, bool seen_started,
                                bool seen_ended, int64_t wait_ms);
   // Stops a session's command (its agent is told to cancel it).
   Status CancelExec(int64_t exec_id, const Caller& caller);
+
+  // --- interactive sessions (exec_sessions.cc; docs/api.md "Interactive sessions") ---
+  // gpupool run: waits up to wait_ms for task 0 of `job_id` to run, then starts the job's
+  // command there (once; a later attach gets the same session) with a terminal of rows x
+  // cols when the job asked for one. Returns the session id, or 0 while the job still
+  // waits (`*job` then says why). For a gpupool alloc job, waits until every task runs
+  // and returns 0 with the job. FailedPrecondition once the job has ended, and for batch
+  // jobs.
+  Result<int64_t> AttachRun(int64_t job_id, const Caller& caller, int rows, int cols,
+                            int64_t wait_ms, jobs::Job* job);
+  // The client's input, in order: item.seq must be the next one (a resent one is
+  // ignored). ResourceExhausted while the command leaves 1 MiB of input unread.
+  Status PushExecInput(int64_t exec_id, const Caller& caller, protocol::ExecInputItem item);
+  // What the session printed from the given offsets (bytes before them are dropped: the
+  // client has them), waiting up to wait_ms for news: output, the start (unless
+  // seen_started), the end.
+  Result<ExecStreamRead> ReadExecStream(int64_t exec_id, const Caller& caller,
+                                        int64_t stdout_offset, int64_t stderr_offset,
+                                        bool seen_started, int64_t wait_ms);
+  // The agent's side, for sessions on `node` only: the client's input after item
+  // `after` (waiting up to wait_ms), and what the command printed.
+  Result<protocol::ExecInput> TakeExecInput(const std::string& node, int64_t exec_id, int64_t after,
+                                            int64_t wait_ms);
+  Result<protocol::ExecOutputAck> PutExecOutput(const std::string& node, int64_t exec_id,
+                                                const protocol::ExecOutput& out);
+  // Hangs up interactive sessions whose client went silent, and cancels `gpupool run`
+  // jobs nobody attached to (exec_client_timeout_us). The loop calls it every period.
+  Status SweepExecClients();
 
   // --- agents ---
   // `remote_ip` is where the registration came from (the default address), "" for the
@@ -188,7 +258,15 @@ class Controller {
   // Asks the agents running tasks of `job` (every node but `except`) to stop them: for a
   // job that ended while some of its tasks may still run (a node lost, a requeue).
   void StopStrayTasks(const jobs::Job& job, const std::string& except);
-  void ExecReported(const std::string& node, const protocol::ExecReport& r);
+  void ExecReported(const std::string& node, const protocol::ExecReport& r, bool* freed);
+  // Under mu_: the checks and the session of StartExec.
+  Result<int64_t> StartExecLocked(int64_t job_id, int task_index, std::vector<std::string> argv,
+                                  const Caller& caller, ExecOptions io);
+  // Under mu_: ends the session for its client (gone, or stopped it) and has its agent
+  // stop the command.
+  void HangUpLocked(ExecSession& x, const std::string& reason);
+  // Under mu_: a `gpupool run` job's command ended with session `x`: the job ends with it.
+  void CommandEndedLocked(const ExecSession& x, bool* freed);
   void Loop();
   // Asks for a pass: WakeScheduler when resources or nodes changed (runs at once),
   // WakeSchedulerForArrival for new jobs (batched while the pool is full).
@@ -267,6 +345,7 @@ class Controller {
   std::unique_ptr<JobScheduler> scheduler_;  // used by one pass at a time (the loop)
   LogRelay log_relay_;
   std::map<int64_t, ExecSession> execs_;
+  std::map<int64_t, int64_t> primary_exec_;  // `gpupool run` job -> its command's session
   int64_t next_exec_id_ = 0;  // from the clock at start: ids are not reused across restarts
   std::condition_variable exec_cv_;
   std::thread loop_;

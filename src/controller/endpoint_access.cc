@@ -1,6 +1,7 @@
 #include "controller/endpoint_access.h"
 
 #include <cstdint>
+#include <utility>
 
 namespace gpupool::controller {
 namespace {
@@ -36,6 +37,13 @@ constexpr EndpointRule kRules[] = {
     {"", "/", kUserBit | kAdminBit, ""},  // jobs, logs, environments, whoami
 };
 
+// Answered to anyone, with or without a token (IsPublic).
+constexpr std::pair<std::string_view, std::string_view> kPublic[] = {
+    {"GET", "/healthz"},
+    {"GET", "/readyz"},
+    {"GET", "/v1/openapi.json"},
+};
+
 bool Matches(const EndpointRule& rule, std::string_view method, std::string_view path) {
   if (!rule.method.empty() && rule.method != method) return false;
   if (rule.path.back() == '/') return path.substr(0, rule.path.size()) == rule.path;
@@ -63,6 +71,13 @@ uint8_t KindBits(const Identity& who) {
 }
 
 }  // namespace
+
+bool IsPublic(std::string_view method, std::string_view path) {
+  for (const auto& [m, p] : kPublic) {
+    if (m == method && p == path) return true;
+  }
+  return false;
+}
 
 Status MayCall(const Identity& who, std::string_view method, std::string_view path) {
   for (const EndpointRule& rule : kRules) {

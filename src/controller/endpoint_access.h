@@ -12,6 +12,11 @@
 
 namespace gpupool::controller {
 
+// Whether `method path` answers anyone, before and without authentication: GET /healthz
+// and /readyz (load balancers, systemd) and GET /v1/openapi.json (the API's schema). They
+// carry no job or user data.
+bool IsPublic(std::string_view method, std::string_view path);
+
 // Ok when `who` may call `method path`; kPermissionDenied naming the caller's kind, what
 // it may use instead and how to get the right credential otherwise. Whether the endpoint
 // exists is the router's business: an unknown path is allowed to whom the catch-all rule

@@ -149,8 +149,9 @@ void AgentLoop::Launch(const protocol::LaunchOrder& order) {
     spec.pool_env.erase("OMPI_MCA_plm_rsh_agent");  // no gpupool binary in the image
     spec.pool_env.erase("GPUPOOL_SERVER");
   }
-  if (job.mpi && r.task_index > 0) {
-    // Held for mpirun's daemons (gpupool exec): the task runs nothing of its own.
+  if ((job.mpi && r.task_index > 0) || !job.interactive.empty()) {
+    // Held for mpirun's daemons or an interactive job's commands (gpupool exec, and the
+    // command of gpupool run): the task runs nothing of its own.
     // (In its image, for an image job: exec'd commands run in containers of that image.)
     spec.argv = {"sleep", "infinity"};
   }
@@ -216,12 +217,59 @@ void AgentLoop::StartExec(const protocol::ExecRequest& x) {
     // mounts beside the task's.
     spec.pool_env.erase("OMPI_MCA_plm_rsh_agent");
   }
+  std::unique_ptr<SessionStreams> streams;
+  if (x.interactive()) {
+    // Its terminal (or pipes) stay with this agent, relayed to the controller.
+    Result<std::unique_ptr<SessionStreams>> made =
+        MakeSessionStreams(x.tty, x.rows, x.cols, spec.uid);
+    if (!made.ok()) {
+      FailLaunch(key, x.attempt, made.status().message());
+      return;
+    }
+    streams = std::move(*made);
+    spec.stdio_relayed = true;
+    spec.tty = x.tty;
+  }
   {
     std::lock_guard lock(mu_);
     specs_[key] = spec;
+    if (streams) relays_[key] = nullptr;
   }
-  Status s = launcher_->Launch(spec);
-  if (!s.ok()) FailLaunch(key, x.attempt, "could not start: " + s.message());
+  Status s = streams ? launcher_->Launch(spec, streams->child) : launcher_->Launch(spec);
+  if (!s.ok()) {
+    {
+      std::lock_guard lock(mu_);
+      relays_.erase(key);
+      ended_before_relay_.erase(key);
+    }
+    FailLaunch(key, x.attempt, "could not start: " + s.message());
+    return;
+  }
+  if (!streams) return;
+  const std::string dir = agent::JobDir(options_.state_dir, key);
+  std::shared_ptr<ExecRelay> relay =
+      ExecRelay::Start(x.id, options_.node_name, std::move(streams), client_, [dir] {
+        Result<agent::ShimRecord> rec = agent::ReadShimRecord(dir);
+        return rec.ok() ? static_cast<int>(rec->job_pid) : 0;
+      });
+  std::lock_guard lock(mu_);
+  if (ended_before_relay_.erase(key) != 0 || stopping_) {
+    relay->Finish();
+    relays_.erase(key);
+  } else {
+    relays_[key] = std::move(relay);
+  }
+}
+
+void AgentLoop::SessionEndedLocked(int64_t key) {
+  auto it = relays_.find(key);
+  if (it == relays_.end()) return;
+  if (it->second == nullptr) {
+    ended_before_relay_.insert(key);
+    return;
+  }
+  it->second->Finish();
+  relays_.erase(it);
 }
 
 void AgentLoop::FailLaunch(int64_t key, int attempt, const std::string& reason, bool cancelled) {
@@ -453,7 +501,10 @@ void AgentLoop::ReportEvents() {
     std::vector<agent::JobEvent> batch;
     {
       std::lock_guard lock(mu_);
-      for (auto& e : fresh) unsent_.push_back(std::move(e));
+      for (auto& e : fresh) {
+        if (IsFinal(e.kind)) SessionEndedLocked(e.job_id);
+        unsent_.push_back(std::move(e));
+      }
       batch = unsent_;
     }
     if (batch.empty() || !registered_) continue;
@@ -504,6 +555,11 @@ void AgentLoop::Run() {
   launch_cv_.notify_all();
   for (std::thread& t : launchers) t.join();
   reporter.join();
+  std::lock_guard lock(mu_);
+  for (auto& [key, relay] : relays_) {
+    if (relay) relay->Stop();
+  }
+  relays_.clear();
 }
 
 }  // namespace gpupool::daemon

@@ -23,6 +23,7 @@
 
 #include "agent/launcher.h"
 #include "common/json.h"
+#include "daemon/exec_relay.h"
 #include "gpu/gpu_info.h"
 #include "jobs/job.h"
 #include "net/http_client.h"
@@ -110,6 +111,11 @@ class AgentLoop {
   std::deque<WorkItem> launch_queue_;
   std::condition_variable launch_cv_;
   std::map<std::string, jobs::EnvNeeds> needs_by_image_id_;  // guarded by mu_
+  // Interactive exec sessions' relays, by launcher key (null while it launches), and
+  // those whose command ended before its relay was registered.
+  std::map<int64_t, std::shared_ptr<ExecRelay>> relays_;
+  std::set<int64_t> ended_before_relay_;
+  void SessionEndedLocked(int64_t key);
 };
 
 }  // namespace gpupool::daemon

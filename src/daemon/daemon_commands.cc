@@ -116,6 +116,7 @@ struct ServerFlags {
   std::string queue_policy = "fair";
   std::string start_rule = "easy";
   int node_timeout_s = 30;
+  int exec_client_timeout_s = 15;
   std::vector<std::string> podman_args;  // global podman flags for image inspection
 };
 
@@ -172,6 +173,7 @@ Result<ServerParts> StartServer(const ServerFlags& f) {
   co.queue_policy = f.queue_policy;
   co.start_rule = f.start_rule;
   co.node_timeout_us = int64_t{f.node_timeout_s} * 1'000'000;
+  co.exec_client_timeout_us = int64_t{f.exec_client_timeout_s} * 1'000'000;
   GP_ASSIGN_OR_RETURN(p.controller,
                       controller::Controller::Create(p.store.get(), SystemClock::Get(), co));
   p.inspector = controller::NewPodmanInspector(f.podman_args, SystemClock::Get());
@@ -206,6 +208,11 @@ void AddServerFlags(CLI::App* cmd, ServerFlags* f) {
       ->capture_default_str();
   cmd->add_option("--node-timeout", f->node_timeout_s,
                   "seconds without a poll before a node's jobs are LOST")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 86400));
+  cmd->add_option("--exec-client-timeout", f->exec_client_timeout_s,
+                  "seconds without a word from the client of an interactive session (gpupool "
+                  "run, exec --pty) before it is hung up")
       ->capture_default_str()
       ->check(CLI::Range(1, 86400));
 }

@@ -152,6 +152,17 @@ struct Job {
   // allocations for `gpupool exec` (mpirun's remote daemons) until task 0 ends.
   bool mpi = false;
   std::vector<Dependency> dependencies;  // all must be met before it starts
+  // Interactive jobs. "run" (gpupool run): the command runs with the client's terminal,
+  // as an exec session in task 0 started when the client attaches; every task holds
+  // its allocation for it, and the job ends with the command. "alloc" (gpupool alloc):
+  // no command; the tasks hold the allocation for gpupool exec until it is cancelled or
+  // its time limit. Empty: a batch job.
+  std::string interactive;
+  bool pty = false;  // run: the command gets a pseudo-terminal (--pty)
+  // run: the command's end (its session's), once it ended; the job's outcome.
+  bool command_ended = false;
+  std::optional<int> command_exit_code;
+  std::optional<int> command_signal;
   // Container jobs: the size of /dev/shm (--shm-size; 0 = podman's 64 MiB), and whether a
   // small init runs as PID 1 to pass signals on and reap (--init, the default; --no-init).
   uint64_t shm_bytes = 0;

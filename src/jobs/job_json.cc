@@ -205,6 +205,13 @@ OrderedJson JobToJson(const Job& job) {
   j["time_limit_s"] = job.time_limit_s;
   j["requeue"] = job.requeue;
   if (job.mpi) j["mpi"] = true;
+  if (!job.interactive.empty()) j["interactive"] = job.interactive;
+  if (job.pty) j["pty"] = true;
+  if (job.command_ended) {
+    j["command_ended"] = true;
+    if (job.command_exit_code) j["command_exit_code"] = *job.command_exit_code;
+    if (job.command_signal) j["command_signal"] = *job.command_signal;
+  }
   if (job.shm_bytes > 0) j["shm_bytes"] = job.shm_bytes;
   if (!job.init) j["init"] = false;
   if (!job.array.empty()) j["array"] = job.array;
@@ -338,6 +345,11 @@ Result<Job> JobFromJson(const Json& j, std::string_view path, bool reject_unknow
   f.Optional("time_limit_s", &job.time_limit_s, 0, int64_t{10} * 365 * 24 * 3600);
   f.Optional("requeue", &job.requeue);
   f.Optional("mpi", &job.mpi);
+  f.Optional("interactive", &job.interactive);
+  f.Optional("pty", &job.pty);
+  f.Optional("command_ended", &job.command_ended);
+  f.Optional("command_exit_code", &job.command_exit_code);
+  f.Optional("command_signal", &job.command_signal);
   std::string state = "PENDING";
   f.Optional("state", &state);
   if (auto s = ParseJobState(state)) {

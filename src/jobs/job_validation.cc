@@ -197,6 +197,28 @@ Status ValidateSubmission(const Job& job) {
     }
   }
   if (!job.workdir.empty()) GP_RETURN_IF_ERROR(CheckPath("workdir", job.workdir));
+  if (!job.interactive.empty() && job.interactive != "run" && job.interactive != "alloc") {
+    return Status::InvalidArgument("interactive: '" + job.interactive +
+                                   "' is not run or alloc (gpupool run, gpupool alloc)");
+  }
+  if (job.pty && job.interactive != "run") {
+    return Status::InvalidArgument(
+        "pty: a terminal is for the command of gpupool run; with gpupool alloc, use gpupool "
+        "exec --pty");
+  }
+  if (!job.interactive.empty() && job.mpi) {
+    return Status::InvalidArgument("mpi: gpupool " + job.interactive +
+                                   " holds every task already; run mpirun in it without --mpi");
+  }
+  if (!job.interactive.empty() && !job.array.empty()) {
+    return Status::InvalidArgument(
+        "array: an interactive job is one job; submit arrays with "
+        "gpupool submit --array");
+  }
+  if (job.interactive == "alloc" && !job.command.empty()) {
+    return Status::InvalidArgument(
+        "command: gpupool alloc runs no command; enter the allocation with gpupool exec");
+  }
   if (job.shm_bytes > 0 && job.image.empty() && job.environment.empty()) {
     return Status::InvalidArgument(
         "shm_bytes: --shm-size sizes a container's /dev/shm; add --image REF or --env "

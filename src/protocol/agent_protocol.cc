@@ -217,6 +217,7 @@ Status CheckCompatible(Version ours, Version theirs, std::string_view peer) {
 }
 
 bool SupportsExec(Version v) { return v.major > 1 || (v.major == 1 && v.minor >= 1); }
+bool SupportsInteractiveExec(Version v) { return v.major > 1 || (v.major == 1 && v.minor >= 2); }
 
 std::string_view EventKindName(EventKind kind) {
   switch (kind) {
@@ -367,12 +368,14 @@ OrderedJson EncodeWork(const Work& w, Version peer) {
   if (SupportsExec(peer)) {
     OrderedJson exec = OrderedJson::array();
     for (const ExecRequest& e : w.exec) {
-      exec.push_back({{"id", e.id},
-                      {"job_id", e.job_id},
-                      {"attempt", e.attempt},
-                      {"task_index", e.task_index},
-                      {"argv", e.argv},
-                      {"master_port", e.master_port}});
+      OrderedJson x = {{"id", e.id},           {"job_id", e.job_id},
+                       {"attempt", e.attempt}, {"task_index", e.task_index},
+                       {"argv", e.argv},       {"master_port", e.master_port}};
+      if (e.tty) x["tty"] = true;
+      if (e.stdin_open) x["stdin"] = true;
+      if (e.rows > 0) x["rows"] = e.rows;
+      if (e.cols > 0) x["cols"] = e.cols;
+      exec.push_back(std::move(x));
     }
     j["exec"] = std::move(exec);
   }
@@ -442,6 +445,10 @@ Result<Work> DecodeWork(const Json& j) {
       ef.Optional("task_index", &e.task_index, 0, kMaxTasks - 1);
       ef.Optional("argv", &e.argv);
       ef.Optional("master_port", &e.master_port, 0, 65535);
+      ef.Optional("tty", &e.tty);
+      ef.Optional("stdin", &e.stdin_open);
+      ef.Optional("rows", &e.rows, 0, 10000);
+      ef.Optional("cols", &e.cols, 0, 10000);
       Status s = ef.Finish();
       if (s.ok() && (e.argv.empty() || e.argv.size() > kMaxArgs)) {
         s = Status::InvalidArgument(Index("exec", i) + ".argv: 1.." + std::to_string(kMaxArgs) +
@@ -491,6 +498,118 @@ Result<EventBatch> DecodeEventBatch(const Json& j) {
     }
   }
   return b;
+}
+
+namespace {
+// A base64 field of an exec I/O message, at most kMaxExecChunk bytes once decoded.
+Status DecodeBytes(const Json& j, std::string_view key, const std::string& path, std::string* out) {
+  const auto it = j.find(key);
+  if (it == j.end() || it->is_null()) return Status::Ok();
+  const std::string where = path + "." + std::string(key);
+  if (!it->is_string()) return Status::InvalidArgument(where + ": expected a base64 string");
+  const std::string& text = it->get_ref<const std::string&>();
+  if (text.size() > (kMaxExecChunk + 2) / 3 * 4) {
+    return Status::InvalidArgument(where + ": more than " + std::to_string(kMaxExecChunk) +
+                                   " bytes; send it in parts");
+  }
+  std::optional<std::string> bytes = Base64Decode(text);
+  if (!bytes) return Status::InvalidArgument(where + ": not valid base64");
+  *out = std::move(*bytes);
+  return Status::Ok();
+}
+}  // namespace
+
+OrderedJson EncodeExecInputItem(const ExecInputItem& item) {
+  OrderedJson j;
+  j["seq"] = item.seq;
+  if (!item.data.empty()) j["data"] = Base64Encode(item.data);
+  if (item.eof) j["eof"] = true;
+  if (item.rows > 0 && item.cols > 0) {
+    j["rows"] = item.rows;
+    j["cols"] = item.cols;
+  }
+  if (item.signal > 0) j["signal"] = item.signal;
+  return j;
+}
+
+Result<ExecInputItem> DecodeExecInputItem(const Json& j, const std::string& path) {
+  ExecInputItem item;
+  JsonFields f(j, path, kLenient);
+  f.Required("seq", &item.seq, 1);
+  f.Optional("eof", &item.eof);
+  f.Optional("rows", &item.rows, 0, 10000);
+  f.Optional("cols", &item.cols, 0, 10000);
+  f.Optional("signal", &item.signal, 0, 64);
+  GP_RETURN_IF_ERROR(f.Finish());
+  GP_RETURN_IF_ERROR(DecodeBytes(j, "data", path, &item.data));
+  if ((item.rows > 0) != (item.cols > 0)) {
+    return Status::InvalidArgument(path + ": give rows and cols together (the terminal size)");
+  }
+  return item;
+}
+
+OrderedJson EncodeExecInput(const ExecInput& in) {
+  OrderedJson items = OrderedJson::array();
+  for (const ExecInputItem& i : in.items) items.push_back(EncodeExecInputItem(i));
+  OrderedJson j;
+  j["items"] = std::move(items);
+  j["hangup"] = in.hangup;
+  return j;
+}
+
+Result<ExecInput> DecodeExecInput(const Json& j) {
+  ExecInput in;
+  JsonFields f(j, "input", kLenient);
+  const Json* items = f.Array("items");
+  f.Optional("hangup", &in.hangup);
+  GP_RETURN_IF_ERROR(f.Finish());
+  if (items != nullptr) {
+    for (size_t i = 0; i < items->size(); ++i) {
+      GP_ASSIGN_OR_RETURN(ExecInputItem item, DecodeExecInputItem((*items)[i], Index("items", i)));
+      in.items.push_back(std::move(item));
+    }
+  }
+  return in;
+}
+
+OrderedJson EncodeExecOutput(const ExecOutput& out) {
+  OrderedJson j;
+  j["stdout_offset"] = out.stdout_offset;
+  if (!out.stdout_data.empty()) j["stdout"] = Base64Encode(out.stdout_data);
+  j["stderr_offset"] = out.stderr_offset;
+  if (!out.stderr_data.empty()) j["stderr"] = Base64Encode(out.stderr_data);
+  if (out.eof) j["eof"] = true;
+  return j;
+}
+
+Result<ExecOutput> DecodeExecOutput(const Json& j) {
+  ExecOutput out;
+  JsonFields f(j, "output", kLenient);
+  f.Optional("stdout_offset", &out.stdout_offset, 0);
+  f.Optional("stderr_offset", &out.stderr_offset, 0);
+  f.Optional("eof", &out.eof);
+  GP_RETURN_IF_ERROR(f.Finish());
+  GP_RETURN_IF_ERROR(DecodeBytes(j, "stdout", "output", &out.stdout_data));
+  GP_RETURN_IF_ERROR(DecodeBytes(j, "stderr", "output", &out.stderr_data));
+  return out;
+}
+
+OrderedJson EncodeExecOutputAck(const ExecOutputAck& ack) {
+  return {{"stdout_end", ack.stdout_end},
+          {"stderr_end", ack.stderr_end},
+          {"full", ack.full},
+          {"hangup", ack.hangup}};
+}
+
+Result<ExecOutputAck> DecodeExecOutputAck(const Json& j) {
+  ExecOutputAck ack;
+  JsonFields f(j, "output answer", kLenient);
+  f.Optional("stdout_end", &ack.stdout_end, 0);
+  f.Optional("stderr_end", &ack.stderr_end, 0);
+  f.Optional("full", &ack.full);
+  f.Optional("hangup", &ack.hangup);
+  GP_RETURN_IF_ERROR(f.Finish());
+  return ack;
 }
 
 }  // namespace gpupool::protocol

@@ -11,7 +11,9 @@
 // Versions: MAJOR.MINOR. A registration carries the agent's version and its answer the
 // controller's; peers of one major whose minors differ by at most one talk to each
 // other, each sending only what the older of the two knows (SupportsExec). Minor 0 is
-// the protocol without `gpupool exec`; minor 1 adds exec requests and exec reports.
+// the protocol without `gpupool exec`; minor 1 adds exec requests and exec reports;
+// minor 2 adds interactive exec sessions (a terminal or standard input: ExecRequest's
+// tty and stdin, and the exec I/O messages below).
 // Stateless and thread-safe.
 #pragma once
 
@@ -34,7 +36,7 @@ struct Version {
   friend bool operator==(const Version&, const Version&) = default;
 };
 
-inline constexpr Version kVersion{1, 1};
+inline constexpr Version kVersion{1, 2};
 
 std::string VersionString(Version v);                 // "1.1"
 Result<Version> ParseVersion(std::string_view text);  // InvalidArgument naming the text
@@ -43,6 +45,8 @@ Result<Version> ParseVersion(std::string_view text);  // InvalidArgument naming 
 Status CheckCompatible(Version ours, Version theirs, std::string_view peer);
 // Whether a peer at `v` understands exec requests (minor 1 on).
 bool SupportsExec(Version v);
+// Whether a peer at `v` runs interactive exec sessions (minor 2 on).
+bool SupportsInteractiveExec(Version v);
 
 // One GPU given to a task.
 struct GpuGrant {
@@ -106,6 +110,15 @@ struct ExecRequest {
   // The job's rendezvous port, for a task launched before task 0 had picked it (the
   // held tasks of an --mpi job start at once); 0 when the task's own variables have it.
   int master_port = 0;
+  // An interactive session (minor 2): its I/O is relayed live through the controller
+  // (ExecInput, ExecOutput) instead of going to files. `tty`: the command runs on a
+  // pseudo-terminal of `rows` x `cols` (its stdout and stderr are the terminal); else
+  // `stdin`: its standard input is the client's.
+  bool tty = false;
+  bool stdin_open = false;
+  int rows = 0;
+  int cols = 0;
+  bool interactive() const { return tty || stdin_open; }
   friend bool operator==(const ExecRequest&, const ExecRequest&) = default;
 };
 
@@ -187,6 +200,44 @@ struct ExecReport {
   friend bool operator==(const ExecReport&, const ExecReport&) = default;
 };
 
+// One item of an interactive session's input, in the order the client sent them.
+struct ExecInputItem {
+  int64_t seq = 0;         // 1, 2, ... within the session; a resent item is ignored
+  std::string data;        // bytes for the command's standard input (base64 in JSON)
+  bool eof = false;        // the client's input ended: the command's stdin is closed
+  int rows = 0, cols = 0;  // both > 0: the terminal's new size
+  int signal = 0;          // > 0: sent to the command's process group (no terminal)
+  friend bool operator==(const ExecInputItem&, const ExecInputItem&) = default;
+};
+
+// GET /v1/agent/exec/ID/input?after=SEQ&wait_ms=N: the client's input after item SEQ.
+struct ExecInput {
+  std::vector<ExecInputItem> items;
+  bool hangup = false;  // the session is over for the client (gone, or stopped it)
+  friend bool operator==(const ExecInput&, const ExecInput&) = default;
+};
+
+// POST /v1/agent/exec/ID/output: what the command printed, at the given stream offsets
+// (a resent or overlapping part is dropped). `eof`: the agent has read everything.
+struct ExecOutput {
+  int64_t stdout_offset = 0;
+  std::string stdout_data;
+  int64_t stderr_offset = 0;
+  std::string stderr_data;
+  bool eof = false;
+  friend bool operator==(const ExecOutput&, const ExecOutput&) = default;
+};
+
+// The answer to that POST: how much of each stream the controller holds, and whether
+// the agent should pause (the client reads slower than the command prints).
+struct ExecOutputAck {
+  int64_t stdout_end = 0;
+  int64_t stderr_end = 0;
+  bool full = false;
+  bool hangup = false;
+  friend bool operator==(const ExecOutputAck&, const ExecOutputAck&) = default;
+};
+
 struct EventBatch {
   std::string node;
   std::vector<Event> events;
@@ -208,5 +259,18 @@ Result<RegistrationReply> DecodeRegistrationReply(const Json& j);
 Result<Work> DecodeWork(const Json& j);
 Result<EventBatch> DecodeEventBatch(const Json& j);
 Result<LaunchOrder> DecodeLaunchOrder(const Json& j, std::string_view path);
+
+// The exec I/O messages. ExecInputItem is also the body of a client's
+// POST /v1/exec/ID/input (docs/api.md).
+OrderedJson EncodeExecInputItem(const ExecInputItem& item);
+Result<ExecInputItem> DecodeExecInputItem(const Json& j, const std::string& path);
+OrderedJson EncodeExecInput(const ExecInput& in);
+Result<ExecInput> DecodeExecInput(const Json& j);
+OrderedJson EncodeExecOutput(const ExecOutput& out);
+Result<ExecOutput> DecodeExecOutput(const Json& j);
+OrderedJson EncodeExecOutputAck(const ExecOutputAck& ack);
+Result<ExecOutputAck> DecodeExecOutputAck(const Json& j);
+// Most bytes one input item or one output message carries.
+inline constexpr size_t kMaxExecChunk = 256 << 10;
 
 }  // namespace gpupool::protocol

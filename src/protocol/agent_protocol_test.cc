@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include "common/strings.h"
+
 namespace gpupool::protocol {
 namespace {
 
@@ -51,6 +53,8 @@ TEST(ProtocolVersion, ParsesAndChecksCompatibility) {
       << newer.message();
   EXPECT_FALSE(SupportsExec({1, 0}));
   EXPECT_TRUE(SupportsExec({1, 1}));
+  EXPECT_FALSE(SupportsInteractiveExec({1, 1}));
+  EXPECT_TRUE(SupportsInteractiveExec({1, 2}));
 }
 
 TEST(ProtocolWork, RoundTrips) {
@@ -59,6 +63,7 @@ TEST(ProtocolWork, RoundTrips) {
   w.cancel.push_back({7, 2});
   w.logs.push_back({3, "/var/lib/gpupool/jobs/7/stdout.log", 10, 4096});
   w.exec.push_back({9, 7, 2, 1, {"orted", "-mca", "x"}, 41000});
+  w.exec.push_back({10, 7, 2, 0, {"bash"}, 0, /*tty=*/true, /*stdin_open=*/true, 50, 132});
   Result<Work> back = DecodeWork(Reparse(EncodeWork(w)));
   ASSERT_TRUE(back.ok()) << back.status().ToString();
   EXPECT_TRUE(back->rejected.empty());
@@ -210,6 +215,46 @@ TEST(ProtocolEvents, RoundTripAndNameBadKinds) {
   j = Reparse(EncodeEventBatch(b));
   j["events"][1]["future_field"] = "x";
   EXPECT_TRUE(DecodeEventBatch(j).ok());
+}
+
+TEST(ProtocolExecIo, RoundTripsBinaryBytesAndControlItems) {
+  std::string bytes;
+  for (int i = 0; i < 256; ++i) bytes += static_cast<char>(i);
+  ExecInput in;
+  in.items.push_back({1, bytes});
+  in.items.push_back({2, "", false, 40, 120});
+  in.items.push_back({3, "", false, 0, 0, 2});
+  in.items.push_back({4, "", true});
+  in.hangup = true;
+  Result<ExecInput> back = DecodeExecInput(Reparse(EncodeExecInput(in)));
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(*back, in);
+
+  ExecOutput out{5, "hello\r\n", 7, bytes, true};
+  Result<ExecOutput> out_back = DecodeExecOutput(Reparse(EncodeExecOutput(out)));
+  ASSERT_TRUE(out_back.ok()) << out_back.status().ToString();
+  EXPECT_EQ(*out_back, out);
+
+  ExecOutputAck ack{12, 3, true, false};
+  Result<ExecOutputAck> ack_back = DecodeExecOutputAck(Reparse(EncodeExecOutputAck(ack)));
+  ASSERT_TRUE(ack_back.ok());
+  EXPECT_EQ(*ack_back, ack);
+}
+
+TEST(ProtocolExecIo, BadItemsNameTheirField) {
+  Result<ExecInputItem> bad64 = DecodeExecInputItem(Json{{"seq", 1}, {"data", "a!=="}}, "input");
+  ASSERT_FALSE(bad64.ok());
+  EXPECT_EQ(bad64.status().message(), "input.data: not valid base64");
+  Result<ExecInputItem> half = DecodeExecInputItem(Json{{"seq", 1}, {"rows", 3}}, "input");
+  ASSERT_FALSE(half.ok());
+  EXPECT_NE(half.status().message().find("rows and cols together"), std::string::npos);
+  EXPECT_FALSE(DecodeExecInputItem(Json{{"seq", 0}}, "input").ok());
+  EXPECT_FALSE(DecodeExecInputItem(Json{{"seq", 1}, {"signal", 99}}, "input").ok());
+  const std::string big = Base64Encode(std::string(kMaxExecChunk + 10, 'x'));
+  Result<ExecOutput> huge = DecodeExecOutput(Json{{"stdout", big}});
+  ASSERT_FALSE(huge.ok());
+  EXPECT_NE(huge.status().message().find("output.stdout: more than"), std::string::npos);
+  EXPECT_FALSE(DecodeExecOutput(Json{{"stdout", 5}}).ok());
 }
 
 }  // namespace

@@ -42,6 +42,7 @@ void RegisterClientCommands(CLI::App& app, CommandContext& ctx, ClientEnvironmen
   RegisterJobCommands(app, rt);
   RegisterLogsCommand(app, rt);
   RegisterExecCommand(app, rt);
+  RegisterRunCommands(app, rt);
   RegisterClusterCommands(app, rt);
   RegisterEnvPoolCommands(app, rt);
 }

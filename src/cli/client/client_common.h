@@ -44,6 +44,7 @@ void RegisterSubmitCommand(CLI::App& app, const RuntimePtr& rt);    // submit_co
 void RegisterJobCommands(CLI::App& app, const RuntimePtr& rt);      // job_commands.cc
 void RegisterLogsCommand(CLI::App& app, const RuntimePtr& rt);      // logs_command.cc
 void RegisterExecCommand(CLI::App& app, const RuntimePtr& rt);      // exec_command.cc
+void RegisterRunCommands(CLI::App& app, const RuntimePtr& rt);      // run_command.cc
 void RegisterClusterCommands(CLI::App& app, const RuntimePtr& rt);  // cluster_commands.cc
 void RegisterEnvPoolCommands(CLI::App& app, const RuntimePtr& rt);  // env_commands.cc
 

@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "cli/client/client_common.h"
+#include "cli/client/interactive.h"
 #include "cli/client/json_view.h"
 #include "common/strings.h"
 
@@ -39,6 +40,9 @@ struct ExecState {
   std::string job;
   int task = -1;
   std::vector<std::string> args;
+  bool pty = false;         // a terminal, with stdin
+  bool stdin_open = false;  // stdin relayed, no terminal
+  bool dashes = false;      // the command came after --
 };
 
 struct ExecOutcome {
@@ -71,11 +75,25 @@ Status RunExec(const ClientRuntime& rt, const ExecState& s) {
   OrderedJson body;
   std::string job_text = s.job;
   std::vector<std::string> argv;
-  if (!s.job.empty()) {
+  // `gpupool exec -- CMD` inside a job or `gpupool alloc`: the job is $GPUPOOL_JOB_ID.
+  if (job_text.empty() && s.dashes) {
+    job_text = rt.env.getenv("GPUPOOL_JOB_ID");
+    if (job_text.empty()) {
+      return Status::InvalidArgument(
+          "exec -- CMD: give --job ID (GPUPOOL_JOB_ID is not set: this is not inside a job or "
+          "gpupool alloc)");
+    }
+  }
+  if (!job_text.empty() && (s.dashes || !s.job.empty())) {
     if (s.args.empty()) return Status::InvalidArgument("exec: give the command after --");
     argv = s.args;
     body["task"] = std::max(s.task, 0);
   } else {
+    if (s.pty || s.stdin_open) {
+      return Status::InvalidArgument(
+          "--pty and -i go with --job ID -- CMD..., not with "
+          "mpirun's HOST CMD form");
+    }
     // mpirun's form: HOST COMMAND...
     if (s.args.size() < 2) {
       return Status::InvalidArgument(
@@ -98,12 +116,29 @@ Status RunExec(const ClientRuntime& rt, const ExecState& s) {
   }
   GP_ASSIGN_OR_RETURN(int64_t job, ParseJobId(job_text));
   body["argv"] = argv;
+  if (s.pty || s.stdin_open) {
+    body["tty"] = s.pty;
+    body["stdin"] = true;
+    int rows = 0;
+    int cols = 0;
+    LocalWindowSize(&rows, &cols);
+    if (rows > 0 && s.pty) {
+      body["rows"] = rows;
+      body["cols"] = cols;
+    }
+  }
   GP_ASSIGN_OR_RETURN(ApiClient api, Connect(rt, s.conn));
   GP_ASSIGN_OR_RETURN(ApiAnswer started, Retrying([&] {
                         return api.Post("/v1/jobs/" + std::to_string(job) + "/exec",
                                         DumpJson(body));
                       }));
   const int64_t id = GetInt(started.json, "id");
+  if (s.pty || s.stdin_open) {
+    AttachOptions options;
+    options.tty = s.pty;
+    GP_ASSIGN_OR_RETURN(rt.ctx->exit_code, AttachSession(rt, api, id, options));
+    return Status::Ok();
+  }
   const std::string base = "/v1/exec/" + std::to_string(id);
 
   std::signal(SIGINT, OnExecSignal);
@@ -167,12 +202,23 @@ void RegisterExecCommand(CLI::App& app, const RuntimePtr& rt) {
   cmd->add_option("--job", s->job, "the job (default: $GPUPOOL_JOB_ID with HOST CMD...)");
   cmd->add_option("--task", s->task, "which task (default 0, or the task on HOST)")
       ->check(CLI::Range(0, 4095));
+  cmd->add_flag("--pty", s->pty,
+                "give the command a terminal and this one's input (gpupool exec --job ID --pty "
+                "-- bash)");
+  cmd->add_flag("-i,--stdin", s->stdin_open, "send this process's standard input to the command");
   AddConnectionOptions(*cmd, &s->conn);
-  cmd->add_option("args", s->args, "-- CMD ARGS... (with --job), or HOST CMD... (mpirun's form)");
+  cmd->add_option("args", s->args,
+                  "-- CMD ARGS... (the job is --job, else $GPUPOOL_JOB_ID), or HOST CMD... "
+                  "(mpirun's form)");
   // Everything from the first word that is not one of these options (HOST, or what
   // follows --) belongs to the command: mpirun's daemons take options of their own.
   cmd->positionals_at_end();
-  cmd->callback([rt, s] { Report(*rt, RunExec(*rt, *s)); });
+  cmd->callback([rt, s, cmd] {
+    // CLI11 leaves a "--" separator in remaining(); that is how the two forms differ.
+    const auto rest = cmd->remaining();
+    s->dashes = !rest.empty() && rest.front() == "--";
+    Report(*rt, RunExec(*rt, *s));
+  });
 }
 
 }  // namespace gpupool::cli

@@ -1,0 +1,216 @@
+// `gpupool run [submit options] [--pty] -- COMMAND...` and `gpupool alloc [submit
+// options] [-- COMMAND...]`: interactive jobs (docs/cli.md, "Interactive jobs").
+//
+// run submits the job, waits for it to be placed (saying why it waits; ^C cancels it),
+// then attaches this terminal to its command (interactive.h) and exits with the
+// command's status. alloc submits a job that holds its allocation, waits until every
+// task runs, then runs COMMAND (default $SHELL) here with GPUPOOL_JOB_ID set, so that
+// `gpupool exec` enters the allocation; when COMMAND ends the allocation is released.
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <csignal>
+#include <cstring>
+#include <iostream>
+
+#include "cli/client/client_common.h"
+#include "cli/client/interactive.h"
+#include "cli/client/json_view.h"
+#include "cli/client/submit_flags.h"
+
+namespace gpupool::cli {
+namespace {
+
+struct RunState {
+  ConnectionFlags conn;
+  SubmitFlags flags;
+  std::vector<std::string> command;
+  bool pty = false;
+  bool quiet = false;
+};
+
+Result<int64_t> SubmitInteractive(const ClientRuntime& rt, const ApiClient& api, const RunState& s,
+                                  const std::string& mode) {
+  const std::string cwd = rt.env.cwd();
+  if (cwd.empty() &&
+      !(s.flags.workdir && !s.flags.workdir->empty() && (*s.flags.workdir)[0] == '/')) {
+    return Status::InvalidArgument(
+        "cannot determine the current directory; pass --workdir /absolute/path");
+  }
+  if (s.flags.array) {
+    return Status::InvalidArgument("--array: gpupool " + mode +
+                                   " is one job; submit arrays with gpupool submit");
+  }
+  if (s.flags.mpi) {
+    return Status::InvalidArgument("--mpi: gpupool " + mode +
+                                   " holds every task already; run mpirun in it without --mpi");
+  }
+  // alloc runs nothing remotely; BuildSubmission checks a command all the same.
+  const std::vector<std::string> command =
+      mode == "alloc" ? std::vector<std::string>{"(allocation)"} : s.command;
+  GP_ASSIGN_OR_RETURN(OrderedJson body, BuildSubmission(s.flags, command, cwd));
+  body["interactive"] = mode;
+  if (mode == "alloc") body["command"] = OrderedJson::array();
+  if (s.pty) body["pty"] = true;
+  GP_ASSIGN_OR_RETURN(ApiAnswer answer, api.Post("/v1/jobs", DumpJson(body)));
+  const int64_t id = GetInt(GetObject(answer.json, "job"), "id");
+  if (id <= 0) return Status::Internal("the server accepted the job but its answer has no id");
+  return id;
+}
+
+// Waits until the job is ready (run: its command's session exists; alloc: every task
+// runs), printing why it waits when that changes. ^C, SIGTERM or SIGHUP cancel it.
+// Returns the session id (run) or 0 (alloc), with the job's record in *job.
+Result<int64_t> WaitUntilPlaced(const ClientRuntime& rt, const ApiClient& api, int64_t id,
+                                bool quiet, Json* job) {
+  SignalCatcher signals;
+  std::string said;
+  int rows = 0;
+  int cols = 0;
+  LocalWindowSize(&rows, &cols);
+  OrderedJson body = OrderedJson::object();
+  if (rows > 0) {
+    body["rows"] = rows;
+    body["cols"] = cols;
+  }
+  const std::string path = "/v1/jobs/" + std::to_string(id) + "/attach?wait_ms=1000";
+  while (true) {
+    if (const int sig = signals.Take(0); sig != 0 && sig != SIGWINCH) {
+      (void)api.Post("/v1/jobs/" + std::to_string(id) + "/cancel", "{}");
+      return Status::FailedPrecondition("cancelled job " + std::to_string(id) +
+                                        " while it waited (" +
+                                        std::string(sig == SIGINT ? "^C" : ::strsignal(sig)) + ")");
+    }
+    GP_ASSIGN_OR_RETURN(ApiAnswer a, api.Post(path, DumpJson(body)));
+    *job = GetObject(a.json, "job");
+    const int64_t session = GetInt(a.json, "session");
+    const std::string state = GetString(*job, "state");
+    if (session > 0 || state == "RUNNING") return session;
+    const std::string reason = GetString(*job, "pending_reason");
+    const std::string now = state + (reason.empty() ? "" : ": " + reason);
+    if (!quiet && now != said) {
+      *rt.env.err << "gpupool: job " << id << " waits (" << now << ")\n" << std::flush;
+      said = now;
+    }
+  }
+}
+
+Status RunRun(const ClientRuntime& rt, const RunState& s) {
+  if (s.command.empty() || s.command[0].empty()) {
+    return Status::InvalidArgument(
+        "nothing to run: give the command after --, e.g. gpupool "
+        "run --gpus 1 --pty -- bash");
+  }
+  GP_ASSIGN_OR_RETURN(ApiClient api, Connect(rt, s.conn));
+  GP_ASSIGN_OR_RETURN(int64_t id, SubmitInteractive(rt, api, s, "run"));
+  if (!s.quiet) *rt.env.err << "gpupool: job " << id << " submitted\n" << std::flush;
+  Json job;
+  GP_ASSIGN_OR_RETURN(int64_t session, WaitUntilPlaced(rt, api, id, s.quiet, &job));
+  if (!s.quiet) {
+    const Json& placement = GetArray(job, "placement");
+    const std::string node = placement.empty() ? std::string("?") : GetString(placement[0], "node");
+    *rt.env.err << "gpupool: job " << id << " runs on " << node << "\n" << std::flush;
+  }
+  AttachOptions options;
+  options.tty = s.pty;
+  GP_ASSIGN_OR_RETURN(int code, AttachSession(rt, api, session, options));
+  rt.ctx->exit_code = code;
+  return Status::Ok();
+}
+
+Status RunAlloc(const ClientRuntime& rt, const RunState& s) {
+  GP_ASSIGN_OR_RETURN(ApiClient api, Connect(rt, s.conn));
+  GP_ASSIGN_OR_RETURN(int64_t id, SubmitInteractive(rt, api, s, "alloc"));
+  if (!s.quiet) *rt.env.err << "gpupool: job " << id << " submitted\n" << std::flush;
+  Json job;
+  GP_RETURN_IF_ERROR(WaitUntilPlaced(rt, api, id, s.quiet, &job).status());
+  std::string nodes;
+  for (const Json& p : GetArray(job, "placement")) {
+    nodes += (nodes.empty() ? "" : ",") + GetString(p, "node");
+  }
+  const std::string ids = std::to_string(id);
+  if (!s.quiet) {
+    *rt.env.err << "gpupool: job " << id << " holds its allocation on " << nodes
+                << "; enter it with: gpupool exec --job " << id << " --pty -- bash\n"
+                << std::flush;
+  }
+  std::vector<std::string> command = s.command;
+  if (command.empty()) {
+    const std::string shell = rt.env.getenv("SHELL");
+    command = {shell.empty() ? "/bin/sh" : shell};
+  }
+  // COMMAND runs here, as salloc's does, with the job's id and the nodes it holds.
+  ::setenv("GPUPOOL_JOB_ID", ids.c_str(), 1);
+  ::setenv("GPUPOOL_NODES", nodes.c_str(), 1);
+  std::vector<char*> argv;
+  for (std::string& a : command) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  std::cout.flush();
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    ::execvp(argv[0], argv.data());
+    ::_exit(127);
+  }
+  int code = 127;
+  if (pid > 0) {
+    // Our terminal's ^C is the command's (its foreground job); we wait for it to end.
+    struct sigaction ignore {};
+    struct sigaction old_int {};
+    struct sigaction old_quit {};
+    ignore.sa_handler = SIG_IGN;
+    ::sigaction(SIGINT, &ignore, &old_int);
+    ::sigaction(SIGQUIT, &ignore, &old_quit);
+    int status = 0;
+    while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+    }
+    ::sigaction(SIGINT, &old_int, nullptr);
+    ::sigaction(SIGQUIT, &old_quit, nullptr);
+    code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    if (code == 127) *rt.env.err << "gpupool: " << command[0] << ": command not found here\n";
+  } else {
+    *rt.env.err << "gpupool: cannot start " << command[0] << ": " << std::strerror(errno) << "\n";
+  }
+  Result<ApiAnswer> cancelled = api.Post("/v1/jobs/" + ids + "/cancel", "{}");
+  if (!cancelled.ok() && cancelled.status().code() != StatusCode::kFailedPrecondition) {
+    *rt.env.err << "gpupool: could not release job " << id << ": " << cancelled.status().message()
+                << "; run gpupool cancel " << id << "\n";
+  } else if (!s.quiet) {
+    *rt.env.err << "gpupool: released the allocation of job " << id << "\n";
+  }
+  rt.ctx->exit_code = code;
+  return Status::Ok();
+}
+
+}  // namespace
+
+void RegisterRunCommands(CLI::App& app, const RuntimePtr& rt) {
+  auto run = std::make_shared<RunState>();
+  CLI::App* cmd = app.add_subcommand(
+      "run",
+      "Run a command as a job with this terminal attached: gpupool run [options] [--pty] -- "
+      "COMMAND [ARGS...] (like srun --pty)");
+  AddSubmitOptions(*cmd, &run->flags);
+  cmd->add_flag("--pty", run->pty,
+                "give the command a terminal (for shells and editors; keys, ^C and the "
+                "window size reach it)");
+  cmd->add_flag("-q,--quiet", run->quiet, "print nothing of gpupool's own while it waits");
+  AddConnectionOptions(*cmd, &run->conn);
+  cmd->add_option("command", run->command, "-- COMMAND [ARGS...]");
+  cmd->positionals_at_end();
+  cmd->callback([rt, run] { Report(*rt, RunRun(*rt, *run)); });
+
+  auto alloc = std::make_shared<RunState>();
+  CLI::App* acmd = app.add_subcommand(
+      "alloc",
+      "Hold an allocation and run COMMAND (default $SHELL) here with GPUPOOL_JOB_ID set; "
+      "gpupool exec enters the allocation; it is released when COMMAND ends (like salloc)");
+  AddSubmitOptions(*acmd, &alloc->flags);
+  acmd->add_flag("-q,--quiet", alloc->quiet, "print nothing of gpupool's own while it waits");
+  AddConnectionOptions(*acmd, &alloc->conn);
+  acmd->add_option("command", alloc->command, "-- COMMAND [ARGS...] to run here (default $SHELL)");
+  acmd->positionals_at_end();
+  acmd->callback([rt, alloc] { Report(*rt, RunAlloc(*rt, *alloc)); });
+}
+
+}  // namespace gpupool::cli

@@ -1,0 +1,370 @@
+// Interactive exec sessions: the controller's part of `gpupool run`, `gpupool exec --pty`
+// and `gpupool exec -i` (controller.h, "interactive sessions"; docs/api.md). The client
+// and the session's agent never meet: the client's input queues here until the agent
+// takes it, and the command's output waits here until the client reads it, both in
+// memory and bounded. A session lives as long as its client keeps asking; one whose
+// client goes silent is hung up, like a terminal whose line dropped.
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <chrono>
+
+#include "controller/controller.h"
+
+namespace gpupool::controller {
+namespace {
+
+using jobs::Job;
+using jobs::JobState;
+
+// Output the client has not read yet, over which the agent is told to pause.
+constexpr size_t kOutputHighWater = 1 << 20;
+// Input the command has not read yet, over which the client is told to wait (429).
+constexpr size_t kInputHighWater = 1 << 20;
+// How long a client's read or an agent's input poll may wait at most.
+constexpr int64_t kMaxWaitMs = 30'000;
+
+Status SessionOf(const std::map<int64_t, ExecSession>& execs, int64_t id) {
+  if (execs.count(id) != 0) return Status::Ok();
+  return Status::NotFound("exec session " + std::to_string(id) +
+                          " is not known (it ended long ago, or the controller restarted)");
+}
+
+Status MayUse(const ExecSession& x, const Caller& caller) {
+  if (caller.admin || caller.uid == x.uid) return Status::Ok();
+  return Status::PermissionDenied("exec session " + std::to_string(x.id) +
+                                  " belongs to another user");
+}
+
+std::string SignalText(int sig) {
+  switch (sig) {
+    case 1:
+      return "SIGHUP";
+    case 2:
+      return "SIGINT";
+    case 9:
+      return "SIGKILL";
+    case 15:
+      return "SIGTERM";
+    default:
+      return "signal " + std::to_string(sig);
+  }
+}
+
+std::chrono::steady_clock::time_point Deadline(int64_t wait_ms) {
+  return std::chrono::steady_clock::now() +
+         std::chrono::milliseconds(std::clamp<int64_t>(wait_ms, 0, kMaxWaitMs));
+}
+
+}  // namespace
+
+Result<int64_t> Controller::AttachRun(int64_t job_id, const Caller& caller, int rows, int cols,
+                                      int64_t wait_ms, Job* job) {
+  const auto deadline = Deadline(wait_ms);
+  std::unique_lock lock(mu_);
+  while (true) {
+    auto it = active_.find(job_id);
+    if (it == active_.end()) {
+      GP_ASSIGN_OR_RETURN(Job ended, store_->GetJob(job_id));
+      if (!caller.admin && ended.uid != caller.uid) {
+        return Status::PermissionDenied("job " + std::to_string(job_id) + " belongs to " +
+                                        ended.user +
+                                        "; users may only see and act on their "
+                                        "own jobs");
+      }
+      // Its command may have ended already: the session (and its output) is still here.
+      if (auto p = primary_exec_.find(job_id); p != primary_exec_.end()) return p->second;
+      *job = std::move(ended);
+      return Status::FailedPrecondition("job " + std::to_string(job_id) + " has ended (" +
+                                        std::string(jobs::JobStateName(job->state)) +
+                                        (job->reason.empty() ? "" : ": ") + job->reason + ")");
+    }
+    const Job& j = it->second;
+    if (!caller.admin && j.uid != caller.uid) {
+      return Status::PermissionDenied("job " + std::to_string(job_id) + " belongs to " + j.user +
+                                      "; users may only see and act on their own jobs");
+    }
+    if (j.interactive == "alloc") {
+      // gpupool alloc waits here until every task holds its part.
+      if (j.state == JobState::kRunning || stopping_ ||
+          std::chrono::steady_clock::now() >= deadline) {
+        *job = j;
+        AttachPendingReason(job);
+        return int64_t{0};
+      }
+      exec_cv_.wait_until(lock, deadline);
+      continue;
+    }
+    if (j.interactive != "run") {
+      return Status::FailedPrecondition(
+          "job " + std::to_string(job_id) +
+          " is not a gpupool run job; enter a running job with gpupool exec --job ID --pty");
+    }
+    if (auto p = primary_exec_.find(job_id); p != primary_exec_.end()) {
+      // The same client again (a retried request), or another terminal taking over.
+      auto x = execs_.find(p->second);
+      if (x != execs_.end()) x->second.client_seen_mono_us = clock_->MonotonicMicros();
+      return p->second;
+    }
+    const bool task0_runs = (j.state == JobState::kAssigned || j.state == JobState::kRunning) &&
+                            !j.tasks.empty() && j.tasks[0].start_time_us != 0 &&
+                            !j.tasks[0].ended && !j.cancel_requested;
+    if (task0_runs) {
+      ExecOptions io;
+      io.tty = j.pty;
+      io.stdin_open = true;
+      io.rows = rows;
+      io.cols = cols;
+      // As the job's owner: an admin attaching to someone's job runs nothing as themself.
+      Caller owner{j.user, j.uid, j.gid, false};
+      GP_ASSIGN_OR_RETURN(int64_t id, StartExecLocked(job_id, 0, j.command, owner, io));
+      execs_.at(id).primary = true;
+      primary_exec_[job_id] = id;
+      return id;
+    }
+    if (std::chrono::steady_clock::now() >= deadline || stopping_) {
+      *job = j;
+      AttachPendingReason(job);
+      return int64_t{0};
+    }
+    exec_cv_.wait_until(lock, deadline);
+  }
+}
+
+Status Controller::PushExecInput(int64_t exec_id, const Caller& caller,
+                                 protocol::ExecInputItem item) {
+  std::lock_guard lock(mu_);
+  GP_RETURN_IF_ERROR(SessionOf(execs_, exec_id));
+  ExecSession& x = execs_.at(exec_id);
+  GP_RETURN_IF_ERROR(MayUse(x, caller));
+  x.client_seen_mono_us = clock_->MonotonicMicros();
+  if (!x.interactive()) {
+    return Status::FailedPrecondition("exec session " + std::to_string(exec_id) +
+                                      " takes no input; start it with --pty or -i");
+  }
+  if (item.seq <= x.input_seq) return Status::Ok();  // resent
+  if (item.seq != x.input_seq + 1) {
+    return Status::InvalidArgument("seq: expected " + std::to_string(x.input_seq + 1) +
+                                   " (items are numbered 1, 2, ... and sent in order)");
+  }
+  if (x.ended || x.hung_up) {
+    return Status::FailedPrecondition("exec session " + std::to_string(exec_id) + " has ended");
+  }
+  if (x.input_bytes + item.data.size() > kInputHighWater && !item.data.empty()) {
+    return Status::ResourceExhausted(
+        "the command has not read 1 MiB of input yet; send again "
+        "later");
+  }
+  x.input_seq = item.seq;
+  x.input_bytes += item.data.size();
+  x.input.push_back(std::move(item));
+  exec_cv_.notify_all();
+  return Status::Ok();
+}
+
+Result<ExecStreamRead> Controller::ReadExecStream(int64_t exec_id, const Caller& caller,
+                                                  int64_t stdout_offset, int64_t stderr_offset,
+                                                  bool seen_started, int64_t wait_ms) {
+  const auto deadline = Deadline(wait_ms);
+  std::unique_lock lock(mu_);
+  GP_RETURN_IF_ERROR(SessionOf(execs_, exec_id));
+  {
+    ExecSession& x = execs_.at(exec_id);
+    GP_RETURN_IF_ERROR(MayUse(x, caller));
+    if (!x.interactive()) {
+      return Status::FailedPrecondition("exec session " + std::to_string(exec_id) +
+                                        " is not interactive; read GET /v1/exec/ID/output");
+    }
+    const int64_t offsets[2] = {stdout_offset, stderr_offset};
+    for (int i = 0; i < 2; ++i) {
+      const int64_t end = x.output_base[i] + static_cast<int64_t>(x.output[i].size());
+      if (offsets[i] < x.output_base[i] || offsets[i] > end) {
+        return Status::InvalidArgument(
+            std::string(i == 0 ? "stdout" : "stderr") + "_offset: the session holds bytes " +
+            std::to_string(x.output_base[i]) + ".." + std::to_string(end) + " of that stream");
+      }
+      // The client has everything before its offset.
+      x.output[i].erase(0, static_cast<size_t>(offsets[i] - x.output_base[i]));
+      x.output_base[i] = offsets[i];
+    }
+    ++x.client_waiting;
+    exec_cv_.notify_all();  // an agent paused for a full buffer may go on
+  }
+  while (true) {
+    ExecSession& x = execs_.at(exec_id);  // sessions are not erased while a client waits
+    x.client_seen_mono_us = clock_->MonotonicMicros();
+    const bool news = !x.output[0].empty() || !x.output[1].empty() || x.started != seen_started ||
+                      (x.ended && (x.output_eof || !x.started));
+    if (news || stopping_ || std::chrono::steady_clock::now() >= deadline) {
+      --x.client_waiting;
+      ExecStreamRead r;
+      r.stdout_data = x.output[0];
+      r.stderr_data = x.output[1];
+      r.stdout_next = x.output_base[0] + static_cast<int64_t>(x.output[0].size());
+      r.stderr_next = x.output_base[1] + static_cast<int64_t>(x.output[1].size());
+      r.eof = x.output_eof || (x.ended && !x.started);
+      r.started = x.started;
+      r.ended = x.ended;
+      r.exit_code = x.exit_code;
+      r.signal = x.signal;
+      r.error = x.error;
+      if (x.hung_up && r.error.empty() && x.ended) r.error = x.hangup_reason;
+      return r;
+    }
+    exec_cv_.wait_until(lock, deadline);
+  }
+}
+
+Result<protocol::ExecInput> Controller::TakeExecInput(const std::string& node, int64_t exec_id,
+                                                      int64_t after, int64_t wait_ms) {
+  const auto deadline = Deadline(wait_ms);
+  std::unique_lock lock(mu_);
+  while (true) {
+    GP_RETURN_IF_ERROR(SessionOf(execs_, exec_id));
+    ExecSession& x = execs_.at(exec_id);
+    if (x.node != node) {
+      return Status::PermissionDenied("exec session " + std::to_string(exec_id) +
+                                      " does not run on node " + node);
+    }
+    // The agent has applied everything up to `after`.
+    while (!x.input.empty() && x.input.front().seq <= after) {
+      x.input_bytes -= x.input.front().data.size();
+      x.input.pop_front();
+    }
+    protocol::ExecInput in;
+    in.hangup = x.hung_up || x.ended;
+    if (!x.input.empty() || in.hangup || stopping_ ||
+        std::chrono::steady_clock::now() >= deadline) {
+      in.items.assign(x.input.begin(), x.input.end());
+      return in;
+    }
+    exec_cv_.wait_until(lock, deadline);
+  }
+}
+
+Result<protocol::ExecOutputAck> Controller::PutExecOutput(const std::string& node, int64_t exec_id,
+                                                          const protocol::ExecOutput& out) {
+  std::lock_guard lock(mu_);
+  GP_RETURN_IF_ERROR(SessionOf(execs_, exec_id));
+  ExecSession& x = execs_.at(exec_id);
+  if (x.node != node) {
+    return Status::PermissionDenied("exec session " + std::to_string(exec_id) +
+                                    " does not run on node " + node);
+  }
+  const int64_t offsets[2] = {out.stdout_offset, out.stderr_offset};
+  const std::string* data[2] = {&out.stdout_data, &out.stderr_data};
+  for (int i = 0; i < 2; ++i) {
+    const int64_t end = x.output_base[i] + static_cast<int64_t>(x.output[i].size());
+    const int64_t from = offsets[i];
+    const int64_t to = from + static_cast<int64_t>(data[i]->size());
+    if (from > end) {
+      return Status::InvalidArgument(
+          std::string(i == 0 ? "stdout" : "stderr") + "_offset: " + std::to_string(from) +
+          " is past the end of what was received (" + std::to_string(end) + ")");
+    }
+    if (to > end) x.output[i].append(*data[i], static_cast<size_t>(end - from));  // new part
+  }
+  if (out.eof) x.output_eof = true;
+  exec_cv_.notify_all();
+  protocol::ExecOutputAck ack;
+  ack.stdout_end = x.output_base[0] + static_cast<int64_t>(x.output[0].size());
+  ack.stderr_end = x.output_base[1] + static_cast<int64_t>(x.output[1].size());
+  ack.full = x.output[0].size() + x.output[1].size() > kOutputHighWater;
+  ack.hangup = x.hung_up;
+  return ack;
+}
+
+void Controller::HangUpLocked(ExecSession& x, const std::string& reason) {
+  if (x.hung_up || x.ended) return;
+  x.hung_up = true;
+  x.hangup_reason = reason;
+  spdlog::info("exec session {} (job {}): hung up: {}", x.id, x.job_id, reason);
+  if (!x.sent) {
+    x.ended = true;
+    x.error = reason;
+    x.ended_mono_us = clock_->MonotonicMicros();
+    bool freed = false;
+    if (x.primary) CommandEndedLocked(x, &freed);
+    if (freed) WakeScheduler();
+  } else if (auto n = nodes_.find(x.node); n != nodes_.end()) {
+    n->second.exec_cancel_sent_us[x.id] = 0;
+  }
+  work_cv_.notify_all();
+  exec_cv_.notify_all();
+}
+
+void Controller::CommandEndedLocked(const ExecSession& x, bool* freed) {
+  auto it = active_.find(x.job_id);
+  if (it == active_.end() || it->second.attempt != x.attempt || it->second.command_ended) return;
+  Job& job = it->second;
+  Job next = job;
+  next.command_ended = true;
+  next.command_exit_code = x.exit_code;
+  next.command_signal = x.signal;
+  if (x.hung_up) {
+    next.reason = x.hangup_reason;
+  } else if (!x.error.empty()) {
+    next.reason = "the command did not run: " + x.error;
+  } else if (x.signal) {
+    next.reason = "the command was ended by " + SignalText(*x.signal);
+  } else if (x.exit_code && *x.exit_code != 0) {
+    next.reason = "the command exited with code " + std::to_string(*x.exit_code);
+  } else {
+    next.reason.clear();
+  }
+  if (!x.exit_code && !x.signal) next.command_exit_code = 255;  // it never ran
+  // Its tasks held the allocation for it: they are released now.
+  next.cancel_requested = true;
+  if (Status s = StopJob(next, job.state, freed); !s.ok()) {
+    spdlog::error("job {}: recording the end of its command: {}", x.job_id, s.ToString());
+    return;
+  }
+  if (auto a = active_.find(x.job_id); a != active_.end()) {
+    for (const auto& p : a->second.placement) {
+      if (auto n = nodes_.find(p.node); n != nodes_.end()) n->second.cancel_sent_us.erase(x.job_id);
+    }
+  }
+  work_cv_.notify_all();
+}
+
+Status Controller::SweepExecClients() {
+  std::lock_guard lock(mu_);
+  const int64_t mono = clock_->MonotonicMicros();
+  const int64_t now = clock_->NowMicros();
+  const int64_t timeout = options_.exec_client_timeout_us;
+  const std::string secs = std::to_string(timeout / 1'000'000) + " s";
+  for (auto& [id, x] : execs_) {
+    if (!x.interactive() || x.ended || x.hung_up || x.client_waiting > 0) continue;
+    if (mono - x.client_seen_mono_us > timeout) {
+      HangUpLocked(x, "its terminal went away (no word from the client for " + secs + ")");
+    }
+  }
+  bool freed_any = false;
+  std::vector<int64_t> unattached;
+  for (int64_t id : occupying_) {
+    const Job& j = active_.at(id);
+    if (j.interactive != "run" || j.cancel_requested || primary_exec_.count(id) != 0) continue;
+    if (j.tasks.empty() || j.tasks[0].start_time_us == 0) continue;
+    if (now - j.tasks[0].start_time_us > timeout) unattached.push_back(id);
+  }
+  for (int64_t id : unattached) {
+    Job& job = active_.at(id);
+    Job next = job;
+    next.cancel_requested = true;
+    next.reason = "no terminal attached within " + secs +
+                  " of its start (gpupool run was interrupted, or the controller restarted)";
+    bool freed = false;
+    GP_RETURN_IF_ERROR(StopJob(next, job.state, &freed));
+    freed_any = freed_any || freed;
+    if (auto a = active_.find(id); a != active_.end()) {
+      for (const auto& p : a->second.placement) {
+        if (auto n = nodes_.find(p.node); n != nodes_.end()) n->second.cancel_sent_us.erase(id);
+      }
+    }
+  }
+  if (!unattached.empty()) work_cv_.notify_all();
+  if (freed_any) WakeScheduler();
+  return Status::Ok();
+}
+
+}  // namespace gpupool::controller

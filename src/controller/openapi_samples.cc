@@ -1,0 +1,306 @@
+// Real answers of the API for openapi_schema_test.py: drives an Api over a real controller
+// and an in-memory SQLite store through a job's life (register a node, submit, place,
+// start, exec, hold, cancel, drain, limits, usage, tokens, environments, errors) and
+// prints every request and answer as a JSON array on stdout:
+//   [{"method", "pattern", "path", "status", "content_type", "headers", "body"}, ...]
+// `pattern` is the docs/openapi.json path that describes the request. Exits 1, saying
+// why on stderr, when a step does not answer as the scenario expects.
+#include <pwd.h>
+#include <spdlog/sinks/stdout_sinks.h>
+#include <spdlog/spdlog.h>
+
+#include <chrono>
+#include <iostream>
+#include <map>
+#include <string>
+#include <thread>
+
+#include "common/clock.h"
+#include "common/json.h"
+#include "controller/api.h"
+#include "gpu/node_json.h"
+
+namespace gpupool::controller {
+namespace {
+
+// Images known to this program, with what they need; no podman.
+class FixedInspector final : public EnvInspector {
+ public:
+  Result<jobs::EnvNeeds> InspectImage(const std::string& ref) override {
+    if (ref != kImage) return Status::NotFound("image '" + ref + "' is not here");
+    jobs::EnvNeeds n;
+    n.source = "image " + ref + " (3f2a9c1e0b7d)";
+    n.cuda = "12.4";
+    n.min_driver = "550.54.14";
+    n.min_driver_minor_compat = "525.60.13";
+    n.sass = {"sm_80", "sm_90"};
+    n.ptx = {"compute_90"};
+    return n;
+  }
+  Result<std::string> ImageId(const std::string& ref) override {
+    if (ref != kImage) return Status::NotFound("image '" + ref + "' is not here");
+    return std::string("3f2a9c1e0b7d4a5f8e6c2d1b0a9f8e7d6c5b4a3f2e1d0c9b8a7f6e5d4c3b2a1f");
+  }
+  Result<DirInspection> InspectDir(const std::string& dir, const DirReader&) override {
+    return Status::NotFound("'" + dir + "' does not exist");
+  }
+  Result<std::string> DigestDir(const std::string& dir) override {
+    return Status::NotFound("'" + dir + "' does not exist");
+  }
+  static constexpr const char* kImage = "localhost/torch:2.4";
+};
+
+class Scenario {
+ public:
+  Scenario() {
+    store_ = store::OpenSqliteStore(":memory:").value();
+    ControllerOptions options;
+    options.node_timeout_us = 3'600'000'000;
+    controller_ = Controller::Create(store_.get(), &clock_, options).value();
+    api_ =
+        std::make_unique<Api>(controller_.get(), store_.get(), &clock_, AuthOptions{}, &inspector_);
+    const passwd* pw = getpwnam("nobody");
+    user_uid_ = pw != nullptr ? pw->pw_uid : 65534;
+  }
+
+  // Runs the scenario; false when a step failed (said on stderr).
+  bool Run() {
+    // Public endpoints: no token over TCP.
+    Tcp("GET", "/healthz", "/healthz");
+    Tcp("GET", "/readyz", "/readyz");  // 503: the scheduler loop is not started here
+    Tcp("GET", "/v1/openapi.json", "/v1/openapi.json");
+    Tcp("GET", "/v1/jobs", "/v1/jobs");  // 401
+
+    // A node with two GPUs, registered by root on the socket (a local agent).
+    Expect(200, Root("POST", "/v1/agent/register", "/v1/agent/register", {}, RegisterBody("vm")));
+    Expect(200, Root("GET", "/v1/nodes", "/v1/nodes"));
+
+    // Jobs: a GPU job, and an array with a dependency, a project and an environment.
+    Json job = Expect(201, Root("POST", "/v1/jobs", "/v1/jobs", {},
+                                R"({"name": "train", "command": ["sleep", "60"], "workdir": "/",
+                                    "request": {"gpus": 1, "cpu_milli": 2000}, "env": {"A": "1"},
+                                    "time_limit_s": 3600, "requeue": true})"));
+    const std::string id = std::to_string(job["job"]["id"].get<int64_t>());
+    Json array = Expect(201, Root("POST", "/v1/jobs", "/v1/jobs", {},
+                                  R"({"name": "sweep", "project": "vision", "command": ["true"],
+                                      "workdir": "/", "array": "0-2%1",
+                                      "dependencies": [{"job_id": )" +
+                                      id + R"(, "kind": "after-any"}]})"));
+    const std::string head = std::to_string(array["job"]["id"].get<int64_t>());
+    Expect(200, Root("GET", "/v1/jobs", "/v1/jobs"));
+    Expect(200, User("GET", "/v1/jobs", "/v1/jobs", {{"all", "1"}}));  // all_refused
+    Expect(200, Root("GET", "/v1/jobs/{id}", "/v1/jobs/" + id));
+
+    // Placed, started by the agent: a RUNNING job with placement and tasks.
+    if (Status s = controller_->ScheduleOnce(); !s.ok())
+      return Fail("ScheduleOnce: " + s.message());
+    Expect(200, Root("GET", "/v1/agent/work", "/v1/agent/work", {{"node", "vm"}}));
+    Expect(200, Root("POST", "/v1/agent/events", "/v1/agent/events", {},
+                     R"({"node": "vm", "events": [{"job_id": )" + id +
+                         R"(, "attempt": 1, "kind": "started", "master_port": 29500}]})"));
+    Expect(200, Root("GET", "/v1/jobs/{id}", "/v1/jobs/" + id));
+    Expect(200, Root("GET", "/v1/jobs/{id}/logs", "/v1/jobs/" + id + "/logs"));
+
+    // An exec session in the running job.
+    Json exec = Expect(201, Root("POST", "/v1/jobs/{id}/exec", "/v1/jobs/" + id + "/exec", {},
+                                 R"({"task": 0, "argv": ["hostname"]})"));
+    const std::string eid = std::to_string(exec["id"].get<int64_t>());
+    Expect(200, Root("GET", "/v1/agent/work", "/v1/agent/work", {{"node", "vm"}}));
+    Expect(200, Root("POST", "/v1/agent/events", "/v1/agent/events", {},
+                     R"({"node": "vm", "events": [], "exec": [{"id": )" + eid +
+                         R"(, "started": true, "ended": true, "exit_code": 0}]})"));
+    Expect(200, Root("GET", "/v1/exec/{id}", "/v1/exec/" + eid));
+    Expect(200, Root("GET", "/v1/exec/{id}/output", "/v1/exec/" + eid + "/output"));
+    Expect(200, Root("DELETE", "/v1/exec/{id}", "/v1/exec/" + eid));
+    Expect(200, Root("POST", "/v1/agent/logs", "/v1/agent/logs",
+                     {{"node", "vm"}, {"id", "99"}, {"size", "5"}}, "hello"));
+
+    // An interactive session: the client's input to the agent, the agent's output to it.
+    Json tty = Expect(201, Root("POST", "/v1/jobs/{id}/exec", "/v1/jobs/" + id + "/exec", {},
+                                R"({"task": 0, "argv": ["bash"], "tty": true, "rows": 50,
+                                    "cols": 132})"));
+    const std::string tid = std::to_string(tty["id"].get<int64_t>());
+    Expect(200, Root("GET", "/v1/agent/work", "/v1/agent/work", {{"node", "vm"}}));
+    Expect(200, Root("POST", "/v1/exec/{id}/input", "/v1/exec/" + tid + "/input", {},
+                     R"({"seq": 1, "data": "bHMK"})"));
+    Expect(200, Root("GET", "/v1/agent/exec/{id}/input", "/v1/agent/exec/" + tid + "/input",
+                     {{"node", "vm"}}));
+    Expect(200, Root("POST", "/v1/agent/exec/{id}/output", "/v1/agent/exec/" + tid + "/output",
+                     {{"node", "vm"}}, R"({"stdout_offset": 0, "stdout": "aGkNCg==",
+                                          "stderr_offset": 0})"));
+    Expect(200, Root("GET", "/v1/exec/{id}/stream", "/v1/exec/" + tid + "/stream"));
+    Expect(409, Root("GET", "/v1/exec/{id}/stream", "/v1/exec/" + eid + "/stream"));
+    Expect(400, Root("POST", "/v1/exec/{id}/input", "/v1/exec/" + tid + "/input", {},
+                     R"({"seq": 5, "data": "bHMK"})"));
+    Expect(200, Root("DELETE", "/v1/exec/{id}", "/v1/exec/" + tid));
+
+    // gpupool run: a job that waits for GPUs, attached to while it waits.
+    Json run = Expect(201, Root("POST", "/v1/jobs", "/v1/jobs", {},
+                                R"({"command": ["bash"], "workdir": "/", "interactive": "run",
+                                    "pty": true, "request": {"gpus": 2}})"));
+    const std::string rid = std::to_string(run["job"]["id"].get<int64_t>());
+    Expect(200, Root("POST", "/v1/jobs/{id}/attach", "/v1/jobs/" + rid + "/attach", {},
+                     R"({"rows": 50, "cols": 132})"));
+    Expect(409, Root("POST", "/v1/jobs/{id}/attach", "/v1/jobs/" + id + "/attach"));
+    Expect(200, Root("POST", "/v1/jobs/{id}/cancel", "/v1/jobs/" + rid + "/cancel"));
+
+    // Hold and release a pending element; cancel the array, then the running job.
+    Expect(200, Root("POST", "/v1/jobs/{id}/hold", "/v1/jobs/" + head + "/hold"));
+    Expect(200, Root("POST", "/v1/jobs/{id}/release", "/v1/jobs/" + head + "/release"));
+    Expect(200, Root("POST", "/v1/jobs/{id}/cancel", "/v1/jobs/" + head + "/cancel"));
+    Expect(200, Root("POST", "/v1/jobs/{id}/cancel", "/v1/jobs/" + id + "/cancel"));
+    Expect(409, Root("POST", "/v1/jobs/{id}/cancel", "/v1/jobs/" + head + "/cancel"));
+
+    // Nodes, limits, usage, identity.
+    Expect(200, Root("POST", "/v1/nodes/{name}/drain", "/v1/nodes/vm/drain", {},
+                     R"({"reason": "replace GPU 1"})"));
+    Expect(200, Root("POST", "/v1/nodes/{name}/resume", "/v1/nodes/vm/resume"));
+    Expect(200, Root("PUT", "/v1/limits", "/v1/limits", {},
+                     R"({"default": {"max_gpus": 8}, "users": {"nobody": {"max_queued": 10}},
+                         "projects": {"vision": {"max_running": 2}}})"));
+    Expect(200, User("GET", "/v1/limits", "/v1/limits"));
+    clock_.AdvanceMicros(3'600'000'000);
+    Expect(200, Root("GET", "/v1/usage", "/v1/usage"));
+    Expect(200, Root("GET", "/v1/usage", "/v1/usage", {{"by", "project"}}));
+    Expect(200, Root("GET", "/v1/whoami", "/v1/whoami"));
+    Expect(200, User("GET", "/v1/whoami", "/v1/whoami"));
+
+    // Tokens.
+    Json token = Expect(201, Root("POST", "/v1/tokens", "/v1/tokens", {},
+                                  R"({"user": "vm2", "kind": "node", "expires_in_s": 86400})"));
+    Expect(200, Root("GET", "/v1/tokens", "/v1/tokens"));
+    Expect(200, Root("DELETE", "/v1/tokens/{token_id}",
+                     "/v1/tokens/" + token.value("id", std::string())));
+
+    // Environments.
+    Expect(201, Root("POST", "/v1/environments", "/v1/environments", {},
+                     R"({"name": "torch:2.4", "image": "localhost/torch:2.4"})"));
+    Expect(200, User("GET", "/v1/environments", "/v1/environments"));
+    Expect(200, User("GET", "/v1/environments/{ref}", "/v1/environments/torch:2.4"));
+    Expect(200, User("POST", "/v1/environments/check", "/v1/environments/check", {},
+                     R"({"environment": "torch:2.4"})"));
+    Expect(200, Root("DELETE", "/v1/environments/{ref}", "/v1/environments/torch:2.4"));
+
+    // Errors.
+    Expect(404, Root("GET", "/v1/jobs/{id}", "/v1/jobs/999"));
+    Expect(400, Root("POST", "/v1/jobs", "/v1/jobs", {}, R"({"command": ["true"], "id": 3})"));
+    Expect(400,
+           Root("GET", "/v1/jobs/{id}/logs", "/v1/jobs/" + id + "/logs", {{"stream", "stdin"}}));
+    Expect(403, User("GET", "/v1/tokens", "/v1/tokens"));
+    Expect(403, User("POST", "/v1/agent/register", "/v1/agent/register", {}, RegisterBody("vm")));
+    Expect(404, Root("GET", "/v1/environments/{ref}", "/v1/environments/team/none:1"));
+
+    // Ready once the scheduler loop goes round.
+    controller_->Start();
+    net::HttpRequest ready = Req("GET", "/readyz", {}, "");
+    for (int i = 0; i < 500 && api_->Handle(ready).status != 200; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    Expect(200, Tcp("GET", "/readyz", "/readyz"));
+    controller_->Stop();
+    return ok_;
+  }
+
+  const OrderedJson& samples() const { return samples_; }
+
+ private:
+  static std::string RegisterBody(const std::string& node) {
+    gpu::NodeInfo n;
+    n.hostname = node;
+    n.nvidia = gpu::DriverInfo{"550.54.15", "12.4", {}, {}};
+    for (int i = 0; i < 2; ++i) {
+      gpu::GpuInfo g;
+      g.vendor = gpu::Vendor::kNvidia;
+      g.index = i;
+      g.name = "NVIDIA H100 80GB HBM3";
+      g.uuid = "GPU-" + std::to_string(1000 + i);
+      g.memory_total_bytes = uint64_t{80} << 30;
+      g.compute_capability = gpu::ComputeCapability{9, 0};
+      n.gpus.push_back(g);
+    }
+    return R"({"protocol": "1.2", "node": ")" + node +
+           R"(", "cpu_milli": 8000, "memory_mib": 65536, "info": )" + DumpJson(gpu::NodeToJson(n)) +
+           "}";
+  }
+
+  net::HttpResponse Send(net::HttpRequest r, const std::string& pattern) {
+    net::HttpResponse resp = api_->Handle(r);
+    OrderedJson headers = OrderedJson::object();
+    for (const auto& [k, v] : resp.headers) headers[k] = v;
+    samples_.push_back({{"method", r.method},
+                        {"pattern", pattern},
+                        {"path", r.path},
+                        {"status", resp.status},
+                        {"content_type", resp.content_type},
+                        {"headers", std::move(headers)},
+                        {"body", resp.body}});
+    return resp;
+  }
+  static net::HttpRequest Req(const std::string& method, const std::string& path,
+                              std::map<std::string, std::string> query, std::string body) {
+    net::HttpRequest r;
+    r.method = method;
+    r.path = path;
+    r.query = std::move(query);
+    r.body = std::move(body);
+    return r;
+  }
+  net::HttpResponse Tcp(const std::string& method, const std::string& pattern,
+                        const std::string& path) {
+    return Send(Req(method, path, {}, ""), pattern);
+  }
+  net::HttpResponse AsUid(uint32_t uid, const std::string& method, const std::string& pattern,
+                          const std::string& path, std::map<std::string, std::string> query,
+                          std::string body) {
+    net::HttpRequest r = Req(method, path, std::move(query), std::move(body));
+    r.peer = net::PeerCredentials{1, uid, uid};
+    return Send(std::move(r), pattern);
+  }
+  net::HttpResponse Root(const std::string& method, const std::string& pattern,
+                         const std::string& path, std::map<std::string, std::string> query = {},
+                         std::string body = "") {
+    return AsUid(0, method, pattern, path, std::move(query), std::move(body));
+  }
+  net::HttpResponse User(const std::string& method, const std::string& pattern,
+                         const std::string& path, std::map<std::string, std::string> query = {},
+                         std::string body = "") {
+    return AsUid(user_uid_, method, pattern, path, std::move(query), std::move(body));
+  }
+
+  // The answer's JSON body when its status is `status`; else notes the failure.
+  Json Expect(int status, const net::HttpResponse& r) {
+    if (r.status != status) {
+      Fail("expected " + std::to_string(status) + ", got " + std::to_string(r.status) + ": " +
+           r.body + " (request " + samples_.back()["method"].get<std::string>() + " " +
+           samples_.back()["path"].get<std::string>() + ")");
+      return Json::object();
+    }
+    Result<Json> j = ParseJson(r.body, "answer");
+    return j.ok() ? *j : Json::object();
+  }
+  bool Fail(const std::string& why) {
+    std::cerr << "openapi_samples: " << why << "\n";
+    ok_ = false;
+    return false;
+  }
+
+  ManualClock clock_{1'800'000'000'000'000};
+  FixedInspector inspector_;
+  std::unique_ptr<store::Store> store_;
+  std::unique_ptr<Controller> controller_;
+  std::unique_ptr<Api> api_;
+  uint32_t user_uid_ = 65534;
+  OrderedJson samples_ = OrderedJson::array();
+  bool ok_ = true;
+};
+
+}  // namespace
+}  // namespace gpupool::controller
+
+int main() {
+  spdlog::set_default_logger(spdlog::stderr_logger_mt("openapi_samples"));  // stdout: the JSON
+  gpupool::controller::Scenario scenario;
+  const bool ok = scenario.Run();
+  std::cout << gpupool::DumpJson(scenario.samples()) << "\n";
+  return ok ? 0 : 1;
+}

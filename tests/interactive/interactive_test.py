@@ -1,0 +1,303 @@
+#!/usr/bin/env python3
+"""Interactive jobs end to end (docs/cli.md, "Interactive jobs"): a real `gpupool up` on a
+fake 4-GPU node, and `gpupool run`, `gpupool alloc` and `gpupool exec --pty/-i` as a
+user runs them, on pipes and on a real pseudo-terminal (Python's pty module stands in for
+the user's terminal emulator): stdin, stdout and stderr, the exit status, the window size
+and its changes, ^C reaching the job, ^C while waiting, and a terminal that goes away.
+
+Usage: interactive_test.py PATH_TO_GPUPOOL   (ctest passes the built binary)
+"""
+import fcntl
+import json
+import os
+import pty
+import select
+import signal
+import struct
+import subprocess
+import sys
+import termios
+import time
+import unittest
+
+GPUPOOL = os.path.abspath(sys.argv.pop(1)) if len(sys.argv) > 1 else "gpupool"
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "testlib"))
+import pooltest  # noqa: E402  (tests/testlib)
+NODE = os.path.join(HERE, "..", "integration", "node-4gpu.json")
+CLIENT_TIMEOUT_S = 2  # the server's --exec-client-timeout
+
+
+class Pool:
+    def __init__(self):
+        self.dir = pooltest.make_test_dir("gp-it-")
+        self.sock = os.path.join(self.dir, "gpupool.sock")
+        self.env = dict(os.environ, GPUPOOL_SERVER="unix:" + self.sock)
+        self.env.pop("GPUPOOL_JOB_ID", None)
+        log = open(os.path.join(self.dir, "server.log"), "ab")
+        self.proc = subprocess.Popen(
+            [GPUPOOL, "up", "--state-dir", self.dir, "--port", "0", "--fake", NODE,
+             "--exec-client-timeout", str(CLIENT_TIMEOUT_S)],
+            stdout=log, stderr=log, start_new_session=True)
+        deadline = time.time() + 30
+        while time.time() < deadline:
+            r = self.cli("nodes")
+            if r.returncode == 0 and " up " in r.stdout:
+                return
+            time.sleep(0.1)
+        raise AssertionError("the pool did not come up:\n" + self.log())
+
+    def cli(self, *args, stdin=None, timeout=60):
+        return subprocess.run([GPUPOOL] + list(args), input=stdin, capture_output=True,
+                              text=True, env=self.env, timeout=timeout)
+
+    def job(self, jid):
+        r = self.cli("show", str(jid), "--json")
+        assert r.returncode == 0, r.stderr
+        j = json.loads(r.stdout)
+        return j.get("job", j)
+
+    def wait(self, jid, states, timeout=30):
+        return pooltest.wait_job(self.job, jid, states, timeout, log=self.log)
+
+    def log(self):
+        try:
+            with open(os.path.join(self.dir, "server.log"), errors="replace") as f:
+                return f.read()[-6000:]
+        except OSError:
+            return ""
+
+    def stop(self):
+        pooltest.stop_processes([self.proc])
+        pooltest.kill_leftovers(self.dir)
+        pooltest.remove_dir(self.dir)
+
+
+class Terminal:
+    """`gpupool ARGS` on a new pseudo-terminal of rows x cols, as a terminal emulator
+    would start it: the client's session leader, stdin, stdout and stderr."""
+
+    def __init__(self, pool, args, rows=24, cols=80):
+        self.master, slave = pty.openpty()
+        self.resize(rows, cols, fd=slave)
+        self.proc = subprocess.Popen([GPUPOOL] + args, stdin=slave, stdout=slave, stderr=slave,
+                                     env=pool.env, start_new_session=True,
+                                     preexec_fn=lambda: fcntl.ioctl(0, termios.TIOCSCTTY, 0))
+        os.close(slave)
+        self.seen = b""
+
+    def resize(self, rows, cols, fd=None):
+        fcntl.ioctl(self.master if fd is None else fd, termios.TIOCSWINSZ,
+                    struct.pack("HHHH", rows, cols, 0, 0))
+
+    def write(self, data):
+        os.write(self.master, data)
+
+    def expect(self, text, timeout=30):
+        """Reads until `text` (bytes) was printed; returns everything seen so far."""
+        deadline = time.time() + timeout
+        while text not in self.seen:
+            left = deadline - time.time()
+            if left <= 0:
+                raise AssertionError("%r never came; the terminal showed %r" % (text, self.seen))
+            ready, _, _ = select.select([self.master], [], [], left)
+            if ready:
+                try:
+                    chunk = os.read(self.master, 65536)
+                except OSError:  # EIO: the client is gone
+                    chunk = b""
+                if not chunk:
+                    raise AssertionError("the client ended before %r; it showed %r" %
+                                         (text, self.seen))
+                self.seen += chunk
+        return self.seen
+
+    def finish(self, timeout=30):
+        """Waits for the client to exit, reading what is left; returns its exit code."""
+        deadline = time.time() + timeout
+        while self.proc.poll() is None and time.time() < deadline:
+            ready, _, _ = select.select([self.master], [], [], 0.1)
+            if ready:
+                try:
+                    self.seen += os.read(self.master, 65536)
+                except OSError:
+                    pass
+        if self.proc.poll() is None:
+            self.proc.kill()
+            raise AssertionError("the client did not exit; it showed %r" % self.seen)
+        return self.proc.returncode
+
+    def close(self):
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+        try:
+            os.close(self.master)
+        except OSError:
+            pass
+
+
+def job_id_of(text):
+    """The id in gpupool's 'gpupool: job N submitted' line."""
+    for line in text.splitlines():
+        words = line.split()
+        if len(words) >= 4 and words[0] == "gpupool:" and words[1] == "job" and \
+                words[3] == "submitted":
+            return int(words[2])
+    raise AssertionError("no 'job N submitted' line in %r" % text)
+
+
+class InteractiveTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.pool = Pool()
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.pool.stop()
+
+    def test_run_relays_stdin_stdout_stderr_and_the_exit_code(self):
+        r = self.pool.cli("run", "--gpus", "1", "--", "sh", "-c",
+                          'read a; echo "got $a"; echo "gpus $CUDA_VISIBLE_DEVICES" >&2; '
+                          'cat; exit 3', stdin="hello\nrest of input\n")
+        self.assertEqual(r.returncode, 3, r.stderr)
+        self.assertEqual(r.stdout, "got hello\nrest of input\n")
+        self.assertIn("gpus GPU-", r.stderr)
+        job = self.pool.wait(job_id_of(r.stderr), pooltest.FINAL_STATES)
+        self.assertEqual(job["state"], "FAILED")
+        self.assertEqual(job["exit_code"], 3)
+        self.assertEqual(job["reason"], "the command exited with code 3")
+        # Binary input arrives byte for byte; a command that succeeds makes a job that does.
+        data = bytes(range(256)) * 64
+        b = subprocess.run([GPUPOOL, "run", "-q", "--", "sha256sum"], input=data,
+                           capture_output=True, env=self.pool.env, timeout=60)
+        self.assertEqual(b.returncode, 0, b.stderr)
+        import hashlib
+        self.assertEqual(b.stdout.split()[0].decode(), hashlib.sha256(data).hexdigest())
+
+    def test_pty_has_the_window_size_follows_resizes_and_takes_ctrl_c(self):
+        t = Terminal(self.pool, ["run", "--pty", "--gpus", "1", "--", "sh", "-c",
+                                 'stty size; tty; trap "stty size" WINCH; '
+                                 'trap "echo caught INT; exit 42" INT; echo ready; '
+                                 'while :; do sleep 0.1; done'], rows=33, cols=77)
+        try:
+            seen = t.expect(b"ready")
+            self.assertIn(b"33 77", seen)
+            self.assertIn(b"/dev/pts/", seen)
+            t.resize(40, 100)  # the kernel tells the client (SIGWINCH); it tells the job
+            t.expect(b"40 100")
+            t.write(b"\x03")  # ^C: a byte through the raw terminal, SIGINT over there
+            t.expect(b"caught INT")
+            self.assertEqual(t.finish(), 42)
+        finally:
+            t.close()
+        job = self.pool.wait(job_id_of(t.seen.decode(errors="replace")), pooltest.FINAL_STATES)
+        self.assertEqual(job["exit_code"], 42)
+        self.assertTrue(job.get("pty"))
+
+    def test_interactive_shell_on_a_pty(self):
+        t = Terminal(self.pool, ["run", "--pty", "--", "sh", "-i"])
+        try:
+            t.expect(b"runs on")
+            t.write(b"echo $((6*7)) from $GPUPOOL_JOB_ID\n")
+            t.expect(b"42 from ")
+            t.write(b"exit 0\n")
+            self.assertEqual(t.finish(), 0)
+        finally:
+            t.close()
+
+    def test_a_terminal_that_goes_away_ends_the_job(self):
+        # The client killed outright: the controller hears nothing from it and hangs up.
+        t = Terminal(self.pool, ["run", "--pty", "--", "sh", "-c", "echo ready; sleep 1000"])
+        try:
+            t.expect(b"ready")
+            jid = job_id_of(t.seen.decode(errors="replace"))
+            t.proc.kill()
+            t.proc.wait()
+            start = time.time()
+            job = self.pool.wait(jid, pooltest.FINAL_STATES, timeout=CLIENT_TIMEOUT_S + 20)
+            self.assertEqual(job["state"], "FAILED", job)
+            self.assertIn("its terminal went away", job["reason"])
+            self.assertEqual(job.get("signal"), signal.SIGHUP, job)
+            print("  detached client: job ended %.1f s after the kill" % (time.time() - start))
+        finally:
+            t.close()
+        # The terminal itself closed (the window shut): the client is hung up at once and
+        # stops the session.
+        t = Terminal(self.pool, ["run", "--pty", "--", "sh", "-c", "echo ready; sleep 1000"])
+        try:
+            t.expect(b"ready")
+            jid = job_id_of(t.seen.decode(errors="replace"))
+            os.close(t.master)
+            self.assertNotEqual(t.proc.wait(30), 0)
+            job = self.pool.wait(jid, pooltest.FINAL_STATES, timeout=20)
+            self.assertEqual(job["state"], "FAILED", job)
+            self.assertIn("stopped by", job["reason"])
+        finally:
+            t.close()
+
+    def test_ctrl_c_while_waiting_cancels_the_job(self):
+        hog = self.pool.cli("submit", "--gpus", "4", "--", "sleep", "1000")
+        self.assertEqual(hog.returncode, 0, hog.stderr)
+        hog_id = int(hog.stdout.split()[-1])
+        try:
+            p = subprocess.Popen([GPUPOOL, "run", "--gpus", "1", "--", "true"],
+                                 stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                 stderr=subprocess.PIPE, text=True, env=self.pool.env)
+            line = p.stderr.readline()  # "job N submitted"
+            jid = job_id_of(line)
+            self.assertIn("waits", p.stderr.readline())
+            p.send_signal(signal.SIGINT)
+            _, err = p.communicate(timeout=30)
+            self.assertNotEqual(p.returncode, 0)
+            self.assertIn("cancelled job %d while it waited" % jid, err)
+            self.assertEqual(self.pool.wait(jid, pooltest.FINAL_STATES)["state"], "CANCELLED")
+        finally:
+            self.pool.cli("cancel", str(hog_id))
+            self.pool.wait(hog_id, pooltest.FINAL_STATES)
+
+    def test_alloc_holds_the_allocation_for_exec_and_releases_it(self):
+        r = self.pool.cli("alloc", "--gpus", "2", "--", "sh", "-c",
+                          'echo "local $GPUPOOL_JOB_ID"; '
+                          '"$0" exec -- sh -c "echo remote \\$GPUPOOL_JOB_ID \\$CUDA_VISIBLE_DEVICES"; '
+                          'echo piped | "$0" exec -i -- cat; exit 4', GPUPOOL)
+        self.assertEqual(r.returncode, 4, r.stderr)
+        jid = job_id_of(r.stderr)
+        self.assertIn("local %d\n" % jid, r.stdout)
+        self.assertIn("remote %d GPU-" % jid, r.stdout)
+        self.assertIn("piped\n", r.stdout)
+        self.assertIn("released the allocation of job %d" % jid, r.stderr)
+        job = self.pool.wait(jid, pooltest.FINAL_STATES)
+        self.assertEqual(job["state"], "CANCELLED")
+        self.assertEqual(job["interactive"], "alloc")
+
+    def test_bad_requests_name_the_fix(self):
+        r = self.pool.cli("run", "--gpus", "1")
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("give the command after --", r.stderr)
+        r = self.pool.cli("run", "--array", "0-3", "--", "true")
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("--array", r.stderr)
+        r = self.pool.cli("exec", "--pty", "somehost", "true")
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("--pty and -i go with --job", r.stderr)
+        r = self.pool.cli("exec", "--", "true")
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("GPUPOOL_JOB_ID is not set", r.stderr)
+        # A batch job has no terminal to attach to.
+        s = self.pool.cli("submit", "--", "sleep", "30")
+        jid = int(s.stdout.split()[-1])
+        self.pool.wait(jid, ("RUNNING",))
+        x = self.pool.cli("exec", "--job", str(jid), "-i", "--", "cat", stdin="in a batch job\n")
+        self.assertEqual(x.returncode, 0, x.stderr)
+        self.assertEqual(x.stdout, "in a batch job\n")
+        self.pool.cli("cancel", str(jid))
+
+
+if __name__ == "__main__":
+    if os.geteuid() != 0:
+        print("skipped: needs root (the agent runs jobs as their users)")
+        sys.exit(77)
+    runner = unittest.TextTestRunner(verbosity=2)
+    result = runner.run(unittest.defaultTestLoader.loadTestsFromTestCase(InteractiveTest))
+    sys.exit(0 if result.wasSuccessful() else 1)
