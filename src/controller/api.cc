@@ -1120,7 +1120,8 @@ HttpResponse Api::AgentExecInput(const Call& c) {
   return JsonResponse(200, protocol::EncodeExecInput(*in));
 }
 
-// POST /v1/agent/exec/EID/output?node: what the session's command printed.
+// POST /v1/agent/exec/EID/output?node&wait_ms: what the session's command printed; the
+// answer waits up to wait_ms while the client is behind.
 HttpResponse Api::AgentExecOutput(const Call& c) {
   std::string node = c.r.Query("node");
   if (Status s = ActAsNode(c.who, &node); !s.ok()) return ErrorResponse(s);
@@ -1128,7 +1129,9 @@ HttpResponse Api::AgentExecOutput(const Call& c) {
   if (!body.ok()) return ErrorResponse(body.status());
   Result<protocol::ExecOutput> out = protocol::DecodeExecOutput(*body);
   if (!out.ok()) return ErrorResponse(out.status());
-  Result<protocol::ExecOutputAck> ack = controller_->PutExecOutput(node, c.id, *out);
+  Result<int64_t> wait_ms = QueryInt(c.r, "wait_ms", 0, 0, 30'000);
+  if (!wait_ms.ok()) return ErrorResponse(wait_ms.status());
+  Result<protocol::ExecOutputAck> ack = controller_->PutExecOutput(node, c.id, *out, *wait_ms);
   if (!ack.ok()) return ErrorResponse(ack.status());
   return JsonResponse(200, protocol::EncodeExecOutputAck(*ack));
 }

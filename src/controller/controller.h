@@ -213,8 +213,11 @@ class Controller {
   // `after` (waiting up to wait_ms), and what the command printed.
   Result<protocol::ExecInput> TakeExecInput(const std::string& node, int64_t exec_id, int64_t after,
                                             int64_t wait_ms);
+  // With wait_ms, the answer waits (that long at most) while the client is over 1 MiB
+  // behind, so the agent reads no more than the client can take.
   Result<protocol::ExecOutputAck> PutExecOutput(const std::string& node, int64_t exec_id,
-                                                const protocol::ExecOutput& out);
+                                                const protocol::ExecOutput& out,
+                                                int64_t wait_ms = 0);
   // Hangs up interactive sessions whose client went silent, and cancels `gpupool run`
   // jobs nobody attached to (exec_client_timeout_us). The loop calls it every period.
   Status SweepExecClients();

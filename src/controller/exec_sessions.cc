@@ -243,35 +243,47 @@ Result<protocol::ExecInput> Controller::TakeExecInput(const std::string& node, i
 }
 
 Result<protocol::ExecOutputAck> Controller::PutExecOutput(const std::string& node, int64_t exec_id,
-                                                          const protocol::ExecOutput& out) {
-  std::lock_guard lock(mu_);
+                                                          const protocol::ExecOutput& out,
+                                                          int64_t wait_ms) {
+  const auto deadline = Deadline(wait_ms);
+  std::unique_lock lock(mu_);
   GP_RETURN_IF_ERROR(SessionOf(execs_, exec_id));
-  ExecSession& x = execs_.at(exec_id);
-  if (x.node != node) {
-    return Status::PermissionDenied("exec session " + std::to_string(exec_id) +
-                                    " does not run on node " + node);
-  }
-  const int64_t offsets[2] = {out.stdout_offset, out.stderr_offset};
-  const std::string* data[2] = {&out.stdout_data, &out.stderr_data};
-  for (int i = 0; i < 2; ++i) {
-    const int64_t end = x.output_base[i] + static_cast<int64_t>(x.output[i].size());
-    const int64_t from = offsets[i];
-    const int64_t to = from + static_cast<int64_t>(data[i]->size());
-    if (from > end) {
-      return Status::InvalidArgument(
-          std::string(i == 0 ? "stdout" : "stderr") + "_offset: " + std::to_string(from) +
-          " is past the end of what was received (" + std::to_string(end) + ")");
+  {
+    ExecSession& x = execs_.at(exec_id);
+    if (x.node != node) {
+      return Status::PermissionDenied("exec session " + std::to_string(exec_id) +
+                                      " does not run on node " + node);
     }
-    if (to > end) x.output[i].append(*data[i], static_cast<size_t>(end - from));  // new part
+    const int64_t offsets[2] = {out.stdout_offset, out.stderr_offset};
+    const std::string* data[2] = {&out.stdout_data, &out.stderr_data};
+    for (int i = 0; i < 2; ++i) {
+      const int64_t end = x.output_base[i] + static_cast<int64_t>(x.output[i].size());
+      const int64_t from = offsets[i];
+      const int64_t to = from + static_cast<int64_t>(data[i]->size());
+      if (from > end) {
+        return Status::InvalidArgument(
+            std::string(i == 0 ? "stdout" : "stderr") + "_offset: " + std::to_string(from) +
+            " is past the end of what was received (" + std::to_string(end) + ")");
+      }
+      if (to > end) x.output[i].append(*data[i], static_cast<size_t>(end - from));  // new part
+    }
+    if (out.eof) x.output_eof = true;
+    exec_cv_.notify_all();
   }
-  if (out.eof) x.output_eof = true;
-  exec_cv_.notify_all();
-  protocol::ExecOutputAck ack;
-  ack.stdout_end = x.output_base[0] + static_cast<int64_t>(x.output[0].size());
-  ack.stderr_end = x.output_base[1] + static_cast<int64_t>(x.output[1].size());
-  ack.full = x.output[0].size() + x.output[1].size() > kOutputHighWater;
-  ack.hangup = x.hung_up;
-  return ack;
+  while (true) {
+    // The session may have gone while we waited (a long-ended one, collected).
+    GP_RETURN_IF_ERROR(SessionOf(execs_, exec_id));
+    const ExecSession& x = execs_.at(exec_id);
+    protocol::ExecOutputAck ack;
+    ack.stdout_end = x.output_base[0] + static_cast<int64_t>(x.output[0].size());
+    ack.stderr_end = x.output_base[1] + static_cast<int64_t>(x.output[1].size());
+    ack.full = x.output[0].size() + x.output[1].size() > kOutputHighWater;
+    ack.hangup = x.hung_up;
+    if (!ack.full || ack.hangup || stopping_ || std::chrono::steady_clock::now() >= deadline) {
+      return ack;
+    }
+    exec_cv_.wait_until(lock, deadline);
+  }
 }
 
 void Controller::HangUpLocked(ExecSession& x, const std::string& reason) {

@@ -16,6 +16,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <thread>
+#include <vector>
 
 #include "common/json.h"
 #include "protocol/agent_protocol.h"
@@ -137,7 +138,8 @@ struct ExecRelay::State {
     const int64_t give_up = MonoMs() + 60'000;
     int pause_ms = 50;
     while (true) {
-      Result<net::HttpResponse> r = client.Post(Path("output"), body, 15'000);
+      // While the client is behind, the answer waits for it (up to 5 s).
+      Result<net::HttpResponse> r = client.Post(Path("output") + "&wait_ms=5000", body, 20'000);
       if (r.ok() && r->status / 100 == 2) {
         Result<Json> j = ParseJson(r->body, "output answer");
         if (!j.ok()) return j.status();
@@ -168,6 +170,7 @@ void ExecRelay::State::OutputLoop() {
   protocol::ExecOutput out;
   int64_t quiet_since_ms = 0;  // while finishing: since when nothing came
   bool pause = false;
+  std::vector<char> buf(128 << 10);
   while (!stopping) {
     struct pollfd p[3];
     int n = 0;
@@ -179,7 +182,8 @@ void ExecRelay::State::OutputLoop() {
     }
     p[n] = {wake, POLLIN, 0};
     which[n++] = -1;
-    const int timeout = pause ? 100 : (finishing ? 200 : 5000);
+    // Paused: ask again at once (the answer itself waits for the client).
+    const int timeout = pause ? 0 : (finishing ? 200 : 5000);
     const int ready = ::poll(p, static_cast<nfds_t>(n), timeout);
     if (ready < 0 && errno != EINTR) break;
     if (stopping) break;
@@ -192,14 +196,14 @@ void ExecRelay::State::OutputLoop() {
         continue;
       }
       if (p[k].revents == 0) continue;
-      char buf[65536];
-      const ssize_t got = ::read(fds[which[k]], buf, sizeof buf);
+      const ssize_t got = ::read(fds[which[k]], buf.data(), buf.size());
       if (got < 0 && (errno == EINTR || errno == EAGAIN)) continue;
       if (got <= 0) {  // EOF, or EIO: every holder of the terminal's slave is gone
         done[which[k]] = true;
         continue;
       }
-      (which[k] == 0 ? out.stdout_data : out.stderr_data).append(buf, static_cast<size_t>(got));
+      (which[k] == 0 ? out.stdout_data : out.stderr_data)
+          .append(buf.data(), static_cast<size_t>(got));
     }
     const bool all_done = done[0] && done[1];
     const bool got_any = !out.stdout_data.empty() || !out.stderr_data.empty();

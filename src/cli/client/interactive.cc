@@ -10,6 +10,7 @@
 #include <chrono>
 #include <mutex>
 #include <thread>
+#include <vector>
 
 #include "cli/client/json_view.h"
 #include "common/strings.h"
@@ -141,13 +142,14 @@ Result<int> AttachSession(const ClientRuntime& rt, const ApiClient& api, int64_t
   std::thread stdin_thread;
   if (options.forward_stdin) {
     stdin_thread = std::thread([&] {
-      char buf[16384];
+      // Large reads: a pipe of data goes in few requests; a key is sent as it is typed.
+      std::vector<char> buf(128 << 10);
       while (!done) {
         struct pollfd p = {0, POLLIN, 0};
         const int ready = ::poll(&p, 1, 200);
         if (ready < 0 && errno != EINTR) break;
         if (ready <= 0) continue;
-        const ssize_t n = ::read(0, buf, sizeof buf);
+        const ssize_t n = ::read(0, buf.data(), buf.size());
         if (n < 0 && (errno == EINTR || errno == EAGAIN)) continue;
         if (n <= 0) {  // the end of our input is the end of the command's
           protocol::ExecInputItem eof;
@@ -156,7 +158,7 @@ Result<int> AttachSession(const ClientRuntime& rt, const ApiClient& api, int64_t
           break;
         }
         protocol::ExecInputItem item;
-        item.data.assign(buf, static_cast<size_t>(n));
+        item.data.assign(buf.data(), static_cast<size_t>(n));
         if (!input.Send(std::move(item))) break;
       }
     });
