@@ -88,7 +88,8 @@ Result<int64_t> WaitUntilPlaced(const ClientRuntime& rt, const ApiClient& api, i
     const std::string state = GetString(*job, "state");
     if (session > 0 || state == "RUNNING") return session;
     const std::string reason = GetString(*job, "pending_reason");
-    const std::string now = state + (reason.empty() ? "" : ": " + reason);
+    std::string now = state;
+    if (!reason.empty()) now.append(": ").append(reason);
     if (!quiet && now != said) {
       *rt.env.err << "gpupool: job " << id << " waits (" << now << ")\n" << std::flush;
       said = now;
@@ -144,6 +145,7 @@ Status RunAlloc(const ClientRuntime& rt, const RunState& s) {
   ::setenv("GPUPOOL_JOB_ID", ids.c_str(), 1);
   ::setenv("GPUPOOL_NODES", nodes.c_str(), 1);
   std::vector<char*> argv;
+  argv.reserve(command.size() + 1);
   for (std::string& a : command) argv.push_back(a.data());
   argv.push_back(nullptr);
   std::cout.flush();
