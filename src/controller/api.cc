@@ -332,7 +332,10 @@ HttpResponse Api::Handle(const HttpRequest& request) {
                                 ? "uid:" + std::to_string(request.peer->uid)
                                 : "token:" + HashToken(auth);
     std::string why;
-    slot = waiting_.TryAcquire(key, &why);
+    // An agent waits once for work and once per interactive session on its node: its
+    // own, larger quota, apart from its users'.
+    RequestLimiter& limiter = StartsWith(request.path, "/v1/agent/") ? agent_waiting_ : waiting_;
+    slot = limiter.TryAcquire(key, &why);
     if (!slot) {
       HttpResponse r = ErrorResponse(Status::ResourceExhausted(why));
       r.status = 429;

@@ -55,6 +55,7 @@ class Api {
   // Waiting requests (MayBlock) in flight at once: per caller (a Unix-socket uid or a
   // token) and in all; over either bound the answer is 429 at once.
   static constexpr size_t kMaxWaitingPerCaller = 16;
+  static constexpr size_t kMaxWaitingPerAgent = 256;  // /v1/agent/*: work + one per session
   static constexpr size_t kMaxWaiting = 1024;
 
   // Ends waits in progress (log follows) and directory inspections so that the HTTP
@@ -128,6 +129,7 @@ class Api {
   AuthOptions auth_;
   std::atomic<bool> stopping_{false};
   RequestLimiter waiting_{kMaxWaitingPerCaller, kMaxWaiting};
+  RequestLimiter agent_waiting_{kMaxWaitingPerAgent, kMaxWaiting};
   std::unique_ptr<EnvInspector> own_inspector_;
   Environments environments_;
 };

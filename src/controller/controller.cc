@@ -1376,6 +1376,18 @@ Result<int64_t> Controller::StartExecLocked(int64_t job_id, int task_index,
                                       ", which has no interactive exec (a terminal or stdin): "
                                       "upgrade gpupool there");
   }
+  if (io.tty || io.stdin_open) {
+    // Each holds a client's long poll and up to about 2 MiB here.
+    int live = 0;
+    for (const auto& [xid, s] : execs_) {
+      if (s.uid == job.uid && s.interactive() && !s.ended) ++live;
+    }
+    if (live >= kMaxInteractivePerUser) {
+      return Status::FailedPrecondition(
+          "user " + job.user + " has " + std::to_string(live) +
+          " interactive sessions open, the most at once; end one (exit its shell)");
+    }
+  }
   // Sessions that ended long ago go; at most 10,000 are kept.
   const int64_t mono = clock_->MonotonicMicros();
   for (auto x = execs_.begin(); x != execs_.end();) {

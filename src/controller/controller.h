@@ -348,6 +348,9 @@ class Controller {
   std::unique_ptr<JobScheduler> scheduler_;  // used by one pass at a time (the loop)
   LogRelay log_relay_;
   std::map<int64_t, ExecSession> execs_;
+  // Interactive sessions one user may have open at once (each holds one of the user's
+  // 16 waiting requests, Api::kMaxWaitingPerCaller).
+  static constexpr int kMaxInteractivePerUser = 12;
   std::map<int64_t, int64_t> primary_exec_;  // `gpupool run` job -> its command's session
   int64_t next_exec_id_ = 0;  // from the clock at start: ids are not reused across restarts
   std::condition_variable exec_cv_;

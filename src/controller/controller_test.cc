@@ -1108,6 +1108,43 @@ TEST_F(GangTest, AnInteractiveSessionWhoseClientGoesSilentIsHungUp) {
   EXPECT_EQ(Get(j.id).state, JobState::kRunning);
 }
 
+TEST_F(GangTest, InteractiveSessionsAreBoundedPerUserAndInWhatTheyHold) {
+  Job j = StartBoth(SubmitGang());
+  const std::string node = NodeOf(j, 0);
+  std::vector<int64_t> open;
+  for (int i = 0; i < 12; ++i) {
+    Result<int64_t> x = c_->StartExec(j.id, 0, {"bash"}, alice_, {true, true, 24, 80});
+    ASSERT_TRUE(x.ok()) << i << ": " << x.status().ToString();
+    open.push_back(*x);
+  }
+  Result<int64_t> more = c_->StartExec(j.id, 0, {"bash"}, alice_, {true, true, 24, 80});
+  ASSERT_FALSE(more.ok());
+  EXPECT_NE(more.status().message().find("12 interactive sessions open"), std::string::npos)
+      << more.status().message();
+  EXPECT_TRUE(c_->StartExec(j.id, 0, {"hostname"}, alice_).ok());  // plain ones are not
+  // An agent that does not pause is refused past 8 MiB held for the client.
+  protocol::ExecOutput out;
+  out.stdout_data = std::string(protocol::kMaxExecChunk, 'x');
+  for (int i = 0; i < 40; ++i) {
+    Result<protocol::ExecOutputAck> ack = c_->PutExecOutput(node, open[0], out);
+    if (!ack.ok()) {
+      EXPECT_EQ(ack.status().code(), StatusCode::kResourceExhausted);
+      EXPECT_EQ(i, 32);  // 8 MiB in 256 KiB parts are held; the next part is not
+      break;
+    }
+    EXPECT_EQ(ack->full, out.stdout_offset + out.stdout_data.size() > (1u << 20));
+    out.stdout_offset += static_cast<int64_t>(out.stdout_data.size());
+    ASSERT_LT(i, 39) << "never refused";
+  }
+  // Once one ends, another may open.
+  protocol::ExecReport end;
+  end.id = open[1];
+  end.ended = true;
+  end.error = "gone";
+  ASSERT_TRUE(c_->ApplyEvents(node, EventBatch{node, {}, {end}}).ok());
+  EXPECT_TRUE(c_->StartExec(j.id, 0, {"bash"}, alice_, {true, true, 24, 80}).ok());
+}
+
 class RunJobTest : public GangTest {
  protected:
   Job SubmitRun(int tasks = 2) {

@@ -21,6 +21,9 @@ using jobs::JobState;
 constexpr size_t kOutputHighWater = 1 << 20;
 // Input the command has not read yet, over which the client is told to wait (429).
 constexpr size_t kInputHighWater = 1 << 20;
+// Output held for a session at most, whatever its agent sends (it should pause at the
+// high-water mark).
+constexpr size_t kOutputHardLimit = 8 << 20;
 // How long a client's read or an agent's input poll may wait at most.
 constexpr int64_t kMaxWaitMs = 30'000;
 
@@ -256,6 +259,12 @@ Result<protocol::ExecOutputAck> Controller::PutExecOutput(const std::string& nod
     }
     const int64_t offsets[2] = {out.stdout_offset, out.stderr_offset};
     const std::string* data[2] = {&out.stdout_data, &out.stderr_data};
+    if (x.output[0].size() + x.output[1].size() + out.stdout_data.size() + out.stderr_data.size() >
+        kOutputHardLimit) {
+      return Status::ResourceExhausted("exec session " + std::to_string(exec_id) +
+                                       " holds 8 MiB its client has not read: wait while "
+                                       "the answer says full");
+    }
     for (int i = 0; i < 2; ++i) {
       const int64_t end = x.output_base[i] + static_cast<int64_t>(x.output[i].size());
       const int64_t from = offsets[i];

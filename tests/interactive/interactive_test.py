@@ -284,6 +284,13 @@ class InteractiveTest(unittest.TestCase):
         r = self.pool.cli("exec", "--", "true")
         self.assertEqual(r.returncode, 2)
         self.assertIn("GPUPOOL_JOB_ID is not set", r.stderr)
+        # A command that is not there: the job fails with the reason, the client says it.
+        r = self.pool.cli("run", "--", "no-such-command-here")
+        self.assertEqual(r.returncode, 255, r.stderr)
+        self.assertIn("no-such-command-here", r.stderr)
+        job = self.pool.wait(job_id_of(r.stderr), pooltest.FINAL_STATES)
+        self.assertEqual(job["state"], "FAILED")
+        self.assertIn("the command did not run", job["reason"])
         # A batch job has no terminal to attach to.
         s = self.pool.cli("submit", "--", "sleep", "30")
         jid = int(s.stdout.split()[-1])
