@@ -370,6 +370,7 @@ std::span<const Api::RouteEntry> Api::Table() {
   static constexpr RouteEntry kRoutes[] = {
       {"GET", "/healthz", &Api::Healthz},
       {"GET", "/readyz", &Api::Readyz},
+      {"GET", "/metrics", &Api::Metrics},
       {"GET", "/v1/openapi.json", &Api::OpenApi},
       {"POST", "/v1/jobs", &Api::Submit},
       {"GET", "/v1/jobs", &Api::ListJobs},
@@ -442,10 +443,38 @@ HttpResponse Api::Route(const HttpRequest& r, const Identity& who) {
     }
   }
   if (route == nullptr) return NoRoute(r, path_known);
-  return (this->*route->handler)(Call{r, who, who.caller, params.id, std::move(params.named)});
+  const int64_t start_us = clock_->MonotonicMicros();
+  HttpResponse answer =
+      (this->*route->handler)(Call{r, who, who.caller, params.id, std::move(params.named)});
+  if (!MayBlock(r)) {  // long polls would say how long clients chose to wait
+    std::string pattern(route->pattern);
+    for (size_t at; (at = pattern.find("...}")) != std::string::npos;) pattern.erase(at, 3);
+    controller_->metrics().ObserveRequest(
+        r.method, pattern, static_cast<double>(clock_->MonotonicMicros() - start_us) / 1e6);
+  }
+  return answer;
 }
 
 HttpResponse Api::Healthz(const Call&) { return JsonResponse(200, {{"ok", true}}); }
+
+// GET /metrics: the pool in Prometheus's text format (metrics.h), for metrics tokens and
+// admins. Ended jobs and GPU-hours come from the store, the rest from the controller.
+HttpResponse Api::Metrics(const Call&) {
+  PoolSnapshot pool = controller_->MetricsSnapshot();
+  Result<std::vector<jobs::Job>> all = store_->ListJobs(store::JobFilter{});
+  if (!all.ok()) return ErrorResponse(all.status());
+  const int64_t now = clock_->NowMicros();
+  for (const jobs::Job& j : *all) {
+    if (jobs::IsTerminal(j.state)) ++pool.jobs_by_state[std::string(jobs::JobStateName(j.state))];
+    const double hours = JobGpuHours(j, 0, INT64_MAX, now);
+    if (hours > 0) pool.gpu_hours[{j.user, j.project.empty() ? "(none)" : j.project}] += hours;
+  }
+  HttpResponse r;
+  r.status = 200;
+  r.content_type = "text/plain; version=0.0.4; charset=utf-8";
+  r.body = controller_->metrics().Render(pool);
+  return r;
+}
 
 // GET /readyz: the server can do its job: the store answers and the scheduler loop goes
 // round. 503 naming what is not ready otherwise.

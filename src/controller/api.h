@@ -92,6 +92,7 @@ class Api {
   net::HttpResponse Logs(const Call& c);
   net::HttpResponse StartExec(const Call& c);
   net::HttpResponse GetExec(const Call& c);
+  net::HttpResponse Metrics(const Call& c);
   // Interactive sessions (gpupool run, alloc, exec --pty / -i).
   net::HttpResponse AttachJob(const Call& c);
   net::HttpResponse ExecStream(const Call& c);

@@ -1207,6 +1207,7 @@ Status Controller::ResolveDependencies(std::map<int64_t, std::string>* blocked) 
 }
 
 Status Controller::ScheduleOnce() {
+  const int64_t pass_start_us = clock_->MonotonicMicros();
   // Planning takes milliseconds with a long queue; API calls must not wait for it. So the
   // pass plans on a snapshot (jobs without their command lines and variables) taken
   // under the lock, and applies the result under the lock after checking that nothing
@@ -1300,7 +1301,32 @@ Status Controller::ScheduleOnce() {
   }
   // Readers attach these to pending jobs; the old map is freed after the lock.
   pending_reasons_.swap(plan.pending_reasons);
+  int64_t no_room = 0;
+  for (const auto& [id, why] : pending_reasons_) {
+    if (PendingReasonClass(why) == "resources") ++no_room;
+  }
+  metrics_.ObservePass(static_cast<double>(clock_->MonotonicMicros() - pass_start_us) / 1e6,
+                       no_room);
   return Status::Ok();
+}
+
+PoolSnapshot Controller::MetricsSnapshot() {
+  std::vector<NodeView> nodes = Nodes();
+  PoolSnapshot s;
+  for (const NodeView& v : nodes) {
+    ++s.nodes_by_state[v.state];
+    if (v.state == "down") continue;
+    s.gpus_total += static_cast<int64_t>(v.info.gpus.size());
+    for (int milli : v.allocated_milli) s.gpus_allocated += milli / 1000.0;
+  }
+  std::lock_guard lock(mu_);
+  for (const auto& [id, job] : active_) {
+    ++s.jobs_by_state[std::string(jobs::JobStateName(job.state))];
+    if (job.state != JobState::kPending) continue;
+    auto why = pending_reasons_.find(id);
+    ++s.pending_by_reason[PendingReasonClass(why == pending_reasons_.end() ? "" : why->second)];
+  }
+  return s;
 }
 
 Status Controller::SweepNodes() {

@@ -32,6 +32,7 @@
 #include "common/status.h"
 #include "controller/limits.h"
 #include "controller/log_relay.h"
+#include "controller/metrics.h"
 #include "gpu/gpu_info.h"
 #include "jobs/job.h"
 #include "protocol/agent_protocol.h"
@@ -240,6 +241,11 @@ class Controller {
   // Whether the scheduler loop is running and went round recently (GET /readyz).
   bool SchedulerLooping() const;
 
+  // --- metrics (GET /metrics) ---
+  // The active jobs by state and pending reason, the nodes by state, the GPUs.
+  PoolSnapshot MetricsSnapshot();
+  PoolMetrics& metrics() { return metrics_; }
+
   // --- scheduling ---
   // One scheduling pass now (the loop calls this; tests call it directly).
   Status ScheduleOnce();
@@ -356,6 +362,7 @@ class Controller {
   std::condition_variable exec_cv_;
   std::thread loop_;
   std::atomic<int64_t> loop_seen_mono_us_{0};  // the loop's last round; 0 = not running
+  PoolMetrics metrics_;
 };
 
 }  // namespace gpupool::controller

@@ -100,6 +100,8 @@ class Scenario {
                          R"(, "attempt": 1, "kind": "started", "master_port": 29500}]})"));
     Expect(200, Root("GET", "/v1/jobs/{id}", "/v1/jobs/" + id));
     Expect(200, Root("GET", "/v1/jobs/{id}/logs", "/v1/jobs/" + id + "/logs"));
+    Expect(200, Root("GET", "/metrics", "/metrics"));
+    Expect(403, User("GET", "/metrics", "/metrics"));
 
     // An exec session in the running job.
     Json exec = Expect(201, Root("POST", "/v1/jobs/{id}/exec", "/v1/jobs/" + id + "/exec", {},

@@ -5,23 +5,30 @@
 
 namespace gpupool::controller {
 
+double JobGpuHours(const jobs::Job& j, int64_t since_us, int64_t until_us, int64_t now_us) {
+  if (j.start_time_us <= 0) return 0;  // never ran
+  const int64_t end = j.end_time_us > 0 ? j.end_time_us : now_us;
+  const int64_t from = std::max(j.start_time_us, since_us);
+  const int64_t to = std::min(end, until_us);
+  if (to <= from) return 0;
+  double gpus = 0;
+  for (const jobs::TaskPlacement& p : j.placement) {
+    gpus += static_cast<double>(p.gpu_uuids.size()) * p.gpu_milli / 1000.0;
+  }
+  return gpus * static_cast<double>(to - from) / 3.6e9;
+}
+
 std::vector<UsageRow> ComputeUsage(const std::vector<jobs::Job>& jobs, int64_t since_us,
                                    int64_t until_us, int64_t now_us, const std::string& by) {
   std::map<std::string, UsageRow> rows;
   for (const jobs::Job& j : jobs) {
     if (j.start_time_us <= 0) continue;  // never ran
     const int64_t end = j.end_time_us > 0 ? j.end_time_us : now_us;
-    const int64_t from = std::max(j.start_time_us, since_us);
-    const int64_t to = std::min(end, until_us);
-    if (to <= from) continue;
-    double gpus = 0;
-    for (const jobs::TaskPlacement& p : j.placement) {
-      gpus += static_cast<double>(p.gpu_uuids.size()) * p.gpu_milli / 1000.0;
-    }
+    if (std::min(end, until_us) <= std::max(j.start_time_us, since_us)) continue;
     const std::string key = by == "project" ? (j.project.empty() ? "(none)" : j.project) : j.user;
     UsageRow& r = rows[key];
     r.key = key;
-    r.gpu_hours += gpus * static_cast<double>(to - from) / 3.6e9;
+    r.gpu_hours += JobGpuHours(j, since_us, until_us, now_us);
     r.jobs += 1;
   }
   std::vector<UsageRow> out;

@@ -17,6 +17,9 @@ struct UsageRow {
   int jobs = 0;
 };
 
+// The GPU-hours job `j` held inside [since_us, until_us) (up to now_us while it runs).
+double JobGpuHours(const jobs::Job& j, int64_t since_us, int64_t until_us, int64_t now_us);
+
 // `by` is "user" or "project". Rows sorted by GPU-hours, largest first.
 std::vector<UsageRow> ComputeUsage(const std::vector<jobs::Job>& jobs, int64_t since_us,
                                    int64_t until_us, int64_t now_us, const std::string& by);

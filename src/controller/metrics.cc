@@ -1,0 +1,169 @@
+#include "controller/metrics.h"
+
+#include <charconv>
+#include <cmath>
+
+#include "common/strings.h"
+
+namespace gpupool::controller {
+namespace {
+
+// Scheduling passes take microseconds to seconds (docs/benchmarks.md).
+const std::vector<double> kPassBounds = {0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01,
+                                         0.025,  0.05,    0.1,    0.25,  0.5,    1,     2.5};
+// API requests that do not wait: sub-millisecond to a store write or an image inspection.
+const std::vector<double> kRequestBounds = {0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025,
+                                            0.05,   0.1,   0.25,   0.5,   1,    2.5};
+
+std::string Number(double v) {
+  if (std::isinf(v)) return v > 0 ? "+Inf" : "-Inf";
+  // The shortest text that reads back as the same double (0.0005, not 0.00050000000000000001).
+  char buf[64];
+  const std::to_chars_result r =
+      std::to_chars(buf, buf + sizeof buf, v, std::chars_format::general);
+  return std::string(buf, r.ptr);
+}
+
+void Family(const std::string& name, const std::string& type, const std::string& help,
+            std::string* out) {
+  *out += "# HELP " + name + " " + help + "\n# TYPE " + name + " " + type + "\n";
+}
+
+void Sample(const std::string& name, const std::string& labels, double value, std::string* out) {
+  *out += name;
+  if (!labels.empty()) *out += "{" + labels + "}";
+  *out += " " + Number(value) + "\n";
+}
+
+std::string Label(const std::string& key, const std::string& value) {
+  return key + "=\"" + EscapeLabel(value) + "\"";
+}
+
+}  // namespace
+
+std::string EscapeLabel(const std::string& value) {
+  std::string out;
+  out.reserve(value.size());
+  for (char c : value) {
+    if (c == '\\') {
+      out += "\\\\";
+    } else if (c == '"') {
+      out += "\\\"";
+    } else if (c == '\n') {
+      out += "\\n";
+    } else {
+      out += c;
+    }
+  }
+  return out;
+}
+
+Histogram::Histogram(std::vector<double> bounds)
+    : bounds_(std::move(bounds)), counts_(bounds_.size() + 1, 0) {}
+
+void Histogram::Observe(double value) {
+  size_t i = 0;
+  while (i < bounds_.size() && value > bounds_[i]) ++i;
+  ++counts_[i];
+  sum_ += value;
+  ++count_;
+}
+
+void Histogram::Render(const std::string& name, const std::string& labels, std::string* out) const {
+  const std::string sep = labels.empty() ? "" : labels + ",";
+  uint64_t cumulative = 0;
+  for (size_t i = 0; i <= bounds_.size(); ++i) {
+    cumulative += counts_[i];
+    const double le = i < bounds_.size() ? bounds_[i] : INFINITY;
+    Sample(name + "_bucket", sep + Label("le", Number(le)), static_cast<double>(cumulative), out);
+  }
+  Sample(name + "_sum", labels, sum_, out);
+  Sample(name + "_count", labels, static_cast<double>(count_), out);
+}
+
+std::string PendingReasonClass(const std::string& reason) {
+  if (StartsWith(reason, "held by ")) return "held";
+  if (StartsWith(reason, "waits for job") || StartsWith(reason, "waits for array")) {
+    return "dependency";
+  }
+  if (StartsWith(reason, "waits: ")) return "limit";
+  if (StartsWith(reason, "array ")) return "array_limit";
+  if (StartsWith(reason, "cannot run on any node")) return "unplaceable";
+  if (StartsWith(reason, "waiting for its turn")) return "queue";
+  if (StartsWith(reason, "needs ")) return "resources";
+  return "other";
+}
+
+PoolMetrics::PoolMetrics() : pass_seconds_(kPassBounds) {}
+
+void PoolMetrics::ObservePass(double seconds, int64_t placement_failures) {
+  std::lock_guard lock(mu_);
+  pass_seconds_.Observe(seconds);
+  ++passes_;
+  placement_failures_ += static_cast<uint64_t>(std::max<int64_t>(placement_failures, 0));
+}
+
+void PoolMetrics::ObserveRequest(const std::string& method, const std::string& route,
+                                 double seconds) {
+  std::lock_guard lock(mu_);
+  auto it = requests_.find({method, route});
+  if (it == requests_.end()) {
+    it = requests_.emplace(std::make_pair(method, route), Histogram(kRequestBounds)).first;
+  }
+  it->second.Observe(seconds);
+}
+
+std::string PoolMetrics::Render(const PoolSnapshot& pool) const {
+  std::string out;
+  Family("gpupool_jobs", "gauge", "Jobs in the store, by state.", &out);
+  for (const char* state :
+       {"PENDING", "ASSIGNED", "RUNNING", "SUCCEEDED", "FAILED", "CANCELLED", "TIMEOUT", "LOST"}) {
+    auto it = pool.jobs_by_state.find(state);
+    Sample("gpupool_jobs", Label("state", state),
+           it == pool.jobs_by_state.end() ? 0 : static_cast<double>(it->second), &out);
+  }
+  Family("gpupool_jobs_pending", "gauge",
+         "Pending jobs by why they wait (the class of their pending reason).", &out);
+  for (const char* why : {"resources", "unplaceable", "queue", "dependency", "held", "limit",
+                          "array_limit", "other"}) {
+    auto it = pool.pending_by_reason.find(why);
+    Sample("gpupool_jobs_pending", Label("reason", why),
+           it == pool.pending_by_reason.end() ? 0 : static_cast<double>(it->second), &out);
+  }
+  Family("gpupool_nodes", "gauge", "Nodes by state.", &out);
+  for (const char* state : {"up", "down", "draining", "drained"}) {
+    auto it = pool.nodes_by_state.find(state);
+    Sample("gpupool_nodes", Label("state", state),
+           it == pool.nodes_by_state.end() ? 0 : static_cast<double>(it->second), &out);
+  }
+  Family("gpupool_gpus", "gauge", "GPUs of the nodes that are up.", &out);
+  Sample("gpupool_gpus", "", static_cast<double>(pool.gpus_total), &out);
+  Family("gpupool_gpus_allocated", "gauge",
+         "GPUs held by jobs, shares added up (two half-GPU jobs are 1).", &out);
+  Sample("gpupool_gpus_allocated", "", pool.gpus_allocated, &out);
+  // Prometheus wants base units: GPU-seconds (GPU-hours x 3600).
+  Family("gpupool_allocated_gpu_seconds_total", "counter",
+         "GPU time held by jobs, by user and project (running jobs up to now); / 3600 for "
+         "GPU-hours.",
+         &out);
+  for (const auto& [key, hours] : pool.gpu_hours) {
+    Sample("gpupool_allocated_gpu_seconds_total",
+           Label("user", key.first) + "," + Label("project", key.second), hours * 3600, &out);
+  }
+  std::lock_guard lock(mu_);
+  Family("gpupool_scheduling_pass_seconds", "histogram",
+         "How long a scheduling pass took (planning and applying).", &out);
+  pass_seconds_.Render("gpupool_scheduling_pass_seconds", "", &out);
+  Family("gpupool_placement_failures_total", "counter",
+         "Pending jobs a pass could not place for want of resources, added up over passes.", &out);
+  Sample("gpupool_placement_failures_total", "", static_cast<double>(placement_failures_), &out);
+  Family("gpupool_api_request_duration_seconds", "histogram",
+         "API requests that do not wait (no long polls), by method and route.", &out);
+  for (const auto& [key, h] : requests_) {
+    h.Render("gpupool_api_request_duration_seconds",
+             Label("method", key.first) + "," + Label("route", key.second), &out);
+  }
+  return out;
+}
+
+}  // namespace gpupool::controller

@@ -1,0 +1,73 @@
+// The pool's Prometheus metrics (GET /metrics, docs/api.md "Metrics"): counters and
+// histograms the controller and the API feed as things happen, and the text exposition
+// format (version 0.0.4) they are served in with a snapshot of the pool's state.
+//
+// Names are gpupool_*; base units (seconds), `_total` on counters, one HELP and TYPE per
+// family, label values escaped. Thread-safe: every method may be called from any thread.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace gpupool::controller {
+
+// A Prometheus histogram: cumulative buckets by upper bound, a sum and a count.
+class Histogram {
+ public:
+  explicit Histogram(std::vector<double> bounds);
+  void Observe(double value);
+  // Appends the `name`_bucket/_sum/_count lines with `labels` ("" or `k="v",...`).
+  void Render(const std::string& name, const std::string& labels, std::string* out) const;
+
+ private:
+  std::vector<double> bounds_;
+  std::vector<uint64_t> counts_;  // per bucket (not cumulative); the last is +Inf
+  double sum_ = 0;
+  uint64_t count_ = 0;
+};
+
+// What the pool looks like at the moment of a scrape (Controller::MetricsSnapshot).
+struct PoolSnapshot {
+  std::map<std::string, int64_t> jobs_by_state;      // every job in the store, by state
+  std::map<std::string, int64_t> pending_by_reason;  // PendingReasonClass of each
+  std::map<std::string, int64_t> nodes_by_state;     // up, down, draining, drained
+  int64_t gpus_total = 0;
+  double gpus_allocated = 0;  // shares added up (0.5 = half a GPU)
+  // Allocated GPU-hours of every job so far (running ones up to now), by (user, project).
+  std::map<std::pair<std::string, std::string>, double> gpu_hours;
+};
+
+// The class of a pending reason, for the gpupool_jobs_pending label: "resources" (no room
+// now), "unplaceable" (no node could ever host it), "queue" (jobs ahead), "dependency",
+// "held", "limit" (a usage limit), "array_limit", or "other".
+std::string PendingReasonClass(const std::string& reason);
+
+class PoolMetrics {
+ public:
+  PoolMetrics();
+
+  // One scheduling pass: its duration and how many pending jobs it could not place for
+  // want of resources.
+  void ObservePass(double seconds, int64_t placement_failures);
+  // An API request that was not a long poll, by route pattern ("/v1/jobs/{id}").
+  void ObserveRequest(const std::string& method, const std::string& route, double seconds);
+
+  // The whole exposition.
+  std::string Render(const PoolSnapshot& pool) const;
+
+ private:
+  mutable std::mutex mu_;
+  Histogram pass_seconds_;
+  uint64_t passes_ = 0;
+  uint64_t placement_failures_ = 0;
+  std::map<std::pair<std::string, std::string>, Histogram> requests_;
+};
+
+// A label value escaped for the exposition format (backslash, quote, newline).
+std::string EscapeLabel(const std::string& value);
+
+}  // namespace gpupool::controller

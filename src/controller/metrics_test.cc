@@ -1,0 +1,100 @@
+#include "controller/metrics.h"
+
+#include <gtest/gtest.h>
+
+#include <set>
+#include <sstream>
+
+#include "common/strings.h"
+
+namespace gpupool::controller {
+namespace {
+
+// The value of the sample line `series` (name and labels as printed), or -1.
+double ValueOf(const std::string& text, const std::string& series) {
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind(series + " ", 0) == 0) return std::stod(line.substr(series.size() + 1));
+  }
+  return -1;
+}
+
+TEST(MetricsTest, PendingReasonsFallIntoTheirClasses) {
+  EXPECT_EQ(PendingReasonClass("needs 2 idle GPUs on one node; the most idle on a node is 1"),
+            "resources");
+  EXPECT_EQ(PendingReasonClass("cannot run on any node: no node has 9 GPUs"), "unplaceable");
+  EXPECT_EQ(PendingReasonClass("waiting for its turn: jobs ahead of it in the queue (3)"), "queue");
+  EXPECT_EQ(PendingReasonClass("waits for job 12 (RUNNING) to succeed (--after-ok 12)"),
+            "dependency");
+  EXPECT_EQ(PendingReasonClass("held by alice: `gpupool release 4` lets it start"), "held");
+  EXPECT_EQ(PendingReasonClass("waits: user bob has 4 GPUs in use (max_gpus 4, `gpupool "
+                               "limits`)"),
+            "limit");
+  EXPECT_EQ(PendingReasonClass("array 7 runs at most 2 elements at once (--array ...%2)"),
+            "array_limit");
+  EXPECT_EQ(PendingReasonClass(""), "other");
+}
+
+TEST(MetricsTest, RendersEveryFamilyOnceWithCumulativeBucketsAndEscapedLabels) {
+  PoolMetrics m;
+  m.ObservePass(0.0003, 2);
+  m.ObservePass(0.2, 1);
+  m.ObserveRequest("GET", "/v1/jobs", 0.002);
+  m.ObserveRequest("GET", "/v1/jobs", 0.0001);
+  PoolSnapshot pool;
+  pool.jobs_by_state = {{"PENDING", 3}, {"RUNNING", 1}, {"SUCCEEDED", 7}};
+  pool.pending_by_reason = {{"resources", 2}, {"held", 1}};
+  pool.nodes_by_state = {{"up", 2}, {"down", 1}};
+  pool.gpus_total = 8;
+  pool.gpus_allocated = 2.5;
+  pool.gpu_hours[{"alice", "vision"}] = 1.25;
+  pool.gpu_hours[{"bo\"b\\", "(none)"}] = 0.5;
+  const std::string text = m.Render(pool);
+
+  EXPECT_EQ(ValueOf(text, "gpupool_jobs{state=\"PENDING\"}"), 3);
+  EXPECT_EQ(ValueOf(text, "gpupool_jobs{state=\"LOST\"}"), 0);  // every state, 0 included
+  EXPECT_EQ(ValueOf(text, "gpupool_jobs{state=\"SUCCEEDED\"}"), 7);
+  EXPECT_EQ(ValueOf(text, "gpupool_jobs_pending{reason=\"held\"}"), 1);
+  EXPECT_EQ(ValueOf(text, "gpupool_nodes{state=\"down\"}"), 1);
+  EXPECT_EQ(ValueOf(text, "gpupool_gpus"), 8);
+  EXPECT_EQ(ValueOf(text, "gpupool_gpus_allocated"), 2.5);
+  EXPECT_EQ(ValueOf(text, "gpupool_allocated_gpu_seconds_total{user=\"alice\",project=\"vision\"}"),
+            4500);
+  EXPECT_EQ(
+      ValueOf(text, "gpupool_allocated_gpu_seconds_total{user=\"bo\\\"b\\\\\",project=\"(none)\"}"),
+      1800);
+  EXPECT_EQ(ValueOf(text, "gpupool_placement_failures_total"), 3);
+  EXPECT_EQ(ValueOf(text, "gpupool_scheduling_pass_seconds_count"), 2);
+  EXPECT_EQ(ValueOf(text, "gpupool_scheduling_pass_seconds_bucket{le=\"0.0001\"}"), 0);
+  EXPECT_EQ(ValueOf(text, "gpupool_scheduling_pass_seconds_bucket{le=\"0.0005\"}"), 1);
+  EXPECT_EQ(ValueOf(text, "gpupool_scheduling_pass_seconds_bucket{le=\"+Inf\"}"), 2);
+  EXPECT_EQ(ValueOf(text,
+                    "gpupool_api_request_duration_seconds_bucket{method=\"GET\",route=\"/v1/"
+                    "jobs\",le=\"0.0005\"}"),
+            1);
+  EXPECT_EQ(
+      ValueOf(text,
+              "gpupool_api_request_duration_seconds_count{method=\"GET\",route=\"/v1/jobs\"}"),
+      2);
+  // One HELP and one TYPE per family, before its samples.
+  std::set<std::string> helped;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind("# HELP ", 0) == 0) {
+      const std::string family = Split(line.substr(7), ' ')[0];
+      EXPECT_TRUE(helped.insert(family).second) << "HELP twice for " << family;
+    } else if (line.rfind("# ", 0) != 0) {
+      const std::string name = line.substr(0, line.find_first_of("{ "));
+      bool known = false;
+      for (const std::string& f : helped) {
+        known = known || name == f || name == f + "_bucket" || name == f + "_sum" ||
+                name == f + "_count";
+      }
+      EXPECT_TRUE(known) << "sample before its family: " << line;
+    }
+  }
+  EXPECT_EQ(helped.size(), 9u);
+}
+
+}  // namespace
+}  // namespace gpupool::controller
