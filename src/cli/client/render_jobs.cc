@@ -197,6 +197,12 @@ std::string RenderJob(const Json& job, int64_t now_us) {
   line("Time limit", limit > 0 ? FormatDuration(limit) : "none");
   line("Requeue", GetBool(job, "requeue") ? "yes, if its node is lost" : "no");
   if (GetBool(job, "mpi")) line("Launch", "mpi: the command runs in task 0, the others are held");
+  if (const std::string mode = GetString(job, "interactive"); mode == "run") {
+    line("Interactive", std::string("run: the command runs in task 0 with its client's ") +
+                            (GetBool(job, "pty") ? "terminal (--pty)" : "stdin and output"));
+  } else if (mode == "alloc") {
+    line("Interactive", "alloc: an allocation held for gpupool exec");
+  }
   if (const int64_t array = GetInt(job, "array_id"); array != 0) {
     const int64_t at_once = GetInt(job, "array_max_running");
     line("Array", "element " + std::to_string(GetInt(job, "array_index")) + " of array " +

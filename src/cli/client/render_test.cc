@@ -116,6 +116,12 @@ TEST(RenderJobTest, PendingShareAndGang) {
   EXPECT_NE(out.find("  Signal:     9\n"), std::string::npos) << out;
   EXPECT_NE(out.find("  Time limit: none\n"), std::string::npos) << out;
   EXPECT_EQ(out.find("Runtime"), std::string::npos) << out;
+  const Json run = Parse(R"({"id": 6, "interactive": "run", "pty": true, "command": ["bash"]})");
+  EXPECT_NE(RenderJob(run, kRenderNow)
+                .find("  Interactive: run: the command runs in task 0 with its client's terminal "
+                      "(--pty)\n"),
+            std::string::npos)
+      << RenderJob(run, kRenderNow);
   const Json gang = Parse(R"({"id": 4, "request": {"gpus": 8, "tasks": 2},
     "placement": [{"node": "a", "gpu_indices": [0]}, {"node": "b", "gpu_milli": 500}]})");
   const std::string g = RenderJob(gang, kRenderNow);
