@@ -22,9 +22,11 @@
 #include "controller/auth.h"
 #include "controller/controller.h"
 #include "daemon/agent_loop.h"
+#include "daemon/config_file.h"
 #include "daemon/local_agent_token.h"
 #include "gpu/gpu_backend.h"
 #include "net/http_server.h"
+#include "store/open_store.h"
 #include "store/store.h"
 
 namespace gpupool::daemon {
@@ -109,6 +111,7 @@ struct ServerParts {
 
 struct ServerFlags {
   std::string state_dir;
+  std::string store_spec;  // --store; empty: sqlite:STATE_DIR/gpupool.db
   int port = 8421;
   std::string listen = "127.0.0.1";
   std::string admin_group;
@@ -165,9 +168,11 @@ Result<ServerParts> StartServer(const ServerFlags& f) {
   GP_RETURN_IF_ERROR(PrepareStateDir(f.state_dir));
   ServerParts p;
   const std::string db = f.state_dir + "/gpupool.db";
+  const std::string spec = f.store_spec.empty() ? "sqlite:" + db : f.store_spec;
   MakeStoreFilesPrivate(db);
-  GP_ASSIGN_OR_RETURN(p.store, store::OpenSqliteStore(db));
+  GP_ASSIGN_OR_RETURN(p.store, store::OpenStore(spec));
   MakeStoreFilesPrivate(db);
+  spdlog::info("store: {}", store::DescribeStoreSpec(spec));  // never with a password
   controller::ControllerOptions co;
   co.placement_policy = f.placement_policy;
   co.queue_policy = f.queue_policy;
@@ -196,6 +201,10 @@ Result<ServerParts> StartServer(const ServerFlags& f) {
 
 void AddServerFlags(CLI::App* cmd, ServerFlags* f) {
   cmd->add_option("--state-dir", f->state_dir, "where the store, socket and job logs live");
+  cmd->add_option("--store", f->store_spec,
+                  "the store: sqlite:PATH, or a PostgreSQL connection string "
+                  "(postgresql://USER@HOST/DB, host=... dbname=...; the password from "
+                  "PGPASSFILE or ~/.pgpass); default sqlite:STATE_DIR/gpupool.db");
   cmd->add_option("--port", f->port, "TCP port on --listen for the API (0 = none)")
       ->capture_default_str()
       ->check(CLI::Range(0, 65535));
@@ -349,6 +358,43 @@ void WaitForStop() {
   while (!g_stop) std::this_thread::sleep_for(std::chrono::milliseconds(100));
 }
 
+// The config file (docs/deploy.md): [server] takes the long options of `gpupool server`,
+// [agent] those of `gpupool agent`. One --config for whichever command runs.
+std::string g_config_path;
+CLI::App* g_server_cmd = nullptr;
+CLI::App* g_agent_cmd = nullptr;
+
+void AddConfigFlag(CLI::App* cmd) {
+  cmd->add_option("--config", g_config_path,
+                  std::string("INI file of options; command-line options win (default: ") +
+                      kDefaultConfigPath + " when it exists; '' for none)");
+}
+
+// Sets the options of `cmd` that its command line left out from the file's `sections`.
+// Exit status 2 and the message when the file is wrong.
+bool ApplyConfigFile(const std::vector<std::string>& sections, CLI::App* cmd, int* exit_code) {
+  std::string path = g_config_path;
+  if (path.empty()) {
+    // --config '' reads no file (tests, a second pool on a packaged host).
+    if (cmd->count("--config") > 0 || ::access(kDefaultConfigPath, F_OK) != 0) return true;
+    path = kDefaultConfigPath;
+  }
+  Result<ConfigFile> cfg = ReadConfigFile(path);
+  Status s = cfg.status();
+  if (s.ok()) {
+    s = CheckConfigKeys(
+        *cfg, {{"server", ConfigKeysOf(*g_server_cmd)}, {"agent", ConfigKeysOf(*g_agent_cmd)}});
+  }
+  if (s.ok()) s = ApplyConfig(*cfg, sections, {"token"}, cmd);
+  if (!s.ok()) {
+    Fail(s);
+    *exit_code = 2;
+    return false;
+  }
+  spdlog::info("configuration file: {}", path);
+  return true;
+}
+
 }  // namespace
 
 std::string DefaultStateDir() {
@@ -374,7 +420,9 @@ void RegisterDaemonCommands(CLI::App& app, cli::CommandContext& ctx) {
   AddServerFlags(up, up_flags);
   up->add_option("--fake", *up_fake, "use this node description instead of discovery");
   AddContainerFlags(up, up_container);
-  up->callback([&ctx, up_flags, up_fake, up_container] {
+  AddConfigFlag(up);
+  up->callback([&ctx, up, up_flags, up_fake, up_container] {
+    if (!ApplyConfigFile({"server", "agent"}, up, &ctx.exit_code)) return;
     InstallSignalHandlers();
     PrivateUmask();
     ServerFlags f = *up_flags;
@@ -462,7 +510,9 @@ void RegisterDaemonCommands(CLI::App& app, cli::CommandContext& ctx) {
       ->add_option("--podman-arg", server_flags->podman_args,
                    "global podman argument for inspecting job images, repeatable")
       ->allow_extra_args(false);
-  server->callback([&ctx, server_flags] {
+  AddConfigFlag(server);
+  server->callback([&ctx, server, server_flags] {
+    if (!ApplyConfigFile({"server"}, server, &ctx.exit_code)) return;
     InstallSignalHandlers();
     PrivateUmask();
     ServerFlags f = *server_flags;
@@ -493,8 +543,8 @@ void RegisterDaemonCommands(CLI::App& app, cli::CommandContext& ctx) {
   static AgentFlags af_storage;
   AgentFlags* af = &af_storage;
   CLI::App* agent_cmd = app.add_subcommand("agent", "run a node agent for a controller");
-  agent_cmd->add_option("--controller", af->controller, "unix:PATH or http://HOST:PORT")
-      ->required();
+  agent_cmd->add_option("--controller", af->controller,
+                        "unix:PATH or http://HOST:PORT (required, here or in the config file)");
   agent_cmd->add_option("--token", af->token, "node join token (or GPUPOOL_TOKEN)");
   agent_cmd->add_option("--state-dir", af->state_dir, "where job state and logs live");
   agent_cmd->add_option("--fake", af->fake, "use this node description instead of discovery");
@@ -506,7 +556,16 @@ void RegisterDaemonCommands(CLI::App& app, cli::CommandContext& ctx) {
   static ContainerFlags agent_container_storage;
   ContainerFlags* agent_container = &agent_container_storage;
   AddContainerFlags(agent_cmd, agent_container);
-  agent_cmd->callback([&ctx, af, agent_container] {
+  AddConfigFlag(agent_cmd);
+  agent_cmd->callback([&ctx, agent_cmd, af, agent_container] {
+    const bool token_flag = agent_cmd->count("--token") > 0;  // GPUPOOL_TOKEN beats the file
+    if (!ApplyConfigFile({"agent"}, agent_cmd, &ctx.exit_code)) return;
+    if (af->controller.empty()) {
+      ctx.exit_code = 2;
+      std::cerr << "gpupool: --controller is required: pass it, or set `controller = ...` "
+                   "under [agent] in the config file\n";
+      return;
+    }
     InstallSignalHandlers();
     PrivateUmask();
     Result<net::ServerAddress> addr = net::ParseServerAddress(af->controller);
@@ -516,8 +575,8 @@ void RegisterDaemonCommands(CLI::App& app, cli::CommandContext& ctx) {
       return;
     }
     std::string token = af->token;
-    if (token.empty()) {
-      if (const char* t = std::getenv("GPUPOOL_TOKEN")) token = t;
+    if (!token_flag) {
+      if (const char* t = std::getenv("GPUPOOL_TOKEN"); t != nullptr && *t != '\0') token = t;
     }
     Result<NodeChoice> node = DiscoverForAgent(af->fake, /*allow_stand_in=*/false);
     if (!node.ok()) {
@@ -552,6 +611,9 @@ void RegisterDaemonCommands(CLI::App& app, cli::CommandContext& ctx) {
     t.join();
     containers.Cleanup();
   });
+
+  g_server_cmd = server;
+  g_agent_cmd = agent_cmd;
 
   // --- agent-shim (hidden): the per-job supervisor ---
   CLI::App* shim = app.add_subcommand("agent-shim", "");

@@ -8,11 +8,14 @@
 
 #include "common/json.h"
 #include "jobs/job_json.h"
+#include "store/job_nodes.h"
 #include "store/store.h"
 
 namespace gpupool::store {
 namespace {
 
+using internal::JobNodes;
+using internal::PrimaryNode;
 using jobs::Job;
 using jobs::JobState;
 
@@ -85,6 +88,19 @@ CREATE TABLE settings (
   value TEXT NOT NULL
 );
 )sql",
+    // Every node of a job's tasks (a gang has several; the node column holds the first),
+    // filled from the placements in the stored job bodies.
+    R"sql(
+CREATE TABLE job_nodes (
+  job_id INTEGER NOT NULL REFERENCES jobs(id) ON DELETE CASCADE,
+  node TEXT NOT NULL,
+  PRIMARY KEY (job_id, node)
+) WITHOUT ROWID;
+CREATE INDEX job_nodes_node ON job_nodes(node);
+INSERT OR IGNORE INTO job_nodes(job_id, node)
+  SELECT jobs.id, json_extract(p.value, '$.node') FROM jobs, json_each(jobs.body, '$.placement') AS p
+  WHERE json_extract(p.value, '$.node') IS NOT NULL;
+)sql",
 };
 
 class Stmt {
@@ -112,10 +128,6 @@ class Stmt {
   sqlite3_stmt* stmt_ = nullptr;
   int rc_;
 };
-
-std::string PrimaryNode(const Job& job) {
-  return job.placement.empty() ? std::string() : job.placement.front().node;
-}
 
 class SqliteStore final : public Store {
  public:
@@ -169,6 +181,8 @@ class SqliteStore final : public Store {
     u.Bind(1, DumpJson(jobs::JobToJson(stored)));
     u.Bind(2, id);
     if (u.Step() != SQLITE_DONE) return Rollback(Error("store job body"));
+    Status nodes = WriteJobNodes(stored, /*replace=*/false);
+    if (!nodes.ok()) return Rollback(nodes);
     GP_RETURN_IF_ERROR(Exec("COMMIT"));
     return id;
   }
@@ -186,7 +200,7 @@ class SqliteStore final : public Store {
   Result<std::vector<Job>> ListJobs(const JobFilter& filter) override {
     std::string sql = "SELECT body FROM jobs WHERE 1=1";
     if (filter.user) sql += " AND user=?1";
-    if (filter.node) sql += " AND node=?2";
+    if (filter.node) sql += " AND id IN (SELECT job_id FROM job_nodes WHERE node=?2)";
     if (filter.active_only) sql += " AND state IN ('PENDING','ASSIGNED','RUNNING')";
     if (!filter.states.empty()) {
       sql += " AND state IN (";
@@ -235,7 +249,11 @@ class SqliteStore final : public Store {
       s.Bind(5, u.job.id);
       s.Bind(6, std::string(jobs::JobStateName(u.expected)));
       if (s.Step() != SQLITE_DONE) return Rollback(Error("update job"));
-      if (sqlite3_changes(db_) == 1) continue;
+      if (sqlite3_changes(db_) == 1) {
+        Status nodes = WriteJobNodes(u.job, /*replace=*/true);
+        if (!nodes.ok()) return Rollback(nodes);
+        continue;
+      }
       // Nothing matched: say whether the job is missing or in another state.
       Stmt q(db_, "SELECT state FROM jobs WHERE id=?");
       q.Bind(1, u.job.id);
@@ -443,6 +461,22 @@ class SqliteStore final : public Store {
   }
 
  private:
+  // Inside a transaction: job_nodes gets one row per node of the job's tasks.
+  Status WriteJobNodes(const Job& job, bool replace) {
+    if (replace) {
+      Stmt d(db_, "DELETE FROM job_nodes WHERE job_id=?");
+      d.Bind(1, job.id);
+      if (d.Step() != SQLITE_DONE) return Error("clear the job's nodes");
+    }
+    for (const std::string& node : JobNodes(job)) {
+      Stmt i(db_, "INSERT INTO job_nodes(job_id, node) VALUES(?,?)");
+      i.Bind(1, job.id);
+      i.Bind(2, node);
+      if (i.Step() != SQLITE_DONE) return Error("record the job's nodes");
+    }
+    return Status::Ok();
+  }
+
   Status Exec(const std::string& sql) {
     char* err = nullptr;
     if (sqlite3_exec(db_, sql.c_str(), nullptr, nullptr, &err) != SQLITE_OK) {

@@ -22,7 +22,7 @@ struct JobFilter {
   std::optional<std::string> user;     // only this user's jobs
   std::vector<jobs::JobState> states;  // empty = any state
   bool active_only = false;            // PENDING, ASSIGNED, RUNNING
-  std::optional<std::string> node;     // placed on this node
+  std::optional<std::string> node;     // placed on this node, by any task of a gang
   int64_t ended_after_us = 0;          // terminal jobs ending before this are left out
   size_t limit = 0;                    // 0 = no limit; newest first when limited
 };
@@ -115,7 +115,8 @@ class Store {
 };
 
 // Opens (creating if needed) an SQLite store at `path` in WAL mode and brings its schema
-// up to date. ":memory:" gives a private in-memory store for tests.
+// up to date. ":memory:" gives a private in-memory store for tests. Daemons open their
+// store by spec instead, SQLite or PostgreSQL: OpenStore in open_store.h.
 Result<std::unique_ptr<Store>> OpenSqliteStore(const std::string& path);
 
 }  // namespace gpupool::store

@@ -1,13 +1,17 @@
 // Conformance tests for Store implementations; each implementation is a test parameter.
 #include <gtest/gtest.h>
+#include <libpq-fe.h>
 #include <sqlite3.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdlib>
 #include <filesystem>
 #include <thread>
 
+#include "store/open_store.h"
+#include "store/postgres_test_server.h"
 #include "store/store.h"
 
 namespace gpupool::store {
@@ -24,20 +28,39 @@ Job MakeJob(const std::string& user) {
   return j;
 }
 
+// A fresh database on the test binary's PostgreSQL server; skips the test when
+// postgresql-15 is not installed, fails it when the server is there but does not start.
+#define GP_FRESH_POSTGRES_DATABASE(spec)                                    \
+  do {                                                                      \
+    auto server = SharedPostgresTestServer();                               \
+    if (!server.ok() && server.status().code() == StatusCode::kUnavailable) \
+      GTEST_SKIP() << server.status().message();                            \
+    ASSERT_TRUE(server.ok()) << server.status().ToString();                 \
+    auto db = (*server)->CreateDatabase();                                  \
+    ASSERT_TRUE(db.ok()) << db.status().ToString();                         \
+    (spec) = *db;                                                           \
+  } while (0)
+
+// The parameter names the backend; every test opens its store through the factory
+// (OpenStore) with a spec for a new, empty store of that backend.
 class StoreTest : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override {
     if (GetParam() == "sqlite-file") {
+      // "InsertGetAndList/File": one directory, not a directory in a directory.
+      std::string name = ::testing::UnitTest::GetInstance()->current_test_info()->name();
+      std::replace(name.begin(), name.end(), '/', '-');
       dir_ = std::filesystem::temp_directory_path() /
-             ("gpupool-store-" + std::to_string(getpid()) + "-" +
-              ::testing::UnitTest::GetInstance()->current_test_info()->name());
+             ("gpupool-store-" + std::to_string(getpid()) + "-" + name);
       std::filesystem::remove_all(dir_);
       std::filesystem::create_directories(dir_);
-      path_ = (dir_ / "state.db").string();
+      path_ = "sqlite:" + (dir_ / "state.db").string();
+    } else if (GetParam() == "postgresql") {
+      GP_FRESH_POSTGRES_DATABASE(path_);
     } else {
-      path_ = ":memory:";
+      path_ = "sqlite::memory:";
     }
-    auto s = OpenSqliteStore(path_);
+    auto s = OpenStore(path_);
     ASSERT_TRUE(s.ok()) << s.status().ToString();
     store_ = std::move(s).value();
   }
@@ -216,10 +239,218 @@ TEST_P(StoreTest, ConcurrentWritersNeverLoseJobs) {
   EXPECT_EQ(store_->ListJobs({})->size(), size_t{kThreads * kPerThread});
 }
 
+// Every filter at once, so each backend binds each value to the right placeholder.
+TEST_P(StoreTest, ListFiltersCombine) {
+  std::vector<int64_t> ids;
+  for (int i = 0; i < 6; ++i) {
+    Job j = MakeJob(i % 2 == 0 ? "alice" : "bob");
+    j.id = store_->InsertJob(j).value();
+    j.state = JobState::kAssigned;
+    j.placement = {{i < 3 ? "n1" : "n2", {0}, {"GPU-1"}, 1000}};
+    ASSERT_TRUE(store_->UpdateJob(j, JobState::kPending).ok());
+    if (i >= 4) {  // two ended jobs: one long ago, one recently
+      Job done = j;
+      done.state = JobState::kSucceeded;
+      done.end_time_us = i == 4 ? 100 : 5000;
+      ASSERT_TRUE(store_->UpdateJob(done, JobState::kAssigned).ok());
+    }
+    ids.push_back(j.id);
+  }
+  JobFilter f;
+  f.user = "alice";  // jobs 0, 2, 4
+  f.node = "n2";     // jobs 3, 4, 5
+  f.states = {JobState::kSucceeded, JobState::kRunning};
+  f.ended_after_us = 1000;  // job 4 ended at 100
+  EXPECT_TRUE(store_->ListJobs(f)->empty());
+  f.ended_after_us = 50;
+  auto got = store_->ListJobs(f);
+  ASSERT_TRUE(got.ok()) << got.status().ToString();
+  ASSERT_EQ(got->size(), 1u);
+  EXPECT_EQ((*got)[0].id, ids[4]);
+
+  JobFilter recent;
+  recent.ended_after_us = 1000;  // unended jobs stay, job 4 goes
+  recent.limit = 3;              // newest first
+  auto newest = store_->ListJobs(recent);
+  ASSERT_TRUE(newest.ok()) << newest.status().ToString();
+  ASSERT_EQ(newest->size(), 3u);
+  EXPECT_EQ((*newest)[0].id, ids[5]);
+  EXPECT_EQ((*newest)[1].id, ids[3]);
+  EXPECT_EQ((*newest)[2].id, ids[2]);
+  JobFilter states;
+  states.states = {JobState::kAssigned};
+  states.user = "bob";  // jobs 1, 3
+  EXPECT_EQ(store_->ListJobs(states)->size(), 2u);
+}
+
+// A gang's tasks run on several nodes: the job is listed under each of them, once.
+TEST_P(StoreTest, GangJobsAreListedUnderEveryNode) {
+  auto on = [&](const std::string& node) {
+    JobFilter f;
+    f.node = node;
+    std::vector<int64_t> ids;
+    auto listed = store_->ListJobs(f);
+    EXPECT_TRUE(listed.ok()) << listed.status().ToString();
+    if (!listed.ok()) return ids;
+    const std::vector<Job>& jobs = *listed;
+    for (const Job& j : jobs) ids.push_back(j.id);
+    return ids;
+  };
+  Job gang = MakeJob("alice");
+  gang.request.tasks = 4;
+  gang.id = store_->InsertJob(gang).value();
+  EXPECT_TRUE(on("n1").empty());  // pending: on no node yet
+  gang.state = JobState::kAssigned;
+  gang.placement = {{"n1", {0}, {"GPU-a"}, 1000},
+                    {"n2", {0}, {"GPU-b"}, 1000},
+                    {"n2", {1}, {"GPU-c"}, 1000},
+                    {"n3", {0}, {"GPU-d"}, 1000}};
+  ASSERT_TRUE(store_->UpdateJob(gang, JobState::kPending).ok());
+  EXPECT_EQ(on("n1"), std::vector<int64_t>{gang.id});
+  EXPECT_EQ(on("n2"), std::vector<int64_t>{gang.id});  // two tasks there, listed once
+  EXPECT_EQ(on("n3"), std::vector<int64_t>{gang.id});
+  EXPECT_TRUE(on("n9").empty());
+  JobFilter active_on_n3;
+  active_on_n3.node = "n3";
+  active_on_n3.active_only = true;
+  active_on_n3.user = "alice";
+  EXPECT_EQ(store_->ListJobs(active_on_n3)->size(), 1u);
+
+  // A lost compare-and-set changes no node either.
+  Job stale = gang;
+  stale.placement = {{"n7", {0}, {"GPU-x"}, 1000}};
+  EXPECT_FALSE(store_->UpdateJob(stale, JobState::kPending).ok());
+  EXPECT_TRUE(on("n7").empty());
+
+  // Placed again elsewhere: only the new nodes list it.
+  gang.state = JobState::kRunning;
+  gang.placement = {{"n4", {0}, {"GPU-e"}, 1000}, {"n5", {0}, {"GPU-f"}, 1000}};
+  ASSERT_TRUE(store_->UpdateJob(gang, JobState::kAssigned).ok());
+  EXPECT_TRUE(on("n2").empty());
+  EXPECT_EQ(on("n5"), std::vector<int64_t>{gang.id});
+
+  // A job inserted already placed is listed under its nodes too.
+  Job placed = MakeJob("bob");
+  placed.state = JobState::kAssigned;
+  placed.placement = {{"n5", {1}, {"GPU-g"}, 1000}, {"n6", {0}, {"GPU-h"}, 1000}};
+  placed.id = store_->InsertJob(placed).value();
+  EXPECT_EQ(on("n6"), std::vector<int64_t>{placed.id});
+  EXPECT_EQ(on("n5"), (std::vector<int64_t>{gang.id, placed.id}));
+}
+
 INSTANTIATE_TEST_SUITE_P(Sqlite, StoreTest, ::testing::Values("sqlite-memory", "sqlite-file"),
                          [](const auto& param_info) {
                            return param_info.param == "sqlite-file" ? "File" : "Memory";
                          });
+INSTANTIATE_TEST_SUITE_P(Postgresql, StoreTest, ::testing::Values("postgresql"),
+                         [](const auto&) { return "Server"; });
+
+TEST(OpenStoreTest, PicksTheBackendBySpec) {
+  EXPECT_TRUE(IsPostgresSpec("postgresql://gp@db1/gpupool"));
+  EXPECT_TRUE(IsPostgresSpec("postgres://db1/gpupool"));
+  EXPECT_TRUE(IsPostgresSpec("host=/run/postgresql dbname=gpupool"));
+  EXPECT_TRUE(IsPostgresSpec("dbname = gpupool"));
+  EXPECT_FALSE(IsPostgresSpec("sqlite:/var/lib/gpupool/gpupool.db"));
+  EXPECT_FALSE(IsPostgresSpec("/var/lib/gpupool/gpupool.db"));
+  EXPECT_FALSE(IsPostgresSpec("state=old.db"));  // a file name, not a libpq keyword
+  auto mem = OpenStore("sqlite::memory:");
+  ASSERT_TRUE(mem.ok()) << mem.status().ToString();
+  EXPECT_TRUE((*mem)->InsertJob(MakeJob("alice")).ok());
+  EXPECT_EQ(OpenStore("").status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(OpenStore("sqlite:").status().code(), StatusCode::kInvalidArgument);
+  // An unknown scheme is a mistake, not a file to create.
+  auto typo = OpenStore("postgresq://db1/gpupool");
+  EXPECT_EQ(typo.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(typo.status().message().find("names no known store"), std::string::npos);
+  EXPECT_EQ(OpenStore("nosuch:x").status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(OpenStore("sqlite:/nonexistent-dir/state.db").status().code(),
+            StatusCode::kUnavailable);
+}
+
+// Passwords never reach a message: not from a URI, not from key=value, not when libpq
+// cannot parse the string.
+TEST(OpenStoreTest, MessagesNeverShowThePassword) {
+  const std::string uri = "postgresql://alice:s3cret@db1.example/gpupool";
+  EXPECT_EQ(DescribeStoreSpec(uri), "postgresql 'user=alice dbname=gpupool host=db1.example'");
+  EXPECT_EQ(DescribeStoreSpec("sqlite:/x/gpupool.db"), "sqlite /x/gpupool.db");
+  const std::string kv = "host=/nonexistent-gpupool-dir port=5999 dbname=gp password=s3cret";
+  auto s = OpenStore(kv);
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.status().code(), StatusCode::kUnavailable);
+  EXPECT_EQ(s.status().message().find("s3cret"), std::string::npos) << s.status().message();
+  EXPECT_NE(s.status().message().find("host=/nonexistent-gpupool-dir"), std::string::npos)
+      << s.status().message();
+  auto bad = OpenStore("host=x password='s3cret");  // an unterminated quote
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(bad.status().message().find("s3cret"), std::string::npos) << bad.status().message();
+}
+
+// Runs `sql` (no values) on the database of connection string `conninfo`; the first
+// value of its answer, if any.
+std::string RunSql(const std::string& conninfo, const std::string& sql) {
+  PGconn* conn = PQconnectdb(conninfo.c_str());
+  PGresult* r = PQexec(conn, sql.c_str());
+  EXPECT_TRUE(PQresultStatus(r) == PGRES_COMMAND_OK || PQresultStatus(r) == PGRES_TUPLES_OK)
+      << PQerrorMessage(conn);
+  std::string first = PQntuples(r) > 0 ? PQgetvalue(r, 0, 0) : "";
+  PQclear(r);
+  PQfinish(conn);
+  return first;
+}
+
+TEST(PostgresStoreTest, SurvivesReopenAndRefusesNewerSchema) {
+  std::string spec;
+  GP_FRESH_POSTGRES_DATABASE(spec);
+  int64_t id = 0;
+  {
+    auto s = OpenStore(spec);
+    ASSERT_TRUE(s.ok()) << s.status().ToString();
+    id = (*s)->InsertJob(MakeJob("alice")).value();
+  }
+  {
+    auto s = OpenStore(spec);
+    ASSERT_TRUE(s.ok()) << s.status().ToString();
+    EXPECT_EQ((*s)->GetJob(id)->user, "alice");
+  }
+  RunSql(spec, "UPDATE schema_version SET version=99");
+  auto newer = OpenStore(spec);
+  ASSERT_FALSE(newer.ok());
+  EXPECT_EQ(newer.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(newer.status().message().find("newer than this gpupool understands"), std::string::npos)
+      << newer.status().message();
+}
+
+// Two controllers starting at once on a new database: the migration runs once.
+TEST(PostgresStoreTest, ConcurrentOpensMigrateOnce) {
+  std::string spec;
+  GP_FRESH_POSTGRES_DATABASE(spec);
+  std::vector<Result<std::unique_ptr<Store>>> opened;
+  for (int i = 0; i < 3; ++i) opened.emplace_back(Status::Internal("not run"));
+  std::vector<std::thread> threads;
+  for (int i = 0; i < 3; ++i) threads.emplace_back([&, i] { opened[i] = OpenStore(spec); });
+  for (auto& t : threads) t.join();
+  for (auto& s : opened) ASSERT_TRUE(s.ok()) << s.status().ToString();
+  const int64_t id = (*opened[0])->InsertJob(MakeJob("alice")).value();
+  EXPECT_EQ((*opened[2])->GetJob(id)->user, "alice");
+}
+
+// A dropped connection (server restart, terminated backend) is re-established.
+TEST(PostgresStoreTest, ReconnectsAfterTheConnectionDrops) {
+  std::string spec;
+  GP_FRESH_POSTGRES_DATABASE(spec);
+  auto s = OpenStore(spec);
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  const int64_t id = (*s)->InsertJob(MakeJob("alice")).value();
+  // The store's connection names itself "gpupool" (fallback_application_name).
+  EXPECT_EQ(RunSql(spec,
+                   "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE "
+                   "application_name = 'gpupool'"),
+            "1");
+  auto again = (*s)->GetJob(id);
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  EXPECT_EQ(again->user, "alice");
+}
 
 TEST(SqliteStoreTest, SurvivesReopenAndRefusesNewerSchema) {
   auto dir =
@@ -250,6 +481,41 @@ TEST(SqliteStoreTest, SurvivesReopenAndRefusesNewerSchema) {
             std::string::npos);
   auto bad = OpenSqliteStore("/nonexistent-dir/state.db");
   EXPECT_EQ(bad.status().code(), StatusCode::kUnavailable);
+  std::filesystem::remove_all(dir);
+}
+
+// A store written before job_nodes (schema 7) lists its gangs under every node.
+TEST(SqliteStoreTest, MigratesGangNodesOfSchema7) {
+  auto dir = std::filesystem::temp_directory_path() / ("gpupool-gang-" + std::to_string(getpid()));
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  const std::string path = (dir / "state.db").string();
+  int64_t id = 0;
+  {
+    auto s = OpenSqliteStore(path);
+    ASSERT_TRUE(s.ok());
+    Job gang = MakeJob("alice");
+    gang.state = JobState::kAssigned;
+    gang.placement = {{"n1", {0}, {"GPU-a"}, 1000}, {"n2", {0}, {"GPU-b"}, 1000}};
+    id = (*s)->InsertJob(gang).value();
+  }
+  {
+    sqlite3* db = nullptr;
+    ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
+    ASSERT_EQ(
+        sqlite3_exec(db, "DROP TABLE job_nodes; PRAGMA user_version=7", nullptr, nullptr, nullptr),
+        SQLITE_OK);
+    sqlite3_close(db);
+  }
+  auto s = OpenSqliteStore(path);
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  JobFilter on_n2;
+  on_n2.node = "n2";
+  auto jobs = (*s)->ListJobs(on_n2);
+  ASSERT_TRUE(jobs.ok()) << jobs.status().ToString();
+  ASSERT_EQ(jobs->size(), 1u);
+  EXPECT_EQ((*jobs)[0].id, id);
+  s->reset();
   std::filesystem::remove_all(dir);
 }
 

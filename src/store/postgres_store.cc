@@ -1,0 +1,636 @@
+// PostgreSQL implementation of Store, over libpq. One connection guarded by a mutex, as
+// in the SQLite store: the controller is the only writer and its rate is far below what
+// one connection sustains. Every value goes to the server as a parameter (PQexecParams);
+// SQL text is built only from constants and placeholder numbers. A dropped connection is
+// re-established at the next call. Job bodies are JSON beside the indexed columns, and
+// job_nodes holds every node a job's tasks were placed on (a gang has several).
+#include "store/postgres_store.h"
+
+#include <libpq-fe.h>
+
+#include <algorithm>
+#include <charconv>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+
+#include "common/json.h"
+#include "jobs/job_json.h"
+#include "store/job_nodes.h"
+
+namespace gpupool::store {
+namespace {
+
+using internal::JobNodes;
+using internal::PrimaryNode;
+using jobs::Job;
+using jobs::JobState;
+
+// PostgreSQL schema versions, applied in order; the one-row table schema_version records
+// how far a database got. This list is PostgreSQL's own: its version 1 is the schema the
+// SQLite store reached at its version 8.
+const char* const kPgMigrations[] = {
+    R"sql(
+CREATE TABLE jobs (
+  id BIGSERIAL PRIMARY KEY,
+  username TEXT NOT NULL,
+  state TEXT NOT NULL,
+  node TEXT NOT NULL DEFAULT '',
+  end_time_us BIGINT NOT NULL DEFAULT 0,
+  body TEXT NOT NULL
+);
+CREATE INDEX jobs_state ON jobs(state);
+CREATE INDEX jobs_user ON jobs(username);
+CREATE TABLE job_nodes (
+  job_id BIGINT NOT NULL REFERENCES jobs(id) ON DELETE CASCADE,
+  node TEXT NOT NULL,
+  PRIMARY KEY (job_id, node)
+);
+CREATE INDEX job_nodes_node ON job_nodes(node);
+CREATE TABLE nodes (
+  name TEXT COLLATE "C" PRIMARY KEY,
+  info_json TEXT NOT NULL,
+  agent_url TEXT NOT NULL,
+  cpu_milli BIGINT NOT NULL,
+  memory_mib BIGINT NOT NULL,
+  registered_us BIGINT NOT NULL,
+  last_heartbeat_us BIGINT NOT NULL,
+  draining BOOLEAN NOT NULL,
+  address TEXT NOT NULL DEFAULT '',
+  protocol TEXT NOT NULL DEFAULT '',
+  drain_reason TEXT NOT NULL DEFAULT ''
+);
+CREATE TABLE tokens (
+  token_hash TEXT PRIMARY KEY,
+  username TEXT NOT NULL,
+  kind TEXT NOT NULL,
+  created_us BIGINT NOT NULL,
+  expires_us BIGINT NOT NULL DEFAULT 0,
+  last_used_us BIGINT NOT NULL DEFAULT 0
+);
+CREATE TABLE environments (
+  name TEXT COLLATE "C" NOT NULL,
+  version TEXT COLLATE "C" NOT NULL,
+  kind TEXT NOT NULL,
+  location TEXT NOT NULL,
+  needs_json TEXT NOT NULL,
+  owner TEXT NOT NULL,
+  created_us BIGINT NOT NULL,
+  image_id TEXT NOT NULL DEFAULT '',
+  dir_digest TEXT NOT NULL DEFAULT '',
+  PRIMARY KEY (name, version)
+);
+CREATE TABLE settings (
+  key TEXT PRIMARY KEY,
+  value TEXT NOT NULL
+);
+)sql",
+};
+
+// Held while migrating, so two controllers starting at once migrate one after the other.
+constexpr const char* kMigrationLockKey = "7450863113";
+
+// libpq's messages end in a newline and may span lines: one line for ours.
+std::string OneLine(const char* msg) {
+  std::string s = msg == nullptr ? "" : msg;
+  while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) s.pop_back();
+  for (char& c : s) {
+    if (c == '\n' || c == '\t') c = ' ';
+  }
+  return s.empty() ? "unknown error" : s;
+}
+
+class PgResult {
+ public:
+  explicit PgResult(PGresult* r) : r_(r) {}
+  ~PgResult() { PQclear(r_); }
+  PgResult(PgResult&& o) noexcept : r_(o.r_) { o.r_ = nullptr; }
+  PgResult& operator=(PgResult&& o) noexcept {
+    std::swap(r_, o.r_);
+    return *this;
+  }
+  PgResult(const PgResult&) = delete;
+  PgResult& operator=(const PgResult&) = delete;
+
+  int Rows() const { return PQntuples(r_); }
+  std::string Text(int row, int col) const {
+    return std::string(PQgetvalue(r_, row, col), static_cast<size_t>(PQgetlength(r_, row, col)));
+  }
+  int64_t Int(int row, int col) const {
+    int64_t v = 0;
+    const char* p = PQgetvalue(r_, row, col);
+    std::from_chars(p, p + PQgetlength(r_, row, col), v);
+    return v;
+  }
+  bool Bool(int row, int col) const { return PQgetvalue(r_, row, col)[0] == 't'; }
+  // Rows an INSERT, UPDATE or DELETE touched.
+  int64_t Affected() const {
+    const char* p = PQcmdTuples(r_);
+    int64_t v = 0;
+    std::from_chars(p, p + std::strlen(p), v);
+    return v;
+  }
+  std::string SqlState() const {
+    const char* s = PQresultErrorField(r_, PG_DIAG_SQLSTATE);
+    return s == nullptr ? "" : s;
+  }
+  bool ok() const {
+    const ExecStatusType t = PQresultStatus(r_);
+    return t == PGRES_COMMAND_OK || t == PGRES_TUPLES_OK;
+  }
+  PGresult* get() const { return r_; }
+
+ private:
+  PGresult* r_;
+};
+
+using Params = std::vector<std::string>;
+
+class PostgresStore final : public Store {
+ public:
+  PostgresStore(PGconn* conn, std::string target) : conn_(conn), target_(std::move(target)) {
+    PQsetNoticeProcessor(
+        conn_, [](void*, const char*) {}, nullptr);
+  }
+  ~PostgresStore() override { PQfinish(conn_); }
+
+  Status Init() {
+    std::lock_guard lock(mu_);
+    const auto known = static_cast<int64_t>(std::size(kPgMigrations));
+    for (;;) {
+      GP_RETURN_IF_ERROR(Begin());
+      Status s = Run("SELECT pg_advisory_xact_lock($1)", {kMigrationLockKey}, "lock for migration")
+                     .status();
+      if (s.ok()) {
+        s = Run("CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL)", {},
+                "create schema_version")
+                .status();
+      }
+      int64_t version = 0;
+      if (s.ok()) {
+        Result<PgResult> r = Run("SELECT version FROM schema_version", {}, "read schema_version");
+        if (!r.ok()) {
+          s = r.status();
+        } else if (r->Rows() > 0) {
+          version = r->Int(0, 0);
+        } else {
+          s = Run("INSERT INTO schema_version(version) VALUES(0)", {}, "init schema_version")
+                  .status();
+        }
+      }
+      if (s.ok() && version > known) {
+        s = Status::FailedPrecondition("the store's schema version " + std::to_string(version) +
+                                       " is newer than this gpupool understands (" +
+                                       std::to_string(known) +
+                                       "): run a newer gpupool or restore a backup");
+      }
+      if (!s.ok()) return Rollback(s);
+      if (version == known) return Commit();
+      // Migrations hold several statements and no values: the simple protocol runs them.
+      PgResult m(PQexec(conn_, kPgMigrations[version]));
+      if (!m.ok()) {
+        return Rollback(
+            Error(m, "").WithContext("schema migration " + std::to_string(version + 1)));
+      }
+      s = Run("UPDATE schema_version SET version=$1", {std::to_string(version + 1)},
+              "record schema version")
+              .status();
+      if (!s.ok()) return Rollback(s);
+      GP_RETURN_IF_ERROR(Commit());
+    }
+  }
+
+  Result<int64_t> InsertJob(const Job& job) override {
+    std::lock_guard lock(mu_);
+    GP_RETURN_IF_ERROR(Connected());
+    GP_RETURN_IF_ERROR(Begin());
+    Result<PgResult> seq = Run("SELECT nextval('jobs_id_seq')", {}, "allocate a job id");
+    if (!seq.ok()) return Rollback(seq.status());
+    Job stored = job;
+    stored.id = seq->Int(0, 0);
+    Status s =
+        Run("INSERT INTO jobs(id, username, state, node, end_time_us, body) "
+            "VALUES($1,$2,$3,$4,$5,$6)",
+            {std::to_string(stored.id), job.user, std::string(jobs::JobStateName(job.state)),
+             PrimaryNode(job), std::to_string(job.end_time_us), DumpJson(jobs::JobToJson(stored))},
+            "insert job")
+            .status();
+    if (s.ok()) s = WriteJobNodes(stored, /*replace=*/false);
+    if (!s.ok()) return Rollback(s);
+    GP_RETURN_IF_ERROR(Commit());
+    return stored.id;
+  }
+
+  Result<Job> GetJob(int64_t id) override {
+    std::lock_guard lock(mu_);
+    GP_RETURN_IF_ERROR(Connected());
+    GP_ASSIGN_OR_RETURN(PgResult r, Run("SELECT body FROM jobs WHERE id=$1", {std::to_string(id)},
+                                        "read job " + std::to_string(id)));
+    if (r.Rows() == 0) return Status::NotFound("no job " + std::to_string(id));
+    return Decode(r.Text(0, 0));
+  }
+
+  Result<std::vector<Job>> ListJobs(const JobFilter& filter) override {
+    Params params;
+    auto param = [&params](std::string v) {
+      params.push_back(std::move(v));
+      return "$" + std::to_string(params.size());
+    };
+    std::string sql = "SELECT body FROM jobs WHERE TRUE";
+    if (filter.user) sql += " AND username=" + param(*filter.user);
+    if (filter.node) {
+      sql += " AND id IN (SELECT job_id FROM job_nodes WHERE node=" + param(*filter.node) + ")";
+    }
+    if (filter.active_only) sql += " AND state IN ('PENDING','ASSIGNED','RUNNING')";
+    if (!filter.states.empty()) {
+      sql += " AND state IN (";
+      for (size_t i = 0; i < filter.states.size(); ++i) {
+        sql += (i ? "," : "") + param(std::string(jobs::JobStateName(filter.states[i])));
+      }
+      sql += ")";
+    }
+    if (filter.ended_after_us > 0) {
+      sql += " AND (end_time_us=0 OR end_time_us>=" + param(std::to_string(filter.ended_after_us)) +
+             ")";
+    }
+    if (filter.limit > 0) {
+      sql += " ORDER BY id DESC LIMIT " + param(std::to_string(filter.limit));
+    } else {
+      sql += " ORDER BY id";
+    }
+    std::lock_guard lock(mu_);
+    GP_RETURN_IF_ERROR(Connected());
+    GP_ASSIGN_OR_RETURN(PgResult r, Run(sql, params, "list jobs"));
+    std::vector<Job> out;
+    out.reserve(static_cast<size_t>(r.Rows()));
+    for (int i = 0; i < r.Rows(); ++i) {
+      GP_ASSIGN_OR_RETURN(Job j, Decode(r.Text(i, 0)));
+      out.push_back(std::move(j));
+    }
+    return out;
+  }
+
+  Status UpdateJob(const Job& job, JobState expected) override {
+    return UpdateJobs({{job, expected}});
+  }
+
+  Status UpdateJobs(const std::vector<JobUpdate>& updates) override {
+    std::lock_guard lock(mu_);
+    GP_RETURN_IF_ERROR(Connected());
+    GP_RETURN_IF_ERROR(Begin());
+    for (const JobUpdate& u : updates) {
+      const std::string id = std::to_string(u.job.id);
+      Result<PgResult> r =
+          Run("UPDATE jobs SET state=$1, node=$2, end_time_us=$3, body=$4 WHERE id=$5 AND "
+              "state=$6",
+              {std::string(jobs::JobStateName(u.job.state)), PrimaryNode(u.job),
+               std::to_string(u.job.end_time_us), DumpJson(jobs::JobToJson(u.job)), id,
+               std::string(jobs::JobStateName(u.expected))},
+              "update job");
+      if (!r.ok()) return Rollback(r.status());
+      if (r->Affected() == 1) {
+        Status s = WriteJobNodes(u.job, /*replace=*/true);
+        if (!s.ok()) return Rollback(s);
+        continue;
+      }
+      // Nothing matched: say whether the job is missing or in another state.
+      Result<PgResult> q = Run("SELECT state FROM jobs WHERE id=$1", {id}, "read job state");
+      if (!q.ok()) return Rollback(q.status());
+      return Rollback(q->Rows() > 0 ? Status::FailedPrecondition(
+                                          "job " + id + " is " + q->Text(0, 0) + ", not " +
+                                          std::string(jobs::JobStateName(u.expected)))
+                                    : Status::NotFound("no job " + id));
+    }
+    return Commit();
+  }
+
+  Status PutNode(const NodeRecord& n) override {
+    std::lock_guard lock(mu_);
+    GP_RETURN_IF_ERROR(Connected());
+    return Run("INSERT INTO nodes(name, info_json, agent_url, cpu_milli, memory_mib, "
+               "registered_us, last_heartbeat_us, draining, address, protocol, drain_reason) "
+               "VALUES($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11) ON CONFLICT(name) DO UPDATE SET "
+               "info_json=EXCLUDED.info_json, agent_url=EXCLUDED.agent_url, "
+               "cpu_milli=EXCLUDED.cpu_milli, memory_mib=EXCLUDED.memory_mib, "
+               "registered_us=EXCLUDED.registered_us, "
+               "last_heartbeat_us=EXCLUDED.last_heartbeat_us, draining=EXCLUDED.draining, "
+               "address=EXCLUDED.address, protocol=EXCLUDED.protocol, "
+               "drain_reason=EXCLUDED.drain_reason",
+               {n.name, n.info_json, n.agent_url, std::to_string(n.cpu_milli),
+                std::to_string(n.memory_mib), std::to_string(n.registered_us),
+                std::to_string(n.last_heartbeat_us), n.draining ? "true" : "false", n.address,
+                n.protocol, n.drain_reason},
+               "store node " + n.name)
+        .status();
+  }
+
+  Result<std::vector<NodeRecord>> ListNodes() override {
+    std::lock_guard lock(mu_);
+    GP_RETURN_IF_ERROR(Connected());
+    GP_ASSIGN_OR_RETURN(
+        PgResult r, Run("SELECT name, info_json, agent_url, cpu_milli, memory_mib, registered_us, "
+                        "last_heartbeat_us, draining, address, protocol, drain_reason FROM nodes "
+                        "ORDER BY name",
+                        {}, "list nodes"));
+    std::vector<NodeRecord> out;
+    out.reserve(static_cast<size_t>(r.Rows()));
+    for (int i = 0; i < r.Rows(); ++i) {
+      out.push_back({r.Text(i, 0), r.Text(i, 1), r.Text(i, 2), r.Int(i, 3), r.Int(i, 4),
+                     r.Int(i, 5), r.Int(i, 6), r.Bool(i, 7), r.Text(i, 8), r.Text(i, 9),
+                     r.Text(i, 10)});
+    }
+    return out;
+  }
+
+  Status PutToken(const TokenRecord& t) override {
+    std::lock_guard lock(mu_);
+    GP_RETURN_IF_ERROR(Connected());
+    return Run("INSERT INTO tokens(token_hash, username, kind, created_us, expires_us, "
+               "last_used_us) VALUES($1,$2,$3,$4,$5,$6)",
+               {t.token_hash, t.user, t.kind, std::to_string(t.created_us),
+                std::to_string(t.expires_us), std::to_string(t.last_used_us)},
+               "store token")
+        .status();
+  }
+
+  Result<std::optional<TokenRecord>> FindToken(std::string_view hash) override {
+    std::lock_guard lock(mu_);
+    GP_RETURN_IF_ERROR(Connected());
+    GP_ASSIGN_OR_RETURN(PgResult r,
+                        Run("SELECT token_hash, username, kind, created_us, expires_us, "
+                            "last_used_us FROM tokens WHERE token_hash=$1",
+                            {std::string(hash)}, "find token"));
+    if (r.Rows() == 0) return std::optional<TokenRecord>();
+    return std::optional<TokenRecord>(Token(r, 0));
+  }
+
+  Result<std::vector<TokenRecord>> ListTokens() override {
+    std::lock_guard lock(mu_);
+    GP_RETURN_IF_ERROR(Connected());
+    GP_ASSIGN_OR_RETURN(PgResult r, Run("SELECT token_hash, username, kind, created_us, "
+                                        "expires_us, last_used_us FROM tokens ORDER BY "
+                                        "created_us, token_hash",
+                                        {}, "list tokens"));
+    std::vector<TokenRecord> out;
+    out.reserve(static_cast<size_t>(r.Rows()));
+    for (int i = 0; i < r.Rows(); ++i) out.push_back(Token(r, i));
+    return out;
+  }
+
+  Status DeleteToken(std::string_view hash) override {
+    std::lock_guard lock(mu_);
+    GP_RETURN_IF_ERROR(Connected());
+    GP_ASSIGN_OR_RETURN(PgResult r, Run("DELETE FROM tokens WHERE token_hash=$1",
+                                        {std::string(hash)}, "delete token"));
+    if (r.Affected() == 0) return Status::NotFound("no such token");
+    return Status::Ok();
+  }
+
+  Status TouchToken(std::string_view hash, int64_t used_us) override {
+    std::lock_guard lock(mu_);
+    GP_RETURN_IF_ERROR(Connected());
+    GP_ASSIGN_OR_RETURN(
+        PgResult r, Run("UPDATE tokens SET last_used_us=$1 WHERE token_hash=$2",
+                        {std::to_string(used_us), std::string(hash)}, "record the use of a token"));
+    if (r.Affected() == 0) return Status::NotFound("no such token");
+    return Status::Ok();
+  }
+
+  Status PutEnvironment(const EnvironmentRecord& e) override {
+    std::lock_guard lock(mu_);
+    GP_RETURN_IF_ERROR(Connected());
+    const Params params = {e.name,
+                           e.version,
+                           e.kind,
+                           e.location,
+                           e.needs_json,
+                           e.owner,
+                           std::to_string(e.created_us),
+                           e.image_id,
+                           e.dir_digest};
+    PgResult r = Exec(
+        "INSERT INTO environments(name, version, kind, location, needs_json, owner, "
+        "created_us, image_id, dir_digest) VALUES($1,$2,$3,$4,$5,$6,$7,$8,$9)",
+        params);
+    if (r.SqlState() == "23505") {  // unique_violation
+      return Status::AlreadyExists("environment " + e.name + ":" + e.version +
+                                   " already exists; environments are immutable, add a new "
+                                   "version instead");
+    }
+    if (!r.ok()) return Error(r, "store environment");
+    return Status::Ok();
+  }
+
+  Result<std::optional<EnvironmentRecord>> FindEnvironment(std::string_view name,
+                                                           std::string_view version) override {
+    std::lock_guard lock(mu_);
+    GP_RETURN_IF_ERROR(Connected());
+    GP_ASSIGN_OR_RETURN(PgResult r,
+                        Run("SELECT name, version, kind, location, needs_json, owner, "
+                            "created_us, image_id, dir_digest FROM environments "
+                            "WHERE name=$1 AND version=$2",
+                            {std::string(name), std::string(version)}, "find environment"));
+    if (r.Rows() == 0) return std::optional<EnvironmentRecord>();
+    return std::optional<EnvironmentRecord>(Environment(r, 0));
+  }
+
+  Result<std::vector<EnvironmentRecord>> ListEnvironments() override {
+    std::lock_guard lock(mu_);
+    GP_RETURN_IF_ERROR(Connected());
+    GP_ASSIGN_OR_RETURN(PgResult r, Run("SELECT name, version, kind, location, needs_json, owner, "
+                                        "created_us, image_id, dir_digest FROM environments "
+                                        "ORDER BY name, version",
+                                        {}, "list environments"));
+    std::vector<EnvironmentRecord> out;
+    out.reserve(static_cast<size_t>(r.Rows()));
+    for (int i = 0; i < r.Rows(); ++i) out.push_back(Environment(r, i));
+    return out;
+  }
+
+  Status DeleteEnvironment(std::string_view name, std::string_view version) override {
+    std::lock_guard lock(mu_);
+    GP_RETURN_IF_ERROR(Connected());
+    GP_ASSIGN_OR_RETURN(PgResult r,
+                        Run("DELETE FROM environments WHERE name=$1 AND version=$2",
+                            {std::string(name), std::string(version)}, "delete environment"));
+    if (r.Affected() == 0) {
+      return Status::NotFound("no environment " + std::string(name) + ":" + std::string(version));
+    }
+    return Status::Ok();
+  }
+
+  Status PutSetting(std::string_view key, std::string_view value) override {
+    std::lock_guard lock(mu_);
+    GP_RETURN_IF_ERROR(Connected());
+    return Run("INSERT INTO settings(key, value) VALUES($1,$2) ON CONFLICT(key) DO UPDATE SET "
+               "value=EXCLUDED.value",
+               {std::string(key), std::string(value)}, "store setting " + std::string(key))
+        .status();
+  }
+
+  Result<std::optional<std::string>> GetSetting(std::string_view key) override {
+    std::lock_guard lock(mu_);
+    GP_RETURN_IF_ERROR(Connected());
+    GP_ASSIGN_OR_RETURN(PgResult r, Run("SELECT value FROM settings WHERE key=$1",
+                                        {std::string(key)}, "read setting " + std::string(key)));
+    if (r.Rows() == 0) return std::optional<std::string>();
+    return std::optional<std::string>(r.Text(0, 0));
+  }
+
+ private:
+  static TokenRecord Token(const PgResult& r, int i) {
+    return {r.Text(i, 0), r.Text(i, 1), r.Text(i, 2), r.Int(i, 3), r.Int(i, 4), r.Int(i, 5)};
+  }
+  static EnvironmentRecord Environment(const PgResult& r, int i) {
+    return {r.Text(i, 0), r.Text(i, 1), r.Text(i, 2), r.Text(i, 3), r.Text(i, 4),
+            r.Text(i, 5), r.Int(i, 6),  r.Text(i, 7), r.Text(i, 8)};
+  }
+
+  // Inside a transaction: job_nodes gets one row per node of the job's tasks.
+  Status WriteJobNodes(const Job& job, bool replace) {
+    const std::string id = std::to_string(job.id);
+    if (replace) {
+      GP_RETURN_IF_ERROR(
+          Run("DELETE FROM job_nodes WHERE job_id=$1", {id}, "clear the job's nodes").status());
+    }
+    for (const std::string& node : JobNodes(job)) {
+      GP_RETURN_IF_ERROR(Run("INSERT INTO job_nodes(job_id, node) VALUES($1,$2)", {id, node},
+                             "record the job's nodes")
+                             .status());
+    }
+    return Status::Ok();
+  }
+
+  // The connection, re-established if the server or the network dropped it.
+  Status Connected() {
+    if (PQstatus(conn_) == CONNECTION_OK) return Status::Ok();
+    PQreset(conn_);
+    if (PQstatus(conn_) == CONNECTION_OK) return Status::Ok();
+    return Status::Unavailable("the PostgreSQL store " + target_ +
+                               " is unreachable: " + OneLine(PQerrorMessage(conn_)) +
+                               ": check that the server runs and accepts this connection");
+  }
+
+  // Outside a transaction a statement that finds the connection dropped (a restarted
+  // server, a terminated backend) is sent once more over a new one.
+  PgResult Exec(const std::string& sql, const Params& params) {
+    std::vector<const char*> values;
+    values.reserve(params.size());
+    for (const std::string& p : params) values.push_back(p.c_str());
+    auto send = [&] {
+      return PgResult(PQexecParams(conn_, sql.c_str(), static_cast<int>(values.size()), nullptr,
+                                   values.data(), nullptr, nullptr, /*resultFormat=*/0));
+    };
+    PgResult r = send();
+    if (!r.ok() && !in_transaction_ && PQstatus(conn_) == CONNECTION_BAD) {
+      PQreset(conn_);
+      if (PQstatus(conn_) == CONNECTION_OK) r = send();
+    }
+    return r;
+  }
+
+  Result<PgResult> Run(const std::string& sql, const Params& params, const std::string& what) {
+    PgResult r = Exec(sql, params);
+    if (!r.ok()) return Error(r, what);
+    return r;
+  }
+
+  Status Error(const PgResult& r, const std::string& what) {
+    std::string msg = "postgresql: ";
+    if (!what.empty()) msg += what + ": ";
+    msg += OneLine(r.get() != nullptr ? PQresultErrorMessage(r.get()) : PQerrorMessage(conn_));
+    const std::string state = r.SqlState();
+    // Class 08 (connection exception), 57P0x (shutdown), or a connection gone bad.
+    if (PQstatus(conn_) != CONNECTION_OK || state.rfind("08", 0) == 0 ||
+        state.rfind("57P", 0) == 0) {
+      return Status::Unavailable(msg + " (store " + target_ + ")");
+    }
+    return Status::Internal(msg);
+  }
+
+  Status Begin() {
+    GP_RETURN_IF_ERROR(Run("BEGIN", {}, "begin a transaction").status());
+    in_transaction_ = true;
+    return Status::Ok();
+  }
+  Status Commit() {
+    Status s = Run("COMMIT", {}, "commit").status();
+    in_transaction_ = false;
+    if (!s.ok()) PgResult ended(PQexec(conn_, "ROLLBACK"));
+    return s;
+  }
+  Status Rollback(Status s) {
+    PgResult ended(PQexec(conn_, "ROLLBACK"));
+    in_transaction_ = false;
+    return s;
+  }
+
+  static Result<Job> Decode(const std::string& body) {
+    GP_ASSIGN_OR_RETURN(Json j, ParseJson(body, "stored job"));
+    return jobs::JobFromJson(j, "stored job");
+  }
+
+  std::mutex mu_;
+  PGconn* conn_;
+  bool in_transaction_ = false;
+  const std::string target_;  // the connection string without its password
+};
+
+}  // namespace
+
+std::string RedactConninfo(const std::string& conninfo) {
+  char* err = nullptr;
+  PQconninfoOption* opts = PQconninfoParse(conninfo.c_str(), &err);
+  if (err != nullptr) PQfreemem(err);  // its text may quote the password
+  if (opts == nullptr) return "(a PostgreSQL connection string libpq cannot parse)";
+  std::string out;
+  for (const PQconninfoOption* o = opts; o->keyword != nullptr; ++o) {
+    if (o->val == nullptr || *o->val == '\0' || std::string_view(o->keyword) == "password") {
+      continue;
+    }
+    std::string v = o->val;
+    if (v.find_first_of(" '\\") != std::string::npos) {
+      v.insert(0, 1, '\'');
+      v += '\'';
+    }
+    if (!out.empty()) out += ' ';
+    out += std::string(o->keyword) + "=" + v;
+  }
+  PQconninfoFree(opts);
+  return "'" + out + "'";
+}
+
+Result<std::unique_ptr<Store>> OpenPostgresStore(const std::string& conninfo) {
+  const std::string target = RedactConninfo(conninfo);
+  {
+    char* err = nullptr;
+    PQconninfoOption* opts = PQconninfoParse(conninfo.c_str(), &err);
+    if (err != nullptr) PQfreemem(err);
+    if (opts == nullptr) {
+      return Status::InvalidArgument(
+          "the PostgreSQL connection string is malformed (not shown: it may hold a password): "
+          "write it as postgresql://USER@HOST/DB or host=HOST dbname=DB");
+    }
+    PQconninfoFree(opts);
+  }
+  // Keywords are applied in order: the connection string may override connect_timeout,
+  // and names the application only if it says nothing about it.
+  const char* timeout = std::getenv("PGCONNECT_TIMEOUT");
+  const char* keys[] = {"connect_timeout", "dbname", "fallback_application_name", nullptr};
+  const char* values[] = {timeout != nullptr ? timeout : "10", conninfo.c_str(), "gpupool",
+                          nullptr};
+  PGconn* conn = PQconnectdbParams(keys, values, /*expand_dbname=*/1);
+  if (conn == nullptr) return Status::Unavailable("libpq: out of memory");
+  if (PQstatus(conn) != CONNECTION_OK) {
+    std::string msg = OneLine(PQerrorMessage(conn));
+    PQfinish(conn);
+    return Status::Unavailable("cannot connect to the PostgreSQL store " + target + ": " + msg +
+                               ": check the --store connection string, that the server runs, "
+                               "and the password in PGPASSFILE or ~/.pgpass");
+  }
+  auto store = std::make_unique<PostgresStore>(conn, target);
+  GP_RETURN_IF_ERROR(store->Init().WithContext("store " + target));
+  return std::unique_ptr<Store>(std::move(store));
+}
+
+}  // namespace gpupool::store
