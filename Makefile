@@ -1,5 +1,5 @@
 # The two set-up commands of the README: `make run` and `make test`.
-.PHONY: all deps build build-release build-asan run test test-release test-asan bench format tidy clean
+.PHONY: all deps build build-release build-asan run test test-release test-asan bench deb format tidy clean
 
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 
@@ -36,6 +36,11 @@ test-asan: build-asan
 
 bench: build
 	@bash bench/run.sh
+
+# The Debian package from the release build, without compiling anything else
+# (docs/deploy.md): build/release/deb/gpupool_VERSION_ARCH.deb.
+deb: build
+	@bash packaging/deb/build-deb.sh build/release build/release/deb
 
 format:
 	find src tests bench -name '*.cc' -o -name '*.h' -o -name '*.c' | xargs clang-format -i

@@ -11,6 +11,13 @@ packages=(
   # libraries (see the README's dependency table for why each)
   nlohmann-json3-dev libfmt-dev libspdlog-dev libcli11-dev libsqlite3-dev
   libmicrohttpd-dev libssl-dev
+  # the PostgreSQL store (libpq) and the real server its conformance tests start
+  libpq-dev postgresql-15
+  # the daemons' INI configuration file (/etc/gpupool/gpupool.conf)
+  libinih-dev
+  # `make deb`: dpkg-shlibdeps computes the package's Depends; the deb_package test checks
+  # the package with lintian and its units with systemd-analyze
+  dpkg-dev lintian systemd
   # tests and benchmarks; python3-jsonschema checks docs/openapi.json (openapi_schema_test.py)
   libgtest-dev libgmock-dev libbenchmark-dev python3 python3-jsonschema
   # multi-node jobs for real (tests/multinode): PyTorch, Open MPI and mpi4py from Debian
@@ -21,6 +28,8 @@ packages=(
   catatonit
   # a static busybox makes the minimal root file system of the CDI podman test
   busybox-static
+  # GET /metrics checked by promtool and scraped by a real Prometheus (tests/metrics)
+  prometheus
 )
 
 missing=()

@@ -1,0 +1,103 @@
+#!/usr/bin/env bash
+# ctest deb_package: builds the .deb from this build with build-deb.sh (what `make deb`
+# runs), then checks it: its contents (binaries, units, conffile, maintainer scripts),
+# that every key documented in the shipped gpupool.conf is one the daemons accept and
+# that the packaged server starts with it, `systemd-analyze verify` on the units (no
+# output allowed: it reports unknown keys and bad values but still exits 0), and lintian
+# (errors fail; warnings are printed).
+#
+#   packaging/deb/test-deb.sh BUILD_DIR
+set -euo pipefail
+
+here=$(cd "$(dirname "$0")" && pwd)
+build=$(cd "$1" && pwd)
+
+missing=()
+for tool in dpkg-deb dpkg-shlibdeps lintian systemd-analyze; do
+  command -v "$tool" >/dev/null 2>&1 || missing+=("$tool")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "SKIP: ${missing[*]} missing: apt-get install dpkg-dev lintian systemd"
+  exit 77
+fi
+
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/gpupool-deb-test.XXXXXX")
+server_pid=""
+cleanup() {
+  [ -n "$server_pid" ] && kill "$server_pid" 2>/dev/null || true
+  rm -rf "$tmp"
+}
+trap cleanup EXIT
+fail() {
+  echo "FAIL: $*" >&2
+  exit 1
+}
+
+start=$(date +%s)
+deb=$(bash "$here/build-deb.sh" "$build" "$tmp/out" | tail -n 1)
+[ -f "$deb" ] || fail "build-deb.sh made no package"
+echo "built $deb ($(($(date +%s) - start)) s)"
+
+# Contents.
+contents=$(dpkg-deb -c "$deb" | awk '{print $1, $NF}')
+for f in ./usr/bin/gpupool ./usr/bin/gpupool-exec ./usr/bin/gpupool-agent-shim; do
+  grep -qx -- "-rwxr-xr-x $f" <<<"$contents" || fail "$f is missing or not 0755"
+done
+for f in ./lib/systemd/system/gpupool-server.service ./lib/systemd/system/gpupool-agent.service \
+  ./etc/gpupool/gpupool.conf ./usr/share/doc/gpupool/copyright \
+  ./usr/share/doc/gpupool/deploy.md.gz ./usr/share/gpupool/examples/nodes/nvidia-8xh100.json; do
+  grep -qx -- "-rw-r--r-- $f" <<<"$contents" || fail "$f is missing or not 0644"
+done
+[ "$(dpkg-deb -f "$deb" Package)" = gpupool ] || fail "the package is not called gpupool"
+grep -q 'libc6' <<<"$(dpkg-deb -f "$deb" Depends)" || fail "Depends lacks libc6 (dpkg-shlibdeps)"
+dpkg-deb -e "$deb" "$tmp/control"
+[ "$(cat "$tmp/control/conffiles")" = /etc/gpupool/gpupool.conf ] ||
+  fail "conffiles is not /etc/gpupool/gpupool.conf"
+for s in postinst prerm postrm; do
+  [ -x "$tmp/control/$s" ] || fail "DEBIAN/$s is missing"
+  sh -n "$tmp/control/$s" || fail "DEBIAN/$s is not valid sh"
+done
+grep -q 'ExecStart=/usr/bin/gpupool server --config /etc/gpupool/gpupool.conf' \
+  "$here/gpupool-server.service" || fail "gpupool-server.service does not run the server with --config"
+grep -q 'ExecStart=/usr/bin/gpupool agent --config /etc/gpupool/gpupool.conf' \
+  "$here/gpupool-agent.service" || fail "gpupool-agent.service does not run the agent with --config"
+echo "contents: ok"
+
+# The shipped configuration: every documented key uncommented is accepted, and the
+# packaged binary starts a server with it (command-line options winning over the file).
+root="$tmp/root"
+dpkg-deb -x "$deb" "$root"
+sed -E 's/^#([a-z-]+ =)/\1/' "$root/etc/gpupool/gpupool.conf" >"$tmp/all.conf"
+chmod 600 "$tmp/all.conf"
+keys=$(grep -cE '^[a-z-]+ =' "$tmp/all.conf")
+[ "$keys" -ge 20 ] || fail "gpupool.conf documents only $keys keys"
+"$root/usr/bin/gpupool" server --config "$tmp/all.conf" --state-dir "$tmp/state" --port 0 \
+  >"$tmp/server.log" 2>&1 &
+server_pid=$!
+for _ in $(seq 50); do
+  [ -S "$tmp/state/gpupool.sock" ] && break
+  kill -0 "$server_pid" 2>/dev/null || { cat "$tmp/server.log"; fail "the packaged server did not start with the shipped gpupool.conf (all $keys keys set)"; }
+  sleep 0.1
+done
+[ -S "$tmp/state/gpupool.sock" ] || fail "the packaged server made no socket"
+kill "$server_pid"
+wait "$server_pid" 2>/dev/null || true
+server_pid=""
+echo "config: all $keys documented keys accepted"
+
+# systemd-analyze verify, in a root with the package and the host's own units.
+cp -rn /lib/systemd/system/. "$root/lib/systemd/system/" 2>/dev/null || true
+out=$(systemd-analyze verify --root="$root" gpupool-server.service gpupool-agent.service 2>&1) ||
+  fail "systemd-analyze verify: $out"
+[ -z "$out" ] || fail "systemd-analyze verify reported: $out"
+echo "systemd-analyze verify: ok"
+
+# lintian: errors fail.
+set +e
+lint=$(lintian --tag-display-limit 0 --fail-on error "$deb" 2>&1)
+rc=$?
+set -e
+echo "lintian:"
+echo "$lint" | grep -E '^[EWI]:' || echo "  (no tags)"
+[ $rc -eq 0 ] || fail "lintian reports errors"
+echo "PASS ($(($(date +%s) - start)) s)"
