@@ -637,13 +637,17 @@ HttpResponse Api::Submit(const Call& c) {
   if (Status s = jobs::ValidateSubmission(*job); !s.ok()) return ErrorResponse(s);
   // An unknown environment is 404 (the client exits 3, "not found"), not a usage error.
   if (Status s = environments_.Resolve(&*job); !s.ok()) return ErrorResponse(s);
-  Result<jobs::Job> submitted = controller_->Submit(std::move(*job), caller);
+  bool duplicate = false;
+  Result<jobs::Job> submitted = controller_->Submit(std::move(*job), caller, &duplicate);
   if (!submitted.ok() && submitted.status().code() == StatusCode::kResourceExhausted) {
     HttpResponse over = ErrorResponse(submitted.status());
     over.status = 429;  // a usage limit (max_queued): try again once jobs have started
     return over;
   }
   if (!submitted.ok()) return ErrorResponse(submitted.status());
+  // A retried submission (its submit_key was used): 200 with the job it made.
+  if (duplicate)
+    return JsonResponse(200, {{"job", jobs::JobToJson(*submitted)}, {"duplicate", true}});
   return JsonResponse(201, {{"job", jobs::JobToJson(*submitted)}});
 }
 

@@ -269,7 +269,8 @@ void Controller::WakeSchedulerForArrival() {
 
 void Controller::NotifyNode(const std::string&) { work_cv_.notify_all(); }
 
-Result<Job> Controller::Submit(Job job, const Caller& caller) {
+Result<Job> Controller::Submit(Job job, const Caller& caller, bool* duplicate) {
+  if (duplicate != nullptr) *duplicate = false;
   job.user = caller.user;
   job.uid = caller.uid;
   job.gid = caller.gid;
@@ -298,6 +299,25 @@ Result<Job> Controller::Submit(Job job, const Caller& caller) {
                                       " is another user's; a job may depend on its owner's "
                                       "jobs only");
     }
+  }
+  // A retried submission (the same user and submit_key) answers with what the first made.
+  auto earlier = [&]() -> Result<std::optional<Job>> {
+    if (job.submit_key.empty()) return std::optional<Job>();
+    GP_ASSIGN_OR_RETURN(std::optional<int64_t> id, store_->FindSubmitKey(job.uid, job.submit_key));
+    if (!id) return std::optional<Job>();
+    if (duplicate != nullptr) *duplicate = true;
+    std::lock_guard lock(mu_);
+    if (auto it = active_.find(*id); it != active_.end()) {
+      Job copy = it->second;
+      AttachPendingReason(&copy);
+      return std::optional<Job>(std::move(copy));
+    }
+    GP_ASSIGN_OR_RETURN(Job stored, store_->GetJob(*id));
+    return std::optional<Job>(std::move(stored));
+  };
+  {
+    GP_ASSIGN_OR_RETURN(std::optional<Job> first, earlier());
+    if (first) return std::move(*first);
   }
   // Jobs that passed the max_queued check but are not in active_ yet count as queued, so
   // concurrent submissions cannot pass the limit together; released on every return.
@@ -331,9 +351,21 @@ Result<Job> Controller::Submit(Job job, const Caller& caller) {
       }
     }
   }
-  if (!job.array.empty()) return SubmitArray(std::move(job));
+  if (!job.array.empty()) {
+    Result<Job> first = SubmitArray(job);
+    if (first.ok() || first.status().code() != StatusCode::kAlreadyExists) return first;
+    // The same key, submitted again meanwhile: that one made it.
+    GP_ASSIGN_OR_RETURN(std::optional<Job> made, earlier());
+    if (made) return std::move(*made);
+    return first;
+  }
   // The store serialises writers itself; API calls need not wait for this one.
-  GP_ASSIGN_OR_RETURN(job.id, store_->InsertJob(job));
+  Result<int64_t> id = store_->InsertJob(job);
+  if (!id.ok() && id.status().code() == StatusCode::kAlreadyExists && !job.submit_key.empty()) {
+    GP_ASSIGN_OR_RETURN(std::optional<Job> made, earlier());
+    if (made) return std::move(*made);
+  }
+  GP_ASSIGN_OR_RETURN(job.id, std::move(id));
   std::lock_guard lock(mu_);
   active_[job.id] = job;
   Touched(job.id);
@@ -360,6 +392,7 @@ Result<Job> Controller::SubmitArray(Job job) {
       GP_RETURN_IF_ERROR(store_->UpdateJob(e, JobState::kPending));
       job.array_id = e.id;
       job.env["GPUPOOL_ARRAY_JOB_ID"] = std::to_string(e.id);
+      job.submit_key.clear();  // the first element holds the array's key
       first = e;
     } else {
       e.array_id = job.array_id;

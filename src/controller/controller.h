@@ -157,7 +157,9 @@ class Controller {
   void Stop();
 
   // --- users ---
-  Result<jobs::Job> Submit(jobs::Job job, const Caller& caller);
+  // A job with a submit_key that its user used before is not created again: the answer
+  // is the job that key made, with *duplicate set.
+  Result<jobs::Job> Submit(jobs::Job job, const Caller& caller, bool* duplicate = nullptr);
   Result<jobs::Job> Cancel(int64_t id, const Caller& caller);
   // `hold`: keeps a pending job from starting until released (owner or admin; a hold an
   // admin put on another user's job is released by admins only). Holding a held job or

@@ -561,6 +561,47 @@ TEST_F(ControllerTest, NodesShowCpuAndMemoryAllocatedAndTotal) {
   EXPECT_EQ(v.memory_allocated_mib, 3 * 1024 + 1);
 }
 
+TEST_F(ControllerTest, ARetriedSubmissionIsCreatedOnce) {
+  Register(4);
+  Job j = MakeJob(1);
+  j.submit_key = "c0ffee-1";
+  bool duplicate = true;
+  Result<Job> first = c_->Submit(j, alice_, &duplicate);
+  ASSERT_TRUE(first.ok()) << first.status().ToString();
+  EXPECT_FALSE(duplicate);
+  Result<Job> again = c_->Submit(j, alice_, &duplicate);
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  EXPECT_TRUE(duplicate);
+  EXPECT_EQ(again->id, first->id);
+  // After a restart (a failover reloads the store) and once it runs, still the same job.
+  ASSERT_TRUE(c_->ScheduleOnce().ok());
+  Restart();
+  again = c_->Submit(j, alice_, &duplicate);
+  ASSERT_TRUE(again.ok());
+  EXPECT_TRUE(duplicate);
+  EXPECT_EQ(again->id, first->id);
+  EXPECT_EQ(again->state, JobState::kAssigned);
+  // Keys are per user: bob's is his own job.
+  Result<Job> bobs = c_->Submit(j, bob_, &duplicate);
+  ASSERT_TRUE(bobs.ok());
+  EXPECT_FALSE(duplicate);
+  EXPECT_NE(bobs->id, first->id);
+  // An array's key is its first element's: retried, no new elements.
+  Job arr = MakeJob(1);
+  arr.array = "0-3";
+  arr.submit_key = "array-9";
+  const int64_t head = c_->Submit(arr, alice_, &duplicate)->id;
+  const size_t jobs_now = store_->ListJobs({})->size();
+  EXPECT_EQ(c_->Submit(arr, alice_, &duplicate)->id, head);
+  EXPECT_TRUE(duplicate);
+  EXPECT_EQ(store_->ListJobs({})->size(), jobs_now);
+  Job bad = MakeJob(1);
+  bad.submit_key = "no spaces please";
+  Result<Job> refused = c_->Submit(bad, alice_);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().message().rfind("submit_key:", 0), 0u) << refused.status().message();
+}
+
 TEST_F(ControllerTest, UsersOnlySeeAndCancelTheirOwnJobs) {
   Register(1);
   Job j = c_->Submit(MakeJob(1), alice_).value();

@@ -158,6 +158,9 @@ struct Job {
   // no command; the tasks hold the allocation for gpupool exec until it is cancelled or
   // its time limit. Empty: a batch job.
   std::string interactive;
+  // A client-made idempotency key (submit_key): a submission retried with the same key
+  // by the same user (after a timeout or a controller failover) is created once.
+  std::string submit_key;
   bool pty = false;  // run: the command gets a pseudo-terminal (--pty)
   // run: the command's end (its session's), once it ended; the job's outcome.
   bool command_ended = false;

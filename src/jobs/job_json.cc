@@ -206,6 +206,7 @@ OrderedJson JobToJson(const Job& job) {
   j["requeue"] = job.requeue;
   if (job.mpi) j["mpi"] = true;
   if (!job.interactive.empty()) j["interactive"] = job.interactive;
+  if (!job.submit_key.empty()) j["submit_key"] = job.submit_key;
   if (job.pty) j["pty"] = true;
   if (job.command_ended) {
     j["command_ended"] = true;
@@ -346,6 +347,7 @@ Result<Job> JobFromJson(const Json& j, std::string_view path, bool reject_unknow
   f.Optional("requeue", &job.requeue);
   f.Optional("mpi", &job.mpi);
   f.Optional("interactive", &job.interactive);
+  f.Optional("submit_key", &job.submit_key);
   f.Optional("pty", &job.pty);
   f.Optional("command_ended", &job.command_ended);
   f.Optional("command_exit_code", &job.command_exit_code);

@@ -1,5 +1,6 @@
 #include "jobs/job_validation.h"
 
+#include <cctype>
 #include <string_view>
 #include <vector>
 
@@ -197,6 +198,18 @@ Status ValidateSubmission(const Job& job) {
     }
   }
   if (!job.workdir.empty()) GP_RETURN_IF_ERROR(CheckPath("workdir", job.workdir));
+  if (!job.submit_key.empty()) {
+    bool ok = job.submit_key.size() <= 128;
+    for (char c : job.submit_key) {
+      ok = ok && (std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.' ||
+                  c == ':');
+    }
+    if (!ok) {
+      return Status::InvalidArgument(
+          "submit_key: 1..128 letters, digits and - _ . : (a random id the client makes, e.g. "
+          "a UUID)");
+    }
+  }
   if (!job.interactive.empty() && job.interactive != "run" && job.interactive != "alloc") {
     return Status::InvalidArgument("interactive: '" + job.interactive +
                                    "' is not run or alloc (gpupool run, gpupool alloc)");

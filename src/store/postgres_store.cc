@@ -85,6 +85,15 @@ CREATE TABLE settings (
   value TEXT NOT NULL
 );
 )sql",
+    // Submissions' idempotency keys (a retried submit is created once), per uid.
+    R"sql(
+CREATE TABLE submit_keys (
+  uid BIGINT NOT NULL,
+  key TEXT COLLATE "C" NOT NULL,
+  job_id BIGINT NOT NULL,
+  PRIMARY KEY (uid, key)
+);
+)sql",
 };
 
 // Held while migrating, so two controllers starting at once migrate one after the other.
@@ -216,9 +225,29 @@ class PostgresStore final : public Store {
             "insert job")
             .status();
     if (s.ok()) s = WriteJobNodes(stored, /*replace=*/false);
+    if (s.ok() && !job.submit_key.empty()) {
+      PgResult k = Exec("INSERT INTO submit_keys(uid, key, job_id) VALUES($1,$2,$3)",
+                        {std::to_string(job.uid), job.submit_key, std::to_string(stored.id)});
+      if (k.SqlState() == "23505") {  // unique_violation
+        s = Status::AlreadyExists("submit_key '" + job.submit_key + "' was used before by uid " +
+                                  std::to_string(job.uid));
+      } else if (!k.ok()) {
+        s = Error(k, "store submit key");
+      }
+    }
     if (!s.ok()) return Rollback(s);
     GP_RETURN_IF_ERROR(Commit());
     return stored.id;
+  }
+
+  Result<std::optional<int64_t>> FindSubmitKey(uint32_t uid, std::string_view key) override {
+    std::lock_guard lock(mu_);
+    GP_RETURN_IF_ERROR(Connected());
+    GP_ASSIGN_OR_RETURN(PgResult r,
+                        Run("SELECT job_id FROM submit_keys WHERE uid=$1 AND key=$2",
+                            {std::to_string(uid), std::string(key)}, "read submit key"));
+    if (r.Rows() == 0) return std::optional<int64_t>();
+    return std::optional<int64_t>(r.Int(0, 0));
   }
 
   Result<Job> GetJob(int64_t id) override {

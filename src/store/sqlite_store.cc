@@ -101,6 +101,15 @@ INSERT OR IGNORE INTO job_nodes(job_id, node)
   SELECT jobs.id, json_extract(p.value, '$.node') FROM jobs, json_each(jobs.body, '$.placement') AS p
   WHERE json_extract(p.value, '$.node') IS NOT NULL;
 )sql",
+    // Submissions' idempotency keys (a retried submit is created once), per uid.
+    R"sql(
+CREATE TABLE submit_keys (
+  uid INTEGER NOT NULL,
+  key TEXT NOT NULL,
+  job_id INTEGER NOT NULL,
+  PRIMARY KEY (uid, key)
+) WITHOUT ROWID;
+)sql",
 };
 
 class Stmt {
@@ -183,8 +192,32 @@ class SqliteStore final : public Store {
     if (u.Step() != SQLITE_DONE) return Rollback(Error("store job body"));
     Status nodes = WriteJobNodes(stored, /*replace=*/false);
     if (!nodes.ok()) return Rollback(nodes);
+    if (!job.submit_key.empty()) {
+      Stmt k(db_, "INSERT INTO submit_keys(uid, key, job_id) VALUES(?,?,?)");
+      k.Bind(1, static_cast<int64_t>(job.uid));
+      k.Bind(2, job.submit_key);
+      k.Bind(3, id);
+      const int rc = k.Step();
+      if ((rc & 0xff) == SQLITE_CONSTRAINT) {
+        return Rollback(Status::AlreadyExists("submit_key '" + job.submit_key +
+                                              "' was used before by uid " +
+                                              std::to_string(job.uid)));
+      }
+      if (rc != SQLITE_DONE) return Rollback(Error("store submit key"));
+    }
     GP_RETURN_IF_ERROR(Exec("COMMIT"));
     return id;
+  }
+
+  Result<std::optional<int64_t>> FindSubmitKey(uint32_t uid, std::string_view key) override {
+    std::lock_guard lock(mu_);
+    Stmt s(db_, "SELECT job_id FROM submit_keys WHERE uid=? AND key=?");
+    s.Bind(1, static_cast<int64_t>(uid));
+    s.Bind(2, std::string(key));
+    const int rc = s.Step();
+    if (rc == SQLITE_DONE) return std::optional<int64_t>();
+    if (rc != SQLITE_ROW) return Error("read submit key");
+    return std::optional<int64_t>(s.Int(0));
   }
 
   Result<Job> GetJob(int64_t id) override {

@@ -72,8 +72,12 @@ class Store {
  public:
   virtual ~Store() = default;
 
-  // Inserts a new job and returns its id (ids increase and are never reused).
+  // Inserts a new job and returns its id (ids increase and are never reused). A job with
+  // a submit_key records it for its uid in the same transaction: AlreadyExists, and
+  // nothing stored, when that uid used that key before.
   virtual Result<int64_t> InsertJob(const jobs::Job& job) = 0;
+  // The job a uid's submit_key created, if any.
+  virtual Result<std::optional<int64_t>> FindSubmitKey(uint32_t uid, std::string_view key) = 0;
   virtual Result<jobs::Job> GetJob(int64_t id) = 0;
   // Jobs in id order (newest first when filter.limit is set).
   virtual Result<std::vector<jobs::Job>> ListJobs(const JobFilter& filter) = 0;

@@ -141,6 +141,32 @@ TEST_P(StoreTest, BatchUpdateIsAllOrNothing) {
   EXPECT_EQ(store_->GetJob(b.id)->state, JobState::kAssigned);
 }
 
+TEST_P(StoreTest, ASubmitKeyMakesOneJobPerUser) {
+  Job j = MakeJob("alice");
+  j.uid = 1000;
+  j.submit_key = "7f3c2a9e-retry";
+  Result<int64_t> first = store_->InsertJob(j);
+  ASSERT_TRUE(first.ok()) << first.status().ToString();
+  EXPECT_EQ(store_->GetJob(*first)->submit_key, "7f3c2a9e-retry");
+  EXPECT_EQ(*store_->FindSubmitKey(1000, "7f3c2a9e-retry"), std::optional<int64_t>(*first));
+  EXPECT_FALSE(store_->FindSubmitKey(1001, "7f3c2a9e-retry")->has_value());
+  EXPECT_FALSE(store_->FindSubmitKey(1000, "other")->has_value());
+  // The same user and key again: refused, and nothing of it stored.
+  const size_t before = store_->ListJobs({})->size();
+  Result<int64_t> again = store_->InsertJob(j);
+  ASSERT_FALSE(again.ok());
+  EXPECT_EQ(again.status().code(), StatusCode::kAlreadyExists);
+  EXPECT_NE(again.status().message().find("submit_key"), std::string::npos);
+  EXPECT_EQ(store_->ListJobs({})->size(), before);
+  // Another user may use the same key; jobs without a key are not affected.
+  Job bob = j;
+  bob.uid = 1001;
+  EXPECT_TRUE(store_->InsertJob(bob).ok());
+  Job plain = MakeJob("alice");
+  EXPECT_TRUE(store_->InsertJob(plain).ok());
+  EXPECT_TRUE(store_->InsertJob(plain).ok());
+}
+
 TEST_P(StoreTest, SettingsAreReplacedWhole) {
   EXPECT_FALSE(store_->GetSetting("limits")->has_value());
   ASSERT_TRUE(store_->PutSetting("limits", R"({"users": {}})").ok());
@@ -503,7 +529,8 @@ TEST(SqliteStoreTest, MigratesGangNodesOfSchema7) {
     sqlite3* db = nullptr;
     ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
     ASSERT_EQ(
-        sqlite3_exec(db, "DROP TABLE job_nodes; PRAGMA user_version=7", nullptr, nullptr, nullptr),
+        sqlite3_exec(db, "DROP TABLE job_nodes; DROP TABLE submit_keys; PRAGMA user_version=7",
+                     nullptr, nullptr, nullptr),
         SQLITE_OK);
     sqlite3_close(db);
   }

@@ -5,10 +5,12 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <mutex>
 #include <sstream>
+#include <thread>
 
 #include "cli/client/client_commands.h"
 #include "common/json.h"
@@ -35,6 +37,15 @@ struct RunResult {
   std::string out;
   std::string err;
 };
+
+// The submit_key of a submission's body, "" when it has none.
+std::string SubmitKeyOf(const std::string& body) {
+  const std::string field = R"("submit_key":")";
+  const size_t at = body.find(field);
+  if (at == std::string::npos) return "";
+  const size_t from = at + field.size();
+  return body.substr(from, body.find('"', from) - from);
+}
 
 class ClientE2eTest : public ::testing::Test {
  protected:
@@ -138,12 +149,37 @@ TEST_F(ClientE2eTest, SubmitSendsTheRightBodyAndPrintsTheId) {
   ASSERT_EQ(reqs.size(), 1u);
   EXPECT_EQ(reqs[0].method, "POST");
   EXPECT_EQ(reqs[0].path, "/v1/jobs");
-  EXPECT_EQ(reqs[0].body,
-            R"js({"command":["python","-c","print(1)","--gpus","9"],"env":{"A":"1"},)js"
-            R"("workdir":")" +
-                dir_.string() +
-                R"(","request":{"gpus":1,"gpu_milli":250,"cpu_milli":1000,"memory_bytes":0,)"
-                R"("tasks":1},"time_limit_s":5400})");
+  // Every submission carries a fresh idempotency key (128 random bits in hex), last.
+  const std::string key = SubmitKeyOf(reqs[0].body);
+  EXPECT_EQ(key.size(), 32u) << reqs[0].body;
+  EXPECT_EQ(key.find_first_not_of("0123456789abcdef"), std::string::npos) << key;
+  std::string body = reqs[0].body;
+  const std::string field = R"(,"submit_key":")" + key + "\"";
+  if (const size_t at = body.find(field); at != std::string::npos) body.erase(at, field.size());
+  EXPECT_EQ(body, R"js({"command":["python","-c","print(1)","--gpus","9"],"env":{"A":"1"},)js"
+                  R"("workdir":")" +
+                      dir_.string() +
+                      R"(","request":{"gpus":1,"gpu_milli":250,"cpu_milli":1000,"memory_bytes":0,)"
+                      R"("tasks":1},"time_limit_s":5400})");
+}
+
+TEST_F(ClientE2eTest, SubmitOutlastsAServerThatIsBrieflyAwayAndKeepsItsKey) {
+  // No server yet: the first attempts find nothing; the server comes up a little later.
+  std::thread late([this] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(400));
+    Serve([](const HttpRequest&) { return JsonAnswer(201, R"({"job": {"id": 21}})"); });
+  });
+  RunResult r = Run({"submit", "--", "true"});
+  late.join();
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.out, "Submitted job 21\n");
+  ASSERT_EQ(Requests().size(), 1u);
+  EXPECT_NE(Requests()[0].body.find("\"submit_key\":\""), std::string::npos);
+  // Two submissions get two keys.
+  ASSERT_EQ(Run({"submit", "--", "true"}).code, 0);
+  ASSERT_EQ(Requests().size(), 2u);
+  EXPECT_EQ(SubmitKeyOf(Requests()[1].body).size(), 32u);
+  EXPECT_NE(SubmitKeyOf(Requests()[0].body), SubmitKeyOf(Requests()[1].body));
 }
 
 TEST_F(ClientE2eTest, SubmitJsonPrintsTheServersAnswer) {

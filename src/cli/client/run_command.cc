@@ -53,7 +53,7 @@ Result<int64_t> SubmitInteractive(const ClientRuntime& rt, const ApiClient& api,
   body["interactive"] = mode;
   if (mode == "alloc") body["command"] = OrderedJson::array();
   if (s.pty) body["pty"] = true;
-  GP_ASSIGN_OR_RETURN(ApiAnswer answer, api.Post("/v1/jobs", DumpJson(body)));
+  GP_ASSIGN_OR_RETURN(ApiAnswer answer, PostSubmission(api, &body));
   const int64_t id = GetInt(GetObject(answer.json, "job"), "id");
   if (id <= 0) return Status::Internal("the server accepted the job but its answer has no id");
   return id;

@@ -1,8 +1,12 @@
 // BuildSubmission: submit options (as text) -> the POST /v1/jobs body. Declared in
 // submit_flags.h. The server checks everything again; these checks exist so that a
 // mistake is reported before any network round trip, in the user's own words.
+#include <algorithm>
 #include <cctype>
+#include <chrono>
 #include <filesystem>
+#include <random>
+#include <thread>
 
 #include "cli/client/submit_flags.h"
 #include "cli/client/units.h"
@@ -255,6 +259,32 @@ Result<OrderedJson> BuildSubmission(const SubmitFlags& f, const std::vector<std:
   }
   if (!deps.empty()) body["dependencies"] = std::move(deps);
   return body;
+}
+
+Result<ApiAnswer> PostSubmission(const ApiClient& api, OrderedJson* body) {
+  if (!body->contains("submit_key")) (*body)["submit_key"] = NewSubmitKey();
+  const std::string text = DumpJson(*body);
+  int pause_ms = 200;
+  for (int tries = 0;; ++tries) {
+    Result<ApiAnswer> r = api.Post("/v1/jobs", text);
+    const bool again = !r.ok() && (r.status().code() == StatusCode::kUnavailable ||
+                                   (r.status().code() == StatusCode::kResourceExhausted &&
+                                    r.status().message().find("waiting") != std::string::npos));
+    if (!again || tries >= 12) return r;
+    std::this_thread::sleep_for(std::chrono::milliseconds(pause_ms));
+    pause_ms = std::min(pause_ms * 2, 5000);
+  }
+}
+
+std::string NewSubmitKey() {
+  std::random_device rd;  // the kernel's random source
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string key;
+  for (int i = 0; i < 4; ++i) {
+    uint32_t v = rd();
+    for (int k = 0; k < 8; ++k, v >>= 4) key += kHex[v & 15];
+  }
+  return key;
 }
 
 }  // namespace gpupool::cli

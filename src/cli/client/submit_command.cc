@@ -77,7 +77,7 @@ Status RunSubmit(const ClientRuntime& rt, const SubmitState& s, bool after_dashe
   const SubmitFlags flags = MergeFlags(script_flags, s.flags);
   GP_ASSIGN_OR_RETURN(OrderedJson body, BuildSubmission(flags, command, cwd));
   GP_ASSIGN_OR_RETURN(ApiClient api, Connect(rt, s.conn));
-  GP_ASSIGN_OR_RETURN(ApiAnswer answer, api.Post("/v1/jobs", DumpJson(body)));
+  GP_ASSIGN_OR_RETURN(ApiAnswer answer, PostSubmission(api, &body));
   if (s.json) {
     PrintRaw(rt, answer.body);
   } else {

@@ -14,6 +14,7 @@
 #include <string_view>
 #include <vector>
 
+#include "cli/client/api_client.h"
 #include "common/json.h"
 #include "common/status.h"
 
@@ -75,5 +76,15 @@ SubmitFlags MergeFlags(const SubmitFlags& script, const SubmitFlags& cmdline);
 Result<OrderedJson> BuildSubmission(const SubmitFlags& flags,
                                     const std::vector<std::string>& command,
                                     const std::string& cwd);
+
+// A fresh idempotency key for one submission (128 random bits, hex): the same body with
+// the same key, sent again after a timeout or a lost server, is created once.
+std::string NewSubmitKey();
+
+// POST /v1/jobs with `body`, after giving it a submit_key: sent again with the same key
+// while the server is unreachable or busy (up to about a minute), so a submission lost in
+// a server's failure or failover is created once. A 200 answer (the key was seen) is the
+// job the first attempt made.
+Result<ApiAnswer> PostSubmission(const ApiClient& api, OrderedJson* body);
 
 }  // namespace gpupool::cli
