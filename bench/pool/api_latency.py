@@ -161,8 +161,39 @@ def vm_status(pid):
     return out
 
 
+class Postgres:
+    """A throwaway PostgreSQL 15 server on a Unix socket in a temporary directory, run as
+    the `postgres` account (initdb refuses root), fsync off as in the store tests."""
+
+    BIN = "/usr/lib/postgresql/15/bin"
+
+    def __init__(self):
+        if not os.path.exists(os.path.join(self.BIN, "initdb")):
+            raise RuntimeError("--postgres needs postgresql-15 (scripts/install-deps.sh)")
+        self.dir = tempfile.mkdtemp(prefix="gp-apilat-pg-", dir="/tmp")
+        shutil.chown(self.dir, "postgres", "postgres")
+        data = os.path.join(self.dir, "data")
+        as_pg = ["runuser", "-u", "postgres", "--"]
+        subprocess.run(as_pg + [os.path.join(self.BIN, "initdb"), "-D", data, "-A", "trust",
+                                "-U", "postgres"], check=True, capture_output=True)
+        subprocess.run(as_pg + [os.path.join(self.BIN, "pg_ctl"), "-D", data, "-w", "-l",
+                                os.path.join(self.dir, "log"), "-o",
+                                "-k %s -c listen_addresses='' -c fsync=off" % self.dir, "start"],
+                       check=True, capture_output=True)
+        subprocess.run(as_pg + [os.path.join(self.BIN, "psql") if os.path.exists(
+            os.path.join(self.BIN, "psql")) else "psql", "-h", self.dir, "-U", "postgres", "-c",
+            "CREATE DATABASE gpupool"], check=True, capture_output=True)
+        self.spec = "postgresql:///gpupool?host=%s&user=postgres" % self.dir
+
+    def stop(self):
+        subprocess.run(["runuser", "-u", "postgres", "--", os.path.join(self.BIN, "pg_ctl"), "-D",
+                        os.path.join(self.dir, "data"), "-m", "immediate", "stop"],
+                       capture_output=True)
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
 class Server:
-    def __init__(self, binary, node):
+    def __init__(self, binary, node, store=None):
         self.dir = tempfile.mkdtemp(prefix="gp-apilat-", dir="/tmp")
         os.chmod(self.dir, 0o755)
         self.sock = os.path.join(self.dir, "gpupool.sock")
@@ -170,7 +201,8 @@ class Server:
         os.makedirs(self.work)
         self.log = open(os.path.join(self.dir, "server.log"), "ab")
         self.proc = subprocess.Popen(
-            [binary, "up", "--fake", node, "--state-dir", self.dir, "--port", "0"],
+            [binary, "up", "--fake", node, "--state-dir", self.dir, "--port", "0"] +
+            (["--store", store] if store else []),
             stdout=self.log, stderr=self.log, start_new_session=True)
 
     def tail(self):
@@ -290,7 +322,8 @@ def driver(a):
             print("no C client at %s: using the Python clients" % client_bin, file=sys.stderr)
             client_bin = None
     gpus = len(json.load(open(a.node))["gpus"])
-    srv = Server(binary, a.node)
+    pg = Postgres() if a.postgres else None
+    srv = Server(binary, a.node, pg.spec if pg else a.store)
     running = []
     try:
         srv.wait_up(gpus)
@@ -379,6 +412,8 @@ def driver(a):
         }
     finally:
         srv.stop(running)
+        if pg:
+            pg.stop()
     return res
 
 
@@ -439,6 +474,9 @@ def main():
                     help="load generator: c (bench/api_load), python, or auto (c when built)")
     ap.add_argument("--client-binary", help="api_load binary (default: BUILD/bench/api_load "
                     "beside --gpupool)")
+    ap.add_argument("--store", help="the server's --store (default: its SQLite file)")
+    ap.add_argument("--postgres", action="store_true",
+                    help="run the server on a throwaway PostgreSQL 15 (postgresql-15)")
     ap.add_argument("--out")
     # worker mode (internal)
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
