@@ -398,6 +398,7 @@ std::span<const Api::RouteEntry> Api::Table() {
       {"PUT", "/v1/limits", &Api::PutLimits},
       {"GET", "/v1/usage", &Api::Usage},
       {"GET", "/v1/whoami", &Api::Whoami},
+      {"GET", "/v1/controllers", &Api::Controllers},
       {"POST", "/v1/tokens", &Api::CreateToken},
       {"GET", "/v1/tokens", &Api::ListTokens},
       {"DELETE", "/v1/tokens/{token_id}", &Api::RevokeToken},
@@ -487,6 +488,21 @@ HttpResponse Api::Readyz(const Call&) {
   if (stopping_) problems.push_back("the server is shutting down");
   if (problems.empty()) return JsonResponse(200, {{"ok", true}});
   return JsonResponse(503, {{"ok", false}, {"problems", problems}});
+}
+
+// GET /v1/controllers: which controller leads and which stand by (SetControllersView);
+// a controller on a store of its own has neither lease nor standbys.
+HttpResponse Api::Controllers(const Call&) {
+  if (!controllers_view_) {
+    return JsonResponse(200, {{"leader", nullptr},
+                              {"controllers", OrderedJson::array()},
+                              {"note",
+                               "one controller on a store of its own (SQLite): there is no "
+                               "lease and no standby"}});
+  }
+  Result<OrderedJson> view = controllers_view_();
+  if (!view.ok()) return ErrorResponse(view.status());
+  return JsonResponse(200, *view);
 }
 
 // docs/openapi.json as it was when the server was built.

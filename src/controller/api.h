@@ -3,6 +3,7 @@
 #pragma once
 
 #include <atomic>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -65,6 +66,12 @@ class Api {
     environments_.Stop();
   }
 
+  // What GET /v1/controllers answers (the daemon's leadership); without it, that this is
+  // a lone controller. Set before the first request.
+  void SetControllersView(std::function<Result<OrderedJson>()> view) {
+    controllers_view_ = std::move(view);
+  }
+
  private:
   // A request matched to a route, with the route's path parameters.
   struct Call;
@@ -109,6 +116,7 @@ class Api {
   // Admins and metrics tokens: all users' jobs; others their own.
   net::HttpResponse Usage(const Call& c);
   net::HttpResponse Whoami(const Call& c);
+  net::HttpResponse Controllers(const Call& c);
   net::HttpResponse CreateToken(const Call& c);
   net::HttpResponse ListTokens(const Call& c);
   net::HttpResponse RevokeToken(const Call& c);
@@ -133,6 +141,7 @@ class Api {
   RequestLimiter agent_waiting_{kMaxWaitingPerAgent, kMaxWaiting};
   std::unique_ptr<EnvInspector> own_inspector_;
   Environments environments_;
+  std::function<Result<OrderedJson>()> controllers_view_;
 };
 
 }  // namespace gpupool::controller

@@ -166,6 +166,7 @@ class Scenario {
     Expect(200, Root("GET", "/v1/usage", "/v1/usage", {{"by", "project"}}));
     Expect(200, Root("GET", "/v1/whoami", "/v1/whoami"));
     Expect(200, User("GET", "/v1/whoami", "/v1/whoami"));
+    Expect(200, User("GET", "/v1/controllers", "/v1/controllers"));
 
     // Tokens.
     Json token = Expect(201, Root("POST", "/v1/tokens", "/v1/tokens", {},

@@ -467,10 +467,13 @@ class Checker:
 
 
 def strictify(node):
-    """Closes every object schema with properties and no word on additionalProperties."""
+    """Closes every object schema with properties and no word on additionalProperties, and
+    says OpenAPI 3.0's `nullable: true` to JSON Schema as a type that admits null."""
     if isinstance(node, dict):
         if isinstance(node.get("properties"), dict) and "additionalProperties" not in node:
             node["additionalProperties"] = False
+        if node.get("nullable") is True and isinstance(node.get("type"), str):
+            node["type"] = [node["type"], "null"]
         for value in node.values():
             strictify(value)
     elif isinstance(node, list):

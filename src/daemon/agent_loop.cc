@@ -394,7 +394,10 @@ Status AgentLoop::PollOnce() {
   Result<Json> answer = Call("GET",
                              "/v1/agent/work?node=" + net::UrlEncode(options_.node_name) +
                                  "&wait_ms=" + std::to_string(options_.poll_wait_ms),
-                             "", options_.poll_wait_ms + 15'000);
+                             // A controller that takes the poll and never answers
+                             // (frozen) is given up on within 20 s; the next poll goes to
+                             // the next controller of the list (net::HttpClient).
+                             "", options_.poll_wait_ms + 10'000);
   if (!answer.ok()) {
     if (answer.status().code() == StatusCode::kNotFound) registered_ = false;
     return answer.status();

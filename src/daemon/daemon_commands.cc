@@ -23,9 +23,11 @@
 #include "controller/controller.h"
 #include "daemon/agent_loop.h"
 #include "daemon/config_file.h"
+#include "daemon/leadership.h"
 #include "daemon/local_agent_token.h"
 #include "gpu/gpu_backend.h"
 #include "net/http_server.h"
+#include "store/lease.h"
 #include "store/open_store.h"
 #include "store/store.h"
 
@@ -57,6 +59,11 @@ std::string Hostname() {
   char buf[256] = {};
   if (gethostname(buf, sizeof buf - 1) != 0) return "localhost";
   return buf;
+}
+
+int Fail(const Status& s) {
+  std::cerr << "gpupool: " << s.message() << "\n";
+  return 1;
 }
 
 // A stand-in 8-GPU node for machines without GPUs, so `make run` works anywhere.
@@ -121,6 +128,8 @@ struct ServerFlags {
   int node_timeout_s = 30;
   int exec_client_timeout_s = 15;
   std::vector<std::string> podman_args;  // global podman flags for image inspection
+  std::string advertise;  // `server`: the API address other machines use (--advertise)
+  int lease_ms = 5000;    // `server` on PostgreSQL: the leadership lease (--lease-ms)
 };
 
 // Files with job data (the store, job specs and logs) must be private: the daemons create
@@ -164,27 +173,40 @@ void MakeStoreFilesPrivate(const std::string& db) {
   }
 }
 
-Result<ServerParts> StartServer(const ServerFlags& f) {
+std::string StoreSpec(const ServerFlags& f) {
+  return f.store_spec.empty() ? "sqlite:" + f.state_dir + "/gpupool.db" : f.store_spec;
+}
+
+Status OpenServerStore(const ServerFlags& f, ServerParts* p) {
   GP_RETURN_IF_ERROR(PrepareStateDir(f.state_dir));
-  ServerParts p;
   const std::string db = f.state_dir + "/gpupool.db";
-  const std::string spec = f.store_spec.empty() ? "sqlite:" + db : f.store_spec;
+  const std::string spec = StoreSpec(f);
   MakeStoreFilesPrivate(db);
-  GP_ASSIGN_OR_RETURN(p.store, store::OpenStore(spec));
+  GP_ASSIGN_OR_RETURN(p->store, store::OpenStore(spec));
   MakeStoreFilesPrivate(db);
   spdlog::info("store: {}", store::DescribeStoreSpec(spec));  // never with a password
+  return Status::Ok();
+}
+
+// The controller and its API over the open store (this loads the pool's state).
+Status CreateController(const ServerFlags& f, ServerParts* p) {
   controller::ControllerOptions co;
   co.placement_policy = f.placement_policy;
   co.queue_policy = f.queue_policy;
   co.start_rule = f.start_rule;
   co.node_timeout_us = int64_t{f.node_timeout_s} * 1'000'000;
   co.exec_client_timeout_us = int64_t{f.exec_client_timeout_s} * 1'000'000;
-  GP_ASSIGN_OR_RETURN(p.controller,
-                      controller::Controller::Create(p.store.get(), SystemClock::Get(), co));
-  p.inspector = controller::NewPodmanInspector(f.podman_args, SystemClock::Get());
-  p.api =
-      std::make_unique<controller::Api>(p.controller.get(), p.store.get(), SystemClock::Get(),
-                                        controller::AuthOptions{f.admin_group}, p.inspector.get());
+  GP_ASSIGN_OR_RETURN(p->controller,
+                      controller::Controller::Create(p->store.get(), SystemClock::Get(), co));
+  p->inspector = controller::NewPodmanInspector(f.podman_args, SystemClock::Get());
+  p->api =
+      std::make_unique<controller::Api>(p->controller.get(), p->store.get(), SystemClock::Get(),
+                                        controller::AuthOptions{f.admin_group}, p->inspector.get());
+  return Status::Ok();
+}
+
+Result<std::unique_ptr<net::HttpServer>> StartApiServer(const ServerFlags& f,
+                                                        net::HttpHandler handler) {
   net::HttpServerOptions ho;
   ho.unix_socket_path = f.state_dir + "/gpupool.sock";
   if (f.port > 0) {
@@ -192,11 +214,95 @@ Result<ServerParts> StartServer(const ServerFlags& f) {
     ho.tcp_port = f.port;
   }
   ho.may_block = &controller::Api::MayBlock;
+  return net::StartHttpServer(ho, std::move(handler));
+}
+
+// One controller that owns its store alone (`up`, and `server` on SQLite).
+Result<ServerParts> StartServer(const ServerFlags& f) {
+  ServerParts p;
+  GP_RETURN_IF_ERROR(OpenServerStore(f, &p));
+  GP_RETURN_IF_ERROR(CreateController(f, &p));
   controller::Api* api = p.api.get();
-  GP_ASSIGN_OR_RETURN(p.http, net::StartHttpServer(
-                                  ho, [api](const net::HttpRequest& r) { return api->Handle(r); }));
+  GP_ASSIGN_OR_RETURN(
+      p.http, StartApiServer(f, [api](const net::HttpRequest& r) { return api->Handle(r); }));
   p.controller->Start();
   return p;
+}
+
+// The address other machines reach this controller at: --advertise, else http://LISTEN:PORT
+// (this host's name for a wildcard --listen), else the Unix socket.
+std::string AdvertisedAddress(const ServerFlags& f, int tcp_port) {
+  if (!f.advertise.empty()) return f.advertise;
+  if (f.port <= 0) return "unix:" + f.state_dir + "/gpupool.sock";
+  const bool wildcard = f.listen == "0.0.0.0" || f.listen == "::" || f.listen.empty();
+  const std::string host = wildcard ? Hostname() : f.listen;
+  return "http://" + (host.find(':') != std::string::npos ? "[" + host + "]" : host) + ":" +
+         std::to_string(tcp_port);
+}
+
+// Exit status of a controller that lost the leadership (EX_TEMPFAIL): its unit starts it
+// again, as a standby.
+constexpr int kExitLostLeadership = 75;
+
+[[noreturn]] void ExitLostLeadership(const Status& why) {
+  spdlog::critical(
+      "leadership lost, exiting so that this controller starts again as a "
+      "standby: {}",
+      why.message());
+  spdlog::default_logger()->flush();
+  std::cerr << "gpupool server: leadership lost: " << why.message() << std::endl;
+  std::_Exit(kExitLostLeadership);
+}
+
+// `gpupool server` on PostgreSQL: any number of these share the database and one leads
+// (leadership.h). Until it leads, this one answers as a standby.
+int RunLeaderElectedServer(const ServerFlags& f) {
+  ServerParts p;
+  if (Status s = OpenServerStore(f, &p); !s.ok()) return Fail(s);
+  Result<std::unique_ptr<store::LeaseStore>> leases = store::OpenPostgresLeaseStore(StoreSpec(f));
+  if (!leases.ok()) return Fail(leases.status());
+  std::atomic<controller::Api*> serving{nullptr};
+  std::atomic<Leadership*> lead_ptr{nullptr};  // set once the controller has its id
+  Result<std::unique_ptr<net::HttpServer>> http =
+      StartApiServer(f, [&serving, &lead_ptr](const net::HttpRequest& r) {
+        if (controller::Api* api = serving.load()) return api->Handle(r);
+        Leadership* l = lead_ptr.load();
+        return StandbyAnswer(r, l != nullptr ? l->LeaderAddress() : "");
+      });
+  if (!http.ok()) return Fail(http.status());
+  LeadershipOptions lo;
+  lo.address = AdvertisedAddress(f, (*http)->tcp_port());
+  lo.id = NewControllerId(Hostname(), (*http)->tcp_port());
+  lo.lease_ms = f.lease_ms;
+  Leadership lead(leases->get(), lo, SystemClock::Get());
+  lead_ptr = &lead;
+  std::cout << "gpupool server: controller " << lo.id << " (reached at " << lo.address
+            << "), API on unix:" << f.state_dir << "/gpupool.sock";
+  if (f.port > 0) std::cout << " and http://" << f.listen << ":" << (*http)->tcp_port();
+  std::cout << "\n  standby until it holds the lease (" << f.lease_ms << " ms)\n" << std::flush;
+  std::optional<int64_t> epoch = lead.WaitToLead(g_stop);
+  if (!epoch) {
+    (*http)->Stop();
+    return 0;
+  }
+  // From here every write checks the epoch; one refused means another leads.
+  p.store->SetFence(*epoch, [](const Status& why) { ExitLostLeadership(why); });
+  if (Status s = CreateController(f, &p); !s.ok()) {
+    lead.Release();
+    (*http)->Stop();
+    return Fail(s);
+  }
+  p.api->SetControllersView([&lead] { return lead.Describe(); });
+  p.controller->Start();
+  serving = p.api.get();
+  std::cout << "gpupool server: leading at epoch " << *epoch << "\n" << std::flush;
+  Status kept = lead.KeepLease(g_stop);
+  if (!kept.ok()) ExitLostLeadership(kept);
+  p.api->Stop();
+  p.controller->Stop();
+  lead.Release();
+  (*http)->Stop();
+  return 0;
 }
 
 void AddServerFlags(CLI::App* cmd, ServerFlags* f) {
@@ -347,11 +453,6 @@ void OpenAgentStateDir(const std::string& dir) {
     spdlog::warn("cannot make '{}' traversable (0711): {}; jobs cannot read their host file", dir,
                  std::strerror(errno));
   }
-}
-
-int Fail(const Status& s) {
-  std::cerr << "gpupool: " << s.message() << "\n";
-  return 1;
 }
 
 void WaitForStop() {
@@ -506,6 +607,16 @@ void RegisterDaemonCommands(CLI::App& app, cli::CommandContext& ctx) {
   CLI::App* server =
       app.add_subcommand("server", "run the controller only (REST API, scheduler, store)");
   AddServerFlags(server, server_flags);
+  server->add_option("--advertise", server_flags->advertise,
+                     "with several controllers (PostgreSQL store): the API address clients and "
+                     "agents reach this one at (default http://LISTEN:PORT, this host's name "
+                     "for a wildcard --listen)");
+  server
+      ->add_option("--lease-ms", server_flags->lease_ms,
+                   "with several controllers (PostgreSQL store): how long a leader that stopped "
+                   "renewing keeps the lease before a standby takes over")
+      ->capture_default_str()
+      ->check(CLI::Range(500, 600000));
   server
       ->add_option("--podman-arg", server_flags->podman_args,
                    "global podman argument for inspecting job images, repeatable")
@@ -517,6 +628,10 @@ void RegisterDaemonCommands(CLI::App& app, cli::CommandContext& ctx) {
     PrivateUmask();
     ServerFlags f = *server_flags;
     if (f.state_dir.empty()) f.state_dir = DefaultStateDir();
+    if (store::IsPostgresSpec(StoreSpec(f))) {
+      ctx.exit_code = RunLeaderElectedServer(f);
+      return;
+    }
     Result<ServerParts> parts = StartServer(f);
     if (!parts.ok()) {
       ctx.exit_code = Fail(parts.status());
@@ -544,7 +659,9 @@ void RegisterDaemonCommands(CLI::App& app, cli::CommandContext& ctx) {
   AgentFlags* af = &af_storage;
   CLI::App* agent_cmd = app.add_subcommand("agent", "run a node agent for a controller");
   agent_cmd->add_option("--controller", af->controller,
-                        "unix:PATH or http://HOST:PORT (required, here or in the config file)");
+                        "unix:PATH or http://HOST:PORT, or a comma list of the pool's "
+                        "controllers (the agent and its jobs find the leader among them; "
+                        "required, here or in the config file)");
   agent_cmd->add_option("--token", af->token, "node join token (or GPUPOOL_TOKEN)");
   agent_cmd->add_option("--state-dir", af->state_dir, "where job state and logs live");
   agent_cmd->add_option("--fake", af->fake, "use this node description instead of discovery");
@@ -568,10 +685,11 @@ void RegisterDaemonCommands(CLI::App& app, cli::CommandContext& ctx) {
     }
     InstallSignalHandlers();
     PrivateUmask();
-    Result<net::ServerAddress> addr = net::ParseServerAddress(af->controller);
-    if (!addr.ok()) {
+    Result<std::vector<net::ServerAddress>> controllers =
+        net::ParseServerAddressList(af->controller);
+    if (!controllers.ok()) {
       ctx.exit_code = 2;
-      std::cerr << "gpupool: --controller: " << addr.status().message() << "\n";
+      std::cerr << "gpupool: --controller: " << controllers.status().message() << "\n";
       return;
     }
     std::string token = af->token;
@@ -598,12 +716,13 @@ void RegisterDaemonCommands(CLI::App& app, cli::CommandContext& ctx) {
     ao.fake_node = !af->fake.empty();
     ao.address = af->address;
     ao.exec_agent = ExecAgentCommand();
-    ao.server_for_jobs = addr->ToString();
+    // The whole list: a job's `gpupool exec` finds the leader as the agent does.
+    ao.server_for_jobs = net::ServerAddressListToString(*controllers);
     SetContainerOptions(containers, &ao);
-    AgentLoop loop(ao, net::HttpClient(*addr, token), launcher.get());
+    AgentLoop loop(ao, net::HttpClient(*controllers, token), launcher.get());
     std::thread t([&loop] { loop.Run(); });
     std::cout << "gpupool agent: node " << ao.node_name << " with " << ao.node.gpus.size()
-              << " GPUs, controller " << addr->ToString() << "\n"
+              << " GPUs, controller " << net::ServerAddressListToString(*controllers) << "\n"
               << "  containers: " << containers.Summary() << "\n"
               << std::flush;
     WaitForStop();

@@ -48,4 +48,36 @@ Result<ServerAddress> ParseServerAddress(std::string_view text) {
   return a;
 }
 
+Result<std::vector<ServerAddress>> ParseServerAddressList(std::string_view text) {
+  const char* const kForms =
+      "give one or more of unix:/path/to/gpupool.sock or http://HOST:PORT, separated by commas";
+  if (Trim(text).empty()) {
+    return Status::InvalidArgument(std::string("the server address list is empty; ") + kForms);
+  }
+  const std::vector<std::string> elements = Split(text, ',');
+  std::vector<ServerAddress> out;
+  for (size_t i = 0; i < elements.size(); ++i) {
+    const std::string_view element = Trim(elements[i]);
+    if (element.empty()) {
+      return Status::InvalidArgument("server address list: element " + std::to_string(i + 1) +
+                                     " of " + std::to_string(elements.size()) + " is empty; " +
+                                     kForms);
+    }
+    // Its message names the bad element and the accepted forms.
+    Result<ServerAddress> a = ParseServerAddress(element);
+    if (!a.ok()) return a.status();
+    out.push_back(std::move(a).value());
+  }
+  return out;
+}
+
+std::string ServerAddressListToString(const std::vector<ServerAddress>& addresses) {
+  std::string out;
+  for (const ServerAddress& a : addresses) {
+    if (!out.empty()) out += ',';
+    out += a.ToString();
+  }
+  return out;
+}
+
 }  // namespace gpupool::net

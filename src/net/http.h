@@ -1,6 +1,7 @@
 // HTTP request/response values shared by the server (libmicrohttpd) and the client
 // (libcurl), and the address syntax every gpupool command uses to find a server:
-// "unix:/path/to/gpupool.sock" or "http://host:port".
+// "unix:/path/to/gpupool.sock" or "http://host:port", or a comma list of them (several
+// controllers, one of which leads).
 #pragma once
 
 #include <sys/types.h>
@@ -10,6 +11,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "common/status.h"
 
@@ -52,5 +54,13 @@ struct ServerAddress {
 
 // Parses "unix:/path", "unix:///path", "http://host:port" or "host:port".
 Result<ServerAddress> ParseServerAddress(std::string_view text);
+
+// Parses a comma-separated list of what ParseServerAddress accepts, spaces around the
+// commas allowed: "http://c1:8421, http://c2:8421". At least one; kInvalidArgument naming
+// the empty or bad element otherwise.
+Result<std::vector<ServerAddress>> ParseServerAddressList(std::string_view text);
+
+// The list as ParseServerAddressList reads it back: "http://c1:8421,http://c2:8421".
+std::string ServerAddressListToString(const std::vector<ServerAddress>& addresses);
 
 }  // namespace gpupool::net

@@ -7,6 +7,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cctype>
 #include <cerrno>
 #include <chrono>
@@ -14,7 +15,9 @@
 #include <optional>
 #include <string_view>
 #include <utility>
+#include <vector>
 
+#include "common/json.h"
 #include "common/strings.h"
 
 namespace gpupool::net {
@@ -28,6 +31,9 @@ namespace {
 constexpr size_t kMaxResponseBytes = size_t{256} << 20;
 constexpr size_t kMaxHeaderBytes = size_t{64} << 10;
 constexpr int kConnectTimeoutMs = 5000;
+// How many standbys' answers naming a leader one call follows (controllers that name
+// each other as the leader must not make a loop).
+constexpr int kMaxLeaderHops = 3;
 
 using SteadyClock = std::chrono::steady_clock;
 
@@ -247,10 +253,101 @@ Result<std::string> ReadAll(int fd, SteadyClock::time_point deadline) {
   }
 }
 
+// The request as sent to `a` (its Host header names it).
+std::string BuildRequest(const std::string& method, const std::string& path,
+                         const std::string& body, const std::string& bearer_token,
+                         const ServerAddress& a) {
+  std::string req = method + " " + path + " HTTP/1.1\r\nHost: " +
+                    (a.kind == ServerAddress::Kind::kUnix ? std::string("localhost") : a.host) +
+                    "\r\nConnection: close\r\nAccept: */*\r\nContent-Type: application/json\r\n";
+  if (!bearer_token.empty()) req += "Authorization: Bearer " + bearer_token + "\r\n";
+  if (method == "POST" || method == "PUT" || !body.empty()) {
+    req += "Content-Length: " + std::to_string(body.size()) + "\r\n";
+  }
+  req += "\r\n";
+  req += body;
+  return req;
+}
+
+// One exchange with `a`. On failure, *sent says whether the request may have left (a
+// connection was made): such a request must not be sent again anywhere.
+Result<HttpResponse> Exchange(const ServerAddress& a, const std::string& request,
+                              SteadyClock::time_point deadline, bool* sent) {
+  *sent = false;
+  GP_ASSIGN_OR_RETURN(Fd fd, Open(a, deadline));
+  *sent = true;
+  GP_RETURN_IF_ERROR(SendAll(fd.get(), request, deadline));
+  // No half-close after the request: a server may take it for a client that went away.
+  GP_ASSIGN_OR_RETURN(std::string raw, ReadAll(fd.get(), deadline));
+  return Parse(raw);
+}
+
+// A standby controller's answer: 503 with a JSON object whose `leader` is a string (the
+// leader's address, or "" while none is known); *leader gets it.
+bool IsStandbyAnswer(const HttpResponse& r, std::string* leader) {
+  if (r.status != 503) return false;
+  Result<Json> j = ParseJson(r.body, "the server's answer", size_t{1} << 20);
+  if (!j.ok() || !j->is_object()) return false;
+  auto it = j->find("leader");
+  if (it == j->end() || !it->is_string()) return false;
+  *leader = it->get<std::string>();
+  return true;
+}
+
+struct Tried {
+  ServerAddress address;
+  std::string why;
+};
+
+// kUnavailable naming every address tried and why each gave no answer; `hint_for` picks
+// the hint (the socket of `gpupool up`, or a server on the network).
+Status Unreachable(const std::vector<Tried>& tried, const ServerAddress& hint_for) {
+  const std::string hint = hint_for.kind == ServerAddress::Kind::kUnix
+                               ? ": is `gpupool up` running? (set --server or GPUPOOL_SERVER)"
+                               : ": is the server running and reachable?";
+  if (tried.size() == 1) {
+    return Status::Unavailable("cannot reach the gpupool server at " + tried[0].address.ToString() +
+                               ": " + tried[0].why + hint);
+  }
+  std::string all;
+  for (const Tried& t : tried) {
+    all += (all.empty() ? "" : ", ") + t.address.ToString() + " (" + t.why + ")";
+  }
+  return Status::Unavailable("cannot reach the gpupool server: tried " + all + hint);
+}
+
 }  // namespace
 
 HttpClient::HttpClient(ServerAddress address, std::string bearer_token)
-    : address_(std::move(address)), bearer_token_(std::move(bearer_token)) {}
+    : HttpClient(std::vector<ServerAddress>{std::move(address)}, std::move(bearer_token)) {}
+
+HttpClient::HttpClient(std::vector<ServerAddress> addresses, std::string bearer_token)
+    : addresses_(std::move(addresses)), bearer_token_(std::move(bearer_token)) {
+  if (!addresses_.empty()) current_ = addresses_.front();
+}
+
+HttpClient::HttpClient(const HttpClient& other)
+    : addresses_(other.addresses_), bearer_token_(other.bearer_token_), current_(other.address()) {}
+
+HttpClient& HttpClient::operator=(const HttpClient& other) {
+  if (this == &other) return *this;
+  ServerAddress current = other.address();
+  addresses_ = other.addresses_;
+  bearer_token_ = other.bearer_token_;
+  std::lock_guard lock(mu_);
+  current_ = std::move(current);
+  return *this;
+}
+
+ServerAddress HttpClient::address() const {
+  std::lock_guard lock(mu_);
+  return current_;
+}
+
+void HttpClient::Remember(const ServerAddress& a) const {
+  std::lock_guard lock(mu_);
+  current_ = a;
+}
 
 std::string UrlEncode(const std::string& s) {
   static const char* const kHex = "0123456789ABCDEF";
@@ -269,14 +366,9 @@ std::string UrlEncode(const std::string& s) {
 
 Result<HttpResponse> HttpClient::Send(const std::string& method, const std::string& path,
                                       const std::string& body, int timeout_ms) const {
-  const auto deadline = SteadyClock::now() + std::chrono::milliseconds(std::max(timeout_ms, 1));
-  auto fail = [&](const Status& s) -> Status {
-    std::string hint = address_.kind == ServerAddress::Kind::kUnix
-                           ? ": is `gpupool up` running? (set --server or GPUPOOL_SERVER)"
-                           : ": is the server running and reachable?";
-    return Status::Unavailable("cannot reach the gpupool server at " + address_.ToString() + ": " +
-                               s.message() + hint);
-  };
+  if (addresses_.empty()) {
+    return Status::InvalidArgument("HTTP request: no server address to send it to");
+  }
   // Nothing of the caller's may break the request line or inject a header.
   for (const std::string* s : {&method, &path, &bearer_token_}) {
     if (s->find_first_of("\r\n") != std::string::npos ||
@@ -285,25 +377,64 @@ Result<HttpResponse> HttpClient::Send(const std::string& method, const std::stri
           "HTTP request: a method, path or token holds a space or line break");
     }
   }
-  std::string req =
-      method + " " + path + " HTTP/1.1\r\nHost: " +
-      (address_.kind == ServerAddress::Kind::kUnix ? std::string("localhost") : address_.host) +
-      "\r\nConnection: close\r\nAccept: */*\r\nContent-Type: application/json\r\n";
-  if (!bearer_token_.empty()) req += "Authorization: Bearer " + bearer_token_ + "\r\n";
-  if (method == "POST" || method == "PUT" || !body.empty()) {
-    req += "Content-Length: " + std::to_string(body.size()) + "\r\n";
+  const auto deadline = SteadyClock::now() + std::chrono::milliseconds(std::max(timeout_ms, 1));
+  auto index_of = [this](const ServerAddress& a) {
+    const std::string name = a.ToString();
+    for (size_t i = 0; i < addresses_.size(); ++i) {
+      if (addresses_[i].ToString() == name) return i;
+    }
+    return addresses_.size();
+  };
+  ServerAddress target = address();
+  // The list is walked in order from where this call started, each address once.
+  const size_t first = index_of(target) % addresses_.size();
+  std::vector<bool> list_tried(addresses_.size(), false);
+  std::vector<Tried> tried;
+  int hops = 0;
+  while (true) {
+    if (const size_t i = index_of(target); i < addresses_.size()) list_tried[i] = true;
+    bool sent = false;
+    Result<HttpResponse> r =
+        Exchange(target, BuildRequest(method, path, body, bearer_token_, target), deadline, &sent);
+    std::string leader;
+    if (r.ok() && !IsStandbyAnswer(*r, &leader)) {
+      Remember(target);
+      return r;
+    }
+    if (!r.ok()) {
+      tried.push_back({target, r.status().message()});
+      // The request may have been processed: sending it again is the caller's decision.
+      // Its retry goes to the next address, though: a controller that takes connections
+      // but answers nothing (frozen, or cut off from the database) must not hold a
+      // client that has others to try.
+      if (sent) {
+        if (addresses_.size() > 1) {
+          const size_t at = index_of(target);
+          Remember(addresses_[(at < addresses_.size() ? at + 1 : first + 1) % addresses_.size()]);
+        }
+        return Unreachable(tried, addresses_.front());
+      }
+    } else if (leader.empty()) {
+      tried.push_back({target, "a standby that knows no leader yet"});
+    } else if (Result<ServerAddress> l = ParseServerAddress(leader); !l.ok()) {
+      tried.push_back({target, "a standby naming a leader that is not an address: " + leader});
+    } else if (hops >= kMaxLeaderHops) {
+      tried.push_back({target, "a standby naming " + leader + " as the leader, after " +
+                                   std::to_string(hops) + " leaders were followed"});
+    } else {
+      tried.push_back({target, "a standby; the leader is " + leader});
+      ++hops;
+      target = std::move(l).value();
+      continue;
+    }
+    size_t next = addresses_.size();
+    for (size_t k = 0; k < addresses_.size() && next == addresses_.size(); ++k) {
+      const size_t i = (first + k) % addresses_.size();
+      if (!list_tried[i]) next = i;
+    }
+    if (next == addresses_.size()) return Unreachable(tried, addresses_.front());
+    target = addresses_[next];
   }
-  req += "\r\n";
-  req += body;
-  Result<Fd> fd = Open(address_, deadline);
-  if (!fd.ok()) return fail(fd.status());
-  if (Status s = SendAll(fd->get(), req, deadline); !s.ok()) return fail(s);
-  // No half-close after the request: a server may take it for a client that went away.
-  Result<std::string> raw = ReadAll(fd->get(), deadline);
-  if (!raw.ok()) return fail(raw.status());
-  Result<HttpResponse> resp = Parse(*raw);
-  if (!resp.ok()) return fail(resp.status());
-  return resp;
 }
 
 }  // namespace gpupool::net

@@ -1,10 +1,30 @@
 // HttpClient: one-shot HTTP/1.1 requests to a gpupool server over a Unix socket or TCP
 // (one connection per request, closed by the server after its answer; no TLS).
-// Thread-safe: each call uses its own connection.
+//
+// It knows a list of controllers, one of which leads (docs/deploy.md): a standby answers
+// every API request with 503 and a JSON body naming the leader, {"leader": "http://H:P"},
+// or "" while none is known. Send() goes to the address it believes leads (at first the
+// list's first) and fails over within one call:
+//   - a failure to connect (nothing sent) moves to the next list address, each tried at
+//     most once per call;
+//   - a standby's 503 with a leader that parses moves to that leader (even if it is not in
+//     the list), at most 3 such hops per call; with no usable leader, to the next list
+//     address;
+//   - a failure after the request was (possibly) sent (a reset, no answer in time) is
+//     never re-sent anywhere: the request may have been processed, so it comes back as
+//     kUnavailable and the caller retries (with an idempotency key where it matters).
+// A 503 without a `leader` member (a leader's own "node is down", /readyz) is an answer
+// like any other. The address that last gave an answer other than a standby's 503 is
+// where the next call starts. With one address this is a plain one-server client.
+//
+// Thread-safe: each call uses its own connection; the remembered leader is guarded by a
+// mutex. Copies start from the original's current leader and then go their own way.
 #pragma once
 
 #include <map>
+#include <mutex>
 #include <string>
+#include <vector>
 
 #include "common/status.h"
 #include "net/http.h"
@@ -14,9 +34,15 @@ namespace gpupool::net {
 class HttpClient {
  public:
   explicit HttpClient(ServerAddress address, std::string bearer_token = "");
+  // `addresses` in order of preference; an empty list makes every Send kInvalidArgument.
+  explicit HttpClient(std::vector<ServerAddress> addresses, std::string bearer_token = "");
+  HttpClient(const HttpClient& other);
+  HttpClient& operator=(const HttpClient& other);
 
-  // Sends the request; any HTTP status comes back as a response. A transport failure
-  // (no server, refused, timed out) is kUnavailable naming the address.
+  // Sends the request (with failover as above); any HTTP status other than a standby's 503
+  // comes back as a response. kUnavailable when no address gave an answer (naming each
+  // address tried and why it failed) or when the exchange failed after sending;
+  // kInvalidArgument for a method, path or token that would break the request.
   Result<HttpResponse> Send(const std::string& method, const std::string& path_and_query,
                             const std::string& body = "", int timeout_ms = 30'000) const;
   Result<HttpResponse> Get(const std::string& path, int timeout_ms = 30'000) const {
@@ -27,11 +53,18 @@ class HttpClient {
     return Send("POST", path, body, timeout_ms);
   }
 
-  const ServerAddress& address() const { return address_; }
+  // The address the next call starts at (the believed leader), for messages.
+  ServerAddress address() const;
+  // The configured list, in order.
+  const std::vector<ServerAddress>& addresses() const { return addresses_; }
 
  private:
-  ServerAddress address_;
+  void Remember(const ServerAddress& a) const;
+
+  std::vector<ServerAddress> addresses_;
   std::string bearer_token_;
+  mutable std::mutex mu_;
+  mutable ServerAddress current_;  // guarded by mu_
 };
 
 // Percent-encodes a query value.

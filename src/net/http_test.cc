@@ -11,9 +11,13 @@
 #include <condition_variable>
 #include <cstdio>
 #include <filesystem>
+#include <functional>
+#include <memory>
 #include <mutex>
 #include <thread>
+#include <vector>
 
+#include "common/json.h"
 #include "net/http_client.h"
 #include "net/http_server.h"
 
@@ -394,6 +398,249 @@ TEST_F(BlockingTest, StopWaitsForABlockingHandlerAndItsAnswerGoesOut) {
   client.join();
   releaser.join();
   EXPECT_EQ(body, "unblocked 7");
+}
+
+TEST(ServerAddressListTest, ParsesListsAndNamesTheBadElement) {
+  auto l = ParseServerAddressList("unix:/run/a.sock,http://c2:8421");
+  ASSERT_TRUE(l.ok()) << l.status().ToString();
+  ASSERT_EQ(l->size(), 2u);
+  EXPECT_EQ((*l)[0].path, "/run/a.sock");
+  EXPECT_EQ((*l)[1].host, "c2");
+  EXPECT_EQ(ServerAddressListToString(*l), "unix:/run/a.sock,http://c2:8421");
+  l = ParseServerAddressList(" http://c1:1 ,  c2:2,http://c3:3/ ");
+  ASSERT_TRUE(l.ok()) << l.status().ToString();
+  EXPECT_EQ(ServerAddressListToString(*l), "http://c1:1,http://c2:2,http://c3:3");
+  EXPECT_EQ(ParseServerAddressList("unix:/one.sock")->size(), 1u);
+  // Empty elements, an empty list, a bad element: each named, with the accepted forms.
+  for (const char* text : {"http://c1:1,,http://c3:3", "http://c1:1,", "", " "}) {
+    auto bad = ParseServerAddressList(text);
+    ASSERT_FALSE(bad.ok()) << text;
+    EXPECT_EQ(bad.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(bad.status().message().find("is empty"), std::string::npos) << bad.status().message();
+    EXPECT_NE(bad.status().message().find("http://HOST:PORT"), std::string::npos);
+  }
+  auto bad = ParseServerAddressList("http://c1:1, nonsense ,http://c3:3");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("server address 'nonsense'"), std::string::npos)
+      << bad.status().message();
+  EXPECT_NE(bad.status().message().find("use unix:"), std::string::npos);
+}
+
+// Controllers of one pool, one leading: each test server answers with what `answer`
+// says and counts its requests.
+class FailoverTest : public ::testing::Test {
+ protected:
+  struct Controller {
+    std::unique_ptr<HttpServer> server;
+    ServerAddress address;
+    std::atomic<int> requests{0};
+    std::function<HttpResponse()> answer;
+  };
+
+  void SetUp() override {
+    dir_ = std::filesystem::temp_directory_path() / ("gpupool-netf-" + std::to_string(getpid()));
+    std::filesystem::create_directories(dir_);
+  }
+  void TearDown() override {
+    Release();
+    for (auto& c : controllers_) c->server.reset();
+    std::filesystem::remove_all(dir_);
+  }
+
+  // A server on DIR/NAME.sock answering `answer()`; tcp: on 127.0.0.1 instead.
+  Controller* Start(const std::string& name, std::function<HttpResponse()> answer,
+                    bool tcp = false) {
+    auto c = std::make_unique<Controller>();
+    c->answer = std::move(answer);
+    HttpServerOptions opts;
+    if (tcp) {
+      opts.tcp_host = "127.0.0.1";
+    } else {
+      opts.unix_socket_path = Path(name);
+    }
+    Controller* raw = c.get();
+    auto s = StartHttpServer(opts, [raw](const HttpRequest&) {
+      ++raw->requests;
+      return raw->answer();
+    });
+    EXPECT_TRUE(s.ok()) << s.status().ToString();
+    if (!s.ok()) return nullptr;
+    c->server = std::move(s).value();
+    c->address =
+        tcp ? ParseServerAddress("http://127.0.0.1:" + std::to_string(c->server->tcp_port()))
+                  .value()
+            : ParseServerAddress("unix:" + Path(name)).value();
+    controllers_.push_back(std::move(c));
+    return raw;
+  }
+  std::string Path(const std::string& name) const { return (dir_ / (name + ".sock")).string(); }
+  ServerAddress Dead(const std::string& name) const {
+    return ParseServerAddress("unix:" + Path(name)).value();
+  }
+
+  static HttpResponse Ok(const std::string& body) {
+    HttpResponse r;
+    r.body = body;
+    return r;
+  }
+  // What a standby answers: 503 naming the leader ("" while none is known).
+  static HttpResponse Standby(const std::string& leader) {
+    HttpResponse r;
+    r.status = 503;
+    r.body = DumpJson(Json{{"error", "this controller is a standby; the leader is " + leader},
+                           {"leader", leader}});
+    return r;
+  }
+
+  // Handlers that wait in Block() until Release().
+  HttpResponse Block() {
+    std::unique_lock lock(mu_);
+    ++blocked_;
+    cv_.notify_all();
+    cv_.wait(lock, [this] { return released_; });
+    return Ok("late");
+  }
+  void Release() {
+    std::lock_guard lock(mu_);
+    released_ = true;
+    cv_.notify_all();
+  }
+  bool WaitForBlocked(int n) {
+    std::unique_lock lock(mu_);
+    return cv_.wait_for(lock, std::chrono::seconds(10), [&] { return blocked_ >= n; });
+  }
+
+  std::filesystem::path dir_;
+  std::vector<std::unique_ptr<Controller>> controllers_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  int blocked_ = 0;
+  bool released_ = false;
+};
+
+TEST_F(FailoverTest, DeadFirstAddressMovesToTheNextAndStartsThereNextTime) {
+  Controller* b = Start("b", [] { return Ok("from b"); });
+  ASSERT_NE(b, nullptr);
+  HttpClient c(std::vector<ServerAddress>{Dead("a"), b->address});
+  EXPECT_EQ(c.address().ToString(), Dead("a").ToString());
+  auto r = c.Get("/v1/x");
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->body, "from b");
+  EXPECT_EQ(c.address().ToString(), b->address.ToString());
+  ASSERT_EQ(c.addresses().size(), 2u);
+  // A server appears at the first address: the next call still starts at b.
+  Controller* a = Start("a", [] { return Ok("from a"); });
+  ASSERT_NE(a, nullptr);
+  r = c.Get("/v1/x");
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->body, "from b");
+  EXPECT_EQ(a->requests.load(), 0);
+  EXPECT_EQ(b->requests.load(), 2);
+  // A copy starts where the original is.
+  HttpClient copy = c;
+  EXPECT_EQ(copy.address().ToString(), b->address.ToString());
+}
+
+TEST_F(FailoverTest, StandbyNamingTheLeaderIsFollowedEvenOutsideTheList) {
+  Controller* leader = Start(
+      "leader", [] { return Ok("from the leader"); }, /*tcp=*/true);
+  ASSERT_NE(leader, nullptr);
+  const std::string leader_text = leader->address.ToString();
+  Controller* standby = Start("standby", [leader_text] { return Standby(leader_text); });
+  ASSERT_NE(standby, nullptr);
+  HttpClient c(std::vector<ServerAddress>{standby->address}, "tok");
+  auto r = c.Post("/v1/jobs", "{}");
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->status, 200);
+  EXPECT_EQ(r->body, "from the leader");
+  EXPECT_EQ(c.address().ToString(), leader_text);
+  // The next call goes to the leader straight away.
+  ASSERT_TRUE(c.Get("/v1/jobs").ok());
+  EXPECT_EQ(standby->requests.load(), 1);
+  EXPECT_EQ(leader->requests.load(), 2);
+}
+
+TEST_F(FailoverTest, StandbyThatKnowsNoLeaderMovesToTheNextListAddress) {
+  Controller* a = Start("a", [] { return Standby(""); });
+  Controller* b = Start("b", [] { return Ok("from b"); });
+  ASSERT_TRUE(a != nullptr && b != nullptr);
+  HttpClient c(std::vector<ServerAddress>{a->address, b->address});
+  auto r = c.Get("/v1/x");
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->body, "from b");
+  EXPECT_EQ(a->requests.load(), 1);
+  EXPECT_EQ(c.address().ToString(), b->address.ToString());
+}
+
+TEST_F(FailoverTest, StandbysNamingEachOtherEndInAnErrorAfterTheHopLimit) {
+  std::string a_text;
+  std::string b_text;
+  Controller* a = Start("a", [&b_text] { return Standby(b_text); });
+  Controller* b = Start("b", [&a_text] { return Standby(a_text); });
+  ASSERT_TRUE(a != nullptr && b != nullptr);
+  a_text = a->address.ToString();
+  b_text = b->address.ToString();
+  HttpClient c(std::vector<ServerAddress>{a->address, b->address});
+  auto r = c.Get("/v1/x");
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kUnavailable);
+  EXPECT_NE(r.status().message().find("after 3 leaders were followed"), std::string::npos)
+      << r.status().message();
+  EXPECT_LE(a->requests.load() + b->requests.load(), 5);
+  // Nothing answered as a leader: the next call starts where this one did.
+  EXPECT_EQ(c.address().ToString(), a_text);
+}
+
+TEST_F(FailoverTest, AllDeadIsUnavailableNamingEachAddress) {
+  const ServerAddress tcp = ParseServerAddress("http://127.0.0.1:1").value();  // refused
+  HttpClient c(std::vector<ServerAddress>{Dead("a"), Dead("b"), tcp});
+  auto r = c.Get("/v1/x");
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kUnavailable);
+  const std::string& m = r.status().message();
+  EXPECT_EQ(m.rfind("cannot reach the gpupool server: tried ", 0), 0u) << m;
+  for (const ServerAddress& a : {Dead("a"), Dead("b"), tcp}) {
+    EXPECT_NE(m.find(a.ToString() + " (cannot connect: "), std::string::npos) << m;
+  }
+  EXPECT_NE(m.find("is `gpupool up` running?"), std::string::npos) << m;
+}
+
+TEST_F(FailoverTest, LeadersOwn503IsAnAnswerNotAFailover) {
+  Controller* a = Start("a", [] {
+    HttpResponse r;
+    r.status = 503;
+    r.body = R"({"error": "node n1 of task 0 is down"})";
+    return r;
+  });
+  Controller* b = Start("b", [] { return Ok("from b"); });
+  ASSERT_TRUE(a != nullptr && b != nullptr);
+  HttpClient c(std::vector<ServerAddress>{a->address, b->address});
+  auto r = c.Post("/v1/jobs/1/exec", "{}");
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->status, 503);
+  EXPECT_EQ(b->requests.load(), 0);
+}
+
+// The request may have been processed: a failure after sending is never re-sent.
+TEST_F(FailoverTest, NoAnswerInTimeAfterSendingIsNotRetriedElsewhereButTheNextCallMovesOn) {
+  Controller* a = Start("a", [this] { return Block(); });
+  Controller* b = Start("b", [] { return Ok("from b"); });
+  ASSERT_TRUE(a != nullptr && b != nullptr);
+  HttpClient c(std::vector<ServerAddress>{a->address, b->address});
+  auto r = c.Post("/v1/jobs", "{}", /*timeout_ms=*/300);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kUnavailable);
+  EXPECT_NE(r.status().message().find("no answer in time"), std::string::npos)
+      << r.status().message();
+  ASSERT_TRUE(WaitForBlocked(1));  // a has the request
+  EXPECT_EQ(b->requests.load(), 0);
+  // The caller's retry goes to b: a controller that takes requests and answers none (a
+  // frozen leader) must not hold the client.
+  EXPECT_EQ(c.address().ToString(), b->address.ToString());
+  auto again = c.Post("/v1/jobs", "{}", /*timeout_ms=*/3000);
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  EXPECT_EQ(again->body, "from b");
+  EXPECT_EQ(b->requests.load(), 1);
 }
 
 }  // namespace

@@ -9,14 +9,17 @@
 #include <libpq-fe.h>
 
 #include <algorithm>
+#include <atomic>
 #include <charconv>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <mutex>
 
 #include "common/json.h"
 #include "jobs/job_json.h"
 #include "store/job_nodes.h"
+#include "store/lease.h"
 
 namespace gpupool::store {
 namespace {
@@ -94,6 +97,25 @@ CREATE TABLE submit_keys (
   PRIMARY KEY (uid, key)
 );
 )sql",
+    // Leadership among controllers sharing this database (lease.h): one row, the lease,
+    // whose epoch every fenced write checks; and the controllers alive, for `status`.
+    R"sql(
+CREATE TABLE leader_lease (
+  id INTEGER PRIMARY KEY CHECK (id = 1),
+  holder TEXT NOT NULL DEFAULT '',
+  address TEXT NOT NULL DEFAULT '',
+  epoch BIGINT NOT NULL DEFAULT 0,
+  acquired_at TIMESTAMPTZ NOT NULL DEFAULT 'epoch',
+  expires_at TIMESTAMPTZ NOT NULL DEFAULT 'epoch'
+);
+INSERT INTO leader_lease(id) VALUES (1);
+CREATE TABLE controllers (
+  id TEXT COLLATE "C" PRIMARY KEY,
+  address TEXT NOT NULL,
+  started_at TIMESTAMPTZ NOT NULL,
+  last_seen TIMESTAMPTZ NOT NULL
+);
+)sql",
 };
 
 // Held while migrating, so two controllers starting at once migrate one after the other.
@@ -155,13 +177,91 @@ class PgResult {
 
 using Params = std::vector<std::string>;
 
-class PostgresStore final : public Store {
+// One libpq connection and the statements run over it. Not thread-safe: its owner
+// serialises calls.
+class PgSession {
  public:
-  PostgresStore(PGconn* conn, std::string target) : conn_(conn), target_(std::move(target)) {
+  PgSession(PGconn* conn, std::string target) : conn_(conn), target_(std::move(target)) {
     PQsetNoticeProcessor(
         conn_, [](void*, const char*) {}, nullptr);
   }
-  ~PostgresStore() override { PQfinish(conn_); }
+  ~PgSession() { PQfinish(conn_); }
+  PgSession(const PgSession&) = delete;
+  PgSession& operator=(const PgSession&) = delete;
+
+ protected:
+  // The connection, re-established if the server or the network dropped it.
+  Status Connected() {
+    if (PQstatus(conn_) == CONNECTION_OK) return Status::Ok();
+    PQreset(conn_);
+    if (PQstatus(conn_) == CONNECTION_OK) return Status::Ok();
+    return Status::Unavailable("the PostgreSQL store " + target_ +
+                               " is unreachable: " + OneLine(PQerrorMessage(conn_)) +
+                               ": check that the server runs and accepts this connection");
+  }
+
+  // Outside a transaction a statement that finds the connection dropped (a restarted
+  // server, a terminated backend) is sent once more over a new one.
+  PgResult Exec(const std::string& sql, const Params& params) {
+    std::vector<const char*> values;
+    values.reserve(params.size());
+    for (const std::string& p : params) values.push_back(p.c_str());
+    auto send = [&] {
+      return PgResult(PQexecParams(conn_, sql.c_str(), static_cast<int>(values.size()), nullptr,
+                                   values.data(), nullptr, nullptr, /*resultFormat=*/0));
+    };
+    PgResult r = send();
+    if (!r.ok() && !in_transaction_ && PQstatus(conn_) == CONNECTION_BAD) {
+      PQreset(conn_);
+      if (PQstatus(conn_) == CONNECTION_OK) r = send();
+    }
+    return r;
+  }
+
+  Result<PgResult> Run(const std::string& sql, const Params& params, const std::string& what) {
+    PgResult r = Exec(sql, params);
+    if (!r.ok()) return Error(r, what);
+    return r;
+  }
+
+  Status Error(const PgResult& r, const std::string& what) {
+    std::string msg = "postgresql: ";
+    if (!what.empty()) msg += what + ": ";
+    msg += OneLine(r.get() != nullptr ? PQresultErrorMessage(r.get()) : PQerrorMessage(conn_));
+    const std::string state = r.SqlState();
+    // Class 08 (connection exception), 57P0x (shutdown), or a connection gone bad.
+    if (PQstatus(conn_) != CONNECTION_OK || state.rfind("08", 0) == 0 ||
+        state.rfind("57P", 0) == 0) {
+      return Status::Unavailable(msg + " (store " + target_ + ")");
+    }
+    return Status::Internal(msg);
+  }
+
+  Status Begin() {
+    GP_RETURN_IF_ERROR(Run("BEGIN", {}, "begin a transaction").status());
+    in_transaction_ = true;
+    return Status::Ok();
+  }
+  Status Commit() {
+    Status s = Run("COMMIT", {}, "commit").status();
+    in_transaction_ = false;
+    if (!s.ok()) PgResult ended(PQexec(conn_, "ROLLBACK"));
+    return s;
+  }
+  Status Rollback(Status s) {
+    PgResult ended(PQexec(conn_, "ROLLBACK"));
+    in_transaction_ = false;
+    return s;
+  }
+
+  PGconn* conn_;
+  bool in_transaction_ = false;
+  const std::string target_;  // the connection string without its password
+};
+
+class PostgresStore final : public Store, private PgSession {
+ public:
+  PostgresStore(PGconn* conn, std::string target) : PgSession(conn, std::move(target)) {}
 
   Status Init() {
     std::lock_guard lock(mu_);
@@ -212,7 +312,7 @@ class PostgresStore final : public Store {
   Result<int64_t> InsertJob(const Job& job) override {
     std::lock_guard lock(mu_);
     GP_RETURN_IF_ERROR(Connected());
-    GP_RETURN_IF_ERROR(Begin());
+    GP_RETURN_IF_ERROR(BeginWrite());
     Result<PgResult> seq = Run("SELECT nextval('jobs_id_seq')", {}, "allocate a job id");
     if (!seq.ok()) return Rollback(seq.status());
     Job stored = job;
@@ -306,7 +406,7 @@ class PostgresStore final : public Store {
   Status UpdateJobs(const std::vector<JobUpdate>& updates) override {
     std::lock_guard lock(mu_);
     GP_RETURN_IF_ERROR(Connected());
-    GP_RETURN_IF_ERROR(Begin());
+    GP_RETURN_IF_ERROR(BeginWrite());
     for (const JobUpdate& u : updates) {
       const std::string id = std::to_string(u.job.id);
       Result<PgResult> r =
@@ -336,21 +436,23 @@ class PostgresStore final : public Store {
   Status PutNode(const NodeRecord& n) override {
     std::lock_guard lock(mu_);
     GP_RETURN_IF_ERROR(Connected());
-    return Run("INSERT INTO nodes(name, info_json, agent_url, cpu_milli, memory_mib, "
-               "registered_us, last_heartbeat_us, draining, address, protocol, drain_reason) "
-               "VALUES($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11) ON CONFLICT(name) DO UPDATE SET "
-               "info_json=EXCLUDED.info_json, agent_url=EXCLUDED.agent_url, "
-               "cpu_milli=EXCLUDED.cpu_milli, memory_mib=EXCLUDED.memory_mib, "
-               "registered_us=EXCLUDED.registered_us, "
-               "last_heartbeat_us=EXCLUDED.last_heartbeat_us, draining=EXCLUDED.draining, "
-               "address=EXCLUDED.address, protocol=EXCLUDED.protocol, "
-               "drain_reason=EXCLUDED.drain_reason",
-               {n.name, n.info_json, n.agent_url, std::to_string(n.cpu_milli),
-                std::to_string(n.memory_mib), std::to_string(n.registered_us),
-                std::to_string(n.last_heartbeat_us), n.draining ? "true" : "false", n.address,
-                n.protocol, n.drain_reason},
-               "store node " + n.name)
-        .status();
+    return Fenced([&] {
+      return Run("INSERT INTO nodes(name, info_json, agent_url, cpu_milli, memory_mib, "
+                 "registered_us, last_heartbeat_us, draining, address, protocol, drain_reason) "
+                 "VALUES($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11) ON CONFLICT(name) DO UPDATE SET "
+                 "info_json=EXCLUDED.info_json, agent_url=EXCLUDED.agent_url, "
+                 "cpu_milli=EXCLUDED.cpu_milli, memory_mib=EXCLUDED.memory_mib, "
+                 "registered_us=EXCLUDED.registered_us, "
+                 "last_heartbeat_us=EXCLUDED.last_heartbeat_us, draining=EXCLUDED.draining, "
+                 "address=EXCLUDED.address, protocol=EXCLUDED.protocol, "
+                 "drain_reason=EXCLUDED.drain_reason",
+                 {n.name, n.info_json, n.agent_url, std::to_string(n.cpu_milli),
+                  std::to_string(n.memory_mib), std::to_string(n.registered_us),
+                  std::to_string(n.last_heartbeat_us), n.draining ? "true" : "false", n.address,
+                  n.protocol, n.drain_reason},
+                 "store node " + n.name)
+          .status();
+    });
   }
 
   Result<std::vector<NodeRecord>> ListNodes() override {
@@ -374,12 +476,14 @@ class PostgresStore final : public Store {
   Status PutToken(const TokenRecord& t) override {
     std::lock_guard lock(mu_);
     GP_RETURN_IF_ERROR(Connected());
-    return Run("INSERT INTO tokens(token_hash, username, kind, created_us, expires_us, "
-               "last_used_us) VALUES($1,$2,$3,$4,$5,$6)",
-               {t.token_hash, t.user, t.kind, std::to_string(t.created_us),
-                std::to_string(t.expires_us), std::to_string(t.last_used_us)},
-               "store token")
-        .status();
+    return Fenced([&] {
+      return Run("INSERT INTO tokens(token_hash, username, kind, created_us, expires_us, "
+                 "last_used_us) VALUES($1,$2,$3,$4,$5,$6)",
+                 {t.token_hash, t.user, t.kind, std::to_string(t.created_us),
+                  std::to_string(t.expires_us), std::to_string(t.last_used_us)},
+                 "store token")
+          .status();
+    });
   }
 
   Result<std::optional<TokenRecord>> FindToken(std::string_view hash) override {
@@ -409,20 +513,24 @@ class PostgresStore final : public Store {
   Status DeleteToken(std::string_view hash) override {
     std::lock_guard lock(mu_);
     GP_RETURN_IF_ERROR(Connected());
-    GP_ASSIGN_OR_RETURN(PgResult r, Run("DELETE FROM tokens WHERE token_hash=$1",
-                                        {std::string(hash)}, "delete token"));
-    if (r.Affected() == 0) return Status::NotFound("no such token");
-    return Status::Ok();
+    return Fenced([&]() -> Status {
+      GP_ASSIGN_OR_RETURN(PgResult r, Run("DELETE FROM tokens WHERE token_hash=$1",
+                                          {std::string(hash)}, "delete token"));
+      if (r.Affected() == 0) return Status::NotFound("no such token");
+      return Status::Ok();
+    });
   }
 
   Status TouchToken(std::string_view hash, int64_t used_us) override {
     std::lock_guard lock(mu_);
     GP_RETURN_IF_ERROR(Connected());
-    GP_ASSIGN_OR_RETURN(
-        PgResult r, Run("UPDATE tokens SET last_used_us=$1 WHERE token_hash=$2",
-                        {std::to_string(used_us), std::string(hash)}, "record the use of a token"));
-    if (r.Affected() == 0) return Status::NotFound("no such token");
-    return Status::Ok();
+    return Fenced([&]() -> Status {
+      GP_ASSIGN_OR_RETURN(PgResult r, Run("UPDATE tokens SET last_used_us=$1 WHERE token_hash=$2",
+                                          {std::to_string(used_us), std::string(hash)},
+                                          "record the use of a token"));
+      if (r.Affected() == 0) return Status::NotFound("no such token");
+      return Status::Ok();
+    });
   }
 
   Status PutEnvironment(const EnvironmentRecord& e) override {
@@ -437,17 +545,19 @@ class PostgresStore final : public Store {
                            std::to_string(e.created_us),
                            e.image_id,
                            e.dir_digest};
-    PgResult r = Exec(
-        "INSERT INTO environments(name, version, kind, location, needs_json, owner, "
-        "created_us, image_id, dir_digest) VALUES($1,$2,$3,$4,$5,$6,$7,$8,$9)",
-        params);
-    if (r.SqlState() == "23505") {  // unique_violation
-      return Status::AlreadyExists("environment " + e.name + ":" + e.version +
-                                   " already exists; environments are immutable, add a new "
-                                   "version instead");
-    }
-    if (!r.ok()) return Error(r, "store environment");
-    return Status::Ok();
+    return Fenced([&]() -> Status {
+      PgResult r = Exec(
+          "INSERT INTO environments(name, version, kind, location, needs_json, owner, "
+          "created_us, image_id, dir_digest) VALUES($1,$2,$3,$4,$5,$6,$7,$8,$9)",
+          params);
+      if (r.SqlState() == "23505") {  // unique_violation
+        return Status::AlreadyExists("environment " + e.name + ":" + e.version +
+                                     " already exists; environments are immutable, add a new "
+                                     "version instead");
+      }
+      if (!r.ok()) return Error(r, "store environment");
+      return Status::Ok();
+    });
   }
 
   Result<std::optional<EnvironmentRecord>> FindEnvironment(std::string_view name,
@@ -479,22 +589,26 @@ class PostgresStore final : public Store {
   Status DeleteEnvironment(std::string_view name, std::string_view version) override {
     std::lock_guard lock(mu_);
     GP_RETURN_IF_ERROR(Connected());
-    GP_ASSIGN_OR_RETURN(PgResult r,
-                        Run("DELETE FROM environments WHERE name=$1 AND version=$2",
-                            {std::string(name), std::string(version)}, "delete environment"));
-    if (r.Affected() == 0) {
-      return Status::NotFound("no environment " + std::string(name) + ":" + std::string(version));
-    }
-    return Status::Ok();
+    return Fenced([&]() -> Status {
+      GP_ASSIGN_OR_RETURN(PgResult r,
+                          Run("DELETE FROM environments WHERE name=$1 AND version=$2",
+                              {std::string(name), std::string(version)}, "delete environment"));
+      if (r.Affected() == 0) {
+        return Status::NotFound("no environment " + std::string(name) + ":" + std::string(version));
+      }
+      return Status::Ok();
+    });
   }
 
   Status PutSetting(std::string_view key, std::string_view value) override {
     std::lock_guard lock(mu_);
     GP_RETURN_IF_ERROR(Connected());
-    return Run("INSERT INTO settings(key, value) VALUES($1,$2) ON CONFLICT(key) DO UPDATE SET "
-               "value=EXCLUDED.value",
-               {std::string(key), std::string(value)}, "store setting " + std::string(key))
-        .status();
+    return Fenced([&] {
+      return Run("INSERT INTO settings(key, value) VALUES($1,$2) ON CONFLICT(key) DO UPDATE "
+                 "SET value=EXCLUDED.value",
+                 {std::string(key), std::string(value)}, "store setting " + std::string(key))
+          .status();
+    });
   }
 
   Result<std::optional<std::string>> GetSetting(std::string_view key) override {
@@ -506,7 +620,41 @@ class PostgresStore final : public Store {
     return std::optional<std::string>(r.Text(0, 0));
   }
 
+  void SetFence(int64_t epoch, std::function<void(const Status&)> on_fenced) override {
+    std::lock_guard lock(mu_);
+    on_fenced_ = std::move(on_fenced);
+    fence_epoch_ = epoch;
+  }
+
  private:
+  // Begins a write transaction; with a fence, first checks under a share lock on the
+  // lease row that this controller's epoch still holds. The lock makes a takeover (an
+  // UPDATE of that row) wait for writes in flight, and writes after it see the new epoch.
+  Status BeginWrite() {
+    GP_RETURN_IF_ERROR(Begin());
+    const int64_t fence = fence_epoch_;
+    if (fence == 0) return Status::Ok();
+    Result<PgResult> r =
+        Run("SELECT epoch FROM leader_lease WHERE id=1 FOR SHARE", {}, "check the lease");
+    if (!r.ok()) return Rollback(r.status());
+    const int64_t now = r->Rows() > 0 ? r->Int(0, 0) : 0;
+    if (now == fence) return Status::Ok();
+    Status lost = Status::FailedPrecondition(
+        "this controller led at epoch " + std::to_string(fence) + " but the lease is at epoch " +
+        std::to_string(now) + ": another controller leads now, so this one writes nothing");
+    if (on_fenced_) on_fenced_(lost);
+    return Rollback(lost);
+  }
+
+  // A one-statement write: as it is without a fence, else in a transaction that checks it.
+  Status Fenced(const std::function<Status()>& write) {
+    if (fence_epoch_ == 0) return write();
+    GP_RETURN_IF_ERROR(BeginWrite());
+    Status s = write();
+    if (!s.ok()) return Rollback(s);
+    return Commit();
+  }
+
   static TokenRecord Token(const PgResult& r, int i) {
     return {r.Text(i, 0), r.Text(i, 1), r.Text(i, 2), r.Int(i, 3), r.Int(i, 4), r.Int(i, 5)};
   }
@@ -530,79 +678,14 @@ class PostgresStore final : public Store {
     return Status::Ok();
   }
 
-  // The connection, re-established if the server or the network dropped it.
-  Status Connected() {
-    if (PQstatus(conn_) == CONNECTION_OK) return Status::Ok();
-    PQreset(conn_);
-    if (PQstatus(conn_) == CONNECTION_OK) return Status::Ok();
-    return Status::Unavailable("the PostgreSQL store " + target_ +
-                               " is unreachable: " + OneLine(PQerrorMessage(conn_)) +
-                               ": check that the server runs and accepts this connection");
-  }
-
-  // Outside a transaction a statement that finds the connection dropped (a restarted
-  // server, a terminated backend) is sent once more over a new one.
-  PgResult Exec(const std::string& sql, const Params& params) {
-    std::vector<const char*> values;
-    values.reserve(params.size());
-    for (const std::string& p : params) values.push_back(p.c_str());
-    auto send = [&] {
-      return PgResult(PQexecParams(conn_, sql.c_str(), static_cast<int>(values.size()), nullptr,
-                                   values.data(), nullptr, nullptr, /*resultFormat=*/0));
-    };
-    PgResult r = send();
-    if (!r.ok() && !in_transaction_ && PQstatus(conn_) == CONNECTION_BAD) {
-      PQreset(conn_);
-      if (PQstatus(conn_) == CONNECTION_OK) r = send();
-    }
-    return r;
-  }
-
-  Result<PgResult> Run(const std::string& sql, const Params& params, const std::string& what) {
-    PgResult r = Exec(sql, params);
-    if (!r.ok()) return Error(r, what);
-    return r;
-  }
-
-  Status Error(const PgResult& r, const std::string& what) {
-    std::string msg = "postgresql: ";
-    if (!what.empty()) msg += what + ": ";
-    msg += OneLine(r.get() != nullptr ? PQresultErrorMessage(r.get()) : PQerrorMessage(conn_));
-    const std::string state = r.SqlState();
-    // Class 08 (connection exception), 57P0x (shutdown), or a connection gone bad.
-    if (PQstatus(conn_) != CONNECTION_OK || state.rfind("08", 0) == 0 ||
-        state.rfind("57P", 0) == 0) {
-      return Status::Unavailable(msg + " (store " + target_ + ")");
-    }
-    return Status::Internal(msg);
-  }
-
-  Status Begin() {
-    GP_RETURN_IF_ERROR(Run("BEGIN", {}, "begin a transaction").status());
-    in_transaction_ = true;
-    return Status::Ok();
-  }
-  Status Commit() {
-    Status s = Run("COMMIT", {}, "commit").status();
-    in_transaction_ = false;
-    if (!s.ok()) PgResult ended(PQexec(conn_, "ROLLBACK"));
-    return s;
-  }
-  Status Rollback(Status s) {
-    PgResult ended(PQexec(conn_, "ROLLBACK"));
-    in_transaction_ = false;
-    return s;
-  }
-
   static Result<Job> Decode(const std::string& body) {
     GP_ASSIGN_OR_RETURN(Json j, ParseJson(body, "stored job"));
     return jobs::JobFromJson(j, "stored job");
   }
 
   std::mutex mu_;
-  PGconn* conn_;
-  bool in_transaction_ = false;
-  const std::string target_;  // the connection string without its password
+  std::atomic<int64_t> fence_epoch_{0};  // 0: writes are not fenced
+  std::function<void(const Status&)> on_fenced_;
 };
 
 }  // namespace
@@ -629,8 +712,12 @@ std::string RedactConninfo(const std::string& conninfo) {
   return "'" + out + "'";
 }
 
-Result<std::unique_ptr<Store>> OpenPostgresStore(const std::string& conninfo) {
-  const std::string target = RedactConninfo(conninfo);
+namespace {
+
+// Opens a connection to `conninfo` for the store or the lease. `session_options` go to
+// the server as its `options` (-c settings), before the string's own, which may override.
+Result<PGconn*> Connect(const std::string& conninfo, const std::string& target,
+                        const char* session_options) {
   {
     char* err = nullptr;
     PQconninfoOption* opts = PQconninfoParse(conninfo.c_str(), &err);
@@ -642,12 +729,13 @@ Result<std::unique_ptr<Store>> OpenPostgresStore(const std::string& conninfo) {
     }
     PQconninfoFree(opts);
   }
-  // Keywords are applied in order: the connection string may override connect_timeout,
-  // and names the application only if it says nothing about it.
+  // Keywords are applied in order: the connection string may override connect_timeout
+  // and the options, and names the application only if it says nothing about it.
   const char* timeout = std::getenv("PGCONNECT_TIMEOUT");
-  const char* keys[] = {"connect_timeout", "dbname", "fallback_application_name", nullptr};
-  const char* values[] = {timeout != nullptr ? timeout : "10", conninfo.c_str(), "gpupool",
-                          nullptr};
+  const char* keys[] = {"connect_timeout", "options", "dbname", "fallback_application_name",
+                        nullptr};
+  const char* values[] = {timeout != nullptr ? timeout : "10", session_options, conninfo.c_str(),
+                          "gpupool", nullptr};
   PGconn* conn = PQconnectdbParams(keys, values, /*expand_dbname=*/1);
   if (conn == nullptr) return Status::Unavailable("libpq: out of memory");
   if (PQstatus(conn) != CONNECTION_OK) {
@@ -657,9 +745,139 @@ Result<std::unique_ptr<Store>> OpenPostgresStore(const std::string& conninfo) {
                                ": check the --store connection string, that the server runs, "
                                "and the password in PGPASSFILE or ~/.pgpass");
   }
+  return conn;
+}
+
+// The lease's statements compute times with the database's clock (clock_timestamp(), not
+// the transaction's now()); `ms_left` is what remains of the lease.
+constexpr const char* kLeaseColumns =
+    "holder, address, epoch, "
+    "CEIL(EXTRACT(EPOCH FROM (expires_at - clock_timestamp())) * 1000)::BIGINT";
+
+class PostgresLeaseStore final : public LeaseStore, private PgSession {
+ public:
+  using PgSession::PgSession;
+
+  Result<Lease> TryAcquire(const std::string& holder, const std::string& address,
+                           int64_t ttl_ms) override {
+    std::lock_guard lock(mu_);
+    GP_RETURN_IF_ERROR(Connected());
+    GP_ASSIGN_OR_RETURN(
+        PgResult r,
+        Run(std::string("UPDATE leader_lease SET holder=$1, address=$2, epoch=epoch+1, "
+                        "acquired_at=clock_timestamp(), expires_at=clock_timestamp() + $3 * "
+                        "INTERVAL '1 millisecond' WHERE id=1 AND expires_at <= "
+                        "clock_timestamp() RETURNING ") +
+                kLeaseColumns,
+            {holder, address, std::to_string(ttl_ms)}, "take the lease"));
+    if (r.Rows() == 1) return LeaseOf(r);
+    return ReadLocked();
+  }
+
+  Result<Lease> Renew(const std::string& holder, int64_t epoch, int64_t ttl_ms) override {
+    std::lock_guard lock(mu_);
+    GP_RETURN_IF_ERROR(Connected());
+    GP_ASSIGN_OR_RETURN(
+        PgResult r,
+        Run(std::string("UPDATE leader_lease SET expires_at=clock_timestamp() + $3 * "
+                        "INTERVAL '1 millisecond' WHERE id=1 AND holder=$1 AND "
+                        "epoch=$2 RETURNING ") +
+                kLeaseColumns,
+            {holder, std::to_string(epoch), std::to_string(ttl_ms)}, "renew the lease"));
+    if (r.Rows() == 1) return LeaseOf(r);
+    GP_ASSIGN_OR_RETURN(Lease now, ReadLocked());
+    return Status::FailedPrecondition("the lease was lost: controller " + now.holder +
+                                      " holds it at epoch " + std::to_string(now.epoch) +
+                                      ", not this one at epoch " + std::to_string(epoch));
+  }
+
+  Result<Lease> Read() override {
+    std::lock_guard lock(mu_);
+    GP_RETURN_IF_ERROR(Connected());
+    return ReadLocked();
+  }
+
+  Status Release(const std::string& holder, int64_t epoch) override {
+    std::lock_guard lock(mu_);
+    GP_RETURN_IF_ERROR(Connected());
+    return Run("UPDATE leader_lease SET expires_at=clock_timestamp() WHERE id=1 AND holder=$1 "
+               "AND epoch=$2",
+               {holder, std::to_string(epoch)}, "release the lease")
+        .status();
+  }
+
+  Status Heartbeat(const std::string& id, const std::string& address) override {
+    std::lock_guard lock(mu_);
+    GP_RETURN_IF_ERROR(Connected());
+    // Controllers gone for a day are forgotten.
+    GP_RETURN_IF_ERROR(Run("DELETE FROM controllers WHERE last_seen < clock_timestamp() - "
+                           "INTERVAL '1 day'",
+                           {}, "forget old controllers")
+                           .status());
+    return Run("INSERT INTO controllers(id, address, started_at, last_seen) VALUES($1,$2,"
+               "clock_timestamp(),clock_timestamp()) ON CONFLICT(id) DO UPDATE SET "
+               "address=EXCLUDED.address, last_seen=EXCLUDED.last_seen",
+               {id, address}, "record this controller")
+        .status();
+  }
+
+  Result<std::vector<ControllerRecord>> ListControllers(int64_t within_ms) override {
+    std::lock_guard lock(mu_);
+    GP_RETURN_IF_ERROR(Connected());
+    GP_ASSIGN_OR_RETURN(
+        PgResult r,
+        Run("SELECT id, address, (EXTRACT(EPOCH FROM (clock_timestamp() - last_seen)) * "
+            "1000)::BIGINT, (EXTRACT(EPOCH FROM (clock_timestamp() - started_at)) * 1000)::BIGINT "
+            "FROM controllers WHERE last_seen >= clock_timestamp() - $1 * INTERVAL '1 "
+            "millisecond' ORDER BY id",
+            {std::to_string(within_ms)}, "list controllers"));
+    std::vector<ControllerRecord> out;
+    for (int i = 0; i < r.Rows(); ++i) {
+      out.push_back({r.Text(i, 0), r.Text(i, 1), r.Int(i, 2), r.Int(i, 3)});
+    }
+    return out;
+  }
+
+ private:
+  static Lease LeaseOf(const PgResult& r) {
+    return {r.Text(0, 0), r.Text(0, 1), r.Int(0, 2), r.Int(0, 3)};
+  }
+  Result<Lease> ReadLocked() {
+    GP_ASSIGN_OR_RETURN(
+        PgResult r, Run(std::string("SELECT ") + kLeaseColumns + " FROM leader_lease WHERE id=1",
+                        {}, "read the lease"));
+    if (r.Rows() == 0) {
+      return Status::FailedPrecondition(
+          "the store has no lease row: open it with a gpupool server of this version first");
+    }
+    return LeaseOf(r);
+  }
+
+  std::mutex mu_;
+};
+
+// A transaction idle this long is ended by the server: a controller paused in the middle
+// of a write (SIGSTOP, a stalled VM) would otherwise hold its share lock on the lease row
+// and keep a standby from taking over.
+constexpr const char* kStoreSessionOptions = "-c idle_in_transaction_session_timeout=3000";
+// The lease's statements give up rather than wait behind such a writer for long.
+constexpr const char* kLeaseSessionOptions =
+    "-c lock_timeout=2000 -c statement_timeout=4000 -c idle_in_transaction_session_timeout=3000";
+
+}  // namespace
+
+Result<std::unique_ptr<Store>> OpenPostgresStore(const std::string& conninfo) {
+  const std::string target = RedactConninfo(conninfo);
+  GP_ASSIGN_OR_RETURN(PGconn * conn, Connect(conninfo, target, kStoreSessionOptions));
   auto store = std::make_unique<PostgresStore>(conn, target);
   GP_RETURN_IF_ERROR(store->Init().WithContext("store " + target));
   return std::unique_ptr<Store>(std::move(store));
+}
+
+Result<std::unique_ptr<LeaseStore>> OpenPostgresLeaseStore(const std::string& conninfo) {
+  const std::string target = RedactConninfo(conninfo);
+  GP_ASSIGN_OR_RETURN(PGconn * conn, Connect(conninfo, target, kLeaseSessionOptions));
+  return std::unique_ptr<LeaseStore>(std::make_unique<PostgresLeaseStore>(conn, target));
 }
 
 }  // namespace gpupool::store

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -116,6 +117,16 @@ class Store {
   // text, usually JSON. nullopt when never set.
   virtual Status PutSetting(std::string_view key, std::string_view value) = 0;
   virtual Result<std::optional<std::string>> GetSetting(std::string_view key) = 0;
+
+  // Fenced writes, for several controllers on one database (lease.h): from now on every
+  // write first checks, in its own transaction, that the leadership lease is still at
+  // `epoch`. When another controller has taken the lease since, the write changes
+  // nothing and fails (FailedPrecondition), and `on_fenced` runs (the daemon exits). A
+  // store that one controller owns alone (SQLite) has nothing to check and ignores it.
+  virtual void SetFence(int64_t epoch, std::function<void(const Status&)> on_fenced) {
+    (void)epoch;
+    (void)on_fenced;
+  }
 };
 
 // Opens (creating if needed) an SQLite store at `path` in WAL mode and brings its schema

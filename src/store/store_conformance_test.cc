@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <thread>
 
+#include "store/lease.h"
 #include "store/open_store.h"
 #include "store/postgres_test_server.h"
 #include "store/store.h"
@@ -370,6 +371,101 @@ INSTANTIATE_TEST_SUITE_P(Sqlite, StoreTest, ::testing::Values("sqlite-memory", "
                          });
 INSTANTIATE_TEST_SUITE_P(Postgresql, StoreTest, ::testing::Values("postgresql"),
                          [](const auto&) { return "Server"; });
+
+// The leadership lease (lease.h) on a real PostgreSQL: one holder at a time, a takeover
+// only after the lease ended, and a replaced leader's fenced store writes nothing.
+TEST(PostgresLeaseTest, OneLeaderAndAReplacedLeaderWritesNothing) {
+  std::string spec;
+  GP_FRESH_POSTGRES_DATABASE(spec);
+  auto store_a = OpenStore(spec);
+  auto store_b = OpenStore(spec);
+  ASSERT_TRUE(store_a.ok() && store_b.ok()) << store_a.status().ToString();
+  auto lease_a = OpenPostgresLeaseStore(spec);
+  auto lease_b = OpenPostgresLeaseStore(spec);
+  ASSERT_TRUE(lease_a.ok() && lease_b.ok()) << lease_a.status().ToString();
+  LeaseStore& la = **lease_a;
+  LeaseStore& lb = **lease_b;
+
+  Result<Lease> never = la.Read();
+  ASSERT_TRUE(never.ok()) << never.status().ToString();
+  EXPECT_EQ(never->epoch, 0);
+  EXPECT_FALSE(never->Live());
+
+  Result<Lease> a = la.TryAcquire("a", "http://a:8421", 60'000);
+  ASSERT_TRUE(a.ok()) << a.status().ToString();
+  EXPECT_EQ(a->holder, "a");
+  EXPECT_EQ(a->epoch, 1);
+  EXPECT_GT(a->expires_in_ms, 50'000);
+  // Held: b sees a, and cannot renew what it does not hold.
+  Result<Lease> b = lb.TryAcquire("b", "http://b:8421", 60'000);
+  ASSERT_TRUE(b.ok());
+  EXPECT_EQ(b->holder, "a");
+  EXPECT_EQ(b->address, "http://a:8421");
+  EXPECT_EQ(b->epoch, 1);
+  EXPECT_EQ(lb.Renew("b", 1, 60'000).status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(la.Renew("a", 1, 60'000).ok());
+
+  int fenced = 0;
+  (*store_a)->SetFence(1, [&fenced](const Status&) { ++fenced; });
+  Job kept = MakeJob("alice");
+  kept.id = (*store_a)->InsertJob(kept).value();
+  ASSERT_TRUE((*store_a)->PutSetting("limits", "{}").ok());
+
+  // a gives the lease up (as a clean stop does); b takes it at the next epoch.
+  ASSERT_TRUE(la.Release("a", 1).ok());
+  b = lb.TryAcquire("b", "http://b:8421", 60'000);
+  ASSERT_TRUE(b.ok());
+  EXPECT_EQ(b->holder, "b");
+  EXPECT_EQ(b->epoch, 2);
+  Result<Lease> lost = la.Renew("a", 1, 60'000);
+  EXPECT_EQ(lost.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(lost.status().message().find("lost"), std::string::npos) << lost.status().message();
+
+  // Every kind of write of the replaced leader fails and changes nothing.
+  Status insert = (*store_a)->InsertJob(MakeJob("mallory")).status();
+  EXPECT_EQ(insert.code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(insert.message().find("another controller leads"), std::string::npos)
+      << insert.message();
+  Job moved = kept;
+  moved.state = JobState::kCancelled;
+  EXPECT_FALSE((*store_a)->UpdateJob(moved, JobState::kPending).ok());
+  EXPECT_FALSE((*store_a)->PutSetting("limits", "{\"x\": 1}").ok());
+  EXPECT_FALSE((*store_a)->PutNode(NodeRecord{.name = "n1", .info_json = "{}"}).ok());
+  EXPECT_FALSE((*store_a)->DeleteEnvironment("e", "1").ok());
+  EXPECT_EQ(fenced, 5);
+  // Reads still work, and show nothing of those writes.
+  auto jobs = (*store_b)->ListJobs({});
+  ASSERT_TRUE(jobs.ok());
+  ASSERT_EQ(jobs->size(), 1u);
+  EXPECT_EQ((*jobs)[0].state, JobState::kPending);
+  EXPECT_EQ((*store_b)->GetSetting("limits").value().value_or(""), "{}");
+  EXPECT_TRUE((*store_b)->ListNodes().value().empty());
+
+  // The new leader, fenced at its own epoch, writes.
+  (*store_b)->SetFence(2, [](const Status&) { ADD_FAILURE() << "b was fenced"; });
+  EXPECT_TRUE((*store_b)->UpdateJob(moved, JobState::kPending).ok());
+
+  // A lease that runs out without a release is taken too, and only then.
+  ASSERT_TRUE(lb.Renew("b", 2, 300).ok());
+  EXPECT_EQ(la.TryAcquire("a", "http://a:8421", 60'000)->holder, "b");
+  Result<Lease> now = la.Read();
+  while (now.ok() && now->Live()) now = la.Read();  // the database's clock decides
+  a = la.TryAcquire("a", "http://a:8421", 60'000);
+  ASSERT_TRUE(a.ok());
+  EXPECT_EQ(a->holder, "a");
+  EXPECT_EQ(a->epoch, 3);
+
+  // Controllers that said they are alive are listed.
+  ASSERT_TRUE(la.Heartbeat("a", "http://a:8421").ok());
+  ASSERT_TRUE(lb.Heartbeat("b", "http://b:8421").ok());
+  ASSERT_TRUE(lb.Heartbeat("b", "http://b2:8421").ok());
+  auto alive = la.ListControllers(60'000);
+  ASSERT_TRUE(alive.ok()) << alive.status().ToString();
+  ASSERT_EQ(alive->size(), 2u);
+  EXPECT_EQ((*alive)[0].id, "a");
+  EXPECT_EQ((*alive)[1].address, "http://b2:8421");
+  EXPECT_GE((*alive)[1].seen_ms_ago, 0);
+}
 
 TEST(OpenStoreTest, PicksTheBackendBySpec) {
   EXPECT_TRUE(IsPostgresSpec("postgresql://gp@db1/gpupool"));

@@ -35,17 +35,18 @@ int ExitCodeFor(const Status& status) {
   }
 }
 
-Result<net::ServerAddress> ResolveServerAddress(const std::string& flag,
-                                                const std::string& env_server, uid_t uid,
-                                                const std::string& env_xdg_state_home,
-                                                const std::string& env_home) {
+Result<std::vector<net::ServerAddress>> ResolveServerAddress(const std::string& flag,
+                                                             const std::string& env_server,
+                                                             uid_t uid,
+                                                             const std::string& env_xdg_state_home,
+                                                             const std::string& env_home) {
   if (!flag.empty()) {
-    auto a = net::ParseServerAddress(flag);
+    auto a = net::ParseServerAddressList(flag);
     if (!a.ok()) return a.status().WithContext("--server " + flag);
     return a;
   }
   if (!env_server.empty()) {
-    auto a = net::ParseServerAddress(env_server);
+    auto a = net::ParseServerAddressList(env_server);
     if (!a.ok()) return a.status().WithContext("GPUPOOL_SERVER=" + env_server);
     return a;
   }
@@ -62,7 +63,7 @@ Result<net::ServerAddress> ResolveServerAddress(const std::string& flag,
         "cannot find the default server socket: HOME is not set; pass --server unix:PATH or "
         "set GPUPOOL_SERVER");
   }
-  return a;
+  return std::vector<net::ServerAddress>{std::move(a)};
 }
 
 Status StatusFromHttp(int http_status, const std::string& body) {
@@ -90,13 +91,15 @@ Status StatusFromHttp(int http_status, const std::string& body) {
     case 413:
     case 429:  // too many waiting requests of this caller: try again shortly
       return Status::ResourceExhausted(message);
+    case 503:  // cannot serve now (a standby with no leader answering, shutting down, ...)
+      return Status::Unavailable(message);
     default:
       return Status::Internal(message);
   }
 }
 
-ApiClient::ApiClient(net::ServerAddress address, std::string token)
-    : http_(std::move(address), std::move(token)) {}
+ApiClient::ApiClient(std::vector<net::ServerAddress> addresses, std::string token)
+    : http_(std::move(addresses), std::move(token)) {}
 
 Result<ApiAnswer> ApiClient::Get(const std::string& path_and_query) const {
   return Call("GET", path_and_query, "");

@@ -1,7 +1,8 @@
 // ApiClient: the client side of the REST API (docs/api.md) for the `gpupool` user
 // commands. It wraps net::HttpClient, turns non-2xx answers into Status values whose
 // code says what kind of failure it was and whose message is the server's own `error`
-// text, and knows how to find the server (--server, GPUPOOL_SERVER, the default socket).
+// text, and knows how to find the server (--server, GPUPOOL_SERVER, the default socket),
+// or the list of controllers among which HttpClient finds the leader.
 //
 // Status codes map to the CLI's documented exit codes through ExitCodeFor(). Thread-safe
 // like HttpClient: every call opens its own connection.
@@ -12,6 +13,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "common/json.h"
 #include "common/status.h"
@@ -29,14 +31,16 @@ inline constexpr int kExitUnreachable = 5;  // no server at the address
 
 int ExitCodeFor(const Status& status);
 
-// The server address to use: `flag` if given, else `env_server` (GPUPOOL_SERVER), else
-// the default local socket: /var/lib/gpupool/gpupool.sock for uid 0, else
+// The server addresses to use: `flag` if given, else `env_server` (GPUPOOL_SERVER), each a
+// comma list of controllers (net::ParseServerAddressList), else the default local
+// socket: /var/lib/gpupool/gpupool.sock for uid 0, else
 // $XDG_STATE_HOME/gpupool/gpupool.sock, else $HOME/.local/state/gpupool/gpupool.sock.
-// Empty strings count as absent.
-Result<net::ServerAddress> ResolveServerAddress(const std::string& flag,
-                                                const std::string& env_server, uid_t uid,
-                                                const std::string& env_xdg_state_home,
-                                                const std::string& env_home);
+// Empty strings count as absent. kInvalidArgument naming the flag or variable.
+Result<std::vector<net::ServerAddress>> ResolveServerAddress(const std::string& flag,
+                                                             const std::string& env_server,
+                                                             uid_t uid,
+                                                             const std::string& env_xdg_state_home,
+                                                             const std::string& env_home);
 
 // A 2xx answer: the body as sent (for --json) and parsed (a JSON object).
 struct ApiAnswer {
@@ -54,7 +58,8 @@ struct LogChunk {
 
 class ApiClient {
  public:
-  ApiClient(net::ServerAddress address, std::string token);
+  // `addresses`: the controllers, in order of preference (see net::HttpClient).
+  ApiClient(std::vector<net::ServerAddress> addresses, std::string token);
 
   // GET/POST/DELETE a JSON API path; a 2xx answer whose body is a JSON object.
   Result<ApiAnswer> Get(const std::string& path_and_query) const;
@@ -70,7 +75,9 @@ class ApiClient {
   // X-Gpupool-Eof): `path_and_query` without the offset, which this adds.
   Result<LogChunk> ReadOutput(const std::string& path_and_query, int64_t offset, int wait_ms) const;
 
-  const net::ServerAddress& address() const { return http_.address(); }
+  // The address the next call starts at (the leader, as far as known), and the list.
+  net::ServerAddress address() const { return http_.address(); }
+  const std::vector<net::ServerAddress>& addresses() const { return http_.addresses(); }
 
  private:
   Result<ApiAnswer> Call(const std::string& method, const std::string& path,
@@ -79,8 +86,11 @@ class ApiClient {
 };
 
 // The Status for a non-2xx answer: 400 kInvalidArgument, 401/403 kPermissionDenied, 404
-// kNotFound, 409 kFailedPrecondition, 413 and 429 kResourceExhausted, else kInternal. The message
-// is the body's `error` text as is, or a description of the status when there is none.
+// kNotFound, 409 kFailedPrecondition, 413 and 429 kResourceExhausted, 503 kUnavailable (a
+// controller that cannot serve now: shutting down, its store or a node away, or a standby
+// when no leader answers; callers that retry kUnavailable ride over it), else kInternal.
+// The message is the body's `error` text as is, or a description of the status when
+// there is none.
 Status StatusFromHttp(int http_status, const std::string& body);
 
 }  // namespace gpupool::cli

@@ -5,22 +5,47 @@
 namespace gpupool::cli {
 namespace {
 
+// The one address of a resolved list ("" unless there is exactly one).
+std::string OnePath(const Result<std::vector<net::ServerAddress>>& r) {
+  return r.ok() && r->size() == 1 ? (*r)[0].path : std::string();
+}
+
 TEST(ResolveServerAddressTest, FlagThenEnvThenDefaultSocket) {
   auto a = ResolveServerAddress("unix:/flag.sock", "unix:/env.sock", 1000, "", "/home/a");
-  ASSERT_TRUE(a.ok());
-  EXPECT_EQ(a->path, "/flag.sock");
+  EXPECT_EQ(OnePath(a), "/flag.sock");
   a = ResolveServerAddress("", "http://127.0.0.1:8421", 1000, "", "/home/a");
   ASSERT_TRUE(a.ok());
-  EXPECT_EQ(a->kind, net::ServerAddress::Kind::kTcp);
-  EXPECT_EQ(a->port, 8421);
-  EXPECT_EQ(ResolveServerAddress("", "", 0, "/x", "/root")->path, "/var/lib/gpupool/gpupool.sock");
-  EXPECT_EQ(ResolveServerAddress("", "", 1000, "/xdg", "/home/a")->path,
+  ASSERT_EQ(a->size(), 1u);
+  EXPECT_EQ((*a)[0].kind, net::ServerAddress::Kind::kTcp);
+  EXPECT_EQ((*a)[0].port, 8421);
+  EXPECT_EQ(OnePath(ResolveServerAddress("", "", 0, "/x", "/root")),
+            "/var/lib/gpupool/gpupool.sock");
+  EXPECT_EQ(OnePath(ResolveServerAddress("", "", 1000, "/xdg", "/home/a")),
             "/xdg/gpupool/gpupool.sock");
-  EXPECT_EQ(ResolveServerAddress("", "", 1000, "", "/home/a")->path,
+  EXPECT_EQ(OnePath(ResolveServerAddress("", "", 1000, "", "/home/a")),
             "/home/a/.local/state/gpupool/gpupool.sock");
   // A relative XDG_STATE_HOME is invalid by the XDG spec and is ignored.
-  EXPECT_EQ(ResolveServerAddress("", "", 1000, "rel", "/home/a")->path,
+  EXPECT_EQ(OnePath(ResolveServerAddress("", "", 1000, "rel", "/home/a")),
             "/home/a/.local/state/gpupool/gpupool.sock");
+}
+
+TEST(ResolveServerAddressTest, ListsOfControllersInFlagAndEnv) {
+  auto a = ResolveServerAddress("http://c1:8421, http://c2:8421,unix:/run/c3.sock",
+                                "unix:/env.sock", 1000, "", "/home/a");
+  ASSERT_TRUE(a.ok()) << a.status().ToString();
+  EXPECT_EQ(net::ServerAddressListToString(*a), "http://c1:8421,http://c2:8421,unix:/run/c3.sock");
+  a = ResolveServerAddress("", "http://c1:8421,http://c2:8421", 1000, "", "/home/a");
+  ASSERT_TRUE(a.ok()) << a.status().ToString();
+  ASSERT_EQ(a->size(), 2u);
+  EXPECT_EQ((*a)[1].host, "c2");
+  a = ResolveServerAddress("", "http://c1:8421,,http://c2:8421", 1000, "", "/home/a");
+  ASSERT_FALSE(a.ok());
+  EXPECT_EQ(a.status().message().rfind("GPUPOOL_SERVER=http://c1:8421,,http://c2:8421: ", 0), 0u)
+      << a.status().message();
+  a = ResolveServerAddress("http://c1:8421,bad", "", 1000, "", "/home/a");
+  ASSERT_FALSE(a.ok());
+  EXPECT_NE(a.status().message().find("server address 'bad'"), std::string::npos)
+      << a.status().message();
 }
 
 TEST(ResolveServerAddressTest, BadValuesNameTheirSource) {
@@ -46,6 +71,13 @@ TEST(StatusFromHttpTest, CodesAndTheServersOwnMessage) {
   EXPECT_EQ(StatusFromHttp(409, "").code(), StatusCode::kFailedPrecondition);
   EXPECT_EQ(StatusFromHttp(413, "").code(), StatusCode::kResourceExhausted);
   EXPECT_EQ(StatusFromHttp(500, "").code(), StatusCode::kInternal);
+  // Unavailable for now (a standby when no leader answered, a server shutting down): the
+  // CLI's retries and exit code 5 ("unreachable") cover it.
+  Status standby = StatusFromHttp(
+      503, R"({"error": "this controller is a standby; the leader is ", "leader": ""})");
+  EXPECT_EQ(standby.code(), StatusCode::kUnavailable);
+  EXPECT_EQ(standby.message(), "this controller is a standby; the leader is ");
+  EXPECT_EQ(ExitCodeFor(StatusFromHttp(503, "")), kExitUnreachable);
   EXPECT_EQ(StatusFromHttp(502, "Bad Gateway").message(),
             "the server answered HTTP 502: Bad Gateway");
   EXPECT_EQ(StatusFromHttp(500, R"({"error": 5})").message(),

@@ -56,19 +56,19 @@ void RegisterExecOnly(CLI::App& app, CommandContext& ctx) {
 
 void AddConnectionOptions(CLI::App& cmd, ConnectionFlags* flags) {
   cmd.add_option("--server", flags->server,
-                 "the server: unix:PATH or http://HOST:PORT (default: $GPUPOOL_SERVER, else "
-                 "the local socket)");
+                 "the server: unix:PATH or http://HOST:PORT, or a comma list of a pool's "
+                 "controllers (default: $GPUPOOL_SERVER, else the local socket)");
   cmd.add_option("--token", flags->token,
                  "bearer token for a TCP server (default: $GPUPOOL_TOKEN)");
 }
 
 Result<ApiClient> Connect(const ClientRuntime& rt, const ConnectionFlags& flags) {
   const ClientEnvironment& e = rt.env;
-  auto address = ResolveServerAddress(flags.server, e.getenv("GPUPOOL_SERVER"), e.uid,
-                                      e.getenv("XDG_STATE_HOME"), e.getenv("HOME"));
-  if (!address.ok()) return address.status();
+  auto addresses = ResolveServerAddress(flags.server, e.getenv("GPUPOOL_SERVER"), e.uid,
+                                        e.getenv("XDG_STATE_HOME"), e.getenv("HOME"));
+  if (!addresses.ok()) return addresses.status();
   std::string token = flags.token.empty() ? e.getenv("GPUPOOL_TOKEN") : flags.token;
-  return ApiClient(std::move(address).value(), std::string(Trim(token)));
+  return ApiClient(std::move(addresses).value(), std::string(Trim(token)));
 }
 
 void Report(const ClientRuntime& rt, const Status& status) {

@@ -5,12 +5,14 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <mutex>
 #include <sstream>
 #include <thread>
+#include <vector>
 
 #include "cli/client/client_commands.h"
 #include "common/json.h"
@@ -297,6 +299,48 @@ TEST_F(ClientE2eTest, NoServerIsExit5) {
   r = Run({"whoami"}, /*with_server_flag=*/false);
   EXPECT_EQ(r.code, 5);
   EXPECT_NE(r.err.find("elsewhere.sock"), std::string::npos) << r.err;
+  // A list: every controller is named with why it gave no answer.
+  env_["GPUPOOL_SERVER"] = "unix:" + (dir_ / "c1.sock").string() + ", unix:" + socket_;
+  r = Run({"whoami"}, /*with_server_flag=*/false);
+  EXPECT_EQ(r.code, 5);
+  EXPECT_NE(r.err.find("c1.sock (cannot connect"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find(socket_ + " (cannot connect"), std::string::npos) << r.err;
+}
+
+// Several controllers: the first is down, the second a standby that knows no leader for a
+// while (a takeover) and then names it. The submission's retries ride over the takeover
+// with one submit_key and end at the leader.
+TEST_F(ClientE2eTest, ServerListFindsTheLeaderAndSubmitRidesOverATakeover) {
+  const std::string leader_socket = (dir_ / "leader.sock").string();
+  std::mutex leader_mu;
+  std::vector<std::string> leader_bodies;
+  net::HttpServerOptions opts;
+  opts.unix_socket_path = leader_socket;
+  auto leader = net::StartHttpServer(opts, [&](const HttpRequest& r) {
+    std::lock_guard<std::mutex> lock(leader_mu);
+    leader_bodies.push_back(r.body);
+    return JsonAnswer(201, R"({"job": {"id": 21}})");
+  });
+  ASSERT_TRUE(leader.ok()) << leader.status().ToString();
+  std::atomic<int> standby_answers{0};
+  Serve([&](const HttpRequest&) {
+    const std::string known = ++standby_answers <= 2 ? "" : "unix:" + leader_socket;
+    return JsonAnswer(503, Json{{"error", "this controller is a standby; the leader is " + known},
+                                {"leader", known}}
+                               .dump());
+  });
+  env_["GPUPOOL_SERVER"] = "unix:" + (dir_ / "down.sock").string() + ",unix:" + socket_;
+  RunResult r = Run({"submit", "--", "true"}, /*with_server_flag=*/false);
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.out, "Submitted job 21\n");
+  (*leader)->Stop();  // its handler's state lives on this stack
+  server_->Stop();
+  std::vector<HttpRequest> at_standby = Requests();
+  ASSERT_EQ(at_standby.size(), 3u);
+  ASSERT_EQ(leader_bodies.size(), 1u);
+  const std::string key = SubmitKeyOf(leader_bodies[0]);
+  EXPECT_EQ(key.size(), 32u);
+  for (const HttpRequest& q : at_standby) EXPECT_EQ(SubmitKeyOf(q.body), key);
 }
 
 TEST_F(ClientE2eTest, EnvironmentChoosesServerAndTokenAndFlagsOverrideIt) {

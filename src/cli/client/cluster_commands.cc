@@ -1,4 +1,5 @@
-// `gpupool nodes`, `gpupool usage`, `gpupool token create|list|revoke`, `gpupool whoami`.
+// `gpupool nodes`, `gpupool usage`, `gpupool token create|list|revoke`, `gpupool status`,
+// `gpupool whoami`.
 #include <functional>
 
 #include "cli/client/client_common.h"
@@ -332,6 +333,16 @@ void RegisterClusterCommands(CLI::App& app, const RuntimePtr& rt) {
   revoke->add_flag("--json", tr->base.json, "print the server's JSON");
   AddConnectionOptions(*revoke, &tr->base.conn);
   revoke->callback([rt, tr] { Report(*rt, RunTokenRevoke(*rt, *tr)); });
+
+  auto st = std::make_shared<SimpleState>();
+  CLI::App* status = app.add_subcommand(
+      "status", "Which controller leads, and the standbys (several controllers on PostgreSQL)");
+  status->add_flag("--json", st->json, "print the server's JSON");
+  AddConnectionOptions(*status, &st->conn);
+  status->callback([rt, st] {
+    Report(*rt, GetAndPrint(*rt, *st, "/v1/controllers",
+                            [](const Json& j) { return RenderControllers(j); }));
+  });
 
   auto w = std::make_shared<SimpleState>();
   CLI::App* whoami = app.add_subcommand("whoami", "Who the server takes you for");

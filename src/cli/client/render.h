@@ -27,6 +27,8 @@ std::string RenderUsage(const Json& answer);
 std::string RenderTokens(const Json& answer, int64_t now_us);
 // `gpupool whoami`: "alice (uid 1000)", with ", admin" when so.
 std::string RenderWhoami(const Json& answer);
+// GET /v1/controllers: who leads, and every controller seen lately.
+std::string RenderControllers(const Json& answer);
 
 // The GPUs a job asks for or holds, compactly: "2", "0.25", "1 (20 GiB)", "4x2", "0".
 std::string FormatJobGpus(const Json& job);

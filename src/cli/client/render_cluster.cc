@@ -139,6 +139,29 @@ std::string RenderTokens(const Json& answer, int64_t now_us) {
   return t.Render();
 }
 
+std::string RenderControllers(const Json& answer) {
+  const Json* leader = Field(answer, "leader");
+  const std::vector<Json> all = GetArray(answer, "controllers");
+  if (leader == nullptr && all.empty()) {
+    const std::string note = GetString(answer, "note");
+    return "One controller" + (note.empty() ? std::string() : ": " + CleanCell(note)) + "\n";
+  }
+  std::string out =
+      leader == nullptr
+          ? "No controller leads at the moment (a standby takes over when the lease ends).\n"
+          : "Leader: " + CleanCell(GetString(*leader, "id")) + " at " +
+                CleanCell(GetString(*leader, "address")) + ", epoch " +
+                std::to_string(GetInt(*leader, "epoch")) + ", lease " +
+                std::to_string(GetInt(*leader, "expires_in_ms")) + " ms left\n";
+  Table t({"CONTROLLER", "ADDRESS", "ROLE", "SEEN", "UP"});
+  for (const Json& c : all) {
+    t.AddRow({GetString(c, "id"), GetString(c, "address"), GetString(c, "role"),
+              FormatDuration(GetInt(c, "seen_ms_ago") / 1000) + " ago",
+              FormatDuration(GetInt(c, "started_ms_ago") / 1000)});
+  }
+  return out + t.Render();
+}
+
 std::string RenderWhoami(const Json& answer) {
   return CleanCell(GetString(answer, "user", "?")) + " (uid " +
          std::to_string(GetInt(answer, "uid")) + ")" + (GetBool(answer, "admin") ? ", admin" : "") +

@@ -226,5 +226,25 @@ TEST(RenderTokensAndWhoamiTest, Canned) {
             "root (uid 0), admin\n");
 }
 
+TEST(RenderControllersTest, LeaderStandbysAndALoneController) {
+  EXPECT_EQ(RenderControllers(Parse(R"({"leader": {"id": "c1:8421:10-aa", "address":
+              "http://c1:8421", "epoch": 3, "expires_in_ms": 4210}, "lease_ms": 5000,
+              "controllers": [{"id": "c1:8421:10-aa", "address": "http://c1:8421", "role":
+              "leader", "seen_ms_ago": 420, "started_ms_ago": 7200000}, {"id": "c2:8421:9-bb",
+              "address": "http://c2:8421", "role": "standby", "seen_ms_ago": 1610,
+              "started_ms_ago": 65000}]})")),
+            "Leader: c1:8421:10-aa at http://c1:8421, epoch 3, lease 4210 ms left\n"
+            "CONTROLLER     ADDRESS         ROLE     SEEN    UP\n"
+            "c1:8421:10-aa  http://c1:8421  leader   0s ago  2h00m\n"
+            "c2:8421:9-bb   http://c2:8421  standby  1s ago  1m05s\n");
+  EXPECT_EQ(RenderControllers(Parse(R"({"leader": null, "controllers": [{"id": "c2", "address":
+              "http://c2:8421", "role": "standby", "seen_ms_ago": 0, "started_ms_ago": 0}]})")),
+            "No controller leads at the moment (a standby takes over when the lease ends).\n"
+            "CONTROLLER  ADDRESS         ROLE     SEEN    UP\n"
+            "c2          http://c2:8421  standby  0s ago  0s\n");
+  EXPECT_EQ(RenderControllers(Parse(R"({"leader": null, "controllers": [], "note": "alone"})")),
+            "One controller: alone\n");
+}
+
 }  // namespace
 }  // namespace gpupool::cli

@@ -1,0 +1,154 @@
+#!/usr/bin/env python3
+"""Several controllers on one PostgreSQL server (docs/deploy.md, "Three controllers"):
+a real PostgreSQL 15 started here, `gpupool server` processes that elect a leader through
+the lease in the database, agents and the CLI given the list of every controller.
+
+  * failover: 300 jobs stream in through the CLI while the leader is killed with
+    SIGKILL three times, alternating; every job the CLI was told about ends SUCCEEDED and
+    ran exactly once (each job appends its id to one file);
+  * a stale leader: the leader is stopped (SIGSTOP) past its lease, a standby takes over,
+    and when the old one runs again (SIGCONT) it finds itself fenced and exits with 75
+    having changed nothing: every job still runs once;
+  * the database restarts under load: the leader reconnects, keeps the lease, loses
+    nothing.
+
+Usage: failover_test.py PATH_TO_GPUPOOL. Needs root (the test server runs as the
+`postgres` account) and postgresql-15; skips (exit 77) without them.
+"""
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import unittest
+
+GPUPOOL = os.path.abspath(sys.argv.pop(1)) if len(sys.argv) > 1 else "gpupool"
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "testlib"))
+import hasite  # noqa: E402  (tests/testlib)
+
+
+class FailoverTest(unittest.TestCase):
+    def setUp(self):
+        why = hasite.missing()
+        if why:
+            self.skipTest(why)
+        self.site = None
+
+    def tearDown(self):
+        if self.site:
+            self.site.stop()
+
+    def check_once(self, ids):
+        site = self.site
+        jobs = site.wait_all(ids)
+        bad = [jobs[i] for i in ids if jobs[i]["state"] != "SUCCEEDED"]
+        self.assertEqual(bad[:3], [], "%d jobs did not succeed\n%s" % (len(bad), site.log()))
+        runs = site.runs_of()
+        twice = {i: c for i, c in runs.items() if c != 1}
+        self.assertEqual(twice, {}, "jobs ran more than once")
+        self.assertEqual(sorted(runs), sorted(ids), "runs do not match the accepted jobs")
+
+    def stream(self, count, threads, on_progress):
+        """Submits `count` jobs from `threads` CLI loops; on_progress(accepted) runs on
+        this thread as they come. Returns the ids and the failures."""
+        ids, failures, lock = [], [], threading.Lock()
+        todo = list(range(count))
+
+        def loop():
+            while True:
+                with lock:
+                    if not todo:
+                        return
+                    todo.pop()
+                jid, err = self.site.submit()
+                with lock:
+                    (ids.append(jid) if jid is not None else failures.append(err))
+
+        workers = [threading.Thread(target=loop) for _ in range(threads)]
+        for w in workers:
+            w.start()
+        while any(w.is_alive() for w in workers):
+            with lock:
+                n = len(ids)
+            on_progress(n)
+            time.sleep(0.05)
+        for w in workers:
+            w.join()
+        return ids, failures
+
+    def test_leader_killed_three_times_while_300_jobs_stream_in(self):
+        self.site = site = hasite.Site(GPUPOOL, controllers=2, agents=2, lease_ms=2000)
+        site.wait_nodes(2)
+        kills, takeovers = [], []
+
+        def maybe_kill(accepted):
+            if len(kills) < 3 and accepted >= 60 * (len(kills) + 1):
+                old = site.leader()
+                t0 = time.time()
+                site.kill9(old)
+                new = site.leader(besides=old)
+                takeovers.append(time.time() - t0)
+                kills.append((old, new))
+                site.start_controller(old)  # back, as a standby
+
+        ids, failures = self.stream(300, 4, maybe_kill)
+        self.assertEqual(failures, [], "submissions failed")
+        self.assertEqual(len(ids), 300)
+        self.assertEqual(len(set(ids)), 300, "a retried submission made two jobs")
+        self.assertEqual(len(kills), 3)
+        # Alternating: each kill took the other controller's turn.
+        self.assertEqual([k[0] for k in kills], [kills[0][0], kills[0][1], kills[0][0]])
+        self.check_once(ids)
+        site.wait_nodes(2)
+        print("takeovers after SIGKILL: %s s" % ", ".join("%.2f" % t for t in takeovers))
+
+    def test_a_stale_leader_that_wakes_up_writes_nothing(self):
+        self.site = site = hasite.Site(GPUPOOL, controllers=2, agents=1, lease_ms=2000)
+        site.wait_nodes(1)
+        first = [site.submit()[0] for _ in range(10)]
+        old = site.leader()
+        epoch = site.api("/v1/controllers")["leader"]["epoch"]
+        # More jobs, then the leader freezes while it has them to schedule.
+        more, _ = self.stream(20, 4, lambda n: None)
+        os.kill(site.procs[old].pid, signal.SIGSTOP)
+        new = site.leader(besides=old)
+        after = site.api("/v1/controllers")["leader"]
+        self.assertEqual(after["epoch"], epoch + 1)
+        self.assertTrue(after["address"].endswith(new + "/gpupool.sock"), after)
+        late, _ = self.stream(10, 2, lambda n: None)
+        os.kill(site.procs[old].pid, signal.SIGCONT)
+        try:
+            status = site.procs[old].wait(timeout=3 * site.lease_ms / 1000 + 5)
+        except subprocess.TimeoutExpired:
+            self.fail("the stale leader did not exit\n" + site.log())
+        self.assertEqual(status, hasite.EXIT_LOST_LEADERSHIP, site.log())
+        with open(os.path.join(site.root, old + ".log"), errors="replace") as f:
+            self.assertIn("leadership lost", f.read())
+        self.assertEqual(site.leader(), new)
+        self.check_once(first + more + late)
+        site.wait_nodes(1)  # the agent left the frozen leader for the new one
+
+    def test_the_database_restarts_under_load(self):
+        self.site = site = hasite.Site(GPUPOOL, controllers=1, agents=1, lease_ms=5000)
+        site.wait_nodes(1)
+        leader = site.leader()
+        epoch = site.api("/v1/controllers")["leader"]["epoch"]
+        restarted = []
+
+        def maybe_restart(accepted):
+            if not restarted and accepted >= 30:
+                site.pg.restart()
+                restarted.append(time.time())
+
+        ids, failures = self.stream(80, 4, maybe_restart)
+        self.assertEqual(failures, [])
+        self.assertTrue(restarted)
+        self.check_once(ids)
+        self.assertIsNone(site.procs[leader].poll(), "the controller exited\n" + site.log())
+        self.assertEqual(site.api("/v1/controllers")["leader"]["epoch"], epoch)
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)
