@@ -237,6 +237,35 @@ class PgSession {
     return Status::Internal(msg);
   }
 
+  // One statement of a pipelined transaction.
+  struct Stmt {
+    std::string sql;
+    Params params;
+  };
+  // What a pipelined transaction did: every statement's result, in order; `failed` is the
+  // first that failed (its result holds the error; the transaction was rolled back), or
+  // kAllRan when it committed.
+  struct Batch {
+    static constexpr size_t kAllRan = SIZE_MAX;
+    std::vector<PgResult> results;
+    size_t failed = kAllRan;
+  };
+
+  // Runs `stmts` as one transaction in one round trip: libpq's pipeline mode sends them
+  // all and one Sync; the statements before a Sync are an implicit transaction, committed
+  // at the Sync, and an error in any rolls back all and skips the rest. A connection found
+  // dropped before any answer came back (an idle connection to a restarted server) is made
+  // again and the transaction sent once more: the server ran nothing of it. Unavailable
+  // when the connection breaks later (the outcome is unknown, as for a lost COMMIT).
+  Result<Batch> Pipeline(const std::vector<Stmt>& stmts, const std::string& what) {
+    bool answered = false;
+    Result<Batch> b = PipelineOnce(stmts, what, &answered);
+    if (b.ok() || answered || PQstatus(conn_) != CONNECTION_BAD) return b;
+    PQreset(conn_);
+    if (PQstatus(conn_) != CONNECTION_OK) return b;
+    return PipelineOnce(stmts, what, &answered);
+  }
+
   Status Begin() {
     GP_RETURN_IF_ERROR(Run("BEGIN", {}, "begin a transaction").status());
     in_transaction_ = true;
@@ -257,6 +286,87 @@ class PgSession {
   PGconn* conn_;
   bool in_transaction_ = false;
   const std::string target_;  // the connection string without its password
+
+ private:
+  Status Broken(const std::string& what) {
+    return Status::Unavailable("postgresql: " + what + ": " + OneLine(PQerrorMessage(conn_)) +
+                               " (store " + target_ + ")");
+  }
+
+  // Reads what is left of a pipeline and leaves pipeline mode (a no-op on a dead one).
+  void EndPipeline() {
+    for (int nulls = 0; nulls < 2 && PQstatus(conn_) == CONNECTION_OK;) {
+      PGresult* r = PQgetResult(conn_);
+      if (r == nullptr) {
+        ++nulls;
+        continue;
+      }
+      nulls = 0;
+      const bool sync = PQresultStatus(r) == PGRES_PIPELINE_SYNC;
+      PQclear(r);
+      if (sync) break;
+    }
+    PQexitPipelineMode(conn_);
+  }
+
+  Result<Batch> PipelineOnce(const std::vector<Stmt>& stmts, const std::string& what,
+                             bool* answered) {
+    *answered = false;
+    if (PQenterPipelineMode(conn_) != 1) return Broken(what + " (pipeline mode)");
+    for (const Stmt& st : stmts) {
+      std::vector<const char*> values;
+      values.reserve(st.params.size());
+      for (const std::string& v : st.params) values.push_back(v.c_str());
+      if (PQsendQueryParams(conn_, st.sql.c_str(), static_cast<int>(values.size()), nullptr,
+                            values.data(), nullptr, nullptr, /*resultFormat=*/0) != 1) {
+        EndPipeline();
+        return Broken(what);
+      }
+    }
+    if (PQpipelineSync(conn_) != 1) {
+      EndPipeline();
+      return Broken(what);
+    }
+    // Each statement gives one result, then a null; the Sync gives PGRES_PIPELINE_SYNC.
+    Batch b;
+    bool synced = false;
+    for (int nulls = 0; nulls < 2 && !synced;) {
+      PGresult* raw = PQgetResult(conn_);
+      if (raw == nullptr) {
+        ++nulls;  // the end of one statement's results; two in a row: nothing more comes
+        continue;
+      }
+      nulls = 0;
+      if (PQresultStatus(raw) == PGRES_PIPELINE_SYNC) {
+        synced = true;
+        PQclear(raw);
+        break;
+      }
+      PgResult r(raw);
+      const ExecStatusType t = PQresultStatus(raw);
+      // The server ran something of it: a statement's answer, or an error of its own. A
+      // backend that was terminated, or a connection lost, before the first answer (class
+      // 08, 57P) ran nothing that could commit: a commit would have been answered first.
+      const std::string state = r.SqlState();
+      if (t == PGRES_COMMAND_OK || t == PGRES_TUPLES_OK ||
+          (t == PGRES_FATAL_ERROR && !state.empty() && state.rfind("08", 0) != 0 &&
+           state.rfind("57P", 0) != 0)) {
+        *answered = true;
+      }
+      if (b.failed == Batch::kAllRan && !r.ok() && t != PGRES_PIPELINE_ABORTED) {
+        b.failed = b.results.size();
+      }
+      b.results.push_back(std::move(r));
+    }
+    PQexitPipelineMode(conn_);
+    if (!synced || b.results.size() != stmts.size()) {
+      if (b.failed != Batch::kAllRan && PQstatus(conn_) == CONNECTION_OK) {
+        return Error(b.results[b.failed], what);
+      }
+      return Broken(what);
+    }
+    return b;
+  }
 };
 
 class PostgresStore final : public Store, private PgSession {
@@ -309,35 +419,39 @@ class PostgresStore final : public Store, private PgSession {
     }
   }
 
+  // Two round trips: the id (sequences are outside transactions: an id is never reused,
+  // even when the insert fails), then the fence check, the job, its nodes and its
+  // submission key as one pipelined transaction.
   Result<int64_t> InsertJob(const Job& job) override {
     std::lock_guard lock(mu_);
     GP_RETURN_IF_ERROR(Connected());
-    GP_RETURN_IF_ERROR(BeginWrite());
-    Result<PgResult> seq = Run("SELECT nextval('jobs_id_seq')", {}, "allocate a job id");
-    if (!seq.ok()) return Rollback(seq.status());
+    GP_ASSIGN_OR_RETURN(PgResult seq,
+                        Run("SELECT nextval('jobs_id_seq')", {}, "allocate a job id"));
     Job stored = job;
-    stored.id = seq->Int(0, 0);
-    Status s =
-        Run("INSERT INTO jobs(id, username, state, node, end_time_us, body) "
-            "VALUES($1,$2,$3,$4,$5,$6)",
-            {std::to_string(stored.id), job.user, std::string(jobs::JobStateName(job.state)),
-             PrimaryNode(job), std::to_string(job.end_time_us), DumpJson(jobs::JobToJson(stored))},
-            "insert job")
-            .status();
-    if (s.ok()) s = WriteJobNodes(stored, /*replace=*/false);
-    if (s.ok() && !job.submit_key.empty()) {
-      PgResult k = Exec("INSERT INTO submit_keys(uid, key, job_id) VALUES($1,$2,$3)",
-                        {std::to_string(job.uid), job.submit_key, std::to_string(stored.id)});
-      if (k.SqlState() == "23505") {  // unique_violation
-        s = Status::AlreadyExists("submit_key '" + job.submit_key + "' was used before by uid " +
-                                  std::to_string(job.uid));
-      } else if (!k.ok()) {
-        s = Error(k, "store submit key");
-      }
+    stored.id = seq.Int(0, 0);
+    const std::string id = std::to_string(stored.id);
+    std::vector<Stmt> stmts;
+    const size_t fence_at = AddFenceCheck(&stmts);
+    stmts.push_back(
+        {"INSERT INTO jobs(id, username, state, node, end_time_us, body) "
+         "VALUES($1,$2,$3,$4,$5,$6)",
+         {id, job.user, std::string(jobs::JobStateName(job.state)), PrimaryNode(job),
+          std::to_string(job.end_time_us), DumpJson(jobs::JobToJson(stored))}});
+    AddJobNodes(stored, /*replace=*/false, &stmts);
+    const size_t key_at = stmts.size();
+    if (!job.submit_key.empty()) {
+      stmts.push_back({"INSERT INTO submit_keys(uid, key, job_id) VALUES($1,$2,$3)",
+                       {std::to_string(job.uid), job.submit_key, id}});
     }
-    if (!s.ok()) return Rollback(s);
-    GP_RETURN_IF_ERROR(Commit());
-    return stored.id;
+    GP_ASSIGN_OR_RETURN(Batch b, Pipeline(stmts, "insert job"));
+    if (b.failed == Batch::kAllRan) return stored.id;
+    const PgResult& r = b.results[b.failed];
+    if (b.failed == fence_at) return Fenced(r);
+    if (b.failed == key_at && r.SqlState() == "23505") {  // unique_violation
+      return Status::AlreadyExists("submit_key '" + job.submit_key + "' was used before by uid " +
+                                   std::to_string(job.uid));
+    }
+    return Error(r, "insert job");
   }
 
   Result<std::optional<int64_t>> FindSubmitKey(uint32_t uid, std::string_view key) override {
@@ -403,34 +517,42 @@ class PostgresStore final : public Store, private PgSession {
     return UpdateJobs({{job, expected}});
   }
 
+  // One round trip: every compare-and-set and the jobs' nodes, pipelined as one
+  // transaction. A compare-and-set that matches no row fails on purpose (a division by
+  // zero), which rolls the whole back; a read afterwards says why.
   Status UpdateJobs(const std::vector<JobUpdate>& updates) override {
     std::lock_guard lock(mu_);
     GP_RETURN_IF_ERROR(Connected());
-    GP_RETURN_IF_ERROR(BeginWrite());
+    std::vector<Stmt> stmts;
+    const size_t fence_at = AddFenceCheck(&stmts);
+    std::vector<std::pair<size_t, const JobUpdate*>> sets;  // statement index, update
     for (const JobUpdate& u : updates) {
-      const std::string id = std::to_string(u.job.id);
-      Result<PgResult> r =
-          Run("UPDATE jobs SET state=$1, node=$2, end_time_us=$3, body=$4 WHERE id=$5 AND "
-              "state=$6",
-              {std::string(jobs::JobStateName(u.job.state)), PrimaryNode(u.job),
-               std::to_string(u.job.end_time_us), DumpJson(jobs::JobToJson(u.job)), id,
-               std::string(jobs::JobStateName(u.expected))},
-              "update job");
-      if (!r.ok()) return Rollback(r.status());
-      if (r->Affected() == 1) {
-        Status s = WriteJobNodes(u.job, /*replace=*/true);
-        if (!s.ok()) return Rollback(s);
-        continue;
-      }
-      // Nothing matched: say whether the job is missing or in another state.
-      Result<PgResult> q = Run("SELECT state FROM jobs WHERE id=$1", {id}, "read job state");
-      if (!q.ok()) return Rollback(q.status());
-      return Rollback(q->Rows() > 0 ? Status::FailedPrecondition(
-                                          "job " + id + " is " + q->Text(0, 0) + ", not " +
-                                          std::string(jobs::JobStateName(u.expected)))
-                                    : Status::NotFound("no job " + id));
+      sets.emplace_back(stmts.size(), &u);
+      stmts.push_back(
+          {"WITH set AS (UPDATE jobs SET state=$1, node=$2, end_time_us=$3, "
+           "body=$4 WHERE id=$5 AND state=$6 RETURNING 1) "
+           "SELECT 1 / COUNT(*)::INT FROM set",
+           {std::string(jobs::JobStateName(u.job.state)), PrimaryNode(u.job),
+            std::to_string(u.job.end_time_us), DumpJson(jobs::JobToJson(u.job)),
+            std::to_string(u.job.id), std::string(jobs::JobStateName(u.expected))}});
+      AddJobNodes(u.job, /*replace=*/true, &stmts);
     }
-    return Commit();
+    GP_ASSIGN_OR_RETURN(Batch b, Pipeline(stmts, "update job"));
+    if (b.failed == Batch::kAllRan) return Status::Ok();
+    const PgResult& r = b.results[b.failed];
+    if (b.failed == fence_at) return Fenced(r);
+    for (const auto& [at, u] : sets) {
+      if (at != b.failed || r.SqlState() != "22012") continue;  // division_by_zero
+      // Nothing matched: say whether the job is missing or in another state.
+      const std::string id = std::to_string(u->job.id);
+      GP_ASSIGN_OR_RETURN(PgResult q,
+                          Run("SELECT state FROM jobs WHERE id=$1", {id}, "read job state"));
+      return q.Rows() > 0
+                 ? Status::FailedPrecondition("job " + id + " is " + q.Text(0, 0) + ", not " +
+                                              std::string(jobs::JobStateName(u->expected)))
+                 : Status::NotFound("no job " + id);
+    }
+    return Error(r, "update job");
   }
 
   Status PutNode(const NodeRecord& n) override {
@@ -646,6 +768,36 @@ class PostgresStore final : public Store, private PgSession {
     return Rollback(lost);
   }
 
+  // With a fence, the first statement of a pipelined write: it fails (a division by zero)
+  // unless the lease is still at this controller's epoch, and holds the lease row's share
+  // lock to the end of the transaction. Its index, or SIZE_MAX without a fence.
+  size_t AddFenceCheck(std::vector<Stmt>* stmts) const {
+    const int64_t fence = fence_epoch_;
+    if (fence == 0) return SIZE_MAX;
+    stmts->push_back({"SELECT 1 / (epoch = $1)::INT FROM leader_lease WHERE id=1 FOR SHARE",
+                      {std::to_string(fence)}});
+    return stmts->size() - 1;
+  }
+
+  // The answer to a failed fence check: another controller leads.
+  Status Fenced(const PgResult& r) {
+    if (r.SqlState() != "22012") return Error(r, "check the lease");
+    Status lost = Status::FailedPrecondition(
+        "this controller led at epoch " + std::to_string(fence_epoch_.load()) +
+        " but another controller leads now, so this one writes nothing");
+    if (on_fenced_) on_fenced_(lost);
+    return lost;
+  }
+
+  // The job's nodes, one row per node of its tasks (replacing what was there).
+  static void AddJobNodes(const Job& job, bool replace, std::vector<Stmt>* stmts) {
+    const std::string id = std::to_string(job.id);
+    if (replace) stmts->push_back({"DELETE FROM job_nodes WHERE job_id=$1", {id}});
+    for (const std::string& node : JobNodes(job)) {
+      stmts->push_back({"INSERT INTO job_nodes(job_id, node) VALUES($1,$2)", {id, node}});
+    }
+  }
+
   // A one-statement write: as it is without a fence, else in a transaction that checks it.
   Status Fenced(const std::function<Status()>& write) {
     if (fence_epoch_ == 0) return write();
@@ -661,21 +813,6 @@ class PostgresStore final : public Store, private PgSession {
   static EnvironmentRecord Environment(const PgResult& r, int i) {
     return {r.Text(i, 0), r.Text(i, 1), r.Text(i, 2), r.Text(i, 3), r.Text(i, 4),
             r.Text(i, 5), r.Int(i, 6),  r.Text(i, 7), r.Text(i, 8)};
-  }
-
-  // Inside a transaction: job_nodes gets one row per node of the job's tasks.
-  Status WriteJobNodes(const Job& job, bool replace) {
-    const std::string id = std::to_string(job.id);
-    if (replace) {
-      GP_RETURN_IF_ERROR(
-          Run("DELETE FROM job_nodes WHERE job_id=$1", {id}, "clear the job's nodes").status());
-    }
-    for (const std::string& node : JobNodes(job)) {
-      GP_RETURN_IF_ERROR(Run("INSERT INTO job_nodes(job_id, node) VALUES($1,$2)", {id, node},
-                             "record the job's nodes")
-                             .status());
-    }
-    return Status::Ok();
   }
 
   static Result<Job> Decode(const std::string& body) {

@@ -572,6 +572,26 @@ TEST(PostgresStoreTest, ReconnectsAfterTheConnectionDrops) {
   auto again = (*s)->GetJob(id);
   ASSERT_TRUE(again.ok()) << again.status().ToString();
   EXPECT_EQ(again->user, "alice");
+  // A pipelined write (a compare-and-set, fenced) on a dropped connection: sent again
+  // over a new one, applied once.
+  auto lease = OpenPostgresLeaseStore(spec);
+  ASSERT_TRUE(lease.ok()) << lease.status().ToString();
+  const int64_t epoch = (*lease)->TryAcquire("a", "unix:/a", 60'000)->epoch;
+  (*s)->SetFence(epoch, [](const Status& why) { ADD_FAILURE() << why.ToString(); });
+  EXPECT_EQ(RunSql(spec,
+                   "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE "
+                   "application_name = 'gpupool' AND query NOT LIKE '%leader_lease%'"),
+            "1");
+  Job next = *again;
+  next.state = JobState::kCancelled;
+  Status updated = (*s)->UpdateJob(next, JobState::kPending);
+  ASSERT_TRUE(updated.ok()) << updated.ToString();
+  EXPECT_EQ((*s)->GetJob(id)->state, JobState::kCancelled);
+  // A second compare-and-set from the old state is refused, naming the state it found.
+  Status twice = (*s)->UpdateJob(next, JobState::kPending);
+  EXPECT_EQ(twice.code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(twice.message().find("is CANCELLED, not PENDING"), std::string::npos)
+      << twice.message();
 }
 
 TEST(SqliteStoreTest, SurvivesReopenAndRefusesNewerSchema) {

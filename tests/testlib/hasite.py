@@ -169,12 +169,17 @@ class Site:
             time.sleep(0.05)
         raise AssertionError("%d nodes did not come up\n%s" % (count, self.log()))
 
-    def submit(self):
+    def submit(self, first=None):
         """One job through the CLI (which retries a failover with its idempotency key);
-        its id, or None when the CLI gave up."""
+        its id, or None when the CLI gave up. `first`: the controller the CLI's list
+        starts with (default: the site's order)."""
         cmd = [self.gpupool, "submit", "--gpus", "1", "--cpus", "0.1", "--", "sh", "-c",
                'echo "$GPUPOOL_JOB_ID" >> ' + self.runs]
-        env = dict(os.environ, GPUPOOL_SERVER=self.servers)
+        servers = self.servers
+        if first is not None:
+            servers = ",".join("unix:" + self.sock(n)
+                               for n in [first] + [n for n in self.names if n != first])
+        env = dict(os.environ, GPUPOOL_SERVER=servers)
         r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120)
         if r.returncode != 0 or not r.stdout.startswith("Submitted job "):
             return None, r.stderr.strip()

@@ -264,15 +264,18 @@ Result<OrderedJson> BuildSubmission(const SubmitFlags& f, const std::vector<std:
 Result<ApiAnswer> PostSubmission(const ApiClient& api, OrderedJson* body) {
   if (!body->contains("submit_key")) (*body)["submit_key"] = NewSubmitKey();
   const std::string text = DumpJson(*body);
+  // For about a minute, at most a second apart: a takeover by a standby controller takes
+  // about its lease (5 s), and the submission should land soon after.
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(60);
   int pause_ms = 200;
-  for (int tries = 0;; ++tries) {
+  while (true) {
     Result<ApiAnswer> r = api.Post("/v1/jobs", text);
     const bool again = !r.ok() && (r.status().code() == StatusCode::kUnavailable ||
                                    (r.status().code() == StatusCode::kResourceExhausted &&
                                     r.status().message().find("waiting") != std::string::npos));
-    if (!again || tries >= 12) return r;
+    if (!again || std::chrono::steady_clock::now() >= give_up) return r;
     std::this_thread::sleep_for(std::chrono::milliseconds(pause_ms));
-    pause_ms = std::min(pause_ms * 2, 5000);
+    pause_ms = std::min(pause_ms * 2, 1000);
   }
 }
 
