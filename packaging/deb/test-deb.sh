@@ -71,8 +71,10 @@ sed -E 's/^#([a-z-]+ =)/\1/' "$root/etc/gpupool/gpupool.conf" >"$tmp/all.conf"
 chmod 600 "$tmp/all.conf"
 keys=$(grep -cE '^[a-z-]+ =' "$tmp/all.conf")
 [ "$keys" -ge 20 ] || fail "gpupool.conf documents only $keys keys"
+# (--store on the command line: the file's example names a PostgreSQL host that does not
+# exist here.)
 "$root/usr/bin/gpupool" server --config "$tmp/all.conf" --state-dir "$tmp/state" --port 0 \
-  >"$tmp/server.log" 2>&1 &
+  --store "sqlite:$tmp/state/gpupool.db" >"$tmp/server.log" 2>&1 &
 server_pid=$!
 for _ in $(seq 50); do
   [ -S "$tmp/state/gpupool.sock" ] && break
