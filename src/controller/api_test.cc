@@ -10,6 +10,7 @@
 #include "common/json.h"
 #include "controller/tokens.h"
 #include "gpu/node_json.h"
+#include "store/sqlite_store.h"
 
 namespace gpupool::controller {
 namespace {

@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "common/clock.h"
+#include "store/sqlite_store.h"
 #include "store/store.h"
 
 namespace gpupool::controller {

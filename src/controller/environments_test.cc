@@ -7,6 +7,7 @@
 #include "common/clock.h"
 #include "controller/api.h"
 #include "controller/controller.h"
+#include "store/sqlite_store.h"
 
 namespace gpupool::controller {
 namespace {

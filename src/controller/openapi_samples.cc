@@ -19,6 +19,7 @@
 #include "common/json.h"
 #include "controller/api.h"
 #include "gpu/node_json.h"
+#include "store/sqlite_store.h"
 
 namespace gpupool::controller {
 namespace {

@@ -14,6 +14,7 @@
 #include "controller/api.h"
 #include "controller/endpoint_access.h"
 #include "controller/openapi_document.h"
+#include "store/sqlite_store.h"
 
 namespace gpupool::controller {
 namespace {

@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include "store/sqlite_store.h"
+
 namespace gpupool::controller {
 namespace {
 

@@ -8,6 +8,7 @@
 #include <fstream>
 
 #include "controller/auth.h"
+#include "store/sqlite_store.h"
 
 namespace gpupool::daemon {
 namespace {

@@ -5,6 +5,7 @@
 #include <string_view>
 
 #include "store/postgres_store.h"
+#include "store/sqlite_store.h"
 
 namespace gpupool::store {
 namespace {

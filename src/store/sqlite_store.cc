@@ -2,6 +2,8 @@
 // writers anyway, and the controller's write rate (thousands per second) is far below
 // what one connection in WAL mode sustains. Job bodies are stored as JSON beside the
 // indexed columns the queries filter on, so adding a job field needs no migration.
+#include "store/sqlite_store.h"
+
 #include <sqlite3.h>
 
 #include <mutex>

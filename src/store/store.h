@@ -129,9 +129,4 @@ class Store {
   }
 };
 
-// Opens (creating if needed) an SQLite store at `path` in WAL mode and brings its schema
-// up to date. ":memory:" gives a private in-memory store for tests. Daemons open their
-// store by spec instead, SQLite or PostgreSQL: OpenStore in open_store.h.
-Result<std::unique_ptr<Store>> OpenSqliteStore(const std::string& path);
-
 }  // namespace gpupool::store

@@ -13,6 +13,7 @@
 #include "store/lease.h"
 #include "store/open_store.h"
 #include "store/postgres_test_server.h"
+#include "store/sqlite_store.h"
 #include "store/store.h"
 
 namespace gpupool::store {
