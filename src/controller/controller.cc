@@ -136,6 +136,10 @@ void Controller::Touched(int64_t id) {
   slim_[id] = std::move(slim);
 }
 
+void Controller::WaitUntilNotAssigning(std::unique_lock<std::mutex>& lock, int64_t id) {
+  assign_cv_.wait(lock, [&] { return assigning_.count(id) == 0; });
+}
+
 void Controller::AttachPendingReason(Job* job) const {
   if (job->state != JobState::kPending) return;
   if (auto r = pending_reasons_.find(job->id); r != pending_reasons_.end()) {
@@ -467,7 +471,8 @@ Result<std::vector<Job>> Controller::List(const store::JobFilter& filter, const 
 }
 
 Result<Job> Controller::Cancel(int64_t id, const Caller& caller) {
-  std::lock_guard lock(mu_);
+  std::unique_lock lock(mu_);
+  WaitUntilNotAssigning(lock, id);
   auto it = active_.find(id);
   if (it == active_.end()) {
     GP_ASSIGN_OR_RETURN(Job job, store_->GetJob(id));
@@ -569,7 +574,8 @@ std::vector<int64_t> Controller::ArrayElements(int64_t array_id, int index) {
 }
 
 Result<Job> Controller::Hold(int64_t id, const Caller& caller, bool hold) {
-  std::lock_guard lock(mu_);
+  std::unique_lock lock(mu_);
+  WaitUntilNotAssigning(lock, id);
   const std::string what = hold ? "held" : "released";
   auto it = active_.find(id);
   if (it == active_.end()) {
@@ -1284,7 +1290,7 @@ Status Controller::ScheduleOnce() {
   GP_ASSIGN_OR_RETURN(ScheduleResult plan,
                       scheduler_->Plan(active, nodes, now / 1'000'000, blocked, limits));
 
-  std::lock_guard lock(mu_);
+  std::unique_lock lock(mu_);
   // Apply only if every job the plan saw occupying resources still does, every job it
   // starts is still pending, and every node it used is still up; otherwise plan again.
   for (const auto& slim : snapshot) {
@@ -1324,11 +1330,34 @@ Status Controller::ScheduleOnce() {
   }
   last_pass_blocked_ = updates.empty();
   if (!updates.empty()) {
-    GP_RETURN_IF_ERROR(store_->UpdateJobs(updates));
+    // The assignments are written without the lock, so that API calls and agents' polls
+    // never wait on the database for them. Meanwhile the jobs are PENDING in memory, and
+    // Cancel and Hold of one of them wait for the write (assigning_); nothing else changes
+    // a pending job, and this is the one scheduling thread.
+    for (const auto& u : updates) assigning_.insert(u.job.id);
+    lock.unlock();
+    Status written = store_->UpdateJobs(updates);
+    lock.lock();
+    for (const auto& u : updates) assigning_.erase(u.job.id);
+    assign_cv_.notify_all();
+    GP_RETURN_IF_ERROR(written);
+    std::vector<std::pair<int64_t, std::string>> orphans;  // placed on a node now down
     for (auto& u : updates) {
       const int64_t id = u.job.id;
+      for (const jobs::TaskPlacement& p : u.job.placement) {
+        if (auto n = nodes_.find(p.node); n == nodes_.end() || !n->second.up) {
+          orphans.emplace_back(id, p.node);
+          break;
+        }
+      }
       active_[id] = std::move(u.job);
       Touched(id);
+    }
+    // A node that was declared down while the write was under way: its sweep did not see
+    // these jobs, so they end here as they would have there.
+    for (const auto& [id, node] : orphans) {
+      GP_RETURN_IF_ERROR(FinishOnNodeLoss(
+          active_.at(id), "node " + node + " stopped responding while the job was placed"));
     }
     NotifyNode("");
   }

@@ -288,6 +288,8 @@ class Controller {
   void Touched(int64_t id);
   // Sets a pending job's pending_reason from the last pass.
   void AttachPendingReason(jobs::Job* job) const;
+  // Waits (releasing `lock` on mu_) until job `id` is not being assigned (assigning_).
+  void WaitUntilNotAssigning(std::unique_lock<std::mutex>& lock, int64_t id);
 
   Result<NodeView> SetDrain(const std::string& name, bool draining, const std::string& reason);
   // ResourceExhausted, naming the user or project and the limit, when `job` (every
@@ -332,7 +334,11 @@ class Controller {
   // Serialises writes of node records (registration, drain, resume), so a registration
   // never stores a node's drain state as it was before a concurrent drain. Taken before mu_.
   std::mutex node_write_mu_;
-  std::condition_variable work_cv_;       // agents waiting for work
+  std::condition_variable work_cv_;  // agents waiting for work
+  // Pending jobs whose assignment ScheduleOnce is writing to the store without mu_;
+  // Cancel and Hold of one wait on assign_cv_ until the write has landed.
+  std::set<int64_t> assigning_;
+  std::condition_variable assign_cv_;
   std::condition_variable scheduler_cv_;  // the loop waiting for a reason to run
   bool capacity_changed_ = false;         // resources freed, nodes changed: plan at once
   bool jobs_arrived_ = false;             // new submissions

@@ -2,9 +2,12 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <map>
+#include <mutex>
 #include <thread>
 
 #include "common/clock.h"
@@ -100,6 +103,134 @@ class ControllerTest : public ::testing::Test {
   std::unique_ptr<Controller> c_;
   Caller alice_, bob_, root_;
 };
+
+// A store whose writes of assignments wait at a gate: what the controller does while the
+// database is slow.
+class GateStore final : public store::Store {
+ public:
+  explicit GateStore(std::unique_ptr<store::Store> inner) : inner_(std::move(inner)) {}
+  void Close() {
+    std::lock_guard l(m_);
+    open_ = false;
+  }
+  void Open() {
+    std::lock_guard l(m_);
+    open_ = true;
+    cv_.notify_all();
+  }
+  void WaitUntilHeld() {
+    std::unique_lock l(m_);
+    cv_.wait(l, [&] { return held_ > 0; });
+  }
+
+  Status UpdateJobs(const std::vector<JobUpdate>& updates) override {
+    const bool assigns = std::any_of(updates.begin(), updates.end(), [](const JobUpdate& u) {
+      return u.job.state == JobState::kAssigned;
+    });
+    if (assigns) {
+      std::unique_lock l(m_);
+      ++held_;
+      cv_.notify_all();
+      cv_.wait(l, [&] { return open_; });
+    }
+    return inner_->UpdateJobs(updates);
+  }
+  Status UpdateJob(const Job& job, JobState expected) override {
+    return UpdateJobs({{job, expected}});
+  }
+  Result<int64_t> InsertJob(const Job& job) override { return inner_->InsertJob(job); }
+  Result<std::optional<int64_t>> FindSubmitKey(uint32_t uid, std::string_view key) override {
+    return inner_->FindSubmitKey(uid, key);
+  }
+  Result<Job> GetJob(int64_t id) override { return inner_->GetJob(id); }
+  Result<std::vector<Job>> ListJobs(const store::JobFilter& f) override {
+    return inner_->ListJobs(f);
+  }
+  Status PutNode(const store::NodeRecord& n) override { return inner_->PutNode(n); }
+  Result<std::vector<store::NodeRecord>> ListNodes() override { return inner_->ListNodes(); }
+  Status PutToken(const store::TokenRecord& t) override { return inner_->PutToken(t); }
+  Result<std::optional<store::TokenRecord>> FindToken(std::string_view h) override {
+    return inner_->FindToken(h);
+  }
+  Result<std::vector<store::TokenRecord>> ListTokens() override { return inner_->ListTokens(); }
+  Status DeleteToken(std::string_view h) override { return inner_->DeleteToken(h); }
+  Status TouchToken(std::string_view h, int64_t t) override { return inner_->TouchToken(h, t); }
+  Status PutEnvironment(const store::EnvironmentRecord& e) override {
+    return inner_->PutEnvironment(e);
+  }
+  Result<std::optional<store::EnvironmentRecord>> FindEnvironment(
+      std::string_view name, std::string_view version) override {
+    return inner_->FindEnvironment(name, version);
+  }
+  Result<std::vector<store::EnvironmentRecord>> ListEnvironments() override {
+    return inner_->ListEnvironments();
+  }
+  Status DeleteEnvironment(std::string_view name, std::string_view version) override {
+    return inner_->DeleteEnvironment(name, version);
+  }
+  Status PutSetting(std::string_view k, std::string_view v) override {
+    return inner_->PutSetting(k, v);
+  }
+  Result<std::optional<std::string>> GetSetting(std::string_view k) override {
+    return inner_->GetSetting(k);
+  }
+
+ private:
+  std::unique_ptr<store::Store> inner_;
+  std::mutex m_;
+  std::condition_variable cv_;
+  bool open_ = true;
+  int held_ = 0;
+};
+
+// Issue 16 item 4: the scheduler writes its assignments without the controller's lock.
+// While the database holds that write, reads and agents' polls are answered, and a cancel
+// of a job being assigned waits for the write, then stops the job it finds assigned.
+TEST_F(ControllerTest, AssignmentsAreWrittenWithoutTheLockAndACancelWaitsForThem) {
+  auto gate = std::make_unique<GateStore>(OpenSqliteStore(":memory:"));
+  GateStore* g = gate.get();
+  store_ = std::move(gate);
+  Restart();
+  Register(2);
+  const Job a = c_->Submit(MakeJob(1), alice_).value();
+  const Job b = c_->Submit(MakeJob(1), bob_).value();
+  g->Close();
+  Status pass;
+  std::thread scheduler([&] { pass = c_->ScheduleOnce(); });
+  g->WaitUntilHeld();
+  // The lock is free: reads, listings, nodes and an agent's poll are answered.
+  EXPECT_EQ(Get(a.id).state, JobState::kPending);
+  store::JobFilter active;
+  active.active_only = true;
+  EXPECT_EQ(c_->List(active, root_).value().size(), 2u);
+  EXPECT_EQ(c_->Nodes().size(), 1u);
+  EXPECT_TRUE(c_->WaitForWork("n1", 0).ok());
+  EXPECT_TRUE(c_->Submit(MakeJob(1), alice_).ok());
+  std::atomic<bool> cancel_returned{false};
+  Result<Job> cancelled = Status::Internal("not yet");
+  std::thread canceller([&] {
+    cancelled = c_->Cancel(a.id, alice_);
+    cancel_returned = true;
+  });
+  // The cancel cannot finish while the assignment is held (it would otherwise find a
+  // PENDING job whose stored state is about to be ASSIGNED).
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  EXPECT_FALSE(cancel_returned);
+  g->Open();
+  scheduler.join();
+  canceller.join();
+  ASSERT_TRUE(pass.ok()) << pass.ToString();
+  ASSERT_TRUE(cancelled.ok()) << cancelled.status().ToString();
+  EXPECT_TRUE(cancelled->cancel_requested);
+  EXPECT_EQ(Get(b.id).state, JobState::kAssigned);
+  // Memory and store agree.
+  for (int64_t id : {a.id, b.id}) {
+    const Job mem = Get(id);
+    const Job stored = store_->GetJob(id).value();
+    EXPECT_EQ(mem.state, stored.state) << "job " << id;
+    EXPECT_EQ(mem.cancel_requested, stored.cancel_requested) << "job " << id;
+  }
+}
 
 TEST_F(ControllerTest, JobRunsThroughItsStates) {
   Register(2);
