@@ -14,6 +14,7 @@
 #include <cmath>
 #include <condition_variable>
 #include <cstdio>
+#include <limits>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -21,6 +22,7 @@
 
 #include "cli/commands.h"
 #include "common/clock.h"
+#include "common/file_util.h"
 #include "common/json.h"
 #include "common/strings.h"
 #include "sched/policy_registry.h"
@@ -28,6 +30,7 @@
 #include "sim/openb_reader.h"
 #include "sim/result_files.h"
 #include "sim/saturation.h"
+#include "sim/svg_plot.h"
 
 namespace gpupool::cli {
 namespace {
@@ -39,6 +42,7 @@ struct SaturationFlags {
   std::string seeds = "42";
   double tune = 1.3;
   std::string out_dir;
+  std::string plot;  // --plot FILE.svg
   bool json = false;
   int jobs = 0;
 };
@@ -87,12 +91,61 @@ class ProgressBar {
 // 3.74 (the shortest form of the rounded double).
 double Rounded(double x) { return std::round(x * 1e4) / 1e4; }
 
+// The FGD paper's saturation figure: unallocated GPUs and fragmentation against the
+// arrived GPU demand, one line per policy (the mean over seeds) in a band (their spread).
+std::vector<sim::PlotPanel> SaturationPanels(const std::vector<sim::SaturationResult>& results,
+                                             const std::string& workload) {
+  std::vector<std::string> policies;
+  for (const auto& r : results) {
+    if (std::find(policies.begin(), policies.end(), r.policy) == policies.end()) {
+      policies.push_back(r.policy);
+    }
+  }
+  auto panel = [&](const std::string& title, const std::string& y_label,
+                   double (*value)(const sim::SaturationResult&, int k)) {
+    sim::PlotPanel p;
+    p.title = title;
+    p.x_label = "arrived GPU demand (% of the cluster's GPUs), " + workload;
+    p.y_label = y_label;
+    p.y_min = 0;
+    for (const std::string& policy : policies) {
+      sim::PlotSeries s;
+      s.name = policy;
+      for (int k = 0; k < sim::kCurvePoints; ++k) {
+        double sum = 0;
+        double lo = std::numeric_limits<double>::infinity();
+        double hi = -lo;
+        int n = 0;
+        for (const auto& r : results) {
+          const double v = r.policy == policy ? value(r, k) : std::nan("");
+          if (!std::isfinite(v)) continue;
+          sum += v;
+          lo = std::min(lo, v);
+          hi = std::max(hi, v);
+          ++n;
+        }
+        const double none = std::nan("");
+        s.x.push_back(k);
+        s.y.push_back(n > 0 ? sum / n : none);
+        s.low.push_back(n > 0 ? lo : none);
+        s.high.push_back(n > 0 ? hi : none);
+      }
+      p.series.push_back(std::move(s));
+    }
+    return p;
+  };
+  return {panel("Unallocated GPUs", "unallocated GPUs (%)",
+                [](const sim::SaturationResult& r, int k) { return 100.0 - r.curves.alloc[k]; }),
+          panel("GPU fragmentation", "fragmented GPUs (% of the cluster)",
+                [](const sim::SaturationResult& r, int k) { return r.curves.frag[k]; })};
+}
+
 int RunSaturationCommand(const SaturationFlags& f) {
   const int64_t start_us = SystemClock::Get()->MonotonicMicros();
-  if (f.out_dir.empty() && !f.json) {
+  if (f.out_dir.empty() && !f.json && f.plot.empty()) {
     WriteStderr(
-        "gpupool sim saturation: --out-dir: give a directory for the CSV files, or --json for "
-        "a summary only\n");
+        "gpupool sim saturation: --out-dir: give a directory for the CSV files, --plot FILE.svg "
+        "for the figure, or --json for a summary only\n");
     return 2;
   }
   auto seeds = sim::ParseSeedList(f.seeds);
@@ -163,6 +216,18 @@ int RunSaturationCommand(const SaturationFlags& f) {
       return 1;
     }
   }
+  if (!f.plot.empty()) {
+    size_t seeds_run = spec.seeds.size();
+    const std::string title =
+        fmt::format("Saturation: {} x{} tuned, {} seed{} (lines: mean; bands: min to max)",
+                    workload, f.tune, seeds_run, seeds_run == 1 ? "" : "s");
+    if (Status s = WriteFileAtomically(
+            f.plot, sim::RenderSvgPlot(title, SaturationPanels(*results, workload)));
+        !s.ok()) {
+      WriteStderr("gpupool sim saturation: --plot: " + s.message() + "\n");
+      return 1;
+    }
+  }
   const double wall_s = static_cast<double>(SystemClock::Get()->MonotonicMicros() - start_us) / 1e6;
 
   int64_t never = 0;
@@ -179,6 +244,7 @@ int RunSaturationCommand(const SaturationFlags& f) {
     j["tune"] = f.tune;
     j["total_gpus"] = total_gpus;
     if (!f.out_dir.empty()) j["out_dir"] = f.out_dir;
+    if (!f.plot.empty()) j["plot"] = f.plot;
     j["wall_seconds"] = Rounded(wall_s);
     j["runs"] = OrderedJson::array();
     for (const auto& r : *results) {
@@ -204,6 +270,7 @@ int RunSaturationCommand(const SaturationFlags& f) {
                   static_cast<long long>(r.placed), static_cast<long long>(r.failed),
                   r.UnallocatedAt100(), r.curves.frag[100]);
     }
+    if (!f.plot.empty()) std::printf("wrote %s\n", f.plot.c_str());
     if (f.out_dir.empty()) {
       std::printf("done in %.2f s (no --out-dir: no CSV files written)\n", wall_s);
     } else {
@@ -256,6 +323,9 @@ void RegisterSimCommand(CLI::App& app, CommandContext& ctx) {
       ->capture_default_str();
   sat->add_option("--out-dir", flags->out_dir,
                   "directory for allo.csv, frag.csv, frag_ratio.csv (needed unless --json)");
+  sat->add_option("--plot", flags->plot,
+                  "draw the figure (unallocated GPUs and fragmentation against arrived demand, "
+                  "a line per policy, a band over seeds) as SVG to this file");
   sat->add_flag("--json", flags->json, "print a JSON summary instead of a table");
   sat->add_option("--jobs", flags->jobs, "runs in parallel (default: number of cores)");
   sat->callback([flags, &ctx] { ctx.exit_code = RunSaturationCommand(*flags); });

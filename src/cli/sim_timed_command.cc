@@ -8,10 +8,13 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <system_error>
 #include <vector>
@@ -22,6 +25,7 @@
 #include "common/strings.h"
 #include "sched/policy_registry.h"
 #include "sched/queue/queue_policy_registry.h"
+#include "sim/svg_plot.h"
 #include "sim/timed/cluster_spec.h"
 #include "sim/timed/csv_table.h"
 #include "sim/timed/generic_trace_reader.h"
@@ -55,8 +59,60 @@ struct TimedFlags {
   size_t limit = 0;
   int64_t sample_interval = 0;
   std::string out_dir;
+  std::string plot;  // --plot FILE.svg
   bool json = false;
 };
+
+// The run over time: GPU allocation, running and pending jobs (the summary's samples),
+// and the mean queueing delay of the jobs submitted in each sample interval.
+std::vector<sim::PlotPanel> TimedPanels(const sim::TimedRun& run, const sim::TimedSummary& s) {
+  const double step = static_cast<double>(std::max<int64_t>(s.sample_interval_s, 1));
+  sim::PlotPanel alloc{"GPU allocation",
+                       "hours since the first submission",
+                       "GPUs allocated (% of the cluster)",
+                       {},
+                       0,
+                       100};
+  sim::PlotPanel jobs{"Jobs", "hours since the first submission", "jobs", {}, 0, std::nullopt};
+  sim::PlotSeries a{"allocated", {}, {}, {}, {}};
+  sim::PlotSeries running{"running", {}, {}, {}, {}};
+  sim::PlotSeries pending{"pending", {}, {}, {}, {}};
+  for (const sim::AllocationSample& x : s.samples) {
+    const double h = static_cast<double>(x.time_s) / 3600.0;
+    a.x.push_back(h);
+    a.y.push_back(x.gpu_alloc_pct);
+    running.x.push_back(h);
+    running.y.push_back(static_cast<double>(x.running_jobs));
+    pending.x.push_back(h);
+    pending.y.push_back(static_cast<double>(x.pending_jobs));
+  }
+  alloc.series = {std::move(a)};
+  jobs.series = {std::move(running), std::move(pending)};
+  // Mean delay by submission interval; an interval with no start is a gap.
+  const size_t bins = s.samples.empty() ? 1 : s.samples.size();
+  std::vector<double> sum(bins, 0);
+  std::vector<int64_t> count(bins, 0);
+  for (const sim::JobRecord& j : run.jobs) {
+    if (j.start_s < 0) continue;
+    const auto b = static_cast<size_t>(static_cast<double>(j.submit_s) / step);
+    if (b >= bins) continue;
+    sum[b] += static_cast<double>(j.start_s - j.submit_s) / 60.0;
+    ++count[b];
+  }
+  sim::PlotPanel delay{"Queueing delay",
+                       "hours since the first submission (of the submission)",
+                       "mean wait before start (minutes)",
+                       {},
+                       0,
+                       std::nullopt};
+  sim::PlotSeries d{"mean delay of the jobs submitted then", {}, {}, {}, {}};
+  for (size_t b = 0; b < bins; ++b) {
+    d.x.push_back(static_cast<double>(b) * step / 3600.0);
+    d.y.push_back(count[b] > 0 ? sum[b] / static_cast<double>(count[b]) : std::nan(""));
+  }
+  delay.series = {std::move(d)};
+  return {std::move(alloc), std::move(jobs), std::move(delay)};
+}
 
 // Picks the reader from the file's header when --format is auto.
 Result<std::string> DetectFormat(const std::string& path) {
@@ -222,11 +278,21 @@ int RunTimed(const TimedFlags& f) {
   if (!f.out_dir.empty()) {
     if (Status s = WriteOutputs(f.out_dir, json, *run, summary); !s.ok()) return fail(s);
   }
+  if (!f.plot.empty()) {
+    const std::string title = "Timed run: " + f.trace + ", " + f.queue + " queue, " +
+                              info.start_rule + " start, " + f.policy + " placement";
+    if (Status s =
+            WriteFileAtomically(f.plot, sim::RenderSvgPlot(title, TimedPanels(*run, summary)));
+        !s.ok()) {
+      return fail(s.WithContext("--plot"));
+    }
+  }
   const std::string out = f.json ? json + "\n" : sim::TimedReportText(info, *run, summary);
   std::fwrite(out.data(), 1, out.size(), stdout);
   if (!f.json && !f.out_dir.empty()) {
     std::printf("\nwrote %s/{allocation,groups,jobs}.csv and summary.json\n", f.out_dir.c_str());
   }
+  if (!f.json && !f.plot.empty()) std::printf("wrote %s\n", f.plot.c_str());
   return 0;
 }
 
@@ -291,6 +357,9 @@ void RegisterSimTimedCommand(CLI::App& sim, CommandContext& ctx) {
       ->check(CLI::NonNegativeNumber);
   cmd->add_option("--out-dir", flags->out_dir,
                   "write allocation.csv, groups.csv, jobs.csv and summary.json here");
+  cmd->add_option("--plot", flags->plot,
+                  "draw GPU allocation, running and pending jobs and queueing delay over time "
+                  "as SVG to this file");
   cmd->add_flag("--json", flags->json, "print the summary as JSON");
   cmd->callback([flags, &ctx] { ctx.exit_code = RunTimed(*flags); });
 }

@@ -2,7 +2,7 @@
 """`gpupool sim` as a user meets it (issue 15, part A item 5), on a tiny made-up trace:
 `sim policies` lines its descriptions up however long a name is; `sim saturation` needs
 --out-dir only without --json, says so when neither is given, and prints its JSON
-numbers rounded (3.74, not 3.739999999999995).
+numbers rounded (3.74, not 3.739999999999995); `--plot` draws the FGD figure as SVG.
 
 Usage: sim_cli_test.py PATH_TO_GPUPOOL
 """
@@ -13,6 +13,7 @@ import subprocess
 import sys
 import tempfile
 import unittest
+import xml.dom.minidom
 
 GPUPOOL = os.path.abspath(sys.argv.pop(1)) if len(sys.argv) > 1 else "gpupool"
 
@@ -37,6 +38,61 @@ class SimCliTest(unittest.TestCase):
                 gpus = i % 3  # 0: a CPU task, 1: a shared GPU, 2: two whole GPUs
                 milli = {0: 0, 1: 333, 2: 1000}[gpus]
                 f.write("p%d,%d,1024,%d,%d\n" % (i, 100 + 7 * i, gpus, milli))
+
+    def test_saturation_plot_is_an_svg_with_a_line_and_band_per_policy(self):
+        plot = os.path.join(self.dir, "saturation.svg")
+        r = run("sim", "saturation", "--nodes", self.nodes, "--pods", self.pods, "--policy",
+                "bestfit,fgd", "--seeds", "1-3", "--plot", plot)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("wrote " + plot, r.stdout)
+        doc = xml.dom.minidom.parse(plot)  # well-formed XML, or this raises
+        svg = doc.documentElement
+        self.assertEqual(svg.tagName, "svg")
+        paths = svg.getElementsByTagName("path")
+        lines = [p for p in paths if p.getAttribute("class") == "line"]
+        bands = [p for p in paths if p.getAttribute("class") == "band"]
+        # Two panels (unallocated GPUs, fragmentation), one line and band per policy.
+        self.assertEqual(len(lines), 4)
+        self.assertGreaterEqual(len(bands), 4)
+        names = sorted(l.getElementsByTagName("title")[0].firstChild.data for l in lines)
+        self.assertEqual(names, ["bestfit", "bestfit", "fgd", "fgd"])
+        titles = [t.firstChild.data for t in svg.getElementsByTagName("text")
+                  if t.getAttribute("class") == "title"]
+        self.assertIn("Unallocated GPUs", titles)
+        self.assertIn("GPU fragmentation", titles)
+        # Every point is a finite coordinate inside the picture.
+        width, height = float(svg.getAttribute("width")), float(svg.getAttribute("height"))
+        for p in lines:
+            for x, y in re.findall(r"[ML](-?[0-9.]+),(-?[0-9.]+)", p.getAttribute("d")):
+                self.assertTrue(0 <= float(x) <= width and 0 <= float(y) <= height, (x, y))
+        # --plot alone is enough (no --out-dir, no --json); a bad path is a clear error.
+        bad = run("sim", "saturation", "--nodes", self.nodes, "--pods", self.pods, "--plot",
+                  os.path.join(self.dir, "no", "such", "dir", "x.svg"))
+        self.assertEqual(bad.returncode, 1)
+        self.assertIn("--plot", bad.stderr)
+
+    def test_timed_plot_draws_allocation_jobs_and_delay_over_time(self):
+        trace = os.path.join(self.dir, "timed.csv")
+        with open(trace, "w") as f:
+            f.write("job_id,user,submit_time,duration,gpus_per_task\n")
+            for i in range(60):  # 4 GPUs, 2-GPU jobs of 30 min, one every 5 min: a queue builds
+                f.write("j%d,u%d,%d,1800,2\n" % (i, i % 3, 300 * i))
+        plot = os.path.join(self.dir, "timed.svg")
+        r = run("sim", "timed", "--trace", trace, "--format", "generic", "--cluster", "2x2",
+                "--plot", plot)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("wrote " + plot, r.stdout)
+        svg = xml.dom.minidom.parse(plot).documentElement
+        titles = [t.firstChild.data for t in svg.getElementsByTagName("text")
+                  if t.getAttribute("class") == "title"]
+        for want in ("GPU allocation", "Jobs", "Queueing delay"):
+            self.assertIn(want, titles)
+        lines = {p.getElementsByTagName("title")[0].firstChild.data: p.getAttribute("d")
+                 for p in svg.getElementsByTagName("path") if p.getAttribute("class") == "line"}
+        self.assertEqual(sorted(lines), ["allocated", "mean delay of the jobs submitted then",
+                                         "pending", "running"])
+        for name, d in lines.items():
+            self.assertGreater(len(re.findall(r"[ML]", d)), 10, name)
 
     def test_sim_policies_lines_up_long_names(self):
         r = run("sim", "policies")
