@@ -136,8 +136,19 @@ void Controller::Touched(int64_t id) {
   slim_[id] = std::move(slim);
 }
 
-void Controller::WaitUntilNotAssigning(std::unique_lock<std::mutex>& lock, int64_t id) {
-  assign_cv_.wait(lock, [&] { return assigning_.count(id) == 0; });
+void Controller::WaitUntilNotWriting(std::unique_lock<std::mutex>& lock, int64_t id) {
+  write_cv_.wait(lock, [&] { return writing_.count(id) == 0; });
+}
+
+Status Controller::WriteUnlocked(std::unique_lock<std::mutex>& lock, int64_t id,
+                                 const std::function<Status()>& write) {
+  writing_.insert(id);
+  lock.unlock();
+  Status s = write();
+  lock.lock();
+  writing_.erase(id);
+  write_cv_.notify_all();
+  return s;
 }
 
 void Controller::AttachPendingReason(Job* job) const {
@@ -472,7 +483,7 @@ Result<std::vector<Job>> Controller::List(const store::JobFilter& filter, const 
 
 Result<Job> Controller::Cancel(int64_t id, const Caller& caller) {
   std::unique_lock lock(mu_);
-  WaitUntilNotAssigning(lock, id);
+  WaitUntilNotWriting(lock, id);
   auto it = active_.find(id);
   if (it == active_.end()) {
     GP_ASSIGN_OR_RETURN(Job job, store_->GetJob(id));
@@ -488,8 +499,10 @@ Result<Job> Controller::Cancel(int64_t id, const Caller& caller) {
     next.end_time_us = clock_->NowMicros();
     next.reason = "cancelled by " + caller.user + " while pending";
     next.pending_reason.clear();
-    GP_RETURN_IF_ERROR(store_->UpdateJob(next, job.state));
-    active_.erase(it);
+    // Written without the lock; the scheduler leaves the job alone meanwhile (writing_).
+    GP_RETURN_IF_ERROR(
+        WriteUnlocked(lock, id, [&] { return store_->UpdateJob(next, JobState::kPending); }));
+    active_.erase(id);
     Touched(id);
     WakeScheduler();
     return next;
@@ -575,7 +588,7 @@ std::vector<int64_t> Controller::ArrayElements(int64_t array_id, int index) {
 
 Result<Job> Controller::Hold(int64_t id, const Caller& caller, bool hold) {
   std::unique_lock lock(mu_);
-  WaitUntilNotAssigning(lock, id);
+  WaitUntilNotWriting(lock, id);
   const std::string what = hold ? "held" : "released";
   auto it = active_.find(id);
   if (it == active_.end()) {
@@ -601,8 +614,9 @@ Result<Job> Controller::Hold(int64_t id, const Caller& caller, bool hold) {
   next.held_by = hold ? caller.user : "";
   next.held_by_admin = hold && caller.admin && caller.uid != job.uid;
   next.pending_reason = hold ? HeldReason(next) : "";
-  GP_RETURN_IF_ERROR(store_->UpdateJob(next, job.state));
-  it->second = next;
+  GP_RETURN_IF_ERROR(
+      WriteUnlocked(lock, id, [&] { return store_->UpdateJob(next, JobState::kPending); }));
+  active_.at(id) = next;
   Touched(id);
   spdlog::info("job {} {} by {}", id, what, caller.user);
   if (hold) {
@@ -1195,7 +1209,10 @@ Status Controller::ResolveDependencies(std::map<int64_t, std::string>* blocked) 
   // never run ends in one pass.
   std::vector<int64_t> ids;
   for (const auto& [id, job] : active_) {
-    if (job.state == JobState::kPending && !job.dependencies.empty()) ids.push_back(id);
+    // A job whose cancel or hold is being written (writing_) is that writer's.
+    if (job.state == JobState::kPending && !job.dependencies.empty() && writing_.count(id) == 0) {
+      ids.push_back(id);
+    }
   }
   for (int64_t id : ids) {
     const Job& job = active_.at(id);
@@ -1308,6 +1325,7 @@ Status Controller::ScheduleOnce() {
     auto it = active_.find(id);
     if (it == active_.end() || it->second.state != JobState::kPending) continue;
     if (!it->second.held_by.empty()) continue;  // held while the plan was made
+    if (writing_.count(id) != 0) continue;      // being cancelled or held right now
     bool nodes_up = true;
     bool drained = false;
     for (const jobs::TaskPlacement& p : placement) {
@@ -1332,14 +1350,14 @@ Status Controller::ScheduleOnce() {
   if (!updates.empty()) {
     // The assignments are written without the lock, so that API calls and agents' polls
     // never wait on the database for them. Meanwhile the jobs are PENDING in memory, and
-    // Cancel and Hold of one of them wait for the write (assigning_); nothing else changes
+    // Cancel and Hold of one of them wait for the write (writing_); nothing else changes
     // a pending job, and this is the one scheduling thread.
-    for (const auto& u : updates) assigning_.insert(u.job.id);
+    for (const auto& u : updates) writing_.insert(u.job.id);
     lock.unlock();
     Status written = store_->UpdateJobs(updates);
     lock.lock();
-    for (const auto& u : updates) assigning_.erase(u.job.id);
-    assign_cv_.notify_all();
+    for (const auto& u : updates) writing_.erase(u.job.id);
+    write_cv_.notify_all();
     GP_RETURN_IF_ERROR(written);
     std::vector<std::pair<int64_t, std::string>> orphans;  // placed on a node now down
     for (auto& u : updates) {

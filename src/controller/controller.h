@@ -19,6 +19,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -288,8 +289,12 @@ class Controller {
   void Touched(int64_t id);
   // Sets a pending job's pending_reason from the last pass.
   void AttachPendingReason(jobs::Job* job) const;
-  // Waits (releasing `lock` on mu_) until job `id` is not being assigned (assigning_).
-  void WaitUntilNotAssigning(std::unique_lock<std::mutex>& lock, int64_t id);
+  // Waits (releasing `lock` on mu_) until job `id`'s write in flight, if any, has landed.
+  void WaitUntilNotWriting(std::unique_lock<std::mutex>& lock, int64_t id);
+  // Runs `write` (a store write of pending job `id`) with mu_ released and the job in
+  // writing_; `lock` is held again on return.
+  Status WriteUnlocked(std::unique_lock<std::mutex>& lock, int64_t id,
+                       const std::function<Status()>& write);
 
   Result<NodeView> SetDrain(const std::string& name, bool draining, const std::string& reason);
   // ResourceExhausted, naming the user or project and the limit, when `job` (every
@@ -335,10 +340,11 @@ class Controller {
   // never stores a node's drain state as it was before a concurrent drain. Taken before mu_.
   std::mutex node_write_mu_;
   std::condition_variable work_cv_;  // agents waiting for work
-  // Pending jobs whose assignment ScheduleOnce is writing to the store without mu_;
-  // Cancel and Hold of one wait on assign_cv_ until the write has landed.
-  std::set<int64_t> assigning_;
-  std::condition_variable assign_cv_;
+  // Pending jobs whose next state is being written to the store without mu_: by
+  // ScheduleOnce (their assignments), Cancel or Hold. Other writers of pending jobs skip
+  // them (the scheduler, dependency resolution) or wait on write_cv_ (Cancel, Hold).
+  std::set<int64_t> writing_;
+  std::condition_variable write_cv_;
   std::condition_variable scheduler_cv_;  // the loop waiting for a reason to run
   bool capacity_changed_ = false;         // resources freed, nodes changed: plan at once
   bool jobs_arrived_ = false;             // new submissions

@@ -109,9 +109,11 @@ class ControllerTest : public ::testing::Test {
 class GateStore final : public store::Store {
  public:
   explicit GateStore(std::unique_ptr<store::Store> inner) : inner_(std::move(inner)) {}
-  void Close() {
+  // Holds from now on the writes that move a job to `state`.
+  void Close(JobState state = JobState::kAssigned) {
     std::lock_guard l(m_);
     open_ = false;
+    gated_ = state;
   }
   void Open() {
     std::lock_guard l(m_);
@@ -124,15 +126,15 @@ class GateStore final : public store::Store {
   }
 
   Status UpdateJobs(const std::vector<JobUpdate>& updates) override {
-    const bool assigns = std::any_of(updates.begin(), updates.end(), [](const JobUpdate& u) {
-      return u.job.state == JobState::kAssigned;
-    });
-    if (assigns) {
-      std::unique_lock l(m_);
+    std::unique_lock l(m_);
+    const bool gated = std::any_of(updates.begin(), updates.end(),
+                                   [this](const JobUpdate& u) { return u.job.state == gated_; });
+    if (gated) {
       ++held_;
       cv_.notify_all();
       cv_.wait(l, [&] { return open_; });
     }
+    l.unlock();
     return inner_->UpdateJobs(updates);
   }
   Status UpdateJob(const Job& job, JobState expected) override {
@@ -180,6 +182,7 @@ class GateStore final : public store::Store {
   std::mutex m_;
   std::condition_variable cv_;
   bool open_ = true;
+  JobState gated_ = JobState::kAssigned;
   int held_ = 0;
 };
 
@@ -230,6 +233,34 @@ TEST_F(ControllerTest, AssignmentsAreWrittenWithoutTheLockAndACancelWaitsForThem
     EXPECT_EQ(mem.state, stored.state) << "job " << id;
     EXPECT_EQ(mem.cancel_requested, stored.cancel_requested) << "job " << id;
   }
+}
+
+// Cancelling a pending job writes without the lock too: meanwhile the job reads as
+// PENDING, and a scheduling pass places the other jobs but leaves this one alone.
+TEST_F(ControllerTest, APendingCancelIsWrittenWithoutTheLockAndTheSchedulerLeavesTheJob) {
+  auto gate = std::make_unique<GateStore>(OpenSqliteStore(":memory:"));
+  GateStore* g = gate.get();
+  store_ = std::move(gate);
+  Restart();
+  Register(2);
+  const Job a = c_->Submit(MakeJob(1), alice_).value();
+  const Job b = c_->Submit(MakeJob(1), bob_).value();
+  g->Close(JobState::kCancelled);
+  Result<Job> cancelled = Status::Internal("not yet");
+  std::thread canceller([&] { cancelled = c_->Cancel(a.id, alice_); });
+  g->WaitUntilHeld();
+  EXPECT_EQ(Get(a.id).state, JobState::kPending);
+  ASSERT_TRUE(c_->ScheduleOnce().ok());  // not blocked by the cancel's write
+  EXPECT_EQ(Get(a.id).state, JobState::kPending);
+  EXPECT_EQ(Get(b.id).state, JobState::kAssigned);
+  g->Open();
+  canceller.join();
+  ASSERT_TRUE(cancelled.ok()) << cancelled.status().ToString();
+  EXPECT_EQ(cancelled->state, JobState::kCancelled);
+  EXPECT_EQ(Get(a.id).state, JobState::kCancelled);
+  EXPECT_EQ(store_->GetJob(a.id)->state, JobState::kCancelled);
+  // A second cancel finds it ended.
+  EXPECT_EQ(c_->Cancel(a.id, alice_).status().code(), StatusCode::kFailedPrecondition);
 }
 
 TEST_F(ControllerTest, JobRunsThroughItsStates) {
