@@ -109,6 +109,23 @@ Result<NodeChoice> DiscoverForAgent(const std::string& fake_file, bool allow_sta
 }
 
 struct ServerParts {
+  ServerParts() = default;
+  ServerParts(ServerParts&&) = default;
+  ServerParts& operator=(ServerParts&&) = default;
+  ~ServerParts() { StopKeeper(); }
+  // Ends the lease keeper (which gives the lease up) and waits for it.
+  void StopKeeper() {
+    if (!keeper.joinable()) return;
+    *keeper_stop = true;
+    keeper.join();
+  }
+
+  // `up` on PostgreSQL: the lease it holds against `gpupool server`s on the same store,
+  // renewed by `keeper` until the stop.
+  std::unique_ptr<store::LeaseStore> leases;
+  std::unique_ptr<Leadership> lead;
+  std::shared_ptr<std::atomic<bool>> keeper_stop = std::make_shared<std::atomic<bool>>(false);
+  std::thread keeper;
   std::unique_ptr<store::Store> store;
   std::unique_ptr<controller::Controller> controller;
   std::unique_ptr<controller::EnvInspector> inspector;  // images inspected at submit
@@ -217,16 +234,18 @@ Result<std::unique_ptr<net::HttpServer>> StartApiServer(const ServerFlags& f,
   return net::StartHttpServer(ho, std::move(handler));
 }
 
-// One controller that owns its store alone (`up`, and `server` on SQLite).
-Result<ServerParts> StartServer(const ServerFlags& f) {
-  ServerParts p;
-  GP_RETURN_IF_ERROR(OpenServerStore(f, &p));
-  GP_RETURN_IF_ERROR(CreateController(f, &p));
-  controller::Api* api = p.api.get();
-  GP_ASSIGN_OR_RETURN(
-      p.http, StartApiServer(f, [api](const net::HttpRequest& r) { return api->Handle(r); }));
-  p.controller->Start();
-  return p;
+// Exit status of a controller that lost the leadership (EX_TEMPFAIL): its unit starts it
+// again, as a standby.
+constexpr int kExitLostLeadership = 75;
+
+[[noreturn]] void ExitLostLeadership(const Status& why) {
+  spdlog::critical(
+      "leadership lost, exiting so that this controller starts again as a "
+      "standby: {}",
+      why.message());
+  spdlog::default_logger()->flush();
+  std::cerr << "gpupool server: leadership lost: " << why.message() << std::endl;
+  std::_Exit(kExitLostLeadership);
 }
 
 // The address other machines reach this controller at: --advertise, else http://LISTEN:PORT
@@ -240,18 +259,43 @@ std::string AdvertisedAddress(const ServerFlags& f, int tcp_port) {
          std::to_string(tcp_port);
 }
 
-// Exit status of a controller that lost the leadership (EX_TEMPFAIL): its unit starts it
-// again, as a standby.
-constexpr int kExitLostLeadership = 75;
+// `gpupool up` on a PostgreSQL store takes the lease once, as a leader-elected server
+// would, fences its writes and keeps the lease, so that it never shares the store with
+// `gpupool server`s: whichever comes second stands by (a server) or refuses (up).
+Status HoldLeaseForUp(const ServerFlags& f, ServerParts* p) {
+  GP_ASSIGN_OR_RETURN(p->leases, store::OpenPostgresLeaseStore(StoreSpec(f)));
+  LeadershipOptions lo;
+  lo.id = NewControllerId(Hostname(), f.port);
+  lo.address = AdvertisedAddress(f, f.port);
+  lo.lease_ms = f.lease_ms;
+  p->lead = std::make_unique<Leadership>(p->leases.get(), lo, SystemClock::Get());
+  Result<int64_t> epoch = p->lead->TryLead();
+  if (!epoch.ok()) {
+    return epoch.status().WithContext(
+        "gpupool up runs a one-machine pool and cannot share its store: run `gpupool server` "
+        "(several share a store, one leads) and agents instead, or give up a store of its "
+        "own");
+  }
+  p->store->SetFence(*epoch, [](const Status& why) { ExitLostLeadership(why); });
+  Leadership* lead = p->lead.get();
+  p->keeper = std::thread([lead, stop = p->keeper_stop] {
+    if (Status kept = lead->KeepLease(*stop); !kept.ok()) ExitLostLeadership(kept);
+    lead->Release();
+  });
+  return Status::Ok();
+}
 
-[[noreturn]] void ExitLostLeadership(const Status& why) {
-  spdlog::critical(
-      "leadership lost, exiting so that this controller starts again as a "
-      "standby: {}",
-      why.message());
-  spdlog::default_logger()->flush();
-  std::cerr << "gpupool server: leadership lost: " << why.message() << std::endl;
-  std::_Exit(kExitLostLeadership);
+// One controller that owns its store alone (`up`, and `server` on SQLite).
+Result<ServerParts> StartServer(const ServerFlags& f) {
+  ServerParts p;
+  GP_RETURN_IF_ERROR(OpenServerStore(f, &p));
+  if (store::IsPostgresSpec(StoreSpec(f))) GP_RETURN_IF_ERROR(HoldLeaseForUp(f, &p));
+  GP_RETURN_IF_ERROR(CreateController(f, &p));
+  controller::Api* api = p.api.get();
+  GP_ASSIGN_OR_RETURN(
+      p.http, StartApiServer(f, [api](const net::HttpRequest& r) { return api->Handle(r); }));
+  p.controller->Start();
+  return p;
 }
 
 // `gpupool server` on PostgreSQL: any number of these share the database and one leads
@@ -599,6 +643,7 @@ void RegisterDaemonCommands(CLI::App& app, cli::CommandContext& ctx) {
     agent_thread.join();
     containers.Cleanup();
     server->http->Stop();
+    server->StopKeeper();  // it gives the lease up
   });
 
   // --- server ---

@@ -71,6 +71,21 @@ std::optional<int64_t> Leadership::WaitToLead(const std::atomic<bool>& stop) {
   return std::nullopt;
 }
 
+Result<int64_t> Leadership::TryLead() {
+  Heartbeat();
+  GP_ASSIGN_OR_RETURN(store::Lease lease,
+                      leases_->TryAcquire(options_.id, options_.address, options_.lease_ms));
+  Remember(lease);
+  if (lease.holder != options_.id) {
+    return Status::FailedPrecondition("controller " + lease.holder + " at " + lease.address +
+                                      " leads this PostgreSQL store (epoch " +
+                                      std::to_string(lease.epoch) + ")");
+  }
+  epoch_ = lease.epoch;
+  spdlog::info("leadership: this controller ({}) leads at epoch {}", options_.id, epoch_);
+  return epoch_;
+}
+
 Status Leadership::KeepLease(const std::atomic<bool>& stop) {
   const int64_t period_ms = std::max<int64_t>(options_.lease_ms / 5, 20);
   // The lease holds until lease_ms after the start of the last renewal that succeeded

@@ -37,6 +37,9 @@ class Leadership {
   // As a standby until this controller holds the lease: returns its epoch, or nullopt
   // once `stop` is set.
   std::optional<int64_t> WaitToLead(const std::atomic<bool>& stop);
+  // One try (for `gpupool up`, which does not stand by): this controller's epoch when it
+  // took the lease, else FailedPrecondition naming the controller that holds it.
+  Result<int64_t> TryLead();
 
   // As the leader until `stop` (Ok) or until the lease is lost (why). Renews every fifth
   // of the lease; a renewal that fails for want of the database is retried until the

@@ -10,7 +10,8 @@ the lease in the database, agents and the CLI given the list of every controller
     and when the old one runs again (SIGCONT) it finds itself fenced and exits with 75
     having changed nothing: every job still runs once;
   * the database restarts under load: the leader reconnects, keeps the lease, loses
-    nothing.
+    nothing;
+  * `gpupool up` refuses a store a server leads, and holds the lease against servers.
 
 Usage: failover_test.py PATH_TO_GPUPOOL. Needs root (the test server runs as the
 `postgres` account) and postgresql-15; skips (exit 77) without them.
@@ -27,6 +28,7 @@ GPUPOOL = os.path.abspath(sys.argv.pop(1)) if len(sys.argv) > 1 else "gpupool"
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "testlib"))
 import hasite  # noqa: E402  (tests/testlib)
+import pooltest  # noqa: E402
 
 
 class FailoverTest(unittest.TestCase):
@@ -133,6 +135,46 @@ class FailoverTest(unittest.TestCase):
         self.assertEqual(site.leader(), new)
         self.check_once(first + more + late)
         site.wait_nodes(1)  # the agent left the frozen leader for the new one
+
+    def test_up_never_shares_a_store_with_servers(self):
+        self.site = site = hasite.Site(GPUPOOL, controllers=1, agents=0, lease_ms=2000)
+        leader = site.leader()
+        up_dir = os.path.join(site.root, "up")
+        up = [GPUPOOL, "up", "--config", "", "--state-dir", up_dir, "--port", "0", "--store",
+              site.pg.spec, "--fake", hasite.NODE]
+        # A server leads the store: up refuses, naming it and what to run instead.
+        r = subprocess.run(up, capture_output=True, text=True, timeout=60)
+        self.assertNotEqual(r.returncode, 0)
+        self.assertIn("leads this PostgreSQL store", r.stderr)
+        self.assertIn("gpupool server", r.stderr)
+        # The server stops (and gives the lease up): up runs, holding the lease, and a
+        # server started beside it stands by instead of scheduling too.
+        pooltest.stop_processes([site.procs[leader]])
+        log = open(os.path.join(site.root, "up.log"), "ab")
+        proc = subprocess.Popen(up, stdout=log, stderr=log, start_new_session=True)
+        try:
+            sock = os.path.join(up_dir, "gpupool.sock")
+            deadline = time.time() + 30
+            while time.time() < deadline and not os.path.exists(sock):
+                self.assertIsNone(proc.poll(), site.log())
+                time.sleep(0.05)
+            site.start_controller(leader)
+            deadline = time.time() + 30
+            standby = None
+            while time.time() < deadline:
+                try:
+                    st, body = hasite.call(site.sock(leader), "GET", "/readyz", timeout=2)
+                    if st == 503 and body.get("role") == "standby":
+                        standby = body
+                        break
+                except (OSError, ValueError):
+                    pass
+                time.sleep(0.05)
+            self.assertIsNotNone(standby, site.log())
+            self.assertTrue(standby["leader"].endswith("up/gpupool.sock"), standby)
+        finally:
+            pooltest.stop_processes([proc])
+            pooltest.kill_leftovers(up_dir)
 
     def test_the_database_restarts_under_load(self):
         self.site = site = hasite.Site(GPUPOOL, controllers=1, agents=1, lease_ms=5000)
