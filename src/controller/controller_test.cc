@@ -186,15 +186,25 @@ class GateStore final : public store::Store {
   int held_ = 0;
 };
 
+// The fixture's controller, restarted on a GateStore over a new in-memory store, with a
+// 2-GPU node.
+class GatedControllerTest : public ControllerTest {
+ protected:
+  GateStore* UseGateStore() {
+    auto gate = std::make_unique<GateStore>(OpenSqliteStore(":memory:"));
+    GateStore* g = gate.get();
+    store_ = std::move(gate);
+    Restart();
+    Register(2);
+    return g;
+  }
+};
+
 // Issue 16 item 4: the scheduler writes its assignments without the controller's lock.
 // While the database holds that write, reads and agents' polls are answered, and a cancel
 // of a job being assigned waits for the write, then stops the job it finds assigned.
-TEST_F(ControllerTest, AssignmentsAreWrittenWithoutTheLockAndACancelWaitsForThem) {
-  auto gate = std::make_unique<GateStore>(OpenSqliteStore(":memory:"));
-  GateStore* g = gate.get();
-  store_ = std::move(gate);
-  Restart();
-  Register(2);
+TEST_F(GatedControllerTest, AssignmentsAreWrittenWithoutTheLockAndACancelWaitsForThem) {
+  GateStore* g = UseGateStore();
   const Job a = c_->Submit(MakeJob(1), alice_).value();
   const Job b = c_->Submit(MakeJob(1), bob_).value();
   g->Close();
@@ -237,12 +247,8 @@ TEST_F(ControllerTest, AssignmentsAreWrittenWithoutTheLockAndACancelWaitsForThem
 
 // Cancelling a pending job writes without the lock too: meanwhile the job reads as
 // PENDING, and a scheduling pass places the other jobs but leaves this one alone.
-TEST_F(ControllerTest, APendingCancelIsWrittenWithoutTheLockAndTheSchedulerLeavesTheJob) {
-  auto gate = std::make_unique<GateStore>(OpenSqliteStore(":memory:"));
-  GateStore* g = gate.get();
-  store_ = std::move(gate);
-  Restart();
-  Register(2);
+TEST_F(GatedControllerTest, APendingCancelIsWrittenWithoutTheLockAndTheSchedulerLeavesTheJob) {
+  GateStore* g = UseGateStore();
   const Job a = c_->Submit(MakeJob(1), alice_).value();
   const Job b = c_->Submit(MakeJob(1), bob_).value();
   g->Close(JobState::kCancelled);

@@ -244,7 +244,7 @@ constexpr int kExitLostLeadership = 75;
       "standby: {}",
       why.message());
   spdlog::default_logger()->flush();
-  std::cerr << "gpupool server: leadership lost: " << why.message() << std::endl;
+  std::cerr << "gpupool: leadership lost: " << why.message() << std::endl;
   std::_Exit(kExitLostLeadership);
 }
 

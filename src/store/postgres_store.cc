@@ -558,7 +558,7 @@ class PostgresStore final : public Store, private PgSession {
   Status PutNode(const NodeRecord& n) override {
     std::lock_guard lock(mu_);
     GP_RETURN_IF_ERROR(Connected());
-    return Fenced([&] {
+    return FencedWrite([&] {
       return Run("INSERT INTO nodes(name, info_json, agent_url, cpu_milli, memory_mib, "
                  "registered_us, last_heartbeat_us, draining, address, protocol, drain_reason) "
                  "VALUES($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11) ON CONFLICT(name) DO UPDATE SET "
@@ -598,7 +598,7 @@ class PostgresStore final : public Store, private PgSession {
   Status PutToken(const TokenRecord& t) override {
     std::lock_guard lock(mu_);
     GP_RETURN_IF_ERROR(Connected());
-    return Fenced([&] {
+    return FencedWrite([&] {
       return Run("INSERT INTO tokens(token_hash, username, kind, created_us, expires_us, "
                  "last_used_us) VALUES($1,$2,$3,$4,$5,$6)",
                  {t.token_hash, t.user, t.kind, std::to_string(t.created_us),
@@ -635,7 +635,7 @@ class PostgresStore final : public Store, private PgSession {
   Status DeleteToken(std::string_view hash) override {
     std::lock_guard lock(mu_);
     GP_RETURN_IF_ERROR(Connected());
-    return Fenced([&]() -> Status {
+    return FencedWrite([&]() -> Status {
       GP_ASSIGN_OR_RETURN(PgResult r, Run("DELETE FROM tokens WHERE token_hash=$1",
                                           {std::string(hash)}, "delete token"));
       if (r.Affected() == 0) return Status::NotFound("no such token");
@@ -646,7 +646,7 @@ class PostgresStore final : public Store, private PgSession {
   Status TouchToken(std::string_view hash, int64_t used_us) override {
     std::lock_guard lock(mu_);
     GP_RETURN_IF_ERROR(Connected());
-    return Fenced([&]() -> Status {
+    return FencedWrite([&]() -> Status {
       GP_ASSIGN_OR_RETURN(PgResult r, Run("UPDATE tokens SET last_used_us=$1 WHERE token_hash=$2",
                                           {std::to_string(used_us), std::string(hash)},
                                           "record the use of a token"));
@@ -667,7 +667,7 @@ class PostgresStore final : public Store, private PgSession {
                            std::to_string(e.created_us),
                            e.image_id,
                            e.dir_digest};
-    return Fenced([&]() -> Status {
+    return FencedWrite([&]() -> Status {
       PgResult r = Exec(
           "INSERT INTO environments(name, version, kind, location, needs_json, owner, "
           "created_us, image_id, dir_digest) VALUES($1,$2,$3,$4,$5,$6,$7,$8,$9)",
@@ -711,7 +711,7 @@ class PostgresStore final : public Store, private PgSession {
   Status DeleteEnvironment(std::string_view name, std::string_view version) override {
     std::lock_guard lock(mu_);
     GP_RETURN_IF_ERROR(Connected());
-    return Fenced([&]() -> Status {
+    return FencedWrite([&]() -> Status {
       GP_ASSIGN_OR_RETURN(PgResult r,
                           Run("DELETE FROM environments WHERE name=$1 AND version=$2",
                               {std::string(name), std::string(version)}, "delete environment"));
@@ -725,7 +725,7 @@ class PostgresStore final : public Store, private PgSession {
   Status PutSetting(std::string_view key, std::string_view value) override {
     std::lock_guard lock(mu_);
     GP_RETURN_IF_ERROR(Connected());
-    return Fenced([&] {
+    return FencedWrite([&] {
       return Run("INSERT INTO settings(key, value) VALUES($1,$2) ON CONFLICT(key) DO UPDATE "
                  "SET value=EXCLUDED.value",
                  {std::string(key), std::string(value)}, "store setting " + std::string(key))
@@ -749,25 +749,6 @@ class PostgresStore final : public Store, private PgSession {
   }
 
  private:
-  // Begins a write transaction; with a fence, first checks under a share lock on the
-  // lease row that this controller's epoch still holds. The lock makes a takeover (an
-  // UPDATE of that row) wait for writes in flight, and writes after it see the new epoch.
-  Status BeginWrite() {
-    GP_RETURN_IF_ERROR(Begin());
-    const int64_t fence = fence_epoch_;
-    if (fence == 0) return Status::Ok();
-    Result<PgResult> r =
-        Run("SELECT epoch FROM leader_lease WHERE id=1 FOR SHARE", {}, "check the lease");
-    if (!r.ok()) return Rollback(r.status());
-    const int64_t now = r->Rows() > 0 ? r->Int(0, 0) : 0;
-    if (now == fence) return Status::Ok();
-    Status lost = Status::FailedPrecondition(
-        "this controller led at epoch " + std::to_string(fence) + " but the lease is at epoch " +
-        std::to_string(now) + ": another controller leads now, so this one writes nothing");
-    if (on_fenced_) on_fenced_(lost);
-    return Rollback(lost);
-  }
-
   // With a fence, the first statement of a pipelined write: it fails (a division by zero)
   // unless the lease is still at this controller's epoch, and holds the lease row's share
   // lock to the end of the transaction. Its index, or SIZE_MAX without a fence.
@@ -798,10 +779,13 @@ class PostgresStore final : public Store, private PgSession {
     }
   }
 
-  // A one-statement write: as it is without a fence, else in a transaction that checks it.
-  Status Fenced(const std::function<Status()>& write) {
-    if (fence_epoch_ == 0) return write();
-    GP_RETURN_IF_ERROR(BeginWrite());
+  // A one-statement write: as it is without a fence, else in a transaction that first
+  // runs the pipelined writes' fence check (AddFenceCheck), so both fail alike (Fenced).
+  Status FencedWrite(const std::function<Status()>& write) {
+    std::vector<Stmt> check;
+    if (AddFenceCheck(&check) == SIZE_MAX) return write();
+    GP_RETURN_IF_ERROR(Begin());
+    if (PgResult r = Exec(check[0].sql, check[0].params); !r.ok()) return Rollback(Fenced(r));
     Status s = write();
     if (!s.ok()) return Rollback(s);
     return Commit();

@@ -150,8 +150,8 @@ class FailoverTest(unittest.TestCase):
         # The server stops (and gives the lease up): up runs, holding the lease, and a
         # server started beside it stands by instead of scheduling too.
         pooltest.stop_processes([site.procs[leader]])
-        log = open(os.path.join(site.root, "up.log"), "ab")
-        proc = subprocess.Popen(up, stdout=log, stderr=log, start_new_session=True)
+        with open(os.path.join(site.root, "up.log"), "ab") as log:
+            proc = subprocess.Popen(up, stdout=log, stderr=log, start_new_session=True)
         try:
             sock = os.path.join(up_dir, "gpupool.sock")
             deadline = time.time() + 30

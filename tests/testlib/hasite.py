@@ -7,7 +7,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import time
 
@@ -28,19 +27,8 @@ def missing():
     return None
 
 
-class UnixConnection(http.client.HTTPConnection):
-    def __init__(self, path, timeout=10):
-        super().__init__("localhost", timeout=timeout)
-        self.unix_path = path
-
-    def connect(self):
-        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self.sock.settimeout(self.timeout)
-        self.sock.connect(self.unix_path)
-
-
 def call(sock, method, path, timeout=10):
-    conn = UnixConnection(sock, timeout)
+    conn = pooltest.UnixConnection(sock, timeout)
     try:
         conn.request(method, path)
         r = conn.getresponse()
@@ -109,11 +97,11 @@ class Site:
         for i in range(agents):
             d = os.path.join(self.root, "agent%d" % i)
             os.makedirs(d)
-            log = open(os.path.join(self.root, "agent%d.log" % i), "ab")
-            self.agents.append(subprocess.Popen(
-                [self.gpupool, "agent", "--config", "", "--controller", self.servers, "--state-dir", d,
-                 "--fake", NODE, "--node-name", "n%d" % i], stdout=log, stderr=log,
-                start_new_session=True))
+            with open(os.path.join(self.root, "agent%d.log" % i), "ab") as log:
+                self.agents.append(subprocess.Popen(
+                    [self.gpupool, "agent", "--config", "", "--controller", self.servers,
+                     "--state-dir", d, "--fake", NODE, "--node-name", "n%d" % i],
+                    stdout=log, stderr=log, start_new_session=True))
 
     def sock(self, name):
         return os.path.join(self.root, name, "gpupool.sock")
@@ -121,11 +109,12 @@ class Site:
     def start_controller(self, name):
         d = os.path.join(self.root, name)
         os.makedirs(d, exist_ok=True)
-        log = open(os.path.join(self.root, name + ".log"), "ab")
-        self.procs[name] = subprocess.Popen(
-            [self.gpupool, "server", "--config", "", "--state-dir", d, "--port", "0", "--store",
-             self.pg.spec, "--advertise", "unix:" + self.sock(name), "--lease-ms",
-             str(self.lease_ms)], stdout=log, stderr=log, start_new_session=True)
+        with open(os.path.join(self.root, name + ".log"), "ab") as log:
+            self.procs[name] = subprocess.Popen(
+                [self.gpupool, "server", "--config", "", "--state-dir", d, "--port", "0",
+                 "--store", self.pg.spec, "--advertise", "unix:" + self.sock(name),
+                 "--lease-ms", str(self.lease_ms)], stdout=log, stderr=log,
+                start_new_session=True)
 
     def log(self):
         out = ""

@@ -1,14 +1,29 @@
 """Helpers shared by the Python tests that run a real pool (tests/integration,
 tests/podman): a state directory other users can reach, waiting for a job to reach a
 state, and stopping a pool without leaving job supervisors or cgroups behind."""
+import http.client
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import tempfile
 import time
 
 FINAL_STATES = ("SUCCEEDED", "FAILED", "CANCELLED", "TIMEOUT", "LOST")
+
+
+class UnixConnection(http.client.HTTPConnection):
+    """HTTP over a Unix socket (the pool's API socket)."""
+
+    def __init__(self, path, timeout=10):
+        super().__init__("localhost", timeout=timeout)
+        self.unix_path = path
+
+    def connect(self):
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.settimeout(self.timeout)
+        self.sock.connect(self.unix_path)
 
 
 def make_test_dir(prefix):
