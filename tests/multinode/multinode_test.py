@@ -304,14 +304,27 @@ class MpiTest(unittest.TestCase):
 
     def test_mpirun_through_gpupool_exec_on_three_agents(self):
         # No ssh is involved: mpirun's rsh agent is gpupool exec (whether or not ssh exists).
+        # The three "nodes" share this host's /tmp, where Open MPI 4's daemons of one job
+        # race to create the same session directory ("File exists" / "No such file"):
+        # mpirun goes through a wrapper of the job's own agent that gives each daemon a
+        # TMPDIR of its own, as separate nodes would have.
+        wrapper = os.path.join(self.pool.dir, "rsh-agent")
+        with open(wrapper, "w") as f:
+            f.write('#!/bin/sh\nhost=$1\nshift\nmkdir -p "$GP_MPI_TMP/$host"\n'
+                    'exec $GP_RSH_AGENT "$host" env TMPDIR="$GP_MPI_TMP/$host" "$@"\n')
+        os.chmod(wrapper, 0o755)
         jid = self.pool.submit(
             "--tasks", "3", "--gpus", "1", "--mpi", "--", "sh", "-c",
+            "export GP_RSH_AGENT=\"$OMPI_MCA_plm_rsh_agent\" "
+            "GP_MPI_TMP=/tmp/gp-mpi-$GPUPOOL_JOB_ID && "
+            "OMPI_MCA_plm_rsh_agent=" + wrapper + " "
             "mpirun --hostfile $GPUPOOL_HOSTFILE -np 3 %s %s && "
             # The held tasks started before task 0 had picked the port: an exec has it.
             "$OMPI_MCA_plm_rsh_agent --job $GPUPOOL_JOB_ID --task 2 -- "
             "sh -c 'echo remote_port=$MASTER_PORT'" % (
                 PYTHON, os.path.join(HERE, "allreduce_mpi.py")))
         job = self.pool.wait(jid, ("SUCCEEDED", "FAILED"), timeout=180)
+        shutil.rmtree("/tmp/gp-mpi-%d" % jid, ignore_errors=True)
         out = self.pool.logs(jid, 0)
         self.assertEqual(job["state"], "SUCCEEDED",
                          job["reason"] + out + self.pool.logs(jid, 0, "stderr"))
