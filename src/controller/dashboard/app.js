@@ -53,6 +53,11 @@
     return `${d.getFullYear()}-${p(d.getMonth() + 1)}-${p(d.getDate())} ${p(d.getHours())}:${p(d.getMinutes())}:${p(d.getSeconds())}`;
   }
   function fmtNum(x, digits) { return Number(x || 0).toFixed(digits === undefined ? 2 : digits); }
+  // GPU-hours: two decimals, or two significant digits below 0.1 (a short test job).
+  function fmtHours(x) {
+    const v = Number(x || 0);
+    return v === 0 || v >= 0.1 ? v.toFixed(2) : v.toPrecision(2);
+  }
   function gpusOf(job) {
     const r = job.request || {};
     if ((r.gpus || 0) === 0) return '0';
@@ -130,17 +135,17 @@
     const rowH = 22;
     const height = rows.length * rowH + 24;
     const max = Math.max(1e-9, ...rows.map((r) => Math.max(r.value, r.value2 || 0)));
-    const scale = (v) => (v / max) * (width - labelW - 70);
+    const scale = (v) => (v / max) * (width - labelW - 120);
     const g = svg('svg', { class: 'chart', width, height, viewBox: `0 0 ${width} ${height}`, role: 'img', 'aria-label': opts.title, id: opts.id });
     g.appendChild(svg('title', { text: opts.title }));
     rows.forEach((r, i) => {
       const y = 8 + i * rowH;
       g.appendChild(svg('text', { x: labelW - 6, y: y + 14, 'text-anchor': 'end', text: r.label }));
-      g.appendChild(svg('rect', { class: 'bar', x: labelW, y, width: Math.max(1, scale(r.value)), height: rowH - 6 }, svg('title', { text: `${r.label}: ${fmtNum(r.value)} ${opts.unit}` })));
+      g.appendChild(svg('rect', { class: 'bar', x: labelW, y, width: Math.max(1, scale(r.value)), height: rowH - 6 }, svg('title', { text: `${r.label}: ${fmtHours(r.value)} ${opts.unit}` })));
       if (r.value2 !== undefined) {
         g.appendChild(svg('rect', { class: 'bar2', x: labelW, y: y + 6, width: Math.max(1, scale(r.value2)), height: rowH - 18 }));
       }
-      g.appendChild(svg('text', { x: labelW + scale(r.value) + 6, y: y + 14, text: `${fmtNum(r.value)} ${opts.unit}` }));
+      g.appendChild(svg('text', { x: labelW + scale(r.value) + 6, y: y + 14, text: `${fmtHours(r.value)} ${opts.unit}` }));
     });
     return g;
   }
@@ -155,11 +160,11 @@
     const g = svg('svg', { class: 'chart', width, height, viewBox: `0 0 ${width} ${height}`, role: 'img', 'aria-label': opts.title, id: opts.id });
     g.appendChild(svg('title', { text: opts.title }));
     g.appendChild(svg('line', { class: 'axis', x1: left, y1: height - bottom, x2: width - 4, y2: height - bottom }));
-    g.appendChild(svg('text', { x: 2, y: 12, text: `${fmtNum(max, 1)} ${opts.unit}` }));
+    g.appendChild(svg('text', { x: 2, y: 12, text: `${fmtHours(max)} ${opts.unit}` }));
     points.forEach((p, i) => {
       const hgt = (p.value / max) * (height - bottom - 20);
       const x = left + i * colW + 2;
-      g.appendChild(svg('rect', { class: 'bar', x, y: height - bottom - hgt, width: Math.max(1, colW - 4), height: Math.max(0, hgt) }, svg('title', { text: `${p.label}: ${fmtNum(p.value)} ${opts.unit}` })));
+      g.appendChild(svg('rect', { class: 'bar', x, y: height - bottom - hgt, width: Math.max(1, colW - 4), height: Math.max(0, hgt) }, svg('title', { text: `${p.label}: ${fmtHours(p.value)} ${opts.unit}` })));
       if (points.length <= 16 || i % 2 === 0) {
         g.appendChild(svg('text', { x: x + colW / 2 - 2, y: height - 6, 'text-anchor': 'middle', text: p.label }));
       }
@@ -386,8 +391,8 @@
       value: ((perDay[i].body && perDay[i].body.rows) || []).reduce((s, r) => s + r.gpu_hours, 0),
     }));
     const table = (rows, id) => h('table', { id }, h('thead', {}, h('tr', {}, ['key', 'GPU-hours', 'used GPU-hours', 'efficiency', 'jobs'].map((c) => h('th', { text: c })))),
-      h('tbody', {}, rows.map((r) => h('tr', {}, h('td', { text: r.label }), h('td', { class: 'num', text: fmtNum(r.value) }),
-        h('td', { class: 'num', text: r.value2 === undefined ? '–' : fmtNum(r.value2) }),
+      h('tbody', {}, rows.map((r) => h('tr', {}, h('td', { text: r.label }), h('td', { class: 'num', text: fmtHours(r.value) }),
+        h('td', { class: 'num', text: r.value2 === undefined ? '–' : fmtHours(r.value2) }),
         h('td', { class: 'num', text: typeof r.efficiency === 'number' ? `${fmtNum(r.efficiency * 100, 0)}%` : '–' }),
         h('td', { class: 'num', text: r.jobs })))));
     const chartOrNote = (rows, title, id) => rows.length ? barChart(rows, { title, id, unit: 'GPU-h' }) : h('p', { class: 'muted', text: 'No GPU-hours in the last 30 days.' });
@@ -406,6 +411,7 @@
   // ---- routing ----
   async function route() {
     const gen = ++generation;
+    delete document.body.dataset.queueRendered;
     const hash = location.hash || '#/cluster';
     const [path, query] = hash.slice(1).split('?');
     const parts = path.split('/').filter(Boolean);
