@@ -295,11 +295,11 @@ class DashboardTest(unittest.TestCase):
 
     # ---- the pages in a real browser ----
 
-    def test_the_pages_in_headless_chromium(self):
+    @staticmethod
+    def start_browser():
+        """A headless Chromium with a profile of its own, and that profile's directory."""
         from selenium import webdriver
         from selenium.webdriver.chrome.service import Service
-        from selenium.webdriver.common.by import By
-        from selenium.webdriver.support.ui import WebDriverWait
 
         os.makedirs(SHOTS, exist_ok=True)
         print("\nscreenshots: %s" % SHOTS, flush=True)
@@ -310,26 +310,37 @@ class DashboardTest(unittest.TestCase):
                   "--window-size=1400,1000", "--disable-dev-shm-usage", "--no-first-run"):
             opts.add_argument(a)
         opts.set_capability("goog:loggingPrefs", {"browser": "ALL"})
-        driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=opts)
+        return webdriver.Chrome(service=Service(CHROMEDRIVER), options=opts), profile
+
+    def browser_helpers(self, driver, console):
+        from selenium.webdriver.common.by import By
+        from selenium.webdriver.support.ui import WebDriverWait
+        wait = WebDriverWait(driver, 20)
+
+        def shot(name):
+            driver.save_screenshot(os.path.join(SHOTS, name + ".png"))
+            console.extend(driver.get_log("browser"))
+
+        def css(selector):
+            return driver.find_elements(By.CSS_SELECTOR, selector)
+
+        def sign_in(token):
+            driver.get(self.http.base + "/")
+            wait.until(lambda d: d.find_element(By.ID, "login").is_displayed())
+            driver.find_element(By.ID, "login-token").send_keys(token)
+            driver.find_element(By.ID, "login-submit").click()
+            wait.until(lambda d: d.find_element(By.ID, "nav").is_displayed())
+
+        return wait, shot, css, sign_in
+
+    def test_the_pages_in_headless_chromium(self):
+        from selenium.webdriver.common.by import By
+
+        driver, profile = self.start_browser()
         console = []
         try:
-            wait = WebDriverWait(driver, 20)
             base = self.http.base
-
-            def shot(name):
-                path = os.path.join(SHOTS, name + ".png")
-                driver.save_screenshot(path)
-                console.extend(driver.get_log("browser"))
-
-            def css(selector):
-                return driver.find_elements(By.CSS_SELECTOR, selector)
-
-            def sign_in(token):
-                driver.get(base + "/")
-                wait.until(lambda d: d.find_element(By.ID, "login").is_displayed())
-                driver.find_element(By.ID, "login-token").send_keys(token)
-                driver.find_element(By.ID, "login-submit").click()
-                wait.until(lambda d: d.find_element(By.ID, "nav").is_displayed())
+            wait, shot, css, sign_in = self.browser_helpers(driver, console)
 
             # Not signed in: the sign-in form, and the API answers 401 to the browser too.
             driver.get(base + "/")
@@ -427,6 +438,83 @@ class DashboardTest(unittest.TestCase):
                   and not (forbidden in e["message"] and "403" in e["message"])]
         self.assertEqual(errors, [], "console errors in the browser:\n" + "\n".join(errors))
         self.assertFalse([e for e in console if "Content Security Policy" in e["message"]])
+
+
+    # The telemetry contract of issue 17 (GET /v1/nodes' gpus[].telemetry, a job's
+    # gpu_util, GET /v1/telemetry's points, usage rows' used_gpu_hours and efficiency),
+    # which this controller does not serve yet: a script the browser runs before the
+    # page's own (through DevTools, not subject to the CSP) adds them to the API's real
+    # answers, and the pages must draw them.
+    TELEMETRY_SHIM = """
+(() => {
+  const real = window.fetch.bind(window);
+  const json = (o) => new Response(JSON.stringify(o),
+      {status: 200, headers: {'Content-Type': 'application/json'}});
+  window.fetch = async (url, opts) => {
+    const u = String(url);
+    if (u.startsWith('/v1/telemetry')) {
+      const now = Date.now();
+      return json({points: Array.from({length: 30}, (_, i) => ({
+        t_ms: now - (30 - i) * 60000, util_pct: 40 + i, mem_used_mib: 1000 + i, gpus: 6}))});
+    }
+    const r = await real(url, opts);
+    const extend = r.status === 200 && !u.includes('/logs') &&
+        (u.startsWith('/v1/nodes') || u.startsWith('/v1/jobs/') || u.startsWith('/v1/usage'));
+    if (!extend) return r;
+    const body = await r.json();
+    if (body.nodes) body.nodes.forEach((n) => n.gpus.forEach((g, i) => {
+      g.telemetry = {at_ms: Date.now(), util_pct: 25 * i + 5, mem_used_mib: 2048,
+                     mem_total_mib: 40960, power_w: 250, temp_c: 60, xid_errors: 0};
+    }));
+    if (body.job) body.job.gpu_util = {mean_pct: 61.5, peak_pct: 97, peak_mem_mib: 30000,
+                                       idle: false, idle_since_ms: 0};
+    if (body.rows) body.rows.forEach((row) => {
+      row.used_gpu_hours = row.gpu_hours / 2; row.efficiency = 0.5;
+    });
+    return json(body);
+  };
+})();
+"""
+
+    def test_telemetry_is_drawn_when_the_api_has_it(self):
+        from selenium.webdriver.common.by import By
+
+        driver, profile = self.start_browser()
+        console = []
+        try:
+            base = self.http.base
+            wait, shot, css, sign_in = self.browser_helpers(driver, console)
+            driver.execute_cdp_cmd("Page.addScriptToEvaluateOnNewDocument",
+                                   {"source": self.TELEMETRY_SHIM})
+            sign_in(self.user)
+            wait.until(lambda d: len(css(".gpu")) == 6)
+            self.assertEqual(len(css(".gpu .util")), 6)
+            utils = sorted(float(e.get_attribute("data-util-pct")) for e in css(".gpu"))
+            self.assertEqual(utils, [5, 5, 30, 30, 55, 80])
+            self.assertTrue(any("util 80%" in e.text for e in css(".gpu")))
+            shot("cluster-telemetry")
+
+            driver.get(base + "/#/jobs/%d" % self.running)
+            wait.until(lambda d: css("#job-telemetry-chart path"))
+            gpu_util = driver.find_element(By.ID, "job-gpu-util").text
+            self.assertIn("61.5%", gpu_util)
+            self.assertIn("30000 MiB", gpu_util)
+            shot("job-telemetry")
+
+            driver.get(base + "/#/usage")
+            wait.until(lambda d: css("#pool-telemetry-chart path"))
+            self.assertTrue(css("#usage-by-user .bar2"))
+            self.assertIn("50%", driver.find_element(By.ID, "usage-user-table").text)
+            shot("usage-telemetry")
+        finally:
+            try:
+                console.extend(driver.get_log("browser"))
+            except Exception:  # the browser is gone
+                pass
+            driver.quit()
+            shutil.rmtree(profile, ignore_errors=True)
+        errors = [e["message"] for e in console if e["level"] == "SEVERE"]
+        self.assertEqual(errors, [], "console errors in the browser:\n" + "\n".join(errors))
 
 
 if __name__ == "__main__":
