@@ -462,7 +462,17 @@ Result<std::vector<Job>> Controller::List(const store::JobFilter& filter, const 
       f.active_only ||
       (!f.states.empty() && std::all_of(f.states.begin(), f.states.end(),
                                         [](JobState s) { return !jobs::IsTerminal(s); }));
-  if (!only_active) return store_->ListJobs(f);
+  if (!only_active) {
+    GP_ASSIGN_OR_RETURN(std::vector<Job> stored, store_->ListJobs(f));
+    // A pending job's reason lives in memory, not in the store (the dashboard's queue
+    // lists every state at once): one lock for all of them, after the store's read.
+    if (std::any_of(stored.begin(), stored.end(),
+                    [](const Job& j) { return j.state == JobState::kPending; })) {
+      std::lock_guard lock(mu_);
+      for (Job& job : stored) AttachPendingReason(&job);
+    }
+    return stored;
+  }
   // Active jobs are served from memory: they carry fresh pending reasons.
   std::vector<Job> out;
   std::lock_guard lock(mu_);
