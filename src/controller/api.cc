@@ -492,10 +492,51 @@ HttpResponse Api::Metrics(const Call&) {
   Result<std::vector<jobs::Job>> all = store_->ListJobs(store::JobFilter{});
   if (!all.ok()) return ErrorResponse(all.status());
   const int64_t now = clock_->NowMicros();
+  const std::map<int64_t, double> used = telemetry_->UsedGpuSecondsTotal();
+  std::map<int64_t, const jobs::Job*> by_id;
   for (const jobs::Job& j : *all) {
+    by_id[j.id] = &j;
     if (jobs::IsTerminal(j.state)) ++pool.jobs_by_state[std::string(jobs::JobStateName(j.state))];
+    const std::pair<std::string, std::string> key = {j.user,
+                                                     j.project.empty() ? "(none)" : j.project};
     const double hours = JobGpuHours(j, 0, INT64_MAX, now);
-    if (hours > 0) pool.gpu_hours[{j.user, j.project.empty() ? "(none)" : j.project}] += hours;
+    if (hours > 0) pool.gpu_hours[key] += hours;
+    if (auto u = used.find(j.id); u != used.end()) pool.used_gpu_hours[key] += u->second / 3600;
+  }
+  // The latest telemetry of the GPUs of nodes that are up, with dcgm-exporter's labels.
+  for (const NodeView& v : controller_->Nodes()) {
+    if (v.state == "down") continue;
+    const std::map<int, protocol::GpuTelemetry> latest = telemetry_->LatestOfNode(v.name);
+    for (const gpu::GpuInfo& gi : v.info.gpus) {
+      auto t = latest.find(gi.index);
+      if (t == latest.end()) continue;
+      GpuGauges g;
+      g.gpu = gi.index;
+      g.uuid = gi.uuid;
+      g.device =
+          std::string(gi.vendor == gpu::Vendor::kAmd ? "card" : "nvidia") +
+          std::to_string(gi.minor_number >= 0 && gi.vendor == gpu::Vendor::kNvidia ? gi.minor_number
+                                                                                   : gi.index);
+      g.model_name = gi.name;
+      g.hostname = v.name;
+      std::set<std::string> users;
+      for (const protocol::TelemetryJob& tj : t->second.jobs) {
+        g.hpc_job += (g.hpc_job.empty() ? "" : ",") + std::to_string(tj.job_id);
+        if (auto j = by_id.find(tj.job_id); j != by_id.end()) users.insert(j->second->user);
+      }
+      for (const std::string& u : users) g.user += (g.user.empty() ? "" : ",") + u;
+      const protocol::GpuTelemetry& s = t->second;
+      g.util_pct = s.util_pct;
+      if (s.mem_used_mib) g.fb_used_mib = static_cast<double>(*s.mem_used_mib);
+      if (s.mem_used_mib && s.mem_total_mib) {
+        g.fb_free_mib =
+            static_cast<double>(std::max<int64_t>(0, *s.mem_total_mib - *s.mem_used_mib));
+      }
+      g.power_w = s.power_w;
+      g.temp_c = s.temp_c;
+      if (s.xid_errors) g.xid_errors = static_cast<double>(*s.xid_errors);
+      pool.gpus.push_back(std::move(g));
+    }
   }
   HttpResponse r;
   r.status = 200;

@@ -73,7 +73,10 @@ size_t TelemetryHub::Ingest(const std::string& node, const protocol::TelemetryBa
       ++jb.samples;
       jb.peak_pct = std::max(jb.peak_pct, util);
       jb.mem_max_mib = std::max(jb.mem_max_mib, g.mem_used_mib.value_or(0));
-      jb.used_gpu_s += t.gpu_milli / 1000.0 * util / 100.0 * static_cast<double>(gap_ms) / 1000.0;
+      const double used_s =
+          t.gpu_milli / 1000.0 * util / 100.0 * static_cast<double>(gap_ms) / 1000.0;
+      jb.used_gpu_s += used_s;
+      used_total_s_[t.job_id] += used_s;
       jb.gpus.insert(key);
       if (dirty_job_.size() < kMaxDirty) dirty_job_.insert({t.job_id, minute});
       if (g.at_ms >= js.last_ms) {
@@ -234,6 +237,11 @@ std::map<int64_t, double> TelemetryHub::UsedGpuHours(int64_t since_ms, int64_t u
   return out;
 }
 
+std::map<int64_t, double> TelemetryHub::UsedGpuSecondsTotal() const {
+  std::lock_guard lock(mu_);
+  return used_total_s_;
+}
+
 store::TelemetryRecord TelemetryHub::Record(const std::string& scope, const std::string& key,
                                             int64_t t_ms, const Bucket& b) {
   return {scope,      key,           t_ms,         b.util_sum, b.samples,
@@ -312,6 +320,10 @@ void TelemetryHub::Load(const std::vector<store::TelemetryRecord>& records) {
       const int64_t id = std::strtoll(r.key.c_str(), nullptr, 10);
       if (id <= 0) continue;
       JobState& js = jobs_[id];
+      if (auto old = js.series.find(r.t_ms); old != js.series.end()) {
+        used_total_s_[id] -= old->second.used_gpu_s;
+      }
+      used_total_s_[id] += b.used_gpu_s;
       js.series[r.t_ms] = std::move(b);
       js.last_ms = std::max(js.last_ms, r.t_ms);
     }

@@ -99,6 +99,9 @@ class TelemetryHub {
   std::vector<TelemetryPoint> PoolSeries(int64_t since_ms, int64_t step_s) const;
   // The utilisation-weighted GPU-hours of each job with points in [since_ms, until_ms).
   std::map<int64_t, double> UsedGpuHours(int64_t since_ms, int64_t until_ms) const;
+  // Each job's used GPU-seconds since this hub started (plus what Load found): never
+  // decreases, for the gpupool_used_gpu_seconds_total counter.
+  std::map<int64_t, double> UsedGpuSecondsTotal() const;
 
   // Points changed since the last call, for the store; and the time before which the
   // store's points are past the retention. Drops expired points from memory.
@@ -145,6 +148,7 @@ class TelemetryHub {
   std::set<std::pair<std::string, int64_t>> dirty_gpu_;  // (GpuKey, minute)
   std::set<std::pair<int64_t, int64_t>> dirty_job_;      // (job, minute)
   std::vector<store::TelemetryRecord> requeued_;
+  std::map<int64_t, double> used_total_s_;  // by job; not expired (a counter)
 };
 
 }  // namespace gpupool::controller
