@@ -249,7 +249,10 @@ Result<std::unique_ptr<TelemetrySampler>> CreateTelemetrySampler(const Discovery
       why = s.status();
     }
   }
-  if (amd) parts.push_back(NewAmdSysfsSampler(options.sysfs_root, node));
+  if (amd) {
+    Result<std::unique_ptr<TelemetrySampler>> s = NewRocmSmiSampler(options.rocm_smi_library, node);
+    parts.push_back(s.ok() ? std::move(*s) : NewAmdSysfsSampler(options.sysfs_root, node));
+  }
   if (parts.empty()) return why;
   if (parts.size() == 1) return std::move(parts.front());
   return std::unique_ptr<TelemetrySampler>(new CombinedSampler(std::move(parts)));

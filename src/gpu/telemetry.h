@@ -56,15 +56,17 @@ class TelemetrySampler {
 };
 
 // A sampler for `node` (what discovery found with `options`): the fake node file's profile
-// for a fake node; NVML for NVIDIA GPUs; amdgpu sysfs for AMD GPUs (a node with both
-// samples both). Unavailable when no source fits the node's GPUs (a GPU-less node, a
-// library that cannot be loaded any more); the agent then runs without telemetry.
+// for a fake node; NVML for NVIDIA GPUs; ROCm SMI for AMD GPUs, else amdgpu sysfs (a node
+// with both vendors samples both). Unavailable when no source fits the node's GPUs (a GPU-less
+// node, a library that cannot be loaded any more); the agent then runs without telemetry.
 Result<std::unique_ptr<TelemetrySampler>> CreateTelemetrySampler(const DiscoveryOptions& options,
                                                                  const NodeInfo& node);
 
 // The individual sources, for tests and for CreateTelemetrySampler.
 Result<std::unique_ptr<TelemetrySampler>> NewNvmlSampler(const std::string& library,
                                                          const NodeInfo& node);
+Result<std::unique_ptr<TelemetrySampler>> NewRocmSmiSampler(const std::string& library,
+                                                            const NodeInfo& node);
 std::unique_ptr<TelemetrySampler> NewAmdSysfsSampler(const std::string& sysfs_root,
                                                      const NodeInfo& node);
 // The fake node file's "telemetry" profile (docs/node-schema.md): per GPU index, lists of
