@@ -114,12 +114,16 @@ int Injected(const std::map<std::string, int>& errors, const char* name) {
 void RefreshTelemetry() {
   static long long seen_mtime_ns = -1;
   static long long seen_size = -1;
+  static long long seen_inode = -1;  // a file renamed into place is a new inode
   const char* path = std::getenv("FAKE_NVML_TELEMETRY");
   if (path == nullptr || *path == '\0') return;
   struct stat st;
   if (stat(path, &st) != 0) return;
   const long long mtime_ns = st.st_mtim.tv_sec * 1000000000LL + st.st_mtim.tv_nsec;
-  if (mtime_ns == seen_mtime_ns && st.st_size == seen_size) return;
+  if (mtime_ns == seen_mtime_ns && st.st_size == seen_size &&
+      static_cast<long long>(st.st_ino) == seen_inode) {
+    return;
+  }
   std::string error;
   if (!fake_nvml::ApplyTelemetry(path, &g_scenario, &error)) {
     std::fprintf(stderr, "fake libnvidia-ml: %s\n", error.c_str());
@@ -127,6 +131,7 @@ void RefreshTelemetry() {
   }
   seen_mtime_ns = mtime_ns;
   seen_size = st.st_size;
+  seen_inode = static_cast<long long>(st.st_ino);
 }
 
 // Resolves a handle; on failure `rc` says why. Injected errors of the GPU (or of the MIG

@@ -63,11 +63,15 @@ void Log(const std::string& line) {
 void Refresh() {
   static long long seen_mtime_ns = -1;
   static long long seen_size = -1;
+  static long long seen_inode = -1;  // a file renamed into place is a new inode
   const char* path = std::getenv("GPUPOOL_FAKE_ROCM_SMI_SCENARIO");
   struct stat st;
   if (path == nullptr || stat(path, &st) != 0) return;
   const long long mtime_ns = st.st_mtim.tv_sec * 1000000000LL + st.st_mtim.tv_nsec;
-  if (mtime_ns == seen_mtime_ns && st.st_size == seen_size) return;
+  if (mtime_ns == seen_mtime_ns && st.st_size == seen_size &&
+      static_cast<long long>(st.st_ino) == seen_inode) {
+    return;
+  }
   std::ifstream in(path);
   std::stringstream text;
   text << in.rdbuf();
@@ -75,6 +79,7 @@ void Refresh() {
   if (scenario.is_discarded() || !scenario.is_object()) return;
   seen_mtime_ns = mtime_ns;
   seen_size = st.st_size;
+  seen_inode = static_cast<long long>(st.st_ino);
   g_scenario = std::move(scenario);
 }
 
