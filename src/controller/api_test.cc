@@ -623,5 +623,29 @@ TEST_F(ApiTelemetryTest, TheIdlePolicyWarnsThenCancelsIdleJobs) {
       << job.dump();
 }
 
+TEST_F(ApiTelemetryTest, TheWarnPolicyWarnsAndLeavesTheJobRunning) {
+  TelemetryOptions o;
+  o.idle_action = "warn";
+  o.idle_after_s = 300;
+  ASSERT_TRUE(api_->ConfigureTelemetry(o).ok());
+  const std::string vm = Token("vm", "node");
+  const int64_t id = RunningJobOnVm(vm);
+  const std::string path = "/v1/jobs/" + std::to_string(id);
+  Report(vm, id, 1, 4 * 60);
+  EXPECT_FALSE(Body(AsUid(0, "GET", path))["job"]["gpu_util"].contains("warning"));
+  Report(vm, id, 1, 3 * 60);
+  Json job = Body(AsUid(0, "GET", path));
+  EXPECT_EQ(job["job"]["gpu_util"]["idle"], true);
+  EXPECT_NE(job["job"]["gpu_util"]["warning"].get<std::string>().find("below 5%"),
+            std::string::npos);
+  Report(vm, id, 1, 30 * 60);
+  job = Body(AsUid(0, "GET", path));
+  EXPECT_EQ(job["job"]["state"], "RUNNING");
+  EXPECT_FALSE(job["job"]["cancel_requested"].get<bool>());
+  // Busy again: no longer idle.
+  Report(vm, id, 60, 10);
+  EXPECT_EQ(Body(AsUid(0, "GET", path))["job"]["gpu_util"]["idle"], false);
+}
+
 }  // namespace
 }  // namespace gpupool::controller
