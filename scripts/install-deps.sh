@@ -30,6 +30,9 @@ packages=(
   busybox-static
   # GET /metrics checked by promtool and scraped by a real Prometheus (tests/metrics)
   prometheus
+  # the web dashboard's pages driven in a real headless Chromium (tests/dashboard,
+  # bench/pool/dashboard_paint.py)
+  chromium chromium-driver python3-selenium
 )
 
 missing=()

@@ -3,6 +3,7 @@
 
   api_latency.py [--gpupool BIN] [--node NODE.json] [--queued 10000] [--clients 50]
                  [--duration 20] [--client c|python] [--mix steady|growing] [--out FILE]
+                 [--free-gpus K] [--postgres [--pg-write-delay-ms D]]
 
 Starts `gpupool up --fake NODE --state-dir TMP --port 0`, fills the 8 GPUs with long
 `sleep` jobs (so nothing queued can start), queues --queued one-GPU jobs, then runs
@@ -15,6 +16,13 @@ Starts `gpupool up --fake NODE --state-dir TMP --port 0`, fills the 8 GPUs with 
 over the Unix socket, one connection per request as the CLI does. Reports p50/p95/p99 per
 request kind and overall, errors, and the controller's peak RSS (VmHWM of the `gpupool up`
 process, which also holds the local agent). Everything is torn down at the end.
+
+--free-gpus K leaves K of the GPUs free, so queued jobs run through them during the run:
+the agent's events, the scheduler's assignments and the jobs' ends are written all along,
+and some cancels hit running jobs. --pg-write-delay-ms D (with --postgres) makes every
+statement that inserts or updates a job sleep D ms in the database (a statement trigger),
+standing in for a database across a network or on a slow disk: what API calls wait for
+when another caller's write is slow.
 
 Two clients send the same mix: `--client c` (the default when it is built: bench/api_load
 beside the gpupool binary's build, from bench/pool/api_load.cc), one process of threads
@@ -167,7 +175,8 @@ class Postgres:
 
     BIN = "/usr/lib/postgresql/15/bin"
 
-    def __init__(self):
+    def __init__(self, write_delay_ms=0):
+        self.write_delay_ms = write_delay_ms
         if not os.path.exists(os.path.join(self.BIN, "initdb")):
             raise RuntimeError("--postgres needs postgresql-15 (scripts/install-deps.sh)")
         self.dir = tempfile.mkdtemp(prefix="gp-apilat-pg-", dir="/tmp")
@@ -184,6 +193,23 @@ class Postgres:
             os.path.join(self.BIN, "psql")) else "psql", "-h", self.dir, "-U", "postgres", "-c",
             "CREATE DATABASE gpupool"], check=True, capture_output=True)
         self.spec = "postgresql:///gpupool?host=%s&user=postgres" % self.dir
+
+    def psql(self, sql):
+        psql = os.path.join(self.BIN, "psql")
+        subprocess.run(["runuser", "-u", "postgres", "--",
+                        psql if os.path.exists(psql) else "psql", "-h", self.dir, "-U",
+                        "postgres", "-d", "gpupool", "-v", "ON_ERROR_STOP=1", "-c", sql],
+                       check=True, capture_output=True)
+
+    def slow_writes(self):
+        """Once the server made the schema: job inserts and updates sleep write_delay_ms."""
+        if self.write_delay_ms <= 0:
+            return
+        self.psql("CREATE FUNCTION gp_bench_slow() RETURNS trigger LANGUAGE plpgsql AS $$ "
+                  "BEGIN PERFORM pg_sleep(%f); RETURN NULL; END $$; "
+                  "CREATE TRIGGER gp_bench_slow BEFORE INSERT OR UPDATE ON jobs "
+                  "FOR EACH STATEMENT EXECUTE FUNCTION gp_bench_slow();"
+                  % (self.write_delay_ms / 1000.0))
 
     def stop(self):
         subprocess.run(["runuser", "-u", "postgres", "--", os.path.join(self.BIN, "pg_ctl"), "-D",
@@ -322,13 +348,16 @@ def driver(a):
             print("no C client at %s: using the Python clients" % client_bin, file=sys.stderr)
             client_bin = None
     gpus = len(json.load(open(a.node))["gpus"])
-    pg = Postgres() if a.postgres else None
+    pg = Postgres(a.pg_write_delay_ms) if a.postgres else None
     srv = Server(binary, a.node, pg.spec if pg else a.store)
     running = []
     try:
         srv.wait_up(gpus)
-        # Occupy every GPU with a job that outlasts the run (time limit as a safety net).
-        for _ in range(gpus):
+        if pg:
+            pg.slow_writes()
+        # Occupy the GPUs (all but --free-gpus) with jobs that outlast the run (time limit
+        # as a safety net).
+        for _ in range(gpus - a.free_gpus):
             hold = job_body(srv.work, ["sleep", "3600"])
             hold.update({"time_limit_s": 900, "name": "apilat-hold"})
             st, body = call(srv.sock, "POST", "/v1/jobs", hold)
@@ -338,7 +367,7 @@ def driver(a):
         deadline = time.time() + 30
         while True:
             st, body = call(srv.sock, "GET", "/v1/jobs?state=RUNNING")
-            if st == 200 and len(body["jobs"]) >= gpus:
+            if st == 200 and len(body["jobs"]) >= gpus - a.free_gpus:
                 break
             if time.time() > deadline:
                 raise RuntimeError("the %d holder jobs did not all start within 30 s:\n%s"
@@ -409,6 +438,9 @@ def driver(a):
             "host_cpus": os.cpu_count(),
             "client": "c" if client_bin else "python",
             "mix": a.mix,
+            "free_gpus": a.free_gpus,
+            "store": ("postgresql, write delay %g ms" % a.pg_write_delay_ms) if pg
+            else (a.store or "sqlite"),
         }
     finally:
         srv.stop(running)
@@ -422,6 +454,8 @@ def print_table(res):
           "%d requests (%.0f/s)" % (res["queued_before"], res["pending_after"], res["clients"],
                                     "C++" if res["client"] == "c" else "Python", res["mix"],
                                     res["duration_s"], res["requests"], res["requests_per_s"]))
+    print("store: %s; %d GPU(s) left free for queued jobs to run through"
+          % (res["store"], res["free_gpus"]))
     print("| request | n | p50 ms | p95 ms | p99 ms | max ms | errors |")
     print("|---|---|---|---|---|---|---|")
     names = {"get_job": "GET /v1/jobs/ID", "list_active": "GET /v1/jobs?active=1&limit=50",
@@ -477,6 +511,11 @@ def main():
     ap.add_argument("--store", help="the server's --store (default: its SQLite file)")
     ap.add_argument("--postgres", action="store_true",
                     help="run the server on a throwaway PostgreSQL 15 (postgresql-15)")
+    ap.add_argument("--pg-write-delay-ms", type=float, default=0.0,
+                    help="with --postgres: every job insert or update statement sleeps this "
+                    "long in the database")
+    ap.add_argument("--free-gpus", type=int, default=0,
+                    help="GPUs not held by long jobs: queued jobs run through them")
     ap.add_argument("--out")
     # worker mode (internal)
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
@@ -492,6 +531,10 @@ def main():
     if not (1 <= a.queued <= 1000000 and 1 <= a.clients <= 1000 and 1 <= a.processes
             and 0 < a.duration <= 600):
         ap.error("--queued 1..1000000, --clients 1..1000, --duration 0..600 s")
+    if a.pg_write_delay_ms and not a.postgres:
+        ap.error("--pg-write-delay-ms needs --postgres")
+    if not 0 <= a.pg_write_delay_ms <= 1000 or a.free_gpus < 0:
+        ap.error("--pg-write-delay-ms 0..1000, --free-gpus 0 or more")
     # Ctrl-C / TERM: unwind through driver()'s finally so the server is stopped.
     signal.signal(signal.SIGTERM, on_term)
     res = driver(a)

@@ -1,14 +1,14 @@
 #!/usr/bin/env python3
 """Failover of the controller (issue 16's target: takeover p50 <= 5 s over 10 kills, no job
-lost or run twice). Two controllers on one real PostgreSQL 15 (tests/testlib/hasite.py),
+lost or run twice). --controllers (default 2) on one real PostgreSQL 15 (tests/testlib/hasite.py),
 two agents on fake 4-GPU nodes, and a CLI client submitting trivial jobs the whole time.
-The leader is killed with SIGKILL --kills times, alternating, and started again as a
-standby each time. Takeover = from the kill until the other controller answers /readyz
+The leader is killed with SIGKILL --kills times (with two controllers they alternate),
+and started again as a standby each time. Takeover = from the kill until the other controller answers /readyz
 (it holds the lease and has loaded the state); also shown: until the next submission
 through the CLI (given both addresses) succeeds.
 
   sudo python3 bench/pool/failover.py --gpupool build/release/gpupool [--kills 10]
-      [--lease-ms 5000] [--out failover.json]
+      [--lease-ms 5000] [--controllers 2] [--out failover.json]
 
 Needs root and postgresql-15.
 """
@@ -35,12 +35,13 @@ def main():
     ap.add_argument("--gpupool", default="build/release/gpupool")
     ap.add_argument("--kills", type=int, default=10)
     ap.add_argument("--lease-ms", type=int, default=5000)
+    ap.add_argument("--controllers", type=int, default=2, choices=range(2, 6))
     ap.add_argument("--out")
     args = ap.parse_args()
     why = hasite.missing()
     if why:
         sys.exit("failover.py " + why)
-    site = hasite.Site(os.path.abspath(args.gpupool), controllers=2, agents=2,
+    site = hasite.Site(os.path.abspath(args.gpupool), controllers=args.controllers, agents=2,
                        lease_ms=args.lease_ms)
     ids, failures, lock, stop = [], [], threading.Lock(), threading.Event()
     submitted_at = []  # (time the submit returned, id)

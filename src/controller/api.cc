@@ -336,6 +336,23 @@ HttpResponse Api::Handle(const HttpRequest& request) {
   // Health checks and the schema answer anyone (load balancers, systemd, client
   // generators): they carry no job or user data.
   if (IsPublic(request.method, request.path)) return Route(request, Anonymous());
+  // A browser signed in to the dashboard: its session cookie stands for its token, which
+  // authenticates it below as the token itself would (a revoked token fails at once).
+  std::optional<HttpRequest> with_token;
+  if (Dashboard::UsesSession(request)) {
+    Dashboard::SessionCheck session = dashboard_.CheckSession(request);
+    if (session.status != 200) {
+      HttpResponse r = JsonResponse(session.status, {{"error", session.error}});
+      AddDashboardSecurityHeaders(&r);
+      return r;
+    }
+    with_token = request;
+    with_token->headers["authorization"] = "Bearer " + session.token;
+  }
+  return HandleAuthenticated(with_token ? *with_token : request);
+}
+
+HttpResponse Api::HandleAuthenticated(const HttpRequest& request) {
   Result<Identity> who = Authenticate(request, *store_, auth_, clock_->NowMicros());
   if (!who.ok()) {
     HttpResponse r = ErrorResponse(who.status());
@@ -397,6 +414,11 @@ std::span<const Api::RouteEntry> Api::Table() {
       {"GET", "/readyz", &Api::Readyz},
       {"GET", "/metrics", &Api::Metrics},
       {"GET", "/v1/openapi.json", &Api::OpenApi},
+      {"GET", "/", &Api::DashboardAsset},
+      {"GET", "/ui/{asset}", &Api::DashboardAsset},
+      {"GET", "/ui/session", &Api::DashboardSession},
+      {"POST", "/ui/login", &Api::DashboardLogin},
+      {"POST", "/ui/logout", &Api::DashboardLogout},
       {"POST", "/v1/jobs", &Api::Submit},
       {"GET", "/v1/jobs", &Api::ListJobs},
       {"GET", "/v1/jobs/{id}", &Api::GetJob},
@@ -484,6 +506,11 @@ HttpResponse Api::Route(const HttpRequest& r, const Identity& who) {
 }
 
 HttpResponse Api::Healthz(const Call&) { return JsonResponse(200, {{"ok", true}}); }
+
+HttpResponse Api::DashboardAsset(const Call& c) { return dashboard_.ServeAsset(c.r); }
+HttpResponse Api::DashboardLogin(const Call& c) { return dashboard_.Login(c.r); }
+HttpResponse Api::DashboardLogout(const Call& c) { return dashboard_.Logout(c.r); }
+HttpResponse Api::DashboardSession(const Call& c) { return dashboard_.Session(c.r); }
 
 // GET /metrics: the pool in Prometheus's text format (metrics.h), for metrics tokens and
 // admins. Ended jobs and GPU-hours come from the store, the rest from the controller.
@@ -849,9 +876,22 @@ HttpResponse Api::ListJobs(const Call& c) {
   }
   Result<int64_t> limit = QueryInt(r, "limit", 0, 0, 100000);
   if (!limit.ok()) return ErrorResponse(limit.status());
-  f.limit = static_cast<size_t>(*limit);
+  // offset=N skips the newest N of those that match (a page of the dashboard's queue).
+  Result<int64_t> offset = QueryInt(r, "offset", 0, 0, 1'000'000);
+  if (!offset.ok()) return ErrorResponse(offset.status());
+  f.limit = *limit > 0 ? static_cast<size_t>(*limit + *offset) : 0;
   Result<std::vector<jobs::Job>> jobs = controller_->List(f, caller);
   if (!jobs.ok()) return ErrorResponse(jobs.status());
+  if (*offset > 0) {
+    if (*limit == 0) {  // unlimited lists come oldest first: the newest N go
+      jobs->resize(jobs->size() > static_cast<size_t>(*offset)
+                       ? jobs->size() - static_cast<size_t>(*offset)
+                       : 0);
+    } else {
+      jobs->erase(jobs->begin(),
+                  jobs->begin() + std::min(jobs->size(), static_cast<size_t>(*offset)));
+    }
+  }
   OrderedJson list = OrderedJson::array();
   for (const jobs::Job& j : *jobs) list.push_back(JobJson(j));
   OrderedJson answer;

@@ -14,6 +14,7 @@
 
 #include "controller/auth.h"
 #include "controller/controller.h"
+#include "controller/dashboard.h"
 #include "controller/environments.h"
 #include "controller/request_limiter.h"
 #include "controller/telemetry.h"
@@ -34,12 +35,16 @@ class Api {
         auth_(std::move(auth)),
         own_inspector_(inspector == nullptr ? NewPodmanInspector({}, clock) : nullptr),
         environments_(store, inspector == nullptr ? own_inspector_.get() : inspector, clock),
+        dashboard_(store, clock, auth_),
         telemetry_(std::make_unique<TelemetryHub>(clock)) {}
 
   // Answers `request`: 401 when the caller is not authenticated, 403 when its kind may not
   // use the endpoint (endpoint_access.h), 429 when it waits too often at once, 404 (or 400
   // for another method on a known path) when no route matches; else the route's answer.
-  // GET /healthz, /readyz and /v1/openapi.json answer anyone (IsPublic).
+  // GET /healthz, /readyz and /v1/openapi.json answer anyone (IsPublic), as do the
+  // dashboard's pages and its sign-in (dashboard.h). Without a token or a Unix-socket
+  // peer, a dashboard session cookie authenticates the requests Dashboard::SessionMayCall
+  // allows, as its token would (401 without a live session, 403 for others).
   net::HttpResponse Handle(const net::HttpRequest& request);
 
   // One route of the API: an HTTP method and an OpenAPI path template
@@ -103,12 +108,19 @@ class Api {
   // The routing table: one line per route.
   static std::span<const RouteEntry> Table();
 
+  // Handle() after the dashboard's session cookie, if any, became its token.
+  net::HttpResponse HandleAuthenticated(const net::HttpRequest& request);
   net::HttpResponse Route(const net::HttpRequest& r, const Identity& who);
 
   // Handlers, one per route (the table in api.cc says which).
   net::HttpResponse Healthz(const Call& c);
   net::HttpResponse Readyz(const Call& c);
   net::HttpResponse OpenApi(const Call& c);
+  // The dashboard (dashboard.h): its page and assets, sign-in, sign-out, the session.
+  net::HttpResponse DashboardAsset(const Call& c);
+  net::HttpResponse DashboardLogin(const Call& c);
+  net::HttpResponse DashboardLogout(const Call& c);
+  net::HttpResponse DashboardSession(const Call& c);
   net::HttpResponse Submit(const Call& c);
   net::HttpResponse ListJobs(const Call& c);
   net::HttpResponse GetJob(const Call& c);
@@ -166,6 +178,7 @@ class Api {
   std::unique_ptr<EnvInspector> own_inspector_;
   Environments environments_;
   std::function<Result<OrderedJson>()> controllers_view_;
+  Dashboard dashboard_;
   std::unique_ptr<TelemetryHub> telemetry_;
   std::mutex telemetry_flush_mu_;  // one flush at a time
   std::atomic<int64_t> telemetry_flushed_us_{0};

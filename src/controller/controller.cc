@@ -136,19 +136,25 @@ void Controller::Touched(int64_t id) {
   slim_[id] = std::move(slim);
 }
 
-void Controller::WaitUntilNotWriting(std::unique_lock<std::mutex>& lock, int64_t id) {
+void Controller::WaitUntilNotWriting(Lock& lock, int64_t id) {
   write_cv_.wait(lock, [&] { return writing_.count(id) == 0; });
 }
 
-Status Controller::WriteUnlocked(std::unique_lock<std::mutex>& lock, int64_t id,
-                                 const std::function<Status()>& write) {
-  writing_.insert(id);
+Status Controller::WriteJobsUnlocked(Lock& lock,
+                                     const std::vector<store::Store::JobUpdate>& updates) {
+  if (updates.empty()) return Status::Ok();
+  for (const auto& u : updates) writing_.insert(u.job.id);
   lock.unlock();
-  Status s = write();
+  Status s = updates.size() == 1 ? store_->UpdateJob(updates[0].job, updates[0].expected)
+                                 : store_->UpdateJobs(updates);
   lock.lock();
-  writing_.erase(id);
+  for (const auto& u : updates) writing_.erase(u.job.id);
   write_cv_.notify_all();
   return s;
+}
+
+Status Controller::WriteJobUnlocked(Lock& lock, const Job& next, JobState expected) {
+  return WriteJobsUnlocked(lock, {{next, expected}});
 }
 
 void Controller::AttachPendingReason(Job* job) const {
@@ -456,7 +462,17 @@ Result<std::vector<Job>> Controller::List(const store::JobFilter& filter, const 
       f.active_only ||
       (!f.states.empty() && std::all_of(f.states.begin(), f.states.end(),
                                         [](JobState s) { return !jobs::IsTerminal(s); }));
-  if (!only_active) return store_->ListJobs(f);
+  if (!only_active) {
+    GP_ASSIGN_OR_RETURN(std::vector<Job> stored, store_->ListJobs(f));
+    // A pending job's reason lives in memory, not in the store (the dashboard's queue
+    // lists every state at once): one lock for all of them, after the store's read.
+    if (std::any_of(stored.begin(), stored.end(),
+                    [](const Job& j) { return j.state == JobState::kPending; })) {
+      std::lock_guard lock(mu_);
+      for (Job& job : stored) AttachPendingReason(&job);
+    }
+    return stored;
+  }
   // Active jobs are served from memory: they carry fresh pending reasons.
   std::vector<Job> out;
   std::lock_guard lock(mu_);
@@ -500,8 +516,7 @@ Result<Job> Controller::Cancel(int64_t id, const Caller& caller) {
     next.reason = "cancelled by " + caller.user + " while pending";
     next.pending_reason.clear();
     // Written without the lock; the scheduler leaves the job alone meanwhile (writing_).
-    GP_RETURN_IF_ERROR(
-        WriteUnlocked(lock, id, [&] { return store_->UpdateJob(next, JobState::kPending); }));
+    GP_RETURN_IF_ERROR(WriteJobUnlocked(lock, next, JobState::kPending));
     active_.erase(id);
     Touched(id);
     WakeScheduler();
@@ -512,7 +527,7 @@ Result<Job> Controller::Cancel(int64_t id, const Caller& caller) {
     next.cancel_requested = true;
     next.reason = "cancelled by " + caller.user;
     bool freed = false;
-    GP_RETURN_IF_ERROR(StopJob(next, job.state, &freed));
+    GP_RETURN_IF_ERROR(StopJob(lock, next, job.state, &freed));
     if (freed) {
       WakeScheduler();
       return next;
@@ -568,8 +583,10 @@ Result<Limits> Controller::SetLimits(Limits limits, const Caller& caller) {
   if (!caller.admin) {
     return Status::PermissionDenied("only admins set limits (you are " + caller.user + ")");
   }
-  std::lock_guard lock(mu_);
+  // Written without mu_; settings_write_mu_ keeps two admins' writes in order.
+  std::lock_guard write(settings_write_mu_);
   GP_RETURN_IF_ERROR(store_->PutSetting("limits", DumpJson(LimitsToJson(limits))));
+  std::lock_guard lock(mu_);
   limits_ = std::move(limits);
   spdlog::info("usage limits set by {}: {}", caller.user, DumpJson(LimitsToJson(limits_)));
   capacity_changed_ = true;  // raised limits may let jobs start
@@ -614,8 +631,7 @@ Result<Job> Controller::Hold(int64_t id, const Caller& caller, bool hold) {
   next.held_by = hold ? caller.user : "";
   next.held_by_admin = hold && caller.admin && caller.uid != job.uid;
   next.pending_reason = hold ? HeldReason(next) : "";
-  GP_RETURN_IF_ERROR(
-      WriteUnlocked(lock, id, [&] { return store_->UpdateJob(next, JobState::kPending); }));
+  GP_RETURN_IF_ERROR(WriteJobUnlocked(lock, next, JobState::kPending));
   active_.at(id) = next;
   Touched(id);
   spdlog::info("job {} {} by {}", id, what, caller.user);
@@ -748,7 +764,7 @@ Result<protocol::RegistrationReply> Controller::RegisterNode(protocol::Registrat
   }
   GP_RETURN_IF_ERROR(store_->PutNode(rec));
 
-  std::lock_guard lock(mu_);
+  Lock lock(mu_);
   NodeEntry& e = nodes_[name];
   e.info = std::move(reg.info);
   e.cpu_milli = reg.cpu_milli;
@@ -773,21 +789,29 @@ Result<protocol::RegistrationReply> Controller::RegisterNode(protocol::Registrat
                           it->second.attempt == t.attempt && OnNode(it->second, name);
     if (!expected) e.stray_sent_us[{t.job_id, t.attempt}] = 0;
   }
-  std::vector<int64_t> lost;
-  for (int64_t id : occupying_) {
-    const Job& job = active_.at(id);
-    if (!OnNode(job, name) || known.count({id, job.attempt}) != 0) continue;
+  // Started here, not known to the agent: checked again for each job once no write of
+  // it is under way, as the lock is let go while each one's end is written.
+  auto lost_here = [&](const Job& job) {
+    if (!Occupies(job) || !OnNode(job, name) || known.count({job.id, job.attempt}) != 0) {
+      return false;
+    }
     bool started_here = false;
     for (size_t t = 0; t < job.placement.size() && t < job.tasks.size(); ++t) {
       started_here = started_here || (job.placement[t].node == name &&
                                       job.tasks[t].start_time_us != 0 && !job.tasks[t].ended);
     }
-    if (started_here) lost.push_back(id);
+    return started_here;
+  };
+  std::vector<int64_t> lost;
+  for (int64_t id : occupying_) {
+    if (lost_here(active_.at(id))) lost.push_back(id);
   }
   for (int64_t id : lost) {
-    Job& job = active_.at(id);
+    WaitUntilNotWriting(lock, id);
+    auto it = active_.find(id);
+    if (it == active_.end() || !lost_here(it->second)) continue;
     GP_RETURN_IF_ERROR(FinishOnNodeLoss(
-        job, "the agent on node " + name + " restarted and no longer knows this job"));
+        lock, it->second, "the agent on node " + name + " restarted and no longer knows this job"));
   }
   WakeScheduler();
   NotifyNode(name);
@@ -811,10 +835,7 @@ void Controller::StopStrayTasks(const Job& job, const std::string& except) {
   work_cv_.notify_all();
 }
 
-Status Controller::FinishOnNodeLoss(Job& job, const std::string& reason) {
-  // The job's tasks on other nodes must not go on without it (nor hold GPUs a requeued
-  // attempt may need); the lost node, should it come back, is told when it registers.
-  StopStrayTasks(job, "");
+Status Controller::FinishOnNodeLoss(Lock& lock, Job& job, const std::string& reason) {
   Job lost = job;
   lost.state = JobState::kLost;
   lost.end_time_us = clock_->NowMicros();
@@ -829,13 +850,17 @@ Status Controller::FinishOnNodeLoss(Job& job, const std::string& reason) {
     again.start_time_us = 0;
     again.end_time_us = 0;
     again.reason = "requeued: " + reason;
-    GP_RETURN_IF_ERROR(store_->UpdateJobs({{lost, job.state}, {again, JobState::kLost}}));
+    GP_RETURN_IF_ERROR(WriteJobsUnlocked(lock, {{lost, job.state}, {again, JobState::kLost}}));
+    // The job's tasks on other nodes must not go on without it (nor hold GPUs a requeued
+    // attempt may need); the lost node, should it come back, is told when it registers.
+    StopStrayTasks(lost, "");
     job = std::move(again);
     Touched(job.id);
     spdlog::warn("job {} LOST and requeued: {}", job.id, reason);
     return Status::Ok();
   }
-  GP_RETURN_IF_ERROR(store_->UpdateJob(lost, job.state));
+  GP_RETURN_IF_ERROR(WriteJobUnlocked(lock, lost, job.state));
+  StopStrayTasks(lost, "");
   spdlog::warn("job {} LOST: {}", job.id, reason);
   const int64_t id = job.id;  // `job` lives in active_
   active_.erase(id);
@@ -984,8 +1009,8 @@ bool Controller::NodeUp(const std::string& node) {
 }
 
 Status Controller::ApplyEvents(const std::string& node, const EventBatch& batch) {
-  std::lock_guard lock(mu_);
-  auto n = nodes_.find(node);
+  Lock lock(mu_);
+  auto n = nodes_.find(node);  // nodes are never erased: good across the writes
   if (n != nodes_.end()) n->second.last_seen_us = clock_->NowMicros();
   bool freed = false;
   for (const Event& raw : batch.events) {
@@ -995,6 +1020,7 @@ Status Controller::ApplyEvents(const std::string& node, const EventBatch& batch)
       n->second.stray_sent_us.erase({ev.job_id, ev.attempt});  // it ended there
       n->second.stray_first_us.erase({ev.job_id, ev.attempt});
     }
+    WaitUntilNotWriting(lock, ev.job_id);  // another task's event, a cancel, a sweep
     auto it = active_.find(ev.job_id);
     if (it == active_.end()) continue;  // already final: a resent event
     Job& job = it->second;
@@ -1003,21 +1029,22 @@ Status Controller::ApplyEvents(const std::string& node, const EventBatch& batch)
         job.placement[ev.task_index].node != node) {
       continue;  // not a task of this node
     }
-    GP_RETURN_IF_ERROR(ApplyTaskEvent(job, node, ev, &freed));
+    GP_RETURN_IF_ERROR(ApplyTaskEvent(lock, job, node, ev, &freed));
   }
-  for (const protocol::ExecReport& r : batch.exec) ExecReported(node, r, &freed);
+  for (const protocol::ExecReport& r : batch.exec) ExecReported(lock, node, r, &freed);
   if (freed) WakeScheduler();
   return Status::Ok();
 }
 
-Status Controller::ApplyTaskEvent(Job& job, const std::string& node, const Event& ev, bool* freed) {
+Status Controller::ApplyTaskEvent(Lock& lock, Job& job, const std::string& node, const Event& ev,
+                                  bool* freed) {
   const auto t = static_cast<size_t>(ev.task_index);
   Job next = job;
   EnsureTasks(next);
   jobs::TaskStatus& ts = next.tasks[t];
   if (ev.kind == protocol::EventKind::kLost) {
     return FinishOnNodeLoss(
-        job, ev.reason.empty() ? TaskName(job, t) + " was lost on " + node : ev.reason);
+        lock, job, ev.reason.empty() ? TaskName(job, t) + " was lost on " + node : ev.reason);
   }
   if (ts.ended) return Status::Ok();  // a resent event
   if (ev.kind == protocol::EventKind::kStarted) {
@@ -1042,8 +1069,8 @@ Status Controller::ApplyTaskEvent(Job& job, const std::string& node, const Event
       next.state = JobState::kRunning;
       next.start_time_us = ev.time_us;
     }
-    GP_RETURN_IF_ERROR(store_->UpdateJob(next, job.state));
-    job = std::move(next);
+    GP_RETURN_IF_ERROR(WriteJobUnlocked(lock, next, job.state));
+    job = std::move(next);  // in active_ still: the write kept every other writer away
     Touched(job.id);
     // Task 0's port lets the others go; a started task takes the exec requests held for it
     // (and a `gpupool run` client waiting to attach).
@@ -1075,10 +1102,10 @@ Status Controller::ApplyTaskEvent(Job& job, const std::string& node, const Event
       next.reason = "task 0 ended; the held tasks were released";
     }
   }
-  return StopJob(next, job.state, freed);
+  return StopJob(lock, next, job.state, freed);
 }
 
-Status Controller::StopJob(Job& next, JobState expected, bool* freed) {
+Status Controller::StopJob(Lock& lock, Job& next, JobState expected, bool* freed) {
   const int64_t id = next.id;
   EnsureTasks(next);
   if (next.cancel_requested) {
@@ -1096,7 +1123,7 @@ Status Controller::StopJob(Job& next, JobState expected, bool* freed) {
   const bool all_ended = std::all_of(next.tasks.begin(), next.tasks.end(),
                                      [](const jobs::TaskStatus& s) { return s.ended; });
   if (!all_ended || next.tasks.empty()) {
-    GP_RETURN_IF_ERROR(store_->UpdateJob(next, expected));
+    GP_RETURN_IF_ERROR(WriteJobUnlocked(lock, next, expected));
     active_[id] = std::move(next);
     Touched(id);
     work_cv_.notify_all();
@@ -1155,7 +1182,7 @@ Status Controller::StopJob(Job& next, JobState expected, bool* freed) {
     next.end_time_us = std::max(next.end_time_us, ts.end_time_us);
   if (next.start_time_us == 0 && first.start_time_us != 0) next.start_time_us = first.start_time_us;
   if (next.start_time_us == 0 && failed == nullptr) next.start_time_us = next.end_time_us;
-  GP_RETURN_IF_ERROR(store_->UpdateJob(next, expected));
+  GP_RETURN_IF_ERROR(WriteJobUnlocked(lock, next, expected));
   // Commands run by gpupool exec in this job end with it.
   for (auto& [xid, x] : execs_) {
     if (x.job_id == id && !x.ended) {
@@ -1203,7 +1230,7 @@ Result<JobState> Controller::EndedState(int64_t id) {
   return state;
 }
 
-Status Controller::ResolveDependencies(std::map<int64_t, std::string>* blocked) {
+Status Controller::ResolveDependencies(Lock& lock, std::map<int64_t, std::string>* blocked) {
   const int64_t now = clock_->NowMicros();
   // In id order: a dependency is older than its dependant, so a chain of jobs that can
   // never run ends in one pass.
@@ -1214,12 +1241,17 @@ Status Controller::ResolveDependencies(std::map<int64_t, std::string>* blocked) 
       ids.push_back(id);
     }
   }
+  // Jobs that end here, written together afterwards; a dependant later in the pass sees
+  // them as ended already.
+  std::map<int64_t, JobState> ending;
+  std::vector<store::Store::JobUpdate> ends;
   for (int64_t id : ids) {
     const Job& job = active_.at(id);
     std::string waiting;
     std::string never;
     for (const jobs::Dependency& d : job.dependencies) {
-      Result<JobState> st = EndedState(d.job_id);
+      auto e = ending.find(d.job_id);
+      Result<JobState> st = e != ending.end() ? Result<JobState>(e->second) : EndedState(d.job_id);
       const std::string flag = "--" + std::string(jobs::DependencyKindName(d.kind));
       const std::string other = "job " + std::to_string(d.job_id);
       if (!st.ok()) {
@@ -1249,15 +1281,21 @@ Status Controller::ResolveDependencies(std::map<int64_t, std::string>* blocked) 
       next.end_time_us = now;
       next.reason = "dependency can never be met: " + never;
       next.pending_reason.clear();
-      GP_RETURN_IF_ERROR(store_->UpdateJob(next, job.state));
-      spdlog::info("job {} ended: {}", id, next.reason);
-      active_.erase(id);
-      pending_reasons_.erase(id);
-      ended_states_[id] = JobState::kCancelled;
-      Touched(id);
+      ending[id] = JobState::kCancelled;
+      ends.push_back({std::move(next), job.state});
       continue;
     }
     if (!waiting.empty()) (*blocked)[id] = waiting;
+  }
+  // Without the lock (writing_): cancels and holds of these jobs wait for it.
+  GP_RETURN_IF_ERROR(WriteJobsUnlocked(lock, ends));
+  for (const auto& u : ends) {
+    const int64_t id = u.job.id;
+    spdlog::info("job {} ended: {}", id, u.job.reason);
+    active_.erase(id);
+    pending_reasons_.erase(id);
+    ended_states_[id] = JobState::kCancelled;
+    Touched(id);
   }
   return Status::Ok();
 }
@@ -1273,9 +1311,9 @@ Status Controller::ScheduleOnce() {
   std::map<int64_t, std::string> blocked;  // pending jobs whose dependencies are unmet
   Limits limits;
   {
-    std::lock_guard lock(mu_);
+    Lock lock(mu_);
     limits = limits_;
-    GP_RETURN_IF_ERROR(ResolveDependencies(&blocked));
+    GP_RETURN_IF_ERROR(ResolveDependencies(lock, &blocked));
     bool any_pending = false;
     snapshot.reserve(slim_.size());
     for (const auto& [id, slim] : slim_) {  // shared, immutable copies: no deep copy here
@@ -1352,13 +1390,7 @@ Status Controller::ScheduleOnce() {
     // never wait on the database for them. Meanwhile the jobs are PENDING in memory, and
     // Cancel and Hold of one of them wait for the write (writing_); nothing else changes
     // a pending job, and this is the one scheduling thread.
-    for (const auto& u : updates) writing_.insert(u.job.id);
-    lock.unlock();
-    Status written = store_->UpdateJobs(updates);
-    lock.lock();
-    for (const auto& u : updates) writing_.erase(u.job.id);
-    write_cv_.notify_all();
-    GP_RETURN_IF_ERROR(written);
+    GP_RETURN_IF_ERROR(WriteJobsUnlocked(lock, updates));
     std::vector<std::pair<int64_t, std::string>> orphans;  // placed on a node now down
     for (auto& u : updates) {
       const int64_t id = u.job.id;
@@ -1374,8 +1406,11 @@ Status Controller::ScheduleOnce() {
     // A node that was declared down while the write was under way: its sweep did not see
     // these jobs, so they end here as they would have there.
     for (const auto& [id, node] : orphans) {
+      WaitUntilNotWriting(lock, id);
+      auto it = active_.find(id);
+      if (it == active_.end() || !Occupies(it->second) || !OnNode(it->second, node)) continue;
       GP_RETURN_IF_ERROR(FinishOnNodeLoss(
-          active_.at(id), "node " + node + " stopped responding while the job was placed"));
+          lock, it->second, "node " + node + " stopped responding while the job was placed"));
     }
     NotifyNode("");
   }
@@ -1410,22 +1445,38 @@ PoolSnapshot Controller::MetricsSnapshot() {
 }
 
 Status Controller::SweepNodes() {
-  std::lock_guard lock(mu_);
+  Lock lock(mu_);
   const int64_t now = clock_->NowMicros();
+  std::vector<std::string> silent;
   for (auto& [name, e] : nodes_) {
     if (!e.up || now - e.last_seen_us <= options_.node_timeout_us) continue;
     e.up = false;
     spdlog::warn("node {} stopped responding ({} s without a poll)", name,
                  (now - e.last_seen_us) / 1'000'000);
+    silent.push_back(name);
+  }
+  if (silent.empty()) return Status::Ok();
+  const std::string timeout = std::to_string(options_.node_timeout_us / 1'000'000) + " s";
+  for (const std::string& name : silent) {
     std::vector<int64_t> victims;
     for (int64_t id : occupying_) {
       if (OnNode(active_.at(id), name)) victims.push_back(id);
     }
-    const std::string reason = "node " + name + " stopped responding (no heartbeat for " +
-                               std::to_string(options_.node_timeout_us / 1'000'000) + " s)";
-    for (int64_t id : victims) GP_RETURN_IF_ERROR(FinishOnNodeLoss(active_.at(id), reason));
-    WakeScheduler();
+    const std::string reason =
+        "node " + name + " stopped responding (no heartbeat for " + timeout + ")";
+    for (int64_t id : victims) {
+      // Each end is written without the lock: looked at again once no write of it is
+      // under way. A node that registered again meanwhile has dealt with its jobs.
+      WaitUntilNotWriting(lock, id);
+      auto it = active_.find(id);
+      if (it == active_.end() || !Occupies(it->second) || !OnNode(it->second, name) ||
+          nodes_.at(name).up) {
+        continue;
+      }
+      GP_RETURN_IF_ERROR(FinishOnNodeLoss(lock, it->second, reason));
+    }
   }
+  WakeScheduler();
   return Status::Ok();
 }
 
@@ -1574,7 +1625,8 @@ Status Controller::CancelExec(int64_t exec_id, const Caller& caller) {
   return Status::Ok();
 }
 
-void Controller::ExecReported(const std::string& node, const protocol::ExecReport& r, bool* freed) {
+void Controller::ExecReported(Lock& lock, const std::string& node, const protocol::ExecReport& r,
+                              bool* freed) {
   auto it = execs_.find(r.id);
   if (it == execs_.end() || it->second.node != node || it->second.ended) return;
   ExecSession& x = it->second;
@@ -1592,7 +1644,7 @@ void Controller::ExecReported(const std::string& node, const protocol::ExecRepor
     if (!r.stderr_path.empty()) x.stderr_path = r.stderr_path;
     x.ended_mono_us = clock_->MonotonicMicros();
     if (auto n = nodes_.find(node); n != nodes_.end()) n->second.exec_cancel_sent_us.erase(x.id);
-    if (x.primary) CommandEndedLocked(x, freed);
+    if (x.primary) CommandEndedLocked(lock, CommandEndOf(x), freed);  // `x` may go meanwhile
   }
   exec_cv_.notify_all();
 }

@@ -13,6 +13,12 @@
 // replace the previous ones in one swap. Submissions to a pool whose last pass could
 // start nothing are planned together after arrival_batch_us; freed resources, node
 // changes and cancellations trigger a pass at once.
+//
+// No store write happens under the lock. A job's next state is computed under it and
+// written with the lock released (WriteJobsUnlocked); until the write lands the job is in
+// writing_, readers see it as it was, and every other writer of it waits for the write
+// before it reads the job. So a slow database delays only the callers whose own change is
+// being written, never reads, polls or changes of other jobs.
 #pragma once
 
 #include <atomic>
@@ -256,29 +262,50 @@ class Controller {
   Status SweepNodes();
 
  private:
+  using Lock = std::unique_lock<std::mutex>;
   Controller(store::Store* store, const Clock* clock, ControllerOptions options);
   Status Load();
-  Status FinishOnNodeLoss(jobs::Job& job, const std::string& reason);
+  // The writers of active jobs. Each changes one job that the caller read after
+  // WaitUntilNotWriting, and writes it with WriteJobsUnlocked: mu_ is released during the
+  // store write and held again on return, so references into active_, nodes_ and execs_
+  // taken before the call are only good for what cannot go away meanwhile (see
+  // WriteJobsUnlocked); loops over those maps collect ids first.
+  // Ends (LOST, or requeues) a job whose node is gone or no longer knows it.
+  Status FinishOnNodeLoss(Lock& lock, jobs::Job& job, const std::string& reason);
   LaunchOrder MakeLaunchOrder(const jobs::Job& job, size_t task_index) const;
   // A task's event: updates job.tasks, and the job's state once every task has started
   // or ended. `freed` is set when the job ended.
-  Status ApplyTaskEvent(jobs::Job& job, const std::string& node, const Event& ev, bool* freed);
+  Status ApplyTaskEvent(Lock& lock, jobs::Job& job, const std::string& node, const Event& ev,
+                        bool* freed);
   // Writes `next` (stored as `expected`); once every task has ended, its final state,
   // and the job leaves active_ (`freed`). With cancel_requested, tasks whose orders never
   // went out are ended first.
-  Status StopJob(jobs::Job& next, jobs::JobState expected, bool* freed);
+  Status StopJob(Lock& lock, jobs::Job& next, jobs::JobState expected, bool* freed);
   // Asks the agents running tasks of `job` (every node but `except`) to stop them: for a
   // job that ended while some of its tasks may still run (a node lost, a requeue).
   void StopStrayTasks(const jobs::Job& job, const std::string& except);
-  void ExecReported(const std::string& node, const protocol::ExecReport& r, bool* freed);
+  void ExecReported(Lock& lock, const std::string& node, const protocol::ExecReport& r,
+                    bool* freed);
   // Under mu_: the checks and the session of StartExec.
   Result<int64_t> StartExecLocked(int64_t job_id, int task_index, std::vector<std::string> argv,
                                   const Caller& caller, ExecOptions io);
-  // Under mu_: ends the session for its client (gone, or stopped it) and has its agent
-  // stop the command.
-  void HangUpLocked(ExecSession& x, const std::string& reason);
-  // Under mu_: a `gpupool run` job's command ended with session `x`: the job ends with it.
-  void CommandEndedLocked(const ExecSession& x, bool* freed);
+  // Under mu_: ends session `exec_id` for its client (gone, or stopped it) and has its
+  // agent stop the command.
+  void HangUpLocked(Lock& lock, int64_t exec_id, const std::string& reason);
+  // How a `gpupool run` job's command ended: a copy, as the session may be collected
+  // while the job's end is written.
+  struct CommandEnd {
+    int64_t job_id = 0;
+    int attempt = 0;
+    std::optional<int> exit_code;
+    std::optional<int> signal;
+    std::string error;
+    bool hung_up = false;
+    std::string hangup_reason;
+  };
+  static CommandEnd CommandEndOf(const ExecSession& x);
+  // Under mu_: a `gpupool run` job's command ended: the job ends with it.
+  void CommandEndedLocked(Lock& lock, const CommandEnd& end, bool* freed);
   void Loop();
   // Asks for a pass: WakeScheduler when resources or nodes changed (runs at once),
   // WakeSchedulerForArrival for new jobs (batched while the pool is full).
@@ -290,11 +317,16 @@ class Controller {
   // Sets a pending job's pending_reason from the last pass.
   void AttachPendingReason(jobs::Job* job) const;
   // Waits (releasing `lock` on mu_) until job `id`'s write in flight, if any, has landed.
-  void WaitUntilNotWriting(std::unique_lock<std::mutex>& lock, int64_t id);
-  // Runs `write` (a store write of pending job `id`) with mu_ released and the job in
-  // writing_; `lock` is held again on return.
-  Status WriteUnlocked(std::unique_lock<std::mutex>& lock, int64_t id,
-                       const std::function<Status()>& write);
+  // Every path that changes an active job calls it before it reads the job, and holds
+  // no job of its own in writing_ meanwhile.
+  void WaitUntilNotWriting(Lock& lock, int64_t id);
+  // Writes `updates` (compare-and-set on their expected states) with mu_ released and
+  // the jobs in writing_; `lock` is held again on return. Meanwhile readers see the jobs
+  // as they were, the scheduler and dependency resolution leave them alone, and every
+  // other writer of them waits; nothing else erases a job from active_, so a reference
+  // to it stays good. Nodes are never erased from nodes_; sessions may leave execs_.
+  Status WriteJobsUnlocked(Lock& lock, const std::vector<store::Store::JobUpdate>& updates);
+  Status WriteJobUnlocked(Lock& lock, const jobs::Job& next, jobs::JobState expected);
 
   Result<NodeView> SetDrain(const std::string& name, bool draining, const std::string& reason);
   // ResourceExhausted, naming the user or project and the limit, when `job` (every
@@ -307,8 +339,9 @@ class Controller {
   // A job's state: active ones from memory, ended ones from the store (cached). mu_ held.
   Result<jobs::JobState> EndedState(int64_t id);
   // Pending jobs whose dependencies are unmet go in `blocked` with the reason; those whose
-  // dependencies can no longer be met end (CANCELLED, with the reason). mu_ held.
-  Status ResolveDependencies(std::map<int64_t, std::string>* blocked);
+  // dependencies can no longer be met end (CANCELLED, with the reason), written without
+  // mu_. `lock` holds mu_.
+  Status ResolveDependencies(Lock& lock, std::map<int64_t, std::string>* blocked);
 
   struct NodeEntry {
     gpu::NodeInfo info;
@@ -339,10 +372,13 @@ class Controller {
   // Serialises writes of node records (registration, drain, resume), so a registration
   // never stores a node's drain state as it was before a concurrent drain. Taken before mu_.
   std::mutex node_write_mu_;
+  // Serialises writes of settings (limits), which happen without mu_.
+  std::mutex settings_write_mu_;
   std::condition_variable work_cv_;  // agents waiting for work
-  // Pending jobs whose next state is being written to the store without mu_: by
-  // ScheduleOnce (their assignments), Cancel or Hold. Other writers of pending jobs skip
-  // them (the scheduler, dependency resolution) or wait on write_cv_ (Cancel, Hold).
+  // Jobs whose next state is being written to the store without mu_ (WriteJobsUnlocked):
+  // every store write of a job is made so. The scheduler and dependency resolution skip
+  // them; every other writer waits on write_cv_ (WaitUntilNotWriting) before it reads the
+  // job, so no change is lost and the store's compare-and-set holds.
   std::set<int64_t> writing_;
   std::condition_variable write_cv_;
   std::condition_variable scheduler_cv_;  // the loop waiting for a reason to run

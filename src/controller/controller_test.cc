@@ -114,6 +114,7 @@ class GateStore final : public store::Store {
     std::lock_guard l(m_);
     open_ = false;
     gated_ = state;
+    held_ = 0;  // writes that went through before do not count
   }
   void Open() {
     std::lock_guard l(m_);
@@ -267,6 +268,140 @@ TEST_F(GatedControllerTest, APendingCancelIsWrittenWithoutTheLockAndTheScheduler
   EXPECT_EQ(store_->GetJob(a.id)->state, JobState::kCancelled);
   // A second cancel finds it ended.
   EXPECT_EQ(c_->Cancel(a.id, alice_).status().code(), StatusCode::kFailedPrecondition);
+}
+
+// Returns a 1-GPU job of `who` RUNNING on n1.
+Job StartOne(Controller* c, const Caller& who, ManualClock& clock) {
+  Job j = c->Submit(MakeJob(1), who).value();
+  EXPECT_TRUE(c->ScheduleOnce().ok());
+  EXPECT_EQ(c->WaitForWork("n1", 0)->launch.size(), 1u);
+  j = c->Get(j.id, who).value();
+  Event e;
+  e.job_id = j.id;
+  e.attempt = j.attempt;
+  e.kind = protocol::EventKind::kStarted;
+  e.time_us = clock.NowMicros();
+  EXPECT_TRUE(c->ApplyEvents("n1", EventBatch{"n1", {e}, {}}).ok());
+  j = c->Get(j.id, who).value();
+  EXPECT_EQ(j.state, JobState::kRunning);
+  return j;
+}
+
+// Issue 16 item 4: an agent's report that ends a running job is written without the
+// lock. Meanwhile the job reads as it was, polls, listings and submissions are answered,
+// and a cancel of that job waits for the write and then finds the job ended.
+TEST_F(GatedControllerTest, ARunningJobsEndIsWrittenWithoutTheLock) {
+  GateStore* g = UseGateStore();
+  const Job a = StartOne(c_.get(), alice_, clock_);
+  g->Close(JobState::kSucceeded);
+  Status applied = Status::Internal("not yet");
+  std::thread agent([&] { applied = Apply({Ev(a, protocol::EventKind::kExited, 0)}); });
+  g->WaitUntilHeld();
+  EXPECT_EQ(Get(a.id).state, JobState::kRunning);
+  EXPECT_TRUE(c_->WaitForWork("n1", 0).ok());
+  EXPECT_EQ(c_->Nodes().size(), 1u);
+  EXPECT_TRUE(c_->Submit(MakeJob(1), bob_).ok());
+  std::atomic<bool> cancel_returned{false};
+  Result<Job> cancelled = Status::Internal("not yet");
+  std::thread canceller([&] {
+    cancelled = c_->Cancel(a.id, alice_);
+    cancel_returned = true;
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  EXPECT_FALSE(cancel_returned);  // it waits for the end being written
+  g->Open();
+  agent.join();
+  canceller.join();
+  ASSERT_TRUE(applied.ok()) << applied.ToString();
+  EXPECT_EQ(cancelled.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(Get(a.id).state, JobState::kSucceeded);
+  EXPECT_EQ(store_->GetJob(a.id)->state, JobState::kSucceeded);
+}
+
+// Cancelling a running job writes its cancel request without the lock; the agent's
+// report of the task's end, arriving meanwhile, waits for it and is not lost.
+TEST_F(GatedControllerTest, ARunningCancelIsWrittenWithoutTheLockAndTheEndWaitsForIt) {
+  GateStore* g = UseGateStore();
+  const Job a = StartOne(c_.get(), alice_, clock_);
+  g->Close(JobState::kRunning);
+  Result<Job> cancelled = Status::Internal("not yet");
+  std::thread canceller([&] { cancelled = c_->Cancel(a.id, alice_); });
+  g->WaitUntilHeld();
+  EXPECT_FALSE(Get(a.id).cancel_requested);               // as it was, until written
+  EXPECT_TRUE(c_->WaitForWork("n1", 0)->cancel.empty());  // not asked before it is stored
+  Event end = Ev(a, protocol::EventKind::kExited);
+  end.exit_code.reset();
+  end.signal = 15;
+  end.cancelled = true;
+  Status applied = Status::Internal("not yet");
+  std::thread agent([&] { applied = Apply({end}); });
+  g->Open();
+  canceller.join();
+  agent.join();
+  ASSERT_TRUE(cancelled.ok()) << cancelled.status().ToString();
+  ASSERT_TRUE(applied.ok()) << applied.ToString();
+  const Job done = Get(a.id);
+  EXPECT_EQ(done.state, JobState::kCancelled);
+  EXPECT_EQ(store_->GetJob(a.id)->state, JobState::kCancelled);
+  EXPECT_EQ(store_->GetJob(a.id)->reason, done.reason);
+}
+
+// The events of two tasks of one gang, from two nodes at once: the second waits for the
+// first's write, so neither task's start is lost (both wrote ASSIGNED over ASSIGNED).
+TEST_F(GatedControllerTest, TwoTasksEventsAtOnceAreBothKept) {
+  GateStore* g = UseGateStore();
+  Register(2, {}, "n2");
+  Job j = MakeJob(2);
+  j.request.tasks = 2;
+  j = c_->Submit(j, alice_).value();
+  ASSERT_TRUE(c_->ScheduleOnce().ok());
+  j = Get(j.id);
+  ASSERT_EQ(j.state, JobState::kAssigned);
+  ASSERT_NE(j.placement[0].node, j.placement[1].node);
+  g->Close(JobState::kAssigned);
+  Event s0 = Ev(j, protocol::EventKind::kStarted, 0, 0);
+  s0.master_port = 41000;
+  Status first = Status::Internal("not yet");
+  Status second = Status::Internal("not yet");
+  std::thread t0([&] { first = Apply({s0}, j.placement[0].node); });
+  g->WaitUntilHeld();
+  std::thread t1(
+      [&] { second = Apply({Ev(j, protocol::EventKind::kStarted, 0, 1)}, j.placement[1].node); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  g->Open();
+  t0.join();
+  t1.join();
+  ASSERT_TRUE(first.ok()) << first.ToString();
+  ASSERT_TRUE(second.ok()) << second.ToString();
+  for (const Job& seen : {Get(j.id), store_->GetJob(j.id).value()}) {
+    EXPECT_EQ(seen.state, JobState::kRunning);
+    ASSERT_EQ(seen.tasks.size(), 2u);
+    EXPECT_NE(seen.tasks[0].start_time_us, 0);
+    EXPECT_NE(seen.tasks[1].start_time_us, 0);
+    EXPECT_EQ(seen.master_port, 41000);
+  }
+}
+
+// A node sweep writes the jobs it loses without the lock: meanwhile the node shows down
+// and the job as it was.
+TEST_F(GatedControllerTest, ANodeSweepWritesItsLostJobsWithoutTheLock) {
+  GateStore* g = UseGateStore();
+  const Job a = StartOne(c_.get(), alice_, clock_);
+  g->Close(JobState::kLost);
+  clock_.AdvanceMicros(11'000'000);  // past the fixture's 10 s node timeout
+  Status swept = Status::Internal("not yet");
+  std::thread sweeper([&] { swept = c_->SweepNodes(); });
+  g->WaitUntilHeld();
+  EXPECT_EQ(Get(a.id).state, JobState::kRunning);
+  ASSERT_EQ(c_->Nodes().size(), 1u);
+  EXPECT_EQ(c_->Nodes()[0].state, "down");
+  EXPECT_TRUE(c_->Submit(MakeJob(1), bob_).ok());
+  g->Open();
+  sweeper.join();
+  ASSERT_TRUE(swept.ok()) << swept.ToString();
+  const JobState want = a.requeue ? JobState::kPending : JobState::kLost;
+  EXPECT_EQ(Get(a.id).state, want);
+  EXPECT_EQ(store_->GetJob(a.id)->state, want);
 }
 
 TEST_F(ControllerTest, JobRunsThroughItsStates) {

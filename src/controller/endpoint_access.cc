@@ -44,6 +44,12 @@ constexpr std::pair<std::string_view, std::string_view> kPublic[] = {
     {"GET", "/healthz"},
     {"GET", "/readyz"},
     {"GET", "/v1/openapi.json"},
+    // The dashboard's page, assets and sign-in (dashboard.h): what they show comes from the
+    // API, which a session cookie authenticates as its token.
+    {"GET", "/"},
+    {"GET", "/ui/"},  // a prefix: /ui/app.js, /ui/session
+    {"POST", "/ui/login"},
+    {"POST", "/ui/logout"},
 };
 
 bool Matches(const EndpointRule& rule, std::string_view method, std::string_view path) {
@@ -76,7 +82,9 @@ uint8_t KindBits(const Identity& who) {
 
 bool IsPublic(std::string_view method, std::string_view path) {
   for (const auto& [m, p] : kPublic) {
-    if (m == method && p == path) return true;
+    if (m != method) continue;
+    if (p == path) return true;
+    if (p.size() > 1 && p.back() == '/' && path.starts_with(p)) return true;
   }
   return false;
 }

@@ -14,7 +14,8 @@ namespace gpupool::controller {
 
 // Whether `method path` answers anyone, before and without authentication: GET /healthz
 // and /readyz (load balancers, systemd) and GET /v1/openapi.json (the API's schema). They
-// carry no job or user data.
+// carry no job or user data. So do the dashboard's page and assets (GET / and /ui/*) and
+// its sign-in and sign-out (POST /ui/login, /ui/logout), which check what they are given.
 bool IsPublic(std::string_view method, std::string_view path);
 
 // Ok when `who` may call `method path`; kPermissionDenied naming the caller's kind, what

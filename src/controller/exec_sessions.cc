@@ -295,7 +295,10 @@ Result<protocol::ExecOutputAck> Controller::PutExecOutput(const std::string& nod
   }
 }
 
-void Controller::HangUpLocked(ExecSession& x, const std::string& reason) {
+void Controller::HangUpLocked(Lock& lock, int64_t exec_id, const std::string& reason) {
+  auto it = execs_.find(exec_id);
+  if (it == execs_.end()) return;
+  ExecSession& x = it->second;
   if (x.hung_up || x.ended) return;
   x.hung_up = true;
   x.hangup_reason = reason;
@@ -305,7 +308,8 @@ void Controller::HangUpLocked(ExecSession& x, const std::string& reason) {
     x.error = reason;
     x.ended_mono_us = clock_->MonotonicMicros();
     bool freed = false;
-    if (x.primary) CommandEndedLocked(x, &freed);
+    // `x` may leave execs_ while the job's end is written.
+    if (x.primary) CommandEndedLocked(lock, CommandEndOf(x), &freed);
     if (freed) WakeScheduler();
   } else if (auto n = nodes_.find(x.node); n != nodes_.end()) {
     n->second.exec_cancel_sent_us[x.id] = 0;
@@ -314,7 +318,20 @@ void Controller::HangUpLocked(ExecSession& x, const std::string& reason) {
   exec_cv_.notify_all();
 }
 
-void Controller::CommandEndedLocked(const ExecSession& x, bool* freed) {
+Controller::CommandEnd Controller::CommandEndOf(const ExecSession& x) {
+  CommandEnd e;
+  e.job_id = x.job_id;
+  e.attempt = x.attempt;
+  e.exit_code = x.exit_code;
+  e.signal = x.signal;
+  e.error = x.error;
+  e.hung_up = x.hung_up;
+  e.hangup_reason = x.hangup_reason;
+  return e;
+}
+
+void Controller::CommandEndedLocked(Lock& lock, const CommandEnd& x, bool* freed) {
+  WaitUntilNotWriting(lock, x.job_id);
   auto it = active_.find(x.job_id);
   if (it == active_.end() || it->second.attempt != x.attempt || it->second.command_ended) return;
   Job& job = it->second;
@@ -336,7 +353,7 @@ void Controller::CommandEndedLocked(const ExecSession& x, bool* freed) {
   if (!x.exit_code && !x.signal) next.command_exit_code = 255;  // it never ran
   // Its tasks held the allocation for it: they are released now.
   next.cancel_requested = true;
-  if (Status s = StopJob(next, job.state, freed); !s.ok()) {
+  if (Status s = StopJob(lock, next, job.state, freed); !s.ok()) {
     spdlog::error("job {}: recording the end of its command: {}", x.job_id, s.ToString());
     return;
   }
@@ -349,16 +366,21 @@ void Controller::CommandEndedLocked(const ExecSession& x, bool* freed) {
 }
 
 Status Controller::SweepExecClients() {
-  std::lock_guard lock(mu_);
+  Lock lock(mu_);
   const int64_t mono = clock_->MonotonicMicros();
   const int64_t now = clock_->NowMicros();
   const int64_t timeout = options_.exec_client_timeout_us;
   const std::string secs = std::to_string(timeout / 1'000'000) + " s";
-  for (auto& [id, x] : execs_) {
+  // Hanging up may write a job's end without the lock: the sessions are picked first.
+  std::vector<int64_t> gone;
+  for (const auto& [id, x] : execs_) {
     if (!x.interactive() || x.ended || x.hung_up || x.client_waiting > 0) continue;
-    if (mono - x.client_seen_mono_us > timeout) {
-      HangUpLocked(x, "its terminal went away (no word from the client for " + secs + ")");
-    }
+    if (mono - x.client_seen_mono_us > timeout) gone.push_back(id);
+  }
+  for (int64_t id : gone) {
+    auto it = execs_.find(id);
+    if (it == execs_.end() || it->second.client_waiting > 0) continue;  // came back meanwhile
+    HangUpLocked(lock, id, "its terminal went away (no word from the client for " + secs + ")");
   }
   bool freed_any = false;
   std::vector<int64_t> unattached;
@@ -369,13 +391,18 @@ Status Controller::SweepExecClients() {
     if (now - j.tasks[0].start_time_us > timeout) unattached.push_back(id);
   }
   for (int64_t id : unattached) {
-    Job& job = active_.at(id);
+    WaitUntilNotWriting(lock, id);
+    auto it = active_.find(id);
+    if (it == active_.end() || it->second.cancel_requested || primary_exec_.count(id) != 0) {
+      continue;  // ended, stopped or attached meanwhile
+    }
+    Job& job = it->second;
     Job next = job;
     next.cancel_requested = true;
     next.reason = "no terminal attached within " + secs +
                   " of its start (gpupool run was interrupted, or the controller restarted)";
     bool freed = false;
-    GP_RETURN_IF_ERROR(StopJob(next, job.state, &freed));
+    GP_RETURN_IF_ERROR(StopJob(lock, next, job.state, &freed));
     freed_any = freed_any || freed;
     if (auto a = active_.find(id); a != active_.end()) {
       for (const auto& p : a->second.placement) {

@@ -198,6 +198,22 @@ class Scenario {
     Expect(200, Root("DELETE", "/v1/tokens/{token_id}",
                      "/v1/tokens/" + token.value("id", std::string())));
 
+    // The dashboard: its page and assets for anyone; sign-in with a user token.
+    Tcp("GET", "/", "/");
+    Tcp("GET", "/ui/{asset}", "/ui/app.js");
+    Tcp("GET", "/ui/{asset}", "/ui/app.css");
+    Tcp("GET", "/ui/session", "/ui/session");
+    Json user_token = Expect(
+        201, Root("POST", "/v1/tokens", "/v1/tokens", {}, R"({"user": "nobody", "kind": "user"})"));
+    net::HttpRequest login =
+        Req("POST", "/ui/login", {}, R"({"token": ")" + user_token.value("token", "") + R"("})");
+    login.headers["content-type"] = "application/json";
+    Expect(200, Send(login, "/ui/login"));
+    login.body = "{";
+    Expect(400, Send(login, "/ui/login"));
+    Expect(200, Tcp("POST", "/ui/logout", "/ui/logout"));
+    Expect(200, Root("GET", "/v1/jobs", "/v1/jobs", {{"limit", "1"}, {"offset", "1"}}));
+
     // Environments.
     Expect(201, Root("POST", "/v1/environments", "/v1/environments", {},
                      R"({"name": "torch:2.4", "image": "localhost/torch:2.4"})"));

@@ -128,7 +128,8 @@ TEST_F(OpenApiServedTest, EveryRouteReachesItsHandler) {
          std::vector<std::pair<std::string, std::string>>{{"{id}", "1"},
                                                           {"{name}", "vm"},
                                                           {"{token_id}", "0123456789ab"},
-                                                          {"{ref}", "team/torch:1"}}) {
+                                                          {"{ref}", "team/torch:1"},
+                                                          {"{asset}", "app.js"}}) {
       for (size_t at; (at = path.find(param)) != std::string::npos;) {
         path.replace(at, param.size(), value);
       }

@@ -161,8 +161,9 @@ class MhdServer final : public HttpServer {
     auto& ctx = is_unix ? unix_ctx_ : tcp_ctx_;
     ctx = {this, is_unix};
     const unsigned hw = std::thread::hardware_concurrency();
-    const unsigned threads =
-        options_.pool_threads > 0 ? static_cast<unsigned>(options_.pool_threads) : std::max(4U, hw);
+    const unsigned threads = options_.pool_threads > 0
+                                 ? static_cast<unsigned>(options_.pool_threads)
+                                 : std::max(8U, 2 * hw);
     return MHD_start_daemon(
         MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME, 0, nullptr,
         nullptr, &MhdServer::OnRequest, &ctx, MHD_OPTION_LISTEN_SOCKET, listen_fd,

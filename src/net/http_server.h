@@ -33,7 +33,9 @@ struct HttpServerOptions {
   int tcp_port = 0;              // 0 with a tcp_host: pick a free port
   size_t max_body_bytes = 1 << 20;
   int connection_timeout_s = 120;
-  int pool_threads = 0;  // threads serving connections; 0: max(4, CPUs)
+  // Threads serving connections; 0: max(8, 2 x CPUs). A handler that waits on the store
+  // holds its thread, so there are more threads than CPUs: reads go on meanwhile.
+  int pool_threads = 0;
   // Connections open at once, per listener. 0: what the open-files limit allows (half
   // of it each with two listeners, less a reserve), so that hundreds of agents can hold
   // their long polls beside the clients. libmicrohttpd's own default is ~1,020.

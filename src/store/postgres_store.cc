@@ -1,9 +1,10 @@
-// PostgreSQL implementation of Store, over libpq. One connection guarded by a mutex, as
-// in the SQLite store: the controller is the only writer and its rate is far below what
-// one connection sustains. Every value goes to the server as a parameter (PQexecParams);
-// SQL text is built only from constants and placeholder numbers. A dropped connection is
-// re-established at the next call. Job bodies are JSON beside the indexed columns, and
-// job_nodes holds every node a job's tasks were placed on (a gang has several).
+// PostgreSQL implementation of Store, over libpq. A PostgresStore is one connection
+// guarded by a mutex; OpenPostgresStore opens kPostgresStoreConnections of them behind a StorePool
+// (store_pool.h), so that a slow statement (a database across a network, a slow disk)
+// holds one connection rather than every caller. Every value goes to the server as a parameter
+// (PQexecParams); SQL text is built only from constants and placeholder numbers. A dropped
+// connection is re-established at the next call. Job bodies are JSON beside the indexed columns,
+// and job_nodes holds every node a job's tasks were placed on (a gang has several).
 #include "store/postgres_store.h"
 
 #include <libpq-fe.h>
@@ -21,6 +22,7 @@
 #include "jobs/job_json.h"
 #include "store/job_nodes.h"
 #include "store/lease.h"
+#include "store/store_pool.h"
 
 namespace gpupool::store {
 namespace {
@@ -1069,10 +1071,15 @@ constexpr const char* kLeaseSessionOptions =
 
 Result<std::unique_ptr<Store>> OpenPostgresStore(const std::string& conninfo) {
   const std::string target = RedactConninfo(conninfo);
-  GP_ASSIGN_OR_RETURN(PGconn * conn, Connect(conninfo, target, kStoreSessionOptions));
-  auto store = std::make_unique<PostgresStore>(conn, target);
-  GP_RETURN_IF_ERROR(store->Init().WithContext("store " + target));
-  return std::unique_ptr<Store>(std::move(store));
+  std::vector<std::unique_ptr<Store>> connections;
+  for (int i = 0; i < kPostgresStoreConnections; ++i) {
+    GP_ASSIGN_OR_RETURN(PGconn * conn, Connect(conninfo, target, kStoreSessionOptions));
+    auto store = std::make_unique<PostgresStore>(conn, target);
+    // The first brings the schema up to date; the others find it so.
+    if (i == 0) GP_RETURN_IF_ERROR(store->Init().WithContext("store " + target));
+    connections.push_back(std::move(store));
+  }
+  return MakeStorePool(std::move(connections));
 }
 
 Result<std::unique_ptr<LeaseStore>> OpenPostgresLeaseStore(const std::string& conninfo) {

@@ -3,8 +3,8 @@
 a real PostgreSQL 15 started here, `gpupool server` processes that elect a leader through
 the lease in the database, agents and the CLI given the list of every controller.
 
-  * failover: 300 jobs stream in through the CLI while the leader is killed with
-    SIGKILL three times, alternating; every job the CLI was told about ends SUCCEEDED and
+  * failover, three controllers: 300 jobs stream in through the CLI while the leader is
+    killed with SIGKILL three times and a standby once; every job the CLI was told about ends SUCCEEDED and
     ran exactly once (each job appends its id to one file);
   * a stale leader: the leader is stopped (SIGSTOP) past its lease, a standby takes over,
     and when the old one runs again (SIGCONT) it finds itself fenced and exits with 75
@@ -80,10 +80,12 @@ class FailoverTest(unittest.TestCase):
             w.join()
         return ids, failures
 
-    def test_leader_killed_three_times_while_300_jobs_stream_in(self):
-        self.site = site = hasite.Site(GPUPOOL, controllers=2, agents=2, lease_ms=2000)
+    def test_three_controllers_leader_killed_three_times_while_300_jobs_stream_in(self):
+        # docs/deploy.md's three-controller site: the leader is SIGKILLed three times and
+        # a standby once; clients and agents are given all three addresses.
+        self.site = site = hasite.Site(GPUPOOL, controllers=3, agents=2, lease_ms=2000)
         site.wait_nodes(2)
-        kills, takeovers = [], []
+        kills, takeovers, standby_kills = [], [], []
 
         def maybe_kill(accepted):
             if len(kills) < 3 and accepted >= 60 * (len(kills) + 1):
@@ -94,15 +96,29 @@ class FailoverTest(unittest.TestCase):
                 takeovers.append(time.time() - t0)
                 kills.append((old, new))
                 site.start_controller(old)  # back, as a standby
+            elif len(kills) == 3 and not standby_kills and accepted >= 240:
+                leader = site.leader()
+                epoch = site.api("/v1/controllers")["leader"]["epoch"]
+                standby = next(n for n in site.names if n != leader)
+                site.kill9(standby)
+                site.start_controller(standby)
+                standby_kills.append((standby, leader, epoch))
 
         ids, failures = self.stream(300, 4, maybe_kill)
         self.assertEqual(failures, [], "submissions failed")
         self.assertEqual(len(ids), 300)
         self.assertEqual(len(set(ids)), 300, "a retried submission made two jobs")
         self.assertEqual(len(kills), 3)
-        # Alternating: each kill took the other controller's turn.
-        self.assertEqual([k[0] for k in kills], [kills[0][0], kills[0][1], kills[0][0]])
+        for old, new in kills:
+            self.assertNotEqual(old, new)
+        # Killing a standby changes nothing: the same leader, the same epoch.
+        self.assertEqual(len(standby_kills), 1)
+        _, leader, epoch = standby_kills[0]
         self.check_once(ids)
+        now = site.api("/v1/controllers")["leader"]
+        self.assertEqual((site.leader(), now["epoch"]), (leader, epoch))
+        seen = site.api("/v1/controllers")["controllers"]
+        self.assertEqual(len({c["address"] for c in seen}), 3, seen)
         site.wait_nodes(2)
         print("takeovers after SIGKILL: %s s" % ", ".join("%.2f" % t for t in takeovers))
 
