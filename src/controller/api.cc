@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <fstream>
 #include <optional>
 #include <thread>
@@ -25,7 +26,21 @@
 namespace gpupool::controller {
 namespace {
 
-OrderedJson NodeViewToJson(const NodeView& v) {
+// A GPU's latest telemetry as GET /v1/nodes shows it (fields absent when unknown).
+OrderedJson GpuTelemetryToJson(const protocol::GpuTelemetry& t) {
+  OrderedJson j = {{"at_ms", t.at_ms}};
+  if (t.util_pct) j["util_pct"] = *t.util_pct;
+  if (t.mem_used_mib) j["mem_used_mib"] = *t.mem_used_mib;
+  if (t.mem_total_mib) j["mem_total_mib"] = *t.mem_total_mib;
+  if (t.power_w) j["power_w"] = *t.power_w;
+  if (t.temp_c) j["temp_c"] = *t.temp_c;
+  if (t.xid_errors) j["xid_errors"] = *t.xid_errors;
+  return j;
+}
+
+// `latest`: the node's GPUs' latest telemetry by index (none for a node that is down).
+OrderedJson NodeViewToJson(const NodeView& v,
+                           const std::map<int, protocol::GpuTelemetry>& latest = {}) {
   OrderedJson gpus = OrderedJson::array();
   for (size_t g = 0; g < v.info.gpus.size(); ++g) {
     const gpu::GpuInfo& gi = v.info.gpus[g];
@@ -35,6 +50,9 @@ OrderedJson NodeViewToJson(const NodeView& v) {
                     {"uuid", gi.uuid},
                     {"memory_total_bytes", gi.memory_total_bytes},
                     {"allocated_milli", v.allocated_milli[g]}});
+    if (auto t = latest.find(gi.index); t != latest.end() && v.state != "down") {
+      gpus.back()["telemetry"] = GpuTelemetryToJson(t->second);
+    }
   }
   OrderedJson out = {{"name", v.name},
                      {"state", v.state},
@@ -49,6 +67,13 @@ OrderedJson NodeViewToJson(const NodeView& v) {
                      {"running_jobs", v.running_jobs}};
   if (!v.drain_reason.empty()) out["drain_reason"] = v.drain_reason;
   return out;
+}
+
+// 5 -> "5", 2.5 -> "2.5".
+std::string FormatNumber(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%g", v);
+  return buf;
 }
 
 using net::HttpRequest;
@@ -419,6 +444,7 @@ std::span<const Api::RouteEntry> Api::Table() {
       {"GET", "/v1/limits", &Api::GetLimits},
       {"PUT", "/v1/limits", &Api::PutLimits},
       {"GET", "/v1/usage", &Api::Usage},
+      {"GET", "/v1/telemetry", &Api::Telemetry},
       {"GET", "/v1/whoami", &Api::Whoami},
       {"GET", "/v1/controllers", &Api::Controllers},
       {"POST", "/v1/tokens", &Api::CreateToken},
@@ -428,6 +454,7 @@ std::span<const Api::RouteEntry> Api::Table() {
       {"GET", "/v1/agent/work", &Api::ServeAgentWork},
       {"POST", "/v1/agent/events", &Api::ServeAgentEvents},
       {"POST", "/v1/agent/logs", &Api::ServeAgentLogs},
+      {"POST", "/v1/agent/telemetry", &Api::ServeAgentTelemetry},
       {"GET", "/v1/agent/exec/{id}/input", &Api::AgentExecInput},
       {"POST", "/v1/agent/exec/{id}/output", &Api::AgentExecOutput},
   };
@@ -492,10 +519,51 @@ HttpResponse Api::Metrics(const Call&) {
   Result<std::vector<jobs::Job>> all = store_->ListJobs(store::JobFilter{});
   if (!all.ok()) return ErrorResponse(all.status());
   const int64_t now = clock_->NowMicros();
+  const std::map<int64_t, double> used = telemetry_->UsedGpuSecondsTotal();
+  std::map<int64_t, const jobs::Job*> by_id;
   for (const jobs::Job& j : *all) {
+    by_id[j.id] = &j;
     if (jobs::IsTerminal(j.state)) ++pool.jobs_by_state[std::string(jobs::JobStateName(j.state))];
+    const std::pair<std::string, std::string> key = {j.user,
+                                                     j.project.empty() ? "(none)" : j.project};
     const double hours = JobGpuHours(j, 0, INT64_MAX, now);
-    if (hours > 0) pool.gpu_hours[{j.user, j.project.empty() ? "(none)" : j.project}] += hours;
+    if (hours > 0) pool.gpu_hours[key] += hours;
+    if (auto u = used.find(j.id); u != used.end()) pool.used_gpu_hours[key] += u->second / 3600;
+  }
+  // The latest telemetry of the GPUs of nodes that are up, with dcgm-exporter's labels.
+  for (const NodeView& v : controller_->Nodes()) {
+    if (v.state == "down") continue;
+    const std::map<int, protocol::GpuTelemetry> latest = telemetry_->LatestOfNode(v.name);
+    for (const gpu::GpuInfo& gi : v.info.gpus) {
+      auto t = latest.find(gi.index);
+      if (t == latest.end()) continue;
+      GpuGauges g;
+      g.gpu = gi.index;
+      g.uuid = gi.uuid;
+      g.device =
+          std::string(gi.vendor == gpu::Vendor::kAmd ? "card" : "nvidia") +
+          std::to_string(gi.minor_number >= 0 && gi.vendor == gpu::Vendor::kNvidia ? gi.minor_number
+                                                                                   : gi.index);
+      g.model_name = gi.name;
+      g.hostname = v.name;
+      std::set<std::string> users;
+      for (const protocol::TelemetryJob& tj : t->second.jobs) {
+        g.hpc_job += (g.hpc_job.empty() ? "" : ",") + std::to_string(tj.job_id);
+        if (auto j = by_id.find(tj.job_id); j != by_id.end()) users.insert(j->second->user);
+      }
+      for (const std::string& u : users) g.user += (g.user.empty() ? "" : ",") + u;
+      const protocol::GpuTelemetry& s = t->second;
+      g.util_pct = s.util_pct;
+      if (s.mem_used_mib) g.fb_used_mib = static_cast<double>(*s.mem_used_mib);
+      if (s.mem_used_mib && s.mem_total_mib) {
+        g.fb_free_mib =
+            static_cast<double>(std::max<int64_t>(0, *s.mem_total_mib - *s.mem_used_mib));
+      }
+      g.power_w = s.power_w;
+      g.temp_c = s.temp_c;
+      if (s.xid_errors) g.xid_errors = static_cast<double>(*s.xid_errors);
+      pool.gpus.push_back(std::move(g));
+    }
   }
   HttpResponse r;
   r.status = 200;
@@ -543,7 +611,7 @@ HttpResponse Api::OpenApi(const Call&) {
 HttpResponse Api::GetJob(const Call& c) {
   Result<jobs::Job> j = controller_->Get(c.id, c.caller);
   if (!j.ok()) return ErrorResponse(j.status());
-  return JsonResponse(200, {{"job", jobs::JobToJson(*j)}});
+  return JsonResponse(200, {{"job", JobJson(*j)}});
 }
 
 HttpResponse Api::HoldJob(const Call& c) {
@@ -560,7 +628,9 @@ HttpResponse Api::ReleaseJob(const Call& c) {
 
 HttpResponse Api::ListNodes(const Call&) {
   OrderedJson nodes = OrderedJson::array();
-  for (const NodeView& v : controller_->Nodes()) nodes.push_back(NodeViewToJson(v));
+  for (const NodeView& v : controller_->Nodes()) {
+    nodes.push_back(NodeViewToJson(v, telemetry_->LatestOfNode(v.name)));
+  }
   return JsonResponse(200, {{"nodes", std::move(nodes)}});
 }
 
@@ -823,7 +893,7 @@ HttpResponse Api::ListJobs(const Call& c) {
     }
   }
   OrderedJson list = OrderedJson::array();
-  for (const jobs::Job& j : *jobs) list.push_back(jobs::JobToJson(j));
+  for (const jobs::Job& j : *jobs) list.push_back(JobJson(j));
   OrderedJson answer;
   answer["jobs"] = std::move(list);
   // all=1 from a user who is no admin lists their own jobs; the answer says so, so the
@@ -908,9 +978,14 @@ HttpResponse Api::Usage(const Call& c) {
   if (!everyone) f.user = caller.user;
   Result<std::vector<jobs::Job>> jobs = store_->ListJobs(f);
   if (!jobs.ok()) return ErrorResponse(jobs.status());
+  const std::map<int64_t, double> used = telemetry_->UsedGpuHours(*since / 1000, *until / 1000);
   OrderedJson rows = OrderedJson::array();
-  for (const UsageRow& u : ComputeUsage(*jobs, *since, *until, now, by)) {
-    rows.push_back({{"key", u.key}, {"gpu_hours", u.gpu_hours}, {"jobs", u.jobs}});
+  for (const UsageRow& u : ComputeUsage(*jobs, *since, *until, now, by, used)) {
+    rows.push_back({{"key", u.key},
+                    {"gpu_hours", u.gpu_hours},
+                    {"used_gpu_hours", u.used_gpu_hours},
+                    {"efficiency", u.efficiency()},
+                    {"jobs", u.jobs}});
   }
   return JsonResponse(
       200, {{"since_us", *since}, {"until_us", *until}, {"by", by}, {"rows", std::move(rows)}});
@@ -1006,6 +1081,181 @@ HttpResponse Api::ServeAgentLogs(const Call& c) {
     return ErrorResponse(Status::InvalidArgument("error: use not_found, refused or io"));
   }
   return JsonResponse(200, {{"ok", true}});
+}
+
+// POST /v1/agent/telemetry (protocol 1.3): the samples are kept by the hub; the store
+// write and the idle policy run here, on the agent's request thread, never under the
+// controller's lock.
+HttpResponse Api::ServeAgentTelemetry(const Call& c) {
+  Result<Json> body = ParseJson(c.r.body, "request body", 8 << 20, 16);
+  if (!body.ok()) return ErrorResponse(body.status());
+  Result<protocol::TelemetryBatch> batch = protocol::DecodeTelemetryBatch(*body);
+  if (!batch.ok()) return ErrorResponse(batch.status());
+  if (Status s = ActAsNode(c.who, &batch->node); !s.ok()) return ErrorResponse(s);
+  if (batch->node.empty()) return ErrorResponse(Status::InvalidArgument("node: the node's name"));
+  if (!controller_->NodeUp(batch->node)) {
+    return ErrorResponse(
+        Status::NotFound("node " + batch->node + " is not registered; the agent registers first"));
+  }
+  const size_t kept = telemetry_->Ingest(batch->node, *batch);
+  if (clock_->MonotonicMicros() - telemetry_flushed_us_ >= kTelemetryFlushUs) FlushTelemetry();
+  ApplyIdlePolicy();
+  return JsonResponse(200, {{"ok", true}, {"accepted", kept}});
+}
+
+Status Api::ConfigureTelemetry(TelemetryOptions options) {
+  GP_RETURN_IF_ERROR(ValidateTelemetryOptions(options));
+  auto hub = std::make_unique<TelemetryHub>(clock_, options);
+  const int64_t since_ms = clock_->NowMicros() / 1000 - options.retention_s * 1000;
+  Result<std::vector<store::TelemetryRecord>> stored = store_->ListTelemetry(since_ms);
+  if (stored.ok()) {
+    hub->Load(*stored);
+  } else if (stored.status().code() != StatusCode::kUnimplemented) {
+    return stored.status().WithContext("load the stored GPU telemetry");
+  }
+  telemetry_ = std::move(hub);
+  return Status::Ok();
+}
+
+void Api::FlushTelemetry() {
+  std::unique_lock lock(telemetry_flush_mu_, std::try_to_lock);
+  if (!lock.owns_lock()) return;  // another request is writing them
+  telemetry_flushed_us_ = clock_->MonotonicMicros();
+  int64_t expire_before_ms = 0;
+  std::vector<store::TelemetryRecord> points = telemetry_->TakeDirty(&expire_before_ms);
+  if (!points.empty()) {
+    if (Status s = store_->PutTelemetry(points); !s.ok()) {
+      if (s.code() == StatusCode::kUnimplemented) return;
+      spdlog::warn("telemetry: cannot store {} points yet: {}", points.size(), s.message());
+      telemetry_->Requeue(std::move(points));
+      return;
+    }
+  }
+  // The retention: old points leave the store about once an hour.
+  const int64_t now = clock_->MonotonicMicros();
+  if (telemetry_expired_us_ == 0 || now - telemetry_expired_us_ >= int64_t{3600} * 1'000'000) {
+    telemetry_expired_us_ = now;
+    Result<int64_t> gone = store_->DeleteTelemetryBefore(expire_before_ms);
+    if (!gone.ok() && gone.status().code() != StatusCode::kUnimplemented) {
+      spdlog::warn("telemetry: cannot drop old points: {}", gone.status().message());
+    }
+  }
+}
+
+std::vector<int64_t> Api::ApplyIdlePolicy() {
+  const TelemetryOptions& o = telemetry_->options();
+  std::vector<int64_t> cancelled;
+  if (o.idle_action.empty()) return cancelled;
+  const int64_t now_ms = clock_->NowMicros() / 1000;
+  Caller policy;
+  policy.admin = true;
+  for (const auto& [id, since_ms] : telemetry_->IdleJobs()) {
+    Result<jobs::Job> job = controller_->Get(id, policy);
+    if (!job.ok() || job->state != jobs::JobState::kRunning || job->cancel_requested) continue;
+    const std::string why = "its GPUs sat below " + FormatNumber(o.idle_below_pct) + "% for " +
+                            std::to_string((now_ms - since_ms) / 60'000) + " minutes";
+    {
+      std::lock_guard lock(idle_mu_);
+      if (idle_warned_.insert(id).second) {
+        spdlog::warn("idle policy: job {} of {}: {}", id, job->user, why);
+      }
+    }
+    if (o.idle_action != "cancel") continue;
+    if (now_ms - since_ms < (o.idle_after_s + o.idle_cancel_after_s) * 1000) continue;
+    policy.user = "the idle policy (" + why + ")";
+    if (Result<jobs::Job> c = controller_->Cancel(id, policy); c.ok()) {
+      spdlog::warn("idle policy: cancelled job {} of {}: {}", id, job->user, why);
+      cancelled.push_back(id);
+    } else {
+      spdlog::warn("idle policy: cannot cancel job {}: {}", id, c.status().message());
+    }
+  }
+  return cancelled;
+}
+
+OrderedJson Api::JobJson(const jobs::Job& job) {
+  OrderedJson j = jobs::JobToJson(job);
+  std::optional<JobGpuUtil> u = telemetry_->Job(job.id);
+  if (!u) return j;
+  const bool idle = u->idle && job.state == jobs::JobState::kRunning;
+  OrderedJson g = {{"mean_pct", u->mean_pct},
+                   {"peak_pct", u->peak_pct},
+                   {"peak_mem_mib", u->peak_mem_mib},
+                   {"used_gpu_hours", u->used_gpu_hours},
+                   {"idle", idle}};
+  if (idle) {
+    g["idle_since_ms"] = u->idle_since_ms;
+    if (telemetry_->options().idle_action == "warn") {
+      g["warning"] = "the GPUs of this job sit idle (below " +
+                     FormatNumber(telemetry_->options().idle_below_pct) +
+                     "%); the pool's idle policy warns about such jobs";
+    }
+  }
+  j["gpu_util"] = std::move(g);
+  return j;
+}
+
+// GET /v1/telemetry?job=ID | node=NAME[&gpu=INDEX] | (the pool), since_ms, step_s.
+// Jobs: their owner or an admin; nodes and the pool: any caller that may call it.
+HttpResponse Api::Telemetry(const Call& c) {
+  const HttpRequest& r = c.r;
+  const int64_t now_ms = clock_->NowMicros() / 1000;
+  const int64_t oldest = now_ms - telemetry_->options().retention_s * 1000;
+  Result<int64_t> since = QueryInt(r, "since_ms", now_ms - 3'600'000, 0, INT64_MAX);
+  if (!since.ok()) return ErrorResponse(since.status());
+  Result<int64_t> step = QueryInt(r, "step_s", 60, 60, 7 * 86400);
+  if (!step.ok()) return ErrorResponse(step.status());
+  const int64_t from = std::max(*since, oldest);
+  constexpr int64_t kMaxPoints = 10'080;
+  if ((now_ms - from) / (*step * 1000) > kMaxPoints) {
+    return ErrorResponse(Status::InvalidArgument("since_ms and step_s ask for more than " +
+                                                 std::to_string(kMaxPoints) +
+                                                 " points; raise step_s"));
+  }
+  const std::string job = r.Query("job");
+  const std::string node = r.Query("node");
+  const std::string gpu = r.Query("gpu");
+  if (!job.empty() && (!node.empty() || !gpu.empty())) {
+    return ErrorResponse(Status::InvalidArgument("job: use job=ID or node=NAME, not both"));
+  }
+  if (!gpu.empty() && node.empty()) {
+    return ErrorResponse(Status::InvalidArgument("gpu: give the node too (node=NAME&gpu=INDEX)"));
+  }
+  std::vector<TelemetryPoint> points;
+  OrderedJson answer;
+  if (!job.empty()) {
+    if (c.who.kind == CallerKind::kMetrics) {
+      return ErrorResponse(Status::PermissionDenied(
+          "metrics tokens read node and pool series; a job's series is for its owner"));
+    }
+    Result<int64_t> id = QueryInt(r, "job", 0, 1, INT64_MAX);
+    if (!id.ok()) return ErrorResponse(id.status());
+    Result<jobs::Job> j = controller_->Get(*id, c.caller);
+    if (!j.ok()) return ErrorResponse(j.status());
+    points = telemetry_->JobSeries(*id, from, *step);
+    answer["job"] = *id;
+  } else if (!node.empty()) {
+    Result<int64_t> index = QueryInt(r, "gpu", -1, 0, 1 << 20);
+    if (!index.ok()) return ErrorResponse(index.status());
+    bool known = false;
+    for (const NodeView& v : controller_->Nodes()) known = known || v.name == node;
+    if (!known) return ErrorResponse(Status::NotFound("no node " + node));
+    points = telemetry_->NodeSeries(node, static_cast<int>(*index), from, *step);
+    answer["node"] = node;
+    if (*index >= 0) answer["gpu"] = *index;
+  } else {
+    points = telemetry_->PoolSeries(from, *step);
+  }
+  OrderedJson list = OrderedJson::array();
+  for (const TelemetryPoint& p : points) {
+    list.push_back({{"t_ms", p.t_ms},
+                    {"util_pct", p.util_pct},
+                    {"mem_used_mib", p.mem_used_mib},
+                    {"gpus", p.gpus}});
+  }
+  answer["step_s"] = *step - *step % 60;
+  answer["points"] = std::move(list);
+  return JsonResponse(200, answer);
 }
 
 HttpResponse Api::ServeAgentEvents(const Call& c) {

@@ -5,6 +5,8 @@
 #include <atomic>
 #include <functional>
 #include <memory>
+#include <mutex>
+#include <set>
 #include <span>
 #include <string>
 #include <string_view>
@@ -15,6 +17,7 @@
 #include "controller/dashboard.h"
 #include "controller/environments.h"
 #include "controller/request_limiter.h"
+#include "controller/telemetry.h"
 #include "net/http.h"
 #include "store/store.h"
 
@@ -32,7 +35,8 @@ class Api {
         auth_(std::move(auth)),
         own_inspector_(inspector == nullptr ? NewPodmanInspector({}, clock) : nullptr),
         environments_(store, inspector == nullptr ? own_inspector_.get() : inspector, clock),
-        dashboard_(store, clock, auth_) {}
+        dashboard_(store, clock, auth_),
+        telemetry_(std::make_unique<TelemetryHub>(clock)) {}
 
   // Answers `request`: 401 when the caller is not authenticated, 403 when its kind may not
   // use the endpoint (endpoint_access.h), 429 when it waits too often at once, 404 (or 400
@@ -76,6 +80,21 @@ class Api {
   void SetControllersView(std::function<Result<OrderedJson>()> view) {
     controllers_view_ = std::move(view);
   }
+
+  // GPU telemetry (issue 17; telemetry.h): replaces the default hub with one of these
+  // options and loads the stored series of the retention period. InvalidArgument for bad
+  // options (naming the flag); a store without telemetry leaves the series in memory.
+  // Call before the first request.
+  Status ConfigureTelemetry(TelemetryOptions options);
+  TelemetryHub& telemetry() { return *telemetry_; }
+  // Writes the telemetry points gathered since the last call to the store and drops
+  // those past the retention (the telemetry POSTs call it, at most every
+  // kTelemetryFlushUs; tests call it directly). Never under the controller's lock.
+  void FlushTelemetry();
+  // The idle policy (--idle-action): warns about or cancels running jobs whose GPUs
+  // sit idle. The telemetry POSTs call it; returns the jobs it cancelled.
+  std::vector<int64_t> ApplyIdlePolicy();
+  static constexpr int64_t kTelemetryFlushUs = 30'000'000;
 
  private:
   // A request matched to a route, with the route's path parameters.
@@ -143,6 +162,11 @@ class Api {
   net::HttpResponse ServeAgentWork(const Call& c);
   net::HttpResponse ServeAgentEvents(const Call& c);
   net::HttpResponse ServeAgentLogs(const Call& c);
+  net::HttpResponse ServeAgentTelemetry(const Call& c);
+  // GET /v1/telemetry: a job's, a node's (or one GPU's) or the pool's series.
+  net::HttpResponse Telemetry(const Call& c);
+  // A job as the API shows it: jobs::JobToJson and, once sampled, its gpu_util.
+  OrderedJson JobJson(const jobs::Job& job);
 
   Controller* controller_;
   store::Store* store_;
@@ -155,6 +179,12 @@ class Api {
   Environments environments_;
   std::function<Result<OrderedJson>()> controllers_view_;
   Dashboard dashboard_;
+  std::unique_ptr<TelemetryHub> telemetry_;
+  std::mutex telemetry_flush_mu_;  // one flush at a time
+  std::atomic<int64_t> telemetry_flushed_us_{0};
+  std::atomic<int64_t> telemetry_expired_us_{0};
+  std::mutex idle_mu_;
+  std::set<int64_t> idle_warned_;  // jobs the idle policy warned about (guarded by idle_mu_)
 };
 
 }  // namespace gpupool::controller

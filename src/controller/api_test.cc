@@ -99,7 +99,7 @@ class ApiAccessTest : public ::testing::Test {
     return DumpJson(gpu::NodeToJson(n));
   }
   static std::string RegisterBody(const std::string& node, int gpus) {
-    return R"({"protocol": "1.1", "node": ")" + node +
+    return R"({"protocol": "1.2", "node": ")" + node +
            R"(", "cpu_milli": 8000, "memory_mib": 65536, "info": )" + NodeInfoJson(gpus) + "}";
   }
   static std::string Error(const net::HttpResponse& r) {
@@ -465,6 +465,186 @@ TEST_F(ApiAccessTest, TokenCreationChecksNamesKindsAndExpiry) {
   EXPECT_EQ(j["tokens"][0]["user"], "gpu-07.rack_2");
   EXPECT_TRUE(j["tokens"][0].contains("last_used_us"));
   EXPECT_EQ(j["tokens"][1]["kind"], "metrics");
+}
+
+}  // namespace
+}  // namespace gpupool::controller
+
+namespace gpupool::controller {
+namespace {
+
+// Issue 17: telemetry through the API: node tokens report only for their node, the
+// latest sample shows on the node, the job gets gpu_util, series and usage follow, the
+// idle policy cancels, points reach the store.
+class ApiTelemetryTest : public ApiAccessTest {
+ protected:
+  // One sample of GPU 0 of vm (holding `job` at full share) and GPU 1 (free).
+  std::string Batch(int64_t job, double util, int64_t at_ms) {
+    return R"({"node": "vm", "samples": [{"index": 0, "at_ms": )" + std::to_string(at_ms) +
+           R"(, "util_pct": )" + std::to_string(util) +
+           R"(, "mem_used_mib": 2048, "mem_total_mib": 81920, "power_w": 300, "temp_c": 50,
+           "jobs": [{"job_id": )" +
+           std::to_string(job) + R"(}]}, {"index": 1, "at_ms": )" + std::to_string(at_ms) +
+           R"(, "util_pct": 0}]})";
+  }
+  // Samples every 5 s for `seconds`, advancing the clock.
+  void Report(const std::string& token, int64_t job, double util, int seconds) {
+    for (int s = 0; s < seconds; s += 5) {
+      clock_.AdvanceMicros(5'000'000);
+      net::HttpResponse r = WithToken(token, "POST", "/v1/agent/telemetry", {},
+                                      Batch(job, util, clock_.NowMicros() / 1000));
+      ASSERT_EQ(r.status, 200) << r.body;
+    }
+  }
+  Json Body(const net::HttpResponse& r) { return ParseJson(r.body, "answer").value(); }
+};
+
+TEST_F(ApiTelemetryTest, NodesJobsSeriesAndUsageShowTheSamples) {
+  const std::string vm = Token("vm", "node");
+  const int64_t id = RunningJobOnVm(vm);
+  // Before any sample: no telemetry, no gpu_util.
+  Json job = Body(AsUid(0, "GET", "/v1/jobs/" + std::to_string(id)));
+  EXPECT_FALSE(job["job"].contains("gpu_util"));
+  Report(vm, id, 60, 120);
+  Report(vm, id, 100, 60);
+
+  Json nodes = Body(AsUid(user_uid_, "GET", "/v1/nodes"));
+  const Json& gpu0 = nodes["nodes"][0]["gpus"][0];
+  ASSERT_TRUE(gpu0.contains("telemetry")) << nodes.dump();
+  EXPECT_EQ(gpu0["telemetry"]["util_pct"], 100);
+  EXPECT_EQ(gpu0["telemetry"]["mem_total_mib"], 81920);
+  EXPECT_FALSE(nodes["nodes"][0]["gpus"][1]["telemetry"].contains("power_w"));
+
+  job = Body(AsUid(0, "GET", "/v1/jobs/" + std::to_string(id)));
+  const Json& u = job["job"]["gpu_util"];
+  EXPECT_NEAR(u["mean_pct"].get<double>(), (24 * 60 + 12 * 100) / 36.0, 0.01);
+  EXPECT_EQ(u["peak_pct"], 100);
+  EXPECT_EQ(u["peak_mem_mib"], 2048);
+  EXPECT_EQ(u["idle"], false);
+  EXPECT_FALSE(u.contains("idle_since_ms"));
+  Json list = Body(AsUid(0, "GET", "/v1/jobs"));
+  EXPECT_TRUE(list["jobs"][0].contains("gpu_util"));
+
+  // Series: the pool's two GPUs, the node's GPU 0, the job.
+  Json pool = Body(AsUid(user_uid_, "GET", "/v1/telemetry"));
+  ASSERT_FALSE(pool["points"].empty()) << pool.dump();
+  EXPECT_EQ(pool["points"][0]["gpus"], 2);
+  Json one = Body(WithToken(Token(user_, "metrics"), "GET", "/v1/telemetry",
+                            {{"node", "vm"}, {"gpu", "0"}, {"step_s", "600"}}));
+  ASSERT_EQ(one["points"].size(), 1u) << one.dump();
+  EXPECT_EQ(one["points"][0]["gpus"], 1);
+  Json series = Body(AsUid(0, "GET", "/v1/telemetry", {{"job", std::to_string(id)}}));
+  EXPECT_FALSE(series["points"].empty());
+
+  // Usage: 3 minutes allocated, used 60% for 2 and 100% for 1 (the first interval of the
+  // job's GPU has no predecessor and counts nothing).
+  // (The window is [since, until): a second on, so that the last sample, in the minute
+  // that starts now, is inside.)
+  clock_.AdvanceMicros(1'000'000);
+  Json usage = Body(AsUid(0, "GET", "/v1/usage"));
+  const Json& row = usage["rows"][0];
+  EXPECT_GT(row["used_gpu_hours"].get<double>(), 0);
+  EXPECT_LE(row["used_gpu_hours"].get<double>(), row["gpu_hours"].get<double>());
+  EXPECT_NEAR(row["used_gpu_hours"].get<double>(), (115 * 0.6 + 60 * 1.0) / 3600, 1e-6);
+  EXPECT_NEAR(row["efficiency"].get<double>(),
+              row["used_gpu_hours"].get<double>() / row["gpu_hours"].get<double>(), 1e-9);
+
+  // The points reach the store.
+  api_->FlushTelemetry();
+  Result<std::vector<store::TelemetryRecord>> stored = store_->ListTelemetry(0);
+  ASSERT_TRUE(stored.ok());
+  EXPECT_FALSE(stored->empty());
+}
+
+TEST_F(ApiTelemetryTest, WhoMayReportAndReadAndBadInput) {
+  const std::string vm = Token("vm", "node");
+  const int64_t id = RunningJobOnVm(vm);
+  const std::string vm2 = Token("vm2", "node");
+  EXPECT_EQ(WithToken(vm2, "POST", "/v1/agent/register", {}, RegisterBody("vm2", 1)).status, 200);
+  // vm2's token cannot report for vm; people cannot report at all.
+  net::HttpResponse r = WithToken(vm2, "POST", "/v1/agent/telemetry", {}, Batch(id, 50, 1));
+  EXPECT_EQ(r.status, 403) << r.body;
+  EXPECT_EQ(AsUid(user_uid_, "POST", "/v1/agent/telemetry", {}, Batch(id, 50, 1)).status, 403);
+  EXPECT_TRUE(api_->telemetry().LatestOfNode("vm").empty());
+  // Bad batches name the field.
+  r = WithToken(vm, "POST", "/v1/agent/telemetry", {},
+                R"({"node": "vm", "samples": [{"index": 0, "at_ms": 1, "util_pct": 250}]})");
+  EXPECT_EQ(r.status, 400);
+  EXPECT_NE(Error(r).find("samples[0].util_pct"), std::string::npos) << r.body;
+  EXPECT_EQ(WithToken(vm, "POST", "/v1/agent/telemetry", {}, "not json").status, 400);
+  // An unregistered node.
+  const std::string ghost = Token("ghost", "node");
+  EXPECT_EQ(WithToken(ghost, "POST", "/v1/agent/telemetry", {}, R"({"samples": []})").status, 404);
+
+  Report(vm, id, 50, 10);
+  // A job's series: its owner (root here) yes, another user no, metrics tokens no.
+  EXPECT_EQ(AsUid(user_uid_, "GET", "/v1/telemetry", {{"job", std::to_string(id)}}).status, 403);
+  EXPECT_EQ(
+      WithToken(Token(user_, "metrics"), "GET", "/v1/telemetry", {{"job", std::to_string(id)}})
+          .status,
+      403);
+  // Bad queries.
+  EXPECT_EQ(AsUid(0, "GET", "/v1/telemetry", {{"job", "x"}}).status, 400);
+  EXPECT_EQ(AsUid(0, "GET", "/v1/telemetry", {{"job", "1"}, {"node", "vm"}}).status, 400);
+  EXPECT_EQ(AsUid(0, "GET", "/v1/telemetry", {{"gpu", "0"}}).status, 400);
+  EXPECT_EQ(AsUid(0, "GET", "/v1/telemetry", {{"node", "nope"}}).status, 404);
+  EXPECT_EQ(AsUid(0, "GET", "/v1/telemetry", {{"step_s", "10"}}).status, 400);
+  // From the start of time: from the start of the retention (7 days: 10080 minutes).
+  EXPECT_EQ(AsUid(0, "GET", "/v1/telemetry", {{"since_ms", "0"}}).status, 200);
+  EXPECT_EQ(AsUid(0, "GET", "/v1/telemetry", {{"job", "999"}}).status, 404);
+}
+
+TEST_F(ApiTelemetryTest, TheIdlePolicyWarnsThenCancelsIdleJobs) {
+  TelemetryOptions o;
+  o.idle_action = "cancel";
+  o.idle_after_s = 600;
+  o.idle_cancel_after_s = 300;
+  ASSERT_TRUE(api_->ConfigureTelemetry(o).ok());
+  EXPECT_FALSE(api_->ConfigureTelemetry(TelemetryOptions{.idle_action = "kill"}).ok());
+  // A longer retention: a query for all of it in minutes asks too much.
+  ASSERT_TRUE(api_->ConfigureTelemetry(TelemetryOptions{.retention_s = 30 * 86400}).ok());
+  EXPECT_EQ(AsUid(0, "GET", "/v1/telemetry", {{"since_ms", "0"}}).status, 400);
+  EXPECT_EQ(AsUid(0, "GET", "/v1/telemetry", {{"since_ms", "0"}, {"step_s", "300"}}).status, 200);
+  ASSERT_TRUE(api_->ConfigureTelemetry(o).ok());
+  const std::string vm = Token("vm", "node");
+  const int64_t id = RunningJobOnVm(vm);
+  const std::string path = "/v1/jobs/" + std::to_string(id);
+  Report(vm, id, 2, 9 * 60);  // idle 9 minutes: not yet
+  EXPECT_EQ(Body(AsUid(0, "GET", path))["job"]["gpu_util"]["idle"], false);
+  Report(vm, id, 2, 2 * 60);  // 11 minutes: idle, warned, not cancelled
+  Json job = Body(AsUid(0, "GET", path));
+  EXPECT_EQ(job["job"]["gpu_util"]["idle"], true);
+  EXPECT_EQ(job["job"]["state"], "RUNNING");
+  EXPECT_GT(job["job"]["gpu_util"]["idle_since_ms"].get<int64_t>(), 0);
+  Report(vm, id, 2, 5 * 60);  // 16 minutes: past idle_after + idle_cancel_after
+  job = Body(AsUid(0, "GET", path));
+  EXPECT_TRUE(job["job"]["cancel_requested"].get<bool>()) << job.dump();
+  EXPECT_NE(job["job"]["reason"].get<std::string>().find("the idle policy"), std::string::npos)
+      << job.dump();
+}
+
+TEST_F(ApiTelemetryTest, TheWarnPolicyWarnsAndLeavesTheJobRunning) {
+  TelemetryOptions o;
+  o.idle_action = "warn";
+  o.idle_after_s = 300;
+  ASSERT_TRUE(api_->ConfigureTelemetry(o).ok());
+  const std::string vm = Token("vm", "node");
+  const int64_t id = RunningJobOnVm(vm);
+  const std::string path = "/v1/jobs/" + std::to_string(id);
+  Report(vm, id, 1, 4 * 60);
+  EXPECT_FALSE(Body(AsUid(0, "GET", path))["job"]["gpu_util"].contains("warning"));
+  Report(vm, id, 1, 3 * 60);
+  Json job = Body(AsUid(0, "GET", path));
+  EXPECT_EQ(job["job"]["gpu_util"]["idle"], true);
+  EXPECT_NE(job["job"]["gpu_util"]["warning"].get<std::string>().find("below 5%"),
+            std::string::npos);
+  Report(vm, id, 1, 30 * 60);
+  job = Body(AsUid(0, "GET", path));
+  EXPECT_EQ(job["job"]["state"], "RUNNING");
+  EXPECT_FALSE(job["job"]["cancel_requested"].get<bool>());
+  // Busy again: no longer idle.
+  Report(vm, id, 60, 10);
+  EXPECT_EQ(Body(AsUid(0, "GET", path))["job"]["gpu_util"]["idle"], false);
 }
 
 }  // namespace

@@ -30,6 +30,8 @@ constexpr EndpointRule kRules[] = {
     {"", "/v1/nodes/", kAdminBit, "only admins drain and resume nodes"},
     {"PUT", "/v1/limits", kAdminBit, "only admins set limits"},
     {"GET", "/v1/usage", kUserBit | kAdminBit | kMetricsBit, ""},
+    // Series of nodes and the pool for anyone; of a job for its owner (Api::Telemetry).
+    {"GET", "/v1/telemetry", kUserBit | kAdminBit | kMetricsBit, ""},
     {"GET", "/metrics", kAdminBit | kMetricsBit,
      "/metrics is for metrics tokens and admins: ask an admin for a metrics token"},
     {"", "/v1/tokens", kAdminBit, "only admins manage tokens"},

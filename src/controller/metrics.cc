@@ -150,6 +150,47 @@ std::string PoolMetrics::Render(const PoolSnapshot& pool) const {
     Sample("gpupool_allocated_gpu_seconds_total",
            Label("user", key.first) + "," + Label("project", key.second), hours * 3600, &out);
   }
+  Family("gpupool_used_gpu_seconds_total", "counter",
+         "GPU time used by jobs: their share x their GPUs' measured utilisation x time, by "
+         "user and project (GPU telemetry); / 3600 for GPU-hours.",
+         &out);
+  for (const auto& [key, hours] : pool.used_gpu_hours) {
+    Sample("gpupool_used_gpu_seconds_total",
+           Label("user", key.first) + "," + Label("project", key.second), hours * 3600, &out);
+  }
+  // dcgm-exporter's names, units and labels, so its dashboards work unchanged.
+  struct Gauge {
+    const char* name;
+    const char* help;
+    std::optional<double> GpuGauges::*value;
+  };
+  const Gauge kGauges[] = {
+      {"DCGM_FI_DEV_GPU_UTIL", "GPU utilization (in %).", &GpuGauges::util_pct},
+      {"DCGM_FI_DEV_FB_USED", "Framebuffer memory used (in MiB).", &GpuGauges::fb_used_mib},
+      {"DCGM_FI_DEV_FB_FREE", "Framebuffer memory free (in MiB).", &GpuGauges::fb_free_mib},
+      {"DCGM_FI_DEV_POWER_USAGE", "Power draw (in W).", &GpuGauges::power_w},
+      {"DCGM_FI_DEV_GPU_TEMP", "GPU temperature (in C).", &GpuGauges::temp_c},
+      {"DCGM_FI_DEV_XID_ERRORS",
+       "Uncorrected ECC errors since the driver loaded (gpupool reports this count here).",
+       &GpuGauges::xid_errors},
+  };
+  for (const Gauge& g : kGauges) {
+    bool any = false;
+    for (const GpuGauges& gpu : pool.gpus) any = any || (gpu.*g.value).has_value();
+    if (!any) continue;
+    Family(g.name, "gauge", g.help, &out);
+    for (const GpuGauges& gpu : pool.gpus) {
+      if (!(gpu.*g.value)) continue;
+      std::string labels = Label("gpu", std::to_string(gpu.gpu)) + "," + Label("UUID", gpu.uuid) +
+                           "," + Label("device", gpu.device) + "," +
+                           Label("modelName", gpu.model_name) + "," +
+                           Label("Hostname", gpu.hostname);
+      if (!gpu.hpc_job.empty()) {
+        labels += "," + Label("hpc_job", gpu.hpc_job) + "," + Label("user", gpu.user);
+      }
+      Sample(g.name, labels, *(gpu.*g.value), &out);
+    }
+  }
   std::lock_guard lock(mu_);
   Family("gpupool_scheduling_pass_seconds", "histogram",
          "How long a scheduling pass took (planning and applying).", &out);

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -30,6 +31,24 @@ class Histogram {
   uint64_t count_ = 0;
 };
 
+// One GPU's latest telemetry for the dcgm-exporter compatible gauges (DCGM_FI_DEV_*),
+// with dcgm-exporter's labels.
+struct GpuGauges {
+  int gpu = 0;             // label gpu: the index on its node
+  std::string uuid;        // UUID
+  std::string device;      // device: "nvidia0"
+  std::string model_name;  // modelName
+  std::string hostname;    // Hostname: the node
+  std::string hpc_job;     // hpc_job: the job(s) holding it ("12" or "12,13"), "" when free
+  std::string user;        // user: their owner(s), "" when free
+  std::optional<double> util_pct;
+  std::optional<double> fb_used_mib;
+  std::optional<double> fb_free_mib;
+  std::optional<double> power_w;
+  std::optional<double> temp_c;
+  std::optional<double> xid_errors;
+};
+
 // What the pool looks like at the moment of a scrape (Controller::MetricsSnapshot).
 struct PoolSnapshot {
   std::map<std::string, int64_t> jobs_by_state;      // every job in the store, by state
@@ -39,6 +58,9 @@ struct PoolSnapshot {
   double gpus_allocated = 0;  // shares added up (0.5 = half a GPU)
   // Allocated GPU-hours of every job so far (running ones up to now), by (user, project).
   std::map<std::pair<std::string, std::string>, double> gpu_hours;
+  // Utilisation-weighted GPU-hours used (telemetry.h), by (user, project).
+  std::map<std::pair<std::string, std::string>, double> used_gpu_hours;
+  std::vector<GpuGauges> gpus;  // GPUs of nodes that are up with telemetry
 };
 
 // The class of a pending reason, for the gpupool_jobs_pending label: "resources" (no room

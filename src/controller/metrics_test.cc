@@ -93,7 +93,56 @@ TEST(MetricsTest, RendersEveryFamilyOnceWithCumulativeBucketsAndEscapedLabels) {
       EXPECT_TRUE(known) << "sample before its family: " << line;
     }
   }
-  EXPECT_EQ(helped.size(), 9u);
+  EXPECT_EQ(helped.size(), 10u);  // no GPU telemetry in this snapshot: no DCGM_FI_DEV_*
+}
+
+// Issue 17: dcgm-exporter's names and labels, job labels only while a job holds the GPU,
+// absent figures left out, and the used GPU time next to the allocated.
+TEST(MetricsTest, DcgmGaugesAndUsedGpuSeconds) {
+  PoolMetrics m;
+  PoolSnapshot pool;
+  pool.used_gpu_hours[{"alice", "vision"}] = 1.5;
+  GpuGauges busy;
+  busy.gpu = 0;
+  busy.uuid = "GPU-a";
+  busy.device = "nvidia0";
+  busy.model_name = "NVIDIA H100 80GB HBM3";
+  busy.hostname = "gpu07";
+  busy.hpc_job = "42";
+  busy.user = "alice";
+  busy.util_pct = 93;
+  busy.fb_used_mib = 30720;
+  busy.fb_free_mib = 50839;
+  busy.power_w = 612.5;
+  busy.temp_c = 64;
+  busy.xid_errors = 0;
+  GpuGauges free_gpu = busy;
+  free_gpu.gpu = 1;
+  free_gpu.uuid = "GPU-b";
+  free_gpu.device = "nvidia1";
+  free_gpu.hpc_job.clear();
+  free_gpu.user.clear();
+  free_gpu.util_pct = 0;
+  free_gpu.power_w.reset();
+  pool.gpus = {busy, free_gpu};
+  const std::string text = m.Render(pool);
+  const std::string labels =
+      "gpu=\"0\",UUID=\"GPU-a\",device=\"nvidia0\",modelName=\"NVIDIA H100 80GB HBM3\","
+      "Hostname=\"gpu07\"";
+  EXPECT_EQ(ValueOf(text, "DCGM_FI_DEV_GPU_UTIL{" + labels + ",hpc_job=\"42\",user=\"alice\"}"),
+            93);
+  EXPECT_EQ(ValueOf(text, "DCGM_FI_DEV_FB_USED{" + labels + ",hpc_job=\"42\",user=\"alice\"}"),
+            30720);
+  EXPECT_EQ(ValueOf(text, "DCGM_FI_DEV_POWER_USAGE{" + labels + ",hpc_job=\"42\",user=\"alice\"}"),
+            612.5);
+  EXPECT_EQ(ValueOf(text,
+                    "DCGM_FI_DEV_GPU_UTIL{gpu=\"1\",UUID=\"GPU-b\",device=\"nvidia1\","
+                    "modelName=\"NVIDIA H100 80GB HBM3\",Hostname=\"gpu07\"}"),
+            0);
+  EXPECT_EQ(text.find("DCGM_FI_DEV_POWER_USAGE{gpu=\"1\""), std::string::npos);
+  EXPECT_NE(text.find("# TYPE DCGM_FI_DEV_XID_ERRORS gauge\n"), std::string::npos);
+  EXPECT_EQ(ValueOf(text, "gpupool_used_gpu_seconds_total{user=\"alice\",project=\"vision\"}"),
+            5400);
 }
 
 }  // namespace

@@ -99,6 +99,28 @@ class Scenario {
     Expect(200, Root("POST", "/v1/agent/events", "/v1/agent/events", {},
                      R"({"node": "vm", "events": [{"job_id": )" + id +
                          R"(, "attempt": 1, "kind": "started", "master_port": 29500}]})"));
+    // Telemetry from the agent (protocol 1.3): GPU 0 runs the job at 80%, GPU 1 is free.
+    for (int i = 0; i < 2; ++i) {
+      const std::string at = std::to_string(clock_.NowMicros() / 1000 + i * 5000);
+      Expect(200, Root("POST", "/v1/agent/telemetry", "/v1/agent/telemetry", {},
+                       R"({"node": "vm", "samples": [{"index": 0, "uuid": "GPU-1000", "at_ms": )" +
+                           at + R"(, "util_pct": 80, "mem_used_mib": 30000,
+                           "mem_total_mib": 81559, "power_w": 512.5, "temp_c": 61,
+                           "xid_errors": 0, "jobs": [{"job_id": )" +
+                           id + R"(, "gpu_milli": 1000}], "processes": [{"pid": 4242,
+                           "job_id": )" +
+                           id + R"(, "used_mib": 29000, "util_pct": 80}]},
+                           {"index": 1, "uuid": "GPU-1001", "at_ms": )" +
+                           at + R"(, "util_pct": 0, "mem_used_mib": 0}]})"));
+    }
+    Expect(400, Root("POST", "/v1/agent/telemetry", "/v1/agent/telemetry", {},
+                     R"({"node": "vm", "samples": [{"index": 0, "at_ms": "now"}]})"));
+    Expect(200, Root("GET", "/v1/nodes", "/v1/nodes"));
+    Expect(200, Root("GET", "/v1/telemetry", "/v1/telemetry"));
+    Expect(200, User("GET", "/v1/telemetry", "/v1/telemetry", {{"node", "vm"}, {"gpu", "0"}}));
+    Expect(200, Root("GET", "/v1/telemetry", "/v1/telemetry", {{"job", id}, {"step_s", "300"}}));
+    Expect(400, Root("GET", "/v1/telemetry", "/v1/telemetry", {{"gpu", "0"}}));
+    Expect(404, Root("GET", "/v1/telemetry", "/v1/telemetry", {{"node", "nowhere"}}));
     Expect(200, Root("GET", "/v1/jobs/{id}", "/v1/jobs/" + id));
     Expect(200, Root("GET", "/v1/jobs/{id}/logs", "/v1/jobs/" + id + "/logs"));
     Expect(200, Root("GET", "/metrics", "/metrics"));

@@ -19,7 +19,8 @@ double JobGpuHours(const jobs::Job& j, int64_t since_us, int64_t until_us, int64
 }
 
 std::vector<UsageRow> ComputeUsage(const std::vector<jobs::Job>& jobs, int64_t since_us,
-                                   int64_t until_us, int64_t now_us, const std::string& by) {
+                                   int64_t until_us, int64_t now_us, const std::string& by,
+                                   const std::map<int64_t, double>& used_hours) {
   std::map<std::string, UsageRow> rows;
   for (const jobs::Job& j : jobs) {
     if (j.start_time_us <= 0) continue;  // never ran
@@ -29,6 +30,7 @@ std::vector<UsageRow> ComputeUsage(const std::vector<jobs::Job>& jobs, int64_t s
     UsageRow& r = rows[key];
     r.key = key;
     r.gpu_hours += JobGpuHours(j, since_us, until_us, now_us);
+    if (auto u = used_hours.find(j.id); u != used_hours.end()) r.used_gpu_hours += u->second;
     r.jobs += 1;
   }
   std::vector<UsageRow> out;

@@ -1,9 +1,12 @@
 // GPU-hours accounting: how much GPU each user or project held in a time window.
 // A job holds num_gpus x gpu_milli/1000 GPUs per task from its start to its end (or
-// `now` while it runs); only the part inside the window counts.
+// `now` while it runs); only the part inside the window counts. Used GPU-hours weigh that
+// by the measured utilisation (telemetry.h: share x utilisation x time, per job), and
+// efficiency is used / allocated.
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -12,16 +15,21 @@
 namespace gpupool::controller {
 
 struct UsageRow {
-  std::string key;  // user or project
-  double gpu_hours = 0;
+  std::string key;            // user or project
+  double gpu_hours = 0;       // allocated
+  double used_gpu_hours = 0;  // utilisation-weighted (jobs without samples add nothing)
   int jobs = 0;
+  // used / allocated; 0 when nothing was allocated.
+  double efficiency() const { return gpu_hours > 0 ? used_gpu_hours / gpu_hours : 0; }
 };
 
 // The GPU-hours job `j` held inside [since_us, until_us) (up to now_us while it runs).
 double JobGpuHours(const jobs::Job& j, int64_t since_us, int64_t until_us, int64_t now_us);
 
-// `by` is "user" or "project". Rows sorted by GPU-hours, largest first.
+// `by` is "user" or "project". Rows sorted by GPU-hours, largest first. `used_hours`:
+// each job's used GPU-hours inside the window (TelemetryHub::UsedGpuHours).
 std::vector<UsageRow> ComputeUsage(const std::vector<jobs::Job>& jobs, int64_t since_us,
-                                   int64_t until_us, int64_t now_us, const std::string& by);
+                                   int64_t until_us, int64_t now_us, const std::string& by,
+                                   const std::map<int64_t, double>& used_hours = {});
 
 }  // namespace gpupool::controller

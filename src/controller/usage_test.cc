@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <map>
+
 namespace gpupool::controller {
 namespace {
 
@@ -43,6 +45,31 @@ TEST(UsageTest, WeightsFractionsAndClipsToTheWindow) {
   EXPECT_EQ(by_project[0].key, "vision");
   EXPECT_DOUBLE_EQ(by_project[0].gpu_hours, 2.0 + 2.0);  // alice 1 h x 2 GPUs + bob 2 h
   EXPECT_DOUBLE_EQ(by_project[1].gpu_hours, 0.75);
+}
+
+TEST(UsageTest, UsedGpuHoursAndEfficiencyPerUserAndProject) {
+  std::vector<jobs::Job> js = {
+      Ran("alice", "vision", 2, 1000, 0, 2 * kHour),  // 4 GPU-hours allocated
+      Ran("alice", "nlp", 1, 250, 0, 4 * kHour),      // 1 GPU-hour (a quarter GPU)
+      Ran("bob", "vision", 1, 1000, 0, kHour),        // 1 GPU-hour, never sampled
+  };
+  js[0].id = 1;
+  js[1].id = 2;
+  js[2].id = 3;
+  // Job 1 used its GPUs half the time; job 2 its quarter at 40% (0.25 x 0.4 x 4 h).
+  const std::map<int64_t, double> used = {{1, 2.0}, {2, 0.4}, {99, 7.0}};
+  auto by_user = ComputeUsage(js, kT0, kT0 + 6 * kHour, kT0 + 6 * kHour, "user", used);
+  ASSERT_EQ(by_user.size(), 2u);
+  EXPECT_DOUBLE_EQ(by_user[0].gpu_hours, 5.0);
+  EXPECT_DOUBLE_EQ(by_user[0].used_gpu_hours, 2.4);
+  EXPECT_DOUBLE_EQ(by_user[0].efficiency(), 0.48);
+  EXPECT_DOUBLE_EQ(by_user[1].used_gpu_hours, 0);  // no samples: nothing counted as used
+  EXPECT_DOUBLE_EQ(by_user[1].efficiency(), 0);
+  auto by_project = ComputeUsage(js, kT0, kT0 + 6 * kHour, kT0 + 6 * kHour, "project", used);
+  ASSERT_EQ(by_project.size(), 2u);
+  EXPECT_EQ(by_project[1].key, "nlp");
+  EXPECT_DOUBLE_EQ(by_project[1].efficiency(), 0.4);
+  EXPECT_DOUBLE_EQ(UsageRow{}.efficiency(), 0);
 }
 
 }  // namespace

@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "agent/job_files.h"
+#include "common/file_util.h"
 #include "common/strings.h"
 #include "daemon/rendezvous.h"
 #include "envcheck/needs.h"
@@ -85,6 +86,7 @@ Status AgentLoop::Register() {
   GP_ASSIGN_OR_RETURN(protocol::RegistrationReply reply, protocol::DecodeRegistrationReply(answer));
   GP_RETURN_IF_ERROR(
       protocol::CheckCompatible(protocol::kVersion, reply.version, "the controller"));
+  controller_minor_ = reply.version.major == 1 ? reply.version.minor : 99;
   registered_ = true;
   spdlog::info(
       "agent: node {} registered with {} GPUs ({} jobs adopted), address {}, controller "
@@ -536,8 +538,112 @@ void AgentLoop::ReportEvents() {
   }
 }
 
+int64_t JobOfProcess(const std::string& proc_root, int64_t pid) {
+  Result<std::string> text =
+      ReadFileToString(proc_root + "/" + std::to_string(pid) + "/cgroup", 64 << 10);
+  if (!text.ok()) return 0;
+  // "0::/gpupool/job-KEY-ATTEMPT-INSTANCE" (v2) or "5:cpu:/gpupool/job-..." (v1).
+  constexpr std::string_view kLeaf = "/gpupool/job-";
+  const size_t at = text->find(kLeaf);
+  if (at == std::string::npos) return 0;
+  size_t end = at + kLeaf.size();
+  while (end < text->size() && (*text)[end] >= '0' && (*text)[end] <= '9') ++end;
+  std::optional<int64_t> key = ParseInt64(text->substr(at + kLeaf.size(), end - at - kLeaf.size()));
+  if (!key || *key <= 0) return 0;
+  return agent::FromKey(*key).job_id;
+}
+
+size_t AgentLoop::TelemetryRound() {
+  const Clock* clock = options_.clock != nullptr ? options_.clock : SystemClock::Get();
+  const int64_t now_us = clock->NowMicros();
+  Result<std::vector<gpu::GpuSample>> samples = options_.sampler->Sample(now_us);
+  if (!samples.ok()) {
+    spdlog::warn("agent: telemetry: {}", samples.status().message());
+  }
+  // Which tasks hold which GPU: from the specs of what runs here.
+  std::map<int, std::vector<protocol::TelemetryJob>> holders;
+  {
+    std::lock_guard lock(mu_);
+    for (const auto& [key, spec] : specs_) {
+      if (agent::FromKey(key).exec_id != 0) continue;
+      for (const protocol::GpuGrant& g : spec.gpus) {
+        holders[g.index].push_back({spec.pool_job_id, g.gpu_milli});
+      }
+    }
+  }
+  std::vector<protocol::GpuTelemetry> round;
+  if (samples.ok()) {
+    for (const gpu::GpuSample& s : *samples) {
+      protocol::GpuTelemetry t;
+      t.index = s.index;
+      t.uuid = s.uuid;
+      t.at_ms = now_us / 1000;
+      t.util_pct = s.util_pct;
+      t.mem_used_mib = s.mem_used_mib;
+      t.mem_total_mib = s.mem_total_mib;
+      t.power_w = s.power_w;
+      t.temp_c = s.temp_c;
+      t.xid_errors = s.xid_errors;
+      if (auto h = holders.find(s.index); h != holders.end()) t.jobs = h->second;
+      for (const gpu::ProcessSample& p : s.processes) {
+        t.processes.push_back(
+            {p.pid, JobOfProcess(options_.proc_root, p.pid), p.used_mib, p.util_pct});
+      }
+      round.push_back(std::move(t));
+    }
+  }
+  protocol::TelemetryBatch batch;
+  batch.node = options_.node_name;
+  {
+    std::lock_guard lock(telemetry_mu_);
+    for (auto& t : round) unsent_telemetry_.push_back(std::move(t));
+    // While the controller is away the oldest samples go first.
+    while (unsent_telemetry_.size() > protocol::kMaxTelemetrySamples) {
+      unsent_telemetry_.pop_front();
+    }
+    if (!registered_ || controller_minor_ < 3) {
+      // A controller older than 1.3 takes no telemetry: keep only the newest round.
+      if (registered_) unsent_telemetry_.clear();
+      return unsent_telemetry_.size();
+    }
+    batch.samples.assign(unsent_telemetry_.begin(), unsent_telemetry_.end());
+  }
+  if (batch.samples.empty()) return 0;
+  Result<Json> ack =
+      Call("POST", "/v1/agent/telemetry", DumpJson(protocol::EncodeTelemetryBatch(batch)), 10'000);
+  std::lock_guard lock(telemetry_mu_);
+  if (!ack.ok()) {
+    spdlog::warn("agent: cannot send {} telemetry samples yet: {}", batch.samples.size(),
+                 ack.status().message());
+    if (ack.status().code() == StatusCode::kNotFound) registered_ = false;
+    return unsent_telemetry_.size();
+  }
+  // Samples added meanwhile stay (none are: one round at a time).
+  const size_t sent = std::min(batch.samples.size(), unsent_telemetry_.size());
+  unsent_telemetry_.erase(unsent_telemetry_.begin(),
+                          unsent_telemetry_.begin() + static_cast<std::ptrdiff_t>(sent));
+  return unsent_telemetry_.size();
+}
+
+void AgentLoop::TelemetryLoop() {
+  const auto period = std::chrono::seconds(options_.telemetry_interval_s);
+  auto next = std::chrono::steady_clock::now();
+  while (!stopping_) {
+    TelemetryRound();
+    next += period;
+    const auto now = std::chrono::steady_clock::now();
+    if (next < now) next = now + period;  // a round that took too long: no catching up
+    std::unique_lock lock(telemetry_mu_);
+    telemetry_cv_.wait_until(lock, next, [this] { return stopping_.load(); });
+  }
+}
+
 void AgentLoop::Run() {
   std::thread reporter([this] { ReportEvents(); });
+  std::thread telemetry;
+  if (options_.sampler && options_.telemetry_interval_s > 0) {
+    telemetry = std::thread([this] { TelemetryLoop(); });
+  }
   std::vector<std::thread> launchers;
   for (int i = 0; i < std::max(1, options_.launch_workers); ++i) {
     launchers.emplace_back([this] { LaunchWorker(); });
@@ -556,8 +662,10 @@ void AgentLoop::Run() {
     backoff_ms = std::min(backoff_ms * 2, 5000);
   }
   launch_cv_.notify_all();
+  telemetry_cv_.notify_all();
   for (std::thread& t : launchers) t.join();
   reporter.join();
+  if (telemetry.joinable()) telemetry.join();
   std::lock_guard lock(mu_);
   for (auto& [key, relay] : relays_) {
     if (relay) relay->Stop();

@@ -22,9 +22,11 @@
 #include <vector>
 
 #include "agent/launcher.h"
+#include "common/clock.h"
 #include "common/json.h"
 #include "daemon/exec_relay.h"
 #include "gpu/gpu_info.h"
+#include "gpu/telemetry.h"
 #include "jobs/job.h"
 #include "net/http_client.h"
 #include "protocol/agent_protocol.h"
@@ -59,7 +61,20 @@ struct AgentLoopOptions {
   // controller's address as a job's `gpupool exec` should use it (GPUPOOL_SERVER).
   std::string exec_agent;
   std::string server_for_jobs;
+  // GPU telemetry (issue 17): every telemetry_interval_s seconds (0 = off) the sampler
+  // reads the GPUs; the samples go to the controller in batches (protocol 1.3, only to a
+  // controller that speaks it). Null sampler: no telemetry. `clock` times the samples
+  // (null: the system clock); `proc_root` is where a process's cgroup is read to find
+  // its job.
+  int telemetry_interval_s = 5;
+  std::shared_ptr<gpu::TelemetrySampler> sampler;
+  const Clock* clock = nullptr;
+  std::string proc_root = "/proc";
 };
+
+// The pool job whose cgroup the process `pid` runs in (its /proc/PID/cgroup names a
+// gpupool job cgroup, agent/cgroup.h), or 0.
+int64_t JobOfProcess(const std::string& proc_root, int64_t pid);
 
 class AgentLoop {
  public:
@@ -67,7 +82,15 @@ class AgentLoop {
   AgentLoop(AgentLoopOptions options, net::HttpClient client, agent::Launcher* launcher);
 
   void Run();
-  void Stop() { stopping_ = true; }
+  void Stop() {
+    stopping_ = true;
+    telemetry_cv_.notify_all();
+  }
+
+  // One round of telemetry: samples the GPUs, adds the round to the unsent batch and, when
+  // the controller takes telemetry, sends the batch. Run() calls it every interval; tests
+  // call it directly. Returns how many samples are still unsent.
+  size_t TelemetryRound();
 
  private:
   Status Register();
@@ -89,12 +112,17 @@ class AgentLoop {
   void FailLaunchLocked(int64_t key, int attempt, const std::string& reason, bool cancelled);
   Result<Json> Call(const std::string& method, const std::string& path, const std::string& body,
                     int timeout_ms);
+  void TelemetryLoop();  // runs on its own thread while telemetry is on
 
   AgentLoopOptions options_;
   net::HttpClient client_;
   agent::Launcher* launcher_;
   std::atomic<bool> stopping_{false};
   std::atomic<bool> registered_{false};
+  std::atomic<int> controller_minor_{-1};  // the controller's protocol minor (major 1)
+  std::mutex telemetry_mu_;                // guards unsent_telemetry_; taken alone
+  std::condition_variable telemetry_cv_;
+  std::deque<protocol::GpuTelemetry> unsent_telemetry_;
 
   std::mutex mu_;
   std::set<std::pair<int64_t, int>> launched_;   // (launcher key, attempt) seen

@@ -18,6 +18,7 @@
 #include "agent/launcher.h"
 #include "agent/shim.h"
 #include "common/file_util.h"
+#include "common/strings.h"
 #include "controller/api.h"
 #include "controller/auth.h"
 #include "controller/controller.h"
@@ -26,6 +27,7 @@
 #include "daemon/leadership.h"
 #include "daemon/local_agent_token.h"
 #include "gpu/gpu_backend.h"
+#include "gpu/telemetry.h"
 #include "net/http_server.h"
 #include "store/lease.h"
 #include "store/open_store.h"
@@ -108,6 +110,20 @@ Result<NodeChoice> DiscoverForAgent(const std::string& fake_file, bool allow_sta
   return NodeChoice{FakeEightGpuNode(), true};
 }
 
+// The agent's telemetry source for the node it runs (the fake file's profile with --fake);
+// null, with a note, where none fits: the agent then sends no telemetry.
+std::shared_ptr<gpu::TelemetrySampler> TelemetrySamplerFor(const std::string& fake_file,
+                                                           const gpu::NodeInfo& node) {
+  gpu::DiscoveryOptions opts = gpu::WithEnvironmentOverrides({});
+  opts.fake_node_file = fake_file;
+  Result<std::unique_ptr<gpu::TelemetrySampler>> s = gpu::CreateTelemetrySampler(opts, node);
+  if (!s.ok()) {
+    spdlog::info("agent: no GPU telemetry: {}", s.status().message());
+    return nullptr;
+  }
+  return std::shared_ptr<gpu::TelemetrySampler>(std::move(*s));
+}
+
 struct ServerParts {
   ServerParts() = default;
   ServerParts(ServerParts&&) = default;
@@ -147,7 +163,59 @@ struct ServerFlags {
   std::vector<std::string> podman_args;  // global podman flags for image inspection
   std::string advertise;  // `server`: the API address other machines use (--advertise)
   int lease_ms = 5000;    // `server` on PostgreSQL: the leadership lease (--lease-ms)
+  // GPU telemetry (controller/telemetry.h); durations as 90s, 30m, 7d or seconds.
+  std::string telemetry_retention = "7d";
+  double idle_threshold_pct = 5;
+  std::string idle_after = "30m";
+  std::string idle_action;  // "" off, warn, cancel
+  std::string idle_cancel_after = "0";
 };
+
+// "90" or "90s", "30m", "12h", "7d" -> seconds; InvalidArgument naming `flag`.
+Result<int64_t> ParseSeconds(const std::string& flag, const std::string& text) {
+  int64_t unit = 1;
+  std::string digits = text;
+  if (!digits.empty()) {
+    switch (digits.back()) {
+      case 's':
+        unit = 1;
+        break;
+      case 'm':
+        unit = 60;
+        break;
+      case 'h':
+        unit = 3600;
+        break;
+      case 'd':
+        unit = 86400;
+        break;
+      default:
+        unit = 0;
+    }
+    if (unit != 0)
+      digits.pop_back();
+    else
+      unit = 1;
+  }
+  std::optional<int64_t> n = ParseInt64(digits);
+  if (!n || *n < 0 || *n > int64_t{10} * 366 * 86400 / unit) {
+    return Status::InvalidArgument(flag + ": '" + text +
+                                   "' is not a duration; use seconds or 90s, 30m, 12h, 7d");
+  }
+  return *n * unit;
+}
+
+Result<controller::TelemetryOptions> TelemetryOptionsOf(const ServerFlags& f) {
+  controller::TelemetryOptions o;
+  GP_ASSIGN_OR_RETURN(o.retention_s, ParseSeconds("--telemetry-retention", f.telemetry_retention));
+  o.idle_below_pct = f.idle_threshold_pct;
+  GP_ASSIGN_OR_RETURN(o.idle_after_s, ParseSeconds("--idle-after", f.idle_after));
+  o.idle_action = f.idle_action == "off" ? "" : f.idle_action;
+  GP_ASSIGN_OR_RETURN(o.idle_cancel_after_s,
+                      ParseSeconds("--idle-cancel-after", f.idle_cancel_after));
+  GP_RETURN_IF_ERROR(controller::ValidateTelemetryOptions(o));
+  return o;
+}
 
 // Files with job data (the store, job specs and logs) must be private: the daemons create
 // everything with umask 077, and the state directory is made 0711 so that users reach
@@ -219,6 +287,8 @@ Status CreateController(const ServerFlags& f, ServerParts* p) {
   p->api =
       std::make_unique<controller::Api>(p->controller.get(), p->store.get(), SystemClock::Get(),
                                         controller::AuthOptions{f.admin_group}, p->inspector.get());
+  GP_ASSIGN_OR_RETURN(controller::TelemetryOptions telemetry, TelemetryOptionsOf(f));
+  GP_RETURN_IF_ERROR(p->api->ConfigureTelemetry(telemetry));
   return Status::Ok();
 }
 
@@ -374,6 +444,23 @@ void AddServerFlags(CLI::App* cmd, ServerFlags* f) {
                   "run, exec --pty) before it is hung up")
       ->capture_default_str()
       ->check(CLI::Range(1, 86400));
+  cmd->add_option("--telemetry-retention", f->telemetry_retention,
+                  "how long GPU telemetry points (1 per minute per GPU and job) are kept")
+      ->capture_default_str();
+  cmd->add_option("--idle-threshold", f->idle_threshold_pct,
+                  "a running job whose GPUs all stay below this utilisation (percent) for "
+                  "--idle-after is idle (flagged in gpupool queue)")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 100.0));
+  cmd->add_option("--idle-after", f->idle_after, "see --idle-threshold")->capture_default_str();
+  cmd->add_option("--idle-action", f->idle_action,
+                  "what the pool does about idle jobs: warn (a warning on the job) or cancel "
+                  "(after --idle-cancel-after more); default off")
+      ->check(CLI::IsMember({"off", "warn", "cancel"}));
+  cmd->add_option("--idle-cancel-after", f->idle_cancel_after,
+                  "with --idle-action cancel: how much longer than --idle-after an idle job "
+                  "runs (warned) before it is cancelled")
+      ->capture_default_str();
 }
 
 // How the agent runs container jobs: `agent` and `up` share these flags.
@@ -558,15 +645,21 @@ void RegisterDaemonCommands(CLI::App& app, cli::CommandContext& ctx) {
   static ServerFlags up_flags_storage;
   static std::string up_fake_storage;
   static ContainerFlags up_container_storage;
+  static int up_telemetry_interval_storage = 5;
+  int* up_telemetry_interval = &up_telemetry_interval_storage;
   ServerFlags* up_flags = &up_flags_storage;
   std::string* up_fake = &up_fake_storage;
   ContainerFlags* up_container = &up_container_storage;
   CLI::App* up = app.add_subcommand("up", "run the whole pool on this machine: controller + agent");
   AddServerFlags(up, up_flags);
   up->add_option("--fake", *up_fake, "use this node description instead of discovery");
+  up->add_option("--telemetry-interval", *up_telemetry_interval,
+                 "seconds between GPU telemetry samples of the local agent (0 = off)")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 3600));
   AddContainerFlags(up, up_container);
   AddConfigFlag(up);
-  up->callback([&ctx, up, up_flags, up_fake, up_container] {
+  up->callback([&ctx, up, up_flags, up_fake, up_container, up_telemetry_interval] {
     if (!ApplyConfigFile({"server", "agent"}, up, &ctx.exit_code)) return;
     InstallSignalHandlers();
     PrivateUmask();
@@ -604,6 +697,8 @@ void RegisterDaemonCommands(CLI::App& app, cli::CommandContext& ctx) {
     ao.state_dir = f.state_dir + "/agent";
     ao.node = node->node;
     ao.fake_node = node->stand_in || !up_fake->empty();
+    ao.telemetry_interval_s = *up_telemetry_interval;
+    if (ao.telemetry_interval_s > 0) ao.sampler = TelemetrySamplerFor(*up_fake, ao.node);
     ao.exec_agent = ExecAgentCommand();
     ao.server_for_jobs = addr.ToString();
     SetContainerOptions(containers, &ao);
@@ -699,6 +794,7 @@ void RegisterDaemonCommands(CLI::App& app, cli::CommandContext& ctx) {
     std::string fake;
     std::string node_name;
     std::string address;
+    int telemetry_interval_s = 5;
   };
   static AgentFlags af_storage;
   AgentFlags* af = &af_storage;
@@ -711,6 +807,11 @@ void RegisterDaemonCommands(CLI::App& app, cli::CommandContext& ctx) {
   agent_cmd->add_option("--state-dir", af->state_dir, "where job state and logs live");
   agent_cmd->add_option("--fake", af->fake, "use this node description instead of discovery");
   agent_cmd->add_option("--node-name", af->node_name, "name of this node (default: hostname)");
+  agent_cmd
+      ->add_option("--telemetry-interval", af->telemetry_interval_s,
+                   "seconds between GPU telemetry samples sent to the controller (0 = off)")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 3600));
   agent_cmd->add_option("--address", af->address,
                         "the address other nodes reach this one at, for multi-node jobs "
                         "(MASTER_ADDR, host files; default: the address the controller sees "
@@ -760,6 +861,8 @@ void RegisterDaemonCommands(CLI::App& app, cli::CommandContext& ctx) {
     ao.node = node->node;
     ao.fake_node = !af->fake.empty();
     ao.address = af->address;
+    ao.telemetry_interval_s = af->telemetry_interval_s;
+    if (ao.telemetry_interval_s > 0) ao.sampler = TelemetrySamplerFor(af->fake, ao.node);
     ao.exec_agent = ExecAgentCommand();
     // The whole list: a job's `gpupool exec` finds the leader as the agent does.
     ao.server_for_jobs = net::ServerAddressListToString(*controllers);

@@ -1,6 +1,7 @@
 #include "protocol/agent_protocol.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 
 #include "common/strings.h"
@@ -218,6 +219,7 @@ Status CheckCompatible(Version ours, Version theirs, std::string_view peer) {
 
 bool SupportsExec(Version v) { return v.major > 1 || (v.major == 1 && v.minor >= 1); }
 bool SupportsInteractiveExec(Version v) { return v.major > 1 || (v.major == 1 && v.minor >= 2); }
+bool SupportsTelemetry(Version v) { return v.major > 1 || (v.major == 1 && v.minor >= 3); }
 
 std::string_view EventKindName(EventKind kind) {
   switch (kind) {
@@ -610,6 +612,165 @@ Result<ExecOutputAck> DecodeExecOutputAck(const Json& j) {
   f.Optional("hangup", &ack.hangup);
   GP_RETURN_IF_ERROR(f.Finish());
   return ack;
+}
+
+}  // namespace gpupool::protocol
+
+namespace gpupool::protocol {
+namespace {
+
+constexpr size_t kMaxTelemetryJobs = 64;
+constexpr size_t kMaxTelemetryProcesses = 1024;
+constexpr int64_t kMaxMib = int64_t{1} << 40;  // an exbibyte of GPU memory
+
+// An optional integer: left unset when absent or null.
+void OptionalInt64(JsonFields& f, const Json& j, std::string_view key, std::optional<int64_t>* out,
+                   int64_t min, int64_t max) {
+  auto it = j.find(key);
+  if (it == j.end() || it->is_null()) {
+    f.Member(key);  // known, and absent
+    return;
+  }
+  int64_t v = 0;
+  f.Optional(key, &v, min, max);
+  if (f.ok()) *out = v;
+}
+
+// An optional number in [min, max].
+void OptionalNumber(JsonFields& f, std::string_view key, std::optional<double>* out, double min,
+                    double max) {
+  std::optional<double> v;
+  f.Optional(key, &v);
+  if (!f.ok() || !v) return;
+  if (!(*v >= min && *v <= max)) {
+    char range[64];
+    std::snprintf(range, sizeof range, "%g..%g", min, max);
+    f.Fail(key, std::string("expected a number in ") + range);
+    return;
+  }
+  *out = v;
+}
+
+template <typename T>
+void PutOptional(OrderedJson& j, const char* key, const std::optional<T>& v) {
+  if (v) j[key] = *v;
+}
+
+Result<GpuTelemetry> DecodeGpuTelemetry(const Json& j, const std::string& path) {
+  if (!j.is_object()) {
+    return Status::InvalidArgument(path + ": expected an object, found " +
+                                   std::string(JsonTypeName(j)));
+  }
+  GpuTelemetry g;
+  JsonFields f(j, path, kLenient);
+  f.Required("index", &g.index, 0, 1 << 20);
+  f.Optional("uuid", &g.uuid);
+  f.Required("at_ms", &g.at_ms, 0);
+  OptionalNumber(f, "util_pct", &g.util_pct, 0, 100);
+  OptionalInt64(f, j, "mem_used_mib", &g.mem_used_mib, 0, kMaxMib);
+  OptionalInt64(f, j, "mem_total_mib", &g.mem_total_mib, 0, kMaxMib);
+  OptionalNumber(f, "power_w", &g.power_w, 0, 1e5);
+  OptionalNumber(f, "temp_c", &g.temp_c, -273, 1000);
+  OptionalInt64(f, j, "xid_errors", &g.xid_errors, 0, INT64_MAX);
+  const Json* jobs = f.Array("jobs");
+  const Json* procs = f.Array("processes");
+  GP_RETURN_IF_ERROR(f.Finish());
+  if (jobs != nullptr) {
+    if (jobs->size() > kMaxTelemetryJobs) {
+      return Status::InvalidArgument(path + ".jobs: more than " +
+                                     std::to_string(kMaxTelemetryJobs) + " entries");
+    }
+    for (size_t i = 0; i < jobs->size(); ++i) {
+      const std::string p = Index(path + ".jobs", i);
+      if (!(*jobs)[i].is_object()) return Status::InvalidArgument(p + ": expected an object");
+      TelemetryJob t;
+      JsonFields jf((*jobs)[i], p, kLenient);
+      jf.Required("job_id", &t.job_id, 1);
+      jf.Optional("gpu_milli", &t.gpu_milli, 1, 1000);
+      GP_RETURN_IF_ERROR(jf.Finish());
+      g.jobs.push_back(t);
+    }
+  }
+  if (procs != nullptr) {
+    if (procs->size() > kMaxTelemetryProcesses) {
+      return Status::InvalidArgument(path + ".processes: more than " +
+                                     std::to_string(kMaxTelemetryProcesses) + " entries");
+    }
+    for (size_t i = 0; i < procs->size(); ++i) {
+      const std::string p = Index(path + ".processes", i);
+      const Json& pj = (*procs)[i];
+      if (!pj.is_object()) return Status::InvalidArgument(p + ": expected an object");
+      TelemetryProcess t;
+      JsonFields pf(pj, p, kLenient);
+      pf.Required("pid", &t.pid, 1, INT32_MAX);
+      pf.Optional("job_id", &t.job_id, 0);
+      OptionalInt64(pf, pj, "used_mib", &t.used_mib, 0, kMaxMib);
+      OptionalNumber(pf, "util_pct", &t.util_pct, 0, 100);
+      GP_RETURN_IF_ERROR(pf.Finish());
+      g.processes.push_back(t);
+    }
+  }
+  return g;
+}
+
+}  // namespace
+
+OrderedJson EncodeTelemetryBatch(const TelemetryBatch& b) {
+  OrderedJson samples = OrderedJson::array();
+  for (const GpuTelemetry& g : b.samples) {
+    OrderedJson j;
+    j["index"] = g.index;
+    if (!g.uuid.empty()) j["uuid"] = g.uuid;
+    j["at_ms"] = g.at_ms;
+    PutOptional(j, "util_pct", g.util_pct);
+    PutOptional(j, "mem_used_mib", g.mem_used_mib);
+    PutOptional(j, "mem_total_mib", g.mem_total_mib);
+    PutOptional(j, "power_w", g.power_w);
+    PutOptional(j, "temp_c", g.temp_c);
+    PutOptional(j, "xid_errors", g.xid_errors);
+    if (!g.jobs.empty()) {
+      OrderedJson jobs = OrderedJson::array();
+      for (const TelemetryJob& t : g.jobs) {
+        jobs.push_back({{"job_id", t.job_id}, {"gpu_milli", t.gpu_milli}});
+      }
+      j["jobs"] = std::move(jobs);
+    }
+    if (!g.processes.empty()) {
+      OrderedJson procs = OrderedJson::array();
+      for (const TelemetryProcess& p : g.processes) {
+        OrderedJson pj = {{"pid", p.pid}};
+        if (p.job_id != 0) pj["job_id"] = p.job_id;
+        PutOptional(pj, "used_mib", p.used_mib);
+        PutOptional(pj, "util_pct", p.util_pct);
+        procs.push_back(std::move(pj));
+      }
+      j["processes"] = std::move(procs);
+    }
+    samples.push_back(std::move(j));
+  }
+  return {{"node", b.node}, {"samples", std::move(samples)}};
+}
+
+Result<TelemetryBatch> DecodeTelemetryBatch(const Json& j) {
+  if (!j.is_object()) {
+    return Status::InvalidArgument("expected a JSON object (a telemetry batch), found " +
+                                   std::string(JsonTypeName(j)));
+  }
+  TelemetryBatch b;
+  JsonFields f(j, "", kLenient);
+  f.Optional("node", &b.node);
+  const Json* samples = f.Array("samples");
+  GP_RETURN_IF_ERROR(f.Finish());
+  if (samples == nullptr) return b;
+  if (samples->size() > kMaxTelemetrySamples) {
+    return Status::InvalidArgument("samples: more than " + std::to_string(kMaxTelemetrySamples) +
+                                   " in one batch; send them in several");
+  }
+  for (size_t i = 0; i < samples->size(); ++i) {
+    GP_ASSIGN_OR_RETURN(GpuTelemetry g, DecodeGpuTelemetry((*samples)[i], Index("samples", i)));
+    b.samples.push_back(std::move(g));
+  }
+  return b;
 }
 
 }  // namespace gpupool::protocol

@@ -13,7 +13,9 @@
 // other, each sending only what the older of the two knows (SupportsExec). Minor 0 is
 // the protocol without `gpupool exec`; minor 1 adds exec requests and exec reports;
 // minor 2 adds interactive exec sessions (a terminal or standard input: ExecRequest's
-// tty and stdin, and the exec I/O messages below).
+// tty and stdin, and the exec I/O messages below); minor 3 adds GPU telemetry (the
+// TelemetryBatch below, POST /v1/agent/telemetry), which an agent sends only to a
+// controller of minor 3 or later (SupportsTelemetry).
 // Stateless and thread-safe.
 #pragma once
 
@@ -36,7 +38,7 @@ struct Version {
   friend bool operator==(const Version&, const Version&) = default;
 };
 
-inline constexpr Version kVersion{1, 2};
+inline constexpr Version kVersion{1, 3};
 
 std::string VersionString(Version v);                 // "1.1"
 Result<Version> ParseVersion(std::string_view text);  // InvalidArgument naming the text
@@ -47,6 +49,8 @@ Status CheckCompatible(Version ours, Version theirs, std::string_view peer);
 bool SupportsExec(Version v);
 // Whether a peer at `v` runs interactive exec sessions (minor 2 on).
 bool SupportsInteractiveExec(Version v);
+// Whether a peer at `v` takes telemetry batches (minor 3 on).
+bool SupportsTelemetry(Version v);
 
 // One GPU given to a task.
 struct GpuGrant {
@@ -244,6 +248,50 @@ struct EventBatch {
   std::vector<ExecReport> exec;
 };
 
+// --- telemetry (minor 3) ---
+
+// A task holding (a share of) a GPU when it was sampled.
+struct TelemetryJob {
+  int64_t job_id = 0;
+  int gpu_milli = 1000;  // the task's share of this GPU
+  friend bool operator==(const TelemetryJob&, const TelemetryJob&) = default;
+};
+
+// A process using the GPU; job_id is the pool job whose cgroup it runs in (0: none).
+struct TelemetryProcess {
+  int64_t pid = 0;
+  int64_t job_id = 0;
+  std::optional<int64_t> used_mib;
+  std::optional<double> util_pct;
+  friend bool operator==(const TelemetryProcess&, const TelemetryProcess&) = default;
+};
+
+// One sample of one GPU (gpu::GpuSample on the wire). Absent figures stay unset.
+struct GpuTelemetry {
+  int index = -1;
+  std::string uuid;
+  int64_t at_ms = 0;  // the agent's wall clock
+  std::optional<double> util_pct;
+  std::optional<int64_t> mem_used_mib;
+  std::optional<int64_t> mem_total_mib;
+  std::optional<double> power_w;
+  std::optional<double> temp_c;
+  std::optional<int64_t> xid_errors;
+  std::vector<TelemetryJob> jobs;
+  std::vector<TelemetryProcess> processes;
+  friend bool operator==(const GpuTelemetry&, const GpuTelemetry&) = default;
+};
+
+// POST /v1/agent/telemetry: the samples an agent took since its last batch, oldest
+// first (several rounds when the controller was out of reach).
+struct TelemetryBatch {
+  std::string node;
+  std::vector<GpuTelemetry> samples;
+  friend bool operator==(const TelemetryBatch&, const TelemetryBatch&) = default;
+};
+// Most samples one batch carries; an agent keeps no more than this many unsent.
+inline constexpr size_t kMaxTelemetrySamples = 8192;
+
 // Encoders: what the sender writes. `peer` (work only) is the receiver's version: fields
 // it does not know are left out.
 OrderedJson EncodeRegistration(const Registration& r);
@@ -259,6 +307,8 @@ Result<RegistrationReply> DecodeRegistrationReply(const Json& j);
 Result<Work> DecodeWork(const Json& j);
 Result<EventBatch> DecodeEventBatch(const Json& j);
 Result<LaunchOrder> DecodeLaunchOrder(const Json& j, std::string_view path);
+OrderedJson EncodeTelemetryBatch(const TelemetryBatch& b);
+Result<TelemetryBatch> DecodeTelemetryBatch(const Json& j);
 
 // The exec I/O messages. ExecInputItem is also the body of a client's
 // POST /v1/exec/ID/input (docs/api.md).

@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <functional>
+
 #include "common/strings.h"
 
 namespace gpupool::protocol {
@@ -255,6 +257,105 @@ TEST(ProtocolExecIo, BadItemsNameTheirField) {
   ASSERT_FALSE(huge.ok());
   EXPECT_NE(huge.status().message().find("output.stdout: more than"), std::string::npos);
   EXPECT_FALSE(DecodeExecOutput(Json{{"stdout", 5}}).ok());
+}
+
+}  // namespace
+}  // namespace gpupool::protocol
+
+namespace gpupool::protocol {
+namespace {
+
+TelemetryBatch SampleBatch() {
+  TelemetryBatch b;
+  b.node = "n1";
+  GpuTelemetry g;
+  g.index = 3;
+  g.uuid = "GPU-3";
+  g.at_ms = 1'700'000'000'000;
+  g.util_pct = 87.5;
+  g.mem_used_mib = 4096;
+  g.mem_total_mib = 81920;
+  g.power_w = 301.25;
+  g.temp_c = 64;
+  g.xid_errors = 0;
+  g.jobs = {{42, 500}};
+  g.processes = {{4242, 42, 2048, 80.0}, {17, 0, std::nullopt, std::nullopt}};
+  b.samples.push_back(g);
+  GpuTelemetry bare;  // a source that gave only the time
+  bare.index = 0;
+  bare.at_ms = 1;
+  b.samples.push_back(bare);
+  return b;
+}
+
+TEST(ProtocolTelemetry, RoundTripKeepsUnsetFieldsUnset) {
+  const TelemetryBatch b = SampleBatch();
+  const OrderedJson wire = EncodeTelemetryBatch(b);
+  EXPECT_FALSE(wire["samples"][1].contains("util_pct"));
+  EXPECT_FALSE(wire["samples"][1].contains("jobs"));
+  Result<TelemetryBatch> back = DecodeTelemetryBatch(Json::parse(DumpJson(wire)));
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(*back, b);
+}
+
+TEST(ProtocolTelemetry, UnknownFieldsAreIgnored) {
+  Json j = Json::parse(DumpJson(EncodeTelemetryBatch(SampleBatch())));
+  j["future"] = {1, 2};
+  j["samples"][0]["sm_clock_mhz"] = 1980;
+  j["samples"][0]["jobs"][0]["queue"] = "x";
+  j["samples"][0]["processes"][0]["name"] = "python";
+  Result<TelemetryBatch> back = DecodeTelemetryBatch(j);
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(*back, SampleBatch());
+}
+
+TEST(ProtocolTelemetry, BadFieldsAreErrorsNamingThem) {
+  struct Case {
+    std::function<void(Json&)> spoil;
+    const char* error;
+  };
+  const Case cases[] = {
+      {[](Json& j) { j["samples"] = "x"; }, "samples: expected an array"},
+      {[](Json& j) { j["samples"][0] = 5; }, "samples[0]: expected an object"},
+      {[](Json& j) { j["samples"][0].erase("index"); }, "samples[0].index"},
+      {[](Json& j) { j["samples"][0]["index"] = -1; }, "samples[0].index"},
+      {[](Json& j) { j["samples"][0]["at_ms"] = "soon"; }, "samples[0].at_ms"},
+      {[](Json& j) { j["samples"][0]["util_pct"] = 101; }, "samples[0].util_pct"},
+      {[](Json& j) { j["samples"][0]["util_pct"] = "high"; }, "samples[0].util_pct"},
+      {[](Json& j) { j["samples"][1]["mem_used_mib"] = -4; }, "samples[1].mem_used_mib"},
+      {[](Json& j) { j["samples"][0]["mem_total_mib"] = 1.5; }, "samples[0].mem_total_mib"},
+      {[](Json& j) { j["samples"][0]["power_w"] = 1e9; }, "samples[0].power_w"},
+      {[](Json& j) { j["samples"][0]["xid_errors"] = true; }, "samples[0].xid_errors"},
+      {[](Json& j) { j["samples"][0]["jobs"] = {1}; }, "samples[0].jobs[0]"},
+      {[](Json& j) { j["samples"][0]["jobs"][0]["job_id"] = 0; }, "samples[0].jobs[0].job_id"},
+      {[](Json& j) { j["samples"][0]["jobs"][0]["gpu_milli"] = 2000; },
+       "samples[0].jobs[0].gpu_milli"},
+      {[](Json& j) { j["samples"][0]["processes"][1]["pid"] = "x"; },
+       "samples[0].processes[1].pid"},
+      {[](Json& j) { j["samples"][0]["processes"][0]["util_pct"] = -1; },
+       "samples[0].processes[0].util_pct"},
+  };
+  for (const Case& c : cases) {
+    Json j = Json::parse(DumpJson(EncodeTelemetryBatch(SampleBatch())));
+    c.spoil(j);
+    Result<TelemetryBatch> r = DecodeTelemetryBatch(j);
+    ASSERT_FALSE(r.ok()) << c.error;
+    EXPECT_NE(r.status().message().find(c.error), std::string::npos)
+        << c.error << " -> " << r.status().message();
+  }
+  EXPECT_FALSE(DecodeTelemetryBatch(Json::array()).ok());
+  Json many = {{"node", "n"}, {"samples", Json::array()}};
+  for (size_t i = 0; i <= kMaxTelemetrySamples; ++i) {
+    many["samples"].push_back({{"index", 0}, {"at_ms", 1}});
+  }
+  EXPECT_FALSE(DecodeTelemetryBatch(many).ok());
+}
+
+TEST(ProtocolTelemetry, SentOnlyToMinorThreeAndLater) {
+  EXPECT_FALSE(SupportsTelemetry({1, 2}));
+  EXPECT_TRUE(SupportsTelemetry({1, 3}));
+  EXPECT_TRUE(SupportsTelemetry({2, 0}));
+  EXPECT_TRUE(CheckCompatible(kVersion, {1, 2}, "agent").ok());  // 1.3 still talks to 1.2
 }
 
 }  // namespace

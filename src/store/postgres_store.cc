@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <atomic>
 #include <charconv>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <functional>
@@ -117,6 +118,23 @@ CREATE TABLE controllers (
   started_at TIMESTAMPTZ NOT NULL,
   last_seen TIMESTAMPTZ NOT NULL
 );
+)sql",
+    // GPU telemetry: 1-minute points of GPUs and jobs (controller/telemetry.h), kept for
+    // the retention the controller is given.
+    R"sql(
+CREATE TABLE telemetry (
+  scope TEXT COLLATE "C" NOT NULL,
+  key TEXT COLLATE "C" NOT NULL,
+  t_ms BIGINT NOT NULL,
+  util_sum DOUBLE PRECISION NOT NULL,
+  samples BIGINT NOT NULL,
+  peak_pct DOUBLE PRECISION NOT NULL,
+  mem_max_mib BIGINT NOT NULL,
+  used_gpu_s DOUBLE PRECISION NOT NULL,
+  gpus INTEGER NOT NULL,
+  PRIMARY KEY (scope, key, t_ms)
+);
+CREATE INDEX telemetry_time ON telemetry(t_ms);
 )sql",
 };
 
@@ -735,6 +753,61 @@ class PostgresStore final : public Store, private PgSession {
     });
   }
 
+  Status PutTelemetry(const std::vector<TelemetryRecord>& points) override {
+    if (points.empty()) return Status::Ok();
+    std::lock_guard lock(mu_);
+    GP_RETURN_IF_ERROR(Connected());
+    std::vector<Stmt> stmts;
+    const size_t fence_at = AddFenceCheck(&stmts);
+    for (const TelemetryRecord& p : points) {
+      stmts.push_back(
+          {"INSERT INTO telemetry(scope, key, t_ms, util_sum, samples, peak_pct, mem_max_mib, "
+           "used_gpu_s, gpus) VALUES($1,$2,$3,$4,$5,$6,$7,$8,$9) ON CONFLICT(scope, key, t_ms) "
+           "DO UPDATE SET util_sum=EXCLUDED.util_sum, samples=EXCLUDED.samples, "
+           "peak_pct=EXCLUDED.peak_pct, mem_max_mib=EXCLUDED.mem_max_mib, "
+           "used_gpu_s=EXCLUDED.used_gpu_s, gpus=EXCLUDED.gpus",
+           {p.scope, p.key, std::to_string(p.t_ms), Real(p.util_sum), std::to_string(p.samples),
+            Real(p.peak_pct), std::to_string(p.mem_max_mib), Real(p.used_gpu_s),
+            std::to_string(p.gpus)}});
+    }
+    GP_ASSIGN_OR_RETURN(Batch b, Pipeline(stmts, "store telemetry"));
+    if (b.failed == Batch::kAllRan) return Status::Ok();
+    if (b.failed == fence_at) return Fenced(b.results[b.failed]);
+    return Error(b.results[b.failed], "store telemetry");
+  }
+
+  Result<std::vector<TelemetryRecord>> ListTelemetry(int64_t since_ms) override {
+    std::lock_guard lock(mu_);
+    GP_RETURN_IF_ERROR(Connected());
+    GP_ASSIGN_OR_RETURN(PgResult r,
+                        Run("SELECT scope, key, t_ms, util_sum, samples, peak_pct, mem_max_mib, "
+                            "used_gpu_s, gpus FROM telemetry WHERE t_ms >= $1 "
+                            "ORDER BY scope, key, t_ms",
+                            {std::to_string(since_ms)}, "list telemetry"));
+    std::vector<TelemetryRecord> out;
+    out.reserve(static_cast<size_t>(r.Rows()));
+    for (int i = 0; i < r.Rows(); ++i) {
+      out.push_back({r.Text(i, 0), r.Text(i, 1), r.Int(i, 2),
+                     std::strtod(r.Text(i, 3).c_str(), nullptr), r.Int(i, 4),
+                     std::strtod(r.Text(i, 5).c_str(), nullptr), r.Int(i, 6),
+                     std::strtod(r.Text(i, 7).c_str(), nullptr), static_cast<int>(r.Int(i, 8))});
+    }
+    return out;
+  }
+
+  Result<int64_t> DeleteTelemetryBefore(int64_t before_ms) override {
+    std::lock_guard lock(mu_);
+    GP_RETURN_IF_ERROR(Connected());
+    int64_t deleted = 0;
+    GP_RETURN_IF_ERROR(FencedWrite([&]() -> Status {
+      GP_ASSIGN_OR_RETURN(PgResult r, Run("DELETE FROM telemetry WHERE t_ms < $1",
+                                          {std::to_string(before_ms)}, "delete old telemetry"));
+      deleted = r.Affected();
+      return Status::Ok();
+    }));
+    return deleted;
+  }
+
   Result<std::optional<std::string>> GetSetting(std::string_view key) override {
     std::lock_guard lock(mu_);
     GP_RETURN_IF_ERROR(Connected());
@@ -791,6 +864,13 @@ class PostgresStore final : public Store, private PgSession {
     Status s = write();
     if (!s.ok()) return Rollback(s);
     return Commit();
+  }
+
+  // A double as text that reads back as the same double.
+  static std::string Real(double v) {
+    char buf[40];
+    std::snprintf(buf, sizeof buf, "%.17g", v);
+    return buf;
   }
 
   static TokenRecord Token(const PgResult& r, int i) {

@@ -112,6 +112,23 @@ CREATE TABLE submit_keys (
   PRIMARY KEY (uid, key)
 ) WITHOUT ROWID;
 )sql",
+    // GPU telemetry: 1-minute points of GPUs and jobs (controller/telemetry.h), kept for
+    // the retention the controller is given.
+    R"sql(
+CREATE TABLE telemetry (
+  scope TEXT NOT NULL,
+  key TEXT NOT NULL,
+  t_ms INTEGER NOT NULL,
+  util_sum REAL NOT NULL,
+  samples INTEGER NOT NULL,
+  peak_pct REAL NOT NULL,
+  mem_max_mib INTEGER NOT NULL,
+  used_gpu_s REAL NOT NULL,
+  gpus INTEGER NOT NULL,
+  PRIMARY KEY (scope, key, t_ms)
+) WITHOUT ROWID;
+CREATE INDEX telemetry_time ON telemetry(t_ms);
+)sql",
 };
 
 class Stmt {
@@ -123,6 +140,7 @@ class Stmt {
   bool ok() const { return rc_ == SQLITE_OK; }
   sqlite3_stmt* get() { return stmt_; }
   void Bind(int i, int64_t v) { sqlite3_bind_int64(stmt_, i, v); }
+  void BindDouble(int i, double v) { sqlite3_bind_double(stmt_, i, v); }
   void Bind(int i, const std::string& v) {
     sqlite3_bind_text(stmt_, i, v.data(), static_cast<int>(v.size()), SQLITE_TRANSIENT);
   }
@@ -134,6 +152,11 @@ class Stmt {
                                       static_cast<size_t>(sqlite3_column_bytes(stmt_, col)));
   }
   int64_t Int(int col) { return sqlite3_column_int64(stmt_, col); }
+  double Double(int col) { return sqlite3_column_double(stmt_, col); }
+  void Reset() {
+    sqlite3_reset(stmt_);
+    sqlite3_clear_bindings(stmt_);
+  }
 
  private:
   sqlite3_stmt* stmt_ = nullptr;
@@ -483,6 +506,55 @@ class SqliteStore final : public Store {
     s.Bind(2, std::string(value));
     if (s.Step() != SQLITE_DONE) return Error("store setting " + std::string(key));
     return Status::Ok();
+  }
+
+  Status PutTelemetry(const std::vector<TelemetryRecord>& points) override {
+    std::lock_guard lock(mu_);
+    GP_RETURN_IF_ERROR(Exec("BEGIN IMMEDIATE"));
+    Stmt s(db_,
+           "INSERT OR REPLACE INTO telemetry(scope, key, t_ms, util_sum, samples, peak_pct, "
+           "mem_max_mib, used_gpu_s, gpus) VALUES(?,?,?,?,?,?,?,?,?)");
+    if (!s.ok()) return Rollback(Error("prepare telemetry insert"));
+    for (const TelemetryRecord& p : points) {
+      s.Reset();
+      s.Bind(1, p.scope);
+      s.Bind(2, p.key);
+      s.Bind(3, p.t_ms);
+      s.BindDouble(4, p.util_sum);
+      s.Bind(5, p.samples);
+      s.BindDouble(6, p.peak_pct);
+      s.Bind(7, p.mem_max_mib);
+      s.BindDouble(8, p.used_gpu_s);
+      s.Bind(9, static_cast<int64_t>(p.gpus));
+      if (s.Step() != SQLITE_DONE) return Rollback(Error("store telemetry"));
+    }
+    s.Reset();  // no statement left running at COMMIT
+    if (Status c = Exec("COMMIT"); !c.ok()) return Rollback(c);
+    return Status::Ok();
+  }
+
+  Result<std::vector<TelemetryRecord>> ListTelemetry(int64_t since_ms) override {
+    std::lock_guard lock(mu_);
+    Stmt s(db_,
+           "SELECT scope, key, t_ms, util_sum, samples, peak_pct, mem_max_mib, used_gpu_s, gpus "
+           "FROM telemetry WHERE t_ms >= ? ORDER BY scope, key, t_ms");
+    s.Bind(1, since_ms);
+    std::vector<TelemetryRecord> out;
+    int rc;
+    while ((rc = s.Step()) == SQLITE_ROW) {
+      out.push_back({s.Text(0), s.Text(1), s.Int(2), s.Double(3), s.Int(4), s.Double(5), s.Int(6),
+                     s.Double(7), static_cast<int>(s.Int(8))});
+    }
+    if (rc != SQLITE_DONE) return Error("list telemetry");
+    return out;
+  }
+
+  Result<int64_t> DeleteTelemetryBefore(int64_t before_ms) override {
+    std::lock_guard lock(mu_);
+    Stmt s(db_, "DELETE FROM telemetry WHERE t_ms < ?");
+    s.Bind(1, before_ms);
+    if (s.Step() != SQLITE_DONE) return Error("delete old telemetry");
+    return static_cast<int64_t>(sqlite3_changes(db_));
   }
 
   Result<std::optional<std::string>> GetSetting(std::string_view key) override {

@@ -69,6 +69,22 @@ struct EnvironmentRecord {
   friend bool operator==(const EnvironmentRecord&, const EnvironmentRecord&) = default;
 };
 
+// One point of a telemetry series (controller/telemetry.h): one minute of one GPU (scope
+// "gpu", key "NODE/INDEX") or of one job (scope "job", key its id). Sums, so that a point
+// can be merged with more samples and minutes merged into longer steps.
+struct TelemetryRecord {
+  std::string scope;
+  std::string key;
+  int64_t t_ms = 0;     // the minute's start
+  double util_sum = 0;  // sum of the utilisation samples (percent)
+  int64_t samples = 0;  // how many
+  double peak_pct = 0;  // the highest one
+  int64_t mem_max_mib = 0;
+  double used_gpu_s = 0;  // share x utilisation x time, in GPU-seconds (jobs)
+  int gpus = 0;           // GPUs that contributed
+  friend bool operator==(const TelemetryRecord&, const TelemetryRecord&) = default;
+};
+
 class Store {
  public:
   virtual ~Store() = default;
@@ -117,6 +133,23 @@ class Store {
   // text, usually JSON. nullopt when never set.
   virtual Status PutSetting(std::string_view key, std::string_view value) = 0;
   virtual Result<std::optional<std::string>> GetSetting(std::string_view key) = 0;
+
+  // Telemetry series points. PutTelemetry inserts or replaces (by scope, key, t_ms), all
+  // or nothing. ListTelemetry: the points with t_ms >= since_ms, by scope, key and t_ms.
+  // DeleteTelemetryBefore drops points with t_ms < before_ms and says how many. A store
+  // without the table answers Unimplemented (the controller then keeps series in memory).
+  virtual Status PutTelemetry(const std::vector<TelemetryRecord>& points) {
+    (void)points;
+    return Status(StatusCode::kUnimplemented, "this store keeps no telemetry");
+  }
+  virtual Result<std::vector<TelemetryRecord>> ListTelemetry(int64_t since_ms) {
+    (void)since_ms;
+    return Status(StatusCode::kUnimplemented, "this store keeps no telemetry");
+  }
+  virtual Result<int64_t> DeleteTelemetryBefore(int64_t before_ms) {
+    (void)before_ms;
+    return Status(StatusCode::kUnimplemented, "this store keeps no telemetry");
+  }
 
   // Fenced writes, for several controllers on one database (lease.h): from now on every
   // write first checks, in its own transaction, that the leadership lease is still at

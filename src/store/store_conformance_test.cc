@@ -178,6 +178,34 @@ TEST_P(StoreTest, SettingsAreReplacedWhole) {
   EXPECT_FALSE(store_->GetSetting("other")->has_value());
 }
 
+TEST_P(StoreTest, TelemetryPointsAreReplacedListedInOrderAndExpire) {
+  const TelemetryRecord gpu_a{"gpu", "n1/0", 120'000, 150.5, 3, 90.25, 4096, 0, 1};
+  const TelemetryRecord gpu_b{"gpu", "n1/0", 60'000, 10, 2, 6, 100, 0, 1};
+  const TelemetryRecord job{"job", "42", 60'000, 80, 2, 50, 2048, 7.5, 2};
+  ASSERT_TRUE(store_->PutTelemetry({gpu_a, gpu_b, job}).ok());
+  Result<std::vector<TelemetryRecord>> all = store_->ListTelemetry(0);
+  ASSERT_TRUE(all.ok()) << all.status().ToString();
+  EXPECT_EQ(*all, (std::vector<TelemetryRecord>{gpu_b, gpu_a, job}));  // scope, key, time
+
+  // A point written again (a late sample) replaces the old one.
+  TelemetryRecord later = gpu_b;
+  later.util_sum = 20.125;
+  later.samples = 3;
+  ASSERT_TRUE(store_->PutTelemetry({later}).ok());
+  all = store_->ListTelemetry(0);
+  ASSERT_TRUE(all.ok());
+  EXPECT_EQ(*all, (std::vector<TelemetryRecord>{later, gpu_a, job}));
+  EXPECT_EQ(store_->ListTelemetry(100'000)->size(), 1u);
+  EXPECT_TRUE(store_->PutTelemetry({}).ok());
+
+  // Retention: points before the bound go.
+  Result<int64_t> deleted = store_->DeleteTelemetryBefore(120'000);
+  ASSERT_TRUE(deleted.ok()) << deleted.status().ToString();
+  EXPECT_EQ(*deleted, 2);
+  EXPECT_EQ(*store_->ListTelemetry(0), (std::vector<TelemetryRecord>{gpu_a}));
+  EXPECT_EQ(*store_->DeleteTelemetryBefore(0), 0);
+}
+
 TEST_P(StoreTest, NodesAndTokens) {
   NodeRecord n{"gpu01", "{}", "unix:/x", 8000, 65536, 1, 2, false, "10.0.0.7", "1.1"};
   ASSERT_TRUE(store_->PutNode(n).ok());
@@ -647,10 +675,11 @@ TEST(SqliteStoreTest, MigratesGangNodesOfSchema7) {
   {
     sqlite3* db = nullptr;
     ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
-    ASSERT_EQ(
-        sqlite3_exec(db, "DROP TABLE job_nodes; DROP TABLE submit_keys; PRAGMA user_version=7",
-                     nullptr, nullptr, nullptr),
-        SQLITE_OK);
+    ASSERT_EQ(sqlite3_exec(db,
+                           "DROP TABLE job_nodes; DROP TABLE submit_keys; DROP TABLE telemetry; "
+                           "PRAGMA user_version=7",
+                           nullptr, nullptr, nullptr),
+              SQLITE_OK);
     sqlite3_close(db);
   }
   auto s = OpenSqliteStore(path);

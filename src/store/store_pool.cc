@@ -71,6 +71,15 @@ class StorePool final : public Store {
   Result<std::optional<std::string>> GetSetting(std::string_view key) override {
     return With([&](Store& s) { return s.GetSetting(key); });
   }
+  Status PutTelemetry(const std::vector<TelemetryRecord>& points) override {
+    return With([&](Store& s) { return s.PutTelemetry(points); });
+  }
+  Result<std::vector<TelemetryRecord>> ListTelemetry(int64_t since_ms) override {
+    return With([&](Store& s) { return s.ListTelemetry(since_ms); });
+  }
+  Result<int64_t> DeleteTelemetryBefore(int64_t before_ms) override {
+    return With([&](Store& s) { return s.DeleteTelemetryBefore(before_ms); });
+  }
   void SetFence(int64_t epoch, std::function<void(const Status&)> on_fenced) override {
     // Every member at once: no write may go out on a member still unfenced.
     std::unique_lock lock(mu_);

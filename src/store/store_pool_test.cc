@@ -53,6 +53,15 @@ class Member final : public Store {
     return db_->FindToken(h);
   }
   Result<std::vector<TokenRecord>> ListTokens() override { return db_->ListTokens(); }
+  Status PutTelemetry(const std::vector<TelemetryRecord>& p) override {
+    return db_->PutTelemetry(p);
+  }
+  Result<std::vector<TelemetryRecord>> ListTelemetry(int64_t since) override {
+    return db_->ListTelemetry(since);
+  }
+  Result<int64_t> DeleteTelemetryBefore(int64_t before) override {
+    return db_->DeleteTelemetryBefore(before);
+  }
   Status DeleteToken(std::string_view h) override { return db_->DeleteToken(h); }
   Status TouchToken(std::string_view h, int64_t t) override { return db_->TouchToken(h, t); }
   Status PutEnvironment(const EnvironmentRecord& e) override { return db_->PutEnvironment(e); }
@@ -132,6 +141,17 @@ TEST_F(StorePoolTest, WhenEveryMemberIsBusyACallWaitsForOne) {
   b.join();
   c.join();
   EXPECT_TRUE(done);
+}
+
+// The telemetry calls reach a member (not the interface's Unimplemented default).
+TEST_F(StorePoolTest, TelemetryCallsAreForwarded) {
+  auto pool = Pool(2);
+  const TelemetryRecord point{"gpu", "n1/0", 60'000, 50, 1, 50, 10, 0, 1};
+  ASSERT_TRUE(pool->PutTelemetry({point}).ok());
+  Result<std::vector<TelemetryRecord>> listed = pool->ListTelemetry(0);
+  ASSERT_TRUE(listed.ok()) << listed.status().ToString();
+  EXPECT_EQ(*listed, std::vector<TelemetryRecord>{point});
+  EXPECT_EQ(pool->DeleteTelemetryBefore(120'000).value_or(-1), 1);
 }
 
 TEST_F(StorePoolTest, FencingReachesEveryMember) {

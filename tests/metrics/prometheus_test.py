@@ -4,11 +4,16 @@ fake 4-GPU node with a running and a failed job, a metrics token
 (`gpupool token create --kind metrics`), `promtool check metrics` on what it serves, and
 PromQL queries through Prometheus's HTTP API that must return the pool's numbers.
 
+The fake node carries a telemetry profile (docs/node-schema.md) with scripted GPU figures
+and the agent samples every second (issue 17): `gpupool show`, `gpupool usage` and the
+dcgm-exporter series (DCGM_FI_DEV_*) must report them.
+
 Usage: prometheus_test.py PATH_TO_GPUPOOL   (ctest passes the built binary)
 Exit 77 (skipped) without root or without prometheus/promtool; the message says which.
 """
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -25,6 +30,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "testlib"))
 import pooltest  # noqa: E402  (tests/testlib)
 NODE = os.path.join(HERE, "..", "integration", "node-4gpu.json")
+UTIL = 77
+MEM_MIB = 1234
 
 
 def free_port():
@@ -52,9 +59,19 @@ class PrometheusTest(unittest.TestCase):
         cls.dir = pooltest.make_test_dir("gp-prom-")
         cls.port = free_port()
         cls.env = dict(os.environ, GPUPOOL_SERVER="unix:" + os.path.join(cls.dir, "gpupool.sock"))
+        # Every GPU at a scripted 77% with 1234 MiB used of 40960, 250.5 W, 61 C.
+        with open(NODE) as f:
+            node = json.load(f)
+        node["telemetry"] = {"step_s": 1, "gpus": {
+            str(g["index"]): {"util_pct": [UTIL], "mem_used_mib": [MEM_MIB], "power_w": [250.5],
+                              "temp_c": [61], "xid_errors": [0]} for g in node["gpus"]}}
+        node_file = os.path.join(cls.dir, "node.json")
+        with open(node_file, "w") as f:
+            json.dump(node, f)
         log = open(os.path.join(cls.dir, "server.log"), "ab")
         cls.pool = subprocess.Popen([GPUPOOL, "up", "--state-dir", cls.dir, "--port",
-                                     str(cls.port), "--fake", NODE],
+                                     str(cls.port), "--fake", node_file,
+                                     "--telemetry-interval", "1"],
                                     stdout=log, stderr=log, start_new_session=True)
         cls.prom = None
         deadline = time.time() + 30
@@ -68,10 +85,20 @@ class PrometheusTest(unittest.TestCase):
         r = cls.cli("token", "create", "--user", "nobody")
         assert r.returncode == 0, r.stderr
         cls.user_token = r.stdout.strip()
+        r = cls.cli("token", "create", "--user", "root")
+        assert r.returncode == 0, r.stderr
+        cls.admin_token = r.stdout.strip()
         cls.running = int(cls.cli("submit", "--gpus", "1", "--", "sleep", "300").stdout.split()[-1])
         cls.failed = int(cls.cli("submit", "--", "false").stdout.split()[-1])
         for jid, state in ((cls.running, "RUNNING"), (cls.failed, "FAILED")):
             pooltest.wait_job(cls.job, jid, (state,), 30)
+        # Two samples of the running job's GPU: its figures and a used GPU time.
+        deadline = time.time() + 30
+        while cls.job(cls.running).get("gpu_util", {}).get("used_gpu_hours", 0) <= 0:
+            if time.time() > deadline:
+                raise AssertionError("no GPU telemetry for job %d: %s"
+                                     % (cls.running, cls.job(cls.running)))
+            time.sleep(0.2)
 
     @classmethod
     def cli(cls, *args):
@@ -96,6 +123,19 @@ class PrometheusTest(unittest.TestCase):
         self.assertTrue(ctype.startswith("text/plain"), ctype)
         check = subprocess.run(["promtool", "check", "metrics"], input=body, capture_output=True,
                                text=True)
+        # promtool's only complaint may be its style lint about dcgm-exporter's own label
+        # names (modelName, UUID, Hostname), kept as dcgm-exporter has them so that its
+        # dashboards work; a parse error or any other problem fails.
+        problems = [line for line in (check.stdout + check.stderr).splitlines()
+                    if line.strip() and not re.fullmatch(
+                        r"DCGM_FI_DEV_[A-Z_]+ label names should be written in 'snake_case' "
+                        r"not 'camelCase'", line.strip())]
+        self.assertEqual(problems, [], check.stdout + check.stderr)
+        self.assertIn("DCGM_FI_DEV_GPU_UTIL{", body)
+        gpupool_only = "".join(line + "\n" for line in body.splitlines()
+                               if "DCGM_FI_DEV_" not in line)
+        check = subprocess.run(["promtool", "check", "metrics"], input=gpupool_only,
+                               capture_output=True, text=True)
         self.assertEqual(check.returncode, 0, check.stdout + check.stderr)
         self.assertIn('gpupool_jobs{state="RUNNING"} 1\n', body)
         self.assertIn("gpupool_gpus 4\n", body)
@@ -103,6 +143,34 @@ class PrometheusTest(unittest.TestCase):
         status, body, _ = http_get(url, self.user_token)
         self.assertEqual(status, 403)
         self.assertIn("metrics tokens and admins", body)
+
+    def test_show_nodes_and_usage_report_the_scripted_telemetry(self):
+        util = self.job(self.running)["gpu_util"]
+        self.assertEqual(util["mean_pct"], UTIL)
+        self.assertEqual(util["peak_pct"], UTIL)
+        self.assertEqual(util["peak_mem_mib"], MEM_MIB)
+        self.assertFalse(util["idle"])
+        shown = self.cli("show", str(self.running)).stdout
+        self.assertIn("GPU util:   mean 77%, peak 77%, peak memory 1.2 GiB", shown)
+        nodes = json.loads(self.cli("nodes", "--json").stdout)["nodes"]
+        t = nodes[0]["gpus"][0]["telemetry"]
+        self.assertEqual((t["util_pct"], t["mem_used_mib"], t["mem_total_mib"], t["power_w"],
+                          t["temp_c"]), (UTIL, MEM_MIB, 40960, 250.5, 61))
+        rows = json.loads(self.cli("usage", "--json").stdout)["rows"]
+        root = [r for r in rows if r["key"] == "root"][0]
+        self.assertGreater(root["used_gpu_hours"], 0)
+        self.assertLess(root["used_gpu_hours"], root["gpu_hours"])
+        self.assertGreater(root["efficiency"], 0)
+        csv = self.cli("usage", "--csv").stdout.splitlines()
+        self.assertEqual(csv[0], "user,gpu_hours,used_gpu_hours,efficiency,jobs")
+        series = json.loads(self.cli_get("/v1/telemetry?job=%d" % self.running))
+        self.assertEqual(series["points"][-1]["util_pct"], UTIL)
+
+    @classmethod
+    def cli_get(cls, path):
+        status, body, _ = http_get("http://127.0.0.1:%d%s" % (cls.port, path), cls.admin_token)
+        assert status == 200, body
+        return body
 
     def test_a_real_prometheus_scrapes_the_pool(self):
         token_file = os.path.join(self.dir, "metrics.token")
@@ -154,6 +222,17 @@ scrape_configs:
         self.assertGreater(query("gpupool_scheduling_pass_seconds_count"), 0.0)
         self.assertGreater(query('sum(gpupool_api_request_duration_seconds_count{route="/v1/jobs"})'),
                            0.0)
+        # dcgm-exporter's series, with the job holding the GPU.
+        job = 'hpc_job="%d",user="root"' % self.running
+        self.assertEqual(query("DCGM_FI_DEV_GPU_UTIL{%s}" % job), float(UTIL))
+        self.assertEqual(query("DCGM_FI_DEV_FB_USED{%s}" % job), float(MEM_MIB))
+        self.assertEqual(query("DCGM_FI_DEV_FB_FREE{%s}" % job), float(40960 - MEM_MIB))
+        self.assertEqual(query("DCGM_FI_DEV_POWER_USAGE{%s}" % job), 250.5)
+        self.assertEqual(query("DCGM_FI_DEV_GPU_TEMP{%s}" % job), 61.0)
+        self.assertEqual(query("count(DCGM_FI_DEV_GPU_UTIL)"), 4.0)
+        self.assertEqual(query('count(DCGM_FI_DEV_GPU_UTIL{modelName="NVIDIA A100-SXM4-40GB",'
+                               'device=~"nvidia[0-3]",UUID=~"GPU-.+",Hostname!=""})'), 4.0)
+        self.assertGreater(query('gpupool_used_gpu_seconds_total{user="root"}'), 0.0)
 
 
 if __name__ == "__main__":

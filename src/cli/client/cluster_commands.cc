@@ -30,6 +30,7 @@ Status GetAndPrint(const ClientRuntime& rt, const SimpleState& s, const std::str
 
 struct UsageState {
   SimpleState base;
+  bool csv = false;
   std::string since;
   std::string until;
   std::string by;
@@ -57,6 +58,8 @@ Status RunUsage(const ClientRuntime& rt, const UsageState& s) {
     }
     path += sep + "by=" + s.by;
   }
+  if (s.csv && s.base.json) return Status::InvalidArgument("--csv and --json: pick one");
+  if (s.csv) return GetAndPrint(rt, s.base, path, [](const Json& j) { return RenderUsageCsv(j); });
   return GetAndPrint(rt, s.base, path, [](const Json& j) { return RenderUsage(j); });
 }
 
@@ -291,13 +294,16 @@ void RegisterClusterCommands(CLI::App& app, const RuntimePtr& rt) {
 
   auto u = std::make_shared<UsageState>();
   CLI::App* usage = app.add_subcommand(
-      "usage", "GPU-hours allocated per user or project (a 0.25 share counts a quarter)");
+      "usage",
+      "GPU-hours allocated and used per user or project (a 0.25 share counts a quarter; used "
+      "weighs it by the GPUs' measured utilisation, efficiency = used / allocated)");
   usage->add_option("--since", u->since,
                     "from this UTC date or time (2026-11-01, 2026-11-01T08:00) or this long ago "
                     "(7d, 12h); default 30 days ago");
   usage->add_option("--until", u->until, "up to this time (same forms); default now");
   usage->add_option("--by", u->by, "user or project (default user)");
   usage->add_flag("--json", u->base.json, "print the server's JSON");
+  usage->add_flag("--csv", u->csv, "print CSV: KEY,gpu_hours,used_gpu_hours,efficiency,jobs");
   AddConnectionOptions(*usage, &u->base.conn);
   usage->callback([rt, u] { Report(*rt, RunUsage(*rt, *u)); });
 

@@ -21,7 +21,10 @@ std::string RenderJob(const Json& job, int64_t now_us);
 std::string RenderLimits(const Json& answer);
 std::string RenderNodes(const Json& answer, int64_t now_us);
 // `gpupool usage`: {"since_us", "until_us", "by", "rows": [...]} as a table with a total.
+// With used_gpu_hours in the rows (a server with GPU telemetry), USED and EFFICIENCY too.
 std::string RenderUsage(const Json& answer);
+// `gpupool usage --csv`: KEY,gpu_hours,used_gpu_hours,efficiency,jobs, one line per row.
+std::string RenderUsageCsv(const Json& answer);
 // `gpupool token list`: {"tokens": [...]} as a table.
 // Expiry and last use are shown against `now_us` ("(expired)", "3m ago").
 std::string RenderTokens(const Json& answer, int64_t now_us);

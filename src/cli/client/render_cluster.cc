@@ -104,19 +104,63 @@ std::string RenderUsage(const Json& answer) {
                     " to " + FormatTimeUtc(GetInt(answer, "until_us")) + ", by " + by + "\n";
   std::string key_header = by;
   for (char& c : key_header) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
-  Table t({key_header, "GPU-HOURS>", "JOBS>"});
+  // Servers with GPU telemetry also say how much of it was used (utilisation-weighted).
+  bool used = false;
+  for (const Json& row : GetArray(answer, "rows")) used = used || Field(row, "used_gpu_hours");
+  Table t = used ? Table({key_header, "GPU-HOURS>", "USED>", "EFFICIENCY>", "JOBS>"})
+                 : Table({key_header, "GPU-HOURS>", "JOBS>"});
   double total_hours = 0;
+  double total_used = 0;
   int64_t total_jobs = 0;
+  auto efficiency = [](double u, double h) {
+    if (h <= 0) return std::string("-");
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%.0f%%", 100.0 * u / h);
+    return std::string(buf);
+  };
   for (const Json& row : GetArray(answer, "rows")) {
     const double h = GetDouble(row, "gpu_hours");
+    const double u = GetDouble(row, "used_gpu_hours");
     const int64_t jobs = GetInt(row, "jobs");
     total_hours += h;
+    total_used += u;
     total_jobs += jobs;
     std::string key = GetString(row, "key");
-    t.AddRow({key.empty() ? "(none)" : key, Hours(h), std::to_string(jobs)});
+    if (key.empty()) key = "(none)";
+    if (used) {
+      t.AddRow({key, Hours(h), Hours(u), efficiency(u, h), std::to_string(jobs)});
+    } else {
+      t.AddRow({key, Hours(h), std::to_string(jobs)});
+    }
   }
-  t.AddRow({"TOTAL", Hours(total_hours), std::to_string(total_jobs)});
+  if (used) {
+    t.AddRow({"TOTAL", Hours(total_hours), Hours(total_used), efficiency(total_used, total_hours),
+              std::to_string(total_jobs)});
+  } else {
+    t.AddRow({"TOTAL", Hours(total_hours), std::to_string(total_jobs)});
+  }
   return out + t.Render();
+}
+
+std::string RenderUsageCsv(const Json& answer) {
+  auto field = [](const std::string& v) {
+    if (v.find_first_of(",\"\n\r") == std::string::npos) return v;
+    std::string q = "\"";
+    for (char c : v) q += c == '"' ? std::string("\"\"") : std::string(1, c);
+    return q + "\"";
+  };
+  auto number = [](double v) {
+    char buf[48];
+    std::snprintf(buf, sizeof buf, "%.6f", v);
+    return std::string(buf);
+  };
+  std::string out = GetString(answer, "by", "user") + ",gpu_hours,used_gpu_hours,efficiency,jobs\n";
+  for (const Json& row : GetArray(answer, "rows")) {
+    out += field(GetString(row, "key")) + "," + number(GetDouble(row, "gpu_hours")) + "," +
+           number(GetDouble(row, "used_gpu_hours")) + "," + number(GetDouble(row, "efficiency")) +
+           "," + std::to_string(GetInt(row, "jobs")) + "\n";
+  }
+  return out;
 }
 
 std::string RenderTokens(const Json& answer, int64_t now_us) {

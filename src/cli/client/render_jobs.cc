@@ -1,5 +1,7 @@
 // Job views: `gpupool queue` and `gpupool show`. Declared in render.h.
+#include <algorithm>
 #include <cctype>
+#include <cstdio>
 #include <set>
 
 #include "cli/client/json_view.h"
@@ -45,11 +47,27 @@ std::string JobTime(const Json& job, int64_t now_us) {
   return FormatDuration((now_us - submit) / 1'000'000);
 }
 
-std::string Why(const Json& job) {
+// "73%", "2.5%".
+std::string Percent(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, v < 10 && v != static_cast<int64_t>(v) ? "%.1f%%" : "%.0f%%", v);
+  return buf;
+}
+
+std::string Why(const Json& job, int64_t now_us) {
   const std::string state = GetString(job, "state");
   if (state == "PENDING") return GetString(job, "pending_reason");
   if (GetBool(job, "cancel_requested") && (state == "RUNNING" || state == "ASSIGNED")) {
     return "cancelling";
+  }
+  // A running job whose GPUs sit idle (the server's --idle-threshold and --idle-after).
+  const Json& util = GetObject(job, "gpu_util");
+  if (state == "RUNNING" && GetBool(util, "idle")) {
+    const int64_t since_ms = GetInt(util, "idle_since_ms");
+    return "IDLE: GPUs unused" +
+           (since_ms > 0
+                ? " for " + FormatDuration(std::max<int64_t>(0, now_us / 1000 - since_ms) / 1000)
+                : std::string());
   }
   return GetString(job, "reason");
 }
@@ -167,7 +185,7 @@ std::string RenderQueue(const Json& answer, int64_t now_us) {
       }
     }
     t.AddRow({id, GetString(job, "user"), GetString(job, "name"), GetString(job, "state"),
-              FormatJobGpus(job), Nodes(job), JobTime(job, now_us), Why(job)});
+              FormatJobGpus(job), Nodes(job), JobTime(job, now_us), Why(job, now_us)});
   }
   return t.Render();
 }
@@ -226,6 +244,21 @@ std::string RenderJob(const Json& job, int64_t now_us) {
   if (auto r = GetString(job, "pending_reason"); !r.empty()) line("Waiting", r);
   if (auto r = GetString(job, "reason"); !r.empty()) line("Reason", r);
   if (GetBool(job, "cancel_requested")) line("Cancel", "requested; the job is being stopped");
+  if (const Json* util = Field(job, "gpu_util"); util != nullptr && util->is_object()) {
+    char mem[64];
+    std::snprintf(mem, sizeof mem, "%.1f GiB",
+                  static_cast<double>(GetInt(*util, "peak_mem_mib")) / 1024);
+    char used[64];
+    std::snprintf(used, sizeof used, "%.2f", GetDouble(*util, "used_gpu_hours"));
+    line("GPU util", "mean " + Percent(GetDouble(*util, "mean_pct")) + ", peak " +
+                         Percent(GetDouble(*util, "peak_pct")) + ", peak memory " + mem +
+                         ", used " + used + " GPU-hours");
+    if (GetBool(*util, "idle")) {
+      line("Idle", "its GPUs sit unused since " +
+                       FormatTimeUtc(GetInt(*util, "idle_since_ms") * 1000) +
+                       (Field(*util, "warning") ? " (" + GetString(*util, "warning") + ")" : ""));
+    }
+  }
   line("Attempt", std::to_string(GetInt(job, "attempt")));
   const Json& placement = GetArray(job, "placement");
   for (size_t i = 0; i < placement.size(); ++i) {

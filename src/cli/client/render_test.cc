@@ -248,3 +248,45 @@ TEST(RenderControllersTest, LeaderStandbysAndALoneController) {
 
 }  // namespace
 }  // namespace gpupool::cli
+
+namespace gpupool::cli {
+namespace {
+
+// Issue 17: utilisation in show, idle flags in queue, used GPU-hours in usage.
+TEST(RenderTelemetryTest, ShowQueueAndUsage) {
+  const int64_t now_us = 1793491200000000;
+  const Json job = Parse(R"({"id": 7, "user": "alice", "state": "RUNNING",
+    "start_time_us": 1793487600000000, "request": {"gpus": 1},
+    "gpu_util": {"mean_pct": 41.25, "peak_pct": 97, "peak_mem_mib": 30720,
+                 "used_gpu_hours": 0.41, "idle": true, "idle_since_ms": 1793489400000}})");
+  const std::string shown = RenderJob(job, now_us);
+  EXPECT_NE(shown.find("GPU util:   mean 41%, peak 97%, peak memory 30.0 GiB, used 0.41 GPU-hours"),
+            std::string::npos)
+      << shown;
+  EXPECT_NE(shown.find("Idle:"), std::string::npos) << shown;
+  Json answer = Json::object();
+  answer["jobs"] = Json::array({job});
+  const std::string queue = RenderQueue(answer, now_us);
+  EXPECT_NE(queue.find("IDLE: GPUs unused for 30m"), std::string::npos) << queue;
+  // A job that ended is not flagged, whatever its last figures said.
+  answer["jobs"][0]["state"] = "SUCCEEDED";
+  EXPECT_EQ(RenderQueue(answer, now_us).find("IDLE"), std::string::npos);
+
+  const Json usage = Parse(R"({"since_us": 1790899200000000, "until_us": 1793491200000000,
+    "by": "user", "rows": [{"key": "alice", "gpu_hours": 10, "used_gpu_hours": 4.5,
+    "efficiency": 0.45, "jobs": 3}, {"key": "b,c", "gpu_hours": 0, "used_gpu_hours": 0,
+    "efficiency": 0, "jobs": 1}]})");
+  EXPECT_EQ(RenderUsage(usage),
+            "GPU-hours allocated from 2026-10-02T00:00:00Z to 2026-11-01T00:00:00Z, by user\n"
+            "USER   GPU-HOURS  USED  EFFICIENCY  JOBS\n"
+            "alice      10.00  4.50         45%     3\n"
+            "b,c         0.00  0.00           -     1\n"
+            "TOTAL      10.00  4.50         45%     4\n");
+  EXPECT_EQ(RenderUsageCsv(usage),
+            "user,gpu_hours,used_gpu_hours,efficiency,jobs\n"
+            "alice,10.000000,4.500000,0.450000,3\n"
+            "\"b,c\",0.000000,0.000000,0.000000,1\n");
+}
+
+}  // namespace
+}  // namespace gpupool::cli

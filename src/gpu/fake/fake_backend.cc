@@ -23,6 +23,8 @@ class FakeBackend final : public GpuBackend {
     }
     // ReadJsonFile and NodeFromJson both name the file in their errors.
     GP_ASSIGN_OR_RETURN(Json json, ReadJsonFile(file_));
+    // The telemetry profile is the sampler's (gpu/telemetry.h), not the node's.
+    if (json.is_object()) json.erase("telemetry");
     GP_ASSIGN_OR_RETURN(NodeInfo node, NodeFromJson(json, file_));
     // A capture keeps the backend that found each GPU; hand-written files may leave it out.
     for (GpuInfo& g : node.gpus) {

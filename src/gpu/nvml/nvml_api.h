@@ -92,6 +92,30 @@ struct Utilization {
 };
 static_assert(sizeof(Utilization) == 8, "nvmlUtilization_t layout");
 
+// nvmlProcessInfo_t as nvmlDeviceGetComputeRunningProcesses_v2/_v3 fill it.
+struct ProcessInfo {
+  unsigned int pid;
+  unsigned long long used_gpu_memory;  // bytes; NVML_VALUE_NOT_AVAILABLE (~0) when unknown
+  unsigned int gpu_instance_id;
+  unsigned int compute_instance_id;
+};
+static_assert(sizeof(ProcessInfo) == 24, "nvmlProcessInfo_t layout");
+
+// nvmlProcessUtilizationSample_t.
+struct ProcessUtilizationSample {
+  unsigned int pid;
+  unsigned long long time_stamp;  // microseconds
+  unsigned int sm_util;
+  unsigned int mem_util;
+  unsigned int enc_util;
+  unsigned int dec_util;
+};
+static_assert(sizeof(ProcessUtilizationSample) == 32, "nvmlProcessUtilizationSample_t layout");
+
+// nvmlMemoryErrorType_t / nvmlEccCounterType_t.
+inline constexpr int kMemoryErrorTypeUncorrected = 1;
+inline constexpr int kVolatileEcc = 0;
+
 // nvmlEnableState_t.
 inline constexpr unsigned kFeatureDisabled = 0;
 inline constexpr unsigned kFeatureEnabled = 1;
@@ -140,5 +164,10 @@ using DeviceLinkUintFn = Return (*)(Device, unsigned int, unsigned int*);  // Ge
 using DeviceLinkPciFn = Return (*)(Device, unsigned int, PciInfo*);        // GetNvLinkRemotePciInfo
 using DeviceLinkIntFn = Return (*)(Device, unsigned int, int*);  // GetNvLinkRemoteDeviceType
 using DevicePairIntFn = Return (*)(Device, Device, int*);        // GetTopologyCommonAncestor
+using DeviceEccCountFn = Return (*)(Device, int, int, unsigned long long*);  // GetTotalEccErrors
+using DeviceProcessesFn = Return (*)(Device, unsigned int*,
+                                     ProcessInfo*);  // GetComputeRunningProcesses_v3/_v2
+using DeviceProcessUtilFn = Return (*)(Device, ProcessUtilizationSample*, unsigned int*,
+                                       unsigned long long);  // GetProcessUtilization
 
 }  // namespace gpupool::gpu::nvml

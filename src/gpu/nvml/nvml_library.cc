@@ -190,6 +190,16 @@ Result<std::unique_ptr<NvmlLibrary>> NvmlLibrary::Open(const std::string& librar
   f.device_get_topology_common_ancestor =
       SymbolAs<DevicePairIntFn>(handle, "nvmlDeviceGetTopologyCommonAncestor");
 
+  f.device_get_total_ecc_errors = SymbolAs<DeviceEccCountFn>(handle, "nvmlDeviceGetTotalEccErrors");
+  f.device_get_compute_running_processes =
+      SymbolAs<DeviceProcessesFn>(handle, "nvmlDeviceGetComputeRunningProcesses_v3");
+  if (f.device_get_compute_running_processes == nullptr) {
+    f.device_get_compute_running_processes =
+        SymbolAs<DeviceProcessesFn>(handle, "nvmlDeviceGetComputeRunningProcesses_v2");
+  }
+  f.device_get_process_utilization =
+      SymbolAs<DeviceProcessUtilFn>(handle, "nvmlDeviceGetProcessUtilization");
+
   lib->directory_ = LoadedFrom(handle, f);
   return lib;
 }

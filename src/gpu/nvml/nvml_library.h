@@ -51,6 +51,10 @@ struct Functions {
   DeviceLinkPciFn device_get_nvlink_remote_pci_info = nullptr;  // v1 layout, see PciInfo
   DeviceLinkIntFn device_get_nvlink_remote_device_type = nullptr;
   DevicePairIntFn device_get_topology_common_ancestor = nullptr;
+  // Telemetry (TelemetrySampler).
+  DeviceEccCountFn device_get_total_ecc_errors = nullptr;
+  DeviceProcessesFn device_get_compute_running_processes = nullptr;  // _v3, else _v2
+  DeviceProcessUtilFn device_get_process_utilization = nullptr;
 };
 
 class NvmlLibrary {

@@ -10,6 +10,8 @@
 //
 // The types below are written from NVML's documented ABI, independently of the
 // backend's own declarations, so that a layout mistake on either side shows in tests.
+#include <sys/stat.h>
+
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -64,6 +66,23 @@ typedef struct {
   unsigned int memory;
 } nvmlUtilization_t;
 
+// nvmlProcessInfo_t as the _v2/_v3 calls fill it.
+typedef struct {
+  unsigned int pid;
+  unsigned long long usedGpuMemory;
+  unsigned int gpuInstanceId;
+  unsigned int computeInstanceId;
+} nvmlProcessInfo_t;
+
+typedef struct {
+  unsigned int pid;
+  unsigned long long timeStamp;
+  unsigned int smUtil;
+  unsigned int memUtil;
+  unsigned int encUtil;
+  unsigned int decUtil;
+} nvmlProcessUtilizationSample_t;
+
 namespace {
 
 using fake_nvml::FakeDevice;
@@ -90,6 +109,31 @@ int Injected(const std::map<std::string, int>& errors, const char* name) {
   return it == errors.end() ? NVML_SUCCESS : it->second;
 }
 
+// Applies $FAKE_NVML_TELEMETRY when the file changed since it was last read, so a test
+// can script values that change while a sampler holds its NVML session open.
+void RefreshTelemetry() {
+  static long long seen_mtime_ns = -1;
+  static long long seen_size = -1;
+  static long long seen_inode = -1;  // a file renamed into place is a new inode
+  const char* path = std::getenv("FAKE_NVML_TELEMETRY");
+  if (path == nullptr || *path == '\0') return;
+  struct stat st;
+  if (stat(path, &st) != 0) return;
+  const long long mtime_ns = st.st_mtim.tv_sec * 1000000000LL + st.st_mtim.tv_nsec;
+  if (mtime_ns == seen_mtime_ns && st.st_size == seen_size &&
+      static_cast<long long>(st.st_ino) == seen_inode) {
+    return;
+  }
+  std::string error;
+  if (!fake_nvml::ApplyTelemetry(path, &g_scenario, &error)) {
+    std::fprintf(stderr, "fake libnvidia-ml: %s\n", error.c_str());
+    return;  // a half-written file: read again next time
+  }
+  seen_mtime_ns = mtime_ns;
+  seen_size = st.st_size;
+  seen_inode = static_cast<long long>(st.st_ino);
+}
+
 // Resolves a handle; on failure `rc` says why. Injected errors of the GPU (or of the MIG
 // device) for `call` come back as rc too.
 Handle* Resolve(nvmlDevice_t device, const char* call, int* rc) {
@@ -102,6 +146,7 @@ Handle* Resolve(nvmlDevice_t device, const char* call, int* rc) {
     *rc = NVML_ERROR_INVALID_ARGUMENT;
     return nullptr;
   }
+  RefreshTelemetry();
   auto* h = reinterpret_cast<Handle*>(device);
   const auto& errors = h->mig >= 0 ? h->gpu->migs[h->mig].errors : h->gpu->errors;
   *rc = Injected(errors, call);
@@ -433,6 +478,58 @@ FAKE_EXPORT nvmlReturn_t nvmlDeviceGetPowerUsage(nvmlDevice_t device, unsigned i
   *power = h->gpu->power_mw;
   return NVML_SUCCESS;
 }
+
+#ifndef FAKE_NVML_OMIT_OPTIONAL
+// Telemetry extras (an old driver lacks them: the sampler leaves their fields unset).
+FAKE_EXPORT nvmlReturn_t nvmlDeviceGetTotalEccErrors(nvmlDevice_t device, int error_type,
+                                                     int counter_type, unsigned long long* count) {
+  RESOLVE(h, device, "nvmlDeviceGetTotalEccErrors");
+  // NVML_MEMORY_ERROR_TYPE_UNCORRECTED (1), NVML_VOLATILE_ECC (0) / NVML_AGGREGATE_ECC (1).
+  if (count == nullptr || error_type != 1 || counter_type < 0 || counter_type > 1)
+    return NVML_ERROR_INVALID_ARGUMENT;
+  *count = h->gpu->ecc_total;
+  return NVML_SUCCESS;
+}
+
+FAKE_EXPORT nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t device,
+                                                                 unsigned int* count,
+                                                                 nvmlProcessInfo_t* infos) {
+  RESOLVE(h, device, "nvmlDeviceGetComputeRunningProcesses");
+  if (count == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+  const auto& procs = h->gpu->processes;
+  if (*count < procs.size() || (infos == nullptr && !procs.empty())) {
+    *count = static_cast<unsigned>(procs.size());
+    return NVML_ERROR_INSUFFICIENT_SIZE;
+  }
+  *count = static_cast<unsigned>(procs.size());
+  for (size_t i = 0; i < procs.size(); ++i) {
+    infos[i].pid = procs[i].pid;
+    infos[i].usedGpuMemory = procs[i].used_memory;
+    infos[i].gpuInstanceId = 0xFFFFFFFF;
+    infos[i].computeInstanceId = 0xFFFFFFFF;
+  }
+  return NVML_SUCCESS;
+}
+
+FAKE_EXPORT nvmlReturn_t nvmlDeviceGetProcessUtilization(nvmlDevice_t device,
+                                                         nvmlProcessUtilizationSample_t* samples,
+                                                         unsigned int* count,
+                                                         unsigned long long last_seen_timestamp) {
+  RESOLVE(h, device, "nvmlDeviceGetProcessUtilization");
+  (void)last_seen_timestamp;
+  if (count == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+  const auto& procs = h->gpu->processes;
+  if (samples == nullptr || *count < procs.size()) {
+    *count = static_cast<unsigned>(procs.size());
+    return NVML_ERROR_INSUFFICIENT_SIZE;
+  }
+  *count = static_cast<unsigned>(procs.size());
+  for (size_t i = 0; i < procs.size(); ++i) {
+    samples[i] = nvmlProcessUtilizationSample_t{procs[i].pid, 1, procs[i].sm_util, 0, 0, 0};
+  }
+  return NVML_SUCCESS;
+}
+#endif
 
 FAKE_EXPORT nvmlReturn_t nvmlDeviceGetEnforcedPowerLimit(nvmlDevice_t device, unsigned int* limit) {
   RESOLVE(h, device, "nvmlDeviceGetEnforcedPowerLimit");

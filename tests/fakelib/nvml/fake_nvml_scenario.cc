@@ -54,6 +54,19 @@ int RemoteType(const json& j) {
   return 0xFF;
 }
 
+std::vector<FakeProcess> ReadProcesses(const json& j) {
+  std::vector<FakeProcess> out;
+  if (!j.contains("processes")) return out;
+  for (const auto& p : j.at("processes")) {
+    FakeProcess f;
+    f.pid = p.at("pid").get<unsigned>();
+    f.used_memory = p.value("used_memory", 0ULL);
+    f.sm_util = p.value("sm_util", 0u);
+    out.push_back(f);
+  }
+  return out;
+}
+
 FakeDevice ReadDevice(const json& j, int index) {
   FakeDevice d;
   d.index = index;
@@ -103,6 +116,8 @@ FakeDevice ReadDevice(const json& j, int index) {
   d.temperature = j.value("temperature", 0u);
   d.power_mw = j.value("power_mw", 0u);
   d.power_limit_mw = j.value("power_limit_mw", 0u);
+  d.ecc_total = j.value("ecc_total", 0ULL);
+  d.processes = ReadProcesses(j);
   d.nvlink_max = j.value("nvlink_max", 0u);
   // "nvlinks": [{"remote": bus id, "type": "switch", "count": 5, "active": true}, ...]
   // fills link indices in order.
@@ -158,6 +173,45 @@ bool LoadScenario(const std::string& path, Scenario* out, std::string* error) {
     return true;
   } catch (const std::exception& e) {
     *error = "bad scenario " + path + ": " + e.what();
+    return false;
+  }
+}
+
+bool ApplyTelemetry(const std::string& path, Scenario* scenario, std::string* error) {
+  try {
+    std::ifstream in(path);
+    if (!in) {
+      *error = "cannot open telemetry " + path;
+      return false;
+    }
+    const json j = json::parse(in);
+    std::vector<FakeDevice> devices = scenario->devices;
+    if (j.contains("devices")) {
+      for (const auto& [key, d] : j.at("devices").items()) {
+        const size_t i = std::stoul(key);
+        if (i >= devices.size()) continue;
+        FakeDevice& f = devices[i];
+        f.util_gpu = d.value("utilization_gpu", f.util_gpu);
+        f.memory_used = d.value("memory_used", f.memory_used);
+        f.power_mw = d.value("power_mw", f.power_mw);
+        f.temperature = d.value("temperature", f.temperature);
+        f.ecc_total = d.value("ecc_total", f.ecc_total);
+        if (d.contains("processes")) f.processes = ReadProcesses(d);
+      }
+    }
+    // In place, so that handles (pointers into the devices) stay valid.
+    for (size_t i = 0; i < devices.size(); ++i) {
+      FakeDevice& f = scenario->devices[i];
+      f.util_gpu = devices[i].util_gpu;
+      f.memory_used = devices[i].memory_used;
+      f.power_mw = devices[i].power_mw;
+      f.temperature = devices[i].temperature;
+      f.ecc_total = devices[i].ecc_total;
+      f.processes = devices[i].processes;
+    }
+    return true;
+  } catch (const std::exception& e) {
+    *error = "bad telemetry " + path + ": " + e.what();
     return false;
   }
 }

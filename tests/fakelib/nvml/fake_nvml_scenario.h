@@ -42,6 +42,14 @@ struct FakeLink {
   int remote_type = 0;        // nvmlIntNvLinkDeviceType_t
 };
 
+// A process using a GPU (nvmlDeviceGetComputeRunningProcesses,
+// nvmlDeviceGetProcessUtilization).
+struct FakeProcess {
+  unsigned pid = 0;
+  unsigned long long used_memory = 0;  // bytes
+  unsigned sm_util = 0;                // percent
+};
+
 struct FakeDevice {
   int index = 0;
   FakeString name;
@@ -60,6 +68,8 @@ struct FakeDevice {
   unsigned util_gpu = 0, util_memory = 0;
   unsigned temperature = 0;
   unsigned power_mw = 0, power_limit_mw = 0;
+  unsigned long long ecc_total = 0;  // nvmlDeviceGetTotalEccErrors
+  std::vector<FakeProcess> processes;
   unsigned nvlink_max = 0;  // 0: NVLink not supported
   std::vector<FakeLink> links;
   std::map<std::string, int> errors;  // function base name (no _vN) -> return code
@@ -79,5 +89,12 @@ struct Scenario {
 
 // Parses the file; on error returns false and sets *error. Never throws.
 bool LoadScenario(const std::string& path, Scenario* out, std::string* error);
+
+// Applies a telemetry file ($FAKE_NVML_TELEMETRY, see README.md) to the devices in place:
+// {"devices": {"0": {"utilization_gpu": 80, "memory_used": bytes, "power_mw": n,
+// "temperature": n, "ecc_total": n, "processes": [{"pid": n, "used_memory": bytes,
+// "sm_util": n}]}}}. Only the keys present change. On error returns false and sets
+// *error, changing nothing. Never throws.
+bool ApplyTelemetry(const std::string& path, Scenario* scenario, std::string* error);
 
 }  // namespace fake_nvml

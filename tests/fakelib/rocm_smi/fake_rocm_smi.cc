@@ -19,6 +19,8 @@
 //
 // Compile definitions make the variants: FAKE_RSMI_WITHOUT_OPTIONAL leaves out a few
 // optional entry points, FAKE_RSMI_WITHOUT_REQUIRED leaves out rsmi_num_monitor_devices.
+#include <sys/stat.h>
+
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -55,11 +57,38 @@ void Log(const std::string& line) {
   out << line << "\n";
 }
 
+// Reads the scenario again when its file changed (mtime or size) since it was read, so a
+// test can script values that change while a telemetry sampler keeps the library
+// initialised. A file that does not parse (half written) changes nothing.
+void Refresh() {
+  static long long seen_mtime_ns = -1;
+  static long long seen_size = -1;
+  static long long seen_inode = -1;  // a file renamed into place is a new inode
+  const char* path = std::getenv("GPUPOOL_FAKE_ROCM_SMI_SCENARIO");
+  struct stat st;
+  if (path == nullptr || stat(path, &st) != 0) return;
+  const long long mtime_ns = st.st_mtim.tv_sec * 1000000000LL + st.st_mtim.tv_nsec;
+  if (mtime_ns == seen_mtime_ns && st.st_size == seen_size &&
+      static_cast<long long>(st.st_ino) == seen_inode) {
+    return;
+  }
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  Json scenario = Json::parse(text.str(), nullptr, /*allow_exceptions=*/false);
+  if (scenario.is_discarded() || !scenario.is_object()) return;
+  seen_mtime_ns = mtime_ns;
+  seen_size = st.st_size;
+  seen_inode = static_cast<long long>(st.st_ino);
+  g_scenario = std::move(scenario);
+}
+
 // Runs `body` unless the library is not initialised; exceptions (a scenario of the wrong
 // shape) must not cross the C boundary.
 template <typename F>
 uint32_t Guard(F body) {
   if (!g_initialized) return kInitError;
+  Refresh();
   try {
     return body();
   } catch (...) {

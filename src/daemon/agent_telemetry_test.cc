@@ -1,0 +1,207 @@
+// The agent's side of GPU telemetry that needs no controller: mapping a process to the
+// job whose cgroup it runs in.
+#include <gtest/gtest.h>
+#include <stdlib.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <mutex>
+#include <thread>
+
+#include "agent/launcher.h"
+#include "daemon/agent_loop.h"
+#include "net/http_server.h"
+
+namespace gpupool::daemon {
+namespace {
+
+namespace fs = std::filesystem;
+
+class JobOfProcessTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::string tmpl = (fs::temp_directory_path() / "job_of_process.XXXXXX").string();
+    ASSERT_NE(mkdtemp(tmpl.data()), nullptr);
+    root_ = tmpl;
+  }
+  void TearDown() override {
+    std::error_code ec;
+    fs::remove_all(root_, ec);
+  }
+  void Cgroup(int pid, const std::string& text) {
+    fs::create_directories(root_ / std::to_string(pid));
+    std::ofstream(root_ / std::to_string(pid) / "cgroup") << text;
+  }
+  fs::path root_;
+};
+
+TEST_F(JobOfProcessTest, FindsTheJobOfV1AndV2CgroupsAndNothingElse) {
+  Cgroup(10, "0::/gpupool/job-42-1-777\n");
+  Cgroup(11,
+         "12:memory:/gpupool/job-43-2-5\n11:devices:/gpupool/job-43-2-5\n"
+         "1:name=systemd:/system.slice/gpupool-agent.service\n");
+  Cgroup(12, "0::/user.slice/user-1000.slice/session-3.scope\n");
+  Cgroup(13, "0::/gpupool/job-x-1-2\n");
+  Cgroup(14, "0::/gpupool/job-\n");
+  // A task of a gang: the cgroup is named by the task's launcher key.
+  const int64_t key = agent::TaskKey(44, 3, 4);
+  Cgroup(15, "0::/gpupool/job-" + std::to_string(key) + "-1-9\n");
+  EXPECT_EQ(JobOfProcess(root_.string(), 10), 42);
+  EXPECT_EQ(JobOfProcess(root_.string(), 11), 43);
+  EXPECT_EQ(JobOfProcess(root_.string(), 12), 0);
+  EXPECT_EQ(JobOfProcess(root_.string(), 13), 0);
+  EXPECT_EQ(JobOfProcess(root_.string(), 14), 0);
+  EXPECT_EQ(JobOfProcess(root_.string(), 15), 44);
+  EXPECT_EQ(JobOfProcess(root_.string(), 99), 0);  // gone
+}
+
+// A launcher that runs nothing.
+class IdleLauncher final : public agent::Launcher {
+ public:
+  using agent::Launcher::Launch;
+  Status Launch(const agent::LaunchSpec&, const agent::JobStdio&) override {
+    return Status::Unavailable("not in this test");
+  }
+  Status Cancel(int64_t) override { return Status::NotFound("none"); }
+  std::vector<agent::JobEvent> Poll() override { return {}; }
+  std::vector<agent::JobEvent> Wait(int timeout_ms) override {
+    std::this_thread::sleep_for(std::chrono::milliseconds(std::min(timeout_ms, 20)));
+    return {};
+  }
+  Result<std::vector<agent::JobEvent>> Adopt() override { return std::vector<agent::JobEvent>{}; }
+  Status Forget(int64_t) override { return Status::Ok(); }
+  std::vector<int64_t> Running() const override { return {}; }
+};
+
+// One GPU at a fixed 42%.
+class OneGpu final : public gpu::TelemetrySampler {
+ public:
+  std::string_view name() const override { return "test"; }
+  Result<std::vector<gpu::GpuSample>> Sample(int64_t) override {
+    gpu::GpuSample s;
+    s.index = 0;
+    s.uuid = "GPU-0";
+    s.util_pct = 42;
+    s.mem_used_mib = 7;
+    return std::vector<gpu::GpuSample>{s};
+  }
+};
+
+// A controller of protocol `minor` that records the telemetry batches it is sent and can
+// be made to refuse them (away).
+class TelemetryAgentTest : public JobOfProcessTest {
+ protected:
+  void Start(int minor) {
+    net::HttpServerOptions o;
+    o.unix_socket_path = (root_ / "c.sock").string();
+    auto server = net::StartHttpServer(o, [this, minor](const net::HttpRequest& r) {
+      net::HttpResponse a;
+      std::lock_guard lock(mu_);
+      if (r.path == "/v1/agent/register") {
+        registered_ = true;
+        a.body =
+            R"({"ok": true, "protocol": "1.)" + std::to_string(minor) + R"(", "address": "x"})";
+      } else if (r.path == "/v1/agent/telemetry") {
+        ++posts_;
+        if (away_) {
+          a.status = 503;
+          a.body = R"({"error": "away"})";
+        } else {
+          Result<protocol::TelemetryBatch> b = protocol::DecodeTelemetryBatch(Json::parse(r.body));
+          if (b.ok()) received_.insert(received_.end(), b->samples.begin(), b->samples.end());
+          a.body = R"({"ok": true, "accepted": 1})";
+        }
+      } else if (r.path == "/v1/agent/work") {
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        a.body = "{}";
+      } else {
+        a.body = R"({"ok": true})";
+      }
+      return a;
+    });
+    ASSERT_TRUE(server.ok()) << server.status().ToString();
+    server_ = std::move(*server);
+    AgentLoopOptions ao;
+    ao.node_name = "n1";
+    ao.state_dir = (root_ / "state").string();
+    ao.telemetry_interval_s = 0;  // rounds driven by the test
+    ao.sampler = std::make_shared<OneGpu>();
+    ao.clock = &clock_;
+    net::ServerAddress addr;
+    addr.path = o.unix_socket_path;
+    loop_ = std::make_unique<AgentLoop>(ao, net::HttpClient(addr, "t"), &launcher_);
+    thread_ = std::thread([this] { loop_->Run(); });
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (std::chrono::steady_clock::now() < deadline) {
+      {
+        std::lock_guard lock(mu_);
+        if (registered_) break;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+  }
+  void TearDown() override {
+    if (loop_) {
+      loop_->Stop();
+      thread_.join();
+    }
+    server_.reset();
+    JobOfProcessTest::TearDown();
+  }
+
+  ManualClock clock_{1'800'000'000'000'000};
+  IdleLauncher launcher_;
+  std::unique_ptr<net::HttpServer> server_;
+  std::unique_ptr<AgentLoop> loop_;
+  std::thread thread_;
+  std::mutex mu_;
+  bool registered_ = false;
+  bool away_ = false;
+  int posts_ = 0;
+  std::vector<protocol::GpuTelemetry> received_;
+};
+
+TEST_F(TelemetryAgentTest, AOneMinorOlderControllerIsSentNoTelemetry) {
+  Start(2);
+  // Rounds until the loop has read the registration answer (it then drops its samples).
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (loop_->TelemetryRound() != 0 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  EXPECT_EQ(loop_->TelemetryRound(), 0u);
+  std::lock_guard lock(mu_);
+  EXPECT_EQ(posts_, 0);
+}
+
+TEST_F(TelemetryAgentTest, BatchesGoToA13ControllerAndWaitWhileItIsAway) {
+  Start(3);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (loop_->TelemetryRound() != 0 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  {
+    std::lock_guard lock(mu_);
+    ASSERT_FALSE(received_.empty());
+    EXPECT_EQ(received_.back().util_pct, 42);
+    EXPECT_EQ(received_.back().mem_used_mib, 7);
+    EXPECT_EQ(received_.back().at_ms, 1'800'000'000'000);  // the injected clock
+    received_.clear();
+    away_ = true;
+  }
+  EXPECT_EQ(loop_->TelemetryRound(), 1u);
+  clock_.AdvanceMicros(5'000'000);
+  EXPECT_EQ(loop_->TelemetryRound(), 2u);  // kept, oldest first
+  {
+    std::lock_guard lock(mu_);
+    away_ = false;
+  }
+  clock_.AdvanceMicros(5'000'000);
+  EXPECT_EQ(loop_->TelemetryRound(), 0u);
+  std::lock_guard lock(mu_);
+  ASSERT_EQ(received_.size(), 3u);  // the two kept rounds and this one, in one batch
+  EXPECT_LT(received_[0].at_ms, received_[2].at_ms);
+}
+
+}  // namespace
+}  // namespace gpupool::daemon

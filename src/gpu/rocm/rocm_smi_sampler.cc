@@ -1,0 +1,121 @@
+// The ROCm SMI telemetry sampler: one dlopen and rsmi_init for its life; devices bound to
+// the node's AMD GPUs by PCI bus id at creation; per sample the busy percentage, VRAM in
+// use and in all, average power and the edge (else junction) temperature.
+#include <map>
+
+#include "gpu/rocm/rocm_smi_library.h"
+#include "gpu/telemetry.h"
+
+namespace gpupool::gpu {
+namespace {
+
+using rocm::kRsmiSuccess;
+
+constexpr int64_t kRsmiMiB = 1 << 20;
+
+std::string BusIdOfBdf(uint64_t bdf) {
+  // rocm-smi packs (domain << 32) | (bus << 8) | (device << 3) | function.
+  char buf[48];
+  std::snprintf(buf, sizeof buf, "%04x:%02x:%02x.%x", static_cast<unsigned>(bdf >> 32),
+                static_cast<unsigned>((bdf >> 8) & 0xff), static_cast<unsigned>((bdf >> 3) & 0x1f),
+                static_cast<unsigned>(bdf & 0x7));
+  return buf;
+}
+
+class RocmSmiSampler final : public TelemetrySampler {
+ public:
+  explicit RocmSmiSampler(std::unique_ptr<rocm::RocmSmiLibrary> lib) : lib_(std::move(lib)) {}
+
+  Status Bind(const NodeInfo& node) {
+    const rocm::RocmSmiApi& api = lib_->api();
+    uint32_t count = 0;
+    if (rocm::RsmiStatus rc = api.num_monitor_devices(&count); rc != kRsmiSuccess) {
+      return Status::Unavailable("rsmi_num_monitor_devices failed: " + lib_->ErrorString(rc));
+    }
+    std::map<std::string, uint32_t> by_bus;
+    for (uint32_t i = 0; i < count && i < 1024; ++i) {
+      uint64_t bdf = 0;
+      if (api.dev_pci_id_get(i, &bdf) == kRsmiSuccess) by_bus[BusIdOfBdf(bdf)] = i;
+    }
+    for (const GpuInfo& g : node.gpus) {
+      if (g.vendor != Vendor::kAmd) continue;
+      if (auto it = by_bus.find(g.pci_bus_id); it != by_bus.end()) {
+        gpus_.push_back({g.index, g.uuid, it->second});
+      }
+    }
+    if (gpus_.empty()) return Status::Unavailable("ROCm SMI sees none of the node's AMD GPUs");
+    return Status::Ok();
+  }
+
+  std::string_view name() const override { return "rocm-smi"; }
+
+  Result<std::vector<GpuSample>> Sample(int64_t) override {
+    const rocm::RocmSmiApi& api = lib_->api();
+    std::vector<GpuSample> out;
+    int read = 0;
+    for (const Bound& b : gpus_) {
+      GpuSample s;
+      s.index = b.index;
+      s.uuid = b.uuid;
+      uint32_t busy = 0;
+      if (api.dev_busy_percent_get != nullptr &&
+          api.dev_busy_percent_get(b.device, &busy) == kRsmiSuccess && busy <= 100) {
+        s.util_pct = busy;
+        ++read;
+      }
+      uint64_t used = 0, total = 0;
+      if (api.dev_memory_usage_get != nullptr && api.dev_memory_total_get != nullptr &&
+          api.dev_memory_usage_get(b.device, rocm::kRsmiMemTypeVram, &used) == kRsmiSuccess &&
+          api.dev_memory_total_get(b.device, rocm::kRsmiMemTypeVram, &total) == kRsmiSuccess &&
+          used <= total) {
+        s.mem_used_mib = static_cast<int64_t>(used / kRsmiMiB);
+        s.mem_total_mib = static_cast<int64_t>(total / kRsmiMiB);
+      }
+      uint64_t uw = 0;
+      if (api.dev_power_ave_get != nullptr &&
+          api.dev_power_ave_get(b.device, 0, &uw) == kRsmiSuccess && uw < 10'000'000'000ULL) {
+        s.power_w = static_cast<double>(uw) / 1e6;
+      }
+      if (api.dev_temp_metric_get != nullptr) {
+        for (uint32_t sensor : {rocm::kRsmiTempTypeEdge, rocm::kRsmiTempTypeJunction}) {
+          int64_t mc = 0;
+          if (api.dev_temp_metric_get(b.device, sensor, rocm::kRsmiTempCurrent, &mc) ==
+                  kRsmiSuccess &&
+              mc > -273'000 && mc < 1'000'000) {
+            s.temp_c = static_cast<double>(mc) / 1000.0;
+            break;
+          }
+        }
+      }
+      out.push_back(std::move(s));
+    }
+    if (read == 0 && !out.empty()) {
+      return Status::Unavailable("ROCm SMI gave no busy percentage for any of the " +
+                                 std::to_string(out.size()) + " GPUs");
+    }
+    return out;
+  }
+
+ private:
+  struct Bound {
+    int index;
+    std::string uuid;
+    uint32_t device;
+  };
+  std::unique_ptr<rocm::RocmSmiLibrary> lib_;
+  std::vector<Bound> gpus_;
+};
+
+}  // namespace
+
+Result<std::unique_ptr<TelemetrySampler>> NewRocmSmiSampler(const std::string& library,
+                                                            const NodeInfo& node) {
+  GP_ASSIGN_OR_RETURN(std::unique_ptr<rocm::RocmSmiLibrary> lib,
+                      rocm::RocmSmiLibrary::Load(library));
+  GP_RETURN_IF_ERROR(lib->Init());
+  auto sampler = std::make_unique<RocmSmiSampler>(std::move(lib));
+  GP_RETURN_IF_ERROR(sampler->Bind(node));
+  return std::unique_ptr<TelemetrySampler>(std::move(sampler));
+}
+
+}  // namespace gpupool::gpu
