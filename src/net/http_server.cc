@@ -133,12 +133,25 @@ class MhdServer final : public HttpServer {
   int tcp_port() const override { return tcp_port_; }
 
   void Stop() override {
-    // MHD must not be stopped with suspended connections: let blocking handlers finish
-    // (as joining their connection threads used to) and their answers go out first.
+    // MHD must not be stopped with suspended connections (it aborts the process): from
+    // now on no request is suspended (a blocking one is answered 503 at once: an agent's
+    // next long poll, arriving while this waits), and the blocking handlers running
+    // finish (as joining their connection threads used to) and their answers go out.
+    bool drained = false;
     {
       std::unique_lock lock(mu_);
+      stopping_ = true;
       idle_cv_.wait(lock, [this] { return blocking_running_ == 0; });
-      idle_cv_.wait_for(lock, std::chrono::seconds(5), [this] { return suspended_ == 0; });
+      drained =
+          idle_cv_.wait_for(lock, std::chrono::seconds(5), [this] { return suspended_ == 0; });
+    }
+    if (!drained) {
+      // An answer that could not be sent in 5 s: stopping the daemon now would abort.
+      // The process is on its way out; its threads go with it.
+      if (unix_daemon_ != nullptr) unlink(options_.unix_socket_path.c_str());
+      unix_daemon_ = nullptr;
+      tcp_daemon_ = nullptr;
+      return;
     }
     if (unix_daemon_ != nullptr) {
       MHD_stop_daemon(unix_daemon_);
@@ -218,6 +231,11 @@ class MhdServer final : public HttpServer {
   MHD_Result RunDetached(MHD_Connection* conn, PendingRequest* pending, HttpRequest req) {
     {
       std::lock_guard lock(mu_);
+      if (stopping_) {
+        return Send(conn, ErrorResponse(503,
+                                        "the server is shutting down: try again, or "
+                                        "another controller of the pool"));
+      }
       pending->detached = true;
       pending->suspended = true;
       ++suspended_;
@@ -364,6 +382,7 @@ class MhdServer final : public HttpServer {
 
   std::mutex mu_;  // guards the two counts and PendingRequest's shared fields
   std::condition_variable idle_cv_;
+  bool stopping_ = false;     // Stop() began: nothing is suspended any more
   int blocking_running_ = 0;  // handlers running on threads of their own
   int suspended_ = 0;         // connections suspended for them
 };

@@ -324,6 +324,8 @@ class BlockingTest : public ::testing::Test {
         ++waiting_;
         cv_.notify_all();
         cv_.wait(lock, [this] { return released_; });
+        lock.unlock();
+        if (r.Query("n") == "poll") std::this_thread::sleep_for(std::chrono::milliseconds(10));
         resp.body = "unblocked " + r.Query("n");
       } else {
         resp.body = "quick";
@@ -379,6 +381,32 @@ TEST_F(BlockingTest, BlockingRequestsHoldNoPoolThread) {
   for (auto& t : ts) t.join();
   for (int i = 0; i < 3; ++i)
     EXPECT_EQ(bodies[static_cast<size_t>(i)], "unblocked " + std::to_string(i));
+}
+
+// A client that sends blocking requests back to back while the server stops (an agent's
+// long polls): those that arrive during the stop are answered 503 at once instead of
+// being suspended, which would make libmicrohttpd abort the process when stopped.
+TEST_F(BlockingTest, BlockingRequestsArrivingDuringStopAreRefusedNotSuspended) {
+  Release();  // every /block answers at once
+  std::atomic<bool> done{false};
+  std::atomic<int> answered{0};
+  std::atomic<int> refused{0};
+  std::vector<std::thread> pollers;
+  for (int i = 0; i < 4; ++i) {
+    pollers.emplace_back([&] {
+      while (!done) {
+        auto r = Client().Get("/block?n=poll");  // 10 ms each: some are always suspended
+        if (!r.ok()) continue;                   // the socket is gone
+        if (r->status == 200) ++answered;
+        if (r->status == 503) ++refused;
+      }
+    });
+  }
+  while (answered < 20) std::this_thread::yield();
+  server_->Stop();  // aborted here before the fix, when a poll came in during the wait
+  done = true;
+  for (auto& t : pollers) t.join();
+  EXPECT_GE(answered.load(), 20);
 }
 
 TEST_F(BlockingTest, StopWaitsForABlockingHandlerAndItsAnswerGoesOut) {

@@ -180,7 +180,8 @@ class FailoverTest(unittest.TestCase):
             while time.time() < deadline:
                 try:
                     st, body = hasite.call(site.sock(leader), "GET", "/readyz", timeout=2)
-                    if st == 503 and body.get("role") == "standby":
+                    # Until its first look at the lease a standby names no leader.
+                    if st == 503 and body.get("role") == "standby" and body.get("leader"):
                         standby = body
                         break
                 except (OSError, ValueError):

@@ -5,6 +5,7 @@
 #include <cctype>
 #include <chrono>
 #include <filesystem>
+#include <iostream>
 #include <random>
 #include <thread>
 
@@ -274,6 +275,11 @@ Result<ApiAnswer> PostSubmission(const ApiClient& api, OrderedJson* body) {
                                    (r.status().code() == StatusCode::kResourceExhausted &&
                                     r.status().message().find("waiting") != std::string::npos));
     if (!again || std::chrono::steady_clock::now() >= give_up) return r;
+    if (pause_ms == 200) {  // said once: a wrong address should not look like a hang
+      std::cerr << "gpupool: " << r.status().message()
+                << "\n  trying again for up to a minute (a controller may be taking over; "
+                   "Ctrl-C stops)\n";
+    }
     std::this_thread::sleep_for(std::chrono::milliseconds(pause_ms));
     pause_ms = std::min(pause_ms * 2, 1000);
   }
