@@ -515,23 +515,67 @@ HttpResponse Api::DashboardSession(const Call& c) { return dashboard_.Session(c.
 // GET /metrics: the pool in Prometheus's text format (metrics.h), for metrics tokens and
 // admins. Ended jobs and GPU-hours come from the store, the rest from the controller.
 HttpResponse Api::Metrics(const Call&) {
-  PoolSnapshot pool = controller_->MetricsSnapshot();
-  Result<std::vector<jobs::Job>> all = store_->ListJobs(store::JobFilter{});
-  if (!all.ok()) return ErrorResponse(all.status());
+  std::vector<NodeView> nodes;
+  PoolSnapshot pool = controller_->MetricsSnapshot(&nodes);  // active jobs by state
   const int64_t now = clock_->NowMicros();
   const std::map<int64_t, double> used = telemetry_->UsedGpuSecondsTotal();
-  std::map<int64_t, const jobs::Job*> by_id;
-  for (const jobs::Job& j : *all) {
-    by_id[j.id] = &j;
-    if (jobs::IsTerminal(j.state)) ++pool.jobs_by_state[std::string(jobs::JobStateName(j.state))];
+  std::lock_guard ended_lock(ended_.mu);
+  // Jobs that ended since the last scrape: added to the totals once each.
+  store::JobFilter recent;
+  for (jobs::JobState st :
+       {jobs::JobState::kSucceeded, jobs::JobState::kFailed, jobs::JobState::kCancelled,
+        jobs::JobState::kTimeout, jobs::JobState::kLost}) {
+    recent.states.push_back(st);
+  }
+  recent.ended_after_us = std::max<int64_t>(1, ended_.read_until_us - kEndedOverlapUs);
+  Result<std::vector<jobs::Job>> ended = store_->ListJobs(recent);
+  if (!ended.ok()) return ErrorResponse(ended.status());
+  for (const jobs::Job& j : *ended) {
+    if (!jobs::IsTerminal(j.state) || !ended_.recent.emplace(j.id, j.end_time_us).second) continue;
+    ++ended_.by_state[std::string(jobs::JobStateName(j.state))];
     const std::pair<std::string, std::string> key = {j.user,
                                                      j.project.empty() ? "(none)" : j.project};
-    const double hours = JobGpuHours(j, 0, INT64_MAX, now);
-    if (hours > 0) pool.gpu_hours[key] += hours;
-    if (auto u = used.find(j.id); u != used.end()) pool.used_gpu_hours[key] += u->second / 3600;
+    if (const double hours = JobGpuHours(j, 0, INT64_MAX, now); hours > 0) {
+      ended_.gpu_hours[key] += hours;
+    }
+    if (used.count(j.id) != 0) ended_.keys[j.id] = key;
+  }
+  ended_.read_until_us = now;
+  std::erase_if(ended_.recent, [&](const auto& e) {
+    return e.second > 0 && e.second < now - 2 * kEndedOverlapUs;  // 0: no end time, read each time
+  });
+  for (const auto& [state, n] : ended_.by_state) pool.jobs_by_state[state] += n;
+  for (const auto& [key, hours] : ended_.gpu_hours) pool.gpu_hours[key] += hours;
+  // Jobs holding resources now: their GPU-hours so far, and who they are.
+  store::JobFilter holding;
+  holding.states = {jobs::JobState::kAssigned, jobs::JobState::kRunning};
+  Result<std::vector<jobs::Job>> active = controller_->List(holding, Caller{"root", 0, 0, true});
+  if (!active.ok()) return ErrorResponse(active.status());
+  std::map<int64_t, const jobs::Job*> by_id;
+  for (const jobs::Job& j : *active) {
+    by_id[j.id] = &j;
+    const std::pair<std::string, std::string> key = {j.user,
+                                                     j.project.empty() ? "(none)" : j.project};
+    if (const double hours = JobGpuHours(j, 0, INT64_MAX, now); hours > 0) {
+      pool.gpu_hours[key] += hours;
+    }
+  }
+  for (const auto& [id, seconds] : used) {
+    std::pair<std::string, std::string> key;
+    if (auto a = by_id.find(id); a != by_id.end()) {
+      key = {a->second->user, a->second->project.empty() ? "(none)" : a->second->project};
+    } else if (auto k = ended_.keys.find(id); k != ended_.keys.end()) {
+      key = k->second;
+    } else if (Result<jobs::Job> j = store_->GetJob(id); j.ok()) {  // once per job
+      key = {j->user, j->project.empty() ? "(none)" : j->project};
+      if (jobs::IsTerminal(j->state)) ended_.keys[id] = key;
+    } else {
+      continue;
+    }
+    pool.used_gpu_hours[key] += seconds / 3600;
   }
   // The latest telemetry of the GPUs of nodes that are up, with dcgm-exporter's labels.
-  for (const NodeView& v : controller_->Nodes()) {
+  for (const NodeView& v : nodes) {
     if (v.state == "down") continue;
     const std::map<int, protocol::GpuTelemetry> latest = telemetry_->LatestOfNode(v.name);
     for (const gpu::GpuInfo& gi : v.info.gpus) {

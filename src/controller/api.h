@@ -185,6 +185,20 @@ class Api {
   std::atomic<int64_t> telemetry_expired_us_{0};
   std::mutex idle_mu_;
   std::set<int64_t> idle_warned_;  // jobs the idle policy warned about (guarded by idle_mu_)
+  // Ended jobs' part of GET /metrics, kept from scrape to scrape: an ended job never
+  // changes, so a scrape reads from the store only the jobs that ended since the last one
+  // (with kEndedOverlapUs of overlap, for ends stored late), not every job ever run.
+  struct EndedJobTotals {
+    std::mutex mu;                      // one scrape at a time updates them
+    int64_t read_until_us = 0;          // jobs ending before this (less the overlap) are in
+    std::map<int64_t, int64_t> recent;  // id -> end, of those within the overlap: counted once
+    std::map<std::string, int64_t> by_state;
+    std::map<std::pair<std::string, std::string>, double> gpu_hours;
+    // (user, project) of the jobs the telemetry has used GPU time for.
+    std::map<int64_t, std::pair<std::string, std::string>> keys;
+  };
+  static constexpr int64_t kEndedOverlapUs = 3600LL * 1'000'000;
+  EndedJobTotals ended_;
 };
 
 }  // namespace gpupool::controller

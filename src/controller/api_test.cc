@@ -8,6 +8,7 @@
 
 #include "common/clock.h"
 #include "common/json.h"
+#include "common/strings.h"
 #include "controller/tokens.h"
 #include "gpu/node_json.h"
 #include "store/sqlite_store.h"
@@ -138,6 +139,58 @@ class ApiAccessTest : public ::testing::Test {
   std::string user_;
   uint32_t user_uid_ = 0;
 };
+
+// The value of the sample `series` (name and labels as written) in a /metrics answer; -1
+// when absent.
+double MetricValue(const std::string& text, const std::string& series) {
+  for (const std::string& line : Split(text, '\n')) {
+    if (line.rfind(series + " ", 0) == 0) return std::stod(line.substr(series.size() + 1));
+  }
+  return -1;
+}
+
+// GET /metrics keeps ended jobs' totals between scrapes and reads only the jobs that ended
+// since: each ended job counts once, however many scrapes see it, and running jobs count
+// up to now.
+TEST_F(ApiAccessTest, MetricsCountEachEndedJobOnceAcrossScrapes) {
+  const std::string vm = Token("vm", "node");
+  const int64_t id = RunningJobOnVm(vm);
+  const std::string hours =
+      R"m(gpupool_allocated_gpu_seconds_total{user="root",project="(none)"})m";
+  auto scrape = [&] {
+    net::HttpResponse r = AsUid(0, "GET", "/metrics", {});
+    EXPECT_EQ(r.status, 200) << r.body;
+    return r.body;
+  };
+  std::string m = scrape();
+  EXPECT_EQ(MetricValue(m, R"(gpupool_jobs{state="RUNNING"})"), 1);
+  EXPECT_EQ(MetricValue(m, R"(gpupool_jobs{state="SUCCEEDED"})"), 0);
+  clock_.AdvanceMicros(100'000'000);
+  EXPECT_EQ(MetricValue(scrape(), hours), 100);  // running: up to now
+  const std::string exited = R"({"node": "vm", "events": [{"job_id": )" + std::to_string(id) +
+                             R"(, "attempt": 1, "kind": "exited", "exit_code": 0}]})";
+  ASSERT_EQ(WithToken(vm, "POST", "/v1/agent/events", {}, exited).status, 200);
+  clock_.AdvanceMicros(50'000'000);  // an ended job's hours stop at its end
+  for (int k = 0; k < 3; ++k) {
+    m = scrape();
+    EXPECT_EQ(MetricValue(m, R"(gpupool_jobs{state="RUNNING"})"), 0);
+    EXPECT_EQ(MetricValue(m, R"(gpupool_jobs{state="SUCCEEDED"})"), 1) << "scrape " << k;
+    EXPECT_EQ(MetricValue(m, hours), 100) << "scrape " << k;
+  }
+  // A job cancelled while pending, hours later: counted once too.
+  clock_.AdvanceMicros(3 * 3600'000'000LL);
+  net::HttpResponse sub = AsUid(0, "POST", "/v1/jobs", {},
+                                R"({"command": ["true"], "request": {"gpus": 1}, "workdir": "/"})");
+  ASSERT_EQ(sub.status, 201) << sub.body;
+  const int64_t pending = ParseJson(sub.body, "answer").value()["job"]["id"].get<int64_t>();
+  ASSERT_EQ(AsUid(0, "POST", "/v1/jobs/" + std::to_string(pending) + "/cancel", {}).status, 200);
+  for (int k = 0; k < 2; ++k) {
+    m = scrape();
+    EXPECT_EQ(MetricValue(m, R"(gpupool_jobs{state="CANCELLED"})"), 1) << "scrape " << k;
+    EXPECT_EQ(MetricValue(m, R"(gpupool_jobs{state="SUCCEEDED"})"), 1) << "scrape " << k;
+    EXPECT_EQ(MetricValue(m, hours), 100) << "scrape " << k;
+  }
+}
 
 TEST_F(ApiAccessTest, NodeTokenCannotSubmitOrUseAnyUserEndpoint) {
   const std::string vm = Token("vm", "node");

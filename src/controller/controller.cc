@@ -646,7 +646,15 @@ Result<Job> Controller::Hold(int64_t id, const Caller& caller, bool hold) {
 
 std::vector<NodeView> Controller::Nodes() {
   std::lock_guard lock(mu_);
+  // The tasks on each node, from one walk of the jobs holding resources: a walk per node
+  // would cost nodes x jobs (1,000 nodes and 4,000 jobs: 0.4 s per GET /metrics).
+  std::map<std::string_view, std::vector<std::pair<const Job*, const jobs::TaskPlacement*>>> tasks;
+  for (int64_t id : occupying_) {
+    const Job& job = active_.at(id);
+    for (const auto& p : job.placement) tasks[p.node].emplace_back(&job, &p);
+  }
   std::vector<NodeView> out;
+  out.reserve(nodes_.size());
   for (const auto& [name, e] : nodes_) {
     NodeView v;
     v.name = name;
@@ -658,18 +666,17 @@ std::vector<NodeView> Controller::Nodes() {
     v.cpu_milli = e.cpu_milli;
     v.memory_mib = e.memory_mib;
     v.allocated_milli.assign(e.info.gpus.size(), 0);
-    for (int64_t id : occupying_) {
-      const Job& job = active_.at(id);
-      if (!OnNode(job, name)) continue;
-      ++v.running_jobs;
-      for (const auto& p : job.placement) {
-        if (p.node != name) continue;
-        v.cpu_allocated_milli += job.request.cpu_milli;
+    if (auto here = tasks.find(name); here != tasks.end()) {
+      const Job* last = nullptr;  // a job's tasks on one node are next to each other
+      for (const auto& [job, p] : here->second) {
+        if (job != last) ++v.running_jobs;
+        last = job;
+        v.cpu_allocated_milli += job->request.cpu_milli;
         v.memory_allocated_mib +=
-            static_cast<int64_t>((job.request.memory_bytes + (uint64_t{1} << 20) - 1) >> 20);
-        for (const std::string& uuid : p.gpu_uuids) {
+            static_cast<int64_t>((job->request.memory_bytes + (uint64_t{1} << 20) - 1) >> 20);
+        for (const std::string& uuid : p->gpu_uuids) {
           for (size_t g = 0; g < e.info.gpus.size(); ++g) {
-            if (e.info.gpus[g].uuid == uuid) v.allocated_milli[g] += p.gpu_milli;
+            if (e.info.gpus[g].uuid == uuid) v.allocated_milli[g] += p->gpu_milli;
           }
         }
       }
@@ -1425,7 +1432,7 @@ Status Controller::ScheduleOnce() {
   return Status::Ok();
 }
 
-PoolSnapshot Controller::MetricsSnapshot() {
+PoolSnapshot Controller::MetricsSnapshot(std::vector<NodeView>* nodes_out) {
   std::vector<NodeView> nodes = Nodes();
   PoolSnapshot s;
   for (const NodeView& v : nodes) {
@@ -1434,6 +1441,7 @@ PoolSnapshot Controller::MetricsSnapshot() {
     s.gpus_total += static_cast<int64_t>(v.info.gpus.size());
     for (int milli : v.allocated_milli) s.gpus_allocated += milli / 1000.0;
   }
+  if (nodes_out != nullptr) *nodes_out = std::move(nodes);
   std::lock_guard lock(mu_);
   for (const auto& [id, job] : active_) {
     ++s.jobs_by_state[std::string(jobs::JobStateName(job.state))];

@@ -252,7 +252,8 @@ class Controller {
 
   // --- metrics (GET /metrics) ---
   // The active jobs by state and pending reason, the nodes by state, the GPUs.
-  PoolSnapshot MetricsSnapshot();
+  // `nodes`, when given, receives the Nodes() the snapshot was made from.
+  PoolSnapshot MetricsSnapshot(std::vector<NodeView>* nodes = nullptr);
   PoolMetrics& metrics() { return metrics_; }
 
   // --- scheduling ---
