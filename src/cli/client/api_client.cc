@@ -1,6 +1,7 @@
 #include "cli/client/api_client.h"
 
 #include <algorithm>
+#include <filesystem>
 #include <utility>
 
 #include "common/strings.h"
@@ -39,7 +40,8 @@ Result<std::vector<net::ServerAddress>> ResolveServerAddress(const std::string& 
                                                              const std::string& env_server,
                                                              uid_t uid,
                                                              const std::string& env_xdg_state_home,
-                                                             const std::string& env_home) {
+                                                             const std::string& env_home,
+                                                             const std::string& system_socket) {
   if (!flag.empty()) {
     auto a = net::ParseServerAddressList(flag);
     if (!a.ok()) return a.status().WithContext("--server " + flag);
@@ -53,7 +55,7 @@ Result<std::vector<net::ServerAddress>> ResolveServerAddress(const std::string& 
   net::ServerAddress a;
   a.kind = net::ServerAddress::Kind::kUnix;
   if (uid == 0) {
-    a.path = "/var/lib/gpupool/gpupool.sock";
+    a.path = system_socket;
   } else if (!env_xdg_state_home.empty() && env_xdg_state_home[0] == '/') {
     a.path = env_xdg_state_home + "/gpupool/gpupool.sock";
   } else if (!env_home.empty()) {
@@ -62,6 +64,12 @@ Result<std::vector<net::ServerAddress>> ResolveServerAddress(const std::string& 
     return Status::InvalidArgument(
         "cannot find the default server socket: HOME is not set; pass --server unix:PATH or "
         "set GPUPOOL_SERVER");
+  }
+  // No pool of the user's own here, but the host's (a packaged server): that one.
+  std::error_code ec;
+  if (uid != 0 && !std::filesystem::exists(a.path, ec) &&
+      std::filesystem::exists(system_socket, ec)) {
+    a.path = system_socket;
   }
   return std::vector<net::ServerAddress>{std::move(a)};
 }

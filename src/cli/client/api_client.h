@@ -33,14 +33,15 @@ int ExitCodeFor(const Status& status);
 
 // The server addresses to use: `flag` if given, else `env_server` (GPUPOOL_SERVER), each a
 // comma list of controllers (net::ParseServerAddressList), else the default local
-// socket: /var/lib/gpupool/gpupool.sock for uid 0, else
-// $XDG_STATE_HOME/gpupool/gpupool.sock, else $HOME/.local/state/gpupool/gpupool.sock.
+// socket: `system_socket` (/var/lib/gpupool/gpupool.sock, the packaged server's) for uid
+// 0, else the user's own $XDG_STATE_HOME/gpupool/gpupool.sock, else
+// $HOME/.local/state/gpupool/gpupool.sock (a `gpupool up` of the user's) when that socket
+// exists, else `system_socket` when it exists, else the user's own path (for the error).
 // Empty strings count as absent. kInvalidArgument naming the flag or variable.
-Result<std::vector<net::ServerAddress>> ResolveServerAddress(const std::string& flag,
-                                                             const std::string& env_server,
-                                                             uid_t uid,
-                                                             const std::string& env_xdg_state_home,
-                                                             const std::string& env_home);
+Result<std::vector<net::ServerAddress>> ResolveServerAddress(
+    const std::string& flag, const std::string& env_server, uid_t uid,
+    const std::string& env_xdg_state_home, const std::string& env_home,
+    const std::string& system_socket = "/var/lib/gpupool/gpupool.sock");
 
 // A 2xx answer: the body as sent (for --json) and parsed (a JSON object).
 struct ApiAnswer {

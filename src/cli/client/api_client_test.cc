@@ -1,6 +1,10 @@
 #include "cli/client/api_client.h"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
 
 namespace gpupool::cli {
 namespace {
@@ -27,6 +31,25 @@ TEST(ResolveServerAddressTest, FlagThenEnvThenDefaultSocket) {
   // A relative XDG_STATE_HOME is invalid by the XDG spec and is ignored.
   EXPECT_EQ(OnePath(ResolveServerAddress("", "", 1000, "rel", "/home/a")),
             "/home/a/.local/state/gpupool/gpupool.sock");
+}
+
+// A user with no pool of their own on a host that runs the packaged server reaches that
+// one; with their own `gpupool up` socket present, their own.
+TEST(ResolveServerAddressTest, AUserWithoutAPoolOfTheirOwnGetsTheHostsServer) {
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / ("gpupool-resolve-" + std::to_string(getpid()));
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir / "home/.local/state/gpupool");
+  const std::string home = (dir / "home").string();
+  const std::string own = home + "/.local/state/gpupool/gpupool.sock";
+  const std::string system = (dir / "system.sock").string();
+  // Neither exists: the user's own path, for the error message.
+  EXPECT_EQ(OnePath(ResolveServerAddress("", "", 1000, "", home, system)), own);
+  std::ofstream(system).put('x');
+  EXPECT_EQ(OnePath(ResolveServerAddress("", "", 1000, "", home, system)), system);
+  std::ofstream(own).put('x');
+  EXPECT_EQ(OnePath(ResolveServerAddress("", "", 1000, "", home, system)), own);
+  std::filesystem::remove_all(dir);
 }
 
 TEST(ResolveServerAddressTest, ListsOfControllersInFlagAndEnv) {
