@@ -17,7 +17,6 @@ Needs root (`gpupool up` runs the sleep jobs as their submitter) and /usr/bin/py
 with python3-selenium (scripts/install-deps.sh).
 """
 import argparse
-import http.client
 import json
 import os
 import shutil
@@ -31,21 +30,12 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.abspath(os.path.join(HERE, "..", ".."))
-
-
-class UnixConnection(http.client.HTTPConnection):
-    def __init__(self, path, timeout=60):
-        super().__init__("localhost", timeout=timeout)
-        self.unix_path = path
-
-    def connect(self):
-        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self.sock.settimeout(self.timeout)
-        self.sock.connect(self.unix_path)
+sys.path.insert(0, os.path.join(ROOT, "tests", "testlib"))
+from pooltest import UnixConnection  # noqa: E402
 
 
 def call(sock, method, path, body=None):
-    conn = UnixConnection(sock)
+    conn = UnixConnection(sock, timeout=60)
     try:
         conn.request(method, path, body=json.dumps(body) if body is not None else None,
                      headers={"Content-Type": "application/json"} if body is not None else {})

@@ -1141,6 +1141,28 @@ HttpResponse Api::ServeAgentTelemetry(const Call& c) {
     return ErrorResponse(
         Status::NotFound("node " + batch->node + " is not registered; the agent registers first"));
   }
+  // Only the node's own GPUs, and only jobs that hold that GPU now, at the share they were
+  // given: a node token cannot charge or idle another node's jobs, inflate a share, or
+  // grow the controller's maps with made-up GPU indices and job ids.
+  const std::map<int, std::vector<protocol::TelemetryJob>> holders =
+      controller_->GpuHolders(batch->node);
+  std::erase_if(batch->samples,
+                [&](const protocol::GpuTelemetry& g) { return holders.count(g.index) == 0; });
+  for (protocol::GpuTelemetry& g : batch->samples) {
+    const std::vector<protocol::TelemetryJob>& now = holders.at(g.index);
+    auto holds = [&](int64_t job) {
+      return std::find_if(now.begin(), now.end(),
+                          [&](const protocol::TelemetryJob& t) { return t.job_id == job; });
+    };
+    std::vector<protocol::TelemetryJob> jobs;
+    for (const protocol::TelemetryJob& t : g.jobs) {
+      if (auto h = holds(t.job_id); h != now.end()) jobs.push_back(*h);
+    }
+    g.jobs = std::move(jobs);
+    for (protocol::TelemetryProcess& p : g.processes) {
+      if (holds(p.job_id) == now.end()) p.job_id = 0;
+    }
+  }
   const size_t kept = telemetry_->Ingest(batch->node, *batch);
   if (clock_->MonotonicMicros() - telemetry_flushed_us_ >= kTelemetryFlushUs) FlushTelemetry();
   ApplyIdlePolicy();

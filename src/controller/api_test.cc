@@ -647,6 +647,38 @@ TEST_F(ApiTelemetryTest, WhoMayReportAndReadAndBadInput) {
   EXPECT_EQ(AsUid(0, "GET", "/v1/telemetry", {{"job", "999"}}).status, 404);
 }
 
+// A node reports its own GPUs only, and the jobs holding them now at their given share:
+// a free GPU claimed for a job, GPU index 7 of a 2-GPU node and an
+// unknown job id are all left out, so a node token cannot charge, idle or bloat anything.
+TEST_F(ApiTelemetryTest, ANodeReportsOnlyItsOwnGpusAndTheJobsHoldingThem) {
+  const std::string vm = Token("vm", "node");
+  const int64_t id = RunningJobOnVm(vm);  // on GPU 0
+  const std::string job = std::to_string(id);
+  for (int s = 0; s < 60; s += 5) {
+    clock_.AdvanceMicros(5'000'000);
+    const std::string at = std::to_string(clock_.NowMicros() / 1000);
+    net::HttpResponse r =
+        WithToken(vm, "POST", "/v1/agent/telemetry", {},
+                  R"({"node": "vm", "samples": [)"
+                  R"({"index": 0, "at_ms": )" +
+                      at + R"(, "util_pct": 0, "jobs": [{"job_id": )" + job +
+                      R"(}, {"job_id": 999}]},)"
+                      R"({"index": 1, "at_ms": )" +
+                      at + R"(, "util_pct": 100, "jobs": [{"job_id": )" + job +
+                      R"(, "gpu_milli": 1000}]},)"
+                      R"({"index": 7, "at_ms": )" +
+                      at + R"(, "util_pct": 100, "jobs": [{"job_id": )" + job + R"(}]}]})");
+    ASSERT_EQ(r.status, 200) << r.body;
+    EXPECT_EQ(Body(r)["accepted"], 2);  // GPU 7 is not vm's
+  }
+  const std::optional<JobGpuUtil> u = api_->telemetry().Job(id);
+  ASSERT_TRUE(u.has_value());
+  EXPECT_EQ(u->peak_pct, 0);  // only GPU 0's samples count for the job
+  EXPECT_EQ(u->used_gpu_hours, 0);
+  EXPECT_FALSE(api_->telemetry().Job(999).has_value());
+  EXPECT_EQ(api_->telemetry().LatestOfNode("vm").count(7), 0u);
+}
+
 TEST_F(ApiTelemetryTest, TheIdlePolicyWarnsThenCancelsIdleJobs) {
   TelemetryOptions o;
   o.idle_action = "cancel";

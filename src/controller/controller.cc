@@ -1015,6 +1015,29 @@ bool Controller::NodeUp(const std::string& node) {
   return it != nodes_.end() && it->second.up;
 }
 
+std::map<int, std::vector<protocol::TelemetryJob>> Controller::GpuHolders(const std::string& node) {
+  std::map<int, std::vector<protocol::TelemetryJob>> out;
+  std::lock_guard lock(mu_);
+  auto n = nodes_.find(node);
+  if (n == nodes_.end()) return out;
+  std::map<std::string_view, int> index_of;
+  for (const gpu::GpuInfo& g : n->second.info.gpus) {
+    out[g.index];
+    index_of[g.uuid] = g.index;
+  }
+  for (int64_t id : occupying_) {
+    for (const jobs::TaskPlacement& p : active_.at(id).placement) {
+      if (p.node != node) continue;
+      for (const std::string& uuid : p.gpu_uuids) {
+        if (auto i = index_of.find(uuid); i != index_of.end()) {
+          out[i->second].push_back({id, p.gpu_milli});
+        }
+      }
+    }
+  }
+  return out;
+}
+
 Status Controller::ApplyEvents(const std::string& node, const EventBatch& batch) {
   Lock lock(mu_);
   auto n = nodes_.find(node);  // nodes are never erased: good across the writes

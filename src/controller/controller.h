@@ -242,6 +242,9 @@ class Controller {
   Status ApplyEvents(const std::string& node, const EventBatch& batch);
   // Whether `node` is registered and polling (not timed out).
   bool NodeUp(const std::string& node);
+  // Every GPU of `node` by index, with the jobs holding it now and their shares: what an
+  // agent's telemetry may name (the rest of a batch is not the agent's to report).
+  std::map<int, std::vector<protocol::TelemetryJob>> GpuHolders(const std::string& node);
   // The agent protocol version `node` registered with (1.0 when unknown).
   protocol::Version NodeVersion(const std::string& node);
   // Reads of log files on the nodes ride on the agents' polls.
