@@ -518,7 +518,6 @@ HttpResponse Api::Metrics(const Call&) {
   std::vector<NodeView> nodes;
   PoolSnapshot pool = controller_->MetricsSnapshot(&nodes);  // active jobs by state
   const int64_t now = clock_->NowMicros();
-  const std::map<int64_t, double> used = telemetry_->UsedGpuSecondsTotal();
   std::lock_guard ended_lock(ended_.mu);
   // Jobs that ended since the last scrape: added to the totals once each.
   store::JobFilter recent;
@@ -530,7 +529,9 @@ HttpResponse Api::Metrics(const Call&) {
   recent.ended_after_us = std::max<int64_t>(1, ended_.read_until_us - kEndedOverlapUs);
   Result<std::vector<jobs::Job>> ended = store_->ListJobs(recent);
   if (!ended.ok()) return ErrorResponse(ended.status());
+  std::map<int64_t, std::pair<std::string, std::string>> ended_keys;  // of this read
   for (const jobs::Job& j : *ended) {
+    ended_keys[j.id] = {j.user, j.project.empty() ? "(none)" : j.project};
     if (!jobs::IsTerminal(j.state) || !ended_.recent.emplace(j.id, j.end_time_us).second) continue;
     ++ended_.by_state[std::string(jobs::JobStateName(j.state))];
     const std::pair<std::string, std::string> key = {j.user,
@@ -538,7 +539,6 @@ HttpResponse Api::Metrics(const Call&) {
     if (const double hours = JobGpuHours(j, 0, INT64_MAX, now); hours > 0) {
       ended_.gpu_hours[key] += hours;
     }
-    if (used.count(j.id) != 0) ended_.keys[j.id] = key;
   }
   ended_.read_until_us = now;
   std::erase_if(ended_.recent, [&](const auto& e) {
@@ -560,20 +560,22 @@ HttpResponse Api::Metrics(const Call&) {
       pool.gpu_hours[key] += hours;
     }
   }
-  for (const auto& [id, seconds] : used) {
+  // Utilisation-weighted GPU-seconds gathered since the last scrape, added to the counter
+  // of their (user, project).
+  for (const auto& [id, seconds] : telemetry_->TakeUsedGpuSeconds()) {
     std::pair<std::string, std::string> key;
     if (auto a = by_id.find(id); a != by_id.end()) {
       key = {a->second->user, a->second->project.empty() ? "(none)" : a->second->project};
-    } else if (auto k = ended_.keys.find(id); k != ended_.keys.end()) {
+    } else if (auto k = ended_keys.find(id); k != ended_keys.end()) {
       key = k->second;
-    } else if (Result<jobs::Job> j = store_->GetJob(id); j.ok()) {  // once per job
+    } else if (Result<jobs::Job> j = store_->GetJob(id); j.ok()) {
       key = {j->user, j->project.empty() ? "(none)" : j->project};
-      if (jobs::IsTerminal(j->state)) ended_.keys[id] = key;
     } else {
       continue;
     }
-    pool.used_gpu_hours[key] += seconds / 3600;
+    ended_.used_gpu_s[key] += seconds;
   }
+  for (const auto& [key, seconds] : ended_.used_gpu_s) pool.used_gpu_hours[key] += seconds / 3600;
   // The latest telemetry of the GPUs of nodes that are up, with dcgm-exporter's labels.
   for (const NodeView& v : nodes) {
     if (v.state == "down") continue;
@@ -1022,7 +1024,23 @@ HttpResponse Api::Usage(const Call& c) {
   if (!everyone) f.user = caller.user;
   Result<std::vector<jobs::Job>> jobs = store_->ListJobs(f);
   if (!jobs.ok()) return ErrorResponse(jobs.status());
-  const std::map<int64_t, double> used = telemetry_->UsedGpuHours(*since / 1000, *until / 1000);
+  // Job points before the memory window come from the store, summed per job.
+  const int64_t split_ms = telemetry_->MemoryFromMs();
+  std::vector<store::TelemetryRecord> older;
+  if (*since / 1000 < split_ms) {
+    Result<std::vector<store::TelemetryRecord>> stored =
+        store_->ListTelemetry({.since_ms = *since / 1000,
+                               .until_ms = std::min(*until / 1000, split_ms),
+                               .scope = "job",
+                               .step_ms = store::kTelemetryWholeRange});
+    if (stored.ok()) {
+      older = std::move(*stored);
+    } else if (stored.status().code() != StatusCode::kUnimplemented) {
+      return ErrorResponse(stored.status());
+    }
+  }
+  const std::map<int64_t, double> used =
+      telemetry_->UsedGpuHours(*since / 1000, *until / 1000, split_ms, older);
   OrderedJson rows = OrderedJson::array();
   for (const UsageRow& u : ComputeUsage(*jobs, *since, *until, now, by, used)) {
     rows.push_back({{"key", u.key},
@@ -1171,14 +1189,31 @@ HttpResponse Api::ServeAgentTelemetry(const Call& c) {
 
 Status Api::ConfigureTelemetry(TelemetryOptions options) {
   GP_RETURN_IF_ERROR(ValidateTelemetryOptions(options));
-  auto hub = std::make_unique<TelemetryHub>(clock_, options);
-  const int64_t since_ms = clock_->NowMicros() / 1000 - options.retention_s * 1000;
-  Result<std::vector<store::TelemetryRecord>> stored = store_->ListTelemetry(since_ms);
-  if (stored.ok()) {
-    hub->Load(*stored);
-  } else if (stored.status().code() != StatusCode::kUnimplemented) {
-    return stored.status().WithContext("load the stored GPU telemetry");
+  const int64_t now_ms = clock_->NowMicros() / 1000;
+  const int64_t retention_from = now_ms - options.retention_s * 1000;
+  // From the store: each job's total and the pool's minutes over the retention, and the
+  // GPUs' and jobs' minutes of the memory window.
+  Result<std::vector<store::TelemetryRecord>> stored =
+      store_->ListTelemetry({.since_ms = retention_from, .scope = "job_total"});
+  if (!stored.ok() && stored.status().code() == StatusCode::kUnimplemented) {
+    options.memory_window_s = options.retention_s;  // memory keeps everything
+    telemetry_ = std::make_unique<TelemetryHub>(clock_, options);
+    return Status::Ok();
   }
+  if (!stored.ok()) return stored.status().WithContext("load the stored GPU telemetry");
+  auto hub = std::make_unique<TelemetryHub>(clock_, options);
+  std::vector<store::TelemetryRecord> records = std::move(*stored);
+  const int64_t window_from = hub->MemoryFromMs();
+  for (const store::TelemetryQuery& q :
+       {store::TelemetryQuery{.since_ms = retention_from, .scope = "pool"},
+        store::TelemetryQuery{.since_ms = window_from, .scope = "gpu"},
+        store::TelemetryQuery{.since_ms = window_from, .scope = "job"}}) {
+    Result<std::vector<store::TelemetryRecord>> more = store_->ListTelemetry(q);
+    if (!more.ok()) return more.status().WithContext("load the stored GPU telemetry");
+    records.insert(records.end(), std::make_move_iterator(more->begin()),
+                   std::make_move_iterator(more->end()));
+  }
+  hub->Load(records);
   telemetry_ = std::move(hub);
   return Status::Ok();
 }
@@ -1289,6 +1324,19 @@ HttpResponse Api::Telemetry(const Call& c) {
   }
   std::vector<TelemetryPoint> points;
   OrderedJson answer;
+  // Points before the memory window are the store's, merged per step there.
+  const int64_t split_ms = telemetry_->MemoryFromMs();
+  auto OlderTelemetry = [&](store::TelemetryQuery q,
+                            int64_t step_s) -> Result<std::vector<store::TelemetryRecord>> {
+    if (q.since_ms >= split_ms) return std::vector<store::TelemetryRecord>{};
+    q.until_ms = split_ms;
+    q.step_ms = TelemetryHub::StepMs(step_s);
+    Result<std::vector<store::TelemetryRecord>> stored = store_->ListTelemetry(q);
+    if (!stored.ok() && stored.status().code() == StatusCode::kUnimplemented) {
+      return std::vector<store::TelemetryRecord>{};
+    }
+    return stored;
+  };
   if (!job.empty()) {
     if (c.who.kind == CallerKind::kMetrics) {
       return ErrorResponse(Status::PermissionDenied(
@@ -1298,7 +1346,10 @@ HttpResponse Api::Telemetry(const Call& c) {
     if (!id.ok()) return ErrorResponse(id.status());
     Result<jobs::Job> j = controller_->Get(*id, c.caller);
     if (!j.ok()) return ErrorResponse(j.status());
-    points = telemetry_->JobSeries(*id, from, *step);
+    Result<std::vector<store::TelemetryRecord>> older =
+        OlderTelemetry({.since_ms = from, .scope = "job", .key = std::to_string(*id)}, *step);
+    if (!older.ok()) return ErrorResponse(older.status());
+    points = telemetry_->JobSeries(*id, from, *step, split_ms, *older);
     answer["job"] = *id;
   } else if (!node.empty()) {
     Result<int64_t> index = QueryInt(r, "gpu", -1, 0, 1 << 20);
@@ -1306,7 +1357,15 @@ HttpResponse Api::Telemetry(const Call& c) {
     bool known = false;
     for (const NodeView& v : controller_->Nodes()) known = known || v.name == node;
     if (!known) return ErrorResponse(Status::NotFound("no node " + node));
-    points = telemetry_->NodeSeries(node, static_cast<int>(*index), from, *step);
+    store::TelemetryQuery q{.since_ms = from, .scope = "gpu"};
+    if (*index >= 0) {
+      q.key = node + "/" + std::to_string(*index);
+    } else {
+      q.key_prefix = node + "/";
+    }
+    Result<std::vector<store::TelemetryRecord>> older = OlderTelemetry(q, *step);
+    if (!older.ok()) return ErrorResponse(older.status());
+    points = telemetry_->NodeSeries(node, static_cast<int>(*index), from, *step, split_ms, *older);
     answer["node"] = node;
     if (*index >= 0) answer["gpu"] = *index;
   } else {

@@ -82,8 +82,9 @@ class Api {
   }
 
   // GPU telemetry (issue 17; telemetry.h): replaces the default hub with one of these
-  // options and loads the stored series of the retention period. InvalidArgument for bad
-  // options (naming the flag); a store without telemetry leaves the series in memory.
+  // options and loads from the store the job totals and pool series of the retention and
+  // the GPU and job points of the memory window. InvalidArgument for bad options (naming
+  // the flag); with a store without telemetry the hub keeps the whole retention in memory.
   // Call before the first request.
   Status ConfigureTelemetry(TelemetryOptions options);
   TelemetryHub& telemetry() { return *telemetry_; }
@@ -194,8 +195,8 @@ class Api {
     std::map<int64_t, int64_t> recent;  // id -> end, of those within the overlap: counted once
     std::map<std::string, int64_t> by_state;
     std::map<std::pair<std::string, std::string>, double> gpu_hours;
-    // (user, project) of the jobs the telemetry has used GPU time for.
-    std::map<int64_t, std::pair<std::string, std::string>> keys;
+    // Utilisation-weighted GPU-seconds by (user, project): the counter's value.
+    std::map<std::pair<std::string, std::string>, double> used_gpu_s;
   };
   static constexpr int64_t kEndedOverlapUs = 3600LL * 1'000'000;
   EndedJobTotals ended_;

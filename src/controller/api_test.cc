@@ -604,7 +604,7 @@ TEST_F(ApiTelemetryTest, NodesJobsSeriesAndUsageShowTheSamples) {
 
   // The points reach the store.
   api_->FlushTelemetry();
-  Result<std::vector<store::TelemetryRecord>> stored = store_->ListTelemetry(0);
+  Result<std::vector<store::TelemetryRecord>> stored = store_->ListTelemetry({});
   ASSERT_TRUE(stored.ok());
   EXPECT_FALSE(stored->empty());
 }
@@ -677,6 +677,60 @@ TEST_F(ApiTelemetryTest, ANodeReportsOnlyItsOwnGpusAndTheJobsHoldingThem) {
   EXPECT_EQ(u->used_gpu_hours, 0);
   EXPECT_FALSE(api_->telemetry().Job(999).has_value());
   EXPECT_EQ(api_->telemetry().LatestOfNode("vm").count(7), 0u);
+}
+
+TEST_F(ApiTelemetryTest, SeriesReachingPastTheMemoryWindowComeFromTheStore) {
+  TelemetryOptions o;
+  o.memory_window_s = 600;
+  ASSERT_TRUE(api_->ConfigureTelemetry(o).ok());
+  const std::string vm = Token("vm", "node");
+  const int64_t id = RunningJobOnVm(vm);
+  const int64_t start_ms = clock_.NowMicros() / 1000;
+  Report(vm, id, 60, 20 * 60);
+  Report(vm, id, 90, 10 * 60);
+  api_->FlushTelemetry();
+  // Memory holds the last ten minutes (and one) of the 30.
+  EXPECT_LE(api_->telemetry().Size().job_points, 11u);
+  EXPECT_LE(api_->telemetry().Size().gpu_points, 2u * 11);
+
+  auto Series = [&](std::map<std::string, std::string> q) {
+    q["since_ms"] = std::to_string(start_ms);
+    net::HttpResponse r = AsUid(0, "GET", "/v1/telemetry", q);
+    EXPECT_EQ(r.status, 200) << r.body;
+    return Body(r)["points"];
+  };
+  const Json job = Series({{"job", std::to_string(id)}});
+  ASSERT_GE(job.size(), 30u) << job.dump();
+  EXPECT_EQ(job[0]["util_pct"], 60);  // from the store
+  EXPECT_EQ(job[job.size() - 1]["util_pct"], 90);
+  const Json job10 = Series({{"job", std::to_string(id)}, {"step_s", "600"}});
+  ASSERT_GE(job10.size(), 3u) << job10.dump();
+  ASSERT_LE(job10.size(), 4u) << job10.dump();
+  EXPECT_EQ(job10[0]["util_pct"], 60);  // merged by the store
+  EXPECT_EQ(job10[job10.size() - 1]["util_pct"], 90);
+  const Json gpu0 = Series({{"node", "vm"}, {"gpu", "0"}});
+  EXPECT_EQ(gpu0.size(), job.size());
+  const Json node = Series({{"node", "vm"}});
+  ASSERT_EQ(node.size(), job.size());
+  EXPECT_EQ(node[0]["gpus"], 2);
+  EXPECT_EQ(node[0]["util_pct"], 30);  // GPU 0 at 60%, GPU 1 at 0%
+  const Json pool = Series({});
+  EXPECT_EQ(pool.size(), job.size());
+  const Json before = Body(AsUid(0, "GET", "/v1/jobs/" + std::to_string(id)))["job"]["gpu_util"];
+  EXPECT_NEAR(before["mean_pct"].get<double>(), 70, 0.5);
+  const double used_before = Body(AsUid(0, "GET", "/v1/usage"))["rows"][0]["used_gpu_hours"];
+  EXPECT_NEAR(used_before, (20 * 60 * 0.6 + 10 * 60 * 0.9) / 3600, 0.01);
+
+  // A restarted controller reads its figures back from the store.
+  ASSERT_TRUE(api_->ConfigureTelemetry(o).ok());
+  const Json after = Body(AsUid(0, "GET", "/v1/jobs/" + std::to_string(id)))["job"]["gpu_util"];
+  EXPECT_NEAR(after["mean_pct"].get<double>(), before["mean_pct"].get<double>(), 1e-9);
+  EXPECT_EQ(after["peak_pct"], before["peak_pct"]);
+  EXPECT_NEAR(after["used_gpu_hours"].get<double>(), before["used_gpu_hours"].get<double>(), 1e-9);
+  EXPECT_EQ(Series({{"job", std::to_string(id)}}), job);
+  EXPECT_EQ(Series({}), pool);
+  EXPECT_NEAR(Body(AsUid(0, "GET", "/v1/usage"))["rows"][0]["used_gpu_hours"].get<double>(),
+              used_before, 1e-9);
 }
 
 TEST_F(ApiTelemetryTest, TheIdlePolicyWarnsThenCancelsIdleJobs) {

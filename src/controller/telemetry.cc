@@ -26,6 +26,9 @@ Status ValidateTelemetryOptions(const TelemetryOptions& o) {
     return Status::InvalidArgument("--idle-action: use warn or cancel (or leave it out: off)");
   }
   if (o.idle_cancel_after_s < 0) return Status::InvalidArgument("--idle-cancel-after: >= 0");
+  if (o.memory_window_s < 600) {
+    return Status::InvalidArgument("telemetry memory window: at least 10 minutes");
+  }
   return Status::Ok();
 }
 
@@ -36,19 +39,42 @@ std::string TelemetryHub::GpuKey(const std::string& node, int index) {
   return node + "/" + std::to_string(index);
 }
 
+uint32_t TelemetryHub::GpuIdLocked(const std::string& key) {
+  auto [it, added] = gpu_ids_.emplace(key, static_cast<uint32_t>(gpu_ids_.size()));
+  return it->second;
+}
+
+int64_t TelemetryHub::MemoryFromLocked(int64_t now_ms) const {
+  return MinuteOf(now_ms - std::min(options_.memory_window_s, options_.retention_s) * 1000);
+}
+
+int64_t TelemetryHub::MemoryFromMs() const { return MemoryFromLocked(clock_->NowMicros() / 1000); }
+
+int64_t TelemetryHub::StepMs(int64_t step_s) {
+  return std::max<int64_t>(60, step_s - step_s % 60) * 1000;
+}
+
 size_t TelemetryHub::Ingest(const std::string& node, const protocol::TelemetryBatch& batch) {
   const int64_t now_ms = clock_->NowMicros() / 1000;
-  const int64_t oldest_ms = now_ms - options_.retention_s * 1000;
+  const int64_t oldest_ms = MemoryFromLocked(now_ms);
   std::vector<const protocol::GpuTelemetry*> order;
   for (const protocol::GpuTelemetry& g : batch.samples) order.push_back(&g);
   // Oldest first, so that gaps and idle spans are measured forward in time.
   std::stable_sort(order.begin(), order.end(),
                    [](const auto* a, const auto* b) { return a->at_ms < b->at_ms; });
+  // A batch that is all older than the window comes from an agent whose clock is behind:
+  // its samples are taken as now. Otherwise those older than the window are an agent's
+  // backlog whose minutes have left memory, and are dropped.
+  const bool behind = !order.empty() && order.back()->at_ms < oldest_ms;
   std::lock_guard lock(mu_);
   size_t kept = 0;
   for (const protocol::GpuTelemetry* in : order) {
     protocol::GpuTelemetry g = *in;
-    if (g.at_ms > now_ms + kMaxAheadMs || g.at_ms < oldest_ms) g.at_ms = now_ms;
+    if (g.at_ms > now_ms + kMaxAheadMs || behind) {
+      g.at_ms = now_ms;
+    } else if (g.at_ms < oldest_ms) {
+      continue;
+    }
     const std::string key = GpuKey(node, g.index);
     GpuState& gs = gpus_[key];
     const int64_t prev_ms = gs.latest.at_ms;
@@ -58,27 +84,47 @@ size_t TelemetryHub::Ingest(const std::string& node, const protocol::TelemetryBa
     ++kept;
     if (!g.util_pct) continue;  // no utilisation: only the latest figures change
     const double util = *g.util_pct;
+    const int64_t mem = g.mem_used_mib.value_or(0);
     const int64_t minute = MinuteOf(g.at_ms);
     Bucket& b = gs.series[minute];
+    const bool first_of_minute = b.samples == 0;
+    const int64_t mem_before = b.mem_max_mib;
     b.util_sum += util;
     ++b.samples;
     b.peak_pct = std::max(b.peak_pct, util);
-    b.mem_max_mib = std::max(b.mem_max_mib, g.mem_used_mib.value_or(0));
-    b.gpus.insert(key);
+    b.mem_max_mib = std::max(b.mem_max_mib, mem);
+    b.gpus = 1;
     if (dirty_gpu_.size() < kMaxDirty) dirty_gpu_.insert({key, minute});
+    // The pool's minute: the sum over GPUs of each one's peak memory, and the GPUs seen.
+    Bucket& p = pool_[minute];
+    p.util_sum += util;
+    ++p.samples;
+    p.peak_pct = std::max(p.peak_pct, util);
+    p.mem_max_mib += b.mem_max_mib - mem_before;
+    p.gpus += first_of_minute ? 1 : 0;
+    dirty_pool_.insert(minute);
+    const uint32_t gpu_id = g.jobs.empty() ? 0 : GpuIdLocked(key);
     for (const protocol::TelemetryJob& t : g.jobs) {
       JobState& js = jobs_[t.job_id];
       Bucket& jb = js.series[minute];
-      jb.util_sum += util;
-      ++jb.samples;
-      jb.peak_pct = std::max(jb.peak_pct, util);
-      jb.mem_max_mib = std::max(jb.mem_max_mib, g.mem_used_mib.value_or(0));
       const double used_s =
           t.gpu_milli / 1000.0 * util / 100.0 * static_cast<double>(gap_ms) / 1000.0;
-      jb.used_gpu_s += used_s;
-      used_total_s_[t.job_id] += used_s;
-      jb.gpus.insert(key);
+      for (Bucket* x : {&jb, &js.total}) {
+        x->util_sum += util;
+        ++x->samples;
+        x->peak_pct = std::max(x->peak_pct, util);
+        x->mem_max_mib = std::max(x->mem_max_mib, mem);
+        x->used_gpu_s += used_s;
+      }
+      used_untaken_s_[t.job_id] += used_s;
+      if (auto at = std::lower_bound(jb.gpu_ids.begin(), jb.gpu_ids.end(), gpu_id);
+          at == jb.gpu_ids.end() || *at != gpu_id) {
+        jb.gpu_ids.insert(at, gpu_id);
+      }
+      js.total.gpus = std::max(js.total.gpus, jb.Gpus());
+      if (js.first_ms == 0) js.first_ms = minute;
       if (dirty_job_.size() < kMaxDirty) dirty_job_.insert({t.job_id, minute});
+      dirty_total_.insert(t.job_id);
       if (g.at_ms >= js.last_ms) {
         if (util < options_.idle_below_pct) {
           if (js.below_since_ms == 0) js.below_since_ms = g.at_ms;
@@ -127,18 +173,12 @@ std::optional<JobGpuUtil> TelemetryHub::Job(int64_t job_id) const {
   auto it = jobs_.find(job_id);
   if (it == jobs_.end()) return std::nullopt;
   const JobState& js = it->second;
+  if (js.total.samples == 0) return std::nullopt;
   JobGpuUtil u;
-  double sum = 0;
-  int64_t n = 0;
-  for (const auto& [t, b] : js.series) {
-    sum += b.util_sum;
-    n += b.samples;
-    u.peak_pct = std::max(u.peak_pct, b.peak_pct);
-    u.peak_mem_mib = std::max(u.peak_mem_mib, b.mem_max_mib);
-    u.used_gpu_hours += b.used_gpu_s / 3600.0;
-  }
-  if (n == 0) return std::nullopt;
-  u.mean_pct = sum / static_cast<double>(n);
+  u.mean_pct = js.total.util_sum / static_cast<double>(js.total.samples);
+  u.peak_pct = js.total.peak_pct;
+  u.peak_mem_mib = js.total.mem_max_mib;
+  u.used_gpu_hours = js.total.used_gpu_s / 3600.0;
   u.last_ms = js.last_ms;
   if (js.below_since_ms > 0 && js.last_ms - js.below_since_ms >= options_.idle_after_s * 1000) {
     u.idle = true;
@@ -161,7 +201,7 @@ std::map<int64_t, int64_t> TelemetryHub::IdleJobs() const {
 std::vector<TelemetryPoint> TelemetryHub::Downsample(const std::vector<const Series*>& series,
                                                      int64_t since_ms, int64_t step_s,
                                                      bool per_gpu) {
-  const int64_t step_ms = std::max<int64_t>(60, step_s - step_s % 60) * 1000;
+  const int64_t step_ms = StepMs(step_s);
   // Per step: utilisation sums over all series; memory: per series the peak in the step,
   // then the peak over series (a job) or their sum (a node, the pool).
   struct Acc {
@@ -196,50 +236,114 @@ std::vector<TelemetryPoint> TelemetryHub::Downsample(const std::vector<const Ser
   return out;
 }
 
-std::vector<TelemetryPoint> TelemetryHub::JobSeries(int64_t job_id, int64_t since_ms,
-                                                    int64_t step_s) const {
-  std::lock_guard lock(mu_);
-  auto it = jobs_.find(job_id);
-  if (it == jobs_.end()) return {};
-  return Downsample({&it->second.series}, since_ms, step_s, /*per_gpu=*/false);
+TelemetryHub::Bucket TelemetryHub::FromRecord(const store::TelemetryRecord& r) {
+  Bucket b;
+  b.util_sum = r.util_sum;
+  b.samples = r.samples;
+  b.peak_pct = r.peak_pct;
+  b.mem_max_mib = r.mem_max_mib;
+  b.used_gpu_s = r.used_gpu_s;
+  b.gpus = r.gpus;
+  return b;
 }
 
-std::vector<TelemetryPoint> TelemetryHub::NodeSeries(const std::string& node, int gpu,
-                                                     int64_t since_ms, int64_t step_s) const {
+TelemetryHub::Series TelemetryHub::Merged(const Series* memory, int64_t split_ms,
+                                          const std::vector<store::TelemetryRecord>& older,
+                                          const std::string& scope, const std::string& key,
+                                          int64_t since_ms) {
+  Series out;
+  for (const store::TelemetryRecord& r : older) {
+    if (r.scope != scope || r.key != key || r.t_ms >= split_ms) continue;
+    // A step merged by the store starts at or before `since_ms` but holds only minutes
+    // from it on: filed at since's minute, it falls in the same step and is not cut.
+    out.emplace(std::max(r.t_ms, MinuteOf(since_ms)), FromRecord(r));
+  }
+  if (memory != nullptr) out.insert(memory->lower_bound(split_ms), memory->end());
+  return out;
+}
+
+std::vector<TelemetryPoint> TelemetryHub::JobSeries(
+    int64_t job_id, int64_t since_ms, int64_t step_s, int64_t split_ms,
+    const std::vector<store::TelemetryRecord>& older) const {
   std::lock_guard lock(mu_);
-  std::vector<const Series*> series;
+  auto it = jobs_.find(job_id);
+  const Series merged = Merged(it == jobs_.end() ? nullptr : &it->second.series, split_ms, older,
+                               "job", std::to_string(job_id), since_ms);
+  return Downsample({&merged}, since_ms, step_s, /*per_gpu=*/false);
+}
+
+std::vector<TelemetryPoint> TelemetryHub::NodeSeries(
+    const std::string& node, int gpu, int64_t since_ms, int64_t step_s, int64_t split_ms,
+    const std::vector<store::TelemetryRecord>& older) const {
+  std::lock_guard lock(mu_);
+  std::set<std::string> keys;  // the node's GPUs, in memory or in the store's points
   const std::string prefix = node + "/";
   for (auto it = gpus_.lower_bound(prefix); it != gpus_.end() && it->first.rfind(prefix, 0) == 0;
        ++it) {
-    if (gpu < 0 || it->first == GpuKey(node, gpu)) series.push_back(&it->second.series);
+    keys.insert(it->first);
   }
+  for (const store::TelemetryRecord& r : older) {
+    if (r.scope == "gpu" && r.key.rfind(prefix, 0) == 0) keys.insert(r.key);
+  }
+  std::vector<Series> merged;
+  for (const std::string& key : keys) {
+    if (gpu >= 0 && key != GpuKey(node, gpu)) continue;
+    auto g = gpus_.find(key);
+    merged.push_back(Merged(g == gpus_.end() ? nullptr : &g->second.series, split_ms, older, "gpu",
+                            key, since_ms));
+  }
+  std::vector<const Series*> series;
+  for (const Series& s : merged) series.push_back(&s);
   return Downsample(series, since_ms, step_s, /*per_gpu=*/true);
 }
 
 std::vector<TelemetryPoint> TelemetryHub::PoolSeries(int64_t since_ms, int64_t step_s) const {
   std::lock_guard lock(mu_);
-  std::vector<const Series*> series;
-  for (const auto& [key, gs] : gpus_) series.push_back(&gs.series);
-  return Downsample(series, since_ms, step_s, /*per_gpu=*/true);
+  // One series whose minutes already sum the GPUs: per step, the fullest minute's memory
+  // and GPU count.
+  return Downsample({&pool_}, since_ms, step_s, /*per_gpu=*/true);
 }
 
-std::map<int64_t, double> TelemetryHub::UsedGpuHours(int64_t since_ms, int64_t until_ms) const {
-  std::map<int64_t, double> out;
+std::map<int64_t, double> TelemetryHub::UsedGpuHours(
+    int64_t since_ms, int64_t until_ms, int64_t split_ms,
+    const std::vector<store::TelemetryRecord>& older) const {
+  std::map<int64_t, double> seconds;
+  for (const store::TelemetryRecord& r : older) {
+    if (r.scope != "job" || r.t_ms >= split_ms) continue;
+    const int64_t id = std::strtoll(r.key.c_str(), nullptr, 10);
+    if (id > 0) seconds[id] += r.used_gpu_s;
+  }
   std::lock_guard lock(mu_);
+  const int64_t from = MinuteOf(std::max(since_ms, split_ms));
   for (const auto& [id, js] : jobs_) {
-    double s = 0;
-    for (auto it = js.series.lower_bound(MinuteOf(since_ms));
-         it != js.series.end() && it->first < until_ms; ++it) {
-      s += it->second.used_gpu_s;
+    for (auto it = js.series.lower_bound(from); it != js.series.end() && it->first < until_ms;
+         ++it) {
+      seconds[id] += it->second.used_gpu_s;
     }
+  }
+  std::map<int64_t, double> out;
+  for (const auto& [id, s] : seconds) {
     if (s > 0) out[id] = s / 3600.0;
   }
   return out;
 }
 
-std::map<int64_t, double> TelemetryHub::UsedGpuSecondsTotal() const {
+std::map<int64_t, double> TelemetryHub::TakeUsedGpuSeconds() {
   std::lock_guard lock(mu_);
-  return used_total_s_;
+  std::map<int64_t, double> out;
+  out.swap(used_untaken_s_);
+  std::erase_if(out, [](const auto& e) { return e.second <= 0; });
+  return out;
+}
+
+TelemetryHub::Footprint TelemetryHub::Size() const {
+  std::lock_guard lock(mu_);
+  Footprint f;
+  for (const auto& [key, gs] : gpus_) f.gpu_points += gs.series.size();
+  for (const auto& [id, js] : jobs_) f.job_points += js.series.size();
+  f.pool_points = pool_.size();
+  f.jobs = jobs_.size();
+  return f;
 }
 
 store::TelemetryRecord TelemetryHub::Record(const std::string& scope, const std::string& key,
@@ -249,11 +353,12 @@ store::TelemetryRecord TelemetryHub::Record(const std::string& scope, const std:
 }
 
 void TelemetryHub::ExpireLocked(int64_t now_ms) {
-  const int64_t before = MinuteOf(now_ms - options_.retention_s * 1000);
+  const int64_t window_from = MemoryFromLocked(now_ms);
+  const int64_t retention_from = MinuteOf(now_ms - options_.retention_s * 1000);
   for (auto it = gpus_.begin(); it != gpus_.end();) {
     Series& s = it->second.series;
-    s.erase(s.begin(), s.lower_bound(before));
-    if (s.empty() && it->second.latest.at_ms < before) {
+    s.erase(s.begin(), s.lower_bound(window_from));
+    if (s.empty() && it->second.latest.at_ms < retention_from) {
       it = gpus_.erase(it);
     } else {
       ++it;
@@ -261,22 +366,25 @@ void TelemetryHub::ExpireLocked(int64_t now_ms) {
   }
   for (auto it = jobs_.begin(); it != jobs_.end();) {
     Series& s = it->second.series;
-    s.erase(s.begin(), s.lower_bound(before));
-    if (s.empty()) {
+    s.erase(s.begin(), s.lower_bound(window_from));
+    // The store drops the job's total with its first minute (t_ms < the retention's start).
+    if (s.empty() && it->second.first_ms < retention_from) {
+      used_untaken_s_.erase(it->first);
       it = jobs_.erase(it);
     } else {
       ++it;
     }
   }
+  pool_.erase(pool_.begin(), pool_.lower_bound(retention_from));
 }
 
 std::vector<store::TelemetryRecord> TelemetryHub::TakeDirty(int64_t* expire_before_ms) {
   const int64_t now_ms = clock_->NowMicros() / 1000;
   std::lock_guard lock(mu_);
-  ExpireLocked(now_ms);
   *expire_before_ms = MinuteOf(now_ms - options_.retention_s * 1000);
   std::vector<store::TelemetryRecord> out = std::move(requeued_);
   requeued_.clear();
+  // Gathered before anything expires, so a point leaving memory is written first.
   for (const auto& [key, minute] : dirty_gpu_) {
     auto g = gpus_.find(key);
     if (g == gpus_.end()) continue;
@@ -291,8 +399,21 @@ std::vector<store::TelemetryRecord> TelemetryHub::TakeDirty(int64_t* expire_befo
       out.push_back(Record("job", std::to_string(id), minute, b->second));
     }
   }
+  for (const int64_t id : dirty_total_) {
+    if (auto j = jobs_.find(id); j != jobs_.end()) {
+      out.push_back(Record("job_total", std::to_string(id), j->second.first_ms, j->second.total));
+    }
+  }
+  for (const int64_t minute : dirty_pool_) {
+    if (auto p = pool_.find(minute); p != pool_.end()) {
+      out.push_back(Record("pool", "", minute, p->second));
+    }
+  }
   dirty_gpu_.clear();
   dirty_job_.clear();
+  dirty_total_.clear();
+  dirty_pool_.clear();
+  ExpireLocked(now_ms);
   return out;
 }
 
@@ -306,26 +427,32 @@ void TelemetryHub::Requeue(std::vector<store::TelemetryRecord> records) {
 
 void TelemetryHub::Load(const std::vector<store::TelemetryRecord>& records) {
   std::lock_guard lock(mu_);
+  auto job_of = [](const std::string& key) { return std::strtoll(key.c_str(), nullptr, 10); };
   for (const store::TelemetryRecord& r : records) {
-    Bucket b;
-    b.util_sum = r.util_sum;
-    b.samples = r.samples;
-    b.peak_pct = r.peak_pct;
-    b.mem_max_mib = r.mem_max_mib;
-    b.used_gpu_s = r.used_gpu_s;
-    b.gpu_count = r.gpus;
     if (r.scope == "gpu") {
-      gpus_[r.key].series[r.t_ms] = std::move(b);
+      gpus_[r.key].series[r.t_ms] = FromRecord(r);
     } else if (r.scope == "job") {
-      const int64_t id = std::strtoll(r.key.c_str(), nullptr, 10);
+      if (const int64_t id = job_of(r.key); id > 0) jobs_[id].series[r.t_ms] = FromRecord(r);
+    } else if (r.scope == "job_total") {
+      const int64_t id = job_of(r.key);
       if (id <= 0) continue;
       JobState& js = jobs_[id];
-      if (auto old = js.series.find(r.t_ms); old != js.series.end()) {
-        used_total_s_[id] -= old->second.used_gpu_s;
-      }
-      used_total_s_[id] += b.used_gpu_s;
-      js.series[r.t_ms] = std::move(b);
-      js.last_ms = std::max(js.last_ms, r.t_ms);
+      used_untaken_s_[id] += r.used_gpu_s - js.total.used_gpu_s;
+      js.total = FromRecord(r);
+      js.first_ms = r.t_ms;
+    } else if (r.scope == "pool") {
+      pool_[r.t_ms] = FromRecord(r);
+    }
+  }
+  // Idle spans: the job's newest minutes in which no sample reached the threshold.
+  for (auto& [id, js] : jobs_) {
+    if (js.series.empty()) continue;
+    if (js.first_ms == 0) js.first_ms = js.series.begin()->first;  // no total stored
+    js.last_ms = std::max(js.last_ms, js.series.rbegin()->first);
+    js.below_since_ms = 0;
+    for (auto it = js.series.rbegin(); it != js.series.rend(); ++it) {
+      if (it->second.peak_pct >= options_.idle_below_pct) break;
+      js.below_since_ms = it->first;
     }
   }
 }

@@ -3,8 +3,13 @@
 #include "controller/telemetry.h"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
+#include <cstdio>
+#include <filesystem>
 #include <functional>
+
+#include "store/sqlite_store.h"
 
 namespace gpupool::controller {
 namespace {
@@ -175,13 +180,13 @@ TEST_F(TelemetryHubTest, DirtyPointsRoundTripThroughTheStoreAndExpire) {
   std::vector<store::TelemetryRecord> dirty = hub.TakeDirty(&expire);
   // The last sample was at kT0Ms + 115 s: the cut is the minute an hour before.
   EXPECT_EQ(expire, kT0Ms + 60'000 - 3'600'000);
-  ASSERT_EQ(dirty.size(), 4u);  // 2 minutes x (GPU, job)
+  ASSERT_EQ(dirty.size(), 7u);  // 2 minutes x (GPU, job, pool), the job's total
   EXPECT_TRUE(hub.TakeDirty(&expire).empty());
   // A late sample makes its minute dirty again.
   protocol::TelemetryBatch b;
   b.samples = {Sample(0, kT0Ms + 1000, 40, 10, {{9, 500}})};
   hub.Ingest("n1", b);
-  EXPECT_EQ(hub.TakeDirty(&expire).size(), 2u);
+  EXPECT_EQ(hub.TakeDirty(&expire).size(), 4u);  // the minute of GPU, job, pool; the total
 
   // A new hub (a restarted controller) rebuilds the figures from the points.
   TelemetryHub again(&clock_, o);
@@ -198,6 +203,213 @@ TEST_F(TelemetryHubTest, DirtyPointsRoundTripThroughTheStoreAndExpire) {
   EXPECT_EQ(expire, kT0Ms + 3'600'000);
   EXPECT_FALSE(again.Job(9).has_value());
   EXPECT_TRUE(again.NodeSeries("n1", 0, 0, 60).empty());
+}
+
+// A windowed hub writing to a real (SQLite) store, beside one that keeps everything in
+// memory: the series, totals and GPU-hours that the windowed one serves with the store's
+// older points are the same, while it holds only the window.
+class TelemetryWindowTest : public TelemetryHubTest {
+ protected:
+  void SetUp() override {
+    dir_ = std::filesystem::temp_directory_path() /
+           ("gpupool-telemetry-window-" + std::to_string(::getpid()));
+    std::filesystem::remove_all(dir_);
+    std::filesystem::create_directories(dir_);
+    auto st = store::OpenSqliteStore((dir_ / "s.db").string());
+    ASSERT_TRUE(st.ok()) << st.status().ToString();
+    store_ = std::move(*st);
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+
+  static TelemetryOptions Options(int64_t window_s) {
+    TelemetryOptions o;
+    o.retention_s = 7 * 24 * 3600;
+    o.memory_window_s = window_s;
+    return o;
+  }
+  void Flush(TelemetryHub& hub) {
+    int64_t expire = 0;
+    ASSERT_TRUE(store_->PutTelemetry(hub.TakeDirty(&expire)).ok());
+  }
+  // Three hours of node n1 (GPUs 0 and 1) every 30 s: job 5 on both GPUs for the first
+  // two hours (busy, then idle for its last 40 minutes), job 6 on GPU 1 at half a GPU
+  // for the third.
+  void FeedThreeHours(std::vector<TelemetryHub*> hubs) {
+    for (int i = 0; i < 360; ++i) {
+      const int64_t at = kT0Ms + int64_t{i} * 30'000;
+      clock_.SetMicros(at * 1000);
+      const bool first_two = i < 240;
+      const double u0 = first_two ? (i < 160 ? 80 + i % 7 : 1) : 0;
+      const double u1 = first_two ? (i < 160 ? 60 : 2) : 30 + i % 11;
+      std::vector<protocol::TelemetryJob> j0, j1;
+      if (first_two) {
+        j0 = {{5, 1000}};
+        j1 = {{5, 1000}};
+      } else {
+        j1 = {{6, 500}};
+      }
+      protocol::TelemetryBatch b;
+      b.node = "n1";
+      b.samples = {Sample(0, at, u0, 1000 + i, j0), Sample(1, at, u1, 2000 + 2 * i, j1)};
+      for (TelemetryHub* h : hubs) h->Ingest("n1", b);
+      if (i % 20 == 19) Flush(*hubs[0]);  // every ten minutes, like FlushTelemetry
+    }
+    Flush(*hubs[0]);
+  }
+  // The store's points before the windowed hub's memory, as the API reads them.
+  std::vector<store::TelemetryRecord> Older(store::TelemetryQuery q, int64_t split_ms,
+                                            int64_t step_s) {
+    q.until_ms = split_ms;
+    q.step_ms = TelemetryHub::StepMs(step_s);
+    auto r = store_->ListTelemetry(q);
+    EXPECT_TRUE(r.ok()) << r.status().ToString();
+    return r.ok() ? *r : std::vector<store::TelemetryRecord>{};
+  }
+
+  std::filesystem::path dir_;
+  std::unique_ptr<store::Store> store_;
+};
+
+void ExpectSameSeries(const std::vector<TelemetryPoint>& got,
+                      const std::vector<TelemetryPoint>& want) {
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    EXPECT_EQ(got[i].t_ms, want[i].t_ms) << i;
+    EXPECT_NEAR(got[i].util_pct, want[i].util_pct, 1e-9) << i;
+    EXPECT_EQ(got[i].mem_used_mib, want[i].mem_used_mib) << i;
+    EXPECT_EQ(got[i].gpus, want[i].gpus) << i;
+  }
+}
+
+TEST_F(TelemetryWindowTest, OlderPointsFromTheStoreGiveWhatMemoryWouldHave) {
+  TelemetryHub windowed(&clock_, Options(3600));
+  TelemetryHub everything(&clock_, Options(7 * 24 * 3600));
+  FeedThreeHours({&windowed, &everything});
+
+  // Memory holds the last hour (and a minute) of series, not three.
+  const TelemetryHub::Footprint w = windowed.Size();
+  const TelemetryHub::Footprint e = everything.Size();
+  EXPECT_LE(w.gpu_points, 2u * 61);
+  EXPECT_EQ(e.gpu_points, 2u * 180);
+  EXPECT_LE(w.job_points, 61u);
+  EXPECT_EQ(w.pool_points, 180u);  // the pool's series: the whole retention
+  EXPECT_EQ(w.jobs, 2u);
+
+  const int64_t split = windowed.MemoryFromMs();
+  EXPECT_EQ(split, kT0Ms + 359 * 30'000 - 3'600'000 - (359 * 30'000) % 60'000);
+  for (const int64_t step : {60, 300, 3600}) {
+    for (const int64_t since : {int64_t{0}, kT0Ms + 2'400'000, split + 120'000}) {
+      SCOPED_TRACE("step " + std::to_string(step) + " since " + std::to_string(since));
+      ExpectSameSeries(
+          windowed.JobSeries(5, since, step, split,
+                             Older({.since_ms = since, .scope = "job", .key = "5"}, split, step)),
+          everything.JobSeries(5, since, step));
+      ExpectSameSeries(
+          windowed.NodeSeries(
+              "n1", -1, since, step, split,
+              Older({.since_ms = since, .scope = "gpu", .key_prefix = "n1/"}, split, step)),
+          everything.NodeSeries("n1", -1, since, step));
+      ExpectSameSeries(windowed.NodeSeries(
+                           "n1", 1, since, step, split,
+                           Older({.since_ms = since, .scope = "gpu", .key = "n1/1"}, split, step)),
+                       everything.NodeSeries("n1", 1, since, step));
+    }
+  }
+  ExpectSameSeries(windowed.PoolSeries(0, 60), everything.PoolSeries(0, 60));
+  // Job 5 ended two hours in: every point of it is the store's now.
+  EXPECT_FALSE(windowed.JobSeries(5, 0, 60).size() == everything.JobSeries(5, 0, 60).size());
+
+  // Per-job figures are running totals: the same as from every point.
+  for (const int64_t id : {5, 6}) {
+    std::optional<JobGpuUtil> a = windowed.Job(id);
+    std::optional<JobGpuUtil> b = everything.Job(id);
+    ASSERT_TRUE(a && b);
+    EXPECT_NEAR(a->mean_pct, b->mean_pct, 1e-9);
+    EXPECT_EQ(a->peak_pct, b->peak_pct);
+    EXPECT_EQ(a->peak_mem_mib, b->peak_mem_mib);
+    EXPECT_NEAR(a->used_gpu_hours, b->used_gpu_hours, 1e-9);
+  }
+  // GPU-hours over a range that starts before the window.
+  const int64_t since = kT0Ms + 1'800'000;
+  const int64_t until = kT0Ms + 3 * 3'600'000;
+  std::map<int64_t, double> a = windowed.UsedGpuHours(
+      since, until, split, Older({.since_ms = since, .scope = "job"}, split, 60));
+  std::map<int64_t, double> b = everything.UsedGpuHours(since, until);
+  ASSERT_EQ(a.size(), 2u);
+  ASSERT_EQ(b.size(), 2u);
+  EXPECT_NEAR(a[5], b[5], 1e-9);
+  EXPECT_NEAR(a[6], b[6], 1e-9);
+  // Taken once: the counter's increments add up to the totals.
+  std::map<int64_t, double> used = windowed.TakeUsedGpuSeconds();
+  EXPECT_NEAR(used[5] / 3600, windowed.Job(5)->used_gpu_hours, 1e-9);
+  EXPECT_TRUE(windowed.TakeUsedGpuSeconds().empty());
+}
+
+TEST_F(TelemetryWindowTest, ARestartedHubRebuildsTotalsPoolAndIdleSpansFromTheStore) {
+  TelemetryOptions o = Options(3600);
+  o.idle_after_s = 30 * 60;
+  TelemetryHub hub(&clock_, o);
+  // Job 5 busy for 80 minutes, then below 5% for 40: idle.
+  for (int i = 0; i < 240; ++i) {
+    const int64_t at = kT0Ms + int64_t{i} * 30'000;
+    clock_.SetMicros(at * 1000);
+    protocol::TelemetryBatch b;
+    b.samples = {Sample(0, at, i < 160 ? 90 : 1, 500, {{5, 1000}})};
+    hub.Ingest("n1", b);
+    if (i % 20 == 19) Flush(hub);
+  }
+  Flush(hub);
+  ASSERT_EQ(hub.IdleJobs().count(5), 1u);
+
+  // What Api::ConfigureTelemetry reads.
+  TelemetryHub again(&clock_, o);
+  const int64_t now_ms = clock_.NowMicros() / 1000;
+  std::vector<store::TelemetryRecord> records;
+  for (const store::TelemetryQuery& q :
+       {store::TelemetryQuery{.since_ms = now_ms - o.retention_s * 1000, .scope = "job_total"},
+        store::TelemetryQuery{.since_ms = now_ms - o.retention_s * 1000, .scope = "pool"},
+        store::TelemetryQuery{.since_ms = again.MemoryFromMs(), .scope = "gpu"},
+        store::TelemetryQuery{.since_ms = again.MemoryFromMs(), .scope = "job"}}) {
+    auto r = store_->ListTelemetry(q);
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    records.insert(records.end(), r->begin(), r->end());
+  }
+  again.Load(records);
+  std::optional<JobGpuUtil> a = again.Job(5);
+  std::optional<JobGpuUtil> b = hub.Job(5);
+  ASSERT_TRUE(a && b);
+  EXPECT_NEAR(a->mean_pct, b->mean_pct, 1e-9);
+  EXPECT_NEAR(a->used_gpu_hours, b->used_gpu_hours, 1e-9);
+  EXPECT_EQ(a->peak_mem_mib, b->peak_mem_mib);
+  ExpectSameSeries(again.PoolSeries(0, 300), hub.PoolSeries(0, 300));
+  // The idle span comes back from the window's minutes (to the minute).
+  std::map<int64_t, int64_t> idle = again.IdleJobs();
+  ASSERT_EQ(idle.count(5), 1u);
+  EXPECT_EQ(idle[5], kT0Ms + 80 * 60'000);
+  // The restarted hub's counter starts from the stored totals.
+  EXPECT_NEAR(again.TakeUsedGpuSeconds()[5] / 3600, b->used_gpu_hours, 1e-9);
+}
+
+TEST_F(TelemetryHubTest, ABacklogOlderThanTheWindowIsDroppedAClockBehindIsNow) {
+  TelemetryOptions o;
+  o.memory_window_s = 3600;
+  TelemetryHub hub(&clock_, o);
+  const int64_t now = kT0Ms + 5 * 3'600'000;
+  clock_.SetMicros(now * 1000);
+  // An agent back after two hours away: its backlog's old part is dropped.
+  protocol::TelemetryBatch backlog;
+  backlog.samples = {Sample(0, now - 2 * 3'600'000, 50, 1, {{8, 1000}}),
+                     Sample(0, now - 60'000, 50, 1, {{8, 1000}})};
+  EXPECT_EQ(hub.Ingest("n1", backlog), 1u);
+  EXPECT_EQ(hub.NodeSeries("n1", 0, 0, 60).size(), 1u);
+  // An agent whose clock is three hours behind: all its samples count, as now.
+  protocol::TelemetryBatch behind;
+  behind.samples = {Sample(1, now - 3 * 3'600'000, 70, 1)};
+  EXPECT_EQ(hub.Ingest("n1", behind), 1u);
+  std::vector<TelemetryPoint> g1 = hub.NodeSeries("n1", 1, 0, 60);
+  ASSERT_EQ(g1.size(), 1u);
+  EXPECT_EQ(g1[0].t_ms, now - now % 60'000);
+  EXPECT_EQ(hub.LatestOfNode("n1")[1].at_ms, now);
 }
 
 TEST(TelemetryOptionsTest, BadOptionsNameTheFlag) {

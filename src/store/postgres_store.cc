@@ -23,6 +23,7 @@
 #include "store/job_nodes.h"
 #include "store/lease.h"
 #include "store/store_pool.h"
+#include "store/telemetry_query.h"
 
 namespace gpupool::store {
 namespace {
@@ -135,6 +136,18 @@ CREATE TABLE telemetry (
   PRIMARY KEY (scope, key, t_ms)
 );
 CREATE INDEX telemetry_time ON telemetry(t_ms);
+)sql",
+    // Telemetry's per-job totals ("job_total", at the job's first minute) and the pool's
+    // minutes ("pool"), which the controller keeps for the whole retention while GPU and
+    // job minutes stay in its memory for a window only: made from the points stored so far.
+    R"sql(
+INSERT INTO telemetry(scope, key, t_ms, util_sum, samples, peak_pct, mem_max_mib, used_gpu_s, gpus)
+  SELECT 'job_total', key, MIN(t_ms), SUM(util_sum), SUM(samples), MAX(peak_pct), MAX(mem_max_mib),
+         SUM(used_gpu_s), MAX(gpus)
+  FROM telemetry WHERE scope = 'job' GROUP BY key;
+INSERT INTO telemetry(scope, key, t_ms, util_sum, samples, peak_pct, mem_max_mib, used_gpu_s, gpus)
+  SELECT 'pool', '', t_ms, SUM(util_sum), SUM(samples), MAX(peak_pct), SUM(mem_max_mib), 0, SUM(gpus)
+  FROM telemetry WHERE scope = 'gpu' GROUP BY t_ms;
 )sql",
 };
 
@@ -776,14 +789,16 @@ class PostgresStore final : public Store, private PgSession {
     return Error(b.results[b.failed], "store telemetry");
   }
 
-  Result<std::vector<TelemetryRecord>> ListTelemetry(int64_t since_ms) override {
+  Result<std::vector<TelemetryRecord>> ListTelemetry(const TelemetryQuery& q) override {
+    GP_ASSIGN_OR_RETURN(TelemetrySelect select, BuildTelemetrySelect(q));
+    Params params;
+    for (const auto& v : select.params) {
+      params.push_back(std::holds_alternative<int64_t>(v) ? std::to_string(std::get<int64_t>(v))
+                                                          : std::get<std::string>(v));
+    }
     std::lock_guard lock(mu_);
     GP_RETURN_IF_ERROR(Connected());
-    GP_ASSIGN_OR_RETURN(PgResult r,
-                        Run("SELECT scope, key, t_ms, util_sum, samples, peak_pct, mem_max_mib, "
-                            "used_gpu_s, gpus FROM telemetry WHERE t_ms >= $1 "
-                            "ORDER BY scope, key, t_ms",
-                            {std::to_string(since_ms)}, "list telemetry"));
+    GP_ASSIGN_OR_RETURN(PgResult r, Run(select.sql, params, "list telemetry"));
     std::vector<TelemetryRecord> out;
     out.reserve(static_cast<size_t>(r.Rows()));
     for (int i = 0; i < r.Rows(); ++i) {

@@ -12,6 +12,7 @@
 #include "jobs/job_json.h"
 #include "store/job_nodes.h"
 #include "store/store.h"
+#include "store/telemetry_query.h"
 
 namespace gpupool::store {
 namespace {
@@ -128,6 +129,18 @@ CREATE TABLE telemetry (
   PRIMARY KEY (scope, key, t_ms)
 ) WITHOUT ROWID;
 CREATE INDEX telemetry_time ON telemetry(t_ms);
+)sql",
+    // Telemetry's per-job totals ("job_total", at the job's first minute) and the pool's
+    // minutes ("pool"), which the controller keeps for the whole retention while GPU and
+    // job minutes stay in its memory for a window only: made from the points stored so far.
+    R"sql(
+INSERT INTO telemetry(scope, key, t_ms, util_sum, samples, peak_pct, mem_max_mib, used_gpu_s, gpus)
+  SELECT 'job_total', key, MIN(t_ms), SUM(util_sum), SUM(samples), MAX(peak_pct), MAX(mem_max_mib),
+         SUM(used_gpu_s), MAX(gpus)
+  FROM telemetry WHERE scope = 'job' GROUP BY key;
+INSERT INTO telemetry(scope, key, t_ms, util_sum, samples, peak_pct, mem_max_mib, used_gpu_s, gpus)
+  SELECT 'pool', '', t_ms, SUM(util_sum), SUM(samples), MAX(peak_pct), SUM(mem_max_mib), 0, SUM(gpus)
+  FROM telemetry WHERE scope = 'gpu' GROUP BY t_ms;
 )sql",
 };
 
@@ -533,12 +546,19 @@ class SqliteStore final : public Store {
     return Status::Ok();
   }
 
-  Result<std::vector<TelemetryRecord>> ListTelemetry(int64_t since_ms) override {
+  Result<std::vector<TelemetryRecord>> ListTelemetry(const TelemetryQuery& q) override {
+    GP_ASSIGN_OR_RETURN(TelemetrySelect select, BuildTelemetrySelect(q));
     std::lock_guard lock(mu_);
-    Stmt s(db_,
-           "SELECT scope, key, t_ms, util_sum, samples, peak_pct, mem_max_mib, used_gpu_s, gpus "
-           "FROM telemetry WHERE t_ms >= ? ORDER BY scope, key, t_ms");
-    s.Bind(1, since_ms);
+    Stmt s(db_, select.sql.c_str());
+    if (!s.ok()) return Error("prepare telemetry query");
+    for (size_t i = 0; i < select.params.size(); ++i) {
+      const int n = static_cast<int>(i + 1);
+      if (const auto* v = std::get_if<int64_t>(&select.params[i])) {
+        s.Bind(n, *v);
+      } else {
+        s.Bind(n, std::get<std::string>(select.params[i]));
+      }
+    }
     std::vector<TelemetryRecord> out;
     int rc;
     while ((rc = s.Step()) == SQLITE_ROW) {

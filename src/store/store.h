@@ -85,6 +85,24 @@ struct TelemetryRecord {
   friend bool operator==(const TelemetryRecord&, const TelemetryRecord&) = default;
 };
 
+// Which telemetry points ListTelemetry returns, and how it merges them.
+struct TelemetryQuery {
+  int64_t since_ms = 0;          // points with t_ms >= since_ms ...
+  int64_t until_ms = INT64_MAX;  // ... and t_ms < until_ms
+  std::string scope;             // "gpu" or "job"; "" both
+  std::string key;               // this key only; "" any
+  std::string key_prefix;        // keys starting with this ("NODE/": a node's GPUs); "" any
+  // 0: the points as stored. > 0 (a multiple of 60,000): each key's points merged per step,
+  // t_ms being the step's start (t_ms - t_ms % step_ms): util_sum, samples and used_gpu_s
+  // summed, peak_pct, mem_max_mib and gpus the highest. kTelemetryWholeRange: one record
+  // per key, at t_ms 0.
+  int64_t step_ms = 0;
+  // With step_ms > 0: the keys merged too (one record per scope and step, key ""), with
+  // mem_max_mib and gpus summed over the keys (what they held together).
+  bool merge_keys = false;
+};
+inline constexpr int64_t kTelemetryWholeRange = INT64_MAX;
+
 class Store {
  public:
   virtual ~Store() = default;
@@ -135,15 +153,15 @@ class Store {
   virtual Result<std::optional<std::string>> GetSetting(std::string_view key) = 0;
 
   // Telemetry series points. PutTelemetry inserts or replaces (by scope, key, t_ms), all
-  // or nothing. ListTelemetry: the points with t_ms >= since_ms, by scope, key and t_ms.
+  // or nothing. ListTelemetry: the points `q` asks for, by scope, key and t_ms.
   // DeleteTelemetryBefore drops points with t_ms < before_ms and says how many. A store
   // without the table answers Unimplemented (the controller then keeps series in memory).
   virtual Status PutTelemetry(const std::vector<TelemetryRecord>& points) {
     (void)points;
     return Status(StatusCode::kUnimplemented, "this store keeps no telemetry");
   }
-  virtual Result<std::vector<TelemetryRecord>> ListTelemetry(int64_t since_ms) {
-    (void)since_ms;
+  virtual Result<std::vector<TelemetryRecord>> ListTelemetry(const TelemetryQuery& q) {
+    (void)q;
     return Status(StatusCode::kUnimplemented, "this store keeps no telemetry");
   }
   virtual Result<int64_t> DeleteTelemetryBefore(int64_t before_ms) {

@@ -183,7 +183,7 @@ TEST_P(StoreTest, TelemetryPointsAreReplacedListedInOrderAndExpire) {
   const TelemetryRecord gpu_b{"gpu", "n1/0", 60'000, 10, 2, 6, 100, 0, 1};
   const TelemetryRecord job{"job", "42", 60'000, 80, 2, 50, 2048, 7.5, 2};
   ASSERT_TRUE(store_->PutTelemetry({gpu_a, gpu_b, job}).ok());
-  Result<std::vector<TelemetryRecord>> all = store_->ListTelemetry(0);
+  Result<std::vector<TelemetryRecord>> all = store_->ListTelemetry({});
   ASSERT_TRUE(all.ok()) << all.status().ToString();
   EXPECT_EQ(*all, (std::vector<TelemetryRecord>{gpu_b, gpu_a, job}));  // scope, key, time
 
@@ -192,18 +192,70 @@ TEST_P(StoreTest, TelemetryPointsAreReplacedListedInOrderAndExpire) {
   later.util_sum = 20.125;
   later.samples = 3;
   ASSERT_TRUE(store_->PutTelemetry({later}).ok());
-  all = store_->ListTelemetry(0);
+  all = store_->ListTelemetry({});
   ASSERT_TRUE(all.ok());
   EXPECT_EQ(*all, (std::vector<TelemetryRecord>{later, gpu_a, job}));
-  EXPECT_EQ(store_->ListTelemetry(100'000)->size(), 1u);
+  EXPECT_EQ(store_->ListTelemetry({.since_ms = 100'000})->size(), 1u);
   EXPECT_TRUE(store_->PutTelemetry({}).ok());
 
   // Retention: points before the bound go.
   Result<int64_t> deleted = store_->DeleteTelemetryBefore(120'000);
   ASSERT_TRUE(deleted.ok()) << deleted.status().ToString();
   EXPECT_EQ(*deleted, 2);
-  EXPECT_EQ(*store_->ListTelemetry(0), (std::vector<TelemetryRecord>{gpu_a}));
+  EXPECT_EQ(*store_->ListTelemetry({}), (std::vector<TelemetryRecord>{gpu_a}));
   EXPECT_EQ(*store_->DeleteTelemetryBefore(0), 0);
+}
+
+TEST_P(StoreTest, TelemetryQueriesPickKeysAndMergeSteps) {
+  // Two GPUs of n1, one of n10 (a prefix of n1's "n1/" must not match it), one job.
+  const std::vector<TelemetryRecord> points = {
+      {"gpu", "n1/0", 60'000, 100, 2, 70, 1000, 0, 1},
+      {"gpu", "n1/0", 120'000, 40, 2, 30, 3000, 0, 1},
+      {"gpu", "n1/0", 360'000, 50, 1, 50, 500, 0, 1},
+      {"gpu", "n1/1", 60'000, 10, 1, 10, 200, 0, 1},
+      {"gpu", "n10/0", 60'000, 99, 1, 99, 9999, 0, 1},
+      {"job", "42", 60'000, 80, 2, 50, 2048, 7.5, 2},
+      {"job", "42", 240'000, 20, 1, 20, 1024, 2.5, 1},
+      {"job", "7", 60'000, 5, 1, 5, 1, 0.5, 1},
+  };
+  ASSERT_TRUE(store_->PutTelemetry(points).ok());
+
+  // One key, a time range.
+  Result<std::vector<TelemetryRecord>> r = store_->ListTelemetry(
+      {.since_ms = 60'000, .until_ms = 360'000, .scope = "gpu", .key = "n1/0"});
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(*r, (std::vector<TelemetryRecord>{points[0], points[1]}));
+
+  // A node's GPUs by prefix, merged per 5 minutes: sums, highest peak, memory and GPUs.
+  r = store_->ListTelemetry({.scope = "gpu", .key_prefix = "n1/", .step_ms = 300'000});
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(*r, (std::vector<TelemetryRecord>{{"gpu", "n1/0", 0, 140, 4, 70, 3000, 0, 1},
+                                              {"gpu", "n1/0", 300'000, 50, 1, 50, 500, 0, 1},
+                                              {"gpu", "n1/1", 0, 10, 1, 10, 200, 0, 1}}));
+
+  // The keys merged: memory and GPUs add up over keys.
+  r = store_->ListTelemetry(
+      {.scope = "gpu", .key_prefix = "n1/", .step_ms = 60'000, .merge_keys = true});
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(*r, (std::vector<TelemetryRecord>{{"gpu", "", 60'000, 110, 3, 70, 1200, 0, 2},
+                                              {"gpu", "", 120'000, 40, 2, 30, 3000, 0, 1},
+                                              {"gpu", "", 360'000, 50, 1, 50, 500, 0, 1}}));
+
+  // Every job's whole range: one record per job.
+  r = store_->ListTelemetry({.scope = "job", .step_ms = kTelemetryWholeRange});
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(*r, (std::vector<TelemetryRecord>{{"job", "42", 0, 100, 3, 50, 2048, 10, 2},
+                                              {"job", "7", 0, 5, 1, 5, 1, 0.5, 1}}));
+
+  // A step that is not whole minutes, or merged keys without a step, is refused.
+  EXPECT_EQ(store_->ListTelemetry({.step_ms = 90'000}).status().code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(store_->ListTelemetry({.merge_keys = true}).status().code(),
+            StatusCode::kInvalidArgument);
+  // A key with SQL in it is a value, not SQL.
+  r = store_->ListTelemetry({.key = "42' OR '1'='1"});
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_TRUE(r->empty());
 }
 
 TEST_P(StoreTest, NodesAndTokens) {
@@ -690,6 +742,48 @@ TEST(SqliteStoreTest, MigratesGangNodesOfSchema7) {
   ASSERT_TRUE(jobs.ok()) << jobs.status().ToString();
   ASSERT_EQ(jobs->size(), 1u);
   EXPECT_EQ((*jobs)[0].id, id);
+  s->reset();
+  std::filesystem::remove_all(dir);
+}
+
+// A store of schema 10 held only GPU and job minutes: migration 11 makes each job's total
+// (at its first minute) and the pool's minutes from them.
+TEST(SqliteStoreTest, MigratesTelemetryOfSchema10) {
+  auto dir =
+      std::filesystem::temp_directory_path() / ("gpupool-tele10-" + std::to_string(getpid()));
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  const std::string path = (dir / "state.db").string();
+  {
+    auto s = OpenSqliteStore(path);
+    ASSERT_TRUE(s.ok());
+    ASSERT_TRUE((*s)->PutTelemetry({{"gpu", "n1/0", 60'000, 100, 2, 70, 1000, 0, 1},
+                                    {"gpu", "n1/1", 60'000, 10, 1, 10, 200, 0, 1},
+                                    {"gpu", "n1/0", 120'000, 40, 2, 30, 3000, 0, 1},
+                                    {"job", "42", 60'000, 80, 2, 50, 2048, 7.5, 2},
+                                    {"job", "42", 120'000, 20, 1, 20, 1024, 2.5, 1}})
+                    .ok());
+  }
+  {
+    sqlite3* db = nullptr;
+    ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
+    ASSERT_EQ(sqlite3_exec(db,
+                           "DELETE FROM telemetry WHERE scope IN ('job_total', 'pool'); "
+                           "PRAGMA user_version=10",
+                           nullptr, nullptr, nullptr),
+              SQLITE_OK);
+    sqlite3_close(db);
+  }
+  auto s = OpenSqliteStore(path);
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  auto totals = (*s)->ListTelemetry({.scope = "job_total"});
+  ASSERT_TRUE(totals.ok()) << totals.status().ToString();
+  EXPECT_EQ(*totals,
+            (std::vector<TelemetryRecord>{{"job_total", "42", 60'000, 100, 3, 50, 2048, 10, 2}}));
+  auto pool = (*s)->ListTelemetry({.scope = "pool"});
+  ASSERT_TRUE(pool.ok()) << pool.status().ToString();
+  EXPECT_EQ(*pool, (std::vector<TelemetryRecord>{{"pool", "", 60'000, 110, 3, 70, 1200, 0, 2},
+                                                 {"pool", "", 120'000, 40, 2, 30, 3000, 0, 1}}));
   s->reset();
   std::filesystem::remove_all(dir);
 }

@@ -74,8 +74,8 @@ class StorePool final : public Store {
   Status PutTelemetry(const std::vector<TelemetryRecord>& points) override {
     return With([&](Store& s) { return s.PutTelemetry(points); });
   }
-  Result<std::vector<TelemetryRecord>> ListTelemetry(int64_t since_ms) override {
-    return With([&](Store& s) { return s.ListTelemetry(since_ms); });
+  Result<std::vector<TelemetryRecord>> ListTelemetry(const TelemetryQuery& q) override {
+    return With([&](Store& s) { return s.ListTelemetry(q); });
   }
   Result<int64_t> DeleteTelemetryBefore(int64_t before_ms) override {
     return With([&](Store& s) { return s.DeleteTelemetryBefore(before_ms); });

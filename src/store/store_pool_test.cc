@@ -56,8 +56,8 @@ class Member final : public Store {
   Status PutTelemetry(const std::vector<TelemetryRecord>& p) override {
     return db_->PutTelemetry(p);
   }
-  Result<std::vector<TelemetryRecord>> ListTelemetry(int64_t since) override {
-    return db_->ListTelemetry(since);
+  Result<std::vector<TelemetryRecord>> ListTelemetry(const TelemetryQuery& q) override {
+    return db_->ListTelemetry(q);
   }
   Result<int64_t> DeleteTelemetryBefore(int64_t before) override {
     return db_->DeleteTelemetryBefore(before);
@@ -148,7 +148,7 @@ TEST_F(StorePoolTest, TelemetryCallsAreForwarded) {
   auto pool = Pool(2);
   const TelemetryRecord point{"gpu", "n1/0", 60'000, 50, 1, 50, 10, 0, 1};
   ASSERT_TRUE(pool->PutTelemetry({point}).ok());
-  Result<std::vector<TelemetryRecord>> listed = pool->ListTelemetry(0);
+  Result<std::vector<TelemetryRecord>> listed = pool->ListTelemetry({});
   ASSERT_TRUE(listed.ok()) << listed.status().ToString();
   EXPECT_EQ(*listed, std::vector<TelemetryRecord>{point});
   EXPECT_EQ(pool->DeleteTelemetryBefore(120'000).value_or(-1), 1);
