@@ -35,6 +35,8 @@ OrderedJson GpuTelemetryToJson(const protocol::GpuTelemetry& t) {
   if (t.power_w) j["power_w"] = *t.power_w;
   if (t.temp_c) j["temp_c"] = *t.temp_c;
   if (t.xid_errors) j["xid_errors"] = *t.xid_errors;
+  if (t.xid_count) j["xid_count"] = *t.xid_count;
+  if (t.ecc_uncorrected) j["ecc_uncorrected"] = *t.ecc_uncorrected;
   return j;
 }
 
@@ -608,6 +610,7 @@ HttpResponse Api::Metrics(const Call&) {
       g.power_w = s.power_w;
       g.temp_c = s.temp_c;
       if (s.xid_errors) g.xid_errors = static_cast<double>(*s.xid_errors);
+      if (s.ecc_uncorrected) g.ecc_dbe_vol_total = static_cast<double>(*s.ecc_uncorrected);
       pool.gpus.push_back(std::move(g));
     }
   }

@@ -733,6 +733,59 @@ TEST_F(ApiTelemetryTest, SeriesReachingPastTheMemoryWindowComeFromTheStore) {
               used_before, 1e-9);
 }
 
+// DCGM_FI_DEV_XID_ERRORS is the last Xid a GPU reported, as dcgm-exporter has it, and the
+// uncorrected ECC count is DCGM_FI_DEV_ECC_DBE_VOL_TOTAL; GET /v1/nodes shows both and
+// the Xid count. A GPU whose source has no Xid figures has no series.
+TEST_F(ApiTelemetryTest, MetricsShowTheLastXidAndTheEccCountApart) {
+  const std::string vm = Token("vm", "node");
+  const int64_t id = RunningJobOnVm(vm);  // on GPU 0
+  auto report = [&](const std::string& gpu0_figures) {
+    clock_.AdvanceMicros(5'000'000);
+    const std::string at = std::to_string(clock_.NowMicros() / 1000);
+    net::HttpResponse r =
+        WithToken(vm, "POST", "/v1/agent/telemetry", {},
+                  R"({"node": "vm", "samples": [{"index": 0, "at_ms": )" + at + ", " +
+                      gpu0_figures + R"(, "jobs": [{"job_id": )" + std::to_string(id) +
+                      R"(}]}, {"index": 1, "at_ms": )" + at + R"(, "util_pct": 0}]})");
+    ASSERT_EQ(r.status, 200) << r.body;
+  };
+  // The value of the series of `name` for vm's GPU `gpu` (-1: none).
+  auto series = [](const std::string& text, const std::string& name, int gpu) {
+    const std::string start = name + "{gpu=\"" + std::to_string(gpu) + "\",";
+    for (const std::string& line : Split(text, '\n')) {
+      if (line.rfind(start, 0) == 0 && line.find("Hostname=\"vm\"") != std::string::npos) {
+        return std::stod(line.substr(line.rfind(' ') + 1));
+      }
+    }
+    return -1.0;
+  };
+  report(R"("util_pct": 90, "xid_errors": 0, "xid_count": 0, "ecc_uncorrected": 2)");
+  std::string m = AsUid(0, "GET", "/metrics").body;
+  EXPECT_EQ(series(m, "DCGM_FI_DEV_XID_ERRORS", 0), 0) << m;
+  EXPECT_EQ(series(m, "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", 0), 2) << m;
+  report(R"("util_pct": 90, "xid_errors": 79, "xid_count": 1, "ecc_uncorrected": 2)");
+  m = AsUid(0, "GET", "/metrics").body;
+  EXPECT_EQ(series(m, "DCGM_FI_DEV_XID_ERRORS", 0), 79) << m;
+  EXPECT_EQ(series(m, "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", 0), 2) << m;
+  EXPECT_EQ(series(m, "DCGM_FI_DEV_XID_ERRORS", 1), -1) << m;  // GPU 1 sent none
+  EXPECT_NE(m.find("# HELP DCGM_FI_DEV_XID_ERRORS Value of the last XID error encountered"),
+            std::string::npos);
+  EXPECT_NE(m.find("# TYPE DCGM_FI_DEV_XID_ERRORS gauge\n"), std::string::npos);
+  EXPECT_NE(m.find("# TYPE DCGM_FI_DEV_ECC_DBE_VOL_TOTAL counter\n"), std::string::npos);
+  // The job's labels, as on the other DCGM series.
+  EXPECT_NE(m.find("DCGM_FI_DEV_XID_ERRORS{gpu=\"0\",UUID=\""), std::string::npos) << m;
+  EXPECT_NE(m.find(",hpc_job=\"" + std::to_string(id) + "\",user=\"root\"} 79\n"),
+            std::string::npos)
+      << m;
+
+  Json nodes = Body(AsUid(user_uid_, "GET", "/v1/nodes"));
+  const Json& t = nodes["nodes"][0]["gpus"][0]["telemetry"];
+  EXPECT_EQ(t["xid_errors"], 79) << nodes.dump();
+  EXPECT_EQ(t["xid_count"], 1);
+  EXPECT_EQ(t["ecc_uncorrected"], 2);
+  EXPECT_FALSE(nodes["nodes"][0]["gpus"][1]["telemetry"].contains("xid_count"));
+}
+
 TEST_F(ApiTelemetryTest, TheIdlePolicyWarnsThenCancelsIdleJobs) {
   TelemetryOptions o;
   o.idle_action = "cancel";

@@ -158,27 +158,34 @@ std::string PoolMetrics::Render(const PoolSnapshot& pool) const {
     Sample("gpupool_used_gpu_seconds_total",
            Label("user", key.first) + "," + Label("project", key.second), hours * 3600, &out);
   }
-  // dcgm-exporter's names, units and labels, so its dashboards work unchanged.
+  // dcgm-exporter's names, types, units and labels (its default counters), so its
+  // dashboards and alerts work unchanged.
   struct Gauge {
     const char* name;
+    const char* type;
     const char* help;
     std::optional<double> GpuGauges::*value;
   };
   const Gauge kGauges[] = {
-      {"DCGM_FI_DEV_GPU_UTIL", "GPU utilization (in %).", &GpuGauges::util_pct},
-      {"DCGM_FI_DEV_FB_USED", "Framebuffer memory used (in MiB).", &GpuGauges::fb_used_mib},
-      {"DCGM_FI_DEV_FB_FREE", "Framebuffer memory free (in MiB).", &GpuGauges::fb_free_mib},
-      {"DCGM_FI_DEV_POWER_USAGE", "Power draw (in W).", &GpuGauges::power_w},
-      {"DCGM_FI_DEV_GPU_TEMP", "GPU temperature (in C).", &GpuGauges::temp_c},
-      {"DCGM_FI_DEV_XID_ERRORS",
-       "Uncorrected ECC errors since the driver loaded (gpupool reports this count here).",
+      {"DCGM_FI_DEV_GPU_UTIL", "gauge", "GPU utilization (in %).", &GpuGauges::util_pct},
+      {"DCGM_FI_DEV_FB_USED", "gauge", "Framebuffer memory used (in MiB).",
+       &GpuGauges::fb_used_mib},
+      {"DCGM_FI_DEV_FB_FREE", "gauge", "Framebuffer memory free (in MiB).",
+       &GpuGauges::fb_free_mib},
+      {"DCGM_FI_DEV_POWER_USAGE", "gauge", "Power draw (in W).", &GpuGauges::power_w},
+      {"DCGM_FI_DEV_GPU_TEMP", "gauge", "GPU temperature (in C).", &GpuGauges::temp_c},
+      {"DCGM_FI_DEV_XID_ERRORS", "gauge",
+       "Value of the last XID error encountered (0: none since the node's agent started).",
        &GpuGauges::xid_errors},
+      {"DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", "counter",
+       "Volatile double-bit ECC errors (uncorrected, since the driver loaded).",
+       &GpuGauges::ecc_dbe_vol_total},
   };
   for (const Gauge& g : kGauges) {
     bool any = false;
     for (const GpuGauges& gpu : pool.gpus) any = any || (gpu.*g.value).has_value();
     if (!any) continue;
-    Family(g.name, "gauge", g.help, &out);
+    Family(g.name, g.type, g.help, &out);
     for (const GpuGauges& gpu : pool.gpus) {
       if (!(gpu.*g.value)) continue;
       std::string labels = Label("gpu", std::to_string(gpu.gpu)) + "," + Label("UUID", gpu.uuid) +

@@ -46,7 +46,8 @@ struct GpuGauges {
   std::optional<double> fb_free_mib;
   std::optional<double> power_w;
   std::optional<double> temp_c;
-  std::optional<double> xid_errors;
+  std::optional<double> xid_errors;         // the last Xid (0: none since the agent started)
+  std::optional<double> ecc_dbe_vol_total;  // uncorrected ECC errors since the driver loaded
 };
 
 // What the pool looks like at the moment of a scrape (Controller::MetricsSnapshot).

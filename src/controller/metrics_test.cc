@@ -115,7 +115,8 @@ TEST(MetricsTest, DcgmGaugesAndUsedGpuSeconds) {
   busy.fb_free_mib = 50839;
   busy.power_w = 612.5;
   busy.temp_c = 64;
-  busy.xid_errors = 0;
+  busy.xid_errors = 79;
+  busy.ecc_dbe_vol_total = 2;
   GpuGauges free_gpu = busy;
   free_gpu.gpu = 1;
   free_gpu.uuid = "GPU-b";
@@ -124,6 +125,8 @@ TEST(MetricsTest, DcgmGaugesAndUsedGpuSeconds) {
   free_gpu.user.clear();
   free_gpu.util_pct = 0;
   free_gpu.power_w.reset();
+  free_gpu.xid_errors = 0;
+  free_gpu.ecc_dbe_vol_total.reset();
   pool.gpus = {busy, free_gpu};
   const std::string text = m.Render(pool);
   const std::string labels =
@@ -141,6 +144,18 @@ TEST(MetricsTest, DcgmGaugesAndUsedGpuSeconds) {
             0);
   EXPECT_EQ(text.find("DCGM_FI_DEV_POWER_USAGE{gpu=\"1\""), std::string::npos);
   EXPECT_NE(text.find("# TYPE DCGM_FI_DEV_XID_ERRORS gauge\n"), std::string::npos);
+  EXPECT_EQ(ValueOf(text, "DCGM_FI_DEV_XID_ERRORS{" + labels + ",hpc_job=\"42\",user=\"alice\"}"),
+            79);
+  EXPECT_EQ(ValueOf(text,
+                    "DCGM_FI_DEV_XID_ERRORS{gpu=\"1\",UUID=\"GPU-b\",device=\"nvidia1\","
+                    "modelName=\"NVIDIA H100 80GB HBM3\",Hostname=\"gpu07\"}"),
+            0);
+  // dcgm-exporter's type for it: a counter.
+  EXPECT_NE(text.find("# TYPE DCGM_FI_DEV_ECC_DBE_VOL_TOTAL counter\n"), std::string::npos);
+  EXPECT_EQ(
+      ValueOf(text, "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL{" + labels + ",hpc_job=\"42\",user=\"alice\"}"),
+      2);
+  EXPECT_EQ(text.find("DCGM_FI_DEV_ECC_DBE_VOL_TOTAL{gpu=\"1\""), std::string::npos);
   EXPECT_EQ(ValueOf(text, "gpupool_used_gpu_seconds_total{user=\"alice\",project=\"vision\"}"),
             5400);
 }

@@ -584,6 +584,8 @@ size_t AgentLoop::TelemetryRound() {
       t.power_w = s.power_w;
       t.temp_c = s.temp_c;
       t.xid_errors = s.xid_errors;
+      t.xid_count = s.xid_count;
+      t.ecc_uncorrected = s.ecc_uncorrected;
       if (auto h = holders.find(s.index); h != holders.end()) t.jobs = h->second;
       for (const gpu::ProcessSample& p : s.processes) {
         t.processes.push_back(

@@ -74,7 +74,7 @@ class IdleLauncher final : public agent::Launcher {
   std::vector<int64_t> Running() const override { return {}; }
 };
 
-// One GPU at a fixed 42%.
+// One GPU at a fixed 42%, that had two Xid errors (the last 79) and 5 uncorrected ECC.
 class OneGpu final : public gpu::TelemetrySampler {
  public:
   std::string_view name() const override { return "test"; }
@@ -84,6 +84,9 @@ class OneGpu final : public gpu::TelemetrySampler {
     s.uuid = "GPU-0";
     s.util_pct = 42;
     s.mem_used_mib = 7;
+    s.xid_errors = 79;
+    s.xid_count = 2;
+    s.ecc_uncorrected = 5;
     return std::vector<gpu::GpuSample>{s};
   }
 };
@@ -185,6 +188,9 @@ TEST_F(TelemetryAgentTest, BatchesGoToA13ControllerAndWaitWhileItIsAway) {
     ASSERT_FALSE(received_.empty());
     EXPECT_EQ(received_.back().util_pct, 42);
     EXPECT_EQ(received_.back().mem_used_mib, 7);
+    EXPECT_EQ(received_.back().xid_errors, 79);
+    EXPECT_EQ(received_.back().xid_count, 2);
+    EXPECT_EQ(received_.back().ecc_uncorrected, 5);
     EXPECT_EQ(received_.back().at_ms, 1'800'000'000'000);  // the injected clock
     received_.clear();
     away_ = true;

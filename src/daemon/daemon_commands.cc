@@ -121,6 +121,10 @@ std::shared_ptr<gpu::TelemetrySampler> TelemetrySamplerFor(const std::string& fa
     spdlog::info("agent: no GPU telemetry: {}", s.status().message());
     return nullptr;
   }
+  // What the source lacks for good (Xid events, say): said once here, not every sample.
+  if (const std::string note = (*s)->note(); !note.empty()) {
+    spdlog::info("agent: GPU telemetry: {}", note);
+  }
   return std::shared_ptr<gpu::TelemetrySampler>(std::move(*s));
 }
 

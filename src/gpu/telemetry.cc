@@ -36,6 +36,13 @@ class CombinedSampler final : public TelemetrySampler {
     if (out.empty()) return last;
     return out;
   }
+  std::string note() const override {
+    std::string out;
+    for (const auto& p : parts_) {
+      if (std::string n = p->note(); !n.empty()) out += (out.empty() ? "" : "; ") + n;
+    }
+    return out;
+  }
 
  private:
   std::vector<std::unique_ptr<TelemetrySampler>> parts_;
@@ -49,8 +56,8 @@ struct Profile {
   std::map<int, std::map<std::string, std::vector<double>>> gpus;
 };
 
-constexpr const char* kProfileFields[] = {"util_pct", "mem_used_mib", "power_w", "temp_c",
-                                          "xid_errors"};
+constexpr const char* kProfileFields[] = {"util_pct",   "mem_used_mib", "power_w",        "temp_c",
+                                          "xid_errors", "xid_count",    "ecc_uncorrected"};
 
 Result<Profile> ReadProfile(const Json& t, const std::string& file) {
   Profile p;
@@ -75,7 +82,7 @@ Result<Profile> ReadProfile(const Json& t, const std::string& file) {
       if (!known) {
         return Status::InvalidArgument(path + "." + field +
                                        ": unknown field; use util_pct, mem_used_mib, power_w, "
-                                       "temp_c or xid_errors");
+                                       "temp_c, xid_errors, xid_count or ecc_uncorrected");
       }
       std::vector<double>& out = p.gpus[static_cast<int>(*index)][field];
       const Json one = values.is_array() ? values : Json::array({values});
@@ -124,6 +131,8 @@ class FakeSampler final : public TelemetrySampler {
           if (field == "power_w") s.power_w = v;
           if (field == "temp_c") s.temp_c = v;
           if (field == "xid_errors") s.xid_errors = static_cast<int64_t>(v);
+          if (field == "xid_count") s.xid_count = static_cast<int64_t>(v);
+          if (field == "ecc_uncorrected") s.ecc_uncorrected = static_cast<int64_t>(v);
         }
       }
       out.push_back(std::move(s));

@@ -39,9 +39,15 @@ struct GpuSample {
   std::optional<int64_t> mem_total_mib;
   std::optional<double> power_w;
   std::optional<double> temp_c;
-  // Uncorrected ECC errors since the driver loaded (NVML's volatile count); dcgm-exporter
-  // reports the last Xid under DCGM_FI_DEV_XID_ERRORS, we report this count there.
+  // The last Xid error the driver reported for the GPU since the sampler started, 0 when
+  // none yet (dcgm-exporter's DCGM_FI_DEV_XID_ERRORS); unset where the source cannot
+  // watch Xid events.
   std::optional<int64_t> xid_errors;
+  // How many Xid events the sampler saw for the GPU since it started; set with xid_errors.
+  std::optional<int64_t> xid_count;
+  // Uncorrected (double-bit) ECC errors since the driver loaded, NVML's volatile count
+  // (dcgm-exporter's DCGM_FI_DEV_ECC_DBE_VOL_TOTAL).
+  std::optional<int64_t> ecc_uncorrected;
   std::vector<ProcessSample> processes;
   friend bool operator==(const GpuSample&, const GpuSample&) = default;
 };
@@ -53,6 +59,9 @@ class TelemetrySampler {
   // One sample of every GPU the sampler covers, in GpuInfo order. `now_us` is the
   // caller's clock (wall time, microseconds). Unavailable when no GPU could be read.
   virtual Result<std::vector<GpuSample>> Sample(int64_t now_us) = 0;
+  // What the source could not set up and so will never report ("Xid errors are not
+  // reported: ..."), in one line for the caller to log once; "" when nothing is missing.
+  virtual std::string note() const { return ""; }
 };
 
 // A sampler for `node` (what discovery found with `options`): the fake node file's profile

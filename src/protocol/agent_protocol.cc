@@ -672,6 +672,8 @@ Result<GpuTelemetry> DecodeGpuTelemetry(const Json& j, const std::string& path) 
   OptionalNumber(f, "power_w", &g.power_w, 0, 1e5);
   OptionalNumber(f, "temp_c", &g.temp_c, -273, 1000);
   OptionalInt64(f, j, "xid_errors", &g.xid_errors, 0, INT64_MAX);
+  OptionalInt64(f, j, "xid_count", &g.xid_count, 0, INT64_MAX);
+  OptionalInt64(f, j, "ecc_uncorrected", &g.ecc_uncorrected, 0, INT64_MAX);
   const Json* jobs = f.Array("jobs");
   const Json* procs = f.Array("processes");
   GP_RETURN_IF_ERROR(f.Finish());
@@ -728,6 +730,8 @@ OrderedJson EncodeTelemetryBatch(const TelemetryBatch& b) {
     PutOptional(j, "power_w", g.power_w);
     PutOptional(j, "temp_c", g.temp_c);
     PutOptional(j, "xid_errors", g.xid_errors);
+    PutOptional(j, "xid_count", g.xid_count);
+    PutOptional(j, "ecc_uncorrected", g.ecc_uncorrected);
     if (!g.jobs.empty()) {
       OrderedJson jobs = OrderedJson::array();
       for (const TelemetryJob& t : g.jobs) {

@@ -276,7 +276,14 @@ struct GpuTelemetry {
   std::optional<int64_t> mem_total_mib;
   std::optional<double> power_w;
   std::optional<double> temp_c;
+  // The last Xid error since the agent started, 0 when none yet; unset where the GPU's
+  // source cannot watch Xid events. (Agents before xid_count sent the ECC count here.)
   std::optional<int64_t> xid_errors;
+  // Xid errors since the agent started; added within 1.3 (optional, so older readers
+  // ignore it and older writers leave it unset).
+  std::optional<int64_t> xid_count;
+  // Uncorrected (double-bit) ECC errors since the driver loaded; added within 1.3 too.
+  std::optional<int64_t> ecc_uncorrected;
   std::vector<TelemetryJob> jobs;
   std::vector<TelemetryProcess> processes;
   friend bool operator==(const GpuTelemetry&, const GpuTelemetry&) = default;

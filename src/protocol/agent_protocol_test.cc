@@ -277,7 +277,9 @@ TelemetryBatch SampleBatch() {
   g.mem_total_mib = 81920;
   g.power_w = 301.25;
   g.temp_c = 64;
-  g.xid_errors = 0;
+  g.xid_errors = 79;
+  g.xid_count = 2;
+  g.ecc_uncorrected = 1;
   g.jobs = {{42, 500}};
   g.processes = {{4242, 42, 2048, 80.0}, {17, 0, std::nullopt, std::nullopt}};
   b.samples.push_back(g);
@@ -293,6 +295,10 @@ TEST(ProtocolTelemetry, RoundTripKeepsUnsetFieldsUnset) {
   const OrderedJson wire = EncodeTelemetryBatch(b);
   EXPECT_FALSE(wire["samples"][1].contains("util_pct"));
   EXPECT_FALSE(wire["samples"][1].contains("jobs"));
+  EXPECT_FALSE(wire["samples"][1].contains("xid_count"));
+  EXPECT_EQ(wire["samples"][0]["xid_errors"], 79);
+  EXPECT_EQ(wire["samples"][0]["xid_count"], 2);
+  EXPECT_EQ(wire["samples"][0]["ecc_uncorrected"], 1);
   Result<TelemetryBatch> back = DecodeTelemetryBatch(Json::parse(DumpJson(wire)));
   ASSERT_TRUE(back.ok()) << back.status().ToString();
   EXPECT_EQ(*back, b);
@@ -307,6 +313,34 @@ TEST(ProtocolTelemetry, UnknownFieldsAreIgnored) {
   Result<TelemetryBatch> back = DecodeTelemetryBatch(j);
   ASSERT_TRUE(back.ok()) << back.status().ToString();
   EXPECT_EQ(*back, SampleBatch());
+}
+
+// xid_count and ecc_uncorrected came within 1.3, as optional fields: a sample from an agent
+// without them reads as unset, and to a controller without them they are unknown fields,
+// which it ignores (shown here with the same values under names this reader does not know).
+TEST(ProtocolTelemetry, XidCountAndEccNeedNoVersionBump) {
+  Json old_agent = Json::parse(DumpJson(EncodeTelemetryBatch(SampleBatch())));
+  old_agent["samples"][0].erase("xid_count");
+  old_agent["samples"][0].erase("ecc_uncorrected");
+  Result<TelemetryBatch> back = DecodeTelemetryBatch(old_agent);
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(back->samples[0].xid_errors, 79);
+  EXPECT_FALSE(back->samples[0].xid_count.has_value());
+  EXPECT_FALSE(back->samples[0].ecc_uncorrected.has_value());
+
+  Json to_old_reader = Json::parse(DumpJson(EncodeTelemetryBatch(SampleBatch())));
+  Json& s = to_old_reader["samples"][0];
+  s["xid_count_unknown_here"] = s["xid_count"];
+  s["ecc_uncorrected_unknown_here"] = s["ecc_uncorrected"];
+  s.erase("xid_count");
+  s.erase("ecc_uncorrected");
+  back = DecodeTelemetryBatch(to_old_reader);
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  TelemetryBatch want = SampleBatch();
+  want.samples[0].xid_count.reset();
+  want.samples[0].ecc_uncorrected.reset();
+  EXPECT_EQ(*back, want);
+  EXPECT_EQ(kVersion, (Version{1, 3}));
 }
 
 TEST(ProtocolTelemetry, BadFieldsAreErrorsNamingThem) {
@@ -326,6 +360,8 @@ TEST(ProtocolTelemetry, BadFieldsAreErrorsNamingThem) {
       {[](Json& j) { j["samples"][0]["mem_total_mib"] = 1.5; }, "samples[0].mem_total_mib"},
       {[](Json& j) { j["samples"][0]["power_w"] = 1e9; }, "samples[0].power_w"},
       {[](Json& j) { j["samples"][0]["xid_errors"] = true; }, "samples[0].xid_errors"},
+      {[](Json& j) { j["samples"][0]["xid_count"] = -1; }, "samples[0].xid_count"},
+      {[](Json& j) { j["samples"][0]["ecc_uncorrected"] = "x"; }, "samples[0].ecc_uncorrected"},
       {[](Json& j) { j["samples"][0]["jobs"] = {1}; }, "samples[0].jobs[0]"},
       {[](Json& j) { j["samples"][0]["jobs"][0]["job_id"] = 0; }, "samples[0].jobs[0].job_id"},
       {[](Json& j) { j["samples"][0]["jobs"][0]["gpu_milli"] = 2000; },

@@ -15,7 +15,6 @@ import json
 import os
 import re
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -59,12 +58,14 @@ class PrometheusTest(unittest.TestCase):
         cls.dir = pooltest.make_test_dir("gp-prom-")
         cls.port = free_port()
         cls.env = dict(os.environ, GPUPOOL_SERVER="unix:" + os.path.join(cls.dir, "gpupool.sock"))
-        # Every GPU at a scripted 77% with 1234 MiB used of 40960, 250.5 W, 61 C.
+        # Every GPU at a scripted 77% with 1234 MiB used of 40960, 250.5 W, 61 C, its last
+        # Xid 79 (one so far) and 2 uncorrected ECC errors.
         with open(NODE) as f:
             node = json.load(f)
         node["telemetry"] = {"step_s": 1, "gpus": {
             str(g["index"]): {"util_pct": [UTIL], "mem_used_mib": [MEM_MIB], "power_w": [250.5],
-                              "temp_c": [61], "xid_errors": [0]} for g in node["gpus"]}}
+                              "temp_c": [61], "xid_errors": [79], "xid_count": [1],
+                              "ecc_uncorrected": [2]} for g in node["gpus"]}}
         node_file = os.path.join(cls.dir, "node.json")
         with open(node_file, "w") as f:
             json.dump(node, f)
@@ -123,13 +124,16 @@ class PrometheusTest(unittest.TestCase):
         self.assertTrue(ctype.startswith("text/plain"), ctype)
         check = subprocess.run(["promtool", "check", "metrics"], input=body, capture_output=True,
                                text=True)
-        # promtool's only complaint may be its style lint about dcgm-exporter's own label
-        # names (modelName, UUID, Hostname), kept as dcgm-exporter has them so that its
-        # dashboards work; a parse error or any other problem fails.
+        # promtool's only complaints may be its style lints about dcgm-exporter's own label
+        # names (modelName, UUID, Hostname) and its counter DCGM_FI_DEV_ECC_DBE_VOL_TOTAL
+        # (upper-case _TOTAL), kept as dcgm-exporter has them so that its dashboards work;
+        # a parse error or any other problem fails.
+        lints = (r"DCGM_FI_DEV_[A-Z_]+ label names should be written in 'snake_case' "
+                 r"not 'camelCase'",
+                 r'DCGM_FI_DEV_ECC_DBE_VOL_TOTAL counter metrics should have "_total" suffix')
         problems = [line for line in (check.stdout + check.stderr).splitlines()
-                    if line.strip() and not re.fullmatch(
-                        r"DCGM_FI_DEV_[A-Z_]+ label names should be written in 'snake_case' "
-                        r"not 'camelCase'", line.strip())]
+                    if line.strip() and not any(re.fullmatch(lint, line.strip())
+                                                for lint in lints)]
         self.assertEqual(problems, [], check.stdout + check.stderr)
         self.assertIn("DCGM_FI_DEV_GPU_UTIL{", body)
         gpupool_only = "".join(line + "\n" for line in body.splitlines()
@@ -229,6 +233,8 @@ scrape_configs:
         self.assertEqual(query("DCGM_FI_DEV_FB_FREE{%s}" % job), float(40960 - MEM_MIB))
         self.assertEqual(query("DCGM_FI_DEV_POWER_USAGE{%s}" % job), 250.5)
         self.assertEqual(query("DCGM_FI_DEV_GPU_TEMP{%s}" % job), 61.0)
+        self.assertEqual(query("DCGM_FI_DEV_XID_ERRORS{%s}" % job), 79.0)
+        self.assertEqual(query("DCGM_FI_DEV_ECC_DBE_VOL_TOTAL{%s}" % job), 2.0)
         self.assertEqual(query("count(DCGM_FI_DEV_GPU_UTIL)"), 4.0)
         self.assertEqual(query('count(DCGM_FI_DEV_GPU_UTIL{modelName="NVIDIA A100-SXM4-40GB",'
                                'device=~"nvidia[0-3]",UUID=~"GPU-.+",Hostname!=""})'), 4.0)

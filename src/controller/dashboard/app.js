@@ -232,7 +232,11 @@
           util.style.background = t.util_pct >= 50 ? 'var(--ok)' : t.util_pct >= 10 ? 'var(--warn)' : 'var(--bad)';
           lines.push(`util ${Math.round(t.util_pct)}%`);
           tip.push(`utilisation ${t.util_pct}%`, `memory ${t.mem_used_mib}/${t.mem_total_mib} MiB`,
-            `power ${t.power_w} W`, `temperature ${t.temp_c} °C`, `XID errors ${t.xid_errors}`);
+            `power ${t.power_w} W`, `temperature ${t.temp_c} °C`);
+          if (typeof t.xid_errors === 'number') {
+            tip.push(`last Xid ${t.xid_errors}` + (typeof t.xid_count === 'number' ? ` (${t.xid_count} since the agent started)` : ''));
+          }
+          if (typeof t.ecc_uncorrected === 'number') tip.push(`uncorrected ECC errors ${t.ecc_uncorrected}`);
         }
         return h('div', {
           class: 'gpu', title: tip.join('\n'),

@@ -9,6 +9,7 @@
 // unsigned int. Functions use the platform C calling convention.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 
 namespace gpupool::gpu::nvml {
@@ -112,6 +113,27 @@ struct ProcessUtilizationSample {
 };
 static_assert(sizeof(ProcessUtilizationSample) == 32, "nvmlProcessUtilizationSample_t layout");
 
+// nvmlEventSet_t: an opaque handle owned by the library (nvmlEventSetCreate / Free).
+struct EventSetOpaque;
+using EventSet = EventSetOpaque*;
+
+// nvmlEventType* bits (nvmlDeviceRegisterEvents).
+inline constexpr unsigned long long kEventTypeXidCriticalError = 0x8;
+// nvmlEventData_t::eventData for an Xid the driver could not name.
+inline constexpr unsigned long long kXidUnknown = 999;
+
+// nvmlEventData_t as nvmlEventSetWait_v2 fills it. nvmlEventSetWait (v1, older drivers)
+// fills only the first three fields (24 bytes); a zeroed EventData is a safe buffer for it.
+struct EventData {
+  Device device;                     // the device it happened on
+  unsigned long long event_type;     // one kEventType* bit
+  unsigned long long event_data;     // the Xid for kEventTypeXidCriticalError, else 0
+  unsigned int gpu_instance_id;      // MIG: the GPU instance, else 0xFFFFFFFF
+  unsigned int compute_instance_id;  // MIG: the compute instance, else 0xFFFFFFFF
+};
+static_assert(sizeof(EventData) == 32, "nvmlEventData_t layout");
+static_assert(offsetof(EventData, event_data) == 16, "nvmlEventData_t layout");
+
 // nvmlMemoryErrorType_t / nvmlEccCounterType_t.
 inline constexpr int kMemoryErrorTypeUncorrected = 1;
 inline constexpr int kVolatileEcc = 0;
@@ -169,5 +191,11 @@ using DeviceProcessesFn = Return (*)(Device, unsigned int*,
                                      ProcessInfo*);  // GetComputeRunningProcesses_v3/_v2
 using DeviceProcessUtilFn = Return (*)(Device, ProcessUtilizationSample*, unsigned int*,
                                        unsigned long long);  // GetProcessUtilization
+using EventSetCreateFn = Return (*)(EventSet*);              // nvmlEventSetCreate
+using DeviceRegisterEventsFn = Return (*)(Device, unsigned long long,
+                                          EventSet);  // nvmlDeviceRegisterEvents
+using EventSetWaitFn = Return (*)(EventSet, EventData*,
+                                  unsigned int);  // nvmlEventSetWait_v2 / nvmlEventSetWait (ms)
+using EventSetFreeFn = Return (*)(EventSet);      // nvmlEventSetFree
 
 }  // namespace gpupool::gpu::nvml

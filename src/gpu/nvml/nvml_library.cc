@@ -199,6 +199,13 @@ Result<std::unique_ptr<NvmlLibrary>> NvmlLibrary::Open(const std::string& librar
   }
   f.device_get_process_utilization =
       SymbolAs<DeviceProcessUtilFn>(handle, "nvmlDeviceGetProcessUtilization");
+  f.event_set_create = SymbolAs<EventSetCreateFn>(handle, "nvmlEventSetCreate");
+  f.device_register_events = SymbolAs<DeviceRegisterEventsFn>(handle, "nvmlDeviceRegisterEvents");
+  f.event_set_wait = SymbolAs<EventSetWaitFn>(handle, "nvmlEventSetWait_v2");
+  if (f.event_set_wait == nullptr) {
+    f.event_set_wait = SymbolAs<EventSetWaitFn>(handle, "nvmlEventSetWait");
+  }
+  f.event_set_free = SymbolAs<EventSetFreeFn>(handle, "nvmlEventSetFree");
 
   lib->directory_ = LoadedFrom(handle, f);
   return lib;

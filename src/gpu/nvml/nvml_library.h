@@ -55,6 +55,11 @@ struct Functions {
   DeviceEccCountFn device_get_total_ecc_errors = nullptr;
   DeviceProcessesFn device_get_compute_running_processes = nullptr;  // _v3, else _v2
   DeviceProcessUtilFn device_get_process_utilization = nullptr;
+  // Xid events (TelemetrySampler): all four, or the sampler reports no Xid.
+  EventSetCreateFn event_set_create = nullptr;
+  DeviceRegisterEventsFn device_register_events = nullptr;
+  EventSetWaitFn event_set_wait = nullptr;  // _v2, else v1 (which fills less of EventData)
+  EventSetFreeFn event_set_free = nullptr;
 };
 
 class NvmlLibrary {

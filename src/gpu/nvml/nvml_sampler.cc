@@ -1,11 +1,13 @@
 // The NVML telemetry sampler: one dlopen and nvmlInit for the sampler's life, then per
 // sample the per-device calls only. Devices are matched to the node's GPUs by UUID (by
-// index when the UUID is unknown), once, at creation.
+// index when the UUID is unknown), once, at creation, and registered for Xid events then
+// (nvml_xid_events.h), which each sample drains without waiting.
 #include <algorithm>
 #include <cstring>
 #include <map>
 
 #include "gpu/nvml/nvml_library.h"
+#include "gpu/nvml/nvml_xid_events.h"
 #include "gpu/telemetry.h"
 
 namespace gpupool::gpu {
@@ -57,15 +59,20 @@ class NvmlSampler final : public TelemetrySampler {
       if (d != nullptr) gpus_.push_back({g.index, g.uuid, d});
     }
     if (gpus_.empty()) return Status::Unavailable("NVML sees none of the node's NVIDIA GPUs");
+    std::vector<nvml::XidEvents::Gpu> watch;
+    for (const Bound& b : gpus_) watch.push_back({b.index, b.device});
+    xids_ = std::make_unique<nvml::XidEvents>(*library_, watch);
     return Status::Ok();
   }
 
   std::string_view name() const override { return "nvml"; }
+  std::string note() const override { return xids_ != nullptr ? xids_->note() : ""; }
 
   Result<std::vector<GpuSample>> Sample(int64_t) override {
     const nvml::Functions& fn = library_->fn();
     std::vector<GpuSample> out;
     int read = 0;
+    xids_->Drain();
     for (const Bound& b : gpus_) {
       GpuSample s;
       s.index = b.index;
@@ -104,8 +111,12 @@ class NvmlSampler final : public TelemetrySampler {
         if (fn.device_get_total_ecc_errors(b.device, nvml::kMemoryErrorTypeUncorrected,
                                            nvml::kVolatileEcc, &n) == kSuccess &&
             n < (1ULL << 62)) {
-          s.xid_errors = static_cast<int64_t>(n);
+          s.ecc_uncorrected = static_cast<int64_t>(n);
         }
+      }
+      if (const nvml::XidEvents::Seen* x = xids_->Of(b.device); x != nullptr) {
+        s.xid_errors = x->last_xid;
+        s.xid_count = x->count;
       }
       ReadProcesses(b.device, &s);
       if (any) ++read;
@@ -171,6 +182,8 @@ class NvmlSampler final : public TelemetrySampler {
   std::unique_ptr<nvml::NvmlLibrary> library_;
   std::unique_ptr<nvml::NvmlSession> session_;
   std::vector<Bound> gpus_;
+  // Declared after session_, so destroyed (its event set freed) before nvmlShutdown.
+  std::unique_ptr<nvml::XidEvents> xids_;
   unsigned long long last_seen_us_ = 0;
 };
 

@@ -2,6 +2,11 @@
 // rewrites while the sampler keeps its session open ($FAKE_NVML_TELEMETRY).
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <functional>
+#include <iostream>
+
+#include "common/json.h"
 #include "gpu/nvml/nvml_test_fixture.h"
 #include "gpu/telemetry.h"
 
@@ -20,6 +25,29 @@ class NvmlSamplerTest : public NvmlBackendTest {
   void TearDown() override {
     unsetenv("FAKE_NVML_TELEMETRY");
     NvmlBackendTest::TearDown();
+  }
+  // The node of the 8-GPU H100 scenario, and the sampler's telemetry file set up (empty).
+  NodeInfo H100Node() {
+    Result<NodeInfo> node = Run("h100_hgx_8gpu.json");
+    EXPECT_TRUE(node.ok()) << node.status().ToString();
+    telemetry_ = (root_ / "telemetry.json").string();
+    setenv("FAKE_NVML_TELEMETRY", telemetry_.c_str(), 1);
+    WriteTelemetry("{}");
+    return node.ok() ? *node : NodeInfo{};
+  }
+  // The h100 scenario changed by `edit`, as the scenario the sampler's session loads.
+  void UseEditedH100Scenario(const std::function<void(Json&)>& edit) {
+    std::ifstream in(Scenario("h100_hgx_8gpu.json"));
+    Json j = Json::parse(in);
+    edit(j);
+    const std::string path = (root_ / "edited_scenario.json").string();
+    std::ofstream(path) << j.dump();
+    setenv("FAKE_NVML_SCENARIO", path.c_str(), 1);
+  }
+  static std::vector<GpuSample> SampleOk(TelemetrySampler& sampler) {
+    Result<std::vector<GpuSample>> s = sampler.Sample(0);
+    EXPECT_TRUE(s.ok()) << s.status().ToString();
+    return s.ok() ? *s : std::vector<GpuSample>{};
   }
   std::string telemetry_;
 };
@@ -45,7 +73,9 @@ TEST_F(NvmlSamplerTest, ReadsEveryFigureAndFollowsScriptedChanges) {
   EXPECT_EQ(g.mem_total_mib, static_cast<int64_t>(node->gpus[2].memory_total_bytes >> 20));
   EXPECT_EQ(g.power_w, 350.5);
   EXPECT_EQ(g.temp_c, 61);
-  EXPECT_EQ(g.xid_errors, 3);
+  EXPECT_EQ(g.ecc_uncorrected, 3);
+  EXPECT_EQ(g.xid_errors, 0);  // the ECC count is not an Xid
+  EXPECT_EQ(g.xid_count, 0);
   ASSERT_EQ(g.processes.size(), 1u);
   EXPECT_EQ(g.processes[0].pid, 4242);
   EXPECT_EQ(g.processes[0].used_mib, 1024);
@@ -73,9 +103,142 @@ TEST_F(NvmlSamplerTest, AbsentOptionalSymbolsLeaveTheirFieldsUnset) {
   Result<std::vector<GpuSample>> s = (*sampler)->Sample(0);
   ASSERT_TRUE(s.ok()) << s.status().ToString();
   ASSERT_FALSE(s->empty());
-  EXPECT_FALSE((*s)[0].xid_errors.has_value());
+  EXPECT_FALSE((*s)[0].ecc_uncorrected.has_value());
   EXPECT_TRUE((*s)[0].processes.empty());
   EXPECT_TRUE((*s)[0].util_pct.has_value());
+  // No event entry points: no Xid figures, said once, and sampling goes on.
+  for (const GpuSample& g : *s) {
+    EXPECT_FALSE(g.xid_errors.has_value());
+    EXPECT_FALSE(g.xid_count.has_value());
+  }
+  EXPECT_NE((*sampler)->note().find("Xid errors are not reported: libnvidia-ml lacks "
+                                    "nvmlEventSetCreate"),
+            std::string::npos)
+      << (*sampler)->note();
+  EXPECT_TRUE((*sampler)->Sample(0).ok());
+}
+
+// DCGM_FI_DEV_XID_ERRORS is the last Xid: a scripted Xid 79 on GPU 1 shows on GPU 1
+// only, stays until the next, and is counted; the drains never wait.
+TEST_F(NvmlSamplerTest, AnXidShowsOnItsGpuAsTheLastXidAndIsCounted) {
+  const NodeInfo node = H100Node();
+  Result<std::unique_ptr<TelemetrySampler>> sampler = NewNvmlSampler(FAKE_NVML_LIBRARY, node);
+  ASSERT_TRUE(sampler.ok()) << sampler.status().ToString();
+  EXPECT_EQ((*sampler)->note(), "");
+  std::vector<GpuSample> s = SampleOk(**sampler);
+  ASSERT_EQ(s.size(), 8u);
+  for (const GpuSample& g : s) {
+    EXPECT_EQ(g.xid_errors, 0) << "GPU " << g.index;  // none yet, but watched
+    EXPECT_EQ(g.xid_count, 0) << "GPU " << g.index;
+  }
+
+  WriteTelemetry(R"({"devices": {"1": {"xid_events": [79]}}})");
+  s = SampleOk(**sampler);
+  ASSERT_EQ(s.size(), 8u);
+  EXPECT_EQ(s[1].xid_errors, 79);
+  EXPECT_EQ(s[1].xid_count, 1);
+  EXPECT_EQ(s[0].xid_errors, 0);
+  EXPECT_EQ(s[0].xid_count, 0);
+  for (size_t i = 2; i < s.size(); ++i) EXPECT_EQ(s[i].xid_errors, 0) << "GPU " << i;
+  // A gauge: the next sample, with no new event, still says 79.
+  s = SampleOk(**sampler);
+  EXPECT_EQ(s[1].xid_errors, 79);
+  EXPECT_EQ(s[1].xid_count, 1);
+
+  // Two more in one interval: the last one shows, both count. One scripted a sample
+  // later arrives a sample later.
+  WriteTelemetry(R"({"devices": {"1": {"xid_events": [48, 13, {"xid": 94, "after_samples": 1}]},
+      "0": {"xid_events": [31]}}})");
+  s = SampleOk(**sampler);
+  EXPECT_EQ(s[1].xid_errors, 13);
+  EXPECT_EQ(s[1].xid_count, 3);
+  EXPECT_EQ(s[0].xid_errors, 31);
+  EXPECT_EQ(s[0].xid_count, 1);
+  s = SampleOk(**sampler);
+  EXPECT_EQ(s[1].xid_errors, 94);
+  EXPECT_EQ(s[1].xid_count, 4);
+
+  EXPECT_EQ(Called("nvmlEventSetCreate"), 1);
+  EXPECT_EQ(Called("nvmlEventSetWait_v2"), 1);
+  EXPECT_EQ(Called("nvmlEventSetWait with a timeout"), 0);
+  sampler->reset();
+  // The set was freed, before nvmlShutdown (the fake notes a set left at shutdown).
+  EXPECT_EQ(Called("nvmlEventSetFree"), 1);
+  EXPECT_EQ(Called("nvmlShutdown with an event set not freed"), 0);
+  ExpectCleanExit(FAKE_NVML_LIBRARY, /*expected_sessions=*/2);  // discovery's and the sampler's
+}
+
+// An Xid scripted in the scenario, a sample after the start, through a driver without
+// nvmlEventSetWait_v2: the v1 call is used.
+TEST_F(NvmlSamplerTest, ADriverWithoutWaitV2UsesTheV1Call) {
+  const NodeInfo node = H100Node();
+  UseEditedH100Scenario([](Json& j) {
+    j["devices"][1]["xid_events"] = Json::array({Json{{"xid", 79}, {"after_samples", 1}}});
+  });
+  Result<std::unique_ptr<TelemetrySampler>> sampler =
+      NewNvmlSampler(FAKE_NVML_NO_WAIT_V2_LIBRARY, node);
+  ASSERT_TRUE(sampler.ok()) << sampler.status().ToString();
+  std::vector<GpuSample> s = SampleOk(**sampler);
+  ASSERT_EQ(s.size(), 8u);
+  EXPECT_EQ(s[1].xid_errors, 0);
+  s = SampleOk(**sampler);
+  EXPECT_EQ(s[1].xid_errors, 79);
+  EXPECT_EQ(s[1].xid_count, 1);
+  EXPECT_EQ(s[0].xid_errors, 0);
+  EXPECT_EQ(Called("nvmlEventSetWait_v1"), 1);
+  EXPECT_EQ(Called("nvmlEventSetWait_v2"), 0);
+}
+
+// A GPU that cannot register for Xid events (NOT_SUPPORTED) or whose registration fails
+// has no Xid figures; the others have, and the note says which and why in one line.
+TEST_F(NvmlSamplerTest, AGpuThatCannotRegisterHasNoXidFigures) {
+  const NodeInfo node = H100Node();
+  UseEditedH100Scenario([](Json& j) {
+    j["devices"][0]["errors"]["nvmlDeviceRegisterEvents"] = 3;  // NVML_ERROR_NOT_SUPPORTED
+    j["devices"][3]["errors"]["nvmlDeviceRegisterEvents"] = 3;
+    j["devices"][5]["errors"]["nvmlDeviceRegisterEvents"] = 999;
+  });
+  Result<std::unique_ptr<TelemetrySampler>> sampler = NewNvmlSampler(FAKE_NVML_LIBRARY, node);
+  ASSERT_TRUE(sampler.ok()) << sampler.status().ToString();
+  WriteTelemetry(R"({"devices": {"0": {"xid_events": [79]}, "1": {"xid_events": [79]}}})");
+  std::vector<GpuSample> s = SampleOk(**sampler);
+  ASSERT_EQ(s.size(), 8u);
+  for (int i : {0, 3, 5}) {
+    EXPECT_FALSE(s[i].xid_errors.has_value()) << "GPU " << i;
+    EXPECT_FALSE(s[i].xid_count.has_value()) << "GPU " << i;
+    EXPECT_TRUE(s[i].util_pct.has_value()) << "GPU " << i;  // the rest is still read
+  }
+  EXPECT_EQ(s[1].xid_errors, 79);
+  EXPECT_EQ(s[2].xid_errors, 0);
+  const std::string note = (*sampler)->note();
+  EXPECT_NE(note.find("GPUs 0, 3: Xid events not supported"), std::string::npos) << note;
+  EXPECT_NE(note.find("GPU 5: nvmlDeviceRegisterEvents failed"), std::string::npos) << note;
+  EXPECT_EQ(note.find('\n'), std::string::npos) << note;
+}
+
+// No event set (nvmlEventSetCreate fails) or none of the GPUs can register: no Xid
+// figures anywhere, sampling goes on, and no set is left behind.
+TEST_F(NvmlSamplerTest, NoEventSetMeansNoXidFigures) {
+  const NodeInfo node = H100Node();
+  UseEditedH100Scenario([](Json& j) { j["errors"]["nvmlEventSetCreate"] = 999; });
+  Result<std::unique_ptr<TelemetrySampler>> sampler = NewNvmlSampler(FAKE_NVML_LIBRARY, node);
+  ASSERT_TRUE(sampler.ok()) << sampler.status().ToString();
+  for (const GpuSample& g : SampleOk(**sampler)) EXPECT_FALSE(g.xid_errors.has_value());
+  EXPECT_NE((*sampler)->note().find("nvmlEventSetCreate failed"), std::string::npos);
+  EXPECT_EQ(Called("nvmlEventSetWait_v2"), 0);
+  sampler->reset();
+
+  UseEditedH100Scenario([](Json& j) {
+    for (Json& d : j["devices"]) d["errors"]["nvmlDeviceRegisterEvents"] = 3;
+  });
+  sampler = NewNvmlSampler(FAKE_NVML_LIBRARY, node);
+  ASSERT_TRUE(sampler.ok()) << sampler.status().ToString();
+  for (const GpuSample& g : SampleOk(**sampler)) EXPECT_FALSE(g.xid_count.has_value());
+  EXPECT_NE((*sampler)->note().find("GPUs 0, 1, 2, 3, 4, 5, 6, 7: Xid events not supported"),
+            std::string::npos)
+      << (*sampler)->note();
+  sampler->reset();
+  EXPECT_EQ(Called("nvmlShutdown with an event set not freed"), 0);
 }
 
 TEST_F(NvmlSamplerTest, NoKnownGpuOrNoLibraryIsUnavailable) {
@@ -94,6 +257,33 @@ TEST_F(NvmlSamplerTest, NoKnownGpuOrNoLibraryIsUnavailable) {
   Result<std::unique_ptr<TelemetrySampler>> missing =
       NewNvmlSampler("/nonexistent/libnvml.so", *node);
   EXPECT_FALSE(missing.ok());
+}
+
+// On a machine with an NVIDIA driver: the real library's event sets take the GPUs'
+// registration (or say why not, once), and draining them does not block a sample.
+// Elsewhere it skips.
+TEST(NvmlRealDriverSamplerTest, XidEventsRegisterAndDrainWithoutBlocking) {
+  DiscoveryOptions options;  // the real libnvidia-ml.so.1, /sys and /dev
+  options.backends = {"nvml"};
+  Result<NodeInfo> node = NewNvmlBackend(options)->Discover();
+  if (!node.ok() || node->gpus.empty()) GTEST_SKIP() << "no usable NVIDIA driver or GPU here";
+  Result<std::unique_ptr<TelemetrySampler>> sampler = NewNvmlSampler(options.nvml_library, *node);
+  ASSERT_TRUE(sampler.ok()) << sampler.status().ToString();
+  std::cout << "note: " << (*sampler)->note() << "\n";
+  for (int k = 0; k < 3; ++k) {
+    const auto start = std::chrono::steady_clock::now();
+    Result<std::vector<GpuSample>> s = (*sampler)->Sample(0);
+    ASSERT_TRUE(s.ok()) << s.status().ToString();
+    EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(2));
+    for (const GpuSample& g : *s) {
+      EXPECT_EQ(g.xid_errors.has_value(), g.xid_count.has_value());
+      EXPECT_GE(g.xid_count.value_or(0), 0);
+      std::cout << "GPU " << g.index << ": xid_errors "
+                << (g.xid_errors ? std::to_string(*g.xid_errors) : "-") << ", xid_count "
+                << (g.xid_count ? std::to_string(*g.xid_count) : "-") << ", ecc_uncorrected "
+                << (g.ecc_uncorrected ? std::to_string(*g.ecc_uncorrected) : "-") << "\n";
+    }
+  }
 }
 
 }  // namespace

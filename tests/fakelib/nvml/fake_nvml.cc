@@ -4,14 +4,17 @@
 // session, and every nvmlInit_v2 / nvmlShutdown, so tests can check which calls (and
 // fallbacks) the backend made and that it shut NVML down.
 //
-// Built three times (see CMakeLists.txt): complete; without several optional entry
+// Built four times (see CMakeLists.txt): complete; without several optional entry
 // points (FAKE_NVML_OMIT_OPTIONAL, like an old driver); without a required one
-// (FAKE_NVML_OMIT_REQUIRED).
+// (FAKE_NVML_OMIT_REQUIRED); without nvmlEventSetWait_v2 only
+// (FAKE_NVML_OMIT_EVENT_WAIT_V2, a driver before R450, whose nvmlEventSetWait fills the
+// shorter v1 nvmlEventData_t).
 //
 // The types below are written from NVML's documented ABI, independently of the
 // backend's own declarations, so that a layout mistake on either side shows in tests.
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -30,9 +33,28 @@ enum {
   NVML_ERROR_NOT_SUPPORTED = 3,
   NVML_ERROR_NOT_FOUND = 6,
   NVML_ERROR_INSUFFICIENT_SIZE = 7,
+  NVML_ERROR_TIMEOUT = 10,
   NVML_ERROR_UNKNOWN = 999,
 };
 typedef struct nvmlDevice_st* nvmlDevice_t;
+typedef struct nvmlEventSet_st* nvmlEventSet_t;
+
+#define nvmlEventTypeXidCriticalError 0x0000000000000008LL
+
+typedef struct {
+  nvmlDevice_t device;
+  unsigned long long eventType;
+  unsigned long long eventData;
+  unsigned int gpuInstanceId;
+  unsigned int computeInstanceId;
+} nvmlEventData_t;
+
+// What nvmlEventSetWait (v1) of a driver before R450 fills: no instance ids.
+typedef struct {
+  nvmlDevice_t device;
+  unsigned long long eventType;
+  unsigned long long eventData;
+} nvmlEventDataV1_t;
 
 typedef struct {
   char busIdLegacy[16];
@@ -93,6 +115,12 @@ using fake_nvml::Handle;
 fake_nvml::Scenario g_scenario;
 int g_init_count = 0;
 std::set<std::string> g_logged;
+
+// An event set: the GPUs registered on it. What the opaque nvmlEventSet_t points at.
+struct FakeEventSet {
+  std::vector<FakeDevice*> devices;
+};
+std::set<FakeEventSet*> g_event_sets;  // live ones
 
 void Log(const char* name, bool always = false) {
   const char* path = std::getenv("FAKE_NVML_LOG");
@@ -227,7 +255,12 @@ FAKE_EXPORT nvmlReturn_t nvmlInit_v2(void) {
 FAKE_EXPORT nvmlReturn_t nvmlShutdown(void) {
   Log("nvmlShutdown", /*always=*/true);
   if (g_init_count == 0) return NVML_ERROR_UNINITIALIZED;
-  if (--g_init_count == 0) g_scenario = fake_nvml::Scenario{};
+  if (--g_init_count == 0) {
+    if (!g_event_sets.empty()) Log("nvmlShutdown with an event set not freed", true);
+    for (FakeEventSet* s : g_event_sets) delete s;
+    g_event_sets.clear();
+    g_scenario = fake_nvml::Scenario{};
+  }
   return NVML_SUCCESS;
 }
 
@@ -621,3 +654,102 @@ FAKE_EXPORT nvmlReturn_t nvmlDeviceGetTopologyCommonAncestor(nvmlDevice_t device
   *level = it != g_scenario.topology.end() ? it->second : g_scenario.topology_default;
   return NVML_SUCCESS;
 }
+
+// ---- Events ------------------------------------------------------------------------
+//
+// Xid events come from the scenario's and the telemetry file's "xid_events" (README.md).
+// A wait never blocks: nothing pending is NVML_ERROR_TIMEOUT at once, whatever the
+// timeout, and a wait with a timeout is logged ("nvmlEventSetWait with a timeout") so a
+// test can check that the caller never asks to block.
+
+#ifndef FAKE_NVML_OMIT_OPTIONAL
+static FakeEventSet* LiveSet(nvmlEventSet_t set) {
+  auto* s = reinterpret_cast<FakeEventSet*>(set);
+  return g_event_sets.count(s) != 0 ? s : nullptr;
+}
+
+FAKE_EXPORT nvmlReturn_t nvmlEventSetCreate(nvmlEventSet_t* set) {
+  Log("nvmlEventSetCreate");
+  if (g_init_count == 0) return NVML_ERROR_UNINITIALIZED;
+  if (set == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+  if (int rc = Injected(g_scenario.errors, "nvmlEventSetCreate")) return rc;
+  auto* s = new FakeEventSet;
+  g_event_sets.insert(s);
+  *set = reinterpret_cast<nvmlEventSet_t>(s);
+  return NVML_SUCCESS;
+}
+
+FAKE_EXPORT nvmlReturn_t nvmlDeviceRegisterEvents(nvmlDevice_t device,
+                                                  unsigned long long event_types,
+                                                  nvmlEventSet_t set) {
+  RESOLVE(h, device, "nvmlDeviceRegisterEvents");
+  FakeEventSet* s = LiveSet(set);
+  if (s == nullptr || event_types == 0) return NVML_ERROR_INVALID_ARGUMENT;
+  // Only Xid events, and only on whole GPUs.
+  if (h->mig >= 0 ||
+      (event_types & ~static_cast<unsigned long long>(nvmlEventTypeXidCriticalError)) != 0) {
+    return NVML_ERROR_NOT_SUPPORTED;
+  }
+  if (std::find(s->devices.begin(), s->devices.end(), h->gpu) == s->devices.end()) {
+    s->devices.push_back(h->gpu);
+  }
+  return NVML_SUCCESS;
+}
+
+// The next event due on `set`'s devices, taken off its device; false when none is.
+static bool NextEvent(FakeEventSet* s, nvmlEventData_t* data) {
+  RefreshTelemetry();
+  for (FakeDevice* d : s->devices) {
+    for (auto it = d->xid_events.begin(); it != d->xid_events.end(); ++it) {
+      if (it->due > g_scenario.empty_waits) continue;
+      data->device = reinterpret_cast<nvmlDevice_t>(&d->handle);
+      data->eventType = nvmlEventTypeXidCriticalError;
+      data->eventData = it->xid;
+      data->gpuInstanceId = 0xFFFFFFFF;
+      data->computeInstanceId = 0xFFFFFFFF;
+      d->xid_events.erase(it);
+      return true;
+    }
+  }
+  ++g_scenario.empty_waits;
+  return false;
+}
+
+static nvmlReturn_t Wait(nvmlEventSet_t set, unsigned int timeout_ms, nvmlEventData_t* data) {
+  if (timeout_ms != 0) Log("nvmlEventSetWait with a timeout");
+  if (g_init_count == 0) return NVML_ERROR_UNINITIALIZED;
+  FakeEventSet* s = LiveSet(set);
+  if (s == nullptr || data == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+  if (int rc = Injected(g_scenario.errors, "nvmlEventSetWait")) return rc;
+  return NextEvent(s, data) ? NVML_SUCCESS : NVML_ERROR_TIMEOUT;
+}
+
+#ifndef FAKE_NVML_OMIT_EVENT_WAIT_V2
+FAKE_EXPORT nvmlReturn_t nvmlEventSetWait_v2(nvmlEventSet_t set, nvmlEventData_t* data,
+                                             unsigned int timeout_ms) {
+  Log("nvmlEventSetWait_v2");
+  return Wait(set, timeout_ms, data);
+}
+#endif
+
+// The v1 call fills the shorter struct: it must not touch the instance ids.
+FAKE_EXPORT nvmlReturn_t nvmlEventSetWait(nvmlEventSet_t set, nvmlEventDataV1_t* data,
+                                          unsigned int timeout_ms) {
+  Log("nvmlEventSetWait_v1");
+  if (data == nullptr) return Wait(set, timeout_ms, nullptr);
+  nvmlEventData_t full{};
+  const nvmlReturn_t rc = Wait(set, timeout_ms, &full);
+  if (rc == NVML_SUCCESS) *data = nvmlEventDataV1_t{full.device, full.eventType, full.eventData};
+  return rc;
+}
+
+FAKE_EXPORT nvmlReturn_t nvmlEventSetFree(nvmlEventSet_t set) {
+  Log("nvmlEventSetFree");
+  if (g_init_count == 0) return NVML_ERROR_UNINITIALIZED;
+  FakeEventSet* s = LiveSet(set);
+  if (s == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+  g_event_sets.erase(s);
+  delete s;
+  return NVML_SUCCESS;
+}
+#endif

@@ -67,6 +67,24 @@ std::vector<FakeProcess> ReadProcesses(const json& j) {
   return out;
 }
 
+// [79, {"xid": 13, "after_samples": 2}, ...]: due `now` + after_samples.
+std::vector<FakeXid> ReadXids(const json& j, long long now) {
+  std::vector<FakeXid> out;
+  if (!j.contains("xid_events")) return out;
+  for (const auto& x : j.at("xid_events")) {
+    FakeXid f;
+    if (x.is_number()) {
+      f.xid = x.get<unsigned long long>();
+    } else {
+      f.xid = x.at("xid").get<unsigned long long>();
+      f.due = x.value("after_samples", 0LL);
+    }
+    f.due += now;
+    out.push_back(f);
+  }
+  return out;
+}
+
 FakeDevice ReadDevice(const json& j, int index) {
   FakeDevice d;
   d.index = index;
@@ -118,6 +136,7 @@ FakeDevice ReadDevice(const json& j, int index) {
   d.power_limit_mw = j.value("power_limit_mw", 0u);
   d.ecc_total = j.value("ecc_total", 0ULL);
   d.processes = ReadProcesses(j);
+  d.xid_events = ReadXids(j, 0);
   d.nvlink_max = j.value("nvlink_max", 0u);
   // "nvlinks": [{"remote": bus id, "type": "switch", "count": 5, "active": true}, ...]
   // fills link indices in order.
@@ -197,6 +216,7 @@ bool ApplyTelemetry(const std::string& path, Scenario* scenario, std::string* er
         f.temperature = d.value("temperature", f.temperature);
         f.ecc_total = d.value("ecc_total", f.ecc_total);
         if (d.contains("processes")) f.processes = ReadProcesses(d);
+        for (const FakeXid& x : ReadXids(d, scenario->empty_waits)) f.xid_events.push_back(x);
       }
     }
     // In place, so that handles (pointers into the devices) stay valid.
@@ -208,6 +228,7 @@ bool ApplyTelemetry(const std::string& path, Scenario* scenario, std::string* er
       f.temperature = devices[i].temperature;
       f.ecc_total = devices[i].ecc_total;
       f.processes = devices[i].processes;
+      f.xid_events = devices[i].xid_events;
     }
     return true;
   } catch (const std::exception& e) {

@@ -50,6 +50,13 @@ struct FakeProcess {
   unsigned sm_util = 0;                // percent
 };
 
+// A scripted Xid event (nvmlEventSetWait): pending once `due` waits have come back empty
+// (NVML_ERROR_TIMEOUT), which for a sampler that drains every sample is `due` samples on.
+struct FakeXid {
+  unsigned long long xid = 0;
+  long long due = 0;
+};
+
 struct FakeDevice {
   int index = 0;
   FakeString name;
@@ -70,7 +77,8 @@ struct FakeDevice {
   unsigned power_mw = 0, power_limit_mw = 0;
   unsigned long long ecc_total = 0;  // nvmlDeviceGetTotalEccErrors
   std::vector<FakeProcess> processes;
-  unsigned nvlink_max = 0;  // 0: NVLink not supported
+  std::vector<FakeXid> xid_events;  // not yet delivered, in order
+  unsigned nvlink_max = 0;          // 0: NVLink not supported
   std::vector<FakeLink> links;
   std::map<std::string, int> errors;  // function base name (no _vN) -> return code
   Handle handle;
@@ -85,6 +93,7 @@ struct Scenario {
   std::vector<FakeDevice> devices;
   int topology_default = 50;
   std::map<std::pair<int, int>, int> topology;  // (lower index, higher index) -> level
+  long long empty_waits = 0;                    // nvmlEventSetWait calls that found nothing pending
 };
 
 // Parses the file; on error returns false and sets *error. Never throws.
@@ -93,8 +102,10 @@ bool LoadScenario(const std::string& path, Scenario* out, std::string* error);
 // Applies a telemetry file ($FAKE_NVML_TELEMETRY, see README.md) to the devices in place:
 // {"devices": {"0": {"utilization_gpu": 80, "memory_used": bytes, "power_mw": n,
 // "temperature": n, "ecc_total": n, "processes": [{"pid": n, "used_memory": bytes,
-// "sm_util": n}]}}}. Only the keys present change. On error returns false and sets
-// *error, changing nothing. Never throws.
+// "sm_util": n}], "xid_events": [79, {"xid": 13, "after_samples": 2}]}}}. Only the keys
+// present change, but for xid_events, which are added to the device's pending events
+// (after_samples counted from now). On error returns false and sets *error, changing
+// nothing. Never throws.
 bool ApplyTelemetry(const std::string& path, Scenario* scenario, std::string* error);
 
 }  // namespace fake_nvml
