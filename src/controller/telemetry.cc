@@ -104,11 +104,27 @@ size_t TelemetryHub::Ingest(const std::string& node, const protocol::TelemetryBa
     p.gpus += first_of_minute ? 1 : 0;
     dirty_pool_.insert(minute);
     const uint32_t gpu_id = g.jobs.empty() ? 0 : GpuIdLocked(key);
+    // A GPU shared by several jobs: where the source measures each process's share of the
+    // GPU's time, a job used what its processes used (at most its share), not its share of
+    // the whole GPU's utilisation.
+    std::map<int64_t, double> process_pct;
+    if (g.jobs.size() > 1) {
+      for (const protocol::TelemetryProcess& proc : g.processes) {
+        if (proc.util_pct && proc.job_id > 0) process_pct[proc.job_id] += *proc.util_pct;
+      }
+    }
+    const bool by_process = std::any_of(g.processes.begin(), g.processes.end(),
+                                        [](const auto& proc) { return proc.util_pct.has_value(); });
     for (const protocol::TelemetryJob& t : g.jobs) {
       JobState& js = jobs_[t.job_id];
       Bucket& jb = js.series[minute];
-      const double used_s =
-          t.gpu_milli / 1000.0 * util / 100.0 * static_cast<double>(gap_ms) / 1000.0;
+      const double share = t.gpu_milli / 1000.0;
+      double used = share * util / 100.0;  // GPU-seconds per second
+      if (g.jobs.size() > 1 && by_process) {
+        auto mine = process_pct.find(t.job_id);
+        used = std::min(share, (mine == process_pct.end() ? 0.0 : mine->second) / 100.0);
+      }
+      const double used_s = used * static_cast<double>(gap_ms) / 1000.0;
       for (Bucket* x : {&jb, &js.total}) {
         x->util_sum += util;
         ++x->samples;

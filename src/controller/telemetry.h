@@ -15,6 +15,10 @@
 // running total ("job_total", at the job's first minute) and the pool's minutes ("pool"),
 // so that Load() rebuilds figures after a restart from a few rows per job and per minute.
 //
+// Used GPU-hours: a job's share of the GPU x the GPU's utilisation x time; on a GPU held
+// by several jobs whose source measures per-process utilisation (NVML), what the job's
+// processes used instead, at most its share.
+//
 // Times: a sample carries the agent's wall clock; one more than 60 s ahead of the
 // controller's is taken as now, and so are all of a batch that is all older than the
 // memory window (a clock behind); otherwise a sample older than the window is dropped

@@ -412,6 +412,29 @@ TEST_F(TelemetryHubTest, ABacklogOlderThanTheWindowIsDroppedAClockBehindIsNow) {
   EXPECT_EQ(hub.LatestOfNode("n1")[1].at_ms, now);
 }
 
+// Two jobs at half a GPU each on a GPU busy at 60%: with per-process utilisation, the one
+// whose processes did the work is charged (up to its share), the idle one nothing.
+TEST_F(TelemetryHubTest, ASharedGpuChargesEachJobWhatItsProcessesUsed) {
+  TelemetryHub hub(&clock_);
+  TelemetryHub without(&clock_);
+  for (int i = 0; i < 13; ++i) {
+    const int64_t at = kT0Ms + int64_t{i} * 5000;
+    clock_.SetMicros(at * 1000);
+    protocol::TelemetryBatch b;
+    b.samples = {Sample(0, at, 60, 100, {{1, 500}, {2, 500}})};
+    protocol::TelemetryBatch plain = b;
+    b.samples[0].processes = {{101, 1, 40, 45.0}, {102, 1, 10, 15.0}, {201, 2, 10, 0.0}};
+    hub.Ingest("n1", b);
+    without.Ingest("n1", plain);
+  }
+  // 60 s: job 1's processes used 60% of the GPU, more than its half: charged its half.
+  EXPECT_NEAR(hub.Job(1)->used_gpu_hours, 0.5 * 60 / 3600, 1e-9);
+  EXPECT_NEAR(hub.Job(2)->used_gpu_hours, 0, 1e-12);
+  // Without per-process figures, each is charged its share of the GPU's 60%.
+  EXPECT_NEAR(without.Job(1)->used_gpu_hours, 0.5 * 0.6 * 60 / 3600, 1e-9);
+  EXPECT_NEAR(without.Job(2)->used_gpu_hours, 0.5 * 0.6 * 60 / 3600, 1e-9);
+}
+
 TEST(TelemetryOptionsTest, BadOptionsNameTheFlag) {
   TelemetryOptions o;
   EXPECT_TRUE(ValidateTelemetryOptions(o).ok());
