@@ -37,7 +37,7 @@ int main(int argc, char** argv) {
     if (std::strcmp(argv[i], "--days") == 0) days = std::atoi(argv[i + 1]);
   }
   if (nodes <= 0 || days <= 0) {
-    std::fprintf(stderr, "usage: telemetry_memory [--nodes N>0] [--days D>0]\n");
+    (void)std::fprintf(stderr, "usage: telemetry_memory [--nodes N>0] [--days D>0]\n");
     return 2;
   }
   constexpr int kGpus = 8;
@@ -89,7 +89,7 @@ int main(int argc, char** argv) {
                     static_cast<long long>(minute / 1440 + 1), which == 0 ? "1 hour" : "retention",
                     static_cast<double>(heap[which]) / (1 << 20), f.gpu_points, f.job_points,
                     f.jobs);
-        std::fflush(stdout);
+        (void)std::fflush(stdout);
       }
     }
     if (which == 0) hubs[0].reset();  // its heap is not counted in the other's

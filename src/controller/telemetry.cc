@@ -309,6 +309,7 @@ std::vector<TelemetryPoint> TelemetryHub::NodeSeries(
                             key, since_ms));
   }
   std::vector<const Series*> series;
+  series.reserve(merged.size());
   for (const Series& s : merged) series.push_back(&s);
   return Downsample(series, since_ms, step_s, /*per_gpu=*/true);
 }

@@ -45,10 +45,10 @@
 namespace gpupool::controller {
 
 struct TelemetryOptions {
-  int64_t retention_s = 7 * 24 * 3600;  // series points older than this are dropped
-  double idle_below_pct = 5;            // a job's GPUs all below this ...
-  int64_t idle_after_s = 30 * 60;       // ... for this long: the job is idle
-  std::string idle_action;              // "" (off), "warn" or "cancel"
+  int64_t retention_s = int64_t{7} * 24 * 3600;  // series points older than this are dropped
+  double idle_below_pct = 5;                     // a job's GPUs all below this ...
+  int64_t idle_after_s = int64_t{30} * 60;       // ... for this long: the job is idle
+  std::string idle_action;                       // "" (off), "warn" or "cancel"
   // With "cancel": an idle job is cancelled once idle this much longer than idle_after_s
   // (it was warned meanwhile).
   int64_t idle_cancel_after_s = 0;
