@@ -38,12 +38,15 @@ import os
 import random
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
 import threading
 import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tests",
+                                "testlib"))
+from pooltest import UnixConnection  # noqa: E402  (tests/testlib)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
@@ -53,16 +56,6 @@ MIXES = {"steady": (("get_job", 40), ("list_active", 20), ("nodes", 20), ("submi
                      ("cancel", 0))}
 KINDS = MIXES["steady"]  # every kind, in table order
 
-
-class UnixConnection(http.client.HTTPConnection):
-    def __init__(self, path, timeout=60):
-        super().__init__("localhost", timeout=timeout)
-        self.unix_path = path
-
-    def connect(self):
-        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self.sock.settimeout(self.timeout)
-        self.sock.connect(self.unix_path)
 
 
 def call(sock, method, path, body=None, timeout=60):

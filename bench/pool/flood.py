@@ -11,11 +11,9 @@ The flood is root's (uid 0 on the Unix socket, 16 threads of POSTs); the second 
 so nothing starts and every accepted job stays queued.
 """
 import argparse
-import http.client
 import json
 import os
 import shutil
-import socket
 import statistics
 import subprocess
 import sys
@@ -26,19 +24,13 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import gang_start  # noqa: E402  (find_gpupool)
 
-
-class UnixConnection(http.client.HTTPConnection):
-    def __init__(self, path):
-        super().__init__("localhost", timeout=60)
-        self.path = path
-
-    def connect(self):
-        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self.sock.connect(self.path)
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tests",
+                                "testlib"))
+from pooltest import UnixConnection  # noqa: E402  (tests/testlib)
 
 
 def request(sock, method, path, body=None):
-    c = UnixConnection(sock)
+    c = UnixConnection(sock, timeout=60)
     c.request(method, path, body=json.dumps(body) if body is not None else None,
               headers={"Content-Type": "application/json"})
     r = c.getresponse()

@@ -25,10 +25,13 @@ import http.client
 import json
 import os
 import re
-import socket
 import subprocess
 import sys
 import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tests",
+                                "testlib"))
+from pooltest import UnixConnection  # noqa: E402  (tests/testlib)
 
 POLL_S = 0.05  # how often completion is polled (both systems alike)
 # gpupool counts CPUs (its agent reports the machine's, a job asks for 1 by default), so on a
@@ -44,16 +47,6 @@ def percentile(values, p):
     return s[k]
 
 
-class UnixConnection(http.client.HTTPConnection):
-    def __init__(self, path, timeout=60):
-        super().__init__("localhost", timeout=timeout)
-        self.unix_path = path
-
-    def connect(self):
-        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self.sock.settimeout(self.timeout)
-        self.sock.connect(self.unix_path)
-
 
 class Api:
     """A keep-alive HTTP client of the gpupool API over its Unix socket."""
@@ -66,7 +59,7 @@ class Api:
         data = json.dumps(body) if body is not None else None
         for attempt in (0, 1):
             if self.conn is None:
-                self.conn = UnixConnection(self.path)
+                self.conn = UnixConnection(self.path, timeout=60)
             try:
                 self.conn.request(method, path, body=data,
                                   headers={"Content-Type": "application/json"})

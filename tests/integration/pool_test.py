@@ -23,19 +23,9 @@ NODE = os.path.join(HERE, "node-4gpu.json")
 UUIDS = ["GPU-00000000-1111-2222-3333-00000000000%d" % i for i in range(4)]
 
 
-class UnixConnection(http.client.HTTPConnection):
-    def __init__(self, path, timeout=30):
-        super().__init__("localhost", timeout=timeout)
-        self.unix_path = path
-
-    def connect(self):
-        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self.sock.settimeout(self.timeout)
-        self.sock.connect(self.unix_path)
-
 
 def call(sock, method, path, body=None, raw=None, headers=None, timeout=30):
-    conn = UnixConnection(sock, timeout)
+    conn = pooltest.UnixConnection(sock, timeout)
     data = raw if raw is not None else (json.dumps(body) if body is not None else None)
     conn.request(method, path, body=data, headers=headers or {})
     r = conn.getresponse()

@@ -18,7 +18,6 @@ import shutil
 import socket
 import subprocess
 import sys
-import tempfile
 import time
 import unittest
 
@@ -68,16 +67,6 @@ def ensure_users():
         out.append(User(name))
     return out
 
-
-class UnixConnection(http.client.HTTPConnection):
-    def __init__(self, path, timeout=30):
-        super().__init__("localhost", timeout=timeout)
-        self.unix_path = path
-
-    def connect(self):
-        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self.sock.settimeout(self.timeout)
-        self.sock.connect(self.unix_path)
 
 
 def _decode(status, payload, headers):
@@ -215,7 +204,7 @@ class Env:
         """An API call over the Unix socket as `user` (None: root, in this process).
         Returns (status, decoded body, headers)."""
         if user is None:
-            return http_call(UnixConnection(self.sock, timeout), method, path, body, headers, raw)
+            return http_call(pooltest.UnixConnection(self.sock, timeout), method, path, body, headers, raw)
         req = json.dumps({"sock": self.sock, "method": method, "path": path, "body": body,
                           "headers": headers, "raw": raw, "timeout": timeout})
         r = subprocess.run(as_user_argv(user, [USER_PYTHON, self.lib, "--call", req]),
@@ -278,7 +267,7 @@ class Env:
 def run_call(spec):
     """The child side of Env.api: one HTTP call over the Unix socket, as printed JSON."""
     s = json.loads(spec)
-    conn = UnixConnection(s["sock"], s["timeout"])
+    conn = pooltest.UnixConnection(s["sock"], s["timeout"])
     st, body, hdrs = http_call(conn, s["method"], s["path"], s["body"], s["headers"], s["raw"])
     if isinstance(body, bytes):
         body = body.decode("utf-8", "replace")
