@@ -209,6 +209,9 @@ void AgentLoop::StartExec(const protocol::ExecRequest& x) {
   spec.job_id = key;
   spec.argv = x.argv;
   spec.time_limit_s = 0;  // it ends with its job (cancelled with it)
+  // GPUPOOL_HOSTFILE (and a container's mount of it) names the task's host file, written
+  // when the task started: the session needs no copy of its own.
+  spec.hostfile.clear();
   if (x.master_port > 0 && spec.pool_env.count("MASTER_PORT") == 0) {
     // A held task of an --mpi job started before task 0 had picked the port.
     spec.pool_env["PET_MASTER_PORT"] = std::to_string(x.master_port);
