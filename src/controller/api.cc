@@ -1425,7 +1425,15 @@ HttpResponse Api::ExecOutput(const Call& c) {
   HttpResponse resp;
   resp.content_type = "application/octet-stream";
   int64_t size = 0;
-  if (!path.empty() && controller_->NodeUp(x->node)) {
+  if (x->output_complete) {
+    // The whole output came with the session's end: no relay from the node.
+    const std::string& all = x->complete_output[stream == "stdout" ? 0 : 1];
+    size = static_cast<int64_t>(all.size());
+    if (*offset < size) {
+      resp.body =
+          all.substr(static_cast<size_t>(*offset), static_cast<size_t>(kMaxRelayedLogChunk));
+    }
+  } else if (!path.empty() && controller_->NodeUp(x->node)) {
     Result<LogChunk> chunk = controller_->log_relay().Fetch(x->node, path, *offset,
                                                             kMaxRelayedLogChunk, kLogRelayTimeout);
     if (!chunk.ok() && chunk.status().code() != StatusCode::kNotFound) {
