@@ -1395,6 +1395,10 @@ HttpResponse Api::StartExec(const Call& c) {
 HttpResponse Api::GetExec(const Call& c) {
   Result<int64_t> wait_ms = QueryInt(c.r, "wait_ms", 0, 0, 60'000);
   if (!wait_ms.ok()) return ErrorResponse(wait_ms.status());
+  Result<int64_t> stdout_offset = QueryInt(c.r, "stdout_offset", 0, 0, INT64_MAX);
+  if (!stdout_offset.ok()) return ErrorResponse(stdout_offset.status());
+  Result<int64_t> stderr_offset = QueryInt(c.r, "stderr_offset", 0, 0, INT64_MAX);
+  if (!stderr_offset.ok()) return ErrorResponse(stderr_offset.status());
   Result<ExecSession> x = controller_->WaitExec(c.id, c.caller, c.r.Query("started") == "1",
                                                 c.r.Query("ended") == "1", *wait_ms);
   if (!x.ok()) return ErrorResponse(x.status());
@@ -1408,6 +1412,17 @@ HttpResponse Api::GetExec(const Call& c) {
   if (x->exit_code) j["exit_code"] = *x->exit_code;
   if (x->signal) j["signal"] = *x->signal;
   if (!x->error.empty()) j["error"] = x->error;
+  if (c.r.Query("output") == "1" && x->ended && x->output_complete) {
+    // The rest of its output, which came with its end: the client needs no output reads.
+    const int64_t from[2] = {*stdout_offset, *stderr_offset};
+    const char* key[2] = {"stdout", "stderr"};
+    j["output_complete"] = true;
+    for (int i = 0; i < 2; ++i) {
+      const std::string& all = x->complete_output[i];
+      const size_t at = static_cast<size_t>(std::min<int64_t>(from[i], std::ssize(all)));
+      j[key[i]] = Base64Encode(std::string_view(all).substr(at));
+    }
+  }
   return JsonResponse(200, j);
 }
 
