@@ -1,4 +1,5 @@
-// Starting a job's command from the shim: fork, then in the child a new session and
+// Starting a job's command from the shim: a child that shares the shim's memory until it
+// execs (clone with CLONE_VM | CLONE_VFORK, as posix_spawn does), in it a new session and
 // process group, the job's cgroups, its log files, the user switch, the working
 // directory and exec with exactly the job's environment. Exec failure is detected
 // through a close-on-exec pipe, so "command not found" and "no such working directory"
@@ -37,7 +38,7 @@ struct JobProcessPlan {
 // empty entry means the working directory, as in a shell).
 std::vector<std::string> CommandCandidates(const std::string& argv0, const std::string& path);
 
-// Forks and execs the command. Returns its pid once exec succeeded; otherwise the child
+// Starts the command. Returns its pid once exec succeeded; otherwise the child
 // has been reaped and the error's message is the reason, naming what failed.
 Result<pid_t> StartJobProcess(const JobProcessPlan& plan);
 

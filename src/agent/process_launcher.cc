@@ -40,36 +40,6 @@ std::string_view JobEventKindName(JobEvent::Kind kind) {
   return "unknown";
 }
 
-std::string JobDir(const std::string& state_dir, int64_t job_id) {
-  return state_dir + "/jobs/" + std::to_string(job_id);
-}
-
-namespace {
-constexpr int64_t kGangKeyBase = int64_t{1} << 50;
-constexpr int64_t kExecKeyBase = int64_t{1} << 61;
-constexpr int64_t kMaxTasksPerKey = 4096;
-}  // namespace
-
-int64_t TaskKey(int64_t job_id, int task_index, int num_tasks) {
-  if (num_tasks <= 1) return job_id;
-  return kGangKeyBase + job_id * kMaxTasksPerKey + task_index;
-}
-
-int64_t ExecKey(int64_t exec_id) { return kExecKeyBase + exec_id; }
-
-KeyInfo FromKey(int64_t key) {
-  KeyInfo k;
-  if (key >= kExecKeyBase) {
-    k.exec_id = key - kExecKeyBase;
-  } else if (key >= kGangKeyBase) {
-    k.job_id = (key - kGangKeyBase) / kMaxTasksPerKey;
-    k.task_index = static_cast<int>((key - kGangKeyBase) % kMaxTasksPerKey);
-  } else {
-    k.job_id = key;
-  }
-  return k;
-}
-
 namespace {
 
 constexpr int kReadyFd = 3;  // where the shim finds the start-report pipe

@@ -1457,6 +1457,10 @@ HttpResponse Api::StartExec(const Call& c) {
 HttpResponse Api::GetExec(const Call& c) {
   Result<int64_t> wait_ms = QueryInt(c.r, "wait_ms", 0, 0, 60'000);
   if (!wait_ms.ok()) return ErrorResponse(wait_ms.status());
+  Result<int64_t> stdout_offset = QueryInt(c.r, "stdout_offset", 0, 0, INT64_MAX);
+  if (!stdout_offset.ok()) return ErrorResponse(stdout_offset.status());
+  Result<int64_t> stderr_offset = QueryInt(c.r, "stderr_offset", 0, 0, INT64_MAX);
+  if (!stderr_offset.ok()) return ErrorResponse(stderr_offset.status());
   Result<ExecSession> x = controller_->WaitExec(c.id, c.caller, c.r.Query("started") == "1",
                                                 c.r.Query("ended") == "1", *wait_ms);
   if (!x.ok()) return ErrorResponse(x.status());
@@ -1470,6 +1474,17 @@ HttpResponse Api::GetExec(const Call& c) {
   if (x->exit_code) j["exit_code"] = *x->exit_code;
   if (x->signal) j["signal"] = *x->signal;
   if (!x->error.empty()) j["error"] = x->error;
+  if (c.r.Query("output") == "1" && x->ended && x->output_complete) {
+    // The rest of its output, which came with its end: the client needs no output reads.
+    const int64_t from[2] = {*stdout_offset, *stderr_offset};
+    const char* key[2] = {"stdout", "stderr"};
+    j["output_complete"] = true;
+    for (int i = 0; i < 2; ++i) {
+      const std::string& all = x->complete_output[i];
+      const size_t at = static_cast<size_t>(std::min<int64_t>(from[i], std::ssize(all)));
+      j[key[i]] = Base64Encode(std::string_view(all).substr(at));
+    }
+  }
   return JsonResponse(200, j);
 }
 
@@ -1487,7 +1502,15 @@ HttpResponse Api::ExecOutput(const Call& c) {
   HttpResponse resp;
   resp.content_type = "application/octet-stream";
   int64_t size = 0;
-  if (!path.empty() && controller_->NodeUp(x->node)) {
+  if (x->output_complete) {
+    // The whole output came with the session's end: no relay from the node.
+    const std::string& all = x->complete_output[stream == "stdout" ? 0 : 1];
+    size = static_cast<int64_t>(all.size());
+    if (*offset < size) {
+      resp.body =
+          all.substr(static_cast<size_t>(*offset), static_cast<size_t>(kMaxRelayedLogChunk));
+    }
+  } else if (!path.empty() && controller_->NodeUp(x->node)) {
     Result<LogChunk> chunk = controller_->log_relay().Fetch(x->node, path, *offset,
                                                             kMaxRelayedLogChunk, kLogRelayTimeout);
     if (!chunk.ok() && chunk.status().code() != StatusCode::kNotFound) {

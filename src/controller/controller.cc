@@ -22,6 +22,9 @@ constexpr int64_t kResendAfterUs = 5'000'000;
 // A node that answers stop orders for a job this long without reporting any of its
 // tasks' ends runs none of them.
 constexpr int64_t kStrayGiveUpUs = 60'000'000;
+// The most output of ended exec sessions held for their clients (ExecReport's inline
+// output, up to 16 KiB each); past it a session's output is relayed from its node.
+constexpr size_t kMaxExecOutputHeld = 32 << 20;
 
 bool OnNode(const Job& job, const std::string& node) {
   return std::any_of(job.placement.begin(), job.placement.end(),
@@ -1582,6 +1585,8 @@ Result<int64_t> Controller::StartExecLocked(int64_t job_id, int task_index,
     const bool old = x->second.ended && mono - x->second.ended_mono_us > 600'000'000;
     if (x->second.client_waiting == 0 && (old || execs_.size() > 10'000)) {
       if (x->second.primary) primary_exec_.erase(x->second.job_id);
+      exec_output_held_ -=
+          x->second.complete_output[0].size() + x->second.complete_output[1].size();
       x = execs_.erase(x);
     } else {
       x = std::next(x);
@@ -1673,6 +1678,15 @@ void Controller::ExecReported(Lock& lock, const std::string& node, const protoco
     x.error = r.error;
     if (!r.stdout_path.empty()) x.stdout_path = r.stdout_path;
     if (!r.stderr_path.empty()) x.stderr_path = r.stderr_path;
+    // Held until the session goes (10 minutes after its end), within a bound for all.
+    const size_t inline_bytes = r.stdout_data.size() + r.stderr_data.size();
+    if (r.output_complete && !x.interactive() &&
+        exec_output_held_ + inline_bytes <= kMaxExecOutputHeld) {
+      x.output_complete = true;
+      x.complete_output[0] = r.stdout_data;
+      x.complete_output[1] = r.stderr_data;
+      exec_output_held_ += inline_bytes;
+    }
     x.ended_mono_us = clock_->MonotonicMicros();
     if (auto n = nodes_.find(node); n != nodes_.end()) n->second.exec_cancel_sent_us.erase(x.id);
     if (x.primary) CommandEndedLocked(lock, CommandEndOf(x), freed);  // `x` may go meanwhile

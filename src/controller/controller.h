@@ -104,6 +104,10 @@ struct ExecSession {
   std::string error;  // why it could not run
   std::string stdout_path;
   std::string stderr_path;
+  // Ended with little output: all of it came with the end (ExecReport::output_complete)
+  // and reads are answered from here, not relayed from the node.
+  bool output_complete = false;
+  std::string complete_output[2];  // stdout, stderr
   int64_t ended_mono_us = 0;
   // Interactive sessions (ExecOptions): I/O relayed live through the controller.
   ExecOptions io;
@@ -412,6 +416,7 @@ class Controller {
   // 16 waiting requests, Api::kMaxWaitingPerCaller).
   static constexpr int kMaxInteractivePerUser = 12;
   std::map<int64_t, int64_t> primary_exec_;  // `gpupool run` job -> its command's session
+  size_t exec_output_held_ = 0;              // bytes of ExecSession::complete_output, all sessions
   int64_t next_exec_id_ = 0;  // from the clock at start: ids are not reused across restarts
   std::condition_variable exec_cv_;
   std::thread loop_;

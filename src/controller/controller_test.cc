@@ -1291,6 +1291,32 @@ TEST_F(GangTest, ExecRunsInARunningTaskForItsOwnerOnly) {
             StatusCode::kFailedPrecondition);
 }
 
+TEST_F(GangTest, AnExecsOutputThatCameWithItsEndIsKeptForItsClient) {
+  Job j = StartBoth(SubmitGang());
+  Result<int64_t> x = c_->StartExec(j.id, 1, {"hostname"}, alice_);
+  ASSERT_TRUE(x.ok()) << x.status().ToString();
+  Result<int64_t> y = c_->StartExec(j.id, 1, {"hostname"}, alice_);
+  ASSERT_TRUE(y.ok()) << y.status().ToString();
+  ASSERT_EQ(c_->WaitForWork(NodeOf(j, 1), 0)->exec.size(), 2u);
+  protocol::ExecReport end{*x, true, true, 0, {}, "", "/o", "/e"};
+  end.output_complete = true;
+  end.stdout_data = "n1\n";
+  end.stderr_data = "warning\n";
+  protocol::ExecReport plain{*y, true, true, 0, {}, "", "/o2", "/e2"};  // an older agent's
+  EventBatch b{NodeOf(j, 1), {}, {end, plain}};
+  ASSERT_TRUE(c_->ApplyEvents(NodeOf(j, 1), b).ok());
+  ExecSession s = c_->WaitExec(*x, alice_, false, false, 0).value();
+  EXPECT_TRUE(s.ended);
+  EXPECT_TRUE(s.output_complete);
+  EXPECT_EQ(s.complete_output[0], "n1\n");
+  EXPECT_EQ(s.complete_output[1], "warning\n");
+  // Without the inline output, reads are relayed from the node's files as before.
+  s = c_->WaitExec(*y, alice_, false, false, 0).value();
+  EXPECT_TRUE(s.ended);
+  EXPECT_FALSE(s.output_complete);
+  EXPECT_EQ(s.stdout_path, "/o2");
+}
+
 TEST_F(GangTest, ProtocolVersionsOneMinorApartWorkAndFartherOnesAreRefused) {
   protocol::Registration r;
   r.node = "n3";

@@ -132,10 +132,18 @@ class Scenario {
                                  R"({"task": 0, "argv": ["hostname"]})"));
     const std::string eid = std::to_string(exec["id"].get<int64_t>());
     Expect(200, Root("GET", "/v1/agent/work", "/v1/agent/work", {{"node", "vm"}}));
+    // Its end carries its little output ("vm\n"), which the client then gets with the state.
     Expect(200, Root("POST", "/v1/agent/events", "/v1/agent/events", {},
                      R"({"node": "vm", "events": [], "exec": [{"id": )" + eid +
-                         R"(, "started": true, "ended": true, "exit_code": 0}]})"));
+                         R"(, "started": true, "ended": true, "exit_code": 0,
+                         "output_complete": true, "stdout": "dm0K"}]})"));
     Expect(200, Root("GET", "/v1/exec/{id}", "/v1/exec/" + eid));
+    Json done =
+        Expect(200, Root("GET", "/v1/exec/{id}", "/v1/exec/" + eid,
+                         {{"output", "1"}, {"stdout_offset", "1"}, {"stderr_offset", "0"}}));
+    if (done.value("stdout", "") != "bQo=" || done.value("stderr", "?") != "") {
+      Fail("GET /v1/exec/ID?output=1 should hold the rest of its output: " + done.dump());
+    }
     Expect(200, Root("GET", "/v1/exec/{id}/output", "/v1/exec/" + eid + "/output"));
     Expect(200, Root("DELETE", "/v1/exec/{id}", "/v1/exec/" + eid));
     Expect(200, Root("POST", "/v1/agent/logs", "/v1/agent/logs",

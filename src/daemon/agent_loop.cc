@@ -209,6 +209,9 @@ void AgentLoop::StartExec(const protocol::ExecRequest& x) {
   spec.job_id = key;
   spec.argv = x.argv;
   spec.time_limit_s = 0;  // it ends with its job (cancelled with it)
+  // GPUPOOL_HOSTFILE (and a container's mount of it) names the task's host file, written
+  // when the task started: the session needs no copy of its own.
+  spec.hostfile.clear();
   if (x.master_port > 0 && spec.pool_env.count("MASTER_PORT") == 0) {
     // A held task of an --mpi job started before task 0 had picked the port.
     spec.pool_env["PET_MASTER_PORT"] = std::to_string(x.master_port);
@@ -458,6 +461,17 @@ void AgentLoop::ToWire(const agent::JobEvent& ev, protocol::EventBatch* batch) {
     if (ev.kind != agent::JobEvent::Kind::kLost) {
       r.stdout_path = dir + "/stdout.log";
       r.stderr_path = dir + "/stderr.log";
+    }
+    if (r.ended && r.started && ev.kind != agent::JobEvent::Kind::kLost) {
+      // Little output goes with the end: the client's reads are then answered by the
+      // controller, without a relay to this node each (docs/benchmarks.md, "Gang start-up").
+      Result<std::string> out = ReadFileToString(r.stdout_path, protocol::kMaxInlineExecOutput);
+      Result<std::string> err = ReadFileToString(r.stderr_path, protocol::kMaxInlineExecOutput);
+      if (out.ok() && err.ok() && out->size() + err->size() <= protocol::kMaxInlineExecOutput) {
+        r.output_complete = true;
+        r.stdout_data = std::move(*out);
+        r.stderr_data = std::move(*err);
+      }
     }
     batch->exec.push_back(std::move(r));
     return;

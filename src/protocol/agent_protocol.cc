@@ -133,6 +133,24 @@ Result<Event> DecodeEvent(const Json& j, const std::string& path) {
   return e;
 }
 
+// A base64 field of an ExecReport's inline output (kMaxInlineExecOutput at most).
+Status DecodeInlineOutput(const Json& j, std::string_view key, const std::string& path,
+                          std::string* out) {
+  const auto it = j.find(key);
+  if (it == j.end() || it->is_null()) return Status::Ok();
+  const std::string where = path + "." + std::string(key);
+  if (!it->is_string()) return Status::InvalidArgument(where + ": expected a base64 string");
+  const std::string& text = it->get_ref<const std::string&>();
+  if (text.size() > (kMaxInlineExecOutput + 2) / 3 * 4) {
+    return Status::InvalidArgument(where + ": more than " + std::to_string(kMaxInlineExecOutput) +
+                                   " bytes inline");
+  }
+  std::optional<std::string> bytes = Base64Decode(text);
+  if (!bytes) return Status::InvalidArgument(where + ": not valid base64");
+  *out = std::move(*bytes);
+  return Status::Ok();
+}
+
 OrderedJson EncodeExecReport(const ExecReport& r) {
   OrderedJson j;
   j["id"] = r.id;
@@ -143,6 +161,11 @@ OrderedJson EncodeExecReport(const ExecReport& r) {
   if (!r.error.empty()) j["error"] = r.error;
   if (!r.stdout_path.empty()) j["stdout_path"] = r.stdout_path;
   if (!r.stderr_path.empty()) j["stderr_path"] = r.stderr_path;
+  if (r.output_complete) {
+    j["output_complete"] = true;
+    if (!r.stdout_data.empty()) j["stdout"] = Base64Encode(r.stdout_data);
+    if (!r.stderr_data.empty()) j["stderr"] = Base64Encode(r.stderr_data);
+  }
   return j;
 }
 
@@ -157,7 +180,16 @@ Result<ExecReport> DecodeExecReport(const Json& j, const std::string& path) {
   f.Optional("error", &r.error);
   f.Optional("stdout_path", &r.stdout_path);
   f.Optional("stderr_path", &r.stderr_path);
+  f.Optional("output_complete", &r.output_complete);
   GP_RETURN_IF_ERROR(f.Finish());
+  if (r.output_complete) {
+    GP_RETURN_IF_ERROR(DecodeInlineOutput(j, "stdout", path, &r.stdout_data));
+    GP_RETURN_IF_ERROR(DecodeInlineOutput(j, "stderr", path, &r.stderr_data));
+    if (r.stdout_data.size() + r.stderr_data.size() > kMaxInlineExecOutput) {
+      return Status::InvalidArgument(path + ": more than " + std::to_string(kMaxInlineExecOutput) +
+                                     " bytes of output inline");
+    }
+  }
   return r;
 }
 

@@ -201,8 +201,18 @@ struct ExecReport {
   std::string error;
   std::string stdout_path;
   std::string stderr_path;
+  // A session that ended with little output carries all of it (base64 in JSON, at most
+  // kMaxInlineExecOutput bytes of both streams together), so that the controller answers
+  // its client's reads without asking the node for the files. Optional fields: readers
+  // older than them ignore them and relay the files as before; no version marks them.
+  bool output_complete = false;
+  std::string stdout_data;
+  std::string stderr_data;
   friend bool operator==(const ExecReport&, const ExecReport&) = default;
 };
+
+// The most output an ExecReport carries inline (stdout and stderr together).
+inline constexpr size_t kMaxInlineExecOutput = 16 << 10;
 
 // One item of an interactive session's input, in the order the client sent them.
 struct ExecInputItem {

@@ -219,6 +219,35 @@ TEST(ProtocolEvents, RoundTripAndNameBadKinds) {
   EXPECT_TRUE(DecodeEventBatch(j).ok());
 }
 
+TEST(ProtocolEvents, AnEndedExecCarriesItsLittleOutputInline) {
+  EventBatch b;
+  b.node = "n1";
+  ExecReport r{4, true, true, 0, std::nullopt, "", "/o", "/e"};
+  r.output_complete = true;
+  r.stdout_data = std::string("out\0\xff\n", 6);
+  r.stderr_data = "";
+  b.exec.push_back(r);
+  Result<EventBatch> back = DecodeEventBatch(Reparse(EncodeEventBatch(b)));
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(back->exec, b.exec);
+
+  // A reader that predates the fields sees a report without them (unknown fields are
+  // ignored); one that knows them refuses more than the bound, naming the report.
+  Json j = Reparse(EncodeEventBatch(b));
+  j["exec"][0].erase("output_complete");
+  back = DecodeEventBatch(j);
+  ASSERT_TRUE(back.ok());
+  EXPECT_FALSE(back->exec[0].output_complete);
+  EXPECT_TRUE(back->exec[0].stdout_data.empty());
+  j = Reparse(EncodeEventBatch(b));
+  j["exec"][0]["stdout"] = Base64Encode(std::string(kMaxInlineExecOutput + 1, 'x'));
+  Result<EventBatch> big = DecodeEventBatch(j);
+  ASSERT_FALSE(big.ok());
+  EXPECT_NE(big.status().message().find("exec[0]"), std::string::npos) << big.status().message();
+  j["exec"][0]["stdout"] = "not base64!";
+  EXPECT_FALSE(DecodeEventBatch(j).ok());
+}
+
 TEST(ProtocolExecIo, RoundTripsBinaryBytesAndControlItems) {
   std::string bytes;
   for (int i = 0; i < 256; ++i) bytes += static_cast<char>(i);

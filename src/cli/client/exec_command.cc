@@ -159,14 +159,27 @@ Status RunExec(const ClientRuntime& rt, const ExecState& s) {
     // Waits for the session to start or end (the server answers at once on a change).
     // While it runs, output is read between waits that grow while it prints nothing (an
     // mpirun daemon is quiet for the whole job) and reset when it prints.
+    // output=1: once it has ended, a server that holds its whole output (a little of
+    // it) answers with the rest after our offsets, sparing the output reads.
     const std::string query = base + "?wait_ms=" + std::to_string(seen_started ? idle_ms : 5000) +
                               "&started=" + (seen_started ? "1" : "0") +
-                              "&ended=" + (seen_ended ? "1" : "0");
+                              "&ended=" + (seen_ended ? "1" : "0") +
+                              "&output=1&stdout_offset=" + std::to_string(out_offset) +
+                              "&stderr_offset=" + std::to_string(err_offset);
     GP_ASSIGN_OR_RETURN(ApiAnswer a, Retrying([&] { return api.Get(query); }));
     state = a.json;
     const bool just_started = !seen_started && GetBool(state, "started");
     seen_started = GetBool(state, "started");
     seen_ended = GetBool(state, "ended");
+    if (seen_ended && GetBool(state, "output_complete")) {
+      std::optional<std::string> out = Base64Decode(GetString(state, "stdout"));
+      std::optional<std::string> err = Base64Decode(GetString(state, "stderr"));
+      if (out && err) {
+        if (!out->empty()) Print(rt, *out);
+        if (!err->empty()) *rt.env.err << *err << std::flush;
+        break;
+      }
+    }
     // A command that has just started has printed little: wait (up to idle_ms, less if
     // it ends) before the first read, which spares short commands a relay round trip.
     if (just_started && !seen_ended) continue;

@@ -1,9 +1,10 @@
 // The readable table of `gpupool gpus`: what an admin wants at a glance, in the spirit of
-// nvidia-smi and `nvidia-smi topo -m`, for any vendor.
-#include <fmt/format.h>
-
+// nvidia-smi and `nvidia-smi topo -m`, for any vendor. No fmt here: this file is linked
+// into every binary that decodes a node (gpupool-exec, gpupool-agent-shim too), and fmt
+// would bring its shared library and the shared libstdc++ into each of their starts.
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <string>
 #include <vector>
 
@@ -25,7 +26,9 @@ std::string OnOff(const std::optional<bool>& v) {
 
 std::string Watts(const std::optional<double>& v) {
   if (!v || !std::isfinite(*v)) return "-";
-  return fmt::format("{:.0f}", *v);
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.0f", *v);
+  return buf;
 }
 
 // Left-aligned columns separated by two spaces; the last column is not padded.
@@ -71,7 +74,8 @@ std::string GpuRows(const NodeInfo& node) {
         g.index >= 0 ? std::to_string(g.index) : "-",
         std::string(VendorName(g.vendor)),
         g.name.empty() ? "-" : Printable(g.name),
-        fmt::format("{} / {} MiB", Mib(g.memory_used_bytes), Mib(g.memory_total_bytes)),
+        std::to_string(Mib(g.memory_used_bytes)) + " / " +
+            std::to_string(Mib(g.memory_total_bytes)) + " MiB",
         g.utilization_percent ? std::to_string(*g.utilization_percent) + "%" : "-",
         g.temperature_celsius ? std::to_string(*g.temperature_celsius) + "C" : "-",
         power,
@@ -97,7 +101,7 @@ std::string MigRows(const NodeInfo& node) {
           d.profile.empty() ? "-" : Printable(d.profile),
           d.gpu_instance_id >= 0 ? std::to_string(d.gpu_instance_id) : "-",
           d.compute_instance_id >= 0 ? std::to_string(d.compute_instance_id) : "-",
-          fmt::format("{} MiB", Mib(d.memory_total_bytes)),
+          std::to_string(Mib(d.memory_total_bytes)) + " MiB",
           d.uuid.empty() ? "-" : Printable(d.uuid),
       });
     }
@@ -156,8 +160,8 @@ std::string ExportTable(const NodeInfo& node) {
   if (node.gpus.empty()) {
     out = "No GPUs found on " + host + "\n";
   } else {
-    out = fmt::format("Node {}: {} GPU{}\n", host, node.gpus.size(),
-                      node.gpus.size() == 1 ? "" : "s");
+    out = "Node " + host + ": " + std::to_string(node.gpus.size()) + " GPU" +
+          (node.gpus.size() == 1 ? "" : "s") + "\n";
   }
   if (node.nvidia) out += DriverLine("NVIDIA", "CUDA", *node.nvidia);
   if (node.amd) out += DriverLine("AMD", "ROCm", *node.amd);
