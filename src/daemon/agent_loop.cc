@@ -1,6 +1,7 @@
 #include "daemon/agent_loop.h"
 
 #include <spdlog/spdlog.h>
+#include <sys/eventfd.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -30,11 +31,17 @@ int64_t NowMicros() {
 
 AgentLoop::AgentLoop(AgentLoopOptions options, net::HttpClient client, agent::Launcher* launcher)
     : options_(std::move(options)), client_(std::move(client)), launcher_(launcher) {
+  stop_fd_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  if (stop_fd_ >= 0) client_.set_cancel_fd(stop_fd_);
   if (options_.cpu_milli <= 0) options_.cpu_milli = sysconf(_SC_NPROCESSORS_ONLN) * 1000;
   if (options_.memory_mib <= 0) {
     options_.memory_mib =
         static_cast<int64_t>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGE_SIZE) / int64_t{1 << 20};
   }
+}
+
+AgentLoop::~AgentLoop() {
+  if (stop_fd_ >= 0) ::close(stop_fd_);
 }
 
 Result<Json> AgentLoop::Call(const std::string& method, const std::string& path,

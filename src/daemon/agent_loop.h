@@ -10,8 +10,11 @@
 // twice and no final state is lost. Run() blocks until Stop(); both are thread-safe.
 #pragma once
 
+#include <unistd.h>
+
 #include <atomic>
 #include <condition_variable>
+#include <cstdint>
 #include <deque>
 #include <map>
 #include <memory>
@@ -82,10 +85,17 @@ class AgentLoop {
   AgentLoop(AgentLoopOptions options, net::HttpClient client, agent::Launcher* launcher);
 
   void Run();
+  // Ends Run() within about a second: the controller's long poll and any other call in
+  // flight are cut short (net::HttpClient::set_cancel_fd).
   void Stop() {
     stopping_ = true;
+    const uint64_t one = 1;
+    if (stop_fd_ >= 0) (void)!::write(stop_fd_, &one, sizeof one);
     telemetry_cv_.notify_all();
   }
+  ~AgentLoop();
+  AgentLoop(const AgentLoop&) = delete;
+  AgentLoop& operator=(const AgentLoop&) = delete;
 
   // One round of telemetry: samples the GPUs, adds the round to the unsent batch and, when
   // the controller takes telemetry, sends the batch. Run() calls it every interval; tests
@@ -118,6 +128,7 @@ class AgentLoop {
   net::HttpClient client_;
   agent::Launcher* launcher_;
   std::atomic<bool> stopping_{false};
+  int stop_fd_ = -1;  // an eventfd that Stop() signals; cancels the client's calls
   std::atomic<bool> registered_{false};
   std::atomic<int> controller_minor_{-1};  // the controller's protocol minor (major 1)
   std::mutex telemetry_mu_;                // guards unsent_telemetry_; taken alone

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 
 #include <chrono>
+#include <condition_variable>
 #include <filesystem>
 #include <fstream>
 #include <mutex>
@@ -100,7 +101,7 @@ class TelemetryAgentTest : public JobOfProcessTest {
     o.unix_socket_path = (root_ / "c.sock").string();
     auto server = net::StartHttpServer(o, [this, minor](const net::HttpRequest& r) {
       net::HttpResponse a;
-      std::lock_guard lock(mu_);
+      std::unique_lock lock(mu_);
       if (r.path == "/v1/agent/register") {
         registered_ = true;
         a.body =
@@ -116,7 +117,14 @@ class TelemetryAgentTest : public JobOfProcessTest {
           a.body = R"({"ok": true, "accepted": 1})";
         }
       } else if (r.path == "/v1/agent/work") {
-        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        ++polls_;
+        if (hold_polls_) {
+          // A long poll the controller holds (released when the test ends).
+          polled_.notify_all();
+          released_.wait_for(lock, std::chrono::seconds(20), [this] { return !hold_polls_; });
+        } else {
+          std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        }
         a.body = "{}";
       } else {
         a.body = R"({"ok": true})";
@@ -149,6 +157,11 @@ class TelemetryAgentTest : public JobOfProcessTest {
       loop_->Stop();
       thread_.join();
     }
+    {
+      std::lock_guard lock(mu_);
+      hold_polls_ = false;
+    }
+    released_.notify_all();
     server_.reset();
     JobOfProcessTest::TearDown();
   }
@@ -161,9 +174,32 @@ class TelemetryAgentTest : public JobOfProcessTest {
   std::mutex mu_;
   bool registered_ = false;
   bool away_ = false;
+  bool hold_polls_ = false;
+  int polls_ = 0;
+  std::condition_variable polled_;
+  std::condition_variable released_;
   int posts_ = 0;
   std::vector<protocol::GpuTelemetry> received_;
 };
+
+// Stopping the agent does not wait for the controller to answer its long poll (it used
+// to take up to the poll's 10 s, plus its 10 s of grace with a frozen controller).
+TEST_F(TelemetryAgentTest, StopCutsTheLongPollShort) {
+  {
+    std::lock_guard lock(mu_);
+    hold_polls_ = true;
+  }
+  Start(3);
+  {
+    std::unique_lock lock(mu_);
+    ASSERT_TRUE(polled_.wait_for(lock, std::chrono::seconds(10), [this] { return polls_ > 0; }));
+  }
+  const auto start = std::chrono::steady_clock::now();
+  loop_->Stop();
+  thread_.join();
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(3));
+  loop_.reset();
+}
 
 TEST_F(TelemetryAgentTest, AOneMinorOlderControllerIsSentNoTelemetry) {
   Start(2);

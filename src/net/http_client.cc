@@ -62,11 +62,16 @@ class Fd {
   int fd_;
 };
 
-// Waits for `events` on fd; false on timeout (errno ETIMEDOUT) or error.
-bool Wait(int fd, short events, SteadyClock::time_point deadline) {
+// Waits for `events` on fd; false on timeout (errno ETIMEDOUT), on `cancel_fd` becoming
+// readable (errno ECANCELED) or on error.
+bool Wait(int fd, short events, SteadyClock::time_point deadline, int cancel_fd) {
   while (true) {
-    pollfd p{fd, events, 0};
-    const int n = ::poll(&p, 1, MillisLeft(deadline));
+    pollfd p[2] = {{fd, events, 0}, {cancel_fd, POLLIN, 0}};
+    const int n = ::poll(p, cancel_fd >= 0 ? 2 : 1, MillisLeft(deadline));
+    if (n > 0 && cancel_fd >= 0 && p[1].revents != 0) {
+      errno = ECANCELED;
+      return false;
+    }
     if (n > 0) return true;
     if (n == 0) {
       errno = ETIMEDOUT;
@@ -76,11 +81,18 @@ bool Wait(int fd, short events, SteadyClock::time_point deadline) {
   }
 }
 
+// Whether `fd` is readable now (a cancel fd that was signalled).
+bool Readable(int fd) {
+  pollfd p{fd, POLLIN, 0};
+  return ::poll(&p, 1, 0) > 0 && (p.revents & POLLIN) != 0;
+}
+
 // A non-blocking connect finished within the deadline; errno says why not.
-bool Connect(int fd, const sockaddr* addr, socklen_t len, SteadyClock::time_point deadline) {
+bool Connect(int fd, const sockaddr* addr, socklen_t len, SteadyClock::time_point deadline,
+             int cancel_fd) {
   if (::connect(fd, addr, len) == 0) return true;
   if (errno != EINPROGRESS && errno != EAGAIN) return false;
-  if (!Wait(fd, POLLOUT, deadline)) return false;
+  if (!Wait(fd, POLLOUT, deadline, cancel_fd)) return false;
   int err = 0;
   socklen_t n = sizeof(err);
   if (::getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &n) != 0) return false;
@@ -88,7 +100,7 @@ bool Connect(int fd, const sockaddr* addr, socklen_t len, SteadyClock::time_poin
   return err == 0;
 }
 
-Result<Fd> Open(const ServerAddress& a, SteadyClock::time_point deadline) {
+Result<Fd> Open(const ServerAddress& a, SteadyClock::time_point deadline, int cancel_fd) {
   const auto connect_by =
       std::min(deadline, SteadyClock::now() + std::chrono::milliseconds(kConnectTimeoutMs));
   if (a.kind == ServerAddress::Kind::kUnix) {
@@ -101,7 +113,7 @@ Result<Fd> Open(const ServerAddress& a, SteadyClock::time_point deadline) {
     std::memcpy(sun.sun_path, a.path.c_str(), a.path.size() + 1);
     Fd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
     if (fd.get() < 0) return Status::Unavailable(std::string("socket: ") + std::strerror(errno));
-    if (!Connect(fd.get(), reinterpret_cast<sockaddr*>(&sun), sizeof(sun), connect_by)) {
+    if (!Connect(fd.get(), reinterpret_cast<sockaddr*>(&sun), sizeof(sun), connect_by, cancel_fd)) {
       return Status::Unavailable(std::string("cannot connect: ") + std::strerror(errno));
     }
     return fd;
@@ -118,7 +130,7 @@ Result<Fd> Open(const ServerAddress& a, SteadyClock::time_point deadline) {
   for (addrinfo* ai = found; ai != nullptr; ai = ai->ai_next) {
     Fd fd(::socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, ai->ai_protocol));
     if (fd.get() < 0) continue;
-    if (Connect(fd.get(), ai->ai_addr, ai->ai_addrlen, connect_by)) {
+    if (Connect(fd.get(), ai->ai_addr, ai->ai_addrlen, connect_by, cancel_fd)) {
       ::freeaddrinfo(found);
       return fd;
     }
@@ -128,7 +140,7 @@ Result<Fd> Open(const ServerAddress& a, SteadyClock::time_point deadline) {
   return Status::Unavailable("cannot connect: " + why);
 }
 
-Status SendAll(int fd, std::string_view data, SteadyClock::time_point deadline) {
+Status SendAll(int fd, std::string_view data, SteadyClock::time_point deadline, int cancel_fd) {
   while (!data.empty()) {
     const ssize_t n = ::send(fd, data.data(), data.size(), MSG_NOSIGNAL);
     if (n > 0) {
@@ -136,7 +148,7 @@ Status SendAll(int fd, std::string_view data, SteadyClock::time_point deadline) 
     } else if (n < 0 && errno == EINTR) {
       continue;
     } else if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-      if (!Wait(fd, POLLOUT, deadline)) {
+      if (!Wait(fd, POLLOUT, deadline, cancel_fd)) {
         return Status::Unavailable(std::string("sending the request: ") + std::strerror(errno));
       }
     } else {
@@ -226,7 +238,7 @@ Result<HttpResponse> Parse(const std::string& raw) {
 }
 
 // Reads until the server closes the connection (the whole answer) or the deadline.
-Result<std::string> ReadAll(int fd, SteadyClock::time_point deadline) {
+Result<std::string> ReadAll(int fd, SteadyClock::time_point deadline, int cancel_fd) {
   std::string raw;
   char buf[65536];
   while (true) {
@@ -242,7 +254,7 @@ Result<std::string> ReadAll(int fd, SteadyClock::time_point deadline) {
     if (n == 0) return raw;
     if (errno == EINTR) continue;
     if (errno == EAGAIN || errno == EWOULDBLOCK) {
-      if (!Wait(fd, POLLIN, deadline)) {
+      if (!Wait(fd, POLLIN, deadline, cancel_fd)) {
         return Status::Unavailable(errno == ETIMEDOUT
                                        ? "no answer in time"
                                        : std::string("waiting: ") + std::strerror(errno));
@@ -272,13 +284,13 @@ std::string BuildRequest(const std::string& method, const std::string& path,
 // One exchange with `a`. On failure, *sent says whether the request may have left (a
 // connection was made): such a request must not be sent again anywhere.
 Result<HttpResponse> Exchange(const ServerAddress& a, const std::string& request,
-                              SteadyClock::time_point deadline, bool* sent) {
+                              SteadyClock::time_point deadline, int cancel_fd, bool* sent) {
   *sent = false;
-  GP_ASSIGN_OR_RETURN(Fd fd, Open(a, deadline));
+  GP_ASSIGN_OR_RETURN(Fd fd, Open(a, deadline, cancel_fd));
   *sent = true;
-  GP_RETURN_IF_ERROR(SendAll(fd.get(), request, deadline));
+  GP_RETURN_IF_ERROR(SendAll(fd.get(), request, deadline, cancel_fd));
   // No half-close after the request: a server may take it for a client that went away.
-  GP_ASSIGN_OR_RETURN(std::string raw, ReadAll(fd.get(), deadline));
+  GP_ASSIGN_OR_RETURN(std::string raw, ReadAll(fd.get(), deadline, cancel_fd));
   return Parse(raw);
 }
 
@@ -327,13 +339,17 @@ HttpClient::HttpClient(std::vector<ServerAddress> addresses, std::string bearer_
 }
 
 HttpClient::HttpClient(const HttpClient& other)
-    : addresses_(other.addresses_), bearer_token_(other.bearer_token_), current_(other.address()) {}
+    : addresses_(other.addresses_),
+      bearer_token_(other.bearer_token_),
+      cancel_fd_(other.cancel_fd_),
+      current_(other.address()) {}
 
 HttpClient& HttpClient::operator=(const HttpClient& other) {
   if (this == &other) return *this;
   ServerAddress current = other.address();
   addresses_ = other.addresses_;
   bearer_token_ = other.bearer_token_;
+  cancel_fd_ = other.cancel_fd_;
   std::lock_guard lock(mu_);
   current_ = std::move(current);
   return *this;
@@ -395,11 +411,15 @@ Result<HttpResponse> HttpClient::Send(const std::string& method, const std::stri
     if (const size_t i = index_of(target); i < addresses_.size()) list_tried[i] = true;
     bool sent = false;
     Result<HttpResponse> r =
-        Exchange(target, BuildRequest(method, path, body, bearer_token_, target), deadline, &sent);
+        Exchange(target, BuildRequest(method, path, body, bearer_token_, target), deadline,
+                 cancel_fd_, &sent);
     std::string leader;
     if (r.ok() && !IsStandbyAnswer(*r, &leader)) {
       Remember(target);
       return r;
+    }
+    if (!r.ok() && cancel_fd_ >= 0 && Readable(cancel_fd_)) {
+      return Status::Unavailable("HTTP request to " + target.ToString() + ": cancelled");
     }
     if (!r.ok()) {
       tried.push_back({target, r.status().message()});

@@ -53,6 +53,13 @@ class HttpClient {
     return Send("POST", path, body, timeout_ms);
   }
 
+  // A file descriptor (an eventfd, a pipe's read end) that, once readable, ends every
+  // wait of this client's calls, in flight or later: they fail at once with Unavailable
+  // ("cancelled"), and try no other address. For a daemon's shutdown, so that a long
+  // poll does not hold it. The caller keeps the fd open while the client is used; -1
+  // (the default): none. Set before the client is shared between threads.
+  void set_cancel_fd(int fd) { cancel_fd_ = fd; }
+
   // The address the next call starts at (the believed leader), for messages.
   ServerAddress address() const;
   // The configured list, in order.
@@ -63,6 +70,7 @@ class HttpClient {
 
   std::vector<ServerAddress> addresses_;
   std::string bearer_token_;
+  int cancel_fd_ = -1;
   mutable std::mutex mu_;
   mutable ServerAddress current_;  // guarded by mu_
 };

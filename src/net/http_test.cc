@@ -1,3 +1,4 @@
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <poll.h>
 #include <sys/resource.h>
@@ -207,6 +208,48 @@ TEST(HttpClientTest, NoServerIsUnavailable) {
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), StatusCode::kUnavailable);
   EXPECT_NE(r.status().message().find("is `gpupool up` running?"), std::string::npos);
+}
+
+// A daemon stopping cuts its long poll short: a signalled cancel fd ends the wait for an
+// answer that would take 30 s, and every later call fails at once.
+TEST(HttpClientTest, ACancelFdEndsAWaitInFlightAndLaterCalls) {
+  const std::string sock = (std::filesystem::temp_directory_path() /
+                            ("gpupool-cancel-" + std::to_string(::getpid()) + ".sock"))
+                               .string();
+  ::unlink(sock.c_str());
+  // A server that takes connections and never answers (the kernel accepts them).
+  const int listener = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  ASSERT_GE(listener, 0);
+  sockaddr_un sun{};
+  sun.sun_family = AF_UNIX;
+  std::snprintf(sun.sun_path, sizeof(sun.sun_path), "%s", sock.c_str());
+  ASSERT_EQ(::bind(listener, reinterpret_cast<sockaddr*>(&sun), sizeof(sun)), 0);
+  ASSERT_EQ(::listen(listener, 8), 0);
+  int pipefd[2];
+  ASSERT_EQ(::pipe2(pipefd, O_CLOEXEC), 0);
+  HttpClient c(ParseServerAddress("unix:" + sock).value());
+  c.set_cancel_fd(pipefd[0]);
+  std::thread cancel([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    (void)!::write(pipefd[1], "x", 1);
+  });
+  const auto start = std::chrono::steady_clock::now();
+  auto r = c.Get("/v1/agent/work", /*timeout_ms=*/30'000);
+  const auto took = std::chrono::steady_clock::now() - start;
+  cancel.join();
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kUnavailable);
+  EXPECT_NE(r.status().message().find("cancelled"), std::string::npos) << r.status().message();
+  EXPECT_LT(took, std::chrono::seconds(5));
+  // Later calls, and copies of the client, end at once too.
+  HttpClient copy = c;
+  const auto again = std::chrono::steady_clock::now();
+  EXPECT_FALSE(copy.Get("/", 30'000).ok());
+  EXPECT_LT(std::chrono::steady_clock::now() - again, std::chrono::seconds(5));
+  ::close(pipefd[0]);
+  ::close(pipefd[1]);
+  ::close(listener);
+  ::unlink(sock.c_str());
 }
 
 TEST_F(HttpTest, ConcurrentClients) {
