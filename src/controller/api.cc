@@ -564,6 +564,9 @@ HttpResponse Api::Metrics(const Call&) {
   }
   // Utilisation-weighted GPU-seconds gathered since the last scrape, added to the counter
   // of their (user, project).
+  // A job the store cannot be asked about now keeps its seconds for the next scrape; one
+  // it no longer holds loses them.
+  std::map<int64_t, double> later;
   for (const auto& [id, seconds] : telemetry_->TakeUsedGpuSeconds()) {
     std::pair<std::string, std::string> key;
     if (auto a = by_id.find(id); a != by_id.end()) {
@@ -573,10 +576,12 @@ HttpResponse Api::Metrics(const Call&) {
     } else if (Result<jobs::Job> j = store_->GetJob(id); j.ok()) {
       key = {j->user, j->project.empty() ? "(none)" : j->project};
     } else {
+      if (j.status().code() != StatusCode::kNotFound) later[id] = seconds;
       continue;
     }
     ended_.used_gpu_s[key] += seconds;
   }
+  if (!later.empty()) telemetry_->GiveBackUsedGpuSeconds(later);
   for (const auto& [key, seconds] : ended_.used_gpu_s) pool.used_gpu_hours[key] += seconds / 3600;
   // The latest telemetry of the GPUs of nodes that are up, with dcgm-exporter's labels.
   for (const NodeView& v : nodes) {

@@ -353,6 +353,13 @@ std::map<int64_t, double> TelemetryHub::TakeUsedGpuSeconds() {
   return out;
 }
 
+void TelemetryHub::GiveBackUsedGpuSeconds(const std::map<int64_t, double>& seconds) {
+  std::lock_guard lock(mu_);
+  for (const auto& [id, s] : seconds) {
+    if (jobs_.count(id) != 0) used_untaken_s_[id] += s;  // not for a job already expired
+  }
+}
+
 TelemetryHub::Footprint TelemetryHub::Size() const {
   std::lock_guard lock(mu_);
   Footprint f;

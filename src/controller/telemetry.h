@@ -139,6 +139,9 @@ class TelemetryHub {
   // totals), for the gpupool_used_gpu_seconds_total counter, which the caller keeps.
   // A job whose figures expire before anyone takes its seconds loses them.
   std::map<int64_t, double> TakeUsedGpuSeconds();
+  // Puts back seconds the caller took but could not count yet (their job's owner could
+  // not be read): the next TakeUsedGpuSeconds returns them again.
+  void GiveBackUsedGpuSeconds(const std::map<int64_t, double>& seconds);
 
   // Points changed since the last call, for the store; and the time before which the
   // store's points are past the retention. Then drops from memory what is past the memory

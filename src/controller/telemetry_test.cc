@@ -343,6 +343,9 @@ TEST_F(TelemetryWindowTest, OlderPointsFromTheStoreGiveWhatMemoryWouldHave) {
   std::map<int64_t, double> used = windowed.TakeUsedGpuSeconds();
   EXPECT_NEAR(used[5] / 3600, windowed.Job(5)->used_gpu_hours, 1e-9);
   EXPECT_TRUE(windowed.TakeUsedGpuSeconds().empty());
+  // Seconds given back come again with the next take; not those of a job unknown here.
+  windowed.GiveBackUsedGpuSeconds({{5, 30.0}, {77, 9.0}});
+  EXPECT_EQ(windowed.TakeUsedGpuSeconds(), (std::map<int64_t, double>{{5, 30.0}}));
 }
 
 TEST_F(TelemetryWindowTest, ARestartedHubRebuildsTotalsPoolAndIdleSpansFromTheStore) {
