@@ -133,17 +133,18 @@ Result<Event> DecodeEvent(const Json& j, const std::string& path) {
   return e;
 }
 
-// A base64 field of an ExecReport's inline output (kMaxInlineExecOutput at most).
-Status DecodeInlineOutput(const Json& j, std::string_view key, const std::string& path,
-                          std::string* out) {
+// A base64 field of `j` (absent or null: nothing), at most `max_bytes` once decoded; `fix`
+// ends the message of one that is longer.
+Status DecodeBytes(const Json& j, std::string_view key, const std::string& path, size_t max_bytes,
+                   std::string_view fix, std::string* out) {
   const auto it = j.find(key);
   if (it == j.end() || it->is_null()) return Status::Ok();
   const std::string where = path + "." + std::string(key);
   if (!it->is_string()) return Status::InvalidArgument(where + ": expected a base64 string");
   const std::string& text = it->get_ref<const std::string&>();
-  if (text.size() > (kMaxInlineExecOutput + 2) / 3 * 4) {
-    return Status::InvalidArgument(where + ": more than " + std::to_string(kMaxInlineExecOutput) +
-                                   " bytes inline");
+  if (text.size() > (max_bytes + 2) / 3 * 4) {
+    return Status::InvalidArgument(where + ": more than " + std::to_string(max_bytes) + " bytes" +
+                                   std::string(fix));
   }
   std::optional<std::string> bytes = Base64Decode(text);
   if (!bytes) return Status::InvalidArgument(where + ": not valid base64");
@@ -183,8 +184,10 @@ Result<ExecReport> DecodeExecReport(const Json& j, const std::string& path) {
   f.Optional("output_complete", &r.output_complete);
   GP_RETURN_IF_ERROR(f.Finish());
   if (r.output_complete) {
-    GP_RETURN_IF_ERROR(DecodeInlineOutput(j, "stdout", path, &r.stdout_data));
-    GP_RETURN_IF_ERROR(DecodeInlineOutput(j, "stderr", path, &r.stderr_data));
+    GP_RETURN_IF_ERROR(
+        DecodeBytes(j, "stdout", path, kMaxInlineExecOutput, " inline", &r.stdout_data));
+    GP_RETURN_IF_ERROR(
+        DecodeBytes(j, "stderr", path, kMaxInlineExecOutput, " inline", &r.stderr_data));
     if (r.stdout_data.size() + r.stderr_data.size() > kMaxInlineExecOutput) {
       return Status::InvalidArgument(path + ": more than " + std::to_string(kMaxInlineExecOutput) +
                                      " bytes of output inline");
@@ -534,25 +537,6 @@ Result<EventBatch> DecodeEventBatch(const Json& j) {
   return b;
 }
 
-namespace {
-// A base64 field of an exec I/O message, at most kMaxExecChunk bytes once decoded.
-Status DecodeBytes(const Json& j, std::string_view key, const std::string& path, std::string* out) {
-  const auto it = j.find(key);
-  if (it == j.end() || it->is_null()) return Status::Ok();
-  const std::string where = path + "." + std::string(key);
-  if (!it->is_string()) return Status::InvalidArgument(where + ": expected a base64 string");
-  const std::string& text = it->get_ref<const std::string&>();
-  if (text.size() > (kMaxExecChunk + 2) / 3 * 4) {
-    return Status::InvalidArgument(where + ": more than " + std::to_string(kMaxExecChunk) +
-                                   " bytes; send it in parts");
-  }
-  std::optional<std::string> bytes = Base64Decode(text);
-  if (!bytes) return Status::InvalidArgument(where + ": not valid base64");
-  *out = std::move(*bytes);
-  return Status::Ok();
-}
-}  // namespace
-
 OrderedJson EncodeExecInputItem(const ExecInputItem& item) {
   OrderedJson j;
   j["seq"] = item.seq;
@@ -575,7 +559,7 @@ Result<ExecInputItem> DecodeExecInputItem(const Json& j, const std::string& path
   f.Optional("cols", &item.cols, 0, 10000);
   f.Optional("signal", &item.signal, 0, 64);
   GP_RETURN_IF_ERROR(f.Finish());
-  GP_RETURN_IF_ERROR(DecodeBytes(j, "data", path, &item.data));
+  GP_RETURN_IF_ERROR(DecodeBytes(j, "data", path, kMaxExecChunk, "; send it in parts", &item.data));
   if ((item.rows > 0) != (item.cols > 0)) {
     return Status::InvalidArgument(path + ": give rows and cols together (the terminal size)");
   }
@@ -623,8 +607,10 @@ Result<ExecOutput> DecodeExecOutput(const Json& j) {
   f.Optional("stderr_offset", &out.stderr_offset, 0);
   f.Optional("eof", &out.eof);
   GP_RETURN_IF_ERROR(f.Finish());
-  GP_RETURN_IF_ERROR(DecodeBytes(j, "stdout", "output", &out.stdout_data));
-  GP_RETURN_IF_ERROR(DecodeBytes(j, "stderr", "output", &out.stderr_data));
+  GP_RETURN_IF_ERROR(
+      DecodeBytes(j, "stdout", "output", kMaxExecChunk, "; send it in parts", &out.stdout_data));
+  GP_RETURN_IF_ERROR(
+      DecodeBytes(j, "stderr", "output", kMaxExecChunk, "; send it in parts", &out.stderr_data));
   return out;
 }
 

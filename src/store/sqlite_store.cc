@@ -133,15 +133,7 @@ CREATE INDEX telemetry_time ON telemetry(t_ms);
     // Telemetry's per-job totals ("job_total", at the job's first minute) and the pool's
     // minutes ("pool"), which the controller keeps for the whole retention while GPU and
     // job minutes stay in its memory for a window only: made from the points stored so far.
-    R"sql(
-INSERT INTO telemetry(scope, key, t_ms, util_sum, samples, peak_pct, mem_max_mib, used_gpu_s, gpus)
-  SELECT 'job_total', key, MIN(t_ms), SUM(util_sum), SUM(samples), MAX(peak_pct), MAX(mem_max_mib),
-         SUM(used_gpu_s), MAX(gpus)
-  FROM telemetry WHERE scope = 'job' GROUP BY key;
-INSERT INTO telemetry(scope, key, t_ms, util_sum, samples, peak_pct, mem_max_mib, used_gpu_s, gpus)
-  SELECT 'pool', '', t_ms, SUM(util_sum), SUM(samples), MAX(peak_pct), SUM(mem_max_mib), 0, SUM(gpus)
-  FROM telemetry WHERE scope = 'gpu' GROUP BY t_ms;
-)sql",
+    kTelemetryTotalsFromPoints,
 };
 
 class Stmt {
