@@ -787,17 +787,23 @@ Result<protocol::RegistrationReply> Controller::RegisterNode(protocol::Registrat
   e.cancel_sent_us.clear();
   e.stray_sent_us.clear();
   e.stray_first_us.clear();
+  e.stray_running.clear();
   e.exec_cancel_sent_us.clear();
 
   // Tasks the agent runs that no active job of ours expects there are stopped; tasks we
   // believe run there that the agent does not know are gone.
   std::set<std::pair<int64_t, int>> known;
+  // A task whose end is on its way is not lost: its event follows the registration.
+  for (const protocol::RunningTask& t : reg.ended) known.insert({t.job_id, t.attempt});
   for (const protocol::RunningTask& t : reg.running) {
     known.insert({t.job_id, t.attempt});
     auto it = active_.find(t.job_id);
     const bool expected = it != active_.end() && Occupies(it->second) &&
                           it->second.attempt == t.attempt && OnNode(it->second, name);
-    if (!expected) e.stray_sent_us[{t.job_id, t.attempt}] = 0;
+    if (!expected) {
+      e.stray_sent_us[{t.job_id, t.attempt}] = 0;
+      e.stray_running.insert({t.job_id, t.attempt});
+    }
   }
   // Started here, not known to the agent: checked again for each job once no write of
   // it is under way, as the lock is let go while each one's end is written.
@@ -821,18 +827,24 @@ Result<protocol::RegistrationReply> Controller::RegisterNode(protocol::Registrat
     auto it = active_.find(id);
     if (it == active_.end() || !lost_here(it->second)) continue;
     GP_RETURN_IF_ERROR(FinishOnNodeLoss(
-        lock, it->second, "the agent on node " + name + " restarted and no longer knows this job"));
+        lock, it->second, "the agent on node " + name + " restarted and no longer knows this job",
+        name));
   }
   WakeScheduler();
   NotifyNode(name);
   return protocol::RegistrationReply{protocol::kVersion, address};
 }
 
-void Controller::StopStrayTasks(const Job& job, const std::string& except) {
-  for (const jobs::TaskPlacement& p : job.placement) {
+void Controller::StopStrayTasks(const Job& job, const std::string& except,
+                                const std::string& gone_from) {
+  for (size_t t = 0; t < job.placement.size(); ++t) {
+    const jobs::TaskPlacement& p = job.placement[t];
     if (p.node == except) continue;
     if (auto n = nodes_.find(p.node); n != nodes_.end()) {
       n->second.stray_sent_us[{job.id, job.attempt}] = 0;
+      const bool runs = n->second.up && p.node != gone_from && t < job.tasks.size() &&
+                        job.tasks[t].start_time_us != 0 && !job.tasks[t].ended;
+      if (runs) n->second.stray_running.insert({job.id, job.attempt});
     }
   }
   for (auto& [id, x] : execs_) {
@@ -845,7 +857,8 @@ void Controller::StopStrayTasks(const Job& job, const std::string& except) {
   work_cv_.notify_all();
 }
 
-Status Controller::FinishOnNodeLoss(Lock& lock, Job& job, const std::string& reason) {
+Status Controller::FinishOnNodeLoss(Lock& lock, Job& job, const std::string& reason,
+                                    const std::string& gone_from) {
   Job lost = job;
   lost.state = JobState::kLost;
   lost.end_time_us = clock_->NowMicros();
@@ -863,14 +876,14 @@ Status Controller::FinishOnNodeLoss(Lock& lock, Job& job, const std::string& rea
     GP_RETURN_IF_ERROR(WriteJobsUnlocked(lock, {{lost, job.state}, {again, JobState::kLost}}));
     // The job's tasks on other nodes must not go on without it (nor hold GPUs a requeued
     // attempt may need); the lost node, should it come back, is told when it registers.
-    StopStrayTasks(lost, "");
+    StopStrayTasks(lost, "", gone_from);
     job = std::move(again);
     Touched(job.id);
     spdlog::warn("job {} LOST and requeued: {}", job.id, reason);
     return Status::Ok();
   }
   GP_RETURN_IF_ERROR(WriteJobUnlocked(lock, lost, job.state));
-  StopStrayTasks(lost, "");
+  StopStrayTasks(lost, "", gone_from);
   spdlog::warn("job {} LOST: {}", job.id, reason);
   const int64_t id = job.id;  // `job` lives in active_
   active_.erase(id);
@@ -908,8 +921,13 @@ LaunchOrder Controller::MakeLaunchOrder(const Job& job, size_t task_index) const
 }
 
 Result<AgentWork> Controller::WaitForWork(const std::string& node, int64_t wait_ms) {
-  const auto deadline = std::chrono::steady_clock::now() +
-                        std::chrono::milliseconds(std::clamp<int64_t>(wait_ms, 0, 60'000));
+  // A poll is answered within half the node timeout, so that a live agent polls again in
+  // time and is never taken for a silent one, and a dead agent's poll left waiting here
+  // does not keep its node up (a --node-timeout under the poll's length lost idle nodes).
+  const int64_t longest_ms = std::max<int64_t>(options_.node_timeout_us / 2000, 100);
+  const auto deadline =
+      std::chrono::steady_clock::now() + std::chrono::milliseconds(std::clamp<int64_t>(
+                                             wait_ms, 0, std::min<int64_t>(60'000, longest_ms)));
   std::unique_lock lock(mu_);
   while (true) {
     auto it = nodes_.find(node);
@@ -918,11 +936,15 @@ Result<AgentWork> Controller::WaitForWork(const std::string& node, int64_t wait_
     }
     NodeEntry& e = it->second;
     const int64_t now = clock_->NowMicros();
-    e.last_seen_us = now;
     if (!e.up) {
-      e.up = true;
-      WakeScheduler();
+      // Declared lost: its jobs were ended or requeued meanwhile. The agent registers
+      // again (it does on a 404), listing what it runs, so that what outlived the loss is
+      // stopped before a requeued attempt of the same job starts.
+      return Status::NotFound("node " + node +
+                              " was declared lost (no poll within the node timeout): register "
+                              "it again");
     }
+    e.last_seen_us = now;
     AgentWork work;
     for (int64_t id : occupying_) {
       const Job& job = active_.at(id);
@@ -956,6 +978,7 @@ Result<AgentWork> Controller::WaitForWork(const std::string& node, int64_t wait_
       if (first == 0) first = now;
       if (now - first > kStrayGiveUpUs) {
         e.stray_first_us.erase(key);
+        e.stray_running.erase(key);
         stray = e.stray_sent_us.erase(stray);
         continue;
       }
@@ -1052,6 +1075,7 @@ Status Controller::ApplyEvents(const std::string& node, const EventBatch& batch)
     if (ev.kind != protocol::EventKind::kStarted && n != nodes_.end()) {
       n->second.stray_sent_us.erase({ev.job_id, ev.attempt});  // it ended there
       n->second.stray_first_us.erase({ev.job_id, ev.attempt});
+      n->second.stray_running.erase({ev.job_id, ev.attempt});
     }
     WaitUntilNotWriting(lock, ev.job_id);  // another task's event, a cancel, a sweep
     auto it = active_.find(ev.job_id);
@@ -1077,7 +1101,7 @@ Status Controller::ApplyTaskEvent(Lock& lock, Job& job, const std::string& node,
   jobs::TaskStatus& ts = next.tasks[t];
   if (ev.kind == protocol::EventKind::kLost) {
     return FinishOnNodeLoss(
-        lock, job, ev.reason.empty() ? TaskName(job, t) + " was lost on " + node : ev.reason);
+        lock, job, ev.reason.empty() ? TaskName(job, t) + " was lost on " + node : ev.reason, node);
   }
   if (ts.ended) return Status::Ok();  // a resent event
   if (ev.kind == protocol::EventKind::kStarted) {
@@ -1333,6 +1357,22 @@ Status Controller::ResolveDependencies(Lock& lock, std::map<int64_t, std::string
   return Status::Ok();
 }
 
+void Controller::BlockWhileEarlierAttemptsStop(std::map<int64_t, std::string>* blocked) const {
+  // A requeued job whose earlier attempt a returning node still runs (its supervisor
+  // outlived the agent) is stopped there first: at most one attempt runs at a time. The
+  // stop order is resent until the attempt's end is reported, or given up on with it.
+  for (const auto& [name, e] : nodes_) {
+    for (const auto& key : e.stray_running) {
+      auto it = active_.find(key.first);
+      if (it == active_.end() || it->second.state != JobState::kPending) continue;
+      if (key.second > it->second.attempt || blocked->count(key.first) != 0) continue;
+      (*blocked)[key.first] = "waits for attempt " + std::to_string(key.second) +
+                              " to stop on node " + name +
+                              " (it still ran there when the node came back)";
+    }
+  }
+}
+
 Status Controller::ScheduleOnce() {
   const int64_t pass_start_us = clock_->MonotonicMicros();
   // Planning takes milliseconds with a long queue; API calls must not wait for it. So the
@@ -1347,6 +1387,7 @@ Status Controller::ScheduleOnce() {
     Lock lock(mu_);
     limits = limits_;
     GP_RETURN_IF_ERROR(ResolveDependencies(lock, &blocked));
+    BlockWhileEarlierAttemptsStop(&blocked);
     bool any_pending = false;
     snapshot.reserve(slim_.size());
     for (const auto& [id, slim] : slim_) {  // shared, immutable copies: no deep copy here
@@ -1443,7 +1484,7 @@ Status Controller::ScheduleOnce() {
       auto it = active_.find(id);
       if (it == active_.end() || !Occupies(it->second) || !OnNode(it->second, node)) continue;
       GP_RETURN_IF_ERROR(FinishOnNodeLoss(
-          lock, it->second, "node " + node + " stopped responding while the job was placed"));
+          lock, it->second, "node " + node + " stopped responding while the job was placed", node));
     }
     NotifyNode("");
   }
@@ -1507,7 +1548,7 @@ Status Controller::SweepNodes() {
           nodes_.at(name).up) {
         continue;
       }
-      GP_RETURN_IF_ERROR(FinishOnNodeLoss(lock, it->second, reason));
+      GP_RETURN_IF_ERROR(FinishOnNodeLoss(lock, it->second, reason, name));
     }
   }
   WakeScheduler();

@@ -279,7 +279,9 @@ class Controller {
   // taken before the call are only good for what cannot go away meanwhile (see
   // WriteJobsUnlocked); loops over those maps collect ids first.
   // Ends (LOST, or requeues) a job whose node is gone or no longer knows it.
-  Status FinishOnNodeLoss(Lock& lock, jobs::Job& job, const std::string& reason);
+  // `gone_from`: the node whose loss this is, where the job's tasks are not known to run.
+  Status FinishOnNodeLoss(Lock& lock, jobs::Job& job, const std::string& reason,
+                          const std::string& gone_from);
   LaunchOrder MakeLaunchOrder(const jobs::Job& job, size_t task_index) const;
   // A task's event: updates job.tasks, and the job's state once every task has started
   // or ended. `freed` is set when the job ended.
@@ -291,7 +293,10 @@ class Controller {
   Status StopJob(Lock& lock, jobs::Job& next, jobs::JobState expected, bool* freed);
   // Asks the agents running tasks of `job` (every node but `except`) to stop them: for a
   // job that ended while some of its tasks may still run (a node lost, a requeue).
-  void StopStrayTasks(const jobs::Job& job, const std::string& except);
+  // `gone_from`: a node where its tasks are not known to run (the lost node); on every
+  // other node that is up, a task that started and did not end is known to run.
+  void StopStrayTasks(const jobs::Job& job, const std::string& except,
+                      const std::string& gone_from = "");
   void ExecReported(Lock& lock, const std::string& node, const protocol::ExecReport& r,
                     bool* freed);
   // Under mu_: the checks and the session of StartExec.
@@ -350,6 +355,9 @@ class Controller {
   // dependencies can no longer be met end (CANCELLED, with the reason), written without
   // mu_. `lock` holds mu_.
   Status ResolveDependencies(Lock& lock, std::map<int64_t, std::string>* blocked);
+  // Adds the pending jobs whose earlier attempt a node still runs (and is told to stop)
+  // to `blocked`, with the reason. Called with mu_ held.
+  void BlockWhileEarlierAttemptsStop(std::map<int64_t, std::string>* blocked) const;
 
   struct NodeEntry {
     gpu::NodeInfo info;
@@ -369,6 +377,11 @@ class Controller {
     // of answers without such a report (it ran nothing of that job).
     std::map<std::pair<int64_t, int>, int64_t> stray_sent_us;
     std::map<std::pair<int64_t, int>, int64_t> stray_first_us;
+    // The strays above that are known to run here: listed by the agent's registration,
+    // or started here by the controller's record and not ended. A requeued job is not
+    // placed again while an earlier attempt of it is among them (at most one attempt
+    // runs at a time); dropped with their stray_sent_us entry.
+    std::set<std::pair<int64_t, int>> stray_running;
     std::map<int64_t, int64_t> exec_cancel_sent_us;  // exec sessions to stop, as above
   };
 

@@ -953,10 +953,17 @@ TEST_F(ControllerTest, SilentNodeLosesItsJobsAndRequeuesWhenAsked) {
   Job requeued = Get(again.id);
   EXPECT_EQ(requeued.state, JobState::kPending);
   EXPECT_TRUE(requeued.placement.empty());
-  // Nothing schedules onto the down node; it comes back by polling.
+  // Nothing schedules onto the down node. It comes back by registering again (a poll
+  // is told to: it lists what still runs there), not by polling.
   ASSERT_TRUE(c_->ScheduleOnce().ok());
   EXPECT_EQ(Get(again.id).state, JobState::kPending);
-  (void)c_->WaitForWork("n1", 0);
+  Result<AgentWork> poll = c_->WaitForWork("n1", 0);
+  ASSERT_FALSE(poll.ok());
+  EXPECT_EQ(poll.status().code(), StatusCode::kNotFound);
+  EXPECT_NE(poll.status().message().find("register it again"), std::string::npos);
+  ASSERT_TRUE(c_->ScheduleOnce().ok());
+  EXPECT_EQ(Get(again.id).state, JobState::kPending);
+  Register(2);
   ASSERT_TRUE(c_->ScheduleOnce().ok());
   EXPECT_EQ(Get(again.id).state, JobState::kAssigned);
   EXPECT_EQ(Get(again.id).attempt, 2);
@@ -981,6 +988,72 @@ TEST_F(ControllerTest, RestartKeepsJobsAndAgentReconciles) {
   // a finishes after the restart and its state arrives.
   ASSERT_TRUE(Apply({Ev(a, protocol::EventKind::kExited, 0)}).ok());
   EXPECT_EQ(Get(a.id).state, JobState::kSucceeded);
+}
+
+// Issue 25 item 1: jobs that ended while the agent was down (kill -9 of `gpupool up`)
+// were recorded LOST when it registered again, before their ends arrived.
+TEST_F(ControllerTest, ATaskThatEndedWhileTheAgentWasDownIsNotLostWhenItRegisters) {
+  Register(2);
+  Job a = c_->Submit(MakeJob(1), alice_).value();
+  Job b = c_->Submit(MakeJob(1), alice_).value();
+  ASSERT_TRUE(c_->ScheduleOnce().ok());
+  a = Get(a.id);
+  b = Get(b.id);
+  ASSERT_TRUE(
+      Apply({Ev(a, protocol::EventKind::kStarted), Ev(b, protocol::EventKind::kStarted)}).ok());
+  Restart();
+  // The agent comes back: a ended meanwhile (its end is not reported yet), b vanished.
+  protocol::Registration r;
+  r.node = "n1";
+  r.info = MakeNode(2);
+  r.cpu_milli = 64'000;
+  r.memory_mib = 256'000;
+  r.ended = {{a.id, 0, a.attempt}};
+  ASSERT_TRUE(c_->RegisterNode(r, "").ok());
+  EXPECT_EQ(Get(a.id).state, JobState::kRunning);
+  EXPECT_EQ(Get(b.id).state, JobState::kLost);
+  // No stop order for a: its task is over, not a stray (b's is sent, in case).
+  const AgentWork work = c_->WaitForWork("n1", 0).value();
+  for (const protocol::CancelOrder& o : work.cancel) EXPECT_NE(o.job_id, a.id);
+  ASSERT_TRUE(Apply({Ev(a, protocol::EventKind::kExited, 0)}).ok());
+  EXPECT_EQ(Get(a.id).state, JobState::kSucceeded);
+}
+
+// Issue 25 item 2: a --requeue job whose node came back while its first attempt still
+// ran there. The old attempt is stopped; the job is not placed again (on any node)
+// until that attempt's end is reported, so two attempts never run at once.
+TEST_F(ControllerTest, ARequeuedJobWaitsForItsEarlierAttemptToStopOnAReturningNode) {
+  Register(2);
+  Job again = MakeJob(1);
+  again.requeue = true;
+  again = c_->Submit(again, alice_).value();
+  ASSERT_TRUE(c_->ScheduleOnce().ok());
+  again = Get(again.id);
+  ASSERT_TRUE(Apply({Ev(again, protocol::EventKind::kStarted)}).ok());
+  clock_.AdvanceMicros(11'000'000);
+  ASSERT_TRUE(c_->SweepNodes().ok());
+  ASSERT_EQ(Get(again.id).state, JobState::kPending);
+  // The agent returns; attempt 1's supervisor kept the job running.
+  Register(2, {{again.id, 1}});
+  AgentWork w = c_->WaitForWork("n1", 0).value();
+  EXPECT_EQ(w.cancel, (std::vector<protocol::CancelOrder>{{again.id, 1, 0}}));
+  ASSERT_TRUE(c_->ScheduleOnce().ok());
+  Job waiting = Get(again.id);
+  EXPECT_EQ(waiting.state, JobState::kPending);
+  EXPECT_NE(waiting.pending_reason.find("attempt 1"), std::string::npos) << waiting.pending_reason;
+  EXPECT_NE(waiting.pending_reason.find("n1"), std::string::npos) << waiting.pending_reason;
+  // Attempt 1 ends (stopped): attempt 2 may start.
+  Event stopped = Ev(again, protocol::EventKind::kExited);
+  stopped.attempt = 1;
+  stopped.exit_code.reset();
+  stopped.signal = 15;
+  stopped.cancelled = true;
+  ASSERT_TRUE(Apply({stopped}).ok());
+  EXPECT_EQ(Get(again.id).state, JobState::kPending);  // a stale attempt's end changes nothing
+  ASSERT_TRUE(c_->ScheduleOnce().ok());
+  EXPECT_EQ(Get(again.id).state, JobState::kAssigned);
+  EXPECT_EQ(Get(again.id).attempt, 2);
+  ASSERT_EQ(c_->WaitForWork("n1", 0).value().launch.size(), 1u);
 }
 
 TEST_F(ControllerTest, FairShareInterleavesUsers) {
@@ -1031,6 +1104,8 @@ TEST_F(ControllerTest, NodeViewFollowsEveryTransition) {
   EXPECT_EQ(Get(b.id).state, JobState::kLost);
   EXPECT_EQ(Get(again.id).state, JobState::kPending);  // requeued: holds nothing
   EXPECT_EQ(allocated(), (std::pair<int, int>{0, 0}));
+  EXPECT_FALSE(c_->WaitForWork("n1", 0).ok());  // declared lost: it registers again
+  Register(4);
   EXPECT_TRUE(c_->WaitForWork("n1", 0).value().launch.empty());
   ASSERT_TRUE(c_->ScheduleOnce().ok());
   EXPECT_EQ(allocated(), (std::pair<int, int>{1, 2000}));

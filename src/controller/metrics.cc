@@ -83,6 +83,7 @@ void Histogram::Render(const std::string& name, const std::string& labels, std::
 
 std::string PendingReasonClass(const std::string& reason) {
   if (StartsWith(reason, "held by ")) return "held";
+  if (StartsWith(reason, "waits for attempt ")) return "stopping";
   if (StartsWith(reason, "waits for job") || StartsWith(reason, "waits for array")) {
     return "dependency";
   }
@@ -125,7 +126,7 @@ std::string PoolMetrics::Render(const PoolSnapshot& pool) const {
   Family("gpupool_jobs_pending", "gauge",
          "Pending jobs by why they wait (the class of their pending reason).", &out);
   for (const char* why : {"resources", "unplaceable", "queue", "dependency", "held", "limit",
-                          "array_limit", "other"}) {
+                          "array_limit", "stopping", "other"}) {
     auto it = pool.pending_by_reason.find(why);
     Sample("gpupool_jobs_pending", Label("reason", why),
            it == pool.pending_by_reason.end() ? 0 : static_cast<double>(it->second), &out);

@@ -71,6 +71,7 @@ Status AgentLoop::Register() {
     std::lock_guard lock(mu_);
     for (agent::JobEvent& ev : adopted) {
       launched_.insert({ev.job_id, ev.attempt});
+      current_[ev.job_id] = ev.attempt;
       if (specs_.count(ev.job_id) == 0) {
         // The spec it was started with (kept until the agent forgets the job).
         Result<agent::ShimConfig> c =
@@ -82,10 +83,18 @@ Status AgentLoop::Register() {
     // What runs here now (Adopt supervises the live shims again), not every task ever
     // launched: the controller stops the tasks it does not expect.
     const std::vector<int64_t> live = launcher_->Running();
-    for (const auto& [key, attempt] : launched_) {
+    for (const auto& [key, attempt] : current_) {
       const agent::KeyInfo k = agent::FromKey(key);
       if (k.exec_id != 0 || std::find(live.begin(), live.end(), key) == live.end()) continue;
       reg.running.push_back({k.job_id, k.task_index, attempt});
+    }
+    // Ends not yet acknowledged: of tasks that ended while no agent watched (adopted
+    // above), or while the controller was away. They are reported once registered; until
+    // then the controller must not take those tasks for lost ones.
+    for (const agent::JobEvent& ev : unsent_) {
+      const agent::KeyInfo k = agent::FromKey(ev.job_id);
+      if (k.exec_id != 0 || !IsFinal(ev.kind)) continue;
+      reg.ended.push_back({k.job_id, k.task_index, ev.attempt});
     }
   }
   GP_ASSIGN_OR_RETURN(Json answer, Call("POST", "/v1/agent/register",
@@ -109,6 +118,26 @@ void AgentLoop::Launch(const protocol::LaunchOrder& order) {
   const int64_t key = agent::TaskKey(job.id, order.task_index, rdzv.num_tasks);
   {
     std::lock_guard lock(mu_);
+    if (auto held = current_.find(key); held != current_.end() && held->second != job.attempt) {
+      if (held->second > job.attempt) return;  // an order of an attempt already replaced
+      // An earlier attempt of this task is still here (it outlived an agent restart while
+      // the controller requeued the job): it stops, and this one starts once its end is
+      // acknowledged. At most one attempt of a task runs at a time.
+      const bool fresh = deferred_.count(key) == 0;
+      deferred_[key] = order;
+      if (fresh) {
+        spdlog::info("agent: job {} attempt {} waits for attempt {} to end here", job.id,
+                     job.attempt, held->second);
+        const std::vector<int64_t> running = launcher_->Running();
+        if (std::find(running.begin(), running.end(), key) != running.end()) {
+          if (Status c = launcher_->Cancel(key); !c.ok() && c.code() != StatusCode::kNotFound) {
+            spdlog::warn("agent: stopping attempt {} of job {}: {}", held->second, job.id,
+                         c.message());
+          }
+        }
+      }
+      return;
+    }
     if (!launched_.insert({key, job.attempt}).second) return;  // resent order
     if (cancelled_.count({job.id, job.attempt}) != 0) {
       FailLaunchLocked(key, job.attempt, "cancelled before it started", /*cancelled=*/true);
@@ -173,6 +202,7 @@ void AgentLoop::Launch(const protocol::LaunchOrder& order) {
   {
     std::lock_guard lock(mu_);
     specs_[key] = spec;
+    current_[key] = job.attempt;
   }
   Status s = launcher_->Launch(spec);
   if (!s.ok()) FailLaunch(key, job.attempt, "could not launch: " + s.message());
@@ -389,7 +419,23 @@ void AgentLoop::CancelOrdered(const protocol::CancelOrder& c) {
         const agent::KeyInfo k = agent::FromKey(key);
         const int64_t job =
             k.exec_id != 0 ? (exec_job_.count(key) ? exec_job_.at(key) : 0) : k.job_id;
-        if (job == c.job_id && (c.attempt == 0 || attempt == c.attempt)) keys.push_back(key);
+        if (job != c.job_id || (c.attempt != 0 && attempt != c.attempt)) continue;
+        // A task key holds one attempt at a time: stopping another attempt of the same
+        // key would stop the wrong one.
+        auto held = current_.find(key);
+        if (k.exec_id == 0 && held != current_.end() && held->second != attempt) continue;
+        keys.push_back(key);
+      }
+      // A launch waiting for its earlier attempt to end is cancelled before it starts.
+      for (auto d = deferred_.begin(); d != deferred_.end();) {
+        const jobs::Job& j = d->second.job;
+        if (j.id == c.job_id && (c.attempt == 0 || j.attempt == c.attempt)) {
+          launched_.insert({d->first, j.attempt});
+          FailLaunchLocked(d->first, j.attempt, "cancelled before it started", true);
+          d = deferred_.erase(d);
+        } else {
+          ++d;
+        }
       }
     }
   }
@@ -550,10 +596,24 @@ void AgentLoop::ReportEvents() {
     unsent_.erase(unsent_.begin(), unsent_.begin() + static_cast<std::ptrdiff_t>(batch.size()));
     for (const agent::JobEvent& ev : batch) {
       if (!IsFinal(ev.kind)) continue;
-      specs_.erase(ev.job_id);
+      // Only the attempt the launcher holds under this key is forgotten: the end of an
+      // attempt that never started (a refused launch) must not empty a later one's spec.
+      auto held = current_.find(ev.job_id);
+      if (held != current_.end() && held->second != ev.attempt) continue;
+      if (auto sp = specs_.find(ev.job_id);
+          sp != specs_.end() && sp->second.attempt == ev.attempt) {
+        specs_.erase(sp);
+      }
       exec_job_.erase(ev.job_id);
+      if (held != current_.end()) current_.erase(held);
       if (Status s = launcher_->Forget(ev.job_id); !s.ok() && s.code() != StatusCode::kNotFound) {
         spdlog::warn("agent: forget job {}: {}", ev.job_id, s.message());
+      }
+      // The next attempt of the task may start now.
+      if (auto d = deferred_.find(ev.job_id); d != deferred_.end()) {
+        launch_queue_.push_back({std::move(d->second), {}});
+        deferred_.erase(d);
+        launch_cv_.notify_all();
       }
     }
   }

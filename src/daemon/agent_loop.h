@@ -138,6 +138,13 @@ class AgentLoop {
   std::mutex mu_;
   std::set<std::pair<int64_t, int>> launched_;   // (launcher key, attempt) seen
   std::set<std::pair<int64_t, int>> cancelled_;  // (job, attempt) told to stop here
+  // The attempt the launcher holds under each task key: it runs, or it ended and its
+  // end is not acknowledged yet (the launcher then still has its spec). One per key.
+  std::map<int64_t, int> current_;
+  // Launch orders of a later attempt that wait for the attempt in current_ to end and
+  // be acknowledged (issue 25 item 2: a node that comes back still running attempt 1 of
+  // a job the controller requeued). Re-queued by ReportEvents.
+  std::map<int64_t, protocol::LaunchOrder> deferred_;
   // What each task and exec session here was started with: a later exec runs with its
   // task's spec, and task 0's started event carries its rendezvous port.
   std::map<int64_t, agent::LaunchSpec> specs_;

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <tuple>
 
 #include "common/strings.h"
 #include "gpu/node_json.h"
@@ -276,11 +277,15 @@ OrderedJson EncodeRegistration(const Registration& r) {
   j["info"] = gpu::NodeToJson(r.info);
   j["cpu_milli"] = r.cpu_milli;
   j["memory_mib"] = r.memory_mib;
-  OrderedJson running = OrderedJson::array();
-  for (const RunningTask& t : r.running) {
-    running.push_back({{"job_id", t.job_id}, {"task_index", t.task_index}, {"attempt", t.attempt}});
-  }
-  j["running"] = std::move(running);
+  auto tasks = [](const std::vector<RunningTask>& list) {
+    OrderedJson out = OrderedJson::array();
+    for (const RunningTask& t : list) {
+      out.push_back({{"job_id", t.job_id}, {"task_index", t.task_index}, {"attempt", t.attempt}});
+    }
+    return out;
+  };
+  j["running"] = tasks(r.running);
+  if (!r.ended.empty()) j["ended"] = tasks(r.ended);
   return j;
 }
 
@@ -295,6 +300,7 @@ Result<Registration> DecodeRegistration(const Json& j) {
   f.Optional("memory_mib", &r.memory_mib, 0);
   const Json* info = f.Member("info");
   const Json* running = f.Array("running");
+  const Json* ended = f.Array("ended");
   GP_RETURN_IF_ERROR(f.Finish());
   if (version.empty()) {
     return Status::FailedPrecondition(
@@ -305,15 +311,17 @@ Result<Registration> DecodeRegistration(const Json& j) {
   if (r.address.size() > 253) return Status::InvalidArgument("address: longer than 253 bytes");
   if (info == nullptr) return Status::InvalidArgument("info: required (the node's GPUs)");
   GP_ASSIGN_OR_RETURN(r.info, gpu::NodeFromJson(*info, "info", /*reject_unknown=*/false));
-  if (running != nullptr) {
-    for (size_t i = 0; i < running->size(); ++i) {
+  for (auto [list, name, out] :
+       {std::tuple{running, "running", &r.running}, std::tuple{ended, "ended", &r.ended}}) {
+    if (list == nullptr) continue;
+    for (size_t i = 0; i < list->size(); ++i) {
       RunningTask t;
-      JsonFields rf((*running)[i], Index("running", i), kLenient);
+      JsonFields rf((*list)[i], Index(name, i), kLenient);
       rf.Required("job_id", &t.job_id, 1);
       rf.Optional("task_index", &t.task_index, 0, kMaxTasks - 1);
       rf.Required("attempt", &t.attempt, 0);
       GP_RETURN_IF_ERROR(rf.Finish());
-      r.running.push_back(t);
+      out->push_back(t);
     }
   }
   return r;

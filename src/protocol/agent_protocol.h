@@ -147,7 +147,7 @@ struct Work {
   bool empty() const { return launch.empty() && cancel.empty() && logs.empty() && exec.empty(); }
 };
 
-// A task the agent runs (reported when it registers).
+// A task the agent runs, or ran (reported when it registers).
 struct RunningTask {
   int64_t job_id = 0;
   int task_index = 0;
@@ -163,6 +163,11 @@ struct Registration {
   int64_t cpu_milli = 0;
   int64_t memory_mib = 0;
   std::vector<RunningTask> running;
+  // Tasks that ended on this node and whose end the controller has not acknowledged yet
+  // (they ended while no agent watched them, or while the controller was away). Their
+  // events follow the registration; until then the controller must not take them for
+  // tasks the node lost. Optional: a controller that does not know the field ignores it.
+  std::vector<RunningTask> ended;
 };
 
 struct RegistrationReply {

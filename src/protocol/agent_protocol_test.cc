@@ -182,6 +182,35 @@ TEST(ProtocolRegistration, RoundTripsAndNeedsAVersion) {
   EXPECT_NE(b.status().message().find("running[0].attempt"), std::string::npos);
 }
 
+// Issue 25 item 1: the tasks whose ends are still to be reported travel with the
+// registration; a registration without them (an older agent) reads as none.
+TEST(ProtocolRegistration, CarriesTheTasksWhoseEndsAreNotYetReported) {
+  Registration r;
+  r.node = "n1";
+  r.info = SmallNode();
+  r.running = {{7, 0, 1}};
+  r.ended = {{8, 0, 1}, {9, 2, 3}};
+  Json wire = Reparse(EncodeRegistration(r));
+  Result<Registration> back = DecodeRegistration(wire);
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(back->running, r.running);
+  EXPECT_EQ(back->ended, r.ended);
+
+  wire.erase("ended");
+  back = DecodeRegistration(wire);
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_TRUE(back->ended.empty());
+
+  Registration none = r;
+  none.ended.clear();
+  EXPECT_FALSE(Reparse(EncodeRegistration(none)).contains("ended"));
+  wire = Reparse(EncodeRegistration(r));
+  wire["ended"][1]["job_id"] = 0;
+  back = DecodeRegistration(wire);
+  ASSERT_FALSE(back.ok());
+  EXPECT_NE(back.status().message().find("ended[1].job_id"), std::string::npos);
+}
+
 TEST(ProtocolEvents, RoundTripAndNameBadKinds) {
   EventBatch b;
   b.node = "n1";
