@@ -12,8 +12,12 @@ set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
 src=$(cd "$here/../.." && pwd)
+# Both directories made absolute now: later steps run elsewhere (dpkg-shlibdeps in a
+# temporary directory), and `make deb` passes them relative to the source tree.
 build=$(cd "${1:-$src/build/release}" && pwd)
 out=${2:-$build/deb}
+mkdir -p "$out"
+out=$(cd "$out" && pwd)
 
 for tool in dpkg-deb dpkg-shlibdeps dpkg-architecture cmake gzip; do
   if ! command -v "$tool" >/dev/null 2>&1; then
@@ -64,7 +68,12 @@ mkdir "$shl/debian"
 printf 'Source: gpupool\n\nPackage: gpupool\nArchitecture: any\n' >"$shl/debian/control"
 elves=()
 for f in "$stage"/usr/bin/*; do elves+=("-e$f"); done
-depends=$(cd "$shl" && dpkg-shlibdeps -O "${elves[@]}" 2>/dev/null | sed -n 's/^shlibs:Depends=//p')
+if ! shlibs=$(cd "$shl" && dpkg-shlibdeps -O "${elves[@]}" 2>"$shl/errors"); then
+  echo "build-deb: dpkg-shlibdeps failed:" >&2
+  cat "$shl/errors" >&2
+  exit 1
+fi
+depends=$(sed -n 's/^shlibs:Depends=//p' <<<"$shlibs")
 if [ -z "$depends" ]; then
   echo "build-deb: dpkg-shlibdeps found no dependencies" >&2
   exit 1

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# ctest deb_package: builds the .deb from this build with build-deb.sh (what `make deb`
-# runs), then checks it: its contents (binaries, units, conffile, maintainer scripts),
+# ctest deb_package: builds the .deb with `make deb` in a fresh clone of the source tree
+# whose build is this one, then checks it: its contents (binaries, units, conffile, maintainer scripts),
 # that every key documented in the shipped gpupool.conf is one the daemons accept and
 # that the packaged server starts with it, `systemd-analyze verify` on the units (no
 # output allowed: it reports unknown keys and bad values but still exits 0), and lintian
@@ -13,11 +13,11 @@ here=$(cd "$(dirname "$0")" && pwd)
 build=$(cd "$1" && pwd)
 
 missing=()
-for tool in dpkg-deb dpkg-shlibdeps lintian systemd-analyze; do
+for tool in dpkg-deb dpkg-shlibdeps lintian systemd-analyze git make; do
   command -v "$tool" >/dev/null 2>&1 || missing+=("$tool")
 done
 if [ ${#missing[@]} -gt 0 ]; then
-  echo "SKIP: ${missing[*]} missing: apt-get install dpkg-dev lintian systemd"
+  echo "SKIP: ${missing[*]} missing: apt-get install dpkg-dev lintian systemd git make"
   exit 77
 fi
 
@@ -34,9 +34,43 @@ fail() {
 }
 
 start=$(date +%s)
-deb=$(bash "$here/build-deb.sh" "$build" "$tmp/out" | tail -n 1)
-[ -f "$deb" ] || fail "build-deb.sh made no package"
-echo "built $deb ($(($(date +%s) - start)) s)"
+src=$(cd "$here/../.." && pwd)
+if git -C "$src" rev-parse --verify -q HEAD >/dev/null 2>&1; then
+  # `make deb` as it runs in a fresh clone (issue 25.5: the Makefile passes directories
+  # relative to the clone's root). The clone is this tree's HEAD plus its uncommitted
+  # changes to tracked files (what is under test). Its build/release holds links to this
+  # build's entries, so the package is made from this build into the clone's own
+  # build/release/deb, and `-o build` takes that build as made: compiling the clone again
+  # would cost CI (2 cores) most of the suite's time and test nothing of packaging.
+  clone="$tmp/clone"
+  git clone -q "$src" "$clone" || fail "git clone $src failed"
+  git -C "$clone" checkout -q --detach "$(git -C "$src" rev-parse HEAD)" ||
+    fail "the clone lacks $src's HEAD"
+  git -C "$src" diff --binary HEAD >"$tmp/changes.diff"
+  if [ -s "$tmp/changes.diff" ]; then
+    git -C "$clone" apply --binary "$tmp/changes.diff" || fail "the uncommitted changes do not apply to a clone"
+  fi
+  mkdir -p "$clone/build/release"
+  for entry in "$build"/*; do
+    [ "$(basename "$entry")" = deb ] || ln -s "$entry" "$clone/build/release/"
+  done
+  if ! (cd "$clone" && env -u MAKEFLAGS -u MAKELEVEL -u MFLAGS make -o build deb) \
+    >"$tmp/make-deb.log" 2>&1; then
+    cat "$tmp/make-deb.log" >&2
+    fail "make deb in a fresh clone failed"
+  fi
+  debs=("$clone"/build/release/deb/gpupool_*.deb)
+  [ ${#debs[@]} -eq 1 ] && [ -f "${debs[0]}" ] || fail "make deb made no package in build/release/deb"
+  deb=${debs[0]}
+  [ "$(tail -n 1 "$tmp/make-deb.log")" = "$deb" ] ||
+    fail "make deb's last line is not the package's path: $(tail -n 1 "$tmp/make-deb.log")"
+  echo "built $deb with make deb in a fresh clone ($(($(date +%s) - start)) s)"
+else
+  # A source tree that is no git checkout (a release tarball): the script alone.
+  deb=$(bash "$here/build-deb.sh" "$build" "$tmp/out" | tail -n 1)
+  [ -f "$deb" ] || fail "build-deb.sh made no package"
+  echo "built $deb with build-deb.sh ($(($(date +%s) - start)) s; $src is no git checkout)"
+fi
 
 # Contents.
 contents=$(dpkg-deb -c "$deb" | awk '{print $1, $NF}')

@@ -178,7 +178,8 @@ HttpResponse MethodNotAllowed(const HttpRequest& r) {
 
 // The parameters a path gave a route's pattern.
 struct PathParams {
-  int64_t id = 0;                                               // {id}
+  int64_t id = 0;    // {id}
+  int element = -1;  // {id} of a job route given as ARRAY_INDEX: INDEX, and id is ARRAY
   std::vector<std::pair<std::string_view, std::string>> named;  // the others
 };
 
@@ -213,9 +214,17 @@ bool MatchPath(std::string_view pattern, std::string_view path, PathParams* para
     } else if (value.empty()) {
       return false;
     } else if (const std::string_view name = seg.substr(1, seg.size() - 2); name == "id") {
-      const std::optional<int64_t> id = ParseInt64(value);
+      // A job's {id} may name an element of an array as `gpupool queue` prints it,
+      // ARRAY_INDEX (12_3).
+      const size_t us = pattern.starts_with("/v1/jobs/") ? value.find('_') : value.npos;
+      const std::optional<int64_t> id = ParseInt64(value.substr(0, us));
       if (!id || *id <= 0) return false;
       out.id = *id;
+      if (us != value.npos) {
+        const std::optional<int64_t> index = ParseInt64(value.substr(us + 1));
+        if (!index || *index < 0 || *index > jobs::kMaxArrayIndex) return false;
+        out.element = static_cast<int>(*index);
+      }
       rank->push_back(1);
     } else {
       out.named.emplace_back(name, std::string(value));
@@ -394,6 +403,8 @@ struct Api::Call {
   const Identity& who;
   const Caller& caller;
   int64_t id = 0;  // {id}: a job's or an exec session's
+  // {id} given as ARRAY_INDEX (12_3): INDEX; id is then that element's job id.
+  int element = -1;
   std::vector<std::pair<std::string_view, std::string>> params;  // the other parameters
 
   const std::string& Param(std::string_view name) const {
@@ -496,8 +507,14 @@ HttpResponse Api::Route(const HttpRequest& r, const Identity& who) {
   }
   if (route == nullptr) return NoRoute(r, path_known);
   const int64_t start_us = clock_->MonotonicMicros();
-  HttpResponse answer =
-      (this->*route->handler)(Call{r, who, who.caller, params.id, std::move(params.named)});
+  Call call{r, who, who.caller, params.id, -1, std::move(params.named)};
+  if (params.element >= 0) {  // ARRAY_INDEX: the element's own job id
+    Result<int64_t> id = controller_->ArrayElementId(params.id, params.element, who.caller);
+    if (!id.ok()) return ErrorResponse(id.status());
+    call.id = *id;
+    call.element = params.element;
+  }
+  HttpResponse answer = (this->*route->handler)(call);
   if (!MayBlock(r)) {  // long polls would say how long clients chose to wait
     std::string pattern(route->pattern);
     for (size_t at; (at = pattern.find("...}")) != std::string::npos;) pattern.erase(at, 3);
@@ -752,36 +769,40 @@ HttpResponse Api::RevokeToken(const Call& c) {
                       {{"revoked", {{"id", TokenId(*t)}, {"user", t->user}, {"kind", t->kind}}}});
 }
 
-// POST /v1/jobs/ID/cancel: one job; ?element=N: element N of array ID; the head of an
-// array (its first element, whose id is the array's): every element still queued or
-// running.
+// POST /v1/jobs/ID/cancel: one job. The id of an array (its first element's) cancels
+// every element still queued or running; ARRAY_INDEX (or ?element=INDEX, from older
+// clients) one element.
 HttpResponse Api::CancelJobOrArray(const Call& c) {
   const HttpRequest& r = c.r;
   const Caller& caller = c.caller;
   int64_t id = c.id;
-  if (!r.Query("element").empty()) {
+  bool element = c.element >= 0;
+  if (!element && !r.Query("element").empty()) {
     Result<int64_t> index = QueryInt(r, "element", 0, 0, jobs::kMaxArrayIndex);
     if (!index.ok()) return ErrorResponse(index.status());
-    std::vector<int64_t> ids = controller_->ArrayElements(id, static_cast<int>(*index));
-    if (ids.empty()) {
-      Result<jobs::Job> head = controller_->Get(id, caller);  // 404 / 403 first
-      if (!head.ok()) return ErrorResponse(head.status());
-      return ErrorResponse(Status::NotFound("array " + std::to_string(id) + " has no element " +
-                                            std::to_string(*index) + " still queued or running"));
+    Result<int64_t> e = controller_->ArrayElementId(id, static_cast<int>(*index), caller);
+    if (!e.ok()) return ErrorResponse(e.status());
+    id = *e;
+    element = true;
+  }
+  if (!element) {
+    Result<jobs::Job> j = controller_->Get(id, caller);
+    if (!j.ok()) return ErrorResponse(j.status());
+    if (j->array_id == id) {
+      Result<ArrayCancelled> a = controller_->CancelArray(id, caller);
+      if (!a.ok()) return ErrorResponse(a.status());
+      return JsonResponse(200, {{"job", jobs::JobToJson(a->head)},
+                                {"array_cancelled", a->queued + a->running},
+                                {"array",
+                                 {{"id", id},
+                                  {"elements", a->elements},
+                                  {"queued", a->queued},
+                                  {"running", a->running}}}});
     }
-    id = ids.front();
   }
   Result<jobs::Job> j = controller_->Cancel(id, caller);
   if (!j.ok()) return ErrorResponse(j.status());
-  OrderedJson answer = {{"job", jobs::JobToJson(*j)}};
-  if (r.Query("element").empty() && j->array_id == id) {
-    int cancelled = 1;
-    for (int64_t other : controller_->ArrayElements(id)) {
-      if (other != id && controller_->Cancel(other, caller).ok()) ++cancelled;
-    }
-    answer["array_cancelled"] = cancelled;
-  }
-  return JsonResponse(200, answer);
+  return JsonResponse(200, {{"job", jobs::JobToJson(*j)}});
 }
 
 HttpResponse Api::Submit(const Call& c) {

@@ -334,26 +334,107 @@ TEST_F(ApiAccessTest, ArraysAreCancelledWholeOrByElement) {
   ASSERT_EQ(sub.status, 201) << sub.body;
   const Json head = ParseJson(sub.body, "answer").value()["job"];
   const int64_t id = head["id"].get<int64_t>();
+  const std::string array = std::to_string(id);
   EXPECT_EQ(head["array_id"], id);
-  const std::string cancel = "/v1/jobs/" + std::to_string(id) + "/cancel";
+  const std::string cancel = "/v1/jobs/" + array + "/cancel";
   EXPECT_EQ(AsUid(user_uid_ + 1, "POST", cancel, {{"element", "3"}}).status, 403);
-  net::HttpResponse r = AsUid(user_uid_, "POST", cancel, {{"element", "3"}});
+  net::HttpResponse r = AsUid(user_uid_, "POST", cancel, {{"element", "3"}});  // older clients
   ASSERT_EQ(r.status, 200) << r.body;
   EXPECT_EQ(ParseJson(r.body, "answer").value()["job"]["array_index"], 3);
   EXPECT_EQ(controller_->ArrayElements(id).size(), 4u);
   r = AsUid(user_uid_, "POST", cancel, {{"element", "3"}});
-  EXPECT_EQ(r.status, 404);
-  EXPECT_EQ(Error(r), "array " + std::to_string(id) + " has no element 3 still queued or running");
+  EXPECT_EQ(r.status, 409);
+  EXPECT_TRUE(Error(r).ends_with("has already ended (CANCELLED)")) << Error(r);
   EXPECT_EQ(AsUid(user_uid_, "POST", cancel, {{"element", "x"}}).status, 400);
+  // Issue 25.6: element 0 (whose id is the array's) named as queue prints it, 12_0,
+  // is that element alone; then the array's id still cancels the rest, although its
+  // first element has ended.
+  r = AsUid(user_uid_, "POST", "/v1/jobs/" + array + "_0/cancel");
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_FALSE(ParseJson(r.body, "answer").value().contains("array_cancelled"));
+  EXPECT_EQ(ParseJson(r.body, "answer").value()["job"]["state"], "CANCELLED");
+  EXPECT_EQ(controller_->ArrayElements(id).size(), 3u);
   r = AsUid(user_uid_, "POST", cancel);
   ASSERT_EQ(r.status, 200) << r.body;
-  EXPECT_EQ(ParseJson(r.body, "answer").value()["array_cancelled"], 4);
+  const Json answer = ParseJson(r.body, "answer").value();
+  EXPECT_EQ(answer["array_cancelled"], 3);
+  EXPECT_EQ(answer["array"],
+            Json::parse(R"({"id": )" + array + R"(, "elements": 5, "queued": 3, "running": 0})"));
   EXPECT_TRUE(controller_->ArrayElements(id).empty());
+  r = AsUid(user_uid_, "POST", cancel);
+  EXPECT_EQ(r.status, 409);
+  EXPECT_EQ(Error(r),
+            "array " + array + " has already ended: none of its 5 elements is queued or running");
   // Submissions cannot claim to be an element of someone's array.
   EXPECT_EQ(AsUid(user_uid_, "POST", "/v1/jobs", {},
                   R"({"command": ["true"], "workdir": "/", "array_id": 1})")
                 .status,
             400);
+}
+
+// Issue 25.6: every job route takes an array's element as `gpupool queue` prints it,
+// ARRAY_INDEX, whatever the element's state; one the array lacks is 404 naming it.
+TEST_F(ApiAccessTest, JobRoutesTakeArrayIndexIds) {
+  net::HttpResponse sub =
+      AsUid(user_uid_, "POST", "/v1/jobs", {},
+            R"({"command": ["true"], "workdir": "/", "array": "1-7:3", "request": {"gpus": 0}})");
+  ASSERT_EQ(sub.status, 201) << sub.body;
+  const int64_t id = ParseJson(sub.body, "answer").value()["job"]["id"].get<int64_t>();
+  const std::string array = std::to_string(id);
+  const std::string plain = std::to_string(
+      ParseJson(AsUid(user_uid_, "POST", "/v1/jobs", {},
+                      R"({"command": ["true"], "workdir": "/", "request": {"gpus": 0}})")
+                    .body,
+                "answer")
+          .value()["job"]["id"]
+          .get<int64_t>());
+  auto index_of = [](const net::HttpResponse& r) {
+    return ParseJson(r.body, "answer").value()["job"].value("array_index", -1);
+  };
+  net::HttpResponse r = AsUid(user_uid_, "GET", "/v1/jobs/" + array + "_4");
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(index_of(r), 4);
+  r = AsUid(user_uid_, "POST", "/v1/jobs/" + array + "_7/hold");
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(index_of(r), 7);
+  r = AsUid(user_uid_, "POST", "/v1/jobs/" + array + "_7/release");
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(AsUid(user_uid_, "POST", "/v1/jobs/" + array + "_4/cancel").status, 200);
+  // Ended: still found (from the store).
+  r = AsUid(user_uid_, "GET", "/v1/jobs/" + array + "_4");
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(index_of(r), 4);
+  EXPECT_EQ(ParseJson(r.body, "answer").value()["job"]["state"], "CANCELLED");
+  r = AsUid(user_uid_, "GET", "/v1/jobs/" + array + "_4/logs");
+  EXPECT_EQ(r.status, 200) << r.body;
+  r = AsUid(user_uid_, "POST", "/v1/jobs/" + array + "_1/exec", {},
+            R"({"task": 0, "argv": ["true"]})");
+  EXPECT_EQ(r.status, 409) << r.body;  // the element has not started: the route took the id
+  EXPECT_EQ(Error(r), "job " + array + " is PENDING; exec runs only in a running job");
+  // What the array lacks, what is no array, what does not exist, whose it is.
+  r = AsUid(user_uid_, "GET", "/v1/jobs/" + array + "_2");
+  EXPECT_EQ(r.status, 404);
+  EXPECT_EQ(Error(r), "array " + array + " has no element 2 (it was submitted with --array 1-7:3)");
+  r = AsUid(user_uid_, "POST", "/v1/jobs/" + plain + "_0/cancel");
+  EXPECT_EQ(r.status, 404);
+  EXPECT_EQ(Error(r),
+            "job " + plain + " is not an array, so it has no element 0; name it " + plain);
+  r = AsUid(user_uid_, "GET", "/v1/jobs/" + std::to_string(id + 1) + "_4/logs");
+  EXPECT_EQ(r.status, 404);
+  EXPECT_EQ(Error(r), "job " + std::to_string(id + 1) + " is not an array but element 4 of array " +
+                          array + ", so it has no element 4; name it " + std::to_string(id + 1) +
+                          " or " + array + "_4");
+  r = AsUid(user_uid_, "POST", "/v1/jobs/999999_1/hold");
+  EXPECT_EQ(r.status, 404);
+  EXPECT_EQ(Error(r), "there is no array 999999 (no job has id 999999), so no element 999999_1");
+  EXPECT_EQ(AsUid(user_uid_ + 1, "GET", "/v1/jobs/" + array + "_1").status, 403);
+  EXPECT_EQ(AsUid(user_uid_ + 1, "GET", "/v1/jobs/" + array + "_4").status, 403);  // ended
+  for (const std::string& bad :
+       std::vector<std::string>{array + "_x", array + "_", array + "_-1", "_1", array + "_1_2"}) {
+    EXPECT_EQ(AsUid(user_uid_, "GET", "/v1/jobs/" + bad).status, 404) << bad;
+  }
+  // Exec sessions have no elements.
+  EXPECT_EQ(AsUid(user_uid_, "GET", "/v1/exec/1_1").status, 404);
 }
 
 TEST_F(ApiAccessTest, BadDependenciesAreRefusedNamingTheField) {

@@ -606,6 +606,102 @@ std::vector<int64_t> Controller::ArrayElements(int64_t array_id, int index) {
   return out;
 }
 
+Result<int64_t> Controller::ArrayElementId(int64_t array_id, int index, const Caller& caller) {
+  {
+    std::lock_guard lock(mu_);
+    for (const auto& [id, job] : active_) {
+      if (job.array_id == array_id && job.array_index == index) {
+        GP_RETURN_IF_ERROR(CheckOwner(job, caller));
+        return id;
+      }
+    }
+  }
+  // Errors name the array and the element (the caller's ARRAY_INDEX), and what to use.
+  const std::string array = std::to_string(array_id);
+  const std::string element = std::to_string(index);
+  Result<Job> head = Get(array_id, caller);
+  if (!head.ok() && head.status().code() == StatusCode::kNotFound) {
+    return Status::NotFound("there is no array " + array + " (no job has id " + array +
+                            "), so no element " + array + "_" + element);
+  }
+  if (!head.ok()) return head.status();
+  if (head->array_id != array_id) {
+    std::string what = "job " + array + " is not an array";
+    std::string use = array;
+    if (head->array_id != 0) {
+      use += " or " + std::to_string(head->array_id) + "_" + std::to_string(head->array_index);
+      what += " but element " + std::to_string(head->array_index) + " of array " +
+              std::to_string(head->array_id);
+    }
+    return Status::NotFound(what + ", so it has no element " + element + "; name it " + use);
+  }
+  // The indices the array was submitted with (ascending, as its elements were stored).
+  std::vector<int> indices;
+  if (Result<jobs::ArraySpec> spec = jobs::ParseArraySpec(head->array); spec.ok()) {
+    indices = std::move(spec->indices);
+  }
+  const auto at = std::find(indices.begin(), indices.end(), index);
+  if (at == indices.end()) {
+    return Status::NotFound("array " + array + " has no element " + element +
+                            " (it was submitted with --array " + head->array + ")");
+  }
+  auto is_it = [&](const Job& j) { return j.array_id == array_id && j.array_index == index; };
+  // Its id when no other job was stored between the array's elements (the usual case):
+  // the array's id plus the element's place in the array.
+  const int64_t guess = array_id + (at - indices.begin());
+  if (Result<Job> j = store_->GetJob(guess); j.ok() && is_it(*j)) {
+    GP_RETURN_IF_ERROR(CheckOwner(*j, caller));
+    return j->id;
+  }
+  store::JobFilter f;
+  f.user = head->user;
+  f.array_id = array_id;
+  GP_ASSIGN_OR_RETURN(std::vector<Job> elements, store_->ListJobs(f));
+  for (const Job& j : elements) {
+    if (is_it(j)) {
+      GP_RETURN_IF_ERROR(CheckOwner(j, caller));
+      return j.id;
+    }
+  }
+  return Status::NotFound("array " + array + " has no element " + element + " stored");
+}
+
+Result<ArrayCancelled> Controller::CancelArray(int64_t array_id, const Caller& caller) {
+  GP_ASSIGN_OR_RETURN(Job head, Get(array_id, caller));
+  if (head.array_id != array_id) {
+    return Status::InvalidArgument("job " + std::to_string(array_id) + " is not an array");
+  }
+  std::vector<std::pair<int64_t, JobState>> elements;  // still queued or running
+  {
+    std::lock_guard lock(mu_);
+    for (const auto& [id, job] : active_) {
+      if (job.array_id == array_id) elements.emplace_back(id, job.state);
+    }
+  }
+  ArrayCancelled out;
+  Result<jobs::ArraySpec> spec = jobs::ParseArraySpec(head.array);
+  out.elements = spec.ok() ? static_cast<int>(spec->indices.size()) : 0;
+  for (const auto& [id, state] : elements) {
+    Result<Job> j = Cancel(id, caller);
+    if (!j.ok() && j.status().code() == StatusCode::kFailedPrecondition) continue;  // ended
+    if (!j.ok()) {
+      return j.status().WithContext("array " + std::to_string(array_id) + " (" +
+                                    std::to_string(out.queued + out.running) +
+                                    " elements cancelled before this one)");
+    }
+    ++(state == JobState::kPending ? out.queued : out.running);
+  }
+  if (out.queued + out.running == 0) {
+    return Status::FailedPrecondition(
+        "array " + std::to_string(array_id) + " has already ended: none of its " +
+        std::to_string(out.elements) + " elements is queued or running");
+  }
+  GP_ASSIGN_OR_RETURN(out.head, Get(array_id, caller));
+  spdlog::info("array {} cancelled by {}: {} queued and {} running elements", array_id, caller.user,
+               out.queued, out.running);
+  return out;
+}
+
 Result<Job> Controller::Hold(int64_t id, const Caller& caller, bool hold) {
   std::unique_lock lock(mu_);
   WaitUntilNotWriting(lock, id);

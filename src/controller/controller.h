@@ -155,6 +155,14 @@ struct NodeView {
   int running_jobs = 0;
 };
 
+// What cancelling a whole array did (Controller::CancelArray).
+struct ArrayCancelled {
+  jobs::Job head;    // its first element (whose id is the array's), as it is now
+  int elements = 0;  // how many the array has
+  int queued = 0;    // pending elements cancelled
+  int running = 0;   // assigned or running elements now being stopped
+};
+
 class Controller {
  public:
   // Loads state from `store`. Both `store` and `clock` must outlive the controller.
@@ -181,6 +189,15 @@ class Controller {
   Result<Limits> SetLimits(Limits limits, const Caller& caller);
   // Ids of the queued or running elements of array `array_id` (all when index < 0).
   std::vector<int64_t> ArrayElements(int64_t array_id, int index = -1);
+  // The job id of element `index` of array `array_id`, in any state: what `gpupool queue`
+  // prints as ARRAY_INDEX (e.g. 12_3). NotFound, naming ARRAY_INDEX and what to use
+  // instead, when `array_id` is no array or the array has no such element; owners and
+  // admins only, as Get.
+  Result<int64_t> ArrayElementId(int64_t array_id, int index, const Caller& caller);
+  // Cancels every element of array `array_id` still queued or running (`gpupool cancel
+  // 12`), and says how many were in each state. FailedPrecondition when none was: the
+  // array has ended. InvalidArgument when `array_id` is no array's id.
+  Result<ArrayCancelled> CancelArray(int64_t array_id, const Caller& caller);
   Result<jobs::Job> Get(int64_t id, const Caller& caller);
   Result<std::vector<jobs::Job>> List(const store::JobFilter& filter, const Caller& caller);
   std::vector<NodeView> Nodes();

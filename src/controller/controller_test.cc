@@ -141,7 +141,17 @@ class GateStore final : public store::Store {
   Status UpdateJob(const Job& job, JobState expected) override {
     return UpdateJobs({{job, expected}});
   }
-  Result<int64_t> InsertJob(const Job& job) override { return inner_->InsertJob(job); }
+  // From now on another job is stored before each element of an array after its first,
+  // as a submission made meanwhile would be: the elements' ids are not consecutive.
+  void InterleaveArrayElements() { interleave_ = true; }
+  Result<int64_t> InsertJob(const Job& job) override {
+    if (interleave_ && job.array_id != 0) {
+      Job other = MakeJob(0);
+      other.user = "carol";
+      GP_RETURN_IF_ERROR(inner_->InsertJob(other).status());
+    }
+    return inner_->InsertJob(job);
+  }
   Result<std::optional<int64_t>> FindSubmitKey(uint32_t uid, std::string_view key) override {
     return inner_->FindSubmitKey(uid, key);
   }
@@ -185,6 +195,7 @@ class GateStore final : public store::Store {
   bool open_ = true;
   JobState gated_ = JobState::kAssigned;
   int held_ = 0;
+  bool interleave_ = false;
 };
 
 // The fixture's controller, restarted on a GateStore over a new in-memory store, with a
@@ -730,6 +741,68 @@ TEST_F(ControllerTest, ArrayElementsRunAtMostTheLimitAtOnce) {
   ASSERT_TRUE(c_->ScheduleOnce().ok());
   EXPECT_EQ(states(), (std::vector<JobState>{JobState::kSucceeded, JobState::kAssigned,
                                              JobState::kAssigned, JobState::kPending}));
+}
+
+// Issue 25.6: an element is found by its ARRAY_INDEX in any state, also when other jobs
+// were stored between the array's elements; cancelling the array after its first element
+// ended cancels the others and says how many were queued and how many running.
+TEST_F(GatedControllerTest, ArrayElementsAreFoundByIndexAndCancelledTogether) {
+  GateStore* g = UseGateStore();
+  g->InterleaveArrayElements();
+  Job j = MakeJob(1);
+  j.array = "0-5:1%3";  // three at once on the two GPUs: 0 and 1 run, the rest wait
+  const Job arr = c_->Submit(j, alice_).value();
+  std::vector<int64_t> ids = c_->ArrayElements(arr.id);
+  ASSERT_EQ(ids.size(), 6u);
+  EXPECT_EQ(ids[1], arr.id + 2);  // a job of carol's came between
+  ASSERT_TRUE(c_->ScheduleOnce().ok());
+  const Job e0 = Get(ids[0]);
+  ASSERT_EQ(e0.state, JobState::kAssigned);
+  ASSERT_TRUE(Apply({Ev(e0, protocol::EventKind::kStarted)}).ok());
+  ASSERT_TRUE(Apply({Ev(e0, protocol::EventKind::kExited, 0)}).ok());
+  ASSERT_TRUE(c_->ScheduleOnce().ok());  // element 2 takes element 0's GPU
+  for (size_t k = 1; k < 3; ++k) {
+    ASSERT_TRUE(Apply({Ev(Get(ids[k]), protocol::EventKind::kStarted)}).ok());
+    ASSERT_EQ(Get(ids[k]).state, JobState::kRunning) << k;
+  }
+
+  for (int index = 0; index < 6; ++index) {
+    Result<int64_t> id = c_->ArrayElementId(arr.id, index, alice_);
+    ASSERT_TRUE(id.ok()) << index << ": " << id.status().ToString();
+    EXPECT_EQ(*id, ids[static_cast<size_t>(index)]) << index;
+  }
+  EXPECT_EQ(c_->ArrayElementId(arr.id, 0, root_).value(), arr.id);  // admins too
+  EXPECT_EQ(c_->ArrayElementId(arr.id, 0, bob_).status().code(), StatusCode::kPermissionDenied);
+  EXPECT_EQ(c_->ArrayElementId(arr.id, 3, bob_).status().code(), StatusCode::kPermissionDenied);
+  Result<int64_t> none = c_->ArrayElementId(arr.id, 6, alice_);
+  EXPECT_EQ(none.status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(none.status().message(), "array " + std::to_string(arr.id) +
+                                         " has no element 6 (it was submitted with --array "
+                                         "0-5:1%3)");
+  EXPECT_EQ(c_->ArrayElementId(arr.id + 1, 0, root_).status().message(),
+            "job " + std::to_string(arr.id + 1) +
+                " is not an array, so it has no element 0; name it " + std::to_string(arr.id + 1));
+
+  Result<ArrayCancelled> cancelled = c_->CancelArray(arr.id, alice_);
+  ASSERT_TRUE(cancelled.ok()) << cancelled.status().ToString();
+  EXPECT_EQ(cancelled->head.id, arr.id);
+  EXPECT_EQ(cancelled->head.state, JobState::kSucceeded);
+  EXPECT_EQ(cancelled->elements, 6);
+  EXPECT_EQ(cancelled->queued, 3);   // 3, 4, 5
+  EXPECT_EQ(cancelled->running, 2);  // 1, 2: being stopped
+  for (size_t k = 3; k < 6; ++k) EXPECT_EQ(Get(ids[k]).state, JobState::kCancelled) << k;
+  for (size_t k = 1; k < 3; ++k) {
+    const Job e = Get(ids[k]);
+    EXPECT_TRUE(e.cancel_requested) << k;
+    ASSERT_TRUE(Apply({Ev(e, protocol::EventKind::kExited, 0)}).ok());
+  }
+  EXPECT_TRUE(c_->ArrayElements(arr.id).empty());
+  Result<ArrayCancelled> again = c_->CancelArray(arr.id, alice_);
+  EXPECT_EQ(again.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(again.status().message(),
+            "array " + std::to_string(arr.id) +
+                " has already ended: none of its 6 elements is queued or running");
+  EXPECT_EQ(c_->CancelArray(arr.id, bob_).status().code(), StatusCode::kPermissionDenied);
 }
 
 TEST_F(ControllerTest, ADependencyOnAnArrayWaitsForEveryElement) {

@@ -178,9 +178,13 @@ class Scenario {
     Expect(409, Root("POST", "/v1/jobs/{id}/attach", "/v1/jobs/" + id + "/attach"));
     Expect(200, Root("POST", "/v1/jobs/{id}/cancel", "/v1/jobs/" + rid + "/cancel"));
 
-    // Hold and release a pending element; cancel the array, then the running job.
+    // Hold and release a pending element, also named as queue prints it (ARRAY_INDEX);
+    // one the array lacks; cancel the array, then the running job.
     Expect(200, Root("POST", "/v1/jobs/{id}/hold", "/v1/jobs/" + head + "/hold"));
     Expect(200, Root("POST", "/v1/jobs/{id}/release", "/v1/jobs/" + head + "/release"));
+    Expect(200, Root("POST", "/v1/jobs/{id}/hold", "/v1/jobs/" + head + "_2/hold"));
+    Expect(200, Root("POST", "/v1/jobs/{id}/release", "/v1/jobs/" + head + "_2/release"));
+    Expect(404, Root("GET", "/v1/jobs/{id}", "/v1/jobs/" + head + "_9"));
     Expect(200, Root("POST", "/v1/jobs/{id}/cancel", "/v1/jobs/" + head + "/cancel"));
     Expect(200, Root("POST", "/v1/jobs/{id}/cancel", "/v1/jobs/" + id + "/cancel"));
     Expect(409, Root("POST", "/v1/jobs/{id}/cancel", "/v1/jobs/" + head + "/cancel"));

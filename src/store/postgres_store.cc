@@ -521,6 +521,11 @@ class PostgresStore final : public Store, private PgSession {
       sql += " AND (end_time_us=0 OR end_time_us>=" + param(std::to_string(filter.ended_after_us)) +
              ")";
     }
+    if (filter.array_id > 0) {
+      // An array's elements come after its first (whose id is the array's).
+      sql += " AND id>=" + param(std::to_string(filter.array_id)) +
+             " AND (body::json->>'array_id')=" + param(std::to_string(filter.array_id));
+    }
     if (filter.limit > 0) {
       sql += " ORDER BY id DESC LIMIT " + param(std::to_string(filter.limit));
     } else {

@@ -273,6 +273,8 @@ class SqliteStore final : public Store {
       sql += ")";
     }
     if (filter.ended_after_us > 0) sql += " AND (end_time_us=0 OR end_time_us>=?3)";
+    // An array's elements come after its first (whose id is the array's).
+    if (filter.array_id > 0) sql += " AND id>=?4 AND json_extract(body,'$.array_id')=?4";
     if (filter.limit > 0) {
       sql += " ORDER BY id DESC LIMIT " + std::to_string(filter.limit);
     } else {
@@ -284,6 +286,7 @@ class SqliteStore final : public Store {
     if (filter.user) s.Bind(1, *filter.user);
     if (filter.node) s.Bind(2, *filter.node);
     if (filter.ended_after_us > 0) s.Bind(3, filter.ended_after_us);
+    if (filter.array_id > 0) s.Bind(4, filter.array_id);
     std::vector<Job> out;
     int rc;
     while ((rc = s.Step()) == SQLITE_ROW) {

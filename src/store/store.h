@@ -26,6 +26,10 @@ struct JobFilter {
   std::optional<std::string> node;     // placed on this node, by any task of a gang
   int64_t ended_after_us = 0;          // terminal jobs ending before this are left out
   size_t limit = 0;                    // 0 = no limit; newest first when limited
+  // Only the elements of this array (jobs whose array_id is this; 0 = any job). Read from
+  // the job bodies of the ids from array_id on: its cost grows with the jobs submitted
+  // since the array, not with the whole table.
+  int64_t array_id = 0;
 };
 
 struct NodeRecord {

@@ -392,6 +392,46 @@ TEST_P(StoreTest, ListFiltersCombine) {
   EXPECT_EQ(store_->ListJobs(states)->size(), 2u);
 }
 
+// JobFilter::array_id lists one array's elements, whatever their state, also where other
+// jobs were stored between them (`gpupool show 12_3` of an ended element).
+TEST_P(StoreTest, AnArraysElementsAreListedByItsId) {
+  auto element = [&](int64_t array_id, int index) {
+    Job j = MakeJob("alice");
+    j.array = "0-2";
+    j.array_index = index;
+    j.array_id = array_id;
+    j.id = store_->InsertJob(j).value();
+    if (array_id == 0) {  // the first element: the array's id is its own
+      j.array_id = j.id;
+      EXPECT_TRUE(store_->UpdateJob(j, JobState::kPending).ok());
+    }
+    return j;
+  };
+  const Job head = element(0, 0);
+  const int64_t other = store_->InsertJob(MakeJob("alice")).value();  // between elements
+  const Job e1 = element(head.id, 1);
+  const Job other_head = element(0, 0);  // another array
+  Job e2 = element(head.id, 2);
+  e2.state = JobState::kCancelled;
+  e2.end_time_us = 100;
+  ASSERT_TRUE(store_->UpdateJob(e2, JobState::kPending).ok());
+
+  JobFilter f;
+  f.array_id = head.id;
+  auto got = store_->ListJobs(f);
+  ASSERT_TRUE(got.ok()) << got.status().ToString();
+  std::vector<std::pair<int64_t, int>> elements;
+  for (const Job& j : *got) elements.emplace_back(j.id, j.array_index);
+  EXPECT_EQ(elements, (std::vector<std::pair<int64_t, int>>{{head.id, 0}, {e1.id, 1}, {e2.id, 2}}));
+  f.states = {JobState::kCancelled};
+  ASSERT_EQ(store_->ListJobs(f)->size(), 1u);
+  f = {};
+  f.array_id = other_head.id;
+  EXPECT_EQ(store_->ListJobs(f)->size(), 1u);
+  f.array_id = other;  // not an array
+  EXPECT_TRUE(store_->ListJobs(f)->empty());
+}
+
 // A gang's tasks run on several nodes: the job is listed under each of them, once.
 TEST_P(StoreTest, GangJobsAreListedUnderEveryNode) {
   auto on = [&](const std::string& node) {

@@ -290,6 +290,65 @@ class PoolTest(unittest.TestCase):
         after = len(call(self.pool.sock, "GET", "/v1/jobs?all=1")[1]["jobs"])
         self.assertEqual(before, after)
 
+    def cli(self, *args):
+        env = dict(os.environ, GPUPOOL_SERVER="unix:" + self.pool.sock)
+        return subprocess.run([GPUPOOL] + list(args), env=env, capture_output=True, text=True,
+                              timeout=60)
+
+    # Issue 25.6: the ids `gpupool queue` prints for an array's elements (ARRAY_INDEX) work
+    # in every command that takes a job id, and cancelling the array after its first
+    # element ended cancels the rest.
+    def test_array_elements_by_the_ids_queue_prints(self):
+        script = "echo element $GPUPOOL_ARRAY_TASK_ID; [ $GPUPOOL_ARRAY_TASK_ID = 0 ] || sleep 60"
+        arr = self.pool.submit(["sh", "-c", script], gpus=1, cpu_milli=100, array="0-5%3")
+
+        def elements():
+            jobs = call(self.pool.sock, "GET", "/v1/jobs?state=PENDING,ASSIGNED,RUNNING,"
+                        "SUCCEEDED,CANCELLED,FAILED")[1]["jobs"]
+            return {j["array_index"]: j for j in jobs if j.get("array_id") == arr}
+
+        # Element 0 ends, which lets element 3 start: 1-3 run, 4 and 5 wait.
+        self.assertEqual(self.pool.wait_state(arr, FINAL)["state"], "SUCCEEDED")
+        self.pool.wait_state(elements()[3]["id"], ("RUNNING",))
+        queue = self.cli("queue")
+        self.assertEqual(queue.returncode, 0, queue.stderr)
+        for shown in ("%d_1" % arr, "%d_3" % arr, "%d_[4-5%%3]" % arr):
+            self.assertIn(shown, queue.stdout)
+
+        r = self.cli("show", "%d_0" % arr)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("element 0 of array %d" % arr, r.stdout)
+        self.assertIn(": SUCCEEDED", r.stdout)
+        r = self.cli("logs", "%d_0" % arr)
+        self.assertEqual((r.returncode, r.stdout), (0, "element 0\n"), r.stderr)
+        r = self.cli("exec", "--job", "%d_2" % arr, "--", "sh", "-c", "echo $GPUPOOL_ARRAY_TASK_ID")
+        self.assertEqual((r.returncode, r.stdout), (0, "2\n"), r.stderr)
+        r = self.cli("hold", "%d_[4-5]" % arr)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(r.stdout, "Held job %d_4\nHeld job %d_5\n" % (arr, arr))
+        self.assertEqual(elements()[5]["held_by"], "root")
+        r = self.cli("release", "%d_5" % arr)
+        self.assertEqual((r.returncode, r.stdout), (0, "Released job %d_5\n" % arr), r.stderr)
+        # An element the array does not have: not found, naming it and what it has.
+        r = self.cli("logs", "%d_9" % arr)
+        self.assertEqual(r.returncode, 3, r.stderr)
+        self.assertEqual(r.stderr, "gpupool: array %d has no element 9 (it was submitted with "
+                         "--array 0-5%%3)\n" % arr)
+
+        r = self.cli("cancel", str(arr))
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(r.stdout, "Cancelled array %d: 2 queued and 3 running elements (the "
+                         "running ones are being stopped; 1 had already ended)\n" % arr)
+        for e in elements().values():
+            self.pool.wait_state(e["id"], FINAL)
+        self.assertEqual({i: e["state"] for i, e in elements().items()},
+                         {0: "SUCCEEDED", 1: "CANCELLED", 2: "CANCELLED", 3: "CANCELLED",
+                          4: "CANCELLED", 5: "CANCELLED"})
+        r = self.cli("cancel", str(arr))
+        self.assertEqual(r.returncode, 1, r.stderr)
+        self.assertIn("array %d has already ended: none of its 6 elements is queued or running"
+                      % arr, r.stderr)
+
     def test_usage_counts_gpu_hours(self):
         jid = self.pool.submit(["sleep", "1"], gpus=2)
         self.pool.wait_state(jid, FINAL)

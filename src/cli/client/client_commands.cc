@@ -7,8 +7,10 @@
 #include <iostream>
 
 #include "cli/client/client_common.h"
+#include "cli/client/json_view.h"
 #include "common/clock.h"
 #include "common/strings.h"
+#include "jobs/job.h"
 
 namespace gpupool::cli {
 
@@ -94,6 +96,63 @@ Result<int64_t> ParseJobId(const std::string& text) {
                                    "': a job id is a positive whole number, e.g. 17");
   }
   return *id;
+}
+
+namespace {
+
+Status BadJobRef(const std::string& text) {
+  return Status::InvalidArgument("job id '" + text +
+                                 "': a job id is a positive whole number, e.g. 17, or "
+                                 "ARRAY_INDEX for an element of an array, e.g. 17_3");
+}
+
+}  // namespace
+
+Result<std::string> ParseJobRef(const std::string& text) {
+  const std::string t(Trim(text));
+  const size_t us = t.find('_');
+  auto id = ParseInt64(t.substr(0, us));
+  if (!id || *id <= 0) return BadJobRef(text);
+  if (us == std::string::npos) return std::to_string(*id);
+  if (t.find('[', us) != std::string::npos) {
+    return Status::InvalidArgument("job id '" + text + "': name one element of array " +
+                                   std::to_string(*id) + ", e.g. " + std::to_string(*id) +
+                                   "_0 (cancel, hold and release take several)");
+  }
+  auto index = ParseInt64(t.substr(us + 1));
+  if (!index || *index < 0 || *index > jobs::kMaxArrayIndex) return BadJobRef(text);
+  return std::to_string(*id) + "_" + std::to_string(*index);
+}
+
+Result<std::vector<std::string>> ParseJobRefs(const std::string& text) {
+  const std::string t(Trim(text));
+  const size_t open = t.find("_[");
+  if (open == std::string::npos) {
+    GP_ASSIGN_OR_RETURN(std::string one, ParseJobRef(text));
+    return std::vector<std::string>{std::move(one)};
+  }
+  GP_ASSIGN_OR_RETURN(std::string array, ParseJobRef(t.substr(0, open)));
+  if (array.find('_') != std::string::npos) return BadJobRef(text);
+  // The indices as queue prints them, and as --array takes them (a %N limit is ignored).
+  Result<jobs::ArraySpec> spec =
+      t.back() == ']' ? jobs::ParseArraySpec(t.substr(open + 2, t.size() - open - 3))
+                      : Result<jobs::ArraySpec>(Status::InvalidArgument("no closing ]"));
+  if (!spec.ok()) {
+    return Status::InvalidArgument(
+        "job id '" + text + "': the elements in brackets are indices as `gpupool queue` " +
+        "prints them, e.g. " + array + "_[0-3,7] (" + spec.status().message() + ")");
+  }
+  std::vector<std::string> out;
+  for (int i : spec->indices) out.push_back(array + "_" + std::to_string(i));
+  return out;
+}
+
+Result<int64_t> ResolveJobId(const ApiClient& api, const std::string& ref) {
+  if (ref.find('_') == std::string::npos) return ParseJobId(ref);
+  GP_ASSIGN_OR_RETURN(ApiAnswer answer, api.Get("/v1/jobs/" + ref));
+  const int64_t id = GetInt(GetObject(answer.json, "job"), "id");
+  if (id <= 0) return Status::Internal("the server's answer for job " + ref + " has no id");
+  return id;
 }
 
 }  // namespace gpupool::cli

@@ -5,6 +5,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "cli/client/api_client.h"
 #include "cli/client/client_commands.h"
@@ -39,6 +40,17 @@ void PrintRaw(const ClientRuntime& rt, const std::string& body);
 
 // A job id from the command line: a positive whole number, else kInvalidArgument.
 Result<int64_t> ParseJobId(const std::string& text);
+// A job as commands name it: its id (17), or an element of an array as `gpupool queue`
+// prints it, ARRAY_INDEX (17_3). Returns it as the API's job routes take it for {id},
+// else kInvalidArgument saying what forms there are.
+Result<std::string> ParseJobRef(const std::string& text);
+// ParseJobRef's forms, and the one `gpupool queue` prints for an array's pending elements,
+// ARRAY_[INDICES] (17_[4-9,12%2]): one reference per element. For commands that take
+// several jobs (cancel, hold, release).
+Result<std::vector<std::string>> ParseJobRefs(const std::string& text);
+// The job id of a reference from ParseJobRef: an element's is asked of the server (once,
+// for commands that then make many requests, such as logs -f).
+Result<int64_t> ResolveJobId(const ApiClient& api, const std::string& ref);
 
 void RegisterSubmitCommand(CLI::App& app, const RuntimePtr& rt);    // submit_command.cc
 void RegisterJobCommands(CLI::App& app, const RuntimePtr& rt);      // job_commands.cc

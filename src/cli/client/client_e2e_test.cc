@@ -520,25 +520,108 @@ TEST_F(ClientE2eTest, ArraysAreSubmittedAndCancelledWholeOrByElement) {
     if (r.path == "/v1/jobs") {
       return JsonAnswer(201, R"({"job": {"id": 12, "array_id": 12, "array": "0-99%10"}})");
     }
-    if (r.path == "/v1/jobs/12/cancel" && r.Query("element").empty()) {
-      return JsonAnswer(200, R"({"job": {"state": "CANCELLED"}, "array_cancelled": 97})");
+    if (r.path == "/v1/jobs/12/cancel") {
+      return JsonAnswer(200, R"({"job": {"state": "SUCCEEDED"}, "array_cancelled": 97,
+        "array": {"id": 12, "elements": 100, "queued": 90, "running": 7}})");
+    }
+    if (r.path == "/v1/jobs/13/cancel") {  // a server older than the "array" field
+      return JsonAnswer(200, R"({"job": {"state": "CANCELLED"}, "array_cancelled": 1})");
     }
     return JsonAnswer(200, R"({"job": {"state": "CANCELLED"}})");
   });
   RunResult r = Run({"submit", "--array", "0-99%10", "--", "true"});
   EXPECT_EQ(r.code, 0) << r.err;
-  EXPECT_EQ(r.out, "Submitted array job 12 (0-99%10; element N is 12_N in queue and cancel)\n");
+  EXPECT_EQ(r.out, "Submitted array job 12 (0-99%10; element N is 12_N)\n");
   EXPECT_NE(Requests()[0].body.find(R"("array":"0-99%10")"), std::string::npos);
   r = Run({"submit", "--array", "0-5000", "--", "true"});
   EXPECT_EQ(r.code, 2);
   EXPECT_NE(r.err.find("--array 0-5000: more than 1000 elements"), std::string::npos) << r.err;
   EXPECT_EQ(Requests().size(), 1u);  // refused before any request
-  r = Run({"cancel", "12_5", "12"});
+  r = Run({"cancel", "12_5", "12", "13", "12_[7-8,10%2]"});
   EXPECT_EQ(r.code, 0) << r.err;
+  // Issue 25.6: how many elements were cancelled in which state, not one ambiguous count.
   EXPECT_EQ(r.out,
-            "Cancelled job 12_5\nCancelled array 12 (97 elements still queued or running)\n");
-  EXPECT_EQ(Requests()[1].Query("element"), "5");
-  EXPECT_EQ(Run({"cancel", "12_x"}).code, 2);
+            "Cancelled job 12_5\n"
+            "Cancelled array 12: 90 queued and 7 running elements (the running ones are being "
+            "stopped; 3 had already ended)\n"
+            "Cancelled array 13 (1 element still queued or running)\n"
+            "Cancelled job 12_7\nCancelled job 12_8\nCancelled job 12_10\n");
+  std::vector<std::string> paths;
+  for (size_t i = 1; i < Requests().size(); ++i) paths.push_back(Requests()[i].path);
+  EXPECT_EQ(paths, (std::vector<std::string>{"/v1/jobs/12_5/cancel", "/v1/jobs/12/cancel",
+                                             "/v1/jobs/13/cancel", "/v1/jobs/12_7/cancel",
+                                             "/v1/jobs/12_8/cancel", "/v1/jobs/12_10/cancel"}));
+  for (const char* bad :
+       {"12_x", "12_", "_5", "12_-1", "12_[x]", "12_[3-1]", "12_[1-2", "12_5_6"}) {
+    r = Run({"cancel", bad});
+    EXPECT_EQ(r.code, 2) << bad;
+    EXPECT_NE(r.err.find(std::string("job id '") + bad + "'"), std::string::npos) << r.err;
+  }
+  EXPECT_EQ(Requests().size(), 7u);  // refused before any request
+}
+
+// Issue 25.6: every command that takes a job id takes an array element as `gpupool queue`
+// prints it, ARRAY_INDEX, and the server's answer for one the array lacks is shown.
+TEST_F(ClientE2eTest, EveryJobCommandTakesAnArrayElementAsQueuePrintsIt) {
+  Serve([](const HttpRequest& r) {
+    if (r.path == "/v1/jobs/12_3") {
+      return JsonAnswer(200, R"({"job": {"id": 15, "state": "SUCCEEDED", "array_id": 12,
+        "array_index": 3, "array": "0-4"}})");
+    }
+    if (r.path == "/v1/jobs/15/logs") {
+      HttpResponse resp;
+      resp.content_type = "text/plain";
+      resp.body = "element 3\n";
+      resp.headers["X-Gpupool-Next-Offset"] = "10";
+      resp.headers["X-Gpupool-Eof"] = "1";
+      return resp;
+    }
+    if (r.path == "/v1/jobs/12_4/exec") return JsonAnswer(404, R"({"error": "stop here"})");
+    if (r.path == "/v1/jobs/12_3/hold" || r.path == "/v1/jobs/12_4/release") {
+      return JsonAnswer(200, R"({"job": {"state": "PENDING"}})");
+    }
+    return JsonAnswer(
+        404, R"js({"error": "array 12 has no element 9 (it was submitted with --array 0-4)"})js");
+  });
+  RunResult r = Run({"show", "12_3"});
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("element 3 of array 12 (0-4)"), std::string::npos) << r.out;
+  r = Run({"logs", "12_3"});
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.out, "element 3\n");
+  r = Run({"hold", "12_3"});
+  EXPECT_EQ(r.out, "Held job 12_3\n") << r.err;
+  r = Run({"release", "12_4"});
+  EXPECT_EQ(r.out, "Released job 12_4\n") << r.err;
+  r = Run({"exec", "--job", "12_4", "--", "true"});
+  EXPECT_EQ(r.code, 3);
+  EXPECT_EQ(r.err, "gpupool: stop here\n");
+  std::vector<std::string> paths;
+  for (const HttpRequest& q : Requests()) paths.push_back(q.method + " " + q.path);
+  EXPECT_EQ(paths,
+            (std::vector<std::string>{"GET /v1/jobs/12_3", "GET /v1/jobs/12_3",
+                                      "GET /v1/jobs/15/logs", "POST /v1/jobs/12_3/hold",
+                                      "POST /v1/jobs/12_4/release", "POST /v1/jobs/12_4/exec"}));
+  for (const char* cmd : {"show", "logs"}) {
+    r = Run({cmd, "12_9"});
+    EXPECT_EQ(r.code, 3) << cmd;
+    EXPECT_EQ(r.err, "gpupool: array 12 has no element 9 (it was submitted with --array 0-4)\n");
+  }
+  r = Run({"cancel", "12_9"});
+  EXPECT_EQ(r.code, 3);
+  EXPECT_EQ(r.err,
+            "gpupool: job 12_9: array 12 has no element 9 (it was submitted with --array 0-4)\n");
+  // A range names several jobs: the commands that take one say so.
+  r = Run({"show", "12_[1-3]"});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(r.err,
+            "gpupool: job id '12_[1-3]': name one element of array 12, e.g. 12_0 (cancel, hold "
+            "and release take several)\n");
+  r = Run({"logs", "x_1"});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(r.err,
+            "gpupool: job id 'x_1': a job id is a positive whole number, e.g. 17, or "
+            "ARRAY_INDEX for an element of an array, e.g. 17_3\n");
 }
 
 TEST_F(ClientE2eTest, LimitsSetChangesOneEntryAndKeepsTheOthers) {

@@ -114,7 +114,7 @@ Status RunExec(const ClientRuntime& rt, const ExecState& s) {
     for (size_t i = 1; i < s.args.size(); ++i) line += (i > 1 ? " " : "") + s.args[i];
     argv = {"/bin/sh", "-c", line};
   }
-  GP_ASSIGN_OR_RETURN(int64_t job, ParseJobId(job_text));
+  GP_ASSIGN_OR_RETURN(std::string job, ParseJobRef(job_text));  // 17, or 12_3 of an array
   body["argv"] = argv;
   if (s.pty || s.stdin_open) {
     body["tty"] = s.pty;
@@ -129,8 +129,7 @@ Status RunExec(const ClientRuntime& rt, const ExecState& s) {
   }
   GP_ASSIGN_OR_RETURN(ApiClient api, Connect(rt, s.conn));
   GP_ASSIGN_OR_RETURN(ApiAnswer started, Retrying([&] {
-                        return api.Post("/v1/jobs/" + std::to_string(job) + "/exec",
-                                        DumpJson(body));
+                        return api.Post("/v1/jobs/" + job + "/exec", DumpJson(body));
                       }));
   const int64_t id = GetInt(started.json, "id");
   if (s.pty || s.stdin_open) {
@@ -212,7 +211,10 @@ void RegisterExecCommand(CLI::App& app, const RuntimePtr& rt) {
   auto s = std::make_shared<ExecState>();
   CLI::App* cmd = app.add_subcommand(
       "exec", "Run a command in a running task of a job, on its node (mpirun's rsh agent)");
-  cmd->add_option("--job", s->job, "the job (default: $GPUPOOL_JOB_ID with HOST CMD...)");
+  cmd->add_option(
+      "--job", s->job,
+      "the job, or ARRAY_INDEX for an array's element (default: $GPUPOOL_JOB_ID with HOST "
+      "CMD...)");
   cmd->add_option("--task", s->task, "which task (default 0, or the task on HOST)")
       ->check(CLI::Range(0, 4095));
   cmd->add_flag("--pty", s->pty,

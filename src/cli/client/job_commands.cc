@@ -57,9 +57,9 @@ struct ShowState {
 };
 
 Status RunShow(const ClientRuntime& rt, const ShowState& s) {
-  GP_ASSIGN_OR_RETURN(int64_t id, ParseJobId(s.id));
+  GP_ASSIGN_OR_RETURN(std::string id, ParseJobRef(s.id));
   GP_ASSIGN_OR_RETURN(ApiClient api, Connect(rt, s.conn));
-  GP_ASSIGN_OR_RETURN(ApiAnswer answer, api.Get("/v1/jobs/" + std::to_string(id)));
+  GP_ASSIGN_OR_RETURN(ApiAnswer answer, api.Get("/v1/jobs/" + id));
   if (s.json) {
     PrintRaw(rt, answer.body);
   } else {
@@ -73,44 +73,56 @@ struct CancelState {
   std::vector<std::string> ids;
 };
 
-// Cancels each job in turn; one failure does not stop the others. The exit code is the
-// first failure's.
-void RunCancel(const ClientRuntime& rt, const CancelState& s) {
-  // "12" is a job (or, for an array's first element, the whole array); "12_5" is element
-  // 5 of array 12.
-  std::vector<std::pair<int64_t, int64_t>> ids;  // (id, element or -1)
-  for (const std::string& text : s.ids) {
-    const size_t us = text.find('_');
-    auto id = ParseJobId(text.substr(0, us));
-    if (!id.ok()) return Report(rt, id.status());
-    int64_t element = -1;
-    if (us != std::string::npos) {
-      auto e = ParseInt64(text.substr(us + 1));
-      if (!e || *e < 0) {
-        return Report(rt, Status::InvalidArgument("job id '" + text +
-                                                  "': an array element is ARRAY_INDEX, e.g. 12_5"));
-      }
-      element = *e;
-    }
-    ids.emplace_back(*id, element);
+// The references of `ids` (ParseJobRefs: an array's range is one per element), in order;
+// kInvalidArgument for the first that is none.
+Result<std::vector<std::string>> JobRefs(const std::vector<std::string>& ids) {
+  std::vector<std::string> out;
+  for (const std::string& text : ids) {
+    GP_ASSIGN_OR_RETURN(std::vector<std::string> refs, ParseJobRefs(text));
+    out.insert(out.end(), refs.begin(), refs.end());
   }
+  return out;
+}
+
+// What cancelling a whole array did, from the server's answer.
+std::string ArrayCancelledText(const std::string& name, const Json& answer) {
+  const Json& a = GetObject(answer, "array");
+  if (a.empty()) {  // a server older than the "array" field
+    const int64_t n = GetInt(answer, "array_cancelled");
+    return "Cancelled array " + name + " (" + std::to_string(n) + " element" + (n == 1 ? "" : "s") +
+           " still queued or running)\n";
+  }
+  const int64_t queued = GetInt(a, "queued");
+  const int64_t running = GetInt(a, "running");
+  const int64_t ended = GetInt(a, "elements") - queued - running;
+  std::string notes;
+  if (running > 0) notes = "the running ones are being stopped";
+  if (ended > 0) {
+    notes += (notes.empty() ? "" : "; ") + std::to_string(ended) + " had already ended";
+  }
+  return "Cancelled array " + name + ": " + std::to_string(queued) + " queued and " +
+         std::to_string(running) + " running element" + (queued + running == 1 ? "" : "s") +
+         (notes.empty() ? "" : " (" + notes + ")") + "\n";
+}
+
+// Cancels each job in turn; one failure does not stop the others. The exit code is the
+// first failure's. "12" is a job, or for an array's id the whole array; "12_5" is element
+// 5 of array 12, "12_[5-7]" elements 5, 6 and 7.
+void RunCancel(const ClientRuntime& rt, const CancelState& s) {
+  auto refs = JobRefs(s.ids);
+  if (!refs.ok()) return Report(rt, refs.status());
   auto api = Connect(rt, s.conn);
   if (!api.ok()) return Report(rt, api.status());
   int first_failure = kExitOk;
-  for (const auto& [id, element] : ids) {
-    const std::string name =
-        std::to_string(id) + (element >= 0 ? "_" + std::to_string(element) : "");
-    auto answer = api->Post("/v1/jobs/" + std::to_string(id) + "/cancel" +
-                                (element >= 0 ? "?element=" + std::to_string(element) : ""),
-                            "");
+  for (const std::string& name : *refs) {
+    auto answer = api->Post("/v1/jobs/" + name + "/cancel", "");
     if (!answer.ok()) {
       Report(rt, answer.status().WithContext("job " + name));
       if (first_failure == kExitOk) first_failure = rt.ctx->exit_code;
       continue;
     }
-    if (const int64_t n = GetInt(answer->json, "array_cancelled"); n > 0) {
-      Print(rt, "Cancelled array " + name + " (" + std::to_string(n) + " element" +
-                    (n == 1 ? "" : "s") + " still queued or running)\n");
+    if (GetInt(answer->json, "array_cancelled") > 0) {
+      Print(rt, ArrayCancelledText(name, answer->json));
       continue;
     }
     const std::string state = GetString(GetObject(answer->json, "job"), "state");
@@ -123,23 +135,19 @@ void RunCancel(const ClientRuntime& rt, const CancelState& s) {
 
 // Holds or releases each job in turn, like RunCancel.
 void RunHold(const ClientRuntime& rt, const CancelState& s, bool hold) {
-  std::vector<int64_t> ids;
-  for (const std::string& text : s.ids) {
-    auto id = ParseJobId(text);
-    if (!id.ok()) return Report(rt, id.status());
-    ids.push_back(*id);
-  }
+  auto refs = JobRefs(s.ids);
+  if (!refs.ok()) return Report(rt, refs.status());
   auto api = Connect(rt, s.conn);
   if (!api.ok()) return Report(rt, api.status());
   int first_failure = kExitOk;
-  for (int64_t id : ids) {
-    auto answer = api->Post("/v1/jobs/" + std::to_string(id) + (hold ? "/hold" : "/release"), "");
+  for (const std::string& name : *refs) {
+    auto answer = api->Post("/v1/jobs/" + name + (hold ? "/hold" : "/release"), "");
     if (!answer.ok()) {
-      Report(rt, answer.status().WithContext("job " + std::to_string(id)));
+      Report(rt, answer.status().WithContext("job " + name));
       if (first_failure == kExitOk) first_failure = rt.ctx->exit_code;
       continue;
     }
-    Print(rt, std::string(hold ? "Held" : "Released") + " job " + std::to_string(id) + "\n");
+    Print(rt, std::string(hold ? "Held" : "Released") + " job " + name + "\n");
   }
   rt.ctx->exit_code = first_failure;
 }
@@ -160,26 +168,30 @@ void RegisterJobCommands(CLI::App& app, const RuntimePtr& rt) {
 
   auto sh = std::make_shared<ShowState>();
   CLI::App* show = app.add_subcommand("show", "Show everything about one job");
-  show->add_option("id", sh->id, "job id")->required();
+  show->add_option("id", sh->id, "job id, or ARRAY_INDEX for an array's element")->required();
   show->add_flag("--json", sh->json, "print the server's JSON");
   AddConnectionOptions(*show, &sh->conn);
   show->callback([rt, sh] { Report(*rt, RunShow(*rt, *sh)); });
 
   auto c = std::make_shared<CancelState>();
   CLI::App* cancel = app.add_subcommand("cancel", "Cancel jobs");
-  cancel->add_option("ids", c->ids, "job ids")->required();
+  cancel
+      ->add_option(
+          "ids", c->ids,
+          "job ids; an array's id cancels all its elements, ARRAY_INDEX or ARRAY_[INDICES] some")
+      ->required();
   AddConnectionOptions(*cancel, &c->conn);
   cancel->callback([rt, c] { RunCancel(*rt, *c); });
 
   auto h = std::make_shared<CancelState>();
   CLI::App* hold = app.add_subcommand(
       "hold", "Keep pending jobs from starting until `gpupool release` (like scontrol hold)");
-  hold->add_option("ids", h->ids, "job ids")->required();
+  hold->add_option("ids", h->ids, "job ids, ARRAY_INDEX or ARRAY_[INDICES]")->required();
   AddConnectionOptions(*hold, &h->conn);
   hold->callback([rt, h] { RunHold(*rt, *h, true); });
   auto rl = std::make_shared<CancelState>();
   CLI::App* release = app.add_subcommand("release", "Let held jobs start again");
-  release->add_option("ids", rl->ids, "job ids")->required();
+  release->add_option("ids", rl->ids, "job ids, ARRAY_INDEX or ARRAY_[INDICES]")->required();
   AddConnectionOptions(*release, &rl->conn);
   release->callback([rt, rl] { RunHold(*rt, *rl, false); });
 }

@@ -26,8 +26,9 @@ Result<bool> JobEnded(const ApiClient& api, int64_t id) {
 }
 
 Status RunLogs(const ClientRuntime& rt, const LogsState& s) {
-  GP_ASSIGN_OR_RETURN(int64_t id, ParseJobId(s.id));
+  GP_ASSIGN_OR_RETURN(std::string ref, ParseJobRef(s.id));
   GP_ASSIGN_OR_RETURN(ApiClient api, Connect(rt, s.conn));
+  GP_ASSIGN_OR_RETURN(int64_t id, ResolveJobId(api, ref));  // an array's element: its id
   const std::string stream = s.stderr_stream ? "stderr" : "stdout";
   int64_t offset = 0;
   bool ending = false;  // the job has ended (no headers): one more read, then stop
@@ -57,7 +58,7 @@ Status RunLogs(const ClientRuntime& rt, const LogsState& s) {
 void RegisterLogsCommand(CLI::App& app, const RuntimePtr& rt) {
   auto s = std::make_shared<LogsState>();
   CLI::App* cmd = app.add_subcommand("logs", "Print a job's output (stdout, or --stderr)");
-  cmd->add_option("id", s->id, "job id")->required();
+  cmd->add_option("id", s->id, "job id, or ARRAY_INDEX for an array's element")->required();
   cmd->add_flag("--stderr", s->stderr_stream, "the job's standard error instead of its output");
   cmd->add_flag("-f,--follow", s->follow, "keep printing new output until the job ends");
   cmd->add_option("--task", s->task, "which task of a multi-task job (default 0)")

@@ -88,7 +88,7 @@ Status RunSubmit(const ClientRuntime& rt, const SubmitState& s, bool after_dashe
     const Json& job = GetObject(answer.json, "job");
     if (GetInt(job, "array_id") == id) {
       Print(rt, "Submitted array job " + std::to_string(id) + " (" + GetString(job, "array") +
-                    "; element N is " + std::to_string(id) + "_N in queue and cancel)\n");
+                    "; element N is " + std::to_string(id) + "_N)\n");
     } else {
       Print(rt, "Submitted job " + std::to_string(id) + "\n");
     }
