@@ -381,6 +381,40 @@ TEST_F(LauncherTest, RunsAsTheSubmittingUserWithPrivateLogs) {
   EXPECT_EQ(st.st_mode & 0777, 0600u);
 }
 
+// Under the daemons' umask 077, a state directory the launcher makes would be 0700 and
+// its jobs could not reach their host file; it is made 0711 (traversable, not listable).
+TEST_F(LauncherTest, AJobOfAnotherUserReadsItsHostFileInAStateDirTheLauncherMade) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root to switch users";
+  struct passwd* pw = ::getpwnam("nobody");
+  if (pw == nullptr) GTEST_SKIP() << "no user 'nobody' on this host";
+  ASSERT_EQ(::chmod(dir_.path().c_str(), 0711), 0);
+  const std::string state = dir_.path() + "/new-state";
+  const mode_t before = ::umask(077);
+  std::unique_ptr<Launcher> launcher = NewProcessLauncher(TestOptions(state));
+  LaunchSpec spec = TestSpec(221, {"sh", "-c", "cat \"$GPUPOOL_HOSTFILE\""});
+  spec.user = "nobody";
+  spec.uid = pw->pw_uid;
+  spec.gid = pw->pw_gid;
+  spec.hostfile = "10.0.0.1 slots=2\n";
+  spec.pool_env["GPUPOOL_HOSTFILE"] = JobDir(state, 221) + "/" + kHostFile;
+  Status st = launcher->Launch(spec);
+  ::umask(before);
+  ASSERT_TRUE(st.ok()) << st.ToString();
+  std::optional<JobEvent> started = WaitForEvent(*launcher, 221, 10'000);
+  ASSERT_TRUE(started.has_value());
+  std::optional<JobEvent> e =
+      started->kind == Kind::kStarted ? WaitForEvent(*launcher, 221, 10'000) : started;
+  ASSERT_TRUE(e.has_value());
+  const std::string dir = JobDir(state, 221);
+  EXPECT_EQ(e->exit_code, 0) << ReadWholeFile(dir + "/" + kStderrFile);
+  EXPECT_EQ(ReadWholeFile(dir + "/" + kStdoutFile), "10.0.0.1 slots=2\n");
+  struct stat sd;
+  ASSERT_EQ(::stat(state.c_str(), &sd), 0);
+  EXPECT_EQ(sd.st_mode & 0777, 0711u);
+  launcher.reset();
+  testing::KillLeftoverJobs(state);
+}
+
 TEST_F(LauncherTest, UserWithoutAccessToWorkdirFails) {
   if (::geteuid() != 0) GTEST_SKIP() << "needs root to switch users";
   struct passwd* pw = ::getpwnam("nobody");

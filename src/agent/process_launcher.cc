@@ -53,16 +53,19 @@ struct Supervised {
   bool our_child = false;  // started by this launcher, so ours to reap
 };
 
-// Creates `path` if needed; `enforce` also resets the mode of an existing directory.
+// Creates `path` if needed, with `mode` whatever the umask (a daemon's 077 would make it
+// 0700, closed to the jobs that read their host file inside); `enforce` also resets the
+// mode of an existing directory.
 Status MakeDir(const std::string& path, mode_t mode, bool enforce = true) {
-  if (::mkdir(path.c_str(), mode) != 0 && errno != EEXIST) {
+  const bool created = ::mkdir(path.c_str(), mode) == 0;
+  if (!created && errno != EEXIST) {
     return Status::Unavailable("cannot create directory '" + path + "': " + std::strerror(errno));
   }
   struct stat st;
   if (::lstat(path.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
     return Status::FailedPrecondition("'" + path + "' is not a directory; remove it");
   }
-  if (enforce) ::chmod(path.c_str(), mode);
+  if (enforce || created) ::chmod(path.c_str(), mode);
   return Status::Ok();
 }
 
@@ -272,8 +275,8 @@ Status ProcessLauncher::Launch(const LaunchSpec& spec, const JobStdio& stdio) {
     }
   } unreserve{this, spec.job_id};
 
-  // STATE/jobs may be traversed by users to reach their own logs, not listed. An existing
-  // STATE keeps the mode its owner gave it.
+  // STATE/jobs may be traversed by users to reach their own files (host file, logs), not
+  // listed. An existing STATE keeps the mode its owner gave it.
   GP_RETURN_IF_ERROR(MakeDir(opt_.state_dir, 0711, /*enforce=*/false));
   GP_RETURN_IF_ERROR(MakeDir(opt_.state_dir + "/jobs", 0711));
   const std::string dir = JobDir(opt_.state_dir, spec.job_id);

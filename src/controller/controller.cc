@@ -1001,14 +1001,39 @@ LaunchOrder Controller::MakeLaunchOrder(const Job& job, size_t task_index) const
   }
   r.master_port = job.master_port;
   const jobs::TaskPlacement& p = job.placement[task_index];
+  // The tasks this launch covers: itself, and in a gang held for mpirun (--mpi, run,
+  // alloc) whose first task on this node it is, the job's other tasks on the node.
+  // mpirun starts all of a node's ranks in one place (itself on task 0's node, its daemon
+  // through `gpupool exec HOST`, which runs in the first task on HOST), so that place
+  // holds all the node's GPUs, as a Slurm step does; the ranks pick theirs by local rank.
+  // Gangs whose every task runs the command (torchrun) keep one GPU set per task.
+  std::vector<size_t> covered = {task_index};
+  const bool held = job.mpi || !job.interactive.empty();
+  bool first_on_node = true;
+  for (size_t t = 0; t < task_index && held; ++t) {
+    if (job.placement[t].node == p.node) first_on_node = false;
+  }
+  if (held && first_on_node) {
+    for (size_t t = task_index + 1; t < job.placement.size(); ++t) {
+      if (job.placement[t].node == p.node) covered.push_back(t);
+    }
+  }
+  if (covered.size() > 1) {
+    for (size_t t : covered) order.node_tasks.push_back(static_cast<int>(t));
+  }
   auto n = nodes_.find(p.node);
   if (n == nodes_.end()) return order;
   for (const gpu::GpuInfo& g : n->second.info.gpus) {
-    const bool granted =
-        std::find(p.gpu_uuids.begin(), p.gpu_uuids.end(), g.uuid) != p.gpu_uuids.end();
-    if (granted) {
-      order.gpus.push_back(
-          {std::string(gpu::VendorName(g.vendor)), g.index, g.uuid, g.device_nodes, p.gpu_milli});
+    int milli = 0;  // the covered tasks' shares of this GPU
+    for (size_t t : covered) {
+      const jobs::TaskPlacement& q = job.placement[t];
+      if (std::find(q.gpu_uuids.begin(), q.gpu_uuids.end(), g.uuid) != q.gpu_uuids.end()) {
+        milli += q.gpu_milli;
+      }
+    }
+    if (milli > 0) {
+      order.gpus.push_back({std::string(gpu::VendorName(g.vendor)), g.index, g.uuid, g.device_nodes,
+                            std::min(milli, 1000)});
     } else {
       for (const std::string& d : g.device_nodes) order.denied_device_nodes.push_back(d);
     }

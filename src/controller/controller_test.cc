@@ -1365,6 +1365,72 @@ TEST_F(GangTest, MpiJobEndsWithTaskZeroAndReleasesTheHeldTasks) {
   EXPECT_EQ(done.exit_code, 0);
 }
 
+// mpirun starts all of a node's ranks in one place: in a gang held for it (--mpi, run,
+// alloc) the first task on each node holds every GPU (and the limits) of the job's tasks
+// there. A gang whose every task runs the command (torchrun) keeps one GPU set per task.
+TEST_F(GangTest, TheFirstTaskOnANodeOfAHeldGangHoldsAllTheGangsGpusThere) {
+  for (const std::string kind : {"mpi", "alloc", "torchrun"}) {
+    SCOPED_TRACE(kind);
+    Job j = MakeJob(1);
+    j.request.tasks = 4;  // 2 nodes of 2 GPUs: two tasks on each
+    j.mpi = kind == "mpi";
+    if (kind == "alloc") {
+      j.interactive = "alloc";
+      j.command.clear();
+    }
+    j = c_->Submit(j, alice_).value();
+    ASSERT_TRUE(c_->ScheduleOnce().ok());
+    j = Get(j.id);
+    ASSERT_EQ(j.state, JobState::kAssigned);
+    std::map<int, LaunchOrder> orders;
+    auto collect = [&] {
+      for (const std::string node : {"n1", "n2"}) {
+        AgentWork w = c_->WaitForWork(node, 0).value();
+        for (LaunchOrder& o : w.launch) {
+          if (o.job.id == j.id) orders[o.task_index] = std::move(o);
+        }
+      }
+    };
+    collect();
+    if (orders.size() < 4) {  // the others wait for task 0's port
+      Event s0 = Ev(j, protocol::EventKind::kStarted, 0, 0);
+      s0.master_port = 41000;
+      ASSERT_TRUE(Apply({s0}, NodeOf(j, 0)).ok());
+      collect();
+    }
+    ASSERT_EQ(orders.size(), 4u);
+    const bool held = kind != "torchrun";
+    for (int t = 0; t < 4; ++t) {
+      SCOPED_TRACE(t);
+      const LaunchOrder& o = orders[t];
+      std::vector<int> on_node;
+      for (int u = 0; u < 4; ++u) {
+        if (NodeOf(j, u) == NodeOf(j, t)) on_node.push_back(u);
+      }
+      ASSERT_EQ(on_node.size(), 2u);
+      std::vector<std::string> gpus;
+      for (const protocol::GpuGrant& g : o.gpus) gpus.push_back(g.uuid);
+      if (held && t == on_node[0]) {
+        EXPECT_EQ(o.node_tasks, on_node);
+        std::vector<std::string> both = j.placement[on_node[0]].gpu_uuids;
+        both.push_back(j.placement[on_node[1]].gpu_uuids.at(0));
+        std::sort(both.begin(), both.end());  // in the node's order
+        EXPECT_EQ(gpus, both);
+        EXPECT_TRUE(o.denied_device_nodes.empty());
+      } else {
+        EXPECT_TRUE(o.node_tasks.empty());
+        EXPECT_EQ(gpus, j.placement[t].gpu_uuids);
+        EXPECT_EQ(o.denied_device_nodes.size(), 1u);
+      }
+    }
+    ASSERT_TRUE(c_->Cancel(j.id, alice_).ok());
+    for (int t = 0; t < 4; ++t) {
+      ASSERT_TRUE(Apply({Exit(j, t, 0, /*cancelled=*/true)}, NodeOf(j, t)).ok());
+    }
+    ASSERT_TRUE(Get(j.id).tasks[3].ended);
+  }
+}
+
 TEST_F(GangTest, LosingOneNodeStopsTheTasksOnTheOthers) {
   Job j = StartBoth(SubmitGang());
   const std::string lost = NodeOf(j, 1);

@@ -156,8 +156,11 @@ void AgentLoop::Launch(const protocol::LaunchOrder& order) {
   spec.argv = job.command;
   spec.env = job.env;
   spec.workdir = job.workdir;
-  spec.cpu_milli = job.request.cpu_milli;
-  spec.memory_bytes = job.request.memory_bytes;
+  // The first task on a node of a gang held for mpirun runs all the node's ranks: the
+  // limits of every task it covers (its GPUs came in the order).
+  const auto covered = static_cast<int64_t>(std::max<size_t>(1, order.node_tasks.size()));
+  spec.cpu_milli = job.request.cpu_milli * covered;
+  spec.memory_bytes = job.request.memory_bytes * static_cast<uint64_t>(covered);
   spec.time_limit_s = job.time_limit_s;
   spec.grace_s = options_.cancel_grace_s;
   spec.image = job.image;
@@ -648,7 +651,13 @@ size_t AgentLoop::TelemetryRound() {
     for (const auto& [key, spec] : specs_) {
       if (agent::FromKey(key).exec_id != 0) continue;
       for (const protocol::GpuGrant& g : spec.gpus) {
-        holders[g.index].push_back({spec.pool_job_id, g.gpu_milli});
+        // Once per job: a node's launch unit holds the GPUs of the job's other tasks there
+        // too (LaunchOrder::node_tasks), and the controller counts each listing.
+        std::vector<protocol::TelemetryJob>& h = holders[g.index];
+        if (std::none_of(h.begin(), h.end(),
+                         [&](const auto& t) { return t.job_id == spec.pool_job_id; })) {
+          h.push_back({spec.pool_job_id, g.gpu_milli});
+        }
       }
     }
   }

@@ -13,6 +13,7 @@
 #include "agent/launcher.h"
 #include "daemon/agent_loop.h"
 #include "net/http_server.h"
+#include "protocol/agent_protocol.h"
 
 namespace gpupool::daemon {
 namespace {
@@ -57,13 +58,19 @@ TEST_F(JobOfProcessTest, FindsTheJobOfV1AndV2CgroupsAndNothingElse) {
   EXPECT_EQ(JobOfProcess(root_.string(), 99), 0);  // gone
 }
 
-// A launcher that runs nothing.
+// A launcher that runs nothing; with `accept` it records what it was asked to launch.
 class IdleLauncher final : public agent::Launcher {
  public:
   using agent::Launcher::Launch;
-  Status Launch(const agent::LaunchSpec&, const agent::JobStdio&) override {
-    return Status::Unavailable("not in this test");
+  Status Launch(const agent::LaunchSpec& spec, const agent::JobStdio&) override {
+    std::lock_guard lock(mu);
+    if (!accept) return Status::Unavailable("not in this test");
+    launched.push_back(spec);
+    return Status::Ok();
   }
+  std::mutex mu;
+  bool accept = false;
+  std::vector<agent::LaunchSpec> launched;
   Status Cancel(int64_t) override { return Status::NotFound("none"); }
   std::vector<agent::JobEvent> Poll() override { return {}; }
   std::vector<agent::JobEvent> Wait(int timeout_ms) override {
@@ -125,7 +132,8 @@ class TelemetryAgentTest : public JobOfProcessTest {
         } else {
           std::this_thread::sleep_for(std::chrono::milliseconds(20));
         }
-        a.body = "{}";
+        a.body = work_.empty() ? "{}" : std::move(work_);
+        work_.clear();
       } else {
         a.body = R"({"ok": true})";
       }
@@ -180,6 +188,7 @@ class TelemetryAgentTest : public JobOfProcessTest {
   std::condition_variable released_;
   int posts_ = 0;
   std::vector<protocol::GpuTelemetry> received_;
+  std::string work_;  // the next poll's answer
 };
 
 // Stopping the agent does not wait for the controller to answer its long poll (it used
@@ -243,6 +252,70 @@ TEST_F(TelemetryAgentTest, BatchesGoToA13ControllerAndWaitWhileItIsAway) {
   std::lock_guard lock(mu_);
   ASSERT_EQ(received_.size(), 3u);  // the two kept rounds and this one, in one batch
   EXPECT_LT(received_[0].at_ms, received_[2].at_ms);
+}
+
+// The first task on a node of an --mpi gang covers the job's other task there
+// (LaunchOrder::node_tasks): its GPUs came in the order, its limits are both tasks'. The
+// GPU the two specs share is one job's, listed once: the controller counts each listing.
+TEST_F(TelemetryAgentTest, ANodesLaunchUnitTakesItsTasksLimitsAndListsItsJobOncePerGpu) {
+  {
+    std::lock_guard lock(launcher_.mu);
+    launcher_.accept = true;
+  }
+  protocol::Work work;
+  protocol::LaunchOrder unit;
+  unit.job.id = 7;
+  unit.job.user = "alice";
+  unit.job.command = {"mpirun", "true"};
+  unit.job.mpi = true;
+  unit.job.request.tasks = 2;
+  unit.job.request.gpus = 1;
+  unit.job.request.cpu_milli = 1500;
+  unit.job.request.memory_bytes = uint64_t{3} << 30;
+  unit.task_index = 0;
+  unit.gpus = {{"nvidia", 0, "GPU-0", {}, 1000}, {"nvidia", 1, "GPU-1", {}, 1000}};
+  unit.rendezvous = {0, 2, {"h", "h"}, {1, 1}, 0};
+  unit.node_tasks = {0, 1};
+  protocol::LaunchOrder held = unit;
+  held.task_index = 1;
+  held.gpus = {{"nvidia", 0, "GPU-0", {}, 1000}};  // task 1 was given GPU 0, task 0 GPU 1
+  held.denied_device_nodes = {"/dev/nvidia1"};
+  held.rendezvous.task_index = 1;
+  held.node_tasks.clear();
+  work.launch = {unit, held};
+  {
+    std::lock_guard lock(mu_);
+    work_ = DumpJson(protocol::EncodeWork(work));
+  }
+  Start(3);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (std::chrono::steady_clock::now() < deadline) {
+    {
+      std::lock_guard lock(launcher_.mu);
+      if (launcher_.launched.size() == 2) break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  {
+    std::lock_guard lock(launcher_.mu);
+    ASSERT_EQ(launcher_.launched.size(), 2u);
+    for (const agent::LaunchSpec& spec : launcher_.launched) {
+      SCOPED_TRACE(spec.task_index);
+      const int64_t tasks = spec.task_index == 0 ? 2 : 1;
+      EXPECT_EQ(spec.cpu_milli, 1500 * tasks);
+      EXPECT_EQ(spec.memory_bytes, (uint64_t{3} << 30) * static_cast<uint64_t>(tasks));
+      EXPECT_EQ(spec.gpus.size(), static_cast<size_t>(tasks));
+      const std::vector<std::string> held_argv = {"sleep", "infinity"};
+      EXPECT_EQ(spec.argv, spec.task_index == 0 ? unit.job.command : held_argv);
+    }
+  }
+  while (loop_->TelemetryRound() != 0 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  std::lock_guard lock(mu_);
+  ASSERT_FALSE(received_.empty());
+  ASSERT_EQ(received_.back().jobs.size(), 1u);  // GPU 0: in both specs, one job
+  EXPECT_EQ(received_.back().jobs[0].job_id, 7);
 }
 
 }  // namespace

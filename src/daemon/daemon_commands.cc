@@ -580,14 +580,55 @@ void SetContainerOptions(const ContainerSetup& c, AgentLoopOptions* ao) {
   ao->cdi_error = c.cdi_error;
 }
 
-// A job reads files of its own in its job directory (the host file): every directory on
-// the way must let it through. 0711: traversable, not listable; what is inside keeps its
-// own mode (node token 0600, job directories 0711, their files the job's).
-void OpenAgentStateDir(const std::string& dir) {
-  if (::chmod(dir.c_str(), 0711) != 0) {
-    spdlog::warn("cannot make '{}' traversable (0711): {}; jobs cannot read their host file", dir,
-                 std::strerror(errno));
+// A job reads a file of its own in its job directory (its host file, GPUPOOL_HOSTFILE) by
+// path, as its user: every directory on the way must let it through, whatever mode it
+// had or was made with (the daemons' umask 077 makes a new one 0700). The state directory,
+// when it is the daemon's own, gets execute (traverse) for all added and nothing taken
+// away (so a shared one such as /tmp keeps its 1777; a new one becomes 0711); STATE/agent
+// is 0711: traversable, not listable. What is inside keeps its own mode (node token 0600,
+// job directories 0711, their spec and status 0600 root's, the host file and logs 0600
+// the job user's). Returns STATE/agent.
+Result<std::string> OpenAgentStateDir(const std::string& state_dir) {
+  std::error_code ec;
+  fs::create_directories(state_dir, ec);
+  if (ec) {
+    return Status::Unavailable("cannot create the state directory '" + state_dir +
+                               "': " + ec.message() + ": pass a writable --state-dir");
   }
+  struct stat st {};
+  if (::stat(state_dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
+    return Status::FailedPrecondition("the state directory '" + state_dir + "' is not a directory");
+  }
+  if (st.st_uid == ::geteuid() && (st.st_mode & 0111) != 0111 &&
+      ::chmod(state_dir.c_str(), (st.st_mode & 07777) | 0111) != 0) {
+    return Status::Unavailable("cannot make the state directory '" + state_dir +
+                               "' traversable (chmod a+x): " + std::strerror(errno));
+  }
+  const std::string dir = state_dir + "/agent";
+  if (::mkdir(dir.c_str(), 0711) != 0 && errno != EEXIST) {
+    return Status::Unavailable("cannot create '" + dir + "': " + std::strerror(errno));
+  }
+  if (::chmod(dir.c_str(), 0711) != 0) {
+    return Status::Unavailable("cannot make '" + dir +
+                               "' traversable (chmod 0711): " + std::strerror(errno));
+  }
+  // Jobs run as other users only under a root agent. A directory on the way that they
+  // cannot pass and that is not ours to change is named.
+  const fs::path absolute = fs::absolute(dir, ec);
+  fs::path prefix;
+  for (const fs::path& part : absolute) {
+    prefix /= part;
+    struct stat up {};
+    if (::geteuid() == 0 && ::stat(prefix.c_str(), &up) == 0 && (up.st_mode & S_IXOTH) == 0) {
+      spdlog::warn(
+          "'{}' (mode {:o}) does not let other users through: jobs of users other than root "
+          "cannot read their host file (GPUPOOL_HOSTFILE) under '{}'; chmod o+x it or choose "
+          "another --state-dir",
+          prefix.string(), up.st_mode & 07777, dir);
+      break;
+    }
+  }
+  return dir;
 }
 
 void WaitForStop() {
@@ -691,9 +732,12 @@ void RegisterDaemonCommands(CLI::App& app, cli::CommandContext& ctx) {
     net::ServerAddress addr;
     addr.kind = net::ServerAddress::Kind::kUnix;
     addr.path = f.state_dir + "/gpupool.sock";
+    if (Result<std::string> agent_dir = OpenAgentStateDir(f.state_dir); !agent_dir.ok()) {
+      ctx.exit_code = Fail(agent_dir.status());
+      return;
+    }
     ContainerSetup containers = SetUpContainers(
         node->node, *up_container, node->stand_in || !up_fake->empty(), f.state_dir + "/agent");
-    OpenAgentStateDir(f.state_dir + "/agent");
     std::unique_ptr<agent::Launcher> launcher =
         MakeLauncher(f.state_dir + "/agent", containers.container);
     AgentLoopOptions ao;
@@ -851,11 +895,13 @@ void RegisterDaemonCommands(CLI::App& app, cli::CommandContext& ctx) {
       ctx.exit_code = Fail(node.status());
       return;
     }
-    const std::string state =
-        (af->state_dir.empty() ? DefaultStateDir() : af->state_dir) + "/agent";
-    std::error_code ec;
-    fs::create_directories(state, ec);
-    OpenAgentStateDir(state);
+    Result<std::string> agent_dir =
+        OpenAgentStateDir(af->state_dir.empty() ? DefaultStateDir() : af->state_dir);
+    if (!agent_dir.ok()) {
+      ctx.exit_code = Fail(agent_dir.status());
+      return;
+    }
+    const std::string state = *agent_dir;
     ContainerSetup containers =
         SetUpContainers(node->node, *agent_container, !af->fake.empty(), state);
     std::unique_ptr<agent::Launcher> launcher = MakeLauncher(state, containers.container);

@@ -356,6 +356,7 @@ OrderedJson EncodeLaunchOrder(const LaunchOrder& o) {
   j["gpus"] = std::move(gpus);
   j["denied_device_nodes"] = o.denied_device_nodes;
   j["rendezvous"] = EncodeRendezvous(o.rendezvous);
+  if (o.node_tasks.size() > 1) j["node_tasks"] = o.node_tasks;
   return j;
 }
 
@@ -368,6 +369,8 @@ Result<LaunchOrder> DecodeLaunchOrder(const Json& j, std::string_view path_view)
   const Json* gpus = f.Array("gpus");
   f.Optional("denied_device_nodes", &o.denied_device_nodes);
   const Json* rdzv = f.Member("rendezvous");
+  GP_RETURN_IF_ERROR(
+      CheckIntArray(f, "node_tasks", f.Array("node_tasks"), 0, kMaxTasks - 1, &o.node_tasks));
   GP_RETURN_IF_ERROR(f.Finish());
   if (job == nullptr) return Status::InvalidArgument(path + ".job: required");
   GP_ASSIGN_OR_RETURN(o.job, jobs::JobFromJson(*job, path + ".job", /*reject_unknown=*/false));
@@ -386,6 +389,19 @@ Result<LaunchOrder> DecodeLaunchOrder(const Json& j, std::string_view path_view)
   }
   if (o.rendezvous.task_index != o.task_index) {
     return Status::InvalidArgument(path + ".rendezvous.task_index: differs from task_index");
+  }
+  if (!o.node_tasks.empty()) {
+    // This task first, then other tasks of the job, each once.
+    std::vector<int> seen = o.node_tasks;
+    std::sort(seen.begin(), seen.end());
+    if (o.node_tasks.front() != o.task_index ||
+        std::adjacent_find(seen.begin(), seen.end()) != seen.end() ||
+        seen.back() >= o.rendezvous.num_tasks) {
+      return Status::InvalidArgument(
+          path +
+          ".node_tasks: expected this task's index first, then distinct task indices below " +
+          std::to_string(o.rendezvous.num_tasks));
+    }
   }
   return o;
 }

@@ -80,9 +80,15 @@ struct Rendezvous {
 struct LaunchOrder {
   jobs::Job job;
   int task_index = 0;
-  std::vector<GpuGrant> gpus;                    // this task's GPUs on this node
+  std::vector<GpuGrant> gpus;                    // the launch's GPUs on this node
   std::vector<std::string> denied_device_nodes;  // device nodes of every other GPU
   Rendezvous rendezvous;
+  // The tasks of the job on this node whose allocations this launch covers, this task
+  // first; empty: this task only. In a gang held for mpirun (--mpi, run, alloc) the first
+  // task on a node is that node's launch unit: `gpus` are every co-located task's GPUs,
+  // and its CPU and memory limits are node_tasks.size() times the job's per-task request
+  // (mpirun starts all the node's ranks in it). The other tasks there hold their own.
+  std::vector<int> node_tasks;
   friend bool operator==(const LaunchOrder&, const LaunchOrder&) = default;
 };
 

@@ -118,6 +118,31 @@ TEST(ProtocolWork, ABadOrderIsRejectedAloneAndNamesItsField) {
       << w->rejected[0].error;
 }
 
+TEST(ProtocolWork, ANodesLaunchUnitNamesItsTasksThisOneFirst) {
+  LaunchOrder unit = SampleOrder();
+  unit.task_index = 0;
+  unit.rendezvous = {0, 3, {"10.0.0.1", "10.0.0.2", "10.0.0.1"}, {1, 1, 1}, 0};
+  unit.node_tasks = {0, 2};
+  Result<Work> back = DecodeWork(Reparse(EncodeWork({{unit, SampleOrder()}, {}, {}, {}, {}})));
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  ASSERT_EQ(back->launch.size(), 2u);
+  EXPECT_EQ(back->launch[0], unit);
+  EXPECT_TRUE(back->launch[1].node_tasks.empty());  // not sent for a task of its own
+  EXPECT_FALSE(
+      Reparse(EncodeWork({{SampleOrder()}, {}, {}, {}, {}}))["launch"][0].contains("node_tasks"));
+  for (const Json& bad : {Json::array({2, 0}), Json::array({0, 0}), Json::array({0, 3}),
+                          Json::array({0, -1}), Json::array({0, "2"}), Json("0,2")}) {
+    SCOPED_TRACE(bad.dump());
+    Json j = Reparse(EncodeWork({{unit}, {}, {}, {}, {}}));
+    j["launch"][0]["node_tasks"] = bad;
+    Result<Work> w = DecodeWork(j);
+    ASSERT_TRUE(w.ok()) << w.status().ToString();
+    ASSERT_EQ(w->rejected.size(), 1u);
+    EXPECT_NE(w->rejected[0].error.find("launch[0].node_tasks"), std::string::npos)
+        << w->rejected[0].error;
+  }
+}
+
 TEST(ProtocolWork, WrongTypesAnywhereNeverThrow) {
   const Json base = Reparse(EncodeWork({{SampleOrder()}, {{7, 2}}, {{1, "/p", 0, 1}}, {}, {}}));
   // Replace every member of every object, one at a time, with values of other types.

@@ -11,6 +11,7 @@ openmpi-bin; the message says which.
 """
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -49,9 +50,14 @@ def missing_requirements():
 
 
 class MultiPool:
-    """A server and one agent per host, each agent's fake node holding `gpus` GPUs."""
+    """A server and one agent per host (the first `nodes` of HOSTS), each agent's fake
+    node holding `gpus` GPUs. Each agent makes its own state directory, as a first
+    `gpupool agent --state-dir DIR` on a node does, except those `premade` maps to the
+    mode an admin made them with."""
 
-    def __init__(self, gpus, node_timeout=30):
+    def __init__(self, gpus, node_timeout=30, nodes=len(HOSTS), premade=None):
+        self.hosts = HOSTS[:nodes]
+        self.premade = premade or {}
         self.dir = pooltest.make_test_dir("gp-mn-")
         self.sock = os.path.join(self.dir, "gpupool.sock")
         self.env = dict(os.environ, GPUPOOL_SERVER="unix:" + self.sock)
@@ -67,12 +73,12 @@ class MultiPool:
 
     def start(self):
         self.start_server()
-        for i in range(len(HOSTS)):
+        for i in range(len(self.hosts)):
             self.start_agent(i)
         deadline = time.time() + 30
         while time.time() < deadline:
             nodes = self.json("nodes")["nodes"]
-            if sum(n["state"] == "up" for n in nodes) == len(HOSTS):
+            if sum(n["state"] == "up" for n in nodes) == len(self.hosts):
                 return self
             time.sleep(0.05)
         raise AssertionError("agents did not register:\n" + self.log())
@@ -91,9 +97,14 @@ class MultiPool:
             time.sleep(0.05)
         raise AssertionError("the server did not come up:\n" + self.log())
 
+    def agent_state(self, i):
+        return os.path.join(self.dir, "agent%d" % i)
+
     def start_agent(self, i):
-        state = os.path.join(self.dir, "agent%d" % i)
-        os.makedirs(state, exist_ok=True)
+        state = self.agent_state(i)  # made by the agent (under its umask 077)
+        if i in self.premade and not os.path.isdir(state):
+            os.mkdir(state)
+            os.chmod(state, self.premade[i])
         with open(os.path.join(self.dir, "agent%d.log" % i), "ab") as log:
             self.agents[i] = subprocess.Popen(
                 [GPUPOOL, "agent", "--controller", "unix:" + self.sock, "--state-dir", state,
@@ -116,11 +127,11 @@ class MultiPool:
     def job(self, jid):
         return self.json("show", str(jid))["job"]
 
-    def submit(self, *args):
+    def submit(self, *args, user=None):
         env = []
         for e in NET_ENV:
             env += ["--env", e]
-        out = self.cli("submit", "--workdir", HERE, *env, *args).stdout
+        out = self.cli("submit", "--workdir", HERE, *env, *args, user=user).stdout
         return int(out.split()[-1])
 
     def wait(self, jid, states, timeout=120):
@@ -291,50 +302,213 @@ class TorchrunTest(unittest.TestCase):
         self.assertIn("has ended", r.stderr)
 
 
+RANK_LINE = re.compile(r"rank (\d+) of (\d+) \(task (\d+)\): sum (\d+) host \S+ "
+                       r"gpus (\S+) local (\d+) uses (\S+)$")
+
+
+def mpi_ranks(out):
+    """{rank: (world, task, sum, [gpus], local rank, gpu used)} from allreduce_mpi.py."""
+    ranks = {}
+    for line in out.splitlines():
+        m = RANK_LINE.match(line)
+        if m:
+            ranks[int(m.group(1))] = (int(m.group(2)), int(m.group(3)), int(m.group(4)),
+                                      m.group(5).split(","), int(m.group(6)), m.group(7))
+    return ranks
+
+
+def mpirun_command(pool, np, then=""):
+    """The command of a --mpi job: mpirun of allreduce_mpi.py on `np` ranks over the host
+    file, then, if it succeeded, the shell text `then` (in task 0, $EXEC is its gpupool
+    exec).
+
+    The "nodes" share this host's /tmp, where Open MPI 4's daemons of one job race to
+    create the same session directory ("File exists" / "No such file"): mpirun goes
+    through a wrapper of the job's own agent that gives each daemon a TMPDIR of its own,
+    as separate nodes would have. No ssh is involved: mpirun's rsh agent is gpupool exec
+    (whether or not ssh exists)."""
+    wrapper = os.path.join(pool.dir, "rsh-agent")
+    if not os.path.exists(wrapper):
+        with open(wrapper, "w") as f:
+            f.write('#!/bin/sh\nhost=$1\nshift\nmkdir -p "$GP_MPI_TMP/$host"\n'
+                    'exec $GP_RSH_AGENT "$host" env TMPDIR="$GP_MPI_TMP/$host" "$@"\n')
+        os.chmod(wrapper, 0o755)
+    return ["sh", "-c",
+            "export EXEC=\"$OMPI_MCA_plm_rsh_agent\" GP_RSH_AGENT=\"$OMPI_MCA_plm_rsh_agent\" "
+            "GP_MPI_TMP=/tmp/gp-mpi-$GPUPOOL_JOB_ID && "
+            "OMPI_MCA_plm_rsh_agent=%s mpirun --hostfile $GPUPOOL_HOSTFILE -np %d %s %s && { %s; }" % (
+                wrapper, np, PYTHON, os.path.join(HERE, "allreduce_mpi.py"), then or "true")]
+
+
+def run_mpi_job(test, pool, np, then="", user=None, tasks=None, gpus=1):
+    """Submits an --mpi job of `tasks` tasks (default np) and waits for it to succeed;
+    returns (job, task 0's output)."""
+    jid = pool.submit("--tasks", str(tasks or np), "--gpus", str(gpus), "--mpi", "--",
+                      *mpirun_command(pool, np, then), user=user)
+    job = pool.wait(jid, ("SUCCEEDED", "FAILED"), timeout=180)
+    shutil.rmtree("/tmp/gp-mpi-%d" % jid, ignore_errors=True)
+    out = pool.logs(jid, 0)
+    test.assertEqual(job["state"], "SUCCEEDED",
+                     job["reason"] + out + pool.logs(jid, 0, "stderr"))
+    return job, out
+
+
 class MpiTest(unittest.TestCase):
-    """One GPU per node: a 3-task --gpus 1 job lands one task per agent."""
+    """One GPU per node: a 3-task --gpus 1 job lands one task per agent. Node 1's state
+    directory was made 0700 by an admin; the others' by their agents."""
 
     @classmethod
     def setUpClass(cls):
-        cls.pool = MultiPool(gpus=1).start()
+        cls.pool = MultiPool(gpus=1, premade={1: 0o700}).start()
 
     @classmethod
     def tearDownClass(cls):
         cls.pool.stop()
 
     def test_mpirun_through_gpupool_exec_on_three_agents(self):
-        # No ssh is involved: mpirun's rsh agent is gpupool exec (whether or not ssh exists).
-        # The three "nodes" share this host's /tmp, where Open MPI 4's daemons of one job
-        # race to create the same session directory ("File exists" / "No such file"):
-        # mpirun goes through a wrapper of the job's own agent that gives each daemon a
-        # TMPDIR of its own, as separate nodes would have.
-        wrapper = os.path.join(self.pool.dir, "rsh-agent")
-        with open(wrapper, "w") as f:
-            f.write('#!/bin/sh\nhost=$1\nshift\nmkdir -p "$GP_MPI_TMP/$host"\n'
-                    'exec $GP_RSH_AGENT "$host" env TMPDIR="$GP_MPI_TMP/$host" "$@"\n')
-        os.chmod(wrapper, 0o755)
-        jid = self.pool.submit(
-            "--tasks", "3", "--gpus", "1", "--mpi", "--", "sh", "-c",
-            "export GP_RSH_AGENT=\"$OMPI_MCA_plm_rsh_agent\" "
-            "GP_MPI_TMP=/tmp/gp-mpi-$GPUPOOL_JOB_ID && "
-            "OMPI_MCA_plm_rsh_agent=" + wrapper + " "
-            "mpirun --hostfile $GPUPOOL_HOSTFILE -np 3 %s %s && "
-            # The held tasks started before task 0 had picked the port: an exec has it.
-            "$OMPI_MCA_plm_rsh_agent --job $GPUPOOL_JOB_ID --task 2 -- "
-            "sh -c 'echo remote_port=$MASTER_PORT'" % (
-                PYTHON, os.path.join(HERE, "allreduce_mpi.py")))
-        job = self.pool.wait(jid, ("SUCCEEDED", "FAILED"), timeout=180)
-        shutil.rmtree("/tmp/gp-mpi-%d" % jid, ignore_errors=True)
-        out = self.pool.logs(jid, 0)
-        self.assertEqual(job["state"], "SUCCEEDED",
-                         job["reason"] + out + self.pool.logs(jid, 0, "stderr"))
+        # The held tasks started before task 0 had picked the port: an exec has it.
+        job, out = run_mpi_job(self, self.pool, 3, then=(
+            "$EXEC --job $GPUPOOL_JOB_ID --task 2 -- sh -c 'echo remote_port=$MASTER_PORT'"))
         self.assertEqual(len({p["node"] for p in job["placement"]}), 3)
-        for r in range(3):
-            # Rank r ran in task r: the daemon mpirun started there through gpupool exec.
-            self.assertIn("rank %d of 3 (task %d): sum 6" % (r, r), out)
+        ranks = mpi_ranks(out)
+        self.assertEqual(sorted(ranks), [0, 1, 2], out)
+        for r, (world, task, total, gpus, local, uses) in ranks.items():
+            # Rank r ran in task r (the daemon mpirun started there through gpupool exec),
+            # with that task's one GPU.
+            self.assertEqual((world, task, total, local), (3, r, 6, 0), out)
+            self.assertEqual(gpus, job["placement"][r]["gpu_uuids"], out)
+            self.assertEqual(uses, gpus[0])
         self.assertIn("remote_port=%d\n" % job["master_port"], out)
         # The held tasks were released when mpirun ended.
         self.assertTrue(all(t["ended"] for t in job["tasks"]))
+
+    def test_a_users_mpi_job_reads_its_hostfile_and_no_other_agent_file(self):
+        # Two agents made their own state directory (0700 under their umask 077, had it
+        # been left so), node 1's is an admin's 0700 one: mpirun, run as the job's user
+        # (nobody), must read the host file in each.
+        # The job then waits while the agents' files are tried as that user and another.
+        gate = os.path.join(self.pool.dir, "gate-%d" % time.time_ns())
+        jid = self.pool.submit(
+            "--tasks", "3", "--gpus", "1", "--mpi", "--",
+            *mpirun_command(self.pool, 3, "echo hostfile=$GPUPOOL_HOSTFILE; "
+                            "while [ ! -e %s ]; do sleep 0.1; done" % gate),
+            user=65534)
+        try:
+            wait_until(lambda: "hostfile=" in self.pool.logs(jid, 0) or
+                       self.pool.job(jid)["state"] in pooltest.FINAL_STATES, 120, "mpirun to end")
+            out = self.pool.logs(jid, 0)
+            job = self.pool.job(jid)
+            self.assertIn("hostfile=", out, "%s %s\n%s%s" % (
+                job["state"], job["reason"], out, self.pool.logs(jid, 0, "stderr")))
+            hostfile = out.split("hostfile=")[1].split()[0]
+            ranks = mpi_ranks(out)
+            self.assertEqual(sorted(ranks), [0, 1, 2], out + self.pool.logs(jid, 0, "stderr"))
+            files, dirs = [], []
+            for i in range(len(self.pool.hosts)):
+                for root, subdirs, names in os.walk(self.pool.agent_state(i)):
+                    dirs.append(root)
+                    files += [os.path.join(root, n) for n in names]
+            self.assertIn(hostfile, files)
+            probe = ("import json, os, sys\n"
+                     "paths = json.loads(sys.argv[1])\n"
+                     "def ok(f):\n"
+                     "    try:\n"
+                     "        f()\n"
+                     "        return True\n"
+                     "    except OSError:\n"
+                     "        return False\n"
+                     "print(json.dumps({'read': [p for p in paths['files'] if ok(lambda: open(p).close())],"
+                     " 'listed': [d for d in paths['dirs'] if ok(lambda: os.listdir(d))]}))\n")
+            arg = json.dumps({"files": files, "dirs": dirs})
+            seen = {}
+            for uid in (65534, 65533):  # the job's user, and another one
+                r = subprocess.run(["setpriv", "--reuid=%d" % uid, "--regid=%d" % uid,
+                                    "--clear-groups", PYTHON, "-c", probe, arg],
+                                   capture_output=True, text=True, timeout=60)
+                self.assertEqual(r.returncode, 0, r.stderr)
+                seen[uid] = json.loads(r.stdout)
+            # The job's user reads its own files only: the host file and its tasks' logs.
+            own = [f for f in seen[65534]["read"]
+                   if os.path.basename(f) not in ("hostfile", "stdout.log", "stderr.log")]
+            self.assertEqual(own, [])
+            # Every task's host file, on every node, whoever made the state directory.
+            hostfiles = [f for f in files if os.path.basename(f) == "hostfile" and
+                         os.stat(f).st_uid == 65534]
+            self.assertIn(hostfile, hostfiles)
+            self.assertEqual(len({f.split("/agent/")[0] for f in hostfiles}), 3, hostfiles)
+            for f in hostfiles:
+                self.assertIn(f, seen[65534]["read"])
+            for f in seen[65534]["read"]:
+                self.assertEqual(os.stat(f).st_uid, 65534, f)
+            self.assertEqual(seen[65533], {"read": [], "listed": []})
+            self.assertEqual(seen[65534]["listed"], [])
+        finally:
+            open(gate, "w").close()
+        job = self.pool.wait(jid, ("SUCCEEDED", "FAILED"), timeout=60)
+        shutil.rmtree("/tmp/gp-mpi-%d" % jid, ignore_errors=True)
+        self.assertEqual(job["state"], "SUCCEEDED", job["reason"])
+        for i in range(len(self.pool.hosts)):
+            self.assertEqual(os.stat(self.pool.agent_state(i)).st_mode & 0o777, 0o711)
+
+
+class MpiColocatedTest(unittest.TestCase):
+    """Two GPUs per node on two nodes: a 4-task --gpus 1 job puts two tasks on each. As
+    under Slurm, the ranks mpirun starts on a node see every GPU the job holds there and
+    pick theirs by local rank."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.pool = MultiPool(gpus=2, nodes=2).start()
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.pool.stop()
+
+    def node_tasks(self, job):
+        """{node: [task indices on it]}."""
+        by_node = {}
+        for t, p in enumerate(job["placement"]):
+            by_node.setdefault(p["node"], []).append(t)
+        return by_node
+
+    def test_ranks_on_a_node_use_every_gpu_the_job_holds_there(self):
+        # Then, from task 0: a held task that is not the first on its node keeps its own
+        # GPU for `gpupool exec --task K`.
+        job, out = run_mpi_job(self, self.pool, 4, then=(
+            "for k in 1 2 3; do $EXEC --job $GPUPOOL_JOB_ID --task $k -- "
+            "sh -c 'echo exec task=$GPUPOOL_TASK_INDEX gpus=$CUDA_VISIBLE_DEVICES'; done"))
+        by_node = self.node_tasks(job)
+        self.assertEqual(sorted(len(t) for t in by_node.values()), [2, 2], by_node)
+        ranks = mpi_ranks(out)
+        self.assertEqual(sorted(ranks), [0, 1, 2, 3], out)
+        for node, tasks in by_node.items():
+            held = sorted(job["placement"][t]["gpu_uuids"][0] for t in tasks)
+            # The node's ranks ran in its first task (mpirun's daemon there, or mpirun
+            # itself on task 0's node) ...
+            here = {r: v for r, v in ranks.items() if v[1] == tasks[0]}
+            self.assertEqual(len(here), 2, (node, tasks, out))
+            for world, _, total, gpus, _, _ in here.values():
+                self.assertEqual((world, total), (4, 10))
+                # ... which holds both of the job's GPUs on the node (in the node's order),
+                self.assertEqual(sorted(gpus), held, out)
+            # ... and one rank per local rank uses each of them.
+            self.assertEqual(sorted(v[4] for v in here.values()), [0, 1], out)
+            self.assertEqual(sorted(v[5] for v in here.values()), held, out)
+            for k in tasks[1:]:
+                self.assertIn("exec task=%d gpus=%s\n" % (k, job["placement"][k]["gpu_uuids"][0]),
+                              out)
+            if tasks[0] != 0:
+                self.assertIn("exec task=%d gpus=%s\n" % (tasks[0], ",".join(held)), out)
+
+    def test_tasks_that_each_run_the_command_keep_their_own_gpu(self):
+        # torchrun's way (no --mpi): every task is its own launch, with its own GPU.
+        jid = self.pool.submit("--tasks", "4", "--gpus", "1", "--", "sh", "-c",
+                               "echo gpus=$CUDA_VISIBLE_DEVICES nproc=$PET_NPROC_PER_NODE")
+        job = self.pool.wait(jid, ("SUCCEEDED",), timeout=60)
+        self.assertEqual(sorted(len(t) for t in self.node_tasks(job).values()), [2, 2])
+        for t in range(4):
+            self.assertEqual(self.pool.logs(jid, t),
+                             "gpus=%s nproc=1\n" % job["placement"][t]["gpu_uuids"][0])
 
 
 class FailureTest(unittest.TestCase):
