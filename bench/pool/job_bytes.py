@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """What one queued job costs the controller (issue 25 item 7, queue flooding): bytes in the
 SQLite store and controller RSS per job, for array elements with a realistic submitting
-environment (40 variables, about 2.6 KB, as a login shell on a GPU cluster has).
+environment (40 variables, as a login shell on a GPU cluster has: a 2,041-byte
+submission).
 
     python3 bench/pool/job_bytes.py [--jobs 10000] [--array 1000] [--gpupool BIN]
 

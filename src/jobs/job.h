@@ -208,7 +208,7 @@ struct Job {
 };
 
 // What an element of an array (array_id != 0) finds in its environment, as Slurm's
-// SLURM_ARRAY_* : GPUPOOL_ARRAY_JOB_ID (the array's id), GPUPOOL_ARRAY_TASK_ID (its
+// SLURM_ARRAY_*: GPUPOOL_ARRAY_JOB_ID (the array's id), GPUPOOL_ARRAY_TASK_ID (its
 // index), GPUPOOL_ARRAY_TASK_COUNT, _MIN and _MAX (of the array's indices). Made at
 // launch, not stored with each element, so that the elements share one stored spec.
 // Empty for other jobs.
