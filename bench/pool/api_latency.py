@@ -221,7 +221,9 @@ class Server:
         self.log = open(os.path.join(self.dir, "server.log"), "ab")
         self.proc = subprocess.Popen(
             [binary, "up", "--fake", node, "--state-dir", self.dir, "--port", "0"] +
-            (["--store", store] if store else []),
+            (["--store", store] if store else []) +
+            # A queue of up to 1,000,000 of one user's jobs: past the default bounds.
+            ["--max-queued-per-user", "1000000000", "--max-queued-total", "1000000000"],
             stdout=self.log, stderr=self.log, start_new_session=True)
 
     def tail(self):

@@ -106,7 +106,9 @@ def main():
     env = dict(os.environ, GPUPOOL_SERVER="unix:" + sock)
     log = open(os.path.join(state, "up.log"), "ab")
     pool = subprocess.Popen([a.gpupool, "up", "--state-dir", state, "--port", str(port),
-                             "--fake", os.path.join(HERE, "node-8gpu.json")],
+                             "--fake", os.path.join(HERE, "node-8gpu.json"),
+                             # --jobs of one user: past the default bound of 10,000
+                             "--max-queued-per-user", "1000000000"],
                             stdout=log, stderr=log, start_new_session=True)
     driver = None
     profile = tempfile.mkdtemp(prefix="gp-paint-chromium-")

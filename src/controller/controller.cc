@@ -107,12 +107,18 @@ Result<std::unique_ptr<Controller>> Controller::Create(store::Store* store, cons
 
 void Controller::Touched(int64_t id) {
   auto it = active_.find(id);
+  // The queued counts: out with what slim_ had (the job as last touched), in with what
+  // the job is now. A job's user and project never change.
+  if (auto old = slim_.find(id); old != slim_.end() && old->second->state == JobState::kPending) {
+    CountQueued(*old->second, -1);
+  }
   if (it == active_.end()) {
     occupying_.erase(id);
     slim_.erase(id);
     return;
   }
   const Job& job = it->second;
+  if (job.state == JobState::kPending) CountQueued(job, +1);
   if (Occupies(job)) {
     occupying_.insert(id);
   } else {
@@ -137,6 +143,16 @@ void Controller::Touched(int64_t id) {
   slim->held_by_admin = job.held_by_admin;
   if (job.state == JobState::kPending) slim->needs = job.needs;  // placement filter
   slim_[id] = std::move(slim);
+}
+
+void Controller::CountQueued(const Job& job, int64_t delta) {
+  auto add = [delta](std::map<std::string, int64_t>& m, const std::string& key) {
+    auto [e, inserted] = m.emplace(key, 0);
+    if ((e->second += delta) == 0) m.erase(e);
+  };
+  add(queued_by_user_, job.user);
+  add(queued_by_project_, jobs::AccountingProject(job));
+  queued_total_ += delta;
 }
 
 void Controller::WaitUntilNotWriting(Lock& lock, int64_t id) {
@@ -307,6 +323,15 @@ Result<Job> Controller::Submit(Job job, const Caller& caller, bool* duplicate) {
   }
   GP_RETURN_IF_ERROR(jobs::ValidateSubmission(job));
   GP_RETURN_IF_ERROR(jobs::ValidateRequest(job.request).WithContext("request"));
+  // An array is parsed up to the server's bound on its size, no further.
+  std::optional<jobs::ArraySpec> array;
+  if (!job.array.empty()) {
+    GP_ASSIGN_OR_RETURN(array, jobs::ParseArraySpec(job.array, options_.max_array_size,
+                                                    "the server's max-array-size; an admin "
+                                                    "raises it in the [server] section of its "
+                                                    "config file"));
+  }
+  const int64_t adding = array ? static_cast<int64_t>(array->indices.size()) : 1;
   // Dependencies name jobs that exist, so no chain of them can loop back to this one.
   for (const jobs::Dependency& d : job.dependencies) {
     const std::string flag =
@@ -343,8 +368,9 @@ Result<Job> Controller::Submit(Job job, const Caller& caller, bool* duplicate) {
     GP_ASSIGN_OR_RETURN(std::optional<Job> first, earlier());
     if (first) return std::move(*first);
   }
-  // Jobs that passed the max_queued check but are not in active_ yet count as queued, so
-  // concurrent submissions cannot pass the limit together; released on every return.
+  // Jobs that passed the queue bounds' check but are not in active_ yet count as queued,
+  // so concurrent submissions cannot pass a bound together: each is handed over to the
+  // queued counts as it lands in active_, the rest released on every return.
   int64_t reserved = 0;
   // Copies: `job` is moved from by the time this runs.
   const std::string user = job.user;
@@ -357,15 +383,16 @@ Result<Job> Controller::Submit(Job job, const Caller& caller, bool* duplicate) {
     ~Release() {
       if (*n == 0) return;
       std::lock_guard lock(c->mu_);
-      c->submitting_[*user] -= *n;
-      c->submitting_project_[*project] -= *n;
+      c->Unreserve(*user, *project, *n);
     }
   } release{this, &user, &project, &reserved};
   {
     std::lock_guard lock(mu_);
-    GP_ASSIGN_OR_RETURN(reserved, CheckQueuedLimits(job));
+    GP_RETURN_IF_ERROR(CheckQueuedLimits(job, adding));
+    reserved = adding;
     submitting_[job.user] += reserved;
     submitting_project_[project] += reserved;
+    submitting_total_ += reserved;
     std::vector<SchedNode> nodes;
     for (const auto& [name, e] : nodes_)
       nodes.push_back({name, &e.info, e.cpu_milli, e.memory_mib});
@@ -375,8 +402,8 @@ Result<Job> Controller::Submit(Job job, const Caller& caller, bool* duplicate) {
       }
     }
   }
-  if (!job.array.empty()) {
-    Result<Job> first = SubmitArray(job);
+  if (array) {
+    Result<Job> first = SubmitArray(job, *array, &reserved);
     if (first.ok() || first.status().code() != StatusCode::kAlreadyExists) return first;
     // The same key, submitted again meanwhile: that one made it.
     GP_ASSIGN_OR_RETURN(std::optional<Job> made, earlier());
@@ -393,29 +420,33 @@ Result<Job> Controller::Submit(Job job, const Caller& caller, bool* duplicate) {
   std::lock_guard lock(mu_);
   active_[job.id] = job;
   Touched(job.id);
+  Unreserve(user, project, 1);
+  reserved = 0;
   WakeSchedulerForArrival();
   return job;
 }
 
-Result<Job> Controller::SubmitArray(Job job) {
-  GP_ASSIGN_OR_RETURN(jobs::ArraySpec spec, jobs::ParseArraySpec(job.array));
+void Controller::Unreserve(const std::string& user, const std::string& project, int64_t n) {
+  if ((submitting_[user] -= n) == 0) submitting_.erase(user);
+  if ((submitting_project_[project] -= n) == 0) submitting_project_.erase(project);
+  submitting_total_ -= n;
+}
+
+Result<Job> Controller::SubmitArray(Job job, const jobs::ArraySpec& spec, int64_t* reserved) {
+  // The elements differ in their index and id only: their GPUPOOL_ARRAY_* variables are
+  // added at launch (MakeLaunchOrder), so that the store keeps one copy of what they
+  // share (their spec) for all of them.
   job.array_max_running = spec.max_running;
-  job.env["GPUPOOL_ARRAY_TASK_COUNT"] = std::to_string(spec.indices.size());
-  job.env["GPUPOOL_ARRAY_TASK_MIN"] = std::to_string(spec.indices.front());
-  job.env["GPUPOOL_ARRAY_TASK_MAX"] = std::to_string(spec.indices.back());
   Job first;
   for (size_t k = 0; k < spec.indices.size(); ++k) {
     Job e = job;
     e.array_index = spec.indices[k];
-    e.env["GPUPOOL_ARRAY_TASK_ID"] = std::to_string(e.array_index);
     if (k == 0) {
       // The array's id is its first element's: known once that is stored.
       GP_ASSIGN_OR_RETURN(e.id, store_->InsertJob(e));
       e.array_id = e.id;
-      e.env["GPUPOOL_ARRAY_JOB_ID"] = std::to_string(e.id);
       GP_RETURN_IF_ERROR(store_->UpdateJob(e, JobState::kPending));
       job.array_id = e.id;
-      job.env["GPUPOOL_ARRAY_JOB_ID"] = std::to_string(e.id);
       job.submit_key.clear();  // the first element holds the array's key
       first = e;
     } else {
@@ -426,6 +457,8 @@ Result<Job> Controller::SubmitArray(Job job) {
     const int64_t id = e.id;
     active_[id] = std::move(e);
     Touched(id);
+    Unreserve(job.user, jobs::AccountingProject(job), 1);
+    --*reserved;
   }
   std::lock_guard lock(mu_);
   WakeSchedulerForArrival();
@@ -545,36 +578,45 @@ Result<Job> Controller::Cancel(int64_t id, const Caller& caller) {
   return job;
 }
 
-Result<int64_t> Controller::CheckQueuedLimits(const Job& job) {
+Status Controller::CheckQueuedLimits(const Job& job, int64_t adding) {
   const std::string& project = jobs::AccountingProject(job);
-  const Limit& ul = limits_.ForUser(job.user);
-  const Limit* pl = limits_.ForProject(project);
-  int64_t adding = 1;
-  if (!job.array.empty()) {
-    Result<jobs::ArraySpec> spec = jobs::ParseArraySpec(job.array);
-    if (spec.ok()) adding = static_cast<int64_t>(spec->indices.size());
-  }
-  if (ul.max_queued < 0 && (pl == nullptr || pl->max_queued < 0)) return adding;
-  int64_t user_queued = submitting_[job.user];
-  int64_t project_queued = submitting_project_[project];
-  for (const auto& [id, j] : active_) {
-    if (j.state != JobState::kPending) continue;
-    if (j.user == job.user) ++user_queued;
-    if (jobs::AccountingProject(j) == project) ++project_queued;
-  }
-  auto over = [&](const std::string& who, int64_t queued, int64_t max) {
-    return Status::ResourceExhausted(
-        who + " has " + std::to_string(queued) + " jobs queued; " + std::to_string(adding) +
-        " more would pass the limit (max_queued " + std::to_string(max) +
-        "): wait for some to start, or ask an admin (`gpupool limits`)");
+  auto count = [](const std::map<std::string, int64_t>& m, const std::string& key) -> int64_t {
+    auto it = m.find(key);
+    return it == m.end() ? 0 : it->second;
   };
-  if (ul.max_queued >= 0 && user_queued + adding > ul.max_queued) {
-    return over("user " + job.user, user_queued, ul.max_queued);
+  auto over = [&](const std::string& who, int64_t queued, const std::string& limit,
+                  const std::string& fix) {
+    return Status::ResourceExhausted(who + " has " + std::to_string(queued) + " jobs queued; " +
+                                     std::to_string(adding) + " more would pass the limit (" +
+                                     limit + "): wait for some to start, or " + fix);
+  };
+  const Limit& ul = limits_.ForUser(job.user);
+  const int64_t user_queued = count(queued_by_user_, job.user) + count(submitting_, job.user);
+  if (ul.max_queued >= 0) {
+    if (user_queued + adding > ul.max_queued) {
+      return over("user " + job.user, user_queued, "max_queued " + std::to_string(ul.max_queued),
+                  "ask an admin (`gpupool limits`)");
+    }
+  } else if (user_queued + adding > options_.max_queued_per_user) {
+    return over("user " + job.user, user_queued,
+                "max-queued-per-user " + std::to_string(options_.max_queued_per_user),
+                "ask an admin to raise it: [server] max-queued-per-user in the server's config "
+                "file, or max_queued for one user with `gpupool limits`");
   }
-  if (pl != nullptr && pl->max_queued >= 0 && project_queued + adding > pl->max_queued) {
-    return over("project " + project, project_queued, pl->max_queued);
+  if (const Limit* pl = limits_.ForProject(project); pl != nullptr && pl->max_queued >= 0) {
+    const int64_t queued = count(queued_by_project_, project) + count(submitting_project_, project);
+    if (queued + adding > pl->max_queued) {
+      return over("project " + project, queued, "max_queued " + std::to_string(pl->max_queued),
+                  "ask an admin (`gpupool limits`)");
+    }
   }
-  return adding;
+  const int64_t total = queued_total_ + submitting_total_;
+  if (total + adding > options_.max_queued_total) {
+    return over("the pool", total, "max-queued-total " + std::to_string(options_.max_queued_total),
+                "ask an admin to raise it: [server] max-queued-total in the server's config "
+                "file");
+  }
+  return Status::Ok();
 }
 
 Limits Controller::GetLimits() {
@@ -990,6 +1032,7 @@ Status Controller::FinishOnNodeLoss(Lock& lock, Job& job, const std::string& rea
 LaunchOrder Controller::MakeLaunchOrder(const Job& job, size_t task_index) const {
   LaunchOrder order;
   order.job = job;
+  for (auto& [k, v] : jobs::ArrayEnvironment(job)) order.job.env[k] = std::move(v);
   order.task_index = static_cast<int>(task_index);
   protocol::Rendezvous& r = order.rendezvous;
   r.task_index = static_cast<int>(task_index);

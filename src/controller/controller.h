@@ -70,6 +70,14 @@ struct ControllerOptions {
   // (its terminal went away), and a `gpupool run` job whose client has not attached this
   // long after it started is cancelled.
   int64_t exec_client_timeout_us = 15'000'000;
+  // Bounds on the queue (issue 25 item 7: one user queued 107,000 jobs in 25 s, 880 MB
+  // of store), from the server's config file ([server] max-queued-per-user, ...). A
+  // submission past one is refused whole, naming it; admins' too. Queued = PENDING, held
+  // jobs included, an array counting each element.
+  // A user's queued jobs, unless `gpupool limits` gives them (or every user) a max_queued.
+  int64_t max_queued_per_user = 10'000;
+  int64_t max_queued_total = 100'000;               // every user's together
+  int max_array_size = jobs::kDefaultMaxArraySize;  // elements of one array
 };
 
 // How a `gpupool exec` session runs: with the client's terminal (tty, of rows x cols) or
@@ -342,8 +350,11 @@ class Controller {
   void WakeScheduler();
   void WakeSchedulerForArrival();
   void NotifyNode(const std::string& node);
-  // After job `id` changed in active_ (or left it): updates occupying_ and slim_.
+  // After job `id` changed in active_ (or left it): updates occupying_, slim_ and the
+  // queued counts.
   void Touched(int64_t id);
+  // Adds `delta` to the queued counts of `job`'s user, project and the pool.
+  void CountQueued(const jobs::Job& job, int64_t delta);
   // Sets a pending job's pending_reason from the last pass.
   void AttachPendingReason(jobs::Job* job) const;
   // Waits (releasing `lock` on mu_) until job `id`'s write in flight, if any, has landed.
@@ -359,13 +370,17 @@ class Controller {
   Status WriteJobUnlocked(Lock& lock, const jobs::Job& next, jobs::JobState expected);
 
   Result<NodeView> SetDrain(const std::string& name, bool draining, const std::string& reason);
-  // ResourceExhausted, naming the user or project and the limit, when `job` (every
-  // element of an array) would queue more than max_queued, counting submissions still
-  // being stored; else how many jobs it adds. mu_ held.
-  Result<int64_t> CheckQueuedLimits(const jobs::Job& job);
-  // One job per index of `job.array`, stored one by one; returns the first element,
-  // whose id is the array's.
-  Result<jobs::Job> SubmitArray(jobs::Job job);
+  // ResourceExhausted, naming the user, project or pool and the limit (its max_queued,
+  // or the options' max_queued_per_user / max_queued_total), when `adding` more jobs of
+  // `job`'s user and project would pass it, counting submissions still being stored.
+  // mu_ held.
+  Status CheckQueuedLimits(const jobs::Job& job, int64_t adding);
+  // One job per index of `spec` (job.array parsed), stored one by one; returns the first
+  // element, whose id is the array's. Each element that lands in active_ takes one of
+  // `*reserved` (its user's, counted in submitting_) into the queued counts.
+  Result<jobs::Job> SubmitArray(jobs::Job job, const jobs::ArraySpec& spec, int64_t* reserved);
+  // Gives back `n` jobs reserved in submitting_* by a submission. mu_ held.
+  void Unreserve(const std::string& user, const std::string& project, int64_t n);
   // A job's state: active ones from memory, ended ones from the store (cached). mu_ held.
   Result<jobs::JobState> EndedState(int64_t id);
   // Pending jobs whose dependencies are unmet go in `blocked` with the reason; those whose
@@ -427,9 +442,16 @@ class Controller {
   std::map<int64_t, jobs::Job> active_;             // non-terminal jobs by id
   std::map<int64_t, jobs::JobState> ended_states_;  // of ended jobs others depend on
   Limits limits_;
-  // Submissions past the max_queued check and not yet in active_, per user and project.
+  // Submissions past the queue bounds' check and not yet in active_, per user, per
+  // project and in all.
   std::map<std::string, int64_t> submitting_;
   std::map<std::string, int64_t> submitting_project_;
+  int64_t submitting_total_ = 0;
+  // The PENDING jobs of active_ (held ones too) per user, per accounting project and in
+  // all, kept by Touched: what the queue bounds count, without a walk of the queue.
+  std::map<std::string, int64_t> queued_by_user_;
+  std::map<std::string, int64_t> queued_by_project_;
+  int64_t queued_total_ = 0;
   // Ids of the jobs in active_ that hold resources (ASSIGNED or RUNNING): what node
   // views, agent polls and node-loss sweeps walk, not the whole queue.
   std::set<int64_t> occupying_;

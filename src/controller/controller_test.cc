@@ -6,6 +6,7 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <thread>
@@ -145,6 +146,7 @@ class GateStore final : public store::Store {
   // as a submission made meanwhile would be: the elements' ids are not consecutive.
   void InterleaveArrayElements() { interleave_ = true; }
   Result<int64_t> InsertJob(const Job& job) override {
+    if (on_insert) on_insert(job);
     if (interleave_ && job.array_id != 0) {
       Job other = MakeJob(0);
       other.user = "carol";
@@ -152,6 +154,7 @@ class GateStore final : public store::Store {
     }
     return inner_->InsertJob(job);
   }
+  std::function<void(const Job&)> on_insert;  // runs before each insert, unlocked
   Result<std::optional<int64_t>> FindSubmitKey(uint32_t uid, std::string_view key) override {
     return inner_->FindSubmitKey(uid, key);
   }
@@ -715,15 +718,24 @@ TEST_F(ControllerTest, ArrayElementsRunAtMostTheLimitAtOnce) {
     Job e = Get(id);
     EXPECT_EQ(e.array_id, first->id);
     EXPECT_EQ(e.array_max_running, 2);
-    EXPECT_EQ(e.env.at("GPUPOOL_ARRAY_TASK_ID"), std::to_string(e.array_index));
-    EXPECT_EQ(e.env.at("GPUPOOL_ARRAY_JOB_ID"), std::to_string(first->id));
-    EXPECT_EQ(e.env.at("GPUPOOL_ARRAY_TASK_COUNT"), "4");
     indices.push_back(e.array_index);
   }
   EXPECT_EQ(indices, (std::vector<int>{0, 3, 6, 9}));
   EXPECT_EQ(c_->ArrayElements(first->id, 6).size(), 1u);
 
   ASSERT_TRUE(c_->ScheduleOnce().ok());
+  // Each element finds its index and the array's in its environment, added at launch.
+  Result<AgentWork> work = c_->WaitForWork("n1", 0);
+  ASSERT_TRUE(work.ok());
+  ASSERT_EQ(work->launch.size(), 2u);
+  for (const LaunchOrder& o : work->launch) {
+    const auto& env = o.job.env;
+    EXPECT_EQ(env.at("GPUPOOL_ARRAY_TASK_ID"), std::to_string(o.job.array_index));
+    EXPECT_EQ(env.at("GPUPOOL_ARRAY_JOB_ID"), std::to_string(first->id));
+    EXPECT_EQ(env.at("GPUPOOL_ARRAY_TASK_COUNT"), "4");
+    EXPECT_EQ(env.at("GPUPOOL_ARRAY_TASK_MIN"), "0");
+    EXPECT_EQ(env.at("GPUPOOL_ARRAY_TASK_MAX"), "9");
+  }
   auto states = [&] {
     std::vector<JobState> out;
     for (int64_t id : ids) out.push_back(Get(id).state);
@@ -833,8 +845,8 @@ TEST_F(ControllerTest, ADependencyOnAnArrayWaitsForEveryElement) {
 
 TEST_F(ControllerTest, ArraySpecsOverTheLimitsOrMalformedAreRefused) {
   Register(2);
-  for (const char* bad :
-       {"0-1000", "5-1", "x", "0-9%0", "0-9%", "1,,2", "0-9:0", "-3", "0-2000000"}) {
+  for (const char* bad : {"0-1001", "5-1", "x", "0-9%0", "0-9%", "1,,2", "0-9:0", "-3", "0-2000000",
+                          "0-9%1002", "0-600,0-600"}) {
     Job j = MakeJob(0);
     j.array = bad;
     Result<Job> r = c_->Submit(j, alice_);
@@ -843,9 +855,128 @@ TEST_F(ControllerTest, ArraySpecsOverTheLimitsOrMalformedAreRefused) {
   }
   EXPECT_TRUE(store_->ListJobs({})->empty());
   Job ok = MakeJob(0);
-  ok.array = "0-999";  // 1000 elements: the most an array may have
+  ok.array = "0-1000";  // 1001 elements: the most an array may have (Slurm's default too)
   ASSERT_TRUE(c_->Submit(ok, alice_).ok());
-  EXPECT_EQ(store_->ListJobs({})->size(), 1000u);
+  EXPECT_EQ(store_->ListJobs({})->size(), 1001u);
+}
+
+// Issue 25 item 7: no bound applied by default, and one unprivileged user queued 107,000
+// jobs in 25 s. The server's bounds (from its config file) refuse a submission that
+// would pass one, whole, naming the bound and its key; admins' submissions too.
+TEST_F(ControllerTest, QueueBoundsRefuseAFloodNamingTheBoundAndItsKey) {
+  ControllerOptions o;
+  o.max_queued_per_user = 5;
+  o.max_queued_total = 8;
+  o.max_array_size = 4;
+  Restart(o);
+  Register(2);
+  Job arr = MakeJob(1);
+  arr.array = "0-4";
+  Result<Job> r = c_->Submit(arr, alice_);
+  EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(r.status().message(),
+            "array '0-4': more than 4 elements (the server's max-array-size; an admin raises it "
+            "in the [server] section of its config file); use e.g. 0-99, 0-99%10 (at most 10 at "
+            "once), 1,3,5-7 or 0-30:10 (every 10th)");
+  arr.array = "0-3";
+  const Job first = c_->Submit(arr, alice_).value();
+  ASSERT_TRUE(c_->Submit(MakeJob(1), alice_).ok());  // alice: 5 queued
+  r = c_->Submit(MakeJob(1), alice_);
+  EXPECT_EQ(r.status().code(), StatusCode::kResourceExhausted);
+  EXPECT_EQ(r.status().message(),
+            "user alice has 5 jobs queued; 1 more would pass the limit (max-queued-per-user 5): "
+            "wait for some to start, or ask an admin to raise it: [server] max-queued-per-user "
+            "in the server's config file, or max_queued for one user with `gpupool limits`");
+  // The pool's bound counts every user's, an admin's too.
+  Job three = MakeJob(1);
+  three.array = "0-2";
+  ASSERT_TRUE(c_->Submit(three, bob_).ok());  // 8 in all
+  r = c_->Submit(MakeJob(1), root_);
+  EXPECT_EQ(r.status().code(), StatusCode::kResourceExhausted);
+  EXPECT_EQ(r.status().message(),
+            "the pool has 8 jobs queued; 1 more would pass the limit (max-queued-total 8): wait "
+            "for some to start, or ask an admin to raise it: [server] max-queued-total in the "
+            "server's config file");
+  EXPECT_EQ(store_->ListJobs({})->size(), 8u);  // nothing of a refused submission stored
+
+  // Held jobs still count; started and cancelled ones no longer do.
+  ASSERT_TRUE(c_->Hold(first.id, alice_, true).ok());
+  EXPECT_EQ(c_->Submit(MakeJob(1), root_).status().code(), StatusCode::kResourceExhausted);
+  ASSERT_TRUE(c_->ScheduleOnce().ok());             // two of the others start on the node's 2 GPUs
+  ASSERT_TRUE(c_->Submit(MakeJob(1), root_).ok());  // 7
+  ASSERT_TRUE(c_->Cancel(first.id, alice_).ok());   // 6
+  ASSERT_TRUE(c_->Submit(MakeJob(1), root_).ok());
+  ASSERT_TRUE(c_->Submit(MakeJob(1), root_).ok());
+  EXPECT_EQ(c_->Submit(MakeJob(1), root_).status().code(), StatusCode::kResourceExhausted);
+
+  // A restarted controller counts the stored queue.
+  Restart(o);
+  EXPECT_EQ(c_->Submit(MakeJob(1), bob_).status().code(), StatusCode::kResourceExhausted);
+
+  // `gpupool limits` max_queued for a user replaces the server's per-user bound, above
+  // or below it (not the pool's).
+  o.max_queued_total = 100;
+  Restart(o);
+  const Caller carol{"carol", 1002, 1002, false};
+  Limits l;
+  l.users["carol"].max_queued = 7;
+  ASSERT_TRUE(c_->SetLimits(l, root_).ok());
+  Job four = MakeJob(1);
+  four.array = "0-3";
+  ASSERT_TRUE(c_->Submit(four, carol).ok());
+  ASSERT_TRUE(c_->Submit(three, carol).ok());  // 7, past max-queued-per-user 5
+  r = c_->Submit(MakeJob(1), carol);
+  EXPECT_EQ(r.status().code(), StatusCode::kResourceExhausted);
+  EXPECT_NE(r.status().message().find("carol has 7 jobs queued; 1 more would pass the limit "
+                                      "(max_queued 7)"),
+            std::string::npos)
+      << r.status().message();
+}
+
+// While an array's elements are being stored, the ones already in the queue count once,
+// not also as the submission's reservation: a submission meanwhile sees the queue as it
+// is (it was refused here while the array seemed twice its size).
+TEST_F(GatedControllerTest, AnArrayBeingStoredCountsEachElementOnce) {
+  GateStore* g = UseGateStore();
+  ControllerOptions o;
+  o.max_queued_total = 6;
+  Restart(o);
+  Register(2);
+  Result<Job> during = Status::Internal("not submitted");
+  g->on_insert = [&](const Job& j) {
+    if (j.array_index != 3 || j.user != "alice") return;
+    // Elements 0..2 are queued, 3 and 4 reserved: 5 of 6.
+    during = c_->Submit(MakeJob(1), bob_);
+  };
+  Job five = MakeJob(1);
+  five.array = "0-4";
+  ASSERT_TRUE(c_->Submit(five, alice_).ok());
+  EXPECT_TRUE(during.ok()) << during.status().ToString();
+  EXPECT_EQ(c_->Submit(MakeJob(1), bob_).status().code(), StatusCode::kResourceExhausted);
+}
+
+TEST_F(ControllerTest, ConcurrentSubmittersCannotPassThePoolsBoundTogether) {
+  ControllerOptions o;
+  o.max_queued_total = 30;
+  Restart(o);
+  Register(2);
+  const Caller users[] = {alice_, bob_, {"carol", 1002, 1002, false}, root_};
+  std::atomic<int> accepted{0};
+  std::vector<std::thread> threads;
+  // Half submit single jobs, half arrays of 2. The singles alone would pass the bound,
+  // so it is reached exactly: a refused single means that there was no room left.
+  for (int t = 0; t < 8; ++t) {
+    threads.emplace_back([&, t] {
+      Job job = MakeJob(0);
+      if (t >= 4) job.array = "0-1";
+      for (int i = 0; i < 10; ++i) {
+        if (c_->Submit(job, users[t % 4]).ok()) accepted += t >= 4 ? 2 : 1;
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  EXPECT_EQ(accepted.load(), 30);
+  EXPECT_EQ(store_->ListJobs({})->size(), 30u);
 }
 
 // Issue 15 B.5: limits per user and project on GPUs in use, running and queued jobs.

@@ -7,6 +7,10 @@
 #include <CLI/CLI.hpp>
 #include <filesystem>
 #include <fstream>
+#include <map>
+
+#include "cli/commands.h"
+#include "daemon/daemon_commands.h"
 
 namespace gpupool::daemon {
 namespace {
@@ -162,6 +166,48 @@ TEST(ConfigFileTest, SecretsOnlyFromPrivateFiles) {
   Result<ConfigFile> missing = ReadConfigFile(path);
   EXPECT_EQ(missing.status().code(), StatusCode::kNotFound);
   EXPECT_THAT(missing.status().message(), HasSubstr("pass an existing file to --config"));
+}
+
+}  // namespace
+}  // namespace gpupool::daemon
+
+namespace gpupool::daemon {
+namespace {
+
+// Issue 25 item 7: the bounds on the queue are keys of [server] (and options of `server`
+// and `up`), checked when the file is read.
+TEST(ConfigFileTest, TheServersQueueBoundsAreKeysWithTheirRanges) {
+  CLI::App app;
+  cli::CommandContext ctx;
+  RegisterDaemonCommands(app, ctx);
+  for (const char* name : {"server", "up"}) {
+    CLI::App* cmd = app.get_subcommand(name);
+    const std::map<std::string, bool> keys = ConfigKeysOf(*cmd);
+    for (const char* key : {"max-queued-per-user", "max-queued-total", "max-array-size"}) {
+      EXPECT_EQ(keys.count(key), 1u) << name << " " << key;
+    }
+  }
+  CLI::App* server = app.get_subcommand("server");
+  EXPECT_EQ(server->get_option("--max-queued-per-user")->as<int64_t>(), 10000);
+  EXPECT_EQ(server->get_option("--max-queued-total")->as<int64_t>(), 100000);
+  EXPECT_EQ(server->get_option("--max-array-size")->as<int>(), 1001);
+  ASSERT_TRUE(ApplyConfig(ParseConfigText("[server]\nmax-queued-per-user = 50\n"
+                                          "max-queued-total = 500\nmax-array-size = 20\n",
+                                          "test.conf")
+                              .value(),
+                          {"server"}, {}, server)
+                  .ok());
+  EXPECT_EQ(server->get_option("--max-queued-per-user")->as<int64_t>(), 50);
+  EXPECT_EQ(server->get_option("--max-queued-total")->as<int64_t>(), 500);
+  EXPECT_EQ(server->get_option("--max-array-size")->as<int>(), 20);
+
+  CLI::App again;
+  RegisterDaemonCommands(again, ctx);
+  Status s = ApplyConfig(ParseConfigText("[server]\nmax-array-size = 0\n", "test.conf").value(),
+                         {"server"}, {}, again.get_subcommand("server"));
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr("test.conf line 2: [server] max-array-size = '0'"));
+  EXPECT_THAT(s.message(), HasSubstr("not in range 1 to 1000001"));
 }
 
 }  // namespace

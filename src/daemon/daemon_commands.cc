@@ -173,6 +173,10 @@ struct ServerFlags {
   std::string idle_after = "30m";
   std::string idle_action;  // "" off, warn, cancel
   std::string idle_cancel_after = "0";
+  // Bounds on the queue (controller.h, ControllerOptions).
+  int64_t max_queued_per_user = controller::ControllerOptions{}.max_queued_per_user;
+  int64_t max_queued_total = controller::ControllerOptions{}.max_queued_total;
+  int max_array_size = controller::ControllerOptions{}.max_array_size;
 };
 
 // "90" or "90s", "30m", "12h", "7d" -> seconds; InvalidArgument naming `flag`.
@@ -285,6 +289,9 @@ Status CreateController(const ServerFlags& f, ServerParts* p) {
   co.start_rule = f.start_rule;
   co.node_timeout_us = int64_t{f.node_timeout_s} * 1'000'000;
   co.exec_client_timeout_us = int64_t{f.exec_client_timeout_s} * 1'000'000;
+  co.max_queued_per_user = f.max_queued_per_user;
+  co.max_queued_total = f.max_queued_total;
+  co.max_array_size = f.max_array_size;
   GP_ASSIGN_OR_RETURN(p->controller,
                       controller::Controller::Create(p->store.get(), SystemClock::Get(), co));
   p->inspector = controller::NewPodmanInspector(f.podman_args, SystemClock::Get());
@@ -448,6 +455,20 @@ void AddServerFlags(CLI::App* cmd, ServerFlags* f) {
                   "run, exec --pty) before it is hung up")
       ->capture_default_str()
       ->check(CLI::Range(1, 86400));
+  // Issue 25 item 7 (queue flooding): Slurm-like defaults, so that no one user, and not
+  // all together, can fill the store's disk and the controller's memory with queued jobs.
+  cmd->add_option("--max-queued-per-user", f->max_queued_per_user,
+                  "jobs one user may have queued (pending or held; an array counts each "
+                  "element), unless `gpupool limits` sets their max_queued")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{1}, int64_t{1'000'000'000}));
+  cmd->add_option("--max-queued-total", f->max_queued_total,
+                  "jobs all users together may have queued")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{1}, int64_t{1'000'000'000}));
+  cmd->add_option("--max-array-size", f->max_array_size, "elements one --array may have")
+      ->capture_default_str()
+      ->check(CLI::Range(1, jobs::kMaxArraySize));
   cmd->add_option("--telemetry-retention", f->telemetry_retention,
                   "how long GPU telemetry points (1 per minute per GPU and job) are kept")
       ->capture_default_str();

@@ -58,24 +58,29 @@ std::optional<Dependency::Kind> ParseDependencyKind(std::string_view name) {
   return std::nullopt;
 }
 
-Result<ArraySpec> ParseArraySpec(std::string_view text) {
+Result<ArraySpec> ParseArraySpec(std::string_view text, int max_elements,
+                                 std::string_view limit_hint) {
   auto bad = [&](const std::string& why) {
     return Status::InvalidArgument("array '" + std::string(text) + "': " + why +
                                    "; use e.g. 0-99, 0-99%10 (at most 10 at once), 1,3,5-7 or "
                                    "0-30:10 (every 10th)");
   };
+  const std::string hint = limit_hint.empty() ? "" : " (" + std::string(limit_hint) + ")";
   ArraySpec spec;
   std::string_view list = text;
   if (const size_t pct = text.find('%'); pct != std::string_view::npos) {
     auto limit = ParseInt64(text.substr(pct + 1));
-    if (!limit || *limit < 1 || *limit > kMaxArraySize) {
-      return bad("the limit after % must be 1.." + std::to_string(kMaxArraySize));
+    if (!limit || *limit < 1 || *limit > max_elements) {
+      return bad("the limit after % must be 1.." + std::to_string(max_elements) + hint);
     }
     spec.max_running = static_cast<int>(*limit);
     list = text.substr(0, pct);
   }
   if (list.empty()) return bad("no indices");
   std::set<int> seen;
+  // Indices walked, repeats included: bounds the work a spec of many overlapping ranges
+  // could make ("0-1000000,0-1000000,...") to max_elements, not parts x range.
+  int64_t walked = 0;
   for (const std::string& part : Split(list, ',')) {
     std::string range = part;
     int64_t step = 1;
@@ -92,15 +97,29 @@ Result<ArraySpec> ParseArraySpec(std::string_view text) {
       return bad("'" + part + "' is not an index or a range LOW-HIGH of 0.." +
                  std::to_string(kMaxArrayIndex));
     }
-    for (int64_t i = *lo; i <= *hi; i += step) {
-      seen.insert(static_cast<int>(i));
-      if (seen.size() > static_cast<size_t>(kMaxArraySize)) {
-        return bad("more than " + std::to_string(kMaxArraySize) + " elements");
-      }
+    walked += (*hi - *lo) / step + 1;
+    if (walked > max_elements) {
+      return bad("more than " + std::to_string(max_elements) + " elements" + hint);
     }
+    for (int64_t i = *lo; i <= *hi; i += step) seen.insert(static_cast<int>(i));
   }
   spec.indices.assign(seen.begin(), seen.end());
   return spec;
+}
+
+std::map<std::string, std::string> ArrayEnvironment(const Job& job) {
+  if (job.array_id == 0) return {};
+  std::map<std::string, std::string> env{
+      {"GPUPOOL_ARRAY_JOB_ID", std::to_string(job.array_id)},
+      {"GPUPOOL_ARRAY_TASK_ID", std::to_string(job.array_index)},
+  };
+  // The spec was accepted at submit, under a bound the server may have lowered since.
+  if (Result<ArraySpec> spec = ParseArraySpec(job.array); spec.ok()) {
+    env["GPUPOOL_ARRAY_TASK_COUNT"] = std::to_string(spec->indices.size());
+    env["GPUPOOL_ARRAY_TASK_MIN"] = std::to_string(spec->indices.front());
+    env["GPUPOOL_ARRAY_TASK_MAX"] = std::to_string(spec->indices.back());
+  }
+  return env;
 }
 
 bool IsTerminal(JobState s) {

@@ -107,10 +107,16 @@ struct ArraySpec {
   std::vector<int> indices;  // ascending, distinct
   int max_running = 0;
 };
-inline constexpr int kMaxArraySize = 1000;  // elements per array (Slurm's default 1001)
 inline constexpr int kMaxArrayIndex = 1'000'000;
-// Errors name the field ("array") and show a correct form.
-Result<ArraySpec> ParseArraySpec(std::string_view text);
+// Elements per array: the most a server may allow (every index), and what it allows
+// unless its config says otherwise (`max-array-size`; Slurm's MaxArraySize is 1001 too).
+inline constexpr int kMaxArraySize = kMaxArrayIndex + 1;
+inline constexpr int kDefaultMaxArraySize = 1001;
+// Errors name the field ("array") and show a correct form. More than `max_elements`
+// indices (an index given twice counts twice) is an error that ends with `limit_hint`
+// (where the limit comes from and how to raise it), as is a %N above `max_elements`.
+Result<ArraySpec> ParseArraySpec(std::string_view text, int max_elements = kMaxArraySize,
+                                 std::string_view limit_hint = "");
 // "after-ok", "after-any", "after-not-ok" (the CLI flags without their dashes).
 std::string_view DependencyKindName(Dependency::Kind k);
 std::optional<Dependency::Kind> ParseDependencyKind(std::string_view name);
@@ -200,6 +206,13 @@ struct Job {
   std::string stderr_path;
   friend bool operator==(const Job&, const Job&) = default;
 };
+
+// What an element of an array (array_id != 0) finds in its environment, as Slurm's
+// SLURM_ARRAY_*: GPUPOOL_ARRAY_JOB_ID (the array's id), GPUPOOL_ARRAY_TASK_ID (its
+// index), GPUPOOL_ARRAY_TASK_COUNT, _MIN and _MAX (of the array's indices). Made at
+// launch, not stored with each element, so that the elements share one stored spec.
+// Empty for other jobs.
+std::map<std::string, std::string> ArrayEnvironment(const Job& job);
 
 // The project a job is accounted to for fair share and limits: its own, else its user's
 // name.

@@ -2,6 +2,9 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <map>
+
 #include "jobs/job_json.h"
 
 namespace gpupool::jobs {
@@ -95,6 +98,61 @@ TEST(JobJsonTest, GpuConstraintsWithoutGpusAreRefusedByName) {
   EXPECT_NE(err(R"({"request": {"gpu_models": ["H100"]}})").find("add --gpus N"),
             std::string::npos);
   EXPECT_EQ(err(R"({"request": {"gpus": 1, "vendor": "amd", "min_capability": "9.0"}})"), "ok");
+}
+
+}  // namespace
+}  // namespace gpupool::jobs
+
+namespace gpupool::jobs {
+namespace {
+
+TEST(ArraySpecTest, ParsesFormsAndStopsAtTheBoundItIsGiven) {
+  Result<ArraySpec> s = ParseArraySpec("0-9:3,20%2");
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  EXPECT_EQ(s->indices, (std::vector<int>{0, 3, 6, 9, 20}));
+  EXPECT_EQ(s->max_running, 2);
+
+  // The server's bound, named as the caller says.
+  EXPECT_TRUE(ParseArraySpec("0-9", 10).ok());
+  s = ParseArraySpec("0-10", 10, "max-array-size");
+  EXPECT_EQ(s.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(s.status().message(),
+            "array '0-10': more than 10 elements (max-array-size); use e.g. 0-99, 0-99%10 (at "
+            "most 10 at once), 1,3,5-7 or 0-30:10 (every 10th)");
+  EXPECT_NE(ParseArraySpec("0-9%11", 10).status().message().find("the limit after % must be 1..10"),
+            std::string::npos);
+}
+
+// Issue 25 item 7: ranges were walked whole however often repeated, so a spec of
+// ",0-999" repeated (under the 1 MiB request limit) made 80,000 walks of 1,000 indices,
+// seconds of the controller's CPU, while adding nothing past the first. Repeats count
+// against the bound now.
+TEST(ArraySpecTest, RepeatedRangesCountAgainstTheBound) {
+  std::string spec = "0-999";
+  for (int i = 0; i < 80'000; ++i) spec += ",0-999";
+  const auto start = std::chrono::steady_clock::now();
+  Result<ArraySpec> s = ParseArraySpec(spec, kDefaultMaxArraySize);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(1));
+  EXPECT_EQ(s.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.status().message().find("more than 1001 elements"), std::string::npos);
+  EXPECT_EQ(ParseArraySpec("0-600,0-600", kDefaultMaxArraySize).status().code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_TRUE(ParseArraySpec("0-500,0-499", kDefaultMaxArraySize).ok());
+}
+
+TEST(ArraySpecTest, ElementsFindTheirArrayInTheirEnvironment) {
+  Job j;
+  EXPECT_TRUE(ArrayEnvironment(j).empty());
+  j.array = "4-10:3";
+  j.array_id = 40;
+  j.array_index = 7;
+  EXPECT_EQ(ArrayEnvironment(j), (std::map<std::string, std::string>{
+                                     {"GPUPOOL_ARRAY_JOB_ID", "40"},
+                                     {"GPUPOOL_ARRAY_TASK_ID", "7"},
+                                     {"GPUPOOL_ARRAY_TASK_COUNT", "3"},
+                                     {"GPUPOOL_ARRAY_TASK_MIN", "4"},
+                                     {"GPUPOOL_ARRAY_TASK_MAX", "10"},
+                                 }));
 }
 
 }  // namespace

@@ -21,6 +21,7 @@
 #include "common/json.h"
 #include "jobs/job_json.h"
 #include "store/job_nodes.h"
+#include "store/job_record.h"
 #include "store/lease.h"
 #include "store/store_pool.h"
 #include "store/telemetry_query.h"
@@ -141,6 +142,17 @@ CREATE INDEX telemetry_time ON telemetry(t_ms);
     // minutes ("pool"), which the controller keeps for the whole retention while GPU and
     // job minutes stay in its memory for a window only: made from the points stored so far.
     kTelemetryTotalsFromPoints,
+    // Submissions stored once per distinct content (job_record.h): an array's elements
+    // share one. Rows written before keep their whole job in body (spec_id NULL) until
+    // their next update.
+    R"sql(
+CREATE TABLE job_specs (
+  id BIGSERIAL PRIMARY KEY,
+  hash TEXT COLLATE "C" NOT NULL UNIQUE,
+  body TEXT NOT NULL
+);
+ALTER TABLE jobs ADD COLUMN spec_id BIGINT REFERENCES job_specs(id);
+)sql",
 };
 
 // Held while migrating, so two controllers starting at once migrate one after the other.
@@ -179,6 +191,7 @@ class PgResult {
     return v;
   }
   bool Bool(int row, int col) const { return PQgetvalue(r_, row, col)[0] == 't'; }
+  bool IsNull(int row, int col) const { return PQgetisnull(r_, row, col) != 0; }
   // Rows an INSERT, UPDATE or DELETE touched.
   int64_t Affected() const {
     const char* p = PQcmdTuples(r_);
@@ -455,13 +468,15 @@ class PostgresStore final : public Store, private PgSession {
     Job stored = job;
     stored.id = seq.Int(0, 0);
     const std::string id = std::to_string(stored.id);
+    const internal::JobRecord rec = internal::EncodeJobRecord(stored);
     std::vector<Stmt> stmts;
     const size_t fence_at = AddFenceCheck(&stmts);
+    AddSpec(rec, &stmts);
     stmts.push_back(
-        {"INSERT INTO jobs(id, username, state, node, end_time_us, body) "
-         "VALUES($1,$2,$3,$4,$5,$6)",
+        {"INSERT INTO jobs(id, username, state, node, end_time_us, body, spec_id) "
+         "VALUES($1,$2,$3,$4,$5,$6,(SELECT id FROM job_specs WHERE hash=$7))",
          {id, job.user, std::string(jobs::JobStateName(job.state)), PrimaryNode(job),
-          std::to_string(job.end_time_us), DumpJson(jobs::JobToJson(stored))}});
+          std::to_string(job.end_time_us), rec.body, rec.spec_hash}});
     AddJobNodes(stored, /*replace=*/false, &stmts);
     const size_t key_at = stmts.size();
     if (!job.submit_key.empty()) {
@@ -492,10 +507,11 @@ class PostgresStore final : public Store, private PgSession {
   Result<Job> GetJob(int64_t id) override {
     std::lock_guard lock(mu_);
     GP_RETURN_IF_ERROR(Connected());
-    GP_ASSIGN_OR_RETURN(PgResult r, Run("SELECT body FROM jobs WHERE id=$1", {std::to_string(id)},
-                                        "read job " + std::to_string(id)));
+    GP_ASSIGN_OR_RETURN(PgResult r, Run("SELECT jobs.body, job_specs.body FROM jobs LEFT JOIN "
+                                        "job_specs ON job_specs.id=jobs.spec_id WHERE jobs.id=$1",
+                                        {std::to_string(id)}, "read job " + std::to_string(id)));
     if (r.Rows() == 0) return Status::NotFound("no job " + std::to_string(id));
-    return Decode(r.Text(0, 0));
+    return internal::DecodeJobRecord(id, r.Text(0, 0), r.Text(0, 1));
   }
 
   Result<std::vector<Job>> ListJobs(const JobFilter& filter) override {
@@ -504,10 +520,13 @@ class PostgresStore final : public Store, private PgSession {
       params.push_back(std::move(v));
       return "$" + std::to_string(params.size());
     };
-    std::string sql = "SELECT body FROM jobs WHERE TRUE";
+    std::string sql =
+        "SELECT jobs.id, jobs.body, jobs.spec_id, job_specs.body FROM jobs LEFT JOIN job_specs "
+        "ON job_specs.id=jobs.spec_id WHERE TRUE";
     if (filter.user) sql += " AND username=" + param(*filter.user);
     if (filter.node) {
-      sql += " AND id IN (SELECT job_id FROM job_nodes WHERE node=" + param(*filter.node) + ")";
+      sql +=
+          " AND jobs.id IN (SELECT job_id FROM job_nodes WHERE node=" + param(*filter.node) + ")";
     }
     if (filter.active_only) sql += " AND state IN ('PENDING','ASSIGNED','RUNNING')";
     if (!filter.states.empty()) {
@@ -527,17 +546,22 @@ class PostgresStore final : public Store, private PgSession {
              " AND (body::json->>'array_id')=" + param(std::to_string(filter.array_id));
     }
     if (filter.limit > 0) {
-      sql += " ORDER BY id DESC LIMIT " + param(std::to_string(filter.limit));
+      sql += " ORDER BY jobs.id DESC LIMIT " + param(std::to_string(filter.limit));
     } else {
-      sql += " ORDER BY id";
+      sql += " ORDER BY jobs.id";
     }
     std::lock_guard lock(mu_);
     GP_RETURN_IF_ERROR(Connected());
     GP_ASSIGN_OR_RETURN(PgResult r, Run(sql, params, "list jobs"));
     std::vector<Job> out;
     out.reserve(static_cast<size_t>(r.Rows()));
+    internal::SpecCache specs;  // an array's elements: their spec parsed once
     for (int i = 0; i < r.Rows(); ++i) {
-      GP_ASSIGN_OR_RETURN(Job j, Decode(r.Text(i, 0)));
+      const Json* spec = nullptr;  // NULL: a row written whole, before job_specs
+      if (!r.IsNull(i, 2)) {
+        GP_ASSIGN_OR_RETURN(spec, specs.Get(r.Int(i, 2), [&] { return r.Text(i, 3); }));
+      }
+      GP_ASSIGN_OR_RETURN(Job j, internal::DecodeJobRecord(r.Int(i, 0), r.Text(i, 1), spec));
       out.push_back(std::move(j));
     }
     return out;
@@ -557,14 +581,17 @@ class PostgresStore final : public Store, private PgSession {
     const size_t fence_at = AddFenceCheck(&stmts);
     std::vector<std::pair<size_t, const JobUpdate*>> sets;  // statement index, update
     for (const JobUpdate& u : updates) {
+      const internal::JobRecord rec = internal::EncodeJobRecord(u.job);
+      AddSpec(rec, &stmts);
       sets.emplace_back(stmts.size(), &u);
       stmts.push_back(
           {"WITH set AS (UPDATE jobs SET state=$1, node=$2, end_time_us=$3, "
-           "body=$4 WHERE id=$5 AND state=$6 RETURNING 1) "
+           "body=$4, spec_id=(SELECT id FROM job_specs WHERE hash=$7) WHERE id=$5 AND state=$6 "
+           "RETURNING 1) "
            "SELECT 1 / COUNT(*)::INT FROM set",
            {std::string(jobs::JobStateName(u.job.state)), PrimaryNode(u.job),
-            std::to_string(u.job.end_time_us), DumpJson(jobs::JobToJson(u.job)),
-            std::to_string(u.job.id), std::string(jobs::JobStateName(u.expected))}});
+            std::to_string(u.job.end_time_us), rec.body, std::to_string(u.job.id),
+            std::string(jobs::JobStateName(u.expected)), rec.spec_hash}});
       AddJobNodes(u.job, /*replace=*/true, &stmts);
     }
     GP_ASSIGN_OR_RETURN(Batch b, Pipeline(stmts, "update job"));
@@ -893,9 +920,14 @@ class PostgresStore final : public Store, private PgSession {
             r.Text(i, 5), r.Int(i, 6),  r.Text(i, 7), r.Text(i, 8)};
   }
 
-  static Result<Job> Decode(const std::string& body) {
-    GP_ASSIGN_OR_RETURN(Json j, ParseJson(body, "stored job"));
-    return jobs::JobFromJson(j, "stored job");
+  // The job_specs row for `rec`'s spec, unless one exists. Two transactions adding one
+  // spec at once: the second waits on the unique index for the first, then adds nothing,
+  // and its next statement (a new snapshot, READ COMMITTED) finds the first's row.
+  static void AddSpec(const internal::JobRecord& rec, std::vector<Stmt>* stmts) {
+    stmts->push_back(
+        {"INSERT INTO job_specs(hash, body) VALUES($1,$2) ON CONFLICT (hash) DO "
+         "NOTHING",
+         {rec.spec_hash, rec.spec}});
   }
 
   std::mutex mu_;

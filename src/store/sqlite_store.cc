@@ -1,7 +1,8 @@
 // SQLite implementation of Store. One connection guarded by a mutex: SQLite serialises
 // writers anyway, and the controller's write rate (thousands per second) is far below
 // what one connection in WAL mode sustains. Job bodies are stored as JSON beside the
-// indexed columns the queries filter on, so adding a job field needs no migration.
+// indexed columns the queries filter on, so adding a job field needs no migration; a
+// job's submission (its spec) is stored once per distinct content (job_record.h).
 #include "store/sqlite_store.h"
 
 #include <sqlite3.h>
@@ -11,13 +12,17 @@
 #include "common/json.h"
 #include "jobs/job_json.h"
 #include "store/job_nodes.h"
+#include "store/job_record.h"
 #include "store/store.h"
 #include "store/telemetry_query.h"
 
 namespace gpupool::store {
 namespace {
 
+using internal::DecodeJobRecord;
+using internal::EncodeJobRecord;
 using internal::JobNodes;
+using internal::JobRecord;
 using internal::PrimaryNode;
 using jobs::Job;
 using jobs::JobState;
@@ -134,6 +139,19 @@ CREATE INDEX telemetry_time ON telemetry(t_ms);
     // minutes ("pool"), which the controller keeps for the whole retention while GPU and
     // job minutes stay in its memory for a window only: made from the points stored so far.
     kTelemetryTotalsFromPoints,
+    // Submissions stored once per distinct content (job_record.h): an array's elements
+    // share one. Rows written before keep their whole job in body (spec_id NULL) until
+    // their next update. Every write of spec_id comes after its job_specs row in the
+    // same transaction, and specs are never deleted (nor jobs), so no foreign key is
+    // declared (one would keep the column from ever being dropped).
+    R"sql(
+CREATE TABLE job_specs (
+  id INTEGER PRIMARY KEY,
+  hash TEXT NOT NULL UNIQUE,
+  body TEXT NOT NULL
+);
+ALTER TABLE jobs ADD COLUMN spec_id INTEGER;
+)sql",
 };
 
 class Stmt {
@@ -206,20 +224,22 @@ class SqliteStore final : public Store {
   Result<int64_t> InsertJob(const Job& job) override {
     std::lock_guard lock(mu_);
     GP_RETURN_IF_ERROR(Exec("BEGIN IMMEDIATE"));
-    Stmt s(db_, "INSERT INTO jobs(user, state, node, end_time_us, body) VALUES(?,?,?,?,'')");
+    const JobRecord rec = EncodeJobRecord(job);  // the id is the row's, not in the body
+    Result<int64_t> spec_id = PutSpec(rec);
+    if (!spec_id.ok()) return Rollback(spec_id.status());
+    Stmt s(db_,
+           "INSERT INTO jobs(user, state, node, end_time_us, body, spec_id) VALUES(?,?,?,?,?,?)");
     if (!s.ok()) return Rollback(Error("prepare insert"));
     s.Bind(1, job.user);
     s.Bind(2, std::string(jobs::JobStateName(job.state)));
     s.Bind(3, PrimaryNode(job));
     s.Bind(4, job.end_time_us);
+    s.Bind(5, rec.body);
+    s.Bind(6, *spec_id);
     if (s.Step() != SQLITE_DONE) return Rollback(Error("insert job"));
     const int64_t id = sqlite3_last_insert_rowid(db_);
     Job stored = job;
     stored.id = id;
-    Stmt u(db_, "UPDATE jobs SET body=? WHERE id=?");
-    u.Bind(1, DumpJson(jobs::JobToJson(stored)));
-    u.Bind(2, id);
-    if (u.Step() != SQLITE_DONE) return Rollback(Error("store job body"));
     Status nodes = WriteJobNodes(stored, /*replace=*/false);
     if (!nodes.ok()) return Rollback(nodes);
     if (!job.submit_key.empty()) {
@@ -252,18 +272,22 @@ class SqliteStore final : public Store {
 
   Result<Job> GetJob(int64_t id) override {
     std::lock_guard lock(mu_);
-    Stmt s(db_, "SELECT body FROM jobs WHERE id=?");
+    Stmt s(db_,
+           "SELECT jobs.body, job_specs.body FROM jobs LEFT JOIN job_specs ON "
+           "job_specs.id=jobs.spec_id WHERE jobs.id=?");
     s.Bind(1, id);
     const int rc = s.Step();
     if (rc == SQLITE_DONE) return Status::NotFound("no job " + std::to_string(id));
     if (rc != SQLITE_ROW) return Error("read job " + std::to_string(id));
-    return Decode(s.Text(0));
+    return DecodeJobRecord(id, s.Text(0), s.Text(1));
   }
 
   Result<std::vector<Job>> ListJobs(const JobFilter& filter) override {
-    std::string sql = "SELECT body FROM jobs WHERE 1=1";
+    std::string sql =
+        "SELECT jobs.id, jobs.body, jobs.spec_id, job_specs.body FROM jobs LEFT JOIN job_specs "
+        "ON job_specs.id=jobs.spec_id WHERE 1=1";
     if (filter.user) sql += " AND user=?1";
-    if (filter.node) sql += " AND id IN (SELECT job_id FROM job_nodes WHERE node=?2)";
+    if (filter.node) sql += " AND jobs.id IN (SELECT job_id FROM job_nodes WHERE node=?2)";
     if (filter.active_only) sql += " AND state IN ('PENDING','ASSIGNED','RUNNING')";
     if (!filter.states.empty()) {
       sql += " AND state IN (";
@@ -276,9 +300,9 @@ class SqliteStore final : public Store {
     // An array's elements come after its first (whose id is the array's).
     if (filter.array_id > 0) sql += " AND id>=?4 AND json_extract(body,'$.array_id')=?4";
     if (filter.limit > 0) {
-      sql += " ORDER BY id DESC LIMIT " + std::to_string(filter.limit);
+      sql += " ORDER BY jobs.id DESC LIMIT " + std::to_string(filter.limit);
     } else {
-      sql += " ORDER BY id";
+      sql += " ORDER BY jobs.id";
     }
     std::lock_guard lock(mu_);
     Stmt s(db_, sql.c_str());
@@ -288,9 +312,14 @@ class SqliteStore final : public Store {
     if (filter.ended_after_us > 0) s.Bind(3, filter.ended_after_us);
     if (filter.array_id > 0) s.Bind(4, filter.array_id);
     std::vector<Job> out;
+    internal::SpecCache specs;  // an array's elements: their spec parsed once
     int rc;
     while ((rc = s.Step()) == SQLITE_ROW) {
-      GP_ASSIGN_OR_RETURN(Job j, Decode(s.Text(0)));
+      const Json* spec = nullptr;  // NULL: a row written whole, before job_specs
+      if (sqlite3_column_type(s.get(), 2) != SQLITE_NULL) {
+        GP_ASSIGN_OR_RETURN(spec, specs.Get(s.Int(2), [&] { return s.Text(3); }));
+      }
+      GP_ASSIGN_OR_RETURN(Job j, DecodeJobRecord(s.Int(0), s.Text(1), spec));
       out.push_back(std::move(j));
     }
     if (rc != SQLITE_DONE) return Error("list jobs");
@@ -305,15 +334,19 @@ class SqliteStore final : public Store {
     std::lock_guard lock(mu_);
     GP_RETURN_IF_ERROR(Exec("BEGIN IMMEDIATE"));
     for (const JobUpdate& u : updates) {
+      const JobRecord rec = EncodeJobRecord(u.job);
+      Result<int64_t> spec_id = PutSpec(rec);
+      if (!spec_id.ok()) return Rollback(spec_id.status());
       Stmt s(db_,
-             "UPDATE jobs SET state=?1, node=?2, end_time_us=?3, body=?4 WHERE id=?5 AND "
-             "state=?6");
+             "UPDATE jobs SET state=?1, node=?2, end_time_us=?3, body=?4, spec_id=?7 WHERE id=?5 "
+             "AND state=?6");
       s.Bind(1, std::string(jobs::JobStateName(u.job.state)));
       s.Bind(2, PrimaryNode(u.job));
       s.Bind(3, u.job.end_time_us);
-      s.Bind(4, DumpJson(jobs::JobToJson(u.job)));
+      s.Bind(4, rec.body);
       s.Bind(5, u.job.id);
       s.Bind(6, std::string(jobs::JobStateName(u.expected)));
+      s.Bind(7, *spec_id);
       if (s.Step() != SQLITE_DONE) return Rollback(Error("update job"));
       if (sqlite3_changes(db_) == 1) {
         Status nodes = WriteJobNodes(u.job, /*replace=*/true);
@@ -615,9 +648,19 @@ class SqliteStore final : public Store {
     (void)Exec("ROLLBACK");
     return s;
   }
-  static Result<Job> Decode(const std::string& body) {
-    GP_ASSIGN_OR_RETURN(Json j, ParseJson(body, "stored job"));
-    return jobs::JobFromJson(j, "stored job");
+  // The id of the job_specs row holding `rec`'s spec, added when none does yet. Inside
+  // the caller's transaction.
+  Result<int64_t> PutSpec(const JobRecord& rec) {
+    Stmt find(db_, "SELECT id FROM job_specs WHERE hash=?");
+    find.Bind(1, rec.spec_hash);
+    int rc = find.Step();
+    if (rc == SQLITE_ROW) return find.Int(0);
+    if (rc != SQLITE_DONE) return Error("find job spec");
+    Stmt add(db_, "INSERT INTO job_specs(hash, body) VALUES(?,?)");
+    add.Bind(1, rec.spec_hash);
+    add.Bind(2, rec.spec);
+    if (add.Step() != SQLITE_DONE) return Error("store job spec");
+    return sqlite3_last_insert_rowid(db_);
   }
 
   std::mutex mu_;

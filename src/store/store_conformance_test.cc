@@ -8,6 +8,7 @@
 #include <atomic>
 #include <cstdlib>
 #include <filesystem>
+#include <optional>
 #include <thread>
 
 #include "store/lease.h"
@@ -72,10 +73,142 @@ class StoreTest : public ::testing::TestWithParam<std::string> {
     if (!dir_.empty()) std::filesystem::remove_all(dir_);
   }
 
+  // The first value `sql` selects, read from the database itself (not through the Store);
+  // nullopt for an in-memory SQLite store, which nothing else can open.
+  std::optional<std::string> Raw(const std::string& sql) {
+    std::string out;
+    if (GetParam() == "postgresql") {
+      PGconn* conn = PQconnectdb(path_.c_str());
+      PGresult* r = PQexec(conn, sql.c_str());
+      EXPECT_EQ(PQresultStatus(r), PGRES_TUPLES_OK) << PQerrorMessage(conn);
+      if (PQntuples(r) > 0) out = PQgetvalue(r, 0, 0);
+      PQclear(r);
+      PQfinish(conn);
+      return out;
+    }
+    if (GetParam() != "sqlite-file") return std::nullopt;
+    sqlite3* db = nullptr;
+    EXPECT_EQ(sqlite3_open((dir_ / "state.db").c_str(), &db), SQLITE_OK);
+    sqlite3_stmt* st = nullptr;
+    EXPECT_EQ(sqlite3_prepare_v2(db, sql.c_str(), -1, &st, nullptr), SQLITE_OK)
+        << sqlite3_errmsg(db);
+    if (sqlite3_step(st) == SQLITE_ROW && sqlite3_column_text(st, 0) != nullptr) {
+      out = reinterpret_cast<const char*>(sqlite3_column_text(st, 0));
+    }
+    sqlite3_finalize(st);
+    sqlite3_close(db);
+    return out;
+  }
+
   std::filesystem::path dir_;
   std::string path_;
   std::unique_ptr<Store> store_;
 };
+
+// A job with every field away from its default, as a long-lived gang job gets them.
+Job FullJob() {
+  Job j;
+  j.user = "alice";
+  j.uid = 1000;
+  j.gid = 1001;
+  j.project = "vision";
+  j.name = "train";
+  j.command = {"python3", "train.py", "--lr", "0.1"};
+  j.env = {{"HOME", "/home/alice"}, {"PATH", "/usr/bin:/bin"}, {"EMPTY", ""}};
+  j.workdir = "/home/alice/run";
+  j.image = "docker.io/library/python:3.12";
+  j.mounts = {{"/data", "/data", true}, {"/scratch", "/scratch", false}};
+  j.environment = "torch:2.4";
+  j.env_dir = "/opt/envs/torch";
+  j.needs = {"image x (sha256:1)", "12.4", "550.54", "525.60", {"sm_80"}, {"compute_90"}, {}};
+  j.request = {2, 1000, 0, 4000, uint64_t{8} << 30, {"A100"}, "nvidia", "8.0", 2};
+  j.priority = -7;
+  j.time_limit_s = 3600;
+  j.requeue = true;
+  j.mpi = true;
+  j.dependencies = {{3, jobs::Dependency::Kind::kAfterAny}};
+  j.submit_key = "key-1";
+  j.shm_bytes = 1 << 30;
+  j.init = false;
+  j.array = "0-9%2";
+  j.array_id = 41;
+  j.array_index = 7;
+  j.array_max_running = 2;
+  j.state = JobState::kRunning;
+  j.submit_time_us = 1;
+  j.start_time_us = 2;
+  j.exit_code = 3;
+  j.placement = {{"n1", {0, 1}, {"GPU-a", "GPU-b"}, 1000},
+                 {"n2", {0, 1}, {"GPU-c", "GPU-d"}, 1000}};
+  jobs::TaskStatus t;
+  t.host = "10.0.0.1";
+  t.start_time_us = 2;
+  t.stdout_path = "/var/lib/gpupool/jobs/1/out";
+  j.tasks = {t, t};
+  j.master_port = 29500;
+  j.reason = "why";
+  j.attempt = 2;
+  j.cancel_requested = true;
+  j.held_by = "root";
+  j.held_by_admin = true;
+  j.stdout_path = "/o";
+  j.stderr_path = "/e";
+  return j;
+}
+
+// The store splits a job into its submission (stored once per content) and its state:
+// every field comes back as it went in, through every read, also after updates that
+// change either part.
+TEST_P(StoreTest, EveryFieldOfAJobComesBack) {
+  Job j = FullJob();
+  j.id = store_->InsertJob(j).value();
+  EXPECT_EQ(store_->GetJob(j.id).value(), j);
+  Job plain = MakeJob("bob");  // defaults everywhere
+  plain.id = store_->InsertJob(plain).value();
+  EXPECT_EQ(store_->GetJob(plain.id).value(), plain);
+  JobFilter running;
+  running.states = {JobState::kRunning};
+  EXPECT_EQ(store_->ListJobs(running).value(), std::vector<Job>{j});
+
+  Job next = j;
+  next.state = JobState::kSucceeded;
+  next.end_time_us = 9;
+  next.exit_code = 0;
+  next.priority = 5;  // part of the submission: stored as another one
+  next.env["EXTRA"] = "1";
+  ASSERT_TRUE(store_->UpdateJob(next, JobState::kRunning).ok());
+  EXPECT_EQ(store_->GetJob(j.id).value(), next);
+  EXPECT_EQ(store_->ListJobs({}).value(), (std::vector<Job>{next, plain}));
+}
+
+// Issue 25 item 7: each array element stored its whole submission (about 4 KB with a
+// 40-variable environment, 8 KB in the red team's flood). Elements share one copy now,
+// and a job's own row holds its state only.
+TEST_P(StoreTest, ArrayElementsShareOneStoredSubmission) {
+  Job e = MakeJob("alice");
+  e.command = {"python3", "sweep.py", "--config", "configs/sweep.yaml"};
+  for (int i = 0; i < 40; ++i) {
+    e.env["VARIABLE_" + std::to_string(i)] =
+        "/home/alice/miniconda3/envs/train/lib/" + std::to_string(i);
+  }
+  e.array = "0-99";
+  e.array_id = 1;
+  e.submit_time_us = 1'700'000'000'000'000;
+  std::vector<Job> made;
+  for (int i = 0; i < 100; ++i) {
+    e.array_index = i;
+    e.id = store_->InsertJob(e).value();
+    made.push_back(e);
+  }
+  EXPECT_EQ(store_->ListJobs({}).value(), made);
+  EXPECT_EQ(store_->GetJob(made[42].id).value(), made[42]);
+  const std::optional<std::string> specs = Raw("SELECT COUNT(*) FROM job_specs");
+  if (!specs) return;  // an in-memory store: the round trip above is what can be checked
+  EXPECT_EQ(*specs, "1");
+  // What each element's row holds: its index, the array's id and its submit time.
+  const std::string body_bytes = Raw("SELECT MAX(LENGTH(body)) FROM jobs").value();
+  EXPECT_LE(std::stoi(body_bytes), 100) << Raw("SELECT body FROM jobs LIMIT 1").value();
+}
 
 TEST_P(StoreTest, InsertGetAndList) {
   auto a = store_->InsertJob(MakeJob("alice"));
@@ -749,6 +882,65 @@ TEST(SqliteStoreTest, SurvivesReopenAndRefusesNewerSchema) {
   std::filesystem::remove_all(dir);
 }
 
+// Makes the SQLite store at `path` what schema 11 left: each job whole in its body, no
+// job_specs. Then sets user_version to `version`.
+void RevertToSchema11(const std::string& path, int version) {
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
+  const std::string sql =
+      "UPDATE jobs SET body=json_set(json_patch(body, COALESCE((SELECT body FROM job_specs "
+      "WHERE job_specs.id=jobs.spec_id), '{}')), '$.id', id); "
+      "ALTER TABLE jobs DROP COLUMN spec_id; DROP TABLE job_specs; PRAGMA user_version=" +
+      std::to_string(version);
+  char* err = nullptr;
+  EXPECT_EQ(sqlite3_exec(db, sql.c_str(), nullptr, nullptr, &err), SQLITE_OK) << err;
+  sqlite3_free(err);
+  sqlite3_close(db);
+}
+
+// A store of schema 11 (every job whole in its row) reads as before, and a job's next
+// update stores it split like a new one (issue 25 item 7).
+TEST(SqliteStoreTest, MigratesWholeJobsOfSchema11) {
+  auto dir =
+      std::filesystem::temp_directory_path() / ("gpupool-jobs11-" + std::to_string(getpid()));
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  const std::string path = (dir / "state.db").string();
+  Job full = FullJob();
+  Job plain = MakeJob("bob");
+  {
+    auto s = OpenSqliteStore(path);
+    ASSERT_TRUE(s.ok());
+    full.id = (*s)->InsertJob(full).value();
+    plain.id = (*s)->InsertJob(plain).value();
+  }
+  RevertToSchema11(path, 11);
+  auto s = OpenSqliteStore(path);
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  EXPECT_EQ((*s)->ListJobs({}).value(), (std::vector<Job>{full, plain}));
+  EXPECT_EQ((*s)->GetJob(full.id).value(), full);
+  Job next = full;
+  next.state = JobState::kSucceeded;
+  ASSERT_TRUE((*s)->UpdateJob(next, JobState::kRunning).ok());
+  EXPECT_EQ((*s)->GetJob(full.id).value(), next);
+  EXPECT_EQ((*s)->ListJobs({}).value(), (std::vector<Job>{next, plain}));
+  Job again = plain;  // the same submission as bob's whole row: now stored once
+  again.id = (*s)->InsertJob(again).value();
+  EXPECT_EQ((*s)->GetJob(again.id).value(), again);
+  s->reset();
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
+  sqlite3_stmt* st = nullptr;
+  ASSERT_EQ(sqlite3_prepare_v2(db, "SELECT COUNT(*), COUNT(spec_id) FROM jobs", -1, &st, nullptr),
+            SQLITE_OK);
+  ASSERT_EQ(sqlite3_step(st), SQLITE_ROW);
+  EXPECT_EQ(sqlite3_column_int(st, 0), 3);
+  EXPECT_EQ(sqlite3_column_int(st, 1), 2);  // bob's first row stays whole until updated
+  sqlite3_finalize(st);
+  sqlite3_close(db);
+  std::filesystem::remove_all(dir);
+}
+
 // A store written before job_nodes (schema 7) lists its gangs under every node.
 TEST(SqliteStoreTest, MigratesGangNodesOfSchema7) {
   auto dir = std::filesystem::temp_directory_path() / ("gpupool-gang-" + std::to_string(getpid()));
@@ -767,13 +959,12 @@ TEST(SqliteStoreTest, MigratesGangNodesOfSchema7) {
   {
     sqlite3* db = nullptr;
     ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
-    ASSERT_EQ(sqlite3_exec(db,
-                           "DROP TABLE job_nodes; DROP TABLE submit_keys; DROP TABLE telemetry; "
-                           "PRAGMA user_version=7",
+    ASSERT_EQ(sqlite3_exec(db, "DROP TABLE job_nodes; DROP TABLE submit_keys; DROP TABLE telemetry",
                            nullptr, nullptr, nullptr),
               SQLITE_OK);
     sqlite3_close(db);
   }
+  RevertToSchema11(path, 7);
   auto s = OpenSqliteStore(path);
   ASSERT_TRUE(s.ok()) << s.status().ToString();
   JobFilter on_n2;
@@ -807,13 +998,12 @@ TEST(SqliteStoreTest, MigratesTelemetryOfSchema10) {
   {
     sqlite3* db = nullptr;
     ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
-    ASSERT_EQ(sqlite3_exec(db,
-                           "DELETE FROM telemetry WHERE scope IN ('job_total', 'pool'); "
-                           "PRAGMA user_version=10",
+    ASSERT_EQ(sqlite3_exec(db, "DELETE FROM telemetry WHERE scope IN ('job_total', 'pool')",
                            nullptr, nullptr, nullptr),
               SQLITE_OK);
     sqlite3_close(db);
   }
+  RevertToSchema11(path, 10);
   auto s = OpenSqliteStore(path);
   ASSERT_TRUE(s.ok()) << s.status().ToString();
   auto totals = (*s)->ListTelemetry({.scope = "job_total"});

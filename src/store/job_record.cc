@@ -1,0 +1,94 @@
+#include "store/job_record.h"
+
+#include <openssl/evp.h>
+
+#include <array>
+
+#include "jobs/job_json.h"
+
+namespace gpupool::store::internal {
+namespace {
+
+// What a user sets at submit time and nothing changes later. A field here that did
+// change would still be stored right (the changed spec is stored as another row), only
+// not shared.
+constexpr std::array<std::string_view, 25> kSpecKeys = {
+    "user",         "uid",         "gid",      "project",      "name",        "command",
+    "env",          "workdir",     "image",    "mounts",       "environment", "env_dir",
+    "needs",        "request",     "priority", "time_limit_s", "requeue",     "mpi",
+    "dependencies", "interactive", "pty",      "shm_bytes",    "init",        "array_max_running",
+    "array",
+};
+
+bool IsSpecKey(std::string_view key) {
+  for (std::string_view k : kSpecKeys) {
+    if (k == key) return true;
+  }
+  return false;
+}
+
+// A default job's JSON: a field equal to it need not be stored, since JobFromJson starts
+// from a default job and leaves absent fields as they are.
+const OrderedJson& Defaults() {
+  static const OrderedJson* d = new OrderedJson(jobs::JobToJson(jobs::Job{}));
+  return *d;
+}
+
+std::string Sha256Hex(std::string_view text) {
+  unsigned char digest[EVP_MAX_MD_SIZE];
+  unsigned int len = 0;
+  EVP_Digest(text.data(), text.size(), digest, &len, EVP_sha256(), nullptr);
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string out;
+  out.reserve(2 * len);
+  for (unsigned int i = 0; i < len; ++i) {
+    out += kHex[digest[i] >> 4];
+    out += kHex[digest[i] & 0xf];
+  }
+  return out;
+}
+
+}  // namespace
+
+JobRecord EncodeJobRecord(const jobs::Job& job) {
+  const OrderedJson& defaults = Defaults();
+  OrderedJson body = OrderedJson::object();
+  OrderedJson spec = OrderedJson::object();
+  OrderedJson whole = jobs::JobToJson(job);
+  for (auto& [key, value] : whole.items()) {
+    if (key == "id") continue;
+    if (auto d = defaults.find(key); d != defaults.end() && *d == value) continue;
+    (IsSpecKey(key) ? spec : body)[key] = std::move(value);
+  }
+  JobRecord r;
+  r.body = DumpJson(body);
+  r.spec = DumpJson(spec);
+  r.spec_hash = Sha256Hex(r.spec);
+  return r;
+}
+
+Result<jobs::Job> DecodeJobRecord(int64_t id, std::string_view body, const Json* spec) {
+  const std::string where = "stored job " + std::to_string(id);
+  GP_ASSIGN_OR_RETURN(Json j, ParseJson(body, where));
+  if (!j.is_object()) return Status::Internal(where + ": not a JSON object");
+  if (spec != nullptr) {
+    if (!spec->is_object()) return Status::Internal(where + ": its spec is not a JSON object");
+    for (auto it = spec->begin(); it != spec->end(); ++it) j[it.key()] = *it;
+  }
+  j["id"] = id;
+  return jobs::JobFromJson(j, where);
+}
+
+Result<jobs::Job> DecodeJobRecord(int64_t id, std::string_view body, std::string_view spec) {
+  if (spec.empty()) return DecodeJobRecord(id, body, static_cast<const Json*>(nullptr));
+  GP_ASSIGN_OR_RETURN(Json s, ParseJson(spec, "the spec of stored job " + std::to_string(id)));
+  return DecodeJobRecord(id, body, &s);
+}
+
+Result<const Json*> SpecCache::Get(int64_t id, const std::function<std::string()>& text) {
+  if (auto it = parsed_.find(id); it != parsed_.end()) return &it->second;
+  GP_ASSIGN_OR_RETURN(Json s, ParseJson(text(), "stored job spec " + std::to_string(id)));
+  return &parsed_.emplace(id, std::move(s)).first->second;
+}
+
+}  // namespace gpupool::store::internal
