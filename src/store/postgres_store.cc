@@ -542,8 +542,8 @@ class PostgresStore final : public Store, private PgSession {
     }
     if (filter.array_id > 0) {
       // An array's elements come after its first (whose id is the array's).
-      sql += " AND id>=" + param(std::to_string(filter.array_id)) +
-             " AND (body::json->>'array_id')=" + param(std::to_string(filter.array_id));
+      sql += " AND jobs.id>=" + param(std::to_string(filter.array_id)) +
+             " AND (jobs.body::json->>'array_id')=" + param(std::to_string(filter.array_id));
     }
     if (filter.limit > 0) {
       sql += " ORDER BY jobs.id DESC LIMIT " + param(std::to_string(filter.limit));

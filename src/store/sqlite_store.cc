@@ -298,7 +298,9 @@ class SqliteStore final : public Store {
     }
     if (filter.ended_after_us > 0) sql += " AND (end_time_us=0 OR end_time_us>=?3)";
     // An array's elements come after its first (whose id is the array's).
-    if (filter.array_id > 0) sql += " AND id>=?4 AND json_extract(body,'$.array_id')=?4";
+    if (filter.array_id > 0) {
+      sql += " AND jobs.id>=?4 AND json_extract(jobs.body,'$.array_id')=?4";
+    }
     if (filter.limit > 0) {
       sql += " ORDER BY jobs.id DESC LIMIT " + std::to_string(filter.limit);
     } else {

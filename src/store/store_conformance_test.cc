@@ -823,7 +823,7 @@ TEST(PostgresStoreTest, ReconnectsAfterTheConnectionDrops) {
   const std::string all = std::to_string(kPostgresStoreConnections);
   EXPECT_EQ(RunSql(spec,
                    "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE "
-                   "application_name = 'gpupool'"),
+                   "application_name = 'gpupool' AND datname = current_database()"),
             all);
   auto again = (*s)->GetJob(id);
   ASSERT_TRUE(again.ok()) << again.status().ToString();
@@ -836,7 +836,8 @@ TEST(PostgresStoreTest, ReconnectsAfterTheConnectionDrops) {
   (*s)->SetFence(epoch, [](const Status& why) { ADD_FAILURE() << why.ToString(); });
   EXPECT_EQ(RunSql(spec,
                    "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE "
-                   "application_name = 'gpupool' AND query NOT LIKE '%leader_lease%'"),
+                   "application_name = 'gpupool' AND datname = current_database() AND query "
+                   "NOT LIKE '%leader_lease%'"),
             "1");  // the others are reopened when next used; this one was, by GetJob
   Job next = *again;
   next.state = JobState::kCancelled;
