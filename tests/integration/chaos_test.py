@@ -140,10 +140,14 @@ class ChaosPool:
 
 
 def job_command(record, code, seconds):
+    """Appends "s ID ATTEMPT" at its start, "e ID ATTEMPT CODE" at its end, or
+    "t ID ATTEMPT" when it is stopped (SIGTERM), to `record`."""
     return ["sh", "-c",
-            'echo "s $GPUPOOL_JOB_ID $GPUPOOL_ATTEMPT" >> %s; sleep %s; '
-            'echo "e $GPUPOOL_JOB_ID $GPUPOOL_ATTEMPT %d" >> %s; exit %d'
-            % (record, seconds, code, record, code)]
+            'echo "s $GPUPOOL_JOB_ID $GPUPOOL_ATTEMPT" >> {r}; '
+            'trap \'echo "t $GPUPOOL_JOB_ID $GPUPOOL_ATTEMPT" >> {r}; exit 143\' TERM; '
+            'sleep {s} & wait $!; '
+            'echo "e $GPUPOOL_JOB_ID $GPUPOOL_ATTEMPT {c}" >> {r}; exit {c}'
+            .format(r=record, s=seconds, c=code)]
 
 
 def read_record(path):
@@ -154,7 +158,7 @@ def read_record(path):
     with open(path) as f:
         for line in f:
             parts = line.split()
-            if len(parts) < 3 or parts[0] not in ("s", "e"):
+            if len(parts) < 3 or parts[0] not in ("s", "e", "t"):
                 continue
             code = int(parts[3]) if parts[0] == "e" and len(parts) > 3 else None
             runs.setdefault(int(parts[1]), []).append((parts[0], parts[2], code))
@@ -311,8 +315,8 @@ class ChaosTest(unittest.TestCase):
         j = pooltest.wait_job(get, jid, FINAL, 60, log=self.pool.log)
         self.assertEqual(j["state"], "SUCCEEDED", "%s\n%s" % (j, self.pool.log()))
         self.assertGreaterEqual(j["attempt"], 2, j)
-        # At most one attempt at a time: each attempt's start comes after the end (or the
-        # stop) of the one before it. The stopped attempt 1 never writes its end line.
+        # At most one attempt at a time: each attempt's start comes after the end ("e")
+        # or the stop ("t", SIGTERM) of the one before it.
         with open(record) as f:
             lines = [ln.split() for ln in f if ln.strip()]
         running = set()
@@ -323,6 +327,7 @@ class ChaosTest(unittest.TestCase):
                 running.add(ln[2])
             else:
                 running.discard(ln[2])
+        self.assertEqual(running, set(), lines)
         self.assertEqual([ln for ln in lines if ln[0] == "e"][-1][2], str(j["attempt"]), lines)
 
     def test_requeue_jobs_under_agent_kills(self):
