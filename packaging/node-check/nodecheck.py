@@ -391,7 +391,7 @@ def csv_rows(text):
 
 
 def fixture_name(node):
-    gpus = node.get("gpus", [])
+    gpus = [g for g in node.get("gpus", []) if g.get("vendor") == "nvidia"]
     model = gpus[0]["name"] if gpus else "no-gpu"
     slug = re.sub(r"[^a-z0-9]+", "-", model.lower()).strip("-")
     slug = slug.replace("nvidia-", "", 1)
@@ -408,9 +408,10 @@ def check_discovery(ctx):
         raise CheckError("gpupool gpus --json failed (exit %s): %s" % (rc, tail(err, 800)))
     node = json.loads(out)
     details["diagnostics"] = [l for l in err.splitlines() if l.strip()]
-    gpus = node.get("gpus", [])
+    # nvidia-smi knows NVIDIA's GPUs only (sysfs may also list another vendor's).
+    gpus = [g for g in node.get("gpus", []) if g.get("vendor") == "nvidia"]
     if not gpus:
-        raise CheckError("gpupool found no GPU: " + "; ".join(details["diagnostics"]))
+        raise CheckError("gpupool found no NVIDIA GPU: " + "; ".join(details["diagnostics"]))
     # The capture as a fixture, and its replay: byte-identical through --fake.
     fixture = os.path.join(d, "fixture", fixture_name(node))
     write(fixture, out)
