@@ -5,7 +5,8 @@ against this machine and writes DIR/report.json, DIR/report.md and the raw captu
     run.sh --out DIR [--mode auto|real|fake] [--python PATH] [--only CHECK,...]
 
 run.sh (beside bin/, lib/, tests/, fake/ and share/) calls this with --kit. On a machine
-whose NVIDIA driver shows a GPU the checks run for real; elsewhere (or with --mode fake)
+where gpupool's NVML discovery or nvidia-smi shows a GPU the checks run for real; elsewhere
+(or with --mode fake)
 they run against the fake libnvidia-ml and the fake nvidia-smi in fake/, every result is
 marked fake, and the run still proves that the kit works (CI runs it so).
 
@@ -407,11 +408,15 @@ def check_discovery(ctx):
     if rc != 0:
         raise CheckError("gpupool gpus --json failed (exit %s): %s" % (rc, tail(err, 800)))
     node = json.loads(out)
-    details["diagnostics"] = [l for l in err.splitlines() if l.strip()]
+    # What discovery said on stderr (its hint about fake nodes left out).
+    details["diagnostics"] = [l for l in err.splitlines() if l.startswith("gpupool gpus:")]
     # nvidia-smi knows NVIDIA's GPUs only (sysfs may also list another vendor's).
     gpus = [g for g in node.get("gpus", []) if g.get("vendor") == "nvidia"]
     if not gpus:
-        raise CheckError("gpupool found no NVIDIA GPU: " + "; ".join(details["diagnostics"]))
+        # Why: the NVML backend alone says (auto discovery keeps a missing library quiet).
+        _, _, why = run(ctx.gpupool("gpus", "--backend", "nvml", "--json"), env=ctx.kit_env,
+                        timeout=30, save=os.path.join(d, "gpupool-gpus-nvml"))
+        raise CheckError("gpupool found no NVIDIA GPU: " + tail(why.strip(), 600))
     # The capture as a fixture, and its replay: byte-identical through --fake.
     fixture = os.path.join(d, "fixture", fixture_name(node))
     write(fixture, out)
@@ -992,10 +997,16 @@ class Orchestrator:
                     gpus = json.loads(out).get("gpus", [])
                 except ValueError:
                     pass
-            probe = {"nvml_gpus": len(gpus), "nvidia_smi": nvidia_smi,
+            smi_gpus = 0
+            if nvidia_smi:
+                src, sout, _ = run([nvidia_smi, "-L"], timeout=30, save=os.path.join(self.out, "probe", "nvidia-smi-L"))
+                smi_gpus = sum(1 for l in sout.splitlines() if l.startswith("GPU ")) if src == 0 else 0
+            probe = {"nvml_gpus": len(gpus), "nvidia_smi": nvidia_smi, "nvidia_smi_gpus": smi_gpus,
                      "why": tail(err.strip(), 300) if not gpus else None}
             if mode == "auto":
-                mode = "real" if gpus else "fake"
+                # Real when either sees a GPU: a kit whose gpupool cannot run here (or
+                # cannot load NVML) must fail on a GPU machine, not pass in fake mode.
+                mode = "real" if gpus or smi_gpus else "fake"
         fake = mode == "fake"
         info.update({"mode": mode, "fake": fake, "probe": probe, "nvidia_smi": nvidia_smi})
         if fake:

@@ -5,7 +5,8 @@
 # beyond glibc inside it), then runs its run.sh against the fakes as a machine without a
 # GPU would: exit 0, a report naming every check, each marked fake, the checks this host
 # can run passing, the pool cleaned up. Then once more with a fake nvidia-smi that
-# disagrees with the fake NVML: the discovery check must fail, naming the fields.
+# disagrees with the fake NVML: the discovery check must fail, naming the fields; and with
+# an nvidia-smi that shows a GPU the kit cannot see, which must be checked for real and fail.
 #
 #   packaging/node-check/test-kit.sh BUILD_DIR
 #
@@ -186,3 +187,22 @@ for field in ("name", "memory_total_mib", "driver"):
 assert "pci_bus_id" not in text and "compute_capability" not in text, text
 PY
 echo "a disagreeing nvidia-smi fails discovery: ok"
+
+# A machine whose nvidia-smi shows a GPU that the kit's gpupool cannot see (here: no
+# libnvidia-ml at all) is checked for real and fails, never passed in fake mode.
+mkdir -p "$tmp/path"
+cp "$kit/fake/nvidia-smi" "$tmp/path/nvidia-smi"
+rc=0
+PATH="$tmp/path:$PATH" FAKE_NVML_SCENARIO="$kit/fake/scenario.json" "$kit/run.sh" \
+  --out "$tmp/blind" --only discovery >"$tmp/blind.log" 2>&1 || rc=$?
+[ "$rc" -eq 1 ] || { cat "$tmp/blind.log"; fail "a GPU gpupool cannot see: run.sh exited $rc, not 1"; }
+python3 - "$tmp/blind/report.json" <<'PY' || fail "a GPU gpupool cannot see is not reported as it should be"
+import json, sys
+r = json.load(open(sys.argv[1]))
+assert r["mode"] == "real" and r["probe"]["nvidia_smi_gpus"] == 1, (r["mode"], r["probe"])
+c = r["checks"][0]
+assert c["status"] == "fail" and not c["fake"], c
+if r["probe"]["nvml_gpus"] == 0:
+    assert "gpupool found no NVIDIA GPU" in c["details"]["summary"], c["details"]["summary"]
+PY
+echo "a GPU only nvidia-smi sees is checked for real and fails: ok"
