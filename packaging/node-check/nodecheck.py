@@ -5,10 +5,10 @@ against this machine and writes DIR/report.json, DIR/report.md and the raw captu
     run.sh --out DIR [--mode auto|real|fake] [--python PATH] [--only CHECK,...]
 
 run.sh (beside bin/, lib/, tests/, fake/ and share/) calls this with --kit. On a machine
-where gpupool's NVML discovery or nvidia-smi shows a GPU the checks run for real; elsewhere
-(or with --mode fake)
-they run against the fake libnvidia-ml and the fake nvidia-smi in fake/, every result is
-marked fake, and the run still proves that the kit works (CI runs it so).
+where gpupool's NVML discovery or nvidia-smi shows a GPU the checks run for real;
+elsewhere (or with --mode fake) they run against the fake libnvidia-ml and the fake
+nvidia-smi in fake/, every result is marked fake, and the run still proves that the kit
+works (CI runs it so).
 
 Each check runs in a child process of its own with its own time limit, killed with its
 process group when it overruns, so one that hangs cannot eat the others' time; the whole
