@@ -976,6 +976,9 @@ class Orchestrator:
         self.pool_proc = None
         self.pool = {}
         self.ctx = None
+        # The children's context (it holds this process's environment, which is nobody's
+        # business in a report that gets shared) and results: private, removed at the end.
+        self.work = tempfile.mkdtemp(prefix="gpupool-nodecheck-work-")
 
     def left(self):
         return self.deadline - time.time()
@@ -1194,14 +1197,14 @@ class Orchestrator:
             self.start_pool()
             self.ctx["pool"] = self.pool
             allowed = min(limit, self.left() - reserve)
-        ctx_path = os.path.join(self.out, ".work", "context.json")
-        result_path = os.path.join(self.out, ".work", name + ".result.json")
+        ctx_path = os.path.join(self.work, "context.json")
+        result_path = os.path.join(self.work, name + ".result.json")
         write_json(ctx_path, self.ctx)
         if os.path.exists(result_path):
             os.unlink(result_path)
         cmd = [sys.executable, os.path.abspath(__file__), "--child", name, "--context", ctx_path,
                "--result", result_path, "--out", self.out, "--kit", self.kit]
-        err_path = os.path.join(self.out, ".work", name + ".stderr")
+        err_path = os.path.join(self.work, name + ".stderr")
         with open(err_path, "wb") as err:
             child = subprocess.Popen(cmd, stdout=err, stderr=err, stdin=subprocess.DEVNULL,
                                      start_new_session=True)
@@ -1230,9 +1233,9 @@ class Orchestrator:
         return entry
 
     def run(self):
-        self.detect()
         only = set(self.args.only.split(",")) if self.args.only else None
         try:
+            self.detect()
             for name in CHECKS:
                 if only and name not in only:
                     continue
@@ -1243,6 +1246,7 @@ class Orchestrator:
         finally:
             self.stop_pool()
             self.write_report()
+            shutil.rmtree(self.work, ignore_errors=True)
         return 1 if any(r["status"] == FAIL for r in self.results) else 0
 
     def host(self):
