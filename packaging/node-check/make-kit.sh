@@ -47,7 +47,8 @@ for t in "${tests[@]}"; do copy_binary "$build/$t" "$out/tests/$(basename "$t")"
 copy_binary "$build/$fake_nvml" "$out/fake/libnvidia-ml.so.1"
 install -m 0644 "$here/fake-h100.json" "$out/fake/scenario.json"
 install -m 0755 "$here/fake-nvidia-smi" "$out/fake/nvidia-smi"
-install -m 0644 "$here/nodecheck.py" "$here/torch_job.py" "$out/share/"
+install -m 0644 "$here/nodecheck.py" "$here/nodecheck_lib.py" "$here/nodecheck_checks.py" \
+  "$here/torch_job.py" "$out/share/"
 install -m 0755 "$here/standin-dev.sh" "$out/share/standin-dev.sh"
 install -m 0755 "$here/run.sh" "$out/run.sh"
 

@@ -64,7 +64,8 @@ echo "built the kit with $how in $(($(date +%s) - start)) s: $size bytes ($((siz
 
 # Contents: the binaries, a test binary with real-driver cases, run.sh, the fake.
 for f in bin/gpupool bin/gpupool-agent-shim bin/gpupool-exec tests/nvml_backend_test run.sh \
-  fake/libnvidia-ml.so.1 fake/nvidia-smi share/nodecheck.py share/torch_job.py; do
+  fake/libnvidia-ml.so.1 fake/nvidia-smi share/nodecheck.py share/nodecheck_lib.py \
+  share/nodecheck_checks.py share/torch_job.py; do
   [ -x "$kit/$f" ] || { [ -f "$kit/$f" ] && [ "${f##*.}" = py ]; } || fail "the kit lacks $f"
 done
 "$kit/tests/nvml_backend_test" --gtest_list_tests | grep -q NvmlRealDriverTest ||
