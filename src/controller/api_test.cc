@@ -228,6 +228,51 @@ TEST_F(ApiAccessTest, PeopleCannotUseAgentEndpointsButLocalRootCan) {
   EXPECT_EQ(AsUid(0, "GET", "/v1/tokens").status, 200);
 }
 
+// Issue 25: another user asking for an exec session that exists and for one that does
+// not gets the same answer, byte for byte, from every exec endpoint; a 403 for the one
+// and a 404 for the other told whether someone's session id existed.
+TEST_F(ApiAccessTest, AnotherUsersExecSessionAndNoneGetByteIdenticalAnswers) {
+  const std::string vm = Token("vm", "node");
+  const int64_t job = RunningJobOnVm(vm);
+  net::HttpResponse started = AsUid(0, "POST", "/v1/jobs/" + std::to_string(job) + "/exec", {},
+                                    R"({"task": 0, "argv": ["bash"], "tty": true})");
+  ASSERT_EQ(started.status, 201) << started.body;
+  const int64_t id = ParseJson(started.body, "answer").value()["id"].get<int64_t>();
+  int64_t missing = id + 1;
+  while (AsUid(0, "GET", "/v1/exec/" + std::to_string(missing)).status != 404) ++missing;
+  struct Probe {
+    std::string method, suffix, body;
+    std::map<std::string, std::string> query;
+  };
+  const std::vector<Probe> probes = {
+      {"GET", "", "", {}},
+      {"GET", "", "", {{"wait_ms", "0"}, {"output", "1"}}},
+      {"GET", "/output", "", {{"stream", "stdout"}}},
+      {"GET", "/stream", "", {{"wait_ms", "0"}}},
+      {"POST", "/input", R"({"seq": 1, "data": "aWQK"})", {}},
+      {"DELETE", "", "", {}},
+  };
+  for (const Probe& p : probes) {
+    net::HttpResponse theirs =
+        AsUid(user_uid_, p.method, "/v1/exec/" + std::to_string(id) + p.suffix, p.query, p.body);
+    net::HttpResponse none = AsUid(
+        user_uid_, p.method, "/v1/exec/" + std::to_string(missing) + p.suffix, p.query, p.body);
+    const std::string what = p.method + " /v1/exec/ID" + p.suffix;
+    EXPECT_EQ(theirs.status, 404) << what << ": " << theirs.body;
+    EXPECT_EQ(theirs.status, none.status) << what;
+    EXPECT_EQ(theirs.body, none.body) << what;
+    EXPECT_EQ(theirs.content_type, none.content_type) << what;
+    EXPECT_EQ(theirs.headers, none.headers) << what;
+  }
+  // The owner's session is untouched: no input queued, not stopped.
+  net::HttpResponse mine = AsUid(0, "GET", "/v1/exec/" + std::to_string(id));
+  ASSERT_EQ(mine.status, 200) << mine.body;
+  EXPECT_FALSE(ParseJson(mine.body, "answer").value()["ended"].get<bool>());
+  net::HttpResponse input = AsUid(0, "POST", "/v1/exec/" + std::to_string(id) + "/input", {},
+                                  R"({"seq": 1, "data": "aWQK"})");
+  EXPECT_EQ(input.status, 200) << input.body;  // seq 1 is still the next one
+}
+
 TEST_F(ApiAccessTest, NodeTokenActsOnlyForItsOwnNode) {
   const std::string vm = Token("vm", "node");
   const std::string vm2 = Token("vm2", "node");
