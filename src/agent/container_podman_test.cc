@@ -438,7 +438,7 @@ TEST_F(ContainerPodmanTest, ASwappedSymlinkNeverGetsAForeignFileMounted) {
       }
     }
   });
-  constexpr int kJobs = 12;
+  constexpr int kJobs = 20;
   int mounted_own = 0;
   int refused = 0;
   int foreign = 0;
