@@ -219,7 +219,6 @@ Status Controller::Load() {
     e.up = true;
     nodes_.emplace(r.name, std::move(e));
   }
-  next_exec_id_ = now;  // above every id an earlier run handed out (agents key on it)
   GP_ASSIGN_OR_RETURN(std::optional<std::string> limits, store_->GetSetting("limits"));
   if (limits) {
     Result<Json> j = ParseJson(*limits, "stored limits");
@@ -1159,10 +1158,17 @@ Result<AgentWork> Controller::WaitForWork(const std::string& node, int64_t wait_
       }
     }
     if (protocol::SupportsExec(e.version)) {
+      // In the order they were started (their ids are random).
+      std::vector<ExecSession*> queued;
       for (auto& [id, x] : execs_) {
+        if (x.node == node && !x.started && !x.ended) queued.push_back(&x);
+      }
+      std::sort(queued.begin(), queued.end(),
+                [](const ExecSession* a, const ExecSession* b) { return a->created < b->created; });
+      for (ExecSession* session : queued) {
+        ExecSession& x = *session;
         // Resent until the agent reports it (a poll answer can be lost: a dead agent's
         // poll may take it), as launch orders are; agents ignore a session seen before.
-        if (x.node != node || x.started || x.ended) continue;
         if (x.sent && now - x.sent_us <= kResendAfterUs) continue;
         // Sent once its task runs (mpirun may ask before the task has started).
         auto job = active_.find(x.job_id);
@@ -1784,21 +1790,26 @@ Result<int64_t> Controller::StartExecLocked(int64_t job_id, int task_index,
           " interactive sessions open, the most at once; end one (exit its shell)");
     }
   }
-  // Sessions that ended long ago go; at most 10,000 are kept.
+  // Sessions that ended long ago go; at most 10,000 are kept, the oldest going first.
   const int64_t mono = clock_->MonotonicMicros();
-  for (auto x = execs_.begin(); x != execs_.end();) {
+  std::vector<std::pair<int64_t, int64_t>> by_age;  // (created, id)
+  by_age.reserve(execs_.size());
+  for (const auto& [xid, s] : execs_) by_age.emplace_back(s.created, xid);
+  std::sort(by_age.begin(), by_age.end());
+  for (const auto& [created, xid] : by_age) {
+    auto x = execs_.find(xid);
     const bool old = x->second.ended && mono - x->second.ended_mono_us > 600'000'000;
     if (x->second.client_waiting == 0 && (old || execs_.size() > 10'000)) {
       if (x->second.primary) primary_exec_.erase(x->second.job_id);
       exec_output_held_ -=
           x->second.complete_output[0].size() + x->second.complete_output[1].size();
-      x = execs_.erase(x);
-    } else {
-      x = std::next(x);
+      execs_.erase(x);
     }
   }
+  GP_ASSIGN_OR_RETURN(const int64_t new_id, NewExecIdLocked());
   ExecSession x;
-  x.id = ++next_exec_id_;
+  x.id = new_id;
+  x.created = ++exec_created_;
   x.job_id = job_id;
   x.attempt = job.attempt;
   x.task_index = task_index;
@@ -1819,16 +1830,8 @@ Result<ExecSession> Controller::WaitExec(int64_t exec_id, const Caller& caller, 
                         std::chrono::milliseconds(std::clamp<int64_t>(wait_ms, 0, 60'000));
   std::unique_lock lock(mu_);
   while (true) {
-    auto it = execs_.find(exec_id);
-    if (it == execs_.end()) {
-      return Status::NotFound("exec session " + std::to_string(exec_id) +
-                              " is not known (it ended long ago, or the controller restarted)");
-    }
-    const ExecSession& x = it->second;
-    if (!caller.admin && caller.uid != x.uid) {
-      return Status::PermissionDenied("exec session " + std::to_string(exec_id) +
-                                      " belongs to another user");
-    }
+    GP_ASSIGN_OR_RETURN(const ExecSession* found, CallersExecLocked(exec_id, caller));
+    const ExecSession& x = *found;
     if (x.started != seen_started || x.ended != seen_ended || stopping_ ||
         std::chrono::steady_clock::now() >= deadline) {
       return x;
@@ -1839,13 +1842,8 @@ Result<ExecSession> Controller::WaitExec(int64_t exec_id, const Caller& caller, 
 
 Status Controller::CancelExec(int64_t exec_id, const Caller& caller) {
   std::lock_guard lock(mu_);
-  auto it = execs_.find(exec_id);
-  if (it == execs_.end()) return Status::NotFound("exec session " + std::to_string(exec_id));
-  ExecSession& x = it->second;
-  if (!caller.admin && caller.uid != x.uid) {
-    return Status::PermissionDenied("exec session " + std::to_string(exec_id) +
-                                    " belongs to another user");
-  }
+  GP_ASSIGN_OR_RETURN(ExecSession * found, CallersExecLocked(exec_id, caller));
+  ExecSession& x = *found;
   if (x.ended) return Status::Ok();
   if (x.interactive() && !x.hung_up) {
     x.hung_up = true;

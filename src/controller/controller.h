@@ -78,6 +78,10 @@ struct ControllerOptions {
   int64_t max_queued_per_user = 10'000;
   int64_t max_queued_total = 100'000;               // every user's together
   int max_array_size = jobs::kDefaultMaxArraySize;  // elements of one array
+  // Where exec session ids come from: 64 random bits a call (empty: the kernel's
+  // getrandom(2)). Ids are unguessable so that they tell nobody how many sessions
+  // others start (issue 25); tests give a seeded source.
+  std::function<uint64_t()> random;
 };
 
 // How a `gpupool exec` session runs: with the client's terminal (tty, of rows x cols) or
@@ -96,7 +100,8 @@ using AgentWork = protocol::Work;
 
 // One `gpupool exec` session: a command run inside a running task's allocation.
 struct ExecSession {
-  int64_t id = 0;
+  int64_t id = 0;       // random, 1 .. 2^53 - 1 (an exact JSON number everywhere)
+  int64_t created = 0;  // the order sessions were started in (their ids have none)
   int64_t job_id = 0;
   int attempt = 0;
   int task_index = 0;
@@ -330,6 +335,12 @@ class Controller {
   // Under mu_: ends session `exec_id` for its client (gone, or stopped it) and has its
   // agent stop the command.
   void HangUpLocked(Lock& lock, int64_t exec_id, const std::string& reason);
+  // Under mu_: the caller's session `exec_id`. A session that does not exist and one
+  // that is another user's get the same NotFound, word for word: whether someone else's
+  // id exists does not show (issue 25).
+  Result<ExecSession*> CallersExecLocked(int64_t exec_id, const Caller& caller);
+  // Under mu_: a new session id, random (ControllerOptions::random) and unused.
+  Result<int64_t> NewExecIdLocked();
   // How a `gpupool run` job's command ended: a copy, as the session may be collected
   // while the job's end is written.
   struct CommandEnd {
@@ -469,7 +480,7 @@ class Controller {
   static constexpr int kMaxInteractivePerUser = 12;
   std::map<int64_t, int64_t> primary_exec_;  // `gpupool run` job -> its command's session
   size_t exec_output_held_ = 0;              // bytes of ExecSession::complete_output, all sessions
-  int64_t next_exec_id_ = 0;  // from the clock at start: ids are not reused across restarts
+  int64_t exec_created_ = 0;                 // ExecSession::created of the last session started
   std::condition_variable exec_cv_;
   std::thread loop_;
   std::atomic<int64_t> loop_seen_mono_us_{0};  // the loop's last round; 0 = not running

@@ -5,9 +5,12 @@
 // memory and bounded. A session lives as long as its client keeps asking; one whose
 // client goes silent is hung up, like a terminal whose line dropped.
 #include <spdlog/spdlog.h>
+#include <sys/random.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
+#include <cstring>
 
 #include "controller/controller.h"
 
@@ -27,16 +30,23 @@ constexpr size_t kOutputHardLimit = 8 << 20;
 // How long a client's read or an agent's input poll may wait at most.
 constexpr int64_t kMaxWaitMs = 30'000;
 
-Status SessionOf(const std::map<int64_t, ExecSession>& execs, int64_t id) {
-  if (execs.count(id) != 0) return Status::Ok();
-  return Status::NotFound("exec session " + std::to_string(id) +
-                          " is not known (it ended long ago, or the controller restarted)");
+// Where exec session ids come from unless ControllerOptions::random says otherwise.
+Result<uint64_t> KernelRandom64() {
+  uint64_t v = 0;
+  ssize_t n;
+  do {
+    n = ::getrandom(&v, sizeof v, 0);
+  } while (n < 0 && errno == EINTR);
+  if (n != static_cast<ssize_t>(sizeof v)) {
+    return Status::Unavailable("cannot draw an exec session id: getrandom: " +
+                               std::string(n < 0 ? std::strerror(errno) : "short read"));
+  }
+  return v;
 }
 
-Status MayUse(const ExecSession& x, const Caller& caller) {
-  if (caller.admin || caller.uid == x.uid) return Status::Ok();
-  return Status::PermissionDenied("exec session " + std::to_string(x.id) +
-                                  " belongs to another user");
+// A session on another node is answered as one that does not exist.
+Status NotOnNode(int64_t id, const std::string& node) {
+  return Status::NotFound("exec session " + std::to_string(id) + " does not run on node " + node);
 }
 
 std::string SignalText(int sig) {
@@ -60,6 +70,32 @@ std::chrono::steady_clock::time_point Deadline(int64_t wait_ms) {
 }
 
 }  // namespace
+
+Result<ExecSession*> Controller::CallersExecLocked(int64_t exec_id, const Caller& caller) {
+  auto it = execs_.find(exec_id);
+  if (it != execs_.end() && (caller.admin || caller.uid == it->second.uid)) return &it->second;
+  // Not the id, which the caller knows, and not which of the two: the same bytes either way.
+  return Status::NotFound(
+      "no such exec session of yours: it ended long ago, the controller restarted, or the id "
+      "is wrong");
+}
+
+Result<int64_t> Controller::NewExecIdLocked() {
+  for (int tries = 0; tries < 16; ++tries) {
+    uint64_t bits = 0;
+    if (options_.random) {
+      bits = options_.random();
+    } else {
+      GP_ASSIGN_OR_RETURN(bits, KernelRandom64());
+    }
+    // 53 bits: more than enough not to be guessed or counted, and an exact number in
+    // every JSON reader (JavaScript's included). Agents key on the id (agent::ExecKey
+    // takes ids below 2^61) and the agent protocol's int64 carries it unchanged.
+    const auto id = static_cast<int64_t>(bits >> 11);
+    if (id != 0 && execs_.count(id) == 0) return id;
+  }
+  return Status::Unavailable("cannot draw an unused exec session id: the random source repeats");
+}
 
 Result<int64_t> Controller::AttachRun(int64_t job_id, const Caller& caller, int rows, int cols,
                                       int64_t wait_ms, Job* job) {
@@ -137,9 +173,8 @@ Result<int64_t> Controller::AttachRun(int64_t job_id, const Caller& caller, int 
 Status Controller::PushExecInput(int64_t exec_id, const Caller& caller,
                                  protocol::ExecInputItem item) {
   std::lock_guard lock(mu_);
-  GP_RETURN_IF_ERROR(SessionOf(execs_, exec_id));
-  ExecSession& x = execs_.at(exec_id);
-  GP_RETURN_IF_ERROR(MayUse(x, caller));
+  GP_ASSIGN_OR_RETURN(ExecSession * found, CallersExecLocked(exec_id, caller));
+  ExecSession& x = *found;
   x.client_seen_mono_us = clock_->MonotonicMicros();
   if (!x.interactive()) {
     return Status::FailedPrecondition("exec session " + std::to_string(exec_id) +
@@ -170,10 +205,9 @@ Result<ExecStreamRead> Controller::ReadExecStream(int64_t exec_id, const Caller&
                                                   bool seen_started, int64_t wait_ms) {
   const auto deadline = Deadline(wait_ms);
   std::unique_lock lock(mu_);
-  GP_RETURN_IF_ERROR(SessionOf(execs_, exec_id));
   {
-    ExecSession& x = execs_.at(exec_id);
-    GP_RETURN_IF_ERROR(MayUse(x, caller));
+    GP_ASSIGN_OR_RETURN(ExecSession * found, CallersExecLocked(exec_id, caller));
+    ExecSession& x = *found;
     if (!x.interactive()) {
       return Status::FailedPrecondition("exec session " + std::to_string(exec_id) +
                                         " is not interactive; read GET /v1/exec/ID/output");
@@ -223,12 +257,9 @@ Result<protocol::ExecInput> Controller::TakeExecInput(const std::string& node, i
   const auto deadline = Deadline(wait_ms);
   std::unique_lock lock(mu_);
   while (true) {
-    GP_RETURN_IF_ERROR(SessionOf(execs_, exec_id));
-    ExecSession& x = execs_.at(exec_id);
-    if (x.node != node) {
-      return Status::PermissionDenied("exec session " + std::to_string(exec_id) +
-                                      " does not run on node " + node);
-    }
+    auto it = execs_.find(exec_id);
+    if (it == execs_.end() || it->second.node != node) return NotOnNode(exec_id, node);
+    ExecSession& x = it->second;
     // The agent has applied everything up to `after`.
     while (!x.input.empty() && x.input.front().seq <= after) {
       x.input_bytes -= x.input.front().data.size();
@@ -250,13 +281,10 @@ Result<protocol::ExecOutputAck> Controller::PutExecOutput(const std::string& nod
                                                           int64_t wait_ms) {
   const auto deadline = Deadline(wait_ms);
   std::unique_lock lock(mu_);
-  GP_RETURN_IF_ERROR(SessionOf(execs_, exec_id));
   {
-    ExecSession& x = execs_.at(exec_id);
-    if (x.node != node) {
-      return Status::PermissionDenied("exec session " + std::to_string(exec_id) +
-                                      " does not run on node " + node);
-    }
+    auto it = execs_.find(exec_id);
+    if (it == execs_.end() || it->second.node != node) return NotOnNode(exec_id, node);
+    ExecSession& x = it->second;
     const int64_t offsets[2] = {out.stdout_offset, out.stderr_offset};
     const std::string* data[2] = {&out.stdout_data, &out.stderr_data};
     if (x.output[0].size() + x.output[1].size() + out.stdout_data.size() + out.stderr_data.size() >
@@ -281,8 +309,9 @@ Result<protocol::ExecOutputAck> Controller::PutExecOutput(const std::string& nod
   }
   while (true) {
     // The session may have gone while we waited (a long-ended one, collected).
-    GP_RETURN_IF_ERROR(SessionOf(execs_, exec_id));
-    const ExecSession& x = execs_.at(exec_id);
+    auto it = execs_.find(exec_id);
+    if (it == execs_.end()) return NotOnNode(exec_id, node);
+    const ExecSession& x = it->second;
     protocol::ExecOutputAck ack;
     ack.stdout_end = x.output_base[0] + static_cast<int64_t>(x.output[0].size());
     ack.stderr_end = x.output_base[1] + static_cast<int64_t>(x.output[1].size());
