@@ -16,61 +16,22 @@
 namespace gpupool::agent {
 namespace {
 
-// What a walk found: a descriptor, or an errno (and, for ELOOP, the link's path).
+// What an open found: a descriptor, or an errno.
 struct Walked {
   int fd = -1;
   int err = 0;
-  std::string link_at;
 };
 
-// Opens `path` one component at a time without following links, then checks access on
-// what it opened. Runs with the ids whose access counts.
-Walked WalkNoLinks(const std::string& path, bool write) {
+// Opens `path` with the calling thread's ids, then checks access on what it opened. The
+// kernel resolves the path, symbolic links included, with those ids: what the caller may
+// not reach it does not open. Whatever the path names later, the descriptor stays the
+// object checked.
+Walked OpenAsCaller(const std::string& path, bool write) {
   Walked w;
-  int fd = ::open("/", O_PATH | O_DIRECTORY | O_CLOEXEC);
+  const int fd = ::open(path.c_str(), O_PATH | O_CLOEXEC);
   if (fd < 0) {
     w.err = errno;
     return w;
-  }
-  std::string at;
-  size_t i = 0;
-  while (true) {
-    while (i < path.size() && path[i] == '/') ++i;
-    if (i >= path.size()) break;
-    size_t end = path.find('/', i);
-    if (end == std::string::npos) end = path.size();
-    const std::string name = path.substr(i, end - i);
-    i = end;
-    if (name == ".") continue;
-    at += "/" + name;
-    // Without O_NOFOLLOW a link would be followed; with it and O_PATH the link itself
-    // is opened, and fstat tells.
-    const int next = ::openat(fd, name.c_str(), O_PATH | O_NOFOLLOW | O_CLOEXEC);
-    const int open_err = errno;
-    ::close(fd);
-    fd = next;
-    if (fd < 0) {
-      w.err = open_err;
-      return w;
-    }
-    struct stat st;
-    if (::fstat(fd, &st) != 0) {
-      w.err = errno;
-      ::close(fd);
-      return w;
-    }
-    if (S_ISLNK(st.st_mode)) {
-      w.err = ELOOP;
-      w.link_at = at;
-      ::close(fd);
-      return w;
-    }
-    const bool more = path.find_first_not_of('/', i) != std::string::npos;
-    if (more && !S_ISDIR(st.st_mode)) {
-      w.err = ENOTDIR;
-      ::close(fd);
-      return w;
-    }
   }
   struct stat st;
   int mode = R_OK | (write ? W_OK : 0);
@@ -87,11 +48,10 @@ Walked WalkNoLinks(const std::string& path, bool write) {
   return w;
 }
 
-// The child's answer: its errno, the link's path, and with errno 0 the descriptor.
+// The child's answer: its errno, and with errno 0 the descriptor.
 bool SendWalked(int sock, const Walked& w) {
   std::string msg(sizeof(int), '\0');
   std::memcpy(msg.data(), &w.err, sizeof(int));
-  msg += w.link_at.substr(0, 4000);
   struct iovec iov = {msg.data(), msg.size()};
   struct msghdr mh {};
   mh.msg_iov = &iov;
@@ -111,7 +71,7 @@ bool SendWalked(int sock, const Walked& w) {
 
 // Reads the child's answer; false when there was none (it died before it answered).
 bool ReceiveWalked(int sock, Walked* w) {
-  char buf[sizeof(int) + 4000];
+  char buf[sizeof(int)];
   struct iovec iov = {buf, sizeof buf};
   struct msghdr mh {};
   mh.msg_iov = &iov;
@@ -125,7 +85,6 @@ bool ReceiveWalked(int sock, Walked* w) {
   } while (n < 0 && errno == EINTR);
   if (n < static_cast<ssize_t>(sizeof(int))) return false;
   std::memcpy(&w->err, buf, sizeof(int));
-  w->link_at.assign(buf + sizeof(int), static_cast<size_t>(n) - sizeof(int));
   for (struct cmsghdr* c = CMSG_FIRSTHDR(&mh); c != nullptr; c = CMSG_NXTHDR(&mh, c)) {
     if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS) {
       std::memcpy(&w->fd, CMSG_DATA(c), sizeof(int));
@@ -159,7 +118,7 @@ Result<Walked> WalkAsUser(const std::string& path, const MountUser& who, bool wr
         ::setresuid(who.uid, who.uid, who.uid) != 0) {
       ::_exit(1);
     }
-    ::_exit(SendWalked(sv[1], WalkNoLinks(path, write)) ? 0 : 1);
+    ::_exit(SendWalked(sv[1], OpenAsCaller(path, write)) ? 0 : 1);
   }
   ::close(sv[1]);
   Walked w;
@@ -186,18 +145,9 @@ Result<int> OpenMountSource(const std::string& path, const MountUser& who, bool 
   if (::geteuid() == 0 && who.uid != 0) {
     GP_ASSIGN_OR_RETURN(w, WalkAsUser(path, who, write));
   } else {
-    w = WalkNoLinks(path, write);  // already as the user (or root, who may read anything)
+    w = OpenAsCaller(path, write);  // already as the user (or root, who may read anything)
   }
   if (w.err == 0) return w.fd;
-  if (w.err == ELOOP) {
-    const std::string where =
-        w.link_at == path ? "is" : "goes through '" + w.link_at + "', which is";
-    return Status::FailedPrecondition(
-        "'" + path + "' " + where +
-        " a symbolic link; mount sources are opened without following links, so that "
-        "what is mounted is what was checked: give the path without links (realpath " +
-        path + ")");
-  }
   if (w.err == ENOENT || w.err == ENOTDIR) {
     return Status::FailedPrecondition("'" + path + "' does not exist (or is not reachable by " +
                                       user + ")");

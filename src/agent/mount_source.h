@@ -4,9 +4,9 @@
 // itself, following symbolic links. Checking the path as the user first is not enough:
 // between the check and the mount the user can swap a component for a link to a file
 // of root's (issue 25: /etc/shadow was mounted in 4 of 8 containers). So the shim
-//   1. opens each source as the user, one component at a time from "/" with
-//      O_PATH | O_NOFOLLOW, refusing a symbolic link in any component, and checks the
-//      user's access on the descriptor it got (OpenMountSource), then
+//   1. opens each source as the user (the kernel resolves the path, links included, with
+//      the user's ids) and checks the user's access on the descriptor it got
+//      (OpenMountSource), then
 //   2. bind-mounts that descriptor onto a private path under the job's directory, which
 //      only root can change (StagedMounts), and gives podman that path.
 // What the container gets is the object the user was checked against, whatever they
@@ -35,12 +35,11 @@ struct MountUser {
 };
 
 // Opens `path` (absolute) for a bind mount as `who`: in a forked child with the user's
-// ids when the caller is root, in this process otherwise. Every component is opened with
-// O_PATH | O_NOFOLLOW from the one before; a symbolic link anywhere (the last component
-// too) is refused. The object must then be readable by the user (and enterable, for a
-// directory; and writable, with `write`). Returns a close-on-exec O_PATH descriptor the
-// caller owns. FailedPrecondition naming the path, the user and what to do: for a link,
-// the component that is one and "give the path without links (realpath PATH)".
+// ids when the caller is root, in this process otherwise. Symbolic links are followed,
+// with the user's ids, so a link leads only where the user may go. The object must then
+// be readable by the user (and enterable, for a directory; and writable, with `write`).
+// Returns a close-on-exec O_PATH descriptor the caller owns. FailedPrecondition naming
+// the path, the user and what to do.
 Result<int> OpenMountSource(const std::string& path, const MountUser& who, bool write);
 
 // Bind mounts of opened sources onto `dir`/0, `dir`/1, ... (`dir` created 0700; it must
