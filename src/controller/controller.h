@@ -37,6 +37,7 @@
 
 #include "common/clock.h"
 #include "common/status.h"
+#include "controller/job_lifecycle.h"
 #include "controller/limits.h"
 #include "controller/log_relay.h"
 #include "controller/metrics.h"
@@ -303,30 +304,22 @@ class Controller {
   using Lock = std::unique_lock<std::mutex>;
   Controller(store::Store* store, const Clock* clock, ControllerOptions options);
   Status Load();
-  // The writers of active jobs. Each changes one job that the caller read after
-  // WaitUntilNotWriting, and writes it with WriteJobsUnlocked: mu_ is released during the
-  // store write and held again on return, so references into active_, nodes_ and execs_
-  // taken before the call are only good for what cannot go away meanwhile (see
-  // WriteJobsUnlocked); loops over those maps collect ids first.
-  // Ends (LOST, or requeues) a job whose node is gone or no longer knows it.
-  // `gone_from`: the node whose loss this is, where the job's tasks are not known to run.
-  Status FinishOnNodeLoss(Lock& lock, jobs::Job& job, const std::string& reason,
-                          const std::string& gone_from);
+  // The one way an active job changes: Step (job_lifecycle.h) on the job as it is now
+  // (after any write of it in flight), the transition written to the store with mu_
+  // released (WriteJobsUnlocked), then installed with its effects carried out (Install).
+  // `lock` holds mu_ on entry and on return; references into active_, nodes_ and execs_
+  // taken before the call are only good for what cannot go away meanwhile. NotFound when
+  // the job is not active; the lifecycle's refusals as they are.
+  Result<jobs::Job> ApplyLocked(Lock& lock, int64_t id, const lifecycle::Event& event);
+  // The same for several jobs, written in one transaction; a job being written by
+  // another writer, or whose step is refused (logged), is left out. Returns the jobs as
+  // installed.
+  Result<std::vector<jobs::Job>> ApplyManyLocked(
+      Lock& lock, std::vector<std::pair<int64_t, lifecycle::Event>> events);
+  // Puts a written transition in memory (the job in active_, or out of it) and carries
+  // out its effects: stop orders, strays, pending reasons, wake-ups. mu_ held.
+  void Install(lifecycle::Transition t);
   LaunchOrder MakeLaunchOrder(const jobs::Job& job, size_t task_index) const;
-  // A task's event: updates job.tasks, and the job's state once every task has started
-  // or ended. `freed` is set when the job ended.
-  Status ApplyTaskEvent(Lock& lock, jobs::Job& job, const std::string& node, const Event& ev,
-                        bool* freed);
-  // Writes `next` (stored as `expected`); once every task has ended, its final state,
-  // and the job leaves active_ (`freed`). With cancel_requested, tasks whose orders never
-  // went out are ended first.
-  Status StopJob(Lock& lock, jobs::Job& next, jobs::JobState expected, bool* freed);
-  // Asks the agents running tasks of `job` (every node but `except`) to stop them: for a
-  // job that ended while some of its tasks may still run (a node lost, a requeue).
-  // `gone_from`: a node where its tasks are not known to run (the lost node); on every
-  // other node that is up, a task that started and did not end is known to run.
-  void StopStrayTasks(const jobs::Job& job, const std::string& except,
-                      const std::string& gone_from = "");
   void ExecReported(Lock& lock, const std::string& node, const protocol::ExecReport& r,
                     bool* freed);
   // Under mu_: the checks and the session of StartExec.

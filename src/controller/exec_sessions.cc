@@ -13,6 +13,7 @@
 #include <cstring>
 
 #include "controller/controller.h"
+#include "controller/job_lifecycle.h"
 
 namespace gpupool::controller {
 namespace {
@@ -47,21 +48,6 @@ Result<uint64_t> KernelRandom64() {
 // A session on another node is answered as one that does not exist.
 Status NotOnNode(int64_t id, const std::string& node) {
   return Status::NotFound("exec session " + std::to_string(id) + " does not run on node " + node);
-}
-
-std::string SignalText(int sig) {
-  switch (sig) {
-    case 1:
-      return "SIGHUP";
-    case 2:
-      return "SIGINT";
-    case 9:
-      return "SIGKILL";
-    case 15:
-      return "SIGTERM";
-    default:
-      return "signal " + std::to_string(sig);
-  }
 }
 
 std::chrono::steady_clock::time_point Deadline(int64_t wait_ms) {
@@ -359,39 +345,19 @@ Controller::CommandEnd Controller::CommandEndOf(const ExecSession& x) {
   return e;
 }
 
-void Controller::CommandEndedLocked(Lock& lock, const CommandEnd& x, bool* freed) {
-  WaitUntilNotWriting(lock, x.job_id);
-  auto it = active_.find(x.job_id);
-  if (it == active_.end() || it->second.attempt != x.attempt || it->second.command_ended) return;
-  Job& job = it->second;
-  Job next = job;
-  next.command_ended = true;
-  next.command_exit_code = x.exit_code;
-  next.command_signal = x.signal;
-  if (x.hung_up) {
-    next.reason = x.hangup_reason;
-  } else if (!x.error.empty()) {
-    next.reason = "the command did not run: " + x.error;
-  } else if (x.signal) {
-    next.reason = "the command was ended by " + SignalText(*x.signal);
-  } else if (x.exit_code && *x.exit_code != 0) {
-    next.reason = "the command exited with code " + std::to_string(*x.exit_code);
-  } else {
-    next.reason.clear();
+void Controller::CommandEndedLocked(Lock& lock, const CommandEnd& x, bool* /*freed*/) {
+  lifecycle::CommandEnded ended;
+  ended.attempt = x.attempt;
+  ended.exit_code = x.exit_code;
+  ended.signal = x.signal;
+  ended.error = x.error;
+  ended.hung_up = x.hung_up;
+  ended.hangup_reason = x.hangup_reason;
+  // Its tasks held the allocation for it: they are released now (job_lifecycle.h).
+  Result<Job> r = ApplyLocked(lock, x.job_id, ended);
+  if (!r.ok() && r.status().code() != StatusCode::kNotFound) {
+    spdlog::error("job {}: recording the end of its command: {}", x.job_id, r.status().ToString());
   }
-  if (!x.exit_code && !x.signal) next.command_exit_code = 255;  // it never ran
-  // Its tasks held the allocation for it: they are released now.
-  next.cancel_requested = true;
-  if (Status s = StopJob(lock, next, job.state, freed); !s.ok()) {
-    spdlog::error("job {}: recording the end of its command: {}", x.job_id, s.ToString());
-    return;
-  }
-  if (auto a = active_.find(x.job_id); a != active_.end()) {
-    for (const auto& p : a->second.placement) {
-      if (auto n = nodes_.find(p.node); n != nodes_.end()) n->second.cancel_sent_us.erase(x.job_id);
-    }
-  }
-  work_cv_.notify_all();
 }
 
 Status Controller::SweepExecClients() {
@@ -411,7 +377,6 @@ Status Controller::SweepExecClients() {
     if (it == execs_.end() || it->second.client_waiting > 0) continue;  // came back meanwhile
     HangUpLocked(lock, id, "its terminal went away (no word from the client for " + secs + ")");
   }
-  bool freed_any = false;
   std::vector<int64_t> unattached;
   for (int64_t id : occupying_) {
     const Job& j = active_.at(id);
@@ -422,25 +387,10 @@ Status Controller::SweepExecClients() {
   for (int64_t id : unattached) {
     WaitUntilNotWriting(lock, id);
     auto it = active_.find(id);
-    if (it == active_.end() || it->second.cancel_requested || primary_exec_.count(id) != 0) {
-      continue;  // ended, stopped or attached meanwhile
-    }
-    Job& job = it->second;
-    Job next = job;
-    next.cancel_requested = true;
-    next.reason = "no terminal attached within " + secs +
-                  " of its start (gpupool run was interrupted, or the controller restarted)";
-    bool freed = false;
-    GP_RETURN_IF_ERROR(StopJob(lock, next, job.state, &freed));
-    freed_any = freed_any || freed;
-    if (auto a = active_.find(id); a != active_.end()) {
-      for (const auto& p : a->second.placement) {
-        if (auto n = nodes_.find(p.node); n != nodes_.end()) n->second.cancel_sent_us.erase(id);
-      }
-    }
+    if (it == active_.end() || primary_exec_.count(id) != 0) continue;  // attached meanwhile
+    Result<Job> r = ApplyLocked(lock, id, lifecycle::ClientAbsent{timeout / 1'000'000});
+    if (!r.ok() && r.status().code() != StatusCode::kNotFound) return r.status();
   }
-  if (!unattached.empty()) work_cv_.notify_all();
-  if (freed_any) WakeScheduler();
   return Status::Ok();
 }
 

@@ -59,18 +59,6 @@ std::string SignalText(int sig) {
   }
 }
 
-// Fills the per-task records of a job placed before they existed (an older store).
-void EnsureTasks(Job& job) {
-  if (job.tasks.size() == job.placement.size()) return;
-  job.tasks.resize(job.placement.size());
-  for (size_t t = 0; t < job.placement.size(); ++t) {
-    if (job.tasks[t].host.empty()) job.tasks[t].host = job.placement[t].node;
-    if (job.state == JobState::kRunning && job.tasks[t].start_time_us == 0) {
-      job.tasks[t].start_time_us = job.start_time_us;
-    }
-  }
-}
-
 Transition Unchanged(const Job& job) {
   Transition t;
   t.next = job;
@@ -97,7 +85,7 @@ bool IsTaskOf(const Job& job, const std::string& node, int task, int attempt) {
 // With cancel_requested, tasks whose launch orders never went out (they wait for task
 // 0's port) will not start: they end here.
 Transition Settle(const Job& job, Job next, int64_t now_us) {
-  EnsureTasks(next);
+  NormalizeTasks(next);
   if (next.cancel_requested) {
     for (size_t t = 1; t < next.tasks.size(); ++t) {
       jobs::TaskStatus& ts = next.tasks[t];
@@ -192,7 +180,7 @@ Transition StopAll(const Job& job, Job next, int64_t now_us) {
 Transition Lose(const Job& job, const std::string& reason, const std::string& gone_from,
                 int64_t now_us) {
   Job lost = job;
-  EnsureTasks(lost);
+  NormalizeTasks(lost);
   std::map<std::string, bool> nodes;  // node -> a task of it started there and runs
   for (size_t t = 0; t < lost.placement.size(); ++t) {
     const std::string& node = lost.placement[t].node;
@@ -227,6 +215,7 @@ Transition Lose(const Job& job, const std::string& reason, const std::string& go
   t.effects.stop_execs = true;
   t.effects.notify_nodes = true;
   t.effects.strays = std::move(strays);
+  t.effects.log_warning = true;
   return t;
 }
 
@@ -268,7 +257,7 @@ Result<Transition> OnStarted(const Job& job, const TaskStarted& e) {
   if (!IsTaskOf(job, e.node, e.task, e.attempt)) return Unchanged(job);
   const auto t = static_cast<size_t>(e.task);
   Job next = job;
-  EnsureTasks(next);
+  NormalizeTasks(next);
   jobs::TaskStatus& ts = next.tasks[t];
   if (ts.ended || ts.start_time_us != 0) return Unchanged(job);  // a resent event
   ts.start_time_us = e.time_us;
@@ -296,6 +285,7 @@ Result<Transition> OnStarted(const Job& job, const TaskStarted& e) {
   // Task 0's port lets the others go; a started task takes the exec requests held for it.
   tr.effects.notify_nodes = true;
   tr.effects.notify_exec = true;
+  tr.effects.log_warning = !log.empty();
   tr.effects.log = std::move(log);
   return tr;
 }
@@ -304,7 +294,7 @@ Result<Transition> OnExited(const Job& job, const TaskExited& e, int64_t now_us)
   if (!IsTaskOf(job, e.node, e.task, e.attempt)) return Unchanged(job);
   const auto t = static_cast<size_t>(e.task);
   Job next = job;
-  EnsureTasks(next);
+  NormalizeTasks(next);
   jobs::TaskStatus& ts = next.tasks[t];
   if (ts.ended) return Unchanged(job);  // a resent event
   ts.ended = true;
@@ -461,6 +451,17 @@ Result<Transition> OnClientAbsent(const Job& job, const ClientAbsent& e, int64_t
 }
 
 }  // namespace
+
+void NormalizeTasks(Job& job) {
+  if (job.tasks.size() == job.placement.size()) return;
+  job.tasks.resize(job.placement.size());
+  for (size_t t = 0; t < job.placement.size(); ++t) {
+    if (job.tasks[t].host.empty()) job.tasks[t].host = job.placement[t].node;
+    if (job.state == JobState::kRunning && job.tasks[t].start_time_us == 0) {
+      job.tasks[t].start_time_us = job.start_time_us;
+    }
+  }
+}
 
 std::string HeldReason(const Job& job) {
   return "held by " + job.held_by + (job.held_by_admin ? " (admin)" : "") + ": `gpupool release " +

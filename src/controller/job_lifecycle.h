@@ -131,6 +131,7 @@ struct Effects {
   bool pending_reason_changed = false;  // next.pending_reason replaces the one shown
   std::vector<StrayStop> strays;        // tasks that may outlive the job's record
   std::string log;                      // one line for the log, when worth one
+  bool log_warning = false;             // ... at warning level
 };
 
 struct Transition {
@@ -146,6 +147,9 @@ struct Transition {
 // non-admin. An event that no longer applies (resent, for another attempt or node,
 // about a task that already ended) is not an error: changed = false.
 Result<Transition> Step(const jobs::Job& job, const Event& event, int64_t now_us);
+
+// Fills the per-task records of a job placed before they existed (an older store).
+void NormalizeTasks(jobs::Job& job);
 
 // Why a held job waits: "held by alice: `gpupool release 12` lets it start".
 std::string HeldReason(const jobs::Job& job);
