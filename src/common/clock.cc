@@ -36,6 +36,13 @@ bool SystemClock::WaitUntil(std::condition_variable& cv, std::unique_lock<std::m
   return cv.wait_until(lock, deadline, done);
 }
 
+bool SystemClock::WaitOnce(std::condition_variable& cv, std::unique_lock<std::mutex>& lock,
+                           int64_t deadline_us) const {
+  const std::chrono::steady_clock::time_point deadline{std::chrono::microseconds(deadline_us)};
+  return cv.wait_until(lock, deadline) == std::cv_status::no_timeout ||
+         MonotonicMicros() < deadline_us;
+}
+
 void SystemClock::SleepFor(int64_t micros) const {
   if (micros > 0) std::this_thread::sleep_for(std::chrono::microseconds(micros));
 }
@@ -84,6 +91,15 @@ bool ManualClock::WaitUntil(std::condition_variable& cv, std::unique_lock<std::m
   }
   Unregister(&cv);
   return ok;
+}
+
+bool ManualClock::WaitOnce(std::condition_variable& cv, std::unique_lock<std::mutex>& lock,
+                           int64_t deadline_us) const {
+  Register(&cv);
+  // A wake-up after at most kManualRecheck of real time counts as a spurious one.
+  if (NowMicros() < deadline_us) cv.wait_for(lock, kManualRecheck);
+  Unregister(&cv);
+  return NowMicros() < deadline_us;
 }
 
 void ManualClock::SleepFor(int64_t micros) const {

@@ -32,6 +32,11 @@ class Clock {
   // `done` again.
   virtual bool WaitUntil(std::condition_variable& cv, std::unique_lock<std::mutex>& lock,
                          int64_t deadline_us, const std::function<bool()>& done) const = 0;
+  // One wait on `cv` (lock held on entry and return): returns after a notify, a
+  // spurious wake-up, or once MonotonicMicros() reaches `deadline_us`. Returns false when
+  // the deadline has passed. For loops that look at their state after every wake-up.
+  virtual bool WaitOnce(std::condition_variable& cv, std::unique_lock<std::mutex>& lock,
+                        int64_t deadline_us) const = 0;
   // Blocks the calling thread for `micros` of this clock's time.
   virtual void SleepFor(int64_t micros) const = 0;
 
@@ -50,6 +55,8 @@ class SystemClock final : public Clock {
   int64_t MonotonicMicros() const override;
   bool WaitUntil(std::condition_variable& cv, std::unique_lock<std::mutex>& lock,
                  int64_t deadline_us, const std::function<bool()>& done) const override;
+  bool WaitOnce(std::condition_variable& cv, std::unique_lock<std::mutex>& lock,
+                int64_t deadline_us) const override;
   void SleepFor(int64_t micros) const override;
 };
 
@@ -67,6 +74,8 @@ class ManualClock final : public Clock {
 
   bool WaitUntil(std::condition_variable& cv, std::unique_lock<std::mutex>& lock,
                  int64_t deadline_us, const std::function<bool()>& done) const override;
+  bool WaitOnce(std::condition_variable& cv, std::unique_lock<std::mutex>& lock,
+                int64_t deadline_us) const override;
   void SleepFor(int64_t micros) const override;
 
   // How many threads wait in WaitUntil or SleepFor now.

@@ -59,12 +59,14 @@ Controller::Controller(store::Store* store, const Clock* clock, ControllerOption
     : store_(store),
       clock_(clock),
       options_(std::move(options)),
-      log_relay_([this](const std::string&) {
-        // Taking the lock orders this wake after a poll's check for work, so the wake
-        // cannot fall between that check and the poll's wait.
-        { std::lock_guard lock(mu_); }
-        work_cv_.notify_all();
-      }) {}
+      log_relay_(
+          [this](const std::string&) {
+            // Taking the lock orders this wake after a poll's check for work, so the wake
+            // cannot fall between that check and the poll's wait.
+            { std::lock_guard lock(mu_); }
+            work_cv_.notify_all();
+          },
+          clock) {}
 
 Controller::~Controller() { Stop(); }
 
@@ -322,26 +324,24 @@ void Controller::Stop() {
 }
 
 void Controller::Loop() {
-  using std::chrono::steady_clock;
   int64_t last_sweep = clock_->MonotonicMicros();
-  steady_clock::time_point last_pass_end = steady_clock::now();
+  int64_t last_pass_end = clock_->MonotonicMicros();
   while (true) {
     loop_seen_mono_us_ = clock_->MonotonicMicros();
     {
       // A pass runs when resources changed, when jobs arrived (batched for up to
       // arrival_batch_us while the last pass could start nothing: with a full pool and a
       // long queue, a pass per submission would only keep the lock from API calls), or
-      // once per period.
-      std::unique_lock lock(mu_);
-      const auto period_end =
-          steady_clock::now() + std::chrono::microseconds(options_.scheduler_period_us);
-      const auto batch_end = last_pass_end + std::chrono::microseconds(options_.arrival_batch_us);
+      // once per period. Every wait is the clock's, so a ManualClock drives the loop.
+      Lock lock(mu_);
+      const int64_t period_end = clock_->MonotonicMicros() + options_.scheduler_period_us;
+      const int64_t batch_end = last_pass_end + options_.arrival_batch_us;
       while (!stopping_ && !capacity_changed_) {
-        const auto now = steady_clock::now();
+        const int64_t now = clock_->MonotonicMicros();
         if (jobs_arrived_ && (!last_pass_blocked_ || now >= batch_end)) break;
         if (now >= period_end) break;
-        scheduler_cv_.wait_until(lock,
-                                 jobs_arrived_ ? std::min(period_end, batch_end) : period_end);
+        clock_->WaitOnce(scheduler_cv_, lock,
+                         jobs_arrived_ ? std::min(period_end, batch_end) : period_end);
       }
       if (stopping_) {
         loop_seen_mono_us_ = 0;
@@ -355,9 +355,12 @@ void Controller::Loop() {
     // Under a stream of submissions, passes would run back to back; a short gap lets
     // them batch (each pass sees many new jobs) and leaves the lock to API calls.
     const int64_t pass_us = clock_->MonotonicMicros() - pass_start;
-    std::this_thread::sleep_for(
-        std::chrono::microseconds(std::clamp<int64_t>(pass_us, 1000, 20'000)));
-    last_pass_end = steady_clock::now();
+    {
+      Lock lock(mu_);
+      clock_->WaitFor(scheduler_cv_, lock, std::clamp<int64_t>(pass_us, 1000, 20'000),
+                      [this] { return stopping_; });
+    }
+    last_pass_end = clock_->MonotonicMicros();
     const int64_t now = clock_->MonotonicMicros();
     if (now - last_sweep >= options_.scheduler_period_us) {
       last_sweep = now;
@@ -1050,9 +1053,9 @@ Result<AgentWork> Controller::WaitForWork(const std::string& node, int64_t wait_
   // time and is never taken for a silent one, and a dead agent's poll left waiting here
   // does not keep its node up (a --node-timeout under the poll's length lost idle nodes).
   const int64_t longest_ms = std::max<int64_t>(options_.node_timeout_us / 2000, 100);
-  const auto deadline =
-      std::chrono::steady_clock::now() + std::chrono::milliseconds(std::clamp<int64_t>(
-                                             wait_ms, 0, std::min<int64_t>(60'000, longest_ms)));
+  const int64_t deadline =
+      clock_->MonotonicMicros() +
+      1000 * std::clamp<int64_t>(wait_ms, 0, std::min<int64_t>(60'000, longest_ms));
   std::unique_lock lock(mu_);
   while (true) {
     auto it = nodes_.find(node);
@@ -1145,12 +1148,10 @@ Result<AgentWork> Controller::WaitForWork(const std::string& node, int64_t wait_
       }
     }
     work.logs = log_relay_.Take(node);
-    if (!work.empty() || stopping_ || std::chrono::steady_clock::now() >= deadline) {
-      return work;
-    }
+    if (!work.empty() || stopping_ || clock_->MonotonicMicros() >= deadline) return work;
     // Wake at the deadline, on new work, or in time to resend unacknowledged orders.
-    work_cv_.wait_until(lock, std::min(deadline, std::chrono::steady_clock::now() +
-                                                     std::chrono::microseconds(kResendAfterUs)));
+    clock_->WaitOnce(work_cv_, lock,
+                     std::min(deadline, clock_->MonotonicMicros() + kResendAfterUs));
   }
 }
 
@@ -1608,17 +1609,17 @@ Result<int64_t> Controller::StartExecLocked(int64_t job_id, int task_index,
 
 Result<ExecSession> Controller::WaitExec(int64_t exec_id, const Caller& caller, bool seen_started,
                                          bool seen_ended, int64_t wait_ms) {
-  const auto deadline = std::chrono::steady_clock::now() +
-                        std::chrono::milliseconds(std::clamp<int64_t>(wait_ms, 0, 60'000));
-  std::unique_lock lock(mu_);
+  const int64_t deadline =
+      clock_->MonotonicMicros() + 1000 * std::clamp<int64_t>(wait_ms, 0, 60'000);
+  Lock lock(mu_);
   while (true) {
     GP_ASSIGN_OR_RETURN(const ExecSession* found, CallersExecLocked(exec_id, caller));
     const ExecSession& x = *found;
     if (x.started != seen_started || x.ended != seen_ended || stopping_ ||
-        std::chrono::steady_clock::now() >= deadline) {
+        clock_->MonotonicMicros() >= deadline) {
       return x;
     }
-    exec_cv_.wait_until(lock, deadline);
+    clock_->WaitOnce(exec_cv_, lock, deadline);
   }
 }
 

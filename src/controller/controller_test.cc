@@ -1320,7 +1320,7 @@ TEST_F(ControllerTest, NodeViewFollowsEveryTransition) {
 }
 
 // The scheduler thread: submissions to a full pool wait for one batched pass, while freed
-// resources are planned at once.
+// resources are planned at once. It runs on the ManualClock: time moves only here.
 TEST_F(ControllerTest, LoopBatchesArrivalsWhileFullButPlansFreedResourcesAtOnce) {
   ControllerOptions o;
   o.scheduler_period_us = 60'000'000;
@@ -1328,27 +1328,38 @@ TEST_F(ControllerTest, LoopBatchesArrivalsWhileFullButPlansFreedResourcesAtOnce)
   Restart(o);
   Register(1);
   c_->Start();
-  auto state_within = [&](int64_t id, JobState want, int ms) {
-    for (int waited = 0; waited < ms; waited += 10) {
-      if (Get(id).state == want) return true;
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    }
-    return Get(id).state == want;
+  // What the loop does without time moving, it does at once; this waits for it.
+  auto eventually = [&](const std::function<bool()>& done) {
+    const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (!done() && std::chrono::steady_clock::now() < give_up) std::this_thread::yield();
+    return done();
   };
+  // After each pass the loop leaves a short gap (at most 20 ms) before the next.
+  auto end_gap = [&] {
+    ASSERT_TRUE(clock_.WaitForWaiters(1));
+    clock_.AdvanceMicros(20'000);
+  };
+  end_gap();  // after the pass the node's registration asked for
   Job a = c_->Submit(MakeJob(1), alice_).value();
-  ASSERT_TRUE(state_within(a.id, JobState::kAssigned, 3000));  // idle pool: at once
-  Job b = c_->Submit(MakeJob(1), alice_).value();              // its pass starts nothing
-  ASSERT_TRUE(state_within(b.id, JobState::kPending, 0));
-  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  ASSERT_TRUE(eventually([&] { return Get(a.id).state == JobState::kAssigned; }));  // at once
+  end_gap();
+  Job b = c_->Submit(MakeJob(1), bob_).value();  // its pass starts nothing
+  ASSERT_TRUE(eventually([&] { return !Get(b.id).pending_reason.empty(); }));
+  EXPECT_EQ(Get(b.id).state, JobState::kPending);
+  end_gap();
   Job cpu_only = c_->Submit(MakeJob(0), bob_).value();  // would fit, but is batched
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  ASSERT_TRUE(clock_.WaitForWaiters(1));
+  clock_.AdvanceMicros(500'000);
+  ASSERT_TRUE(clock_.WaitForWaiters(1));
   EXPECT_EQ(Get(cpu_only.id).state, JobState::kPending);
+  EXPECT_TRUE(Get(cpu_only.id).pending_reason.empty());  // no pass has seen it
   a = Get(a.id);
   ASSERT_TRUE(
       Apply({Ev(a, protocol::EventKind::kStarted), Ev(a, protocol::EventKind::kExited, 0)}).ok());
-  // Well before the batch ends: the freed GPU goes to b, and cpu_only rides along.
-  EXPECT_TRUE(state_within(b.id, JobState::kAssigned, 2500));
-  EXPECT_TRUE(state_within(cpu_only.id, JobState::kAssigned, 100));
+  // Well before the batch ends (no time passes): the freed GPU goes to b, and cpu_only
+  // rides along.
+  EXPECT_TRUE(eventually([&] { return Get(b.id).state == JobState::kAssigned; }));
+  EXPECT_TRUE(eventually([&] { return Get(cpu_only.id).state == JobState::kAssigned; }));
   c_->Stop();
 }
 

@@ -50,9 +50,9 @@ Status NotOnNode(int64_t id, const std::string& node) {
   return Status::NotFound("exec session " + std::to_string(id) + " does not run on node " + node);
 }
 
-std::chrono::steady_clock::time_point Deadline(int64_t wait_ms) {
-  return std::chrono::steady_clock::now() +
-         std::chrono::milliseconds(std::clamp<int64_t>(wait_ms, 0, kMaxWaitMs));
+// The clock's monotonic time `wait_ms` from now, at most kMaxWaitMs.
+int64_t Deadline(const Clock* clock, int64_t wait_ms) {
+  return clock->MonotonicMicros() + 1000 * std::clamp<int64_t>(wait_ms, 0, kMaxWaitMs);
 }
 
 }  // namespace
@@ -85,7 +85,7 @@ Result<int64_t> Controller::NewExecIdLocked() {
 
 Result<int64_t> Controller::AttachRun(int64_t job_id, const Caller& caller, int rows, int cols,
                                       int64_t wait_ms, Job* job) {
-  const auto deadline = Deadline(wait_ms);
+  const int64_t deadline = Deadline(clock_, wait_ms);
   std::unique_lock lock(mu_);
   while (true) {
     auto it = active_.find(job_id);
@@ -111,13 +111,12 @@ Result<int64_t> Controller::AttachRun(int64_t job_id, const Caller& caller, int 
     }
     if (j.interactive == "alloc") {
       // gpupool alloc waits here until every task holds its part.
-      if (j.state == JobState::kRunning || stopping_ ||
-          std::chrono::steady_clock::now() >= deadline) {
+      if (j.state == JobState::kRunning || stopping_ || clock_->MonotonicMicros() >= deadline) {
         *job = j;
         AttachPendingReason(job);
         return int64_t{0};
       }
-      exec_cv_.wait_until(lock, deadline);
+      clock_->WaitOnce(exec_cv_, lock, deadline);
       continue;
     }
     if (j.interactive != "run") {
@@ -147,12 +146,12 @@ Result<int64_t> Controller::AttachRun(int64_t job_id, const Caller& caller, int 
       primary_exec_[job_id] = id;
       return id;
     }
-    if (std::chrono::steady_clock::now() >= deadline || stopping_) {
+    if (clock_->MonotonicMicros() >= deadline || stopping_) {
       *job = j;
       AttachPendingReason(job);
       return int64_t{0};
     }
-    exec_cv_.wait_until(lock, deadline);
+    clock_->WaitOnce(exec_cv_, lock, deadline);
   }
 }
 
@@ -189,7 +188,7 @@ Status Controller::PushExecInput(int64_t exec_id, const Caller& caller,
 Result<ExecStreamRead> Controller::ReadExecStream(int64_t exec_id, const Caller& caller,
                                                   int64_t stdout_offset, int64_t stderr_offset,
                                                   bool seen_started, int64_t wait_ms) {
-  const auto deadline = Deadline(wait_ms);
+  const int64_t deadline = Deadline(clock_, wait_ms);
   std::unique_lock lock(mu_);
   {
     GP_ASSIGN_OR_RETURN(ExecSession * found, CallersExecLocked(exec_id, caller));
@@ -218,7 +217,7 @@ Result<ExecStreamRead> Controller::ReadExecStream(int64_t exec_id, const Caller&
     x.client_seen_mono_us = clock_->MonotonicMicros();
     const bool news = !x.output[0].empty() || !x.output[1].empty() || x.started != seen_started ||
                       (x.ended && (x.output_eof || !x.started));
-    if (news || stopping_ || std::chrono::steady_clock::now() >= deadline) {
+    if (news || stopping_ || clock_->MonotonicMicros() >= deadline) {
       --x.client_waiting;
       ExecStreamRead r;
       r.stdout_data = x.output[0];
@@ -234,13 +233,13 @@ Result<ExecStreamRead> Controller::ReadExecStream(int64_t exec_id, const Caller&
       if (x.hung_up && r.error.empty() && x.ended) r.error = x.hangup_reason;
       return r;
     }
-    exec_cv_.wait_until(lock, deadline);
+    clock_->WaitOnce(exec_cv_, lock, deadline);
   }
 }
 
 Result<protocol::ExecInput> Controller::TakeExecInput(const std::string& node, int64_t exec_id,
                                                       int64_t after, int64_t wait_ms) {
-  const auto deadline = Deadline(wait_ms);
+  const int64_t deadline = Deadline(clock_, wait_ms);
   std::unique_lock lock(mu_);
   while (true) {
     auto it = execs_.find(exec_id);
@@ -253,19 +252,18 @@ Result<protocol::ExecInput> Controller::TakeExecInput(const std::string& node, i
     }
     protocol::ExecInput in;
     in.hangup = x.hung_up || x.ended;
-    if (!x.input.empty() || in.hangup || stopping_ ||
-        std::chrono::steady_clock::now() >= deadline) {
+    if (!x.input.empty() || in.hangup || stopping_ || clock_->MonotonicMicros() >= deadline) {
       in.items.assign(x.input.begin(), x.input.end());
       return in;
     }
-    exec_cv_.wait_until(lock, deadline);
+    clock_->WaitOnce(exec_cv_, lock, deadline);
   }
 }
 
 Result<protocol::ExecOutputAck> Controller::PutExecOutput(const std::string& node, int64_t exec_id,
                                                           const protocol::ExecOutput& out,
                                                           int64_t wait_ms) {
-  const auto deadline = Deadline(wait_ms);
+  const int64_t deadline = Deadline(clock_, wait_ms);
   std::unique_lock lock(mu_);
   {
     auto it = execs_.find(exec_id);
@@ -303,10 +301,10 @@ Result<protocol::ExecOutputAck> Controller::PutExecOutput(const std::string& nod
     ack.stderr_end = x.output_base[1] + static_cast<int64_t>(x.output[1].size());
     ack.full = x.output[0].size() + x.output[1].size() > kOutputHighWater;
     ack.hangup = x.hung_up;
-    if (!ack.full || ack.hangup || stopping_ || std::chrono::steady_clock::now() >= deadline) {
+    if (!ack.full || ack.hangup || stopping_ || clock_->MonotonicMicros() >= deadline) {
       return ack;
     }
-    exec_cv_.wait_until(lock, deadline);
+    clock_->WaitOnce(exec_cv_, lock, deadline);
   }
 }
 
