@@ -334,9 +334,9 @@ class MhdServer final : public HttpServer {
       return MHD_YES;
     }
     if (pending->too_large) {
-      return Send(conn,
-                  ErrorResponse(413, "request body is larger than " +
-                                         std::to_string(self->options_.max_body_bytes) + " bytes"));
+      return Send(conn, ErrorResponse(413, "request body is larger than " +
+                                               std::to_string(self->options_.max_body_bytes) +
+                                               " bytes" + self->options_.max_body_hint));
     }
 
     HttpRequest req;

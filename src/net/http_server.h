@@ -32,6 +32,8 @@ struct HttpServerOptions {
   std::string tcp_host;          // empty: no TCP listener
   int tcp_port = 0;              // 0 with a tcp_host: pick a free port
   size_t max_body_bytes = 1 << 20;
+  // Appended to the 413 answer for a larger body: where the limit comes from.
+  std::string max_body_hint;
   int connection_timeout_s = 120;
   // Threads serving connections; 0: max(8, 2 x CPUs). A handler that waits on the store
   // holds its thread, so there are more threads than CPUs: reads go on meanwhile.
