@@ -1,5 +1,5 @@
 # The two set-up commands of the README: `make run` and `make test`.
-.PHONY: all deps build build-release build-asan run test test-release test-asan bench deb format tidy clean
+.PHONY: all deps build build-release build-asan run test test-release test-asan bench deb node-check-kit format tidy clean
 
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 
@@ -41,6 +41,12 @@ bench: build
 # (docs/deploy.md): build/release/deb/gpupool_VERSION_ARCH.deb.
 deb: build
 	@bash packaging/deb/build-deb.sh build/release build/release/deb
+
+# The node acceptance kit (docs/node-check.md): build/node-check/, a self-contained folder
+# (binaries, their libraries, the check) to copy to a GPU machine and run there with
+# ./run.sh --out DIR; nothing is compiled beyond the release build.
+node-check-kit: build
+	@bash packaging/node-check/make-kit.sh build/release build/node-check
 
 format:
 	find src tests bench -name '*.cc' -o -name '*.h' -o -name '*.c' | xargs clang-format -i

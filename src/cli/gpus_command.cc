@@ -2,14 +2,20 @@
 // print them as a table, JSON, HTCondor ClassAd, Slurm gres.conf or a CDI spec.
 // Output goes to stdout; in the machine formats, diagnostics go to stderr so the output
 // stays parseable. Exit codes: 0 success, 1 discovery or export failure, 2 usage error.
+// With --sample N it samples the GPUs' telemetry as the agent does instead (JSON lines).
+#include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <memory>
 #include <string>
+#include <thread>
 
 #include "agent/cdi_spec.h"
 #include "cli/commands.h"
+#include "common/clock.h"
 #include "common/file_util.h"
+#include "common/json.h"
+#include "daemon/agent_loop.h"
 #include "gpu/export/exporters.h"
 #include "gpu/gpu_backend.h"
 #include "gpu/sysfs/cpu_topology_reader.h"
@@ -28,6 +34,8 @@ struct GpusFlags {
   std::string cdi_hook;
   std::string dev_root;
   std::string node_name;
+  int samples = 0;                 // --sample N: telemetry instead of the node
+  double sample_interval_s = 1.0;  // --sample-interval
 };
 
 // What to do on a machine without GPUs; the example nodes by their absolute path, so the
@@ -67,8 +75,60 @@ std::string ResolveFormat(const GpusFlags& f) {
   return format.empty() ? "table" : format;
 }
 
+// --sample: what the agent's telemetry sends, one JSON line per round: each GPU's
+// figures and the processes on it with the pool job whose cgroup each runs in
+// (daemon/agent_loop.h), plus how long the round took (a sampler must never block).
+int PrintSamples(const gpu::DiscoveryOptions& options, const gpu::NodeInfo& node,
+                 const GpusFlags& f) {
+  Result<std::unique_ptr<gpu::TelemetrySampler>> sampler =
+      gpu::CreateTelemetrySampler(options, node);
+  if (!sampler.ok()) {
+    Print(stderr, "gpupool gpus: no telemetry: " + sampler.status().message() + "\n");
+    return 1;
+  }
+  const std::string note = (*sampler)->note();
+  bool failed = false;
+  const auto period = std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+      std::chrono::duration<double>(f.sample_interval_s));
+  auto next = std::chrono::steady_clock::now();
+  for (int round = 0; round < f.samples; ++round) {
+    if (round > 0) {
+      next += period;
+      std::this_thread::sleep_until(next);
+    }
+    const int64_t now_us = SystemClock::Get()->NowMicros();
+    const auto start = std::chrono::steady_clock::now();
+    Result<std::vector<gpu::GpuSample>> s = (*sampler)->Sample(now_us);
+    const double took_ms =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+    protocol::TelemetryBatch batch;
+    if (s.ok()) {
+      for (const gpu::GpuSample& g : *s) {
+        batch.samples.push_back(daemon::TelemetryOfSample(g, now_us / 1000, options.proc_root));
+      }
+    }
+    OrderedJson line = {{"round", round},
+                        {"at_ms", now_us / 1000},
+                        {"took_ms", took_ms},
+                        {"sampler", std::string((*sampler)->name())}};
+    if (!note.empty()) line["note"] = note;
+    if (!s.ok()) {
+      line["error"] = s.status().message();
+      failed = true;
+    }
+    line["samples"] = std::move(protocol::EncodeTelemetryBatch(batch)["samples"]);
+    Print(stdout, DumpJson(line) + "\n");
+  }
+  return failed ? 1 : 0;
+}
+
 int RunGpus(const GpusFlags& f) {
   const std::string format = ResolveFormat(f);
+  if (f.samples > 0 && format != "table" && format != "json") {
+    Print(stderr, "gpupool gpus: --sample prints JSON lines and cannot be combined with --format " +
+                      format + "\n");
+    return 2;
+  }
 
   gpu::DiscoveryOptions options = gpu::WithEnvironmentOverrides({});
   options.fake_node_file = f.fake_file;
@@ -92,6 +152,7 @@ int RunGpus(const GpusFlags& f) {
     Print(stderr, "gpupool gpus: " + node.status().message() + "\n");
     return 1;
   }
+  if (f.samples > 0) return PrintSamples(options, *node, f);
 
   gpu::ExportOptions export_options;
   export_options.classad_legacy = f.classad_legacy;
@@ -169,6 +230,14 @@ void RegisterGpusCommand(CLI::App& app, CommandContext& ctx) {
   cmd->add_option("--dev-root", flags->dev_root,
                   "Where the host's device nodes live (default /dev, or $GPUPOOL_DEV_ROOT); "
                   "CDI host paths are written under it");
+  cmd->add_option("--sample", flags->samples,
+                  "Sample the GPUs' telemetry N times as the agent does and print one JSON line "
+                  "per round (utilisation, memory, power, Xid errors, processes and their pool "
+                  "jobs) instead of the node")
+      ->check(CLI::Range(1, 1000000));
+  cmd->add_option("--sample-interval", flags->sample_interval_s,
+                  "Seconds between --sample rounds (default 1)")
+      ->check(CLI::Range(0.0, 3600.0));
   cmd->callback([&ctx, flags] { ctx.exit_code = RunGpus(*flags); });
 }
 

@@ -37,6 +37,7 @@
 
 #include "common/clock.h"
 #include "common/status.h"
+#include "controller/job_lifecycle.h"
 #include "controller/limits.h"
 #include "controller/log_relay.h"
 #include "controller/metrics.h"
@@ -87,6 +88,10 @@ struct ControllerOptions {
   int64_t max_submission_bytes = int64_t{1} << 20;
   int64_t max_queued_bytes_per_user = int64_t{256} << 20;
   int64_t max_queued_bytes_total = int64_t{1} << 30;
+  // Where exec session ids come from: 64 random bits a call (empty: the kernel's
+  // getrandom(2)). Ids are unguessable so that they tell nobody how many sessions
+  // others start (issue 25); tests give a seeded source.
+  std::function<uint64_t()> random;
 };
 
 // The largest request body the API server takes: room for a submission of
@@ -110,7 +115,8 @@ using AgentWork = protocol::Work;
 
 // One `gpupool exec` session: a command run inside a running task's allocation.
 struct ExecSession {
-  int64_t id = 0;
+  int64_t id = 0;       // random, 1 .. 2^53 - 1 (an exact JSON number everywhere)
+  int64_t created = 0;  // the order sessions were started in (their ids have none)
   int64_t job_id = 0;
   int attempt = 0;
   int task_index = 0;
@@ -320,30 +326,22 @@ class Controller {
   using Lock = std::unique_lock<std::mutex>;
   Controller(store::Store* store, const Clock* clock, ControllerOptions options);
   Status Load();
-  // The writers of active jobs. Each changes one job that the caller read after
-  // WaitUntilNotWriting, and writes it with WriteJobsUnlocked: mu_ is released during the
-  // store write and held again on return, so references into active_, nodes_ and execs_
-  // taken before the call are only good for what cannot go away meanwhile (see
-  // WriteJobsUnlocked); loops over those maps collect ids first.
-  // Ends (LOST, or requeues) a job whose node is gone or no longer knows it.
-  // `gone_from`: the node whose loss this is, where the job's tasks are not known to run.
-  Status FinishOnNodeLoss(Lock& lock, jobs::Job& job, const std::string& reason,
-                          const std::string& gone_from);
+  // The one way an active job changes: Step (job_lifecycle.h) on the job as it is now
+  // (after any write of it in flight), the transition written to the store with mu_
+  // released (WriteJobsUnlocked), then installed with its effects carried out (Install).
+  // `lock` holds mu_ on entry and on return; references into active_, nodes_ and execs_
+  // taken before the call are only good for what cannot go away meanwhile. NotFound when
+  // the job is not active; the lifecycle's refusals as they are.
+  Result<jobs::Job> ApplyLocked(Lock& lock, int64_t id, const lifecycle::Event& event);
+  // The same for several jobs, written in one transaction; a job being written by
+  // another writer, or whose step is refused (logged), is left out. Returns the jobs as
+  // installed.
+  Result<std::vector<jobs::Job>> ApplyManyLocked(
+      Lock& lock, std::vector<std::pair<int64_t, lifecycle::Event>> events);
+  // Puts a written transition in memory (the job in active_, or out of it) and carries
+  // out its effects: stop orders, strays, pending reasons, wake-ups. mu_ held.
+  void Install(lifecycle::Transition t);
   LaunchOrder MakeLaunchOrder(const jobs::Job& job, size_t task_index) const;
-  // A task's event: updates job.tasks, and the job's state once every task has started
-  // or ended. `freed` is set when the job ended.
-  Status ApplyTaskEvent(Lock& lock, jobs::Job& job, const std::string& node, const Event& ev,
-                        bool* freed);
-  // Writes `next` (stored as `expected`); once every task has ended, its final state,
-  // and the job leaves active_ (`freed`). With cancel_requested, tasks whose orders never
-  // went out are ended first.
-  Status StopJob(Lock& lock, jobs::Job& next, jobs::JobState expected, bool* freed);
-  // Asks the agents running tasks of `job` (every node but `except`) to stop them: for a
-  // job that ended while some of its tasks may still run (a node lost, a requeue).
-  // `gone_from`: a node where its tasks are not known to run (the lost node); on every
-  // other node that is up, a task that started and did not end is known to run.
-  void StopStrayTasks(const jobs::Job& job, const std::string& except,
-                      const std::string& gone_from = "");
   void ExecReported(Lock& lock, const std::string& node, const protocol::ExecReport& r,
                     bool* freed);
   // Under mu_: the checks and the session of StartExec.
@@ -352,6 +350,12 @@ class Controller {
   // Under mu_: ends session `exec_id` for its client (gone, or stopped it) and has its
   // agent stop the command.
   void HangUpLocked(Lock& lock, int64_t exec_id, const std::string& reason);
+  // Under mu_: the caller's session `exec_id`. A session that does not exist and one
+  // that is another user's get the same NotFound, word for word: whether someone else's
+  // id exists does not show (issue 25).
+  Result<ExecSession*> CallersExecLocked(int64_t exec_id, const Caller& caller);
+  // Under mu_: a new session id, random (ControllerOptions::random) and unused.
+  Result<int64_t> NewExecIdLocked();
   // How a `gpupool run` job's command ended: a copy, as the session may be collected
   // while the job's end is written.
   struct CommandEnd {
@@ -512,7 +516,7 @@ class Controller {
   static constexpr int kMaxInteractivePerUser = 12;
   std::map<int64_t, int64_t> primary_exec_;  // `gpupool run` job -> its command's session
   size_t exec_output_held_ = 0;              // bytes of ExecSession::complete_output, all sessions
-  int64_t next_exec_id_ = 0;  // from the clock at start: ids are not reused across restarts
+  int64_t exec_created_ = 0;                 // ExecSession::created of the last session started
   std::condition_variable exec_cv_;
   std::thread loop_;
   std::atomic<int64_t> loop_seen_mono_us_{0};  // the loop's last round; 0 = not running

@@ -1793,7 +1793,7 @@ TEST_F(GangTest, ExecRunsInARunningTaskForItsOwnerOnly) {
   EXPECT_EQ(w.exec[0].id, *x);
   EXPECT_EQ(w.exec[0].task_index, 1);
   EXPECT_EQ(w.exec[0].argv, std::vector<std::string>{"hostname"});
-  EXPECT_EQ(c_->WaitExec(*x, bob_, false, false, 0).status().code(), StatusCode::kPermissionDenied);
+  EXPECT_EQ(c_->WaitExec(*x, bob_, false, false, 0).status().code(), StatusCode::kNotFound);
   EventBatch b{NodeOf(j, 1), {}, {{*x, true, false, {}, {}, "", "/o", "/e"}}};
   ASSERT_TRUE(c_->ApplyEvents(NodeOf(j, 1), b).ok());
   ExecSession s = c_->WaitExec(*x, alice_, false, false, 1000).value();
@@ -1904,8 +1904,7 @@ TEST_F(GangTest, InteractiveExecRelaysInputAndOutputInOrderForItsOwnerAndNode) {
   Status gap = c_->PushExecInput(*x, alice_, Data(3, "x"));
   ASSERT_FALSE(gap.ok());
   EXPECT_EQ(gap.message().rfind("seq: expected 2", 0), 0u) << gap.message();
-  EXPECT_EQ(c_->PushExecInput(*x, bob_, Data(2, "rm -rf ~\n")).code(),
-            StatusCode::kPermissionDenied);
+  EXPECT_EQ(c_->PushExecInput(*x, bob_, Data(2, "rm -rf ~\n")).code(), StatusCode::kNotFound);
   protocol::ExecInputItem resize;
   resize.seq = 2;
   resize.rows = 50;
@@ -1918,8 +1917,7 @@ TEST_F(GangTest, InteractiveExecRelaysInputAndOutputInOrderForItsOwnerAndNode) {
   EXPECT_EQ(in->items[1].cols, 132);
   EXPECT_FALSE(in->hangup);
   EXPECT_TRUE(c_->TakeExecInput(node, *x, 2, 0)->items.empty());  // applied: dropped
-  EXPECT_EQ(c_->TakeExecInput(NodeOf(j, 0), *x, 0, 0).status().code(),
-            StatusCode::kPermissionDenied);
+  EXPECT_EQ(c_->TakeExecInput(NodeOf(j, 0), *x, 0, 0).status().code(), StatusCode::kNotFound);
 
   // Output: a resent, overlapping part is not doubled; the client's offset drops the rest.
   protocol::ExecOutput out;
@@ -1932,8 +1930,7 @@ TEST_F(GangTest, InteractiveExecRelaysInputAndOutputInOrderForItsOwnerAndNode) {
   EXPECT_FALSE(ack->full);
   out.stdout_offset = 20;
   EXPECT_EQ(c_->PutExecOutput(node, *x, out).status().code(), StatusCode::kInvalidArgument);
-  EXPECT_EQ(c_->PutExecOutput(NodeOf(j, 0), *x, out).status().code(),
-            StatusCode::kPermissionDenied);
+  EXPECT_EQ(c_->PutExecOutput(NodeOf(j, 0), *x, out).status().code(), StatusCode::kNotFound);
   Result<ExecStreamRead> r = c_->ReadExecStream(*x, alice_, 0, 0, false, 0);
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   EXPECT_EQ(r->stdout_data, "hello world\r\n");
@@ -1942,8 +1939,7 @@ TEST_F(GangTest, InteractiveExecRelaysInputAndOutputInOrderForItsOwnerAndNode) {
   EXPECT_TRUE(c_->ReadExecStream(*x, alice_, 13, 0, false, 0)->stdout_data.empty());
   EXPECT_EQ(c_->ReadExecStream(*x, alice_, 5, 0, false, 0).status().code(),
             StatusCode::kInvalidArgument);  // before what it still holds
-  EXPECT_EQ(c_->ReadExecStream(*x, bob_, 13, 0, false, 0).status().code(),
-            StatusCode::kPermissionDenied);
+  EXPECT_EQ(c_->ReadExecStream(*x, bob_, 13, 0, false, 0).status().code(), StatusCode::kNotFound);
 
   // The end: exit status, the agent's eof, and a hangup for the input side.
   protocol::ExecReport end;
@@ -1966,6 +1962,107 @@ TEST_F(GangTest, InteractiveExecRelaysInputAndOutputInOrderForItsOwnerAndNode) {
   EXPECT_EQ(r->exit_code, 7);
   EXPECT_TRUE(c_->TakeExecInput(node, *x, 2, 0)->hangup);
   EXPECT_EQ(c_->PushExecInput(*x, alice_, Data(3, "x")).code(), StatusCode::kFailedPrecondition);
+}
+
+// Issue 25: exec session ids were sequential, so a user could count the sessions others
+// started and tell (403 against 404) whether an id existed. They come from the random
+// source now, and are not handed out twice.
+TEST_F(GangTest, ExecIdsComeFromTheRandomSourceAndAreNotReused) {
+  std::vector<uint64_t> draws = {0,  // 0: drawn again
+                                 uint64_t{0x12345678abcdef} << 11,
+                                 uint64_t{0x12345678abcdef} << 11,  // in use: drawn again
+                                 ~uint64_t{0}, uint64_t{7} << 11};
+  size_t next = 0;
+  ControllerOptions o;
+  o.random = [&] { return draws.at(next++); };
+  Restart(o);
+  Register(2, {}, "n1");
+  Register(2, {}, "n2");
+  Job j = StartBoth(SubmitGang());
+  std::vector<int64_t> ids;
+  for (int i = 0; i < 3; ++i) {
+    Result<int64_t> x = c_->StartExec(j.id, 1, {"true"}, alice_);
+    ASSERT_TRUE(x.ok()) << x.status().ToString();
+    ids.push_back(*x);
+  }
+  // The top 53 bits of each draw: an exact number for every JSON reader.
+  EXPECT_EQ(ids, (std::vector<int64_t>{0x12345678abcdef, (int64_t{1} << 53) - 1, 7}));
+  EXPECT_EQ(next, draws.size());
+  // Handed to the agent in the order they were started, whatever their ids.
+  AgentWork w = c_->WaitForWork(NodeOf(j, 1), 0).value();
+  ASSERT_EQ(w.exec.size(), 3u);
+  for (size_t i = 0; i < 3; ++i) EXPECT_EQ(w.exec[i].id, ids[i]);
+  // A source that only repeats itself is an error, not a loop.
+  draws = std::vector<uint64_t>(16, uint64_t{7} << 11);
+  next = 0;
+  Result<int64_t> stuck = c_->StartExec(j.id, 1, {"true"}, alice_);
+  EXPECT_EQ(stuck.status().code(), StatusCode::kUnavailable) << stuck.status().ToString();
+}
+
+TEST_F(GangTest, ExecIdsFromTheKernelAreNeitherSequentialNorRepeated) {
+  Job j = StartBoth(SubmitGang());
+  std::set<int64_t> ids;
+  int64_t last = 0;
+  int adjacent = 0;
+  for (int i = 0; i < 200; ++i) {
+    Result<int64_t> x = c_->StartExec(j.id, 1, {"true"}, alice_);
+    ASSERT_TRUE(x.ok()) << x.status().ToString();
+    EXPECT_GT(*x, 0);
+    EXPECT_LT(*x, int64_t{1} << 53);
+    if (last != 0 && (*x - last == 1 || last - *x == 1)) ++adjacent;
+    last = *x;
+    ids.insert(*x);
+  }
+  EXPECT_EQ(ids.size(), 200u);
+  EXPECT_EQ(adjacent, 0);
+  // Spread over the range, not counted up from somewhere: some in each half.
+  EXPECT_GT(std::count_if(ids.begin(), ids.end(), [](int64_t v) { return v < (int64_t{1} << 52); }),
+            20);
+  EXPECT_GT(
+      std::count_if(ids.begin(), ids.end(), [](int64_t v) { return v >= (int64_t{1} << 52); }), 20);
+}
+
+// Issue 25: another user's session and one that does not exist are answered alike, to
+// the byte, by every call a user can make on a session; so are a node's calls for a
+// session on another node and for none.
+TEST_F(GangTest, AnotherUsersExecSessionLooksLikeNoSession) {
+  Job j = StartBoth(SubmitGang());
+  Result<int64_t> x = c_->StartExec(j.id, 1, {"bash"}, alice_, {true, true, 30, 100});
+  ASSERT_TRUE(x.ok()) << x.status().ToString();
+  int64_t missing = *x + 1;
+  while (c_->WaitExec(missing, root_, false, false, 0).ok()) ++missing;
+  auto answers = [&](int64_t id, const Caller& who) {
+    std::vector<Status> out;
+    out.push_back(c_->WaitExec(id, who, false, false, 0).status());
+    out.push_back(c_->CancelExec(id, who));
+    out.push_back(c_->PushExecInput(id, who, Data(1, "x")));
+    out.push_back(c_->ReadExecStream(id, who, 0, 0, false, 0).status());
+    return out;
+  };
+  const std::vector<Status> theirs = answers(*x, bob_);
+  const std::vector<Status> none = answers(missing, bob_);
+  ASSERT_EQ(theirs.size(), none.size());
+  for (size_t i = 0; i < theirs.size(); ++i) {
+    EXPECT_EQ(theirs[i].code(), StatusCode::kNotFound) << i << ": " << theirs[i].ToString();
+    EXPECT_EQ(theirs[i].ToString(), none[i].ToString()) << i;
+    EXPECT_EQ(theirs[i].message().find(std::to_string(*x)), std::string::npos);
+  }
+  // Bob's probing changed nothing: the session is alice's and still runs.
+  Result<ExecSession> s = c_->WaitExec(*x, alice_, false, false, 0);
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  EXPECT_FALSE(s->ended);
+  EXPECT_FALSE(s->hung_up);
+  EXPECT_EQ(s->input_seq, 0);
+
+  const std::string other = NodeOf(j, 0);  // the session runs on task 1's node
+  Status a = c_->TakeExecInput(other, *x, 0, 0).status();
+  Status b = c_->TakeExecInput(other, missing, 0, 0).status();
+  EXPECT_EQ(a.code(), StatusCode::kNotFound);
+  EXPECT_EQ(b.code(), StatusCode::kNotFound);
+  std::string a_text = a.ToString();
+  a_text.replace(a_text.find(std::to_string(*x)), std::to_string(*x).size(),
+                 std::to_string(missing));
+  EXPECT_EQ(a_text, b.ToString());
 }
 
 TEST_F(GangTest, AnInteractiveSessionWhoseClientGoesSilentIsHungUp) {

@@ -637,6 +637,26 @@ int64_t JobOfProcess(const std::string& proc_root, int64_t pid) {
   return agent::FromKey(*key).job_id;
 }
 
+protocol::GpuTelemetry TelemetryOfSample(const gpu::GpuSample& s, int64_t at_ms,
+                                         const std::string& proc_root) {
+  protocol::GpuTelemetry t;
+  t.index = s.index;
+  t.uuid = s.uuid;
+  t.at_ms = at_ms;
+  t.util_pct = s.util_pct;
+  t.mem_used_mib = s.mem_used_mib;
+  t.mem_total_mib = s.mem_total_mib;
+  t.power_w = s.power_w;
+  t.temp_c = s.temp_c;
+  t.xid_errors = s.xid_errors;
+  t.xid_count = s.xid_count;
+  t.ecc_uncorrected = s.ecc_uncorrected;
+  for (const gpu::ProcessSample& p : s.processes) {
+    t.processes.push_back({p.pid, JobOfProcess(proc_root, p.pid), p.used_mib, p.util_pct});
+  }
+  return t;
+}
+
 size_t AgentLoop::TelemetryRound() {
   const Clock* clock = options_.clock != nullptr ? options_.clock : SystemClock::Get();
   const int64_t now_us = clock->NowMicros();
@@ -664,23 +684,8 @@ size_t AgentLoop::TelemetryRound() {
   std::vector<protocol::GpuTelemetry> round;
   if (samples.ok()) {
     for (const gpu::GpuSample& s : *samples) {
-      protocol::GpuTelemetry t;
-      t.index = s.index;
-      t.uuid = s.uuid;
-      t.at_ms = now_us / 1000;
-      t.util_pct = s.util_pct;
-      t.mem_used_mib = s.mem_used_mib;
-      t.mem_total_mib = s.mem_total_mib;
-      t.power_w = s.power_w;
-      t.temp_c = s.temp_c;
-      t.xid_errors = s.xid_errors;
-      t.xid_count = s.xid_count;
-      t.ecc_uncorrected = s.ecc_uncorrected;
+      protocol::GpuTelemetry t = TelemetryOfSample(s, now_us / 1000, options_.proc_root);
       if (auto h = holders.find(s.index); h != holders.end()) t.jobs = h->second;
-      for (const gpu::ProcessSample& p : s.processes) {
-        t.processes.push_back(
-            {p.pid, JobOfProcess(options_.proc_root, p.pid), p.used_mib, p.util_pct});
-      }
       round.push_back(std::move(t));
     }
   }

@@ -79,6 +79,12 @@ struct AgentLoopOptions {
 // gpupool job cgroup, agent/cgroup.h), or 0.
 int64_t JobOfProcess(const std::string& proc_root, int64_t pid);
 
+// One GPU's sample as the agent sends it, stamped `at_ms`, each process with its job
+// (JobOfProcess); `jobs` (which tasks hold the GPU) is left to the caller. `gpupool gpus
+// --sample` prints the same.
+protocol::GpuTelemetry TelemetryOfSample(const gpu::GpuSample& s, int64_t at_ms,
+                                         const std::string& proc_root);
+
 class AgentLoop {
  public:
   // `launcher` must outlive the loop.

@@ -157,19 +157,20 @@ bool IsValidTransition(JobState from, JobState to) {
   using S = JobState;
   switch (from) {
     case S::kPending:
-      return to == S::kAssigned || to == S::kCancelled || to == S::kFailed;
+      return to == S::kPending || to == S::kAssigned || to == S::kCancelled;
     case S::kAssigned:
-      return to == S::kRunning || to == S::kPending || to == S::kCancelled || to == S::kFailed ||
-             to == S::kLost || to == S::kSucceeded || to == S::kTimeout;
     case S::kRunning:
-      return to == S::kSucceeded || to == S::kFailed || to == S::kCancelled || to == S::kTimeout ||
-             to == S::kLost;
-    case S::kLost:
-      return to == S::kPending;  // requeue
+      // ASSIGNED ends without running when its tasks fail to start or are stopped first;
+      // PENDING again is a requeue (its node was lost, with --requeue). A task's start or
+      // end that does not change the job's state is a transition to the same state.
+      if (to == S::kAssigned) return from == S::kAssigned;
+      return to == S::kRunning || to == S::kSucceeded || to == S::kFailed ||
+             to == S::kCancelled || to == S::kTimeout || to == S::kLost || to == S::kPending;
     case S::kSucceeded:
     case S::kFailed:
     case S::kCancelled:
     case S::kTimeout:
+    case S::kLost:
       return false;
   }
   return false;

@@ -1,9 +1,12 @@
 // The job model: what a user asks for, where it runs, and the states it goes through.
 //
 // PENDING -> ASSIGNED -> RUNNING -> SUCCEEDED | FAILED | CANCELLED | TIMEOUT | LOST.
-// A pending or assigned job may also go straight to CANCELLED or LOST, an assigned job
-// to FAILED (it could not be launched), and a LOST job back to PENDING when it asked to
-// be requeued. Every transition is persisted by the controller before it is acted on.
+// A pending job may also go straight to CANCELLED; an assigned one to any end (its tasks
+// failed to start, were stopped or lost before all of them ran); an assigned or running
+// one back to PENDING when its node was lost and it asked to be requeued. Ended states
+// are final. IsValidTransition is this table; controller/job_lifecycle.h makes every
+// transition and checks it. Every transition is persisted by the controller before it
+// is acted on.
 // Plain value types; not thread-safe to mutate concurrently.
 #pragma once
 

@@ -14,9 +14,14 @@ TEST(JobStateTest, TransitionsFollowTheStateMachine) {
   EXPECT_TRUE(IsValidTransition(JobState::kPending, JobState::kAssigned));
   EXPECT_TRUE(IsValidTransition(JobState::kAssigned, JobState::kRunning));
   EXPECT_TRUE(IsValidTransition(JobState::kRunning, JobState::kSucceeded));
-  EXPECT_TRUE(IsValidTransition(JobState::kLost, JobState::kPending));
+  EXPECT_TRUE(IsValidTransition(JobState::kRunning, JobState::kPending));  // a requeue
+  EXPECT_TRUE(IsValidTransition(JobState::kAssigned, JobState::kFailed));
+  EXPECT_TRUE(IsValidTransition(JobState::kRunning, JobState::kRunning));
+  EXPECT_FALSE(IsValidTransition(JobState::kLost, JobState::kPending));
+  EXPECT_FALSE(IsValidTransition(JobState::kRunning, JobState::kAssigned));
   EXPECT_FALSE(IsValidTransition(JobState::kSucceeded, JobState::kRunning));
   EXPECT_FALSE(IsValidTransition(JobState::kPending, JobState::kRunning));
+  EXPECT_FALSE(IsValidTransition(JobState::kPending, JobState::kFailed));
   EXPECT_FALSE(IsValidTransition(JobState::kCancelled, JobState::kPending));
   for (JobState s : {JobState::kSucceeded, JobState::kFailed, JobState::kCancelled,
                      JobState::kTimeout, JobState::kLost}) {
