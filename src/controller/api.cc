@@ -818,7 +818,8 @@ HttpResponse Api::CancelJobOrArray(const Call& c) {
 HttpResponse Api::Submit(const Call& c) {
   const HttpRequest& r = c.r;
   const Caller& caller = c.caller;
-  Result<Json> body = ParseJson(r.body, "request body", 1 << 20, 32);
+  Result<Json> body =
+      ParseJson(r.body, "request body", MaxRequestBodyBytes(controller_->options()), 32);
   if (!body.ok()) return ErrorResponse(body.status());
   if (!body->is_object()) {
     return ErrorResponse(Status::InvalidArgument("request body: expected a JSON object"));
@@ -833,13 +834,17 @@ HttpResponse Api::Submit(const Call& c) {
   if (!job.ok()) return ErrorResponse(job.status());
   // Before anything runs a tool on the job's values (podman inspects its image).
   if (Status s = jobs::ValidateSubmission(*job); !s.ok()) return ErrorResponse(s);
+  // Over max-submission-bytes: 413 (ResourceExhausted), before its image is inspected,
+  // and again once a named environment has added its image or directory.
+  if (Status s = controller_->CheckSubmissionSize(*job); !s.ok()) return ErrorResponse(s);
   // An unknown environment is 404 (the client exits 3, "not found"), not a usage error.
   if (Status s = environments_.Resolve(&*job); !s.ok()) return ErrorResponse(s);
+  if (Status s = controller_->CheckSubmissionSize(*job); !s.ok()) return ErrorResponse(s);
   bool duplicate = false;
   Result<jobs::Job> submitted = controller_->Submit(std::move(*job), caller, &duplicate);
   if (!submitted.ok() && submitted.status().code() == StatusCode::kResourceExhausted) {
     HttpResponse over = ErrorResponse(submitted.status());
-    over.status = 429;  // a usage limit (max_queued): try again once jobs have started
+    over.status = 429;  // a bound on the queue: try again once jobs have started
     return over;
   }
   if (!submitted.ok()) return ErrorResponse(submitted.status());

@@ -129,6 +129,29 @@ void Controller::CountQueued(const Job& job, int64_t delta) {
   add(queued_by_user_, job.user);
   add(queued_by_project_, jobs::AccountingProject(job));
   queued_total_ += delta;
+  CountQueuedSubmission(job, delta);
+}
+
+void Controller::CountQueuedSubmission(const Job& job, int64_t delta) {
+  // Once per submission, however many queued jobs share it.
+  const int64_t holder = job.array_id != 0 ? job.array_id : job.id;
+  auto sub = queued_submissions_.find(holder);
+  if (delta > 0) {
+    if (sub == queued_submissions_.end()) {
+      sub = queued_submissions_.emplace(holder, QueuedSubmission{job.user, 0, 0}).first;
+      sub->second.bytes = jobs::SubmissionBytes(job);
+      queued_bytes_by_user_[job.user] += sub->second.bytes;
+      queued_bytes_total_ += sub->second.bytes;
+    }
+    sub->second.jobs += delta;
+  } else if (sub != queued_submissions_.end() && (sub->second.jobs += delta) <= 0) {
+    auto u = queued_bytes_by_user_.find(sub->second.user);
+    if (u != queued_bytes_by_user_.end() && (u->second -= sub->second.bytes) <= 0) {
+      queued_bytes_by_user_.erase(u);
+    }
+    queued_bytes_total_ -= sub->second.bytes;
+    queued_submissions_.erase(sub);
+  }
 }
 
 void Controller::WaitUntilNotWriting(Lock& lock, int64_t id) {
@@ -384,6 +407,22 @@ void Controller::WakeSchedulerForArrival() {
 
 void Controller::NotifyNode(const std::string&) { work_cv_.notify_all(); }
 
+size_t MaxRequestBodyBytes(const ControllerOptions& options) {
+  return std::max<size_t>(size_t{1} << 20, 2 * static_cast<size_t>(options.max_submission_bytes));
+}
+
+Status Controller::CheckSubmissionSize(const Job& job) const {
+  const int64_t bytes = jobs::SubmissionBytes(job);
+  if (bytes <= options_.max_submission_bytes) return Status::Ok();
+  return Status::ResourceExhausted(
+      "the job's submission is " + std::to_string(bytes) +
+      " bytes (its command, environment variables and paths, each string with its NUL), "
+      "over the server's max-submission-bytes of " +
+      std::to_string(options_.max_submission_bytes) +
+      ": pass fewer or shorter --env variables (or a long command as a script file), or ask "
+      "an admin to raise max-submission-bytes in the [server] section of its config file");
+}
+
 Result<Job> Controller::Submit(Job job, const Caller& caller, bool* duplicate) {
   if (duplicate != nullptr) *duplicate = false;
   job.user = caller.user;
@@ -398,6 +437,7 @@ Result<Job> Controller::Submit(Job job, const Caller& caller, bool* duplicate) {
   }
   GP_RETURN_IF_ERROR(jobs::ValidateSubmission(job));
   GP_RETURN_IF_ERROR(jobs::ValidateRequest(job.request).WithContext("request"));
+  GP_RETURN_IF_ERROR(CheckSubmissionSize(job));
   // An array is parsed up to the server's bound on its size, no further.
   std::optional<jobs::ArraySpec> array;
   if (!job.array.empty()) {
@@ -407,6 +447,9 @@ Result<Job> Controller::Submit(Job job, const Caller& caller, bool* duplicate) {
                                                     "config file"));
   }
   const int64_t adding = array ? static_cast<int64_t>(array->indices.size()) : 1;
+  // What its jobs hold of the controller's memory: one copy of the submission for all
+  // the elements of an array (they share it, jobs::Job::env and command).
+  const int64_t bytes = jobs::SubmissionBytes(job);
   // Dependencies name jobs that exist, so no chain of them can loop back to this one.
   for (const jobs::Dependency& d : job.dependencies) {
     const std::string flag =
@@ -447,6 +490,7 @@ Result<Job> Controller::Submit(Job job, const Caller& caller, bool* duplicate) {
   // so concurrent submissions cannot pass a bound together: each is handed over to the
   // queued counts as it lands in active_, the rest released on every return.
   int64_t reserved = 0;
+  int64_t reserved_bytes = 0;
   // Copies: `job` is moved from by the time this runs.
   const std::string user = job.user;
   const std::string project = jobs::AccountingProject(job);
@@ -455,19 +499,23 @@ Result<Job> Controller::Submit(Job job, const Caller& caller, bool* duplicate) {
     const std::string* user;
     const std::string* project;
     int64_t* n;
+    int64_t* bytes;
     ~Release() {
-      if (*n == 0) return;
+      if (*n == 0 && *bytes == 0) return;
       std::lock_guard lock(c->mu_);
-      c->Unreserve(*user, *project, *n);
+      c->Unreserve(*user, *project, *n, *bytes);
     }
-  } release{this, &user, &project, &reserved};
+  } release{this, &user, &project, &reserved, &reserved_bytes};
   {
     std::lock_guard lock(mu_);
-    GP_RETURN_IF_ERROR(CheckQueuedLimits(job, adding));
+    GP_RETURN_IF_ERROR(CheckQueuedLimits(job, adding, bytes));
     reserved = adding;
+    reserved_bytes = bytes;
     submitting_[job.user] += reserved;
     submitting_project_[project] += reserved;
     submitting_total_ += reserved;
+    submitting_bytes_[job.user] += reserved_bytes;
+    submitting_bytes_total_ += reserved_bytes;
     std::vector<SchedNode> nodes;
     for (const auto& [name, e] : nodes_)
       nodes.push_back({name, &e.info, e.cpu_milli, e.memory_mib});
@@ -478,7 +526,7 @@ Result<Job> Controller::Submit(Job job, const Caller& caller, bool* duplicate) {
     }
   }
   if (array) {
-    Result<Job> first = SubmitArray(job, *array, &reserved);
+    Result<Job> first = SubmitArray(job, *array, &reserved, &reserved_bytes);
     if (first.ok() || first.status().code() != StatusCode::kAlreadyExists) return first;
     // The same key, submitted again meanwhile: that one made it.
     GP_ASSIGN_OR_RETURN(std::optional<Job> made, earlier());
@@ -495,24 +543,42 @@ Result<Job> Controller::Submit(Job job, const Caller& caller, bool* duplicate) {
   std::lock_guard lock(mu_);
   active_[job.id] = job;
   Touched(job.id);
-  Unreserve(user, project, 1);
+  Unreserve(user, project, 1, reserved_bytes);
   reserved = 0;
+  reserved_bytes = 0;
   WakeSchedulerForArrival();
   return job;
 }
 
-void Controller::Unreserve(const std::string& user, const std::string& project, int64_t n) {
+void Controller::Unreserve(const std::string& user, const std::string& project, int64_t n,
+                           int64_t bytes) {
   if ((submitting_[user] -= n) == 0) submitting_.erase(user);
   if ((submitting_project_[project] -= n) == 0) submitting_project_.erase(project);
   submitting_total_ -= n;
+  if ((submitting_bytes_[user] -= bytes) == 0) submitting_bytes_.erase(user);
+  submitting_bytes_total_ -= bytes;
 }
 
-Result<Job> Controller::SubmitArray(Job job, const jobs::ArraySpec& spec, int64_t* reserved) {
+Result<Job> Controller::SubmitArray(Job job, const jobs::ArraySpec& spec, int64_t* reserved,
+                                    int64_t* reserved_bytes) {
   // The elements differ in their index and id only: their GPUPOOL_ARRAY_* variables are
   // added at launch (MakeLaunchOrder), so that the store keeps one copy of what they
-  // share (their spec) for all of them.
+  // share (their spec) for all of them. Each is a copy of `job`, sharing its command
+  // and environment (SharedValue): one copy of those in memory too.
   job.array_max_running = spec.max_running;
   Job first;
+  // From the first element's landing on, the array's bytes count with the queued ones
+  // instead of the reservation, held by the submission until the last element has
+  // landed (so they count even if every element so far has left the queue).
+  struct Hold {
+    Controller* c;
+    const Job* of = nullptr;  // the first element, once held
+    ~Hold() {
+      if (of == nullptr) return;
+      std::lock_guard lock(c->mu_);
+      c->CountQueuedSubmission(*of, -1);
+    }
+  } hold{this};
   for (size_t k = 0; k < spec.indices.size(); ++k) {
     Job e = job;
     e.array_index = spec.indices[k];
@@ -532,10 +598,18 @@ Result<Job> Controller::SubmitArray(Job job, const jobs::ArraySpec& spec, int64_
     const int64_t id = e.id;
     active_[id] = std::move(e);
     Touched(id);
-    Unreserve(job.user, jobs::AccountingProject(job), 1);
+    Unreserve(job.user, jobs::AccountingProject(job), 1, 0);
     --*reserved;
+    if (k == 0) {
+      CountQueuedSubmission(first, +1);
+      hold.of = &first;
+      Unreserve(job.user, jobs::AccountingProject(job), 0, *reserved_bytes);
+      *reserved_bytes = 0;
+    }
   }
   std::lock_guard lock(mu_);
+  CountQueuedSubmission(first, -1);
+  hold.of = nullptr;
   WakeSchedulerForArrival();
   spdlog::info("array {} of {} elements submitted by {}", first.id, spec.indices.size(),
                first.user);
@@ -623,7 +697,7 @@ Result<Job> Controller::Cancel(int64_t id, const Caller& caller) {
   return ApplyLocked(lock, id, lifecycle::CancelRequested{caller.user});
 }
 
-Status Controller::CheckQueuedLimits(const Job& job, int64_t adding) {
+Status Controller::CheckQueuedLimits(const Job& job, int64_t adding, int64_t bytes) {
   const std::string& project = jobs::AccountingProject(job);
   auto count = [](const std::map<std::string, int64_t>& m, const std::string& key) -> int64_t {
     auto it = m.find(key);
@@ -660,6 +734,28 @@ Status Controller::CheckQueuedLimits(const Job& job, int64_t adding) {
     return over("the pool", total, "max-queued-total " + std::to_string(options_.max_queued_total),
                 "ask an admin to raise it: [server] max-queued-total in the server's config "
                 "file");
+  }
+  // What the queued jobs hold: an array's submission counted once.
+  auto over_bytes = [&](const std::string& who, int64_t queued, const std::string& key,
+                        int64_t limit) {
+    return Status::ResourceExhausted(
+        who + " has " + std::to_string(queued) +
+        " bytes of submissions queued (commands, environments, paths; an array's once); " +
+        std::to_string(bytes) + " more would pass the limit (" + key + " " + std::to_string(limit) +
+        "): wait for some to start, submit less (an array holds one copy for all its "
+        "elements), or ask an admin to raise it: [server] " +
+        key + " in the server's config file");
+  };
+  const int64_t user_bytes =
+      count(queued_bytes_by_user_, job.user) + count(submitting_bytes_, job.user);
+  if (user_bytes + bytes > options_.max_queued_bytes_per_user) {
+    return over_bytes("user " + job.user, user_bytes, "max-queued-bytes-per-user",
+                      options_.max_queued_bytes_per_user);
+  }
+  const int64_t total_bytes = queued_bytes_total_ + submitting_bytes_total_;
+  if (total_bytes + bytes > options_.max_queued_bytes_total) {
+    return over_bytes("the pool", total_bytes, "max-queued-bytes-total",
+                      options_.max_queued_bytes_total);
   }
   return Status::Ok();
 }

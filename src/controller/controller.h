@@ -79,11 +79,25 @@ struct ControllerOptions {
   int64_t max_queued_per_user = 10'000;
   int64_t max_queued_total = 100'000;               // every user's together
   int max_array_size = jobs::kDefaultMaxArraySize;  // elements of one array
+  // Bounds on bytes (jobs::SubmissionBytes: command, environment, paths), since the job
+  // bounds alone let one user hold 10,000 x 1 MiB of the controller's memory. One job's
+  // submission (refused whole, naming max-submission-bytes; HTTP 413): 1 MiB, half of
+  // what Linux allows argv and envp together (ARG_MAX, 2 MiB with an 8 MiB stack), so a
+  // job that passes can be started. What queued jobs hold, an array's elements counting
+  // their shared submission once (HTTP 429, as the job bounds): per user and in all.
+  int64_t max_submission_bytes = int64_t{1} << 20;
+  int64_t max_queued_bytes_per_user = int64_t{256} << 20;
+  int64_t max_queued_bytes_total = int64_t{1} << 30;
   // Where exec session ids come from: 64 random bits a call (empty: the kernel's
   // getrandom(2)). Ids are unguessable so that they tell nobody how many sessions
   // others start (issue 25); tests give a seeded source.
   std::function<uint64_t()> random;
 };
+
+// The largest request body the API server takes: room for a submission of
+// max_submission_bytes as JSON (quotes, escapes: twice its size), and at least the 1 MiB
+// other requests need (an agent's relayed log chunk).
+size_t MaxRequestBodyBytes(const ControllerOptions& options);
 
 // How a `gpupool exec` session runs: with the client's terminal (tty, of rows x cols) or
 // standard input relayed live, or (all false) with its output in files on the node.
@@ -192,7 +206,15 @@ class Controller {
   // --- users ---
   // A job with a submit_key that its user used before is not created again: the answer
   // is the job that key made, with *duplicate set.
+  // ResourceExhausted, naming the bound and its key: a submission over
+  // max_submission_bytes (CheckSubmissionSize), or one whose jobs or bytes would pass a
+  // bound on the queue (CheckQueuedLimits).
   Result<jobs::Job> Submit(jobs::Job job, const Caller& caller, bool* duplicate = nullptr);
+  // ResourceExhausted, naming the size, the bound and its key, when `job`'s submission
+  // (jobs::SubmissionBytes) is over max_submission_bytes. Submit checks it first; the API
+  // asks before it inspects a job's image, to answer 413 rather than 429.
+  Status CheckSubmissionSize(const jobs::Job& job) const;
+  const ControllerOptions& options() const { return options_; }
   Result<jobs::Job> Cancel(int64_t id, const Caller& caller);
   // `hold`: keeps a pending job from starting until released (owner or admin; a hold an
   // admin put on another user's job is released by admins only). Holding a held job or
@@ -357,8 +379,14 @@ class Controller {
   // After job `id` changed in active_ (or left it): updates occupying_, slim_ and the
   // queued counts.
   void Touched(int64_t id);
-  // Adds `delta` to the queued counts of `job`'s user, project and the pool.
+  // Adds `delta` to the queued counts of `job`'s user, project and the pool, and its
+  // submission's bytes to the queued bytes when it is the first queued job holding that
+  // submission (or takes them away when it was the last). `job` is whole for +1; for -1
+  // its ids and user suffice (a slim_ copy).
   void CountQueued(const jobs::Job& job, int64_t delta);
+  // The bytes part of it: `delta` queued jobs (or a submission still landing) more hold
+  // `job`'s submission (its array's, for an element).
+  void CountQueuedSubmission(const jobs::Job& job, int64_t delta);
   // Sets a pending job's pending_reason from the last pass.
   void AttachPendingReason(jobs::Job* job) const;
   // Waits (releasing `lock` on mu_) until job `id`'s write in flight, if any, has landed.
@@ -375,16 +403,18 @@ class Controller {
 
   Result<NodeView> SetDrain(const std::string& name, bool draining, const std::string& reason);
   // ResourceExhausted, naming the user, project or pool and the limit (its max_queued,
-  // or the options' max_queued_per_user / max_queued_total), when `adding` more jobs of
-  // `job`'s user and project would pass it, counting submissions still being stored.
-  // mu_ held.
-  Status CheckQueuedLimits(const jobs::Job& job, int64_t adding);
+  // or the options' max_queued_per_user / max_queued_total / max_queued_bytes_*), when
+  // `adding` more jobs of `job`'s user and project, holding `bytes` more of submissions,
+  // would pass it, counting submissions still being stored. mu_ held.
+  Status CheckQueuedLimits(const jobs::Job& job, int64_t adding, int64_t bytes);
   // One job per index of `spec` (job.array parsed), stored one by one; returns the first
   // element, whose id is the array's. Each element that lands in active_ takes one of
-  // `*reserved` (its user's, counted in submitting_) into the queued counts.
-  Result<jobs::Job> SubmitArray(jobs::Job job, const jobs::ArraySpec& spec, int64_t* reserved);
-  // Gives back `n` jobs reserved in submitting_* by a submission. mu_ held.
-  void Unreserve(const std::string& user, const std::string& project, int64_t n);
+  // `*reserved` (its user's, counted in submitting_) into the queued counts; the first
+  // takes `*reserved_bytes` (the submission's, counted once for all the elements).
+  Result<jobs::Job> SubmitArray(jobs::Job job, const jobs::ArraySpec& spec, int64_t* reserved,
+                                int64_t* reserved_bytes);
+  // Gives back `n` jobs and `bytes` reserved in submitting_* by a submission. mu_ held.
+  void Unreserve(const std::string& user, const std::string& project, int64_t n, int64_t bytes);
   // A job's state: active ones from memory, ended ones from the store (cached). mu_ held.
   Result<jobs::JobState> EndedState(int64_t id);
   // Pending jobs whose dependencies are unmet go in `blocked` with the reason; those whose
@@ -451,11 +481,24 @@ class Controller {
   std::map<std::string, int64_t> submitting_;
   std::map<std::string, int64_t> submitting_project_;
   int64_t submitting_total_ = 0;
+  std::map<std::string, int64_t> submitting_bytes_;  // their submissions' bytes, per user
+  int64_t submitting_bytes_total_ = 0;
   // The PENDING jobs of active_ (held ones too) per user, per accounting project and in
   // all, kept by Touched: what the queue bounds count, without a walk of the queue.
   std::map<std::string, int64_t> queued_by_user_;
   std::map<std::string, int64_t> queued_by_project_;
   int64_t queued_total_ = 0;
+  // The submissions of those jobs, by the job id of their holder (an array's id for its
+  // elements, which share one copy of it), with how many queued jobs hold each; and
+  // their bytes per user and in all: what the bounds on queued bytes count.
+  struct QueuedSubmission {
+    std::string user;
+    int64_t bytes = 0;
+    int64_t jobs = 0;
+  };
+  std::map<int64_t, QueuedSubmission> queued_submissions_;
+  std::map<std::string, int64_t> queued_bytes_by_user_;
+  int64_t queued_bytes_total_ = 0;
   // Ids of the jobs in active_ that hold resources (ASSIGNED or RUNNING): what node
   // views, agent polls and node-loss sweeps walk, not the whole queue.
   std::set<int64_t> occupying_;

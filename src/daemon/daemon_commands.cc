@@ -179,6 +179,9 @@ struct ServerFlags {
   int64_t max_queued_per_user = controller::ControllerOptions{}.max_queued_per_user;
   int64_t max_queued_total = controller::ControllerOptions{}.max_queued_total;
   int max_array_size = controller::ControllerOptions{}.max_array_size;
+  int64_t max_submission_bytes = controller::ControllerOptions{}.max_submission_bytes;
+  int64_t max_queued_bytes_per_user = controller::ControllerOptions{}.max_queued_bytes_per_user;
+  int64_t max_queued_bytes_total = controller::ControllerOptions{}.max_queued_bytes_total;
   // Connections to the API (docs/security.md, "Connection exhaustion").
   int max_connections = 0;  // 0: the open-files limit less a tenth
   int max_connections_per_uid = 256;
@@ -289,8 +292,7 @@ Status OpenServerStore(const ServerFlags& f, ServerParts* p) {
   return Status::Ok();
 }
 
-// The controller and its API over the open store (this loads the pool's state).
-Status CreateController(const ServerFlags& f, ServerParts* p) {
+controller::ControllerOptions ControllerOptionsOf(const ServerFlags& f) {
   controller::ControllerOptions co;
   co.placement_policy = f.placement_policy;
   co.queue_policy = f.queue_policy;
@@ -300,6 +302,15 @@ Status CreateController(const ServerFlags& f, ServerParts* p) {
   co.max_queued_per_user = f.max_queued_per_user;
   co.max_queued_total = f.max_queued_total;
   co.max_array_size = f.max_array_size;
+  co.max_submission_bytes = f.max_submission_bytes;
+  co.max_queued_bytes_per_user = f.max_queued_bytes_per_user;
+  co.max_queued_bytes_total = f.max_queued_bytes_total;
+  return co;
+}
+
+// The controller and its API over the open store (this loads the pool's state).
+Status CreateController(const ServerFlags& f, ServerParts* p) {
+  const controller::ControllerOptions co = ControllerOptionsOf(f);
   GP_ASSIGN_OR_RETURN(p->controller,
                       controller::Controller::Create(p->store.get(), SystemClock::Get(), co));
   p->inspector = controller::NewPodmanInspector(f.podman_args, SystemClock::Get());
@@ -330,6 +341,11 @@ Result<std::unique_ptr<net::HttpServer>> StartApiServer(const ServerFlags& f, st
     ho.tcp_port = f.port;
   }
   ho.may_block = &controller::Api::MayBlock;
+  // A job's submission of max-submission-bytes fits, as JSON.
+  ho.max_body_bytes = controller::MaxRequestBodyBytes(ControllerOptionsOf(f));
+  ho.max_body_hint = " (a job's submission may be up to " + std::to_string(f.max_submission_bytes) +
+                     " bytes: the server's max-submission-bytes, in the [server] section of its "
+                     "config file)";
   ho.max_connections = f.max_connections;
   ho.max_connections_per_uid = f.max_connections_per_uid;
   ho.max_connections_per_address = f.max_connections_per_address;
@@ -497,6 +513,21 @@ void AddServerFlags(CLI::App* cmd, ServerFlags* f) {
   cmd->add_option("--max-array-size", f->max_array_size, "elements one --array may have")
       ->capture_default_str()
       ->check(CLI::Range(1, jobs::kMaxArraySize));
+  // And on bytes: the job bounds alone let one user hold 10,000 x 1 MiB of memory.
+  cmd->add_option("--max-submission-bytes", f->max_submission_bytes,
+                  "bytes of one job's submission: its command, environment variables and "
+                  "paths, each string with its NUL (as ARG_MAX counts them)")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{4096}, int64_t{64} << 20));
+  cmd->add_option("--max-queued-bytes-per-user", f->max_queued_bytes_per_user,
+                  "bytes of submissions one user's queued jobs may hold (an array's elements "
+                  "share one)")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{4096}, int64_t{1} << 40));
+  cmd->add_option("--max-queued-bytes-total", f->max_queued_bytes_total,
+                  "bytes of submissions all users' queued jobs together may hold")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{4096}, int64_t{1} << 40));
   cmd->add_option("--telemetry-retention", f->telemetry_retention,
                   "how long GPU telemetry points (1 per minute per GPU and job) are kept")
       ->capture_default_str();

@@ -122,6 +122,24 @@ std::map<std::string, std::string> ArrayEnvironment(const Job& job) {
   return env;
 }
 
+int64_t SubmissionBytes(const Job& job) {
+  int64_t n = 0;
+  auto add = [&n](const std::string& s) { n += static_cast<int64_t>(s.size()) + 1; };
+  for (const std::string& a : job.command) add(a);
+  for (const auto& [k, v] : job.env) n += static_cast<int64_t>(k.size() + 1 + v.size()) + 1;
+  for (const Mount& m : job.mounts) {
+    add(m.source);
+    add(m.target);
+  }
+  for (const std::string& m : job.request.gpu_models) add(m);
+  for (const std::string* s : {&job.workdir, &job.name, &job.project, &job.image, &job.environment,
+                               &job.env_dir, &job.request.vendor, &job.request.min_capability,
+                               &job.interactive, &job.array, &job.submit_key}) {
+    if (!s->empty()) add(*s);  // an empty one is no string given
+  }
+  return n;
+}
+
 bool IsTerminal(JobState s) {
   switch (s) {
     case JobState::kSucceeded:

@@ -19,6 +19,7 @@
 #include <string_view>
 #include <vector>
 
+#include "common/shared_value.h"
 #include "common/status.h"
 
 namespace gpupool::jobs {
@@ -145,8 +146,10 @@ struct Job {
   uint32_t gid = 0;
   std::string project;
   std::string name;
-  std::vector<std::string> command;  // argv
-  std::map<std::string, std::string> env;
+  // A submission's bulk, shared by copies of the job (common/shared_value.h): the
+  // elements of an array, made by copying one job, hold one copy between them.
+  SharedValue<std::vector<std::string>> command;  // argv
+  SharedValue<std::map<std::string, std::string>> env;
   std::string workdir;
   std::string image;          // container image; empty = plain process
   std::vector<Mount> mounts;  // bind mounts of a container job
@@ -216,6 +219,15 @@ struct Job {
 // launch, not stored with each element, so that the elements share one stored spec.
 // Empty for other jobs.
 std::map<std::string, std::string> ArrayEnvironment(const Job& job);
+
+// What a job's submission weighs, in bytes: the strings its user gives (each argument of
+// its command, each NAME=value of its environment, its working directory, name,
+// project, image, mounts, environment, GPU constraints, array spec and submit key), each
+// with one byte more for its terminating NUL, as the kernel counts argv and envp against
+// ARG_MAX. About what the controller holds of it in memory and the store on disk (the
+// JSON adds quotes and escapes); what the server's max-submission-bytes and
+// max-queued-bytes-* bound.
+int64_t SubmissionBytes(const Job& job);
 
 // The project a job is accounted to for fair share and limits: its own, else its user's
 // name.

@@ -651,7 +651,8 @@ class MhdServer final : public HttpServer {
     if (pending->too_large) {
       return self->Answer(
           conn, ErrorResponse(413, "request body is larger than " +
-                                       std::to_string(self->options_.max_body_bytes) + " bytes"));
+                                       std::to_string(self->options_.max_body_bytes) + " bytes" +
+                                       self->options_.max_body_hint));
     }
 
     HttpRequest req = HeadOf(conn, url, method);

@@ -41,6 +41,8 @@ struct HttpServerOptions {
   std::string tcp_host;          // empty: no TCP listener
   int tcp_port = 0;              // 0 with a tcp_host: pick a free port
   size_t max_body_bytes = 1 << 20;
+  // Appended to the 413 answer for a larger body: where the limit comes from.
+  std::string max_body_hint;
   // libmicrohttpd's own timeout: this long without a byte either way. The deadlines
   // below come first; this one covers a handler's answer being written when the
   // connection stalls.

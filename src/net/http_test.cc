@@ -52,6 +52,7 @@ class HttpTest : public ::testing::Test {
     opts.tcp_host = "127.0.0.1";
     opts.tcp_port = 0;
     opts.max_body_bytes = 1000;
+    opts.max_body_hint = " (see max-body)";
     auto s = StartHttpServer(opts, [this](const HttpRequest& r) {
       ++calls_;
       HttpResponse resp;
@@ -98,6 +99,9 @@ TEST_F(HttpTest, OversizedBodyIs413AndNeverReachesTheHandler) {
   auto r = c.Post("/v1/x", std::string(5000, 'x'));
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   EXPECT_EQ(r->status, 413);
+  EXPECT_NE(r->body.find("request body is larger than 1000 bytes (see max-body)"),
+            std::string::npos)
+      << r->body;
   EXPECT_EQ(calls_.load(), 0);
 }
 

@@ -214,7 +214,8 @@ class Env:
             return http_call(pooltest.UnixConnection(self.sock, timeout), method, path, body, headers, raw)
         req = json.dumps({"sock": self.sock, "method": method, "path": path, "body": body,
                           "headers": headers, "raw": raw, "timeout": timeout})
-        r = subprocess.run(as_user_argv(user, [USER_PYTHON, self.lib, "--call", req]),
+        # On standard input: a body of a megabyte is more than one argument may hold.
+        r = subprocess.run(as_user_argv(user, [USER_PYTHON, self.lib, "--call"]), input=req,
                            capture_output=True, text=True, timeout=timeout + 10)
         if r.returncode != 0:
             raise RuntimeError("call as %s failed: %s" % (user, r.stderr))
@@ -384,7 +385,7 @@ def main():
     """Runs the calling module's tests; exits 77 (skipped) when they cannot run here."""
     global GPUPOOL
     if len(sys.argv) > 1 and sys.argv[1] == "--call":
-        run_call(sys.argv[2])
+        run_call(sys.argv[2] if len(sys.argv) > 2 else sys.stdin.read())
         return
     if len(sys.argv) > 1 and sys.argv[1] == "--hold":
         run_hold(sys.argv[2])
