@@ -314,8 +314,11 @@ class DashboardTest(unittest.TestCase):
 
     def browser_helpers(self, driver, console):
         from selenium.webdriver.common.by import By
+        from selenium.common.exceptions import StaleElementReferenceException
         from selenium.webdriver.support.ui import WebDriverWait
-        wait = WebDriverWait(driver, 20)
+        # The page redraws its tables every few seconds: a row read while it is replaced
+        # is stale, and the wait looks again.
+        wait = WebDriverWait(driver, 20, ignored_exceptions=[StaleElementReferenceException])
 
         def shot(name):
             driver.save_screenshot(os.path.join(SHOTS, name + ".png"))
