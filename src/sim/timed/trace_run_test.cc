@@ -15,9 +15,7 @@
 namespace gpupool::sim {
 namespace {
 
-std::filesystem::path Traces() {
-  return std::filesystem::path(GPUPOOL_SOURCE_DIR) / "../shared/traces";
-}
+std::filesystem::path Traces() { return testing::TracesDir(); }
 
 // The production default when the placement policies are registered, else the
 // first-fit test double (so this test does not depend on which policies exist).
