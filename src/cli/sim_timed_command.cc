@@ -26,9 +26,10 @@
 #include "sched/admission/limits.h"
 #include "sched/policy_registry.h"
 #include "sched/queue/queue_policy_registry.h"
+#include "sim/csv_table.h"
+#include "sim/openb_reader.h"
 #include "sim/svg_plot.h"
 #include "sim/timed/cluster_spec.h"
-#include "sim/timed/csv_table.h"
 #include "sim/timed/generic_trace_reader.h"
 #include "sim/timed/openb_timed_reader.h"
 #include "sim/timed/philly_reader.h"
@@ -236,7 +237,7 @@ Result<std::vector<sim::TraceJob>> ReadInputs(const TimedFlags& f, sched::Cluste
                                               std::string* format) {
   GP_ASSIGN_OR_RETURN(
       std::vector<sched::NodeSpec> node_specs,
-      f.nodes.empty() ? sim::ParseClusterSpec(f.cluster) : sim::ReadNodeCsvFile(f.nodes));
+      f.nodes.empty() ? sim::ParseClusterSpec(f.cluster) : sim::ReadOpenbNodes(f.nodes));
   GP_ASSIGN_OR_RETURN(*cluster, sim::BuildCluster(node_specs));
   int widest = 0;
   for (const auto& n : node_specs) widest = std::max(widest, static_cast<int>(n.num_gpus));

@@ -5,6 +5,7 @@
 
 #include <filesystem>
 
+#include "sim/openb_reader.h"
 #include "sim/timed/cluster_spec.h"
 #include "sim/timed/openb_timed_reader.h"
 #include "sim/timed/philly_reader.h"
@@ -91,7 +92,7 @@ TEST(OpenbTimedRun, First2000PodsOnTheOpenbNodes) {
   }
   auto jobs = ReadOpenbTimedFile(pods.string(), 2000);
   ASSERT_TRUE(jobs.ok()) << jobs.status().ToString();
-  auto nodes = ReadNodeCsvFile(nodes_csv.string());
+  auto nodes = ReadOpenbNodes(nodes_csv.string());
   ASSERT_TRUE(nodes.ok()) << nodes.status().ToString();
   auto cluster = BuildCluster(*nodes);
   ASSERT_TRUE(cluster.ok());
