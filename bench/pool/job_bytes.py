@@ -4,13 +4,17 @@ SQLite store and controller RSS per job, for array elements with a realistic sub
 environment (40 variables, as a login shell on a GPU cluster has: a 2,041-byte
 submission).
 
-    python3 bench/pool/job_bytes.py [--jobs 10000] [--array 1000] [--gpupool BIN]
+    python3 bench/pool/job_bytes.py [--jobs 10000] [--array 1000] [--env-bytes N]
+                                    [--kinds arrays,single] [--gpupool BIN]
 
 Starts `gpupool server` (no agents: every job stays queued), submits --jobs elements as
-arrays of --array over the Unix socket, reads the server's VmRSS, stops it, VACUUMs the
-database and divides its size (less the size of an empty one) by the number of jobs. Also
-submits --jobs single jobs (each its own spec) into a second fresh server, for the
-per-job figure of jobs that share nothing.
+arrays of --array over the Unix socket, reads the server's VmRSS, restarts it and reads
+its VmRSS once it has loaded the queue, stops it, VACUUMs the database and divides its
+size (less the size of an empty one) by the number of jobs. Also submits --jobs single
+jobs (each its own spec) into a second fresh server, for the per-job figure of jobs that
+share nothing. --env-bytes adds variables of up to 60,000 bytes to the environment, about
+N bytes in all (a 0.9 MB environment: --env-bytes 900000). A submission the server
+refuses (a bound: HTTP 413 or 429) ends the run; the row says after how many jobs and why.
 """
 import argparse
 import json
@@ -95,26 +99,46 @@ def vacuumed_size(db):
     return os.path.getsize(db)
 
 
-def run(g, jobs, array, single):
+def padded_env(env_bytes):
+    """realistic_env() and PAD0, PAD1, ... of up to 60,000 bytes, about env_bytes in all."""
+    env = realistic_env()
+    left = env_bytes - sum(len(k) + len(v) + 2 for k, v in env.items())
+    i = 0
+    while left > 0:
+        n = min(60000, left)
+        env["PAD%d" % i] = "x" * n
+        left -= n + len("PAD%d" % i) + 2
+        i += 1
+    return env
+
+
+def run(g, jobs, array, single, env_bytes=0):
     d = tempfile.mkdtemp(prefix="gp-bytes-", dir="/tmp")
     os.chmod(d, 0o755)
     sock = os.path.join(d, "gpupool.sock")
     log = open(os.path.join(d, "server.log"), "ab")
-    server = subprocess.Popen([g, "server", "--state-dir", d, "--port", "0"], stdout=log,
-                              stderr=log, start_new_session=True)
     env = dict(os.environ, GPUPOOL_SERVER="unix:" + sock)
-    try:
+
+    def start():
+        p = subprocess.Popen([g, "server", "--state-dir", d, "--port", "0", "--config", ""],
+                             stdout=log, stderr=log, start_new_session=True)
         while subprocess.run([g, "whoami"], env=env, capture_output=True).returncode:
             time.sleep(0.05)
+        return p
+
+    server = start()
+    try:
         db = os.path.join(d, "gpupool.db")
         empty = vacuumed_size(db)
         rss0 = rss_kib(server.pid)
         spec = {"command": ["python3", "train.py", "--config", "configs/sweep.yaml"],
-                "workdir": "/home/alice/projects/llm-finetune", "env": realistic_env(),
+                "workdir": "/home/alice/projects/llm-finetune",
+                "env": padded_env(env_bytes) if env_bytes else realistic_env(),
                 "request": {"gpus": 1}}
         body_bytes = len(json.dumps(spec))
         t0 = time.time()
         made = 0
+        refused = None
         while made < jobs:
             n = 1 if single else min(array, jobs - made)
             body = dict(spec)
@@ -123,6 +147,10 @@ def run(g, jobs, array, single):
             else:
                 body["array"] = "0-%d" % (n - 1)
             st, data = request(sock, "POST", "/v1/jobs", body)
+            if st in (413, 429):  # a bound: what the server held up to it is the figure
+                refused = "HTTP %d after %d jobs: %s" % (
+                    st, made, json.loads(data).get("error", "")[:200])
+                break
             if st != 201:
                 sys.exit("submit: HTTP %d %s" % (st, data[:300]))
             made += n
@@ -130,12 +158,20 @@ def run(g, jobs, array, single):
         rss1 = rss_kib(server.pid)
         server.terminate()
         server.wait(30)
+        server = start()  # what it holds once it has loaded the queue from the store
+        rss2 = rss_kib(server.pid)
+        server.terminate()
+        server.wait(30)
         size = vacuumed_size(db)
-        return {"kind": "single jobs" if single else "arrays of %d" % array, "jobs": made,
-                "submission_body_bytes": body_bytes, "submit_s": round(submit_s, 1),
-                "db_bytes_vacuumed": size, "bytes_per_job": round((size - empty) / made),
-                "rss_before_kib": rss0, "rss_after_kib": rss1,
-                "rss_bytes_per_job": round((rss1 - rss0) * 1024 / made)}
+        row = {"kind": "single jobs" if single else "arrays of %d" % array, "jobs": made,
+               "submission_body_bytes": body_bytes, "submit_s": round(submit_s, 1),
+               "db_bytes_vacuumed": size,
+               "bytes_per_job": round((size - empty) / made) if made else None,
+               "rss_before_kib": rss0, "rss_after_kib": rss1, "rss_restarted_kib": rss2,
+               "rss_bytes_per_job": round((rss1 - rss0) * 1024 / made) if made else None}
+        if refused:
+            row["refused"] = refused
+        return row
     finally:
         if server.poll() is None:
             server.kill()
@@ -147,10 +183,16 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--jobs", type=int, default=10000)
     ap.add_argument("--array", type=int, default=1000)
+    ap.add_argument("--env-bytes", type=int, default=0,
+                    help="pad the environment to about this many bytes")
+    ap.add_argument("--kinds", default="arrays,single",
+                    help="which runs: arrays, single or both (comma list)")
     ap.add_argument("--gpupool")
     a = ap.parse_args()
     g = gang_start.find_gpupool(a.gpupool)
-    rows = [run(g, a.jobs, a.array, False), run(g, a.jobs, a.array, True)]
+    kinds = a.kinds.split(",")
+    rows = [run(g, a.jobs, a.array, single, a.env_bytes)
+            for single in (False, True) if ("single" if single else "arrays") in kinds]
     print(json.dumps(rows, indent=1))
 
 

@@ -5,8 +5,9 @@
 // the job's log files as its standard output and error. The container runs as the job's
 // uid:gid with its supplementary groups, no capabilities and no-new-privileges, so a
 // setuid binary in a user's image cannot turn the root-run podman into root access to
-// the bind mounts. Every mount source (and the workdir) is checked as the job's user
-// before launch: podman must not become a way to read what the user cannot.
+// the bind mounts. Every mount source (and the workdir) is opened as the job's user
+// before launch and podman is given what was opened (mount_source.h): podman must not
+// become a way to read what the user cannot.
 //
 // The argv builder, the exit mapping and the adjustment rules are pure and unit-tested;
 // the probe and the podman runners touch the machine. Thread-safe (no shared state).
@@ -128,7 +129,9 @@ Result<bool> RemoveContainer(const ContainerOptions& options, const std::string&
 // Whether the user (uid, gid, groups) can reach and read `path` on the host — for a
 // directory also enter it, and with `write` also write it. Checked in a forked child that
 // switches to the user (root only; as the user itself when not root). FailedPrecondition
-// naming the path and the user when not.
+// naming the path and the user when not. A check of a path, not of what a later reader
+// of the path gets: a root-run podman is given OpenMountSource's staged mounts instead
+// (mount_source.h); this is for an agent that does not run as root.
 Status CheckUserAccess(const std::string& path, const std::string& user, uid_t uid, gid_t gid,
                        const std::vector<gid_t>& groups, bool write);
 

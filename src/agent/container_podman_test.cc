@@ -7,11 +7,14 @@
 // a CDI spec that gpu::ExportCdi writes under a kind unique to this run; podman 4.3 reads
 // specs only from /var/run/cdi and /etc/cdi, so it goes to /var/run/cdi and is removed at
 // the end.
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <stdio.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <csignal>
 #include <filesystem>
@@ -75,7 +78,8 @@ std::string BuildWorld(World& w) {
     fs::create_directories(rootfs + d);
   }
   fs::copy_file(busybox, rootfs + "/bin/busybox");
-  for (const char* tool : {"sh", "ls", "env", "cat", "id", "sleep", "pwd", "touch", "echo"}) {
+  for (const char* tool :
+       {"sh", "ls", "env", "cat", "id", "sleep", "pwd", "touch", "echo", "stat"}) {
     fs::create_symlink("busybox", rootfs + "/bin/" + tool);
   }
   std::string out;
@@ -404,6 +408,88 @@ TEST_F(ContainerPodmanTest, MountTheUserCannotReadIsRefused) {
   EXPECT_NE(e->reason.find("mount /data"), std::string::npos) << e->reason;
   EXPECT_NE(e->reason.find("user 'nobody'"), std::string::npos) << e->reason;
   EXPECT_TRUE(Containers().empty());
+}
+
+// Issue 25: the shim checked a mount's source as the user, and podman mounted the same
+// path later as root, following symbolic links. A user swapping a symbolic link to a file
+// of root's with a file of their own between the two got root's file mounted (4 of 8
+// containers). What is checked must be what is mounted: whatever the race, a container
+// sees only the user's own file, or the job is refused.
+TEST_F(ContainerPodmanTest, ASwappedSymlinkNeverGetsAForeignFileMounted) {
+  const std::string dir = g_world->dir + "/race-210";
+  fs::create_directories(dir);
+  ASSERT_EQ(::chown(dir.c_str(), kNobody, kNobody), 0);
+  const std::string secret = g_world->dir + "/secret-210";  // root's, unreadable to nobody
+  std::ofstream(secret) << "root only\n";
+  ::chmod(secret.c_str(), 0600);
+  const std::string src = dir + "/src";    // the mount source the jobs name
+  const std::string other = dir + "/alt";  // swapped with it again and again
+  std::ofstream(src) << "mine\n";
+  ASSERT_EQ(::chown(src.c_str(), kNobody, kNobody), 0);
+  ASSERT_EQ(::symlink(secret.c_str(), other.c_str()), 0);
+
+  // The attacker: `src` is the user's file and a link to root's, in turn, atomically.
+  std::atomic<bool> stop{false};
+  std::atomic<long> swaps{0};
+  std::thread swapper([&] {
+    while (!stop.load()) {
+      if (::renameat2(AT_FDCWD, src.c_str(), AT_FDCWD, other.c_str(), RENAME_EXCHANGE) == 0) {
+        ++swaps;
+      }
+    }
+  });
+  constexpr int kJobs = 20;
+  int mounted_own = 0;
+  int refused = 0;
+  int foreign = 0;
+  for (int i = 0; i < kJobs; ++i) {
+    const int64_t id = 2100 + i;
+    // The owner (uid) of what the container sees at /data.
+    LaunchSpec s = Spec(id, {"stat", "-c", "uid=%u", "/data"});
+    s.mounts = {{src, "/data", true}};
+    Status st = launcher_->Launch(s);
+    ASSERT_TRUE(st.ok()) << st.ToString();
+    std::optional<JobEvent> e = WaitForEvent(*launcher_, id, 60'000);
+    ASSERT_TRUE(e.has_value());
+    if (e->kind == Kind::kStarted) e = WaitForEvent(*launcher_, id, 60'000);
+    ASSERT_TRUE(e.has_value());
+    const std::string out = Log(id, kStdoutFile);
+    if (out.find("uid=0") != std::string::npos) {
+      ++foreign;
+      ADD_FAILURE() << "job " << id << " had root's file mounted: " << out;
+    } else if (e->kind == Kind::kExited && HasLine(out, "uid=65534")) {
+      ++mounted_own;
+    } else {
+      // Refused when the link to root's file was there as the shim opened the path.
+      ++refused;
+      EXPECT_EQ(e->kind, Kind::kFailed) << e->reason << "\n" << out << Log(id, kStderrFile);
+      EXPECT_NE(e->reason.find("mount /data: '" + src + "' is not readable by user 'nobody'"),
+                std::string::npos)
+          << e->reason;
+    }
+  }
+  stop = true;
+  swapper.join();
+  std::printf(
+      "[ info ] %d jobs: %d mounted the user's own file, %d refused, %d root's file; %ld swaps\n",
+      kJobs, mounted_own, refused, foreign, swaps.load());
+  EXPECT_GT(swaps.load(), 0);
+
+  // Left alone, the user's own file is mounted.
+  struct stat st;
+  ASSERT_EQ(::lstat(src.c_str(), &st), 0);
+  if (S_ISLNK(st.st_mode)) {
+    ASSERT_EQ(::renameat2(AT_FDCWD, src.c_str(), AT_FDCWD, other.c_str(), RENAME_EXCHANGE), 0);
+  }
+  LaunchSpec s = Spec(2199, {"stat", "-c", "uid=%u", "/data"});
+  s.mounts = {{src, "/data", true}};
+  JobEvent e = RunToEnd(s);
+  EXPECT_EQ(e.exit_code, 0) << e.reason << "\n" << Log(2199, kStderrFile);
+  EXPECT_TRUE(HasLine(Log(2199, kStdoutFile), "uid=65534")) << Log(2199, kStdoutFile);
+  EXPECT_TRUE(Containers().empty());
+  // The staged sources are unmounted and gone with their jobs.
+  EXPECT_EQ(ReadWholeFile("/proc/self/mounts").find(state_), std::string::npos);
+  EXPECT_FALSE(fs::exists(JobDir(state_, 2199) + "/mounts"));
 }
 
 }  // namespace

@@ -19,6 +19,7 @@
 #include "agent/container.h"
 #include "agent/job_files.h"
 #include "agent/launcher.h"
+#include "agent/mount_source.h"
 #include "agent/proc_util.h"
 #include "common/logging.h"
 #include "common/strings.h"
@@ -371,6 +372,10 @@ JobEvent ProcessLauncher::FinalEvent(int64_t job_id, int attempt, pid_t shim_pid
       spdlog::warn("job {}: {}", job_id, rm.status().message());
     } else if (*rm) {
       e.reason += "; its container " + name + " was removed";
+    }
+    // And the mount sources the shim staged for it (mount_source.h).
+    if (Status rm = StagedMounts(job_dir + "/mounts").Clear(); !rm.ok()) {
+      spdlog::warn("job {}: {}", job_id, rm.message());
     }
   }
   // Its cgroups too (this also kills job processes that left the process group).

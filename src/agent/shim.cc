@@ -23,6 +23,7 @@
 #include "agent/job_env.h"
 #include "agent/job_files.h"
 #include "agent/job_process.h"
+#include "agent/mount_source.h"
 #include "agent/proc_util.h"
 #include "common/strings.h"
 
@@ -99,6 +100,7 @@ class Shim {
  private:
   Status Prepare();
   Status PrepareContainer(const std::vector<gid_t>& groups);
+  Result<std::vector<BindMount>> StageMountSources(const std::vector<gid_t>& groups);
   Status OpenStreams(const LaunchSpec& spec, bool root);
   void CloseRelayedStreams();
   Status StartJob();
@@ -130,7 +132,8 @@ class Shim {
   std::string container_name_;
   std::string container_reason_;   // from podman's exit status (MapPodmanExit)
   bool container_signal_ = false;  // final_.signal is the container's (128+N), not the client's
-  std::set<pid_t> helpers_;        // podman stop/kill commands in flight
+  std::unique_ptr<StagedMounts> staged_;  // the mount sources podman is given (root only)
+  std::set<pid_t> helpers_;               // podman stop/kill commands in flight
   pid_t stop_pid_ = 0;
   int64_t stop_retry_at_mono_ = 0;
 };
@@ -281,22 +284,30 @@ Status Shim::PrepareContainer(const std::vector<gid_t>& groups) {
     return Status::FailedPrecondition("podman is not installed on node " + HostName() + ": " +
                                       copt.unavailable);
   }
-  // Root-run podman must not read what the user cannot: check every source as the user.
-  if (!spec.workdir.empty()) {
-    Status st = CheckUserAccess(spec.workdir, spec.user, spec.uid, spec.gid, groups,
-                                /*write=*/false);
-    if (!st.ok()) return Status::FailedPrecondition("working directory: " + st.message());
-  }
-  for (const BindMount& m : spec.mounts) {
-    Status st = CheckUserAccess(m.source, spec.user, spec.uid, spec.gid, groups,
-                                /*write=*/!m.read_only);
-    if (!st.ok()) return Status::FailedPrecondition("mount " + m.target + ": " + st.message());
+  // Root-run podman must not read what the user cannot: every source is opened as the
+  // user, and podman mounts what was opened (mount_source.h).
+  LaunchSpec run = spec;
+  if (::geteuid() == 0 && spec.uid != 0) {
+    GP_ASSIGN_OR_RETURN(run.mounts, StageMountSources(groups));
+  } else {
+    // podman runs as the user itself (or the job is root's): it mounts nothing they
+    // could not read; the check only gives a clear reason early.
+    if (!spec.workdir.empty()) {
+      Status st = CheckUserAccess(spec.workdir, spec.user, spec.uid, spec.gid, groups,
+                                  /*write=*/false);
+      if (!st.ok()) return Status::FailedPrecondition("working directory: " + st.message());
+    }
+    for (const BindMount& m : spec.mounts) {
+      Status st = CheckUserAccess(m.source, spec.user, spec.uid, spec.gid, groups,
+                                  /*write=*/!m.read_only);
+      if (!st.ok()) return Status::FailedPrecondition("mount " + m.target + ": " + st.message());
+    }
   }
   // The job's variables travel in a root-only file, not on podman's command line.
   const std::string env_file = args_.job_dir + "/container.env";
   GP_RETURN_IF_ERROR(WriteFileDurably(env_file, ContainerEnvFile(spec), 0600, /*sync=*/false));
   std::vector<uint32_t> gids(groups.begin(), groups.end());
-  GP_ASSIGN_OR_RETURN(plan_.argv, BuildPodmanRunArgv(spec, copt, gids, env_file));
+  GP_ASSIGN_OR_RETURN(plan_.argv, BuildPodmanRunArgv(run, copt, gids, env_file));
   plan_.env = {"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME=/root"};
   plan_.candidates = CommandCandidates(plan_.argv[0],
                                        "/usr/local/sbin:/usr/local/bin:"
@@ -325,6 +336,45 @@ Status Shim::PrepareContainer(const std::vector<gid_t>& groups) {
   for (const std::string& a : plan_.argv) cmdline += (cmdline.empty() ? "" : " ") + a;
   ShimLog("container: %s", cmdline.c_str());
   return Status::Ok();
+}
+
+// The spec's mounts with staged sources (mount_source.h), the working directory's bind
+// mount first when no mount has it as its target (BuildPodmanRunArgv then adds none).
+Result<std::vector<BindMount>> Shim::StageMountSources(const std::vector<gid_t>& groups) {
+  const LaunchSpec& spec = config_.spec;
+  const MountUser who{spec.user, spec.uid, spec.gid, groups};
+  staged_ = std::make_unique<StagedMounts>(args_.job_dir + "/mounts");
+  // An earlier attempt's shim that was killed may have left its mounts.
+  if (Status st = staged_->Clear(); !st.ok()) return st;
+  auto stage = [&](const std::string& source, bool write,
+                   const std::string& what) -> Result<std::string> {
+    Result<int> fd = OpenMountSource(source, who, write);
+    if (!fd.ok()) return Status::FailedPrecondition(what + ": " + fd.status().message());
+    Result<std::string> path = staged_->Add(*fd);
+    ::close(*fd);
+    if (!path.ok()) return Status::Unavailable(what + ": " + path.status().message());
+    return path;
+  };
+  std::vector<BindMount> mounts;
+  if (!spec.workdir.empty()) {
+    const bool covered = std::any_of(spec.mounts.begin(), spec.mounts.end(),
+                                     [&](const BindMount& m) { return m.target == spec.workdir; });
+    if (covered) {
+      // Not mounted: only checked, for the same clear reason as when it is.
+      Result<int> fd = OpenMountSource(spec.workdir, who, /*write=*/false);
+      if (!fd.ok())
+        return Status::FailedPrecondition("working directory: " + fd.status().message());
+      ::close(*fd);
+    } else {
+      GP_ASSIGN_OR_RETURN(std::string path, stage(spec.workdir, false, "working directory"));
+      mounts.push_back({path, spec.workdir, /*read_only=*/false});
+    }
+  }
+  for (const BindMount& m : spec.mounts) {
+    GP_ASSIGN_OR_RETURN(std::string path, stage(m.source, !m.read_only, "mount " + m.target));
+    mounts.push_back({path, m.target, m.read_only});
+  }
+  return mounts;
 }
 
 void Shim::StartHelper(const std::vector<std::string>& podman_args, const char* what) {
@@ -541,6 +591,11 @@ int Shim::Finish() {
     }
   }
   if (container_) ::unlink((args_.job_dir + "/container.env").c_str());
+  if (staged_ != nullptr) {
+    // The container is gone: its mount sources may go too.
+    if (Status st = staged_->Clear(); !st.ok()) ShimLog("%s", st.message().c_str());
+    staged_.reset();
+  }
   while (::waitpid(-1, nullptr, WNOHANG) > 0) {
   }
   if (final_.end_time_us == 0) final_.end_time_us = WallMicros();

@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <thread>
+
 namespace gpupool {
 namespace {
 
@@ -22,6 +24,72 @@ TEST(ClockTest, SystemClockIsPlausibleAndMonotonic) {
   const int64_t a = c->MonotonicMicros();
   const int64_t b = c->MonotonicMicros();
   EXPECT_LE(a, b);
+}
+
+// Issue 27: waits move with a ManualClock, never with real time.
+TEST(ClockTest, ManualWaitsEndWhenTimeIsAdvancedPastTheirDeadline) {
+  ManualClock c(1'000);
+  std::mutex mu;
+  std::condition_variable cv;
+  bool timed_out = false;
+  std::thread waiter([&] {
+    std::unique_lock lock(mu);
+    timed_out = !c.WaitUntil(cv, lock, 5'000, [] { return false; });
+  });
+  ASSERT_TRUE(c.WaitForWaiters(1));
+  c.AdvanceMicros(3'000);  // 4'000: not yet
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  EXPECT_EQ(c.Waiters(), 1);
+  c.AdvanceMicros(1'000);  // 5'000: the deadline
+  waiter.join();
+  EXPECT_TRUE(timed_out);
+  EXPECT_EQ(c.Waiters(), 0);
+}
+
+TEST(ClockTest, ManualWaitsEndOnTheirConditionWithoutTimeMoving) {
+  ManualClock c(0);
+  std::mutex mu;
+  std::condition_variable cv;
+  bool ready = false;
+  bool result = false;
+  std::thread waiter([&] {
+    std::unique_lock lock(mu);
+    result = c.WaitFor(cv, lock, 60'000'000, [&] { return ready; });
+  });
+  ASSERT_TRUE(c.WaitForWaiters(1));
+  {
+    std::lock_guard lock(mu);
+    ready = true;
+  }
+  cv.notify_all();
+  waiter.join();
+  EXPECT_TRUE(result);
+  EXPECT_EQ(c.NowMicros(), 0);
+}
+
+TEST(ClockTest, ManualSleepEndsWhenTimeIsAdvanced) {
+  ManualClock c(0);
+  std::atomic<bool> woke{false};
+  std::thread sleeper([&] {
+    c.SleepFor(10'000'000);
+    woke = true;
+  });
+  ASSERT_TRUE(c.WaitForWaiters(1));
+  EXPECT_FALSE(woke);
+  c.AdvanceMicros(10'000'000);
+  sleeper.join();
+  EXPECT_TRUE(woke);
+}
+
+TEST(ClockTest, SystemWaitsTimeOutInRealTime) {
+  const Clock* c = SystemClock::Get();
+  std::mutex mu;
+  std::condition_variable cv;
+  std::unique_lock lock(mu);
+  const int64_t t0 = c->MonotonicMicros();
+  EXPECT_FALSE(c->WaitFor(cv, lock, 20'000, [] { return false; }));
+  EXPECT_GE(c->MonotonicMicros() - t0, 20'000);
+  EXPECT_TRUE(c->WaitFor(cv, lock, 20'000, [] { return true; }));
 }
 
 }  // namespace

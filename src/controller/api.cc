@@ -90,6 +90,7 @@ struct LogRead {
   std::string data;
   int64_t size = 0;    // the file's size when read
   std::string source;  // "node NAME" or "local"
+  bool read = false;   // the file was there and read: `size` is its size
 };
 
 // Bytes from `offset` of a log file on this machine's disk. The path came from an agent:
@@ -107,6 +108,7 @@ LogRead ReadLocalLog(const std::string& path, int64_t offset, uint32_t owner_uid
     return out;
   }
   out.size = st.st_size;
+  out.read = true;
   if (out.size > offset) {
     out.data.resize(static_cast<size_t>(std::min<int64_t>(out.size - offset, kMaxLogChunk)));
     const ssize_t n = ::pread(fd, out.data.data(), out.data.size(), offset);
@@ -118,17 +120,25 @@ LogRead ReadLocalLog(const std::string& path, int64_t offset, uint32_t owner_uid
 
 // The node that ran the task (`node`) has its log files: while that node's agent polls,
 // it sends the bytes (log_relay.h). A node that is gone, or that does not answer, leaves
-// this machine's disk, which is where they are in a single-machine pool.
-LogRead ReadJobLog(Controller* controller, const jobs::Job& job, const std::string& path,
-                   int64_t offset, const std::string& node) {
-  if (path.empty()) return ReadLocalLog(path, offset, job.uid);
+// this machine's disk, which is where they are in a single-machine pool. When neither has
+// the file the answer is an error, never "no more bytes": the log of an ended job would
+// look complete when it was not (issue 25).
+Result<LogRead> ReadJobLog(Controller* controller, const jobs::Job& job, const std::string& path,
+                           int64_t offset, const std::string& node) {
+  if (path.empty()) return ReadLocalLog(path, offset, job.uid);  // no log (not started)
+  std::string why = node.empty() ? std::string() : "node " + node + " is down";
   if (!node.empty() && controller->NodeUp(node)) {
     Result<LogChunk> chunk =
         controller->log_relay().Fetch(node, path, offset, kMaxRelayedLogChunk, kLogRelayTimeout);
-    if (chunk.ok()) return LogRead{std::move(chunk->data), chunk->size, "node " + node};
+    if (chunk.ok()) return LogRead{std::move(chunk->data), chunk->size, "node " + node, true};
     spdlog::debug("log of job {} from node {}: {}", job.id, node, chunk.status().message());
+    why = chunk.status().message();
   }
-  return ReadLocalLog(path, offset, job.uid);
+  LogRead local = ReadLocalLog(path, offset, job.uid);
+  if (local.read || node.empty()) return local;
+  return Status::Unavailable("cannot read the log '" + path + "' from byte " +
+                             std::to_string(offset) + ": " + why +
+                             ", and this machine has no copy; try again");
 }
 
 HttpResponse JsonResponse(int status, const OrderedJson& body) {
@@ -808,7 +818,8 @@ HttpResponse Api::CancelJobOrArray(const Call& c) {
 HttpResponse Api::Submit(const Call& c) {
   const HttpRequest& r = c.r;
   const Caller& caller = c.caller;
-  Result<Json> body = ParseJson(r.body, "request body", 1 << 20, 32);
+  Result<Json> body =
+      ParseJson(r.body, "request body", MaxRequestBodyBytes(controller_->options()), 32);
   if (!body.ok()) return ErrorResponse(body.status());
   if (!body->is_object()) {
     return ErrorResponse(Status::InvalidArgument("request body: expected a JSON object"));
@@ -823,13 +834,17 @@ HttpResponse Api::Submit(const Call& c) {
   if (!job.ok()) return ErrorResponse(job.status());
   // Before anything runs a tool on the job's values (podman inspects its image).
   if (Status s = jobs::ValidateSubmission(*job); !s.ok()) return ErrorResponse(s);
+  // Over max-submission-bytes: 413 (ResourceExhausted), before its image is inspected,
+  // and again once a named environment has added its image or directory.
+  if (Status s = controller_->CheckSubmissionSize(*job); !s.ok()) return ErrorResponse(s);
   // An unknown environment is 404 (the client exits 3, "not found"), not a usage error.
   if (Status s = environments_.Resolve(&*job); !s.ok()) return ErrorResponse(s);
+  if (Status s = controller_->CheckSubmissionSize(*job); !s.ok()) return ErrorResponse(s);
   bool duplicate = false;
   Result<jobs::Job> submitted = controller_->Submit(std::move(*job), caller, &duplicate);
   if (!submitted.ok() && submitted.status().code() == StatusCode::kResourceExhausted) {
     HttpResponse over = ErrorResponse(submitted.status());
-    over.status = 429;  // a usage limit (max_queued): try again once jobs have started
+    over.status = 429;  // a bound on the queue: try again once jobs have started
     return over;
   }
   if (!submitted.ok()) return ErrorResponse(submitted.status());
@@ -1010,7 +1025,14 @@ HttpResponse Api::Logs(const Call& c) {
     }
     if (t < job->placement.size()) node = job->placement[t].node;
     const bool ended = jobs::IsTerminal(job->state);
-    LogRead read = ReadJobLog(controller_, *job, path, *offset, node);
+    Result<LogRead> got = ReadJobLog(controller_, *job, path, *offset, node);
+    if (!got.ok() && (ended || *wait_ms == 0 || stopping_)) {
+      // Bytes that could not be read now (a busy node, a node that is down): the caller
+      // hears why, never that the log ends here.
+      return ErrorResponse(got.status());
+    }
+    // A follower of a running job waits on, as for bytes not written yet.
+    LogRead read = got.ok() ? std::move(*got) : LogRead{"", *offset, "unavailable", false};
     const int64_t next = *offset + static_cast<int64_t>(read.data.size());
     const bool eof = ended && next >= read.size;
     if (!read.data.empty() || eof || std::chrono::steady_clock::now() >= deadline) {

@@ -6,6 +6,7 @@
 #include <set>
 
 #include "common/json.h"
+#include "controller/job_lifecycle.h"
 #include "controller/job_scheduler.h"
 #include "gpu/node_json.h"
 #include "jobs/job_json.h"
@@ -35,33 +36,6 @@ bool Occupies(const Job& job) {
   return job.state == JobState::kAssigned || job.state == JobState::kRunning;
 }
 
-// "task 1 (node n2)".
-std::string TaskName(const Job& job, size_t t) {
-  std::string s = "task " + std::to_string(t);
-  if (t < job.placement.size()) s += " (node " + job.placement[t].node + ")";
-  return s;
-}
-
-// How a task ended, in words: "exited with code 3", "was killed by signal 9", ...
-std::string TaskOutcome(const jobs::TaskStatus& t) {
-  if (t.timed_out) return "reached its time limit";
-  if (t.signal) return "was killed by signal " + std::to_string(*t.signal);
-  if (t.exit_code) return "exited with code " + std::to_string(*t.exit_code);
-  return t.reason.empty() ? std::string("could not be started")
-                          : "could not be started: " + t.reason;
-}
-
-// Fills the per-task records of a job placed before they existed (an older store).
-void EnsureTasks(Job& job) {
-  if (job.tasks.size() == job.placement.size()) return;
-  job.tasks.resize(job.placement.size());
-  for (size_t t = 0; t < job.placement.size(); ++t) {
-    if (job.tasks[t].host.empty()) job.tasks[t].host = job.placement[t].node;
-    if (job.state == JobState::kRunning && job.tasks[t].start_time_us == 0)
-      job.tasks[t].start_time_us = job.start_time_us;
-  }
-}
-
 // The IP address of "1.2.3.4:5678" or "[::1]:5678"; "" for "unix" and the unknown.
 std::string RemoteIp(const std::string& remote) {
   if (remote.empty() || remote == "unix") return "";
@@ -85,12 +59,14 @@ Controller::Controller(store::Store* store, const Clock* clock, ControllerOption
     : store_(store),
       clock_(clock),
       options_(std::move(options)),
-      log_relay_([this](const std::string&) {
-        // Taking the lock orders this wake after a poll's check for work, so the wake
-        // cannot fall between that check and the poll's wait.
-        { std::lock_guard lock(mu_); }
-        work_cv_.notify_all();
-      }) {}
+      log_relay_(
+          [this](const std::string&) {
+            // Taking the lock orders this wake after a poll's check for work, so the wake
+            // cannot fall between that check and the poll's wait.
+            { std::lock_guard lock(mu_); }
+            work_cv_.notify_all();
+          },
+          clock) {}
 
 Controller::~Controller() { Stop(); }
 
@@ -153,6 +129,29 @@ void Controller::CountQueued(const Job& job, int64_t delta) {
   add(queued_by_user_, job.user);
   add(queued_by_project_, jobs::AccountingProject(job));
   queued_total_ += delta;
+  CountQueuedSubmission(job, delta);
+}
+
+void Controller::CountQueuedSubmission(const Job& job, int64_t delta) {
+  // Once per submission, however many queued jobs share it.
+  const int64_t holder = job.array_id != 0 ? job.array_id : job.id;
+  auto sub = queued_submissions_.find(holder);
+  if (delta > 0) {
+    if (sub == queued_submissions_.end()) {
+      sub = queued_submissions_.emplace(holder, QueuedSubmission{job.user, 0, 0}).first;
+      sub->second.bytes = jobs::SubmissionBytes(job);
+      queued_bytes_by_user_[job.user] += sub->second.bytes;
+      queued_bytes_total_ += sub->second.bytes;
+    }
+    sub->second.jobs += delta;
+  } else if (sub != queued_submissions_.end() && (sub->second.jobs += delta) <= 0) {
+    auto u = queued_bytes_by_user_.find(sub->second.user);
+    if (u != queued_bytes_by_user_.end() && (u->second -= sub->second.bytes) <= 0) {
+      queued_bytes_by_user_.erase(u);
+    }
+    queued_bytes_total_ -= sub->second.bytes;
+    queued_submissions_.erase(sub);
+  }
 }
 
 void Controller::WaitUntilNotWriting(Lock& lock, int64_t id) {
@@ -176,6 +175,105 @@ Status Controller::WriteJobUnlocked(Lock& lock, const Job& next, JobState expect
   return WriteJobsUnlocked(lock, {{next, expected}});
 }
 
+Result<Job> Controller::ApplyLocked(Lock& lock, int64_t id, const lifecycle::Event& event) {
+  WaitUntilNotWriting(lock, id);
+  auto it = active_.find(id);
+  if (it == active_.end()) {
+    return Status::NotFound("job " + std::to_string(id) + " is no longer active");
+  }
+  GP_ASSIGN_OR_RETURN(lifecycle::Transition t,
+                      lifecycle::Step(it->second, event, clock_->NowMicros()));
+  if (!t.changed) return std::move(t.next);
+  GP_RETURN_IF_ERROR(WriteJobUnlocked(lock, t.next, t.expected));
+  Job next = t.next;
+  Install(std::move(t));
+  return next;
+}
+
+Result<std::vector<Job>> Controller::ApplyManyLocked(
+    Lock& lock, std::vector<std::pair<int64_t, lifecycle::Event>> events) {
+  std::vector<lifecycle::Transition> steps;
+  std::vector<store::Store::JobUpdate> updates;
+  const int64_t now = clock_->NowMicros();
+  for (const auto& [id, event] : events) {
+    auto it = active_.find(id);
+    if (it == active_.end() || writing_.count(id) != 0) continue;  // that writer's now
+    Result<lifecycle::Transition> t = lifecycle::Step(it->second, event, now);
+    if (!t.ok()) {
+      spdlog::error("job {}: {}: {}", id, lifecycle::EventName(event), t.status().ToString());
+      continue;
+    }
+    if (!t->changed) continue;
+    updates.push_back({t->next, t->expected});
+    steps.push_back(std::move(*t));
+  }
+  // Written together without the lock; the jobs stay as they were meanwhile (writing_).
+  GP_RETURN_IF_ERROR(WriteJobsUnlocked(lock, updates));
+  std::vector<Job> out;
+  out.reserve(steps.size());
+  for (lifecycle::Transition& t : steps) {
+    out.push_back(t.next);
+    Install(std::move(t));
+  }
+  return out;
+}
+
+void Controller::Install(lifecycle::Transition t) {
+  const int64_t id = t.next.id;
+  const lifecycle::Effects& fx = t.effects;
+  for (const lifecycle::StrayStop& s : fx.strays) {
+    auto n = nodes_.find(s.node);
+    if (n == nodes_.end()) continue;
+    n->second.stray_sent_us[{id, s.attempt}] = 0;
+    if (s.started_there && n->second.up) n->second.stray_running.insert({id, s.attempt});
+  }
+  if (fx.stop_execs) {
+    // Commands run by gpupool exec in the job end with it.
+    for (auto& [xid, x] : execs_) {
+      if (x.job_id != id || x.ended) continue;
+      if (auto n = nodes_.find(x.node); n != nodes_.end()) {
+        n->second.stray_sent_us[{id, t.next.attempt}] = 0;
+      }
+    }
+  }
+  if (fx.resend_stop) {
+    for (const jobs::TaskPlacement& p : t.next.placement) {
+      if (auto n = nodes_.find(p.node); n != nodes_.end()) n->second.cancel_sent_us.erase(id);
+    }
+  }
+  if (!fx.log.empty()) {
+    if (fx.log_warning) {
+      spdlog::warn("{}", fx.log);
+    } else {
+      spdlog::info("{}", fx.log);
+    }
+  }
+  if (fx.ended) {
+    // Dependants ask; an ended job's state never changes. (An array's id names all its
+    // elements together: EndedState works that out when asked.)
+    if (t.next.array_id == 0) {
+      if (ended_states_.size() > 100'000) ended_states_.clear();
+      ended_states_[id] = t.next.state;
+    }
+    pending_reasons_.erase(id);
+    active_.erase(id);
+  } else {
+    if (fx.pending_reason_changed) {
+      if (t.next.pending_reason.empty()) {
+        pending_reasons_.erase(id);
+      } else {
+        pending_reasons_[id] = t.next.pending_reason;
+      }
+    }
+    active_[id] = std::move(t.next);
+  }
+  Touched(id);
+  if (fx.freed) WakeScheduler();
+  if (fx.queue_changed) WakeSchedulerForArrival();
+  if (fx.notify_nodes) work_cv_.notify_all();
+  if (fx.notify_exec) exec_cv_.notify_all();
+}
+
 void Controller::AttachPendingReason(Job* job) const {
   if (job->state != JobState::kPending) return;
   if (auto r = pending_reasons_.find(job->id); r != pending_reasons_.end()) {
@@ -189,7 +287,7 @@ Status Controller::Load() {
   GP_ASSIGN_OR_RETURN(std::vector<Job> jobs, store_->ListJobs(active));
   for (Job& j : jobs) {
     const int64_t id = j.id;
-    if (Occupies(j)) EnsureTasks(j);
+    if (Occupies(j)) lifecycle::NormalizeTasks(j);
     active_.emplace(id, std::move(j));
     Touched(id);
   }
@@ -219,7 +317,6 @@ Status Controller::Load() {
     e.up = true;
     nodes_.emplace(r.name, std::move(e));
   }
-  next_exec_id_ = now;  // above every id an earlier run handed out (agents key on it)
   GP_ASSIGN_OR_RETURN(std::optional<std::string> limits, store_->GetSetting("limits"));
   if (limits) {
     Result<Json> j = ParseJson(*limits, "stored limits");
@@ -250,26 +347,24 @@ void Controller::Stop() {
 }
 
 void Controller::Loop() {
-  using std::chrono::steady_clock;
   int64_t last_sweep = clock_->MonotonicMicros();
-  steady_clock::time_point last_pass_end = steady_clock::now();
+  int64_t last_pass_end = clock_->MonotonicMicros();
   while (true) {
     loop_seen_mono_us_ = clock_->MonotonicMicros();
     {
       // A pass runs when resources changed, when jobs arrived (batched for up to
       // arrival_batch_us while the last pass could start nothing: with a full pool and a
       // long queue, a pass per submission would only keep the lock from API calls), or
-      // once per period.
-      std::unique_lock lock(mu_);
-      const auto period_end =
-          steady_clock::now() + std::chrono::microseconds(options_.scheduler_period_us);
-      const auto batch_end = last_pass_end + std::chrono::microseconds(options_.arrival_batch_us);
+      // once per period. Every wait is the clock's, so a ManualClock drives the loop.
+      Lock lock(mu_);
+      const int64_t period_end = clock_->MonotonicMicros() + options_.scheduler_period_us;
+      const int64_t batch_end = last_pass_end + options_.arrival_batch_us;
       while (!stopping_ && !capacity_changed_) {
-        const auto now = steady_clock::now();
+        const int64_t now = clock_->MonotonicMicros();
         if (jobs_arrived_ && (!last_pass_blocked_ || now >= batch_end)) break;
         if (now >= period_end) break;
-        scheduler_cv_.wait_until(lock,
-                                 jobs_arrived_ ? std::min(period_end, batch_end) : period_end);
+        clock_->WaitOnce(scheduler_cv_, lock,
+                         jobs_arrived_ ? std::min(period_end, batch_end) : period_end);
       }
       if (stopping_) {
         loop_seen_mono_us_ = 0;
@@ -283,9 +378,12 @@ void Controller::Loop() {
     // Under a stream of submissions, passes would run back to back; a short gap lets
     // them batch (each pass sees many new jobs) and leaves the lock to API calls.
     const int64_t pass_us = clock_->MonotonicMicros() - pass_start;
-    std::this_thread::sleep_for(
-        std::chrono::microseconds(std::clamp<int64_t>(pass_us, 1000, 20'000)));
-    last_pass_end = steady_clock::now();
+    {
+      Lock lock(mu_);
+      clock_->WaitFor(scheduler_cv_, lock, std::clamp<int64_t>(pass_us, 1000, 20'000),
+                      [this] { return stopping_; });
+    }
+    last_pass_end = clock_->MonotonicMicros();
     const int64_t now = clock_->MonotonicMicros();
     if (now - last_sweep >= options_.scheduler_period_us) {
       last_sweep = now;
@@ -309,6 +407,22 @@ void Controller::WakeSchedulerForArrival() {
 
 void Controller::NotifyNode(const std::string&) { work_cv_.notify_all(); }
 
+size_t MaxRequestBodyBytes(const ControllerOptions& options) {
+  return std::max<size_t>(size_t{1} << 20, 2 * static_cast<size_t>(options.max_submission_bytes));
+}
+
+Status Controller::CheckSubmissionSize(const Job& job) const {
+  const int64_t bytes = jobs::SubmissionBytes(job);
+  if (bytes <= options_.max_submission_bytes) return Status::Ok();
+  return Status::ResourceExhausted(
+      "the job's submission is " + std::to_string(bytes) +
+      " bytes (its command, environment variables and paths, each string with its NUL), "
+      "over the server's max-submission-bytes of " +
+      std::to_string(options_.max_submission_bytes) +
+      ": pass fewer or shorter --env variables (or a long command as a script file), or ask "
+      "an admin to raise max-submission-bytes in the [server] section of its config file");
+}
+
 Result<Job> Controller::Submit(Job job, const Caller& caller, bool* duplicate) {
   if (duplicate != nullptr) *duplicate = false;
   job.user = caller.user;
@@ -323,6 +437,7 @@ Result<Job> Controller::Submit(Job job, const Caller& caller, bool* duplicate) {
   }
   GP_RETURN_IF_ERROR(jobs::ValidateSubmission(job));
   GP_RETURN_IF_ERROR(jobs::ValidateRequest(job.request).WithContext("request"));
+  GP_RETURN_IF_ERROR(CheckSubmissionSize(job));
   // An array is parsed up to the server's bound on its size, no further.
   std::optional<jobs::ArraySpec> array;
   if (!job.array.empty()) {
@@ -332,6 +447,9 @@ Result<Job> Controller::Submit(Job job, const Caller& caller, bool* duplicate) {
                                                     "config file"));
   }
   const int64_t adding = array ? static_cast<int64_t>(array->indices.size()) : 1;
+  // What its jobs hold of the controller's memory: one copy of the submission for all
+  // the elements of an array (they share it, jobs::Job::env and command).
+  const int64_t bytes = jobs::SubmissionBytes(job);
   // Dependencies name jobs that exist, so no chain of them can loop back to this one.
   for (const jobs::Dependency& d : job.dependencies) {
     const std::string flag =
@@ -372,6 +490,7 @@ Result<Job> Controller::Submit(Job job, const Caller& caller, bool* duplicate) {
   // so concurrent submissions cannot pass a bound together: each is handed over to the
   // queued counts as it lands in active_, the rest released on every return.
   int64_t reserved = 0;
+  int64_t reserved_bytes = 0;
   // Copies: `job` is moved from by the time this runs.
   const std::string user = job.user;
   const std::string project = jobs::AccountingProject(job);
@@ -380,19 +499,23 @@ Result<Job> Controller::Submit(Job job, const Caller& caller, bool* duplicate) {
     const std::string* user;
     const std::string* project;
     int64_t* n;
+    int64_t* bytes;
     ~Release() {
-      if (*n == 0) return;
+      if (*n == 0 && *bytes == 0) return;
       std::lock_guard lock(c->mu_);
-      c->Unreserve(*user, *project, *n);
+      c->Unreserve(*user, *project, *n, *bytes);
     }
-  } release{this, &user, &project, &reserved};
+  } release{this, &user, &project, &reserved, &reserved_bytes};
   {
     std::lock_guard lock(mu_);
-    GP_RETURN_IF_ERROR(CheckQueuedLimits(job, adding));
+    GP_RETURN_IF_ERROR(CheckQueuedLimits(job, adding, bytes));
     reserved = adding;
+    reserved_bytes = bytes;
     submitting_[job.user] += reserved;
     submitting_project_[project] += reserved;
     submitting_total_ += reserved;
+    submitting_bytes_[job.user] += reserved_bytes;
+    submitting_bytes_total_ += reserved_bytes;
     std::vector<SchedNode> nodes;
     for (const auto& [name, e] : nodes_)
       nodes.push_back({name, &e.info, e.cpu_milli, e.memory_mib});
@@ -403,7 +526,7 @@ Result<Job> Controller::Submit(Job job, const Caller& caller, bool* duplicate) {
     }
   }
   if (array) {
-    Result<Job> first = SubmitArray(job, *array, &reserved);
+    Result<Job> first = SubmitArray(job, *array, &reserved, &reserved_bytes);
     if (first.ok() || first.status().code() != StatusCode::kAlreadyExists) return first;
     // The same key, submitted again meanwhile: that one made it.
     GP_ASSIGN_OR_RETURN(std::optional<Job> made, earlier());
@@ -420,24 +543,42 @@ Result<Job> Controller::Submit(Job job, const Caller& caller, bool* duplicate) {
   std::lock_guard lock(mu_);
   active_[job.id] = job;
   Touched(job.id);
-  Unreserve(user, project, 1);
+  Unreserve(user, project, 1, reserved_bytes);
   reserved = 0;
+  reserved_bytes = 0;
   WakeSchedulerForArrival();
   return job;
 }
 
-void Controller::Unreserve(const std::string& user, const std::string& project, int64_t n) {
+void Controller::Unreserve(const std::string& user, const std::string& project, int64_t n,
+                           int64_t bytes) {
   if ((submitting_[user] -= n) == 0) submitting_.erase(user);
   if ((submitting_project_[project] -= n) == 0) submitting_project_.erase(project);
   submitting_total_ -= n;
+  if ((submitting_bytes_[user] -= bytes) == 0) submitting_bytes_.erase(user);
+  submitting_bytes_total_ -= bytes;
 }
 
-Result<Job> Controller::SubmitArray(Job job, const jobs::ArraySpec& spec, int64_t* reserved) {
+Result<Job> Controller::SubmitArray(Job job, const jobs::ArraySpec& spec, int64_t* reserved,
+                                    int64_t* reserved_bytes) {
   // The elements differ in their index and id only: their GPUPOOL_ARRAY_* variables are
   // added at launch (MakeLaunchOrder), so that the store keeps one copy of what they
-  // share (their spec) for all of them.
+  // share (their spec) for all of them. Each is a copy of `job`, sharing its command
+  // and environment (SharedValue): one copy of those in memory too.
   job.array_max_running = spec.max_running;
   Job first;
+  // From the first element's landing on, the array's bytes count with the queued ones
+  // instead of the reservation, held by the submission until the last element has
+  // landed (so they count even if every element so far has left the queue).
+  struct Hold {
+    Controller* c;
+    const Job* of = nullptr;  // the first element, once held
+    ~Hold() {
+      if (of == nullptr) return;
+      std::lock_guard lock(c->mu_);
+      c->CountQueuedSubmission(*of, -1);
+    }
+  } hold{this};
   for (size_t k = 0; k < spec.indices.size(); ++k) {
     Job e = job;
     e.array_index = spec.indices[k];
@@ -457,10 +598,18 @@ Result<Job> Controller::SubmitArray(Job job, const jobs::ArraySpec& spec, int64_
     const int64_t id = e.id;
     active_[id] = std::move(e);
     Touched(id);
-    Unreserve(job.user, jobs::AccountingProject(job), 1);
+    Unreserve(job.user, jobs::AccountingProject(job), 1, 0);
     --*reserved;
+    if (k == 0) {
+      CountQueuedSubmission(first, +1);
+      hold.of = &first;
+      Unreserve(job.user, jobs::AccountingProject(job), 0, *reserved_bytes);
+      *reserved_bytes = 0;
+    }
   }
   std::lock_guard lock(mu_);
+  CountQueuedSubmission(first, -1);
+  hold.of = nullptr;
   WakeSchedulerForArrival();
   spdlog::info("array {} of {} elements submitted by {}", first.id, spec.indices.size(),
                first.user);
@@ -534,51 +683,21 @@ Result<std::vector<Job>> Controller::List(const store::JobFilter& filter, const 
 }
 
 Result<Job> Controller::Cancel(int64_t id, const Caller& caller) {
-  std::unique_lock lock(mu_);
+  Lock lock(mu_);
   WaitUntilNotWriting(lock, id);
   auto it = active_.find(id);
   if (it == active_.end()) {
     GP_ASSIGN_OR_RETURN(Job job, store_->GetJob(id));
     GP_RETURN_IF_ERROR(CheckOwner(job, caller));
-    return Status::FailedPrecondition("job " + std::to_string(id) + " has already ended (" +
-                                      std::string(jobs::JobStateName(job.state)) + ")");
+    // An ended job: the lifecycle says why it refuses.
+    return lifecycle::Step(job, lifecycle::CancelRequested{caller.user}, clock_->NowMicros())
+        .status();
   }
-  Job& job = it->second;
-  GP_RETURN_IF_ERROR(CheckOwner(job, caller));
-  if (job.state == JobState::kPending) {
-    Job next = job;
-    next.state = JobState::kCancelled;
-    next.end_time_us = clock_->NowMicros();
-    next.reason = "cancelled by " + caller.user + " while pending";
-    next.pending_reason.clear();
-    // Written without the lock; the scheduler leaves the job alone meanwhile (writing_).
-    GP_RETURN_IF_ERROR(WriteJobUnlocked(lock, next, JobState::kPending));
-    active_.erase(id);
-    Touched(id);
-    WakeScheduler();
-    return next;
-  }
-  if (!job.cancel_requested) {
-    Job next = job;
-    next.cancel_requested = true;
-    next.reason = "cancelled by " + caller.user;
-    bool freed = false;
-    GP_RETURN_IF_ERROR(StopJob(lock, next, job.state, &freed));
-    if (freed) {
-      WakeScheduler();
-      return next;
-    }
-    Job& now = active_.at(id);
-    for (const auto& p : now.placement) {
-      if (auto n = nodes_.find(p.node); n != nodes_.end()) n->second.cancel_sent_us.erase(id);
-    }
-    NotifyNode("");
-    return now;
-  }
-  return job;
+  GP_RETURN_IF_ERROR(CheckOwner(it->second, caller));
+  return ApplyLocked(lock, id, lifecycle::CancelRequested{caller.user});
 }
 
-Status Controller::CheckQueuedLimits(const Job& job, int64_t adding) {
+Status Controller::CheckQueuedLimits(const Job& job, int64_t adding, int64_t bytes) {
   const std::string& project = jobs::AccountingProject(job);
   auto count = [](const std::map<std::string, int64_t>& m, const std::string& key) -> int64_t {
     auto it = m.find(key);
@@ -615,6 +734,28 @@ Status Controller::CheckQueuedLimits(const Job& job, int64_t adding) {
     return over("the pool", total, "max-queued-total " + std::to_string(options_.max_queued_total),
                 "ask an admin to raise it: [server] max-queued-total in the server's config "
                 "file");
+  }
+  // What the queued jobs hold: an array's submission counted once.
+  auto over_bytes = [&](const std::string& who, int64_t queued, const std::string& key,
+                        int64_t limit) {
+    return Status::ResourceExhausted(
+        who + " has " + std::to_string(queued) +
+        " bytes of submissions queued (commands, environments, paths; an array's once); " +
+        std::to_string(bytes) + " more would pass the limit (" + key + " " + std::to_string(limit) +
+        "): wait for some to start, submit less (an array holds one copy for all its "
+        "elements), or ask an admin to raise it: [server] " +
+        key + " in the server's config file");
+  };
+  const int64_t user_bytes =
+      count(queued_bytes_by_user_, job.user) + count(submitting_bytes_, job.user);
+  if (user_bytes + bytes > options_.max_queued_bytes_per_user) {
+    return over_bytes("user " + job.user, user_bytes, "max-queued-bytes-per-user",
+                      options_.max_queued_bytes_per_user);
+  }
+  const int64_t total_bytes = queued_bytes_total_ + submitting_bytes_total_;
+  if (total_bytes + bytes > options_.max_queued_bytes_total) {
+    return over_bytes("the pool", total_bytes, "max-queued-bytes-total",
+                      options_.max_queued_bytes_total);
   }
   return Status::Ok();
 }
@@ -745,44 +886,20 @@ Result<ArrayCancelled> Controller::CancelArray(int64_t array_id, const Caller& c
 }
 
 Result<Job> Controller::Hold(int64_t id, const Caller& caller, bool hold) {
-  std::unique_lock lock(mu_);
+  Lock lock(mu_);
   WaitUntilNotWriting(lock, id);
-  const std::string what = hold ? "held" : "released";
+  auto event = [&](const Job& job) -> lifecycle::Event {
+    if (hold) return lifecycle::Hold{caller.user, caller.admin && caller.uid != job.uid};
+    return lifecycle::Release{caller.user, caller.admin};
+  };
   auto it = active_.find(id);
   if (it == active_.end()) {
     GP_ASSIGN_OR_RETURN(Job job, store_->GetJob(id));
     GP_RETURN_IF_ERROR(CheckOwner(job, caller));
-    return Status::FailedPrecondition("job " + std::to_string(id) + " has ended (" +
-                                      std::string(jobs::JobStateName(job.state)) +
-                                      "); only pending jobs are " + what);
+    return lifecycle::Step(job, event(job), clock_->NowMicros()).status();
   }
-  const Job& job = it->second;
-  GP_RETURN_IF_ERROR(CheckOwner(job, caller));
-  if (job.state != JobState::kPending) {
-    return Status::FailedPrecondition(
-        "job " + std::to_string(id) + " is " + std::string(jobs::JobStateName(job.state)) +
-        "; only pending jobs are " + what + (hold ? " (`gpupool cancel` stops it)" : ""));
-  }
-  if (hold == !job.held_by.empty()) return job;  // already so
-  if (!hold && job.held_by_admin && !caller.admin) {
-    return Status::PermissionDenied("job " + std::to_string(id) + " was held by admin " +
-                                    job.held_by + "; ask an admin to release it");
-  }
-  Job next = job;
-  next.held_by = hold ? caller.user : "";
-  next.held_by_admin = hold && caller.admin && caller.uid != job.uid;
-  next.pending_reason = hold ? HeldReason(next) : "";
-  GP_RETURN_IF_ERROR(WriteJobUnlocked(lock, next, JobState::kPending));
-  active_.at(id) = next;
-  Touched(id);
-  spdlog::info("job {} {} by {}", id, what, caller.user);
-  if (hold) {
-    pending_reasons_[id] = next.pending_reason;
-  } else {
-    pending_reasons_.erase(id);
-    WakeSchedulerForArrival();
-  }
-  return next;
+  GP_RETURN_IF_ERROR(CheckOwner(it->second, caller));
+  return ApplyLocked(lock, id, event(it->second));
 }
 
 std::vector<NodeView> Controller::Nodes() {
@@ -964,69 +1081,12 @@ Result<protocol::RegistrationReply> Controller::RegisterNode(protocol::Registrat
     WaitUntilNotWriting(lock, id);
     auto it = active_.find(id);
     if (it == active_.end() || !lost_here(it->second)) continue;
-    GP_RETURN_IF_ERROR(FinishOnNodeLoss(
-        lock, it->second, "the agent on node " + name + " restarted and no longer knows this job",
-        name));
+    Result<Job> r = ApplyLocked(lock, id, lifecycle::AgentForgot{name});
+    if (!r.ok() && r.status().code() != StatusCode::kNotFound) return r.status();
   }
   WakeScheduler();
   NotifyNode(name);
   return protocol::RegistrationReply{protocol::kVersion, address};
-}
-
-void Controller::StopStrayTasks(const Job& job, const std::string& except,
-                                const std::string& gone_from) {
-  for (size_t t = 0; t < job.placement.size(); ++t) {
-    const jobs::TaskPlacement& p = job.placement[t];
-    if (p.node == except) continue;
-    if (auto n = nodes_.find(p.node); n != nodes_.end()) {
-      n->second.stray_sent_us[{job.id, job.attempt}] = 0;
-      const bool runs = n->second.up && p.node != gone_from && t < job.tasks.size() &&
-                        job.tasks[t].start_time_us != 0 && !job.tasks[t].ended;
-      if (runs) n->second.stray_running.insert({job.id, job.attempt});
-    }
-  }
-  for (auto& [id, x] : execs_) {
-    if (x.job_id == job.id && !x.ended && x.node != except) {
-      if (auto n = nodes_.find(x.node); n != nodes_.end()) {
-        n->second.stray_sent_us[{job.id, job.attempt}] = 0;
-      }
-    }
-  }
-  work_cv_.notify_all();
-}
-
-Status Controller::FinishOnNodeLoss(Lock& lock, Job& job, const std::string& reason,
-                                    const std::string& gone_from) {
-  Job lost = job;
-  lost.state = JobState::kLost;
-  lost.end_time_us = clock_->NowMicros();
-  lost.reason = reason;
-  if (job.requeue && !job.cancel_requested) {
-    // LOST is recorded, then the job goes back to the queue, in one transaction.
-    Job again = lost;
-    again.state = JobState::kPending;
-    again.placement.clear();
-    again.tasks.clear();
-    again.master_port = 0;
-    again.start_time_us = 0;
-    again.end_time_us = 0;
-    again.reason = "requeued: " + reason;
-    GP_RETURN_IF_ERROR(WriteJobsUnlocked(lock, {{lost, job.state}, {again, JobState::kLost}}));
-    // The job's tasks on other nodes must not go on without it (nor hold GPUs a requeued
-    // attempt may need); the lost node, should it come back, is told when it registers.
-    StopStrayTasks(lost, "", gone_from);
-    job = std::move(again);
-    Touched(job.id);
-    spdlog::warn("job {} LOST and requeued: {}", job.id, reason);
-    return Status::Ok();
-  }
-  GP_RETURN_IF_ERROR(WriteJobUnlocked(lock, lost, job.state));
-  StopStrayTasks(lost, "", gone_from);
-  spdlog::warn("job {} LOST: {}", job.id, reason);
-  const int64_t id = job.id;  // `job` lives in active_
-  active_.erase(id);
-  Touched(id);
-  return Status::Ok();
 }
 
 LaunchOrder Controller::MakeLaunchOrder(const Job& job, size_t task_index) const {
@@ -1089,9 +1149,9 @@ Result<AgentWork> Controller::WaitForWork(const std::string& node, int64_t wait_
   // time and is never taken for a silent one, and a dead agent's poll left waiting here
   // does not keep its node up (a --node-timeout under the poll's length lost idle nodes).
   const int64_t longest_ms = std::max<int64_t>(options_.node_timeout_us / 2000, 100);
-  const auto deadline =
-      std::chrono::steady_clock::now() + std::chrono::milliseconds(std::clamp<int64_t>(
-                                             wait_ms, 0, std::min<int64_t>(60'000, longest_ms)));
+  const int64_t deadline =
+      clock_->MonotonicMicros() +
+      1000 * std::clamp<int64_t>(wait_ms, 0, std::min<int64_t>(60'000, longest_ms));
   std::unique_lock lock(mu_);
   while (true) {
     auto it = nodes_.find(node);
@@ -1159,10 +1219,17 @@ Result<AgentWork> Controller::WaitForWork(const std::string& node, int64_t wait_
       }
     }
     if (protocol::SupportsExec(e.version)) {
+      // In the order they were started (their ids are random).
+      std::vector<ExecSession*> queued;
       for (auto& [id, x] : execs_) {
+        if (x.node == node && !x.started && !x.ended) queued.push_back(&x);
+      }
+      std::sort(queued.begin(), queued.end(),
+                [](const ExecSession* a, const ExecSession* b) { return a->created < b->created; });
+      for (ExecSession* session : queued) {
+        ExecSession& x = *session;
         // Resent until the agent reports it (a poll answer can be lost: a dead agent's
         // poll may take it), as launch orders are; agents ignore a session seen before.
-        if (x.node != node || x.started || x.ended) continue;
         if (x.sent && now - x.sent_us <= kResendAfterUs) continue;
         // Sent once its task runs (mpirun may ask before the task has started).
         auto job = active_.find(x.job_id);
@@ -1177,12 +1244,10 @@ Result<AgentWork> Controller::WaitForWork(const std::string& node, int64_t wait_
       }
     }
     work.logs = log_relay_.Take(node);
-    if (!work.empty() || stopping_ || std::chrono::steady_clock::now() >= deadline) {
-      return work;
-    }
+    if (!work.empty() || stopping_ || clock_->MonotonicMicros() >= deadline) return work;
     // Wake at the deadline, on new work, or in time to resend unacknowledged orders.
-    work_cv_.wait_until(lock, std::min(deadline, std::chrono::steady_clock::now() +
-                                                     std::chrono::microseconds(kResendAfterUs)));
+    clock_->WaitOnce(work_cv_, lock,
+                     std::min(deadline, clock_->MonotonicMicros() + kResendAfterUs));
   }
 }
 
@@ -1232,190 +1297,36 @@ Status Controller::ApplyEvents(const std::string& node, const EventBatch& batch)
   Lock lock(mu_);
   auto n = nodes_.find(node);  // nodes are never erased: good across the writes
   if (n != nodes_.end()) n->second.last_seen_us = clock_->NowMicros();
-  bool freed = false;
   for (const Event& raw : batch.events) {
-    Event ev = raw;
-    if (ev.time_us == 0) ev.time_us = clock_->NowMicros();
-    if (ev.kind != protocol::EventKind::kStarted && n != nodes_.end()) {
-      n->second.stray_sent_us.erase({ev.job_id, ev.attempt});  // it ended there
-      n->second.stray_first_us.erase({ev.job_id, ev.attempt});
-      n->second.stray_running.erase({ev.job_id, ev.attempt});
+    const int64_t time_us = raw.time_us != 0 ? raw.time_us : clock_->NowMicros();
+    if (raw.kind != protocol::EventKind::kStarted && n != nodes_.end()) {
+      n->second.stray_sent_us.erase({raw.job_id, raw.attempt});  // it ended there
+      n->second.stray_first_us.erase({raw.job_id, raw.attempt});
+      n->second.stray_running.erase({raw.job_id, raw.attempt});
     }
-    WaitUntilNotWriting(lock, ev.job_id);  // another task's event, a cancel, a sweep
-    auto it = active_.find(ev.job_id);
-    if (it == active_.end()) continue;  // already final: a resent event
-    Job& job = it->second;
-    if (ev.attempt != job.attempt || !Occupies(job)) continue;
-    if (ev.task_index < 0 || static_cast<size_t>(ev.task_index) >= job.placement.size() ||
-        job.placement[ev.task_index].node != node) {
-      continue;  // not a task of this node
+    if (active_.count(raw.job_id) == 0) continue;  // already final: a resent event
+    lifecycle::Event event;
+    switch (raw.kind) {
+      case protocol::EventKind::kStarted:
+        event = lifecycle::TaskStarted{node,           raw.task_index,  raw.attempt,
+                                       time_us,        raw.stdout_path, raw.stderr_path,
+                                       raw.master_port};
+        break;
+      case protocol::EventKind::kExited:
+        event = lifecycle::TaskExited{node,          raw.task_index,  raw.attempt,    time_us,
+                                      raw.exit_code, raw.signal,      raw.cancelled,  raw.timed_out,
+                                      raw.reason,    raw.stdout_path, raw.stderr_path};
+        break;
+      case protocol::EventKind::kLost:
+        event = lifecycle::TaskLost{node, raw.task_index, raw.attempt, raw.reason};
+        break;
     }
-    GP_RETURN_IF_ERROR(ApplyTaskEvent(lock, job, node, ev, &freed));
+    Result<Job> r = ApplyLocked(lock, raw.job_id, event);
+    if (!r.ok() && r.status().code() != StatusCode::kNotFound) return r.status();
   }
+  bool freed = false;
   for (const protocol::ExecReport& r : batch.exec) ExecReported(lock, node, r, &freed);
   if (freed) WakeScheduler();
-  return Status::Ok();
-}
-
-Status Controller::ApplyTaskEvent(Lock& lock, Job& job, const std::string& node, const Event& ev,
-                                  bool* freed) {
-  const auto t = static_cast<size_t>(ev.task_index);
-  Job next = job;
-  EnsureTasks(next);
-  jobs::TaskStatus& ts = next.tasks[t];
-  if (ev.kind == protocol::EventKind::kLost) {
-    return FinishOnNodeLoss(
-        lock, job, ev.reason.empty() ? TaskName(job, t) + " was lost on " + node : ev.reason, node);
-  }
-  if (ts.ended) return Status::Ok();  // a resent event
-  if (ev.kind == protocol::EventKind::kStarted) {
-    if (ts.start_time_us != 0) return Status::Ok();
-    ts.start_time_us = ev.time_us;
-    ts.stdout_path = ev.stdout_path;
-    ts.stderr_path = ev.stderr_path;
-    if (t == 0) {
-      next.stdout_path = ev.stdout_path;
-      next.stderr_path = ev.stderr_path;
-      if (ev.master_port > 0) next.master_port = ev.master_port;
-      if (next.master_port == 0) {
-        // Agents pick one when they start task 0; this keeps a gang going if one did not.
-        spdlog::warn("job {}: node {} reported no rendezvous port; using 29500", job.id, node);
-        next.master_port = 29500;
-      }
-    }
-    const bool all_started =
-        std::all_of(next.tasks.begin(), next.tasks.end(),
-                    [](const jobs::TaskStatus& s) { return s.start_time_us != 0; });
-    if (all_started && job.state == JobState::kAssigned) {
-      next.state = JobState::kRunning;
-      next.start_time_us = ev.time_us;
-    }
-    GP_RETURN_IF_ERROR(WriteJobUnlocked(lock, next, job.state));
-    job = std::move(next);  // in active_ still: the write kept every other writer away
-    Touched(job.id);
-    // Task 0's port lets the others go; a started task takes the exec requests held for it
-    // (and a `gpupool run` client waiting to attach).
-    work_cv_.notify_all();
-    exec_cv_.notify_all();
-    return Status::Ok();
-  }
-  // kExited: the task ran and ended, or could not be started.
-  ts.ended = true;
-  ts.end_time_us = ev.time_us;
-  ts.exit_code = ev.exit_code;
-  ts.signal = ev.signal;
-  ts.cancelled = ev.cancelled;
-  ts.timed_out = ev.timed_out;
-  ts.reason = ev.reason;
-  if (!ev.stdout_path.empty()) ts.stdout_path = ev.stdout_path;
-  if (!ev.stderr_path.empty()) ts.stderr_path = ev.stderr_path;
-  if (t == 0) {
-    if (!ev.stdout_path.empty()) next.stdout_path = ev.stdout_path;
-    if (!ev.stderr_path.empty()) next.stderr_path = ev.stderr_path;
-  }
-  if (!next.cancel_requested) {
-    if (ts.failed()) {
-      // The first failure stops the rest of the gang.
-      next.cancel_requested = next.tasks.size() > 1;
-      next.reason = TaskName(next, t) + " " + TaskOutcome(ts);
-    } else if (next.mpi && t == 0 && next.tasks.size() > 1) {
-      next.cancel_requested = true;  // mpirun ended: release the held tasks
-      next.reason = "task 0 ended; the held tasks were released";
-    }
-  }
-  return StopJob(lock, next, job.state, freed);
-}
-
-Status Controller::StopJob(Lock& lock, Job& next, JobState expected, bool* freed) {
-  const int64_t id = next.id;
-  EnsureTasks(next);
-  if (next.cancel_requested) {
-    // Tasks whose orders never went out (they wait for task 0's port) will not start.
-    for (size_t t = 1; t < next.tasks.size(); ++t) {
-      jobs::TaskStatus& ts = next.tasks[t];
-      if (next.master_port == 0 && ts.start_time_us == 0 && !ts.ended) {
-        ts.ended = true;
-        ts.cancelled = true;
-        ts.end_time_us = clock_->NowMicros();
-        ts.reason = "not started";
-      }
-    }
-  }
-  const bool all_ended = std::all_of(next.tasks.begin(), next.tasks.end(),
-                                     [](const jobs::TaskStatus& s) { return s.ended; });
-  if (!all_ended || next.tasks.empty()) {
-    GP_RETURN_IF_ERROR(WriteJobUnlocked(lock, next, expected));
-    active_[id] = std::move(next);
-    Touched(id);
-    work_cv_.notify_all();
-    return Status::Ok();
-  }
-  // Every task has ended: the job's outcome.
-  const jobs::TaskStatus* failed = nullptr;
-  size_t failed_index = 0;
-  for (size_t t = 0; t < next.tasks.size() && failed == nullptr; ++t) {
-    if (next.tasks[t].failed()) {
-      failed = &next.tasks[t];
-      failed_index = t;
-    }
-  }
-  const jobs::TaskStatus& first = next.tasks[0];
-  auto any = [&](bool jobs::TaskStatus::*flag) {
-    return std::any_of(next.tasks.begin(), next.tasks.end(),
-                       [&](const jobs::TaskStatus& s) { return s.*flag; });
-  };
-  const std::string reason_before = next.reason;
-  if (failed != nullptr) {
-    next.state = JobState::kFailed;
-    next.exit_code = failed->exit_code;
-    next.signal = failed->signal;
-    if (next.tasks.size() > 1) {
-      next.reason = TaskName(next, failed_index) + " " + TaskOutcome(*failed);
-    } else if (!failed->reason.empty()) {
-      next.reason = failed->reason;
-    }
-    if (failed->timed_out) next.state = JobState::kTimeout;
-  } else {
-    next.exit_code = first.exit_code;
-    next.signal = first.signal;
-    if (next.mpi && !first.cancelled && !first.timed_out) {
-      next.state = JobState::kSucceeded;
-      next.reason.clear();  // the held tasks' release is how an MPI job ends, not news
-    } else if (any(&jobs::TaskStatus::timed_out)) {
-      next.state = JobState::kTimeout;
-    } else if (any(&jobs::TaskStatus::cancelled) || next.cancel_requested) {
-      next.state = JobState::kCancelled;
-    } else {
-      next.state = JobState::kSucceeded;
-    }
-    if (next.tasks.size() == 1 && !first.reason.empty()) next.reason = first.reason;
-    if (next.interactive == "run" && next.command_ended && !any(&jobs::TaskStatus::timed_out)) {
-      // gpupool run: the tasks were released when the command ended; it is the outcome.
-      next.exit_code = next.command_exit_code;
-      next.signal = next.command_signal;
-      const bool ok = next.exit_code && *next.exit_code == 0 && !next.signal;
-      next.state = ok ? JobState::kSucceeded : JobState::kFailed;
-      next.reason = reason_before;
-    }
-  }
-  next.end_time_us = 0;
-  for (const jobs::TaskStatus& ts : next.tasks)
-    next.end_time_us = std::max(next.end_time_us, ts.end_time_us);
-  if (next.start_time_us == 0 && first.start_time_us != 0) next.start_time_us = first.start_time_us;
-  if (next.start_time_us == 0 && failed == nullptr) next.start_time_us = next.end_time_us;
-  GP_RETURN_IF_ERROR(WriteJobUnlocked(lock, next, expected));
-  // Commands run by gpupool exec in this job end with it.
-  for (auto& [xid, x] : execs_) {
-    if (x.job_id == id && !x.ended) {
-      if (auto n = nodes_.find(x.node); n != nodes_.end())
-        n->second.stray_sent_us[{id, next.attempt}] = 0;
-    }
-  }
-  active_.erase(id);
-  Touched(id);
-  *freed = true;
-  work_cv_.notify_all();
-  exec_cv_.notify_all();
   return Status::Ok();
 }
 
@@ -1452,7 +1363,6 @@ Result<JobState> Controller::EndedState(int64_t id) {
 }
 
 Status Controller::ResolveDependencies(Lock& lock, std::map<int64_t, std::string>* blocked) {
-  const int64_t now = clock_->NowMicros();
   // In id order: a dependency is older than its dependant, so a chain of jobs that can
   // never run ends in one pass.
   std::vector<int64_t> ids;
@@ -1465,7 +1375,7 @@ Status Controller::ResolveDependencies(Lock& lock, std::map<int64_t, std::string
   // Jobs that end here, written together afterwards; a dependant later in the pass sees
   // them as ended already.
   std::map<int64_t, JobState> ending;
-  std::vector<store::Store::JobUpdate> ends;
+  std::vector<std::pair<int64_t, lifecycle::Event>> ends;
   for (int64_t id : ids) {
     const Job& job = active_.at(id);
     std::string waiting;
@@ -1497,28 +1407,14 @@ Status Controller::ResolveDependencies(Lock& lock, std::map<int64_t, std::string
       }
     }
     if (!never.empty()) {
-      Job next = job;
-      next.state = JobState::kCancelled;
-      next.end_time_us = now;
-      next.reason = "dependency can never be met: " + never;
-      next.pending_reason.clear();
       ending[id] = JobState::kCancelled;
-      ends.push_back({std::move(next), job.state});
+      ends.emplace_back(id, lifecycle::DependencyFailed{never});
       continue;
     }
     if (!waiting.empty()) (*blocked)[id] = waiting;
   }
-  // Without the lock (writing_): cancels and holds of these jobs wait for it.
-  GP_RETURN_IF_ERROR(WriteJobsUnlocked(lock, ends));
-  for (const auto& u : ends) {
-    const int64_t id = u.job.id;
-    spdlog::info("job {} ended: {}", id, u.job.reason);
-    active_.erase(id);
-    pending_reasons_.erase(id);
-    ended_states_[id] = JobState::kCancelled;
-    Touched(id);
-  }
-  return Status::Ok();
+  // Written together without the lock (writing_): cancels and holds of these jobs wait.
+  return ApplyManyLocked(lock, std::move(ends)).status();
 }
 
 void Controller::BlockWhileEarlierAttemptsStop(
@@ -1595,7 +1491,7 @@ Status Controller::ScheduleOnce() {
       return Status::Ok();
     }
   }
-  std::vector<store::Store::JobUpdate> updates;
+  std::vector<std::pair<int64_t, lifecycle::Event>> placements;
   for (auto& [id, placement] : plan.starts) {
     auto it = active_.find(id);
     if (it == active_.end() || it->second.state != JobState::kPending) continue;
@@ -1603,53 +1499,41 @@ Status Controller::ScheduleOnce() {
     if (writing_.count(id) != 0) continue;      // being cancelled or held right now
     bool nodes_up = true;
     bool drained = false;
+    std::vector<std::string> hosts;
     for (const jobs::TaskPlacement& p : placement) {
       auto n = nodes_.find(p.node);
       nodes_up = nodes_up && n != nodes_.end() && n->second.up;
       drained = drained || (n != nodes_.end() && n->second.draining);
+      hosts.push_back(n != nodes_.end() ? n->second.address : p.node);
     }
     if (!nodes_up || drained) continue;  // drained while the plan was made
-    Job next = it->second;
-    next.state = JobState::kAssigned;
-    next.placement = std::move(placement);
-    next.tasks.assign(next.placement.size(), jobs::TaskStatus{});
-    for (size_t t = 0; t < next.placement.size(); ++t) {
-      next.tasks[t].host = nodes_.at(next.placement[t].node).address;
-    }
-    next.master_port = 0;
-    next.pending_reason.clear();
-    next.attempt += 1;
-    updates.push_back({std::move(next), JobState::kPending});
+    placements.emplace_back(id, lifecycle::Placed{std::move(placement), std::move(hosts)});
   }
-  last_pass_blocked_ = updates.empty();
-  if (!updates.empty()) {
+  last_pass_blocked_ = placements.empty();
+  if (!placements.empty()) {
     // The assignments are written without the lock, so that API calls and agents' polls
     // never wait on the database for them. Meanwhile the jobs are PENDING in memory, and
     // Cancel and Hold of one of them wait for the write (writing_); nothing else changes
     // a pending job, and this is the one scheduling thread.
-    GP_RETURN_IF_ERROR(WriteJobsUnlocked(lock, updates));
+    GP_ASSIGN_OR_RETURN(std::vector<Job> placed, ApplyManyLocked(lock, std::move(placements)));
     std::vector<std::pair<int64_t, std::string>> orphans;  // placed on a node now down
-    for (auto& u : updates) {
-      const int64_t id = u.job.id;
-      for (const jobs::TaskPlacement& p : u.job.placement) {
+    for (const Job& job : placed) {
+      for (const jobs::TaskPlacement& p : job.placement) {
         if (auto n = nodes_.find(p.node); n == nodes_.end() || !n->second.up) {
-          orphans.emplace_back(id, p.node);
+          orphans.emplace_back(job.id, p.node);
           break;
         }
       }
-      active_[id] = std::move(u.job);
-      Touched(id);
     }
     // A node that was declared down while the write was under way: its sweep did not see
     // these jobs, so they end here as they would have there.
     for (const auto& [id, node] : orphans) {
-      WaitUntilNotWriting(lock, id);
-      auto it = active_.find(id);
-      if (it == active_.end() || !Occupies(it->second) || !OnNode(it->second, node)) continue;
-      GP_RETURN_IF_ERROR(FinishOnNodeLoss(
-          lock, it->second, "node " + node + " stopped responding while the job was placed", node));
+      Result<Job> r =
+          ApplyLocked(lock, id,
+                      lifecycle::NodeLost{
+                          node, "node " + node + " stopped responding while the job was placed"});
+      if (!r.ok() && r.status().code() != StatusCode::kNotFound) return r.status();
     }
-    NotifyNode("");
   }
   // Readers attach these to pending jobs; the old map is freed after the lock.
   pending_reasons_.swap(plan.pending_reasons);
@@ -1711,7 +1595,8 @@ Status Controller::SweepNodes() {
           nodes_.at(name).up) {
         continue;
       }
-      GP_RETURN_IF_ERROR(FinishOnNodeLoss(lock, it->second, reason, name));
+      Result<Job> r = ApplyLocked(lock, id, lifecycle::NodeLost{name, reason});
+      if (!r.ok() && r.status().code() != StatusCode::kNotFound) return r.status();
     }
   }
   WakeScheduler();
@@ -1783,21 +1668,26 @@ Result<int64_t> Controller::StartExecLocked(int64_t job_id, int task_index,
           " interactive sessions open, the most at once; end one (exit its shell)");
     }
   }
-  // Sessions that ended long ago go; at most 10,000 are kept.
+  // Sessions that ended long ago go; at most 10,000 are kept, the oldest going first.
   const int64_t mono = clock_->MonotonicMicros();
-  for (auto x = execs_.begin(); x != execs_.end();) {
+  std::vector<std::pair<int64_t, int64_t>> by_age;  // (created, id)
+  by_age.reserve(execs_.size());
+  for (const auto& [xid, s] : execs_) by_age.emplace_back(s.created, xid);
+  std::sort(by_age.begin(), by_age.end());
+  for (const auto& [created, xid] : by_age) {
+    auto x = execs_.find(xid);
     const bool old = x->second.ended && mono - x->second.ended_mono_us > 600'000'000;
     if (x->second.client_waiting == 0 && (old || execs_.size() > 10'000)) {
       if (x->second.primary) primary_exec_.erase(x->second.job_id);
       exec_output_held_ -=
           x->second.complete_output[0].size() + x->second.complete_output[1].size();
-      x = execs_.erase(x);
-    } else {
-      x = std::next(x);
+      execs_.erase(x);
     }
   }
+  GP_ASSIGN_OR_RETURN(const int64_t new_id, NewExecIdLocked());
   ExecSession x;
-  x.id = ++next_exec_id_;
+  x.id = new_id;
+  x.created = ++exec_created_;
   x.job_id = job_id;
   x.attempt = job.attempt;
   x.task_index = task_index;
@@ -1814,37 +1704,24 @@ Result<int64_t> Controller::StartExecLocked(int64_t job_id, int task_index,
 
 Result<ExecSession> Controller::WaitExec(int64_t exec_id, const Caller& caller, bool seen_started,
                                          bool seen_ended, int64_t wait_ms) {
-  const auto deadline = std::chrono::steady_clock::now() +
-                        std::chrono::milliseconds(std::clamp<int64_t>(wait_ms, 0, 60'000));
-  std::unique_lock lock(mu_);
+  const int64_t deadline =
+      clock_->MonotonicMicros() + 1000 * std::clamp<int64_t>(wait_ms, 0, 60'000);
+  Lock lock(mu_);
   while (true) {
-    auto it = execs_.find(exec_id);
-    if (it == execs_.end()) {
-      return Status::NotFound("exec session " + std::to_string(exec_id) +
-                              " is not known (it ended long ago, or the controller restarted)");
-    }
-    const ExecSession& x = it->second;
-    if (!caller.admin && caller.uid != x.uid) {
-      return Status::PermissionDenied("exec session " + std::to_string(exec_id) +
-                                      " belongs to another user");
-    }
+    GP_ASSIGN_OR_RETURN(const ExecSession* found, CallersExecLocked(exec_id, caller));
+    const ExecSession& x = *found;
     if (x.started != seen_started || x.ended != seen_ended || stopping_ ||
-        std::chrono::steady_clock::now() >= deadline) {
+        clock_->MonotonicMicros() >= deadline) {
       return x;
     }
-    exec_cv_.wait_until(lock, deadline);
+    clock_->WaitOnce(exec_cv_, lock, deadline);
   }
 }
 
 Status Controller::CancelExec(int64_t exec_id, const Caller& caller) {
   std::lock_guard lock(mu_);
-  auto it = execs_.find(exec_id);
-  if (it == execs_.end()) return Status::NotFound("exec session " + std::to_string(exec_id));
-  ExecSession& x = it->second;
-  if (!caller.admin && caller.uid != x.uid) {
-    return Status::PermissionDenied("exec session " + std::to_string(exec_id) +
-                                    " belongs to another user");
-  }
+  GP_ASSIGN_OR_RETURN(ExecSession * found, CallersExecLocked(exec_id, caller));
+  ExecSession& x = *found;
   if (x.ended) return Status::Ok();
   if (x.interactive() && !x.hung_up) {
     x.hung_up = true;

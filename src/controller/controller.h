@@ -37,6 +37,7 @@
 
 #include "common/clock.h"
 #include "common/status.h"
+#include "controller/job_lifecycle.h"
 #include "controller/limits.h"
 #include "controller/log_relay.h"
 #include "controller/metrics.h"
@@ -78,7 +79,25 @@ struct ControllerOptions {
   int64_t max_queued_per_user = 10'000;
   int64_t max_queued_total = 100'000;               // every user's together
   int max_array_size = jobs::kDefaultMaxArraySize;  // elements of one array
+  // Bounds on bytes (jobs::SubmissionBytes: command, environment, paths), since the job
+  // bounds alone let one user hold 10,000 x 1 MiB of the controller's memory. One job's
+  // submission (refused whole, naming max-submission-bytes; HTTP 413): 1 MiB, half of
+  // what Linux allows argv and envp together (ARG_MAX, 2 MiB with an 8 MiB stack), so a
+  // job that passes can be started. What queued jobs hold, an array's elements counting
+  // their shared submission once (HTTP 429, as the job bounds): per user and in all.
+  int64_t max_submission_bytes = int64_t{1} << 20;
+  int64_t max_queued_bytes_per_user = int64_t{256} << 20;
+  int64_t max_queued_bytes_total = int64_t{1} << 30;
+  // Where exec session ids come from: 64 random bits a call (empty: the kernel's
+  // getrandom(2)). Ids are unguessable so that they tell nobody how many sessions
+  // others start (issue 25); tests give a seeded source.
+  std::function<uint64_t()> random;
 };
+
+// The largest request body the API server takes: room for a submission of
+// max_submission_bytes as JSON (quotes, escapes: twice its size), and at least the 1 MiB
+// other requests need (an agent's relayed log chunk).
+size_t MaxRequestBodyBytes(const ControllerOptions& options);
 
 // How a `gpupool exec` session runs: with the client's terminal (tty, of rows x cols) or
 // standard input relayed live, or (all false) with its output in files on the node.
@@ -96,7 +115,8 @@ using AgentWork = protocol::Work;
 
 // One `gpupool exec` session: a command run inside a running task's allocation.
 struct ExecSession {
-  int64_t id = 0;
+  int64_t id = 0;       // random, 1 .. 2^53 - 1 (an exact JSON number everywhere)
+  int64_t created = 0;  // the order sessions were started in (their ids have none)
   int64_t job_id = 0;
   int attempt = 0;
   int task_index = 0;
@@ -186,7 +206,15 @@ class Controller {
   // --- users ---
   // A job with a submit_key that its user used before is not created again: the answer
   // is the job that key made, with *duplicate set.
+  // ResourceExhausted, naming the bound and its key: a submission over
+  // max_submission_bytes (CheckSubmissionSize), or one whose jobs or bytes would pass a
+  // bound on the queue (CheckQueuedLimits).
   Result<jobs::Job> Submit(jobs::Job job, const Caller& caller, bool* duplicate = nullptr);
+  // ResourceExhausted, naming the size, the bound and its key, when `job`'s submission
+  // (jobs::SubmissionBytes) is over max_submission_bytes. Submit checks it first; the API
+  // asks before it inspects a job's image, to answer 413 rather than 429.
+  Status CheckSubmissionSize(const jobs::Job& job) const;
+  const ControllerOptions& options() const { return options_; }
   Result<jobs::Job> Cancel(int64_t id, const Caller& caller);
   // `hold`: keeps a pending job from starting until released (owner or admin; a hold an
   // admin put on another user's job is released by admins only). Holding a held job or
@@ -298,30 +326,22 @@ class Controller {
   using Lock = std::unique_lock<std::mutex>;
   Controller(store::Store* store, const Clock* clock, ControllerOptions options);
   Status Load();
-  // The writers of active jobs. Each changes one job that the caller read after
-  // WaitUntilNotWriting, and writes it with WriteJobsUnlocked: mu_ is released during the
-  // store write and held again on return, so references into active_, nodes_ and execs_
-  // taken before the call are only good for what cannot go away meanwhile (see
-  // WriteJobsUnlocked); loops over those maps collect ids first.
-  // Ends (LOST, or requeues) a job whose node is gone or no longer knows it.
-  // `gone_from`: the node whose loss this is, where the job's tasks are not known to run.
-  Status FinishOnNodeLoss(Lock& lock, jobs::Job& job, const std::string& reason,
-                          const std::string& gone_from);
+  // The one way an active job changes: Step (job_lifecycle.h) on the job as it is now
+  // (after any write of it in flight), the transition written to the store with mu_
+  // released (WriteJobsUnlocked), then installed with its effects carried out (Install).
+  // `lock` holds mu_ on entry and on return; references into active_, nodes_ and execs_
+  // taken before the call are only good for what cannot go away meanwhile. NotFound when
+  // the job is not active; the lifecycle's refusals as they are.
+  Result<jobs::Job> ApplyLocked(Lock& lock, int64_t id, const lifecycle::Event& event);
+  // The same for several jobs, written in one transaction; a job being written by
+  // another writer, or whose step is refused (logged), is left out. Returns the jobs as
+  // installed.
+  Result<std::vector<jobs::Job>> ApplyManyLocked(
+      Lock& lock, std::vector<std::pair<int64_t, lifecycle::Event>> events);
+  // Puts a written transition in memory (the job in active_, or out of it) and carries
+  // out its effects: stop orders, strays, pending reasons, wake-ups. mu_ held.
+  void Install(lifecycle::Transition t);
   LaunchOrder MakeLaunchOrder(const jobs::Job& job, size_t task_index) const;
-  // A task's event: updates job.tasks, and the job's state once every task has started
-  // or ended. `freed` is set when the job ended.
-  Status ApplyTaskEvent(Lock& lock, jobs::Job& job, const std::string& node, const Event& ev,
-                        bool* freed);
-  // Writes `next` (stored as `expected`); once every task has ended, its final state,
-  // and the job leaves active_ (`freed`). With cancel_requested, tasks whose orders never
-  // went out are ended first.
-  Status StopJob(Lock& lock, jobs::Job& next, jobs::JobState expected, bool* freed);
-  // Asks the agents running tasks of `job` (every node but `except`) to stop them: for a
-  // job that ended while some of its tasks may still run (a node lost, a requeue).
-  // `gone_from`: a node where its tasks are not known to run (the lost node); on every
-  // other node that is up, a task that started and did not end is known to run.
-  void StopStrayTasks(const jobs::Job& job, const std::string& except,
-                      const std::string& gone_from = "");
   void ExecReported(Lock& lock, const std::string& node, const protocol::ExecReport& r,
                     bool* freed);
   // Under mu_: the checks and the session of StartExec.
@@ -330,6 +350,12 @@ class Controller {
   // Under mu_: ends session `exec_id` for its client (gone, or stopped it) and has its
   // agent stop the command.
   void HangUpLocked(Lock& lock, int64_t exec_id, const std::string& reason);
+  // Under mu_: the caller's session `exec_id`. A session that does not exist and one
+  // that is another user's get the same NotFound, word for word: whether someone else's
+  // id exists does not show (issue 25).
+  Result<ExecSession*> CallersExecLocked(int64_t exec_id, const Caller& caller);
+  // Under mu_: a new session id, random (ControllerOptions::random) and unused.
+  Result<int64_t> NewExecIdLocked();
   // How a `gpupool run` job's command ended: a copy, as the session may be collected
   // while the job's end is written.
   struct CommandEnd {
@@ -353,8 +379,14 @@ class Controller {
   // After job `id` changed in active_ (or left it): updates occupying_, slim_ and the
   // queued counts.
   void Touched(int64_t id);
-  // Adds `delta` to the queued counts of `job`'s user, project and the pool.
+  // Adds `delta` to the queued counts of `job`'s user, project and the pool, and its
+  // submission's bytes to the queued bytes when it is the first queued job holding that
+  // submission (or takes them away when it was the last). `job` is whole for +1; for -1
+  // its ids and user suffice (a slim_ copy).
   void CountQueued(const jobs::Job& job, int64_t delta);
+  // The bytes part of it: `delta` queued jobs (or a submission still landing) more hold
+  // `job`'s submission (its array's, for an element).
+  void CountQueuedSubmission(const jobs::Job& job, int64_t delta);
   // Sets a pending job's pending_reason from the last pass.
   void AttachPendingReason(jobs::Job* job) const;
   // Waits (releasing `lock` on mu_) until job `id`'s write in flight, if any, has landed.
@@ -371,16 +403,18 @@ class Controller {
 
   Result<NodeView> SetDrain(const std::string& name, bool draining, const std::string& reason);
   // ResourceExhausted, naming the user, project or pool and the limit (its max_queued,
-  // or the options' max_queued_per_user / max_queued_total), when `adding` more jobs of
-  // `job`'s user and project would pass it, counting submissions still being stored.
-  // mu_ held.
-  Status CheckQueuedLimits(const jobs::Job& job, int64_t adding);
+  // or the options' max_queued_per_user / max_queued_total / max_queued_bytes_*), when
+  // `adding` more jobs of `job`'s user and project, holding `bytes` more of submissions,
+  // would pass it, counting submissions still being stored. mu_ held.
+  Status CheckQueuedLimits(const jobs::Job& job, int64_t adding, int64_t bytes);
   // One job per index of `spec` (job.array parsed), stored one by one; returns the first
   // element, whose id is the array's. Each element that lands in active_ takes one of
-  // `*reserved` (its user's, counted in submitting_) into the queued counts.
-  Result<jobs::Job> SubmitArray(jobs::Job job, const jobs::ArraySpec& spec, int64_t* reserved);
-  // Gives back `n` jobs reserved in submitting_* by a submission. mu_ held.
-  void Unreserve(const std::string& user, const std::string& project, int64_t n);
+  // `*reserved` (its user's, counted in submitting_) into the queued counts; the first
+  // takes `*reserved_bytes` (the submission's, counted once for all the elements).
+  Result<jobs::Job> SubmitArray(jobs::Job job, const jobs::ArraySpec& spec, int64_t* reserved,
+                                int64_t* reserved_bytes);
+  // Gives back `n` jobs and `bytes` reserved in submitting_* by a submission. mu_ held.
+  void Unreserve(const std::string& user, const std::string& project, int64_t n, int64_t bytes);
   // A job's state: active ones from memory, ended ones from the store (cached). mu_ held.
   Result<jobs::JobState> EndedState(int64_t id);
   // Pending jobs whose dependencies are unmet go in `blocked` with the reason; those whose
@@ -449,11 +483,24 @@ class Controller {
   std::map<std::string, int64_t> submitting_;
   std::map<std::string, int64_t> submitting_project_;
   int64_t submitting_total_ = 0;
+  std::map<std::string, int64_t> submitting_bytes_;  // their submissions' bytes, per user
+  int64_t submitting_bytes_total_ = 0;
   // The PENDING jobs of active_ (held ones too) per user, per accounting project and in
   // all, kept by Touched: what the queue bounds count, without a walk of the queue.
   std::map<std::string, int64_t> queued_by_user_;
   std::map<std::string, int64_t> queued_by_project_;
   int64_t queued_total_ = 0;
+  // The submissions of those jobs, by the job id of their holder (an array's id for its
+  // elements, which share one copy of it), with how many queued jobs hold each; and
+  // their bytes per user and in all: what the bounds on queued bytes count.
+  struct QueuedSubmission {
+    std::string user;
+    int64_t bytes = 0;
+    int64_t jobs = 0;
+  };
+  std::map<int64_t, QueuedSubmission> queued_submissions_;
+  std::map<std::string, int64_t> queued_bytes_by_user_;
+  int64_t queued_bytes_total_ = 0;
   // Ids of the jobs in active_ that hold resources (ASSIGNED or RUNNING): what node
   // views, agent polls and node-loss sweeps walk, not the whole queue.
   std::set<int64_t> occupying_;
@@ -471,7 +518,7 @@ class Controller {
   static constexpr int kMaxInteractivePerUser = 12;
   std::map<int64_t, int64_t> primary_exec_;  // `gpupool run` job -> its command's session
   size_t exec_output_held_ = 0;              // bytes of ExecSession::complete_output, all sessions
-  int64_t next_exec_id_ = 0;  // from the clock at start: ids are not reused across restarts
+  int64_t exec_created_ = 0;                 // ExecSession::created of the last session started
   std::condition_variable exec_cv_;
   std::thread loop_;
   std::atomic<int64_t> loop_seen_mono_us_{0};  // the loop's last round; 0 = not running

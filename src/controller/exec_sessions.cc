@@ -5,11 +5,15 @@
 // memory and bounded. A session lives as long as its client keeps asking; one whose
 // client goes silent is hung up, like a terminal whose line dropped.
 #include <spdlog/spdlog.h>
+#include <sys/random.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
+#include <cstring>
 
 #include "controller/controller.h"
+#include "controller/job_lifecycle.h"
 
 namespace gpupool::controller {
 namespace {
@@ -27,43 +31,61 @@ constexpr size_t kOutputHardLimit = 8 << 20;
 // How long a client's read or an agent's input poll may wait at most.
 constexpr int64_t kMaxWaitMs = 30'000;
 
-Status SessionOf(const std::map<int64_t, ExecSession>& execs, int64_t id) {
-  if (execs.count(id) != 0) return Status::Ok();
-  return Status::NotFound("exec session " + std::to_string(id) +
-                          " is not known (it ended long ago, or the controller restarted)");
-}
-
-Status MayUse(const ExecSession& x, const Caller& caller) {
-  if (caller.admin || caller.uid == x.uid) return Status::Ok();
-  return Status::PermissionDenied("exec session " + std::to_string(x.id) +
-                                  " belongs to another user");
-}
-
-std::string SignalText(int sig) {
-  switch (sig) {
-    case 1:
-      return "SIGHUP";
-    case 2:
-      return "SIGINT";
-    case 9:
-      return "SIGKILL";
-    case 15:
-      return "SIGTERM";
-    default:
-      return "signal " + std::to_string(sig);
+// Where exec session ids come from unless ControllerOptions::random says otherwise.
+Result<uint64_t> KernelRandom64() {
+  uint64_t v = 0;
+  ssize_t n;
+  do {
+    n = ::getrandom(&v, sizeof v, 0);
+  } while (n < 0 && errno == EINTR);
+  if (n != static_cast<ssize_t>(sizeof v)) {
+    return Status::Unavailable("cannot draw an exec session id: getrandom: " +
+                               std::string(n < 0 ? std::strerror(errno) : "short read"));
   }
+  return v;
 }
 
-std::chrono::steady_clock::time_point Deadline(int64_t wait_ms) {
-  return std::chrono::steady_clock::now() +
-         std::chrono::milliseconds(std::clamp<int64_t>(wait_ms, 0, kMaxWaitMs));
+// A session on another node is answered as one that does not exist.
+Status NotOnNode(int64_t id, const std::string& node) {
+  return Status::NotFound("exec session " + std::to_string(id) + " does not run on node " + node);
+}
+
+// The clock's monotonic time `wait_ms` from now, at most kMaxWaitMs.
+int64_t Deadline(const Clock* clock, int64_t wait_ms) {
+  return clock->MonotonicMicros() + 1000 * std::clamp<int64_t>(wait_ms, 0, kMaxWaitMs);
 }
 
 }  // namespace
 
+Result<ExecSession*> Controller::CallersExecLocked(int64_t exec_id, const Caller& caller) {
+  auto it = execs_.find(exec_id);
+  if (it != execs_.end() && (caller.admin || caller.uid == it->second.uid)) return &it->second;
+  // Not the id, which the caller knows, and not which of the two: the same bytes either way.
+  return Status::NotFound(
+      "no such exec session of yours: it ended long ago, the controller restarted, or the id "
+      "is wrong");
+}
+
+Result<int64_t> Controller::NewExecIdLocked() {
+  for (int tries = 0; tries < 16; ++tries) {
+    uint64_t bits = 0;
+    if (options_.random) {
+      bits = options_.random();
+    } else {
+      GP_ASSIGN_OR_RETURN(bits, KernelRandom64());
+    }
+    // 53 bits: more than enough not to be guessed or counted, and an exact number in
+    // every JSON reader (JavaScript's included). Agents key on the id (agent::ExecKey
+    // takes ids below 2^61) and the agent protocol's int64 carries it unchanged.
+    const auto id = static_cast<int64_t>(bits >> 11);
+    if (id != 0 && execs_.count(id) == 0) return id;
+  }
+  return Status::Unavailable("cannot draw an unused exec session id: the random source repeats");
+}
+
 Result<int64_t> Controller::AttachRun(int64_t job_id, const Caller& caller, int rows, int cols,
                                       int64_t wait_ms, Job* job) {
-  const auto deadline = Deadline(wait_ms);
+  const int64_t deadline = Deadline(clock_, wait_ms);
   std::unique_lock lock(mu_);
   while (true) {
     auto it = active_.find(job_id);
@@ -89,13 +111,12 @@ Result<int64_t> Controller::AttachRun(int64_t job_id, const Caller& caller, int 
     }
     if (j.interactive == "alloc") {
       // gpupool alloc waits here until every task holds its part.
-      if (j.state == JobState::kRunning || stopping_ ||
-          std::chrono::steady_clock::now() >= deadline) {
+      if (j.state == JobState::kRunning || stopping_ || clock_->MonotonicMicros() >= deadline) {
         *job = j;
         AttachPendingReason(job);
         return int64_t{0};
       }
-      exec_cv_.wait_until(lock, deadline);
+      clock_->WaitOnce(exec_cv_, lock, deadline);
       continue;
     }
     if (j.interactive != "run") {
@@ -125,21 +146,20 @@ Result<int64_t> Controller::AttachRun(int64_t job_id, const Caller& caller, int 
       primary_exec_[job_id] = id;
       return id;
     }
-    if (std::chrono::steady_clock::now() >= deadline || stopping_) {
+    if (clock_->MonotonicMicros() >= deadline || stopping_) {
       *job = j;
       AttachPendingReason(job);
       return int64_t{0};
     }
-    exec_cv_.wait_until(lock, deadline);
+    clock_->WaitOnce(exec_cv_, lock, deadline);
   }
 }
 
 Status Controller::PushExecInput(int64_t exec_id, const Caller& caller,
                                  protocol::ExecInputItem item) {
   std::lock_guard lock(mu_);
-  GP_RETURN_IF_ERROR(SessionOf(execs_, exec_id));
-  ExecSession& x = execs_.at(exec_id);
-  GP_RETURN_IF_ERROR(MayUse(x, caller));
+  GP_ASSIGN_OR_RETURN(ExecSession * found, CallersExecLocked(exec_id, caller));
+  ExecSession& x = *found;
   x.client_seen_mono_us = clock_->MonotonicMicros();
   if (!x.interactive()) {
     return Status::FailedPrecondition("exec session " + std::to_string(exec_id) +
@@ -168,12 +188,11 @@ Status Controller::PushExecInput(int64_t exec_id, const Caller& caller,
 Result<ExecStreamRead> Controller::ReadExecStream(int64_t exec_id, const Caller& caller,
                                                   int64_t stdout_offset, int64_t stderr_offset,
                                                   bool seen_started, int64_t wait_ms) {
-  const auto deadline = Deadline(wait_ms);
+  const int64_t deadline = Deadline(clock_, wait_ms);
   std::unique_lock lock(mu_);
-  GP_RETURN_IF_ERROR(SessionOf(execs_, exec_id));
   {
-    ExecSession& x = execs_.at(exec_id);
-    GP_RETURN_IF_ERROR(MayUse(x, caller));
+    GP_ASSIGN_OR_RETURN(ExecSession * found, CallersExecLocked(exec_id, caller));
+    ExecSession& x = *found;
     if (!x.interactive()) {
       return Status::FailedPrecondition("exec session " + std::to_string(exec_id) +
                                         " is not interactive; read GET /v1/exec/ID/output");
@@ -198,7 +217,7 @@ Result<ExecStreamRead> Controller::ReadExecStream(int64_t exec_id, const Caller&
     x.client_seen_mono_us = clock_->MonotonicMicros();
     const bool news = !x.output[0].empty() || !x.output[1].empty() || x.started != seen_started ||
                       (x.ended && (x.output_eof || !x.started));
-    if (news || stopping_ || std::chrono::steady_clock::now() >= deadline) {
+    if (news || stopping_ || clock_->MonotonicMicros() >= deadline) {
       --x.client_waiting;
       ExecStreamRead r;
       r.stdout_data = x.output[0];
@@ -214,21 +233,18 @@ Result<ExecStreamRead> Controller::ReadExecStream(int64_t exec_id, const Caller&
       if (x.hung_up && r.error.empty() && x.ended) r.error = x.hangup_reason;
       return r;
     }
-    exec_cv_.wait_until(lock, deadline);
+    clock_->WaitOnce(exec_cv_, lock, deadline);
   }
 }
 
 Result<protocol::ExecInput> Controller::TakeExecInput(const std::string& node, int64_t exec_id,
                                                       int64_t after, int64_t wait_ms) {
-  const auto deadline = Deadline(wait_ms);
+  const int64_t deadline = Deadline(clock_, wait_ms);
   std::unique_lock lock(mu_);
   while (true) {
-    GP_RETURN_IF_ERROR(SessionOf(execs_, exec_id));
-    ExecSession& x = execs_.at(exec_id);
-    if (x.node != node) {
-      return Status::PermissionDenied("exec session " + std::to_string(exec_id) +
-                                      " does not run on node " + node);
-    }
+    auto it = execs_.find(exec_id);
+    if (it == execs_.end() || it->second.node != node) return NotOnNode(exec_id, node);
+    ExecSession& x = it->second;
     // The agent has applied everything up to `after`.
     while (!x.input.empty() && x.input.front().seq <= after) {
       x.input_bytes -= x.input.front().data.size();
@@ -236,27 +252,23 @@ Result<protocol::ExecInput> Controller::TakeExecInput(const std::string& node, i
     }
     protocol::ExecInput in;
     in.hangup = x.hung_up || x.ended;
-    if (!x.input.empty() || in.hangup || stopping_ ||
-        std::chrono::steady_clock::now() >= deadline) {
+    if (!x.input.empty() || in.hangup || stopping_ || clock_->MonotonicMicros() >= deadline) {
       in.items.assign(x.input.begin(), x.input.end());
       return in;
     }
-    exec_cv_.wait_until(lock, deadline);
+    clock_->WaitOnce(exec_cv_, lock, deadline);
   }
 }
 
 Result<protocol::ExecOutputAck> Controller::PutExecOutput(const std::string& node, int64_t exec_id,
                                                           const protocol::ExecOutput& out,
                                                           int64_t wait_ms) {
-  const auto deadline = Deadline(wait_ms);
+  const int64_t deadline = Deadline(clock_, wait_ms);
   std::unique_lock lock(mu_);
-  GP_RETURN_IF_ERROR(SessionOf(execs_, exec_id));
   {
-    ExecSession& x = execs_.at(exec_id);
-    if (x.node != node) {
-      return Status::PermissionDenied("exec session " + std::to_string(exec_id) +
-                                      " does not run on node " + node);
-    }
+    auto it = execs_.find(exec_id);
+    if (it == execs_.end() || it->second.node != node) return NotOnNode(exec_id, node);
+    ExecSession& x = it->second;
     const int64_t offsets[2] = {out.stdout_offset, out.stderr_offset};
     const std::string* data[2] = {&out.stdout_data, &out.stderr_data};
     if (x.output[0].size() + x.output[1].size() + out.stdout_data.size() + out.stderr_data.size() >
@@ -281,17 +293,18 @@ Result<protocol::ExecOutputAck> Controller::PutExecOutput(const std::string& nod
   }
   while (true) {
     // The session may have gone while we waited (a long-ended one, collected).
-    GP_RETURN_IF_ERROR(SessionOf(execs_, exec_id));
-    const ExecSession& x = execs_.at(exec_id);
+    auto it = execs_.find(exec_id);
+    if (it == execs_.end()) return NotOnNode(exec_id, node);
+    const ExecSession& x = it->second;
     protocol::ExecOutputAck ack;
     ack.stdout_end = x.output_base[0] + static_cast<int64_t>(x.output[0].size());
     ack.stderr_end = x.output_base[1] + static_cast<int64_t>(x.output[1].size());
     ack.full = x.output[0].size() + x.output[1].size() > kOutputHighWater;
     ack.hangup = x.hung_up;
-    if (!ack.full || ack.hangup || stopping_ || std::chrono::steady_clock::now() >= deadline) {
+    if (!ack.full || ack.hangup || stopping_ || clock_->MonotonicMicros() >= deadline) {
       return ack;
     }
-    exec_cv_.wait_until(lock, deadline);
+    clock_->WaitOnce(exec_cv_, lock, deadline);
   }
 }
 
@@ -330,39 +343,19 @@ Controller::CommandEnd Controller::CommandEndOf(const ExecSession& x) {
   return e;
 }
 
-void Controller::CommandEndedLocked(Lock& lock, const CommandEnd& x, bool* freed) {
-  WaitUntilNotWriting(lock, x.job_id);
-  auto it = active_.find(x.job_id);
-  if (it == active_.end() || it->second.attempt != x.attempt || it->second.command_ended) return;
-  Job& job = it->second;
-  Job next = job;
-  next.command_ended = true;
-  next.command_exit_code = x.exit_code;
-  next.command_signal = x.signal;
-  if (x.hung_up) {
-    next.reason = x.hangup_reason;
-  } else if (!x.error.empty()) {
-    next.reason = "the command did not run: " + x.error;
-  } else if (x.signal) {
-    next.reason = "the command was ended by " + SignalText(*x.signal);
-  } else if (x.exit_code && *x.exit_code != 0) {
-    next.reason = "the command exited with code " + std::to_string(*x.exit_code);
-  } else {
-    next.reason.clear();
+void Controller::CommandEndedLocked(Lock& lock, const CommandEnd& x, bool* /*freed*/) {
+  lifecycle::CommandEnded ended;
+  ended.attempt = x.attempt;
+  ended.exit_code = x.exit_code;
+  ended.signal = x.signal;
+  ended.error = x.error;
+  ended.hung_up = x.hung_up;
+  ended.hangup_reason = x.hangup_reason;
+  // Its tasks held the allocation for it: they are released now (job_lifecycle.h).
+  Result<Job> r = ApplyLocked(lock, x.job_id, ended);
+  if (!r.ok() && r.status().code() != StatusCode::kNotFound) {
+    spdlog::error("job {}: recording the end of its command: {}", x.job_id, r.status().ToString());
   }
-  if (!x.exit_code && !x.signal) next.command_exit_code = 255;  // it never ran
-  // Its tasks held the allocation for it: they are released now.
-  next.cancel_requested = true;
-  if (Status s = StopJob(lock, next, job.state, freed); !s.ok()) {
-    spdlog::error("job {}: recording the end of its command: {}", x.job_id, s.ToString());
-    return;
-  }
-  if (auto a = active_.find(x.job_id); a != active_.end()) {
-    for (const auto& p : a->second.placement) {
-      if (auto n = nodes_.find(p.node); n != nodes_.end()) n->second.cancel_sent_us.erase(x.job_id);
-    }
-  }
-  work_cv_.notify_all();
 }
 
 Status Controller::SweepExecClients() {
@@ -382,7 +375,6 @@ Status Controller::SweepExecClients() {
     if (it == execs_.end() || it->second.client_waiting > 0) continue;  // came back meanwhile
     HangUpLocked(lock, id, "its terminal went away (no word from the client for " + secs + ")");
   }
-  bool freed_any = false;
   std::vector<int64_t> unattached;
   for (int64_t id : occupying_) {
     const Job& j = active_.at(id);
@@ -393,25 +385,10 @@ Status Controller::SweepExecClients() {
   for (int64_t id : unattached) {
     WaitUntilNotWriting(lock, id);
     auto it = active_.find(id);
-    if (it == active_.end() || it->second.cancel_requested || primary_exec_.count(id) != 0) {
-      continue;  // ended, stopped or attached meanwhile
-    }
-    Job& job = it->second;
-    Job next = job;
-    next.cancel_requested = true;
-    next.reason = "no terminal attached within " + secs +
-                  " of its start (gpupool run was interrupted, or the controller restarted)";
-    bool freed = false;
-    GP_RETURN_IF_ERROR(StopJob(lock, next, job.state, &freed));
-    freed_any = freed_any || freed;
-    if (auto a = active_.find(id); a != active_.end()) {
-      for (const auto& p : a->second.placement) {
-        if (auto n = nodes_.find(p.node); n != nodes_.end()) n->second.cancel_sent_us.erase(id);
-      }
-    }
+    if (it == active_.end() || primary_exec_.count(id) != 0) continue;  // attached meanwhile
+    Result<Job> r = ApplyLocked(lock, id, lifecycle::ClientAbsent{timeout / 1'000'000});
+    if (!r.ok() && r.status().code() != StatusCode::kNotFound) return r.status();
   }
-  if (!unattached.empty()) work_cv_.notify_all();
-  if (freed_any) WakeScheduler();
   return Status::Ok();
 }
 

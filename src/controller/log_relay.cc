@@ -4,12 +4,13 @@
 
 namespace gpupool::controller {
 
-LogRelay::LogRelay(std::function<void(const std::string& node)> wake_node)
-    : wake_node_(std::move(wake_node)) {}
+LogRelay::LogRelay(std::function<void(const std::string& node)> wake_node, const Clock* clock)
+    : wake_node_(std::move(wake_node)), clock_(clock != nullptr ? clock : SystemClock::Get()) {}
 
 Result<LogChunk> LogRelay::Fetch(const std::string& node, const std::string& path, int64_t offset,
                                  int64_t max_bytes, std::chrono::milliseconds timeout) {
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  const int64_t deadline = clock_->MonotonicMicros() +
+                           std::chrono::duration_cast<std::chrono::microseconds>(timeout).count();
   int64_t id = 0;
   {
     std::lock_guard lock(mu_);
@@ -21,7 +22,7 @@ Result<LogChunk> LogRelay::Fetch(const std::string& node, const std::string& pat
   }
   if (wake_node_) wake_node_(node);
   std::unique_lock lock(mu_);
-  answered_.wait_until(lock, deadline, [&] { return pending_.at(id).answer.has_value(); });
+  clock_->WaitUntil(answered_, lock, deadline, [&] { return pending_.at(id).answer.has_value(); });
   Pending done = std::move(pending_.at(id));
   pending_.erase(id);
   if (done.answer.has_value()) return std::move(*done.answer);

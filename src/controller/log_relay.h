@@ -22,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "common/clock.h"
 #include "common/status.h"
 #include "protocol/agent_protocol.h"
 
@@ -40,7 +41,9 @@ class LogRelay {
  public:
   // `wake_node` is called (without the relay's lock held) when a node has a new request,
   // so that its waiting poll returns.
-  explicit LogRelay(std::function<void(const std::string& node)> wake_node);
+  // `clock` times the waits for answers (nullptr: the system's); it must outlive this.
+  explicit LogRelay(std::function<void(const std::string& node)> wake_node,
+                    const Clock* clock = nullptr);
 
   // Queues a read on `node` and waits up to `timeout` for the answer. kUnavailable when
   // no answer came in time (node busy, down, or an agent that does not relay logs).
@@ -65,6 +68,7 @@ class LogRelay {
   };
 
   std::function<void(const std::string&)> wake_node_;
+  const Clock* clock_;
   std::mutex mu_;
   std::condition_variable answered_;
   int64_t next_id_ = 1;

@@ -306,7 +306,7 @@ TEST_F(TelemetryAgentTest, ANodesLaunchUnitTakesItsTasksLimitsAndListsItsJobOnce
       EXPECT_EQ(spec.memory_bytes, (uint64_t{3} << 30) * static_cast<uint64_t>(tasks));
       EXPECT_EQ(spec.gpus.size(), static_cast<size_t>(tasks));
       const std::vector<std::string> held_argv = {"sleep", "infinity"};
-      EXPECT_EQ(spec.argv, spec.task_index == 0 ? unit.job.command : held_argv);
+      EXPECT_EQ(spec.argv, spec.task_index == 0 ? unit.job.command.get() : held_argv);
     }
   }
   while (loop_->TelemetryRound() != 0 && std::chrono::steady_clock::now() < deadline) {

@@ -183,7 +183,9 @@ TEST(ConfigFileTest, TheServersQueueBoundsAreKeysWithTheirRanges) {
   for (const char* name : {"server", "up"}) {
     CLI::App* cmd = app.get_subcommand(name);
     const std::map<std::string, bool> keys = ConfigKeysOf(*cmd);
-    for (const char* key : {"max-queued-per-user", "max-queued-total", "max-array-size"}) {
+    for (const char* key :
+         {"max-queued-per-user", "max-queued-total", "max-array-size", "max-submission-bytes",
+          "max-queued-bytes-per-user", "max-queued-bytes-total"}) {
       EXPECT_EQ(keys.count(key), 1u) << name << " " << key;
     }
   }
@@ -191,8 +193,14 @@ TEST(ConfigFileTest, TheServersQueueBoundsAreKeysWithTheirRanges) {
   EXPECT_EQ(server->get_option("--max-queued-per-user")->as<int64_t>(), 10000);
   EXPECT_EQ(server->get_option("--max-queued-total")->as<int64_t>(), 100000);
   EXPECT_EQ(server->get_option("--max-array-size")->as<int>(), 1001);
+  EXPECT_EQ(server->get_option("--max-submission-bytes")->as<int64_t>(), 1048576);
+  EXPECT_EQ(server->get_option("--max-queued-bytes-per-user")->as<int64_t>(), 268435456);
+  EXPECT_EQ(server->get_option("--max-queued-bytes-total")->as<int64_t>(), 1073741824);
   ASSERT_TRUE(ApplyConfig(ParseConfigText("[server]\nmax-queued-per-user = 50\n"
-                                          "max-queued-total = 500\nmax-array-size = 20\n",
+                                          "max-queued-total = 500\nmax-array-size = 20\n"
+                                          "max-submission-bytes = 65536\n"
+                                          "max-queued-bytes-per-user = 1000000\n"
+                                          "max-queued-bytes-total = 5000000\n",
                                           "test.conf")
                               .value(),
                           {"server"}, {}, server)
@@ -200,6 +208,9 @@ TEST(ConfigFileTest, TheServersQueueBoundsAreKeysWithTheirRanges) {
   EXPECT_EQ(server->get_option("--max-queued-per-user")->as<int64_t>(), 50);
   EXPECT_EQ(server->get_option("--max-queued-total")->as<int64_t>(), 500);
   EXPECT_EQ(server->get_option("--max-array-size")->as<int>(), 20);
+  EXPECT_EQ(server->get_option("--max-submission-bytes")->as<int64_t>(), 65536);
+  EXPECT_EQ(server->get_option("--max-queued-bytes-per-user")->as<int64_t>(), 1000000);
+  EXPECT_EQ(server->get_option("--max-queued-bytes-total")->as<int64_t>(), 5000000);
 
   CLI::App again;
   RegisterDaemonCommands(again, ctx);
@@ -208,6 +219,12 @@ TEST(ConfigFileTest, TheServersQueueBoundsAreKeysWithTheirRanges) {
   EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
   EXPECT_THAT(s.message(), HasSubstr("test.conf line 2: [server] max-array-size = '0'"));
   EXPECT_THAT(s.message(), HasSubstr("not in range 1 to 1000001"));
+  CLI::App third;
+  RegisterDaemonCommands(third, ctx);
+  s = ApplyConfig(ParseConfigText("[server]\nmax-submission-bytes = 100\n", "test.conf").value(),
+                  {"server"}, {}, third.get_subcommand("server"));
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr("test.conf line 2: [server] max-submission-bytes = '100'"));
 }
 
 }  // namespace

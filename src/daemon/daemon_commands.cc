@@ -11,6 +11,7 @@
 #include <cstring>
 #include <filesystem>
 #include <iostream>
+#include <memory>
 #include <thread>
 
 #include "agent/cdi_spec.h"
@@ -21,6 +22,7 @@
 #include "common/strings.h"
 #include "controller/api.h"
 #include "controller/auth.h"
+#include "controller/connection_class.h"
 #include "controller/controller.h"
 #include "daemon/agent_loop.h"
 #include "daemon/config_file.h"
@@ -177,6 +179,15 @@ struct ServerFlags {
   int64_t max_queued_per_user = controller::ControllerOptions{}.max_queued_per_user;
   int64_t max_queued_total = controller::ControllerOptions{}.max_queued_total;
   int max_array_size = controller::ControllerOptions{}.max_array_size;
+  int64_t max_submission_bytes = controller::ControllerOptions{}.max_submission_bytes;
+  int64_t max_queued_bytes_per_user = controller::ControllerOptions{}.max_queued_bytes_per_user;
+  int64_t max_queued_bytes_total = controller::ControllerOptions{}.max_queued_bytes_total;
+  // Connections to the API (docs/security.md, "Connection exhaustion").
+  int max_connections = 0;  // 0: the open-files limit less a tenth
+  int max_connections_per_uid = 256;
+  int max_connections_per_address = 256;
+  int max_pending_connections_per_peer = 64;
+  int request_head_timeout_s = 10;
 };
 
 // "90" or "90s", "30m", "12h", "7d" -> seconds; InvalidArgument naming `flag`.
@@ -281,8 +292,7 @@ Status OpenServerStore(const ServerFlags& f, ServerParts* p) {
   return Status::Ok();
 }
 
-// The controller and its API over the open store (this loads the pool's state).
-Status CreateController(const ServerFlags& f, ServerParts* p) {
+controller::ControllerOptions ControllerOptionsOf(const ServerFlags& f) {
   controller::ControllerOptions co;
   co.placement_policy = f.placement_policy;
   co.queue_policy = f.queue_policy;
@@ -292,6 +302,15 @@ Status CreateController(const ServerFlags& f, ServerParts* p) {
   co.max_queued_per_user = f.max_queued_per_user;
   co.max_queued_total = f.max_queued_total;
   co.max_array_size = f.max_array_size;
+  co.max_submission_bytes = f.max_submission_bytes;
+  co.max_queued_bytes_per_user = f.max_queued_bytes_per_user;
+  co.max_queued_bytes_total = f.max_queued_bytes_total;
+  return co;
+}
+
+// The controller and its API over the open store (this loads the pool's state).
+Status CreateController(const ServerFlags& f, ServerParts* p) {
+  const controller::ControllerOptions co = ControllerOptionsOf(f);
   GP_ASSIGN_OR_RETURN(p->controller,
                       controller::Controller::Create(p->store.get(), SystemClock::Get(), co));
   p->inspector = controller::NewPodmanInspector(f.podman_args, SystemClock::Get());
@@ -303,8 +322,18 @@ Status CreateController(const ServerFlags& f, ServerParts* p) {
   return Status::Ok();
 }
 
-Result<std::unique_ptr<net::HttpServer>> StartApiServer(const ServerFlags& f,
+Result<std::unique_ptr<net::HttpServer>> StartApiServer(const ServerFlags& f, store::Store* store,
                                                         net::HttpHandler handler) {
+  if (f.max_connections != 0 && f.max_connections < 64) {
+    return Status::InvalidArgument("--max-connections " + std::to_string(f.max_connections) +
+                                   ": give 0 (from the open-files limit) or at least 64");
+  }
+  // Connections are bounded by what the system allows, not by a login's 1,024.
+  if (Result<uint64_t> files = net::RaiseOpenFilesLimit(); files.ok()) {
+    spdlog::info("open-files limit: {}", *files);
+  } else {
+    spdlog::warn("cannot raise the open-files limit: {}", files.status().message());
+  }
   net::HttpServerOptions ho;
   ho.unix_socket_path = f.state_dir + "/gpupool.sock";
   if (f.port > 0) {
@@ -312,6 +341,20 @@ Result<std::unique_ptr<net::HttpServer>> StartApiServer(const ServerFlags& f,
     ho.tcp_port = f.port;
   }
   ho.may_block = &controller::Api::MayBlock;
+  // A job's submission of max-submission-bytes fits, as JSON.
+  ho.max_body_bytes = controller::MaxRequestBodyBytes(ControllerOptionsOf(f));
+  ho.max_body_hint = " (a job's submission may be up to " + std::to_string(f.max_submission_bytes) +
+                     " bytes: the server's max-submission-bytes, in the [server] section of its "
+                     "config file)";
+  ho.max_connections = f.max_connections;
+  ho.max_connections_per_uid = f.max_connections_per_uid;
+  ho.max_connections_per_address = f.max_connections_per_address;
+  ho.max_pending_per_peer = f.max_pending_connections_per_peer;
+  ho.head_timeout_ms = f.request_head_timeout_s * 1000;
+  // Agents (node tokens) get the connections kept for them; the classifier lives as long
+  // as the server that calls it.
+  auto classifier = std::make_shared<controller::ConnectionClassifier>(store, SystemClock::Get());
+  ho.classify = [classifier](const net::HttpRequest& head) { return classifier->Classify(head); };
   return net::StartHttpServer(ho, std::move(handler));
 }
 
@@ -373,8 +416,9 @@ Result<ServerParts> StartServer(const ServerFlags& f) {
   if (store::IsPostgresSpec(StoreSpec(f))) GP_RETURN_IF_ERROR(HoldLeaseForUp(f, &p));
   GP_RETURN_IF_ERROR(CreateController(f, &p));
   controller::Api* api = p.api.get();
-  GP_ASSIGN_OR_RETURN(
-      p.http, StartApiServer(f, [api](const net::HttpRequest& r) { return api->Handle(r); }));
+  GP_ASSIGN_OR_RETURN(p.http, StartApiServer(f, p.store.get(), [api](const net::HttpRequest& r) {
+                        return api->Handle(r);
+                      }));
   p.controller->Start();
   return p;
 }
@@ -389,7 +433,7 @@ int RunLeaderElectedServer(const ServerFlags& f) {
   std::atomic<controller::Api*> serving{nullptr};
   std::atomic<Leadership*> lead_ptr{nullptr};  // set once the controller has its id
   Result<std::unique_ptr<net::HttpServer>> http =
-      StartApiServer(f, [&serving, &lead_ptr](const net::HttpRequest& r) {
+      StartApiServer(f, p.store.get(), [&serving, &lead_ptr](const net::HttpRequest& r) {
         if (controller::Api* api = serving.load()) return api->Handle(r);
         Leadership* l = lead_ptr.load();
         return StandbyAnswer(r, l != nullptr ? l->LeaderAddress() : "");
@@ -469,6 +513,21 @@ void AddServerFlags(CLI::App* cmd, ServerFlags* f) {
   cmd->add_option("--max-array-size", f->max_array_size, "elements one --array may have")
       ->capture_default_str()
       ->check(CLI::Range(1, jobs::kMaxArraySize));
+  // And on bytes: the job bounds alone let one user hold 10,000 x 1 MiB of memory.
+  cmd->add_option("--max-submission-bytes", f->max_submission_bytes,
+                  "bytes of one job's submission: its command, environment variables and "
+                  "paths, each string with its NUL (as ARG_MAX counts them)")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{4096}, int64_t{64} << 20));
+  cmd->add_option("--max-queued-bytes-per-user", f->max_queued_bytes_per_user,
+                  "bytes of submissions one user's queued jobs may hold (an array's elements "
+                  "share one)")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{4096}, int64_t{1} << 40));
+  cmd->add_option("--max-queued-bytes-total", f->max_queued_bytes_total,
+                  "bytes of submissions all users' queued jobs together may hold")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{4096}, int64_t{1} << 40));
   cmd->add_option("--telemetry-retention", f->telemetry_retention,
                   "how long GPU telemetry points (1 per minute per GPU and job) are kept")
       ->capture_default_str();
@@ -486,6 +545,34 @@ void AddServerFlags(CLI::App* cmd, ServerFlags* f) {
                   "with --idle-action cancel: how much longer than --idle-after an idle job "
                   "runs (warned) before it is cancelled")
       ->capture_default_str();
+  cmd->add_option("--max-connections", f->max_connections,
+                  "API connections open at once, every listener together (0 = the open-files "
+                  "limit, raised to its hard limit, less a tenth); a quarter is kept for agents "
+                  "and root")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 1 << 20));
+  cmd->add_option("--max-connections-per-uid", f->max_connections_per_uid,
+                  "API connections of one local user (Unix socket, or TCP from this host) with "
+                  "a request under way; more are answered 503 (root and the server's own uid "
+                  "are exempt)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1 << 20));
+  cmd->add_option("--max-connections-per-address", f->max_connections_per_address,
+                  "API connections from one remote address with a request under way; more are "
+                  "answered 503 (agents' node tokens are exempt)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1 << 20));
+  cmd->add_option("--max-pending-connections-per-peer", f->max_pending_connections_per_peer,
+                  "API connections of one uid or address that have not shown who they are (no "
+                  "complete request head yet, idle between requests, no valid token); a new "
+                  "one past it closes the oldest")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1 << 20));
+  cmd->add_option("--request-head-timeout", f->request_head_timeout_s,
+                  "seconds a new API connection has to send its whole request head (request "
+                  "line and headers), however it trickles in")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 3600));
 }
 
 // How the agent runs container jobs: `agent` and `up` share these flags.

@@ -122,6 +122,24 @@ std::map<std::string, std::string> ArrayEnvironment(const Job& job) {
   return env;
 }
 
+int64_t SubmissionBytes(const Job& job) {
+  int64_t n = 0;
+  auto add = [&n](const std::string& s) { n += static_cast<int64_t>(s.size()) + 1; };
+  for (const std::string& a : job.command) add(a);
+  for (const auto& [k, v] : job.env) n += static_cast<int64_t>(k.size() + 1 + v.size()) + 1;
+  for (const Mount& m : job.mounts) {
+    add(m.source);
+    add(m.target);
+  }
+  for (const std::string& m : job.request.gpu_models) add(m);
+  for (const std::string* s : {&job.workdir, &job.name, &job.project, &job.image, &job.environment,
+                               &job.env_dir, &job.request.vendor, &job.request.min_capability,
+                               &job.interactive, &job.array, &job.submit_key}) {
+    if (!s->empty()) add(*s);  // an empty one is no string given
+  }
+  return n;
+}
+
 bool IsTerminal(JobState s) {
   switch (s) {
     case JobState::kSucceeded:
@@ -139,19 +157,20 @@ bool IsValidTransition(JobState from, JobState to) {
   using S = JobState;
   switch (from) {
     case S::kPending:
-      return to == S::kAssigned || to == S::kCancelled || to == S::kFailed;
+      return to == S::kPending || to == S::kAssigned || to == S::kCancelled;
     case S::kAssigned:
-      return to == S::kRunning || to == S::kPending || to == S::kCancelled || to == S::kFailed ||
-             to == S::kLost || to == S::kSucceeded || to == S::kTimeout;
     case S::kRunning:
-      return to == S::kSucceeded || to == S::kFailed || to == S::kCancelled || to == S::kTimeout ||
-             to == S::kLost;
-    case S::kLost:
-      return to == S::kPending;  // requeue
+      // ASSIGNED ends without running when its tasks fail to start or are stopped first;
+      // PENDING again is a requeue (its node was lost, with --requeue). A task's start or
+      // end that does not change the job's state is a transition to the same state.
+      if (to == S::kAssigned) return from == S::kAssigned;
+      return to == S::kRunning || to == S::kSucceeded || to == S::kFailed ||
+             to == S::kCancelled || to == S::kTimeout || to == S::kLost || to == S::kPending;
     case S::kSucceeded:
     case S::kFailed:
     case S::kCancelled:
     case S::kTimeout:
+    case S::kLost:
       return false;
   }
   return false;

@@ -1,9 +1,12 @@
 // The job model: what a user asks for, where it runs, and the states it goes through.
 //
 // PENDING -> ASSIGNED -> RUNNING -> SUCCEEDED | FAILED | CANCELLED | TIMEOUT | LOST.
-// A pending or assigned job may also go straight to CANCELLED or LOST, an assigned job
-// to FAILED (it could not be launched), and a LOST job back to PENDING when it asked to
-// be requeued. Every transition is persisted by the controller before it is acted on.
+// A pending job may also go straight to CANCELLED; an assigned one to any end (its tasks
+// failed to start, were stopped or lost before all of them ran); an assigned or running
+// one back to PENDING when its node was lost and it asked to be requeued. Ended states
+// are final. IsValidTransition is this table; controller/job_lifecycle.h makes every
+// transition and checks it. Every transition is persisted by the controller before it
+// is acted on.
 // Plain value types; not thread-safe to mutate concurrently.
 #pragma once
 
@@ -16,6 +19,7 @@
 #include <string_view>
 #include <vector>
 
+#include "common/shared_value.h"
 #include "common/status.h"
 
 namespace gpupool::jobs {
@@ -142,8 +146,10 @@ struct Job {
   uint32_t gid = 0;
   std::string project;
   std::string name;
-  std::vector<std::string> command;  // argv
-  std::map<std::string, std::string> env;
+  // A submission's bulk, shared by copies of the job (common/shared_value.h): the
+  // elements of an array, made by copying one job, hold one copy between them.
+  SharedValue<std::vector<std::string>> command;  // argv
+  SharedValue<std::map<std::string, std::string>> env;
   std::string workdir;
   std::string image;          // container image; empty = plain process
   std::vector<Mount> mounts;  // bind mounts of a container job
@@ -213,6 +219,15 @@ struct Job {
 // launch, not stored with each element, so that the elements share one stored spec.
 // Empty for other jobs.
 std::map<std::string, std::string> ArrayEnvironment(const Job& job);
+
+// What a job's submission weighs, in bytes: the strings its user gives (each argument of
+// its command, each NAME=value of its environment, its working directory, name,
+// project, image, mounts, environment, GPU constraints, array spec and submit key), each
+// with one byte more for its terminating NUL, as the kernel counts argv and envp against
+// ARG_MAX. About what the controller holds of it in memory and the store on disk (the
+// JSON adds quotes and escapes); what the server's max-submission-bytes and
+// max-queued-bytes-* bound.
+int64_t SubmissionBytes(const Job& job);
 
 // The project a job is accounted to for fair share and limits: its own, else its user's
 // name.

@@ -186,8 +186,8 @@ OrderedJson JobToJson(const Job& job) {
   j["gid"] = job.gid;
   j["project"] = job.project;
   j["name"] = job.name;
-  j["command"] = job.command;
-  j["env"] = job.env;
+  j["command"] = job.command.get();
+  j["env"] = job.env.get();
   j["workdir"] = job.workdir;
   if (!job.image.empty()) j["image"] = job.image;
   if (!job.mounts.empty()) {
@@ -274,18 +274,22 @@ Result<Job> JobFromJson(const Json& j, std::string_view path, bool reject_unknow
   job.gid = static_cast<uint32_t>(gid);
   f.Optional("project", &job.project);
   f.Optional("name", &job.name);
-  f.Optional("command", &job.command);
+  std::vector<std::string> command;
+  f.Optional("command", &command);
+  job.command = std::move(command);
   if (const Json* env = f.Member("env")) {
     if (!env->is_object()) {
       f.Fail("env", "expected an object of NAME: value strings");
     } else {
+      std::map<std::string, std::string> vars;
       for (auto it = env->begin(); it != env->end(); ++it) {
         if (!it->is_string()) {
           f.Fail("env." + it.key(), "expected a string value");
           break;
         }
-        job.env[it.key()] = it->get<std::string>();
+        vars[it.key()] = it->get<std::string>();
       }
+      job.env = std::move(vars);
     }
   }
   f.Optional("workdir", &job.workdir);

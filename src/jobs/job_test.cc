@@ -14,9 +14,14 @@ TEST(JobStateTest, TransitionsFollowTheStateMachine) {
   EXPECT_TRUE(IsValidTransition(JobState::kPending, JobState::kAssigned));
   EXPECT_TRUE(IsValidTransition(JobState::kAssigned, JobState::kRunning));
   EXPECT_TRUE(IsValidTransition(JobState::kRunning, JobState::kSucceeded));
-  EXPECT_TRUE(IsValidTransition(JobState::kLost, JobState::kPending));
+  EXPECT_TRUE(IsValidTransition(JobState::kRunning, JobState::kPending));  // a requeue
+  EXPECT_TRUE(IsValidTransition(JobState::kAssigned, JobState::kFailed));
+  EXPECT_TRUE(IsValidTransition(JobState::kRunning, JobState::kRunning));
+  EXPECT_FALSE(IsValidTransition(JobState::kLost, JobState::kPending));
+  EXPECT_FALSE(IsValidTransition(JobState::kRunning, JobState::kAssigned));
   EXPECT_FALSE(IsValidTransition(JobState::kSucceeded, JobState::kRunning));
   EXPECT_FALSE(IsValidTransition(JobState::kPending, JobState::kRunning));
+  EXPECT_FALSE(IsValidTransition(JobState::kPending, JobState::kFailed));
   EXPECT_FALSE(IsValidTransition(JobState::kCancelled, JobState::kPending));
   for (JobState s : {JobState::kSucceeded, JobState::kFailed, JobState::kCancelled,
                      JobState::kTimeout, JobState::kLost}) {
@@ -98,6 +103,25 @@ TEST(JobJsonTest, GpuConstraintsWithoutGpusAreRefusedByName) {
   EXPECT_NE(err(R"({"request": {"gpu_models": ["H100"]}})").find("add --gpus N"),
             std::string::npos);
   EXPECT_EQ(err(R"({"request": {"gpus": 1, "vendor": "amd", "min_capability": "9.0"}})"), "ok");
+}
+
+// What max-submission-bytes bounds: each string given with its NUL, as execve counts
+// argv and envp; fields left empty count nothing.
+TEST(SubmissionBytesTest, CountsEachStringGivenWithItsNul) {
+  Job j;
+  EXPECT_EQ(SubmissionBytes(j), 0);
+  j.command = {"python3", "train.py"};   // 8 + 9
+  j.env = {{"HOME", "/home/alice"}};     // HOME=/home/alice\0: 17
+  j.workdir = "/home/alice";             // 12
+  j.mounts = {{"/data", "/mnt", true}};  // 6 + 5
+  j.request.gpu_models = {"A100"};       // 5
+  j.array = "0-9";                       // 4
+  EXPECT_EQ(SubmissionBytes(j), 8 + 9 + 17 + 12 + 6 + 5 + 5 + 4);
+  // Server-set state is no part of it.
+  Job later = j;
+  later.reason = std::string(1000, 'x');
+  later.placement = {{"n1", {0}, {"GPU-1"}, 1000}};
+  EXPECT_EQ(SubmissionBytes(later), SubmissionBytes(j));
 }
 
 }  // namespace

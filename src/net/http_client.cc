@@ -87,11 +87,32 @@ bool Readable(int fd) {
   return ::poll(&p, 1, 0) > 0 && (p.revents & POLLIN) != 0;
 }
 
+// A non-blocking connect to a Unix socket within the deadline; errno says why not. EAGAIN
+// there is a full listen backlog (a server busy accepting, or a flood of connections
+// from others), not a connection in progress: it is tried again, after 1 ms, 2, 4 ... 32,
+// as a blocking connect would wait for room.
+bool ConnectUnix(int fd, const sockaddr_un& addr, SteadyClock::time_point deadline, int cancel_fd) {
+  int pause_ms = 1;
+  while (::connect(fd, reinterpret_cast<const sockaddr*>(&addr), sizeof addr) != 0) {
+    if (errno == EINTR) continue;
+    if (errno != EAGAIN) return false;
+    if (MillisLeft(deadline) == 0) return false;  // errno is still EAGAIN
+    pollfd p{cancel_fd, POLLIN, 0};
+    if (::poll(&p, 1, std::min(pause_ms, MillisLeft(deadline))) > 0 && cancel_fd >= 0) {
+      errno = ECANCELED;
+      return false;
+    }
+    pause_ms = std::min(pause_ms * 2, 32);
+    errno = EAGAIN;
+  }
+  return true;
+}
+
 // A non-blocking connect finished within the deadline; errno says why not.
 bool Connect(int fd, const sockaddr* addr, socklen_t len, SteadyClock::time_point deadline,
              int cancel_fd) {
   if (::connect(fd, addr, len) == 0) return true;
-  if (errno != EINPROGRESS && errno != EAGAIN) return false;
+  if (errno != EINPROGRESS) return false;
   if (!Wait(fd, POLLOUT, deadline, cancel_fd)) return false;
   int err = 0;
   socklen_t n = sizeof(err);
@@ -113,7 +134,7 @@ Result<Fd> Open(const ServerAddress& a, SteadyClock::time_point deadline, int ca
     std::memcpy(sun.sun_path, a.path.c_str(), a.path.size() + 1);
     Fd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
     if (fd.get() < 0) return Status::Unavailable(std::string("socket: ") + std::strerror(errno));
-    if (!Connect(fd.get(), reinterpret_cast<sockaddr*>(&sun), sizeof(sun), connect_by, cancel_fd)) {
+    if (!ConnectUnix(fd.get(), sun, connect_by, cancel_fd)) {
       return Status::Unavailable(std::string("cannot connect: ") + std::strerror(errno));
     }
     return fd;

@@ -14,10 +14,15 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstring>
+#include <limits>
 #include <mutex>
+#include <set>
 #include <thread>
+#include <unordered_map>
 
+#include "common/clock.h"
 #include "common/strings.h"
+#include "net/local_peer.h"
 
 namespace gpupool::net {
 namespace {
@@ -27,6 +32,7 @@ namespace {
 struct PendingRequest {
   std::string body;
   bool too_large = false;
+  bool refused = false;    // answered 503 at its head (a cap on connections)
   bool detached = false;   // handed to a thread of its own; the connection is suspended
   bool ready = false;      // that thread's response is in `response` (guarded by mu_)
   bool suspended = false;  // counted in suspended_ (guarded by mu_)
@@ -34,6 +40,59 @@ struct PendingRequest {
 };
 
 std::string Errno(const char* what) { return std::string(what) + ": " + std::strerror(errno); }
+
+// Per-connection state for its whole life (libmicrohttpd's socket context): who is at
+// the other end, and its entry in the ConnectionTable.
+struct ConnInfo {
+  uint64_t id = 0;
+  bool is_unix = false;
+  bool reserved_peer = false;
+  std::optional<PeerCredentials> peer;  // Unix socket
+  std::string remote;                   // "unix" or "ADDRESS:PORT"
+};
+
+int64_t NowUs() { return SystemClock::Get()->MonotonicMicros(); }
+
+std::string JsonError(const std::string& message) {
+  std::string out = "{\"error\":\"";
+  for (unsigned char c : message) {
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += static_cast<char>(c);
+    } else if (c >= 0x20) {
+      out += static_cast<char>(c);
+    }
+  }
+  return out + "\"}";
+}
+
+// A whole HTTP answer written straight to a connection the server is about to shut, for
+// a client that is still reading (libmicrohttpd has written nothing on it yet).
+std::string RawAnswer(int status, const char* reason, const std::string& message) {
+  const std::string body = JsonError(message);
+  return "HTTP/1.1 " + std::to_string(status) + " " + reason +
+         "\r\nContent-Type: application/json\r\nConnection: close\r\nContent-Length: " +
+         std::to_string(body.size()) + "\r\n\r\n" + body;
+}
+
+}  // namespace
+
+Result<uint64_t> RaiseOpenFilesLimit() {
+  struct rlimit rl {};
+  if (getrlimit(RLIMIT_NOFILE, &rl) != 0) return Status::Internal(Errno("getrlimit(NOFILE)"));
+  if (rl.rlim_cur != rl.rlim_max) {
+    struct rlimit raised = rl;
+    raised.rlim_cur = rl.rlim_max;
+    if (setrlimit(RLIMIT_NOFILE, &raised) != 0) {
+      return Status::Unavailable(Errno("setrlimit(NOFILE)"));
+    }
+    rl = raised;
+  }
+  return rl.rlim_cur == RLIM_INFINITY ? std::numeric_limits<uint64_t>::max()
+                                      : static_cast<uint64_t>(rl.rlim_cur);
+}
+
+namespace {
 
 Result<int> ListenUnix(const std::string& path, int mode) {
   sockaddr_un addr{};
@@ -66,7 +125,7 @@ Result<int> ListenUnix(const std::string& path, int mode) {
     return s;
   }
   chmod(path.c_str(), static_cast<mode_t>(mode));
-  if (listen(fd, 512) != 0) {
+  if (listen(fd, SOMAXCONN) != 0) {  // room for a burst of connections beside a flood
     Status s = Status::Unavailable(Errno("listen"));
     close(fd);
     return s;
@@ -91,7 +150,7 @@ Result<int> ListenTcp(const std::string& host, int port) {
     close(fd);
     return s;
   }
-  if (listen(fd, 512) != 0) {
+  if (listen(fd, SOMAXCONN) != 0) {  // room for a burst of connections beside a flood
     Status s = Status::Unavailable(Errno("listen"));
     close(fd);
     return s;
@@ -102,10 +161,12 @@ Result<int> ListenTcp(const std::string& host, int port) {
 class MhdServer final : public HttpServer {
  public:
   MhdServer(HttpServerOptions options, HttpHandler handler)
-      : options_(std::move(options)), handler_(std::move(handler)) {}
+      : options_(std::move(options)), handler_(std::move(handler)), table_(ConnectionLimits{}) {}
   ~MhdServer() override { Stop(); }
 
   Status Start() {
+    GP_RETURN_IF_ERROR(SetLimits());
+    reaper_ = std::thread([this] { Reap(); });
     if (!options_.unix_socket_path.empty()) {
       GP_ASSIGN_OR_RETURN(int fd, ListenUnix(options_.unix_socket_path, options_.unix_socket_mode));
       unix_daemon_ = StartDaemon(fd, /*is_unix=*/true);
@@ -151,7 +212,6 @@ class MhdServer final : public HttpServer {
       if (unix_daemon_ != nullptr) unlink(options_.unix_socket_path.c_str());
       unix_daemon_ = nullptr;
       tcp_daemon_ = nullptr;
-      return;
     }
     if (unix_daemon_ != nullptr) {
       MHD_stop_daemon(unix_daemon_);
@@ -162,6 +222,12 @@ class MhdServer final : public HttpServer {
       MHD_stop_daemon(tcp_daemon_);
       tcp_daemon_ = nullptr;
     }
+    {
+      std::lock_guard lock(conn_mu_);
+      reaper_stop_ = true;
+      reaper_cv_.notify_all();
+    }
+    if (reaper_.joinable()) reaper_.join();
   }
 
  private:
@@ -170,6 +236,69 @@ class MhdServer final : public HttpServer {
     bool is_unix;
   };
 
+  // The ConnectionTable's limits from the options and the open-files limit.
+  Status SetLimits() {
+    struct rlimit rl {};
+    uint64_t files = 1024;
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0) {
+      files = rl.rlim_cur == RLIM_INFINITY ? (1U << 20) : static_cast<uint64_t>(rl.rlim_cur);
+    }
+    // Descriptors for the store, logs, pipes and the job supervisors stay free.
+    const uint64_t fd_reserve = std::max<uint64_t>(128, files / 10);
+    ConnectionLimits l;
+    l.max_connections = options_.max_connections > 0
+                            ? static_cast<size_t>(options_.max_connections)
+                            : static_cast<size_t>(std::clamp<uint64_t>(
+                                  files > fd_reserve ? files - fd_reserve : 0, 64, 1U << 20));
+    l.reserved = options_.reserved_connections > 0
+                     ? static_cast<size_t>(options_.reserved_connections)
+                     : std::max<size_t>(l.max_connections / 4, 8);
+    if (l.reserved >= l.max_connections) {
+      return Status::InvalidArgument("reserved connections (" + std::to_string(l.reserved) +
+                                     ") must be fewer than max " + "connections (" +
+                                     std::to_string(l.max_connections) +
+                                     "): lower the one, raise the other");
+    }
+    l.max_pending = options_.max_pending_connections > 0
+                        ? static_cast<size_t>(options_.max_pending_connections)
+                        : std::max<size_t>((l.max_connections - l.reserved) / 2, 1);
+    if (l.reserved + l.max_pending >= l.max_connections) {
+      return Status::InvalidArgument(
+          "reserved (" + std::to_string(l.reserved) + ") and pending (" +
+          std::to_string(l.max_pending) + ") connections leave none of max connections (" +
+          std::to_string(l.max_connections) + ") for requests under way: lower them");
+    }
+    for (const auto& [value, name] :
+         {std::pair{options_.head_timeout_ms, "head_timeout_ms"},
+          std::pair{options_.idle_timeout_ms, "idle_timeout_ms"},
+          std::pair{options_.transfer_timeout_ms, "transfer_timeout_ms"},
+          std::pair{options_.min_transfer_bytes_per_s, "min_transfer_bytes_per_s"},
+          std::pair{options_.max_pending_per_peer, "max_pending_per_peer"},
+          std::pair{options_.max_connections_per_uid, "max_connections_per_uid"},
+          std::pair{options_.max_connections_per_address, "max_connections_per_address"}}) {
+      if (value <= 0) {
+        return Status::InvalidArgument(std::string(name) + " must be positive, not " +
+                                       std::to_string(value));
+      }
+    }
+    l.head_timeout_us = int64_t{options_.head_timeout_ms} * 1000;
+    l.idle_timeout_us = int64_t{options_.idle_timeout_ms} * 1000;
+    l.transfer_floor_us = int64_t{options_.transfer_timeout_ms} * 1000;
+    l.min_bytes_per_s = options_.min_transfer_bytes_per_s;
+    table_ = ConnectionTable(l);
+    uid_caps_ = {static_cast<size_t>(options_.max_pending_per_peer),
+                 static_cast<size_t>(options_.max_connections_per_uid), "max-connections-per-uid"};
+    address_caps_ = {static_cast<size_t>(options_.max_pending_per_peer),
+                     static_cast<size_t>(options_.max_connections_per_address),
+                     "max-connections-per-address"};
+    if (options_.reserved_uids) {
+      reserved_uids_.insert(options_.reserved_uids->begin(), options_.reserved_uids->end());
+    } else {
+      reserved_uids_ = {0, geteuid()};
+    }
+    return Status::Ok();
+  }
+
   MHD_Daemon* StartDaemon(int listen_fd, bool is_unix) {
     auto& ctx = is_unix ? unix_ctx_ : tcp_ctx_;
     ctx = {this, is_unix};
@@ -177,35 +306,212 @@ class MhdServer final : public HttpServer {
     const unsigned threads = options_.pool_threads > 0
                                  ? static_cast<unsigned>(options_.pool_threads)
                                  : std::max(8U, 2 * hw);
+    // The table bounds every listener together; libmicrohttpd's own limit, per listener,
+    // only backs it up.
+    const auto limit = static_cast<unsigned>(table_.limits().max_connections);
     return MHD_start_daemon(
         MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME, 0, nullptr,
         nullptr, &MhdServer::OnRequest, &ctx, MHD_OPTION_LISTEN_SOCKET, listen_fd,
-        MHD_OPTION_THREAD_POOL_SIZE, threads, MHD_OPTION_CONNECTION_LIMIT, ConnectionLimit(),
+        MHD_OPTION_THREAD_POOL_SIZE, threads, MHD_OPTION_CONNECTION_LIMIT, limit,
         MHD_OPTION_CONNECTION_TIMEOUT, static_cast<unsigned>(options_.connection_timeout_s),
-        MHD_OPTION_NOTIFY_COMPLETED, &MhdServer::OnCompleted, this, MHD_OPTION_END);
+        MHD_OPTION_NOTIFY_COMPLETED, &MhdServer::OnCompleted, this, MHD_OPTION_NOTIFY_CONNECTION,
+        &MhdServer::OnConnection, &ctx, MHD_OPTION_END);
   }
 
-  unsigned ConnectionLimit() const {
-    if (options_.max_connections > 0) return static_cast<unsigned>(options_.max_connections);
-    struct rlimit rl {};
-    rlim_t files = 1024;
-    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY) files = rl.rlim_cur;
-    if (rl.rlim_cur == RLIM_INFINITY) files = 1 << 20;
-    // Descriptors for the store, logs, pipes and the job supervisors stay free.
-    const rlim_t reserve = 128;
-    const rlim_t listeners =
-        (options_.unix_socket_path.empty() ? 0 : 1) + (options_.tcp_host.empty() ? 0 : 1);
-    const rlim_t per = files > reserve ? (files - reserve) / std::max<rlim_t>(listeners, 1) : 16;
-    return static_cast<unsigned>(std::clamp<rlim_t>(per, 16, 1 << 20));
+  // --- connections: the table, and closing what it says -----------------------------
+
+  static ConnInfo* InfoOf(MHD_Connection* conn) {
+    const MHD_ConnectionInfo* info =
+        MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    return info != nullptr ? static_cast<ConnInfo*>(info->socket_context) : nullptr;
   }
 
-  static void OnCompleted(void* cls, MHD_Connection*, void** con_cls, MHD_RequestTerminationCode) {
+  static void OnConnection(void* cls, MHD_Connection* conn, void** socket_context,
+                           MHD_ConnectionNotificationCode code) {
+    auto* ctx = static_cast<DaemonContext*>(cls);
+    MhdServer* self = ctx->server;
+    if (code == MHD_CONNECTION_NOTIFY_CLOSED) {
+      auto* info = static_cast<ConnInfo*>(*socket_context);
+      if (info == nullptr) return;
+      {
+        // Taken before libmicrohttpd closes the descriptor: the reaper never shuts one
+        // that is closed (and perhaps reused) already.
+        std::lock_guard lock(self->conn_mu_);
+        self->table_.Closed(info->id);
+        self->fds_.erase(info->id);
+      }
+      delete info;
+      *socket_context = nullptr;
+      return;
+    }
+    auto* info = new ConnInfo();
+    *socket_context = info;
+    info->is_unix = ctx->is_unix;
+    const MHD_ConnectionInfo* fdi =
+        MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+    const int fd = fdi != nullptr ? fdi->connect_fd : -1;
+    std::string peer;
+    bool local_uid = false;  // a TCP peer on this host, counted as its uid
+    if (ctx->is_unix) {
+      info->remote = "unix";
+      ucred cred{};
+      socklen_t len = sizeof cred;
+      if (fd >= 0 && getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0) {
+        info->peer = PeerCredentials{cred.pid, cred.uid, cred.gid};
+        info->reserved_peer = self->reserved_uids_.count(cred.uid) > 0;
+        peer = "uid " + std::to_string(cred.uid);
+      } else {
+        peer = "an unknown uid";
+      }
+    } else {
+      const MHD_ConnectionInfo* ai =
+          MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+      peer = "an unknown address";
+      if (ai != nullptr && ai->client_addr != nullptr && ai->client_addr->sa_family == AF_INET) {
+        const auto* in = reinterpret_cast<const sockaddr_in*>(ai->client_addr);
+        char buf[INET_ADDRSTRLEN] = {};
+        inet_ntop(AF_INET, &in->sin_addr, buf, sizeof buf);
+        peer = buf;
+        info->remote = std::string(buf) + ":" + std::to_string(ntohs(in->sin_port));
+        // From this host: counted as its uid, whichever address it came from (a local
+        // user shares 127.0.0.1 with every other, and has all of 127/8 besides).
+        sockaddr_in local{};
+        socklen_t len = sizeof local;
+        if (fd >= 0 && getsockname(fd, reinterpret_cast<sockaddr*>(&local), &len) == 0 &&
+            MaybeLocalPeer(*in, local)) {
+          if (std::optional<uid_t> uid = LocalTcpPeerUid(*in, local)) {
+            peer = "uid " + std::to_string(*uid);
+            info->reserved_peer = self->reserved_uids_.count(*uid) > 0;
+            local_uid = true;
+          }
+        }
+      }
+    }
+    std::lock_guard lock(self->conn_mu_);
+    info->id = ++self->next_id_;
+    std::vector<ConnectionTable::Close> close;
+    const bool admitted = self->table_.Open(
+        info->id, peer, ctx->is_unix || local_uid ? self->uid_caps_ : self->address_caps_,
+        info->reserved_peer, NowUs(), &close);
+    for (const auto& c : close) self->CloseLocked(c);
+    if (!admitted) {
+      // No room at all: every connection is taken (reserved ones included).
+      (void)!send(fd, self->no_room_.data(), self->no_room_.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
+      shutdown(fd, SHUT_RDWR);
+      return;
+    }
+    self->fds_[info->id] = fd;
+    self->PokeLocked();
+  }
+
+  // Ends connection `c.id` (conn_mu_ held, so its descriptor is still open): says why
+  // first where nothing was written on it yet, then shuts it; libmicrohttpd sees the end
+  // and closes it.
+  void CloseLocked(const ConnectionTable::Close& c) {
+    auto it = fds_.find(c.id);
+    if (it == fds_.end()) return;
+    std::string answer;
+    using Phase = ConnectionTable::Phase;
+    if (c.phase == Phase::kHead || c.phase == Phase::kBody) {
+      if (!c.why.empty()) {
+        answer = RawAnswer(503, "Service Unavailable", c.why);
+      } else if (c.phase == Phase::kHead) {
+        answer = RawAnswer(408, "Request Timeout",
+                           "the request head did not arrive in full within " +
+                               std::to_string(options_.head_timeout_ms) +
+                               " ms of connecting: send it at once");
+      } else {
+        answer = RawAnswer(408, "Request Timeout",
+                           "the request body did not arrive in time (" +
+                               std::to_string(options_.transfer_timeout_ms) + " ms, and 1 s per " +
+                               std::to_string(options_.min_transfer_bytes_per_s) + " bytes)");
+      }
+      (void)!send(it->second, answer.data(), answer.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
+    }
+    shutdown(it->second, SHUT_RDWR);
+    fds_.erase(it);  // the table forgot it too: nothing shuts it twice
+  }
+
+  // Wakes the reaper when a deadline now comes before the one it waits for.
+  void PokeLocked() {
+    const std::optional<int64_t> next = table_.NextDeadline();
+    if (next && *next < reaper_wake_) reaper_cv_.notify_one();
+  }
+
+  void Reap() {
+    std::unique_lock lock(conn_mu_);
+    while (!reaper_stop_) {
+      const int64_t now = NowUs();
+      for (const auto& c : table_.Expire(now)) CloseLocked(c);
+      const std::optional<int64_t> next = table_.NextDeadline();
+      reaper_wake_ = next.value_or(std::numeric_limits<int64_t>::max());
+      if (next) {
+        reaper_cv_.wait_for(lock, std::chrono::microseconds(*next - now));
+      } else {
+        reaper_cv_.wait(lock);
+      }
+    }
+  }
+
+  // The table's word on a request whose head arrived: "" or why it is refused.
+  std::string HeadArrived(MHD_Connection* conn, const HttpRequest& head) {
+    ConnInfo* info = InfoOf(conn);
+    if (info == nullptr) return "";
+    ConnectionClass cls = ConnectionClass::kUser;
+    if (!info->reserved_peer) {
+      if (options_.classify) {
+        cls = options_.classify(head);
+      } else {
+        cls = info->is_unix ? ConnectionClass::kUser : ConnectionClass::kAnonymous;
+      }
+    }
+    uint64_t body = 0;
+    if (const char* te = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Transfer-Encoding");
+        te != nullptr && std::strstr(te, "chunked") != nullptr) {
+      body = options_.max_body_bytes;
+    } else if (const char* cl =
+                   MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Content-Length");
+               cl != nullptr) {
+      body = std::min<uint64_t>(std::strtoull(cl, nullptr, 10), options_.max_body_bytes);
+    }
+    std::lock_guard lock(conn_mu_);
+    std::string refused = table_.HeadArrived(info->id, cls, body, NowUs());
+    PokeLocked();
+    return refused;
+  }
+
+  void HandlerRunning(MHD_Connection* conn) {
+    ConnInfo* info = InfoOf(conn);
+    if (info == nullptr) return;
+    std::lock_guard lock(conn_mu_);
+    table_.HandlerRunning(info->id);
+  }
+
+  MHD_Result Answer(MHD_Connection* conn, const HttpResponse& r) {
+    if (ConnInfo* info = InfoOf(conn); info != nullptr) {
+      std::lock_guard lock(conn_mu_);
+      table_.Answering(info->id, r.body.size(), NowUs());
+      PokeLocked();
+    }
+    return Send(conn, r);
+  }
+
+  static void OnCompleted(void* cls, MHD_Connection* conn, void** con_cls,
+                          MHD_RequestTerminationCode) {
+    auto* self = static_cast<MhdServer*>(cls);
     auto* pending = static_cast<PendingRequest*>(*con_cls);
     if (pending != nullptr && pending->detached) {
-      static_cast<MhdServer*>(cls)->Unsuspended(pending);  // answered (or the peer left)
+      self->Unsuspended(pending);  // answered (or the peer left)
     }
     delete pending;
     *con_cls = nullptr;
+    if (ConnInfo* info = InfoOf(conn); info != nullptr) {
+      std::lock_guard lock(self->conn_mu_);
+      std::vector<ConnectionTable::Close> close;
+      self->table_.RequestDone(info->id, NowUs(), &close);
+      for (const auto& c : close) self->CloseLocked(c);
+      self->PokeLocked();
+    }
   }
 
   // A detached request is over: its answer was sent, or its connection closed.
@@ -232,9 +538,9 @@ class MhdServer final : public HttpServer {
     {
       std::lock_guard lock(mu_);
       if (stopping_) {
-        return Send(conn, ErrorResponse(503,
-                                        "the server is shutting down: try again, or "
-                                        "another controller of the pool"));
+        return Answer(conn, ErrorResponse(503,
+                                          "the server is shutting down: try again, or "
+                                          "another controller of the pool"));
       }
       pending->detached = true;
       pending->suspended = true;
@@ -283,25 +589,22 @@ class MhdServer final : public HttpServer {
   static HttpResponse ErrorResponse(int status, const std::string& message) {
     HttpResponse r;
     r.status = status;
-    r.body = "{\"error\":" + QuoteJson(message) + "}";
+    r.body = JsonError(message);
     return r;
   }
 
-  static std::string QuoteJson(const std::string& s) {
-    std::string out = "\"";
-    for (unsigned char c : s) {
-      if (c == '"' || c == '\\') {
-        out += '\\';
-        out += static_cast<char>(c);
-      } else if (c < 0x20) {
-        char buf[8];
-        (void)std::snprintf(buf, sizeof buf, "\\u%04x", c);
-        out += buf;
-      } else {
-        out += static_cast<char>(c);
-      }
+  // The request as the handler sees it, less its body.
+  static HttpRequest HeadOf(MHD_Connection* conn, const char* url, const char* method) {
+    HttpRequest req;
+    req.method = method;
+    req.path = url;
+    MHD_get_connection_values(conn, MHD_GET_ARGUMENT_KIND, &MhdServer::CollectQuery, &req.query);
+    MHD_get_connection_values(conn, MHD_HEADER_KIND, &MhdServer::CollectHeader, &req.headers);
+    if (const ConnInfo* info = InfoOf(conn); info != nullptr) {
+      req.remote = info->remote;
+      req.peer = info->peer;
     }
-    return out + "\"";
+    return req;
   }
 
   static MHD_Result OnRequest(void* cls, MHD_Connection* conn, const char* url, const char* method,
@@ -310,10 +613,22 @@ class MhdServer final : public HttpServer {
     auto* ctx = static_cast<DaemonContext*>(cls);
     MhdServer* self = ctx->server;
     if (*con_cls == nullptr) {  // first call: headers only
-      *con_cls = new PendingRequest();
-      return MHD_YES;
+      auto* pending = new PendingRequest();
+      *con_cls = pending;
+      const std::string refused = self->HeadArrived(conn, HeadOf(conn, url, method));
+      if (refused.empty()) return MHD_YES;
+      // Over a cap on connections: refused before the handler sees it, and closed.
+      pending->refused = true;
+      HttpResponse r = ErrorResponse(503, refused);
+      r.headers["Connection"] = "close";
+      r.headers["Retry-After"] = "1";
+      return self->Answer(conn, r);
     }
     auto* pending = static_cast<PendingRequest*>(*con_cls);
+    if (pending->refused) {
+      *upload_data_size = 0;
+      return MHD_YES;
+    }
     if (pending->detached) {  // resumed: the blocking handler's answer is ready
       HttpResponse resp;
       {
@@ -321,7 +636,7 @@ class MhdServer final : public HttpServer {
         if (!pending->ready) return MHD_YES;
         resp = std::move(pending->response);
       }
-      return Send(conn, resp);  // counted out of suspended_ in OnCompleted, once it is sent
+      return self->Answer(conn, resp);  // counted out of suspended_ in OnCompleted
     }
     if (*upload_data_size > 0) {
       if (pending->body.size() + *upload_data_size > self->options_.max_body_bytes) {
@@ -334,42 +649,19 @@ class MhdServer final : public HttpServer {
       return MHD_YES;
     }
     if (pending->too_large) {
-      return Send(conn,
-                  ErrorResponse(413, "request body is larger than " +
-                                         std::to_string(self->options_.max_body_bytes) + " bytes"));
+      return self->Answer(
+          conn, ErrorResponse(413, "request body is larger than " +
+                                       std::to_string(self->options_.max_body_bytes) + " bytes" +
+                                       self->options_.max_body_hint));
     }
 
-    HttpRequest req;
-    req.method = method;
-    req.path = url;
+    HttpRequest req = HeadOf(conn, url, method);
     req.body = std::move(pending->body);
-    MHD_get_connection_values(conn, MHD_GET_ARGUMENT_KIND, &MhdServer::CollectQuery, &req.query);
-    MHD_get_connection_values(conn, MHD_HEADER_KIND, &MhdServer::CollectHeader, &req.headers);
-    if (ctx->is_unix) {
-      req.remote = "unix";
-      const MHD_ConnectionInfo* info =
-          MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
-      ucred cred{};
-      socklen_t len = sizeof cred;
-      if (info != nullptr &&
-          getsockopt(info->connect_fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0) {
-        req.peer = PeerCredentials{cred.pid, cred.uid, cred.gid};
-      }
-    } else {
-      const MHD_ConnectionInfo* info =
-          MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
-      if (info != nullptr && info->client_addr != nullptr &&
-          info->client_addr->sa_family == AF_INET) {
-        const auto* in = reinterpret_cast<const sockaddr_in*>(info->client_addr);
-        char buf[INET_ADDRSTRLEN] = {};
-        inet_ntop(AF_INET, &in->sin_addr, buf, sizeof buf);
-        req.remote = std::string(buf) + ":" + std::to_string(ntohs(in->sin_port));
-      }
-    }
+    self->HandlerRunning(conn);
     if (self->options_.may_block && self->options_.may_block(req)) {
       return self->RunDetached(conn, pending, std::move(req));
     }
-    return Send(conn, self->CallHandler(req));
+    return self->Answer(conn, self->CallHandler(req));
   }
 
   HttpServerOptions options_;
@@ -385,6 +677,22 @@ class MhdServer final : public HttpServer {
   bool stopping_ = false;     // Stop() began: nothing is suspended any more
   int blocking_running_ = 0;  // handlers running on threads of their own
   int suspended_ = 0;         // connections suspended for them
+
+  // Connections (net/connection_table.h). conn_mu_ guards the table, the descriptors and
+  // the reaper's state; it is never held while calling into libmicrohttpd.
+  std::mutex conn_mu_;
+  ConnectionTable table_;
+  std::unordered_map<uint64_t, int> fds_;  // open connections' descriptors, by table id
+  uint64_t next_id_ = 0;
+  PeerCaps uid_caps_;
+  PeerCaps address_caps_;
+  std::set<uid_t> reserved_uids_;
+  std::thread reaper_;  // closes connections past their deadline
+  std::condition_variable reaper_cv_;
+  int64_t reaper_wake_ = std::numeric_limits<int64_t>::max();
+  bool reaper_stop_ = false;
+  const std::string no_room_ =
+      RawAnswer(503, "Service Unavailable", "the server has no connection free: try again shortly");
 };
 
 }  // namespace

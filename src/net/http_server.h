@@ -13,13 +13,22 @@
 // runs. The handler must be thread-safe. Stop() waits for running handlers, including
 // blocking ones, as joining a connection thread did. The server owns its sockets and
 // removes the Unix socket file on Stop().
+//
+// No peer can take every connection (docs/security.md, "Connection exhaustion"): each
+// uid on the socket and each address over TCP has its caps, connections that have not
+// shown who they are make room for new ones, agents have a share no one else may use, and
+// each phase of a request has a deadline that trickled bytes do not move
+// (HttpServerOptions below, net/connection_table.h).
 #pragma once
 
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
+#include <vector>
 
 #include "common/status.h"
+#include "net/connection_table.h"
 #include "net/http.h"
 
 namespace gpupool::net {
@@ -32,18 +41,56 @@ struct HttpServerOptions {
   std::string tcp_host;          // empty: no TCP listener
   int tcp_port = 0;              // 0 with a tcp_host: pick a free port
   size_t max_body_bytes = 1 << 20;
+  // Appended to the 413 answer for a larger body: where the limit comes from.
+  std::string max_body_hint;
+  // libmicrohttpd's own timeout: this long without a byte either way. The deadlines
+  // below come first; this one covers a handler's answer being written when the
+  // connection stalls.
   int connection_timeout_s = 120;
   // Threads serving connections; 0: max(8, 2 x CPUs). A handler that waits on the store
   // holds its thread, so there are more threads than CPUs: reads go on meanwhile.
   int pool_threads = 0;
-  // Connections open at once, per listener. 0: what the open-files limit allows (half
-  // of it each with two listeners, less a reserve), so that hundreds of agents can hold
-  // their long polls beside the clients. libmicrohttpd's own default is ~1,020.
+
+  // Connections, every listener together (docs/security.md, "Connection exhaustion";
+  // the rules are net/connection_table.h's). 0: the open-files limit less a tenth of it
+  // (at least 128) for the store, logs and jobs' pipes, so that hundreds of agents can
+  // hold their long polls beside the clients (libmicrohttpd's default is ~1,020).
   int max_connections = 0;
+  // Of those, kept for agents (a request head with a node token, see `classify`) and the
+  // reserved uids; 0: a quarter.
+  int reserved_connections = 0;
+  // Connections that have not shown who they are (no complete head yet, between two
+  // requests, no valid credentials), in all; 0: half of those not reserved. Past it the
+  // oldest is closed.
+  int max_pending_connections = 0;
+  int max_pending_per_peer = 64;          // the same, of one uid or address
+  int max_connections_per_uid = 256;      // a uid's on the socket with a request under way
+  int max_connections_per_address = 256;  // an address's over TCP, the same
+  // Unix-socket peers whose connections are reserved from accept and bear no per-uid cap.
+  // Unset: root and this process's own uid (the local agent of `gpupool up`).
+  std::optional<std::vector<uid_t>> reserved_uids;
+  // Deadlines that bytes do not move: the whole request head (request line and headers)
+  // within head_timeout_ms of accept; the body, and the answer, within transfer_timeout_ms
+  // plus their size at min_transfer_bytes_per_s; the next request's head within
+  // idle_timeout_ms of the last answer.
+  int head_timeout_ms = 10'000;
+  int idle_timeout_ms = 5'000;
+  int transfer_timeout_ms = 10'000;
+  int min_transfer_bytes_per_s = 16 * 1024;
+  // What a request's head (no body yet) shows of its caller: kReserved for agents,
+  // kUser for a known caller, kAnonymous otherwise. It must be quick and thread-safe.
+  // Unset: kUser on the Unix socket (the kernel names the uid), kAnonymous over TCP.
+  std::function<ConnectionClass(const HttpRequest&)> classify;
+
   // Requests for which this returns true run on a thread of their own (see above);
   // it sees the whole request (method, path, query, headers, body). Unset: none.
   std::function<bool(const HttpRequest&)> may_block;
 };
+
+// Raises this process's soft open-files limit (RLIMIT_NOFILE) to its hard limit, so that
+// the server's connections are bounded by what the system allows rather than by a
+// login's 1,024. Returns the limit now in force.
+Result<uint64_t> RaiseOpenFilesLimit();
 
 class HttpServer {
  public:

@@ -52,6 +52,7 @@ class HttpTest : public ::testing::Test {
     opts.tcp_host = "127.0.0.1";
     opts.tcp_port = 0;
     opts.max_body_bytes = 1000;
+    opts.max_body_hint = " (see max-body)";
     auto s = StartHttpServer(opts, [this](const HttpRequest& r) {
       ++calls_;
       HttpResponse resp;
@@ -98,6 +99,9 @@ TEST_F(HttpTest, OversizedBodyIs413AndNeverReachesTheHandler) {
   auto r = c.Post("/v1/x", std::string(5000, 'x'));
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   EXPECT_EQ(r->status, 413);
+  EXPECT_NE(r->body.find("request body is larger than 1000 bytes (see max-body)"),
+            std::string::npos)
+      << r->body;
   EXPECT_EQ(calls_.load(), 0);
 }
 
@@ -200,6 +204,68 @@ TEST(HttpClientTest, ReadsChunkedAndSizedAnswersAndNamesBrokenOnes) {
   EXPECT_EQ(
       HttpClient(ParseServerAddress("unix:" + sock).value(), "t\r\nX: 1").Get("/").status().code(),
       StatusCode::kInvalidArgument);
+}
+
+// A full listen backlog on a Unix socket (a server busy accepting, or a flood of others'
+// connections) makes connect() fail with EAGAIN at once, where a blocking connect would
+// wait for room: the client waits for room too, within its connect deadline.
+TEST(HttpClientTest, AFullUnixListenBacklogIsWaitedForNotAnError) {
+  const std::string sock =
+      ::testing::TempDir() + "/backlog-" + std::to_string(::getpid()) + ".sock";
+  const int lfd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  sockaddr_un a{};
+  a.sun_family = AF_UNIX;
+  std::snprintf(a.sun_path, sizeof(a.sun_path), "%s", sock.c_str());
+  ::unlink(sock.c_str());
+  ASSERT_EQ(::bind(lfd, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
+  ASSERT_EQ(::listen(lfd, 0), 0);
+  std::vector<int> fillers;
+  while (fillers.size() < 64) {
+    const int f = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    if (::connect(f, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0) {
+      ASSERT_EQ(errno, EAGAIN);
+      ::close(f);
+      break;
+    }
+    fillers.push_back(f);
+  }
+  ASSERT_FALSE(fillers.empty());
+  const auto start = std::chrono::steady_clock::now();
+  Result<HttpResponse> r = Status::Internal("not called");
+  std::thread client(
+      [&] { r = HttpClient(ParseServerAddress("unix:" + sock).value()).Get("/x", 5000); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));  // the client meets a full backlog
+  auto accept_one = [&] {
+    pollfd p{lfd, POLLIN, 0};
+    if (::poll(&p, 1, 5000) <= 0) return -1;
+    return ::accept4(lfd, nullptr, nullptr, SOCK_CLOEXEC);
+  };
+  for (size_t i = 0; i < fillers.size(); ++i) ::close(accept_one());  // room again
+  const int c = accept_one();
+  if (c < 0) {
+    client.join();
+    for (int f : fillers) ::close(f);
+    ::close(lfd);
+    FAIL() << "the client never connected: " << r.status().ToString();
+  }
+  std::string got;
+  char buf[4096];
+  while (got.find("\r\n\r\n") == std::string::npos) {
+    const ssize_t n = ::read(c, buf, sizeof buf);
+    if (n <= 0) break;
+    got.append(buf, static_cast<size_t>(n));
+  }
+  const std::string answer = "HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok";
+  (void)!::send(c, answer.data(), answer.size(), MSG_NOSIGNAL);
+  ::close(c);
+  client.join();
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->body, "ok");
+  EXPECT_GE(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(200));
+  EXPECT_EQ(got.rfind("GET /x HTTP/1.1", 0), 0U) << got;
+  for (int f : fillers) ::close(f);
+  ::close(lfd);
+  ::unlink(sock.c_str());
 }
 
 TEST(HttpClientTest, NoServerIsUnavailable) {

@@ -86,9 +86,32 @@ Result<jobs::Job> DecodeJobRecord(int64_t id, std::string_view body, std::string
 }
 
 Result<const Json*> SpecCache::Get(int64_t id, const std::function<std::string()>& text) {
-  if (auto it = parsed_.find(id); it != parsed_.end()) return &it->second;
-  GP_ASSIGN_OR_RETURN(Json s, ParseJson(text(), "stored job spec " + std::to_string(id)));
-  return &parsed_.emplace(id, std::move(s)).first->second;
+  if (auto it = parsed_.find(id); it != parsed_.end()) return &it->second.spec;
+  const std::string t = text();
+  GP_ASSIGN_OR_RETURN(Json s, ParseJson(t, "stored job spec " + std::to_string(id)));
+  // The oldest go first, the one asked for stays.
+  while (!parsed_order_.empty() && parsed_bytes_ + t.size() > max_parsed_bytes_) {
+    auto old = parsed_.find(parsed_order_.front());
+    parsed_bytes_ -= old->second.text_bytes;
+    parsed_.erase(old);
+    parsed_order_.pop_front();
+  }
+  parsed_bytes_ += t.size();
+  parsed_order_.push_back(id);
+  return &parsed_.emplace(id, Parsed{std::move(s), t.size()}).first->second.spec;
+}
+
+void SpecCache::Share(int64_t id, jobs::Job* job) {
+  auto [first, inserted] = first_.try_emplace(id);
+  if (inserted) {
+    first->second.command = job->command;
+    first->second.env = job->env;
+    return;
+  }
+  // Equal by construction (the spec holds both, and a row's body neither); checked all
+  // the same, as sharing unequal values would change a job.
+  if (job->command == first->second.command) job->command = first->second.command;
+  if (job->env == first->second.env) job->env = first->second.env;
 }
 
 }  // namespace gpupool::store::internal

@@ -555,13 +555,14 @@ class PostgresStore final : public Store, private PgSession {
     GP_ASSIGN_OR_RETURN(PgResult r, Run(sql, params, "list jobs"));
     std::vector<Job> out;
     out.reserve(static_cast<size_t>(r.Rows()));
-    internal::SpecCache specs;  // an array's elements: their spec parsed once
+    internal::SpecCache specs;  // an array's elements: their spec parsed and held once
     for (int i = 0; i < r.Rows(); ++i) {
       const Json* spec = nullptr;  // NULL: a row written whole, before job_specs
       if (!r.IsNull(i, 2)) {
         GP_ASSIGN_OR_RETURN(spec, specs.Get(r.Int(i, 2), [&] { return r.Text(i, 3); }));
       }
       GP_ASSIGN_OR_RETURN(Job j, internal::DecodeJobRecord(r.Int(i, 0), r.Text(i, 1), spec));
+      if (spec != nullptr) specs.Share(r.Int(i, 2), &j);
       out.push_back(std::move(j));
     }
     return out;

@@ -314,7 +314,7 @@ class SqliteStore final : public Store {
     if (filter.ended_after_us > 0) s.Bind(3, filter.ended_after_us);
     if (filter.array_id > 0) s.Bind(4, filter.array_id);
     std::vector<Job> out;
-    internal::SpecCache specs;  // an array's elements: their spec parsed once
+    internal::SpecCache specs;  // an array's elements: their spec parsed and held once
     int rc;
     while ((rc = s.Step()) == SQLITE_ROW) {
       const Json* spec = nullptr;  // NULL: a row written whole, before job_specs
@@ -322,6 +322,7 @@ class SqliteStore final : public Store {
         GP_ASSIGN_OR_RETURN(spec, specs.Get(s.Int(2), [&] { return s.Text(3); }));
       }
       GP_ASSIGN_OR_RETURN(Job j, DecodeJobRecord(s.Int(0), s.Text(1), spec));
+      if (spec != nullptr) specs.Share(s.Int(2), &j);
       out.push_back(std::move(j));
     }
     if (rc != SQLITE_DONE) return Error("list jobs");

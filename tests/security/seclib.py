@@ -14,6 +14,8 @@ import http.client
 import json
 import os
 import pwd
+import resource
+import selectors
 import shutil
 import socket
 import subprocess
@@ -109,7 +111,7 @@ class Env:
     and agents started with start_agent(name) for nodes "vm" and "vm2" and so on.
     """
 
-    def __init__(self, split=False, extra_args=()):
+    def __init__(self, split=False, extra_args=(), nofile=None):
         self.dir = pooltest.make_test_dir("gp-sec-")
         self.state = os.path.join(self.dir, "state")
         self.sock = os.path.join(self.state, "gpupool.sock")
@@ -136,6 +138,7 @@ class Env:
         self.server = None
         self.agents = {}
         self.node_file = NODE_FILE
+        self.nofile = nofile  # the server's RLIMIT_NOFILE (soft and hard); None: inherited
 
     # --- the pool ---
     def start(self, timeout=30):
@@ -143,8 +146,12 @@ class Env:
                "--port", str(self.port)] + self.extra_args
         if not self.split:
             cmd += ["--fake", self.node_file]
+        nofile = self.nofile
+        limit = (lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (nofile, nofile))) \
+            if nofile else None
         with open(os.path.join(self.dir, "server.log"), "ab") as log:
-            self.server = subprocess.Popen(cmd, stdout=log, stderr=log, start_new_session=True)
+            self.server = subprocess.Popen(cmd, stdout=log, stderr=log, start_new_session=True,
+                                           preexec_fn=limit)
         deadline = time.time() + timeout
         while time.time() < deadline:
             if os.path.exists(self.sock):
@@ -207,7 +214,8 @@ class Env:
             return http_call(pooltest.UnixConnection(self.sock, timeout), method, path, body, headers, raw)
         req = json.dumps({"sock": self.sock, "method": method, "path": path, "body": body,
                           "headers": headers, "raw": raw, "timeout": timeout})
-        r = subprocess.run(as_user_argv(user, [USER_PYTHON, self.lib, "--call", req]),
+        # On standard input: a body of a megabyte is more than one argument may hold.
+        r = subprocess.run(as_user_argv(user, [USER_PYTHON, self.lib, "--call"]), input=req,
                            capture_output=True, text=True, timeout=timeout + 10)
         if r.returncode != 0:
             raise RuntimeError("call as %s failed: %s" % (user, r.stderr))
@@ -232,6 +240,25 @@ class Env:
             argv = as_user_argv(user, ["env"] + ["%s=%s" % kv for kv in e.items()] + argv)
         return subprocess.run(argv, capture_output=True, text=True, env=e,
                               cwd=cwd or (user.home if user else self.dir), timeout=timeout)
+
+    def hold_connections(self, user, target, count, seconds, reopen_per_s=0):
+        """Starts `user` holding `count` connections to `target` ("unix" or "tcp"), each
+        with half a request head sent, for `seconds`, reopening those the server closes (at
+        most `reopen_per_s` a second; 0: at once) (a connection-exhaustion attack). Returns the Popen; its stdout has one JSON line of
+        counts per second (see run_hold)."""
+        spec = json.dumps({"target": self.sock if target == "unix" else self.port,
+                           "count": count, "seconds": seconds,
+                           "reopen_per_s": reopen_per_s})
+        need = count + 256
+
+        def limits():  # as root, before the switch to `user`: room for `count` sockets
+            soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+            if hard != resource.RLIM_INFINITY and hard < need:
+                resource.setrlimit(resource.RLIMIT_NOFILE, (need, need))
+
+        return subprocess.Popen(as_user_argv(user, [USER_PYTHON, self.lib, "--hold", spec]),
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                preexec_fn=limits, start_new_session=True)
 
     def token(self, user, kind="user", **extra):
         """A new token for `user` (a name) made by root; returns the secret."""
@@ -274,11 +301,94 @@ def run_call(spec):
     print(json.dumps({"status": st, "body": body, "headers": hdrs}))
 
 
+def run_hold(spec):
+    """The child side of Env.hold_connections: opens up to `count` connections to the
+    socket path or TCP port `target`, sends each half a request head (no blank line), and
+    keeps them open for `seconds`, opening new ones for those the server closes. Prints
+    {"open", "opened", "closed", "refused"} once a second (closed: by the server; refused:
+    the connect failed, e.g. a full listen backlog)."""
+    s = json.loads(spec)
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    unix = isinstance(s["target"], str)
+    addr = s["target"] if unix else ("127.0.0.1", s["target"])
+    head = b"GET /v1/jobs HTTP/1.1\r\nHost: x\r\nX-Slow: "
+    sel = selectors.DefaultSelector()
+    counts = {"open": 0, "opened": 0, "closed": 0, "refused": 0}
+    end = time.time() + s["seconds"]
+    next_report = time.time()
+
+    def open_one():
+        sk = socket.socket(socket.AF_UNIX if unix else socket.AF_INET, socket.SOCK_STREAM)
+        sk.setblocking(False)
+        try:
+            sk.connect(addr)
+        except (BlockingIOError, InterruptedError) as e:
+            if unix:  # EAGAIN on a Unix socket: the backlog is full, not in progress
+                sk.close()
+                counts["refused"] += 1
+                return False
+        except OSError:
+            sk.close()
+            counts["refused"] += 1
+            return False
+        sel.register(sk, selectors.EVENT_READ | selectors.EVENT_WRITE, [False])
+        counts["open"] += 1
+        counts["opened"] += 1
+        return True
+
+    # All `count` at once, then those the server closed again, at most `reopen_per_s` a
+    # second (0: as fast as it can: a flood of connections more than a hold).
+    budget, last = float(s["count"]), time.time()
+    while time.time() < end:
+        if s.get("reopen_per_s", 0) > 0 and counts["opened"] >= s["count"]:
+            now = time.time()
+            budget = min(budget + (now - last) * s["reopen_per_s"], s["reopen_per_s"])
+            last = now
+        else:
+            budget, last = float(s["count"]), time.time()
+        for _ in range(min(2000, int(budget), s["count"] - counts["open"])):
+            if not open_one():
+                break
+            budget -= 1
+        for key, ev in sel.select(timeout=0.05):
+            sk, sent = key.fileobj, key.data
+            closed = False
+            if ev & selectors.EVENT_READ:
+                try:
+                    closed = sk.recv(4096) == b""
+                except BlockingIOError:
+                    pass
+                except OSError:
+                    closed = True
+            elif ev & selectors.EVENT_WRITE and not sent[0]:
+                try:
+                    sk.send(head)
+                    sent[0] = True
+                    sel.modify(sk, selectors.EVENT_READ, sent)
+                except BlockingIOError:
+                    pass
+                except OSError:
+                    closed = True
+            if closed:
+                sel.unregister(sk)
+                sk.close()
+                counts["open"] -= 1
+                counts["closed"] += 1
+        if time.time() >= next_report:
+            print(json.dumps(counts), flush=True)
+            next_report = time.time() + 1
+    print(json.dumps(counts), flush=True)
+
+
 def main():
     """Runs the calling module's tests; exits 77 (skipped) when they cannot run here."""
     global GPUPOOL
     if len(sys.argv) > 1 and sys.argv[1] == "--call":
-        run_call(sys.argv[2])
+        run_call(sys.argv[2] if len(sys.argv) > 2 else sys.stdin.read())
+        return
+    if len(sys.argv) > 1 and sys.argv[1] == "--hold":
+        run_hold(sys.argv[2])
         return
     GPUPOOL = os.path.abspath(sys.argv.pop(1)) if len(sys.argv) > 1 else shutil.which("gpupool")
     why = skip_reason()

@@ -29,6 +29,9 @@ struct ClientEnvironment {
   std::function<std::string()> cwd;                       // "" when unknown
   uid_t uid = 0;
   int log_wait_ms = 10'000;  // how long one `logs -f` long poll may wait on the server
+  // `logs`: a read the server could not serve now (503: the node did not send the bytes)
+  // is made again this long after, a few times, before the command fails.
+  int log_retry_pause_ms = 1'000;
 
   // std::cout, std::cerr, the real environment, clock, directory and uid.
   static ClientEnvironment Process();

@@ -111,6 +111,7 @@ class ClientE2eTest : public ::testing::Test {
     env.cwd = [this] { return dir_.string(); };
     env.uid = 1000;
     env.log_wait_ms = 100;
+    env.log_retry_pause_ms = 10;
     RegisterClientCommands(app, ctx, env);
     RunResult r;
     std::vector<std::string> reversed(args.rbegin(), args.rend());
@@ -504,6 +505,56 @@ TEST_F(ClientE2eTest, LogsWithoutFollowPrintsWhatIsThereAndStops) {
   RunResult r = Run({"logs", "8", "--stderr"});
   EXPECT_EQ(r.code, 0) << r.err;
   EXPECT_EQ(r.out, "err line\n");
+}
+
+// Issue 25: bytes of an ended job's log that the server could not get from the node are
+// a 503 (never an early end): `logs` asks again, and prints the whole log.
+TEST_F(ClientE2eTest, LogsAsksAgainForBytesTheServerCouldNotGetNow) {
+  auto offsets = std::make_shared<std::vector<std::string>>();
+  auto mu = std::make_shared<std::mutex>();
+  Serve([offsets, mu](const HttpRequest& r) {
+    std::lock_guard<std::mutex> lock(*mu);
+    const std::string all = "rank 0\nrank 1\n";
+    const std::string offset = r.Query("offset", "0");
+    offsets->push_back(offset);
+    const size_t busy = static_cast<size_t>(std::count(offsets->begin(), offsets->end(), "7"));
+    if (offset == "7" && busy <= 2) {
+      return JsonAnswer(503,
+                        R"({"error": "cannot read the log '/s/jobs/1/stdout.log' from byte 7: )"
+                        R"(node n2 did not send the log within 5000 ms, and this machine )"
+                        R"(has no copy; try again"})");
+    }
+    HttpResponse resp;
+    resp.content_type = "text/plain";
+    const size_t from = static_cast<size_t>(std::stoll(offset));
+    resp.body = all.substr(from, 7);
+    resp.headers["X-Gpupool-Next-Offset"] = std::to_string(from + resp.body.size());
+    resp.headers["X-Gpupool-Eof"] = from + resp.body.size() == all.size() ? "1" : "0";
+    return resp;
+  });
+  RunResult r = Run({"logs", "8", "--task", "2"});
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.out, "rank 0\nrank 1\n");
+  EXPECT_EQ(*offsets, (std::vector<std::string>{"0", "7", "7", "7"}));
+}
+
+TEST_F(ClientE2eTest, LogsThatStayUnreadableFailSayingWhy) {
+  Serve([](const HttpRequest& r) {
+    if (r.Query("offset", "0") != "0") {
+      return JsonAnswer(503, R"({"error": "cannot read the log: node n2 is down, and this )"
+                             R"(machine has no copy; try again"})");
+    }
+    HttpResponse resp;
+    resp.content_type = "text/plain";
+    resp.body = "rank 0\n";
+    resp.headers["X-Gpupool-Next-Offset"] = "7";
+    resp.headers["X-Gpupool-Eof"] = "0";
+    return resp;
+  });
+  RunResult r = Run({"logs", "8"});
+  EXPECT_NE(r.code, 0);
+  EXPECT_EQ(r.out, "rank 0\n");  // what could be read, then the failure, not an early end
+  EXPECT_NE(r.err.find("node n2 is down"), std::string::npos) << r.err;
 }
 
 TEST_F(ClientE2eTest, LogsOfSomeoneElsesJobIsExit4) {

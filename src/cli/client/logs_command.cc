@@ -25,6 +25,23 @@ Result<bool> JobEnded(const ApiClient& api, int64_t id) {
   return state.has_value() && jobs::IsTerminal(*state);
 }
 
+// Reads one chunk. The server answers 503 for bytes it could not get now (the node that
+// has the log did not send them in time), never the end of the log: asked again a few
+// times, then the command fails saying so, rather than end early as if complete.
+constexpr int kLogReadTries = 4;
+Result<LogChunk> ReadChunk(const ClientRuntime& rt, const ApiClient& api, int64_t id,
+                           const std::string& stream, int64_t offset, const LogsState& s) {
+  for (int attempt = 1;; ++attempt) {
+    Result<LogChunk> chunk =
+        api.ReadLog(id, stream, offset, s.follow ? rt.env.log_wait_ms : 0, s.task);
+    if (chunk.ok() || chunk.status().code() != StatusCode::kUnavailable ||
+        attempt == kLogReadTries) {
+      return chunk;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(rt.env.log_retry_pause_ms));
+  }
+}
+
 Status RunLogs(const ClientRuntime& rt, const LogsState& s) {
   GP_ASSIGN_OR_RETURN(std::string ref, ParseJobRef(s.id));
   GP_ASSIGN_OR_RETURN(ApiClient api, Connect(rt, s.conn));
@@ -33,8 +50,7 @@ Status RunLogs(const ClientRuntime& rt, const LogsState& s) {
   int64_t offset = 0;
   bool ending = false;  // the job has ended (no headers): one more read, then stop
   while (true) {
-    GP_ASSIGN_OR_RETURN(LogChunk chunk,
-                        api.ReadLog(id, stream, offset, s.follow ? rt.env.log_wait_ms : 0, s.task));
+    GP_ASSIGN_OR_RETURN(LogChunk chunk, ReadChunk(rt, api, id, stream, offset, s));
     if (!chunk.bytes.empty()) Print(rt, chunk.bytes);
     const bool progressed = chunk.next_offset > offset;
     offset = std::max(offset, chunk.next_offset);

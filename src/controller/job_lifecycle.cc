@@ -1,0 +1,516 @@
+#include "controller/job_lifecycle.h"
+
+#include <algorithm>
+#include <map>
+
+namespace gpupool::controller::lifecycle {
+namespace {
+
+using jobs::Job;
+using jobs::JobState;
+
+template <class... F>
+struct Overloaded : F... {
+  using F::operator()...;
+};
+template <class... F>
+Overloaded(F...) -> Overloaded<F...>;
+
+bool Occupies(const Job& job) {
+  return job.state == JobState::kAssigned || job.state == JobState::kRunning;
+}
+
+bool OnNode(const Job& job, const std::string& node) {
+  return std::any_of(job.placement.begin(), job.placement.end(),
+                     [&](const jobs::TaskPlacement& p) { return p.node == node; });
+}
+
+std::string Id(const Job& job) { return std::to_string(job.id); }
+std::string StateOf(const Job& job) { return std::string(jobs::JobStateName(job.state)); }
+
+// "task 1 (node n2)".
+std::string TaskName(const Job& job, size_t t) {
+  std::string s = "task " + std::to_string(t);
+  if (t < job.placement.size()) s += " (node " + job.placement[t].node + ")";
+  return s;
+}
+
+// How a task ended, in words: "exited with code 3", "was killed by signal 9", ...
+std::string TaskOutcome(const jobs::TaskStatus& t) {
+  if (t.timed_out) return "reached its time limit";
+  if (t.signal) return "was killed by signal " + std::to_string(*t.signal);
+  if (t.exit_code) return "exited with code " + std::to_string(*t.exit_code);
+  return t.reason.empty() ? std::string("could not be started")
+                          : "could not be started: " + t.reason;
+}
+
+std::string SignalText(int sig) {
+  switch (sig) {
+    case 1:
+      return "SIGHUP";
+    case 2:
+      return "SIGINT";
+    case 9:
+      return "SIGKILL";
+    case 15:
+      return "SIGTERM";
+    default:
+      return "signal " + std::to_string(sig);
+  }
+}
+
+Transition Unchanged(const Job& job) {
+  Transition t;
+  t.next = job;
+  t.expected = job.state;
+  return t;
+}
+
+Transition Changed(const Job& job, Job next) {
+  Transition t;
+  t.changed = true;
+  t.next = std::move(next);
+  t.expected = job.state;
+  return t;
+}
+
+// Whether a task event names a task of the job's current attempt placed on `node`.
+bool IsTaskOf(const Job& job, const std::string& node, int task, int attempt) {
+  return Occupies(job) && attempt == job.attempt && task >= 0 &&
+         static_cast<size_t>(task) < job.placement.size() &&
+         job.placement[static_cast<size_t>(task)].node == node;
+}
+
+// The job's outcome once every task has ended; else the job as it is, waiting for them.
+// With cancel_requested, tasks whose launch orders never went out (they wait for task
+// 0's port) will not start: they end here.
+Transition Settle(const Job& job, Job next, int64_t now_us) {
+  NormalizeTasks(next);
+  if (next.cancel_requested) {
+    for (size_t t = 1; t < next.tasks.size(); ++t) {
+      jobs::TaskStatus& ts = next.tasks[t];
+      if (next.master_port == 0 && ts.start_time_us == 0 && !ts.ended) {
+        ts.ended = true;
+        ts.cancelled = true;
+        ts.end_time_us = now_us;
+        ts.reason = "not started";
+      }
+    }
+  }
+  const bool all_ended = std::all_of(next.tasks.begin(), next.tasks.end(),
+                                     [](const jobs::TaskStatus& s) { return s.ended; });
+  if (!all_ended || next.tasks.empty()) {
+    Transition t = Changed(job, std::move(next));
+    t.effects.notify_nodes = true;
+    return t;
+  }
+  const jobs::TaskStatus* failed = nullptr;
+  size_t failed_index = 0;
+  for (size_t t = 0; t < next.tasks.size() && failed == nullptr; ++t) {
+    if (next.tasks[t].failed()) {
+      failed = &next.tasks[t];
+      failed_index = t;
+    }
+  }
+  const jobs::TaskStatus& first = next.tasks[0];
+  auto any = [&](bool jobs::TaskStatus::*flag) {
+    return std::any_of(next.tasks.begin(), next.tasks.end(),
+                       [&](const jobs::TaskStatus& s) { return s.*flag; });
+  };
+  const std::string reason_before = next.reason;
+  if (failed != nullptr) {
+    next.state = failed->timed_out ? JobState::kTimeout : JobState::kFailed;
+    next.exit_code = failed->exit_code;
+    next.signal = failed->signal;
+    if (next.tasks.size() > 1) {
+      next.reason = TaskName(next, failed_index) + " " + TaskOutcome(*failed);
+    } else if (!failed->reason.empty()) {
+      next.reason = failed->reason;
+    }
+  } else {
+    next.exit_code = first.exit_code;
+    next.signal = first.signal;
+    if (next.mpi && !first.cancelled && !first.timed_out) {
+      next.state = JobState::kSucceeded;
+      next.reason.clear();  // the held tasks' release is how an MPI job ends, not news
+    } else if (any(&jobs::TaskStatus::timed_out)) {
+      next.state = JobState::kTimeout;
+    } else if (any(&jobs::TaskStatus::cancelled) || next.cancel_requested) {
+      next.state = JobState::kCancelled;
+    } else {
+      next.state = JobState::kSucceeded;
+    }
+    if (next.tasks.size() == 1 && !first.reason.empty()) next.reason = first.reason;
+    if (next.interactive == "run" && next.command_ended && !any(&jobs::TaskStatus::timed_out)) {
+      // gpupool run: the tasks were released when the command ended; it is the outcome.
+      next.exit_code = next.command_exit_code;
+      next.signal = next.command_signal;
+      const bool ok = next.exit_code && *next.exit_code == 0 && !next.signal;
+      next.state = ok ? JobState::kSucceeded : JobState::kFailed;
+      next.reason = reason_before;
+    }
+  }
+  next.end_time_us = 0;
+  for (const jobs::TaskStatus& ts : next.tasks) {
+    next.end_time_us = std::max(next.end_time_us, ts.end_time_us);
+  }
+  if (next.start_time_us == 0 && first.start_time_us != 0) next.start_time_us = first.start_time_us;
+  if (next.start_time_us == 0 && failed == nullptr) next.start_time_us = next.end_time_us;
+  Transition t = Changed(job, std::move(next));
+  t.effects.ended = true;
+  t.effects.freed = true;
+  t.effects.stop_execs = true;  // commands run by gpupool exec in it end with it
+  t.effects.notify_nodes = true;
+  t.effects.notify_exec = true;
+  return t;
+}
+
+// Asks for the job's tasks to stop (once): a cancel, the end of a `run` command, ...
+Transition StopAll(const Job& job, Job next, int64_t now_us) {
+  const bool newly = !job.cancel_requested;
+  next.cancel_requested = true;
+  Transition t = Settle(job, std::move(next), now_us);
+  t.effects.resend_stop = newly;
+  t.effects.notify_nodes = true;
+  return t;
+}
+
+// A node of the job is lost (or no longer knows its task): the job ends LOST, or goes
+// back to the queue with --requeue. Its tasks elsewhere must not go on without it.
+Transition Lose(const Job& job, const std::string& reason, const std::string& gone_from,
+                int64_t now_us) {
+  Job lost = job;
+  NormalizeTasks(lost);
+  std::map<std::string, bool> nodes;  // node -> a task of it started there and runs
+  for (size_t t = 0; t < lost.placement.size(); ++t) {
+    const std::string& node = lost.placement[t].node;
+    const bool runs = node != gone_from && lost.tasks[t].start_time_us != 0 && !lost.tasks[t].ended;
+    nodes[node] = nodes[node] || runs;
+  }
+  std::vector<StrayStop> strays;
+  for (const auto& [node, runs] : nodes) strays.push_back({node, job.attempt, runs});
+  Transition t;
+  if (job.requeue && !job.cancel_requested) {
+    Job again = job;
+    again.state = JobState::kPending;
+    again.placement.clear();
+    again.tasks.clear();
+    again.master_port = 0;
+    again.start_time_us = 0;
+    again.end_time_us = 0;
+    again.reason = "requeued: " + reason;
+    t = Changed(job, std::move(again));
+    t.effects.requeued = true;
+    t.effects.log = "job " + Id(job) + " LOST and requeued: " + reason;
+  } else {
+    lost.state = JobState::kLost;
+    lost.end_time_us = now_us;
+    lost.reason = reason;
+    t = Changed(job, std::move(lost));
+    t.effects.ended = true;
+    t.effects.notify_exec = true;
+    t.effects.log = "job " + Id(job) + " LOST: " + reason;
+  }
+  t.effects.freed = true;
+  t.effects.stop_execs = true;
+  t.effects.notify_nodes = true;
+  t.effects.strays = std::move(strays);
+  t.effects.log_warning = true;
+  return t;
+}
+
+Status NotPending(const Job& job, const std::string& what, const std::string& hint) {
+  if (jobs::IsTerminal(job.state)) {
+    return Status::FailedPrecondition("job " + Id(job) + " has ended (" + StateOf(job) +
+                                      "); only pending jobs are " + what);
+  }
+  return Status::FailedPrecondition("job " + Id(job) + " is " + StateOf(job) +
+                                    "; only pending jobs are " + what + hint);
+}
+
+Result<Transition> OnPlaced(const Job& job, const Placed& e) {
+  if (job.state != JobState::kPending) return NotPending(job, "placed", "");
+  if (!job.held_by.empty()) {
+    return Status::FailedPrecondition("job " + Id(job) + " is " + HeldReason(job));
+  }
+  if (e.placement.empty()) {
+    return Status::InvalidArgument("job " + Id(job) + ": a placement needs at least one task");
+  }
+  Job next = job;
+  next.state = JobState::kAssigned;
+  next.placement = e.placement;
+  next.tasks.assign(next.placement.size(), jobs::TaskStatus{});
+  for (size_t t = 0; t < next.placement.size(); ++t) {
+    next.tasks[t].host =
+        t < e.hosts.size() && !e.hosts[t].empty() ? e.hosts[t] : next.placement[t].node;
+  }
+  next.master_port = 0;
+  next.pending_reason.clear();
+  next.attempt += 1;
+  Transition t = Changed(job, std::move(next));
+  t.effects.notify_nodes = true;
+  t.effects.pending_reason_changed = true;
+  return t;
+}
+
+Result<Transition> OnStarted(const Job& job, const TaskStarted& e) {
+  if (!IsTaskOf(job, e.node, e.task, e.attempt)) return Unchanged(job);
+  const auto t = static_cast<size_t>(e.task);
+  Job next = job;
+  NormalizeTasks(next);
+  jobs::TaskStatus& ts = next.tasks[t];
+  if (ts.ended || ts.start_time_us != 0) return Unchanged(job);  // a resent event
+  ts.start_time_us = e.time_us;
+  ts.stdout_path = e.stdout_path;
+  ts.stderr_path = e.stderr_path;
+  std::string log;
+  if (t == 0) {
+    next.stdout_path = e.stdout_path;
+    next.stderr_path = e.stderr_path;
+    if (e.master_port > 0) next.master_port = e.master_port;
+    if (next.master_port == 0) {
+      // Agents pick one when they start task 0; this keeps a gang going if one did not.
+      log = "job " + Id(job) + ": node " + e.node + " reported no rendezvous port; using 29500";
+      next.master_port = 29500;
+    }
+  }
+  const bool all_started =
+      std::all_of(next.tasks.begin(), next.tasks.end(),
+                  [](const jobs::TaskStatus& s) { return s.start_time_us != 0; });
+  if (all_started && job.state == JobState::kAssigned) {
+    next.state = JobState::kRunning;
+    next.start_time_us = e.time_us;
+  }
+  Transition tr = Changed(job, std::move(next));
+  // Task 0's port lets the others go; a started task takes the exec requests held for it.
+  tr.effects.notify_nodes = true;
+  tr.effects.notify_exec = true;
+  tr.effects.log_warning = !log.empty();
+  tr.effects.log = std::move(log);
+  return tr;
+}
+
+Result<Transition> OnExited(const Job& job, const TaskExited& e, int64_t now_us) {
+  if (!IsTaskOf(job, e.node, e.task, e.attempt)) return Unchanged(job);
+  const auto t = static_cast<size_t>(e.task);
+  Job next = job;
+  NormalizeTasks(next);
+  jobs::TaskStatus& ts = next.tasks[t];
+  if (ts.ended) return Unchanged(job);  // a resent event
+  ts.ended = true;
+  ts.end_time_us = e.time_us;
+  ts.exit_code = e.exit_code;
+  ts.signal = e.signal;
+  ts.cancelled = e.cancelled;
+  ts.timed_out = e.timed_out;
+  ts.reason = e.reason;
+  if (!e.stdout_path.empty()) ts.stdout_path = e.stdout_path;
+  if (!e.stderr_path.empty()) ts.stderr_path = e.stderr_path;
+  if (t == 0) {
+    if (!e.stdout_path.empty()) next.stdout_path = e.stdout_path;
+    if (!e.stderr_path.empty()) next.stderr_path = e.stderr_path;
+  }
+  bool stop_rest = false;
+  if (!next.cancel_requested) {
+    if (ts.failed()) {
+      // The first failure stops the rest of the gang.
+      stop_rest = next.tasks.size() > 1;
+      next.reason = TaskName(next, t) + " " + TaskOutcome(ts);
+    } else if (next.mpi && t == 0 && next.tasks.size() > 1) {
+      stop_rest = true;  // mpirun ended: release the held tasks
+      next.reason = "task 0 ended; the held tasks were released";
+    }
+  }
+  if (stop_rest) return StopAll(job, std::move(next), now_us);
+  return Settle(job, std::move(next), now_us);
+}
+
+Result<Transition> OnTaskLost(const Job& job, const TaskLost& e, int64_t now_us) {
+  if (!IsTaskOf(job, e.node, e.task, e.attempt)) return Unchanged(job);
+  const std::string reason =
+      e.reason.empty() ? TaskName(job, static_cast<size_t>(e.task)) + " was lost on " + e.node
+                       : e.reason;
+  return Lose(job, reason, e.node, now_us);
+}
+
+Result<Transition> OnNodeLost(const Job& job, const NodeLost& e, int64_t now_us) {
+  if (!Occupies(job) || !OnNode(job, e.node)) return Unchanged(job);
+  return Lose(job, e.reason, e.node, now_us);
+}
+
+Result<Transition> OnAgentForgot(const Job& job, const AgentForgot& e, int64_t now_us) {
+  if (!Occupies(job)) return Unchanged(job);
+  bool started_there = false;
+  for (size_t t = 0; t < job.placement.size() && t < job.tasks.size(); ++t) {
+    started_there = started_there || (job.placement[t].node == e.node &&
+                                      job.tasks[t].start_time_us != 0 && !job.tasks[t].ended);
+  }
+  if (!started_there) return Unchanged(job);
+  return Lose(job, "the agent on node " + e.node + " restarted and no longer knows this job",
+              e.node, now_us);
+}
+
+Result<Transition> OnCancel(const Job& job, const CancelRequested& e, int64_t now_us) {
+  if (jobs::IsTerminal(job.state)) {
+    return Status::FailedPrecondition("job " + Id(job) + " has already ended (" + StateOf(job) +
+                                      ")");
+  }
+  if (job.state == JobState::kPending) {
+    Job next = job;
+    next.state = JobState::kCancelled;
+    next.end_time_us = now_us;
+    next.reason = "cancelled by " + e.by + " while pending";
+    next.pending_reason.clear();
+    Transition t = Changed(job, std::move(next));
+    t.effects.ended = true;
+    t.effects.freed = true;  // a pass at once: what it held back in the plan may start
+    t.effects.pending_reason_changed = true;
+    return t;
+  }
+  if (job.cancel_requested) return Unchanged(job);
+  Job next = job;
+  next.reason = "cancelled by " + e.by;
+  return StopAll(job, std::move(next), now_us);
+}
+
+Result<Transition> OnHold(const Job& job, const Hold& e) {
+  if (job.state != JobState::kPending) {
+    return NotPending(job, "held", " (`gpupool cancel` stops it)");
+  }
+  if (!job.held_by.empty()) return Unchanged(job);  // already held
+  Job next = job;
+  next.held_by = e.by;
+  next.held_by_admin = e.admin;
+  next.pending_reason = HeldReason(next);
+  Transition t = Changed(job, std::move(next));
+  t.effects.pending_reason_changed = true;
+  t.effects.log = "job " + Id(job) + " held by " + e.by;
+  return t;
+}
+
+Result<Transition> OnRelease(const Job& job, const Release& e) {
+  if (job.state != JobState::kPending) return NotPending(job, "released", "");
+  if (job.held_by.empty()) return Unchanged(job);  // not held
+  if (job.held_by_admin && !e.admin) {
+    return Status::PermissionDenied("job " + Id(job) + " was held by admin " + job.held_by +
+                                    "; ask an admin to release it");
+  }
+  Job next = job;
+  next.held_by.clear();
+  next.held_by_admin = false;
+  next.pending_reason.clear();
+  Transition t = Changed(job, std::move(next));
+  t.effects.pending_reason_changed = true;
+  t.effects.queue_changed = true;
+  t.effects.log = "job " + Id(job) + " released by " + e.by;
+  return t;
+}
+
+Result<Transition> OnDependencyFailed(const Job& job, const DependencyFailed& e, int64_t now_us) {
+  if (job.state != JobState::kPending) return Unchanged(job);
+  Job next = job;
+  next.state = JobState::kCancelled;
+  next.end_time_us = now_us;
+  next.reason = "dependency can never be met: " + e.why;
+  next.pending_reason.clear();
+  Transition t = Changed(job, std::move(next));
+  t.effects.ended = true;
+  t.effects.pending_reason_changed = true;
+  t.effects.log = "job " + Id(job) + " ended: " + t.next.reason;
+  return t;
+}
+
+Result<Transition> OnCommandEnded(const Job& job, const CommandEnded& e, int64_t now_us) {
+  if (!Occupies(job) || e.attempt != job.attempt || job.command_ended) return Unchanged(job);
+  Job next = job;
+  next.command_ended = true;
+  next.command_exit_code = e.exit_code;
+  next.command_signal = e.signal;
+  if (e.hung_up) {
+    next.reason = e.hangup_reason;
+  } else if (!e.error.empty()) {
+    next.reason = "the command did not run: " + e.error;
+  } else if (e.signal) {
+    next.reason = "the command was ended by " + SignalText(*e.signal);
+  } else if (e.exit_code && *e.exit_code != 0) {
+    next.reason = "the command exited with code " + std::to_string(*e.exit_code);
+  } else {
+    next.reason.clear();
+  }
+  if (!e.exit_code && !e.signal) next.command_exit_code = 255;  // it never ran
+  // Its tasks held the allocation for it: they are released now.
+  return StopAll(job, std::move(next), now_us);
+}
+
+Result<Transition> OnClientAbsent(const Job& job, const ClientAbsent& e, int64_t now_us) {
+  if (!Occupies(job) || job.interactive != "run" || job.cancel_requested) return Unchanged(job);
+  Job next = job;
+  next.reason = "no terminal attached within " + std::to_string(e.timeout_s) +
+                " s of its start (gpupool run was interrupted, or the controller restarted)";
+  return StopAll(job, std::move(next), now_us);
+}
+
+}  // namespace
+
+void NormalizeTasks(Job& job) {
+  if (job.tasks.size() == job.placement.size()) return;
+  job.tasks.resize(job.placement.size());
+  for (size_t t = 0; t < job.placement.size(); ++t) {
+    if (job.tasks[t].host.empty()) job.tasks[t].host = job.placement[t].node;
+    if (job.state == JobState::kRunning && job.tasks[t].start_time_us == 0) {
+      job.tasks[t].start_time_us = job.start_time_us;
+    }
+  }
+}
+
+std::string HeldReason(const Job& job) {
+  return "held by " + job.held_by + (job.held_by_admin ? " (admin)" : "") + ": `gpupool release " +
+         std::to_string(job.id) + "` lets it start";
+}
+
+std::string_view EventName(const Event& e) {
+  return std::visit(
+      Overloaded{[](const Placed&) { return std::string_view("Placed"); },
+                 [](const TaskStarted&) { return std::string_view("TaskStarted"); },
+                 [](const TaskExited&) { return std::string_view("TaskExited"); },
+                 [](const TaskLost&) { return std::string_view("TaskLost"); },
+                 [](const NodeLost&) { return std::string_view("NodeLost"); },
+                 [](const AgentForgot&) { return std::string_view("AgentForgot"); },
+                 [](const CancelRequested&) { return std::string_view("CancelRequested"); },
+                 [](const Hold&) { return std::string_view("Hold"); },
+                 [](const Release&) { return std::string_view("Release"); },
+                 [](const DependencyFailed&) { return std::string_view("DependencyFailed"); },
+                 [](const CommandEnded&) { return std::string_view("CommandEnded"); },
+                 [](const ClientAbsent&) { return std::string_view("ClientAbsent"); }},
+      e);
+}
+
+Result<Transition> Step(const Job& job, const Event& event, int64_t now_us) {
+  Result<Transition> t =
+      std::visit(Overloaded{
+                     [&](const Placed& e) { return OnPlaced(job, e); },
+                     [&](const TaskStarted& e) { return OnStarted(job, e); },
+                     [&](const TaskExited& e) { return OnExited(job, e, now_us); },
+                     [&](const TaskLost& e) { return OnTaskLost(job, e, now_us); },
+                     [&](const NodeLost& e) { return OnNodeLost(job, e, now_us); },
+                     [&](const AgentForgot& e) { return OnAgentForgot(job, e, now_us); },
+                     [&](const CancelRequested& e) { return OnCancel(job, e, now_us); },
+                     [&](const Hold& e) { return OnHold(job, e); },
+                     [&](const Release& e) { return OnRelease(job, e); },
+                     [&](const DependencyFailed& e) { return OnDependencyFailed(job, e, now_us); },
+                     [&](const CommandEnded& e) { return OnCommandEnded(job, e, now_us); },
+                     [&](const ClientAbsent& e) { return OnClientAbsent(job, e, now_us); },
+                 },
+                 event);
+  if (!t.ok() || !t->changed) return t;
+  // The one table of allowed states (jobs::IsValidTransition) holds for every step.
+  if (!jobs::IsValidTransition(job.state, t->next.state)) {
+    return Status::Internal("job " + Id(job) + ": " + std::string(EventName(event)) +
+                            " would take it from " + StateOf(job) + " to " +
+                            std::string(jobs::JobStateName(t->next.state)) +
+                            ", which the job state machine does not allow");
+  }
+  return t;
+}
+
+}  // namespace gpupool::controller::lifecycle

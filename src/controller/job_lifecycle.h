@@ -1,0 +1,157 @@
+// The job lifecycle: one pure function from (job, event, time) to the job's next state
+// and what must happen because of it, after etcd raft's Step and Nomad's FSM. Every
+// change of a job's state goes through Step: placement, a task's start, end or loss, a
+// lost node, an agent that forgot a task, cancel, hold and release, a dependency that
+// can never be met, the end of a `gpupool run` command and a `run` client that never
+// came. The controller finds the job, calls Step, commits the transition to the store
+// (compare-and-set on the state it expected) and carries out the effects; it decides no
+// outcome itself.
+//
+// Gang rules live here: the first task that fails stops the others; an --mpi job ends
+// when task 0 (mpirun) does; a `gpupool run` job's outcome is its command's; a --requeue
+// job whose node is lost goes back to the queue as a new attempt.
+//
+// Pure: no I/O, no clock (now_us is given), no locks; thread-compatible.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "common/status.h"
+#include "jobs/job.h"
+
+namespace gpupool::controller::lifecycle {
+
+// The scheduler placed a pending job: a new attempt starts. `hosts[t]` is the address
+// task t's peers reach it at (its node's advertised address).
+struct Placed {
+  std::vector<jobs::TaskPlacement> placement;
+  std::vector<std::string> hosts;
+};
+// A node's agent reports that task `task` of attempt `attempt` runs (or ran) there.
+struct TaskStarted {
+  std::string node;
+  int task = 0;
+  int attempt = 0;
+  int64_t time_us = 0;
+  std::string stdout_path;
+  std::string stderr_path;
+  int master_port = 0;  // task 0: the rendezvous port its agent picked
+};
+// ... that it ended, or could not be started.
+struct TaskExited {
+  std::string node;
+  int task = 0;
+  int attempt = 0;
+  int64_t time_us = 0;
+  std::optional<int> exit_code;
+  std::optional<int> signal;
+  bool cancelled = false;
+  bool timed_out = false;
+  std::string reason;
+  std::string stdout_path;
+  std::string stderr_path;
+};
+// ... that its supervisor vanished without recording an end.
+struct TaskLost {
+  std::string node;
+  int task = 0;
+  int attempt = 0;
+  std::string reason;  // empty: "task T (node N) was lost on N"
+};
+// `node` stopped answering (or went down while the job was being placed on it).
+struct NodeLost {
+  std::string node;
+  std::string reason;
+};
+// `node`'s agent registered again without the job's task among what it runs or ended.
+struct AgentForgot {
+  std::string node;
+};
+// A user (or admin) cancels the job.
+struct CancelRequested {
+  std::string by;
+};
+// `gpupool hold` / `release`. `admin`: the caller is an admin acting on another user's
+// job (such a hold is released by admins only).
+struct Hold {
+  std::string by;
+  bool admin = false;
+};
+struct Release {
+  std::string by;
+  bool admin = false;
+};
+// One of the job's dependencies ended in a way that can never satisfy it.
+struct DependencyFailed {
+  std::string why;  // "job 3 ended FAILED, and --after-ok needs it to succeed"
+};
+// The command of a `gpupool run` job ended (or could not start, or was hung up).
+struct CommandEnded {
+  int attempt = 0;
+  std::optional<int> exit_code;
+  std::optional<int> signal;
+  std::string error;  // it could not run
+  bool hung_up = false;
+  std::string hangup_reason;
+};
+// A `gpupool run` job's client did not attach within `timeout_s` of its start.
+struct ClientAbsent {
+  int64_t timeout_s = 0;
+};
+
+using Event =
+    std::variant<Placed, TaskStarted, TaskExited, TaskLost, NodeLost, AgentForgot, CancelRequested,
+                 Hold, Release, DependencyFailed, CommandEnded, ClientAbsent>;
+
+// "Placed", "TaskStarted", ...: for logs and the table test.
+std::string_view EventName(const Event& e);
+
+// A stop order for whatever of the job's `attempt` may still run on `node`.
+struct StrayStop {
+  std::string node;
+  int attempt = 0;
+  // The controller's record says a task of it started there and did not end: it runs
+  // there unless the node is down (the controller checks that).
+  bool started_there = false;
+};
+
+struct Effects {
+  bool ended = false;          // the job is final now: it leaves the active jobs
+  bool freed = false;          // it held resources and holds none now: plan again at once
+  bool requeued = false;       // it went back to the queue (a new attempt will be placed)
+  bool queue_changed = false;  // a pending job may start now (released): an arrival pass
+  bool resend_stop = false;    // stop orders for its tasks go out at the next poll of each node
+  bool notify_nodes = false;   // agents' polls may have new work (launches, stops)
+  bool notify_exec = false;    // exec clients waiting on the job's tasks look again
+  bool stop_execs = false;     // exec sessions in the job end with it
+  bool pending_reason_changed = false;  // next.pending_reason replaces the one shown
+  std::vector<StrayStop> strays;        // tasks that may outlive the job's record
+  std::string log;                      // one line for the log, when worth one
+  bool log_warning = false;             // ... at warning level
+};
+
+struct Transition {
+  bool changed = false;  // false: nothing to write (a resent event, a stale attempt)
+  jobs::Job next;
+  jobs::JobState expected = jobs::JobState::kPending;  // the state it was in, for the CAS
+  Effects effects;
+};
+
+// What `event` does to `job` at `now_us`. FailedPrecondition (naming the job, its state
+// and what can be done) for an event the job's state refuses, as a user's request on
+// an ended or running job; PermissionDenied for a release of an admin's hold by a
+// non-admin. An event that no longer applies (resent, for another attempt or node,
+// about a task that already ended) is not an error: changed = false.
+Result<Transition> Step(const jobs::Job& job, const Event& event, int64_t now_us);
+
+// Fills the per-task records of a job placed before they existed (an older store).
+void NormalizeTasks(jobs::Job& job);
+
+// Why a held job waits: "held by alice: `gpupool release 12` lets it start".
+std::string HeldReason(const jobs::Job& job);
+
+}  // namespace gpupool::controller::lifecycle

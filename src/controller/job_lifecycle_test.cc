@@ -1,0 +1,357 @@
+#include "controller/job_lifecycle.h"
+
+#include <gtest/gtest.h>
+
+#include <map>
+
+namespace gpupool::controller::lifecycle {
+namespace {
+
+using jobs::Job;
+using jobs::JobState;
+
+constexpr int64_t kNow = 1'700'000'000'000'000;
+
+// A one-task job of alice in `state`: placed on n1 (attempt 1) unless pending, its task
+// started when running.
+Job InState(JobState state) {
+  Job j;
+  j.id = 7;
+  j.user = "alice";
+  j.uid = 1000;
+  j.command = {"true"};
+  j.state = state;
+  if (state != JobState::kPending) {
+    j.attempt = 1;
+    j.placement = {{"n1", {0}, {"GPU-0"}, 1000}};
+    j.tasks.resize(1);
+    j.tasks[0].host = "n1";
+    if (state != JobState::kAssigned) j.tasks[0].start_time_us = kNow - 10;
+    if (jobs::IsTerminal(state)) {
+      j.tasks[0].ended = true;
+      j.tasks[0].end_time_us = kNow - 5;
+    }
+  }
+  return j;
+}
+
+// One of each event, aimed at task 0 of attempt 1 on n1.
+std::vector<Event> OneOfEach() {
+  TaskExited exited;
+  exited.node = "n1";
+  exited.attempt = 1;
+  exited.time_us = kNow;
+  exited.exit_code = 0;
+  CommandEnded command;
+  command.attempt = 1;
+  command.exit_code = 0;
+  return {Placed{{{"n1", {0}, {"GPU-0"}, 1000}}, {"10.0.0.1"}},
+          TaskStarted{"n1", 0, 1, kNow, "/o", "/e", 4242},
+          exited,
+          TaskLost{"n1", 0, 1, ""},
+          NodeLost{"n1", "node n1 stopped responding"},
+          AgentForgot{"n1"},
+          CancelRequested{"bob"},
+          Hold{"alice", false},
+          Release{"alice", false},
+          DependencyFailed{"job 3 ended FAILED"},
+          command,
+          ClientAbsent{15}};
+}
+
+// What an event does to a job in a state: an error code, nothing, or the next state.
+struct Expect {
+  enum Kind { kError, kUnchanged, kState } kind;
+  JobState state = JobState::kPending;
+  StatusCode code = StatusCode::kOk;
+};
+Expect To(JobState s) { return {Expect::kState, s}; }
+Expect Same() { return {Expect::kUnchanged}; }
+Expect Refused() { return {Expect::kError, JobState::kPending, StatusCode::kFailedPrecondition}; }
+
+// Issue 27: every (state, event) pair, in one table.
+TEST(JobLifecycleTable, EveryStateAndEvent) {
+  using S = JobState;
+  const std::vector<std::string> names = {"Placed",           "TaskStarted",  "TaskExited",
+                                          "TaskLost",         "NodeLost",     "AgentForgot",
+                                          "CancelRequested",  "Hold",         "Release",
+                                          "DependencyFailed", "CommandEnded", "ClientAbsent"};
+  // Rows: the job's state; columns: the events above, in order.
+  const std::map<S, std::vector<Expect>> table = {
+      {S::kPending,
+       {To(S::kAssigned), Same(), Same(), Same(), Same(), Same(), To(S::kCancelled),
+        To(S::kPending), Same(), To(S::kCancelled), Same(), Same()}},
+      {S::kAssigned,
+       {Refused(), To(S::kRunning), To(S::kSucceeded), To(S::kLost), To(S::kLost), Same(),
+        To(S::kAssigned), Refused(), Refused(), Same(), To(S::kAssigned), Same()}},
+      {S::kRunning,
+       {Refused(), Same(), To(S::kSucceeded), To(S::kLost), To(S::kLost), To(S::kLost),
+        To(S::kRunning), Refused(), Refused(), Same(), To(S::kRunning), Same()}},
+  };
+  std::vector<Event> events = OneOfEach();
+  ASSERT_EQ(events.size(), names.size());
+  for (size_t e = 0; e < events.size(); ++e) EXPECT_EQ(EventName(events[e]), names[e]);
+  for (S s : {S::kPending, S::kAssigned, S::kRunning, S::kSucceeded, S::kFailed, S::kCancelled,
+              S::kTimeout, S::kLost}) {
+    // Ended jobs refuse users' requests and ignore the rest.
+    std::vector<Expect> row =
+        jobs::IsTerminal(s)
+            ? std::vector<Expect>{Refused(), Same(),    Same(),    Same(), Same(), Same(),
+                                  Refused(), Refused(), Refused(), Same(), Same(), Same()}
+            : table.at(s);
+    for (size_t e = 0; e < events.size(); ++e) {
+      const Job job = InState(s);
+      Result<Transition> t = Step(job, events[e], kNow);
+      const std::string where =
+          std::string(jobs::JobStateName(s)) + " x " + std::string(EventName(events[e]));
+      switch (row[e].kind) {
+        case Expect::kError:
+          ASSERT_FALSE(t.ok()) << where;
+          EXPECT_EQ(t.status().code(), row[e].code) << where << ": " << t.status().ToString();
+          EXPECT_NE(t.status().message().find("job 7"), std::string::npos) << where;
+          break;
+        case Expect::kUnchanged:
+          ASSERT_TRUE(t.ok()) << where << ": " << t.status().ToString();
+          EXPECT_FALSE(t->changed) << where << " -> " << jobs::JobStateName(t->next.state);
+          EXPECT_EQ(t->next, job) << where;
+          break;
+        case Expect::kState:
+          ASSERT_TRUE(t.ok()) << where << ": " << t.status().ToString();
+          EXPECT_TRUE(t->changed) << where;
+          EXPECT_EQ(t->next.state, row[e].state)
+              << where << " gave " << jobs::JobStateName(t->next.state);
+          EXPECT_EQ(t->expected, s) << where;
+          EXPECT_TRUE(jobs::IsValidTransition(s, t->next.state)) << where;
+          break;
+      }
+    }
+  }
+}
+
+TEST(JobLifecycleTest, PlacementStartsANewAttemptWithItsTasksAndHosts) {
+  Job j = InState(JobState::kPending);
+  j.pending_reason = "needs 2 idle GPUs";
+  Result<Transition> t =
+      Step(j, Placed{{{"n1", {0}, {"A"}, 1000}, {"n2", {1}, {"B"}, 1000}}, {"10.0.0.1", ""}}, kNow);
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  EXPECT_EQ(t->next.attempt, 1);
+  ASSERT_EQ(t->next.tasks.size(), 2u);
+  EXPECT_EQ(t->next.tasks[0].host, "10.0.0.1");
+  EXPECT_EQ(t->next.tasks[1].host, "n2");  // no address: its name
+  EXPECT_TRUE(t->next.pending_reason.empty());
+  EXPECT_TRUE(t->effects.notify_nodes);
+  // A held job is not placed.
+  j.held_by = "alice";
+  t = Step(j, Placed{{{"n1", {0}, {"A"}, 1000}}, {}}, kNow);
+  ASSERT_FALSE(t.ok());
+  EXPECT_NE(t.status().message().find("held by alice"), std::string::npos);
+}
+
+TEST(JobLifecycleTest, TaskEventsOfAnotherAttemptOrNodeChangeNothing) {
+  const Job j = InState(JobState::kRunning);
+  TaskExited stale;
+  stale.node = "n1";
+  stale.attempt = 0;
+  stale.exit_code = 0;
+  EXPECT_FALSE(Step(j, stale, kNow)->changed);
+  TaskExited elsewhere = stale;
+  elsewhere.attempt = 1;
+  elsewhere.node = "n2";
+  EXPECT_FALSE(Step(j, elsewhere, kNow)->changed);
+  TaskExited out_of_range = elsewhere;
+  out_of_range.node = "n1";
+  out_of_range.task = 3;
+  EXPECT_FALSE(Step(j, out_of_range, kNow)->changed);
+  // A resent start of a started task.
+  EXPECT_FALSE(Step(j, TaskStarted{"n1", 0, 1, kNow, "", "", 0}, kNow)->changed);
+}
+
+// A gang: task 0 on n1, task 1 on n2, both running.
+Job Gang() {
+  Job j = InState(JobState::kRunning);
+  j.placement.push_back({"n2", {0}, {"GPU-1"}, 1000});
+  j.tasks.push_back(j.tasks[0]);
+  j.tasks[1].host = "n2";
+  j.request.tasks = 2;
+  j.master_port = 29400;
+  return j;
+}
+
+TaskExited Exit(const std::string& node, int task, std::optional<int> code,
+                bool cancelled = false) {
+  TaskExited e;
+  e.node = node;
+  e.task = task;
+  e.attempt = 1;
+  e.time_us = kNow;
+  e.exit_code = code;
+  e.cancelled = cancelled;
+  return e;
+}
+
+TEST(JobLifecycleTest, TheFirstFailureOfAGangStopsTheRestAndNamesTheTask) {
+  Result<Transition> t = Step(Gang(), Exit("n2", 1, 3), kNow);
+  ASSERT_TRUE(t.ok());
+  EXPECT_EQ(t->next.state, JobState::kRunning);  // task 0 is still being stopped
+  EXPECT_TRUE(t->next.cancel_requested);
+  EXPECT_TRUE(t->effects.resend_stop);
+  EXPECT_EQ(t->next.reason, "task 1 (node n2) exited with code 3");
+  // Task 0 ends stopped: the job FAILED, for task 1's reason.
+  Result<Transition> end = Step(t->next, Exit("n1", 0, std::nullopt, true), kNow + 5);
+  ASSERT_TRUE(end.ok());
+  EXPECT_EQ(end->next.state, JobState::kFailed);
+  EXPECT_EQ(end->next.exit_code, 3);
+  EXPECT_EQ(end->next.reason, "task 1 (node n2) exited with code 3");
+  EXPECT_TRUE(end->effects.ended);
+  EXPECT_TRUE(end->effects.freed);
+  EXPECT_TRUE(end->effects.stop_execs);
+  EXPECT_EQ(end->next.end_time_us, kNow);
+}
+
+TEST(JobLifecycleTest, AnMpiJobSucceedsWhenMpirunDoesAndReleasesItsHeldTasks) {
+  Job j = Gang();
+  j.mpi = true;
+  Result<Transition> t = Step(j, Exit("n1", 0, 0), kNow);
+  ASSERT_TRUE(t.ok());
+  EXPECT_TRUE(t->next.cancel_requested);
+  EXPECT_EQ(t->next.reason, "task 0 ended; the held tasks were released");
+  Result<Transition> end = Step(t->next, Exit("n2", 1, std::nullopt, true), kNow);
+  ASSERT_TRUE(end.ok());
+  EXPECT_EQ(end->next.state, JobState::kSucceeded);
+  EXPECT_TRUE(end->next.reason.empty());
+}
+
+TEST(JobLifecycleTest, ARunJobsOutcomeIsItsCommands) {
+  Job j = InState(JobState::kRunning);
+  j.interactive = "run";
+  CommandEnded c;
+  c.attempt = 1;
+  c.exit_code = 4;
+  Result<Transition> t = Step(j, c, kNow);
+  ASSERT_TRUE(t.ok());
+  EXPECT_TRUE(t->next.command_ended);
+  EXPECT_EQ(t->next.reason, "the command exited with code 4");
+  Result<Transition> end = Step(t->next, Exit("n1", 0, std::nullopt, true), kNow);
+  ASSERT_TRUE(end.ok());
+  EXPECT_EQ(end->next.state, JobState::kFailed);
+  EXPECT_EQ(end->next.exit_code, 4);
+  // Hung up: the hang-up is the reason; a command that never ran exits 255.
+  c.exit_code.reset();
+  c.hung_up = true;
+  c.hangup_reason = "its terminal went away";
+  t = Step(j, c, kNow);
+  EXPECT_EQ(t->next.reason, "its terminal went away");
+  EXPECT_EQ(t->next.command_exit_code, 255);
+  // A client that never came.
+  t = Step(j, ClientAbsent{15}, kNow);
+  EXPECT_NE(t->next.reason.find("no terminal attached within 15 s"), std::string::npos);
+  EXPECT_TRUE(t->next.cancel_requested);
+}
+
+TEST(JobLifecycleTest, ALostNodeRequeuesARequeueJobAndStopsItsOtherTasks) {
+  Job j = Gang();
+  j.requeue = true;
+  Result<Transition> t = Step(j, NodeLost{"n1", "node n1 stopped responding"}, kNow);
+  ASSERT_TRUE(t.ok());
+  EXPECT_EQ(t->next.state, JobState::kPending);
+  EXPECT_EQ(t->next.reason, "requeued: node n1 stopped responding");
+  EXPECT_TRUE(t->next.placement.empty());
+  EXPECT_TRUE(t->next.tasks.empty());
+  EXPECT_EQ(t->next.attempt, 1);  // the next placement makes attempt 2
+  EXPECT_TRUE(t->effects.requeued);
+  EXPECT_FALSE(t->effects.ended);
+  // Stop orders for both nodes; only n2's task is known to run (n1 is the lost one).
+  ASSERT_EQ(t->effects.strays.size(), 2u);
+  EXPECT_EQ(t->effects.strays[0].node, "n1");
+  EXPECT_FALSE(t->effects.strays[0].started_there);
+  EXPECT_EQ(t->effects.strays[1].node, "n2");
+  EXPECT_TRUE(t->effects.strays[1].started_there);
+  // Without --requeue, or once cancelled: LOST.
+  j.requeue = false;
+  t = Step(j, NodeLost{"n2", "gone"}, kNow);
+  EXPECT_EQ(t->next.state, JobState::kLost);
+  EXPECT_EQ(t->next.end_time_us, kNow);
+  EXPECT_TRUE(t->effects.ended);
+  j.requeue = true;
+  j.cancel_requested = true;
+  EXPECT_EQ(Step(j, NodeLost{"n2", "gone"}, kNow)->next.state, JobState::kLost);
+}
+
+TEST(JobLifecycleTest, AnAgentForgetsOnlyTasksThatStartedThereAndRunStill) {
+  Job j = Gang();
+  EXPECT_EQ(Step(j, AgentForgot{"n2"}, kNow)->next.state, JobState::kLost);
+  EXPECT_NE(Step(j, AgentForgot{"n2"}, kNow)->next.reason.find("restarted"), std::string::npos);
+  j.tasks[1].ended = true;  // its end is in: nothing of it runs there
+  EXPECT_FALSE(Step(j, AgentForgot{"n2"}, kNow)->changed);
+  EXPECT_FALSE(Step(InState(JobState::kAssigned), AgentForgot{"n1"}, kNow)->changed);
+}
+
+TEST(JobLifecycleTest, CancellingAGangWhoseLaterTasksNeverStartedEndsThem) {
+  Job j = Gang();
+  j.state = JobState::kAssigned;
+  j.master_port = 0;  // task 0 has not reported its port: task 1 was never sent
+  j.tasks[1].start_time_us = 0;
+  Result<Transition> t = Step(j, CancelRequested{"alice"}, kNow);
+  ASSERT_TRUE(t.ok());
+  EXPECT_TRUE(t->next.tasks[1].ended);
+  EXPECT_EQ(t->next.tasks[1].reason, "not started");
+  EXPECT_FALSE(t->effects.ended);  // task 0 still runs
+  EXPECT_TRUE(t->effects.resend_stop);
+  EXPECT_EQ(t->next.reason, "cancelled by alice");
+  // Cancelled again: nothing new.
+  EXPECT_FALSE(Step(t->next, CancelRequested{"alice"}, kNow)->changed);
+  // Pending: at once.
+  Result<Transition> p = Step(InState(JobState::kPending), CancelRequested{"bob"}, kNow);
+  EXPECT_EQ(p->next.reason, "cancelled by bob while pending");
+  EXPECT_TRUE(p->effects.ended);
+  // Ended: refused, naming its state.
+  Result<Transition> e = Step(InState(JobState::kFailed), CancelRequested{"bob"}, kNow);
+  EXPECT_EQ(e.status().message(), "job 7 has already ended (FAILED)");
+}
+
+TEST(JobLifecycleTest, AnAdminsHoldIsReleasedByAdminsOnly) {
+  Result<Transition> held = Step(InState(JobState::kPending), Hold{"root", true}, kNow);
+  ASSERT_TRUE(held.ok());
+  EXPECT_EQ(held->next.pending_reason, "held by root (admin): `gpupool release 7` lets it start");
+  Result<Transition> r = Step(held->next, Release{"alice", false}, kNow);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kPermissionDenied);
+  r = Step(held->next, Release{"root", true}, kNow);
+  ASSERT_TRUE(r.ok());
+  EXPECT_TRUE(r->next.held_by.empty());
+  EXPECT_TRUE(r->effects.queue_changed);
+  // Holding a held job, releasing a free one: nothing.
+  EXPECT_FALSE(Step(held->next, Hold{"alice", false}, kNow)->changed);
+  EXPECT_FALSE(Step(InState(JobState::kPending), Release{"alice", false}, kNow)->changed);
+  Result<Transition> running = Step(InState(JobState::kRunning), Hold{"alice", false}, kNow);
+  EXPECT_EQ(running.status().message(),
+            "job 7 is RUNNING; only pending jobs are held (`gpupool cancel` stops it)");
+}
+
+TEST(JobLifecycleTest, AStartWithoutAPortGetsTheDefaultAndRunsWhenAllStarted) {
+  Job j = Gang();
+  j.state = JobState::kAssigned;
+  j.master_port = 0;
+  for (auto& ts : j.tasks) ts.start_time_us = 0;
+  Result<Transition> t = Step(j, TaskStarted{"n1", 0, 1, kNow, "/o", "/e", 0}, kNow);
+  ASSERT_TRUE(t.ok());
+  EXPECT_EQ(t->next.master_port, 29500);
+  EXPECT_NE(t->effects.log.find("no rendezvous port"), std::string::npos);
+  EXPECT_EQ(t->next.state, JobState::kAssigned);
+  EXPECT_EQ(t->next.stdout_path, "/o");
+  t = Step(t->next, TaskStarted{"n2", 1, 1, kNow + 1, "", "", 0}, kNow);
+  EXPECT_EQ(t->next.state, JobState::kRunning);
+  EXPECT_EQ(t->next.start_time_us, kNow + 1);
+}
+
+TEST(JobLifecycleTest, ATimedOutTaskMakesATimeout) {
+  TaskExited e = Exit("n1", 0, std::nullopt);
+  e.signal = 9;
+  e.timed_out = true;
+  Result<Transition> t = Step(InState(JobState::kRunning), e, kNow);
+  ASSERT_TRUE(t.ok());
+  EXPECT_EQ(t->next.state, JobState::kTimeout);
+}
+
+}  // namespace
+}  // namespace gpupool::controller::lifecycle
