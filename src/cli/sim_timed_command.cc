@@ -23,11 +23,13 @@
 #include "common/file_util.h"
 #include "common/json.h"
 #include "common/strings.h"
+#include "sched/admission/limits.h"
 #include "sched/policy_registry.h"
 #include "sched/queue/queue_policy_registry.h"
+#include "sim/csv_table.h"
+#include "sim/openb_reader.h"
 #include "sim/svg_plot.h"
 #include "sim/timed/cluster_spec.h"
-#include "sim/timed/csv_table.h"
 #include "sim/timed/generic_trace_reader.h"
 #include "sim/timed/openb_timed_reader.h"
 #include "sim/timed/philly_reader.h"
@@ -51,6 +53,7 @@ struct TimedFlags {
   uint64_t seed = 42;
   std::string fair_by = "user";
   std::vector<std::string> weights;
+  std::string limits_file;
   int gpus_per_node = 0;
   int64_t cpu_per_gpu = 4000;
   int64_t mem_per_gpu = 16384;
@@ -179,61 +182,111 @@ class ProgressLine {
   int last_ = -1;
 };
 
-int RunTimed(const TimedFlags& f) {
-  auto fail = [](const Status& s) {
-    WriteStderr(fmt::format("gpupool sim timed: {}\n", s.message()));
-    return 1;
-  };
-  auto usage = [](const std::string& m) {
-    WriteStderr(fmt::format("gpupool sim timed: {}\n", m));
-    return 2;
-  };
+// The flags that need no file: the start rule, the policies and fair-share weights. An
+// error is a usage error (exit 2) naming the flag.
+Status CheckFlags(const TimedFlags& f, sched::StartRule* rule,
+                  sched::QueuePolicyConfig* queue_config) {
   if (f.nodes.empty() == f.cluster.empty()) {
-    return usage("give the cluster as exactly one of --nodes FILE.csv or --cluster SPEC");
+    return Status::InvalidArgument(
+        "give the cluster as exactly one of --nodes FILE.csv or --cluster SPEC");
   }
-  sched::StartRule rule = f.backfill ? sched::StartRule::kEasyBackfill : sched::StartRule::kStrict;
+  *rule = f.backfill ? sched::StartRule::kEasyBackfill : sched::StartRule::kStrict;
   if (!f.start_rule.empty()) {
-    auto parsed = sched::ParseStartRule(f.start_rule);
-    if (!parsed.ok()) return usage(parsed.status().message());
-    if (f.backfill && *parsed != sched::StartRule::kEasyBackfill) {
-      return usage("--backfill means --start-rule easy; give one or the other");
+    GP_ASSIGN_OR_RETURN(sched::StartRule parsed, sched::ParseStartRule(f.start_rule));
+    if (f.backfill && parsed != sched::StartRule::kEasyBackfill) {
+      return Status::InvalidArgument("--backfill means --start-rule easy; give one or the other");
     }
-    rule = *parsed;
+    *rule = parsed;
   }
   if (!sched::BuiltinQueuePolicies().Contains(f.queue)) {
-    return usage(sched::BuiltinQueuePolicies().Create(f.queue).status().message());
+    return sched::BuiltinQueuePolicies().Create(f.queue).status();
   }
   if (!sched::BuiltinPlacementPolicies().Contains(f.policy)) {
-    return usage(sched::BuiltinPlacementPolicies().Create(f.policy).status().message());
+    return sched::BuiltinPlacementPolicies().Create(f.policy).status();
   }
-  sched::QueuePolicyConfig queue_config;
-  queue_config.fair_group =
+  queue_config->fair_group =
       f.fair_by == "project" ? sched::FairShareGroup::kProject : sched::FairShareGroup::kUser;
   for (const std::string& w : f.weights) {
     const size_t eq = w.rfind('=');
     std::optional<double> weight =
         eq == std::string::npos ? std::nullopt : ParseDouble(std::string_view(w).substr(eq + 1));
     if (!weight || !(*weight > 0) || eq == 0) {
-      return usage(fmt::format("--weight '{}': expected GROUP=WEIGHT with a positive weight", w));
+      return Status::InvalidArgument(
+          fmt::format("--weight '{}': expected GROUP=WEIGHT with a positive weight", w));
     }
-    queue_config.fair_weights[w.substr(0, eq)] = *weight;
+    queue_config->fair_weights[w.substr(0, eq)] = *weight;
   }
+  return Status::Ok();
+}
 
-  auto node_specs =
-      f.nodes.empty() ? sim::ParseClusterSpec(f.cluster) : sim::ReadNodeCsvFile(f.nodes);
-  if (!node_specs.ok()) return fail(node_specs.status());
-  auto cluster = sim::BuildCluster(*node_specs);
-  if (!cluster.ok()) return fail(cluster.status());
+// --limits-file: the JSON `gpupool limits --json` prints and PUT /v1/limits takes.
+Result<sched::Limits> ReadLimitsFile(const std::string& path) {
+  if (path.empty()) return sched::Limits{};
+  auto fail = [&](const Status& s) { return s.WithContext("--limits-file " + path); };
+  Result<std::string> text = ReadFileToString(path, size_t{16} << 20);
+  if (!text.ok()) return fail(text.status());
+  Result<Json> json = ParseJson(*text, path);
+  if (!json.ok()) return fail(json.status());
+  Result<sched::Limits> limits = sched::LimitsFromJson(*json);
+  if (!limits.ok()) return fail(limits.status());
+  return limits;
+}
+
+// Reads the cluster and the trace (its format detected unless --format names it).
+Result<std::vector<sim::TraceJob>> ReadInputs(const TimedFlags& f, sched::ClusterState* cluster,
+                                              std::string* format) {
+  GP_ASSIGN_OR_RETURN(
+      std::vector<sched::NodeSpec> node_specs,
+      f.nodes.empty() ? sim::ParseClusterSpec(f.cluster) : sim::ReadOpenbNodes(f.nodes));
+  GP_ASSIGN_OR_RETURN(*cluster, sim::BuildCluster(node_specs));
   int widest = 0;
-  for (const auto& n : *node_specs) widest = std::max(widest, static_cast<int>(n.num_gpus));
-
-  std::string format = f.format;
-  if (format == "auto") {
-    auto detected = DetectFormat(f.trace);
-    if (!detected.ok()) return fail(detected.status());
-    format = *detected;
+  for (const auto& n : node_specs) widest = std::max(widest, static_cast<int>(n.num_gpus));
+  *format = f.format;
+  if (*format == "auto") {
+    GP_ASSIGN_OR_RETURN(*format, DetectFormat(f.trace));
   }
-  auto jobs = ReadTrace(f, format, f.gpus_per_node > 0 ? f.gpus_per_node : std::max(widest, 1));
+  return ReadTrace(f, *format, f.gpus_per_node > 0 ? f.gpus_per_node : std::max(widest, 1));
+}
+
+// Prints the summary and writes --out-dir and --plot.
+Status Report(const TimedFlags& f, const sim::TimedRunInfo& info, const sim::TimedRun& run,
+              const sim::TimedSummary& summary) {
+  const std::string json = DumpJson(sim::TimedReportJson(info, run, summary), 2);
+  if (!f.out_dir.empty()) GP_RETURN_IF_ERROR(WriteOutputs(f.out_dir, json, run, summary));
+  if (!f.plot.empty()) {
+    const std::string title = "Timed run: " + f.trace + ", " + f.queue + " queue, " +
+                              info.start_rule + " start, " + f.policy + " placement";
+    GP_RETURN_IF_ERROR(
+        WriteFileAtomically(f.plot, sim::RenderSvgPlot(title, TimedPanels(run, summary)))
+            .WithContext("--plot"));
+  }
+  const std::string out = f.json ? json + "\n" : sim::TimedReportText(info, run, summary);
+  std::fwrite(out.data(), 1, out.size(), stdout);
+  if (!f.json && !f.out_dir.empty()) {
+    std::printf("\nwrote %s/{allocation,groups,jobs}.csv and summary.json\n", f.out_dir.c_str());
+  }
+  if (!f.json && !f.plot.empty()) std::printf("wrote %s\n", f.plot.c_str());
+  return Status::Ok();
+}
+
+int RunTimed(const TimedFlags& f) {
+  auto fail = [](const Status& s) {
+    WriteStderr(fmt::format("gpupool sim timed: {}\n", s.message()));
+    return 1;
+  };
+  sched::StartRule rule = sched::StartRule::kStrict;
+  sched::QueuePolicyConfig queue_config;
+  if (Status s = CheckFlags(f, &rule, &queue_config); !s.ok()) {
+    WriteStderr(fmt::format("gpupool sim timed: {}\n", s.message()));
+    return 2;
+  }
+  sim::TimedOptions options;
+  Result<sched::Limits> limits = ReadLimitsFile(f.limits_file);
+  if (!limits.ok()) return fail(limits.status());
+  options.limits = std::move(*limits);
+  sched::ClusterState cluster;
+  std::string format;
+  auto jobs = ReadInputs(f, &cluster, &format);
   if (!jobs.ok()) return fail(jobs.status());
   size_t unplannable = 0;
   for (sim::TraceJob& j : *jobs) {
@@ -246,8 +299,6 @@ int RunTimed(const TimedFlags& f) {
         "cannot plan with them; give --time-limit-factor (Philly) or --default-time-limit\n",
         unplannable, jobs->size(), rule == sched::StartRule::kEasyBackfill ? "backfill" : "sjf"));
   }
-
-  sim::TimedOptions options;
   options.queue_policy = f.queue;
   options.queue_config = queue_config;
   options.start_rule = rule;
@@ -258,41 +309,22 @@ int RunTimed(const TimedFlags& f) {
   if (isatty(STDERR_FILENO) != 0) {
     options.progress = [&progress](size_t done, size_t total) { progress.Update(done, total); };
   }
-  auto run = sim::RunTimedExperiment(*cluster, *jobs, options);
+  auto run = sim::RunTimedExperiment(cluster, *jobs, options);
   progress.Finish();
   if (!run.ok()) return fail(run.status());
-  const sim::TimedSummary summary =
-      sim::Summarize(*run, queue_config.fair_group, f.sample_interval);
-
   sim::TimedRunInfo info;
   info.workload = f.trace;
   info.trace_format = format;
   info.cluster = f.nodes.empty() ? f.cluster : f.nodes;
-  info.nodes = cluster->num_nodes();
+  info.nodes = cluster.num_nodes();
   info.queue_policy = f.queue;
   info.start_rule = std::string(sched::StartRuleName(rule));
   info.placement_policy = f.policy;
   info.fair_group = f.fair_by;
   info.seed = f.seed;
-  const std::string json = DumpJson(sim::TimedReportJson(info, *run, summary), 2);
-  if (!f.out_dir.empty()) {
-    if (Status s = WriteOutputs(f.out_dir, json, *run, summary); !s.ok()) return fail(s);
-  }
-  if (!f.plot.empty()) {
-    const std::string title = "Timed run: " + f.trace + ", " + f.queue + " queue, " +
-                              info.start_rule + " start, " + f.policy + " placement";
-    if (Status s =
-            WriteFileAtomically(f.plot, sim::RenderSvgPlot(title, TimedPanels(*run, summary)));
-        !s.ok()) {
-      return fail(s.WithContext("--plot"));
-    }
-  }
-  const std::string out = f.json ? json + "\n" : sim::TimedReportText(info, *run, summary);
-  std::fwrite(out.data(), 1, out.size(), stdout);
-  if (!f.json && !f.out_dir.empty()) {
-    std::printf("\nwrote %s/{allocation,groups,jobs}.csv and summary.json\n", f.out_dir.c_str());
-  }
-  if (!f.json && !f.plot.empty()) std::printf("wrote %s\n", f.plot.c_str());
+  const sim::TimedSummary summary =
+      sim::Summarize(*run, queue_config.fair_group, f.sample_interval);
+  if (Status s = Report(f, info, *run, summary); !s.ok()) return fail(s);
   return 0;
 }
 
@@ -334,6 +366,10 @@ void RegisterSimTimedCommand(CLI::App& sim, CommandContext& ctx) {
       ->check(CLI::IsMember({"user", "project"}))
       ->capture_default_str();
   cmd->add_option("--weight", flags->weights, "fair-share weight GROUP=WEIGHT (repeatable)");
+  cmd->add_option("--limits-file", flags->limits_file,
+                  "per-user and per-project limits on GPUs and running jobs, as JSON in the "
+                  "form `gpupool limits --json` prints")
+      ->check(CLI::ExistingFile);
   cmd->add_option("--gpus-per-node", flags->gpus_per_node,
                   "Philly: split jobs wider than this into per-node tasks (default: the widest "
                   "node)")

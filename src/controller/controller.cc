@@ -1417,7 +1417,8 @@ Status Controller::ResolveDependencies(Lock& lock, std::map<int64_t, std::string
   return ApplyManyLocked(lock, std::move(ends)).status();
 }
 
-void Controller::BlockWhileEarlierAttemptsStop(std::map<int64_t, std::string>* blocked) const {
+void Controller::BlockWhileEarlierAttemptsStop(
+    std::map<int64_t, std::pair<int32_t, std::string>>* stopping) const {
   // A requeued job whose earlier attempt a returning node still runs (its supervisor
   // outlived the agent) is stopped there first: at most one attempt runs at a time. The
   // stop order is resent until the attempt's end is reported, or given up on with it.
@@ -1425,10 +1426,8 @@ void Controller::BlockWhileEarlierAttemptsStop(std::map<int64_t, std::string>* b
     for (const auto& key : e.stray_running) {
       auto it = active_.find(key.first);
       if (it == active_.end() || it->second.state != JobState::kPending) continue;
-      if (key.second > it->second.attempt || blocked->count(key.first) != 0) continue;
-      (*blocked)[key.first] = "waits for attempt " + std::to_string(key.second) +
-                              " to stop on node " + name +
-                              " (it still ran there when the node came back)";
+      if (key.second > it->second.attempt) continue;
+      stopping->emplace(key.first, std::make_pair(key.second, name));  // the first one found
     }
   }
 }
@@ -1441,13 +1440,13 @@ Status Controller::ScheduleOnce() {
   // it relied on changed meanwhile.
   std::vector<std::shared_ptr<const Job>> snapshot;
   std::vector<std::pair<std::string, NodeEntry>> nodes_copy;
-  std::map<int64_t, std::string> blocked;  // pending jobs whose dependencies are unmet
+  AdmissionFeed feed;  // pending jobs whose dependencies or earlier attempts hold them
   Limits limits;
   {
     Lock lock(mu_);
     limits = limits_;
-    GP_RETURN_IF_ERROR(ResolveDependencies(lock, &blocked));
-    BlockWhileEarlierAttemptsStop(&blocked);
+    GP_RETURN_IF_ERROR(ResolveDependencies(lock, &feed.waiting));
+    BlockWhileEarlierAttemptsStop(&feed.stopping);
     bool any_pending = false;
     snapshot.reserve(slim_.size());
     for (const auto& [id, slim] : slim_) {  // shared, immutable copies: no deep copy here
@@ -1477,7 +1476,7 @@ Status Controller::ScheduleOnce() {
   for (const auto& j : snapshot) active.push_back(j.get());
   const int64_t now = clock_->NowMicros();
   GP_ASSIGN_OR_RETURN(ScheduleResult plan,
-                      scheduler_->Plan(active, nodes, now / 1'000'000, blocked, limits));
+                      scheduler_->Plan(active, nodes, now / 1'000'000, feed, limits));
 
   std::unique_lock lock(mu_);
   // Apply only if every job the plan saw occupying resources still does, every job it

@@ -422,8 +422,10 @@ class Controller {
   // mu_. `lock` holds mu_.
   Status ResolveDependencies(Lock& lock, std::map<int64_t, std::string>* blocked);
   // Adds the pending jobs whose earlier attempt a node still runs (and is told to stop)
-  // to `blocked`, with the reason. Called with mu_ held.
-  void BlockWhileEarlierAttemptsStop(std::map<int64_t, std::string>* blocked) const;
+  // to `stopping`, with that attempt and node, for the scheduler's EarlierAttemptGate.
+  // Called with mu_ held.
+  void BlockWhileEarlierAttemptsStop(
+      std::map<int64_t, std::pair<int32_t, std::string>>* stopping) const;
 
   struct NodeEntry {
     gpu::NodeInfo info;

@@ -479,7 +479,9 @@ TEST_F(ControllerTest, SharedGpuHoldsTwoHalfJobs) {
   EXPECT_EQ(a.placement[0].gpu_uuids, b.placement[0].gpu_uuids);
   EXPECT_EQ(a.placement[0].gpu_milli, 500);
   EXPECT_EQ(c.state, JobState::kPending);
-  EXPECT_EQ(c.pending_reason, "needs 0.5 of one GPU; the most free on any GPU: 0");
+  EXPECT_EQ(c.pending_reason,
+            "needs 0.5 of one GPU; the most free on any GPU: 0; 0/1 nodes are available: 1 "
+            "insufficient GPU share");
   auto nodes = c_->Nodes();
   ASSERT_EQ(nodes.size(), 1u);
   EXPECT_EQ(nodes[0].allocated_milli[0], 1000);
@@ -495,7 +497,8 @@ TEST_F(ControllerTest, PendingReasonNamesTheLargestIdleBlock) {
   ASSERT_TRUE(c_->ScheduleOnce().ok());
   EXPECT_EQ(Get(busy.id).state, JobState::kAssigned);
   EXPECT_EQ(Get(want.id).pending_reason,
-            "needs 2 idle GPUs of model A100; largest idle block on any node: 1");
+            "needs 2 idle GPUs of model A100; largest idle block on any node: 1; 0/1 nodes are "
+            "available: 1 insufficient GPUs");
 }
 
 TEST_F(ControllerTest, ImpossibleJobsAreRefusedAtSubmit) {
@@ -575,8 +578,8 @@ TEST_F(ControllerTest, DrainedNodeFinishesItsJobsAndStartsNothingNew) {
   ASSERT_TRUE(c_->ScheduleOnce().ok());
   EXPECT_EQ(Get(b.id).state, JobState::kPending);
   EXPECT_EQ(Get(b.id).pending_reason,
-            "needs 1 idle GPU; largest idle block on any node: 0 (nothing new starts on draining "
-            "node n1)");
+            "needs 1 idle GPU; largest idle block on any node: 0; 0/1 nodes are available: 1 "
+            "draining (n1)");
   EXPECT_EQ(Get(a.id).state, JobState::kAssigned);  // what ran goes on
 
   Register(2, {{a.id, a.attempt}});  // the agent restarts

@@ -1,9 +1,10 @@
-// JobScheduler: turns the controller's jobs and nodes into the scheduling core's inputs
-// (ClusterState, QueuedJob, RunningJob), runs one SchedulingPass, and turns the result
-// back into job placements and pending reasons a user understands.
+// JobScheduler: the controller's adapter to the scheduling core. It turns the
+// controller's jobs and nodes into one pass's input (sched_input.h), runs the scheduling
+// profile the simulator runs too (sched/admission/profile.h: gates, admission filters,
+// the pass, the explain step), and hands back job placements and pending reasons.
 //
 // Pure with respect to its inputs: no I/O, no clock (the time is passed in). Holds the
-// policies, which cache, so one instance serves one thread (the scheduler loop).
+// profile, whose policies cache, so one instance serves one thread (the scheduler loop).
 #pragma once
 
 #include <cstdint>
@@ -14,21 +15,11 @@
 
 #include "common/status.h"
 #include "controller/limits.h"
-#include "gpu/gpu_info.h"
+#include "controller/sched_input.h"
 #include "jobs/job.h"
-#include "sched/placement_policy.h"
-#include "sched/queue/queue_policy.h"
-#include "sched/queue/scheduling_pass.h"
+#include "sched/admission/profile.h"
 
 namespace gpupool::controller {
-
-struct SchedNode {
-  std::string name;
-  const gpu::NodeInfo* info = nullptr;
-  int64_t cpu_milli = 0;
-  int64_t memory_mib = 0;
-  bool draining = false;  // nothing new is placed there
-};
 
 // The pending reason of a held job: who held it and how to release it.
 std::string HeldReason(const jobs::Job& job);
@@ -45,27 +36,18 @@ class JobScheduler {
                                                       const std::string& start_rule);
 
   // `active` holds every non-terminal job; ASSIGNED/RUNNING ones occupy their GPUs.
-  // Jobs in `blocked` (pending ones that wait for something else: their dependencies)
-  // are not started and get the given pending reason.
-  // Jobs that would take a user or project past `limits` wait with the reason.
+  // `feed` says which pending jobs wait for their dependencies or for an earlier attempt
+  // to stop; jobs that would take a user or project past `limits` wait with the reason.
   Result<ScheduleResult> Plan(const std::vector<const jobs::Job*>& active,
                               const std::vector<SchedNode>& nodes, int64_t now_s,
-                              const std::map<int64_t, std::string>& blocked = {},
-                              const Limits& limits = {});
+                              const AdmissionFeed& feed = {}, const Limits& limits = {});
 
   // Why `job` could never run on `nodes` even if they were idle; empty when it could.
   static std::string NeverFits(const jobs::Job& job, const std::vector<SchedNode>& nodes);
 
  private:
   JobScheduler() = default;
-  std::string placement_policy_name_;
-  std::unique_ptr<sched::QueuePolicy> queue_policy_;
-  std::unique_ptr<sched::PlacementPolicy> placement_policy_;
-  sched::PassOptions pass_options_;
+  std::unique_ptr<sched::SchedulingProfile> profile_;
 };
-
-// The short model name a GPU is scheduled by: "NVIDIA H100 80GB HBM3" -> "H100",
-// "AMD Instinct MI250X" -> "MI250X".
-std::string GpuModelKey(const std::string& gpu_name);
 
 }  // namespace gpupool::controller

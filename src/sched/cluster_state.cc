@@ -99,16 +99,29 @@ Status ClusterState::SetScanOrder(std::vector<int32_t> order) {
   return Status::Ok();
 }
 
-bool ClusterState::ModelAllowed(const NodeState& n, const Task& task) const {
-  if (task.num_gpu == 0) return true;
+// Inlined into Fits, which placement calls for every node and task.
+[[gnu::always_inline]] inline ClusterState::Refusal ClusterState::StaticRefusal(
+    const NodeState& n, const Task& task) const {
+  if (task.num_gpu == 0) return Refusal::kNone;
   if (!task.gpu_models.empty() && std::find(task.gpu_models.begin(), task.gpu_models.end(),
                                             n.gpu_model) == task.gpu_models.end()) {
-    return false;
+    return Refusal::kModel;
   }
-  if (task.min_capability != 0 && n.gpu_capability < task.min_capability) return false;
-  return task.allowed_nodes.empty() ||
-         std::binary_search(task.allowed_nodes.begin(), task.allowed_nodes.end(), n.name);
+  if (task.min_capability != 0 && n.gpu_capability < task.min_capability) {
+    return Refusal::kCapability;
+  }
+  if (!task.allowed_nodes.empty() &&
+      !std::binary_search(task.allowed_nodes.begin(), task.allowed_nodes.end(), n.name)) {
+    return Refusal::kNodeList;
+  }
+  return Refusal::kNone;
 }
+
+bool ClusterState::ModelAllowed(const NodeState& n, const Task& task) const {
+  return StaticRefusal(n, task) == Refusal::kNone;
+}
+
+bool ClusterState::Allows(int32_t i, const Task& task) const { return ModelAllowed(node(i), task); }
 
 bool ClusterState::CouldEverHost(int32_t i, const Task& task) const {
   const NodeState& n = node(i);
@@ -128,15 +141,26 @@ bool ClusterState::Fits(int32_t i, const Task& task) const {
 
 std::string ClusterState::WhyNotFit(int32_t i, const Task& task) const {
   const NodeState& n = node(i);
-  if (n.cpu_free_milli < task.cpu_milli) return "not enough free CPU";
-  if (n.memory_free_mib < task.memory_mib) return "not enough free memory";
-  if (task.num_gpu == 0) return "";
-  if (!ModelAllowed(n, task)) return "GPU model, capability or software environment not allowed";
-  int32_t ok = 0;
-  for (int32_t f : n.gpu_free_milli) ok += (f >= task.gpu_milli);
-  if (ok < task.num_gpu) {
-    return fmt::format("fewer than {} GPUs with {} thousandths free", task.num_gpu, task.gpu_milli);
+  if (task.num_gpu > 0) {
+    if (n.num_gpus() == 0) return "no GPUs";
+    switch (StaticRefusal(n, task)) {
+      case Refusal::kModel:
+        return "other GPU model";
+      case Refusal::kCapability:
+        return fmt::format("GPU capability below {}.{}", task.min_capability / 10,
+                           task.min_capability % 10);
+      case Refusal::kNodeList:
+        return "not among the task's nodes";
+      case Refusal::kNone:
+        break;
+    }
+    int32_t ok = 0;
+    for (int32_t f : n.gpu_free_milli) ok += (f >= task.gpu_milli);
+    if (ok < task.num_gpu)
+      return task.IsFractional() ? "insufficient GPU share" : "insufficient GPUs";
   }
+  if (n.cpu_free_milli < task.cpu_milli) return "insufficient CPU";
+  if (n.memory_free_mib < task.memory_mib) return "insufficient memory";
   return "";
 }
 

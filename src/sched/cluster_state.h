@@ -102,7 +102,12 @@ class ClusterState {
   bool CouldEverHost(int32_t i, const Task& task) const;
   // Fit now: CPU, memory, model, capability and num_gpu GPUs with free >= gpu_milli.
   bool Fits(int32_t i, const Task& task) const;
-  // Why `task` does not fit node `i` now; empty when it fits.
+  // The static part of Fits: the node's GPU model, capability and name suit the task
+  // (always true for CPU-only tasks).
+  bool Allows(int32_t i, const Task& task) const;
+  // Why `task` does not fit node `i` now, in a few words that read after a count ("no
+  // GPUs", "other GPU model", "insufficient GPUs", "insufficient CPU"); GPU reasons come
+  // first. Empty when it fits.
   std::string WhyNotFit(int32_t i, const Task& task) const;
 
   // Applies / undoes a placement. Both validate the placement against the task and the
@@ -115,7 +120,9 @@ class ClusterState {
   int64_t TotalGpuMilliUsed() const { return capacity_.gpu_milli - free_.gpu_milli; }
 
  private:
+  enum class Refusal { kNone, kModel, kCapability, kNodeList };
   Status CheckPlacementShape(const Task& task, const Placement& p) const;
+  Refusal StaticRefusal(const NodeState& n, const Task& task) const;
   bool ModelAllowed(const NodeState& n, const Task& task) const;
 
   std::vector<NodeState> nodes_;

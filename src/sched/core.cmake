@@ -3,7 +3,6 @@ target_sources(gpupool_sched PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/cluster_state.cc
   ${CMAKE_CURRENT_LIST_DIR}/fragmentation.cc
   ${CMAKE_CURRENT_LIST_DIR}/framework.cc
-  ${CMAKE_CURRENT_LIST_DIR}/policy_registry.cc
   ${CMAKE_CURRENT_LIST_DIR}/resources.cc
   ${CMAKE_CURRENT_LIST_DIR}/task.cc
   ${CMAKE_CURRENT_LIST_DIR}/placement/builtin_policies.cc

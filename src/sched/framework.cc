@@ -12,44 +12,12 @@ std::vector<int32_t> GpuMaskToList(GpuMask mask) {
   return out;
 }
 
-Status PluginRegistry::Register(std::string name, Factory factory) {
-  if (name.empty() || !factory) {
-    return Status::InvalidArgument("plugin registration needs a name and a factory");
-  }
-  if (factories_.count(name) != 0) {
-    return Status::AlreadyExists(
-        fmt::format("scheduler plugin '{}' is registered twice; pick another name", name));
-  }
-  factories_.emplace(std::move(name), std::move(factory));
-  return Status::Ok();
-}
-
-Result<std::unique_ptr<Plugin>> PluginRegistry::Create(std::string_view name,
-                                                       const PolicyConfig& config) const {
-  auto it = factories_.find(name);
-  if (it == factories_.end()) {
-    return Status::NotFound(fmt::format("unknown scheduler plugin '{}'", name));
-  }
-  auto plugin = it->second(config);
-  if (!plugin) return Status::Internal(fmt::format("plugin '{}' factory returned null", name));
-  return plugin;
-}
-
 bool FitFilter::Filter(const ClusterState& state, const Task& task, int32_t node,
                        std::string* reason) const {
   // Fast path first; the reason is only built for the rare caller that wants it.
   if (state.Fits(node, task)) return true;
   if (reason != nullptr) *reason = state.WhyNotFit(node, task);
   return false;
-}
-
-Status StateReserve::Reserve(ClusterState& state, const Task& task, const Placement& p) {
-  return state.Allocate(task, p);
-}
-
-void StateReserve::Unreserve(ClusterState& state, const Task& task, const Placement& p) {
-  // Release refuses placements that were never reserved, which makes this safe to repeat.
-  (void)state.Release(task, p);
 }
 
 FrameworkPolicy::FrameworkPolicy(std::string name,
@@ -89,25 +57,6 @@ PlacementDecision FrameworkPolicy::Place(const ClusterState& state, const Task& 
   d.score = scores_[best].score;
   d.placement.node = scores_[best].node;
   d.placement.gpus = GpuMaskToList(scores_[best].gpus);
-  return d;
-}
-
-PlacementDecision ScheduleOne(PlacementPolicy& policy, ReservePlugin& reserve, BindPlugin* bind,
-                              ClusterState& state, const Task& task) {
-  PlacementDecision d = policy.Place(state, task);
-  if (!d.placed) return d;
-  if (Status s = reserve.Reserve(state, task, d.placement); !s.ok()) {
-    d.placed = false;
-    d.reason = "reserve failed: " + s.message();
-    return d;
-  }
-  if (bind != nullptr) {
-    if (Status s = bind->Bind(task, d.placement, state); !s.ok()) {
-      reserve.Unreserve(state, task, d.placement);
-      d.placed = false;
-      d.reason = "bind failed: " + s.message();
-    }
-  }
   return d;
 }
 

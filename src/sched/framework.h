@@ -1,11 +1,12 @@
 // The scheduling framework, after the Kubernetes scheduler framework.
 //
-// One scheduling cycle for one task runs plugins at named extension points:
-//   QueueSort (order of pending tasks) -> Filter (can the node host the task now?) ->
-//   PreScore / Score (+ NormalizeScore) (how good is each feasible node, and which GPUs
-//   inside it) -> Reserve (apply to ClusterState; Unreserve undoes) -> Bind (tell the
-//   world; a failed bind unreserves).
-// Plugins are registered by name in a PluginRegistry that refuses duplicates.
+// One placement cycle for one task runs plugins at named extension points:
+//   Filter (can the node host the task now?) -> PreScore / Score (+ NormalizeScore) (how
+//   good is each feasible node, and which GPUs inside it). The caller applies the winner
+//   with ClusterState::Allocate. The order of pending jobs is a queue policy's
+//   (queue/queue_policy.h).
+// Admission before the cycle (gates such as holds and quotas, and filters with pass-level
+// steps such as drains) and the explanation of why a job waits are in admission/.
 // Scores are integers in [kMinNodeScore, kMaxNodeScore]; the highest wins and ties go
 // to the first feasible node in ClusterState::scan_order(). Unlike Kubernetes, a Score
 // plugin also returns the GPUs it would use on that node, because for GPU-sharing
@@ -16,8 +17,6 @@
 #pragma once
 
 #include <cstdint>
-#include <functional>
-#include <map>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -44,17 +43,16 @@ class Plugin {
   virtual std::string_view name() const = 0;
 };
 
-class QueueSortPlugin : public Plugin {
- public:
-  // Strict weak order: true when `a` should be scheduled before `b`.
-  virtual bool Less(const Task& a, const Task& b) const = 0;
-};
-
 class FilterPlugin : public Plugin {
  public:
-  // True when node `node` can host `task` now. On false, `reason` (if not null) says why.
+  // True when node `node` can host `task` now. On false, `reason` (if not null) says why
+  // in a few words that read after a count ("2 insufficient GPUs"): the explain step
+  // (admission/explain.h) adds up the nodes by reason, Kubernetes PostFilter style.
   virtual bool Filter(const ClusterState& state, const Task& task, int32_t node,
                       std::string* reason) const = 0;
+  // Whether explanations name the nodes this filter refuses (drained nodes, which
+  // people chose); otherwise they are only counted.
+  virtual bool NamesNodes() const { return false; }
 };
 
 struct NodeScore {
@@ -74,45 +72,13 @@ class ScorePlugin : public Plugin {
   virtual void NormalizeScores(std::vector<NodeScore>& /*scores*/) {}
 };
 
-class ReservePlugin : public Plugin {
- public:
-  virtual Status Reserve(ClusterState& state, const Task& task, const Placement& placement) = 0;
-  // Undoes Reserve; must be idempotent-safe for a placement that was reserved.
-  virtual void Unreserve(ClusterState& state, const Task& task, const Placement& placement) = 0;
-};
-
-class BindPlugin : public Plugin {
- public:
-  virtual Status Bind(const Task& task, const Placement& placement, const ClusterState& state) = 0;
-};
-
-// Plugins by name; Register refuses a name twice.
-class PluginRegistry {
- public:
-  using Factory = std::function<std::unique_ptr<Plugin>(const PolicyConfig&)>;
-  Status Register(std::string name, Factory factory);
-  Result<std::unique_ptr<Plugin>> Create(std::string_view name, const PolicyConfig& config) const;
-  bool Contains(std::string_view name) const { return factories_.count(std::string(name)) != 0; }
-
- private:
-  std::map<std::string, Factory, std::less<>> factories_;
-};
-
 // The built-in filter: CPU, memory, GPU model and capability, and num_gpu GPUs with a
-// free share >= gpu_milli.
+// free share >= gpu_milli (ClusterState::Fits; reasons from ClusterState::WhyNotFit).
 class FitFilter final : public FilterPlugin {
  public:
   std::string_view name() const override { return "fit"; }
   bool Filter(const ClusterState& state, const Task& task, int32_t node,
               std::string* reason) const override;
-};
-
-// The built-in reserve: ClusterState::Allocate / Release.
-class StateReserve final : public ReservePlugin {
- public:
-  std::string_view name() const override { return "state"; }
-  Status Reserve(ClusterState& state, const Task& task, const Placement& placement) override;
-  void Unreserve(ClusterState& state, const Task& task, const Placement& placement) override;
 };
 
 // A placement policy made of filter plugins and one score plugin (a "profile").
@@ -130,11 +96,5 @@ class FrameworkPolicy final : public PlacementPolicy {
   std::vector<int32_t> feasible_;  // reused between cycles
   std::vector<NodeScore> scores_;
 };
-
-// One full cycle: place with `policy`, reserve, bind (unreserve when bind fails).
-// Returns the decision; `placed` is false when no node fits or reserve/bind failed
-// (reason says which).
-PlacementDecision ScheduleOne(PlacementPolicy& policy, ReservePlugin& reserve, BindPlugin* bind,
-                              ClusterState& state, const Task& task);
 
 }  // namespace gpupool::sched

@@ -1,7 +1,7 @@
-# Trace readers, curves and the saturation experiment.
+# The CSV reader, trace readers, curves and the saturation experiment.
 target_sources(gpupool_sim PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/campaign.cc
-  ${CMAKE_CURRENT_LIST_DIR}/csv_file.cc
+  ${CMAKE_CURRENT_LIST_DIR}/csv_table.cc
   ${CMAKE_CURRENT_LIST_DIR}/curves.cc
   ${CMAKE_CURRENT_LIST_DIR}/openb_reader.cc
   ${CMAKE_CURRENT_LIST_DIR}/result_files.cc
@@ -10,6 +10,7 @@ target_sources(gpupool_sim PRIVATE
 
 gpupool_test(sim_core_test
   SOURCES
+    ${CMAKE_CURRENT_LIST_DIR}/csv_table_test.cc
     ${CMAKE_CURRENT_LIST_DIR}/openb_reader_test.cc
     ${CMAKE_CURRENT_LIST_DIR}/saturation_test.cc
     ${CMAKE_CURRENT_LIST_DIR}/svg_plot_test.cc

@@ -13,15 +13,15 @@
 #include "common/status.h"
 #include "sched/cluster_state.h"
 #include "sched/task.h"
-#include "sim/csv_file.h"
+#include "sim/csv_table.h"
 
 namespace gpupool::sim {
 
 Result<std::vector<sched::NodeSpec>> ReadOpenbNodes(const std::string& path);
-Result<std::vector<sched::NodeSpec>> ParseOpenbNodes(const CsvFile& table);
+Result<std::vector<sched::NodeSpec>> ParseOpenbNodes(const CsvTable& table);
 
 Result<std::vector<sched::Task>> ReadOpenbPods(const std::string& path);
-Result<std::vector<sched::Task>> ParseOpenbPods(const CsvFile& table);
+Result<std::vector<sched::Task>> ParseOpenbPods(const CsvTable& table);
 
 // The workload name used in result files: the file name without directory and ".csv"
 // ("openb_pod_list_default").

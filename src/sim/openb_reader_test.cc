@@ -7,11 +7,11 @@ namespace gpupool::sim {
 namespace {
 
 Result<std::vector<sched::Task>> Pods(const std::string& text) {
-  GP_ASSIGN_OR_RETURN(CsvFile t, CsvFile::Parse(text, "pods.csv"));
+  GP_ASSIGN_OR_RETURN(CsvTable t, CsvTable::Parse(text, "pods.csv"));
   return ParseOpenbPods(t);
 }
 Result<std::vector<sched::NodeSpec>> Nodes(const std::string& text) {
-  GP_ASSIGN_OR_RETURN(CsvFile t, CsvFile::Parse(text, "nodes.csv"));
+  GP_ASSIGN_OR_RETURN(CsvTable t, CsvTable::Parse(text, "nodes.csv"));
   return ParseOpenbNodes(t);
 }
 
@@ -48,14 +48,15 @@ TEST(OpenbReaderTest, BadPodsNameFileLineAndField) {
   ExpectError(Pods("name,cpu_milli,memory_mib,num_gpu\np,1,2,0\n"),
               "pods.csv:1: missing column 'gpu_milli'");
   ExpectError(Pods(h + "p,1,2,0,0\nq,abc,2,0,0\n"),
-              "pods.csv:3: field 'cpu_milli' is not an integer");
-  ExpectError(Pods(h + "p,1,-2,0,0\n"), "pods.csv:2: field 'memory_mib' is negative");
+              "pods.csv:3: field 'cpu_milli': 'abc' is not a whole number");
+  ExpectError(Pods(h + "p,1,-2,0,0\n"),
+              "pods.csv:2: field 'memory_mib': negative value -2 is not allowed");
   ExpectError(Pods(h + "p,1,2,1,1001\n"), "pods.csv:2: field 'gpu_milli' is 1001");
   ExpectError(Pods(h + "p,1,2,2,500\n"), "fractional shares need num_gpu 1");
-  ExpectError(Pods(h + "p,1,2,1\n"), "pods.csv:2: field 'gpu_milli' is missing");
+  ExpectError(Pods(h + "p,1,2,1\n"), "pods.csv:2: 4 fields where the header has 5");
   ExpectError(Pods(h + "p,1,2,0,300\n"), "give both or neither");
-  ExpectError(Pods(h + "p,1,2,1,\n"), "field 'gpu_milli' is empty");
-  ExpectError(Pods(""), "the file is empty");
+  ExpectError(Pods(h + "p,1,2,1,\n"), "field 'gpu_milli': empty");
+  ExpectError(Pods(""), "empty file");
   ExpectError(Pods(h + "\"p,1,2,1,1\n"), "unterminated quoted field");
 }
 

@@ -2,7 +2,8 @@
 """`gpupool sim` as a user meets it (issue 15, part A item 5), on a tiny made-up trace:
 `sim policies` lines its descriptions up however long a name is; `sim saturation` needs
 --out-dir only without --json, says so when neither is given, and prints its JSON
-numbers rounded (3.74, not 3.739999999999995); `--plot` draws the FGD figure as SVG.
+numbers rounded (3.74, not 3.739999999999995); `--plot` draws the FGD figure as SVG;
+`sim timed` applies limits (`--limits-file`), array throttles and holds as a pool does.
 
 Usage: sim_cli_test.py PATH_TO_GPUPOOL
 """
@@ -93,6 +94,35 @@ class SimCliTest(unittest.TestCase):
                                          "pending", "running"])
         for name, d in lines.items():
             self.assertGreater(len(re.findall(r"[ML]", d)), 10, name)
+
+    def test_timed_applies_limits_arrays_and_holds_like_a_pool(self):
+        trace = os.path.join(self.dir, "admission.csv")
+        with open(trace, "w") as f:
+            f.write("job_id,user,submit_time,duration,gpus_per_task,array,array_max_running,"
+                    "held_for\n")
+            for i in range(3):  # one GPU each; at most one at a time
+                f.write("e%d,ann,0,100,1,sweep,1,\n" % i)
+            f.write("big0,bob,0,100,2,,,\nbig1,bob,0,100,2,,,\n")  # bob: 2 GPUs at most
+            f.write("late,cy,0,100,1,,,50\n")  # held for 50 s
+        limits = os.path.join(self.dir, "limits.json")
+        with open(limits, "w") as f:  # what `gpupool limits --json` prints
+            json.dump({"default": {}, "users": {"bob": {"max_gpus": 2}}, "projects": {}}, f)
+        out = os.path.join(self.dir, "admission")
+        r = run("sim", "timed", "--trace", trace, "--cluster", "1x8", "--start-rule", "skip",
+                "--limits-file", limits, "--out-dir", out, "--json")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        with open(os.path.join(out, "jobs.csv")) as f:
+            rows = f.read().splitlines()
+        header = rows[0].split(",")
+        start = {c[header.index("id")]: int(c[header.index("start_s")])
+                 for c in (row.split(",") for row in rows[1:])}
+        self.assertEqual(start, {"e0": 0, "e1": 100, "e2": 200, "big0": 0, "big1": 100,
+                                 "late": 50})
+        with open(limits, "w") as f:
+            f.write('{"users": {"bob": {"max_gpus": "two"}}}')
+        r = run("sim", "timed", "--trace", trace, "--cluster", "1x8", "--limits-file", limits)
+        self.assertEqual(r.returncode, 1)
+        self.assertIn("--limits-file " + limits + ": limits.users.bob.max_gpus", r.stderr)
 
     def test_sim_policies_lines_up_long_names(self):
         r = run("sim", "policies")

@@ -162,37 +162,5 @@ TEST(RegistryTest, RejectsDuplicatesAndUnknownNames) {
   EXPECT_TRUE(BuiltinPlacementPolicies().Contains("default"));
 }
 
-class FailingBind final : public BindPlugin {
- public:
-  std::string_view name() const override { return "failing"; }
-  Status Bind(const Task&, const Placement&, const ClusterState&) override {
-    return Status::Unavailable("agent unreachable");
-  }
-};
-
-TEST(FrameworkTest, ScheduleOneReservesAndUnreservesOnBindFailure) {
-  ClusterState s;
-  ASSERT_TRUE(s.AddNode({"a", 32000, 65536, 2, "T4"}).ok());
-  auto p = Make("bestfit");
-  StateReserve reserve;
-  PlacementDecision ok = ScheduleOne(*p, reserve, nullptr, s, T(1000, 1, 1000));
-  ASSERT_TRUE(ok.placed);
-  EXPECT_EQ(s.TotalGpuMilliUsed(), 1000);
-  FailingBind bind;
-  PlacementDecision bad = ScheduleOne(*p, reserve, &bind, s, T(1000, 1, 1000));
-  EXPECT_FALSE(bad.placed);
-  EXPECT_NE(bad.reason.find("agent unreachable"), std::string::npos);
-  EXPECT_EQ(s.TotalGpuMilliUsed(), 1000);  // unreserved
-  PluginRegistry plugins;
-  EXPECT_TRUE(
-      plugins.Register("fit", [](const PolicyConfig&) { return std::make_unique<FitFilter>(); })
-          .ok());
-  EXPECT_FALSE(
-      plugins.Register("fit", [](const PolicyConfig&) { return std::make_unique<FitFilter>(); })
-          .ok());
-  EXPECT_TRUE(plugins.Create("fit", {}).ok());
-  EXPECT_FALSE(plugins.Create("nope", {}).ok());
-}
-
 }  // namespace
 }  // namespace gpupool::sched

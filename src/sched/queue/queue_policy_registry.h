@@ -1,46 +1,27 @@
-// QueuePolicyRegistry: queue policies keyed by name, created on demand. Names are
-// unique (Register refuses duplicates). BuiltinQueuePolicies() holds fifo, priority,
-// sjf and fair. Registering is not thread-safe; creating from a registry that no longer
-// changes is.
+// QueuePolicyRegistry: queue policies keyed by name, created on demand
+// (Registry<QueuePolicy>, registry.h: names are unique; Create checks the fair-share
+// weights). BuiltinQueuePolicies() holds fifo, priority, sjf and fair. Registering is
+// not thread-safe; creating from a registry that no longer changes is.
 #pragma once
 
-#include <functional>
-#include <map>
 #include <memory>
-#include <string>
 #include <string_view>
-#include <vector>
 
 #include "common/status.h"
 #include "sched/queue/queue_policy.h"
+#include "sched/registry.h"
 
 namespace gpupool::sched {
 
-using QueuePolicyFactory =
-    std::function<std::unique_ptr<QueuePolicy>(const QueuePolicyConfig& config)>;
-
-class QueuePolicyRegistry {
- public:
-  struct Entry {
-    std::string name;
-    std::string description;  // one line, for listings
-  };
-
-  Status Register(std::string name, std::string description, QueuePolicyFactory factory);
-  // Fails with the known names when `name` is unknown, or on an invalid config.
-  Result<std::unique_ptr<QueuePolicy>> Create(std::string_view name,
-                                              const QueuePolicyConfig& config = {}) const;
-  bool Contains(std::string_view name) const;
-  std::vector<Entry> List() const;  // registration order
-
- private:
-  struct Slot {
-    Entry entry;
-    QueuePolicyFactory factory;
-    size_t order = 0;
-  };
-  std::map<std::string, Slot, std::less<>> slots_;
+template <>
+struct RegistryTraits<QueuePolicy>
+    : RegistryNaming<QueuePolicyConfig, "queue policy", "known policies"> {
+  // Fair-share weights must be positive, finite numbers.
+  static Status CheckConfig(const QueuePolicyConfig& config);
 };
+
+using QueuePolicyRegistry = Registry<QueuePolicy>;
+using QueuePolicyFactory = QueuePolicyRegistry::Factory;
 
 // The process-wide registry with the built-in queue policies (immutable after first
 // use; safe to share between threads).

@@ -21,6 +21,32 @@ namespace gpupool::sched {
 // Planned end of a job that has neither a time limit nor an estimate.
 inline constexpr int64_t kNoPlannedEnd = std::numeric_limits<int64_t>::max();
 
+// What admission (admission/gates.h and filters.h) knows of a job beyond its tasks. The
+// host fills it: the controller from its jobs, the simulator from its trace.
+struct AdmissionFacts {
+  // HoldGate: who holds the job (empty: not held), and whether an admin did.
+  std::string held_by;
+  bool held_by_admin = false;
+  // DependencyGate: why the job's dependencies are unmet (empty: met or none). The host
+  // resolves them (the controller reads ended jobs from its store).
+  std::string waits_for;
+  // EarlierAttemptGate: an earlier attempt of the job that a node still runs and is
+  // being stopped there; attempt 0 = none.
+  int32_t stopping_attempt = 0;
+  std::string stopping_node;
+  // ArrayThrottle: the array the job is an element of (empty: none) and how many of its
+  // elements may run at once (0: no bound).
+  std::string array_id;
+  int32_t array_max_running = 0;
+  // QuotaLimit: the GPUs the job holds or asks for, shares counting whole.
+  int64_t gpus = 0;
+  // EnvCompatFilter: the software environment the job's GPU tasks need (empty: none).
+  std::string environment;
+  // Why the job can never run on these nodes, found by the host while translating it
+  // (no node has its GPU model); empty when it may.
+  std::string unplaceable;
+};
+
 struct QueuedJob {
   std::string id;
   std::string user;
@@ -29,7 +55,8 @@ struct QueuedJob {
   int64_t submit_s = 0;            // when it entered the queue
   int64_t time_limit_s = 0;        // hard limit on run time; 0 = none
   int64_t runtime_estimate_s = 0;  // the user's or a predictor's guess; 0 = none
-  std::vector<Task> tasks;         // at least one; a gang when more
+  std::vector<Task> tasks;         // at least one; a gang when more (none when unplaceable)
+  AdmissionFacts admission;
 
   // Sum of every task's request.
   Resources Total() const;

@@ -63,32 +63,6 @@ Result<std::vector<sched::NodeSpec>> ParseClusterSpec(std::string_view spec) {
   return nodes;
 }
 
-Result<std::vector<sched::NodeSpec>> ReadNodeCsv(const CsvTable& t) {
-  GP_RETURN_IF_ERROR(t.RequireColumns({"sn", "cpu_milli", "memory_mib", "gpu", "model"}));
-  std::vector<sched::NodeSpec> nodes;
-  for (size_t r = 0; r < t.num_rows(); ++r) {
-    sched::NodeSpec n;
-    n.name = std::string(Trim(t.Field(r, "sn")));
-    if (n.name.empty()) return Status::InvalidArgument(t.Where(r, "sn") + ": empty node name");
-    GP_ASSIGN_OR_RETURN(n.cpu_milli, t.Int(r, "cpu_milli", 0));
-    GP_ASSIGN_OR_RETURN(n.memory_mib, t.Int(r, "memory_mib", 0));
-    GP_ASSIGN_OR_RETURN(int64_t gpus, t.Int(r, "gpu", 0, 1024));
-    n.num_gpus = static_cast<int32_t>(gpus);
-    n.gpu_model = std::string(Trim(t.Field(r, "model")));
-    if (gpus > 0 && n.gpu_model.empty()) {
-      return Status::InvalidArgument(t.Where(r, "model") + ": a GPU node needs its GPU model");
-    }
-    if (gpus == 0) n.gpu_model.clear();
-    nodes.push_back(std::move(n));
-  }
-  return nodes;
-}
-
-Result<std::vector<sched::NodeSpec>> ReadNodeCsvFile(const std::string& path) {
-  GP_ASSIGN_OR_RETURN(CsvTable table, CsvTable::ReadFile(path));
-  return ReadNodeCsv(table);
-}
-
 Result<sched::ClusterState> BuildCluster(const std::vector<sched::NodeSpec>& nodes) {
   if (nodes.empty())
     return Status::InvalidArgument("the cluster has no nodes; describe at least one");

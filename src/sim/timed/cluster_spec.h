@@ -1,5 +1,6 @@
-// Clusters for time-driven runs: a synthetic spec such as "100x8:V100" or a node CSV
-// (the openb node list: sn,cpu_milli,memory_mib,gpu,model).
+// Clusters for time-driven runs: a synthetic spec such as "100x8:V100" (a node CSV, the
+// openb node list sn,cpu_milli,memory_mib,gpu,model, is read by ReadOpenbNodes,
+// sim/openb_reader.h).
 //
 // Spec grammar: GROUP[,GROUP...], GROUP = COUNTxGPUS[:MODEL[:CPU_MILLI[:MEMORY_MIB]]].
 // Defaults: model "GPU", 8,000 CPU milli and 64 GiB of memory per GPU (at least one
@@ -13,13 +14,10 @@
 
 #include "common/status.h"
 #include "sched/cluster_state.h"
-#include "sim/timed/csv_table.h"
 
 namespace gpupool::sim {
 
 Result<std::vector<sched::NodeSpec>> ParseClusterSpec(std::string_view spec);
-Result<std::vector<sched::NodeSpec>> ReadNodeCsv(const CsvTable& table);
-Result<std::vector<sched::NodeSpec>> ReadNodeCsvFile(const std::string& path);
 Result<sched::ClusterState> BuildCluster(const std::vector<sched::NodeSpec>& nodes);
 
 }  // namespace gpupool::sim

@@ -32,20 +32,5 @@ TEST(ClusterSpec, RejectsBadSpecs) {
   EXPECT_FALSE(BuildCluster({}).ok());
 }
 
-TEST(NodeCsv, ReadsOpenbNodesAndNamesBadFields) {
-  auto t = CsvTable::Parse("sn,cpu_milli,memory_mib,gpu,model\nn0,64000,262144,2,P100\nn1,1,1,0,\n",
-                           "nodes.csv");
-  ASSERT_TRUE(t.ok());
-  auto nodes = ReadNodeCsv(*t);
-  ASSERT_TRUE(nodes.ok()) << nodes.status().ToString();
-  EXPECT_EQ(nodes->size(), 2u);
-  auto bad =
-      CsvTable::Parse("sn,cpu_milli,memory_mib,gpu,model\nn0,64000,262144,2,\n", "nodes.csv");
-  ASSERT_TRUE(bad.ok());
-  auto r = ReadNodeCsv(*bad);
-  ASSERT_FALSE(r.ok());
-  EXPECT_NE(r.status().message().find("nodes.csv:2: field 'model'"), std::string::npos);
-}
-
 }  // namespace
 }  // namespace gpupool::sim

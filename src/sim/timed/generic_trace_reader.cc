@@ -11,9 +11,9 @@ namespace gpupool::sim {
 namespace {
 
 constexpr std::string_view kColumns[] = {
-    "job_id",           "user",    "project",       "submit_time", "duration",  "time_limit",
-    "runtime_estimate", "tasks",   "gpus_per_task", "gpu_milli",   "cpu_milli", "memory_mib",
-    "gpu_model",        "priority"};
+    "job_id",           "user",     "project",       "submit_time",       "duration",  "time_limit",
+    "runtime_estimate", "tasks",    "gpus_per_task", "gpu_milli",         "cpu_milli", "memory_mib",
+    "gpu_model",        "priority", "array",         "array_max_running", "held_for"};
 
 // Fields of one job as read, before the shared checks.
 struct RawJob {
@@ -31,6 +31,9 @@ struct RawJob {
   int64_t memory_mib = 0;
   std::string gpu_model;
   int64_t priority = 0;
+  std::string array;
+  int64_t array_max_running = 0;
+  int64_t held_for_s = 0;
 };
 
 std::vector<std::string> SplitModels(std::string_view text) {
@@ -48,6 +51,10 @@ Result<TraceJob> Finish(RawJob raw, const Where& where) {
   if (raw.id.empty()) return Status::InvalidArgument(where("job_id") + ": empty; name the job");
   if (raw.tasks < 1)
     return Status::InvalidArgument(where("tasks") + ": a job needs 1 task or more");
+  if (raw.array_max_running > 0 && raw.array.empty()) {
+    return Status::InvalidArgument(where("array_max_running") +
+                                   ": bounds an array's elements; name the array in 'array'");
+  }
   const int64_t milli = raw.gpu_milli.value_or(raw.gpus > 0 ? 1000 : 0);
   if (milli > 1000) {
     return Status::InvalidArgument(fmt::format(
@@ -63,6 +70,9 @@ Result<TraceJob> Finish(RawJob raw, const Where& where) {
   job.time_limit_s = raw.time_limit_s;
   job.runtime_estimate_s = raw.estimate_s;
   job.priority = static_cast<int>(raw.priority);
+  job.array = std::move(raw.array);
+  job.array_max_running = static_cast<int>(raw.array_max_running);
+  job.held_for_s = raw.held_for_s;
   TraceTask task;
   task.num_gpu = static_cast<int>(raw.gpus);
   task.gpu_milli = static_cast<int>(milli);
@@ -119,6 +129,9 @@ Result<std::vector<TraceJob>> ReadGenericCsv(const CsvTable& t) {
     GP_ASSIGN_OR_RETURN(raw.memory_mib, t.Int(r, "memory_mib", 0, INT64_MAX, 0));
     raw.gpu_model = std::string(t.Field(r, "gpu_model"));
     GP_ASSIGN_OR_RETURN(raw.priority, t.Int(r, "priority", -kMaxInt, kMaxInt, 0));
+    raw.array = std::string(Trim(t.Field(r, "array")));
+    GP_ASSIGN_OR_RETURN(raw.array_max_running, t.Int(r, "array_max_running", 0, 1000000, 0));
+    GP_ASSIGN_OR_RETURN(raw.held_for_s, t.Int(r, "held_for", 0, INT64_MAX, 0));
     auto where = [&](std::string_view field) { return t.Where(r, field); };
     GP_ASSIGN_OR_RETURN(TraceJob job, Finish(std::move(raw), where));
     jobs.push_back(std::move(job));
@@ -168,6 +181,9 @@ Result<std::vector<TraceJob>> ReadGenericJson(std::string_view text, const std::
     f.Optional("memory_mib", &raw.memory_mib, 0);
     f.Optional("gpu_model", &raw.gpu_model);
     f.Optional("priority", &raw.priority, -kMaxInt, kMaxInt);
+    f.Optional("array", &raw.array);
+    f.Optional("array_max_running", &raw.array_max_running, 0, 1000000);
+    f.Optional("held_for", &raw.held_for_s, 0);
     GP_RETURN_IF_ERROR(f.Finish());
     if (milli >= 0) raw.gpu_milli = milli;
     auto where = [&](std::string_view field) { return f.PathOf(field); };

@@ -64,6 +64,36 @@ TEST(GenericTraceCsv, BadInputNamesFileLineAndField) {
   }
 }
 
+TEST(GenericTraceCsv, ReadsArraysAndHolds) {
+  auto jobs = ReadGenericTraceText(
+      "job_id,submit_time,duration,array,array_max_running,held_for\n"
+      "e0,0,10,sweep,2,\ne1,0,10,sweep,2,60\nplain,0,10,,,\n",
+      "jobs.csv");
+  ASSERT_TRUE(jobs.ok()) << jobs.status().ToString();
+  EXPECT_EQ((*jobs)[0].array, "sweep");
+  EXPECT_EQ((*jobs)[0].array_max_running, 2);
+  EXPECT_EQ((*jobs)[0].held_for_s, 0);
+  EXPECT_EQ((*jobs)[1].held_for_s, 60);
+  EXPECT_EQ((*jobs)[2].array, "");
+  EXPECT_EQ((*jobs)[2].array_max_running, 0);
+  auto bad =
+      ReadGenericTraceText("job_id,submit_time,duration,array_max_running\nj,0,1,2\n", "jobs.csv");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().message(),
+            "jobs.csv:2: field 'array_max_running': bounds an array's elements; name the array "
+            "in 'array'");
+  auto json = ReadGenericTraceText(
+      R"([{"job_id":"j","submit_time":0,"duration":1,"array":"a","array_max_running":1,)"
+      R"("held_for":5}])",
+      "jobs.json");
+  ASSERT_TRUE(json.ok()) << json.status().ToString();
+  EXPECT_EQ((*json)[0].array, "a");
+  EXPECT_EQ((*json)[0].held_for_s, 5);
+  EXPECT_FALSE(ReadGenericTraceText(
+                   R"([{"job_id":"j","submit_time":0,"duration":1,"held_for":-5}])", "jobs.json")
+                   .ok());
+}
+
 TEST(GenericTraceJson, ReadsArrayAndObjectForms) {
   const std::string job = R"({"job_id":"j1","user":"u","submit_time":5,"duration":60,"tasks":3,)"
                           R"("gpus_per_task":1,"gpu_milli":500,"gpu_model":"T4","priority":-2})";

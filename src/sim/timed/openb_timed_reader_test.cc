@@ -4,6 +4,8 @@
 
 #include <filesystem>
 
+#include "sim/timed/timed_test_util.h"
+
 namespace gpupool::sim {
 namespace {
 
@@ -60,8 +62,7 @@ TEST(OpenbTimedReader, BadInputNamesFileLineAndField) {
 }
 
 TEST(OpenbTimedReader, ReadsTheDefaultTrace) {
-  const std::filesystem::path path = std::filesystem::path(GPUPOOL_SOURCE_DIR) /
-                                     "../shared/traces/openb/openb_pod_list_default.csv";
+  const std::filesystem::path path = testing::TracesDir() / "openb/openb_pod_list_default.csv";
   if (!std::filesystem::exists(path)) {
     GTEST_SKIP() << "the openb trace is not at " << path << " (only in the project workspace)";
   }

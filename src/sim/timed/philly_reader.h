@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "common/status.h"
-#include "sim/timed/csv_table.h"
+#include "sim/csv_table.h"
 #include "sim/timed/trace_job.h"
 
 namespace gpupool::sim {

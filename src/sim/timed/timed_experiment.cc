@@ -11,8 +11,8 @@
 #include <set>
 #include <tuple>
 
+#include "sched/admission/profile.h"
 #include "sched/queue/gang_placement.h"
-#include "sched/queue/queue_policy_registry.h"
 #include "sched/rng.h"
 
 namespace gpupool::sim {
@@ -44,8 +44,12 @@ Result<QueuedJob> ToQueuedJob(const TraceJob& t, int64_t origin_s) {
     task.gpu_milli = tt.gpu_milli;
     task.gpu_models = tt.gpu_models;
     GP_RETURN_IF_ERROR(sched::ValidateTask(task));
+    q.admission.gpus += tt.num_gpu;  // shares count whole, as in the live scheduler
     q.tasks.push_back(std::move(task));
   }
+  q.admission.array_id = t.array;
+  q.admission.array_max_running = t.array_max_running;
+  if (t.held_for_s > 0) q.admission.held_by = t.user;  // released held_for_s after submission
   return q;
 }
 
@@ -89,6 +93,221 @@ int64_t RunTime(const QueuedJob& job, int64_t duration_s) {
   return job.time_limit_s > 0 ? std::min(duration_s, job.time_limit_s) : duration_s;
 }
 
+// The event loop: completions, arrivals and releases at one instant, then one pass of
+// the scheduling profile the live scheduler runs.
+class TimedLoop {
+ public:
+  TimedLoop(const std::vector<TraceJob>& trace, const TimedOptions& options, TimedRun* run)
+      : trace_(trace), options_(options), run_(*run), n_(trace.size()) {}
+
+  Status Init(const ClusterState& idle);
+  Status Run();
+
+ private:
+  // (time, job index): a total order, so ties are handled in trace order.
+  using Event = std::pair<int64_t, size_t>;
+  using EventQueue = std::priority_queue<Event, std::vector<Event>, std::greater<>>;
+
+  size_t IndexOf(const QueuedJob* j) const { return static_cast<size_t>(j - jobs_.data()); }
+  Status Complete(int64_t now, bool* freed);
+  Status Arrive(int64_t now, bool* arrived);
+  bool Release(int64_t now);
+  Status Pass(int64_t now);
+  void Record(int64_t now);
+
+  const std::vector<TraceJob>& trace_;
+  const TimedOptions& options_;
+  TimedRun& run_;
+  const size_t n_;
+  ClusterState cluster_;
+  std::unique_ptr<sched::SchedulingProfile> profile_;
+  std::unique_ptr<FeasibilityCheck> feasibility_;
+  std::vector<size_t> arrival_;  // job indices by submission time, trace order on ties
+  // Jobs live here for the whole run; the queue and running list point into it.
+  std::vector<QueuedJob> jobs_;
+  std::vector<const QueuedJob*> pending_;  // arrival order
+  std::multiset<int64_t> pending_gpu_;     // GPU demand of pending jobs, to skip hopeless passes
+  std::vector<RunningJob> running_;
+  std::vector<const QueuedJob*> occupying_;  // running_'s jobs, for the gates
+  std::vector<size_t> running_pos_;          // job index -> position in running_
+  EventQueue completions_;
+  EventQueue releases_;  // held jobs' releases
+  size_t next_ = 0;      // into arrival_
+  size_t done_ = 0;
+  size_t next_progress_ = 0;
+  AllocationPoint last_{-1, -1, -1, -1};
+};
+
+Status TimedLoop::Init(const ClusterState& idle) {
+  const sched::PlacementPolicyRegistry& placements = options_.placement_registry != nullptr
+                                                         ? *options_.placement_registry
+                                                         : sched::BuiltinPlacementPolicies();
+  sched::ProfileSpec spec;
+  spec.queue_policy = options_.queue_policy;
+  spec.queue_config = options_.queue_config;
+  spec.placement_policy = options_.placement_policy;
+  spec.placement_config.seed = options_.seed;
+  spec.placements = &placements;
+  spec.pass = sched::PassOptions{options_.start_rule, options_.max_backfill_tries};
+  GP_ASSIGN_OR_RETURN(profile_, sched::SchedulingProfile::Create(spec));
+  cluster_ = idle;
+  if (options_.shuffle_nodes) {
+    std::vector<int32_t> order(static_cast<size_t>(cluster_.num_nodes()));
+    std::iota(order.begin(), order.end(), 0);
+    sched::Rng rng(options_.seed);
+    rng.Shuffle(order);
+    GP_RETURN_IF_ERROR(cluster_.SetScanOrder(std::move(order)));
+  }
+  GP_ASSIGN_OR_RETURN(std::unique_ptr<PlacementPolicy> feasibility_policy,
+                      placements.Create(options_.placement_policy, spec.placement_config));
+  feasibility_ = std::make_unique<FeasibilityCheck>(cluster_, std::move(feasibility_policy));
+  run_.capacity = cluster_.TotalCapacity();
+  if (n_ == 0) return Status::Ok();
+  arrival_.resize(n_);
+  std::iota(arrival_.begin(), arrival_.end(), size_t{0});
+  std::stable_sort(arrival_.begin(), arrival_.end(),
+                   [&](size_t a, size_t b) { return trace_[a].submit_s < trace_[b].submit_s; });
+  run_.origin_s = trace_[arrival_[0]].submit_s;
+  jobs_.reserve(n_);
+  run_.jobs.resize(n_);
+  for (size_t i = 0; i < n_; ++i) {
+    GP_ASSIGN_OR_RETURN(QueuedJob q, ToQueuedJob(trace_[i], run_.origin_s));
+    JobRecord& rec = run_.jobs[i];
+    rec.id = q.id;
+    rec.user = q.user;
+    rec.project = q.project;
+    rec.submit_s = q.submit_s;
+    rec.duration_s = trace_[i].duration_s;
+    rec.gpu_milli = q.Total().gpu_milli;
+    rec.num_tasks = static_cast<int32_t>(q.tasks.size());
+    jobs_.push_back(std::move(q));
+  }
+  running_pos_.assign(n_, SIZE_MAX);
+  next_progress_ = std::max<size_t>(1, n_ / 200);
+  return Status::Ok();
+}
+
+Status TimedLoop::Complete(int64_t now, bool* freed) {
+  while (!completions_.empty() && completions_.top().first == now) {
+    const size_t j = completions_.top().second;
+    completions_.pop();
+    const size_t pos = running_pos_[j];
+    GP_RETURN_IF_ERROR(sched::ReleaseGang(cluster_, jobs_[j].tasks, running_[pos].placements));
+    if (pos + 1 != running_.size()) {
+      running_[pos] = std::move(running_.back());
+      running_pos_[IndexOf(running_[pos].job)] = pos;
+    }
+    running_.pop_back();
+    running_pos_[j] = SIZE_MAX;
+    JobRecord& rec = run_.jobs[j];
+    rec.end_s = now;
+    rec.fate = rec.end_s - rec.start_s < rec.duration_s ? JobFate::kTimedOut : JobFate::kFinished;
+    ++done_;
+    *freed = true;
+  }
+  return Status::Ok();
+}
+
+Status TimedLoop::Arrive(int64_t now, bool* arrived) {
+  while (next_ < n_ && jobs_[arrival_[next_]].submit_s == now) {
+    const size_t j = arrival_[next_++];
+    GP_ASSIGN_OR_RETURN(std::string why, feasibility_->WhyNever(jobs_[j]));
+    if (!why.empty()) {
+      run_.jobs[j].fate = JobFate::kNeverFits;
+      run_.jobs[j].reason = std::move(why);
+      ++done_;
+      continue;
+    }
+    if (!jobs_[j].admission.held_by.empty()) releases_.emplace(now + trace_[j].held_for_s, j);
+    pending_.push_back(&jobs_[j]);
+    pending_gpu_.insert(jobs_[j].Total().gpu_milli);
+    *arrived = true;
+  }
+  return Status::Ok();
+}
+
+bool TimedLoop::Release(int64_t now) {
+  bool released = false;
+  while (!releases_.empty() && releases_.top().first == now) {
+    jobs_[releases_.top().second].admission.held_by.clear();
+    releases_.pop();
+    released = true;
+  }
+  return released;
+}
+
+Status TimedLoop::Pass(int64_t now) {
+  occupying_.clear();
+  for (const RunningJob& r : running_) occupying_.push_back(r.job);
+  sched::PassContext ctx;
+  ctx.now_s = now;
+  ctx.pending = pending_;
+  ctx.running = running_;
+  ctx.occupying = occupying_;
+  ctx.limits = &options_.limits;
+  GP_ASSIGN_OR_RETURN(sched::ProfileResult result, profile_->Run(cluster_, ctx, /*explain=*/false));
+  ++run_.passes;
+  if (result.reserved_index) ++run_.reservations;
+  if (result.started.empty()) return Status::Ok();
+  std::vector<bool> started(pending_.size(), false);
+  for (sched::PassResult::Started& s : result.started) {
+    const QueuedJob* job = pending_[s.pending_index];
+    const size_t j = IndexOf(job);
+    started[s.pending_index] = true;
+    run_.jobs[j].start_s = now;
+    running_pos_[j] = running_.size();
+    running_.push_back(RunningJob{job, now, std::move(s.placements)});
+    completions_.emplace(now + RunTime(*job, run_.jobs[j].duration_s), j);
+    pending_gpu_.erase(pending_gpu_.find(job->Total().gpu_milli));
+  }
+  size_t w = 0;
+  for (size_t r = 0; r < pending_.size(); ++r) {
+    if (!started[r]) pending_[w++] = pending_[r];
+  }
+  pending_.resize(w);
+  return Status::Ok();
+}
+
+void TimedLoop::Record(int64_t now) {
+  AllocationPoint point{now, cluster_.TotalGpuMilliUsed(), static_cast<int64_t>(running_.size()),
+                        static_cast<int64_t>(pending_.size())};
+  if (std::tie(point.gpu_milli_used, point.running_jobs, point.pending_jobs) !=
+      std::tie(last_.gpu_milli_used, last_.running_jobs, last_.pending_jobs)) {
+    run_.timeline.push_back(point);
+    last_ = point;
+  }
+  if (options_.progress && done_ >= next_progress_) {
+    options_.progress(done_, n_);
+    next_progress_ = done_ + std::max<size_t>(1, n_ / 200);
+  }
+}
+
+Status TimedLoop::Run() {
+  if (n_ == 0) return Status::Ok();
+  while (next_ < n_ || !completions_.empty() || !releases_.empty()) {
+    int64_t now = std::numeric_limits<int64_t>::max();
+    if (next_ < n_) now = jobs_[arrival_[next_]].submit_s;
+    if (!completions_.empty()) now = std::min(now, completions_.top().first);
+    if (!releases_.empty()) now = std::min(now, releases_.top().first);
+    bool freed = false;
+    bool arrived = false;
+    GP_RETURN_IF_ERROR(Complete(now, &freed));
+    GP_RETURN_IF_ERROR(Arrive(now, &arrived));
+    const bool released = Release(now);
+    // A pass can start something only if resources were freed, jobs arrived or were
+    // released, and only if the free GPUs cover the smallest pending GPU demand.
+    if ((freed || arrived || released) && !pending_.empty() &&
+        cluster_.TotalFree().gpu_milli >= *pending_gpu_.begin()) {
+      GP_RETURN_IF_ERROR(Pass(now));
+    }
+    Record(now);
+  }
+  // Nothing runs and nothing arrives any more: whatever still waits never started.
+  for (const QueuedJob* job : pending_) run_.jobs[IndexOf(job)].fate = JobFate::kNeverStarted;
+  if (options_.progress) options_.progress(n_, n_);
+  return Status::Ok();
+}
+
 }  // namespace
 
 std::string_view JobFateName(JobFate fate) {
@@ -108,149 +327,10 @@ std::string_view JobFateName(JobFate fate) {
 Result<TimedRun> RunTimedExperiment(const ClusterState& idle_cluster,
                                     const std::vector<TraceJob>& trace,
                                     const TimedOptions& options) {
-  const sched::PlacementPolicyRegistry& placements = options.placement_registry != nullptr
-                                                         ? *options.placement_registry
-                                                         : sched::BuiltinPlacementPolicies();
-  sched::PolicyConfig policy_config;
-  policy_config.seed = options.seed;
-  auto make_policy = [&]() { return placements.Create(options.placement_policy, policy_config); };
-  GP_ASSIGN_OR_RETURN(std::unique_ptr<PlacementPolicy> policy, make_policy());
-  GP_ASSIGN_OR_RETURN(
-      std::unique_ptr<sched::QueuePolicy> queue,
-      sched::BuiltinQueuePolicies().Create(options.queue_policy, options.queue_config));
-  ClusterState cluster = idle_cluster;
-  if (options.shuffle_nodes) {
-    std::vector<int32_t> order(static_cast<size_t>(cluster.num_nodes()));
-    std::iota(order.begin(), order.end(), 0);
-    sched::Rng rng(options.seed);
-    rng.Shuffle(order);
-    GP_RETURN_IF_ERROR(cluster.SetScanOrder(std::move(order)));
-  }
-  GP_ASSIGN_OR_RETURN(std::unique_ptr<PlacementPolicy> feasibility_policy, make_policy());
-  FeasibilityCheck feasibility(cluster, std::move(feasibility_policy));
-
   TimedRun run;
-  run.capacity = cluster.TotalCapacity();
-  const size_t n = trace.size();
-  if (n == 0) return run;
-
-  // Arrival order: by submission time, trace order on ties.
-  std::vector<size_t> arrival(n);
-  std::iota(arrival.begin(), arrival.end(), size_t{0});
-  std::stable_sort(arrival.begin(), arrival.end(),
-                   [&](size_t a, size_t b) { return trace[a].submit_s < trace[b].submit_s; });
-  run.origin_s = trace[arrival[0]].submit_s;
-
-  // Jobs live here for the whole run; the queue and running list point into it.
-  std::vector<QueuedJob> jobs;
-  jobs.reserve(n);
-  run.jobs.resize(n);
-  for (size_t i = 0; i < n; ++i) {
-    GP_ASSIGN_OR_RETURN(QueuedJob q, ToQueuedJob(trace[i], run.origin_s));
-    JobRecord& rec = run.jobs[i];
-    rec.id = q.id;
-    rec.user = q.user;
-    rec.project = q.project;
-    rec.submit_s = q.submit_s;
-    rec.duration_s = trace[i].duration_s;
-    rec.gpu_milli = q.Total().gpu_milli;
-    rec.num_tasks = static_cast<int32_t>(q.tasks.size());
-    jobs.push_back(std::move(q));
-  }
-
-  sched::SchedulingPass pass(*queue, *policy, make_policy,
-                             sched::PassOptions{options.start_rule, options.max_backfill_tries});
-  std::vector<const QueuedJob*> pending;  // arrival order
-  std::multiset<int64_t> pending_gpu;     // GPU demand of pending jobs, to skip hopeless passes
-  std::vector<RunningJob> running;
-  std::vector<size_t> running_pos(n, SIZE_MAX);  // job index -> position in `running`
-  // (end time, job index): a total order, so ties end in trace order.
-  using Completion = std::pair<int64_t, size_t>;
-  std::priority_queue<Completion, std::vector<Completion>, std::greater<>> completions;
-  auto index_of = [&](const QueuedJob* j) { return static_cast<size_t>(j - jobs.data()); };
-
-  size_t next = 0;
-  size_t done = 0;
-  const size_t progress_step = std::max<size_t>(1, n / 200);
-  size_t next_progress = progress_step;
-  AllocationPoint last{-1, -1, -1, -1};
-  while (next < n || !completions.empty()) {
-    int64_t now = std::numeric_limits<int64_t>::max();
-    if (next < n) now = jobs[arrival[next]].submit_s;
-    if (!completions.empty()) now = std::min(now, completions.top().first);
-    bool freed = false;
-    while (!completions.empty() && completions.top().first == now) {
-      const size_t j = completions.top().second;
-      completions.pop();
-      const size_t pos = running_pos[j];
-      GP_RETURN_IF_ERROR(sched::ReleaseGang(cluster, jobs[j].tasks, running[pos].placements));
-      if (pos + 1 != running.size()) {
-        running[pos] = std::move(running.back());
-        running_pos[index_of(running[pos].job)] = pos;
-      }
-      running.pop_back();
-      running_pos[j] = SIZE_MAX;
-      JobRecord& rec = run.jobs[j];
-      rec.end_s = now;
-      rec.fate = rec.end_s - rec.start_s < rec.duration_s ? JobFate::kTimedOut : JobFate::kFinished;
-      ++done;
-      freed = true;
-    }
-    bool arrived = false;
-    while (next < n && jobs[arrival[next]].submit_s == now) {
-      const size_t j = arrival[next++];
-      GP_ASSIGN_OR_RETURN(std::string why, feasibility.WhyNever(jobs[j]));
-      if (!why.empty()) {
-        run.jobs[j].fate = JobFate::kNeverFits;
-        run.jobs[j].reason = std::move(why);
-        ++done;
-        continue;
-      }
-      pending.push_back(&jobs[j]);
-      pending_gpu.insert(jobs[j].Total().gpu_milli);
-      arrived = true;
-    }
-    // A pass can start something only if resources were freed or jobs arrived, and
-    // only if the free GPUs cover the smallest pending GPU demand.
-    if ((freed || arrived) && !pending.empty() &&
-        cluster.TotalFree().gpu_milli >= *pending_gpu.begin()) {
-      GP_ASSIGN_OR_RETURN(sched::PassResult result, pass.Run(cluster, now, pending, running));
-      ++run.passes;
-      if (result.reserved_index) ++run.reservations;
-      if (!result.started.empty()) {
-        std::vector<bool> started(pending.size(), false);
-        for (sched::PassResult::Started& s : result.started) {
-          const QueuedJob* job = pending[s.pending_index];
-          const size_t j = index_of(job);
-          started[s.pending_index] = true;
-          run.jobs[j].start_s = now;
-          running_pos[j] = running.size();
-          running.push_back(RunningJob{job, now, std::move(s.placements)});
-          completions.emplace(now + RunTime(*job, run.jobs[j].duration_s), j);
-          pending_gpu.erase(pending_gpu.find(job->Total().gpu_milli));
-        }
-        size_t w = 0;
-        for (size_t r = 0; r < pending.size(); ++r) {
-          if (!started[r]) pending[w++] = pending[r];
-        }
-        pending.resize(w);
-      }
-    }
-    AllocationPoint point{now, cluster.TotalGpuMilliUsed(), static_cast<int64_t>(running.size()),
-                          static_cast<int64_t>(pending.size())};
-    if (std::tie(point.gpu_milli_used, point.running_jobs, point.pending_jobs) !=
-        std::tie(last.gpu_milli_used, last.running_jobs, last.pending_jobs)) {
-      run.timeline.push_back(point);
-      last = point;
-    }
-    if (options.progress && done >= next_progress) {
-      options.progress(done, n);
-      next_progress = done + progress_step;
-    }
-  }
-  // Nothing runs and nothing arrives any more: whatever still waits never started.
-  for (const QueuedJob* job : pending) run.jobs[index_of(job)].fate = JobFate::kNeverStarted;
-  if (options.progress) options.progress(n, n);
+  TimedLoop loop(trace, options, &run);
+  GP_RETURN_IF_ERROR(loop.Init(idle_cluster));
+  GP_RETURN_IF_ERROR(loop.Run());
   return run;
 }
 

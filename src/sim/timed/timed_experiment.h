@@ -1,14 +1,15 @@
 // The time-driven experiment: jobs arrive at their submission times, wait in a queue,
-// run for their durations and leave; the production scheduler pieces (a queue policy,
-// a start rule and a placement policy, all from their registries, plus gang placement)
-// decide who starts where. Time is simulated seconds; the wall clock is never read, so
-// the same inputs and seed give the same output on every machine.
+// run for their durations and leave; the scheduling profile the live scheduler runs
+// (sched/admission/profile.h: the admission gates - holds, array throttles, limits -
+// then a queue policy, a start rule and a placement policy, all from their registries,
+// plus gang placement) decides who starts where. Time is simulated seconds; the wall
+// clock is never read, so the same inputs and seed give the same output on every machine.
 //
 // Events at one instant are handled in this order: completions (resources free up),
-// arrivals (jobs join the queue), then one scheduling pass. A job runs for its duration,
-// or until its time limit if that is shorter (it then counts as timed out). A job that
-// could not be placed even on the idle cluster is never queued and counts as never
-// fitting.
+// arrivals (jobs join the queue), releases of held jobs, then one scheduling pass. A job
+// runs for its duration, or until its time limit if that is shorter (it then counts as
+// timed out). A job that could not be placed even on the idle cluster is never queued and
+// counts as never fitting; one that waits for ever (a limit below its size) never starts.
 #pragma once
 
 #include <cstdint>
@@ -17,6 +18,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "sched/admission/limits.h"
 #include "sched/cluster_state.h"
 #include "sched/policy_registry.h"
 #include "sched/queue/queue_policy.h"
@@ -38,6 +40,9 @@ struct TimedOptions {
   std::function<void(size_t, size_t)> progress;
   // Where placement and queue policies come from; null = the built-in registries.
   const sched::PlacementPolicyRegistry* placement_registry = nullptr;
+  // Per-user and per-project limits on GPUs and jobs running (the QuotaLimit gate), as
+  // `gpupool limits` sets them on a live pool; max_queued does not apply here.
+  sched::Limits limits;
 };
 
 enum class JobFate {

@@ -196,6 +196,62 @@ TEST(TimedExperiment, SameSeedSameOutputAndInvariantsHold) {
   }
 }
 
+// The simulator runs the live scheduler's admission gates: an array throttle, limits
+// and holds change the schedule as they would on a pool.
+TEST(TimedExperiment, ArrayThrottleRunsAtMostNElementsAtOnce) {
+  std::vector<TraceJob> jobs;
+  for (int i = 0; i < 4; ++i) {
+    jobs.push_back(TJob(fmt::format("e{}", i), "u", 0, 100, 1));
+    jobs.back().array = "A";
+    jobs.back().array_max_running = 2;
+  }
+  jobs.push_back(TJob("other", "u", 10, 100, 1));  // not an element: the GPUs are free
+  auto run = RunTimedExperiment(Cluster("1x8"), jobs, Options());
+  ASSERT_TRUE(run.ok()) << run.status().ToString();
+  auto j = ById(*run);
+  EXPECT_EQ(j["e0"].start_s, 0);
+  EXPECT_EQ(j["e1"].start_s, 0);
+  EXPECT_EQ(j["e2"].start_s, 100);  // waits for an earlier element to end
+  EXPECT_EQ(j["e3"].start_s, 100);
+  EXPECT_EQ(j["other"].start_s, 10);
+  for (TraceJob& t : jobs) t.array_max_running = 0;  // the same trace without the throttle
+  run = RunTimedExperiment(Cluster("1x8"), jobs, Options());
+  ASSERT_TRUE(run.ok());
+  EXPECT_EQ(ById(*run)["e3"].start_s, 0);
+}
+
+TEST(TimedExperiment, LimitsHoldAUserAtTheirLimitAndOthersGoOn) {
+  std::vector<TraceJob> jobs = {TJob("a0", "alice", 0, 100, 2), TJob("a1", "alice", 0, 50, 2),
+                                TJob("a2", "alice", 0, 100, 2), TJob("b0", "bob", 0, 100, 2),
+                                TJob("huge", "carol", 0, 100, 4)};
+  TimedOptions o = Options("fifo", sched::StartRule::kSkipBlocked);
+  o.limits.users["alice"].max_gpus = 4;
+  o.limits.users["carol"].max_gpus = 2;  // less than her job needs: it never starts
+  auto run = RunTimedExperiment(Cluster("1x8"), jobs, o);
+  ASSERT_TRUE(run.ok()) << run.status().ToString();
+  auto j = ById(*run);
+  EXPECT_EQ(j["a0"].start_s, 0);
+  EXPECT_EQ(j["a1"].start_s, 0);
+  EXPECT_EQ(j["a2"].start_s, 50);  // when a1 ends, alice is under her 4 GPUs again
+  EXPECT_EQ(j["b0"].start_s, 0);   // 2 GPUs were idle for bob
+  EXPECT_EQ(j["huge"].fate, JobFate::kNeverStarted);
+  o.limits = {};
+  run = RunTimedExperiment(Cluster("1x8"), jobs, o);
+  ASSERT_TRUE(run.ok());
+  EXPECT_EQ(ById(*run)["a2"].start_s, 0);  // without limits alice takes 6 GPUs at once
+}
+
+TEST(TimedExperiment, HeldJobsStartWhenReleased) {
+  std::vector<TraceJob> jobs = {TJob("held", "u", 0, 100, 1), TJob("free", "u", 5, 100, 1)};
+  jobs[0].held_for_s = 30;
+  auto run = RunTimedExperiment(Cluster("1x2"), jobs, Options());
+  ASSERT_TRUE(run.ok()) << run.status().ToString();
+  auto j = ById(*run);
+  EXPECT_EQ(j["free"].start_s, 5);
+  EXPECT_EQ(j["held"].start_s, 30);  // released 30 s after its submission
+  EXPECT_EQ(j["held"].end_s, 130);
+}
+
 TEST(TimedExperiment, EmptyWorkloadIsFine) {
   auto run = RunTimedExperiment(Cluster("1x1"), {}, Options());
   ASSERT_TRUE(run.ok());

@@ -2,6 +2,8 @@
 // holding the predictable first-fit test double.
 #pragma once
 
+#include <cstdlib>
+#include <filesystem>
 #include <memory>
 #include <string>
 #include <vector>
@@ -30,6 +32,13 @@ inline TraceJob TJob(std::string id, std::string user, int64_t submit, int64_t d
     j.tasks.push_back(t);
   }
   return j;
+}
+
+// ../shared/traces beside the source tree (only in the project workspace); the
+// GPUPOOL_SOURCE_DIR variable, which ctest sets, names another checkout's.
+inline std::filesystem::path TracesDir() {
+  const char* src = std::getenv("GPUPOOL_SOURCE_DIR");
+  return std::filesystem::path(src != nullptr ? src : GPUPOOL_SOURCE_DIR) / "../shared/traces";
 }
 
 inline const sched::PlacementPolicyRegistry& FirstFitRegistry() {

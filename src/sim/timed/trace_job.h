@@ -1,7 +1,7 @@
 // TraceJob: one job of a time-driven workload, as the trace readers produce it and the
 // time-driven experiment consumes it. A plain value type with no dependency on the
 // scheduling core, so readers can be written and tested on their own; the experiment
-// converts it into the scheduler's job type (see job_conversion.h).
+// converts it into the scheduler's job type (timed_experiment.cc).
 #pragma once
 
 #include <cstdint>
@@ -34,6 +34,10 @@ struct TraceJob {
   int64_t runtime_estimate_s = 0;  // a run-time guess for shortest-job-first; 0 = none
   int priority = 0;                // larger runs first under the `priority` queue policy
   std::vector<TraceTask> tasks;
+  // Admission, as the live scheduler has it (sched/admission/gates.h):
+  std::string array;          // jobs naming the same array are its elements; empty = none
+  int array_max_running = 0;  // at most this many of the array's elements run at once; 0 = any
+  int64_t held_for_s = 0;     // held this long after submission, then released; 0 = not held
 
   int64_t TotalGpuMilli() const {
     int64_t sum = 0;

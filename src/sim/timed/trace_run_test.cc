@@ -5,6 +5,7 @@
 
 #include <filesystem>
 
+#include "sim/openb_reader.h"
 #include "sim/timed/cluster_spec.h"
 #include "sim/timed/openb_timed_reader.h"
 #include "sim/timed/philly_reader.h"
@@ -15,9 +16,7 @@
 namespace gpupool::sim {
 namespace {
 
-std::filesystem::path Traces() {
-  return std::filesystem::path(GPUPOOL_SOURCE_DIR) / "../shared/traces";
-}
+std::filesystem::path Traces() { return testing::TracesDir(); }
 
 // The production default when the placement policies are registered, else the
 // first-fit test double (so this test does not depend on which policies exist).
@@ -93,7 +92,7 @@ TEST(OpenbTimedRun, First2000PodsOnTheOpenbNodes) {
   }
   auto jobs = ReadOpenbTimedFile(pods.string(), 2000);
   ASSERT_TRUE(jobs.ok()) << jobs.status().ToString();
-  auto nodes = ReadNodeCsvFile(nodes_csv.string());
+  auto nodes = ReadOpenbNodes(nodes_csv.string());
   ASSERT_TRUE(nodes.ok()) << nodes.status().ToString();
   auto cluster = BuildCluster(*nodes);
   ASSERT_TRUE(cluster.ok());

@@ -1,6 +1,6 @@
-#include "controller/limits.h"
+#include "sched/admission/limits.h"
 
-namespace gpupool::controller {
+namespace gpupool::sched {
 namespace {
 
 constexpr int64_t kMaxValue = 1'000'000'000;
@@ -96,4 +96,4 @@ std::string LimitReason(const std::string& who, const Limit& l, int64_t used_gpu
   return "";
 }
 
-}  // namespace gpupool::controller
+}  // namespace gpupool::sched

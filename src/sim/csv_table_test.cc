@@ -1,4 +1,4 @@
-#include "sim/timed/csv_table.h"
+#include "sim/csv_table.h"
 
 #include <gtest/gtest.h>
 

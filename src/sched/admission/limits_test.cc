@@ -1,8 +1,8 @@
-#include "controller/limits.h"
+#include "sched/admission/limits.h"
 
 #include <gtest/gtest.h>
 
-namespace gpupool::controller {
+namespace gpupool::sched {
 namespace {
 
 TEST(LimitsJsonTest, RoundTripsAndDropsEmptyEntries) {
@@ -48,4 +48,4 @@ TEST(LimitReasonTest, NamesWhoAndWhichLimit) {
 }
 
 }  // namespace
-}  // namespace gpupool::controller
+}  // namespace gpupool::sched

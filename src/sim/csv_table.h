@@ -1,7 +1,8 @@
 // CsvTable: a header-driven CSV file in memory, with errors that name the file, the line
-// and the field. Columns are found by name, so traces with extra or reordered columns
-// read the same. Quoted fields ("a,b" and "" for a quote) are understood on one line;
-// embedded newlines are not, and none of our traces uses them.
+// and the field; the one CSV reader of the simulator (openb node and pod lists, Philly,
+// our generic format). Columns are found by name, so traces with extra or reordered
+// columns read the same; every line has one field per column. Quoted fields ("a,b" and "" for a
+// quote) are understood on one line; embedded newlines are not, and none of our traces uses them.
 //
 // A value type; not thread-safe to mutate, safe to read from several threads.
 #pragma once

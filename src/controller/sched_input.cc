@@ -1,0 +1,259 @@
+#include "controller/sched_input.h"
+
+#include <algorithm>
+#include <cctype>
+#include <set>
+
+#include "common/strings.h"
+#include "envcheck/needs.h"
+
+namespace gpupool::controller {
+namespace {
+
+constexpr uint64_t kMiB = 1024 * 1024;
+
+std::string JoinModels(const std::vector<std::string>& v) {
+  std::string out;
+  for (const auto& s : v) out += (out.empty() ? "" : "|") + s;
+  return out;
+}
+
+std::string FormatGiB(uint64_t bytes) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.1f GiB", static_cast<double>(bytes) / (1024.0 * kMiB));
+  return buf;
+}
+
+int32_t CapabilityOf(const gpu::GpuInfo& g) {
+  return g.compute_capability ? g.compute_capability->major * 10 + g.compute_capability->minor : 0;
+}
+
+sched::NodeSpec SpecOf(const SchedNode& n) {
+  sched::NodeSpec spec{n.name, n.cpu_milli, n.memory_mib,
+                       n.info ? static_cast<int32_t>(n.info->gpus.size()) : 0};
+  if (spec.num_gpus > 0) {
+    const gpu::GpuInfo& g = n.info->gpus.front();
+    spec.gpu_model = GpuModelKey(g.name);
+    uint64_t min_mem = g.memory_total_bytes;
+    for (const auto& other : n.info->gpus) min_mem = std::min(min_mem, other.memory_total_bytes);
+    spec.gpu_memory_mib = static_cast<int64_t>(min_mem / kMiB);
+    spec.gpu_capability = CapabilityOf(g);
+  }
+  return spec;
+}
+
+// The share of one GPU a memory need takes: sized against the smallest allowed GPU that
+// has the memory, so it is safe on bigger ones. 0 when none has it.
+uint64_t SmallestGpuWith(uint64_t bytes, const std::vector<uint64_t>& memories) {
+  uint64_t best = 0;
+  for (uint64_t m : memories) {
+    if (m >= bytes && (best == 0 || m < best)) best = m;
+  }
+  return best;
+}
+
+}  // namespace
+
+std::string GpuModelKey(const std::string& gpu_name) {
+  static const std::set<std::string> kNoise = {"nvidia",   "tesla",  "geforce", "quadro", "amd",
+                                               "instinct", "radeon", "intel",   "pro",    "rtx"};
+  for (const std::string& word : Split(gpu_name, ' ')) {
+    if (word.empty() || kNoise.count(ToLower(word)) > 0) continue;
+    if (std::any_of(word.begin(), word.end(), [](char c) { return std::isdigit(c); })) {
+      std::string key = word;
+      for (char& c : key) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+      // "A100-SXM4-80GB" -> "A100"
+      if (auto dash = key.find('-'); dash != std::string::npos && dash > 0) key.resize(dash);
+      return key;
+    }
+  }
+  return gpu_name.empty() ? std::string("GPU") : gpu_name;
+}
+
+SchedInput::SchedInput(const std::vector<SchedNode>& nodes) : nodes_(nodes) {
+  for (const SchedNode& n : nodes) {
+    if (!cluster.AddNode(SpecOf(n)).ok()) continue;
+    if (n.draining) draining.push_back(cluster.num_nodes() - 1);
+    node_of_.push_back(&n);
+    if (n.info == nullptr || n.info->gpus.empty()) continue;
+    // Everything about the GPU models a request's constraints are matched against.
+    const gpu::GpuInfo& g = n.info->gpus.front();
+    ModelFacts f{GpuModelKey(g.name), g.name, std::string(gpu::VendorName(g.vendor)),
+                 g.memory_total_bytes};
+    auto it = std::find_if(models_.begin(), models_.end(),
+                           [&](const ModelFacts& m) { return m.key == f.key; });
+    if (it == models_.end()) {
+      models_.push_back(f);
+    } else {
+      it->memory_bytes = std::min(it->memory_bytes, f.memory_bytes);
+    }
+  }
+}
+
+Result<sched::Task> SchedInput::TaskFor(const jobs::Job& job) const {
+  const jobs::ResourceRequest& r = job.request;
+  sched::Task t;
+  t.name = std::to_string(job.id);
+  t.job_id = std::to_string(job.id);
+  t.cpu_milli = r.cpu_milli;
+  t.memory_mib = static_cast<int64_t>((r.memory_bytes + kMiB - 1) / kMiB);
+  t.num_gpu = r.gpus;
+  t.gpu_milli = r.gpus > 0 ? r.gpu_milli : 0;
+  if (!r.min_capability.empty()) {
+    const auto dot = r.min_capability.find('.');
+    t.min_capability = std::atoi(r.min_capability.substr(0, dot).c_str()) * 10 +
+                       std::atoi(r.min_capability.substr(dot + 1).c_str());
+  }
+  if (r.gpus == 0) return t;
+  std::vector<uint64_t> memories;  // of the allowed models
+  for (const ModelFacts& m : models_) {
+    if (!r.vendor.empty() && m.vendor != r.vendor) continue;
+    auto matches = [&](const std::string& wanted) {
+      const std::string w = ToLower(wanted);
+      return ToLower(m.key) == w || ToLower(m.full_name).find(w) != std::string::npos;
+    };
+    if (!r.gpu_models.empty() && std::none_of(r.gpu_models.begin(), r.gpu_models.end(), matches)) {
+      continue;
+    }
+    memories.push_back(m.memory_bytes);
+    if (!r.gpu_models.empty() || !r.vendor.empty()) t.gpu_models.push_back(m.key);
+  }
+  if ((!r.gpu_models.empty() || !r.vendor.empty()) && memories.empty()) {
+    std::string have;
+    for (const ModelFacts& m : models_) have += (have.empty() ? "" : ", ") + m.key;
+    return Status::FailedPrecondition(
+        "no node has GPUs of " +
+        (r.gpu_models.empty() ? "vendor " + r.vendor : "model " + JoinModels(r.gpu_models)) +
+        " (models here: " + (have.empty() ? "none" : have) + ")");
+  }
+  if (r.gpu_memory_bytes > 0) {
+    const uint64_t best = SmallestGpuWith(r.gpu_memory_bytes, memories);
+    if (best == 0) {
+      const uint64_t largest =
+          memories.empty() ? 0 : *std::max_element(memories.begin(), memories.end());
+      return Status::FailedPrecondition("needs " + FormatGiB(r.gpu_memory_bytes) +
+                                        " of GPU memory; the largest GPU here has " +
+                                        FormatGiB(largest));
+    }
+    t.gpu_milli = static_cast<int32_t>(
+        std::clamp<uint64_t>((r.gpu_memory_bytes * 1000 + best - 1) / best, 1, 1000));
+  }
+  return t;
+}
+
+sched::EnvironmentNodes SchedInput::NodesFor(const jobs::EnvNeeds& needs) const {
+  sched::EnvironmentNodes out;
+  std::string why;
+  size_t considered = 0;
+  for (const SchedNode& n : nodes_) {
+    if (n.info == nullptr || n.info->gpus.empty()) continue;
+    ++considered;
+    Status s = envcheck::CheckNeeds(needs, envcheck::OfferFromNode(*n.info, n.name));
+    if (s.ok()) {
+      out.nodes.push_back(n.name);
+    } else if (why.size() < 2000) {
+      why += (why.empty() ? "" : "; ") + s.message();
+    }
+  }
+  if (out.nodes.empty() && considered > 0) out.none = needs.source + " " + why;
+  if (out.nodes.size() == considered) out.nodes.clear();  // no constraint
+  std::sort(out.nodes.begin(), out.nodes.end());
+  return out;
+}
+
+sched::EnvironmentNodes SchedInput::NodesForEnvironment(std::string_view environment) const {
+  auto it = needs_.find(environment);
+  if (it == needs_.end()) return {};
+  return NodesFor(*it->second);
+}
+
+sched::QueuedJob SchedInput::ToQueuedJob(const jobs::Job& job, const AdmissionFeed& feed) const {
+  sched::QueuedJob q;
+  q.id = std::to_string(job.id);
+  q.user = job.user;
+  q.project = jobs::AccountingProject(job);
+  q.priority = job.priority;
+  q.submit_s = job.submit_time_us / 1'000'000;
+  q.time_limit_s = job.time_limit_s;
+  sched::AdmissionFacts& a = q.admission;
+  a.held_by = job.held_by;
+  a.held_by_admin = job.held_by_admin;
+  if (auto w = feed.waiting.find(job.id); w != feed.waiting.end()) a.waits_for = w->second;
+  if (auto s = feed.stopping.find(job.id); s != feed.stopping.end()) {
+    a.stopping_attempt = s->second.first;
+    a.stopping_node = s->second.second;
+  }
+  if (job.array_id != 0) a.array_id = std::to_string(job.array_id);
+  a.array_max_running = job.array_max_running;
+  a.gpus = int64_t{job.request.gpus} * std::max(1, job.request.tasks);
+  if (!job.needs.empty() && job.request.gpus > 0) a.environment = job.needs.source;
+  Result<sched::Task> task = TaskFor(job);
+  if (task.ok()) {
+    q.tasks.assign(static_cast<size_t>(job.request.tasks), *task);
+  } else {
+    a.unplaceable = task.status().message();
+  }
+  return q;
+}
+
+void SchedInput::AddJobs(const std::vector<const jobs::Job*>& active, const AdmissionFeed& feed) {
+  jobs_.reserve(active.size());
+  for (const jobs::Job* job : active) {
+    const sched::QueuedJob& q = jobs_.emplace_back(ToQueuedJob(*job, feed));
+    if (job->state == jobs::JobState::kPending) {
+      pending.push_back(&q);
+      pending_source.push_back(job);
+      if (!q.admission.environment.empty()) needs_.emplace(q.admission.environment, &job->needs);
+      continue;
+    }
+    occupying.push_back(&q);
+    if (q.admission.unplaceable.empty()) Occupy(*job, q);
+  }
+}
+
+// Allocates a placed or running job on the cluster, when its placement is still whole.
+void SchedInput::Occupy(const jobs::Job& job, const sched::QueuedJob& q) {
+  sched::RunningJob r;
+  r.job = &q;
+  r.start_s = (job.start_time_us > 0 ? job.start_time_us : job.submit_time_us) / 1'000'000;
+  if (job.placement.size() != q.tasks.size()) return;
+  for (const jobs::TaskPlacement& p : job.placement) {
+    sched::Placement sp;
+    sp.node = cluster.FindNode(p.node);
+    if (sp.node < 0) return;  // its node is gone: the sweep will mark it LOST
+    const gpu::NodeInfo* info = node_of_[static_cast<size_t>(sp.node)]->info;
+    for (const std::string& uuid : p.gpu_uuids) {
+      auto it = std::find_if(info->gpus.begin(), info->gpus.end(),
+                             [&](const auto& g) { return g.uuid == uuid; });
+      if (it == info->gpus.end()) return;
+      sp.gpus.push_back(static_cast<int32_t>(it - info->gpus.begin()));
+    }
+    r.placements.push_back(std::move(sp));
+  }
+  bool allocated = true;
+  for (size_t t = 0; t < r.placements.size(); ++t) {
+    if (!cluster.Allocate(q.tasks[t], r.placements[t]).ok()) allocated = false;
+  }
+  if (allocated) running.push_back(std::move(r));
+}
+
+std::vector<jobs::TaskPlacement> SchedInput::ToTaskPlacements(
+    const sched::QueuedJob& job, const std::vector<sched::Placement>& placements) const {
+  std::vector<jobs::TaskPlacement> out;
+  for (size_t t = 0; t < placements.size(); ++t) {
+    const sched::Placement& sp = placements[t];
+    const SchedNode& n = *node_of_[static_cast<size_t>(sp.node)];
+    jobs::TaskPlacement tp;
+    tp.node = n.name;
+    tp.gpu_milli = job.tasks[t].num_gpu > 0 ? job.tasks[t].gpu_milli : 0;
+    for (int32_t g : sp.gpus) {
+      const gpu::GpuInfo& gi = n.info->gpus[static_cast<size_t>(g)];
+      tp.gpu_indices.push_back(gi.index);
+      tp.gpu_uuids.push_back(gi.uuid);
+    }
+    out.push_back(std::move(tp));
+  }
+  return out;
+}
+
+}  // namespace gpupool::controller

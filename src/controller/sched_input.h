@@ -1,0 +1,91 @@
+// SchedInput: the controller's jobs and nodes as the scheduling core's inputs for one
+// pass (ClusterState, QueuedJob with its admission facts, RunningJob), and the core's
+// placements turned back into the controller's TaskPlacements.
+//
+// A job's request becomes a task once the nodes' GPU models are known: "A100" matches
+// the model key or part of the full name, a GPU memory need becomes the share of the
+// smallest GPU that has it; a request no node's GPUs can meet makes the job unplaceable
+// with the reason. Pure: no I/O, no clock. One instance per pass; not copyable (the
+// queues point into it).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "common/status.h"
+#include "gpu/gpu_info.h"
+#include "jobs/job.h"
+#include "sched/admission/admission.h"
+#include "sched/cluster_state.h"
+#include "sched/queue/queued_job.h"
+
+namespace gpupool::controller {
+
+struct SchedNode {
+  std::string name;
+  const gpu::NodeInfo* info = nullptr;
+  int64_t cpu_milli = 0;
+  int64_t memory_mib = 0;
+  bool draining = false;  // nothing new is placed there
+};
+
+// What the controller knows that the gates need beyond the jobs themselves.
+struct AdmissionFeed {
+  // DependencyGate: pending job id -> why its dependencies are unmet.
+  std::map<int64_t, std::string> waiting;
+  // EarlierAttemptGate: pending job id -> (attempt, node): that earlier attempt still
+  // runs on the node (it came back) and is being stopped there.
+  std::map<int64_t, std::pair<int32_t, std::string>> stopping;
+};
+
+// The short model name a GPU is scheduled by: "NVIDIA H100 80GB HBM3" -> "H100",
+// "AMD Instinct MI250X" -> "MI250X".
+std::string GpuModelKey(const std::string& gpu_name);
+
+class SchedInput {
+ public:
+  explicit SchedInput(const std::vector<SchedNode>& nodes);
+  SchedInput(const SchedInput&) = delete;
+  SchedInput& operator=(const SchedInput&) = delete;
+
+  // Adds the active jobs: pending ones queue (in the order given); the others occupy,
+  // and those whose placement is still whole are allocated on the cluster.
+  void AddJobs(const std::vector<const jobs::Job*>& active, const AdmissionFeed& feed);
+
+  // The task one task of `job` becomes here, or why no node could ever run it.
+  Result<sched::Task> TaskFor(const jobs::Job& job) const;
+  // Which nodes can run `needs` (EnvCompatFilter's answer for its environment).
+  sched::EnvironmentNodes NodesFor(const jobs::EnvNeeds& needs) const;
+  sched::EnvironmentNodes NodesForEnvironment(std::string_view environment) const;
+  std::vector<jobs::TaskPlacement> ToTaskPlacements(
+      const sched::QueuedJob& job, const std::vector<sched::Placement>& placements) const;
+
+  sched::ClusterState cluster;
+  std::vector<int32_t> draining;  // cluster indices
+  std::vector<const sched::QueuedJob*> pending;
+  std::vector<const jobs::Job*> pending_source;  // pending[i]'s job
+  std::vector<const sched::QueuedJob*> occupying;
+  std::vector<sched::RunningJob> running;
+
+ private:
+  struct ModelFacts {
+    std::string key;
+    std::string full_name;
+    std::string vendor;
+    uint64_t memory_bytes = 0;
+  };
+  sched::QueuedJob ToQueuedJob(const jobs::Job& job, const AdmissionFeed& feed) const;
+  void Occupy(const jobs::Job& job, const sched::QueuedJob& q);
+
+  const std::vector<SchedNode>& nodes_;
+  std::vector<const SchedNode*> node_of_;  // cluster index -> node
+  std::vector<ModelFacts> models_;
+  std::vector<sched::QueuedJob> jobs_;                               // reserved: stable addresses
+  std::map<std::string, const jobs::EnvNeeds*, std::less<>> needs_;  // environment -> needs
+};
+
+}  // namespace gpupool::controller

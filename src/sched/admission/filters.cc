@@ -1,0 +1,69 @@
+#include "sched/admission/filters.h"
+
+#include <algorithm>
+
+namespace gpupool::sched {
+
+void DrainFilter::BeginPass(const PassContext& ctx) {
+  draining_.assign(ctx.draining.begin(), ctx.draining.end());
+  std::sort(draining_.begin(), draining_.end());
+}
+
+void DrainFilter::PrepareCluster(ClusterState& cluster) const {
+  for (int32_t i : draining_) {
+    if (i < 0 || i >= cluster.num_nodes()) continue;
+    Task rest;
+    rest.name = "drained";
+    rest.cpu_milli = cluster.node(i).cpu_free_milli;
+    rest.memory_mib = cluster.node(i).memory_free_mib;
+    if (rest.cpu_milli > 0 || rest.memory_mib > 0) (void)cluster.Allocate(rest, {i, {}});
+    for (int32_t g = 0; g < cluster.node(i).num_gpus(); ++g) {
+      const int32_t free = cluster.node(i).gpu_free_milli[static_cast<size_t>(g)];
+      if (free <= 0) continue;
+      Task share;
+      share.name = "drained";
+      share.num_gpu = 1;
+      share.gpu_milli = free;
+      (void)cluster.Allocate(share, {i, {g}});
+    }
+  }
+}
+
+bool DrainFilter::Filter(const ClusterState&, const Task&, int32_t node,
+                         std::string* reason) const {
+  if (!std::binary_search(draining_.begin(), draining_.end(), node)) return true;
+  if (reason != nullptr) *reason = "draining";
+  return false;
+}
+
+void EnvCompatFilter::BeginPass(const PassContext& ctx) {
+  lookup_ = ctx.environments;
+  seen_.clear();
+}
+
+bool EnvCompatFilter::PreFilter(const QueuedJob& job, PreFilterResult* result) {
+  const std::string& env = job.admission.environment;
+  if (env.empty() || !lookup_ ||
+      std::none_of(job.tasks.begin(), job.tasks.end(),
+                   [](const Task& t) { return t.NeedsGpu(); })) {
+    return false;
+  }
+  auto it = seen_.find(env);
+  if (it == seen_.end()) it = seen_.emplace(env, lookup_(env)).first;
+  result->never = it->second.none;
+  if (result->never.empty()) result->only_nodes = it->second.nodes;
+  return !result->never.empty() || !result->only_nodes.empty();
+}
+
+bool EnvCompatFilter::Filter(const ClusterState& state, const Task& task, int32_t node,
+                             std::string* reason) const {
+  if (!task.NeedsGpu() || task.allowed_nodes.empty() ||
+      std::binary_search(task.allowed_nodes.begin(), task.allowed_nodes.end(),
+                         state.node(node).name)) {
+    return true;
+  }
+  if (reason != nullptr) *reason = "cannot run its environment";
+  return false;
+}
+
+}  // namespace gpupool::sched

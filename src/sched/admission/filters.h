@@ -1,0 +1,47 @@
+// The built-in admission filters (admission.h):
+//   drain      - nothing new is placed on a draining node. PrepareCluster takes what is
+//                free there (what runs there keeps its share), so placement, EASY
+//                planning and gang checks all see the node as full; explanations name
+//                the node ("1 draining (gpu2)").
+//   env-compat - a job whose GPU tasks need a software environment (an image's CUDA and
+//                driver needs) may only use the nodes that can run it; the host says
+//                which (PassContext::environments), once per environment and pass. When
+//                no node can, the job cannot run, with the host's reasons.
+#pragma once
+
+#include <map>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "sched/admission/admission.h"
+
+namespace gpupool::sched {
+
+class DrainFilter final : public AdmissionFilter {
+ public:
+  std::string_view name() const override { return "drain"; }
+  void BeginPass(const PassContext& ctx) override;
+  void PrepareCluster(ClusterState& cluster) const override;
+  bool Filter(const ClusterState& state, const Task& task, int32_t node,
+              std::string* reason) const override;
+  bool NamesNodes() const override { return true; }
+
+ private:
+  std::vector<int32_t> draining_;
+};
+
+class EnvCompatFilter final : public AdmissionFilter {
+ public:
+  std::string_view name() const override { return "env-compat"; }
+  void BeginPass(const PassContext& ctx) override;
+  bool PreFilter(const QueuedJob& job, PreFilterResult* result) override;
+  bool Filter(const ClusterState& state, const Task& task, int32_t node,
+              std::string* reason) const override;
+
+ private:
+  EnvironmentLookup lookup_;
+  std::map<std::string, EnvironmentNodes, std::less<>> seen_;  // this pass's answers
+};
+
+}  // namespace gpupool::sched

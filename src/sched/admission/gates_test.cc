@@ -1,0 +1,130 @@
+// One test per gate: what it admits, what it refuses and the reason users read.
+#include "sched/admission/gates.h"
+
+#include <gtest/gtest.h>
+
+#include <vector>
+
+#include "sched/queue/queue_test_util.h"
+
+namespace gpupool::sched {
+namespace {
+
+using testing::GpuTask;
+using testing::Job;
+
+QueuedJob GpuJob(std::string id, std::string user, int gpus) {
+  QueuedJob j = Job(std::move(id), std::move(user), 0, {GpuTask(gpus)});
+  j.admission.gpus = gpus;
+  return j;
+}
+
+// The gate's verdict as its reason: empty when it admits the job.
+std::string Why(GatePlugin& gate, const QueuedJob& job) {
+  std::string why;
+  const bool admitted = gate.Admit(job, &why);
+  EXPECT_EQ(admitted, why.empty()) << why;  // a refusal always says why
+  return admitted ? "" : why;
+}
+
+PassContext Context(const std::vector<const QueuedJob*>& occupying,
+                    const Limits* limits = nullptr) {
+  PassContext ctx;
+  ctx.occupying = occupying;
+  ctx.limits = limits;
+  return ctx;
+}
+
+TEST(HoldGate, HeldJobsWaitWithWhoHeldThemAndHowToRelease) {
+  HoldGate gate;
+  QueuedJob j = GpuJob("7", "alice", 1);
+  EXPECT_EQ(Why(gate, j), "");
+  j.admission.held_by = "alice";
+  EXPECT_EQ(Why(gate, j), "held by alice: `gpupool release 7` lets it start");
+  j.admission.held_by = "root";
+  j.admission.held_by_admin = true;
+  EXPECT_EQ(Why(gate, j), "held by root (admin): `gpupool release 7` lets it start");
+}
+
+TEST(DependencyGate, WaitsWithTheHostsReasonWhileDependenciesAreUnmet) {
+  DependencyGate gate;
+  QueuedJob j = GpuJob("8", "alice", 1);
+  EXPECT_EQ(Why(gate, j), "");
+  j.admission.waits_for = "waits for job 3 (RUNNING) to succeed (--after-ok)";
+  EXPECT_EQ(Why(gate, j), "waits for job 3 (RUNNING) to succeed (--after-ok)");
+}
+
+TEST(EarlierAttemptGate, WaitsWhileANodeStopsTheEarlierAttempt) {
+  EarlierAttemptGate gate;
+  QueuedJob j = GpuJob("9", "alice", 1);
+  EXPECT_EQ(Why(gate, j), "");
+  j.admission.stopping_attempt = 2;
+  j.admission.stopping_node = "n1";
+  EXPECT_EQ(Why(gate, j),
+            "waits for attempt 2 to stop on node n1 (it still ran there when the node came back)");
+}
+
+TEST(ArrayThrottle, RunsAtMostNElementsCountingRunningAndAdmittedOnes) {
+  ArrayThrottle gate;
+  auto element = [](std::string id) {
+    QueuedJob j = GpuJob(std::move(id), "alice", 1);
+    j.admission.array_id = "40";
+    j.admission.array_max_running = 2;
+    return j;
+  };
+  QueuedJob running = element("40");
+  QueuedJob other_array = element("50");
+  other_array.admission.array_id = "50";
+  const std::vector<const QueuedJob*> occupying = {&running, &other_array};
+  gate.BeginPass(Context(occupying));
+  EXPECT_EQ(Why(gate, element("41")), "");  // 1 running + 1 admitted = 2
+  const std::string reason =
+      "array 40 runs at most 2 elements at once (--array ...%2); its earlier elements come first";
+  EXPECT_EQ(Why(gate, element("42")), reason);
+  EXPECT_EQ(Why(gate, element("43")), reason);
+  QueuedJob plain = GpuJob("60", "alice", 1);
+  EXPECT_EQ(Why(gate, plain), "");  // not an array element
+  // A new pass forgets what the last one admitted.
+  gate.BeginPass(Context(occupying));
+  EXPECT_EQ(Why(gate, element("42")), "");
+  gate.BeginPass(Context({}));
+  EXPECT_EQ(Why(gate, element("42")), "");
+  EXPECT_EQ(Why(gate, element("43")), "");
+  EXPECT_EQ(Why(gate, element("44")), reason);
+}
+
+TEST(QuotaLimit, UsersAndProjectsStayWithinTheirLimits) {
+  Limits limits;
+  limits.users["alice"].max_gpus = 3;
+  limits.user_default.max_running = 1;
+  limits.projects["vision"].max_gpus = 1;
+  QuotaLimit gate;
+  QueuedJob running = GpuJob("1", "alice", 2);
+  const std::vector<const QueuedJob*> occupying = {&running};
+  gate.BeginPass(Context(occupying, &limits));
+  EXPECT_EQ(Why(gate, GpuJob("2", "alice", 2)),
+            "waits: user alice has 2 GPUs in use or next to start; this job's 2 more would pass "
+            "the limit (max_gpus 3, `gpupool limits`)");
+  EXPECT_EQ(Why(gate, GpuJob("3", "alice", 1)), "");  // 2 + 1 = 3
+  EXPECT_EQ(Why(gate, GpuJob("4", "alice", 1)),       // the admitted job counts
+            "waits: user alice has 3 GPUs in use or next to start; this job's 1 more would pass "
+            "the limit (max_gpus 3, `gpupool limits`)");
+  // bob has the default: one job running at once.
+  EXPECT_EQ(Why(gate, GpuJob("5", "bob", 0)), "");
+  EXPECT_EQ(Why(gate, GpuJob("6", "bob", 0)),
+            "waits: user bob has 1 jobs running or next to start, the limit (max_running 1, "
+            "`gpupool limits`)");
+  // A project's limit applies to all its members.
+  QueuedJob v = GpuJob("7", "carol", 2);
+  v.project = "vision";
+  EXPECT_EQ(Why(gate, v),
+            "waits: project vision has 0 GPUs in use or next to start; this job's 2 more would "
+            "pass the limit (max_gpus 1, `gpupool limits`)");
+  // Without limits every job is admitted.
+  QuotaLimit open;
+  open.BeginPass(Context(occupying));
+  EXPECT_EQ(Why(open, GpuJob("8", "alice", 64)), "");
+}
+
+}  // namespace
+}  // namespace gpupool::sched

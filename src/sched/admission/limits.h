@@ -1,0 +1,47 @@
+// Limits: per-user and per-project bounds on GPUs in use, running jobs and queued jobs
+// (Slurm's QOS MaxTRESPerUser / MaxJobsPerUser / MaxSubmitJobsPerUser), set by admins
+// through PUT /v1/limits and stored as one JSON setting (`gpupool sim timed
+// --limits-file` reads the same JSON). A job counts against its user's limit and against
+// its project's (a job without a project: its user's name). Queued jobs are refused at
+// submit (by the controller); running jobs and GPUs hold jobs PENDING with a reason (the
+// QuotaLimit gate, gates.h). Value types; the JSON codec never throws and names the bad
+// field.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+
+#include "common/json.h"
+#include "common/status.h"
+
+namespace gpupool::sched {
+
+struct Limit {
+  int64_t max_gpus = -1;     // GPUs in use at once (shares count whole); -1 = no limit
+  int64_t max_running = -1;  // jobs placed or running at once
+  int64_t max_queued = -1;   // jobs PENDING at once (an array counts each element)
+  bool empty() const { return max_gpus < 0 && max_running < 0 && max_queued < 0; }
+  friend bool operator==(const Limit&, const Limit&) = default;
+};
+
+struct Limits {
+  Limit user_default;  // every user without a limit of their own
+  std::map<std::string, Limit> users;
+  std::map<std::string, Limit> projects;
+  const Limit& ForUser(const std::string& user) const;
+  const Limit* ForProject(const std::string& project) const;  // nullptr: none
+  friend bool operator==(const Limits&, const Limits&) = default;
+};
+
+OrderedJson LimitsToJson(const Limits& l);
+// `{"default": LIMIT, "users": {NAME: LIMIT}, "projects": {NAME: LIMIT}}`, each LIMIT
+// `{"max_gpus", "max_running", "max_queued"}` (absent or -1: no limit).
+Result<Limits> LimitsFromJson(const Json& j);
+
+// The reason a pending job waits, naming who is at which limit; empty when none is hit.
+// `used_*` are what the user (project) has running, plus `adding` for the job.
+std::string LimitReason(const std::string& who, const Limit& l, int64_t used_gpus,
+                        int64_t used_running, int64_t job_gpus);
+
+}  // namespace gpupool::sched

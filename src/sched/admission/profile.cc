@@ -1,0 +1,123 @@
+#include "sched/admission/profile.h"
+
+#include <algorithm>
+
+#include "sched/admission/explain.h"
+#include "sched/queue/queue_policy_registry.h"
+
+namespace gpupool::sched {
+
+std::vector<std::string> DefaultGates() {
+  return {"hold", "dependency", "earlier-attempt", "array-throttle", "quota"};
+}
+
+std::vector<std::string> DefaultAdmissionFilters() { return {"drain", "env-compat"}; }
+
+Result<std::unique_ptr<SchedulingProfile>> SchedulingProfile::Create(const ProfileSpec& spec) {
+  std::unique_ptr<SchedulingProfile> p(new SchedulingProfile());
+  p->spec_ = spec;
+  for (const std::string& name : spec.gates) {
+    GP_ASSIGN_OR_RETURN(std::unique_ptr<GatePlugin> g, BuiltinGates().Create(name));
+    p->gates_.push_back(std::move(g));
+  }
+  for (const std::string& name : spec.filters) {
+    GP_ASSIGN_OR_RETURN(std::unique_ptr<AdmissionFilter> f, BuiltinAdmissionFilters().Create(name));
+    p->filters_.push_back(std::move(f));
+  }
+  GP_ASSIGN_OR_RETURN(p->queue_,
+                      BuiltinQueuePolicies().Create(spec.queue_policy, spec.queue_config));
+  const PlacementPolicyRegistry* placements =
+      spec.placements != nullptr ? spec.placements : &BuiltinPlacementPolicies();
+  GP_ASSIGN_OR_RETURN(p->placement_,
+                      placements->Create(spec.placement_policy, spec.placement_config));
+  // EASY plans on private copies of the cluster with policies of their own.
+  PlanningPolicyMaker planner = [placements, name = spec.placement_policy,
+                                 config = spec.placement_config]() {
+    return placements->Create(name, config);
+  };
+  p->pass_ =
+      std::make_unique<SchedulingPass>(*p->queue_, *p->placement_, std::move(planner), spec.pass);
+  return p;
+}
+
+void SchedulingProfile::Admit(const PassContext& ctx, std::vector<const QueuedJob*>* admitted,
+                              std::vector<size_t>* admitted_index, ProfileResult* result) {
+  narrowed_.clear();
+  std::string why;
+  PreFilterResult pre;
+  for (size_t i = 0; i < ctx.pending.size(); ++i) {
+    const QueuedJob* job = ctx.pending[i];
+    bool ok = true;
+    for (size_t g = 0; ok && g < gates_.size(); ++g) ok = gates_[g]->Admit(*job, &why);
+    if (ok && !job->admission.unplaceable.empty()) {
+      why = "cannot run on any node: " + job->admission.unplaceable;
+      ok = false;
+    }
+    for (size_t f = 0; ok && f < filters_.size(); ++f) {
+      pre.never.clear();
+      pre.only_nodes.clear();
+      if (!filters_[f]->PreFilter(*job, &pre)) continue;
+      if (!pre.never.empty()) {
+        why = "cannot run on any node: " + pre.never;
+        ok = false;
+      } else if (!pre.only_nodes.empty()) {
+        QueuedJob& copy = narrowed_.emplace_back(*job);
+        for (Task& t : copy.tasks) {
+          if (t.NeedsGpu()) t.allowed_nodes = pre.only_nodes;
+        }
+        job = &copy;
+      }
+    }
+    if (!ok) {
+      result->reasons.emplace_back(i, std::move(why));
+      why.clear();
+      continue;
+    }
+    admitted->push_back(job);
+    admitted_index->push_back(i);
+  }
+}
+
+void SchedulingProfile::Explain(const ClusterState& cluster, const PassContext& ctx,
+                                const PassResult& pass,
+                                const std::vector<const QueuedJob*>& admitted,
+                                const std::vector<size_t>& admitted_index,
+                                ProfileResult* result) const {
+  std::vector<const FilterPlugin*> filters;
+  for (const auto& f : filters_) filters.push_back(f.get());
+  PendingExplainer explainer(cluster, std::move(filters), fit_, std::string(queue_->name()));
+  std::vector<bool> started(admitted.size(), false);
+  for (const PassResult::Started& s : pass.started) started[s.pending_index] = true;
+  for (size_t k = 0; k < admitted.size(); ++k) {
+    if (started[k]) continue;
+    PendingExplainer::Reservation reservation{pass.reservation_unplannable,
+                                              pass.reservation_start_s - ctx.now_s};
+    const bool reserved = pass.reserved_index && *pass.reserved_index == k;
+    result->reasons.emplace_back(
+        admitted_index[k], explainer.Explain(*admitted[k], reserved ? &reservation : nullptr));
+  }
+  std::sort(result->reasons.begin(), result->reasons.end(),
+            [](const auto& a, const auto& b) { return a.first < b.first; });
+}
+
+Result<ProfileResult> SchedulingProfile::Run(ClusterState& cluster, const PassContext& ctx,
+                                             bool explain) {
+  for (const auto& g : gates_) g->BeginPass(ctx);
+  for (const auto& f : filters_) f->BeginPass(ctx);
+  ProfileResult result;
+  std::vector<const QueuedJob*>& admitted = admitted_;  // kept between passes: no allocation
+  std::vector<size_t>& admitted_index = admitted_index_;
+  admitted.clear();
+  admitted_index.clear();
+  Admit(ctx, &admitted, &admitted_index, &result);
+  for (const auto& f : filters_) f->PrepareCluster(cluster);
+  GP_ASSIGN_OR_RETURN(PassResult pass, pass_->Run(cluster, ctx.now_s, admitted, ctx.running));
+  if (explain) Explain(cluster, ctx, pass, admitted, admitted_index, &result);
+  for (PassResult::Started& s : pass.started) {
+    result.started.push_back({admitted_index[s.pending_index], std::move(s.placements)});
+  }
+  if (pass.reserved_index) result.reserved_index = admitted_index[*pass.reserved_index];
+  return result;
+}
+
+}  // namespace gpupool::sched

@@ -1,0 +1,93 @@
+// SchedulingProfile: one scheduling pass as the live scheduler and the simulator both run
+// it, made of plugins created by name:
+//
+//   gates (admission.h)        hold, dependency, earlier-attempt, array-throttle, quota
+//   unplaceable jobs           the host's own finding (AdmissionFacts::unplaceable)
+//   admission filters          drain, env-compat: PreFilter per job, PrepareCluster once
+//   SchedulingPass             queue policy + start rule + gang placement + placement
+//                              policy (its fit filter and score), queue/scheduling_pass.h
+//   explain (explain.h)        why each admitted job that did not start waits
+//
+// A job refused by a gate, found unplaceable or refused by a PreFilter is not tried; its
+// reason is the refusal. The cluster given to Run holds the running jobs and is changed
+// by the pass: drained nodes' free shares are taken and started jobs are allocated, so
+// callers pass a copy they may spend (the controller builds one per pass) or, like the
+// simulator, never drain.
+//
+// Not thread-safe (policies and plugins cache); one profile serves one scheduling loop.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "common/status.h"
+#include "sched/admission/admission.h"
+#include "sched/framework.h"
+#include "sched/policy_registry.h"
+#include "sched/queue/queue_policy.h"
+#include "sched/queue/scheduling_pass.h"
+
+namespace gpupool::sched {
+
+// The gates and filters of the profile both the controller and `gpupool sim timed` run.
+std::vector<std::string> DefaultGates();
+std::vector<std::string> DefaultAdmissionFilters();
+
+struct ProfileSpec {
+  std::vector<std::string> gates = DefaultGates();
+  std::vector<std::string> filters = DefaultAdmissionFilters();
+  std::string queue_policy = "fifo";
+  QueuePolicyConfig queue_config;
+  std::string placement_policy = "default";
+  PolicyConfig placement_config;
+  PassOptions pass;
+  // Where placement policies come from; null = BuiltinPlacementPolicies().
+  const PlacementPolicyRegistry* placements = nullptr;
+};
+
+struct ProfileResult {
+  // Indices are into PassContext::pending.
+  std::vector<PassResult::Started> started;
+  std::optional<size_t> reserved_index;  // under easy: who holds the reservation
+  // Why each pending job that did not start waits, in pending order: every refused one,
+  // and (when Run was asked to explain) every admitted one.
+  std::vector<std::pair<size_t, std::string>> reasons;
+};
+
+class SchedulingProfile {
+ public:
+  static Result<std::unique_ptr<SchedulingProfile>> Create(const ProfileSpec& spec);
+
+  Result<ProfileResult> Run(ClusterState& cluster, const PassContext& ctx, bool explain = true);
+
+  const QueuePolicy& queue_policy() const { return *queue_; }
+
+ private:
+  SchedulingProfile() = default;
+  // Runs gates and filters' PreFilter over ctx.pending: fills `admitted` (pointers the pass
+  // may use, narrowed copies where a filter narrowed the nodes) and `admitted_index`, and
+  // the reasons of the refused.
+  void Admit(const PassContext& ctx, std::vector<const QueuedJob*>* admitted,
+             std::vector<size_t>* admitted_index, ProfileResult* result);
+  void Explain(const ClusterState& cluster, const PassContext& ctx, const PassResult& pass,
+               const std::vector<const QueuedJob*>& admitted,
+               const std::vector<size_t>& admitted_index, ProfileResult* result) const;
+
+  ProfileSpec spec_;
+  std::vector<std::unique_ptr<GatePlugin>> gates_;
+  std::vector<std::unique_ptr<AdmissionFilter>> filters_;
+  FitFilter fit_;
+  std::unique_ptr<QueuePolicy> queue_;
+  std::unique_ptr<PlacementPolicy> placement_;
+  std::unique_ptr<SchedulingPass> pass_;
+  std::deque<QueuedJob> narrowed_;  // this pass's copies with narrowed nodes
+  std::vector<const QueuedJob*> admitted_;
+  std::vector<size_t> admitted_index_;  // admitted_[k] is PassContext::pending[admitted_index_[k]]
+};
+
+}  // namespace gpupool::sched
