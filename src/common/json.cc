@@ -85,6 +85,67 @@ Result<Json> ParseJson(std::string_view text, std::string_view source, size_t ma
   }
 }
 
+namespace {
+
+// Follows a document's nesting and stops at the first top-level key of interest.
+class TopLevelKeyFinder {
+ public:
+  explicit TopLevelKeyFinder(std::initializer_list<std::string_view> keys) : keys_(keys) {}
+  bool found() const { return found_; }
+
+  bool null() { return true; }
+  bool boolean(bool) { return true; }
+  bool number_integer(Json::number_integer_t) { return true; }
+  bool number_unsigned(Json::number_unsigned_t) { return true; }
+  bool number_float(Json::number_float_t, const Json::string_t&) { return true; }
+  bool string(Json::string_t&) { return true; }
+  bool binary(Json::binary_t&) { return true; }
+  bool start_object(std::size_t) { return Enter(true); }
+  bool start_array(std::size_t) { return Enter(false); }
+  bool end_object() { return Leave(); }
+  bool end_array() { return Leave(); }
+  bool key(Json::string_t& k) {
+    if (depth_ != 1 || !top_is_object_) return true;
+    for (std::string_view want : keys_) {
+      if (k == want) {
+        found_ = true;
+        return false;  // enough: stop reading
+      }
+    }
+    return true;
+  }
+  bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception&) {
+    return false;
+  }
+
+ private:
+  bool Enter(bool object) {
+    if (depth_++ == 0) top_is_object_ = object;
+    return true;
+  }
+  bool Leave() {
+    --depth_;
+    return true;
+  }
+
+  std::initializer_list<std::string_view> keys_;
+  int depth_ = 0;
+  bool top_is_object_ = false;
+  bool found_ = false;
+};
+
+}  // namespace
+
+bool JsonHasTopLevelKey(std::string_view text, std::initializer_list<std::string_view> keys) {
+  TopLevelKeyFinder finder(keys);
+  try {
+    Json::sax_parse(text.begin(), text.end(), &finder);
+  } catch (const std::exception&) {
+    return false;
+  }
+  return finder.found();
+}
+
 Result<Json> ReadJsonFile(const std::string& path, size_t max_bytes) {
   std::ifstream in(path, std::ios::binary);
   if (!in) return Status::NotFound("cannot open '" + path + "': check the path and permissions");

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <initializer_list>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <set>
@@ -26,6 +27,11 @@ using OrderedJson = nlohmann::ordered_json;
 // Rejects input larger than `max_bytes` and nesting deeper than `max_depth`.
 Result<Json> ParseJson(std::string_view text, std::string_view source, size_t max_bytes = 64u << 20,
                        int max_depth = 64);
+
+// Whether `text` is a JSON object with a member named one of `keys` at its top level
+// (nested objects do not count). Reads without building the document and stops at the
+// first such key; text that is not JSON, or not an object, has none.
+bool JsonHasTopLevelKey(std::string_view text, std::initializer_list<std::string_view> keys);
 
 // Reads `path` and parses it. Errors name the file.
 Result<Json> ReadJsonFile(const std::string& path, size_t max_bytes = 64u << 20);

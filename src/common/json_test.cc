@@ -28,6 +28,21 @@ TEST(JsonTest, RejectsOversizedAndDeepDocuments) {
           .ok());
 }
 
+// Which submissions name an image (Api's blocking rule): a key of the object itself,
+// never the same word in a value or a nested object; bad JSON has no keys.
+TEST(JsonTest, TopLevelKeysAreFoundWithoutReadingValuesAsKeys) {
+  EXPECT_TRUE(JsonHasTopLevelKey(R"({"command": ["x"], "image": "ubuntu"})", {"image"}));
+  EXPECT_TRUE(JsonHasTopLevelKey(R"({"environment": "t:1"})", {"image", "environment"}));
+  EXPECT_FALSE(JsonHasTopLevelKey(R"({"command": ["echo", "image"]})", {"image"}));
+  EXPECT_FALSE(JsonHasTopLevelKey(R"({"command": [""image""]})", {"image"}));
+  EXPECT_FALSE(JsonHasTopLevelKey(R"({"request": {"image": "x"}})", {"image"}));
+  EXPECT_FALSE(JsonHasTopLevelKey(R"([{"image": "x"}])", {"image"}));
+  EXPECT_FALSE(JsonHasTopLevelKey("not json", {"image"}));
+  EXPECT_FALSE(JsonHasTopLevelKey("", {"image"}));
+  // Stops at the key: what follows it is not read.
+  EXPECT_TRUE(JsonHasTopLevelKey(R"({"a": {"b": [1, 2]}, "image": "x", garbage)", {"image"}));
+}
+
 TEST(JsonTest, FieldsReportPathAndType) {
   Json j = Json::parse(R"({"name": "A100", "count": "eight", "mem": -5, "extra": 1})");
   std::string name;

@@ -36,11 +36,20 @@ TEST(ApiTest, MayBlockPicksTheRequestsThatWait) {
   EXPECT_TRUE(Api::MayBlock(Req("GET", "/v1/jobs/12/logs")));  // relayed from the node
   EXPECT_TRUE(Api::MayBlock(Req("GET", "/v1/jobs/12/logs", {{"wait_ms", "500"}})));
   EXPECT_TRUE(Api::MayBlock(Req("POST", "/v1/environments", {}, "{}")));
-  EXPECT_TRUE(Api::MayBlock(Req("POST", "/v1/environments/x:1/check")));
+  EXPECT_TRUE(Api::MayBlock(Req("POST", "/v1/environments/check")));
   EXPECT_TRUE(Api::MayBlock(Req("POST", "/v1/jobs", {}, R"({"image": "ubuntu", "command": []})")));
-
   EXPECT_TRUE(Api::MayBlock(Req("POST", "/v1/jobs", {}, R"({"environment": "t:1"})")));
   EXPECT_FALSE(Api::MayBlock(Req("POST", "/v1/jobs", {}, R"({"command": ["true"]})")));
+  // The submission's own keys decide, not the word in its values (issue 27: it was sniffed).
+  EXPECT_FALSE(Api::MayBlock(Req("POST", "/v1/jobs", {}, R"({"command": ["echo", "image"]})")));
+  EXPECT_FALSE(
+      Api::MayBlock(Req("POST", "/v1/jobs", {}, R"({"command": ["x"], "env": {"image": "y"}})")));
+  // Each route says whether it waits: wait_ms on one that never waits is no long poll,
+  // and neither is a request no route answers.
+  EXPECT_FALSE(Api::MayBlock(Req("GET", "/v1/jobs", {{"wait_ms", "5000"}})));
+  EXPECT_FALSE(Api::MayBlock(Req("GET", "/v1/nope", {{"wait_ms", "5000"}})));
+  EXPECT_TRUE(Api::MayBlock(Req("GET", "/v1/exec/3", {{"wait_ms", "5000"}})));
+  EXPECT_TRUE(Api::MayBlock(Req("GET", "/v1/exec/3/output")));
   EXPECT_FALSE(Api::MayBlock(Req("GET", "/v1/jobs")));
   EXPECT_FALSE(Api::MayBlock(Req("GET", "/v1/jobs/12")));
   EXPECT_FALSE(Api::MayBlock(Req("POST", "/v1/jobs/12/cancel")));
@@ -191,6 +200,24 @@ TEST_F(ApiAccessTest, MetricsCountEachEndedJobOnceAcrossScrapes) {
     EXPECT_EQ(MetricValue(m, R"(gpupool_jobs{state="SUCCEEDED"})"), 1) << "scrape " << k;
     EXPECT_EQ(MetricValue(m, hours), 100) << "scrape " << k;
   }
+}
+
+// Issue 27: an agent whose protocol is too far from the controller's hears 409 with the
+// controller's version (protocol::EncodeRegistrationRefusal), which tells it to stop
+// rather than retry; the node is not registered.
+TEST_F(ApiAccessTest, AnAgentOfAnIncompatibleProtocolIsRefusedWithTheControllersVersion) {
+  const std::string vm = Token("vm", "node");
+  std::string body = RegisterBody("vm", 1);
+  body.replace(body.find("\"1.2\""), 5, "\"9.0\"");
+  const net::HttpResponse r = WithToken(vm, "POST", "/v1/agent/register", {}, body);
+  EXPECT_EQ(r.status, 409) << r.body;
+  const Json j = ParseJson(r.body, "answer").value();
+  EXPECT_EQ(protocol::DecodeRegistrationRefusal(j), protocol::kVersion) << r.body;
+  EXPECT_EQ(j["error"], "the agent on node vm speaks agent protocol 9.0 and this side " +
+                            protocol::VersionString(protocol::kVersion) +
+                            "; they are too far apart (the same major and minors at most one "
+                            "apart work together): upgrade gpupool on this side");
+  EXPECT_TRUE(controller_->Nodes().empty());
 }
 
 TEST_F(ApiAccessTest, NodeTokenCannotSubmitOrUseAnyUserEndpoint) {
@@ -799,16 +826,27 @@ class ApiTelemetryTest : public ApiAccessTest {
            std::to_string(job) + R"(}]}, {"index": 1, "at_ms": )" + std::to_string(at_ms) +
            R"(, "util_pct": 0}]})";
   }
-  // Samples every 5 s for `seconds`, advancing the clock.
-  void Report(const std::string& token, int64_t job, double util, int seconds) {
+  // Samples every 5 s for `seconds`, advancing the clock; after each, what the telemetry
+  // service's thread would do (no thread runs unless the test starts the Api).
+  void Report(const std::string& token, int64_t job, double util, int seconds,
+              bool run_service = true) {
     for (int s = 0; s < seconds; s += 5) {
       clock_.AdvanceMicros(5'000'000);
       net::HttpResponse r = WithToken(token, "POST", "/v1/agent/telemetry", {},
                                       Batch(job, util, clock_.NowMicros() / 1000));
       ASSERT_EQ(r.status, 200) << r.body;
+      if (run_service) api_->telemetry_service().RunOnce();
     }
   }
   Json Body(const net::HttpResponse& r) { return ParseJson(r.body, "answer").value(); }
+  // The idle policy: idle after 10 minutes, cancelled 5 minutes later.
+  static TelemetryOptions CancelAfterFifteenIdleMinutes() {
+    TelemetryOptions o;
+    o.idle_action = "cancel";
+    o.idle_after_s = 600;
+    o.idle_cancel_after_s = 300;
+    return o;
+  }
 };
 
 TEST_F(ApiTelemetryTest, NodesJobsSeriesAndUsageShowTheSamples) {
@@ -862,7 +900,7 @@ TEST_F(ApiTelemetryTest, NodesJobsSeriesAndUsageShowTheSamples) {
               row["used_gpu_hours"].get<double>() / row["gpu_hours"].get<double>(), 1e-9);
 
   // The points reach the store.
-  api_->FlushTelemetry();
+  api_->telemetry_service().Flush();
   Result<std::vector<store::TelemetryRecord>> stored = store_->ListTelemetry({});
   ASSERT_TRUE(stored.ok());
   EXPECT_FALSE(stored->empty());
@@ -947,7 +985,7 @@ TEST_F(ApiTelemetryTest, SeriesReachingPastTheMemoryWindowComeFromTheStore) {
   const int64_t start_ms = clock_.NowMicros() / 1000;
   Report(vm, id, 60, 20 * 60);
   Report(vm, id, 90, 10 * 60);
-  api_->FlushTelemetry();
+  api_->telemetry_service().Flush();
   // Memory holds the last ten minutes (and one) of the 30.
   EXPECT_LE(api_->telemetry().Size().job_points, 11u);
   EXPECT_LE(api_->telemetry().Size().gpu_points, 2u * 11);
@@ -1046,10 +1084,7 @@ TEST_F(ApiTelemetryTest, MetricsShowTheLastXidAndTheEccCountApart) {
 }
 
 TEST_F(ApiTelemetryTest, TheIdlePolicyWarnsThenCancelsIdleJobs) {
-  TelemetryOptions o;
-  o.idle_action = "cancel";
-  o.idle_after_s = 600;
-  o.idle_cancel_after_s = 300;
+  const TelemetryOptions o = CancelAfterFifteenIdleMinutes();
   ASSERT_TRUE(api_->ConfigureTelemetry(o).ok());
   EXPECT_FALSE(api_->ConfigureTelemetry(TelemetryOptions{.idle_action = "kill"}).ok());
   // A longer retention: a query for all of it in minutes asks too much.
@@ -1096,6 +1131,75 @@ TEST_F(ApiTelemetryTest, TheWarnPolicyWarnsAndLeavesTheJobRunning) {
   // Busy again: no longer idle.
   Report(vm, id, 60, 10);
   EXPECT_EQ(Body(AsUid(0, "GET", path))["job"]["gpu_util"]["idle"], false);
+}
+
+// Issue 27: the idle policy and the store writes run on the telemetry service's own
+// thread, not on the agent's request: a report only hands samples over and wakes the
+// thread, and the writes also come every TelemetryService::kFlushPeriodUs of the clock.
+// Under the ManualClock nothing here sleeps.
+TEST_F(ApiTelemetryTest, TheServiceThreadAppliesThePolicyAndWritesOnItsClock) {
+  const TelemetryOptions o = CancelAfterFifteenIdleMinutes();
+  ASSERT_TRUE(api_->ConfigureTelemetry(o).ok());
+  const std::string vm = Token("vm", "node");
+  const int64_t id = RunningJobOnVm(vm);
+  const std::string path = "/v1/jobs/" + std::to_string(id);
+  Report(vm, id, 2, 16 * 60, /*run_service=*/false);
+  // The requests alone cancelled nothing and wrote nothing.
+  EXPECT_FALSE(Body(AsUid(0, "GET", path))["job"]["cancel_requested"].get<bool>());
+  EXPECT_TRUE(store_->ListTelemetry({})->empty());
+
+  api_->Start();
+  const PeriodicThread& worker = api_->telemetry_service().worker();
+  ASSERT_TRUE(worker.WaitForRuns(1));  // the reports' wake-up
+  EXPECT_TRUE(Body(AsUid(0, "GET", path))["job"]["cancel_requested"].get<bool>());
+  EXPECT_FALSE(store_->ListTelemetry({})->empty());
+
+  // A report within the period is kept in memory; the period's end writes it.
+  int64_t minute = 0;  // of the report below
+  auto stored_now = [&] {
+    Result<std::vector<store::TelemetryRecord>> stored = store_->ListTelemetry({});
+    if (!stored.ok()) return false;
+    for (const store::TelemetryRecord& t : *stored) {
+      if (t.scope == "gpu" && t.t_ms == minute) return true;
+    }
+    return false;
+  };
+  clock_.AdvanceMicros(TelemetryService::kFlushPeriodUs);  // a run on the clock
+  ASSERT_TRUE(worker.WaitForRuns(2));
+  clock_.AdvanceMicros(60'000'000);  // a minute with no points yet
+  ASSERT_TRUE(worker.WaitForRuns(3));
+  minute = clock_.NowMicros() / 1000 / 60'000 * 60'000;
+  ASSERT_EQ(
+      WithToken(vm, "POST", "/v1/agent/telemetry", {}, Batch(id, 50, clock_.NowMicros() / 1000))
+          .status,
+      200);
+  ASSERT_TRUE(worker.WaitForRuns(4));  // its wake-up: the policy, but no write yet
+  EXPECT_FALSE(stored_now());
+  clock_.AdvanceMicros(TelemetryService::kFlushPeriodUs);
+  ASSERT_TRUE(worker.WaitForRuns(5));
+  EXPECT_TRUE(stored_now());
+  api_->Stop();
+}
+
+// The accounting for GET /metrics folds the telemetry's used GPU-seconds in on its own
+// thread every PoolAccounting::kFoldPeriodUs, so the hub hands them over even when nobody
+// scrapes, and a scrape still counts them.
+TEST_F(ApiTelemetryTest, TheAccountingTakesTheUsedSecondsOnItsClock) {
+  const std::string vm = Token("vm", "node");
+  const int64_t id = RunningJobOnVm(vm);
+  Report(vm, id, 100, 60);
+  api_->Start();
+  const PeriodicThread& worker = api_->accounting().worker();
+  ASSERT_TRUE(clock_.WaitForWaiters(2));  // both services wait on the clock
+  clock_.AdvanceMicros(PoolAccounting::kFoldPeriodUs);
+  ASSERT_TRUE(worker.WaitForRuns(1));
+  EXPECT_TRUE(api_->telemetry().TakeUsedGpuSeconds().empty());  // handed over
+  const std::string m = AsUid(0, "GET", "/metrics").body;
+  const std::string line = "gpupool_used_gpu_seconds_total{user=\"root\",project=\"(none)\"} ";
+  const size_t at = m.find(line);
+  ASSERT_NE(at, std::string::npos) << m;
+  EXPECT_NEAR(std::stod(m.substr(at + line.size())), 55, 1e-6);  // 55 s at 100%
+  api_->Stop();
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 
 #include "common/json.h"
 #include "common/strings.h"
+#include "controller/api/route_table.h"
 
 namespace gpupool::controller {
 
@@ -85,14 +86,6 @@ std::string SessionCookie(const HttpRequest& request, const std::string& id, int
 Result<std::string> RandomHex() {
   GP_ASSIGN_OR_RETURN(auto token, NewToken());
   return token.first.substr(4);  // "gpt_" and 64 hex digits
-}
-
-bool IsJobPath(std::string_view path, std::string_view suffix) {
-  constexpr std::string_view kJobs = "/v1/jobs/";
-  if (!path.starts_with(kJobs) || !path.ends_with(suffix)) return false;
-  if (path.size() <= kJobs.size() + suffix.size()) return false;
-  const std::string_view id = path.substr(kJobs.size(), path.size() - kJobs.size() - suffix.size());
-  return std::all_of(id.begin(), id.end(), [](char c) { return c >= '0' && c <= '9'; });
 }
 
 }  // namespace
@@ -284,12 +277,8 @@ bool Dashboard::UsesSession(const HttpRequest& request) {
 }
 
 bool Dashboard::SessionMayCall(std::string_view method, std::string_view path) {
-  if (method == "GET" || method == "HEAD") {
-    return path == "/v1/jobs" || path == "/v1/nodes" || path == "/v1/usage" ||
-           path == "/v1/telemetry" || path == "/v1/whoami" || IsJobPath(path, "") ||
-           IsJobPath(path, "/logs");
-  }
-  return method == "POST" && IsJobPath(path, "/cancel");
+  // The route table says which routes a session may call; HEAD as the GET it heads.
+  return api::AccessOf(method == "HEAD" ? "GET" : method, path).session;
 }
 
 Dashboard::SessionCheck Dashboard::CheckSession(const HttpRequest& request) {

@@ -84,8 +84,9 @@ class Dashboard {
   };
   SessionCheck CheckSession(const net::HttpRequest& request);
 
-  // Which requests a session cookie alone may make: the reads of the dashboard's pages
-  // (jobs, a job, its logs, nodes, usage, telemetry, whoami) and, with the CSRF header,
+  // Which requests a session cookie alone may make: the routes whose row in the route
+  // table (api/route_table.h) says so, the reads of the dashboard's pages (jobs, a job,
+  // its logs, nodes, usage, telemetry, whoami) and, with the CSRF header,
   // POST /v1/jobs/{id}/cancel.
   static bool SessionMayCall(std::string_view method, std::string_view path);
 

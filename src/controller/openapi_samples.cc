@@ -5,6 +5,8 @@
 //   [{"method", "pattern", "path", "status", "content_type", "headers", "body"}, ...]
 // `pattern` is the docs/openapi.json path that describes the request. Exits 1, saying
 // why on stderr, when a step does not answer as the scenario expects.
+// With --routes, prints the route table instead (api/route_table.h), the list the
+// document must describe: [{"method", "pattern", "public"}, ...].
 #include <pwd.h>
 #include <spdlog/sinks/stdout_sinks.h>
 #include <spdlog/spdlog.h>
@@ -352,7 +354,17 @@ class Scenario {
 }  // namespace
 }  // namespace gpupool::controller
 
-int main() {
+int main(int argc, char** argv) {
+  if (argc == 2 && std::string(argv[1]) == "--routes") {
+    gpupool::OrderedJson routes = gpupool::OrderedJson::array();
+    for (const gpupool::controller::api::Route& r : gpupool::controller::api::Table()) {
+      routes.push_back({{"method", r.method},
+                        {"pattern", gpupool::controller::api::DocumentedPattern(r.pattern)},
+                        {"public", r.access.anyone}});
+    }
+    std::cout << gpupool::DumpJson(routes) << "\n";
+    return 0;
+  }
   spdlog::set_default_logger(spdlog::stderr_logger_mt("openapi_samples"));  // stdout: the JSON
   gpupool::controller::Scenario scenario;
   const bool ok = scenario.Run();

@@ -523,8 +523,26 @@ def main():
     print(f"real answers: {len(samples)} checked, 2xx answers of {len(answered)} routes")
     for route in sorted(MUST_SAMPLE - answered):
         checker.fail("openapi_samples", f"no 2xx answer of {route} among the samples")
+    # The routes the server answers come from its route table (api/route_table.cc); the
+    # document describes exactly those, with `security: []` exactly on the public ones.
+    table = subprocess.run([samples_program, "--routes"], capture_output=True, text=True,
+                           timeout=60)
+    routes = json.loads(table.stdout) if table.returncode == 0 else []
+    if table.returncode != 0:
+        checker.fail("openapi_samples --routes", f"exited {table.returncode}: {table.stderr}")
+    routed = {f"{r['method']} {r['pattern']}" for r in routes}
     documented = {f"{m.upper()} {p}" for p, item in doc["paths"].items() for m in METHODS if m in item}
-    unsampled = sorted(documented - answered)
+    for route in sorted(routed - documented):
+        checker.fail("paths", f"the route table has {route}, which the document does not describe")
+    for route in sorted(documented - routed):
+        checker.fail("paths", f"the document describes {route}, which no route answers")
+    for r in routes:
+        op = doc["paths"].get(r["pattern"], {}).get(r["method"].lower(), {})
+        if (op.get("security") == []) != r["public"]:
+            checker.fail(f"paths.{r['pattern']}.{r['method'].lower()}",
+                         "security: [] exactly where the route is public (answers anyone)")
+    print(f"route table: {len(routes)} routes")
+    unsampled = sorted(routed - answered)
     if unsampled:
         print(f"routes without a real 2xx answer in the samples: {', '.join(unsampled)}")
 

@@ -54,7 +54,7 @@ struct TelemetryOptions {
   int64_t idle_cancel_after_s = 0;
   // GPU and job series points younger than this stay in memory; older ones are read from
   // the store. At most the retention (the whole retention with a store that keeps no
-  // telemetry: Api::ConfigureTelemetry).
+  // telemetry: TelemetryService::Configure).
   int64_t memory_window_s = 3600;
 };
 

@@ -252,7 +252,7 @@ class TelemetryWindowTest : public TelemetryHubTest {
       b.node = "n1";
       b.samples = {Sample(0, at, u0, 1000 + i, j0), Sample(1, at, u1, 2000 + 2 * i, j1)};
       for (TelemetryHub* h : hubs) h->Ingest("n1", b);
-      if (i % 20 == 19) Flush(*hubs[0]);  // every ten minutes, like FlushTelemetry
+      if (i % 20 == 19) Flush(*hubs[0]);  // every ten minutes, like TelemetryService::Flush
     }
     Flush(*hubs[0]);
   }
@@ -364,7 +364,7 @@ TEST_F(TelemetryWindowTest, ARestartedHubRebuildsTotalsPoolAndIdleSpansFromTheSt
   Flush(hub);
   ASSERT_EQ(hub.IdleJobs().count(5), 1u);
 
-  // What Api::ConfigureTelemetry reads.
+  // What TelemetryService::Configure reads.
   TelemetryHub again(&clock_, o);
   const int64_t now_ms = clock_.NowMicros() / 1000;
   std::vector<store::TelemetryRecord> records;

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <optional>
 #include <thread>
 
 #include "agent/job_files.h"
@@ -15,6 +16,7 @@
 #include "envcheck/needs.h"
 #include "gpu/node_json.h"
 #include "jobs/job_json.h"
+#include "net/http_status.h"
 
 namespace gpupool::daemon {
 namespace {
@@ -25,6 +27,16 @@ int64_t NowMicros() {
   return std::chrono::duration_cast<std::chrono::microseconds>(
              std::chrono::system_clock::now().time_since_epoch())
       .count();
+}
+
+// The JSON of a controller's 2xx answer; for another, the error it stands for
+// (net/http_status.h), saying the controller answered it.
+Result<Json> AnswerOf(const net::HttpResponse& r) {
+  if (r.status / 100 != 2) {
+    const Status s = net::StatusFromHttp(r.status, r.body);
+    return Status(s.code(), "controller answered " + std::to_string(r.status) + ": " + s.message());
+  }
+  return ParseJson(r.body.empty() ? "{}" : r.body, "controller answer");
 }
 
 }  // namespace
@@ -47,15 +59,7 @@ AgentLoop::~AgentLoop() {
 Result<Json> AgentLoop::Call(const std::string& method, const std::string& path,
                              const std::string& body, int timeout_ms) {
   GP_ASSIGN_OR_RETURN(net::HttpResponse r, client_.Send(method, path, body, timeout_ms));
-  Result<Json> j = ParseJson(r.body.empty() ? "{}" : r.body, "controller answer");
-  if (r.status / 100 != 2) {
-    std::string msg = j.ok() && j->is_object() && j->contains("error") && (*j)["error"].is_string()
-                          ? (*j)["error"].get<std::string>()
-                          : r.body;
-    return Status(r.status == 404 ? StatusCode::kNotFound : StatusCode::kUnavailable,
-                  "controller answered " + std::to_string(r.status) + ": " + msg);
-  }
-  return j;
+  return AnswerOf(r);
 }
 
 Status AgentLoop::Register() {
@@ -97,11 +101,26 @@ Status AgentLoop::Register() {
       reg.ended.push_back({k.job_id, k.task_index, ev.attempt});
     }
   }
-  GP_ASSIGN_OR_RETURN(Json answer, Call("POST", "/v1/agent/register",
-                                        DumpJson(protocol::EncodeRegistration(reg)), 10'000));
+  GP_ASSIGN_OR_RETURN(net::HttpResponse sent,
+                      client_.Send("POST", "/v1/agent/register",
+                                   DumpJson(protocol::EncodeRegistration(reg)), 10'000));
+  // A controller too far from our protocol says so (409 with its version): retrying cannot
+  // help, so Run stops.
+  const std::string self = "this agent (node " + options_.node_name + ")";
+  if (sent.status == 409) {
+    Result<Json> j = ParseJson(sent.body, "controller answer");
+    if (std::optional<protocol::Version> v =
+            j.ok() ? protocol::DecodeRegistrationRefusal(*j) : std::nullopt) {
+      incompatible_ = protocol::CheckCompatible(protocol::kVersion, *v, "the controller", self);
+      if (incompatible_.ok()) incompatible_ = net::StatusFromHttp(sent.status, sent.body);
+      return incompatible_;
+    }
+  }
+  GP_ASSIGN_OR_RETURN(Json answer, AnswerOf(sent));
   GP_ASSIGN_OR_RETURN(protocol::RegistrationReply reply, protocol::DecodeRegistrationReply(answer));
-  GP_RETURN_IF_ERROR(
-      protocol::CheckCompatible(protocol::kVersion, reply.version, "the controller"));
+  incompatible_ =
+      protocol::CheckCompatible(protocol::kVersion, reply.version, "the controller", self);
+  GP_RETURN_IF_ERROR(incompatible_);
   controller_minor_ = reply.version.major == 1 ? reply.version.minor : 99;
   registered_ = true;
   spdlog::info(
@@ -735,7 +754,7 @@ void AgentLoop::TelemetryLoop() {
   }
 }
 
-void AgentLoop::Run() {
+Status AgentLoop::Run() {
   std::thread reporter([this] { ReportEvents(); });
   std::thread telemetry;
   if (options_.sampler && options_.telemetry_interval_s > 0) {
@@ -751,6 +770,11 @@ void AgentLoop::Run() {
     if (s.ok()) {
       backoff_ms = 200;
       continue;
+    }
+    if (!incompatible_.ok()) {
+      spdlog::error("agent: {}", s.message());
+      Stop();
+      break;
     }
     spdlog::warn("agent: {} (retrying in {} ms)", s.message(), backoff_ms);
     for (int slept = 0; slept < backoff_ms && !stopping_; slept += 50) {
@@ -768,6 +792,7 @@ void AgentLoop::Run() {
     if (relay) relay->Stop();
   }
   relays_.clear();
+  return incompatible_;
 }
 
 }  // namespace gpupool::daemon

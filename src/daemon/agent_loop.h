@@ -90,7 +90,10 @@ class AgentLoop {
   // `launcher` must outlive the loop.
   AgentLoop(AgentLoopOptions options, net::HttpClient client, agent::Launcher* launcher);
 
-  void Run();
+  // Runs until Stop(), then returns Ok; or until the controller turns out to speak a
+  // protocol too far from this agent's, which retrying cannot mend: then it stops by
+  // itself and returns kFailedPrecondition naming both versions and which side to upgrade.
+  Status Run();
   // Ends Run() within about a second: the controller's long poll and any other call in
   // flight are cut short (net::HttpClient::set_cancel_fd).
   void Stop() {
@@ -136,6 +139,7 @@ class AgentLoop {
   std::atomic<bool> stopping_{false};
   int stop_fd_ = -1;  // an eventfd that Stop() signals; cancels the client's calls
   std::atomic<bool> registered_{false};
+  Status incompatible_;  // set by Register when the controller's protocol is too far off
   std::atomic<int> controller_minor_{-1};  // the controller's protocol minor (major 1)
   std::mutex telemetry_mu_;                // guards unsent_telemetry_; taken alone
   std::condition_variable telemetry_cv_;

@@ -111,8 +111,14 @@ class TelemetryAgentTest : public JobOfProcessTest {
       std::unique_lock lock(mu_);
       if (r.path == "/v1/agent/register") {
         registered_ = true;
+        ++registrations_;
+        registered_cv_.notify_all();
         a.body =
             R"({"ok": true, "protocol": "1.)" + std::to_string(minor) + R"(", "address": "x"})";
+        if (!refusal_.empty()) {  // 409, as a controller that will not have this agent
+          a.status = 409;
+          a.body = refusal_;
+        }
       } else if (r.path == "/v1/agent/telemetry") {
         ++posts_;
         if (away_) {
@@ -150,7 +156,13 @@ class TelemetryAgentTest : public JobOfProcessTest {
     net::ServerAddress addr;
     addr.path = o.unix_socket_path;
     loop_ = std::make_unique<AgentLoop>(ao, net::HttpClient(addr, "t"), &launcher_);
-    thread_ = std::thread([this] { loop_->Run(); });
+    thread_ = std::thread([this] {
+      Status ended = loop_->Run();
+      std::lock_guard lock(mu_);
+      run_status_ = std::move(ended);
+      run_ended_ = true;
+      registered_cv_.notify_all();
+    });
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
     while (std::chrono::steady_clock::now() < deadline) {
       {
@@ -163,7 +175,7 @@ class TelemetryAgentTest : public JobOfProcessTest {
   void TearDown() override {
     if (loop_) {
       loop_->Stop();
-      thread_.join();
+      if (thread_.joinable()) thread_.join();
     }
     {
       std::lock_guard lock(mu_);
@@ -181,6 +193,11 @@ class TelemetryAgentTest : public JobOfProcessTest {
   std::thread thread_;
   std::mutex mu_;
   bool registered_ = false;
+  int registrations_ = 0;
+  std::condition_variable registered_cv_;
+  std::string refusal_;  // the body of a 409 answer to registrations, when not empty
+  Status run_status_;    // what Run returned, once run_ended_
+  bool run_ended_ = false;
   bool away_ = false;
   bool hold_polls_ = false;
   int polls_ = 0;
@@ -208,6 +225,42 @@ TEST_F(TelemetryAgentTest, StopCutsTheLongPollShort) {
   thread_.join();
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(3));
   loop_.reset();
+}
+
+// Issue 27: a controller that refuses this agent's protocol (409 with its version) ends
+// the agent at once with a message naming both versions and which side to upgrade; it
+// used to take the 409 for "unavailable" and retry forever.
+TEST_F(TelemetryAgentTest, AControllerOfAnIncompatibleProtocolStopsTheAgent) {
+  refusal_ = DumpJson(protocol::EncodeRegistrationRefusal(
+      {protocol::kVersion.major + 1, 0}, "the agent on node n1 speaks agent protocol ..."));
+  Start(3);
+  std::unique_lock lock(mu_);  // Run returns by itself: no Stop
+  ASSERT_TRUE(registered_cv_.wait_for(lock, std::chrono::seconds(10), [this] {
+    return run_ended_;
+  })) << "the agent is still trying";
+  EXPECT_EQ(run_status_.code(), StatusCode::kFailedPrecondition);
+  const std::string ours = protocol::VersionString(protocol::kVersion);
+  const std::string theirs = std::to_string(protocol::kVersion.major + 1) + ".0";
+  EXPECT_EQ(run_status_.message(),
+            "the controller speaks agent protocol " + theirs + " and this agent (node n1) " + ours +
+                "; they are too far apart (the same major and minors at most one apart work "
+                "together): upgrade gpupool on this agent (node n1)");
+  EXPECT_EQ(registrations_, 1);
+}
+
+// Any other 409 to a registration (a controller that lost its lease while writing it)
+// is worth another try, as before.
+TEST_F(TelemetryAgentTest, AnotherRefusedRegistrationIsTriedAgain) {
+  refusal_ = R"({"error": "the lease was lost: controller c2 leads now"})";
+  Start(3);
+  std::unique_lock lock(mu_);
+  ASSERT_TRUE(registered_cv_.wait_for(lock, std::chrono::seconds(10),
+                                      [this] { return registrations_ >= 2; }));
+  lock.unlock();
+  loop_->Stop();
+  thread_.join();
+  lock.lock();
+  EXPECT_TRUE(run_status_.ok()) << run_status_.message();
 }
 
 TEST_F(TelemetryAgentTest, AOneMinorOlderControllerIsSentNoTelemetry) {

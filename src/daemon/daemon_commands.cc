@@ -319,6 +319,7 @@ Status CreateController(const ServerFlags& f, ServerParts* p) {
                                         controller::AuthOptions{f.admin_group}, p->inspector.get());
   GP_ASSIGN_OR_RETURN(controller::TelemetryOptions telemetry, TelemetryOptionsOf(f));
   GP_RETURN_IF_ERROR(p->api->ConfigureTelemetry(telemetry));
+  p->api->Start();
   return Status::Ok();
 }
 
@@ -859,7 +860,8 @@ void RegisterDaemonCommands(CLI::App& app, cli::CommandContext& ctx) {
     ao.server_for_jobs = addr.ToString();
     SetContainerOptions(containers, &ao);
     AgentLoop loop(ao, net::HttpClient(addr, *token), launcher.get());
-    std::thread agent_thread([&loop] { loop.Run(); });
+    // The same binary as the controller: its protocol cannot be too far off.
+    std::thread agent_thread([&loop] { (void)loop.Run(); });
 
     const size_t ngpus = node->node.gpus.size();
     if (node->stand_in) {
@@ -1026,7 +1028,11 @@ void RegisterDaemonCommands(CLI::App& app, cli::CommandContext& ctx) {
     ao.server_for_jobs = net::ServerAddressListToString(*controllers);
     SetContainerOptions(containers, &ao);
     AgentLoop loop(ao, net::HttpClient(*controllers, token), launcher.get());
-    std::thread t([&loop] { loop.Run(); });
+    Status ended;  // a controller this agent cannot talk to ends it
+    std::thread t([&loop, &ended] {
+      ended = loop.Run();
+      if (!ended.ok()) g_stop = true;
+    });
     std::cout << "gpupool agent: node " << ao.node_name << " with " << ao.node.gpus.size()
               << " GPUs, controller " << net::ServerAddressListToString(*controllers) << "\n"
               << "  containers: " << containers.Summary() << "\n"
@@ -1035,6 +1041,7 @@ void RegisterDaemonCommands(CLI::App& app, cli::CommandContext& ctx) {
     loop.Stop();
     t.join();
     containers.Cleanup();
+    if (!ended.ok()) ctx.exit_code = Fail(ended);
   });
 
   g_server_cmd = server;

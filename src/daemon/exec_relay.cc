@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "common/json.h"
+#include "net/http_status.h"
 #include "protocol/agent_protocol.h"
 
 namespace gpupool::daemon {
@@ -145,7 +146,7 @@ struct ExecRelay::State {
         if (!j.ok()) return j.status();
         return protocol::DecodeExecOutputAck(*j);
       }
-      if (r.ok() && r->status != 429 && r->status < 500) {
+      if (r.ok() && !net::HttpStatusIsTransient(r->status)) {
         return Status::NotFound("the controller refused the session's output: " +
                                 std::to_string(r->status) + " " + r->body);
       }
@@ -262,7 +263,7 @@ void ExecRelay::State::InputLoop() {
   while (!stopping) {
     Result<net::HttpResponse> r =
         client.Get(Path("input") + "&after=" + std::to_string(after) + "&wait_ms=5000", 20'000);
-    if (!r.ok() || r->status == 429 || r->status >= 500) {
+    if (!r.ok() || net::HttpStatusIsTransient(r->status)) {
       if (finishing) return;
       std::this_thread::sleep_for(std::chrono::milliseconds(pause_ms));
       pause_ms = std::min(pause_ms * 2, 1000);

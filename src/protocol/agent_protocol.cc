@@ -242,15 +242,16 @@ Result<Version> ParseVersion(std::string_view text) {
   return Version{static_cast<int>(*major), static_cast<int>(*minor)};
 }
 
-Status CheckCompatible(Version ours, Version theirs, std::string_view peer) {
+Status CheckCompatible(Version ours, Version theirs, std::string_view peer, std::string_view self) {
   if (ours.major == theirs.major && std::abs(ours.minor - theirs.minor) <= 1) return Status::Ok();
   const bool peer_older =
       theirs.major < ours.major || (theirs.major == ours.major && theirs.minor < ours.minor);
   return Status::FailedPrecondition(
-      std::string(peer) + " speaks agent protocol " + VersionString(theirs) + " and this side " +
-      VersionString(ours) + "; they are too far apart (the same major and minors at most one " +
-      "apart work together): upgrade gpupool on the " +
-      (peer_older ? std::string(peer) : std::string("this side")));
+      std::string(peer) + " speaks agent protocol " + VersionString(theirs) + " and " +
+      std::string(self) + " " + VersionString(ours) +
+      "; they are too far apart (the same major and minors at most one apart work together): "
+      "upgrade gpupool on " +
+      std::string(peer_older ? peer : self));
 }
 
 bool SupportsExec(Version v) { return v.major > 1 || (v.major == 1 && v.minor >= 1); }
@@ -345,6 +346,22 @@ Result<RegistrationReply> DecodeRegistrationReply(const Json& j) {
   }
   GP_ASSIGN_OR_RETURN(r.version, ParseVersion(version));
   return r;
+}
+
+OrderedJson EncodeRegistrationRefusal(Version controller, const std::string& why) {
+  OrderedJson j;
+  j["error"] = why;
+  j["protocol"] = VersionString(controller);
+  return j;
+}
+
+std::optional<Version> DecodeRegistrationRefusal(const Json& j) {
+  if (!j.is_object()) return std::nullopt;
+  auto it = j.find("protocol");
+  if (it == j.end() || !it->is_string()) return std::nullopt;
+  Result<Version> v = ParseVersion(it->get<std::string>());
+  if (!v.ok()) return std::nullopt;
+  return *v;
 }
 
 OrderedJson EncodeLaunchOrder(const LaunchOrder& o) {

@@ -43,8 +43,10 @@ inline constexpr Version kVersion{1, 3};
 std::string VersionString(Version v);                 // "1.1"
 Result<Version> ParseVersion(std::string_view text);  // InvalidArgument naming the text
 // Whether a peer at `theirs` can talk to us at `ours`: the same major and minors at most
-// one apart. The error says which side to upgrade.
-Status CheckCompatible(Version ours, Version theirs, std::string_view peer);
+// one apart. kFailedPrecondition otherwise, naming both sides (`peer`, "the agent on node
+// n1", and `self`) with their versions and saying which one to upgrade.
+Status CheckCompatible(Version ours, Version theirs, std::string_view peer,
+                       std::string_view self = "this side");
 // Whether a peer at `v` understands exec requests (minor 1 on).
 bool SupportsExec(Version v);
 // Whether a peer at `v` runs interactive exec sessions (minor 2 on).
@@ -324,6 +326,13 @@ inline constexpr size_t kMaxTelemetrySamples = 8192;
 // it does not know are left out.
 OrderedJson EncodeRegistration(const Registration& r);
 OrderedJson EncodeRegistrationReply(const RegistrationReply& r);
+// The controller's answer, with HTTP 409, to a registration whose version it cannot talk
+// to: {"error": why, "protocol": the controller's version}. Retrying cannot help, so an
+// agent that reads one stops (DecodeRegistrationRefusal gives it the version to name).
+OrderedJson EncodeRegistrationRefusal(Version controller, const std::string& why);
+// The controller's version in such a refusal; nullopt for any other answer (a 409 of
+// another cause, or a controller from before refusals said their version).
+std::optional<Version> DecodeRegistrationRefusal(const Json& j);
 OrderedJson EncodeWork(const Work& w, Version peer = kVersion);
 OrderedJson EncodeEventBatch(const EventBatch& b);
 OrderedJson EncodeLaunchOrder(const LaunchOrder& o);

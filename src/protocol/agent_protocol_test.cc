@@ -46,13 +46,26 @@ TEST(ProtocolVersion, ParsesAndChecksCompatibility) {
   EXPECT_FALSE(ParseVersion("-1.0").ok());
   EXPECT_TRUE(CheckCompatible({1, 1}, {1, 0}, "agent").ok());
   EXPECT_TRUE(CheckCompatible({1, 1}, {1, 2}, "agent").ok());
-  Status older = CheckCompatible({1, 3}, {1, 1}, "agent on node n1");
+  Status older = CheckCompatible({1, 3}, {1, 1}, "the agent on node n1");
   EXPECT_FALSE(older.ok());
-  EXPECT_NE(older.message().find("upgrade gpupool on the agent on node n1"), std::string::npos)
-      << older.message();
-  Status newer = CheckCompatible({1, 1}, {2, 0}, "agent");
-  EXPECT_NE(newer.message().find("upgrade gpupool on the this side"), std::string::npos)
+  EXPECT_EQ(older.message(),
+            "the agent on node n1 speaks agent protocol 1.1 and this side 1.3; they are too far "
+            "apart (the same major and minors at most one apart work together): upgrade gpupool "
+            "on the agent on node n1");
+  Status newer = CheckCompatible({1, 1}, {2, 0}, "the controller", "this agent");
+  EXPECT_EQ(newer.code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(newer.message().find("the controller speaks agent protocol 2.0 and this agent 1.1;"),
+            std::string::npos)
       << newer.message();
+  EXPECT_NE(newer.message().find("upgrade gpupool on this agent"), std::string::npos)
+      << newer.message();
+  // The controller's refusal carries its version; other answers do not read as one.
+  const Json refusal = Json::parse(DumpJson(EncodeRegistrationRefusal({2, 0}, "too far")));
+  EXPECT_EQ(refusal["error"], "too far");
+  EXPECT_EQ(DecodeRegistrationRefusal(refusal), (Version{2, 0}));
+  EXPECT_FALSE(DecodeRegistrationRefusal(Json::parse(R"({"error": "lease lost"})")));
+  EXPECT_FALSE(DecodeRegistrationRefusal(Json::parse(R"({"protocol": "x"})")));
+  EXPECT_FALSE(DecodeRegistrationRefusal(Json::parse(R"(["protocol"])")));
   EXPECT_FALSE(SupportsExec({1, 0}));
   EXPECT_TRUE(SupportsExec({1, 1}));
   EXPECT_FALSE(SupportsInteractiveExec({1, 1}));

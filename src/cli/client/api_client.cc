@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "common/strings.h"
+#include "net/http_status.h"
 
 namespace gpupool::cli {
 namespace {
@@ -74,38 +75,6 @@ Result<std::vector<net::ServerAddress>> ResolveServerAddress(const std::string& 
   return std::vector<net::ServerAddress>{std::move(a)};
 }
 
-Status StatusFromHttp(int http_status, const std::string& body) {
-  std::string message;
-  if (auto j = ParseJson(body, "answer", 1 << 20); j.ok() && j->is_object()) {
-    if (auto it = j->find("error"); it != j->end() && it->is_string()) {
-      message = it->get<std::string>();
-    }
-  }
-  if (message.empty()) {
-    message = "the server answered HTTP " + std::to_string(http_status);
-    const std::string_view text = Trim(body);
-    if (!text.empty() && text.size() < 300) message += ": " + SanitizeUtf8(text);
-  }
-  switch (http_status) {
-    case 400:
-      return Status::InvalidArgument(message);
-    case 401:
-    case 403:
-      return Status::PermissionDenied(message);
-    case 404:
-      return Status::NotFound(message);
-    case 409:
-      return Status::FailedPrecondition(message);
-    case 413:
-    case 429:  // too many waiting requests of this caller: try again shortly
-      return Status::ResourceExhausted(message);
-    case 503:  // cannot serve now (a standby with no leader answering, shutting down, ...)
-      return Status::Unavailable(message);
-    default:
-      return Status::Internal(message);
-  }
-}
-
 ApiClient::ApiClient(std::vector<net::ServerAddress> addresses, std::string token)
     : http_(std::move(addresses), std::move(token)) {}
 
@@ -128,7 +97,7 @@ Result<ApiAnswer> ApiClient::Delete(const std::string& path) const {
 Result<ApiAnswer> ApiClient::Call(const std::string& method, const std::string& path,
                                   const std::string& body) const {
   GP_ASSIGN_OR_RETURN(net::HttpResponse resp, http_.Send(method, path, body));
-  if (resp.status < 200 || resp.status > 299) return StatusFromHttp(resp.status, resp.body);
+  if (resp.status < 200 || resp.status > 299) return net::StatusFromHttp(resp.status, resp.body);
   auto j = ParseJson(resp.body, "the server's answer to " + method + " " + path);
   if (!j.ok()) return Status::Internal(j.status().message());
   if (!j->is_object()) {
@@ -154,7 +123,7 @@ Result<LogChunk> ApiClient::ReadOutput(const std::string& path_and_query, int64_
   // A long poll may take wait_ms; give the transport that plus a margin.
   GP_ASSIGN_OR_RETURN(net::HttpResponse resp,
                       http_.Send("GET", path, "", 30'000 + std::max(wait_ms, 0)));
-  if (resp.status < 200 || resp.status > 299) return StatusFromHttp(resp.status, resp.body);
+  if (resp.status < 200 || resp.status > 299) return net::StatusFromHttp(resp.status, resp.body);
   LogChunk chunk;
   chunk.bytes = std::move(resp.body);
   chunk.next_offset = offset + static_cast<int64_t>(chunk.bytes.size());

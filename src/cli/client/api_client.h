@@ -86,12 +86,4 @@ class ApiClient {
   net::HttpClient http_;
 };
 
-// The Status for a non-2xx answer: 400 kInvalidArgument, 401/403 kPermissionDenied, 404
-// kNotFound, 409 kFailedPrecondition, 413 and 429 kResourceExhausted, 503 kUnavailable (a
-// controller that cannot serve now: shutting down, its store or a node away, or a standby
-// when no leader answers; callers that retry kUnavailable ride over it), else kInternal.
-// The message is the body's `error` text as is, or a description of the status when
-// there is none.
-Status StatusFromHttp(int http_status, const std::string& body);
-
 }  // namespace gpupool::cli

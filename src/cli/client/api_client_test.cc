@@ -6,6 +6,8 @@
 #include <filesystem>
 #include <fstream>
 
+#include "net/http_status.h"
+
 namespace gpupool::cli {
 namespace {
 
@@ -84,27 +86,11 @@ TEST(ResolveServerAddressTest, BadValuesNameTheirSource) {
   EXPECT_NE(a.status().message().find("HOME is not set"), std::string::npos);
 }
 
-TEST(StatusFromHttpTest, CodesAndTheServersOwnMessage) {
-  Status s = StatusFromHttp(404, R"({"error": "no job 17; see gpupool queue"})");
-  EXPECT_EQ(s.code(), StatusCode::kNotFound);
-  EXPECT_EQ(s.message(), "no job 17; see gpupool queue");
-  EXPECT_EQ(StatusFromHttp(400, "{}").code(), StatusCode::kInvalidArgument);
-  EXPECT_EQ(StatusFromHttp(401, "").code(), StatusCode::kPermissionDenied);
-  EXPECT_EQ(StatusFromHttp(403, "").code(), StatusCode::kPermissionDenied);
-  EXPECT_EQ(StatusFromHttp(409, "").code(), StatusCode::kFailedPrecondition);
-  EXPECT_EQ(StatusFromHttp(413, "").code(), StatusCode::kResourceExhausted);
-  EXPECT_EQ(StatusFromHttp(500, "").code(), StatusCode::kInternal);
-  // Unavailable for now (a standby when no leader answered, a server shutting down): the
-  // CLI's retries and exit code 5 ("unreachable") cover it.
-  Status standby = StatusFromHttp(
-      503, R"({"error": "this controller is a standby; the leader is ", "leader": ""})");
-  EXPECT_EQ(standby.code(), StatusCode::kUnavailable);
-  EXPECT_EQ(standby.message(), "this controller is a standby; the leader is ");
-  EXPECT_EQ(ExitCodeFor(StatusFromHttp(503, "")), kExitUnreachable);
-  EXPECT_EQ(StatusFromHttp(502, "Bad Gateway").message(),
-            "the server answered HTTP 502: Bad Gateway");
-  EXPECT_EQ(StatusFromHttp(500, R"({"error": 5})").message(),
-            "the server answered HTTP 500: {\"error\": 5}");
+// A standby's or a stopping server's 503 (net::StatusFromHttp, net/http_status_test.cc)
+// is exit code 5, "unreachable": the CLI's retries cover it.
+TEST(ExitCodeForTest, AnAnswerTheServerCannotGiveNowIsUnreachable) {
+  EXPECT_EQ(ExitCodeFor(net::StatusFromHttp(503, "")), kExitUnreachable);
+  EXPECT_EQ(ExitCodeFor(net::StatusFromHttp(404, "")), kExitNotFound);
 }
 
 TEST(ExitCodeForTest, DocumentedCodes) {

@@ -1,0 +1,126 @@
+// The server itself (health, readiness, its schema, who is calling, which controller
+// leads), the pool's limits, and tokens (admins only, as is PUT /v1/limits: the route
+// table says so).
+#include "controller/api/handlers.h"
+#include "controller/limits.h"
+#include "controller/openapi_document.h"
+#include "controller/tokens.h"
+
+namespace gpupool::controller::api {
+
+net::HttpResponse Healthz(const ApiContext&, const Call&) {
+  return JsonResponse(200, {{"ok", true}});
+}
+
+// GET /readyz: the server can do its job: the store answers and the scheduler loop goes
+// round. 503 naming what is not ready otherwise.
+net::HttpResponse Readyz(const ApiContext& ctx, const Call&) {
+  std::vector<std::string> problems;
+  if (Result<std::vector<store::NodeRecord>> nodes = ctx.store->ListNodes(); !nodes.ok()) {
+    problems.push_back("the store does not answer: " + nodes.status().message());
+  }
+  if (!ctx.controller->SchedulerLooping()) problems.push_back("the scheduler loop is not running");
+  if (ctx.stopping->load()) problems.push_back("the server is shutting down");
+  if (problems.empty()) return JsonResponse(200, {{"ok", true}});
+  return JsonResponse(503, {{"ok", false}, {"problems", problems}});
+}
+
+// docs/openapi.json as it was when the server was built.
+net::HttpResponse ServeOpenApi(const ApiContext&, const Call&) {
+  net::HttpResponse resp;
+  resp.content_type = "application/json";
+  resp.body = std::string(OpenApiDocument());
+  return resp;
+}
+
+net::HttpResponse Whoami(const ApiContext&, const Call& c) {
+  return JsonResponse(200, {{"user", c.caller.user},
+                            {"uid", c.caller.uid},
+                            {"admin", c.caller.admin},
+                            {"kind", CallerKindName(c.who.kind)}});
+}
+
+// GET /v1/controllers: which controller leads and which stand by (SetControllersView);
+// a controller on a store of its own has neither lease nor standbys.
+net::HttpResponse ListControllers(const ApiContext& ctx, const Call&) {
+  if (!*ctx.controllers_view) {
+    return JsonResponse(200, {{"leader", nullptr},
+                              {"controllers", OrderedJson::array()},
+                              {"note",
+                               "one controller on a store of its own (SQLite): there is no "
+                               "lease and no standby"}});
+  }
+  Result<OrderedJson> view = (*ctx.controllers_view)();
+  if (!view.ok()) return ErrorResponse(view.status());
+  return JsonResponse(200, *view);
+}
+
+net::HttpResponse GetLimits(const ApiContext& ctx, const Call&) {
+  return JsonResponse(200, LimitsToJson(ctx.controller->GetLimits()));
+}
+
+net::HttpResponse PutLimits(const ApiContext& ctx, const Call& c) {
+  Result<Json> body = BodyJson(c.r, 1 << 20, 8);
+  if (!body.ok()) return ErrorResponse(body.status());
+  Result<Limits> l = LimitsFromJson(*body);
+  if (!l.ok()) return ErrorResponse(l.status());
+  Result<Limits> set = ctx.controller->SetLimits(std::move(*l), c.caller);
+  if (!set.ok()) return ErrorResponse(set.status());
+  return JsonResponse(200, LimitsToJson(*set));
+}
+
+net::HttpResponse CreateToken(const ApiContext& ctx, const Call& c) {
+  const net::HttpRequest& r = c.r;
+  Result<Json> body = BodyJson(r, 1 << 16, 8);
+  if (!body.ok()) return ErrorResponse(body.status());
+  std::string user;
+  std::string kind = "user";
+  int64_t expires_in_s = 0;
+  JsonFields f(*body, "");
+  f.Required("user", &user);
+  f.Optional("kind", &kind);
+  // Ten years at most; 0 (the default) never expires.
+  f.Optional("expires_in_s", &expires_in_s, 0, int64_t{10} * 366 * 24 * 3600);
+  if (Status s = f.Finish(); !s.ok()) return ErrorResponse(s);
+  if (kind != "user" && kind != "node" && kind != "metrics") {
+    return ErrorResponse(Status::InvalidArgument("kind: use user, node or metrics"));
+  }
+  if (Status s = ValidateTokenSubject(kind, user); !s.ok()) return ErrorResponse(s);
+  Result<std::pair<std::string, std::string>> tok = NewToken();
+  if (!tok.ok()) return ErrorResponse(tok.status());
+  store::TokenRecord rec{tok->second, user, kind, ctx.clock->NowMicros()};
+  if (expires_in_s > 0) rec.expires_us = rec.created_us + expires_in_s * 1'000'000;
+  Status s = ctx.store->PutToken(rec);
+  if (!s.ok()) return ErrorResponse(s);
+  return JsonResponse(201, {{"token", tok->first},
+                            {"id", TokenId(rec)},
+                            {"user", user},
+                            {"kind", kind},
+                            {"expires_us", rec.expires_us}});
+}
+
+// Admins only (the route table), as are CreateToken and RevokeToken.
+net::HttpResponse ListTokens(const ApiContext& ctx, const Call&) {
+  Result<std::vector<store::TokenRecord>> tokens = ctx.store->ListTokens();
+  if (!tokens.ok()) return ErrorResponse(tokens.status());
+  OrderedJson list = OrderedJson::array();
+  for (const auto& t : *tokens) {
+    list.push_back({{"id", TokenId(t)},
+                    {"user", t.user},
+                    {"kind", t.kind},
+                    {"created_us", t.created_us},
+                    {"expires_us", t.expires_us},
+                    {"last_used_us", t.last_used_us}});
+  }
+  return JsonResponse(200, {{"tokens", std::move(list)}});
+}
+
+net::HttpResponse RevokeToken(const ApiContext& ctx, const Call& c) {
+  Result<store::TokenRecord> t = FindTokenById(*ctx.store, c.Param("token_id"));
+  if (!t.ok()) return ErrorResponse(t.status());
+  if (Status s = ctx.store->DeleteToken(t->token_hash); !s.ok()) return ErrorResponse(s);
+  return JsonResponse(200,
+                      {{"revoked", {{"id", TokenId(*t)}, {"user", t->user}, {"kind", t->kind}}}});
+}
+
+}  // namespace gpupool::controller::api

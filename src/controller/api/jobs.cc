@@ -1,0 +1,337 @@
+// Jobs: submission, the queue, one job, cancel (of a job or a whole array), hold and
+// release, and logs (read from the node that ran the task, log_relay.h).
+#include <fcntl.h>
+#include <spdlog/spdlog.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <thread>
+
+#include "common/strings.h"
+#include "controller/api/handlers.h"
+#include "controller/environments.h"
+#include "controller/telemetry_service.h"
+#include "jobs/job_json.h"
+#include "jobs/job_validation.h"
+
+namespace gpupool::controller::api {
+namespace {
+
+constexpr size_t kMaxLogChunk = 1 << 20;
+
+struct LogRead {
+  std::string data;
+  int64_t size = 0;    // the file's size when read
+  std::string source;  // "node NAME" or "local"
+  bool read = false;   // the file was there and read: `size` is its size
+};
+
+// Bytes from `offset` of a log file on this machine's disk. The path came from an agent:
+// only a regular file (no symbolic link) that belongs to the job's user is read, so a
+// compromised node cannot make the controller read its host's files (/etc/shadow) as root.
+LogRead ReadLocalLog(const std::string& path, int64_t offset, uint32_t owner_uid) {
+  LogRead out;
+  out.source = "local";
+  if (path.empty() || path.front() != '/') return out;
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
+  if (fd < 0) return out;
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || (owner_uid != 0 && st.st_uid != owner_uid)) {
+    ::close(fd);
+    return out;
+  }
+  out.size = st.st_size;
+  out.read = true;
+  if (out.size > offset) {
+    out.data.resize(static_cast<size_t>(std::min<int64_t>(out.size - offset, kMaxLogChunk)));
+    const ssize_t n = ::pread(fd, out.data.data(), out.data.size(), offset);
+    out.data.resize(n > 0 ? static_cast<size_t>(n) : 0);
+  }
+  ::close(fd);
+  return out;
+}
+
+// The node that ran the task (`node`) has its log files: while that node's agent polls,
+// it sends the bytes (log_relay.h). A node that is gone, or that does not answer, leaves
+// this machine's disk, which is where they are in a single-machine pool. When neither has
+// the file the answer is an error, never "no more bytes": the log of an ended job would
+// look complete when it was not (issue 25).
+Result<LogRead> ReadJobLog(Controller* controller, const jobs::Job& job, const std::string& path,
+                           int64_t offset, const std::string& node) {
+  if (path.empty()) return ReadLocalLog(path, offset, job.uid);  // no log (not started)
+  std::string why = node.empty() ? std::string() : "node " + node + " is down";
+  if (!node.empty() && controller->NodeUp(node)) {
+    Result<LogChunk> chunk =
+        controller->log_relay().Fetch(node, path, offset, kMaxRelayedChunk, kRelayTimeout);
+    if (chunk.ok()) return LogRead{std::move(chunk->data), chunk->size, "node " + node, true};
+    spdlog::debug("log of job {} from node {}: {}", job.id, node, chunk.status().message());
+    why = chunk.status().message();
+  }
+  LogRead local = ReadLocalLog(path, offset, job.uid);
+  if (local.read || node.empty()) return local;
+  return Status::Unavailable("cannot read the log '" + path + "' from byte " +
+                             std::to_string(offset) + ": " + why +
+                             ", and this machine has no copy; try again");
+}
+
+const char* const kServerSetFields[] = {"id",
+                                        "user",
+                                        "uid",
+                                        "gid",
+                                        "state",
+                                        "submit_time_us",
+                                        "start_time_us",
+                                        "end_time_us",
+                                        "exit_code",
+                                        "signal",
+                                        "placement",
+                                        "tasks",
+                                        "master_port",
+                                        "pending_reason",
+                                        "reason",
+                                        "attempt",
+                                        "cancel_requested",
+                                        "held_by",
+                                        "array_id",
+                                        "array_index",
+                                        "array_max_running",
+                                        "held_by_admin",
+                                        "command_ended",
+                                        "command_exit_code",
+                                        "command_signal",
+                                        "stdout_path",
+                                        "stderr_path",
+                                        "needs",
+                                        "env_dir"};
+
+// A job as the API shows it: jobs::JobToJson and, once sampled, its gpu_util.
+OrderedJson JobJson(const ApiContext& ctx, const jobs::Job& job) {
+  const TelemetryHub& hub = ctx.telemetry->hub();
+  OrderedJson j = jobs::JobToJson(job);
+  std::optional<JobGpuUtil> u = hub.Job(job.id);
+  if (!u) return j;
+  const bool idle = u->idle && job.state == jobs::JobState::kRunning;
+  OrderedJson g = {{"mean_pct", u->mean_pct},
+                   {"peak_pct", u->peak_pct},
+                   {"peak_mem_mib", u->peak_mem_mib},
+                   {"used_gpu_hours", u->used_gpu_hours},
+                   {"idle", idle}};
+  if (idle) {
+    g["idle_since_ms"] = u->idle_since_ms;
+    if (hub.options().idle_action == "warn") {
+      g["warning"] = "the GPUs of this job sit idle (below " + ctx.telemetry->IdleThreshold() +
+                     "); the pool's idle policy warns about such jobs";
+    }
+  }
+  j["gpu_util"] = std::move(g);
+  return j;
+}
+
+}  // namespace
+
+net::HttpResponse SubmitJob(const ApiContext& ctx, const Call& c) {
+  const net::HttpRequest& r = c.r;
+  const Caller& caller = c.caller;
+  Result<Json> body = BodyJson(r, MaxRequestBodyBytes(ctx.controller->options()), 32);
+  if (!body.ok()) return ErrorResponse(body.status());
+  if (!body->is_object()) {
+    return ErrorResponse(Status::InvalidArgument("request body: expected a JSON object"));
+  }
+  for (const char* f : kServerSetFields) {
+    if (body->contains(f)) {
+      return ErrorResponse(Status::InvalidArgument(
+          std::string(f) + ": this field is set by the server; leave it out"));
+    }
+  }
+  Result<jobs::Job> job = jobs::JobFromJson(*body, "job");
+  if (!job.ok()) return ErrorResponse(job.status());
+  // Before anything runs a tool on the job's values (podman inspects its image).
+  if (Status s = jobs::ValidateSubmission(*job); !s.ok()) return ErrorResponse(s);
+  // Over max-submission-bytes: 413 (ResourceExhausted), before its image is inspected,
+  // and again once a named environment has added its image or directory.
+  if (Status s = ctx.controller->CheckSubmissionSize(*job); !s.ok()) return ErrorResponse(s);
+  // An unknown environment is 404 (the client exits 3, "not found"), not a usage error.
+  if (Status s = ctx.environments->Resolve(&*job); !s.ok()) return ErrorResponse(s);
+  if (Status s = ctx.controller->CheckSubmissionSize(*job); !s.ok()) return ErrorResponse(s);
+  bool duplicate = false;
+  Result<jobs::Job> submitted = ctx.controller->Submit(std::move(*job), caller, &duplicate);
+  // Over a bound on the queue: 429, try again once jobs have started.
+  if (!submitted.ok()) return ErrorOrTooMany(submitted.status());
+  // A retried submission (its submit_key was used): 200 with the job it made.
+  if (duplicate)
+    return JsonResponse(200, {{"job", jobs::JobToJson(*submitted)}, {"duplicate", true}});
+  return JsonResponse(201, {{"job", jobs::JobToJson(*submitted)}});
+}
+
+net::HttpResponse ListJobs(const ApiContext& ctx, const Call& c) {
+  const net::HttpRequest& r = c.r;
+  const Caller& caller = c.caller;
+  store::JobFilter f;
+  const bool all = r.Query("all") == "1";
+  if (!r.Query("user").empty()) {
+    f.user = r.Query("user");
+  } else if (!all || !caller.admin) {
+    f.user = caller.user;
+  }
+  if (f.user && *f.user != caller.user && !caller.admin) {
+    return ErrorResponse(Status::PermissionDenied("only admins may list other users' jobs"));
+  }
+  f.active_only = r.Query("active") == "1";
+  if (const std::string states = r.Query("state"); !states.empty()) {
+    for (const std::string& s : Split(states, ',')) {
+      std::string upper = s;
+      for (char& ch : upper) ch = static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
+      auto st = jobs::ParseJobState(upper);
+      if (!st) {
+        return ErrorResponse(Status::InvalidArgument(
+            "state: unknown state '" + s +
+            "'; use PENDING, ASSIGNED, RUNNING, SUCCEEDED, FAILED, CANCELLED, TIMEOUT or LOST"));
+      }
+      f.states.push_back(*st);
+    }
+  }
+  Result<int64_t> limit = QueryInt(r, "limit", 0, 0, 100000);
+  if (!limit.ok()) return ErrorResponse(limit.status());
+  // offset=N skips the newest N of those that match (a page of the dashboard's queue).
+  Result<int64_t> offset = QueryInt(r, "offset", 0, 0, 1'000'000);
+  if (!offset.ok()) return ErrorResponse(offset.status());
+  f.limit = *limit > 0 ? static_cast<size_t>(*limit + *offset) : 0;
+  Result<std::vector<jobs::Job>> jobs = ctx.controller->List(f, caller);
+  if (!jobs.ok()) return ErrorResponse(jobs.status());
+  if (*offset > 0) {
+    if (*limit == 0) {  // unlimited lists come oldest first: the newest N go
+      jobs->resize(jobs->size() > static_cast<size_t>(*offset)
+                       ? jobs->size() - static_cast<size_t>(*offset)
+                       : 0);
+    } else {
+      jobs->erase(jobs->begin(),
+                  jobs->begin() + std::min(jobs->size(), static_cast<size_t>(*offset)));
+    }
+  }
+  OrderedJson list = OrderedJson::array();
+  for (const jobs::Job& j : *jobs) list.push_back(JobJson(ctx, j));
+  OrderedJson answer;
+  answer["jobs"] = std::move(list);
+  // all=1 from a user who is no admin lists their own jobs; the answer says so, so the
+  // client can tell them instead of passing their jobs off as everyone's.
+  if (all && !caller.admin) answer["all_refused"] = true;
+  return JsonResponse(200, answer);
+}
+
+net::HttpResponse GetJob(const ApiContext& ctx, const Call& c) {
+  Result<jobs::Job> j = ctx.controller->Get(c.id, c.caller);
+  if (!j.ok()) return ErrorResponse(j.status());
+  return JsonResponse(200, {{"job", JobJson(ctx, *j)}});
+}
+
+// POST /v1/jobs/ID/cancel: one job. The id of an array (its first element's) cancels
+// every element still queued or running; ARRAY_INDEX (or ?element=INDEX, from older
+// clients) one element.
+net::HttpResponse CancelJobOrArray(const ApiContext& ctx, const Call& c) {
+  const net::HttpRequest& r = c.r;
+  const Caller& caller = c.caller;
+  int64_t id = c.id;
+  bool element = c.element >= 0;
+  if (!element && !r.Query("element").empty()) {
+    Result<int64_t> index = QueryInt(r, "element", 0, 0, jobs::kMaxArrayIndex);
+    if (!index.ok()) return ErrorResponse(index.status());
+    Result<int64_t> e = ctx.controller->ArrayElementId(id, static_cast<int>(*index), caller);
+    if (!e.ok()) return ErrorResponse(e.status());
+    id = *e;
+    element = true;
+  }
+  if (!element) {
+    Result<jobs::Job> j = ctx.controller->Get(id, caller);
+    if (!j.ok()) return ErrorResponse(j.status());
+    if (j->array_id == id) {
+      Result<ArrayCancelled> a = ctx.controller->CancelArray(id, caller);
+      if (!a.ok()) return ErrorResponse(a.status());
+      return JsonResponse(200, {{"job", jobs::JobToJson(a->head)},
+                                {"array_cancelled", a->queued + a->running},
+                                {"array",
+                                 {{"id", id},
+                                  {"elements", a->elements},
+                                  {"queued", a->queued},
+                                  {"running", a->running}}}});
+    }
+  }
+  Result<jobs::Job> j = ctx.controller->Cancel(id, caller);
+  if (!j.ok()) return ErrorResponse(j.status());
+  return JsonResponse(200, {{"job", jobs::JobToJson(*j)}});
+}
+
+net::HttpResponse HoldJob(const ApiContext& ctx, const Call& c) {
+  Result<jobs::Job> j = ctx.controller->Hold(c.id, c.caller, /*hold=*/true);
+  if (!j.ok()) return ErrorResponse(j.status());
+  return JsonResponse(200, {{"job", jobs::JobToJson(*j)}});
+}
+
+net::HttpResponse ReleaseJob(const ApiContext& ctx, const Call& c) {
+  Result<jobs::Job> j = ctx.controller->Hold(c.id, c.caller, /*hold=*/false);
+  if (!j.ok()) return ErrorResponse(j.status());
+  return JsonResponse(200, {{"job", jobs::JobToJson(*j)}});
+}
+
+net::HttpResponse ReadJobLogs(const ApiContext& ctx, const Call& c) {
+  const net::HttpRequest& r = c.r;
+  const Caller& caller = c.caller;
+  const int64_t id = c.id;
+  const std::string stream = r.Query("stream", "stdout");
+  if (stream != "stdout" && stream != "stderr") {
+    return ErrorResponse(Status::InvalidArgument("stream: use stdout or stderr"));
+  }
+  Result<int64_t> offset = QueryInt(r, "offset", 0, 0, INT64_MAX);
+  Result<int64_t> wait_ms = QueryInt(r, "wait_ms", 0, 0, 60'000);
+  Result<int64_t> task = QueryInt(r, "task", 0, 0, 4095);
+  if (!offset.ok()) return ErrorResponse(offset.status());
+  if (!wait_ms.ok()) return ErrorResponse(wait_ms.status());
+  if (!task.ok()) return ErrorResponse(task.status());
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(*wait_ms);
+  while (true) {
+    Result<jobs::Job> job = ctx.controller->Get(id, caller);
+    if (!job.ok()) return ErrorResponse(job.status());
+    const auto t = static_cast<size_t>(*task);
+    if (t > 0 && t >= static_cast<size_t>(job->request.tasks)) {
+      return ErrorResponse(Status::InvalidArgument("task: job " + std::to_string(id) +
+                                                   " has tasks 0.." +
+                                                   std::to_string(job->request.tasks - 1)));
+    }
+    std::string path = stream == "stdout" ? job->stdout_path : job->stderr_path;
+    std::string node;
+    if (t < job->tasks.size()) {
+      path = stream == "stdout" ? job->tasks[t].stdout_path : job->tasks[t].stderr_path;
+    } else if (t > 0) {
+      path.clear();  // not placed, or placed before per-task records
+    }
+    if (t < job->placement.size()) node = job->placement[t].node;
+    const bool ended = jobs::IsTerminal(job->state);
+    Result<LogRead> got = ReadJobLog(ctx.controller, *job, path, *offset, node);
+    if (!got.ok() && (ended || *wait_ms == 0 || ctx.stopping->load())) {
+      // Bytes that could not be read now (a busy node, a node that is down): the caller
+      // hears why, never that the log ends here.
+      return ErrorResponse(got.status());
+    }
+    // A follower of a running job waits on, as for bytes not written yet.
+    LogRead read = got.ok() ? std::move(*got) : LogRead{"", *offset, "unavailable", false};
+    const int64_t next = *offset + static_cast<int64_t>(read.data.size());
+    const bool eof = ended && next >= read.size;
+    if (!read.data.empty() || eof || std::chrono::steady_clock::now() >= deadline) {
+      net::HttpResponse resp;
+      resp.content_type = "text/plain; charset=utf-8";
+      resp.body = std::move(read.data);
+      resp.headers["X-Gpupool-Next-Offset"] = std::to_string(next);
+      resp.headers["X-Gpupool-Eof"] = eof ? "1" : "0";
+      resp.headers["X-Gpupool-Log-Source"] = read.source;
+      return resp;
+    }
+    if (ctx.stopping->load()) {
+      return ErrorResponse(Status::Unavailable("the server is shutting down: follow again"));
+    }
+    // A relayed read costs the node a round trip: poll it less often than the disk.
+    std::this_thread::sleep_for(std::chrono::milliseconds(read.source == "local" ? 50 : 250));
+  }
+}
+
+}  // namespace gpupool::controller::api

@@ -1,0 +1,84 @@
+// The pool's nodes as GET /v1/nodes shows them (with their GPUs' latest telemetry), and
+// drain and resume.
+#include "controller/api/handlers.h"
+#include "controller/telemetry_service.h"
+#include "gpu/node_json.h"
+
+namespace gpupool::controller::api {
+namespace {
+
+// A GPU's latest telemetry as GET /v1/nodes shows it (fields absent when unknown).
+OrderedJson GpuTelemetryToJson(const protocol::GpuTelemetry& t) {
+  OrderedJson j = {{"at_ms", t.at_ms}};
+  if (t.util_pct) j["util_pct"] = *t.util_pct;
+  if (t.mem_used_mib) j["mem_used_mib"] = *t.mem_used_mib;
+  if (t.mem_total_mib) j["mem_total_mib"] = *t.mem_total_mib;
+  if (t.power_w) j["power_w"] = *t.power_w;
+  if (t.temp_c) j["temp_c"] = *t.temp_c;
+  if (t.xid_errors) j["xid_errors"] = *t.xid_errors;
+  if (t.xid_count) j["xid_count"] = *t.xid_count;
+  if (t.ecc_uncorrected) j["ecc_uncorrected"] = *t.ecc_uncorrected;
+  return j;
+}
+
+// `latest`: the node's GPUs' latest telemetry by index (none for a node that is down).
+OrderedJson NodeViewToJson(const NodeView& v,
+                           const std::map<int, protocol::GpuTelemetry>& latest = {}) {
+  OrderedJson gpus = OrderedJson::array();
+  for (size_t g = 0; g < v.info.gpus.size(); ++g) {
+    const gpu::GpuInfo& gi = v.info.gpus[g];
+    gpus.push_back({{"index", gi.index},
+                    {"vendor", gpu::VendorName(gi.vendor)},
+                    {"name", gi.name},
+                    {"uuid", gi.uuid},
+                    {"memory_total_bytes", gi.memory_total_bytes},
+                    {"allocated_milli", v.allocated_milli[g]}});
+    if (auto t = latest.find(gi.index); t != latest.end() && v.state != "down") {
+      gpus.back()["telemetry"] = GpuTelemetryToJson(t->second);
+    }
+  }
+  OrderedJson out = {{"name", v.name},
+                     {"state", v.state},
+                     {"address", v.address},
+                     {"protocol", v.protocol},
+                     {"last_heartbeat_us", v.last_seen_us},
+                     {"cpu_milli", v.cpu_milli},
+                     {"cpu_allocated_milli", v.cpu_allocated_milli},
+                     {"memory_mib", v.memory_mib},
+                     {"memory_allocated_mib", v.memory_allocated_mib},
+                     {"gpus", std::move(gpus)},
+                     {"running_jobs", v.running_jobs}};
+  if (!v.drain_reason.empty()) out["drain_reason"] = v.drain_reason;
+  return out;
+}
+
+}  // namespace
+
+net::HttpResponse ListNodes(const ApiContext& ctx, const Call&) {
+  OrderedJson nodes = OrderedJson::array();
+  for (const NodeView& v : ctx.controller->Nodes()) {
+    nodes.push_back(NodeViewToJson(v, ctx.telemetry->hub().LatestOfNode(v.name)));
+  }
+  return JsonResponse(200, {{"nodes", std::move(nodes)}});
+}
+
+// Admins only (the route table), as is ResumeNode.
+net::HttpResponse DrainNode(const ApiContext& ctx, const Call& c) {
+  Result<Json> body = BodyJson(c.r, 16 << 10, 4, /*empty_is_object=*/true);
+  if (!body.ok()) return ErrorResponse(body.status());
+  JsonFields f(*body, "");
+  std::string reason;
+  f.Required("reason", &reason);
+  if (Status s = f.Finish(); !s.ok()) return ErrorResponse(s);
+  Result<NodeView> v = ctx.controller->DrainNode(c.Param("name"), reason, c.caller);
+  if (!v.ok()) return ErrorResponse(v.status());
+  return JsonResponse(200, {{"node", NodeViewToJson(*v)}});
+}
+
+net::HttpResponse ResumeNode(const ApiContext& ctx, const Call& c) {
+  Result<NodeView> v = ctx.controller->ResumeNode(c.Param("name"), c.caller);
+  if (!v.ok()) return ErrorResponse(v.status());
+  return JsonResponse(200, {{"node", NodeViewToJson(*v)}});
+}
+
+}  // namespace gpupool::controller::api
