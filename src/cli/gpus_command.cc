@@ -15,7 +15,7 @@
 #include "common/clock.h"
 #include "common/file_util.h"
 #include "common/json.h"
-#include "daemon/agent_loop.h"
+#include "agent/runtime/agent_loop.h"
 #include "gpu/export/exporters.h"
 #include "gpu/gpu_backend.h"
 #include "gpu/sysfs/cpu_topology_reader.h"
@@ -104,7 +104,7 @@ int PrintSamples(const gpu::DiscoveryOptions& options, const gpu::NodeInfo& node
     protocol::TelemetryBatch batch;
     if (s.ok()) {
       for (const gpu::GpuSample& g : *s) {
-        batch.samples.push_back(daemon::TelemetryOfSample(g, now_us / 1000, options.proc_root));
+        batch.samples.push_back(agent::TelemetryOfSample(g, now_us / 1000, options.proc_root));
       }
     }
     OrderedJson line = {{"round", round},

@@ -21,7 +21,7 @@
 #include "common/status.h"
 #include "protocol/agent_protocol.h"
 
-namespace gpupool::daemon {
+namespace gpupool::agent {
 
 struct RendezvousContext {
   std::string hostfile_path;  // where the task's host file is written
@@ -39,4 +39,4 @@ std::string HostfileText(const protocol::Rendezvous& r);
 // to port 0), for task 0's rendezvous; the job binds it moments later.
 Result<int> PickFreePort();
 
-}  // namespace gpupool::daemon
+}  // namespace gpupool::agent

@@ -25,16 +25,16 @@
 #include <vector>
 
 #include "agent/launcher.h"
+#include "agent/runtime/exec_relay.h"
 #include "common/clock.h"
 #include "common/json.h"
-#include "daemon/exec_relay.h"
 #include "gpu/gpu_info.h"
 #include "gpu/telemetry.h"
 #include "jobs/job.h"
 #include "net/http_client.h"
 #include "protocol/agent_protocol.h"
 
-namespace gpupool::daemon {
+namespace gpupool::agent {
 
 struct AgentLoopOptions {
   std::string node_name;
@@ -170,4 +170,4 @@ class AgentLoop {
   void SessionEndedLocked(int64_t key);
 };
 
-}  // namespace gpupool::daemon
+}  // namespace gpupool::agent

@@ -1,4 +1,4 @@
-#include "daemon/agent_loop.h"
+#include "agent/runtime/agent_loop.h"
 
 #include <spdlog/spdlog.h>
 #include <sys/eventfd.h>
@@ -9,14 +9,14 @@
 #include <thread>
 
 #include "agent/job_files.h"
+#include "agent/runtime/rendezvous.h"
 #include "common/file_util.h"
 #include "common/strings.h"
-#include "daemon/rendezvous.h"
 #include "envcheck/needs.h"
 #include "gpu/node_json.h"
 #include "jobs/job_json.h"
 
-namespace gpupool::daemon {
+namespace gpupool::agent {
 namespace {
 
 bool IsFinal(agent::JobEvent::Kind k) { return k != agent::JobEvent::Kind::kStarted; }
@@ -770,4 +770,4 @@ void AgentLoop::Run() {
   relays_.clear();
 }
 
-}  // namespace gpupool::daemon
+}  // namespace gpupool::agent

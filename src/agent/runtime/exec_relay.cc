@@ -1,4 +1,4 @@
-#include "daemon/exec_relay.h"
+#include "agent/runtime/exec_relay.h"
 
 #include <fcntl.h>
 #include <poll.h>
@@ -21,7 +21,7 @@
 #include "common/json.h"
 #include "protocol/agent_protocol.h"
 
-namespace gpupool::daemon {
+namespace gpupool::agent {
 namespace {
 
 void CloseFd(int* fd) {
@@ -318,4 +318,4 @@ void ExecRelay::Stop() {
 
 ExecRelay::~ExecRelay() = default;
 
-}  // namespace gpupool::daemon
+}  // namespace gpupool::agent

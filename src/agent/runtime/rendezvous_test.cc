@@ -1,8 +1,8 @@
-#include "daemon/rendezvous.h"
+#include "agent/runtime/rendezvous.h"
 
 #include <gtest/gtest.h>
 
-namespace gpupool::daemon {
+namespace gpupool::agent {
 namespace {
 
 TEST(Rendezvous, EveryTaskGetsTheSameHostsAndItsOwnRank) {
@@ -50,4 +50,4 @@ TEST(Rendezvous, TasksSharingAHostShareItsHostfileLine) {
 }
 
 }  // namespace
-}  // namespace gpupool::daemon
+}  // namespace gpupool::agent

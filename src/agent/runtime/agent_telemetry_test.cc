@@ -11,11 +11,11 @@
 #include <thread>
 
 #include "agent/launcher.h"
-#include "daemon/agent_loop.h"
+#include "agent/runtime/agent_loop.h"
 #include "net/http_server.h"
 #include "protocol/agent_protocol.h"
 
-namespace gpupool::daemon {
+namespace gpupool::agent {
 namespace {
 
 namespace fs = std::filesystem;
@@ -319,4 +319,4 @@ TEST_F(TelemetryAgentTest, ANodesLaunchUnitTakesItsTasksLimitsAndListsItsJobOnce
 }
 
 }  // namespace
-}  // namespace gpupool::daemon
+}  // namespace gpupool::agent

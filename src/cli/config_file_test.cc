@@ -1,4 +1,4 @@
-#include "daemon/config_file.h"
+#include "cli/config_file.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -10,9 +10,9 @@
 #include <map>
 
 #include "cli/commands.h"
-#include "daemon/daemon_commands.h"
+#include "cli/daemon_commands.h"
 
-namespace gpupool::daemon {
+namespace gpupool::cli {
 namespace {
 
 using ::testing::HasSubstr;
@@ -169,9 +169,9 @@ TEST(ConfigFileTest, SecretsOnlyFromPrivateFiles) {
 }
 
 }  // namespace
-}  // namespace gpupool::daemon
+}  // namespace gpupool::cli
 
-namespace gpupool::daemon {
+namespace gpupool::cli {
 namespace {
 
 // Issue 25 item 7: the bounds on the queue are keys of [server] (and options of `server`
@@ -228,4 +228,4 @@ TEST(ConfigFileTest, TheServersQueueBoundsAreKeysWithTheirRanges) {
 }
 
 }  // namespace
-}  // namespace gpupool::daemon
+}  // namespace gpupool::cli

@@ -22,7 +22,7 @@
 #include "common/status.h"
 #include "net/http_client.h"
 
-namespace gpupool::daemon {
+namespace gpupool::agent {
 
 // The agent's and the command's ends of an interactive session's streams.
 struct SessionStreams {
@@ -69,4 +69,4 @@ class ExecRelay {
   std::shared_ptr<State> state_;
 };
 
-}  // namespace gpupool::daemon
+}  // namespace gpupool::agent

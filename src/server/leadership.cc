@@ -1,4 +1,4 @@
-#include "daemon/leadership.h"
+#include "server/leadership.h"
 
 #include <spdlog/spdlog.h>
 #include <unistd.h>
@@ -8,7 +8,7 @@
 #include <thread>
 #include <utility>
 
-namespace gpupool::daemon {
+namespace gpupool::server {
 namespace {
 
 constexpr int64_t kHeartbeatUs = 1'000'000;    // controllers say they are alive this often
@@ -186,4 +186,4 @@ std::string NewControllerId(const std::string& host, int port) {
   return host + ":" + std::to_string(port) + ":" + std::to_string(::getpid()) + "-" + tail;
 }
 
-}  // namespace gpupool::daemon
+}  // namespace gpupool::server

@@ -9,7 +9,7 @@
 #include "common/status.h"
 #include "store/store.h"
 
-namespace gpupool::daemon {
+namespace gpupool::server {
 
 // The token in the file at `path` when the store still knows it as a node token for
 // `node` that has not expired at `now_us` and the file is ours and private; otherwise a
@@ -20,4 +20,4 @@ namespace gpupool::daemon {
 Result<std::string> LocalAgentToken(store::Store& store, const std::string& path,
                                     const std::string& node, int64_t now_us);
 
-}  // namespace gpupool::daemon
+}  // namespace gpupool::server

@@ -1,4 +1,4 @@
-#include "daemon/local_agent_token.h"
+#include "server/local_agent_token.h"
 
 #include <gtest/gtest.h>
 #include <sys/stat.h>
@@ -10,7 +10,7 @@
 #include "controller/auth.h"
 #include "store/sqlite_store.h"
 
-namespace gpupool::daemon {
+namespace gpupool::server {
 namespace {
 
 class LocalAgentTokenTest : public ::testing::Test {
@@ -83,4 +83,4 @@ TEST_F(LocalAgentTokenTest, AFileOthersCouldReadIsRevokedAndReplaced) {
 }
 
 }  // namespace
-}  // namespace gpupool::daemon
+}  // namespace gpupool::server

@@ -1,4 +1,4 @@
-#include "daemon/local_agent_token.h"
+#include "server/local_agent_token.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -10,7 +10,7 @@
 
 #include "controller/auth.h"
 
-namespace gpupool::daemon {
+namespace gpupool::server {
 namespace {
 
 struct TokenFile {
@@ -83,4 +83,4 @@ Result<std::string> LocalAgentToken(store::Store& store, const std::string& path
   return fresh.first;
 }
 
-}  // namespace gpupool::daemon
+}  // namespace gpupool::server

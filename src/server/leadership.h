@@ -21,7 +21,7 @@
 #include "net/http.h"
 #include "store/lease.h"
 
-namespace gpupool::daemon {
+namespace gpupool::server {
 
 struct LeadershipOptions {
   std::string id;           // this controller, unique per process start
@@ -79,4 +79,4 @@ net::HttpResponse StandbyAnswer(const net::HttpRequest& request, const std::stri
 // A controller id: HOST:PORT:PID-RANDOM (unique per start).
 std::string NewControllerId(const std::string& host, int port);
 
-}  // namespace gpupool::daemon
+}  // namespace gpupool::server

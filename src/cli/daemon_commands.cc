@@ -1,4 +1,4 @@
-#include "daemon/daemon_commands.h"
+#include "cli/daemon_commands.h"
 
 #include <signal.h>
 #include <spdlog/spdlog.h>
@@ -17,26 +17,34 @@
 #include "agent/cdi_spec.h"
 #include "agent/container.h"
 #include "agent/launcher.h"
+#include "agent/runtime/agent_loop.h"
 #include "agent/shim.h"
+#include "cli/config_file.h"
 #include "common/file_util.h"
 #include "common/strings.h"
 #include "controller/api.h"
 #include "controller/auth.h"
 #include "controller/connection_class.h"
 #include "controller/controller.h"
-#include "daemon/agent_loop.h"
-#include "daemon/config_file.h"
-#include "daemon/leadership.h"
-#include "daemon/local_agent_token.h"
 #include "gpu/gpu_backend.h"
 #include "gpu/telemetry.h"
 #include "net/http_server.h"
+#include "server/leadership.h"
+#include "server/local_agent_token.h"
 #include "store/lease.h"
 #include "store/open_store.h"
 #include "store/store.h"
 
-namespace gpupool::daemon {
+namespace gpupool::cli {
 namespace {
+
+using agent::AgentLoop;
+using agent::AgentLoopOptions;
+using server::Leadership;
+using server::LeadershipOptions;
+using server::LocalAgentToken;
+using server::NewControllerId;
+using server::StandbyAnswer;
 
 namespace fs = std::filesystem;
 
@@ -1056,4 +1064,4 @@ void RegisterDaemonCommands(CLI::App& app, cli::CommandContext& ctx) {
   });
 }
 
-}  // namespace gpupool::daemon
+}  // namespace gpupool::cli

@@ -1,4 +1,4 @@
-#include "daemon/rendezvous.h"
+#include "agent/runtime/rendezvous.h"
 
 #include <netinet/in.h>
 #include <sys/socket.h>
@@ -10,7 +10,7 @@
 #include <utility>
 #include <vector>
 
-namespace gpupool::daemon {
+namespace gpupool::agent {
 
 std::map<std::string, std::string> RendezvousEnv(const protocol::Rendezvous& r,
                                                  const RendezvousContext& c) {
@@ -96,4 +96,4 @@ Result<int> PickFreePort() {
   return port;
 }
 
-}  // namespace gpupool::daemon
+}  // namespace gpupool::agent

@@ -1,4 +1,4 @@
-#include "daemon/config_file.h"
+#include "cli/config_file.h"
 
 #include <ini.h>
 #include <sys/stat.h>
@@ -9,7 +9,7 @@
 #include <fstream>
 #include <sstream>
 
-namespace gpupool::daemon {
+namespace gpupool::cli {
 namespace {
 
 // libinih reads through this: it counts lines (Debian builds libinih without
@@ -188,4 +188,4 @@ Status ApplyConfig(const ConfigFile& cfg, const std::vector<std::string>& sectio
   return Status::Ok();
 }
 
-}  // namespace gpupool::daemon
+}  // namespace gpupool::cli

@@ -5,7 +5,7 @@
 
 #include "cli/commands.h"
 
-namespace gpupool::daemon {
+namespace gpupool::cli {
 
 void RegisterDaemonCommands(CLI::App& app, cli::CommandContext& ctx);
 
@@ -13,4 +13,4 @@ void RegisterDaemonCommands(CLI::App& app, cli::CommandContext& ctx);
 // ~/.local/state/gpupool.
 std::string DefaultStateDir();
 
-}  // namespace gpupool::daemon
+}  // namespace gpupool::cli

@@ -22,7 +22,7 @@ namespace CLI {
 class App;
 }
 
-namespace gpupool::daemon {
+namespace gpupool::cli {
 
 // Where the daemons look when --config is not given: used only when it exists.
 inline constexpr const char* kDefaultConfigPath = "/etc/gpupool/gpupool.conf";
@@ -62,4 +62,4 @@ Status CheckConfigKeys(const ConfigFile& cfg, const ConfigSchema& schema);
 Status ApplyConfig(const ConfigFile& cfg, const std::vector<std::string>& sections,
                    const std::set<std::string>& secret_keys, CLI::App* command);
 
-}  // namespace gpupool::daemon
+}  // namespace gpupool::cli
