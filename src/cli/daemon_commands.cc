@@ -6,47 +6,31 @@
 #include <unistd.h>
 
 #include <atomic>
-#include <cerrno>
+#include <chrono>
 #include <cstdlib>
-#include <cstring>
-#include <filesystem>
 #include <iostream>
 #include <memory>
+#include <string>
 #include <thread>
+#include <vector>
 
-#include "agent/cdi_spec.h"
-#include "agent/container.h"
-#include "agent/launcher.h"
-#include "agent/runtime/agent_loop.h"
+#include "agent/runtime/node_agent.h"
 #include "agent/shim.h"
 #include "cli/config_file.h"
+#include "common/clock.h"
 #include "common/file_util.h"
+#include "common/host.h"
 #include "common/strings.h"
-#include "controller/api.h"
-#include "controller/auth.h"
-#include "controller/connection_class.h"
 #include "controller/controller.h"
-#include "gpu/gpu_backend.h"
-#include "gpu/telemetry.h"
-#include "net/http_server.h"
-#include "server/leadership.h"
+#include "controller/telemetry.h"
+#include "net/http.h"
+#include "net/http_client.h"
 #include "server/local_agent_token.h"
-#include "store/lease.h"
+#include "server/server.h"
 #include "store/open_store.h"
-#include "store/store.h"
 
 namespace gpupool::cli {
 namespace {
-
-using agent::AgentLoop;
-using agent::AgentLoopOptions;
-using server::Leadership;
-using server::LeadershipOptions;
-using server::LocalAgentToken;
-using server::NewControllerId;
-using server::StandbyAnswer;
-
-namespace fs = std::filesystem;
 
 std::atomic<bool> g_stop{false};
 
@@ -61,107 +45,14 @@ void InstallSignalHandlers() {
   signal(SIGPIPE, SIG_IGN);
 }
 
-std::string SelfExe() {
-  std::error_code ec;
-  fs::path p = fs::read_symlink("/proc/self/exe", ec);
-  return ec ? std::string("gpupool") : p.string();
-}
-
-std::string Hostname() {
-  char buf[256] = {};
-  if (gethostname(buf, sizeof buf - 1) != 0) return "localhost";
-  return buf;
-}
+// Files with job data (the store, job specs and logs) must be private: the daemons create
+// everything with umask 077 (server.h and node_agent.h say which modes they then give).
+void PrivateUmask() { ::umask(077); }
 
 int Fail(const Status& s) {
   std::cerr << "gpupool: " << s.message() << "\n";
   return 1;
 }
-
-// A stand-in 8-GPU node for machines without GPUs, so `make run` works anywhere.
-gpu::NodeInfo FakeEightGpuNode() {
-  gpu::NodeInfo n;
-  n.hostname = Hostname();
-  n.nvidia = gpu::DriverInfo{"fake", "13.0", {}, {}};
-  for (int i = 0; i < 8; ++i) {
-    gpu::GpuInfo g;
-    g.vendor = gpu::Vendor::kNvidia;
-    g.index = i;
-    g.name = "Fake GPU F100 16GB";
-    char uuid[64];
-    std::snprintf(uuid, sizeof uuid, "GPU-fa4e0000-0000-4000-8000-%012d", i);
-    g.uuid = uuid;
-    char bus[32];
-    std::snprintf(bus, sizeof bus, "0000:%02x:00.0", 0x10 + i);
-    g.pci_bus_id = bus;
-    g.memory_total_bytes = uint64_t{16} << 30;
-    g.compute_capability = gpu::ComputeCapability{8, 0};
-    g.minor_number = i;
-    g.device_nodes = {"/dev/nvidia" + std::to_string(i)};
-    g.backend = "fake";
-    n.gpus.push_back(g);
-  }
-  return n;
-}
-
-struct NodeChoice {
-  gpu::NodeInfo node;
-  bool stand_in = false;
-};
-
-Result<NodeChoice> DiscoverForAgent(const std::string& fake_file, bool allow_stand_in) {
-  gpu::DiscoveryOptions opts = gpu::WithEnvironmentOverrides({});
-  if (!fake_file.empty()) {
-    opts.backends = {"fake"};
-    opts.fake_node_file = fake_file;
-  }
-  GP_ASSIGN_OR_RETURN(gpu::NodeInfo node, gpu::DiscoverNode(opts));
-  if (!node.gpus.empty() || !allow_stand_in) return NodeChoice{std::move(node), false};
-  return NodeChoice{FakeEightGpuNode(), true};
-}
-
-// The agent's telemetry source for the node it runs (the fake file's profile with --fake);
-// null, with a note, where none fits: the agent then sends no telemetry.
-std::shared_ptr<gpu::TelemetrySampler> TelemetrySamplerFor(const std::string& fake_file,
-                                                           const gpu::NodeInfo& node) {
-  gpu::DiscoveryOptions opts = gpu::WithEnvironmentOverrides({});
-  opts.fake_node_file = fake_file;
-  Result<std::unique_ptr<gpu::TelemetrySampler>> s = gpu::CreateTelemetrySampler(opts, node);
-  if (!s.ok()) {
-    spdlog::info("agent: no GPU telemetry: {}", s.status().message());
-    return nullptr;
-  }
-  // What the source lacks for good (Xid events, say): said once here, not every sample.
-  if (const std::string note = (*s)->note(); !note.empty()) {
-    spdlog::info("agent: GPU telemetry: {}", note);
-  }
-  return std::shared_ptr<gpu::TelemetrySampler>(std::move(*s));
-}
-
-struct ServerParts {
-  ServerParts() = default;
-  ServerParts(ServerParts&&) = default;
-  ServerParts& operator=(ServerParts&&) = default;
-  ~ServerParts() { StopKeeper(); }
-  // Ends the lease keeper (which gives the lease up) and waits for it.
-  void StopKeeper() {
-    if (!keeper.joinable()) return;
-    *keeper_stop = true;
-    keeper.join();
-  }
-
-  // `up` on PostgreSQL: the lease it holds against `gpupool server`s on the same store,
-  // renewed by `keeper` until the stop.
-  std::unique_ptr<store::LeaseStore> leases;
-  std::unique_ptr<Leadership> lead;
-  std::shared_ptr<std::atomic<bool>> keeper_stop = std::make_shared<std::atomic<bool>>(false);
-  std::thread keeper;
-  std::unique_ptr<store::Store> store;
-  std::unique_ptr<controller::Controller> controller;
-  std::unique_ptr<controller::EnvInspector> inspector;  // images inspected at submit
-  std::unique_ptr<controller::Api> api;
-  std::unique_ptr<net::HttpServer> http;
-};
 
 struct ServerFlags {
   std::string state_dir;
@@ -244,64 +135,16 @@ Result<controller::TelemetryOptions> TelemetryOptionsOf(const ServerFlags& f) {
   return o;
 }
 
-// Files with job data (the store, job specs and logs) must be private: the daemons create
-// everything with umask 077, and the state directory is made 0711 so that users reach
-// the socket inside it (0666) but can list and read nothing else.
-void PrivateUmask() { ::umask(077); }
-
-Status PrepareStateDir(const std::string& dir) {
-  std::error_code ec;
-  fs::create_directories(dir, ec);
-  if (ec) {
-    return Status::Unavailable("cannot create the state directory '" + dir + "': " + ec.message() +
-                               ": pass a writable --state-dir");
-  }
-  struct stat st {};
-  if (::stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
-    return Status::FailedPrecondition("the state directory '" + dir + "' is not a directory");
-  }
-  // Only a directory of our own: never narrow a shared one such as /tmp.
-  if (st.st_uid == ::geteuid() && (st.st_mode & 0777) != 0711 && ::chmod(dir.c_str(), 0711) != 0) {
-    return Status::Unavailable("cannot make the state directory '" + dir +
-                               "' private (chmod 0711): " + std::strerror(errno));
-  }
-  if (st.st_uid != ::geteuid()) {
-    spdlog::warn(
-        "the state directory '{}' belongs to uid {}, not to this daemon: other users "
-        "may reach its files; use a directory of its own",
-        dir, st.st_uid);
-  }
-  return Status::Ok();
-}
-
-// A store made by an older gpupool (or under a wider umask) was world-readable: 0600 now.
-void MakeStoreFilesPrivate(const std::string& db) {
-  for (const std::string& p : {db, db + "-wal", db + "-shm", db + "-journal"}) {
-    struct stat st {};
-    if (::stat(p.c_str(), &st) == 0 && (st.st_mode & 077) != 0 &&
-        ::chmod(p.c_str(), st.st_mode & 0700) != 0) {
-      spdlog::warn("cannot make '{}' private: {}", p, std::strerror(errno));
-    }
-  }
-}
-
-std::string StoreSpec(const ServerFlags& f) {
-  return f.store_spec.empty() ? "sqlite:" + f.state_dir + "/gpupool.db" : f.store_spec;
-}
-
-Status OpenServerStore(const ServerFlags& f, ServerParts* p) {
-  GP_RETURN_IF_ERROR(PrepareStateDir(f.state_dir));
-  const std::string db = f.state_dir + "/gpupool.db";
-  const std::string spec = StoreSpec(f);
-  MakeStoreFilesPrivate(db);
-  GP_ASSIGN_OR_RETURN(p->store, store::OpenStore(spec));
-  MakeStoreFilesPrivate(db);
-  spdlog::info("store: {}", store::DescribeStoreSpec(spec));  // never with a password
-  return Status::Ok();
-}
-
-controller::ControllerOptions ControllerOptionsOf(const ServerFlags& f) {
-  controller::ControllerOptions co;
+// The flags of `up` or `server` as the Server's options.
+Result<server::ServerOptions> ServerOptionsOf(const ServerFlags& f,
+                                              server::ServerOptions::Lease lease) {
+  server::ServerOptions o;
+  o.state_dir = f.state_dir.empty() ? DefaultStateDir() : f.state_dir;
+  o.store_spec = f.store_spec;
+  o.port = f.port;
+  o.listen = f.listen;
+  o.admin_group = f.admin_group;
+  controller::ControllerOptions& co = o.controller;
   co.placement_policy = f.placement_policy;
   co.queue_policy = f.queue_policy;
   co.start_rule = f.start_rule;
@@ -313,173 +156,17 @@ controller::ControllerOptions ControllerOptionsOf(const ServerFlags& f) {
   co.max_submission_bytes = f.max_submission_bytes;
   co.max_queued_bytes_per_user = f.max_queued_bytes_per_user;
   co.max_queued_bytes_total = f.max_queued_bytes_total;
-  return co;
-}
-
-// The controller and its API over the open store (this loads the pool's state).
-Status CreateController(const ServerFlags& f, ServerParts* p) {
-  const controller::ControllerOptions co = ControllerOptionsOf(f);
-  GP_ASSIGN_OR_RETURN(p->controller,
-                      controller::Controller::Create(p->store.get(), SystemClock::Get(), co));
-  p->inspector = controller::NewPodmanInspector(f.podman_args, SystemClock::Get());
-  p->api =
-      std::make_unique<controller::Api>(p->controller.get(), p->store.get(), SystemClock::Get(),
-                                        controller::AuthOptions{f.admin_group}, p->inspector.get());
-  GP_ASSIGN_OR_RETURN(controller::TelemetryOptions telemetry, TelemetryOptionsOf(f));
-  GP_RETURN_IF_ERROR(p->api->ConfigureTelemetry(telemetry));
-  return Status::Ok();
-}
-
-Result<std::unique_ptr<net::HttpServer>> StartApiServer(const ServerFlags& f, store::Store* store,
-                                                        net::HttpHandler handler) {
-  if (f.max_connections != 0 && f.max_connections < 64) {
-    return Status::InvalidArgument("--max-connections " + std::to_string(f.max_connections) +
-                                   ": give 0 (from the open-files limit) or at least 64");
-  }
-  // Connections are bounded by what the system allows, not by a login's 1,024.
-  if (Result<uint64_t> files = net::RaiseOpenFilesLimit(); files.ok()) {
-    spdlog::info("open-files limit: {}", *files);
-  } else {
-    spdlog::warn("cannot raise the open-files limit: {}", files.status().message());
-  }
-  net::HttpServerOptions ho;
-  ho.unix_socket_path = f.state_dir + "/gpupool.sock";
-  if (f.port > 0) {
-    ho.tcp_host = f.listen;
-    ho.tcp_port = f.port;
-  }
-  ho.may_block = &controller::Api::MayBlock;
-  // A job's submission of max-submission-bytes fits, as JSON.
-  ho.max_body_bytes = controller::MaxRequestBodyBytes(ControllerOptionsOf(f));
-  ho.max_body_hint = " (a job's submission may be up to " + std::to_string(f.max_submission_bytes) +
-                     " bytes: the server's max-submission-bytes, in the [server] section of its "
-                     "config file)";
-  ho.max_connections = f.max_connections;
-  ho.max_connections_per_uid = f.max_connections_per_uid;
-  ho.max_connections_per_address = f.max_connections_per_address;
-  ho.max_pending_per_peer = f.max_pending_connections_per_peer;
-  ho.head_timeout_ms = f.request_head_timeout_s * 1000;
-  // Agents (node tokens) get the connections kept for them; the classifier lives as long
-  // as the server that calls it.
-  auto classifier = std::make_shared<controller::ConnectionClassifier>(store, SystemClock::Get());
-  ho.classify = [classifier](const net::HttpRequest& head) { return classifier->Classify(head); };
-  return net::StartHttpServer(ho, std::move(handler));
-}
-
-// Exit status of a controller that lost the leadership (EX_TEMPFAIL): its unit starts it
-// again, as a standby.
-constexpr int kExitLostLeadership = 75;
-
-[[noreturn]] void ExitLostLeadership(const Status& why) {
-  spdlog::critical(
-      "leadership lost, exiting so that this controller starts again as a "
-      "standby: {}",
-      why.message());
-  spdlog::default_logger()->flush();
-  std::cerr << "gpupool: leadership lost: " << why.message() << std::endl;
-  std::_Exit(kExitLostLeadership);
-}
-
-// The address other machines reach this controller at: --advertise, else http://LISTEN:PORT
-// (this host's name for a wildcard --listen), else the Unix socket.
-std::string AdvertisedAddress(const ServerFlags& f, int tcp_port) {
-  if (!f.advertise.empty()) return f.advertise;
-  if (f.port <= 0) return "unix:" + f.state_dir + "/gpupool.sock";
-  const bool wildcard = f.listen == "0.0.0.0" || f.listen == "::" || f.listen.empty();
-  const std::string host = wildcard ? Hostname() : f.listen;
-  return "http://" + (host.find(':') != std::string::npos ? "[" + host + "]" : host) + ":" +
-         std::to_string(tcp_port);
-}
-
-// `gpupool up` on a PostgreSQL store takes the lease once, as a leader-elected server
-// would, fences its writes and keeps the lease, so that it never shares the store with
-// `gpupool server`s: whichever comes second stands by (a server) or refuses (up).
-Status HoldLeaseForUp(const ServerFlags& f, ServerParts* p) {
-  GP_ASSIGN_OR_RETURN(p->leases, store::OpenPostgresLeaseStore(StoreSpec(f)));
-  LeadershipOptions lo;
-  lo.id = NewControllerId(Hostname(), f.port);
-  lo.address = AdvertisedAddress(f, f.port);
-  lo.lease_ms = f.lease_ms;
-  p->lead = std::make_unique<Leadership>(p->leases.get(), lo, SystemClock::Get());
-  Result<int64_t> epoch = p->lead->TryLead();
-  if (!epoch.ok()) {
-    return epoch.status().WithContext(
-        "gpupool up runs a one-machine pool and cannot share its store: run `gpupool server` "
-        "(several share a store, one leads) and agents instead, or give up a store of its "
-        "own");
-  }
-  p->store->SetFence(*epoch, [](const Status& why) { ExitLostLeadership(why); });
-  Leadership* lead = p->lead.get();
-  p->keeper = std::thread([lead, stop = p->keeper_stop] {
-    if (Status kept = lead->KeepLease(*stop); !kept.ok()) ExitLostLeadership(kept);
-    lead->Release();
-  });
-  return Status::Ok();
-}
-
-// One controller that owns its store alone (`up`, and `server` on SQLite).
-Result<ServerParts> StartServer(const ServerFlags& f) {
-  ServerParts p;
-  GP_RETURN_IF_ERROR(OpenServerStore(f, &p));
-  if (store::IsPostgresSpec(StoreSpec(f))) GP_RETURN_IF_ERROR(HoldLeaseForUp(f, &p));
-  GP_RETURN_IF_ERROR(CreateController(f, &p));
-  controller::Api* api = p.api.get();
-  GP_ASSIGN_OR_RETURN(p.http, StartApiServer(f, p.store.get(), [api](const net::HttpRequest& r) {
-                        return api->Handle(r);
-                      }));
-  p.controller->Start();
-  return p;
-}
-
-// `gpupool server` on PostgreSQL: any number of these share the database and one leads
-// (leadership.h). Until it leads, this one answers as a standby.
-int RunLeaderElectedServer(const ServerFlags& f) {
-  ServerParts p;
-  if (Status s = OpenServerStore(f, &p); !s.ok()) return Fail(s);
-  Result<std::unique_ptr<store::LeaseStore>> leases = store::OpenPostgresLeaseStore(StoreSpec(f));
-  if (!leases.ok()) return Fail(leases.status());
-  std::atomic<controller::Api*> serving{nullptr};
-  std::atomic<Leadership*> lead_ptr{nullptr};  // set once the controller has its id
-  Result<std::unique_ptr<net::HttpServer>> http =
-      StartApiServer(f, p.store.get(), [&serving, &lead_ptr](const net::HttpRequest& r) {
-        if (controller::Api* api = serving.load()) return api->Handle(r);
-        Leadership* l = lead_ptr.load();
-        return StandbyAnswer(r, l != nullptr ? l->LeaderAddress() : "");
-      });
-  if (!http.ok()) return Fail(http.status());
-  LeadershipOptions lo;
-  lo.address = AdvertisedAddress(f, (*http)->tcp_port());
-  lo.id = NewControllerId(Hostname(), (*http)->tcp_port());
-  lo.lease_ms = f.lease_ms;
-  Leadership lead(leases->get(), lo, SystemClock::Get());
-  lead_ptr = &lead;
-  std::cout << "gpupool server: controller " << lo.id << " (reached at " << lo.address
-            << "), API on unix:" << f.state_dir << "/gpupool.sock";
-  if (f.port > 0) std::cout << " and http://" << f.listen << ":" << (*http)->tcp_port();
-  std::cout << "\n  standby until it holds the lease (" << f.lease_ms << " ms)\n" << std::flush;
-  std::optional<int64_t> epoch = lead.WaitToLead(g_stop);
-  if (!epoch) {
-    (*http)->Stop();
-    return 0;
-  }
-  // From here every write checks the epoch; one refused means another leads.
-  p.store->SetFence(*epoch, [](const Status& why) { ExitLostLeadership(why); });
-  if (Status s = CreateController(f, &p); !s.ok()) {
-    lead.Release();
-    (*http)->Stop();
-    return Fail(s);
-  }
-  p.api->SetControllersView([&lead] { return lead.Describe(); });
-  p.controller->Start();
-  serving = p.api.get();
-  std::cout << "gpupool server: leading at epoch " << *epoch << "\n" << std::flush;
-  Status kept = lead.KeepLease(g_stop);
-  if (!kept.ok()) ExitLostLeadership(kept);
-  p.api->Stop();
-  p.controller->Stop();
-  lead.Release();
-  (*http)->Stop();
-  return 0;
+  GP_ASSIGN_OR_RETURN(o.telemetry, TelemetryOptionsOf(f));
+  o.podman_args = f.podman_args;
+  o.max_connections = f.max_connections;
+  o.max_connections_per_uid = f.max_connections_per_uid;
+  o.max_connections_per_address = f.max_connections_per_address;
+  o.max_pending_connections_per_peer = f.max_pending_connections_per_peer;
+  o.request_head_timeout_s = f.request_head_timeout_s;
+  o.lease = lease;
+  o.advertise = f.advertise;
+  o.lease_ms = f.lease_ms;
+  return o;
 }
 
 void AddServerFlags(CLI::App* cmd, ServerFlags* f) {
@@ -608,147 +295,12 @@ void AddContainerFlags(CLI::App* cmd, ContainerFlags* f) {
                 "(missing device nodes, no devices cgroup); by default such jobs fail");
 }
 
-// What the agent found and wrote for container jobs; the CDI spec is removed on a clean
-// shutdown (Cleanup).
-struct ContainerSetup {
-  agent::ContainerOptions container;
-  std::string cdi_kind;
-  std::string cdi_error;  // why no spec was written
-  std::string cdi_path;   // the spec written, to remove on shutdown
-  std::string cdi_notes;  // what writing it did (stand-in libraries, device nodes made)
-  bool allow_unisolated_devices = false;
-  void Cleanup() {
-    if (!cdi_path.empty() && ::unlink(cdi_path.c_str()) != 0 && errno != ENOENT) {
-      spdlog::warn("cannot remove the CDI spec '{}': {}", cdi_path, std::strerror(errno));
-    }
-    cdi_path.clear();
-  }
-  std::string Summary() const {
-    std::string s = container.unavailable.empty() ? container.note
-                                                  : "unavailable (" + container.unavailable + ")";
-    s += cdi_path.empty() ? "; no CDI spec (" + cdi_error + "): GPU container jobs fail"
-                          : "; CDI spec " + cdi_path + " (kind " + cdi_kind + ")" + cdi_notes;
-    return s;
-  }
-};
-
-// `fake_node`: the node comes from a file; its stand-in driver libraries, if it needs
-// any, go under the agent's `state_dir`.
-ContainerSetup SetUpContainers(const gpu::NodeInfo& node, const ContainerFlags& f, bool fake_node,
-                               const std::string& state_dir) {
-  ContainerSetup c;
-  agent::ContainerOptions base;
-  base.podman = f.podman;
-  base.global_args = f.podman_args;
-  c.container = agent::DetectContainerOptions(base);
-  c.cdi_kind = f.cdi_kind;
-  c.allow_unisolated_devices = f.allow_unisolated_devices;
-  agent::CdiSpecOptions cdi;
-  cdi.kind = f.cdi_kind;
-  cdi.dev_root = f.dev_root.empty() ? "/dev" : f.dev_root;
-  cdi.hook_path = SelfExe();
-  cdi.fake_node = fake_node;
-  cdi.stand_in_root = state_dir + "/stand-in-driver";
-  std::vector<std::string> notes;
-  Result<std::string> path = agent::WriteNodeCdiSpec(node, cdi, &notes);
-  for (const std::string& n : notes) c.cdi_notes += "; " + n;
-  if (path.ok()) {
-    c.cdi_path = *path;
-  } else {
-    c.cdi_error = path.status().message();
-  }
-  spdlog::info("agent: container jobs: {}", c.Summary());
-  return c;
-}
-
-// The slim supervisor binary beside this one (a faster exec per job), else this binary's
-// own `agent-shim` subcommand.
-std::vector<std::string> ShimCommand() {
-  const std::string self = SelfExe();
-  const std::string slim = (fs::path(self).parent_path() / "gpupool-agent-shim").string();
-  if (::access(slim.c_str(), X_OK) == 0) return {slim};
-  return {self, "agent-shim"};
-}
-
-// What mpirun runs as its rsh agent in a task: the slim gpupool-exec beside this binary
-// (it starts in a third of gpupool's time; mpirun starts one per host at once), else
-// this binary's `exec` subcommand.
-std::string ExecAgentCommand() {
-  const std::string self = SelfExe();
-  const std::string slim = (fs::path(self).parent_path() / "gpupool-exec").string();
-  if (::access(slim.c_str(), X_OK) == 0) return slim;
-  return self + " exec";
-}
-
-std::unique_ptr<agent::Launcher> MakeLauncher(const std::string& state_dir,
-                                              const agent::ContainerOptions& container) {
-  agent::LauncherOptions lo;
-  lo.state_dir = state_dir;
-  lo.shim_command = ShimCommand();
-  lo.container = container;
-  return agent::NewProcessLauncher(lo);
-}
-
-void SetContainerOptions(const ContainerSetup& c, AgentLoopOptions* ao) {
-  ao->allow_unisolated_devices = c.allow_unisolated_devices;
-  ao->container = c.container;
-  ao->cdi_kind = c.cdi_kind;
-  ao->cdi_error = c.cdi_error;
-}
-
-// A job reads a file of its own in its job directory (its host file, GPUPOOL_HOSTFILE) by
-// path, as its user: every directory on the way must let it through, whatever mode it
-// had or was made with (the daemons' umask 077 makes a new one 0700). The state directory,
-// when it is the daemon's own, gets execute (traverse) for all added and nothing taken
-// away (so a shared one such as /tmp keeps its 1777; a new one becomes 0711); STATE/agent
-// is 0711: traversable, not listable. What is inside keeps its own mode (node token 0600,
-// job directories 0711, their spec and status 0600 root's, the host file and logs 0600
-// the job user's). Returns STATE/agent.
-Result<std::string> OpenAgentStateDir(const std::string& state_dir) {
-  std::error_code ec;
-  fs::create_directories(state_dir, ec);
-  if (ec) {
-    return Status::Unavailable("cannot create the state directory '" + state_dir +
-                               "': " + ec.message() + ": pass a writable --state-dir");
-  }
-  struct stat st {};
-  if (::stat(state_dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
-    return Status::FailedPrecondition("the state directory '" + state_dir + "' is not a directory");
-  }
-  if (st.st_uid == ::geteuid() && (st.st_mode & 0111) != 0111 &&
-      ::chmod(state_dir.c_str(), (st.st_mode & 07777) | 0111) != 0) {
-    return Status::Unavailable("cannot make the state directory '" + state_dir +
-                               "' traversable (chmod a+x): " + std::strerror(errno));
-  }
-  const std::string dir = state_dir + "/agent";
-  if (::mkdir(dir.c_str(), 0711) != 0 && errno != EEXIST) {
-    return Status::Unavailable("cannot create '" + dir + "': " + std::strerror(errno));
-  }
-  if (::chmod(dir.c_str(), 0711) != 0) {
-    return Status::Unavailable("cannot make '" + dir +
-                               "' traversable (chmod 0711): " + std::strerror(errno));
-  }
-  // Jobs run as other users only under a root agent. A directory on the way that they
-  // cannot pass and that is not ours to change is named.
-  const fs::path absolute = fs::absolute(dir, ec);
-  fs::path prefix;
-  for (const fs::path& part : absolute) {
-    prefix /= part;
-    struct stat up {};
-    if (::geteuid() == 0 && ::stat(prefix.c_str(), &up) == 0 && (up.st_mode & S_IXOTH) == 0) {
-      spdlog::warn(
-          "'{}' (mode {:o}) does not let other users through: jobs of users other than root "
-          "cannot read their host file (GPUPOOL_HOSTFILE) under '{}'; chmod o+x it or choose "
-          "another --state-dir",
-          prefix.string(), up.st_mode & 07777, dir);
-      break;
-    }
-  }
-  return dir;
-}
-
-void WaitForStop() {
-  while (!g_stop) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+void ApplyContainerFlags(const ContainerFlags& f, agent::NodeAgentOptions* o) {
+  o->allow_unisolated_devices = f.allow_unisolated_devices;
+  o->cdi_kind = f.cdi_kind;
+  o->dev_root = f.dev_root;
+  o->podman = f.podman;
+  o->podman_args = f.podman_args;
 }
 
 // The config file (docs/deploy.md): [server] takes the long options of `gpupool server`,
@@ -788,267 +340,228 @@ bool ApplyConfigFile(const std::vector<std::string>& sections, CLI::App* cmd, in
   return true;
 }
 
-}  // namespace
+// `gpupool up`: a Server and, beside it, a local agent that reaches it through the Unix
+// socket with a node token of its own.
+int RunUp(const ServerFlags& flags, const std::string& fake, const ContainerFlags& containers,
+          int telemetry_interval_s) {
+  ServerFlags f = flags;
+  f.podman_args = containers.podman_args;  // one podman store for inspection and jobs
+  Result<server::ServerOptions> so = ServerOptionsOf(f, server::ServerOptions::Lease::kTakeOnce);
+  if (!so.ok()) return Fail(so.status());
+  agent::NodeAgentOptions ao;
+  ao.state_dir = so->state_dir;
+  ao.fake_file = fake;
+  ao.stand_in_when_no_gpus = true;
+  ao.telemetry_interval_s = telemetry_interval_s;
+  ApplyContainerFlags(containers, &ao);
+  net::ServerAddress addr;
+  addr.kind = net::ServerAddress::Kind::kUnix;
+  addr.path = so->state_dir + "/gpupool.sock";
+  ao.server_for_jobs = addr.ToString();
+  agent::NodeAgent node_agent(ao);
+  if (Status s = node_agent.Discover(); !s.ok()) return Fail(s);
+  server::Server srv(*so);
+  if (Status s = srv.Start(); !s.ok()) return Fail(s);
+  // The local agent authenticates like a remote one: with a node token, kept in its
+  // state directory and reused by every start.
+  Result<std::string> token =
+      server::LocalAgentToken(*srv.store(), so->state_dir + "/agent/node-token", HostName(),
+                              SystemClock::Get()->NowMicros());
+  if (!token.ok()) return Fail(token.status().WithContext("the local agent's node token"));
+  if (Status s = node_agent.Start(net::HttpClient(addr, *token)); !s.ok()) return Fail(s);
 
-std::string DefaultStateDir() {
-  if (geteuid() == 0) return "/var/lib/gpupool";
-  if (const char* x = std::getenv("XDG_STATE_HOME"); x != nullptr && *x == '/') {
-    return std::string(x) + "/gpupool";
+  const size_t ngpus = node_agent.node().gpus.size();
+  if (node_agent.stand_in()) {
+    const std::string examples = FindGpupoolData("examples/nodes");
+    std::cout << "No GPUs were found on this machine, so gpupool is running with a FAKE node of "
+                 "8 GPUs (jobs run for real, but see no real GPU).\n"
+              << "To describe your own node instead: gpupool up --fake "
+              << (examples.empty() ? std::string("NODE.json (a `gpupool gpus --json` capture)")
+                                   : examples + "/FILE.json")
+              << "\n";
   }
-  const char* home = std::getenv("HOME");
-  return std::string(home != nullptr ? home : "/tmp") + "/.local/state/gpupool";
+  std::cout << "gpupool is up on " << HostName() << " with " << ngpus << " GPU"
+            << (ngpus == 1 ? "" : "s") << ".\n"
+            << "  API:       unix:" << addr.path;
+  if (f.port > 0) std::cout << " and http://" << f.listen << ":" << srv.tcp_port();
+  std::cout << "\n  State:     " << so->state_dir << "\n"
+            << "  Containers: " << node_agent.ContainersSummary() << "\n"
+            << "Submit a job from another terminal:\n"
+            << "  export GPUPOOL_SERVER=unix:" << addr.path << "\n"
+            << "  gpupool submit --gpus 1 -- sh -c 'echo $CUDA_VISIBLE_DEVICES'\n"
+            << "  gpupool queue; gpupool logs 1\n"
+            << "Stop with Ctrl-C; running jobs keep running and are picked up on restart.\n"
+            << std::flush;
+  const Status waited = srv.Wait(g_stop);
+  std::cout << "gpupool: stopping (running jobs keep running and are picked up on restart)"
+            << std::endl;
+  // The agent first: its calls in flight (the long poll) are cut short at once, so
+  // nothing here waits out a poll period; then the controller, the listeners and the lease.
+  node_agent.Stop();
+  srv.Stop();
+  return waited.ok() ? 0 : Fail(waited);
 }
 
-void RegisterDaemonCommands(CLI::App& app, cli::CommandContext& ctx) {
-  // --- up ---
-  // Flag storage must outlive this function (the callbacks run later); statics are
-  // neither dangling nor leaked.
-  static ServerFlags up_flags_storage;
-  static std::string up_fake_storage;
-  static ContainerFlags up_container_storage;
-  static int up_telemetry_interval_storage = 5;
-  int* up_telemetry_interval = &up_telemetry_interval_storage;
-  ServerFlags* up_flags = &up_flags_storage;
-  std::string* up_fake = &up_fake_storage;
-  ContainerFlags* up_container = &up_container_storage;
+// `gpupool server`: a Server alone; on PostgreSQL a standby until it leads.
+int RunServer(const ServerFlags& f) {
+  Result<server::ServerOptions> so = ServerOptionsOf(f, server::ServerOptions::Lease::kStandBy);
+  if (!so.ok()) return Fail(so.status());
+  const bool elected = store::IsPostgresSpec(server::StoreSpec(*so));
+  so->on_lead = [](int64_t epoch) {
+    std::cout << "gpupool server: leading at epoch " << epoch << "\n" << std::flush;
+  };
+  server::Server srv(*so);
+  if (Status s = srv.Start(); !s.ok()) return Fail(s);
+  std::cout << "gpupool server: ";
+  if (elected) {
+    std::cout << "controller " << srv.controller_id() << " (reached at " << srv.advertised_address()
+              << "), ";
+  }
+  std::cout << "API on unix:" << srv.socket_path();
+  if (f.port > 0) std::cout << " and http://" << f.listen << ":" << srv.tcp_port();
+  std::cout << "\n";
+  if (elected) std::cout << "  standby until it holds the lease (" << f.lease_ms << " ms)\n";
+  std::cout << std::flush;
+  const Status waited = srv.Wait(g_stop);
+  srv.Stop();
+  return waited.ok() ? 0 : Fail(waited);
+}
+
+struct AgentFlags {
+  std::string controller;
+  std::string token;
+  std::string state_dir;
+  std::string fake;
+  std::string node_name;
+  std::string address;
+  int telemetry_interval_s = 5;
+  ContainerFlags containers;
+};
+
+// `gpupool agent`; `token_flag`: --token was given (it beats GPUPOOL_TOKEN, which beats
+// the config file's token).
+int RunAgent(const AgentFlags& af, bool token_flag) {
+  if (af.controller.empty()) {
+    std::cerr << "gpupool: --controller is required: pass it, or set `controller = ...` "
+                 "under [agent] in the config file\n";
+    return 2;
+  }
+  Result<std::vector<net::ServerAddress>> controllers = net::ParseServerAddressList(af.controller);
+  if (!controllers.ok()) {
+    std::cerr << "gpupool: --controller: " << controllers.status().message() << "\n";
+    return 2;
+  }
+  std::string token = af.token;
+  if (!token_flag) {
+    if (const char* t = std::getenv("GPUPOOL_TOKEN"); t != nullptr && *t != '\0') token = t;
+  }
+  agent::NodeAgentOptions ao;
+  ao.state_dir = af.state_dir.empty() ? DefaultStateDir() : af.state_dir;
+  ao.fake_file = af.fake;
+  ao.node_name = af.node_name;
+  ao.address = af.address;
+  ao.telemetry_interval_s = af.telemetry_interval_s;
+  // The whole list: a job's `gpupool exec` finds the leader as the agent does.
+  ao.server_for_jobs = net::ServerAddressListToString(*controllers);
+  ApplyContainerFlags(af.containers, &ao);
+  agent::NodeAgent node_agent(ao);
+  if (Status s = node_agent.Start(net::HttpClient(*controllers, token)); !s.ok()) return Fail(s);
+  std::cout << "gpupool agent: node " << node_agent.node_name() << " with "
+            << node_agent.node().gpus.size() << " GPUs, controller "
+            << net::ServerAddressListToString(*controllers) << "\n"
+            << "  containers: " << node_agent.ContainersSummary() << "\n"
+            << std::flush;
+  while (!g_stop) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  node_agent.Stop();
+  return 0;
+}
+
+// Flag storage must outlive the registration (the callbacks run later); statics are
+// neither dangling nor leaked.
+void RegisterUpCommand(CLI::App& app, CommandContext& ctx) {
+  static ServerFlags flags;
+  static std::string fake;
+  static ContainerFlags containers;
+  static int telemetry_interval_s = 5;
   CLI::App* up = app.add_subcommand("up", "run the whole pool on this machine: controller + agent");
-  AddServerFlags(up, up_flags);
-  up->add_option("--fake", *up_fake, "use this node description instead of discovery");
-  up->add_option("--telemetry-interval", *up_telemetry_interval,
+  AddServerFlags(up, &flags);
+  up->add_option("--fake", fake, "use this node description instead of discovery");
+  up->add_option("--telemetry-interval", telemetry_interval_s,
                  "seconds between GPU telemetry samples of the local agent (0 = off)")
       ->capture_default_str()
       ->check(CLI::Range(0, 3600));
-  AddContainerFlags(up, up_container);
+  AddContainerFlags(up, &containers);
   AddConfigFlag(up);
-  up->callback([&ctx, up, up_flags, up_fake, up_container, up_telemetry_interval] {
+  up->callback([&ctx, up] {
     if (!ApplyConfigFile({"server", "agent"}, up, &ctx.exit_code)) return;
     InstallSignalHandlers();
     PrivateUmask();
-    ServerFlags f = *up_flags;
-    if (f.state_dir.empty()) f.state_dir = DefaultStateDir();
-    f.podman_args = up_container->podman_args;  // one podman store for inspection and jobs
-    Result<NodeChoice> node = DiscoverForAgent(*up_fake, /*allow_stand_in=*/true);
-    if (!node.ok()) {
-      ctx.exit_code = Fail(node.status());
-      return;
-    }
-    Result<ServerParts> server = StartServer(f);
-    if (!server.ok()) {
-      ctx.exit_code = Fail(server.status());
-      return;
-    }
-    // The local agent authenticates like a remote one: with a node token, kept in its
-    // state directory and reused by every start.
-    Result<std::string> token = LocalAgentToken(*server->store, f.state_dir + "/agent/node-token",
-                                                Hostname(), SystemClock::Get()->NowMicros());
-    if (!token.ok()) {
-      ctx.exit_code = Fail(token.status().WithContext("the local agent's node token"));
-      return;
-    }
-    net::ServerAddress addr;
-    addr.kind = net::ServerAddress::Kind::kUnix;
-    addr.path = f.state_dir + "/gpupool.sock";
-    if (Result<std::string> agent_dir = OpenAgentStateDir(f.state_dir); !agent_dir.ok()) {
-      ctx.exit_code = Fail(agent_dir.status());
-      return;
-    }
-    ContainerSetup containers = SetUpContainers(
-        node->node, *up_container, node->stand_in || !up_fake->empty(), f.state_dir + "/agent");
-    std::unique_ptr<agent::Launcher> launcher =
-        MakeLauncher(f.state_dir + "/agent", containers.container);
-    AgentLoopOptions ao;
-    ao.node_name = Hostname();
-    ao.state_dir = f.state_dir + "/agent";
-    ao.node = node->node;
-    ao.fake_node = node->stand_in || !up_fake->empty();
-    ao.telemetry_interval_s = *up_telemetry_interval;
-    if (ao.telemetry_interval_s > 0) ao.sampler = TelemetrySamplerFor(*up_fake, ao.node);
-    ao.exec_agent = ExecAgentCommand();
-    ao.server_for_jobs = addr.ToString();
-    SetContainerOptions(containers, &ao);
-    AgentLoop loop(ao, net::HttpClient(addr, *token), launcher.get());
-    std::thread agent_thread([&loop] { loop.Run(); });
-
-    const size_t ngpus = node->node.gpus.size();
-    if (node->stand_in) {
-      std::cout << "No GPUs were found on this machine, so gpupool is running with a FAKE node of "
-                   "8 GPUs (jobs run for real, but see no real GPU).\n"
-                << "To describe your own node instead: gpupool up --fake "
-                << (FindGpupoolData("examples/nodes").empty()
-                        ? std::string("NODE.json (a `gpupool gpus --json` capture)")
-                        : FindGpupoolData("examples/nodes") + "/FILE.json")
-                << "\n";
-    }
-    std::cout << "gpupool is up on " << Hostname() << " with " << ngpus << " GPU"
-              << (ngpus == 1 ? "" : "s") << ".\n"
-              << "  API:       unix:" << addr.path;
-    if (f.port > 0) std::cout << " and http://" << f.listen << ":" << server->http->tcp_port();
-    std::cout << "\n  State:     " << f.state_dir << "\n"
-              << "  Containers: " << containers.Summary() << "\n"
-              << "Submit a job from another terminal:\n"
-              << "  export GPUPOOL_SERVER=unix:" << addr.path << "\n"
-              << "  gpupool submit --gpus 1 -- sh -c 'echo $CUDA_VISIBLE_DEVICES'\n"
-              << "  gpupool queue; gpupool logs 1\n"
-              << "Stop with Ctrl-C; running jobs keep running and are picked up on restart.\n"
-              << std::flush;
-    WaitForStop();
-    std::cout << "gpupool: stopping (running jobs keep running and are picked up on restart)"
-              << std::endl;
-    // The controller first: stopping it ends the local agent's long poll at once, and the
-    // API's waits end with it, so nothing here waits out a poll period.
-    loop.Stop();
-    server->api->Stop();
-    server->controller->Stop();
-    agent_thread.join();
-    containers.Cleanup();
-    server->http->Stop();
-    server->StopKeeper();  // it gives the lease up
+    ctx.exit_code = RunUp(flags, fake, containers, telemetry_interval_s);
   });
+}
 
-  // --- server ---
-  static ServerFlags server_flags_storage;
-  ServerFlags* server_flags = &server_flags_storage;
+void RegisterServerCommand(CLI::App& app, CommandContext& ctx) {
+  static ServerFlags flags;
   CLI::App* server =
       app.add_subcommand("server", "run the controller only (REST API, scheduler, store)");
-  AddServerFlags(server, server_flags);
-  server->add_option("--advertise", server_flags->advertise,
+  AddServerFlags(server, &flags);
+  server->add_option("--advertise", flags.advertise,
                      "with several controllers (PostgreSQL store): the API address clients and "
                      "agents reach this one at (default http://LISTEN:PORT, this host's name "
                      "for a wildcard --listen)");
   server
-      ->add_option("--lease-ms", server_flags->lease_ms,
+      ->add_option("--lease-ms", flags.lease_ms,
                    "with several controllers (PostgreSQL store): how long a leader that stopped "
                    "renewing keeps the lease before a standby takes over")
       ->capture_default_str()
       ->check(CLI::Range(500, 600000));
   server
-      ->add_option("--podman-arg", server_flags->podman_args,
+      ->add_option("--podman-arg", flags.podman_args,
                    "global podman argument for inspecting job images, repeatable")
       ->allow_extra_args(false);
   AddConfigFlag(server);
-  server->callback([&ctx, server, server_flags] {
+  server->callback([&ctx, server] {
     if (!ApplyConfigFile({"server"}, server, &ctx.exit_code)) return;
     InstallSignalHandlers();
     PrivateUmask();
-    ServerFlags f = *server_flags;
-    if (f.state_dir.empty()) f.state_dir = DefaultStateDir();
-    if (store::IsPostgresSpec(StoreSpec(f))) {
-      ctx.exit_code = RunLeaderElectedServer(f);
-      return;
-    }
-    Result<ServerParts> parts = StartServer(f);
-    if (!parts.ok()) {
-      ctx.exit_code = Fail(parts.status());
-      return;
-    }
-    std::cout << "gpupool server: API on unix:" << f.state_dir << "/gpupool.sock";
-    if (f.port > 0) std::cout << " and http://" << f.listen << ":" << parts->http->tcp_port();
-    std::cout << "\n" << std::flush;
-    WaitForStop();
-    parts->api->Stop();
-    parts->controller->Stop();
-    parts->http->Stop();
+    ctx.exit_code = RunServer(flags);
   });
+  g_server_cmd = server;
+}
 
-  // --- agent ---
-  struct AgentFlags {
-    std::string controller;
-    std::string token;
-    std::string state_dir;
-    std::string fake;
-    std::string node_name;
-    std::string address;
-    int telemetry_interval_s = 5;
-  };
-  static AgentFlags af_storage;
-  AgentFlags* af = &af_storage;
-  CLI::App* agent_cmd = app.add_subcommand("agent", "run a node agent for a controller");
-  agent_cmd->add_option("--controller", af->controller,
-                        "unix:PATH or http://HOST:PORT, or a comma list of the pool's "
-                        "controllers (the agent and its jobs find the leader among them; "
-                        "required, here or in the config file)");
-  agent_cmd->add_option("--token", af->token, "node join token (or GPUPOOL_TOKEN)");
-  agent_cmd->add_option("--state-dir", af->state_dir, "where job state and logs live");
-  agent_cmd->add_option("--fake", af->fake, "use this node description instead of discovery");
-  agent_cmd->add_option("--node-name", af->node_name, "name of this node (default: hostname)");
-  agent_cmd
-      ->add_option("--telemetry-interval", af->telemetry_interval_s,
-                   "seconds between GPU telemetry samples sent to the controller (0 = off)")
+void RegisterAgentCommand(CLI::App& app, CommandContext& ctx) {
+  static AgentFlags af;
+  CLI::App* cmd = app.add_subcommand("agent", "run a node agent for a controller");
+  cmd->add_option("--controller", af.controller,
+                  "unix:PATH or http://HOST:PORT, or a comma list of the pool's "
+                  "controllers (the agent and its jobs find the leader among them; "
+                  "required, here or in the config file)");
+  cmd->add_option("--token", af.token, "node join token (or GPUPOOL_TOKEN)");
+  cmd->add_option("--state-dir", af.state_dir, "where job state and logs live");
+  cmd->add_option("--fake", af.fake, "use this node description instead of discovery");
+  cmd->add_option("--node-name", af.node_name, "name of this node (default: hostname)");
+  cmd->add_option("--telemetry-interval", af.telemetry_interval_s,
+                  "seconds between GPU telemetry samples sent to the controller (0 = off)")
       ->capture_default_str()
       ->check(CLI::Range(0, 3600));
-  agent_cmd->add_option("--address", af->address,
-                        "the address other nodes reach this one at, for multi-node jobs "
-                        "(MASTER_ADDR, host files; default: the address the controller sees "
-                        "this agent connect from)");
-  static ContainerFlags agent_container_storage;
-  ContainerFlags* agent_container = &agent_container_storage;
-  AddContainerFlags(agent_cmd, agent_container);
-  AddConfigFlag(agent_cmd);
-  agent_cmd->callback([&ctx, agent_cmd, af, agent_container] {
-    const bool token_flag = agent_cmd->count("--token") > 0;  // GPUPOOL_TOKEN beats the file
-    if (!ApplyConfigFile({"agent"}, agent_cmd, &ctx.exit_code)) return;
-    if (af->controller.empty()) {
-      ctx.exit_code = 2;
-      std::cerr << "gpupool: --controller is required: pass it, or set `controller = ...` "
-                   "under [agent] in the config file\n";
-      return;
-    }
+  cmd->add_option("--address", af.address,
+                  "the address other nodes reach this one at, for multi-node jobs "
+                  "(MASTER_ADDR, host files; default: the address the controller sees "
+                  "this agent connect from)");
+  AddContainerFlags(cmd, &af.containers);
+  AddConfigFlag(cmd);
+  cmd->callback([&ctx, cmd] {
+    const bool token_flag = cmd->count("--token") > 0;  // GPUPOOL_TOKEN beats the file
+    if (!ApplyConfigFile({"agent"}, cmd, &ctx.exit_code)) return;
     InstallSignalHandlers();
     PrivateUmask();
-    Result<std::vector<net::ServerAddress>> controllers =
-        net::ParseServerAddressList(af->controller);
-    if (!controllers.ok()) {
-      ctx.exit_code = 2;
-      std::cerr << "gpupool: --controller: " << controllers.status().message() << "\n";
-      return;
-    }
-    std::string token = af->token;
-    if (!token_flag) {
-      if (const char* t = std::getenv("GPUPOOL_TOKEN"); t != nullptr && *t != '\0') token = t;
-    }
-    Result<NodeChoice> node = DiscoverForAgent(af->fake, /*allow_stand_in=*/false);
-    if (!node.ok()) {
-      ctx.exit_code = Fail(node.status());
-      return;
-    }
-    Result<std::string> agent_dir =
-        OpenAgentStateDir(af->state_dir.empty() ? DefaultStateDir() : af->state_dir);
-    if (!agent_dir.ok()) {
-      ctx.exit_code = Fail(agent_dir.status());
-      return;
-    }
-    const std::string state = *agent_dir;
-    ContainerSetup containers =
-        SetUpContainers(node->node, *agent_container, !af->fake.empty(), state);
-    std::unique_ptr<agent::Launcher> launcher = MakeLauncher(state, containers.container);
-    AgentLoopOptions ao;
-    ao.node_name = af->node_name.empty() ? Hostname() : af->node_name;
-    ao.state_dir = state;
-    ao.node = node->node;
-    ao.fake_node = !af->fake.empty();
-    ao.address = af->address;
-    ao.telemetry_interval_s = af->telemetry_interval_s;
-    if (ao.telemetry_interval_s > 0) ao.sampler = TelemetrySamplerFor(af->fake, ao.node);
-    ao.exec_agent = ExecAgentCommand();
-    // The whole list: a job's `gpupool exec` finds the leader as the agent does.
-    ao.server_for_jobs = net::ServerAddressListToString(*controllers);
-    SetContainerOptions(containers, &ao);
-    AgentLoop loop(ao, net::HttpClient(*controllers, token), launcher.get());
-    std::thread t([&loop] { loop.Run(); });
-    std::cout << "gpupool agent: node " << ao.node_name << " with " << ao.node.gpus.size()
-              << " GPUs, controller " << net::ServerAddressListToString(*controllers) << "\n"
-              << "  containers: " << containers.Summary() << "\n"
-              << std::flush;
-    WaitForStop();
-    loop.Stop();
-    t.join();
-    containers.Cleanup();
+    ctx.exit_code = RunAgent(af, token_flag);
   });
+  g_agent_cmd = cmd;
+}
 
-  g_server_cmd = server;
-  g_agent_cmd = agent_cmd;
-
-  // --- agent-shim (hidden): the per-job supervisor ---
+// `agent-shim` (hidden): the per-job supervisor.
+void RegisterShimCommand(CLI::App& app, CommandContext& ctx) {
   CLI::App* shim = app.add_subcommand("agent-shim", "");
   shim->group("");  // hidden from help
   shim->allow_extras();
@@ -1062,6 +575,24 @@ void RegisterDaemonCommands(CLI::App& app, cli::CommandContext& ctx) {
     argv.push_back(nullptr);
     ctx.exit_code = agent::RunShim(static_cast<int>(argv.size() - 1), argv.data());
   });
+}
+
+}  // namespace
+
+std::string DefaultStateDir() {
+  if (geteuid() == 0) return "/var/lib/gpupool";
+  if (const char* x = std::getenv("XDG_STATE_HOME"); x != nullptr && *x == '/') {
+    return std::string(x) + "/gpupool";
+  }
+  const char* home = std::getenv("HOME");
+  return std::string(home != nullptr ? home : "/tmp") + "/.local/state/gpupool";
+}
+
+void RegisterDaemonCommands(CLI::App& app, CommandContext& ctx) {
+  RegisterUpCommand(app, ctx);
+  RegisterServerCommand(app, ctx);
+  RegisterAgentCommand(app, ctx);
+  RegisterShimCommand(app, ctx);
 }
 
 }  // namespace gpupool::cli
