@@ -25,6 +25,7 @@
 #include "controller/telemetry.h"
 #include "net/http.h"
 #include "net/http_client.h"
+#include "protocol/http_controller_link.h"
 #include "server/local_agent_token.h"
 #include "server/server.h"
 #include "store/open_store.h"
@@ -368,7 +369,9 @@ int RunUp(const ServerFlags& flags, const std::string& fake, const ContainerFlag
       server::LocalAgentToken(*srv.store(), so->state_dir + "/agent/node-token", HostName(),
                               SystemClock::Get()->NowMicros());
   if (!token.ok()) return Fail(token.status().WithContext("the local agent's node token"));
-  if (Status s = node_agent.Start(net::HttpClient(addr, *token)); !s.ok()) return Fail(s);
+  if (Status s = node_agent.Start(protocol::NewHttpControllerLink(net::HttpClient(addr, *token)));
+      !s.ok())
+    return Fail(s);
 
   const size_t ngpus = node_agent.node().gpus.size();
   if (node_agent.stand_in()) {
@@ -465,7 +468,10 @@ int RunAgent(const AgentFlags& af, bool token_flag) {
   ao.server_for_jobs = net::ServerAddressListToString(*controllers);
   ApplyContainerFlags(af.containers, &ao);
   agent::NodeAgent node_agent(ao);
-  if (Status s = node_agent.Start(net::HttpClient(*controllers, token)); !s.ok()) return Fail(s);
+  if (Status s =
+          node_agent.Start(protocol::NewHttpControllerLink(net::HttpClient(*controllers, token)));
+      !s.ok())
+    return Fail(s);
   std::cout << "gpupool agent: node " << node_agent.node_name() << " with "
             << node_agent.node().gpus.size() << " GPUs, controller "
             << net::ServerAddressListToString(*controllers) << "\n"

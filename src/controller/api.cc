@@ -22,6 +22,7 @@
 #include "gpu/node_json.h"
 #include "jobs/job_json.h"
 #include "jobs/job_validation.h"
+#include "protocol/endpoints.h"
 
 namespace gpupool::controller {
 namespace {
@@ -473,13 +474,14 @@ std::span<const Api::RouteEntry> Api::Table() {
       {"POST", "/v1/tokens", &Api::CreateToken},
       {"GET", "/v1/tokens", &Api::ListTokens},
       {"DELETE", "/v1/tokens/{token_id}", &Api::RevokeToken},
-      {"POST", "/v1/agent/register", &Api::ServeAgentRegister},
-      {"GET", "/v1/agent/work", &Api::ServeAgentWork},
-      {"POST", "/v1/agent/events", &Api::ServeAgentEvents},
-      {"POST", "/v1/agent/logs", &Api::ServeAgentLogs},
-      {"POST", "/v1/agent/telemetry", &Api::ServeAgentTelemetry},
-      {"GET", "/v1/agent/exec/{id}/input", &Api::AgentExecInput},
-      {"POST", "/v1/agent/exec/{id}/output", &Api::AgentExecOutput},
+      // The agent protocol's endpoints (protocol/endpoints.h).
+      {"POST", protocol::kRegisterPath, &Api::ServeAgentRegister},
+      {"GET", protocol::kWorkPath, &Api::ServeAgentWork},
+      {"POST", protocol::kEventsPath, &Api::ServeAgentEvents},
+      {"POST", protocol::kLogsPath, &Api::ServeAgentLogs},
+      {"POST", protocol::kTelemetryPath, &Api::ServeAgentTelemetry},
+      {"GET", protocol::kExecInputPattern, &Api::AgentExecInput},
+      {"POST", protocol::kExecOutputPattern, &Api::AgentExecOutput},
   };
   return kRoutes;
 }
@@ -1170,28 +1172,18 @@ HttpResponse Api::ServeAgentWork(const Call& c) {
 // An agent's answer to a log read: the bytes as the body, the file's size in `size`; or
 // `error` (not_found, refused, io) with the agent's words as the body.
 HttpResponse Api::ServeAgentLogs(const Call& c) {
-  const HttpRequest& r = c.r;
-  const Identity& who = c.who;
-  std::string node = r.Query("node");
-  if (Status s = ActAsNode(who, &node); !s.ok()) return ErrorResponse(s);
+  std::string node = c.r.Query("node");
+  if (Status s = ActAsNode(c.who, &node); !s.ok()) return ErrorResponse(s);
   if (node.empty())
     return ErrorResponse(Status::InvalidArgument("node: the answering node's name"));
-  if (r.Query("id").empty()) return ErrorResponse(Status::InvalidArgument("id: the request's id"));
-  Result<int64_t> id = QueryInt(r, "id", 0, 1, INT64_MAX);
-  if (!id.ok()) return ErrorResponse(id.status());
-  Result<int64_t> size = QueryInt(r, "size", 0, 0, INT64_MAX);
-  if (!size.ok()) return ErrorResponse(size.status());
-  const std::string error = r.Query("error");
-  if (error.empty()) {
-    controller_->log_relay().Answer(node, *id, LogChunk{r.body, *size});
-  } else if (error == "not_found") {
-    controller_->log_relay().Answer(node, *id, Status::NotFound(r.body));
-  } else if (error == "refused") {
-    controller_->log_relay().Answer(node, *id, Status::PermissionDenied(r.body));
-  } else if (error == "io") {
-    controller_->log_relay().Answer(node, *id, Status::Unavailable(r.body));
+  Result<protocol::LogAnswer> answer =
+      protocol::DecodeLogAnswer([&](const std::string& name) { return c.r.Query(name); }, c.r.body);
+  if (!answer.ok()) return ErrorResponse(answer.status());
+  if (answer->status.ok()) {
+    controller_->log_relay().Answer(node, answer->id,
+                                    LogChunk{std::move(answer->data), answer->size});
   } else {
-    return ErrorResponse(Status::InvalidArgument("error: use not_found, refused or io"));
+    controller_->log_relay().Answer(node, answer->id, answer->status);
   }
   return JsonResponse(200, {{"ok", true}});
 }

@@ -1,7 +1,6 @@
 #include "agent/runtime/agent_loop.h"
 
 #include <spdlog/spdlog.h>
-#include <sys/eventfd.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -29,33 +28,14 @@ int64_t NowMicros() {
 
 }  // namespace
 
-AgentLoop::AgentLoop(AgentLoopOptions options, net::HttpClient client, agent::Launcher* launcher)
-    : options_(std::move(options)), client_(std::move(client)), launcher_(launcher) {
-  stop_fd_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-  if (stop_fd_ >= 0) client_.set_cancel_fd(stop_fd_);
+AgentLoop::AgentLoop(AgentLoopOptions options, std::shared_ptr<protocol::ControllerLink> link,
+                     agent::Launcher* launcher)
+    : options_(std::move(options)), link_(std::move(link)), launcher_(launcher) {
   if (options_.cpu_milli <= 0) options_.cpu_milli = sysconf(_SC_NPROCESSORS_ONLN) * 1000;
   if (options_.memory_mib <= 0) {
     options_.memory_mib =
         static_cast<int64_t>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGE_SIZE) / int64_t{1 << 20};
   }
-}
-
-AgentLoop::~AgentLoop() {
-  if (stop_fd_ >= 0) ::close(stop_fd_);
-}
-
-Result<Json> AgentLoop::Call(const std::string& method, const std::string& path,
-                             const std::string& body, int timeout_ms) {
-  GP_ASSIGN_OR_RETURN(net::HttpResponse r, client_.Send(method, path, body, timeout_ms));
-  Result<Json> j = ParseJson(r.body.empty() ? "{}" : r.body, "controller answer");
-  if (r.status / 100 != 2) {
-    std::string msg = j.ok() && j->is_object() && j->contains("error") && (*j)["error"].is_string()
-                          ? (*j)["error"].get<std::string>()
-                          : r.body;
-    return Status(r.status == 404 ? StatusCode::kNotFound : StatusCode::kUnavailable,
-                  "controller answered " + std::to_string(r.status) + ": " + msg);
-  }
-  return j;
 }
 
 Status AgentLoop::Register() {
@@ -97,9 +77,7 @@ Status AgentLoop::Register() {
       reg.ended.push_back({k.job_id, k.task_index, ev.attempt});
     }
   }
-  GP_ASSIGN_OR_RETURN(Json answer, Call("POST", "/v1/agent/register",
-                                        DumpJson(protocol::EncodeRegistration(reg)), 10'000));
-  GP_ASSIGN_OR_RETURN(protocol::RegistrationReply reply, protocol::DecodeRegistrationReply(answer));
+  GP_ASSIGN_OR_RETURN(protocol::RegistrationReply reply, link_->Register(reg));
   GP_RETURN_IF_ERROR(
       protocol::CheckCompatible(protocol::kVersion, reply.version, "the controller"));
   controller_minor_ = reply.version.major == 1 ? reply.version.minor : 99;
@@ -293,7 +271,7 @@ void AgentLoop::StartExec(const protocol::ExecRequest& x) {
   if (!streams) return;
   const std::string dir = agent::JobDir(options_.state_dir, key);
   std::shared_ptr<ExecRelay> relay =
-      ExecRelay::Start(x.id, options_.node_name, std::move(streams), client_, [dir] {
+      ExecRelay::Start(x.id, options_.node_name, std::move(streams), link_, [dir] {
         Result<agent::ShimRecord> rec = agent::ReadShimRecord(dir);
         return rec.ok() ? static_cast<int>(rec->job_pid) : 0;
       });
@@ -389,22 +367,20 @@ void AgentLoop::AnswerLogReads(const std::vector<protocol::LogRequest>& reads) {
   for (const protocol::LogRequest& read : reads) {
     Result<agent::LogSlice> slice =
         agent::ReadJobLogSlice(options_.state_dir, read.path, read.offset, read.max_bytes);
-    std::string query = "/v1/agent/logs?node=" + net::UrlEncode(options_.node_name) +
-                        "&id=" + std::to_string(read.id);
-    std::string body;
+    protocol::LogAnswer answer;
+    answer.node = options_.node_name;
+    answer.id = read.id;
     if (slice.ok()) {
-      query += "&size=" + std::to_string(slice->size);
-      body = std::move(slice->data);
+      answer.size = slice->size;
+      answer.data = std::move(slice->data);
     } else {
-      const StatusCode c = slice.status().code();
-      query += c == StatusCode::kNotFound           ? "&error=not_found"
-               : c == StatusCode::kPermissionDenied ? "&error=refused"
-                                                    : "&error=io";
-      body = slice.status().message();
-      if (c == StatusCode::kPermissionDenied) spdlog::warn("agent: log read refused: {}", body);
+      answer.status = slice.status();
+      if (answer.status.code() == StatusCode::kPermissionDenied) {
+        spdlog::warn("agent: log read refused: {}", answer.status.message());
+      }
     }
-    if (Result<Json> r = Call("POST", query, body, 10'000); !r.ok()) {
-      spdlog::warn("agent: answering log read {}: {}", read.id, r.status().message());
+    if (Status s = link_->AnswerLogRead(answer); !s.ok()) {
+      spdlog::warn("agent: answering log read {}: {}", read.id, s.message());
     }
   }
 }
@@ -452,19 +428,11 @@ void AgentLoop::CancelOrdered(const protocol::CancelOrder& c) {
 }
 
 Status AgentLoop::PollOnce() {
-  Result<Json> answer = Call("GET",
-                             "/v1/agent/work?node=" + net::UrlEncode(options_.node_name) +
-                                 "&wait_ms=" + std::to_string(options_.poll_wait_ms),
-                             // A controller that takes the poll and never answers
-                             // (frozen) is given up on within 20 s; the next poll goes to
-                             // the next controller of the list (net::HttpClient).
-                             "", options_.poll_wait_ms + 10'000);
-  if (!answer.ok()) {
-    if (answer.status().code() == StatusCode::kNotFound) registered_ = false;
-    return answer.status();
+  Result<protocol::Work> work = link_->PollWork(options_.node_name, options_.poll_wait_ms);
+  if (!work.ok()) {
+    if (work.status().code() == StatusCode::kNotFound) registered_ = false;
+    return work.status();
   }
-  Result<protocol::Work> work = protocol::DecodeWork(*answer);
-  if (!work.ok()) return work.status().WithContext("work from the controller");
   for (const protocol::Rejected& r : work->rejected) {
     spdlog::error("agent: unreadable {} from the controller: {}", r.what, r.error);
     if (r.job_id > 0 && r.what.rfind("launch", 0) == 0) {
@@ -586,10 +554,8 @@ void AgentLoop::ReportEvents() {
     protocol::EventBatch wire;
     wire.node = options_.node_name;
     for (const agent::JobEvent& ev : batch) ToWire(ev, &wire);
-    Result<Json> ack =
-        Call("POST", "/v1/agent/events", DumpJson(protocol::EncodeEventBatch(wire)), 10'000);
-    if (!ack.ok()) {
-      spdlog::warn("agent: cannot report {} events yet: {}", batch.size(), ack.status().message());
+    if (Status ack = link_->PostEvents(wire); !ack.ok()) {
+      spdlog::warn("agent: cannot report {} events yet: {}", batch.size(), ack.message());
       std::this_thread::sleep_for(std::chrono::milliseconds(backoff_ms));
       backoff_ms = std::min(backoff_ms * 2, 5000);
       continue;
@@ -706,13 +672,12 @@ size_t AgentLoop::TelemetryRound() {
     batch.samples.assign(unsent_telemetry_.begin(), unsent_telemetry_.end());
   }
   if (batch.samples.empty()) return 0;
-  Result<Json> ack =
-      Call("POST", "/v1/agent/telemetry", DumpJson(protocol::EncodeTelemetryBatch(batch)), 10'000);
+  const Status ack = link_->PostTelemetry(batch);
   std::lock_guard lock(telemetry_mu_);
   if (!ack.ok()) {
     spdlog::warn("agent: cannot send {} telemetry samples yet: {}", batch.samples.size(),
-                 ack.status().message());
-    if (ack.status().code() == StatusCode::kNotFound) registered_ = false;
+                 ack.message());
+    if (ack.code() == StatusCode::kNotFound) registered_ = false;
     return unsent_telemetry_.size();
   }
   // Samples added meanwhile stay (none are: one round at a time).

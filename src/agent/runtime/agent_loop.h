@@ -1,7 +1,8 @@
 // AgentLoop: the node agent's main loop. Registers the node's GPUs with the controller,
 // long-polls it for launch and cancel orders, runs them through the Launcher, and reports
-// what happens, over the same HTTP protocol whether the controller is in this process
-// (`gpupool up`) or on another machine (docs/api.md, "Agent protocol").
+// what happens, through a protocol::ControllerLink: over the same HTTP protocol whether
+// the controller is in this process (`gpupool up`) or on another machine (docs/api.md,
+// "Agent protocol"), or to an in-process fake in tests.
 //
 // It survives a controller restart (retries with back-off, re-registers when the
 // controller no longer knows the node) and its own restart (Launcher::Adopt finds the
@@ -9,8 +10,6 @@
 // them, and launch orders are de-duplicated by (job, attempt), so nothing is started
 // twice and no final state is lost. Run() blocks until Stop(); both are thread-safe.
 #pragma once
-
-#include <unistd.h>
 
 #include <atomic>
 #include <condition_variable>
@@ -31,8 +30,8 @@
 #include "gpu/gpu_info.h"
 #include "gpu/telemetry.h"
 #include "jobs/job.h"
-#include "net/http_client.h"
 #include "protocol/agent_protocol.h"
+#include "protocol/controller_link.h"
 
 namespace gpupool::agent {
 
@@ -87,19 +86,20 @@ protocol::GpuTelemetry TelemetryOfSample(const gpu::GpuSample& s, int64_t at_ms,
 
 class AgentLoop {
  public:
-  // `launcher` must outlive the loop.
-  AgentLoop(AgentLoopOptions options, net::HttpClient client, agent::Launcher* launcher);
+  // `launcher` must outlive the loop; `link` is how it reaches the controller (shared
+  // with the exec sessions' relays, which may outlive the loop).
+  AgentLoop(AgentLoopOptions options, std::shared_ptr<protocol::ControllerLink> link,
+            agent::Launcher* launcher);
 
   void Run();
   // Ends Run() within about a second: the controller's long poll and any other call in
-  // flight are cut short (net::HttpClient::set_cancel_fd).
+  // flight are cut short (ControllerLink::Shutdown).
   void Stop() {
     stopping_ = true;
-    const uint64_t one = 1;
-    if (stop_fd_ >= 0) (void)!::write(stop_fd_, &one, sizeof one);
+    link_->Shutdown();
     telemetry_cv_.notify_all();
   }
-  ~AgentLoop();
+  ~AgentLoop() = default;
   AgentLoop(const AgentLoop&) = delete;
   AgentLoop& operator=(const AgentLoop&) = delete;
 
@@ -126,15 +126,12 @@ class AgentLoop {
   Result<jobs::EnvNeeds> NeedsOf(const jobs::Job& job);
   void FailLaunch(int64_t key, int attempt, const std::string& reason, bool cancelled = false);
   void FailLaunchLocked(int64_t key, int attempt, const std::string& reason, bool cancelled);
-  Result<Json> Call(const std::string& method, const std::string& path, const std::string& body,
-                    int timeout_ms);
   void TelemetryLoop();  // runs on its own thread while telemetry is on
 
   AgentLoopOptions options_;
-  net::HttpClient client_;
+  std::shared_ptr<protocol::ControllerLink> link_;
   agent::Launcher* launcher_;
   std::atomic<bool> stopping_{false};
-  int stop_fd_ = -1;  // an eventfd that Stop() signals; cancels the client's calls
   std::atomic<bool> registered_{false};
   std::atomic<int> controller_minor_{-1};  // the controller's protocol minor (major 1)
   std::mutex telemetry_mu_;                // guards unsent_telemetry_; taken alone

@@ -18,7 +18,6 @@
 #include <thread>
 #include <vector>
 
-#include "common/json.h"
 #include "protocol/agent_protocol.h"
 
 namespace gpupool::agent {
@@ -117,42 +116,25 @@ struct ExecRelay::State {
   int64_t id = 0;
   std::string node;  // ours: the controller checks the session runs here
   std::unique_ptr<SessionStreams> streams;
-  net::HttpClient client;
+  std::shared_ptr<protocol::ControllerLink> link;
   std::function<int()> process_group;
   std::atomic<bool> finishing{false};
   std::atomic<bool> stopping{false};
   int wake = -1;  // eventfd: wakes the output thread's poll
 
-  State(net::HttpClient c) : client(std::move(c)) {}  // NOLINT(google-explicit-constructor)
   ~State() { CloseFd(&wake); }
 
-  // The endpoint's path with the node and, after it, more query parameters.
-  std::string Path(const std::string& what) const {
-    return "/v1/agent/exec/" + std::to_string(id) + "/" + what + "?node=" + net::UrlEncode(node);
-  }
-
-  // Sends one output message, retrying transport failures for up to a minute. Returns
-  // the controller's ack, or an error when the session is gone for it.
+  // Sends one output message, retrying while the controller is unreachable or busy for
+  // up to a minute. Returns the controller's ack, or an error when the session is gone
+  // for it.
   Result<protocol::ExecOutputAck> Post(const protocol::ExecOutput& out) {
-    const std::string body = DumpJson(protocol::EncodeExecOutput(out));
     const int64_t give_up = MonoMs() + 60'000;
     int pause_ms = 50;
     while (true) {
       // While the client is behind, the answer waits for it (up to 5 s).
-      Result<net::HttpResponse> r = client.Post(Path("output") + "&wait_ms=5000", body, 20'000);
-      if (r.ok() && r->status / 100 == 2) {
-        Result<Json> j = ParseJson(r->body, "output answer");
-        if (!j.ok()) return j.status();
-        return protocol::DecodeExecOutputAck(*j);
-      }
-      if (r.ok() && r->status != 429 && r->status < 500) {
-        return Status::NotFound("the controller refused the session's output: " +
-                                std::to_string(r->status) + " " + r->body);
-      }
-      if (stopping || MonoMs() > give_up) {
-        return Status::Unavailable(r.ok() ? "the controller answered " + std::to_string(r->status)
-                                          : r.status().message());
-      }
+      Result<protocol::ExecOutputAck> ack = link->PostExecOutput(id, node, out, 5000);
+      if (ack.ok() || ack.status().code() != StatusCode::kUnavailable) return ack;
+      if (stopping || MonoMs() > give_up) return ack.status();
       std::this_thread::sleep_for(std::chrono::milliseconds(pause_ms));
       pause_ms = std::min(pause_ms * 2, 1000);
     }
@@ -260,24 +242,16 @@ void ExecRelay::State::InputLoop() {
   int64_t after = 0;
   int pause_ms = 50;
   while (!stopping) {
-    Result<net::HttpResponse> r =
-        client.Get(Path("input") + "&after=" + std::to_string(after) + "&wait_ms=5000", 20'000);
-    if (!r.ok() || r->status == 429 || r->status >= 500) {
+    Result<protocol::ExecInput> in = link->TakeExecInput(id, node, after, 5000);
+    if (!in.ok() && in.status().code() == StatusCode::kUnavailable) {
       if (finishing) return;
       std::this_thread::sleep_for(std::chrono::milliseconds(pause_ms));
       pause_ms = std::min(pause_ms * 2, 1000);
       continue;
     }
     pause_ms = 50;
-    if (r->status / 100 != 2) {
-      spdlog::info("agent: exec {}: input relay ends: controller answered {}", id, r->status);
-      return;
-    }
-    Result<Json> j = ParseJson(r->body, "input");
-    Result<protocol::ExecInput> in =
-        j.ok() ? protocol::DecodeExecInput(*j) : Result<protocol::ExecInput>(j.status());
     if (!in.ok()) {
-      spdlog::warn("agent: exec {}: unreadable input: {}", id, in.status().message());
+      spdlog::info("agent: exec {}: input relay ends: {}", id, in.status().message());
       return;
     }
     for (const protocol::ExecInputItem& item : in->items) {
@@ -291,9 +265,10 @@ void ExecRelay::State::InputLoop() {
 
 std::shared_ptr<ExecRelay> ExecRelay::Start(int64_t exec_id, const std::string& node,
                                             std::unique_ptr<SessionStreams> streams,
-                                            net::HttpClient client,
+                                            std::shared_ptr<protocol::ControllerLink> link,
                                             std::function<int()> process_group) {
-  auto state = std::make_shared<State>(std::move(client));
+  auto state = std::make_shared<State>();
+  state->link = std::move(link);
   state->id = exec_id;
   state->node = node;
   state->streams = std::move(streams);

@@ -1,10 +1,11 @@
 // ExecRelay: the agent's end of one interactive exec session (`gpupool run`, `gpupool
 // exec --pty` or `-i`). It owns the agent's side of the command's terminal (a
-// pseudo-terminal master) or pipes, and relays them to the controller over the agent
-// protocol (protocol::ExecInput and ExecOutput, docs/api.md "Interactive sessions"):
-//   - output: what the command prints is read and POSTed to /v1/agent/exec/ID/output,
-//     pausing while the controller says the client is behind (ExecOutputAck::full);
-//   - input: /v1/agent/exec/ID/input is long-polled for what the client typed, which is
+// pseudo-terminal master) or pipes, and relays them to the controller through the
+// agent's ControllerLink (protocol::ExecInput and ExecOutput, docs/api.md "Interactive
+// sessions"):
+//   - output: what the command prints is read and posted (PostExecOutput), pausing while
+//     the controller says the client is behind (ExecOutputAck::full);
+//   - input: the controller is long-polled for what the client typed (TakeExecInput), which is
 //     written to the terminal or the stdin pipe; a size item resizes the terminal (the
 //     kernel sends SIGWINCH) and a signal item signals the command's process group.
 // Each direction runs on a thread of its own, detached: Finish() (the command ended)
@@ -20,7 +21,7 @@
 
 #include "agent/launcher.h"
 #include "common/status.h"
-#include "net/http_client.h"
+#include "protocol/controller_link.h"
 
 namespace gpupool::agent {
 
@@ -52,7 +53,7 @@ class ExecRelay {
   // signal items go there.
   static std::shared_ptr<ExecRelay> Start(int64_t exec_id, const std::string& node,
                                           std::unique_ptr<SessionStreams> streams,
-                                          net::HttpClient client,
+                                          std::shared_ptr<protocol::ControllerLink> link,
                                           std::function<int()> process_group);
 
   // The command ended: what is left to read is relayed (for at most about a second, as

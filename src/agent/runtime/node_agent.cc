@@ -201,7 +201,7 @@ void NodeAgent::RemoveCdiSpec() {
   cdi_path_.clear();
 }
 
-Status NodeAgent::Start(net::HttpClient client) {
+Status NodeAgent::Start(std::shared_ptr<protocol::ControllerLink> link) {
   GP_RETURN_IF_ERROR(Discover());
   GP_ASSIGN_OR_RETURN(const std::string agent_dir, OpenAgentStateDir(options_.state_dir));
   SetUpContainers(agent_dir);
@@ -225,7 +225,7 @@ Status NodeAgent::Start(net::HttpClient client) {
   ao.container = container_;
   ao.cdi_kind = options_.cdi_kind;
   ao.cdi_error = cdi_error_;
-  loop_ = std::make_unique<AgentLoop>(ao, std::move(client), launcher_.get());
+  loop_ = std::make_unique<AgentLoop>(ao, std::move(link), launcher_.get());
   AgentLoop* loop = loop_.get();
   thread_ = std::thread([loop] { loop->Run(); });
   return Status::Ok();

@@ -19,7 +19,7 @@
 #include "agent/runtime/agent_loop.h"
 #include "common/status.h"
 #include "gpu/gpu_info.h"
-#include "net/http_client.h"
+#include "protocol/controller_link.h"
 
 namespace gpupool::agent {
 
@@ -51,9 +51,10 @@ class NodeAgent {
 
   // Finds the node. Errors: discovery failed (the backend's words), an unreadable node file.
   Status Discover();
-  // Starts the agent, talking to the controller through `client`. Errors: Discover's, an
-  // unusable state directory (Unavailable, FailedPrecondition).
-  Status Start(net::HttpClient client);
+  // Starts the agent, talking to the controller through `link`
+  // (protocol::NewHttpControllerLink). Errors: Discover's, an unusable state directory
+  // (Unavailable, FailedPrecondition).
+  Status Start(std::shared_ptr<protocol::ControllerLink> link);
   // Ends the loop (within a fraction of a second) and removes the CDI spec it wrote.
   void Stop();
 

@@ -1,5 +1,7 @@
-// The agent's side of GPU telemetry that needs no controller: mapping a process to the
-// job whose cgroup it runs in.
+// The agent loop against an in-process controller (protocol::FakeControllerLink): GPU
+// telemetry, log reads, launch units, stopping; and mapping a process to its job.
+#include "agent/runtime/agent_loop.h"
+
 #include <gtest/gtest.h>
 #include <stdlib.h>
 
@@ -11,9 +13,8 @@
 #include <thread>
 
 #include "agent/launcher.h"
-#include "agent/runtime/agent_loop.h"
-#include "net/http_server.h"
 #include "protocol/agent_protocol.h"
+#include "protocol/fake_controller_link.h"
 
 namespace gpupool::agent {
 namespace {
@@ -66,9 +67,11 @@ class IdleLauncher final : public agent::Launcher {
     std::lock_guard lock(mu);
     if (!accept) return Status::Unavailable("not in this test");
     launched.push_back(spec);
+    cv.notify_all();
     return Status::Ok();
   }
   std::mutex mu;
+  std::condition_variable cv;  // a launch was recorded
   bool accept = false;
   std::vector<agent::LaunchSpec> launched;
   Status Cancel(int64_t) override { return Status::NotFound("none"); }
@@ -99,159 +102,92 @@ class OneGpu final : public gpu::TelemetrySampler {
   }
 };
 
-// A controller of protocol `minor` that records the telemetry batches it is sent and can
-// be made to refuse them (away).
+// An agent whose controller (an in-process fake) speaks protocol 1.`minor`; the fake
+// records the telemetry batches it is sent and can be made to refuse them (away).
 class TelemetryAgentTest : public JobOfProcessTest {
  protected:
   void Start(int minor) {
-    net::HttpServerOptions o;
-    o.unix_socket_path = (root_ / "c.sock").string();
-    auto server = net::StartHttpServer(o, [this, minor](const net::HttpRequest& r) {
-      net::HttpResponse a;
-      std::unique_lock lock(mu_);
-      if (r.path == "/v1/agent/register") {
-        registered_ = true;
-        a.body =
-            R"({"ok": true, "protocol": "1.)" + std::to_string(minor) + R"(", "address": "x"})";
-      } else if (r.path == "/v1/agent/telemetry") {
-        ++posts_;
-        if (away_) {
-          a.status = 503;
-          a.body = R"({"error": "away"})";
-        } else {
-          Result<protocol::TelemetryBatch> b = protocol::DecodeTelemetryBatch(Json::parse(r.body));
-          if (b.ok()) received_.insert(received_.end(), b->samples.begin(), b->samples.end());
-          a.body = R"({"ok": true, "accepted": 1})";
-        }
-      } else if (r.path == "/v1/agent/work") {
-        ++polls_;
-        if (hold_polls_) {
-          // A long poll the controller holds (released when the test ends).
-          polled_.notify_all();
-          released_.wait_for(lock, std::chrono::seconds(20), [this] { return !hold_polls_; });
-        } else {
-          std::this_thread::sleep_for(std::chrono::milliseconds(20));
-        }
-        a.body = work_.empty() ? "{}" : std::move(work_);
-        work_.clear();
-      } else {
-        a.body = R"({"ok": true})";
-      }
-      return a;
-    });
-    ASSERT_TRUE(server.ok()) << server.status().ToString();
-    server_ = std::move(*server);
+    link_->SetVersion({1, minor});
     AgentLoopOptions ao;
     ao.node_name = "n1";
     ao.state_dir = (root_ / "state").string();
     ao.telemetry_interval_s = 0;  // rounds driven by the test
     ao.sampler = std::make_shared<OneGpu>();
     ao.clock = &clock_;
-    net::ServerAddress addr;
-    addr.path = o.unix_socket_path;
-    loop_ = std::make_unique<AgentLoop>(ao, net::HttpClient(addr, "t"), &launcher_);
+    loop_ = std::make_unique<AgentLoop>(ao, link_, &launcher_);
     thread_ = std::thread([this] { loop_->Run(); });
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-    while (std::chrono::steady_clock::now() < deadline) {
-      {
-        std::lock_guard lock(mu_);
-        if (registered_) break;
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(5));
-    }
+    // The loop polls once registered (the reply's version read): telemetry rounds from
+    // here on know what the controller takes.
+    EXPECT_TRUE(link_->WaitFor([](const auto& r) { return r.polls > 0; }));
   }
   void TearDown() override {
     if (loop_) {
       loop_->Stop();
       thread_.join();
     }
-    {
-      std::lock_guard lock(mu_);
-      hold_polls_ = false;
-    }
-    released_.notify_all();
-    server_.reset();
     JobOfProcessTest::TearDown();
   }
-
   ManualClock clock_{1'800'000'000'000'000};
   IdleLauncher launcher_;
-  std::unique_ptr<net::HttpServer> server_;
+  std::shared_ptr<protocol::FakeControllerLink> link_ =
+      std::make_shared<protocol::FakeControllerLink>();
   std::unique_ptr<AgentLoop> loop_;
   std::thread thread_;
-  std::mutex mu_;
-  bool registered_ = false;
-  bool away_ = false;
-  bool hold_polls_ = false;
-  int polls_ = 0;
-  std::condition_variable polled_;
-  std::condition_variable released_;
-  int posts_ = 0;
-  std::vector<protocol::GpuTelemetry> received_;
-  std::string work_;  // the next poll's answer
 };
 
-// Stopping the agent does not wait for the controller to answer its long poll (it used
-// to take up to the poll's 10 s, plus its 10 s of grace with a frozen controller).
+// Stopping the agent does not wait for the controller to answer its long poll: Stop()
+// shuts the link down (the HTTP link's side: HttpControllerLinkTest.ShutdownCutsALongPollShort).
 TEST_F(TelemetryAgentTest, StopCutsTheLongPollShort) {
-  {
-    std::lock_guard lock(mu_);
-    hold_polls_ = true;
-  }
+  link_->HoldPolls(true);
   Start(3);
-  {
-    std::unique_lock lock(mu_);
-    ASSERT_TRUE(polled_.wait_for(lock, std::chrono::seconds(10), [this] { return polls_ > 0; }));
-  }
+  ASSERT_TRUE(link_->WaitFor([](const auto& r) { return r.polls > 0; }));
   const auto start = std::chrono::steady_clock::now();
   loop_->Stop();
   thread_.join();
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(3));
+  EXPECT_TRUE(link_->recorded().shut_down);
   loop_.reset();
 }
 
 TEST_F(TelemetryAgentTest, AOneMinorOlderControllerIsSentNoTelemetry) {
   Start(2);
-  // Rounds until the loop has read the registration answer (it then drops its samples).
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-  while (loop_->TelemetryRound() != 0 && std::chrono::steady_clock::now() < deadline) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
-  EXPECT_EQ(loop_->TelemetryRound(), 0u);
-  std::lock_guard lock(mu_);
-  EXPECT_EQ(posts_, 0);
+  EXPECT_EQ(loop_->TelemetryRound(), 0u);  // the round is dropped
+  EXPECT_EQ(link_->recorded().telemetry_posts, 0);
 }
 
 TEST_F(TelemetryAgentTest, BatchesGoToA13ControllerAndWaitWhileItIsAway) {
   Start(3);
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-  while (loop_->TelemetryRound() != 0 && std::chrono::steady_clock::now() < deadline) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
+  EXPECT_EQ(loop_->TelemetryRound(), 0u);
   {
-    std::lock_guard lock(mu_);
-    ASSERT_FALSE(received_.empty());
-    EXPECT_EQ(received_.back().util_pct, 42);
-    EXPECT_EQ(received_.back().mem_used_mib, 7);
-    EXPECT_EQ(received_.back().xid_errors, 79);
-    EXPECT_EQ(received_.back().xid_count, 2);
-    EXPECT_EQ(received_.back().ecc_uncorrected, 5);
-    EXPECT_EQ(received_.back().at_ms, 1'800'000'000'000);  // the injected clock
-    received_.clear();
-    away_ = true;
+    const std::vector<protocol::GpuTelemetry> received = link_->recorded().telemetry;
+    ASSERT_FALSE(received.empty());
+    EXPECT_EQ(received.back().util_pct, 42);
+    EXPECT_EQ(received.back().mem_used_mib, 7);
+    EXPECT_EQ(received.back().xid_errors, 79);
+    EXPECT_EQ(received.back().xid_count, 2);
+    EXPECT_EQ(received.back().ecc_uncorrected, 5);
+    EXPECT_EQ(received.back().at_ms, 1'800'000'000'000);  // the injected clock
   }
+  const size_t before = link_->recorded().telemetry.size();
+  link_->SetAway(true);
   EXPECT_EQ(loop_->TelemetryRound(), 1u);
   clock_.AdvanceMicros(5'000'000);
   EXPECT_EQ(loop_->TelemetryRound(), 2u);  // kept, oldest first
-  {
-    std::lock_guard lock(mu_);
-    away_ = false;
-  }
+  link_->SetAway(false);
   clock_.AdvanceMicros(5'000'000);
   EXPECT_EQ(loop_->TelemetryRound(), 0u);
-  std::lock_guard lock(mu_);
-  ASSERT_EQ(received_.size(), 3u);  // the two kept rounds and this one, in one batch
-  EXPECT_LT(received_[0].at_ms, received_[2].at_ms);
+  const std::vector<protocol::GpuTelemetry> received = link_->recorded().telemetry;
+  ASSERT_EQ(received.size(), before + 3);  // the two kept rounds and this one, in one batch
+  EXPECT_LT(received[before].at_ms, received[before + 2].at_ms);
+}
+
+// A controller that forgot the node (404 to a telemetry batch) is registered with again.
+TEST_F(TelemetryAgentTest, ANodeTheControllerForgotRegistersAgain) {
+  Start(3);
+  EXPECT_EQ(loop_->TelemetryRound(), 0u);
+  link_->ForgetNode();
+  EXPECT_EQ(loop_->TelemetryRound(), 1u);
+  EXPECT_TRUE(link_->WaitFor([](const auto& r) { return r.registrations.size() == 2; }));
 }
 
 // The first task on a node of an --mpi gang covers the job's other task there
@@ -283,21 +219,12 @@ TEST_F(TelemetryAgentTest, ANodesLaunchUnitTakesItsTasksLimitsAndListsItsJobOnce
   held.rendezvous.task_index = 1;
   held.node_tasks.clear();
   work.launch = {unit, held};
-  {
-    std::lock_guard lock(mu_);
-    work_ = DumpJson(protocol::EncodeWork(work));
-  }
+  link_->QueueWork(work);
   Start(3);
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-  while (std::chrono::steady_clock::now() < deadline) {
-    {
-      std::lock_guard lock(launcher_.mu);
-      if (launcher_.launched.size() == 2) break;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
   {
-    std::lock_guard lock(launcher_.mu);
+    std::unique_lock lock(launcher_.mu);
+    launcher_.cv.wait_for(lock, std::chrono::seconds(10),
+                          [this] { return launcher_.launched.size() == 2; });
     ASSERT_EQ(launcher_.launched.size(), 2u);
     for (const agent::LaunchSpec& spec : launcher_.launched) {
       SCOPED_TRACE(spec.task_index);
@@ -309,13 +236,34 @@ TEST_F(TelemetryAgentTest, ANodesLaunchUnitTakesItsTasksLimitsAndListsItsJobOnce
       EXPECT_EQ(spec.argv, spec.task_index == 0 ? unit.job.command.get() : held_argv);
     }
   }
-  while (loop_->TelemetryRound() != 0 && std::chrono::steady_clock::now() < deadline) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
-  std::lock_guard lock(mu_);
-  ASSERT_FALSE(received_.empty());
-  ASSERT_EQ(received_.back().jobs.size(), 1u);  // GPU 0: in both specs, one job
-  EXPECT_EQ(received_.back().jobs[0].job_id, 7);
+  EXPECT_EQ(loop_->TelemetryRound(), 0u);
+  const std::vector<protocol::GpuTelemetry> received = link_->recorded().telemetry;
+  ASSERT_FALSE(received.empty());
+  ASSERT_EQ(received.back().jobs.size(), 1u);  // GPU 0: in both specs, one job
+  EXPECT_EQ(received.back().jobs[0].job_id, 7);
+}
+
+// The controller relays `gpupool logs` reads to the node: each is answered through the
+// link, with the bytes of a job's log, or why not (LogAnswer).
+TEST_F(TelemetryAgentTest, LogReadsAreAnsweredWithTheBytesOrWhyNot) {
+  const fs::path job = root_ / "state" / "jobs" / "9";
+  fs::create_directories(job);
+  std::ofstream(job / "stdout.log") << "hello\n";
+  protocol::Work work;
+  work.logs = {{1, (job / "stdout.log").string(), 1, 100},
+               {2, (job / "stderr.log").string(), 0, 100},
+               {3, "/etc/passwd", 0, 100}};
+  link_->QueueWork(work);
+  Start(3);
+  ASSERT_TRUE(link_->WaitFor([](const auto& r) { return r.log_answers.size() == 3; }));
+  const std::vector<protocol::LogAnswer> got = link_->recorded().log_answers;
+  EXPECT_EQ(got[0].id, 1);
+  EXPECT_TRUE(got[0].status.ok()) << got[0].status.ToString();
+  EXPECT_EQ(got[0].data, "ello\n");
+  EXPECT_EQ(got[0].size, 6);
+  EXPECT_EQ(got[0].node, "n1");
+  EXPECT_EQ(got[1].status.code(), StatusCode::kNotFound);
+  EXPECT_EQ(got[2].status.code(), StatusCode::kPermissionDenied);
 }
 
 }  // namespace
