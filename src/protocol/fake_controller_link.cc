@@ -36,6 +36,12 @@ void FakeControllerLink::HoldPolls(bool hold) {
   Changed();
 }
 
+void FakeControllerLink::RefuseEvents(bool refuse) {
+  std::lock_guard lock(mu_);
+  refuse_events_ = refuse;
+  Changed();
+}
+
 void FakeControllerLink::QueueWork(Work work) {
   std::lock_guard lock(mu_);
   work_.push_back(std::move(work));
@@ -99,6 +105,11 @@ Result<Work> FakeControllerLink::PollWork(const std::string& node, int wait_ms) 
 Status FakeControllerLink::PostEvents(const EventBatch& batch) {
   std::lock_guard lock(mu_);
   GP_RETURN_IF_ERROR(ReachableLocked());
+  if (refuse_events_) {
+    ++recorded_.refused_event_posts;
+    Changed();
+    return Status::Unavailable("the controller is busy (fake)");
+  }
   recorded_.event_batches.push_back(batch);
   Changed();
   return Status::Ok();

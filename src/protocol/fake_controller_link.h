@@ -4,7 +4,8 @@
 //   - Register: recorded; the reply carries version() (SetVersion) and "fake" as address;
 //   - PollWork: the next queued Work (QueueWork), else an empty one after wait_ms of the
 //     injected clock; while HoldPolls(true), a poll waits until released or Shutdown;
-//   - PostEvents, PostTelemetry, AnswerLogRead, PostExecOutput: recorded and acknowledged;
+//   - PostEvents, PostTelemetry, AnswerLogRead, PostExecOutput: recorded and acknowledged
+//     (event batches refused, as by a busy controller, while RefuseEvents(true));
 //   - TakeExecInput: the items queued for the session (QueueExecInput) after `after`;
 //   - SetAway(true): every call fails as with an unreachable controller (kUnavailable);
 //     ForgetNode(): polls (the one in flight too) and telemetry posts are kNotFound until
@@ -32,8 +33,9 @@ class FakeControllerLink final : public ControllerLink {
   // What the agent said, in order.
   struct Recorded {
     std::vector<Registration> registrations;
-    int polls = 0;  // PollWork calls that reached the controller
-    std::vector<EventBatch> event_batches;
+    int polls = 0;                          // PollWork calls that reached the controller
+    std::vector<EventBatch> event_batches;  // acknowledged
+    int refused_event_posts = 0;
     std::vector<GpuTelemetry> telemetry;  // every sample of every batch
     int telemetry_posts = 0;              // batches, accepted or refused
     std::vector<LogAnswer> log_answers;
@@ -50,6 +52,7 @@ class FakeControllerLink final : public ControllerLink {
   void SetAway(bool away);
   void ForgetNode();
   void HoldPolls(bool hold);
+  void RefuseEvents(bool refuse);
   void QueueWork(Work work);
   void QueueExecInput(int64_t exec_id, ExecInputItem item);
 
@@ -82,6 +85,7 @@ class FakeControllerLink final : public ControllerLink {
   bool away_ = false;
   bool forgot_node_ = false;
   bool hold_polls_ = false;
+  bool refuse_events_ = false;
   std::deque<Work> work_;
   std::map<int64_t, std::vector<ExecInputItem>> exec_input_;
   Recorded recorded_;

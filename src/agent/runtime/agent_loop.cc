@@ -50,31 +50,29 @@ Status AgentLoop::Register() {
   {
     std::lock_guard lock(mu_);
     for (agent::JobEvent& ev : adopted) {
-      launched_.insert({ev.job_id, ev.attempt});
-      current_[ev.job_id] = ev.attempt;
-      if (specs_.count(ev.job_id) == 0) {
-        // The spec it was started with (kept until the agent forgets the job).
-        Result<agent::ShimConfig> c =
-            agent::ReadShimConfig(agent::JobDir(options_.state_dir, ev.job_id));
-        if (c.ok()) specs_[ev.job_id] = c->spec;
+      launched_.insert(ev.id);
+      if (!ev.id.is_exec()) current_[SlotOf(ev.id)] = ev.id.attempt;
+      if (held_.count(ev.id) == 0) {
+        // The spec it was started with (kept until the agent forgets the run).
+        Result<agent::ShimConfig> c = agent::ReadShimConfig(ev.dir);
+        if (c.ok()) held_[ev.id] = {c->spec, ev.dir};
       }
       unsent_.push_back(ev);
     }
     // What runs here now (Adopt supervises the live shims again), not every task ever
     // launched: the controller stops the tasks it does not expect.
-    const std::vector<int64_t> live = launcher_->Running();
-    for (const auto& [key, attempt] : current_) {
-      const agent::KeyInfo k = agent::FromKey(key);
-      if (k.exec_id != 0 || std::find(live.begin(), live.end(), key) == live.end()) continue;
-      reg.running.push_back({k.job_id, k.task_index, attempt});
+    const std::vector<RunId> live = launcher_->Running();
+    for (const auto& [slot, attempt] : current_) {
+      const RunId id{slot.first, slot.second, attempt, 0};
+      if (std::find(live.begin(), live.end(), id) == live.end()) continue;
+      reg.running.push_back({id.job, id.task, id.attempt});
     }
     // Ends not yet acknowledged: of tasks that ended while no agent watched (adopted
     // above), or while the controller was away. They are reported once registered; until
     // then the controller must not take those tasks for lost ones.
     for (const agent::JobEvent& ev : unsent_) {
-      const agent::KeyInfo k = agent::FromKey(ev.job_id);
-      if (k.exec_id != 0 || !IsFinal(ev.kind)) continue;
-      reg.ended.push_back({k.job_id, k.task_index, ev.attempt});
+      if (ev.id.is_exec() || !IsFinal(ev.kind)) continue;
+      reg.ended.push_back({ev.id.job, ev.id.task, ev.id.attempt});
     }
   }
   GP_ASSIGN_OR_RETURN(protocol::RegistrationReply reply, link_->Register(reg));
@@ -93,40 +91,38 @@ Status AgentLoop::Register() {
 void AgentLoop::Launch(const protocol::LaunchOrder& order) {
   const jobs::Job& job = order.job;
   const protocol::Rendezvous& rdzv = order.rendezvous;
-  const int64_t key = agent::TaskKey(job.id, order.task_index, rdzv.num_tasks);
+  const RunId id{job.id, order.task_index, job.attempt, 0};
+  const TaskSlot slot = SlotOf(id);
   {
     std::lock_guard lock(mu_);
-    if (auto held = current_.find(key); held != current_.end() && held->second != job.attempt) {
+    if (auto held = current_.find(slot); held != current_.end() && held->second != job.attempt) {
       if (held->second > job.attempt) return;  // an order of an attempt already replaced
       // An earlier attempt of this task is still here (it outlived an agent restart while
       // the controller requeued the job): it stops, and this one starts once its end is
       // acknowledged. At most one attempt of a task runs at a time.
-      const bool fresh = deferred_.count(key) == 0;
-      deferred_[key] = order;
+      const bool fresh = deferred_.count(slot) == 0;
+      deferred_[slot] = order;
       if (fresh) {
-        spdlog::info("agent: job {} attempt {} waits for attempt {} to end here", job.id,
-                     job.attempt, held->second);
-        const std::vector<int64_t> running = launcher_->Running();
-        if (std::find(running.begin(), running.end(), key) != running.end()) {
-          if (Status c = launcher_->Cancel(key); !c.ok() && c.code() != StatusCode::kNotFound) {
-            spdlog::warn("agent: stopping attempt {} of job {}: {}", held->second, job.id,
-                         c.message());
+        spdlog::info("agent: {} waits for attempt {} to end here", agent::ToString(id),
+                     held->second);
+        const RunId earlier{job.id, order.task_index, held->second, 0};
+        const std::vector<RunId> running = launcher_->Running();
+        if (std::find(running.begin(), running.end(), earlier) != running.end()) {
+          if (Status c = launcher_->Cancel(earlier); !c.ok() && c.code() != StatusCode::kNotFound) {
+            spdlog::warn("agent: stopping {}: {}", agent::ToString(earlier), c.message());
           }
         }
       }
       return;
     }
-    if (!launched_.insert({key, job.attempt}).second) return;  // resent order
+    if (!launched_.insert(id).second) return;  // resent order
     if (cancelled_.count({job.id, job.attempt}) != 0) {
-      FailLaunchLocked(key, job.attempt, "cancelled before it started", /*cancelled=*/true);
+      FailLaunchLocked(id, "cancelled before it started", /*cancelled=*/true);
       return;
     }
   }
   agent::LaunchSpec spec;
-  spec.job_id = key;
-  spec.attempt = job.attempt;
-  spec.pool_job_id = job.id;
-  spec.task_index = order.task_index;
+  spec.id = id;
   spec.num_tasks = rdzv.num_tasks;
   spec.user = job.user;
   spec.uid = job.uid;
@@ -155,12 +151,13 @@ void AgentLoop::Launch(const protocol::LaunchOrder& order) {
   if (r.task_index == 0 && r.master_port == 0) {
     Result<int> port = PickFreePort();
     if (!port.ok()) {
-      FailLaunch(key, job.attempt, port.status().message());
+      FailLaunch(id, port.status().message());
       return;
     }
     r.master_port = *port;
   }
-  const std::string hostfile = agent::JobDir(options_.state_dir, key) + "/" + agent::kHostFile;
+  const std::string dir = agent::JobDir(options_.state_dir, id);
+  const std::string hostfile = dir + "/" + agent::kHostFile;
   spec.hostfile = HostfileText(r);
   spec.pool_env = RendezvousEnv(r, {hostfile, options_.exec_agent, options_.server_for_jobs});
   if (!spec.image.empty()) {
@@ -176,55 +173,48 @@ void AgentLoop::Launch(const protocol::LaunchOrder& order) {
   }
   if (!spec.image.empty() || !spec.gpus.empty()) {
     if (Status pre = PrepareContainerJob(job, &spec); !pre.ok()) {
-      FailLaunch(key, job.attempt, pre.message());
+      FailLaunch(id, pre.message());
       return;
     }
   }
   {
     std::lock_guard lock(mu_);
-    specs_[key] = spec;
-    current_[key] = job.attempt;
+    held_[id] = {spec, dir};
+    current_[slot] = job.attempt;
   }
   Status s = launcher_->Launch(spec);
-  if (!s.ok()) FailLaunch(key, job.attempt, "could not launch: " + s.message());
+  if (!s.ok()) FailLaunch(id, "could not launch: " + s.message());
 }
 
 void AgentLoop::StartExec(const protocol::ExecRequest& x) {
-  const int64_t key = agent::ExecKey(x.id);
+  const agent::TaskId task_id{x.job_id, x.task_index, x.attempt};
+  const RunId id = RunId::ExecIn(task_id, x.id);
   agent::LaunchSpec spec;
+  std::string task_dir;
   std::string error;
   {
     std::lock_guard lock(mu_);
-    if (!launched_.insert({key, x.attempt}).second) return;  // resent
-    const agent::LaunchSpec* task = nullptr;
-    for (const auto& [k, sp] : specs_) {
-      const agent::KeyInfo info = agent::FromKey(k);
-      if (info.exec_id == 0 && info.job_id == x.job_id && info.task_index == x.task_index &&
-          sp.attempt == x.attempt) {
-        task = &sp;
-      }
-    }
-    if (task == nullptr) {
+    if (!launched_.insert(id).second) return;  // resent
+    auto task = held_.find(RunId::Of(task_id));
+    if (task == held_.end()) {
       error = "task " + std::to_string(x.task_index) + " of job " + std::to_string(x.job_id) +
               " does not run on node " + options_.node_name;
     } else if (cancelled_.count({x.job_id, x.attempt}) != 0) {
       error = "job " + std::to_string(x.job_id) + " is stopping";
     } else {
-      spec = *task;
-      exec_job_[key] = x.job_id;
+      spec = task->second.spec;
+      task_dir = task->second.dir;
     }
   }
   if (!error.empty()) {
-    FailLaunch(key, x.attempt, error);
+    FailLaunch(id, error);
     return;
   }
   // The task's user, GPUs, device rules, limits and variables, in the task's own
   // cgroups; its own command.
-  const int64_t task_key = spec.job_id;
-  Result<agent::ShimRecord> task_shim =
-      agent::ReadShimRecord(agent::JobDir(options_.state_dir, task_key));
+  Result<agent::ShimRecord> task_shim = agent::ReadShimRecord(task_dir);
   if (task_shim.ok()) spec.join_cgroups = task_shim->cgroup_dirs;
-  spec.job_id = key;
+  spec.id = id;
   spec.argv = x.argv;
   spec.time_limit_s = 0;  // it ends with its job (cancelled with it)
   // GPUPOOL_HOSTFILE (and a container's mount of it) names the task's host file, written
@@ -246,73 +236,70 @@ void AgentLoop::StartExec(const protocol::ExecRequest& x) {
     Result<std::unique_ptr<SessionStreams>> made =
         MakeSessionStreams(x.tty, x.rows, x.cols, spec.uid);
     if (!made.ok()) {
-      FailLaunch(key, x.attempt, made.status().message());
+      FailLaunch(id, made.status().message());
       return;
     }
     streams = std::move(*made);
     spec.stdio_relayed = true;
     spec.tty = x.tty;
   }
+  const std::string dir = agent::JobDir(options_.state_dir, id);
   {
     std::lock_guard lock(mu_);
-    specs_[key] = spec;
-    if (streams) relays_[key] = nullptr;
+    held_[id] = {spec, dir};
+    if (streams) relays_[id] = nullptr;
   }
   Status s = streams ? launcher_->Launch(spec, streams->child) : launcher_->Launch(spec);
   if (!s.ok()) {
     {
       std::lock_guard lock(mu_);
-      relays_.erase(key);
-      ended_before_relay_.erase(key);
+      relays_.erase(id);
+      ended_before_relay_.erase(id);
     }
-    FailLaunch(key, x.attempt, "could not start: " + s.message());
+    FailLaunch(id, "could not start: " + s.message());
     return;
   }
   if (!streams) return;
-  const std::string dir = agent::JobDir(options_.state_dir, key);
   std::shared_ptr<ExecRelay> relay =
       ExecRelay::Start(x.id, options_.node_name, std::move(streams), link_, [dir] {
         Result<agent::ShimRecord> rec = agent::ReadShimRecord(dir);
         return rec.ok() ? static_cast<int>(rec->job_pid) : 0;
       });
   std::lock_guard lock(mu_);
-  if (ended_before_relay_.erase(key) != 0 || stopping_) {
+  if (ended_before_relay_.erase(id) != 0 || stopping_) {
     relay->Finish();
-    relays_.erase(key);
+    relays_.erase(id);
   } else {
-    relays_[key] = std::move(relay);
+    relays_[id] = std::move(relay);
   }
 }
 
-void AgentLoop::SessionEndedLocked(int64_t key) {
-  auto it = relays_.find(key);
+void AgentLoop::SessionEndedLocked(const RunId& id) {
+  auto it = relays_.find(id);
   if (it == relays_.end()) return;
   if (it->second == nullptr) {
-    ended_before_relay_.insert(key);
+    ended_before_relay_.insert(id);
     return;
   }
   it->second->Finish();
   relays_.erase(it);
 }
 
-void AgentLoop::FailLaunch(int64_t key, int attempt, const std::string& reason, bool cancelled) {
+void AgentLoop::FailLaunch(const RunId& id, const std::string& reason, bool cancelled) {
   std::lock_guard lock(mu_);
-  FailLaunchLocked(key, attempt, reason, cancelled);
+  FailLaunchLocked(id, reason, cancelled);
 }
 
-void AgentLoop::FailLaunchLocked(int64_t key, int attempt, const std::string& reason,
-                                 bool cancelled) {
+void AgentLoop::FailLaunchLocked(const RunId& id, const std::string& reason, bool cancelled) {
   // Nothing was started: report the failure as the task's end.
   agent::JobEvent ev;
-  ev.job_id = key;
-  ev.attempt = attempt;
+  ev.id = id;
+  ev.dir = agent::JobDir(options_.state_dir, id);
   ev.kind = agent::JobEvent::Kind::kFailed;
   ev.time_us = NowMicros();
   ev.reason = reason;
   ev.cancelled = cancelled;
-  const agent::KeyInfo k = agent::FromKey(key);
-  spdlog::info("agent: {} {} attempt {} not started: {}", k.exec_id != 0 ? "exec" : "job",
-               k.exec_id != 0 ? k.exec_id : k.job_id, attempt, reason);
+  spdlog::info("agent: {} not started: {}", agent::ToString(id), reason);
   unsent_.push_back(std::move(ev));
 }
 
@@ -385,44 +372,50 @@ void AgentLoop::AnswerLogReads(const std::vector<protocol::LogRequest>& reads) {
   }
 }
 
-void AgentLoop::CancelOrdered(const protocol::CancelOrder& c) {
-  std::vector<int64_t> keys;
-  {
-    std::lock_guard lock(mu_);
-    if (c.exec_id != 0) {
-      keys.push_back(agent::ExecKey(c.exec_id));
+std::vector<RunId> AgentLoop::RunsToCancelLocked(const protocol::CancelOrder& c) {
+  std::vector<RunId> ids;
+  if (c.exec_id != 0) {
+    for (const RunId& id : launched_) {
+      if (id.exec == c.exec_id) ids.push_back(id);
+    }
+    return ids;
+  }
+  // Launches of this job still queued here are refused from now on.
+  cancelled_.insert({c.job_id, c.attempt});
+  for (const RunId& id : launched_) {
+    if (id.job != c.job_id || (c.attempt != 0 && id.attempt != c.attempt)) continue;
+    // A task holds one attempt at a time: stopping another attempt of the same task
+    // would stop the wrong one.
+    auto held = current_.find(SlotOf(id));
+    if (!id.is_exec() && held != current_.end() && held->second != id.attempt) continue;
+    ids.push_back(id);
+  }
+  // A launch waiting for its earlier attempt to end is cancelled before it starts.
+  for (auto d = deferred_.begin(); d != deferred_.end();) {
+    const jobs::Job& j = d->second.job;
+    if (j.id == c.job_id && (c.attempt == 0 || j.attempt == c.attempt)) {
+      const RunId id{j.id, d->first.second, j.attempt, 0};
+      launched_.insert(id);
+      FailLaunchLocked(id, "cancelled before it started", true);
+      d = deferred_.erase(d);
     } else {
-      // Launches of this job still queued here are refused from now on.
-      cancelled_.insert({c.job_id, c.attempt});
-      for (const auto& [key, attempt] : launched_) {
-        const agent::KeyInfo k = agent::FromKey(key);
-        const int64_t job =
-            k.exec_id != 0 ? (exec_job_.count(key) ? exec_job_.at(key) : 0) : k.job_id;
-        if (job != c.job_id || (c.attempt != 0 && attempt != c.attempt)) continue;
-        // A task key holds one attempt at a time: stopping another attempt of the same
-        // key would stop the wrong one.
-        auto held = current_.find(key);
-        if (k.exec_id == 0 && held != current_.end() && held->second != attempt) continue;
-        keys.push_back(key);
-      }
-      // A launch waiting for its earlier attempt to end is cancelled before it starts.
-      for (auto d = deferred_.begin(); d != deferred_.end();) {
-        const jobs::Job& j = d->second.job;
-        if (j.id == c.job_id && (c.attempt == 0 || j.attempt == c.attempt)) {
-          launched_.insert({d->first, j.attempt});
-          FailLaunchLocked(d->first, j.attempt, "cancelled before it started", true);
-          d = deferred_.erase(d);
-        } else {
-          ++d;
-        }
-      }
+      ++d;
     }
   }
-  const std::vector<int64_t> running = launcher_->Running();
-  for (int64_t key : keys) {
-    if (std::find(running.begin(), running.end(), key) == running.end()) continue;
-    if (Status s = launcher_->Cancel(key); !s.ok() && s.code() != StatusCode::kNotFound) {
-      spdlog::warn("agent: cancel {}: {}", key, s.message());
+  return ids;
+}
+
+void AgentLoop::CancelOrdered(const protocol::CancelOrder& c) {
+  std::vector<RunId> ids;
+  {
+    std::lock_guard lock(mu_);
+    ids = RunsToCancelLocked(c);
+  }
+  const std::vector<RunId> running = launcher_->Running();
+  for (const RunId& id : ids) {
+    if (std::find(running.begin(), running.end(), id) == running.end()) continue;
+    if (Status s = launcher_->Cancel(id); !s.ok() && s.code() != StatusCode::kNotFound) {
+      spdlog::warn("agent: cancel {}: {}", agent::ToString(id), s.message());
     }
   }
 }
@@ -437,8 +430,8 @@ Status AgentLoop::PollOnce() {
     spdlog::error("agent: unreadable {} from the controller: {}", r.what, r.error);
     if (r.job_id > 0 && r.what.rfind("launch", 0) == 0) {
       // The task is known: it fails with the reason rather than waiting forever.
-      const int64_t key = agent::TaskKey(r.job_id, r.task_index, r.num_tasks);
-      FailLaunch(key, r.attempt, "the launch order could not be read: " + r.error);
+      FailLaunch({r.job_id, r.task_index, r.attempt, 0},
+                 "the launch order could not be read: " + r.error);
     }
   }
   for (const protocol::CancelOrder& c : work->cancel) CancelOrdered(c);
@@ -470,11 +463,11 @@ void AgentLoop::LaunchWorker() {
 }
 
 void AgentLoop::ToWire(const agent::JobEvent& ev, protocol::EventBatch* batch) {
-  const agent::KeyInfo k = agent::FromKey(ev.job_id);
-  const std::string dir = agent::JobDir(options_.state_dir, ev.job_id);
-  if (k.exec_id != 0) {
+  // Where its logs are: the run's directory, of either layout.
+  const std::string dir = ev.dir.empty() ? agent::JobDir(options_.state_dir, ev.id) : ev.dir;
+  if (ev.id.is_exec()) {
     protocol::ExecReport r;
-    r.id = k.exec_id;
+    r.id = ev.id.exec;
     r.started = ev.kind == agent::JobEvent::Kind::kStarted || ev.start_time_us != 0;
     r.ended = IsFinal(ev.kind);
     r.exit_code = ev.exit_code;
@@ -501,9 +494,9 @@ void AgentLoop::ToWire(const agent::JobEvent& ev, protocol::EventBatch* batch) {
     return;
   }
   protocol::Event e;
-  e.job_id = k.job_id;
-  e.task_index = k.task_index;
-  e.attempt = ev.attempt;
+  e.job_id = ev.id.job;
+  e.task_index = ev.id.task;
+  e.attempt = ev.id.attempt;
   switch (ev.kind) {
     case agent::JobEvent::Kind::kStarted:
       e.kind = protocol::EventKind::kStarted;
@@ -526,10 +519,11 @@ void AgentLoop::ToWire(const agent::JobEvent& ev, protocol::EventBatch* batch) {
     e.stdout_path = dir + "/stdout.log";
     e.stderr_path = dir + "/stderr.log";
   }
-  if (e.kind == protocol::EventKind::kStarted && k.task_index == 0) {
+  if (e.kind == protocol::EventKind::kStarted && ev.id.task == 0) {
     std::lock_guard lock(mu_);
-    if (auto it = specs_.find(ev.job_id); it != specs_.end()) {
-      if (auto p = it->second.pool_env.find("MASTER_PORT"); p != it->second.pool_env.end()) {
+    if (auto it = held_.find(ev.id); it != held_.end()) {
+      const std::map<std::string, std::string>& env = it->second.spec.pool_env;
+      if (auto p = env.find("MASTER_PORT"); p != env.end()) {
         e.master_port = static_cast<int>(ParseInt64(p->second).value_or(0));
       }
     }
@@ -545,7 +539,7 @@ void AgentLoop::ReportEvents() {
     {
       std::lock_guard lock(mu_);
       for (auto& e : fresh) {
-        if (IsFinal(e.kind)) SessionEndedLocked(e.job_id);
+        if (IsFinal(e.kind)) SessionEndedLocked(e.id);
         unsent_.push_back(std::move(e));
       }
       batch = unsent_;
@@ -564,27 +558,28 @@ void AgentLoop::ReportEvents() {
     std::lock_guard lock(mu_);
     unsent_.erase(unsent_.begin(), unsent_.begin() + static_cast<std::ptrdiff_t>(batch.size()));
     for (const agent::JobEvent& ev : batch) {
-      if (!IsFinal(ev.kind)) continue;
-      // Only the attempt the launcher holds under this key is forgotten: the end of an
-      // attempt that never started (a refused launch) must not empty a later one's spec.
-      auto held = current_.find(ev.job_id);
-      if (held != current_.end() && held->second != ev.attempt) continue;
-      if (auto sp = specs_.find(ev.job_id);
-          sp != specs_.end() && sp->second.attempt == ev.attempt) {
-        specs_.erase(sp);
-      }
-      exec_job_.erase(ev.job_id);
-      if (held != current_.end()) current_.erase(held);
-      if (Status s = launcher_->Forget(ev.job_id); !s.ok() && s.code() != StatusCode::kNotFound) {
-        spdlog::warn("agent: forget job {}: {}", ev.job_id, s.message());
-      }
-      // The next attempt of the task may start now.
-      if (auto d = deferred_.find(ev.job_id); d != deferred_.end()) {
-        launch_queue_.push_back({std::move(d->second), {}});
-        deferred_.erase(d);
-        launch_cv_.notify_all();
-      }
+      if (IsFinal(ev.kind)) EndAcknowledgedLocked(ev);
     }
+  }
+}
+
+void AgentLoop::EndAcknowledgedLocked(const agent::JobEvent& ev) {
+  const RunId& id = ev.id;
+  // Only the attempt the task holds here is forgotten: the end of an attempt that never
+  // started (a refused launch) must not free the task while an earlier one still holds it.
+  auto held = id.is_exec() ? current_.end() : current_.find(SlotOf(id));
+  if (held != current_.end() && held->second != id.attempt) return;
+  held_.erase(id);
+  if (held != current_.end()) current_.erase(held);
+  if (Status s = launcher_->Forget(id); !s.ok() && s.code() != StatusCode::kNotFound) {
+    spdlog::warn("agent: forget {}: {}", agent::ToString(id), s.message());
+  }
+  // The next attempt of the task may start now.
+  if (id.is_exec()) return;
+  if (auto d = deferred_.find(SlotOf(id)); d != deferred_.end()) {
+    launch_queue_.push_back({std::move(d->second), {}});
+    deferred_.erase(d);
+    launch_cv_.notify_all();
   }
 }
 
@@ -592,7 +587,8 @@ int64_t JobOfProcess(const std::string& proc_root, int64_t pid) {
   Result<std::string> text =
       ReadFileToString(proc_root + "/" + std::to_string(pid) + "/cgroup", 64 << 10);
   if (!text.ok()) return 0;
-  // "0::/gpupool/job-KEY-ATTEMPT-INSTANCE" (v2) or "5:cpu:/gpupool/job-..." (v1).
+  // "0::/gpupool/job-JOB-TASK.ATTEMPT-INSTANCE" (v2) or "5:cpu:/gpupool/job-..." (v1);
+  // "job-KEY-ATTEMPT-INSTANCE" where an agent of the previous layout made it (run_id.h).
   constexpr std::string_view kLeaf = "/gpupool/job-";
   const size_t at = text->find(kLeaf);
   if (at == std::string::npos) return 0;
@@ -600,7 +596,7 @@ int64_t JobOfProcess(const std::string& proc_root, int64_t pid) {
   while (end < text->size() && (*text)[end] >= '0' && (*text)[end] <= '9') ++end;
   std::optional<int64_t> key = ParseInt64(text->substr(at + kLeaf.size(), end - at - kLeaf.size()));
   if (!key || *key <= 0) return 0;
-  return agent::FromKey(*key).job_id;
+  return agent::JobOfLegacyKey(*key);  // a job id is its own legacy key
 }
 
 protocol::GpuTelemetry TelemetryOfSample(const gpu::GpuSample& s, int64_t at_ms,
@@ -634,15 +630,14 @@ size_t AgentLoop::TelemetryRound() {
   std::map<int, std::vector<protocol::TelemetryJob>> holders;
   {
     std::lock_guard lock(mu_);
-    for (const auto& [key, spec] : specs_) {
-      if (agent::FromKey(key).exec_id != 0) continue;
-      for (const protocol::GpuGrant& g : spec.gpus) {
+    for (const auto& [id, run] : held_) {
+      if (id.is_exec()) continue;
+      for (const protocol::GpuGrant& g : run.spec.gpus) {
         // Once per job: a node's launch unit holds the GPUs of the job's other tasks there
         // too (LaunchOrder::node_tasks), and the controller counts each listing.
         std::vector<protocol::TelemetryJob>& h = holders[g.index];
-        if (std::none_of(h.begin(), h.end(),
-                         [&](const auto& t) { return t.job_id == spec.pool_job_id; })) {
-          h.push_back({spec.pool_job_id, g.gpu_milli});
+        if (std::none_of(h.begin(), h.end(), [&](const auto& t) { return t.job_id == id.job; })) {
+          h.push_back({id.job, g.gpu_milli});
         }
       }
     }

@@ -6,9 +6,11 @@
 //
 // It survives a controller restart (retries with back-off, re-registers when the
 // controller no longer knows the node) and its own restart (Launcher::Adopt finds the
-// jobs whose shims still run). Events are kept until the controller has acknowledged
-// them, and launch orders are de-duplicated by (job, attempt), so nothing is started
-// twice and no final state is lost. Run() blocks until Stop(); both are thread-safe.
+// jobs whose shims still run, in either directory layout). Events are kept until the
+// controller has acknowledged them, and launch orders are de-duplicated by their run
+// (job, task, attempt: agent::RunId), so nothing is started twice and no final state is
+// lost; a task holds one attempt at a time. Run() blocks until Stop(); both are
+// thread-safe.
 #pragma once
 
 #include <atomic>
@@ -75,7 +77,7 @@ struct AgentLoopOptions {
 };
 
 // The pool job whose cgroup the process `pid` runs in (its /proc/PID/cgroup names a
-// gpupool job cgroup, agent/cgroup.h), or 0.
+// gpupool job cgroup of either layout, agent/cgroup.h), or 0.
 int64_t JobOfProcess(const std::string& proc_root, int64_t pid);
 
 // One GPU's sample as the agent sends it, stamped `at_ms`, each process with its job
@@ -113,6 +115,12 @@ class AgentLoop {
   Status PollOnce();
   void AnswerLogReads(const std::vector<protocol::LogRequest>& reads);
   void CancelOrdered(const protocol::CancelOrder& c);
+  // The runs here that a cancel order names (callers hold mu_); refuses the job's queued
+  // and deferred launches.
+  std::vector<RunId> RunsToCancelLocked(const protocol::CancelOrder& c);
+  // Once an end is acknowledged (callers hold mu_): forgets the run and lets its task's
+  // deferred attempt start.
+  void EndAcknowledgedLocked(const agent::JobEvent& ev);
   void ReportEvents();  // runs on its own thread
   void LaunchWorker();  // several run: a launch waits for its shim, others need not
   void Launch(const protocol::LaunchOrder& order);
@@ -124,8 +132,8 @@ class AgentLoop {
   Status PrepareContainerJob(const jobs::Job& job, agent::LaunchSpec* spec);
   // What the job's environment needs: job.needs, or the inspected image (cached by id).
   Result<jobs::EnvNeeds> NeedsOf(const jobs::Job& job);
-  void FailLaunch(int64_t key, int attempt, const std::string& reason, bool cancelled = false);
-  void FailLaunchLocked(int64_t key, int attempt, const std::string& reason, bool cancelled);
+  void FailLaunch(const RunId& id, const std::string& reason, bool cancelled = false);
+  void FailLaunchLocked(const RunId& id, const std::string& reason, bool cancelled);
   void TelemetryLoop();  // runs on its own thread while telemetry is on
 
   AgentLoopOptions options_;
@@ -138,20 +146,29 @@ class AgentLoop {
   std::condition_variable telemetry_cv_;
   std::deque<protocol::GpuTelemetry> unsent_telemetry_;
 
+  // A task of a job, whatever its attempt: (job, task index).
+  using TaskSlot = std::pair<int64_t, int>;
+  static TaskSlot SlotOf(const RunId& id) { return {id.job, id.task}; }
+  // What a run here was started with, and where its files are.
+  struct Held {
+    agent::LaunchSpec spec;
+    std::string dir;
+  };
+
   std::mutex mu_;
-  std::set<std::pair<int64_t, int>> launched_;   // (launcher key, attempt) seen
+  std::set<RunId> launched_;                     // runs seen (launched, refused or adopted)
   std::set<std::pair<int64_t, int>> cancelled_;  // (job, attempt) told to stop here
-  // The attempt the launcher holds under each task key: it runs, or it ended and its
-  // end is not acknowledged yet (the launcher then still has its spec). One per key.
-  std::map<int64_t, int> current_;
+  // The attempt each task holds here: it runs, or it ended and its end is not
+  // acknowledged yet (the launcher then still has its spec). One per task.
+  std::map<TaskSlot, int> current_;
   // Launch orders of a later attempt that wait for the attempt in current_ to end and
   // be acknowledged (issue 25 item 2: a node that comes back still running attempt 1 of
   // a job the controller requeued). Re-queued by ReportEvents.
-  std::map<int64_t, protocol::LaunchOrder> deferred_;
+  std::map<TaskSlot, protocol::LaunchOrder> deferred_;
   // What each task and exec session here was started with: a later exec runs with its
-  // task's spec, and task 0's started event carries its rendezvous port.
-  std::map<int64_t, agent::LaunchSpec> specs_;
-  std::map<int64_t, int64_t> exec_job_;  // exec launcher key -> the job it runs in
+  // task's spec (in its task's directory), and task 0's started event carries its
+  // rendezvous port.
+  std::map<RunId, Held> held_;
   std::vector<agent::JobEvent> unsent_;  // waiting for the controller's ack
   struct WorkItem {
     std::optional<protocol::LaunchOrder> launch;
@@ -160,11 +177,11 @@ class AgentLoop {
   std::deque<WorkItem> launch_queue_;
   std::condition_variable launch_cv_;
   std::map<std::string, jobs::EnvNeeds> needs_by_image_id_;  // guarded by mu_
-  // Interactive exec sessions' relays, by launcher key (null while it launches), and
-  // those whose command ended before its relay was registered.
-  std::map<int64_t, std::shared_ptr<ExecRelay>> relays_;
-  std::set<int64_t> ended_before_relay_;
-  void SessionEndedLocked(int64_t key);
+  // Interactive exec sessions' relays, by run (null while it launches), and those whose
+  // command ended before its relay was registered.
+  std::map<RunId, std::shared_ptr<ExecRelay>> relays_;
+  std::set<RunId> ended_before_relay_;
+  void SessionEndedLocked(const RunId& id);
 };
 
 }  // namespace gpupool::agent

@@ -47,15 +47,19 @@ TEST_F(JobOfProcessTest, FindsTheJobOfV1AndV2CgroupsAndNothingElse) {
   Cgroup(12, "0::/user.slice/user-1000.slice/session-3.scope\n");
   Cgroup(13, "0::/gpupool/job-x-1-2\n");
   Cgroup(14, "0::/gpupool/job-\n");
-  // A task of a gang: the cgroup is named by the task's launcher key.
-  const int64_t key = agent::TaskKey(44, 3, 4);
-  Cgroup(15, "0::/gpupool/job-" + std::to_string(key) + "-1-9\n");
+  // A task of a gang, as the previous layout named its cgroup: by the task's launcher key
+  // (2^50 + 44 * 4096 + 3); and as it is named now, by job, task and attempt.
+  Cgroup(15, "0::/gpupool/job-1125899907022851-1-9\n");
+  Cgroup(16, "0::/gpupool/job-45-3.1-9\n");
+  Cgroup(17, "12:memory:/gpupool/job-46-0.2-7\n");
   EXPECT_EQ(JobOfProcess(root_.string(), 10), 42);
   EXPECT_EQ(JobOfProcess(root_.string(), 11), 43);
   EXPECT_EQ(JobOfProcess(root_.string(), 12), 0);
   EXPECT_EQ(JobOfProcess(root_.string(), 13), 0);
   EXPECT_EQ(JobOfProcess(root_.string(), 14), 0);
   EXPECT_EQ(JobOfProcess(root_.string(), 15), 44);
+  EXPECT_EQ(JobOfProcess(root_.string(), 16), 45);
+  EXPECT_EQ(JobOfProcess(root_.string(), 17), 46);
   EXPECT_EQ(JobOfProcess(root_.string(), 99), 0);  // gone
 }
 
@@ -74,15 +78,15 @@ class IdleLauncher final : public agent::Launcher {
   std::condition_variable cv;  // a launch was recorded
   bool accept = false;
   std::vector<agent::LaunchSpec> launched;
-  Status Cancel(int64_t) override { return Status::NotFound("none"); }
+  Status Cancel(const RunId&) override { return Status::NotFound("none"); }
   std::vector<agent::JobEvent> Poll() override { return {}; }
   std::vector<agent::JobEvent> Wait(int timeout_ms) override {
     std::this_thread::sleep_for(std::chrono::milliseconds(std::min(timeout_ms, 20)));
     return {};
   }
   Result<std::vector<agent::JobEvent>> Adopt() override { return std::vector<agent::JobEvent>{}; }
-  Status Forget(int64_t) override { return Status::Ok(); }
-  std::vector<int64_t> Running() const override { return {}; }
+  Status Forget(const RunId&) override { return Status::Ok(); }
+  std::vector<RunId> Running() const override { return {}; }
 };
 
 // One GPU at a fixed 42%, that had two Xid errors (the last 79) and 5 uncorrected ECC.
@@ -227,13 +231,13 @@ TEST_F(TelemetryAgentTest, ANodesLaunchUnitTakesItsTasksLimitsAndListsItsJobOnce
                           [this] { return launcher_.launched.size() == 2; });
     ASSERT_EQ(launcher_.launched.size(), 2u);
     for (const agent::LaunchSpec& spec : launcher_.launched) {
-      SCOPED_TRACE(spec.task_index);
-      const int64_t tasks = spec.task_index == 0 ? 2 : 1;
+      SCOPED_TRACE(spec.id.task);
+      const int64_t tasks = spec.id.task == 0 ? 2 : 1;
       EXPECT_EQ(spec.cpu_milli, 1500 * tasks);
       EXPECT_EQ(spec.memory_bytes, (uint64_t{3} << 30) * static_cast<uint64_t>(tasks));
       EXPECT_EQ(spec.gpus.size(), static_cast<size_t>(tasks));
       const std::vector<std::string> held_argv = {"sleep", "infinity"};
-      EXPECT_EQ(spec.argv, spec.task_index == 0 ? unit.job.command.get() : held_argv);
+      EXPECT_EQ(spec.argv, spec.id.task == 0 ? unit.job.command.get() : held_argv);
     }
   }
   EXPECT_EQ(loop_->TelemetryRound(), 0u);
