@@ -77,7 +77,7 @@ std::string ResolveFormat(const GpusFlags& f) {
 
 // --sample: what the agent's telemetry sends, one JSON line per round: each GPU's
 // figures and the processes on it with the pool job whose cgroup each runs in
-// (daemon/agent_loop.h), plus how long the round took (a sampler must never block).
+// (agent/runtime/agent_loop.h), plus how long the round took (a sampler must never block).
 int PrintSamples(const gpu::DiscoveryOptions& options, const gpu::NodeInfo& node,
                  const GpusFlags& f) {
   Result<std::unique_ptr<gpu::TelemetrySampler>> sampler =
