@@ -54,7 +54,8 @@ std::vector<int> ReadPids(const std::string& procs_path) {
 }
 
 std::string LeafName(const CgroupRequest& r) {
-  std::string leaf = "job-" + std::to_string(r.job_id) + "-" + std::to_string(r.attempt);
+  std::string leaf = "job-" + std::to_string(r.id.job) + "-" + std::to_string(r.id.task) + "." +
+                     std::to_string(r.id.attempt);
   if (!r.instance.empty()) leaf += "-" + r.instance;
   return leaf;
 }

@@ -1,7 +1,9 @@
 // JobCgroup: the cgroups that isolate one job attempt, under cgroup v1 (the `devices`,
 // `cpu` and `memory` hierarchies, ROOT/<controller>/gpupool/LEAF) or cgroup v2
-// (ROOT/gpupool/LEAF), where LEAF is job-<id>-<attempt>-<instance>: the instance (the
-// shim's pid) keeps two agents on one host, as in tests, from sharing a cgroup.
+// (ROOT/gpupool/LEAF), where LEAF is job-<job>-<task>.<attempt>-<instance> (run_id.h;
+// agents before it named it job-<key>-<attempt>-<instance>, and such leaves may still
+// exist): the instance (the shim's pid) keeps two agents on one host, as in tests, from
+// sharing a cgroup.
 //
 // What it enforces:
 //   v1: devices.deny "c MAJ:MIN rwm" for every denied device node; cpu.cfs_quota_us /
@@ -18,13 +20,13 @@
 #include <string>
 #include <vector>
 
+#include "agent/run_id.h"
 #include "common/status.h"
 
 namespace gpupool::agent {
 
 struct CgroupRequest {
-  int64_t job_id = 0;
-  int attempt = 0;
+  RunId id;  // a task's run: exec sessions join their task's cgroups
   std::vector<std::string> deny_device_nodes;
   int64_t cpu_milli = 0;      // 0 = no limit
   uint64_t memory_bytes = 0;  // 0 = no limit

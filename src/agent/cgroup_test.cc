@@ -36,7 +36,7 @@ TEST(CgroupTest, CpuQuota) {
 
 TEST(CgroupTest, DisabledAndMissingRootsAreNotesNotErrors) {
   CgroupRequest req;
-  req.job_id = 1;
+  req.id.job = 1;
   auto cg = JobCgroup::Create("", req);
   EXPECT_NE(cg->note().find("skipped"), std::string::npos);
   EXPECT_TRUE(cg->dirs().empty());
@@ -58,8 +58,7 @@ TEST(CgroupTest, V1CreatesConfiguresAndRemoves) {
     GTEST_SKIP() << "needs root and cgroup v1 devices+cpu controllers at /sys/fs/cgroup";
   }
   CgroupRequest req;
-  req.job_id = 900000 + ::getpid() % 1000;
-  req.attempt = 1;
+  req.id = {900000 + ::getpid() % 1000, 0, 1, 0};
   req.deny_device_nodes = {"/dev/zero", "/no/such/node"};
   req.cpu_milli = 1500;
   req.memory_bytes = 256ull << 20;
@@ -69,7 +68,7 @@ TEST(CgroupTest, V1CreatesConfiguresAndRemoves) {
   EXPECT_NE(cg->note().find("/no/such/node"), std::string::npos) << cg->note();
   EXPECT_FALSE(cg->devices_enforced());  // one node could not be denied
   ASSERT_FALSE(cg->dirs().empty());
-  const std::string leaf = "job-" + std::to_string(req.job_id) + "-1-" + req.instance;
+  const std::string leaf = "job-" + std::to_string(req.id.job) + "-0.1-" + req.instance;
   // The kernel enforces the rule: a process in the cgroup cannot open /dev/zero.
   pid_t pid = ::fork();
   ASSERT_GE(pid, 0);
@@ -113,8 +112,7 @@ TEST(CgroupTest, JoinUsesTheTasksCgroupsAndLeavesThemToIt) {
   }
   EXPECT_NE(foreign->note().find("cannot join"), std::string::npos) << foreign->note();
   CgroupRequest req;
-  req.job_id = 910000 + ::getpid() % 1000;
-  req.attempt = 1;
+  req.id = {910000 + ::getpid() % 1000, 0, 1, 0};
   req.deny_device_nodes = {"/dev/zero"};
   req.instance = "j" + std::to_string(::getpid());
   auto task = JobCgroup::Create("/sys/fs/cgroup", req);
@@ -147,8 +145,7 @@ TEST(CgroupTest, V2DeniesDevicesThroughEbpf) {
     GTEST_SKIP() << "needs root and a cgroup v2 mount at /sys/fs/cgroup/unified";
   }
   CgroupRequest req;
-  req.job_id = 910000 + ::getpid() % 1000;
-  req.attempt = 2;
+  req.id = {910000 + ::getpid() % 1000, 0, 2, 0};
   req.deny_device_nodes = {"/dev/zero", "/no/such/node"};
   req.cpu_milli = 500;
   auto cg = JobCgroup::Create("/sys/fs/cgroup/unified", req);
@@ -187,8 +184,7 @@ TEST(CgroupTest, RemoveCgroupDirsOfADeadShim) {
     GTEST_SKIP() << "needs root and the cgroup v1 cpu controller at /sys/fs/cgroup";
   }
   CgroupRequest req;
-  req.job_id = 920000 + ::getpid() % 1000;
-  req.attempt = 1;
+  req.id = {920000 + ::getpid() % 1000, 0, 1, 0};
   req.cpu_milli = 100;
   auto cg = JobCgroup::Create("/sys/fs/cgroup", req);
   ASSERT_FALSE(cg->dirs().empty()) << cg->note();

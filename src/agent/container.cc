@@ -109,10 +109,13 @@ bool HasUlimit(const std::vector<std::string>& ulimits, const std::string& type)
 }  // namespace
 
 std::string ContainerName(const LaunchSpec& spec) {
-  // Two tasks of one job may share a node, so a gang's task index is part of the name.
-  std::string name = "gpupool-job-" + std::to_string(PoolJobId(spec));
-  if (spec.num_tasks > 1) name += "-t" + std::to_string(spec.task_index);
-  return name + "-" + std::to_string(spec.attempt);
+  // Two tasks of one job may share a node, so a gang's task index is part of the name,
+  // and an exec session runs in a container of its own beside its task's.
+  std::string name = "gpupool-job-" + std::to_string(spec.id.job);
+  if (spec.num_tasks > 1) name += "-t" + std::to_string(spec.id.task);
+  name += "-" + std::to_string(spec.id.attempt);
+  if (spec.id.is_exec()) name += "-exec" + std::to_string(spec.id.exec);
+  return name;
 }
 
 std::vector<std::string> PodmanArgv(const ContainerOptions& options,
@@ -149,8 +152,8 @@ Result<std::vector<std::string>> BuildPodmanRunArgv(const LaunchSpec& spec,
   GP_RETURN_IF_ERROR(jobs::ValidateImageRef(spec.image));
   if (spec.argv.empty()) return Status::InvalidArgument("the job's command is empty");
   std::vector<std::string> run = {"run", "--rm", "--name", ContainerName(spec), "--label",
-                                  "gpupool.job=" + std::to_string(PoolJobId(spec)), "--label",
-                                  "gpupool.task=" + std::to_string(spec.task_index),
+                                  "gpupool.job=" + std::to_string(spec.id.job), "--label",
+                                  "gpupool.task=" + std::to_string(spec.id.task),
                                   // Output goes to the attached client (the job's logs) only.
                                   "--log-driver", "none"};
   if (!options.runtime.empty()) run.insert(run.end(), {"--runtime", options.runtime});

@@ -33,6 +33,7 @@ namespace {
 
 namespace fs = std::filesystem;
 using testing::ReadWholeFile;
+using testing::TaskRun;
 using testing::WaitForEvent;
 using Kind = JobEvent::Kind;
 
@@ -217,15 +218,15 @@ class ContainerPodmanTest : public ::testing::Test {
   JobEvent RunToEnd(const LaunchSpec& spec, int timeout_ms = 60'000) {
     Status st = launcher_->Launch(spec);
     EXPECT_TRUE(st.ok()) << st.ToString();
-    std::optional<JobEvent> e = WaitForEvent(*launcher_, spec.job_id, timeout_ms);
+    std::optional<JobEvent> e = WaitForEvent(*launcher_, spec.id, timeout_ms);
     EXPECT_TRUE(e.has_value());
     if (!e || e->kind != Kind::kStarted) return e.value_or(JobEvent{});
-    std::optional<JobEvent> end = WaitForEvent(*launcher_, spec.job_id, timeout_ms);
-    EXPECT_TRUE(end.has_value()) << "no final event for job " << spec.job_id;
+    std::optional<JobEvent> end = WaitForEvent(*launcher_, spec.id, timeout_ms);
+    EXPECT_TRUE(end.has_value()) << "no final event for " << ToString(spec.id);
     return end.value_or(JobEvent{});
   }
   std::string Log(int64_t id, const char* name) {
-    return ReadWholeFile(JobDir(state_, id) + "/" + name);
+    return ReadWholeFile(JobDir(state_, TaskRun(id)) + "/" + name);
   }
 
   static inline int counter_ = 0;
@@ -306,7 +307,7 @@ TEST_F(ContainerPodmanTest, CancelStopsTheContainerWithinTheGrace) {
   ASSERT_TRUE(started && started->kind == Kind::kStarted);
   ASSERT_TRUE(WaitForRunningContainer("gpupool-job-204-1", 30'000));
   const auto t0 = std::chrono::steady_clock::now();
-  ASSERT_TRUE(launcher_->Cancel(204).ok());
+  ASSERT_TRUE(launcher_->Cancel(TaskRun(204)).ok());
   std::optional<JobEvent> e = WaitForEvent(*launcher_, 204, 60'000);
   const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   ASSERT_TRUE(e.has_value());
@@ -330,7 +331,7 @@ TEST_F(ContainerPodmanTest, WithInitCancelEndsTheCommandBySigtermAtOnce) {
   ASSERT_TRUE(started && started->kind == Kind::kStarted);
   ASSERT_TRUE(WaitForRunningContainer("gpupool-job-210-1", 30'000));
   const auto t0 = std::chrono::steady_clock::now();
-  ASSERT_TRUE(launcher_->Cancel(210).ok());
+  ASSERT_TRUE(launcher_->Cancel(TaskRun(210)).ok());
   std::optional<JobEvent> e = WaitForEvent(*launcher_, 210, 60'000);
   const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   ASSERT_TRUE(e.has_value());
@@ -368,7 +369,7 @@ TEST_F(ContainerPodmanTest, KilledPodmanClientLeavesNoContainer) {
   std::optional<JobEvent> started = WaitForEvent(*launcher_, 206, 60'000);
   ASSERT_TRUE(started && started->kind == Kind::kStarted);
   ASSERT_TRUE(WaitForRunningContainer("gpupool-job-206-1", 30'000));
-  Result<ShimRecord> rec = ReadShimRecord(JobDir(state_, 206));
+  Result<ShimRecord> rec = ReadShimRecord(JobDir(state_, TaskRun(206)));
   ASSERT_TRUE(rec.ok() && rec->job_pid > 0);
   ASSERT_EQ(::kill(rec->job_pid, SIGKILL), 0);  // the podman client; conmon keeps the container
   std::optional<JobEvent> e = WaitForEvent(*launcher_, 206, 60'000);
@@ -489,7 +490,7 @@ TEST_F(ContainerPodmanTest, ASwappedSymlinkNeverGetsAForeignFileMounted) {
   EXPECT_TRUE(Containers().empty());
   // The staged sources are unmounted and gone with their jobs.
   EXPECT_EQ(ReadWholeFile("/proc/self/mounts").find(state_), std::string::npos);
-  EXPECT_FALSE(fs::exists(JobDir(state_, 2199) + "/mounts"));
+  EXPECT_FALSE(fs::exists(JobDir(state_, TaskRun(2199)) + "/mounts"));
 }
 
 }  // namespace

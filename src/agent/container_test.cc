@@ -10,8 +10,7 @@ namespace {
 
 LaunchSpec ImageSpec() {
   LaunchSpec s;
-  s.job_id = 7;
-  s.attempt = 2;
+  s.id = {7, 0, 2, 0};
   s.user = "alice";
   s.uid = 1001;
   s.gid = 1002;

@@ -36,8 +36,8 @@ void SetGpupoolAndVisibility(const LaunchSpec& spec, std::map<std::string, std::
                           "HIP_VISIBLE_DEVICES", "GPUPOOL_GPU_MILLI"}) {
     env.erase(key);
   }
-  env["GPUPOOL_JOB_ID"] = std::to_string(PoolJobId(spec));
-  env["GPUPOOL_ATTEMPT"] = std::to_string(spec.attempt);
+  env["GPUPOOL_JOB_ID"] = std::to_string(spec.id.job);
+  env["GPUPOOL_ATTEMPT"] = std::to_string(spec.id.attempt);
   for (const auto& [k, v] : spec.pool_env) env[k] = v;
 
   if (spec.gpus.empty()) {

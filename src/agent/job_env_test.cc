@@ -12,8 +12,7 @@ namespace {
 
 LaunchSpec BaseSpec() {
   LaunchSpec s;
-  s.job_id = 42;
-  s.attempt = 2;
+  s.id = {42, 0, 2, 0};
   s.user = "alice";
   s.argv = {"true"};
   return s;

@@ -12,40 +12,9 @@
 
 #include "common/file_util.h"
 #include "common/json.h"
+#include "common/strings.h"
 
 namespace gpupool::agent {
-
-// Launcher keys and job directories (launcher.h): here, beside the files, because the
-// shim needs them too and links none of the launcher.
-std::string JobDir(const std::string& state_dir, int64_t job_id) {
-  return state_dir + "/jobs/" + std::to_string(job_id);
-}
-
-namespace {
-constexpr int64_t kGangKeyBase = int64_t{1} << 50;
-constexpr int64_t kExecKeyBase = int64_t{1} << 61;
-constexpr int64_t kMaxTasksPerKey = 4096;
-}  // namespace
-
-int64_t TaskKey(int64_t job_id, int task_index, int num_tasks) {
-  if (num_tasks <= 1) return job_id;
-  return kGangKeyBase + job_id * kMaxTasksPerKey + task_index;
-}
-
-int64_t ExecKey(int64_t exec_id) { return kExecKeyBase + exec_id; }
-
-KeyInfo FromKey(int64_t key) {
-  KeyInfo k;
-  if (key >= kExecKeyBase) {
-    k.exec_id = key - kExecKeyBase;
-  } else if (key >= kGangKeyBase) {
-    k.job_id = (key - kGangKeyBase) / kMaxTasksPerKey;
-    k.task_index = static_cast<int>((key - kGangKeyBase) % kMaxTasksPerKey);
-  } else {
-    k.job_id = key;
-  }
-  return k;
-}
 
 namespace {
 
@@ -96,6 +65,46 @@ Status ContainerFromJson(const Json& j, const std::string& path, ContainerOption
   return f.Finish();
 }
 
+// A run's identity, as every file of its directory carries it: {"job", "task", "attempt",
+// "exec"}.
+OrderedJson RunIdToJson(const RunId& id) {
+  OrderedJson j;
+  j["job"] = id.job;
+  j["task"] = id.task;
+  j["attempt"] = id.attempt;
+  j["exec"] = id.exec;
+  return j;
+}
+
+Status RunIdFromJson(const Json& j, const std::string& path, RunId* id) {
+  if (!j.is_object()) return Status::InvalidArgument(path + ": expected an object");
+  JsonFields f(j, path, /*reject_unknown=*/false);
+  f.Required("job", &id->job, 1);
+  f.Optional("task", &id->task, 0, 1 << 20);
+  f.Required("attempt", &id->attempt, 0);
+  f.Optional("exec", &id->exec, 0);
+  return f.Finish();
+}
+
+// The run a file names: its "run", or (a file of the previous layout, written by an
+// older agent or shim) its launcher key "job_id" with "attempt", and for a spec the
+// job and task the key stood for.
+Status ReadRunId(JsonFields& f, const std::string& source, RunId* id) {
+  if (const Json* run = f.Member("run"); run != nullptr) {
+    return RunIdFromJson(*run, source + ": run", id);
+  }
+  int64_t key = 0;
+  int attempt = 0;
+  int64_t job = 0;
+  int task = 0;
+  f.Required("job_id", &key, 1);
+  f.Required("attempt", &attempt, 0);
+  f.Optional("pool_job_id", &job, 0);
+  f.Optional("task_index", &task, 0, 1 << 20);
+  *id = LegacyRunId(key, job != 0 ? job : key, task, attempt);
+  return Status::Ok();
+}
+
 void PutOptionalInt(OrderedJson& j, const char* key, const std::optional<int>& v) {
   if (v.has_value()) {
     j[key] = *v;
@@ -109,10 +118,7 @@ void PutOptionalInt(OrderedJson& j, const char* key, const std::optional<int>& v
 std::string ShimConfigToJson(const ShimConfig& config) {
   const LaunchSpec& s = config.spec;
   OrderedJson j;
-  j["job_id"] = s.job_id;
-  j["attempt"] = s.attempt;
-  if (s.pool_job_id != 0) j["pool_job_id"] = s.pool_job_id;
-  j["task_index"] = s.task_index;
+  j["run"] = RunIdToJson(s.id);
   j["num_tasks"] = s.num_tasks;
   if (!s.pool_env.empty()) {
     OrderedJson pool_env = OrderedJson::object();
@@ -159,10 +165,7 @@ Result<ShimConfig> ShimConfigFromJson(const std::string& text, const std::string
   ShimConfig config;
   LaunchSpec& s = config.spec;
   JsonFields f(j, source, /*reject_unknown=*/false);
-  f.Required("job_id", &s.job_id, 1);
-  f.Required("attempt", &s.attempt, 0);
-  f.Optional("pool_job_id", &s.pool_job_id, 0);
-  f.Optional("task_index", &s.task_index, 0, 1 << 20);
+  GP_RETURN_IF_ERROR(ReadRunId(f, source, &s.id));
   f.Optional("num_tasks", &s.num_tasks, 1, 1 << 20);
   if (const Json* env = f.Member("pool_env"); env != nullptr) {
     if (!env->is_object()) {
@@ -241,8 +244,7 @@ Result<ShimConfig> ShimConfigFromJson(const std::string& text, const std::string
 
 std::string ShimRecordToJson(const ShimRecord& r) {
   OrderedJson j;
-  j["job_id"] = r.job_id;
-  j["attempt"] = r.attempt;
+  j["run"] = RunIdToJson(r.id);
   j["pid"] = r.pid;
   j["start_ticks"] = r.start_ticks;
   j["boot_id"] = r.boot_id;
@@ -259,8 +261,7 @@ Result<ShimRecord> ShimRecordFromJson(const std::string& text, const std::string
   if (!j.is_object()) return Status::InvalidArgument(source + ": expected a JSON object");
   ShimRecord r;
   JsonFields f(j, source, /*reject_unknown=*/false);
-  f.Required("job_id", &r.job_id, 1);
-  f.Required("attempt", &r.attempt, 0);
+  GP_RETURN_IF_ERROR(ReadRunId(f, source, &r.id));
   f.Required("pid", &r.pid, 1);
   f.Required("start_ticks", &r.start_ticks);
   f.Optional("boot_id", &r.boot_id);
@@ -275,8 +276,7 @@ Result<ShimRecord> ShimRecordFromJson(const std::string& text, const std::string
 
 std::string FinalStatusToJson(const FinalStatus& s) {
   OrderedJson j;
-  j["job_id"] = s.job_id;
-  j["attempt"] = s.attempt;
+  j["run"] = RunIdToJson(s.id);
   j["started"] = s.started;
   j["start_time_us"] = s.start_time_us;
   j["end_time_us"] = s.end_time_us;
@@ -294,8 +294,7 @@ Result<FinalStatus> FinalStatusFromJson(const std::string& text, const std::stri
   if (!j.is_object()) return Status::InvalidArgument(source + ": expected a JSON object");
   FinalStatus s;
   JsonFields f(j, source, /*reject_unknown=*/false);
-  f.Required("job_id", &s.job_id, 1);
-  f.Required("attempt", &s.attempt, 0);
+  GP_RETURN_IF_ERROR(ReadRunId(f, source, &s.id));
   f.Required("started", &s.started);
   f.Optional("start_time_us", &s.start_time_us, 0);
   f.Optional("end_time_us", &s.end_time_us, 0);
@@ -309,10 +308,10 @@ Result<FinalStatus> FinalStatusFromJson(const std::string& text, const std::stri
   return s;
 }
 
-JobEvent EventFromFinalStatus(const FinalStatus& s) {
+JobEvent EventFromFinalStatus(const FinalStatus& s, const RunId& id, const std::string& dir) {
   JobEvent e;
-  e.job_id = s.job_id;
-  e.attempt = s.attempt;
+  e.id = id;
+  e.dir = dir;
   e.kind = s.started ? JobEvent::Kind::kExited : JobEvent::Kind::kFailed;
   e.time_us = s.end_time_us;
   e.start_time_us = s.start_time_us;
@@ -389,6 +388,26 @@ Result<FinalStatus> ReadFinalStatus(const std::string& job_dir) {
   return FinalStatusFromJson(text, job_dir + "/" + kStatusFile);
 }
 
+namespace {
+
+// Whether `dir` (resolved, without links) is a run's directory under `jobs_dir` (resolved):
+// JOBS_DIR/<job>/<RunDirName>, or JOBS_DIR/<name> one level below (the previous layout).
+bool IsRunDirectory(const std::string& jobs_dir, const std::string& dir) {
+  if (dir.size() <= jobs_dir.size() + 1 || dir.compare(0, jobs_dir.size(), jobs_dir) != 0 ||
+      dir[jobs_dir.size()] != '/') {
+    return false;
+  }
+  const std::string rest = dir.substr(jobs_dir.size() + 1);
+  const size_t slash = rest.find('/');
+  if (slash == std::string::npos) return true;  // the previous layout
+  const std::string job = rest.substr(0, slash);
+  const std::string run = rest.substr(slash + 1);
+  std::optional<int64_t> id = ParseInt64(job);
+  return id.has_value() && *id > 0 && std::to_string(*id) == job && IsRunDirName(run);
+}
+
+}  // namespace
+
 Result<LogSlice> ReadJobLogSlice(const std::string& state_dir, const std::string& path,
                                  int64_t offset, int64_t max_bytes) {
   const size_t slash = path.find_last_of('/');
@@ -404,11 +423,11 @@ Result<LogSlice> ReadJobLogSlice(const std::string& state_dir, const std::string
   if (::realpath(path.substr(0, slash).c_str(), real_dir) == nullptr) {
     return Status::NotFound("no job directory '" + path.substr(0, slash) + "' on this node");
   }
-  // The file's directory must be one level below the jobs directory.
+  // The file's directory must be a run's: JOBS/<job>/<run> (run_id.h), or JOBS/<key> of
+  // the previous layout, whose ended jobs' records still name their logs there.
   const std::string jobs_dir = real_jobs;
   const std::string dir = real_dir;
-  if (dir.size() <= jobs_dir.size() + 1 || dir.compare(0, jobs_dir.size(), jobs_dir) != 0 ||
-      dir[jobs_dir.size()] != '/' || dir.find('/', jobs_dir.size() + 1) != std::string::npos) {
+  if (!IsRunDirectory(jobs_dir, dir)) {
     return Status::PermissionDenied("'" + path + "' is not inside a job directory of this node");
   }
   int fd = ::open((dir + "/" + name).c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);

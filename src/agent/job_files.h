@@ -1,4 +1,5 @@
-// The files in STATE/jobs/<id>/ through which a shim and any agent incarnation talk:
+// The files in a run's directory (STATE/jobs/<job>/<task>.<attempt>/, run_id.h) through
+// which a shim and any agent incarnation talk:
 //
 //   spec.json    what to run (written by the launcher, read by the shim), mode 0600
 //   shim.json    the running shim: pid, its kernel start time, the job's pid, start time
@@ -40,8 +41,7 @@ struct ShimConfig {
 
 // Who the shim is, so that a later agent can tell it from a process that reused its pid.
 struct ShimRecord {
-  int64_t job_id = 0;
-  int attempt = 0;
+  RunId id;
   int pid = 0;
   uint64_t start_ticks = 0;  // field 22 of /proc/<pid>/stat
   std::string boot_id;       // the kernel boot the pids belong to
@@ -54,8 +54,7 @@ struct ShimRecord {
 
 // How an attempt ended.
 struct FinalStatus {
-  int64_t job_id = 0;
-  int attempt = 0;
+  RunId id;
   bool started = false;  // false: the command never ran (see reason)
   int64_t start_time_us = 0;
   int64_t end_time_us = 0;
@@ -76,8 +75,9 @@ Result<ShimRecord> ShimRecordFromJson(const std::string& text, const std::string
 std::string FinalStatusToJson(const FinalStatus& status);
 Result<FinalStatus> FinalStatusFromJson(const std::string& text, const std::string& source);
 
-// The event an agent reports for a final status.
-JobEvent EventFromFinalStatus(const FinalStatus& status);
+// The event an agent reports for a final status of the run `id` in `dir` (the launcher
+// knows which run a directory holds; a status of the previous layout names its key).
+JobEvent EventFromFinalStatus(const FinalStatus& status, const RunId& id, const std::string& dir);
 
 // Writes `contents` to `path` via a temporary file and rename, with the given mode, so a
 // reader never sees half a file. With `sync` the data is fsynced first and so survives
@@ -99,10 +99,11 @@ struct LogSlice {
 };
 
 // Reads up to `max_bytes` from `offset` of `path`, which must be the stdout or stderr
-// file directly inside a job directory under STATE_DIR/jobs, reached without symbolic
-// links: the relay must not become a way to read other files of the node. kNotFound
-// when the file is not there, kPermissionDenied for any other path, kUnavailable when
-// it cannot be read.
+// file directly inside a run's directory under STATE_DIR/jobs, reached without symbolic
+// links: STATE_DIR/jobs/<job>/<RunDirName>/ (run_id.h), or STATE_DIR/jobs/<key>/ of the
+// previous layout (ended jobs' records name such paths). The relay must not become a
+// way to read other files of the node. kNotFound when the file is not there,
+// kPermissionDenied for any other path, kUnavailable when it cannot be read.
 Result<LogSlice> ReadJobLogSlice(const std::string& state_dir, const std::string& path,
                                  int64_t offset, int64_t max_bytes);
 

@@ -14,8 +14,7 @@ namespace {
 
 TEST(JobFilesTest, ShimConfigRoundTrips) {
   ShimConfig c;
-  c.spec.job_id = 9;
-  c.spec.attempt = 3;
+  c.spec.id = {9, 2, 3, 0};
   c.spec.user = "bob";
   c.spec.uid = 1001;
   c.spec.gid = 1002;
@@ -38,8 +37,7 @@ TEST(JobFilesTest, ShimConfigRoundTrips) {
 
 TEST(JobFilesTest, ContainerSpecAndOptionsRoundTrip) {
   ShimConfig c;
-  c.spec.job_id = 12;
-  c.spec.attempt = 1;
+  c.spec.id = {12, 0, 1, 77};
   c.spec.user = "bob";
   c.spec.uid = 1001;
   c.spec.gid = 1002;
@@ -111,8 +109,7 @@ TEST(JobFilesTest, ShimConfigErrorsNameTheField) {
 
 TEST(JobFilesTest, FinalStatusRoundTripsAndBecomesAnEvent) {
   FinalStatus s;
-  s.job_id = 5;
-  s.attempt = 1;
+  s.id = {5, 1, 2, 0};
   s.started = true;
   s.start_time_us = 100;
   s.end_time_us = 200;
@@ -121,7 +118,10 @@ TEST(JobFilesTest, FinalStatusRoundTripsAndBecomesAnEvent) {
   s.reason = "time limit of 1 s reached";
   Result<FinalStatus> back = FinalStatusFromJson(FinalStatusToJson(s), "status.json");
   ASSERT_TRUE(back.ok()) << back.status().ToString();
-  JobEvent e = EventFromFinalStatus(*back);
+  EXPECT_EQ(back->id, s.id);
+  JobEvent e = EventFromFinalStatus(*back, s.id, "/state/jobs/5/1.2");
+  EXPECT_EQ(e.id, s.id);
+  EXPECT_EQ(e.dir, "/state/jobs/5/1.2");
   EXPECT_EQ(e.kind, JobEvent::Kind::kExited);
   EXPECT_EQ(e.signal, 9);
   EXPECT_FALSE(e.exit_code.has_value());
@@ -131,7 +131,7 @@ TEST(JobFilesTest, FinalStatusRoundTripsAndBecomesAnEvent) {
 
   s.started = false;
   s.signal.reset();
-  e = EventFromFinalStatus(s);
+  e = EventFromFinalStatus(s, s.id, "");
   EXPECT_EQ(e.kind, JobEvent::Kind::kFailed);
 }
 
@@ -151,6 +151,95 @@ TEST(JobFilesTest, WriteFileDurablySetsModeAndReplaces) {
   ::rmdir(tmpl);
 }
 
+// Files written by an agent and shims of the previous layout name their run by its
+// launcher key; the run they stand for is read back (run_id.h, LegacyRunId).
+TEST(JobFilesTest, FilesOfThePreviousLayoutNameTheirRun) {
+  const std::string rest = R"("user":"u","uid":1,"gid":1,"argv":["x"]})";
+  struct Case {
+    std::string fields;
+    RunId want;
+  } cases[] = {
+      // A single task: its job's id.
+      {R"({"job_id":12,"attempt":2,"pool_job_id":12,"task_index":0,)", {12, 0, 2, 0}},
+      // Before pool_job_id existed.
+      {R"({"job_id":13,"attempt":1,)", {13, 0, 1, 0}},
+      // A gang's task 3 of job 44: 2^50 + 44 * 4096 + 3.
+      {R"({"job_id":1125899907022851,"attempt":1,"pool_job_id":44,"task_index":3,)", {44, 3, 1, 0}},
+      // Exec session 7 in task 1 of job 44: 2^61 + 7, the task's fields copied.
+      {R"({"job_id":2305843009213693959,"attempt":2,"pool_job_id":44,"task_index":1,)",
+       {44, 1, 2, 7}},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.fields);
+    Result<ShimConfig> r = ShimConfigFromJson(c.fields + rest, "spec.json");
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    EXPECT_EQ(r->spec.id, c.want);
+  }
+  Result<FinalStatus> st =
+      FinalStatusFromJson(R"({"job_id":12,"attempt":2,"started":true})", "status.json");
+  ASSERT_TRUE(st.ok()) << st.status().ToString();
+  EXPECT_EQ(st->id, (RunId{12, 0, 2, 0}));
+  EXPECT_EQ(JobOfLegacyKey(1125899907022851), 44);
+  EXPECT_EQ(JobOfLegacyKey(12), 12);
+  EXPECT_EQ(JobOfLegacyKey(2305843009213693959), 0);
+}
+
+TEST(RunIdTest, DirectoriesReadAsUsersSeeThem) {
+  EXPECT_EQ(JobDir("/s", RunId{12, 0, 1, 0}), "/s/jobs/12/0.1");
+  EXPECT_EQ(JobDir("/s", RunId{12, 3, 2, 0}), "/s/jobs/12/3.2");
+  EXPECT_EQ(JobDir("/s", RunId{12, 3, 2, 99}), "/s/jobs/12/exec-99");
+  EXPECT_EQ(ToString(RunId{12, 3, 2, 0}), "job 12 task 3 attempt 2");
+  EXPECT_EQ(ToString(RunId{12, 3, 2, 99}), "exec 99 in job 12 task 3 attempt 2");
+  for (const char* good : {"0.1", "12.30", "exec-5"}) EXPECT_TRUE(IsRunDirName(good)) << good;
+  for (const char* bad :
+       {"", "1", "1.", ".1", "a.1", "1.1.1", "exec-", "exec-x", "..", "1125899906846720"}) {
+    EXPECT_FALSE(IsRunDirName(bad)) << bad;
+  }
+  EXPECT_EQ(RunIdOfDir("/s/jobs/12/3.2"), (RunId{12, 3, 2, 0}));
+  EXPECT_EQ(RunIdOfDir("/s/jobs/12/exec-9/"), (RunId{12, 0, 1, 9}));
+  EXPECT_EQ(RunIdOfDir("/s/jobs/12"), std::nullopt);
+  EXPECT_EQ(RunIdOfDir("/s/jobs/x/0.1"), std::nullopt);
+}
+
+// A run's logs in the layout users see (jobs/<job>/<task>.<attempt>, jobs/<job>/exec-<id>)
+// are served; anything else in or beside it is not.
+TEST(JobFilesTest, ReadJobLogSliceReadsRunLogsOfTheNewLayout) {
+  char tmpl[] = "/tmp/gpupool-logslice-XXXXXX";
+  ASSERT_NE(::mkdtemp(tmpl), nullptr);
+  const std::string state = tmpl;
+  const std::string run = JobDir(state, RunId{12, 0, 1, 0});
+  const std::string exec = JobDir(state, RunId{12, 0, 1, 5});
+  std::filesystem::create_directories(run + "/mounts");
+  std::filesystem::create_directories(exec);
+  std::filesystem::create_directories(state + "/jobs/12/other");
+  std::filesystem::create_directories(state + "/jobs/x/0.1");
+  ASSERT_TRUE(WriteFileDurably(run + "/stdout.log", "hello", 0600).ok());
+  ASSERT_TRUE(WriteFileDurably(exec + "/stderr.log", "oops", 0600).ok());
+  ASSERT_TRUE(WriteFileDurably(run + "/mounts/stdout.log", "deep", 0600).ok());
+  ASSERT_TRUE(WriteFileDurably(state + "/jobs/12/other/stdout.log", "o", 0600).ok());
+  ASSERT_TRUE(WriteFileDurably(state + "/jobs/x/0.1/stdout.log", "x", 0600).ok());
+  Result<LogSlice> s = ReadJobLogSlice(state, run + "/stdout.log", 1, 3);
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  EXPECT_EQ(s->data, "ell");
+  s = ReadJobLogSlice(state, exec + "/stderr.log", 0, 10);
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  EXPECT_EQ(s->data, "oops");
+  for (const std::string& bad : {run + "/mounts/stdout.log", state + "/jobs/12/other/stdout.log",
+                                 state + "/jobs/x/0.1/stdout.log"}) {
+    EXPECT_EQ(ReadJobLogSlice(state, bad, 0, 10).status().code(), StatusCode::kPermissionDenied)
+        << bad;
+  }
+  // A run directory that is a link to elsewhere is outside the jobs directory.
+  std::filesystem::create_directories(state + "/elsewhere");
+  ASSERT_TRUE(WriteFileDurably(state + "/elsewhere/stdout.log", "x", 0600).ok());
+  std::filesystem::create_directory_symlink(state + "/elsewhere", state + "/jobs/12/0.2");
+  EXPECT_EQ(ReadJobLogSlice(state, state + "/jobs/12/0.2/stdout.log", 0, 10).status().code(),
+            StatusCode::kPermissionDenied);
+  std::filesystem::remove_all(state);
+}
+
+// The previous layout's directories (jobs/<key>/): an ended job's record names its logs
+// there, and `gpupool logs` reads them after an upgrade.
 TEST(JobFilesTest, ReadJobLogSliceReadsOnlyJobLogs) {
   char tmpl[] = "/tmp/gpupool-logslice-XXXXXX";
   ASSERT_NE(::mkdtemp(tmpl), nullptr);

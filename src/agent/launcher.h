@@ -4,13 +4,17 @@
 // The shim is detached from the agent (own session), so killing the agent never kills a
 // job. It runs the job as the submitting user with exactly its GPUs visible, enforces the
 // time limit and cancel grace, applies cgroup isolation where the host allows it, and
-// writes the job's final status to STATE/jobs/<id>/status.json before it exits. That
-// directory is the contract between a shim and any agent incarnation: a restarted agent
-// calls Adopt() to find its jobs again.
+// writes the job's final status to its directory (STATE/jobs/<job>/<task>.<attempt>/,
+// run_id.h) before it exits. That directory is the contract between a shim and any agent
+// incarnation: a restarted agent calls Adopt() to find its jobs again.
 //
-// Event delivery is at-least-once: after a restart Adopt() reports a finished job's exit
-// again until the agent calls Forget(job_id) (once the controller has recorded it), so
-// consumers must treat events for (job_id, attempt) idempotently.
+// Everything is keyed by RunId (run_id.h): one attempt of one task, or an exec session
+// in it. Two attempts of one task never run here at once: Launch refuses a task's
+// attempt while another attempt of that task is supervised.
+//
+// Event delivery is at-least-once: after a restart Adopt() reports a finished run's exit
+// again until the agent calls Forget(id) (once the controller has recorded it), so
+// consumers must treat events for one RunId idempotently.
 //
 // Thread safety: all methods may be called from any thread; calls are serialised
 // internally. Destroying a Launcher leaves running shims and their jobs running.
@@ -23,6 +27,7 @@
 #include <string>
 #include <vector>
 
+#include "agent/run_id.h"
 #include "common/clock.h"
 #include "common/status.h"
 #include "protocol/agent_protocol.h"
@@ -40,19 +45,14 @@ struct BindMount {
   friend bool operator==(const BindMount&, const BindMount&) = default;
 };
 
-// Everything the shim needs to start one attempt of one job.
+// Everything the shim needs to start one attempt of one task (or an exec session in it).
 struct LaunchSpec {
-  // The launcher's key for this task: the job id of a single-task job, else TaskKey().
-  // Its job directory, events and Cancel/Forget calls use it.
-  int64_t job_id = 0;
-  int attempt = 1;
-  // Which job and task this is, as the job sees it (GPUPOOL_JOB_ID, container names and
-  // labels); pool_job_id 0 = job_id (tests, single tasks launched directly).
-  int64_t pool_job_id = 0;
-  int task_index = 0;
+  // Which run this is: its directory, events and Cancel/Forget calls use it, and the job
+  // sees it (GPUPOOL_JOB_ID, GPUPOOL_ATTEMPT, container names and labels).
+  RunId id;
   int num_tasks = 1;
   // Variables gpupool sets for this task, over the user's: the rendezvous of a gang
-  // (GPUPOOL_TASK_INDEX, MASTER_ADDR, PET_*, ...; daemon/rendezvous.h).
+  // (GPUPOOL_TASK_INDEX, MASTER_ADDR, PET_*, ...; agent/runtime/rendezvous.h).
   std::map<std::string, std::string> pool_env;
   // gpupool exec: run in these cgroups of the task (JobCgroup::Join) instead of making
   // new ones; cpu_milli, memory_bytes and denied_device_nodes are then the task's, applied
@@ -97,11 +97,6 @@ struct LaunchSpec {
   friend bool operator==(const LaunchSpec&, const LaunchSpec&) = default;
 };
 
-// The job id the job itself sees.
-inline int64_t PoolJobId(const LaunchSpec& s) {
-  return s.pool_job_id != 0 ? s.pool_job_id : s.job_id;
-}
-
 // The standard streams of an interactive launch (LaunchSpec::stdio_relayed): the child's
 // ends of pipes, or the same pseudo-terminal slave three times. The launcher passes
 // them to the shim and closes nothing of the caller's.
@@ -118,8 +113,8 @@ struct JobEvent {
     kFailed,   // it could not be started (the command never ran, or exec failed); see reason
     kLost,     // its supervisor vanished without recording a status; see reason
   };
-  int64_t job_id = 0;
-  int attempt = 0;
+  RunId id;
+  std::string dir;  // the run's directory: its logs are dir/stdout.log and dir/stderr.log
   Kind kind = Kind::kStarted;
   int64_t time_us = 0;        // when it happened (start time for kStarted, end time else)
   int64_t start_time_us = 0;  // 0 when the command never started
@@ -144,10 +139,10 @@ class Launcher {
   virtual Status Launch(const LaunchSpec& spec, const JobStdio& stdio) = 0;
   Status Launch(const LaunchSpec& spec) { return Launch(spec, JobStdio{}); }
 
-  // Asks the job's shim to stop it: SIGTERM to its process group, SIGKILL after
+  // Asks the run's shim to stop it: SIGTERM to its process group, SIGKILL after
   // grace_s. Returns at once; the kExited event (cancelled = true) follows via Poll().
-  // NotFound when the launcher does not supervise that job.
-  virtual Status Cancel(int64_t job_id) = 0;
+  // NotFound when the launcher does not supervise that run.
+  virtual Status Cancel(const RunId& id) = 0;
 
   // Events since the last call, oldest first. Never blocks.
   virtual std::vector<JobEvent> Poll() = 0;
@@ -155,19 +150,19 @@ class Launcher {
   // Like Poll(), but waits up to `timeout_ms` for at least one event.
   virtual std::vector<JobEvent> Wait(int timeout_ms) = 0;
 
-  // After an agent restart: scans the state directory. Jobs whose shims still run are
-  // supervised again (kStarted, adopted = true); jobs that ended meanwhile yield their
-  // kExited / kFailed event; jobs whose shim vanished without a status yield kLost.
-  // Jobs this launcher already supervises are skipped.
+  // After an agent restart: scans the state directory, both layouts (run_id.h). Runs
+  // whose shims still run are supervised again (kStarted, adopted = true); runs that
+  // ended meanwhile yield their kExited / kFailed event; runs whose shim vanished without
+  // a status yield kLost. Runs this launcher already supervises are skipped.
   virtual Result<std::vector<JobEvent>> Adopt() = 0;
 
-  // The agent has delivered the job's final event: empty its spec (the command line and
+  // The agent has delivered the run's final event: empty its spec (the command line and
   // variables go; records and logs are kept) so that later Adopt() calls do not report it
-  // again. FailedPrecondition while the job still runs.
-  virtual Status Forget(int64_t job_id) = 0;
+  // again. FailedPrecondition while the run still runs.
+  virtual Status Forget(const RunId& id) = 0;
 
-  // Job ids currently supervised.
-  virtual std::vector<int64_t> Running() const = 0;
+  // The runs currently supervised.
+  virtual std::vector<RunId> Running() const = 0;
 };
 
 // How container jobs are run on this node: found once per agent (DetectContainerOptions
@@ -185,7 +180,7 @@ struct ContainerOptions {
 };
 
 struct LauncherOptions {
-  std::string state_dir;  // jobs live in STATE/jobs/<id>/
+  std::string state_dir;  // runs live in STATE/jobs/<job>/<run>/ (run_id.h)
   // Command that runs the shim, e.g. {"/usr/bin/gpupool", "agent-shim"}; the launcher
   // appends "--job-dir DIR --ready-fd N".
   std::vector<std::string> shim_command;
@@ -195,20 +190,6 @@ struct LauncherOptions {
   int start_timeout_ms = 30'000;  // how long Launch waits for the shim to report
   ContainerOptions container;     // for jobs with an image
 };
-
-// Paths inside a job's directory, shared by the launcher and the shim.
-std::string JobDir(const std::string& state_dir, int64_t job_id);
-
-// Launcher keys. A single-task job is keyed by its id; each task of a gang gets a key of
-// its own (two tasks of one job may share a node), and so does each exec session.
-int64_t TaskKey(int64_t job_id, int task_index, int num_tasks);
-int64_t ExecKey(int64_t exec_id);
-struct KeyInfo {
-  int64_t job_id = 0;  // 0 for an exec key
-  int task_index = 0;
-  int64_t exec_id = 0;  // set for an exec key
-};
-KeyInfo FromKey(int64_t key);
 
 std::unique_ptr<Launcher> NewProcessLauncher(LauncherOptions options);
 

@@ -16,6 +16,7 @@ namespace {
 
 using testing::ReadWholeFile;
 using testing::ScratchDir;
+using testing::TaskRun;
 using testing::TestOptions;
 using testing::TestSpec;
 
@@ -40,18 +41,18 @@ TEST(LauncherSlowTest, HundredsOfShortJobsAllAccountedFor) {
   while (static_cast<int>(ended.size()) < kJobs && std::chrono::steady_clock::now() < deadline) {
     for (const JobEvent& e : launcher->Wait(1000)) {
       if (e.kind == JobEvent::Kind::kStarted) {
-        EXPECT_TRUE(started.insert(e.job_id).second) << "started twice: " << e.job_id;
+        EXPECT_TRUE(started.insert(e.id.job).second) << "started twice: " << e.id.job;
         continue;
       }
-      ASSERT_EQ(e.kind, JobEvent::Kind::kExited) << e.job_id << ": " << e.reason;
-      EXPECT_EQ(e.exit_code, (e.job_id - 1000) % 7) << e.job_id;
-      EXPECT_TRUE(ended.insert(e.job_id).second) << "ended twice: " << e.job_id;
+      ASSERT_EQ(e.kind, JobEvent::Kind::kExited) << e.id.job << ": " << e.reason;
+      EXPECT_EQ(e.exit_code, (e.id.job - 1000) % 7) << e.id.job;
+      EXPECT_TRUE(ended.insert(e.id.job).second) << "ended twice: " << e.id.job;
     }
   }
   EXPECT_EQ(static_cast<int>(started.size()), kJobs);
   EXPECT_EQ(static_cast<int>(ended.size()), kJobs);
   for (int i = 1; i <= kJobs; i += 37) {
-    EXPECT_EQ(ReadWholeFile(JobDir(dir.path(), 1000 + i) + "/" + kStdoutFile),
+    EXPECT_EQ(ReadWholeFile(JobDir(dir.path(), TaskRun(1000 + i)) + "/" + kStdoutFile),
               std::to_string(1000 + i) + "\n");
   }
   launcher.reset();

@@ -12,6 +12,7 @@
 
 #include <chrono>
 #include <csignal>
+#include <filesystem>
 #include <map>
 #include <thread>
 
@@ -25,6 +26,7 @@ namespace {
 using testing::ProcessAlive;
 using testing::ReadWholeFile;
 using testing::ScratchDir;
+using testing::TaskRun;
 using testing::TestOptions;
 using testing::TestSpec;
 using testing::WaitForEvent;
@@ -52,13 +54,13 @@ class LauncherTest : public ::testing::Test {
     testing::KillLeftoverJobs(dir_.path());
   }
   std::string JobFile(int64_t id, const char* name) const {
-    return JobDir(dir_.path(), id) + "/" + name;
+    return JobDir(dir_.path(), TaskRun(id)) + "/" + name;
   }
   // Launches and expects the kStarted event.
   void Start(const LaunchSpec& spec) {
     Status st = launcher_->Launch(spec);
     ASSERT_TRUE(st.ok()) << st.ToString();
-    std::optional<JobEvent> e = WaitForEvent(*launcher_, spec.job_id, 5000);
+    std::optional<JobEvent> e = WaitForEvent(*launcher_, spec.id, 5000);
     ASSERT_TRUE(e.has_value());
     ASSERT_EQ(e->kind, Kind::kStarted) << e->reason;
     EXPECT_GT(e->start_time_us, 0);
@@ -102,7 +104,7 @@ TEST_F(LauncherTest, TwoJobsShareOneGpuWithTheirShares) {
   LaunchSpec a = TestSpec(111, {"sh", "-c", "echo $CUDA_VISIBLE_DEVICES $GPUPOOL_GPU_MILLI"});
   a.gpus = {{"nvidia", 0, "GPU-0000", {}, 250}};
   LaunchSpec b = a;
-  b.job_id = 112;
+  b.id.job = 112;
   b.gpus[0].gpu_milli = 750;
   ASSERT_TRUE(launcher_->Launch(a).ok());
   ASSERT_TRUE(launcher_->Launch(b).ok());
@@ -152,7 +154,7 @@ TEST_F(LauncherTest, CancelSendsTermToTheProcessGroup) {
   // The background sleep shares the job's process group and must die with it.
   Start(TestSpec(151, {"sh", "-c", "sleep 100 & echo $! > bg.pid; wait"}));
   const auto t0 = std::chrono::steady_clock::now();
-  ASSERT_TRUE(launcher_->Cancel(151).ok());
+  ASSERT_TRUE(launcher_->Cancel(TaskRun(151)).ok());
   JobEvent e = Finish(151, 5000);
   EXPECT_EQ(e.kind, Kind::kExited);
   EXPECT_TRUE(e.cancelled);
@@ -169,7 +171,7 @@ TEST_F(LauncherTest, CancelKillsAJobThatIgnoresTermAfterGrace) {
   Start(spec);
   ASSERT_TRUE(WaitForFileContaining(JobFile(161, kStdoutFile), "ready", 5000));
   const auto t0 = std::chrono::steady_clock::now();
-  ASSERT_TRUE(launcher_->Cancel(161).ok());
+  ASSERT_TRUE(launcher_->Cancel(TaskRun(161)).ok());
   JobEvent e = Finish(161, 5000);
   const auto took = std::chrono::steady_clock::now() - t0;
   EXPECT_TRUE(e.cancelled);
@@ -235,7 +237,7 @@ TEST_F(LauncherTest, ATerminalJobOwnsItsTerminalAndACancelHangsItUp) {
   ::close(slave);
   const std::string shown = ReadUntilEnd(master, 10'000, "ready");
   EXPECT_NE(shown.find("/dev/pts/"), std::string::npos) << shown;  // its controlling terminal
-  ASSERT_TRUE(launcher_->Cancel(172).ok());
+  ASSERT_TRUE(launcher_->Cancel(TaskRun(172)).ok());
   EXPECT_NE(ReadUntilEnd(master, 10'000, "got HUP").find("got HUP"), std::string::npos);
   JobEvent e;
   do {
@@ -304,7 +306,7 @@ TEST_F(LauncherTest, ImageJobOnANodeWithoutPodmanFails) {
   o.container.unavailable = "";
   o.container.podman = "/nonexistent/podman";
   launcher = NewProcessLauncher(o);
-  spec.job_id = 186;
+  spec.id.job = 186;
   ASSERT_TRUE(launcher->Launch(spec).ok());
   e = WaitForEvent(*launcher, 186, 10'000);
   ASSERT_TRUE(e.has_value());
@@ -333,7 +335,7 @@ TEST_F(LauncherTest, EnvDirCommandsComeFirst) {
   EXPECT_EQ(e.exit_code, 0) << e.reason;
   EXPECT_EQ(ReadWholeFile(JobFile(187, kStdoutFile)), "tool " + env_dir + " " + env_dir + "\n");
 
-  spec.job_id = 188;
+  spec.id.job = 188;
   spec.env_dir = dir_.path() + "/no-such-env";
   ASSERT_TRUE(launcher_->Launch(spec).ok());
   e = Finish(188);
@@ -396,7 +398,7 @@ TEST_F(LauncherTest, AJobOfAnotherUserReadsItsHostFileInAStateDirTheLauncherMade
   spec.uid = pw->pw_uid;
   spec.gid = pw->pw_gid;
   spec.hostfile = "10.0.0.1 slots=2\n";
-  spec.pool_env["GPUPOOL_HOSTFILE"] = JobDir(state, 221) + "/" + kHostFile;
+  spec.pool_env["GPUPOOL_HOSTFILE"] = JobDir(state, TaskRun(221)) + "/" + kHostFile;
   Status st = launcher->Launch(spec);
   ::umask(before);
   ASSERT_TRUE(st.ok()) << st.ToString();
@@ -405,7 +407,7 @@ TEST_F(LauncherTest, AJobOfAnotherUserReadsItsHostFileInAStateDirTheLauncherMade
   std::optional<JobEvent> e =
       started->kind == Kind::kStarted ? WaitForEvent(*launcher, 221, 10'000) : started;
   ASSERT_TRUE(e.has_value());
-  const std::string dir = JobDir(state, 221);
+  const std::string dir = JobDir(state, TaskRun(221));
   EXPECT_EQ(e->exit_code, 0) << ReadWholeFile(dir + "/" + kStderrFile);
   EXPECT_EQ(ReadWholeFile(dir + "/" + kStdoutFile), "10.0.0.1 slots=2\n");
   struct stat sd;
@@ -440,13 +442,13 @@ TEST_F(LauncherTest, BadRequestsAreErrorsNotEvents) {
   LaunchSpec bad_env = TestSpec(222, {"true"});
   bad_env.env["A=B"] = "x";
   EXPECT_EQ(launcher_->Launch(bad_env).code(), StatusCode::kInvalidArgument);
-  EXPECT_EQ(launcher_->Cancel(999).code(), StatusCode::kNotFound);
+  EXPECT_EQ(launcher_->Cancel(TaskRun(999)).code(), StatusCode::kNotFound);
 
   Start(TestSpec(223, {"sleep", "100"}));
   EXPECT_EQ(launcher_->Launch(TestSpec(223, {"true"})).code(), StatusCode::kAlreadyExists);
-  EXPECT_EQ(launcher_->Forget(223).code(), StatusCode::kFailedPrecondition);
-  EXPECT_EQ(launcher_->Running(), std::vector<int64_t>{223});
-  ASSERT_TRUE(launcher_->Cancel(223).ok());
+  EXPECT_EQ(launcher_->Forget(TaskRun(223)).code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(launcher_->Running(), std::vector<RunId>{TaskRun(223)});
+  ASSERT_TRUE(launcher_->Cancel(TaskRun(223)).ok());
   EXPECT_TRUE(Finish(223).cancelled);
   EXPECT_TRUE(launcher_->Poll().empty());
 }
@@ -466,7 +468,7 @@ TEST_F(LauncherTest, ShimOutlivesTheLauncherAndIsAdopted) {
   spec.workdir = dir_.path();
   ASSERT_EQ(::mkfifo((dir_.path() + "/fifo").c_str(), 0600), 0);
   Start(spec);
-  Result<ShimRecord> rec = ReadShimRecord(JobDir(dir_.path(), 241));
+  Result<ShimRecord> rec = ReadShimRecord(JobDir(dir_.path(), TaskRun(241)));
   ASSERT_TRUE(rec.ok()) << rec.status().ToString();
   launcher_.reset();  // the agent "dies"
   std::this_thread::sleep_for(std::chrono::milliseconds(100));
@@ -480,7 +482,7 @@ TEST_F(LauncherTest, ShimOutlivesTheLauncherAndIsAdopted) {
   EXPECT_EQ((*adopted)[0].kind, Kind::kStarted);
   EXPECT_TRUE((*adopted)[0].adopted);
   EXPECT_EQ((*adopted)[0].start_time_us, rec->start_time_us);
-  EXPECT_EQ(launcher_->Running(), std::vector<int64_t>{241});
+  EXPECT_EQ(launcher_->Running(), std::vector<RunId>{TaskRun(241)});
   // Adopting twice does not duplicate.
   EXPECT_TRUE(launcher_->Adopt()->empty());
 
@@ -494,6 +496,96 @@ TEST_F(LauncherTest, ShimOutlivesTheLauncherAndIsAdopted) {
   JobEvent e = Finish(241);
   EXPECT_EQ(e.kind, Kind::kExited);
   EXPECT_EQ(e.exit_code, 7);
+}
+
+// Runs live where users see them (STATE/jobs/<job>/<task>.<attempt>, exec sessions in
+// STATE/jobs/<job>/exec-<id>), and a task holds one attempt on a node at a time: a later
+// attempt is refused while an earlier one runs, whatever else of the job runs beside it.
+TEST_F(LauncherTest, ATaskRunsOneAttemptAtATimeInDirectoriesNamedByItsIdentity) {
+  LaunchSpec first = TestSpec(300, {"sh", "-c", "echo first; exec sleep 30"});
+  Start(first);
+  EXPECT_EQ(ReadShimRecord(dir_.path() + "/jobs/300/0.1").value_or(ShimRecord{}).id, first.id);
+  ASSERT_TRUE(WaitForFileContaining(dir_.path() + "/jobs/300/0.1/stdout.log", "first", 5000));
+
+  LaunchSpec second = first;
+  second.id.attempt = 2;
+  Status refused = launcher_->Launch(second);
+  EXPECT_EQ(refused.code(), StatusCode::kAlreadyExists);
+  EXPECT_NE(refused.message().find("job 300 task 0 attempt 1 still runs"), std::string::npos)
+      << refused.message();
+  // Another task of the job, and a session in the running attempt, may run beside it.
+  LaunchSpec other_task = TestSpec(300, {"sh", "-c", "echo task1"});
+  other_task.id.task = 1;
+  Start(other_task);
+  LaunchSpec session = TestSpec(300, {"sh", "-c", "echo session"});
+  session.id.exec = 9;
+  Start(session);
+  std::optional<JobEvent> ended = WaitForEvent(*launcher_, session.id, 10'000);
+  ASSERT_TRUE(ended.has_value());
+  EXPECT_EQ(ended->dir, dir_.path() + "/jobs/300/exec-9");
+  EXPECT_EQ(ReadWholeFile(dir_.path() + "/jobs/300/exec-9/stdout.log"), "session\n");
+  ended = WaitForEvent(*launcher_, other_task.id, 10'000);
+  ASSERT_TRUE(ended.has_value());
+  EXPECT_EQ(ReadWholeFile(dir_.path() + "/jobs/300/1.1/stdout.log"), "task1\n");
+
+  // Once the first attempt has ended, the second starts in a directory of its own.
+  ASSERT_TRUE(launcher_->Cancel(first.id).ok());
+  EXPECT_EQ(Finish(300).kind, Kind::kExited);
+  second.argv = {"sh", "-c", "echo second"};
+  Start(second);
+  std::optional<JobEvent> done = WaitForEvent(*launcher_, second.id, 10'000);
+  ASSERT_TRUE(done.has_value());
+  EXPECT_EQ(done->dir, dir_.path() + "/jobs/300/0.2");
+  EXPECT_EQ(ReadWholeFile(dir_.path() + "/jobs/300/0.2/stdout.log"), "second\n");
+  EXPECT_EQ(ReadWholeFile(dir_.path() + "/jobs/300/0.1/stdout.log"), "first\n");
+}
+
+// An agent upgraded while a job it started under the previous layout (STATE/jobs/<key>/,
+// the key packed from job and task) still runs adopts that job where it runs: it reports
+// it by its (job, task, attempt), cancels it, reads its logs, forgets it; and a later
+// attempt of the same task waits for it, whatever the layout.
+TEST_F(LauncherTest, AJobStartedUnderThePreviousLayoutIsAdoptedWhereItRuns) {
+  const int64_t key = (int64_t{1} << 50) + 77 * 4096 + 1;  // job 77, task 1 of 2
+  const std::string legacy = dir_.path() + "/jobs/" + std::to_string(key);
+  std::filesystem::create_directories(legacy);
+  const std::string spec =
+      R"({"job_id": )" + std::to_string(key) +
+      R"(, "attempt": 2, "pool_job_id": 77, "task_index": 1, "num_tasks": 2, "user": "tester", "uid": )" +
+      std::to_string(::geteuid()) + R"(, "gid": )" + std::to_string(::getegid()) +
+      R"(, "argv": ["sh", "-c", "echo legacy; exec sleep 30"], "workdir": "/", "grace_s": 1})";
+  ASSERT_TRUE(WriteFileDurably(legacy + "/" + kSpecFile, spec, 0600).ok());
+  Result<int> shim = testing::StartShimIn(legacy);
+  ASSERT_TRUE(shim.ok()) << shim.status().ToString();
+
+  Result<std::vector<JobEvent>> adopted = launcher_->Adopt();
+  ASSERT_TRUE(adopted.ok()) << adopted.status().ToString();
+  ASSERT_EQ(adopted->size(), 1u);
+  const RunId id{77, 1, 2, 0};
+  EXPECT_EQ((*adopted)[0].id, id);
+  EXPECT_EQ((*adopted)[0].kind, Kind::kStarted);
+  EXPECT_EQ((*adopted)[0].dir, legacy);
+  EXPECT_EQ(launcher_->Running(), std::vector<RunId>{id});
+  // Its next attempt waits: one attempt of a task at a time, across layouts.
+  LaunchSpec next = TestSpec(77, {"true"});
+  next.id = {77, 1, 3, 0};
+  EXPECT_EQ(launcher_->Launch(next).code(), StatusCode::kAlreadyExists);
+  // Its log, at the path its job record names, is served to `gpupool logs`.
+  ASSERT_TRUE(WaitForFileContaining(legacy + "/stdout.log", "legacy", 5000));
+  Result<LogSlice> log = ReadJobLogSlice(dir_.path(), legacy + "/stdout.log", 0, 100);
+  ASSERT_TRUE(log.ok()) << log.status().ToString();
+  EXPECT_EQ(log->data, "legacy\n");
+
+  ASSERT_TRUE(launcher_->Cancel(id).ok());
+  std::optional<JobEvent> end = WaitForEvent(*launcher_, id, 10'000);
+  ASSERT_TRUE(end.has_value());
+  EXPECT_EQ(end->kind, Kind::kExited);
+  EXPECT_TRUE(end->cancelled);
+  EXPECT_EQ(end->dir, legacy);
+  ASSERT_TRUE(launcher_->Forget(id).ok());
+  EXPECT_EQ(ReadWholeFile(legacy + "/" + kSpecFile), "");
+  EXPECT_TRUE(launcher_->Adopt()->empty());
+  Start(next);
+  EXPECT_EQ(::access((dir_.path() + "/jobs/77/1.3/stdout.log").c_str(), F_OK), 0);
 }
 
 TEST_F(LauncherTest, AgentProcessKilledWithSigkillLeavesTheJobRunning) {
@@ -550,7 +642,7 @@ TEST_F(LauncherTest, JobThatEndedWhileTheAgentWasDownIsReportedUntilForgotten) {
     EXPECT_TRUE(launcher_->Running().empty());
   }
   EXPECT_NE(ReadWholeFile(JobFile(251, kSpecFile)).find("s3cr3t-251"), std::string::npos);
-  ASSERT_TRUE(launcher_->Forget(251).ok());
+  ASSERT_TRUE(launcher_->Forget(TaskRun(251)).ok());
   EXPECT_TRUE(launcher_->Adopt()->empty());
   EXPECT_TRUE(launcher_->Adopt()->empty());  // and stays forgotten
   // The job's variables do not outlive it on disk; logs stay for `gpupool logs`.
@@ -562,7 +654,7 @@ TEST_F(LauncherTest, KilledShimIsLostAndItsJobDoesNotLinger) {
   LaunchSpec spec = TestSpec(261, {"sleep", "100"});
   spec.cpu_milli = 1000;  // a cgroup to clean up where the host has them
   Start(spec);
-  Result<ShimRecord> rec = ReadShimRecord(JobDir(dir_.path(), 261));
+  Result<ShimRecord> rec = ReadShimRecord(JobDir(dir_.path(), TaskRun(261)));
   ASSERT_TRUE(rec.ok());
   for (const std::string& d : rec->cgroup_dirs) ASSERT_EQ(::access(d.c_str(), F_OK), 0) << d;
   launcher_.reset();
@@ -587,7 +679,7 @@ TEST_F(LauncherTest, KilledShimIsLostAndItsJobDoesNotLinger) {
 
 TEST_F(LauncherTest, ShimKilledUnderARunningLauncherIsLost) {
   Start(TestSpec(271, {"sleep", "100"}));
-  Result<ShimRecord> rec = ReadShimRecord(JobDir(dir_.path(), 271));
+  Result<ShimRecord> rec = ReadShimRecord(JobDir(dir_.path(), TaskRun(271)));
   ASSERT_TRUE(rec.ok());
   ASSERT_EQ(::kill(rec->pid, SIGKILL), 0);
   JobEvent e = Finish(271, 5000);
@@ -628,7 +720,7 @@ TEST_F(LauncherTest, DeniedDeviceNodeCannotBeOpened) {
   EXPECT_NE(ReadWholeFile(JobFile(281, kStderrFile)).find("Operation not permitted"),
             std::string::npos);
   // The job's cgroups are gone once it ended.
-  Result<ShimRecord> rec = ReadShimRecord(JobDir(dir_.path(), 281));
+  Result<ShimRecord> rec = ReadShimRecord(JobDir(dir_.path(), TaskRun(281)));
   ASSERT_TRUE(rec.ok());
   EXPECT_EQ(rec->cgroup_dirs.size(), 3u);  // devices, cpu, memory
   for (const std::string& d : rec->cgroup_dirs) EXPECT_NE(::access(d.c_str(), F_OK), 0) << d;

@@ -1,5 +1,6 @@
 #include "agent/launcher_test_util.h"
 
+#include <fcntl.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -36,8 +37,7 @@ LauncherOptions TestOptions(const std::string& state_dir) {
 
 LaunchSpec TestSpec(int64_t job_id, std::vector<std::string> argv) {
   LaunchSpec s;
-  s.job_id = job_id;
-  s.attempt = 1;
+  s.id = TaskRun(job_id);
   s.user = "tester";
   s.uid = ::geteuid();
   s.gid = ::getegid();
@@ -47,13 +47,13 @@ LaunchSpec TestSpec(int64_t job_id, std::vector<std::string> argv) {
   return s;
 }
 
-std::optional<JobEvent> WaitForEvent(Launcher& launcher, int64_t job_id, int timeout_ms,
+std::optional<JobEvent> WaitForEvent(Launcher& launcher, const RunId& id, int timeout_ms,
                                      std::vector<JobEvent>* others) {
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
   static thread_local std::vector<JobEvent> backlog;
   while (true) {
     for (size_t i = 0; i < backlog.size(); ++i) {
-      if (backlog[i].job_id == job_id) {
+      if (backlog[i].id == id) {
         JobEvent e = backlog[i];
         backlog.erase(backlog.begin() + static_cast<std::ptrdiff_t>(i));
         return e;
@@ -63,7 +63,7 @@ std::optional<JobEvent> WaitForEvent(Launcher& launcher, int64_t job_id, int tim
         deadline - std::chrono::steady_clock::now());
     if (left.count() <= 0) return std::nullopt;
     for (JobEvent& e : launcher.Wait(static_cast<int>(left.count()))) {
-      if (others != nullptr && e.job_id != job_id) {
+      if (others != nullptr && e.id != id) {
         others->push_back(e);
       } else {
         backlog.push_back(std::move(e));
@@ -92,8 +92,13 @@ bool ProcessAlive(int pid) {
 
 void KillLeftoverJobs(const std::string& state_dir) {
   std::error_code ec;
-  for (const auto& entry : std::filesystem::directory_iterator(state_dir + "/jobs", ec)) {
-    Result<ShimRecord> rec = ReadShimRecord(entry.path().string());
+  // Runs of both layouts: jobs/<job>/<run>/ and jobs/<key>/.
+  for (auto it = std::filesystem::recursive_directory_iterator(state_dir + "/jobs", ec);
+       it != std::filesystem::recursive_directory_iterator(); it.increment(ec)) {
+    if (ec) break;
+    if (it.depth() >= 1) it.disable_recursion_pending();
+    if (!it->is_directory(ec)) continue;
+    Result<ShimRecord> rec = ReadShimRecord(it->path().string());
     if (!rec.ok() || rec->boot_id != BootId()) continue;
     if (ProcessStartTicks(rec->pid).value_or(0) == rec->start_ticks) {
       ::kill(rec->pid, SIGKILL);
@@ -104,6 +109,30 @@ void KillLeftoverJobs(const std::string& state_dir) {
     }
     (void)RemoveCgroupDirs(rec->cgroup_dirs, 2000);
   }
+}
+
+Result<int> StartShimIn(const std::string& job_dir) {
+  int ready[2];
+  if (::pipe2(ready, O_CLOEXEC) != 0) return Status::Unavailable("pipe");
+  const pid_t pid = ::fork();
+  if (pid < 0) return Status::Unavailable("fork");
+  if (pid == 0) {
+    ::setsid();
+    ::dup2(ready[1], 3);  // dup2 clears close-on-exec on the copy
+    ::execl(GPUPOOL_TEST_SHIM, GPUPOOL_TEST_SHIM, "--job-dir", job_dir.c_str(), "--ready-fd", "3",
+            static_cast<char*>(nullptr));
+    ::_exit(127);
+  }
+  ::close(ready[1]);
+  std::string report;
+  char buf[256];
+  ssize_t n;
+  while ((n = ::read(ready[0], buf, sizeof buf)) > 0) report.append(buf, static_cast<size_t>(n));
+  ::close(ready[0]);
+  if (report.rfind("started", 0) != 0) {
+    return Status::Internal("the shim in " + job_dir + " reported '" + report + "'");
+  }
+  return static_cast<int>(pid);
 }
 
 }  // namespace gpupool::agent::testing

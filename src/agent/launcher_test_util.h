@@ -23,11 +23,18 @@ class ScratchDir {
 };
 
 LauncherOptions TestOptions(const std::string& state_dir);
+// Task 0, attempt `attempt` of job `job_id`: what most tests launch.
+inline RunId TaskRun(int64_t job_id, int attempt = 1) { return RunId{job_id, 0, attempt, 0}; }
+// A spec of TaskRun(job_id).
 LaunchSpec TestSpec(int64_t job_id, std::vector<std::string> argv);
 
-// Waits for the next event of `job_id` (other events are kept in `*others` if given).
-std::optional<JobEvent> WaitForEvent(Launcher& launcher, int64_t job_id, int timeout_ms,
+// Waits for the next event of `id` (other events are kept in `*others` if given).
+std::optional<JobEvent> WaitForEvent(Launcher& launcher, const RunId& id, int timeout_ms,
                                      std::vector<JobEvent>* others = nullptr);
+inline std::optional<JobEvent> WaitForEvent(Launcher& launcher, int64_t job_id, int timeout_ms,
+                                            std::vector<JobEvent>* others = nullptr) {
+  return WaitForEvent(launcher, TaskRun(job_id), timeout_ms, others);
+}
 
 std::string ReadWholeFile(const std::string& path);
 // Polls until `path` contains `needle` or `timeout_ms` passes.
@@ -37,5 +44,11 @@ bool ProcessAlive(int pid);
 // Kills every shim (and its job and cgroups) still running under `state_dir`, so a
 // failed test leaves nothing behind.
 void KillLeftoverJobs(const std::string& state_dir);
+
+// Starts the test shim on `job_dir` (its spec.json written by the caller) as an agent
+// would, without a Launcher, and waits for its start report: for runs an earlier agent
+// started (a directory of the previous layout). Returns the shim's pid (a child of this
+// process).
+Result<int> StartShimIn(const std::string& job_dir);
 
 }  // namespace gpupool::agent::testing

@@ -47,7 +47,7 @@ constexpr int kReadyFd = 3;  // where the shim finds the start-report pipe
 constexpr int kStdioFd = 4;  // an interactive job's stdin, stdout, stderr: 4, 5, 6
 
 struct Supervised {
-  int attempt = 0;
+  std::string dir;  // the run's directory (either layout, run_id.h)
   pid_t shim_pid = 0;
   int pidfd = -1;  // -2: no pidfd support, liveness by start ticks
   uint64_t start_ticks = 0;
@@ -71,25 +71,58 @@ Status MakeDir(const std::string& path, mode_t mode, bool enforce = true) {
 }
 
 Status ValidateSpec(const LaunchSpec& s) {
-  if (s.job_id <= 0) return Status::InvalidArgument("job_id must be positive");
+  if (s.id.job <= 0) return Status::InvalidArgument("id.job must be positive");
+  if (s.id.task < 0 || s.id.attempt < 0 || s.id.exec < 0) {
+    return Status::InvalidArgument(ToString(s.id) +
+                                   ": task, attempt and exec must not be negative");
+  }
+  const std::string what = ToString(s.id);
   if (s.argv.empty() || s.argv[0].empty()) {
-    return Status::InvalidArgument("job " + std::to_string(s.job_id) + " has an empty command");
+    return Status::InvalidArgument(what + " has an empty command");
   }
-  if (s.user.empty()) {
-    return Status::InvalidArgument("job " + std::to_string(s.job_id) + " has no user name");
-  }
+  if (s.user.empty()) return Status::InvalidArgument(what + " has no user name");
   if (s.grace_s < 0 || s.time_limit_s < 0 || s.cpu_milli < 0) {
-    return Status::InvalidArgument("job " + std::to_string(s.job_id) +
-                                   ": grace, time limit and cpus must not be negative");
+    return Status::InvalidArgument(what + ": grace, time limit and cpus must not be negative");
   }
   for (const auto& [k, v] : s.env) {
     if (k.empty() || k.find('=') != std::string::npos || k.find('\0') != std::string::npos ||
         v.find('\0') != std::string::npos) {
-      return Status::InvalidArgument("job " + std::to_string(s.job_id) +
-                                     ": invalid environment variable name '" + k + "'");
+      return Status::InvalidArgument(what + ": invalid environment variable name '" + k + "'");
     }
   }
   return Status::Ok();
+}
+
+// The runs in STATE/jobs, with their directories, in both layouts (run_id.h): a numeric
+// entry with a spec inside is a run of the previous layout; any numeric entry's children
+// named as runs are runs. Their identity is read from their specs later.
+std::vector<std::string> ListRunDirs(const std::string& jobs_dir, Status* error) {
+  std::vector<std::string> dirs;
+  DIR* d = ::opendir(jobs_dir.c_str());
+  if (d == nullptr) {
+    if (errno != ENOENT) {
+      *error = Status::Unavailable("cannot list '" + jobs_dir + "': " + std::strerror(errno));
+    }
+    return dirs;
+  }
+  std::vector<std::string> jobs;
+  while (struct dirent* e = ::readdir(d)) {
+    if (std::optional<int64_t> id = ParseInt64(e->d_name); id && *id > 0) jobs.push_back(e->d_name);
+  }
+  ::closedir(d);
+  for (const std::string& job : jobs) {
+    const std::string job_dir = jobs_dir + "/" + job;
+    struct stat st;
+    if (::stat((job_dir + "/" + kSpecFile).c_str(), &st) == 0) dirs.push_back(job_dir);
+    DIR* jd = ::opendir(job_dir.c_str());
+    if (jd == nullptr) continue;
+    while (struct dirent* e = ::readdir(jd)) {
+      if (IsRunDirName(e->d_name)) dirs.push_back(job_dir + "/" + e->d_name);
+    }
+    ::closedir(jd);
+  }
+  std::sort(dirs.begin(), dirs.end());
+  return dirs;
 }
 
 bool ShimExited(const Supervised& s) {
@@ -124,17 +157,23 @@ class ProcessLauncher final : public Launcher {
 
   using Launcher::Launch;
   Status Launch(const LaunchSpec& spec, const JobStdio& stdio) override;
-  Status Cancel(int64_t job_id) override;
+  Status Cancel(const RunId& id) override;
   std::vector<JobEvent> Poll() override;
   std::vector<JobEvent> Wait(int timeout_ms) override;
   Result<std::vector<JobEvent>> Adopt() override;
-  Status Forget(int64_t job_id) override;
-  std::vector<int64_t> Running() const override;
+  Status Forget(const RunId& id) override;
+  std::vector<RunId> Running() const override;
 
  private:
   Result<Supervised> SpawnShim(const std::string& job_dir, const JobStdio& stdio,
                                std::string* report);
-  JobEvent FinalEvent(int64_t job_id, int attempt, pid_t shim_pid, const std::string& job_dir);
+  JobEvent FinalEvent(const RunId& id, pid_t shim_pid, const std::string& job_dir);
+  // Reserves `id` for a launch (callers hold mu_): AlreadyExists while it, or another
+  // attempt of its task, is supervised or launching.
+  Status ReserveLocked(const RunId& id);
+  // Adopts the run in `dir` (callers hold mu_): its event, or nothing when it was
+  // forgotten, is supervised already, or its directory cannot be read.
+  std::optional<JobEvent> AdoptRunLocked(const std::string& dir, const std::string& boot);
   // Queues an event and wakes Wait (callers hold mu_).
   void Queue(JobEvent e) {
     events_.push_back(std::move(e));
@@ -149,10 +188,13 @@ class ProcessLauncher final : public Launcher {
 
   LauncherOptions opt_;
   mutable std::mutex mu_;
-  std::map<int64_t, Supervised> jobs_;  // guarded by mu_
-  std::set<int64_t> launching_;         // guarded by mu_
-  std::vector<JobEvent> events_;        // guarded by mu_
-  int wake_fd_ = -1;                    // eventfd: Launch/Queue -> Wait
+  std::map<RunId, Supervised> jobs_;  // guarded by mu_
+  std::set<RunId> launching_;         // guarded by mu_
+  // The directory of every run launched or adopted and not yet forgotten (a run of the
+  // previous layout is not where JobDir puts it). Guarded by mu_.
+  std::map<RunId, std::string> dirs_;
+  std::vector<JobEvent> events_;  // guarded by mu_
+  int wake_fd_ = -1;              // eventfd: Launch/Queue -> Wait
 };
 
 Result<Supervised> ProcessLauncher::SpawnShim(const std::string& job_dir, const JobStdio& stdio,
@@ -252,6 +294,26 @@ Result<Supervised> ProcessLauncher::SpawnShim(const std::string& job_dir, const 
   return s;
 }
 
+Status ProcessLauncher::ReserveLocked(const RunId& id) {
+  if (jobs_.count(id) != 0 || launching_.count(id) != 0) {
+    return Status::AlreadyExists(ToString(id) + " is already running on this node");
+  }
+  // At most one attempt of a task runs on a node at a time.
+  if (!id.is_exec()) {
+    auto other = [&](const RunId& r) {
+      return !r.is_exec() && r.job == id.job && r.task == id.task && r.attempt != id.attempt;
+    };
+    for (const auto& [r, s] : jobs_) {
+      if (other(r)) return Status::AlreadyExists(ToString(r) + " still runs on this node");
+    }
+    for (const RunId& r : launching_) {
+      if (other(r)) return Status::AlreadyExists(ToString(r) + " is being launched on this node");
+    }
+  }
+  launching_.insert(id);
+  return Status::Ok();
+}
+
 Status ProcessLauncher::Launch(const LaunchSpec& spec, const JobStdio& stdio) {
   GP_RETURN_IF_ERROR(ValidateSpec(spec));
   if (spec.stdio_relayed != (stdio.in >= 0 && stdio.out >= 0 && stdio.err >= 0)) {
@@ -259,28 +321,26 @@ Status ProcessLauncher::Launch(const LaunchSpec& spec, const JobStdio& stdio) {
         spec.stdio_relayed ? "an interactive job needs its stdin, stdout and stderr"
                            : "standard streams given for a job that does not relay them");
   }
-  const std::string id = std::to_string(spec.job_id);
+  const std::string what = ToString(spec.id);
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (jobs_.count(spec.job_id) != 0 || launching_.count(spec.job_id) != 0) {
-      return Status::AlreadyExists("job " + id + " is already running on this node");
-    }
-    launching_.insert(spec.job_id);
+    GP_RETURN_IF_ERROR(ReserveLocked(spec.id));
   }
   struct Unreserve {
     ProcessLauncher* self;
-    int64_t id;
+    RunId id;
     ~Unreserve() {
       std::lock_guard<std::mutex> lock(self->mu_);
       self->launching_.erase(id);
     }
-  } unreserve{this, spec.job_id};
+  } unreserve{this, spec.id};
 
-  // STATE/jobs may be traversed by users to reach their own files (host file, logs), not
-  // listed. An existing STATE keeps the mode its owner gave it.
+  // STATE/jobs and a job's folder may be traversed by users to reach their own files
+  // (host file, logs), not listed. An existing STATE keeps the mode its owner gave it.
   GP_RETURN_IF_ERROR(MakeDir(opt_.state_dir, 0711, /*enforce=*/false));
   GP_RETURN_IF_ERROR(MakeDir(opt_.state_dir + "/jobs", 0711));
-  const std::string dir = JobDir(opt_.state_dir, spec.job_id);
+  GP_RETURN_IF_ERROR(MakeDir(opt_.state_dir + "/jobs/" + std::to_string(spec.id.job), 0711));
+  const std::string dir = JobDir(opt_.state_dir, spec.id);
   GP_RETURN_IF_ERROR(MakeDir(dir, 0711));
   // A shim from an earlier launch (before a restart) that still runs owns this directory.
   if (Result<ShimRecord> rec = ReadShimRecord(dir); rec.ok() && rec->boot_id == BootId()) {
@@ -288,7 +348,7 @@ Status ProcessLauncher::Launch(const LaunchSpec& spec, const JobStdio& stdio) {
       int fd = OpenVerifiedPidFd(rec->pid, rec->start_ticks);
       if (fd != -1) {
         if (fd >= 0) ::close(fd);
-        return Status::AlreadyExists("job " + id + " is already running on this node (shim pid " +
+        return Status::AlreadyExists(what + " is already running on this node (shim pid " +
                                      std::to_string(rec->pid) + "); call Adopt()");
       }
     }
@@ -301,18 +361,19 @@ Status ProcessLauncher::Launch(const LaunchSpec& spec, const JobStdio& stdio) {
 
   std::string report;
   GP_ASSIGN_OR_RETURN(Supervised s, SpawnShim(dir, stdio, &report));
-  s.attempt = spec.attempt;
+  s.dir = dir;
   std::lock_guard<std::mutex> lock(mu_);
+  dirs_[spec.id] = dir;
   if (StartsWith(report, "started ")) {
     JobEvent e;
-    e.job_id = spec.job_id;
-    e.attempt = spec.attempt;
+    e.id = spec.id;
+    e.dir = dir;
     e.kind = JobEvent::Kind::kStarted;
     e.start_time_us = ParseInt64(report.substr(8)).value_or(opt_.clock->NowMicros());
     e.time_us = e.start_time_us;
     if (Result<ShimRecord> rec = ReadShimRecord(dir); rec.ok()) e.isolation = rec->isolation;
     Queue(std::move(e));
-    jobs_[spec.job_id] = s;  // Queue woke Wait, whose next poll includes this shim
+    jobs_[spec.id] = s;  // Queue woke Wait, whose next poll includes this shim
     return Status::Ok();
   }
   // The shim said "failed", or nothing at all: it ends (or has ended) by itself.
@@ -322,19 +383,17 @@ Status ProcessLauncher::Launch(const LaunchSpec& spec, const JobStdio& stdio) {
   if (s.pidfd >= 0) ::close(s.pidfd);
   Result<FinalStatus> final_status = ReadFinalStatus(dir);
   if (!final_status.ok()) {
-    return Status::Internal("the job's supervisor ended without starting job " + id +
+    return Status::Internal("the job's supervisor ended without starting " + what +
                             " or saying why; see " + dir + "/" + kShimLogFile);
   }
-  Queue(EventFromFinalStatus(*final_status));
+  Queue(EventFromFinalStatus(*final_status, spec.id, dir));
   return Status::Ok();
 }
 
-Status ProcessLauncher::Cancel(int64_t job_id) {
+Status ProcessLauncher::Cancel(const RunId& id) {
   std::lock_guard<std::mutex> lock(mu_);
-  auto it = jobs_.find(job_id);
-  if (it == jobs_.end()) {
-    return Status::NotFound("job " + std::to_string(job_id) + " is not running on this node");
-  }
+  auto it = jobs_.find(id);
+  if (it == jobs_.end()) return Status::NotFound(ToString(id) + " is not running on this node");
   // The shim turns TERM into TERM-then-KILL for the job's process group. If it already
   // ended, its final event is on its way and there is nothing to do.
   if (!ShimExited(it->second)) {
@@ -343,13 +402,12 @@ Status ProcessLauncher::Cancel(int64_t job_id) {
   return Status::Ok();
 }
 
-JobEvent ProcessLauncher::FinalEvent(int64_t job_id, int attempt, pid_t shim_pid,
-                                     const std::string& job_dir) {
+JobEvent ProcessLauncher::FinalEvent(const RunId& id, pid_t shim_pid, const std::string& job_dir) {
   Result<FinalStatus> st = ReadFinalStatus(job_dir);
-  if (st.ok()) return EventFromFinalStatus(*st);
+  if (st.ok()) return EventFromFinalStatus(*st, id, job_dir);
   JobEvent e;
-  e.job_id = job_id;
-  e.attempt = attempt;
+  e.id = id;
+  e.dir = job_dir;
   e.kind = JobEvent::Kind::kLost;
   e.time_us = opt_.clock->NowMicros();
   e.reason = "the job's supervisor (pid " + std::to_string(shim_pid) +
@@ -369,19 +427,19 @@ JobEvent ProcessLauncher::FinalEvent(int64_t job_id, int attempt, pid_t shim_pid
       config.ok() && !config->spec.image.empty()) {
     const std::string name = ContainerName(config->spec);
     if (Result<bool> rm = RemoveContainer(config->container, name); !rm.ok()) {
-      spdlog::warn("job {}: {}", job_id, rm.status().message());
+      spdlog::warn("{}: {}", ToString(id), rm.status().message());
     } else if (*rm) {
       e.reason += "; its container " + name + " was removed";
     }
     // And the mount sources the shim staged for it (mount_source.h).
     if (Status rm = StagedMounts(job_dir + "/mounts").Clear(); !rm.ok()) {
-      spdlog::warn("job {}: {}", job_id, rm.message());
+      spdlog::warn("{}: {}", ToString(id), rm.message());
     }
   }
   // Its cgroups too (this also kills job processes that left the process group).
   if (Result<ShimRecord> rec = ReadShimRecord(job_dir); rec.ok() && rec->boot_id == BootId()) {
     if (Status rm = RemoveCgroupDirs(rec->cgroup_dirs, 2000); !rm.ok()) {
-      spdlog::warn("job {}: {}", job_id, rm.message());
+      spdlog::warn("{}: {}", ToString(id), rm.message());
     }
   }
   return e;
@@ -398,9 +456,9 @@ std::vector<JobEvent> ProcessLauncher::Poll() {
     if (s.our_child) {
       ::waitpid(s.shim_pid, nullptr, WNOHANG);
     } else {
-      ReapIfOurs(JobDir(opt_.state_dir, it->first));
+      ReapIfOurs(s.dir);
     }
-    Queue(FinalEvent(it->first, s.attempt, s.shim_pid, JobDir(opt_.state_dir, it->first)));
+    Queue(FinalEvent(it->first, s.shim_pid, s.dir));
     if (s.pidfd >= 0) ::close(s.pidfd);
     it = jobs_.erase(it);
   }
@@ -440,111 +498,98 @@ std::vector<JobEvent> ProcessLauncher::Wait(int timeout_ms) {
   }
 }
 
-Result<std::vector<JobEvent>> ProcessLauncher::Adopt() {
-  const std::string jobs_dir = opt_.state_dir + "/jobs";
-  std::vector<int64_t> ids;
-  DIR* d = ::opendir(jobs_dir.c_str());
-  if (d == nullptr) {
-    if (errno == ENOENT) return std::vector<JobEvent>{};
-    return Status::Unavailable("cannot list '" + jobs_dir + "': " + std::strerror(errno));
+std::optional<JobEvent> ProcessLauncher::AdoptRunLocked(const std::string& dir,
+                                                        const std::string& boot) {
+  struct stat spec_st;
+  if (::stat((dir + "/" + kSpecFile).c_str(), &spec_st) == 0 && spec_st.st_size == 0) {
+    return std::nullopt;  // forgotten (Forget emptied the spec): only records and logs remain
   }
-  while (struct dirent* e = ::readdir(d)) {
-    if (std::optional<int64_t> id = ParseInt64(e->d_name); id && *id > 0) ids.push_back(*id);
+  Result<ShimConfig> config = ReadShimConfig(dir);
+  if (!config.ok()) {
+    if (config.status().code() != StatusCode::kNotFound) {
+      spdlog::warn("job directory '{}' is unreadable, skipped: {}", dir, config.status().message());
+    }
+    return std::nullopt;  // forgotten: only logs remain
   }
-  ::closedir(d);
-  std::sort(ids.begin(), ids.end());
+  const RunId id = config->spec.id;
+  if (jobs_.count(id) != 0 || launching_.count(id) != 0) return std::nullopt;
+  dirs_[id] = dir;
+  if (Result<FinalStatus> st = ReadFinalStatus(dir); st.ok()) {
+    ReapIfOurs(dir);
+    JobEvent e = EventFromFinalStatus(*st, id, dir);
+    e.adopted = true;
+    return e;
+  }
+  JobEvent e;
+  e.id = id;
+  e.dir = dir;
+  e.adopted = true;
+  Result<ShimRecord> rec = ReadShimRecord(dir);
+  if (!rec.ok() || rec->boot_id != boot) {
+    e.kind = JobEvent::Kind::kLost;
+    e.time_us = opt_.clock->NowMicros();
+    if (rec.ok()) e.start_time_us = rec->start_time_us;
+    e.reason = rec.ok() ? "the node restarted while the job ran"
+                        : "the job's supervisor never recorded itself; the node or agent "
+                          "stopped while the job was being launched";
+    return e;
+  }
+  Supervised s;
+  s.dir = dir;
+  s.shim_pid = rec->pid;
+  s.start_ticks = rec->start_ticks;
+  s.pidfd = OpenVerifiedPidFd(rec->pid, rec->start_ticks);
+  if (s.pidfd == -1 || ShimExited(s)) {
+    ReapIfOurs(dir);
+    JobEvent fin = FinalEvent(id, rec->pid, dir);
+    fin.adopted = true;
+    if (s.pidfd >= 0) ::close(s.pidfd);
+    return fin;
+  }
+  e.kind = JobEvent::Kind::kStarted;
+  e.start_time_us = rec->start_time_us;
+  e.time_us = rec->start_time_us != 0 ? rec->start_time_us : opt_.clock->NowMicros();
+  e.isolation = rec->isolation;
+  jobs_[id] = s;
+  return e;
+}
 
+Result<std::vector<JobEvent>> ProcessLauncher::Adopt() {
+  Status listed;
+  const std::vector<std::string> dirs = ListRunDirs(opt_.state_dir + "/jobs", &listed);
+  GP_RETURN_IF_ERROR(listed);
   const std::string boot = BootId();
   std::vector<JobEvent> out;
   std::lock_guard<std::mutex> lock(mu_);
-  for (int64_t id : ids) {
-    if (jobs_.count(id) != 0 || launching_.count(id) != 0) continue;
-    const std::string dir = JobDir(opt_.state_dir, id);
-    struct stat spec_st;
-    if (::stat((dir + "/" + kSpecFile).c_str(), &spec_st) == 0 && spec_st.st_size == 0) {
-      continue;  // forgotten (Forget emptied the spec): only records and logs remain
-    }
-    Result<ShimConfig> config = ReadShimConfig(dir);
-    if (!config.ok()) {
-      if (config.status().code() != StatusCode::kNotFound) {
-        spdlog::warn("job directory '{}' is unreadable, skipped: {}", dir,
-                     config.status().message());
-      }
-      continue;  // forgotten: only logs remain
-    }
-    const int attempt = config->spec.attempt;
-    if (Result<FinalStatus> st = ReadFinalStatus(dir); st.ok()) {
-      ReapIfOurs(dir);
-      JobEvent e = EventFromFinalStatus(*st);
-      e.adopted = true;
-      out.push_back(std::move(e));
-      continue;
-    }
-    JobEvent e;
-    e.job_id = id;
-    e.attempt = attempt;
-    e.adopted = true;
-    Result<ShimRecord> rec = ReadShimRecord(dir);
-    if (!rec.ok()) {
-      e.kind = JobEvent::Kind::kLost;
-      e.time_us = opt_.clock->NowMicros();
-      e.reason =
-          "the job's supervisor never recorded itself; the node or agent stopped while "
-          "the job was being launched";
-      out.push_back(std::move(e));
-      continue;
-    }
-    if (rec->boot_id != boot) {
-      e.kind = JobEvent::Kind::kLost;
-      e.time_us = opt_.clock->NowMicros();
-      e.start_time_us = rec->start_time_us;
-      e.reason = "the node restarted while the job ran";
-      out.push_back(std::move(e));
-      continue;
-    }
-    Supervised s;
-    s.attempt = attempt;
-    s.shim_pid = rec->pid;
-    s.start_ticks = rec->start_ticks;
-    s.pidfd = OpenVerifiedPidFd(rec->pid, rec->start_ticks);
-    if (s.pidfd == -1 || ShimExited(s)) {
-      ReapIfOurs(dir);
-      JobEvent fin = FinalEvent(id, attempt, rec->pid, dir);
-      fin.adopted = true;
-      if (s.pidfd >= 0) ::close(s.pidfd);
-      out.push_back(std::move(fin));
-      continue;
-    }
-    e.kind = JobEvent::Kind::kStarted;
-    e.start_time_us = rec->start_time_us;
-    e.time_us = rec->start_time_us != 0 ? rec->start_time_us : opt_.clock->NowMicros();
-    e.isolation = rec->isolation;
-    jobs_[id] = s;
-    out.push_back(std::move(e));
+  for (const std::string& dir : dirs) {
+    if (std::optional<JobEvent> e = AdoptRunLocked(dir, boot)) out.push_back(std::move(*e));
   }
   return out;
 }
 
-Status ProcessLauncher::Forget(int64_t job_id) {
+Status ProcessLauncher::Forget(const RunId& id) {
   std::lock_guard<std::mutex> lock(mu_);
-  if (jobs_.count(job_id) != 0 || launching_.count(job_id) != 0) {
-    return Status::FailedPrecondition("job " + std::to_string(job_id) +
+  if (jobs_.count(id) != 0 || launching_.count(id) != 0) {
+    return Status::FailedPrecondition(ToString(id) +
                                       " still runs; cancel it and wait for its final event");
   }
-  // Emptying the spec (its command line and variables go) marks the job forgotten. The
+  // Emptying the spec (its command line and variables go) marks the run forgotten. The
   // files are not deleted: on a file system without a journal every recently deleted
   // inode slows each later file creation (ext4 skips them), and a job's small records
   // cost less kept beside its logs than deleted.
-  const std::string spec = JobDir(opt_.state_dir, job_id) + "/" + kSpecFile;
+  auto known = dirs_.find(id);
+  const std::string dir = known != dirs_.end() ? known->second : JobDir(opt_.state_dir, id);
+  const std::string spec = dir + "/" + kSpecFile;
   if (::truncate(spec.c_str(), 0) != 0 && errno != ENOENT) {
     return Status::Unavailable("cannot empty '" + spec + "': " + std::strerror(errno));
   }
+  if (known != dirs_.end()) dirs_.erase(known);
   return Status::Ok();
 }
 
-std::vector<int64_t> ProcessLauncher::Running() const {
+std::vector<RunId> ProcessLauncher::Running() const {
   std::lock_guard<std::mutex> lock(mu_);
-  std::vector<int64_t> ids;
+  std::vector<RunId> ids;
   for (const auto& [id, s] : jobs_) ids.push_back(id);
   return ids;
 }

@@ -247,8 +247,7 @@ Status Shim::Prepare() {
   GP_RETURN_IF_ERROR(OpenStreams(spec, root));
 
   CgroupRequest req;
-  req.job_id = spec.job_id;
-  req.attempt = spec.attempt;
+  req.id = spec.id;
   req.deny_device_nodes = spec.denied_device_nodes;
   req.cpu_milli = spec.cpu_milli;
   req.memory_bytes = spec.memory_bytes;
@@ -416,8 +415,7 @@ Status Shim::StartJob() {
   Status st = WriteFileDurably(args_.job_dir + "/" + kShimFile, ShimRecordToJson(record_), 0600,
                                /*sync=*/false);
   if (!st.ok()) ShimLog("%s", st.message().c_str());  // the job runs; Adopt copes
-  ShimLog("started job %lld attempt %d as pid %d", static_cast<long long>(config_.spec.job_id),
-          config_.spec.attempt, static_cast<int>(job_pid_));
+  ShimLog("started %s as pid %d", ToString(config_.spec.id).c_str(), static_cast<int>(job_pid_));
   return Status::Ok();
 }
 
@@ -602,14 +600,14 @@ int Shim::Finish() {
   // A job's status must survive a power loss (it is reported after the reboot); an exec
   // session's need not: its client, and so the session, is gone after a reboot. The
   // fsync cost an exec about 0.6 ms of CPU (docs/benchmarks.md, "Gang start-up").
-  const bool exec_session = FromKey(final_.job_id).exec_id != 0;
+  const bool exec_session = final_.id.is_exec();
   Status st = WriteFileDurably(args_.job_dir + "/" + kStatusFile, FinalStatusToJson(final_), 0600,
                                /*sync=*/!exec_session);
   if (!st.ok()) {
     ShimLog("cannot record the job's status: %s", st.message().c_str());
     return 1;
   }
-  ShimLog("job %lld finished: %s", static_cast<long long>(final_.job_id),
+  ShimLog("%s finished: %s", ToString(final_.id).c_str(),
           final_.reason.empty() ? "ok" : final_.reason.c_str());
   return 0;
 }
@@ -628,22 +626,20 @@ int Shim::Run() {
   // Orphaned descendants of the job become our children, so we can reap them.
   ::prctl(PR_SET_CHILD_SUBREAPER, 1);
 
-  const std::string base = args_.job_dir.substr(args_.job_dir.find_last_of('/') + 1);
-  final_.job_id = ParseInt64(base).value_or(0);
+  // Whose status this is, should the spec be unreadable: the directory names the run.
+  const std::optional<RunId> dir_id = RunIdOfDir(args_.job_dir);
+  if (dir_id) final_.id = *dir_id;
   Result<ShimConfig> config = ReadShimConfig(args_.job_dir);
   if (!config.ok()) {
     ShimLog("%s", config.status().message().c_str());
     final_.reason = "the job's supervisor cannot read its spec: " + config.status().message();
-    int rc = final_.job_id > 0 ? Finish() : 1;
+    int rc = dir_id ? Finish() : 1;
     Report("failed");
     return rc == 0 ? 0 : 1;
   }
   config_ = std::move(*config);
-  final_.job_id = config_.spec.job_id;
-  final_.attempt = config_.spec.attempt;
-
-  record_.job_id = config_.spec.job_id;
-  record_.attempt = config_.spec.attempt;
+  final_.id = config_.spec.id;
+  record_.id = config_.spec.id;
   record_.pid = ::getpid();
   record_.start_ticks = ProcessStartTicks(record_.pid).value_or(0);
   record_.boot_id = BootId();

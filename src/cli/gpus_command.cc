@@ -15,7 +15,7 @@
 #include "common/clock.h"
 #include "common/file_util.h"
 #include "common/json.h"
-#include "daemon/agent_loop.h"
+#include "agent/runtime/agent_loop.h"
 #include "gpu/export/exporters.h"
 #include "gpu/gpu_backend.h"
 #include "gpu/sysfs/cpu_topology_reader.h"
@@ -77,7 +77,7 @@ std::string ResolveFormat(const GpusFlags& f) {
 
 // --sample: what the agent's telemetry sends, one JSON line per round: each GPU's
 // figures and the processes on it with the pool job whose cgroup each runs in
-// (daemon/agent_loop.h), plus how long the round took (a sampler must never block).
+// (agent/runtime/agent_loop.h), plus how long the round took (a sampler must never block).
 int PrintSamples(const gpu::DiscoveryOptions& options, const gpu::NodeInfo& node,
                  const GpusFlags& f) {
   Result<std::unique_ptr<gpu::TelemetrySampler>> sampler =
@@ -104,7 +104,7 @@ int PrintSamples(const gpu::DiscoveryOptions& options, const gpu::NodeInfo& node
     protocol::TelemetryBatch batch;
     if (s.ok()) {
       for (const gpu::GpuSample& g : *s) {
-        batch.samples.push_back(daemon::TelemetryOfSample(g, now_us / 1000, options.proc_root));
+        batch.samples.push_back(agent::TelemetryOfSample(g, now_us / 1000, options.proc_root));
       }
     }
     OrderedJson line = {{"round", round},

@@ -4,7 +4,7 @@
 #include "cli/client/client_commands.h"
 #include "cli/commands.h"
 #include "common/logging.h"
-#include "daemon/daemon_commands.h"
+#include "cli/daemon_commands.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"gpupool: one shared, fair, well-used GPU pool"};
@@ -19,7 +19,7 @@ int main(int argc, char** argv) {
   gpupool::cli::RegisterEnvCommand(app, ctx);
   gpupool::cli::RegisterCdiHookCommand(app, ctx);
   gpupool::cli::RegisterClientCommands(app, ctx);
-  gpupool::daemon::RegisterDaemonCommands(app, ctx);
+  gpupool::cli::RegisterDaemonCommands(app, ctx);
 
   app.parse_complete_callback([&] {
     if (auto s = gpupool::InitLogging(log_level); !s.ok()) {

@@ -286,6 +286,27 @@ class ContainerPoolTest(unittest.TestCase):
             self.assertEqual(f.read(), "made\n")
         self.assertEqual(e.job(jid)["needs"]["cuda"], "12.4")
 
+    def test_exec_into_a_container_job_runs_beside_it(self):
+        """`gpupool exec` into a running container job: the command runs in a container of
+        its own (named after its session, gpupool-job-<job>-<attempt>-exec<id>), beside the
+        task's, with its GPU; the task runs on."""
+        e = self.env
+        r = e.cli("submit", "--gpus", "1", "--cpus", "0.1", "--image",
+                  "localhost/gpupool-itest-cu124:1", "--", "sh", "-c",
+                  "echo task-up; sleep 60", user=65534)
+        jid = submitted_id(r)
+        e.wait(jid, ["RUNNING"])
+        x = e.cli("exec", "--job", str(jid), "--", "sh", "-c", "echo in-exec $CUDA_VISIBLE_DEVICES",
+                  user=65534, check=False)
+        names = e.podman("ps", "-a", "--format", "{{.Names}}", check=False).stdout
+        e.cli("cancel", str(jid), user=65534)
+        j = e.wait(jid, pooltest.FINAL_STATES)
+        self.assertEqual(x.returncode, 0, (x.stdout, x.stderr, e.log()))
+        granted = j["placement"][0]["gpu_indices"][0]
+        self.assertEqual(x.stdout.strip(), "in-exec " + UUIDS[granted])
+        self.assertIn("gpupool-job-%d-1" % jid, names.split())
+        self.assertEqual(j["state"], "CANCELLED", j)
+
     def test_fake_node_gpu_job_finds_stand_in_driver_by_soname(self):
         """Issue 15 A.1: a fake node (--fake, --dev-root) whose driver libraries are not on
         this machine. Before, every GPU container job failed with "command 'sh' not found

@@ -381,6 +381,13 @@ def run_hold(spec):
     print(json.dumps(counts), flush=True)
 
 
+def sanitized():
+    """Whether the gpupool under test is built with AddressSanitizer (its memory figures
+    then include the sanitizer's quarantine and shadow)."""
+    out = subprocess.run(["ldd", GPUPOOL], capture_output=True, text=True).stdout
+    return "libasan" in out
+
+
 def main():
     """Runs the calling module's tests; exits 77 (skipped) when they cannot run here."""
     global GPUPOOL

@@ -102,12 +102,18 @@ class SubmissionBytesTest(unittest.TestCase):
         st, body = e.submit(e.alice, job)
         self.assertEqual(st, 201, body)
         grown = rss_kib(e.server.pid) - before
+        # Under AddressSanitizer the resident size counts the freed-memory quarantine
+        # (up to 256 MB) and shadow memory, so only the release build's figures mean
+        # anything; the sanitized build still checks that all elements are kept.
+        measured = not seclib.sanitized()
         # Each element with a copy of its own: +96 MB.
-        self.assertLess(grown, 30 * 1024, "the server grew by %d KiB" % grown)
+        if measured:
+            self.assertLess(grown, 30 * 1024, "the server grew by %d KiB" % grown)
         # And as a restarted server loads them from the store (15 MB before it loads any).
         e.restart_server()
         loaded = rss_kib(e.server.pid)
-        self.assertLess(loaded, 45 * 1024, "a restarted server holds %d KiB" % loaded)
+        if measured:
+            self.assertLess(loaded, 45 * 1024, "a restarted server holds %d KiB" % loaded)
         st, out, _ = e.api(None, "GET", "/v1/jobs?all=1&state=PENDING")
         self.assertEqual(st, 200, out)
         self.assertEqual(sum(1 for j in out["jobs"] if j.get("array_id") == body["job"]["id"]),

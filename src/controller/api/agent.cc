@@ -3,6 +3,7 @@
 // exec sessions. Only agents may call them (the route table); each acts only for the
 // node its caller may act for (ActAsNode).
 #include "controller/api/handlers.h"
+#include "protocol/endpoints.h"
 #include "controller/endpoint_access.h"
 #include "controller/telemetry_service.h"
 #include "protocol/agent_protocol.h"
@@ -66,28 +67,18 @@ net::HttpResponse ServeAgentEvents(const ApiContext& ctx, const Call& c) {
 // An agent's answer to a log read: the bytes as the body, the file's size in `size`; or
 // `error` (not_found, refused, io) with the agent's words as the body.
 net::HttpResponse ServeAgentLogAnswer(const ApiContext& ctx, const Call& c) {
-  const net::HttpRequest& r = c.r;
-  const Identity& who = c.who;
-  std::string node = r.Query("node");
-  if (Status s = ActAsNode(who, &node); !s.ok()) return ErrorResponse(s);
+  std::string node = c.r.Query("node");
+  if (Status s = ActAsNode(c.who, &node); !s.ok()) return ErrorResponse(s);
   if (node.empty())
     return ErrorResponse(Status::InvalidArgument("node: the answering node's name"));
-  if (r.Query("id").empty()) return ErrorResponse(Status::InvalidArgument("id: the request's id"));
-  Result<int64_t> id = QueryInt(r, "id", 0, 1, INT64_MAX);
-  if (!id.ok()) return ErrorResponse(id.status());
-  Result<int64_t> size = QueryInt(r, "size", 0, 0, INT64_MAX);
-  if (!size.ok()) return ErrorResponse(size.status());
-  const std::string error = r.Query("error");
-  if (error.empty()) {
-    ctx.controller->log_relay().Answer(node, *id, LogChunk{r.body, *size});
-  } else if (error == "not_found") {
-    ctx.controller->log_relay().Answer(node, *id, Status::NotFound(r.body));
-  } else if (error == "refused") {
-    ctx.controller->log_relay().Answer(node, *id, Status::PermissionDenied(r.body));
-  } else if (error == "io") {
-    ctx.controller->log_relay().Answer(node, *id, Status::Unavailable(r.body));
+  Result<protocol::LogAnswer> answer =
+      protocol::DecodeLogAnswer([&](const std::string& name) { return c.r.Query(name); }, c.r.body);
+  if (!answer.ok()) return ErrorResponse(answer.status());
+  if (answer->status.ok()) {
+    ctx.controller->log_relay().Answer(node, answer->id,
+                                       LogChunk{std::move(answer->data), answer->size});
   } else {
-    return ErrorResponse(Status::InvalidArgument("error: use not_found, refused or io"));
+    ctx.controller->log_relay().Answer(node, answer->id, answer->status);
   }
   return JsonResponse(200, {{"ok", true}});
 }

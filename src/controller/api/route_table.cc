@@ -7,6 +7,7 @@
 #include "common/strings.h"
 #include "controller/api/handlers.h"
 #include "jobs/job.h"
+#include "protocol/endpoints.h"
 
 namespace gpupool::controller::api {
 namespace {
@@ -77,13 +78,14 @@ constexpr Route kRoutes[] = {
     {"POST", "/v1/tokens", CreateToken, kTokenAdmins, kNever},
     {"GET", "/v1/tokens", ListTokens, kTokenAdmins, kNever},
     {"DELETE", "/v1/tokens/{token_id}", RevokeToken, kTokenAdmins, kNever},
-    {"POST", "/v1/agent/register", ServeAgentRegister, kAgents, kNever},
-    {"GET", "/v1/agent/work", ServeAgentWork, kAgents, kWaiting},
-    {"POST", "/v1/agent/events", ServeAgentEvents, kAgents, kNever},
-    {"POST", "/v1/agent/logs", ServeAgentLogAnswer, kAgents, kNever},
-    {"POST", "/v1/agent/telemetry", ServeAgentTelemetry, kAgents, kNever},
-    {"GET", "/v1/agent/exec/{id}/input", ServeAgentExecInput, kAgents, kWaiting},
-    {"POST", "/v1/agent/exec/{id}/output", ServeAgentExecOutput, kAgents, kWaiting},
+    // The agent protocol's endpoints (protocol/endpoints.h).
+    {"POST", protocol::kRegisterPath, ServeAgentRegister, kAgents, kNever},
+    {"GET", protocol::kWorkPath, ServeAgentWork, kAgents, kWaiting},
+    {"POST", protocol::kEventsPath, ServeAgentEvents, kAgents, kNever},
+    {"POST", protocol::kLogsPath, ServeAgentLogAnswer, kAgents, kNever},
+    {"POST", protocol::kTelemetryPath, ServeAgentTelemetry, kAgents, kNever},
+    {"GET", protocol::kExecInputPattern, ServeAgentExecInput, kAgents, kWaiting},
+    {"POST", protocol::kExecOutputPattern, ServeAgentExecOutput, kAgents, kWaiting},
 };
 
 bool IsParameter(std::string_view seg) {

@@ -1,0 +1,742 @@
+#include "agent/runtime/agent_loop.h"
+
+#include <spdlog/spdlog.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <thread>
+
+#include "agent/job_files.h"
+#include "agent/runtime/rendezvous.h"
+#include "common/file_util.h"
+#include "common/strings.h"
+#include "envcheck/needs.h"
+#include "gpu/node_json.h"
+#include "jobs/job_json.h"
+
+namespace gpupool::agent {
+namespace {
+
+bool IsFinal(agent::JobEvent::Kind k) { return k != agent::JobEvent::Kind::kStarted; }
+
+int64_t NowMicros() {
+  return std::chrono::duration_cast<std::chrono::microseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+}  // namespace
+
+AgentLoop::AgentLoop(AgentLoopOptions options, std::shared_ptr<protocol::ControllerLink> link,
+                     agent::Launcher* launcher)
+    : options_(std::move(options)), link_(std::move(link)), launcher_(launcher) {
+  if (options_.cpu_milli <= 0) options_.cpu_milli = sysconf(_SC_NPROCESSORS_ONLN) * 1000;
+  if (options_.memory_mib <= 0) {
+    options_.memory_mib =
+        static_cast<int64_t>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGE_SIZE) / int64_t{1 << 20};
+  }
+}
+
+Status AgentLoop::Register() {
+  // Jobs this node already runs (from before an agent restart) are reported back.
+  GP_ASSIGN_OR_RETURN(std::vector<agent::JobEvent> adopted, launcher_->Adopt());
+  protocol::Registration reg;
+  reg.node = options_.node_name;
+  reg.address = options_.address;
+  reg.info = options_.node;
+  reg.cpu_milli = options_.cpu_milli;
+  reg.memory_mib = options_.memory_mib;
+  {
+    std::lock_guard lock(mu_);
+    for (agent::JobEvent& ev : adopted) {
+      launched_.insert(ev.id);
+      if (!ev.id.is_exec()) current_[SlotOf(ev.id)] = ev.id.attempt;
+      if (held_.count(ev.id) == 0) {
+        // The spec it was started with (kept until the agent forgets the run).
+        Result<agent::ShimConfig> c = agent::ReadShimConfig(ev.dir);
+        if (c.ok()) held_[ev.id] = {c->spec, ev.dir};
+      }
+      unsent_.push_back(ev);
+    }
+    // What runs here now (Adopt supervises the live shims again), not every task ever
+    // launched: the controller stops the tasks it does not expect.
+    const std::vector<RunId> live = launcher_->Running();
+    for (const auto& [slot, attempt] : current_) {
+      const RunId id{slot.first, slot.second, attempt, 0};
+      if (std::find(live.begin(), live.end(), id) == live.end()) continue;
+      reg.running.push_back({id.job, id.task, id.attempt});
+    }
+    // Ends not yet acknowledged: of tasks that ended while no agent watched (adopted
+    // above), or while the controller was away. They are reported once registered; until
+    // then the controller must not take those tasks for lost ones.
+    for (const agent::JobEvent& ev : unsent_) {
+      if (ev.id.is_exec() || !IsFinal(ev.kind)) continue;
+      reg.ended.push_back({ev.id.job, ev.id.task, ev.id.attempt});
+    }
+  }
+  // A controller too far from our protocol says so (its refusal carries its version, the
+  // link answers it as a reply with that version): retrying cannot help, so Run stops.
+  GP_ASSIGN_OR_RETURN(protocol::RegistrationReply reply, link_->Register(reg));
+  incompatible_ = protocol::CheckCompatible(protocol::kVersion, reply.version, "the controller",
+                                            "this agent (node " + options_.node_name + ")");
+  GP_RETURN_IF_ERROR(incompatible_);
+  controller_minor_ = reply.version.major == 1 ? reply.version.minor : 99;
+  registered_ = true;
+  spdlog::info(
+      "agent: node {} registered with {} GPUs ({} jobs adopted), address {}, controller "
+      "protocol {}",
+      options_.node_name, options_.node.gpus.size(), adopted.size(), reply.address,
+      protocol::VersionString(reply.version));
+  return Status::Ok();
+}
+
+void AgentLoop::Launch(const protocol::LaunchOrder& order) {
+  const jobs::Job& job = order.job;
+  const protocol::Rendezvous& rdzv = order.rendezvous;
+  const RunId id{job.id, order.task_index, job.attempt, 0};
+  const TaskSlot slot = SlotOf(id);
+  {
+    std::lock_guard lock(mu_);
+    if (auto held = current_.find(slot); held != current_.end() && held->second != job.attempt) {
+      if (held->second > job.attempt) return;  // an order of an attempt already replaced
+      // An earlier attempt of this task is still here (it outlived an agent restart while
+      // the controller requeued the job): it stops, and this one starts once its end is
+      // acknowledged. At most one attempt of a task runs at a time.
+      const bool fresh = deferred_.count(slot) == 0;
+      deferred_[slot] = order;
+      if (fresh) {
+        spdlog::info("agent: {} waits for attempt {} to end here", agent::ToString(id),
+                     held->second);
+        const RunId earlier{job.id, order.task_index, held->second, 0};
+        const std::vector<RunId> running = launcher_->Running();
+        if (std::find(running.begin(), running.end(), earlier) != running.end()) {
+          if (Status c = launcher_->Cancel(earlier); !c.ok() && c.code() != StatusCode::kNotFound) {
+            spdlog::warn("agent: stopping {}: {}", agent::ToString(earlier), c.message());
+          }
+        }
+      }
+      return;
+    }
+    if (!launched_.insert(id).second) return;  // resent order
+    if (cancelled_.count({job.id, job.attempt}) != 0) {
+      FailLaunchLocked(id, "cancelled before it started", /*cancelled=*/true);
+      return;
+    }
+  }
+  agent::LaunchSpec spec;
+  spec.id = id;
+  spec.num_tasks = rdzv.num_tasks;
+  spec.user = job.user;
+  spec.uid = job.uid;
+  spec.gid = job.gid;
+  spec.argv = job.command;
+  spec.env = job.env;
+  spec.workdir = job.workdir;
+  // The first task on a node of a gang held for mpirun runs all the node's ranks: the
+  // limits of every task it covers (its GPUs came in the order).
+  const auto covered = static_cast<int64_t>(std::max<size_t>(1, order.node_tasks.size()));
+  spec.cpu_milli = job.request.cpu_milli * covered;
+  spec.memory_bytes = job.request.memory_bytes * static_cast<uint64_t>(covered);
+  spec.time_limit_s = job.time_limit_s;
+  spec.grace_s = options_.cancel_grace_s;
+  spec.image = job.image;
+  spec.shm_bytes = job.shm_bytes;
+  spec.init = job.init;
+  for (const jobs::Mount& m : job.mounts) spec.mounts.push_back({m.source, m.target, m.read_only});
+  spec.env_dir = job.env_dir;
+  spec.gpus = order.gpus;
+  spec.denied_device_nodes = order.denied_device_nodes;
+  spec.require_device_isolation = !spec.denied_device_nodes.empty() &&
+                                  !options_.allow_unisolated_devices && !options_.fake_node;
+  // The rendezvous: task 0 picks the port its peers will meet it on.
+  protocol::Rendezvous r = rdzv;
+  if (r.task_index == 0 && r.master_port == 0) {
+    Result<int> port = PickFreePort();
+    if (!port.ok()) {
+      FailLaunch(id, port.status().message());
+      return;
+    }
+    r.master_port = *port;
+  }
+  const std::string dir = agent::JobDir(options_.state_dir, id);
+  const std::string hostfile = dir + "/" + agent::kHostFile;
+  spec.hostfile = HostfileText(r);
+  spec.pool_env = RendezvousEnv(r, {hostfile, options_.exec_agent, options_.server_for_jobs});
+  if (!spec.image.empty()) {
+    spec.mounts.push_back({hostfile, hostfile, /*read_only=*/true});
+    spec.pool_env.erase("OMPI_MCA_plm_rsh_agent");  // no gpupool binary in the image
+    spec.pool_env.erase("GPUPOOL_SERVER");
+  }
+  if ((job.mpi && r.task_index > 0) || !job.interactive.empty()) {
+    // Held for mpirun's daemons or an interactive job's commands (gpupool exec, and the
+    // command of gpupool run): the task runs nothing of its own.
+    // (In its image, for an image job: exec'd commands run in containers of that image.)
+    spec.argv = {"sleep", "infinity"};
+  }
+  if (!spec.image.empty() || !spec.gpus.empty()) {
+    if (Status pre = PrepareContainerJob(job, &spec); !pre.ok()) {
+      FailLaunch(id, pre.message());
+      return;
+    }
+  }
+  {
+    std::lock_guard lock(mu_);
+    held_[id] = {spec, dir};
+    current_[slot] = job.attempt;
+  }
+  Status s = launcher_->Launch(spec);
+  if (!s.ok()) FailLaunch(id, "could not launch: " + s.message());
+}
+
+void AgentLoop::StartExec(const protocol::ExecRequest& x) {
+  const agent::TaskId task_id{x.job_id, x.task_index, x.attempt};
+  const RunId id = RunId::ExecIn(task_id, x.id);
+  agent::LaunchSpec spec;
+  std::string task_dir;
+  std::string error;
+  {
+    std::lock_guard lock(mu_);
+    if (!launched_.insert(id).second) return;  // resent
+    auto task = held_.find(RunId::Of(task_id));
+    if (task == held_.end()) {
+      error = "task " + std::to_string(x.task_index) + " of job " + std::to_string(x.job_id) +
+              " does not run on node " + options_.node_name;
+    } else if (cancelled_.count({x.job_id, x.attempt}) != 0) {
+      error = "job " + std::to_string(x.job_id) + " is stopping";
+    } else {
+      spec = task->second.spec;
+      task_dir = task->second.dir;
+    }
+  }
+  if (!error.empty()) {
+    FailLaunch(id, error);
+    return;
+  }
+  // The task's user, GPUs, device rules, limits and variables, in the task's own
+  // cgroups; its own command.
+  Result<agent::ShimRecord> task_shim = agent::ReadShimRecord(task_dir);
+  if (task_shim.ok()) spec.join_cgroups = task_shim->cgroup_dirs;
+  spec.id = id;
+  spec.argv = x.argv;
+  spec.time_limit_s = 0;  // it ends with its job (cancelled with it)
+  // GPUPOOL_HOSTFILE (and a container's mount of it) names the task's host file, written
+  // when the task started: the session needs no copy of its own.
+  spec.hostfile.clear();
+  if (x.master_port > 0 && spec.pool_env.count("MASTER_PORT") == 0) {
+    // A held task of an --mpi job started before task 0 had picked the port.
+    spec.pool_env["PET_MASTER_PORT"] = std::to_string(x.master_port);
+    spec.pool_env["MASTER_PORT"] = std::to_string(x.master_port);
+  }
+  if (!spec.image.empty()) {
+    // A container task: the command runs in a container of the same image, GPUs and
+    // mounts beside the task's.
+    spec.pool_env.erase("OMPI_MCA_plm_rsh_agent");
+  }
+  std::unique_ptr<SessionStreams> streams;
+  if (x.interactive()) {
+    // Its terminal (or pipes) stay with this agent, relayed to the controller.
+    Result<std::unique_ptr<SessionStreams>> made =
+        MakeSessionStreams(x.tty, x.rows, x.cols, spec.uid);
+    if (!made.ok()) {
+      FailLaunch(id, made.status().message());
+      return;
+    }
+    streams = std::move(*made);
+    spec.stdio_relayed = true;
+    spec.tty = x.tty;
+  }
+  const std::string dir = agent::JobDir(options_.state_dir, id);
+  {
+    std::lock_guard lock(mu_);
+    held_[id] = {spec, dir};
+    if (streams) relays_[id] = nullptr;
+  }
+  Status s = streams ? launcher_->Launch(spec, streams->child) : launcher_->Launch(spec);
+  if (!s.ok()) {
+    {
+      std::lock_guard lock(mu_);
+      relays_.erase(id);
+      ended_before_relay_.erase(id);
+    }
+    FailLaunch(id, "could not start: " + s.message());
+    return;
+  }
+  if (!streams) return;
+  std::shared_ptr<ExecRelay> relay =
+      ExecRelay::Start(x.id, options_.node_name, std::move(streams), link_, [dir] {
+        Result<agent::ShimRecord> rec = agent::ReadShimRecord(dir);
+        return rec.ok() ? static_cast<int>(rec->job_pid) : 0;
+      });
+  std::lock_guard lock(mu_);
+  if (ended_before_relay_.erase(id) != 0 || stopping_) {
+    relay->Finish();
+    relays_.erase(id);
+  } else {
+    relays_[id] = std::move(relay);
+  }
+}
+
+void AgentLoop::SessionEndedLocked(const RunId& id) {
+  auto it = relays_.find(id);
+  if (it == relays_.end()) return;
+  if (it->second == nullptr) {
+    ended_before_relay_.insert(id);
+    return;
+  }
+  it->second->Finish();
+  relays_.erase(it);
+}
+
+void AgentLoop::FailLaunch(const RunId& id, const std::string& reason, bool cancelled) {
+  std::lock_guard lock(mu_);
+  FailLaunchLocked(id, reason, cancelled);
+}
+
+void AgentLoop::FailLaunchLocked(const RunId& id, const std::string& reason, bool cancelled) {
+  // Nothing was started: report the failure as the task's end.
+  agent::JobEvent ev;
+  ev.id = id;
+  ev.dir = agent::JobDir(options_.state_dir, id);
+  ev.kind = agent::JobEvent::Kind::kFailed;
+  ev.time_us = NowMicros();
+  ev.reason = reason;
+  ev.cancelled = cancelled;
+  spdlog::info("agent: {} not started: {}", agent::ToString(id), reason);
+  unsent_.push_back(std::move(ev));
+}
+
+Result<jobs::EnvNeeds> AgentLoop::NeedsOf(const jobs::Job& job) {
+  if (!job.needs.empty() || job.image.empty()) return job.needs;
+  GP_ASSIGN_OR_RETURN(std::string id, envcheck::ImageId(job.image, options_.container.global_args));
+  {
+    std::lock_guard lock(mu_);
+    if (auto it = needs_by_image_id_.find(id); it != needs_by_image_id_.end()) return it->second;
+  }
+  GP_ASSIGN_OR_RETURN(jobs::EnvNeeds needs,
+                      envcheck::InspectImageNeeds(job.image, options_.container.global_args, id));
+  std::lock_guard lock(mu_);
+  needs_by_image_id_[id] = needs;
+  return needs;
+}
+
+Status AgentLoop::PrepareContainerJob(const jobs::Job& job, agent::LaunchSpec* spec) {
+  const std::string& node = options_.node_name;
+  if (!spec->image.empty() && !options_.container.unavailable.empty()) {
+    return Status::FailedPrecondition("podman is not installed on node " + node + ": " +
+                                      options_.container.unavailable);
+  }
+  if (!spec->image.empty() && !spec->gpus.empty()) {
+    if (!options_.cdi_error.empty() || options_.cdi_kind.empty()) {
+      return Status::FailedPrecondition(
+          "node " + node + " cannot give GPUs to containers: the agent wrote no CDI spec (" +
+          (options_.cdi_error.empty() ? std::string("no CDI kind configured")
+                                      : options_.cdi_error) +
+          ")");
+    }
+    for (const agent::GpuGrant& g : spec->gpus) {
+      spec->cdi_devices.push_back(options_.cdi_kind + "=" +
+                                  (g.uuid.empty() ? std::to_string(g.index) : g.uuid));
+    }
+  }
+  // The environment's needs matter only to jobs that use the node's GPUs.
+  if (spec->gpus.empty()) return Status::Ok();
+  Result<jobs::EnvNeeds> needs = NeedsOf(job);
+  if (!needs.ok()) {
+    // Not fatal: the image may be pulled at run time, and podman then says what is wrong.
+    spdlog::warn("agent: job {}: cannot inspect image '{}' to check its needs: {}", job.id,
+                 job.image, needs.status().message());
+    return Status::Ok();
+  }
+  return envcheck::CheckNeeds(*needs, envcheck::OfferFromNode(options_.node, node));
+}
+
+// Log reads the controller relays for `gpupool logs` (the files are on this node). Each
+// answer is posted at once; a controller that gave up on one ignores it.
+void AgentLoop::AnswerLogReads(const std::vector<protocol::LogRequest>& reads) {
+  for (const protocol::LogRequest& read : reads) {
+    Result<agent::LogSlice> slice =
+        agent::ReadJobLogSlice(options_.state_dir, read.path, read.offset, read.max_bytes);
+    protocol::LogAnswer answer;
+    answer.node = options_.node_name;
+    answer.id = read.id;
+    if (slice.ok()) {
+      answer.size = slice->size;
+      answer.data = std::move(slice->data);
+    } else {
+      answer.status = slice.status();
+      if (answer.status.code() == StatusCode::kPermissionDenied) {
+        spdlog::warn("agent: log read refused: {}", answer.status.message());
+      }
+    }
+    if (Status s = link_->AnswerLogRead(answer); !s.ok()) {
+      spdlog::warn("agent: answering log read {}: {}", read.id, s.message());
+    }
+  }
+}
+
+std::vector<RunId> AgentLoop::RunsToCancelLocked(const protocol::CancelOrder& c) {
+  std::vector<RunId> ids;
+  if (c.exec_id != 0) {
+    for (const RunId& id : launched_) {
+      if (id.exec == c.exec_id) ids.push_back(id);
+    }
+    return ids;
+  }
+  // Launches of this job still queued here are refused from now on.
+  cancelled_.insert({c.job_id, c.attempt});
+  for (const RunId& id : launched_) {
+    if (id.job != c.job_id || (c.attempt != 0 && id.attempt != c.attempt)) continue;
+    // A task holds one attempt at a time: stopping another attempt of the same task
+    // would stop the wrong one.
+    auto held = current_.find(SlotOf(id));
+    if (!id.is_exec() && held != current_.end() && held->second != id.attempt) continue;
+    ids.push_back(id);
+  }
+  // A launch waiting for its earlier attempt to end is cancelled before it starts.
+  for (auto d = deferred_.begin(); d != deferred_.end();) {
+    const jobs::Job& j = d->second.job;
+    if (j.id == c.job_id && (c.attempt == 0 || j.attempt == c.attempt)) {
+      const RunId id{j.id, d->first.second, j.attempt, 0};
+      launched_.insert(id);
+      FailLaunchLocked(id, "cancelled before it started", true);
+      d = deferred_.erase(d);
+    } else {
+      ++d;
+    }
+  }
+  return ids;
+}
+
+void AgentLoop::CancelOrdered(const protocol::CancelOrder& c) {
+  std::vector<RunId> ids;
+  {
+    std::lock_guard lock(mu_);
+    ids = RunsToCancelLocked(c);
+  }
+  const std::vector<RunId> running = launcher_->Running();
+  for (const RunId& id : ids) {
+    if (std::find(running.begin(), running.end(), id) == running.end()) continue;
+    if (Status s = launcher_->Cancel(id); !s.ok() && s.code() != StatusCode::kNotFound) {
+      spdlog::warn("agent: cancel {}: {}", agent::ToString(id), s.message());
+    }
+  }
+}
+
+Status AgentLoop::PollOnce() {
+  Result<protocol::Work> work = link_->PollWork(options_.node_name, options_.poll_wait_ms);
+  if (!work.ok()) {
+    if (work.status().code() == StatusCode::kNotFound) registered_ = false;
+    return work.status();
+  }
+  for (const protocol::Rejected& r : work->rejected) {
+    spdlog::error("agent: unreadable {} from the controller: {}", r.what, r.error);
+    if (r.job_id > 0 && r.what.rfind("launch", 0) == 0) {
+      // The task is known: it fails with the reason rather than waiting forever.
+      FailLaunch({r.job_id, r.task_index, r.attempt, 0},
+                 "the launch order could not be read: " + r.error);
+    }
+  }
+  for (const protocol::CancelOrder& c : work->cancel) CancelOrdered(c);
+  if (!work->logs.empty()) AnswerLogReads(work->logs);
+  if (!work->launch.empty() || !work->exec.empty()) {
+    std::lock_guard lock(mu_);
+    for (protocol::LaunchOrder& o : work->launch) launch_queue_.push_back({std::move(o), {}});
+    for (protocol::ExecRequest& x : work->exec) launch_queue_.push_back({{}, std::move(x)});
+    launch_cv_.notify_all();
+  }
+  return Status::Ok();
+}
+
+void AgentLoop::LaunchWorker() {
+  while (true) {
+    WorkItem item;
+    {
+      std::unique_lock lock(mu_);
+      launch_cv_.wait_for(lock, std::chrono::milliseconds(200),
+                          [this] { return stopping_ || !launch_queue_.empty(); });
+      if (stopping_) return;
+      if (launch_queue_.empty()) continue;
+      item = std::move(launch_queue_.front());
+      launch_queue_.pop_front();
+    }
+    if (item.launch) Launch(*item.launch);
+    if (item.exec) StartExec(*item.exec);
+  }
+}
+
+void AgentLoop::ToWire(const agent::JobEvent& ev, protocol::EventBatch* batch) {
+  // Where its logs are: the run's directory, of either layout.
+  const std::string dir = ev.dir.empty() ? agent::JobDir(options_.state_dir, ev.id) : ev.dir;
+  if (ev.id.is_exec()) {
+    protocol::ExecReport r;
+    r.id = ev.id.exec;
+    r.started = ev.kind == agent::JobEvent::Kind::kStarted || ev.start_time_us != 0;
+    r.ended = IsFinal(ev.kind);
+    r.exit_code = ev.exit_code;
+    r.signal = ev.signal;
+    if (ev.kind == agent::JobEvent::Kind::kFailed || ev.kind == agent::JobEvent::Kind::kLost) {
+      r.error = ev.reason.empty() ? "it could not be started" : ev.reason;
+    }
+    if (ev.kind != agent::JobEvent::Kind::kLost) {
+      r.stdout_path = dir + "/stdout.log";
+      r.stderr_path = dir + "/stderr.log";
+    }
+    if (r.ended && r.started && ev.kind != agent::JobEvent::Kind::kLost) {
+      // Little output goes with the end: the client's reads are then answered by the
+      // controller, without a relay to this node each (docs/benchmarks.md, "Gang start-up").
+      Result<std::string> out = ReadFileToString(r.stdout_path, protocol::kMaxInlineExecOutput);
+      Result<std::string> err = ReadFileToString(r.stderr_path, protocol::kMaxInlineExecOutput);
+      if (out.ok() && err.ok() && out->size() + err->size() <= protocol::kMaxInlineExecOutput) {
+        r.output_complete = true;
+        r.stdout_data = std::move(*out);
+        r.stderr_data = std::move(*err);
+      }
+    }
+    batch->exec.push_back(std::move(r));
+    return;
+  }
+  protocol::Event e;
+  e.job_id = ev.id.job;
+  e.task_index = ev.id.task;
+  e.attempt = ev.id.attempt;
+  switch (ev.kind) {
+    case agent::JobEvent::Kind::kStarted:
+      e.kind = protocol::EventKind::kStarted;
+      break;
+    case agent::JobEvent::Kind::kExited:
+    case agent::JobEvent::Kind::kFailed:
+      e.kind = protocol::EventKind::kExited;
+      break;
+    case agent::JobEvent::Kind::kLost:
+      e.kind = protocol::EventKind::kLost;
+      break;
+  }
+  e.time_us = ev.time_us;
+  e.exit_code = ev.exit_code;
+  e.signal = ev.signal;
+  e.timed_out = ev.timed_out;
+  e.cancelled = ev.cancelled;
+  e.reason = ev.reason;
+  if (ev.kind != agent::JobEvent::Kind::kLost) {
+    e.stdout_path = dir + "/stdout.log";
+    e.stderr_path = dir + "/stderr.log";
+  }
+  if (e.kind == protocol::EventKind::kStarted && ev.id.task == 0) {
+    std::lock_guard lock(mu_);
+    if (auto it = held_.find(ev.id); it != held_.end()) {
+      const std::map<std::string, std::string>& env = it->second.spec.pool_env;
+      if (auto p = env.find("MASTER_PORT"); p != env.end()) {
+        e.master_port = static_cast<int>(ParseInt64(p->second).value_or(0));
+      }
+    }
+  }
+  batch->events.push_back(std::move(e));
+}
+
+void AgentLoop::ReportEvents() {
+  int backoff_ms = 100;
+  while (!stopping_) {
+    std::vector<agent::JobEvent> fresh = launcher_->Wait(200);
+    std::vector<agent::JobEvent> batch;
+    {
+      std::lock_guard lock(mu_);
+      for (auto& e : fresh) {
+        if (IsFinal(e.kind)) SessionEndedLocked(e.id);
+        unsent_.push_back(std::move(e));
+      }
+      batch = unsent_;
+    }
+    if (batch.empty() || !registered_) continue;
+    protocol::EventBatch wire;
+    wire.node = options_.node_name;
+    for (const agent::JobEvent& ev : batch) ToWire(ev, &wire);
+    if (Status ack = link_->PostEvents(wire); !ack.ok()) {
+      spdlog::warn("agent: cannot report {} events yet: {}", batch.size(), ack.message());
+      std::this_thread::sleep_for(std::chrono::milliseconds(backoff_ms));
+      backoff_ms = std::min(backoff_ms * 2, 5000);
+      continue;
+    }
+    backoff_ms = 100;
+    std::lock_guard lock(mu_);
+    unsent_.erase(unsent_.begin(), unsent_.begin() + static_cast<std::ptrdiff_t>(batch.size()));
+    for (const agent::JobEvent& ev : batch) {
+      if (IsFinal(ev.kind)) EndAcknowledgedLocked(ev);
+    }
+  }
+}
+
+void AgentLoop::EndAcknowledgedLocked(const agent::JobEvent& ev) {
+  const RunId& id = ev.id;
+  // Only the attempt the task holds here is forgotten: the end of an attempt that never
+  // started (a refused launch) must not free the task while an earlier one still holds it.
+  auto held = id.is_exec() ? current_.end() : current_.find(SlotOf(id));
+  if (held != current_.end() && held->second != id.attempt) return;
+  held_.erase(id);
+  if (held != current_.end()) current_.erase(held);
+  if (Status s = launcher_->Forget(id); !s.ok() && s.code() != StatusCode::kNotFound) {
+    spdlog::warn("agent: forget {}: {}", agent::ToString(id), s.message());
+  }
+  // The next attempt of the task may start now.
+  if (id.is_exec()) return;
+  if (auto d = deferred_.find(SlotOf(id)); d != deferred_.end()) {
+    launch_queue_.push_back({std::move(d->second), {}});
+    deferred_.erase(d);
+    launch_cv_.notify_all();
+  }
+}
+
+int64_t JobOfProcess(const std::string& proc_root, int64_t pid) {
+  Result<std::string> text =
+      ReadFileToString(proc_root + "/" + std::to_string(pid) + "/cgroup", 64 << 10);
+  if (!text.ok()) return 0;
+  // "0::/gpupool/job-JOB-TASK.ATTEMPT-INSTANCE" (v2) or "5:cpu:/gpupool/job-..." (v1);
+  // "job-KEY-ATTEMPT-INSTANCE" where an agent of the previous layout made it (run_id.h).
+  constexpr std::string_view kLeaf = "/gpupool/job-";
+  const size_t at = text->find(kLeaf);
+  if (at == std::string::npos) return 0;
+  size_t end = at + kLeaf.size();
+  while (end < text->size() && (*text)[end] >= '0' && (*text)[end] <= '9') ++end;
+  std::optional<int64_t> key = ParseInt64(text->substr(at + kLeaf.size(), end - at - kLeaf.size()));
+  if (!key || *key <= 0) return 0;
+  return agent::JobOfLegacyKey(*key);  // a job id is its own legacy key
+}
+
+protocol::GpuTelemetry TelemetryOfSample(const gpu::GpuSample& s, int64_t at_ms,
+                                         const std::string& proc_root) {
+  protocol::GpuTelemetry t;
+  t.index = s.index;
+  t.uuid = s.uuid;
+  t.at_ms = at_ms;
+  t.util_pct = s.util_pct;
+  t.mem_used_mib = s.mem_used_mib;
+  t.mem_total_mib = s.mem_total_mib;
+  t.power_w = s.power_w;
+  t.temp_c = s.temp_c;
+  t.xid_errors = s.xid_errors;
+  t.xid_count = s.xid_count;
+  t.ecc_uncorrected = s.ecc_uncorrected;
+  for (const gpu::ProcessSample& p : s.processes) {
+    t.processes.push_back({p.pid, JobOfProcess(proc_root, p.pid), p.used_mib, p.util_pct});
+  }
+  return t;
+}
+
+size_t AgentLoop::TelemetryRound() {
+  const Clock* clock = options_.clock != nullptr ? options_.clock : SystemClock::Get();
+  const int64_t now_us = clock->NowMicros();
+  Result<std::vector<gpu::GpuSample>> samples = options_.sampler->Sample(now_us);
+  if (!samples.ok()) {
+    spdlog::warn("agent: telemetry: {}", samples.status().message());
+  }
+  // Which tasks hold which GPU: from the specs of what runs here.
+  std::map<int, std::vector<protocol::TelemetryJob>> holders;
+  {
+    std::lock_guard lock(mu_);
+    for (const auto& [id, run] : held_) {
+      if (id.is_exec()) continue;
+      for (const protocol::GpuGrant& g : run.spec.gpus) {
+        // Once per job: a node's launch unit holds the GPUs of the job's other tasks there
+        // too (LaunchOrder::node_tasks), and the controller counts each listing.
+        std::vector<protocol::TelemetryJob>& h = holders[g.index];
+        if (std::none_of(h.begin(), h.end(), [&](const auto& t) { return t.job_id == id.job; })) {
+          h.push_back({id.job, g.gpu_milli});
+        }
+      }
+    }
+  }
+  std::vector<protocol::GpuTelemetry> round;
+  if (samples.ok()) {
+    for (const gpu::GpuSample& s : *samples) {
+      protocol::GpuTelemetry t = TelemetryOfSample(s, now_us / 1000, options_.proc_root);
+      if (auto h = holders.find(s.index); h != holders.end()) t.jobs = h->second;
+      round.push_back(std::move(t));
+    }
+  }
+  protocol::TelemetryBatch batch;
+  batch.node = options_.node_name;
+  {
+    std::lock_guard lock(telemetry_mu_);
+    for (auto& t : round) unsent_telemetry_.push_back(std::move(t));
+    // While the controller is away the oldest samples go first.
+    while (unsent_telemetry_.size() > protocol::kMaxTelemetrySamples) {
+      unsent_telemetry_.pop_front();
+    }
+    if (!registered_ || controller_minor_ < 3) {
+      // A controller older than 1.3 takes no telemetry: keep only the newest round.
+      if (registered_) unsent_telemetry_.clear();
+      return unsent_telemetry_.size();
+    }
+    batch.samples.assign(unsent_telemetry_.begin(), unsent_telemetry_.end());
+  }
+  if (batch.samples.empty()) return 0;
+  const Status ack = link_->PostTelemetry(batch);
+  std::lock_guard lock(telemetry_mu_);
+  if (!ack.ok()) {
+    spdlog::warn("agent: cannot send {} telemetry samples yet: {}", batch.samples.size(),
+                 ack.message());
+    if (ack.code() == StatusCode::kNotFound) registered_ = false;
+    return unsent_telemetry_.size();
+  }
+  // Samples added meanwhile stay (none are: one round at a time).
+  const size_t sent = std::min(batch.samples.size(), unsent_telemetry_.size());
+  unsent_telemetry_.erase(unsent_telemetry_.begin(),
+                          unsent_telemetry_.begin() + static_cast<std::ptrdiff_t>(sent));
+  return unsent_telemetry_.size();
+}
+
+void AgentLoop::TelemetryLoop() {
+  const auto period = std::chrono::seconds(options_.telemetry_interval_s);
+  auto next = std::chrono::steady_clock::now();
+  while (!stopping_) {
+    TelemetryRound();
+    next += period;
+    const auto now = std::chrono::steady_clock::now();
+    if (next < now) next = now + period;  // a round that took too long: no catching up
+    std::unique_lock lock(telemetry_mu_);
+    telemetry_cv_.wait_until(lock, next, [this] { return stopping_.load(); });
+  }
+}
+
+Status AgentLoop::Run() {
+  std::thread reporter([this] { ReportEvents(); });
+  std::thread telemetry;
+  if (options_.sampler && options_.telemetry_interval_s > 0) {
+    telemetry = std::thread([this] { TelemetryLoop(); });
+  }
+  std::vector<std::thread> launchers;
+  for (int i = 0; i < std::max(1, options_.launch_workers); ++i) {
+    launchers.emplace_back([this] { LaunchWorker(); });
+  }
+  int backoff_ms = 200;
+  while (!stopping_) {
+    Status s = registered_ ? PollOnce() : Register();
+    if (s.ok()) {
+      backoff_ms = 200;
+      continue;
+    }
+    if (!incompatible_.ok()) {
+      spdlog::error("agent: {}", s.message());
+      Stop();
+      break;
+    }
+    spdlog::warn("agent: {} (retrying in {} ms)", s.message(), backoff_ms);
+    for (int slept = 0; slept < backoff_ms && !stopping_; slept += 50) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    backoff_ms = std::min(backoff_ms * 2, 5000);
+  }
+  launch_cv_.notify_all();
+  telemetry_cv_.notify_all();
+  for (std::thread& t : launchers) t.join();
+  reporter.join();
+  if (telemetry.joinable()) telemetry.join();
+  std::lock_guard lock(mu_);
+  for (auto& [key, relay] : relays_) {
+    if (relay) relay->Stop();
+  }
+  relays_.clear();
+  return incompatible_;
+}
+
+}  // namespace gpupool::agent

@@ -1,0 +1,191 @@
+// AgentLoop: the node agent's main loop. Registers the node's GPUs with the controller,
+// long-polls it for launch and cancel orders, runs them through the Launcher, and reports
+// what happens, through a protocol::ControllerLink: over the same HTTP protocol whether
+// the controller is in this process (`gpupool up`) or on another machine (docs/api.md,
+// "Agent protocol"), or to an in-process fake in tests.
+//
+// It survives a controller restart (retries with back-off, re-registers when the
+// controller no longer knows the node) and its own restart (Launcher::Adopt finds the
+// jobs whose shims still run, in either directory layout). Events are kept until the
+// controller has acknowledged them, and launch orders are de-duplicated by their run
+// (job, task, attempt: agent::RunId), so nothing is started twice and no final state is
+// lost; a task holds one attempt at a time. Run() blocks until Stop(); both are
+// thread-safe.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "agent/launcher.h"
+#include "agent/runtime/exec_relay.h"
+#include "common/clock.h"
+#include "common/json.h"
+#include "gpu/gpu_info.h"
+#include "gpu/telemetry.h"
+#include "jobs/job.h"
+#include "protocol/agent_protocol.h"
+#include "protocol/controller_link.h"
+
+namespace gpupool::agent {
+
+struct AgentLoopOptions {
+  std::string node_name;
+  std::string state_dir;      // the Launcher's state directory (job logs live there)
+  gpu::NodeInfo node;         // what discovery found (or the fake node)
+  int64_t cpu_milli = 0;      // 0 = all online CPUs
+  int64_t memory_mib = 0;     // 0 = all physical memory
+  int poll_wait_ms = 10'000;  // long-poll length; also the heartbeat period
+  int64_t cancel_grace_s = 10;
+  int launch_workers = 8;  // launches in flight at once
+  // Container jobs (docs/containers.md). `container` as detected at start (its
+  // `unavailable` says why image jobs cannot run here); `cdi_kind` the kind of the CDI
+  // spec the agent wrote for the node's GPUs, `cdi_error` why none was written.
+  agent::ContainerOptions container;
+  std::string cdi_kind;
+  std::string cdi_error;
+  // An admin's per-node opt-out of fail-closed device isolation (launcher.h,
+  // LaunchSpec::require_device_isolation).
+  bool allow_unisolated_devices = false;
+  // The node was replayed from a file (--fake) or is the stand-in of a GPU-less machine:
+  // its device nodes are stand-ins with no GPU behind them, so isolation is not required.
+  bool fake_node = false;
+  // Where the node's peers reach it (--address); empty = the address the controller sees
+  // this agent's requests come from.
+  std::string address;
+  // For tasks: the command mpirun runs as its rsh agent (ExecAgentCommand) and the
+  // controller's address as a job's `gpupool exec` should use it (GPUPOOL_SERVER).
+  std::string exec_agent;
+  std::string server_for_jobs;
+  // GPU telemetry (issue 17): every telemetry_interval_s seconds (0 = off) the sampler
+  // reads the GPUs; the samples go to the controller in batches (protocol 1.3, only to a
+  // controller that speaks it). Null sampler: no telemetry. `clock` times the samples
+  // (null: the system clock); `proc_root` is where a process's cgroup is read to find
+  // its job.
+  int telemetry_interval_s = 5;
+  std::shared_ptr<gpu::TelemetrySampler> sampler;
+  const Clock* clock = nullptr;
+  std::string proc_root = "/proc";
+};
+
+// The pool job whose cgroup the process `pid` runs in (its /proc/PID/cgroup names a
+// gpupool job cgroup of either layout, agent/cgroup.h), or 0.
+int64_t JobOfProcess(const std::string& proc_root, int64_t pid);
+
+// One GPU's sample as the agent sends it, stamped `at_ms`, each process with its job
+// (JobOfProcess); `jobs` (which tasks hold the GPU) is left to the caller. `gpupool gpus
+// --sample` prints the same.
+protocol::GpuTelemetry TelemetryOfSample(const gpu::GpuSample& s, int64_t at_ms,
+                                         const std::string& proc_root);
+
+class AgentLoop {
+ public:
+  // `launcher` must outlive the loop; `link` is how it reaches the controller (shared
+  // with the exec sessions' relays, which may outlive the loop).
+  AgentLoop(AgentLoopOptions options, std::shared_ptr<protocol::ControllerLink> link,
+            agent::Launcher* launcher);
+
+  // Runs until Stop(), then returns Ok; or until the controller turns out to speak a
+  // protocol too far from this agent's, which retrying cannot mend: then it stops by
+  // itself and returns kFailedPrecondition naming both versions and which side to upgrade.
+  Status Run();
+  // Ends Run() within about a second: the controller's long poll and any other call in
+  // flight are cut short (ControllerLink::Shutdown).
+  void Stop() {
+    stopping_ = true;
+    link_->Shutdown();
+    telemetry_cv_.notify_all();
+  }
+  ~AgentLoop() = default;
+  AgentLoop(const AgentLoop&) = delete;
+  AgentLoop& operator=(const AgentLoop&) = delete;
+
+  // One round of telemetry: samples the GPUs, adds the round to the unsent batch and, when
+  // the controller takes telemetry, sends the batch. Run() calls it every interval; tests
+  // call it directly. Returns how many samples are still unsent.
+  size_t TelemetryRound();
+
+ private:
+  Status Register();
+  Status PollOnce();
+  void AnswerLogReads(const std::vector<protocol::LogRequest>& reads);
+  void CancelOrdered(const protocol::CancelOrder& c);
+  // The runs here that a cancel order names (callers hold mu_); refuses the job's queued
+  // and deferred launches.
+  std::vector<RunId> RunsToCancelLocked(const protocol::CancelOrder& c);
+  // Once an end is acknowledged (callers hold mu_): forgets the run and lets its task's
+  // deferred attempt start.
+  void EndAcknowledgedLocked(const agent::JobEvent& ev);
+  void ReportEvents();  // runs on its own thread
+  void LaunchWorker();  // several run: a launch waits for its shim, others need not
+  void Launch(const protocol::LaunchOrder& order);
+  void StartExec(const protocol::ExecRequest& x);
+  // Converts a launcher event into the wire's task event or exec report.
+  void ToWire(const agent::JobEvent& ev, protocol::EventBatch* batch);
+  // The checks before an image job (podman, CDI, environment needs); fills the spec's
+  // CDI devices. An error is the job's failure reason.
+  Status PrepareContainerJob(const jobs::Job& job, agent::LaunchSpec* spec);
+  // What the job's environment needs: job.needs, or the inspected image (cached by id).
+  Result<jobs::EnvNeeds> NeedsOf(const jobs::Job& job);
+  void FailLaunch(const RunId& id, const std::string& reason, bool cancelled = false);
+  void FailLaunchLocked(const RunId& id, const std::string& reason, bool cancelled);
+  void TelemetryLoop();  // runs on its own thread while telemetry is on
+
+  AgentLoopOptions options_;
+  std::shared_ptr<protocol::ControllerLink> link_;
+  agent::Launcher* launcher_;
+  std::atomic<bool> stopping_{false};
+  std::atomic<bool> registered_{false};
+  Status incompatible_;  // set by Register when the controller's protocol is too far off
+  std::atomic<int> controller_minor_{-1};  // the controller's protocol minor (major 1)
+  std::mutex telemetry_mu_;                // guards unsent_telemetry_; taken alone
+  std::condition_variable telemetry_cv_;
+  std::deque<protocol::GpuTelemetry> unsent_telemetry_;
+
+  // A task of a job, whatever its attempt: (job, task index).
+  using TaskSlot = std::pair<int64_t, int>;
+  static TaskSlot SlotOf(const RunId& id) { return {id.job, id.task}; }
+  // What a run here was started with, and where its files are.
+  struct Held {
+    agent::LaunchSpec spec;
+    std::string dir;
+  };
+
+  std::mutex mu_;
+  std::set<RunId> launched_;                     // runs seen (launched, refused or adopted)
+  std::set<std::pair<int64_t, int>> cancelled_;  // (job, attempt) told to stop here
+  // The attempt each task holds here: it runs, or it ended and its end is not
+  // acknowledged yet (the launcher then still has its spec). One per task.
+  std::map<TaskSlot, int> current_;
+  // Launch orders of a later attempt that wait for the attempt in current_ to end and
+  // be acknowledged (issue 25 item 2: a node that comes back still running attempt 1 of
+  // a job the controller requeued). Re-queued by ReportEvents.
+  std::map<TaskSlot, protocol::LaunchOrder> deferred_;
+  // What each task and exec session here was started with: a later exec runs with its
+  // task's spec (in its task's directory), and task 0's started event carries its
+  // rendezvous port.
+  std::map<RunId, Held> held_;
+  std::vector<agent::JobEvent> unsent_;  // waiting for the controller's ack
+  struct WorkItem {
+    std::optional<protocol::LaunchOrder> launch;
+    std::optional<protocol::ExecRequest> exec;
+  };
+  std::deque<WorkItem> launch_queue_;
+  std::condition_variable launch_cv_;
+  std::map<std::string, jobs::EnvNeeds> needs_by_image_id_;  // guarded by mu_
+  // Interactive exec sessions' relays, by run (null while it launches), and those whose
+  // command ended before its relay was registered.
+  std::map<RunId, std::shared_ptr<ExecRelay>> relays_;
+  std::set<RunId> ended_before_relay_;
+  void SessionEndedLocked(const RunId& id);
+};
+
+}  // namespace gpupool::agent

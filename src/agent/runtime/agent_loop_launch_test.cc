@@ -1,0 +1,155 @@
+// The agent loop with a real launcher (real shims and processes) against an in-process
+// controller: what a task's identity (job, task, attempt) guarantees on a node.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <filesystem>
+#include <thread>
+
+#include "agent/job_files.h"
+#include "agent/launcher_test_util.h"
+#include "agent/runtime/agent_loop.h"
+#include "protocol/fake_controller_link.h"
+
+namespace gpupool::agent {
+namespace {
+
+namespace fs = std::filesystem;
+using Kind = protocol::EventKind;
+
+class AgentLoopLaunchTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_FALSE(dir_.path().empty());
+    launcher_ = NewProcessLauncher(testing::TestOptions(dir_.path()));
+  }
+  void TearDown() override {
+    if (loop_) {
+      loop_->Stop();
+      thread_.join();
+    }
+    launcher_.reset();
+    testing::KillLeftoverJobs(dir_.path());
+  }
+  void StartLoop() {
+    AgentLoopOptions ao;
+    ao.node_name = "n1";
+    ao.state_dir = dir_.path();
+    ao.fake_node = true;
+    ao.telemetry_interval_s = 0;
+    ao.cancel_grace_s = 1;
+    loop_ = std::make_unique<AgentLoop>(ao, link_, launcher_.get());
+    thread_ = std::thread([this] { loop_->Run(); });
+  }
+  // A launch order of task 0 of single-task job `job`, attempt `attempt`.
+  static protocol::Work Launch(int64_t job, int attempt, const std::string& script) {
+    protocol::LaunchOrder o;
+    o.job.id = job;
+    o.job.attempt = attempt;
+    o.job.user = "tester";
+    o.job.uid = ::geteuid();
+    o.job.gid = ::getegid();
+    o.job.workdir = "/";
+    o.job.command = std::vector<std::string>{"sh", "-c", script};
+    o.rendezvous = {0, 1, {"h"}, {1}, 0};
+    protocol::Work w;
+    w.launch = {o};
+    return w;
+  }
+  // Whether the controller has acknowledged an event of `kind` for (job, task, attempt).
+  static bool Has(const protocol::FakeControllerLink::Recorded& r, Kind kind, int64_t job, int task,
+                  int attempt) {
+    const std::vector<protocol::Event> events = r.Events();
+    return std::any_of(events.begin(), events.end(), [&](const protocol::Event& e) {
+      return e.kind == kind && e.job_id == job && e.task_index == task && e.attempt == attempt;
+    });
+  }
+  // Polls (with a deadline) until the launcher supervises nothing.
+  bool WaitUntilNothingRuns() {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (!launcher_->Running().empty()) {
+      if (std::chrono::steady_clock::now() > deadline) return false;
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    return true;
+  }
+
+  testing::ScratchDir dir_;
+  std::unique_ptr<Launcher> launcher_;
+  std::shared_ptr<protocol::FakeControllerLink> link_ =
+      std::make_shared<protocol::FakeControllerLink>();
+  std::unique_ptr<AgentLoop> loop_;
+  std::thread thread_;
+};
+
+// Issue 25 item 2, kept with (job, task, attempt) identities: a launch order of a later
+// attempt while an earlier one runs here stops the earlier one, and starts only once the
+// controller has acknowledged the earlier one's end; each attempt in its own directory.
+TEST_F(AgentLoopLaunchTest, ALaterAttemptStartsOnlyOnceTheEarliersEndIsAcknowledged) {
+  link_->QueueWork(Launch(5, 1, "echo one; exec sleep 30"));
+  StartLoop();
+  ASSERT_TRUE(link_->WaitFor([](const auto& r) { return Has(r, Kind::kStarted, 5, 0, 1); }));
+  ASSERT_TRUE(testing::WaitForFileContaining(dir_.path() + "/jobs/5/0.1/stdout.log", "one", 5000));
+
+  link_->RefuseEvents(true);
+  link_->QueueWork(Launch(5, 2, "echo two"));
+  // Attempt 1 is stopped for it; its end is not acknowledged yet, so attempt 2 waits.
+  ASSERT_TRUE(WaitUntilNothingRuns());
+  const int refused = link_->recorded().refused_event_posts;
+  ASSERT_TRUE(link_->WaitFor([&](const auto& r) { return r.refused_event_posts > refused; }));
+  EXPECT_TRUE(launcher_->Running().empty());
+  EXPECT_FALSE(fs::exists(dir_.path() + "/jobs/5/0.2"));
+
+  link_->RefuseEvents(false);
+  ASSERT_TRUE(link_->WaitFor([](const auto& r) { return Has(r, Kind::kExited, 5, 0, 2); }));
+  const std::vector<protocol::Event> events = link_->recorded().Events();
+  auto at = [&](Kind kind, int attempt) {
+    return std::find_if(events.begin(), events.end(), [&](const protocol::Event& e) {
+      return e.kind == kind && e.attempt == attempt;
+    });
+  };
+  ASSERT_NE(at(Kind::kExited, 1), events.end());
+  EXPECT_TRUE(at(Kind::kExited, 1)->cancelled);
+  EXPECT_LT(at(Kind::kExited, 1), at(Kind::kStarted, 2));
+  EXPECT_EQ(at(Kind::kExited, 1)->stdout_path, dir_.path() + "/jobs/5/0.1/stdout.log");
+  EXPECT_EQ(at(Kind::kExited, 2)->stdout_path, dir_.path() + "/jobs/5/0.2/stdout.log");
+  EXPECT_EQ(testing::ReadWholeFile(dir_.path() + "/jobs/5/0.1/stdout.log"), "one\n");
+  EXPECT_EQ(testing::ReadWholeFile(dir_.path() + "/jobs/5/0.2/stdout.log"), "two\n");
+}
+
+// An agent upgraded while a task it started under the previous layout (STATE/jobs/<key>/)
+// runs registers that task as running by its (job, task, attempt), cancels it when told,
+// and reports its end with its logs where they are.
+TEST_F(AgentLoopLaunchTest, ATaskOfThePreviousLayoutIsRegisteredAndStoppedByItsIdentity) {
+  const int64_t key = (int64_t{1} << 50) + 77 * 4096 + 1;  // job 77, task 1 of 2
+  const std::string legacy = dir_.path() + "/jobs/" + std::to_string(key);
+  fs::create_directories(legacy);
+  const std::string spec =
+      R"({"job_id": )" + std::to_string(key) +
+      R"(, "attempt": 2, "pool_job_id": 77, "task_index": 1, "num_tasks": 2, "user": "tester", )" +
+      R"("uid": )" + std::to_string(::geteuid()) + R"(, "gid": )" + std::to_string(::getegid()) +
+      R"(, "argv": ["sh", "-c", "echo old; exec sleep 30"], "workdir": "/", "grace_s": 1})";
+  ASSERT_TRUE(WriteFileDurably(legacy + "/" + kSpecFile, spec, 0600).ok());
+  ASSERT_TRUE(testing::StartShimIn(legacy).ok());
+
+  StartLoop();
+  ASSERT_TRUE(link_->WaitFor([](const auto& r) { return r.polls > 0; }));
+  const protocol::Registration reg = link_->recorded().registrations.at(0);
+  EXPECT_EQ(reg.running, (std::vector<protocol::RunningTask>{{77, 1, 2}}));
+
+  protocol::Work cancel;
+  cancel.cancel = {{77, 2, 0}};
+  link_->QueueWork(cancel);
+  ASSERT_TRUE(link_->WaitFor([](const auto& r) { return Has(r, Kind::kExited, 77, 1, 2); }));
+  for (const protocol::Event& e : link_->recorded().Events()) {
+    if (e.kind != Kind::kExited) continue;
+    EXPECT_TRUE(e.cancelled);
+    EXPECT_EQ(e.stdout_path, legacy + "/stdout.log");
+  }
+  EXPECT_EQ(testing::ReadWholeFile(legacy + "/stdout.log"), "old\n");
+}
+
+}  // namespace
+}  // namespace gpupool::agent

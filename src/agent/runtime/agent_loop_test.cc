@@ -1,0 +1,323 @@
+// The agent loop against an in-process controller (protocol::FakeControllerLink): GPU
+// telemetry, log reads, launch units, stopping; and mapping a process to its job.
+#include "agent/runtime/agent_loop.h"
+
+#include <gtest/gtest.h>
+#include <stdlib.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <filesystem>
+#include <fstream>
+#include <future>
+#include <mutex>
+#include <thread>
+
+#include "agent/launcher.h"
+#include "protocol/agent_protocol.h"
+#include "protocol/fake_controller_link.h"
+
+namespace gpupool::agent {
+namespace {
+
+namespace fs = std::filesystem;
+
+class JobOfProcessTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::string tmpl = (fs::temp_directory_path() / "job_of_process.XXXXXX").string();
+    ASSERT_NE(mkdtemp(tmpl.data()), nullptr);
+    root_ = tmpl;
+  }
+  void TearDown() override {
+    std::error_code ec;
+    fs::remove_all(root_, ec);
+  }
+  void Cgroup(int pid, const std::string& text) {
+    fs::create_directories(root_ / std::to_string(pid));
+    std::ofstream(root_ / std::to_string(pid) / "cgroup") << text;
+  }
+  fs::path root_;
+};
+
+TEST_F(JobOfProcessTest, FindsTheJobOfV1AndV2CgroupsAndNothingElse) {
+  Cgroup(10, "0::/gpupool/job-42-1-777\n");
+  Cgroup(11,
+         "12:memory:/gpupool/job-43-2-5\n11:devices:/gpupool/job-43-2-5\n"
+         "1:name=systemd:/system.slice/gpupool-agent.service\n");
+  Cgroup(12, "0::/user.slice/user-1000.slice/session-3.scope\n");
+  Cgroup(13, "0::/gpupool/job-x-1-2\n");
+  Cgroup(14, "0::/gpupool/job-\n");
+  // A task of a gang, as the previous layout named its cgroup: by the task's launcher key
+  // (2^50 + 44 * 4096 + 3); and as it is named now, by job, task and attempt.
+  Cgroup(15, "0::/gpupool/job-1125899907022851-1-9\n");
+  Cgroup(16, "0::/gpupool/job-45-3.1-9\n");
+  Cgroup(17, "12:memory:/gpupool/job-46-0.2-7\n");
+  EXPECT_EQ(JobOfProcess(root_.string(), 10), 42);
+  EXPECT_EQ(JobOfProcess(root_.string(), 11), 43);
+  EXPECT_EQ(JobOfProcess(root_.string(), 12), 0);
+  EXPECT_EQ(JobOfProcess(root_.string(), 13), 0);
+  EXPECT_EQ(JobOfProcess(root_.string(), 14), 0);
+  EXPECT_EQ(JobOfProcess(root_.string(), 15), 44);
+  EXPECT_EQ(JobOfProcess(root_.string(), 16), 45);
+  EXPECT_EQ(JobOfProcess(root_.string(), 17), 46);
+  EXPECT_EQ(JobOfProcess(root_.string(), 99), 0);  // gone
+}
+
+// A launcher that runs nothing; with `accept` it records what it was asked to launch.
+class IdleLauncher final : public agent::Launcher {
+ public:
+  using agent::Launcher::Launch;
+  Status Launch(const agent::LaunchSpec& spec, const agent::JobStdio&) override {
+    std::lock_guard lock(mu);
+    if (!accept) return Status::Unavailable("not in this test");
+    launched.push_back(spec);
+    cv.notify_all();
+    return Status::Ok();
+  }
+  std::mutex mu;
+  std::condition_variable cv;  // a launch was recorded
+  bool accept = false;
+  std::vector<agent::LaunchSpec> launched;
+  Status Cancel(const RunId&) override { return Status::NotFound("none"); }
+  std::vector<agent::JobEvent> Poll() override { return {}; }
+  std::vector<agent::JobEvent> Wait(int timeout_ms) override {
+    std::this_thread::sleep_for(std::chrono::milliseconds(std::min(timeout_ms, 20)));
+    return {};
+  }
+  Result<std::vector<agent::JobEvent>> Adopt() override { return std::vector<agent::JobEvent>{}; }
+  Status Forget(const RunId&) override { return Status::Ok(); }
+  std::vector<RunId> Running() const override { return {}; }
+};
+
+// One GPU at a fixed 42%, that had two Xid errors (the last 79) and 5 uncorrected ECC.
+class OneGpu final : public gpu::TelemetrySampler {
+ public:
+  std::string_view name() const override { return "test"; }
+  Result<std::vector<gpu::GpuSample>> Sample(int64_t) override {
+    gpu::GpuSample s;
+    s.index = 0;
+    s.uuid = "GPU-0";
+    s.util_pct = 42;
+    s.mem_used_mib = 7;
+    s.xid_errors = 79;
+    s.xid_count = 2;
+    s.ecc_uncorrected = 5;
+    return std::vector<gpu::GpuSample>{s};
+  }
+};
+
+// An agent whose controller (an in-process fake) speaks protocol 1.`minor`; the fake
+// records the telemetry batches it is sent and can be made to refuse them (away).
+class TelemetryAgentTest : public JobOfProcessTest {
+ protected:
+  void Start(int minor) {
+    link_->SetVersion({1, minor});
+    AgentLoopOptions ao;
+    ao.node_name = "n1";
+    ao.state_dir = (root_ / "state").string();
+    ao.telemetry_interval_s = 0;  // rounds driven by the test
+    ao.sampler = std::make_shared<OneGpu>();
+    ao.clock = &clock_;
+    loop_ = std::make_unique<AgentLoop>(ao, link_, &launcher_);
+    thread_ = std::thread([this] { loop_->Run(); });
+    // The loop polls once registered (the reply's version read): telemetry rounds from
+    // here on know what the controller takes.
+    EXPECT_TRUE(link_->WaitFor([](const auto& r) { return r.polls > 0; }));
+  }
+  void TearDown() override {
+    if (loop_) {
+      loop_->Stop();
+      thread_.join();
+    }
+    JobOfProcessTest::TearDown();
+  }
+  ManualClock clock_{1'800'000'000'000'000};
+  IdleLauncher launcher_;
+  std::shared_ptr<protocol::FakeControllerLink> link_ =
+      std::make_shared<protocol::FakeControllerLink>();
+  std::unique_ptr<AgentLoop> loop_;
+  std::thread thread_;
+};
+
+// Stopping the agent does not wait for the controller to answer its long poll: Stop()
+// shuts the link down (the HTTP link's side: HttpControllerLinkTest.ShutdownCutsALongPollShort).
+TEST_F(TelemetryAgentTest, StopCutsTheLongPollShort) {
+  link_->HoldPolls(true);
+  Start(3);
+  ASSERT_TRUE(link_->WaitFor([](const auto& r) { return r.polls > 0; }));
+  const auto start = std::chrono::steady_clock::now();
+  loop_->Stop();
+  thread_.join();
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(3));
+  EXPECT_TRUE(link_->recorded().shut_down);
+  loop_.reset();
+}
+
+// Issue 27: a controller that cannot talk to this agent's protocol ends the agent at once,
+// with a message naming both versions and which side to upgrade; it used to take the
+// refusal for "unavailable" and retry forever.
+TEST_F(JobOfProcessTest, AControllerOfAnIncompatibleProtocolStopsTheAgent) {
+  auto link = std::make_shared<protocol::FakeControllerLink>();
+  const protocol::Version far{protocol::kVersion.major + 1, 0};
+  link->SetVersion(far);
+  AgentLoopOptions ao;
+  ao.node_name = "n1";
+  ao.state_dir = (root_ / "state").string();
+  ao.telemetry_interval_s = 0;
+  IdleLauncher launcher;
+  AgentLoop loop(ao, link, &launcher);
+  std::promise<Status> ended;
+  std::thread t([&] { ended.set_value(loop.Run()); });  // returns by itself: no Stop
+  std::future<Status> f = ended.get_future();
+  ASSERT_EQ(f.wait_for(std::chrono::seconds(10)), std::future_status::ready)
+      << "the agent is still trying";
+  t.join();
+  const Status s = f.get();
+  EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(s.message(), "the controller speaks agent protocol " + protocol::VersionString(far) +
+                             " and this agent (node n1) " +
+                             protocol::VersionString(protocol::kVersion) +
+                             "; they are too far apart (the same major and minors at most one "
+                             "apart work together): upgrade gpupool on this agent (node n1)");
+  EXPECT_EQ(link->recorded().registrations.size(), 1u);
+  EXPECT_EQ(link->recorded().polls, 0);
+}
+
+// A controller away (any error but a protocol too far off) is tried again until Stop,
+// and Run then returns Ok.
+TEST_F(TelemetryAgentTest, AControllerAwayIsTriedAgainAndStopEndsRunWithOk) {
+  link_->SetAway(true);
+  AgentLoopOptions ao;
+  ao.node_name = "n1";
+  ao.state_dir = (root_ / "state").string();
+  ao.telemetry_interval_s = 0;
+  AgentLoop loop(ao, link_, &launcher_);
+  std::promise<Status> ended;
+  std::thread t([&] { ended.set_value(loop.Run()); });
+  std::future<Status> f = ended.get_future();
+  EXPECT_EQ(f.wait_for(std::chrono::milliseconds(300)), std::future_status::timeout);
+  loop.Stop();
+  t.join();
+  EXPECT_TRUE(f.get().ok());
+}
+
+TEST_F(TelemetryAgentTest, AOneMinorOlderControllerIsSentNoTelemetry) {
+  Start(2);
+  EXPECT_EQ(loop_->TelemetryRound(), 0u);  // the round is dropped
+  EXPECT_EQ(link_->recorded().telemetry_posts, 0);
+}
+
+TEST_F(TelemetryAgentTest, BatchesGoToA13ControllerAndWaitWhileItIsAway) {
+  Start(3);
+  EXPECT_EQ(loop_->TelemetryRound(), 0u);
+  {
+    const std::vector<protocol::GpuTelemetry> received = link_->recorded().telemetry;
+    ASSERT_FALSE(received.empty());
+    EXPECT_EQ(received.back().util_pct, 42);
+    EXPECT_EQ(received.back().mem_used_mib, 7);
+    EXPECT_EQ(received.back().xid_errors, 79);
+    EXPECT_EQ(received.back().xid_count, 2);
+    EXPECT_EQ(received.back().ecc_uncorrected, 5);
+    EXPECT_EQ(received.back().at_ms, 1'800'000'000'000);  // the injected clock
+  }
+  const size_t before = link_->recorded().telemetry.size();
+  link_->SetAway(true);
+  EXPECT_EQ(loop_->TelemetryRound(), 1u);
+  clock_.AdvanceMicros(5'000'000);
+  EXPECT_EQ(loop_->TelemetryRound(), 2u);  // kept, oldest first
+  link_->SetAway(false);
+  clock_.AdvanceMicros(5'000'000);
+  EXPECT_EQ(loop_->TelemetryRound(), 0u);
+  const std::vector<protocol::GpuTelemetry> received = link_->recorded().telemetry;
+  ASSERT_EQ(received.size(), before + 3);  // the two kept rounds and this one, in one batch
+  EXPECT_LT(received[before].at_ms, received[before + 2].at_ms);
+}
+
+// A controller that forgot the node (404 to a telemetry batch) is registered with again.
+TEST_F(TelemetryAgentTest, ANodeTheControllerForgotRegistersAgain) {
+  Start(3);
+  EXPECT_EQ(loop_->TelemetryRound(), 0u);
+  link_->ForgetNode();
+  EXPECT_EQ(loop_->TelemetryRound(), 1u);
+  EXPECT_TRUE(link_->WaitFor([](const auto& r) { return r.registrations.size() == 2; }));
+}
+
+// The first task on a node of an --mpi gang covers the job's other task there
+// (LaunchOrder::node_tasks): its GPUs came in the order, its limits are both tasks'. The
+// GPU the two specs share is one job's, listed once: the controller counts each listing.
+TEST_F(TelemetryAgentTest, ANodesLaunchUnitTakesItsTasksLimitsAndListsItsJobOncePerGpu) {
+  {
+    std::lock_guard lock(launcher_.mu);
+    launcher_.accept = true;
+  }
+  protocol::Work work;
+  protocol::LaunchOrder unit;
+  unit.job.id = 7;
+  unit.job.user = "alice";
+  unit.job.command = {"mpirun", "true"};
+  unit.job.mpi = true;
+  unit.job.request.tasks = 2;
+  unit.job.request.gpus = 1;
+  unit.job.request.cpu_milli = 1500;
+  unit.job.request.memory_bytes = uint64_t{3} << 30;
+  unit.task_index = 0;
+  unit.gpus = {{"nvidia", 0, "GPU-0", {}, 1000}, {"nvidia", 1, "GPU-1", {}, 1000}};
+  unit.rendezvous = {0, 2, {"h", "h"}, {1, 1}, 0};
+  unit.node_tasks = {0, 1};
+  protocol::LaunchOrder held = unit;
+  held.task_index = 1;
+  held.gpus = {{"nvidia", 0, "GPU-0", {}, 1000}};  // task 1 was given GPU 0, task 0 GPU 1
+  held.denied_device_nodes = {"/dev/nvidia1"};
+  held.rendezvous.task_index = 1;
+  held.node_tasks.clear();
+  work.launch = {unit, held};
+  link_->QueueWork(work);
+  Start(3);
+  {
+    std::unique_lock lock(launcher_.mu);
+    launcher_.cv.wait_for(lock, std::chrono::seconds(10),
+                          [this] { return launcher_.launched.size() == 2; });
+    ASSERT_EQ(launcher_.launched.size(), 2u);
+    for (const agent::LaunchSpec& spec : launcher_.launched) {
+      SCOPED_TRACE(spec.id.task);
+      const int64_t tasks = spec.id.task == 0 ? 2 : 1;
+      EXPECT_EQ(spec.cpu_milli, 1500 * tasks);
+      EXPECT_EQ(spec.memory_bytes, (uint64_t{3} << 30) * static_cast<uint64_t>(tasks));
+      EXPECT_EQ(spec.gpus.size(), static_cast<size_t>(tasks));
+      const std::vector<std::string> held_argv = {"sleep", "infinity"};
+      EXPECT_EQ(spec.argv, spec.id.task == 0 ? unit.job.command.get() : held_argv);
+    }
+  }
+  EXPECT_EQ(loop_->TelemetryRound(), 0u);
+  const std::vector<protocol::GpuTelemetry> received = link_->recorded().telemetry;
+  ASSERT_FALSE(received.empty());
+  ASSERT_EQ(received.back().jobs.size(), 1u);  // GPU 0: in both specs, one job
+  EXPECT_EQ(received.back().jobs[0].job_id, 7);
+}
+
+// The controller relays `gpupool logs` reads to the node: each is answered through the
+// link, with the bytes of a job's log, or why not (LogAnswer).
+TEST_F(TelemetryAgentTest, LogReadsAreAnsweredWithTheBytesOrWhyNot) {
+  const fs::path job = root_ / "state" / "jobs" / "9";
+  fs::create_directories(job);
+  std::ofstream(job / "stdout.log") << "hello\n";
+  protocol::Work work;
+  work.logs = {{1, (job / "stdout.log").string(), 1, 100},
+               {2, (job / "stderr.log").string(), 0, 100},
+               {3, "/etc/passwd", 0, 100}};
+  link_->QueueWork(work);
+  Start(3);
+  ASSERT_TRUE(link_->WaitFor([](const auto& r) { return r.log_answers.size() == 3; }));
+  const std::vector<protocol::LogAnswer> got = link_->recorded().log_answers;
+  EXPECT_EQ(got[0].id, 1);
+  EXPECT_TRUE(got[0].status.ok()) << got[0].status.ToString();
+  EXPECT_EQ(got[0].data, "ello\n");
+  EXPECT_EQ(got[0].size, 6);
+  EXPECT_EQ(got[0].node, "n1");
+  EXPECT_EQ(got[1].status.code(), StatusCode::kNotFound);
+  EXPECT_EQ(got[2].status.code(), StatusCode::kPermissionDenied);
+}
+
+}  // namespace
+}  // namespace gpupool::agent

@@ -1,0 +1,244 @@
+#include "agent/runtime/node_agent.h"
+
+#include <spdlog/spdlog.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+
+#include "agent/cdi_spec.h"
+#include "agent/container.h"
+#include "common/host.h"
+#include "gpu/gpu_backend.h"
+#include "gpu/telemetry.h"
+
+namespace gpupool::agent {
+namespace {
+
+namespace fs = std::filesystem;
+
+// A stand-in 8-GPU node for machines without GPUs, so `make run` works anywhere.
+gpu::NodeInfo FakeEightGpuNode() {
+  gpu::NodeInfo n;
+  n.hostname = HostName();
+  n.nvidia = gpu::DriverInfo{"fake", "13.0", {}, {}};
+  for (int i = 0; i < 8; ++i) {
+    gpu::GpuInfo g;
+    g.vendor = gpu::Vendor::kNvidia;
+    g.index = i;
+    g.name = "Fake GPU F100 16GB";
+    char uuid[64];
+    std::snprintf(uuid, sizeof uuid, "GPU-fa4e0000-0000-4000-8000-%012d", i);
+    g.uuid = uuid;
+    char bus[32];
+    std::snprintf(bus, sizeof bus, "0000:%02x:00.0", 0x10 + i);
+    g.pci_bus_id = bus;
+    g.memory_total_bytes = uint64_t{16} << 30;
+    g.compute_capability = gpu::ComputeCapability{8, 0};
+    g.minor_number = i;
+    g.device_nodes = {"/dev/nvidia" + std::to_string(i)};
+    g.backend = "fake";
+    n.gpus.push_back(g);
+  }
+  return n;
+}
+
+// The agent's telemetry source for the node it runs (the fake file's profile with --fake);
+// null, with a note, where none fits: the agent then sends no telemetry.
+std::shared_ptr<gpu::TelemetrySampler> TelemetrySamplerFor(const std::string& fake_file,
+                                                           const gpu::NodeInfo& node) {
+  gpu::DiscoveryOptions opts = gpu::WithEnvironmentOverrides({});
+  opts.fake_node_file = fake_file;
+  Result<std::unique_ptr<gpu::TelemetrySampler>> s = gpu::CreateTelemetrySampler(opts, node);
+  if (!s.ok()) {
+    spdlog::info("agent: no GPU telemetry: {}", s.status().message());
+    return nullptr;
+  }
+  // What the source lacks for good (Xid events, say): said once here, not every sample.
+  if (const std::string note = (*s)->note(); !note.empty()) {
+    spdlog::info("agent: GPU telemetry: {}", note);
+  }
+  return std::shared_ptr<gpu::TelemetrySampler>(std::move(*s));
+}
+
+// The slim supervisor binary beside this one (a faster exec per job), else this binary's
+// own `agent-shim` subcommand.
+std::vector<std::string> ShimCommand() {
+  const std::string self = SelfExePath();
+  const std::string slim = (fs::path(self).parent_path() / "gpupool-agent-shim").string();
+  if (::access(slim.c_str(), X_OK) == 0) return {slim};
+  return {self, "agent-shim"};
+}
+
+// What mpirun runs as its rsh agent in a task: the slim gpupool-exec beside this binary
+// (it starts in a third of gpupool's time; mpirun starts one per host at once), else
+// this binary's `exec` subcommand.
+std::string ExecAgentCommand() {
+  const std::string self = SelfExePath();
+  const std::string slim = (fs::path(self).parent_path() / "gpupool-exec").string();
+  if (::access(slim.c_str(), X_OK) == 0) return slim;
+  return self + " exec";
+}
+
+// Warns about a directory on the way to `dir` that the jobs' users cannot pass (jobs run
+// as other users only under a root agent) and that is not ours to change.
+void WarnAboutClosedParents(const std::string& dir) {
+  std::error_code ec;
+  const fs::path absolute = fs::absolute(dir, ec);
+  fs::path prefix;
+  for (const fs::path& part : absolute) {
+    prefix /= part;
+    struct stat up {};
+    if (::geteuid() == 0 && ::stat(prefix.c_str(), &up) == 0 && (up.st_mode & S_IXOTH) == 0) {
+      spdlog::warn(
+          "'{}' (mode {:o}) does not let other users through: jobs of users other than root "
+          "cannot read their host file (GPUPOOL_HOSTFILE) under '{}'; chmod o+x it or choose "
+          "another --state-dir",
+          prefix.string(), up.st_mode & 07777, dir);
+      return;
+    }
+  }
+}
+
+}  // namespace
+
+// A job reads a file of its own in its job directory (its host file, GPUPOOL_HOSTFILE) by
+// path, as its user: every directory on the way must let it through, whatever mode it
+// had or was made with (the daemons' umask 077 makes a new one 0700). The state directory,
+// when it is the daemon's own, gets execute (traverse) for all added and nothing taken
+// away (so a shared one such as /tmp keeps its 1777; a new one becomes 0711); STATE/agent
+// is 0711: traversable, not listable. What is inside keeps its own mode (node token 0600,
+// job directories 0711, their spec and status 0600 root's, the host file and logs 0600
+// the job user's).
+Result<std::string> OpenAgentStateDir(const std::string& state_dir) {
+  std::error_code ec;
+  fs::create_directories(state_dir, ec);
+  if (ec) {
+    return Status::Unavailable("cannot create the state directory '" + state_dir +
+                               "': " + ec.message() + ": pass a writable --state-dir");
+  }
+  struct stat st {};
+  if (::stat(state_dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
+    return Status::FailedPrecondition("the state directory '" + state_dir + "' is not a directory");
+  }
+  if (st.st_uid == ::geteuid() && (st.st_mode & 0111) != 0111 &&
+      ::chmod(state_dir.c_str(), (st.st_mode & 07777) | 0111) != 0) {
+    return Status::Unavailable("cannot make the state directory '" + state_dir +
+                               "' traversable (chmod a+x): " + std::strerror(errno));
+  }
+  const std::string dir = state_dir + "/agent";
+  if (::mkdir(dir.c_str(), 0711) != 0 && errno != EEXIST) {
+    return Status::Unavailable("cannot create '" + dir + "': " + std::strerror(errno));
+  }
+  if (::chmod(dir.c_str(), 0711) != 0) {
+    return Status::Unavailable("cannot make '" + dir +
+                               "' traversable (chmod 0711): " + std::strerror(errno));
+  }
+  WarnAboutClosedParents(dir);
+  return dir;
+}
+
+NodeAgent::NodeAgent(NodeAgentOptions options) : options_(std::move(options)) {}
+
+NodeAgent::~NodeAgent() { (void)Stop(); }
+
+Status NodeAgent::Discover() {
+  if (discovered_) return Status::Ok();
+  gpu::DiscoveryOptions opts = gpu::WithEnvironmentOverrides({});
+  if (!options_.fake_file.empty()) {
+    opts.backends = {"fake"};
+    opts.fake_node_file = options_.fake_file;
+  }
+  GP_ASSIGN_OR_RETURN(node_, gpu::DiscoverNode(opts));
+  if (node_.gpus.empty() && options_.stand_in_when_no_gpus) {
+    node_ = FakeEightGpuNode();
+    stand_in_ = true;
+  }
+  discovered_ = true;
+  return Status::Ok();
+}
+
+// `fake_node`: the node comes from a file; its stand-in driver libraries, if it needs
+// any, go under the agent's directory.
+void NodeAgent::SetUpContainers(const std::string& agent_dir) {
+  ContainerOptions base;
+  base.podman = options_.podman;
+  base.global_args = options_.podman_args;
+  container_ = DetectContainerOptions(base);
+  CdiSpecOptions cdi;
+  cdi.kind = options_.cdi_kind;
+  cdi.dev_root = options_.dev_root.empty() ? "/dev" : options_.dev_root;
+  cdi.hook_path = SelfExePath();
+  cdi.fake_node = stand_in_ || !options_.fake_file.empty();
+  cdi.stand_in_root = agent_dir + "/stand-in-driver";
+  std::vector<std::string> notes;
+  Result<std::string> path = WriteNodeCdiSpec(node_, cdi, &notes);
+  for (const std::string& n : notes) cdi_notes_ += "; " + n;
+  if (path.ok()) {
+    cdi_path_ = *path;
+  } else {
+    cdi_error_ = path.status().message();
+  }
+  spdlog::info("agent: container jobs: {}", ContainersSummary());
+}
+
+std::string NodeAgent::ContainersSummary() const {
+  std::string s = container_.unavailable.empty() ? container_.note
+                                                 : "unavailable (" + container_.unavailable + ")";
+  s += cdi_path_.empty()
+           ? "; no CDI spec (" + cdi_error_ + "): GPU container jobs fail"
+           : "; CDI spec " + cdi_path_ + " (kind " + options_.cdi_kind + ")" + cdi_notes_;
+  return s;
+}
+
+void NodeAgent::RemoveCdiSpec() {
+  if (!cdi_path_.empty() && ::unlink(cdi_path_.c_str()) != 0 && errno != ENOENT) {
+    spdlog::warn("cannot remove the CDI spec '{}': {}", cdi_path_, std::strerror(errno));
+  }
+  cdi_path_.clear();
+}
+
+Status NodeAgent::Start(std::shared_ptr<protocol::ControllerLink> link) {
+  GP_RETURN_IF_ERROR(Discover());
+  GP_ASSIGN_OR_RETURN(const std::string agent_dir, OpenAgentStateDir(options_.state_dir));
+  SetUpContainers(agent_dir);
+  LauncherOptions lo;
+  lo.state_dir = agent_dir;
+  lo.shim_command = ShimCommand();
+  lo.container = container_;
+  launcher_ = NewProcessLauncher(lo);
+
+  AgentLoopOptions& ao = loop_options_;
+  ao.node_name = options_.node_name.empty() ? HostName() : options_.node_name;
+  ao.state_dir = agent_dir;
+  ao.node = node_;
+  ao.fake_node = stand_in_ || !options_.fake_file.empty();
+  ao.address = options_.address;
+  ao.telemetry_interval_s = options_.telemetry_interval_s;
+  if (ao.telemetry_interval_s > 0) ao.sampler = TelemetrySamplerFor(options_.fake_file, node_);
+  ao.exec_agent = ExecAgentCommand();
+  ao.server_for_jobs = options_.server_for_jobs;
+  ao.allow_unisolated_devices = options_.allow_unisolated_devices;
+  ao.container = container_;
+  ao.cdi_kind = options_.cdi_kind;
+  ao.cdi_error = cdi_error_;
+  loop_ = std::make_unique<AgentLoop>(ao, std::move(link), launcher_.get());
+  AgentLoop* loop = loop_.get();
+  thread_ = std::thread([this, loop] {
+    end_ = loop->Run();
+    ended_ = true;
+  });
+  return Status::Ok();
+}
+
+Status NodeAgent::Stop() {
+  if (loop_) loop_->Stop();
+  if (thread_.joinable()) thread_.join();
+  RemoveCdiSpec();
+  return end_;
+}
+
+}  // namespace gpupool::agent

@@ -1,0 +1,99 @@
+// NodeAgent: one node agent's parts, below the CLI. It finds the node's GPUs (or replays
+// a node file), opens the agent's state directory STATE/agent, probes podman and writes
+// the node's CDI spec for container jobs, makes the launcher and a telemetry sampler, and
+// runs an AgentLoop against the controller on a thread of its own. `gpupool agent` runs
+// one alone; `gpupool up` runs one beside its Server, connected through the Unix socket.
+//
+// Discover() may be called first (`up` finds the node before it starts its controller);
+// Start() discovers when that was not done. Start and Stop are called from one thread;
+// the accessors are valid once Discover (node) or Start (the rest) returned Ok. Stop()
+// leaves running jobs running (they are adopted by the next start); the destructor stops.
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "agent/launcher.h"
+#include "agent/runtime/agent_loop.h"
+#include "common/status.h"
+#include "gpu/gpu_info.h"
+#include "protocol/controller_link.h"
+
+namespace gpupool::agent {
+
+struct NodeAgentOptions {
+  std::string state_dir;  // the daemon's state directory; the agent's files are in STATE/agent
+  std::string fake_file;  // a node description to use instead of discovery
+  // `up`: a machine without GPUs runs a stand-in node of 8 fake GPUs, so the pool works
+  // anywhere; `agent`: it registers no GPUs.
+  bool stand_in_when_no_gpus = false;
+  std::string node_name;         // default: the host name
+  std::string address;           // where peers reach this node (AgentLoopOptions::address)
+  int telemetry_interval_s = 5;  // 0: no telemetry
+  // How jobs reach the controller (GPUPOOL_SERVER): the agent's own address list.
+  std::string server_for_jobs;
+  // Container jobs (docs/containers.md).
+  bool allow_unisolated_devices = false;
+  std::string cdi_kind = "gpupool.local/gpu";
+  std::string dev_root = "/dev";
+  std::string podman = "podman";
+  std::vector<std::string> podman_args;
+};
+
+class NodeAgent {
+ public:
+  explicit NodeAgent(NodeAgentOptions options);
+  ~NodeAgent();
+  NodeAgent(const NodeAgent&) = delete;
+  NodeAgent& operator=(const NodeAgent&) = delete;
+
+  // Finds the node. Errors: discovery failed (the backend's words), an unreadable node file.
+  Status Discover();
+  // Starts the agent, talking to the controller through `link`
+  // (protocol::NewHttpControllerLink). Errors: Discover's, an unusable state directory
+  // (Unavailable, FailedPrecondition).
+  Status Start(std::shared_ptr<protocol::ControllerLink> link);
+  // Ends the loop (within a fraction of a second) and removes the CDI spec it wrote.
+  // Returns what the loop ended with: Ok, or why it stopped by itself (a controller of a
+  // protocol too far off: AgentLoop::Run).
+  Status Stop();
+  // Whether the loop stopped by itself (Stop() then says why).
+  bool ended() const { return ended_; }
+
+  const gpu::NodeInfo& node() const { return node_; }
+  // The node is the stand-in of a GPU-less machine (stand_in_when_no_gpus).
+  bool stand_in() const { return stand_in_; }
+  const std::string& node_name() const { return loop_options_.node_name; }
+  // What container jobs get here, in words (podman, the CDI spec), for the start message.
+  std::string ContainersSummary() const;
+
+ private:
+  void SetUpContainers(const std::string& agent_dir);
+  void RemoveCdiSpec();
+
+  NodeAgentOptions options_;
+  bool discovered_ = false;
+  gpu::NodeInfo node_;
+  bool stand_in_ = false;
+  // Container jobs: what podman offers, and the CDI spec written (removed by Stop) or
+  // why none was.
+  ContainerOptions container_;
+  std::string cdi_error_;
+  std::string cdi_path_;
+  std::string cdi_notes_;
+  AgentLoopOptions loop_options_;
+  std::unique_ptr<Launcher> launcher_;
+  std::unique_ptr<AgentLoop> loop_;
+  std::thread thread_;
+  std::atomic<bool> ended_{false};
+  Status end_;  // what the loop returned; written by thread_, read after it is joined
+};
+
+// Makes STATE/agent (0711) and STATE traversable, as jobs read their host file by path
+// (node_agent.cc says how). Returns STATE/agent.
+Result<std::string> OpenAgentStateDir(const std::string& state_dir);
+
+}  // namespace gpupool::agent

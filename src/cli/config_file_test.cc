@@ -1,0 +1,231 @@
+#include "cli/config_file.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <filesystem>
+#include <fstream>
+#include <map>
+
+#include "cli/commands.h"
+#include "cli/daemon_commands.h"
+
+namespace gpupool::cli {
+namespace {
+
+using ::testing::HasSubstr;
+
+// A command shaped like `gpupool server` / `gpupool agent`.
+struct Flags {
+  std::string state_dir;
+  int port = 8421;
+  std::vector<std::string> podman_args;
+  bool allow = false;
+  std::string token;
+};
+
+void AddFlags(CLI::App* cmd, Flags* f) {
+  cmd->add_option("--state-dir", f->state_dir);
+  cmd->add_option("--port", f->port)->check(CLI::Range(0, 65535));
+  cmd->add_option("--podman-arg", f->podman_args)->allow_extra_args(false);
+  cmd->add_flag("--allow-unisolated-devices", f->allow);
+  cmd->add_option("--token", f->token);
+}
+
+ConfigFile Parse(std::string_view text) { return ParseConfigText(text, "test.conf").value(); }
+
+TEST(ConfigFileTest, ParsesSectionsKeysLinesAndComments) {
+  ConfigFile cfg = Parse(
+      "# a comment\n"
+      "; another\n"
+      "[server]\n"
+      "port = 9000 ; inline comment\n"
+      "\n"
+      "[agent]\n"
+      "podman-arg = --root\n"
+      "podman-arg = /srv/containers\n");
+  ASSERT_EQ(cfg.entries.size(), 3u);
+  EXPECT_EQ(cfg.entries[0].section, "server");
+  EXPECT_EQ(cfg.entries[0].key, "port");
+  EXPECT_EQ(cfg.entries[0].value, "9000");
+  EXPECT_EQ(cfg.entries[0].line, 4);
+  EXPECT_EQ(cfg.entries[2].value, "/srv/containers");
+  EXPECT_EQ(cfg.entries[2].line, 8);
+}
+
+TEST(ConfigFileTest, SyntaxErrorsNameTheLine) {
+  Result<ConfigFile> r = ParseConfigText("[server]\nport 9000\n", "x.conf");
+  ASSERT_FALSE(r.ok());
+  EXPECT_THAT(r.status().message(), HasSubstr("x.conf line 2: not a [section]"));
+
+  r = ParseConfigText("port = 1\n", "x.conf");
+  ASSERT_FALSE(r.ok());
+  EXPECT_THAT(r.status().message(), HasSubstr("line 1: key 'port' is outside a section"));
+
+  r = ParseConfigText("[server]\nlisten = " + std::string(300, 'a') + "\n", "x.conf");
+  ASSERT_FALSE(r.ok());
+  EXPECT_THAT(r.status().message(), HasSubstr("line 2: the line is longer than"));
+}
+
+TEST(ConfigFileTest, UnknownSectionsAndKeysAndRepeatsAreErrors) {
+  CLI::App app;
+  Flags f;
+  AddFlags(&app, &f);
+  const ConfigSchema schema{{"server", ConfigKeysOf(app)}};
+  EXPECT_TRUE(schema.at("server").at("podman-arg"));
+  EXPECT_FALSE(schema.at("server").at("port"));
+  EXPECT_EQ(schema.at("server").count("help"), 0u);
+
+  Status s = CheckConfigKeys(Parse("[server]\nprot = 1\n"), schema);
+  EXPECT_THAT(s.message(), HasSubstr("test.conf line 2: [server] prot: unknown key"));
+  EXPECT_THAT(s.message(), HasSubstr("port"));
+
+  s = CheckConfigKeys(Parse("[sever]\nport = 1\n"), schema);
+  EXPECT_THAT(s.message(), HasSubstr("line 2: unknown section [sever]: the sections are [server]"));
+
+  s = CheckConfigKeys(Parse("[server]\nport = 1\nport = 2\n"), schema);
+  EXPECT_THAT(s.message(), HasSubstr("line 3: [server] port: given again (first at line 2)"));
+
+  EXPECT_TRUE(CheckConfigKeys(Parse("[server]\npodman-arg = a\npodman-arg = b\n"), schema).ok());
+}
+
+TEST(ConfigFileTest, FileSetsWhatTheCommandLineDoesNot) {
+  CLI::App app;
+  Flags f;
+  AddFlags(&app, &f);
+  app.parse(std::vector<std::string>{"/cli", "--state-dir"});  // CLI11 parses in reverse
+  ConfigFile cfg = Parse(
+      "[server]\nstate-dir = /file\nport = 9000\npodman-arg = --root\npodman-arg = /r\n"
+      "allow-unisolated-devices = true\n");
+  ASSERT_TRUE(ApplyConfig(cfg, {"server"}, {}, &app).ok());
+  EXPECT_EQ(f.state_dir, "/cli");
+  EXPECT_EQ(f.port, 9000);
+  EXPECT_EQ(f.podman_args, (std::vector<std::string>{"--root", "/r"}));
+  EXPECT_TRUE(f.allow);
+}
+
+TEST(ConfigFileTest, EarlierSectionWinsAndOtherCommandsKeysAreSkipped) {
+  CLI::App app;
+  Flags f;
+  AddFlags(&app, &f);
+  app.parse(std::vector<std::string>{});
+  ConfigFile cfg = Parse("[server]\nport = 1\n[agent]\nport = 2\ncontroller = unix:/x\n");
+  ASSERT_TRUE(ApplyConfig(cfg, {"server", "agent"}, {}, &app).ok());
+  EXPECT_EQ(f.port, 1);
+}
+
+TEST(ConfigFileTest, BadValuesNameKeyLineAndFix) {
+  CLI::App app("", "server");
+  Flags f;
+  AddFlags(&app, &f);
+  app.parse(std::vector<std::string>{});
+  Status s = ApplyConfig(Parse("[server]\n\nport = 70000\n"), {"server"}, {}, &app);
+  ASSERT_FALSE(s.ok());
+  EXPECT_THAT(s.message(), HasSubstr("test.conf line 3: [server] port = '70000'"));
+  EXPECT_THAT(s.message(), HasSubstr("fix the value"));
+
+  CLI::App app2;
+  Flags f2;
+  AddFlags(&app2, &f2);
+  app2.parse(std::vector<std::string>{});
+  s = ApplyConfig(Parse("[server]\nport = many\n"), {"server"}, {}, &app2);
+  EXPECT_THAT(s.message(), HasSubstr("line 2: [server] port = 'many'"));
+
+  CLI::App app3;
+  Flags f3;
+  AddFlags(&app3, &f3);
+  app3.parse(std::vector<std::string>{});
+  s = ApplyConfig(Parse("[server]\nallow-unisolated-devices = perhaps\n"), {"server"}, {}, &app3);
+  EXPECT_THAT(s.message(), HasSubstr("line 2: [server] allow-unisolated-devices = 'perhaps'"));
+}
+
+TEST(ConfigFileTest, SecretsOnlyFromPrivateFiles) {
+  const std::string path = (std::filesystem::temp_directory_path() /
+                            ("gpupool-config-test-" + std::to_string(::getpid()) + ".conf"))
+                               .string();
+  std::ofstream(path) << "[agent]\ntoken = secret\n";
+  std::filesystem::permissions(path, std::filesystem::perms(0644));
+  ConfigFile cfg = ReadConfigFile(path).value();
+  CLI::App app;
+  Flags f;
+  AddFlags(&app, &f);
+  app.parse(std::vector<std::string>{});
+  Status s = ApplyConfig(cfg, {"agent"}, {"token"}, &app);
+  EXPECT_EQ(s.code(), StatusCode::kPermissionDenied);
+  EXPECT_THAT(s.message(), HasSubstr("line 2: [agent] token: the file is readable by every user"));
+  EXPECT_THAT(s.message(), HasSubstr("chmod 600 " + path));
+
+  std::filesystem::permissions(path, std::filesystem::perms(0600));
+  cfg = ReadConfigFile(path).value();
+  ASSERT_TRUE(ApplyConfig(cfg, {"agent"}, {"token"}, &app).ok());
+  EXPECT_EQ(f.token, "secret");
+  std::filesystem::remove(path);
+
+  Result<ConfigFile> missing = ReadConfigFile(path);
+  EXPECT_EQ(missing.status().code(), StatusCode::kNotFound);
+  EXPECT_THAT(missing.status().message(), HasSubstr("pass an existing file to --config"));
+}
+
+}  // namespace
+}  // namespace gpupool::cli
+
+namespace gpupool::cli {
+namespace {
+
+// Issue 25 item 7: the bounds on the queue are keys of [server] (and options of `server`
+// and `up`), checked when the file is read.
+TEST(ConfigFileTest, TheServersQueueBoundsAreKeysWithTheirRanges) {
+  CLI::App app;
+  cli::CommandContext ctx;
+  RegisterDaemonCommands(app, ctx);
+  for (const char* name : {"server", "up"}) {
+    CLI::App* cmd = app.get_subcommand(name);
+    const std::map<std::string, bool> keys = ConfigKeysOf(*cmd);
+    for (const char* key :
+         {"max-queued-per-user", "max-queued-total", "max-array-size", "max-submission-bytes",
+          "max-queued-bytes-per-user", "max-queued-bytes-total"}) {
+      EXPECT_EQ(keys.count(key), 1u) << name << " " << key;
+    }
+  }
+  CLI::App* server = app.get_subcommand("server");
+  EXPECT_EQ(server->get_option("--max-queued-per-user")->as<int64_t>(), 10000);
+  EXPECT_EQ(server->get_option("--max-queued-total")->as<int64_t>(), 100000);
+  EXPECT_EQ(server->get_option("--max-array-size")->as<int>(), 1001);
+  EXPECT_EQ(server->get_option("--max-submission-bytes")->as<int64_t>(), 1048576);
+  EXPECT_EQ(server->get_option("--max-queued-bytes-per-user")->as<int64_t>(), 268435456);
+  EXPECT_EQ(server->get_option("--max-queued-bytes-total")->as<int64_t>(), 1073741824);
+  ASSERT_TRUE(ApplyConfig(ParseConfigText("[server]\nmax-queued-per-user = 50\n"
+                                          "max-queued-total = 500\nmax-array-size = 20\n"
+                                          "max-submission-bytes = 65536\n"
+                                          "max-queued-bytes-per-user = 1000000\n"
+                                          "max-queued-bytes-total = 5000000\n",
+                                          "test.conf")
+                              .value(),
+                          {"server"}, {}, server)
+                  .ok());
+  EXPECT_EQ(server->get_option("--max-queued-per-user")->as<int64_t>(), 50);
+  EXPECT_EQ(server->get_option("--max-queued-total")->as<int64_t>(), 500);
+  EXPECT_EQ(server->get_option("--max-array-size")->as<int>(), 20);
+  EXPECT_EQ(server->get_option("--max-submission-bytes")->as<int64_t>(), 65536);
+  EXPECT_EQ(server->get_option("--max-queued-bytes-per-user")->as<int64_t>(), 1000000);
+  EXPECT_EQ(server->get_option("--max-queued-bytes-total")->as<int64_t>(), 5000000);
+
+  CLI::App again;
+  RegisterDaemonCommands(again, ctx);
+  Status s = ApplyConfig(ParseConfigText("[server]\nmax-array-size = 0\n", "test.conf").value(),
+                         {"server"}, {}, again.get_subcommand("server"));
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr("test.conf line 2: [server] max-array-size = '0'"));
+  EXPECT_THAT(s.message(), HasSubstr("not in range 1 to 1000001"));
+  CLI::App third;
+  RegisterDaemonCommands(third, ctx);
+  s = ApplyConfig(ParseConfigText("[server]\nmax-submission-bytes = 100\n", "test.conf").value(),
+                  {"server"}, {}, third.get_subcommand("server"));
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr("test.conf line 2: [server] max-submission-bytes = '100'"));
+}
+
+}  // namespace
+}  // namespace gpupool::cli

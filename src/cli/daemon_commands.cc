@@ -1,0 +1,605 @@
+#include "cli/daemon_commands.h"
+
+#include <signal.h>
+#include <spdlog/spdlog.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdlib>
+#include <iostream>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "agent/runtime/node_agent.h"
+#include "agent/shim.h"
+#include "cli/config_file.h"
+#include "common/clock.h"
+#include "common/file_util.h"
+#include "common/host.h"
+#include "common/strings.h"
+#include "controller/controller.h"
+#include "controller/telemetry.h"
+#include "net/http.h"
+#include "net/http_client.h"
+#include "protocol/http_controller_link.h"
+#include "server/local_agent_token.h"
+#include "server/server.h"
+#include "store/open_store.h"
+
+namespace gpupool::cli {
+namespace {
+
+std::atomic<bool> g_stop{false};
+
+void OnSignal(int) { g_stop = true; }
+
+void InstallSignalHandlers() {
+  struct sigaction sa {};
+  sa.sa_handler = OnSignal;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGINT, &sa, nullptr);
+  sigaction(SIGTERM, &sa, nullptr);
+  signal(SIGPIPE, SIG_IGN);
+}
+
+// Files with job data (the store, job specs and logs) must be private: the daemons create
+// everything with umask 077 (server.h and node_agent.h say which modes they then give).
+void PrivateUmask() { ::umask(077); }
+
+int Fail(const Status& s) {
+  std::cerr << "gpupool: " << s.message() << "\n";
+  return 1;
+}
+
+struct ServerFlags {
+  std::string state_dir;
+  std::string store_spec;  // --store; empty: sqlite:STATE_DIR/gpupool.db
+  int port = 8421;
+  std::string listen = "127.0.0.1";
+  std::string admin_group;
+  std::string placement_policy = "default";
+  std::string queue_policy = "fair";
+  std::string start_rule = "easy";
+  int node_timeout_s = 30;
+  int exec_client_timeout_s = 15;
+  std::vector<std::string> podman_args;  // global podman flags for image inspection
+  std::string advertise;  // `server`: the API address other machines use (--advertise)
+  int lease_ms = 5000;    // `server` on PostgreSQL: the leadership lease (--lease-ms)
+  // GPU telemetry (controller/telemetry.h); durations as 90s, 30m, 7d or seconds.
+  std::string telemetry_retention = "7d";
+  double idle_threshold_pct = 5;
+  std::string idle_after = "30m";
+  std::string idle_action;  // "" off, warn, cancel
+  std::string idle_cancel_after = "0";
+  // Bounds on the queue (controller.h, ControllerOptions).
+  int64_t max_queued_per_user = controller::ControllerOptions{}.max_queued_per_user;
+  int64_t max_queued_total = controller::ControllerOptions{}.max_queued_total;
+  int max_array_size = controller::ControllerOptions{}.max_array_size;
+  int64_t max_submission_bytes = controller::ControllerOptions{}.max_submission_bytes;
+  int64_t max_queued_bytes_per_user = controller::ControllerOptions{}.max_queued_bytes_per_user;
+  int64_t max_queued_bytes_total = controller::ControllerOptions{}.max_queued_bytes_total;
+  // Connections to the API (docs/security.md, "Connection exhaustion").
+  int max_connections = 0;  // 0: the open-files limit less a tenth
+  int max_connections_per_uid = 256;
+  int max_connections_per_address = 256;
+  int max_pending_connections_per_peer = 64;
+  int request_head_timeout_s = 10;
+};
+
+// "90" or "90s", "30m", "12h", "7d" -> seconds; InvalidArgument naming `flag`.
+Result<int64_t> ParseSeconds(const std::string& flag, const std::string& text) {
+  int64_t unit = 1;
+  std::string digits = text;
+  if (!digits.empty()) {
+    switch (digits.back()) {
+      case 's':
+        unit = 1;
+        break;
+      case 'm':
+        unit = 60;
+        break;
+      case 'h':
+        unit = 3600;
+        break;
+      case 'd':
+        unit = 86400;
+        break;
+      default:
+        unit = 0;
+    }
+    if (unit != 0)
+      digits.pop_back();
+    else
+      unit = 1;
+  }
+  std::optional<int64_t> n = ParseInt64(digits);
+  if (!n || *n < 0 || *n > int64_t{10} * 366 * 86400 / unit) {
+    return Status::InvalidArgument(flag + ": '" + text +
+                                   "' is not a duration; use seconds or 90s, 30m, 12h, 7d");
+  }
+  return *n * unit;
+}
+
+Result<controller::TelemetryOptions> TelemetryOptionsOf(const ServerFlags& f) {
+  controller::TelemetryOptions o;
+  GP_ASSIGN_OR_RETURN(o.retention_s, ParseSeconds("--telemetry-retention", f.telemetry_retention));
+  o.idle_below_pct = f.idle_threshold_pct;
+  GP_ASSIGN_OR_RETURN(o.idle_after_s, ParseSeconds("--idle-after", f.idle_after));
+  o.idle_action = f.idle_action == "off" ? "" : f.idle_action;
+  GP_ASSIGN_OR_RETURN(o.idle_cancel_after_s,
+                      ParseSeconds("--idle-cancel-after", f.idle_cancel_after));
+  GP_RETURN_IF_ERROR(controller::ValidateTelemetryOptions(o));
+  return o;
+}
+
+// The flags of `up` or `server` as the Server's options.
+Result<server::ServerOptions> ServerOptionsOf(const ServerFlags& f,
+                                              server::ServerOptions::Lease lease) {
+  server::ServerOptions o;
+  o.state_dir = f.state_dir.empty() ? DefaultStateDir() : f.state_dir;
+  o.store_spec = f.store_spec;
+  o.port = f.port;
+  o.listen = f.listen;
+  o.admin_group = f.admin_group;
+  controller::ControllerOptions& co = o.controller;
+  co.placement_policy = f.placement_policy;
+  co.queue_policy = f.queue_policy;
+  co.start_rule = f.start_rule;
+  co.node_timeout_us = int64_t{f.node_timeout_s} * 1'000'000;
+  co.exec_client_timeout_us = int64_t{f.exec_client_timeout_s} * 1'000'000;
+  co.max_queued_per_user = f.max_queued_per_user;
+  co.max_queued_total = f.max_queued_total;
+  co.max_array_size = f.max_array_size;
+  co.max_submission_bytes = f.max_submission_bytes;
+  co.max_queued_bytes_per_user = f.max_queued_bytes_per_user;
+  co.max_queued_bytes_total = f.max_queued_bytes_total;
+  GP_ASSIGN_OR_RETURN(o.telemetry, TelemetryOptionsOf(f));
+  o.podman_args = f.podman_args;
+  o.max_connections = f.max_connections;
+  o.max_connections_per_uid = f.max_connections_per_uid;
+  o.max_connections_per_address = f.max_connections_per_address;
+  o.max_pending_connections_per_peer = f.max_pending_connections_per_peer;
+  o.request_head_timeout_s = f.request_head_timeout_s;
+  o.lease = lease;
+  o.advertise = f.advertise;
+  o.lease_ms = f.lease_ms;
+  return o;
+}
+
+void AddServerFlags(CLI::App* cmd, ServerFlags* f) {
+  cmd->add_option("--state-dir", f->state_dir, "where the store, socket and job logs live");
+  cmd->add_option("--store", f->store_spec,
+                  "the store: sqlite:PATH, or a PostgreSQL connection string "
+                  "(postgresql://USER@HOST/DB, host=... dbname=...; the password from "
+                  "PGPASSFILE or ~/.pgpass); default sqlite:STATE_DIR/gpupool.db");
+  cmd->add_option("--port", f->port, "TCP port on --listen for the API (0 = none)")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 65535));
+  cmd->add_option("--listen", f->listen, "TCP address for the API")->capture_default_str();
+  cmd->add_option("--admin-group", f->admin_group, "members of this group are admins");
+  cmd->add_option("--policy", f->placement_policy, "placement policy")->capture_default_str();
+  cmd->add_option("--queue", f->queue_policy, "queue policy: fifo, priority, sjf, fair")
+      ->capture_default_str();
+  cmd->add_option("--start-rule", f->start_rule, "strict, easy (EASY backfill) or skip")
+      ->capture_default_str();
+  cmd->add_option("--node-timeout", f->node_timeout_s,
+                  "seconds without a poll before a node's jobs are LOST")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 86400));
+  cmd->add_option("--exec-client-timeout", f->exec_client_timeout_s,
+                  "seconds without a word from the client of an interactive session (gpupool "
+                  "run, exec --pty) before it is hung up")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 86400));
+  // Issue 25 item 7 (queue flooding): Slurm-like defaults, so that no one user, and not
+  // all together, can fill the store's disk and the controller's memory with queued jobs.
+  cmd->add_option("--max-queued-per-user", f->max_queued_per_user,
+                  "jobs one user may have queued (pending or held; an array counts each "
+                  "element), unless `gpupool limits` sets their max_queued")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{1}, int64_t{1'000'000'000}));
+  cmd->add_option("--max-queued-total", f->max_queued_total,
+                  "jobs all users together may have queued")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{1}, int64_t{1'000'000'000}));
+  cmd->add_option("--max-array-size", f->max_array_size, "elements one --array may have")
+      ->capture_default_str()
+      ->check(CLI::Range(1, jobs::kMaxArraySize));
+  // And on bytes: the job bounds alone let one user hold 10,000 x 1 MiB of memory.
+  cmd->add_option("--max-submission-bytes", f->max_submission_bytes,
+                  "bytes of one job's submission: its command, environment variables and "
+                  "paths, each string with its NUL (as ARG_MAX counts them)")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{4096}, int64_t{64} << 20));
+  cmd->add_option("--max-queued-bytes-per-user", f->max_queued_bytes_per_user,
+                  "bytes of submissions one user's queued jobs may hold (an array's elements "
+                  "share one)")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{4096}, int64_t{1} << 40));
+  cmd->add_option("--max-queued-bytes-total", f->max_queued_bytes_total,
+                  "bytes of submissions all users' queued jobs together may hold")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{4096}, int64_t{1} << 40));
+  cmd->add_option("--telemetry-retention", f->telemetry_retention,
+                  "how long GPU telemetry points (1 per minute per GPU and job) are kept")
+      ->capture_default_str();
+  cmd->add_option("--idle-threshold", f->idle_threshold_pct,
+                  "a running job whose GPUs all stay below this utilisation (percent) for "
+                  "--idle-after is idle (flagged in gpupool queue)")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 100.0));
+  cmd->add_option("--idle-after", f->idle_after, "see --idle-threshold")->capture_default_str();
+  cmd->add_option("--idle-action", f->idle_action,
+                  "what the pool does about idle jobs: warn (a warning on the job) or cancel "
+                  "(after --idle-cancel-after more); default off")
+      ->check(CLI::IsMember({"off", "warn", "cancel"}));
+  cmd->add_option("--idle-cancel-after", f->idle_cancel_after,
+                  "with --idle-action cancel: how much longer than --idle-after an idle job "
+                  "runs (warned) before it is cancelled")
+      ->capture_default_str();
+  cmd->add_option("--max-connections", f->max_connections,
+                  "API connections open at once, every listener together (0 = the open-files "
+                  "limit, raised to its hard limit, less a tenth); a quarter is kept for agents "
+                  "and root")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 1 << 20));
+  cmd->add_option("--max-connections-per-uid", f->max_connections_per_uid,
+                  "API connections of one local user (Unix socket, or TCP from this host) with "
+                  "a request under way; more are answered 503 (root and the server's own uid "
+                  "are exempt)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1 << 20));
+  cmd->add_option("--max-connections-per-address", f->max_connections_per_address,
+                  "API connections from one remote address with a request under way; more are "
+                  "answered 503 (agents' node tokens are exempt)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1 << 20));
+  cmd->add_option("--max-pending-connections-per-peer", f->max_pending_connections_per_peer,
+                  "API connections of one uid or address that have not shown who they are (no "
+                  "complete request head yet, idle between requests, no valid token); a new "
+                  "one past it closes the oldest")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1 << 20));
+  cmd->add_option("--request-head-timeout", f->request_head_timeout_s,
+                  "seconds a new API connection has to send its whole request head (request "
+                  "line and headers), however it trickles in")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 3600));
+}
+
+// How the agent runs container jobs: `agent` and `up` share these flags.
+struct ContainerFlags {
+  bool allow_unisolated_devices = false;
+  std::string cdi_kind = "gpupool.local/gpu";
+  std::string dev_root = "/dev";
+  std::string podman = "podman";
+  std::vector<std::string> podman_args;
+};
+
+void AddContainerFlags(CLI::App* cmd, ContainerFlags* f) {
+  cmd->add_option("--cdi-kind", f->cdi_kind,
+                  "kind of the CDI spec the agent writes for container jobs (VENDOR/CLASS)")
+      ->capture_default_str();
+  cmd->add_option("--dev-root", f->dev_root,
+                  "where the host's GPU device nodes live (stand-ins for fake nodes)")
+      ->capture_default_str();
+  cmd->add_option("--podman", f->podman, "podman binary for container jobs")->capture_default_str();
+  cmd->add_option("--podman-arg", f->podman_args,
+                  "global podman argument, repeatable: --podman-arg=--root --podman-arg=DIR")
+      ->allow_extra_args(false);
+  cmd->add_flag("--allow-unisolated-devices", f->allow_unisolated_devices,
+                "start process jobs even when the GPUs they were not given cannot be denied "
+                "(missing device nodes, no devices cgroup); by default such jobs fail");
+}
+
+void ApplyContainerFlags(const ContainerFlags& f, agent::NodeAgentOptions* o) {
+  o->allow_unisolated_devices = f.allow_unisolated_devices;
+  o->cdi_kind = f.cdi_kind;
+  o->dev_root = f.dev_root;
+  o->podman = f.podman;
+  o->podman_args = f.podman_args;
+}
+
+// The config file (docs/deploy.md): [server] takes the long options of `gpupool server`,
+// [agent] those of `gpupool agent`. One --config for whichever command runs.
+std::string g_config_path;
+CLI::App* g_server_cmd = nullptr;
+CLI::App* g_agent_cmd = nullptr;
+
+void AddConfigFlag(CLI::App* cmd) {
+  cmd->add_option("--config", g_config_path,
+                  std::string("INI file of options; command-line options win (default: ") +
+                      kDefaultConfigPath + " when it exists; '' for none)");
+}
+
+// Sets the options of `cmd` that its command line left out from the file's `sections`.
+// Exit status 2 and the message when the file is wrong.
+bool ApplyConfigFile(const std::vector<std::string>& sections, CLI::App* cmd, int* exit_code) {
+  std::string path = g_config_path;
+  if (path.empty()) {
+    // --config '' reads no file (tests, a second pool on a packaged host).
+    if (cmd->count("--config") > 0 || ::access(kDefaultConfigPath, F_OK) != 0) return true;
+    path = kDefaultConfigPath;
+  }
+  Result<ConfigFile> cfg = ReadConfigFile(path);
+  Status s = cfg.status();
+  if (s.ok()) {
+    s = CheckConfigKeys(
+        *cfg, {{"server", ConfigKeysOf(*g_server_cmd)}, {"agent", ConfigKeysOf(*g_agent_cmd)}});
+  }
+  if (s.ok()) s = ApplyConfig(*cfg, sections, {"token"}, cmd);
+  if (!s.ok()) {
+    Fail(s);
+    *exit_code = 2;
+    return false;
+  }
+  spdlog::info("configuration file: {}", path);
+  return true;
+}
+
+// `gpupool up`: a Server and, beside it, a local agent that reaches it through the Unix
+// socket with a node token of its own.
+int RunUp(const ServerFlags& flags, const std::string& fake, const ContainerFlags& containers,
+          int telemetry_interval_s) {
+  ServerFlags f = flags;
+  f.podman_args = containers.podman_args;  // one podman store for inspection and jobs
+  Result<server::ServerOptions> so = ServerOptionsOf(f, server::ServerOptions::Lease::kTakeOnce);
+  if (!so.ok()) return Fail(so.status());
+  agent::NodeAgentOptions ao;
+  ao.state_dir = so->state_dir;
+  ao.fake_file = fake;
+  ao.stand_in_when_no_gpus = true;
+  ao.telemetry_interval_s = telemetry_interval_s;
+  ApplyContainerFlags(containers, &ao);
+  net::ServerAddress addr;
+  addr.kind = net::ServerAddress::Kind::kUnix;
+  addr.path = so->state_dir + "/gpupool.sock";
+  ao.server_for_jobs = addr.ToString();
+  agent::NodeAgent node_agent(ao);
+  if (Status s = node_agent.Discover(); !s.ok()) return Fail(s);
+  server::Server srv(*so);
+  if (Status s = srv.Start(); !s.ok()) return Fail(s);
+  // The local agent authenticates like a remote one: with a node token, kept in its
+  // state directory and reused by every start.
+  Result<std::string> token =
+      server::LocalAgentToken(*srv.store(), so->state_dir + "/agent/node-token", HostName(),
+                              SystemClock::Get()->NowMicros());
+  if (!token.ok()) return Fail(token.status().WithContext("the local agent's node token"));
+  if (Status s = node_agent.Start(protocol::NewHttpControllerLink(net::HttpClient(addr, *token)));
+      !s.ok())
+    return Fail(s);
+
+  const size_t ngpus = node_agent.node().gpus.size();
+  if (node_agent.stand_in()) {
+    const std::string examples = FindGpupoolData("examples/nodes");
+    std::cout << "No GPUs were found on this machine, so gpupool is running with a FAKE node of "
+                 "8 GPUs (jobs run for real, but see no real GPU).\n"
+              << "To describe your own node instead: gpupool up --fake "
+              << (examples.empty() ? std::string("NODE.json (a `gpupool gpus --json` capture)")
+                                   : examples + "/FILE.json")
+              << "\n";
+  }
+  std::cout << "gpupool is up on " << HostName() << " with " << ngpus << " GPU"
+            << (ngpus == 1 ? "" : "s") << ".\n"
+            << "  API:       unix:" << addr.path;
+  if (f.port > 0) std::cout << " and http://" << f.listen << ":" << srv.tcp_port();
+  std::cout << "\n  State:     " << so->state_dir << "\n"
+            << "  Containers: " << node_agent.ContainersSummary() << "\n"
+            << "Submit a job from another terminal:\n"
+            << "  export GPUPOOL_SERVER=unix:" << addr.path << "\n"
+            << "  gpupool submit --gpus 1 -- sh -c 'echo $CUDA_VISIBLE_DEVICES'\n"
+            << "  gpupool queue; gpupool logs 1\n"
+            << "Stop with Ctrl-C; running jobs keep running and are picked up on restart.\n"
+            << std::flush;
+  const Status waited = srv.Wait(g_stop);
+  std::cout << "gpupool: stopping (running jobs keep running and are picked up on restart)"
+            << std::endl;
+  // The agent first: its calls in flight (the long poll) are cut short at once, so
+  // nothing here waits out a poll period; then the controller, the listeners and the lease.
+  (void)node_agent.Stop();  // the same binary as the controller: never incompatible
+  srv.Stop();
+  return waited.ok() ? 0 : Fail(waited);
+}
+
+// `gpupool server`: a Server alone; on PostgreSQL a standby until it leads.
+int RunServer(const ServerFlags& f) {
+  Result<server::ServerOptions> so = ServerOptionsOf(f, server::ServerOptions::Lease::kStandBy);
+  if (!so.ok()) return Fail(so.status());
+  const bool elected = store::IsPostgresSpec(server::StoreSpec(*so));
+  so->on_lead = [](int64_t epoch) {
+    std::cout << "gpupool server: leading at epoch " << epoch << "\n" << std::flush;
+  };
+  server::Server srv(*so);
+  if (Status s = srv.Start(); !s.ok()) return Fail(s);
+  std::cout << "gpupool server: ";
+  if (elected) {
+    std::cout << "controller " << srv.controller_id() << " (reached at " << srv.advertised_address()
+              << "), ";
+  }
+  std::cout << "API on unix:" << srv.socket_path();
+  if (f.port > 0) std::cout << " and http://" << f.listen << ":" << srv.tcp_port();
+  std::cout << "\n";
+  if (elected) std::cout << "  standby until it holds the lease (" << f.lease_ms << " ms)\n";
+  std::cout << std::flush;
+  const Status waited = srv.Wait(g_stop);
+  srv.Stop();
+  return waited.ok() ? 0 : Fail(waited);
+}
+
+struct AgentFlags {
+  std::string controller;
+  std::string token;
+  std::string state_dir;
+  std::string fake;
+  std::string node_name;
+  std::string address;
+  int telemetry_interval_s = 5;
+  ContainerFlags containers;
+};
+
+// `gpupool agent`; `token_flag`: --token was given (it beats GPUPOOL_TOKEN, which beats
+// the config file's token).
+int RunAgent(const AgentFlags& af, bool token_flag) {
+  if (af.controller.empty()) {
+    std::cerr << "gpupool: --controller is required: pass it, or set `controller = ...` "
+                 "under [agent] in the config file\n";
+    return 2;
+  }
+  Result<std::vector<net::ServerAddress>> controllers = net::ParseServerAddressList(af.controller);
+  if (!controllers.ok()) {
+    std::cerr << "gpupool: --controller: " << controllers.status().message() << "\n";
+    return 2;
+  }
+  std::string token = af.token;
+  if (!token_flag) {
+    if (const char* t = std::getenv("GPUPOOL_TOKEN"); t != nullptr && *t != '\0') token = t;
+  }
+  agent::NodeAgentOptions ao;
+  ao.state_dir = af.state_dir.empty() ? DefaultStateDir() : af.state_dir;
+  ao.fake_file = af.fake;
+  ao.node_name = af.node_name;
+  ao.address = af.address;
+  ao.telemetry_interval_s = af.telemetry_interval_s;
+  // The whole list: a job's `gpupool exec` finds the leader as the agent does.
+  ao.server_for_jobs = net::ServerAddressListToString(*controllers);
+  ApplyContainerFlags(af.containers, &ao);
+  agent::NodeAgent node_agent(ao);
+  if (Status s =
+          node_agent.Start(protocol::NewHttpControllerLink(net::HttpClient(*controllers, token)));
+      !s.ok())
+    return Fail(s);
+  std::cout << "gpupool agent: node " << node_agent.node_name() << " with "
+            << node_agent.node().gpus.size() << " GPUs, controller "
+            << net::ServerAddressListToString(*controllers) << "\n"
+            << "  containers: " << node_agent.ContainersSummary() << "\n"
+            << std::flush;
+  // A controller this agent cannot talk to ends it (its protocol is too far off).
+  while (!g_stop && !node_agent.ended()) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  if (Status ended = node_agent.Stop(); !ended.ok()) return Fail(ended);
+  return 0;
+}
+
+// Flag storage must outlive the registration (the callbacks run later); statics are
+// neither dangling nor leaked.
+void RegisterUpCommand(CLI::App& app, CommandContext& ctx) {
+  static ServerFlags flags;
+  static std::string fake;
+  static ContainerFlags containers;
+  static int telemetry_interval_s = 5;
+  CLI::App* up = app.add_subcommand("up", "run the whole pool on this machine: controller + agent");
+  AddServerFlags(up, &flags);
+  up->add_option("--fake", fake, "use this node description instead of discovery");
+  up->add_option("--telemetry-interval", telemetry_interval_s,
+                 "seconds between GPU telemetry samples of the local agent (0 = off)")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 3600));
+  AddContainerFlags(up, &containers);
+  AddConfigFlag(up);
+  up->callback([&ctx, up] {
+    if (!ApplyConfigFile({"server", "agent"}, up, &ctx.exit_code)) return;
+    InstallSignalHandlers();
+    PrivateUmask();
+    ctx.exit_code = RunUp(flags, fake, containers, telemetry_interval_s);
+  });
+}
+
+void RegisterServerCommand(CLI::App& app, CommandContext& ctx) {
+  static ServerFlags flags;
+  CLI::App* server =
+      app.add_subcommand("server", "run the controller only (REST API, scheduler, store)");
+  AddServerFlags(server, &flags);
+  server->add_option("--advertise", flags.advertise,
+                     "with several controllers (PostgreSQL store): the API address clients and "
+                     "agents reach this one at (default http://LISTEN:PORT, this host's name "
+                     "for a wildcard --listen)");
+  server
+      ->add_option("--lease-ms", flags.lease_ms,
+                   "with several controllers (PostgreSQL store): how long a leader that stopped "
+                   "renewing keeps the lease before a standby takes over")
+      ->capture_default_str()
+      ->check(CLI::Range(500, 600000));
+  server
+      ->add_option("--podman-arg", flags.podman_args,
+                   "global podman argument for inspecting job images, repeatable")
+      ->allow_extra_args(false);
+  AddConfigFlag(server);
+  server->callback([&ctx, server] {
+    if (!ApplyConfigFile({"server"}, server, &ctx.exit_code)) return;
+    InstallSignalHandlers();
+    PrivateUmask();
+    ctx.exit_code = RunServer(flags);
+  });
+  g_server_cmd = server;
+}
+
+void RegisterAgentCommand(CLI::App& app, CommandContext& ctx) {
+  static AgentFlags af;
+  CLI::App* cmd = app.add_subcommand("agent", "run a node agent for a controller");
+  cmd->add_option("--controller", af.controller,
+                  "unix:PATH or http://HOST:PORT, or a comma list of the pool's "
+                  "controllers (the agent and its jobs find the leader among them; "
+                  "required, here or in the config file)");
+  cmd->add_option("--token", af.token, "node join token (or GPUPOOL_TOKEN)");
+  cmd->add_option("--state-dir", af.state_dir, "where job state and logs live");
+  cmd->add_option("--fake", af.fake, "use this node description instead of discovery");
+  cmd->add_option("--node-name", af.node_name, "name of this node (default: hostname)");
+  cmd->add_option("--telemetry-interval", af.telemetry_interval_s,
+                  "seconds between GPU telemetry samples sent to the controller (0 = off)")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 3600));
+  cmd->add_option("--address", af.address,
+                  "the address other nodes reach this one at, for multi-node jobs "
+                  "(MASTER_ADDR, host files; default: the address the controller sees "
+                  "this agent connect from)");
+  AddContainerFlags(cmd, &af.containers);
+  AddConfigFlag(cmd);
+  cmd->callback([&ctx, cmd] {
+    const bool token_flag = cmd->count("--token") > 0;  // GPUPOOL_TOKEN beats the file
+    if (!ApplyConfigFile({"agent"}, cmd, &ctx.exit_code)) return;
+    InstallSignalHandlers();
+    PrivateUmask();
+    ctx.exit_code = RunAgent(af, token_flag);
+  });
+  g_agent_cmd = cmd;
+}
+
+// `agent-shim` (hidden): the per-job supervisor.
+void RegisterShimCommand(CLI::App& app, CommandContext& ctx) {
+  CLI::App* shim = app.add_subcommand("agent-shim", "");
+  shim->group("");  // hidden from help
+  shim->allow_extras();
+  shim->prefix_command();
+  shim->callback([&ctx, shim] {
+    std::vector<std::string> args = shim->remaining();
+    std::vector<char*> argv;
+    static std::string name = "agent-shim";
+    argv.push_back(name.data());
+    for (std::string& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    ctx.exit_code = agent::RunShim(static_cast<int>(argv.size() - 1), argv.data());
+  });
+}
+
+}  // namespace
+
+std::string DefaultStateDir() {
+  if (geteuid() == 0) return "/var/lib/gpupool";
+  if (const char* x = std::getenv("XDG_STATE_HOME"); x != nullptr && *x == '/') {
+    return std::string(x) + "/gpupool";
+  }
+  const char* home = std::getenv("HOME");
+  return std::string(home != nullptr ? home : "/tmp") + "/.local/state/gpupool";
+}
+
+void RegisterDaemonCommands(CLI::App& app, CommandContext& ctx) {
+  RegisterUpCommand(app, ctx);
+  RegisterServerCommand(app, ctx);
+  RegisterAgentCommand(app, ctx);
+  RegisterShimCommand(app, ctx);
+}
+
+}  // namespace gpupool::cli

@@ -1,0 +1,189 @@
+#include "server/leadership.h"
+
+#include <spdlog/spdlog.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <random>
+#include <thread>
+#include <utility>
+
+namespace gpupool::server {
+namespace {
+
+constexpr int64_t kHeartbeatUs = 1'000'000;    // controllers say they are alive this often
+constexpr int64_t kControllerSeenMs = 15'000;  // listed while seen this recently
+
+}  // namespace
+
+Leadership::Leadership(store::LeaseStore* leases, LeadershipOptions options, const Clock* clock)
+    : leases_(leases), options_(std::move(options)), clock_(clock) {}
+
+bool Leadership::SleepUnlessStopped(int64_t ms, const std::atomic<bool>& stop) const {
+  const int64_t until = clock_->MonotonicMicros() + ms * 1000;
+  while (!stop) {
+    const int64_t left_us = until - clock_->MonotonicMicros();
+    if (left_us <= 0) return true;
+    std::this_thread::sleep_for(std::chrono::microseconds(std::min<int64_t>(left_us, 50'000)));
+  }
+  return false;
+}
+
+void Leadership::Remember(const store::Lease& lease) {
+  std::lock_guard lock(mu_);
+  last_ = lease;
+}
+
+void Leadership::Heartbeat() {
+  const int64_t now = clock_->MonotonicMicros();
+  if (last_beat_us_ != 0 && now - last_beat_us_ < kHeartbeatUs) return;
+  last_beat_us_ = now;
+  if (Status s = leases_->Heartbeat(options_.id, options_.address); !s.ok()) {
+    spdlog::warn("leadership: cannot record this controller as alive: {}", s.message());
+  }
+}
+
+std::optional<int64_t> Leadership::WaitToLead(const std::atomic<bool>& stop) {
+  // Standbys look often, so that a takeover follows the lease's end closely.
+  const int64_t poll_ms = std::clamp<int64_t>(options_.lease_ms / 20, 50, 500);
+  std::string shown;  // the leader last logged
+  while (!stop) {
+    Heartbeat();
+    Result<store::Lease> lease =
+        leases_->TryAcquire(options_.id, options_.address, options_.lease_ms);
+    if (!lease.ok()) {
+      spdlog::warn("leadership: cannot reach the lease: {}", lease.status().message());
+    } else {
+      Remember(*lease);
+      if (lease->holder == options_.id) {
+        epoch_ = lease->epoch;
+        spdlog::info("leadership: this controller ({}) leads at epoch {}", options_.id, epoch_);
+        return epoch_;
+      }
+      if (lease->holder != shown) {
+        shown = lease->holder;
+        spdlog::info("leadership: standby; controller {} at {} leads (epoch {})", lease->holder,
+                     lease->address, lease->epoch);
+      }
+    }
+    SleepUnlessStopped(poll_ms, stop);
+  }
+  return std::nullopt;
+}
+
+Result<int64_t> Leadership::TryLead() {
+  Heartbeat();
+  GP_ASSIGN_OR_RETURN(store::Lease lease,
+                      leases_->TryAcquire(options_.id, options_.address, options_.lease_ms));
+  Remember(lease);
+  if (lease.holder != options_.id) {
+    return Status::FailedPrecondition("controller " + lease.holder + " at " + lease.address +
+                                      " leads this PostgreSQL store (epoch " +
+                                      std::to_string(lease.epoch) + ")");
+  }
+  epoch_ = lease.epoch;
+  spdlog::info("leadership: this controller ({}) leads at epoch {}", options_.id, epoch_);
+  return epoch_;
+}
+
+Status Leadership::KeepLease(const std::atomic<bool>& stop) {
+  const int64_t period_ms = std::max<int64_t>(options_.lease_ms / 5, 20);
+  // The lease holds until lease_ms after the start of the last renewal that succeeded
+  // (the database set its end after that moment). A tenth is kept back for the exit.
+  int64_t good_until_us = clock_->MonotonicMicros() + options_.lease_ms * 900;
+  while (SleepUnlessStopped(period_ms, stop)) {
+    Heartbeat();
+    const int64_t started = clock_->MonotonicMicros();
+    Result<store::Lease> lease = leases_->Renew(options_.id, epoch_, options_.lease_ms);
+    if (lease.ok()) {
+      Remember(*lease);
+      good_until_us = started + options_.lease_ms * 900;
+      continue;
+    }
+    if (lease.status().code() == StatusCode::kFailedPrecondition) return lease.status();
+    if (clock_->MonotonicMicros() >= good_until_us) {
+      return Status::Unavailable("the lease could not be renewed for " +
+                                 std::to_string(options_.lease_ms) +
+                                 " ms, so a standby may lead now: " + lease.status().message());
+    }
+    spdlog::warn("leadership: renewing the lease failed, retrying: {}", lease.status().message());
+  }
+  return Status::Ok();
+}
+
+void Leadership::Release() {
+  if (epoch_ == 0) return;
+  if (Status s = leases_->Release(options_.id, epoch_); !s.ok()) {
+    spdlog::warn(
+        "leadership: could not give the lease up (a standby takes over when it "
+        "expires): {}",
+        s.message());
+  }
+}
+
+std::string Leadership::LeaderAddress() const {
+  std::lock_guard lock(mu_);
+  if (!last_.Live() || last_.holder == options_.id) return "";
+  return last_.address;
+}
+
+Result<OrderedJson> Leadership::Describe() {
+  GP_ASSIGN_OR_RETURN(store::Lease lease, leases_->Read());
+  GP_ASSIGN_OR_RETURN(std::vector<store::ControllerRecord> alive,
+                      leases_->ListControllers(kControllerSeenMs));
+  OrderedJson out = OrderedJson::object();
+  if (lease.Live()) {
+    out["leader"] = {{"id", lease.holder},
+                     {"address", lease.address},
+                     {"epoch", lease.epoch},
+                     {"expires_in_ms", lease.expires_in_ms}};
+  } else {
+    out["leader"] = nullptr;
+  }
+  out["lease_ms"] = options_.lease_ms;
+  out["answered_by"] = options_.id;
+  OrderedJson list = OrderedJson::array();
+  for (const store::ControllerRecord& c : alive) {
+    list.push_back({{"id", c.id},
+                    {"address", c.address},
+                    {"role", lease.Live() && c.id == lease.holder ? "leader" : "standby"},
+                    {"seen_ms_ago", c.seen_ms_ago},
+                    {"started_ms_ago", c.started_ms_ago}});
+  }
+  out["controllers"] = std::move(list);
+  return out;
+}
+
+net::HttpResponse StandbyAnswer(const net::HttpRequest& request, const std::string& leader) {
+  net::HttpResponse r;
+  r.content_type = "application/json";
+  const std::string where = leader.empty()
+                                ? "no controller leads at the moment (a takeover is under way): "
+                                  "try again in a few seconds"
+                                : "the leader is " + leader;
+  if (request.method == "GET" && request.path == "/healthz") {
+    r.status = 200;
+    r.body = DumpJson(OrderedJson{{"ok", true}, {"role", "standby"}, {"leader", leader}});
+    return r;
+  }
+  r.status = 503;
+  OrderedJson body = {{"error", "this controller is a standby; " + where}, {"leader", leader}};
+  if (request.method == "GET" && request.path == "/readyz") {
+    body = {{"ok", false},
+            {"role", "standby"},
+            {"leader", leader},
+            {"problems", {"this controller is a standby; " + where}}};
+  }
+  r.body = DumpJson(body);
+  return r;
+}
+
+std::string NewControllerId(const std::string& host, int port) {
+  std::random_device rd;
+  const unsigned suffix = rd() & 0xffffu;
+  char tail[16];
+  std::snprintf(tail, sizeof tail, "%04x", suffix);
+  return host + ":" + std::to_string(port) + ":" + std::to_string(::getpid()) + "-" + tail;
+}
+
+}  // namespace gpupool::server

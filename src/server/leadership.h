@@ -1,0 +1,82 @@
+// Leadership: several `gpupool server` processes on one PostgreSQL store, one leading.
+//
+// A controller starts as a standby: it says it is alive (LeaseStore::Heartbeat), learns
+// who leads, and tries to take the lease as soon as it has expired. The one that takes it
+// fences its store at the lease's epoch, loads the state, and serves; it renews the lease
+// every fifth of its time. A leader that cannot renew in time, or finds the lease taken,
+// has lost it: the daemon exits (systemd starts it again as a standby) rather than trust
+// memory that another controller may have moved past. Standbys answer every request with
+// 503 naming the leader (StandbyAnswer), which clients and agents follow.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <mutex>
+#include <optional>
+#include <string>
+
+#include "common/clock.h"
+#include "common/json.h"
+#include "common/status.h"
+#include "net/http.h"
+#include "store/lease.h"
+
+namespace gpupool::server {
+
+struct LeadershipOptions {
+  std::string id;           // this controller, unique per process start
+  std::string address;      // its API, as clients and agents elsewhere should reach it
+  int64_t lease_ms = 5000;  // --lease: how long a silent leader keeps the lease
+};
+
+class Leadership {
+ public:
+  // `leases` and `clock` must outlive this.
+  Leadership(store::LeaseStore* leases, LeadershipOptions options, const Clock* clock);
+
+  // As a standby until this controller holds the lease: returns its epoch, or nullopt
+  // once `stop` is set.
+  std::optional<int64_t> WaitToLead(const std::atomic<bool>& stop);
+  // One try (for `gpupool up`, which does not stand by): this controller's epoch when it
+  // took the lease, else FailedPrecondition naming the controller that holds it.
+  Result<int64_t> TryLead();
+
+  // As the leader until `stop` (Ok) or until the lease is lost (why). Renews every fifth
+  // of the lease; a renewal that fails for want of the database is retried until the
+  // lease would have run out.
+  Status KeepLease(const std::atomic<bool>& stop);
+
+  // Gives the lease up (a clean stop), so that a standby takes over at once.
+  void Release();
+
+  // The leader's address as last seen: "" when none is known, or when it is this
+  // controller (still loading the state).
+  std::string LeaderAddress() const;
+  const LeadershipOptions& options() const { return options_; }
+
+  // GET /v1/controllers: the lease and the controllers alive.
+  Result<OrderedJson> Describe();
+
+ private:
+  void Remember(const store::Lease& lease);
+  void Heartbeat();
+  bool SleepUnlessStopped(int64_t ms, const std::atomic<bool>& stop) const;
+
+  store::LeaseStore* leases_;
+  const LeadershipOptions options_;
+  const Clock* clock_;
+  mutable std::mutex mu_;
+  store::Lease last_;  // guarded by mu_
+  int64_t epoch_ = 0;  // ours, once leading
+  int64_t last_beat_us_ = 0;
+};
+
+// What a standby answers to `request`: /healthz 200 (it is alive); everything else 503
+// with {"error": ..., "leader": ADDRESS} ("" while no leader is known), /readyz with
+// "ok": false.
+net::HttpResponse StandbyAnswer(const net::HttpRequest& request, const std::string& leader);
+
+// A controller id: HOST:PORT:PID-RANDOM (unique per start).
+std::string NewControllerId(const std::string& host, int port);
+
+}  // namespace gpupool::server
