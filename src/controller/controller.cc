@@ -158,21 +158,26 @@ void Controller::WaitUntilNotWriting(Lock& lock, int64_t id) {
   write_cv_.wait(lock, [&] { return writing_.count(id) == 0; });
 }
 
-Status Controller::WriteJobsUnlocked(Lock& lock,
-                                     const std::vector<store::Store::JobUpdate>& updates) {
+Status Controller::WriteJobsUnlocked(Lock& lock, std::vector<store::Store::JobUpdate>& updates) {
   if (updates.empty()) return Status::Ok();
   for (const auto& u : updates) writing_.insert(u.job.id);
   lock.unlock();
-  Status s = updates.size() == 1 ? store_->UpdateJob(updates[0].job, updates[0].expected)
-                                 : store_->UpdateJobs(updates);
+  Status s = store_->UpdateJobs(updates, nullptr);
   lock.lock();
   for (const auto& u : updates) writing_.erase(u.job.id);
   write_cv_.notify_all();
+  if (s.ok()) {
+    for (auto& u : updates) u.job.version = u.expected_version + 1;  // as stored
+  }
   return s;
 }
 
-Status Controller::WriteJobUnlocked(Lock& lock, const Job& next, JobState expected) {
-  return WriteJobsUnlocked(lock, {{next, expected}});
+Status Controller::WriteJobUnlocked(Lock& lock, Job& next, JobState expected) {
+  // `next` is a copy of the job in memory, changed: its version is the one read.
+  std::vector<store::Store::JobUpdate> one = {{next, expected, next.version}};
+  GP_RETURN_IF_ERROR(WriteJobsUnlocked(lock, one));
+  next.version = one[0].job.version;
+  return Status::Ok();
 }
 
 Result<Job> Controller::ApplyLocked(Lock& lock, int64_t id, const lifecycle::Event& event) {
@@ -204,14 +209,16 @@ Result<std::vector<Job>> Controller::ApplyManyLocked(
       continue;
     }
     if (!t->changed) continue;
-    updates.push_back({t->next, t->expected});
+    updates.push_back({t->next, t->expected, t->next.version});
     steps.push_back(std::move(*t));
   }
   // Written together without the lock; the jobs stay as they were meanwhile (writing_).
   GP_RETURN_IF_ERROR(WriteJobsUnlocked(lock, updates));
   std::vector<Job> out;
   out.reserve(steps.size());
-  for (lifecycle::Transition& t : steps) {
+  for (size_t i = 0; i < steps.size(); ++i) {
+    lifecycle::Transition& t = steps[i];
+    t.next.version = updates[i].job.version;  // as stored
     out.push_back(t.next);
     Install(std::move(t));
   }
@@ -540,6 +547,7 @@ Result<Job> Controller::Submit(Job job, const Caller& caller, bool* duplicate) {
     if (made) return std::move(*made);
   }
   GP_ASSIGN_OR_RETURN(job.id, std::move(id));
+  job.version = 1;  // as stored
   std::lock_guard lock(mu_);
   active_[job.id] = job;
   Touched(job.id);
@@ -566,50 +574,26 @@ Result<Job> Controller::SubmitArray(Job job, const jobs::ArraySpec& spec, int64_
   // share (their spec) for all of them. Each is a copy of `job`, sharing its command
   // and environment (SharedValue): one copy of those in memory too.
   job.array_max_running = spec.max_running;
-  Job first;
-  // From the first element's landing on, the array's bytes count with the queued ones
-  // instead of the reservation, held by the submission until the last element has
-  // landed (so they count even if every element so far has left the queue).
-  struct Hold {
-    Controller* c;
-    const Job* of = nullptr;  // the first element, once held
-    ~Hold() {
-      if (of == nullptr) return;
-      std::lock_guard lock(c->mu_);
-      c->CountQueuedSubmission(*of, -1);
-    }
-  } hold{this};
-  for (size_t k = 0; k < spec.indices.size(); ++k) {
-    Job e = job;
-    e.array_index = spec.indices[k];
-    if (k == 0) {
-      // The array's id is its first element's: known once that is stored.
-      GP_ASSIGN_OR_RETURN(e.id, store_->InsertJob(e));
-      e.array_id = e.id;
-      GP_RETURN_IF_ERROR(store_->UpdateJob(e, JobState::kPending));
-      job.array_id = e.id;
-      job.submit_key.clear();  // the first element holds the array's key
-      first = e;
-    } else {
-      e.array_id = job.array_id;
-      GP_ASSIGN_OR_RETURN(e.id, store_->InsertJob(e));
-    }
-    std::lock_guard lock(mu_);
+  if (spec.indices.empty()) return Status::InvalidArgument("array '" + job.array + "': no index");
+  std::vector<Job> elements(spec.indices.size(), job);
+  for (size_t k = 0; k < spec.indices.size(); ++k) elements[k].array_index = spec.indices[k];
+  // One transaction: every element or none (a retry with the same submit_key then finds
+  // the whole array or nothing). The store sets the array's id, the first element's, in
+  // every element, and keeps the array's submit_key on the first.
+  GP_ASSIGN_OR_RETURN(elements, store_->InsertJobs(std::move(elements), store::InsertAs::kArray));
+  const Job first = elements.front();
+  std::lock_guard lock(mu_);
+  // All the elements land together: from here on they count as queued (the array's bytes
+  // once, with its first element) instead of as the submission's reservation.
+  for (Job& e : elements) {
     const int64_t id = e.id;
     active_[id] = std::move(e);
     Touched(id);
-    Unreserve(job.user, jobs::AccountingProject(job), 1, 0);
-    --*reserved;
-    if (k == 0) {
-      CountQueuedSubmission(first, +1);
-      hold.of = &first;
-      Unreserve(job.user, jobs::AccountingProject(job), 0, *reserved_bytes);
-      *reserved_bytes = 0;
-    }
   }
-  std::lock_guard lock(mu_);
-  CountQueuedSubmission(first, -1);
-  hold.of = nullptr;
+  const auto landed = static_cast<int64_t>(elements.size());
+  Unreserve(job.user, jobs::AccountingProject(job), landed, *reserved_bytes);
+  *reserved -= landed;
+  *reserved_bytes = 0;
   WakeSchedulerForArrival();
   spdlog::info("array {} of {} elements submitted by {}", first.id, spec.indices.size(),
                first.user);

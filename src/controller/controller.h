@@ -393,13 +393,16 @@ class Controller {
   // Every path that changes an active job calls it before it reads the job, and holds
   // no job of its own in writing_ meanwhile.
   void WaitUntilNotWriting(Lock& lock, int64_t id);
-  // Writes `updates` (compare-and-set on their expected states) with mu_ released and
-  // the jobs in writing_; `lock` is held again on return. Meanwhile readers see the jobs
-  // as they were, the scheduler and dependency resolution leave them alone, and every
-  // other writer of them waits; nothing else erases a job from active_, so a reference
-  // to it stays good. Nodes are never erased from nodes_; sessions may leave execs_.
-  Status WriteJobsUnlocked(Lock& lock, const std::vector<store::Store::JobUpdate>& updates);
-  Status WriteJobUnlocked(Lock& lock, const jobs::Job& next, jobs::JobState expected);
+  // Writes `updates` (compare-and-set on their expected states and versions) with mu_
+  // released and the jobs in writing_; `lock` is held again on return. Meanwhile readers
+  // see the jobs as they were, the scheduler and dependency resolution leave them alone,
+  // and every other writer of them waits; nothing else erases a job from active_, so a
+  // reference to it stays good. Nodes are never erased from nodes_; sessions may leave
+  // execs_. On success each update's job carries its stored version.
+  Status WriteJobsUnlocked(Lock& lock, std::vector<store::Store::JobUpdate>& updates);
+  // One job: `next` is a changed copy of the job in memory, whose version and state
+  // `expected` are the ones read; on success next.version is the stored one.
+  Status WriteJobUnlocked(Lock& lock, jobs::Job& next, jobs::JobState expected);
 
   Result<NodeView> SetDrain(const std::string& name, bool draining, const std::string& reason);
   // ResourceExhausted, naming the user, project or pool and the limit (its max_queued,
@@ -407,8 +410,8 @@ class Controller {
   // `adding` more jobs of `job`'s user and project, holding `bytes` more of submissions,
   // would pass it, counting submissions still being stored. mu_ held.
   Status CheckQueuedLimits(const jobs::Job& job, int64_t adding, int64_t bytes);
-  // One job per index of `spec` (job.array parsed), stored one by one; returns the first
-  // element, whose id is the array's. Each element that lands in active_ takes one of
+  // One job per index of `spec` (job.array parsed), stored in one transaction (all or
+  // none); returns the first element, whose id is the array's. Each element that lands in active_ takes one of
   // `*reserved` (its user's, counted in submitting_) into the queued counts; the first
   // takes `*reserved_bytes` (the submission's, counted once for all the elements).
   Result<jobs::Job> SubmitArray(jobs::Job job, const jobs::ArraySpec& spec, int64_t* reserved,

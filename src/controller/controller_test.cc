@@ -1,11 +1,14 @@
 #include "controller/controller.h"
 
 #include <gtest/gtest.h>
+#include <sqlite3.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <filesystem>
 #include <functional>
 #include <map>
 #include <mutex>
@@ -128,7 +131,8 @@ class GateStore final : public store::Store {
     cv_.wait(l, [&] { return held_ > 0; });
   }
 
-  Status UpdateJobs(const std::vector<JobUpdate>& updates) override {
+  Status UpdateJobs(const std::vector<JobUpdate>& updates,
+                    std::vector<store::JobConflict>* conflicts) override {
     std::unique_lock l(m_);
     const bool gated = std::any_of(updates.begin(), updates.end(),
                                    [this](const JobUpdate& u) { return u.job.state == gated_; });
@@ -138,24 +142,32 @@ class GateStore final : public store::Store {
       cv_.wait(l, [&] { return open_; });
     }
     l.unlock();
-    return inner_->UpdateJobs(updates);
-  }
-  Status UpdateJob(const Job& job, JobState expected) override {
-    return UpdateJobs({{job, expected}});
+    return inner_->UpdateJobs(updates, conflicts);
   }
   // From now on another job is stored before each element of an array after its first,
-  // as a submission made meanwhile would be: the elements' ids are not consecutive.
+  // as a submission made meanwhile on PostgreSQL (whose ids come from a sequence, outside
+  // the transaction) can be: the elements' ids are not consecutive.
   void InterleaveArrayElements() { interleave_ = true; }
-  Result<int64_t> InsertJob(const Job& job) override {
-    if (on_insert) on_insert(job);
-    if (interleave_ && job.array_id != 0) {
+  Result<std::vector<Job>> InsertJobs(std::vector<Job> jobs, store::InsertAs as) override {
+    if (on_insert) on_insert(jobs);
+    if (!interleave_ || as != store::InsertAs::kArray || jobs.empty()) {
+      return inner_->InsertJobs(std::move(jobs), as);
+    }
+    GP_ASSIGN_OR_RETURN(std::vector<Job> stored, inner_->InsertJobs({jobs[0]}, as));
+    for (size_t k = 1; k < jobs.size(); ++k) {
       Job other = MakeJob(0);
       other.user = "carol";
       GP_RETURN_IF_ERROR(inner_->InsertJob(other).status());
+      Job e = jobs[k];
+      e.array_id = stored[0].id;
+      e.submit_key.clear();
+      GP_ASSIGN_OR_RETURN(std::vector<Job> one, inner_->InsertJobs({e}, store::InsertAs::kJobs));
+      stored.push_back(one[0]);
     }
-    return inner_->InsertJob(job);
+    return stored;
   }
-  std::function<void(const Job&)> on_insert;  // runs before each insert, unlocked
+  // Runs before each InsertJobs with its jobs, unlocked.
+  std::function<void(const std::vector<Job>&)> on_insert;
   Result<std::optional<int64_t>> FindSubmitKey(uint32_t uid, std::string_view key) override {
     return inner_->FindSubmitKey(uid, key);
   }
@@ -759,6 +771,70 @@ TEST_F(ControllerTest, ArrayElementsRunAtMostTheLimitAtOnce) {
                                              JobState::kAssigned, JobState::kPending}));
 }
 
+// Runs `sql` on the SQLite database at `path`, beside the store's own connection.
+void ExecSqlite(const std::string& path, const std::string& sql) {
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
+  char* err = nullptr;
+  EXPECT_EQ(sqlite3_exec(db, sql.c_str(), nullptr, nullptr, &err), SQLITE_OK) << err;
+  sqlite3_free(err);
+  sqlite3_close(db);
+}
+
+// Issue 27: an array's elements were stored one by one, so a store failure part-way
+// left the elements before it (the first holding the array's submit_key), and the
+// client's retry was answered with that partial array. The array is one transaction now.
+TEST_F(ControllerTest, AnArrayIsStoredWholeOrNotAtAll) {
+  const auto dir =
+      std::filesystem::temp_directory_path() / ("gpupool-array-txn-" + std::to_string(getpid()));
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  const std::string path = (dir / "state.db").string();
+  store_ = OpenSqliteStore(path);
+  ControllerOptions o;
+  o.max_queued_total = 5;
+  Restart(o);
+  Register(2);
+  // The database refuses the fourth job (as a full disk would).
+  ExecSqlite(path,
+             "CREATE TRIGGER fail_fourth BEFORE INSERT ON jobs WHEN (SELECT COUNT(*) FROM "
+             "jobs) >= 3 BEGIN SELECT RAISE(ABORT, 'injected failure'); END");
+  Job five = MakeJob(1);
+  five.array = "0-4";
+  five.submit_key = "retry-7f3c";
+  Result<Job> failed = c_->Submit(five, alice_);
+  ASSERT_FALSE(failed.ok());
+  EXPECT_NE(failed.status().message().find("injected failure"), std::string::npos)
+      << failed.status().ToString();
+  EXPECT_TRUE(store_->ListJobs({}).value().empty());
+  EXPECT_FALSE(store_->FindSubmitKey(alice_.uid, "retry-7f3c").value().has_value());
+  EXPECT_TRUE(c_->List({}, root_).value().empty());
+
+  // The client's retry makes the whole array, and the reservation of the failed one was
+  // given back (the pool's bound is the array's size).
+  ExecSqlite(path, "DROP TRIGGER fail_fourth");
+  bool duplicate = false;
+  Result<Job> again = c_->Submit(five, alice_, &duplicate);
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  EXPECT_FALSE(duplicate);
+  const std::vector<int64_t> ids = c_->ArrayElements(again->id);
+  ASSERT_EQ(ids.size(), 5u);
+  for (size_t k = 0; k < ids.size(); ++k) {
+    const Job stored = store_->GetJob(ids[k]).value();
+    EXPECT_EQ(stored.array_id, again->id) << k;
+    EXPECT_EQ(stored.array_index, static_cast<int>(k));
+    EXPECT_EQ(stored.version, 1);
+    EXPECT_EQ(Get(ids[k]).version, 1) << "memory and store agree";
+    EXPECT_EQ(stored.submit_key, k == 0 ? "retry-7f3c" : "") << k;
+  }
+  EXPECT_EQ(store_->FindSubmitKey(alice_.uid, "retry-7f3c").value(),
+            std::optional<int64_t>(again->id));
+  EXPECT_EQ(c_->Submit(MakeJob(1), bob_).status().code(), StatusCode::kResourceExhausted);
+  c_.reset();
+  store_.reset();
+  std::filesystem::remove_all(dir);
+}
+
 // Issue 25.6: an element is found by its ARRAY_INDEX in any state, also when other jobs
 // were stored between the array's elements; cancelling the array after its first element
 // ended cancels the others and says how many were queued and how many running.
@@ -937,9 +1013,9 @@ TEST_F(ControllerTest, QueueBoundsRefuseAFloodNamingTheBoundAndItsKey) {
       << r.status().message();
 }
 
-// While an array's elements are being stored, the ones already in the queue count once,
-// not also as the submission's reservation: a submission meanwhile sees the queue as it
-// is (it was refused here while the array seemed twice its size).
+// While an array is being stored, its elements count once, as the submission's
+// reservation, and once stored once, as queued jobs: a submission meanwhile sees the
+// queue as it is (it was refused here while the array seemed twice its size).
 TEST_F(GatedControllerTest, AnArrayBeingStoredCountsEachElementOnce) {
   GateStore* g = UseGateStore();
   ControllerOptions o;
@@ -947,9 +1023,9 @@ TEST_F(GatedControllerTest, AnArrayBeingStoredCountsEachElementOnce) {
   Restart(o);
   Register(2);
   Result<Job> during = Status::Internal("not submitted");
-  g->on_insert = [&](const Job& j) {
-    if (j.array_index != 3 || j.user != "alice") return;
-    // Elements 0..2 are queued, 3 and 4 reserved: 5 of 6.
+  g->on_insert = [&](const std::vector<Job>& jobs) {
+    if (jobs.size() != 5 || jobs[0].user != "alice") return;
+    // The five elements are reserved: 5 of 6.
     during = c_->Submit(MakeJob(1), bob_);
   };
   Job five = MakeJob(1);
@@ -1107,33 +1183,37 @@ TEST_F(ControllerTest, QueuedBytesBoundsCountAnArraysSharedSubmissionOnce) {
   EXPECT_EQ(c_->Submit(SizedJob(1'000), bob_).status().code(), StatusCode::kResourceExhausted);
 }
 
-// While an array's elements are being stored, its bytes count once (not also as the
-// submission's reservation), and still count when the elements stored so far have left
-// the queue: more are to come, holding the same submission.
-TEST_F(GatedControllerTest, AnArrayBeingStoredCountsItsBytesOnceUntilItsLastElementLands) {
+// While an array is being stored (one transaction) its bytes count as the submission's
+// reservation; once its elements land they count once for all of them, and go when the
+// last element leaves the queue.
+TEST_F(GatedControllerTest, AnArrayBeingStoredCountsItsBytesOnceThenWithItsElements) {
   GateStore* g = UseGateStore();
   ControllerOptions o;
   o.max_queued_bytes_total = 25'000;
   Restart(o);
   Result<Job> during = Status::Internal("not submitted");
-  Result<Job> after_cancel = Status::Internal("not submitted");
-  g->on_insert = [&](const Job& j) {
-    if (j.user != "alice") return;
-    if (j.array_index == 2) during = c_->Submit(SizedJob(15'000), bob_);  // 25,000
-    if (j.array_index == 3) {
-      store::JobFilter alices;
-      alices.user = "alice";
-      alices.active_only = true;
-      const std::vector<Job> landed = c_->List(alices, root_).value();
-      EXPECT_EQ(landed.size(), 3u);
-      for (const Job& e : landed) EXPECT_TRUE(c_->Cancel(e.id, root_).ok());
-      after_cancel = c_->Submit(SizedJob(1'000), bob_);
-    }
+  Result<Job> past = Status::Internal("not submitted");
+  g->on_insert = [&](const std::vector<Job>& jobs) {
+    if (jobs.empty() || jobs[0].user != "alice") return;
+    during = c_->Submit(SizedJob(15'000), bob_);  // 25,000 with alice's reservation
+    past = c_->Submit(SizedJob(1'000), bob_);
   };
-  ASSERT_TRUE(c_->Submit(SizedJob(10'000, "0-4"), alice_).ok());
+  const Job first = c_->Submit(SizedJob(10'000, "0-4"), alice_).value();
+  g->on_insert = nullptr;
   EXPECT_TRUE(during.ok()) << during.status().ToString();
-  EXPECT_EQ(after_cancel.status().code(), StatusCode::kResourceExhausted);
+  EXPECT_EQ(past.status().code(), StatusCode::kResourceExhausted);
+  // Landed: five elements, 10,000 bytes once.
   EXPECT_EQ(c_->Submit(SizedJob(1'000), bob_).status().code(), StatusCode::kResourceExhausted);
+  store::JobFilter alices;
+  alices.user = "alice";
+  alices.active_only = true;
+  const std::vector<Job> landed = c_->List(alices, root_).value();
+  ASSERT_EQ(landed.size(), 5u);
+  for (size_t k = 0; k + 1 < landed.size(); ++k) ASSERT_TRUE(c_->Cancel(landed[k].id, root_).ok());
+  EXPECT_EQ(c_->Submit(SizedJob(1'000), bob_).status().code(), StatusCode::kResourceExhausted);
+  ASSERT_TRUE(c_->Cancel(landed.back().id, root_).ok());
+  EXPECT_TRUE(c_->Submit(SizedJob(1'000), bob_).ok());
+  EXPECT_EQ(landed.front().array_id, first.id);
 }
 
 TEST_F(ControllerTest, ConcurrentSubmittersCannotPassTheQueuedBytesBoundTogether) {

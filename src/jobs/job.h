@@ -141,6 +141,11 @@ struct EnvNeeds {
 
 struct Job {
   int64_t id = 0;
+  // The store's count of this job's writes, for compare-and-set (store/store.h): 0 for a
+  // job never stored, 1 once inserted, one more with each update. The store keeps it in
+  // a column of its own; it is not part of the JSON form (job_json.h), so neither a
+  // client nor a stored body sets it.
+  int64_t version = 0;
   std::string user;
   uint32_t uid = 0;
   uint32_t gid = 0;

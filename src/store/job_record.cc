@@ -67,7 +67,8 @@ JobRecord EncodeJobRecord(const jobs::Job& job) {
   return r;
 }
 
-Result<jobs::Job> DecodeJobRecord(int64_t id, std::string_view body, const Json* spec) {
+Result<jobs::Job> DecodeJobRecord(int64_t id, int64_t version, std::string_view body,
+                                  const Json* spec) {
   const std::string where = "stored job " + std::to_string(id);
   GP_ASSIGN_OR_RETURN(Json j, ParseJson(body, where));
   if (!j.is_object()) return Status::Internal(where + ": not a JSON object");
@@ -76,13 +77,16 @@ Result<jobs::Job> DecodeJobRecord(int64_t id, std::string_view body, const Json*
     for (auto it = spec->begin(); it != spec->end(); ++it) j[it.key()] = *it;
   }
   j["id"] = id;
-  return jobs::JobFromJson(j, where);
+  GP_ASSIGN_OR_RETURN(jobs::Job job, jobs::JobFromJson(j, where));
+  job.version = version;  // a column, not in the JSON form
+  return job;
 }
 
-Result<jobs::Job> DecodeJobRecord(int64_t id, std::string_view body, std::string_view spec) {
-  if (spec.empty()) return DecodeJobRecord(id, body, static_cast<const Json*>(nullptr));
+Result<jobs::Job> DecodeJobRecord(int64_t id, int64_t version, std::string_view body,
+                                  std::string_view spec) {
+  if (spec.empty()) return DecodeJobRecord(id, version, body, static_cast<const Json*>(nullptr));
   GP_ASSIGN_OR_RETURN(Json s, ParseJson(spec, "the spec of stored job " + std::to_string(id)));
-  return DecodeJobRecord(id, body, &s);
+  return DecodeJobRecord(id, version, body, &s);
 }
 
 Result<const Json*> SpecCache::Get(int64_t id, const std::function<std::string()>& text) {

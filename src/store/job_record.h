@@ -31,12 +31,15 @@ struct JobRecord {
 
 JobRecord EncodeJobRecord(const jobs::Job& job);
 
-// The job from its row: its id, its body and the text of the spec it refers to; `spec`
-// empty for a row written whole (before job_specs existed). Errors name "stored job".
-Result<jobs::Job> DecodeJobRecord(int64_t id, std::string_view body, std::string_view spec);
+// The job from its row: its id and version (columns), its body and the text of the spec
+// it refers to; `spec` empty for a row written whole (before job_specs existed). Errors
+// name "stored job".
+Result<jobs::Job> DecodeJobRecord(int64_t id, int64_t version, std::string_view body,
+                                  std::string_view spec);
 
 // The same, with the spec already parsed (nullptr: none).
-Result<jobs::Job> DecodeJobRecord(int64_t id, std::string_view body, const Json* spec);
+Result<jobs::Job> DecodeJobRecord(int64_t id, int64_t version, std::string_view body,
+                                  const Json* spec);
 
 // Specs parsed once per listing: the elements of an array share one, and the jobs read
 // from it share one copy of its command and environment in memory too. Parsed specs are

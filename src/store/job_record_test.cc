@@ -26,7 +26,7 @@ TEST(SpecCacheTest, KeepsParsedSpecsUpToItsBoundAndStillShares) {
                                   return r.spec;
                                 })
                            .value();
-    jobs::Job j = DecodeJobRecord(7, r.body, spec).value();
+    jobs::Job j = DecodeJobRecord(7, 1, r.body, spec).value();
     cache.Share(spec_id, &j);
     return j;
   };

@@ -16,10 +16,14 @@
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <map>
 #include <mutex>
+#include <optional>
+#include <set>
 
 #include "common/json.h"
 #include "jobs/job_json.h"
+#include "store/job_cas.h"
 #include "store/job_nodes.h"
 #include "store/job_record.h"
 #include "store/lease.h"
@@ -152,6 +156,11 @@ CREATE TABLE job_specs (
   body TEXT NOT NULL
 );
 ALTER TABLE jobs ADD COLUMN spec_id BIGINT REFERENCES job_specs(id);
+)sql",
+    // Each job's version (jobs::Job::version): every update is a compare-and-set on its
+    // state and version, and stores the version + 1. The jobs stored before are at 1.
+    R"sql(
+ALTER TABLE jobs ADD COLUMN version BIGINT NOT NULL DEFAULT 1;
 )sql",
 };
 
@@ -457,41 +466,60 @@ class PostgresStore final : public Store, private PgSession {
     }
   }
 
-  // Two round trips: the id (sequences are outside transactions: an id is never reused,
-  // even when the insert fails), then the fence check, the job, its nodes and its
-  // submission key as one pipelined transaction.
-  Result<int64_t> InsertJob(const Job& job) override {
+  // Two round trips: the ids (sequences are outside transactions: an id is never reused,
+  // even when the insert fails), then the fence check, the jobs, their nodes and their
+  // submission keys as one pipelined transaction. The array's id is known before it.
+  Result<std::vector<Job>> InsertJobs(std::vector<Job> jobs, InsertAs as) override {
+    if (jobs.empty()) return jobs;
     std::lock_guard lock(mu_);
     GP_RETURN_IF_ERROR(Connected());
-    GP_ASSIGN_OR_RETURN(PgResult seq,
-                        Run("SELECT nextval('jobs_id_seq')", {}, "allocate a job id"));
-    Job stored = job;
-    stored.id = seq.Int(0, 0);
-    const std::string id = std::to_string(stored.id);
-    const internal::JobRecord rec = internal::EncodeJobRecord(stored);
+    GP_ASSIGN_OR_RETURN(PgResult seq, Run("SELECT nextval('jobs_id_seq') FROM "
+                                          "generate_series(1, $1::INT)",
+                                          {std::to_string(jobs.size())}, "allocate job ids"));
+    if (static_cast<size_t>(seq.Rows()) != jobs.size()) {
+      return Status::Internal("postgresql: asked for " + std::to_string(jobs.size()) +
+                              " job ids, got " + std::to_string(seq.Rows()));
+    }
+    std::vector<int64_t> ids;
+    for (int i = 0; i < seq.Rows(); ++i) ids.push_back(seq.Int(i, 0));
+    std::sort(ids.begin(), ids.end());
     std::vector<Stmt> stmts;
     const size_t fence_at = AddFenceCheck(&stmts);
-    AddSpec(rec, &stmts);
-    stmts.push_back(
-        {"INSERT INTO jobs(id, username, state, node, end_time_us, body, spec_id) "
-         "VALUES($1,$2,$3,$4,$5,$6,(SELECT id FROM job_specs WHERE hash=$7))",
-         {id, job.user, std::string(jobs::JobStateName(job.state)), PrimaryNode(job),
-          std::to_string(job.end_time_us), rec.body, rec.spec_hash}});
-    AddJobNodes(stored, /*replace=*/false, &stmts);
-    const size_t key_at = stmts.size();
-    if (!job.submit_key.empty()) {
-      stmts.push_back({"INSERT INTO submit_keys(uid, key, job_id) VALUES($1,$2,$3)",
-                       {std::to_string(job.uid), job.submit_key, id}});
+    std::set<std::string> specs;          // added in this transaction already
+    std::map<size_t, const Job*> key_at;  // statement index -> the job whose key it stores
+    for (size_t k = 0; k < jobs.size(); ++k) {
+      Job& job = jobs[k];
+      job.id = ids[k];
+      job.version = 1;
+      if (as == InsertAs::kArray) {
+        job.array_id = ids[0];
+        if (k > 0) job.submit_key.clear();  // the first element holds the array's
+      }
+      const std::string id = std::to_string(job.id);
+      const internal::JobRecord rec = internal::EncodeJobRecord(job);
+      if (specs.insert(rec.spec_hash).second) AddSpec(rec, &stmts);
+      stmts.push_back(
+          {"INSERT INTO jobs(id, username, state, node, end_time_us, body, spec_id, version) "
+           "VALUES($1,$2,$3,$4,$5,$6,(SELECT id FROM job_specs WHERE hash=$7),1)",
+           {id, job.user, std::string(jobs::JobStateName(job.state)), PrimaryNode(job),
+            std::to_string(job.end_time_us), rec.body, rec.spec_hash}});
+      AddJobNodes(job, /*replace=*/false, &stmts);
+      if (!job.submit_key.empty()) {
+        key_at[stmts.size()] = &job;
+        stmts.push_back({"INSERT INTO submit_keys(uid, key, job_id) VALUES($1,$2,$3)",
+                         {std::to_string(job.uid), job.submit_key, id}});
+      }
     }
-    GP_ASSIGN_OR_RETURN(Batch b, Pipeline(stmts, "insert job"));
-    if (b.failed == Batch::kAllRan) return stored.id;
+    GP_ASSIGN_OR_RETURN(Batch b, Pipeline(stmts, "insert jobs"));
+    if (b.failed == Batch::kAllRan) return jobs;
     const PgResult& r = b.results[b.failed];
     if (b.failed == fence_at) return Fenced(r);
-    if (b.failed == key_at && r.SqlState() == "23505") {  // unique_violation
-      return Status::AlreadyExists("submit_key '" + job.submit_key + "' was used before by uid " +
-                                   std::to_string(job.uid));
+    if (auto key = key_at.find(b.failed);
+        key != key_at.end() && r.SqlState() == "23505") {  // unique_violation
+      return Status::AlreadyExists("submit_key '" + key->second->submit_key +
+                                   "' was used before by uid " + std::to_string(key->second->uid));
     }
-    return Error(r, "insert job");
+    return Error(r, "insert jobs");
   }
 
   Result<std::optional<int64_t>> FindSubmitKey(uint32_t uid, std::string_view key) override {
@@ -507,11 +535,12 @@ class PostgresStore final : public Store, private PgSession {
   Result<Job> GetJob(int64_t id) override {
     std::lock_guard lock(mu_);
     GP_RETURN_IF_ERROR(Connected());
-    GP_ASSIGN_OR_RETURN(PgResult r, Run("SELECT jobs.body, job_specs.body FROM jobs LEFT JOIN "
-                                        "job_specs ON job_specs.id=jobs.spec_id WHERE jobs.id=$1",
-                                        {std::to_string(id)}, "read job " + std::to_string(id)));
+    GP_ASSIGN_OR_RETURN(PgResult r,
+                        Run("SELECT jobs.body, job_specs.body, jobs.version FROM jobs LEFT JOIN "
+                            "job_specs ON job_specs.id=jobs.spec_id WHERE jobs.id=$1",
+                            {std::to_string(id)}, "read job " + std::to_string(id)));
     if (r.Rows() == 0) return Status::NotFound("no job " + std::to_string(id));
-    return internal::DecodeJobRecord(id, r.Text(0, 0), r.Text(0, 1));
+    return internal::DecodeJobRecord(id, r.Int(0, 2), r.Text(0, 0), r.Text(0, 1));
   }
 
   Result<std::vector<Job>> ListJobs(const JobFilter& filter) override {
@@ -521,8 +550,8 @@ class PostgresStore final : public Store, private PgSession {
       return "$" + std::to_string(params.size());
     };
     std::string sql =
-        "SELECT jobs.id, jobs.body, jobs.spec_id, job_specs.body FROM jobs LEFT JOIN job_specs "
-        "ON job_specs.id=jobs.spec_id WHERE TRUE";
+        "SELECT jobs.id, jobs.body, jobs.spec_id, job_specs.body, jobs.version FROM jobs LEFT "
+        "JOIN job_specs ON job_specs.id=jobs.spec_id WHERE TRUE";
     if (filter.user) sql += " AND username=" + param(*filter.user);
     if (filter.node) {
       sql +=
@@ -561,56 +590,69 @@ class PostgresStore final : public Store, private PgSession {
       if (!r.IsNull(i, 2)) {
         GP_ASSIGN_OR_RETURN(spec, specs.Get(r.Int(i, 2), [&] { return r.Text(i, 3); }));
       }
-      GP_ASSIGN_OR_RETURN(Job j, internal::DecodeJobRecord(r.Int(i, 0), r.Text(i, 1), spec));
+      GP_ASSIGN_OR_RETURN(Job j,
+                          internal::DecodeJobRecord(r.Int(i, 0), r.Int(i, 4), r.Text(i, 1), spec));
       if (spec != nullptr) specs.Share(r.Int(i, 2), &j);
       out.push_back(std::move(j));
     }
     return out;
   }
 
-  Status UpdateJob(const Job& job, JobState expected) override {
-    return UpdateJobs({{job, expected}});
-  }
-
   // One round trip: every compare-and-set and the jobs' nodes, pipelined as one
   // transaction. A compare-and-set that matches no row fails on purpose (a division by
   // zero), which rolls the whole back; a read afterwards says why.
-  Status UpdateJobs(const std::vector<JobUpdate>& updates) override {
+  Status UpdateJobs(const std::vector<JobUpdate>& updates,
+                    std::vector<JobConflict>* conflicts) override {
+    if (conflicts != nullptr) conflicts->clear();
+    if (updates.empty()) return Status::Ok();
     std::lock_guard lock(mu_);
     GP_RETURN_IF_ERROR(Connected());
     std::vector<Stmt> stmts;
     const size_t fence_at = AddFenceCheck(&stmts);
-    std::vector<std::pair<size_t, const JobUpdate*>> sets;  // statement index, update
-    for (const JobUpdate& u : updates) {
+    std::map<size_t, size_t> sets;  // statement index -> index in `updates`
+    for (size_t k = 0; k < updates.size(); ++k) {
+      const JobUpdate& u = updates[k];
       const internal::JobRecord rec = internal::EncodeJobRecord(u.job);
       AddSpec(rec, &stmts);
-      sets.emplace_back(stmts.size(), &u);
+      sets[stmts.size()] = k;
       stmts.push_back(
           {"WITH set AS (UPDATE jobs SET state=$1, node=$2, end_time_us=$3, "
-           "body=$4, spec_id=(SELECT id FROM job_specs WHERE hash=$7) WHERE id=$5 AND state=$6 "
-           "RETURNING 1) "
+           "body=$4, spec_id=(SELECT id FROM job_specs WHERE hash=$7), version=version+1 "
+           "WHERE id=$5 AND state=$6 AND version=$8 RETURNING 1) "
            "SELECT 1 / COUNT(*)::INT FROM set",
            {std::string(jobs::JobStateName(u.job.state)), PrimaryNode(u.job),
             std::to_string(u.job.end_time_us), rec.body, std::to_string(u.job.id),
-            std::string(jobs::JobStateName(u.expected)), rec.spec_hash}});
+            std::string(jobs::JobStateName(u.expected)), rec.spec_hash,
+            std::to_string(u.expected_version)}});
       AddJobNodes(u.job, /*replace=*/true, &stmts);
     }
     GP_ASSIGN_OR_RETURN(Batch b, Pipeline(stmts, "update job"));
     if (b.failed == Batch::kAllRan) return Status::Ok();
     const PgResult& r = b.results[b.failed];
     if (b.failed == fence_at) return Fenced(r);
-    for (const auto& [at, u] : sets) {
-      if (at != b.failed || r.SqlState() != "22012") continue;  // division_by_zero
-      // Nothing matched: say whether the job is missing or in another state.
-      const std::string id = std::to_string(u->job.id);
-      GP_ASSIGN_OR_RETURN(PgResult q,
-                          Run("SELECT state FROM jobs WHERE id=$1", {id}, "read job state"));
-      return q.Rows() > 0
-                 ? Status::FailedPrecondition("job " + id + " is " + q.Text(0, 0) + ", not " +
-                                              std::string(jobs::JobStateName(u->expected)))
-                 : Status::NotFound("no job " + id);
+    auto set = sets.find(b.failed);
+    if (set == sets.end() || r.SqlState() != "22012") {  // division_by_zero: nothing matched
+      return Error(r, "update job");
     }
-    return Error(r, "update job");
+    // What the batch's jobs are at now, to say which changed (or are missing).
+    std::string ids = "{";
+    for (const JobUpdate& u : updates) {
+      ids += (ids.size() > 1 ? "," : "") + std::to_string(u.job.id);
+    }
+    ids += "}";
+    GP_ASSIGN_OR_RETURN(PgResult q, Run("SELECT id, state, version FROM jobs WHERE id = "
+                                        "ANY($1::BIGINT[])",
+                                        {ids}, "read job states"));
+    std::map<int64_t, internal::StoredVersion> found;
+    for (int i = 0; i < q.Rows(); ++i) {
+      const std::optional<JobState> state = jobs::ParseJobState(q.Text(i, 1));
+      if (!state) {
+        return Status::Internal("stored job " + q.Text(i, 0) + " has an unknown state '" +
+                                q.Text(i, 1) + "'");
+      }
+      found[q.Int(i, 0)] = {*state, q.Int(i, 2)};
+    }
+    return internal::CasFailure(updates, set->second, found, conflicts);
   }
 
   Status PutNode(const NodeRecord& n) override {

@@ -7,10 +7,13 @@
 
 #include <sqlite3.h>
 
+#include <map>
 #include <mutex>
+#include <optional>
 
 #include "common/json.h"
 #include "jobs/job_json.h"
+#include "store/job_cas.h"
 #include "store/job_nodes.h"
 #include "store/job_record.h"
 #include "store/store.h"
@@ -152,6 +155,11 @@ CREATE TABLE job_specs (
 );
 ALTER TABLE jobs ADD COLUMN spec_id INTEGER;
 )sql",
+    // Each job's version (jobs::Job::version): every update is a compare-and-set on its
+    // state and version, and stores the version + 1. The jobs stored before are at 1.
+    R"sql(
+ALTER TABLE jobs ADD COLUMN version INTEGER NOT NULL DEFAULT 1;
+)sql",
 };
 
 class Stmt {
@@ -221,42 +229,35 @@ class SqliteStore final : public Store {
     return Status::Ok();
   }
 
-  Result<int64_t> InsertJob(const Job& job) override {
+  Result<std::vector<Job>> InsertJobs(std::vector<Job> jobs, InsertAs as) override {
     std::lock_guard lock(mu_);
     GP_RETURN_IF_ERROR(Exec("BEGIN IMMEDIATE"));
-    const JobRecord rec = EncodeJobRecord(job);  // the id is the row's, not in the body
-    Result<int64_t> spec_id = PutSpec(rec);
-    if (!spec_id.ok()) return Rollback(spec_id.status());
-    Stmt s(db_,
-           "INSERT INTO jobs(user, state, node, end_time_us, body, spec_id) VALUES(?,?,?,?,?,?)");
-    if (!s.ok()) return Rollback(Error("prepare insert"));
-    s.Bind(1, job.user);
-    s.Bind(2, std::string(jobs::JobStateName(job.state)));
-    s.Bind(3, PrimaryNode(job));
-    s.Bind(4, job.end_time_us);
-    s.Bind(5, rec.body);
-    s.Bind(6, *spec_id);
-    if (s.Step() != SQLITE_DONE) return Rollback(Error("insert job"));
-    const int64_t id = sqlite3_last_insert_rowid(db_);
-    Job stored = job;
-    stored.id = id;
-    Status nodes = WriteJobNodes(stored, /*replace=*/false);
-    if (!nodes.ok()) return Rollback(nodes);
-    if (!job.submit_key.empty()) {
-      Stmt k(db_, "INSERT INTO submit_keys(uid, key, job_id) VALUES(?,?,?)");
-      k.Bind(1, static_cast<int64_t>(job.uid));
-      k.Bind(2, job.submit_key);
-      k.Bind(3, id);
-      const int rc = k.Step();
-      if ((rc & 0xff) == SQLITE_CONSTRAINT) {
-        return Rollback(Status::AlreadyExists("submit_key '" + job.submit_key +
-                                              "' was used before by uid " +
-                                              std::to_string(job.uid)));
-      }
-      if (rc != SQLITE_DONE) return Rollback(Error("store submit key"));
+    int64_t array_id = 0;
+    if (as == InsertAs::kArray && !jobs.empty()) {
+      // The array's id is its first element's, which every element's body holds: the id
+      // AUTOINCREMENT would give next, taken explicitly (this transaction is the only
+      // writer).
+      Stmt next(db_,
+                "SELECT MAX(COALESCE((SELECT seq FROM sqlite_sequence WHERE name='jobs'), 0), "
+                "COALESCE((SELECT MAX(id) FROM jobs), 0)) + 1");
+      if (next.Step() != SQLITE_ROW) return Rollback(Error("allocate the array's id"));
+      array_id = next.Int(0);
     }
-    GP_RETURN_IF_ERROR(Exec("COMMIT"));
-    return id;
+    for (size_t k = 0; k < jobs.size(); ++k) {
+      Job& job = jobs[k];
+      job.version = 1;
+      job.id = 0;
+      if (as == InsertAs::kArray) {
+        if (k == 0) job.id = array_id;
+        job.array_id = array_id;
+        if (k > 0) job.submit_key.clear();  // the first element holds the array's
+      }
+      Result<int64_t> id = InsertRow(job);
+      if (!id.ok()) return Rollback(id.status());
+      job.id = *id;
+    }
+    if (Status c = Exec("COMMIT"); !c.ok()) return Rollback(c);
+    return jobs;
   }
 
   Result<std::optional<int64_t>> FindSubmitKey(uint32_t uid, std::string_view key) override {
@@ -273,19 +274,19 @@ class SqliteStore final : public Store {
   Result<Job> GetJob(int64_t id) override {
     std::lock_guard lock(mu_);
     Stmt s(db_,
-           "SELECT jobs.body, job_specs.body FROM jobs LEFT JOIN job_specs ON "
+           "SELECT jobs.body, job_specs.body, jobs.version FROM jobs LEFT JOIN job_specs ON "
            "job_specs.id=jobs.spec_id WHERE jobs.id=?");
     s.Bind(1, id);
     const int rc = s.Step();
     if (rc == SQLITE_DONE) return Status::NotFound("no job " + std::to_string(id));
     if (rc != SQLITE_ROW) return Error("read job " + std::to_string(id));
-    return DecodeJobRecord(id, s.Text(0), s.Text(1));
+    return DecodeJobRecord(id, s.Int(2), s.Text(0), s.Text(1));
   }
 
   Result<std::vector<Job>> ListJobs(const JobFilter& filter) override {
     std::string sql =
-        "SELECT jobs.id, jobs.body, jobs.spec_id, job_specs.body FROM jobs LEFT JOIN job_specs "
-        "ON job_specs.id=jobs.spec_id WHERE 1=1";
+        "SELECT jobs.id, jobs.body, jobs.spec_id, job_specs.body, jobs.version FROM jobs LEFT "
+        "JOIN job_specs ON job_specs.id=jobs.spec_id WHERE 1=1";
     if (filter.user) sql += " AND user=?1";
     if (filter.node) sql += " AND jobs.id IN (SELECT job_id FROM job_nodes WHERE node=?2)";
     if (filter.active_only) sql += " AND state IN ('PENDING','ASSIGNED','RUNNING')";
@@ -321,7 +322,7 @@ class SqliteStore final : public Store {
       if (sqlite3_column_type(s.get(), 2) != SQLITE_NULL) {
         GP_ASSIGN_OR_RETURN(spec, specs.Get(s.Int(2), [&] { return s.Text(3); }));
       }
-      GP_ASSIGN_OR_RETURN(Job j, DecodeJobRecord(s.Int(0), s.Text(1), spec));
+      GP_ASSIGN_OR_RETURN(Job j, DecodeJobRecord(s.Int(0), s.Int(4), s.Text(1), spec));
       if (spec != nullptr) specs.Share(s.Int(2), &j);
       out.push_back(std::move(j));
     }
@@ -329,20 +330,19 @@ class SqliteStore final : public Store {
     return out;
   }
 
-  Status UpdateJob(const Job& job, JobState expected) override {
-    return UpdateJobs({{job, expected}});
-  }
-
-  Status UpdateJobs(const std::vector<JobUpdate>& updates) override {
+  Status UpdateJobs(const std::vector<JobUpdate>& updates,
+                    std::vector<JobConflict>* conflicts) override {
+    if (conflicts != nullptr) conflicts->clear();
     std::lock_guard lock(mu_);
     GP_RETURN_IF_ERROR(Exec("BEGIN IMMEDIATE"));
-    for (const JobUpdate& u : updates) {
+    for (size_t k = 0; k < updates.size(); ++k) {
+      const JobUpdate& u = updates[k];
       const JobRecord rec = EncodeJobRecord(u.job);
       Result<int64_t> spec_id = PutSpec(rec);
       if (!spec_id.ok()) return Rollback(spec_id.status());
       Stmt s(db_,
-             "UPDATE jobs SET state=?1, node=?2, end_time_us=?3, body=?4, spec_id=?7 WHERE id=?5 "
-             "AND state=?6");
+             "UPDATE jobs SET state=?1, node=?2, end_time_us=?3, body=?4, spec_id=?7, "
+             "version=version+1 WHERE id=?5 AND state=?6 AND version=?8");
       s.Bind(1, std::string(jobs::JobStateName(u.job.state)));
       s.Bind(2, PrimaryNode(u.job));
       s.Bind(3, u.job.end_time_us);
@@ -350,21 +350,31 @@ class SqliteStore final : public Store {
       s.Bind(5, u.job.id);
       s.Bind(6, std::string(jobs::JobStateName(u.expected)));
       s.Bind(7, *spec_id);
+      s.Bind(8, u.expected_version);
       if (s.Step() != SQLITE_DONE) return Rollback(Error("update job"));
       if (sqlite3_changes(db_) == 1) {
         Status nodes = WriteJobNodes(u.job, /*replace=*/true);
         if (!nodes.ok()) return Rollback(nodes);
         continue;
       }
-      // Nothing matched: say whether the job is missing or in another state.
-      Stmt q(db_, "SELECT state FROM jobs WHERE id=?");
-      q.Bind(1, u.job.id);
-      Status why =
-          q.Step() == SQLITE_ROW
-              ? Status::FailedPrecondition("job " + std::to_string(u.job.id) + " is " + q.Text(0) +
-                                           ", not " + std::string(jobs::JobStateName(u.expected)))
-              : Status::NotFound("no job " + std::to_string(u.job.id));
-      return Rollback(why);
+      // Nothing matched: what the batch's jobs are at, as none of it was written (the
+      // mutex keeps other writers out until then).
+      (void)Rollback(Status::Ok());
+      std::map<int64_t, internal::StoredVersion> found;
+      Stmt q(db_, "SELECT state, version FROM jobs WHERE id=?");
+      for (const JobUpdate& other : updates) {
+        q.Reset();
+        q.Bind(1, other.job.id);
+        const int rc = q.Step();
+        if (rc == SQLITE_DONE) continue;
+        if (rc != SQLITE_ROW) return Error("read job " + std::to_string(other.job.id));
+        const std::optional<JobState> state = jobs::ParseJobState(q.Text(0));
+        if (!state)
+          return Status::Internal("stored job " + std::to_string(other.job.id) +
+                                  " has an unknown state '" + q.Text(0) + "'");
+        found[other.job.id] = {*state, q.Int(1)};
+      }
+      return internal::CasFailure(updates, k, found, conflicts);
     }
     return Exec("COMMIT");
   }
@@ -651,6 +661,42 @@ class SqliteStore final : public Store {
     (void)Exec("ROLLBACK");
     return s;
   }
+  // Inside a transaction: `job` as a new row (its spec, its nodes and its submit_key
+  // too), at version 1, with id job.id (0: the next one). Its id.
+  Result<int64_t> InsertRow(const Job& job) {
+    const JobRecord rec = EncodeJobRecord(job);  // the id is the row's, not in the body
+    GP_ASSIGN_OR_RETURN(int64_t spec_id, PutSpec(rec));
+    Stmt s(db_,
+           "INSERT INTO jobs(id, user, state, node, end_time_us, body, spec_id, version) "
+           "VALUES(NULLIF(?,0),?,?,?,?,?,?,1)");
+    if (!s.ok()) return Error("prepare insert");
+    s.Bind(1, job.id);
+    s.Bind(2, job.user);
+    s.Bind(3, std::string(jobs::JobStateName(job.state)));
+    s.Bind(4, PrimaryNode(job));
+    s.Bind(5, job.end_time_us);
+    s.Bind(6, rec.body);
+    s.Bind(7, spec_id);
+    if (s.Step() != SQLITE_DONE) return Error("insert job");
+    const int64_t id = sqlite3_last_insert_rowid(db_);
+    Job stored = job;
+    stored.id = id;
+    GP_RETURN_IF_ERROR(WriteJobNodes(stored, /*replace=*/false));
+    if (!job.submit_key.empty()) {
+      Stmt k(db_, "INSERT INTO submit_keys(uid, key, job_id) VALUES(?,?,?)");
+      k.Bind(1, static_cast<int64_t>(job.uid));
+      k.Bind(2, job.submit_key);
+      k.Bind(3, id);
+      const int rc = k.Step();
+      if ((rc & 0xff) == SQLITE_CONSTRAINT) {
+        return Status::AlreadyExists("submit_key '" + job.submit_key + "' was used before by uid " +
+                                     std::to_string(job.uid));
+      }
+      if (rc != SQLITE_DONE) return Error("store submit key");
+    }
+    return id;
+  }
+
   // The id of the job_specs row holding `rec`'s spec, added when none does yet. Inside
   // the caller's transaction.
   Result<int64_t> PutSpec(const JobRecord& rec) {

@@ -1,9 +1,11 @@
 // Store: the controller's durable state (jobs, nodes, API tokens).
 //
-// Every job state transition goes through UpdateJob with the state the caller believes
-// the job is in; the store refuses the write if another writer got there first, so a
-// transition is never applied twice. Implementations are thread-safe. The conformance
-// tests in store_conformance_test.cc run against every implementation.
+// Every job write is a compare-and-set: UpdateJobs carries the state and the version
+// (jobs::Job::version) the writer read, and the store refuses the write when the stored
+// job has either changed since (another writer got there first), so a transition is
+// never applied twice nor over one the writer did not see. Implementations are
+// thread-safe. The conformance tests in store_conformance_test.cc run against every
+// implementation.
 #pragma once
 
 #include <cstdint>
@@ -107,28 +109,82 @@ struct TelemetryQuery {
 };
 inline constexpr int64_t kTelemetryWholeRange = INT64_MAX;
 
+// A job whose compare-and-set lost: what the store holds and what the writer expected.
+struct JobConflict {
+  int64_t id = 0;
+  jobs::JobState state = jobs::JobState::kPending;  // stored
+  int64_t version = 0;                              // stored
+  jobs::JobState expected = jobs::JobState::kPending;
+  int64_t expected_version = 0;
+  friend bool operator==(const JobConflict&, const JobConflict&) = default;
+};
+
+// Whether `s` is the answer of a compare-and-set that lost (UpdateJobs): another writer
+// changed the job since it was read, and the caller may read it again and retry. Other
+// FailedPrecondition answers (a fenced store: another controller leads) are not.
+bool IsConflict(const Status& s);
+
+// How InsertJobs stores its jobs.
+enum class InsertAs {
+  kJobs,   // each as it is
+  kArray,  // the elements of one array: see InsertJobs
+};
+
 class Store {
  public:
   virtual ~Store() = default;
 
-  // Inserts a new job and returns its id (ids increase and are never reused). A job with
-  // a submit_key records it for its uid in the same transaction: AlreadyExists, and
-  // nothing stored, when that uid used that key before.
-  virtual Result<int64_t> InsertJob(const jobs::Job& job) = 0;
+  // Inserts new jobs in one transaction, all or none, and returns them as stored: each
+  // with its id (ids increase, in the order of `jobs`, and are never reused; other jobs
+  // may be stored between them) and version 1; `jobs`' ids and versions are not read.
+  // A job with a submit_key records it for its uid in the same transaction.
+  // As kArray, `jobs` are the elements of one array, in index order: the first one's id
+  // is the array's, and every element is stored with it as array_id (set in the same
+  // transaction); the first element holds the array's submit_key, and the others are
+  // stored without one. Their array_id and the others' submit_key are not read.
+  // Errors, with nothing stored: AlreadyExists when a uid used a submit_key before (or
+  // twice in `jobs`); FailedPrecondition when the store is fenced (SetFence); Unavailable
+  // or Internal when the database fails.
+  virtual Result<std::vector<jobs::Job>> InsertJobs(std::vector<jobs::Job> jobs, InsertAs as) = 0;
+  // One job, as InsertJobs: its id. It is stored at version 1.
+  Result<int64_t> InsertJob(const jobs::Job& job) {
+    GP_ASSIGN_OR_RETURN(std::vector<jobs::Job> stored, InsertJobs({job}, InsertAs::kJobs));
+    return stored.at(0).id;
+  }
   // The job a uid's submit_key created, if any.
   virtual Result<std::optional<int64_t>> FindSubmitKey(uint32_t uid, std::string_view key) = 0;
+  // The job with its stored version. NotFound for an unknown id.
   virtual Result<jobs::Job> GetJob(int64_t id) = 0;
-  // Jobs in id order (newest first when filter.limit is set).
+  // Jobs in id order (newest first when filter.limit is set), with their versions.
   virtual Result<std::vector<jobs::Job>> ListJobs(const JobFilter& filter) = 0;
-  // Writes `job` (matched by id) only if the stored state is `expected`; otherwise
-  // FailedPrecondition naming both states. NotFound for an unknown id.
-  virtual Status UpdateJob(const jobs::Job& job, jobs::JobState expected) = 0;
-  // Several such updates in one transaction: all or none.
+
+  // A compare-and-set of one job: `job` (matched by its id) replaces the stored job if
+  // that is still in state `expected` at version `expected_version` (what the writer
+  // read), and is stored at version expected_version + 1. job.version is not read, and
+  // the store does not change the caller's copy: after a successful write the caller
+  // sets its copy's version to expected_version + 1.
   struct JobUpdate {
     jobs::Job job;
     jobs::JobState expected;
+    int64_t expected_version = 0;
   };
-  virtual Status UpdateJobs(const std::vector<JobUpdate>& updates) = 0;
+  // Several compare-and-sets in one transaction: all or none. A job may appear more than
+  // once (each later update expects what the one before it writes).
+  // Errors, with nothing written:
+  // - FailedPrecondition, IsConflict() true, when a stored job's state or version is not
+  //   the expected one: another writer changed it since it was read. The message names
+  //   the first such job of `updates`, its state and version found and expected; with
+  //   `conflicts` (may be null), every such job is listed there (a job that appears more
+  //   than once is compared at its first update), so the caller can retry the others.
+  // - NotFound when a job of `updates` does not exist (before any conflict).
+  // - FailedPrecondition, IsConflict() false, when the store is fenced (SetFence).
+  // - Unavailable or Internal when the database fails.
+  virtual Status UpdateJobs(const std::vector<JobUpdate>& updates,
+                            std::vector<JobConflict>* conflicts) = 0;
+  // One such compare-and-set, with the same errors.
+  Status UpdateJob(const jobs::Job& job, jobs::JobState expected, int64_t expected_version) {
+    return UpdateJobs({{job, expected, expected_version}}, nullptr);
+  }
 
   virtual Status PutNode(const NodeRecord& node) = 0;
   virtual Result<std::vector<NodeRecord>> ListNodes() = 0;

@@ -100,6 +100,26 @@ class StoreTest : public ::testing::TestWithParam<std::string> {
     return out;
   }
 
+  // Runs `sql` (no values) on the database itself; false for an in-memory SQLite store.
+  bool ExecRaw(const std::string& sql) {
+    if (GetParam() == "postgresql") {
+      PGconn* conn = PQconnectdb(path_.c_str());
+      PGresult* r = PQexec(conn, sql.c_str());
+      EXPECT_EQ(PQresultStatus(r), PGRES_COMMAND_OK) << PQerrorMessage(conn);
+      PQclear(r);
+      PQfinish(conn);
+      return true;
+    }
+    if (GetParam() != "sqlite-file") return false;
+    sqlite3* db = nullptr;
+    EXPECT_EQ(sqlite3_open((dir_ / "state.db").c_str(), &db), SQLITE_OK);
+    char* err = nullptr;
+    EXPECT_EQ(sqlite3_exec(db, sql.c_str(), nullptr, nullptr, &err), SQLITE_OK) << err;
+    sqlite3_free(err);
+    sqlite3_close(db);
+    return true;
+  }
+
   std::filesystem::path dir_;
   std::string path_;
   std::unique_ptr<Store> store_;
@@ -162,9 +182,11 @@ Job FullJob() {
 TEST_P(StoreTest, EveryFieldOfAJobComesBack) {
   Job j = FullJob();
   j.id = store_->InsertJob(j).value();
+  j.version = 1;
   EXPECT_EQ(store_->GetJob(j.id).value(), j);
   Job plain = MakeJob("bob");  // defaults everywhere
   plain.id = store_->InsertJob(plain).value();
+  plain.version = 1;
   EXPECT_EQ(store_->GetJob(plain.id).value(), plain);
   JobFilter running;
   running.states = {JobState::kRunning};
@@ -176,7 +198,8 @@ TEST_P(StoreTest, EveryFieldOfAJobComesBack) {
   next.exit_code = 0;
   next.priority = 5;  // part of the submission: stored as another one
   next.env["EXTRA"] = "1";
-  ASSERT_TRUE(store_->UpdateJob(next, JobState::kRunning).ok());
+  ASSERT_TRUE(store_->UpdateJob(next, JobState::kRunning, 1).ok());
+  next.version = 2;
   EXPECT_EQ(store_->GetJob(j.id).value(), next);
   EXPECT_EQ(store_->ListJobs({}).value(), (std::vector<Job>{next, plain}));
 }
@@ -198,6 +221,7 @@ TEST_P(StoreTest, ArrayElementsShareOneStoredSubmission) {
   for (int i = 0; i < 100; ++i) {
     e.array_index = i;
     e.id = store_->InsertJob(e).value();
+    e.version = 1;
     made.push_back(e);
   }
   const std::vector<Job> listed = store_->ListJobs({}).value();
@@ -245,16 +269,22 @@ TEST_P(StoreTest, InsertGetAndList) {
 TEST_P(StoreTest, UpdateIsCompareAndSet) {
   Job j = MakeJob("alice");
   j.id = store_->InsertJob(j).value();
+  EXPECT_EQ(store_->GetJob(j.id)->version, 1);
   j.state = JobState::kAssigned;
   j.placement = {{"n1", {0}, {"GPU-1"}, 1000}};
-  ASSERT_TRUE(store_->UpdateJob(j, JobState::kPending).ok());
+  ASSERT_TRUE(store_->UpdateJob(j, JobState::kPending, 1).ok());
+  EXPECT_EQ(store_->GetJob(j.id)->version, 2);
   // A second writer that still believes the job is pending loses.
   Job stale = j;
   stale.state = JobState::kCancelled;
-  Status s = store_->UpdateJob(stale, JobState::kPending);
+  Status s = store_->UpdateJob(stale, JobState::kPending, 1);
   EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition);
-  EXPECT_EQ(s.message(), "job " + std::to_string(j.id) + " is ASSIGNED, not PENDING");
+  EXPECT_TRUE(IsConflict(s));
+  EXPECT_EQ(s.message(), "job " + std::to_string(j.id) +
+                             " changed since it was read: it is ASSIGNED at version 2, not "
+                             "PENDING at version 1");
   EXPECT_EQ(store_->GetJob(j.id)->state, JobState::kAssigned);
+  EXPECT_EQ(store_->GetJob(j.id)->version, 2);
 
   JobFilter on_n1;
   on_n1.node = "n1";
@@ -262,10 +292,80 @@ TEST_P(StoreTest, UpdateIsCompareAndSet) {
   JobFilter active;
   active.active_only = true;
   EXPECT_EQ(store_->ListJobs(active)->size(), 1u);
+  EXPECT_EQ(store_->ListJobs(active)->at(0).version, 2);
 
   Job ghost = MakeJob("x");
   ghost.id = 4242;
-  EXPECT_EQ(store_->UpdateJob(ghost, JobState::kPending).code(), StatusCode::kNotFound);
+  Status missing = store_->UpdateJob(ghost, JobState::kPending, 1);
+  EXPECT_EQ(missing.code(), StatusCode::kNotFound);
+  EXPECT_FALSE(IsConflict(missing));
+}
+
+// The version decides, not only the state: a writer that read the job before another
+// writer changed it and left it in the same state (a hold, a cancel request) loses.
+TEST_P(StoreTest, AStaleVersionIsRefusedEvenWhenTheStateMatches) {
+  Job j = MakeJob("alice");
+  j.id = store_->InsertJob(j).value();
+  Job held = j;
+  held.held_by = "alice";
+  ASSERT_TRUE(store_->UpdateJob(held, JobState::kPending, 1).ok());  // still PENDING
+  Job assigned = j;  // read at version 1, before the hold
+  assigned.state = JobState::kAssigned;
+  assigned.placement = {{"n1", {0}, {"GPU-1"}, 1000}};
+  std::vector<JobConflict> conflicts;
+  Status s = store_->UpdateJobs({{assigned, JobState::kPending, 1}}, &conflicts);
+  EXPECT_TRUE(IsConflict(s)) << s.ToString();
+  EXPECT_EQ(s.message(), "job " + std::to_string(j.id) +
+                             " changed since it was read: it is PENDING at version 2, not "
+                             "PENDING at version 1");
+  EXPECT_EQ(conflicts,
+            (std::vector<JobConflict>{{j.id, JobState::kPending, 2, JobState::kPending, 1}}));
+  const Job stored = store_->GetJob(j.id).value();
+  EXPECT_EQ(stored.held_by, "alice");
+  EXPECT_EQ(stored.state, JobState::kPending);
+  JobFilter on_n1;
+  on_n1.node = "n1";
+  EXPECT_TRUE(store_->ListJobs(on_n1)->empty());  // nor its nodes
+  // Read again, the write goes through.
+  assigned.held_by = "alice";
+  EXPECT_TRUE(store_->UpdateJob(assigned, JobState::kPending, stored.version).ok());
+  EXPECT_EQ(store_->GetJob(j.id)->version, 3);
+  // A version the store never reached is refused too.
+  EXPECT_TRUE(IsConflict(store_->UpdateJob(assigned, JobState::kAssigned, 9)));
+}
+
+// Two writers that read one version: exactly one of them writes, whichever store
+// connection each one gets.
+TEST_P(StoreTest, TwoWritersFromOneVersionOneWins) {
+  Job j = MakeJob("alice");
+  j.id = store_->InsertJob(j).value();
+  constexpr int kWriters = 8;
+  std::atomic<int> won{0};
+  std::atomic<int> lost{0};
+  std::atomic<int> failed{0};
+  std::vector<std::thread> threads;
+  for (int w = 0; w < kWriters; ++w) {
+    threads.emplace_back([&, w] {
+      Job next = j;
+      next.reason = "writer " + std::to_string(w);
+      Status s = store_->UpdateJob(next, JobState::kPending, 1);
+      if (s.ok()) {
+        ++won;
+      } else if (IsConflict(s)) {
+        ++lost;
+      } else {
+        ++failed;
+        ADD_FAILURE() << s.ToString();
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(won.load(), 1);
+  EXPECT_EQ(lost.load(), kWriters - 1);
+  EXPECT_EQ(failed.load(), 0);
+  const Job stored = store_->GetJob(j.id).value();
+  EXPECT_EQ(stored.version, 2);
+  EXPECT_EQ(stored.reason.rfind("writer ", 0), 0u) << stored.reason;
 }
 
 TEST_P(StoreTest, BatchUpdateIsAllOrNothing) {
@@ -273,14 +373,167 @@ TEST_P(StoreTest, BatchUpdateIsAllOrNothing) {
   a.id = store_->InsertJob(a).value();
   Job b = MakeJob("b");
   b.id = store_->InsertJob(b).value();
+  Job c = MakeJob("c");
+  c.id = store_->InsertJob(c).value();
   a.state = JobState::kAssigned;
   b.state = JobState::kAssigned;
-  // b's expected state is wrong, so a's update must not be applied either.
-  Status s = store_->UpdateJobs({{a, JobState::kPending}, {b, JobState::kRunning}});
+  c.state = JobState::kAssigned;
+  c.placement = {{"n1", {0}, {"GPU-1"}, 1000}};
+  // b's expected state is wrong and c's version is, so a's update must not be applied
+  // either; the answer names b, and lists b and c.
+  std::vector<JobConflict> conflicts;
+  Status s = store_->UpdateJobs(
+      {{c, JobState::kPending, 1}, {b, JobState::kRunning, 1}, {a, JobState::kPending, 1}},
+      &conflicts);
   EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition);
-  EXPECT_EQ(store_->GetJob(a.id)->state, JobState::kPending);
-  EXPECT_TRUE(store_->UpdateJobs({{a, JobState::kPending}, {b, JobState::kPending}}).ok());
-  EXPECT_EQ(store_->GetJob(b.id)->state, JobState::kAssigned);
+  EXPECT_TRUE(IsConflict(s));
+  EXPECT_EQ(s.message(), "job " + std::to_string(b.id) +
+                             " changed since it was read: it is PENDING at version 1, not "
+                             "RUNNING at version 1");
+  EXPECT_EQ(conflicts,
+            (std::vector<JobConflict>{{b.id, JobState::kPending, 1, JobState::kRunning, 1}}));
+  s = store_->UpdateJobs(
+      {{a, JobState::kPending, 1}, {b, JobState::kRunning, 1}, {c, JobState::kPending, 4}},
+      &conflicts);
+  EXPECT_TRUE(IsConflict(s));
+  EXPECT_NE(s.message().find("job " + std::to_string(b.id) + " changed"), std::string::npos);
+  EXPECT_NE(s.message().find("(and 1 more job of this write changed too)"), std::string::npos)
+      << s.message();
+  EXPECT_EQ(conflicts,
+            (std::vector<JobConflict>{{b.id, JobState::kPending, 1, JobState::kRunning, 1},
+                                      {c.id, JobState::kPending, 1, JobState::kPending, 4}}));
+  for (const Job& j : {a, b, c}) {
+    const Job stored = store_->GetJob(j.id).value();
+    EXPECT_EQ(stored.state, JobState::kPending) << j.id;
+    EXPECT_EQ(stored.version, 1) << j.id;
+  }
+  JobFilter on_n1;
+  on_n1.node = "n1";
+  EXPECT_TRUE(store_->ListJobs(on_n1)->empty());
+  // A missing job is NotFound, not a conflict.
+  Job ghost = MakeJob("x");
+  ghost.id = 4242;
+  s = store_->UpdateJobs({{a, JobState::kPending, 1}, {ghost, JobState::kPending, 1}}, nullptr);
+  EXPECT_EQ(s.code(), StatusCode::kNotFound);
+  EXPECT_FALSE(IsConflict(s));
+  // The others retried alone go through; one job twice in a batch expects its own write.
+  EXPECT_TRUE(
+      store_->UpdateJobs({{a, JobState::kPending, 1}, {c, JobState::kPending, 1}}, &conflicts)
+          .ok());
+  EXPECT_TRUE(conflicts.empty());
+  Job b_done = b;
+  b_done.state = JobState::kCancelled;
+  EXPECT_TRUE(
+      store_->UpdateJobs({{b, JobState::kPending, 1}, {b_done, JobState::kAssigned, 2}}, nullptr)
+          .ok());
+  EXPECT_EQ(store_->GetJob(a.id)->version, 2);
+  EXPECT_EQ(store_->GetJob(b.id)->version, 3);
+  EXPECT_EQ(store_->GetJob(b.id)->state, JobState::kCancelled);
+  EXPECT_EQ(store_->GetJob(c.id)->placement.size(), 1u);
+}
+
+// The elements of an array are stored in one transaction: every element carries the
+// first one's id as the array's, the first alone holds the array's submit_key, and
+// each comes back as stored.
+TEST_P(StoreTest, InsertJobsStoresAnArrayWithItsId) {
+  const int64_t before = store_->InsertJob(MakeJob("bob")).value();
+  Job e = MakeJob("alice");
+  e.uid = 1000;
+  e.array = "0-4%2";
+  e.array_max_running = 2;
+  e.submit_key = "array-key";
+  e.array_id = 999;  // not read
+  std::vector<Job> elements;
+  for (int i = 0; i < 5; ++i) {
+    e.array_index = i * 2;
+    elements.push_back(e);
+  }
+  auto stored = store_->InsertJobs(elements, InsertAs::kArray);
+  ASSERT_TRUE(stored.ok()) << stored.status().ToString();
+  ASSERT_EQ(stored->size(), 5u);
+  const int64_t array_id = (*stored)[0].id;
+  EXPECT_GT(array_id, before);
+  for (size_t k = 0; k < stored->size(); ++k) {
+    const Job& got = (*stored)[k];
+    EXPECT_EQ(got.array_id, array_id) << k;
+    EXPECT_EQ(got.array_index, static_cast<int>(k) * 2);
+    EXPECT_EQ(got.version, 1);
+    EXPECT_EQ(got.submit_key, k == 0 ? "array-key" : "");
+    if (k > 0) {
+      EXPECT_GT(got.id, (*stored)[k - 1].id);
+    }
+    EXPECT_EQ(store_->GetJob(got.id).value(), got);
+  }
+  EXPECT_EQ(store_->FindSubmitKey(1000, "array-key").value(), std::optional<int64_t>(array_id));
+  JobFilter f;
+  f.array_id = array_id;
+  EXPECT_EQ(store_->ListJobs(f).value(), *stored);
+  // Separate jobs keep their own array ids and keys; none at all is no write.
+  Job x = MakeJob("carol");
+  x.submit_key = "x";
+  Job y = MakeJob("carol");
+  y.array_id = 5;
+  y.array_index = 1;
+  auto two = store_->InsertJobs({x, y}, InsertAs::kJobs);
+  ASSERT_TRUE(two.ok()) << two.status().ToString();
+  EXPECT_EQ((*two)[0].submit_key, "x");
+  EXPECT_EQ((*two)[1].array_id, 5);
+  EXPECT_EQ(store_->GetJob((*two)[1].id).value(), (*two)[1]);
+  EXPECT_TRUE(store_->InsertJobs({}, InsertAs::kArray).value().empty());
+  EXPECT_EQ(store_->ListJobs({})->size(), 8u);
+}
+
+// A failure part-way through InsertJobs (here a submit_key used twice, by the third job)
+// leaves nothing stored: no job, no key, no node, no id reused later.
+TEST_P(StoreTest, InsertJobsIsAllOrNothing) {
+  Job a = MakeJob("alice");
+  a.uid = 1000;
+  a.submit_key = "k1";
+  Job placed = MakeJob("alice");
+  placed.state = JobState::kAssigned;
+  placed.placement = {{"n1", {0}, {"GPU-1"}, 1000}};
+  Job again = a;  // the same key again
+  auto failed = store_->InsertJobs({a, placed, again}, InsertAs::kJobs);
+  ASSERT_FALSE(failed.ok());
+  EXPECT_EQ(failed.status().code(), StatusCode::kAlreadyExists);
+  EXPECT_NE(failed.status().message().find("submit_key 'k1'"), std::string::npos)
+      << failed.status().message();
+  EXPECT_TRUE(store_->ListJobs({})->empty());
+  EXPECT_FALSE(store_->FindSubmitKey(1000, "k1")->has_value());
+  JobFilter on_n1;
+  on_n1.node = "n1";
+  EXPECT_TRUE(store_->ListJobs(on_n1)->empty());
+  // A key used before: an array that reuses it stores nothing either.
+  const int64_t first = store_->InsertJob(a).value();
+  Job e = MakeJob("alice");
+  e.uid = 1000;
+  e.array = "0-2";
+  e.submit_key = "k1";
+  auto array = store_->InsertJobs({e, e, e}, InsertAs::kArray);
+  EXPECT_EQ(array.status().code(), StatusCode::kAlreadyExists);
+  EXPECT_EQ(store_->ListJobs({})->size(), 1u);
+  // The database failing part-way (a trigger refusing the third job, as a full disk
+  // would): nothing stored either.
+  if (!ExecRaw(GetParam() == "postgresql"
+                   ? "CREATE FUNCTION refuse_third() RETURNS trigger AS $$ BEGIN IF (SELECT "
+                     "COUNT(*) FROM jobs) >= 3 THEN RAISE EXCEPTION 'injected failure'; END IF; "
+                     "RETURN NEW; END $$ LANGUAGE plpgsql; CREATE TRIGGER refuse_third BEFORE "
+                     "INSERT ON jobs FOR EACH ROW EXECUTE FUNCTION refuse_third()"
+                   : "CREATE TRIGGER refuse_third BEFORE INSERT ON jobs WHEN (SELECT COUNT(*) "
+                     "FROM jobs) >= 3 BEGIN SELECT RAISE(ABORT, 'injected failure'); END")) {
+    return;  // an in-memory store: nothing else can reach it
+  }
+  e.submit_key = "k2";
+  array = store_->InsertJobs({e, e, e, e}, InsertAs::kArray);
+  ASSERT_FALSE(array.ok());
+  EXPECT_NE(array.status().message().find("injected failure"), std::string::npos)
+      << array.status().ToString();
+  EXPECT_EQ(store_->ListJobs({})->size(), 1u);
+  EXPECT_FALSE(store_->FindSubmitKey(1000, "k2")->has_value());
+  EXPECT_EQ(Raw("SELECT COUNT(*) FROM job_nodes").value(), "0");
+  const int64_t next = store_->InsertJob(MakeJob("bob")).value();
+  EXPECT_GT(next, first);
+  EXPECT_EQ(store_->GetJob(first)->submit_key, "k1");
 }
 
 TEST_P(StoreTest, ASubmitKeyMakesOneJobPerUser) {
@@ -495,12 +748,12 @@ TEST_P(StoreTest, ListFiltersCombine) {
     j.id = store_->InsertJob(j).value();
     j.state = JobState::kAssigned;
     j.placement = {{i < 3 ? "n1" : "n2", {0}, {"GPU-1"}, 1000}};
-    ASSERT_TRUE(store_->UpdateJob(j, JobState::kPending).ok());
+    ASSERT_TRUE(store_->UpdateJob(j, JobState::kPending, 1).ok());
     if (i >= 4) {  // two ended jobs: one long ago, one recently
       Job done = j;
       done.state = JobState::kSucceeded;
       done.end_time_us = i == 4 ? 100 : 5000;
-      ASSERT_TRUE(store_->UpdateJob(done, JobState::kAssigned).ok());
+      ASSERT_TRUE(store_->UpdateJob(done, JobState::kAssigned, 2).ok());
     }
     ids.push_back(j.id);
   }
@@ -542,7 +795,10 @@ TEST_P(StoreTest, AnArraysElementsAreListedByItsId) {
     j.id = store_->InsertJob(j).value();
     if (array_id == 0) {  // the first element: the array's id is its own
       j.array_id = j.id;
-      EXPECT_TRUE(store_->UpdateJob(j, JobState::kPending).ok());
+      EXPECT_TRUE(store_->UpdateJob(j, JobState::kPending, 1).ok());
+      j.version = 2;
+    } else {
+      j.version = 1;
     }
     return j;
   };
@@ -553,7 +809,7 @@ TEST_P(StoreTest, AnArraysElementsAreListedByItsId) {
   Job e2 = element(head.id, 2);
   e2.state = JobState::kCancelled;
   e2.end_time_us = 100;
-  ASSERT_TRUE(store_->UpdateJob(e2, JobState::kPending).ok());
+  ASSERT_TRUE(store_->UpdateJob(e2, JobState::kPending, e2.version).ok());
 
   JobFilter f;
   f.array_id = head.id;
@@ -593,7 +849,7 @@ TEST_P(StoreTest, GangJobsAreListedUnderEveryNode) {
                     {"n2", {0}, {"GPU-b"}, 1000},
                     {"n2", {1}, {"GPU-c"}, 1000},
                     {"n3", {0}, {"GPU-d"}, 1000}};
-  ASSERT_TRUE(store_->UpdateJob(gang, JobState::kPending).ok());
+  ASSERT_TRUE(store_->UpdateJob(gang, JobState::kPending, 1).ok());
   EXPECT_EQ(on("n1"), std::vector<int64_t>{gang.id});
   EXPECT_EQ(on("n2"), std::vector<int64_t>{gang.id});  // two tasks there, listed once
   EXPECT_EQ(on("n3"), std::vector<int64_t>{gang.id});
@@ -607,13 +863,13 @@ TEST_P(StoreTest, GangJobsAreListedUnderEveryNode) {
   // A lost compare-and-set changes no node either.
   Job stale = gang;
   stale.placement = {{"n7", {0}, {"GPU-x"}, 1000}};
-  EXPECT_FALSE(store_->UpdateJob(stale, JobState::kPending).ok());
+  EXPECT_FALSE(store_->UpdateJob(stale, JobState::kPending, 1).ok());
   EXPECT_TRUE(on("n7").empty());
 
   // Placed again elsewhere: only the new nodes list it.
   gang.state = JobState::kRunning;
   gang.placement = {{"n4", {0}, {"GPU-e"}, 1000}, {"n5", {0}, {"GPU-f"}, 1000}};
-  ASSERT_TRUE(store_->UpdateJob(gang, JobState::kAssigned).ok());
+  ASSERT_TRUE(store_->UpdateJob(gang, JobState::kAssigned, 2).ok());
   EXPECT_TRUE(on("n2").empty());
   EXPECT_EQ(on("n5"), std::vector<int64_t>{gang.id});
 
@@ -689,7 +945,7 @@ TEST(PostgresLeaseTest, OneLeaderAndAReplacedLeaderWritesNothing) {
       << insert.message();
   Job moved = kept;
   moved.state = JobState::kCancelled;
-  EXPECT_FALSE((*store_a)->UpdateJob(moved, JobState::kPending).ok());
+  EXPECT_FALSE((*store_a)->UpdateJob(moved, JobState::kPending, 1).ok());
   EXPECT_FALSE((*store_a)->PutSetting("limits", "{\"x\": 1}").ok());
   EXPECT_FALSE((*store_a)->PutNode(NodeRecord{.name = "n1", .info_json = "{}"}).ok());
   EXPECT_FALSE((*store_a)->DeleteEnvironment("e", "1").ok());
@@ -704,7 +960,7 @@ TEST(PostgresLeaseTest, OneLeaderAndAReplacedLeaderWritesNothing) {
 
   // The new leader, fenced at its own epoch, writes.
   (*store_b)->SetFence(2, [](const Status&) { ADD_FAILURE() << "b was fenced"; });
-  EXPECT_TRUE((*store_b)->UpdateJob(moved, JobState::kPending).ok());
+  EXPECT_TRUE((*store_b)->UpdateJob(moved, JobState::kPending, 1).ok());
 
   // A lease that runs out without a release is taken too, and only then.
   ASSERT_TRUE(lb.Renew("b", 2, 300).ok());
@@ -818,6 +1074,37 @@ TEST(PostgresStoreTest, ConcurrentOpensMigrateOnce) {
   EXPECT_EQ((*opened[2])->GetJob(id)->user, "alice");
 }
 
+// Jobs written several times before version 7 (which added versions) are all at version
+// 1 after it, and their next compare-and-set expects that.
+TEST(PostgresStoreTest, MigratesJobsOfVersion6ToVersion1) {
+  std::string spec;
+  GP_FRESH_POSTGRES_DATABASE(spec);
+  Job ended = MakeJob("alice");
+  Job pending = MakeJob("bob");
+  {
+    auto s = OpenStore(spec);
+    ASSERT_TRUE(s.ok()) << s.status().ToString();
+    ended.id = (*s)->InsertJob(ended).value();
+    pending.id = (*s)->InsertJob(pending).value();
+    ended.state = JobState::kAssigned;
+    ASSERT_TRUE((*s)->UpdateJob(ended, JobState::kPending, 1).ok());
+    ended.state = JobState::kSucceeded;
+    ASSERT_TRUE((*s)->UpdateJob(ended, JobState::kAssigned, 2).ok());
+  }
+  RunSql(spec, "ALTER TABLE jobs DROP COLUMN version; UPDATE schema_version SET version=6");
+  auto s = OpenStore(spec);
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  EXPECT_EQ(RunSql(spec, "SELECT version FROM schema_version"), "7");
+  ended.version = 1;
+  pending.version = 1;
+  EXPECT_EQ((*s)->ListJobs({}).value(), (std::vector<Job>{ended, pending}));
+  Job next = pending;
+  next.state = JobState::kCancelled;
+  EXPECT_TRUE(IsConflict((*s)->UpdateJob(next, JobState::kPending, 2)));
+  ASSERT_TRUE((*s)->UpdateJob(next, JobState::kPending, 1).ok());
+  EXPECT_EQ((*s)->GetJob(pending.id)->version, 2);
+}
+
 // A dropped connection (server restart, terminated backend) is re-established.
 TEST(PostgresStoreTest, ReconnectsAfterTheConnectionDrops) {
   std::string spec;
@@ -847,13 +1134,14 @@ TEST(PostgresStoreTest, ReconnectsAfterTheConnectionDrops) {
             "1");  // the others are reopened when next used; this one was, by GetJob
   Job next = *again;
   next.state = JobState::kCancelled;
-  Status updated = (*s)->UpdateJob(next, JobState::kPending);
+  Status updated = (*s)->UpdateJob(next, JobState::kPending, again->version);
   ASSERT_TRUE(updated.ok()) << updated.ToString();
   EXPECT_EQ((*s)->GetJob(id)->state, JobState::kCancelled);
   // A second compare-and-set from the old state is refused, naming the state it found.
-  Status twice = (*s)->UpdateJob(next, JobState::kPending);
-  EXPECT_EQ(twice.code(), StatusCode::kFailedPrecondition);
-  EXPECT_NE(twice.message().find("is CANCELLED, not PENDING"), std::string::npos)
+  Status twice = (*s)->UpdateJob(next, JobState::kPending, again->version);
+  EXPECT_TRUE(IsConflict(twice));
+  EXPECT_NE(twice.message().find("is CANCELLED at version 2, not PENDING at version 1"),
+            std::string::npos)
       << twice.message();
 }
 
@@ -889,9 +1177,23 @@ TEST(SqliteStoreTest, SurvivesReopenAndRefusesNewerSchema) {
   std::filesystem::remove_all(dir);
 }
 
+// Makes the SQLite store at `path` what schema 12 left: no job versions. Then sets
+// user_version to `version`.
+void RevertToSchema12(const std::string& path, int version) {
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
+  const std::string sql =
+      "ALTER TABLE jobs DROP COLUMN version; PRAGMA user_version=" + std::to_string(version);
+  char* err = nullptr;
+  EXPECT_EQ(sqlite3_exec(db, sql.c_str(), nullptr, nullptr, &err), SQLITE_OK) << err;
+  sqlite3_free(err);
+  sqlite3_close(db);
+}
+
 // Makes the SQLite store at `path` what schema 11 left: each job whole in its body, no
-// job_specs. Then sets user_version to `version`.
+// job_specs, no versions. Then sets user_version to `version`.
 void RevertToSchema11(const std::string& path, int version) {
+  RevertToSchema12(path, version);
   sqlite3* db = nullptr;
   ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
   const std::string sql =
@@ -903,6 +1205,42 @@ void RevertToSchema11(const std::string& path, int version) {
   EXPECT_EQ(sqlite3_exec(db, sql.c_str(), nullptr, nullptr, &err), SQLITE_OK) << err;
   sqlite3_free(err);
   sqlite3_close(db);
+}
+
+// Jobs written several times before schema 13 (which added versions) are all at version
+// 1 after it, and their next compare-and-set expects that.
+TEST(SqliteStoreTest, MigratesJobsOfSchema12ToVersion1) {
+  auto dir =
+      std::filesystem::temp_directory_path() / ("gpupool-jobs12-" + std::to_string(getpid()));
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  const std::string path = (dir / "state.db").string();
+  Job ended = MakeJob("alice");
+  Job pending = MakeJob("bob");
+  {
+    auto s = OpenSqliteStore(path);
+    ASSERT_TRUE(s.ok());
+    ended.id = (*s)->InsertJob(ended).value();
+    pending.id = (*s)->InsertJob(pending).value();
+    ended.state = JobState::kAssigned;
+    ASSERT_TRUE((*s)->UpdateJob(ended, JobState::kPending, 1).ok());
+    ended.state = JobState::kSucceeded;
+    ASSERT_TRUE((*s)->UpdateJob(ended, JobState::kAssigned, 2).ok());
+  }
+  RevertToSchema12(path, 12);
+  auto s = OpenSqliteStore(path);
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  ended.version = 1;
+  pending.version = 1;
+  EXPECT_EQ((*s)->ListJobs({}).value(), (std::vector<Job>{ended, pending}));
+  Job next = pending;
+  next.state = JobState::kCancelled;
+  EXPECT_TRUE(IsConflict((*s)->UpdateJob(next, JobState::kPending, 2)));
+  ASSERT_TRUE((*s)->UpdateJob(next, JobState::kPending, 1).ok());
+  EXPECT_EQ((*s)->GetJob(pending.id)->version, 2);
+  EXPECT_EQ((*s)->InsertJob(MakeJob("carol")).value(), pending.id + 1);
+  s->reset();
+  std::filesystem::remove_all(dir);
 }
 
 // A store of schema 11 (every job whole in its row) reads as before, and a job's next
@@ -920,6 +1258,8 @@ TEST(SqliteStoreTest, MigratesWholeJobsOfSchema11) {
     ASSERT_TRUE(s.ok());
     full.id = (*s)->InsertJob(full).value();
     plain.id = (*s)->InsertJob(plain).value();
+    full.version = 1;
+    plain.version = 1;
   }
   RevertToSchema11(path, 11);
   auto s = OpenSqliteStore(path);
@@ -928,11 +1268,13 @@ TEST(SqliteStoreTest, MigratesWholeJobsOfSchema11) {
   EXPECT_EQ((*s)->GetJob(full.id).value(), full);
   Job next = full;
   next.state = JobState::kSucceeded;
-  ASSERT_TRUE((*s)->UpdateJob(next, JobState::kRunning).ok());
+  ASSERT_TRUE((*s)->UpdateJob(next, JobState::kRunning, 1).ok());
+  next.version = 2;
   EXPECT_EQ((*s)->GetJob(full.id).value(), next);
   EXPECT_EQ((*s)->ListJobs({}).value(), (std::vector<Job>{next, plain}));
   Job again = plain;  // the same submission as bob's whole row: now stored once
   again.id = (*s)->InsertJob(again).value();
+  again.version = 1;
   EXPECT_EQ((*s)->GetJob(again.id).value(), again);
   s->reset();
   sqlite3* db = nullptr;

@@ -13,8 +13,8 @@ class StorePool final : public Store {
     for (size_t i = 0; i < members_.size(); ++i) free_.push_back(members_.size() - 1 - i);
   }
 
-  Result<int64_t> InsertJob(const jobs::Job& job) override {
-    return With([&](Store& s) { return s.InsertJob(job); });
+  Result<std::vector<jobs::Job>> InsertJobs(std::vector<jobs::Job> jobs, InsertAs as) override {
+    return With([&](Store& s) { return s.InsertJobs(std::move(jobs), as); });
   }
   Result<std::optional<int64_t>> FindSubmitKey(uint32_t uid, std::string_view key) override {
     return With([&](Store& s) { return s.FindSubmitKey(uid, key); });
@@ -25,11 +25,9 @@ class StorePool final : public Store {
   Result<std::vector<jobs::Job>> ListJobs(const JobFilter& filter) override {
     return With([&](Store& s) { return s.ListJobs(filter); });
   }
-  Status UpdateJob(const jobs::Job& job, jobs::JobState expected) override {
-    return With([&](Store& s) { return s.UpdateJob(job, expected); });
-  }
-  Status UpdateJobs(const std::vector<JobUpdate>& updates) override {
-    return With([&](Store& s) { return s.UpdateJobs(updates); });
+  Status UpdateJobs(const std::vector<JobUpdate>& updates,
+                    std::vector<JobConflict>* conflicts) override {
+    return With([&](Store& s) { return s.UpdateJobs(updates, conflicts); });
   }
   Status PutNode(const NodeRecord& node) override {
     return With([&](Store& s) { return s.PutNode(node); });

@@ -38,14 +38,17 @@ class Member final : public Store {
   }
   void SetFence(int64_t epoch, std::function<void(const Status&)>) override { fence = epoch; }
 
-  Result<int64_t> InsertJob(const jobs::Job& j) override { return db_->InsertJob(j); }
+  Result<std::vector<jobs::Job>> InsertJobs(std::vector<jobs::Job> j, InsertAs as) override {
+    return db_->InsertJobs(std::move(j), as);
+  }
   Result<std::optional<int64_t>> FindSubmitKey(uint32_t u, std::string_view k) override {
     return db_->FindSubmitKey(u, k);
   }
   Result<jobs::Job> GetJob(int64_t id) override { return db_->GetJob(id); }
   Result<std::vector<jobs::Job>> ListJobs(const JobFilter& f) override { return db_->ListJobs(f); }
-  Status UpdateJob(const jobs::Job& j, jobs::JobState e) override { return db_->UpdateJob(j, e); }
-  Status UpdateJobs(const std::vector<JobUpdate>& u) override { return db_->UpdateJobs(u); }
+  Status UpdateJobs(const std::vector<JobUpdate>& u, std::vector<JobConflict>* c) override {
+    return db_->UpdateJobs(u, c);
+  }
   Status PutNode(const NodeRecord& n) override { return db_->PutNode(n); }
   Result<std::vector<NodeRecord>> ListNodes() override { return db_->ListNodes(); }
   Status PutToken(const TokenRecord& t) override { return db_->PutToken(t); }
