@@ -41,7 +41,7 @@ class AgentLoopLaunchTest : public ::testing::Test {
     ao.telemetry_interval_s = 0;
     ao.cancel_grace_s = 1;
     loop_ = std::make_unique<AgentLoop>(ao, link_, launcher_.get());
-    thread_ = std::thread([this] { loop_->Run(); });
+    thread_ = std::thread([this] { EXPECT_TRUE(loop_->Run().ok()); });
   }
   // A launch order of task 0 of single-task job `job`, attempt `attempt`.
   static protocol::Work Launch(int64_t job, int attempt, const std::string& script) {

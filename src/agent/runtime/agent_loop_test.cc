@@ -120,7 +120,7 @@ class TelemetryAgentTest : public JobOfProcessTest {
     ao.sampler = std::make_shared<OneGpu>();
     ao.clock = &clock_;
     loop_ = std::make_unique<AgentLoop>(ao, link_, &launcher_);
-    thread_ = std::thread([this] { loop_->Run(); });
+    thread_ = std::thread([this] { EXPECT_TRUE(loop_->Run().ok()); });
     // The loop polls once registered (the reply's version read): telemetry rounds from
     // here on know what the controller takes.
     EXPECT_TRUE(link_->WaitFor([](const auto& r) { return r.polls > 0; }));
