@@ -8,6 +8,8 @@ packages=(
   g++ cmake ninja-build pkg-config make git
   # compiler cache: CMake compiles through it when present (cmake/ccache.cmake)
   ccache
+  # clang's thread-safety analysis of the annotated locking (scripts/check-thread-safety.sh)
+  clang
   # libraries (see the README's dependency table for why each)
   nlohmann-json3-dev libfmt-dev libspdlog-dev libcli11-dev libsqlite3-dev
   libmicrohttpd-dev libssl-dev

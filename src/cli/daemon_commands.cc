@@ -478,7 +478,8 @@ int RunAgent(const AgentFlags& af, bool token_flag) {
             << "  containers: " << node_agent.ContainersSummary() << "\n"
             << std::flush;
   // A controller this agent cannot talk to ends it (its protocol is too far off).
-  while (!g_stop && !node_agent.ended()) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  while (!g_stop && !node_agent.ended())
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
   if (Status ended = node_agent.Stop(); !ended.ok()) return Fail(ended);
   return 0;
 }

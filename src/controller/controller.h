@@ -411,7 +411,8 @@ class Controller {
   // would pass it, counting submissions still being stored. mu_ held.
   Status CheckQueuedLimits(const jobs::Job& job, int64_t adding, int64_t bytes);
   // One job per index of `spec` (job.array parsed), stored in one transaction (all or
-  // none); returns the first element, whose id is the array's. Each element that lands in active_ takes one of
+  // none); returns the first element, whose id is the array's. Each element that lands in active_
+  // takes one of
   // `*reserved` (its user's, counted in submitting_) into the queued counts; the first
   // takes `*reserved_bytes` (the submission's, counted once for all the elements).
   Result<jobs::Job> SubmitArray(jobs::Job job, const jobs::ArraySpec& spec, int64_t* reserved,

@@ -13,7 +13,7 @@ Result<LogChunk> LogRelay::Fetch(const std::string& node, const std::string& pat
                            std::chrono::duration_cast<std::chrono::microseconds>(timeout).count();
   int64_t id = 0;
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     id = next_id_++;
     Pending p;
     p.node = node;
@@ -21,8 +21,11 @@ Result<LogChunk> LogRelay::Fetch(const std::string& node, const std::string& pat
     pending_.emplace(id, std::move(p));
   }
   if (wake_node_) wake_node_(node);
-  std::unique_lock lock(mu_);
-  clock_->WaitUntil(answered_, lock, deadline, [&] { return pending_.at(id).answer.has_value(); });
+  UniqueLock lock(mu_);
+  clock_->WaitUntil(answered_, lock.native(), deadline, [&] {
+    mu_.AssertHeld();  // a predicate runs with the lock held
+    return pending_.at(id).answer.has_value();
+  });
   Pending done = std::move(pending_.at(id));
   pending_.erase(id);
   if (done.answer.has_value()) return std::move(*done.answer);
@@ -31,7 +34,7 @@ Result<LogChunk> LogRelay::Fetch(const std::string& node, const std::string& pat
 }
 
 std::vector<LogRequest> LogRelay::Take(const std::string& node) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   std::vector<LogRequest> out;
   for (auto& [id, p] : pending_) {
     if (p.node != node || p.taken) continue;
@@ -42,7 +45,7 @@ std::vector<LogRequest> LogRelay::Take(const std::string& node) {
 }
 
 bool LogRelay::HasWork(const std::string& node) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   for (const auto& [id, p] : pending_) {
     if (p.node == node && !p.taken) return true;
   }
@@ -51,7 +54,7 @@ bool LogRelay::HasWork(const std::string& node) {
 
 void LogRelay::Answer(const std::string& node, int64_t id, Result<LogChunk> answer) {
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     auto it = pending_.find(id);
     if (it == pending_.end() || it->second.node != node || it->second.answer.has_value()) return;
     it->second.answer = std::move(answer);

@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "common/clock.h"
+#include "common/mutex.h"
 #include "common/status.h"
 #include "protocol/agent_protocol.h"
 
@@ -48,16 +49,16 @@ class LogRelay {
   // Queues a read on `node` and waits up to `timeout` for the answer. kUnavailable when
   // no answer came in time (node busy, down, or an agent that does not relay logs).
   Result<LogChunk> Fetch(const std::string& node, const std::string& path, int64_t offset,
-                         int64_t max_bytes, std::chrono::milliseconds timeout);
+                         int64_t max_bytes, std::chrono::milliseconds timeout) EXCLUDES(mu_);
 
   // The node's requests not yet handed out; each is handed out once.
-  std::vector<LogRequest> Take(const std::string& node);
-  bool HasWork(const std::string& node);
+  std::vector<LogRequest> Take(const std::string& node) EXCLUDES(mu_);
+  bool HasWork(const std::string& node) EXCLUDES(mu_);
 
   // Node `node`'s answer to request `id` (an error when it could not read the file).
   // Unknown or expired ids, and answers from another node than the one asked, are
   // ignored: the reader has given up, or the answer is not for it.
-  void Answer(const std::string& node, int64_t id, Result<LogChunk> answer);
+  void Answer(const std::string& node, int64_t id, Result<LogChunk> answer) EXCLUDES(mu_);
 
  private:
   struct Pending {
@@ -69,10 +70,10 @@ class LogRelay {
 
   std::function<void(const std::string&)> wake_node_;
   const Clock* clock_;
-  std::mutex mu_;
+  Mutex mu_;
   std::condition_variable answered_;
-  int64_t next_id_ = 1;
-  std::map<int64_t, Pending> pending_;
+  int64_t next_id_ GUARDED_BY(mu_) = 1;
+  std::map<int64_t, Pending> pending_ GUARDED_BY(mu_);
 };
 
 }  // namespace gpupool::controller

@@ -4,7 +4,7 @@ namespace gpupool::controller {
 
 std::optional<RequestLimiter::Slot> RequestLimiter::TryAcquire(const std::string& key,
                                                                std::string* why) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   size_t& mine = in_flight_[key];
   if (mine >= per_caller_) {
     if (mine == 0) in_flight_.erase(key);
@@ -25,13 +25,13 @@ std::optional<RequestLimiter::Slot> RequestLimiter::TryAcquire(const std::string
 }
 
 size_t RequestLimiter::InFlight(const std::string& key) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   auto it = in_flight_.find(key);
   return it == in_flight_.end() ? 0 : it->second;
 }
 
 void RequestLimiter::Release(const std::string& key) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   auto it = in_flight_.find(key);
   if (it == in_flight_.end()) return;
   if (--it->second == 0) in_flight_.erase(it);

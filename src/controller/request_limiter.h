@@ -7,10 +7,11 @@
 
 #include <cstddef>
 #include <map>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <utility>
+
+#include "common/mutex.h"
 
 namespace gpupool::controller {
 
@@ -44,19 +45,19 @@ class RequestLimiter {
 
   // A slot for `key`, or nullopt when the caller or the server is at its bound; `*why`
   // then says which, in words for the caller.
-  std::optional<Slot> TryAcquire(const std::string& key, std::string* why);
+  std::optional<Slot> TryAcquire(const std::string& key, std::string* why) EXCLUDES(mu_);
 
-  size_t InFlight(const std::string& key);
+  size_t InFlight(const std::string& key) EXCLUDES(mu_);
   size_t per_caller() const { return per_caller_; }
 
  private:
-  void Release(const std::string& key);
+  void Release(const std::string& key) EXCLUDES(mu_);
 
   const size_t per_caller_;
   const size_t total_;
-  std::mutex mu_;
-  std::map<std::string, size_t> in_flight_;
-  size_t all_ = 0;
+  Mutex mu_;
+  std::map<std::string, size_t> in_flight_ GUARDED_BY(mu_);
+  size_t all_ GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace gpupool::controller

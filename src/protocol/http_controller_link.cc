@@ -36,9 +36,9 @@ class HttpControllerLink final : public ControllerLink {
   }
 
   Result<RegistrationReply> Register(const Registration& r) override {
-    GP_ASSIGN_OR_RETURN(net::HttpResponse sent,
-                        client_.Send("POST", kRegisterPath, DumpJson(EncodeRegistration(r)),
-                                     kCallMs));
+    GP_ASSIGN_OR_RETURN(
+        net::HttpResponse sent,
+        client_.Send("POST", kRegisterPath, DumpJson(EncodeRegistration(r)), kCallMs));
     if (sent.status == 409) {
       // A controller that cannot talk to this agent's protocol refuses with its version
       // (EncodeRegistrationRefusal): answered as a reply of that version, which the
@@ -124,9 +124,9 @@ Status LinkStatusFromHttp(int http_status, const std::string& body) {
   // The codes of net/http_status.h, except that every answer worth another try (429, 5xx)
   // is Unavailable: what the agent's callers retry on.
   const Status s = net::StatusFromHttp(http_status, body);
-  const StatusCode code =
-      net::HttpStatusIsTransient(http_status) || http_status < 100 ? StatusCode::kUnavailable
-                                                                   : s.code();
+  const StatusCode code = net::HttpStatusIsTransient(http_status) || http_status < 100
+                              ? StatusCode::kUnavailable
+                              : s.code();
   return Status(code, "controller answered " + std::to_string(http_status) + ": " + s.message());
 }
 

@@ -3,10 +3,10 @@
 // exec sessions. Only agents may call them (the route table); each acts only for the
 // node its caller may act for (ActAsNode).
 #include "controller/api/handlers.h"
-#include "protocol/endpoints.h"
 #include "controller/endpoint_access.h"
 #include "controller/telemetry_service.h"
 #include "protocol/agent_protocol.h"
+#include "protocol/endpoints.h"
 
 namespace gpupool::controller::api {
 
