@@ -140,6 +140,52 @@ std::vector<sim::PlotPanel> SaturationPanels(const std::vector<sim::SaturationRe
                 [](const sim::SaturationResult& r, int k) { return r.curves.frag[k]; })};
 }
 
+// What `gpupool sim saturation` prints: the runs as JSON (--json) or as a table, and what
+// it wrote.
+void PrintSaturationReport(const SaturationFlags& f,
+                           const std::vector<sim::SaturationResult>& results,
+                           const std::string& workload, int64_t total_gpus, double wall_s) {
+  if (f.json) {
+    OrderedJson j;
+    j["workload"] = workload;
+    j["tune"] = f.tune;
+    j["total_gpus"] = total_gpus;
+    if (!f.out_dir.empty()) j["out_dir"] = f.out_dir;
+    if (!f.plot.empty()) j["plot"] = f.plot;
+    j["wall_seconds"] = Rounded(wall_s);
+    j["runs"] = OrderedJson::array();
+    for (const auto& r : results) {
+      OrderedJson run;
+      run["policy"] = r.policy;
+      run["seed"] = r.seed;
+      run["tasks"] = r.tasks;
+      run["placed"] = r.placed;
+      run["failed"] = r.failed;
+      run["never_placeable"] = r.never_placeable;
+      run["unallocated_gpu_pct_at_100"] = Rounded(r.UnallocatedAt100());
+      run["frag_pct_at_100"] = Rounded(r.curves.frag[100]);
+      run["frag_ratio_pct_at_100"] = Rounded(r.curves.frag_ratio[100]);
+      j["runs"].push_back(std::move(run));
+    }
+    std::puts(DumpJson(j, 2).c_str());
+  } else {
+    std::printf("%-20s %6s %8s %8s %8s %14s %10s\n", "policy", "seed", "tasks", "placed", "failed",
+                "unalloc@100 %", "frag@100 %");
+    for (const auto& r : results) {
+      std::printf("%-20s %6llu %8lld %8lld %8lld %14.2f %10.2f\n", r.policy.c_str(),
+                  static_cast<unsigned long long>(r.seed), static_cast<long long>(r.tasks),
+                  static_cast<long long>(r.placed), static_cast<long long>(r.failed),
+                  r.UnallocatedAt100(), r.curves.frag[100]);
+    }
+    if (!f.plot.empty()) std::printf("wrote %s\n", f.plot.c_str());
+    if (f.out_dir.empty()) {
+      std::printf("done in %.2f s (no --out-dir: no CSV files written)\n", wall_s);
+    } else {
+      std::printf("wrote %s/{allo,frag,frag_ratio}.csv in %.2f s\n", f.out_dir.c_str(), wall_s);
+    }
+  }
+}
+
 int RunSaturationCommand(const SaturationFlags& f) {
   const int64_t start_us = SystemClock::Get()->MonotonicMicros();
   if (f.out_dir.empty() && !f.json && f.plot.empty()) {
@@ -238,45 +284,7 @@ int RunSaturationCommand(const SaturationFlags& f) {
                     "them even when idle); they count as failed\n",
                     never));
   }
-  if (f.json) {
-    OrderedJson j;
-    j["workload"] = workload;
-    j["tune"] = f.tune;
-    j["total_gpus"] = total_gpus;
-    if (!f.out_dir.empty()) j["out_dir"] = f.out_dir;
-    if (!f.plot.empty()) j["plot"] = f.plot;
-    j["wall_seconds"] = Rounded(wall_s);
-    j["runs"] = OrderedJson::array();
-    for (const auto& r : *results) {
-      OrderedJson run;
-      run["policy"] = r.policy;
-      run["seed"] = r.seed;
-      run["tasks"] = r.tasks;
-      run["placed"] = r.placed;
-      run["failed"] = r.failed;
-      run["never_placeable"] = r.never_placeable;
-      run["unallocated_gpu_pct_at_100"] = Rounded(r.UnallocatedAt100());
-      run["frag_pct_at_100"] = Rounded(r.curves.frag[100]);
-      run["frag_ratio_pct_at_100"] = Rounded(r.curves.frag_ratio[100]);
-      j["runs"].push_back(std::move(run));
-    }
-    std::puts(DumpJson(j, 2).c_str());
-  } else {
-    std::printf("%-20s %6s %8s %8s %8s %14s %10s\n", "policy", "seed", "tasks", "placed", "failed",
-                "unalloc@100 %", "frag@100 %");
-    for (const auto& r : *results) {
-      std::printf("%-20s %6llu %8lld %8lld %8lld %14.2f %10.2f\n", r.policy.c_str(),
-                  static_cast<unsigned long long>(r.seed), static_cast<long long>(r.tasks),
-                  static_cast<long long>(r.placed), static_cast<long long>(r.failed),
-                  r.UnallocatedAt100(), r.curves.frag[100]);
-    }
-    if (!f.plot.empty()) std::printf("wrote %s\n", f.plot.c_str());
-    if (f.out_dir.empty()) {
-      std::printf("done in %.2f s (no --out-dir: no CSV files written)\n", wall_s);
-    } else {
-      std::printf("wrote %s/{allo,frag,frag_ratio}.csv in %.2f s\n", f.out_dir.c_str(), wall_s);
-    }
-  }
+  PrintSaturationReport(f, *results, workload, total_gpus, wall_s);
   return 0;
 }
 

@@ -410,6 +410,13 @@ class Controller {
   // `adding` more jobs of `job`'s user and project, holding `bytes` more of submissions,
   // would pass it, counting submissions still being stored. mu_ held.
   Status CheckQueuedLimits(const jobs::Job& job, int64_t adding, int64_t bytes);
+  // NotFound or PermissionDenied naming the flag (--after-ok 12) when a dependency of
+  // `job` names no job or another user's (an admin's may name any). Reads the store: call
+  // without mu_.
+  Status CheckDependencies(const jobs::Job& job, const Caller& caller);
+  // The job an earlier submission with `job`'s user and submit_key made, if any (then
+  // *duplicate is set). Reads the store: call without mu_.
+  Result<std::optional<jobs::Job>> EarlierSubmission(const jobs::Job& job, bool* duplicate);
   // One job per index of `spec` (job.array parsed), stored in one transaction (all or
   // none); returns the first element, whose id is the array's. Each element that lands in active_
   // takes one of

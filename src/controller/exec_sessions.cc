@@ -13,6 +13,7 @@
 #include <cstring>
 
 #include "controller/controller.h"
+#include "controller/controller_internal.h"
 #include "controller/job_lifecycle.h"
 
 namespace gpupool::controller {
@@ -390,6 +391,183 @@ Status Controller::SweepExecClients() {
     if (!r.ok() && r.status().code() != StatusCode::kNotFound) return r.status();
   }
   return Status::Ok();
+}
+
+// The sessions' start, waits, cancels and reports (moved from controller.cc).
+using internal::CheckOwner;
+using internal::kMaxExecOutputHeld;
+using internal::Occupies;
+
+Result<int64_t> Controller::StartExec(int64_t job_id, int task_index, std::vector<std::string> argv,
+                                      const Caller& caller, ExecOptions io) {
+  std::lock_guard lock(mu_);
+  return StartExecLocked(job_id, task_index, std::move(argv), caller, io);
+}
+
+Result<int64_t> Controller::StartExecLocked(int64_t job_id, int task_index,
+                                            std::vector<std::string> argv, const Caller& caller,
+                                            ExecOptions io) {
+  if (argv.empty() || argv[0].empty()) {
+    return Status::InvalidArgument("argv: the command to run, e.g. -- hostname");
+  }
+  auto it = active_.find(job_id);
+  if (it == active_.end()) {
+    GP_ASSIGN_OR_RETURN(Job ended, store_->GetJob(job_id));
+    GP_RETURN_IF_ERROR(CheckOwner(ended, caller));
+    return Status::FailedPrecondition("job " + std::to_string(job_id) + " has ended (" +
+                                      std::string(jobs::JobStateName(ended.state)) +
+                                      "); exec runs only in a running job");
+  }
+  const Job& job = it->second;
+  GP_RETURN_IF_ERROR(CheckOwner(job, caller));
+  if (!Occupies(job) || job.cancel_requested) {
+    return Status::FailedPrecondition(
+        "job " + std::to_string(job_id) + " is " + std::string(jobs::JobStateName(job.state)) +
+        (job.cancel_requested ? " and stopping" : "") + "; exec runs only in a running job");
+  }
+  if (task_index < 0 || static_cast<size_t>(task_index) >= job.placement.size()) {
+    return Status::InvalidArgument("task: job " + std::to_string(job_id) + " has tasks 0.." +
+                                   std::to_string(job.placement.size() - 1));
+  }
+  const jobs::TaskStatus& ts = job.tasks.at(static_cast<size_t>(task_index));
+  if (ts.ended) {
+    return Status::FailedPrecondition("task " + std::to_string(task_index) + " of job " +
+                                      std::to_string(job_id) + " has ended");
+  }
+  const std::string& node = job.placement[static_cast<size_t>(task_index)].node;
+  auto n = nodes_.find(node);
+  if (n == nodes_.end() || !n->second.up) {
+    return Status::Unavailable("node " + node + " of task " + std::to_string(task_index) +
+                               " is down");
+  }
+  if (!protocol::SupportsExec(n->second.version)) {
+    return Status::FailedPrecondition("the agent on node " + node + " speaks agent protocol " +
+                                      protocol::VersionString(n->second.version) +
+                                      ", which has no exec: upgrade gpupool there");
+  }
+  if ((io.tty || io.stdin_open) && !protocol::SupportsInteractiveExec(n->second.version)) {
+    return Status::FailedPrecondition("the agent on node " + node + " speaks agent protocol " +
+                                      protocol::VersionString(n->second.version) +
+                                      ", which has no interactive exec (a terminal or stdin): "
+                                      "upgrade gpupool there");
+  }
+  if (io.tty || io.stdin_open) {
+    // Each holds a client's long poll and up to about 2 MiB here.
+    int live = 0;
+    for (const auto& [xid, s] : execs_) {
+      if (s.uid == job.uid && s.interactive() && !s.ended) ++live;
+    }
+    if (live >= kMaxInteractivePerUser) {
+      return Status::FailedPrecondition(
+          "user " + job.user + " has " + std::to_string(live) +
+          " interactive sessions open, the most at once; end one (exit its shell)");
+    }
+  }
+  // Sessions that ended long ago go; at most 10,000 are kept, the oldest going first.
+  const int64_t mono = clock_->MonotonicMicros();
+  std::vector<std::pair<int64_t, int64_t>> by_age;  // (created, id)
+  by_age.reserve(execs_.size());
+  for (const auto& [xid, s] : execs_) by_age.emplace_back(s.created, xid);
+  std::sort(by_age.begin(), by_age.end());
+  for (const auto& [created, xid] : by_age) {
+    auto x = execs_.find(xid);
+    const bool old = x->second.ended && mono - x->second.ended_mono_us > 600'000'000;
+    if (x->second.client_waiting == 0 && (old || execs_.size() > 10'000)) {
+      if (x->second.primary) primary_exec_.erase(x->second.job_id);
+      exec_output_held_ -=
+          x->second.complete_output[0].size() + x->second.complete_output[1].size();
+      execs_.erase(x);
+    }
+  }
+  GP_ASSIGN_OR_RETURN(const int64_t new_id, NewExecIdLocked());
+  ExecSession x;
+  x.id = new_id;
+  x.created = ++exec_created_;
+  x.job_id = job_id;
+  x.attempt = job.attempt;
+  x.task_index = task_index;
+  x.node = node;
+  x.uid = job.uid;
+  x.argv = std::move(argv);
+  x.io = io;
+  x.client_seen_mono_us = mono;
+  const int64_t id = x.id;
+  execs_.emplace(id, std::move(x));
+  work_cv_.notify_all();
+  return id;
+}
+
+Result<ExecSession> Controller::WaitExec(int64_t exec_id, const Caller& caller, bool seen_started,
+                                         bool seen_ended, int64_t wait_ms) {
+  const int64_t deadline =
+      clock_->MonotonicMicros() + 1000 * std::clamp<int64_t>(wait_ms, 0, 60'000);
+  Lock lock(mu_);
+  while (true) {
+    GP_ASSIGN_OR_RETURN(const ExecSession* found, CallersExecLocked(exec_id, caller));
+    const ExecSession& x = *found;
+    if (x.started != seen_started || x.ended != seen_ended || stopping_ ||
+        clock_->MonotonicMicros() >= deadline) {
+      return x;
+    }
+    clock_->WaitOnce(exec_cv_, lock, deadline);
+  }
+}
+
+Status Controller::CancelExec(int64_t exec_id, const Caller& caller) {
+  std::lock_guard lock(mu_);
+  GP_ASSIGN_OR_RETURN(ExecSession * found, CallersExecLocked(exec_id, caller));
+  ExecSession& x = *found;
+  if (x.ended) return Status::Ok();
+  if (x.interactive() && !x.hung_up) {
+    x.hung_up = true;
+    x.hangup_reason = "stopped by " + caller.user;
+  }
+  if (!x.sent) {
+    x.ended = true;
+    x.error = "cancelled before it started";
+    x.ended_mono_us = clock_->MonotonicMicros();
+    exec_cv_.notify_all();
+    return Status::Ok();
+  }
+  // The agent cancels an exec session like a task: a stray order for its launcher key.
+  if (auto n = nodes_.find(x.node); n != nodes_.end()) {
+    n->second.exec_cancel_sent_us[x.id] = 0;
+  }
+  work_cv_.notify_all();
+  return Status::Ok();
+}
+
+void Controller::ExecReported(Lock& lock, const std::string& node, const protocol::ExecReport& r,
+                              bool* freed) {
+  auto it = execs_.find(r.id);
+  if (it == execs_.end() || it->second.node != node || it->second.ended) return;
+  ExecSession& x = it->second;
+  if (r.started && !x.started) {
+    x.started = true;
+    x.stdout_path = r.stdout_path;
+    x.stderr_path = r.stderr_path;
+  }
+  if (r.ended) {
+    x.ended = true;
+    x.exit_code = r.exit_code;
+    x.signal = r.signal;
+    x.error = r.error;
+    if (!r.stdout_path.empty()) x.stdout_path = r.stdout_path;
+    if (!r.stderr_path.empty()) x.stderr_path = r.stderr_path;
+    // Held until the session goes (10 minutes after its end), within a bound for all.
+    const size_t inline_bytes = r.stdout_data.size() + r.stderr_data.size();
+    if (r.output_complete && !x.interactive() &&
+        exec_output_held_ + inline_bytes <= kMaxExecOutputHeld) {
+      x.output_complete = true;
+      x.complete_output[0] = r.stdout_data;
+      x.complete_output[1] = r.stderr_data;
+      exec_output_held_ += inline_bytes;
+    }
+    x.ended_mono_us = clock_->MonotonicMicros();
+    if (auto n = nodes_.find(node); n != nodes_.end()) n->second.exec_cancel_sent_us.erase(x.id);
+    if (x.primary) CommandEndedLocked(lock, CommandEndOf(x), freed);  // `x` may go meanwhile
+  }
+  exec_cv_.notify_all();
 }
 
 }  // namespace gpupool::controller

@@ -261,22 +261,12 @@ OrderedJson JobToJson(const Job& job) {
   return j;
 }
 
-Result<Job> JobFromJson(const Json& j, std::string_view path, bool reject_unknown) {
-  Job job;
-  JsonFields f(j, std::string(path), reject_unknown);
-  f.Optional("id", &job.id, 0);
-  f.Optional("user", &job.user);
-  int64_t uid = 0;
-  int64_t gid = 0;
-  f.Optional("uid", &uid, 0, UINT32_MAX);
-  f.Optional("gid", &gid, 0, UINT32_MAX);
-  job.uid = static_cast<uint32_t>(uid);
-  job.gid = static_cast<uint32_t>(gid);
-  f.Optional("project", &job.project);
-  f.Optional("name", &job.name);
-  std::vector<std::string> command;
-  f.Optional("command", &command);
-  job.command = std::move(command);
+namespace {
+
+// JobFromJson's parts: each reads its fields of `f` into `job`. An error in a nested
+// object is returned; one in a field of `f` is recorded there (f.Finish says it).
+void EnvFromJson(JsonFields& f, Job* job_out) {
+  Job& job = *job_out;
   if (const Json* env = f.Member("env")) {
     if (!env->is_object()) {
       f.Fail("env", "expected an object of NAME: value strings");
@@ -292,8 +282,10 @@ Result<Job> JobFromJson(const Json& j, std::string_view path, bool reject_unknow
       job.env = std::move(vars);
     }
   }
-  f.Optional("workdir", &job.workdir);
-  f.Optional("image", &job.image);
+}
+
+Status MountsFromJson(JsonFields& f, bool reject_unknown, Job* job_out) {
+  Job& job = *job_out;
   if (const Json* mounts = f.Array("mounts")) {
     for (size_t i = 0; i < mounts->size(); ++i) {
       Mount m;
@@ -306,12 +298,11 @@ Result<Job> JobFromJson(const Json& j, std::string_view path, bool reject_unknow
       job.mounts.push_back(std::move(m));
     }
   }
-  f.Optional("shm_bytes", &job.shm_bytes, uint64_t{1} << 40);
-  f.Optional("init", &job.init);
-  f.Optional("array", &job.array);
-  f.Optional("array_id", &job.array_id, 0);
-  f.Optional("array_index", &job.array_index, 0, kMaxArrayIndex);
-  f.Optional("array_max_running", &job.array_max_running, 0, kMaxArraySize);
+  return Status::Ok();
+}
+
+Status DependenciesFromJson(JsonFields& f, bool reject_unknown, Job* job_out) {
+  Job& job = *job_out;
   if (const Json* deps = f.Array("dependencies")) {
     if (deps->size() > kMaxDependencies) {
       return Status::InvalidArgument(f.PathOf("dependencies") + ": at most " +
@@ -334,6 +325,94 @@ Result<Job> JobFromJson(const Json& j, std::string_view path, bool reject_unknow
       job.dependencies.push_back(d);
     }
   }
+  return Status::Ok();
+}
+
+Status PlacementFromJson(JsonFields& f, bool reject_unknown, Job* job_out) {
+  Job& job = *job_out;
+  if (const Json* placement = f.Array("placement")) {
+    for (size_t i = 0; i < placement->size(); ++i) {
+      TaskPlacement p;
+      JsonFields pf((*placement)[i], f.PathOf("placement") + "[" + std::to_string(i) + "]",
+                    reject_unknown);
+      pf.Required("node", &p.node);
+      if (const Json* idx = pf.Array("gpu_indices")) {
+        for (const Json& e : *idx) {
+          if (!e.is_number_integer()) {
+            pf.Fail("gpu_indices", "expected integers");
+            break;
+          }
+          p.gpu_indices.push_back(e.get<int>());
+        }
+      }
+      pf.Optional("gpu_uuids", &p.gpu_uuids);
+      pf.Optional("gpu_milli", &p.gpu_milli, 0, 1000);  // 0 for CPU-only tasks
+      GP_RETURN_IF_ERROR(pf.Finish());
+      job.placement.push_back(std::move(p));
+    }
+  }
+  return Status::Ok();
+}
+
+// The bounds on a job's lists and the strings' contents (CheckString).
+Status CheckBounds(const Job& job, std::string_view path) {
+  if (job.command.size() > kMaxArgs) {
+    return Status::InvalidArgument(std::string(path) + ".command: more than " +
+                                   std::to_string(kMaxArgs) + " arguments");
+  }
+  if (job.env.size() > kMaxEnv) {
+    return Status::InvalidArgument(std::string(path) + ".env: more than " +
+                                   std::to_string(kMaxEnv) + " variables");
+  }
+  for (const auto& a : job.command) GP_RETURN_IF_ERROR(CheckString("command", a));
+  for (const auto& [k, v] : job.env) {
+    GP_RETURN_IF_ERROR(CheckString("env", k));
+    GP_RETURN_IF_ERROR(CheckString("env", v));
+  }
+  for (const auto* s : {&job.user, &job.project, &job.name, &job.workdir, &job.image,
+                        &job.environment, &job.env_dir}) {
+    GP_RETURN_IF_ERROR(CheckString(path, *s));
+  }
+  if (job.mounts.size() > kMaxMounts) {
+    return Status::InvalidArgument(std::string(path) + ".mounts: more than " +
+                                   std::to_string(kMaxMounts) + " mounts");
+  }
+  for (const Mount& m : job.mounts) {
+    GP_RETURN_IF_ERROR(CheckString("mounts.source", m.source));
+    GP_RETURN_IF_ERROR(CheckString("mounts.target", m.target));
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Result<Job> JobFromJson(const Json& j, std::string_view path, bool reject_unknown) {
+  Job job;
+  JsonFields f(j, std::string(path), reject_unknown);
+  f.Optional("id", &job.id, 0);
+  f.Optional("user", &job.user);
+  int64_t uid = 0;
+  int64_t gid = 0;
+  f.Optional("uid", &uid, 0, UINT32_MAX);
+  f.Optional("gid", &gid, 0, UINT32_MAX);
+  job.uid = static_cast<uint32_t>(uid);
+  job.gid = static_cast<uint32_t>(gid);
+  f.Optional("project", &job.project);
+  f.Optional("name", &job.name);
+  std::vector<std::string> command;
+  f.Optional("command", &command);
+  job.command = std::move(command);
+  EnvFromJson(f, &job);
+  f.Optional("workdir", &job.workdir);
+  f.Optional("image", &job.image);
+  GP_RETURN_IF_ERROR(MountsFromJson(f, reject_unknown, &job));
+  f.Optional("shm_bytes", &job.shm_bytes, uint64_t{1} << 40);
+  f.Optional("init", &job.init);
+  f.Optional("array", &job.array);
+  f.Optional("array_id", &job.array_id, 0);
+  f.Optional("array_index", &job.array_index, 0, kMaxArrayIndex);
+  f.Optional("array_max_running", &job.array_max_running, 0, kMaxArraySize);
+  GP_RETURN_IF_ERROR(DependenciesFromJson(f, reject_unknown, &job));
   f.Optional("environment", &job.environment);
   f.Optional("env_dir", &job.env_dir);
   if (const Json* needs = f.Member("needs")) {
@@ -368,27 +447,7 @@ Result<Job> JobFromJson(const Json& j, std::string_view path, bool reject_unknow
   f.Optional("end_time_us", &job.end_time_us, 0);
   f.Optional("exit_code", &job.exit_code);
   f.Optional("signal", &job.signal);
-  if (const Json* placement = f.Array("placement")) {
-    for (size_t i = 0; i < placement->size(); ++i) {
-      TaskPlacement p;
-      JsonFields pf((*placement)[i], f.PathOf("placement") + "[" + std::to_string(i) + "]",
-                    reject_unknown);
-      pf.Required("node", &p.node);
-      if (const Json* idx = pf.Array("gpu_indices")) {
-        for (const Json& e : *idx) {
-          if (!e.is_number_integer()) {
-            pf.Fail("gpu_indices", "expected integers");
-            break;
-          }
-          p.gpu_indices.push_back(e.get<int>());
-        }
-      }
-      pf.Optional("gpu_uuids", &p.gpu_uuids);
-      pf.Optional("gpu_milli", &p.gpu_milli, 0, 1000);  // 0 for CPU-only tasks
-      GP_RETURN_IF_ERROR(pf.Finish());
-      job.placement.push_back(std::move(p));
-    }
-  }
+  GP_RETURN_IF_ERROR(PlacementFromJson(f, reject_unknown, &job));
   if (const Json* tasks = f.Array("tasks")) {
     for (size_t i = 0; i < tasks->size(); ++i) {
       Result<TaskStatus> t = TaskStatusFromJson(
@@ -407,31 +466,7 @@ Result<Job> JobFromJson(const Json& j, std::string_view path, bool reject_unknow
   f.Optional("stdout_path", &job.stdout_path);
   f.Optional("stderr_path", &job.stderr_path);
   GP_RETURN_IF_ERROR(f.Finish());
-  if (job.command.size() > kMaxArgs) {
-    return Status::InvalidArgument(std::string(path) + ".command: more than " +
-                                   std::to_string(kMaxArgs) + " arguments");
-  }
-  if (job.env.size() > kMaxEnv) {
-    return Status::InvalidArgument(std::string(path) + ".env: more than " +
-                                   std::to_string(kMaxEnv) + " variables");
-  }
-  for (const auto& a : job.command) GP_RETURN_IF_ERROR(CheckString("command", a));
-  for (const auto& [k, v] : job.env) {
-    GP_RETURN_IF_ERROR(CheckString("env", k));
-    GP_RETURN_IF_ERROR(CheckString("env", v));
-  }
-  for (const auto* s : {&job.user, &job.project, &job.name, &job.workdir, &job.image,
-                        &job.environment, &job.env_dir}) {
-    GP_RETURN_IF_ERROR(CheckString(path, *s));
-  }
-  if (job.mounts.size() > kMaxMounts) {
-    return Status::InvalidArgument(std::string(path) + ".mounts: more than " +
-                                   std::to_string(kMaxMounts) + " mounts");
-  }
-  for (const Mount& m : job.mounts) {
-    GP_RETURN_IF_ERROR(CheckString("mounts.source", m.source));
-    GP_RETURN_IF_ERROR(CheckString("mounts.target", m.target));
-  }
+  GP_RETURN_IF_ERROR(CheckBounds(job, path));
   return job;
 }
 

@@ -30,7 +30,10 @@ int64_t NowMicros() {
 
 AgentLoop::AgentLoop(AgentLoopOptions options, std::shared_ptr<protocol::ControllerLink> link,
                      agent::Launcher* launcher)
-    : options_(std::move(options)), link_(std::move(link)), launcher_(launcher) {
+    : options_(std::move(options)),
+      link_(std::move(link)),
+      launcher_(launcher),
+      clock_(options_.clock != nullptr ? options_.clock : SystemClock::Get()) {
   if (options_.cpu_milli <= 0) options_.cpu_milli = sysconf(_SC_NPROCESSORS_ONLN) * 1000;
   if (options_.memory_mib <= 0) {
     options_.memory_mib =
@@ -553,7 +556,7 @@ void AgentLoop::ReportEvents() {
     for (const agent::JobEvent& ev : batch) ToWire(ev, &wire);
     if (Status ack = link_->PostEvents(wire); !ack.ok()) {
       spdlog::warn("agent: cannot report {} events yet: {}", batch.size(), ack.message());
-      std::this_thread::sleep_for(std::chrono::milliseconds(backoff_ms));
+      Pause(int64_t{backoff_ms} * 1000);
       backoff_ms = std::min(backoff_ms * 2, 5000);
       continue;
     }
@@ -623,8 +626,7 @@ protocol::GpuTelemetry TelemetryOfSample(const gpu::GpuSample& s, int64_t at_ms,
 }
 
 size_t AgentLoop::TelemetryRound() {
-  const Clock* clock = options_.clock != nullptr ? options_.clock : SystemClock::Get();
-  const int64_t now_us = clock->NowMicros();
+  const int64_t now_us = clock_->NowMicros();
   Result<std::vector<gpu::GpuSample>> samples = options_.sampler->Sample(now_us);
   if (!samples.ok()) {
     spdlog::warn("agent: telemetry: {}", samples.status().message());
@@ -686,16 +688,21 @@ size_t AgentLoop::TelemetryRound() {
 }
 
 void AgentLoop::TelemetryLoop() {
-  const auto period = std::chrono::seconds(options_.telemetry_interval_s);
-  auto next = std::chrono::steady_clock::now();
+  const int64_t period = int64_t{options_.telemetry_interval_s} * 1'000'000;
+  int64_t next = clock_->MonotonicMicros();
   while (!stopping_) {
     TelemetryRound();
     next += period;
-    const auto now = std::chrono::steady_clock::now();
+    const int64_t now = clock_->MonotonicMicros();
     if (next < now) next = now + period;  // a round that took too long: no catching up
     std::unique_lock lock(telemetry_mu_);
-    telemetry_cv_.wait_until(lock, next, [this] { return stopping_.load(); });
+    clock_->WaitUntil(telemetry_cv_, lock, next, [this] { return stopping_.load(); });
   }
+}
+
+void AgentLoop::Pause(int64_t micros) {
+  std::unique_lock lock(pause_mu_);
+  clock_->WaitFor(pause_cv_, lock, micros, [this] { return stopping_.load(); });
 }
 
 Status AgentLoop::Run() {
@@ -721,9 +728,7 @@ Status AgentLoop::Run() {
       break;
     }
     spdlog::warn("agent: {} (retrying in {} ms)", s.message(), backoff_ms);
-    for (int slept = 0; slept < backoff_ms && !stopping_; slept += 50) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    }
+    Pause(int64_t{backoff_ms} * 1000);
     backoff_ms = std::min(backoff_ms * 2, 5000);
   }
   launch_cv_.notify_all();

@@ -102,7 +102,12 @@ class AgentLoop {
   void Stop() {
     stopping_ = true;
     link_->Shutdown();
+    // Under each wait's mutex, so that a wait that has just seen stopping_ false cannot
+    // miss the wake-up and sleep out its period.
+    { std::lock_guard lock(telemetry_mu_); }
     telemetry_cv_.notify_all();
+    { std::lock_guard lock(pause_mu_); }
+    pause_cv_.notify_all();
   }
   ~AgentLoop() = default;
   AgentLoop(const AgentLoop&) = delete;
@@ -138,11 +143,17 @@ class AgentLoop {
   void FailLaunch(const RunId& id, const std::string& reason, bool cancelled = false);
   void FailLaunchLocked(const RunId& id, const std::string& reason, bool cancelled);
   void TelemetryLoop();  // runs on its own thread while telemetry is on
+  // Waits `micros` of the clock's time, or until Stop: the back-off of a call that
+  // failed. Under a ManualClock it ends as the test advances the clock.
+  void Pause(int64_t micros);
 
   AgentLoopOptions options_;
   std::shared_ptr<protocol::ControllerLink> link_;
   agent::Launcher* launcher_;
+  const Clock* clock_;  // options_.clock, or the system's
   std::atomic<bool> stopping_{false};
+  std::mutex pause_mu_;  // guards nothing: Pause's wait
+  std::condition_variable pause_cv_;
   std::atomic<bool> registered_{false};
   Status incompatible_;  // set by Register when the controller's protocol is too far off
   std::atomic<int> controller_minor_{-1};  // the controller's protocol minor (major 1)

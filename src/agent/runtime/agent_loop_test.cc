@@ -184,6 +184,32 @@ TEST_F(JobOfProcessTest, AControllerOfAnIncompatibleProtocolStopsTheAgent) {
   EXPECT_EQ(link->recorded().polls, 0);
 }
 
+// Issue 27 item 3: the back-off after a failed call runs on the agent's clock. Under a
+// ManualClock the loop waits there (no real sleep), and tries again once the test has
+// advanced time by the back-off (200 ms after the first failure), not before.
+TEST_F(JobOfProcessTest, TheAgentsBackOffRunsOnItsClock) {
+  ManualClock clock{1'800'000'000'000'000};
+  auto link = std::make_shared<protocol::FakeControllerLink>(&clock);
+  link->SetAway(true);
+  AgentLoopOptions ao;
+  ao.node_name = "n1";
+  ao.state_dir = (root_ / "state").string();
+  ao.telemetry_interval_s = 0;
+  ao.clock = &clock;
+  IdleLauncher launcher;
+  AgentLoop loop(ao, link, &launcher);
+  std::thread t([&] { EXPECT_TRUE(loop.Run().ok()); });
+  ASSERT_TRUE(clock.WaitForWaiters(1)) << "the agent does not wait on its clock";
+  link->SetAway(false);
+  clock.AdvanceMicros(199'000);
+  ASSERT_TRUE(clock.WaitForWaiters(1));
+  EXPECT_TRUE(link->recorded().registrations.empty()) << "tried again before its back-off";
+  clock.AdvanceMicros(1'000);
+  EXPECT_TRUE(link->WaitFor([](const auto& r) { return r.registrations.size() == 1; }));
+  loop.Stop();
+  t.join();
+}
+
 // A controller away (any error but a protocol too far off) is tried again until Stop,
 // and Run then returns Ok.
 TEST_F(TelemetryAgentTest, AControllerAwayIsTriedAgainAndStopEndsRunWithOk) {
@@ -240,6 +266,10 @@ TEST_F(TelemetryAgentTest, ANodeTheControllerForgotRegistersAgain) {
   EXPECT_EQ(loop_->TelemetryRound(), 0u);
   link_->ForgetNode();
   EXPECT_EQ(loop_->TelemetryRound(), 1u);
+  // The poll that found the node forgotten fails; the agent backs off on its clock (at
+  // most 5 s) and registers again.
+  ASSERT_TRUE(clock_.WaitForWaiters(1));
+  clock_.AdvanceMicros(5'000'000);
   EXPECT_TRUE(link_->WaitFor([](const auto& r) { return r.registrations.size() == 2; }));
 }
 

@@ -71,7 +71,9 @@ Result<bool> Drain(const ClientRuntime& rt, const ApiClient& api, const std::str
   }
 }
 
-Status RunExec(const ClientRuntime& rt, const ExecState& s) {
+// The session's request (POST /v1/jobs/JOB/exec) for `gpupool exec`'s flags, and in
+// *job the job it names (17, or 12_3 of an array).
+Result<OrderedJson> ExecRequest(const ClientRuntime& rt, const ExecState& s, std::string* job_out) {
   OrderedJson body;
   std::string job_text = s.job;
   std::vector<std::string> argv;
@@ -114,7 +116,7 @@ Status RunExec(const ClientRuntime& rt, const ExecState& s) {
     for (size_t i = 1; i < s.args.size(); ++i) line += (i > 1 ? " " : "") + s.args[i];
     argv = {"/bin/sh", "-c", line};
   }
-  GP_ASSIGN_OR_RETURN(std::string job, ParseJobRef(job_text));  // 17, or 12_3 of an array
+  GP_ASSIGN_OR_RETURN(*job_out, ParseJobRef(job_text));  // 17, or 12_3 of an array
   body["argv"] = argv;
   if (s.pty || s.stdin_open) {
     body["tty"] = s.pty;
@@ -127,19 +129,12 @@ Status RunExec(const ClientRuntime& rt, const ExecState& s) {
       body["cols"] = cols;
     }
   }
-  GP_ASSIGN_OR_RETURN(ApiClient api, Connect(rt, s.conn));
-  GP_ASSIGN_OR_RETURN(ApiAnswer started, Retrying([&] {
-                        return api.Post("/v1/jobs/" + job + "/exec", DumpJson(body));
-                      }));
-  const int64_t id = GetInt(started.json, "id");
-  if (s.pty || s.stdin_open) {
-    AttachOptions options;
-    options.tty = s.pty;
-    GP_ASSIGN_OR_RETURN(rt.ctx->exit_code, AttachSession(rt, api, id, options));
-    return Status::Ok();
-  }
-  const std::string base = "/v1/exec/" + std::to_string(id);
+  return body;
+}
 
+// Follows session `base` (/v1/exec/ID) to its end, printing its output; returns its last
+// state. A signal to the client cancels the session (the remote command stops with us).
+Result<Json> FollowExec(const ClientRuntime& rt, ApiClient& api, const std::string& base) {
   std::signal(SIGINT, OnExecSignal);
   std::signal(SIGTERM, OnExecSignal);
   std::signal(SIGHUP, OnExecSignal);
@@ -192,6 +187,12 @@ Status RunExec(const ClientRuntime& rt, const ExecState& s) {
       break;  // it never started
     }
   }
+  return state;
+}
+
+// The client's exit code: the command's, 128 + its signal, or 255 (with the reason) when
+// it did not run.
+void SetExecExitCode(const ClientRuntime& rt, const Json& state) {
   const std::string error = GetString(state, "error");
   auto* ctx = rt.ctx;
   if (state.contains("exit_code") && state["exit_code"].is_number_integer()) {
@@ -202,6 +203,24 @@ Status RunExec(const ClientRuntime& rt, const ExecState& s) {
     ctx->exit_code = 255;
     *rt.env.err << "gpupool: exec: " << (error.empty() ? "the command did not run" : error) << "\n";
   }
+}
+
+Status RunExec(const ClientRuntime& rt, const ExecState& s) {
+  std::string job;
+  GP_ASSIGN_OR_RETURN(OrderedJson body, ExecRequest(rt, s, &job));
+  GP_ASSIGN_OR_RETURN(ApiClient api, Connect(rt, s.conn));
+  GP_ASSIGN_OR_RETURN(ApiAnswer started, Retrying([&] {
+                        return api.Post("/v1/jobs/" + job + "/exec", DumpJson(body));
+                      }));
+  const int64_t id = GetInt(started.json, "id");
+  if (s.pty || s.stdin_open) {
+    AttachOptions options;
+    options.tty = s.pty;
+    GP_ASSIGN_OR_RETURN(rt.ctx->exit_code, AttachSession(rt, api, id, options));
+    return Status::Ok();
+  }
+  GP_ASSIGN_OR_RETURN(Json state, FollowExec(rt, api, "/v1/exec/" + std::to_string(id)));
+  SetExecExitCode(rt, state);
   return Status::Ok();
 }
 

@@ -136,23 +136,12 @@ Status FillRequest(const SubmitFlags& f, jobs::ResourceRequest* r) {
   return jobs::ValidateRequest(*r);
 }
 
-}  // namespace
-
-Result<OrderedJson> BuildSubmission(const SubmitFlags& f, const std::vector<std::string>& command,
-                                    const std::string& cwd) {
-  if (command.empty() || command[0].empty()) {
-    return Status::InvalidArgument(
-        "nothing to run: give a SCRIPT [ARGS...] or -- COMMAND [ARGS...]");
-  }
-  jobs::ResourceRequest request;
-  GP_RETURN_IF_ERROR(FillRequest(f, &request));
-
-  OrderedJson body;
-  if (f.name) body["name"] = *f.name;
-  if (f.project) body["project"] = *f.project;
-  body["command"] = command;
+// --env: variables (NAME=VALUE) into body.env, and a named environment (NAME:VERSION)
+// into body.environment and *environment.
+Status AddEnvFlags(const SubmitFlags& f, OrderedJson* body_out, std::string* environment_out) {
+  OrderedJson& body = *body_out;
+  std::string& environment = *environment_out;
   OrderedJson env = OrderedJson::object();
-  std::string environment;
   for (const std::string& kv : f.env) {
     const size_t eq = kv.find('=');
     if (eq == std::string::npos && kv.find(':') != std::string::npos) {
@@ -179,6 +168,14 @@ Result<OrderedJson> BuildSubmission(const SubmitFlags& f, const std::vector<std:
     }
     body["environment"] = environment;
   }
+  return Status::Ok();
+}
+
+// --mount SRC:DST[:ro] into body.mounts (a relative SRC is relative to `cwd`); only for
+// container jobs (--image, or a named `environment`).
+Status AddMountFlags(const SubmitFlags& f, const std::string& cwd, const std::string& environment,
+                     OrderedJson* body_out) {
+  OrderedJson& body = *body_out;
   OrderedJson mounts = OrderedJson::array();
   for (const std::string& m : f.mounts) {
     std::vector<std::string> parts = Split(m, ':');
@@ -200,6 +197,27 @@ Result<OrderedJson> BuildSubmission(const SubmitFlags& f, const std::vector<std:
     }
     body["mounts"] = std::move(mounts);
   }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Result<OrderedJson> BuildSubmission(const SubmitFlags& f, const std::vector<std::string>& command,
+                                    const std::string& cwd) {
+  if (command.empty() || command[0].empty()) {
+    return Status::InvalidArgument(
+        "nothing to run: give a SCRIPT [ARGS...] or -- COMMAND [ARGS...]");
+  }
+  jobs::ResourceRequest request;
+  GP_RETURN_IF_ERROR(FillRequest(f, &request));
+
+  OrderedJson body;
+  if (f.name) body["name"] = *f.name;
+  if (f.project) body["project"] = *f.project;
+  body["command"] = command;
+  std::string environment;  // a named environment, NAME:VERSION
+  GP_RETURN_IF_ERROR(AddEnvFlags(f, &body, &environment));
+  GP_RETURN_IF_ERROR(AddMountFlags(f, cwd, environment, &body));
   std::filesystem::path workdir(cwd);
   if (f.workdir) {
     if (Trim(*f.workdir).empty()) return OptionError("--workdir", "''", "give a directory");

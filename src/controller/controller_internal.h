@@ -1,0 +1,43 @@
+// What the parts of Controller (controller.cc, controller_jobs.cc, controller_nodes.cc,
+// exec_sessions.cc) share: a few constants and predicates. Not for use outside them.
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "common/status.h"
+#include "controller/controller.h"
+#include "jobs/job.h"
+
+namespace gpupool::controller::internal {
+
+// How long a stop order (cancel or stray) waits for its answer before it is sent again.
+inline constexpr int64_t kResendAfterUs = 5'000'000;
+// A node that answers stop orders for a job this long without reporting any of its
+// tasks' ends runs none of them.
+inline constexpr int64_t kStrayGiveUpUs = 60'000'000;
+// The most output of ended exec sessions held for their clients (ExecReport's inline
+// output, up to 16 KiB each); past it a session's output is relayed from its node.
+inline constexpr size_t kMaxExecOutputHeld = 32 << 20;
+
+// Whether a task of `job` is placed on `node`.
+inline bool OnNode(const jobs::Job& job, const std::string& node) {
+  return std::any_of(job.placement.begin(), job.placement.end(),
+                     [&](const jobs::TaskPlacement& p) { return p.node == node; });
+}
+
+// Whether `job` holds resources on its nodes (ASSIGNED or RUNNING).
+inline bool Occupies(const jobs::Job& job) {
+  return job.state == jobs::JobState::kAssigned || job.state == jobs::JobState::kRunning;
+}
+
+// PermissionDenied unless `caller` is an admin or owns `job`.
+inline Status CheckOwner(const jobs::Job& job, const Caller& caller) {
+  if (caller.admin || job.uid == caller.uid) return Status::Ok();
+  return Status::PermissionDenied("job " + std::to_string(job.id) + " belongs to " + job.user +
+                                  "; users may only see and act on their own jobs");
+}
+
+}  // namespace gpupool::controller::internal

@@ -1,0 +1,469 @@
+// Controller's dealings with nodes (controller.h): the node list, drains, agents'
+// registrations, their work (launch orders, stop orders, log reads) and their events.
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <set>
+
+#include "common/json.h"
+#include "controller/controller.h"
+#include "controller/controller_internal.h"
+#include "controller/job_lifecycle.h"
+#include "controller/job_scheduler.h"
+#include "gpu/node_json.h"
+#include "jobs/job_json.h"
+#include "jobs/job_validation.h"
+
+namespace gpupool::controller {
+
+using internal::kResendAfterUs;
+using internal::kStrayGiveUpUs;
+using internal::Occupies;
+using internal::OnNode;
+using jobs::Job;
+using jobs::JobState;
+
+namespace {
+
+// The IP address of "1.2.3.4:5678" or "[::1]:5678"; "" for "unix" and the unknown.
+std::string RemoteIp(const std::string& remote) {
+  if (remote.empty() || remote == "unix") return "";
+  if (remote.front() == '[') {
+    const auto close = remote.find(']');
+    return close == std::string::npos ? "" : remote.substr(1, close - 1);
+  }
+  const auto colon = remote.rfind(':');
+  return colon == std::string::npos ? remote : remote.substr(0, colon);
+}
+
+}  // namespace
+
+std::vector<NodeView> Controller::Nodes() {
+  std::lock_guard lock(mu_);
+  // The tasks on each node, from one walk of the jobs holding resources: a walk per node
+  // would cost nodes x jobs (1,000 nodes and 4,000 jobs: 0.4 s per GET /metrics).
+  std::map<std::string_view, std::vector<std::pair<const Job*, const jobs::TaskPlacement*>>> tasks;
+  for (int64_t id : occupying_) {
+    const Job& job = active_.at(id);
+    for (const auto& p : job.placement) tasks[p.node].emplace_back(&job, &p);
+  }
+  std::vector<NodeView> out;
+  out.reserve(nodes_.size());
+  for (const auto& [name, e] : nodes_) {
+    NodeView v;
+    v.name = name;
+    v.drain_reason = e.drain_reason;
+    v.address = e.address;
+    v.protocol = protocol::VersionString(e.version);
+    v.last_seen_us = e.last_seen_us;
+    v.info = e.info;
+    v.cpu_milli = e.cpu_milli;
+    v.memory_mib = e.memory_mib;
+    v.allocated_milli.assign(e.info.gpus.size(), 0);
+    if (auto here = tasks.find(name); here != tasks.end()) {
+      const Job* last = nullptr;  // a job's tasks on one node are next to each other
+      for (const auto& [job, p] : here->second) {
+        if (job != last) ++v.running_jobs;
+        last = job;
+        v.cpu_allocated_milli += job->request.cpu_milli;
+        v.memory_allocated_mib +=
+            static_cast<int64_t>((job->request.memory_bytes + (uint64_t{1} << 20) - 1) >> 20);
+        for (const std::string& uuid : p->gpu_uuids) {
+          for (size_t g = 0; g < e.info.gpus.size(); ++g) {
+            if (e.info.gpus[g].uuid == uuid) v.allocated_milli[g] += p->gpu_milli;
+          }
+        }
+      }
+    }
+    v.state = !e.up ? "down" : !e.draining ? "up" : v.running_jobs > 0 ? "draining" : "drained";
+    out.push_back(std::move(v));
+  }
+  return out;
+}
+
+Result<NodeView> Controller::DrainNode(const std::string& name, const std::string& reason,
+                                       const Caller& caller) {
+  if (!caller.admin) {
+    return Status::PermissionDenied("only admins drain nodes (you are " + caller.user + ")");
+  }
+  if (reason.empty() || reason.size() > 256 ||
+      std::any_of(reason.begin(), reason.end(),
+                  [](char c) { return static_cast<unsigned char>(c) < 0x20 || c == 0x7f; })) {
+    return Status::InvalidArgument(
+        "reason: say why the node is drained in 1..256 printable characters, e.g. --reason "
+        "\"disk replacement\"");
+  }
+  return SetDrain(name, true, reason + " (" + caller.user + ")");
+}
+
+Result<NodeView> Controller::ResumeNode(const std::string& name, const Caller& caller) {
+  if (!caller.admin) {
+    return Status::PermissionDenied("only admins resume nodes (you are " + caller.user + ")");
+  }
+  return SetDrain(name, false, "");
+}
+
+Result<NodeView> Controller::SetDrain(const std::string& name, bool draining,
+                                      const std::string& reason) {
+  std::lock_guard write(node_write_mu_);
+  {
+    std::lock_guard lock(mu_);
+    if (nodes_.count(name) == 0) {
+      return Status::NotFound("node " + name + " is not known: `gpupool nodes` lists the nodes");
+    }
+  }
+  GP_ASSIGN_OR_RETURN(std::vector<store::NodeRecord> records, store_->ListNodes());
+  auto rec = std::find_if(records.begin(), records.end(),
+                          [&](const store::NodeRecord& r) { return r.name == name; });
+  if (rec == records.end()) return Status::NotFound("node " + name + " is not stored");
+  rec->draining = draining;
+  rec->drain_reason = reason;
+  GP_RETURN_IF_ERROR(store_->PutNode(*rec));
+  {
+    std::lock_guard lock(mu_);
+    NodeEntry& e = nodes_[name];
+    e.draining = draining;
+    e.drain_reason = reason;
+    spdlog::info("node {} {}{}", name, draining ? "drained: " : "resumed", reason);
+    capacity_changed_ = true;
+    WakeScheduler();
+  }
+  for (NodeView& v : Nodes()) {
+    if (v.name == name) return std::move(v);
+  }
+  return Status::NotFound("node " + name);
+}
+
+Result<protocol::RegistrationReply> Controller::RegisterNode(protocol::Registration reg,
+                                                             const std::string& remote_ip) {
+  const std::string& name = reg.node;
+  if (name.empty() || name.size() > 253) {
+    return Status::InvalidArgument("node: a node name of 1..253 characters is required");
+  }
+  GP_RETURN_IF_ERROR(
+      protocol::CheckCompatible(protocol::kVersion, reg.version, "the agent on node " + name));
+  std::string address = reg.address;
+  if (address.empty()) address = RemoteIp(remote_ip);
+  if (address.empty()) address = name;
+  const int64_t now = clock_->NowMicros();
+  store::NodeRecord rec;
+  rec.name = name;
+  rec.info_json = DumpJson(gpu::NodeToJson(reg.info));
+  rec.cpu_milli = reg.cpu_milli;
+  rec.memory_mib = reg.memory_mib;
+  rec.registered_us = now;
+  rec.last_heartbeat_us = now;
+  rec.address = address;
+  rec.protocol = protocol::VersionString(reg.version);
+  std::lock_guard write(node_write_mu_);
+  {
+    std::lock_guard lock(mu_);
+    if (auto it = nodes_.find(name); it != nodes_.end()) {
+      rec.draining = it->second.draining;  // a drain outlives the agent's restarts
+      rec.drain_reason = it->second.drain_reason;
+    }
+  }
+  GP_RETURN_IF_ERROR(store_->PutNode(rec));
+
+  Lock lock(mu_);
+  NodeEntry& e = nodes_[name];
+  e.info = std::move(reg.info);
+  e.cpu_milli = reg.cpu_milli;
+  e.memory_mib = reg.memory_mib;
+  e.last_seen_us = now;
+  e.up = true;
+  e.address = address;
+  e.version = reg.version;
+  e.launch_sent_us.clear();  // a (re)started agent gets every open order again
+  e.cancel_sent_us.clear();
+  e.stray_sent_us.clear();
+  e.stray_first_us.clear();
+  e.stray_running.clear();
+  e.exec_cancel_sent_us.clear();
+
+  // Tasks the agent runs that no active job of ours expects there are stopped; tasks we
+  // believe run there that the agent does not know are gone.
+  std::set<std::pair<int64_t, int>> known;
+  // A task whose end is on its way is not lost: its event follows the registration.
+  for (const protocol::RunningTask& t : reg.ended) known.insert({t.job_id, t.attempt});
+  for (const protocol::RunningTask& t : reg.running) {
+    known.insert({t.job_id, t.attempt});
+    auto it = active_.find(t.job_id);
+    const bool expected = it != active_.end() && Occupies(it->second) &&
+                          it->second.attempt == t.attempt && OnNode(it->second, name);
+    if (!expected) {
+      e.stray_sent_us[{t.job_id, t.attempt}] = 0;
+      e.stray_running.insert({t.job_id, t.attempt});
+    }
+  }
+  // Started here, not known to the agent: checked again for each job once no write of
+  // it is under way, as the lock is let go while each one's end is written.
+  auto lost_here = [&](const Job& job) {
+    if (!Occupies(job) || !OnNode(job, name) || known.count({job.id, job.attempt}) != 0) {
+      return false;
+    }
+    bool started_here = false;
+    for (size_t t = 0; t < job.placement.size() && t < job.tasks.size(); ++t) {
+      started_here = started_here || (job.placement[t].node == name &&
+                                      job.tasks[t].start_time_us != 0 && !job.tasks[t].ended);
+    }
+    return started_here;
+  };
+  std::vector<int64_t> lost;
+  for (int64_t id : occupying_) {
+    if (lost_here(active_.at(id))) lost.push_back(id);
+  }
+  for (int64_t id : lost) {
+    WaitUntilNotWriting(lock, id);
+    auto it = active_.find(id);
+    if (it == active_.end() || !lost_here(it->second)) continue;
+    Result<Job> r = ApplyLocked(lock, id, lifecycle::AgentForgot{name});
+    if (!r.ok() && r.status().code() != StatusCode::kNotFound) return r.status();
+  }
+  WakeScheduler();
+  NotifyNode(name);
+  return protocol::RegistrationReply{protocol::kVersion, address};
+}
+
+LaunchOrder Controller::MakeLaunchOrder(const Job& job, size_t task_index) const {
+  LaunchOrder order;
+  order.job = job;
+  for (auto& [k, v] : jobs::ArrayEnvironment(job)) order.job.env[k] = std::move(v);
+  order.task_index = static_cast<int>(task_index);
+  protocol::Rendezvous& r = order.rendezvous;
+  r.task_index = static_cast<int>(task_index);
+  r.num_tasks = static_cast<int>(job.placement.size());
+  for (size_t t = 0; t < job.placement.size(); ++t) {
+    r.hosts.push_back(t < job.tasks.size() && !job.tasks[t].host.empty() ? job.tasks[t].host
+                                                                         : job.placement[t].node);
+    r.slots.push_back(std::max<int>(1, static_cast<int>(job.placement[t].gpu_uuids.size())));
+  }
+  r.master_port = job.master_port;
+  const jobs::TaskPlacement& p = job.placement[task_index];
+  // The tasks this launch covers: itself, and in a gang held for mpirun (--mpi, run,
+  // alloc) whose first task on this node it is, the job's other tasks on the node.
+  // mpirun starts all of a node's ranks in one place (itself on task 0's node, its daemon
+  // through `gpupool exec HOST`, which runs in the first task on HOST), so that place
+  // holds all the node's GPUs, as a Slurm step does; the ranks pick theirs by local rank.
+  // Gangs whose every task runs the command (torchrun) keep one GPU set per task.
+  std::vector<size_t> covered = {task_index};
+  const bool held = job.mpi || !job.interactive.empty();
+  bool first_on_node = true;
+  for (size_t t = 0; t < task_index && held; ++t) {
+    if (job.placement[t].node == p.node) first_on_node = false;
+  }
+  if (held && first_on_node) {
+    for (size_t t = task_index + 1; t < job.placement.size(); ++t) {
+      if (job.placement[t].node == p.node) covered.push_back(t);
+    }
+  }
+  if (covered.size() > 1) {
+    for (size_t t : covered) order.node_tasks.push_back(static_cast<int>(t));
+  }
+  auto n = nodes_.find(p.node);
+  if (n == nodes_.end()) return order;
+  for (const gpu::GpuInfo& g : n->second.info.gpus) {
+    int milli = 0;  // the covered tasks' shares of this GPU
+    for (size_t t : covered) {
+      const jobs::TaskPlacement& q = job.placement[t];
+      if (std::find(q.gpu_uuids.begin(), q.gpu_uuids.end(), g.uuid) != q.gpu_uuids.end()) {
+        milli += q.gpu_milli;
+      }
+    }
+    if (milli > 0) {
+      order.gpus.push_back({std::string(gpu::VendorName(g.vendor)), g.index, g.uuid, g.device_nodes,
+                            std::min(milli, 1000)});
+    } else {
+      for (const std::string& d : g.device_nodes) order.denied_device_nodes.push_back(d);
+    }
+  }
+  return order;
+}
+
+Result<AgentWork> Controller::WaitForWork(const std::string& node, int64_t wait_ms) {
+  // A poll is answered within half the node timeout, so that a live agent polls again in
+  // time and is never taken for a silent one, and a dead agent's poll left waiting here
+  // does not keep its node up (a --node-timeout under the poll's length lost idle nodes).
+  const int64_t longest_ms = std::max<int64_t>(options_.node_timeout_us / 2000, 100);
+  const int64_t deadline =
+      clock_->MonotonicMicros() +
+      1000 * std::clamp<int64_t>(wait_ms, 0, std::min<int64_t>(60'000, longest_ms));
+  std::unique_lock lock(mu_);
+  while (true) {
+    auto it = nodes_.find(node);
+    if (it == nodes_.end()) {
+      return Status::NotFound("node " + node + " is not registered: register it first");
+    }
+    NodeEntry& e = it->second;
+    const int64_t now = clock_->NowMicros();
+    if (!e.up) {
+      // Declared lost: its jobs were ended or requeued meanwhile. The agent registers
+      // again (it does on a 404), listing what it runs, so that what outlived the loss is
+      // stopped before a requeued attempt of the same job starts.
+      return Status::NotFound("node " + node +
+                              " was declared lost (no poll within the node timeout): register "
+                              "it again");
+    }
+    e.last_seen_us = now;
+    AgentWork work;
+    for (int64_t id : occupying_) {
+      const Job& job = active_.at(id);
+      if (!OnNode(job, node)) continue;
+      if (job.cancel_requested) {
+        auto sent = e.cancel_sent_us.find(id);
+        if (sent == e.cancel_sent_us.end() || now - sent->second > kResendAfterUs) {
+          work.cancel.push_back({id, job.attempt});
+          e.cancel_sent_us[id] = now;
+        }
+        continue;
+      }
+      if (job.state != JobState::kAssigned) continue;
+      for (size_t t = 0; t < job.placement.size(); ++t) {
+        if (job.placement[t].node != node) continue;
+        const jobs::TaskStatus& ts = job.tasks.at(t);
+        if (ts.start_time_us != 0 || ts.ended) continue;
+        // The other tasks wait for task 0's agent to pick the rendezvous port, except
+        // an --mpi job's held tasks: they run nothing of the user's until an exec, which
+        // carries the port.
+        if (t > 0 && job.master_port == 0 && !job.mpi) continue;
+        auto sent = e.launch_sent_us.find({id, static_cast<int>(t)});
+        if (sent != e.launch_sent_us.end() && now - sent->second <= kResendAfterUs) continue;
+        work.launch.push_back(MakeLaunchOrder(job, t));
+        e.launch_sent_us[{id, static_cast<int>(t)}] = now;
+      }
+    }
+    for (auto stray = e.stray_sent_us.begin(); stray != e.stray_sent_us.end();) {
+      auto& [key, sent] = *stray;
+      int64_t& first = e.stray_first_us[key];
+      if (first == 0) first = now;
+      if (now - first > kStrayGiveUpUs) {
+        e.stray_first_us.erase(key);
+        e.stray_running.erase(key);
+        stray = e.stray_sent_us.erase(stray);
+        continue;
+      }
+      if (sent == 0 || now - sent > kResendAfterUs) {
+        work.cancel.push_back({key.first, key.second});
+        sent = now;
+      }
+      ++stray;
+    }
+    for (auto& [exec_id, sent] : e.exec_cancel_sent_us) {
+      if (sent == 0 || now - sent > kResendAfterUs) {
+        work.cancel.push_back({0, 0, exec_id});
+        sent = now;
+      }
+    }
+    if (protocol::SupportsExec(e.version)) {
+      // In the order they were started (their ids are random).
+      std::vector<ExecSession*> queued;
+      for (auto& [id, x] : execs_) {
+        if (x.node == node && !x.started && !x.ended) queued.push_back(&x);
+      }
+      std::sort(queued.begin(), queued.end(),
+                [](const ExecSession* a, const ExecSession* b) { return a->created < b->created; });
+      for (ExecSession* session : queued) {
+        ExecSession& x = *session;
+        // Resent until the agent reports it (a poll answer can be lost: a dead agent's
+        // poll may take it), as launch orders are; agents ignore a session seen before.
+        if (x.sent && now - x.sent_us <= kResendAfterUs) continue;
+        // Sent once its task runs (mpirun may ask before the task has started).
+        auto job = active_.find(x.job_id);
+        if (job == active_.end() || job->second.attempt != x.attempt) continue;
+        const auto t = static_cast<size_t>(x.task_index);
+        if (t >= job->second.tasks.size() || job->second.tasks[t].start_time_us == 0) continue;
+        work.exec.push_back({x.id, x.job_id, x.attempt, x.task_index, x.argv,
+                             job->second.master_port, x.io.tty, x.io.stdin_open, x.io.rows,
+                             x.io.cols});
+        x.sent = true;
+        x.sent_us = now;
+      }
+    }
+    work.logs = log_relay_.Take(node);
+    if (!work.empty() || stopping_ || clock_->MonotonicMicros() >= deadline) return work;
+    // Wake at the deadline, on new work, or in time to resend unacknowledged orders.
+    clock_->WaitOnce(work_cv_, lock,
+                     std::min(deadline, clock_->MonotonicMicros() + kResendAfterUs));
+  }
+}
+
+bool Controller::SchedulerLooping() const {
+  const int64_t seen = loop_seen_mono_us_;
+  // A round at least once per period (a long pass may take a few more).
+  return seen != 0 && clock_->MonotonicMicros() - seen <=
+                          std::max<int64_t>(3 * options_.scheduler_period_us, 5'000'000);
+}
+
+protocol::Version Controller::NodeVersion(const std::string& node) {
+  std::lock_guard lock(mu_);
+  auto it = nodes_.find(node);
+  return it == nodes_.end() ? protocol::Version{1, 0} : it->second.version;
+}
+
+bool Controller::NodeUp(const std::string& node) {
+  std::lock_guard lock(mu_);
+  auto it = nodes_.find(node);
+  return it != nodes_.end() && it->second.up;
+}
+
+std::map<int, std::vector<protocol::TelemetryJob>> Controller::GpuHolders(const std::string& node) {
+  std::map<int, std::vector<protocol::TelemetryJob>> out;
+  std::lock_guard lock(mu_);
+  auto n = nodes_.find(node);
+  if (n == nodes_.end()) return out;
+  std::map<std::string_view, int> index_of;
+  for (const gpu::GpuInfo& g : n->second.info.gpus) {
+    out[g.index];
+    index_of[g.uuid] = g.index;
+  }
+  for (int64_t id : occupying_) {
+    for (const jobs::TaskPlacement& p : active_.at(id).placement) {
+      if (p.node != node) continue;
+      for (const std::string& uuid : p.gpu_uuids) {
+        if (auto i = index_of.find(uuid); i != index_of.end()) {
+          out[i->second].push_back({id, p.gpu_milli});
+        }
+      }
+    }
+  }
+  return out;
+}
+
+Status Controller::ApplyEvents(const std::string& node, const EventBatch& batch) {
+  Lock lock(mu_);
+  auto n = nodes_.find(node);  // nodes are never erased: good across the writes
+  if (n != nodes_.end()) n->second.last_seen_us = clock_->NowMicros();
+  for (const Event& raw : batch.events) {
+    const int64_t time_us = raw.time_us != 0 ? raw.time_us : clock_->NowMicros();
+    if (raw.kind != protocol::EventKind::kStarted && n != nodes_.end()) {
+      n->second.stray_sent_us.erase({raw.job_id, raw.attempt});  // it ended there
+      n->second.stray_first_us.erase({raw.job_id, raw.attempt});
+      n->second.stray_running.erase({raw.job_id, raw.attempt});
+    }
+    if (active_.count(raw.job_id) == 0) continue;  // already final: a resent event
+    lifecycle::Event event;
+    switch (raw.kind) {
+      case protocol::EventKind::kStarted:
+        event = lifecycle::TaskStarted{node,           raw.task_index,  raw.attempt,
+                                       time_us,        raw.stdout_path, raw.stderr_path,
+                                       raw.master_port};
+        break;
+      case protocol::EventKind::kExited:
+        event = lifecycle::TaskExited{node,          raw.task_index,  raw.attempt,    time_us,
+                                      raw.exit_code, raw.signal,      raw.cancelled,  raw.timed_out,
+                                      raw.reason,    raw.stdout_path, raw.stderr_path};
+        break;
+      case protocol::EventKind::kLost:
+        event = lifecycle::TaskLost{node, raw.task_index, raw.attempt, raw.reason};
+        break;
+    }
+    Result<Job> r = ApplyLocked(lock, raw.job_id, event);
+    if (!r.ok() && r.status().code() != StatusCode::kNotFound) return r.status();
+  }
+  bool freed = false;
+  for (const protocol::ExecReport& r : batch.exec) ExecReported(lock, node, r, &freed);
+  if (freed) WakeScheduler();
+  return Status::Ok();
+}
+
+}  // namespace gpupool::controller
