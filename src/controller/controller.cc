@@ -120,7 +120,17 @@ void Controller::CountQueuedSubmission(const Job& job, int64_t delta) {
 }
 
 void Controller::WaitUntilNotWriting(Lock& lock, int64_t id) {
+  if (writing_.count(id) == 0) return;
+  ++write_waiters_;
+  write_cv_.notify_all();  // WaitForWritersWaiting
   write_cv_.wait(lock, [&] { return writing_.count(id) == 0; });
+  --write_waiters_;
+}
+
+bool Controller::WaitForWritersWaiting(int n, int timeout_ms) {
+  Lock lock(mu_);
+  return write_cv_.wait_for(lock, std::chrono::milliseconds(timeout_ms),
+                            [&] { return write_waiters_ >= n; });
 }
 
 Status Controller::WriteJobsUnlocked(Lock& lock, std::vector<store::Store::JobUpdate>& updates) {

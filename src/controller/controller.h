@@ -322,6 +322,11 @@ class Controller {
   // Marks jobs on nodes silent for longer than the timeout LOST (or requeues them).
   Status SweepNodes();
 
+  // Blocks (real time, up to `timeout_ms`) until at least `n` threads wait for a job's
+  // write to land (WaitUntilNotWriting); returns whether they do. For tests of what
+  // waits behind a slow store.
+  bool WaitForWritersWaiting(int n, int timeout_ms = 10'000);
+
  private:
   using Lock = std::unique_lock<std::mutex>;
   Controller(store::Store* store, const Clock* clock, ControllerOptions options);
@@ -481,6 +486,7 @@ class Controller {
   // job, so no change is lost and the store's compare-and-set holds.
   std::set<int64_t> writing_;
   std::condition_variable write_cv_;
+  int write_waiters_ = 0;                 // threads in WaitUntilNotWriting now
   std::condition_variable scheduler_cv_;  // the loop waiting for a reason to run
   bool capacity_changed_ = false;         // resources freed, nodes changed: plan at once
   bool jobs_arrived_ = false;             // new submissions

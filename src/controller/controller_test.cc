@@ -254,8 +254,8 @@ TEST_F(GatedControllerTest, AssignmentsAreWrittenWithoutTheLockAndACancelWaitsFo
     cancel_returned = true;
   });
   // The cancel cannot finish while the assignment is held (it would otherwise find a
-  // PENDING job whose stored state is about to be ASSIGNED).
-  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  // PENDING job whose stored state is about to be ASSIGNED): it waits for the write.
+  ASSERT_TRUE(c_->WaitForWritersWaiting(1));
   EXPECT_FALSE(cancel_returned);
   g->Open();
   scheduler.join();
@@ -334,7 +334,7 @@ TEST_F(GatedControllerTest, ARunningJobsEndIsWrittenWithoutTheLock) {
     cancelled = c_->Cancel(a.id, alice_);
     cancel_returned = true;
   });
-  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  ASSERT_TRUE(c_->WaitForWritersWaiting(1));
   EXPECT_FALSE(cancel_returned);  // it waits for the end being written
   g->Open();
   agent.join();
@@ -394,7 +394,7 @@ TEST_F(GatedControllerTest, TwoTasksEventsAtOnceAreBothKept) {
   g->WaitUntilHeld();
   std::thread t1(
       [&] { second = Apply({Ev(j, protocol::EventKind::kStarted, 0, 1)}, j.placement[1].node); });
-  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  ASSERT_TRUE(c_->WaitForWritersWaiting(1));  // task 1's start waits for task 0's write
   g->Open();
   t0.join();
   t1.join();
