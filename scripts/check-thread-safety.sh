@@ -16,10 +16,21 @@ if [ -z "$clangxx" ]; then
   exit 77
 fi
 cd "$here"
+# A source is checked when it, or a header of its own module that it includes (as
+# controller_jobs.cc includes controller/controller.h), includes common/mutex.h.
+annotated() {
+  local f=$1 module inc
+  grep -q '"common/mutex.h"' "$f" && return 0
+  module=$(dirname "${f#src/}")
+  while IFS= read -r inc; do
+    [ "$(dirname "$inc")" = "$module" ] && [ -f "src/$inc" ] &&
+      grep -q '"common/mutex.h"' "src/$inc" && return 0
+  done < <(sed -n 's/^#include "\([^"]*\.h\)".*/\1/p' "$f")
+  return 1
+}
 files=()
 while IFS= read -r f; do
-  header=${f%.cc}.h
-  if grep -q '"common/mutex.h"' "$f" || { [ -f "$header" ] && grep -q '"common/mutex.h"' "$header"; }; then
+  if annotated "$f"; then
     files+=("$f")
   fi
 done < <(find src -name '*.cc' ! -name '*_test.cc' | sort)

@@ -46,6 +46,10 @@ class SCOPED_CAPABILITY UniqueLock {
   UniqueLock(const UniqueLock&) = delete;
   UniqueLock& operator=(const UniqueLock&) = delete;
   std::unique_lock<std::mutex>& native() { return lock_; }
+  // Lets the mutex go for a while (a store read that must not run under it), and takes
+  // it again; the analysis sees it released in between.
+  void Unlock() RELEASE() { lock_.unlock(); }
+  void Lock() ACQUIRE() { lock_.lock(); }
 
  private:
   std::unique_lock<std::mutex> lock_;

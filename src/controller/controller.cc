@@ -28,7 +28,7 @@ Controller::Controller(store::Store* store, const Clock* clock, ControllerOption
           [this](const std::string&) {
             // Taking the lock orders this wake after a poll's check for work, so the wake
             // cannot fall between that check and the poll's wait.
-            { std::lock_guard lock(mu_); }
+            { MutexLock lock(mu_); }
             work_cv_.notify_all();
           },
           clock) {}
@@ -119,85 +119,125 @@ void Controller::CountQueuedSubmission(const Job& job, int64_t delta) {
   }
 }
 
-void Controller::WaitUntilNotWriting(Lock& lock, int64_t id) {
-  if (writing_.count(id) == 0) return;
-  ++write_waiters_;
-  write_cv_.notify_all();  // WaitForWritersWaiting
-  write_cv_.wait(lock, [&] { return writing_.count(id) == 0; });
-  --write_waiters_;
-}
-
-bool Controller::WaitForWritersWaiting(int n, int timeout_ms) {
-  Lock lock(mu_);
-  return write_cv_.wait_for(lock, std::chrono::milliseconds(timeout_ms),
-                            [&] { return write_waiters_ >= n; });
-}
-
-Status Controller::WriteJobsUnlocked(Lock& lock, std::vector<store::Store::JobUpdate>& updates) {
-  if (updates.empty()) return Status::Ok();
-  for (const auto& u : updates) writing_.insert(u.job.id);
-  lock.unlock();
-  Status s = store_->UpdateJobs(updates, nullptr);
-  lock.lock();
-  for (const auto& u : updates) writing_.erase(u.job.id);
-  write_cv_.notify_all();
-  if (s.ok()) {
-    for (auto& u : updates) u.job.version = u.expected_version + 1;  // as stored
-  }
-  return s;
-}
-
-Status Controller::WriteJobUnlocked(Lock& lock, Job& next, JobState expected) {
-  // `next` is a copy of the job in memory, changed: its version is the one read.
-  std::vector<store::Store::JobUpdate> one = {{next, expected, next.version}};
-  GP_RETURN_IF_ERROR(WriteJobsUnlocked(lock, one));
-  next.version = one[0].job.version;
-  return Status::Ok();
-}
-
-Result<Job> Controller::ApplyLocked(Lock& lock, int64_t id, const lifecycle::Event& event) {
-  WaitUntilNotWriting(lock, id);
-  auto it = active_.find(id);
-  if (it == active_.end()) {
-    return Status::NotFound("job " + std::to_string(id) + " is no longer active");
-  }
-  GP_ASSIGN_OR_RETURN(lifecycle::Transition t,
-                      lifecycle::Step(it->second, event, clock_->NowMicros()));
-  if (!t.changed) return std::move(t.next);
-  GP_RETURN_IF_ERROR(WriteJobUnlocked(lock, t.next, t.expected));
-  Job next = t.next;
-  Install(std::move(t));
-  return next;
-}
-
-Result<std::vector<Job>> Controller::ApplyManyLocked(
-    Lock& lock, std::vector<std::pair<int64_t, lifecycle::Event>> events) {
-  std::vector<lifecycle::Transition> steps;
-  std::vector<store::Store::JobUpdate> updates;
+Controller::Stepped Controller::StepChanges(const std::vector<Change>& changes,
+                                            const std::vector<size_t>& todo,
+                                            std::vector<Result<Job>>& answers) {
+  Stepped out;
+  std::map<int64_t, Job> stepped;  // jobs changed earlier in this round, as they will be
   const int64_t now = clock_->NowMicros();
-  for (const auto& [id, event] : events) {
-    auto it = active_.find(id);
-    if (it == active_.end() || writing_.count(id) != 0) continue;  // that writer's now
-    Result<lifecycle::Transition> t = lifecycle::Step(it->second, event, now);
-    if (!t.ok()) {
-      spdlog::error("job {}: {}: {}", id, lifecycle::EventName(event), t.status().ToString());
+  for (size_t i : todo) {
+    const Change& c = changes[i];
+    const Job* job = nullptr;
+    if (auto s = stepped.find(c.id); s != stepped.end()) {
+      job = &s->second;
+    } else if (auto a = active_.find(c.id); a != active_.end()) {
+      job = &a->second;
+    }
+    if (job == nullptr || jobs::IsTerminal(job->state)) {
+      answers[i] = Status::NotFound("job " + std::to_string(c.id) + " is no longer active");
       continue;
     }
-    if (!t->changed) continue;
-    updates.push_back({t->next, t->expected, t->next.version});
-    steps.push_back(std::move(*t));
-  }
-  // Written together without the lock; the jobs stay as they were meanwhile (writing_).
-  GP_RETURN_IF_ERROR(WriteJobsUnlocked(lock, updates));
-  std::vector<Job> out;
-  out.reserve(steps.size());
-  for (size_t i = 0; i < steps.size(); ++i) {
-    lifecycle::Transition& t = steps[i];
-    t.next.version = updates[i].job.version;  // as stored
-    out.push_back(t.next);
-    Install(std::move(t));
+    if (c.guard) {
+      if (Status s = c.guard(*job); !s.ok()) {
+        answers[i] = std::move(s);
+        continue;
+      }
+    }
+    Result<lifecycle::Transition> t = lifecycle::Step(*job, c.event, now);
+    if (!t.ok() || !t->changed) {
+      answers[i] = t.ok() ? Result<Job>(std::move(t->next)) : Result<Job>(t.status());
+      continue;
+    }
+    // next.version is the version read: what the compare-and-set expects.
+    out.updates.push_back({t->next, t->expected, t->next.version});
+    Job after = t->next;
+    ++after.version;
+    stepped[c.id] = std::move(after);
+    out.change.push_back(i);
+    out.steps.push_back(std::move(*t));
   }
   return out;
+}
+
+void Controller::InstallSteps(Stepped& stepped, std::vector<Result<Job>>& answers) {
+  for (size_t k = 0; k < stepped.steps.size(); ++k) {
+    lifecycle::Transition& t = stepped.steps[k];
+    const store::Store::JobUpdate& u = stepped.updates[k];
+    // The compare-and-set held, so nothing else changed the job since it was stepped.
+    auto it = active_.find(t.next.id);
+    if (it == active_.end() || it->second.version != u.expected_version) {
+      spdlog::error("job {}: changed in memory while its version {} was written", t.next.id,
+                    u.expected_version + 1);
+    }
+    t.next.version = u.expected_version + 1;  // as stored
+    answers[stepped.change[k]] = t.next;
+    Install(std::move(t));
+  }
+  install_cv_.notify_all();
+}
+
+Result<std::vector<Result<Job>>> Controller::Commit(std::vector<Change> changes,
+                                                    OnConflict on_conflict) {
+  std::vector<Result<Job>> answers(changes.size(), Status::Internal("not committed"));
+  std::vector<size_t> todo(changes.size());
+  for (size_t i = 0; i < todo.size(); ++i) todo[i] = i;
+  // Each round that loses a compare-and-set waits for the winner's transition, so rounds
+  // are few; the bound only keeps a broken store from looping for ever.
+  constexpr int kMaxRounds = 100;
+  for (int round = 0; !todo.empty(); ++round) {
+    Stepped stepped;
+    {
+      Lock lock(mu_);
+      stepped = StepChanges(changes, todo, answers);
+    }
+    if (stepped.updates.empty()) break;
+    std::vector<store::JobConflict> conflicts;
+    Status written = store_->UpdateJobs(stepped.updates, &conflicts);
+    Lock lock(mu_);
+    if (written.ok()) {
+      InstallSteps(stepped, answers);
+      break;
+    }
+    if (!store::IsConflict(written)) return written;
+    // Nothing was written. The jobs another writer changed are stepped again once that
+    // writer's transition is in memory (or left out); the others at once.
+    std::map<int64_t, int64_t> read;  // changed job -> the version this round read
+    for (const store::JobConflict& c : conflicts) read.emplace(c.id, c.expected_version);
+    if (read.empty()) {  // a store that names none: wait for all of them
+      for (const auto& u : stepped.updates) read.emplace(u.job.id, u.expected_version);
+    }
+    todo.clear();
+    for (size_t i : stepped.change) {
+      const int64_t id = changes[i].id;
+      if (on_conflict == OnConflict::kDrop && read.count(id) != 0) {
+        answers[i] = Status::FailedPrecondition("job " + std::to_string(id) +
+                                                " changed while this change was written");
+      } else {
+        todo.push_back(i);
+      }
+    }
+    if (round + 1 == kMaxRounds) return written.WithContext("still in conflict after retries");
+    const bool installed =
+        clock_->WaitFor(install_cv_, lock.native(), internal::kConflictWaitUs, [&] {
+          return std::all_of(read.begin(), read.end(), [&](const auto& r) {
+            mu_.AssertHeld();  // the wait's predicate runs with mu_ held
+            auto it = active_.find(r.first);
+            return it == active_.end() || it->second.version != r.second;
+          });
+        });
+    if (!installed) {
+      // Another writer's change is in the store and not here: not one of ours.
+      return written.WithContext("the job changed in the store outside this controller");
+    }
+  }
+  return answers;
+}
+
+Result<Job> Controller::CommitOne(Change change) {
+  std::vector<Change> one;
+  one.push_back(std::move(change));
+  GP_ASSIGN_OR_RETURN(std::vector<Result<Job>> answers, Commit(std::move(one), OnConflict::kRetry));
+  return std::move(answers[0]);
 }
 
 void Controller::Install(lifecycle::Transition t) {
@@ -267,13 +307,15 @@ Status Controller::Load() {
   store::JobFilter active;
   active.active_only = true;
   GP_ASSIGN_OR_RETURN(std::vector<Job> jobs, store_->ListJobs(active));
+  GP_ASSIGN_OR_RETURN(std::vector<store::NodeRecord> nodes, store_->ListNodes());
+  GP_ASSIGN_OR_RETURN(std::optional<std::string> limits, store_->GetSetting("limits"));
+  MutexLock lock(mu_);  // nobody else has the controller yet; the analysis asks for it
   for (Job& j : jobs) {
     const int64_t id = j.id;
     if (Occupies(j)) lifecycle::NormalizeTasks(j);
     active_.emplace(id, std::move(j));
     Touched(id);
   }
-  GP_ASSIGN_OR_RETURN(std::vector<store::NodeRecord> nodes, store_->ListNodes());
   const int64_t now = clock_->NowMicros();
   for (const store::NodeRecord& r : nodes) {
     Result<Json> j = ParseJson(r.info_json, "stored node " + r.name);
@@ -299,7 +341,6 @@ Status Controller::Load() {
     e.up = true;
     nodes_.emplace(r.name, std::move(e));
   }
-  GP_ASSIGN_OR_RETURN(std::optional<std::string> limits, store_->GetSetting("limits"));
   if (limits) {
     Result<Json> j = ParseJson(*limits, "stored limits");
     Result<Limits> l = j.ok() ? LimitsFromJson(*j) : Result<Limits>(j.status());
@@ -311,7 +352,7 @@ Status Controller::Load() {
 }
 
 void Controller::Start() {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   if (loop_.joinable()) return;
   stopping_ = false;
   loop_ = std::thread([this] { Loop(); });
@@ -319,7 +360,7 @@ void Controller::Start() {
 
 void Controller::Stop() {
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     stopping_ = true;
   }
   scheduler_cv_.notify_all();
@@ -345,7 +386,7 @@ void Controller::Loop() {
         const int64_t now = clock_->MonotonicMicros();
         if (jobs_arrived_ && (!last_pass_blocked_ || now >= batch_end)) break;
         if (now >= period_end) break;
-        clock_->WaitOnce(scheduler_cv_, lock,
+        clock_->WaitOnce(scheduler_cv_, lock.native(),
                          jobs_arrived_ ? std::min(period_end, batch_end) : period_end);
       }
       if (stopping_) {
@@ -362,8 +403,11 @@ void Controller::Loop() {
     const int64_t pass_us = clock_->MonotonicMicros() - pass_start;
     {
       Lock lock(mu_);
-      clock_->WaitFor(scheduler_cv_, lock, std::clamp<int64_t>(pass_us, 1000, 20'000),
-                      [this] { return stopping_; });
+      clock_->WaitFor(scheduler_cv_, lock.native(), std::clamp<int64_t>(pass_us, 1000, 20'000),
+                      [this] {
+                        mu_.AssertHeld();
+                        return stopping_;
+                      });
     }
     last_pass_end = clock_->MonotonicMicros();
     const int64_t now = clock_->MonotonicMicros();
@@ -389,76 +433,107 @@ void Controller::WakeSchedulerForArrival() {
 
 void Controller::NotifyNode(const std::string&) { work_cv_.notify_all(); }
 
-Result<JobState> Controller::EndedState(int64_t id) {
-  if (auto it = ended_states_.find(id); it != ended_states_.end()) return it->second;
-  // An array (named by its id, its first element's) is as its elements together: active
-  // while any is, then SUCCEEDED if every one succeeded, else the first other end state.
-  std::optional<JobState> active;
-  for (const auto& [other, job] : active_) {
-    if (job.array_id == id || other == id) {
-      active = job.state;
-      break;
-    }
+std::set<int64_t> Controller::UnknownDependencies() const {
+  std::set<int64_t> ids;
+  std::set<int64_t> active_arrays;  // an array is active while an element is
+  for (const auto& [id, job] : active_) {
+    if (job.array_id != 0) active_arrays.insert(job.array_id);
   }
-  if (active) return *active;
-  GP_ASSIGN_OR_RETURN(Job job, store_->GetJob(id));
-  JobState state = job.state;
-  if (job.array_id == id && jobs::IsTerminal(state)) {
-    store::JobFilter f;
-    f.user = job.user;
-    GP_ASSIGN_OR_RETURN(std::vector<Job> mine, store_->ListJobs(f));
-    for (const Job& e : mine) {
-      if (e.array_id == id && e.state != JobState::kSucceeded) {
-        state = e.state;
-        break;
+  for (const auto& [id, job] : active_) {
+    if (job.state != JobState::kPending) continue;
+    for (const jobs::Dependency& d : job.dependencies) {
+      const int64_t dep = d.job_id;
+      if (ended_states_.count(dep) != 0 || active_.count(dep) != 0 ||
+          active_arrays.count(dep) != 0) {
+        continue;
       }
+      ids.insert(dep);  // ended, or gone: the store says
     }
   }
-  if (jobs::IsTerminal(state)) {
-    if (ended_states_.size() > 100'000) ended_states_.clear();
-    ended_states_[id] = state;  // an ended job's state never changes
-  }
-  return state;
+  return ids;
 }
 
-Status Controller::ResolveDependencies(Lock& lock, std::map<int64_t, std::string>* blocked) {
-  // In id order: a dependency is older than its dependant, so a chain of jobs that can
-  // never run ends in one pass.
-  std::vector<int64_t> ids;
-  for (const auto& [id, job] : active_) {
-    // A job whose cancel or hold is being written (writing_) is that writer's.
-    if (job.state == JobState::kPending && !job.dependencies.empty() && writing_.count(id) == 0) {
-      ids.push_back(id);
-    }
-  }
-  // Jobs that end here, written together afterwards; a dependant later in the pass sees
-  // them as ended already.
-  std::map<int64_t, JobState> ending;
-  std::vector<std::pair<int64_t, lifecycle::Event>> ends;
+std::map<int64_t, Result<JobState>> Controller::ReadEndStates(const std::set<int64_t>& ids) {
+  std::map<int64_t, Result<JobState>> out;
   for (int64_t id : ids) {
-    const Job& job = active_.at(id);
+    Result<Job> job = store_->GetJob(id);
+    if (!job.ok()) {
+      out.emplace(id, job.status());
+      continue;
+    }
+    JobState state = job->state;
+    // An array (named by its id, its first element's) is as its elements together: active
+    // while any is (the controller's memory says so), then SUCCEEDED if every one
+    // succeeded, else the first other end state.
+    if (job->array_id == id && jobs::IsTerminal(state)) {
+      store::JobFilter f;
+      f.user = job->user;
+      Result<std::vector<Job>> mine = store_->ListJobs(f);
+      if (!mine.ok()) {
+        out.emplace(id, mine.status());
+        continue;
+      }
+      for (const Job& e : *mine) {
+        if (e.array_id == id && e.state != JobState::kSucceeded) {
+          state = e.state;
+          break;
+        }
+      }
+    }
+    out.emplace(id, state);
+  }
+  return out;
+}
+
+std::vector<Controller::Change> Controller::ResolveDependencies(
+    const std::map<int64_t, Result<JobState>>& read, std::map<int64_t, std::string>* blocked) {
+  // What the store said of ended jobs is cached: an ended job's state never changes.
+  for (const auto& [id, st] : read) {
+    if (!st.ok() || !jobs::IsTerminal(*st)) continue;
+    if (ended_states_.size() > 100'000) ended_states_.clear();
+    ended_states_[id] = *st;
+  }
+  // A job's state now: active ones from memory (an array is active while an element is).
+  auto state_of = [&](int64_t id) -> std::optional<Result<JobState>> {
+    mu_.AssertHeld();
+    if (auto it = ended_states_.find(id); it != ended_states_.end()) return it->second;
+    if (auto it = active_.find(id); it != active_.end()) return it->second.state;
+    for (const auto& [other, job] : active_) {
+      if (job.array_id == id) return job.state;  // an element of array `id`
+    }
+    if (auto r = read.find(id); r != read.end()) return r->second;
+    return std::nullopt;  // ended since the store was read: the next pass reads it
+  };
+  // In id order: a dependency is older than its dependant, so a chain of jobs that can
+  // never run ends in one pass (a dependant later in the pass sees them as ended).
+  std::map<int64_t, JobState> ending;
+  std::vector<Change> ends;
+  for (const auto& [id, job] : active_) {
+    if (job.state != JobState::kPending || job.dependencies.empty()) continue;
     std::string waiting;
     std::string never;
     for (const jobs::Dependency& d : job.dependencies) {
       auto e = ending.find(d.job_id);
-      Result<JobState> st = e != ending.end() ? Result<JobState>(e->second) : EndedState(d.job_id);
+      std::optional<Result<JobState>> st =
+          e != ending.end() ? std::optional<Result<JobState>>(e->second) : state_of(d.job_id);
       const std::string flag = "--" + std::string(jobs::DependencyKindName(d.kind));
       const std::string other = "job " + std::to_string(d.job_id);
-      if (!st.ok()) {
-        never = other + " is gone (" + st.status().message() + ")";
+      if (st && !st->ok()) {
+        never = other + " is gone (" + st->status().message() + ")";
         break;
       }
-      const std::string name(jobs::JobStateName(*st));
       const char* wants = d.kind == jobs::Dependency::Kind::kAfterOk      ? "succeed"
                           : d.kind == jobs::Dependency::Kind::kAfterNotOk ? "fail"
                                                                           : "end";
-      if (!jobs::IsTerminal(*st)) {
+      if (!st || !jobs::IsTerminal(**st)) {
         if (waiting.empty()) {
+          const std::string name = st ? std::string(jobs::JobStateName(**st)) : "ending";
           waiting = "waits for " + other + " (" + name + ") to " + wants + " (" + flag + ")";
         }
         continue;
       }
-      const bool ok = *st == JobState::kSucceeded;
+      const std::string name(jobs::JobStateName(**st));
+      const bool ok = **st == JobState::kSucceeded;
       if ((d.kind == jobs::Dependency::Kind::kAfterOk && !ok) ||
           (d.kind == jobs::Dependency::Kind::kAfterNotOk && ok)) {
         never = other + " ended " + name + ", and " + flag + " needs it to " + wants;
@@ -467,13 +542,13 @@ Status Controller::ResolveDependencies(Lock& lock, std::map<int64_t, std::string
     }
     if (!never.empty()) {
       ending[id] = JobState::kCancelled;
-      ends.emplace_back(id, lifecycle::DependencyFailed{never});
+      ends.push_back({id, lifecycle::DependencyFailed{never}, {}});
+      (*blocked)[id] = never;  // should its end lose to another writer's change
       continue;
     }
     if (!waiting.empty()) (*blocked)[id] = waiting;
   }
-  // Written together without the lock (writing_): cancels and holds of these jobs wait.
-  return ApplyManyLocked(lock, std::move(ends)).status();
+  return ends;
 }
 
 void Controller::BlockWhileEarlierAttemptsStop(
@@ -501,10 +576,26 @@ Status Controller::ScheduleOnce() {
   std::vector<std::pair<std::string, NodeEntry>> nodes_copy;
   AdmissionFeed feed;  // pending jobs whose dependencies or earlier attempts hold them
   Limits limits;
+  // Dependencies first: the states of ended jobs are read from the store without the
+  // lock, and the jobs that can never run end before the snapshot is taken.
+  std::set<int64_t> unknown;
+  {
+    Lock lock(mu_);
+    unknown = UnknownDependencies();
+  }
+  const std::map<int64_t, Result<JobState>> read = ReadEndStates(unknown);
+  std::vector<Change> dependency_ends;
+  {
+    Lock lock(mu_);
+    dependency_ends = ResolveDependencies(read, &feed.waiting);
+  }
+  if (!dependency_ends.empty()) {
+    // A job cancelled or held meanwhile is that writer's; the next pass looks again.
+    GP_RETURN_IF_ERROR(Commit(std::move(dependency_ends), OnConflict::kDrop).status());
+  }
   {
     Lock lock(mu_);
     limits = limits_;
-    GP_RETURN_IF_ERROR(ResolveDependencies(lock, &feed.waiting));
     BlockWhileEarlierAttemptsStop(&feed.stopping);
     bool any_pending = false;
     snapshot.reserve(slim_.size());
@@ -537,63 +628,73 @@ Status Controller::ScheduleOnce() {
   GP_ASSIGN_OR_RETURN(ScheduleResult plan,
                       scheduler_->Plan(active, nodes, now / 1'000'000, feed, limits));
 
-  std::unique_lock lock(mu_);
   // Apply only if every job the plan saw occupying resources still does, every job it
   // starts is still pending, and every node it used is still up; otherwise plan again.
-  for (const auto& slim : snapshot) {
-    const Job& j = *slim;
-    if (j.state == JobState::kPending) continue;
-    auto it = active_.find(j.id);
-    if (it == active_.end()) continue;  // ended: resources freed, the plan stays safe
-    if (it->second.placement != j.placement) {
-      WakeScheduler();
-      return Status::Ok();
-    }
-  }
-  std::vector<std::pair<int64_t, lifecycle::Event>> placements;
-  for (auto& [id, placement] : plan.starts) {
-    auto it = active_.find(id);
-    if (it == active_.end() || it->second.state != JobState::kPending) continue;
-    if (!it->second.held_by.empty()) continue;  // held while the plan was made
-    if (writing_.count(id) != 0) continue;      // being cancelled or held right now
-    bool nodes_up = true;
-    bool drained = false;
-    std::vector<std::string> hosts;
+  // Only this thread places jobs, so what occupies resources cannot grow meanwhile.
+  auto still_placeable = [this](const Job& job, const std::vector<jobs::TaskPlacement>& placement) {
+    mu_.AssertHeld();  // a guard: Commit calls it under mu_
+    if (job.state != JobState::kPending) return Status::NotFound("no longer pending");
+    if (!job.held_by.empty()) return Status::NotFound("held while the plan was made");
     for (const jobs::TaskPlacement& p : placement) {
       auto n = nodes_.find(p.node);
-      nodes_up = nodes_up && n != nodes_.end() && n->second.up;
-      drained = drained || (n != nodes_.end() && n->second.draining);
-      hosts.push_back(n != nodes_.end() ? n->second.address : p.node);
+      if (n == nodes_.end() || !n->second.up || n->second.draining) {
+        return Status::NotFound("node " + p.node + " went down or was drained meanwhile");
+      }
     }
-    if (!nodes_up || drained) continue;  // drained while the plan was made
-    placements.emplace_back(id, lifecycle::Placed{std::move(placement), std::move(hosts)});
+    return Status::Ok();
+  };
+  std::vector<Change> placements;
+  {
+    Lock lock(mu_);
+    for (const auto& slim : snapshot) {
+      const Job& j = *slim;
+      if (j.state == JobState::kPending) continue;
+      auto it = active_.find(j.id);
+      if (it == active_.end()) continue;  // ended: resources freed, the plan stays safe
+      if (it->second.placement != j.placement) {
+        WakeScheduler();
+        return Status::Ok();
+      }
+    }
+    for (auto& [id, placement] : plan.starts) {
+      auto it = active_.find(id);
+      if (it == active_.end() || !still_placeable(it->second, placement).ok()) continue;
+      std::vector<std::string> hosts;
+      for (const jobs::TaskPlacement& p : placement) hosts.push_back(nodes_.at(p.node).address);
+      Change c{id, lifecycle::Placed{placement, std::move(hosts)}, {}};
+      c.guard = [still_placeable, where = placement](const Job& job) {
+        return still_placeable(job, where);
+      };
+      placements.push_back(std::move(c));
+    }
   }
-  last_pass_blocked_ = placements.empty();
-  if (!placements.empty()) {
+  const bool none = placements.empty();
+  if (!none) {
     // The assignments are written without the lock, so that API calls and agents' polls
-    // never wait on the database for them. Meanwhile the jobs are PENDING in memory, and
-    // Cancel and Hold of one of them wait for the write (writing_); nothing else changes
-    // a pending job, and this is the one scheduling thread.
-    GP_ASSIGN_OR_RETURN(std::vector<Job> placed, ApplyManyLocked(lock, std::move(placements)));
-    std::vector<std::pair<int64_t, std::string>> orphans;  // placed on a node now down
-    for (const Job& job : placed) {
-      for (const jobs::TaskPlacement& p : job.placement) {
-        if (auto n = nodes_.find(p.node); n == nodes_.end() || !n->second.up) {
-          orphans.emplace_back(job.id, p.node);
-          break;
+    // never wait on the database for them. Meanwhile the jobs are PENDING in memory; one
+    // cancelled or held meanwhile is left out (OnConflict::kDrop).
+    GP_ASSIGN_OR_RETURN(std::vector<Result<Job>> placed,
+                        Commit(std::move(placements), OnConflict::kDrop));
+    std::vector<Change> orphans;  // placed on a node declared down while being written
+    {
+      MutexLock lock(mu_);
+      for (const Result<Job>& job : placed) {
+        if (!job.ok()) continue;
+        for (const jobs::TaskPlacement& p : job->placement) {
+          if (auto n = nodes_.find(p.node); n == nodes_.end() || !n->second.up) {
+            // Its sweep did not see the job: it ends here as it would have there.
+            const std::string why =
+                "node " + p.node + " stopped responding while the job was placed";
+            orphans.push_back({job->id, lifecycle::NodeLost{p.node, why}, {}});
+            break;
+          }
         }
       }
     }
-    // A node that was declared down while the write was under way: its sweep did not see
-    // these jobs, so they end here as they would have there.
-    for (const auto& [id, node] : orphans) {
-      Result<Job> r =
-          ApplyLocked(lock, id,
-                      lifecycle::NodeLost{
-                          node, "node " + node + " stopped responding while the job was placed"});
-      if (!r.ok() && r.status().code() != StatusCode::kNotFound) return r.status();
-    }
+    GP_RETURN_IF_ERROR(Commit(std::move(orphans), OnConflict::kRetry).status());
   }
+  Lock lock(mu_);
+  last_pass_blocked_ = none;
   // Readers attach these to pending jobs; the old map is freed after the lock.
   pending_reasons_.swap(plan.pending_reasons);
   int64_t no_room = 0;
@@ -615,7 +716,7 @@ PoolSnapshot Controller::MetricsSnapshot(std::vector<NodeView>* nodes_out) {
     for (int milli : v.allocated_milli) s.gpus_allocated += milli / 1000.0;
   }
   if (nodes_out != nullptr) *nodes_out = std::move(nodes);
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   for (const auto& [id, job] : active_) {
     ++s.jobs_by_state[std::string(jobs::JobStateName(job.state))];
     if (job.state != JobState::kPending) continue;
@@ -626,40 +727,47 @@ PoolSnapshot Controller::MetricsSnapshot(std::vector<NodeView>* nodes_out) {
 }
 
 Status Controller::SweepNodes() {
-  Lock lock(mu_);
-  const int64_t now = clock_->NowMicros();
-  std::vector<std::string> silent;
-  for (auto& [name, e] : nodes_) {
-    if (!e.up || now - e.last_seen_us <= options_.node_timeout_us) continue;
-    e.up = false;
-    spdlog::warn("node {} stopped responding ({} s without a poll)", name,
-                 (now - e.last_seen_us) / 1'000'000);
-    silent.push_back(name);
-  }
-  if (silent.empty()) return Status::Ok();
-  const std::string timeout = std::to_string(options_.node_timeout_us / 1'000'000) + " s";
-  for (const std::string& name : silent) {
-    std::vector<int64_t> victims;
-    for (int64_t id : occupying_) {
-      if (OnNode(active_.at(id), name)) victims.push_back(id);
-    }
-    const std::string reason =
-        "node " + name + " stopped responding (no heartbeat for " + timeout + ")";
-    for (int64_t id : victims) {
-      // Each end is written without the lock: looked at again once no write of it is
-      // under way. A node that registered again meanwhile has dealt with its jobs.
-      WaitUntilNotWriting(lock, id);
-      auto it = active_.find(id);
-      if (it == active_.end() || !Occupies(it->second) || !OnNode(it->second, name) ||
-          nodes_.at(name).up) {
-        continue;
+  std::vector<Change> lost;
+  {
+    Lock lock(mu_);
+    const int64_t now = clock_->NowMicros();
+    const std::string timeout = std::to_string(options_.node_timeout_us / 1'000'000) + " s";
+    for (auto& [name, e] : nodes_) {
+      if (!e.up || now - e.last_seen_us <= options_.node_timeout_us) continue;
+      e.up = false;
+      spdlog::warn("node {} stopped responding ({} s without a poll)", name,
+                   (now - e.last_seen_us) / 1'000'000);
+      const std::string reason =
+          "node " + name + " stopped responding (no heartbeat for " + timeout + ")";
+      for (int64_t id : occupying_) {
+        if (!OnNode(active_.at(id), name)) continue;
+        // Looked at again when committed: a node that registered again meanwhile has
+        // dealt with its jobs, and a job may have ended or moved.
+        Change c{id, lifecycle::NodeLost{name, reason}, {}};
+        c.guard = [this, name = name](const Job& job) {
+          mu_.AssertHeld();  // guards run under mu_ (Commit)
+          if (!Occupies(job) || !OnNode(job, name) || nodes_.at(name).up) {
+            return Status::NotFound("no longer on a lost node");
+          }
+          return Status::Ok();
+        };
+        lost.push_back(std::move(c));
       }
-      Result<Job> r = ApplyLocked(lock, id, lifecycle::NodeLost{name, reason});
-      if (!r.ok() && r.status().code() != StatusCode::kNotFound) return r.status();
+      WakeScheduler();
     }
   }
-  WakeScheduler();
+  GP_ASSIGN_OR_RETURN(std::vector<Result<Job>> answers,
+                      Commit(std::move(lost), OnConflict::kRetry));
+  LogRefusals("node sweep", answers);
   return Status::Ok();
+}
+
+void Controller::LogRefusals(std::string_view what, const std::vector<Result<Job>>& answers) {
+  for (const Result<Job>& a : answers) {
+    if (!a.ok() && a.status().code() != StatusCode::kNotFound) {
+      spdlog::error("{}: {}", what, a.status().ToString());
+    }
+  }
 }
 
 }  // namespace gpupool::controller

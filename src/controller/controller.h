@@ -14,11 +14,13 @@
 // start nothing are planned together after arrival_batch_us; freed resources, node
 // changes and cancellations trigger a pass at once.
 //
-// No store write happens under the lock. A job's next state is computed under it and
-// written with the lock released (WriteJobsUnlocked); until the write lands the job is in
-// writing_, readers see it as it was, and every other writer of it waits for the write
-// before it reads the job. So a slow database delays only the callers whose own change is
-// being written, never reads, polls or changes of other jobs.
+// No store read or write happens under the lock. Every change of an active job goes
+// through one commit path (Commit): the job's next state is stepped under the lock
+// (job_lifecycle.h), written without it as a compare-and-set on the state and version
+// the step read, and installed under it again. Until the write lands readers see the job
+// as it was; a writer whose write loses to another's steps again on what that one left.
+// So a slow database delays only the callers whose own change is being written, never
+// reads, polls or changes of other jobs, and no change is lost or applied twice.
 #pragma once
 
 #include <atomic>
@@ -36,6 +38,7 @@
 #include <vector>
 
 #include "common/clock.h"
+#include "common/mutex.h"
 #include "common/status.h"
 #include "controller/job_lifecycle.h"
 #include "controller/limits.h"
@@ -322,45 +325,63 @@ class Controller {
   // Marks jobs on nodes silent for longer than the timeout LOST (or requeues them).
   Status SweepNodes();
 
-  // Blocks (real time, up to `timeout_ms`) until at least `n` threads wait for a job's
-  // write to land (WaitUntilNotWriting); returns whether they do. For tests of what
-  // waits behind a slow store.
-  bool WaitForWritersWaiting(int n, int timeout_ms = 10'000);
-
  private:
-  using Lock = std::unique_lock<std::mutex>;
+  using Lock = UniqueLock;
   Controller(store::Store* store, const Clock* clock, ControllerOptions options);
-  Status Load();
-  // The one way an active job changes: Step (job_lifecycle.h) on the job as it is now
-  // (after any write of it in flight), the transition written to the store with mu_
-  // released (WriteJobsUnlocked), then installed with its effects carried out (Install).
-  // `lock` holds mu_ on entry and on return; references into active_, nodes_ and execs_
-  // taken before the call are only good for what cannot go away meanwhile. NotFound when
-  // the job is not active; the lifecycle's refusals as they are.
-  Result<jobs::Job> ApplyLocked(Lock& lock, int64_t id, const lifecycle::Event& event);
-  // The same for several jobs, written in one transaction; a job being written by
-  // another writer, or whose step is refused (logged), is left out. Returns the jobs as
-  // installed.
-  Result<std::vector<jobs::Job>> ApplyManyLocked(
-      Lock& lock, std::vector<std::pair<int64_t, lifecycle::Event>> events);
+  Status Load() EXCLUDES(mu_);
+  // A change asked of an active job: `event`, stepped (job_lifecycle.h) on job `id` as it
+  // is when the change is made. `guard`, when set, first looks at the job (mu_ held): its
+  // refusal is the change's answer and nothing is stepped (NotFound: the change no longer
+  // applies, as for a job that is not active).
+  struct Change {
+    int64_t id = 0;
+    lifecycle::Event event;
+    std::function<Status(const jobs::Job&)> guard;
+  };
+  // What Commit does with a change whose job another writer changed after it was stepped.
+  enum class OnConflict {
+    kRetry,  // step it again on the job as that writer left it
+    kDrop,   // leave it out (FailedPrecondition): the scheduler's, whose next pass looks again
+  };
+  // The one way active jobs change (issue 27's commit path): under mu_, each change is
+  // stepped on its job as it is in memory (a second change of one job on the first one's
+  // result); without mu_, the transitions are written in one compare-and-set transaction
+  // on the state and version each step read; under mu_ again, each is installed with its
+  // effects (Install). When another writer changed one of the jobs meanwhile (the store's
+  // IsConflict), nothing was written: once that writer's transition is installed, the
+  // changes are stepped again, but for kDrop's of the changed jobs. Called without mu_,
+  // which is not held across the store's write; no other path writes a job's change.
+  // Returns each change's answer, in order: the job as installed (as it is, for a change
+  // that changes nothing), NotFound when the job is not active, the guard's or the
+  // lifecycle's refusal. Its own error only when the store fails.
+  Result<std::vector<Result<jobs::Job>>> Commit(std::vector<Change> changes, OnConflict on_conflict)
+      EXCLUDES(mu_);
+  // Logs the answers of a Commit that are refusals (NotFound is no refusal: the change
+  // no longer applies).
+  static void LogRefusals(std::string_view what, const std::vector<Result<jobs::Job>>& answers);
+  // What Cancel, Hold and release answer for job `id` when it is not active (read from
+  // the store, without mu_): NotFound, PermissionDenied, or the lifecycle's refusal.
+  Result<jobs::Job> NotActiveAnswer(int64_t id, const Caller& caller, const lifecycle::Event& event)
+      EXCLUDES(mu_);
+  // One change, with kRetry: its answer, or the store's error.
+  Result<jobs::Job> CommitOne(Change change) EXCLUDES(mu_);
+  // A Commit round's steps: the transitions of the changes that change their job, the
+  // writes they make, and which change each one is.
+  struct Stepped {
+    std::vector<size_t> change;
+    std::vector<lifecycle::Transition> steps;
+    std::vector<store::Store::JobUpdate> updates;
+  };
+  // Under mu_: steps changes `todo` (indexes into `changes`); the answers of those that
+  // write nothing go in `answers`.
+  Stepped StepChanges(const std::vector<Change>& changes, const std::vector<size_t>& todo,
+                      std::vector<Result<jobs::Job>>& answers) REQUIRES(mu_);
+  // Under mu_: installs a round's written steps, each change's answer in `answers`.
+  void InstallSteps(Stepped& stepped, std::vector<Result<jobs::Job>>& answers) REQUIRES(mu_);
   // Puts a written transition in memory (the job in active_, or out of it) and carries
   // out its effects: stop orders, strays, pending reasons, wake-ups. mu_ held.
-  void Install(lifecycle::Transition t);
-  LaunchOrder MakeLaunchOrder(const jobs::Job& job, size_t task_index) const;
-  void ExecReported(Lock& lock, const std::string& node, const protocol::ExecReport& r,
-                    bool* freed);
-  // Under mu_: the checks and the session of StartExec.
-  Result<int64_t> StartExecLocked(int64_t job_id, int task_index, std::vector<std::string> argv,
-                                  const Caller& caller, ExecOptions io);
-  // Under mu_: ends session `exec_id` for its client (gone, or stopped it) and has its
-  // agent stop the command.
-  void HangUpLocked(Lock& lock, int64_t exec_id, const std::string& reason);
-  // Under mu_: the caller's session `exec_id`. A session that does not exist and one
-  // that is another user's get the same NotFound, word for word: whether someone else's
-  // id exists does not show (issue 25).
-  Result<ExecSession*> CallersExecLocked(int64_t exec_id, const Caller& caller);
-  // Under mu_: a new session id, random (ControllerOptions::random) and unused.
-  Result<int64_t> NewExecIdLocked();
+  void Install(lifecycle::Transition t) REQUIRES(mu_);
+  LaunchOrder MakeLaunchOrder(const jobs::Job& job, size_t task_index) const REQUIRES(mu_);
   // How a `gpupool run` job's command ended: a copy, as the session may be collected
   // while the job's end is written.
   struct CommandEnd {
@@ -373,75 +394,87 @@ class Controller {
     std::string hangup_reason;
   };
   static CommandEnd CommandEndOf(const ExecSession& x);
-  // Under mu_: a `gpupool run` job's command ended: the job ends with it.
-  void CommandEndedLocked(Lock& lock, const CommandEnd& end, bool* freed);
+  // Under mu_: an agent's report on a session; the end of a `gpupool run` job's command
+  // goes in `ended`, for the caller to commit once it lets mu_ go (CommitCommandEnds).
+  void ExecReported(const std::string& node, const protocol::ExecReport& r,
+                    std::vector<CommandEnd>* ended) REQUIRES(mu_);
+  // Under mu_: the checks and the session of StartExec.
+  Result<int64_t> StartExecLocked(int64_t job_id, int task_index, std::vector<std::string> argv,
+                                  const Caller& caller, ExecOptions io) REQUIRES(mu_);
+  // Under mu_: ends session `exec_id` for its client (gone, or stopped it) and has its
+  // agent stop the command.
+  // The end of a `gpupool run` job's command goes in `ended`, as for ExecReported.
+  void HangUpLocked(int64_t exec_id, const std::string& reason, std::vector<CommandEnd>* ended)
+      REQUIRES(mu_);
+  // Under mu_: the caller's session `exec_id`. A session that does not exist and one
+  // that is another user's get the same NotFound, word for word: whether someone else's
+  // id exists does not show (issue 25).
+  Result<ExecSession*> CallersExecLocked(int64_t exec_id, const Caller& caller) REQUIRES(mu_);
+  // Under mu_: a new session id, random (ControllerOptions::random) and unused.
+  Result<int64_t> NewExecIdLocked() REQUIRES(mu_);
+  // Without mu_: `gpupool run` jobs' commands ended: the jobs end with them (Commit).
+  void CommitCommandEnds(const std::vector<CommandEnd>& ends) EXCLUDES(mu_);
   void Loop();
   // Asks for a pass: WakeScheduler when resources or nodes changed (runs at once),
   // WakeSchedulerForArrival for new jobs (batched while the pool is full).
-  void WakeScheduler();
-  void WakeSchedulerForArrival();
+  void WakeScheduler() REQUIRES(mu_);
+  void WakeSchedulerForArrival() REQUIRES(mu_);
   void NotifyNode(const std::string& node);
   // After job `id` changed in active_ (or left it): updates occupying_, slim_ and the
   // queued counts.
-  void Touched(int64_t id);
+  void Touched(int64_t id) REQUIRES(mu_);
   // Adds `delta` to the queued counts of `job`'s user, project and the pool, and its
   // submission's bytes to the queued bytes when it is the first queued job holding that
   // submission (or takes them away when it was the last). `job` is whole for +1; for -1
   // its ids and user suffice (a slim_ copy).
-  void CountQueued(const jobs::Job& job, int64_t delta);
+  void CountQueued(const jobs::Job& job, int64_t delta) REQUIRES(mu_);
   // The bytes part of it: `delta` queued jobs (or a submission still landing) more hold
   // `job`'s submission (its array's, for an element).
-  void CountQueuedSubmission(const jobs::Job& job, int64_t delta);
+  void CountQueuedSubmission(const jobs::Job& job, int64_t delta) REQUIRES(mu_);
   // Sets a pending job's pending_reason from the last pass.
-  void AttachPendingReason(jobs::Job* job) const;
-  // Waits (releasing `lock` on mu_) until job `id`'s write in flight, if any, has landed.
-  // Every path that changes an active job calls it before it reads the job, and holds
-  // no job of its own in writing_ meanwhile.
-  void WaitUntilNotWriting(Lock& lock, int64_t id);
-  // Writes `updates` (compare-and-set on their expected states and versions) with mu_
-  // released and the jobs in writing_; `lock` is held again on return. Meanwhile readers
-  // see the jobs as they were, the scheduler and dependency resolution leave them alone,
-  // and every other writer of them waits; nothing else erases a job from active_, so a
-  // reference to it stays good. Nodes are never erased from nodes_; sessions may leave
-  // execs_. On success each update's job carries its stored version.
-  Status WriteJobsUnlocked(Lock& lock, std::vector<store::Store::JobUpdate>& updates);
-  // One job: `next` is a changed copy of the job in memory, whose version and state
-  // `expected` are the ones read; on success next.version is the stored one.
-  Status WriteJobUnlocked(Lock& lock, jobs::Job& next, jobs::JobState expected);
-
-  Result<NodeView> SetDrain(const std::string& name, bool draining, const std::string& reason);
+  void AttachPendingReason(jobs::Job* job) const REQUIRES(mu_);
+  Result<NodeView> SetDrain(const std::string& name, bool draining, const std::string& reason)
+      EXCLUDES(mu_);
   // ResourceExhausted, naming the user, project or pool and the limit (its max_queued,
   // or the options' max_queued_per_user / max_queued_total / max_queued_bytes_*), when
   // `adding` more jobs of `job`'s user and project, holding `bytes` more of submissions,
   // would pass it, counting submissions still being stored. mu_ held.
-  Status CheckQueuedLimits(const jobs::Job& job, int64_t adding, int64_t bytes);
+  Status CheckQueuedLimits(const jobs::Job& job, int64_t adding, int64_t bytes) REQUIRES(mu_);
   // NotFound or PermissionDenied naming the flag (--after-ok 12) when a dependency of
   // `job` names no job or another user's (an admin's may name any). Reads the store: call
   // without mu_.
-  Status CheckDependencies(const jobs::Job& job, const Caller& caller);
+  Status CheckDependencies(const jobs::Job& job, const Caller& caller) EXCLUDES(mu_);
   // The job an earlier submission with `job`'s user and submit_key made, if any (then
   // *duplicate is set). Reads the store: call without mu_.
-  Result<std::optional<jobs::Job>> EarlierSubmission(const jobs::Job& job, bool* duplicate);
+  Result<std::optional<jobs::Job>> EarlierSubmission(const jobs::Job& job, bool* duplicate)
+      EXCLUDES(mu_);
   // One job per index of `spec` (job.array parsed), stored in one transaction (all or
   // none); returns the first element, whose id is the array's. Each element that lands in active_
   // takes one of
   // `*reserved` (its user's, counted in submitting_) into the queued counts; the first
   // takes `*reserved_bytes` (the submission's, counted once for all the elements).
   Result<jobs::Job> SubmitArray(jobs::Job job, const jobs::ArraySpec& spec, int64_t* reserved,
-                                int64_t* reserved_bytes);
+                                int64_t* reserved_bytes) EXCLUDES(mu_);
   // Gives back `n` jobs and `bytes` reserved in submitting_* by a submission. mu_ held.
-  void Unreserve(const std::string& user, const std::string& project, int64_t n, int64_t bytes);
-  // A job's state: active ones from memory, ended ones from the store (cached). mu_ held.
-  Result<jobs::JobState> EndedState(int64_t id);
-  // Pending jobs whose dependencies are unmet go in `blocked` with the reason; those whose
-  // dependencies can no longer be met end (CANCELLED, with the reason), written without
-  // mu_. `lock` holds mu_.
-  Status ResolveDependencies(Lock& lock, std::map<int64_t, std::string>* blocked);
+  void Unreserve(const std::string& user, const std::string& project, int64_t n, int64_t bytes)
+      REQUIRES(mu_);
+  // Dependency resolution reads the store only without mu_, in three steps:
+  // Under mu_: the jobs that pending jobs depend on whose state is not in memory (neither
+  // active nor in ended_states_).
+  std::set<int64_t> UnknownDependencies() const REQUIRES(mu_);
+  // Without mu_: their states from the store (an array's as its elements' together).
+  std::map<int64_t, Result<jobs::JobState>> ReadEndStates(const std::set<int64_t>& ids)
+      EXCLUDES(mu_);
+  // Under mu_, with those states (cached in ended_states_): pending jobs whose
+  // dependencies are unmet go in `blocked` with the reason; those whose dependencies can
+  // no longer be met are returned as changes to end them (DependencyFailed), to commit.
+  std::vector<Change> ResolveDependencies(const std::map<int64_t, Result<jobs::JobState>>& read,
+                                          std::map<int64_t, std::string>* blocked) REQUIRES(mu_);
   // Adds the pending jobs whose earlier attempt a node still runs (and is told to stop)
   // to `stopping`, with that attempt and node, for the scheduler's EarlierAttemptGate.
   // Called with mu_ held.
   void BlockWhileEarlierAttemptsStop(
-      std::map<int64_t, std::pair<int32_t, std::string>>* stopping) const;
+      std::map<int64_t, std::pair<int32_t, std::string>>* stopping) const REQUIRES(mu_);
 
   struct NodeEntry {
     gpu::NodeInfo info;
@@ -473,40 +506,39 @@ class Controller {
   const Clock* clock_;
   ControllerOptions options_;
 
-  std::mutex mu_;
+  Mutex mu_;
   // Serialises writes of node records (registration, drain, resume), so a registration
   // never stores a node's drain state as it was before a concurrent drain. Taken before mu_.
-  std::mutex node_write_mu_;
+  Mutex node_write_mu_ ACQUIRED_BEFORE(mu_);
   // Serialises writes of settings (limits), which happen without mu_.
-  std::mutex settings_write_mu_;
+  Mutex settings_write_mu_ ACQUIRED_BEFORE(mu_);
   std::condition_variable work_cv_;  // agents waiting for work
-  // Jobs whose next state is being written to the store without mu_ (WriteJobsUnlocked):
-  // every store write of a job is made so. The scheduler and dependency resolution skip
-  // them; every other writer waits on write_cv_ (WaitUntilNotWriting) before it reads the
-  // job, so no change is lost and the store's compare-and-set holds.
-  std::set<int64_t> writing_;
-  std::condition_variable write_cv_;
-  int write_waiters_ = 0;                 // threads in WaitUntilNotWriting now
-  std::condition_variable scheduler_cv_;  // the loop waiting for a reason to run
-  bool capacity_changed_ = false;         // resources freed, nodes changed: plan at once
-  bool jobs_arrived_ = false;             // new submissions
-  bool last_pass_blocked_ = false;        // the last pass had pending jobs and started none
-  bool stopping_ = false;
-  std::map<int64_t, jobs::Job> active_;             // non-terminal jobs by id
-  std::map<int64_t, jobs::JobState> ended_states_;  // of ended jobs others depend on
-  Limits limits_;
+  // Notified by every Install: a Commit whose write lost to another writer's waits on
+  // it for that writer's transition to be in memory before it steps again.
+  std::condition_variable install_cv_;
+  std::condition_variable scheduler_cv_;           // the loop waiting for a reason to run
+  bool capacity_changed_ GUARDED_BY(mu_) = false;  // resources freed, nodes changed: plan at once
+  bool jobs_arrived_ GUARDED_BY(mu_) = false;      // new submissions
+  bool last_pass_blocked_ GUARDED_BY(mu_) =
+      false;  // the last pass had pending jobs and started none
+  bool stopping_ GUARDED_BY(mu_) = false;
+  std::map<int64_t, jobs::Job> active_ GUARDED_BY(mu_);  // non-terminal jobs by id
+  std::map<int64_t, jobs::JobState> ended_states_
+      GUARDED_BY(mu_);  // of ended jobs others depend on
+  Limits limits_ GUARDED_BY(mu_);
   // Submissions past the queue bounds' check and not yet in active_, per user, per
   // project and in all.
-  std::map<std::string, int64_t> submitting_;
-  std::map<std::string, int64_t> submitting_project_;
-  int64_t submitting_total_ = 0;
-  std::map<std::string, int64_t> submitting_bytes_;  // their submissions' bytes, per user
-  int64_t submitting_bytes_total_ = 0;
+  std::map<std::string, int64_t> submitting_ GUARDED_BY(mu_);
+  std::map<std::string, int64_t> submitting_project_ GUARDED_BY(mu_);
+  int64_t submitting_total_ GUARDED_BY(mu_) = 0;
+  std::map<std::string, int64_t> submitting_bytes_
+      GUARDED_BY(mu_);  // their submissions' bytes, per user
+  int64_t submitting_bytes_total_ GUARDED_BY(mu_) = 0;
   // The PENDING jobs of active_ (held ones too) per user, per accounting project and in
   // all, kept by Touched: what the queue bounds count, without a walk of the queue.
-  std::map<std::string, int64_t> queued_by_user_;
-  std::map<std::string, int64_t> queued_by_project_;
-  int64_t queued_total_ = 0;
+  std::map<std::string, int64_t> queued_by_user_ GUARDED_BY(mu_);
+  std::map<std::string, int64_t> queued_by_project_ GUARDED_BY(mu_);
+  int64_t queued_total_ GUARDED_BY(mu_) = 0;
   // The submissions of those jobs, by the job id of their holder (an array's id for its
   // elements, which share one copy of it), with how many queued jobs hold each; and
   // their bytes per user and in all: what the bounds on queued bytes count.
@@ -515,27 +547,29 @@ class Controller {
     int64_t bytes = 0;
     int64_t jobs = 0;
   };
-  std::map<int64_t, QueuedSubmission> queued_submissions_;
-  std::map<std::string, int64_t> queued_bytes_by_user_;
-  int64_t queued_bytes_total_ = 0;
+  std::map<int64_t, QueuedSubmission> queued_submissions_ GUARDED_BY(mu_);
+  std::map<std::string, int64_t> queued_bytes_by_user_ GUARDED_BY(mu_);
+  int64_t queued_bytes_total_ GUARDED_BY(mu_) = 0;
   // Ids of the jobs in active_ that hold resources (ASSIGNED or RUNNING): what node
   // views, agent polls and node-loss sweeps walk, not the whole queue.
-  std::set<int64_t> occupying_;
+  std::set<int64_t> occupying_ GUARDED_BY(mu_);
   // For each job in active_, an immutable copy with what planning needs: a pass takes
   // its snapshot by sharing these, not by copying thousands of jobs under the lock.
-  std::map<int64_t, std::shared_ptr<const jobs::Job>> slim_;
+  std::map<int64_t, std::shared_ptr<const jobs::Job>> slim_ GUARDED_BY(mu_);
   // Why each job left pending by the last pass waits (swapped in whole by the pass).
-  std::map<int64_t, std::string> pending_reasons_;
-  std::map<std::string, NodeEntry> nodes_;
+  std::map<int64_t, std::string> pending_reasons_ GUARDED_BY(mu_);
+  std::map<std::string, NodeEntry> nodes_ GUARDED_BY(mu_);
   std::unique_ptr<JobScheduler> scheduler_;  // used by one pass at a time (the loop)
   LogRelay log_relay_;
-  std::map<int64_t, ExecSession> execs_;
+  std::map<int64_t, ExecSession> execs_ GUARDED_BY(mu_);
   // Interactive sessions one user may have open at once (each holds one of the user's
   // 16 waiting requests, Api::kMaxWaitingPerCaller).
   static constexpr int kMaxInteractivePerUser = 12;
-  std::map<int64_t, int64_t> primary_exec_;  // `gpupool run` job -> its command's session
-  size_t exec_output_held_ = 0;              // bytes of ExecSession::complete_output, all sessions
-  int64_t exec_created_ = 0;                 // ExecSession::created of the last session started
+  std::map<int64_t, int64_t> primary_exec_
+      GUARDED_BY(mu_);  // `gpupool run` job -> its command's session
+  size_t exec_output_held_ GUARDED_BY(mu_) =
+      0;                                      // bytes of ExecSession::complete_output, all sessions
+  int64_t exec_created_ GUARDED_BY(mu_) = 0;  // ExecSession::created of the last session started
   std::condition_variable exec_cv_;
   std::thread loop_;
   std::atomic<int64_t> loop_seen_mono_us_{0};  // the loop's last round; 0 = not running

@@ -18,6 +18,10 @@ inline constexpr int64_t kResendAfterUs = 5'000'000;
 // A node that answers stop orders for a job this long without reporting any of its
 // tasks' ends runs none of them.
 inline constexpr int64_t kStrayGiveUpUs = 60'000'000;
+// How long a Commit whose compare-and-set lost waits for the winning writer's transition
+// to be installed. Every writer of the store is this controller (another one is fenced
+// out), whose winner installs at once; the bound is for a store changed behind its back.
+inline constexpr int64_t kConflictWaitUs = 10'000'000;
 // The most output of ended exec sessions held for their clients (ExecReport's inline
 // output, up to 16 KiB each); past it a session's output is relayed from its node.
 inline constexpr size_t kMaxExecOutputHeld = 32 << 20;

@@ -63,7 +63,7 @@ Result<std::optional<Job>> Controller::EarlierSubmission(const Job& job, bool* d
   if (!id) return std::optional<Job>();
   if (duplicate != nullptr) *duplicate = true;
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     if (auto it = active_.find(*id); it != active_.end()) {
       Job copy = it->second;
       AttachPendingReason(&copy);
@@ -125,12 +125,12 @@ Result<Job> Controller::Submit(Job job, const Caller& caller, bool* duplicate) {
     int64_t* bytes;
     ~Release() {
       if (*n == 0 && *bytes == 0) return;
-      std::lock_guard lock(c->mu_);
+      MutexLock lock(c->mu_);
       c->Unreserve(*user, *project, *n, *bytes);
     }
   } release{this, &user, &project, &reserved, &reserved_bytes};
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     GP_RETURN_IF_ERROR(CheckQueuedLimits(job, adding, bytes));
     reserved = adding;
     reserved_bytes = bytes;
@@ -164,7 +164,7 @@ Result<Job> Controller::Submit(Job job, const Caller& caller, bool* duplicate) {
   }
   GP_ASSIGN_OR_RETURN(job.id, std::move(id));
   job.version = 1;  // as stored
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   active_[job.id] = job;
   Touched(job.id);
   Unreserve(user, project, 1, reserved_bytes);
@@ -198,7 +198,7 @@ Result<Job> Controller::SubmitArray(Job job, const jobs::ArraySpec& spec, int64_
   // every element, and keeps the array's submit_key on the first.
   GP_ASSIGN_OR_RETURN(elements, store_->InsertJobs(std::move(elements), store::InsertAs::kArray));
   const Job first = elements.front();
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   // All the elements land together: from here on they count as queued (the array's bytes
   // once, with its first element) instead of as the submission's reservation.
   for (Job& e : elements) {
@@ -218,7 +218,7 @@ Result<Job> Controller::SubmitArray(Job job, const jobs::ArraySpec& spec, int64_
 
 std::vector<int64_t> Controller::JobsUsingEnvironment(const std::string& ref) {
   std::vector<int64_t> out;
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   for (const auto& [id, job] : active_) {
     if (job.environment == ref) out.push_back(id);
   }
@@ -227,7 +227,7 @@ std::vector<int64_t> Controller::JobsUsingEnvironment(const std::string& ref) {
 
 Result<Job> Controller::Get(int64_t id, const Caller& caller) {
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     if (auto it = active_.find(id); it != active_.end()) {
       GP_RETURN_IF_ERROR(CheckOwner(it->second, caller));
       Job job = it->second;
@@ -253,14 +253,14 @@ Result<std::vector<Job>> Controller::List(const store::JobFilter& filter, const 
     // lists every state at once): one lock for all of them, after the store's read.
     if (std::any_of(stored.begin(), stored.end(),
                     [](const Job& j) { return j.state == JobState::kPending; })) {
-      std::lock_guard lock(mu_);
+      MutexLock lock(mu_);
       for (Job& job : stored) AttachPendingReason(&job);
     }
     return stored;
   }
   // Active jobs are served from memory: they carry fresh pending reasons.
   std::vector<Job> out;
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   auto matches = [&](const Job& job) {
     if (f.user && job.user != *f.user) return false;
     if (!f.states.empty() &&
@@ -282,19 +282,23 @@ Result<std::vector<Job>> Controller::List(const store::JobFilter& filter, const 
   return out;
 }
 
+Result<Job> Controller::NotActiveAnswer(int64_t id, const Caller& caller,
+                                        const lifecycle::Event& event) {
+  GP_ASSIGN_OR_RETURN(Job job, store_->GetJob(id));
+  GP_RETURN_IF_ERROR(CheckOwner(job, caller));
+  // An ended job: the lifecycle says why it refuses.
+  GP_RETURN_IF_ERROR(lifecycle::Step(job, event, clock_->NowMicros()).status());
+  // Stored and not active: a submission that is not in memory yet.
+  return Status::FailedPrecondition("job " + std::to_string(id) +
+                                    " is still being submitted: try again in a moment");
+}
+
 Result<Job> Controller::Cancel(int64_t id, const Caller& caller) {
-  Lock lock(mu_);
-  WaitUntilNotWriting(lock, id);
-  auto it = active_.find(id);
-  if (it == active_.end()) {
-    GP_ASSIGN_OR_RETURN(Job job, store_->GetJob(id));
-    GP_RETURN_IF_ERROR(CheckOwner(job, caller));
-    // An ended job: the lifecycle says why it refuses.
-    return lifecycle::Step(job, lifecycle::CancelRequested{caller.user}, clock_->NowMicros())
-        .status();
-  }
-  GP_RETURN_IF_ERROR(CheckOwner(it->second, caller));
-  return ApplyLocked(lock, id, lifecycle::CancelRequested{caller.user});
+  const lifecycle::Event cancel = lifecycle::CancelRequested{caller.user};
+  Result<Job> r =
+      CommitOne({id, cancel, [&caller](const Job& job) { return CheckOwner(job, caller); }});
+  if (r.ok() || r.status().code() != StatusCode::kNotFound) return r;
+  return NotActiveAnswer(id, caller, cancel);
 }
 
 Status Controller::CheckQueuedLimits(const Job& job, int64_t adding, int64_t bytes) {
@@ -361,7 +365,7 @@ Status Controller::CheckQueuedLimits(const Job& job, int64_t adding, int64_t byt
 }
 
 Limits Controller::GetLimits() {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   return limits_;
 }
 
@@ -370,9 +374,9 @@ Result<Limits> Controller::SetLimits(Limits limits, const Caller& caller) {
     return Status::PermissionDenied("only admins set limits (you are " + caller.user + ")");
   }
   // Written without mu_; settings_write_mu_ keeps two admins' writes in order.
-  std::lock_guard write(settings_write_mu_);
+  MutexLock write(settings_write_mu_);
   GP_RETURN_IF_ERROR(store_->PutSetting("limits", DumpJson(LimitsToJson(limits))));
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   limits_ = std::move(limits);
   spdlog::info("usage limits set by {}: {}", caller.user, DumpJson(LimitsToJson(limits_)));
   capacity_changed_ = true;  // raised limits may let jobs start
@@ -381,7 +385,7 @@ Result<Limits> Controller::SetLimits(Limits limits, const Caller& caller) {
 }
 
 std::vector<int64_t> Controller::ArrayElements(int64_t array_id, int index) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   std::vector<int64_t> out;
   for (const auto& [id, job] : active_) {
     if (job.array_id == array_id && (index < 0 || job.array_index == index)) out.push_back(id);
@@ -391,7 +395,7 @@ std::vector<int64_t> Controller::ArrayElements(int64_t array_id, int index) {
 
 Result<int64_t> Controller::ArrayElementId(int64_t array_id, int index, const Caller& caller) {
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     for (const auto& [id, job] : active_) {
       if (job.array_id == array_id && job.array_index == index) {
         GP_RETURN_IF_ERROR(CheckOwner(job, caller));
@@ -456,7 +460,7 @@ Result<ArrayCancelled> Controller::CancelArray(int64_t array_id, const Caller& c
   }
   std::vector<std::pair<int64_t, JobState>> elements;  // still queued or running
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     for (const auto& [id, job] : active_) {
       if (job.array_id == array_id) elements.emplace_back(id, job.state);
     }
@@ -464,15 +468,26 @@ Result<ArrayCancelled> Controller::CancelArray(int64_t array_id, const Caller& c
   ArrayCancelled out;
   Result<jobs::ArraySpec> spec = jobs::ParseArraySpec(head.array);
   out.elements = spec.ok() ? static_cast<int>(spec->indices.size()) : 0;
+  // In one transaction: all the elements' cancels, or none.
+  std::vector<Change> cancels;
   for (const auto& [id, state] : elements) {
-    Result<Job> j = Cancel(id, caller);
-    if (!j.ok() && j.status().code() == StatusCode::kFailedPrecondition) continue;  // ended
-    if (!j.ok()) {
-      return j.status().WithContext("array " + std::to_string(array_id) + " (" +
-                                    std::to_string(out.queued + out.running) +
-                                    " elements cancelled before this one)");
+    cancels.push_back({id, lifecycle::CancelRequested{caller.user},
+                       [&caller](const Job& job) { return CheckOwner(job, caller); }});
+  }
+  GP_ASSIGN_OR_RETURN(std::vector<Result<Job>> answers,
+                      Commit(std::move(cancels), OnConflict::kRetry));
+  for (size_t k = 0; k < answers.size(); ++k) {
+    const Result<Job>& j = answers[k];
+    // Ended meanwhile, or already being stopped: not this cancel's.
+    if (!j.ok() && (j.status().code() == StatusCode::kNotFound ||
+                    j.status().code() == StatusCode::kFailedPrecondition)) {
+      continue;
     }
-    ++(state == JobState::kPending ? out.queued : out.running);
+    if (!j.ok()) {
+      return j.status().WithContext("array " + std::to_string(array_id) + ", element job " +
+                                    std::to_string(elements[k].first));
+    }
+    ++(elements[k].second == JobState::kPending ? out.queued : out.running);
   }
   if (out.queued + out.running == 0) {
     return Status::FailedPrecondition(
@@ -486,20 +501,27 @@ Result<ArrayCancelled> Controller::CancelArray(int64_t array_id, const Caller& c
 }
 
 Result<Job> Controller::Hold(int64_t id, const Caller& caller, bool hold) {
-  Lock lock(mu_);
-  WaitUntilNotWriting(lock, id);
   auto event = [&](const Job& job) -> lifecycle::Event {
     if (hold) return lifecycle::Hold{caller.user, caller.admin && caller.uid != job.uid};
     return lifecycle::Release{caller.user, caller.admin};
   };
-  auto it = active_.find(id);
-  if (it == active_.end()) {
-    GP_ASSIGN_OR_RETURN(Job job, store_->GetJob(id));
-    GP_RETURN_IF_ERROR(CheckOwner(job, caller));
-    return lifecycle::Step(job, event(job), clock_->NowMicros()).status();
+  std::optional<Job> owner;  // the job's ids and owner, which never change
+  {
+    Lock lock(mu_);
+    if (auto it = active_.find(id); it != active_.end()) {
+      owner.emplace();
+      owner->id = id;
+      owner->uid = it->second.uid;
+      owner->user = it->second.user;
+    }
   }
-  GP_RETURN_IF_ERROR(CheckOwner(it->second, caller));
-  return ApplyLocked(lock, id, event(it->second));
+  if (owner) {
+    Result<Job> r = CommitOne(
+        {id, event(*owner), [&caller](const Job& job) { return CheckOwner(job, caller); }});
+    if (r.ok() || r.status().code() != StatusCode::kNotFound) return r;
+  }
+  GP_ASSIGN_OR_RETURN(Job job, store_->GetJob(id));
+  return NotActiveAnswer(id, caller, event(job));
 }
 
 }  // namespace gpupool::controller

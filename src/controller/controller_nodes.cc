@@ -39,7 +39,7 @@ std::string RemoteIp(const std::string& remote) {
 }  // namespace
 
 std::vector<NodeView> Controller::Nodes() {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   // The tasks on each node, from one walk of the jobs holding resources: a walk per node
   // would cost nodes x jobs (1,000 nodes and 4,000 jobs: 0.4 s per GET /metrics).
   std::map<std::string_view, std::vector<std::pair<const Job*, const jobs::TaskPlacement*>>> tasks;
@@ -105,9 +105,9 @@ Result<NodeView> Controller::ResumeNode(const std::string& name, const Caller& c
 
 Result<NodeView> Controller::SetDrain(const std::string& name, bool draining,
                                       const std::string& reason) {
-  std::lock_guard write(node_write_mu_);
+  MutexLock write(node_write_mu_);
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     if (nodes_.count(name) == 0) {
       return Status::NotFound("node " + name + " is not known: `gpupool nodes` lists the nodes");
     }
@@ -120,7 +120,7 @@ Result<NodeView> Controller::SetDrain(const std::string& name, bool draining,
   rec->drain_reason = reason;
   GP_RETURN_IF_ERROR(store_->PutNode(*rec));
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     NodeEntry& e = nodes_[name];
     e.draining = draining;
     e.drain_reason = reason;
@@ -155,9 +155,9 @@ Result<protocol::RegistrationReply> Controller::RegisterNode(protocol::Registrat
   rec.last_heartbeat_us = now;
   rec.address = address;
   rec.protocol = protocol::VersionString(reg.version);
-  std::lock_guard write(node_write_mu_);
+  MutexLock write(node_write_mu_);
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     if (auto it = nodes_.find(name); it != nodes_.end()) {
       rec.draining = it->second.draining;  // a drain outlives the agent's restarts
       rec.drain_reason = it->second.drain_reason;
@@ -165,63 +165,62 @@ Result<protocol::RegistrationReply> Controller::RegisterNode(protocol::Registrat
   }
   GP_RETURN_IF_ERROR(store_->PutNode(rec));
 
-  Lock lock(mu_);
-  NodeEntry& e = nodes_[name];
-  e.info = std::move(reg.info);
-  e.cpu_milli = reg.cpu_milli;
-  e.memory_mib = reg.memory_mib;
-  e.last_seen_us = now;
-  e.up = true;
-  e.address = address;
-  e.version = reg.version;
-  e.launch_sent_us.clear();  // a (re)started agent gets every open order again
-  e.cancel_sent_us.clear();
-  e.stray_sent_us.clear();
-  e.stray_first_us.clear();
-  e.stray_running.clear();
-  e.exec_cancel_sent_us.clear();
-
-  // Tasks the agent runs that no active job of ours expects there are stopped; tasks we
-  // believe run there that the agent does not know are gone.
-  std::set<std::pair<int64_t, int>> known;
-  // A task whose end is on its way is not lost: its event follows the registration.
-  for (const protocol::RunningTask& t : reg.ended) known.insert({t.job_id, t.attempt});
-  for (const protocol::RunningTask& t : reg.running) {
-    known.insert({t.job_id, t.attempt});
-    auto it = active_.find(t.job_id);
-    const bool expected = it != active_.end() && Occupies(it->second) &&
-                          it->second.attempt == t.attempt && OnNode(it->second, name);
-    if (!expected) {
-      e.stray_sent_us[{t.job_id, t.attempt}] = 0;
-      e.stray_running.insert({t.job_id, t.attempt});
+  std::vector<Change> forgotten;  // started here, not known to the agent: gone
+  {
+    Lock lock(mu_);
+    NodeEntry& e = nodes_[name];
+    e.info = std::move(reg.info);
+    e.cpu_milli = reg.cpu_milli;
+    e.memory_mib = reg.memory_mib;
+    e.last_seen_us = now;
+    e.up = true;
+    e.address = address;
+    e.version = reg.version;
+    e.launch_sent_us.clear();  // a (re)started agent gets every open order again
+    e.cancel_sent_us.clear();
+    e.stray_sent_us.clear();
+    e.stray_first_us.clear();
+    e.stray_running.clear();
+    e.exec_cancel_sent_us.clear();
+    // Tasks the agent runs that no active job of ours expects there are stopped; tasks we
+    // believe run there that the agent does not know are gone.
+    auto known = std::make_shared<std::set<std::pair<int64_t, int>>>();
+    // A task whose end is on its way is not lost: its event follows the registration.
+    for (const protocol::RunningTask& t : reg.ended) known->insert({t.job_id, t.attempt});
+    for (const protocol::RunningTask& t : reg.running) {
+      known->insert({t.job_id, t.attempt});
+      auto it = active_.find(t.job_id);
+      const bool expected = it != active_.end() && Occupies(it->second) &&
+                            it->second.attempt == t.attempt && OnNode(it->second, name);
+      if (!expected) {
+        e.stray_sent_us[{t.job_id, t.attempt}] = 0;
+        e.stray_running.insert({t.job_id, t.attempt});
+      }
     }
-  }
-  // Started here, not known to the agent: checked again for each job once no write of
-  // it is under way, as the lock is let go while each one's end is written.
-  auto lost_here = [&](const Job& job) {
-    if (!Occupies(job) || !OnNode(job, name) || known.count({job.id, job.attempt}) != 0) {
-      return false;
+    // Checked again for each job when its end is committed: the job may have changed.
+    auto lost_here = [known, name](const Job& job) {
+      if (!Occupies(job) || !OnNode(job, name) || known->count({job.id, job.attempt}) != 0) {
+        return Status::NotFound("not lost on " + name);
+      }
+      for (size_t t = 0; t < job.placement.size() && t < job.tasks.size(); ++t) {
+        if (job.placement[t].node == name && job.tasks[t].start_time_us != 0 &&
+            !job.tasks[t].ended) {
+          return Status::Ok();  // started here
+        }
+      }
+      return Status::NotFound("not started on " + name);
+    };
+    for (int64_t id : occupying_) {
+      if (lost_here(active_.at(id)).ok()) {
+        forgotten.push_back({id, lifecycle::AgentForgot{name}, lost_here});
+      }
     }
-    bool started_here = false;
-    for (size_t t = 0; t < job.placement.size() && t < job.tasks.size(); ++t) {
-      started_here = started_here || (job.placement[t].node == name &&
-                                      job.tasks[t].start_time_us != 0 && !job.tasks[t].ended);
-    }
-    return started_here;
-  };
-  std::vector<int64_t> lost;
-  for (int64_t id : occupying_) {
-    if (lost_here(active_.at(id))) lost.push_back(id);
+    WakeScheduler();
+    NotifyNode(name);
   }
-  for (int64_t id : lost) {
-    WaitUntilNotWriting(lock, id);
-    auto it = active_.find(id);
-    if (it == active_.end() || !lost_here(it->second)) continue;
-    Result<Job> r = ApplyLocked(lock, id, lifecycle::AgentForgot{name});
-    if (!r.ok() && r.status().code() != StatusCode::kNotFound) return r.status();
-  }
-  WakeScheduler();
-  NotifyNode(name);
+  GP_ASSIGN_OR_RETURN(std::vector<Result<Job>> answers,
+                      Commit(std::move(forgotten), OnConflict::kRetry));
+  LogRefusals("registration of " + name, answers);
   return protocol::RegistrationReply{protocol::kVersion, address};
 }
 
@@ -288,7 +287,7 @@ Result<AgentWork> Controller::WaitForWork(const std::string& node, int64_t wait_
   const int64_t deadline =
       clock_->MonotonicMicros() +
       1000 * std::clamp<int64_t>(wait_ms, 0, std::min<int64_t>(60'000, longest_ms));
-  std::unique_lock lock(mu_);
+  Lock lock(mu_);
   while (true) {
     auto it = nodes_.find(node);
     if (it == nodes_.end()) {
@@ -382,7 +381,7 @@ Result<AgentWork> Controller::WaitForWork(const std::string& node, int64_t wait_
     work.logs = log_relay_.Take(node);
     if (!work.empty() || stopping_ || clock_->MonotonicMicros() >= deadline) return work;
     // Wake at the deadline, on new work, or in time to resend unacknowledged orders.
-    clock_->WaitOnce(work_cv_, lock,
+    clock_->WaitOnce(work_cv_, lock.native(),
                      std::min(deadline, clock_->MonotonicMicros() + kResendAfterUs));
   }
 }
@@ -395,20 +394,20 @@ bool Controller::SchedulerLooping() const {
 }
 
 protocol::Version Controller::NodeVersion(const std::string& node) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   auto it = nodes_.find(node);
   return it == nodes_.end() ? protocol::Version{1, 0} : it->second.version;
 }
 
 bool Controller::NodeUp(const std::string& node) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   auto it = nodes_.find(node);
   return it != nodes_.end() && it->second.up;
 }
 
 std::map<int, std::vector<protocol::TelemetryJob>> Controller::GpuHolders(const std::string& node) {
   std::map<int, std::vector<protocol::TelemetryJob>> out;
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   auto n = nodes_.find(node);
   if (n == nodes_.end()) return out;
   std::map<std::string_view, int> index_of;
@@ -429,40 +428,57 @@ std::map<int, std::vector<protocol::TelemetryJob>> Controller::GpuHolders(const 
   return out;
 }
 
-Status Controller::ApplyEvents(const std::string& node, const EventBatch& batch) {
-  Lock lock(mu_);
-  auto n = nodes_.find(node);  // nodes are never erased: good across the writes
-  if (n != nodes_.end()) n->second.last_seen_us = clock_->NowMicros();
-  for (const Event& raw : batch.events) {
-    const int64_t time_us = raw.time_us != 0 ? raw.time_us : clock_->NowMicros();
-    if (raw.kind != protocol::EventKind::kStarted && n != nodes_.end()) {
-      n->second.stray_sent_us.erase({raw.job_id, raw.attempt});  // it ended there
-      n->second.stray_first_us.erase({raw.job_id, raw.attempt});
-      n->second.stray_running.erase({raw.job_id, raw.attempt});
-    }
-    if (active_.count(raw.job_id) == 0) continue;  // already final: a resent event
-    lifecycle::Event event;
-    switch (raw.kind) {
-      case protocol::EventKind::kStarted:
-        event = lifecycle::TaskStarted{node,           raw.task_index,  raw.attempt,
-                                       time_us,        raw.stdout_path, raw.stderr_path,
-                                       raw.master_port};
-        break;
-      case protocol::EventKind::kExited:
-        event = lifecycle::TaskExited{node,          raw.task_index,  raw.attempt,    time_us,
-                                      raw.exit_code, raw.signal,      raw.cancelled,  raw.timed_out,
-                                      raw.reason,    raw.stdout_path, raw.stderr_path};
-        break;
-      case protocol::EventKind::kLost:
-        event = lifecycle::TaskLost{node, raw.task_index, raw.attempt, raw.reason};
-        break;
-    }
-    Result<Job> r = ApplyLocked(lock, raw.job_id, event);
-    if (!r.ok() && r.status().code() != StatusCode::kNotFound) return r.status();
+namespace {
+
+// What an agent's report of a task says, as a lifecycle event.
+lifecycle::Event LifecycleEvent(const std::string& node, const Event& raw, int64_t time_us) {
+  switch (raw.kind) {
+    case protocol::EventKind::kStarted:
+      return lifecycle::TaskStarted{node,           raw.task_index,  raw.attempt,
+                                    time_us,        raw.stdout_path, raw.stderr_path,
+                                    raw.master_port};
+    case protocol::EventKind::kExited:
+      return lifecycle::TaskExited{node,          raw.task_index,  raw.attempt,    time_us,
+                                   raw.exit_code, raw.signal,      raw.cancelled,  raw.timed_out,
+                                   raw.reason,    raw.stdout_path, raw.stderr_path};
+    case protocol::EventKind::kLost:
+      break;
   }
-  bool freed = false;
-  for (const protocol::ExecReport& r : batch.exec) ExecReported(lock, node, r, &freed);
-  if (freed) WakeScheduler();
+  return lifecycle::TaskLost{node, raw.task_index, raw.attempt, raw.reason};
+}
+
+}  // namespace
+
+Status Controller::ApplyEvents(const std::string& node, const EventBatch& batch) {
+  std::vector<Change> changes;
+  {
+    Lock lock(mu_);
+    auto n = nodes_.find(node);  // nodes are never erased
+    if (n != nodes_.end()) n->second.last_seen_us = clock_->NowMicros();
+    for (const Event& raw : batch.events) {
+      const int64_t time_us = raw.time_us != 0 ? raw.time_us : clock_->NowMicros();
+      if (raw.kind != protocol::EventKind::kStarted && n != nodes_.end()) {
+        n->second.stray_sent_us.erase({raw.job_id, raw.attempt});  // it ended there
+        n->second.stray_first_us.erase({raw.job_id, raw.attempt});
+        n->second.stray_running.erase({raw.job_id, raw.attempt});
+      }
+      if (active_.count(raw.job_id) == 0) continue;  // already final: a resent event
+      changes.push_back({raw.job_id, LifecycleEvent(node, raw, time_us), {}});
+    }
+  }
+  // In order, in one transaction: a job's second event steps on its first one's result.
+  GP_ASSIGN_OR_RETURN(std::vector<Result<Job>> answers,
+                      Commit(std::move(changes), OnConflict::kRetry));
+  std::vector<CommandEnd> ended;
+  {
+    Lock lock(mu_);
+    for (const protocol::ExecReport& r : batch.exec) ExecReported(node, r, &ended);
+  }
+  CommitCommandEnds(ended);
+  // A refused event (the lifecycle's word on it) is the agent's to hear.
+  for (const Result<Job>& a : answers) {
+    if (!a.ok() && a.status().code() != StatusCode::kNotFound) return a.status();
+  }
   return Status::Ok();
 }
 

@@ -87,11 +87,14 @@ Result<int64_t> Controller::NewExecIdLocked() {
 Result<int64_t> Controller::AttachRun(int64_t job_id, const Caller& caller, int rows, int cols,
                                       int64_t wait_ms, Job* job) {
   const int64_t deadline = Deadline(clock_, wait_ms);
-  std::unique_lock lock(mu_);
+  Lock lock(mu_);
   while (true) {
     auto it = active_.find(job_id);
     if (it == active_.end()) {
-      GP_ASSIGN_OR_RETURN(Job ended, store_->GetJob(job_id));
+      lock.Unlock();  // no store read under mu_
+      Result<Job> read = store_->GetJob(job_id);
+      lock.Lock();
+      GP_ASSIGN_OR_RETURN(Job ended, std::move(read));
       if (!caller.admin && ended.uid != caller.uid) {
         return Status::PermissionDenied("job " + std::to_string(job_id) + " belongs to " +
                                         ended.user +
@@ -117,7 +120,7 @@ Result<int64_t> Controller::AttachRun(int64_t job_id, const Caller& caller, int 
         AttachPendingReason(job);
         return int64_t{0};
       }
-      clock_->WaitOnce(exec_cv_, lock, deadline);
+      clock_->WaitOnce(exec_cv_, lock.native(), deadline);
       continue;
     }
     if (j.interactive != "run") {
@@ -152,13 +155,13 @@ Result<int64_t> Controller::AttachRun(int64_t job_id, const Caller& caller, int 
       AttachPendingReason(job);
       return int64_t{0};
     }
-    clock_->WaitOnce(exec_cv_, lock, deadline);
+    clock_->WaitOnce(exec_cv_, lock.native(), deadline);
   }
 }
 
 Status Controller::PushExecInput(int64_t exec_id, const Caller& caller,
                                  protocol::ExecInputItem item) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   GP_ASSIGN_OR_RETURN(ExecSession * found, CallersExecLocked(exec_id, caller));
   ExecSession& x = *found;
   x.client_seen_mono_us = clock_->MonotonicMicros();
@@ -190,7 +193,7 @@ Result<ExecStreamRead> Controller::ReadExecStream(int64_t exec_id, const Caller&
                                                   int64_t stdout_offset, int64_t stderr_offset,
                                                   bool seen_started, int64_t wait_ms) {
   const int64_t deadline = Deadline(clock_, wait_ms);
-  std::unique_lock lock(mu_);
+  Lock lock(mu_);
   {
     GP_ASSIGN_OR_RETURN(ExecSession * found, CallersExecLocked(exec_id, caller));
     ExecSession& x = *found;
@@ -234,14 +237,14 @@ Result<ExecStreamRead> Controller::ReadExecStream(int64_t exec_id, const Caller&
       if (x.hung_up && r.error.empty() && x.ended) r.error = x.hangup_reason;
       return r;
     }
-    clock_->WaitOnce(exec_cv_, lock, deadline);
+    clock_->WaitOnce(exec_cv_, lock.native(), deadline);
   }
 }
 
 Result<protocol::ExecInput> Controller::TakeExecInput(const std::string& node, int64_t exec_id,
                                                       int64_t after, int64_t wait_ms) {
   const int64_t deadline = Deadline(clock_, wait_ms);
-  std::unique_lock lock(mu_);
+  Lock lock(mu_);
   while (true) {
     auto it = execs_.find(exec_id);
     if (it == execs_.end() || it->second.node != node) return NotOnNode(exec_id, node);
@@ -257,7 +260,7 @@ Result<protocol::ExecInput> Controller::TakeExecInput(const std::string& node, i
       in.items.assign(x.input.begin(), x.input.end());
       return in;
     }
-    clock_->WaitOnce(exec_cv_, lock, deadline);
+    clock_->WaitOnce(exec_cv_, lock.native(), deadline);
   }
 }
 
@@ -265,7 +268,7 @@ Result<protocol::ExecOutputAck> Controller::PutExecOutput(const std::string& nod
                                                           const protocol::ExecOutput& out,
                                                           int64_t wait_ms) {
   const int64_t deadline = Deadline(clock_, wait_ms);
-  std::unique_lock lock(mu_);
+  Lock lock(mu_);
   {
     auto it = execs_.find(exec_id);
     if (it == execs_.end() || it->second.node != node) return NotOnNode(exec_id, node);
@@ -305,11 +308,12 @@ Result<protocol::ExecOutputAck> Controller::PutExecOutput(const std::string& nod
     if (!ack.full || ack.hangup || stopping_ || clock_->MonotonicMicros() >= deadline) {
       return ack;
     }
-    clock_->WaitOnce(exec_cv_, lock, deadline);
+    clock_->WaitOnce(exec_cv_, lock.native(), deadline);
   }
 }
 
-void Controller::HangUpLocked(Lock& lock, int64_t exec_id, const std::string& reason) {
+void Controller::HangUpLocked(int64_t exec_id, const std::string& reason,
+                              std::vector<CommandEnd>* ended) {
   auto it = execs_.find(exec_id);
   if (it == execs_.end()) return;
   ExecSession& x = it->second;
@@ -321,10 +325,7 @@ void Controller::HangUpLocked(Lock& lock, int64_t exec_id, const std::string& re
     x.ended = true;
     x.error = reason;
     x.ended_mono_us = clock_->MonotonicMicros();
-    bool freed = false;
-    // `x` may leave execs_ while the job's end is written.
-    if (x.primary) CommandEndedLocked(lock, CommandEndOf(x), &freed);
-    if (freed) WakeScheduler();
+    if (x.primary) ended->push_back(CommandEndOf(x));
   } else if (auto n = nodes_.find(x.node); n != nodes_.end()) {
     n->second.exec_cancel_sent_us[x.id] = 0;
   }
@@ -344,52 +345,60 @@ Controller::CommandEnd Controller::CommandEndOf(const ExecSession& x) {
   return e;
 }
 
-void Controller::CommandEndedLocked(Lock& lock, const CommandEnd& x, bool* /*freed*/) {
-  lifecycle::CommandEnded ended;
-  ended.attempt = x.attempt;
-  ended.exit_code = x.exit_code;
-  ended.signal = x.signal;
-  ended.error = x.error;
-  ended.hung_up = x.hung_up;
-  ended.hangup_reason = x.hangup_reason;
-  // Its tasks held the allocation for it: they are released now (job_lifecycle.h).
-  Result<Job> r = ApplyLocked(lock, x.job_id, ended);
-  if (!r.ok() && r.status().code() != StatusCode::kNotFound) {
-    spdlog::error("job {}: recording the end of its command: {}", x.job_id, r.status().ToString());
+void Controller::CommitCommandEnds(const std::vector<CommandEnd>& ends) {
+  std::vector<Change> changes;
+  for (const CommandEnd& x : ends) {
+    lifecycle::CommandEnded ended;
+    ended.attempt = x.attempt;
+    ended.exit_code = x.exit_code;
+    ended.signal = x.signal;
+    ended.error = x.error;
+    ended.hung_up = x.hung_up;
+    ended.hangup_reason = x.hangup_reason;
+    // Its tasks held the allocation for it: they are released now (job_lifecycle.h).
+    changes.push_back({x.job_id, std::move(ended), {}});
   }
+  if (changes.empty()) return;
+  Result<std::vector<Result<Job>>> answers = Commit(std::move(changes), OnConflict::kRetry);
+  if (!answers.ok()) {
+    spdlog::error("recording the end of `gpupool run` commands: {}", answers.status().ToString());
+    return;
+  }
+  LogRefusals("recording the end of a `gpupool run` command", *answers);
 }
 
 Status Controller::SweepExecClients() {
-  Lock lock(mu_);
-  const int64_t mono = clock_->MonotonicMicros();
-  const int64_t now = clock_->NowMicros();
-  const int64_t timeout = options_.exec_client_timeout_us;
-  const std::string secs = std::to_string(timeout / 1'000'000) + " s";
-  // Hanging up may write a job's end without the lock: the sessions are picked first.
-  std::vector<int64_t> gone;
-  for (const auto& [id, x] : execs_) {
-    if (!x.interactive() || x.ended || x.hung_up || x.client_waiting > 0) continue;
-    if (mono - x.client_seen_mono_us > timeout) gone.push_back(id);
+  std::vector<CommandEnd> ended;
+  std::vector<Change> absent;
+  {
+    Lock lock(mu_);
+    const int64_t mono = clock_->MonotonicMicros();
+    const int64_t now = clock_->NowMicros();
+    const int64_t timeout = options_.exec_client_timeout_us;
+    const std::string secs = std::to_string(timeout / 1'000'000) + " s";
+    for (auto& [id, x] : execs_) {
+      if (!x.interactive() || x.ended || x.hung_up || x.client_waiting > 0) continue;
+      if (mono - x.client_seen_mono_us <= timeout) continue;
+      HangUpLocked(id, "its terminal went away (no word from the client for " + secs + ")", &ended);
+    }
+    for (int64_t id : occupying_) {
+      const Job& j = active_.at(id);
+      if (j.interactive != "run" || j.cancel_requested || primary_exec_.count(id) != 0) continue;
+      if (j.tasks.empty() || j.tasks[0].start_time_us == 0) continue;
+      if (now - j.tasks[0].start_time_us <= timeout) continue;
+      Change c{id, lifecycle::ClientAbsent{timeout / 1'000'000}, {}};
+      c.guard = [this](const Job& job) {  // attached meanwhile: not absent
+        mu_.AssertHeld();                 // guards run under mu_ (Commit)
+        if (primary_exec_.count(job.id) != 0) return Status::NotFound("attached");
+        return Status::Ok();
+      };
+      absent.push_back(std::move(c));
+    }
   }
-  for (int64_t id : gone) {
-    auto it = execs_.find(id);
-    if (it == execs_.end() || it->second.client_waiting > 0) continue;  // came back meanwhile
-    HangUpLocked(lock, id, "its terminal went away (no word from the client for " + secs + ")");
-  }
-  std::vector<int64_t> unattached;
-  for (int64_t id : occupying_) {
-    const Job& j = active_.at(id);
-    if (j.interactive != "run" || j.cancel_requested || primary_exec_.count(id) != 0) continue;
-    if (j.tasks.empty() || j.tasks[0].start_time_us == 0) continue;
-    if (now - j.tasks[0].start_time_us > timeout) unattached.push_back(id);
-  }
-  for (int64_t id : unattached) {
-    WaitUntilNotWriting(lock, id);
-    auto it = active_.find(id);
-    if (it == active_.end() || primary_exec_.count(id) != 0) continue;  // attached meanwhile
-    Result<Job> r = ApplyLocked(lock, id, lifecycle::ClientAbsent{timeout / 1'000'000});
-    if (!r.ok() && r.status().code() != StatusCode::kNotFound) return r.status();
-  }
+  CommitCommandEnds(ended);
+  GP_ASSIGN_OR_RETURN(std::vector<Result<Job>> answers,
+                      Commit(std::move(absent), OnConflict::kRetry));
+  LogRefusals("exec client sweep", answers);
   return Status::Ok();
 }
 
@@ -400,8 +409,21 @@ using internal::Occupies;
 
 Result<int64_t> Controller::StartExec(int64_t job_id, int task_index, std::vector<std::string> argv,
                                       const Caller& caller, ExecOptions io) {
-  std::lock_guard lock(mu_);
-  return StartExecLocked(job_id, task_index, std::move(argv), caller, io);
+  {
+    MutexLock lock(mu_);
+    if (active_.count(job_id) != 0) {
+      return StartExecLocked(job_id, task_index, std::move(argv), caller, io);
+    }
+  }
+  if (argv.empty() || argv[0].empty()) {
+    return Status::InvalidArgument("argv: the command to run, e.g. -- hostname");
+  }
+  // Not active: the store says whether it is the caller's and how it ended.
+  GP_ASSIGN_OR_RETURN(Job ended, store_->GetJob(job_id));
+  GP_RETURN_IF_ERROR(CheckOwner(ended, caller));
+  return Status::FailedPrecondition("job " + std::to_string(job_id) + " has ended (" +
+                                    std::string(jobs::JobStateName(ended.state)) +
+                                    "); exec runs only in a running job");
 }
 
 Result<int64_t> Controller::StartExecLocked(int64_t job_id, int task_index,
@@ -411,12 +433,8 @@ Result<int64_t> Controller::StartExecLocked(int64_t job_id, int task_index,
     return Status::InvalidArgument("argv: the command to run, e.g. -- hostname");
   }
   auto it = active_.find(job_id);
-  if (it == active_.end()) {
-    GP_ASSIGN_OR_RETURN(Job ended, store_->GetJob(job_id));
-    GP_RETURN_IF_ERROR(CheckOwner(ended, caller));
-    return Status::FailedPrecondition("job " + std::to_string(job_id) + " has ended (" +
-                                      std::string(jobs::JobStateName(ended.state)) +
-                                      "); exec runs only in a running job");
+  if (it == active_.end()) {  // callers look first: an ended job is read without mu_
+    return Status::NotFound("job " + std::to_string(job_id) + " is no longer active");
   }
   const Job& job = it->second;
   GP_RETURN_IF_ERROR(CheckOwner(job, caller));
@@ -509,12 +527,12 @@ Result<ExecSession> Controller::WaitExec(int64_t exec_id, const Caller& caller, 
         clock_->MonotonicMicros() >= deadline) {
       return x;
     }
-    clock_->WaitOnce(exec_cv_, lock, deadline);
+    clock_->WaitOnce(exec_cv_, lock.native(), deadline);
   }
 }
 
 Status Controller::CancelExec(int64_t exec_id, const Caller& caller) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   GP_ASSIGN_OR_RETURN(ExecSession * found, CallersExecLocked(exec_id, caller));
   ExecSession& x = *found;
   if (x.ended) return Status::Ok();
@@ -537,8 +555,8 @@ Status Controller::CancelExec(int64_t exec_id, const Caller& caller) {
   return Status::Ok();
 }
 
-void Controller::ExecReported(Lock& lock, const std::string& node, const protocol::ExecReport& r,
-                              bool* freed) {
+void Controller::ExecReported(const std::string& node, const protocol::ExecReport& r,
+                              std::vector<CommandEnd>* ended) {
   auto it = execs_.find(r.id);
   if (it == execs_.end() || it->second.node != node || it->second.ended) return;
   ExecSession& x = it->second;
@@ -565,7 +583,7 @@ void Controller::ExecReported(Lock& lock, const std::string& node, const protoco
     }
     x.ended_mono_us = clock_->MonotonicMicros();
     if (auto n = nodes_.find(node); n != nodes_.end()) n->second.exec_cancel_sent_us.erase(x.id);
-    if (x.primary) CommandEndedLocked(lock, CommandEndOf(x), freed);  // `x` may go meanwhile
+    if (x.primary) ended->push_back(CommandEndOf(x));
   }
   exec_cv_.notify_all();
 }
