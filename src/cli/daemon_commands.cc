@@ -66,6 +66,7 @@ struct ServerFlags {
   std::string start_rule = "easy";
   int node_timeout_s = 30;
   int exec_client_timeout_s = 15;
+  int time_limit_grace_s = 60;
   std::vector<std::string> podman_args;  // global podman flags for image inspection
   std::string advertise;  // `server`: the API address other machines use (--advertise)
   int lease_ms = 5000;    // `server` on PostgreSQL: the leadership lease (--lease-ms)
@@ -151,6 +152,7 @@ Result<server::ServerOptions> ServerOptionsOf(const ServerFlags& f,
   co.start_rule = f.start_rule;
   co.node_timeout_us = int64_t{f.node_timeout_s} * 1'000'000;
   co.exec_client_timeout_us = int64_t{f.exec_client_timeout_s} * 1'000'000;
+  co.time_limit_grace_s = f.time_limit_grace_s;
   co.max_queued_per_user = f.max_queued_per_user;
   co.max_queued_total = f.max_queued_total;
   co.max_array_size = f.max_array_size;
@@ -193,6 +195,11 @@ void AddServerFlags(CLI::App* cmd, ServerFlags* f) {
   cmd->add_option("--exec-client-timeout", f->exec_client_timeout_s,
                   "seconds without a word from the client of an interactive session (gpupool "
                   "run, exec --pty) before it is hung up")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 86400));
+  cmd->add_option("--time-limit-grace", f->time_limit_grace_s,
+                  "seconds a job may run past its --time before the controller stops it "
+                  "itself (its node's shim stops it at the limit; this is the backstop)")
       ->capture_default_str()
       ->check(CLI::Range(1, 86400));
   // Issue 25 item 7 (queue flooding): Slurm-like defaults, so that no one user, and not

@@ -414,6 +414,9 @@ void Controller::Loop() {
     if (now - last_sweep >= options_.scheduler_period_us) {
       last_sweep = now;
       if (Status s = SweepNodes(); !s.ok()) spdlog::error("node sweep: {}", s.ToString());
+      if (Status s = SweepTimeLimits(); !s.ok()) {
+        spdlog::error("time limit sweep: {}", s.ToString());
+      }
       if (Status s = SweepExecClients(); !s.ok()) {
         spdlog::error("exec client sweep: {}", s.ToString());
       }
@@ -759,6 +762,25 @@ Status Controller::SweepNodes() {
   GP_ASSIGN_OR_RETURN(std::vector<Result<Job>> answers,
                       Commit(std::move(lost), OnConflict::kRetry));
   LogRefusals("node sweep", answers);
+  return Status::Ok();
+}
+
+Status Controller::SweepTimeLimits() {
+  std::vector<Change> over;
+  {
+    MutexLock lock(mu_);
+    const int64_t now = clock_->NowMicros();
+    const int64_t grace = options_.time_limit_grace_s;
+    for (int64_t id : occupying_) {
+      const Job& job = active_.at(id);
+      if (job.time_limit_s <= 0 || job.start_time_us == 0 || job.cancel_requested) continue;
+      if (now < job.start_time_us + (job.time_limit_s + grace) * 1'000'000) continue;
+      over.push_back({id, lifecycle::TimeLimit{grace}, {}});  // Step checks it again
+    }
+  }
+  GP_ASSIGN_OR_RETURN(std::vector<Result<Job>> answers,
+                      Commit(std::move(over), OnConflict::kRetry));
+  LogRefusals("time limit sweep", answers);
   return Status::Ok();
 }
 

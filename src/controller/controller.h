@@ -74,6 +74,12 @@ struct ControllerOptions {
   // (its terminal went away), and a `gpupool run` job whose client has not attached this
   // long after it started is cancelled.
   int64_t exec_client_timeout_us = 15'000'000;
+  // A running job whose node has not ended it this long past its time limit (--time) is
+  // stopped by the controller and ends TIMEOUT (lifecycle::TimeLimit). The node's shim
+  // stops it at the limit (SIGTERM, cancel_grace_s, SIGKILL); this covers a node whose
+  // agent is cut off from the controller while the node itself still polls, or a
+  // supervisor that is gone.
+  int64_t time_limit_grace_s = 60;
   // Bounds on the queue (issue 25 item 7: one user queued 107,000 jobs in 25 s, 880 MB
   // of store), from the server's config file ([server] max-queued-per-user, ...). A
   // submission past one is refused whole, naming it; admins' too. Queued = PENDING, held
@@ -324,6 +330,8 @@ class Controller {
   Status ScheduleOnce();
   // Marks jobs on nodes silent for longer than the timeout LOST (or requeues them).
   Status SweepNodes();
+  // Stops the running jobs past their time limit by time_limit_grace_s (TimeLimit).
+  Status SweepTimeLimits();
 
  private:
   using Lock = UniqueLock;

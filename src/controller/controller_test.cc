@@ -508,6 +508,48 @@ TEST_F(GatedControllerTest, ANodeSweepWritesItsLostJobsWithoutTheLock) {
   EXPECT_EQ(store_->GetJob(a.id)->state, want);
 }
 
+// Issue 27's TimeLimit event: a running job that its node lets run past --time by the
+// grace (the node's shim would have stopped it) is stopped by the controller, and ends
+// TIMEOUT when its task's end comes back. Within the grace, nothing happens.
+TEST_F(ControllerTest, TheControllerStopsAJobItsNodeLetRunPastItsTimeLimit) {
+  ControllerOptions o;
+  o.time_limit_grace_s = 60;
+  Restart(o);
+  Register(2);
+  Job j = MakeJob(1);
+  j.time_limit_s = 30;
+  j = c_->Submit(j, alice_).value();
+  ASSERT_TRUE(c_->ScheduleOnce().ok());
+  ASSERT_EQ(c_->WaitForWork("n1", 0)->launch.size(), 1u);
+  j = Get(j.id);
+  ASSERT_TRUE(Apply({Ev(j, protocol::EventKind::kStarted)}).ok());
+  ASSERT_EQ(Get(j.id).state, JobState::kRunning);
+  for (int s = 0; s < 85; s += 5) {  // to 85 s, within 30 + 60 s, the agent polling
+    clock_.AdvanceMicros(5'000'000);
+    ASSERT_TRUE(c_->WaitForWork("n1", 0).ok());
+    ASSERT_TRUE(c_->SweepTimeLimits().ok());
+    ASSERT_FALSE(Get(j.id).cancel_requested) << "after " << s + 5 << " s";
+  }
+  clock_.AdvanceMicros(6'000'000);  // 91 s
+  ASSERT_TRUE(c_->SweepTimeLimits().ok());
+  const Job stopping = Get(j.id);
+  EXPECT_TRUE(stopping.cancel_requested);
+  EXPECT_TRUE(stopping.time_limit_hit);
+  EXPECT_TRUE(store_->GetJob(j.id)->time_limit_hit);
+  const AgentWork w = c_->WaitForWork("n1", 0).value();
+  ASSERT_EQ(w.cancel.size(), 1u);
+  EXPECT_EQ(w.cancel[0].job_id, j.id);
+  Event end = Ev(j, protocol::EventKind::kExited);
+  end.exit_code.reset();
+  end.signal = 15;
+  end.cancelled = true;
+  ASSERT_TRUE(Apply({end}).ok());
+  const Job done = Get(j.id);
+  EXPECT_EQ(done.state, JobState::kTimeout);
+  EXPECT_NE(done.reason.find("time limit of 30 s"), std::string::npos) << done.reason;
+  EXPECT_EQ(store_->GetJob(j.id)->state, JobState::kTimeout);
+}
+
 TEST_F(ControllerTest, JobRunsThroughItsStates) {
   Register(2);
   Job j = c_->Submit(MakeJob(1), alice_).value();

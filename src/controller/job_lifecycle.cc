@@ -133,7 +133,7 @@ Transition Settle(const Job& job, Job next, int64_t now_us) {
     if (next.mpi && !first.cancelled && !first.timed_out) {
       next.state = JobState::kSucceeded;
       next.reason.clear();  // the held tasks' release is how an MPI job ends, not news
-    } else if (any(&jobs::TaskStatus::timed_out)) {
+    } else if (any(&jobs::TaskStatus::timed_out) || next.time_limit_hit) {
       next.state = JobState::kTimeout;
     } else if (any(&jobs::TaskStatus::cancelled) || next.cancel_requested) {
       next.state = JobState::kCancelled;
@@ -450,6 +450,24 @@ Result<Transition> OnClientAbsent(const Job& job, const ClientAbsent& e, int64_t
   return StopAll(job, std::move(next), now_us);
 }
 
+Result<Transition> OnTimeLimit(const Job& job, const TimeLimit& e, int64_t now_us) {
+  if (job.state != JobState::kRunning || job.time_limit_s <= 0 || job.start_time_us == 0 ||
+      job.cancel_requested || job.time_limit_hit) {
+    return Unchanged(job);
+  }
+  if (now_us < job.start_time_us + (job.time_limit_s + e.grace_s) * 1'000'000)
+    return Unchanged(job);
+  Job next = job;
+  next.time_limit_hit = true;
+  next.reason = "ran " + std::to_string(e.grace_s) + " s past its time limit of " +
+                std::to_string(job.time_limit_s) +
+                " s without its node ending it: stopped by the controller";
+  Transition t = StopAll(job, std::move(next), now_us);
+  t.effects.log = "job " + Id(job) + ": " + t.next.reason;
+  t.effects.log_warning = true;
+  return t;
+}
+
 }  // namespace
 
 void NormalizeTasks(Job& job) {
@@ -481,7 +499,8 @@ std::string_view EventName(const Event& e) {
                  [](const Release&) { return std::string_view("Release"); },
                  [](const DependencyFailed&) { return std::string_view("DependencyFailed"); },
                  [](const CommandEnded&) { return std::string_view("CommandEnded"); },
-                 [](const ClientAbsent&) { return std::string_view("ClientAbsent"); }},
+                 [](const ClientAbsent&) { return std::string_view("ClientAbsent"); },
+                 [](const TimeLimit&) { return std::string_view("TimeLimit"); }},
       e);
 }
 
@@ -500,6 +519,7 @@ Result<Transition> Step(const Job& job, const Event& event, int64_t now_us) {
                      [&](const DependencyFailed& e) { return OnDependencyFailed(job, e, now_us); },
                      [&](const CommandEnded& e) { return OnCommandEnded(job, e, now_us); },
                      [&](const ClientAbsent& e) { return OnClientAbsent(job, e, now_us); },
+                     [&](const TimeLimit& e) { return OnTimeLimit(job, e, now_us); },
                  },
                  event);
   if (!t.ok() || !t->changed) return t;

@@ -103,9 +103,17 @@ struct ClientAbsent {
   int64_t timeout_s = 0;
 };
 
+// The controller's backstop for a job's time limit (--time): the job runs `grace_s` past
+// its limit and its node has not ended it (the node's shim enforces the limit; its agent
+// may be cut off, or its supervisor gone). Its tasks are told to stop and it ends TIMEOUT.
+// Nothing for a job without a limit, not yet running, within it, or already stopping.
+struct TimeLimit {
+  int64_t grace_s = 0;
+};
+
 using Event =
     std::variant<Placed, TaskStarted, TaskExited, TaskLost, NodeLost, AgentForgot, CancelRequested,
-                 Hold, Release, DependencyFailed, CommandEnded, ClientAbsent>;
+                 Hold, Release, DependencyFailed, CommandEnded, ClientAbsent, TimeLimit>;
 
 // "Placed", "TaskStarted", ...: for logs and the table test.
 std::string_view EventName(const Event& e);

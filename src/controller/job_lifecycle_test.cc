@@ -56,7 +56,8 @@ std::vector<Event> OneOfEach() {
           Release{"alice", false},
           DependencyFailed{"job 3 ended FAILED"},
           command,
-          ClientAbsent{15}};
+          ClientAbsent{15},
+          TimeLimit{60}};
 }
 
 // What an event does to a job in a state: an error code, nothing, or the next state.
@@ -72,21 +73,21 @@ Expect Refused() { return {Expect::kError, JobState::kPending, StatusCode::kFail
 // Issue 27: every (state, event) pair, in one table.
 TEST(JobLifecycleTable, EveryStateAndEvent) {
   using S = JobState;
-  const std::vector<std::string> names = {"Placed",           "TaskStarted",  "TaskExited",
-                                          "TaskLost",         "NodeLost",     "AgentForgot",
-                                          "CancelRequested",  "Hold",         "Release",
-                                          "DependencyFailed", "CommandEnded", "ClientAbsent"};
+  const std::vector<std::string> names = {
+      "Placed",       "TaskStarted",     "TaskExited", "TaskLost", "NodeLost",
+      "AgentForgot",  "CancelRequested", "Hold",       "Release",  "DependencyFailed",
+      "CommandEnded", "ClientAbsent",    "TimeLimit"};
   // Rows: the job's state; columns: the events above, in order.
   const std::map<S, std::vector<Expect>> table = {
       {S::kPending,
        {To(S::kAssigned), Same(), Same(), Same(), Same(), Same(), To(S::kCancelled),
-        To(S::kPending), Same(), To(S::kCancelled), Same(), Same()}},
+        To(S::kPending), Same(), To(S::kCancelled), Same(), Same(), Same()}},
       {S::kAssigned,
        {Refused(), To(S::kRunning), To(S::kSucceeded), To(S::kLost), To(S::kLost), Same(),
-        To(S::kAssigned), Refused(), Refused(), Same(), To(S::kAssigned), Same()}},
+        To(S::kAssigned), Refused(), Refused(), Same(), To(S::kAssigned), Same(), Same()}},
       {S::kRunning,
        {Refused(), Same(), To(S::kSucceeded), To(S::kLost), To(S::kLost), To(S::kLost),
-        To(S::kRunning), Refused(), Refused(), Same(), To(S::kRunning), Same()}},
+        To(S::kRunning), Refused(), Refused(), Same(), To(S::kRunning), Same(), Same()}},
   };
   std::vector<Event> events = OneOfEach();
   ASSERT_EQ(events.size(), names.size());
@@ -96,8 +97,8 @@ TEST(JobLifecycleTable, EveryStateAndEvent) {
     // Ended jobs refuse users' requests and ignore the rest.
     std::vector<Expect> row =
         jobs::IsTerminal(s)
-            ? std::vector<Expect>{Refused(), Same(),    Same(),    Same(), Same(), Same(),
-                                  Refused(), Refused(), Refused(), Same(), Same(), Same()}
+            ? std::vector<Expect>{Refused(), Same(),    Same(), Same(), Same(), Same(), Refused(),
+                                  Refused(), Refused(), Same(), Same(), Same(), Same()}
             : table.at(s);
     for (size_t e = 0; e < events.size(); ++e) {
       const Job job = InState(s);
@@ -126,6 +127,43 @@ TEST(JobLifecycleTable, EveryStateAndEvent) {
       }
     }
   }
+}
+
+// The controller's backstop for --time: nothing within the limit and its grace, nor for a
+// job without a limit; past them, its tasks are told to stop (once), and their end, as a
+// cancel's, makes the job TIMEOUT with the controller's reason.
+TEST(JobLifecycleTest, ATimeLimitPastItsGraceStopsTheJobAndEndsItTimeout) {
+  Job j = InState(JobState::kRunning);
+  j.start_time_us = kNow - 100'000'000;                 // 100 s ago
+  EXPECT_FALSE(Step(j, TimeLimit{60}, kNow)->changed);  // no limit
+  j.time_limit_s = 50;
+  EXPECT_FALSE(Step(j, TimeLimit{60}, kNow)->changed);  // 50 + 60 s not yet passed
+  j.time_limit_s = 30;
+  Result<Transition> t = Step(j, TimeLimit{60}, kNow);  // 30 + 60 < 100
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  ASSERT_TRUE(t->changed);
+  EXPECT_EQ(t->next.state, JobState::kRunning);
+  EXPECT_TRUE(t->next.cancel_requested);
+  EXPECT_TRUE(t->next.time_limit_hit);
+  EXPECT_TRUE(t->effects.resend_stop);
+  EXPECT_NE(t->next.reason.find("time limit of 30 s"), std::string::npos) << t->next.reason;
+  EXPECT_FALSE(Step(t->next, TimeLimit{60}, kNow)->changed);  // once
+  // The task ends as the stop order made it: cancelled by SIGTERM.
+  TaskExited end;
+  end.node = "n1";
+  end.attempt = 1;
+  end.time_us = kNow;
+  end.signal = 15;
+  end.cancelled = true;
+  Result<Transition> done = Step(t->next, end, kNow);
+  ASSERT_TRUE(done.ok()) << done.status().ToString();
+  EXPECT_EQ(done->next.state, JobState::kTimeout);
+  EXPECT_NE(done->next.reason.find("stopped by the controller"), std::string::npos)
+      << done->next.reason;
+  // A cancel asked for first is a cancel: the sweep leaves the job alone.
+  Job cancelled = j;
+  cancelled.cancel_requested = true;
+  EXPECT_FALSE(Step(cancelled, TimeLimit{60}, kNow)->changed);
 }
 
 TEST(JobLifecycleTest, PlacementStartsANewAttemptWithItsTasksAndHosts) {

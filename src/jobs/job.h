@@ -209,6 +209,8 @@ struct Job {
   std::string reason;             // why it ended as it did (LOST, FAILED to launch, ...)
   int attempt = 0;                // launches so far (requeues add one)
   bool cancel_requested = false;  // cancel asked for; the agent is stopping it
+  // The controller stopped it past its time limit (lifecycle::TimeLimit): it ends TIMEOUT.
+  bool time_limit_hit = false;
   // `gpupool hold`: a held job stays PENDING and is not started until released. Who held
   // it; a hold an admin put on someone else's job only an admin releases.
   std::string held_by;

@@ -252,6 +252,7 @@ OrderedJson JobToJson(const Job& job) {
   j["reason"] = job.reason;
   j["attempt"] = job.attempt;
   j["cancel_requested"] = job.cancel_requested;
+  if (job.time_limit_hit) j["time_limit_hit"] = true;
   if (!job.held_by.empty()) {
     j["held_by"] = job.held_by;
     j["held_by_admin"] = job.held_by_admin;
@@ -461,6 +462,7 @@ Result<Job> JobFromJson(const Json& j, std::string_view path, bool reject_unknow
   f.Optional("reason", &job.reason);
   f.Optional("attempt", &job.attempt, 0);
   f.Optional("cancel_requested", &job.cancel_requested);
+  f.Optional("time_limit_hit", &job.time_limit_hit);
   f.Optional("held_by", &job.held_by);
   f.Optional("held_by_admin", &job.held_by_admin);
   f.Optional("stdout_path", &job.stdout_path);
