@@ -436,124 +436,6 @@ void Controller::WakeSchedulerForArrival() {
 
 void Controller::NotifyNode(const std::string&) { work_cv_.notify_all(); }
 
-std::set<int64_t> Controller::UnknownDependencies() const {
-  std::set<int64_t> ids;
-  std::set<int64_t> active_arrays;  // an array is active while an element is
-  for (const auto& [id, job] : active_) {
-    if (job.array_id != 0) active_arrays.insert(job.array_id);
-  }
-  for (const auto& [id, job] : active_) {
-    if (job.state != JobState::kPending) continue;
-    for (const jobs::Dependency& d : job.dependencies) {
-      const int64_t dep = d.job_id;
-      if (ended_states_.count(dep) != 0 || active_.count(dep) != 0 ||
-          active_arrays.count(dep) != 0) {
-        continue;
-      }
-      ids.insert(dep);  // ended, or gone: the store says
-    }
-  }
-  return ids;
-}
-
-std::map<int64_t, Result<JobState>> Controller::ReadEndStates(const std::set<int64_t>& ids) {
-  std::map<int64_t, Result<JobState>> out;
-  for (int64_t id : ids) {
-    Result<Job> job = store_->GetJob(id);
-    if (!job.ok()) {
-      out.emplace(id, job.status());
-      continue;
-    }
-    JobState state = job->state;
-    // An array (named by its id, its first element's) is as its elements together: active
-    // while any is (the controller's memory says so), then SUCCEEDED if every one
-    // succeeded, else the first other end state.
-    if (job->array_id == id && jobs::IsTerminal(state)) {
-      store::JobFilter f;
-      f.user = job->user;
-      Result<std::vector<Job>> mine = store_->ListJobs(f);
-      if (!mine.ok()) {
-        out.emplace(id, mine.status());
-        continue;
-      }
-      for (const Job& e : *mine) {
-        if (e.array_id == id && e.state != JobState::kSucceeded) {
-          state = e.state;
-          break;
-        }
-      }
-    }
-    out.emplace(id, state);
-  }
-  return out;
-}
-
-std::vector<Controller::Change> Controller::ResolveDependencies(
-    const std::map<int64_t, Result<JobState>>& read, std::map<int64_t, std::string>* blocked) {
-  // What the store said of ended jobs is cached: an ended job's state never changes.
-  for (const auto& [id, st] : read) {
-    if (!st.ok() || !jobs::IsTerminal(*st)) continue;
-    if (ended_states_.size() > 100'000) ended_states_.clear();
-    ended_states_[id] = *st;
-  }
-  // A job's state now: active ones from memory (an array is active while an element is).
-  auto state_of = [&](int64_t id) -> std::optional<Result<JobState>> {
-    mu_.AssertHeld();
-    if (auto it = ended_states_.find(id); it != ended_states_.end()) return it->second;
-    if (auto it = active_.find(id); it != active_.end()) return it->second.state;
-    for (const auto& [other, job] : active_) {
-      if (job.array_id == id) return job.state;  // an element of array `id`
-    }
-    if (auto r = read.find(id); r != read.end()) return r->second;
-    return std::nullopt;  // ended since the store was read: the next pass reads it
-  };
-  // In id order: a dependency is older than its dependant, so a chain of jobs that can
-  // never run ends in one pass (a dependant later in the pass sees them as ended).
-  std::map<int64_t, JobState> ending;
-  std::vector<Change> ends;
-  for (const auto& [id, job] : active_) {
-    if (job.state != JobState::kPending || job.dependencies.empty()) continue;
-    std::string waiting;
-    std::string never;
-    for (const jobs::Dependency& d : job.dependencies) {
-      auto e = ending.find(d.job_id);
-      std::optional<Result<JobState>> st =
-          e != ending.end() ? std::optional<Result<JobState>>(e->second) : state_of(d.job_id);
-      const std::string flag = "--" + std::string(jobs::DependencyKindName(d.kind));
-      const std::string other = "job " + std::to_string(d.job_id);
-      if (st && !st->ok()) {
-        never = other + " is gone (" + st->status().message() + ")";
-        break;
-      }
-      const char* wants = d.kind == jobs::Dependency::Kind::kAfterOk      ? "succeed"
-                          : d.kind == jobs::Dependency::Kind::kAfterNotOk ? "fail"
-                                                                          : "end";
-      if (!st || !jobs::IsTerminal(**st)) {
-        if (waiting.empty()) {
-          const std::string name = st ? std::string(jobs::JobStateName(**st)) : "ending";
-          waiting = "waits for " + other + " (" + name + ") to " + wants + " (" + flag + ")";
-        }
-        continue;
-      }
-      const std::string name(jobs::JobStateName(**st));
-      const bool ok = **st == JobState::kSucceeded;
-      if ((d.kind == jobs::Dependency::Kind::kAfterOk && !ok) ||
-          (d.kind == jobs::Dependency::Kind::kAfterNotOk && ok)) {
-        never = other + " ended " + name + ", and " + flag + " needs it to " + wants;
-        break;
-      }
-    }
-    if (!never.empty()) {
-      ending[id] = JobState::kCancelled;
-      ends.push_back({id, lifecycle::DependencyFailed{never}, {}});
-      (*blocked)[id] = never;  // should its end lose to another writer's change
-      continue;
-    }
-    if (!waiting.empty()) (*blocked)[id] = waiting;
-  }
-  return ends;
-}
-
 void Controller::BlockWhileEarlierAttemptsStop(
     std::map<int64_t, std::pair<int32_t, std::string>>* stopping) const {
   // A requeued job whose earlier attempt a returning node still runs (its supervisor
@@ -569,6 +451,76 @@ void Controller::BlockWhileEarlierAttemptsStop(
   }
 }
 
+Result<Controller::PlanApplied> Controller::ApplyPlan(
+    const std::vector<std::shared_ptr<const Job>>& snapshot, ScheduleResult& plan) {
+  // Apply only if every job the plan saw occupying resources still does, every job it
+  // starts is still pending, and every node it used is still up; otherwise plan again.
+  // Only this thread places jobs, so what occupies resources cannot grow meanwhile.
+  auto still_placeable = [this](const Job& job, const std::vector<jobs::TaskPlacement>& placement) {
+    mu_.AssertHeld();  // a guard: Commit calls it under mu_
+    if (job.state != JobState::kPending) return Status::NotFound("no longer pending");
+    if (!job.held_by.empty()) return Status::NotFound("held while the plan was made");
+    for (const jobs::TaskPlacement& p : placement) {
+      auto n = nodes_.find(p.node);
+      if (n == nodes_.end() || !n->second.up || n->second.draining) {
+        return Status::NotFound("node " + p.node + " went down or was drained meanwhile");
+      }
+    }
+    return Status::Ok();
+  };
+  std::vector<Change> placements;
+  {
+    Lock lock(mu_);
+    for (const auto& slim : snapshot) {
+      const Job& j = *slim;
+      if (j.state == JobState::kPending) continue;
+      auto it = active_.find(j.id);
+      if (it == active_.end()) continue;  // ended: resources freed, the plan stays safe
+      if (it->second.placement != j.placement) {
+        WakeScheduler();
+        return PlanApplied::kStale;
+      }
+    }
+    for (auto& [id, placement] : plan.starts) {
+      auto it = active_.find(id);
+      if (it == active_.end() || !still_placeable(it->second, placement).ok()) continue;
+      std::vector<std::string> hosts;
+      for (const jobs::TaskPlacement& p : placement) hosts.push_back(nodes_.at(p.node).address);
+      Change c{id, lifecycle::Placed{placement, std::move(hosts)}, {}};
+      c.guard = [still_placeable, where = placement](const Job& job) {
+        return still_placeable(job, where);
+      };
+      placements.push_back(std::move(c));
+    }
+  }
+  if (placements.empty()) return PlanApplied::kNone;
+  {
+    // The assignments are written without the lock, so that API calls and agents' polls
+    // never wait on the database for them. Meanwhile the jobs are PENDING in memory; one
+    // cancelled or held meanwhile is left out (OnConflict::kDrop).
+    GP_ASSIGN_OR_RETURN(std::vector<Result<Job>> placed,
+                        Commit(std::move(placements), OnConflict::kDrop));
+    std::vector<Change> orphans;  // placed on a node declared down while being written
+    {
+      MutexLock lock(mu_);
+      for (const Result<Job>& job : placed) {
+        if (!job.ok()) continue;
+        for (const jobs::TaskPlacement& p : job->placement) {
+          if (auto n = nodes_.find(p.node); n == nodes_.end() || !n->second.up) {
+            // Its sweep did not see the job: it ends here as it would have there.
+            const std::string why =
+                "node " + p.node + " stopped responding while the job was placed";
+            orphans.push_back({job->id, lifecycle::NodeLost{p.node, why}, {}});
+            break;
+          }
+        }
+      }
+    }
+    GP_RETURN_IF_ERROR(Commit(std::move(orphans), OnConflict::kRetry).status());
+  }
+  return PlanApplied::kSome;
+}
+
 Status Controller::ScheduleOnce() {
   const int64_t pass_start_us = clock_->MonotonicMicros();
   // Planning takes milliseconds with a long queue; API calls must not wait for it. So the
@@ -579,23 +531,8 @@ Status Controller::ScheduleOnce() {
   std::vector<std::pair<std::string, NodeEntry>> nodes_copy;
   AdmissionFeed feed;  // pending jobs whose dependencies or earlier attempts hold them
   Limits limits;
-  // Dependencies first: the states of ended jobs are read from the store without the
-  // lock, and the jobs that can never run end before the snapshot is taken.
-  std::set<int64_t> unknown;
-  {
-    Lock lock(mu_);
-    unknown = UnknownDependencies();
-  }
-  const std::map<int64_t, Result<JobState>> read = ReadEndStates(unknown);
-  std::vector<Change> dependency_ends;
-  {
-    Lock lock(mu_);
-    dependency_ends = ResolveDependencies(read, &feed.waiting);
-  }
-  if (!dependency_ends.empty()) {
-    // A job cancelled or held meanwhile is that writer's; the next pass looks again.
-    GP_RETURN_IF_ERROR(Commit(std::move(dependency_ends), OnConflict::kDrop).status());
-  }
+  // Dependencies first: the jobs that can never run end before the snapshot is taken.
+  GP_RETURN_IF_ERROR(EndUnmeetableDependencies(&feed.waiting));
   {
     Lock lock(mu_);
     limits = limits_;
@@ -631,73 +568,10 @@ Status Controller::ScheduleOnce() {
   GP_ASSIGN_OR_RETURN(ScheduleResult plan,
                       scheduler_->Plan(active, nodes, now / 1'000'000, feed, limits));
 
-  // Apply only if every job the plan saw occupying resources still does, every job it
-  // starts is still pending, and every node it used is still up; otherwise plan again.
-  // Only this thread places jobs, so what occupies resources cannot grow meanwhile.
-  auto still_placeable = [this](const Job& job, const std::vector<jobs::TaskPlacement>& placement) {
-    mu_.AssertHeld();  // a guard: Commit calls it under mu_
-    if (job.state != JobState::kPending) return Status::NotFound("no longer pending");
-    if (!job.held_by.empty()) return Status::NotFound("held while the plan was made");
-    for (const jobs::TaskPlacement& p : placement) {
-      auto n = nodes_.find(p.node);
-      if (n == nodes_.end() || !n->second.up || n->second.draining) {
-        return Status::NotFound("node " + p.node + " went down or was drained meanwhile");
-      }
-    }
-    return Status::Ok();
-  };
-  std::vector<Change> placements;
-  {
-    Lock lock(mu_);
-    for (const auto& slim : snapshot) {
-      const Job& j = *slim;
-      if (j.state == JobState::kPending) continue;
-      auto it = active_.find(j.id);
-      if (it == active_.end()) continue;  // ended: resources freed, the plan stays safe
-      if (it->second.placement != j.placement) {
-        WakeScheduler();
-        return Status::Ok();
-      }
-    }
-    for (auto& [id, placement] : plan.starts) {
-      auto it = active_.find(id);
-      if (it == active_.end() || !still_placeable(it->second, placement).ok()) continue;
-      std::vector<std::string> hosts;
-      for (const jobs::TaskPlacement& p : placement) hosts.push_back(nodes_.at(p.node).address);
-      Change c{id, lifecycle::Placed{placement, std::move(hosts)}, {}};
-      c.guard = [still_placeable, where = placement](const Job& job) {
-        return still_placeable(job, where);
-      };
-      placements.push_back(std::move(c));
-    }
-  }
-  const bool none = placements.empty();
-  if (!none) {
-    // The assignments are written without the lock, so that API calls and agents' polls
-    // never wait on the database for them. Meanwhile the jobs are PENDING in memory; one
-    // cancelled or held meanwhile is left out (OnConflict::kDrop).
-    GP_ASSIGN_OR_RETURN(std::vector<Result<Job>> placed,
-                        Commit(std::move(placements), OnConflict::kDrop));
-    std::vector<Change> orphans;  // placed on a node declared down while being written
-    {
-      MutexLock lock(mu_);
-      for (const Result<Job>& job : placed) {
-        if (!job.ok()) continue;
-        for (const jobs::TaskPlacement& p : job->placement) {
-          if (auto n = nodes_.find(p.node); n == nodes_.end() || !n->second.up) {
-            // Its sweep did not see the job: it ends here as it would have there.
-            const std::string why =
-                "node " + p.node + " stopped responding while the job was placed";
-            orphans.push_back({job->id, lifecycle::NodeLost{p.node, why}, {}});
-            break;
-          }
-        }
-      }
-    }
-    GP_RETURN_IF_ERROR(Commit(std::move(orphans), OnConflict::kRetry).status());
-  }
+  GP_ASSIGN_OR_RETURN(const PlanApplied applied, ApplyPlan(snapshot, plan));
+  if (applied == PlanApplied::kStale) return Status::Ok();  // planned again at once
   Lock lock(mu_);
-  last_pass_blocked_ = none;
+  last_pass_blocked_ = applied == PlanApplied::kNone;
   // Readers attach these to pending jobs; the old map is freed after the lock.
   pending_reasons_.swap(plan.pending_reasons);
   int64_t no_room = 0;

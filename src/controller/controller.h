@@ -52,6 +52,7 @@
 namespace gpupool::controller {
 
 class JobScheduler;
+struct ScheduleResult;
 
 struct Caller {
   std::string user;
@@ -466,6 +467,21 @@ class Controller {
   // Gives back `n` jobs and `bytes` reserved in submitting_* by a submission. mu_ held.
   void Unreserve(const std::string& user, const std::string& project, int64_t n, int64_t bytes)
       REQUIRES(mu_);
+  // Ends (DependencyFailed) the pending jobs whose dependencies can never be met, and
+  // puts those whose dependencies are unmet in `waiting` with the reason: the three
+  // steps below, the store read without mu_ (controller_dependencies.cc).
+  Status EndUnmeetableDependencies(std::map<int64_t, std::string>* waiting) EXCLUDES(mu_);
+  // What ApplyPlan did with a pass's plan.
+  enum class PlanApplied {
+    kStale,  // something the plan relied on changed: nothing applied, a pass runs again
+    kNone,   // nothing to start
+    kSome,   // assignments written
+  };
+  // Commits the plan's starts (Placed), unless a job it saw holding resources changed
+  // since `snapshot`; a job placed on a node declared down meanwhile ends as the node's
+  // sweep would have ended it.
+  Result<PlanApplied> ApplyPlan(const std::vector<std::shared_ptr<const jobs::Job>>& snapshot,
+                                ScheduleResult& plan) EXCLUDES(mu_);
   // Dependency resolution reads the store only without mu_, in three steps:
   // Under mu_: the jobs that pending jobs depend on whose state is not in memory (neither
   // active nor in ended_states_).

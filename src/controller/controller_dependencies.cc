@@ -1,0 +1,150 @@
+// Controller: dependency resolution (--after-ok, --after-any, --after-not-ok) in each
+// scheduling pass, with the store read only without mu_.
+#include <spdlog/spdlog.h>
+
+#include "controller/controller.h"
+#include "controller/controller_internal.h"
+#include "controller/job_lifecycle.h"
+
+namespace gpupool::controller {
+
+using jobs::Job;
+using jobs::JobState;
+
+Status Controller::EndUnmeetableDependencies(std::map<int64_t, std::string>* waiting) {
+  // The states of ended jobs are read from the store between two locked sections.
+  std::set<int64_t> unknown;
+  {
+    MutexLock lock(mu_);
+    unknown = UnknownDependencies();
+  }
+  const std::map<int64_t, Result<JobState>> read = ReadEndStates(unknown);
+  std::vector<Change> ends;
+  {
+    MutexLock lock(mu_);
+    ends = ResolveDependencies(read, waiting);
+  }
+  if (ends.empty()) return Status::Ok();
+  // A job cancelled or held meanwhile is that writer's; the next pass looks again.
+  return Commit(std::move(ends), OnConflict::kDrop).status();
+}
+
+std::set<int64_t> Controller::UnknownDependencies() const {
+  std::set<int64_t> ids;
+  std::set<int64_t> active_arrays;  // an array is active while an element is
+  for (const auto& [id, job] : active_) {
+    if (job.array_id != 0) active_arrays.insert(job.array_id);
+  }
+  for (const auto& [id, job] : active_) {
+    if (job.state != JobState::kPending) continue;
+    for (const jobs::Dependency& d : job.dependencies) {
+      const int64_t dep = d.job_id;
+      if (ended_states_.count(dep) != 0 || active_.count(dep) != 0 ||
+          active_arrays.count(dep) != 0) {
+        continue;
+      }
+      ids.insert(dep);  // ended, or gone: the store says
+    }
+  }
+  return ids;
+}
+
+std::map<int64_t, Result<JobState>> Controller::ReadEndStates(const std::set<int64_t>& ids) {
+  std::map<int64_t, Result<JobState>> out;
+  for (int64_t id : ids) {
+    Result<Job> job = store_->GetJob(id);
+    if (!job.ok()) {
+      out.emplace(id, job.status());
+      continue;
+    }
+    JobState state = job->state;
+    // An array (named by its id, its first element's) is as its elements together: active
+    // while any is (the controller's memory says so), then SUCCEEDED if every one
+    // succeeded, else the first other end state.
+    if (job->array_id == id && jobs::IsTerminal(state)) {
+      store::JobFilter f;
+      f.user = job->user;
+      Result<std::vector<Job>> mine = store_->ListJobs(f);
+      if (!mine.ok()) {
+        out.emplace(id, mine.status());
+        continue;
+      }
+      for (const Job& e : *mine) {
+        if (e.array_id == id && e.state != JobState::kSucceeded) {
+          state = e.state;
+          break;
+        }
+      }
+    }
+    out.emplace(id, state);
+  }
+  return out;
+}
+
+std::vector<Controller::Change> Controller::ResolveDependencies(
+    const std::map<int64_t, Result<JobState>>& read, std::map<int64_t, std::string>* blocked) {
+  // What the store said of ended jobs is cached: an ended job's state never changes.
+  for (const auto& [id, st] : read) {
+    if (!st.ok() || !jobs::IsTerminal(*st)) continue;
+    if (ended_states_.size() > 100'000) ended_states_.clear();
+    ended_states_[id] = *st;
+  }
+  // A job's state now: active ones from memory (an array is active while an element is).
+  auto state_of = [&](int64_t id) -> std::optional<Result<JobState>> {
+    mu_.AssertHeld();
+    if (auto it = ended_states_.find(id); it != ended_states_.end()) return it->second;
+    if (auto it = active_.find(id); it != active_.end()) return it->second.state;
+    for (const auto& [other, job] : active_) {
+      if (job.array_id == id) return job.state;  // an element of array `id`
+    }
+    if (auto r = read.find(id); r != read.end()) return r->second;
+    return std::nullopt;  // ended since the store was read: the next pass reads it
+  };
+  // In id order: a dependency is older than its dependant, so a chain of jobs that can
+  // never run ends in one pass (a dependant later in the pass sees them as ended).
+  std::map<int64_t, JobState> ending;
+  std::vector<Change> ends;
+  for (const auto& [id, job] : active_) {
+    if (job.state != JobState::kPending || job.dependencies.empty()) continue;
+    std::string waiting;
+    std::string never;
+    for (const jobs::Dependency& d : job.dependencies) {
+      auto e = ending.find(d.job_id);
+      std::optional<Result<JobState>> st =
+          e != ending.end() ? std::optional<Result<JobState>>(e->second) : state_of(d.job_id);
+      const std::string flag = "--" + std::string(jobs::DependencyKindName(d.kind));
+      const std::string other = "job " + std::to_string(d.job_id);
+      if (st && !st->ok()) {
+        never = other + " is gone (" + st->status().message() + ")";
+        break;
+      }
+      const char* wants = d.kind == jobs::Dependency::Kind::kAfterOk      ? "succeed"
+                          : d.kind == jobs::Dependency::Kind::kAfterNotOk ? "fail"
+                                                                          : "end";
+      if (!st || !jobs::IsTerminal(**st)) {
+        if (waiting.empty()) {
+          const std::string name = st ? std::string(jobs::JobStateName(**st)) : "ending";
+          waiting = "waits for " + other + " (" + name + ") to " + wants + " (" + flag + ")";
+        }
+        continue;
+      }
+      const std::string name(jobs::JobStateName(**st));
+      const bool ok = **st == JobState::kSucceeded;
+      if ((d.kind == jobs::Dependency::Kind::kAfterOk && !ok) ||
+          (d.kind == jobs::Dependency::Kind::kAfterNotOk && ok)) {
+        never = other + " ended " + name + ", and " + flag + " needs it to " + wants;
+        break;
+      }
+    }
+    if (!never.empty()) {
+      ending[id] = JobState::kCancelled;
+      ends.push_back({id, lifecycle::DependencyFailed{never}, {}});
+      (*blocked)[id] = never;  // should its end lose to another writer's change
+      continue;
+    }
+    if (!waiting.empty()) (*blocked)[id] = waiting;
+  }
+  return ends;
+}
+
+}  // namespace gpupool::controller
