@@ -1,5 +1,6 @@
 #include "controller/controller.h"
 
+#include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
@@ -615,7 +616,7 @@ Status Controller::SweepNodes() {
       spdlog::warn("node {} stopped responding ({} s without a poll)", name,
                    (now - e.last_seen_us) / 1'000'000);
       const std::string reason =
-          "node " + name + " stopped responding (no heartbeat for " + timeout + ")";
+          fmt::format("node {} stopped responding (no heartbeat for {})", name, timeout);
       for (int64_t id : occupying_) {
         if (!OnNode(active_.at(id), name)) continue;
         // Looked at again when committed: a node that registered again meanwhile has

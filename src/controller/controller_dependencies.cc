@@ -1,5 +1,6 @@
 // Controller: dependency resolution (--after-ok, --after-any, --after-not-ok) in each
 // scheduling pass, with the store read only without mu_.
+#include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
 #include "controller/controller.h"
@@ -124,7 +125,7 @@ std::vector<Controller::Change> Controller::ResolveDependencies(
       if (!st || !jobs::IsTerminal(**st)) {
         if (waiting.empty()) {
           const std::string name = st ? std::string(jobs::JobStateName(**st)) : "ending";
-          waiting = "waits for " + other + " (" + name + ") to " + wants + " (" + flag + ")";
+          waiting = fmt::format("waits for {} ({}) to {} ({})", other, name, wants, flag);
         }
         continue;
       }
@@ -132,7 +133,7 @@ std::vector<Controller::Change> Controller::ResolveDependencies(
       const bool ok = **st == JobState::kSucceeded;
       if ((d.kind == jobs::Dependency::Kind::kAfterOk && !ok) ||
           (d.kind == jobs::Dependency::Kind::kAfterNotOk && ok)) {
-        never = other + " ended " + name + ", and " + flag + " needs it to " + wants;
+        never = fmt::format("{} ended {}, and {} needs it to {}", other, name, flag, wants);
         break;
       }
     }

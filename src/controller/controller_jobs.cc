@@ -470,6 +470,7 @@ Result<ArrayCancelled> Controller::CancelArray(int64_t array_id, const Caller& c
   out.elements = spec.ok() ? static_cast<int>(spec->indices.size()) : 0;
   // In one transaction: all the elements' cancels, or none.
   std::vector<Change> cancels;
+  cancels.reserve(elements.size());
   for (const auto& [id, state] : elements) {
     cancels.push_back({id, lifecycle::CancelRequested{caller.user},
                        [&caller](const Job& job) { return CheckOwner(job, caller); }});
