@@ -67,6 +67,7 @@ struct ServerFlags {
   int node_timeout_s = 30;
   int exec_client_timeout_s = 15;
   int time_limit_grace_s = 60;
+  std::string health_xid;
   std::vector<std::string> podman_args;  // global podman flags for image inspection
   std::string advertise;  // `server`: the API address other machines use (--advertise)
   int lease_ms = 5000;    // `server` on PostgreSQL: the leadership lease (--lease-ms)
@@ -153,6 +154,7 @@ Result<server::ServerOptions> ServerOptionsOf(const ServerFlags& f,
   co.node_timeout_us = int64_t{f.node_timeout_s} * 1'000'000;
   co.exec_client_timeout_us = int64_t{f.exec_client_timeout_s} * 1'000'000;
   co.time_limit_grace_s = f.time_limit_grace_s;
+  co.health_xid = f.health_xid;
   co.max_queued_per_user = f.max_queued_per_user;
   co.max_queued_total = f.max_queued_total;
   co.max_array_size = f.max_array_size;
@@ -202,6 +204,9 @@ void AddServerFlags(CLI::App* cmd, ServerFlags* f) {
                   "itself (its node's shim stops it at the limit; this is the backstop)")
       ->capture_default_str()
       ->check(CLI::Range(1, 86400));
+  cmd->add_option("--health-xid", f->health_xid,
+                  "overrides of the GPU health policy's Xid table, XID:ACTION[,...] with ACTION "
+                  "ignore, application, suspect, cordon-gpu or cordon-node (docs/health.md)");
   // Issue 25 item 7 (queue flooding): Slurm-like defaults, so that no one user, and not
   // all together, can fill the store's disk and the controller's memory with queued jobs.
   cmd->add_option("--max-queued-per-user", f->max_queued_per_user,

@@ -41,8 +41,11 @@ Result<std::unique_ptr<Controller>> Controller::Create(store::Store* store, cons
   Result<std::unique_ptr<JobScheduler>> scheduler =
       JobScheduler::Create(options.placement_policy, options.queue_policy, options.start_rule);
   if (!scheduler.ok()) return scheduler.status().WithContext("scheduler configuration");
+  Result<gpu::HealthPolicy> health = gpu::HealthPolicy::Create(options.health_xid);
+  if (!health.ok()) return health.status().WithContext("--health-xid");
   std::unique_ptr<Controller> c(new Controller(store, clock, std::move(options)));
   c->scheduler_ = std::move(scheduler).value();
+  c->health_policy_ = std::move(health).value();
   GP_RETURN_IF_ERROR(c->Load());
   return c;
 }
@@ -529,7 +532,8 @@ Status Controller::ScheduleOnce() {
   // under the lock, and applies the result under the lock after checking that nothing
   // it relied on changed meanwhile.
   std::vector<std::shared_ptr<const Job>> snapshot;
-  std::vector<std::pair<std::string, NodeEntry>> nodes_copy;
+  // The nodes' copies: SchedNode points into them, so the vector is not changed again.
+  std::vector<std::pair<SchedNode, gpu::NodeInfo>> nodes_copy;
   AdmissionFeed feed;  // pending jobs whose dependencies or earlier attempts hold them
   Limits limits;
   // Dependencies first: the jobs that can never run end before the snapshot is taken.
@@ -550,18 +554,19 @@ Status Controller::ScheduleOnce() {
     }
     for (const auto& [name, e] : nodes_) {
       if (!e.up) continue;
-      NodeEntry copy;
-      copy.info = e.info;
-      copy.cpu_milli = e.cpu_milli;
-      copy.memory_mib = e.memory_mib;
-      copy.draining = e.draining;
-      nodes_copy.emplace_back(name, std::move(copy));
+      SchedNode copy{name, nullptr, e.cpu_milli, e.memory_mib, e.draining, {}};
+      for (const auto& [uuid, health] : e.gpu_health) {
+        if (!gpu::TakesWork(health.state)) copy.out_of_service_gpus.push_back(uuid);
+      }
+      nodes_copy.emplace_back(std::move(copy), e.info);
     }
   }
   std::vector<SchedNode> nodes;
   nodes.reserve(nodes_copy.size());
-  for (const auto& [name, e] : nodes_copy)
-    nodes.push_back({name, &e.info, e.cpu_milli, e.memory_mib, e.draining});
+  for (auto& [node, info] : nodes_copy) {
+    node.info = &info;
+    nodes.push_back(node);
+  }
   std::vector<const Job*> active;
   active.reserve(snapshot.size());
   for (const auto& j : snapshot) active.push_back(j.get());

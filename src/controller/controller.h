@@ -45,6 +45,7 @@
 #include "controller/log_relay.h"
 #include "controller/metrics.h"
 #include "gpu/gpu_info.h"
+#include "gpu/health_policy.h"
 #include "jobs/job.h"
 #include "protocol/agent_protocol.h"
 #include "store/store.h"
@@ -81,6 +82,9 @@ struct ControllerOptions {
   // agent is cut off from the controller while the node itself still polls, or a
   // supervisor that is gone.
   int64_t time_limit_grace_s = 60;
+  // Overrides of the GPU health policy's Xid table, "XID:ACTION,..." (server option
+  // --health-xid; gpu/health_policy.h, docs/health.md).
+  std::string health_xid;
   // Bounds on the queue (issue 25 item 7: one user queued 107,000 jobs in 25 s, 880 MB
   // of store), from the server's config file ([server] max-queued-per-user, ...). A
   // submission past one is refused whole, naming it; admins' too. Queued = PENDING, held
@@ -190,6 +194,8 @@ struct NodeView {
   int64_t cpu_allocated_milli = 0;  // what the tasks placed on it asked for
   int64_t memory_allocated_mib = 0;
   std::vector<int> allocated_milli;  // per GPU, in node.info.gpus order
+  // The health of the GPUs that are not healthy, by UUID (docs/health.md).
+  std::map<std::string, gpu::GpuHealth> gpu_health;
   int running_jobs = 0;
 };
 
@@ -253,6 +259,13 @@ class Controller {
   Result<NodeView> DrainNode(const std::string& name, const std::string& reason,
                              const Caller& caller);
   Result<NodeView> ResumeNode(const std::string& name, const Caller& caller);
+  // GPU health (controller_health.cc, docs/health.md): the Xids in an agent's telemetry
+  // samples of its own GPUs (oldest first) move each GPU's health by the policy; a GPU
+  // out of service takes no new work, the jobs on a failed one end or requeue
+  // (lifecycle::GpuFailed), and a reboot-class Xid drains the node. NotFound for a node
+  // that is not registered.
+  Status ObserveGpuErrors(const std::string& node,
+                          const std::vector<protocol::GpuTelemetry>& samples) EXCLUDES(mu_);
   // Ids of queued or running jobs that use named environment "NAME:VERSION".
   std::vector<int64_t> JobsUsingEnvironment(const std::string& ref);
 
@@ -524,6 +537,10 @@ class Controller {
     // runs at a time); dropped with their stray_sent_us entry.
     std::set<std::pair<int64_t, int>> stray_running;
     std::map<int64_t, int64_t> exec_cancel_sent_us;  // exec sessions to stop, as above
+    // GPU health by UUID (gpu/health_policy.h), and how many Xids of each GPU its agent
+    // has reported so far (its count since the agent started).
+    std::map<std::string, gpu::GpuHealth> gpu_health;
+    std::map<std::string, int64_t> xid_count_seen;
   };
 
   store::Store* store_;
@@ -583,6 +600,7 @@ class Controller {
   // Why each job left pending by the last pass waits (swapped in whole by the pass).
   std::map<int64_t, std::string> pending_reasons_ GUARDED_BY(mu_);
   std::map<std::string, NodeEntry> nodes_ GUARDED_BY(mu_);
+  gpu::HealthPolicy health_policy_;          // immutable after Create
   std::unique_ptr<JobScheduler> scheduler_;  // used by one pass at a time (the loop)
   LogRelay log_relay_;
   std::map<int64_t, ExecSession> execs_ GUARDED_BY(mu_);

@@ -550,6 +550,79 @@ TEST_F(ControllerTest, TheControllerStopsAJobItsNodeLetRunPastItsTimeLimit) {
   EXPECT_EQ(store_->GetJob(j.id)->state, JobState::kTimeout);
 }
 
+// An agent's telemetry sample of one GPU with Xid `xid`, its `count`-th since the agent
+// started.
+protocol::GpuTelemetry XidSample(const std::string& uuid, int64_t xid, int64_t count) {
+  protocol::GpuTelemetry s;
+  s.index = 0;
+  s.uuid = uuid;
+  s.xid_errors = xid;
+  s.xid_count = count;
+  return s;
+}
+
+// Issue 29: a reset-class Xid (95) on the GPU a job holds ends the job FAILED with the
+// reason, cordons that GPU (nothing new lands on it) and leaves the node's other GPU in
+// service. The same count reported again changes nothing; another node's GPU is ignored.
+TEST_F(ControllerTest, AResetClassXidFailsTheJobAndCordonsOnlyThatGpu) {
+  Register(2);
+  const Job a = StartOne(c_.get(), alice_, clock_);
+  const std::string bad = a.placement[0].gpu_uuids.at(0);
+  ASSERT_TRUE(c_->ObserveGpuErrors("n1", {XidSample("GPU-elsewhere", 95, 1)}).ok());
+  EXPECT_EQ(Get(a.id).state, JobState::kRunning);
+  ASSERT_TRUE(c_->ObserveGpuErrors("n1", {XidSample(bad, 95, 1)}).ok());
+  const Job failed = Get(a.id);
+  EXPECT_EQ(failed.state, JobState::kFailed);
+  EXPECT_NE(failed.reason.find("Xid 95"), std::string::npos) << failed.reason;
+  EXPECT_EQ(store_->GetJob(a.id)->state, JobState::kFailed);
+  const NodeView n = c_->Nodes().at(0);
+  ASSERT_EQ(n.gpu_health.count(bad), 1u);
+  EXPECT_EQ(n.gpu_health.at(bad).state, gpu::GpuHealthState::kCordoned);
+  EXPECT_EQ(n.state, "up");  // the node's other GPU keeps working
+  // Reported again (the next telemetry batch): nothing more.
+  ASSERT_TRUE(c_->ObserveGpuErrors("n1", {XidSample(bad, 95, 1)}).ok());
+  // Two one-GPU jobs: one lands on the healthy GPU, the other waits.
+  const Job b = c_->Submit(MakeJob(1), bob_).value();
+  const Job d = c_->Submit(MakeJob(1), bob_).value();
+  ASSERT_TRUE(c_->ScheduleOnce().ok());
+  int placed = 0;
+  for (int64_t id : {b.id, d.id}) {
+    const Job j = Get(id);
+    if (j.state == JobState::kAssigned) {
+      ++placed;
+      EXPECT_NE(j.placement[0].gpu_uuids.at(0), bad);
+    }
+  }
+  EXPECT_EQ(placed, 1);
+}
+
+// A reboot-class Xid (79) drains the whole node with the reason; application Xids (13)
+// leave the GPU in service until the third within an hour.
+TEST_F(ControllerTest, AFallenOffTheBusXidDrainsTheNodeAndApplicationXidsCordonOnRepeats) {
+  Register(2);
+  ASSERT_TRUE(c_->ObserveGpuErrors("n1", {XidSample("GPU-1000", 13, 1)}).ok());
+  ASSERT_TRUE(c_->ObserveGpuErrors("n1", {XidSample("GPU-1000", 13, 2)}).ok());
+  EXPECT_TRUE(c_->Nodes().at(0).gpu_health.empty());  // still healthy
+  ASSERT_TRUE(c_->ObserveGpuErrors("n1", {XidSample("GPU-1000", 13, 3)}).ok());
+  EXPECT_EQ(c_->Nodes().at(0).gpu_health.at("GPU-1000").state, gpu::GpuHealthState::kCordoned);
+  ASSERT_TRUE(c_->ObserveGpuErrors("n1", {XidSample("GPU-1001", 79, 1)}).ok());
+  const NodeView n = c_->Nodes().at(0);
+  EXPECT_EQ(n.state, "drained");
+  EXPECT_NE(n.drain_reason.find("Xid 79"), std::string::npos) << n.drain_reason;
+  const Job j = c_->Submit(MakeJob(1), alice_).value();
+  ASSERT_TRUE(c_->ScheduleOnce().ok());
+  EXPECT_EQ(Get(j.id).state, JobState::kPending);
+  // The drain is stored: it outlives a restart of the controller.
+  Restart();
+  EXPECT_NE(c_->Nodes().at(0).drain_reason.find("Xid 79"), std::string::npos);
+  // A bad override names the flag.
+  ControllerOptions o;
+  o.health_xid = "79:reboot";
+  Result<std::unique_ptr<Controller>> bad = Controller::Create(store_.get(), &clock_, o);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("--health-xid"), std::string::npos);
+}
+
 TEST_F(ControllerTest, JobRunsThroughItsStates) {
   Register(2);
   Job j = c_->Submit(MakeJob(1), alice_).value();

@@ -178,7 +178,7 @@ Transition StopAll(const Job& job, Job next, int64_t now_us) {
 // A node of the job is lost (or no longer knows its task): the job ends LOST, or goes
 // back to the queue with --requeue. Its tasks elsewhere must not go on without it.
 Transition Lose(const Job& job, const std::string& reason, const std::string& gone_from,
-                int64_t now_us) {
+                int64_t now_us, JobState end_state = JobState::kLost) {
   Job lost = job;
   NormalizeTasks(lost);
   std::map<std::string, bool> nodes;  // node -> a task of it started there and runs
@@ -201,15 +201,17 @@ Transition Lose(const Job& job, const std::string& reason, const std::string& go
     again.reason = "requeued: " + reason;
     t = Changed(job, std::move(again));
     t.effects.requeued = true;
-    t.effects.log = "job " + Id(job) + " LOST and requeued: " + reason;
+    t.effects.log = "job " + Id(job) + " " + std::string(jobs::JobStateName(end_state)) +
+                    " and requeued: " + reason;
   } else {
-    lost.state = JobState::kLost;
+    lost.state = end_state;
     lost.end_time_us = now_us;
     lost.reason = reason;
     t = Changed(job, std::move(lost));
     t.effects.ended = true;
     t.effects.notify_exec = true;
-    t.effects.log = "job " + Id(job) + " LOST: " + reason;
+    t.effects.log =
+        "job " + Id(job) + " " + std::string(jobs::JobStateName(end_state)) + ": " + reason;
   }
   t.effects.freed = true;
   t.effects.stop_execs = true;
@@ -468,6 +470,17 @@ Result<Transition> OnTimeLimit(const Job& job, const TimeLimit& e, int64_t now_u
   return t;
 }
 
+Result<Transition> OnGpuFailed(const Job& job, const GpuFailed& e, int64_t now_us) {
+  if (!Occupies(job)) return Unchanged(job);
+  const bool holds = std::any_of(job.placement.begin(), job.placement.end(), [&](const auto& p) {
+    return p.node == e.node &&
+           std::find(p.gpu_uuids.begin(), p.gpu_uuids.end(), e.gpu_uuid) != p.gpu_uuids.end();
+  });
+  if (!holds) return Unchanged(job);
+  return Lose(job, "GPU " + e.gpu_uuid + " on node " + e.node + " failed: " + e.reason, "", now_us,
+              JobState::kFailed);
+}
+
 }  // namespace
 
 void NormalizeTasks(Job& job) {
@@ -500,7 +513,8 @@ std::string_view EventName(const Event& e) {
                  [](const DependencyFailed&) { return std::string_view("DependencyFailed"); },
                  [](const CommandEnded&) { return std::string_view("CommandEnded"); },
                  [](const ClientAbsent&) { return std::string_view("ClientAbsent"); },
-                 [](const TimeLimit&) { return std::string_view("TimeLimit"); }},
+                 [](const TimeLimit&) { return std::string_view("TimeLimit"); },
+                 [](const GpuFailed&) { return std::string_view("GpuFailed"); }},
       e);
 }
 
@@ -520,6 +534,7 @@ Result<Transition> Step(const Job& job, const Event& event, int64_t now_us) {
                      [&](const CommandEnded& e) { return OnCommandEnded(job, e, now_us); },
                      [&](const ClientAbsent& e) { return OnClientAbsent(job, e, now_us); },
                      [&](const TimeLimit& e) { return OnTimeLimit(job, e, now_us); },
+                     [&](const GpuFailed& e) { return OnGpuFailed(job, e, now_us); },
                  },
                  event);
   if (!t.ok() || !t->changed) return t;

@@ -111,9 +111,18 @@ struct TimeLimit {
   int64_t grace_s = 0;
 };
 
+// A GPU the job holds failed (issue 29, gpu/health_policy.h: a reset- or reboot-class
+// Xid on it): the job ends FAILED with the reason, or goes back to the queue with
+// --requeue; its tasks everywhere are stopped. Nothing for a job not holding that GPU.
+struct GpuFailed {
+  std::string node;
+  std::string gpu_uuid;
+  std::string reason;
+};
+
 using Event =
     std::variant<Placed, TaskStarted, TaskExited, TaskLost, NodeLost, AgentForgot, CancelRequested,
-                 Hold, Release, DependencyFailed, CommandEnded, ClientAbsent, TimeLimit>;
+                 Hold, Release, DependencyFailed, CommandEnded, ClientAbsent, TimeLimit, GpuFailed>;
 
 // "Placed", "TaskStarted", ...: for logs and the table test.
 std::string_view EventName(const Event& e);

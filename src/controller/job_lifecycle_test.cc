@@ -57,7 +57,8 @@ std::vector<Event> OneOfEach() {
           DependencyFailed{"job 3 ended FAILED"},
           command,
           ClientAbsent{15},
-          TimeLimit{60}};
+          TimeLimit{60},
+          GpuFailed{"n1", "GPU-0", "Xid 95: uncontained ECC error"}};
 }
 
 // What an event does to a job in a state: an error code, nothing, or the next state.
@@ -76,18 +77,20 @@ TEST(JobLifecycleTable, EveryStateAndEvent) {
   const std::vector<std::string> names = {
       "Placed",       "TaskStarted",     "TaskExited", "TaskLost", "NodeLost",
       "AgentForgot",  "CancelRequested", "Hold",       "Release",  "DependencyFailed",
-      "CommandEnded", "ClientAbsent",    "TimeLimit"};
+      "CommandEnded", "ClientAbsent",    "TimeLimit",  "GpuFailed"};
   // Rows: the job's state; columns: the events above, in order.
   const std::map<S, std::vector<Expect>> table = {
       {S::kPending,
        {To(S::kAssigned), Same(), Same(), Same(), Same(), Same(), To(S::kCancelled),
-        To(S::kPending), Same(), To(S::kCancelled), Same(), Same(), Same()}},
+        To(S::kPending), Same(), To(S::kCancelled), Same(), Same(), Same(), Same()}},
       {S::kAssigned,
        {Refused(), To(S::kRunning), To(S::kSucceeded), To(S::kLost), To(S::kLost), Same(),
-        To(S::kAssigned), Refused(), Refused(), Same(), To(S::kAssigned), Same(), Same()}},
+        To(S::kAssigned), Refused(), Refused(), Same(), To(S::kAssigned), Same(), Same(),
+        To(S::kFailed)}},
       {S::kRunning,
        {Refused(), Same(), To(S::kSucceeded), To(S::kLost), To(S::kLost), To(S::kLost),
-        To(S::kRunning), Refused(), Refused(), Same(), To(S::kRunning), Same(), Same()}},
+        To(S::kRunning), Refused(), Refused(), Same(), To(S::kRunning), Same(), Same(),
+        To(S::kFailed)}},
   };
   std::vector<Event> events = OneOfEach();
   ASSERT_EQ(events.size(), names.size());
@@ -98,7 +101,7 @@ TEST(JobLifecycleTable, EveryStateAndEvent) {
     std::vector<Expect> row =
         jobs::IsTerminal(s)
             ? std::vector<Expect>{Refused(), Same(),    Same(), Same(), Same(), Same(), Refused(),
-                                  Refused(), Refused(), Same(), Same(), Same(), Same()}
+                                  Refused(), Refused(), Same(), Same(), Same(), Same(), Same()}
             : table.at(s);
     for (size_t e = 0; e < events.size(); ++e) {
       const Job job = InState(s);
@@ -164,6 +167,31 @@ TEST(JobLifecycleTest, ATimeLimitPastItsGraceStopsTheJobAndEndsItTimeout) {
   Job cancelled = j;
   cancelled.cancel_requested = true;
   EXPECT_FALSE(Step(cancelled, TimeLimit{60}, kNow)->changed);
+}
+
+// Issue 29: a failed GPU ends the jobs holding it FAILED with the reason, stopping their
+// tasks on every node (the failed GPU's node included), or requeues those that allow it;
+// jobs on the node's other GPUs go on.
+TEST(JobLifecycleTest, AFailedGpuEndsOrRequeuesTheJobsHoldingIt) {
+  Job j = InState(JobState::kRunning);
+  const GpuFailed failed{"n1", "GPU-0", "Xid 95: uncontained ECC error"};
+  Result<Transition> t = Step(j, failed, kNow);
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  EXPECT_EQ(t->next.state, JobState::kFailed);
+  EXPECT_NE(t->next.reason.find("GPU GPU-0 on node n1 failed: Xid 95"), std::string::npos)
+      << t->next.reason;
+  ASSERT_EQ(t->effects.strays.size(), 1u);
+  EXPECT_EQ(t->effects.strays[0].node, "n1");
+  EXPECT_TRUE(t->effects.strays[0].started_there);
+  EXPECT_TRUE(t->effects.freed);
+  j.requeue = true;
+  t = Step(j, failed, kNow);
+  ASSERT_TRUE(t.ok());
+  EXPECT_EQ(t->next.state, JobState::kPending);
+  EXPECT_TRUE(t->effects.requeued);
+  // Another GPU of the node, or the same index elsewhere: not this job's.
+  EXPECT_FALSE(Step(j, GpuFailed{"n1", "GPU-1", "x"}, kNow)->changed);
+  EXPECT_FALSE(Step(j, GpuFailed{"n2", "GPU-0", "x"}, kNow)->changed);
 }
 
 TEST(JobLifecycleTest, PlacementStartsANewAttemptWithItsTasksAndHosts) {

@@ -108,7 +108,7 @@ class Scenario {
                        R"({"node": "vm", "samples": [{"index": 0, "uuid": "GPU-1000", "at_ms": )" +
                            at + R"(, "util_pct": 80, "mem_used_mib": 30000,
                            "mem_total_mib": 81559, "power_w": 512.5, "temp_c": 61,
-                           "xid_errors": 79, "xid_count": 1, "ecc_uncorrected": 0,
+                           "xid_errors": 63, "xid_count": 1, "ecc_uncorrected": 0,
                            "jobs": [{"job_id": )" +
                            id + R"(, "gpu_milli": 1000}], "processes": [{"pid": 4242,
                            "job_id": )" +

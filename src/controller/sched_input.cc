@@ -209,6 +209,31 @@ void SchedInput::AddJobs(const std::vector<const jobs::Job*>& active, const Admi
     occupying.push_back(&q);
     if (q.admission.unplaceable.empty()) Occupy(*job, q);
   }
+  ReserveOutOfService();
+}
+
+void SchedInput::ReserveOutOfService() {
+  for (size_t i = 0; i < node_of_.size(); ++i) {
+    const SchedNode& n = *node_of_[i];
+    if (n.info == nullptr) continue;
+    const auto node = static_cast<int32_t>(i);
+    for (const std::string& uuid : n.out_of_service_gpus) {
+      auto it = std::find_if(n.info->gpus.begin(), n.info->gpus.end(),
+                             [&](const gpu::GpuInfo& g) { return g.uuid == uuid; });
+      if (it == n.info->gpus.end()) continue;
+      const auto g = static_cast<int32_t>(it - n.info->gpus.begin());
+      const int32_t free = cluster.node(node).gpu_free_milli[static_cast<size_t>(g)];
+      if (free <= 0) continue;
+      sched::Task hold;
+      hold.name = "out of service: GPU " + uuid;
+      hold.num_gpu = 1;
+      hold.gpu_milli = free;
+      sched::Placement p;
+      p.node = node;
+      p.gpus = {g};
+      (void)cluster.Allocate(hold, p);  // fits: it takes exactly what is free
+    }
+  }
 }
 
 // Allocates a placed or running job on the cluster, when its placement is still whole.

@@ -31,6 +31,9 @@ struct SchedNode {
   int64_t cpu_milli = 0;
   int64_t memory_mib = 0;
   bool draining = false;  // nothing new is placed there
+  // GPUs (by UUID) the health policy took out of service (gpu/health_policy.h): they
+  // count as fully used, so nothing new lands on them; what runs there is counted as is.
+  std::vector<std::string> out_of_service_gpus;
 };
 
 // What the controller knows that the gates need beyond the jobs themselves.
@@ -80,6 +83,8 @@ class SchedInput {
   };
   sched::QueuedJob ToQueuedJob(const jobs::Job& job, const AdmissionFeed& feed) const;
   void Occupy(const jobs::Job& job, const sched::QueuedJob& q);
+  // After the jobs: what is left free of each out-of-service GPU is taken.
+  void ReserveOutOfService();
 
   const std::vector<SchedNode>& nodes_;
   std::vector<const SchedNode*> node_of_;  // cluster index -> node

@@ -59,12 +59,13 @@ class PrometheusTest(unittest.TestCase):
         cls.port = free_port()
         cls.env = dict(os.environ, GPUPOOL_SERVER="unix:" + os.path.join(cls.dir, "gpupool.sock"))
         # Every GPU at a scripted 77% with 1234 MiB used of 40960, 250.5 W, 61 C, its last
-        # Xid 79 (one so far) and 2 uncorrected ECC errors.
+        # Xid 63 (one so far: a page retirement, which the health policy ignores, so that
+        # the job goes on) and 2 uncorrected ECC errors.
         with open(NODE) as f:
             node = json.load(f)
         node["telemetry"] = {"step_s": 1, "gpus": {
             str(g["index"]): {"util_pct": [UTIL], "mem_used_mib": [MEM_MIB], "power_w": [250.5],
-                              "temp_c": [61], "xid_errors": [79], "xid_count": [1],
+                              "temp_c": [61], "xid_errors": [63], "xid_count": [1],
                               "ecc_uncorrected": [2]} for g in node["gpus"]}}
         node_file = os.path.join(cls.dir, "node.json")
         with open(node_file, "w") as f:
@@ -233,7 +234,7 @@ scrape_configs:
         self.assertEqual(query("DCGM_FI_DEV_FB_FREE{%s}" % job), float(40960 - MEM_MIB))
         self.assertEqual(query("DCGM_FI_DEV_POWER_USAGE{%s}" % job), 250.5)
         self.assertEqual(query("DCGM_FI_DEV_GPU_TEMP{%s}" % job), 61.0)
-        self.assertEqual(query("DCGM_FI_DEV_XID_ERRORS{%s}" % job), 79.0)
+        self.assertEqual(query("DCGM_FI_DEV_XID_ERRORS{%s}" % job), 63.0)
         self.assertEqual(query("DCGM_FI_DEV_ECC_DBE_VOL_TOTAL{%s}" % job), 2.0)
         self.assertEqual(query("count(DCGM_FI_DEV_GPU_UTIL)"), 4.0)
         self.assertEqual(query('count(DCGM_FI_DEV_GPU_UTIL{modelName="NVIDIA A100-SXM4-40GB",'

@@ -58,10 +58,18 @@ std::string Hours(double h) {
 std::string RenderNodes(const Json& answer, int64_t now_us) {
   Table t({"NODE", "STATE", "ADDRESS", "GPUS>", "CPUS>", "MEMORY>", "RUNNING>", "SEEN>", "MODELS"});
   std::string drains;  // "n1: disk swap (root)" per drained node
+  std::string health;  // "n1 GPU 3: cordoned: Xid 95: ..." per GPU that is not healthy
   for (const Json& node : GetArray(answer, "nodes")) {
     const Json& gpus = GetArray(node, "gpus");
     int64_t allocated = 0;
-    for (const Json& g : gpus) allocated += GetInt(g, "allocated_milli");
+    for (const Json& g : gpus) {
+      allocated += GetInt(g, "allocated_milli");
+      const Json& h = GetObject(g, "health");
+      if (const std::string state = GetString(h, "state"); !state.empty()) {
+        health += CleanCell(GetString(node, "name")) + " GPU " + std::to_string(GetInt(g, "index")) +
+                  ": " + CleanCell(state) + ": " + CleanCell(GetString(h, "reason")) + "\n";
+      }
+    }
     const int64_t heartbeat = GetInt(node, "last_heartbeat_us");
     const std::string seen =
         heartbeat > 0 ? FormatDuration((now_us - heartbeat) / 1'000'000) + " ago" : "never";
@@ -76,7 +84,8 @@ std::string RenderNodes(const Json& answer, int64_t now_us) {
       drains += CleanCell(GetString(node, "name")) + ": " + CleanCell(why) + "\n";
     }
   }
-  return t.Render() + (drains.empty() ? "" : "drained:\n" + drains);
+  return t.Render() + (drains.empty() ? "" : "drained:\n" + drains) +
+         (health.empty() ? "" : "GPU health (docs/health.md):\n" + health);
 }
 
 std::string RenderLimits(const Json& answer) {

@@ -177,7 +177,9 @@ TEST(RenderNodesTest, FractionsAndModels) {
      "cpu_allocated_milli": 2500, "memory_mib": 257024, "memory_allocated_mib": 12800,
      "drain_reason": "disk swap (root)",
      "gpus": [{"index": 0, "name": "H100", "allocated_milli": 1000},
-              {"index": 1, "name": "H100", "allocated_milli": 250},
+              {"index": 1, "name": "H100", "allocated_milli": 250,
+               "health": {"state": "cordoned", "reason": "Xid 95: uncontained ECC error",
+                          "evidence": "Xid 95 x1", "since_us": 1, "by": "policy"}},
               {"index": 2, "name": "A100", "allocated_milli": 0}]},
     {"name": "gpu2", "state": "down", "running_jobs": [5, 6], "gpus": []}]})js");
   EXPECT_EQ(RenderNodes(answer, kRenderNow),
@@ -186,7 +188,9 @@ TEST(RenderNodesTest, FractionsAndModels) {
             "1x A100\n"
             "gpu2  down      -            0/0     0/0     0.0/0.0 GiB        2   never  -\n"
             "drained:\n"
-            "gpu1: disk swap (root)\n");
+            "gpu1: disk swap (root)\n"
+            "GPU health (docs/health.md):\n"
+            "gpu1 GPU 1: cordoned: Xid 95: uncontained ECC error\n");
 }
 
 TEST(RenderUsageTest, RowsAndTotal) {

@@ -97,6 +97,10 @@ net::HttpResponse ServeAgentTelemetry(const ApiContext& ctx, const Call& c) {
     return ErrorResponse(
         Status::NotFound("node " + batch->node + " is not registered; the agent registers first"));
   }
+  // Xids act at once (GPU health), before the samples go to the telemetry service.
+  if (Status s = ctx.controller->ObserveGpuErrors(batch->node, batch->samples); !s.ok()) {
+    return ErrorResponse(s);
+  }
   const size_t kept = ctx.telemetry->Ingest(std::move(*batch));
   return JsonResponse(200, {{"ok", true}, {"accepted", kept}});
 }

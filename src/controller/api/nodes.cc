@@ -36,6 +36,13 @@ OrderedJson NodeViewToJson(const NodeView& v,
     if (auto t = latest.find(gi.index); t != latest.end() && v.state != "down") {
       gpus.back()["telemetry"] = GpuTelemetryToJson(t->second);
     }
+    if (auto h = v.gpu_health.find(gi.uuid); h != v.gpu_health.end()) {
+      gpus.back()["health"] = {{"state", gpu::GpuHealthStateName(h->second.state)},
+                               {"reason", h->second.reason},
+                               {"evidence", h->second.evidence},
+                               {"since_us", h->second.since_us},
+                               {"by", h->second.by}};
+    }
   }
   OrderedJson out = {{"name", v.name},
                      {"state", v.state},

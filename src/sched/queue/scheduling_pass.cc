@@ -76,6 +76,21 @@ SchedulingPass::SchedulingPass(const QueuePolicy& queue_policy, PlacementPolicy&
       make_planning_policy_(std::move(make_planning_policy)),
       options_(options) {}
 
+namespace {
+
+// Whether `job`'s gang fits on `cluster` once every job of `running` has ended.
+Result<bool> FitsOnceAllEnd(const ClusterState& cluster, std::span<const RunningJob> running,
+                            const QueuedJob& job, PlacementPolicy& planner) {
+  ClusterState idle = cluster;
+  for (const RunningJob& r : running) {
+    GP_RETURN_IF_ERROR(ReleaseGang(idle, r.job->tasks, r.placements));
+  }
+  GP_ASSIGN_OR_RETURN(GangPlacement g, PlaceGang(idle, job.tasks, planner));
+  return g.placed;
+}
+
+}  // namespace
+
 Result<PassResult> SchedulingPass::Run(ClusterState& cluster, int64_t now_s,
                                        std::span<const QueuedJob* const> pending,
                                        std::span<const RunningJob> running) {
@@ -133,6 +148,15 @@ Result<PassResult> SchedulingPass::Run(ClusterState& cluster, int64_t now_s,
     GP_ASSIGN_OR_RETURN(std::unique_ptr<PlacementPolicy> planner, make_planning_policy_());
     GP_ASSIGN_OR_RETURN(plan, ReservationPlan::Make(cluster, now_s, running_now, job, *planner));
     if (!plan) {
+      // A job that would not fit even with every running job gone (what is out of
+      // service holds resources no job releases) can never start here: it holds nobody
+      // back, and the next job that cannot start gets the reservation.
+      GP_ASSIGN_OR_RETURN(std::unique_ptr<PlacementPolicy> fresh, make_planning_policy_());
+      GP_ASSIGN_OR_RETURN(bool ever, FitsOnceAllEnd(cluster, running_now, job, *fresh));
+      if (!ever) {
+        blocked = false;
+        continue;
+      }
       result.reservation_unplannable = true;
       break;
     }

@@ -107,6 +107,33 @@ TEST_F(OneNodeHole, EasyBackfillRefusesALongJobThatWouldDelayTheHead) {
   EXPECT_EQ(Snapshot(f.cluster()), before);  // the tentative placement was undone
 }
 
+// Issue 29: a GPU out of service is held by no job (the controller allocates it away).
+// A head job that would need it can never start: under EASY it holds nobody back, and the
+// next job that cannot start gets the reservation instead.
+TEST(SchedulingPassTest, AJobThatCanNeverFitHoldsNobodyBack) {
+  PassFixture f(MakeCluster(1, 4));
+  Placement hold;
+  hold.node = 0;
+  hold.gpus = {1};
+  Task out_of_service = GpuTask(1);
+  out_of_service.cpu_milli = 0;
+  out_of_service.memory_mib = 0;
+  ASSERT_TRUE(f.cluster().Allocate(out_of_service, hold).ok());
+  std::vector<QueuedJob> pending = {Job("four", "u", 1, {GpuTask(4)}),
+                                    Job("three", "u", 2, {GpuTask(3)})};
+  auto r = f.Pass(pending, StartRule::kEasyBackfill);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(f.StartedIds(pending, *r), Ids{"three"});
+  EXPECT_FALSE(r->reservation_unplannable);
+  // A job that only waits for a job without a time limit still blocks the queue.
+  PassFixture g(MakeCluster(1, 4));
+  g.Run(Job("forever", "u", 0, {GpuTask(1)}), 0);
+  auto blocked = g.Pass(pending, StartRule::kEasyBackfill);
+  ASSERT_TRUE(blocked.ok());
+  EXPECT_TRUE(blocked->started.empty());
+  EXPECT_TRUE(blocked->reservation_unplannable);
+}
+
 TEST_F(OneNodeHole, SkipBlockedStartsEverythingThatFits) {
   std::vector<QueuedJob> pending = {Job("head", "u", 1, {GpuTask(4)}, 50),
                                     Job("long", "u", 2, {GpuTask(2)}, 500)};

@@ -1,0 +1,156 @@
+#include "gpu/health_policy.h"
+
+#include <algorithm>
+#include <optional>
+
+#include "common/strings.h"
+
+namespace gpupool::gpu {
+
+std::string_view GpuHealthStateName(GpuHealthState state) {
+  switch (state) {
+    case GpuHealthState::kHealthy:
+      return "healthy";
+    case GpuHealthState::kSuspect:
+      return "suspect";
+    case GpuHealthState::kCordoned:
+      return "cordoned";
+    case GpuHealthState::kFailed:
+      return "failed";
+  }
+  return "healthy";
+}
+
+namespace {
+
+struct ActionName {
+  HealthAction action;
+  std::string_view name;
+};
+constexpr ActionName kActionNames[] = {
+    {HealthAction::kIgnore, "ignore"},          {HealthAction::kApplication, "application"},
+    {HealthAction::kSuspect, "suspect"},        {HealthAction::kCordonGpu, "cordon-gpu"},
+    {HealthAction::kCordonNode, "cordon-node"},
+};
+
+}  // namespace
+
+std::string_view HealthActionName(HealthAction action) {
+  for (const ActionName& a : kActionNames) {
+    if (a.action == action) return a.name;
+  }
+  return "suspect";
+}
+
+Result<HealthAction> ParseHealthAction(std::string_view name) {
+  for (const ActionName& a : kActionNames) {
+    if (a.name == name) return a.action;
+  }
+  return Status::InvalidArgument("unknown health action '" + std::string(name) +
+                                 "': use ignore, application, suspect, cordon-gpu or cordon-node");
+}
+
+const std::vector<XidRule>& BuiltinXidRules() {
+  using A = HealthAction;
+  static const std::vector<XidRule> rules = {
+      {13, A::kApplication, "graphics engine exception (the application's fault)"},
+      {31, A::kApplication, "GPU memory page fault (the application's fault)"},
+      {43, A::kApplication, "GPU stopped processing (the application's fault)"},
+      {45, A::kApplication, "preemptive cleanup after an earlier error"},
+      {48, A::kCordonGpu, "double-bit ECC error"},
+      {63, A::kIgnore, "ECC page retirement or row remapping recorded"},
+      {64, A::kCordonGpu, "ECC page retirement or row remapping failed"},
+      {68, A::kApplication, "video processor exception (the application's fault)"},
+      {74, A::kCordonGpu, "NVLink error"},
+      {79, A::kCordonNode, "GPU has fallen off the bus"},
+      {92, A::kIgnore, "high single-bit ECC error rate (corrected)"},
+      {94, A::kApplication, "contained ECC error (the application is stopped)"},
+      {95, A::kCordonGpu, "uncontained ECC error"},
+      {119, A::kCordonGpu, "GSP RPC timeout"},
+      {120, A::kCordonGpu, "GSP error"},
+  };
+  return rules;
+}
+
+Result<HealthPolicy> HealthPolicy::Create(std::string_view overrides) {
+  HealthPolicy p;
+  for (const XidRule& r : BuiltinXidRules()) p.rules_[r.xid] = r;
+  for (const std::string& raw : Split(overrides, ',')) {
+    const std::string entry(Trim(raw));
+    if (entry.empty()) continue;
+    const size_t colon = entry.find(':');
+    const std::string fix = ": write XID:ACTION, e.g. 79:cordon-node";
+    if (colon == std::string::npos) {
+      return Status::InvalidArgument("health-xid entry '" + entry + "' has no ':'" + fix);
+    }
+    const std::optional<int64_t> xid = ParseInt64(Trim(std::string_view(entry).substr(0, colon)));
+    if (!xid || *xid <= 0 || *xid > 100'000) {
+      return Status::InvalidArgument("health-xid entry '" + entry +
+                                     "': the Xid is not a positive number" + fix);
+    }
+    Result<HealthAction> action =
+        ParseHealthAction(Trim(std::string_view(entry).substr(colon + 1)));
+    if (!action.ok()) return action.status().WithContext("health-xid entry '" + entry + "'");
+    XidRule& rule = p.rules_[static_cast<int>(*xid)];
+    rule.xid = static_cast<int>(*xid);
+    rule.action = *action;
+    if (rule.what.empty()) rule.what = "Xid " + std::to_string(*xid);
+    rule.what += " (action set by the server's configuration)";
+  }
+  return p;
+}
+
+XidRule HealthPolicy::ForXid(int xid) const {
+  if (auto it = rules_.find(xid); it != rules_.end()) return it->second;
+  return {xid, HealthAction::kSuspect, "unknown Xid " + std::to_string(xid)};
+}
+
+XidOutcome OnXid(const GpuHealth& health, int xid, int64_t count, int64_t now_us,
+                 const HealthPolicy& policy) {
+  XidOutcome out;
+  out.rule = policy.ForXid(xid);
+  out.next = health;
+  GpuHealth& next = out.next;
+  const std::string seen = "Xid " + std::to_string(xid) + " x" + std::to_string(count);
+  const std::string why = "Xid " + std::to_string(xid) + ": " + out.rule.what;
+  auto become = [&](GpuHealthState state, std::string reason) {
+    if (next.state != state) next.since_us = now_us;
+    next.state = state;
+    next.reason = std::move(reason);
+    next.by = "policy";
+  };
+  const bool out_of_service =
+      next.state == GpuHealthState::kCordoned || next.state == GpuHealthState::kFailed;
+  switch (out.rule.action) {
+    case HealthAction::kIgnore:
+      return out;
+    case HealthAction::kApplication:
+    case HealthAction::kSuspect: {
+      // Repeats within the window: the GPU, not the application, is the likely cause.
+      std::erase_if(next.recent_us,
+                    [&](int64_t t) { return t <= now_us - policy.repeat_window_us; });
+      for (int64_t k = 0; k < std::max<int64_t>(count, 1); ++k) next.recent_us.push_back(now_us);
+      const bool repeated = static_cast<int64_t>(next.recent_us.size()) >= policy.repeats_to_cordon;
+      if (repeated && !out_of_service) {
+        become(GpuHealthState::kCordoned,
+               why + ", " + std::to_string(next.recent_us.size()) + " times within " +
+                   std::to_string(policy.repeat_window_us / 60'000'000) + " min");
+      } else if (out.rule.action == HealthAction::kSuspect &&
+                 next.state == GpuHealthState::kHealthy) {
+        become(GpuHealthState::kSuspect, why);
+      }
+      break;
+    }
+    case HealthAction::kCordonGpu:
+    case HealthAction::kCordonNode:
+      if (!out_of_service) become(GpuHealthState::kCordoned, why);
+      out.end_jobs = true;
+      out.cordon_node = out.rule.action == HealthAction::kCordonNode;
+      break;
+  }
+  next.evidence = seen;
+  out.changed = next != health;
+  return out;
+}
+
+}  // namespace gpupool::gpu

@@ -1,0 +1,94 @@
+// GPU health policy (issue 29, docs/health.md): what an Xid error does to a GPU and its
+// node. The table is here, in one place, and admins override it per Xid (server option
+// --health-xid "79:cordon-node,13:ignore"). Pure: no I/O, time passed in; the controller
+// applies it to the Xids its agents report and keeps each GPU's GpuHealth.
+//
+// Thread-compatible: a HealthPolicy is immutable once created.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/status.h"
+
+namespace gpupool::gpu {
+
+// A GPU's health. Cordoned and failed GPUs take no new work.
+enum class GpuHealthState {
+  kHealthy,
+  kSuspect,   // errors worth watching; still takes work
+  kCordoned,  // takes no new work until it is proven well (or an admin resumes it)
+  kFailed,    // takes no work; needs service
+};
+std::string_view GpuHealthStateName(GpuHealthState state);
+// Whether the scheduler may place new work on a GPU in `state`.
+inline bool TakesWork(GpuHealthState state) {
+  return state == GpuHealthState::kHealthy || state == GpuHealthState::kSuspect;
+}
+
+// What an Xid means, after NVIDIA's catalogue (XID errors, NVSentinel's mapping) and the
+// Kubernetes device plugin's list of application Xids.
+enum class HealthAction {
+  kIgnore,       // informational: the GPU is fine (a page retired, corrected errors)
+  kApplication,  // the job's fault (its job fails by itself); repeats cordon the GPU
+  kSuspect,      // unknown or ambiguous: the GPU is suspect; repeats cordon it
+  kCordonGpu,    // reset-class: the GPU takes no new work and its jobs end (or requeue)
+  kCordonNode,   // reboot-class: the whole node takes no new work and the GPU's jobs end
+};
+std::string_view HealthActionName(HealthAction action);
+// "ignore", "application", "suspect", "cordon-gpu", "cordon-node".
+Result<HealthAction> ParseHealthAction(std::string_view name);
+
+struct XidRule {
+  int xid = 0;
+  HealthAction action = HealthAction::kSuspect;
+  std::string what;  // what the Xid means, for reasons and docs
+};
+
+// The built-in table, in Xid order (docs/health.md prints the same rows).
+const std::vector<XidRule>& BuiltinXidRules();
+
+class HealthPolicy {
+ public:
+  // The built-in table with `overrides` ("XID:ACTION[,XID:ACTION...]") applied.
+  // InvalidArgument naming the entry and the fix for a malformed one.
+  static Result<HealthPolicy> Create(std::string_view overrides = "");
+
+  // The rule for `xid`; an Xid not in the table is kSuspect ("unknown Xid N").
+  XidRule ForXid(int xid) const;
+
+  // Application and suspect Xids: this many within the window cordon the GPU.
+  int repeats_to_cordon = 3;
+  int64_t repeat_window_us = int64_t{3600} * 1'000'000;
+
+ private:
+  std::map<int, XidRule> rules_;
+};
+
+// One GPU's health as the controller keeps it.
+struct GpuHealth {
+  GpuHealthState state = GpuHealthState::kHealthy;
+  std::string reason;         // why, in words ("Xid 95: uncontained ECC error")
+  std::string evidence;       // what was seen: "Xid 95 x1"
+  int64_t since_us = 0;       // when the state began (0: always healthy)
+  std::string by = "policy";  // "policy", or the admin who set it
+  // When the recent application or suspect Xids came (within repeat_window_us).
+  std::vector<int64_t> recent_us;
+  friend bool operator==(const GpuHealth&, const GpuHealth&) = default;
+};
+
+// What `count` new Xid `xid` events on a GPU do, at `now_us`.
+struct XidOutcome {
+  GpuHealth next;
+  XidRule rule;
+  bool changed = false;      // next differs from the health before
+  bool end_jobs = false;     // the jobs on the GPU end (fail, or requeue when allowed)
+  bool cordon_node = false;  // every GPU of the node stops taking work
+};
+XidOutcome OnXid(const GpuHealth& health, int xid, int64_t count, int64_t now_us,
+                 const HealthPolicy& policy);
+
+}  // namespace gpupool::gpu
