@@ -596,6 +596,11 @@ PoolSnapshot Controller::MetricsSnapshot(std::vector<NodeView>* nodes_out) {
     ++s.nodes_by_state[v.state];
     if (v.state == "down") continue;
     s.gpus_total += static_cast<int64_t>(v.info.gpus.size());
+    s.gpus_by_health["healthy"] +=
+        static_cast<int64_t>(v.info.gpus.size()) - static_cast<int64_t>(v.gpu_health.size());
+    for (const auto& [uuid, health] : v.gpu_health) {
+      ++s.gpus_by_health[std::string(gpu::GpuHealthStateName(health.state))];
+    }
     for (int milli : v.allocated_milli) s.gpus_allocated += milli / 1000.0;
   }
   if (nodes_out != nullptr) *nodes_out = std::move(nodes);

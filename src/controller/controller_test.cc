@@ -579,6 +579,9 @@ TEST_F(ControllerTest, AResetClassXidFailsTheJobAndCordonsOnlyThatGpu) {
   ASSERT_EQ(n.gpu_health.count(bad), 1u);
   EXPECT_EQ(n.gpu_health.at(bad).state, gpu::GpuHealthState::kCordoned);
   EXPECT_EQ(n.state, "up");  // the node's other GPU keeps working
+  PoolSnapshot pool = c_->MetricsSnapshot();
+  EXPECT_EQ(pool.gpus_by_health["cordoned"], 1);
+  EXPECT_EQ(pool.gpus_by_health["healthy"], 1);
   // Reported again (the next telemetry batch): nothing more.
   ASSERT_TRUE(c_->ObserveGpuErrors("n1", {XidSample(bad, 95, 1)}).ok());
   // Two one-GPU jobs: one lands on the healthy GPU, the other waits.

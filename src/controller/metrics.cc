@@ -139,6 +139,15 @@ std::string PoolMetrics::Render(const PoolSnapshot& pool) const {
   }
   Family("gpupool_gpus", "gauge", "GPUs of the nodes that are up.", &out);
   Sample("gpupool_gpus", "", static_cast<double>(pool.gpus_total), &out);
+  Family("gpupool_gpu_health", "gauge",
+         "GPUs of the nodes that are not down, by health state (docs/health.md): cordoned "
+         "and failed GPUs take no new work.",
+         &out);
+  for (const char* state : {"healthy", "suspect", "cordoned", "failed"}) {
+    auto it = pool.gpus_by_health.find(state);
+    Sample("gpupool_gpu_health", Label("state", state),
+           it == pool.gpus_by_health.end() ? 0 : static_cast<double>(it->second), &out);
+  }
   Family("gpupool_gpus_allocated", "gauge",
          "GPUs held by jobs, shares added up (two half-GPU jobs are 1).", &out);
   Sample("gpupool_gpus_allocated", "", pool.gpus_allocated, &out);

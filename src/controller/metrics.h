@@ -56,6 +56,8 @@ struct PoolSnapshot {
   std::map<std::string, int64_t> pending_by_reason;  // PendingReasonClass of each
   std::map<std::string, int64_t> nodes_by_state;     // up, down, draining, drained
   int64_t gpus_total = 0;
+  // GPUs of the nodes that are not down by health state (gpu/health_policy.h).
+  std::map<std::string, int64_t> gpus_by_health;
   double gpus_allocated = 0;  // shares added up (0.5 = half a GPU)
   // Allocated GPU-hours of every job so far (running ones up to now), by (user, project).
   std::map<std::pair<std::string, std::string>, double> gpu_hours;
