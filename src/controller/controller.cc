@@ -339,6 +339,13 @@ Status Controller::Load() {
     e.address = r.address.empty() ? r.name : r.address;
     e.draining = r.draining;
     e.drain_reason = r.drain_reason;
+    Result<std::map<std::string, gpu::GpuHealth>> health =
+        GpuHealthFromJson(r.gpu_health_json, "stored GPU health of node " + r.name);
+    if (health.ok()) {
+      e.gpu_health = std::move(*health);
+    } else {
+      spdlog::warn("{}: taken as healthy", health.status().message());
+    }
     if (Result<protocol::Version> v = protocol::ParseVersion(r.protocol); v.ok()) e.version = *v;
     // A restarted controller gives every known node a full timeout to poll again.
     e.last_seen_us = now;

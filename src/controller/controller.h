@@ -455,6 +455,8 @@ class Controller {
   void CountQueuedSubmission(const jobs::Job& job, int64_t delta) REQUIRES(mu_);
   // Sets a pending job's pending_reason from the last pass.
   void AttachPendingReason(jobs::Job* job) const REQUIRES(mu_);
+  // Writes node `name`'s GPU health to its stored record (node_write_mu_ then mu_).
+  Status StoreGpuHealth(const std::string& node) EXCLUDES(mu_);
   Result<NodeView> SetDrain(const std::string& name, bool draining, const std::string& reason)
       EXCLUDES(mu_);
   // ResourceExhausted, naming the user, project or pool and the limit (its max_queued,

@@ -4,6 +4,7 @@
 // on a failed GPU end (or requeue), and a reboot-class Xid drains the whole node.
 #include <spdlog/spdlog.h>
 
+#include "common/json.h"
 #include "controller/controller.h"
 #include "controller/controller_internal.h"
 #include "controller/job_lifecycle.h"
@@ -12,10 +13,85 @@ namespace gpupool::controller {
 
 using jobs::Job;
 
+std::string GpuHealthToJson(const std::map<std::string, gpu::GpuHealth>& health) {
+  Json out = Json::object();
+  for (const auto& [uuid, h] : health) {
+    if (h.state == gpu::GpuHealthState::kHealthy && h.recent_us.empty()) continue;
+    out[uuid] = {{"state", gpu::GpuHealthStateName(h.state)},
+                 {"reason", h.reason},
+                 {"evidence", h.evidence},
+                 {"since_us", h.since_us},
+                 {"by", h.by},
+                 {"recent_us", h.recent_us}};
+  }
+  return out.empty() ? std::string() : DumpJson(out);
+}
+
+Result<std::map<std::string, gpu::GpuHealth>> GpuHealthFromJson(const std::string& text,
+                                                                const std::string& where) {
+  std::map<std::string, gpu::GpuHealth> out;
+  if (text.empty()) return out;
+  GP_ASSIGN_OR_RETURN(Json j, ParseJson(text, where));
+  if (!j.is_object()) return Status::InvalidArgument(where + ": not a JSON object");
+  for (auto it = j.begin(); it != j.end(); ++it) {
+    const std::string path = where + "." + it.key();
+    if (!it->is_object()) return Status::InvalidArgument(path + ": not an object");
+    gpu::GpuHealth h;
+    std::string state;
+    JsonFields f(*it, path);
+    f.Required("state", &state);
+    f.Optional("reason", &h.reason);
+    f.Optional("evidence", &h.evidence);
+    f.Optional("since_us", &h.since_us);
+    f.Optional("by", &h.by);
+    if (const Json* recent = f.Array("recent_us")) {
+      for (const Json& t : *recent) {
+        if (!t.is_number_integer()) {
+          f.Fail("recent_us", "not a list of integers");
+          break;
+        }
+        h.recent_us.push_back(t.get<int64_t>());
+      }
+    }
+    GP_RETURN_IF_ERROR(f.Finish());
+    bool known = false;
+    for (auto s : {gpu::GpuHealthState::kHealthy, gpu::GpuHealthState::kSuspect,
+                   gpu::GpuHealthState::kCordoned, gpu::GpuHealthState::kFailed}) {
+      if (gpu::GpuHealthStateName(s) == state) {
+        h.state = s;
+        known = true;
+      }
+    }
+    if (!known) return Status::InvalidArgument(path + ".state: unknown state '" + state + "'");
+    out[it.key()] = std::move(h);
+  }
+  return out;
+}
+
+Status Controller::StoreGpuHealth(const std::string& node) {
+  MutexLock write(node_write_mu_);
+  std::string health;
+  {
+    MutexLock lock(mu_);
+    auto n = nodes_.find(node);
+    if (n == nodes_.end()) return Status::Ok();
+    health = GpuHealthToJson(n->second.gpu_health);
+  }
+  GP_ASSIGN_OR_RETURN(std::vector<store::NodeRecord> records, store_->ListNodes());
+  for (store::NodeRecord& r : records) {
+    if (r.name != node) continue;
+    if (r.gpu_health_json == health) return Status::Ok();
+    r.gpu_health_json = health;
+    return store_->PutNode(r);
+  }
+  return Status::Ok();  // not stored yet: its registration stores it
+}
+
 Status Controller::ObserveGpuErrors(const std::string& node,
                                     const std::vector<protocol::GpuTelemetry>& samples) {
   std::vector<Change> failed;  // the jobs on GPUs that failed
   std::string drain_reason;    // a reboot-class Xid: the whole node
+  bool changed = false;        // some GPU's health: stored below
   {
     MutexLock lock(mu_);
     auto n = nodes_.find(node);
@@ -41,6 +117,7 @@ Status Controller::ObserveGpuErrors(const std::string& node,
                      o.next.reason);
         capacity_changed_ = true;
       }
+      changed = changed || o.changed;
       health = o.next;
       const std::string why = "Xid " + std::to_string(*s.xid_errors) + ": " + o.rule.what;
       if (o.end_jobs) {
@@ -57,6 +134,7 @@ Status Controller::ObserveGpuErrors(const std::string& node,
   GP_ASSIGN_OR_RETURN(std::vector<Result<Job>> answers,
                       Commit(std::move(failed), OnConflict::kRetry));
   LogRefusals("GPU health", answers);
+  if (changed) GP_RETURN_IF_ERROR(StoreGpuHealth(node));
   if (!drain_reason.empty()) GP_RETURN_IF_ERROR(SetDrain(node, true, drain_reason).status());
   return Status::Ok();
 }

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <map>
 #include <string>
 
 #include "common/status.h"
@@ -45,3 +46,12 @@ inline Status CheckOwner(const jobs::Job& job, const Caller& caller) {
 }
 
 }  // namespace gpupool::controller::internal
+
+namespace gpupool::controller {
+// GPU health as stored in store::NodeRecord::gpu_health_json (controller_health.cc):
+// the GPUs that are not healthy (or have recent errors), by UUID; "" when none.
+std::string GpuHealthToJson(const std::map<std::string, gpu::GpuHealth>& health);
+// InvalidArgument naming `where` and the field for what GpuHealthToJson did not write.
+Result<std::map<std::string, gpu::GpuHealth>> GpuHealthFromJson(const std::string& text,
+                                                                const std::string& where);
+}  // namespace gpupool::controller

@@ -164,6 +164,7 @@ Result<protocol::RegistrationReply> Controller::RegisterNode(protocol::Registrat
     if (auto it = nodes_.find(name); it != nodes_.end()) {
       rec.draining = it->second.draining;  // a drain outlives the agent's restarts
       rec.drain_reason = it->second.drain_reason;
+      rec.gpu_health_json = GpuHealthToJson(it->second.gpu_health);  // and GPU health
     }
   }
   GP_RETURN_IF_ERROR(store_->PutNode(rec));

@@ -597,6 +597,15 @@ TEST_F(ControllerTest, AResetClassXidFailsTheJobAndCordonsOnlyThatGpu) {
     }
   }
   EXPECT_EQ(placed, 1);
+  // Stored: a restarted controller (or the next leader) keeps the GPU out of service.
+  Restart();
+  EXPECT_EQ(c_->Nodes().at(0).gpu_health.at(bad).state, gpu::GpuHealthState::kCordoned);
+  EXPECT_NE(c_->Nodes().at(0).gpu_health.at(bad).reason.find("Xid 95"), std::string::npos);
+  Register(2);  // its agent registers again: still cordoned
+  EXPECT_EQ(c_->Nodes().at(0).gpu_health.at(bad).state, gpu::GpuHealthState::kCordoned);
+  const Job e = c_->Submit(MakeJob(2), bob_).value();  // needs both GPUs: never now
+  ASSERT_TRUE(c_->ScheduleOnce().ok());
+  EXPECT_EQ(Get(e.id).state, JobState::kPending);
 }
 
 // A reboot-class Xid (79) drains the whole node with the reason; application Xids (13)

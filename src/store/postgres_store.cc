@@ -163,6 +163,10 @@ ALTER TABLE jobs ADD COLUMN spec_id BIGINT REFERENCES job_specs(id);
     R"sql(
 ALTER TABLE jobs ADD COLUMN version BIGINT NOT NULL DEFAULT 1;
 )sql",
+    // GPU health (docs/health.md): the node's GPUs that are not healthy.
+    R"sql(
+ALTER TABLE nodes ADD COLUMN gpu_health TEXT NOT NULL DEFAULT '';
+)sql",
 };
 
 // Held while migrating, so two controllers starting at once migrate one after the other.
@@ -418,18 +422,19 @@ class PostgresStore final : public Store, private PgSession {
     GP_RETURN_IF_ERROR(Connected());
     return FencedWrite([&] {
       return Run("INSERT INTO nodes(name, info_json, agent_url, cpu_milli, memory_mib, "
-                 "registered_us, last_heartbeat_us, draining, address, protocol, drain_reason) "
-                 "VALUES($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11) ON CONFLICT(name) DO UPDATE SET "
+                 "registered_us, last_heartbeat_us, draining, address, protocol, drain_reason, "
+                 "gpu_health) "
+                 "VALUES($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12) ON CONFLICT(name) DO UPDATE SET "
                  "info_json=EXCLUDED.info_json, agent_url=EXCLUDED.agent_url, "
                  "cpu_milli=EXCLUDED.cpu_milli, memory_mib=EXCLUDED.memory_mib, "
                  "registered_us=EXCLUDED.registered_us, "
                  "last_heartbeat_us=EXCLUDED.last_heartbeat_us, draining=EXCLUDED.draining, "
                  "address=EXCLUDED.address, protocol=EXCLUDED.protocol, "
-                 "drain_reason=EXCLUDED.drain_reason",
+                 "drain_reason=EXCLUDED.drain_reason, gpu_health=EXCLUDED.gpu_health",
                  {n.name, n.info_json, n.agent_url, std::to_string(n.cpu_milli),
                   std::to_string(n.memory_mib), std::to_string(n.registered_us),
                   std::to_string(n.last_heartbeat_us), n.draining ? "true" : "false", n.address,
-                  n.protocol, n.drain_reason},
+                  n.protocol, n.drain_reason, n.gpu_health_json},
                  "store node " + n.name)
           .status();
     });
@@ -440,15 +445,15 @@ class PostgresStore final : public Store, private PgSession {
     GP_RETURN_IF_ERROR(Connected());
     GP_ASSIGN_OR_RETURN(
         PgResult r, Run("SELECT name, info_json, agent_url, cpu_milli, memory_mib, registered_us, "
-                        "last_heartbeat_us, draining, address, protocol, drain_reason FROM nodes "
-                        "ORDER BY name",
+                        "last_heartbeat_us, draining, address, protocol, drain_reason, "
+                        "gpu_health FROM nodes ORDER BY name",
                         {}, "list nodes"));
     std::vector<NodeRecord> out;
     out.reserve(static_cast<size_t>(r.Rows()));
     for (int i = 0; i < r.Rows(); ++i) {
       out.push_back({r.Text(i, 0), r.Text(i, 1), r.Text(i, 2), r.Int(i, 3), r.Int(i, 4),
                      r.Int(i, 5), r.Int(i, 6), r.Bool(i, 7), r.Text(i, 8), r.Text(i, 9),
-                     r.Text(i, 10)});
+                     r.Text(i, 10), r.Text(i, 11)});
     }
     return out;
   }

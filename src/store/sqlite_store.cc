@@ -160,6 +160,10 @@ ALTER TABLE jobs ADD COLUMN spec_id INTEGER;
     R"sql(
 ALTER TABLE jobs ADD COLUMN version INTEGER NOT NULL DEFAULT 1;
 )sql",
+    // GPU health (docs/health.md): the node's GPUs that are not healthy.
+    R"sql(
+ALTER TABLE nodes ADD COLUMN gpu_health TEXT NOT NULL DEFAULT '';
+)sql",
 };
 
 class Stmt {
@@ -383,13 +387,13 @@ class SqliteStore final : public Store {
     std::lock_guard lock(mu_);
     Stmt s(db_,
            "INSERT INTO nodes(name, info_json, agent_url, cpu_milli, memory_mib, registered_us, "
-           "last_heartbeat_us, draining, address, protocol, drain_reason) "
-           "VALUES(?,?,?,?,?,?,?,?,?,?,?) ON CONFLICT(name) DO UPDATE SET "
+           "last_heartbeat_us, draining, address, protocol, drain_reason, gpu_health) "
+           "VALUES(?,?,?,?,?,?,?,?,?,?,?,?) ON CONFLICT(name) DO UPDATE SET "
            "info_json=excluded.info_json, agent_url=excluded.agent_url, "
            "cpu_milli=excluded.cpu_milli, memory_mib=excluded.memory_mib, "
            "registered_us=excluded.registered_us, last_heartbeat_us=excluded.last_heartbeat_us, "
            "draining=excluded.draining, address=excluded.address, protocol=excluded.protocol, "
-           "drain_reason=excluded.drain_reason");
+           "drain_reason=excluded.drain_reason, gpu_health=excluded.gpu_health");
     s.Bind(1, n.name);
     s.Bind(2, n.info_json);
     s.Bind(3, n.agent_url);
@@ -401,6 +405,7 @@ class SqliteStore final : public Store {
     s.Bind(9, n.address);
     s.Bind(10, n.protocol);
     s.Bind(11, n.drain_reason);
+    s.Bind(12, n.gpu_health_json);
     if (s.Step() != SQLITE_DONE) return Error("store node " + n.name);
     return Status::Ok();
   }
@@ -409,13 +414,13 @@ class SqliteStore final : public Store {
     std::lock_guard lock(mu_);
     Stmt s(db_,
            "SELECT name, info_json, agent_url, cpu_milli, memory_mib, registered_us, "
-           "last_heartbeat_us, draining, address, protocol, drain_reason FROM nodes ORDER BY "
-           "name");
+           "last_heartbeat_us, draining, address, protocol, drain_reason, gpu_health FROM nodes "
+           "ORDER BY name");
     std::vector<NodeRecord> out;
     int rc;
     while ((rc = s.Step()) == SQLITE_ROW) {
       out.push_back({s.Text(0), s.Text(1), s.Text(2), s.Int(3), s.Int(4), s.Int(5), s.Int(6),
-                     s.Int(7) != 0, s.Text(8), s.Text(9), s.Text(10)});
+                     s.Int(7) != 0, s.Text(8), s.Text(9), s.Text(10), s.Text(11)});
     }
     if (rc != SQLITE_DONE) return Error("list nodes");
     return out;

@@ -46,6 +46,9 @@ struct NodeRecord {
   std::string address;       // where the node's peers reach it (agent --address)
   std::string protocol;      // the agent protocol version it registered with, "1.1"
   std::string drain_reason;  // why, and who drained it
+  // The health of its GPUs that are not healthy, by UUID, as JSON (docs/health.md;
+  // the controller's encoding); empty: all healthy.
+  std::string gpu_health_json;
   friend bool operator==(const NodeRecord&, const NodeRecord&) = default;
 };
 

@@ -656,6 +656,7 @@ TEST_P(StoreTest, NodesAndTokens) {
   n.last_heartbeat_us = 5;
   n.draining = true;  // `gpupool node drain`, with its reason
   n.drain_reason = "disk swap (root)";
+  n.gpu_health_json = R"({"GPU-1": {"state": "cordoned"}})";  // docs/health.md
   ASSERT_TRUE(store_->PutNode(n).ok());
   auto nodes = store_->ListNodes();
   ASSERT_TRUE(nodes.ok());
@@ -1091,10 +1092,12 @@ TEST(PostgresStoreTest, MigratesJobsOfVersion6ToVersion1) {
     ended.state = JobState::kSucceeded;
     ASSERT_TRUE((*s)->UpdateJob(ended, JobState::kAssigned, 2).ok());
   }
-  RunSql(spec, "ALTER TABLE jobs DROP COLUMN version; UPDATE schema_version SET version=6");
+  RunSql(spec,
+         "ALTER TABLE nodes DROP COLUMN gpu_health; ALTER TABLE jobs DROP COLUMN version; "
+         "UPDATE schema_version SET version=6");
   auto s = OpenStore(spec);
   ASSERT_TRUE(s.ok()) << s.status().ToString();
-  EXPECT_EQ(RunSql(spec, "SELECT version FROM schema_version"), "7");
+  EXPECT_EQ(RunSql(spec, "SELECT version FROM schema_version"), "8");
   ended.version = 1;
   pending.version = 1;
   EXPECT_EQ((*s)->ListJobs({}).value(), (std::vector<Job>{ended, pending}));
@@ -1177,13 +1180,15 @@ TEST(SqliteStoreTest, SurvivesReopenAndRefusesNewerSchema) {
   std::filesystem::remove_all(dir);
 }
 
-// Makes the SQLite store at `path` what schema 12 left: no job versions. Then sets
-// user_version to `version`.
+// Makes the SQLite store at `path` what schema 12 left: no job versions, no GPU health.
+// Then sets user_version to `version`.
 void RevertToSchema12(const std::string& path, int version) {
   sqlite3* db = nullptr;
   ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
   const std::string sql =
-      "ALTER TABLE jobs DROP COLUMN version; PRAGMA user_version=" + std::to_string(version);
+      "ALTER TABLE nodes DROP COLUMN gpu_health; ALTER TABLE jobs DROP COLUMN version; "
+      "PRAGMA user_version=" +
+      std::to_string(version);
   char* err = nullptr;
   EXPECT_EQ(sqlite3_exec(db, sql.c_str(), nullptr, nullptr, &err), SQLITE_OK) << err;
   sqlite3_free(err);
