@@ -259,6 +259,12 @@ class Controller {
   Result<NodeView> DrainNode(const std::string& name, const std::string& reason,
                              const Caller& caller);
   Result<NodeView> ResumeNode(const std::string& name, const Caller& caller);
+  // Admins only: GPU `gpu` (its index on the node, or its UUID), taken out of service by
+  // the health policy, takes work again; its health is stored as healthy, "resumed by"
+  // the admin. NotFound naming what to use for an unknown node or GPU;
+  // FailedPrecondition for a GPU that is in service.
+  Result<NodeView> ResumeGpu(const std::string& node, const std::string& gpu, const Caller& caller)
+      EXCLUDES(mu_);
   // GPU health (controller_health.cc, docs/health.md): the Xids in an agent's telemetry
   // samples of its own GPUs (oldest first) move each GPU's health by the policy; a GPU
   // out of service takes no new work, the jobs on a failed one end or requeue

@@ -4,6 +4,8 @@
 // on a failed GPU end (or requeue), and a reboot-class Xid drains the whole node.
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
+
 #include "common/json.h"
 #include "controller/controller.h"
 #include "controller/controller_internal.h"
@@ -137,6 +139,45 @@ Status Controller::ObserveGpuErrors(const std::string& node,
   if (changed) GP_RETURN_IF_ERROR(StoreGpuHealth(node));
   if (!drain_reason.empty()) GP_RETURN_IF_ERROR(SetDrain(node, true, drain_reason).status());
   return Status::Ok();
+}
+
+Result<NodeView> Controller::ResumeGpu(const std::string& node, const std::string& gpu,
+                                       const Caller& caller) {
+  if (!caller.admin) {
+    return Status::PermissionDenied("only admins resume GPUs (you are " + caller.user + ")");
+  }
+  {
+    MutexLock lock(mu_);
+    auto n = nodes_.find(node);
+    if (n == nodes_.end()) {
+      return Status::NotFound("node " + node + " is not known: `gpupool nodes` lists the nodes");
+    }
+    NodeEntry& e = n->second;
+    auto g = std::find_if(e.info.gpus.begin(), e.info.gpus.end(), [&](const gpu::GpuInfo& i) {
+      return i.uuid == gpu || std::to_string(i.index) == gpu;
+    });
+    if (g == e.info.gpus.end()) {
+      return Status::NotFound("gpu: node " + node + " has no GPU '" + gpu +
+                              "': give its index or UUID as `gpupool nodes --json` lists them");
+    }
+    gpu::GpuHealth& h = e.gpu_health[g->uuid];
+    if (gpu::TakesWork(h.state)) {
+      return Status::FailedPrecondition("GPU " + std::to_string(g->index) + " of node " + node +
+                                        " is " + std::string(gpu::GpuHealthStateName(h.state)) +
+                                        ": it takes work already");
+    }
+    spdlog::info("node {} GPU {} ({}) resumed by {} (was {}: {})", node, g->index, g->uuid,
+                 caller.user, gpu::GpuHealthStateName(h.state), h.reason);
+    h = gpu::GpuHealth{};
+    h.since_us = clock_->NowMicros();
+    h.by = caller.user;
+    WakeScheduler();
+  }
+  GP_RETURN_IF_ERROR(StoreGpuHealth(node));
+  for (NodeView& v : Nodes()) {
+    if (v.name == node) return std::move(v);
+  }
+  return Status::NotFound("node " + node);
 }
 
 }  // namespace gpupool::controller

@@ -606,6 +606,23 @@ TEST_F(ControllerTest, AResetClassXidFailsTheJobAndCordonsOnlyThatGpu) {
   const Job e = c_->Submit(MakeJob(2), bob_).value();  // needs both GPUs: never now
   ASSERT_TRUE(c_->ScheduleOnce().ok());
   EXPECT_EQ(Get(e.id).state, JobState::kPending);
+  // An admin puts it back (by index or UUID); users may not.
+  EXPECT_EQ(c_->ResumeGpu("n1", bad, alice_).status().code(), StatusCode::kPermissionDenied);
+  EXPECT_EQ(c_->ResumeGpu("n1", "7", root_).status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(c_->ResumeGpu("n1", "GPU-1001", root_).status().code(),
+            StatusCode::kFailedPrecondition);  // in service already
+  Result<NodeView> resumed = c_->ResumeGpu("n1", bad, root_);
+  ASSERT_TRUE(resumed.ok()) << resumed.status().ToString();
+  EXPECT_TRUE(resumed->gpu_health.empty());
+  ASSERT_TRUE(c_->ScheduleOnce().ok());
+  bool lands = false;  // the 1-GPU job still waiting gets it
+  for (int64_t id : {b.id, d.id}) {
+    const Job j = Get(id);
+    lands = lands || (j.state == JobState::kAssigned && j.placement[0].gpu_uuids.at(0) == bad);
+  }
+  EXPECT_TRUE(lands);
+  Restart();  // stored healthy
+  EXPECT_TRUE(c_->Nodes().at(0).gpu_health.empty());
 }
 
 // A reboot-class Xid (79) drains the whole node with the reason; application Xids (13)

@@ -111,8 +111,14 @@ class HealthTest(unittest.TestCase):
         running = pooltest.wait_job(self.job, three, ("RUNNING",), 30, log=self.server_log)
         self.assertNotIn(1, running["placement"][0]["gpu_indices"])
         self.assertEqual(self.job(four)["state"], "PENDING")
-        for jid in (four, three):
-            self.cli("cancel", str(jid))
+        # An admin puts GPU 1 back in service: the four-GPU job runs once the other ends.
+        self.assertEqual(self.cli("cancel", str(three)).returncode, 0)
+        r = self.cli("node", "resume", "vm", "--gpu", "1")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("GPU 1 takes new jobs again", r.stdout)
+        pooltest.wait_job(self.job, four, ("RUNNING",), 30, log=self.server_log)
+        self.assertNotIn("GPU 1: cordoned", self.cli("nodes").stdout)
+        self.cli("cancel", str(four))
 
 
 if __name__ == "__main__":

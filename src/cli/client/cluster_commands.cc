@@ -203,6 +203,7 @@ struct NodeActionState {
   SimpleState base;
   std::string name;
   std::string reason;
+  std::string gpu;  // resume: one GPU (docs/health.md)
 };
 
 // POST /v1/nodes/NAME/drain or /resume (admins), then says what the node does now.
@@ -214,6 +215,7 @@ Status RunNodeAction(const ClientRuntime& rt, const NodeActionState& s, const st
   GP_ASSIGN_OR_RETURN(ApiClient api, Connect(rt, s.base.conn));
   OrderedJson body = OrderedJson::object();
   if (action == "drain") body["reason"] = s.reason;
+  if (action == "resume" && !s.gpu.empty()) body["gpu"] = s.gpu;
   GP_ASSIGN_OR_RETURN(ApiAnswer answer,
                       api.Post("/v1/nodes/" + s.name + "/" + action, DumpJson(body)));
   if (s.base.json) {
@@ -231,6 +233,8 @@ Status RunNodeAction(const ClientRuntime& rt, const NodeActionState& s, const st
             " still run there; nothing new starts (`gpupool node resume " + s.name + "` undoes it)";
   } else if (state == "drained") {
     line += ": nothing runs there and nothing new starts";
+  } else if (action == "resume" && !s.gpu.empty()) {
+    line += ": GPU " + s.gpu + " takes new jobs again";
   } else if (action == "resume") {
     line += ": new jobs start there again";
   }
@@ -288,6 +292,9 @@ void RegisterClusterCommands(CLI::App& app, const RuntimePtr& rt) {
   auto nr = std::make_shared<NodeActionState>();
   CLI::App* resume = node->add_subcommand("resume", "Let new jobs start on a drained node again");
   resume->add_option("name", nr->name, "the node")->required();
+  resume->add_option("--gpu", nr->gpu,
+                     "only this GPU (index or UUID), out of service by the health policy "
+                     "(docs/health.md)");
   resume->add_flag("--json", nr->base.json, "print the server's JSON");
   AddConnectionOptions(*resume, &nr->base.conn);
   resume->callback([rt, nr] { Report(*rt, RunNodeAction(*rt, *nr, "resume")); });

@@ -83,7 +83,14 @@ net::HttpResponse DrainNode(const ApiContext& ctx, const Call& c) {
 }
 
 net::HttpResponse ResumeNode(const ApiContext& ctx, const Call& c) {
-  Result<NodeView> v = ctx.controller->ResumeNode(c.Param("name"), c.caller);
+  Result<Json> body = BodyJson(c.r, 16 << 10, 4, /*empty_is_object=*/true);
+  if (!body.ok()) return ErrorResponse(body.status());
+  JsonFields f(*body, "");
+  std::string gpu;  // one GPU back in service (docs/health.md), not the node
+  f.Optional("gpu", &gpu);
+  if (Status s = f.Finish(); !s.ok()) return ErrorResponse(s);
+  Result<NodeView> v = gpu.empty() ? ctx.controller->ResumeNode(c.Param("name"), c.caller)
+                                   : ctx.controller->ResumeGpu(c.Param("name"), gpu, c.caller);
   if (!v.ok()) return ErrorResponse(v.status());
   return JsonResponse(200, {{"node", NodeViewToJson(*v)}});
 }
