@@ -68,6 +68,7 @@ struct ServerFlags {
   int exec_client_timeout_s = 15;
   int time_limit_grace_s = 60;
   std::string health_xid;
+  double health_breaker = 0.1;
   std::vector<std::string> podman_args;  // global podman flags for image inspection
   std::string advertise;  // `server`: the API address other machines use (--advertise)
   int lease_ms = 5000;    // `server` on PostgreSQL: the leadership lease (--lease-ms)
@@ -155,6 +156,7 @@ Result<server::ServerOptions> ServerOptionsOf(const ServerFlags& f,
   co.exec_client_timeout_us = int64_t{f.exec_client_timeout_s} * 1'000'000;
   co.time_limit_grace_s = f.time_limit_grace_s;
   co.health_xid = f.health_xid;
+  co.health_breaker_fraction = f.health_breaker;
   co.max_queued_per_user = f.max_queued_per_user;
   co.max_queued_total = f.max_queued_total;
   co.max_array_size = f.max_array_size;
@@ -207,6 +209,12 @@ void AddServerFlags(CLI::App* cmd, ServerFlags* f) {
   cmd->add_option("--health-xid", f->health_xid,
                   "overrides of the GPU health policy's Xid table, XID:ACTION[,...] with ACTION "
                   "ignore, application, suspect, cordon-gpu or cordon-node (docs/health.md)");
+  cmd->add_option("--health-breaker", f->health_breaker,
+                  "the health circuit breaker: automatic GPU or node cordons stop once this "
+                  "fraction of the pool's nodes (at least 1) was cordoned within the hour "
+                  "(docs/health.md)")
+      ->capture_default_str()
+      ->check(CLI::Range(0.001, 1.0));
   // Issue 25 item 7 (queue flooding): Slurm-like defaults, so that no one user, and not
   // all together, can fill the store's disk and the controller's memory with queued jobs.
   cmd->add_option("--max-queued-per-user", f->max_queued_per_user,

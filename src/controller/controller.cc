@@ -43,6 +43,10 @@ Result<std::unique_ptr<Controller>> Controller::Create(store::Store* store, cons
   if (!scheduler.ok()) return scheduler.status().WithContext("scheduler configuration");
   Result<gpu::HealthPolicy> health = gpu::HealthPolicy::Create(options.health_xid);
   if (!health.ok()) return health.status().WithContext("--health-xid");
+  if (!(options.health_breaker_fraction > 0 && options.health_breaker_fraction <= 1)) {
+    return Status::InvalidArgument(
+        "--health-breaker: a fraction of the pool's nodes in (0, 1], e.g. 0.1");
+  }
   std::unique_ptr<Controller> c(new Controller(store, clock, std::move(options)));
   c->scheduler_ = std::move(scheduler).value();
   c->health_policy_ = std::move(health).value();
@@ -612,6 +616,7 @@ PoolSnapshot Controller::MetricsSnapshot(std::vector<NodeView>* nodes_out) {
   }
   if (nodes_out != nullptr) *nodes_out = std::move(nodes);
   MutexLock lock(mu_);
+  s.health_actions_held = health_actions_held_;
   for (const auto& [id, job] : active_) {
     ++s.jobs_by_state[std::string(jobs::JobStateName(job.state))];
     if (job.state != JobState::kPending) continue;

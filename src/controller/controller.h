@@ -85,6 +85,11 @@ struct ControllerOptions {
   // Overrides of the GPU health policy's Xid table, "XID:ACTION,..." (server option
   // --health-xid; gpu/health_policy.h, docs/health.md).
   std::string health_xid;
+  // The health circuit breaker: automatic cordons stop once this fraction of the pool's
+  // nodes (at least 1) had a GPU or itself taken out of service within the hour; past
+  // it, errors are recorded (suspect, a log line, gpupool_health_actions_held_total) but
+  // not acted on, so that a driver bug cannot drain the pool (--health-breaker).
+  double health_breaker_fraction = 0.1;
   // Bounds on the queue (issue 25 item 7: one user queued 107,000 jobs in 25 s, 880 MB
   // of store), from the server's config file ([server] max-queued-per-user, ...). A
   // submission past one is refused whole, naming it; admins' too. Queued = PENDING, held
@@ -461,6 +466,12 @@ class Controller {
   void CountQueuedSubmission(const jobs::Job& job, int64_t delta) REQUIRES(mu_);
   // Sets a pending job's pending_reason from the last pass.
   void AttachPendingReason(jobs::Job* job) const REQUIRES(mu_);
+  // The health circuit breaker (docs/health.md): whether taking `node`'s GPU or the node
+  // out of service now keeps the nodes taken out automatically within the hour within
+  // health_breaker_fraction of the pool (at least 1); if so it is counted.
+  bool BreakerAllows(const std::string& node, int64_t now) REQUIRES(mu_);
+  // What the breaker does instead: the GPU is only suspect, with the reason; no job ends.
+  void HoldBack(const std::string& node, const std::string& uuid, gpu::XidOutcome* o) REQUIRES(mu_);
   // Writes node `name`'s GPU health to its stored record (node_write_mu_ then mu_).
   Status StoreGpuHealth(const std::string& node) EXCLUDES(mu_);
   Result<NodeView> SetDrain(const std::string& name, bool draining, const std::string& reason)
@@ -608,8 +619,11 @@ class Controller {
   // Why each job left pending by the last pass waits (swapped in whole by the pass).
   std::map<int64_t, std::string> pending_reasons_ GUARDED_BY(mu_);
   std::map<std::string, NodeEntry> nodes_ GUARDED_BY(mu_);
-  gpu::HealthPolicy health_policy_;          // immutable after Create
-  std::unique_ptr<JobScheduler> scheduler_;  // used by one pass at a time (the loop)
+  gpu::HealthPolicy health_policy_;  // immutable after Create
+  // Automatic cordons within the last hour: (when, node), oldest first (BreakerAllows).
+  std::deque<std::pair<int64_t, std::string>> auto_cordons_ GUARDED_BY(mu_);
+  int64_t health_actions_held_ GUARDED_BY(mu_) = 0;  // by the breaker, since start
+  std::unique_ptr<JobScheduler> scheduler_;          // used by one pass at a time (the loop)
   LogRelay log_relay_;
   std::map<int64_t, ExecSession> execs_ GUARDED_BY(mu_);
   // Interactive sessions one user may have open at once (each holds one of the user's

@@ -5,6 +5,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <set>
 
 #include "common/json.h"
 #include "controller/controller.h"
@@ -111,8 +112,11 @@ Status Controller::ObserveGpuErrors(const std::string& node,
       seen = *s.xid_count;
       if (fresh <= 0) continue;
       gpu::GpuHealth& health = e.gpu_health[s.uuid];
-      const gpu::XidOutcome o =
+      gpu::XidOutcome o =
           gpu::OnXid(health, static_cast<int>(*s.xid_errors), fresh, now, health_policy_);
+      const bool takes_out = (gpu::TakesWork(health.state) && !gpu::TakesWork(o.next.state)) ||
+                             (o.cordon_node && !e.draining);
+      if (takes_out && !BreakerAllows(node, now)) HoldBack(node, s.uuid, &o);
       if (o.changed && o.next.state != health.state) {
         spdlog::warn("node {} GPU {} ({}): {} -> {}: {}", node, s.index, s.uuid,
                      gpu::GpuHealthStateName(health.state), gpu::GpuHealthStateName(o.next.state),
@@ -139,6 +143,38 @@ Status Controller::ObserveGpuErrors(const std::string& node,
   if (changed) GP_RETURN_IF_ERROR(StoreGpuHealth(node));
   if (!drain_reason.empty()) GP_RETURN_IF_ERROR(SetDrain(node, true, drain_reason).status());
   return Status::Ok();
+}
+
+bool Controller::BreakerAllows(const std::string& node, int64_t now) {
+  const int64_t hour = int64_t{3600} * 1'000'000;
+  while (!auto_cordons_.empty() && auto_cordons_.front().first <= now - hour) {
+    auto_cordons_.pop_front();
+  }
+  std::set<std::string> nodes = {node};
+  for (const auto& [at, name] : auto_cordons_) nodes.insert(name);
+  const auto limit = std::max<int64_t>(1, static_cast<int64_t>(options_.health_breaker_fraction *
+                                                               static_cast<double>(nodes_.size())));
+  if (static_cast<int64_t>(nodes.size()) > limit) return false;
+  auto_cordons_.emplace_back(now, node);
+  return true;
+}
+
+void Controller::HoldBack(const std::string& node, const std::string& uuid, gpu::XidOutcome* o) {
+  // Recorded and alerted, not acted on (as NVSentinel's breaker): too many nodes were
+  // taken out of service automatically within the hour for this to be the hardware.
+  const int64_t limit = std::max<int64_t>(
+      1,
+      static_cast<int64_t>(options_.health_breaker_fraction * static_cast<double>(nodes_.size())));
+  o->next.state = gpu::GpuHealthState::kSuspect;
+  o->next.reason = "would be taken out of service (" + o->rule.what +
+                   "), but the health circuit breaker holds: " + std::to_string(limit) +
+                   " node(s) (--health-breaker of the pool's nodes) were already taken out "
+                   "automatically within the hour";
+  o->end_jobs = false;
+  o->cordon_node = false;
+  o->changed = true;
+  ++health_actions_held_;
+  spdlog::error("node {} GPU {}: {}", node, uuid, o->next.reason);
 }
 
 Result<NodeView> Controller::ResumeGpu(const std::string& node, const std::string& gpu,

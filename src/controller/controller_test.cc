@@ -625,6 +625,48 @@ TEST_F(ControllerTest, AResetClassXidFailsTheJobAndCordonsOnlyThatGpu) {
   EXPECT_TRUE(c_->Nodes().at(0).gpu_health.empty());
 }
 
+// Issue 29 item 6: the circuit breaker. With 10 nodes (10%: one node an hour), the first
+// node's cordon goes through; the second's, within the hour, is recorded (suspect, the
+// reason, the metric) but not acted on: its job goes on. An hour later cordons act again.
+TEST_F(ControllerTest, TheHealthBreakerHoldsBackCordonsPastItsShareOfThePool) {
+  Register(1);
+  for (int k = 2; k <= 10; ++k) Register(1, {}, "n" + std::to_string(k));
+  Job j = MakeJob(1);
+  j = c_->Submit(j, alice_).value();
+  ASSERT_TRUE(c_->ScheduleOnce().ok());
+  j = Get(j.id);
+  const std::string node = j.placement[0].node;
+  const std::string uuid = j.placement[0].gpu_uuids.at(0);
+  const std::string first = node == "n1" ? "n2" : "n1";
+  const std::string first_uuid = first == "n1" ? "GPU-1000" : "GPU-1000-" + first;
+  ASSERT_TRUE(c_->ObserveGpuErrors(first, {XidSample(first_uuid, 95, 1)}).ok());
+  auto health_of = [&](const std::string& n, const std::string& u) {
+    for (const NodeView& v : c_->Nodes()) {
+      if (v.name == n && v.gpu_health.count(u) != 0) return v.gpu_health.at(u);
+    }
+    return gpu::GpuHealth{};
+  };
+  EXPECT_EQ(health_of(first, first_uuid).state, gpu::GpuHealthState::kCordoned);
+  // The job's node, within the hour: held back.
+  ASSERT_TRUE(c_->ObserveGpuErrors(node, {XidSample(uuid, 95, 1)}).ok());
+  const gpu::GpuHealth held = health_of(node, uuid);
+  EXPECT_EQ(held.state, gpu::GpuHealthState::kSuspect);
+  EXPECT_NE(held.reason.find("circuit breaker"), std::string::npos) << held.reason;
+  EXPECT_EQ(Get(j.id).state, JobState::kAssigned);  // not ended
+  EXPECT_EQ(c_->MetricsSnapshot().health_actions_held, 1);
+  // An hour later the breaker lets the next one through.
+  clock_.AdvanceMicros(int64_t{3601} * 1'000'000);
+  ASSERT_TRUE(c_->ObserveGpuErrors(node, {XidSample(uuid, 95, 2)}).ok());
+  EXPECT_EQ(health_of(node, uuid).state, gpu::GpuHealthState::kCordoned);
+  EXPECT_EQ(Get(j.id).state, JobState::kFailed);
+  // A fraction outside (0, 1] is refused, naming the flag.
+  ControllerOptions o;
+  o.health_breaker_fraction = 0;
+  Result<std::unique_ptr<Controller>> bad = Controller::Create(store_.get(), &clock_, o);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("--health-breaker"), std::string::npos);
+}
+
 // A reboot-class Xid (79) drains the whole node with the reason; application Xids (13)
 // leave the GPU in service until the third within an hour.
 TEST_F(ControllerTest, AFallenOffTheBusXidDrainsTheNodeAndApplicationXidsCordonOnRepeats) {

@@ -148,6 +148,12 @@ std::string PoolMetrics::Render(const PoolSnapshot& pool) const {
     Sample("gpupool_gpu_health", Label("state", state),
            it == pool.gpus_by_health.end() ? 0 : static_cast<double>(it->second), &out);
   }
+  Family("gpupool_health_actions_held_total", "counter",
+         "GPU or node cordons the health circuit breaker held back (docs/health.md): errors "
+         "recorded, not acted on. Alert on any increase.",
+         &out);
+  Sample("gpupool_health_actions_held_total", "", static_cast<double>(pool.health_actions_held),
+         &out);
   Family("gpupool_gpus_allocated", "gauge",
          "GPUs held by jobs, shares added up (two half-GPU jobs are 1).", &out);
   Sample("gpupool_gpus_allocated", "", pool.gpus_allocated, &out);

@@ -58,6 +58,8 @@ struct PoolSnapshot {
   int64_t gpus_total = 0;
   // GPUs of the nodes that are not down by health state (gpu/health_policy.h).
   std::map<std::string, int64_t> gpus_by_health;
+  // Cordons the health circuit breaker held back since the controller started.
+  int64_t health_actions_held = 0;
   double gpus_allocated = 0;  // shares added up (0.5 = half a GPU)
   // Allocated GPU-hours of every job so far (running ones up to now), by (user, project).
   std::map<std::pair<std::string, std::string>, double> gpu_hours;
