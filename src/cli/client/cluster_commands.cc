@@ -242,6 +242,32 @@ Status RunNodeAction(const ClientRuntime& rt, const NodeActionState& s, const st
   return Status::Ok();
 }
 
+// gpupool node drain / resume (admins).
+void RegisterNodeCommands(CLI::App& app, const RuntimePtr& rt) {
+  CLI::App* node = app.add_subcommand("node", "Drain a node or resume it (admins)");
+  node->require_subcommand(1);
+  auto nd = std::make_shared<NodeActionState>();
+  CLI::App* drain = node->add_subcommand(
+      "drain",
+      "Finish what runs on a node and start nothing new there (like scontrol ... "
+      "State=DRAIN)");
+  drain->add_option("name", nd->name, "the node, as `gpupool nodes` names it")->required();
+  drain->add_option("--reason", nd->reason, "why, shown in `gpupool nodes` and pending reasons")
+      ->required();
+  drain->add_flag("--json", nd->base.json, "print the server's JSON");
+  AddConnectionOptions(*drain, &nd->base.conn);
+  drain->callback([rt, nd] { Report(*rt, RunNodeAction(*rt, *nd, "drain")); });
+  auto nr = std::make_shared<NodeActionState>();
+  CLI::App* resume = node->add_subcommand("resume", "Let new jobs start on a drained node again");
+  resume->add_option("name", nr->name, "the node")->required();
+  resume->add_option("--gpu", nr->gpu,
+                     "only this GPU (index or UUID), out of service by the health policy "
+                     "(docs/health.md)");
+  resume->add_flag("--json", nr->base.json, "print the server's JSON");
+  AddConnectionOptions(*resume, &nr->base.conn);
+  resume->callback([rt, nr] { Report(*rt, RunNodeAction(*rt, *nr, "resume")); });
+}
+
 }  // namespace
 
 void RegisterClusterCommands(CLI::App& app, const RuntimePtr& rt) {
@@ -276,28 +302,7 @@ void RegisterClusterCommands(CLI::App& app, const RuntimePtr& rt) {
            GetAndPrint(*rt, ls->base, "/v1/limits", [](const Json& j) { return RenderLimits(j); }));
   });
 
-  CLI::App* node = app.add_subcommand("node", "Drain a node or resume it (admins)");
-  node->require_subcommand(1);
-  auto nd = std::make_shared<NodeActionState>();
-  CLI::App* drain = node->add_subcommand(
-      "drain",
-      "Finish what runs on a node and start nothing new there (like scontrol ... "
-      "State=DRAIN)");
-  drain->add_option("name", nd->name, "the node, as `gpupool nodes` names it")->required();
-  drain->add_option("--reason", nd->reason, "why, shown in `gpupool nodes` and pending reasons")
-      ->required();
-  drain->add_flag("--json", nd->base.json, "print the server's JSON");
-  AddConnectionOptions(*drain, &nd->base.conn);
-  drain->callback([rt, nd] { Report(*rt, RunNodeAction(*rt, *nd, "drain")); });
-  auto nr = std::make_shared<NodeActionState>();
-  CLI::App* resume = node->add_subcommand("resume", "Let new jobs start on a drained node again");
-  resume->add_option("name", nr->name, "the node")->required();
-  resume->add_option("--gpu", nr->gpu,
-                     "only this GPU (index or UUID), out of service by the health policy "
-                     "(docs/health.md)");
-  resume->add_flag("--json", nr->base.json, "print the server's JSON");
-  AddConnectionOptions(*resume, &nr->base.conn);
-  resume->callback([rt, nr] { Report(*rt, RunNodeAction(*rt, *nr, "resume")); });
+  RegisterNodeCommands(app, rt);
 
   auto u = std::make_shared<UsageState>();
   CLI::App* usage = app.add_subcommand(
