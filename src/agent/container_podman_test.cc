@@ -158,18 +158,18 @@ std::vector<std::string> Containers() {
   return names;
 }
 
+// The job's podman client has started by its kStarted event, but the container it makes
+// may not exist yet (`podman wait` would refuse an unknown name): polled.
 bool WaitForRunningContainer(const std::string& name, int timeout_ms) {
-  for (int waited = 0; waited < timeout_ms; waited += 100) {
-    std::string out;
-    if (Run(PodmanArgv(g_world->container, {"ps", "--filter", "name=" + name, "--filter",
-                                            "status=running", "--format", "{{.Names}}"}),
-            &out) &&
-        Trim(out) == name) {
-      return true;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  }
-  return false;
+  return testing::PollUntil(
+      [&] {
+        std::string out;
+        return Run(PodmanArgv(g_world->container, {"ps", "--filter", "name=" + name, "--filter",
+                                                   "status=running", "--format", "{{.Names}}"}),
+                   &out) &&
+               Trim(out) == name;
+      },
+      timeout_ms, 100);
 }
 
 bool HasLine(const std::string& text, const std::string& line) {

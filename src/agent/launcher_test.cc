@@ -14,7 +14,6 @@
 #include <csignal>
 #include <filesystem>
 #include <map>
-#include <thread>
 
 #include "agent/job_files.h"
 #include "agent/launcher_test_util.h"
@@ -30,6 +29,7 @@ using testing::TaskRun;
 using testing::TestOptions;
 using testing::TestSpec;
 using testing::WaitForEvent;
+using testing::WaitForExit;
 using testing::WaitForFileContaining;
 using Kind = JobEvent::Kind;
 
@@ -471,7 +471,10 @@ TEST_F(LauncherTest, ShimOutlivesTheLauncherAndIsAdopted) {
   Result<ShimRecord> rec = ReadShimRecord(JobDir(dir_.path(), TaskRun(241)));
   ASSERT_TRUE(rec.ok()) << rec.status().ToString();
   launcher_.reset();  // the agent "dies"
-  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  // Nothing ties the shim to the launcher (the start report's pipe is closed): both
+  // processes are there now, and they are still there through the adoption below, as
+  // the job's own exit code in the end shows (a killed job or shim would be reported as
+  // signalled or lost).
   ASSERT_TRUE(ProcessAlive(rec->pid));
   ASSERT_TRUE(ProcessAlive(rec->job_pid));
 
@@ -661,8 +664,8 @@ TEST_F(LauncherTest, KilledShimIsLostAndItsJobDoesNotLinger) {
   ASSERT_EQ(::kill(rec->pid, SIGKILL), 0);
 
   launcher_ = NewProcessLauncher(TestOptions(dir_.path()));
-  // The shim was a child of this test process: give the kernel a moment to end it.
-  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  // The shim was a child of this test process: the kernel ends it after kill() returns.
+  ASSERT_TRUE(WaitForExit(rec->pid, 5000));
   Result<std::vector<JobEvent>> adopted = launcher_->Adopt();
   ASSERT_TRUE(adopted.ok());
   ASSERT_EQ(adopted->size(), 1u);
@@ -671,8 +674,8 @@ TEST_F(LauncherTest, KilledShimIsLostAndItsJobDoesNotLinger) {
   EXPECT_NE(e.reason.find("supervisor (pid " + std::to_string(rec->pid) + ")"), std::string::npos)
       << e.reason;
   EXPECT_NE(e.reason.find("remaining processes were killed"), std::string::npos) << e.reason;
-  std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  EXPECT_FALSE(ProcessAlive(rec->job_pid));
+  // It was sent SIGKILL: it ends as soon as the kernel delivers it.
+  EXPECT_TRUE(WaitForExit(rec->job_pid, 5000));
   // The cgroups the dead shim could not remove are gone as well.
   for (const std::string& d : rec->cgroup_dirs) EXPECT_NE(::access(d.c_str(), F_OK), 0) << d;
 }

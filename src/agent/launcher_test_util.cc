@@ -1,10 +1,13 @@
 #include "agent/launcher_test_util.h"
 
 #include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
@@ -74,12 +77,30 @@ std::optional<JobEvent> WaitForEvent(Launcher& launcher, const RunId& id, int ti
 
 std::string ReadWholeFile(const std::string& path) { return ReadFileToString(path).value_or(""); }
 
-bool WaitForFileContaining(const std::string& path, const std::string& needle, int timeout_ms) {
-  for (int waited = 0; waited <= timeout_ms; waited += 10) {
-    if (ReadWholeFile(path).find(needle) != std::string::npos) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+bool PollUntil(const std::function<bool()>& done, int timeout_ms, int interval_ms) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+  while (true) {
+    if (done()) return true;
+    if (std::chrono::steady_clock::now() >= deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(interval_ms));
   }
-  return false;
+}
+
+bool WaitForFileContaining(const std::string& path, const std::string& needle, int timeout_ms) {
+  return PollUntil([&] { return ReadWholeFile(path).find(needle) != std::string::npos; },
+                   timeout_ms);
+}
+
+bool WaitForExit(int pid, int timeout_ms) {
+  const long fd = ::syscall(SYS_pidfd_open, pid, 0);
+  if (fd < 0) return errno == ESRCH;  // gone (and reaped) already
+  struct pollfd p = {static_cast<int>(fd), POLLIN, 0};
+  int n;
+  do {
+    n = ::poll(&p, 1, timeout_ms);  // readable once the process has ended
+  } while (n < 0 && errno == EINTR);
+  ::close(static_cast<int>(fd));
+  return n > 0;
 }
 
 bool ProcessAlive(int pid) {

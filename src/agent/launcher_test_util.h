@@ -2,6 +2,7 @@
 // events from a real Launcher running real shims.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -37,9 +38,19 @@ inline std::optional<JobEvent> WaitForEvent(Launcher& launcher, int64_t job_id, 
 }
 
 std::string ReadWholeFile(const std::string& path);
-// Polls until `path` contains `needle` or `timeout_ms` passes.
+// The agent tests' one polling wait: checks `done` every `interval_ms` (real time) until
+// it holds or `timeout_ms` passes; returns whether it held. Only for state that nothing
+// announces: a file another process writes (no inotify watch can be set before its
+// directory exists), a container's state as `podman ps` reports it. Wait on an event
+// instead wherever there is one: a launcher's Wait (WaitForEvent), a pidfd (WaitForExit),
+// a fake's condition variable, a ManualClock's waiters.
+bool PollUntil(const std::function<bool()>& done, int timeout_ms, int interval_ms = 10);
+// Until `path` contains `needle` or `timeout_ms` passes (PollUntil).
 bool WaitForFileContaining(const std::string& path, const std::string& needle, int timeout_ms);
 bool ProcessAlive(int pid);
+// Waits (real time, up to `timeout_ms`) for process `pid` to end, on a pidfd: true once it
+// has ended (a zombie counts) or when there is no such process.
+bool WaitForExit(int pid, int timeout_ms);
 
 // Kills every shim (and its job and cgroups) still running under `state_dir`, so a
 // failed test leaves nothing behind.

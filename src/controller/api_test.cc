@@ -364,13 +364,12 @@ TEST_F(ApiAccessTest, HealthChecksNeedNoTokenAndReadySaysWhatIsMissing) {
   EXPECT_EQ(r.status, 503);  // the scheduler loop has not been started
   EXPECT_NE(r.body.find("scheduler loop is not running"), std::string::npos) << r.body;
   EXPECT_EQ(api_->Handle(Req("POST", "/readyz", {})).status, 401);  // only GET is open
+  // Ready once the scheduler loop has gone round: it then waits on the (manual) clock.
+  const int waiting = clock_.Waiters();
   controller_->Start();
-  bool ready = false;
-  for (int i = 0; i < 200 && !ready; ++i) {
-    ready = api_->Handle(Req("GET", "/readyz", {})).status == 200;
-    if (!ready) std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  EXPECT_TRUE(ready);
+  ASSERT_TRUE(clock_.WaitForWaiters(waiting + 1));
+  r = api_->Handle(Req("GET", "/readyz", {}));
+  EXPECT_EQ(r.status, 200) << r.body;
   controller_->Stop();
   EXPECT_EQ(api_->Handle(Req("GET", "/readyz", {})).status, 503);
 }

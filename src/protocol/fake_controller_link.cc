@@ -106,7 +106,7 @@ Status FakeControllerLink::PostEvents(const EventBatch& batch) {
   std::lock_guard lock(mu_);
   GP_RETURN_IF_ERROR(ReachableLocked());
   if (refuse_events_) {
-    ++recorded_.refused_event_posts;
+    recorded_.refused_event_batches.push_back(batch);
     Changed();
     return Status::Unavailable("the controller is busy (fake)");
   }

@@ -5,7 +5,7 @@
 //   - PollWork: the next queued Work (QueueWork), else an empty one after wait_ms of the
 //     injected clock; while HoldPolls(true), a poll waits until released or Shutdown;
 //   - PostEvents, PostTelemetry, AnswerLogRead, PostExecOutput: recorded and acknowledged
-//     (event batches refused, as by a busy controller, while RefuseEvents(true));
+//     (event batches refused, as by a busy controller, and recorded while RefuseEvents(true));
 //   - TakeExecInput: the items queued for the session (QueueExecInput) after `after`;
 //   - SetAway(true): every call fails as with an unreachable controller (kUnavailable);
 //     ForgetNode(): polls (the one in flight too) and telemetry posts are kNotFound until
@@ -33,11 +33,11 @@ class FakeControllerLink final : public ControllerLink {
   // What the agent said, in order.
   struct Recorded {
     std::vector<Registration> registrations;
-    int polls = 0;                          // PollWork calls that reached the controller
-    std::vector<EventBatch> event_batches;  // acknowledged
-    int refused_event_posts = 0;
-    std::vector<GpuTelemetry> telemetry;  // every sample of every batch
-    int telemetry_posts = 0;              // batches, accepted or refused
+    int polls = 0;                                  // PollWork calls that reached the controller
+    std::vector<EventBatch> event_batches;          // acknowledged
+    std::vector<EventBatch> refused_event_batches;  // refused (RefuseEvents), in order
+    std::vector<GpuTelemetry> telemetry;            // every sample of every batch
+    int telemetry_posts = 0;                        // batches, accepted or refused
     std::vector<LogAnswer> log_answers;
     std::vector<ExecOutput> exec_outputs;
     bool shut_down = false;

@@ -266,11 +266,13 @@ void AgentLoop::StartExec(const protocol::ExecRequest& x) {
     return;
   }
   if (!streams) return;
-  std::shared_ptr<ExecRelay> relay =
-      ExecRelay::Start(x.id, options_.node_name, std::move(streams), link_, [dir] {
+  std::shared_ptr<ExecRelay> relay = ExecRelay::Start(
+      x.id, options_.node_name, std::move(streams), link_,
+      [dir] {
         Result<agent::ShimRecord> rec = agent::ReadShimRecord(dir);
         return rec.ok() ? static_cast<int>(rec->job_pid) : 0;
-      });
+      },
+      clock_);
   std::lock_guard lock(mu_);
   if (ended_before_relay_.erase(id) != 0 || stopping_) {
     relay->Finish();

@@ -67,9 +67,9 @@ struct AgentLoopOptions {
   std::string server_for_jobs;
   // GPU telemetry (issue 17): every telemetry_interval_s seconds (0 = off) the sampler
   // reads the GPUs; the samples go to the controller in batches (protocol 1.3, only to a
-  // controller that speaks it). Null sampler: no telemetry. `clock` times the samples
-  // (null: the system clock); `proc_root` is where a process's cgroup is read to find
-  // its job.
+  // controller that speaks it). Null sampler: no telemetry. `clock` times the samples,
+  // the back-offs and the exec sessions' relays (null: the system clock); `proc_root` is
+  // where a process's cgroup is read to find its job.
   int telemetry_interval_s = 5;
   std::shared_ptr<gpu::TelemetrySampler> sampler;
   const Clock* clock = nullptr;

@@ -4,7 +4,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <chrono>
 #include <filesystem>
 #include <thread>
 
@@ -66,14 +65,18 @@ class AgentLoopLaunchTest : public ::testing::Test {
       return e.kind == kind && e.job_id == job && e.task_index == task && e.attempt == attempt;
     });
   }
-  // Polls (with a deadline) until the launcher supervises nothing.
-  bool WaitUntilNothingRuns() {
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-    while (!launcher_->Running().empty()) {
-      if (std::chrono::steady_clock::now() > deadline) return false;
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    }
-    return true;
+  // How many event posts the controller refused carried an event of `kind` for (job,
+  // task, attempt).
+  static int Refused(const protocol::FakeControllerLink::Recorded& r, Kind kind, int64_t job,
+                     int task, int attempt) {
+    return static_cast<int>(std::count_if(
+        r.refused_event_batches.begin(), r.refused_event_batches.end(),
+        [&](const protocol::EventBatch& b) {
+          return std::any_of(b.events.begin(), b.events.end(), [&](const protocol::Event& e) {
+            return e.kind == kind && e.job_id == job && e.task_index == task &&
+                   e.attempt == attempt;
+          });
+        }));
   }
 
   testing::ScratchDir dir_;
@@ -95,10 +98,10 @@ TEST_F(AgentLoopLaunchTest, ALaterAttemptStartsOnlyOnceTheEarliersEndIsAcknowled
 
   link_->RefuseEvents(true);
   link_->QueueWork(Launch(5, 2, "echo two"));
-  // Attempt 1 is stopped for it; its end is not acknowledged yet, so attempt 2 waits.
-  ASSERT_TRUE(WaitUntilNothingRuns());
-  const int refused = link_->recorded().refused_event_posts;
-  ASSERT_TRUE(link_->WaitFor([&](const auto& r) { return r.refused_event_posts > refused; }));
+  // Attempt 1 is stopped for it; its end is not acknowledged yet, so attempt 2 waits: the
+  // end has been offered twice (a round after the agent saw it) and still nothing runs.
+  ASSERT_TRUE(
+      link_->WaitFor([](const auto& r) { return Refused(r, Kind::kExited, 5, 0, 1) >= 2; }));
   EXPECT_TRUE(launcher_->Running().empty());
   EXPECT_FALSE(fs::exists(dir_.path() + "/jobs/5/0.2"));
 
@@ -138,6 +141,8 @@ TEST_F(AgentLoopLaunchTest, ATaskOfThePreviousLayoutIsRegisteredAndStoppedByItsI
   ASSERT_TRUE(link_->WaitFor([](const auto& r) { return r.polls > 0; }));
   const protocol::Registration reg = link_->recorded().registrations.at(0);
   EXPECT_EQ(reg.running, (std::vector<protocol::RunningTask>{{77, 1, 2}}));
+  // Its command has printed (a cancel before that would leave the log empty).
+  ASSERT_TRUE(testing::WaitForFileContaining(legacy + "/stdout.log", "old", 5000));
 
   protocol::Work cancel;
   cancel.cancel = {{77, 2, 0}};

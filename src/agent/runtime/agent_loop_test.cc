@@ -81,8 +81,11 @@ class IdleLauncher final : public agent::Launcher {
   std::vector<agent::LaunchSpec> launched;
   Status Cancel(const RunId&) override { return Status::NotFound("none"); }
   std::vector<agent::JobEvent> Poll() override { return {}; }
+  // Nothing ever ends here: a wait for events lasts its timeout (at most 20 ms, so that the
+  // agent's reporter sees Stop soon), on the launcher's condition variable.
   std::vector<agent::JobEvent> Wait(int timeout_ms) override {
-    std::this_thread::sleep_for(std::chrono::milliseconds(std::min(timeout_ms, 20)));
+    std::unique_lock lock(mu);
+    cv.wait_for(lock, std::chrono::milliseconds(std::min(timeout_ms, 20)));
     return {};
   }
   Result<std::vector<agent::JobEvent>> Adopt() override { return std::vector<agent::JobEvent>{}; }
@@ -218,11 +221,14 @@ TEST_F(TelemetryAgentTest, AControllerAwayIsTriedAgainAndStopEndsRunWithOk) {
   ao.node_name = "n1";
   ao.state_dir = (root_ / "state").string();
   ao.telemetry_interval_s = 0;
+  ao.clock = &clock_;
   AgentLoop loop(ao, link_, &launcher_);
   std::promise<Status> ended;
   std::thread t([&] { ended.set_value(loop.Run()); });
   std::future<Status> f = ended.get_future();
-  EXPECT_EQ(f.wait_for(std::chrono::milliseconds(300)), std::future_status::timeout);
+  // Its registration failed and it backs off (on its clock) to try again: it goes on.
+  ASSERT_TRUE(clock_.WaitForWaiters(1));
+  EXPECT_EQ(f.wait_for(std::chrono::seconds(0)), std::future_status::timeout);
   loop.Stop();
   t.join();
   EXPECT_TRUE(f.get().ok());

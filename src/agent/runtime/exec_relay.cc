@@ -11,10 +11,11 @@
 
 #include <atomic>
 #include <cerrno>
-#include <chrono>
+#include <condition_variable>
 #include <csignal>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
 #include <thread>
 #include <vector>
 
@@ -28,11 +29,13 @@ void CloseFd(int* fd) {
   *fd = -1;
 }
 
-int64_t MonoMs() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
+// The back-off between tries of a call the controller answered kUnavailable: 50 ms,
+// doubling up to 1 s; output is tried for up to a minute.
+constexpr int64_t kFirstPauseUs = 50'000;
+constexpr int64_t kMaxPauseUs = 1'000'000;
+constexpr int64_t kOutputGiveUpUs = 60'000'000;
+// After Finish, how long nothing may come before the relay sends eof anyway.
+constexpr int64_t kFinishQuietUs = 1'000'000;
 
 // Writes all of `data`, waiting while the terminal's or pipe's buffer is full. False
 // when the other end is gone.
@@ -118,25 +121,44 @@ struct ExecRelay::State {
   std::unique_ptr<SessionStreams> streams;
   std::shared_ptr<protocol::ControllerLink> link;
   std::function<int()> process_group;
+  const Clock* clock = nullptr;
   std::atomic<bool> finishing{false};
   std::atomic<bool> stopping{false};
-  int wake = -1;  // eventfd: wakes the output thread's poll
+  int wake = -1;        // eventfd: wakes the output thread's poll
+  std::mutex pause_mu;  // guards nothing: Pause's wait
+  std::condition_variable pause_cv;
 
   ~State() { CloseFd(&wake); }
 
+  // Wakes the threads: a Pause looks at stopping and finishing again, the output
+  // thread's poll returns.
+  void Wake() {
+    { std::lock_guard lock(pause_mu); }  // a Pause that has just looked waits by now
+    pause_cv.notify_all();
+    const uint64_t one = 1;
+    if (wake >= 0) (void)!::write(wake, &one, sizeof one);
+  }
+
+  // Waits `micros` of the clock's time, or until Stop (or Finish, with `until_finish`).
+  void Pause(int64_t micros, bool until_finish) {
+    std::unique_lock lock(pause_mu);
+    clock->WaitFor(pause_cv, lock, micros, [&] { return stopping || (until_finish && finishing); });
+  }
+
   // Sends one output message, retrying while the controller is unreachable or busy for
-  // up to a minute. Returns the controller's ack, or an error when the session is gone
-  // for it.
+  // up to a minute of the clock's time. Returns the controller's ack, or an error when
+  // the session is gone for it (or the relay stops).
   Result<protocol::ExecOutputAck> Post(const protocol::ExecOutput& out) {
-    const int64_t give_up = MonoMs() + 60'000;
-    int pause_ms = 50;
+    const int64_t give_up = clock->MonotonicMicros() + kOutputGiveUpUs;
+    int64_t pause_us = kFirstPauseUs;
     while (true) {
       // While the client is behind, the answer waits for it (up to 5 s).
       Result<protocol::ExecOutputAck> ack = link->PostExecOutput(id, node, out, 5000);
       if (ack.ok() || ack.status().code() != StatusCode::kUnavailable) return ack;
-      if (stopping || MonoMs() > give_up) return ack.status();
-      std::this_thread::sleep_for(std::chrono::milliseconds(pause_ms));
-      pause_ms = std::min(pause_ms * 2, 1000);
+      if (stopping || clock->MonotonicMicros() > give_up) return ack.status();
+      Pause(pause_us, /*until_finish=*/false);
+      if (stopping) return ack.status();
+      pause_us = std::min(pause_us * 2, kMaxPauseUs);
     }
   }
 
@@ -150,7 +172,7 @@ void ExecRelay::State::OutputLoop() {
   int fds[2] = {s.tty ? s.master : s.stdout_r, s.tty ? -1 : s.stderr_r};
   bool done[2] = {false, fds[1] < 0};
   protocol::ExecOutput out;
-  int64_t quiet_since_ms = 0;  // while finishing: since when nothing came
+  int64_t quiet_since_us = 0;  // while finishing: since when nothing came (clock time)
   bool pause = false;
   std::vector<char> buf(128 << 10);
   while (!stopping) {
@@ -190,12 +212,13 @@ void ExecRelay::State::OutputLoop() {
     const bool all_done = done[0] && done[1];
     const bool got_any = !out.stdout_data.empty() || !out.stderr_data.empty();
     if (finishing && !got_any) {
-      if (quiet_since_ms == 0) quiet_since_ms = MonoMs();
+      if (quiet_since_us == 0) quiet_since_us = clock->MonotonicMicros();
     } else {
-      quiet_since_ms = 0;
+      quiet_since_us = 0;
     }
     // Finished and quiet for a second: what still holds the terminal is not the command.
-    const bool give_up = finishing && quiet_since_ms != 0 && MonoMs() - quiet_since_ms > 1000;
+    const bool give_up = finishing && quiet_since_us != 0 &&
+                         clock->MonotonicMicros() - quiet_since_us > kFinishQuietUs;
     if (!got_any && !all_done && !give_up && !pause) continue;
     out.eof = all_done || give_up;
     Result<protocol::ExecOutputAck> ack = Post(out);
@@ -240,16 +263,16 @@ void ExecRelay::State::Apply(const protocol::ExecInputItem& item) {
 
 void ExecRelay::State::InputLoop() {
   int64_t after = 0;
-  int pause_ms = 50;
+  int64_t pause_us = kFirstPauseUs;
   while (!stopping) {
     Result<protocol::ExecInput> in = link->TakeExecInput(id, node, after, 5000);
     if (!in.ok() && in.status().code() == StatusCode::kUnavailable) {
       if (finishing) return;
-      std::this_thread::sleep_for(std::chrono::milliseconds(pause_ms));
-      pause_ms = std::min(pause_ms * 2, 1000);
+      Pause(pause_us, /*until_finish=*/true);
+      pause_us = std::min(pause_us * 2, kMaxPauseUs);
       continue;
     }
-    pause_ms = 50;
+    pause_us = kFirstPauseUs;
     if (!in.ok()) {
       spdlog::info("agent: exec {}: input relay ends: {}", id, in.status().message());
       return;
@@ -266,8 +289,10 @@ void ExecRelay::State::InputLoop() {
 std::shared_ptr<ExecRelay> ExecRelay::Start(int64_t exec_id, const std::string& node,
                                             std::unique_ptr<SessionStreams> streams,
                                             std::shared_ptr<protocol::ControllerLink> link,
-                                            std::function<int()> process_group) {
+                                            std::function<int()> process_group,
+                                            const Clock* clock) {
   auto state = std::make_shared<State>();
+  state->clock = clock != nullptr ? clock : SystemClock::Get();
   state->link = std::move(link);
   state->id = exec_id;
   state->node = node;
@@ -282,8 +307,7 @@ std::shared_ptr<ExecRelay> ExecRelay::Start(int64_t exec_id, const std::string& 
 
 void ExecRelay::Finish() {
   state_->finishing = true;
-  const uint64_t one = 1;
-  if (state_->wake >= 0) (void)!::write(state_->wake, &one, sizeof one);
+  state_->Wake();
 }
 
 void ExecRelay::Stop() {

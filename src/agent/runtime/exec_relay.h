@@ -10,6 +10,11 @@
 //     kernel sends SIGWINCH) and a signal item signals the command's process group.
 // Each direction runs on a thread of its own, detached: Finish() (the command ended)
 // and Stop() let them end on their own, and their state lives as long as they do.
+// A call the controller answers kUnavailable is tried again after a back-off on the
+// injected clock (50 ms doubling to 1 s): output for up to a minute of the clock's time,
+// then its relay ends; input until the session ends. Stop() cuts a back-off short (and
+// Finish() the input's), so under a ManualClock the retries happen only as a test
+// advances time.
 // When the agent dies its descriptors close, which hangs the terminal up: the command
 // gets SIGHUP (or EOF and SIGPIPE on pipes), as with a dropped ssh connection.
 #pragma once
@@ -20,6 +25,7 @@
 #include <string>
 
 #include "agent/launcher.h"
+#include "common/clock.h"
 #include "common/status.h"
 #include "protocol/controller_link.h"
 
@@ -50,14 +56,17 @@ Result<std::unique_ptr<SessionStreams>> MakeSessionStreams(bool tty, int rows, i
 class ExecRelay {
  public:
   // `process_group` returns the command's process group (its pid), or 0 while unknown;
-  // signal items go there.
+  // signal items go there. `clock` times the back-offs and the wait after Finish (null:
+  // the system clock); it must outlive the relay's threads.
   static std::shared_ptr<ExecRelay> Start(int64_t exec_id, const std::string& node,
                                           std::unique_ptr<SessionStreams> streams,
                                           std::shared_ptr<protocol::ControllerLink> link,
-                                          std::function<int()> process_group);
+                                          std::function<int()> process_group,
+                                          const Clock* clock = nullptr);
 
-  // The command ended: what is left to read is relayed (for at most about a second, as
-  // a background process may hold the terminal open), then eof, and both threads end.
+  // The command ended: what is left to read is relayed (for at most about a second of the
+  // clock's time, as a background process may hold the terminal open), then eof, and
+  // both threads end.
   void Finish();
   // The agent stops: both threads end without relaying more.
   void Stop();
