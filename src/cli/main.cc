@@ -1,14 +1,18 @@
 // gpupool: one binary, several roles (see docs/architecture.md).
 #include <cstdio>
+#include <iostream>
 
 #include "cli/client/client_commands.h"
 #include "cli/commands.h"
-#include "common/logging.h"
 #include "cli/daemon_commands.h"
+#include "cli/usage.h"
+#include "common/logging.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"gpupool: one shared, fair, well-used GPU pool"};
   app.require_subcommand(1);
+  // Before the commands: they inherit its help formatter.
+  gpupool::cli::SetUpUsage(app);
   std::string log_level = "warn";
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error or off")
       ->capture_default_str();
@@ -29,7 +33,7 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e) == 0 ? 0 : 2;
+    return gpupool::cli::ReportParseError(app, e, std::cout, std::cerr);
   }
   return ctx.exit_code;
 }

@@ -399,6 +399,50 @@ TEST_F(ApiAccessTest, HoldAndReleaseByTheOwnerOrAnAdmin) {
             400);
 }
 
+// `"hold": true` (gpupool submit --hold) stores the job held by its submitter in the same
+// insert: no scheduling pass, however idle the pool, starts it before it is released.
+TEST_F(ApiAccessTest, AJobSubmittedHeldIsStoredHeldAndStartsOnlyOnceReleased) {
+  const std::string vm = Token("vm", "node");
+  ASSERT_EQ(WithToken(vm, "POST", "/v1/agent/register", {}, RegisterBody("vm", 2)).status, 200);
+  net::HttpResponse sub =
+      AsUid(user_uid_, "POST", "/v1/jobs", {},
+            R"({"command": ["true"], "request": {"gpus": 1}, "workdir": "/", "hold": true})");
+  ASSERT_EQ(sub.status, 201) << sub.body;
+  const int64_t id = ParseJson(sub.body, "answer").value()["job"]["id"].get<int64_t>();
+  EXPECT_EQ(ParseJson(sub.body, "answer").value()["job"]["held_by"], user_);
+  // Held as stored, not held afterwards.
+  Result<jobs::Job> stored = store_->GetJob(id);
+  ASSERT_TRUE(stored.ok()) << stored.status().ToString();
+  EXPECT_EQ(stored->held_by, user_);
+  EXPECT_FALSE(stored->held_by_admin);
+  ASSERT_TRUE(controller_->ScheduleOnce().ok());
+  const Caller owner{user_, user_uid_, user_uid_, false};
+  Result<jobs::Job> job = controller_->Get(id, owner);
+  ASSERT_TRUE(job.ok());
+  EXPECT_EQ(job->state, jobs::JobState::kPending);
+  EXPECT_NE(job->pending_reason.find("held by " + user_), std::string::npos) << job->pending_reason;
+  // The submitter's own hold: the submitter releases it, and then it starts.
+  ASSERT_EQ(AsUid(user_uid_, "POST", "/v1/jobs/" + std::to_string(id) + "/release").status, 200);
+  ASSERT_TRUE(controller_->ScheduleOnce().ok());
+  EXPECT_EQ(controller_->Get(id, owner)->state, jobs::JobState::kAssigned);
+
+  // Every element of an array submitted held is held.
+  sub = AsUid(user_uid_, "POST", "/v1/jobs", {},
+              R"({"command": ["true"], "workdir": "/", "array": "0-2", "hold": true})");
+  ASSERT_EQ(sub.status, 201) << sub.body;
+  const int64_t array = ParseJson(sub.body, "answer").value()["job"]["id"].get<int64_t>();
+  for (int64_t e = array; e < array + 3; ++e) EXPECT_EQ(store_->GetJob(e)->held_by, user_) << e;
+  // "hold": false is no hold; anything but a boolean is refused, naming the field.
+  sub = AsUid(user_uid_, "POST", "/v1/jobs", {},
+              R"({"command": ["true"], "workdir": "/", "hold": false})");
+  ASSERT_EQ(sub.status, 201) << sub.body;
+  EXPECT_FALSE(ParseJson(sub.body, "answer").value()["job"].contains("held_by")) << sub.body;
+  net::HttpResponse bad = AsUid(user_uid_, "POST", "/v1/jobs", {},
+                                R"({"command": ["true"], "workdir": "/", "hold": "yes"})");
+  EXPECT_EQ(bad.status, 400);
+  EXPECT_EQ(Error(bad), "hold: expected true or false");
+}
+
 TEST_F(ApiAccessTest, ArraysAreCancelledWholeOrByElement) {
   net::HttpResponse sub =
       AsUid(user_uid_, "POST", "/v1/jobs", {},

@@ -155,4 +155,12 @@ Result<int64_t> ResolveJobId(const ApiClient& api, const std::string& ref) {
   return id;
 }
 
+std::function<Result<int64_t>(const std::string&)> ElementIds(const ClientRuntime& rt,
+                                                              const ConnectionFlags& conn) {
+  return [rt = &rt, conn = &conn](const std::string& element) -> Result<int64_t> {
+    GP_ASSIGN_OR_RETURN(ApiClient api, Connect(*rt, *conn));
+    return ResolveJobId(api, element);
+  };
+}
+
 }  // namespace gpupool::cli

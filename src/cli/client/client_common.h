@@ -3,6 +3,7 @@
 // exit code.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -51,6 +52,10 @@ Result<std::vector<std::string>> ParseJobRefs(const std::string& text);
 // The job id of a reference from ParseJobRef: an element's is asked of the server (once,
 // for commands that then make many requests, such as logs -f).
 Result<int64_t> ResolveJobId(const ApiClient& api, const std::string& ref);
+// ResolveJobId against the server of `conn` (connected when first called), for a
+// submission's dependencies on array elements (BuildSubmission's ElementResolver).
+std::function<Result<int64_t>(const std::string&)> ElementIds(const ClientRuntime& rt,
+                                                              const ConnectionFlags& conn);
 
 void RegisterSubmitCommand(CLI::App& app, const RuntimePtr& rt);    // submit_command.cc
 void RegisterJobCommands(CLI::App& app, const RuntimePtr& rt);      // job_commands.cc

@@ -166,6 +166,50 @@ TEST_F(ClientE2eTest, SubmitSendsTheRightBodyAndPrintsTheId) {
                       R"("tasks":1},"time_limit_s":5400})");
 }
 
+// sbatch's words through the real command: a script's short options, --hold and
+// --dependency with an array element, which is asked of the server before the submission.
+TEST_F(ClientE2eTest, SubmitTakesSbatchsWordsAndAsksForAnElementsId) {
+  Serve([](const HttpRequest& r) {
+    if (r.method == "GET" && r.path == "/v1/jobs/12_3") {
+      return JsonAnswer(200, R"({"job": {"id": 15, "array_id": 12, "array_index": 3}})");
+    }
+    if (r.method == "GET") return JsonAnswer(404, R"({"error": "array 12 has no element 9"})");
+    return JsonAnswer(201, R"({"job": {"id": 17}})");
+  });
+  const std::string script = WriteScript("train.sh",
+                                         "#!/bin/sh\n"
+                                         "#GPUPOOL -J resnet -t 2:00:00 -c 4\n"
+                                         "#GPUPOOL -d afterok:12_3\n"
+                                         "exec true\n",
+                                         true);
+  RunResult r = Run({"submit", "-H", "-G", "1", "--dependency=afterany:11", "train.sh"});
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.out, "Submitted job 17\n");
+  auto reqs = Requests();
+  ASSERT_EQ(reqs.size(), 2u);
+  EXPECT_EQ(reqs[0].method + " " + reqs[0].path, "GET /v1/jobs/12_3");
+  EXPECT_EQ(reqs[1].method + " " + reqs[1].path, "POST /v1/jobs");
+  const std::string& body = reqs[1].body;
+  EXPECT_NE(body.find(R"("name":"resnet")"), std::string::npos) << body;
+  EXPECT_NE(body.find(R"("gpus":1,"gpu_milli":1000,"cpu_milli":4000)"), std::string::npos) << body;
+  EXPECT_NE(body.find(R"("time_limit_s":7200,"hold":true,"dependencies":[)"
+                      R"({"job_id":15,"kind":"after-ok"},{"job_id":11,"kind":"after-any"}])"),
+            std::string::npos)
+      << body;
+
+  // An element the server does not know: its answer, named by the option, exit 3; nothing
+  // is submitted.
+  r = Run({"submit", "--after-ok", "12_9", "--", "true"});
+  EXPECT_EQ(r.code, 3);
+  EXPECT_EQ(r.err, "gpupool: --after-ok 12_9: array 12 has no element 9\n");
+  EXPECT_EQ(Requests().size(), 3u);
+  // A partition is refused before anything is sent.
+  r = Run({"submit", "-p", "gpu", "--", "true"});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("--partition gpu: gpupool has no partitions"), std::string::npos) << r.err;
+  EXPECT_EQ(Requests().size(), 3u);
+}
+
 TEST_F(ClientE2eTest, SubmitOutlastsAServerThatIsBrieflyAwayAndKeepsItsKey) {
   // No server yet: the first attempts find nothing; the server comes up a little later.
   std::thread late([this] {

@@ -49,7 +49,8 @@ Result<int64_t> SubmitInteractive(const ClientRuntime& rt, const ApiClient& api,
   // alloc runs nothing remotely; BuildSubmission checks a command all the same.
   const std::vector<std::string> command =
       mode == "alloc" ? std::vector<std::string>{"(allocation)"} : s.command;
-  GP_ASSIGN_OR_RETURN(OrderedJson body, BuildSubmission(s.flags, command, cwd));
+  GP_ASSIGN_OR_RETURN(OrderedJson body,
+                      BuildSubmission(s.flags, command, cwd, ElementIds(rt, s.conn)));
   body["interactive"] = mode;
   if (mode == "alloc") body["command"] = OrderedJson::array();
   if (s.pty) body["pty"] = true;

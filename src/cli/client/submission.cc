@@ -200,16 +200,108 @@ Status AddMountFlags(const SubmitFlags& f, const std::string& cwd, const std::st
   return Status::Ok();
 }
 
+// Slurm's --dependency value, "afterok:12:14,afterany:13", as "after-ok:12",
+// "after-ok:14", "after-any:13": the types gpupool has, all to be met (a comma);
+// anything else is refused naming what to use.
+Result<std::vector<std::string>> ParseSlurmDependency(const std::string& spec) {
+  auto bad = [&](const std::string& why) { return OptionError("--dependency", spec, why); };
+  if (Trim(spec).empty()) return bad("give TYPE:ID, e.g. --dependency afterok:12");
+  if (spec.find('?') != std::string::npos) {
+    return bad("'?' (any one of them) is not supported: a job waits for all its dependencies");
+  }
+  std::vector<std::string> out;
+  for (const std::string& part : Split(std::string(Trim(spec)), ',')) {
+    const std::string p(Trim(part));
+    const size_t colon = p.find(':');
+    const std::string type = ToLower(p.substr(0, colon));
+    if (type == "singleton") {
+      return bad(
+          "singleton is not supported: chain jobs of the same name with afterany:ID (or "
+          "--after-any ID) instead");
+    }
+    std::string kind;
+    if (type == "afterok") kind = "after-ok";
+    if (type == "afterany") kind = "after-any";
+    if (type == "afternotok") kind = "after-not-ok";
+    if (kind.empty()) {
+      const std::string what = type.empty() ? "an empty type" : "type '" + type + "'";
+      return bad(what +
+                 " is not supported; use afterok, afterany or afternotok (after, aftercorr, "
+                 "aftersomething+TIME and expand do not exist in gpupool)");
+    }
+    if (colon == std::string::npos || colon + 1 == p.size()) {
+      return bad(type + " needs job ids: " + type + ":ID[:ID...], e.g. " + type + ":12");
+    }
+    for (const std::string& id : Split(p.substr(colon + 1), ':')) {
+      if (id.find('+') != std::string::npos) {
+        return bad("a delay (" + type + ":ID+MINUTES) is not supported");
+      }
+      out.push_back(kind + ":" + id);
+    }
+  }
+  return out;
+}
+
+// The job id a dependency names: a job or array id as is, an element ARRAY_INDEX through
+// `resolve` (the element's own id).
+Result<int64_t> DependencyId(const std::string& flag, const std::string& kind,
+                             const std::string& ref, const ElementResolver& resolve) {
+  const std::string example = flag == "--dependency"
+                                  ? "--dependency " +
+                                        std::string(kind == "after-ok"    ? "afterok"
+                                                    : kind == "after-any" ? "afterany"
+                                                                          : "afternotok") +
+                                        ":12:14"
+                                  : flag + " 12,14";
+  const size_t us = ref.find('_');
+  const auto id = ParseInt64(ref.substr(0, us));
+  std::optional<int64_t> index;
+  if (us != std::string::npos) index = ParseInt64(ref.substr(us + 1));
+  if (!id || *id <= 0 || (us != std::string::npos && (!index || *index < 0))) {
+    return OptionError(
+        flag, ref,
+        "give job ids, e.g. " + example + " (ARRAY_INDEX, e.g. 12_3, for one element of an array)");
+  }
+  if (us == std::string::npos) return *id;
+  if (!resolve) {
+    return OptionError(flag, ref, "an array element needs the server to find its job id");
+  }
+  Result<int64_t> resolved = resolve(std::to_string(*id) + "_" + std::to_string(*index));
+  if (!resolved.ok()) return resolved.status().WithContext(flag + " " + ref);
+  const int64_t element = *resolved;
+  if (element == *id) {
+    // Its id is the array's, and a dependency on the array's id waits for every element.
+    return OptionError(flag, ref,
+                       "the first element of an array has the array's own id, " +
+                           std::to_string(*id) +
+                           ", which in a dependency waits for every element; depend on " +
+                           std::to_string(*id) + " (the whole array) instead");
+  }
+  return element;
+}
+
 }  // namespace
 
 Result<OrderedJson> BuildSubmission(const SubmitFlags& f, const std::vector<std::string>& command,
-                                    const std::string& cwd) {
+                                    const std::string& cwd, const ElementResolver& resolve) {
   if (command.empty() || command[0].empty()) {
     return Status::InvalidArgument(
         "nothing to run: give a SCRIPT [ARGS...] or -- COMMAND [ARGS...]");
   }
+  if (f.partition) {
+    return OptionError("--partition", *f.partition,
+                       "gpupool has no partitions: every job may run on every node it fits. "
+                       "Choose GPUs with --gpu-model (e.g. A100,H100), --vendor or "
+                       "--min-capability; `gpupool nodes` shows what each node has");
+  }
   jobs::ResourceRequest request;
   GP_RETURN_IF_ERROR(FillRequest(f, &request));
+  if (f.nodes && (Trim(*f.nodes) != "1" || request.tasks != 1)) {
+    return OptionError("--nodes", *f.nodes,
+                       "gpupool places tasks, not nodes: ask for -n/--tasks N tasks (a gang, "
+                       "placed on one node or several), each with its own --gpus, --cpus and "
+                       "--mem; --nodes 1 is accepted for a one-task job only");
+  }
 
   OrderedJson body;
   if (f.name) body["name"] = *f.name;
@@ -266,15 +358,23 @@ Result<OrderedJson> BuildSubmission(const SubmitFlags& f, const std::vector<std:
     }
     body["array"] = std::string(Trim(*f.array));
   }
+  if (f.hold && *f.hold) body["hold"] = true;
+  // Every dependency as KIND:REF, --after-ok's and then -d/--dependency's, with the
+  // option to name in an error.
+  std::vector<std::pair<std::string, std::string>> wanted;  // {"after-ok:12", option}
+  for (const std::string& d : f.dependencies)
+    wanted.emplace_back(d, "--" + d.substr(0, d.find(':')));
+  for (const std::string& spec : f.slurm_dependencies) {
+    GP_ASSIGN_OR_RETURN(std::vector<std::string> parsed, ParseSlurmDependency(spec));
+    for (std::string& d : parsed) wanted.emplace_back(std::move(d), "--dependency");
+  }
   OrderedJson deps = OrderedJson::array();
-  for (const std::string& d : f.dependencies) {
+  for (const auto& [d, flag] : wanted) {
     const size_t colon = d.find(':');
-    const std::string flag = "--" + d.substr(0, colon);
-    const auto id = ParseInt64(Trim(d.substr(colon + 1)));
-    if (!id || *id <= 0) {
-      return OptionError(flag, d.substr(colon + 1), "give job ids, e.g. " + flag + " 12,14");
-    }
-    deps.push_back({{"job_id", *id}, {"kind", d.substr(0, colon)}});
+    const std::string kind = d.substr(0, colon);
+    const std::string ref(Trim(d.substr(colon + 1)));
+    GP_ASSIGN_OR_RETURN(int64_t id, DependencyId(flag, kind, ref, resolve));
+    deps.push_back({{"job_id", id}, {"kind", kind}});
   }
   if (!deps.empty()) body["dependencies"] = std::move(deps);
   return body;

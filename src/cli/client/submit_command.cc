@@ -75,7 +75,8 @@ Status RunSubmit(const ClientRuntime& rt, const SubmitState& s, bool after_dashe
   SubmitFlags script_flags;
   if (!after_dashes) GP_RETURN_IF_ERROR(ReadScript(cwd, &command, &script_flags));
   const SubmitFlags flags = MergeFlags(script_flags, s.flags);
-  GP_ASSIGN_OR_RETURN(OrderedJson body, BuildSubmission(flags, command, cwd));
+  GP_ASSIGN_OR_RETURN(OrderedJson body,
+                      BuildSubmission(flags, command, cwd, ElementIds(rt, s.conn)));
   GP_ASSIGN_OR_RETURN(ApiClient api, Connect(rt, s.conn));
   GP_ASSIGN_OR_RETURN(ApiAnswer answer, PostSubmission(api, &body));
   if (s.json) {

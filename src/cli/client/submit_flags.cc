@@ -2,17 +2,35 @@
 
 #include <algorithm>
 
+#include "cli/usage.h"
 #include "common/strings.h"
 
 namespace gpupool::cli {
 namespace {
 
-// A single-valued option: the last occurrence wins, like most Unix tools.
-void Single(CLI::App& app, const std::string& name, std::optional<std::string>* out,
-            const std::string& help) {
+// A single-valued option: the last occurrence wins, like most Unix tools. `names` may
+// hold a short option and Slurm's spelling beside gpupool's ("-J,--name,--job-name");
+// `value` names the value in the help ("DURATION").
+void Single(CLI::App& app, const std::string& names, std::optional<std::string>* out,
+            const std::string& value, const std::string& help) {
   app.add_option_function<std::string>(
-         name, [out](const std::string& v) { *out = v; }, help)
-      ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+         names, [out](const std::string& v) { *out = v; }, help)
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast)
+      ->type_name(value);
+}
+
+// A repeatable option, each occurrence one value (a comma list when `comma`), appended.
+void Repeated(CLI::App& app, const std::string& names, std::vector<std::string>* out,
+              const std::string& value, const std::string& help, bool comma) {
+  CLI::Option* o = app.add_option_function<std::vector<std::string>>(
+                          names,
+                          [out](const std::vector<std::string>& v) {
+                            out->insert(out->end(), v.begin(), v.end());
+                          },
+                          help)
+                       ->allow_extra_args(false)
+                       ->type_name(value);
+  if (comma) o->delimiter(',');
 }
 
 // Splits one directive's text into words: '...' keeps everything, "..." and bare words
@@ -68,55 +86,53 @@ Result<std::vector<std::string>> SplitWords(std::string_view text) {
 }  // namespace
 
 void AddSubmitOptions(CLI::App& app, SubmitFlags* f) {
-  Single(app, "--gpus", &f->gpus, "whole GPUs per task (default 0)");
-  Single(app, "--gpu-share", &f->gpu_share, "a share of one GPU, e.g. 0.25 (implies --gpus 1)");
-  Single(app, "--gpu-mem", &f->gpu_mem,
+  // Short options and second long names are sbatch's (docs/slurm.md): each is the same
+  // option as gpupool's own name, never a different meaning.
+  Single(app, "-G,--gpus,--gpus-per-task", &f->gpus, "N",
+         "whole GPUs per task (default 0; Slurm's -G counts per job, the same for one task)");
+  Single(app, "--gpu-share", &f->gpu_share, "SHARE",
+         "a share of one GPU, e.g. 0.25 (implies --gpus 1)");
+  Single(app, "--gpu-mem", &f->gpu_mem, "SIZE",
          "a share of one GPU sized by its memory, e.g. 20G (implies --gpus 1)");
-  app.add_option_function<std::vector<std::string>>(
-         "--gpu-model",
-         [f](const std::vector<std::string>& v) {
-           f->gpu_models.insert(f->gpu_models.end(), v.begin(), v.end());
-         },
-         "allowed GPU models, repeatable or a comma list, e.g. A100,H100")
-      ->allow_extra_args(false)
-      ->delimiter(',');
-  Single(app, "--min-capability", &f->min_capability, "minimum compute capability, e.g. 8.0");
-  Single(app, "--vendor", &f->vendor, "nvidia or amd");
-  Single(app, "--cpus", &f->cpus, "CPUs per task, e.g. 2 or 0.5 (default 1)");
-  Single(app, "--mem", &f->mem, "memory per task, e.g. 16G (binary units)");
-  Single(app, "--time", &f->time, "time limit: 1:30:00, 90m, 2h, 45s or 1-00:00:00");
-  Single(app, "--name", &f->name, "job name");
-  Single(app, "--project", &f->project, "project to account the usage to");
-  Single(app, "--priority", &f->priority, "priority within your own jobs (default 0)");
-  app.add_option_function<std::vector<std::string>>(
-         "--env",
-         [f](const std::vector<std::string>& v) {
-           f->env.insert(f->env.end(), v.begin(), v.end());
-         },
-         "NAME=VALUE sets a variable (repeatable); NAME:VERSION runs in a named environment "
-         "(gpupool env list)")
-      ->allow_extra_args(false);
-  app.add_option_function<std::vector<std::string>>(
-         "--mount",
-         [f](const std::vector<std::string>& v) {
-           f->mounts.insert(f->mounts.end(), v.begin(), v.end());
-         },
-         "bind-mount SRC:DST[:ro] into a container job (repeatable)")
-      ->allow_extra_args(false);
-  Single(app, "--workdir", &f->workdir, "working directory (default: the current directory)");
-  Single(app, "--tasks", &f->tasks, "tasks placed together as a gang (default 1)");
-  Single(app, "--image", &f->image, "run in this container image");
-  Single(app, "--shm-size", &f->shm_size,
+  Repeated(app, "--gpu-model", &f->gpu_models, "MODEL",
+           "allowed GPU models, repeatable or a comma list, e.g. A100,H100", true);
+  Single(app, "--min-capability", &f->min_capability, "X.Y",
+         "minimum compute capability, e.g. 8.0");
+  Single(app, "--vendor", &f->vendor, "VENDOR", "nvidia or amd");
+  Single(app, "-c,--cpus,--cpus-per-task", &f->cpus, "N",
+         "CPUs per task, e.g. 2 or 0.5 (default 1)");
+  Single(app, "--mem", &f->mem, "SIZE", "memory per task, e.g. 16G (binary units)");
+  Single(app, "-t,--time", &f->time, "DURATION",
+         "time limit: 1:30:00, 90m, 2h, 45s or 1-00:00:00; a plain number is minutes");
+  Single(app, "-J,--name,--job-name", &f->name, "NAME", "job name");
+  Single(app, "--project", &f->project, "PROJECT", "project to account the usage to");
+  Single(app, "--priority", &f->priority, "N", "priority within your own jobs (default 0)");
+  Repeated(app, "--env", &f->env, "NAME=VALUE|NAME:VERSION",
+           "NAME=VALUE sets a variable (repeatable); NAME:VERSION runs in a named environment "
+           "(gpupool env list)",
+           false);
+  Repeated(app, "--mount", &f->mounts, "SRC:DST[:ro]",
+           "bind-mount SRC:DST[:ro] into a container job (repeatable)", false);
+  Single(app, "-D,--workdir,--chdir", &f->workdir, "DIR",
+         "working directory (default: the current directory)");
+  Single(app, "-n,--tasks,--ntasks", &f->tasks, "N", "tasks placed together as a gang (default 1)");
+  Single(app, "-N,--nodes", &f->nodes, "1",
+         "only 1, for a one-task job: gpupool places tasks (-n), not nodes");
+  Single(app, "--image", &f->image, "REF", "run in this container image");
+  Single(app, "--shm-size", &f->shm_size, "SIZE",
          "size of a container job's /dev/shm, e.g. 8G (podman's default: 64M)");
   app.add_flag_function(
       "--init,!--no-init", [f](int64_t count) { f->init = count > 0; },
       "container jobs: run a small init as PID 1 that passes signals on (default: on)");
-  Single(app, "--array", &f->array,
+  Single(app, "-a,--array", &f->array, "SPEC",
          "one job per index: 0-99, 0-99%10 (at most 10 at once), 1,3,5-7, 0-30:10; each sees "
          "GPUPOOL_ARRAY_TASK_ID");
   app.add_flag_function(
       "--requeue,!--no-requeue", [f](int64_t count) { f->requeue = count > 0; },
-      "requeue the job if its node is lost");
+      "requeue the job if its node is lost (default: off)");
+  app.add_flag_function(
+      "-H,--hold", [f](int64_t count) { f->hold = count > 0; },
+      "submit the job held: it waits until `gpupool release ID`");
   for (const char* kind : {"after-ok", "after-any", "after-not-ok"}) {
     const std::string k = kind;
     const std::string when = k == "after-ok" ? "has succeeded"
@@ -128,10 +144,19 @@ void AddSubmitOptions(CLI::App& app, SubmitFlags* f) {
            [f, k](const std::vector<std::string>& v) {
              for (const std::string& id : v) f->dependencies.push_back(k + ":" + id);
            },
-           "start only once each job ID " + when + "; ID[,ID...], repeatable")
+           "start only once each job ID " + when +
+               "; ID[,ID...] (ARRAY_INDEX for one element of an array), repeatable")
         ->allow_extra_args(false)
-        ->delimiter(',');
+        ->delimiter(',')
+        ->type_name("ID");
   }
+  Repeated(app, "-d,--dependency", &f->slurm_dependencies, "TYPE:ID[:ID][,TYPE:ID]",
+           "Slurm's form of --after-ok, --after-any and --after-not-ok: afterok:ID[:ID...], "
+           "afterany:ID, afternotok:ID, comma-separated (all must hold)",
+           false);
+  Single(app, "-p,--partition", &f->partition, "PARTITION",
+         "refused: gpupool has no partitions (choose GPUs with --gpu-model, --vendor, "
+         "--min-capability)");
   app.add_flag_function(
       "--mpi", [f](int64_t count) { f->mpi = count > 0; },
       "run the command in task 0 only and hold the other tasks for it (mpirun --hostfile "
@@ -173,8 +198,15 @@ Result<SubmitFlags> ParseDirectives(const std::vector<Directive>& directives,
     try {
       parser.parse(args);
     } catch (const CLI::ParseError& e) {
+      std::string why = e.what();
+      for (const std::string& word : parser.remaining()) {
+        if (std::string s = ExplainUnknown(parser, word, "gpupool submit"); !s.empty()) {
+          why = std::move(s);
+          break;
+        }
+      }
       return Status::InvalidArgument(std::string(script_name) + ":" + std::to_string(d.line) +
-                                     ": #GPUPOOL line: " + e.what());
+                                     ": #GPUPOOL line: " + why);
     }
   }
   return flags;
@@ -213,6 +245,11 @@ SubmitFlags MergeFlags(const SubmitFlags& script, const SubmitFlags& cmdline) {
   if (cmdline.init) m.init = cmdline.init;
   m.dependencies.insert(m.dependencies.end(), cmdline.dependencies.begin(),
                         cmdline.dependencies.end());
+  m.slurm_dependencies.insert(m.slurm_dependencies.end(), cmdline.slurm_dependencies.begin(),
+                              cmdline.slurm_dependencies.end());
+  if (cmdline.hold) m.hold = cmdline.hold;
+  over(&m.nodes, cmdline.nodes);
+  over(&m.partition, cmdline.partition);
   return m;
 }
 

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
+#include <functional>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -45,6 +46,12 @@ struct SubmitFlags {
   std::optional<bool> init;
   // "after-ok:12", "after-any:13", ... in the order given (--after-ok 12,14 gives two).
   std::vector<std::string> dependencies;
+  // Slurm's -d/--dependency values as given ("afterok:12:14,afterany:13"), each checked
+  // and turned into dependencies by BuildSubmission.
+  std::vector<std::string> slurm_dependencies;
+  std::optional<bool> hold;              // -H/--hold: the job is stored held
+  std::optional<std::string> nodes;      // -N/--nodes: only 1, for a one-task job
+  std::optional<std::string> partition;  // -p/--partition: refused (no partitions)
 };
 
 // Adds every submit option to `app`, writing into *flags (which must outlive app).
@@ -70,12 +77,17 @@ Result<SubmitFlags> ParseDirectives(const std::vector<Directive>& directives,
 // --env lists are concatenated (later wins for the same name); --gpu-model lists replace.
 SubmitFlags MergeFlags(const SubmitFlags& script, const SubmitFlags& cmdline);
 
+// The job id that an array element `ARRAY_INDEX` (e.g. "12_3") has, asked of the server.
+using ElementResolver = std::function<Result<int64_t>(const std::string& element)>;
+
 // The POST /v1/jobs body for these options and command. `cwd` (absolute) is the default
 // working directory and the base of a relative --workdir. Every value is checked;
-// errors are kInvalidArgument naming the option.
+// errors are kInvalidArgument naming the option. A dependency on an array's element
+// (`--after-ok 12_3`) is turned into that element's job id by `resolve` (without one it
+// is refused); every other check comes first.
 Result<OrderedJson> BuildSubmission(const SubmitFlags& flags,
-                                    const std::vector<std::string>& command,
-                                    const std::string& cwd);
+                                    const std::vector<std::string>& command, const std::string& cwd,
+                                    const ElementResolver& resolve = nullptr);
 
 // A fresh idempotency key for one submission (128 random bits, hex): the same body with
 // the same key, sent again after a timeout or a lost server, is created once.

@@ -116,8 +116,110 @@ TEST(BuildSubmissionTest, DependenciesLandWithTheirKinds) {
                       R"({"job_id":3,"kind":"after-not-ok"}])"),
             std::string::npos)
       << body;
-  EXPECT_EQ(Error({"--after-ok", "12,x"}), "--after-ok x: give job ids, e.g. --after-ok 12,14");
-  EXPECT_EQ(Error({"--after-any", "0"}), "--after-any 0: give job ids, e.g. --after-any 12,14");
+  const std::string element = " (ARRAY_INDEX, e.g. 12_3, for one element of an array)";
+  EXPECT_EQ(Error({"--after-ok", "12,x"}),
+            "--after-ok x: give job ids, e.g. --after-ok 12,14" + element);
+  EXPECT_EQ(Error({"--after-any", "0"}),
+            "--after-any 0: give job ids, e.g. --after-any 12,14" + element);
+  EXPECT_EQ(Error({"--after-any", "12_x"}),
+            "--after-any 12_x: give job ids, e.g. --after-any 12,14" + element);
+}
+
+// The body a submission makes, or its error, with `resolve` for array elements.
+std::string BodyResolving(std::vector<std::string> words, const ElementResolver& resolve) {
+  auto b = BuildSubmission(ParseArgs(std::move(words)), {"x"}, "/w", resolve);
+  return b.ok() ? DumpJson(*b) : "ERROR: " + b.status().message();
+}
+
+TEST(BuildSubmissionTest, SbatchShortAndLongNamesAreGpupoolsOptions) {
+  // Each short option and Slurm spelling gives the body its gpupool option gives.
+  const std::string gpupool =
+      Body(ParseArgs({"--time", "90", "--name", "train", "--cpus", "2", "--gpus", "1", "--tasks",
+                      "2", "--array", "0-3", "--workdir", "sub", "--hold", "--after-ok", "7"}));
+  EXPECT_EQ(Body(ParseArgs({"-t", "90", "-J", "train", "-c", "2", "-G", "1", "-n", "2", "-a", "0-3",
+                            "-D", "sub", "-H", "-d", "afterok:7"})),
+            gpupool);
+  EXPECT_EQ(Body(ParseArgs({"--time=90", "--job-name=train", "--cpus-per-task=2",
+                            "--gpus-per-task=1", "--ntasks=2", "--array=0-3", "--chdir=sub",
+                            "--hold", "--dependency=afterok:7"})),
+            gpupool);
+  EXPECT_NE(gpupool.find(R"("hold":true)"), std::string::npos) << gpupool;
+  EXPECT_NE(gpupool.find(R"("time_limit_s":5400)"), std::string::npos) << gpupool;
+  EXPECT_NE(gpupool.find(R"("workdir":"/home/alice/proj/sub")"), std::string::npos) << gpupool;
+  EXPECT_EQ(Body(ParseArgs({})).find("hold"), std::string::npos);
+}
+
+TEST(BuildSubmissionTest, SlurmDependenciesBecomeGpupoolsKinds) {
+  EXPECT_NE(Body(ParseArgs({"--dependency", "afterok:12:14,afterany:13", "-d", "afternotok:5",
+                            "--after-any", "3"}))
+                .find(R"("dependencies":[{"job_id":3,"kind":"after-any"},)"
+                      R"({"job_id":12,"kind":"after-ok"},{"job_id":14,"kind":"after-ok"},)"
+                      R"({"job_id":13,"kind":"after-any"},{"job_id":5,"kind":"after-not-ok"}])"),
+            std::string::npos);
+  EXPECT_NE(Body(ParseArgs({"-d", "AfterOK:9"})).find(R"({"job_id":9,"kind":"after-ok"})"),
+            std::string::npos);
+  EXPECT_EQ(Error({"-d", "singleton"}),
+            "--dependency singleton: singleton is not supported: chain jobs of the same name with "
+            "afterany:ID (or --after-any ID) instead");
+  EXPECT_EQ(Error({"-d", "after:12"}),
+            "--dependency after:12: type 'after' is not supported; use afterok, afterany or "
+            "afternotok (after, aftercorr, aftersomething+TIME and expand do not exist in "
+            "gpupool)");
+  EXPECT_EQ(Error({"-d", "afterok:12?afterany:13"}),
+            "--dependency afterok:12?afterany:13: '?' (any one of them) is not supported: a job "
+            "waits for all its dependencies");
+  EXPECT_EQ(Error({"-d", "afterok"}),
+            "--dependency afterok: afterok needs job ids: afterok:ID[:ID...], e.g. afterok:12");
+  EXPECT_EQ(Error({"-d", "afterok:12+5"}),
+            "--dependency afterok:12+5: a delay (afterok:ID+MINUTES) is not supported");
+  EXPECT_EQ(Error({"-d", "afterany:x"}),
+            "--dependency x: give job ids, e.g. --dependency afterany:12:14 (ARRAY_INDEX, e.g. "
+            "12_3, for one element of an array)");
+  EXPECT_EQ(Error({"-d", ""}), "--dependency : give TYPE:ID, e.g. --dependency afterok:12");
+}
+
+TEST(BuildSubmissionTest, AnArrayElementDependencyIsTheElementsOwnJob) {
+  std::vector<std::string> asked;
+  const ElementResolver resolve = [&](const std::string& e) -> Result<int64_t> {
+    asked.push_back(e);
+    if (e == "12_3") return 15;
+    if (e == "12_0") return 12;
+    return Status::NotFound("array 12 has no element 9 (it was submitted with --array 0-3)");
+  };
+  EXPECT_NE(BodyResolving({"--after-ok", "12_3", "-d", "afterany:12"}, resolve)
+                .find(R"("dependencies":[{"job_id":15,"kind":"after-ok"},)"
+                      R"({"job_id":12,"kind":"after-any"}])"),
+            std::string::npos);
+  EXPECT_EQ(asked, std::vector<std::string>{"12_3"});  // the array's own id is not asked
+  EXPECT_EQ(BodyResolving({"-d", "afterok:12_0"}, resolve),
+            "ERROR: --dependency 12_0: the first element of an array has the array's own id, 12, "
+            "which in a dependency waits for every element; depend on 12 (the whole array) "
+            "instead");
+  EXPECT_EQ(BodyResolving({"--after-ok", "12_9"}, resolve),
+            "ERROR: --after-ok 12_9: array 12 has no element 9 (it was submitted with --array "
+            "0-3)");
+  EXPECT_EQ(BodyResolving({"--after-ok", "12_3"}, nullptr),
+            "ERROR: --after-ok 12_3: an array element needs the server to find its job id");
+  // Every local check comes before the server is asked.
+  asked.clear();
+  EXPECT_EQ(BodyResolving({"--after-ok", "12_3", "--gpus", "x"}, resolve),
+            "ERROR: --gpus x: use a whole number from 0 to 1024, e.g. 2");
+  EXPECT_TRUE(asked.empty());
+}
+
+TEST(BuildSubmissionTest, NodesAndPartitionsSayWhatGpupoolHasInstead) {
+  EXPECT_EQ(Error({"-N", "1"}), "OK");
+  EXPECT_EQ(Error({"--nodes", "1", "--tasks", "1"}), "OK");
+  const std::string tasks =
+      ": gpupool places tasks, not nodes: ask for -n/--tasks N tasks (a gang, placed on one "
+      "node or several), each with its own --gpus, --cpus and --mem; --nodes 1 is accepted "
+      "for a one-task job only";
+  EXPECT_EQ(Error({"-N", "2"}), "--nodes 2" + tasks);
+  EXPECT_EQ(Error({"-N", "1", "-n", "4"}), "--nodes 1" + tasks);
+  EXPECT_EQ(Error({"-p", "gpu"}),
+            "--partition gpu: gpupool has no partitions: every job may run on every node it "
+            "fits. Choose GPUs with --gpu-model (e.g. A100,H100), --vendor or "
+            "--min-capability; `gpupool nodes` shows what each node has");
 }
 
 TEST(BuildSubmissionTest, EveryBadValueNamesItsOption) {
@@ -237,6 +339,17 @@ TEST(ScriptDirectivesTest, ParsedOptionsAndTheirErrors) {
   EXPECT_EQ(bad.status().code(), StatusCode::kInvalidArgument);
   EXPECT_NE(bad.status().message().find("s.sh:4: #GPUPOOL line: "), std::string::npos);
   EXPECT_NE(bad.status().message().find("--bogus"), std::string::npos);
+  auto typo = ParseDirectives({{2, {"--gpu", "2"}}}, "s.sh");
+  ASSERT_FALSE(typo.ok());
+  EXPECT_EQ(typo.status().message(),
+            "s.sh:2: #GPUPOOL line: unknown option '--gpu' of `gpupool submit`; did you mean "
+            "--gpus? (`gpupool submit --help` lists its options)");
+  auto slurm = ParseDirectives({{3, {"-J", "x", "-t", "10", "-H", "-d", "afterok:4"}}}, "s.sh");
+  ASSERT_TRUE(slurm.ok()) << slurm.status().ToString();
+  EXPECT_EQ(slurm->name, "x");
+  EXPECT_EQ(slurm->time, "10");
+  EXPECT_EQ(slurm->hold, true);
+  EXPECT_EQ(slurm->slurm_dependencies, std::vector<std::string>{"afterok:4"});
   EXPECT_FALSE(ParseDirectives({{1, {"stray"}}}, "s.sh").ok());
   EXPECT_FALSE(ParseDirectives({{1, {"--help"}}}, "s.sh").ok());
 }
@@ -246,6 +359,11 @@ TEST(MergeFlagsTest, CommandLineOverridesScript) {
                                   "--gpu-model", "A100", "--time", "1h", "--requeue"});
   SubmitFlags cmdline = ParseArgs({"--gpus", "4", "--env", "A=2", "--no-requeue"});
   SubmitFlags m = MergeFlags(script, cmdline);
+  EXPECT_FALSE(m.hold.has_value());
+  EXPECT_EQ(MergeFlags(ParseArgs({"-H", "-d", "afterok:1"}), ParseArgs({"-d", "afterany:2"}))
+                .slurm_dependencies,
+            (std::vector<std::string>{"afterok:1", "afterany:2"}));
+  EXPECT_EQ(MergeFlags(ParseArgs({}), ParseArgs({"-H"})).hold, true);
   EXPECT_EQ(m.gpus, "4");
   EXPECT_EQ(m.name, "from-script");
   EXPECT_EQ(m.time, "1h");

@@ -145,8 +145,20 @@ net::HttpResponse SubmitJob(const ApiContext& ctx, const Call& c) {
           std::string(f) + ": this field is set by the server; leave it out"));
     }
   }
+  // `hold`: the job is stored held by its submitter (gpupool submit --hold), in the same
+  // insert as the job, so no scheduling pass can start it first. A request field only:
+  // the job records who holds it (held_by).
+  bool hold = false;
+  if (auto it = body->find("hold"); it != body->end()) {
+    if (!it->is_boolean()) {
+      return ErrorResponse(Status::InvalidArgument("hold: expected true or false"));
+    }
+    hold = it->get<bool>();
+    body->erase(it);
+  }
   Result<jobs::Job> job = jobs::JobFromJson(*body, "job");
   if (!job.ok()) return ErrorResponse(job.status());
+  if (hold) job->held_by = caller.user;  // the owner's own hold: the owner releases it
   // Before anything runs a tool on the job's values (podman inspects its image).
   if (Status s = jobs::ValidateSubmission(*job); !s.ok()) return ErrorResponse(s);
   // Over max-submission-bytes: 413 (ResourceExhausted), before its image is inspected,
