@@ -5,6 +5,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <climits>
 #include <set>
 
 #include "common/json.h"
@@ -112,8 +113,8 @@ Status Controller::ObserveGpuErrors(const std::string& node,
       seen = *s.xid_count;
       if (fresh <= 0) continue;
       gpu::GpuHealth& health = e.gpu_health[s.uuid];
-      gpu::XidOutcome o =
-          gpu::OnXid(health, static_cast<int>(*s.xid_errors), fresh, now, health_policy_);
+      const auto xid = static_cast<int>(std::min<int64_t>(*s.xid_errors, INT32_MAX));
+      gpu::XidOutcome o = gpu::OnXid(health, xid, fresh, now, health_policy_);
       const bool takes_out = (gpu::TakesWork(health.state) && !gpu::TakesWork(o.next.state)) ||
                              (o.cordon_node && !e.draining);
       if (takes_out && !BreakerAllows(node, now)) HoldBack(node, s.uuid, &o);

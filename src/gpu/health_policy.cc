@@ -129,7 +129,9 @@ XidOutcome OnXid(const GpuHealth& health, int xid, int64_t count, int64_t now_us
       // Repeats within the window: the GPU, not the application, is the likely cause.
       std::erase_if(next.recent_us,
                     [&](int64_t t) { return t <= now_us - policy.repeat_window_us; });
-      for (int64_t k = 0; k < std::max<int64_t>(count, 1); ++k) next.recent_us.push_back(now_us);
+      // A count is the agent's word: at most what can cordon is kept, whatever it says.
+      const int64_t keep = std::clamp<int64_t>(count, 1, std::max(policy.repeats_to_cordon, 1));
+      for (int64_t k = 0; k < keep; ++k) next.recent_us.push_back(now_us);
       const bool repeated = static_cast<int64_t>(next.recent_us.size()) >= policy.repeats_to_cordon;
       if (repeated && !out_of_service) {
         become(GpuHealthState::kCordoned,

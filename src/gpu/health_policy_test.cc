@@ -70,6 +70,10 @@ TEST(HealthPolicyTest, ApplicationXidsCordonOnlyWhenTheyRepeatWithinTheWindow) {
       << third.next.reason;
   // One report counting 3 at once is 3.
   EXPECT_EQ(OnXid(GpuHealth{}, 13, 3, kNow, policy).next.state, GpuHealthState::kCordoned);
+  // A hostile or broken agent's count (network input) keeps no more than cordons.
+  const XidOutcome huge = OnXid(GpuHealth{}, 13, int64_t{1} << 40, kNow, policy);
+  EXPECT_EQ(huge.next.state, GpuHealthState::kCordoned);
+  EXPECT_EQ(huge.next.recent_us.size(), 3u);
 }
 
 // A cordoned GPU stays cordoned since its first cordon; ignorable Xids change nothing.
