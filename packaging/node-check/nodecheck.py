@@ -153,7 +153,10 @@ class Orchestrator:
                                timeout=90)
             if rc == 0:
                 try:
-                    return os.path.realpath(py), "", json.loads(out.strip().splitlines()[-1])
+                    # The path as given, links kept: a virtual environment's python is a
+                    # link whose own folder (pyvenv.cfg) makes its packages importable;
+                    # the file it points to would run without them.
+                    return os.path.abspath(py), "", json.loads(out.strip().splitlines()[-1])
                 except (ValueError, IndexError):
                     pass
             last = (err.strip().splitlines() or ["exit %s" % rc])[-1]

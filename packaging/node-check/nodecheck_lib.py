@@ -2,6 +2,7 @@
 the pool's API on its Unix socket, the context the checks get, the fake GPU's telemetry
 file, the pool jobs as the checks see them, and the checks' outcomes."""
 import datetime
+import glob
 import http.client
 import json
 import os
@@ -265,8 +266,15 @@ def save_job(ctx, d, jid):
 
 
 def shim_path(ctx, jid):
-    """The job supervisor's record (src/agent/job_files.h), kept after the job ended."""
-    return os.path.join(ctx.pool["state_dir"], "agent", "jobs", str(jid), "shim.json")
+    """The job supervisor's record (src/agent/job_files.h), kept after the job ended: task
+    0's run directory of the job's last attempt, STATE/agent/jobs/<job>/<task>.<attempt>/."""
+    runs = []
+    for p in glob.glob(os.path.join(ctx.pool["state_dir"], "agent", "jobs", str(jid), "0.*", "shim.json")):
+        attempt = os.path.basename(os.path.dirname(p)).split(".", 1)[1]
+        if attempt.isdigit():
+            runs.append((int(attempt), p))
+    return max(runs)[1] if runs else os.path.join(ctx.pool["state_dir"], "agent", "jobs", str(jid),
+                                                  "0.1", "shim.json")
 
 
 def isolation_note(ctx, jid):

@@ -90,7 +90,11 @@ echo "contents: ok ($(ls "$kit/lib" | wc -l) libraries in lib/)"
 # The run against the fakes.
 py_args=()
 if /usr/bin/python3 -c 'import torch' >/dev/null 2>&1; then
-  py_args=(--python /usr/bin/python3)
+  # Given as a link, as a virtual environment's python is: the jobs must run the link
+  # (whose folder makes the environment's packages importable), not the file behind it.
+  mkdir -p "$tmp/venv/bin"
+  ln -s /usr/bin/python3 "$tmp/venv/bin/python3"
+  py_args=(--python "$tmp/venv/bin/python3")
   torch_note="PyTorch from /usr/bin/python3, on the CPU"
 else
   torch_note="no PyTorch: the job checks skip"
@@ -148,6 +152,11 @@ if root and torch:
     p = r["checks"][3]["details"]["process"]
     assert p["rounds_attributed_to_job"] > 0, p
     assert r["checks"][4]["details"]["used_gpu_hours"]["gpus1"] > 0
+    assert r["torch"]["python"].endswith("/venv/bin/python3"), r["torch"]
+if root:
+    iso = r["checks"][5]["details"]
+    for label in ("without_gpu", "with_gpu"):
+        assert iso[label]["isolation"], (label, "no supervisor record's isolation note", iso[label])
 pool = r.get("pool") or {}
 if pool.get("state_dir"):
     assert not os.path.exists(pool["state_dir"]), "the pool's state directory was left behind"
