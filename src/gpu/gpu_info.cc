@@ -59,6 +59,13 @@ std::optional<PcieLevel> ParsePcieLevel(std::string_view name) {
   return std::nullopt;
 }
 
+bool IsEnforcementMode(std::string_view mode) {
+  for (const char* m : kEnforcementModes) {
+    if (mode == m) return true;
+  }
+  return false;
+}
+
 std::string CanonicalPciBusId(std::string_view bus_id) {
   std::string s = ToLower(Trim(bus_id));
   // Accept "dddddddd:bb:dd.f" (NVML's 8-digit domain), "dddd:bb:dd.f" and "bb:dd.f".

@@ -73,8 +73,17 @@ struct GpuInfo {
   std::optional<double> power_watts;
   std::optional<double> power_limit_watts;
   std::string backend;  // which backend reported it: "nvml", "rocm-smi", "sysfs", "fake"
+  // How a share of this GPU is held to its size (docs/sharing.md): "mps" (an MPS server
+  // caps each client's threads and memory), "none" (shares are scheduled, not enforced);
+  // "mig" and "dmem" are reserved for those mechanisms. Set by the agent, not discovery:
+  // empty = not stated (discovery output, agents before it).
+  std::string enforcement;
   friend bool operator==(const GpuInfo&, const GpuInfo&) = default;
 };
+
+// The values GpuInfo::enforcement may take, besides empty.
+inline constexpr const char* kEnforcementModes[] = {"mps", "mig", "dmem", "none"};
+bool IsEnforcementMode(std::string_view mode);
 
 // A direct or PCIe relation between two GPUs of the node, named by PCI bus id.
 struct GpuLink {

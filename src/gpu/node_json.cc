@@ -79,6 +79,7 @@ OrderedJson GpuToJson(const GpuInfo& g) {
   PutDouble(j, "power_watts", g.power_watts);
   PutDouble(j, "power_limit_watts", g.power_limit_watts);
   PutString(j, "backend", g.backend);
+  PutString(j, "enforcement", g.enforcement);
   return j;
 }
 
@@ -285,6 +286,11 @@ Status ReadGpu(const Json& j, const std::string& path, GpuInfo* g, bool strict) 
   ReadDouble(f, "power_watts", &g->power_watts, 100000);
   ReadDouble(f, "power_limit_watts", &g->power_limit_watts, 100000);
   ReadString(f, "backend", &g->backend, 64);
+  ReadString(f, "enforcement", &g->enforcement, 16);
+  if (f.ok() && !g->enforcement.empty() && !IsEnforcementMode(g->enforcement)) {
+    f.Fail("enforcement", "'" + SanitizeUtf8(g->enforcement) +
+                              "' is not an enforcement mode; use mps, mig, dmem or none");
+  }
   return f.Finish();
 }
 

@@ -52,6 +52,7 @@ NodeInfo FullNode() {
   g.power_watts = 71.123456789012345;
   g.power_limit_watts = 700;
   g.backend = "nvml";
+  g.enforcement = "mps";
   n.gpus.push_back(g);
   GpuInfo a;
   a.vendor = Vendor::kAmd;
@@ -258,6 +259,10 @@ TEST(NodeJsonTest, FieldFormatsAreChecked) {
             std::string::npos);
   EXPECT_NE(ErrorOf(WithGpu(R"("mig_enabled": "yes")"))
                 .find("gpus[0].mig_enabled: expected true or false, found string"),
+            std::string::npos);
+  EXPECT_NE(ErrorOf(WithGpu(R"("enforcement": "hopes")"))
+                .find("gpus[0].enforcement: 'hopes' is not an enforcement mode; use mps, mig, "
+                      "dmem or none"),
             std::string::npos);
 }
 
