@@ -31,9 +31,33 @@ void ApplyEnvDir(const std::string& dir, std::map<std::string, std::string>& env
   if (Exists(root + "/pyvenv.cfg")) env["VIRTUAL_ENV"] = root;
 }
 
+// Rule 3's share variables (docs/sharing.md): the enforcement mode, the memory cap and,
+// under MPS, the client's daemon, thread percentage and pinned memory limit on its one
+// visible device (0).
+void SetShareLimits(const LaunchSpec& spec, int milli, std::map<std::string, std::string>& env) {
+  if (spec.share_enforcement.empty()) {
+    env["GPUPOOL_GPU_ENFORCEMENT"] = "exclusive";
+    return;
+  }
+  env["GPUPOOL_GPU_ENFORCEMENT"] = spec.share_enforcement;
+  if (spec.share_memory_bytes > 0) {
+    env["GPUPOOL_GPU_MEM_LIMIT_BYTES"] = std::to_string(spec.share_memory_bytes);
+  }
+  if (spec.share_enforcement != "mps" || spec.mps_pipe_dir.empty()) return;
+  env["CUDA_MPS_PIPE_DIRECTORY"] = spec.mps_pipe_dir;
+  env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] = std::to_string(std::clamp((milli + 9) / 10, 1, 100));
+  if (spec.share_memory_bytes > 0) {
+    const uint64_t mib = std::max<uint64_t>(1, spec.share_memory_bytes >> 20);
+    env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] = "0=" + std::to_string(mib) + "M";
+  }
+}
+
 void SetGpupoolAndVisibility(const LaunchSpec& spec, std::map<std::string, std::string>& env) {
-  for (const char* key : {"CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES",
-                          "HIP_VISIBLE_DEVICES", "GPUPOOL_GPU_MILLI"}) {
+  for (const char* key :
+       {"CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES",
+        "HIP_VISIBLE_DEVICES", "GPUPOOL_GPU_MILLI", "GPUPOOL_GPU_ENFORCEMENT",
+        "GPUPOOL_GPU_MEM_LIMIT_BYTES", "CUDA_MPS_PIPE_DIRECTORY", "CUDA_MPS_LOG_DIRECTORY",
+        "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"}) {
     env.erase(key);
   }
   env["GPUPOOL_JOB_ID"] = std::to_string(spec.id.job);
@@ -64,6 +88,7 @@ void SetGpupoolAndVisibility(const LaunchSpec& spec, std::map<std::string, std::
     }
   }
   env["GPUPOOL_GPU_MILLI"] = std::to_string(milli);
+  SetShareLimits(spec, milli, env);
   if (!nvidia.empty()) {
     env["CUDA_VISIBLE_DEVICES"] = Join(nvidia);
     env["NVIDIA_VISIBLE_DEVICES"] = Join(nvidia);

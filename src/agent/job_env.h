@@ -6,8 +6,13 @@
 //   2. Fill HOME, USER, LOGNAME, SHELL and PATH when the user did not set them.
 //   3. Set (overriding the user) GPUPOOL_JOB_ID (the pool's job id, also for each task
 //      of a gang), GPUPOOL_ATTEMPT, LaunchSpec::pool_env (a gang's rendezvous),
-//      GPUPOOL_GPU_MILLI
-//      (when GPUs were granted) and the visibility variables:
+//      GPUPOOL_GPU_MILLI and GPUPOOL_GPU_ENFORCEMENT (when GPUs were granted: "exclusive"
+//      for whole GPUs, else LaunchSpec::share_enforcement), GPUPOOL_GPU_MEM_LIMIT_BYTES
+//      (a share's memory cap), under MPS CUDA_MPS_PIPE_DIRECTORY,
+//      CUDA_MPS_ACTIVE_THREAD_PERCENTAGE (the share in percent, rounded up) and
+//      CUDA_MPS_PINNED_DEVICE_MEM_LIMIT ("0=<MiB>M"); the user's own CUDA_MPS_* variables
+//      are removed, so no job names another daemon or widens its cap through them; and
+//      the visibility variables:
 //        NVIDIA grants: CUDA_VISIBLE_DEVICES and NVIDIA_VISIBLE_DEVICES = UUIDs
 //        AMD grants:    ROCR_VISIBLE_DEVICES and HIP_VISIBLE_DEVICES = UUIDs (both
 //                       accept UUIDs; with a grant lacking a UUID, ROCR gets the

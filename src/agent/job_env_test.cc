@@ -30,6 +30,45 @@ TEST(JobEnvTest, NvidiaGrantSetsUuidsAndShares) {
   EXPECT_EQ(env["GPUPOOL_ATTEMPT"], "2");
   EXPECT_EQ(env.count("ROCR_VISIBLE_DEVICES"), 0u);
   EXPECT_EQ(env.count("HIP_VISIBLE_DEVICES"), 0u);
+  EXPECT_EQ(env["GPUPOOL_GPU_ENFORCEMENT"], "exclusive");
+  EXPECT_EQ(env.count("GPUPOOL_GPU_MEM_LIMIT_BYTES"), 0u);
+}
+
+// A share on an MPS GPU is that GPU's daemon's client, capped in threads and memory; the
+// user's own MPS variables cannot point elsewhere or raise the cap.
+TEST(JobEnvTest, MpsShareGetsItsDaemonAndCaps) {
+  LaunchSpec s = BaseSpec();
+  s.env = {{"CUDA_MPS_PIPE_DIRECTORY", "/tmp/mine"},
+           {"CUDA_MPS_PINNED_DEVICE_MEM_LIMIT", "0=80G"},
+           {"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", "100"},
+           {"GPUPOOL_GPU_MEM_LIMIT_BYTES", "1"}};
+  s.gpus = {{"nvidia", 2, "GPU-m", {"/dev/nvidia2"}, 333}};
+  s.share_enforcement = "mps";
+  s.share_memory_bytes = uint64_t{10} << 30;
+  s.mps_pipe_dir = "/var/lib/gpupool/mps/GPU-m/pipe";
+  auto env = BuildJobEnvironment(s, LoginDefaults{});
+  EXPECT_EQ(env["GPUPOOL_GPU_ENFORCEMENT"], "mps");
+  EXPECT_EQ(env["GPUPOOL_GPU_MEM_LIMIT_BYTES"], "10737418240");
+  EXPECT_EQ(env["CUDA_MPS_PIPE_DIRECTORY"], "/var/lib/gpupool/mps/GPU-m/pipe");
+  EXPECT_EQ(env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"], "34");
+  EXPECT_EQ(env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"], "0=10240M");
+  EXPECT_EQ(env["CUDA_VISIBLE_DEVICES"], "GPU-m");
+}
+
+// Without enforcement the share is told its cap and told that nothing holds it there.
+TEST(JobEnvTest, UnenforcedShareSaysSoAndKeepsNoMpsVariables) {
+  LaunchSpec s = BaseSpec();
+  s.env = {{"CUDA_MPS_PIPE_DIRECTORY", "/tmp/mine"}};
+  s.gpus = {{"nvidia", 0, "GPU-n", {}, 500}};
+  s.share_enforcement = "none";
+  s.share_memory_bytes = 1000;
+  auto env = BuildJobEnvironment(s, LoginDefaults{});
+  EXPECT_EQ(env["GPUPOOL_GPU_ENFORCEMENT"], "none");
+  EXPECT_EQ(env["GPUPOOL_GPU_MEM_LIMIT_BYTES"], "1000");
+  EXPECT_EQ(env.count("CUDA_MPS_PIPE_DIRECTORY"), 0u);
+  EXPECT_EQ(env.count("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"), 0u);
+  auto none = BuildJobEnvironment(BaseSpec(), LoginDefaults{});
+  EXPECT_EQ(none.count("GPUPOOL_GPU_ENFORCEMENT"), 0u);
 }
 
 TEST(JobEnvTest, AmdGrantWithUuidsSetsBothVariables) {

@@ -154,6 +154,11 @@ std::string ShimConfigToJson(const ShimConfig& config) {
   if (s.stdio_relayed) j["stdio_relayed"] = true;
   if (s.tty) j["tty"] = true;
   j["env_dir"] = s.env_dir;
+  if (!s.share_enforcement.empty()) {
+    j["share_enforcement"] = s.share_enforcement;
+    j["share_memory_bytes"] = s.share_memory_bytes;
+  }
+  if (!s.mps_pipe_dir.empty()) j["mps_pipe_dir"] = s.mps_pipe_dir;
   j["cgroup_root"] = config.cgroup_root;
   j["container"] = ContainerToJson(config.container);
   return DumpJson(j, 2);
@@ -233,6 +238,9 @@ Result<ShimConfig> ShimConfigFromJson(const std::string& text, const std::string
   f.Optional("stdio_relayed", &s.stdio_relayed);
   f.Optional("tty", &s.tty);
   f.Optional("env_dir", &s.env_dir);
+  f.Optional("share_enforcement", &s.share_enforcement);
+  f.Optional("share_memory_bytes", &s.share_memory_bytes);
+  f.Optional("mps_pipe_dir", &s.mps_pipe_dir);
   f.Optional("cgroup_root", &config.cgroup_root);
   if (const Json* c = f.Member("container"); c != nullptr) {
     GP_RETURN_IF_ERROR(ContainerFromJson(*c, f.PathOf("container"), &config.container));

@@ -46,6 +46,9 @@ TEST(JobFilesTest, ContainerSpecAndOptionsRoundTrip) {
   c.spec.mounts = {{"/data/set", "/data", true}, {"/scratch/bob", "/scratch", false}};
   c.spec.cdi_devices = {"gpupool.local/gpu=GPU-1", "gpupool.local/gpu=3"};
   c.spec.env_dir = "/opt/envs/torch";
+  c.spec.share_enforcement = "mps";
+  c.spec.share_memory_bytes = 123456789;
+  c.spec.mps_pipe_dir = "/var/lib/gpupool/mps/GPU-1/pipe";
   c.container.podman = "/usr/bin/podman";
   c.container.global_args = {"--root", "/tmp/r", "--storage-driver", "vfs"};
   c.container.runtime = "runc";

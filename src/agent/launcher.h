@@ -94,6 +94,13 @@ struct LaunchSpec {
   bool tty = false;
   // Process jobs: a directory environment (conda env, virtualenv) put first on PATH.
   std::string env_dir;
+  // A share of one GPU (gpus has one grant with gpu_milli < 1000, docs/sharing.md): how it
+  // is held to its size and the memory it may take. share_enforcement "mps": the job is a
+  // client of that GPU's MPS control daemon, whose pipe folder is mps_pipe_dir; "none":
+  // scheduled, not enforced. Empty for jobs with whole GPUs or none.
+  std::string share_enforcement;
+  uint64_t share_memory_bytes = 0;
+  std::string mps_pipe_dir;
   friend bool operator==(const LaunchSpec&, const LaunchSpec&) = default;
 };
 

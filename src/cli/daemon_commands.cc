@@ -298,9 +298,21 @@ struct ContainerFlags {
   std::string dev_root = "/dev";
   std::string podman = "podman";
   std::vector<std::string> podman_args;
+  // GPU shares (docs/sharing.md).
+  std::string gpu_enforcement = "auto";
+  std::string mps_control;
 };
 
 void AddContainerFlags(CLI::App* cmd, ContainerFlags* f) {
+  cmd->add_option("--gpu-enforcement", f->gpu_enforcement,
+                  "how GPU shares are held to their size: auto (MPS on NVIDIA GPUs without MIG "
+                  "where nvidia-cuda-mps-control exists), mps (required), none (scheduled, not "
+                  "enforced)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"auto", "mps", "none"}));
+  cmd->add_option("--mps-control", f->mps_control,
+                  "path of nvidia-cuda-mps-control (default: looked up on PATH, "
+                  "/usr/local/nvidia/bin, /usr/bin)");
   cmd->add_option("--cdi-kind", f->cdi_kind,
                   "kind of the CDI spec the agent writes for container jobs (VENDOR/CLASS)")
       ->capture_default_str();
@@ -322,6 +334,8 @@ void ApplyContainerFlags(const ContainerFlags& f, agent::NodeAgentOptions* o) {
   o->dev_root = f.dev_root;
   o->podman = f.podman;
   o->podman_args = f.podman_args;
+  o->gpu_enforcement = f.gpu_enforcement;
+  o->mps_control = f.mps_control;
 }
 
 // The config file (docs/deploy.md): [server] takes the long options of `gpupool server`,
@@ -409,6 +423,9 @@ int RunUp(const ServerFlags& flags, const std::string& fake, const ContainerFlag
   if (f.port > 0) std::cout << " and http://" << f.listen << ":" << srv.tcp_port();
   std::cout << "\n  State:     " << so->state_dir << "\n"
             << "  Containers: " << node_agent.ContainersSummary() << "\n"
+            << (node_agent.EnforcementSummary().empty()
+                    ? ""
+                    : "  " + node_agent.EnforcementSummary() + "\n")
             << "Submit a job from another terminal:\n"
             << "  export GPUPOOL_SERVER=unix:" << addr.path << "\n"
             << "  gpupool submit --gpus 1 -- sh -c 'echo $CUDA_VISIBLE_DEVICES'\n"
@@ -496,6 +513,9 @@ int RunAgent(const AgentFlags& af, bool token_flag) {
             << node_agent.node().gpus.size() << " GPUs, controller "
             << net::ServerAddressListToString(*controllers) << "\n"
             << "  containers: " << node_agent.ContainersSummary() << "\n"
+            << (node_agent.EnforcementSummary().empty()
+                    ? ""
+                    : "  " + node_agent.EnforcementSummary() + "\n")
             << std::flush;
   // A controller this agent cannot talk to ends it (its protocol is too far off).
   while (!g_stop && !node_agent.ended())

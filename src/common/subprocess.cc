@@ -133,6 +133,10 @@ Result<pid_t> SpawnCommand(const std::vector<std::string>& argv, const SpawnOpti
   if (o.run_as && !o.more_fds.empty()) {
     return Status::InvalidArgument("more_fds cannot be passed to a command run as another user");
   }
+  if (o.run_as && (o.in_fd >= 0 || o.env)) {
+    return Status::InvalidArgument(
+        "in_fd and env cannot be given to a command run as another user");
+  }
   if (o.run_as) return ForkAs(argv, o);
   posix_spawn_file_actions_t fa;
   posix_spawn_file_actions_init(&fa);
@@ -142,10 +146,14 @@ Result<pid_t> SpawnCommand(const std::vector<std::string>& argv, const SpawnOpti
     posix_spawn_file_actions_adddup2(&fa, o.pass_fd, o.pass_fd_as);
   }
   for (const auto& [fd, as] : o.more_fds) posix_spawn_file_actions_adddup2(&fa, fd, as);
-  posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", o.null_output ? O_RDWR : O_RDONLY, 0);
+  if (o.in_fd >= 0) {
+    posix_spawn_file_actions_adddup2(&fa, o.in_fd, 0);
+  } else {
+    posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", o.null_output ? O_RDWR : O_RDONLY, 0);
+  }
   if (o.null_output) {
-    posix_spawn_file_actions_adddup2(&fa, 0, 1);
-    posix_spawn_file_actions_adddup2(&fa, 0, 2);
+    posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
+    posix_spawn_file_actions_adddup2(&fa, 1, 2);
   } else {
     if (o.out_fd >= 0) posix_spawn_file_actions_adddup2(&fa, o.out_fd, 1);
     if (o.err_fd >= 0) posix_spawn_file_actions_adddup2(&fa, o.err_fd, 2);
@@ -168,9 +176,16 @@ Result<pid_t> SpawnCommand(const std::vector<std::string>& argv, const SpawnOpti
   args.reserve(argv.size() + 1);
   for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
   args.push_back(nullptr);
+  std::vector<char*> envp;
+  if (o.env) {
+    envp.reserve(o.env->size() + 1);
+    for (const std::string& e : *o.env) envp.push_back(const_cast<char*>(e.c_str()));
+    envp.push_back(nullptr);
+  }
+  char** const env = o.env ? envp.data() : environ;
   pid_t pid = 0;
-  const int rc = o.search_path ? ::posix_spawnp(&pid, args[0], &fa, &attr, args.data(), environ)
-                               : ::posix_spawn(&pid, args[0], &fa, &attr, args.data(), environ);
+  const int rc = o.search_path ? ::posix_spawnp(&pid, args[0], &fa, &attr, args.data(), env)
+                               : ::posix_spawn(&pid, args[0], &fa, &attr, args.data(), env);
   posix_spawn_file_actions_destroy(&fa);
   posix_spawnattr_destroy(&attr);
   if (rc != 0) return Status::Unavailable("cannot run " + argv[0] + ": " + std::strerror(rc));

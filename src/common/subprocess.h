@@ -15,9 +15,10 @@
 namespace gpupool {
 
 // How SpawnCommand sets up the child before exec (posix_spawn: no copy of the caller's
-// page tables). Standard input is always /dev/null; the usual signals (SIGCHLD, SIGTERM,
-// SIGINT, SIGHUP, SIGQUIT, SIGPIPE) get their default handling.
+// page tables). Standard input is /dev/null unless in_fd says otherwise; the usual signals
+// (SIGCHLD, SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGPIPE) get their default handling.
 struct SpawnOptions {
+  int in_fd = -1;            // standard input; < 0: /dev/null. Not with run_as.
   int out_fd = -1;           // standard output; < 0: the caller's
   int err_fd = -1;           // standard error; < 0: the caller's
   bool null_output = false;  // both to /dev/null (out_fd/err_fd ignored)
@@ -30,6 +31,9 @@ struct SpawnOptions {
   // so no `fd` may equal an earlier `as`. Not with run_as.
   std::vector<std::pair<int, int>> more_fds;
   int close_from = -1;  // >= 0: every descriptor from this one up is closed
+  // The child's whole environment ("KEY=VALUE" each); unset: the caller's. Not with run_as
+  // (which sets its own).
+  std::optional<std::vector<std::string>> env;
   // Run as this user instead of the caller's (needs root). posix_spawn cannot switch
   // users, so the child is forked and only makes raw system calls (dup2, setgroups,
   // setresgid, setresuid, execve) before exec; argv[0] must then be a path (search_path

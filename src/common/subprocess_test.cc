@@ -89,6 +89,27 @@ TEST(SubprocessTest, SpawnOptionsReachTheChild) {
   EXPECT_FALSE(bare.ok());
 }
 
+// A command fed on standard input, in an environment of its own (how the agent talks to
+// nvidia-cuda-mps-control: commands on stdin, the daemon's folders in the environment).
+TEST(SubprocessTest, InputAndEnvironmentReachTheChild) {
+  int in[2];
+  ASSERT_EQ(::pipe2(in, O_CLOEXEC), 0);
+  ASSERT_EQ(::write(in[1], "quit\n", 5), 5);
+  ::close(in[1]);
+  SpawnOptions o;
+  o.in_fd = in[0];
+  o.env = std::vector<std::string>{"PATH=/usr/bin:/bin", "ONLY_THIS=1"};
+  auto r = RunCommandCapture({"sh", "-c", "read line; echo \"$line ${ONLY_THIS} ${HOME:-nohome}\""},
+                             10'000, o, {});
+  ::close(in[0]);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->out, "quit 1 nohome\n");
+  SpawnOptions as;
+  as.env = std::vector<std::string>{};
+  as.run_as = SpawnOptions::RunAs{};
+  EXPECT_EQ(SpawnCommand({"/bin/true"}, as).status().code(), StatusCode::kInvalidArgument);
+}
+
 TEST(SubprocessTest, SucceedsAndReadsNoInput) {
   auto r = RunCommandCapture({"cat"}, 10'000);  // stdin is /dev/null: ends at once
   ASSERT_TRUE(r.ok());

@@ -78,6 +78,10 @@ Status AgentLoop::Register() {
       reg.ended.push_back({ev.id.job, ev.id.task, ev.id.attempt});
     }
   }
+  if (!mps_adopted_) {
+    AdoptMpsClients();
+    mps_adopted_ = true;
+  }
   // A controller too far from our protocol says so (its refusal carries its version, the
   // link answers it as a reply with that version): retrying cannot help, so Run stops.
   GP_ASSIGN_OR_RETURN(protocol::RegistrationReply reply, link_->Register(reg));
@@ -183,13 +187,79 @@ void AgentLoop::Launch(const protocol::LaunchOrder& order) {
       return;
     }
   }
+  if (Status share = PrepareShare(job, &spec); !share.ok()) {
+    FailLaunch(id, share.message());
+    return;
+  }
   {
     std::lock_guard lock(mu_);
     held_[id] = {spec, dir};
     current_[slot] = job.attempt;
   }
   Status s = launcher_->Launch(spec);
-  if (!s.ok()) FailLaunch(id, "could not launch: " + s.message());
+  if (!s.ok()) {
+    if (options_.mps != nullptr) (void)options_.mps->Release(id);
+    FailLaunch(id, "could not launch: " + s.message());
+  }
+}
+
+Status AgentLoop::PrepareShare(const jobs::Job& job, agent::LaunchSpec* spec) {
+  if (spec->gpus.size() != 1 || spec->gpus[0].gpu_milli >= 1000) return Status::Ok();
+  const agent::GpuGrant& g = spec->gpus[0];
+  const gpu::GpuInfo* info = nullptr;
+  for (const gpu::GpuInfo& candidate : options_.node.gpus) {
+    if (g.uuid.empty() ? candidate.index == g.index : candidate.uuid == g.uuid) info = &candidate;
+  }
+  spec->share_enforcement = "none";
+  if (job.request.gpu_memory_bytes > 0) {
+    spec->share_memory_bytes = job.request.gpu_memory_bytes;
+  } else if (info != nullptr) {
+    spec->share_memory_bytes = info->memory_total_bytes / 1000 * static_cast<uint64_t>(g.gpu_milli);
+  }
+  // MPS for process jobs; a container would need the daemon's folders and the host's IPC
+  // namespace (not done: docs/sharing.md).
+  if (info == nullptr || info->enforcement != "mps" || options_.mps == nullptr ||
+      !spec->image.empty()) {
+    return Status::Ok();
+  }
+  Result<std::string> pipe = options_.mps->Acquire(
+      g.uuid.empty() ? std::to_string(g.index) : g.uuid, spec->id, spec->uid, spec->gid);
+  if (!pipe.ok()) {
+    return Status::Unavailable("GPU share on " + g.uuid + " (MPS): " + pipe.status().message());
+  }
+  spec->share_enforcement = "mps";
+  spec->mps_pipe_dir = *pipe;
+  return Status::Ok();
+}
+
+void AgentLoop::AdoptMpsClients() {
+  if (options_.mps == nullptr) return;
+  std::vector<std::pair<RunId, agent::LaunchSpec>> runs;
+  {
+    std::lock_guard lock(mu_);
+    const std::vector<RunId> live = launcher_->Running();
+    for (const auto& [id, held] : held_) {
+      if (held.spec.share_enforcement != "mps" || held.spec.gpus.size() != 1) continue;
+      if (std::find(live.begin(), live.end(), id) == live.end()) continue;
+      runs.emplace_back(id, held.spec);
+    }
+  }
+  for (const auto& [id, spec] : runs) {
+    const agent::GpuGrant& g = spec.gpus[0];
+    Result<std::string> pipe = options_.mps->Acquire(
+        g.uuid.empty() ? std::to_string(g.index) : g.uuid, id, spec.uid, spec.gid);
+    if (!pipe.ok()) {
+      spdlog::warn("agent: {} is an MPS client of a daemon that cannot run: {}",
+                   agent::ToString(id), pipe.status().message());
+      continue;
+    }
+    // Ended meanwhile (its end may have been seen before this count): not a client.
+    const std::vector<RunId> live = launcher_->Running();
+    if (std::find(live.begin(), live.end(), id) == live.end()) (void)options_.mps->Release(id);
+  }
+  for (const std::string& failed : options_.mps->StopUnused()) {
+    spdlog::warn("agent: stopping an unused MPS daemon: {}", failed);
+  }
 }
 
 void AgentLoop::StartExec(const protocol::ExecRequest& x) {
@@ -544,13 +614,25 @@ void AgentLoop::ReportEvents() {
   while (!stopping_) {
     std::vector<agent::JobEvent> fresh = launcher_->Wait(200);
     std::vector<agent::JobEvent> batch;
+    std::vector<RunId> ended;
     {
       std::lock_guard lock(mu_);
       for (auto& e : fresh) {
-        if (IsFinal(e.kind)) SessionEndedLocked(e.id);
+        if (IsFinal(e.kind)) {
+          SessionEndedLocked(e.id);
+          if (!e.id.is_exec()) ended.push_back(e.id);
+        }
         unsent_.push_back(std::move(e));
       }
       batch = unsent_;
+    }
+    // A share's MPS daemon goes with its last client (out of the lock: a control command).
+    for (const RunId& id : ended) {
+      if (options_.mps == nullptr) break;
+      if (Status s = options_.mps->Release(id); !s.ok()) {
+        spdlog::warn("agent: stopping the MPS daemon {} used: {}", agent::ToString(id),
+                     s.message());
+      }
     }
     if (batch.empty() || !registered_) continue;
     protocol::EventBatch wire;

@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "agent/launcher.h"
+#include "agent/mps.h"
 #include "agent/runtime/exec_relay.h"
 #include "common/clock.h"
 #include "common/json.h"
@@ -74,6 +75,10 @@ struct AgentLoopOptions {
   std::shared_ptr<gpu::TelemetrySampler> sampler;
   const Clock* clock = nullptr;
   std::string proc_root = "/proc";
+  // GPU shares under MPS (docs/sharing.md): a share on a GPU whose node info says
+  // enforcement "mps" is made a client of that GPU's daemon here. Null: no MPS (every
+  // share is "none"). Must outlive the loop.
+  agent::MpsDaemons* mps = nullptr;
 };
 
 // The pool job whose cgroup the process `pid` runs in (its /proc/PID/cgroup names a
@@ -135,6 +140,13 @@ class AgentLoop {
   void StartExec(const protocol::ExecRequest& x);
   // Converts a launcher event into the wire's task event or exec report.
   void ToWire(const agent::JobEvent& ev, protocol::EventBatch* batch);
+  // A share's enforcement (LaunchSpec::share_enforcement, share_memory_bytes and, under
+  // MPS, the daemon's pipe folder, the daemon started if need be). An error is the job's
+  // failure reason.
+  Status PrepareShare(const jobs::Job& job, agent::LaunchSpec* spec);
+  // Re-counts the adopted runs' MPS clients after an agent restart and stops the daemons
+  // no run needs.
+  void AdoptMpsClients();
   // The checks before an image job (podman, CDI, environment needs); fills the spec's
   // CDI devices. An error is the job's failure reason.
   Status PrepareContainerJob(const jobs::Job& job, agent::LaunchSpec* spec);
@@ -155,7 +167,8 @@ class AgentLoop {
   std::mutex pause_mu_;  // guards nothing: Pause's wait
   std::condition_variable pause_cv_;
   std::atomic<bool> registered_{false};
-  Status incompatible_;  // set by Register when the controller's protocol is too far off
+  bool mps_adopted_ = false;  // AdoptMpsClients ran (once, at the first registration)
+  Status incompatible_;       // set by Register when the controller's protocol is too far off
   std::atomic<int> controller_minor_{-1};  // the controller's protocol minor (major 1)
   std::mutex telemetry_mu_;                // guards unsent_telemetry_; taken alone
   std::condition_variable telemetry_cv_;

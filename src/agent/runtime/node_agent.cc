@@ -6,11 +6,13 @@
 
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 
 #include "agent/cdi_spec.h"
 #include "agent/container.h"
+#include "agent/mps.h"
 #include "common/host.h"
 #include "gpu/gpu_backend.h"
 #include "gpu/telemetry.h"
@@ -201,9 +203,61 @@ void NodeAgent::RemoveCdiSpec() {
   cdi_path_.clear();
 }
 
+Status NodeAgent::SetUpEnforcement(const std::string& agent_dir) {
+  const std::string& mode = options_.gpu_enforcement;
+  if (mode != "auto" && mode != "mps" && mode != "none") {
+    return Status::InvalidArgument("--gpu-enforcement: '" + mode +
+                                   "' is not a mode; use auto, mps or none");
+  }
+  const bool replayed = stand_in_ || !options_.fake_file.empty();
+  // A replayed node has no GPU for NVIDIA's daemon: MPS there only when asked for by name
+  // (tests, with the stand-in control program).
+  std::string control;
+  if (mode == "mps" || (mode == "auto" && !replayed))
+    control = FindMpsControl(options_.mps_control);
+  if (mode == "mps" && control.empty()) {
+    return Status::FailedPrecondition(
+        "--gpu-enforcement mps: " +
+        (options_.mps_control.empty()
+             ? std::string(
+                   "nvidia-cuda-mps-control is not on PATH, in /usr/local/nvidia/bin or /usr/bin")
+             : "'" + options_.mps_control + "' is not an executable") +
+        "; install NVIDIA's MPS (part of the driver's utilities), give --mps-control PATH, or "
+        "run with --gpu-enforcement none");
+  }
+  int mps_gpus = 0;
+  for (gpu::GpuInfo& g : node_.gpus) {
+    const bool can_mps =
+        !control.empty() && g.vendor == gpu::Vendor::kNvidia && !g.mig_enabled.value_or(false);
+    g.enforcement = can_mps ? "mps" : "none";
+    mps_gpus += can_mps ? 1 : 0;
+  }
+  if (mps_gpus > 0) {
+    MpsOptions mo;
+    mo.control = control;
+    mo.state_dir = agent_dir;
+    for (const char* var : {"PATH", "LD_LIBRARY_PATH"}) {
+      if (const char* v = std::getenv(var); v != nullptr)
+        mo.base_env.push_back(std::string(var) + "=" + v);
+    }
+    mps_ = std::make_unique<MpsDaemons>(std::move(mo));
+  }
+  enforcement_note_ = node_.gpus.empty() ? ""
+                      : mps_gpus > 0
+                          ? "GPU shares: MPS on " + std::to_string(mps_gpus) + " of " +
+                                std::to_string(node_.gpus.size()) + " GPUs (" + control + ")"
+                          : "GPU shares: not enforced (" +
+                                (mode == "none" ? std::string("--gpu-enforcement none")
+                                 : replayed     ? std::string("a replayed node")
+                                                : std::string("no nvidia-cuda-mps-control")) +
+                                ")";
+  return Status::Ok();
+}
+
 Status NodeAgent::Start(std::shared_ptr<protocol::ControllerLink> link) {
   GP_RETURN_IF_ERROR(Discover());
   GP_ASSIGN_OR_RETURN(const std::string agent_dir, OpenAgentStateDir(options_.state_dir));
+  GP_RETURN_IF_ERROR(SetUpEnforcement(agent_dir));
   SetUpContainers(agent_dir);
   LauncherOptions lo;
   lo.state_dir = agent_dir;
@@ -225,6 +279,7 @@ Status NodeAgent::Start(std::shared_ptr<protocol::ControllerLink> link) {
   ao.container = container_;
   ao.cdi_kind = options_.cdi_kind;
   ao.cdi_error = cdi_error_;
+  ao.mps = mps_.get();
   loop_ = std::make_unique<AgentLoop>(ao, std::move(link), launcher_.get());
   AgentLoop* loop = loop_.get();
   thread_ = std::thread([this, loop] {

@@ -41,6 +41,11 @@ struct NodeAgentOptions {
   std::string dev_root = "/dev";
   std::string podman = "podman";
   std::vector<std::string> podman_args;
+  // GPU shares (docs/sharing.md): "auto" runs MPS on each NVIDIA GPU without MIG where
+  // nvidia-cuda-mps-control is found (never on a replayed or stand-in node); "mps"
+  // requires it (Start fails without it); "none": shares are scheduled, not enforced.
+  std::string gpu_enforcement = "auto";
+  std::string mps_control;  // its path; empty = looked up (mps.h, FindMpsControl)
 };
 
 class NodeAgent {
@@ -69,9 +74,14 @@ class NodeAgent {
   const std::string& node_name() const { return loop_options_.node_name; }
   // What container jobs get here, in words (podman, the CDI spec), for the start message.
   std::string ContainersSummary() const;
+  // How GPU shares are enforced here, in words, for the start message.
+  const std::string& EnforcementSummary() const { return enforcement_note_; }
 
  private:
   void SetUpContainers(const std::string& agent_dir);
+  // Decides each GPU's enforcement mode (GpuInfo::enforcement) and makes the MPS daemons'
+  // keeper when one is "mps". Errors: an unknown mode, "mps" without its control program.
+  Status SetUpEnforcement(const std::string& agent_dir);
   void RemoveCdiSpec();
 
   NodeAgentOptions options_;
@@ -85,6 +95,8 @@ class NodeAgent {
   std::string cdi_path_;
   std::string cdi_notes_;
   AgentLoopOptions loop_options_;
+  std::unique_ptr<MpsDaemons> mps_;
+  std::string enforcement_note_;  // for the start message
   std::unique_ptr<Launcher> launcher_;
   std::unique_ptr<AgentLoop> loop_;
   std::thread thread_;

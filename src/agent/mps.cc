@@ -1,0 +1,244 @@
+#include "agent/mps.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <csignal>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+
+#include "common/file_util.h"
+#include "common/strings.h"
+#include "common/subprocess.h"
+
+namespace gpupool::agent {
+namespace {
+
+namespace fs = std::filesystem;
+
+bool IsExecutable(const std::string& path) {
+  struct stat st;
+  return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) && (st.st_mode & 0111) != 0 &&
+         ::access(path.c_str(), X_OK) == 0;
+}
+
+// A GPU id that can name a folder: "GPU-<uuid>", "MIG-<uuid>", an index.
+bool IsFolderSafe(const std::string& gpu) {
+  if (gpu.empty() || gpu.size() > 96 || gpu[0] == '.' || gpu[0] == '-') return false;
+  for (char c : gpu) {
+    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                    c == '-' || c == '_' || c == '.';
+    if (!ok) return false;
+  }
+  return true;
+}
+
+// Waits for `pid` to exit within `timeout_ms` (on its pidfd: no polling loop); its wait
+// status, or -1 when it had to be killed.
+int WaitWithin(pid_t pid, int timeout_ms) {
+  int status = 0;
+  const int fd = static_cast<int>(::syscall(SYS_pidfd_open, pid, 0));
+  if (fd >= 0) {
+    pollfd p{fd, POLLIN, 0};
+    int n = 0;
+    do {
+      n = ::poll(&p, 1, timeout_ms);
+    } while (n < 0 && errno == EINTR);
+    ::close(fd);
+    if (n == 0) ::kill(pid, SIGKILL);
+    if (::waitpid(pid, &status, 0) != pid || n == 0) return -1;
+    return status;
+  }
+  ::kill(pid, SIGKILL);  // no pidfd (Linux < 5.3): not waited for blindly
+  ::waitpid(pid, &status, 0);
+  return -1;
+}
+
+std::string LogTail(const std::string& log_dir) {
+  Result<std::string> text = ReadFileToString(log_dir + "/control.log", 1 << 20);
+  if (!text.ok() || text->empty()) return "";
+  std::vector<std::string> lines = Split(std::string(Trim(*text)), '\n');
+  return lines.empty() ? "" : std::string(Trim(lines.back()));
+}
+
+Status MakeOwnedDir(const std::string& path, uid_t uid, gid_t gid, mode_t mode) {
+  if (::mkdir(path.c_str(), mode) != 0 && errno != EEXIST) {
+    return Status::Unavailable("cannot create " + path + ": " + std::strerror(errno));
+  }
+  if (::chown(path.c_str(), uid, gid) != 0 && ::geteuid() == 0) {
+    return Status::Unavailable("cannot give " + path + " to uid " + std::to_string(uid) + ": " +
+                               std::strerror(errno));
+  }
+  if (::chmod(path.c_str(), mode) != 0) {
+    return Status::Unavailable("cannot set the mode of " + path + ": " + std::strerror(errno));
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+std::string FindMpsControl(const std::string& configured) {
+  if (!configured.empty()) return IsExecutable(configured) ? configured : "";
+  std::vector<std::string> dirs;
+  if (const char* path = std::getenv("PATH"); path != nullptr) dirs = Split(path, ':');
+  dirs.insert(dirs.end(), {"/usr/local/nvidia/bin", "/usr/bin"});
+  for (const std::string& d : dirs) {
+    if (d.empty()) continue;
+    const std::string candidate = d + "/nvidia-cuda-mps-control";
+    if (IsExecutable(candidate)) return candidate;
+  }
+  return "";
+}
+
+MpsDaemons::MpsDaemons(MpsOptions options) : options_(std::move(options)) {}
+
+std::string MpsDaemons::Dir(const std::string& gpu) const {
+  return options_.state_dir + "/mps/" + gpu;
+}
+
+Result<std::string> MpsDaemons::Control(const std::string& gpu, const std::string& input) const {
+  const std::string dir = Dir(gpu);
+  int in[2];
+  if (::pipe2(in, O_CLOEXEC) != 0) {
+    return Status::Unavailable(std::string("pipe: ") + std::strerror(errno));
+  }
+  // A few short lines: they fit the pipe, so writing before the command reads cannot block.
+  const ssize_t wrote = ::write(in[1], input.data(), input.size());
+  ::close(in[1]);
+  if (wrote != static_cast<ssize_t>(input.size())) {
+    ::close(in[0]);
+    return Status::Unavailable("cannot hand the MPS control its command");
+  }
+  SpawnOptions o;
+  o.in_fd = in[0];
+  o.search_path = false;
+  std::vector<std::string> env = options_.base_env;
+  env.push_back("CUDA_VISIBLE_DEVICES=" + gpu);
+  env.push_back("CUDA_MPS_PIPE_DIRECTORY=" + dir + "/pipe");
+  env.push_back("CUDA_MPS_LOG_DIRECTORY=" + dir + "/log");
+  o.env = std::move(env);
+  const std::vector<std::string> argv = {options_.control};
+  Result<CommandResult> r = RunCommandCapture(argv, options_.timeout_ms, o, {});
+  ::close(in[0]);
+  if (!r.ok()) return r.status();
+  if (!r->Succeeded()) return Status::Unavailable(r->Failure(argv, options_.timeout_ms));
+  return r->out;
+}
+
+bool MpsDaemons::Answers(const std::string& gpu) const {
+  struct stat st;
+  if (::stat((Dir(gpu) + "/pipe").c_str(), &st) != 0) return false;
+  return Control(gpu, "get_server_list\n").ok();
+}
+
+Status MpsDaemons::Start(const std::string& gpu, uid_t uid, gid_t gid) {
+  const std::string dir = Dir(gpu);
+  std::error_code ec;
+  fs::remove_all(dir, ec);  // a dead daemon's leftovers
+  fs::create_directories(dir, ec);
+  if (ec) return Status::Unavailable("cannot create " + dir + ": " + ec.message());
+  GP_RETURN_IF_ERROR(MakeOwnedDir(dir + "/pipe", uid, gid, 0700));
+  GP_RETURN_IF_ERROR(MakeOwnedDir(dir + "/log", uid, gid, 0700));
+  GP_RETURN_IF_ERROR(WriteFileAtomically(dir + "/owner", std::to_string(uid) + "\n"));
+  SpawnOptions o;
+  o.null_output = true;  // the daemon keeps what it inherits: no pipe of ours
+  o.new_session = true;  // nor our process group: it outlives an agent restart
+  o.search_path = false;
+  std::vector<std::string> env = options_.base_env;
+  env.push_back("CUDA_VISIBLE_DEVICES=" + gpu);
+  env.push_back("CUDA_MPS_PIPE_DIRECTORY=" + dir + "/pipe");
+  env.push_back("CUDA_MPS_LOG_DIRECTORY=" + dir + "/log");
+  o.env = std::move(env);
+  GP_ASSIGN_OR_RETURN(pid_t pid, SpawnCommand({options_.control, "-d"}, o));
+  const int status = WaitWithin(pid, options_.timeout_ms);
+  if (status < 0 || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+    const std::string tail = LogTail(dir + "/log");
+    return Status::Unavailable(
+        "the MPS control daemon of " + gpu + " did not start (" + options_.control + " -d " +
+        (status < 0 ? "did not return within " + std::to_string(options_.timeout_ms) + " ms"
+                    : "exited " + std::to_string(WIFEXITED(status) ? WEXITSTATUS(status) : -1)) +
+        (tail.empty() ? "" : "; its log: " + tail) + ")");
+  }
+  if (!Answers(gpu)) {
+    return Status::Unavailable("the MPS control daemon of " + gpu +
+                               " started but does not answer (its log: " + LogTail(dir + "/log") +
+                               ")");
+  }
+  return Status::Ok();
+}
+
+Status MpsDaemons::Stop(const std::string& gpu) {
+  const std::string dir = Dir(gpu);
+  if (Answers(gpu)) {
+    if (Result<std::string> q = Control(gpu, "quit\n"); !q.ok()) return q.status();
+  }
+  std::error_code ec;
+  fs::remove_all(dir, ec);
+  if (ec) return Status::Unavailable("cannot remove " + dir + ": " + ec.message());
+  return Status::Ok();
+}
+
+Result<std::string> MpsDaemons::Acquire(const std::string& gpu, const RunId& run, uid_t uid,
+                                        gid_t gid) {
+  if (!IsFolderSafe(gpu)) {
+    return Status::InvalidArgument("GPU id '" + gpu + "' cannot name an MPS folder");
+  }
+  std::lock_guard lock(mu_);
+  std::set<RunId>& runs = clients_[gpu];
+  const std::string dir = Dir(gpu);
+  if (!Answers(gpu)) {
+    if (Status s = Start(gpu, uid, gid); !s.ok()) {
+      if (runs.empty()) clients_.erase(gpu);
+      return s;
+    }
+  } else {
+    Result<std::string> owner = ReadFileToString(dir + "/owner", 64);
+    const std::string was = owner.ok() ? std::string(Trim(*owner)) : "";
+    if (was != std::to_string(uid) && was != "shared") {
+      // A second user on this GPU: the admin allowed it (the controller placed it so).
+      GP_RETURN_IF_ERROR(MakeOwnedDir(dir + "/pipe", 0, 0, 01777));
+      GP_RETURN_IF_ERROR(MakeOwnedDir(dir + "/log", 0, 0, 01777));
+      GP_RETURN_IF_ERROR(WriteFileAtomically(dir + "/owner", "shared\n"));
+    }
+  }
+  runs.insert(run);
+  return dir + "/pipe";
+}
+
+Status MpsDaemons::Release(const RunId& run) {
+  std::lock_guard lock(mu_);
+  for (auto it = clients_.begin(); it != clients_.end(); ++it) {
+    if (it->second.erase(run) == 0 || !it->second.empty()) continue;
+    const std::string gpu = it->first;
+    clients_.erase(it);
+    return Stop(gpu);
+  }
+  return Status::Ok();
+}
+
+std::vector<std::string> MpsDaemons::StopUnused() {
+  std::lock_guard lock(mu_);
+  std::vector<std::string> failed;
+  std::error_code ec;
+  for (const fs::directory_entry& e : fs::directory_iterator(options_.state_dir + "/mps", ec)) {
+    const std::string gpu = e.path().filename().string();
+    if (clients_.count(gpu) != 0 || !IsFolderSafe(gpu)) continue;
+    if (Status s = Stop(gpu); !s.ok()) failed.push_back(gpu + ": " + s.message());
+  }
+  return failed;
+}
+
+std::map<std::string, size_t> MpsDaemons::Clients() const {
+  std::lock_guard lock(mu_);
+  std::map<std::string, size_t> out;
+  for (const auto& [gpu, runs] : clients_) out[gpu] = runs.size();
+  return out;
+}
+
+}  // namespace gpupool::agent

@@ -1,0 +1,84 @@
+// MpsDaemons: one NVIDIA MPS control daemon per GPU that hosts shares (docs/sharing.md).
+//
+// A share job on a GPU in "mps" mode is a client of that GPU's daemon: the daemon starts
+// an MPS server (as the client's user) that holds each client to the thread percentage
+// and pinned device memory its environment names (agent/job_env.h). One daemon per GPU,
+// started with CUDA_VISIBLE_DEVICES=<that GPU>, so each serves its GPU alone and the
+// users of different GPUs never wait on one another's server.
+//
+// Files, under STATE/mps/<uuid>/: pipe/ and log/ (the daemon's CUDA_MPS_PIPE_DIRECTORY and
+// CUDA_MPS_LOG_DIRECTORY), owned by the share's user with mode 0700 so that no other user's
+// process can become a client; `owner`, that uid (or "shared" once the admin let a second
+// user's share onto the GPU: the folders are then root's, mode 1777).
+//
+// Acquire(gpu, run, uid) starts the GPU's daemon unless it answers already and counts the
+// run as its client; Release(run) drops it and quits the daemon after the GPU's last
+// client. Whether a daemon runs is asked of the daemon (`get_server_list` answered), so
+// an agent that restarts finds its predecessor's daemons: it Acquires again for the
+// adopted runs, then StopUnused quits the daemons no run needs and removes their folders.
+//
+// Thread-safe: one mutex, held while a control command runs (each within timeout_ms).
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "agent/run_id.h"
+#include "common/status.h"
+
+namespace gpupool::agent {
+
+struct MpsOptions {
+  std::string control;    // nvidia-cuda-mps-control, by path
+  std::string state_dir;  // the agent's state directory; folders go under mps/
+  int timeout_ms = 10'000;
+  // Variables every control command gets besides the daemon's folders and
+  // CUDA_VISIBLE_DEVICES (PATH, LD_LIBRARY_PATH of the agent by default).
+  std::vector<std::string> base_env;
+};
+
+// The control program named by `configured` (a path; checked to be executable), else the
+// first nvidia-cuda-mps-control on PATH or in /usr/local/nvidia/bin, /usr/bin; empty
+// when there is none.
+std::string FindMpsControl(const std::string& configured);
+
+class MpsDaemons {
+ public:
+  explicit MpsDaemons(MpsOptions options);
+  MpsDaemons(const MpsDaemons&) = delete;
+  MpsDaemons& operator=(const MpsDaemons&) = delete;
+
+  // The pipe folder of `gpu`'s daemon (started here unless it answers), with `run`
+  // counted as one of its clients. `uid`/`gid` own the folders of a new daemon; a run of
+  // another user on a running daemon makes its folders shared (the controller placed it
+  // so: gpupool controller --mps-multi-user). kInvalidArgument for a GPU id unfit for a
+  // folder name; kUnavailable when the daemon cannot be started (its log's tail said).
+  Result<std::string> Acquire(const std::string& gpu, const RunId& run, uid_t uid, gid_t gid);
+  // Drops `run` wherever it is a client; quits a daemon left without clients. Idempotent.
+  Status Release(const RunId& run);
+  // Quits every daemon under STATE/mps that no run holds and removes its folders; the
+  // GPUs whose daemon could not be stopped, each with why.
+  std::vector<std::string> StopUnused();
+  // GPUs whose daemon this object counts clients for, and how many.
+  std::map<std::string, size_t> Clients() const;
+
+ private:
+  std::string Dir(const std::string& gpu) const;
+  // Runs `control` with `input` on stdin in the daemon's environment.
+  Result<std::string> Control(const std::string& gpu, const std::string& input) const;
+  bool Answers(const std::string& gpu) const;
+  Status Start(const std::string& gpu, uid_t uid, gid_t gid);
+  Status Stop(const std::string& gpu);
+
+  const MpsOptions options_;
+  mutable std::mutex mu_;
+  std::map<std::string, std::set<RunId>> clients_;  // GPU -> runs using its daemon
+};
+
+}  // namespace gpupool::agent

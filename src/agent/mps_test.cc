@@ -1,0 +1,185 @@
+#include "agent/mps.h"
+
+#include <gtest/gtest.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <string>
+
+#include "common/file_util.h"
+
+namespace gpupool::agent {
+namespace {
+
+namespace fs = std::filesystem;
+
+// The stand-in built by the tests (tests/fakelib/mps): NVIDIA's command line and
+// environment, and a log of every start, command and stop per daemon folder.
+const std::string kStandIn =
+    std::string(GPUPOOL_BINARY_DIR) + "/tests/fakelib/mps/nvidia-cuda-mps-control";
+
+class MpsTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/gpupool-mps-test-XXXXXX";
+    ASSERT_NE(::mkdtemp(tmpl), nullptr);
+    state_ = tmpl;
+  }
+  void TearDown() override {
+    // Whatever a failed test left running stops with its folder.
+    MpsDaemons(Options()).StopUnused();
+    fs::remove_all(state_);
+  }
+  MpsOptions Options(std::vector<std::string> extra_env = {}) const {
+    MpsOptions o;
+    o.control = kStandIn;
+    o.state_dir = state_;
+    o.timeout_ms = 10'000;
+    o.base_env = {"PATH=/usr/bin:/bin"};
+    o.base_env.insert(o.base_env.end(), extra_env.begin(), extra_env.end());
+    return o;
+  }
+  std::string Log(const std::string& gpu) const {
+    Result<std::string> text = ReadFileToString(state_ + "/mps/" + gpu + "/log/control.log");
+    return text.ok() ? *text : "";
+  }
+  static size_t Count(const std::string& text, const std::string& what) {
+    size_t n = 0;
+    for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
+    return n;
+  }
+  std::string state_;
+};
+
+TEST_F(MpsTest, OneDaemonPerGpuQuitAfterItsLastClient) {
+  MpsDaemons mps(Options());
+  const RunId a1{1, 0, 1, 0}, a2{2, 0, 1, 0}, b1{3, 0, 1, 0};
+  Result<std::string> pipe = mps.Acquire("GPU-a", a1, 4321, 4322);
+  ASSERT_TRUE(pipe.ok()) << pipe.status().ToString();
+  EXPECT_EQ(*pipe, state_ + "/mps/GPU-a/pipe");
+  ASSERT_TRUE(mps.Acquire("GPU-a", a2, 4321, 4322).ok());
+  ASSERT_TRUE(mps.Acquire("GPU-b", b1, 4321, 4322).ok());
+  // Each daemon serves its GPU alone, started once however many clients it has.
+  EXPECT_EQ(Count(Log("GPU-a"), "start "), 1u) << Log("GPU-a");
+  EXPECT_NE(Log("GPU-a").find("CUDA_VISIBLE_DEVICES=GPU-a "), std::string::npos);
+  EXPECT_NE(Log("GPU-b").find("CUDA_VISIBLE_DEVICES=GPU-b "), std::string::npos);
+  // Only the share's user may reach the daemon.
+  struct stat st;
+  ASSERT_EQ(::stat(pipe->c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 07777, 0700u);
+  if (::geteuid() == 0) {
+    EXPECT_EQ(st.st_uid, 4321u);
+    EXPECT_EQ(st.st_gid, 4322u);
+  }
+  EXPECT_EQ((std::map<std::string, size_t>{{"GPU-a", 2}, {"GPU-b", 1}}), mps.Clients());
+
+  ASSERT_TRUE(mps.Release(a1).ok());
+  EXPECT_EQ(Count(Log("GPU-a"), "command quit"), 0u);
+  ASSERT_TRUE(mps.Release(a1).ok());  // again: nothing happens
+  EXPECT_TRUE(fs::exists(state_ + "/mps/GPU-a"));
+  const std::string before = Log("GPU-a");
+  ASSERT_TRUE(mps.Release(a2).ok());
+  EXPECT_NE(before.find("start "), std::string::npos);
+  EXPECT_FALSE(fs::exists(state_ + "/mps/GPU-a"));  // quit, folder removed
+  EXPECT_TRUE(fs::exists(state_ + "/mps/GPU-b"));
+  EXPECT_EQ((std::map<std::string, size_t>{{"GPU-b", 1}}), mps.Clients());
+}
+
+// The log of a stopped daemon is removed with its folder: the stop is seen through a
+// second daemon folder that keeps its log (the quit is recorded before the folder goes).
+TEST_F(MpsTest, QuitIsSentBeforeTheFolderGoes) {
+  MpsDaemons mps(Options());
+  const RunId r{1, 0, 1, 0};
+  ASSERT_TRUE(mps.Acquire("GPU-q", r, ::getuid(), ::getgid()).ok());
+  const std::string log = state_ + "/mps/GPU-q/log/control.log";
+  const std::string copy = state_ + "/kept.log";
+  ASSERT_TRUE(fs::exists(log));
+  fs::create_hard_link(log, copy);
+  ASSERT_TRUE(mps.Release(r).ok());
+  Result<std::string> text = ReadFileToString(copy);
+  ASSERT_TRUE(text.ok());
+  EXPECT_NE(text->find("command quit"), std::string::npos) << *text;
+  EXPECT_NE(text->find("stopped pid="), std::string::npos) << *text;
+}
+
+// An agent that restarts finds the daemons it started (they run in their own session),
+// counts its adopted runs again and stops only the daemons nobody needs.
+TEST_F(MpsTest, ARestartedAgentKeepsTheDaemonsItNeedsAndStopsTheRest) {
+  {
+    MpsDaemons first(Options());
+    ASSERT_TRUE(first.Acquire("GPU-a", {1, 0, 1, 0}, ::getuid(), ::getgid()).ok());
+    ASSERT_TRUE(first.Acquire("GPU-b", {2, 0, 1, 0}, ::getuid(), ::getgid()).ok());
+  }  // the agent goes away; its daemons do not
+  MpsDaemons second(Options());
+  ASSERT_TRUE(second.Acquire("GPU-a", {1, 0, 1, 0}, ::getuid(), ::getgid()).ok());
+  EXPECT_EQ(Count(Log("GPU-a"), "start "), 1u) << "started twice: " << Log("GPU-a");
+  const std::string b_log = state_ + "/b.log";
+  fs::create_hard_link(state_ + "/mps/GPU-b/log/control.log", b_log);
+  EXPECT_TRUE(second.StopUnused().empty());
+  EXPECT_TRUE(fs::exists(state_ + "/mps/GPU-a"));
+  EXPECT_FALSE(fs::exists(state_ + "/mps/GPU-b"));
+  Result<std::string> text = ReadFileToString(b_log);
+  ASSERT_TRUE(text.ok());
+  EXPECT_NE(text->find("command quit"), std::string::npos) << *text;
+}
+
+// A daemon that died (or a folder left by a crash) is started afresh, not trusted.
+TEST_F(MpsTest, ADeadDaemonsFolderIsStartedAfresh) {
+  fs::create_directories(state_ + "/mps/GPU-d/pipe");
+  ASSERT_TRUE(WriteFileAtomically(state_ + "/mps/GPU-d/pipe/control.pid", "999999\n").ok());
+  MpsDaemons mps(Options());
+  ASSERT_TRUE(mps.Acquire("GPU-d", {1, 0, 1, 0}, ::getuid(), ::getgid()).ok());
+  EXPECT_EQ(Count(Log("GPU-d"), "start "), 1u);
+}
+
+TEST_F(MpsTest, AStartThatFailsSaysWhyAndHoldsNothing) {
+  MpsDaemons mps(Options({"FAKE_MPS_REFUSE_START=1"}));
+  Result<std::string> pipe = mps.Acquire("GPU-x", {1, 0, 1, 0}, ::getuid(), ::getgid());
+  ASSERT_FALSE(pipe.ok());
+  EXPECT_EQ(pipe.status().code(), StatusCode::kUnavailable);
+  EXPECT_NE(pipe.status().message().find("did not start"), std::string::npos);
+  EXPECT_NE(pipe.status().message().find("refused start"), std::string::npos)
+      << pipe.status().message();
+  EXPECT_TRUE(mps.Clients().empty());
+}
+
+TEST_F(MpsTest, GpuIdsThatCannotNameAFolderAreRefused) {
+  MpsDaemons mps(Options());
+  for (const char* bad : {"", "..", "../etc", "GPU/a", "-rf", "GPU a"}) {
+    Result<std::string> pipe = mps.Acquire(bad, {1, 0, 1, 0}, 0, 0);
+    ASSERT_FALSE(pipe.ok()) << bad;
+    EXPECT_EQ(pipe.status().code(), StatusCode::kInvalidArgument) << bad;
+  }
+  EXPECT_FALSE(fs::exists(state_ + "/mps"));
+}
+
+// A second user's share on a running daemon (the admin allowed several users): the
+// folders become root's and open to all, and the owner file says so.
+TEST_F(MpsTest, ASecondUserMakesTheFoldersShared) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root to give the folders to other users";
+  MpsDaemons mps(Options());
+  ASSERT_TRUE(mps.Acquire("GPU-s", {1, 0, 1, 0}, 2001, 2001).ok());
+  ASSERT_TRUE(mps.Acquire("GPU-s", {2, 0, 1, 0}, 2002, 2002).ok());
+  Result<std::string> owner = ReadFileToString(state_ + "/mps/GPU-s/owner");
+  ASSERT_TRUE(owner.ok());
+  EXPECT_EQ(*owner, "shared\n");
+  struct stat st;
+  ASSERT_EQ(::stat((state_ + "/mps/GPU-s/pipe").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 07777, 01777u);
+  EXPECT_EQ(st.st_uid, 0u);
+}
+
+TEST_F(MpsTest, AConfiguredControlMustBeAnExecutable) {
+  EXPECT_EQ(FindMpsControl(kStandIn), kStandIn);
+  const std::string plain = state_ + "/nvidia-cuda-mps-control";
+  ASSERT_TRUE(WriteFileAtomically(plain, "#!/bin/sh\n").ok());
+  ::chmod(plain.c_str(), 0644);
+  EXPECT_EQ(FindMpsControl(plain), "");
+  EXPECT_EQ(FindMpsControl(state_), "");
+  EXPECT_EQ(FindMpsControl("/no/such/nvidia-cuda-mps-control"), "");
+}
+
+}  // namespace
+}  // namespace gpupool::agent

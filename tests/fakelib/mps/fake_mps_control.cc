@@ -1,0 +1,135 @@
+// A stand-in for nvidia-cuda-mps-control, built by the tests, for machines without
+// NVIDIA's: the same command line and environment, and a record of what it was asked.
+//
+//   fake_mps_control -d   start the daemon: it forks, the child (own session) writes its pid
+//                         to $CUDA_MPS_PIPE_DIRECTORY/control.pid and waits for SIGTERM;
+//                         the parent returns 0 once the child is ready. Refused (exit 1,
+//                         as NVIDIA's) when a daemon of that folder already runs, or when
+//                         FAKE_MPS_REFUSE_START is set.
+//   fake_mps_control      read commands on stdin, one per line: quit (stops the daemon and
+//                         waits for it), get_server_list (prints nothing: no client), any
+//                         other is recorded only. Exit 1 with NVIDIA's message when no
+//                         daemon of that folder runs.
+//
+// Every start, command and stop is appended to $CUDA_MPS_LOG_DIRECTORY/control.log, with
+// the uid and CUDA_VISIBLE_DEVICES of the daemon's start, so tests can read what the agent
+// did. No C++ library beyond libc and libstdc++.
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <iostream>
+#include <string>
+
+namespace {
+
+std::string Env(const char* name, const char* fallback) {
+  const char* v = std::getenv(name);
+  return v != nullptr ? v : fallback;
+}
+
+const std::string kPipe = Env("CUDA_MPS_PIPE_DIRECTORY", "/tmp/nvidia-mps");
+const std::string kLog = Env("CUDA_MPS_LOG_DIRECTORY", "/var/log/nvidia-mps");
+
+void Record(const std::string& line) {
+  std::ofstream(kLog + "/control.log", std::ios::app) << line << "\n";
+}
+
+pid_t DaemonPid() {
+  std::ifstream in(kPipe + "/control.pid");
+  long pid = 0;  // NOLINT(google-runtime-int)
+  if (!(in >> pid) || pid <= 0) return 0;
+  return ::kill(static_cast<pid_t>(pid), 0) == 0 ? static_cast<pid_t>(pid) : 0;
+}
+
+volatile sig_atomic_t g_stop = 0;
+void OnTerm(int) { g_stop = 1; }
+
+int StartDaemon() {
+  if (DaemonPid() != 0) {
+    std::cerr << "An instance of this daemon is already running\n";
+    return 1;
+  }
+  if (!Env("FAKE_MPS_REFUSE_START", "").empty()) {
+    Record("refused start (FAKE_MPS_REFUSE_START)");
+    std::cerr << "fake: refusing to start\n";
+    return 1;
+  }
+  int ready[2];
+  if (::pipe(ready) != 0) return 1;
+  const pid_t child = ::fork();
+  if (child < 0) return 1;
+  if (child > 0) {
+    ::close(ready[1]);
+    char c = 0;
+    const bool ok = ::read(ready[0], &c, 1) == 1;
+    return ok ? 0 : 1;
+  }
+  ::close(ready[0]);
+  ::setsid();
+  struct sigaction sa {};
+  sa.sa_handler = OnTerm;
+  ::sigaction(SIGTERM, &sa, nullptr);
+  std::ofstream(kPipe + "/control.pid") << ::getpid() << "\n";
+  Record("start uid=" + std::to_string(::getuid()) + " CUDA_VISIBLE_DEVICES=" +
+         Env("CUDA_VISIBLE_DEVICES", "(unset)") + " pid=" + std::to_string(::getpid()));
+  const int null = ::open("/dev/null", O_RDWR);
+  if (null >= 0) {
+    ::dup2(null, 0);
+    ::dup2(null, 1);
+    ::dup2(null, 2);
+  }
+  (void)!::write(ready[1], "r", 1);
+  ::close(ready[1]);
+  sigset_t none;
+  sigemptyset(&none);
+  while (g_stop == 0) ::sigsuspend(&none);
+  ::unlink((kPipe + "/control.pid").c_str());
+  Record("stopped pid=" + std::to_string(::getpid()));
+  return 0;
+}
+
+int Commands() {
+  const pid_t daemon = DaemonPid();
+  if (daemon == 0) {
+    std::cerr << "Cannot find MPS control daemon process\n";
+    return 1;
+  }
+  std::string line;
+  while (std::getline(std::cin, line)) {
+    if (line.empty()) continue;
+    Record("command " + line);
+    if (line == "quit") {
+      // NVIDIA's returns once the daemon took the command; this one waits (up to 5 s)
+      // until it is gone, so a test reading the log sees the stop.
+      const int fd = static_cast<int>(::syscall(SYS_pidfd_open, daemon, 0));
+      ::kill(daemon, SIGTERM);
+      if (fd >= 0) {
+        pollfd p{fd, POLLIN, 0};
+        (void)::poll(&p, 1, 5000);
+        ::close(fd);
+      }
+      return 0;
+    }
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc > 1 && std::strcmp(argv[1], "-d") == 0) return StartDaemon();
+  if (argc > 1) {
+    std::cerr << "fake_mps_control: unknown option " << argv[1] << "\n";
+    return 2;
+  }
+  return Commands();
+}
