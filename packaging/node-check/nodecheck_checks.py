@@ -575,14 +575,151 @@ def check_isolation(ctx):
         " and EPERM on the others" if len(nodes) > 1 else ""), details
 
 
+SHARE_CAP_GIB = 2  # each enforcement job's --gpu-mem
+
+
 def check_enforcement(ctx):
-    raise Skip("GPU sharing enforcement (compute and memory limits of a --gpu-share job) does not "
-               "exist in gpupool yet: shares are accounted, not enforced (docs/status.md)")
+    """Two --gpu-mem shares on one GPU: under MPS the one that asks for three times its cap
+    gets an out-of-memory error near the cap (not a crash or a hang), and the other, running
+    at the same time, carries on."""
+    need_pool(ctx)
+    need_torch(ctx)
+    if ctx.fake:
+        raise Skip("the memory cap is enforced by a real GPU's MPS server; fake mode has none")
+    d = ctx.dir("enforcement")
+    cap = "%dG" % SHARE_CAP_GIB
+    greedy = submit(ctx, "nodecheck-greedy", ["--gpu-mem", cap],
+                    [ctx.torch_python, ctx.job_script, "alloc", str(3 * SHARE_CAP_GIB), "4"])["id"]
+    steady = submit(ctx, "nodecheck-steady", ["--gpu-mem", cap],
+                    [ctx.torch_python, ctx.job_script, "alloc", "1", "8"])["id"]
+    follow_jobs(ctx, [greedy, steady], 45)
+    res = {}
+    for label, jid in (("greedy", greedy), ("steady", steady)):
+        j = save_job(ctx, d, jid)
+        ev = events(logs(ctx, jid))
+        if ev.get("start", {}).get("torch", "") is None:
+            raise CheckError("job %d could not import torch: %s" % (jid, ev["start"].get("error")))
+        res[label] = {"id": jid, "state": j["state"], "reason": j.get("reason"),
+                      "placement": j.get("placement"), "start_us": j.get("start_time_us"),
+                      "end_us": j.get("end_time_us"), "env": ev.get("start", {}).get("env"),
+                      "alloc": ev.get("alloc"), "end": ev.get("end"),
+                      "stderr": tail(logs(ctx, jid, "stderr"), 400)}
+    details = {"jobs": res, "cap_gib": SHARE_CAP_GIB}
+    mode = (res["greedy"]["env"] or {}).get("GPUPOOL_GPU_ENFORCEMENT")
+    details["mode"] = mode
+    if mode == "none":
+        raise Skip("this node does not enforce GPU shares (GPUPOOL_GPU_ENFORCEMENT=none: no "
+                   "nvidia-cuda-mps-control found, or the GPU is in MIG mode; docs/sharing.md)")
+    problems = []
+    if mode != "mps":
+        problems.append("the share saw GPUPOOL_GPU_ENFORCEMENT=%r, not mps" % mode)
+    for label in ("greedy", "steady"):
+        r = res[label]
+        env = r["env"] or {}
+        if r["state"] != "SUCCEEDED":
+            problems.append("the %s share ended %s: %s %s" % (label, r["state"], r["reason"], r["stderr"]))
+        want = "0=%dM" % (SHARE_CAP_GIB * 1024)
+        if env.get("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT") != want:
+            problems.append("the %s share saw CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=%r, not %s" % (
+                label, env.get("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"), want))
+        if not r["end"] or not r["end"].get("products"):
+            problems.append("the %s share did no work after its allocation" % label)
+    g, st = res["greedy"]["alloc"] or {}, res["steady"]["alloc"] or {}
+    if g.get("result") != "oom":
+        problems.append("the greedy share asked for %d GiB under a %d GiB cap and got %s (%s MiB)" % (
+            3 * SHARE_CAP_GIB, SHARE_CAP_GIB, g.get("result"), g.get("allocated_mib")))
+    elif g.get("allocated_mib", 0) > SHARE_CAP_GIB * 1024:
+        problems.append("the greedy share got %s MiB, past its %d GiB cap" % (g.get("allocated_mib"), SHARE_CAP_GIB))
+    if st.get("result") != "ok":
+        problems.append("the steady share could not allocate 1 GiB: %s" % st)
+    a, b = res["greedy"], res["steady"]
+    together = a["start_us"] and b["start_us"] and max(a["start_us"], b["start_us"]) < min(
+        a["end_us"] or 0, b["end_us"] or 0)
+    same_gpu = (a["placement"] or [{}])[0].get("gpu_uuids") == (b["placement"] or [{}])[0].get("gpu_uuids")
+    details["together"], details["same_gpu"] = bool(together), same_gpu
+    if ctx.gpu_count == 1 and not (together and same_gpu):
+        problems.append("the two shares did not run on the one GPU at the same time")
+    if problems:
+        details["problems"] = problems
+        return FAIL, "; ".join(problems[:3]), details
+    return PASS, ("MPS: a share capped at %d GiB that asked for %d got an out-of-memory error at %s MiB "
+                  "(free %s of %s MiB as CUDA saw it), while the share beside it on the same GPU "
+                  "ran %s products") % (
+        SHARE_CAP_GIB, 3 * SHARE_CAP_GIB, g.get("allocated_mib"), g.get("free_mib"),
+        g.get("total_mib"), (b["end"] or {}).get("products")), details
+
+
+def xid_gauge(ctx, uuid):
+    """The controller's DCGM_FI_DEV_XID_ERRORS for the GPU (its last Xid), or None."""
+    st, body = api(ctx.pool["socket"], "GET", "/metrics")
+    if st != 200:
+        return None
+    text = body.decode(errors="replace") if isinstance(body, bytes) else str(body)
+    for line in text.splitlines():
+        if line.startswith("DCGM_FI_DEV_XID_ERRORS{") and 'UUID="%s"' % uuid in line:
+            try:
+                return int(float(line.rsplit(" ", 1)[1]))
+            except ValueError:
+                return None
+    return None
 
 
 def check_health(ctx):
-    raise Skip("GPU health: the Xid policy exists (docs/health.md) but the kit does not inject "
-               "faults on a real GPU, and the health program (issue 29) does not exist yet")
+    """A real fault on the GPU: a job's device-side assert, which the driver reports as
+    Xid 43 (an application error). The agent's event set must see it, the controller must
+    record it, the health policy must keep the GPU in service, and the next job must run."""
+    need_pool(ctx)
+    need_torch(ctx)
+    if ctx.fake:
+        raise Skip("the fault is a real GPU's (a device-side assert, Xid 43); the fake's scripted "
+                   "Xid is checked by the xid check and CI's gpu_health test")
+    d = ctx.dir("health")
+    bad = submit(ctx, "nodecheck-fault", ["--gpus", "1"], [ctx.torch_python, ctx.job_script, "fault"])["id"]
+    j = wait_job(ctx, bad, FINAL, 40)
+    save_job(ctx, d, bad)
+    ev = events(logs(ctx, bad))
+    uuid = j["placement"][0]["gpu_uuids"][0] if j.get("placement") else None
+    details = {"fault_job": {"id": bad, "state": j["state"], "reason": j.get("reason"),
+                             "fault": ev.get("fault")}, "gpu": uuid}
+    problems = []
+    if j["state"] != "FAILED" or not (ev.get("fault") or {}).get("error"):
+        problems.append("the faulting job ended %s (%s) without CUDA reporting the assert" % (
+            j["state"], j.get("reason")))
+    ended = time.time()
+    xid = None
+    while uuid and time.time() < ended + 15:
+        xid = xid_gauge(ctx, uuid)
+        if xid == 43:
+            break
+        time.sleep(0.5)
+    details["xid_gauge"] = xid
+    details["xid_seen_s"] = round(time.time() - ended, 1)
+    if xid != 43:
+        problems.append("the controller's last Xid of %s is %s, not 43, 15 s after the fault" % (uuid, xid))
+    st, nodes = api(ctx.pool["socket"], "GET", "/v1/nodes")
+    health = None
+    if st == 200:
+        for n in nodes.get("nodes", []):
+            for g in n.get("gpus", []):
+                if g.get("uuid") == uuid:
+                    health = g.get("health")
+    details["health"] = health
+    if health and health.get("state") not in (None, "healthy"):
+        problems.append("the health policy took the GPU out of service after an application's "
+                        "Xid 43: %s" % health)
+    after = submit(ctx, "nodecheck-after-fault", ["--gpus", "1"],
+                   [ctx.torch_python, ctx.job_script, "work", "1"])["id"]
+    aj = wait_job(ctx, after, FINAL, 40)
+    save_job(ctx, d, after)
+    details["after_job"] = {"id": after, "state": aj["state"], "reason": aj.get("reason")}
+    if aj["state"] != "SUCCEEDED":
+        problems.append("the job after the fault ended %s: %s" % (aj["state"], aj.get("reason")))
+    if problems:
+        details["problems"] = problems
+        return FAIL, "; ".join(problems[:3]), details
+    return PASS, ("a job's device-side assert made Xid 43 on %s: the controller had it %.1f s after the "
+                  "job ended, the health policy kept the GPU in service (an application error), and "
+                  "the next job ran") % (uuid, details["xid_seen_s"]), details
 
 
 CHECK_FUNCS = {"discovery": check_discovery, "real-driver-tests": check_real_driver_tests,

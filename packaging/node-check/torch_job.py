@@ -4,6 +4,13 @@ seen from inside the job.
 
     torch_job.py work SECONDS   one JSON line on start (pid, what the job sees), matrix
                                 products for SECONDS, one JSON line at the end (results)
+    torch_job.py alloc GIB SECONDS
+                                allocates up to GIB GiB on its GPU in 256 MiB pieces (an
+                                out-of-memory error is caught and reported, as a program
+                                under a memory cap would meet it), frees it, then matrix
+                                products for SECONDS; one JSON line each
+    torch_job.py fault          a device-side assert (an out-of-bounds index) on its GPU,
+                                which the driver reports as Xid 43; exit 4 once CUDA said so
     torch_job.py open UUID=PATH[,UUID=PATH...]
                                 tries to open each GPU's device node; one JSON line
                                 saying, per GPU, whether it is the job's (in
@@ -26,8 +33,64 @@ def say(**fields):
 
 
 def visible():
-    return {k: os.environ.get(k) for k in ("CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES",
-                                           "GPUPOOL_GPU_MILLI", "GPUPOOL_JOB_ID")}
+    return {k: os.environ.get(k) for k in (
+        "CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES", "GPUPOOL_GPU_MILLI", "GPUPOOL_JOB_ID",
+        "GPUPOOL_GPU_ENFORCEMENT", "GPUPOOL_GPU_MEM_LIMIT_BYTES", "CUDA_MPS_PIPE_DIRECTORY",
+        "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT")}
+
+
+def alloc(gib, seconds):
+    try:
+        import torch
+    except Exception as e:
+        say(event="start", pid=os.getpid(), torch=None, error="cannot import torch: %s" % e,
+            env=visible())
+        return 3
+    say(event="start", pid=os.getpid(), torch=torch.__version__, env=visible())
+    if not torch.cuda.is_available():
+        say(event="alloc", result="no-cuda")
+        return 0
+    pieces, got = [], 0
+    result, message = "ok", None
+    try:
+        while got < gib * 1024:
+            pieces.append(torch.empty(256 << 20, dtype=torch.uint8, device="cuda"))
+            got += 256
+    except torch.cuda.OutOfMemoryError as e:
+        result, message = "oom", str(e).splitlines()[0][:300]
+    except RuntimeError as e:
+        result, message = "error", str(e)[:300]
+    free, total = torch.cuda.mem_get_info()
+    say(event="alloc", result=result, allocated_mib=got, asked_mib=int(gib * 1024),
+        message=message, free_mib=free >> 20, total_mib=total >> 20)
+    del pieces
+    torch.cuda.empty_cache()
+    a = torch.randn(2048, 2048, device="cuda")
+    n, t0 = 0, time.time()
+    while time.time() - t0 < seconds:
+        a @ a
+        torch.cuda.synchronize()
+        n += 1
+    say(event="end", pid=os.getpid(), products=n, seconds=round(time.time() - t0, 3))
+    return 0
+
+
+def fault():
+    try:
+        import torch
+    except Exception as e:
+        say(event="start", pid=os.getpid(), torch=None, error="cannot import torch: %s" % e,
+            env=visible())
+        return 3
+    say(event="start", pid=os.getpid(), torch=torch.__version__, env=visible())
+    x = torch.zeros(10, device="cuda")
+    try:
+        x[torch.tensor([1 << 30], device="cuda")].sum().item()
+    except Exception as e:  # torch.AcceleratorError in 2.x: cudaErrorAssert
+        say(event="fault", error=str(e).splitlines()[0][:300])
+        return 4
+    say(event="fault", error=None)
+    return 0
 
 
 def open_devices(spec):
@@ -111,6 +174,10 @@ def work(seconds):
 def main(argv):
     if len(argv) == 3 and argv[1] == "work":
         return work(float(argv[2]))
+    if len(argv) == 4 and argv[1] == "alloc":
+        return alloc(float(argv[2]), float(argv[3]))
+    if len(argv) == 2 and argv[1] == "fault":
+        return fault()
     if len(argv) == 3 and argv[1] == "open":
         return open_devices(argv[2])
     print(__doc__, file=sys.stderr)
