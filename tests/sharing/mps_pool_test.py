@@ -33,7 +33,7 @@ NODE = os.path.join(HERE, "..", "integration", "node-4gpu.json")
 
 # A job that records its environment and waits for the test's go file.
 JOB = ('env | grep -E "^(CUDA_|GPUPOOL_GPU)" | sort > "$OUT/$GPUPOOL_JOB_ID.env"; '
-       'while [ ! -e "$OUT/go-$GPUPOOL_JOB_ID" ]; do sleep 0.05; done')
+       'while [ ! -e "$OUT/go-$GPUPOOL_JOB_ID" ] && [ ! -e "$OUT/go-all" ]; do sleep 0.05; done')
 
 
 def wait_for(what, check, timeout=30):
@@ -120,6 +120,8 @@ class MpsPoolTest(unittest.TestCase):
         self.pools = []
 
     def tearDown(self):
+        # Jobs a failed test left waiting end by themselves (they outlive a killed pool).
+        open(os.path.join(self.out, "go-all"), "w").close()
         for p in self.pools:
             p.stop()
         pooltest.kill_leftovers(self.dir)
