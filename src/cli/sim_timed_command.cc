@@ -52,6 +52,9 @@ struct TimedFlags {
   std::string policy = "default";
   uint64_t seed = 42;
   std::string fair_by = "user";
+  bool preemption = false;
+  int64_t min_runtime = 600;
+  int64_t checkpoint_interval = 0;
   std::vector<std::string> weights;
   std::string limits_file;
   int gpus_per_node = 0;
@@ -305,6 +308,10 @@ int RunTimed(const TimedFlags& f) {
   options.max_backfill_tries = f.backfill_depth;
   options.placement_policy = f.policy;
   options.seed = f.seed;
+  options.preemption = f.preemption;
+  options.preempt.min_runtime_s = f.min_runtime;
+  options.preempt.by_project = queue_config.fair_group == sched::FairShareGroup::kProject;
+  options.checkpoint_interval_s = f.checkpoint_interval;
   ProgressLine progress;
   if (isatty(STDERR_FILENO) != 0) {
     options.progress = [&progress](size_t done, size_t total) { progress.Update(done, total); };
@@ -362,6 +369,19 @@ void RegisterSimTimedCommand(CLI::App& sim, CommandContext& ctx) {
       ->capture_default_str();
   cmd->add_option("--seed", flags->seed, "seeds the placement policy and node order")
       ->capture_default_str();
+  cmd->add_flag("--preemption", flags->preemption,
+                "every job is preemptible: a waiting job of higher priority, or of a group "
+                "below its fair share of GPUs, stops the newest jobs of groups above theirs "
+                "(docs/sim.md); the report gains preemptions and GPU-hours lost");
+  cmd->add_option("--min-runtime", flags->min_runtime,
+                  "with --preemption: seconds a job runs before it may be preempted")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{0}, int64_t{365} * 86400));
+  cmd->add_option("--checkpoint-interval", flags->checkpoint_interval,
+                  "with --preemption: a victim keeps the work of its last checkpoint, taken every "
+                  "this many seconds of run time (0: none, it starts over)")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{0}, int64_t{365} * 86400));
   cmd->add_option("--fair-by", flags->fair_by, "fair-share and report groups: user or project")
       ->check(CLI::IsMember({"user", "project"}))
       ->capture_default_str();

@@ -113,6 +113,11 @@ class TimedLoop {
   Status Arrive(int64_t now, bool* arrived);
   bool Release(int64_t now);
   Status Pass(int64_t now);
+  // Starts job `j` at `now` on `placements` (from a pass or a preemption).
+  void Start(int64_t now, size_t j, std::vector<sched::Placement> placements);
+  Status Preempt(int64_t now, bool* preempted);
+  // Stops the running job `j` at `now` and queues it again.
+  Status StopVictim(int64_t now, size_t j);
   void Record(int64_t now);
 
   const std::vector<TraceJob>& trace_;
@@ -130,6 +135,14 @@ class TimedLoop {
   std::vector<RunningJob> running_;
   std::vector<const QueuedJob*> occupying_;  // running_'s jobs, for the gates
   std::vector<size_t> running_pos_;          // job index -> position in running_
+  // Per job: run time still to do, when it last joined the queue, when its current run
+  // ends (a completion event at another time is a stale one of a preempted run), and
+  // whether that run ends at its time limit.
+  std::vector<int64_t> remaining_s_;
+  std::vector<int64_t> queued_at_;
+  std::vector<int64_t> end_at_;
+  std::vector<bool> times_out_;
+  std::unique_ptr<PlacementPolicy> preempt_policy_;
   EventQueue completions_;
   EventQueue releases_;  // held jobs' releases
   size_t next_ = 0;      // into arrival_
@@ -183,6 +196,15 @@ Status TimedLoop::Init(const ClusterState& idle) {
     jobs_.push_back(std::move(q));
   }
   running_pos_.assign(n_, SIZE_MAX);
+  remaining_s_.resize(n_);
+  for (size_t i = 0; i < n_; ++i) remaining_s_[i] = trace_[i].duration_s;
+  queued_at_.assign(n_, 0);
+  end_at_.assign(n_, -1);
+  times_out_.assign(n_, false);
+  if (options_.preemption) {
+    GP_ASSIGN_OR_RETURN(preempt_policy_,
+                        placements.Create(options_.placement_policy, spec.placement_config));
+  }
   next_progress_ = std::max<size_t>(1, n_ / 200);
   return Status::Ok();
 }
@@ -191,6 +213,7 @@ Status TimedLoop::Complete(int64_t now, bool* freed) {
   while (!completions_.empty() && completions_.top().first == now) {
     const size_t j = completions_.top().second;
     completions_.pop();
+    if (running_pos_[j] == SIZE_MAX || end_at_[j] != now) continue;  // a preempted run's
     const size_t pos = running_pos_[j];
     GP_RETURN_IF_ERROR(sched::ReleaseGang(cluster_, jobs_[j].tasks, running_[pos].placements));
     if (pos + 1 != running_.size()) {
@@ -201,7 +224,7 @@ Status TimedLoop::Complete(int64_t now, bool* freed) {
     running_pos_[j] = SIZE_MAX;
     JobRecord& rec = run_.jobs[j];
     rec.end_s = now;
-    rec.fate = rec.end_s - rec.start_s < rec.duration_s ? JobFate::kTimedOut : JobFate::kFinished;
+    rec.fate = times_out_[j] ? JobFate::kTimedOut : JobFate::kFinished;
     ++done_;
     *freed = true;
   }
@@ -221,6 +244,8 @@ Status TimedLoop::Arrive(int64_t now, bool* arrived) {
     if (!jobs_[j].admission.held_by.empty()) releases_.emplace(now + trace_[j].held_for_s, j);
     pending_.push_back(&jobs_[j]);
     pending_gpu_.insert(jobs_[j].Total().gpu_milli);
+    queued_at_[j] = now;
+    run_.jobs[j].waited_s = 0;
     *arrived = true;
   }
   return Status::Ok();
@@ -251,20 +276,112 @@ Status TimedLoop::Pass(int64_t now) {
   if (result.started.empty()) return Status::Ok();
   std::vector<bool> started(pending_.size(), false);
   for (sched::PassResult::Started& s : result.started) {
-    const QueuedJob* job = pending_[s.pending_index];
-    const size_t j = IndexOf(job);
     started[s.pending_index] = true;
-    run_.jobs[j].start_s = now;
-    running_pos_[j] = running_.size();
-    running_.push_back(RunningJob{job, now, std::move(s.placements)});
-    completions_.emplace(now + RunTime(*job, run_.jobs[j].duration_s), j);
-    pending_gpu_.erase(pending_gpu_.find(job->Total().gpu_milli));
+    Start(now, IndexOf(pending_[s.pending_index]), std::move(s.placements));
   }
   size_t w = 0;
   for (size_t r = 0; r < pending_.size(); ++r) {
     if (!started[r]) pending_[w++] = pending_[r];
   }
   pending_.resize(w);
+  return Status::Ok();
+}
+
+void TimedLoop::Start(int64_t now, size_t j, std::vector<sched::Placement> placements) {
+  const QueuedJob* job = &jobs_[j];
+  JobRecord& rec = run_.jobs[j];
+  if (rec.start_s < 0) rec.start_s = now;
+  rec.waited_s += now - queued_at_[j];
+  running_pos_[j] = running_.size();
+  running_.push_back(RunningJob{job, now, std::move(placements)});
+  // Each attempt gets its whole time limit, as a requeued job does on a live pool.
+  const int64_t run_for = RunTime(*job, remaining_s_[j]);
+  times_out_[j] = run_for < remaining_s_[j];
+  end_at_[j] = now + run_for;
+  completions_.emplace(end_at_[j], j);
+  pending_gpu_.erase(pending_gpu_.find(job->Total().gpu_milli));
+}
+
+Status TimedLoop::StopVictim(int64_t now, size_t j) {
+  const size_t pos = running_pos_[j];
+  const RunningJob& r = running_[pos];
+  GP_RETURN_IF_ERROR(sched::ReleaseGang(cluster_, jobs_[j].tasks, r.placements));
+  const int64_t ran = now - r.start_s;
+  const int64_t c = options_.checkpoint_interval_s;
+  const int64_t kept = c > 0 ? ran / c * c : 0;
+  remaining_s_[j] -= kept;
+  JobRecord& rec = run_.jobs[j];
+  rec.lost_s += ran - kept;
+  ++rec.preemptions;
+  ++run_.preemptions;
+  run_.preempted_gpu_s +=
+      static_cast<double>(ran - kept) * static_cast<double>(jobs_[j].Total().gpu_milli) / 1000.0;
+  if (pos + 1 != running_.size()) {
+    running_[pos] = std::move(running_.back());
+    running_pos_[IndexOf(running_[pos].job)] = pos;
+  }
+  running_.pop_back();
+  running_pos_[j] = SIZE_MAX;
+  end_at_[j] = -1;
+  pending_.push_back(&jobs_[j]);
+  pending_gpu_.insert(jobs_[j].Total().gpu_milli);
+  queued_at_[j] = now;
+  return Status::Ok();
+}
+
+Status TimedLoop::Preempt(int64_t now, bool* preempted) {
+  size_t done = 0;
+  // The waiting jobs weighed: those of the least-served groups first (their group's GPUs
+  // in use, then arrival), a few of them, so that an instant costs a bounded number of
+  // trial placements however long the queue is.
+  std::vector<sched::PreemptibleRun> runs;
+  runs.reserve(running_.size());
+  for (const RunningJob& r : running_) runs.push_back({&r, true});
+  sched::GroupUse use = sched::UseOf(runs, pending_, run_.capacity.gpu_milli, options_.preempt);
+  auto used = [&](const QueuedJob* q) {
+    auto it = use.gpu_milli.find(options_.preempt.by_project ? q->project : q->user);
+    return it == use.gpu_milli.end() ? int64_t{0} : it->second;
+  };
+  std::vector<const QueuedJob*> order;
+  for (const QueuedJob* q : pending_) {
+    if (q->admission.held_by.empty()) order.push_back(q);
+  }
+  const size_t look = std::min(order.size(), 4 * options_.max_preemptions_per_instant);
+  std::partial_sort(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(look), order.end(),
+                    [&](const QueuedJob* a, const QueuedJob* b) {
+                      const int64_t ua = used(a), ub = used(b);
+                      return ua != ub ? ua < ub : IndexOf(a) < IndexOf(b);
+                    });
+  order.resize(look);
+  bool stale = false;
+  for (const QueuedJob* waiting : order) {
+    if (done >= options_.max_preemptions_per_instant) break;
+    if (stale) {
+      runs.clear();
+      for (const RunningJob& r : running_) runs.push_back({&r, true});
+      use = sched::UseOf(runs, pending_, run_.capacity.gpu_milli, options_.preempt);
+      stale = false;
+    }
+    const std::vector<size_t> candidates =
+        sched::PreemptionCandidates(*waiting, runs, use, now, options_.preempt);
+    if (candidates.empty()) continue;
+    GP_ASSIGN_OR_RETURN(
+        std::optional<sched::Victims> victims,
+        sched::ChooseVictims(cluster_, *waiting, runs, candidates, *preempt_policy_));
+    if (!victims) continue;
+    std::vector<size_t> stop;
+    for (size_t i : victims->running) stop.push_back(IndexOf(running_[i].job));
+    for (size_t j : stop) GP_RETURN_IF_ERROR(StopVictim(now, j));
+    const size_t j = IndexOf(waiting);
+    for (size_t k = 0; k < waiting->tasks.size(); ++k) {
+      GP_RETURN_IF_ERROR(cluster_.Allocate(waiting->tasks[k], victims->placements[k]));
+    }
+    pending_.erase(std::find(pending_.begin(), pending_.end(), waiting));
+    Start(now, j, std::move(victims->placements));
+    ++done;
+    *preempted = true;
+    stale = true;
+  }
   return Status::Ok();
 }
 
@@ -300,6 +417,12 @@ Status TimedLoop::Run() {
         cluster_.TotalFree().gpu_milli >= *pending_gpu_.begin()) {
       GP_RETURN_IF_ERROR(Pass(now));
     }
+    if (options_.preemption && (freed || arrived || released) && !pending_.empty()) {
+      bool preempted = false;
+      GP_RETURN_IF_ERROR(Preempt(now, &preempted));
+      // The victims' leftovers may fit others.
+      if (preempted) GP_RETURN_IF_ERROR(Pass(now));
+    }
     Record(now);
   }
   // Nothing runs and nothing arrives any more: whatever still waits never started.
@@ -328,6 +451,7 @@ Result<TimedRun> RunTimedExperiment(const ClusterState& idle_cluster,
                                     const std::vector<TraceJob>& trace,
                                     const TimedOptions& options) {
   TimedRun run;
+  run.preemption = options.preemption;
   TimedLoop loop(trace, options, &run);
   GP_RETURN_IF_ERROR(loop.Init(idle_cluster));
   GP_RETURN_IF_ERROR(loop.Run());

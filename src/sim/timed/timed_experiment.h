@@ -21,6 +21,7 @@
 #include "sched/admission/limits.h"
 #include "sched/cluster_state.h"
 #include "sched/policy_registry.h"
+#include "sched/queue/preemption.h"
 #include "sched/queue/queue_policy.h"
 #include "sched/queue/scheduling_pass.h"
 #include "sim/timed/trace_job.h"
@@ -43,6 +44,17 @@ struct TimedOptions {
   // Per-user and per-project limits on GPUs and jobs running (the QuotaLimit gate), as
   // `gpupool limits` sets them on a live pool; max_queued does not apply here.
   sched::Limits limits;
+  // Preemption (sched/queue/preemption.h; `gpupool sim timed --preemption`): every trace
+  // job is preemptible. After each pass, waiting jobs (in arrival order, at most
+  // max_preemptions_per_instant of them) that the rule lets preempt start at once in the
+  // victims' place; the victims go back to the queue, keeping their submission time. The
+  // grace period is not modelled (the waiting job starts at once). A victim keeps the
+  // work of its last checkpoint (every checkpoint_interval_s of run time; 0 = none: it
+  // starts over) and loses the rest.
+  bool preemption = false;
+  sched::PreemptionOptions preempt;
+  int64_t checkpoint_interval_s = 0;
+  size_t max_preemptions_per_instant = 4;
 };
 
 enum class JobFate {
@@ -65,6 +77,10 @@ struct JobRecord {
   int32_t num_tasks = 0;
   JobFate fate = JobFate::kNeverStarted;
   std::string reason;  // why it never fit
+  // Time spent waiting in the queue, over every attempt (-1: not tracked, start - submit).
+  int64_t waited_s = -1;
+  int32_t preemptions = 0;  // times it was preempted
+  int64_t lost_s = 0;       // run time lost to preemptions (work after the last checkpoint)
 };
 
 // The allocation just after the events of one instant, when it changed.
@@ -82,6 +98,9 @@ struct TimedRun {
   std::vector<AllocationPoint> timeline;  // a step function, one point per change
   size_t passes = 0;                      // scheduling passes run
   size_t reservations = 0;                // EASY reservations made
+  bool preemption = false;                // TimedOptions::preemption was on
+  size_t preemptions = 0;                 // victims stopped, over the run
+  double preempted_gpu_s = 0;             // GPU-seconds of work they lost
 };
 
 // Runs the experiment. `cluster` should be idle; it is copied. Errors: unknown policy

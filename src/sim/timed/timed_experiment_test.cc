@@ -277,3 +277,76 @@ TEST(TimedExperiment, ProgressReportsReachTheTotal) {
 
 }  // namespace
 }  // namespace gpupool::sim
+
+namespace gpupool::sim {
+namespace {
+
+// Preemption by hand: bob fills the one 4-GPU node with two 2-GPU jobs (b1 at 0, b2 at
+// 20); alice's 2-GPU job comes at 30. Two groups: fair share 2 GPUs; bob holds 4. With a
+// 10 s minimum run time both of bob's jobs may go; the newest (b2) does, at 30, and alice
+// starts at once. b2 kept its checkpoint at 10 s of run time (interval 10 of its 10 run
+// seconds), goes back to the queue and runs its remaining 90 s when alice's job ends.
+TEST(TimedExperiment, PreemptionStopsTheNewestOverShareJobForAnUnderShareOne) {
+  std::vector<TraceJob> jobs = {TJob("b1", "bob", 0, 1000, 2), TJob("b2", "bob", 20, 100, 2),
+                                TJob("a", "alice", 30, 50, 2)};
+  TimedOptions o = Options();
+  o.preemption = true;
+  o.preempt.min_runtime_s = 10;
+  o.checkpoint_interval_s = 10;
+  auto run = RunTimedExperiment(Cluster("1x4"), jobs, o);
+  ASSERT_TRUE(run.ok()) << run.status().ToString();
+  auto j = ById(*run);
+  EXPECT_EQ(j["a"].start_s, 30);
+  EXPECT_EQ(j["a"].waited_s, 0);
+  EXPECT_EQ(j["a"].end_s, 80);
+  EXPECT_EQ(j["b2"].preemptions, 1);
+  EXPECT_EQ(j["b2"].lost_s, 0);     // 10 s run, checkpointed at 10
+  EXPECT_EQ(j["b2"].start_s, 20);   // its first start
+  EXPECT_EQ(j["b2"].waited_s, 50);  // queued again from 30 to 80
+  EXPECT_EQ(j["b2"].end_s, 170);    // the 90 s left, from 80
+  EXPECT_EQ(j["b2"].fate, JobFate::kFinished);
+  EXPECT_EQ(j["b1"].preemptions, 0);
+  EXPECT_EQ(run->preemptions, 1u);
+  EXPECT_DOUBLE_EQ(run->preempted_gpu_s, 0);
+  TimedSummary s = Summarize(*run, sched::FairShareGroup::kUser);
+  // b2's delay counts both waits; its run time is its 100 s of work.
+  EXPECT_DOUBLE_EQ(s.delay_s.mean, (0 + 50 + 0) / 3.0);
+  const std::string json = DumpJson(TimedReportJson(TimedRunInfo{}, *run, s));
+  EXPECT_NE(json.find("\"preemptions\":1"), std::string::npos) << json;
+  EXPECT_NE(json.find("\"preempted_gpu_hours\":0"), std::string::npos) << json;
+
+  // Without a checkpoint b2 loses its 10 s (2 GPUs: 20 GPU-seconds) and runs 100 s again;
+  // without preemption alice waits for b2.
+  o.checkpoint_interval_s = 0;
+  run = RunTimedExperiment(Cluster("1x4"), jobs, o);
+  ASSERT_TRUE(run.ok());
+  j = ById(*run);
+  EXPECT_EQ(j["b2"].lost_s, 10);
+  EXPECT_EQ(j["b2"].end_s, 180);
+  EXPECT_DOUBLE_EQ(run->preempted_gpu_s, 20);
+  o.preemption = false;
+  run = RunTimedExperiment(Cluster("1x4"), jobs, o);
+  ASSERT_TRUE(run.ok());
+  EXPECT_EQ(ById(*run)["a"].start_s, 120);
+  EXPECT_EQ(run->preemptions, 0u);
+  EXPECT_EQ(
+      DumpJson(TimedReportJson(TimedRunInfo{}, *run, Summarize(*run, sched::FairShareGroup::kUser)))
+          .find("preemptions"),
+      std::string::npos);
+}
+
+// Inside its minimum run time a job is never chosen: alice waits.
+TEST(TimedExperiment, AJobInsideItsMinimumRunTimeIsNotPreempted) {
+  std::vector<TraceJob> jobs = {TJob("b1", "bob", 0, 1000, 2), TJob("b2", "bob", 20, 100, 2),
+                                TJob("a", "alice", 30, 50, 2)};
+  TimedOptions o = Options();
+  o.preemption = true;
+  o.preempt.min_runtime_s = 600;
+  auto run = RunTimedExperiment(Cluster("1x4"), jobs, o);
+  ASSERT_TRUE(run.ok());
+  EXPECT_EQ(ById(*run)["a"].start_s, 120);
+  EXPECT_EQ(run->preemptions, 0u);
+}
+
+}  // namespace
+}  // namespace gpupool::sim

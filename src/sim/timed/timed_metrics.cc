@@ -74,8 +74,10 @@ TimedSummary Summarize(const TimedRun& run, sched::FairShareGroup grouping,
         continue;
     }
     const double job_jct = static_cast<double>(j.end_s - j.submit_s);
-    const double job_delay = static_cast<double>(j.start_s - j.submit_s);
-    const double ran = static_cast<double>(j.end_s - j.start_s);
+    // Waits over every attempt; run time without the work preemptions threw away.
+    const double job_delay =
+        static_cast<double>(j.waited_s >= 0 ? j.waited_s : j.start_s - j.submit_s);
+    const double ran = job_jct - job_delay - static_cast<double>(j.lost_s);
     jct.push_back(job_jct);
     delay.push_back(job_delay);
     last_end = std::max(last_end, j.end_s);

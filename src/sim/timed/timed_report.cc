@@ -82,6 +82,13 @@ OrderedJson TimedReportJson(const TimedRunInfo& info, const TimedRun& run, const
   j["groups"] = std::move(groups);
   j["scheduling_passes"] = run.passes;
   j["reservations"] = run.reservations;
+  if (run.preemption) {
+    j["preemptions"] = run.preemptions;
+    j["preempted_gpu_hours"] = Round(run.preempted_gpu_s / 3600.0);
+    const double total = s.gpu_hours + run.preempted_gpu_s / 3600.0;
+    j["preempted_gpu_hours_pct"] =
+        Round(total > 0 ? 100.0 * run.preempted_gpu_s / 3600.0 / total : 0);
+  }
   j["sample_interval_s"] = s.sample_interval_s;
   return j;
 }
@@ -109,8 +116,17 @@ std::string TimedReportText(const TimedRunInfo& info, const TimedRun& run, const
                      Hours(static_cast<double>(s.makespan_s)));
   out += fmt::format("GPU alloc    mean {:.2f}%, peak {:.2f}% ({:.0f} GPU-hours)\n",
                      s.mean_gpu_alloc_pct, s.peak_gpu_alloc_pct, s.gpu_hours);
-  out += fmt::format("fairness     Jain's index {:.4f} over {} groups (service ratio)\n\n",
+  out += fmt::format("fairness     Jain's index {:.4f} over {} groups (service ratio)\n",
                      s.jain_index, s.groups.size());
+  if (run.preemption) {
+    const double lost_h = run.preempted_gpu_s / 3600.0;
+    out += fmt::format(
+        "preemption   {} victims stopped, {:.0f} GPU-hours of work lost ({:.2f}% of "
+        "GPU-hours used)\n",
+        run.preemptions, lost_h,
+        s.gpu_hours + lost_h > 0 ? 100.0 * lost_h / (s.gpu_hours + lost_h) : 0.0);
+  }
+  out += "\n";
   out += fmt::format("{:<16}{:>8}{:>14}{:>14}{:>12}{:>9}{:>9}\n", "group", "jobs", "mean JCT s",
                      "mean delay s", "GPU-hours", "share", "service");
   for (const GroupStats& g : s.groups) {

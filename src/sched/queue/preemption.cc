@@ -1,0 +1,136 @@
+#include "sched/queue/preemption.h"
+
+#include <algorithm>
+#include <set>
+
+#include "sched/queue/gang_placement.h"
+
+namespace gpupool::sched {
+namespace {
+
+const std::string& GroupOf(const QueuedJob& job, const PreemptionOptions& options) {
+  return options.by_project ? job.project : job.user;
+}
+
+int64_t GpuMilli(const QueuedJob& job) { return job.Total().gpu_milli; }
+
+// Newest first: the latest start, then the larger id.
+bool Newer(const RunningJob& a, const RunningJob& b) {
+  if (a.start_s != b.start_s) return a.start_s > b.start_s;
+  return a.job->id > b.job->id;
+}
+
+Status ReleaseRun(ClusterState& cluster, const RunningJob& r) {
+  return ReleaseGang(cluster, r.job->tasks, r.placements);
+}
+
+Status AllocateRun(ClusterState& cluster, const RunningJob& r) {
+  for (size_t k = 0; k < r.job->tasks.size(); ++k) {
+    GP_RETURN_IF_ERROR(cluster.Allocate(r.job->tasks[k], r.placements[k]));
+  }
+  return Status::Ok();
+}
+
+// Whether the gang places on `cluster`; the placement is undone (a trial).
+Result<std::optional<std::vector<Placement>>> TryPlace(ClusterState& cluster,
+                                                       const std::vector<Task>& tasks,
+                                                       PlacementPolicy& policy) {
+  GP_ASSIGN_OR_RETURN(GangPlacement g, PlaceGang(cluster, tasks, policy));
+  if (!g.placed) return std::optional<std::vector<Placement>>();
+  GP_RETURN_IF_ERROR(ReleaseGang(cluster, tasks, g.placements));
+  return std::optional<std::vector<Placement>>(std::move(g.placements));
+}
+
+}  // namespace
+
+int64_t GroupUse::FairShare() const {
+  return active_groups == 0 ? capacity_gpu_milli
+                            : capacity_gpu_milli / static_cast<int64_t>(active_groups);
+}
+
+GroupUse UseOf(const std::vector<PreemptibleRun>& running,
+               const std::vector<const QueuedJob*>& pending, int64_t capacity_gpu_milli,
+               const PreemptionOptions& options) {
+  GroupUse use;
+  use.capacity_gpu_milli = capacity_gpu_milli;
+  std::set<std::string> active;
+  for (const PreemptibleRun& r : running) {
+    const std::string& g = GroupOf(*r.run->job, options);
+    use.gpu_milli[g] += GpuMilli(*r.run->job);
+    active.insert(g);
+  }
+  for (const QueuedJob* p : pending) active.insert(GroupOf(*p, options));
+  use.active_groups = active.size();
+  return use;
+}
+
+std::vector<size_t> PreemptionCandidates(const QueuedJob& waiting,
+                                         const std::vector<PreemptibleRun>& running,
+                                         const GroupUse& use, int64_t now_s,
+                                         const PreemptionOptions& options) {
+  std::vector<size_t> out;
+  const std::string& mine = GroupOf(waiting, options);
+  const int64_t fair = use.FairShare();
+  auto used = [&use](const std::string& g) {
+    auto it = use.gpu_milli.find(g);
+    return it == use.gpu_milli.end() ? int64_t{0} : it->second;
+  };
+  const bool under_share = used(mine) + GpuMilli(waiting) <= fair;
+  for (size_t i = 0; i < running.size(); ++i) {
+    const PreemptibleRun& r = running[i];
+    if (!r.preemptible || now_s - r.run->start_s < options.min_runtime_s) continue;
+    const QueuedJob& victim = *r.run->job;
+    const bool lower_priority = victim.priority < waiting.priority;
+    const std::string& theirs = GroupOf(victim, options);
+    const bool over_share = theirs != mine && used(theirs) > fair;
+    if (lower_priority || (under_share && over_share)) out.push_back(i);
+  }
+  return out;
+}
+
+Result<std::optional<Victims>> ChooseVictims(const ClusterState& cluster, const QueuedJob& waiting,
+                                             const std::vector<PreemptibleRun>& running,
+                                             const std::vector<size_t>& candidates,
+                                             PlacementPolicy& policy) {
+  std::vector<size_t> order = candidates;
+  std::sort(order.begin(), order.end(),
+            [&running](size_t a, size_t b) { return Newer(*running[a].run, *running[b].run); });
+  ClusterState trial = cluster;
+  const int64_t need = GpuMilli(waiting);
+  std::vector<size_t> chosen;
+  std::optional<std::vector<Placement>> placed;
+  for (size_t i : order) {
+    GP_RETURN_IF_ERROR(ReleaseRun(trial, *running[i].run));
+    chosen.push_back(i);
+    if (trial.TotalFree().gpu_milli < need) continue;  // cannot fit yet: no trial placement
+    GP_ASSIGN_OR_RETURN(placed, TryPlace(trial, waiting.tasks, policy));
+    if (placed) break;
+  }
+  if (!placed) return std::optional<Victims>();
+  // Put back every victim the gang can do without, oldest first (the newest work is the
+  // cheapest to lose, so it is the last to be spared).
+  for (size_t k = chosen.size(); k-- > 0;) {
+    if (chosen.size() == 1) break;
+    const RunningJob& r = *running[chosen[k]].run;
+    GP_RETURN_IF_ERROR(AllocateRun(trial, r));
+    GP_ASSIGN_OR_RETURN(std::optional<std::vector<Placement>> still,
+                        TryPlace(trial, waiting.tasks, policy));
+    if (still) {
+      placed = std::move(still);
+      chosen.erase(chosen.begin() + static_cast<std::ptrdiff_t>(k));
+    } else {
+      GP_RETURN_IF_ERROR(ReleaseRun(trial, r));
+    }
+  }
+  // The placement on the final state (the last trial may have been one with a victim put
+  // back that was then released again).
+  GP_ASSIGN_OR_RETURN(placed, TryPlace(trial, waiting.tasks, policy));
+  if (!placed)
+    return Status::Internal("preemption: the gang stopped fitting after the victims were chosen");
+  Victims v;
+  v.running = std::move(chosen);
+  v.placements = std::move(*placed);
+  return std::optional<Victims>(std::move(v));
+}
+
+}  // namespace gpupool::sched

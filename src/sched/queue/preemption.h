@@ -1,0 +1,77 @@
+// Preemption: which running jobs to stop so that a waiting job can start (issue 28).
+//
+// The rule, in order:
+//  1. Who may be a victim (PreemptionCandidates): a running job that is preemptible, has
+//     run at least min_runtime_s, and either has a lower priority than the waiting job,
+//     or belongs to a group (user, or project) holding more than its fair share of GPUs
+//     while the waiting job's group, with the waiting job started, would hold no more
+//     than its own. A group's fair share is the GPU capacity divided by the groups that
+//     have jobs running or waiting.
+//  2. Which victims (ChooseVictims): on a copy of the cluster, candidates are released
+//     newest first (latest start; the larger id on ties) until the waiting job's gang
+//     can be placed; then each chosen victim, oldest first, is put back if the gang still
+//     places without it. So the set is small, made of the newest work (least lost), and
+//     never more than needed; a gang is always taken whole. The waiting job's placement
+//     comes from the same placement policy as any other start, so preemption does not
+//     pick a worse-fragmenting placement than a normal start would.
+//  3. Nothing is chosen when even all candidates released would not let the gang fit.
+//
+// The live controller and the time-driven simulator (sim/timed) both call these.
+// Pure functions over value types; thread-compatible.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "sched/cluster_state.h"
+#include "sched/placement_policy.h"
+#include "sched/queue/queued_job.h"
+
+namespace gpupool::sched {
+
+struct PreemptionOptions {
+  int64_t min_runtime_s = 600;  // a job that ran less is never a victim
+  bool by_project = false;      // fair-share groups are projects, not users
+};
+
+// What a running job needs beyond RunningJob to be weighed.
+struct PreemptibleRun {
+  const RunningJob* run = nullptr;
+  bool preemptible = false;
+};
+
+// The groups' GPU use (thousandths) from the running jobs, and how many groups have jobs
+// running or waiting.
+struct GroupUse {
+  std::map<std::string, int64_t> gpu_milli;
+  size_t active_groups = 0;
+  int64_t capacity_gpu_milli = 0;
+  int64_t FairShare() const;
+};
+GroupUse UseOf(const std::vector<PreemptibleRun>& running,
+               const std::vector<const QueuedJob*>& pending, int64_t capacity_gpu_milli,
+               const PreemptionOptions& options);
+
+// Rule 1: indices into `running` of the jobs `waiting` may preempt at `now_s`.
+std::vector<size_t> PreemptionCandidates(const QueuedJob& waiting,
+                                         const std::vector<PreemptibleRun>& running,
+                                         const GroupUse& use, int64_t now_s,
+                                         const PreemptionOptions& options);
+
+struct Victims {
+  std::vector<size_t> running;        // indices into the running list, newest first
+  std::vector<Placement> placements;  // where the waiting job's gang goes once they stop
+};
+
+// Rules 2 and 3. `cluster` is the current state (not changed). Errors only from a policy
+// bug (a refused placement).
+Result<std::optional<Victims>> ChooseVictims(const ClusterState& cluster, const QueuedJob& waiting,
+                                             const std::vector<PreemptibleRun>& running,
+                                             const std::vector<size_t>& candidates,
+                                             PlacementPolicy& policy);
+
+}  // namespace gpupool::sched

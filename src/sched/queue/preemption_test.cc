@@ -1,0 +1,132 @@
+#include "sched/queue/preemption.h"
+
+#include <gtest/gtest.h>
+
+#include "sched/queue/first_fit_for_test.h"
+#include "sched/queue/gang_placement.h"
+#include "sched/queue/queue_test_util.h"
+
+namespace gpupool::sched {
+namespace {
+
+using testing::FirstFitForTest;
+using testing::GpuTask;
+using testing::Job;
+using testing::MakeCluster;
+using testing::Snapshot;
+
+// A cluster with jobs placed on it, as the running list of a pass sees them.
+struct RunningSet {
+  ClusterState cluster;
+  std::vector<QueuedJob> jobs;
+  std::vector<RunningJob> runs;
+
+  RunningSet(int nodes, int gpus) : cluster(MakeCluster(nodes, gpus)) { jobs.reserve(64); }
+
+  void Add(const std::string& id, const std::string& user, int64_t start, std::vector<Task> tasks,
+           int priority = 0) {
+    jobs.push_back(Job(id, user, 0, std::move(tasks)));
+    jobs.back().priority = priority;
+    FirstFitForTest policy;
+    auto g = PlaceGang(cluster, jobs.back().tasks, policy);
+    ASSERT_TRUE(g.ok() && g->placed) << id;
+    runs.push_back(RunningJob{&jobs.back(), start, g->placements});
+  }
+  std::vector<PreemptibleRun> All(bool preemptible = true) const {
+    std::vector<PreemptibleRun> out;
+    for (const RunningJob& r : runs) out.push_back({&r, preemptible});
+    return out;
+  }
+};
+
+std::vector<std::string> VictimIds(const RunningSet& r, const std::vector<size_t>& idx) {
+  std::vector<std::string> out;
+  for (size_t i : idx) out.push_back(r.runs[i].job->id);
+  return out;
+}
+
+TEST(PreemptionCandidates, OnlyPreemptibleJobsPastTheirMinimumRuntime) {
+  RunningSet r(2, 4);
+  r.Add("old", "bob", 0, {GpuTask(4)});
+  r.Add("young", "bob", 900, {GpuTask(4)});  // ran 100 s at t=1000
+  QueuedJob waiting = Job("w", "alice", 1000, {GpuTask(4)});
+  waiting.priority = 5;
+  PreemptionOptions o;
+  o.min_runtime_s = 600;
+  GroupUse use = UseOf(r.All(), {&waiting}, 8000, o);
+  EXPECT_EQ(VictimIds(r, PreemptionCandidates(waiting, r.All(), use, 1000, o)),
+            (std::vector<std::string>{"old"}));
+  EXPECT_TRUE(PreemptionCandidates(waiting, r.All(/*preemptible=*/false), use, 1000, o).empty());
+}
+
+TEST(PreemptionCandidates, HigherPriorityOrAnUnderShareGroupAgainstAnOverShareOne) {
+  RunningSet r(2, 4);
+  r.Add("b1", "bob", 0, {GpuTask(4)});
+  r.Add("b2", "bob", 0, {GpuTask(2)});
+  r.Add("c1", "carol", 0, {GpuTask(2)});
+  PreemptionOptions o;
+  o.min_runtime_s = 0;
+  // Three groups active: fair share 8/3 GPUs. Bob holds 6 (over), carol 2 (within).
+  QueuedJob alice = Job("a", "alice", 10, {GpuTask(2)});
+  GroupUse use = UseOf(r.All(), {&alice}, 8000, o);
+  EXPECT_EQ(use.FairShare(), 2666);
+  EXPECT_EQ(VictimIds(r, PreemptionCandidates(alice, r.All(), use, 10, o)),
+            (std::vector<std::string>{"b1", "b2"}));
+  // A job that would take alice past her share preempts nobody on fairness grounds...
+  QueuedJob big = Job("big", "alice", 10, {GpuTask(4)});
+  EXPECT_TRUE(PreemptionCandidates(big, r.All(), UseOf(r.All(), {&big}, 8000, o), 10, o).empty());
+  // ...nor does bob's own job take from bob, but a higher priority takes from anyone lower.
+  QueuedJob bob = Job("b3", "bob", 10, {GpuTask(1)});
+  EXPECT_TRUE(PreemptionCandidates(bob, r.All(), use, 10, o).empty());
+  bob.priority = 1;
+  EXPECT_EQ(PreemptionCandidates(bob, r.All(), use, 10, o).size(), 3u);
+}
+
+TEST(ChooseVictims, TheFewestAndNewestThatMakeRoomAndGangsWhole) {
+  RunningSet r(2, 4);
+  r.Add("a", "bob", 100, {GpuTask(2)});              // n0
+  r.Add("b", "bob", 300, {GpuTask(2)});              // n0
+  r.Add("g", "bob", 200, {GpuTask(2), GpuTask(2)});  // a gang, n1 twice
+  QueuedJob waiting = Job("w", "alice", 1000, {GpuTask(4)});
+  FirstFitForTest policy;
+  const auto before = Snapshot(r.cluster);
+  std::vector<size_t> all = {0, 1, 2};
+  auto v = ChooseVictims(r.cluster, waiting, r.All(), all, policy);
+  ASSERT_TRUE(v.ok()) << v.status().ToString();
+  ASSERT_TRUE(v->has_value());
+  // Newest first: b (300), then g (200) frees node 1 whole: b is put back, g alone stays.
+  EXPECT_EQ(VictimIds(r, (*v)->running), (std::vector<std::string>{"g"}));
+  ASSERT_EQ((*v)->placements.size(), 1u);
+  EXPECT_EQ((*v)->placements[0].node, 1);
+  EXPECT_EQ(Snapshot(r.cluster), before);  // the caller's cluster is not touched
+}
+
+TEST(ChooseVictims, NothingWhenEvenAllCandidatesDoNotMakeRoom) {
+  RunningSet r(2, 4);
+  r.Add("a", "bob", 100, {GpuTask(4)});
+  r.Add("b", "carol", 100, {GpuTask(4)});
+  QueuedJob waiting = Job("w", "alice", 1000, {GpuTask(4), GpuTask(4)});
+  FirstFitForTest policy;
+  auto v = ChooseVictims(r.cluster, waiting, r.All(), {0}, policy);  // only a may go
+  ASSERT_TRUE(v.ok());
+  EXPECT_FALSE(v->has_value());
+  auto both = ChooseVictims(r.cluster, waiting, r.All(), {0, 1}, policy);
+  ASSERT_TRUE(both.ok());
+  ASSERT_TRUE(both->has_value());
+  EXPECT_EQ((*both)->running.size(), 2u);
+}
+
+TEST(ChooseVictims, PrefersNewestWorkWhenOneVictimIsEnough) {
+  RunningSet r(2, 4);
+  r.Add("older", "bob", 100, {GpuTask(4)});
+  r.Add("newer", "bob", 500, {GpuTask(4)});
+  QueuedJob waiting = Job("w", "alice", 1000, {GpuTask(4)});
+  FirstFitForTest policy;
+  auto v = ChooseVictims(r.cluster, waiting, r.All(), {0, 1}, policy);
+  ASSERT_TRUE(v.ok());
+  ASSERT_TRUE(v->has_value());
+  EXPECT_EQ(VictimIds(r, (*v)->running), (std::vector<std::string>{"newer"}));
+}
+
+}  // namespace
+}  // namespace gpupool::sched
