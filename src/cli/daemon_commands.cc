@@ -301,6 +301,10 @@ struct ContainerFlags {
   // GPU shares (docs/sharing.md).
   std::string gpu_enforcement = "auto";
   std::string mps_control;
+  // The node's health program (docs/health.md).
+  std::string health_check;
+  int health_check_interval = 300;
+  int health_check_timeout = 60;
 };
 
 void AddContainerFlags(CLI::App* cmd, ContainerFlags* f) {
@@ -310,6 +314,20 @@ void AddContainerFlags(CLI::App* cmd, ContainerFlags* f) {
                   "enforced)")
       ->capture_default_str()
       ->check(CLI::IsMember({"auto", "mps", "none"}));
+  cmd->add_option("--health-check", f->health_check,
+                  "the node's health program (a path), run as root before the node takes work "
+                  "and every --health-check-interval seconds: 'gpu=INDEX bad REASON' lines "
+                  "cordon GPUs, a non-zero exit or 'node bad REASON' drains the node, a pass "
+                  "returns them (docs/health.md)")
+      ->check(CLI::ExistingFile);
+  cmd->add_option("--health-check-interval", f->health_check_interval,
+                  "seconds between runs of the health program")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 86400));
+  cmd->add_option("--health-check-timeout", f->health_check_timeout,
+                  "seconds the health program may run before it is killed (and the node drained)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 3600));
   cmd->add_option("--mps-control", f->mps_control,
                   "path of nvidia-cuda-mps-control (default: looked up on PATH, "
                   "/usr/local/nvidia/bin, /usr/bin)");
@@ -336,6 +354,9 @@ void ApplyContainerFlags(const ContainerFlags& f, agent::NodeAgentOptions* o) {
   o->podman_args = f.podman_args;
   o->gpu_enforcement = f.gpu_enforcement;
   o->mps_control = f.mps_control;
+  o->health_check = f.health_check;
+  o->health_check_interval_s = f.health_check_interval;
+  o->health_check_timeout_s = f.health_check_timeout;
 }
 
 // The config file (docs/deploy.md): [server] takes the long options of `gpupool server`,

@@ -277,6 +277,13 @@ class Controller {
   // that is not registered.
   Status ObserveGpuErrors(const std::string& node,
                           const std::vector<protocol::GpuTelemetry>& samples) EXCLUDES(mu_);
+  // The node's health program's verdict (agent/runtime/health_check.h): the GPUs it names
+  // are cordoned "by" health-check, a node it calls bad is drained ("health check: ...");
+  // a passing run returns what it took out (and nothing else) to service. The breaker
+  // (--health-breaker) holds automatic drains and cordons as for Xids. NotFound for a
+  // node that is not registered.
+  Status ObserveHealthReport(const std::string& node, const protocol::HealthReport& report)
+      EXCLUDES(mu_);
   // Ids of queued or running jobs that use named environment "NAME:VERSION".
   std::vector<int64_t> JobsUsingEnvironment(const std::string& ref);
 

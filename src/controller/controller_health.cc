@@ -146,6 +146,83 @@ Status Controller::ObserveGpuErrors(const std::string& node,
   return Status::Ok();
 }
 
+namespace {
+
+constexpr char kHealthCheck[] = "health-check";
+constexpr char kHealthCheckDrain[] = "health check: ";
+
+std::string Evidence(const std::string& output) {
+  std::string tail = output.size() > 500 ? output.substr(output.size() - 500) : output;
+  while (!tail.empty() && (tail.back() == '\n' || tail.back() == ' ')) tail.pop_back();
+  return "health check output: " + tail;
+}
+
+}  // namespace
+
+Status Controller::ObserveHealthReport(const std::string& node,
+                                       const protocol::HealthReport& report) {
+  bool changed = false;
+  std::string drain;  // drain the node, with this reason
+  bool undrain = false;
+  {
+    MutexLock lock(mu_);
+    auto n = nodes_.find(node);
+    if (n == nodes_.end()) return Status::NotFound("node " + node + " is not registered");
+    NodeEntry& e = n->second;
+    const int64_t now = clock_->NowMicros();
+    for (const gpu::GpuInfo& g : e.info.gpus) {
+      auto bad =
+          std::find_if(report.gpus.begin(), report.gpus.end(),
+                       [&](const protocol::HealthReportGpu& b) { return b.index == g.index; });
+      gpu::GpuHealth& h = e.gpu_health[g.uuid];
+      if (bad != report.gpus.end()) {
+        if (!gpu::TakesWork(h.state)) continue;  // out of service already (it stays so)
+        gpu::XidOutcome o;
+        o.next.state = gpu::GpuHealthState::kCordoned;
+        o.next.reason = "health check: " + (bad->reason.empty() ? "named bad" : bad->reason);
+        o.next.evidence = Evidence(report.output);
+        o.next.since_us = now;
+        o.next.by = kHealthCheck;
+        o.rule.what = o.next.reason;
+        if (!BreakerAllows(node, now)) HoldBack(node, g.uuid, &o);
+        spdlog::warn("node {} GPU {} ({}): {} -> {}: {}", node, g.index, g.uuid,
+                     gpu::GpuHealthStateName(h.state), gpu::GpuHealthStateName(o.next.state),
+                     o.next.reason);
+        h = o.next;
+        changed = true;
+        capacity_changed_ = true;
+      } else if (report.passed && h.by == kHealthCheck && !gpu::TakesWork(h.state)) {
+        spdlog::info("node {} GPU {} ({}) back in service: the health check passed (was: {})", node,
+                     g.index, g.uuid, h.reason);
+        h = gpu::GpuHealth{};
+        h.since_us = now;
+        h.by = kHealthCheck;
+        changed = true;
+        capacity_changed_ = true;
+      }
+    }
+    const bool drained_by_check = e.draining && e.drain_reason.rfind(kHealthCheckDrain, 0) == 0;
+    if (!report.node_reason.empty() && !e.draining) {
+      if (BreakerAllows(node, now)) {
+        drain = kHealthCheckDrain + report.node_reason;
+      } else {
+        ++health_actions_held_;
+        spdlog::error(
+            "node {}: the health check failed ({}), but the health circuit breaker "
+            "holds: not drained",
+            node, report.node_reason);
+      }
+    } else if (report.passed && drained_by_check) {
+      undrain = true;
+    }
+    if (capacity_changed_) WakeScheduler();
+  }
+  if (changed) GP_RETURN_IF_ERROR(StoreGpuHealth(node));
+  if (!drain.empty()) GP_RETURN_IF_ERROR(SetDrain(node, true, drain).status());
+  if (undrain) GP_RETURN_IF_ERROR(SetDrain(node, false, "").status());
+  return Status::Ok();
+}
+
 bool Controller::BreakerAllows(const std::string& node, int64_t now) {
   const int64_t hour = int64_t{3600} * 1'000'000;
   while (!auto_cordons_.empty() && auto_cordons_.front().first <= now - hour) {

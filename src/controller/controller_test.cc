@@ -625,6 +625,50 @@ TEST_F(ControllerTest, AResetClassXidFailsTheJobAndCordonsOnlyThatGpu) {
   EXPECT_TRUE(c_->Nodes().at(0).gpu_health.empty());
 }
 
+// Issue 29 item 4: the health program's verdicts. A GPU it names is cordoned by it (jobs
+// there go on; nothing new lands); a node it calls bad is drained; a pass returns exactly
+// what it took out, and not a GPU the Xid policy cordoned.
+TEST_F(ControllerTest, TheHealthProgramCordonsAndReturnsOnlyWhatItTookOut) {
+  Register(2);
+  protocol::HealthReport bad;
+  bad.gpus = {{1, "fan at 0 rpm"}, {7, "no such GPU"}};
+  bad.output = "gpu=1 bad fan at 0 rpm\n";
+  ASSERT_TRUE(c_->ObserveHealthReport("n1", bad).ok());
+  NodeView n = c_->Nodes().at(0);
+  ASSERT_EQ(n.gpu_health.count("GPU-1001"), 1u);
+  EXPECT_EQ(n.gpu_health.at("GPU-1001").state, gpu::GpuHealthState::kCordoned);
+  EXPECT_EQ(n.gpu_health.at("GPU-1001").reason, "health check: fan at 0 rpm");
+  EXPECT_EQ(n.gpu_health.at("GPU-1001").by, "health-check");
+  EXPECT_NE(n.gpu_health.at("GPU-1001").evidence.find("gpu=1 bad"), std::string::npos);
+  const Job two = c_->Submit(MakeJob(2), bob_).value();
+  ASSERT_TRUE(c_->ScheduleOnce().ok());
+  EXPECT_EQ(Get(two.id).state, JobState::kPending);
+  // GPU 0 meets a reset-class Xid meanwhile: the policy's cordon is not the program's.
+  ASSERT_TRUE(c_->ObserveGpuErrors("n1", {XidSample("GPU-1000", 95, 1)}).ok());
+  protocol::HealthReport pass;
+  pass.passed = true;
+  ASSERT_TRUE(c_->ObserveHealthReport("n1", pass).ok());
+  n = c_->Nodes().at(0);
+  EXPECT_TRUE(n.gpu_health.count("GPU-1001") == 0 ||
+              gpu::TakesWork(n.gpu_health.at("GPU-1001").state));
+  EXPECT_EQ(n.gpu_health.at("GPU-1000").state, gpu::GpuHealthState::kCordoned);
+  // The node: drained with the program's words, undrained by a pass; an admin's drain is
+  // not the program's to lift.
+  protocol::HealthReport node_bad;
+  node_bad.node_reason = "the health check exited 2: PSU degraded";
+  ASSERT_TRUE(c_->ObserveHealthReport("n1", node_bad).ok());
+  EXPECT_EQ(c_->Nodes().at(0).drain_reason,
+            "health check: the health check exited 2: PSU degraded");
+  ASSERT_TRUE(c_->ObserveHealthReport("n1", pass).ok());
+  EXPECT_EQ(c_->Nodes().at(0).state, "up");
+  ASSERT_TRUE(c_->DrainNode("n1", "maintenance", root_).ok());
+  ASSERT_TRUE(c_->ObserveHealthReport("n1", pass).ok());
+  EXPECT_EQ(c_->Nodes().at(0).drain_reason, "maintenance (root)");
+  EXPECT_EQ(c_->ObserveHealthReport("nope", pass).code(), StatusCode::kNotFound);
+  Restart();  // stored
+  EXPECT_EQ(c_->Nodes().at(0).gpu_health.at("GPU-1000").state, gpu::GpuHealthState::kCordoned);
+}
+
 // Issue 29 item 6: the circuit breaker. With 10 nodes (10%: one node an hour), the first
 // node's cordon goes through; the second's, within the hour, is recorded (suspect, the
 // reason, the metric) but not acted on: its job goes on. An hour later cordons act again.

@@ -811,8 +811,64 @@ OrderedJson EncodeTelemetryBatch(const TelemetryBatch& b) {
     }
     samples.push_back(std::move(j));
   }
-  return {{"node", b.node}, {"samples", std::move(samples)}};
+  OrderedJson out = {{"node", b.node}, {"samples", std::move(samples)}};
+  if (b.health) {
+    const HealthReport& h = *b.health;
+    OrderedJson gpus = OrderedJson::array();
+    for (const HealthReportGpu& g : h.gpus)
+      gpus.push_back({{"index", g.index}, {"reason", g.reason}});
+    out["health"] = {{"at_ms", h.at_ms},
+                     {"passed", h.passed},
+                     {"node_reason", h.node_reason},
+                     {"gpus", std::move(gpus)},
+                     {"output", h.output}};
+  }
+  return out;
 }
+
+namespace {
+
+// Bounds on what a health verdict may carry: a node has few GPUs, and the output is for
+// people (the agent keeps its end).
+constexpr size_t kMaxHealthGpus = 1024;
+constexpr size_t kMaxHealthText = 8192;
+
+Result<HealthReport> DecodeHealthReport(const Json& j) {
+  if (!j.is_object()) {
+    return Status::InvalidArgument("health: expected an object, found " +
+                                   std::string(JsonTypeName(j)));
+  }
+  HealthReport h;
+  JsonFields f(j, "health", kLenient);
+  f.Optional("at_ms", &h.at_ms);
+  f.Optional("passed", &h.passed);
+  f.Optional("node_reason", &h.node_reason);
+  f.Optional("output", &h.output);
+  const Json* gpus = f.Array("gpus");
+  GP_RETURN_IF_ERROR(f.Finish());
+  if (h.node_reason.size() > kMaxHealthText || h.output.size() > kMaxHealthText) {
+    return Status::InvalidArgument("health: node_reason and output hold at most " +
+                                   std::to_string(kMaxHealthText) + " bytes each");
+  }
+  if (gpus == nullptr) return h;
+  if (gpus->size() > kMaxHealthGpus) {
+    return Status::InvalidArgument("health.gpus: more than " + std::to_string(kMaxHealthGpus));
+  }
+  for (size_t i = 0; i < gpus->size(); ++i) {
+    HealthReportGpu g;
+    JsonFields gf((*gpus)[i], Index("health.gpus", i), kLenient);
+    gf.Required("index", &g.index, 0, 4095);
+    gf.Optional("reason", &g.reason);
+    GP_RETURN_IF_ERROR(gf.Finish());
+    if (g.reason.size() > kMaxHealthText) {
+      return Status::InvalidArgument(Index("health.gpus", i) + ".reason: too long");
+    }
+    h.gpus.push_back(std::move(g));
+  }
+  return h;
+}
+
+}  // namespace
 
 Result<TelemetryBatch> DecodeTelemetryBatch(const Json& j) {
   if (!j.is_object()) {
@@ -823,7 +879,12 @@ Result<TelemetryBatch> DecodeTelemetryBatch(const Json& j) {
   JsonFields f(j, "", kLenient);
   f.Optional("node", &b.node);
   const Json* samples = f.Array("samples");
+  const Json* health = f.Member("health");
   GP_RETURN_IF_ERROR(f.Finish());
+  if (health != nullptr && !health->is_null()) {
+    GP_ASSIGN_OR_RETURN(HealthReport h, DecodeHealthReport(*health));
+    b.health = std::move(h);
+  }
   if (samples == nullptr) return b;
   if (samples->size() > kMaxTelemetrySamples) {
     return Status::InvalidArgument("samples: more than " + std::to_string(kMaxTelemetrySamples) +

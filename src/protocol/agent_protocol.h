@@ -314,9 +314,29 @@ struct GpuTelemetry {
 
 // POST /v1/agent/telemetry: the samples an agent took since its last batch, oldest
 // first (several rounds when the controller was out of reach).
+// The node's health program's verdict (`gpupool agent --health-check`, docs/health.md):
+// a GPU it named bad, by its index on the node.
+struct HealthReportGpu {
+  int index = -1;
+  std::string reason;
+  friend bool operator==(const HealthReportGpu&, const HealthReportGpu&) = default;
+};
+struct HealthReport {
+  int64_t at_ms = 0;                  // when it ended, the agent's wall clock
+  bool passed = false;                // exit 0 and nothing named bad
+  std::string node_reason;            // why the whole node is bad (a non-zero exit, a time-out,
+                                      // a "node bad REASON" line); empty when it is not
+  std::vector<HealthReportGpu> gpus;  // GPUs named bad ("gpu=INDEX bad REASON")
+  std::string output;                 // the end of its output, for people
+  friend bool operator==(const HealthReport&, const HealthReport&) = default;
+};
+
 struct TelemetryBatch {
   std::string node;
   std::vector<GpuTelemetry> samples;
+  // Added within 1.3: the health program's latest verdict, once per run of it (older
+  // controllers ignore it; a batch may carry it with no samples).
+  std::optional<HealthReport> health;
   friend bool operator==(const TelemetryBatch&, const TelemetryBatch&) = default;
 };
 // Most samples one batch carries; an agent keeps no more than this many unsent.

@@ -400,6 +400,35 @@ TEST(ProtocolTelemetry, RoundTripKeepsUnsetFieldsUnset) {
   EXPECT_EQ(*back, b);
 }
 
+// The health program's verdict rides a batch (with or without samples); a hostile one is
+// refused with the field named.
+TEST(ProtocolTelemetry, HealthReportRoundTripsAndIsBounded) {
+  TelemetryBatch b;
+  b.node = "n1";
+  HealthReport h;
+  h.at_ms = 1795751271840;
+  h.node_reason = "exited 1: fan failure";
+  h.gpus = {{3, "retired pages pending"}, {0, ""}};
+  h.output = "gpu=3 bad retired pages pending\n";
+  b.health = h;
+  Result<TelemetryBatch> back =
+      DecodeTelemetryBatch(Json::parse(DumpJson(EncodeTelemetryBatch(b))));
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(*back, b);
+  EXPECT_FALSE(EncodeTelemetryBatch(SampleBatch()).contains("health"));
+
+  Json bad = Json::parse(DumpJson(EncodeTelemetryBatch(b)));
+  bad["health"]["gpus"][0]["index"] = -1;
+  EXPECT_NE(DecodeTelemetryBatch(bad).status().message().find("health.gpus[0].index"),
+            std::string::npos)
+      << DecodeTelemetryBatch(bad).status().message();
+  bad = Json::parse(DumpJson(EncodeTelemetryBatch(b)));
+  bad["health"]["output"] = std::string(9000, 'x');
+  EXPECT_FALSE(DecodeTelemetryBatch(bad).ok());
+  bad["health"] = "yes";
+  EXPECT_NE(DecodeTelemetryBatch(bad).status().message().find("health"), std::string::npos);
+}
+
 TEST(ProtocolTelemetry, UnknownFieldsAreIgnored) {
   Json j = Json::parse(DumpJson(EncodeTelemetryBatch(SampleBatch())));
   j["future"] = {1, 2};

@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "agent/job_files.h"
+#include "agent/runtime/health_check.h"
 #include "agent/runtime/rendezvous.h"
 #include "common/file_util.h"
 #include "common/strings.h"
@@ -90,6 +91,7 @@ Status AgentLoop::Register() {
   GP_RETURN_IF_ERROR(incompatible_);
   controller_minor_ = reply.version.major == 1 ? reply.version.minor : 99;
   registered_ = true;
+  SendHealth();  // the health check's verdict, before work comes (a failure is retried)
   spdlog::info(
       "agent: node {} registered with {} GPUs ({} jobs adopted), address {}, controller "
       "protocol {}",
@@ -784,12 +786,70 @@ void AgentLoop::TelemetryLoop() {
   }
 }
 
+bool AgentLoop::SendHealth() {
+  protocol::TelemetryBatch batch;
+  batch.node = options_.node_name;
+  {
+    std::lock_guard lock(health_mu_);
+    if (!unsent_health_) return true;
+    batch.health = unsent_health_;
+  }
+  if (!registered_ || controller_minor_ < 3) return false;  // before 1.3: no telemetry path
+  if (Status s = link_->PostTelemetry(batch); !s.ok()) {
+    spdlog::warn("agent: cannot send the health check's verdict yet: {}", s.message());
+    return false;
+  }
+  std::lock_guard lock(health_mu_);
+  if (unsent_health_ == batch.health) unsent_health_.reset();
+  return true;
+}
+
+void AgentLoop::HealthLoop() {
+  const int64_t period = int64_t{std::max(1, options_.health_check_interval_s)} * 1'000'000;
+  int64_t next = clock_->MonotonicMicros() + period;  // Run() did the first
+  while (!stopping_) {
+    // Until the verdict is sent, retry every few seconds; then wait for the next run.
+    const int64_t now = clock_->MonotonicMicros();
+    const int64_t wake = SendHealth() ? next : std::min(next, now + 2'000'000);
+    {
+      std::unique_lock lock(telemetry_mu_);
+      clock_->WaitUntil(telemetry_cv_, lock, wake, [this] { return stopping_.load(); });
+    }
+    if (stopping_ || clock_->MonotonicMicros() < next) continue;
+    protocol::HealthReport r = RunHealthCheck(
+        options_.health_check, options_.health_check_timeout_s, clock_->NowMicros() / 1000);
+    if (!r.passed)
+      spdlog::warn("agent: health check failed: {}",
+                   r.node_reason.empty() ? r.output : r.node_reason);
+    {
+      std::lock_guard lock(health_mu_);
+      unsent_health_ = std::move(r);
+    }
+    next = clock_->MonotonicMicros() + period;
+  }
+}
+
 void AgentLoop::Pause(int64_t micros) {
   std::unique_lock lock(pause_mu_);
   clock_->WaitFor(pause_cv_, lock, micros, [this] { return stopping_.load(); });
 }
 
 Status AgentLoop::Run() {
+  // The health program runs before the node first registers, so that its verdict goes
+  // with the registration (Register sends it at once) rather than after work arrived.
+  std::thread health;
+  if (!options_.health_check.empty()) {
+    protocol::HealthReport r = RunHealthCheck(
+        options_.health_check, options_.health_check_timeout_s, clock_->NowMicros() / 1000);
+    spdlog::info(
+        "agent: health check {}: {}", options_.health_check,
+        r.passed ? "passed" : "failed: " + (r.node_reason.empty() ? r.output : r.node_reason));
+    {
+      std::lock_guard lock(health_mu_);
+      unsent_health_ = std::move(r);
+    }
+    health = std::thread([this] { HealthLoop(); });
+  }
   std::thread reporter([this] { ReportEvents(); });
   std::thread telemetry;
   if (options_.sampler && options_.telemetry_interval_s > 0) {
@@ -820,6 +880,7 @@ Status AgentLoop::Run() {
   for (std::thread& t : launchers) t.join();
   reporter.join();
   if (telemetry.joinable()) telemetry.join();
+  if (health.joinable()) health.join();
   std::lock_guard lock(mu_);
   for (auto& [key, relay] : relays_) {
     if (relay) relay->Stop();

@@ -79,6 +79,11 @@ struct AgentLoopOptions {
   // enforcement "mps" is made a client of that GPU's daemon here. Null: no MPS (every
   // share is "none"). Must outlive the loop.
   agent::MpsDaemons* mps = nullptr;
+  // The node's health program (health_check.h; empty: none): run before the first
+  // registration, its verdict sent at once after it, then again every interval.
+  std::string health_check;
+  int health_check_interval_s = 300;
+  int health_check_timeout_s = 60;
 };
 
 // The pool job whose cgroup the process `pid` runs in (its /proc/PID/cgroup names a
@@ -155,6 +160,9 @@ class AgentLoop {
   void FailLaunch(const RunId& id, const std::string& reason, bool cancelled = false);
   void FailLaunchLocked(const RunId& id, const std::string& reason, bool cancelled);
   void TelemetryLoop();  // runs on its own thread while telemetry is on
+  void HealthLoop();     // runs on its own thread while a health program is set
+  // Sends the latest unsent health verdict (callers hold no lock); false if it could not.
+  bool SendHealth();
   // Waits `micros` of the clock's time, or until Stop: the back-off of a call that
   // failed. Under a ManualClock it ends as the test advances the clock.
   void Pause(int64_t micros);
@@ -170,7 +178,9 @@ class AgentLoop {
   bool mps_adopted_ = false;  // AdoptMpsClients ran (once, at the first registration)
   Status incompatible_;       // set by Register when the controller's protocol is too far off
   std::atomic<int> controller_minor_{-1};  // the controller's protocol minor (major 1)
-  std::mutex telemetry_mu_;                // guards unsent_telemetry_; taken alone
+  std::mutex health_mu_;                   // guards unsent_health_; taken alone
+  std::optional<protocol::HealthReport> unsent_health_;
+  std::mutex telemetry_mu_;  // guards unsent_telemetry_; taken alone
   std::condition_variable telemetry_cv_;
   std::deque<protocol::GpuTelemetry> unsent_telemetry_;
 

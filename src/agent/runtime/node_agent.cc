@@ -280,6 +280,9 @@ Status NodeAgent::Start(std::shared_ptr<protocol::ControllerLink> link) {
   ao.cdi_kind = options_.cdi_kind;
   ao.cdi_error = cdi_error_;
   ao.mps = mps_.get();
+  ao.health_check = options_.health_check;
+  ao.health_check_interval_s = options_.health_check_interval_s;
+  ao.health_check_timeout_s = options_.health_check_timeout_s;
   loop_ = std::make_unique<AgentLoop>(ao, std::move(link), launcher_.get());
   AgentLoop* loop = loop_.get();
   thread_ = std::thread([this, loop] {

@@ -46,6 +46,10 @@ struct NodeAgentOptions {
   // requires it (Start fails without it); "none": shares are scheduled, not enforced.
   std::string gpu_enforcement = "auto";
   std::string mps_control;  // its path; empty = looked up (mps.h, FindMpsControl)
+  // The node's health program (health_check.h), its period and time limit.
+  std::string health_check;
+  int health_check_interval_s = 300;
+  int health_check_timeout_s = 60;
 };
 
 class NodeAgent {

@@ -101,6 +101,11 @@ net::HttpResponse ServeAgentTelemetry(const ApiContext& ctx, const Call& c) {
   if (Status s = ctx.controller->ObserveGpuErrors(batch->node, batch->samples); !s.ok()) {
     return ErrorResponse(s);
   }
+  if (batch->health) {
+    if (Status s = ctx.controller->ObserveHealthReport(batch->node, *batch->health); !s.ok()) {
+      return ErrorResponse(s);
+    }
+  }
   const size_t kept = ctx.telemetry->Ingest(std::move(*batch));
   return JsonResponse(200, {{"ok", true}, {"accepted", kept}});
 }
