@@ -74,7 +74,8 @@ fi
 
 # Contents.
 contents=$(dpkg-deb -c "$deb" | awk '{print $1, $NF}')
-for f in ./usr/bin/gpupool ./usr/bin/gpupool-exec ./usr/bin/gpupool-agent-shim; do
+for f in ./usr/bin/gpupool ./usr/bin/gpupool-exec ./usr/bin/gpupool-agent-shim \
+  ./usr/share/gpupool/gpupool-health-check; do
   grep -qx -- "-rwxr-xr-x $f" <<<"$contents" || fail "$f is missing or not 0755"
 done
 for f in ./lib/systemd/system/gpupool-server.service ./lib/systemd/system/gpupool-agent.service \

@@ -50,6 +50,7 @@ install -m 0755 "$here/fake-nvidia-smi" "$out/fake/nvidia-smi"
 install -m 0644 "$here/nodecheck.py" "$here/nodecheck_lib.py" "$here/nodecheck_checks.py" \
   "$here/torch_job.py" "$out/share/"
 install -m 0755 "$here/standin-dev.sh" "$out/share/standin-dev.sh"
+install -m 0755 "$here/../health-check/gpupool-health-check" "$out/share/gpupool-health-check"
 install -m 0755 "$here/run.sh" "$out/run.sh"
 
 # Shared libraries beyond glibc: glibc's own (the target's is newer, and glibc is
