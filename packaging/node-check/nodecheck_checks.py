@@ -674,14 +674,22 @@ def check_health(ctx):
         raise Skip("the fault is a real GPU's (a device-side assert, Xid 43); the fake's scripted "
                    "Xid is checked by the xid check and CI's gpu_health test")
     d = ctx.dir("health")
+    # The shipped health program against the real driver: a node fit to take work passes.
+    program = os.path.join(ctx.kit, "share", "gpupool-health-check")
+    rc, out, err = run([program], env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LC_ALL": "C"},
+                       timeout=60, save=os.path.join(d, "health-check"))
+    program_result = {"exit": rc, "output": tail(out + err, 800)}
     bad = submit(ctx, "nodecheck-fault", ["--gpus", "1"], [ctx.torch_python, ctx.job_script, "fault"])["id"]
     j = wait_job(ctx, bad, FINAL, 40)
     save_job(ctx, d, bad)
     ev = events(logs(ctx, bad))
     uuid = j["placement"][0]["gpu_uuids"][0] if j.get("placement") else None
     details = {"fault_job": {"id": bad, "state": j["state"], "reason": j.get("reason"),
-                             "fault": ev.get("fault")}, "gpu": uuid}
+                             "fault": ev.get("fault")}, "gpu": uuid, "health_program": program_result}
     problems = []
+    if rc != 0 or " bad" in out:
+        problems.append("the health program (share/gpupool-health-check) did not pass: exit %s: %s" % (
+            rc, tail(out + err, 300)))
     if j["state"] != "FAILED" or not (ev.get("fault") or {}).get("error"):
         problems.append("the faulting job ended %s (%s) without CUDA reporting the assert" % (
             j["state"], j.get("reason")))
@@ -717,9 +725,10 @@ def check_health(ctx):
     if problems:
         details["problems"] = problems
         return FAIL, "; ".join(problems[:3]), details
-    return PASS, ("a job's device-side assert made Xid 43 on %s: the controller had it %.1f s after the "
-                  "job ended, the health policy kept the GPU in service (an application error), and "
-                  "the next job ran") % (uuid, details["xid_seen_s"]), details
+    return PASS, ("the health program passed; a job's device-side assert made Xid 43 on %s: the "
+                  "controller had it %.1f s after the job ended, the health policy kept the GPU in "
+                  "service (an application error), and the next job ran") % (
+                      uuid, details["xid_seen_s"]), details
 
 
 CHECK_FUNCS = {"discovery": check_discovery, "real-driver-tests": check_real_driver_tests,
