@@ -69,6 +69,7 @@ struct ServerFlags {
   int time_limit_grace_s = 60;
   std::string health_xid;
   double health_breaker = 0.1;
+  bool mps_multi_user = false;
   std::vector<std::string> podman_args;  // global podman flags for image inspection
   std::string advertise;  // `server`: the API address other machines use (--advertise)
   int lease_ms = 5000;    // `server` on PostgreSQL: the leadership lease (--lease-ms)
@@ -157,6 +158,7 @@ Result<server::ServerOptions> ServerOptionsOf(const ServerFlags& f,
   co.time_limit_grace_s = f.time_limit_grace_s;
   co.health_xid = f.health_xid;
   co.health_breaker_fraction = f.health_breaker;
+  co.mps_multi_user = f.mps_multi_user;
   co.max_queued_per_user = f.max_queued_per_user;
   co.max_queued_total = f.max_queued_total;
   co.max_array_size = f.max_array_size;
@@ -215,6 +217,10 @@ void AddServerFlags(CLI::App* cmd, ServerFlags* f) {
                   "(docs/health.md)")
       ->capture_default_str()
       ->check(CLI::Range(0.001, 1.0));
+  cmd->add_flag("--mps-multi-user", f->mps_multi_user,
+                "let several users' GPU shares run on one MPS GPU at once; by default an MPS "
+                "GPU takes one user's shares at a time, since MPS serves one user per GPU "
+                "(docs/sharing.md)");
   // Issue 25 item 7 (queue flooding): Slurm-like defaults, so that no one user, and not
   // all together, can fill the store's disk and the controller's memory with queued jobs.
   cmd->add_option("--max-queued-per-user", f->max_queued_per_user,

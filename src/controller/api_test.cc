@@ -96,7 +96,8 @@ class ApiAccessTest : public ::testing::Test {
     r.peer = net::PeerCredentials{1, uid, uid};
     return api_->Handle(r);
   }
-  static std::string NodeInfoJson(int gpus) {
+  // `enforcement`: GPU 0's (gpu::GpuInfo), the others' left unstated.
+  static std::string NodeInfoJson(int gpus, const std::string& enforcement = "") {
     gpu::NodeInfo n;
     for (int i = 0; i < gpus; ++i) {
       gpu::GpuInfo g;
@@ -105,13 +106,16 @@ class ApiAccessTest : public ::testing::Test {
       g.name = "NVIDIA A100-SXM4-80GB";
       g.uuid = "GPU-" + std::to_string(1000 + i);
       g.memory_total_bytes = uint64_t{80} << 30;
+      if (i == 0) g.enforcement = enforcement;
       n.gpus.push_back(g);
     }
     return DumpJson(gpu::NodeToJson(n));
   }
-  static std::string RegisterBody(const std::string& node, int gpus) {
+  static std::string RegisterBody(const std::string& node, int gpus,
+                                  const std::string& enforcement = "") {
     return R"({"protocol": "1.2", "node": ")" + node +
-           R"(", "cpu_milli": 8000, "memory_mib": 65536, "info": )" + NodeInfoJson(gpus) + "}";
+           R"(", "cpu_milli": 8000, "memory_mib": 65536, "info": )" +
+           NodeInfoJson(gpus, enforcement) + "}";
   }
   static std::string Error(const net::HttpResponse& r) {
     Result<Json> j = ParseJson(r.body, "answer");
@@ -664,6 +668,16 @@ TEST_F(ApiAccessTest, OnlyAdminsDrainAndResumeNodes) {
   node = ParseJson(r.body, "answer").value()["node"];
   EXPECT_EQ(node["state"], "up");
   EXPECT_FALSE(node.contains("drain_reason"));
+}
+
+// Issue 28: a GPU's enforcement mode as its agent registered it, where it stated one.
+TEST_F(ApiAccessTest, NodesShowTheEnforcementTheAgentStated) {
+  ASSERT_EQ(AsUid(0, "POST", "/v1/agent/register", {}, RegisterBody("vm", 2, "mps")).status, 200);
+  Json listed = ParseJson(AsUid(user_uid_, "GET", "/v1/nodes").body, "answer").value();
+  const Json& gpus = listed["nodes"][0]["gpus"];
+  ASSERT_EQ(gpus.size(), 2u);
+  EXPECT_EQ(gpus[0]["enforcement"], "mps");
+  EXPECT_FALSE(gpus[1].contains("enforcement"));  // not stated
 }
 
 TEST_F(ApiAccessTest, MetricsTokenReadsAggregatesOnly) {

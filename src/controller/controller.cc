@@ -38,8 +38,8 @@ Controller::~Controller() { Stop(); }
 
 Result<std::unique_ptr<Controller>> Controller::Create(store::Store* store, const Clock* clock,
                                                        ControllerOptions options) {
-  Result<std::unique_ptr<JobScheduler>> scheduler =
-      JobScheduler::Create(options.placement_policy, options.queue_policy, options.start_rule);
+  Result<std::unique_ptr<JobScheduler>> scheduler = JobScheduler::Create(
+      options.placement_policy, options.queue_policy, options.start_rule, options.mps_multi_user);
   if (!scheduler.ok()) return scheduler.status().WithContext("scheduler configuration");
   Result<gpu::HealthPolicy> health = gpu::HealthPolicy::Create(options.health_xid);
   if (!health.ok()) return health.status().WithContext("--health-xid");
@@ -77,6 +77,7 @@ void Controller::Touched(int64_t id) {
   auto slim = std::make_shared<Job>();
   slim->id = job.id;
   slim->user = job.user;
+  slim->uid = job.uid;  // owns its share of an MPS GPU (sched_input.h)
   slim->project = job.project;
   slim->request = job.request;
   slim->priority = job.priority;

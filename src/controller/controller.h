@@ -90,6 +90,11 @@ struct ControllerOptions {
   // it, errors are recorded (suspect, a log line, gpupool_health_actions_held_total) but
   // not acted on, so that a driver bug cannot drain the pool (--health-breaker).
   double health_breaker_fraction = 0.1;
+  // MPS serves one Unix user per GPU at a time: unless this is set (--mps-multi-user), a
+  // GPU whose node states enforcement "mps" takes the shares of one user at a time and
+  // another user's share waits (sched_input.h). Set it where the MPS control daemons let
+  // several users share a server (docs/sharing.md).
+  bool mps_multi_user = false;
   // Bounds on the queue (issue 25 item 7: one user queued 107,000 jobs in 25 s, 880 MB
   // of store), from the server's config file ([server] max-queued-per-user, ...). A
   // submission past one is refused whole, naming it; admins' too. Queued = PENDING, held

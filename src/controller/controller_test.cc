@@ -76,6 +76,7 @@ class ControllerTest : public ::testing::Test {
     protocol::Registration r;
     r.node = node;
     r.info = MakeNode(gpus);
+    for (gpu::GpuInfo& g : r.info.gpus) g.enforcement = enforcement_;
     if (node != "n1") {
       for (gpu::GpuInfo& g : r.info.gpus) g.uuid += "-" + node;
     }
@@ -102,6 +103,7 @@ class ControllerTest : public ::testing::Test {
   }
 
   std::map<std::string, std::string> address_;
+  std::string enforcement_;  // every GPU's, as Register states it (gpu::GpuInfo)
   protocol::Version version_ = protocol::kVersion;
   ManualClock clock_{1'700'000'000'000'000};
   std::unique_ptr<store::Store> store_;
@@ -804,6 +806,63 @@ TEST_F(ControllerTest, SharedGpuHoldsTwoHalfJobs) {
   auto nodes = c_->Nodes();
   ASSERT_EQ(nodes.size(), 1u);
   EXPECT_EQ(nodes[0].allocated_milli[0], 1000);
+}
+
+// Issue 28: MPS serves one Unix user per GPU at a time, so a GPU whose node states MPS
+// takes one user's shares at a time: bob's share waits, saying why, until alice's ends.
+TEST_F(ControllerTest, MpsGpuTakesOneUsersSharesAtATime) {
+  enforcement_ = "mps";
+  Register(1);
+  Job a = c_->Submit(MakeJob(1, 300), alice_).value();
+  Job b = c_->Submit(MakeJob(1, 300), bob_).value();
+  ASSERT_TRUE(c_->ScheduleOnce().ok());
+  a = Get(a.id);
+  ASSERT_EQ(a.state, JobState::kAssigned);
+  EXPECT_EQ(Get(b.id).state, JobState::kPending);
+  EXPECT_EQ(Get(b.id).pending_reason,
+            "needs 0.3 of one GPU; the MPS GPUs that fit are held by another user's shares; MPS "
+            "serves one user per GPU (gpupool server --mps-multi-user allows several); 0/1 nodes "
+            "are available: 1 single-owner GPUs held by another owner");
+  ASSERT_TRUE(Apply({Ev(a, protocol::EventKind::kStarted)}).ok());
+  ASSERT_TRUE(c_->ScheduleOnce().ok());
+  EXPECT_EQ(Get(b.id).state, JobState::kPending);  // alice's share still runs
+  ASSERT_TRUE(Apply({Ev(a, protocol::EventKind::kExited, 0)}).ok());
+  ASSERT_TRUE(c_->ScheduleOnce().ok());
+  b = Get(b.id);
+  ASSERT_EQ(b.state, JobState::kAssigned);
+  EXPECT_EQ(b.placement[0].gpu_uuids, a.placement[0].gpu_uuids);
+  // Now bob holds it: alice's next share waits for him.
+  Job a2 = c_->Submit(MakeJob(1, 300), alice_).value();
+  ASSERT_TRUE(c_->ScheduleOnce().ok());
+  EXPECT_EQ(Get(a2.id).state, JobState::kPending);
+  EXPECT_NE(Get(a2.id).pending_reason.find("held by another user's shares"), std::string::npos);
+}
+
+// Where the admin lets MPS serve several users (--mps-multi-user), two users' shares
+// share an MPS GPU at once.
+TEST_F(ControllerTest, MpsMultiUserLetsSeveralUsersShareAnMpsGpu) {
+  ControllerOptions options;
+  options.mps_multi_user = true;
+  Restart(options);
+  enforcement_ = "mps";
+  Register(1);
+  Job a = c_->Submit(MakeJob(1, 300), alice_).value();
+  Job b = c_->Submit(MakeJob(1, 300), bob_).value();
+  ASSERT_TRUE(c_->ScheduleOnce().ok());
+  ASSERT_EQ(Get(a.id).state, JobState::kAssigned);
+  ASSERT_EQ(Get(b.id).state, JobState::kAssigned);
+  EXPECT_EQ(Get(a.id).placement[0].gpu_uuids, Get(b.id).placement[0].gpu_uuids);
+}
+
+// A GPU that is not an MPS GPU ("none": shares scheduled, not enforced) takes any user's.
+TEST_F(ControllerTest, AGpuWithoutMpsTakesSeveralUsersShares) {
+  enforcement_ = "none";
+  Register(1);
+  Job a = c_->Submit(MakeJob(1, 300), alice_).value();
+  Job b = c_->Submit(MakeJob(1, 300), bob_).value();
+  ASSERT_TRUE(c_->ScheduleOnce().ok());
+  EXPECT_EQ(Get(a.id).state, JobState::kAssigned);
+  EXPECT_EQ(Get(b.id).state, JobState::kAssigned);
 }
 
 TEST_F(ControllerTest, PendingReasonNamesTheLargestIdleBlock) {

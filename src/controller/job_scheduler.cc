@@ -11,12 +11,15 @@ std::string HeldReason(const jobs::Job& job) {
 
 Result<std::unique_ptr<JobScheduler>> JobScheduler::Create(const std::string& placement_policy,
                                                            const std::string& queue_policy,
-                                                           const std::string& start_rule) {
+                                                           const std::string& start_rule,
+                                                           bool mps_multi_user) {
   sched::ProfileSpec spec;
   spec.placement_policy = placement_policy;
   spec.queue_policy = queue_policy;
+  spec.single_owner_note = kMpsOneUserNote;
   GP_ASSIGN_OR_RETURN(spec.pass.rule, sched::ParseStartRule(start_rule));
   std::unique_ptr<JobScheduler> s(new JobScheduler());
+  s->mps_multi_user_ = mps_multi_user;
   GP_ASSIGN_OR_RETURN(s->profile_, sched::SchedulingProfile::Create(spec));
   return s;
 }
@@ -39,7 +42,7 @@ std::string JobScheduler::NeverFits(const jobs::Job& job, const std::vector<Sche
 Result<ScheduleResult> JobScheduler::Plan(const std::vector<const jobs::Job*>& active,
                                           const std::vector<SchedNode>& nodes, int64_t now_s,
                                           const AdmissionFeed& feed, const Limits& limits) {
-  SchedInput in(nodes);
+  SchedInput in(nodes, mps_multi_user_);
   in.AddJobs(active, feed);
   sched::PassContext ctx;
   ctx.now_s = now_s;

@@ -24,6 +24,12 @@ namespace gpupool::controller {
 // The pending reason of a held job: who held it and how to release it.
 std::string HeldReason(const jobs::Job& job);
 
+// Ends the pending reason of a share that waits only because the MPS GPUs that could take
+// it run another user's shares.
+inline constexpr const char* kMpsOneUserNote =
+    "the MPS GPUs that fit are held by another user's shares; MPS serves one user per GPU "
+    "(gpupool server --mps-multi-user allows several)";
+
 struct ScheduleResult {
   std::map<int64_t, std::vector<jobs::TaskPlacement>> starts;  // job id -> placements
   std::map<int64_t, std::string> pending_reasons;              // for jobs left pending
@@ -31,9 +37,11 @@ struct ScheduleResult {
 
 class JobScheduler {
  public:
+  // `mps_multi_user`: MPS GPUs take several users' shares at once (sched_input.h).
   static Result<std::unique_ptr<JobScheduler>> Create(const std::string& placement_policy,
                                                       const std::string& queue_policy,
-                                                      const std::string& start_rule);
+                                                      const std::string& start_rule,
+                                                      bool mps_multi_user = false);
 
   // `active` holds every non-terminal job; ASSIGNED/RUNNING ones occupy their GPUs.
   // `feed` says which pending jobs wait for their dependencies or for an earlier attempt
@@ -48,6 +56,7 @@ class JobScheduler {
  private:
   JobScheduler() = default;
   std::unique_ptr<sched::SchedulingProfile> profile_;
+  bool mps_multi_user_ = false;
 };
 
 }  // namespace gpupool::controller

@@ -28,7 +28,8 @@ int32_t CapabilityOf(const gpu::GpuInfo& g) {
   return g.compute_capability ? g.compute_capability->major * 10 + g.compute_capability->minor : 0;
 }
 
-sched::NodeSpec SpecOf(const SchedNode& n) {
+// `mps_multi_user`: see SchedInput's constructor.
+sched::NodeSpec SpecOf(const SchedNode& n, bool mps_multi_user) {
   sched::NodeSpec spec{n.name, n.cpu_milli, n.memory_mib,
                        n.info ? static_cast<int32_t>(n.info->gpus.size()) : 0};
   if (spec.num_gpus > 0) {
@@ -38,6 +39,9 @@ sched::NodeSpec SpecOf(const SchedNode& n) {
     for (const auto& other : n.info->gpus) min_mem = std::min(min_mem, other.memory_total_bytes);
     spec.gpu_memory_mib = static_cast<int64_t>(min_mem / kMiB);
     spec.gpu_capability = CapabilityOf(g);
+    for (size_t i = 0; i < n.info->gpus.size() && i < 64 && !mps_multi_user; ++i) {
+      if (n.info->gpus[i].enforcement == "mps") spec.single_owner_gpus |= uint64_t{1} << i;
+    }
   }
   return spec;
 }
@@ -70,9 +74,9 @@ std::string GpuModelKey(const std::string& gpu_name) {
   return gpu_name.empty() ? std::string("GPU") : gpu_name;
 }
 
-SchedInput::SchedInput(const std::vector<SchedNode>& nodes) : nodes_(nodes) {
+SchedInput::SchedInput(const std::vector<SchedNode>& nodes, bool mps_multi_user) : nodes_(nodes) {
   for (const SchedNode& n : nodes) {
-    if (!cluster.AddNode(SpecOf(n)).ok()) continue;
+    if (!cluster.AddNode(SpecOf(n, mps_multi_user)).ok()) continue;
     if (n.draining) draining.push_back(cluster.num_nodes() - 1);
     node_of_.push_back(&n);
     if (n.info == nullptr || n.info->gpus.empty()) continue;
@@ -105,6 +109,10 @@ Result<sched::Task> SchedInput::TaskFor(const jobs::Job& job) const {
                        std::atoi(r.min_capability.substr(dot + 1).c_str());
   }
   if (r.gpus == 0) return t;
+  // A share's owner: MPS GPUs take one user's shares at a time (cluster_state.h).
+  if (r.gpus == 1 && (r.gpu_milli < 1000 || r.gpu_memory_bytes > 0)) {
+    t.owner = int64_t{job.uid} + 1;
+  }
   std::vector<uint64_t> memories;  // of the allowed models
   for (const ModelFacts& m : models_) {
     if (!r.vendor.empty() && m.vendor != r.vendor) continue;
@@ -257,7 +265,16 @@ void SchedInput::Occupy(const jobs::Job& job, const sched::QueuedJob& q) {
   }
   bool allocated = true;
   for (size_t t = 0; t < r.placements.size(); ++t) {
-    if (!cluster.Allocate(q.tasks[t], r.placements[t]).ok()) allocated = false;
+    if (cluster.Allocate(q.tasks[t], r.placements[t]).ok()) continue;
+    // Shares of several users that already run on one MPS GPU (placed while
+    // --mps-multi-user was on, or before the node stated MPS) still hold what they use:
+    // the later ones are counted without an owner, and the GPU keeps its first owner
+    // until it is idle.
+    sched::Task ownerless = q.tasks[t];
+    ownerless.owner = 0;
+    if (q.tasks[t].owner == 0 || !cluster.Allocate(ownerless, r.placements[t]).ok()) {
+      allocated = false;
+    }
   }
   if (allocated) running.push_back(std::move(r));
 }

@@ -7,6 +7,12 @@
 // smallest GPU that has it; a request no node's GPUs can meet makes the job unplaceable
 // with the reason. Pure: no I/O, no clock. One instance per pass; not copyable (the
 // queues point into it).
+//
+// MPS serves one Unix user per GPU at a time (docs/sharing.md): a GPU whose node states
+// enforcement "mps" is single-owner in the cluster (sched/cluster_state.h) unless the
+// admin allowed several users (--mps-multi-user), and a share (one GPU, a gpu_milli
+// below 1000 or a GPU memory size) is owned by its job's uid + 1. Running shares are
+// allocated with their owner, so the cluster knows who holds each MPS GPU.
 #pragma once
 
 #include <cstdint>
@@ -51,7 +57,8 @@ std::string GpuModelKey(const std::string& gpu_name);
 
 class SchedInput {
  public:
-  explicit SchedInput(const std::vector<SchedNode>& nodes);
+  // `mps_multi_user`: MPS GPUs take several users' shares at once (not single-owner).
+  explicit SchedInput(const std::vector<SchedNode>& nodes, bool mps_multi_user = false);
   SchedInput(const SchedInput&) = delete;
   SchedInput& operator=(const SchedInput&) = delete;
 

@@ -45,6 +45,11 @@ Status ClusterState::AddNode(const NodeSpec& s) {
     return Status::InvalidArgument(
         fmt::format("node '{}' has {} GPUs but no GPU model; give the model", s.name, s.num_gpus));
   }
+  if (s.num_gpus < 64 && (s.single_owner_gpus >> s.num_gpus) != 0) {
+    return Status::InvalidArgument(
+        fmt::format("node '{}' marks GPU {} single-owner but has {} GPUs", s.name,
+                    63 - __builtin_clzll(s.single_owner_gpus), s.num_gpus));
+  }
   NodeState n;
   n.name = s.name;
   n.cpu_capacity_milli = n.cpu_free_milli = s.cpu_milli;
@@ -61,12 +66,39 @@ Status ClusterState::AddNode(const NodeSpec& s) {
   n.gpu_capability = s.gpu_capability;
   n.gpu_free_milli.assign(static_cast<size_t>(s.num_gpus), 1000);
   n.gpu_free_total = int64_t{s.num_gpus} * 1000;
+  n.single_owner_gpus = s.single_owner_gpus;
+  if (s.single_owner_gpus != 0) {
+    gpu_owner_.resize(nodes_.size());  // the first such node sizes the table
+    ++single_owner_nodes_;
+  }
+  if (single_owner_nodes_ > 0) {
+    gpu_owner_.emplace_back(s.single_owner_gpus != 0 ? static_cast<size_t>(s.num_gpus) : 0, 0);
+  }
   n.version = NextVersion();
   capacity_ += n.Capacity();
   free_ += n.Free();
   scan_order_.push_back(num_nodes());
   nodes_.push_back(std::move(n));
   return Status::Ok();
+}
+
+int64_t ClusterState::OwnerOf(int32_t i, int32_t g) const {
+  if ((node(i).single_owner_gpus >> g & 1) == 0) return 0;
+  return gpu_owner_[static_cast<size_t>(i)][static_cast<size_t>(g)];
+}
+
+uint64_t ClusterState::HeldByOthersThan(int32_t i, int64_t owner) const {
+  const NodeState& n = node(i);
+  const std::vector<int64_t>& owners = gpu_owner_[static_cast<size_t>(i)];
+  uint64_t held = 0;
+  for (uint64_t m = n.single_owner_gpus; m != 0; m &= m - 1) {
+    const int g = __builtin_ctzll(m);
+    if (n.gpu_free_milli[static_cast<size_t>(g)] < 1000 &&
+        owners[static_cast<size_t>(g)] != owner) {
+      held |= uint64_t{1} << g;
+    }
+  }
+  return held;
 }
 
 int32_t ClusterState::FindNode(std::string_view name) const {
@@ -133,9 +165,25 @@ bool ClusterState::Fits(int32_t i, const Task& task) const {
   const NodeState& n = node(i);
   if (n.cpu_free_milli < task.cpu_milli || n.memory_free_mib < task.memory_mib) return false;
   if (task.num_gpu == 0) return true;
+  // Placement calls this for every node and task: a task with an owner takes the other
+  // way, so that the plain check below costs what it did before owners (one test).
+  if (task.owner != 0) [[unlikely]]
+    return FitsAsOwner(i, task);
   if (!ModelAllowed(n, task)) return false;
   int32_t ok = 0;
   for (int32_t f : n.gpu_free_milli) ok += (f >= task.gpu_milli);
+  return ok >= task.num_gpu;
+}
+
+// The GPU part of Fits for a task with an owner: GPUs another owner holds do not count.
+[[gnu::noinline]] bool ClusterState::FitsAsOwner(int32_t i, const Task& task) const {
+  const NodeState& n = node(i);
+  if (!ModelAllowed(n, task)) return false;
+  const uint64_t held = HeldByOthers(i, task);
+  int32_t ok = 0;
+  for (int32_t g = 0; g < n.num_gpus(); ++g) {
+    ok += (held >> g & 1) == 0 && n.gpu_free_milli[static_cast<size_t>(g)] >= task.gpu_milli;
+  }
   return ok >= task.num_gpu;
 }
 
@@ -154,10 +202,16 @@ std::string ClusterState::WhyNotFit(int32_t i, const Task& task) const {
       case Refusal::kNone:
         break;
     }
-    int32_t ok = 0;
-    for (int32_t f : n.gpu_free_milli) ok += (f >= task.gpu_milli);
+    int32_t ok = 0, mine = 0;
+    const uint64_t held = HeldByOthers(i, task);
+    for (int32_t g = 0; g < n.num_gpus(); ++g) {
+      const bool fits = n.gpu_free_milli[static_cast<size_t>(g)] >= task.gpu_milli;
+      ok += fits;
+      mine += fits && (held >> g & 1) == 0;
+    }
     if (ok < task.num_gpu)
       return task.IsFractional() ? "insufficient GPU share" : "insufficient GPUs";
+    if (mine < task.num_gpu) return "single-owner GPUs held by another owner";
   }
   if (n.cpu_free_milli < task.cpu_milli) return "insufficient CPU";
   if (n.memory_free_mib < task.memory_mib) return "insufficient memory";
@@ -209,10 +263,29 @@ Status ClusterState::Allocate(const Task& task, const Placement& p) {
           task.gpu_milli, g, n.name, n.gpu_free_milli[static_cast<size_t>(g)]));
     }
   }
+  if (const uint64_t held = HeldByOthers(p.node, task); held != 0) {
+    for (int32_t g : p.gpus) {
+      if ((held >> g & 1) != 0) {
+        return Status::FailedPrecondition(fmt::format(
+            "task '{}' of owner {} may not use GPU {} of node '{}': the GPU serves one owner "
+            "at a time and {} holds it",
+            task.name, task.owner, g, n.name,
+            OwnerOf(p.node, g) == 0 ? std::string("a task without an owner")
+                                    : fmt::format("owner {}", OwnerOf(p.node, g))));
+      }
+    }
+  }
   n.cpu_free_milli -= task.cpu_milli;
   n.memory_free_mib -= task.memory_mib;
   for (int32_t g : p.gpus) n.gpu_free_milli[static_cast<size_t>(g)] -= task.gpu_milli;
   n.gpu_free_total -= task.TotalGpuMilli();
+  if (n.single_owner_gpus != 0 && task.owner != 0 && task.IsFractional()) {
+    for (int32_t g : p.gpus) {
+      if ((n.single_owner_gpus >> g & 1) != 0) {
+        gpu_owner_[static_cast<size_t>(p.node)][static_cast<size_t>(g)] = task.owner;
+      }
+    }
+  }
   if (int32_t kind = GpuTaskKind(task); kind >= 0) {
     auto it = std::find_if(n.gpu_task_kinds.begin(), n.gpu_task_kinds.end(),
                            [kind](const auto& e) { return e.first == kind; });
@@ -247,6 +320,13 @@ Status ClusterState::Release(const Task& task, const Placement& p) {
   n.memory_free_mib += task.memory_mib;
   for (int32_t g : p.gpus) n.gpu_free_milli[static_cast<size_t>(g)] += task.gpu_milli;
   n.gpu_free_total += task.TotalGpuMilli();
+  if (n.single_owner_gpus != 0) {
+    for (int32_t g : p.gpus) {
+      if ((n.single_owner_gpus >> g & 1) != 0 && n.gpu_free_milli[static_cast<size_t>(g)] == 1000) {
+        gpu_owner_[static_cast<size_t>(p.node)][static_cast<size_t>(g)] = 0;
+      }
+    }
+  }
   if (int32_t kind = GpuTaskKind(task); kind >= 0) {
     auto it = std::find_if(n.gpu_task_kinds.begin(), n.gpu_task_kinds.end(),
                            [kind](const auto& e) { return e.first == kind; });

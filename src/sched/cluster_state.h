@@ -6,9 +6,18 @@
 // and Release apply a Placement and keep every derived field (totals, versions,
 // per-node counts of placed GPU task kinds) consistent.
 //
+// Single-owner GPUs (NodeSpec::single_owner_gpus; the controller marks NVIDIA MPS GPUs,
+// whose MPS server serves one Unix user at a time) hold the fractional tasks of one owner
+// (Task::owner) at a time: a fractional task with owner U may use such a GPU only when
+// the GPU is idle (1000 free) or its current owner is U. Allocate makes U the owner when
+// such a task lands on an idle one; Release clears the owner when the GPU is idle again.
+// Tasks without an owner (0) and whole-GPU tasks are not restricted (a whole-GPU task
+// needs an idle GPU anyway). Without single-owner GPUs nothing of this costs anything.
+//
 // Invariants (checked by Allocate/Release, which refuse rather than break them):
 //   0 <= cpu_free_milli <= cpu_capacity_milli, 0 <= memory_free_mib <= capacity,
-//   0 <= gpu_free_milli[i] <= 1000, gpu_free_total == sum(gpu_free_milli).
+//   0 <= gpu_free_milli[i] <= 1000, gpu_free_total == sum(gpu_free_milli), and the
+//   single-owner rule above.
 // `version` of a node changes on every change of that node and is unique in the
 // process, so policies may cache per-node results keyed by (node index, version).
 // Thread-compatible: concurrent reads are safe, writes need external synchronisation. Copying is
@@ -36,6 +45,8 @@ struct NodeSpec {
   std::string gpu_model;       // empty when num_gpus == 0
   int64_t gpu_memory_mib = 0;  // per GPU; 0 = unknown
   int32_t gpu_capability = 0;  // e.g. 80 for compute capability 8.0; 0 = unknown
+  // Bit i set: GPU i serves the fractional tasks of one owner at a time (see above).
+  uint64_t single_owner_gpus = 0;
 };
 
 struct NodeState {
@@ -46,14 +57,17 @@ struct NodeState {
   int64_t memory_free_mib = 0;
   std::string gpu_model;
   int32_t model_id = -1;  // index into ClusterState::models(); -1 without GPUs
-  int64_t gpu_memory_mib = 0;
   int32_t gpu_capability = 0;
+  int64_t gpu_memory_mib = 0;
   std::vector<int32_t> gpu_free_milli;  // per GPU, 0..1000
   int64_t gpu_free_total = 0;           // sum of gpu_free_milli
   uint64_t version = 0;                 // new, process-unique value on every change
   // Placed GPU tasks by kind: key 0 = fractional, key k > 0 = k whole GPUs; value = count.
   // Used by GpuClustering ("which request sizes run here").
   std::vector<std::pair<int32_t, int32_t>> gpu_task_kinds;
+  // As NodeSpec's; the GPUs' owners are the ClusterState's (OwnerOf), which keeps this
+  // struct as small as it was for the placement loops.
+  uint64_t single_owner_gpus = 0;
 
   int32_t num_gpus() const { return static_cast<int32_t>(gpu_free_milli.size()); }
   int64_t gpu_capacity_milli() const { return int64_t{num_gpus()} * 1000; }
@@ -101,19 +115,34 @@ class ClusterState {
   // capability, capacities, GPU count). Used to find tasks that can never be placed.
   bool CouldEverHost(int32_t i, const Task& task) const;
   // Fit now: CPU, memory, model, capability and num_gpu GPUs with free >= gpu_milli.
+  // It respects the single-owner rule (HeldByOthers).
   bool Fits(int32_t i, const Task& task) const;
   // The static part of Fits: the node's GPU model, capability and name suit the task
   // (always true for CPU-only tasks).
   bool Allows(int32_t i, const Task& task) const;
   // Why `task` does not fit node `i` now, in a few words that read after a count ("no
-  // GPUs", "other GPU model", "insufficient GPUs", "insufficient CPU"); GPU reasons come
-  // first. Empty when it fits.
+  // GPUs", "other GPU model", "insufficient GPUs", "single-owner GPUs held by another
+  // owner", "insufficient CPU"); GPU reasons come first. Empty when it fits.
   std::string WhyNotFit(int32_t i, const Task& task) const;
 
   // Applies / undoes a placement. Both validate the placement against the task and the
-  // node's free amounts and change nothing when it is invalid.
+  // node's free amounts (and Allocate against the single-owner rule) and change nothing
+  // when it is invalid.
   Status Allocate(const Task& task, const Placement& placement);
   Status Release(const Task& task, const Placement& placement);
+
+  // Whether any node has a single-owner GPU (policies key their caches by owner only then).
+  bool has_single_owner_gpus() const { return single_owner_nodes_ > 0; }
+  // The current owner of GPU g of node i; 0 when none or when the GPU is not single-owner.
+  int64_t OwnerOf(int32_t i, int32_t g) const;
+  // The GPUs of node i (bit g = GPU g) that `task` may not use because another owner
+  // holds them: for a fractional task with an owner, the node's single-owner GPUs in use
+  // by someone else. 0 otherwise; the task is looked at first, so a task without an
+  // owner (all the simulator's) costs one test.
+  uint64_t HeldByOthers(int32_t i, const Task& task) const {
+    if (task.owner == 0 || !task.IsFractional() || node(i).single_owner_gpus == 0) return 0;
+    return HeldByOthersThan(i, task.owner);
+  }
 
   Resources TotalCapacity() const { return capacity_; }
   Resources TotalFree() const { return free_; }
@@ -122,6 +151,8 @@ class ClusterState {
  private:
   enum class Refusal { kNone, kModel, kCapability, kNodeList };
   Status CheckPlacementShape(const Task& task, const Placement& p) const;
+  bool FitsAsOwner(int32_t i, const Task& task) const;
+  uint64_t HeldByOthersThan(int32_t i, int64_t owner) const;
   Refusal StaticRefusal(const NodeState& n, const Task& task) const;
   bool ModelAllowed(const NodeState& n, const Task& task) const;
 
@@ -130,6 +161,10 @@ class ClusterState {
   std::vector<int32_t> scan_order_;
   Resources capacity_;
   Resources free_;
+  int32_t single_owner_nodes_ = 0;  // nodes with single_owner_gpus != 0
+  // Per node, per GPU: the current owner (0 = none) of a single-owner GPU. Empty until a
+  // node with single-owner GPUs is added; then one entry per node (empty without them).
+  std::vector<std::vector<int64_t>> gpu_owner_;
 };
 
 }  // namespace gpupool::sched

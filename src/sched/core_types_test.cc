@@ -39,6 +39,75 @@ TEST(TaskTest, ValidateRejectsBrokenInvariants) {
   EXPECT_FALSE(ValidateTask(MakeTask("big", 1000, 1, 1001)).ok());
   EXPECT_FALSE(ValidateTask(MakeTask("neg", -1, 0, 0)).ok());
   EXPECT_FALSE(ValidateTask(MakeTask("milli-no-gpu", 0, 0, 300)).ok());
+  Task no_owner = MakeTask("o", 1000, 1, 500);
+  no_owner.owner = -1;
+  EXPECT_NE(ValidateTask(no_owner).message().find("field owner is negative"), std::string::npos);
+}
+
+Task Share(std::string name, int32_t milli, int64_t owner) {
+  Task t = MakeTask(std::move(name), 1000, 1, milli);
+  t.owner = owner;
+  return t;
+}
+
+// One node of 2 GPUs; GPU 0 single-owner (bit 0), GPU 1 not.
+ClusterState OneSingleOwnerGpu() {
+  ClusterState s;
+  NodeSpec spec{"a", 16000, 32768, 2, "H100"};
+  spec.single_owner_gpus = 0b01;
+  EXPECT_TRUE(s.AddNode(spec).ok());
+  return s;
+}
+
+TEST(TaskTest, ShapeKeepsTheOwnerOfFractionalTasksOnly) {
+  // Caches by shape (failed shapes of a pass, explanations) must keep two owners' shares
+  // apart, since one may fit where the other may not; a whole GPU's owner never matters.
+  EXPECT_NE(ShapeOf(Share("a", 500, 1)), ShapeOf(Share("b", 500, 2)));
+  EXPECT_NE(HashShape(ShapeOf(Share("a", 500, 1))), HashShape(ShapeOf(Share("b", 500, 2))));
+  EXPECT_EQ(ShapeOf(Share("a", 1000, 1)), ShapeOf(Share("b", 1000, 2)));
+  EXPECT_EQ(ShapeOf(Share("a", 1000, 1)).owner, 0);
+}
+
+TEST(ClusterStateTest, SingleOwnerGpuTakesOneOwnersSharesAtATime) {
+  ClusterState s = OneSingleOwnerGpu();
+  EXPECT_TRUE(s.has_single_owner_gpus());
+  EXPECT_EQ(s.OwnerOf(0, 0), 0);
+  const Task a1 = Share("a1", 300, 7), a2 = Share("a2", 300, 7), b = Share("b", 300, 9);
+  ASSERT_TRUE(s.Allocate(a1, {0, {0}}).ok());
+  EXPECT_EQ(s.OwnerOf(0, 0), 7);
+  EXPECT_EQ(s.HeldByOthers(0, b), 0b01u);
+  EXPECT_EQ(s.HeldByOthers(0, a2), 0u);
+  // The same owner joins; another owner may not, though the share is free; it may use
+  // GPU 1, which is not single-owner (and gets no owner there).
+  ASSERT_TRUE(s.Allocate(a2, {0, {0}}).ok());
+  const uint64_t version = s.node(0).version;
+  const Status refused = s.Allocate(b, {0, {0}});
+  EXPECT_EQ(refused.code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(refused.message(),
+            "task 'b' of owner 9 may not use GPU 0 of node 'a': the GPU serves one owner at a "
+            "time and owner 7 holds it");
+  EXPECT_EQ(s.node(0).version, version);  // refused: nothing changed
+  EXPECT_EQ(s.node(0).gpu_free_milli[0], 400);
+  // With GPU 1 taken whole, only GPU 0's share is left: Fits says no to b alone.
+  const Task whole = MakeTask("w", 1000, 1, 1000);
+  ASSERT_TRUE(s.Allocate(whole, {0, {1}}).ok());
+  EXPECT_FALSE(s.Fits(0, b));
+  EXPECT_EQ(s.WhyNotFit(0, b), "single-owner GPUs held by another owner");
+  EXPECT_TRUE(s.Fits(0, Share("a3", 300, 7)));
+  EXPECT_TRUE(s.Fits(0, Share("anyone", 300, 0)));  // no owner: not restricted
+  EXPECT_EQ(s.WhyNotFit(0, Share("big", 500, 7)), "insufficient GPU share");
+  ASSERT_TRUE(s.Release(whole, {0, {1}}).ok());
+  EXPECT_TRUE(s.Fits(0, b));  // through GPU 1, which is not single-owner
+  ASSERT_TRUE(s.Allocate(b, {0, {1}}).ok());
+  EXPECT_EQ(s.OwnerOf(0, 1), 0);
+  // Release: the owner stays while a share of theirs runs, and goes when the GPU is idle.
+  ASSERT_TRUE(s.Release(a1, {0, {0}}).ok());
+  EXPECT_EQ(s.OwnerOf(0, 0), 7);
+  EXPECT_FALSE(s.Allocate(b, {0, {0}}).ok());
+  ASSERT_TRUE(s.Release(a2, {0, {0}}).ok());
+  EXPECT_EQ(s.OwnerOf(0, 0), 0);
+  ASSERT_TRUE(s.Allocate(b, {0, {0}}).ok());
+  EXPECT_EQ(s.OwnerOf(0, 0), 9);
 }
 
 TEST(ClusterStateTest, AllocateReleaseKeepTotals) {
@@ -90,6 +159,10 @@ TEST(ClusterStateTest, AddNodeRejectsBadNodes) {
   EXPECT_FALSE(s.AddNode({"b", -1, 1024, 0, ""}).ok());
   EXPECT_FALSE(s.AddNode({"c", 1000, 1024, 2, ""}).ok());
   EXPECT_FALSE(s.AddNode({"d", 1000, 1024, 65, "X"}).ok());
+  NodeSpec ghost{"e", 1000, 1024, 2, "X"};
+  ghost.single_owner_gpus = 0b100;  // GPU 2 of 2
+  EXPECT_EQ(s.AddNode(ghost).message(), "node 'e' marks GPU 2 single-owner but has 2 GPUs");
+  EXPECT_FALSE(s.has_single_owner_gpus());
   EXPECT_FALSE(s.SetScanOrder({0, 0}).ok());
   EXPECT_TRUE(s.SetScanOrder({0}).ok());
 }

@@ -7,7 +7,10 @@
 //   - num_gpu == 0 exactly when gpu_milli == 0 (a CPU-only task);
 //   - gpu_milli < 1000 only when num_gpu == 1 (a fractional task uses one GPU).
 // `gpu_models` empty means any model. `job_id` groups the tasks of a gang; empty for a
-// single task. Value type, thread-compatible.
+// single task. `owner` says whose a fractional task's share is (the controller: the
+// job's uid + 1); on a single-owner GPU (NodeSpec::single_owner_gpus) a fractional task
+// with an owner joins only a GPU that is idle or whose current owner it shares. Value
+// type, thread-compatible.
 #pragma once
 
 #include <cstdint>
@@ -31,6 +34,9 @@ struct Task {
   // Nodes whose software stack can run the task's environment, sorted; empty = any.
   // Like gpu_models it constrains GPU tasks only (CPU-only tasks need no GPU driver).
   std::vector<std::string> allowed_nodes;
+  // Whose share this is; 0 = no one. Matters only for fractional tasks on single-owner
+  // GPUs (cluster_state.h); >= 0.
+  int64_t owner = 0;
 
   int64_t TotalGpuMilli() const { return int64_t{num_gpu} * gpu_milli; }
   bool IsFractional() const { return num_gpu == 1 && gpu_milli < 1000; }
@@ -51,6 +57,7 @@ struct TaskShape {
   std::vector<std::string> gpu_models;
   int32_t min_capability = 0;
   std::vector<std::string> allowed_nodes;
+  int64_t owner = 0;  // the task's owner when it is fractional, else 0 (it matters only then)
   friend bool operator==(const TaskShape&, const TaskShape&) = default;
 };
 

@@ -47,6 +47,41 @@ std::string Gib(int64_t mib) {
   return buf;
 }
 
+// "0-3,5,6": GPU indices ascending, runs of three or more as a range.
+std::string IndexRuns(std::vector<int64_t> v) {
+  std::sort(v.begin(), v.end());
+  std::string out;
+  for (size_t i = 0; i < v.size();) {
+    size_t j = i;
+    while (j + 1 < v.size() && v[j + 1] == v[j] + 1) ++j;
+    if (j < i + 2) j = i;  // a pair reads better as "5,6"
+    out += (out.empty() ? "" : ",") + std::to_string(v[i]);
+    if (j > i) out += "-" + std::to_string(v[j]);
+    i = j + 1;
+  }
+  return out;
+}
+
+// "gpu1 GPUs 0-7: mps" per node and enforcement mode its GPUs state, modes in first-seen
+// order; nothing for GPUs that state none.
+std::string Enforcement(const std::string& node, const Json& gpus) {
+  std::vector<std::pair<std::string, std::vector<int64_t>>> modes;
+  for (const Json& g : gpus) {
+    const std::string mode = GetString(g, "enforcement");
+    if (mode.empty()) continue;
+    auto it =
+        std::find_if(modes.begin(), modes.end(), [&](const auto& m) { return m.first == mode; });
+    if (it == modes.end()) it = modes.insert(modes.end(), {mode, {}});
+    it->second.push_back(GetInt(g, "index"));
+  }
+  std::string out;
+  for (const auto& [mode, indices] : modes) {
+    out += CleanCell(node) + (indices.size() == 1 ? " GPU " : " GPUs ") + IndexRuns(indices) +
+           ": " + CleanCell(mode) + "\n";
+  }
+  return out;
+}
+
 std::string Hours(double h) {
   char buf[64];
   std::snprintf(buf, sizeof buf, "%.2f", h);
@@ -57,17 +92,20 @@ std::string Hours(double h) {
 
 std::string RenderNodes(const Json& answer, int64_t now_us) {
   Table t({"NODE", "STATE", "ADDRESS", "GPUS>", "CPUS>", "MEMORY>", "RUNNING>", "SEEN>", "MODELS"});
-  std::string drains;  // "n1: disk swap (root)" per drained node
-  std::string health;  // "n1 GPU 3: cordoned: Xid 95: ..." per GPU that is not healthy
+  std::string drains;       // "n1: disk swap (root)" per drained node
+  std::string health;       // "n1 GPU 3: cordoned: Xid 95: ..." per GPU that is not healthy
+  std::string enforcement;  // "n1 GPUs 0-7: mps" per node and mode stated
   for (const Json& node : GetArray(answer, "nodes")) {
     const Json& gpus = GetArray(node, "gpus");
+    enforcement += Enforcement(GetString(node, "name"), gpus);
     int64_t allocated = 0;
     for (const Json& g : gpus) {
       allocated += GetInt(g, "allocated_milli");
       const Json& h = GetObject(g, "health");
       if (const std::string state = GetString(h, "state"); !state.empty()) {
-        health += CleanCell(GetString(node, "name")) + " GPU " + std::to_string(GetInt(g, "index")) +
-                  ": " + CleanCell(state) + ": " + CleanCell(GetString(h, "reason")) + "\n";
+        health += CleanCell(GetString(node, "name")) + " GPU " +
+                  std::to_string(GetInt(g, "index")) + ": " + CleanCell(state) + ": " +
+                  CleanCell(GetString(h, "reason")) + "\n";
       }
     }
     const int64_t heartbeat = GetInt(node, "last_heartbeat_us");
@@ -85,7 +123,8 @@ std::string RenderNodes(const Json& answer, int64_t now_us) {
     }
   }
   return t.Render() + (drains.empty() ? "" : "drained:\n" + drains) +
-         (health.empty() ? "" : "GPU health (docs/health.md):\n" + health);
+         (health.empty() ? "" : "GPU health (docs/health.md):\n" + health) +
+         (enforcement.empty() ? "" : "GPU share enforcement (docs/sharing.md):\n" + enforcement);
 }
 
 std::string RenderLimits(const Json& answer) {

@@ -181,16 +181,29 @@ TEST(RenderNodesTest, FractionsAndModels) {
                "health": {"state": "cordoned", "reason": "Xid 95: uncontained ECC error",
                           "evidence": "Xid 95 x1", "since_us": 1, "by": "policy"}},
               {"index": 2, "name": "A100", "allocated_milli": 0}]},
-    {"name": "gpu2", "state": "down", "running_jobs": [5, 6], "gpus": []}]})js");
+    {"name": "gpu2", "state": "down", "running_jobs": [5, 6], "gpus": []},
+    {"name": "gpu3", "state": "up", "gpus": [
+      {"index": 0, "name": "H100", "enforcement": "mps"},
+      {"index": 1, "name": "H100", "enforcement": "mps"},
+      {"index": 6, "name": "H100", "enforcement": "mps"},
+      {"index": 2, "name": "H100", "enforcement": "mps"},
+      {"index": 3, "name": "H100", "enforcement": "none"},
+      {"index": 4, "name": "H100"},
+      {"index": 5, "name": "H100", "enforcement": "mps"},
+      {"index": 7, "name": "H100", "enforcement": "none"}]}]})js");
   EXPECT_EQ(RenderNodes(answer, kRenderNow),
             "NODE  STATE     ADDRESS     GPUS    CPUS          MEMORY  RUNNING    SEEN  MODELS\n"
             "gpu1  draining  10.0.0.1  1.25/3  2.5/64  12.5/251.0 GiB        3  3s ago  2x H100, "
             "1x A100\n"
             "gpu2  down      -            0/0     0/0     0.0/0.0 GiB        2   never  -\n"
+            "gpu3  up        -            0/8     0/0     0.0/0.0 GiB        0   never  8x H100\n"
             "drained:\n"
             "gpu1: disk swap (root)\n"
             "GPU health (docs/health.md):\n"
-            "gpu1 GPU 1: cordoned: Xid 95: uncontained ECC error\n");
+            "gpu1 GPU 1: cordoned: Xid 95: uncontained ECC error\n"
+            "GPU share enforcement (docs/sharing.md):\n"
+            "gpu3 GPUs 0-2,5,6: mps\n"
+            "gpu3 GPUs 3,7: none\n");
 }
 
 TEST(RenderUsageTest, RowsAndTotal) {

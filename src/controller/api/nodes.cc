@@ -33,6 +33,8 @@ OrderedJson NodeViewToJson(const NodeView& v,
                     {"uuid", gi.uuid},
                     {"memory_total_bytes", gi.memory_total_bytes},
                     {"allocated_milli", v.allocated_milli[g]}});
+    // How a share of it is enforced (gpu_info.h), where its agent stated it.
+    if (!gi.enforcement.empty()) gpus.back()["enforcement"] = gi.enforcement;
     if (auto t = latest.find(gi.index); t != latest.end() && v.state != "down") {
       gpus.back()["telemetry"] = GpuTelemetryToJson(t->second);
     }

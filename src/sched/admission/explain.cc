@@ -41,16 +41,23 @@ struct PendingExplainer::Survey {
   std::vector<NodeCount> counts;  // in the order first seen
   // On the nodes whose GPUs suit the task and that no admission filter refused: the most
   // GPUs with the task's share free on one node, the most free share of one GPU, and
-  // whether a node with the GPUs lacks the CPU or memory.
+  // whether a node with the GPUs lacks the CPU or memory. A GPU another owner holds
+  // (ClusterState::HeldByOthers) counts as full; `held_fits`: such a GPU has the share free.
   int32_t best_block = 0;
   int32_t best_share = 0;
   bool cpu_mem_short = false;
+  bool held_fits = false;
 };
 
 PendingExplainer::PendingExplainer(const ClusterState& cluster,
                                    std::vector<const FilterPlugin*> filters,
-                                   const FilterPlugin& fit, std::string queue_order)
-    : cluster_(cluster), filters_(std::move(filters)), fit_(fit), queue_order_(queue_order) {}
+                                   const FilterPlugin& fit, std::string queue_order,
+                                   std::string single_owner_note)
+    : cluster_(cluster),
+      filters_(std::move(filters)),
+      fit_(fit),
+      queue_order_(std::move(queue_order)),
+      single_owner_note_(std::move(single_owner_note)) {}
 
 size_t PendingExplainer::ShapesHash::operator()(const std::vector<TaskShape>& shapes) const {
   size_t h = shapes.size();
@@ -74,7 +81,13 @@ PendingExplainer::Survey PendingExplainer::SurveyNodes(const Task& t) const {
       if (t.NeedsGpu() && cluster_.Allows(n, t)) {
         const NodeState& ns = cluster_.node(n);
         int32_t block = 0;
-        for (int32_t free : ns.gpu_free_milli) {
+        const uint64_t held = cluster_.HeldByOthers(n, t);
+        for (int32_t g = 0; g < ns.num_gpus(); ++g) {
+          int32_t free = ns.gpu_free_milli[static_cast<size_t>(g)];
+          if ((held >> g & 1) != 0) {
+            s.held_fits = s.held_fits || free >= t.gpu_milli;
+            free = 0;
+          }
           block += free >= t.gpu_milli;
           s.best_share = std::max(s.best_share, free);
         }
@@ -107,6 +120,8 @@ std::string PendingExplainer::Headline(const QueuedJob& job, const Survey& s) co
                         t.allowed_nodes.size() == 1 ? "" : "s");
     }
     if (t.IsFractional() && s.best_share < t.gpu_milli) {
+      if (s.held_fits)
+        return "needs " + FormatShare(t.gpu_milli) + " of one GPU" + of + "; " + single_owner_note_;
       return "needs " + FormatShare(t.gpu_milli) + " of one GPU" + of +
              "; the most free on any GPU: " + FormatShare(s.best_share);
     }

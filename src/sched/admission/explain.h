@@ -8,6 +8,8 @@
 //   cannot run on any node: ...         - not even on the idle cluster (gang_placement.h)
 //   next in line; ...                   - it holds the EASY reservation
 //   needs 0.5 of one GPU...; the most free on any GPU: 0.25
+//   needs 0.5 of one GPU...; <single-owner note>  - only GPUs another owner holds
+//                                       have the share (cluster_state.h, single-owner GPUs)
 //   needs 2 idle GPUs...; largest idle block on any node: 1
 //   needs 4 CPUs ... beside its GPUs; no node with the GPUs has them free
 //   needs 2 CPUs; no node has them free  (a CPU-only job no node can take)
@@ -35,9 +37,16 @@ class PendingExplainer {
  public:
   // `filters`: the admission filters in the order they refuse a node; `fit` comes after
   // them, and the headline measures the nodes only it may refuse. All are borrowed, like
-  // the cluster, for the explainer's life. `queue_order` names the queue policy.
+  // the cluster, for the explainer's life. `queue_order` names the queue policy;
+  // `single_owner_note` ends the headline of a share that only GPUs held by another owner
+  // could take (the host names its mechanism and how to lift the rule).
   PendingExplainer(const ClusterState& cluster, std::vector<const FilterPlugin*> filters,
-                   const FilterPlugin& fit, std::string queue_order);
+                   const FilterPlugin& fit, std::string queue_order,
+                   std::string single_owner_note = kSingleOwnerNote);
+
+  // The default single_owner_note.
+  static constexpr const char* kSingleOwnerNote =
+      "the single-owner GPUs that fit are held by another owner's tasks";
 
   // Under EASY backfill the job that holds the reservation, and when it starts.
   struct Reservation {
@@ -61,6 +70,7 @@ class PendingExplainer {
   std::vector<const FilterPlugin*> filters_;
   const FilterPlugin& fit_;
   std::string queue_order_;
+  std::string single_owner_note_;
   std::unordered_map<std::vector<TaskShape>, std::string, ShapesHash> cache_;
 };
 

@@ -73,6 +73,44 @@ TEST_F(ExplainTest, FractionalShareNamesTheMostFreeOnAnyGpuItMayUse) {
             "available: 1 insufficient GPU share, 1 draining (v2), 1 other GPU model, 1 no GPUs");
 }
 
+// A single-owner GPU with another owner's share: the share that could go there waits for
+// the owner, in the host's words; with more free elsewhere it would just fit.
+TEST(ExplainSingleOwnerTest, AShareHeldOutByAnotherOwnerSaysSo) {
+  ClusterState cluster;
+  NodeSpec mps{"mps", 8000, 65536, 1, "H100"};
+  mps.single_owner_gpus = 1;
+  ASSERT_TRUE(cluster.AddNode(mps).ok());
+  ASSERT_TRUE(cluster.AddNode({"full", 8000, 65536, 1, "H100"}).ok());
+  Task ann = GpuTask(1, 300);
+  ann.owner = 1;
+  ASSERT_TRUE(cluster.Allocate(ann, {0, {0}}).ok());
+  ASSERT_TRUE(cluster.Allocate(GpuTask(1, 900), {1, {0}}).ok());
+  FitFilter fit;
+  PendingExplainer custom(cluster, {}, fit, "fifo", "MPS serves one user per GPU");
+  Task bob = GpuTask(1, 500);
+  bob.owner = 2;
+  EXPECT_EQ(custom.Explain(Job("b", "bob", 0, {bob})),
+            "needs 0.5 of one GPU; MPS serves one user per GPU; 0/2 nodes are available: 1 "
+            "single-owner GPUs held by another owner, 1 insufficient GPU share");
+  PendingExplainer plain(cluster, {}, fit, "fifo");
+  EXPECT_EQ(plain.Explain(Job("b", "bob", 0, {bob})),
+            "needs 0.5 of one GPU; the single-owner GPUs that fit are held by another owner's "
+            "tasks; 0/2 nodes are available: 1 single-owner GPUs held by another owner, 1 "
+            "insufficient GPU share");
+  // Ann's own share of the same size would fit: her explanation (cached by shape, which
+  // holds the owner) is not bob's. Too big for any GPU: the usual headline.
+  Task ann2 = GpuTask(1, 500);
+  ann2.owner = 1;
+  EXPECT_EQ(plain.Explain(Job("a", "ann", 0, {ann2})),
+            "waiting for its turn: jobs ahead of it in the queue (fifo order) come first; 1/2 "
+            "nodes are available: 1 insufficient GPU share");
+  Task bob_big = GpuTask(1, 800);
+  bob_big.owner = 2;
+  EXPECT_EQ(plain.Explain(Job("b", "bob", 0, {bob_big})),
+            "needs 0.8 of one GPU; the most free on any GPU: 0.1; 0/2 nodes are available: 2 "
+            "insufficient GPU share");
+}
+
 TEST_F(ExplainTest, CpuOrMemoryBesideTheGpus) {
   ASSERT_TRUE(cluster_.Allocate(GpuTask(0, 0, 2000, 0), {2, {}}).ok());  // a1: 6 CPUs free
   EXPECT_EQ(Explain(Job("j", "u", 0, {GpuTask(2, 1000, 7000, 0)})),

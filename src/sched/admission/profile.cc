@@ -85,7 +85,8 @@ void SchedulingProfile::Explain(const ClusterState& cluster, const PassContext& 
                                 ProfileResult* result) const {
   std::vector<const FilterPlugin*> filters;
   for (const auto& f : filters_) filters.push_back(f.get());
-  PendingExplainer explainer(cluster, std::move(filters), fit_, std::string(queue_->name()));
+  PendingExplainer explainer(cluster, std::move(filters), fit_, std::string(queue_->name()),
+                             spec_.single_owner_note);
   std::vector<bool> started(admitted.size(), false);
   for (const PassResult::Started& s : pass.started) started[s.pending_index] = true;
   for (size_t k = 0; k < admitted.size(); ++k) {

@@ -27,6 +27,7 @@
 
 #include "common/status.h"
 #include "sched/admission/admission.h"
+#include "sched/admission/explain.h"
 #include "sched/framework.h"
 #include "sched/policy_registry.h"
 #include "sched/queue/queue_policy.h"
@@ -48,6 +49,9 @@ struct ProfileSpec {
   PassOptions pass;
   // Where placement policies come from; null = BuiltinPlacementPolicies().
   const PlacementPolicyRegistry* placements = nullptr;
+  // Ends the pending reason of a share that waits only for single-owner GPUs another
+  // owner holds (explain.h); the controller names MPS and its switch.
+  std::string single_owner_note = PendingExplainer::kSingleOwnerNote;
 };
 
 struct ProfileResult {

@@ -43,7 +43,10 @@ class FgdScore final : public ScorePlugin {
 
   void PreScore(const ClusterState& state, const Task& task, const std::vector<int32_t>&) override {
     Bind(state);
-    const ShapeKey key{task.cpu_milli, task.num_gpu, task.gpu_milli};
+    // The owner matters only to a fractional task in a cluster with single-owner GPUs;
+    // otherwise every owner shares the shape's entries.
+    const int64_t owner = state.has_single_owner_gpus() && task.IsFractional() ? task.owner : 0;
+    const ShapeKey key{task.cpu_milli, task.num_gpu, task.gpu_milli, owner};
     auto [it, inserted] = shape_ids_.try_emplace(key, static_cast<int32_t>(cache_.size()));
     if (inserted) cache_.emplace_back();
     current_shape_ = it->second;
@@ -57,9 +60,11 @@ class FgdScore final : public ScorePlugin {
     Entry& e = (*current_)[static_cast<size_t>(node)];
     const NodeState& n = state.node(node);
     if (e.version != n.version) {
-      const MemoValue& m = Memo(n, static_cast<size_t>(node), task);
+      const uint64_t held = state.HeldByOthers(node, task);  // 0 unless owners matter
+      const MemoValue& m = Memo(n, static_cast<size_t>(node), task, held);
       e.score = m.score;
-      e.gpus = task.IsFractional() ? WinningGpu(n, m.winners) : FirstIdleGpus(n, task.num_gpu);
+      e.gpus =
+          task.IsFractional() ? WinningGpu(n, m.winners, held) : FirstIdleGpus(n, task.num_gpu);
       e.version = n.version;
     }
     return {node, e.score, e.gpus};
@@ -70,11 +75,13 @@ class FgdScore final : public ScorePlugin {
     int64_t cpu;
     int32_t num_gpu;
     int32_t gpu_milli;
+    int64_t owner;  // see PreScore
     bool operator==(const ShapeKey&) const = default;
   };
   struct ShapeKeyHash {
     size_t operator()(const ShapeKey& k) const {
-      return std::hash<int64_t>{}(k.cpu * 1000003 + int64_t{k.num_gpu} * 1009 + k.gpu_milli);
+      return std::hash<int64_t>{}(k.cpu * 1000003 + int64_t{k.num_gpu} * 1009 + k.gpu_milli +
+                                  k.owner * 7919);
     }
   };
   struct Entry {
@@ -187,15 +194,39 @@ class FgdScore final : public ScorePlugin {
   // at GPU order), so the key is those with the shares sorted; thousands of identical nodes share
   // one entry. The GPU indices are derived per node from the result (WinningGpu, FirstIdleGpus),
   // exactly as a scan of every GPU in index order picks them.
-  const MemoValue& Memo(const NodeState& n, size_t index, const Task& task) {
+  // `held`: the GPUs another owner holds (ClusterState::HeldByOthers), which the task may not
+  // take though the measure counts their shares as they are: they sort after the free
+  // GPUs of equal share, and the key marks their shares, so a node's entry is shared
+  // only with nodes whose held GPUs have the same shares.
+  const MemoValue& Memo(const NodeState& n, size_t index, const Task& task, uint64_t held) {
     const int32_t g = n.num_gpus();
-    for (int32_t i = 0; i < g; ++i) {  // insertion sort, descending: g is small
-      const int32_t f = n.gpu_free_milli[static_cast<size_t>(i)];
-      int32_t j = i;
-      for (; j > 0 && sorted_[static_cast<size_t>(j - 1)] < f; --j) {
-        sorted_[static_cast<size_t>(j)] = sorted_[static_cast<size_t>(j - 1)];
+    if (held == 0) {
+      for (int32_t i = 0; i < g; ++i) {  // insertion sort, descending: g is small
+        const int32_t f = n.gpu_free_milli[static_cast<size_t>(i)];
+        int32_t j = i;
+        for (; j > 0 && sorted_[static_cast<size_t>(j - 1)] < f; --j) {
+          sorted_[static_cast<size_t>(j)] = sorted_[static_cast<size_t>(j - 1)];
+        }
+        sorted_[static_cast<size_t>(j)] = f;
       }
-      sorted_[static_cast<size_t>(j)] = f;
+      sorted_held_ = 0;
+    } else {
+      // Sorted by 2 x share + (1 if the task may take the GPU), descending.
+      for (int32_t i = 0; i < g; ++i) {
+        const int32_t v =
+            2 * n.gpu_free_milli[static_cast<size_t>(i)] + ((held >> i & 1) == 0 ? 1 : 0);
+        int32_t j = i;
+        for (; j > 0 && sorted_[static_cast<size_t>(j - 1)] < v; --j) {
+          sorted_[static_cast<size_t>(j)] = sorted_[static_cast<size_t>(j - 1)];
+        }
+        sorted_[static_cast<size_t>(j)] = v;
+      }
+      sorted_held_ = 0;
+      for (int32_t i = 0; i < g; ++i) {
+        const int32_t v = sorted_[static_cast<size_t>(i)];
+        if ((v & 1) == 0) sorted_held_ |= uint64_t{1} << i;
+        sorted_[static_cast<size_t>(i)] = v / 2;
+      }
     }
     // When the score counts memory, the free memory follows the shares in the key.
     const size_t shares = kKeyHeader + static_cast<size_t>(g) * sizeof(uint16_t);
@@ -209,20 +240,29 @@ class FgdScore final : public ScorePlugin {
       const auto f = static_cast<uint16_t>(sorted_[static_cast<size_t>(i)]);  // 0..1000
       std::memcpy(k + kKeyHeader + static_cast<size_t>(i) * sizeof(uint16_t), &f, sizeof(f));
     }
+    for (uint64_t m = sorted_held_; m != 0; m &= m - 1) {  // bit 15 marks a held GPU's share
+      char* at = k + kKeyHeader + static_cast<size_t>(__builtin_ctzll(m)) * sizeof(uint16_t);
+      uint16_t f;
+      std::memcpy(&f, at, sizeof(f));
+      f = static_cast<uint16_t>(f | 0x8000);
+      std::memcpy(at, &f, sizeof(f));
+    }
     if (with_memory) std::memcpy(k + shares, &n.memory_free_mib, sizeof(int64_t));
     if (auto it = memo_.find(key_); it != memo_.end()) return it->second;
     if (memo_.size() >= kMaxMemoEntries) memo_.clear();  // bounds memory; L1 stays warm
     return memo_.emplace(key_, Compute(n, index, task)).first->second;
   }
 
-  // For a fractional task: the first GPU (index order) whose free share is one of the
-  // winning values, which is the GPU the exhaustive scan in index order picks.
-  GpuMask WinningGpu(const NodeState& n, uint64_t winners) const {
+  // For a fractional task: the first GPU (index order) not held by another owner whose
+  // free share is one of the winning values (winners are never held positions), which is
+  // the GPU the exhaustive scan in index order picks.
+  GpuMask WinningGpu(const NodeState& n, uint64_t winners, uint64_t held) const {
     const int32_t g = n.num_gpus();
     for (int32_t i = 0; i < g; ++i) {
       const int32_t f = n.gpu_free_milli[static_cast<size_t>(i)];
       for (int32_t j = 0; j < g; ++j) {
         if (sorted_[static_cast<size_t>(j)] == f && (winners >> j & 1) != 0) {
+          if ((held >> i & 1) != 0) break;  // GPU i has the share but another owner
           return GpuMask{1} << i;
         }
       }
@@ -246,6 +286,9 @@ class FgdScore final : public ScorePlugin {
       for (int32_t i = 0; i < g; ++i) {
         const int32_t f = sorted_[static_cast<size_t>(i)];
         if (f < task.gpu_milli) break;  // descending: no later share fits either
+        // Another owner's GPU is no candidate; it sorts after the free GPUs of its share,
+        // so a candidate's equal-share predecessor is a candidate too.
+        if ((sorted_held_ >> i & 1) != 0) continue;
         if (i > 0 && sorted_[static_cast<size_t>(i - 1)] == f) {
           score_at[static_cast<size_t>(i)] = score_at[static_cast<size_t>(i - 1)];
           continue;
@@ -263,7 +306,9 @@ class FgdScore final : public ScorePlugin {
         }
       }
       for (int32_t i = 0; have && i < g && sorted_[static_cast<size_t>(i)] >= task.gpu_milli; ++i) {
-        if (score_at[static_cast<size_t>(i)] == m.score) m.winners |= uint64_t{1} << i;
+        if (score_at[static_cast<size_t>(i)] == m.score && (sorted_held_ >> i & 1) == 0) {
+          m.winners |= uint64_t{1} << i;
+        }
       }
       return m;  // score 0, no winners when nothing fits (cannot happen after the filter)
     }
@@ -303,6 +348,7 @@ class FgdScore final : public ScorePlugin {
   std::unordered_map<std::string, MemoValue> memo_;
   std::string key_;                   // scratch: the key being looked up
   std::array<int32_t, 64> sorted_{};  // scratch: the node's free shares, descending
+  uint64_t sorted_held_ = 0;          // scratch: positions of sorted_ another owner holds
 };
 
 }  // namespace

@@ -15,10 +15,12 @@
 //     with fill_theta too `fgd-strand-lookahead`, with free_opening too
 //     `fgd-strand-lookahead-open`: the fewest GPUs left unallocated, the live default.
 //
-// Speed: two caches. (1) Per (task shape (cpu, num_gpu, gpu_milli), node index) the
+// Speed: two caches. (1) Per (task shape (cpu, num_gpu, gpu_milli, and the owner of a
+// fractional task when the cluster has single-owner GPUs), node index) the
 // best (score, GPUs) keyed by node version: each placement changes one node, so a cycle
 // looks at most nodes only through this. (2) On a version miss, a memo keyed by node
-// *content* — shape, GPU model, free CPU, the sorted free GPU shares and, when the score
+// *content* — shape, GPU model, free CPU, the sorted free GPU shares (those of GPUs another
+// owner holds, which the task may not take, marked) and, when the score
 // counts memory, free memory: all the score depends on — so the thousands of identical (e.g. idle)
 // nodes of a large cluster share one computation; the GPU indices are then derived per node exactly
 // as the full scan would pick them. Results are bit-identical to computing every node. The memo is

@@ -26,7 +26,7 @@ namespace {
 // then the least free share left on the GPU after placement wins; with `piece_waste`
 // too, fgd-strand-lookahead's: the least growth of piece_waste (ExpectedPieceWaste),
 // then the least share left; with free_opening too, fgd-strand-lookahead-open's: an idle
-// GPU's growth is zero.
+// GPU's growth is zero. A GPU another owner holds (single-owner GPUs) is never a candidate.
 PlacementDecision ReferenceFgd(const ClusterState& s, const Task& task,
                                const FragmentationMeasure& m, double strand_weight = 0,
                                const std::vector<TargetShape>& shapes = {},
@@ -68,9 +68,10 @@ PlacementDecision ReferenceFgd(const ClusterState& s, const Task& task,
     std::vector<int32_t> gpus;
     int64_t score = -1;
     if (task.IsFractional()) {
+      const uint64_t held = s.HeldByOthers(node, task);
       for (int32_t i = 0; i < n.num_gpus(); ++i) {
         const int32_t f = n.gpu_free_milli[static_cast<size_t>(i)];
-        if (f < task.gpu_milli) continue;
+        if (f < task.gpu_milli || (held >> i & 1) != 0) continue;
         after[static_cast<size_t>(i)] = f - task.gpu_milli;
         int64_t sc = score_of();
         if (fractional_merge > 0) {
@@ -114,6 +115,7 @@ struct MemoCase {
   int64_t fractional_merge = 0;  // fgd-strand-gpufit's rule (see ReferenceFgd)
   double fill_theta = 0;         // fgd-strand-lookahead's (see ReferenceFgd)
   bool free_opening = false;     // fgd-strand-lookahead-open's (see ReferenceFgd)
+  bool owners = false;           // single-owner GPUs, and fractional tasks of three owners
 };
 
 class FgdMemoTest : public testing::TestWithParam<MemoCase> {};
@@ -135,7 +137,10 @@ TEST_P(FgdMemoTest, ContentMemoDecidesLikeAFullRecomputation) {
   auto workload = std::make_shared<const TargetWorkload>(TargetWorkload(shapes));
   ClusterState idle;
   for (int i = 0; i < 24; ++i) {
-    ASSERT_TRUE(idle.AddNode({"n" + std::to_string(i), 64000, 262144, 4, i % 3 ? "A" : "B"}).ok());
+    NodeSpec spec{"n" + std::to_string(i), 64000, 262144, 4, i % 3 ? "A" : "B"};
+    // With owners: all GPUs of even nodes single-owner, GPUs 0 and 2 of odd ones.
+    if (c.owners) spec.single_owner_gpus = i % 2 == 0 ? 0b1111 : 0b0101;
+    ASSERT_TRUE(idle.AddNode(spec).ok());
   }
   std::vector<int32_t> order(24);
   for (int32_t i = 0; i < 24; ++i) order[static_cast<size_t>(i)] = (i * 7) % 24;
@@ -149,11 +154,27 @@ TEST_P(FgdMemoTest, ContentMemoDecidesLikeAFullRecomputation) {
 
   Rng rng(2024);
   ClusterState s = idle;
-  int placed = 0, fractional_on_used_gpu = 0;
+  int placed = 0, fractional_on_used_gpu = 0, held_share_fits = 0;
   for (int step = 0; step < 3000; ++step) {
     const TargetShape& sh = shapes[rng.Uniform(shapes.size())];
     const TargetShape& mem = with_memory[static_cast<size_t>(&sh - shapes.data())];
     Task t{"t", "", sh.cpu_milli, mem.memory_mib, sh.num_gpu, sh.gpu_milli, sh.gpu_models, 0};
+    if (c.owners && t.IsFractional()) {
+      t.owner = 1 + static_cast<int64_t>(rng.Uniform(3));
+      // Count the decisions where a GPU the task may not take would have fitted it.
+      for (int32_t i = 0; i < s.num_nodes(); ++i) {
+        const NodeState& n = s.node(i);
+        bool counted = false;
+        for (int32_t g = 0; g < n.num_gpus() && !counted; ++g) {
+          counted = (s.HeldByOthers(i, t) >> g & 1) != 0 &&
+                    n.gpu_free_milli[static_cast<size_t>(g)] >= t.gpu_milli;
+        }
+        if (counted) {
+          ++held_share_fits;
+          break;
+        }
+      }
+    }
     const PlacementDecision want =
         ReferenceFgd(s, t, measure, c.strand_weight, shapes, c.fractional_merge,
                      c.fill_theta > 0 ? &piece_waste : nullptr, c.free_opening);
@@ -176,6 +197,9 @@ TEST_P(FgdMemoTest, ContentMemoDecidesLikeAFullRecomputation) {
   // The run exercised what it is meant to: many placements, shared GPUs picked by index.
   EXPECT_GT(placed, 2000);
   EXPECT_GT(fractional_on_used_gpu, 100);
+  if (c.owners) {
+    EXPECT_GT(held_share_fits, 500);
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -187,7 +211,10 @@ INSTANTIATE_TEST_SUITE_P(
                     MemoCase{"fgd-strand-lookahead", 2.0, false, 20, 0.03},
                     MemoCase{"fgd-strand-lookahead", 2.0, true, 20, 0.03},
                     MemoCase{"fgd-strand-lookahead-open", 2.0, false, 20, 0.03, true},
-                    MemoCase{"fgd-strand-lookahead-open", 2.0, true, 20, 0.03, true}));
+                    MemoCase{"fgd-strand-lookahead-open", 2.0, true, 20, 0.03, true},
+                    MemoCase{"fgd", 0, false, 0, 0, false, true},
+                    MemoCase{"fgd-strand-gpufit", 2.0, true, 10, 0, false, true},
+                    MemoCase{"fgd-strand-lookahead-open", 2.0, true, 20, 0.03, true, true}));
 
 TEST(FgdScoreTest, StrandSendsCpuHeavyTasksToNodesWithCpuToSpare) {
   // GPU tasks need 12 cores and 48 GiB per GPU. Node "g2" (8 GPUs, 96 cores) is first in

@@ -2,6 +2,7 @@
 
 namespace gpupool::sched {
 
+// A GPU another owner holds is in use, so never idle: FirstIdleGpus needs no owner test.
 GpuMask FirstIdleGpus(const NodeState& node, int32_t n) {
   GpuMask mask = 0;
   int32_t got = 0;
@@ -14,17 +15,33 @@ GpuMask FirstIdleGpus(const NodeState& node, int32_t n) {
   return got == n ? mask : 0;
 }
 
-GpuMask BestFitGpus(const NodeState& node, const Task& task) {
-  if (task.num_gpu == 0) return 0;
-  if (!task.IsFractional()) return FirstIdleGpus(node, task.num_gpu);
+namespace {
+
+// BestFitGpus' fractional case; `held`: GPUs it may not take.
+template <bool kOwned>
+GpuMask TightestGpu(const NodeState& node, int32_t milli, uint64_t held) {
   int32_t best = -1;
   for (int32_t i = 0; i < node.num_gpus(); ++i) {
     const int32_t f = node.gpu_free_milli[static_cast<size_t>(i)];
-    if (f >= task.gpu_milli && (best < 0 || f < node.gpu_free_milli[static_cast<size_t>(best)])) {
+    if (f >= milli && (!kOwned || (held >> i & 1) == 0) &&
+        (best < 0 || f < node.gpu_free_milli[static_cast<size_t>(best)])) {
       best = i;
     }
   }
   return best < 0 ? 0 : GpuMask{1} << best;
+}
+
+}  // namespace
+
+GpuMask BestFitGpus(const ClusterState& state, int32_t index, const Task& task) {
+  const NodeState& node = state.node(index);
+  if (task.num_gpu == 0) return 0;
+  if (!task.IsFractional()) return FirstIdleGpus(node, task.num_gpu);
+  // A task with an owner (never the simulator's) on a node with single-owner GPUs.
+  if (task.owner != 0 && node.single_owner_gpus != 0) [[unlikely]] {
+    return TightestGpu<true>(node, task.gpu_milli, state.HeldByOthers(index, task));
+  }
+  return TightestGpu<false>(node, task.gpu_milli, 0);
 }
 
 void MinMaxNormalize(std::vector<NodeScore>& scores) {

@@ -50,6 +50,71 @@ TEST(PolicyTest, EveryPolicyPlacesOnAFeasibleNode) {
   }
 }
 
+Task ShareOf(int64_t owner, int32_t milli) {
+  Task t = T(1000, 1, milli);
+  t.owner = owner;
+  return t;
+}
+
+// Node "mps" (2 single-owner GPUs): GPU 0 holds a 600 share of owner 1, GPU 1 is idle.
+// Node "plain" (2 GPUs, not single-owner) holds the same share on GPU 0.
+ClusterState SingleOwnerCluster() {
+  ClusterState s;
+  NodeSpec mps{"mps", 32000, 65536, 2, "T4"};
+  mps.single_owner_gpus = 0b11;
+  EXPECT_TRUE(s.AddNode(mps).ok());
+  EXPECT_TRUE(s.AddNode({"plain", 32000, 65536, 2, "T4"}).ok());
+  EXPECT_TRUE(s.Allocate(ShareOf(1, 600), {0, {0}}).ok());
+  EXPECT_TRUE(s.Allocate(ShareOf(1, 600), {1, {0}}).ok());
+  return s;
+}
+
+// One policy on SingleOwnerCluster; a failed ASSERT ends only this policy's check.
+void CheckSingleOwnerRule(const std::string& name) {
+  SCOPED_TRACE(name);
+  ClusterState s = SingleOwnerCluster();
+  auto p = Make(name);
+  // Owner 1 first, then owner 2 with the same shape on the same state (caches by shape
+  // and node version must tell them apart); every decision is one Allocate accepts.
+  for (int round = 0; round < 3; ++round) {
+    for (int64_t owner : {1, 2, 1, 2}) {
+      const Task t = ShareOf(owner, 300);
+      PlacementDecision d = p->Place(s, t);
+      ASSERT_TRUE(d.placed) << d.reason;
+      EXPECT_FALSE(owner == 2 && d.placement == (Placement{0, {0}}));
+      ClusterState copy = s;
+      ASSERT_TRUE(copy.Allocate(t, d.placement).ok()) << "owner " << owner;
+    }
+  }
+  // Fill everything but GPU 0 of "mps": owner 2 has nowhere to go, owner 1 goes there.
+  ASSERT_TRUE(s.Allocate(T(0, 1, 1000), {0, {1}}).ok());
+  ASSERT_TRUE(s.Allocate(T(0, 1, 1000), {1, {1}}).ok());
+  ASSERT_TRUE(s.Allocate(T(0, 1, 400), {1, {0}}).ok());
+  PlacementDecision none = p->Place(s, ShareOf(2, 300));
+  EXPECT_FALSE(none.placed);
+  PlacementDecision own = p->Place(s, ShareOf(1, 300));
+  ASSERT_TRUE(own.placed);
+  EXPECT_EQ(own.placement, (Placement{0, {0}}));
+  // Once owner 1's share ends, owner 2 may take the GPU.
+  ASSERT_TRUE(s.Release(ShareOf(1, 600), {0, {0}}).ok());
+  PlacementDecision freed = p->Place(s, ShareOf(2, 300));
+  ASSERT_TRUE(freed.placed);
+  EXPECT_EQ(freed.placement, (Placement{0, {0}}));
+}
+
+TEST(PolicyTest, EveryPolicyKeepsAnotherOwnersShareOffASingleOwnerGpu) {
+  for (const auto& e : BuiltinPlacementPolicies().List()) CheckSingleOwnerRule(e.name);
+}
+
+// GpuPacking scores a node by the GPUs the task may use: for owner 2 the held GPU of
+// "mps" is no partly used GPU, so "plain" (a partly used one it may share) wins.
+TEST(PolicyTest, GpuPackingCountsOnlyGpusTheOwnerMayUse) {
+  ClusterState s = SingleOwnerCluster();
+  auto p = Make("gpupacking");
+  EXPECT_EQ(p->Place(s, ShareOf(2, 300)).placement, (Placement{1, {0}}));
+  EXPECT_EQ(p->Place(s, ShareOf(1, 300)).placement, (Placement{0, {0}}));
+}
+
 TEST(PolicyTest, BestFitPicksTheFullestNodeAndTightestGpu) {
   ClusterState s = ThreeNodesOneHalfUsed();
   auto p = Make("bestfit");

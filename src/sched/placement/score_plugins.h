@@ -20,9 +20,10 @@ inline constexpr double kMaxSpecGpuMilli = 8000.0;
 
 // The first `n` fully idle GPUs by index (whole-GPU tasks); 0 when there are too few.
 GpuMask FirstIdleGpus(const NodeState& node, int32_t n);
-// Fractional task: the fitting GPU with the least free share (first index on ties).
-// Whole-GPU task: FirstIdleGpus. CPU-only: 0.
-GpuMask BestFitGpus(const NodeState& node, const Task& task);
+// On node `node` of `state`: for a fractional task the fitting GPU with the least free
+// share (first index on ties), never one another owner holds (ClusterState::HeldByOthers);
+// for a whole-GPU task FirstIdleGpus; CPU-only: 0.
+GpuMask BestFitGpus(const ClusterState& state, int32_t node, const Task& task);
 
 std::unique_ptr<ScorePlugin> MakeRandomScore(const PolicyConfig& config);
 std::unique_ptr<ScorePlugin> MakeDotProductScore(const PolicyConfig& config);

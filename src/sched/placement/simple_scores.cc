@@ -24,8 +24,9 @@ class RandomScore final : public ScorePlugin {
     GpuMask gpus = 0;
     if (task.IsFractional()) {
       uint64_t seen = 0;
+      const uint64_t held = state.HeldByOthers(node, task);
       for (int32_t i = 0; i < n.num_gpus(); ++i) {
-        if (n.gpu_free_milli[static_cast<size_t>(i)] >= task.gpu_milli &&
+        if (n.gpu_free_milli[static_cast<size_t>(i)] >= task.gpu_milli && (held >> i & 1) == 0 &&
             rng_.Uniform(++seen) == 0) {
           gpus = GpuMask{1} << i;
         }
@@ -52,7 +53,7 @@ class BestFitScore final : public ScorePlugin {
         0.5 * static_cast<double>(n.cpu_free_milli - task.cpu_milli) / kMaxSpecCpuMilli +
         0.5 * static_cast<double>(n.gpu_free_total - task.TotalGpuMilli()) / kMaxSpecGpuMilli;
     return {node, static_cast<int64_t>((1.0 - s) * static_cast<double>(kMaxNodeScore)),
-            BestFitGpus(n, task)};
+            BestFitGpus(state, node, task)};
   }
   void NormalizeScores(std::vector<NodeScore>& scores) override { MinMaxNormalize(scores); }
 };
@@ -71,7 +72,7 @@ class DotProductScore final : public ScorePlugin {
                            (static_cast<double>(task.TotalGpuMilli()) / kMaxSpecGpuMilli);
     const double s = 1.0 - dot / 2.0;
     return {node, static_cast<int64_t>(static_cast<double>(kMaxNodeScore) * s),
-            BestFitGpus(n, task)};
+            BestFitGpus(state, node, task)};
   }
 };
 
@@ -82,7 +83,7 @@ class GpuPackingScore final : public ScorePlugin {
   std::string_view name() const override { return "gpupacking"; }
   NodeScore Score(const ClusterState& state, const Task& task, int32_t node) override {
     const NodeState& n = state.node(node);
-    const GpuMask gpus = BestFitGpus(n, task);
+    const GpuMask gpus = BestFitGpus(state, node, task);
     if (task.num_gpu == 0) return {node, kMinNodeScore, 0};
     const int32_t idle = n.FullyFreeGpus();
     if (idle == n.num_gpus()) {
@@ -96,10 +97,11 @@ class GpuPackingScore final : public ScorePlugin {
     });
     int32_t need = task.num_gpu, idle_used = 0;
     int64_t free_pct_sum = 0;
+    const uint64_t held = state.HeldByOthers(node, task);
     for (int32_t i : order) {
       if (need == 0) break;
       const int32_t f = n.gpu_free_milli[static_cast<size_t>(i)];
-      if (f >= task.gpu_milli) {
+      if (f >= task.gpu_milli && (held >> i & 1) == 0) {
         --need;
         idle_used += (f == 1000);
         free_pct_sum += int64_t{f} * 100 / 1000;
@@ -133,7 +135,7 @@ class GpuClusteringScore final : public ScorePlugin {
     } else {
       band = n.gpu_task_kinds.empty() ? kMaxNodeScore / 4 : 0;
     }
-    return {node, fullness + band, BestFitGpus(n, task)};
+    return {node, fullness + band, BestFitGpus(state, node, task)};
   }
 };
 

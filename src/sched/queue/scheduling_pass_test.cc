@@ -202,6 +202,44 @@ TEST(SchedulingPass, FairOrderDecidesWhoGetsTheLastGpus) {
   EXPECT_EQ(g.StartedIds(pending, *fair), Ids{"light"});
 }
 
+// One single-owner GPU (an MPS GPU) running a share of owner 1 until t=100.
+Task ShareOf(int64_t owner, int gpu_milli) {
+  Task t = GpuTask(1, gpu_milli);
+  t.owner = owner;
+  return t;
+}
+ClusterState OneSingleOwnerGpuNode() {
+  ClusterState c;
+  NodeSpec spec{"n0", 64000, 262144, 1, "H100"};
+  spec.single_owner_gpus = 1;
+  EXPECT_TRUE(c.AddNode(spec).ok());
+  return c;
+}
+
+TEST(SingleOwnerGpus, ASecondOwnersShareWaitsAndEasyKeepsItsTurn) {
+  std::vector<QueuedJob> pending = {Job("b", "bob", 1, {ShareOf(2, 300)}, 50),
+                                    Job("a-forever", "ann", 2, {ShareOf(1, 300)}),
+                                    Job("a-short", "ann", 3, {ShareOf(1, 300)}, 50)};
+  // Skip: bob's share cannot join ann's GPU, ann's two can.
+  PassFixture skip(OneSingleOwnerGpuNode());
+  skip.Run(Job("r", "ann", 0, {ShareOf(1, 300)}, 100), 0);
+  auto r = skip.Pass(pending, StartRule::kSkipBlocked);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(skip.StartedIds(pending, *r), (Ids{"a-forever", "a-short"}));
+  EXPECT_EQ(skip.cluster().OwnerOf(0, 0), 1);
+  // EASY: bob's share is next at t=100, when ann's running share ends and the GPU is
+  // free of her; a share of ann's that would still run then would keep bob out (the
+  // reservation's cluster refuses it), one that ends before may start.
+  PassFixture easy(OneSingleOwnerGpuNode());
+  easy.Run(Job("r", "ann", 0, {ShareOf(1, 300)}, 100), 0);
+  auto e = easy.Pass(pending, StartRule::kEasyBackfill);
+  ASSERT_TRUE(e.ok()) << e.status().ToString();
+  EXPECT_EQ(easy.StartedIds(pending, *e), Ids{"a-short"});
+  ASSERT_TRUE(e->reserved_index.has_value());
+  EXPECT_EQ(*e->reserved_index, 0u);
+  EXPECT_EQ(e->reservation_start_s, 100);
+}
+
 TEST(StartRule, ParsesAndNames) {
   for (StartRule r : {StartRule::kStrict, StartRule::kEasyBackfill, StartRule::kSkipBlocked}) {
     auto parsed = ParseStartRule(StartRuleName(r));
