@@ -3,12 +3,13 @@
 #
 #   bench/pool/bench_pool_vs_slurm.sh [--jobs 1000] [--idle-jobs 30] [--out FILE]
 #       [--gpupool BIN] [--slurm-profile htc|default] [--no-slurm] [--no-gpupool]
-#       [--no-array] [--no-cli]
+#       [--no-array] [--no-cli] [--state-root DIR]
 #
 # Runs, one system at a time and back to back: Slurm (plain sbatch, then one job array),
 # then gpupool (REST API over the Unix socket, then `gpupool submit` when that command
 # works). Prints the table and writes all raw numbers as JSON to --out. Needs root (Slurm's
-# slurmd launches the jobs; gpupool's integration setup runs as root too).
+# slurmd launches the jobs; gpupool's integration setup runs as root too). --state-root:
+# where gpupool's state directory is made (default /tmp; /dev/shm takes the disk out).
 set -uo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -23,6 +24,7 @@ DO_GPUPOOL=1
 DO_ARRAY=1
 DO_CLI=1
 NODE_JSON=$HERE/node-8gpu.json
+STATE_ROOT=/tmp
 
 usage() { sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'; }
 while (($#)); do
@@ -36,6 +38,7 @@ while (($#)); do
     --no-gpupool) DO_GPUPOOL=0; shift ;;
     --no-array) DO_ARRAY=0; shift ;;
     --no-cli) DO_CLI=0; shift ;;
+    --state-root) STATE_ROOT=$2; shift 2 ;;
     -h | --help) usage; exit 0 ;;
     *) echo "unknown argument: $1 (see --help)" >&2; exit 2 ;;
   esac
@@ -129,7 +132,7 @@ if ((DO_SLURM)); then
 fi
 
 start_gpupool() {
-  GP_DIR=$(mktemp -d /tmp/gp-poolbench-state.XXXXXX)
+  GP_DIR=$(mktemp -d "$STATE_ROOT/gp-poolbench-state.XXXXXX")
   chmod 755 "$GP_DIR"
   "$GPUPOOL" up --fake "$NODE_JSON" --state-dir "$GP_DIR" --port 0 \
     >"$GP_DIR/server.log" 2>&1 &

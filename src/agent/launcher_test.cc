@@ -90,8 +90,10 @@ TEST_F(LauncherTest, JobSeesExactlyItsGpusAndVariables) {
   for (const auto& [k, v] : env) keys.push_back(k);
   EXPECT_EQ(keys,
             (std::vector<std::string>{"CUDA_VISIBLE_DEVICES", "FOO", "GPUPOOL_ATTEMPT",
-                                      "GPUPOOL_GPU_MILLI", "GPUPOOL_JOB_ID", "HOME", "LOGNAME",
-                                      "NVIDIA_VISIBLE_DEVICES", "PATH", "SHELL", "USER"}));
+                                      "GPUPOOL_GPU_ENFORCEMENT", "GPUPOOL_GPU_MILLI",
+                                      "GPUPOOL_JOB_ID", "HOME", "LOGNAME", "NVIDIA_VISIBLE_DEVICES",
+                                      "PATH", "SHELL", "USER"}));
+  EXPECT_EQ(env["GPUPOOL_GPU_ENFORCEMENT"], "exclusive");
   EXPECT_EQ(env["CUDA_VISIBLE_DEVICES"], "GPU-2222,GPU-5555");
   EXPECT_EQ(env["NVIDIA_VISIBLE_DEVICES"], "GPU-2222,GPU-5555");
   EXPECT_EQ(env["GPUPOOL_JOB_ID"], "101");
