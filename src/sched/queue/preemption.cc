@@ -97,8 +97,14 @@ Result<std::optional<Victims>> ChooseVictims(const ClusterState& cluster, const 
             [&running](size_t a, size_t b) { return Newer(*running[a].run, *running[b].run); });
   ClusterState trial = cluster;
   const int64_t need = GpuMilli(waiting);
-  std::vector<size_t> chosen;
   std::optional<std::vector<Placement>> placed;
+  // A gang that fits as things are needs no victim: what keeps it waiting is the queue's
+  // order or a reservation, which preemption does not override.
+  if (trial.TotalFree().gpu_milli >= need) {
+    GP_ASSIGN_OR_RETURN(placed, TryPlace(trial, waiting.tasks, policy));
+    if (placed) return std::optional<Victims>();
+  }
+  std::vector<size_t> chosen;
   for (size_t i : order) {
     GP_RETURN_IF_ERROR(ReleaseRun(trial, *running[i].run));
     chosen.push_back(i);
@@ -108,9 +114,10 @@ Result<std::optional<Victims>> ChooseVictims(const ClusterState& cluster, const 
   }
   if (!placed) return std::optional<Victims>();
   // Put back every victim the gang can do without, oldest first (the newest work is the
-  // cheapest to lose, so it is the last to be spared).
+  // cheapest to lose, so it is the last to be spared). At least one stays (without any,
+  // the gang did not fit), and `placed` always holds the placement on the current state
+  // (a put-back that fails is undone).
   for (size_t k = chosen.size(); k-- > 0;) {
-    if (chosen.size() == 1) break;
     const RunningJob& r = *running[chosen[k]].run;
     GP_RETURN_IF_ERROR(AllocateRun(trial, r));
     GP_ASSIGN_OR_RETURN(std::optional<std::vector<Placement>> still,
@@ -122,11 +129,6 @@ Result<std::optional<Victims>> ChooseVictims(const ClusterState& cluster, const 
       GP_RETURN_IF_ERROR(ReleaseRun(trial, r));
     }
   }
-  // The placement on the final state (the last trial may have been one with a victim put
-  // back that was then released again).
-  GP_ASSIGN_OR_RETURN(placed, TryPlace(trial, waiting.tasks, policy));
-  if (!placed)
-    return Status::Internal("preemption: the gang stopped fitting after the victims were chosen");
   Victims v;
   v.running = std::move(chosen);
   v.placements = std::move(*placed);

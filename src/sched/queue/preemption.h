@@ -14,7 +14,9 @@
 //     never more than needed; a gang is always taken whole. The waiting job's placement
 //     comes from the same placement policy as any other start, so preemption does not
 //     pick a worse-fragmenting placement than a normal start would.
-//  3. Nothing is chosen when even all candidates released would not let the gang fit.
+//  3. Nothing is chosen when even all candidates released would not let the gang fit, nor
+//     when it fits as things are (what keeps it waiting is then the queue's order or a
+//     reservation, which preemption does not override).
 //
 // The live controller and the time-driven simulator (sim/timed) both call these.
 // Pure functions over value types; thread-compatible.

@@ -116,6 +116,18 @@ TEST(ChooseVictims, NothingWhenEvenAllCandidatesDoNotMakeRoom) {
   EXPECT_EQ((*both)->running.size(), 2u);
 }
 
+// A gang that fits without preempting anyone gets no victims (the queue decides when it
+// starts).
+TEST(ChooseVictims, NothingWhenTheGangFitsAsThingsAre) {
+  RunningSet r(2, 4);
+  r.Add("a", "bob", 100, {GpuTask(4)});
+  QueuedJob waiting = Job("w", "alice", 1000, {GpuTask(2)});
+  FirstFitForTest policy;
+  auto v = ChooseVictims(r.cluster, waiting, r.All(), {0}, policy);
+  ASSERT_TRUE(v.ok());
+  EXPECT_FALSE(v->has_value());
+}
+
 TEST(ChooseVictims, PrefersNewestWorkWhenOneVictimIsEnough) {
   RunningSet r(2, 4);
   r.Add("older", "bob", 100, {GpuTask(4)});
