@@ -23,17 +23,9 @@ GPUPOOL = os.path.abspath(sys.argv.pop(1)) if len(sys.argv) > 1 else "gpupool"
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "testlib"))
 import pooltest  # noqa: E402  (tests/testlib)
+from pooltest import wait_for  # noqa: E402
 NODE = os.path.join(HERE, "..", "integration", "node-4gpu.json")
 
-
-def wait_for(what, check, timeout=20):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        got = check()
-        if got:
-            return got
-        time.sleep(0.1)
-    raise AssertionError("timed out waiting for " + what)
 
 
 class HealthCheckTest(unittest.TestCase):

@@ -29,21 +29,13 @@ CONTROL = os.path.abspath(sys.argv.pop(1)) if len(sys.argv) > 1 else ""
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "testlib"))
 import pooltest  # noqa: E402  (tests/testlib)
+from pooltest import wait_for  # noqa: E402
 NODE = os.path.join(HERE, "..", "integration", "node-4gpu.json")
 
 # A job that records its environment and waits for the test's go file.
 JOB = ('env | grep -E "^(CUDA_|GPUPOOL_GPU)" | sort > "$OUT/$GPUPOOL_JOB_ID.env"; '
        'while [ ! -e "$OUT/go-$GPUPOOL_JOB_ID" ] && [ ! -e "$OUT/go-all" ]; do sleep 0.05; done')
 
-
-def wait_for(what, check, timeout=30):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        got = check()
-        if got:
-            return got
-        time.sleep(0.05)
-    raise AssertionError("timed out waiting for " + what)
 
 
 class Pool:

@@ -49,6 +49,18 @@ def wait_job(get_job, jid, states, timeout, poll=0.05, log=lambda: ""):
         j.get("pending_reason") if j else None, log()))
 
 
+def wait_for(what, check, timeout=30, poll=0.05):
+    """Polls check() until it returns something true, which is returned; fails naming
+    `what` after `timeout` seconds."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        got = check()
+        if got:
+            return got
+        time.sleep(poll)
+    raise AssertionError("timed out after %s s waiting for %s" % (timeout, what))
+
+
 def stop_processes(procs, timeout=10, sig=signal.SIGTERM):
     """Signals each live process, waits up to `timeout` s, then kills it."""
     for p in procs:
