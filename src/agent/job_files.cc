@@ -1,6 +1,7 @@
 #include "agent/job_files.h"
 
 #include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -368,7 +369,65 @@ Status WriteFileDurably(const std::string& path, const std::string& contents, mo
   return Status::Ok();
 }
 
+Status RewriteFileLocked(const std::string& path, const std::string& contents) {
+  int fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC | O_NOFOLLOW);
+  if (fd < 0) {
+    const int err = errno;
+    if (err == ENOENT) return Status::NotFound("'" + path + "' does not exist");
+    return Status::Unavailable("cannot open '" + path + "': " + std::strerror(err));
+  }
+  while (::flock(fd, LOCK_EX) != 0 && errno == EINTR) {
+  }
+  size_t done = 0;
+  int err = 0;
+  while (done < contents.size()) {
+    ssize_t n =
+        ::pwrite(fd, contents.data() + done, contents.size() - done, static_cast<off_t>(done));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      err = n < 0 ? errno : EIO;
+      break;
+    }
+    done += static_cast<size_t>(n);
+  }
+  if (err == 0 && ::ftruncate(fd, static_cast<off_t>(contents.size())) != 0) err = errno;
+  ::close(fd);  // releases the lock
+  if (err != 0) return Status::Unavailable("cannot write '" + path + "': " + std::strerror(err));
+  return Status::Ok();
+}
+
 namespace {
+
+// Reads `path` under a shared flock, so that a RewriteFileLocked in progress is never
+// seen half done.
+Result<std::string> ReadFileLocked(const std::string& path, size_t max_bytes) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+  if (fd < 0) {
+    const int err = errno;
+    if (err == ENOENT) return Status::NotFound("'" + path + "' does not exist");
+    return Status::Unavailable("cannot open '" + path + "': " + std::strerror(err));
+  }
+  while (::flock(fd, LOCK_SH) != 0 && errno == EINTR) {
+  }
+  std::string text;
+  char buf[4096];
+  int err = 0;
+  for (;;) {
+    ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) err = errno;
+    if (n <= 0) break;
+    text.append(buf, static_cast<size_t>(n));
+    if (text.size() > max_bytes) {
+      ::close(fd);
+      return Status::Unavailable("'" + path + "' is larger than " + std::to_string(max_bytes) +
+                                 " bytes");
+    }
+  }
+  ::close(fd);
+  if (err != 0) return Status::Unavailable("cannot read '" + path + "': " + std::strerror(err));
+  return text;
+}
 
 Result<std::string> ReadJobFile(const std::string& job_dir, const char* name) {
   const std::string path = job_dir + "/" + name;
@@ -387,7 +446,7 @@ Result<ShimConfig> ReadShimConfig(const std::string& job_dir) {
 }
 
 Result<ShimRecord> ReadShimRecord(const std::string& job_dir) {
-  GP_ASSIGN_OR_RETURN(std::string text, ReadJobFile(job_dir, kShimFile));
+  GP_ASSIGN_OR_RETURN(std::string text, ReadFileLocked(job_dir + "/" + kShimFile, 1u << 20));
   return ShimRecordFromJson(text, job_dir + "/" + kShimFile);
 }
 

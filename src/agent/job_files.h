@@ -2,13 +2,18 @@
 // which a shim and any agent incarnation talk:
 //
 //   spec.json    what to run (written by the launcher, read by the shim), mode 0600
-//   shim.json    the running shim: pid, its kernel start time, the job's pid, start time
+//   shim.json    the running shim: pid, its kernel start time, the job's pid, start time;
+//                created once, then rewritten in place under flock (RewriteFileLocked)
 //   status.json  the final status, written once by the shim just before it exits
 //   stdout.log, stderr.log   the job's output, owned by the job's user, mode 0600
-//   shim.log     the shim's own diagnostics
+//   shim.log     the shim's own diagnostics; created only when it has something to say (a
+//                job that starts and ends normally leaves none)
 //
-// Every JSON file is replaced atomically (temporary file, fsync, rename), so a reader
-// sees the old file, the new one, or none. Plain functions; thread-safe.
+// Every JSON file is replaced atomically (temporary file, fsync, rename), or for shim.json
+// rewritten under an exclusive flock that its readers share, so a reader sees the old
+// file, the new one, or none. Each file created costs an inode allocation, which on ext4
+// is most of a trivial job's cost (docs/benchmarks.md): keep the count down. Plain
+// functions; thread-safe.
 #pragma once
 
 #include <sys/types.h>
@@ -86,6 +91,13 @@ JobEvent EventFromFinalStatus(const FinalStatus& status, const RunId& id, const 
 // milliseconds on the path to a job's start.
 Status WriteFileDurably(const std::string& path, const std::string& contents, mode_t mode,
                         bool sync = true);
+
+// Replaces the contents of the existing file `path` in place (no new inode, no deleted
+// one) while holding an exclusive flock on it; ReadShimRecord reads under a shared one, so
+// it never sees a half-written record. Not durable (no fsync): for shim.json only, whose
+// second write would otherwise allocate and free an inode per job. NotFound when `path`
+// does not exist; never follows a symbolic link.
+Status RewriteFileLocked(const std::string& path, const std::string& contents);
 
 // Reads and parses one of the JSON files; NotFound when it does not exist.
 Result<ShimConfig> ReadShimConfig(const std::string& job_dir);

@@ -4,8 +4,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdlib>
 #include <filesystem>
+#include <thread>
 
 #include "common/file_util.h"
 
@@ -152,6 +154,65 @@ TEST(JobFilesTest, WriteFileDurablySetsModeAndReplaces) {
   EXPECT_EQ(ReadFinalStatus(tmpl).status().code(), StatusCode::kNotFound);
   ::unlink(path.c_str());
   ::rmdir(tmpl);
+}
+
+// shim.json's second write replaces its contents in the same inode (no file created or
+// deleted), longer or shorter, and never through a link; readers see whole records.
+TEST(JobFilesTest, RewriteFileLockedKeepsTheInode) {
+  char tmpl[] = "/tmp/gpupool-files-XXXXXX";
+  ASSERT_NE(::mkdtemp(tmpl), nullptr);
+  const std::string dir = tmpl;
+  const std::string path = dir + "/" + kShimFile;
+  ShimRecord first;
+  first.id = RunId{7, 0, 1, 0};
+  first.pid = 11;
+  first.boot_id = "b";
+  ASSERT_TRUE(WriteFileDurably(path, ShimRecordToJson(first), 0600, false).ok());
+  struct stat before;
+  ASSERT_EQ(::stat(path.c_str(), &before), 0);
+  ShimRecord second = first;
+  second.job_pid = 12345;
+  second.start_time_us = 99;
+  ASSERT_TRUE(RewriteFileLocked(path, ShimRecordToJson(second)).ok());
+  struct stat after;
+  ASSERT_EQ(::stat(path.c_str(), &after), 0);
+  EXPECT_EQ(after.st_ino, before.st_ino);
+  EXPECT_EQ(after.st_mode & 0777, 0600u);
+  Result<ShimRecord> read = ReadShimRecord(dir);
+  ASSERT_TRUE(read.ok()) << read.status().ToString();
+  EXPECT_EQ(read->job_pid, 12345);
+  ASSERT_TRUE(RewriteFileLocked(path, "{}").ok());  // shorter: no old tail left
+  EXPECT_EQ(ReadFileToString(path).value_or(""), "{}");
+
+  EXPECT_EQ(RewriteFileLocked(dir + "/none.json", "x").code(), StatusCode::kNotFound);
+  const std::string link = dir + "/link.json";
+  ASSERT_EQ(::symlink(path.c_str(), link.c_str()), 0);
+  EXPECT_FALSE(RewriteFileLocked(link, "x").ok());
+  EXPECT_EQ(ReadFileToString(path).value_or(""), "{}");
+
+  // A reader racing the rewrites gets one record or the other, never a torn one.
+  ShimRecord longer = second;
+  longer.isolation = std::string(3000, 'i');
+  ASSERT_TRUE(RewriteFileLocked(path, ShimRecordToJson(second)).ok());
+  std::atomic<bool> stop{false};
+  std::thread writer([&] {
+    for (int i = 0; !stop.load(); ++i) {
+      (void)RewriteFileLocked(path, ShimRecordToJson(i % 2 == 0 ? longer : second));
+    }
+  });
+  int bad = 0;
+  std::string why;
+  for (int i = 0; i < 2000; ++i) {
+    Result<ShimRecord> r = ReadShimRecord(dir);
+    if (!r.ok() || r->job_pid != 12345) {
+      ++bad;
+      why = r.ok() ? "job_pid " + std::to_string(r->job_pid) : r.status().ToString();
+    }
+  }
+  stop = true;
+  writer.join();
+  EXPECT_EQ(bad, 0) << why;
+  std::filesystem::remove_all(dir);
 }
 
 // Files written by an agent and shims of the previous layout name their run by its

@@ -14,6 +14,7 @@
 #include <csignal>
 #include <filesystem>
 #include <map>
+#include <set>
 
 #include "agent/job_files.h"
 #include "agent/launcher_test_util.h"
@@ -88,11 +89,10 @@ TEST_F(LauncherTest, JobSeesExactlyItsGpusAndVariables) {
   std::map<std::string, std::string> env = ParseEnvOutput(ReadWholeFile(JobFile(101, kStdoutFile)));
   std::vector<std::string> keys;
   for (const auto& [k, v] : env) keys.push_back(k);
-  EXPECT_EQ(keys,
-            (std::vector<std::string>{"CUDA_VISIBLE_DEVICES", "FOO", "GPUPOOL_ATTEMPT",
-                                      "GPUPOOL_GPU_ENFORCEMENT", "GPUPOOL_GPU_MILLI",
-                                      "GPUPOOL_JOB_ID", "HOME", "LOGNAME", "NVIDIA_VISIBLE_DEVICES",
-                                      "PATH", "SHELL", "USER"}));
+  EXPECT_EQ(keys, (std::vector<std::string>{"CUDA_VISIBLE_DEVICES", "FOO", "GPUPOOL_ATTEMPT",
+                                            "GPUPOOL_GPU_ENFORCEMENT", "GPUPOOL_GPU_MILLI",
+                                            "GPUPOOL_JOB_ID", "HOME", "LOGNAME",
+                                            "NVIDIA_VISIBLE_DEVICES", "PATH", "SHELL", "USER"}));
   EXPECT_EQ(env["GPUPOOL_GPU_ENFORCEMENT"], "exclusive");
   EXPECT_EQ(env["CUDA_VISIBLE_DEVICES"], "GPU-2222,GPU-5555");
   EXPECT_EQ(env["NVIDIA_VISIBLE_DEVICES"], "GPU-2222,GPU-5555");
@@ -140,6 +140,34 @@ TEST_F(LauncherTest, ExitCodeAndStderrAreReported) {
   EXPECT_GE(e.time_us, e.start_time_us);
   EXPECT_EQ(ReadWholeFile(JobFile(131, kStdoutFile)), "out\n");
   EXPECT_EQ(ReadWholeFile(JobFile(131, kStderrFile)), "oops\n");
+}
+
+// Each file a run creates costs an inode allocation, most of a trivial job's cost on ext4
+// (docs/benchmarks.md): a job that starts and ends normally leaves exactly these, its
+// shim record rewritten in place rather than replaced, and no shim.log; one that fails
+// leaves a shim.log that tells the whole story, the routine notes before the failure.
+TEST_F(LauncherTest, ANormalRunCreatesOnlyTheFilesItNeeds) {
+  Start(TestSpec(135, {"true"}));
+  EXPECT_EQ(Finish(135).kind, Kind::kExited);
+  std::set<std::string> names;
+  for (const auto& entry : std::filesystem::directory_iterator(JobDir(dir_.path(), TaskRun(135)))) {
+    names.insert(entry.path().filename().string());
+  }
+  EXPECT_EQ(names,
+            (std::set<std::string>{kSpecFile, kShimFile, kStatusFile, kStdoutFile, kStderrFile}));
+  Result<ShimRecord> rec = ReadShimRecord(JobDir(dir_.path(), TaskRun(135)));
+  ASSERT_TRUE(rec.ok()) << rec.status().ToString();
+  EXPECT_GT(rec->job_pid, 0);  // the second write landed
+  EXPECT_GT(rec->start_time_us, 0);
+
+  ASSERT_TRUE(launcher_->Launch(TestSpec(136, {"gpupool-no-such-command"})).ok());
+  EXPECT_EQ(Finish(136).kind, Kind::kFailed);
+  const std::string log = ReadWholeFile(JobFile(136, kShimLogFile));
+  const size_t isolation = log.find("isolation: ");
+  const size_t failed = log.find("finished: command 'gpupool-no-such-command' not found");
+  EXPECT_NE(isolation, std::string::npos) << log;
+  EXPECT_NE(failed, std::string::npos) << log;
+  EXPECT_LT(isolation, failed) << log;
 }
 
 TEST_F(LauncherTest, DeathBySignalIsReported) {

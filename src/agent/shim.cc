@@ -42,20 +42,73 @@ int64_t MonoMicros() {
   return static_cast<int64_t>(ts.tv_sec) * 1'000'000 + ts.tv_nsec / 1000;
 }
 
-// The shim's own diagnostics go to its stderr, which is DIR/shim.log.
-void ShimLog(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
-void ShimLog(const char* fmt, ...) {
+// The shim's own diagnostics go to DIR/shim.log, which is created only when there is
+// something to say: a file per job costs an inode allocation, most of a trivial job's
+// cost on ext4 (job_files.h). ShimNote keeps a routine line (isolation, start) in memory;
+// ShimLog writes a line worth keeping, after the notes before it, so a log that exists
+// tells the whole story. From the first ShimLog on, the shim's stdout and stderr (a
+// crash's last words) go to the file too; before it they are /dev/null.
+std::string g_log_path;       // set by RunShim
+std::string g_pending_notes;  // ShimNote's lines not yet written
+bool g_log_open = false;
+
+std::string ShimLine(const char* fmt, va_list ap) {
   char when[32];
   time_t now = ::time(nullptr);
   struct tm tm;
   ::gmtime_r(&now, &tm);
   ::strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", &tm);
-  std::fprintf(stderr, "%s gpupool-shim[%d]: ", when, static_cast<int>(::getpid()));
+  char head[96];
+  std::snprintf(head, sizeof head, "%s gpupool-shim[%d]: ", when, static_cast<int>(::getpid()));
+  va_list copy;
+  va_copy(copy, ap);
+  const int n = std::vsnprintf(nullptr, 0, fmt, copy);
+  va_end(copy);
+  std::string line = head;
+  if (n > 0) {
+    std::string body(static_cast<size_t>(n) + 1, '\0');
+    std::vsnprintf(body.data(), body.size(), fmt, ap);
+    body.resize(static_cast<size_t>(n));
+    line += body;
+  }
+  line += '\n';
+  return line;
+}
+
+void OpenShimLog() {
+  if (g_log_open || g_log_path.empty()) return;
+  g_log_open = true;
+  int fd = ::open(g_log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NOFOLLOW, 0600);
+  if (fd < 0) return;
+  ::dup2(fd, 1);
+  ::dup2(fd, 2);
+  if (fd > 2) ::close(fd);
+}
+
+void ShimNote(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
+void ShimNote(const char* fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
-  std::vfprintf(stderr, fmt, ap);
+  std::string line = ShimLine(fmt, ap);
   va_end(ap);
-  std::fputc('\n', stderr);
+  if (g_log_open) {
+    std::fputs(line.c_str(), stderr);
+    std::fflush(stderr);
+  } else if (g_pending_notes.size() < 64 * 1024) {
+    g_pending_notes += line;
+  }
+}
+
+void ShimLog(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
+void ShimLog(const char* fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  std::string line = ShimLine(fmt, ap);
+  va_end(ap);
+  OpenShimLog();
+  std::fputs(g_pending_notes.c_str(), stderr);
+  g_pending_notes.clear();
+  std::fputs(line.c_str(), stderr);
   std::fflush(stderr);
 }
 
@@ -265,7 +318,7 @@ Status Shim::Prepare() {
         "device nodes (nvidia-modprobe -c N, or load the driver), or have an admin run this "
         "node's agent with --allow-unisolated-devices to accept unisolated GPUs");
   }
-  ShimLog("isolation: %s", cgroup_->note().c_str());
+  ShimNote("isolation: %s", cgroup_->note().c_str());
   plan_.cgroup = cgroup_.get();
   plan_.require_cgroup = spec.require_device_isolation;
   return Status::Ok();
@@ -330,10 +383,10 @@ Status Shim::PrepareContainer(const std::vector<gid_t>& groups) {
                                    : "; GPUs by CDI: " + std::to_string(spec.cdi_devices.size());
   final_.isolation = note;
   record_.isolation = note;
-  ShimLog("isolation: %s", note.c_str());
+  ShimNote("isolation: %s", note.c_str());
   std::string cmdline;
   for (const std::string& a : plan_.argv) cmdline += (cmdline.empty() ? "" : " ") + a;
-  ShimLog("container: %s", cmdline.c_str());
+  ShimLog("container: %s", cmdline.c_str());  // podman commands write here too
   return Status::Ok();
 }
 
@@ -412,10 +465,10 @@ Status Shim::StartJob() {
   record_.job_pid = job_pid_;
   record_.job_start_ticks = ProcessStartTicks(job_pid_).value_or(0);
   record_.start_time_us = final_.start_time_us;
-  Status st = WriteFileDurably(args_.job_dir + "/" + kShimFile, ShimRecordToJson(record_), 0600,
-                               /*sync=*/false);
+  // In place: a second tmp+rename would allocate and free an inode per job (job_files.h).
+  Status st = RewriteFileLocked(args_.job_dir + "/" + kShimFile, ShimRecordToJson(record_));
   if (!st.ok()) ShimLog("%s", st.message().c_str());  // the job runs; Adopt copes
-  ShimLog("started %s as pid %d", ToString(config_.spec.id).c_str(), static_cast<int>(job_pid_));
+  ShimNote("started %s as pid %d", ToString(config_.spec.id).c_str(), static_cast<int>(job_pid_));
   return Status::Ok();
 }
 
@@ -607,8 +660,11 @@ int Shim::Finish() {
     ShimLog("cannot record the job's status: %s", st.message().c_str());
     return 1;
   }
-  ShimLog("%s finished: %s", ToString(final_.id).c_str(),
-          final_.reason.empty() ? "ok" : final_.reason.c_str());
+  if (final_.reason.empty()) {
+    ShimNote("%s finished: ok", ToString(final_.id).c_str());
+  } else {
+    ShimLog("%s finished: %s", ToString(final_.id).c_str(), final_.reason.c_str());
+  }
   return 0;
 }
 
@@ -695,16 +751,13 @@ Result<ShimArgs> ParseShimArgs(int argc, char** argv) {
 }
 
 int RunShim(const ShimArgs& args) {
-  // Our own output goes to the job directory: the agent may be gone at any moment.
-  const std::string log = args.job_dir + "/" + kShimLogFile;
-  int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NOFOLLOW, 0600);
+  // Our own output goes to the job directory (the agent may be gone at any moment), and
+  // only once there is something to say (ShimLog).
+  g_log_path = args.job_dir + "/" + kShimLogFile;
   int null_fd = ::open("/dev/null", O_RDWR | O_CLOEXEC);
-  if (null_fd >= 0) ::dup2(null_fd, 0);
-  if (fd >= 0) {
-    ::dup2(fd, 1);
-    ::dup2(fd, 2);
+  if (null_fd >= 0) {
+    for (int i = 0; i < 3; ++i) ::dup2(null_fd, i);
   }
-  if (fd > 2) ::close(fd);
   if (null_fd > 2) ::close(null_fd);
   Shim shim(args);
   return shim.Run();
