@@ -91,6 +91,7 @@ void Controller::Touched(int64_t id) {
   slim->array_max_running = job.array_max_running;
   slim->held_by = job.held_by;  // held jobs are not started
   slim->held_by_admin = job.held_by_admin;
+  slim->enforce_memory = job.enforce_memory;  // its shares only where memory is enforced
   if (job.state == JobState::kPending) slim->needs = job.needs;  // placement filter
   slim_[id] = std::move(slim);
 }

@@ -1,5 +1,7 @@
 #include "controller/job_scheduler.h"
 
+#include <algorithm>
+
 #include "sched/admission/gates.h"
 #include "sched/queue/gang_placement.h"
 
@@ -51,6 +53,8 @@ Result<ScheduleResult> JobScheduler::Plan(const std::vector<const jobs::Job*>& a
   ctx.occupying = in.occupying;
   ctx.limits = &limits;
   ctx.draining = in.draining;
+  std::sort(in.memory_enforced_nodes.begin(), in.memory_enforced_nodes.end());
+  ctx.memory_enforced_nodes = in.memory_enforced_nodes;
   ctx.environments = [&in](std::string_view env) { return in.NodesForEnvironment(env); };
   GP_ASSIGN_OR_RETURN(sched::ProfileResult r, profile_->Run(in.cluster, ctx));
   ScheduleResult result;

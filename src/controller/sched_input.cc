@@ -80,6 +80,11 @@ SchedInput::SchedInput(const std::vector<SchedNode>& nodes, bool mps_multi_user)
     if (n.draining) draining.push_back(cluster.num_nodes() - 1);
     node_of_.push_back(&n);
     if (n.info == nullptr || n.info->gpus.empty()) continue;
+    if (std::all_of(n.info->gpus.begin(), n.info->gpus.end(), [](const gpu::GpuInfo& g) {
+          return g.enforcement == "mps" || g.enforcement == "mig" || g.enforcement == "dmem";
+        })) {
+      memory_enforced_nodes.push_back(n.name);
+    }
     // Everything about the GPU models a request's constraints are matched against.
     const gpu::GpuInfo& g = n.info->gpus.front();
     ModelFacts f{GpuModelKey(g.name), g.name, std::string(gpu::VendorName(g.vendor)),
@@ -109,6 +114,7 @@ Result<sched::Task> SchedInput::TaskFor(const jobs::Job& job) const {
                        std::atoi(r.min_capability.substr(dot + 1).c_str());
   }
   if (r.gpus == 0) return t;
+  t.enforce_memory = job.enforce_memory;
   // A share's owner: MPS GPUs take one user's shares at a time (cluster_state.h).
   if (r.gpus == 1 && (r.gpu_milli < 1000 || r.gpu_memory_bytes > 0)) {
     t.owner = int64_t{job.uid} + 1;

@@ -76,6 +76,9 @@ class SchedInput {
 
   sched::ClusterState cluster;
   std::vector<int32_t> draining;  // cluster indices
+  // Nodes (sorted) whose GPUs all hold a share to its memory: enforcement mps, mig or
+  // dmem (EnforceMemoryFilter).
+  std::vector<std::string> memory_enforced_nodes;
   std::vector<const sched::QueuedJob*> pending;
   std::vector<const jobs::Job*> pending_source;  // pending[i]'s job
   std::vector<const sched::QueuedJob*> occupying;

@@ -165,6 +165,9 @@ struct Job {
   int priority = 0;
   int64_t time_limit_s = 0;  // 0 = none
   bool requeue = false;      // requeue when LOST
+  // --enforce memory: a share runs only on a GPU that holds it to its memory (enforcement
+  // mps, mig or dmem; docs/sharing.md). Whole GPUs are never shared, so it holds there.
+  bool enforce_memory = false;
   // MPI launch (--mpi): the command runs in task 0 only; the other tasks hold their
   // allocations for `gpupool exec` (mpirun's remote daemons) until task 0 ends.
   bool mpi = false;

@@ -204,6 +204,7 @@ OrderedJson JobToJson(const Job& job) {
   j["priority"] = job.priority;
   j["time_limit_s"] = job.time_limit_s;
   j["requeue"] = job.requeue;
+  if (job.enforce_memory) j["enforce_memory"] = true;
   if (job.mpi) j["mpi"] = true;
   if (!job.interactive.empty()) j["interactive"] = job.interactive;
   if (!job.submit_key.empty()) j["submit_key"] = job.submit_key;
@@ -429,6 +430,7 @@ Result<Job> JobFromJson(const Json& j, std::string_view path, bool reject_unknow
   f.Optional("priority", &job.priority, -1'000'000, 1'000'000);
   f.Optional("time_limit_s", &job.time_limit_s, 0, int64_t{10} * 365 * 24 * 3600);
   f.Optional("requeue", &job.requeue);
+  f.Optional("enforce_memory", &job.enforce_memory);
   f.Optional("mpi", &job.mpi);
   f.Optional("interactive", &job.interactive);
   f.Optional("submit_key", &job.submit_key);

@@ -37,6 +37,9 @@ struct Task {
   // Whose share this is; 0 = no one. Matters only for fractional tasks on single-owner
   // GPUs (cluster_state.h); >= 0.
   int64_t owner = 0;
+  // The job asked for --enforce memory: a fractional task may use only nodes whose GPUs
+  // enforce memory limits (EnforceMemoryFilter narrows allowed_nodes; this says why).
+  bool enforce_memory = false;
 
   int64_t TotalGpuMilli() const { return int64_t{num_gpu} * gpu_milli; }
   bool IsFractional() const { return num_gpu == 1 && gpu_milli < 1000; }

@@ -12,12 +12,20 @@ namespace {
 // What a user sets at submit time and nothing changes later. A field here that did
 // change would still be stored right (the changed spec is stored as another row), only
 // not shared.
-constexpr std::array<std::string_view, 25> kSpecKeys = {
-    "user",         "uid",         "gid",      "project",      "name",        "command",
-    "env",          "workdir",     "image",    "mounts",       "environment", "env_dir",
-    "needs",        "request",     "priority", "time_limit_s", "requeue",     "mpi",
-    "dependencies", "interactive", "pty",      "shm_bytes",    "init",        "array_max_running",
-    "array",
+constexpr std::array<std::string_view, 26> kSpecKeys = {
+    "user",         "uid",
+    "gid",          "project",
+    "name",         "command",
+    "env",          "workdir",
+    "image",        "mounts",
+    "environment",  "env_dir",
+    "needs",        "request",
+    "priority",     "time_limit_s",
+    "requeue",      "mpi",
+    "dependencies", "interactive",
+    "pty",          "shm_bytes",
+    "init",         "array_max_running",
+    "array",        "enforce_memory",
 };
 
 bool IsSpecKey(std::string_view key) {

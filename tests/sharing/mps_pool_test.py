@@ -10,7 +10,8 @@ memory limit of their share, and cannot override them from their own environment
 whole-GPU job is told "exclusive" and gets no MPS variables; the daemon quits after its
 GPU's last share; a pool killed with -9 and started again adopts the running share and
 its daemon (no second start) and still quits it after the share; a daemon that cannot
-start fails the share with the reason; `--gpu-enforcement none` says so to the job.
+start fails the share with the reason; `--gpu-enforcement none` says so to the job; an
+`--enforce memory` share waits on a node without enforcement and starts once it has MPS.
 
 Usage: mps_pool_test.py PATH_TO_GPUPOOL PATH_TO_STAND_IN_CONTROL
 Exit 77 (skipped) without root (the pool's jobs run as root here).
@@ -228,6 +229,34 @@ class MpsPoolTest(unittest.TestCase):
         self.assertFalse(os.path.exists(os.path.join(self.dir, "agent", "mps")))
         self.go(a)
         p.wait(a, ("SUCCEEDED",))
+
+    def test_enforce_memory_waits_for_a_gpu_that_holds_the_share(self):
+        # On a node that does not enforce memory, an --enforce memory share waits and says
+        # why, while a whole GPU (never shared) runs; once the node runs MPS it starts.
+        p = self.pool(["--gpu-enforcement", "none"])
+        share = p.submit("--enforce", "memory", "--gpu-share", "0.5", "--env", "OUT=" + self.out,
+                         "--", "sh", "-c", JOB)
+        whole = p.submit("--enforce", "memory", "--gpus", "1", "--env", "OUT=" + self.out,
+                         "--", "sh", "-c", JOB)
+        p.wait(whole, ("RUNNING",))
+        wait_for("the share's reason", lambda: "--enforce memory" in
+                 p.job(share).get("pending_reason", ""))
+        self.assertEqual(p.job(share)["state"], "PENDING")
+        self.assertIn("no node holds a GPU share to its memory", p.job(share)["pending_reason"])
+        self.assertIn("Enforce", p.cli("show", str(share)).stdout)
+        bad = p.cli("submit", "--enforce", "compute", "--gpu-share", "0.5", "--", "true")
+        self.assertNotEqual(bad.returncode, 0)
+        self.assertIn("--enforce", bad.stderr)
+        self.assertIn("'memory'", bad.stderr)
+        self.go(whole)
+        p.wait(whole, ("SUCCEEDED",))
+        p.stop()
+        self.pools.remove(p)
+        p2 = self.pool(["--gpu-enforcement", "mps", "--mps-control", CONTROL])
+        p2.wait(share, ("RUNNING",))
+        self.assertEqual(read_env(self.out, share)["GPUPOOL_GPU_ENFORCEMENT"], "mps")
+        self.go(share)
+        p2.wait(share, ("SUCCEEDED",))
 
     def test_mps_without_its_control_program_refuses_to_start(self):
         r = subprocess.run([GPUPOOL, "up", "--state-dir", self.dir, "--port", "0", "--config", "",

@@ -214,6 +214,7 @@ std::string RenderJob(const Json& job, int64_t now_us) {
   const int64_t limit = GetInt(job, "time_limit_s");
   line("Time limit", limit > 0 ? FormatDuration(limit) : "none");
   line("Requeue", GetBool(job, "requeue") ? "yes, if its node is lost" : "no");
+  if (GetBool(job, "enforce_memory")) line("Enforce", "memory (shares only on GPUs that hold it)");
   if (GetBool(job, "mpi")) line("Launch", "mpi: the command runs in task 0, the others are held");
   if (const std::string mode = GetString(job, "interactive"); mode == "run") {
     line("Interactive", std::string("run: the command runs in task 0 with its client's ") +

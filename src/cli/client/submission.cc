@@ -336,6 +336,14 @@ Result<OrderedJson> BuildSubmission(const SubmitFlags& f, const std::vector<std:
     body["time_limit_s"] = *secs;
   }
   if (f.requeue) body["requeue"] = *f.requeue;
+  if (f.enforce) {
+    if (*f.enforce != "memory") {
+      return OptionError("--enforce", *f.enforce,
+                         "the one thing a job can ask to have enforced is 'memory' "
+                         "(--enforce memory)");
+    }
+    body["enforce_memory"] = true;
+  }
   if (f.mpi && *f.mpi) body["mpi"] = true;
   if (f.shm_size) {
     auto bytes = ParseSize(*f.shm_size);

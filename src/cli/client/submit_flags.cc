@@ -127,6 +127,9 @@ void AddSubmitOptions(CLI::App& app, SubmitFlags* f) {
   Single(app, "-a,--array", &f->array, "SPEC",
          "one job per index: 0-99, 0-99%10 (at most 10 at once), 1,3,5-7, 0-30:10; each sees "
          "GPUPOOL_ARRAY_TASK_ID");
+  Single(app, "--enforce", &f->enforce, "memory",
+         "place a GPU share only where its memory limit is enforced (enforcement mps, mig or "
+         "dmem in `gpupool nodes`); whole GPUs are never shared");
   app.add_flag_function(
       "--requeue,!--no-requeue", [f](int64_t count) { f->requeue = count > 0; },
       "requeue the job if its node is lost (default: off)");
@@ -239,6 +242,7 @@ SubmitFlags MergeFlags(const SubmitFlags& script, const SubmitFlags& cmdline) {
   over(&m.tasks, cmdline.tasks);
   over(&m.image, cmdline.image);
   if (cmdline.requeue) m.requeue = cmdline.requeue;
+  over(&m.enforce, cmdline.enforce);
   if (cmdline.mpi) m.mpi = cmdline.mpi;
   over(&m.array, cmdline.array);
   over(&m.shm_size, cmdline.shm_size);

@@ -57,6 +57,9 @@ struct PassContext {
   const Limits* limits = nullptr;     // QuotaLimit; null = no limits
   std::span<const int32_t> draining;  // DrainFilter: cluster indices of draining nodes
   EnvironmentLookup environments;     // EnvCompatFilter; empty = no node is constrained
+  // EnforceMemoryFilter: the nodes (names, sorted) whose GPUs all hold a share to its
+  // memory (enforcement mps, mig or dmem).
+  std::span<const std::string> memory_enforced_nodes;
 };
 
 class GatePlugin : public Plugin {
@@ -95,7 +98,7 @@ using GateRegistry = Registry<GatePlugin>;
 using AdmissionFilterRegistry = Registry<AdmissionFilter>;
 
 // The built-in gates (hold, dependency, earlier-attempt, array-throttle, quota) and
-// filters (drain, env-compat); immutable after first use, safe to share between threads.
+// filters (drain, enforce-memory, env-compat); immutable after first use, safe to share between threads.
 const GateRegistry& BuiltinGates();
 const AdmissionFilterRegistry& BuiltinAdmissionFilters();
 

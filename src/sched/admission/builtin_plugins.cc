@@ -42,6 +42,9 @@ const AdmissionFilterRegistry& BuiltinAdmissionFilters() {
     AdmissionFilterRegistry r;
     Must(r.Register("drain", "nothing new is placed on a draining node",
                     Make<DrainFilter, AdmissionFilter>()));
+    Must(r.Register("enforce-memory",
+                    "shares of --enforce memory jobs go only to GPUs that enforce memory",
+                    Make<EnforceMemoryFilter, AdmissionFilter>()));
     Must(r.Register("env-compat", "GPU tasks go only to nodes that can run their environment",
                     Make<EnvCompatFilter, AdmissionFilter>()));
     return r;

@@ -66,4 +66,34 @@ bool EnvCompatFilter::Filter(const ClusterState& state, const Task& task, int32_
   return false;
 }
 
+void EnforceMemoryFilter::BeginPass(const PassContext& ctx) {
+  enforced_.assign(ctx.memory_enforced_nodes.begin(), ctx.memory_enforced_nodes.end());
+  std::sort(enforced_.begin(), enforced_.end());
+}
+
+bool EnforceMemoryFilter::PreFilter(const QueuedJob& job, PreFilterResult* result) {
+  if (std::none_of(job.tasks.begin(), job.tasks.end(),
+                   [](const Task& t) { return t.enforce_memory && t.IsFractional(); })) {
+    return false;
+  }
+  if (enforced_.empty()) {
+    result->never =
+        "--enforce memory: no node holds a GPU share to its memory (each GPU's enforcement "
+        "is in `gpupool nodes`; mps, mig or dmem is needed), or submit without it";
+    return true;
+  }
+  result->only_nodes = enforced_;
+  return true;
+}
+
+bool EnforceMemoryFilter::Filter(const ClusterState& state, const Task& task, int32_t node,
+                                 std::string* reason) const {
+  if (!task.enforce_memory || !task.IsFractional() ||
+      std::binary_search(enforced_.begin(), enforced_.end(), state.node(node).name)) {
+    return true;
+  }
+  if (reason != nullptr) *reason = "GPU memory not enforced";
+  return false;
+}
+
 }  // namespace gpupool::sched

@@ -7,6 +7,12 @@
 //                driver needs) may only use the nodes that can run it; the host says
 //                which (PassContext::environments), once per environment and pass. When
 //                no node can, the job cannot run, with the host's reasons.
+//   enforce-memory - a job submitted with --enforce memory places its shares (fractional
+//                tasks) only on nodes whose GPUs hold a share to its memory
+//                (PassContext::memory_enforced_nodes); whole GPUs are never shared and
+//                go anywhere. When no node enforces memory the job waits, saying so.
+// When two filters narrow a job's nodes, it may use only the nodes both allow
+// (SchedulingProfile intersects them).
 #pragma once
 
 #include <map>
@@ -42,6 +48,18 @@ class EnvCompatFilter final : public AdmissionFilter {
  private:
   EnvironmentLookup lookup_;
   std::map<std::string, EnvironmentNodes, std::less<>> seen_;  // this pass's answers
+};
+
+class EnforceMemoryFilter final : public AdmissionFilter {
+ public:
+  std::string_view name() const override { return "enforce-memory"; }
+  void BeginPass(const PassContext& ctx) override;
+  bool PreFilter(const QueuedJob& job, PreFilterResult* result) override;
+  bool Filter(const ClusterState& state, const Task& task, int32_t node,
+              std::string* reason) const override;
+
+ private:
+  std::vector<std::string> enforced_;  // sorted
 };
 
 }  // namespace gpupool::sched

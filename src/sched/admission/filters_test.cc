@@ -96,5 +96,35 @@ TEST(EnvCompatFilter, NarrowsGpuTasksToTheNodesThatCanRunTheEnvironment) {
   EXPECT_TRUE(Pre(f, j).only_nodes.empty());
 }
 
+TEST(EnforceMemoryFilter, SharesOfEnforcingJobsGoOnlyWhereMemoryIsHeld) {
+  ClusterState c = MakeCluster(3, 1);  // n0, n1, n2; n1 and n2 enforce memory
+  const std::vector<std::string> enforced = {"n2", "n1"};
+  PassContext ctx;
+  ctx.memory_enforced_nodes = enforced;
+  EnforceMemoryFilter f;
+  f.BeginPass(ctx);
+  Task share = GpuTask(1, 500);
+  QueuedJob j = Job("1", "alice", 0, {share});
+  EXPECT_TRUE(Pre(f, j).only_nodes.empty());  // not asked for: any node
+  j.tasks[0].enforce_memory = true;
+  EXPECT_EQ(Pre(f, j).only_nodes, (std::vector<std::string>{"n1", "n2"}));
+  QueuedJob whole = Job("2", "alice", 0, {GpuTask(1)});
+  whole.tasks[0].enforce_memory = true;
+  EXPECT_TRUE(Pre(f, whole).only_nodes.empty());  // a whole GPU is nobody else's
+
+  share.enforce_memory = true;
+  std::string reason;
+  EXPECT_FALSE(f.Filter(c, share, 0, &reason));
+  EXPECT_EQ(reason, "GPU memory not enforced");
+  EXPECT_TRUE(f.Filter(c, share, 1, &reason));
+  EXPECT_TRUE(f.Filter(c, whole.tasks[0], 0, &reason));
+  EXPECT_TRUE(f.Filter(c, GpuTask(1, 500), 0, &reason));
+
+  // No node enforces memory: the job cannot run, and says what would let it.
+  f.BeginPass(PassContext{});
+  EXPECT_NE(Pre(f, j).never.find("--enforce memory: no node holds a GPU share to its memory"),
+            std::string::npos);
+}
+
 }  // namespace
 }  // namespace gpupool::sched

@@ -1,6 +1,7 @@
 #include "sched/admission/profile.h"
 
 #include <algorithm>
+#include <iterator>
 
 #include "sched/admission/explain.h"
 #include "sched/queue/queue_policy_registry.h"
@@ -11,7 +12,9 @@ std::vector<std::string> DefaultGates() {
   return {"hold", "dependency", "earlier-attempt", "array-throttle", "quota"};
 }
 
-std::vector<std::string> DefaultAdmissionFilters() { return {"drain", "env-compat"}; }
+std::vector<std::string> DefaultAdmissionFilters() {
+  return {"drain", "enforce-memory", "env-compat"};
+}
 
 Result<std::unique_ptr<SchedulingProfile>> SchedulingProfile::Create(const ProfileSpec& spec) {
   std::unique_ptr<SchedulingProfile> p(new SchedulingProfile());
@@ -40,6 +43,32 @@ Result<std::unique_ptr<SchedulingProfile>> SchedulingProfile::Create(const Profi
   return p;
 }
 
+// Narrows the GPU tasks of `*job` (a copy kept for the pass) to `only` (sorted), within
+// what an earlier filter allowed; false, with `*why`, when nothing is left.
+bool SchedulingProfile::Narrow(const std::vector<std::string>& only, const QueuedJob** job,
+                               std::string* why) {
+  QueuedJob& copy = narrowed_.emplace_back(**job);
+  for (Task& t : copy.tasks) {
+    if (!t.NeedsGpu()) continue;
+    if (t.allowed_nodes.empty()) {
+      t.allowed_nodes = only;
+      continue;
+    }
+    std::vector<std::string> both;
+    std::set_intersection(t.allowed_nodes.begin(), t.allowed_nodes.end(), only.begin(), only.end(),
+                          std::back_inserter(both));
+    if (both.empty()) {
+      *why =
+          "cannot run on any node: none both can run its environment and holds its share to "
+          "its memory (--enforce memory)";
+      return false;
+    }
+    t.allowed_nodes = std::move(both);
+  }
+  *job = &copy;
+  return true;
+}
+
 void SchedulingProfile::Admit(const PassContext& ctx, std::vector<const QueuedJob*>* admitted,
                               std::vector<size_t>* admitted_index, ProfileResult* result) {
   narrowed_.clear();
@@ -61,11 +90,7 @@ void SchedulingProfile::Admit(const PassContext& ctx, std::vector<const QueuedJo
         why = "cannot run on any node: " + pre.never;
         ok = false;
       } else if (!pre.only_nodes.empty()) {
-        QueuedJob& copy = narrowed_.emplace_back(*job);
-        for (Task& t : copy.tasks) {
-          if (t.NeedsGpu()) t.allowed_nodes = pre.only_nodes;
-        }
-        job = &copy;
+        ok = Narrow(pre.only_nodes, &job, &why);
       }
     }
     if (!ok) {

@@ -3,7 +3,7 @@
 //
 //   gates (admission.h)        hold, dependency, earlier-attempt, array-throttle, quota
 //   unplaceable jobs           the host's own finding (AdmissionFacts::unplaceable)
-//   admission filters          drain, env-compat: PreFilter per job, PrepareCluster once
+//   admission filters          drain, enforce-memory, env-compat: PreFilter per job, PrepareCluster once
 //   SchedulingPass             queue policy + start rule + gang placement + placement
 //                              policy (its fit filter and score), queue/scheduling_pass.h
 //   explain (explain.h)        why each admitted job that did not start waits
@@ -76,6 +76,7 @@ class SchedulingProfile {
   // Runs gates and filters' PreFilter over ctx.pending: fills `admitted` (pointers the pass
   // may use, narrowed copies where a filter narrowed the nodes) and `admitted_index`, and
   // the reasons of the refused.
+  bool Narrow(const std::vector<std::string>& only, const QueuedJob** job, std::string* why);
   void Admit(const PassContext& ctx, std::vector<const QueuedJob*>* admitted,
              std::vector<size_t>* admitted_index, ProfileResult* result);
   void Explain(const ClusterState& cluster, const PassContext& ctx, const PassResult& pass,

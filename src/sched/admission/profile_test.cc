@@ -52,6 +52,37 @@ QueuedJob Element(std::string id, int gpus) {
   return j;
 }
 
+// Two filters that narrow a job's nodes leave it the nodes both allow; none in common
+// means it cannot run, saying why.
+TEST(SchedulingProfile, NarrowingFiltersIntersect) {
+  std::vector<QueuedJob> pending;
+  pending.push_back(Job("both", "carol", 0, {GpuTask(1, 500)}));
+  pending.back().admission.environment = "cuda";
+  pending.back().tasks[0].enforce_memory = true;
+  pending.push_back(Job("none", "carol", 0, {GpuTask(1, 500)}));
+  pending.back().admission.environment = "old";
+  pending.back().tasks[0].enforce_memory = true;
+  const std::vector<const QueuedJob*> ptrs = testing::Pointers(pending);
+  const std::vector<std::string> enforced = {"n1", "n2"};
+  PassContext ctx;
+  ctx.pending = ptrs;
+  ctx.memory_enforced_nodes = enforced;
+  ctx.environments = [](std::string_view env) {
+    return env == "cuda" ? EnvironmentNodes{{"n0", "n2"}, ""} : EnvironmentNodes{{"n0"}, ""};
+  };
+  ClusterState cluster = testing::MakeCluster(3, 1);
+  auto profile = Profile();
+  auto r = profile->Run(cluster, ctx);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_EQ(r->started.size(), 1u);
+  EXPECT_EQ(r->started[0].placements[0].node, 2);  // n2: runs "cuda" and enforces memory
+  const auto got = ById(pending, *r);
+  EXPECT_EQ(got.at("both"), "started");
+  EXPECT_EQ(got.at("none"),
+            "cannot run on any node: none both can run its environment and holds its share to "
+            "its memory (--enforce memory)");
+}
+
 TEST(SchedulingProfile, RunsGatesFiltersThePassAndExplainsInThatOrder) {
   ClusterState cluster = testing::MakeCluster(2, 2);  // n0, n1; n1 drains
   std::vector<QueuedJob> pending;

@@ -99,7 +99,7 @@ TEST(Registry, BuiltinGatesAndFiltersAreTheDefaultProfilesAndRefuseDuplicates) {
                 .code(),
             StatusCode::kAlreadyExists);
   EXPECT_EQ(BuiltinAdmissionFilters().Create("health").status().message(),
-            "unknown admission filter 'health'; known filters: drain, env-compat");
+            "unknown admission filter 'health'; known filters: drain, enforce-memory, env-compat");
 }
 
 }  // namespace
