@@ -62,6 +62,7 @@ struct TimedFlags {
   int64_t gpu_repair_time = 86400;
   bool requeue_on_failure = false;
   std::string health_xid;
+  int64_t gpu_failure_seed = -1;  // -1: --seed
   std::vector<std::string> weights;
   std::string limits_file;
   int gpus_per_node = 0;
@@ -235,7 +236,7 @@ Status CheckFailureFlags(const TimedFlags& f, sim::GpuFailureOptions* out) {
   out->rate_per_gpu_day = f.gpu_failure_rate;
   out->repair_s = f.gpu_repair_time;
   out->requeue = f.requeue_on_failure;
-  out->seed = f.seed;
+  out->seed = f.gpu_failure_seed >= 0 ? static_cast<uint64_t>(f.gpu_failure_seed) : f.seed;
   out->health_xid = f.health_xid;
   if (!f.gpu_failure_mix.empty()) {
     if (f.gpu_failure_rate <= 0) {
@@ -366,6 +367,16 @@ int RunTimed(const TimedFlags& f) {
   info.placement_policy = f.policy;
   info.fair_group = f.fair_by;
   info.seed = f.seed;
+  const sim::GpuFailureOptions& gf = options.gpu_failures;
+  if (gf.enabled()) {
+    info.gpu_failures = fmt::format(
+        "{}repair {} s, jobs {}{}",
+        gf.rate_per_gpu_day > 0
+            ? fmt::format("rate {} per GPU per day (seed {}), ", gf.rate_per_gpu_day, gf.seed)
+            : "",
+        gf.repair_s, gf.requeue ? "requeue" : "fail",
+        f.gpu_failure_events.empty() ? "" : ", events " + f.gpu_failure_events);
+  }
   const sim::TimedSummary summary =
       sim::Summarize(*run, queue_config.fair_group, f.sample_interval);
   if (Status s = Report(f, info, *run, summary); !s.ok()) return fail(s);
@@ -432,6 +443,10 @@ void RegisterSimTimedCommand(CLI::App& sim, CommandContext& ctx) {
   cmd->add_option("--gpu-failure-mix", flags->gpu_failure_mix,
                   "Xids of drawn failures with weights XID:W[,...] (default: the mix in "
                   "docs/sim.md)");
+  cmd->add_option("--gpu-failure-seed", flags->gpu_failure_seed,
+                  "seeds the drawn failures alone (default: --seed), so that failures can vary "
+                  "while placement stays the same")
+      ->check(CLI::NonNegativeNumber);
   cmd->add_option("--gpu-repair-time", flags->gpu_repair_time,
                   "seconds until a cordoned GPU or drained node is back in service")
       ->capture_default_str()

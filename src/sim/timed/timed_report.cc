@@ -69,6 +69,7 @@ OrderedJson TimedReportJson(const TimedRunInfo& info, const TimedRun& run, const
   setup["placement_policy"] = info.placement_policy;
   setup["fair_group"] = info.fair_group;
   setup["seed"] = info.seed;
+  if (!info.gpu_failures.empty()) setup["gpu_failures"] = info.gpu_failures;
   j["setup"] = setup;
   OrderedJson jobs;
   jobs["total"] = s.jobs;
@@ -133,6 +134,7 @@ std::string TimedReportText(const TimedRunInfo& info, const TimedRun& run, const
   out += fmt::format("scheduler    queue={} start={} placement={} fair-group={} seed={}\n",
                      info.queue_policy, info.start_rule, info.placement_policy, info.fair_group,
                      info.seed);
+  if (!info.gpu_failures.empty()) out += fmt::format("failures     {}\n", info.gpu_failures);
   out += fmt::format("jobs         {} total: {} finished, {} timed out, {} never fit", s.jobs,
                      s.finished, s.timed_out, s.never_fits);
   if (s.never_started > 0) out += fmt::format(", {} never started", s.never_started);
