@@ -31,6 +31,7 @@
 #include "sim/svg_plot.h"
 #include "sim/timed/cluster_spec.h"
 #include "sim/timed/generic_trace_reader.h"
+#include "sim/timed/gpu_failures.h"
 #include "sim/timed/openb_timed_reader.h"
 #include "sim/timed/philly_reader.h"
 #include "sim/timed/timed_experiment.h"
@@ -55,6 +56,13 @@ struct TimedFlags {
   bool preemption = false;
   int64_t min_runtime = 600;
   int64_t checkpoint_interval = 0;
+  double gpu_failure_rate = 0;
+  std::string gpu_failure_events;
+  std::string gpu_failure_mix;
+  int64_t gpu_repair_time = 86400;
+  bool requeue_on_failure = false;
+  std::string health_xid;
+  int64_t gpu_failure_seed = -1;  // -1: --seed
   std::vector<std::string> weights;
   std::string limits_file;
   int gpus_per_node = 0;
@@ -222,6 +230,27 @@ Status CheckFlags(const TimedFlags& f, sched::StartRule* rule,
   return Status::Ok();
 }
 
+// --gpu-failure-*: what the flags say, less the events file (read with the inputs). An
+// error is a usage error naming the flag.
+Status CheckFailureFlags(const TimedFlags& f, sim::GpuFailureOptions* out) {
+  out->rate_per_gpu_day = f.gpu_failure_rate;
+  out->repair_s = f.gpu_repair_time;
+  out->requeue = f.requeue_on_failure;
+  out->seed = f.gpu_failure_seed >= 0 ? static_cast<uint64_t>(f.gpu_failure_seed) : f.seed;
+  out->health_xid = f.health_xid;
+  if (!f.gpu_failure_mix.empty()) {
+    if (f.gpu_failure_rate <= 0) {
+      return Status::InvalidArgument("--gpu-failure-mix needs --gpu-failure-rate");
+    }
+    Result<std::vector<sim::XidWeight>> mix = sim::ParseXidMix(f.gpu_failure_mix);
+    if (!mix.ok()) return mix.status().WithContext("--gpu-failure-mix");
+    out->mix = std::move(*mix);
+  }
+  Result<gpu::HealthPolicy> policy = gpu::HealthPolicy::Create(f.health_xid);
+  if (!policy.ok()) return policy.status().WithContext("--health-xid");
+  return Status::Ok();
+}
+
 // --limits-file: the JSON `gpupool limits --json` prints and PUT /v1/limits takes.
 Result<sched::Limits> ReadLimitsFile(const std::string& path) {
   if (path.empty()) return sched::Limits{};
@@ -284,6 +313,15 @@ int RunTimed(const TimedFlags& f) {
     return 2;
   }
   sim::TimedOptions options;
+  if (Status s = CheckFailureFlags(f, &options.gpu_failures); !s.ok()) {
+    WriteStderr(fmt::format("gpupool sim timed: {}\n", s.message()));
+    return 2;
+  }
+  if (!f.gpu_failure_events.empty()) {
+    auto events = sim::ReadGpuFailureEventsFile(f.gpu_failure_events);
+    if (!events.ok()) return fail(events.status().WithContext("--gpu-failure-events"));
+    options.gpu_failures.events = std::move(*events);
+  }
   Result<sched::Limits> limits = ReadLimitsFile(f.limits_file);
   if (!limits.ok()) return fail(limits.status());
   options.limits = std::move(*limits);
@@ -329,6 +367,16 @@ int RunTimed(const TimedFlags& f) {
   info.placement_policy = f.policy;
   info.fair_group = f.fair_by;
   info.seed = f.seed;
+  const sim::GpuFailureOptions& gf = options.gpu_failures;
+  if (gf.enabled()) {
+    info.gpu_failures = fmt::format(
+        "{}repair {} s, jobs {}{}",
+        gf.rate_per_gpu_day > 0
+            ? fmt::format("rate {} per GPU per day (seed {}), ", gf.rate_per_gpu_day, gf.seed)
+            : "",
+        gf.repair_s, gf.requeue ? "requeue" : "fail",
+        f.gpu_failure_events.empty() ? "" : ", events " + f.gpu_failure_events);
+  }
   const sim::TimedSummary summary =
       sim::Summarize(*run, queue_config.fair_group, f.sample_interval);
   if (Status s = Report(f, info, *run, summary); !s.ok()) return fail(s);
@@ -378,10 +426,36 @@ void RegisterSimTimedCommand(CLI::App& sim, CommandContext& ctx) {
       ->capture_default_str()
       ->check(CLI::Range(int64_t{0}, int64_t{365} * 86400));
   cmd->add_option("--checkpoint-interval", flags->checkpoint_interval,
-                  "with --preemption: a victim keeps the work of its last checkpoint, taken every "
-                  "this many seconds of run time (0: none, it starts over)")
+                  "a job stopped by preemption or a GPU failure keeps the work of its last "
+                  "checkpoint, taken every this many seconds of run time (0: none, it starts "
+                  "over)")
       ->capture_default_str()
       ->check(CLI::Range(int64_t{0}, int64_t{365} * 86400));
+  cmd->add_option("--gpu-failure-rate", flags->gpu_failure_rate,
+                  "GPU failures drawn at this rate per GPU per day (a Poisson process seeded by "
+                  "--seed); each is an Xid of --gpu-failure-mix, handled by the health policy "
+                  "(docs/health.md)")
+      ->check(CLI::Range(0.0, 1000.0));
+  cmd->add_option("--gpu-failure-events", flags->gpu_failure_events,
+                  "GPU failures replayed from a CSV time_s,node,gpu,xid (time in seconds since "
+                  "the first submission)")
+      ->check(CLI::ExistingFile);
+  cmd->add_option("--gpu-failure-mix", flags->gpu_failure_mix,
+                  "Xids of drawn failures with weights XID:W[,...] (default: the mix in "
+                  "docs/sim.md)");
+  cmd->add_option("--gpu-failure-seed", flags->gpu_failure_seed,
+                  "seeds the drawn failures alone (default: --seed), so that failures can vary "
+                  "while placement stays the same")
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--gpu-repair-time", flags->gpu_repair_time,
+                  "seconds until a cordoned GPU or drained node is back in service")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{1}, int64_t{365} * 86400));
+  cmd->add_flag("--requeue-on-failure", flags->requeue_on_failure,
+                "jobs ended by a cordoning GPU failure go back to the queue (as --requeue); "
+                "otherwise they fail, unless the trace job has requeue=1");
+  cmd->add_option("--health-xid", flags->health_xid,
+                  "override the Xid table as the server's --health-xid does, XID:ACTION[,...]");
   cmd->add_option("--fair-by", flags->fair_by, "fair-share and report groups: user or project")
       ->check(CLI::IsMember({"user", "project"}))
       ->capture_default_str();

@@ -3,7 +3,8 @@
 `sim policies` lines its descriptions up however long a name is; `sim saturation` needs
 --out-dir only without --json, says so when neither is given, and prints its JSON
 numbers rounded (3.74, not 3.739999999999995); `--plot` draws the FGD figure as SVG;
-`sim timed` applies limits (`--limits-file`), array throttles and holds as a pool does.
+`sim timed` applies limits (`--limits-file`), array throttles and holds as a pool does,
+and replays GPU failures from an events file, with bad rows and flags named.
 
 Usage: sim_cli_test.py PATH_TO_GPUPOOL
 """
@@ -123,6 +124,39 @@ class SimCliTest(unittest.TestCase):
         r = run("sim", "timed", "--trace", trace, "--cluster", "1x8", "--limits-file", limits)
         self.assertEqual(r.returncode, 1)
         self.assertIn("--limits-file " + limits + ": limits.users.bob.max_gpus", r.stderr)
+
+    def test_timed_replays_gpu_failures_from_an_events_file(self):
+        trace = os.path.join(self.dir, "fail.csv")
+        with open(trace, "w") as f:
+            f.write("job_id,user,submit_time,duration,gpus_per_task,requeue\n")
+            f.write("a,u,0,1000,4,0\nb,u,0,1000,4,1\n")
+        events = os.path.join(self.dir, "events.csv")
+        with open(events, "w") as f:  # Xid 79 on each node: cordon-node
+            f.write("time_s,node,gpu,xid\n100,node-0000,0,79\n100,node-0001,0,79\n")
+        r = run("sim", "timed", "--trace", trace, "--cluster", "2x4", "--gpu-failure-events",
+                events, "--gpu-repair-time", "500", "--json")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        summary = json.loads(r.stdout)
+        self.assertEqual(summary["gpu_failures"], {"cordon-node": 2, "total": 2})
+        self.assertEqual(summary["failed_jobs_by_gpu_failure"], 1)  # a
+        self.assertEqual(summary["requeues_by_gpu_failure"], 1)  # b: its trace flag
+        self.assertEqual(summary["gpu_hours_lost_to_failures"], round(2 * 4 * 100 / 3600, 3))
+        self.assertEqual(summary["gpu_hours_out_of_service"], round(8 * 500 / 3600, 3))
+        self.assertEqual(summary["makespan_s"], 1600)  # b again from 600, when repaired
+        r = run("sim", "timed", "--trace", trace, "--cluster", "2x4", "--gpu-failure-events",
+                events, "--gpu-repair-time", "500")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("GPU failures 2 Xids (cordon-node 2): 1 jobs failed, 1 requeued", r.stdout)
+        with open(events, "a") as f:
+            f.write("200,node-0009,0,79\n")
+        r = run("sim", "timed", "--trace", trace, "--cluster", "2x4", "--gpu-failure-events",
+                events)
+        self.assertEqual(r.returncode, 1)
+        self.assertIn(events + ":4: field 'node': unknown node 'node-0009'", r.stderr)
+        r = run("sim", "timed", "--trace", trace, "--cluster", "2x4", "--gpu-failure-rate", "1",
+                "--gpu-failure-mix", "79:lots")
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("--gpu-failure-mix", r.stderr)
 
     def test_sim_policies_lines_up_long_names(self):
         r = run("sim", "policies")

@@ -13,7 +13,7 @@ namespace {
 constexpr std::string_view kColumns[] = {
     "job_id",           "user",     "project",       "submit_time",       "duration",  "time_limit",
     "runtime_estimate", "tasks",    "gpus_per_task", "gpu_milli",         "cpu_milli", "memory_mib",
-    "gpu_model",        "priority", "array",         "array_max_running", "held_for"};
+    "gpu_model",        "priority", "array",         "array_max_running", "held_for",  "requeue"};
 
 // Fields of one job as read, before the shared checks.
 struct RawJob {
@@ -34,6 +34,7 @@ struct RawJob {
   std::string array;
   int64_t array_max_running = 0;
   int64_t held_for_s = 0;
+  int64_t requeue = 0;
 };
 
 std::vector<std::string> SplitModels(std::string_view text) {
@@ -73,6 +74,7 @@ Result<TraceJob> Finish(RawJob raw, const Where& where) {
   job.array = std::move(raw.array);
   job.array_max_running = static_cast<int>(raw.array_max_running);
   job.held_for_s = raw.held_for_s;
+  job.requeue = raw.requeue != 0;
   TraceTask task;
   task.num_gpu = static_cast<int>(raw.gpus);
   task.gpu_milli = static_cast<int>(milli);
@@ -132,6 +134,7 @@ Result<std::vector<TraceJob>> ReadGenericCsv(const CsvTable& t) {
     raw.array = std::string(Trim(t.Field(r, "array")));
     GP_ASSIGN_OR_RETURN(raw.array_max_running, t.Int(r, "array_max_running", 0, 1000000, 0));
     GP_ASSIGN_OR_RETURN(raw.held_for_s, t.Int(r, "held_for", 0, INT64_MAX, 0));
+    GP_ASSIGN_OR_RETURN(raw.requeue, t.Int(r, "requeue", 0, 1, 0));
     auto where = [&](std::string_view field) { return t.Where(r, field); };
     GP_ASSIGN_OR_RETURN(TraceJob job, Finish(std::move(raw), where));
     jobs.push_back(std::move(job));
@@ -184,6 +187,7 @@ Result<std::vector<TraceJob>> ReadGenericJson(std::string_view text, const std::
     f.Optional("array", &raw.array);
     f.Optional("array_max_running", &raw.array_max_running, 0, 1000000);
     f.Optional("held_for", &raw.held_for_s, 0);
+    f.Optional("requeue", &raw.requeue, 0, 1);
     GP_RETURN_IF_ERROR(f.Finish());
     if (milli >= 0) raw.gpu_milli = milli;
     auto where = [&](std::string_view field) { return f.PathOf(field); };

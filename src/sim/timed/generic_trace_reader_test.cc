@@ -6,6 +6,22 @@
 namespace gpupool::sim {
 namespace {
 
+TEST(GenericTraceCsv, RequeueIsZeroOrOne) {
+  auto jobs = ReadGenericTraceText(
+      "job_id,submit_time,duration,gpus_per_task,requeue\nj1,0,10,1,1\nj2,0,10,1,\n", "jobs.csv");
+  ASSERT_TRUE(jobs.ok()) << jobs.status().ToString();
+  EXPECT_TRUE((*jobs)[0].requeue);
+  EXPECT_FALSE((*jobs)[1].requeue);
+  auto json = ReadGenericTraceText(
+      R"([{"job_id": "j1", "submit_time": 0, "duration": 10, "requeue": 1}])", "jobs.json");
+  ASSERT_TRUE(json.ok()) << json.status().ToString();
+  EXPECT_TRUE((*json)[0].requeue);
+  auto bad = ReadGenericTraceText("job_id,submit_time,duration,requeue\nj1,0,10,2\n", "jobs.csv");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("jobs.csv:2: field 'requeue'"), std::string::npos)
+      << bad.status().message();
+}
+
 TEST(GenericTraceCsv, ReadsEveryColumnWithDefaults) {
   auto jobs = ReadGenericTraceText(
       "job_id,user,project,submit_time,duration,time_limit,runtime_estimate,tasks,gpus_per_task,"

@@ -116,8 +116,18 @@ class TimedLoop {
   // Starts job `j` at `now` on `placements` (from a pass or a preemption).
   void Start(int64_t now, size_t j, std::vector<sched::Placement> placements);
   Status Preempt(int64_t now, bool* preempted);
+  // Takes the running job `j` off the cluster (its resources freed, out-of-service
+  // capacity there held again).
+  Status Remove(size_t j);
+  // Stops the running job `j` at `now`: it keeps the work of its last checkpoint; returns
+  // the GPU-seconds of work it lost.
+  Result<double> Stop(int64_t now, size_t j);
+  void Requeue(int64_t now, size_t j);
   // Stops the running job `j` at `now` and queues it again.
   Status StopVictim(int64_t now, size_t j);
+  // GPU failures and repairs due at `now`.
+  Status Failures(int64_t now, bool* freed, bool* arrived);
+  bool OnOutOfService(const std::vector<sched::Placement>& placements) const;
   void Record(int64_t now);
 
   const std::vector<TraceJob>& trace_;
@@ -143,6 +153,7 @@ class TimedLoop {
   std::vector<int64_t> end_at_;
   std::vector<bool> times_out_;
   std::unique_ptr<PlacementPolicy> preempt_policy_;
+  std::unique_ptr<GpuFailureModel> failures_;  // null without GPU failures
   EventQueue completions_;
   EventQueue releases_;  // held jobs' releases
   size_t next_ = 0;      // into arrival_
@@ -205,6 +216,11 @@ Status TimedLoop::Init(const ClusterState& idle) {
     GP_ASSIGN_OR_RETURN(preempt_policy_,
                         placements.Create(options_.placement_policy, spec.placement_config));
   }
+  if (options_.gpu_failures.enabled()) {
+    GP_ASSIGN_OR_RETURN(GpuFailureModel model,
+                        GpuFailureModel::Create(cluster_, options_.gpu_failures));
+    failures_ = std::make_unique<GpuFailureModel>(std::move(model));
+  }
   next_progress_ = std::max<size_t>(1, n_ / 200);
   return Status::Ok();
 }
@@ -213,15 +229,8 @@ Status TimedLoop::Complete(int64_t now, bool* freed) {
   while (!completions_.empty() && completions_.top().first == now) {
     const size_t j = completions_.top().second;
     completions_.pop();
-    if (running_pos_[j] == SIZE_MAX || end_at_[j] != now) continue;  // a preempted run's
-    const size_t pos = running_pos_[j];
-    GP_RETURN_IF_ERROR(sched::ReleaseGang(cluster_, jobs_[j].tasks, running_[pos].placements));
-    if (pos + 1 != running_.size()) {
-      running_[pos] = std::move(running_.back());
-      running_pos_[IndexOf(running_[pos].job)] = pos;
-    }
-    running_.pop_back();
-    running_pos_[j] = SIZE_MAX;
+    if (running_pos_[j] == SIZE_MAX || end_at_[j] != now) continue;  // a stopped run's
+    GP_RETURN_IF_ERROR(Remove(j));
     JobRecord& rec = run_.jobs[j];
     rec.end_s = now;
     rec.fate = times_out_[j] ? JobFate::kTimedOut : JobFate::kFinished;
@@ -302,30 +311,97 @@ void TimedLoop::Start(int64_t now, size_t j, std::vector<sched::Placement> place
   pending_gpu_.erase(pending_gpu_.find(job->Total().gpu_milli));
 }
 
-Status TimedLoop::StopVictim(int64_t now, size_t j) {
+Status TimedLoop::Remove(size_t j) {
   const size_t pos = running_pos_[j];
-  const RunningJob& r = running_[pos];
-  GP_RETURN_IF_ERROR(sched::ReleaseGang(cluster_, jobs_[j].tasks, r.placements));
-  const int64_t ran = now - r.start_s;
-  const int64_t c = options_.checkpoint_interval_s;
-  const int64_t kept = c > 0 ? ran / c * c : 0;
-  remaining_s_[j] -= kept;
-  JobRecord& rec = run_.jobs[j];
-  rec.lost_s += ran - kept;
-  ++rec.preemptions;
-  ++run_.preemptions;
-  run_.preempted_gpu_s +=
-      static_cast<double>(ran - kept) * static_cast<double>(jobs_[j].Total().gpu_milli) / 1000.0;
+  std::vector<sched::Placement> placements = std::move(running_[pos].placements);
+  GP_RETURN_IF_ERROR(sched::ReleaseGang(cluster_, jobs_[j].tasks, placements));
   if (pos + 1 != running_.size()) {
     running_[pos] = std::move(running_.back());
     running_pos_[IndexOf(running_[pos].job)] = pos;
   }
   running_.pop_back();
   running_pos_[j] = SIZE_MAX;
+  if (failures_ != nullptr) {
+    for (const sched::Placement& p : placements) {
+      if (failures_->Affects(p.node)) GP_RETURN_IF_ERROR(failures_->Rehold(p.node, cluster_));
+    }
+  }
+  return Status::Ok();
+}
+
+Result<double> TimedLoop::Stop(int64_t now, size_t j) {
+  const int64_t ran = now - running_[running_pos_[j]].start_s;
+  GP_RETURN_IF_ERROR(Remove(j));
+  const int64_t c = options_.checkpoint_interval_s;
+  const int64_t kept = c > 0 ? ran / c * c : 0;
+  remaining_s_[j] -= kept;
+  run_.jobs[j].lost_s += ran - kept;
   end_at_[j] = -1;
+  return static_cast<double>(ran - kept) * static_cast<double>(jobs_[j].Total().gpu_milli) / 1000.0;
+}
+
+void TimedLoop::Requeue(int64_t now, size_t j) {
   pending_.push_back(&jobs_[j]);
   pending_gpu_.insert(jobs_[j].Total().gpu_milli);
   queued_at_[j] = now;
+}
+
+Status TimedLoop::StopVictim(int64_t now, size_t j) {
+  GP_ASSIGN_OR_RETURN(const double lost_gpu_s, Stop(now, j));
+  ++run_.jobs[j].preemptions;
+  ++run_.preemptions;
+  run_.preempted_gpu_s += lost_gpu_s;
+  Requeue(now, j);
+  return Status::Ok();
+}
+
+bool TimedLoop::OnOutOfService(const std::vector<sched::Placement>& placements) const {
+  if (failures_ == nullptr) return false;
+  for (const sched::Placement& p : placements) {
+    for (int32_t g : p.gpus) {
+      if (failures_->OutOfService(p.node, g)) return true;
+    }
+  }
+  return false;
+}
+
+Status TimedLoop::Failures(int64_t now, bool* freed, bool* arrived) {
+  if (failures_ == nullptr) return Status::Ok();
+  if (failures_->NextRepair() <= now) GP_RETURN_IF_ERROR(failures_->Repair(now, cluster_, freed));
+  if (failures_->NextFailure() > now) return Status::Ok();
+  GP_ASSIGN_OR_RETURN(std::vector<GpuHit> hits, failures_->Fail(now, cluster_));
+  for (const GpuHit& hit : hits) {
+    // The jobs holding the GPU (any share of it, any task of a gang).
+    std::vector<size_t> on_gpu;
+    for (const RunningJob& r : running_) {
+      for (const sched::Placement& p : r.placements) {
+        if (p.node == hit.node &&
+            std::find(p.gpus.begin(), p.gpus.end(), hit.gpu) != p.gpus.end()) {
+          on_gpu.push_back(IndexOf(r.job));
+          break;
+        }
+      }
+    }
+    for (size_t j : on_gpu) {
+      GP_ASSIGN_OR_RETURN(const double lost_gpu_s, Stop(now, j));
+      run_.gpu_failure_lost_gpu_s += lost_gpu_s;
+      JobRecord& rec = run_.jobs[j];
+      ++rec.gpu_failures;
+      *freed = true;
+      // An application Xid is the job's own failure; a cordon requeues it when allowed.
+      if (!hit.fail_jobs && (options_.gpu_failures.requeue || trace_[j].requeue)) {
+        ++run_.requeues_by_gpu_failure;
+        Requeue(now, j);
+        *arrived = true;
+        continue;
+      }
+      ++run_.failed_jobs_by_gpu_failure;
+      rec.end_s = now;
+      rec.fate = JobFate::kGpuFailed;
+      rec.reason = hit.why;
+      ++done_;
+    }
+  }
   return Status::Ok();
 }
 
@@ -368,7 +444,7 @@ Status TimedLoop::Preempt(int64_t now, bool* preempted) {
     GP_ASSIGN_OR_RETURN(
         std::optional<sched::Victims> victims,
         sched::ChooseVictims(cluster_, *waiting, runs, candidates, *preempt_policy_));
-    if (!victims) continue;
+    if (!victims || OnOutOfService(victims->placements)) continue;
     std::vector<size_t> stop;
     for (size_t i : victims->running) stop.push_back(IndexOf(running_[i].job));
     for (size_t j : stop) GP_RETURN_IF_ERROR(StopVictim(now, j));
@@ -386,7 +462,9 @@ Status TimedLoop::Preempt(int64_t now, bool* preempted) {
 }
 
 void TimedLoop::Record(int64_t now) {
-  AllocationPoint point{now, cluster_.TotalGpuMilliUsed(), static_cast<int64_t>(running_.size()),
+  const int64_t held = failures_ != nullptr ? failures_->held_gpu_milli() : 0;
+  AllocationPoint point{now, cluster_.TotalGpuMilliUsed() - held,
+                        static_cast<int64_t>(running_.size()),
                         static_cast<int64_t>(pending_.size())};
   if (std::tie(point.gpu_milli_used, point.running_jobs, point.pending_jobs) !=
       std::tie(last_.gpu_milli_used, last_.running_jobs, last_.pending_jobs)) {
@@ -401,14 +479,26 @@ void TimedLoop::Record(int64_t now) {
 
 Status TimedLoop::Run() {
   if (n_ == 0) return Status::Ok();
-  while (next_ < n_ || !completions_.empty() || !releases_.empty()) {
-    int64_t now = std::numeric_limits<int64_t>::max();
-    if (next_ < n_) now = jobs_[arrival_[next_]].submit_s;
+  constexpr int64_t kNever = std::numeric_limits<int64_t>::max();
+  // Failures come only while something else is still to happen; repairs also while
+  // jobs wait for the capacity they bring back.
+  auto repair = [&] {
+    return failures_ != nullptr && !pending_.empty() ? failures_->NextRepair() : kNever;
+  };
+  int64_t last = 0;
+  while (next_ < n_ || !completions_.empty() || !releases_.empty() || repair() != kNever) {
+    int64_t now = repair();
+    if (next_ < n_) now = std::min(now, jobs_[arrival_[next_]].submit_s);
     if (!completions_.empty()) now = std::min(now, completions_.top().first);
     if (!releases_.empty()) now = std::min(now, releases_.top().first);
+    if (failures_ != nullptr) {
+      now = std::min({now, failures_->NextFailure(), failures_->NextRepair()});
+    }
+    last = now;
     bool freed = false;
     bool arrived = false;
     GP_RETURN_IF_ERROR(Complete(now, &freed));
+    GP_RETURN_IF_ERROR(Failures(now, &freed, &arrived));
     GP_RETURN_IF_ERROR(Arrive(now, &arrived));
     const bool released = Release(now);
     // A pass can start something only if resources were freed, jobs arrived or were
@@ -427,6 +517,11 @@ Status TimedLoop::Run() {
   }
   // Nothing runs and nothing arrives any more: whatever still waits never started.
   for (const QueuedJob* job : pending_) run_.jobs[IndexOf(job)].fate = JobFate::kNeverStarted;
+  if (failures_ != nullptr) {
+    failures_->Finish(last);
+    run_.gpu_failure_events = failures_->events_by_action();
+    run_.out_of_service_gpu_s = failures_->out_of_service_gpu_s();
+  }
   if (options_.progress) options_.progress(n_, n_);
   return Status::Ok();
 }
@@ -443,6 +538,8 @@ std::string_view JobFateName(JobFate fate) {
       return "never_fits";
     case JobFate::kNeverStarted:
       return "never_started";
+    case JobFate::kGpuFailed:
+      return "gpu_failed";
   }
   return "unknown";
 }
@@ -452,6 +549,7 @@ Result<TimedRun> RunTimedExperiment(const ClusterState& idle_cluster,
                                     const TimedOptions& options) {
   TimedRun run;
   run.preemption = options.preemption;
+  run.gpu_failures = options.gpu_failures.enabled();
   TimedLoop loop(trace, options, &run);
   GP_RETURN_IF_ERROR(loop.Init(idle_cluster));
   GP_RETURN_IF_ERROR(loop.Run());

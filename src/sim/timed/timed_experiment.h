@@ -14,6 +14,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -24,6 +25,7 @@
 #include "sched/queue/preemption.h"
 #include "sched/queue/queue_policy.h"
 #include "sched/queue/scheduling_pass.h"
+#include "sim/timed/gpu_failures.h"
 #include "sim/timed/trace_job.h"
 
 namespace gpupool::sim {
@@ -53,8 +55,14 @@ struct TimedOptions {
   // starts over) and loses the rest.
   bool preemption = false;
   sched::PreemptionOptions preempt;
-  int64_t checkpoint_interval_s = 0;
+  int64_t checkpoint_interval_s = 0;  // also what a job ended by a GPU failure keeps
   size_t max_preemptions_per_instant = 4;
+  // GPU failures (gpu_failures.h; `--gpu-failure-rate`, `--gpu-failure-events`): each
+  // Xid goes through the live health policy. An application Xid fails the job on its GPU;
+  // a cordon ends the jobs on the GPU (they fail, or requeue with gpu_failures.requeue
+  // or the trace job's requeue flag) and takes the GPU, or its node, out of service
+  // until gpu_failures.repair_s later.
+  GpuFailureOptions gpu_failures;
 };
 
 enum class JobFate {
@@ -62,6 +70,7 @@ enum class JobFate {
   kTimedOut,      // stopped at its time limit
   kNeverFits,     // no placement exists even on the idle cluster
   kNeverStarted,  // still queued when nothing else could happen (should not occur)
+  kGpuFailed,     // ended by a GPU failure (not requeued)
 };
 std::string_view JobFateName(JobFate fate);
 
@@ -76,11 +85,13 @@ struct JobRecord {
   int64_t gpu_milli = 0;   // total over its tasks
   int32_t num_tasks = 0;
   JobFate fate = JobFate::kNeverStarted;
-  std::string reason;  // why it never fit
+  std::string reason;  // why it never fit, or the GPU failure that ended it
   // Time spent waiting in the queue, over every attempt (-1: not tracked, start - submit).
   int64_t waited_s = -1;
-  int32_t preemptions = 0;  // times it was preempted
-  int64_t lost_s = 0;       // run time lost to preemptions (work after the last checkpoint)
+  int32_t preemptions = 0;   // times it was preempted
+  int64_t lost_s = 0;        // run time lost to preemptions and GPU failures (work after the
+                             // last checkpoint)
+  int32_t gpu_failures = 0;  // times a GPU failure ended a run of it
 };
 
 // The allocation just after the events of one instant, when it changed.
@@ -101,6 +112,13 @@ struct TimedRun {
   bool preemption = false;                // TimedOptions::preemption was on
   size_t preemptions = 0;                 // victims stopped, over the run
   double preempted_gpu_s = 0;             // GPU-seconds of work they lost
+  // GPU failures (TimedOptions::gpu_failures enabled):
+  bool gpu_failures = false;
+  std::map<std::string, size_t> gpu_failure_events;  // by the policy's action
+  size_t failed_jobs_by_gpu_failure = 0;
+  size_t requeues_by_gpu_failure = 0;
+  double gpu_failure_lost_gpu_s = 0;  // work lost (since the last checkpoint) x GPUs
+  double out_of_service_gpu_s = 0;    // GPUs out of service x time, over the run
 };
 
 // Runs the experiment. `cluster` should be idle; it is copied. Errors: unknown policy

@@ -66,6 +66,9 @@ TimedSummary Summarize(const TimedRun& run, sched::FairShareGroup grouping,
       case JobFate::kTimedOut:
         ++s.timed_out;
         break;
+      case JobFate::kGpuFailed:  // counts as a job that ran, up to its failure
+        ++s.gpu_failed;
+        break;
       case JobFate::kNeverFits:
         ++s.never_fits;
         continue;

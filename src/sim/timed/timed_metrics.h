@@ -56,6 +56,7 @@ struct TimedSummary {
   size_t timed_out = 0;
   size_t never_fits = 0;
   size_t never_started = 0;
+  size_t gpu_failed = 0;  // ended by a GPU failure; their JCT ends at the failure
   Distribution jct_s;
   Distribution delay_s;
   int64_t makespan_s = 0;         // last end - first submission

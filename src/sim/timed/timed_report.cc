@@ -37,6 +37,23 @@ std::string CsvField(const std::string& s) {
   return out + "\"";
 }
 
+// "GPU failures 12 Xids (application 7, cordon-gpu 4, cordon-node 1): ..." and the cost.
+std::string GpuFailureText(const TimedRun& run) {
+  size_t total = 0;
+  std::string by;
+  for (const auto& [action, count] : run.gpu_failure_events) {
+    total += count;
+    by += fmt::format("{}{} {}", by.empty() ? "" : ", ", action, count);
+  }
+  std::string out = fmt::format("GPU failures {} Xids{}: {} jobs failed, {} requeued\n", total,
+                                by.empty() ? "" : " (" + by + ")", run.failed_jobs_by_gpu_failure,
+                                run.requeues_by_gpu_failure);
+  out +=
+      fmt::format("             {:.1f} GPU-hours of work lost, {:.1f} GPU-hours out of service\n",
+                  run.gpu_failure_lost_gpu_s / 3600.0, run.out_of_service_gpu_s / 3600.0);
+  return out;
+}
+
 }  // namespace
 
 OrderedJson TimedReportJson(const TimedRunInfo& info, const TimedRun& run, const TimedSummary& s) {
@@ -52,6 +69,7 @@ OrderedJson TimedReportJson(const TimedRunInfo& info, const TimedRun& run, const
   setup["placement_policy"] = info.placement_policy;
   setup["fair_group"] = info.fair_group;
   setup["seed"] = info.seed;
+  if (!info.gpu_failures.empty()) setup["gpu_failures"] = info.gpu_failures;
   j["setup"] = setup;
   OrderedJson jobs;
   jobs["total"] = s.jobs;
@@ -59,6 +77,7 @@ OrderedJson TimedReportJson(const TimedRunInfo& info, const TimedRun& run, const
   jobs["timed_out"] = s.timed_out;
   jobs["never_fits"] = s.never_fits;
   jobs["never_started"] = s.never_started;
+  if (run.gpu_failures) jobs["gpu_failed"] = s.gpu_failed;
   j["jobs"] = jobs;
   j["jct_s"] = DistributionJson(s.jct_s);
   j["queueing_delay_s"] = DistributionJson(s.delay_s);
@@ -89,6 +108,20 @@ OrderedJson TimedReportJson(const TimedRunInfo& info, const TimedRun& run, const
     j["preempted_gpu_hours_pct"] =
         Round(total > 0 ? 100.0 * run.preempted_gpu_s / 3600.0 / total : 0);
   }
+  if (run.gpu_failures) {
+    OrderedJson events;
+    size_t total = 0;
+    for (const auto& [action, count] : run.gpu_failure_events) {
+      events[action] = count;
+      total += count;
+    }
+    events["total"] = total;
+    j["gpu_failures"] = std::move(events);
+    j["failed_jobs_by_gpu_failure"] = run.failed_jobs_by_gpu_failure;
+    j["requeues_by_gpu_failure"] = run.requeues_by_gpu_failure;
+    j["gpu_hours_lost_to_failures"] = Round(run.gpu_failure_lost_gpu_s / 3600.0);
+    j["gpu_hours_out_of_service"] = Round(run.out_of_service_gpu_s / 3600.0);
+  }
   j["sample_interval_s"] = s.sample_interval_s;
   return j;
 }
@@ -101,9 +134,11 @@ std::string TimedReportText(const TimedRunInfo& info, const TimedRun& run, const
   out += fmt::format("scheduler    queue={} start={} placement={} fair-group={} seed={}\n",
                      info.queue_policy, info.start_rule, info.placement_policy, info.fair_group,
                      info.seed);
+  if (!info.gpu_failures.empty()) out += fmt::format("failures     {}\n", info.gpu_failures);
   out += fmt::format("jobs         {} total: {} finished, {} timed out, {} never fit", s.jobs,
                      s.finished, s.timed_out, s.never_fits);
   if (s.never_started > 0) out += fmt::format(", {} never started", s.never_started);
+  if (run.gpu_failures) out += fmt::format(", {} failed by a GPU", s.gpu_failed);
   out += "\n\n";
   out += fmt::format("{:<18}{:>12}{:>12}{:>12}{:>12}\n", "seconds", "mean", "median", "p95", "p99");
   auto row = [&](const char* name, const Distribution& d) {
@@ -126,6 +161,7 @@ std::string TimedReportText(const TimedRunInfo& info, const TimedRun& run, const
         run.preemptions, lost_h,
         s.gpu_hours + lost_h > 0 ? 100.0 * lost_h / (s.gpu_hours + lost_h) : 0.0);
   }
+  if (run.gpu_failures) out += GpuFailureText(run);
   out += "\n";
   out += fmt::format("{:<16}{:>8}{:>14}{:>14}{:>12}{:>9}{:>9}\n", "group", "jobs", "mean JCT s",
                      "mean delay s", "GPU-hours", "share", "service");

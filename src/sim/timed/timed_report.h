@@ -22,6 +22,7 @@ struct TimedRunInfo {
   std::string placement_policy;
   std::string fair_group;
   uint64_t seed = 0;
+  std::string gpu_failures;  // how GPU failures were made; empty without them
 };
 
 OrderedJson TimedReportJson(const TimedRunInfo& info, const TimedRun& run,

@@ -38,6 +38,7 @@ struct TraceJob {
   std::string array;          // jobs naming the same array are its elements; empty = none
   int array_max_running = 0;  // at most this many of the array's elements run at once; 0 = any
   int64_t held_for_s = 0;     // held this long after submission, then released; 0 = not held
+  bool requeue = false;       // goes back to the queue when a GPU failure ends it (--requeue)
 
   int64_t TotalGpuMilli() const {
     int64_t sum = 0;
