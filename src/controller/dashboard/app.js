@@ -241,7 +241,7 @@
         // GPU health (docs/health.md): only GPUs that are not healthy carry it.
         const health = g.health && g.health.state ? g.health : null;
         if (health) {
-          lines.push(health.state);
+          lines[1] = health.state;  // in place of the share (the fill and tooltip show it): the cell is small
           tip.push(`health: ${health.state}: ${health.reason || ''}`, `by ${health.by || ''}` +
             (health.since_us ? ` since ${new Date(health.since_us / 1000).toLocaleString()}` : ''));
           if (health.evidence) tip.push(`evidence: ${health.evidence}`);
