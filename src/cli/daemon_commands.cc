@@ -225,6 +225,7 @@ void AddServerFlags(CLI::App* cmd, ServerFlags* f) {
                   "a GPU the Xid policy cordoned returns by itself at the first passing run "
                   "of its node's health check once no Xid came for this long (90s, 30m, 12h, "
                   "7d; 0 = never, only `gpupool node resume --gpu`) (docs/health.md)")
+      ->type_name("DURATION")
       ->capture_default_str();
   cmd->add_flag("--mps-multi-user", f->mps_multi_user,
                 "let several users' GPU shares run on one MPS GPU at once; by default an MPS "
