@@ -69,6 +69,7 @@ struct ServerFlags {
   int time_limit_grace_s = 60;
   std::string health_xid;
   double health_breaker = 0.1;
+  std::string health_resume_after = "24h";  // a duration, as telemetry_retention
   bool mps_multi_user = false;
   std::vector<std::string> podman_args;  // global podman flags for image inspection
   std::string advertise;  // `server`: the API address other machines use (--advertise)
@@ -158,6 +159,9 @@ Result<server::ServerOptions> ServerOptionsOf(const ServerFlags& f,
   co.time_limit_grace_s = f.time_limit_grace_s;
   co.health_xid = f.health_xid;
   co.health_breaker_fraction = f.health_breaker;
+  GP_ASSIGN_OR_RETURN(const int64_t resume_after_s,
+                      ParseSeconds("--health-resume-after", f.health_resume_after));
+  co.health_resume_after_us = resume_after_s * 1'000'000;
   co.mps_multi_user = f.mps_multi_user;
   co.max_queued_per_user = f.max_queued_per_user;
   co.max_queued_total = f.max_queued_total;
@@ -217,6 +221,12 @@ void AddServerFlags(CLI::App* cmd, ServerFlags* f) {
                   "(docs/health.md)")
       ->capture_default_str()
       ->check(CLI::Range(0.001, 1.0));
+  cmd->add_option("--health-resume-after", f->health_resume_after,
+                  "a GPU the Xid policy cordoned returns by itself at the first passing run "
+                  "of its node's health check once no Xid came for this long (90s, 30m, 12h, "
+                  "7d; 0 = never, only `gpupool node resume --gpu`) (docs/health.md)")
+      ->type_name("DURATION")
+      ->capture_default_str();
   cmd->add_flag("--mps-multi-user", f->mps_multi_user,
                 "let several users' GPU shares run on one MPS GPU at once; by default an MPS "
                 "GPU takes one user's shares at a time, since MPS serves one user per GPU "

@@ -479,7 +479,7 @@ Result<Controller::PlanApplied> Controller::ApplyPlan(
     if (!job.held_by.empty()) return Status::NotFound("held while the plan was made");
     for (const jobs::TaskPlacement& p : placement) {
       auto n = nodes_.find(p.node);
-      if (n == nodes_.end() || !n->second.up || n->second.draining) {
+      if (n == nodes_.end() || !n->second.up || n->second.draining || n->second.health_pending) {
         return Status::NotFound("node " + p.node + " went down or was drained meanwhile");
       }
     }
@@ -567,9 +567,12 @@ Status Controller::ScheduleOnce() {
     }
     for (const auto& [name, e] : nodes_) {
       if (!e.up) continue;
-      SchedNode copy{name, nullptr, e.cpu_milli, e.memory_mib, e.draining, {}};
+      // A node whose health verdict is still to come takes no work, as a draining one.
+      SchedNode copy{name, nullptr, e.cpu_milli, e.memory_mib, e.draining || e.health_pending, {}};
       for (const auto& [uuid, health] : e.gpu_health) {
-        if (!gpu::TakesWork(health.state)) copy.out_of_service_gpus.push_back(uuid);
+        if (gpu::TakesWork(health.state)) continue;
+        copy.out_of_service_gpus.push_back(
+            {uuid, std::string(gpu::GpuHealthStateName(health.state)) + ": " + health.reason});
       }
       nodes_copy.emplace_back(std::move(copy), e.info);
     }
@@ -609,10 +612,15 @@ PoolSnapshot Controller::MetricsSnapshot(std::vector<NodeView>* nodes_out) {
     ++s.nodes_by_state[v.state];
     if (v.state == "down") continue;
     s.gpus_total += static_cast<int64_t>(v.info.gpus.size());
-    s.gpus_by_health["healthy"] +=
-        static_cast<int64_t>(v.info.gpus.size()) - static_cast<int64_t>(v.gpu_health.size());
-    for (const auto& [uuid, health] : v.gpu_health) {
-      ++s.gpus_by_health[std::string(gpu::GpuHealthStateName(health.state))];
+    for (const gpu::GpuInfo& g : v.info.gpus) {
+      auto h = v.gpu_health.find(g.uuid);
+      if (h == v.gpu_health.end()) {
+        ++s.gpus_by_health["healthy"];
+        continue;
+      }
+      const std::string state(gpu::GpuHealthStateName(h->second.state));
+      ++s.gpus_by_health[state];
+      s.unhealthy_gpus.push_back({v.name, g.index, g.uuid, state});
     }
     for (int milli : v.allocated_milli) s.gpus_allocated += milli / 1000.0;
   }

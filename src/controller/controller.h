@@ -90,6 +90,10 @@ struct ControllerOptions {
   // it, errors are recorded (suspect, a log line, gpupool_health_actions_held_total) but
   // not acted on, so that a driver bug cannot drain the pool (--health-breaker).
   double health_breaker_fraction = 0.1;
+  // Resume only when proven (docs/health.md): a GPU the Xid policy cordoned returns at the
+  // first passing run of its node's health program once no Xid worth acting on came for
+  // this long (--health-resume-after); 0: never by itself, only an admin returns it.
+  int64_t health_resume_after_us = int64_t{24} * 3600 * 1'000'000;
   // MPS serves one Unix user per GPU at a time: unless this is set (--mps-multi-user), a
   // GPU whose node states enforcement "mps" takes the shares of one user at a time and
   // another user's share waits (sched_input.h). Set it where the MPS control daemons let
@@ -206,6 +210,9 @@ struct NodeView {
   std::vector<int> allocated_milli;  // per GPU, in node.info.gpus order
   // The health of the GPUs that are not healthy, by UUID (docs/health.md).
   std::map<std::string, gpu::GpuHealth> gpu_health;
+  // Its agent's health program has not given its first verdict since the agent registered:
+  // nothing new is placed on it until then (docs/health.md).
+  bool health_pending = false;
   int running_jobs = 0;
 };
 
@@ -572,6 +579,9 @@ class Controller {
     // has reported so far (its count since the agent started).
     std::map<std::string, gpu::GpuHealth> gpu_health;
     std::map<std::string, int64_t> xid_count_seen;
+    // Its agent registered with a health program whose verdict has not come yet
+    // (Registration::health_pending): nothing is placed on it until it comes.
+    bool health_pending = false;
   };
 
   store::Store* store_;

@@ -20,13 +20,17 @@ using jobs::Job;
 std::string GpuHealthToJson(const std::map<std::string, gpu::GpuHealth>& health) {
   Json out = Json::object();
   for (const auto& [uuid, h] : health) {
-    if (h.state == gpu::GpuHealthState::kHealthy && h.recent_us.empty()) continue;
+    if (h.state == gpu::GpuHealthState::kHealthy && h.recent_us.empty() && h.strikes == 0) {
+      continue;
+    }
     out[uuid] = {{"state", gpu::GpuHealthStateName(h.state)},
                  {"reason", h.reason},
                  {"evidence", h.evidence},
                  {"since_us", h.since_us},
                  {"by", h.by},
                  {"recent_us", h.recent_us}};
+    if (h.strikes > 0) out[uuid]["strikes"] = h.strikes;
+    if (h.last_error_us > 0) out[uuid]["last_error_us"] = h.last_error_us;
   }
   return out.empty() ? std::string() : DumpJson(out);
 }
@@ -48,6 +52,8 @@ Result<std::map<std::string, gpu::GpuHealth>> GpuHealthFromJson(const std::strin
     f.Optional("evidence", &h.evidence);
     f.Optional("since_us", &h.since_us);
     f.Optional("by", &h.by);
+    f.Optional("strikes", &h.strikes, 0, 1'000'000);
+    f.Optional("last_error_us", &h.last_error_us, 0);
     if (const Json* recent = f.Array("recent_us")) {
       for (const Json& t : *recent) {
         if (!t.is_number_integer()) {
@@ -117,7 +123,10 @@ Status Controller::ObserveGpuErrors(const std::string& node,
       gpu::XidOutcome o = gpu::OnXid(health, xid, fresh, now, health_policy_);
       const bool takes_out = (gpu::TakesWork(health.state) && !gpu::TakesWork(o.next.state)) ||
                              (o.cordon_node && !e.draining);
-      if (takes_out && !BreakerAllows(node, now)) HoldBack(node, s.uuid, &o);
+      if (takes_out && !BreakerAllows(node, now)) {
+        HoldBack(node, s.uuid, &o);
+        o.next.strikes = health.strikes;  // held back: no strike
+      }
       if (o.changed && o.next.state != health.state) {
         spdlog::warn("node {} GPU {} ({}): {} -> {}: {}", node, s.index, s.uuid,
                      gpu::GpuHealthStateName(health.state), gpu::GpuHealthStateName(o.next.state),
@@ -170,6 +179,10 @@ Status Controller::ObserveHealthReport(const std::string& node,
     if (n == nodes_.end()) return Status::NotFound("node " + node + " is not registered");
     NodeEntry& e = n->second;
     const int64_t now = clock_->NowMicros();
+    if (e.health_pending) {  // the first verdict since it registered: it may take work now
+      e.health_pending = false;
+      capacity_changed_ = true;
+    }
     for (const gpu::GpuInfo& g : e.info.gpus) {
       auto bad =
           std::find_if(report.gpus.begin(), report.gpus.end(),
@@ -178,6 +191,8 @@ Status Controller::ObserveHealthReport(const std::string& node,
       if (bad != report.gpus.end()) {
         if (!gpu::TakesWork(h.state)) continue;  // out of service already (it stays so)
         gpu::XidOutcome o;
+        o.next.strikes = h.strikes;  // the policy's record is kept
+        o.next.last_error_us = h.last_error_us;
         o.next.state = gpu::GpuHealthState::kCordoned;
         o.next.reason = "health check: " + (bad->reason.empty() ? "named bad" : bad->reason);
         o.next.evidence = Evidence(report.output);
@@ -194,9 +209,17 @@ Status Controller::ObserveHealthReport(const std::string& node,
       } else if (report.passed && h.by == kHealthCheck && !gpu::TakesWork(h.state)) {
         spdlog::info("node {} GPU {} ({}) back in service: the health check passed (was: {})", node,
                      g.index, g.uuid, h.reason);
-        h = gpu::GpuHealth{};
-        h.since_us = now;
-        h.by = kHealthCheck;
+        gpu::GpuHealth back;
+        back.since_us = now;
+        back.by = kHealthCheck;
+        back.strikes = h.strikes;
+        back.last_error_us = h.last_error_us;
+        h = std::move(back);
+        changed = true;
+        capacity_changed_ = true;
+      } else if (report.passed && gpu::ResumeIfProven(&h, now, options_.health_resume_after_us)) {
+        // Resume only when proven: the policy's cordon, after a quiet period and a pass.
+        spdlog::info("node {} GPU {} ({}) {}", node, g.index, g.uuid, h.reason);
         changed = true;
         capacity_changed_ = true;
       }
@@ -282,9 +305,15 @@ Result<NodeView> Controller::ResumeGpu(const std::string& node, const std::strin
     }
     spdlog::info("node {} GPU {} ({}) resumed by {} (was {}: {})", node, g->index, g->uuid,
                  caller.user, gpu::GpuHealthStateName(h.state), h.reason);
-    h = gpu::GpuHealth{};
-    h.since_us = clock_->NowMicros();
-    h.by = caller.user;
+    gpu::GpuHealth back;
+    back.since_us = clock_->NowMicros();
+    back.by = caller.user;
+    // A failed GPU was serviced: its strikes start again. A cordoned one keeps them.
+    if (h.state != gpu::GpuHealthState::kFailed) {
+      back.strikes = h.strikes;
+      back.last_error_us = h.last_error_us;
+    }
+    h = std::move(back);
     WakeScheduler();
   }
   GP_RETURN_IF_ERROR(StoreGpuHealth(node));

@@ -53,6 +53,7 @@ std::vector<NodeView> Controller::Nodes() {
     NodeView v;
     v.name = name;
     v.drain_reason = e.drain_reason;
+    v.health_pending = e.health_pending;
     for (const auto& [uuid, health] : e.gpu_health) {
       if (health.state != gpu::GpuHealthState::kHealthy) v.gpu_health[uuid] = health;
     }
@@ -186,7 +187,9 @@ Result<protocol::RegistrationReply> Controller::RegisterNode(protocol::Registrat
     e.stray_first_us.clear();
     e.stray_running.clear();
     e.exec_cancel_sent_us.clear();
-    e.xid_count_seen.clear();  // a (re)started agent counts its Xids from 0 again
+    e.xid_count_seen.clear();               // a (re)started agent counts its Xids from 0 again
+    e.health_pending = reg.health_pending;  // no work until its health verdict comes
+    if (reg.health_pending) spdlog::info("node {}: waiting for its health check's verdict", name);
     // Tasks the agent runs that no active job of ours expects there are stopped; tasks we
     // believe run there that the agent does not know are gone.
     auto known = std::make_shared<std::set<std::pair<int64_t, int>>>();

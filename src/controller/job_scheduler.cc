@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "controller/metrics.h"
 #include "sched/admission/gates.h"
 #include "sched/queue/gang_placement.h"
 
@@ -63,6 +64,14 @@ Result<ScheduleResult> JobScheduler::Plan(const std::vector<const jobs::Job*>& a
         in.ToTaskPlacements(*in.pending[s.pending_index], s.placements);
   }
   for (auto& [i, why] : r.reasons) {
+    // A GPU out of service that keeps the job waiting is named (docs/health.md); not
+    // where a gate (a hold, a dependency, a limit) keeps it.
+    const std::string kind = PendingReasonClass(why);
+    if (kind == "resources" || kind == "unplaceable" || kind == "queue" || kind == "other") {
+      if (std::string note = in.OutOfServiceNote(*in.pending[i]); !note.empty()) {
+        why += "; " + note;
+      }
+    }
     result.pending_reasons[in.pending_source[i]->id] = std::move(why);
   }
   return result;

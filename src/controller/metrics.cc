@@ -148,6 +148,16 @@ std::string PoolMetrics::Render(const PoolSnapshot& pool) const {
     Sample("gpupool_gpu_health", Label("state", state),
            it == pool.gpus_by_health.end() ? 0 : static_cast<double>(it->second), &out);
   }
+  Family("gpupool_gpu_health_state", "gauge",
+         "1 for each GPU of a node that is not down and is not healthy, labelled with its "
+         "state (docs/health.md); its reason is in GET /v1/nodes.",
+         &out);
+  for (const GpuHealthGauge& g : pool.unhealthy_gpus) {
+    Sample("gpupool_gpu_health_state",
+           Label("Hostname", g.hostname) + "," + Label("gpu", std::to_string(g.index)) + "," +
+               Label("UUID", g.uuid) + "," + Label("state", g.state),
+           1, &out);
+  }
   Family("gpupool_health_actions_held_total", "counter",
          "GPU or node cordons the health circuit breaker held back (docs/health.md): errors "
          "recorded, not acted on. Alert on any increase.",

@@ -50,6 +50,14 @@ struct GpuGauges {
   std::optional<double> ecc_dbe_vol_total;  // uncorrected ECC errors since the driver loaded
 };
 
+// One GPU that is not healthy (gpu/health_policy.h): gpupool_gpu_health_state's series.
+struct GpuHealthGauge {
+  std::string hostname;  // Hostname: the node
+  int index = 0;         // gpu
+  std::string uuid;      // UUID
+  std::string state;     // suspect, cordoned or failed
+};
+
 // What the pool looks like at the moment of a scrape (Controller::MetricsSnapshot).
 struct PoolSnapshot {
   std::map<std::string, int64_t> jobs_by_state;      // every job in the store, by state
@@ -58,6 +66,7 @@ struct PoolSnapshot {
   int64_t gpus_total = 0;
   // GPUs of the nodes that are not down by health state (gpu/health_policy.h).
   std::map<std::string, int64_t> gpus_by_health;
+  std::vector<GpuHealthGauge> unhealthy_gpus;  // of those nodes, in node and GPU order
   // Cordons the health circuit breaker held back since the controller started.
   int64_t health_actions_held = 0;
   double gpus_allocated = 0;  // shares added up (0.5 = half a GPU)

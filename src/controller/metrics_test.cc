@@ -48,6 +48,7 @@ TEST(MetricsTest, RendersEveryFamilyOnceWithCumulativeBucketsAndEscapedLabels) {
   pool.gpus_total = 8;
   pool.gpus_allocated = 2.5;
   pool.gpus_by_health = {{"healthy", 7}, {"cordoned", 1}};
+  pool.unhealthy_gpus = {{"n\"1", 3, "GPU-x", "cordoned"}};
   pool.gpu_hours[{"alice", "vision"}] = 1.25;
   pool.gpu_hours[{"bo\"b\\", "(none)"}] = 0.5;
   const std::string text = m.Render(pool);
@@ -61,6 +62,10 @@ TEST(MetricsTest, RendersEveryFamilyOnceWithCumulativeBucketsAndEscapedLabels) {
   EXPECT_EQ(ValueOf(text, "gpupool_gpus_allocated"), 2.5);
   EXPECT_EQ(ValueOf(text, "gpupool_gpu_health{state=\"cordoned\"}"), 1);
   EXPECT_EQ(ValueOf(text, "gpupool_gpu_health{state=\"failed\"}"), 0);  // every state
+  EXPECT_EQ(ValueOf(text,
+                    "gpupool_gpu_health_state{Hostname=\"n\\\"1\",gpu=\"3\",UUID=\"GPU-x\","
+                    "state=\"cordoned\"}"),
+            1);
   EXPECT_EQ(ValueOf(text, "gpupool_allocated_gpu_seconds_total{user=\"alice\",project=\"vision\"}"),
             4500);
   EXPECT_EQ(
@@ -96,7 +101,7 @@ TEST(MetricsTest, RendersEveryFamilyOnceWithCumulativeBucketsAndEscapedLabels) {
       EXPECT_TRUE(known) << "sample before its family: " << line;
     }
   }
-  EXPECT_EQ(helped.size(), 12u);  // no GPU telemetry in this snapshot: no DCGM_FI_DEV_*
+  EXPECT_EQ(helped.size(), 13u);  // no GPU telemetry in this snapshot: no DCGM_FI_DEV_*
 }
 
 // Issue 17: dcgm-exporter's names and labels, job labels only while a job holds the GPU,

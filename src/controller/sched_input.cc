@@ -231,23 +231,68 @@ void SchedInput::ReserveOutOfService() {
     const SchedNode& n = *node_of_[i];
     if (n.info == nullptr) continue;
     const auto node = static_cast<int32_t>(i);
-    for (const std::string& uuid : n.out_of_service_gpus) {
+    for (const OutOfServiceGpu& out : n.out_of_service_gpus) {
       auto it = std::find_if(n.info->gpus.begin(), n.info->gpus.end(),
-                             [&](const gpu::GpuInfo& g) { return g.uuid == uuid; });
+                             [&](const gpu::GpuInfo& g) { return g.uuid == out.uuid; });
       if (it == n.info->gpus.end()) continue;
+      OutOfService& o = out_of_service_.emplace_back();
+      o.node = node;
+      o.what = "GPU " + std::to_string(it->index) + " (" + out.uuid + ") " + out.why;
       const auto g = static_cast<int32_t>(it - n.info->gpus.begin());
       const int32_t free = cluster.node(node).gpu_free_milli[static_cast<size_t>(g)];
-      if (free <= 0) continue;
-      sched::Task hold;
-      hold.name = "out of service: GPU " + uuid;
-      hold.num_gpu = 1;
-      hold.gpu_milli = free;
-      sched::Placement p;
-      p.node = node;
-      p.gpus = {g};
-      (void)cluster.Allocate(hold, p);  // fits: it takes exactly what is free
+      if (free <= 0) continue;  // a job still runs on it
+      o.hold.name = "out of service: GPU " + out.uuid;
+      o.hold.num_gpu = 1;
+      o.hold.gpu_milli = free;
+      o.placement.node = node;
+      o.placement.gpus = {g};
+      o.held = cluster.Allocate(o.hold, o.placement).ok();  // fits: it takes what is free
     }
   }
+}
+
+std::string SchedInput::OutOfServiceNote(const sched::QueuedJob& job) {
+  if (out_of_service_.empty() || job.tasks.empty() || !job.tasks.front().NeedsGpu()) return "";
+  const sched::Task& task = job.tasks.front();
+  const sched::TaskShape shape = sched::ShapeOf(task);
+  for (const auto& [seen, note] : notes_) {
+    if (seen == shape) return note;
+  }
+  std::vector<std::string> named;
+  for (size_t h = 0; h < out_of_service_.size();) {
+    const int32_t node = out_of_service_[h].node;
+    size_t end = h;  // this node's GPUs out of service: [h, end)
+    while (end < out_of_service_.size() && out_of_service_[end].node == node) ++end;
+    const bool draining_node = std::find(draining.begin(), draining.end(), node) != draining.end();
+    if (!draining_node && !cluster.Fits(node, task) && cluster.CouldEverHost(node, task)) {
+      // They keep it off the node: it would fit now with them back, or it needs more GPUs
+      // than the node has in service.
+      const auto in_service = cluster.node(node).num_gpus() - static_cast<int32_t>(end - h);
+      bool why = in_service < task.num_gpu;
+      for (size_t k = h; !why && k < end; ++k) {
+        if (out_of_service_[k].held)
+          (void)cluster.Release(out_of_service_[k].hold, out_of_service_[k].placement);
+      }
+      if (!why) {
+        why = cluster.Fits(node, task);
+        for (size_t k = h; k < end; ++k) {
+          if (out_of_service_[k].held)
+            (void)cluster.Allocate(out_of_service_[k].hold, out_of_service_[k].placement);
+        }
+      }
+      for (size_t k = h; why && k < end; ++k) {
+        named.push_back("node " + cluster.node(node).name + ": " + out_of_service_[k].what);
+      }
+    }
+    h = end;
+  }
+  std::string note;
+  for (size_t i = 0; i < named.size() && i < 3; ++i) note += (i == 0 ? "" : "; ") + named[i];
+  if (named.size() > 3) {
+    note += "; and " + std::to_string(named.size() - 3) + " more GPUs out of service";
+  }
+  notes_.emplace_back(shape, note);
+  return note;
 }
 
 // Allocates a placed or running job on the cluster, when its placement is still whole.

@@ -31,15 +31,21 @@
 
 namespace gpupool::controller {
 
+// A GPU the health policy took out of service (gpu/health_policy.h).
+struct OutOfServiceGpu {
+  std::string uuid;
+  std::string why;  // its state and reason: "cordoned: Xid 95: uncontained ECC error"
+};
+
 struct SchedNode {
   std::string name;
   const gpu::NodeInfo* info = nullptr;
   int64_t cpu_milli = 0;
   int64_t memory_mib = 0;
   bool draining = false;  // nothing new is placed there
-  // GPUs (by UUID) the health policy took out of service (gpu/health_policy.h): they
-  // count as fully used, so nothing new lands on them; what runs there is counted as is.
-  std::vector<std::string> out_of_service_gpus;
+  // GPUs the health policy took out of service: they count as fully used, so nothing new
+  // lands on them; what runs there is counted as is.
+  std::vector<OutOfServiceGpu> out_of_service_gpus;
 };
 
 // What the controller knows that the gates need beyond the jobs themselves.
@@ -73,6 +79,13 @@ class SchedInput {
   sched::EnvironmentNodes NodesForEnvironment(std::string_view environment) const;
   std::vector<jobs::TaskPlacement> ToTaskPlacements(
       const sched::QueuedJob& job, const std::vector<sched::Placement>& placements) const;
+  // Whether GPUs out of service keep `job` waiting, for its pending reason: on each node
+  // (not draining) where its first task does not fit now but would with the node's
+  // out-of-service GPUs back, or needs more GPUs than the node has in service (and not
+  // more than it has), those GPUs and why, "node n1: GPU 2 (GPU-...) cordoned:
+  // Xid 95: uncontained ECC error" (at most 3 named); "" when none. Looks at the cluster as
+  // it is (after the pass), and leaves it so. Cached by the task's shape.
+  std::string OutOfServiceNote(const sched::QueuedJob& job);
 
   sched::ClusterState cluster;
   std::vector<int32_t> draining;  // cluster indices
@@ -95,6 +108,16 @@ class SchedInput {
   void Occupy(const jobs::Job& job, const sched::QueuedJob& q);
   // After the jobs: what is left free of each out-of-service GPU is taken.
   void ReserveOutOfService();
+  // Each GPU out of service, in node order, and what holds its free share (if any).
+  struct OutOfService {
+    int32_t node = 0;  // cluster index
+    std::string what;  // "GPU 2 (GPU-...) cordoned: ..."
+    bool held = false;
+    sched::Task hold;
+    sched::Placement placement;
+  };
+  std::vector<OutOfService> out_of_service_;
+  std::vector<std::pair<sched::TaskShape, std::string>> notes_;  // OutOfServiceNote's cache
 
   const std::vector<SchedNode>& nodes_;
   std::vector<const SchedNode*> node_of_;  // cluster index -> node

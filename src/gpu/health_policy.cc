@@ -121,6 +121,18 @@ XidOutcome OnXid(const GpuHealth& health, int xid, int64_t count, int64_t now_us
   };
   const bool out_of_service =
       next.state == GpuHealthState::kCordoned || next.state == GpuHealthState::kFailed;
+  // Taken out of service by the policy: a strike; the last one fails the GPU.
+  auto cordon = [&](std::string reason) {
+    ++next.strikes;
+    if (next.strikes < std::max(policy.strikes_to_fail, 1)) {
+      become(GpuHealthState::kCordoned, std::move(reason));
+      return;
+    }
+    become(GpuHealthState::kFailed, std::move(reason) + "; taken out of service " +
+                                        std::to_string(next.strikes) +
+                                        " times: it needs service (only an admin returns it)");
+  };
+  if (out.rule.action != HealthAction::kIgnore) next.last_error_us = now_us;
   switch (out.rule.action) {
     case HealthAction::kIgnore:
       return out;
@@ -134,9 +146,8 @@ XidOutcome OnXid(const GpuHealth& health, int xid, int64_t count, int64_t now_us
       for (int64_t k = 0; k < keep; ++k) next.recent_us.push_back(now_us);
       const bool repeated = static_cast<int64_t>(next.recent_us.size()) >= policy.repeats_to_cordon;
       if (repeated && !out_of_service) {
-        become(GpuHealthState::kCordoned,
-               why + ", " + std::to_string(next.recent_us.size()) + " times within " +
-                   std::to_string(policy.repeat_window_us / 60'000'000) + " min");
+        cordon(why + ", " + std::to_string(next.recent_us.size()) + " times within " +
+               std::to_string(policy.repeat_window_us / 60'000'000) + " min");
       } else if (out.rule.action == HealthAction::kSuspect &&
                  next.state == GpuHealthState::kHealthy) {
         become(GpuHealthState::kSuspect, why);
@@ -145,7 +156,7 @@ XidOutcome OnXid(const GpuHealth& health, int xid, int64_t count, int64_t now_us
     }
     case HealthAction::kCordonGpu:
     case HealthAction::kCordonNode:
-      if (!out_of_service) become(GpuHealthState::kCordoned, why);
+      if (!out_of_service) cordon(why);
       out.end_jobs = true;
       out.cordon_node = out.rule.action == HealthAction::kCordonNode;
       break;
@@ -153,6 +164,24 @@ XidOutcome OnXid(const GpuHealth& health, int xid, int64_t count, int64_t now_us
   next.evidence = seen;
   out.changed = next != health;
   return out;
+}
+
+bool ResumeIfProven(GpuHealth* health, int64_t now_us, int64_t quiet_us) {
+  if (quiet_us <= 0 || health->state != GpuHealthState::kCordoned || health->by != "policy") {
+    return false;
+  }
+  const int64_t last = health->last_error_us > 0 ? health->last_error_us : health->since_us;
+  if (now_us - last < quiet_us) return false;
+  GpuHealth back;
+  back.since_us = now_us;
+  back.by = "policy";
+  back.strikes = health->strikes;
+  back.last_error_us = health->last_error_us;
+  back.evidence = health->evidence;
+  back.reason = "back in service: the health check passed and no error came for " +
+                std::to_string((now_us - last) / 60'000'000) + " min (was: " + health->reason + ")";
+  *health = std::move(back);
+  return true;
 }
 
 }  // namespace gpupool::gpu

@@ -63,6 +63,9 @@ class HealthPolicy {
   // Application and suspect Xids: this many within the window cordon the GPU.
   int repeats_to_cordon = 3;
   int64_t repeat_window_us = int64_t{3600} * 1'000'000;
+  // Strikes: the cordon of a GPU by this policy that makes this many fails it instead
+  // (it needs service; only an admin returns it).
+  int strikes_to_fail = 3;
 
  private:
   std::map<int, XidRule> rules_;
@@ -77,6 +80,11 @@ struct GpuHealth {
   std::string by = "policy";  // "policy", or the admin who set it
   // When the recent application or suspect Xids came (within repeat_window_us).
   std::vector<int64_t> recent_us;
+  // How many times the policy took the GPU out of service (its strikes; kept when it
+  // returns, cleared only when an admin returns a failed one), and when its last Xid
+  // worth acting on came (not an ignored one): the quiet period counts from there.
+  int strikes = 0;
+  int64_t last_error_us = 0;
   friend bool operator==(const GpuHealth&, const GpuHealth&) = default;
 };
 
@@ -88,7 +96,15 @@ struct XidOutcome {
   bool end_jobs = false;     // the jobs on the GPU end (fail, or requeue when allowed)
   bool cordon_node = false;  // every GPU of the node stops taking work
 };
+// A cordon by the policy is a strike; the policy.strikes_to_fail-th fails the GPU instead.
 XidOutcome OnXid(const GpuHealth& health, int xid, int64_t count, int64_t now_us,
                  const HealthPolicy& policy);
+
+// "Resume only when proven" (docs/health.md): what a passing run of the node's health
+// program at `now_us` does to a GPU the policy cordoned. It returns to service (healthy,
+// its strikes kept, "by" policy) once no Xid worth acting on came for `quiet_us` (its
+// last_error_us, or since_us where that is unknown); 0 never returns it. A failed GPU, or
+// one cordoned by anyone but the policy, is left as it is. Returns whether it returned.
+bool ResumeIfProven(GpuHealth* health, int64_t now_us, int64_t quiet_us);
 
 }  // namespace gpupool::gpu

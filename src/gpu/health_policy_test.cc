@@ -107,5 +107,66 @@ TEST(HealthPolicyTest, OverridesReplaceRowsAndBadEntriesAreNamed) {
             std::string::npos);
 }
 
+// Issue 29 item 5, strikes: each cordon by the policy is one, whether a reset-class Xid
+// or repeated application Xids made it; the third fails the GPU (it needs service). An Xid
+// on a GPU already out of service is no new strike, but it is its last error.
+TEST(HealthPolicyTest, TheThirdCordonFailsTheGpu) {
+  const HealthPolicy policy = Policy();
+  GpuHealth h = OnXid(GpuHealth{}, 95, 1, kNow, policy).next;
+  EXPECT_EQ(h.state, GpuHealthState::kCordoned);
+  EXPECT_EQ(h.strikes, 1);
+  EXPECT_EQ(h.last_error_us, kNow);
+  h = OnXid(h, 48, 1, kNow + kMinute, policy).next;  // still out of service: no strike
+  EXPECT_EQ(h.strikes, 1);
+  EXPECT_EQ(h.last_error_us, kNow + kMinute);
+  EXPECT_EQ(h.since_us, kNow);
+  ASSERT_TRUE(ResumeIfProven(&h, kNow + 90 * kMinute, 60 * kMinute));
+  EXPECT_EQ(h.state, GpuHealthState::kHealthy);
+  EXPECT_EQ(h.strikes, 1);
+  h = OnXid(h, 13, 3, kNow + 100 * kMinute, policy).next;  // application Xids, repeated
+  EXPECT_EQ(h.state, GpuHealthState::kCordoned);
+  EXPECT_EQ(h.strikes, 2);
+  ASSERT_TRUE(ResumeIfProven(&h, kNow + 200 * kMinute, 60 * kMinute));
+  const XidOutcome third = OnXid(h, 74, 1, kNow + 300 * kMinute, policy);
+  EXPECT_EQ(third.next.state, GpuHealthState::kFailed);
+  EXPECT_EQ(third.next.strikes, 3);
+  EXPECT_TRUE(third.end_jobs);
+  EXPECT_NE(third.next.reason.find("Xid 74"), std::string::npos) << third.next.reason;
+  EXPECT_NE(third.next.reason.find("needs service"), std::string::npos) << third.next.reason;
+  // Failed never returns by itself, however quiet.
+  GpuHealth failed = third.next;
+  EXPECT_FALSE(ResumeIfProven(&failed, kNow + 100'000 * kMinute, 60 * kMinute));
+  EXPECT_EQ(failed, third.next);
+}
+
+// Resume only when proven: a policy cordon returns once no Xid came for the quiet period
+// (counted from its last error, so a recurrence starts it again); 0 never returns it, and
+// a cordon by the health program or an admin is not the policy's to lift.
+TEST(HealthPolicyTest, APolicyCordonReturnsOnlyAfterItsQuietPeriod) {
+  const HealthPolicy policy = Policy();
+  GpuHealth h = OnXid(GpuHealth{}, 95, 1, kNow, policy).next;
+  GpuHealth copy = h;
+  EXPECT_FALSE(ResumeIfProven(&copy, kNow + 59 * kMinute, 60 * kMinute));
+  EXPECT_EQ(copy, h);
+  EXPECT_FALSE(ResumeIfProven(&copy, kNow + 100'000 * kMinute, 0));  // 0: never
+  h = OnXid(h, 95, 1, kNow + 30 * kMinute, policy).next;             // it recurs
+  copy = h;
+  EXPECT_FALSE(ResumeIfProven(&copy, kNow + 61 * kMinute, 60 * kMinute));
+  ASSERT_TRUE(ResumeIfProven(&copy, kNow + 90 * kMinute, 60 * kMinute));
+  EXPECT_EQ(copy.state, GpuHealthState::kHealthy);
+  EXPECT_EQ(copy.since_us, kNow + 90 * kMinute);
+  EXPECT_NE(copy.reason.find("back in service"), std::string::npos) << copy.reason;
+  EXPECT_TRUE(copy.recent_us.empty());
+  // Stored before last_error_us existed: counted from its since.
+  GpuHealth old = h;
+  old.last_error_us = 0;
+  EXPECT_TRUE(ResumeIfProven(&old, kNow + 60 * kMinute, 60 * kMinute));
+  for (const char* by : {"health-check", "root"}) {
+    GpuHealth other = h;
+    other.by = by;
+    EXPECT_FALSE(ResumeIfProven(&other, kNow + 100'000 * kMinute, 60 * kMinute)) << by;
+  }
+}
+
 }  // namespace
 }  // namespace gpupool::gpu

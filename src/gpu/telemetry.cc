@@ -36,6 +36,11 @@ class CombinedSampler final : public TelemetrySampler {
     if (out.empty()) return last;
     return out;
   }
+  std::map<int, int64_t> XidCounts(int64_t now_us) override {
+    std::map<int, int64_t> out;
+    for (auto& p : parts_) out.merge(p->XidCounts(now_us));
+    return out;
+  }
   std::string note() const override {
     std::string out;
     for (const auto& p : parts_) {
@@ -136,6 +141,17 @@ class FakeSampler final : public TelemetrySampler {
         }
       }
       out.push_back(std::move(s));
+    }
+    return out;
+  }
+  std::map<int, int64_t> XidCounts(int64_t now_us) override {
+    const int64_t step = now_us / 1'000'000 / profile_.step_s;
+    std::map<int, int64_t> out;
+    for (const auto& [index, fields] : profile_.gpus) {
+      if (auto it = fields.find("xid_count"); it != fields.end()) {
+        out[index] =
+            static_cast<int64_t>(it->second[static_cast<size_t>(step) % it->second.size()]);
+      }
     }
     return out;
   }

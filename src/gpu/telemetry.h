@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -59,6 +60,14 @@ class TelemetrySampler {
   // One sample of every GPU the sampler covers, in GpuInfo order. `now_us` is the
   // caller's clock (wall time, microseconds). Unavailable when no GPU could be read.
   virtual Result<std::vector<GpuSample>> Sample(int64_t now_us) = 0;
+  // How many Xid events each GPU has seen so far (GpuSample::xid_count, by GPU index),
+  // read cheaply and without waiting: the agent reads it between samples, every second,
+  // to report a new Xid at once rather than with the next sample (docs/health.md).
+  // Empty where the source cannot watch Xids (the default).
+  virtual std::map<int, int64_t> XidCounts(int64_t now_us) {
+    (void)now_us;
+    return {};
+  }
   // What the source could not set up and so will never report ("Xid errors are not
   // reported: ..."), in one line for the caller to log once; "" when nothing is missing.
   virtual std::string note() const { return ""; }

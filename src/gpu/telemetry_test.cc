@@ -6,6 +6,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <map>
 
 #include "gpu/gpu_backend.h"
 
@@ -43,7 +44,7 @@ class TelemetryTest : public ::testing::Test {
 TEST_F(TelemetryTest, FakeProfileStepsThroughItsSeriesByTheCallersClock) {
   std::string text = kNode;
   text += R"(, "telemetry": {"step_s": 10, "gpus": {"1": {"util_pct": [10, 90, 50],
-             "mem_used_mib": 100, "power_w": [200.5], "temp_c": [40], "xid_errors": [0, 2]}}}})";
+             "mem_used_mib": 100, "power_w": [200.5], "temp_c": [40], "xid_errors": [0, 2], "xid_count": [0, 1]}}}})";
   const std::string file = Write("node.json", text);
   DiscoveryOptions o;
   o.backends = {"fake"};
@@ -72,6 +73,11 @@ TEST_F(TelemetryTest, FakeProfileStepsThroughItsSeriesByTheCallersClock) {
   EXPECT_EQ(at(15)[1].xid_errors, 2);
   EXPECT_EQ(at(25)[1].util_pct, 50);
   EXPECT_EQ(at(35)[1].util_pct, 10);  // wraps round
+  // The Xid counts alone, as the agent's Xid watch reads them between samples: the GPUs
+  // whose profile scripts them.
+  EXPECT_EQ((*sampler)->XidCounts(0), (std::map<int, int64_t>{{1, 0}}));
+  EXPECT_EQ((*sampler)->XidCounts(15'000'000), (std::map<int, int64_t>{{1, 1}}));
+  EXPECT_EQ(at(15)[1].xid_count, 1);
 }
 
 TEST_F(TelemetryTest, BadProfilesAreErrorsNamingTheField) {

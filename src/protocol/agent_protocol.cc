@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
-#include <tuple>
 
 #include "common/strings.h"
 #include "gpu/node_json.h"
@@ -268,64 +267,6 @@ std::string_view EventKindName(EventKind kind) {
       return "lost";
   }
   return "lost";
-}
-
-OrderedJson EncodeRegistration(const Registration& r) {
-  OrderedJson j;
-  j["protocol"] = VersionString(r.version);
-  j["node"] = r.node;
-  if (!r.address.empty()) j["address"] = r.address;
-  j["info"] = gpu::NodeToJson(r.info);
-  j["cpu_milli"] = r.cpu_milli;
-  j["memory_mib"] = r.memory_mib;
-  auto tasks = [](const std::vector<RunningTask>& list) {
-    OrderedJson out = OrderedJson::array();
-    for (const RunningTask& t : list) {
-      out.push_back({{"job_id", t.job_id}, {"task_index", t.task_index}, {"attempt", t.attempt}});
-    }
-    return out;
-  };
-  j["running"] = tasks(r.running);
-  if (!r.ended.empty()) j["ended"] = tasks(r.ended);
-  return j;
-}
-
-Result<Registration> DecodeRegistration(const Json& j) {
-  Registration r;
-  std::string version;
-  JsonFields f(j, "", kLenient);
-  f.Optional("protocol", &version);
-  f.Optional("node", &r.node);
-  f.Optional("address", &r.address);
-  f.Optional("cpu_milli", &r.cpu_milli, 0);
-  f.Optional("memory_mib", &r.memory_mib, 0);
-  const Json* info = f.Member("info");
-  const Json* running = f.Array("running");
-  const Json* ended = f.Array("ended");
-  GP_RETURN_IF_ERROR(f.Finish());
-  if (version.empty()) {
-    return Status::FailedPrecondition(
-        "protocol: missing; this agent predates the versioned agent protocol (" +
-        VersionString(kVersion) + "): upgrade gpupool on the node");
-  }
-  GP_ASSIGN_OR_RETURN(r.version, ParseVersion(version));
-  if (r.address.size() > 253) return Status::InvalidArgument("address: longer than 253 bytes");
-  if (info == nullptr) return Status::InvalidArgument("info: required (the node's GPUs)");
-  GP_ASSIGN_OR_RETURN(r.info, gpu::NodeFromJson(*info, "info", /*reject_unknown=*/false));
-  for (auto [list, name, out] :
-       {std::tuple{running, "running", &r.running}, std::tuple{ended, "ended", &r.ended}}) {
-    if (list == nullptr) continue;
-    for (size_t i = 0; i < list->size(); ++i) {
-      RunningTask t;
-      JsonFields rf((*list)[i], Index(name, i), kLenient);
-      rf.Required("job_id", &t.job_id, 1);
-      rf.Optional("task_index", &t.task_index, 0, kMaxTasks - 1);
-      rf.Required("attempt", &t.attempt, 0);
-      GP_RETURN_IF_ERROR(rf.Finish());
-      out->push_back(t);
-    }
-  }
-  return r;
 }
 
 OrderedJson EncodeRegistrationReply(const RegistrationReply& r) {

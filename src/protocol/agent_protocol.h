@@ -176,6 +176,10 @@ struct Registration {
   // events follow the registration; until then the controller must not take them for
   // tasks the node lost. Optional: a controller that does not know the field ignores it.
   std::vector<RunningTask> ended;
+  // The agent runs a health program (docs/health.md) whose verdict has not been sent yet:
+  // the controller places no work on the node until that verdict arrives (it follows at
+  // once in a telemetry request). Optional: older controllers ignore it.
+  bool health_pending = false;
 };
 
 struct RegistrationReply {

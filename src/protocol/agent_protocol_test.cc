@@ -220,6 +220,26 @@ TEST(ProtocolRegistration, RoundTripsAndNeedsAVersion) {
   EXPECT_NE(b.status().message().find("running[0].attempt"), std::string::npos);
 }
 
+// Issue 29: an agent whose health program's verdict is still to come says so; an older
+// agent's registration (no field) reads as nothing pending, and a bad value is named.
+TEST(ProtocolRegistration, CarriesWhetherTheHealthVerdictIsPending) {
+  Registration r;
+  r.node = "n1";
+  r.info = SmallNode();
+  EXPECT_FALSE(Reparse(EncodeRegistration(r)).contains("health_pending"));
+  r.health_pending = true;
+  Json j = Reparse(EncodeRegistration(r));
+  Result<Registration> back = DecodeRegistration(j);
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_TRUE(back->health_pending);
+  j.erase("health_pending");
+  EXPECT_FALSE(DecodeRegistration(j)->health_pending);
+  j["health_pending"] = "yes";
+  Result<Registration> bad = DecodeRegistration(j);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("health_pending"), std::string::npos);
+}
+
 // Issue 25 item 1: the tasks whose ends are still to be reported travel with the
 // registration; a registration without them (an older agent) reads as none.
 TEST(ProtocolRegistration, CarriesTheTasksWhoseEndsAreNotYetReported) {

@@ -468,6 +468,11 @@ class DashboardTest(unittest.TestCase):
     if (body.nodes) body.nodes.forEach((n) => n.gpus.forEach((g, i) => {
       g.telemetry = {at_ms: Date.now(), util_pct: 25 * i + 5, mem_used_mib: 2048,
                      mem_total_mib: 40960, power_w: 250, temp_c: 60, xid_errors: 0};
+      // GET /v1/nodes' health object of a GPU the Xid policy cordoned (docs/health.md).
+      if (n.name === 'node-b' && i === 1) {
+        g.health = {state: 'cordoned', reason: 'Xid 95: uncontained ECC error',
+                    evidence: 'Xid 95 x1', since_us: Date.now() * 1000, by: 'policy'};
+      }
     }));
     if (body.job) body.job.gpu_util = {mean_pct: 61.5, peak_pct: 97, peak_mem_mib: 30000,
                                        idle: false, idle_since_ms: 0};
@@ -495,6 +500,19 @@ class DashboardTest(unittest.TestCase):
             utils = sorted(float(e.get_attribute("data-util-pct")) for e in css(".gpu"))
             self.assertEqual(utils, [5, 5, 30, 30, 55, 80])
             self.assertTrue(any("util 80%" in e.text for e in css(".gpu")))
+            # Each GPU's health state and reason (issue 29): the cordoned one stands out.
+            bad = css(".gpu.health-cordoned")
+            self.assertEqual(len(bad), 1)
+            self.assertEqual(bad[0].get_attribute("data-node"), "node-b")
+            self.assertEqual(bad[0].get_attribute("data-index"), "1")
+            self.assertIn("cordoned", bad[0].text)
+            self.assertIn("Xid 95: uncontained ECC error", bad[0].get_attribute("title"))
+            self.assertEqual(
+                sorted(e.get_attribute("data-health") for e in css(".gpu")),
+                ["cordoned"] + ["healthy"] * 5)
+            listed = css('.node[data-node="node-b"] .health-list')
+            self.assertEqual(len(listed), 1)
+            self.assertIn("GPU 1 cordoned: Xid 95: uncontained ECC error", listed[0].text)
             shot("cluster-telemetry")
 
             driver.get(base + "/#/jobs/%d" % self.running)

@@ -72,6 +72,9 @@ struct AgentLoopOptions {
   // the back-offs and the exec sessions' relays (null: the system clock); `proc_root` is
   // where a process's cgroup is read to find its job.
   int telemetry_interval_s = 5;
+  // Between rounds the sampler's Xid counts are read this often (0: not); a new Xid
+  // sends a round at once (TelemetrySampler::XidCounts).
+  int xid_watch_ms = 1000;
   std::shared_ptr<gpu::TelemetrySampler> sampler;
   const Clock* clock = nullptr;
   std::string proc_root = "/proc";

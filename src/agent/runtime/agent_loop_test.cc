@@ -5,11 +5,14 @@
 #include <gtest/gtest.h>
 #include <stdlib.h>
 
+#include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <filesystem>
 #include <fstream>
 #include <future>
+#include <map>
 #include <mutex>
 #include <thread>
 
@@ -108,6 +111,27 @@ class OneGpu final : public gpu::TelemetrySampler {
     s.ecc_uncorrected = 5;
     return std::vector<gpu::GpuSample>{s};
   }
+};
+
+// One GPU whose Xid count the test raises (an Xid 95 each time), read by samples and by
+// the agent's Xid watch between them.
+class ScriptedXids final : public gpu::TelemetrySampler {
+ public:
+  std::string_view name() const override { return "test-xids"; }
+  Result<std::vector<gpu::GpuSample>> Sample(int64_t) override {
+    gpu::GpuSample s;
+    s.index = 0;
+    s.uuid = "GPU-0";
+    s.util_pct = 10;
+    s.xid_count = count_.load();
+    s.xid_errors = s.xid_count > 0 ? 95 : 0;
+    return std::vector<gpu::GpuSample>{s};
+  }
+  std::map<int, int64_t> XidCounts(int64_t) override { return {{0, count_.load()}}; }
+  void Xid() { ++count_; }
+
+ private:
+  std::atomic<int64_t> count_{0};
 };
 
 // An agent whose controller (an in-process fake) speaks protocol 1.`minor`; the fake
@@ -232,6 +256,61 @@ TEST_F(TelemetryAgentTest, AControllerAwayIsTriedAgainAndStopEndsRunWithOk) {
   loop.Stop();
   t.join();
   EXPECT_TRUE(f.get().ok());
+}
+
+// Issue 29 item 3: a new Xid goes to the controller at once, not with the next round.
+// With a 60 s telemetry interval, an Xid that comes after the first round is sent one
+// second (the Xid watch) later, on the agent's clock.
+TEST_F(TelemetryAgentTest, ANewXidIsSentAtOnceNotWithTheNextRound) {
+  auto xids = std::make_shared<ScriptedXids>();
+  AgentLoopOptions ao;
+  ao.node_name = "n1";
+  ao.state_dir = (root_ / "state").string();
+  ao.telemetry_interval_s = 60;
+  ao.sampler = xids;
+  ao.clock = &clock_;
+  loop_ = std::make_unique<AgentLoop>(ao, link_, &launcher_);
+  thread_ = std::thread([this] { EXPECT_TRUE(loop_->Run().ok()); });
+  ASSERT_TRUE(link_->WaitFor([](const auto& r) { return r.polls > 0; }));
+  // The telemetry thread waits on the clock (the only one here: the fake link's polls
+  // wait in real time) for its next look at the Xids.
+  ASSERT_TRUE(clock_.WaitForWaiters(1));
+  xids->Xid();
+  clock_.AdvanceMicros(1'000'000);
+  auto sent = [](const protocol::FakeControllerLink::Recorded& r) {
+    return std::any_of(r.telemetry.begin(), r.telemetry.end(),
+                       [](const auto& t) { return t.xid_count == 1 && t.xid_errors == 95; });
+  };
+  EXPECT_TRUE(link_->WaitFor(sent)) << "the Xid waits for the next round, 59 s on";
+}
+
+// Issue 29 item 3: an agent with a health program registers saying its verdict is still
+// to come (the controller then places nothing on the node) and sends the verdict at once.
+TEST_F(TelemetryAgentTest, AnAgentWithAHealthProgramRegistersWithItsVerdictPending) {
+  const fs::path program = root_ / "check.sh";
+  std::ofstream(program) << "#!/bin/sh\necho gpu=0 bad fan\n";
+  fs::permissions(program, fs::perms::owner_all);
+  AgentLoopOptions ao;
+  ao.node_name = "n1";
+  ao.state_dir = (root_ / "state").string();
+  ao.telemetry_interval_s = 0;
+  ao.clock = &clock_;
+  ao.health_check = program.string();
+  loop_ = std::make_unique<AgentLoop>(ao, link_, &launcher_);
+  thread_ = std::thread([this] { EXPECT_TRUE(loop_->Run().ok()); });
+  ASSERT_TRUE(link_->WaitFor([](const auto& r) { return r.telemetry_posts > 0; }));
+  const auto r = link_->recorded();
+  ASSERT_EQ(r.registrations.size(), 1u);
+  EXPECT_TRUE(r.registrations[0].health_pending);
+  // Without a program: nothing pending.
+  auto other = std::make_shared<protocol::FakeControllerLink>();
+  ao.health_check.clear();
+  AgentLoop plain(ao, other, &launcher_);
+  std::thread t([&] { EXPECT_TRUE(plain.Run().ok()); });
+  EXPECT_TRUE(other->WaitFor([](const auto& rec) { return rec.polls > 0; }));
+  EXPECT_FALSE(other->recorded().registrations.at(0).health_pending);
+  plain.Stop();
+  t.join();
 }
 
 TEST_F(TelemetryAgentTest, AOneMinorOlderControllerIsSentNoTelemetry) {

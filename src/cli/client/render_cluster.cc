@@ -94,6 +94,7 @@ std::string RenderNodes(const Json& answer, int64_t now_us) {
   Table t({"NODE", "STATE", "ADDRESS", "GPUS>", "CPUS>", "MEMORY>", "RUNNING>", "SEEN>", "MODELS"});
   std::string drains;       // "n1: disk swap (root)" per drained node
   std::string health;       // "n1 GPU 3: cordoned: Xid 95: ..." per GPU that is not healthy
+  std::string checking;     // nodes whose health verdict is still to come
   std::string enforcement;  // "n1 GPUs 0-7: mps" per node and mode stated
   for (const Json& node : GetArray(answer, "nodes")) {
     const Json& gpus = GetArray(node, "gpus");
@@ -121,9 +122,15 @@ std::string RenderNodes(const Json& answer, int64_t now_us) {
     if (auto why = GetString(node, "drain_reason"); !why.empty()) {
       drains += CleanCell(GetString(node, "name")) + ": " + CleanCell(why) + "\n";
     }
+    if (GetBool(node, "health_check_pending"))
+      checking += CleanCell(GetString(node, "name")) + "\n";
   }
   return t.Render() + (drains.empty() ? "" : "drained:\n" + drains) +
          (health.empty() ? "" : "GPU health (docs/health.md):\n" + health) +
+         (checking.empty() ? ""
+                           : "waiting for their health check's first verdict (no new work until "
+                             "it comes):\n" +
+                                 checking) +
          (enforcement.empty() ? "" : "GPU share enforcement (docs/sharing.md):\n" + enforcement);
 }
 

@@ -182,7 +182,7 @@ TEST(RenderNodesTest, FractionsAndModels) {
                           "evidence": "Xid 95 x1", "since_us": 1, "by": "policy"}},
               {"index": 2, "name": "A100", "allocated_milli": 0}]},
     {"name": "gpu2", "state": "down", "running_jobs": [5, 6], "gpus": []},
-    {"name": "gpu3", "state": "up", "gpus": [
+    {"name": "gpu3", "state": "up", "health_check_pending": true, "gpus": [
       {"index": 0, "name": "H100", "enforcement": "mps"},
       {"index": 1, "name": "H100", "enforcement": "mps"},
       {"index": 6, "name": "H100", "enforcement": "mps"},
@@ -201,6 +201,8 @@ TEST(RenderNodesTest, FractionsAndModels) {
             "gpu1: disk swap (root)\n"
             "GPU health (docs/health.md):\n"
             "gpu1 GPU 1: cordoned: Xid 95: uncontained ECC error\n"
+            "waiting for their health check's first verdict (no new work until it comes):\n"
+            "gpu3\n"
             "GPU share enforcement (docs/sharing.md):\n"
             "gpu3 GPUs 0-2,5,6: mps\n"
             "gpu3 GPUs 3,7: none\n");

@@ -58,6 +58,7 @@ OrderedJson NodeViewToJson(const NodeView& v,
                      {"gpus", std::move(gpus)},
                      {"running_jobs", v.running_jobs}};
   if (!v.drain_reason.empty()) out["drain_reason"] = v.drain_reason;
+  if (v.health_pending) out["health_check_pending"] = true;
   return out;
 }
 

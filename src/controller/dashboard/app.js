@@ -238,16 +238,29 @@
           }
           if (typeof t.ecc_uncorrected === 'number') tip.push(`uncorrected ECC errors ${t.ecc_uncorrected}`);
         }
+        // GPU health (docs/health.md): only GPUs that are not healthy carry it.
+        const health = g.health && g.health.state ? g.health : null;
+        if (health) {
+          lines[1] = health.state;  // in place of the share (the fill and tooltip show it): the cell is small
+          tip.push(`health: ${health.state}: ${health.reason || ''}`, `by ${health.by || ''}` +
+            (health.since_us ? ` since ${new Date(health.since_us / 1000).toLocaleString()}` : ''));
+          if (health.evidence) tip.push(`evidence: ${health.evidence}`);
+        }
         return h('div', {
-          class: 'gpu', title: tip.join('\n'),
-          dataset: { node: n.name, index: g.index, allocatedMilli: g.allocated_milli, utilPct: t && typeof t.util_pct === 'number' ? t.util_pct : '' },
+          class: health ? `gpu health-${health.state}` : 'gpu', title: tip.join('\n'),
+          dataset: { node: n.name, index: g.index, allocatedMilli: g.allocated_milli, utilPct: t && typeof t.util_pct === 'number' ? t.util_pct : '',
+            health: health ? health.state : 'healthy', healthReason: health ? health.reason || '' : '' },
         }, fill, util, h('div', { class: 'label' }, lines.map((l) => h('div', { text: l }))));
       });
+      const unhealthy = (n.gpus || []).filter((g) => g.health && g.health.state && g.health.state !== 'healthy');
       return h('div', { class: `node ${n.state}`, dataset: { node: n.name } },
         h('div', { class: 'meta' },
           h('div', { class: 'name', text: n.name }), ' ', stateBadge(n.state),
           h('div', { class: 'muted', text: `${n.running_jobs} tasks · CPU ${fmtNum(n.cpu_allocated_milli / 1000, 1)}/${fmtNum(n.cpu_milli / 1000, 1)} · mem ${n.memory_allocated_mib}/${n.memory_mib} MiB` }),
-          n.drain_reason ? h('div', { class: 'muted', text: `drained: ${n.drain_reason}` }) : null),
+          n.drain_reason ? h('div', { class: 'muted', text: `drained: ${n.drain_reason}` }) : null,
+          n.health_check_pending ? h('div', { class: 'muted', text: 'waiting for its health check: no new work yet' }) : null,
+          unhealthy.length ? h('div', { class: 'health-list' }, unhealthy.map((g) => h('div', {
+            class: `health-${g.health.state}`, text: `GPU ${g.index} ${g.health.state}: ${g.health.reason || ''}` }))) : null),
         h('div', { class: 'gpus' }, cells));
     });
     show(h('h1', { text: 'Cluster' }),

@@ -68,6 +68,17 @@ class NvmlSampler final : public TelemetrySampler {
   std::string_view name() const override { return "nvml"; }
   std::string note() const override { return xids_ != nullptr ? xids_->note() : ""; }
 
+  std::map<int, int64_t> XidCounts(int64_t) override {
+    std::map<int, int64_t> out;
+    xids_->Drain();  // never waits
+    for (const Bound& b : gpus_) {
+      if (const nvml::XidEvents::Seen* x = xids_->Of(b.device); x != nullptr) {
+        out[b.index] = x->count;
+      }
+    }
+    return out;
+  }
+
   Result<std::vector<GpuSample>> Sample(int64_t) override {
     const nvml::Functions& fn = library_->fn();
     std::vector<GpuSample> out;

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <functional>
 #include <iostream>
+#include <map>
 
 #include "common/json.h"
 #include "gpu/nvml/nvml_test_fixture.h"
@@ -144,6 +145,16 @@ TEST_F(NvmlSamplerTest, AnXidShowsOnItsGpuAsTheLastXidAndIsCounted) {
   s = SampleOk(**sampler);
   EXPECT_EQ(s[1].xid_errors, 79);
   EXPECT_EQ(s[1].xid_count, 1);
+  // The agent's Xid watch reads the counts between samples (a drain that does not wait);
+  // what it drains the next sample still reports.
+  WriteTelemetry(R"({"devices": {"1": {"xid_events": [95]}}})");
+  const std::map<int, int64_t> counts = (*sampler)->XidCounts(0);
+  ASSERT_EQ(counts.size(), 8u);
+  EXPECT_EQ(counts.at(1), 2);
+  EXPECT_EQ(counts.at(0), 0);
+  s = SampleOk(**sampler);
+  EXPECT_EQ(s[1].xid_errors, 95);
+  EXPECT_EQ(s[1].xid_count, 2);
 
   // Two more in one interval: the last one shows, both count. One scripted a sample
   // later arrives a sample later.
@@ -151,12 +162,12 @@ TEST_F(NvmlSamplerTest, AnXidShowsOnItsGpuAsTheLastXidAndIsCounted) {
       "0": {"xid_events": [31]}}})");
   s = SampleOk(**sampler);
   EXPECT_EQ(s[1].xid_errors, 13);
-  EXPECT_EQ(s[1].xid_count, 3);
+  EXPECT_EQ(s[1].xid_count, 4);
   EXPECT_EQ(s[0].xid_errors, 31);
   EXPECT_EQ(s[0].xid_count, 1);
   s = SampleOk(**sampler);
   EXPECT_EQ(s[1].xid_errors, 94);
-  EXPECT_EQ(s[1].xid_count, 4);
+  EXPECT_EQ(s[1].xid_count, 5);
 
   EXPECT_EQ(Called("nvmlEventSetCreate"), 1);
   EXPECT_EQ(Called("nvmlEventSetWait_v2"), 1);

@@ -1,0 +1,244 @@
+// GPU health in the controller (issue 29, docs/health.md), beyond controller_test.cc's
+// cordons: resume only when proven and strikes, the window before a node's first health
+// verdict, the pending reason naming a GPU out of service, and the per-GPU metric. Under a
+// ManualClock over a real (in-memory) SQLite store.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "common/clock.h"
+#include "controller/controller.h"
+#include "store/sqlite_store.h"
+#include "store/store.h"
+
+namespace gpupool::controller {
+namespace health_test {
+
+using jobs::Job;
+using jobs::JobState;
+
+constexpr int64_t kMinute = 60'000'000;
+
+class ControllerHealthTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    store_ = store::OpenSqliteStore(":memory:").value();
+    Restart();
+  }
+  void Restart() {
+    c_.reset();
+    ControllerOptions o = options_;
+    o.node_timeout_us = int64_t{3600} * 1'000'000 * 24 * 30;  // no node times out here
+    auto c = Controller::Create(store_.get(), &clock_, o);
+    ASSERT_TRUE(c.ok()) << c.status().ToString();
+    c_ = std::move(c).value();
+  }
+  static gpu::NodeInfo TwoGpus(const std::string& node) {
+    gpu::NodeInfo n;
+    n.hostname = node;
+    for (int i = 0; i < 2; ++i) {
+      gpu::GpuInfo g;
+      g.vendor = gpu::Vendor::kNvidia;
+      g.index = i;
+      g.name = "NVIDIA A100-SXM4-80GB";
+      g.uuid = "GPU-" + node + "-" + std::to_string(i);
+      g.memory_total_bytes = uint64_t{80} << 30;
+      g.compute_capability = gpu::ComputeCapability{8, 0};
+      g.device_nodes = {"/dev/nvidia" + std::to_string(i)};
+      n.gpus.push_back(g);
+    }
+    return n;
+  }
+  void Register(const std::string& node = "n1", bool health_pending = false) {
+    protocol::Registration r;
+    r.node = node;
+    r.info = TwoGpus(node);
+    r.cpu_milli = 64'000;
+    r.memory_mib = 256'000;
+    r.health_pending = health_pending;
+    ASSERT_TRUE(c_->RegisterNode(r, "").ok());
+  }
+  // The agent's Xid count for GPU 0 of n1 goes up by one: Xid `xid` again.
+  void Xid(int64_t xid) {
+    protocol::GpuTelemetry s;
+    s.index = 0;
+    s.uuid = "GPU-n1-0";
+    s.xid_errors = xid;
+    s.xid_count = ++xid_count_;
+    ASSERT_TRUE(c_->ObserveGpuErrors("n1", {s}).ok());
+  }
+  void Pass(const std::string& node = "n1") {
+    protocol::HealthReport pass;
+    pass.passed = true;
+    ASSERT_TRUE(c_->ObserveHealthReport(node, pass).ok());
+  }
+  gpu::GpuHealth HealthOf(const std::string& uuid = "GPU-n1-0") {
+    for (const NodeView& v : c_->Nodes()) {
+      if (auto it = v.gpu_health.find(uuid); it != v.gpu_health.end()) return it->second;
+    }
+    return gpu::GpuHealth{};  // healthy (Nodes lists only the others)
+  }
+  Job SubmitTwoGpus() {
+    Job j;
+    j.command = {"true"};
+    j.request.gpus = 2;
+    j.request.gpu_milli = 1000;
+    j.request.cpu_milli = 100;
+    return c_->Submit(j, alice_).value();
+  }
+  Job Get(int64_t id) { return c_->Get(id, root_).value(); }
+
+  ControllerOptions options_;
+  ManualClock clock_{1'700'000'000'000'000};
+  std::unique_ptr<store::Store> store_;
+  std::unique_ptr<Controller> c_;
+  int64_t xid_count_ = 0;
+  Caller alice_{"alice", 1000, 1000, false};
+  Caller root_{"root", 0, 0, true};
+};
+
+// Issue 29 item 5: a GPU the Xid policy cordoned returns by itself only at a passing
+// health check once no Xid came for --health-resume-after (here 1 h); a recurrence starts
+// the quiet period again; its strikes are stored; the third cordon fails it, and only an
+// admin returns a failed GPU (its strikes then start again).
+TEST_F(ControllerHealthTest, AnXidCordonReturnsOnlyWhenProvenAndTheThirdStrikeFailsTheGpu) {
+  options_.health_resume_after_us = 60 * kMinute;
+  Restart();
+  Register();
+  Xid(95);
+  EXPECT_EQ(HealthOf().state, gpu::GpuHealthState::kCordoned);
+  EXPECT_EQ(HealthOf().strikes, 1);
+  clock_.AdvanceMicros(30 * kMinute);
+  Pass();  // too early: 30 min quiet
+  EXPECT_EQ(HealthOf().state, gpu::GpuHealthState::kCordoned);
+  Xid(95);  // it recurs: the quiet period starts again, no new strike
+  clock_.AdvanceMicros(45 * kMinute);
+  Pass();  // 75 min since the cordon, but 45 since the last error
+  EXPECT_EQ(HealthOf().state, gpu::GpuHealthState::kCordoned);
+  clock_.AdvanceMicros(20 * kMinute);
+  protocol::HealthReport failing;
+  failing.node_reason = "the health check exited 1: fan";
+  ASSERT_TRUE(c_->ObserveHealthReport("n1", failing).ok());
+  EXPECT_EQ(HealthOf().state, gpu::GpuHealthState::kCordoned);  // not proven: it failed
+  ASSERT_TRUE(c_->ResumeNode("n1", root_).ok());                // (the check's drain)
+  Pass();
+  EXPECT_EQ(HealthOf().state, gpu::GpuHealthState::kHealthy);
+  // It takes work again: a two-GPU job runs on the node.
+  const Job two = SubmitTwoGpus();
+  ASSERT_TRUE(c_->ScheduleOnce().ok());
+  EXPECT_EQ(Get(two.id).state, JobState::kAssigned);
+  ASSERT_TRUE(c_->Cancel(two.id, root_).ok());
+
+  // The strike is stored with the GPU's health: a restarted controller still counts it.
+  Restart();
+  Xid(95);
+  EXPECT_EQ(HealthOf().state, gpu::GpuHealthState::kCordoned);
+  EXPECT_EQ(HealthOf().strikes, 2);
+  clock_.AdvanceMicros(61 * kMinute);
+  Pass();
+  EXPECT_EQ(HealthOf().state, gpu::GpuHealthState::kHealthy);
+  Xid(95);  // the third
+  gpu::GpuHealth failed = HealthOf();
+  EXPECT_EQ(failed.state, gpu::GpuHealthState::kFailed);
+  EXPECT_EQ(failed.strikes, 3);
+  EXPECT_NE(failed.reason.find("needs service"), std::string::npos) << failed.reason;
+  clock_.AdvanceMicros(int64_t{30} * 24 * 60 * kMinute);
+  Pass();
+  EXPECT_EQ(HealthOf().state, gpu::GpuHealthState::kFailed);  // never by itself
+  Restart();
+  EXPECT_EQ(HealthOf().state, gpu::GpuHealthState::kFailed);
+  ASSERT_TRUE(c_->ResumeGpu("n1", "0", root_).ok());
+  EXPECT_EQ(HealthOf().state, gpu::GpuHealthState::kHealthy);
+  Xid(95);  // a serviced GPU starts again from its first strike
+  EXPECT_EQ(HealthOf().state, gpu::GpuHealthState::kCordoned);
+  EXPECT_EQ(HealthOf().strikes, 1);
+}
+
+// --health-resume-after 0: a policy cordon never returns by itself; an admin still
+// returns it, and an admin's resume of a cordoned GPU keeps its strike.
+TEST_F(ControllerHealthTest, ResumeAfterZeroLeavesItToTheAdmin) {
+  options_.health_resume_after_us = 0;
+  Restart();
+  Register();
+  Xid(95);
+  clock_.AdvanceMicros(int64_t{365} * 24 * 60 * kMinute);
+  Pass();
+  EXPECT_EQ(HealthOf().state, gpu::GpuHealthState::kCordoned);
+  ASSERT_TRUE(c_->ResumeGpu("n1", "GPU-n1-0", root_).ok());
+  EXPECT_EQ(HealthOf().state, gpu::GpuHealthState::kHealthy);
+  Xid(95);
+  EXPECT_EQ(HealthOf().strikes, 2);
+}
+
+// Issue 29 item 3: an agent that registers with its health verdict still to come gets no
+// work until the verdict arrives; the node says so. An agent without a health program
+// (the flag unset) takes work at once.
+TEST_F(ControllerHealthTest, NoWorkLandsOnANodeBeforeItsFirstHealthVerdict) {
+  Register("n1", /*health_pending=*/true);
+  EXPECT_TRUE(c_->Nodes().at(0).health_pending);
+  const Job j = SubmitTwoGpus();
+  ASSERT_TRUE(c_->ScheduleOnce().ok());
+  EXPECT_EQ(Get(j.id).state, JobState::kPending);
+  EXPECT_NE(Get(j.id).pending_reason.find("draining (n1)"), std::string::npos)
+      << Get(j.id).pending_reason;
+  Pass();
+  EXPECT_FALSE(c_->Nodes().at(0).health_pending);
+  ASSERT_TRUE(c_->ScheduleOnce().ok());
+  EXPECT_EQ(Get(j.id).state, JobState::kAssigned);
+  // A verdict that names a GPU bad: the node takes work again, but not on that GPU.
+  Register("n2", /*health_pending=*/true);
+  protocol::HealthReport bad;
+  bad.gpus = {{1, "fan at 0 rpm"}};
+  ASSERT_TRUE(c_->ObserveHealthReport("n2", bad).ok());
+  const Job other = SubmitTwoGpus();
+  ASSERT_TRUE(c_->ScheduleOnce().ok());
+  EXPECT_EQ(Get(other.id).state, JobState::kPending);
+  EXPECT_NE(Get(other.id).pending_reason.find("health check: fan at 0 rpm"), std::string::npos)
+      << Get(other.id).pending_reason;
+  Register("n3");
+  ASSERT_TRUE(c_->ScheduleOnce().ok());
+  EXPECT_EQ(Get(other.id).state, JobState::kAssigned);
+  EXPECT_EQ(Get(other.id).placement.at(0).node, "n3");
+}
+
+// Issue 29: a job that waits because a GPU is out of service says which GPU and why; a
+// job that waits for another reason (a hold) does not name it.
+TEST_F(ControllerHealthTest, APendingReasonNamesTheCordonedGpuItWaitsFor) {
+  Register();
+  Xid(95);
+  const Job two = SubmitTwoGpus();
+  ASSERT_TRUE(c_->ScheduleOnce().ok());
+  const std::string why = Get(two.id).pending_reason;
+  EXPECT_EQ(Get(two.id).state, JobState::kPending);
+  EXPECT_NE(why.find("node n1: GPU 0 (GPU-n1-0) cordoned: Xid 95: uncontained ECC error"),
+            std::string::npos)
+      << why;
+  EXPECT_TRUE(why.starts_with("needs 2 idle GPUs")) << why;  // the class stays "resources"
+  // Held: the hold is why it waits, not the GPU.
+  ASSERT_TRUE(c_->Hold(two.id, root_, true).ok());
+  ASSERT_TRUE(c_->ScheduleOnce().ok());
+  EXPECT_EQ(Get(two.id).pending_reason.find("cordoned"), std::string::npos)
+      << Get(two.id).pending_reason;
+}
+
+// Issue 29: /metrics has a series per GPU that is not healthy, with its node, index, UUID
+// and state, beside the count by state.
+TEST_F(ControllerHealthTest, MetricsListEachGpuThatIsNotHealthy) {
+  Register();
+  Register("n2");
+  Xid(95);
+  PoolSnapshot pool = c_->MetricsSnapshot();
+  EXPECT_EQ(pool.gpus_by_health["cordoned"], 1);
+  EXPECT_EQ(pool.gpus_by_health["healthy"], 3);
+  const std::string text = c_->metrics().Render(pool);
+  EXPECT_NE(text.find("gpupool_gpu_health_state{Hostname=\"n1\",gpu=\"0\",UUID=\"GPU-n1-0\","
+                      "state=\"cordoned\"} 1"),
+            std::string::npos)
+      << text;
+  EXPECT_EQ(text.find("gpupool_gpu_health_state{Hostname=\"n2\""), std::string::npos);
+  EXPECT_NE(text.find("gpupool_gpu_health{state=\"cordoned\"} 1"), std::string::npos);
+}
+
+}  // namespace health_test
+}  // namespace gpupool::controller
