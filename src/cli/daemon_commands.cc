@@ -68,6 +68,7 @@ struct ServerFlags {
   int exec_client_timeout_s = 15;
   int time_limit_grace_s = 60;
   std::string health_xid;
+  std::string health_threshold;
   double health_breaker = 0.1;
   bool mps_multi_user = false;
   std::vector<std::string> podman_args;  // global podman flags for image inspection
@@ -157,6 +158,7 @@ Result<server::ServerOptions> ServerOptionsOf(const ServerFlags& f,
   co.exec_client_timeout_us = int64_t{f.exec_client_timeout_s} * 1'000'000;
   co.time_limit_grace_s = f.time_limit_grace_s;
   co.health_xid = f.health_xid;
+  co.health_threshold = f.health_threshold;
   co.health_breaker_fraction = f.health_breaker;
   co.mps_multi_user = f.mps_multi_user;
   co.max_queued_per_user = f.max_queued_per_user;
@@ -211,6 +213,9 @@ void AddServerFlags(CLI::App* cmd, ServerFlags* f) {
   cmd->add_option("--health-xid", f->health_xid,
                   "overrides of the GPU health policy's Xid table, XID:ACTION[,...] with ACTION "
                   "ignore, application, suspect, cordon-gpu or cordon-node (docs/health.md)");
+  cmd->add_option("--health-threshold", f->health_threshold,
+                  "overrides of the GPU health policy's threshold rows, ROW:SUSPECT:CORDON[,...] "
+                  "with counts (0: never), e.g. retired-pages:10:60 (docs/health.md)");
   cmd->add_option("--health-breaker", f->health_breaker,
                   "the health circuit breaker: automatic GPU or node cordons stop once this "
                   "fraction of the pool's nodes (at least 1) was cordoned within the hour "

@@ -20,13 +20,16 @@ using jobs::Job;
 std::string GpuHealthToJson(const std::map<std::string, gpu::GpuHealth>& health) {
   Json out = Json::object();
   for (const auto& [uuid, h] : health) {
-    if (h.state == gpu::GpuHealthState::kHealthy && h.recent_us.empty()) continue;
+    if (h.state == gpu::GpuHealthState::kHealthy && h.recent_us.empty() && h.levels.empty()) {
+      continue;
+    }
     out[uuid] = {{"state", gpu::GpuHealthStateName(h.state)},
                  {"reason", h.reason},
                  {"evidence", h.evidence},
                  {"since_us", h.since_us},
                  {"by", h.by},
                  {"recent_us", h.recent_us}};
+    if (!h.levels.empty()) out[uuid]["levels"] = h.levels;
   }
   return out.empty() ? std::string() : DumpJson(out);
 }
@@ -55,6 +58,13 @@ Result<std::map<std::string, gpu::GpuHealth>> GpuHealthFromJson(const std::strin
           break;
         }
         h.recent_us.push_back(t.get<int64_t>());
+      }
+    }
+    if (const Json* levels = f.Member("levels"); levels != nullptr && levels->is_object()) {
+      for (auto l = levels->begin(); l != levels->end(); ++l) {
+        if (l->is_number_integer() && l->get<int64_t>() >= 1 && l->get<int64_t>() <= 2) {
+          h.levels[l.key()] = static_cast<int>(l->get<int64_t>());
+        }
       }
     }
     GP_RETURN_IF_ERROR(f.Finish());
@@ -194,7 +204,7 @@ Status Controller::ObserveHealthReport(const std::string& node,
       } else if (report.passed && h.by == kHealthCheck && !gpu::TakesWork(h.state)) {
         spdlog::info("node {} GPU {} ({}) back in service: the health check passed (was: {})", node,
                      g.index, g.uuid, h.reason);
-        h = gpu::GpuHealth{};
+        h = gpu::GpuHealth{.levels = h.levels};  // the thresholds' levels stay
         h.since_us = now;
         h.by = kHealthCheck;
         changed = true;
@@ -282,7 +292,7 @@ Result<NodeView> Controller::ResumeGpu(const std::string& node, const std::strin
     }
     spdlog::info("node {} GPU {} ({}) resumed by {} (was {}: {})", node, g->index, g->uuid,
                  caller.user, gpu::GpuHealthStateName(h.state), h.reason);
-    h = gpu::GpuHealth{};
+    h = gpu::GpuHealth{.levels = h.levels};  // the thresholds' levels stay
     h.since_us = clock_->NowMicros();
     h.by = caller.user;
     WakeScheduler();

@@ -19,6 +19,7 @@
 #include "common/status.h"
 #include "gpu/gpu_backend.h"
 #include "gpu/gpu_info.h"
+#include "gpu/health_policy.h"
 
 namespace gpupool::gpu {
 
@@ -48,6 +49,10 @@ struct GpuSample {
   // Uncorrected (double-bit) ECC errors since the driver loaded, NVML's volatile count
   // (dcgm-exporter's DCGM_FI_DEV_ECC_DBE_VOL_TOTAL).
   std::optional<int64_t> ecc_uncorrected;
+  // Retired pages, row remapping and HW slowdown (NVML), bad pages (amdgpu RAS): the
+  // health policy's threshold rows (gpu/health_policy.h); AMD's RAS "ue" counts, summed
+  // over its blocks, are ecc_uncorrected.
+  HardwareHealth hw;
   std::vector<ProcessSample> processes;
   friend bool operator==(const GpuSample&, const GpuSample&) = default;
 };
