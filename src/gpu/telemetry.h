@@ -1,5 +1,6 @@
 // TelemetrySampler: reads the node's GPUs' live figures (utilisation, memory, power,
-// temperature, error counts, the processes using them) at the agent's telemetry interval.
+// temperature, error counts, hardware health, the processes using them) at the agent's
+// telemetry interval.
 //
 // Unlike a GpuBackend, a sampler keeps its vendor library open between samples (one
 // dlopen and init at creation), so a sample costs only the per-device calls. A figure the
@@ -83,6 +84,11 @@ Result<std::unique_ptr<TelemetrySampler>> NewRocmSmiSampler(const std::string& l
                                                             const NodeInfo& node);
 std::unique_ptr<TelemetrySampler> NewAmdSysfsSampler(const std::string& sysfs_root,
                                                      const NodeInfo& node);
+// `inner` (ROCm SMI's) with each AMD GPU's RAS counts and bad pages read from amdgpu's
+// sysfs files under `sysfs_root` (rocm/amdgpu_ras.h), as the sysfs sampler reads them.
+std::unique_ptr<TelemetrySampler> NewAmdRasOverlay(std::unique_ptr<TelemetrySampler> inner,
+                                                   const std::string& sysfs_root,
+                                                   const NodeInfo& node);
 // The fake node file's "telemetry" profile (docs/node-schema.md): per GPU index, lists of
 // values stepped through every `step_s` seconds; without one, the node's static figures.
 Result<std::unique_ptr<TelemetrySampler>> NewFakeSampler(const std::string& node_file,
