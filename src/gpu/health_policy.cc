@@ -73,9 +73,9 @@ const std::vector<XidRule>& BuiltinXidRules() {
 }
 
 const std::vector<ThresholdRule>& BuiltinThresholdRules() {
-  // Counts: a few make the GPU worth watching, many mean failing memory (NVIDIA counts a
-  // board with 60 retired pages as due for replacement). Flags that wait for a reset or
-  // mean the spares are gone cordon at once, as the shipped health program names them bad.
+  // Counts: a few make the GPU worth watching, many mean failing memory (the pool's
+  // defaults, docs/health.md). Flags that wait for a reset or mean the spares are gone
+  // cordon at once, as the shipped health program names them bad.
   static const std::vector<ThresholdRule> rules = {
       {"retired-pages", "retired pages (AMD: bad VRAM pages)", 10, 60, false},
       {"retired-pages-pending", "a page retirement waits for the GPU's reset", 0, 1, true},
