@@ -68,6 +68,7 @@ struct ServerFlags {
   int exec_client_timeout_s = 15;
   int time_limit_grace_s = 60;
   std::string health_xid;
+  std::string health_threshold;
   double health_breaker = 0.1;
   std::string health_resume_after = "24h";  // a duration, as telemetry_retention
   bool mps_multi_user = false;
@@ -158,6 +159,7 @@ Result<server::ServerOptions> ServerOptionsOf(const ServerFlags& f,
   co.exec_client_timeout_us = int64_t{f.exec_client_timeout_s} * 1'000'000;
   co.time_limit_grace_s = f.time_limit_grace_s;
   co.health_xid = f.health_xid;
+  co.health_threshold = f.health_threshold;
   co.health_breaker_fraction = f.health_breaker;
   GP_ASSIGN_OR_RETURN(const int64_t resume_after_s,
                       ParseSeconds("--health-resume-after", f.health_resume_after));
@@ -215,6 +217,9 @@ void AddServerFlags(CLI::App* cmd, ServerFlags* f) {
   cmd->add_option("--health-xid", f->health_xid,
                   "overrides of the GPU health policy's Xid table, XID:ACTION[,...] with ACTION "
                   "ignore, application, suspect, cordon-gpu or cordon-node (docs/health.md)");
+  cmd->add_option("--health-threshold", f->health_threshold,
+                  "overrides of the GPU health policy's threshold rows, ROW:SUSPECT:CORDON[,...] "
+                  "with counts (0: never), e.g. retired-pages:10:60 (docs/health.md)");
   cmd->add_option("--health-breaker", f->health_breaker,
                   "the health circuit breaker: automatic GPU or node cordons stop once this "
                   "fraction of the pool's nodes (at least 1) was cordoned within the hour "

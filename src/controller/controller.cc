@@ -41,8 +41,9 @@ Result<std::unique_ptr<Controller>> Controller::Create(store::Store* store, cons
   Result<std::unique_ptr<JobScheduler>> scheduler = JobScheduler::Create(
       options.placement_policy, options.queue_policy, options.start_rule, options.mps_multi_user);
   if (!scheduler.ok()) return scheduler.status().WithContext("scheduler configuration");
-  Result<gpu::HealthPolicy> health = gpu::HealthPolicy::Create(options.health_xid);
-  if (!health.ok()) return health.status().WithContext("--health-xid");
+  Result<gpu::HealthPolicy> health =
+      gpu::HealthPolicy::Create(options.health_xid, options.health_threshold);
+  if (!health.ok()) return health.status().WithContext("--health-xid/--health-threshold");
   if (!(options.health_breaker_fraction > 0 && options.health_breaker_fraction <= 1)) {
     return Status::InvalidArgument(
         "--health-breaker: a fraction of the pool's nodes in (0, 1], e.g. 0.1");

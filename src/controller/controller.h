@@ -85,6 +85,8 @@ struct ControllerOptions {
   // Overrides of the GPU health policy's Xid table, "XID:ACTION,..." (server option
   // --health-xid; gpu/health_policy.h, docs/health.md).
   std::string health_xid;
+  // Overrides of its threshold rows, "ROW:SUSPECT:CORDON,..." (--health-threshold).
+  std::string health_threshold;
   // The health circuit breaker: automatic cordons stop once this fraction of the pool's
   // nodes (at least 1) had a GPU or itself taken out of service within the hour; past
   // it, errors are recorded (suspect, a log line, gpupool_health_actions_held_total) but
@@ -289,6 +291,13 @@ class Controller {
   // that is not registered.
   Status ObserveGpuErrors(const std::string& node,
                           const std::vector<protocol::GpuTelemetry>& samples) EXCLUDES(mu_);
+  // The hardware health fields in an agent's telemetry samples of its own GPUs (retired
+  // pages, row remapping, HW slowdown, uncorrected ECC; controller_hw_health.cc): each
+  // threshold row of the policy whose level rises makes the GPU suspect or cordons it ("by"
+  // policy; its jobs go on), held by the breaker as Xids are. NotFound for a node that is
+  // not registered.
+  Status ObserveHardwareHealth(const std::string& node,
+                               const std::vector<protocol::GpuTelemetry>& samples) EXCLUDES(mu_);
   // The node's health program's verdict (agent/runtime/health_check.h): the GPUs it names
   // are cordoned "by" health-check, a node it calls bad is drained ("health check: ...");
   // a passing run returns what it took out (and nothing else) to service. The breaker

@@ -20,7 +20,8 @@ using jobs::Job;
 std::string GpuHealthToJson(const std::map<std::string, gpu::GpuHealth>& health) {
   Json out = Json::object();
   for (const auto& [uuid, h] : health) {
-    if (h.state == gpu::GpuHealthState::kHealthy && h.recent_us.empty() && h.strikes == 0) {
+    if (h.state == gpu::GpuHealthState::kHealthy && h.recent_us.empty() && h.strikes == 0 &&
+        h.levels.empty()) {
       continue;
     }
     out[uuid] = {{"state", gpu::GpuHealthStateName(h.state)},
@@ -31,6 +32,7 @@ std::string GpuHealthToJson(const std::map<std::string, gpu::GpuHealth>& health)
                  {"recent_us", h.recent_us}};
     if (h.strikes > 0) out[uuid]["strikes"] = h.strikes;
     if (h.last_error_us > 0) out[uuid]["last_error_us"] = h.last_error_us;
+    if (!h.levels.empty()) out[uuid]["levels"] = h.levels;
   }
   return out.empty() ? std::string() : DumpJson(out);
 }
@@ -61,6 +63,13 @@ Result<std::map<std::string, gpu::GpuHealth>> GpuHealthFromJson(const std::strin
           break;
         }
         h.recent_us.push_back(t.get<int64_t>());
+      }
+    }
+    if (const Json* levels = f.Member("levels"); levels != nullptr && levels->is_object()) {
+      for (auto l = levels->begin(); l != levels->end(); ++l) {
+        if (l->is_number_integer() && l->get<int64_t>() >= 1 && l->get<int64_t>() <= 2) {
+          h.levels[l.key()] = static_cast<int>(l->get<int64_t>());
+        }
       }
     }
     GP_RETURN_IF_ERROR(f.Finish());
@@ -214,6 +223,7 @@ Status Controller::ObserveHealthReport(const std::string& node,
         back.by = kHealthCheck;
         back.strikes = h.strikes;
         back.last_error_us = h.last_error_us;
+        back.levels = h.levels;  // the thresholds' levels stay
         h = std::move(back);
         changed = true;
         capacity_changed_ = true;
@@ -313,6 +323,7 @@ Result<NodeView> Controller::ResumeGpu(const std::string& node, const std::strin
       back.strikes = h.strikes;
       back.last_error_us = h.last_error_us;
     }
+    back.levels = h.levels;  // the thresholds' levels stay
     h = std::move(back);
     WakeScheduler();
   }

@@ -72,8 +72,78 @@ const std::vector<XidRule>& BuiltinXidRules() {
   return rules;
 }
 
-Result<HealthPolicy> HealthPolicy::Create(std::string_view overrides) {
+const std::vector<ThresholdRule>& BuiltinThresholdRules() {
+  // Counts: a few make the GPU worth watching, many mean failing memory (the pool's
+  // defaults, docs/health.md). Flags that wait for a reset or mean the spares are gone
+  // cordon at once, as the shipped health program names them bad.
+  static const std::vector<ThresholdRule> rules = {
+      {"retired-pages", "retired pages (AMD: bad VRAM pages)", 10, 60, false},
+      {"retired-pages-pending", "a page retirement waits for the GPU's reset", 0, 1, true},
+      {"remapped-rows", "remapped DRAM rows", 8, 64, false},
+      {"remapped-rows-pending", "a row remapping waits for the GPU's reset", 0, 1, true},
+      {"remapped-rows-failed", "a row remapping failed (no spare rows left)", 0, 1, true},
+      {"hw-slowdown", "the hardware slows the clocks down (HW slowdown)", 1, 0, true},
+      {"ecc-uncorrected", "uncorrected ECC errors since the driver loaded (AMD: RAS ue)", 1, 3,
+       false},
+  };
+  return rules;
+}
+
+std::map<std::string, int64_t> HealthReadings(const HardwareHealth& hw,
+                                              std::optional<int64_t> ecc_uncorrected) {
+  std::map<std::string, int64_t> out;
+  auto put = [&](const char* name, auto v) {
+    if (v) out[name] = static_cast<int64_t>(*v);
+  };
+  put("retired-pages", hw.retired_pages);
+  put("retired-pages-pending", hw.retired_pages_pending);
+  put("remapped-rows", hw.remapped_rows);
+  put("remapped-rows-pending", hw.remapped_rows_pending);
+  put("remapped-rows-failed", hw.remapped_rows_failed);
+  put("hw-slowdown", hw.hw_slowdown);
+  put("ecc-uncorrected", ecc_uncorrected);
+  return out;
+}
+
+Status HealthPolicy::ApplyThresholdOverrides(std::string_view overrides) {
+  const std::string fix =
+      ": write ROW:SUSPECT:CORDON with counts (0: never), e.g. "
+      "retired-pages:10:60 or hw-slowdown:0:1";
+  for (const std::string& raw : Split(overrides, ',')) {
+    const std::string entry(Trim(raw));
+    if (entry.empty()) continue;
+    const std::string where = "health-threshold entry '" + entry + "'";
+    const std::vector<std::string> parts = Split(entry, ':');
+    if (parts.size() != 3) return Status::InvalidArgument(where + " has not 3 parts" + fix);
+    auto rule = std::find_if(thresholds_.begin(), thresholds_.end(),
+                             [&](const ThresholdRule& r) { return r.name == Trim(parts[0]); });
+    if (rule == thresholds_.end()) {
+      std::string names;
+      for (const ThresholdRule& r : thresholds_) names += (names.empty() ? "" : ", ") + r.name;
+      return Status::InvalidArgument(where + ": unknown row '" + std::string(Trim(parts[0])) +
+                                     "'; the rows are " + names);
+    }
+    const int64_t most = rule->flag ? 1 : int64_t{1} << 40;
+    const std::optional<int64_t> suspect = ParseInt64(Trim(parts[1]));
+    const std::optional<int64_t> cordon = ParseInt64(Trim(parts[2]));
+    if (!suspect || !cordon || *suspect < 0 || *cordon < 0 || *suspect > most || *cordon > most) {
+      return Status::InvalidArgument(
+          where + ": the thresholds are counts " +
+          (rule->flag ? std::string("0 or 1 (") + rule->name + " is a yes/no field)"
+                      : std::string("from 0 (never)")) +
+          fix);
+    }
+    rule->suspect_at = *suspect;
+    rule->cordon_at = *cordon;
+  }
+  return Status::Ok();
+}
+
+Result<HealthPolicy> HealthPolicy::Create(std::string_view overrides,
+                                          std::string_view threshold_overrides) {
   HealthPolicy p;
+  p.thresholds_ = BuiltinThresholdRules();
+  GP_RETURN_IF_ERROR(p.ApplyThresholdOverrides(threshold_overrides));
   for (const XidRule& r : BuiltinXidRules()) p.rules_[r.xid] = r;
   for (const std::string& raw : Split(overrides, ',')) {
     const std::string entry(Trim(raw));
@@ -170,6 +240,12 @@ bool ResumeIfProven(GpuHealth* health, int64_t now_us, int64_t quiet_us) {
   if (quiet_us <= 0 || health->state != GpuHealthState::kCordoned || health->by != "policy") {
     return false;
   }
+  // A threshold row still at its cordon level (failed remapping, too many retired pages)
+  // keeps the GPU out however quiet it is: the fault is still there.
+  if (std::any_of(health->levels.begin(), health->levels.end(),
+                  [](const auto& row) { return row.second >= 2; })) {
+    return false;
+  }
   const int64_t last = health->last_error_us > 0 ? health->last_error_us : health->since_us;
   if (now_us - last < quiet_us) return false;
   GpuHealth back;
@@ -178,10 +254,52 @@ bool ResumeIfProven(GpuHealth* health, int64_t now_us, int64_t quiet_us) {
   back.strikes = health->strikes;
   back.last_error_us = health->last_error_us;
   back.evidence = health->evidence;
+  back.levels = health->levels;
   back.reason = "back in service: the health check passed and no error came for " +
                 std::to_string((now_us - last) / 60'000'000) + " min (was: " + health->reason + ")";
   *health = std::move(back);
   return true;
+}
+
+XidOutcome OnReadings(const GpuHealth& health, const std::map<std::string, int64_t>& readings,
+                      int64_t now_us, const HealthPolicy& policy) {
+  XidOutcome out;
+  out.rule.xid = 0;
+  out.next = health;
+  GpuHealth& next = out.next;
+  for (const ThresholdRule& rule : policy.thresholds()) {
+    auto value = readings.find(rule.name);
+    if (value == readings.end()) continue;
+    const int64_t v = value->second;
+    const int level = rule.cordon_at > 0 && v >= rule.cordon_at     ? 2
+                      : rule.suspect_at > 0 && v >= rule.suspect_at ? 1
+                                                                    : 0;
+    auto seen = next.levels.find(rule.name);
+    const int before = seen == next.levels.end() ? 0 : seen->second;
+    if (level == 0) {
+      if (seen != next.levels.end()) next.levels.erase(seen);
+      continue;
+    }
+    next.levels[rule.name] = level;
+    if (level <= before) continue;  // acted on already (or it fell back)
+    const int64_t at = level == 2 ? rule.cordon_at : rule.suspect_at;
+    const std::string why =
+        rule.name + ": " + rule.what +
+        (rule.flag ? std::string()
+                   : ": " + std::to_string(v) + " (" + (level == 2 ? "cordon" : "suspect") +
+                         " at " + std::to_string(at) + ")");
+    const GpuHealthState state = level == 2 ? GpuHealthState::kCordoned : GpuHealthState::kSuspect;
+    const bool acts = level == 2 ? TakesWork(next.state) : next.state == GpuHealthState::kHealthy;
+    if (!acts) continue;
+    if (next.state != state) next.since_us = now_us;
+    next.state = state;
+    next.reason = why;
+    next.evidence = rule.name + " " + std::to_string(v);
+    next.by = "policy";
+    out.rule.what = why;
+  }
+  out.changed = next != health;
+  return out;
 }
 
 }  // namespace gpupool::gpu

@@ -1,13 +1,17 @@
 // GPU health policy (issue 29, docs/health.md): what an Xid error does to a GPU and its
-// node. The table is here, in one place, and admins override it per Xid (server option
-// --health-xid "79:cordon-node,13:ignore"). Pure: no I/O, time passed in; the controller
-// applies it to the Xids its agents report and keeps each GPU's GpuHealth.
+// node, and what a GPU's hardware health counters (retired pages, row remapping, hardware
+// slowdown, uncorrected ECC errors; AMD RAS and bad pages) do once past their thresholds.
+// The tables are here, in one place, and admins override them (server options --health-xid
+// "79:cordon-node,13:ignore" and --health-threshold "retired-pages:10:60"). Pure: no I/O,
+// time passed in; the controller applies it to what its agents report and keeps each GPU's
+// GpuHealth.
 //
 // Thread-compatible: a HealthPolicy is immutable once created.
 #pragma once
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -51,14 +55,53 @@ struct XidRule {
 // The built-in table, in Xid order (docs/health.md prints the same rows).
 const std::vector<XidRule>& BuiltinXidRules();
 
+// A row of the threshold table: a hardware health counter of a GPU and the values from
+// which it makes the GPU suspect and cordoned (0: never). A flag counts 1 when set.
+struct ThresholdRule {
+  std::string name;  // "retired-pages", as in --health-threshold and docs/health.md
+  std::string what;  // what it counts, for reasons and docs
+  int64_t suspect_at = 0;
+  int64_t cordon_at = 0;
+  bool flag = false;  // a yes/no field: its thresholds are 0 or 1
+};
+
+// The built-in threshold table (docs/health.md prints the same rows).
+const std::vector<ThresholdRule>& BuiltinThresholdRules();
+
+// The hardware health fields a GPU's telemetry sample carries besides its ECC count
+// (gpu/telemetry.h): NVML's, or amdgpu RAS's. Unset where the source cannot tell.
+struct HardwareHealth {
+  // Pages retired (NVIDIA dynamic page retirement, both causes), or AMD's bad VRAM pages.
+  std::optional<int64_t> retired_pages;
+  // A page retirement (or an AMD bad page) waits for the GPU's reset to take effect.
+  std::optional<bool> retired_pages_pending;
+  // DRAM rows remapped (NVIDIA, Ampere on), for correctable and uncorrectable errors.
+  std::optional<int64_t> remapped_rows;
+  std::optional<bool> remapped_rows_pending;  // a remapping waits for the GPU's reset
+  std::optional<bool> remapped_rows_failed;   // a remapping failed: no spare rows are left
+  // The hardware slows the clocks (NVML's HW slowdown, HW thermal slowdown or power brake).
+  std::optional<bool> hw_slowdown;
+  friend bool operator==(const HardwareHealth&, const HardwareHealth&) = default;
+};
+
+// Each threshold row's value in `hw` and `ecc_uncorrected` (uncorrected ECC errors since
+// the driver loaded: NVIDIA's volatile count, AMD's RAS "ue" counts), by row name; a
+// field that is unset gives no value.
+std::map<std::string, int64_t> HealthReadings(const HardwareHealth& hw,
+                                              std::optional<int64_t> ecc_uncorrected);
+
 class HealthPolicy {
  public:
-  // The built-in table with `overrides` ("XID:ACTION[,XID:ACTION...]") applied.
+  // The built-in tables with `overrides` ("XID:ACTION[,XID:ACTION...]") and
+  // `threshold_overrides` ("ROW:SUSPECT:CORDON[,...]", 0 for never) applied.
   // InvalidArgument naming the entry and the fix for a malformed one.
-  static Result<HealthPolicy> Create(std::string_view overrides = "");
+  static Result<HealthPolicy> Create(std::string_view overrides = "",
+                                     std::string_view threshold_overrides = "");
 
   // The rule for `xid`; an Xid not in the table is kSuspect ("unknown Xid N").
   XidRule ForXid(int xid) const;
+  // The threshold rows, in the built-in table's order.
+  const std::vector<ThresholdRule>& thresholds() const { return thresholds_; }
 
   // Application and suspect Xids: this many within the window cordon the GPU.
   int repeats_to_cordon = 3;
@@ -68,7 +111,10 @@ class HealthPolicy {
   int strikes_to_fail = 3;
 
  private:
+  Status ApplyThresholdOverrides(std::string_view overrides);
+
   std::map<int, XidRule> rules_;
+  std::vector<ThresholdRule> thresholds_;
 };
 
 // One GPU's health as the controller keeps it.
@@ -85,6 +131,11 @@ struct GpuHealth {
   // worth acting on came (not an ignored one): the quiet period counts from there.
   int strikes = 0;
   int64_t last_error_us = 0;
+  // Per threshold row, the level its value last reached (1 suspect, 2 cordon; rows at 0
+  // are left out). A row acts only when its level rises past this, so a GPU an admin put
+  // back is not taken out again for the same count; it drops with the value (a reset
+  // clears a pending remapping, a driver reload the ECC count). Kept through resumes.
+  std::map<std::string, int> levels;
   friend bool operator==(const GpuHealth&, const GpuHealth&) = default;
 };
 
@@ -106,5 +157,11 @@ XidOutcome OnXid(const GpuHealth& health, int xid, int64_t count, int64_t now_us
 // last_error_us, or since_us where that is unknown); 0 never returns it. A failed GPU, or
 // one cordoned by anyone but the policy, is left as it is. Returns whether it returned.
 bool ResumeIfProven(GpuHealth* health, int64_t now_us, int64_t quiet_us);
+// What a GPU's threshold readings (HealthReadings) do at `now_us`: a row whose level rises
+// to suspect makes a healthy GPU suspect; one that rises to cordon cordons a GPU in service
+// ("by" policy, its jobs go on: end_jobs and cordon_node stay false). rule.what names the
+// row that acted last (rule.xid 0). A row without a reading keeps its level.
+XidOutcome OnReadings(const GpuHealth& health, const std::map<std::string, int64_t>& readings,
+                      int64_t now_us, const HealthPolicy& policy);
 
 }  // namespace gpupool::gpu

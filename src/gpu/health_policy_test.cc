@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <set>
+
 namespace gpupool::gpu {
 namespace {
 
@@ -161,11 +163,125 @@ TEST(HealthPolicyTest, APolicyCordonReturnsOnlyAfterItsQuietPeriod) {
   GpuHealth old = h;
   old.last_error_us = 0;
   EXPECT_TRUE(ResumeIfProven(&old, kNow + 60 * kMinute, 60 * kMinute));
+  // A threshold cordon returns only once its reading fell below the cordon level.
+  GpuHealth pages = OnReadings(GpuHealth{}, {{"remapped-rows-failed", 1}}, kNow, policy).next;
+  ASSERT_EQ(pages.state, GpuHealthState::kCordoned);
+  GpuHealth still = pages;
+  EXPECT_FALSE(ResumeIfProven(&still, kNow + 100'000 * kMinute, 60 * kMinute));
+  pages = OnReadings(pages, {{"remapped-rows-failed", 0}}, kNow + kMinute, policy).next;
+  EXPECT_TRUE(ResumeIfProven(&pages, kNow + 100 * kMinute, 60 * kMinute));
   for (const char* by : {"health-check", "root"}) {
     GpuHealth other = h;
     other.by = by;
     EXPECT_FALSE(ResumeIfProven(&other, kNow + 100'000 * kMinute, 60 * kMinute)) << by;
   }
+}
+
+// Issue 29 item 2: each threshold row, on a healthy GPU, at the value just below its
+// suspect threshold, at it, and at its cordon threshold.
+TEST(HealthPolicyTest, EveryThresholdRow) {
+  const HealthPolicy policy = Policy();
+  using S = GpuHealthState;
+  struct Row {
+    std::string name;
+    int64_t value;
+    S state;
+  };
+  const Row rows[] = {
+      {"retired-pages", 9, S::kHealthy},
+      {"retired-pages", 10, S::kSuspect},
+      {"retired-pages", 60, S::kCordoned},
+      {"retired-pages-pending", 0, S::kHealthy},
+      {"retired-pages-pending", 1, S::kCordoned},
+      {"remapped-rows", 7, S::kHealthy},
+      {"remapped-rows", 8, S::kSuspect},
+      {"remapped-rows", 64, S::kCordoned},
+      {"remapped-rows-pending", 1, S::kCordoned},
+      {"remapped-rows-failed", 0, S::kHealthy},
+      {"remapped-rows-failed", 1, S::kCordoned},
+      {"hw-slowdown", 0, S::kHealthy},
+      {"hw-slowdown", 1, S::kSuspect},
+      {"ecc-uncorrected", 0, S::kHealthy},
+      {"ecc-uncorrected", 1, S::kSuspect},
+      {"ecc-uncorrected", 3, S::kCordoned},
+  };
+  for (const Row& r : rows) {
+    const XidOutcome o = OnReadings(GpuHealth{}, {{r.name, r.value}}, kNow, policy);
+    EXPECT_EQ(o.next.state, r.state) << r.name << " " << r.value;
+    EXPECT_FALSE(o.end_jobs) << r.name;  // the jobs on it go on
+    EXPECT_FALSE(o.cordon_node) << r.name;
+    EXPECT_EQ(o.changed, r.state != S::kHealthy) << r.name << " " << r.value;
+    if (r.state == S::kHealthy) continue;
+    EXPECT_EQ(o.next.since_us, kNow);
+    EXPECT_EQ(o.next.by, "policy");
+    EXPECT_EQ(o.next.reason.rfind(r.name + ": ", 0), 0u) << o.next.reason;
+    EXPECT_EQ(o.next.evidence, r.name + " " + std::to_string(r.value));
+  }
+  // Every row of the table is tested above, and readings name each row.
+  std::set<std::string> tested;
+  for (const Row& r : rows) tested.insert(r.name);
+  EXPECT_EQ(tested.size(), BuiltinThresholdRules().size());
+  HardwareHealth hw{1, true, 2, false, true, false};
+  EXPECT_EQ(HealthReadings(hw, 5).size(), BuiltinThresholdRules().size());
+  EXPECT_EQ(HealthReadings(HardwareHealth{}, std::nullopt).size(), 0u);
+}
+
+// A count that grows makes the GPU suspect, then cordons it; the same count again, or after
+// an admin put the GPU back, does nothing; a count that fell back and rises again acts.
+TEST(HealthPolicyTest, ThresholdsActOnceWhenTheirLevelRises) {
+  const HealthPolicy policy = Policy();
+  GpuHealth h;
+  XidOutcome o = OnReadings(h, {{"ecc-uncorrected", 1}}, kNow, policy);
+  EXPECT_EQ(o.next.state, GpuHealthState::kSuspect);
+  h = o.next;
+  EXPECT_FALSE(OnReadings(h, {{"ecc-uncorrected", 2}}, kNow + 1, policy).changed);
+  o = OnReadings(h, {{"ecc-uncorrected", 3}}, kNow + kMinute, policy);
+  EXPECT_EQ(o.next.state, GpuHealthState::kCordoned);
+  EXPECT_EQ(o.next.since_us, kNow + kMinute);
+  EXPECT_NE(o.next.reason.find("3 (cordon at 3)"), std::string::npos) << o.next.reason;
+  EXPECT_NE(o.rule.what.find("ecc-uncorrected"), std::string::npos);
+  // An admin resumes it (keeping the levels): the same count does not cordon it again.
+  GpuHealth resumed;
+  resumed.levels = o.next.levels;
+  EXPECT_FALSE(OnReadings(resumed, {{"ecc-uncorrected", 4}}, kNow + 2 * kMinute, policy).changed);
+  // A driver reload clears the count; new errors act again.
+  h = OnReadings(resumed, {{"ecc-uncorrected", 0}}, kNow + 3 * kMinute, policy).next;
+  EXPECT_TRUE(h.levels.empty());
+  EXPECT_EQ(h.state, GpuHealthState::kHealthy);
+  EXPECT_EQ(OnReadings(h, {{"ecc-uncorrected", 5}}, kNow, policy).next.state,
+            GpuHealthState::kCordoned);
+  // A row without a reading keeps its level; an out-of-service GPU stays so.
+  h = OnReadings(GpuHealth{}, {{"remapped-rows-failed", 1}}, kNow, policy).next;
+  EXPECT_EQ(OnReadings(h, {}, kNow, policy).next, h);
+  const XidOutcome more = OnReadings(h, {{"retired-pages", 70}}, kNow + kMinute, policy);
+  EXPECT_EQ(more.next.state, GpuHealthState::kCordoned);
+  EXPECT_EQ(more.next.since_us, kNow);
+  EXPECT_EQ(more.next.reason, h.reason);
+}
+
+// Admins override threshold rows (config: health-threshold); bad entries name themselves.
+TEST(HealthPolicyTest, ThresholdOverridesReplaceRowsAndBadEntriesAreNamed) {
+  Result<HealthPolicy> p = HealthPolicy::Create("", " hw-slowdown:0:1 , retired-pages:0:5");
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  EXPECT_EQ(OnReadings(GpuHealth{}, {{"hw-slowdown", 1}}, kNow, *p).next.state,
+            GpuHealthState::kCordoned);
+  EXPECT_EQ(OnReadings(GpuHealth{}, {{"retired-pages", 4}}, kNow, *p).next.state,
+            GpuHealthState::kHealthy);
+  EXPECT_EQ(OnReadings(GpuHealth{}, {{"retired-pages", 5}}, kNow, *p).next.state,
+            GpuHealthState::kCordoned);
+  // A row set to 0:0 never acts.
+  p = HealthPolicy::Create("", "ecc-uncorrected:0:0");
+  ASSERT_TRUE(p.ok());
+  EXPECT_FALSE(OnReadings(GpuHealth{}, {{"ecc-uncorrected", 100}}, kNow, *p).changed);
+  for (const char* bad : {"retired-pages:10", "retired-pages:x:60", "retired-pages:10:-1",
+                          "bad-pages:1:2", "hw-slowdown:0:2"}) {
+    Result<HealthPolicy> q = HealthPolicy::Create("", bad);
+    ASSERT_FALSE(q.ok()) << bad;
+    EXPECT_EQ(q.status().code(), StatusCode::kInvalidArgument) << bad;
+    EXPECT_NE(q.status().message().find(bad), std::string::npos) << q.status().ToString();
+  }
+  EXPECT_NE(HealthPolicy::Create("", "bad-pages:1:2").status().message().find("retired-pages"),
+            std::string::npos);
 }
 
 }  // namespace

@@ -10,6 +10,7 @@
 #include "common/file_util.h"
 #include "common/json.h"
 #include "common/strings.h"
+#include "gpu/rocm/amdgpu_ras.h"
 
 namespace gpupool::gpu {
 namespace {
@@ -61,8 +62,11 @@ struct Profile {
   std::map<int, std::map<std::string, std::vector<double>>> gpus;
 };
 
-constexpr const char* kProfileFields[] = {"util_pct",   "mem_used_mib", "power_w",        "temp_c",
-                                          "xid_errors", "xid_count",    "ecc_uncorrected"};
+constexpr const char* kProfileFields[] = {
+    "util_pct", "mem_used_mib", "power_w", "temp_c", "xid_errors", "xid_count", "ecc_uncorrected",
+    // Hardware health (HardwareHealth); the flags are 0 or not.
+    "retired_pages", "retired_pages_pending", "remapped_rows", "remapped_rows_pending",
+    "remapped_rows_failed", "hw_slowdown"};
 
 Result<Profile> ReadProfile(const Json& t, const std::string& file) {
   Profile p;
@@ -87,7 +91,10 @@ Result<Profile> ReadProfile(const Json& t, const std::string& file) {
       if (!known) {
         return Status::InvalidArgument(path + "." + field +
                                        ": unknown field; use util_pct, mem_used_mib, power_w, "
-                                       "temp_c, xid_errors, xid_count or ecc_uncorrected");
+                                       "temp_c, xid_errors, xid_count, ecc_uncorrected, "
+                                       "retired_pages, retired_pages_pending, remapped_rows, "
+                                       "remapped_rows_pending, remapped_rows_failed or "
+                                       "hw_slowdown");
       }
       std::vector<double>& out = p.gpus[static_cast<int>(*index)][field];
       const Json one = values.is_array() ? values : Json::array({values});
@@ -108,6 +115,16 @@ Result<Profile> ReadProfile(const Json& t, const std::string& file) {
     }
   }
   return p;
+}
+
+void SetHardwareHealth(const std::string& field, double v, HardwareHealth* hw) {
+  const auto count = static_cast<int64_t>(std::min(v, 1e12));
+  if (field == "retired_pages") hw->retired_pages = count;
+  if (field == "retired_pages_pending") hw->retired_pages_pending = v != 0;
+  if (field == "remapped_rows") hw->remapped_rows = count;
+  if (field == "remapped_rows_pending") hw->remapped_rows_pending = v != 0;
+  if (field == "remapped_rows_failed") hw->remapped_rows_failed = v != 0;
+  if (field == "hw_slowdown") hw->hw_slowdown = v != 0;
 }
 
 class FakeSampler final : public TelemetrySampler {
@@ -138,6 +155,7 @@ class FakeSampler final : public TelemetrySampler {
           if (field == "xid_errors") s.xid_errors = static_cast<int64_t>(v);
           if (field == "xid_count") s.xid_count = static_cast<int64_t>(v);
           if (field == "ecc_uncorrected") s.ecc_uncorrected = static_cast<int64_t>(v);
+          SetHardwareHealth(field, v, &s.hw);
         }
       }
       out.push_back(std::move(s));
@@ -205,6 +223,7 @@ class AmdSysfsSampler final : public TelemetrySampler {
           s.temp_c = static_cast<double>(*mc) / 1000.0;
         }
       }
+      ReadAmdgpuRas(dir, &s);
       out.push_back(std::move(s));
     }
     if (read == 0 && !out.empty()) {
@@ -236,6 +255,34 @@ class AmdSysfsSampler final : public TelemetrySampler {
   std::map<std::string, std::string> hwmon_;
 };
 
+// ROCm SMI's samples with the RAS counts from sysfs (amdgpu_ras.h: the files ROCm SMI's own
+// RAS calls read), by each AMD GPU's PCI bus id.
+class AmdRasOverlay final : public TelemetrySampler {
+ public:
+  AmdRasOverlay(std::unique_ptr<TelemetrySampler> inner, std::string root, const NodeInfo& node)
+      : inner_(std::move(inner)), root_(std::move(root)) {
+    for (const GpuInfo& g : node.gpus) {
+      if (g.vendor == Vendor::kAmd && !g.pci_bus_id.empty()) bus_[g.index] = g.pci_bus_id;
+    }
+  }
+  std::string_view name() const override { return inner_->name(); }
+  std::string note() const override { return inner_->note(); }
+  Result<std::vector<GpuSample>> Sample(int64_t now_us) override {
+    GP_ASSIGN_OR_RETURN(std::vector<GpuSample> out, inner_->Sample(now_us));
+    for (GpuSample& s : out) {
+      if (auto it = bus_.find(s.index); it != bus_.end()) {
+        ReadAmdgpuRas(root_ + "/bus/pci/devices/" + it->second, &s);
+      }
+    }
+    return out;
+  }
+
+ private:
+  std::unique_ptr<TelemetrySampler> inner_;
+  std::string root_;
+  std::map<int, std::string> bus_;
+};
+
 }  // namespace
 
 Result<std::unique_ptr<TelemetrySampler>> NewFakeSampler(const std::string& node_file,
@@ -253,6 +300,12 @@ Result<std::unique_ptr<TelemetrySampler>> NewFakeSampler(const std::string& node
 std::unique_ptr<TelemetrySampler> NewAmdSysfsSampler(const std::string& sysfs_root,
                                                      const NodeInfo& node) {
   return std::make_unique<AmdSysfsSampler>(sysfs_root, node);
+}
+
+std::unique_ptr<TelemetrySampler> NewAmdRasOverlay(std::unique_ptr<TelemetrySampler> inner,
+                                                   const std::string& sysfs_root,
+                                                   const NodeInfo& node) {
+  return std::make_unique<AmdRasOverlay>(std::move(inner), sysfs_root, node);
 }
 
 Result<std::unique_ptr<TelemetrySampler>> CreateTelemetrySampler(const DiscoveryOptions& options,
@@ -276,7 +329,8 @@ Result<std::unique_ptr<TelemetrySampler>> CreateTelemetrySampler(const Discovery
   }
   if (amd) {
     Result<std::unique_ptr<TelemetrySampler>> s = NewRocmSmiSampler(options.rocm_smi_library, node);
-    parts.push_back(s.ok() ? std::move(*s) : NewAmdSysfsSampler(options.sysfs_root, node));
+    parts.push_back(s.ok() ? NewAmdRasOverlay(std::move(*s), options.sysfs_root, node)
+                           : NewAmdSysfsSampler(options.sysfs_root, node));
   }
   if (parts.empty()) return why;
   if (parts.size() == 1) return std::move(parts.front());

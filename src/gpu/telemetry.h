@@ -1,5 +1,6 @@
 // TelemetrySampler: reads the node's GPUs' live figures (utilisation, memory, power,
-// temperature, error counts, the processes using them) at the agent's telemetry interval.
+// temperature, error counts, hardware health, the processes using them) at the agent's
+// telemetry interval.
 //
 // Unlike a GpuBackend, a sampler keeps its vendor library open between samples (one
 // dlopen and init at creation), so a sample costs only the per-device calls. A figure the
@@ -20,6 +21,7 @@
 #include "common/status.h"
 #include "gpu/gpu_backend.h"
 #include "gpu/gpu_info.h"
+#include "gpu/health_policy.h"
 
 namespace gpupool::gpu {
 
@@ -49,6 +51,10 @@ struct GpuSample {
   // Uncorrected (double-bit) ECC errors since the driver loaded, NVML's volatile count
   // (dcgm-exporter's DCGM_FI_DEV_ECC_DBE_VOL_TOTAL).
   std::optional<int64_t> ecc_uncorrected;
+  // Retired pages, row remapping and HW slowdown (NVML), bad pages (amdgpu RAS): the
+  // health policy's threshold rows (gpu/health_policy.h); AMD's RAS "ue" counts, summed
+  // over its blocks, are ecc_uncorrected.
+  HardwareHealth hw;
   std::vector<ProcessSample> processes;
   friend bool operator==(const GpuSample&, const GpuSample&) = default;
 };
@@ -87,6 +93,11 @@ Result<std::unique_ptr<TelemetrySampler>> NewRocmSmiSampler(const std::string& l
                                                             const NodeInfo& node);
 std::unique_ptr<TelemetrySampler> NewAmdSysfsSampler(const std::string& sysfs_root,
                                                      const NodeInfo& node);
+// `inner` (ROCm SMI's) with each AMD GPU's RAS counts and bad pages read from amdgpu's
+// sysfs files under `sysfs_root` (rocm/amdgpu_ras.h), as the sysfs sampler reads them.
+std::unique_ptr<TelemetrySampler> NewAmdRasOverlay(std::unique_ptr<TelemetrySampler> inner,
+                                                   const std::string& sysfs_root,
+                                                   const NodeInfo& node);
 // The fake node file's "telemetry" profile (docs/node-schema.md): per GPU index, lists of
 // values stepped through every `step_s` seconds; without one, the node's static figures.
 Result<std::unique_ptr<TelemetrySampler>> NewFakeSampler(const std::string& node_file,

@@ -7,6 +7,7 @@
 #include "common/strings.h"
 #include "gpu/node_json.h"
 #include "jobs/job_json.h"
+#include "protocol/hardware_health_json.h"
 
 namespace gpupool::protocol {
 namespace {
@@ -614,9 +615,6 @@ Result<ExecOutputAck> DecodeExecOutputAck(const Json& j) {
   return ack;
 }
 
-}  // namespace gpupool::protocol
-
-namespace gpupool::protocol {
 namespace {
 
 constexpr size_t kMaxTelemetryJobs = 64;
@@ -677,6 +675,7 @@ Result<GpuTelemetry> DecodeGpuTelemetry(const Json& j, const std::string& path) 
   const Json* jobs = f.Array("jobs");
   const Json* procs = f.Array("processes");
   GP_RETURN_IF_ERROR(f.Finish());
+  GP_RETURN_IF_ERROR(DecodeHardwareHealth(j, path, &g.hw));
   if (jobs != nullptr) {
     if (jobs->size() > kMaxTelemetryJobs) {
       return Status::InvalidArgument(path + ".jobs: more than " +
@@ -732,6 +731,7 @@ OrderedJson EncodeTelemetryBatch(const TelemetryBatch& b) {
     PutOptional(j, "xid_errors", g.xid_errors);
     PutOptional(j, "xid_count", g.xid_count);
     PutOptional(j, "ecc_uncorrected", g.ecc_uncorrected);
+    EncodeHardwareHealth(g.hw, &j);
     if (!g.jobs.empty()) {
       OrderedJson jobs = OrderedJson::array();
       for (const TelemetryJob& t : g.jobs) {

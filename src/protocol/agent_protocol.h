@@ -28,6 +28,7 @@
 #include "common/json.h"
 #include "common/status.h"
 #include "gpu/gpu_info.h"
+#include "gpu/health_policy.h"
 #include "jobs/job.h"
 
 namespace gpupool::protocol {
@@ -311,6 +312,9 @@ struct GpuTelemetry {
   std::optional<int64_t> xid_count;
   // Uncorrected (double-bit) ECC errors since the driver loaded; added within 1.3 too.
   std::optional<int64_t> ecc_uncorrected;
+  // Retired pages, row remapping, HW slowdown (NVML; AMD RAS and bad pages), the health
+  // policy's threshold rows' inputs; added within 1.3 (hardware_health_json.h).
+  gpu::HardwareHealth hw;
   std::vector<TelemetryJob> jobs;
   std::vector<TelemetryProcess> processes;
   friend bool operator==(const GpuTelemetry&, const GpuTelemetry&) = default;

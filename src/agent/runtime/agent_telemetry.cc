@@ -44,6 +44,7 @@ protocol::GpuTelemetry TelemetryOfSample(const gpu::GpuSample& s, int64_t at_ms,
   t.xid_errors = s.xid_errors;
   t.xid_count = s.xid_count;
   t.ecc_uncorrected = s.ecc_uncorrected;
+  t.hw = s.hw;
   for (const gpu::ProcessSample& p : s.processes) {
     t.processes.push_back({p.pid, JobOfProcess(proc_root, p.pid), p.used_mib, p.util_pct});
   }

@@ -101,6 +101,9 @@ net::HttpResponse ServeAgentTelemetry(const ApiContext& ctx, const Call& c) {
   if (Status s = ctx.controller->ObserveGpuErrors(batch->node, batch->samples); !s.ok()) {
     return ErrorResponse(s);
   }
+  if (Status s = ctx.controller->ObserveHardwareHealth(batch->node, batch->samples); !s.ok()) {
+    return ErrorResponse(s);
+  }
   if (batch->health) {
     if (Status s = ctx.controller->ObserveHealthReport(batch->node, *batch->health); !s.ok()) {
       return ErrorResponse(s);

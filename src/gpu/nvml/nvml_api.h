@@ -138,6 +138,16 @@ static_assert(offsetof(EventData, event_data) == 16, "nvmlEventData_t layout");
 inline constexpr int kMemoryErrorTypeUncorrected = 1;
 inline constexpr int kVolatileEcc = 0;
 
+// nvmlPageRetirementCause_t.
+inline constexpr int kPageRetirementCauseMultipleSingleBitEcc = 0;
+inline constexpr int kPageRetirementCauseDoubleBitEcc = 1;
+
+// nvmlClocksEventReason* (formerly nvmlClocksThrottleReason*) bits that mean the hardware
+// slows the clocks: HW slowdown, HW thermal slowdown, HW power brake slowdown.
+inline constexpr unsigned long long kClocksEventReasonHwSlowdown = 0x8;
+inline constexpr unsigned long long kClocksEventReasonHwThermalSlowdown = 0x40;
+inline constexpr unsigned long long kClocksEventReasonHwPowerBrakeSlowdown = 0x80;
+
 // nvmlEnableState_t.
 inline constexpr unsigned kFeatureDisabled = 0;
 inline constexpr unsigned kFeatureEnabled = 1;
@@ -187,6 +197,13 @@ using DeviceLinkPciFn = Return (*)(Device, unsigned int, PciInfo*);        // Ge
 using DeviceLinkIntFn = Return (*)(Device, unsigned int, int*);  // GetNvLinkRemoteDeviceType
 using DevicePairIntFn = Return (*)(Device, Device, int*);        // GetTopologyCommonAncestor
 using DeviceEccCountFn = Return (*)(Device, int, int, unsigned long long*);  // GetTotalEccErrors
+// nvmlDeviceGetRetiredPages(device, cause, &count, addresses): count 0 asks for the count.
+using DeviceRetiredPagesFn = Return (*)(Device, int, unsigned int*, unsigned long long*);
+// nvmlDeviceGetRemappedRows(device, &corrRows, &uncRows, &isPending, &failureOccurred).
+using DeviceRemappedRowsFn = Return (*)(Device, unsigned int*, unsigned int*, unsigned int*,
+                                        unsigned int*);
+// nvmlDeviceGetCurrentClocksEventReasons, or (before R535) ...ThrottleReasons.
+using DeviceUllFn = Return (*)(Device, unsigned long long*);
 using DeviceProcessesFn = Return (*)(Device, unsigned int*,
                                      ProcessInfo*);  // GetComputeRunningProcesses_v3/_v2
 using DeviceProcessUtilFn = Return (*)(Device, ProcessUtilizationSample*, unsigned int*,

@@ -199,6 +199,16 @@ Result<std::unique_ptr<NvmlLibrary>> NvmlLibrary::Open(const std::string& librar
   }
   f.device_get_process_utilization =
       SymbolAs<DeviceProcessUtilFn>(handle, "nvmlDeviceGetProcessUtilization");
+  f.device_get_retired_pages = SymbolAs<DeviceRetiredPagesFn>(handle, "nvmlDeviceGetRetiredPages");
+  f.device_get_retired_pages_pending_status =
+      SymbolAs<DeviceUintFn>(handle, "nvmlDeviceGetRetiredPagesPendingStatus");
+  f.device_get_remapped_rows = SymbolAs<DeviceRemappedRowsFn>(handle, "nvmlDeviceGetRemappedRows");
+  f.device_get_current_clocks_event_reasons =
+      SymbolAs<DeviceUllFn>(handle, "nvmlDeviceGetCurrentClocksEventReasons");
+  if (f.device_get_current_clocks_event_reasons == nullptr) {
+    f.device_get_current_clocks_event_reasons =
+        SymbolAs<DeviceUllFn>(handle, "nvmlDeviceGetCurrentClocksThrottleReasons");
+  }
   f.event_set_create = SymbolAs<EventSetCreateFn>(handle, "nvmlEventSetCreate");
   f.device_register_events = SymbolAs<DeviceRegisterEventsFn>(handle, "nvmlDeviceRegisterEvents");
   f.event_set_wait = SymbolAs<EventSetWaitFn>(handle, "nvmlEventSetWait_v2");

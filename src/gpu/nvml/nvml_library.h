@@ -55,6 +55,11 @@ struct Functions {
   DeviceEccCountFn device_get_total_ecc_errors = nullptr;
   DeviceProcessesFn device_get_compute_running_processes = nullptr;  // _v3, else _v2
   DeviceProcessUtilFn device_get_process_utilization = nullptr;
+  // Hardware health (TelemetrySampler, gpu::HardwareHealth), each optional on its own.
+  DeviceRetiredPagesFn device_get_retired_pages = nullptr;
+  DeviceUintFn device_get_retired_pages_pending_status = nullptr;  // nvmlEnableState_t
+  DeviceRemappedRowsFn device_get_remapped_rows = nullptr;
+  DeviceUllFn device_get_current_clocks_event_reasons = nullptr;  // else ThrottleReasons
   // Xid events (TelemetrySampler): all four, or the sampler reports no Xid.
   EventSetCreateFn event_set_create = nullptr;
   DeviceRegisterEventsFn device_register_events = nullptr;

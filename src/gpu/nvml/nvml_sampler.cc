@@ -22,6 +22,7 @@ constexpr int64_t kMiB = 1 << 20;
 constexpr unsigned kMaxMilliwatts = 10'000'000;
 constexpr unsigned kMaxCelsius = 200;
 constexpr unsigned kMaxProcesses = 1024;
+constexpr unsigned kMaxCount = 1u << 30;  // retired pages or remapped rows
 
 class NvmlSampler final : public TelemetrySampler {
  public:
@@ -129,6 +130,7 @@ class NvmlSampler final : public TelemetrySampler {
         s.xid_errors = x->last_xid;
         s.xid_count = x->count;
       }
+      ReadHardwareHealth(b.device, &s.hw);
       ReadProcesses(b.device, &s);
       if (any) ++read;
       out.push_back(std::move(s));
@@ -146,6 +148,48 @@ class NvmlSampler final : public TelemetrySampler {
     std::string uuid;
     Device device;
   };
+
+  // Retired pages (both causes) and whether one waits, row remapping, and whether the
+  // hardware slows the clocks; each left unset when its entry point is missing (an older
+  // driver) or answers otherwise than success (NOT_SUPPORTED: a GPU without the feature).
+  void ReadHardwareHealth(Device d, HardwareHealth* hw) {
+    const nvml::Functions& fn = library_->fn();
+    if (fn.device_get_retired_pages != nullptr) {
+      int64_t pages = 0;
+      bool known = true;
+      for (int cause : {nvml::kPageRetirementCauseMultipleSingleBitEcc,
+                        nvml::kPageRetirementCauseDoubleBitEcc}) {
+        unsigned count = 0;  // 0: the count only (INSUFFICIENT_SIZE when there are pages)
+        const Return rc = fn.device_get_retired_pages(d, cause, &count, nullptr);
+        known = known && (rc == kSuccess || rc == nvml::kErrorInsufficientSize);
+        pages += count;
+      }
+      if (known && pages < kMaxCount) hw->retired_pages = pages;
+    }
+    if (fn.device_get_retired_pages_pending_status != nullptr) {
+      unsigned pending = 0;
+      if (fn.device_get_retired_pages_pending_status(d, &pending) == kSuccess) {
+        hw->retired_pages_pending = pending == nvml::kFeatureEnabled;
+      }
+    }
+    if (fn.device_get_remapped_rows != nullptr) {
+      unsigned corrected = 0, uncorrected = 0, pending = 0, failed = 0;
+      if (fn.device_get_remapped_rows(d, &corrected, &uncorrected, &pending, &failed) == kSuccess &&
+          corrected < kMaxCount && uncorrected < kMaxCount) {
+        hw->remapped_rows = int64_t{corrected} + uncorrected;
+        hw->remapped_rows_pending = pending != 0;
+        hw->remapped_rows_failed = failed != 0;
+      }
+    }
+    if (fn.device_get_current_clocks_event_reasons != nullptr) {
+      unsigned long long reasons = 0;
+      if (fn.device_get_current_clocks_event_reasons(d, &reasons) == kSuccess) {
+        hw->hw_slowdown = (reasons & (nvml::kClocksEventReasonHwSlowdown |
+                                      nvml::kClocksEventReasonHwThermalSlowdown |
+                                      nvml::kClocksEventReasonHwPowerBrakeSlowdown)) != 0;
+      }
+    }
+  }
 
   void ReadProcesses(Device d, GpuSample* s) {
     const nvml::Functions& fn = library_->fn();

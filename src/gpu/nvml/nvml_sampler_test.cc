@@ -119,6 +119,96 @@ TEST_F(NvmlSamplerTest, AbsentOptionalSymbolsLeaveTheirFieldsUnset) {
   EXPECT_TRUE((*sampler)->Sample(0).ok());
 }
 
+// Issue 29's default check: faults injected through the fake NVML (a failed and a pending
+// row remapping, a pending page retirement, HW slowdown, uncorrected ECC errors that grow,
+// retired pages past the thresholds) show in the sample's fields, and the health policy
+// puts each GPU in the state its table row says.
+TEST_F(NvmlSamplerTest, InjectedHardwareFaultsReachThePolicysStates) {
+  const NodeInfo node = H100Node();
+  Result<std::unique_ptr<TelemetrySampler>> sampler = NewNvmlSampler(FAKE_NVML_LIBRARY, node);
+  ASSERT_TRUE(sampler.ok()) << sampler.status().ToString();
+  const HealthPolicy policy = HealthPolicy::Create().value();
+  std::vector<GpuHealth> health(node.gpus.size());
+  auto step = [&] {
+    const std::vector<GpuSample> s = SampleOk(**sampler);
+    for (size_t i = 0; i < s.size() && i < health.size(); ++i) {
+      health[i] =
+          OnReadings(health[i], HealthReadings(s[i].hw, s[i].ecc_uncorrected), 0, policy).next;
+    }
+    return s;
+  };
+  std::vector<GpuSample> s = step();  // all well
+  for (size_t i = 0; i < s.size(); ++i) {
+    EXPECT_EQ(s[i].hw.retired_pages, 0);
+    EXPECT_EQ(s[i].hw.retired_pages_pending, false);
+    EXPECT_EQ(s[i].hw.remapped_rows, 0);
+    EXPECT_EQ(s[i].hw.remapped_rows_failed, false);
+    EXPECT_EQ(s[i].hw.hw_slowdown, false);
+    EXPECT_EQ(health[i].state, GpuHealthState::kHealthy) << i;
+  }
+  WriteTelemetry(R"({"devices": {
+      "0": {"remapped_rows_failure": true, "remapped_rows_uncorrectable": 2},
+      "1": {"retired_pages_pending": true},
+      "2": {"clocks_event_reasons": 8},
+      "3": {"clocks_event_reasons": 128},
+      "4": {"clocks_event_reasons": 36},
+      "5": {"ecc_total": 1},
+      "6": {"remapped_rows_pending": true},
+      "7": {"retired_pages_sbe": 7, "retired_pages_dbe": 5}}})");
+  s = step();
+  EXPECT_EQ(s[0].hw.remapped_rows, 2);
+  EXPECT_EQ(s[0].hw.remapped_rows_failed, true);
+  EXPECT_EQ(s[1].hw.retired_pages_pending, true);
+  EXPECT_EQ(s[2].hw.hw_slowdown, true);   // HW slowdown
+  EXPECT_EQ(s[3].hw.hw_slowdown, true);   // HW power brake slowdown
+  EXPECT_EQ(s[4].hw.hw_slowdown, false);  // SW thermal and SW power cap: not the hardware
+  EXPECT_EQ(s[7].hw.retired_pages, 12);
+  using S = GpuHealthState;
+  const S after[] = {S::kCordoned, S::kCordoned, S::kSuspect,  S::kSuspect,
+                     S::kHealthy,  S::kSuspect,  S::kCordoned, S::kSuspect};
+  for (size_t i = 0; i < std::size(after); ++i) {
+    EXPECT_EQ(health[i].state, after[i]) << "GPU " << i << ": " << health[i].reason;
+  }
+  EXPECT_NE(health[0].reason.find("remapped-rows-failed"), std::string::npos);
+  // Uncorrected ECC errors grow to the cordon threshold; retired pages past theirs.
+  WriteTelemetry(R"({"devices": {"5": {"ecc_total": 3}, "7": {"retired_pages_dbe": 55}}})");
+  s = step();
+  EXPECT_EQ(s[5].ecc_uncorrected, 3);
+  EXPECT_EQ(health[5].state, S::kCordoned) << health[5].reason;
+  EXPECT_EQ(health[7].state, S::kCordoned) << health[7].reason;
+}
+
+// A GPU without a feature (NOT_SUPPORTED, as an A100 answers for page retirement) leaves its
+// fields unset; an old driver has neither the remapping nor the retirement calls, and its
+// clock reasons come from nvmlDeviceGetCurrentClocksThrottleReasons.
+TEST_F(NvmlSamplerTest, UnsupportedOrMissingHealthCallsLeaveTheirFieldsUnset) {
+  const NodeInfo node = H100Node();
+  UseEditedH100Scenario([](Json& j) {
+    j["devices"][0]["errors"] = {{"nvmlDeviceGetRetiredPages", 3},
+                                 {"nvmlDeviceGetRetiredPagesPendingStatus", 3},
+                                 {"nvmlDeviceGetRemappedRows", 3},
+                                 {"nvmlDeviceGetCurrentClocksEventReasons", 3}};
+    j["devices"][1]["clocks_event_reasons"] = 64;  // HW thermal slowdown
+  });
+  Result<std::unique_ptr<TelemetrySampler>> sampler = NewNvmlSampler(FAKE_NVML_LIBRARY, node);
+  ASSERT_TRUE(sampler.ok()) << sampler.status().ToString();
+  std::vector<GpuSample> s = SampleOk(**sampler);
+  ASSERT_GE(s.size(), 2u);
+  EXPECT_EQ(s[0].hw, HardwareHealth{});
+  EXPECT_TRUE(s[0].util_pct.has_value());  // the rest is read
+  EXPECT_EQ(s[1].hw.hw_slowdown, true);
+  Result<std::unique_ptr<TelemetrySampler>> old =
+      NewNvmlSampler(FAKE_NVML_NO_OPTIONAL_LIBRARY, node);
+  ASSERT_TRUE(old.ok()) << old.status().ToString();
+  s = SampleOk(**old);
+  ASSERT_GE(s.size(), 2u);
+  EXPECT_FALSE(s[1].hw.retired_pages.has_value());
+  EXPECT_FALSE(s[1].hw.retired_pages_pending.has_value());
+  EXPECT_FALSE(s[1].hw.remapped_rows.has_value());
+  EXPECT_FALSE(s[1].hw.remapped_rows_failed.has_value());
+  EXPECT_EQ(s[1].hw.hw_slowdown, true);
+}
+
 // DCGM_FI_DEV_XID_ERRORS is the last Xid: a scripted Xid 79 on GPU 1 shows on GPU 1
 // only, stays until the next, and is counted; the drains never wait.
 TEST_F(NvmlSamplerTest, AnXidShowsOnItsGpuAsTheLastXidAndIsCounted) {

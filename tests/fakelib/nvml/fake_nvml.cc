@@ -564,6 +564,67 @@ FAKE_EXPORT nvmlReturn_t nvmlDeviceGetProcessUtilization(nvmlDevice_t device,
 }
 #endif
 
+// Hardware health. nvmlDeviceGetCurrentClocksThrottleReasons, the older name, stays in
+// every build (an old driver has it); the others are optional.
+FAKE_EXPORT nvmlReturn_t nvmlDeviceGetCurrentClocksThrottleReasons(nvmlDevice_t device,
+                                                                   unsigned long long* reasons) {
+  RESOLVE(h, device, "nvmlDeviceGetCurrentClocksThrottleReasons");
+  if (reasons == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+  *reasons = h->gpu->health.clocks_event_reasons;
+  return NVML_SUCCESS;
+}
+
+#ifndef FAKE_NVML_OMIT_OPTIONAL
+FAKE_EXPORT nvmlReturn_t nvmlDeviceGetCurrentClocksEventReasons(nvmlDevice_t device,
+                                                                unsigned long long* reasons) {
+  RESOLVE(h, device, "nvmlDeviceGetCurrentClocksEventReasons");
+  if (reasons == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+  *reasons = h->gpu->health.clocks_event_reasons;
+  return NVML_SUCCESS;
+}
+
+// cause: NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS (0), _DOUBLE_BIT_ECC_ERROR
+// (1). A count of 0 asks for the count (INSUFFICIENT_SIZE when there are pages).
+FAKE_EXPORT nvmlReturn_t nvmlDeviceGetRetiredPages(nvmlDevice_t device, int cause,
+                                                   unsigned int* count,
+                                                   unsigned long long* addresses) {
+  RESOLVE(h, device, "nvmlDeviceGetRetiredPages");
+  if (count == nullptr || cause < 0 || cause > 1) return NVML_ERROR_INVALID_ARGUMENT;
+  const unsigned pages = cause == 0 ? h->gpu->health.retired_sbe : h->gpu->health.retired_dbe;
+  if (*count < pages || (addresses == nullptr && pages > 0)) {
+    *count = pages;
+    return NVML_ERROR_INSUFFICIENT_SIZE;
+  }
+  for (unsigned i = 0; i < pages; ++i) addresses[i] = 0x1000ULL * (i + 1);
+  *count = pages;
+  return NVML_SUCCESS;
+}
+
+// nvmlEnableState_t: NVML_FEATURE_ENABLED (1) when a retirement waits for a reset.
+FAKE_EXPORT nvmlReturn_t nvmlDeviceGetRetiredPagesPendingStatus(nvmlDevice_t device,
+                                                                unsigned int* pending) {
+  RESOLVE(h, device, "nvmlDeviceGetRetiredPagesPendingStatus");
+  if (pending == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+  *pending = h->gpu->health.retired_pending ? 1 : 0;
+  return NVML_SUCCESS;
+}
+
+FAKE_EXPORT nvmlReturn_t nvmlDeviceGetRemappedRows(nvmlDevice_t device, unsigned int* corr,
+                                                   unsigned int* unc, unsigned int* pending,
+                                                   unsigned int* failure) {
+  RESOLVE(h, device, "nvmlDeviceGetRemappedRows");
+  if (corr == nullptr || unc == nullptr || pending == nullptr || failure == nullptr) {
+    return NVML_ERROR_INVALID_ARGUMENT;
+  }
+  const fake_nvml::FakeHealth& x = h->gpu->health;
+  *corr = x.remapped_correctable;
+  *unc = x.remapped_uncorrectable;
+  *pending = x.remap_pending ? 1 : 0;
+  *failure = x.remap_failure ? 1 : 0;
+  return NVML_SUCCESS;
+}
+#endif
+
 FAKE_EXPORT nvmlReturn_t nvmlDeviceGetEnforcedPowerLimit(nvmlDevice_t device, unsigned int* limit) {
   RESOLVE(h, device, "nvmlDeviceGetEnforcedPowerLimit");
   if (limit == nullptr) return NVML_ERROR_INVALID_ARGUMENT;

@@ -85,6 +85,18 @@ std::vector<FakeXid> ReadXids(const json& j, long long now) {
   return out;
 }
 
+// The hardware health keys present in `j` (a scenario's device or a telemetry entry).
+void ReadHealth(const json& j, FakeHealth* h) {
+  h->retired_sbe = j.value("retired_pages_sbe", h->retired_sbe);
+  h->retired_dbe = j.value("retired_pages_dbe", h->retired_dbe);
+  h->retired_pending = j.value("retired_pages_pending", h->retired_pending);
+  h->remapped_correctable = j.value("remapped_rows_correctable", h->remapped_correctable);
+  h->remapped_uncorrectable = j.value("remapped_rows_uncorrectable", h->remapped_uncorrectable);
+  h->remap_pending = j.value("remapped_rows_pending", h->remap_pending);
+  h->remap_failure = j.value("remapped_rows_failure", h->remap_failure);
+  h->clocks_event_reasons = j.value("clocks_event_reasons", h->clocks_event_reasons);
+}
+
 FakeDevice ReadDevice(const json& j, int index) {
   FakeDevice d;
   d.index = index;
@@ -136,6 +148,7 @@ FakeDevice ReadDevice(const json& j, int index) {
   d.power_limit_mw = j.value("power_limit_mw", 0u);
   d.ecc_total = j.value("ecc_total", 0ULL);
   d.processes = ReadProcesses(j);
+  ReadHealth(j, &d.health);
   d.xid_events = ReadXids(j, 0);
   d.nvlink_max = j.value("nvlink_max", 0u);
   // "nvlinks": [{"remote": bus id, "type": "switch", "count": 5, "active": true}, ...]
@@ -216,6 +229,7 @@ bool ApplyTelemetry(const std::string& path, Scenario* scenario, std::string* er
         f.temperature = d.value("temperature", f.temperature);
         f.ecc_total = d.value("ecc_total", f.ecc_total);
         if (d.contains("processes")) f.processes = ReadProcesses(d);
+        ReadHealth(d, &f.health);
         for (const FakeXid& x : ReadXids(d, scenario->empty_waits)) f.xid_events.push_back(x);
       }
     }
@@ -228,6 +242,7 @@ bool ApplyTelemetry(const std::string& path, Scenario* scenario, std::string* er
       f.temperature = devices[i].temperature;
       f.ecc_total = devices[i].ecc_total;
       f.processes = devices[i].processes;
+      f.health = devices[i].health;
       f.xid_events = devices[i].xid_events;
     }
     return true;

@@ -57,6 +57,16 @@ struct FakeXid {
   long long due = 0;
 };
 
+// Hardware health (nvmlDeviceGetRetiredPages, ...PendingStatus, nvmlDeviceGetRemappedRows,
+// nvmlDeviceGetCurrentClocksEventReasons / ...ThrottleReasons).
+struct FakeHealth {
+  unsigned retired_sbe = 0, retired_dbe = 0;  // retired pages by cause
+  bool retired_pending = false;
+  unsigned remapped_correctable = 0, remapped_uncorrectable = 0;
+  bool remap_pending = false, remap_failure = false;
+  unsigned long long clocks_event_reasons = 0;  // nvmlClocksEventReason* bits
+};
+
 struct FakeDevice {
   int index = 0;
   FakeString name;
@@ -77,6 +87,7 @@ struct FakeDevice {
   unsigned power_mw = 0, power_limit_mw = 0;
   unsigned long long ecc_total = 0;  // nvmlDeviceGetTotalEccErrors
   std::vector<FakeProcess> processes;
+  FakeHealth health;
   std::vector<FakeXid> xid_events;  // not yet delivered, in order
   unsigned nvlink_max = 0;          // 0: NVLink not supported
   std::vector<FakeLink> links;
@@ -102,7 +113,8 @@ bool LoadScenario(const std::string& path, Scenario* out, std::string* error);
 // Applies a telemetry file ($FAKE_NVML_TELEMETRY, see README.md) to the devices in place:
 // {"devices": {"0": {"utilization_gpu": 80, "memory_used": bytes, "power_mw": n,
 // "temperature": n, "ecc_total": n, "processes": [{"pid": n, "used_memory": bytes,
-// "sm_util": n}], "xid_events": [79, {"xid": 13, "after_samples": 2}]}}}. Only the keys
+// "sm_util": n}], "xid_events": [79, {"xid": 13, "after_samples": 2}], and the hardware
+// health keys of a scenario's device (README.md)}}}. Only the keys
 // present change, but for xid_events, which are added to the device's pending events
 // (after_samples counted from now). On error returns false and sets *error, changing
 // nothing. Never throws.
