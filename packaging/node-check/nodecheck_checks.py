@@ -664,6 +664,61 @@ def xid_gauge(ctx, uuid):
     return None
 
 
+HW_FIELDS = ("retired_pages", "retired_pages_pending", "remapped_rows", "remapped_rows_pending",
+             "remapped_rows_failed", "hw_slowdown")
+# nvidia-smi's names for the readings the agent's default check takes from NVML.
+SMI_HW = {"retired_pages_pending": "retired_pages.pending",
+          "remapped_rows_pending": "remapped_rows.pending",
+          "remapped_rows_failed": "remapped_rows.failure"}
+
+
+def smi_flag(text):
+    t = text.strip().lower()
+    if t in ("yes", "active", "1"):
+        return True
+    if t in ("no", "not active", "0"):
+        return False
+    return None  # [N/A], [Not Supported], unknown
+
+
+def hardware_readings(ctx, d):
+    """The default health check's readings (issue 29: retired and remapped pages, HW
+    slowdown), as the agent samples them through NVML, against nvidia-smi's. Returns
+    (details, problems)."""
+    rc, out, err = run(ctx.gpupool("gpus", "--sample", "1"), env=ctx.kit_env, timeout=60,
+                       save=os.path.join(d, "hw-sample"))
+    ours = {}
+    for line in out.splitlines():
+        try:
+            for g in json.loads(line).get("samples", []):
+                ours[g.get("uuid")] = {k: g[k] for k in HW_FIELDS if k in g}
+        except ValueError:
+            continue
+    details = {"gpupool": ours}
+    problems = []
+    if rc != 0 or not ours:
+        return details, ["gpupool gpus --sample gave no samples: %s" % tail(err, 300)]
+    if not any(ours.values()):
+        problems.append("NVML gave none of the hardware health readings (%s) for any GPU" %
+                        ", ".join(HW_FIELDS))
+    smi = ctx.smi()
+    fields = ["uuid"] + list(SMI_HW.values())
+    src, sout, serr = run(smi + ["--query-gpu=" + ",".join(fields), "--format=csv,noheader"],
+                          env=smi_env(ctx), timeout=30, save=os.path.join(d, "hw-nvidia-smi"))
+    theirs = {}
+    if src == 0:
+        for row in csv_rows(sout):
+            if len(row) == len(fields):
+                theirs[row[0]] = {k: smi_flag(row[1 + i]) for i, k in enumerate(SMI_HW)}
+    details["nvidia_smi"] = theirs
+    for uuid, mine in ours.items():
+        for key, value in (theirs.get(uuid) or {}).items():
+            if value is not None and key in mine and bool(mine[key]) != value:
+                problems.append("GPU %s: gpupool reads %s=%s, nvidia-smi %s" % (
+                    uuid, key, mine[key], value))
+    return details, problems
+
+
 def check_health(ctx):
     """A real fault on the GPU: a job's device-side assert, which the driver reports as
     Xid 43 (an application error). The agent's event set must see it, the controller must
@@ -687,6 +742,11 @@ def check_health(ctx):
     details = {"fault_job": {"id": bad, "state": j["state"], "reason": j.get("reason"),
                              "fault": ev.get("fault")}, "gpu": uuid, "health_program": program_result}
     problems = []
+    try:
+        details["hardware"], hw_problems = hardware_readings(ctx, d)
+        problems += hw_problems
+    except Exception as e:  # the rest of the check still runs and says what it saw
+        problems.append("reading the hardware health fields failed: %r" % e)
     if rc != 0 or " bad" in out:
         problems.append("the health program (share/gpupool-health-check) did not pass: exit %s: %s" % (
             rc, tail(out + err, 300)))
@@ -725,7 +785,8 @@ def check_health(ctx):
     if problems:
         details["problems"] = problems
         return FAIL, "; ".join(problems[:3]), details
-    return PASS, ("the health program passed; a job's device-side assert made Xid 43 on %s: the "
+    return PASS, ("the health program passed, the hardware health readings agree with nvidia-smi; "
+                  "a job's device-side assert made Xid 43 on %s: the "
                   "controller had it %.1f s after the job ended, the health policy kept the GPU in "
                   "service (an application error), and the next job ran") % (
                       uuid, details["xid_seen_s"]), details
