@@ -107,6 +107,14 @@ class HealthTest(unittest.TestCase):
         self.assertEqual(nodes.returncode, 0, nodes.stderr)
         self.assertRegex(nodes.stdout, r"GPU 1: cordoned: Xid 95")
         self.assertIn(" up ", nodes.stdout)  # the node's other GPUs keep working
+        # `node show` has the GPU's whole health record: who, since when, its strike.
+        shown = self.cli("node", "show", "vm")
+        self.assertEqual(shown.returncode, 0, shown.stderr)
+        self.assertRegex(shown.stdout, r"GPU 1 \(GPU-[^)]*\): cordoned since \S+ by policy: "
+                                       r"Xid 95: uncontained ECC error.*strikes 1 of 3")
+        missing = self.cli("node", "show", "nosuchnode")
+        self.assertNotEqual(missing.returncode, 0)
+        self.assertIn("no node 'nosuchnode'", missing.stderr)
         # Four GPUs no longer fit; three do, on the healthy ones.
         four = self.submit("--gpus", "4", "--", "sleep", "300")
         three = self.submit("--gpus", "3", "--", "sleep", "300")

@@ -242,9 +242,26 @@ Status RunNodeAction(const ClientRuntime& rt, const NodeActionState& s, const st
   return Status::Ok();
 }
 
+// gpupool node show NAME (anyone who may list nodes).
+Status RunNodeShow(const ClientRuntime& rt, const NodeActionState& s) {
+  GP_ASSIGN_OR_RETURN(ApiClient api, Connect(rt, s.base.conn));
+  GP_ASSIGN_OR_RETURN(ApiAnswer answer, api.Get("/v1/nodes"));
+  if (s.base.json) {
+    for (const Json& node : GetArray(answer.json, "nodes")) {
+      if (GetString(node, "name") == s.name) {
+        Print(rt, node.dump(2) + "\n");
+        return Status::Ok();
+      }
+    }
+  }
+  GP_ASSIGN_OR_RETURN(std::string text, RenderNode(answer.json, s.name, rt.env.now_us()));
+  Print(rt, text);
+  return Status::Ok();
+}
+
 // gpupool node drain / resume (admins).
 void RegisterNodeCommands(CLI::App& app, const RuntimePtr& rt) {
-  CLI::App* node = app.add_subcommand("node", "Drain a node or resume it (admins)");
+  CLI::App* node = app.add_subcommand("node", "Show a node in full; drain or resume it (admins)");
   node->require_subcommand(1);
   auto nd = std::make_shared<NodeActionState>();
   CLI::App* drain = node->add_subcommand(
@@ -258,6 +275,14 @@ void RegisterNodeCommands(CLI::App& app, const RuntimePtr& rt) {
   AddConnectionOptions(*drain, &nd->base.conn);
   drain->callback([rt, nd] { Report(*rt, RunNodeAction(*rt, *nd, "drain")); });
   auto nr = std::make_shared<NodeActionState>();
+  auto ns = std::make_shared<NodeActionState>();
+  CLI::App* show = node->add_subcommand(
+      "show", "Show one node in full: each GPU's health, enforcement and latest telemetry");
+  show->add_option("name", ns->name, "the node, as `gpupool nodes` names it")->required();
+  show->add_flag("--json", ns->base.json, "print the server's JSON for this node");
+  AddConnectionOptions(*show, &ns->base.conn);
+  show->callback([rt, ns] { Report(*rt, RunNodeShow(*rt, *ns)); });
+
   CLI::App* resume = node->add_subcommand("resume", "Let new jobs start on a drained node again");
   resume->add_option("name", nr->name, "the node")->required();
   resume->add_option("--gpu", nr->gpu,

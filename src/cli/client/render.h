@@ -20,6 +20,10 @@ std::string RenderJob(const Json& job, int64_t now_us);
 // `gpupool limits`: one row for the default and each user and project; '-' = no limit.
 std::string RenderLimits(const Json& answer);
 std::string RenderNodes(const Json& answer, int64_t now_us);
+// `gpupool node show NAME`: one node of GET /v1/nodes in full: its state, resources, drain,
+// and per GPU its model, allocation, enforcement, health (state, reason, evidence, since,
+// by, strikes) and latest telemetry. NotFound naming the node when the answer lacks it.
+Result<std::string> RenderNode(const Json& answer, const std::string& name, int64_t now_us);
 // `gpupool usage`: {"since_us", "until_us", "by", "rows": [...]} as a table with a total.
 // With used_gpu_hours in the rows (a server with GPU telemetry), USED and EFFICIENCY too.
 std::string RenderUsage(const Json& answer);

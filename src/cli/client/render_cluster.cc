@@ -82,6 +82,15 @@ std::string Enforcement(const std::string& node, const Json& gpus) {
   return out;
 }
 
+// "57%", "-" when absent.
+std::string Opt(const Json& obj, const char* key, const char* unit) {
+  const Json* v = Field(obj, key);
+  if (v == nullptr || !v->is_number()) return "-";
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.0f%s", v->get<double>(), unit);
+  return buf;
+}
+
 std::string Hours(double h) {
   char buf[64];
   std::snprintf(buf, sizeof buf, "%.2f", h);
@@ -132,6 +141,67 @@ std::string RenderNodes(const Json& answer, int64_t now_us) {
                              "it comes):\n" +
                                  checking) +
          (enforcement.empty() ? "" : "GPU share enforcement (docs/sharing.md):\n" + enforcement);
+}
+
+Result<std::string> RenderNode(const Json& answer, const std::string& name, int64_t now_us) {
+  const Json* found = nullptr;
+  for (const Json& node : GetArray(answer, "nodes")) {
+    if (GetString(node, "name") == name) found = &node;
+  }
+  if (found == nullptr) {
+    return Status::NotFound("no node '" + CleanCell(name) +
+                            "' in the pool; `gpupool nodes` lists them");
+  }
+  const Json& node = *found;
+  const int64_t heartbeat = GetInt(node, "last_heartbeat_us");
+  std::string out = "Node " + CleanCell(name) + ": " + CleanCell(GetString(node, "state")) +
+                    ", address " + CleanCell(GetString(node, "address", "-")) + ", protocol " +
+                    CleanCell(GetString(node, "protocol", "?")) + ", last seen " +
+                    (heartbeat > 0 ? FormatDuration((now_us - heartbeat) / 1'000'000) + " ago"
+                                   : std::string("never")) +
+                    "\n";
+  out += "CPUs " + FormatMilli(GetInt(node, "cpu_allocated_milli")) + "/" +
+         FormatMilli(GetInt(node, "cpu_milli")) + ", memory " +
+         Gib(GetInt(node, "memory_allocated_mib")) + "/" + Gib(GetInt(node, "memory_mib")) +
+         " GiB, running jobs " + RunningJobs(node) + "\n";
+  if (auto why = GetString(node, "drain_reason"); !why.empty()) {
+    out +=
+        "Drained: " + CleanCell(why) + " (`gpupool node resume " + CleanCell(name) + "` ends it)\n";
+  }
+  if (GetBool(node, "health_check_pending")) {
+    out += "Health check: its first verdict is still to come; no new work until it does\n";
+  }
+  Table t({"GPU>", "MODEL", "MEMORY>", "ALLOCATED>", "ENFORCEMENT", "HEALTH", "UTIL>", "USED>",
+           "TEMP>", "POWER>", "LAST XID>"});
+  std::string details;
+  for (const Json& g : GetArray(node, "gpus")) {
+    const Json& h = GetObject(g, "health");
+    const Json& tel = GetObject(g, "telemetry");
+    const std::string state = GetString(h, "state", "healthy");
+    const std::string index = std::to_string(GetInt(g, "index"));
+    const int64_t used = GetInt(tel, "mem_used_mib", -1);
+    t.AddRow(
+        {index, GetString(g, "name", "?"),
+         FormatBytes(static_cast<uint64_t>(std::max<int64_t>(0, GetInt(g, "memory_total_bytes")))),
+         FormatMilli(GetInt(g, "allocated_milli")), GetString(g, "enforcement", "-"), state,
+         Opt(tel, "util_pct", "%"), used >= 0 ? Gib(used) + " GiB" : "-", Opt(tel, "temp_c", " C"),
+         Opt(tel, "power_w", " W"), Opt(tel, "xid_errors", "")});
+    if (!GetString(h, "state").empty()) {
+      details += "GPU " + index + " (" + CleanCell(GetString(g, "uuid")) +
+                 "): " + CleanCell(state) + " since " + FormatTimeUtc(GetInt(h, "since_us")) +
+                 " by " + CleanCell(GetString(h, "by", "?")) + ": " +
+                 CleanCell(GetString(h, "reason"));
+      if (auto ev = GetString(h, "evidence"); !ev.empty())
+        details += " (evidence: " + CleanCell(ev) + ")";
+      if (const int64_t strikes = GetInt(h, "strikes"); strikes > 0) {
+        details += "; strikes " + std::to_string(strikes) + " of 3";
+      }
+      details += "\n";
+    }
+  }
+  out += t.Render();
+  if (!details.empty()) out += "GPU health (docs/health.md):\n" + details;
+  return out;
 }
 
 std::string RenderLimits(const Json& answer) {

@@ -208,6 +208,43 @@ TEST(RenderNodesTest, FractionsAndModels) {
             "gpu3 GPUs 3,7: none\n");
 }
 
+TEST(RenderNodeTest, OneNodeInFullWithItsGpusHealth) {
+  const Json answer = Parse(R"js({"nodes": [
+    {"name": "gpu0", "state": "up", "gpus": []},
+    {"name": "gpu1", "state": "draining", "address": "10.0.0.1", "protocol": "1.3",
+     "last_heartbeat_us": 1793491197000000, "running_jobs": 3, "cpu_milli": 64000,
+     "cpu_allocated_milli": 2500, "memory_mib": 257024, "memory_allocated_mib": 12800,
+     "drain_reason": "health: GPU GPU-b Xid 79: GPU has fallen off the bus",
+     "health_check_pending": true,
+     "gpus": [{"index": 0, "name": "H100", "uuid": "GPU-a", "memory_total_bytes": 85899345920,
+               "allocated_milli": 500, "enforcement": "mps",
+               "telemetry": {"util_pct": 57, "mem_used_mib": 2048, "temp_c": 41, "power_w": 250.4,
+                             "xid_errors": 0}},
+              {"index": 1, "name": "H100", "uuid": "GPU-b", "memory_total_bytes": 85899345920,
+               "allocated_milli": 0,
+               "health": {"state": "failed", "reason": "Xid 79: fallen off the bus; needs service",
+                          "evidence": "Xid 79 x1", "since_us": 1793491200000000, "by": "policy",
+                          "strikes": 3}}]}]})js");
+  Result<std::string> text = RenderNode(answer, "gpu1", kRenderNow);
+  ASSERT_TRUE(text.ok()) << text.status().ToString();
+  EXPECT_EQ(
+      *text,
+      "Node gpu1: draining, address 10.0.0.1, protocol 1.3, last seen 3s ago\n"
+      "CPUs 2.5/64, memory 12.5/251.0 GiB, running jobs 3\n"
+      "Drained: health: GPU GPU-b Xid 79: GPU has fallen off the bus (`gpupool node resume "
+      "gpu1` ends it)\n"
+      "Health check: its first verdict is still to come; no new work until it does\n"
+      "GPU  MODEL  MEMORY  ALLOCATED  ENFORCEMENT  HEALTH   UTIL     USED  TEMP  POWER  LAST XID\n"
+      "  0  H100   80 GiB        0.5  mps          healthy   57%  2.0 GiB  41 C  250 W         0\n"
+      "  1  H100   80 GiB          0  -            failed      -        -     -      -         -\n"
+      "GPU health (docs/health.md):\n"
+      "GPU 1 (GPU-b): failed since 2026-11-01T00:00:00Z by policy: Xid 79: fallen off the bus; "
+      "needs service (evidence: Xid 79 x1); strikes 3 of 3\n");
+  Result<std::string> none = RenderNode(answer, "gpu9", kRenderNow);
+  EXPECT_EQ(none.status().code(), StatusCode::kNotFound);
+  EXPECT_NE(none.status().message().find("no node 'gpu9'"), std::string::npos);
+}
+
 TEST(RenderUsageTest, RowsAndTotal) {
   const Json answer = Parse(R"({"since_us": 1790899200000000, "until_us": 1793491200000000,
     "by": "project", "rows": [{"key": "vision", "gpu_hours": 12.5, "jobs": 4},

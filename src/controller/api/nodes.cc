@@ -44,6 +44,7 @@ OrderedJson NodeViewToJson(const NodeView& v,
                                {"evidence", h->second.evidence},
                                {"since_us", h->second.since_us},
                                {"by", h->second.by}};
+      if (h->second.strikes > 0) gpus.back()["health"]["strikes"] = h->second.strikes;
     }
   }
   OrderedJson out = {{"name", v.name},
