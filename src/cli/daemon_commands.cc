@@ -184,6 +184,28 @@ Result<server::ServerOptions> ServerOptionsOf(const ServerFlags& f,
   return o;
 }
 
+// The GPU health policy's flags (docs/health.md).
+void AddHealthFlags(CLI::App* cmd, ServerFlags* f) {
+  cmd->add_option("--health-xid", f->health_xid,
+                  "overrides of the GPU health policy's Xid table, XID:ACTION[,...] with ACTION "
+                  "ignore, application, suspect, cordon-gpu or cordon-node (docs/health.md)");
+  cmd->add_option("--health-threshold", f->health_threshold,
+                  "overrides of the GPU health policy's threshold rows, ROW:SUSPECT:CORDON[,...] "
+                  "with counts (0: never), e.g. retired-pages:10:60 (docs/health.md)");
+  cmd->add_option("--health-breaker", f->health_breaker,
+                  "the health circuit breaker: automatic GPU or node cordons stop once this "
+                  "fraction of the pool's nodes (at least 1) was cordoned within the hour "
+                  "(docs/health.md)")
+      ->capture_default_str()
+      ->check(CLI::Range(0.001, 1.0));
+  cmd->add_option("--health-resume-after", f->health_resume_after,
+                  "a GPU the Xid policy cordoned returns by itself at the first passing run "
+                  "of its node's health check once no Xid came for this long (90s, 30m, 12h, "
+                  "7d; 0 = never, only `gpupool node resume --gpu`) (docs/health.md)")
+      ->type_name("DURATION")
+      ->capture_default_str();
+}
+
 void AddServerFlags(CLI::App* cmd, ServerFlags* f) {
   cmd->add_option("--state-dir", f->state_dir, "where the store, socket and job logs live");
   cmd->add_option("--store", f->store_spec,
@@ -214,24 +236,7 @@ void AddServerFlags(CLI::App* cmd, ServerFlags* f) {
                   "itself (its node's shim stops it at the limit; this is the backstop)")
       ->capture_default_str()
       ->check(CLI::Range(1, 86400));
-  cmd->add_option("--health-xid", f->health_xid,
-                  "overrides of the GPU health policy's Xid table, XID:ACTION[,...] with ACTION "
-                  "ignore, application, suspect, cordon-gpu or cordon-node (docs/health.md)");
-  cmd->add_option("--health-threshold", f->health_threshold,
-                  "overrides of the GPU health policy's threshold rows, ROW:SUSPECT:CORDON[,...] "
-                  "with counts (0: never), e.g. retired-pages:10:60 (docs/health.md)");
-  cmd->add_option("--health-breaker", f->health_breaker,
-                  "the health circuit breaker: automatic GPU or node cordons stop once this "
-                  "fraction of the pool's nodes (at least 1) was cordoned within the hour "
-                  "(docs/health.md)")
-      ->capture_default_str()
-      ->check(CLI::Range(0.001, 1.0));
-  cmd->add_option("--health-resume-after", f->health_resume_after,
-                  "a GPU the Xid policy cordoned returns by itself at the first passing run "
-                  "of its node's health check once no Xid came for this long (90s, 30m, 12h, "
-                  "7d; 0 = never, only `gpupool node resume --gpu`) (docs/health.md)")
-      ->type_name("DURATION")
-      ->capture_default_str();
+  AddHealthFlags(cmd, f);
   cmd->add_flag("--mps-multi-user", f->mps_multi_user,
                 "let several users' GPU shares run on one MPS GPU at once; by default an MPS "
                 "GPU takes one user's shares at a time, since MPS serves one user per GPU "

@@ -114,6 +114,39 @@ void PoolMetrics::ObserveRequest(const std::string& method, const std::string& r
   it->second.Observe(seconds);
 }
 
+namespace {
+
+// The GPU health families (docs/health.md).
+void RenderHealth(const PoolSnapshot& pool, std::string* out) {
+  Family("gpupool_gpu_health", "gauge",
+         "GPUs of the nodes that are not down, by health state (docs/health.md): cordoned "
+         "and failed GPUs take no new work.",
+         out);
+  for (const char* state : {"healthy", "suspect", "cordoned", "failed"}) {
+    auto it = pool.gpus_by_health.find(state);
+    Sample("gpupool_gpu_health", Label("state", state),
+           it == pool.gpus_by_health.end() ? 0 : static_cast<double>(it->second), out);
+  }
+  Family("gpupool_gpu_health_state", "gauge",
+         "1 for each GPU of a node that is not down and is not healthy, labelled with its "
+         "state (docs/health.md); its reason is in GET /v1/nodes.",
+         out);
+  for (const GpuHealthGauge& g : pool.unhealthy_gpus) {
+    Sample("gpupool_gpu_health_state",
+           Label("Hostname", g.hostname) + "," + Label("gpu", std::to_string(g.index)) + "," +
+               Label("UUID", g.uuid) + "," + Label("state", g.state),
+           1, out);
+  }
+  Family("gpupool_health_actions_held_total", "counter",
+         "GPU or node cordons the health circuit breaker held back (docs/health.md): errors "
+         "recorded, not acted on. Alert on any increase.",
+         out);
+  Sample("gpupool_health_actions_held_total", "", static_cast<double>(pool.health_actions_held),
+         out);
+}
+
+}  // namespace
+
 std::string PoolMetrics::Render(const PoolSnapshot& pool) const {
   std::string out;
   Family("gpupool_jobs", "gauge", "Jobs in the store, by state.", &out);
@@ -139,31 +172,7 @@ std::string PoolMetrics::Render(const PoolSnapshot& pool) const {
   }
   Family("gpupool_gpus", "gauge", "GPUs of the nodes that are up.", &out);
   Sample("gpupool_gpus", "", static_cast<double>(pool.gpus_total), &out);
-  Family("gpupool_gpu_health", "gauge",
-         "GPUs of the nodes that are not down, by health state (docs/health.md): cordoned "
-         "and failed GPUs take no new work.",
-         &out);
-  for (const char* state : {"healthy", "suspect", "cordoned", "failed"}) {
-    auto it = pool.gpus_by_health.find(state);
-    Sample("gpupool_gpu_health", Label("state", state),
-           it == pool.gpus_by_health.end() ? 0 : static_cast<double>(it->second), &out);
-  }
-  Family("gpupool_gpu_health_state", "gauge",
-         "1 for each GPU of a node that is not down and is not healthy, labelled with its "
-         "state (docs/health.md); its reason is in GET /v1/nodes.",
-         &out);
-  for (const GpuHealthGauge& g : pool.unhealthy_gpus) {
-    Sample("gpupool_gpu_health_state",
-           Label("Hostname", g.hostname) + "," + Label("gpu", std::to_string(g.index)) + "," +
-               Label("UUID", g.uuid) + "," + Label("state", g.state),
-           1, &out);
-  }
-  Family("gpupool_health_actions_held_total", "counter",
-         "GPU or node cordons the health circuit breaker held back (docs/health.md): errors "
-         "recorded, not acted on. Alert on any increase.",
-         &out);
-  Sample("gpupool_health_actions_held_total", "", static_cast<double>(pool.health_actions_held),
-         &out);
+  RenderHealth(pool, &out);
   Family("gpupool_gpus_allocated", "gauge",
          "GPUs held by jobs, shares added up (two half-GPU jobs are 1).", &out);
   Sample("gpupool_gpus_allocated", "", pool.gpus_allocated, &out);
