@@ -469,6 +469,8 @@ class DashboardTest(unittest.TestCase):
       g.telemetry = {at_ms: Date.now(), util_pct: 25 * i + 5, mem_used_mib: 2048,
                      mem_total_mib: 40960, power_w: 250, temp_c: 60, xid_errors: 0};
       // GET /v1/nodes' health object of a GPU the Xid policy cordoned (docs/health.md).
+      if (n.name === 'node-a') g.enforcement = 'mps';  // docs/sharing.md's modes
+      if (n.name === 'node-b') g.enforcement = 'none';
       if (n.name === 'node-b' && i === 1) {
         g.health = {state: 'cordoned', reason: 'Xid 95: uncontained ECC error',
                     evidence: 'Xid 95 x1', since_us: Date.now() * 1000, by: 'policy'};
@@ -510,6 +512,15 @@ class DashboardTest(unittest.TestCase):
             self.assertEqual(
                 sorted(e.get_attribute("data-health") for e in css(".gpu")),
                 ["cordoned"] + ["healthy"] * 5)
+            # Each GPU's share enforcement (issue 28 item 4): in its data and tooltip, and
+            # per node in words.
+            self.assertEqual(sorted(set((e.get_attribute("data-node"), e.get_attribute(
+                "data-enforcement")) for e in css(".gpu"))), [("node-a", "mps"), ("node-b", "none")])
+            self.assertIn("share enforcement: mps", css('.gpu[data-node="node-a"]')[0].get_attribute("title"))
+            self.assertEqual(css('.node[data-node="node-a"] .enforcement')[0].text,
+                             "GPU shares: enforced by mps")
+            self.assertEqual(css('.node[data-node="node-b"] .enforcement')[0].text,
+                             "GPU shares: not enforced (none)")
             listed = css('.node[data-node="node-b"] .health-list')
             self.assertEqual(len(listed), 1)
             self.assertIn("GPU 1 cordoned: Xid 95: uncontained ECC error", listed[0].text)

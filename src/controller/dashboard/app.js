@@ -225,6 +225,8 @@
         fill.style.height = `${Math.min(100, g.allocated_milli / 10)}%`;
         const lines = [`GPU ${g.index}`, `${fmtNum(g.allocated_milli / 1000, 2)} allocated`];
         const tip = [`${g.name} (${g.uuid})`, `allocated: ${g.allocated_milli / 10}%`];
+        // How a share of it is held to its size (docs/sharing.md): mps, mig, dmem or none.
+        if (g.enforcement) tip.push(`share enforcement: ${g.enforcement}`);
         let util = null;
         if (t && typeof t.util_pct === 'number') {
           util = h('div', { class: 'util' });
@@ -249,16 +251,19 @@
         return h('div', {
           class: health ? `gpu health-${health.state}` : 'gpu', title: tip.join('\n'),
           dataset: { node: n.name, index: g.index, allocatedMilli: g.allocated_milli, utilPct: t && typeof t.util_pct === 'number' ? t.util_pct : '',
-            health: health ? health.state : 'healthy', healthReason: health ? health.reason || '' : '' },
+            health: health ? health.state : 'healthy', healthReason: health ? health.reason || '' : '',
+            enforcement: g.enforcement || '' },
         }, fill, util, h('div', { class: 'label' }, lines.map((l) => h('div', { text: l }))));
       });
       const unhealthy = (n.gpus || []).filter((g) => g.health && g.health.state && g.health.state !== 'healthy');
+      const modes = [...new Set((n.gpus || []).map((g) => g.enforcement).filter((m) => m))];
       return h('div', { class: `node ${n.state}`, dataset: { node: n.name } },
         h('div', { class: 'meta' },
           h('div', { class: 'name', text: n.name }), ' ', stateBadge(n.state),
           h('div', { class: 'muted', text: `${n.running_jobs} tasks · CPU ${fmtNum(n.cpu_allocated_milli / 1000, 1)}/${fmtNum(n.cpu_milli / 1000, 1)} · mem ${n.memory_allocated_mib}/${n.memory_mib} MiB` }),
           n.drain_reason ? h('div', { class: 'muted', text: `drained: ${n.drain_reason}` }) : null,
           n.health_check_pending ? h('div', { class: 'muted', text: 'waiting for its health check: no new work yet' }) : null,
+          modes.length ? h('div', { class: 'muted enforcement', text: `GPU shares: ${modes.map((m) => m === 'none' ? 'not enforced (none)' : `enforced by ${m}`).join(', ')}` }) : null,
           unhealthy.length ? h('div', { class: 'health-list' }, unhealthy.map((g) => h('div', {
             class: `health-${g.health.state}`, text: `GPU ${g.index} ${g.health.state}: ${g.health.reason || ''}` }))) : null),
         h('div', { class: 'gpus' }, cells));
