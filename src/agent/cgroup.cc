@@ -13,6 +13,7 @@
 #include <ctime>
 
 #include "agent/device_filter.h"
+#include "agent/dmem.h"
 #include "common/file_util.h"
 #include "common/strings.h"
 
@@ -92,6 +93,7 @@ int64_t CpuQuotaMicros(int64_t cpu_milli, int64_t period_us) {
 std::unique_ptr<JobCgroup> JobCgroup::Create(const std::string& root,
                                              const CgroupRequest& request) {
   std::unique_ptr<JobCgroup> cg(new JobCgroup());
+  cg->dmem_enforced_ = request.dmem_region.empty();  // until SetUpV2 puts it in place
   if (root.empty()) {
     cg->note_ = "isolation skipped: disabled by configuration";
   } else if (::geteuid() != 0) {
@@ -182,6 +184,9 @@ void JobCgroup::SetUpV1(const std::string& root, const CgroupRequest& request) {
   const std::string leaf = LeafName(request);
   std::vector<std::string> applied;
   std::string dir;
+  if (!request.dmem_region.empty()) {
+    notes_.push_back("GPU memory not capped: the dmem controller needs cgroup v2");
+  }
 
   if (request.deny_device_nodes.empty()) {
     // Nothing to deny: skip the cgroup, as every move into a v1 cgroup costs milliseconds.
@@ -289,6 +294,16 @@ void JobCgroup::SetUpV2(const std::string& root, const CgroupRequest& request) {
         applied.push_back("cpu " + std::to_string(request.cpu_milli) + "m");
       } else {
         notes_.push_back(st.message());
+      }
+    }
+    if (!request.dmem_region.empty()) {
+      Status st = ApplyDmemLimit(root, dir, request.dmem_region, request.dmem_bytes);
+      if (st.ok()) {
+        dmem_enforced_ = true;
+        applied.push_back("GPU memory " + std::to_string(request.dmem_bytes) + " B of " +
+                          request.dmem_region + " (dmem)");
+      } else {
+        notes_.push_back("GPU memory not capped: " + st.message());
       }
     }
     if (request.memory_bytes > 0) {

@@ -31,6 +31,10 @@ struct CgroupRequest {
   int64_t cpu_milli = 0;      // 0 = no limit
   uint64_t memory_bytes = 0;  // 0 = no limit
   std::string instance;       // appended to the leaf name when not empty
+  // A GPU share held by the kernel's dmem controller (dmem.h; cgroup v2 only): at most
+  // dmem_bytes of dmem_region. Empty = none.
+  std::string dmem_region;
+  uint64_t dmem_bytes = 0;
 };
 
 class JobCgroup {
@@ -64,6 +68,8 @@ class JobCgroup {
   const std::string& note() const { return note_; }
   // Every requested device node is denied (true when none was requested).
   bool devices_enforced() const { return devices_enforced_; }
+  // The requested dmem limit is in place (true when none was requested).
+  bool dmem_enforced() const { return dmem_enforced_; }
   const std::vector<std::string>& dirs() const { return dirs_; }
 
  private:
@@ -83,6 +89,7 @@ class JobCgroup {
   std::vector<std::string> notes_;
   std::string note_;
   bool devices_enforced_ = false;
+  bool dmem_enforced_ = true;
 };
 
 // For a job whose shim died: kills whatever still runs in `dirs` (JobCgroup::dirs() as

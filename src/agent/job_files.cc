@@ -160,6 +160,7 @@ std::string ShimConfigToJson(const ShimConfig& config) {
     j["share_memory_bytes"] = s.share_memory_bytes;
   }
   if (!s.mps_pipe_dir.empty()) j["mps_pipe_dir"] = s.mps_pipe_dir;
+  if (!s.dmem_region.empty()) j["dmem_region"] = s.dmem_region;
   j["cgroup_root"] = config.cgroup_root;
   j["container"] = ContainerToJson(config.container);
   return DumpJson(j, 2);
@@ -242,6 +243,7 @@ Result<ShimConfig> ShimConfigFromJson(const std::string& text, const std::string
   f.Optional("share_enforcement", &s.share_enforcement);
   f.Optional("share_memory_bytes", &s.share_memory_bytes);
   f.Optional("mps_pipe_dir", &s.mps_pipe_dir);
+  f.Optional("dmem_region", &s.dmem_region);
   f.Optional("cgroup_root", &config.cgroup_root);
   if (const Json* c = f.Member("container"); c != nullptr) {
     GP_RETURN_IF_ERROR(ContainerFromJson(*c, f.PathOf("container"), &config.container));

@@ -96,11 +96,14 @@ struct LaunchSpec {
   std::string env_dir;
   // A share of one GPU (gpus has one grant with gpu_milli < 1000, docs/sharing.md): how it
   // is held to its size and the memory it may take. share_enforcement "mps": the job is a
-  // client of that GPU's MPS control daemon, whose pipe folder is mps_pipe_dir; "none":
-  // scheduled, not enforced. Empty for jobs with whole GPUs or none.
+  // client of that GPU's MPS control daemon, whose pipe folder is mps_pipe_dir; "dmem":
+  // the job's cgroup may allocate at most share_memory_bytes of dmem_region (dmem.h), and
+  // the job does not start without that limit; "none": scheduled, not enforced. Empty
+  // for jobs with whole GPUs or none.
   std::string share_enforcement;
   uint64_t share_memory_bytes = 0;
   std::string mps_pipe_dir;
+  std::string dmem_region;
   friend bool operator==(const LaunchSpec&, const LaunchSpec&) = default;
 };
 

@@ -305,11 +305,25 @@ Status Shim::Prepare() {
   req.cpu_milli = spec.cpu_milli;
   req.memory_bytes = spec.memory_bytes;
   req.instance = std::to_string(::getpid());
+  if (spec.share_enforcement == "dmem") {
+    req.dmem_region = spec.dmem_region;
+    req.dmem_bytes = spec.share_memory_bytes;
+  }
   cgroup_ = spec.join_cgroups.empty() ? JobCgroup::Create(config_.cgroup_root, req)
                                       : JobCgroup::Join(spec.join_cgroups);
   final_.isolation = cgroup_->note();
   record_.isolation = cgroup_->note();
   record_.cgroup_dirs = cgroup_->dirs();
+  if (!cgroup_->dmem_enforced()) {
+    // Fail closed: the share was placed on a GPU whose mode promised a memory cap.
+    return Status::FailedPrecondition(
+        "the GPU share's memory cap (" + std::to_string(spec.share_memory_bytes) + " B of " +
+        spec.dmem_region + ", the kernel's dmem controller) could not be set on node " +
+        HostName() + " (" + cgroup_->note() +
+        "), so the share would not be held to its size; not started. Run the node's agent "
+        "with --gpu-enforcement none (shares then say they are not enforced) or fix the "
+        "cgroup v2 setup");
+  }
   if (spec.require_device_isolation && !cgroup_->devices_enforced()) {
     // Fail closed: without every deny rule the job would reach GPUs it was not given.
     return Status::FailedPrecondition(

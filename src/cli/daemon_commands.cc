@@ -327,6 +327,7 @@ struct ContainerFlags {
   // GPU shares (docs/sharing.md).
   std::string gpu_enforcement = "auto";
   std::string mps_control;
+  std::string dmem_capacity = "/sys/fs/cgroup/dmem.capacity";
   // The node's health program (docs/health.md).
   std::string health_check;
   int health_check_interval = 300;
@@ -336,10 +337,16 @@ struct ContainerFlags {
 void AddContainerFlags(CLI::App* cmd, ContainerFlags* f) {
   cmd->add_option("--gpu-enforcement", f->gpu_enforcement,
                   "how GPU shares are held to their size: auto (MPS on NVIDIA GPUs without MIG "
-                  "where nvidia-cuda-mps-control exists), mps (required), none (scheduled, not "
-                  "enforced)")
+                  "where nvidia-cuda-mps-control exists, else the kernel's dmem controller "
+                  "where --dmem-capacity lists the GPU), mps (required), dmem (required), none "
+                  "(scheduled, not enforced)")
       ->capture_default_str()
-      ->check(CLI::IsMember({"auto", "mps", "none"}));
+      ->check(CLI::IsMember({"auto", "mps", "dmem", "none"}));
+  cmd->add_option("--dmem-capacity", f->dmem_capacity,
+                  "where the kernel lists the dmem cgroup controller's regions (cgroup v2's "
+                  "root dmem.capacity)")
+      ->type_name("FILE")
+      ->capture_default_str();
   cmd->add_option("--health-check", f->health_check,
                   "the node's health program (a path), run as root before the node takes work "
                   "and every --health-check-interval seconds: 'gpu=INDEX bad REASON' lines "
@@ -380,6 +387,7 @@ void ApplyContainerFlags(const ContainerFlags& f, agent::NodeAgentOptions* o) {
   o->podman_args = f.podman_args;
   o->gpu_enforcement = f.gpu_enforcement;
   o->mps_control = f.mps_control;
+  o->dmem_capacity = f.dmem_capacity;
   o->health_check = f.health_check;
   o->health_check_interval_s = f.health_check_interval;
   o->health_check_timeout_s = f.health_check_timeout;

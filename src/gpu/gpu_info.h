@@ -74,8 +74,9 @@ struct GpuInfo {
   std::optional<double> power_limit_watts;
   std::string backend;  // which backend reported it: "nvml", "rocm-smi", "sysfs", "fake"
   // How a share of this GPU is held to its size (docs/sharing.md): "mps" (an MPS server
-  // caps each client's threads and memory), "none" (shares are scheduled, not enforced);
-  // "mig" and "dmem" are reserved for those mechanisms. Set by the agent, not discovery:
+  // caps each client's threads and memory), "dmem" (the kernel's dmem cgroup controller
+  // caps the job's device memory), "none" (shares are scheduled, not enforced); "mig" is
+  // reserved for MIG instances. Set by the agent, not discovery:
   // empty = not stated (discovery output, agents before it).
   std::string enforcement;
   friend bool operator==(const GpuInfo&, const GpuInfo&) = default;

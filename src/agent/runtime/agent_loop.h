@@ -82,6 +82,8 @@ struct AgentLoopOptions {
   // enforcement "mps" is made a client of that GPU's daemon here. Null: no MPS (every
   // share is "none"). Must outlive the loop.
   agent::MpsDaemons* mps = nullptr;
+  // GPU UUID -> its dmem region, for GPUs in enforcement "dmem" (agent/dmem.h).
+  std::map<std::string, std::string> dmem_regions;
   // The node's health program (health_check.h; empty: none): run before the first
   // registration, its verdict sent at once after it, then again every interval.
   std::string health_check;

@@ -12,7 +12,9 @@
 
 #include "agent/cdi_spec.h"
 #include "agent/container.h"
+#include "agent/dmem.h"
 #include "agent/mps.h"
+#include "common/file_util.h"
 #include "common/host.h"
 #include "gpu/gpu_backend.h"
 #include "gpu/telemetry.h"
@@ -203,11 +205,29 @@ void NodeAgent::RemoveCdiSpec() {
   cdi_path_.clear();
 }
 
+int NodeAgent::SetUpDmem(bool wanted) {
+  dmem_regions_.clear();
+  if (!wanted) return 0;
+  Result<std::string> text = ReadFileToString(options_.dmem_capacity, 1 << 20);
+  if (!text.ok()) return 0;  // no dmem controller here
+  const std::vector<DmemRegion> regions = ParseDmemCapacity(*text);
+  int gpus = 0;
+  for (gpu::GpuInfo& g : node_.gpus) {
+    if (g.enforcement == "mps") continue;  // MPS holds it (threads and memory)
+    const std::string region = DmemRegionOf(regions, g.pci_bus_id);
+    if (region.empty()) continue;
+    g.enforcement = "dmem";
+    dmem_regions_[g.uuid] = region;
+    ++gpus;
+  }
+  return gpus;
+}
+
 Status NodeAgent::SetUpEnforcement(const std::string& agent_dir) {
   const std::string& mode = options_.gpu_enforcement;
-  if (mode != "auto" && mode != "mps" && mode != "none") {
+  if (mode != "auto" && mode != "mps" && mode != "dmem" && mode != "none") {
     return Status::InvalidArgument("--gpu-enforcement: '" + mode +
-                                   "' is not a mode; use auto, mps or none");
+                                   "' is not a mode; use auto, mps, dmem or none");
   }
   const bool replayed = stand_in_ || !options_.fake_file.empty();
   // A replayed node has no GPU for NVIDIA's daemon: MPS there only when asked for by name
@@ -232,6 +252,14 @@ Status NodeAgent::SetUpEnforcement(const std::string& agent_dir) {
     g.enforcement = can_mps ? "mps" : "none";
     mps_gpus += can_mps ? 1 : 0;
   }
+  const int dmem_gpus = SetUpDmem(mode == "dmem" || (mode == "auto" && !replayed));
+  if (mode == "dmem" && dmem_gpus == 0) {
+    return Status::FailedPrecondition(
+        "--gpu-enforcement dmem: no GPU of this node has a VRAM region in " +
+        options_.dmem_capacity +
+        " (the kernel's dmem cgroup controller: Linux 6.14 or later, cgroup v2, a driver "
+        "that registers its memory); run with --gpu-enforcement auto or none");
+  }
   if (mps_gpus > 0) {
     MpsOptions mo;
     mo.control = control;
@@ -242,15 +270,18 @@ Status NodeAgent::SetUpEnforcement(const std::string& agent_dir) {
     }
     mps_ = std::make_unique<MpsDaemons>(std::move(mo));
   }
-  enforcement_note_ = node_.gpus.empty() ? ""
-                      : mps_gpus > 0
-                          ? "GPU shares: MPS on " + std::to_string(mps_gpus) + " of " +
-                                std::to_string(node_.gpus.size()) + " GPUs (" + control + ")"
-                          : "GPU shares: not enforced (" +
-                                (mode == "none" ? std::string("--gpu-enforcement none")
-                                 : replayed     ? std::string("a replayed node")
-                                                : std::string("no nvidia-cuda-mps-control")) +
-                                ")";
+  enforcement_note_ =
+      node_.gpus.empty() ? ""
+      : dmem_gpus > 0 && mps_gpus == 0
+          ? "GPU shares: the kernel's dmem controller on " + std::to_string(dmem_gpus) + " of " +
+                std::to_string(node_.gpus.size()) + " GPUs (" + options_.dmem_capacity + ")"
+      : mps_gpus > 0 ? "GPU shares: MPS on " + std::to_string(mps_gpus) + " of " +
+                           std::to_string(node_.gpus.size()) + " GPUs (" + control + ")"
+                     : "GPU shares: not enforced (" +
+                           (mode == "none" ? std::string("--gpu-enforcement none")
+                            : replayed     ? std::string("a replayed node")
+                                           : std::string("no nvidia-cuda-mps-control")) +
+                           ")";
   return Status::Ok();
 }
 
@@ -280,6 +311,7 @@ Status NodeAgent::Start(std::shared_ptr<protocol::ControllerLink> link) {
   ao.cdi_kind = options_.cdi_kind;
   ao.cdi_error = cdi_error_;
   ao.mps = mps_.get();
+  ao.dmem_regions = dmem_regions_;
   ao.health_check = options_.health_check;
   ao.health_check_interval_s = options_.health_check_interval_s;
   ao.health_check_timeout_s = options_.health_check_timeout_s;

@@ -11,6 +11,7 @@
 #pragma once
 
 #include <atomic>
+#include <map>
 #include <memory>
 #include <string>
 #include <thread>
@@ -46,6 +47,10 @@ struct NodeAgentOptions {
   // requires it (Start fails without it); "none": shares are scheduled, not enforced.
   std::string gpu_enforcement = "auto";
   std::string mps_control;  // its path; empty = looked up (mps.h, FindMpsControl)
+  // Where the kernel lists its dmem regions (dmem.h): "auto" holds a share of a GPU MPS
+  // does not serve to its memory through the dmem controller where the GPU's VRAM is
+  // listed there; "dmem" requires it.
+  std::string dmem_capacity = "/sys/fs/cgroup/dmem.capacity";
   // The node's health program (health_check.h), its period and time limit.
   std::string health_check;
   int health_check_interval_s = 300;
@@ -85,6 +90,8 @@ class NodeAgent {
   void SetUpContainers(const std::string& agent_dir);
   // Decides each GPU's enforcement mode (GpuInfo::enforcement) and makes the MPS daemons'
   // keeper when one is "mps". Errors: an unknown mode, "mps" without its control program.
+  // The GPUs the kernel's dmem controller holds (enforcement "dmem"); how many.
+  int SetUpDmem(bool wanted);
   Status SetUpEnforcement(const std::string& agent_dir);
   void RemoveCdiSpec();
 
@@ -100,7 +107,8 @@ class NodeAgent {
   std::string cdi_notes_;
   AgentLoopOptions loop_options_;
   std::unique_ptr<MpsDaemons> mps_;
-  std::string enforcement_note_;  // for the start message
+  std::map<std::string, std::string> dmem_regions_;  // GPU UUID -> dmem region
+  std::string enforcement_note_;                     // for the start message
   std::unique_ptr<Launcher> launcher_;
   std::unique_ptr<AgentLoop> loop_;
   std::thread thread_;
