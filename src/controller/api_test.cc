@@ -583,18 +583,26 @@ TEST_F(ApiAccessTest, BadDependenciesAreRefusedNamingTheField) {
 }
 
 TEST_F(ApiAccessTest, LimitsAreReadByAnyoneAndSetByAdmins) {
-  const std::string body = R"({"default": {"max_queued": 1}, "users": {"x": {"max_gpus": 4}}})";
+  const std::string body =
+      R"({"default": {"max_queued": 1}, "users": {"nobody": {"max_gpus": 4}}})";
   net::HttpResponse r = AsUid(user_uid_, "PUT", "/v1/limits", {}, body);
   EXPECT_EQ(r.status, 403);
   EXPECT_NE(Error(r).find("only admins set limits"), std::string::npos) << r.body;
-  EXPECT_EQ(AsUid(0, "PUT", "/v1/limits", {}, R"({"users": {"x": {"max_gpus": "4"}}})").status,
+  EXPECT_EQ(AsUid(0, "PUT", "/v1/limits", {}, R"({"users": {"nobody": {"max_gpus": "4"}}})").status,
             400);
   EXPECT_EQ(AsUid(0, "PUT", "/v1/limits", {}, "{").status, 400);
+  // A user row must name an account: a typo would limit nobody.
+  r = AsUid(0, "PUT", "/v1/limits", {}, R"({"users": {"nosuchuser-gp": {"max_gpus": 4}}})");
+  EXPECT_EQ(r.status, 400);
+  EXPECT_EQ(Error(r),
+            "limits.users.nosuchuser-gp: there is no user 'nosuchuser-gp' on the controller "
+            "host; limits apply to the login names jobs run as: give an existing one (`getent "
+            "passwd NAME`), or create the account first");
   r = AsUid(0, "PUT", "/v1/limits", {}, body);
   ASSERT_EQ(r.status, 200) << r.body;
   r = AsUid(user_uid_, "GET", "/v1/limits");
   ASSERT_EQ(r.status, 200) << r.body;
-  EXPECT_EQ(ParseJson(r.body, "answer").value()["users"]["x"]["max_gpus"], 4);
+  EXPECT_EQ(ParseJson(r.body, "answer").value()["users"]["nobody"]["max_gpus"], 4);
   const std::string job = R"({"command": ["true"], "workdir": "/"})";
   EXPECT_EQ(AsUid(user_uid_, "POST", "/v1/jobs", {}, job).status, 201);
   r = AsUid(user_uid_, "POST", "/v1/jobs", {}, job);
@@ -634,11 +642,12 @@ TEST_F(ApiAccessTest, SubmissionsPastTheByteBoundsAre413And429NamingTheirKeys) {
   EXPECT_EQ(r.status, 413);
   EXPECT_NE(Error(r).find("max-submission-bytes of 100000"), std::string::npos) << r.body;
   for (int i = 0; i < 3; ++i) {
-    ASSERT_EQ(AsUid(user_uid_, "POST", "/v1/jobs", {}, job(1)).status, 201);  // 60,011 each
+    // 60,016 each: 60,011 sent, and the name "true" the server gives it
+    ASSERT_EQ(AsUid(user_uid_, "POST", "/v1/jobs", {}, job(1)).status, 201);
   }
   r = AsUid(user_uid_, "POST", "/v1/jobs", {}, job(1));
   EXPECT_EQ(r.status, 429);
-  EXPECT_NE(Error(r).find("has 180033 bytes of submissions queued"), std::string::npos) << r.body;
+  EXPECT_NE(Error(r).find("has 180048 bytes of submissions queued"), std::string::npos) << r.body;
   EXPECT_NE(Error(r).find("[server] max-queued-bytes-per-user"), std::string::npos);
 }
 

@@ -271,6 +271,8 @@ Status NodeAgent::Start(std::shared_ptr<protocol::ControllerLink> link) {
   ao.node = node_;
   ao.fake_node = stand_in_ || !options_.fake_file.empty();
   ao.address = options_.address;
+  ao.cpu_milli = options_.cpu_milli;
+  ao.memory_mib = options_.memory_mib;
   ao.telemetry_interval_s = options_.telemetry_interval_s;
   if (ao.telemetry_interval_s > 0) ao.sampler = TelemetrySamplerFor(options_.fake_file, node_);
   ao.exec_agent = ExecAgentCommand();

@@ -33,6 +33,9 @@ struct NodeAgentOptions {
   std::string node_name;         // default: the host name
   std::string address;           // where peers reach this node (AgentLoopOptions::address)
   int telemetry_interval_s = 5;  // 0: no telemetry
+  // What the node offers jobs (AgentLoopOptions): 0 = the host's online CPUs and memory.
+  int64_t cpu_milli = 0;
+  int64_t memory_mib = 0;
   // How jobs reach the controller (GPUPOOL_SERVER): the agent's own address list.
   std::string server_for_jobs;
   // Container jobs (docs/containers.md).
