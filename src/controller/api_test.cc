@@ -582,6 +582,38 @@ TEST_F(ApiAccessTest, BadDependenciesAreRefusedNamingTheField) {
   EXPECT_TRUE(store_->ListJobs({})->empty());
 }
 
+// Issue 30: `gpupool alloc` tells how its command ended in the cancel's body; any other
+// body, or one for a job that is no allocation, is refused naming the field.
+TEST_F(ApiAccessTest, ACancelsBodyEndsAnAllocationAndNothingElse) {
+  auto submit = [&](const std::string& body) {
+    net::HttpResponse r = AsUid(user_uid_, "POST", "/v1/jobs", {}, body);
+    EXPECT_EQ(r.status, 201) << r.body;
+    return std::to_string(ParseJson(r.body, "answer").value()["job"]["id"].get<int64_t>());
+  };
+  const std::string batch = submit(R"({"command": ["true"], "workdir": "/"})");
+  const std::string alloc = submit(R"({"command": [], "workdir": "/", "interactive": "alloc"})");
+  auto cancel = [&](const std::string& id, const std::string& body) {
+    return AsUid(user_uid_, "POST", "/v1/jobs/" + id + "/cancel", {}, body);
+  };
+  net::HttpResponse r = cancel(batch, R"({"exit_code": 0})");
+  EXPECT_EQ(r.status, 400);
+  EXPECT_EQ(Error(r), "job " + batch + " is no allocation (gpupool alloc): cancel it instead");
+  EXPECT_EQ(Error(cancel(alloc, R"({"exit_code": 300})")).find("exit_code"), 0u);
+  EXPECT_EQ(Error(cancel(alloc, R"({"exit_code": 0, "signal": 9})")),
+            "exit_code, signal: give one, how the command ended");
+  EXPECT_EQ(cancel(alloc, R"({"exitcode": 0})").status, 400);
+  EXPECT_EQ(cancel(alloc, "[1]").status, 400);
+  EXPECT_EQ(ParseJson(AsUid(user_uid_, "GET", "/v1/jobs/" + batch).body, "answer")
+                .value()["job"]["state"],
+            "PENDING");
+  // An allocation still pending (its client gave up): cancelled, as without a body.
+  r = cancel(alloc, R"({"exit_code": 0})");
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(ParseJson(r.body, "answer").value()["job"]["state"], "CANCELLED");
+  EXPECT_EQ(ParseJson(r.body, "answer").value()["job"]["name"], "alloc");
+  EXPECT_EQ(cancel(batch, "").status, 200);  // no body: a cancel, as ever
+}
+
 TEST_F(ApiAccessTest, LimitsAreReadByAnyoneAndSetByAdmins) {
   const std::string body =
       R"({"default": {"max_queued": 1}, "users": {"nobody": {"max_gpus": 4}}})";

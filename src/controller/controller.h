@@ -254,7 +254,8 @@ class Controller {
   // The command of a `gpupool alloc` job ended on its client's machine: the allocation is
   // released and the job ends as the command did (SUCCEEDED for exit 0, else FAILED), as
   // salloc's job does, not CANCELLED. InvalidArgument for a job that is no allocation; a
-  // job already stopping (an admin's cancel, its time limit) keeps that outcome.
+  // job already stopping (an admin's cancel, its time limit) keeps that outcome; a pending
+  // allocation is cancelled (Cancel).
   Result<jobs::Job> EndAllocation(int64_t id, const Caller& caller, std::optional<int> exit_code,
                                   std::optional<int> signal);
   // `hold`: keeps a pending job from starting until released (owner or admin; a hold an

@@ -314,12 +314,19 @@ Result<Job> Controller::EndAllocation(int64_t id, const Caller& caller,
   lifecycle::CommandEnded ended;
   ended.exit_code = exit_code;
   ended.signal = signal;
+  bool cancel = true;
   {
     MutexLock lock(mu_);
     auto it = active_.find(id);
-    if (it == active_.end()) return Cancel(id, caller);  // ended: its answer, as a cancel's
-    ended.attempt = it->second.attempt;
+    // Ended: its answer as a cancel's. A pending allocation (requeued, or its client gave
+    // up waiting) holds nothing to end and its client is gone: cancelled.
+    if (it != active_.end() &&
+        !(it->second.state == JobState::kPending && it->second.interactive == "alloc")) {
+      cancel = false;
+      ended.attempt = it->second.attempt;
+    }
   }
+  if (cancel) return Cancel(id, caller);
   auto guard = [&caller](const Job& job) -> Status {
     GP_RETURN_IF_ERROR(CheckOwner(job, caller));
     if (job.interactive != "alloc") {

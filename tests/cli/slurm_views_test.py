@@ -136,6 +136,9 @@ class SlurmViewsTest(unittest.TestCase):
         self.assertEqual(self.ok("logs", "%d_0" % array).stdout, "out-0\n")
         shown = self.ok("show", "%d_1" % array).stdout
         self.assertIn("element 1 of array %d" % array, shown)
+        one = self.wait("%d_1" % array, ("RUNNING",))["id"]
+        r = self.ok("exec", "--job", "%d_1" % array, "--", "sh", "-c", "echo in $GPUPOOL_JOB_ID")
+        self.assertEqual(r.stdout, "in %d\n" % one)
         r = self.gp("hold", "%d_2" % array)
         if self.job("%d_2" % array)["state"] == "PENDING":
             self.assertEqual(r.returncode, 0, r.stderr)
