@@ -127,6 +127,29 @@ class SlurmViewsTest(unittest.TestCase):
         node = json.loads(self.ok("nodes", "--json").stdout)["nodes"][0]
         self.assertEqual((node["cpu_milli"], node["memory_mib"]), (8000, 65536))
 
+    def test_a_second_agent_replaying_the_file_has_gpus_of_its_own(self):
+        state = os.path.join(self.dir, "agent-extra")
+        with open(os.path.join(self.dir, "agent-extra.log"), "ab") as log:
+            agent = subprocess.Popen(
+                [GPUPOOL, "agent", "--controller", "unix:" + self.sock, "--state-dir", state,
+                 "--fake", NODE, "--node-name", "extra", "--telemetry-interval", "0"],
+                stdout=log, stderr=log, start_new_session=True)
+        try:
+            nodes = pooltest.wait_for("the second node", lambda: (lambda n: n if len(n) == 2 else None)(
+                {n["name"]: [g["uuid"] for g in n["gpus"]]
+                 for n in json.loads(self.ok("nodes", "--json").stdout)["nodes"]
+                 if n["state"] == "up"}))
+            self.ok("node", "drain", "extra", "--reason", "a test's second agent")
+            with open(NODE) as f:
+                in_file = [g["uuid"] for g in json.load(f)["gpus"]]
+            first = [name for name in nodes if name != "extra"][0]
+            self.assertEqual(nodes[first], in_file)  # under the file's own host name
+            self.assertEqual(len(set(nodes["extra"]) & set(in_file)), 0, nodes)
+            self.assertEqual([u[12:] for u in nodes["extra"]], [u[12:] for u in in_file])
+            self.assertEqual(len(set(u[:12] for u in nodes["extra"])), 1)
+        finally:
+            pooltest.stop_processes([agent])
+
     def test_array_elements_everywhere_and_cancel_after_the_first_ended(self):
         # Element 0 ends at once; the others wait on a file that never comes.
         array = self.submit("-a", "0-3", "--", "sh", "-c",

@@ -48,6 +48,21 @@ gpu::NodeInfo FakeEightGpuNode() {
   return n;
 }
 
+// A replayed GPU's UUID for the node `node_name`: "GPU-" and 8 hex digits of the name's
+// hash, then the file's UUID from its 13th character, so that agents replaying one file
+// under different names have GPUs of different UUIDs (which the controller's health
+// records and metrics tell GPUs apart by), each still recognisable by its file's tail.
+std::string NodeScopedUuid(const std::string& uuid, const std::string& node_name) {
+  if (uuid.empty()) return uuid;
+  uint32_t h = 2166136261u;  // FNV-1a
+  for (unsigned char c : node_name) h = (h ^ c) * 16777619u;
+  char hex[9];
+  std::snprintf(hex, sizeof hex, "%08x", h);
+  if (uuid.starts_with("GPU-") && uuid.size() >= 12)
+    return "GPU-" + std::string(hex) + uuid.substr(12);
+  return uuid + "-" + hex;
+}
+
 // The agent's telemetry source for the node it runs (the fake file's profile with --fake);
 // null, with a note, where none fits: the agent then sends no telemetry.
 std::shared_ptr<gpu::TelemetrySampler> TelemetrySamplerFor(const std::string& fake_file,
@@ -155,6 +170,12 @@ Status NodeAgent::Discover() {
     opts.fake_node_file = options_.fake_file;
   }
   GP_ASSIGN_OR_RETURN(node_, gpu::DiscoverNode(opts));
+  // One node file replayed under another name (two agents from one file): GPUs of their
+  // own. Under the file's own host name, its UUIDs as they are.
+  if (!options_.fake_file.empty() && !options_.node_name.empty() &&
+      options_.node_name != node_.hostname) {
+    for (gpu::GpuInfo& g : node_.gpus) g.uuid = NodeScopedUuid(g.uuid, options_.node_name);
+  }
   if (node_.gpus.empty() && options_.stand_in_when_no_gpus) {
     node_ = FakeEightGpuNode();
     stand_in_ = true;
