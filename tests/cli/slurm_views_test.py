@@ -50,6 +50,17 @@ class NoPoolTest(unittest.TestCase):
                                     flag, value], capture_output=True, text=True, timeout=30)
                 self.assertNotEqual(r.returncode, 0)
                 self.assertIn("%s %s: %s" % (flag, value, why), r.stderr)
+            # A node file's "host" object is checked as the rest of the file.
+            with open(NODE) as f:
+                node = json.load(f)
+            node["host"] = {"cpus": -2}
+            bad = os.path.join(d, "node.json")
+            with open(bad, "w") as f:
+                json.dump(node, f)
+            r = subprocess.run([GPUPOOL, "gpus", "--fake", bad], capture_output=True, text=True,
+                               timeout=30)
+            self.assertNotEqual(r.returncode, 0)
+            self.assertIn("host.cpus: a number of CPUs", r.stderr)
         finally:
             pooltest.remove_dir(d)
 
@@ -129,10 +140,17 @@ class SlurmViewsTest(unittest.TestCase):
 
     def test_a_second_agent_replaying_the_file_has_gpus_of_its_own(self):
         state = os.path.join(self.dir, "agent-extra")
+        # The file's own CPUs and memory (its "host" object) are what the node offers.
+        with open(NODE) as f:
+            node = json.load(f)
+        node["host"] = {"cpus": 3, "memory_bytes": 4 << 30}
+        replay = os.path.join(self.dir, "node-host.json")
+        with open(replay, "w") as f:
+            json.dump(node, f)
         with open(os.path.join(self.dir, "agent-extra.log"), "ab") as log:
             agent = subprocess.Popen(
                 [GPUPOOL, "agent", "--controller", "unix:" + self.sock, "--state-dir", state,
-                 "--fake", NODE, "--node-name", "extra", "--telemetry-interval", "0"],
+                 "--fake", replay, "--node-name", "extra", "--telemetry-interval", "0"],
                 stdout=log, stderr=log, start_new_session=True)
         try:
             nodes = pooltest.wait_for("the second node", lambda: (lambda n: n if len(n) == 2 else None)(
@@ -140,6 +158,9 @@ class SlurmViewsTest(unittest.TestCase):
                  for n in json.loads(self.ok("nodes", "--json").stdout)["nodes"]
                  if n["state"] == "up"}))
             self.ok("node", "drain", "extra", "--reason", "a test's second agent")
+            extra = [n for n in json.loads(self.ok("nodes", "--json").stdout)["nodes"]
+                     if n["name"] == "extra"][0]
+            self.assertEqual((extra["cpu_milli"], extra["memory_mib"]), (3000, 4096))
             with open(NODE) as f:
                 in_file = [g["uuid"] for g in json.load(f)["gpus"]]
             first = [name for name in nodes if name != "extra"][0]

@@ -15,6 +15,7 @@
 #include "agent/mps.h"
 #include "common/host.h"
 #include "gpu/gpu_backend.h"
+#include "gpu/node_json.h"
 #include "gpu/telemetry.h"
 
 namespace gpupool::agent {
@@ -170,6 +171,14 @@ Status NodeAgent::Discover() {
     opts.fake_node_file = options_.fake_file;
   }
   GP_ASSIGN_OR_RETURN(node_, gpu::DiscoverNode(opts));
+  if (!options_.fake_file.empty()) {
+    // What the file says the machine offers, unless --fake-cpus/--fake-mem say otherwise.
+    GP_ASSIGN_OR_RETURN(Json file, ReadJsonFile(options_.fake_file));
+    GP_ASSIGN_OR_RETURN(gpu::HostResources host,
+                        gpu::HostResourcesFromJson(file, options_.fake_file));
+    if (options_.cpu_milli <= 0) options_.cpu_milli = host.cpu_milli;
+    if (options_.memory_mib <= 0) options_.memory_mib = host.memory_mib;
+  }
   // One node file replayed under another name (two agents from one file): GPUs of their
   // own. Under the file's own host name, its UUIDs as they are.
   if (!options_.fake_file.empty() && !options_.node_name.empty() &&
