@@ -16,6 +16,7 @@
 
 #include "agent/runtime/node_agent.h"
 #include "agent/shim.h"
+#include "cli/client/units.h"
 #include "cli/config_file.h"
 #include "common/clock.h"
 #include "common/file_util.h"
@@ -332,6 +333,9 @@ struct ContainerFlags {
   std::string health_check;
   int health_check_interval = 300;
   int health_check_timeout = 60;
+  // What the node offers jobs instead of the host's CPUs and memory (fake nodes).
+  std::string fake_cpus;
+  std::string fake_mem;
 };
 
 void AddContainerFlags(CLI::App* cmd, ContainerFlags* f) {
@@ -374,12 +378,35 @@ void AddContainerFlags(CLI::App* cmd, ContainerFlags* f) {
   cmd->add_option("--podman-arg", f->podman_args,
                   "global podman argument, repeatable: --podman-arg=--root --podman-arg=DIR")
       ->allow_extra_args(false);
+  cmd->add_option("--fake-cpus", f->fake_cpus,
+                  "CPUs the node offers jobs, e.g. 16 (default: the host's online CPUs); for "
+                  "fake nodes, so that two agents on one machine look like two machines")
+      ->type_name("N");
+  cmd->add_option("--fake-mem", f->fake_mem,
+                  "memory the node offers jobs, e.g. 64G (default: the host's)")
+      ->type_name("SIZE");
   cmd->add_flag("--allow-unisolated-devices", f->allow_unisolated_devices,
                 "start process jobs even when the GPUs they were not given cannot be denied "
                 "(missing device nodes, no devices cgroup); by default such jobs fail");
 }
 
-void ApplyContainerFlags(const ContainerFlags& f, agent::NodeAgentOptions* o) {
+Status ApplyContainerFlags(const ContainerFlags& f, agent::NodeAgentOptions* o) {
+  if (!f.fake_cpus.empty()) {
+    Result<int64_t> milli = cli::ParseCpus(f.fake_cpus);
+    if (!milli.ok() || *milli <= 0) {
+      return Status::InvalidArgument("--fake-cpus " + f.fake_cpus +
+                                     ": a number of CPUs above 0, e.g. 16 or 0.5");
+    }
+    o->cpu_milli = *milli;
+  }
+  if (!f.fake_mem.empty()) {
+    Result<uint64_t> bytes = cli::ParseSize(f.fake_mem);
+    if (!bytes.ok() || *bytes < (uint64_t{1} << 20)) {
+      return Status::InvalidArgument("--fake-mem " + f.fake_mem +
+                                     ": a size of at least 1M, e.g. 64G (binary units)");
+    }
+    o->memory_mib = static_cast<int64_t>(*bytes >> 20);
+  }
   o->allow_unisolated_devices = f.allow_unisolated_devices;
   o->cdi_kind = f.cdi_kind;
   o->dev_root = f.dev_root;
@@ -391,6 +418,7 @@ void ApplyContainerFlags(const ContainerFlags& f, agent::NodeAgentOptions* o) {
   o->health_check = f.health_check;
   o->health_check_interval_s = f.health_check_interval;
   o->health_check_timeout_s = f.health_check_timeout;
+  return Status::Ok();
 }
 
 // The config file (docs/deploy.md): [server] takes the long options of `gpupool server`,
@@ -443,7 +471,7 @@ int RunUp(const ServerFlags& flags, const std::string& fake, const ContainerFlag
   ao.fake_file = fake;
   ao.stand_in_when_no_gpus = true;
   ao.telemetry_interval_s = telemetry_interval_s;
-  ApplyContainerFlags(containers, &ao);
+  if (Status s = ApplyContainerFlags(containers, &ao); !s.ok()) return Fail(s);
   net::ServerAddress addr;
   addr.kind = net::ServerAddress::Kind::kUnix;
   addr.path = so->state_dir + "/gpupool.sock";
@@ -558,7 +586,7 @@ int RunAgent(const AgentFlags& af, bool token_flag) {
   ao.telemetry_interval_s = af.telemetry_interval_s;
   // The whole list: a job's `gpupool exec` finds the leader as the agent does.
   ao.server_for_jobs = net::ServerAddressListToString(*controllers);
-  ApplyContainerFlags(af.containers, &ao);
+  if (Status s = ApplyContainerFlags(af.containers, &ao); !s.ok()) return Fail(s);
   agent::NodeAgent node_agent(ao);
   if (Status s =
           node_agent.Start(protocol::NewHttpControllerLink(net::HttpClient(*controllers, token)));

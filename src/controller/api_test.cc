@@ -582,19 +582,59 @@ TEST_F(ApiAccessTest, BadDependenciesAreRefusedNamingTheField) {
   EXPECT_TRUE(store_->ListJobs({})->empty());
 }
 
+// Issue 30: `gpupool alloc` tells how its command ended in the cancel's body; any other
+// body, or one for a job that is no allocation, is refused naming the field.
+TEST_F(ApiAccessTest, ACancelsBodyEndsAnAllocationAndNothingElse) {
+  auto submit = [&](const std::string& body) {
+    net::HttpResponse r = AsUid(user_uid_, "POST", "/v1/jobs", {}, body);
+    EXPECT_EQ(r.status, 201) << r.body;
+    return std::to_string(ParseJson(r.body, "answer").value()["job"]["id"].get<int64_t>());
+  };
+  const std::string batch = submit(R"({"command": ["true"], "workdir": "/"})");
+  const std::string alloc = submit(R"({"command": [], "workdir": "/", "interactive": "alloc"})");
+  auto cancel = [&](const std::string& id, const std::string& body) {
+    return AsUid(user_uid_, "POST", "/v1/jobs/" + id + "/cancel", {}, body);
+  };
+  net::HttpResponse r = cancel(batch, R"({"exit_code": 0})");
+  EXPECT_EQ(r.status, 400);
+  EXPECT_EQ(Error(r), "job " + batch + " is no allocation (gpupool alloc): cancel it instead");
+  EXPECT_EQ(Error(cancel(alloc, R"({"exit_code": 300})")).find("exit_code"), 0u);
+  EXPECT_EQ(Error(cancel(alloc, R"({"exit_code": 0, "signal": 9})")),
+            "exit_code, signal: give one, how the command ended");
+  EXPECT_EQ(cancel(alloc, R"({"exitcode": 0})").status, 400);
+  EXPECT_EQ(cancel(alloc, "[1]").status, 400);
+  EXPECT_EQ(ParseJson(AsUid(user_uid_, "GET", "/v1/jobs/" + batch).body, "answer")
+                .value()["job"]["state"],
+            "PENDING");
+  // An allocation still pending (its client gave up): cancelled, as without a body.
+  r = cancel(alloc, R"({"exit_code": 0})");
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(ParseJson(r.body, "answer").value()["job"]["state"], "CANCELLED");
+  EXPECT_EQ(ParseJson(r.body, "answer").value()["job"]["name"], "alloc");
+  EXPECT_EQ(cancel(batch, "").status, 200);  // no body: a cancel, as ever
+}
+
 TEST_F(ApiAccessTest, LimitsAreReadByAnyoneAndSetByAdmins) {
-  const std::string body = R"({"default": {"max_queued": 1}, "users": {"x": {"max_gpus": 4}}})";
+  const std::string body =
+      R"({"default": {"max_queued": 1}, "users": {"nobody": {"max_gpus": 4}}})";
   net::HttpResponse r = AsUid(user_uid_, "PUT", "/v1/limits", {}, body);
   EXPECT_EQ(r.status, 403);
   EXPECT_NE(Error(r).find("only admins set limits"), std::string::npos) << r.body;
-  EXPECT_EQ(AsUid(0, "PUT", "/v1/limits", {}, R"({"users": {"x": {"max_gpus": "4"}}})").status,
+  EXPECT_EQ(AsUid(0, "PUT", "/v1/limits", {}, R"({"users": {"nobody": {"max_gpus": "4"}}})").status,
             400);
   EXPECT_EQ(AsUid(0, "PUT", "/v1/limits", {}, "{").status, 400);
+  // A user row must name an account: a typo would limit nobody.
+  r = AsUid(0, "PUT", "/v1/limits", {}, R"({"users": {"nosuchuser-gp": {"max_gpus": 4}}})");
+  EXPECT_EQ(r.status, 400);
+  EXPECT_EQ(Error(r),
+            "limits.users.nosuchuser-gp: there is no user 'nosuchuser-gp' on the controller "
+            "host; limits apply to the login names jobs run as: give an existing one (`getent "
+            "passwd NAME`), or create the account first");
   r = AsUid(0, "PUT", "/v1/limits", {}, body);
   ASSERT_EQ(r.status, 200) << r.body;
   r = AsUid(user_uid_, "GET", "/v1/limits");
   ASSERT_EQ(r.status, 200) << r.body;
-  EXPECT_EQ(ParseJson(r.body, "answer").value()["users"]["x"]["max_gpus"], 4);
+  EXPECT_EQ(ParseJson(r.body, "answer").value()["users"]["nobody"]["max_gpus"], 4);
   const std::string job = R"({"command": ["true"], "workdir": "/"})";
   EXPECT_EQ(AsUid(user_uid_, "POST", "/v1/jobs", {}, job).status, 201);
   r = AsUid(user_uid_, "POST", "/v1/jobs", {}, job);
@@ -634,11 +674,12 @@ TEST_F(ApiAccessTest, SubmissionsPastTheByteBoundsAre413And429NamingTheirKeys) {
   EXPECT_EQ(r.status, 413);
   EXPECT_NE(Error(r).find("max-submission-bytes of 100000"), std::string::npos) << r.body;
   for (int i = 0; i < 3; ++i) {
-    ASSERT_EQ(AsUid(user_uid_, "POST", "/v1/jobs", {}, job(1)).status, 201);  // 60,011 each
+    // 60,016 each: 60,011 sent, and the name "true" the server gives it
+    ASSERT_EQ(AsUid(user_uid_, "POST", "/v1/jobs", {}, job(1)).status, 201);
   }
   r = AsUid(user_uid_, "POST", "/v1/jobs", {}, job(1));
   EXPECT_EQ(r.status, 429);
-  EXPECT_NE(Error(r).find("has 180033 bytes of submissions queued"), std::string::npos) << r.body;
+  EXPECT_NE(Error(r).find("has 180048 bytes of submissions queued"), std::string::npos) << r.body;
   EXPECT_NE(Error(r).find("[server] max-queued-bytes-per-user"), std::string::npos);
 }
 

@@ -597,6 +597,7 @@ Status Controller::ScheduleOnce() {
   last_pass_blocked_ = applied == PlanApplied::kNone;
   // Readers attach these to pending jobs; the old map is freed after the lock.
   pending_reasons_.swap(plan.pending_reasons);
+  start_estimates_us_.swap(plan.start_estimates_us);
   int64_t no_room = 0;
   for (const auto& [id, why] : pending_reasons_) {
     if (PendingReasonClass(why) == "resources") ++no_room;

@@ -251,6 +251,13 @@ class Controller {
   Status CheckSubmissionSize(const jobs::Job& job) const;
   const ControllerOptions& options() const { return options_; }
   Result<jobs::Job> Cancel(int64_t id, const Caller& caller);
+  // The command of a `gpupool alloc` job ended on its client's machine: the allocation is
+  // released and the job ends as the command did (SUCCEEDED for exit 0, else FAILED), as
+  // salloc's job does, not CANCELLED. InvalidArgument for a job that is no allocation; a
+  // job already stopping (an admin's cancel, its time limit) keeps that outcome; a pending
+  // allocation is cancelled (Cancel).
+  Result<jobs::Job> EndAllocation(int64_t id, const Caller& caller, std::optional<int> exit_code,
+                                  std::optional<int> signal);
   // `hold`: keeps a pending job from starting until released (owner or admin; a hold an
   // admin put on another user's job is released by admins only). Holding a held job or
   // releasing one that is not held changes nothing; a job that runs cannot be held.
@@ -270,6 +277,10 @@ class Controller {
   // array has ended. InvalidArgument when `array_id` is no array's id.
   Result<ArrayCancelled> CancelArray(int64_t array_id, const Caller& caller);
   Result<jobs::Job> Get(int64_t id, const Caller& caller);
+  // The last scheduling pass's planned starts of pending jobs (µs since the epoch), by
+  // job id: under the easy start rule the job holding the reservation has one (`gpupool
+  // queue --start`); none under strict or skip, nor for any other job.
+  std::map<int64_t, int64_t> StartEstimates();
   Result<std::vector<jobs::Job>> List(const store::JobFilter& filter, const Caller& caller);
   std::vector<NodeView> Nodes();
   // Admins only. On a drained node what runs finishes and nothing new starts, until
@@ -649,6 +660,7 @@ class Controller {
   std::map<int64_t, std::shared_ptr<const jobs::Job>> slim_ GUARDED_BY(mu_);
   // Why each job left pending by the last pass waits (swapped in whole by the pass).
   std::map<int64_t, std::string> pending_reasons_ GUARDED_BY(mu_);
+  std::map<int64_t, int64_t> start_estimates_us_ GUARDED_BY(mu_);  // the last pass's
   std::map<std::string, NodeEntry> nodes_ GUARDED_BY(mu_);
   gpu::HealthPolicy health_policy_;  // immutable after Create
   // Automatic cordons within the last hour: (when, node), oldest first (BreakerAllows).

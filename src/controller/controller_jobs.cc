@@ -100,6 +100,9 @@ Result<Job> Controller::Submit(Job job, const Caller& caller, bool* duplicate) {
   const int64_t adding = array ? static_cast<int64_t>(array->indices.size()) : 1;
   // What its jobs hold of the controller's memory: one copy of the submission for all
   // the elements of an array (they share it, jobs::Job::env and command).
+  // As Slurm names it: after its script or command. Held as the submission's own name is,
+  // so counted in `bytes`; not in the size the user is told about (CheckSubmissionSize).
+  if (job.name.empty()) job.name = jobs::DefaultJobName(job);
   const int64_t bytes = jobs::SubmissionBytes(job);
   // Dependencies name jobs that exist, so no chain of them can loop back to this one.
   GP_RETURN_IF_ERROR(CheckDependencies(job, caller));
@@ -225,6 +228,11 @@ std::vector<int64_t> Controller::JobsUsingEnvironment(const std::string& ref) {
   return out;
 }
 
+std::map<int64_t, int64_t> Controller::StartEstimates() {
+  MutexLock lock(mu_);
+  return start_estimates_us_;
+}
+
 Result<Job> Controller::Get(int64_t id, const Caller& caller) {
   {
     MutexLock lock(mu_);
@@ -301,6 +309,37 @@ Result<Job> Controller::Cancel(int64_t id, const Caller& caller) {
   return NotActiveAnswer(id, caller, cancel);
 }
 
+Result<Job> Controller::EndAllocation(int64_t id, const Caller& caller,
+                                      std::optional<int> exit_code, std::optional<int> signal) {
+  lifecycle::CommandEnded ended;
+  ended.exit_code = exit_code;
+  ended.signal = signal;
+  bool cancel = true;
+  {
+    MutexLock lock(mu_);
+    auto it = active_.find(id);
+    // Ended: its answer as a cancel's. A pending allocation (requeued, or its client gave
+    // up waiting) holds nothing to end and its client is gone: cancelled.
+    if (it != active_.end() &&
+        !(it->second.state == JobState::kPending && it->second.interactive == "alloc")) {
+      cancel = false;
+      ended.attempt = it->second.attempt;
+    }
+  }
+  if (cancel) return Cancel(id, caller);
+  auto guard = [&caller](const Job& job) -> Status {
+    GP_RETURN_IF_ERROR(CheckOwner(job, caller));
+    if (job.interactive != "alloc") {
+      return Status::InvalidArgument("job " + std::to_string(job.id) +
+                                     " is no allocation (gpupool alloc): cancel it instead");
+    }
+    return Status::Ok();
+  };
+  Result<Job> r = CommitOne({id, std::move(ended), guard});
+  if (r.ok() || r.status().code() != StatusCode::kNotFound) return r;
+  return Cancel(id, caller);
+}
+
 Status Controller::CheckQueuedLimits(const Job& job, int64_t adding, int64_t bytes) {
   const std::string& project = jobs::AccountingProject(job);
   auto count = [](const std::map<std::string, int64_t>& m, const std::string& key) -> int64_t {
@@ -313,7 +352,7 @@ Status Controller::CheckQueuedLimits(const Job& job, int64_t adding, int64_t byt
                                      std::to_string(adding) + " more would pass the limit (" +
                                      limit + "): wait for some to start, or " + fix);
   };
-  const Limit& ul = limits_.ForUser(job.user);
+  const Limit ul = limits_.ForUser(job.user);
   const int64_t user_queued = count(queued_by_user_, job.user) + count(submitting_, job.user);
   if (ul.max_queued >= 0) {
     if (user_queued + adding > ul.max_queued) {

@@ -1430,6 +1430,7 @@ TEST_F(ControllerTest, ConcurrentSubmittersCannotPassThePoolsBoundTogether) {
 Job SizedJob(int64_t bytes, const std::string& array = "") {
   Job j = MakeJob(1);
   j.array = array;
+  j.name = "sized";  // its own: the name the server gives a job without one would add bytes
   for (int i = 0; jobs::SubmissionBytes(j) < bytes; ++i) {
     const std::string name = "PAD" + std::to_string(i);
     const int64_t left = bytes - jobs::SubmissionBytes(j) - static_cast<int64_t>(name.size()) - 2;
@@ -1607,7 +1608,8 @@ TEST_F(ControllerTest, LimitsHoldJobsWithAReasonAndRefuseQueueingPastTheMax) {
   Register(2, {}, "n1");
   Register(2, {}, "n2");
   Limits l;
-  l.users["alice"] = {/*max_gpus=*/3, /*max_running=*/-1, /*max_queued=*/-1};
+  // alice's own row: her max_running above the default's; her max_queued the default's.
+  l.users["alice"] = {/*max_gpus=*/3, /*max_running=*/10, /*max_queued=*/-1};
   l.user_default = {-1, /*max_running=*/1, /*max_queued=*/3};
   l.projects["vision"] = {-1, -1, -1};
   l.projects["vision"].max_gpus = 1;

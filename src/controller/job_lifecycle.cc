@@ -81,6 +81,20 @@ bool IsTaskOf(const Job& job, const std::string& node, int task, int attempt) {
          job.placement[static_cast<size_t>(task)].node == node;
 }
 
+// A one-task job's reason from its task's. A stop the controller asked for (a cancel, its
+// time-limit backstop, ...) keeps the controller's reason, which says who asked or why,
+// and adds how the task ended: "cancelled by alice (ended by SIGTERM)", not the node's
+// "cancelled (ended by SIGTERM)".
+std::string StoppedReason(const Job& next, const std::string& reason_before,
+                          const jobs::TaskStatus& task) {
+  if (!next.cancel_requested || !task.cancelled || reason_before.empty()) return task.reason;
+  constexpr std::string_view kCancelled = "cancelled";
+  if (std::string_view(task.reason).starts_with(kCancelled)) {
+    return reason_before + task.reason.substr(kCancelled.size());
+  }
+  return reason_before + " (" + task.reason + ")";
+}
+
 // The job's outcome once every task has ended; else the job as it is, waiting for them.
 // With cancel_requested, tasks whose launch orders never went out (they wait for task
 // 0's port) will not start: they end here.
@@ -140,9 +154,13 @@ Transition Settle(const Job& job, Job next, int64_t now_us) {
     } else {
       next.state = JobState::kSucceeded;
     }
-    if (next.tasks.size() == 1 && !first.reason.empty()) next.reason = first.reason;
-    if (next.interactive == "run" && next.command_ended && !any(&jobs::TaskStatus::timed_out)) {
-      // gpupool run: the tasks were released when the command ended; it is the outcome.
+    if (next.tasks.size() == 1 && !first.reason.empty()) {
+      next.reason = StoppedReason(next, reason_before, first);
+    }
+    if ((next.interactive == "run" || next.interactive == "alloc") && next.command_ended &&
+        !any(&jobs::TaskStatus::timed_out)) {
+      // gpupool run and alloc: the tasks were released when the command ended (on the node,
+      // or alloc's on the client's machine); it is the outcome.
       next.exit_code = next.command_exit_code;
       next.signal = next.command_signal;
       const bool ok = next.exit_code && *next.exit_code == 0 && !next.signal;
@@ -424,6 +442,8 @@ Result<Transition> OnDependencyFailed(const Job& job, const DependencyFailed& e,
 
 Result<Transition> OnCommandEnded(const Job& job, const CommandEnded& e, int64_t now_us) {
   if (!Occupies(job) || e.attempt != job.attempt || job.command_ended) return Unchanged(job);
+  // An allocation already being stopped (a cancel, its time limit) ends as that stop does.
+  if (job.interactive == "alloc" && job.cancel_requested) return Unchanged(job);
   Job next = job;
   next.command_ended = true;
   next.command_exit_code = e.exit_code;

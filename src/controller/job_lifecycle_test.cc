@@ -375,6 +375,32 @@ TEST(JobLifecycleTest, CancellingAGangWhoseLaterTasksNeverStartedEndsThem) {
   EXPECT_EQ(e.status().message(), "job 7 has already ended (FAILED)");
 }
 
+// Issue 30: a running job's cancel keeps who asked for it; the node's reason ("cancelled
+// (ended by SIGTERM)") only adds how the task ended.
+TEST(JobLifecycleTest, ACancelledRunningJobSaysWhoCancelledIt) {
+  Result<Transition> t = Step(InState(JobState::kRunning), CancelRequested{"root"}, kNow);
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  TaskExited end;
+  end.node = "n1";
+  end.attempt = 1;
+  end.time_us = kNow;
+  end.signal = 15;
+  end.cancelled = true;
+  end.reason = "cancelled (ended by SIGTERM)";
+  Result<Transition> done = Step(t->next, end, kNow);
+  ASSERT_TRUE(done.ok()) << done.status().ToString();
+  EXPECT_EQ(done->next.state, JobState::kCancelled);
+  EXPECT_EQ(done->next.reason, "cancelled by root (ended by SIGTERM)");
+  // A task that ended on its own meanwhile (not stopped by the cancel) tells its story.
+  end.cancelled = false;
+  end.signal.reset();
+  end.exit_code = 3;
+  end.reason = "exited with code 3";
+  done = Step(t->next, end, kNow);
+  ASSERT_TRUE(done.ok()) << done.status().ToString();
+  EXPECT_EQ(done->next.reason, "exited with code 3");
+}
+
 TEST(JobLifecycleTest, AnAdminsHoldIsReleasedByAdminsOnly) {
   Result<Transition> held = Step(InState(JobState::kPending), Hold{"root", true}, kNow);
   ASSERT_TRUE(held.ok());

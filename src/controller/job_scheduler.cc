@@ -63,6 +63,10 @@ Result<ScheduleResult> JobScheduler::Plan(const std::vector<const jobs::Job*>& a
     result.starts[in.pending_source[s.pending_index]->id] =
         in.ToTaskPlacements(*in.pending[s.pending_index], s.placements);
   }
+  if (r.reserved_index && r.reservation_start_s > 0) {
+    result.start_estimates_us[in.pending_source[*r.reserved_index]->id] =
+        r.reservation_start_s * 1'000'000;
+  }
   for (auto& [i, why] : r.reasons) {
     // A GPU out of service that keeps the job waiting is named (docs/health.md); not
     // where a gate (a hold, a dependency, a limit) keeps it.

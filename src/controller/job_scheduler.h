@@ -33,6 +33,9 @@ inline constexpr const char* kMpsOneUserNote =
 struct ScheduleResult {
   std::map<int64_t, std::vector<jobs::TaskPlacement>> starts;  // job id -> placements
   std::map<int64_t, std::string> pending_reasons;              // for jobs left pending
+  // Under the easy start rule, the job holding the reservation: its planned start (µs
+  // since the epoch), from the time limits of the jobs in its way. No other has one.
+  std::map<int64_t, int64_t> start_estimates_us;
 };
 
 class JobScheduler {

@@ -16,14 +16,14 @@ bool IsAlnum(char c) {
   return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9');
 }
 
-bool HasAccount(const std::string& name) {
+}  // namespace
+
+bool HasPosixAccount(const std::string& name) {
   std::vector<char> buf(16384);
   passwd pw{};
   passwd* found = nullptr;
   return getpwnam_r(name.c_str(), &pw, buf.data(), buf.size(), &found) == 0 && found != nullptr;
 }
-
-}  // namespace
 
 std::string TokenId(const store::TokenRecord& token) {
   return token.token_hash.substr(0, kTokenIdDigits);
@@ -65,7 +65,7 @@ Status ValidateTokenSubject(std::string_view kind, std::string_view name) {
         "' is not a valid user name (1-32 letters, digits, '.', '_' or '-', not starting "
         "with '-'): give the login name of an account on the controller host");
   }
-  if (!HasAccount(n)) {
+  if (!HasPosixAccount(n)) {
     return Status::InvalidArgument("user: there is no account '" + n +
                                    "' on the controller host: give an existing login name, or "
                                    "create the account first (useradd " +

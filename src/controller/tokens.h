@@ -18,6 +18,8 @@ std::string TokenId(const store::TokenRecord& token);
 bool IsNodeName(std::string_view name);
 // A portable POSIX user name: 1-32 letters, digits, '.', '_' or '-', not starting with '-'.
 bool IsPosixUserName(std::string_view name);
+// Whether this host has an account of that name (getpwnam).
+bool HasPosixAccount(const std::string& name);
 
 // Whether a token of `kind` ("user", "node" or "metrics") may be made for `name`: a node
 // name for kind node; for user and metrics, a POSIX user name with an account on this

@@ -380,6 +380,21 @@ Status CheckNode(const NodeInfo& node) {
   return Status::Ok();
 }
 
+// The node file's "host" object (HostResources): CPUs (a number, thousandths count) and
+// memory in bytes, each optional and above zero.
+Status ReadHost(const Json& j, bool strict, HostResources* out) {
+  JsonFields f(j, "host", strict);
+  double cpus = 0;
+  int64_t bytes = 0;
+  f.Optional("cpus", &cpus);
+  f.Optional("memory_bytes", &bytes, 0, int64_t{1} << 50);
+  if (f.ok() && (cpus < 0 || cpus > 1e6)) f.Fail("cpus", "a number of CPUs, e.g. 16 or 0.5");
+  GP_RETURN_IF_ERROR(f.Finish());
+  out->cpu_milli = static_cast<int64_t>(cpus * 1000 + 0.5);
+  out->memory_mib = bytes >> 20;
+  return Status::Ok();
+}
+
 Status ReadNode(const Json& j, NodeInfo* node, bool strict) {
   if (!j.is_object()) {
     return Status::InvalidArgument("expected a JSON object (a gpupool node description), found " +
@@ -398,6 +413,10 @@ Status ReadNode(const Json& j, NodeInfo* node, bool strict) {
                                    "; this gpupool reads only that schema");
   }
   ReadString(f, "hostname", &node->hostname, 255);
+  if (const Json* host = f.Member("host"); host != nullptr && f.ok()) {
+    HostResources ignored;  // HostResourcesFromJson's; checked here as every field is
+    GP_RETURN_IF_ERROR(ReadHost(*host, strict, &ignored));
+  }
   if (const Json* drivers = f.Member("drivers"); drivers != nullptr && f.ok()) {
     JsonFields df(*drivers, "drivers", strict);
     for (const char* vendor : {"nvidia", "amd"}) {
@@ -457,6 +476,15 @@ Status ReadNode(const Json& j, NodeInfo* node, bool strict) {
 }
 
 }  // namespace
+
+Result<HostResources> HostResourcesFromJson(const Json& node, std::string_view source) {
+  HostResources out;
+  if (!node.is_object()) return out;
+  auto it = node.find("host");
+  if (it == node.end()) return out;
+  if (Status s = ReadHost(*it, true, &out); !s.ok()) return s.WithContext(source);
+  return out;
+}
 
 OrderedJson NodeToJson(const NodeInfo& node) {
   OrderedJson j = OrderedJson::object();

@@ -37,4 +37,14 @@ OrderedJson NodeToJson(const NodeInfo& node);
 Result<NodeInfo> NodeFromJson(const Json& json, std::string_view source,
                               bool reject_unknown = true);
 
+// What a node file says the machine offers jobs besides its GPUs, its optional
+// `"host": {"cpus": 16, "memory_bytes": 68719476736}`: an agent replaying the file
+// (--fake) offers these instead of the machine it runs on. 0 where the file says nothing.
+// Not part of NodeInfo (discovery never fills it); NodeFromJson checks it the same way.
+struct HostResources {
+  int64_t cpu_milli = 0;
+  int64_t memory_mib = 0;
+};
+Result<HostResources> HostResourcesFromJson(const Json& node, std::string_view source);
+
 }  // namespace gpupool::gpu

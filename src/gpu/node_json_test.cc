@@ -285,5 +285,29 @@ TEST(NodeJsonTest, DevicePathsMustStayInDev) {
             std::string::npos);
 }
 
+// Issue 30: a node file may say what the machine offers jobs besides its GPUs; checked
+// as every field is, and read by the agent that replays it.
+TEST(NodeJsonTest, AHostObjectSaysTheCpusAndMemoryAReplayOffers) {
+  Json j = Json::parse(R"({"schema": "gpupool.node/v1", "hostname": "h",
+                           "host": {"cpus": 2.5, "memory_bytes": 68719476736}})");
+  ASSERT_TRUE(NodeFromJson(j, "f.json").ok());
+  Result<HostResources> host = HostResourcesFromJson(j, "f.json");
+  ASSERT_TRUE(host.ok()) << host.status().ToString();
+  EXPECT_EQ(host->cpu_milli, 2500);
+  EXPECT_EQ(host->memory_mib, 65536);
+  j.erase("host");
+  EXPECT_EQ(HostResourcesFromJson(j, "f.json")->cpu_milli, 0);  // says nothing: 0
+  j["host"] = Json::parse(R"({"cpus": -1})");
+  EXPECT_NE(NodeFromJson(j, "f.json").status().message().find("f.json: host.cpus: a number"),
+            std::string::npos)
+      << NodeFromJson(j, "f.json").status().message();
+  EXPECT_FALSE(HostResourcesFromJson(j, "f.json").ok());
+  j["host"] = Json::parse(R"({"cpu": 4})");
+  EXPECT_NE(NodeFromJson(j, "f.json").status().message().find("cpu"), std::string::npos);
+  j["host"] = Json::parse(R"({"memory_bytes": "64G"})");
+  EXPECT_NE(NodeFromJson(j, "f.json").status().message().find("host.memory_bytes"),
+            std::string::npos);
+}
+
 }  // namespace
 }  // namespace gpupool::gpu

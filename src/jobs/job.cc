@@ -122,6 +122,20 @@ std::map<std::string, std::string> ArrayEnvironment(const Job& job) {
   return env;
 }
 
+std::string DefaultJobName(const Job& job) {
+  if (job.command.empty()) return job.interactive == "alloc" ? "alloc" : "";
+  std::string_view path = job.command.front();
+  while (path.size() > 1 && path.back() == '/') path.remove_suffix(1);
+  if (const size_t slash = path.rfind('/'); slash != path.npos && path.size() > 1) {
+    path.remove_prefix(slash + 1);
+  }
+  std::string name(path.substr(0, 128));
+  for (char& c : name) {
+    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) c = '?';
+  }
+  return name;
+}
+
 int64_t SubmissionBytes(const Job& job) {
   int64_t n = 0;
   auto add = [&n](const std::string& s) { n += static_cast<int64_t>(s.size()) + 1; };
@@ -164,8 +178,8 @@ bool IsValidTransition(JobState from, JobState to) {
       // PENDING again is a requeue (its node was lost, with --requeue). A task's start or
       // end that does not change the job's state is a transition to the same state.
       if (to == S::kAssigned) return from == S::kAssigned;
-      return to == S::kRunning || to == S::kSucceeded || to == S::kFailed ||
-             to == S::kCancelled || to == S::kTimeout || to == S::kLost || to == S::kPending;
+      return to == S::kRunning || to == S::kSucceeded || to == S::kFailed || to == S::kCancelled ||
+             to == S::kTimeout || to == S::kLost || to == S::kPending;
     case S::kSucceeded:
     case S::kFailed:
     case S::kCancelled:

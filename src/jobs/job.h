@@ -239,6 +239,11 @@ std::map<std::string, std::string> ArrayEnvironment(const Job& job);
 // max-queued-bytes-* bound.
 int64_t SubmissionBytes(const Job& job);
 
+// The name of a job submitted without one, as Slurm names it: the base name of its
+// script or command ("train.sh" for ./jobs/train.sh, "python3" for python3 x.py),
+// control characters as '?', at most 128 bytes; "alloc" for an allocation without one.
+std::string DefaultJobName(const Job& job);
+
 // The project a job is accounted to for fair share and limits: its own, else its user's
 // name.
 inline const std::string& AccountingProject(const Job& job) {

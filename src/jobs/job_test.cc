@@ -179,5 +179,26 @@ TEST(ArraySpecTest, ElementsFindTheirArrayInTheirEnvironment) {
                                  }));
 }
 
+// Issue 30: a job without --name is named as Slurm names it, after its script or command.
+TEST(DefaultJobNameTest, IsTheBaseNameOfTheScriptOrCommand) {
+  Job j;
+  j.command = {"./jobs/train.sh", "--epochs", "3"};
+  EXPECT_EQ(DefaultJobName(j), "train.sh");
+  j.command = {"python3", "x.py"};
+  EXPECT_EQ(DefaultJobName(j), "python3");
+  j.command = {"/usr/bin/env"};
+  EXPECT_EQ(DefaultJobName(j), "env");
+  j.command = {"dir/"};
+  EXPECT_EQ(DefaultJobName(j), "dir");
+  j.command = {"/"};
+  EXPECT_EQ(DefaultJobName(j), "/");
+  j.command = {"a\nb" + std::string(200, 'x')};
+  EXPECT_EQ(DefaultJobName(j), "a?b" + std::string(125, 'x'));
+  j.command = std::vector<std::string>{};
+  EXPECT_EQ(DefaultJobName(j), "");
+  j.interactive = "alloc";
+  EXPECT_EQ(DefaultJobName(j), "alloc");
+}
+
 }  // namespace
 }  // namespace gpupool::jobs

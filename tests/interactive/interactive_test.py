@@ -268,7 +268,8 @@ class InteractiveTest(unittest.TestCase):
         self.assertIn("piped\n", r.stdout)
         self.assertIn("released the allocation of job %d" % jid, r.stderr)
         job = self.pool.wait(jid, pooltest.FINAL_STATES)
-        self.assertEqual(job["state"], "CANCELLED")
+        # It ends as its command did (exit 4), as salloc's job does (issue 30).
+        self.assertEqual((job["state"], job["exit_code"]), ("FAILED", 4), job["reason"])
         self.assertEqual(job["interactive"], "alloc")
 
     def test_bad_requests_name_the_fix(self):

@@ -17,6 +17,7 @@
 #include "common/file_util.h"
 #include "common/host.h"
 #include "gpu/gpu_backend.h"
+#include "gpu/node_json.h"
 #include "gpu/telemetry.h"
 
 namespace gpupool::agent {
@@ -48,6 +49,21 @@ gpu::NodeInfo FakeEightGpuNode() {
     n.gpus.push_back(g);
   }
   return n;
+}
+
+// A replayed GPU's UUID for the node `node_name`: "GPU-" and 8 hex digits of the name's
+// hash, then the file's UUID from its 13th character, so that agents replaying one file
+// under different names have GPUs of different UUIDs (which the controller's health
+// records and metrics tell GPUs apart by), each still recognisable by its file's tail.
+std::string NodeScopedUuid(const std::string& uuid, const std::string& node_name) {
+  if (uuid.empty()) return uuid;
+  uint32_t h = 2166136261u;  // FNV-1a
+  for (unsigned char c : node_name) h = (h ^ c) * 16777619u;
+  char hex[9];
+  std::snprintf(hex, sizeof hex, "%08x", h);
+  if (uuid.starts_with("GPU-") && uuid.size() >= 12)
+    return "GPU-" + std::string(hex) + uuid.substr(12);
+  return uuid + "-" + hex;
 }
 
 // The agent's telemetry source for the node it runs (the fake file's profile with --fake);
@@ -157,6 +173,20 @@ Status NodeAgent::Discover() {
     opts.fake_node_file = options_.fake_file;
   }
   GP_ASSIGN_OR_RETURN(node_, gpu::DiscoverNode(opts));
+  if (!options_.fake_file.empty()) {
+    // What the file says the machine offers, unless --fake-cpus/--fake-mem say otherwise.
+    GP_ASSIGN_OR_RETURN(Json file, ReadJsonFile(options_.fake_file));
+    GP_ASSIGN_OR_RETURN(gpu::HostResources host,
+                        gpu::HostResourcesFromJson(file, options_.fake_file));
+    if (options_.cpu_milli <= 0) options_.cpu_milli = host.cpu_milli;
+    if (options_.memory_mib <= 0) options_.memory_mib = host.memory_mib;
+  }
+  // One node file replayed under another name (two agents from one file): GPUs of their
+  // own. Under the file's own host name, its UUIDs as they are.
+  if (!options_.fake_file.empty() && !options_.node_name.empty() &&
+      options_.node_name != node_.hostname) {
+    for (gpu::GpuInfo& g : node_.gpus) g.uuid = NodeScopedUuid(g.uuid, options_.node_name);
+  }
   if (node_.gpus.empty() && options_.stand_in_when_no_gpus) {
     node_ = FakeEightGpuNode();
     stand_in_ = true;
@@ -302,6 +332,8 @@ Status NodeAgent::Start(std::shared_ptr<protocol::ControllerLink> link) {
   ao.node = node_;
   ao.fake_node = stand_in_ || !options_.fake_file.empty();
   ao.address = options_.address;
+  ao.cpu_milli = options_.cpu_milli;
+  ao.memory_mib = options_.memory_mib;
   ao.telemetry_interval_s = options_.telemetry_interval_s;
   if (ao.telemetry_interval_s > 0) ao.sampler = TelemetrySamplerFor(options_.fake_file, node_);
   ao.exec_agent = ExecAgentCommand();

@@ -31,9 +31,14 @@ struct NodeAgentOptions {
   // `up`: a machine without GPUs runs a stand-in node of 8 fake GPUs, so the pool works
   // anywhere; `agent`: it registers no GPUs.
   bool stand_in_when_no_gpus = false;
-  std::string node_name;         // default: the host name
+  // Default: the host name. With fake_file and a name other than the file's host name,
+  // the file's GPU UUIDs are made the node's own (NodeScopedUuid in node_agent.cc).
+  std::string node_name;
   std::string address;           // where peers reach this node (AgentLoopOptions::address)
   int telemetry_interval_s = 5;  // 0: no telemetry
+  // What the node offers jobs (AgentLoopOptions): 0 = the host's online CPUs and memory.
+  int64_t cpu_milli = 0;
+  int64_t memory_mib = 0;
   // How jobs reach the controller (GPUPOOL_SERVER): the agent's own address list.
   std::string server_for_jobs;
   // Container jobs (docs/containers.md).

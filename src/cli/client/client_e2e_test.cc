@@ -742,8 +742,8 @@ TEST_F(ClientE2eTest, LimitsSetChangesOneEntryAndKeepsTheOthers) {
   EXPECT_EQ(r.out,
             "FOR                   MAX_GPUS  MAX_RUNNING  MAX_QUEUED\n"
             "every user (default)         -            -         500\n"
-            "user alice                   8            -           -\n"
-            "user bob                     4            -           -\n");
+            "user alice                   8      default     default\n"
+            "user bob                     4      default     default\n");
   EXPECT_EQ(Run({"limits", "set", "--max-gpus", "1"}).code, 2);
   EXPECT_EQ(Run({"limits", "set", "--user", "a", "--project", "p", "--max-gpus", "1"}).code, 2);
   EXPECT_EQ(Run({"limits", "set", "--user", "a", "--max-gpus", "-3"}).code, 2);

@@ -10,15 +10,17 @@
 namespace gpupool::cli {
 namespace {
 
-struct QueueState {
-  ConnectionFlags conn;
+// Which jobs: `queue` and `cancel` take the same filters.
+struct JobSelection {
   bool all = false;
   std::string user;
   std::vector<std::string> states;
-  bool json = false;
+  std::vector<std::string> names;
 };
 
-Status RunQueue(const ClientRuntime& rt, const QueueState& s) {
+// The GET /v1/jobs path for a selection: without --state, the jobs still to run or
+// running; kInvalidArgument naming a state that is none.
+Result<std::string> JobListPath(const JobSelection& s) {
   std::vector<std::string> query;
   std::string states;
   for (const std::string& raw : s.states) {
@@ -31,18 +33,40 @@ Status RunQueue(const ClientRuntime& rt, const QueueState& s) {
     }
     states += (states.empty() ? "" : ",") + upper;
   }
-  // Without --state the queue is what is still to run or running.
   query.push_back(states.empty() ? "active=1" : "state=" + net::UrlEncode(states));
   if (s.all) query.push_back("all=1");
   if (!s.user.empty()) query.push_back("user=" + net::UrlEncode(s.user));
+  std::string names;
+  for (const std::string& n : s.names) names += (names.empty() ? "" : ",") + n;
+  if (!names.empty()) query.push_back("name=" + net::UrlEncode(names));
   std::string path = "/v1/jobs";
   for (size_t i = 0; i < query.size(); ++i) path += (i == 0 ? "?" : "&") + query[i];
+  return path;
+}
+
+struct QueueState {
+  ConnectionFlags conn;
+  JobSelection select;
+  std::string format;
+  bool start = false;
+  bool json = false;
+};
+
+Status RunQueue(const ClientRuntime& rt, const QueueState& s) {
+  JobSelection select = s.select;
+  // --start: the pending jobs and when they are planned to start (squeue --start).
+  if (s.start && select.states.empty()) select.states = {"PENDING"};
+  std::vector<std::string> fields = s.start ? StartQueueFields() : DefaultQueueFields();
+  if (!s.format.empty()) {
+    GP_ASSIGN_OR_RETURN(fields, ParseQueueFields(s.format));
+  }
+  GP_ASSIGN_OR_RETURN(std::string path, JobListPath(select));
   GP_ASSIGN_OR_RETURN(ApiClient api, Connect(rt, s.conn));
   GP_ASSIGN_OR_RETURN(ApiAnswer answer, api.Get(path));
   if (s.json) {
     PrintRaw(rt, answer.body);
   } else {
-    Print(rt, RenderQueue(answer.json, rt.env.now_us()));
+    Print(rt, RenderQueue(answer.json, rt.env.now_us(), fields));
   }
   if (GetBool(answer.json, "all_refused")) {
     *rt.env.err << "gpupool: --all lists everyone's jobs for admins only; these are your own\n";
@@ -68,9 +92,15 @@ Status RunShow(const ClientRuntime& rt, const ShowState& s) {
   return Status::Ok();
 }
 
+struct IdsState {
+  ConnectionFlags conn;
+  std::vector<std::string> ids;
+};
+
 struct CancelState {
   ConnectionFlags conn;
   std::vector<std::string> ids;
+  JobSelection select;  // --user, --state, --name: instead of ids (scancel -u/-t/-n)
 };
 
 // The references of `ids` (ParseJobRefs: an array's range is one per element), in order;
@@ -105,14 +135,59 @@ std::string ArrayCancelledText(const std::string& name, const Json& answer) {
          (notes.empty() ? "" : " (" + notes + ")") + "\n";
 }
 
+// The jobs a cancel by --user/--state/--name names: those the server lists for the
+// selection (the caller's own without --user; another user's for admins only, which the
+// server enforces), each as a reference that cancels that job alone (an array's element
+// as ARRAY_INDEX: its first element's id would be the whole array).
+Result<std::vector<std::string>> SelectedRefs(const ApiClient& api, const JobSelection& select) {
+  for (const std::string& state : select.states) {
+    std::string upper(Trim(state));
+    for (char& c : upper) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+    if (auto st = jobs::ParseJobState(upper); st && jobs::IsTerminal(*st)) {
+      return Status::InvalidArgument("--state " + state +
+                                     ": ended jobs cannot be cancelled; use PENDING, ASSIGNED "
+                                     "or RUNNING");
+    }
+  }
+  GP_ASSIGN_OR_RETURN(std::string path, JobListPath(select));
+  GP_ASSIGN_OR_RETURN(ApiAnswer answer, api.Get(path));
+  std::vector<std::string> refs;
+  for (const Json& job : GetArray(answer.json, "jobs")) {
+    const int64_t array = GetInt(job, "array_id");
+    refs.push_back(array != 0
+                       ? std::to_string(array) + "_" + std::to_string(GetInt(job, "array_index"))
+                       : std::to_string(GetInt(job, "id")));
+  }
+  return refs;
+}
+
+// What to cancel: the ids given, else the jobs the filters select.
+Result<std::vector<std::string>> CancelRefs(const ApiClient& api, const CancelState& s) {
+  const bool filtered =
+      !s.select.user.empty() || !s.select.states.empty() || !s.select.names.empty();
+  if (filtered && !s.ids.empty()) {
+    return Status::InvalidArgument("cancel: give job ids or --user/--state/--name, not both");
+  }
+  if (!filtered && s.ids.empty()) {
+    return Status::InvalidArgument(
+        "cancel: give job ids, or --user, --state or --name to cancel the jobs they select");
+  }
+  if (filtered) return SelectedRefs(api, s.select);
+  return JobRefs(s.ids);
+}
+
 // Cancels each job in turn; one failure does not stop the others. The exit code is the
 // first failure's. "12" is a job, or for an array's id the whole array; "12_5" is element
 // 5 of array 12, "12_[5-7]" elements 5, 6 and 7.
 void RunCancel(const ClientRuntime& rt, const CancelState& s) {
-  auto refs = JobRefs(s.ids);
-  if (!refs.ok()) return Report(rt, refs.status());
   auto api = Connect(rt, s.conn);
   if (!api.ok()) return Report(rt, api.status());
+  auto refs = CancelRefs(*api, s);
+  if (!refs.ok()) return Report(rt, refs.status());
+  if (refs->empty()) {
+    *rt.env.err << "gpupool: no job still to run or running matches; nothing was cancelled\n";
+    return;
+  }
   int first_failure = kExitOk;
   for (const std::string& name : *refs) {
     auto answer = api->Post("/v1/jobs/" + name + "/cancel", "");
@@ -134,7 +209,7 @@ void RunCancel(const ClientRuntime& rt, const CancelState& s) {
 }
 
 // Holds or releases each job in turn, like RunCancel.
-void RunHold(const ClientRuntime& rt, const CancelState& s, bool hold) {
+void RunHold(const ClientRuntime& rt, const IdsState& s, bool hold) {
   auto refs = JobRefs(s.ids);
   if (!refs.ok()) return Report(rt, refs.status());
   auto api = Connect(rt, s.conn);
@@ -157,11 +232,22 @@ void RunHold(const ClientRuntime& rt, const CancelState& s, bool hold) {
 void RegisterJobCommands(CLI::App& app, const RuntimePtr& rt) {
   auto q = std::make_shared<QueueState>();
   CLI::App* queue = app.add_subcommand("queue", "List jobs waiting or running");
-  queue->add_flag("--all", q->all, "everyone's jobs (admins)");
-  queue->add_option("--user", q->user, "only this user's jobs (admins)");
-  queue->add_option("--state", q->states, "only jobs in these states, e.g. PENDING,RUNNING")
+  queue->add_flag("--all", q->select.all, "everyone's jobs (admins)");
+  queue->add_option("-u,--user", q->select.user, "only this user's jobs (admins)");
+  queue
+      ->add_option("-t,--state", q->select.states,
+                   "only jobs in these states, e.g. PENDING,RUNNING")
       ->delimiter(',')
       ->allow_extra_args(false);
+  queue->add_option("-n,--name", q->select.names, "only jobs of these names, e.g. train,eval")
+      ->delimiter(',')
+      ->allow_extra_args(false);
+  queue
+      ->add_option("-o,--format", q->format,
+                   "the columns, a comma list of these fields:\n" + QueueFieldsHelp())
+      ->type_name("FIELDS");
+  queue->add_flag("--start", q->start,
+                  "pending jobs and when the scheduler plans to start them (unknown: no plan)");
   queue->add_flag("--json", q->json, "print the server's JSON");
   AddConnectionOptions(*queue, &q->conn);
   queue->callback([rt, q] { Report(*rt, RunQueue(*rt, *q)); });
@@ -175,21 +261,27 @@ void RegisterJobCommands(CLI::App& app, const RuntimePtr& rt) {
 
   auto c = std::make_shared<CancelState>();
   CLI::App* cancel = app.add_subcommand("cancel", "Cancel jobs");
-  cancel
-      ->add_option(
-          "ids", c->ids,
-          "job ids; an array's id cancels all its elements, ARRAY_INDEX or ARRAY_[INDICES] some")
-      ->required();
+  cancel->add_option(
+      "ids", c->ids,
+      "job ids; an array's id cancels all its elements, ARRAY_INDEX or ARRAY_[INDICES] some");
+  cancel->add_option("-u,--user", c->select.user,
+                     "instead of ids: this user's jobs (your own; another's: admins)");
+  cancel->add_option("-t,--state", c->select.states, "instead of ids: jobs in these states")
+      ->delimiter(',')
+      ->allow_extra_args(false);
+  cancel->add_option("-n,--name", c->select.names, "instead of ids: jobs of these names")
+      ->delimiter(',')
+      ->allow_extra_args(false);
   AddConnectionOptions(*cancel, &c->conn);
   cancel->callback([rt, c] { RunCancel(*rt, *c); });
 
-  auto h = std::make_shared<CancelState>();
+  auto h = std::make_shared<IdsState>();
   CLI::App* hold = app.add_subcommand(
       "hold", "Keep pending jobs from starting until `gpupool release` (like scontrol hold)");
   hold->add_option("ids", h->ids, "job ids, ARRAY_INDEX or ARRAY_[INDICES]")->required();
   AddConnectionOptions(*hold, &h->conn);
   hold->callback([rt, h] { RunHold(*rt, *h, true); });
-  auto rl = std::make_shared<CancelState>();
+  auto rl = std::make_shared<IdsState>();
   CLI::App* release = app.add_subcommand("release", "Let held jobs start again");
   release->add_option("ids", rl->ids, "job ids, ARRAY_INDEX or ARRAY_[INDICES]")->required();
   AddConnectionOptions(*release, &rl->conn);

@@ -9,11 +9,26 @@
 #include <vector>
 
 #include "common/json.h"
+#include "common/status.h"
 
 namespace gpupool::cli {
 
-// `gpupool queue`: {"jobs": [JOB...]} as a table.
+// `gpupool queue`: {"jobs": [JOB...]} as a table of DefaultQueueFields().
 std::string RenderQueue(const Json& answer, int64_t now_us);
+// The same with the columns `fields` (names from ParseQueueFields), in that order
+// (render_queue.cc). An array's pending elements that follow each other share a row.
+std::string RenderQueue(const Json& answer, int64_t now_us, const std::vector<std::string>& fields);
+// id,user,name,state,gpus,nodes,time,reason: what `gpupool queue` shows.
+const std::vector<std::string>& DefaultQueueFields();
+// id,user,name,state,gpus,start,reason: `gpupool queue --start`.
+const std::vector<std::string>& StartQueueFields();
+// `queue --format`: a comma list of field names (any case), else kInvalidArgument naming
+// the unknown one and every field there is.
+Result<std::vector<std::string>> ParseQueueFields(const std::string& text);
+// One line per field, "  NAME: what it shows", for --help.
+std::string QueueFieldsHelp();
+// A job's runtime (started: to its end, or to now), else the time it waited: "3m12s".
+std::string FormatJobTime(const Json& job, int64_t now_us);
 // `gpupool show`: one JOB, every field on its own line.
 std::string RenderJob(const Json& job, int64_t now_us);
 // `gpupool nodes`: {"nodes": [...]} as a table.

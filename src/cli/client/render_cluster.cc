@@ -82,13 +82,35 @@ std::string Enforcement(const std::string& node, const Json& gpus) {
   return out;
 }
 
-// "57%", "-" when absent.
-std::string Opt(const Json& obj, const char* key, const char* unit) {
-  const Json* v = Field(obj, key);
+// A number of the GPU's telemetry with a unit ("73%", "250 W"), "-" when absent.
+std::string Reading(const Json& t, const char* key, const char* unit) {
+  const Json* v = Field(t, key);
   if (v == nullptr || !v->is_number()) return "-";
   char buf[64];
   std::snprintf(buf, sizeof buf, "%.0f%s", v->get<double>(), unit);
   return buf;
+}
+
+// Each GPU's latest sample (docs/monitoring.md): one row per GPU of the nodes that report
+// telemetry; empty when none does.
+std::string GpuReadings(const Json& nodes) {
+  Table t({"NODE", "GPU>", "ALLOC>", "UTIL>", "MEMORY>", "POWER>", "TEMP>", "XIDS>"});
+  for (const Json& node : nodes) {
+    for (const Json& g : GetArray(node, "gpus")) {
+      const Json* tel = Field(g, "telemetry");
+      if (tel == nullptr || !tel->is_object()) continue;
+      const int64_t used = GetInt(*tel, "mem_used_mib", -1);
+      const int64_t total = GetInt(*tel, "mem_total_mib", -1);
+      const std::string mem =
+          used < 0 ? "-" : Gib(used) + "/" + (total > 0 ? Gib(total) : std::string("?")) + " GiB";
+      const Json* xids = Field(*tel, "xid_count");
+      t.AddRow({GetString(node, "name"), std::to_string(GetInt(g, "index")),
+                FormatMilli(GetInt(g, "allocated_milli")), Reading(*tel, "util_pct", "%"), mem,
+                Reading(*tel, "power_w", " W"), Reading(*tel, "temp_c", " C"),
+                xids != nullptr && xids->is_number() ? xids->dump() : "-"});
+    }
+  }
+  return t.rows() == 0 ? "" : t.Render();
 }
 
 std::string Hours(double h) {
@@ -134,7 +156,9 @@ std::string RenderNodes(const Json& answer, int64_t now_us) {
     if (GetBool(node, "health_check_pending"))
       checking += CleanCell(GetString(node, "name")) + "\n";
   }
-  return t.Render() + (drains.empty() ? "" : "drained:\n" + drains) +
+  const std::string readings = GpuReadings(GetArray(answer, "nodes"));
+  return t.Render() + (readings.empty() ? "" : "GPUs, latest sample:\n" + readings) +
+         (drains.empty() ? "" : "drained:\n" + drains) +
          (health.empty() ? "" : "GPU health (docs/health.md):\n" + health) +
          (checking.empty() ? ""
                            : "waiting for their health check's first verdict (no new work until "
@@ -184,8 +208,8 @@ Result<std::string> RenderNode(const Json& answer, const std::string& name, int6
         {index, GetString(g, "name", "?"),
          FormatBytes(static_cast<uint64_t>(std::max<int64_t>(0, GetInt(g, "memory_total_bytes")))),
          FormatMilli(GetInt(g, "allocated_milli")), GetString(g, "enforcement", "-"), state,
-         Opt(tel, "util_pct", "%"), used >= 0 ? Gib(used) + " GiB" : "-", Opt(tel, "temp_c", " C"),
-         Opt(tel, "power_w", " W"), Opt(tel, "xid_errors", "")});
+         Reading(tel, "util_pct", "%"), used >= 0 ? Gib(used) + " GiB" : "-", Reading(tel, "temp_c", " C"),
+         Reading(tel, "power_w", " W"), Reading(tel, "xid_errors", "")});
     if (!GetString(h, "state").empty()) {
       details += "GPU " + index + " (" + CleanCell(GetString(g, "uuid")) +
                  "): " + CleanCell(state) + " since " + FormatTimeUtc(GetInt(h, "since_us")) +
@@ -206,18 +230,21 @@ Result<std::string> RenderNode(const Json& answer, const std::string& name, int6
 
 std::string RenderLimits(const Json& answer) {
   Table t({"FOR", "MAX_GPUS>", "MAX_RUNNING>", "MAX_QUEUED>"});
-  auto cell = [](const Json& l, const char* key) {
+  // A user's row leaves a field to the default's ("default"); elsewhere unset is none.
+  auto cell = [](const Json& l, const char* key, bool inherits) {
     const int64_t v = GetInt(l, key, -1);
-    return v < 0 ? std::string("-") : std::to_string(v);
+    return v >= 0 ? std::to_string(v) : std::string(inherits ? "default" : "-");
   };
-  auto row = [&](const std::string& who, const Json& l) {
-    t.AddRow({who, cell(l, "max_gpus"), cell(l, "max_running"), cell(l, "max_queued")});
+  auto row = [&](const std::string& who, const Json& l, bool inherits) {
+    t.AddRow({who, cell(l, "max_gpus", inherits), cell(l, "max_running", inherits),
+              cell(l, "max_queued", inherits)});
   };
-  row("every user (default)", GetObject(answer, "default"));
+  row("every user (default)", GetObject(answer, "default"), false);
   for (const char* kind : {"users", "projects"}) {
+    const bool users = kind == std::string("users");
     const Json& m = GetObject(answer, kind);
     for (auto it = m.begin(); it != m.end(); ++it) {
-      row(std::string(kind == std::string("users") ? "user " : "project ") + it.key(), *it);
+      row(std::string(users ? "user " : "project ") + it.key(), *it, users);
     }
   }
   return t.Render();

@@ -26,50 +26,11 @@ std::string Join(const std::vector<std::string>& parts, const std::string& sep) 
   return out;
 }
 
-// Distinct placement nodes in placement order, "-" when not placed.
-std::string Nodes(const Json& job) {
-  std::vector<std::string> nodes;
-  std::set<std::string> seen;
-  for (const Json& p : GetArray(job, "placement")) {
-    std::string n = GetString(p, "node");
-    if (!n.empty() && seen.insert(n).second) nodes.push_back(n);
-  }
-  return nodes.empty() ? "-" : Join(nodes, ",");
-}
-
-// Runtime for started jobs (to the end, or to now), time waited for jobs not started.
-std::string JobTime(const Json& job, int64_t now_us) {
-  const int64_t start = GetInt(job, "start_time_us");
-  const int64_t end = GetInt(job, "end_time_us");
-  const int64_t submit = GetInt(job, "submit_time_us");
-  if (start > 0) return FormatDuration(((end > 0 ? end : now_us) - start) / 1'000'000);
-  if (end > 0 || submit <= 0) return "-";
-  return FormatDuration((now_us - submit) / 1'000'000);
-}
-
 // "73%", "2.5%".
 std::string Percent(double v) {
   char buf[32];
   std::snprintf(buf, sizeof buf, v < 10 && v != static_cast<int64_t>(v) ? "%.1f%%" : "%.0f%%", v);
   return buf;
-}
-
-std::string Why(const Json& job, int64_t now_us) {
-  const std::string state = GetString(job, "state");
-  if (state == "PENDING") return GetString(job, "pending_reason");
-  if (GetBool(job, "cancel_requested") && (state == "RUNNING" || state == "ASSIGNED")) {
-    return "cancelling";
-  }
-  // A running job whose GPUs sit idle (the server's --idle-threshold and --idle-after).
-  const Json& util = GetObject(job, "gpu_util");
-  if (state == "RUNNING" && GetBool(util, "idle")) {
-    const int64_t since_ms = GetInt(util, "idle_since_ms");
-    return "IDLE: GPUs unused" +
-           (since_ms > 0
-                ? " for " + FormatDuration(std::max<int64_t>(0, now_us / 1000 - since_ms) / 1000)
-                : std::string());
-  }
-  return GetString(job, "reason");
 }
 
 std::string RequestText(const Json& r) {
@@ -108,6 +69,16 @@ std::string RequestText(const Json& r) {
 
 }  // namespace
 
+// Runtime for started jobs (to the end, or to now), time waited for jobs not started.
+std::string FormatJobTime(const Json& job, int64_t now_us) {
+  const int64_t start = GetInt(job, "start_time_us");
+  const int64_t end = GetInt(job, "end_time_us");
+  const int64_t submit = GetInt(job, "submit_time_us");
+  if (start > 0) return FormatDuration(((end > 0 ? end : now_us) - start) / 1'000'000);
+  if (end > 0 || submit <= 0) return "-";
+  return FormatDuration((now_us - submit) / 1'000'000);
+}
+
 std::string ShellJoin(const std::vector<std::string>& argv) {
   std::vector<std::string> words;
   for (const std::string& a : argv) {
@@ -145,49 +116,6 @@ std::string FormatJobGpus(const Json& job) {
     }
   }
   return prefix + std::to_string(gpus);
-}
-
-// "0-4,7,9-10" from ascending indices.
-std::string IndexRanges(const std::vector<int64_t>& idx) {
-  std::vector<std::string> parts;
-  for (size_t i = 0; i < idx.size();) {
-    size_t j = i;
-    while (j + 1 < idx.size() && idx[j + 1] == idx[j] + 1) ++j;
-    parts.push_back(j == i ? std::to_string(idx[i])
-                           : std::to_string(idx[i]) + "-" + std::to_string(idx[j]));
-    i = j + 1;
-  }
-  return Join(parts, ",");
-}
-
-std::string RenderQueue(const Json& answer, int64_t now_us) {
-  Table t({"ID>", "USER", "NAME", "STATE", "GPUS>", "NODES", "TIME>", "REASON"});
-  const Json& jobs = GetArray(answer, "jobs");
-  for (size_t i = 0; i < jobs.size(); ++i) {
-    const Json& job = jobs[i];
-    const int64_t array = GetInt(job, "array_id");
-    std::string id = std::to_string(GetInt(job, "id"));
-    if (array != 0) {
-      id = std::to_string(array) + "_" + std::to_string(GetInt(job, "array_index"));
-      if (GetString(job, "state") == "PENDING") {
-        // The array's pending elements that follow each other share one row, as squeue
-        // shows them: 12_[5-99%10].
-        std::vector<int64_t> indices = {GetInt(job, "array_index")};
-        while (i + 1 < jobs.size() && GetInt(jobs[i + 1], "array_id") == array &&
-               GetString(jobs[i + 1], "state") == "PENDING") {
-          indices.push_back(GetInt(jobs[++i], "array_index"));
-        }
-        if (indices.size() > 1) {
-          const int64_t limit = GetInt(job, "array_max_running");
-          id = std::to_string(array) + "_[" + IndexRanges(indices) +
-               (limit > 0 ? "%" + std::to_string(limit) : "") + "]";
-        }
-      }
-    }
-    t.AddRow({id, GetString(job, "user"), GetString(job, "name"), GetString(job, "state"),
-              FormatJobGpus(job), Nodes(job), JobTime(job, now_us), Why(job, now_us)});
-  }
-  return t.Render();
 }
 
 std::string RenderJob(const Json& job, int64_t now_us) {
@@ -239,7 +167,7 @@ std::string RenderJob(const Json& job, int64_t now_us) {
   line("Submitted", FormatTimeUtc(GetInt(job, "submit_time_us")));
   line("Started", FormatTimeUtc(GetInt(job, "start_time_us")));
   line("Ended", FormatTimeUtc(GetInt(job, "end_time_us")));
-  if (GetInt(job, "start_time_us") > 0) line("Runtime", JobTime(job, now_us));
+  if (GetInt(job, "start_time_us") > 0) line("Runtime", FormatJobTime(job, now_us));
   if (const Json* code = Field(job, "exit_code")) line("Exit code", code->dump());
   if (const Json* sig = Field(job, "signal")) line("Signal", sig->dump());
   if (auto r = GetString(job, "pending_reason"); !r.empty()) line("Waiting", r);

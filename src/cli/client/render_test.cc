@@ -344,5 +344,84 @@ TEST(RenderTelemetryTest, ShowQueueAndUsage) {
             "\"b,c\",0.000000,0.000000,0.000000,1\n");
 }
 
+// Issue 30: `queue --format` takes fields by name, in any case, and names the unknown one.
+TEST(QueueFormatTest, ParsesNamesAndRefusesUnknownOnes) {
+  Result<std::vector<std::string>> f = ParseQueueFields("ID, Name,state,,start");
+  ASSERT_TRUE(f.ok()) << f.status().ToString();
+  EXPECT_EQ(*f, (std::vector<std::string>{"id", "name", "state", "start"}));
+  f = ParseQueueFields("id,nmae");
+  ASSERT_FALSE(f.ok());
+  EXPECT_EQ(f.status().message(),
+            "--format id,nmae: unknown field 'nmae'; the fields are id,user,name,state,gpus,"
+            "nodes,time,reason,project,priority,tasks,cpus,memory,time_limit,submitted,start,"
+            "ended,exit,command,workdir");
+  EXPECT_FALSE(ParseQueueFields(" , ").ok());
+  EXPECT_NE(QueueFieldsHelp().find("  start: start time, or the scheduler's planned start"),
+            std::string::npos);
+}
+
+// The fields as columns, arrays grouped as in the default view; START says "unknown" for
+// a pending job the scheduler has no plan for.
+TEST(QueueFormatTest, ColumnsInTheOrderGiven) {
+  const Json answer = Parse(R"({"jobs": [
+    {"id": 30, "name": "big", "state": "PENDING", "project": "vision", "priority": 5,
+     "request": {"gpus": 8, "cpu_milli": 500, "memory_bytes": 17179869184, "tasks": 2},
+     "submit_time_us": 1793490000000000, "start_estimate_us": 1793494920000000,
+     "time_limit_s": 7200, "command": ["python3", "train.py", "--lr", "0.1 x"],
+     "workdir": "/home/a"},
+    {"id": 31, "array_id": 31, "array_index": 0, "state": "PENDING", "request": {}},
+    {"id": 32, "array_id": 31, "array_index": 1, "state": "PENDING", "request": {}},
+    {"id": 33, "state": "FAILED", "start_time_us": 1793487600000000,
+     "end_time_us": 1793487660000000, "exit_code": 3, "request": {}},
+    {"id": 34, "state": "CANCELLED", "signal": 15, "request": {}}]})");
+  Result<std::vector<std::string>> f = ParseQueueFields(
+      "id,name,project,priority,tasks,cpus,memory,time_limit,start,exit,command,workdir");
+  ASSERT_TRUE(f.ok());
+  EXPECT_EQ(RenderQueue(answer, kRenderNow, *f),
+            "      ID  NAME  PROJECT  PRIORITY  TASKS  CPUS  MEMORY  TIME_LIMIT  START           "
+            "                      EXIT  COMMAND                        WORKDIR\n"
+            "      30  big   vision          5      2   0.5  16 GiB       2h00m  2026-11-01T01:02"
+            ":00Z (in 1h02m)          -  python3 train.py --lr '0.1 x'  /home/a\n"
+            "31_[0-1]                        0      1     1       -        none  unknown         "
+            "                         -\n"
+            "      33                        0      1     1       -        none  2026-10-31T23:00"
+            ":00Z                     3\n"
+            "      34                        0      1     1       -        none  -               "
+            "                 signal 15\n");
+  EXPECT_EQ(RenderQueue(answer, kRenderNow, StartQueueFields()).substr(0, 50),
+            "      ID  USER  NAME  STATE      GPUS  START      ");
+  EXPECT_EQ(RenderQueue(answer, kRenderNow), RenderQueue(answer, kRenderNow, DefaultQueueFields()));
+}
+
+// Issue 30: a user's row shows what it leaves to the default; unknown users never reach it.
+TEST(RenderLimitsTest, AUsersRowShowsWhatItInherits) {
+  const Json answer = Parse(R"({"default": {"max_queued": 500},
+    "users": {"alice": {"max_gpus": 8}}, "projects": {"vision": {"max_gpus": 16}}})");
+  EXPECT_EQ(RenderLimits(answer),
+            "FOR                   MAX_GPUS  MAX_RUNNING  MAX_QUEUED\n"
+            "every user (default)         -            -         500\n"
+            "user alice                   8      default     default\n"
+            "project vision              16            -           -\n");
+}
+
+// docs/monitoring.md: `gpupool nodes` shows each GPU's latest sample where there is one.
+TEST(RenderNodesTest, EachGpusLatestSample) {
+  const Json answer = Parse(R"js({"nodes": [
+    {"name": "gpu1", "state": "up", "gpus": [
+      {"index": 0, "name": "H100", "allocated_milli": 1000,
+       "telemetry": {"at_ms": 1, "util_pct": 97.4, "mem_used_mib": 72909, "mem_total_mib": 81559,
+                     "power_w": 612.2, "temp_c": 66, "xid_count": 0}},
+      {"index": 1, "name": "H100", "allocated_milli": 250, "telemetry": {"at_ms": 1}}]},
+    {"name": "gpu2", "state": "down", "gpus": [{"index": 0, "name": "H100"}]}]})js");
+  const std::string shown = RenderNodes(answer, kRenderNow);
+  EXPECT_NE(shown.find("GPUs, latest sample:\n"
+                       "NODE  GPU  ALLOC  UTIL         MEMORY  POWER  TEMP  XIDS\n"
+                       "gpu1    0      1   97%  71.2/79.6 GiB  612 W  66 C     0\n"
+                       "gpu1    1   0.25     -              -      -     -     -\n"),
+            std::string::npos)
+      << shown;
+  EXPECT_EQ(shown.find("gpu2    0"), std::string::npos) << shown;
+}
+
 }  // namespace
 }  // namespace gpupool::cli

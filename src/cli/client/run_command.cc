@@ -156,6 +156,7 @@ Status RunAlloc(const ClientRuntime& rt, const RunState& s) {
     ::_exit(127);
   }
   int code = 127;
+  std::string ended = R"({"exit_code": 127})";  // how COMMAND ended, for the job's record
   if (pid > 0) {
     // Our terminal's ^C is the command's (its foreground job); we wait for it to end.
     struct sigaction ignore {};
@@ -170,11 +171,14 @@ Status RunAlloc(const ClientRuntime& rt, const RunState& s) {
     ::sigaction(SIGINT, &old_int, nullptr);
     ::sigaction(SIGQUIT, &old_quit, nullptr);
     code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    ended = WIFEXITED(status) ? R"({"exit_code": )" + std::to_string(code) + "}"
+                              : R"({"signal": )" + std::to_string(WTERMSIG(status)) + "}";
     if (code == 127) *rt.env.err << "gpupool: " << command[0] << ": command not found here\n";
   } else {
     *rt.env.err << "gpupool: cannot start " << command[0] << ": " << std::strerror(errno) << "\n";
   }
-  Result<ApiAnswer> cancelled = api.Post("/v1/jobs/" + ids + "/cancel", "{}");
+  // The job ends as COMMAND did (SUCCEEDED for exit 0), as salloc's, not CANCELLED.
+  Result<ApiAnswer> cancelled = api.Post("/v1/jobs/" + ids + "/cancel", ended);
   if (!cancelled.ok() && cancelled.status().code() != StatusCode::kFailedPrecondition) {
     *rt.env.err << "gpupool: could not release job " << id << ": " << cancelled.status().message()
                 << "; run gpupool cancel " << id << "\n";

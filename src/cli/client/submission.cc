@@ -1,6 +1,8 @@
 // BuildSubmission: submit options (as text) -> the POST /v1/jobs body. Declared in
 // submit_flags.h. The server checks everything again; these checks exist so that a
 // mistake is reported before any network round trip, in the user's own words.
+#include <sys/stat.h>
+
 #include <algorithm>
 #include <cctype>
 #include <chrono>
@@ -388,20 +390,39 @@ Result<OrderedJson> BuildSubmission(const SubmitFlags& f, const std::vector<std:
   return body;
 }
 
+namespace {
+
+// Whether every address is a Unix socket that does not exist: a pool that is not running
+// (a standby takes over through TCP addresses, never by making a socket appear).
+bool OnlyMissingSockets(const ApiClient& api) {
+  for (const net::ServerAddress& a : api.addresses()) {
+    struct stat st {};
+    if (a.kind != net::ServerAddress::Kind::kUnix || ::stat(a.path.c_str(), &st) == 0) return false;
+  }
+  return !api.addresses().empty();
+}
+
+}  // namespace
+
 Result<ApiAnswer> PostSubmission(const ApiClient& api, OrderedJson* body) {
   if (!body->contains("submit_key")) (*body)["submit_key"] = NewSubmitKey();
   const std::string text = DumpJson(*body);
   // For about a minute, at most a second apart: a takeover by a standby controller takes
-  // about its lease (5 s), and the submission should land soon after.
-  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  // about its lease (5 s), and the submission should land soon after. A socket that is
+  // not there gets a few seconds only (a `gpupool up` restarting makes it again): a
+  // newcomer whose pool is not running hears so at once instead of after a minute.
+  const auto start = std::chrono::steady_clock::now();
   int pause_ms = 200;
   while (true) {
     Result<ApiAnswer> r = api.Post("/v1/jobs", text);
     const bool again = !r.ok() && (r.status().code() == StatusCode::kUnavailable ||
                                    (r.status().code() == StatusCode::kResourceExhausted &&
                                     r.status().message().find("waiting") != std::string::npos));
-    if (!again || std::chrono::steady_clock::now() >= give_up) return r;
-    if (pause_ms == 200) {  // said once: a wrong address should not look like a hang
+    if (!again) return r;
+    const bool missing = OnlyMissingSockets(api);
+    const auto give_up = start + std::chrono::seconds(missing ? 3 : 60);
+    if (std::chrono::steady_clock::now() >= give_up) return r;
+    if (pause_ms == 200 && !missing) {  // said once: a wrong address should not look like a hang
       std::cerr << "gpupool: " << r.status().message()
                 << "\n  trying again for up to a minute (a controller may be taking over; "
                    "Ctrl-C stops)\n";

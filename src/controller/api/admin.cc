@@ -59,11 +59,37 @@ net::HttpResponse GetLimits(const ApiContext& ctx, const Call&) {
   return JsonResponse(200, LimitsToJson(ctx.controller->GetLimits()));
 }
 
+namespace {
+
+// Limits apply to the accounts jobs run as: a user row the limits did not have yet must
+// name an account on this host, or a typo would limit nobody and say nothing. Rows
+// already there stay, so a deleted account's row does not block every later change.
+Status CheckLimitUsers(const Limits& next, const Limits& current) {
+  for (const auto& [name, limit] : next.users) {
+    if (current.users.contains(name)) continue;
+    if (!IsPosixUserName(name) || !HasPosixAccount(name)) {
+      return Status::InvalidArgument(
+          "limits.users." + name + ": there is no user '" + name +
+          "' on the controller host; limits apply to the login names jobs run as: give an "
+          "existing one (`getent passwd NAME`), or create the account first");
+    }
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
 net::HttpResponse PutLimits(const ApiContext& ctx, const Call& c) {
   Result<Json> body = BodyJson(c.r, 1 << 20, 8);
   if (!body.ok()) return ErrorResponse(body.status());
   Result<Limits> l = LimitsFromJson(*body);
   if (!l.ok()) return ErrorResponse(l.status());
+  // Admins only hear about names: SetLimits refuses anyone else first.
+  if (c.caller.admin) {
+    if (Status s = CheckLimitUsers(*l, ctx.controller->GetLimits()); !s.ok()) {
+      return ErrorResponse(s);
+    }
+  }
   Result<Limits> set = ctx.controller->SetLimits(std::move(*l), c.caller);
   if (!set.ok()) return ErrorResponse(set.status());
   return JsonResponse(200, LimitsToJson(*set));

@@ -7,6 +7,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <map>
+#include <set>
 #include <thread>
 
 #include "common/strings.h"
@@ -106,10 +108,16 @@ const char* const kServerSetFields[] = {"id",
                                         "needs",
                                         "env_dir"};
 
-// A job as the API shows it: jobs::JobToJson and, once sampled, its gpu_util.
-OrderedJson JobJson(const ApiContext& ctx, const jobs::Job& job) {
+// A job as the API shows it: jobs::JobToJson, for a pending job the scheduler's planned
+// start when it has one (`estimates`, Controller::StartEstimates), and once sampled its
+// gpu_util.
+OrderedJson JobJson(const ApiContext& ctx, const jobs::Job& job,
+                    const std::map<int64_t, int64_t>& estimates) {
   const TelemetryHub& hub = ctx.telemetry->hub();
   OrderedJson j = jobs::JobToJson(job);
+  if (job.state == jobs::JobState::kPending) {
+    if (auto e = estimates.find(job.id); e != estimates.end()) j["start_estimate_us"] = e->second;
+  }
   std::optional<JobGpuUtil> u = hub.Job(job.id);
   if (!u) return j;
   const bool idle = u->idle && job.state == jobs::JobState::kRunning;
@@ -209,9 +217,22 @@ net::HttpResponse ListJobs(const ApiContext& ctx, const Call& c) {
   // offset=N skips the newest N of those that match (a page of the dashboard's queue).
   Result<int64_t> offset = QueryInt(r, "offset", 0, 0, 1'000'000);
   if (!offset.ok()) return ErrorResponse(offset.status());
-  f.limit = *limit > 0 ? static_cast<size_t>(*limit + *offset) : 0;
+  // name=A,B: only jobs of these names (squeue -n); the store knows no names, so the
+  // list is cut to `limit` once they are picked.
+  std::set<std::string> names;
+  for (const std::string& n : Split(r.Query("name"), ',')) {
+    if (!n.empty()) names.insert(n);
+  }
+  f.limit = *limit > 0 && names.empty() ? static_cast<size_t>(*limit + *offset) : 0;
   Result<std::vector<jobs::Job>> jobs = ctx.controller->List(f, caller);
   if (!jobs.ok()) return ErrorResponse(jobs.status());
+  if (!names.empty()) {
+    std::erase_if(*jobs, [&](const jobs::Job& j) { return !names.contains(j.name); });
+    if (*limit > 0) {  // as the store answers a limited list: newest first
+      std::reverse(jobs->begin(), jobs->end());
+      jobs->resize(std::min(jobs->size(), static_cast<size_t>(*limit + *offset)));
+    }
+  }
   if (*offset > 0) {
     if (*limit == 0) {  // unlimited lists come oldest first: the newest N go
       jobs->resize(jobs->size() > static_cast<size_t>(*offset)
@@ -222,8 +243,9 @@ net::HttpResponse ListJobs(const ApiContext& ctx, const Call& c) {
                   jobs->begin() + std::min(jobs->size(), static_cast<size_t>(*offset)));
     }
   }
+  const std::map<int64_t, int64_t> estimates = ctx.controller->StartEstimates();
   OrderedJson list = OrderedJson::array();
-  for (const jobs::Job& j : *jobs) list.push_back(JobJson(ctx, j));
+  for (const jobs::Job& j : *jobs) list.push_back(JobJson(ctx, j, estimates));
   OrderedJson answer;
   answer["jobs"] = std::move(list);
   // all=1 from a user who is no admin lists their own jobs; the answer says so, so the
@@ -235,15 +257,42 @@ net::HttpResponse ListJobs(const ApiContext& ctx, const Call& c) {
 net::HttpResponse GetJob(const ApiContext& ctx, const Call& c) {
   Result<jobs::Job> j = ctx.controller->Get(c.id, c.caller);
   if (!j.ok()) return ErrorResponse(j.status());
-  return JsonResponse(200, {{"job", JobJson(ctx, *j)}});
+  return JsonResponse(200, {{"job", JobJson(ctx, *j, ctx.controller->StartEstimates())}});
+}
+
+// The body of a cancel: empty, `{}`, or from `gpupool alloc` the end of its command
+// (`{"exit_code": N}` or `{"signal": N}`).
+struct CancelBody {
+  std::optional<int> exit_code;
+  std::optional<int> signal;
+  bool allocation_ended() const { return exit_code || signal; }
+};
+
+Result<CancelBody> ParseCancelBody(const net::HttpRequest& r) {
+  CancelBody out;
+  GP_ASSIGN_OR_RETURN(Json body, BodyJson(r, 1 << 12, 4, /*empty_is_object=*/true));
+  if (!body.is_object()) {
+    return Status::InvalidArgument("request body: expected a JSON object, e.g. {}");
+  }
+  JsonFields f(body, "");
+  f.Optional("exit_code", &out.exit_code, 0, 255);
+  f.Optional("signal", &out.signal, 1, 64);
+  GP_RETURN_IF_ERROR(f.Finish());
+  if (out.exit_code && out.signal) {
+    return Status::InvalidArgument("exit_code, signal: give one, how the command ended");
+  }
+  return out;
 }
 
 // POST /v1/jobs/ID/cancel: one job. The id of an array (its first element's) cancels
 // every element still queued or running; ARRAY_INDEX (or ?element=INDEX, from older
-// clients) one element.
+// clients) one element. From `gpupool alloc`, a body with the exit code (or signal) of
+// its command ends the allocation as the command ended (Controller::EndAllocation).
 net::HttpResponse CancelJobOrArray(const ApiContext& ctx, const Call& c) {
   const net::HttpRequest& r = c.r;
   const Caller& caller = c.caller;
+  Result<CancelBody> body = ParseCancelBody(r);
+  if (!body.ok()) return ErrorResponse(body.status());
   int64_t id = c.id;
   bool element = c.element >= 0;
   if (!element && !r.Query("element").empty()) {
@@ -253,6 +302,11 @@ net::HttpResponse CancelJobOrArray(const ApiContext& ctx, const Call& c) {
     if (!e.ok()) return ErrorResponse(e.status());
     id = *e;
     element = true;
+  }
+  if (body->allocation_ended()) {
+    Result<jobs::Job> j = ctx.controller->EndAllocation(id, caller, body->exit_code, body->signal);
+    if (!j.ok()) return ErrorResponse(j.status());
+    return JsonResponse(200, {{"job", jobs::JobToJson(*j)}});
   }
   if (!element) {
     Result<jobs::Job> j = ctx.controller->Get(id, caller);

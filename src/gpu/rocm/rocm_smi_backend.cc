@@ -74,6 +74,13 @@ class RocmSmiBackend final : public GpuBackend {
     DiagnosticSink sink{std::string(kBackend)};
     library_path_.clear();
     const std::vector<rocm::KfdNode> kfd = rocm::ReadKfdTopology(reader, &sink);
+    // A host without DRM devices has no AMD GPU: ROCm SMI is not asked, as its rsmi_init
+    // writes its failure to stderr ("Failed to open drm root directory"), noise in `gpupool
+    // gpus` on every GPU-less host. Only for the real /sys, which ROCm SMI reads whatever
+    // our root: under another root (a replay, a test) the library is asked as before.
+    if (options_.sysfs_root == "/sys" && kfd.empty() && !reader.Exists("class/drm")) {
+      return Status::Unavailable("no AMD GPU: " + reader.Path("class/drm") + " does not exist");
+    }
 
     NodeInfo node;
     DriverInfo driver;

@@ -75,7 +75,7 @@ bool QuotaLimit::Admit(const QueuedJob& job, std::string* why_out) {
   Use& p = projects_[job.project];
   const int64_t gpus = job.admission.gpus;
   std::string why;
-  if (const Limit& ul = limits_->ForUser(job.user); !ul.empty()) {
+  if (const Limit ul = limits_->ForUser(job.user); !ul.empty()) {
     why = LimitReason("user " + job.user, ul, u.gpus, u.running, gpus);
   }
   if (const Limit* pl = limits_->ForProject(job.project); why.empty() && pl != nullptr) {

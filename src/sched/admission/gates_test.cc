@@ -96,6 +96,8 @@ TEST(ArrayThrottle, RunsAtMostNElementsCountingRunningAndAdmittedOnes) {
 TEST(QuotaLimit, UsersAndProjectsStayWithinTheirLimits) {
   Limits limits;
   limits.users["alice"].max_gpus = 3;
+  limits.users["alice"].max_running = 10;  // her own: above the default's
+  limits.users["dave"].max_gpus = 8;       // the default's max_running still holds (issue 30)
   limits.user_default.max_running = 1;
   limits.projects["vision"].max_gpus = 1;
   QuotaLimit gate;
@@ -113,6 +115,11 @@ TEST(QuotaLimit, UsersAndProjectsStayWithinTheirLimits) {
   EXPECT_EQ(Why(gate, GpuJob("5", "bob", 0)), "");
   EXPECT_EQ(Why(gate, GpuJob("6", "bob", 0)),
             "waits: user bob has 1 jobs running or next to start, the limit (max_running 1, "
+            "`gpupool limits`)");
+  // dave's own row sets GPUs only: the default's one job running at once is his too.
+  EXPECT_EQ(Why(gate, GpuJob("9", "dave", 1)), "");
+  EXPECT_EQ(Why(gate, GpuJob("10", "dave", 1)),
+            "waits: user dave has 1 jobs running or next to start, the limit (max_running 1, "
             "`gpupool limits`)");
   // A project's limit applies to all its members.
   QueuedJob v = GpuJob("7", "carol", 2);

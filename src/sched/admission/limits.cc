@@ -40,9 +40,14 @@ Status NamedLimits(const Json* obj, const std::string& path, std::map<std::strin
 
 }  // namespace
 
-const Limit& Limits::ForUser(const std::string& user) const {
+Limit Limits::ForUser(const std::string& user) const {
   auto it = users.find(user);
-  return it != users.end() ? it->second : user_default;
+  if (it == users.end()) return user_default;
+  Limit l = it->second;
+  for (auto field : {&Limit::max_gpus, &Limit::max_running, &Limit::max_queued}) {
+    if (l.*field < 0) l.*field = user_default.*field;
+  }
+  return l;
 }
 
 const Limit* Limits::ForProject(const std::string& project) const {

@@ -26,17 +26,21 @@ struct Limit {
 };
 
 struct Limits {
-  Limit user_default;  // every user without a limit of their own
+  Limit user_default;  // every user, for each field a user's own row leaves unset (-1)
   std::map<std::string, Limit> users;
   std::map<std::string, Limit> projects;
-  const Limit& ForUser(const std::string& user) const;
+  // The user's limits: their own row's fields, each one it leaves unset (-1) the
+  // default's (as a Slurm association inherits its parent's limits field by field), so a
+  // row that sets max_gpus only keeps the default's max_queued.
+  Limit ForUser(const std::string& user) const;
   const Limit* ForProject(const std::string& project) const;  // nullptr: none
   friend bool operator==(const Limits&, const Limits&) = default;
 };
 
 OrderedJson LimitsToJson(const Limits& l);
 // `{"default": LIMIT, "users": {NAME: LIMIT}, "projects": {NAME: LIMIT}}`, each LIMIT
-// `{"max_gpus", "max_running", "max_queued"}` (absent or -1: no limit).
+// `{"max_gpus", "max_running", "max_queued"}` (absent or -1: no limit; in a user's
+// row: the default's).
 Result<Limits> LimitsFromJson(const Json& j);
 
 // The reason a pending job waits, naming who is at which limit; empty when none is hit.

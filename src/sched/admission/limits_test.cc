@@ -19,6 +19,20 @@ TEST(LimitsJsonTest, RoundTripsAndDropsEmptyEntries) {
   EXPECT_EQ(back->ForUser("bob").max_gpus, -1);
 }
 
+// A user's own row overrides the default field by field: a user with their own GPU
+// limit keeps the default's max_queued and max_running (issue 30).
+TEST(LimitsTest, AUsersRowInheritsTheDefaultFieldByField) {
+  Limits l;
+  l.user_default = {/*max_gpus=*/2, /*max_running=*/3, /*max_queued=*/5};
+  l.users["alice"] = {/*max_gpus=*/8, /*max_running=*/-1, /*max_queued=*/-1};
+  l.users["bob"] = {/*max_gpus=*/-1, /*max_running=*/-1, /*max_queued=*/50};
+  EXPECT_EQ(l.ForUser("alice"), (Limit{8, 3, 5}));
+  EXPECT_EQ(l.ForUser("bob"), (Limit{2, 3, 50}));
+  EXPECT_EQ(l.ForUser("carol"), (Limit{2, 3, 5}));
+  l.user_default = {};
+  EXPECT_EQ(l.ForUser("alice"), (Limit{8, -1, -1}));
+}
+
 TEST(LimitsJsonTest, BadInputNamesTheField) {
   auto err = [](const char* text) {
     Result<Limits> r = LimitsFromJson(Json::parse(text));

@@ -142,7 +142,10 @@ Result<ProfileResult> SchedulingProfile::Run(ClusterState& cluster, const PassCo
   for (PassResult::Started& s : pass.started) {
     result.started.push_back({admitted_index[s.pending_index], std::move(s.placements)});
   }
-  if (pass.reserved_index) result.reserved_index = admitted_index[*pass.reserved_index];
+  if (pass.reserved_index) {
+    result.reserved_index = admitted_index[*pass.reserved_index];
+    result.reservation_start_s = pass.reservation_start_s;
+  }
   return result;
 }
 

@@ -3,8 +3,8 @@
 //
 //   gates (admission.h)        hold, dependency, earlier-attempt, array-throttle, quota
 //   unplaceable jobs           the host's own finding (AdmissionFacts::unplaceable)
-//   admission filters          drain, enforce-memory, env-compat: PreFilter per job, PrepareCluster once
-//   SchedulingPass             queue policy + start rule + gang placement + placement
+//   admission filters          drain, enforce-memory, env-compat: PreFilter per job, PrepareCluster
+//   once SchedulingPass             queue policy + start rule + gang placement + placement
 //                              policy (its fit filter and score), queue/scheduling_pass.h
 //   explain (explain.h)        why each admitted job that did not start waits
 //
@@ -58,6 +58,7 @@ struct ProfileResult {
   // Indices are into PassContext::pending.
   std::vector<PassResult::Started> started;
   std::optional<size_t> reserved_index;  // under easy: who holds the reservation
+  int64_t reservation_start_s = 0;       // and when it is planned to start
   // Why each pending job that did not start waits, in pending order: every refused one,
   // and (when Run was asked to explain) every admitted one.
   std::vector<std::pair<size_t, std::string>> reasons;
