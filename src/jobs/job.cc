@@ -132,9 +132,10 @@ int64_t SubmissionBytes(const Job& job) {
     add(m.target);
   }
   for (const std::string& m : job.request.gpu_models) add(m);
-  for (const std::string* s : {&job.workdir, &job.name, &job.project, &job.image, &job.environment,
-                               &job.env_dir, &job.request.vendor, &job.request.min_capability,
-                               &job.interactive, &job.array, &job.submit_key}) {
+  for (const std::string* s :
+       {&job.workdir, &job.name, &job.project, &job.image, &job.environment, &job.env_dir,
+        &job.request.vendor, &job.request.min_capability, &job.interactive, &job.array,
+        &job.submit_key, &job.output, &job.error, &job.script.get()}) {
     if (!s->empty()) add(*s);  // an empty one is no string given
   }
   return n;
@@ -164,8 +165,8 @@ bool IsValidTransition(JobState from, JobState to) {
       // PENDING again is a requeue (its node was lost, with --requeue). A task's start or
       // end that does not change the job's state is a transition to the same state.
       if (to == S::kAssigned) return from == S::kAssigned;
-      return to == S::kRunning || to == S::kSucceeded || to == S::kFailed ||
-             to == S::kCancelled || to == S::kTimeout || to == S::kLost || to == S::kPending;
+      return to == S::kRunning || to == S::kSucceeded || to == S::kFailed || to == S::kCancelled ||
+             to == S::kTimeout || to == S::kLost || to == S::kPending;
     case S::kSucceeded:
     case S::kFailed:
     case S::kCancelled:
