@@ -120,6 +120,22 @@ TEST(SubmitIoTest, OutputDefaultsAsSlurm) {
   EXPECT_EQ(output(f, 1, false), "/tmp/o-%j");
 }
 
+TEST(SubmitIoTest, ScriptLinesTakeExportAndOutput) {
+  Result<std::vector<Directive>> d = ReadScriptDirectives(
+      "#!/bin/sh\n#GPUPOOL --export=PATH,EDITOR=vi\n#GPUPOOL -o out-%j.txt -e err-%j.txt\n",
+      "s.sh");
+  ASSERT_TRUE(d.ok()) << d.status().message();
+  Result<SubmitFlags> f = ParseDirectives(*d, "s.sh");
+  ASSERT_TRUE(f.ok()) << f.status().message();
+  EXPECT_EQ(f->export_env, "PATH,EDITOR=vi");
+  EXPECT_EQ(f->output, "out-%j.txt");
+  EXPECT_EQ(f->error, "err-%j.txt");
+  SubmitFlags cmdline;
+  cmdline.export_env = "NONE";
+  EXPECT_EQ(MergeFlags(*f, cmdline).export_env, "NONE");  // the command line wins
+  EXPECT_EQ(MergeFlags(*f, cmdline).output, "out-%j.txt");
+}
+
 TEST(SubmitIoTest, ScriptBoundsAndTerminalVariables) {
   OrderedJson body;
   EXPECT_TRUE(AddScript("run.sh", "#!/bin/sh\necho hi\n", &body).ok());
