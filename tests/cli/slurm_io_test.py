@@ -162,7 +162,8 @@ class SlurmIoTest(unittest.TestCase):
         self.assertEqual(self.gp("logs", str(jid), user=NOBODY).stdout, "to-out\n")
         self.assertEqual(self.gp("logs", "--stderr", str(jid), user=NOBODY).stdout, "to-err\n")
         # Nothing else was written for it: no second copy in the run directory.
-        run_dir = os.path.join(self.dir, "jobs", str(jid), "0.1")
+        run_dir = os.path.join(self.dir, "agent", "jobs", str(jid), "0.1")
+        self.assertTrue(os.path.exists(os.path.join(run_dir, "spec.json")), run_dir)
         self.assertFalse(os.path.exists(os.path.join(run_dir, "stdout.log")))
         self.assertFalse(os.path.exists(os.path.join(run_dir, "stderr.log")))
 
