@@ -161,6 +161,15 @@ class SlurmIoTest(unittest.TestCase):
             self.assertEqual(os.stat(path).st_uid, NOBODY)
         self.assertEqual(self.gp("logs", str(jid), user=NOBODY).stdout, "to-out\n")
         self.assertEqual(self.gp("logs", "--stderr", str(jid), user=NOBODY).stdout, "to-err\n")
+        # Relayed by the node's agent (the path it started the task with), not read from
+        # this machine's disk as a fallback.
+        conn = pooltest.UnixConnection(self.sock)
+        conn.request("GET", "/v1/jobs/%d/logs?stream=stdout" % jid)
+        answer = conn.getresponse()
+        self.assertEqual(answer.read(), b"to-out\n")
+        self.assertTrue(answer.getheader("X-Gpupool-Log-Source", "").startswith("node "),
+                        answer.getheaders())
+        conn.close()
         # Nothing else was written for it: no second copy in the run directory.
         run_dir = os.path.join(self.dir, "agent", "jobs", str(jid), "0.1")
         self.assertTrue(os.path.exists(os.path.join(run_dir, "spec.json")), run_dir)

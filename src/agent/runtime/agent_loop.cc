@@ -63,8 +63,7 @@ Status AgentLoop::Register() {
         if (c.ok()) held_[ev.id] = {c->spec, ev.dir};
       }
       if (auto h = held_.find(ev.id); h != held_.end() && !h->second.spec.stdout_file.empty()) {
-        output_files_[h->second.spec.stdout_file] = h->second.spec.uid;
-        output_files_[h->second.spec.stderr_file] = h->second.spec.uid;
+        RememberOutputLocked(h->second.spec);
       }
       unsent_.push_back(ev);
     }
@@ -109,6 +108,19 @@ Status AgentLoop::Register() {
       options_.node_name, options_.node.gpus.size(), adopted.size(), reply.address,
       protocol::VersionString(reply.version));
   return Status::Ok();
+}
+
+// The output files `gpupool logs` may read through this agent: the newest
+// kMaxOutputFiles of them, so that a long-lived agent's memory stays bounded.
+void AgentLoop::RememberOutputLocked(const agent::LaunchSpec& spec) {
+  for (const std::string* path : {&spec.stdout_file, &spec.stderr_file}) {
+    if (path->empty()) continue;
+    if (output_files_.insert_or_assign(*path, spec.uid).second) output_order_.push_back(*path);
+  }
+  while (output_order_.size() > kMaxOutputFiles) {
+    output_files_.erase(output_order_.front());
+    output_order_.pop_front();
+  }
 }
 
 // A batch task's script copy and output files (-o/-e), named for this node and task.
@@ -211,8 +223,7 @@ void AgentLoop::Launch(const protocol::LaunchOrder& order) {
     return;
   } else if (!spec.stdout_file.empty()) {
     std::lock_guard lock(mu_);
-    output_files_[spec.stdout_file] = spec.uid;
-    output_files_[spec.stderr_file] = spec.uid;
+    RememberOutputLocked(spec);
   }
   if (!spec.image.empty() || !spec.gpus.empty()) {
     if (Status pre = PrepareContainerJob(job, &spec); !pre.ok()) {
