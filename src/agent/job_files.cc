@@ -161,6 +161,9 @@ std::string ShimConfigToJson(const ShimConfig& config) {
   }
   if (!s.mps_pipe_dir.empty()) j["mps_pipe_dir"] = s.mps_pipe_dir;
   if (!s.dmem_region.empty()) j["dmem_region"] = s.dmem_region;
+  if (!s.script.empty()) j["script"] = s.script;
+  if (!s.stdout_file.empty()) j["stdout_file"] = s.stdout_file;
+  if (!s.stderr_file.empty()) j["stderr_file"] = s.stderr_file;
   j["cgroup_root"] = config.cgroup_root;
   j["container"] = ContainerToJson(config.container);
   return DumpJson(j, 2);
@@ -238,6 +241,9 @@ Result<ShimConfig> ShimConfigFromJson(const std::string& text, const std::string
   f.Optional("shm_bytes", &s.shm_bytes);
   f.Optional("init", &s.init);
   f.Optional("stdio_relayed", &s.stdio_relayed);
+  f.Optional("script", &s.script);
+  f.Optional("stdout_file", &s.stdout_file);
+  f.Optional("stderr_file", &s.stderr_file);
   f.Optional("tty", &s.tty);
   f.Optional("env_dir", &s.env_dir);
   f.Optional("share_enforcement", &s.share_enforcement);
@@ -477,37 +483,26 @@ bool IsRunDirectory(const std::string& jobs_dir, const std::string& dir) {
 
 }  // namespace
 
-Result<LogSlice> ReadJobLogSlice(const std::string& state_dir, const std::string& path,
-                                 int64_t offset, int64_t max_bytes) {
-  const size_t slash = path.find_last_of('/');
-  const std::string name = slash == std::string::npos ? path : path.substr(slash + 1);
-  if (slash == std::string::npos || (name != kStdoutFile && name != kStderrFile)) {
-    return Status::PermissionDenied("'" + path + "' is not a job's stdout or stderr file");
-  }
-  char real_jobs[PATH_MAX];
-  char real_dir[PATH_MAX];
-  if (::realpath((state_dir + "/jobs").c_str(), real_jobs) == nullptr) {
-    return Status::NotFound("this node has no job directory under '" + state_dir + "'");
-  }
-  if (::realpath(path.substr(0, slash).c_str(), real_dir) == nullptr) {
-    return Status::NotFound("no job directory '" + path.substr(0, slash) + "' on this node");
-  }
-  // The file's directory must be a run's: JOBS/<job>/<run> (run_id.h), or JOBS/<key> of
-  // the previous layout, whose ended jobs' records still name their logs there.
-  const std::string jobs_dir = real_jobs;
-  const std::string dir = real_dir;
-  if (!IsRunDirectory(jobs_dir, dir)) {
-    return Status::PermissionDenied("'" + path + "' is not inside a job directory of this node");
-  }
-  int fd = ::open((dir + "/" + name).c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+namespace {
+
+// Bytes of `file` (named `path` in errors): a regular file reached without a link in its
+// last component, of `owner` when given.
+Result<LogSlice> ReadSlice(const std::string& file, const std::string& path,
+                           std::optional<uint32_t> owner, int64_t offset, int64_t max_bytes) {
+  int fd = ::open(file.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
   if (fd < 0) {
     if (errno == ENOENT) return Status::NotFound("no file '" + path + "' on this node");
+    if (errno == ELOOP) return Status::PermissionDenied("'" + path + "' is a symbolic link");
     return Status::Unavailable("cannot open '" + path + "': " + std::strerror(errno));
   }
   struct stat st {};
   if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
     ::close(fd);
     return Status::PermissionDenied("'" + path + "' is not a regular file");
+  }
+  if (owner && st.st_uid != *owner) {
+    ::close(fd);
+    return Status::PermissionDenied("'" + path + "' no longer belongs to the job's user");
   }
   LogSlice out;
   out.size = st.st_size;
@@ -530,6 +525,41 @@ Result<LogSlice> ReadJobLogSlice(const std::string& state_dir, const std::string
   }
   ::close(fd);
   return out;
+}
+
+}  // namespace
+
+Result<LogSlice> ReadJobLogSlice(const std::string& state_dir, const std::string& path,
+                                 int64_t offset, int64_t max_bytes) {
+  const size_t slash = path.find_last_of('/');
+  const std::string name = slash == std::string::npos ? path : path.substr(slash + 1);
+  if (slash == std::string::npos || (name != kStdoutFile && name != kStderrFile)) {
+    return Status::PermissionDenied("'" + path + "' is not a job's stdout or stderr file");
+  }
+  char real_jobs[PATH_MAX];
+  char real_dir[PATH_MAX];
+  if (::realpath((state_dir + "/jobs").c_str(), real_jobs) == nullptr) {
+    return Status::NotFound("this node has no job directory under '" + state_dir + "'");
+  }
+  if (::realpath(path.substr(0, slash).c_str(), real_dir) == nullptr) {
+    return Status::NotFound("no job directory '" + path.substr(0, slash) + "' on this node");
+  }
+  // The file's directory must be a run's: JOBS/<job>/<run> (run_id.h), or JOBS/<key> of
+  // the previous layout, whose ended jobs' records still name their logs there.
+  const std::string jobs_dir = real_jobs;
+  const std::string dir = real_dir;
+  if (!IsRunDirectory(jobs_dir, dir)) {
+    return Status::PermissionDenied("'" + path + "' is not inside a job directory of this node");
+  }
+  return ReadSlice(dir + "/" + name, path, std::nullopt, offset, max_bytes);
+}
+
+Result<LogSlice> ReadOutputFileSlice(const std::string& path, std::optional<uint32_t> owner,
+                                     int64_t offset, int64_t max_bytes) {
+  if (path.empty() || path[0] != '/') {
+    return Status::PermissionDenied("'" + path + "' is not an absolute path");
+  }
+  return ReadSlice(path, path, owner, offset, max_bytes);
 }
 
 }  // namespace gpupool::agent

@@ -34,6 +34,7 @@ inline constexpr char kStatusFile[] = "status.json";
 inline constexpr char kStdoutFile[] = "stdout.log";
 inline constexpr char kStderrFile[] = "stderr.log";
 inline constexpr char kShimLogFile[] = "shim.log";
+inline constexpr char kScriptFile[] = "script";  // a submitted script's copy
 inline constexpr char kHostFile[] = "hostfile";  // a gang's hosts (GPUPOOL_HOSTFILE)
 
 // What the launcher hands the shim.
@@ -118,5 +119,12 @@ struct LogSlice {
 // kPermissionDenied for any other path, kUnavailable when it cannot be read.
 Result<LogSlice> ReadJobLogSlice(const std::string& state_dir, const std::string& path,
                                  int64_t offset, int64_t max_bytes);
+
+// Bytes of a batch job's output file (-o/-e; LaunchSpec::stdout_file), for a path the
+// caller knows is one (the agent serves only the paths of runs it launched or adopted):
+// an absolute path, a regular file reached without a link in its last component, and
+// still `owner`'s when given.
+Result<LogSlice> ReadOutputFileSlice(const std::string& path, std::optional<uint32_t> owner,
+                                     int64_t offset, int64_t max_bytes);
 
 }  // namespace gpupool::agent

@@ -104,6 +104,14 @@ struct LaunchSpec {
   uint64_t share_memory_bytes = 0;
   std::string mps_pipe_dir;
   std::string dmem_region;
+  // A submitted script's copy (jobs::Job::script): written to JOB_DIR/script (0700, the
+  // user's) and run in place of argv[0]; a container job gets it mounted at that path.
+  std::string script;
+  // Batch jobs' output files (-o/-e), absolute, created as the user (output_file.h)
+  // instead of JOB_DIR/stdout.log and stderr.log; stderr_file may equal stdout_file (one
+  // file for both). Empty: the run directory's logs.
+  std::string stdout_file;
+  std::string stderr_file;
   friend bool operator==(const LaunchSpec&, const LaunchSpec&) = default;
 };
 
@@ -125,6 +133,10 @@ struct JobEvent {
   };
   RunId id;
   std::string dir;  // the run's directory: its logs are dir/stdout.log and dir/stderr.log
+  // A batch job's output files (LaunchSpec::stdout_file, stderr_file) when it has them:
+  // its logs are there instead.
+  std::string stdout_file;
+  std::string stderr_file;
   Kind kind = Kind::kStarted;
   int64_t time_us = 0;        // when it happened (start time for kStarted, end time else)
   int64_t start_time_us = 0;  // 0 when the command never started

@@ -170,6 +170,37 @@ TEST_F(LauncherTest, ANormalRunCreatesOnlyTheFilesItNeeds) {
   EXPECT_LT(isolation, failed) << log;
 }
 
+TEST_F(LauncherTest, ABatchRunWritesItsOutputOnceAndRunsItsScriptCopy) {
+  // -o without -e: one file for both streams, where the user asked, and no logs in the run
+  // directory; the script's copy runs, not the (edited, here missing) original.
+  const std::string out = dir_.path() + "/out/gpupool-137.out";
+  std::filesystem::create_directories(dir_.path() + "/out");
+  LaunchSpec spec = TestSpec(137, {dir_.path() + "/gone.sh", "arg1"});
+  spec.script = "#!/bin/sh\necho \"script $1 $0\"\necho err >&2\n";
+  spec.stdout_file = out;
+  spec.stderr_file = out;
+  Start(spec);
+  JobEvent e = Finish(137);
+  EXPECT_EQ(e.kind, Kind::kExited);
+  EXPECT_EQ(e.exit_code, 0) << e.reason;
+  EXPECT_EQ(e.stdout_file, out);
+  EXPECT_EQ(e.stderr_file, out);
+  const std::string copy = JobDir(dir_.path(), TaskRun(137)) + "/" + kScriptFile;
+  EXPECT_EQ(ReadWholeFile(out), "script arg1 " + copy + "\nerr\n");
+  std::set<std::string> names;
+  for (const auto& entry : std::filesystem::directory_iterator(JobDir(dir_.path(), TaskRun(137)))) {
+    names.insert(entry.path().filename().string());
+  }
+  EXPECT_EQ(names, (std::set<std::string>{kSpecFile, kShimFile, kStatusFile, kScriptFile}));
+  // An output file that cannot be made fails the start, naming it.
+  LaunchSpec bad = TestSpec(138, {"true"});
+  bad.stdout_file = dir_.path() + "/no-such-dir/o.out";
+  ASSERT_TRUE(launcher_->Launch(bad).ok());
+  JobEvent failed = Finish(138);
+  EXPECT_EQ(failed.kind, Kind::kFailed);
+  EXPECT_NE(failed.reason.find("no-such-dir/o.out"), std::string::npos) << failed.reason;
+}
+
 TEST_F(LauncherTest, DeathBySignalIsReported) {
   Start(TestSpec(141, {"sh", "-c", "kill -USR1 $$"}));
   JobEvent e = Finish(141);

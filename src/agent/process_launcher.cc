@@ -176,6 +176,11 @@ class ProcessLauncher final : public Launcher {
   std::optional<JobEvent> AdoptRunLocked(const std::string& dir, const std::string& boot);
   // Queues an event and wakes Wait (callers hold mu_).
   void Queue(JobEvent e) {
+    // A batch job's logs are its output files (-o/-e) when it has them.
+    if (auto out = outputs_.find(e.id); out != outputs_.end() && e.stdout_file.empty()) {
+      e.stdout_file = out->second.first;
+      e.stderr_file = out->second.second;
+    }
     events_.push_back(std::move(e));
     Wake();
   }
@@ -193,6 +198,8 @@ class ProcessLauncher final : public Launcher {
   // The directory of every run launched or adopted and not yet forgotten (a run of the
   // previous layout is not where JobDir puts it). Guarded by mu_.
   std::map<RunId, std::string> dirs_;
+  // Runs with output files (LaunchSpec::stdout_file, stderr_file); guarded by mu_.
+  std::map<RunId, std::pair<std::string, std::string>> outputs_;
   std::vector<JobEvent> events_;  // guarded by mu_
   int wake_fd_ = -1;              // eventfd: Launch/Queue -> Wait
 };
@@ -364,6 +371,7 @@ Status ProcessLauncher::Launch(const LaunchSpec& spec, const JobStdio& stdio) {
   s.dir = dir;
   std::lock_guard<std::mutex> lock(mu_);
   dirs_[spec.id] = dir;
+  if (!spec.stdout_file.empty()) outputs_[spec.id] = {spec.stdout_file, spec.stderr_file};
   if (StartsWith(report, "started ")) {
     JobEvent e;
     e.id = spec.id;
@@ -514,6 +522,9 @@ std::optional<JobEvent> ProcessLauncher::AdoptRunLocked(const std::string& dir,
   const RunId id = config->spec.id;
   if (jobs_.count(id) != 0 || launching_.count(id) != 0) return std::nullopt;
   dirs_[id] = dir;
+  if (!config->spec.stdout_file.empty()) {
+    outputs_[id] = {config->spec.stdout_file, config->spec.stderr_file};
+  }
   if (Result<FinalStatus> st = ReadFinalStatus(dir); st.ok()) {
     ReapIfOurs(dir);
     JobEvent e = EventFromFinalStatus(*st, id, dir);
@@ -562,7 +573,13 @@ Result<std::vector<JobEvent>> ProcessLauncher::Adopt() {
   std::vector<JobEvent> out;
   std::lock_guard<std::mutex> lock(mu_);
   for (const std::string& dir : dirs) {
-    if (std::optional<JobEvent> e = AdoptRunLocked(dir, boot)) out.push_back(std::move(*e));
+    if (std::optional<JobEvent> e = AdoptRunLocked(dir, boot)) {
+      if (auto o = outputs_.find(e->id); o != outputs_.end()) {
+        e->stdout_file = o->second.first;
+        e->stderr_file = o->second.second;
+      }
+      out.push_back(std::move(*e));
+    }
   }
   return out;
 }
@@ -584,6 +601,7 @@ Status ProcessLauncher::Forget(const RunId& id) {
     return Status::Unavailable("cannot empty '" + spec + "': " + std::strerror(errno));
   }
   if (known != dirs_.end()) dirs_.erase(known);
+  outputs_.erase(id);
   return Status::Ok();
 }
 

@@ -24,6 +24,7 @@
 #include "agent/job_files.h"
 #include "agent/job_process.h"
 #include "agent/mount_source.h"
+#include "agent/output_file.h"
 #include "agent/proc_util.h"
 #include "common/strings.h"
 
@@ -155,6 +156,7 @@ class Shim {
   Status PrepareContainer(const std::vector<gid_t>& groups);
   Result<std::vector<BindMount>> StageMountSources(const std::vector<gid_t>& groups);
   Status OpenStreams(const LaunchSpec& spec, bool root);
+  Status WriteScript(bool root);
   void CloseRelayedStreams();
   Status StartJob();
   void StartHelper(const std::vector<std::string>& podman_args, const char* what);
@@ -216,6 +218,23 @@ Result<int> OpenLog(const std::string& path, const LaunchSpec& spec, bool chown_
   return fd;
 }
 
+// A submitted script's copy (LaunchSpec::script) into the run directory, the user's and
+// executable, run in place of argv[0]; mounted at the same path into a container. The
+// job directory belongs to root, so nobody can plant a link here.
+Status Shim::WriteScript(bool root) {
+  LaunchSpec& spec = config_.spec;
+  if (spec.script.empty() || spec.argv.empty()) return Status::Ok();
+  const std::string path = args_.job_dir + "/" + kScriptFile;
+  GP_RETURN_IF_ERROR(WriteFileDurably(path, spec.script, 0700, /*sync=*/false));
+  if (root && ::chown(path.c_str(), spec.uid, spec.gid) != 0) {
+    return Status::Unavailable("cannot give the script '" + path + "' to user '" + spec.user +
+                               "': " + std::strerror(errno));
+  }
+  spec.argv[0] = path;
+  if (!spec.image.empty()) spec.mounts.push_back({path, path, /*read_only=*/true});
+  return Status::Ok();
+}
+
 // The job's standard streams: the relayed descriptors of an interactive job, else
 // /dev/null and its log files.
 Status Shim::OpenStreams(const LaunchSpec& spec, bool root) {
@@ -230,8 +249,21 @@ Status Shim::OpenStreams(const LaunchSpec& spec, bool root) {
     plan_.controlling_tty = spec.tty;
     return Status::Ok();
   }
-  GP_ASSIGN_OR_RETURN(stdout_fd_, OpenLog(args_.job_dir + "/" + kStdoutFile, spec, root));
-  GP_ASSIGN_OR_RETURN(stderr_fd_, OpenLog(args_.job_dir + "/" + kStderrFile, spec, root));
+  if (!spec.stdout_file.empty()) {
+    // -o/-e: created as the user where the user asked (output_file.h); one file for both
+    // streams unless -e names another. Nothing is written to the run directory.
+    const OutputUser who{spec.user, spec.uid, spec.gid, plan_.groups};
+    GP_ASSIGN_OR_RETURN(stdout_fd_, OpenOutputFile(spec.stdout_file, who));
+    if (spec.stderr_file.empty() || spec.stderr_file == spec.stdout_file) {
+      stderr_fd_ = ::fcntl(stdout_fd_, F_DUPFD_CLOEXEC, 0);
+      if (stderr_fd_ < 0) return Status::Unavailable("cannot duplicate the output file");
+    } else {
+      GP_ASSIGN_OR_RETURN(stderr_fd_, OpenOutputFile(spec.stderr_file, who));
+    }
+  } else {
+    GP_ASSIGN_OR_RETURN(stdout_fd_, OpenLog(args_.job_dir + "/" + kStdoutFile, spec, root));
+    GP_ASSIGN_OR_RETURN(stderr_fd_, OpenLog(args_.job_dir + "/" + kStderrFile, spec, root));
+  }
   plan_.stdin_fd = devnull_;
   plan_.stdout_fd = stdout_fd_;
   plan_.stderr_fd = stderr_fd_;
@@ -280,6 +312,7 @@ Status Shim::Prepare() {
                                  "': " + std::strerror(errno));
     }
   }
+  GP_RETURN_IF_ERROR(WriteScript(root));
   if (!spec.image.empty()) return PrepareContainer(plan_.groups);
   if (!spec.env_dir.empty()) {
     struct stat st;
@@ -456,8 +489,11 @@ void Shim::StartHelper(const std::vector<std::string>& podman_args, const char* 
 void Shim::MapContainerExit() {
   if (!final_.exit_code) return;  // the podman client itself was killed: signal stays
   const std::string cmd = config_.spec.argv.empty() ? "" : config_.spec.argv[0];
-  ContainerExit m = MapPodmanExit(*final_.exit_code, FileTail(args_.job_dir + "/" + kStderrFile),
-                                  config_.spec.image, cmd);
+  const std::string& err_file =
+      config_.spec.stderr_file.empty() ? config_.spec.stdout_file : config_.spec.stderr_file;
+  ContainerExit m = MapPodmanExit(
+      *final_.exit_code, FileTail(err_file.empty() ? args_.job_dir + "/" + kStderrFile : err_file),
+      config_.spec.image, cmd);
   final_.exit_code = m.exit_code;
   final_.signal = m.signal;
   container_reason_ = m.reason;

@@ -136,6 +136,7 @@ struct ExecOptions {
   bool stdin_open = false;
   int rows = 0;
   int cols = 0;
+  std::map<std::string, std::string> env;  // a terminal's TERM, LANG, ... (terminal_env.h)
 };
 
 using protocol::Event;

@@ -381,7 +381,7 @@ Result<AgentWork> Controller::WaitForWork(const std::string& node, int64_t wait_
         if (t >= job->second.tasks.size() || job->second.tasks[t].start_time_us == 0) continue;
         work.exec.push_back({x.id, x.job_id, x.attempt, x.task_index, x.argv,
                              job->second.master_port, x.io.tty, x.io.stdin_open, x.io.rows,
-                             x.io.cols});
+                             x.io.cols, x.io.env});
         x.sent = true;
         x.sent_us = now;
       }

@@ -146,9 +146,10 @@ int64_t SubmissionBytes(const Job& job) {
     add(m.target);
   }
   for (const std::string& m : job.request.gpu_models) add(m);
-  for (const std::string* s : {&job.workdir, &job.name, &job.project, &job.image, &job.environment,
-                               &job.env_dir, &job.request.vendor, &job.request.min_capability,
-                               &job.interactive, &job.array, &job.submit_key}) {
+  for (const std::string* s :
+       {&job.workdir, &job.name, &job.project, &job.image, &job.environment, &job.env_dir,
+        &job.request.vendor, &job.request.min_capability, &job.interactive, &job.array,
+        &job.submit_key, &job.output, &job.error, &job.script.get()}) {
     if (!s->empty()) add(*s);  // an empty one is no string given
   }
   return n;

@@ -161,6 +161,15 @@ struct Job {
   std::string environment;    // named environment "NAME:VERSION"; empty = none
   std::string env_dir;        // a directory environment's root (process jobs)
   EnvNeeds needs;             // what its image / environment needs from the GPU stack
+  // A submitted script's content (`gpupool submit script.sh`), copied at submit: each
+  // task writes it into its run directory and runs that copy in place of command[0], so
+  // editing the file later does not change the job. Empty: command[0] runs as it is.
+  SharedValue<std::string> script;
+  // Batch jobs: where stdout and stderr go (-o/--output, -e/--error), patterns of
+  // output_pattern.h relative to the workdir. Empty output: the run directory's
+  // stdout.log and stderr.log on the node; empty error: stderr into the output file.
+  std::string output;
+  std::string error;
   ResourceRequest request;
   int priority = 0;
   int64_t time_limit_s = 0;  // 0 = none

@@ -200,6 +200,9 @@ OrderedJson JobToJson(const Job& job) {
   if (!job.environment.empty()) j["environment"] = job.environment;
   if (!job.env_dir.empty()) j["env_dir"] = job.env_dir;
   if (!job.needs.empty()) j["needs"] = NeedsToJson(job.needs);
+  if (!job.script.empty()) j["script"] = job.script.get();
+  if (!job.output.empty()) j["output"] = job.output;
+  if (!job.error.empty()) j["error"] = job.error;
   j["request"] = RequestToJson(job.request);
   j["priority"] = job.priority;
   j["time_limit_s"] = job.time_limit_s;
@@ -417,6 +420,11 @@ Result<Job> JobFromJson(const Json& j, std::string_view path, bool reject_unknow
   GP_RETURN_IF_ERROR(DependenciesFromJson(f, reject_unknown, &job));
   f.Optional("environment", &job.environment);
   f.Optional("env_dir", &job.env_dir);
+  std::string script;
+  f.Optional("script", &script);
+  if (!script.empty()) job.script = std::move(script);
+  f.Optional("output", &job.output);
+  f.Optional("error", &job.error);
   if (const Json* needs = f.Member("needs")) {
     Result<EnvNeeds> n = NeedsFromJson(*needs, f.PathOf("needs"), reject_unknown);
     if (!n.ok()) return n.status();

@@ -4,6 +4,8 @@
 #include <string_view>
 #include <vector>
 
+#include "jobs/output_pattern.h"
+
 namespace gpupool::jobs {
 namespace {
 
@@ -242,7 +244,7 @@ Status ValidateSubmission(const Job& job) {
     GP_RETURN_IF_ERROR(CheckPath(at + ".source", job.mounts[i].source));
     GP_RETURN_IF_ERROR(CheckPath(at + ".target", job.mounts[i].target));
   }
-  return Status::Ok();
+  return ValidateBatchIo(job);
 }
 
 }  // namespace gpupool::jobs

@@ -8,6 +8,7 @@
 #include "gpu/node_json.h"
 #include "jobs/job_json.h"
 #include "protocol/hardware_health_json.h"
+#include "protocol/terminal_env.h"
 
 namespace gpupool::protocol {
 namespace {
@@ -395,6 +396,7 @@ OrderedJson EncodeWork(const Work& w, Version peer) {
       if (e.stdin_open) x["stdin"] = true;
       if (e.rows > 0) x["rows"] = e.rows;
       if (e.cols > 0) x["cols"] = e.cols;
+      if (!e.env.empty()) x["env"] = e.env;
       exec.push_back(std::move(x));
     }
     j["exec"] = std::move(exec);
@@ -469,7 +471,10 @@ Result<Work> DecodeWork(const Json& j) {
       ef.Optional("stdin", &e.stdin_open);
       ef.Optional("rows", &e.rows, 0, 10000);
       ef.Optional("cols", &e.cols, 0, 10000);
-      Status s = ef.Finish();
+      Result<std::map<std::string, std::string>> env =
+          TerminalEnvFromJson(ef.Member("env"), Index("exec", i) + ".env");
+      if (env.ok()) e.env = std::move(*env);
+      Status s = env.ok() ? ef.Finish() : env.status();
       if (s.ok() && (e.argv.empty() || e.argv.size() > kMaxArgs)) {
         s = Status::InvalidArgument(Index("exec", i) + ".argv: 1.." + std::to_string(kMaxArgs) +
                                     " arguments");

@@ -131,6 +131,8 @@ struct ExecRequest {
   bool stdin_open = false;
   int rows = 0;
   int cols = 0;
+  // A terminal session's client terminal: TERM, LANG, LC_*, ... (terminal_env.h).
+  std::map<std::string, std::string> env;
   bool interactive() const { return tty || stdin_open; }
   friend bool operator==(const ExecRequest&, const ExecRequest&) = default;
 };

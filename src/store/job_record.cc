@@ -12,7 +12,7 @@ namespace {
 // What a user sets at submit time and nothing changes later. A field here that did
 // change would still be stored right (the changed spec is stored as another row), only
 // not shared.
-constexpr std::array<std::string_view, 26> kSpecKeys = {
+constexpr std::array<std::string_view, 29> kSpecKeys = {
     "user",         "uid",
     "gid",          "project",
     "name",         "command",
@@ -26,6 +26,8 @@ constexpr std::array<std::string_view, 26> kSpecKeys = {
     "pty",          "shm_bytes",
     "init",         "array_max_running",
     "array",        "enforce_memory",
+    "script",       "output",
+    "error",
 };
 
 bool IsSpecKey(std::string_view key) {

@@ -49,7 +49,7 @@ class Pool:
 
     def cli(self, *args, stdin=None, timeout=60):
         return subprocess.run([GPUPOOL] + list(args), input=stdin, capture_output=True,
-                              text=True, env=self.env, timeout=timeout)
+                              text=True, env=self.env, timeout=timeout, cwd=self.dir)
 
     def job(self, jid):
         r = self.cli("show", str(jid), "--json")
@@ -77,11 +77,11 @@ class Terminal:
     """`gpupool ARGS` on a new pseudo-terminal of rows x cols, as a terminal emulator
     would start it: the client's session leader, stdin, stdout and stderr."""
 
-    def __init__(self, pool, args, rows=24, cols=80):
+    def __init__(self, pool, args, rows=24, cols=80, env=None):
         self.master, slave = pty.openpty()
         self.resize(rows, cols, fd=slave)
         self.proc = subprocess.Popen([GPUPOOL] + args, stdin=slave, stdout=slave, stderr=slave,
-                                     env=pool.env, start_new_session=True,
+                                     env=env or pool.env, start_new_session=True,
                                      preexec_fn=lambda: fcntl.ioctl(0, termios.TIOCSCTTY, 0))
         os.close(slave)
         self.seen = b""
@@ -194,6 +194,31 @@ class InteractiveTest(unittest.TestCase):
         job = self.pool.wait(job_id_of(t.seen.decode(errors="replace")), pooltest.FINAL_STATES)
         self.assertEqual(job["exit_code"], 42)
         self.assertTrue(job.get("pty"))
+
+    def test_the_terminals_type_and_language_reach_run_and_exec_pty(self):
+        # Whatever --export says (NONE here), so that clear, top and vi work over there.
+        env = dict(self.pool.env, TERM="xterm-256color", LANG="C.UTF-8", LC_CTYPE="C.UTF-8")
+        t = Terminal(self.pool, ["run", "--pty", "--export=NONE", "--", "sh", "-c",
+                                 'echo "T=$TERM L=$LANG C=$LC_CTYPE H=$HOME"'], env=env)
+        try:
+            t.expect(b"T=xterm-256color L=C.UTF-8 C=C.UTF-8 H=")
+            self.assertEqual(t.finish(), 0)
+        finally:
+            t.close()
+        s = self.pool.cli("submit", "--export=NONE", "--", "sleep", "30")
+        jid = int(s.stdout.split()[-1])
+        try:
+            self.pool.wait(jid, ("RUNNING",))
+            t = Terminal(self.pool, ["exec", "--pty", "--job", str(jid), "--", "sh", "-c",
+                                     'echo "T=$TERM L=$LANG"'], env=dict(env, TERM="vt220"))
+            try:
+                t.expect(b"T=vt220 L=C.UTF-8")
+                self.assertEqual(t.finish(), 0)
+            finally:
+                t.close()
+        finally:
+            self.pool.cli("cancel", str(jid))
+            self.pool.wait(jid, pooltest.FINAL_STATES)
 
     def test_interactive_shell_on_a_pty(self):
         t = Terminal(self.pool, ["run", "--pty", "--", "sh", "-i"])

@@ -59,6 +59,9 @@ class MultiPool:
         self.hosts = HOSTS[:nodes]
         self.premade = premade or {}
         self.dir = pooltest.make_test_dir("gp-mn-")
+        self.out = os.path.join(self.dir, "out")  # jobs' output files, any user's
+        os.mkdir(self.out)
+        os.chmod(self.out, 0o1777)
         self.sock = os.path.join(self.dir, "gpupool.sock")
         self.env = dict(os.environ, GPUPOOL_SERVER="unix:" + self.sock)
         with open(NODE_FILE) as f:
@@ -131,7 +134,9 @@ class MultiPool:
         env = []
         for e in NET_ENV:
             env += ["--env", e]
-        out = self.cli("submit", "--workdir", HERE, *env, *args, user=user).stdout
+        # The output files (one per task) in the pool's directory, not the source tree.
+        out = self.cli("submit", "--workdir", HERE, "-o", os.path.join(self.out, "%j.%t.out"),
+                       *env, *args, user=user).stdout
         return int(out.split()[-1])
 
     def wait(self, jid, states, timeout=120):

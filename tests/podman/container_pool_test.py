@@ -286,6 +286,33 @@ class ContainerPoolTest(unittest.TestCase):
             self.assertEqual(f.read(), "made\n")
         self.assertEqual(e.job(jid)["needs"]["cuda"], "12.4")
 
+    def test_container_job_runs_its_script_copy_and_exports_only_when_asked(self):
+        """A submitted script's copy runs in the container (mounted from the run directory);
+        -o is created as the user; the submitting shell's variables go in only with
+        --export (docs/containers.md)."""
+        e = self.env
+        script = os.path.join(e.work, "cjob.sh")
+        with open(script, "w") as f:
+            f.write("#!/bin/sh\necho script in container FOO=[$FOO_FROM_HOST] $(id -u)\n")
+        os.chmod(script, 0o755)
+        os.environ["FOO_FROM_HOST"] = "bar"
+        try:
+            ids = [submitted_id(e.cli("submit", "--gpus", "1", "--cpus", "0.1", "--image",
+                                      "localhost/gpupool-itest-cu124:1", "-o", "c-%j.out",
+                                      *extra, "cjob.sh", user=65534))
+                   for extra in ([], ["--export=FOO_FROM_HOST"])]
+        finally:
+            del os.environ["FOO_FROM_HOST"]
+        os.unlink(script)  # the copy runs
+        for jid, foo in zip(ids, ("", "bar")):
+            j = e.wait(jid, pooltest.FINAL_STATES)
+            out = os.path.join(e.work, "c-%d.out" % jid)
+            self.assertEqual(j["state"], "SUCCEEDED", (j, e.log()))
+            with open(out) as f:
+                self.assertEqual(f.read(), "script in container FOO=[%s] 65534\n" % foo)
+            self.assertEqual(os.stat(out).st_uid, 65534)
+            self.assertEqual(j["tasks"][0]["stdout_path"], out)
+
     def test_exec_into_a_container_job_runs_beside_it(self):
         """`gpupool exec` into a running container job: the command runs in a container of
         its own (named after its session, gpupool-job-<job>-<attempt>-exec<id>), beside the

@@ -15,6 +15,7 @@
 #include "envcheck/needs.h"
 #include "gpu/node_json.h"
 #include "jobs/job_json.h"
+#include "jobs/output_pattern.h"
 
 namespace gpupool::agent {
 namespace {
@@ -61,6 +62,9 @@ Status AgentLoop::Register() {
         Result<agent::ShimConfig> c = agent::ReadShimConfig(ev.dir);
         if (c.ok()) held_[ev.id] = {c->spec, ev.dir};
       }
+      if (auto h = held_.find(ev.id); h != held_.end() && !h->second.spec.stdout_file.empty()) {
+        RememberOutputLocked(h->second.spec);
+      }
       unsent_.push_back(ev);
     }
     // What runs here now (Adopt supervises the live shims again), not every task ever
@@ -103,6 +107,32 @@ Status AgentLoop::Register() {
       "protocol {}",
       options_.node_name, options_.node.gpus.size(), adopted.size(), reply.address,
       protocol::VersionString(reply.version));
+  return Status::Ok();
+}
+
+// The output files `gpupool logs` may read through this agent: the newest
+// kMaxOutputFiles of them, so that a long-lived agent's memory stays bounded.
+void AgentLoop::RememberOutputLocked(const agent::LaunchSpec& spec) {
+  for (const std::string* path : {&spec.stdout_file, &spec.stderr_file}) {
+    if (path->empty()) continue;
+    if (output_files_.insert_or_assign(*path, spec.uid).second) output_order_.push_back(*path);
+  }
+  while (output_order_.size() > kMaxOutputFiles) {
+    output_files_.erase(output_order_.front());
+    output_order_.pop_front();
+  }
+}
+
+// A batch task's script copy and output files (-o/-e), named for this node and task.
+Status AgentLoop::BatchIo(const jobs::Job& job, int task, agent::LaunchSpec* spec) const {
+  spec->script = job.script.get();
+  if (job.output.empty()) return Status::Ok();
+  const jobs::OutputFields fields = jobs::OutputFieldsOf(job, options_.node_name, task);
+  GP_ASSIGN_OR_RETURN(spec->stdout_file, jobs::OutputPath(job.output, fields, job.workdir));
+  spec->stderr_file = spec->stdout_file;
+  if (!job.error.empty()) {
+    GP_ASSIGN_OR_RETURN(spec->stderr_file, jobs::OutputPath(job.error, fields, job.workdir));
+  }
   return Status::Ok();
 }
 
@@ -188,6 +218,12 @@ void AgentLoop::Launch(const protocol::LaunchOrder& order) {
     // command of gpupool run): the task runs nothing of its own.
     // (In its image, for an image job: exec'd commands run in containers of that image.)
     spec.argv = {"sleep", "infinity"};
+  } else if (Status io = BatchIo(job, r.task_index, &spec); !io.ok()) {
+    FailLaunch(id, io.message());
+    return;
+  } else if (!spec.stdout_file.empty()) {
+    std::lock_guard lock(mu_);
+    RememberOutputLocked(spec);
   }
   if (!spec.image.empty() || !spec.gpus.empty()) {
     if (Status pre = PrepareContainerJob(job, &spec); !pre.ok()) {
@@ -311,6 +347,10 @@ void AgentLoop::StartExec(const protocol::ExecRequest& x) {
   if (task_shim.ok()) spec.join_cgroups = task_shim->cgroup_dirs;
   spec.id = id;
   spec.argv = x.argv;
+  // Its output is its own, in its directory: not the task's script or output files.
+  spec.script.clear();
+  spec.stdout_file.clear();
+  spec.stderr_file.clear();
   spec.time_limit_s = 0;  // it ends with its job (cancelled with it)
   // GPUPOOL_HOSTFILE (and a container's mount of it) names the task's host file, written
   // when the task started: the session needs no copy of its own.
@@ -337,6 +377,7 @@ void AgentLoop::StartExec(const protocol::ExecRequest& x) {
     streams = std::move(*made);
     spec.stdio_relayed = true;
     spec.tty = x.tty;
+    for (const auto& [name, value] : x.env) spec.env[name] = value;  // the client's terminal
   }
   const std::string dir = agent::JobDir(options_.state_dir, id);
   {
@@ -449,8 +490,18 @@ Status AgentLoop::PrepareContainerJob(const jobs::Job& job, agent::LaunchSpec* s
 // answer is posted at once; a controller that gave up on one ignores it.
 void AgentLoop::AnswerLogReads(const std::vector<protocol::LogRequest>& reads) {
   for (const protocol::LogRequest& read : reads) {
+    // A batch job's output file is served only by the path this agent started it with.
+    std::optional<std::optional<uint32_t>> output_owner;
+    {
+      std::lock_guard lock(mu_);
+      if (auto o = output_files_.find(read.path); o != output_files_.end()) {
+        output_owner = o->second;
+      }
+    }
     Result<agent::LogSlice> slice =
-        agent::ReadJobLogSlice(options_.state_dir, read.path, read.offset, read.max_bytes);
+        output_owner
+            ? agent::ReadOutputFileSlice(read.path, *output_owner, read.offset, read.max_bytes)
+            : agent::ReadJobLogSlice(options_.state_dir, read.path, read.offset, read.max_bytes);
     protocol::LogAnswer answer;
     answer.node = options_.node_name;
     answer.id = read.id;
@@ -613,8 +664,8 @@ void AgentLoop::ToWire(const agent::JobEvent& ev, protocol::EventBatch* batch) {
   e.cancelled = ev.cancelled;
   e.reason = ev.reason;
   if (ev.kind != agent::JobEvent::Kind::kLost) {
-    e.stdout_path = dir + "/stdout.log";
-    e.stderr_path = dir + "/stderr.log";
+    e.stdout_path = ev.stdout_file.empty() ? dir + "/stdout.log" : ev.stdout_file;
+    e.stderr_path = ev.stderr_file.empty() ? dir + "/stderr.log" : ev.stderr_file;
   }
   if (e.kind == protocol::EventKind::kStarted && ev.id.task == 0) {
     std::lock_guard lock(mu_);

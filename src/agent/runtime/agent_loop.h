@@ -147,6 +147,8 @@ class AgentLoop {
   void ReportEvents();  // runs on its own thread
   void LaunchWorker();  // several run: a launch waits for its shim, others need not
   void Launch(const protocol::LaunchOrder& order);
+  Status BatchIo(const jobs::Job& job, int task, agent::LaunchSpec* spec) const;
+  void RememberOutputLocked(const agent::LaunchSpec& spec);  // callers hold mu_
   void StartExec(const protocol::ExecRequest& x);
   // Converts a launcher event into the wire's task event or exec report.
   void ToWire(const agent::JobEvent& ev, protocol::EventBatch* batch);
@@ -199,6 +201,13 @@ class AgentLoop {
   };
 
   std::mutex mu_;
+  // Batch jobs' output files (-o/-e) of the runs launched or adopted since this agent
+  // started, with their user: the only paths outside the run directories whose bytes it
+  // sends for `gpupool logs` (ReadOutputFileSlice).
+  // At most kMaxOutputFiles, the oldest forgotten first (output_order_).
+  static constexpr size_t kMaxOutputFiles = 100'000;
+  std::map<std::string, std::optional<uint32_t>> output_files_;
+  std::deque<std::string> output_order_;
   std::set<RunId> launched_;                     // runs seen (launched, refused or adopted)
   std::set<std::pair<int64_t, int>> cancelled_;  // (job, attempt) told to stop here
   // The attempt each task holds here: it runs, or it ended and its end is not

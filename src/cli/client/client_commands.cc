@@ -22,6 +22,11 @@ ClientEnvironment ClientEnvironment::Process() {
     const char* v = std::getenv(name.c_str());
     return std::string(v != nullptr ? v : "");
   };
+  e.environ = [] {
+    std::vector<std::string> vars;
+    for (char** v = ::environ; v != nullptr && *v != nullptr; ++v) vars.emplace_back(*v);
+    return vars;
+  };
   e.now_us = [] { return SystemClock::Get()->NowMicros(); };
   e.cwd = [] {
     std::error_code ec;

@@ -14,6 +14,7 @@
 #include <functional>
 #include <iosfwd>
 #include <string>
+#include <vector>
 
 #include "cli/commands.h"
 
@@ -25,8 +26,10 @@ struct ClientEnvironment {
   std::ostream* out = nullptr;                            // command output
   std::ostream* err = nullptr;                            // `gpupool: ...` messages
   std::function<std::string(const std::string&)> getenv;  // "" when unset
-  std::function<int64_t()> now_us;                        // wall clock, for ages
-  std::function<std::string()> cwd;                       // "" when unknown
+  // Every variable, "NAME=value" (submit's --export=ALL); none when unset.
+  std::function<std::vector<std::string>()> environ;
+  std::function<int64_t()> now_us;   // wall clock, for ages
+  std::function<std::string()> cwd;  // "" when unknown
   uid_t uid = 0;
   int log_wait_ms = 10'000;  // how long one `logs -f` long poll may wait on the server
   // `logs`: a read the server could not serve now (503: the node did not send the bytes)

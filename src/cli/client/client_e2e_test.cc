@@ -163,7 +163,7 @@ TEST_F(ClientE2eTest, SubmitSendsTheRightBodyAndPrintsTheId) {
                   R"("workdir":")" +
                       dir_.string() +
                       R"(","request":{"gpus":1,"gpu_milli":250,"cpu_milli":1000,"memory_bytes":0,)"
-                      R"("tasks":1},"time_limit_s":5400})");
+                      R"("tasks":1},"time_limit_s":5400,"output":"gpupool-%j.out"})");
 }
 
 // sbatch's words through the real command: a script's short options, --hold and

@@ -14,6 +14,7 @@
 #include "cli/client/client_common.h"
 #include "cli/client/interactive.h"
 #include "cli/client/json_view.h"
+#include "cli/client/submit_io.h"
 #include "common/strings.h"
 
 namespace gpupool::cli {
@@ -127,6 +128,15 @@ Result<OrderedJson> ExecRequest(const ClientRuntime& rt, const ExecState& s, std
     if (rows > 0 && s.pty) {
       body["rows"] = rows;
       body["cols"] = cols;
+    }
+    if (s.pty) {
+      // The terminal's type and language, so that clear, top and vi work over there.
+      OrderedJson env = OrderedJson::object();
+      for (const auto& [name, value] :
+           TerminalVariables(rt.env.environ ? rt.env.environ() : std::vector<std::string>{})) {
+        if (value.size() <= 256) env[name] = value;
+      }
+      if (!env.empty()) body["env"] = std::move(env);
     }
   }
   return body;

@@ -78,13 +78,23 @@ struct ShowState {
   ConnectionFlags conn;
   std::string id;
   bool json = false;
+  bool script = false;  // --script: the copy of its script the job runs
 };
 
 Status RunShow(const ClientRuntime& rt, const ShowState& s) {
   GP_ASSIGN_OR_RETURN(std::string id, ParseJobRef(s.id));
   GP_ASSIGN_OR_RETURN(ApiClient api, Connect(rt, s.conn));
   GP_ASSIGN_OR_RETURN(ApiAnswer answer, api.Get("/v1/jobs/" + id));
-  if (s.json) {
+  if (s.script) {
+    const Json& job = GetObject(answer.json, "job");
+    const std::string script = GetString(job, "script");
+    if (script.empty()) {
+      return Status::NotFound("job " + s.id +
+                              " has no script: it was submitted as a command (gpupool submit -- "
+                              "CMD) or before scripts were copied");
+    }
+    Print(rt, script);
+  } else if (s.json) {
     PrintRaw(rt, answer.body);
   } else {
     Print(rt, RenderJob(GetObject(answer.json, "job"), rt.env.now_us()));
@@ -256,6 +266,9 @@ void RegisterJobCommands(CLI::App& app, const RuntimePtr& rt) {
   CLI::App* show = app.add_subcommand("show", "Show everything about one job");
   show->add_option("id", sh->id, "job id, or ARRAY_INDEX for an array's element")->required();
   show->add_flag("--json", sh->json, "print the server's JSON");
+  show->add_flag("--script", sh->script,
+                 "print the script the job runs: the copy taken at submit (as scontrol write "
+                 "batch_script)");
   AddConnectionOptions(*show, &sh->conn);
   show->callback([rt, sh] { Report(*rt, RunShow(*rt, *sh)); });
 

@@ -134,9 +134,19 @@ std::string RenderJob(const Json& job, int64_t now_us) {
   line("Workdir", GetString(job, "workdir"));
   if (auto image = GetString(job, "image"); !image.empty()) line("Image", image);
   const Json& env = GetObject(job, "env");
-  for (auto it = env.begin(); it != env.end(); ++it) {
-    line("Env", it.key() + "=" + (it->is_string() ? it->get<std::string>() : it->dump()));
+  if (env.size() > 8) {  // an exported shell environment (--export=ALL)
+    line("Env", std::to_string(env.size()) + " variables (gpupool show ID --json lists them)");
+  } else {
+    for (auto it = env.begin(); it != env.end(); ++it) {
+      line("Env", it.key() + "=" + (it->is_string() ? it->get<std::string>() : it->dump()));
+    }
   }
+  if (auto script = GetString(job, "script"); !script.empty()) {
+    line("Script",
+         std::to_string(script.size()) + " bytes, copied at submit (gpupool show ID --script)");
+  }
+  if (auto o = GetString(job, "output"); !o.empty()) line("Output", o);
+  if (auto e = GetString(job, "error"); !e.empty()) line("Error", e);
   line("Request", RequestText(GetObject(job, "request")));
   line("Priority", std::to_string(GetInt(job, "priority")));
   const int64_t limit = GetInt(job, "time_limit_s");

@@ -18,6 +18,7 @@
 #include "cli/client/interactive.h"
 #include "cli/client/json_view.h"
 #include "cli/client/submit_flags.h"
+#include "cli/client/submit_io.h"
 
 namespace gpupool::cli {
 namespace {
@@ -49,11 +50,26 @@ Result<int64_t> SubmitInteractive(const ClientRuntime& rt, const ApiClient& api,
   // alloc runs nothing remotely; BuildSubmission checks a command all the same.
   const std::vector<std::string> command =
       mode == "alloc" ? std::vector<std::string>{"(allocation)"} : s.command;
+  if (s.flags.output || s.flags.error) {
+    return Status::InvalidArgument(std::string(s.flags.output ? "--output" : "--error") +
+                                   ": gpupool " + mode +
+                                   " shows the output at your terminal; -o and -e are for "
+                                   "gpupool submit");
+  }
   GP_ASSIGN_OR_RETURN(OrderedJson body,
                       BuildSubmission(s.flags, command, cwd, ElementIds(rt, s.conn)));
+  GP_RETURN_IF_ERROR(
+      AddExport(s.flags, rt.env.environ ? rt.env.environ() : std::vector<std::string>{}, &body));
   body["interactive"] = mode;
   if (mode == "alloc") body["command"] = OrderedJson::array();
-  if (s.pty) body["pty"] = true;
+  if (s.pty) {
+    body["pty"] = true;
+    // The terminal's type and language go with it whatever --export says (clear, top, vi).
+    for (const auto& [name, value] :
+         TerminalVariables(rt.env.environ ? rt.env.environ() : std::vector<std::string>{})) {
+      if (!body.contains("env") || !body["env"].contains(name)) body["env"][name] = value;
+    }
+  }
   GP_ASSIGN_OR_RETURN(ApiAnswer answer, PostSubmission(api, &body));
   const int64_t id = GetInt(GetObject(answer.json, "job"), "id");
   if (id <= 0) return Status::Internal("the server accepted the job but its answer has no id");

@@ -7,6 +7,7 @@
 #include "cli/client/client_common.h"
 #include "cli/client/json_view.h"
 #include "cli/client/submit_flags.h"
+#include "cli/client/submit_io.h"
 
 namespace gpupool::cli {
 namespace {
@@ -22,9 +23,10 @@ struct SubmitState {
   bool json = false;
 };
 
-// A script's #GPUPOOL options and the command that runs it (its absolute path first).
+// A script's #GPUPOOL options, the command that runs it (its absolute path first) and
+// its content (the copy the job runs).
 Status ReadScript(const std::string& cwd, std::vector<std::string>* command,
-                  SubmitFlags* script_flags) {
+                  SubmitFlags* script_flags, std::string* content) {
   const std::string& script = (*command)[0];
   const std::string hint =
       "; to run a program that is not a file here, put it after --, e.g. gpupool submit "
@@ -45,9 +47,12 @@ Status ReadScript(const std::string& cwd, std::vector<std::string>* command,
     return Status::InvalidArgument("script '" + script +
                                    "': cannot be read; check its permissions");
   }
-  std::string head(kScriptHeadBytes, '\0');
+  // One byte past the bound tells a script too large to copy (AddScript says so).
+  std::string head(std::max(kScriptHeadBytes, kMaxScriptBytes + 1), '\0');
   in.read(head.data(), static_cast<std::streamsize>(head.size()));
   head.resize(static_cast<size_t>(in.gcount()));
+  *content = head;
+  if (head.size() > kScriptHeadBytes) head.resize(kScriptHeadBytes);
   GP_ASSIGN_OR_RETURN(auto directives, ReadScriptDirectives(head, script));
   GP_ASSIGN_OR_RETURN(*script_flags, ParseDirectives(directives, script));
   // The job runs the script itself, so it must be executable (as with ./script).
@@ -73,10 +78,16 @@ Status RunSubmit(const ClientRuntime& rt, const SubmitState& s, bool after_dashe
         "cannot determine the current directory; pass --workdir /absolute/path");
   }
   SubmitFlags script_flags;
-  if (!after_dashes) GP_RETURN_IF_ERROR(ReadScript(cwd, &command, &script_flags));
+  std::string script;
+  if (!after_dashes) GP_RETURN_IF_ERROR(ReadScript(cwd, &command, &script_flags, &script));
   const SubmitFlags flags = MergeFlags(script_flags, s.flags);
   GP_ASSIGN_OR_RETURN(OrderedJson body,
                       BuildSubmission(flags, command, cwd, ElementIds(rt, s.conn)));
+  if (!after_dashes) GP_RETURN_IF_ERROR(AddScript(s.words[0], script, &body));
+  GP_RETURN_IF_ERROR(
+      AddExport(flags, rt.env.environ ? rt.env.environ() : std::vector<std::string>{}, &body));
+  const std::string workdir = body.value("workdir", std::string());
+  GP_RETURN_IF_ERROR(AddOutputFlags(flags, ::access(workdir.c_str(), W_OK) == 0, &body));
   GP_ASSIGN_OR_RETURN(ApiClient api, Connect(rt, s.conn));
   GP_ASSIGN_OR_RETURN(ApiAnswer answer, PostSubmission(api, &body));
   if (s.json) {

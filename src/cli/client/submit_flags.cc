@@ -160,6 +160,13 @@ void AddSubmitOptions(CLI::App& app, SubmitFlags* f) {
   Single(app, "-p,--partition", &f->partition, "PARTITION",
          "refused: gpupool has no partitions (choose GPUs with --gpu-model, --vendor, "
          "--min-capability)");
+  Single(app, "--export", &f->export_env, "ALL|NONE|[ALL,]NAME[=VALUE],...",
+         "the submitting shell's variables the job gets: ALL (default; not for --image jobs), "
+         "NONE, or only the NAMEs listed (ALL,NAME=VALUE adds to all)");
+  Single(app, "-o,--output", &f->output, "PATTERN",
+         "submit: stdout's file (and stderr's without -e), relative to the workdir; %j job id, "
+         "%a/%A array index/id, %x name, %u user, %N node, %t task (default gpupool-%j.out)");
+  Single(app, "-e,--error", &f->error, "PATTERN", "submit: stderr's file (patterns as -o)");
   app.add_flag_function(
       "--mpi", [f](int64_t count) { f->mpi = count > 0; },
       "run the command in task 0 only and hold the other tasks for it (mpirun --hostfile "
@@ -254,6 +261,9 @@ SubmitFlags MergeFlags(const SubmitFlags& script, const SubmitFlags& cmdline) {
   if (cmdline.hold) m.hold = cmdline.hold;
   over(&m.nodes, cmdline.nodes);
   over(&m.partition, cmdline.partition);
+  over(&m.export_env, cmdline.export_env);
+  over(&m.output, cmdline.output);
+  over(&m.error, cmdline.error);
   return m;
 }
 

@@ -53,6 +53,10 @@ struct SubmitFlags {
   std::optional<bool> hold;              // -H/--hold: the job is stored held
   std::optional<std::string> nodes;      // -N/--nodes: only 1, for a one-task job
   std::optional<std::string> partition;  // -p/--partition: refused (no partitions)
+  // --export: ALL (the default), NONE, or [ALL,]NAME[=value],... (submit_io.h).
+  std::optional<std::string> export_env;
+  std::optional<std::string> output;  // -o/--output PATTERN (jobs/output_pattern.h)
+  std::optional<std::string> error;   // -e/--error PATTERN
 };
 
 // Adds every submit option to `app`, writing into *flags (which must outlive app).

@@ -6,6 +6,7 @@
 #include "common/strings.h"
 #include "controller/api/handlers.h"
 #include "jobs/job_json.h"
+#include "protocol/terminal_env.h"
 
 namespace gpupool::controller::api {
 
@@ -29,6 +30,10 @@ net::HttpResponse StartExec(const ApiContext& ctx, const Call& c) {
   f.Optional("stdin", &io.stdin_open);
   f.Optional("rows", &io.rows, 0, 10000);
   f.Optional("cols", &io.cols, 0, 10000);
+  Result<std::map<std::string, std::string>> env =
+      protocol::TerminalEnvFromJson(f.Member("env"), "env");
+  if (!env.ok()) return ErrorResponse(env.status());
+  io.env = std::move(*env);
   if (Status s = f.Finish(); !s.ok()) return ErrorResponse(s);
   if (io.tty) io.stdin_open = true;  // a terminal is typed into
   if (argv.empty() || argv.size() > 4096) {

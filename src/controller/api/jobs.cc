@@ -245,7 +245,14 @@ net::HttpResponse ListJobs(const ApiContext& ctx, const Call& c) {
   }
   const std::map<int64_t, int64_t> estimates = ctx.controller->StartEstimates();
   OrderedJson list = OrderedJson::array();
-  for (const jobs::Job& j : *jobs) list.push_back(JobJson(ctx, j, estimates));
+  for (const jobs::Job& j : *jobs) {
+    // A list leaves out each job's bulk, its environment and script (an exported shell
+    // environment is kilobytes a job): GET /v1/jobs/ID has them.
+    OrderedJson one = JobJson(ctx, j, estimates);
+    one.erase("env");
+    one.erase("script");
+    list.push_back(std::move(one));
+  }
   OrderedJson answer;
   answer["jobs"] = std::move(list);
   // all=1 from a user who is no admin lists their own jobs; the answer says so, so the
