@@ -10,11 +10,13 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "common/status.h"
 #include "controller/limits.h"
+#include "controller/preemption_plan.h"
 #include "controller/sched_input.h"
 #include "jobs/job.h"
 #include "sched/admission/profile.h"
@@ -33,6 +35,7 @@ inline constexpr const char* kMpsOneUserNote =
 struct ScheduleResult {
   std::map<int64_t, std::vector<jobs::TaskPlacement>> starts;  // job id -> placements
   std::map<int64_t, std::string> pending_reasons;              // for jobs left pending
+  std::vector<PlannedPreemption> preemptions;  // running jobs to stop (preemption_plan.h)
 };
 
 class JobScheduler {
@@ -42,6 +45,11 @@ class JobScheduler {
                                                       const std::string& queue_policy,
                                                       const std::string& start_rule,
                                                       bool mps_multi_user = false);
+
+  // Preemption (preemption_plan.h): on unless set_preemption(nullopt).
+  void set_preemption(std::optional<PreemptionSettings> settings) {
+    preemption_ = std::move(settings);
+  }
 
   // `active` holds every non-terminal job; ASSIGNED/RUNNING ones occupy their GPUs.
   // `feed` says which pending jobs wait for their dependencies or for an earlier attempt
@@ -57,6 +65,8 @@ class JobScheduler {
   JobScheduler() = default;
   std::unique_ptr<sched::SchedulingProfile> profile_;
   bool mps_multi_user_ = false;
+  std::optional<PreemptionSettings> preemption_ = PreemptionSettings{};
+  std::unique_ptr<sched::PlacementPolicy> preempt_policy_;  // ChooseVictims' trial placements
 };
 
 }  // namespace gpupool::controller
