@@ -152,5 +152,34 @@ TEST(JobSchedulerPreemptionTest, APreemptibleJobPastItsMinimumRunTimeMakesRoom) 
   EXPECT_TRUE(plan->preemptions.empty());
 }
 
+// The admin's QoS: the project's defaults first, else the user's own, else every user's;
+// a job's own --min-runtime and --grace win; interactive jobs are never made preemptible.
+TEST(PreemptionDefaultsTest, ProjectThenUserThenDefault) {
+  Limits limits;
+  limits.user_default.preemptible = true;
+  limits.user_default.preempt_grace_s = 60;
+  limits.users["alice"].preemptible = false;
+  limits.projects["batch"].preemptible = true;
+  limits.projects["batch"].min_runtime_s = 1800;
+  jobs::Job j = Whole(1, "bob", 0);
+  ApplyPreemptionDefaults(limits, &j);
+  EXPECT_TRUE(j.preemptible);
+  EXPECT_EQ(j.preempt_grace_s, 60);
+  EXPECT_EQ(j.min_runtime_s, 0);  // none set: the server's
+  j = Whole(2, "alice", 0);
+  ApplyPreemptionDefaults(limits, &j);
+  EXPECT_FALSE(j.preemptible);
+  j.project = "batch";
+  j.preempt_grace_s = 5;  // (its own, were it preemptible)
+  ApplyPreemptionDefaults(limits, &j);
+  EXPECT_TRUE(j.preemptible);
+  EXPECT_EQ(j.min_runtime_s, 1800);
+  EXPECT_EQ(j.preempt_grace_s, 5);
+  jobs::Job run = Whole(3, "bob", 0);
+  run.interactive = "run";
+  ApplyPreemptionDefaults(limits, &run);
+  EXPECT_FALSE(run.preemptible);
+}
+
 }  // namespace
 }  // namespace gpupool::controller

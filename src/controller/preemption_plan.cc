@@ -99,4 +99,27 @@ Result<std::vector<PlannedPreemption>> PlanPreemptions(const SchedInput& in, int
   return out;
 }
 
+void ApplyPreemptionDefaults(const Limits& limits, jobs::Job* job) {
+  if (!job->interactive.empty()) return;  // never preempted
+  const Limit* project = limits.ForProject(jobs::AccountingProject(*job));
+  const Limit& user = limits.ForUser(job->user);
+  auto pick = [&](auto member) {
+    if (project != nullptr && (project->*member) >= 0) return project->*member;
+    return user.*member;
+  };
+  if (!job->preemptible) {
+    if (project != nullptr && project->preemptible) {
+      job->preemptible = *project->preemptible;
+    } else if (user.preemptible) {
+      job->preemptible = *user.preemptible;
+    }
+  }
+  if (!job->preemptible) return;
+  if (job->min_runtime_s == 0)
+    job->min_runtime_s = std::max<int64_t>(0, pick(&Limit::min_runtime_s));
+  if (job->preempt_grace_s == 0) {
+    job->preempt_grace_s = std::max<int64_t>(0, pick(&Limit::preempt_grace_s));
+  }
+}
+
 }  // namespace gpupool::controller

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "controller/limits.h"
 #include "controller/sched_input.h"
 #include "sched/placement_policy.h"
 
@@ -44,5 +45,10 @@ Result<std::vector<PlannedPreemption>> PlanPreemptions(const SchedInput& in, int
                                                        const PreemptionSettings& settings,
                                                        sched::PlacementPolicy& policy,
                                                        std::map<int64_t, std::string>& reasons);
+
+// At submit: the admin's preemption defaults (limits.h) for the job's project, else its
+// user, else every user: a batch job becomes preemptible where one says so, and a
+// preemptible job without its own --min-runtime or --grace takes theirs.
+void ApplyPreemptionDefaults(const Limits& limits, jobs::Job* job);
 
 }  // namespace gpupool::controller

@@ -185,6 +185,29 @@ class PreemptionTest(unittest.TestCase):
         self.assertNotEqual(r.returncode, 0)
         self.assertIn("not being preempted", r.stderr)
 
+    def test_the_admins_defaults_make_a_users_jobs_preemptible(self):
+        r = self.cli("limits", "set", "--user", "root", "--preemptible", "yes", "--min-runtime",
+                     "30m", "--grace", "45s")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertRegex(r.stdout, r"user root .*yes, min 30m.*, grace 45s")
+        try:
+            j = self.job(self.submit("--gpus", "1", "--", "true"))
+            self.assertTrue(j.get("preemptible"), j)
+            self.assertEqual(j["min_runtime_s"], 1800)
+            self.assertEqual(j["preempt_grace_s"], 45)
+            own = self.job(self.submit("--gpus", "1", "--preemptible", "--grace", "10s", "--",
+                                       "true"))
+            self.assertEqual(own["preempt_grace_s"], 10)  # its own wins
+            bad = self.cli("limits", "set", "--user", "root", "--preemptible", "maybe")
+            self.assertNotEqual(bad.returncode, 0)
+            self.assertIn("--preemptible maybe: yes, no, or none", bad.stderr)
+        finally:
+            r = self.cli("limits", "set", "--user", "root", "--preemptible", "none",
+                         "--min-runtime", "none", "--grace", "none")
+            self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertNotIn("PREEMPTIBLE", r.stdout)
+        self.assertFalse(self.job(self.submit("--gpus", "1", "--", "true")).get("preemptible"))
+
 
 if __name__ == "__main__":
     if os.geteuid() != 0:

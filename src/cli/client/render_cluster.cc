@@ -88,6 +88,23 @@ std::string Hours(double h) {
   return buf;
 }
 
+// A limit's preemption defaults in words: "yes, min 30m, grace 1m00s"; "" for none.
+std::string PreemptionCell(const Json& l) {
+  std::vector<std::string> parts;
+  if (const Json* p = Field(l, "preemptible"); p != nullptr && p->is_boolean()) {
+    parts.push_back(p->get<bool>() ? "yes" : "no");
+  }
+  if (const int64_t m = GetInt(l, "min_runtime_s", -1); m >= 0) {
+    parts.push_back("min " + FormatDuration(m));
+  }
+  if (const int64_t g = GetInt(l, "preempt_grace_s", -1); g >= 0) {
+    parts.push_back("grace " + FormatDuration(g));
+  }
+  std::string out;
+  for (const std::string& p : parts) out += (out.empty() ? "" : ", ") + p;
+  return out;
+}
+
 }  // namespace
 
 std::string RenderNodes(const Json& answer, int64_t now_us) {
@@ -135,13 +152,28 @@ std::string RenderNodes(const Json& answer, int64_t now_us) {
 }
 
 std::string RenderLimits(const Json& answer) {
-  Table t({"FOR", "MAX_GPUS>", "MAX_RUNNING>", "MAX_QUEUED>"});
+  // The PREEMPTIBLE column only where some entry has preemption defaults.
+  bool preemption = !PreemptionCell(GetObject(answer, "default")).empty();
+  for (const char* kind : {"users", "projects"}) {
+    const Json& m = GetObject(answer, kind);
+    for (auto it = m.begin(); it != m.end(); ++it) {
+      preemption = preemption || !PreemptionCell(*it).empty();
+    }
+  }
+  Table t = preemption ? Table({"FOR", "MAX_GPUS>", "MAX_RUNNING>", "MAX_QUEUED>", "PREEMPTIBLE"})
+                       : Table({"FOR", "MAX_GPUS>", "MAX_RUNNING>", "MAX_QUEUED>"});
   auto cell = [](const Json& l, const char* key) {
     const int64_t v = GetInt(l, key, -1);
     return v < 0 ? std::string("-") : std::to_string(v);
   };
   auto row = [&](const std::string& who, const Json& l) {
-    t.AddRow({who, cell(l, "max_gpus"), cell(l, "max_running"), cell(l, "max_queued")});
+    std::vector<std::string> cells = {who, cell(l, "max_gpus"), cell(l, "max_running"),
+                                      cell(l, "max_queued")};
+    if (preemption) {
+      const std::string p = PreemptionCell(l);
+      cells.push_back(p.empty() ? "-" : p);
+    }
+    t.AddRow(cells);
   };
   row("every user (default)", GetObject(answer, "default"));
   for (const char* kind : {"users", "projects"}) {
