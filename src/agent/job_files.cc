@@ -145,6 +145,7 @@ std::string ShimConfigToJson(const ShimConfig& config) {
   j["memory_bytes"] = s.memory_bytes;
   j["time_limit_s"] = s.time_limit_s;
   j["grace_s"] = s.grace_s;
+  if (s.preemptible) j["preemptible"] = true;
   j["image"] = s.image;
   OrderedJson mounts = OrderedJson::array();
   for (const BindMount& m : s.mounts) mounts.push_back(MountToJson(m));
@@ -228,6 +229,7 @@ Result<ShimConfig> ShimConfigFromJson(const std::string& text, const std::string
   f.Optional("memory_bytes", &s.memory_bytes);
   f.Optional("time_limit_s", &s.time_limit_s, 0);
   f.Optional("grace_s", &s.grace_s, 0, int64_t{24} * 3600);
+  f.Optional("preemptible", &s.preemptible);
   f.Optional("image", &s.image);
   if (const Json* mounts = f.Array("mounts"); mounts != nullptr) {
     for (size_t i = 0; i < mounts->size(); ++i) {

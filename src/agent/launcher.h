@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "agent/run_id.h"
+#include "agent/stop_request.h"
 #include "common/clock.h"
 #include "common/status.h"
 #include "protocol/agent_protocol.h"
@@ -78,6 +79,8 @@ struct LaunchSpec {
   uint64_t memory_bytes = 0;  // 0 = no memory limit
   int64_t time_limit_s = 0;   // 0 = none
   int64_t grace_s = 10;       // TERM -> KILL delay for cancel and time limit
+  // The job may be preempted: it gets GPUPOOL_PREEMPT_DEADLINE_FILE (stop_request.h).
+  bool preemptible = false;
   // Container jobs (container.h): the command runs in `image` under podman; empty = a
   // plain process. `cdi_devices` are fully qualified CDI names ("KIND=NAME") of the
   // granted GPUs; `mounts` are bind mounts (the workdir, when set, is mounted as well).
@@ -165,6 +168,13 @@ class Launcher {
   // grace_s. Returns at once; the kExited event (cancelled = true) follows via Poll().
   // NotFound when the launcher does not supervise that run.
   virtual Status Cancel(const RunId& id) = 0;
+
+  // A preemption's stop (stop_request.h): as Cancel, with SIGKILL stop.grace_s after
+  // SIGTERM and the deadline given to the job first. A launcher without it cancels.
+  virtual Status Stop(const RunId& id, const StopRequest& stop) {
+    (void)stop;
+    return Cancel(id);
+  }
 
   // Events since the last call, oldest first. Never blocks.
   virtual std::vector<JobEvent> Poll() = 0;

@@ -158,6 +158,7 @@ class ProcessLauncher final : public Launcher {
   using Launcher::Launch;
   Status Launch(const LaunchSpec& spec, const JobStdio& stdio) override;
   Status Cancel(const RunId& id) override;
+  Status Stop(const RunId& id, const StopRequest& stop) override;
   std::vector<JobEvent> Poll() override;
   std::vector<JobEvent> Wait(int timeout_ms) override;
   Result<std::vector<JobEvent>> Adopt() override;
@@ -408,6 +409,17 @@ Status ProcessLauncher::Cancel(const RunId& id) {
     SignalProcess(it->second.pidfd, it->second.shim_pid, SIGTERM);
   }
   return Status::Ok();
+}
+
+Status ProcessLauncher::Stop(const RunId& id, const StopRequest& stop) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = jobs_.find(id);
+    if (it == jobs_.end()) return Status::NotFound(ToString(id) + " is not running on this node");
+    // Read by the shim when the signal below reaches it.
+    GP_RETURN_IF_ERROR(WriteStopRequest(it->second.dir, stop));
+  }
+  return Cancel(id);
 }
 
 JobEvent ProcessLauncher::FinalEvent(const RunId& id, pid_t shim_pid, const std::string& job_dir) {

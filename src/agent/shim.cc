@@ -26,6 +26,7 @@
 #include "agent/mount_source.h"
 #include "agent/output_file.h"
 #include "agent/proc_util.h"
+#include "agent/stop_request.h"
 #include "common/strings.h"
 
 namespace gpupool::agent {
@@ -163,7 +164,8 @@ class Shim {
   void MapContainerExit();
   void Supervise();
   bool ReapChildren();  // true once the job's main process ended
-  void BeginStop(bool cancel);
+  void BeginStop(bool cancel, int64_t grace_s);
+  void OnStopSignal();
   void Report(const std::string& line);
   int Finish();
   std::string ExitReason() const;
@@ -181,6 +183,7 @@ class Shim {
   bool stopping_ = false;
   bool killed_ = false;
   int64_t kill_at_mono_ = 0;
+  int64_t grace_s_ = 0;       // the stop's grace: the spec's, or a preemption's (stop_request.h)
   int64_t term_at_mono_ = 0;  // a terminal job: SIGTERM this long after the hangup
   // Container jobs: the job process is the podman client; the container is reached by name.
   bool container_ = false;
@@ -322,6 +325,14 @@ Status Shim::Prepare() {
     }
   }
   std::map<std::string, std::string> env = BuildJobEnvironment(spec, defaults);
+  env.erase("GPUPOOL_PREEMPT_DEADLINE_FILE");  // only the pool sets it
+  if (spec.preemptible) {
+    // Empty until a preemption's deadline is written into it (OnStopSignal); the job's
+    // to read, the pool's to write (the job directory belongs to root).
+    const std::string path = args_.job_dir + "/" + kPreemptDeadlineFile;
+    GP_RETURN_IF_ERROR(WriteFileDurably(path, "", 0644, /*sync=*/false));
+    env["GPUPOOL_PREEMPT_DEADLINE_FILE"] = path;
+  }
   plan_.env = EnvironmentStrings(env);
   plan_.argv = spec.argv;
   plan_.candidates = CommandCandidates(spec.argv[0], env["PATH"]);
@@ -528,9 +539,10 @@ void Shim::CloseRelayedStreams() {
   args_.stdio_fd = -1;
 }
 
-void Shim::BeginStop(bool cancel) {
+void Shim::BeginStop(bool cancel, int64_t grace_s) {
   if (stopping_) return;
   stopping_ = true;
+  grace_s_ = grace_s;
   if (cancel) {
     final_.cancelled = true;
   } else {
@@ -538,13 +550,12 @@ void Shim::BeginStop(bool cancel) {
   }
   if (container_) {
     ShimLog("%s: podman stop --time %lld %s", cancel ? "cancel" : "time limit",
-            static_cast<long long>(config_.spec.grace_s), container_name_.c_str());
-    StartHelper({"stop", "--time", std::to_string(config_.spec.grace_s), container_name_},
-                "podman stop");
-    kill_at_mono_ = MonoMicros() + (config_.spec.grace_s + kContainerKillSlackS) * 1'000'000;
+            static_cast<long long>(grace_s_), container_name_.c_str());
+    StartHelper({"stop", "--time", std::to_string(grace_s_), container_name_}, "podman stop");
+    kill_at_mono_ = MonoMicros() + (grace_s_ + kContainerKillSlackS) * 1'000'000;
     return;
   }
-  kill_at_mono_ = MonoMicros() + config_.spec.grace_s * 1'000'000;
+  kill_at_mono_ = MonoMicros() + grace_s_ * 1'000'000;
   if (config_.spec.tty) {
     // Its terminal hangs up first, as when an ssh connection drops (an interactive shell
     // ignores SIGTERM but not SIGHUP); SIGTERM follows a second later.
@@ -560,6 +571,34 @@ void Shim::BeginStop(bool cancel) {
   ::kill(-job_pid_, SIGTERM);
 }
 
+// A SIGTERM or SIGINT: a preemption's stop when the launcher left one (stop_request.h),
+// else a cancel with the spec's grace.
+void Shim::OnStopSignal() {
+  const std::optional<StopRequest> stop = ReadStopRequest(args_.job_dir);
+  if (!stop) {
+    BeginStop(/*cancel=*/true, config_.spec.grace_s);
+    return;
+  }
+  if (stopping_) {
+    // Told again with a shorter grace (the job said it has checkpointed): SIGKILL sooner.
+    const int64_t kill_at = MonoMicros() + stop->grace_s * 1'000'000;
+    if (!killed_ && kill_at < kill_at_mono_) {
+      ShimLog("preemption: the grace now ends in %lld s", static_cast<long long>(stop->grace_s));
+      kill_at_mono_ = kill_at;
+    }
+    return;
+  }
+  if (config_.spec.preemptible) {
+    // Before the SIGTERM, so that a job reading it on the signal finds it.
+    const std::string path = args_.job_dir + "/" + kPreemptDeadlineFile;
+    Status st = WriteFileDurably(path, std::to_string(stop->deadline_s) + "\n", 0644, false);
+    if (!st.ok()) ShimLog("%s", st.message().c_str());
+  }
+  ShimLog("preempted: grace %lld s, deadline %lld", static_cast<long long>(stop->grace_s),
+          static_cast<long long>(stop->deadline_s));
+  BeginStop(/*cancel=*/true, stop->grace_s);
+}
+
 void Shim::Supervise() {
   const sigset_t set = ShimSignals();
   const int64_t start_mono = MonoMicros();
@@ -567,7 +606,9 @@ void Shim::Supervise() {
       config_.spec.time_limit_s > 0 ? start_mono + config_.spec.time_limit_s * 1'000'000 : 0;
   while (true) {
     const int64_t now = MonoMicros();
-    if (limit_at != 0 && now >= limit_at && !stopping_) BeginStop(/*cancel=*/false);
+    if (limit_at != 0 && now >= limit_at && !stopping_) {
+      BeginStop(/*cancel=*/false, config_.spec.grace_s);
+    }
     if (stopping_ && !killed_ && now >= kill_at_mono_) {
       if (container_) {
         // podman stop did not end it: kill the container and its client; the container
@@ -589,8 +630,7 @@ void Shim::Supervise() {
     if (stop_retry_at_mono_ != 0 && now >= stop_retry_at_mono_ && !killed_) {
       // The container did not exist yet when podman stop ran: ask again.
       stop_retry_at_mono_ = 0;
-      StartHelper({"stop", "--time", std::to_string(config_.spec.grace_s), container_name_},
-                  "podman stop");
+      StartHelper({"stop", "--time", std::to_string(grace_s_), container_name_}, "podman stop");
     }
     int64_t next = now + 3'600'000'000LL;
     if (limit_at != 0 && !stopping_) next = std::min(next, limit_at);
@@ -603,7 +643,7 @@ void Shim::Supervise() {
     siginfo_t info;
     const int sig = ::sigtimedwait(&set, &info, &ts);
     if (sig == SIGTERM || sig == SIGINT) {
-      BeginStop(/*cancel=*/true);
+      OnStopSignal();
     } else if (sig == SIGCHLD && ReapChildren()) {
       return;
     }
@@ -642,7 +682,7 @@ bool Shim::ReapChildren() {
 }
 
 std::string Shim::ExitReason() const {
-  const int64_t grace = config_.spec.grace_s;
+  const int64_t grace = grace_s_;
   std::string how;
   if (final_.signal) {
     how = "ended by " + SignalName(*final_.signal);

@@ -73,6 +73,9 @@ struct ServerFlags {
   double health_breaker = 0.1;
   std::string health_resume_after = "24h";  // a duration, as telemetry_retention
   bool mps_multi_user = false;
+  std::string preemption = "on";  // docs/preemption.md
+  std::string preempt_min_runtime = "10m";
+  std::string preempt_grace = "120s";
   std::vector<std::string> podman_args;  // global podman flags for image inspection
   std::string advertise;  // `server`: the API address other machines use (--advertise)
   int lease_ms = 5000;    // `server` on PostgreSQL: the leadership lease (--lease-ms)
@@ -166,6 +169,10 @@ Result<server::ServerOptions> ServerOptionsOf(const ServerFlags& f,
                       ParseSeconds("--health-resume-after", f.health_resume_after));
   co.health_resume_after_us = resume_after_s * 1'000'000;
   co.mps_multi_user = f.mps_multi_user;
+  co.preemption = f.preemption == "on";
+  GP_ASSIGN_OR_RETURN(co.preempt_min_runtime_s,
+                      ParseSeconds("--preempt-min-runtime", f.preempt_min_runtime));
+  GP_ASSIGN_OR_RETURN(co.preempt_grace_s, ParseSeconds("--preempt-grace", f.preempt_grace));
   co.max_queued_per_user = f.max_queued_per_user;
   co.max_queued_total = f.max_queued_total;
   co.max_array_size = f.max_array_size;
@@ -207,6 +214,24 @@ void AddHealthFlags(CLI::App* cmd, ServerFlags* f) {
       ->capture_default_str();
 }
 
+// docs/preemption.md.
+void AddPreemptionFlags(CLI::App* cmd, ServerFlags* f) {
+  cmd->add_option("--preemption", f->preemption,
+                  "on: the scheduler stops --preemptible jobs for waiting jobs of higher "
+                  "priority or of users below their fair share (docs/preemption.md); off: never")
+      ->check(CLI::IsMember({"on", "off"}))
+      ->capture_default_str();
+  cmd->add_option("--preempt-min-runtime", f->preempt_min_runtime,
+                  "a preemptible job without --min-runtime is never preempted before it ran "
+                  "this long (90s, 30m, 2h)")
+      ->type_name("DURATION")
+      ->capture_default_str();
+  cmd->add_option("--preempt-grace", f->preempt_grace,
+                  "time between a preemption's SIGTERM and SIGKILL for a job without --grace")
+      ->type_name("DURATION")
+      ->capture_default_str();
+}
+
 void AddServerFlags(CLI::App* cmd, ServerFlags* f) {
   cmd->add_option("--state-dir", f->state_dir, "where the store, socket and job logs live");
   cmd->add_option("--store", f->store_spec,
@@ -242,6 +267,7 @@ void AddServerFlags(CLI::App* cmd, ServerFlags* f) {
                 "let several users' GPU shares run on one MPS GPU at once; by default an MPS "
                 "GPU takes one user's shares at a time, since MPS serves one user per GPU "
                 "(docs/sharing.md)");
+  AddPreemptionFlags(cmd, f);
   // Issue 25 item 7 (queue flooding): Slurm-like defaults, so that no one user, and not
   // all together, can fill the store's disk and the controller's memory with queued jobs.
   cmd->add_option("--max-queued-per-user", f->max_queued_per_user,

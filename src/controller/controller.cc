@@ -50,6 +50,14 @@ Result<std::unique_ptr<Controller>> Controller::Create(store::Store* store, cons
   }
   std::unique_ptr<Controller> c(new Controller(store, clock, std::move(options)));
   c->scheduler_ = std::move(scheduler).value();
+  if (c->options_.preemption) {
+    PreemptionSettings p;
+    p.default_min_runtime_s = c->options_.preempt_min_runtime_s;
+    p.default_grace_s = c->options_.preempt_grace_s;
+    c->scheduler_->set_preemption(p);
+  } else {
+    c->scheduler_->set_preemption(std::nullopt);
+  }
   c->health_policy_ = std::move(health).value();
   GP_RETURN_IF_ERROR(c->Load());
   return c;
@@ -93,6 +101,13 @@ void Controller::Touched(int64_t id) {
   slim->held_by = job.held_by;  // held jobs are not started
   slim->held_by_admin = job.held_by_admin;
   slim->enforce_memory = job.enforce_memory;  // its shares only where memory is enforced
+  // Preemption (preemption_plan.h): who may be a victim, when, with what grace, and who
+  // is being stopped already.
+  slim->preemptible = job.preemptible;
+  slim->min_runtime_s = job.min_runtime_s;
+  slim->preempt_grace_s = job.preempt_grace_s;
+  slim->cancel_requested = job.cancel_requested;
+  slim->preempted_by = job.preempted_by;
   if (job.state == JobState::kPending) slim->needs = job.needs;  // placement filter
   slim_[id] = std::move(slim);
 }
@@ -301,6 +316,8 @@ void Controller::Install(lifecycle::Transition t) {
     active_[id] = std::move(t.next);
   }
   Touched(id);
+  if (fx.preempting) metrics_.CountPreemption();
+  if (fx.preempted_gpu_hours >= 0) metrics_.CountPreemptedGpuHours(fx.preempted_gpu_hours);
   if (fx.freed) WakeScheduler();
   if (fx.queue_changed) WakeSchedulerForArrival();
   if (fx.notify_nodes) work_cv_.notify_all();
@@ -556,6 +573,7 @@ Status Controller::ScheduleOnce() {
     Lock lock(mu_);
     limits = limits_;
     BlockWhileEarlierAttemptsStop(&feed.stopping);
+    BlockPreemptedWhilePreemptorsWait(&feed.waiting);
     bool any_pending = false;
     snapshot.reserve(slim_.size());
     for (const auto& [id, slim] : slim_) {  // shared, immutable copies: no deep copy here
@@ -593,6 +611,7 @@ Status Controller::ScheduleOnce() {
 
   GP_ASSIGN_OR_RETURN(const PlanApplied applied, ApplyPlan(snapshot, plan));
   if (applied == PlanApplied::kStale) return Status::Ok();  // planned again at once
+  GP_RETURN_IF_ERROR(ApplyPreemptions(plan));
   Lock lock(mu_);
   last_pass_blocked_ = applied == PlanApplied::kNone;
   // Readers attach these to pending jobs; the old map is freed after the lock.

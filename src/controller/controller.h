@@ -101,6 +101,12 @@ struct ControllerOptions {
   // another user's share waits (sched_input.h). Set it where the MPS control daemons let
   // several users share a server (docs/sharing.md).
   bool mps_multi_user = false;
+  // Preemption (docs/preemption.md): whether the scheduler stops --preemptible jobs for
+  // waiting ones (--preemption on|off), and the defaults of a preemptible job's
+  // --min-runtime and --grace (--preempt-min-runtime, --preempt-grace).
+  bool preemption = true;
+  int64_t preempt_min_runtime_s = 600;
+  int64_t preempt_grace_s = 120;
   // Bounds on the queue (issue 25 item 7: one user queued 107,000 jobs in 25 s, 880 MB
   // of store), from the server's config file ([server] max-queued-per-user, ...). A
   // submission past one is refused whole, naming it; admins' too. Queued = PENDING, held
@@ -263,6 +269,9 @@ class Controller {
   // admin put on another user's job is released by admins only). Holding a held job or
   // releasing one that is not held changes nothing; a job that runs cannot be held.
   Result<jobs::Job> Hold(int64_t id, const Caller& caller, bool hold);
+  // `gpupool checkpoint-done`: the preempted job `id` (the caller's own, or an admin's
+  // call) has checkpointed; its grace ends now (lifecycle::CheckpointDone).
+  Result<jobs::Job> CheckpointDone(int64_t id, const Caller& caller);
   // The usage limits (limits.h): anyone may read them; admins replace them whole.
   Limits GetLimits();
   Result<Limits> SetLimits(Limits limits, const Caller& caller);
@@ -571,6 +580,13 @@ class Controller {
   // Called with mu_ held.
   void BlockWhileEarlierAttemptsStop(
       std::map<int64_t, std::pair<int32_t, std::string>>* stopping) const REQUIRES(mu_);
+  // Preemption (controller_preemption.cc). Commits a pass's preemptions (Preempt), each
+  // only if its victim still holds what the plan saw.
+  Status ApplyPreemptions(const ScheduleResult& plan) EXCLUDES(mu_);
+  // A requeued victim waits (`waiting`, the dependency gate) while the job that preempted
+  // it is still pending, so that it cannot take back the GPUs it was stopped for.
+  void BlockPreemptedWhilePreemptorsWait(std::map<int64_t, std::string>* waiting) const
+      REQUIRES(mu_);
 
   struct NodeEntry {
     gpu::NodeInfo info;
@@ -662,6 +678,8 @@ class Controller {
   // Why each job left pending by the last pass waits (swapped in whole by the pass).
   std::map<int64_t, std::string> pending_reasons_ GUARDED_BY(mu_);
   std::map<int64_t, int64_t> start_estimates_us_ GUARDED_BY(mu_);  // the last pass's
+  // Preempted job -> the job it was preempted for (in memory only: lost on a restart).
+  std::map<int64_t, int64_t> preempted_for_ GUARDED_BY(mu_);
   std::map<std::string, NodeEntry> nodes_ GUARDED_BY(mu_);
   gpu::HealthPolicy health_policy_;  // immutable after Create
   // Automatic cordons within the last hour: (when, node), oldest first (BreakerAllows).

@@ -134,6 +134,7 @@ Result<Job> Controller::Submit(Job job, const Caller& caller, bool* duplicate) {
   } release{this, &user, &project, &reserved, &reserved_bytes};
   {
     MutexLock lock(mu_);
+    ApplyPreemptionDefaults(limits_, &job);  // the admin's QoS (docs/preemption.md)
     GP_RETURN_IF_ERROR(CheckQueuedLimits(job, adding, bytes));
     reserved = adding;
     reserved_bytes = bytes;

@@ -36,6 +36,18 @@ std::string RemoteIp(const std::string& remote) {
   return colon == std::string::npos ? remote : remote.substr(0, colon);
 }
 
+// The stop order for a job being stopped: a preempted one's carries what is left of its
+// grace (none once it said it has checkpointed) and its deadline (protocol/cancel_order.h).
+protocol::CancelOrder StopOrder(const Job& job, int64_t now_us) {
+  protocol::CancelOrder order{job.id, job.attempt};
+  if (job.preempted_by != 0) {
+    order.grace_s =
+        job.checkpoint_done ? 0 : std::max<int64_t>(0, job.preempt_deadline_s - now_us / 1'000'000);
+    order.deadline_s = job.preempt_deadline_s;
+  }
+  return order;
+}
+
 }  // namespace
 
 std::vector<NodeView> Controller::Nodes() {
@@ -319,7 +331,7 @@ Result<AgentWork> Controller::WaitForWork(const std::string& node, int64_t wait_
       if (job.cancel_requested) {
         auto sent = e.cancel_sent_us.find(id);
         if (sent == e.cancel_sent_us.end() || now - sent->second > kResendAfterUs) {
-          work.cancel.push_back({id, job.attempt});
+          work.cancel.push_back(StopOrder(job, now));
           e.cancel_sent_us[id] = now;
         }
         continue;

@@ -95,6 +95,55 @@ std::string StoppedReason(const Job& next, const std::string& reason_before,
   return reason_before + " (" + task.reason + ")";
 }
 
+// The job back in the queue (its submit time keeps its place there): the next placement
+// makes a new attempt.
+Job Requeued(const Job& job, const std::string& reason) {
+  Job again = job;
+  again.state = JobState::kPending;
+  again.placement.clear();
+  again.tasks.clear();
+  again.master_port = 0;
+  again.start_time_us = 0;
+  again.end_time_us = 0;
+  again.cancel_requested = false;
+  again.preempted_by = 0;
+  again.preempt_deadline_s = 0;
+  again.checkpoint_done = false;
+  again.reason = "requeued: " + reason;
+  return again;
+}
+
+// The GPU-hours the tasks of `job`'s attempt ran.
+double AttemptGpuHours(const Job& job) {
+  double hours = 0;
+  for (size_t t = 0; t < job.tasks.size() && t < job.placement.size(); ++t) {
+    const jobs::TaskStatus& ts = job.tasks[t];
+    if (ts.start_time_us == 0 || ts.end_time_us <= ts.start_time_us) continue;
+    const jobs::TaskPlacement& p = job.placement[t];
+    const double gpus =
+        static_cast<double>(p.gpu_milli) / 1000.0 * static_cast<double>(p.gpu_indices.size());
+    hours += gpus * static_cast<double>(ts.end_time_us - ts.start_time_us) / 3.6e9;
+  }
+  return hours;
+}
+
+// A preempted attempt whose tasks have all ended, however they ended: back to the queue.
+Transition Preempted(const Job& job, const Job& ended) {
+  const double gpu_hours = AttemptGpuHours(ended);
+  Job again = Requeued(ended, ended.reason + " (attempt " + std::to_string(ended.attempt) + ")");
+  again.preemptions += 1;
+  again.preempted_gpu_hours += gpu_hours;
+  Transition t = Changed(job, std::move(again));
+  t.effects.requeued = true;
+  t.effects.freed = true;
+  t.effects.stop_execs = true;
+  t.effects.notify_nodes = true;
+  t.effects.notify_exec = true;
+  t.effects.preempted_gpu_hours = gpu_hours;
+  t.effects.log = "job " + Id(job) + " " + t.next.reason;
+  return t;
+}
+
 // The job's outcome once every task has ended; else the job as it is, waiting for them.
 // With cancel_requested, tasks whose launch orders never went out (they wait for task
 // 0's port) will not start: they end here.
@@ -118,6 +167,7 @@ Transition Settle(const Job& job, Job next, int64_t now_us) {
     t.effects.notify_nodes = true;
     return t;
   }
+  if (next.preempted_by != 0) return Preempted(job, next);
   const jobs::TaskStatus* failed = nullptr;
   size_t failed_index = 0;
   for (size_t t = 0; t < next.tasks.size() && failed == nullptr; ++t) {
@@ -208,16 +258,9 @@ Transition Lose(const Job& job, const std::string& reason, const std::string& go
   std::vector<StrayStop> strays;
   for (const auto& [node, runs] : nodes) strays.push_back({node, job.attempt, runs});
   Transition t;
-  if (job.requeue && !job.cancel_requested) {
-    Job again = job;
-    again.state = JobState::kPending;
-    again.placement.clear();
-    again.tasks.clear();
-    again.master_port = 0;
-    again.start_time_us = 0;
-    again.end_time_us = 0;
-    again.reason = "requeued: " + reason;
-    t = Changed(job, std::move(again));
+  // A job being preempted was going back to the queue anyway.
+  if ((job.requeue && !job.cancel_requested) || job.preempted_by != 0) {
+    t = Changed(job, Requeued(job, reason));
     t.effects.requeued = true;
     t.effects.log = "job " + Id(job) + " " + std::string(jobs::JobStateName(end_state)) +
                     " and requeued: " + reason;
@@ -387,9 +430,16 @@ Result<Transition> OnCancel(const Job& job, const CancelRequested& e, int64_t no
     t.effects.pending_reason_changed = true;
     return t;
   }
-  if (job.cancel_requested) return Unchanged(job);
+  if (job.cancel_requested && job.preempted_by == 0) return Unchanged(job);
   Job next = job;
   next.reason = "cancelled by " + e.by;
+  if (job.preempted_by != 0) {
+    // Its tasks are being stopped already: it ends CANCELLED instead of going back.
+    next.preempted_by = 0;
+    next.preempt_deadline_s = 0;
+    next.reason += " while being preempted";
+    return Changed(job, std::move(next));
+  }
   return StopAll(job, std::move(next), now_us);
 }
 
@@ -501,6 +551,42 @@ Result<Transition> OnGpuFailed(const Job& job, const GpuFailed& e, int64_t now_u
               JobState::kFailed);
 }
 
+Result<Transition> OnPreempt(const Job& job, const Preempt& e, int64_t now_us) {
+  if (!Occupies(job) || job.cancel_requested || job.preempted_by != 0) return Unchanged(job);
+  if (!job.preemptible) {
+    return Status::FailedPrecondition("job " + Id(job) +
+                                      " is not preemptible (it was not submitted with "
+                                      "--preemptible)");
+  }
+  Job next = job;
+  next.preempted_by = e.by_job;
+  next.preempt_deadline_s = e.deadline_s;
+  next.checkpoint_done = false;
+  next.reason =
+      "preempted by job " + std::to_string(e.by_job) + (e.why.empty() ? "" : ", ") + e.why;
+  Transition t = StopAll(job, std::move(next), now_us);
+  t.effects.preempting = true;
+  t.effects.log = "job " + Id(job) + " " + t.next.reason + ": SIGTERM, SIGKILL after " +
+                  std::to_string(e.grace_s) + " s";
+  return t;
+}
+
+Result<Transition> OnCheckpointDone(const Job& job, const CheckpointDone& e) {
+  if (!Occupies(job) || job.preempted_by == 0) {
+    return Status::FailedPrecondition(
+        "job " + Id(job) + " is " + StateOf(job) +
+        " and not being preempted; checkpoint-done ends the grace period of a preempted job");
+  }
+  if (job.checkpoint_done) return Unchanged(job);
+  Job next = job;
+  next.checkpoint_done = true;
+  Transition t = Changed(job, std::move(next));
+  t.effects.resend_stop = true;  // a stop order without grace
+  t.effects.notify_nodes = true;
+  t.effects.log = "job " + Id(job) + ": " + e.by + " says it has checkpointed; its grace ends";
+  return t;
+}
+
 }  // namespace
 
 void NormalizeTasks(Job& job) {
@@ -534,7 +620,9 @@ std::string_view EventName(const Event& e) {
                  [](const CommandEnded&) { return std::string_view("CommandEnded"); },
                  [](const ClientAbsent&) { return std::string_view("ClientAbsent"); },
                  [](const TimeLimit&) { return std::string_view("TimeLimit"); },
-                 [](const GpuFailed&) { return std::string_view("GpuFailed"); }},
+                 [](const GpuFailed&) { return std::string_view("GpuFailed"); },
+                 [](const Preempt&) { return std::string_view("Preempt"); },
+                 [](const CheckpointDone&) { return std::string_view("CheckpointDone"); }},
       e);
 }
 
@@ -555,6 +643,8 @@ Result<Transition> Step(const Job& job, const Event& event, int64_t now_us) {
                      [&](const ClientAbsent& e) { return OnClientAbsent(job, e, now_us); },
                      [&](const TimeLimit& e) { return OnTimeLimit(job, e, now_us); },
                      [&](const GpuFailed& e) { return OnGpuFailed(job, e, now_us); },
+                     [&](const Preempt& e) { return OnPreempt(job, e, now_us); },
+                     [&](const CheckpointDone& e) { return OnCheckpointDone(job, e); },
                  },
                  event);
   if (!t.ok() || !t->changed) return t;

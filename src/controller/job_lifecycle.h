@@ -2,14 +2,15 @@
 // and what must happen because of it, after etcd raft's Step and Nomad's FSM. Every
 // change of a job's state goes through Step: placement, a task's start, end or loss, a
 // lost node, an agent that forgot a task, cancel, hold and release, a dependency that
-// can never be met, the end of a `gpupool run` command and a `run` client that never
-// came. The controller finds the job, calls Step, commits the transition to the store
-// (compare-and-set on the state it expected) and carries out the effects; it decides no
-// outcome itself.
+// can never be met, the end of a `gpupool run` command, a `run` client that never
+// came, a preemption and its checkpoint's end. The controller finds the job, calls
+// Step, commits the transition to the store (compare-and-set on the state it expected)
+// and carries out the effects; it decides no outcome itself.
 //
 // Gang rules live here: the first task that fails stops the others; an --mpi job ends
 // when task 0 (mpirun) does; a `gpupool run` job's outcome is its command's; a --requeue
-// job whose node is lost goes back to the queue as a new attempt.
+// job whose node is lost, and a preempted job once its tasks have ended, go back to the
+// queue as a new attempt.
 //
 // Pure: no I/O, no clock (now_us is given), no locks; thread-compatible.
 #pragma once
@@ -120,9 +121,28 @@ struct GpuFailed {
   std::string reason;
 };
 
-using Event =
-    std::variant<Placed, TaskStarted, TaskExited, TaskLost, NodeLost, AgentForgot, CancelRequested,
-                 Hold, Release, DependencyFailed, CommandEnded, ClientAbsent, TimeLimit, GpuFailed>;
+// The scheduler chose the job as a victim of preemption (issue 28, sched/queue/
+// preemption.h) for job `by_job`: its tasks are told to stop with a grace period of
+// `grace_s` ending at `deadline_s` (epoch seconds); it keeps its resources until they
+// have ended, then goes back to the queue as a new attempt, whatever their outcome.
+// FailedPrecondition for a job that is not preemptible; nothing for one not placed or
+// already stopping.
+struct Preempt {
+  int64_t by_job = 0;
+  std::string why;  // "of higher priority (10 > 0)"
+  int64_t grace_s = 0;
+  int64_t deadline_s = 0;
+};
+// The preempted job's user says it has checkpointed (`gpupool checkpoint-done`): its
+// grace ends now (a stop order without grace). FailedPrecondition for a job not being
+// preempted.
+struct CheckpointDone {
+  std::string by;
+};
+
+using Event = std::variant<Placed, TaskStarted, TaskExited, TaskLost, NodeLost, AgentForgot,
+                           CancelRequested, Hold, Release, DependencyFailed, CommandEnded,
+                           ClientAbsent, TimeLimit, GpuFailed, Preempt, CheckpointDone>;
 
 // "Placed", "TaskStarted", ...: for logs and the table test.
 std::string_view EventName(const Event& e);
@@ -146,6 +166,8 @@ struct Effects {
   bool notify_exec = false;    // exec clients waiting on the job's tasks look again
   bool stop_execs = false;     // exec sessions in the job end with it
   bool pending_reason_changed = false;  // next.pending_reason replaces the one shown
+  bool preempting = false;              // a preemption began: its tasks are being stopped
+  double preempted_gpu_hours = -1;      // >= 0: a preempted attempt ended and was requeued
   std::vector<StrayStop> strays;        // tasks that may outlive the job's record
   std::string log;                      // one line for the log, when worth one
   bool log_warning = false;             // ... at warning level

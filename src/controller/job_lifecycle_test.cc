@@ -21,6 +21,7 @@ Job InState(JobState state) {
   j.uid = 1000;
   j.command = {"true"};
   j.state = state;
+  j.preemptible = true;
   if (state != JobState::kPending) {
     j.attempt = 1;
     j.placement = {{"n1", {0}, {"GPU-0"}, 1000}};
@@ -58,7 +59,9 @@ std::vector<Event> OneOfEach() {
           command,
           ClientAbsent{15},
           TimeLimit{60},
-          GpuFailed{"n1", "GPU-0", "Xid 95: uncontained ECC error"}};
+          GpuFailed{"n1", "GPU-0", "Xid 95: uncontained ECC error"},
+          Preempt{9, "of higher priority (10 > 0)", 120, 1'700'000'120},
+          CheckpointDone{"alice"}};
 }
 
 // What an event does to a job in a state: an error code, nothing, or the next state.
@@ -75,22 +78,24 @@ Expect Refused() { return {Expect::kError, JobState::kPending, StatusCode::kFail
 TEST(JobLifecycleTable, EveryStateAndEvent) {
   using S = JobState;
   const std::vector<std::string> names = {
-      "Placed",       "TaskStarted",     "TaskExited", "TaskLost", "NodeLost",
-      "AgentForgot",  "CancelRequested", "Hold",       "Release",  "DependencyFailed",
-      "CommandEnded", "ClientAbsent",    "TimeLimit",  "GpuFailed"};
+      "Placed",    "TaskStarted",      "TaskExited",      "TaskLost",
+      "NodeLost",  "AgentForgot",      "CancelRequested", "Hold",
+      "Release",   "DependencyFailed", "CommandEnded",    "ClientAbsent",
+      "TimeLimit", "GpuFailed",        "Preempt",         "CheckpointDone"};
   // Rows: the job's state; columns: the events above, in order.
   const std::map<S, std::vector<Expect>> table = {
       {S::kPending,
        {To(S::kAssigned), Same(), Same(), Same(), Same(), Same(), To(S::kCancelled),
-        To(S::kPending), Same(), To(S::kCancelled), Same(), Same(), Same(), Same()}},
+        To(S::kPending), Same(), To(S::kCancelled), Same(), Same(), Same(), Same(), Same(),
+        Refused()}},
       {S::kAssigned,
        {Refused(), To(S::kRunning), To(S::kSucceeded), To(S::kLost), To(S::kLost), Same(),
         To(S::kAssigned), Refused(), Refused(), Same(), To(S::kAssigned), Same(), Same(),
-        To(S::kFailed)}},
+        To(S::kFailed), To(S::kAssigned), Refused()}},
       {S::kRunning,
        {Refused(), Same(), To(S::kSucceeded), To(S::kLost), To(S::kLost), To(S::kLost),
         To(S::kRunning), Refused(), Refused(), Same(), To(S::kRunning), Same(), Same(),
-        To(S::kFailed)}},
+        To(S::kFailed), To(S::kRunning), Refused()}},
   };
   std::vector<Event> events = OneOfEach();
   ASSERT_EQ(events.size(), names.size());
@@ -100,8 +105,9 @@ TEST(JobLifecycleTable, EveryStateAndEvent) {
     // Ended jobs refuse users' requests and ignore the rest.
     std::vector<Expect> row =
         jobs::IsTerminal(s)
-            ? std::vector<Expect>{Refused(), Same(),    Same(), Same(), Same(), Same(), Refused(),
-                                  Refused(), Refused(), Same(), Same(), Same(), Same(), Same()}
+            ? std::vector<Expect>{Refused(), Same(),    Same(),    Same(),   Same(), Same(),
+                                  Refused(), Refused(), Refused(), Same(),   Same(), Same(),
+                                  Same(),    Same(),    Same(),    Refused()}
             : table.at(s);
     for (size_t e = 0; e < events.size(); ++e) {
       const Job job = InState(s);
@@ -443,6 +449,98 @@ TEST(JobLifecycleTest, ATimedOutTaskMakesATimeout) {
   Result<Transition> t = Step(InState(JobState::kRunning), e, kNow);
   ASSERT_TRUE(t.ok());
   EXPECT_EQ(t->next.state, JobState::kTimeout);
+}
+
+// Issue 28: a preempted gang is told to stop (once), keeps its resources while its tasks
+// end (whatever their outcome: a task that fails in its grace does not fail the job),
+// then goes back to the queue with the preemption counted, its cost and the reason.
+TEST(JobLifecycleTest, APreemptedGangStopsKeepsItsGpusUntilItsTasksEndThenIsRequeued) {
+  Job j = Gang();
+  j.submit_time_us = kNow - 3600'000'000;
+  j.tasks[0].start_time_us = kNow - 1800'000'000;  // half an hour ago, one GPU each
+  j.tasks[1].start_time_us = kNow - 1800'000'000;
+  const Preempt preempt{9, "of higher priority (10 > 0)", 120, 1'700'000'120};
+  Result<Transition> t = Step(j, preempt, kNow);
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  EXPECT_EQ(t->next.state, JobState::kRunning);
+  EXPECT_TRUE(t->next.cancel_requested);
+  EXPECT_EQ(t->next.preempted_by, 9);
+  EXPECT_EQ(t->next.preempt_deadline_s, 1'700'000'120);
+  EXPECT_TRUE(t->effects.resend_stop);
+  EXPECT_TRUE(t->effects.preempting);
+  EXPECT_FALSE(t->effects.freed);  // its GPUs stay taken until its tasks end
+  EXPECT_EQ(t->next.reason, "preempted by job 9, of higher priority (10 > 0)");
+  EXPECT_FALSE(Step(t->next, preempt, kNow)->changed);  // once
+  // The job says it has checkpointed: a stop order without grace goes out (once).
+  Result<Transition> done = Step(t->next, CheckpointDone{"alice"}, kNow);
+  ASSERT_TRUE(done.ok()) << done.status().ToString();
+  EXPECT_TRUE(done->next.checkpoint_done);
+  EXPECT_TRUE(done->effects.resend_stop);
+  EXPECT_FALSE(Step(done->next, CheckpointDone{"alice"}, kNow)->changed);
+  // Task 1 exits 1 on SIGTERM: not a failure of the job, which still holds task 0's GPU.
+  Result<Transition> one = Step(done->next, Exit("n2", 1, 1), kNow);
+  ASSERT_TRUE(one.ok());
+  EXPECT_EQ(one->next.state, JobState::kRunning);
+  EXPECT_FALSE(one->effects.freed);
+  Result<Transition> both = Step(one->next, Exit("n1", 0, std::nullopt, true), kNow);
+  ASSERT_TRUE(both.ok()) << both.status().ToString();
+  const Job& again = both->next;
+  EXPECT_EQ(again.state, JobState::kPending);
+  EXPECT_EQ(again.reason, "requeued: preempted by job 9, of higher priority (10 > 0) (attempt 1)");
+  EXPECT_EQ(again.attempt, 1);                        // the next placement makes attempt 2
+  EXPECT_EQ(again.submit_time_us, j.submit_time_us);  // its place in the queue
+  EXPECT_EQ(again.preemptions, 1);
+  EXPECT_DOUBLE_EQ(again.preempted_gpu_hours, 1.0);  // 2 GPUs x 0.5 h
+  EXPECT_DOUBLE_EQ(both->effects.preempted_gpu_hours, 1.0);
+  EXPECT_FALSE(again.cancel_requested);
+  EXPECT_EQ(again.preempted_by, 0);
+  EXPECT_FALSE(again.checkpoint_done);
+  EXPECT_TRUE(again.placement.empty());
+  EXPECT_TRUE(both->effects.requeued);
+  EXPECT_TRUE(both->effects.freed);
+  EXPECT_FALSE(both->effects.ended);
+  // Placed again: attempt 2, and a second preemption adds up.
+  Result<Transition> placed = Step(again, Placed{j.placement, {}}, kNow);
+  ASSERT_TRUE(placed.ok());
+  EXPECT_EQ(placed->next.attempt, 2);
+}
+
+TEST(JobLifecycleTest, OnlyPreemptibleJobsArePreemptedAndCheckpointDoneNeedsAPreemption) {
+  Job j = Gang();
+  j.preemptible = false;
+  Result<Transition> t = Step(j, Preempt{9, "", 120, 0}, kNow);
+  ASSERT_FALSE(t.ok());
+  EXPECT_EQ(t.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(t.status().message().find("not preemptible"), std::string::npos);
+  Result<Transition> c = Step(Gang(), CheckpointDone{"alice"}, kNow);
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(c.status().message().find("not being preempted"), std::string::npos)
+      << c.status().message();
+  // A job its user cancelled is being stopped already: not preempted.
+  j = Gang();
+  j.cancel_requested = true;
+  EXPECT_FALSE(Step(j, Preempt{9, "", 120, 0}, kNow)->changed);
+}
+
+// A cancel during the grace ends the job CANCELLED; a lost node during it requeues the job
+// (it was going back anyway), even without --requeue.
+TEST(JobLifecycleTest, ACancelOrALostNodeDuringAPreemption) {
+  Result<Transition> p = Step(Gang(), Preempt{9, "", 120, 0}, kNow);
+  ASSERT_TRUE(p.ok());
+  Result<Transition> c = Step(p->next, CancelRequested{"alice"}, kNow);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_TRUE(c->changed);
+  EXPECT_EQ(c->next.preempted_by, 0);
+  Result<Transition> a = Step(c->next, Exit("n1", 0, std::nullopt, true), kNow);
+  Result<Transition> b = Step(a->next, Exit("n2", 1, std::nullopt, true), kNow);
+  ASSERT_TRUE(b.ok());
+  EXPECT_EQ(b->next.state, JobState::kCancelled);
+  EXPECT_EQ(b->next.reason, "cancelled by alice while being preempted");
+  Result<Transition> lost = Step(p->next, NodeLost{"n2", "node n2 stopped responding"}, kNow);
+  ASSERT_TRUE(lost.ok());
+  EXPECT_EQ(lost->next.state, JobState::kPending);
+  EXPECT_FALSE(lost->next.cancel_requested);
+  EXPECT_EQ(lost->next.preempted_by, 0);
 }
 
 }  // namespace

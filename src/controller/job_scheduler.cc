@@ -4,6 +4,7 @@
 
 #include "controller/metrics.h"
 #include "sched/admission/gates.h"
+#include "sched/policy_registry.h"
 #include "sched/queue/gang_placement.h"
 
 namespace gpupool::controller {
@@ -24,6 +25,8 @@ Result<std::unique_ptr<JobScheduler>> JobScheduler::Create(const std::string& pl
   std::unique_ptr<JobScheduler> s(new JobScheduler());
   s->mps_multi_user_ = mps_multi_user;
   GP_ASSIGN_OR_RETURN(s->profile_, sched::SchedulingProfile::Create(spec));
+  GP_ASSIGN_OR_RETURN(s->preempt_policy_,
+                      sched::BuiltinPlacementPolicies().Create(placement_policy));
   return s;
 }
 
@@ -77,6 +80,11 @@ Result<ScheduleResult> JobScheduler::Plan(const std::vector<const jobs::Job*>& a
       }
     }
     result.pending_reasons[in.pending_source[i]->id] = std::move(why);
+  }
+  if (preemption_) {
+    GP_ASSIGN_OR_RETURN(
+        result.preemptions,
+        PlanPreemptions(in, now_s, *preemption_, *preempt_policy_, result.pending_reasons));
   }
   return result;
 }

@@ -10,11 +10,13 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "common/status.h"
 #include "controller/limits.h"
+#include "controller/preemption_plan.h"
 #include "controller/sched_input.h"
 #include "jobs/job.h"
 #include "sched/admission/profile.h"
@@ -36,6 +38,7 @@ struct ScheduleResult {
   // Under the easy start rule, the job holding the reservation: its planned start (µs
   // since the epoch), from the time limits of the jobs in its way. No other has one.
   std::map<int64_t, int64_t> start_estimates_us;
+  std::vector<PlannedPreemption> preemptions;  // running jobs to stop (preemption_plan.h)
 };
 
 class JobScheduler {
@@ -45,6 +48,11 @@ class JobScheduler {
                                                       const std::string& queue_policy,
                                                       const std::string& start_rule,
                                                       bool mps_multi_user = false);
+
+  // Preemption (preemption_plan.h): on unless set_preemption(nullopt).
+  void set_preemption(std::optional<PreemptionSettings> settings) {
+    preemption_ = std::move(settings);
+  }
 
   // `active` holds every non-terminal job; ASSIGNED/RUNNING ones occupy their GPUs.
   // `feed` says which pending jobs wait for their dependencies or for an earlier attempt
@@ -60,6 +68,8 @@ class JobScheduler {
   JobScheduler() = default;
   std::unique_ptr<sched::SchedulingProfile> profile_;
   bool mps_multi_user_ = false;
+  std::optional<PreemptionSettings> preemption_ = PreemptionSettings{};
+  std::unique_ptr<sched::PlacementPolicy> preempt_policy_;  // ChooseVictims' trial placements
 };
 
 }  // namespace gpupool::controller

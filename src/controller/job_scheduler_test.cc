@@ -82,5 +82,104 @@ TEST(SchedInputTest, MpsGpusAreSingleOwnerAndSharesOwnedByTheirUser) {
   EXPECT_EQ(in.running.size(), 2u);
 }
 
+// A 4-GPU job on node a, started `ran_s` before kNowS.
+constexpr int64_t kNowS = 1'700'000'000;
+jobs::Job Whole(int64_t id, const std::string& user, int priority, int64_t ran_s = -1) {
+  jobs::Job j;
+  j.id = id;
+  j.user = user;
+  j.uid = 1000;
+  j.command = {"true"};
+  j.priority = priority;
+  j.request.gpus = 4;
+  j.request.cpu_milli = 100;
+  j.submit_time_us = (kNowS - 7200) * 1'000'000 + id;
+  if (ran_s >= 0) {
+    j.state = jobs::JobState::kRunning;
+    j.start_time_us = (kNowS - ran_s) * 1'000'000;
+    j.placement = {
+        jobs::TaskPlacement{"a", {0, 1, 2, 3}, {"a-GPU-0", "a-GPU-1", "a-GPU-2", "a-GPU-3"}, 1000}};
+  }
+  return j;
+}
+
+// Issue 28 item 5: the live scheduler picks victims with the simulator's rule, among
+// --preemptible jobs past their own minimum run time, and not again while they stop.
+TEST(JobSchedulerPreemptionTest, APreemptibleJobPastItsMinimumRunTimeMakesRoom) {
+  const gpu::NodeInfo a = MpsNode("a", {"", "", "", ""});
+  const std::vector<SchedNode> nodes = {{"a", &a, 64000, 256000, false, {}}};
+  Result<std::unique_ptr<JobScheduler>> s = JobScheduler::Create("default", "fair", "easy");
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  jobs::Job victim = Whole(1, "alice", 0, /*ran_s=*/700);
+  victim.preemptible = true;
+  victim.preempt_grace_s = 30;
+  const jobs::Job urgent = Whole(2, "bob", 10);
+  Result<ScheduleResult> plan = (*s)->Plan({&victim, &urgent}, nodes, kNowS);
+  ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+  EXPECT_TRUE(plan->starts.empty());  // not before the victim has ended
+  ASSERT_EQ(plan->preemptions.size(), 1u);
+  EXPECT_EQ(plan->preemptions[0].victim, 1);
+  EXPECT_EQ(plan->preemptions[0].by_job, 2);
+  EXPECT_EQ(plan->preemptions[0].grace_s, 30);
+  EXPECT_EQ(plan->preemptions[0].why, "of higher priority (10 > 0)");
+  EXPECT_NE(plan->pending_reasons[2].find("preempting job 1, which stop within 30 s"),
+            std::string::npos)
+      << plan->pending_reasons[2];
+
+  // Inside its own minimum run time (or the default 600 s), not preemptible, of the same
+  // priority, or being stopped already: nothing.
+  jobs::Job young = victim;
+  young.min_runtime_s = 3600;
+  jobs::Job fresh = Whole(1, "alice", 0, /*ran_s=*/500);
+  fresh.preemptible = true;
+  jobs::Job fixed = Whole(1, "alice", 0, 700);
+  jobs::Job stopping = victim;
+  stopping.preempted_by = 2;
+  stopping.cancel_requested = true;
+  for (const jobs::Job* v : {&young, &fresh, &fixed, &stopping}) {
+    plan = (*s)->Plan({v, &urgent}, nodes, kNowS);
+    ASSERT_TRUE(plan.ok());
+    EXPECT_TRUE(plan->preemptions.empty()) << "victim " << v->min_runtime_s;
+  }
+  const jobs::Job peer = Whole(2, "bob", 0);
+  plan = (*s)->Plan({&victim, &peer}, nodes, kNowS);
+  ASSERT_TRUE(plan.ok());
+  EXPECT_TRUE(plan->preemptions.empty());  // bob is not below his share: alice's is all
+  // Off: never.
+  (*s)->set_preemption(std::nullopt);
+  plan = (*s)->Plan({&victim, &urgent}, nodes, kNowS);
+  ASSERT_TRUE(plan.ok());
+  EXPECT_TRUE(plan->preemptions.empty());
+}
+
+// The admin's QoS: the project's defaults first, else the user's own, else every user's;
+// a job's own --min-runtime and --grace win; interactive jobs are never made preemptible.
+TEST(PreemptionDefaultsTest, ProjectThenUserThenDefault) {
+  Limits limits;
+  limits.user_default.preemptible = true;
+  limits.user_default.preempt_grace_s = 60;
+  limits.users["alice"].preemptible = false;
+  limits.projects["batch"].preemptible = true;
+  limits.projects["batch"].min_runtime_s = 1800;
+  jobs::Job j = Whole(1, "bob", 0);
+  ApplyPreemptionDefaults(limits, &j);
+  EXPECT_TRUE(j.preemptible);
+  EXPECT_EQ(j.preempt_grace_s, 60);
+  EXPECT_EQ(j.min_runtime_s, 0);  // none set: the server's
+  j = Whole(2, "alice", 0);
+  ApplyPreemptionDefaults(limits, &j);
+  EXPECT_FALSE(j.preemptible);
+  j.project = "batch";
+  j.preempt_grace_s = 5;  // (its own, were it preemptible)
+  ApplyPreemptionDefaults(limits, &j);
+  EXPECT_TRUE(j.preemptible);
+  EXPECT_EQ(j.min_runtime_s, 1800);
+  EXPECT_EQ(j.preempt_grace_s, 5);
+  jobs::Job run = Whole(3, "bob", 0);
+  run.interactive = "run";
+  ApplyPreemptionDefaults(limits, &run);
+  EXPECT_FALSE(run.preemptible);
+}
+
 }  // namespace
 }  // namespace gpupool::controller

@@ -39,6 +39,17 @@ std::string Label(const std::string& key, const std::string& value) {
   return key + "=\"" + EscapeLabel(value) + "\"";
 }
 
+// Preemption's counters (docs/preemption.md).
+void RenderPreemptions(uint64_t preemptions, double gpu_hours, std::string* out) {
+  Family("gpupool_preemptions_total", "counter",
+         "Running jobs the scheduler told to stop so that waiting jobs could start.", out);
+  Sample("gpupool_preemptions_total", "", static_cast<double>(preemptions), out);
+  Family("gpupool_preempted_gpu_hours_total", "counter",
+         "GPU-hours the preempted attempts had run when they were stopped (work lost, at most).",
+         out);
+  Sample("gpupool_preempted_gpu_hours_total", "", gpu_hours, out);
+}
+
 }  // namespace
 
 std::string EscapeLabel(const std::string& value) {
@@ -102,6 +113,16 @@ void PoolMetrics::ObservePass(double seconds, int64_t placement_failures) {
   pass_seconds_.Observe(seconds);
   ++passes_;
   placement_failures_ += static_cast<uint64_t>(std::max<int64_t>(placement_failures, 0));
+}
+
+void PoolMetrics::CountPreemption() {
+  std::lock_guard lock(mu_);
+  ++preemptions_;
+}
+
+void PoolMetrics::CountPreemptedGpuHours(double gpu_hours) {
+  std::lock_guard lock(mu_);
+  preempted_gpu_hours_ += gpu_hours;
 }
 
 void PoolMetrics::ObserveRequest(const std::string& method, const std::string& route,
@@ -240,6 +261,7 @@ std::string PoolMetrics::Render(const PoolSnapshot& pool) const {
   Family("gpupool_placement_failures_total", "counter",
          "Pending jobs a pass could not place for want of resources, added up over passes.", &out);
   Sample("gpupool_placement_failures_total", "", static_cast<double>(placement_failures_), &out);
+  RenderPreemptions(preemptions_, preempted_gpu_hours_, &out);
   Family("gpupool_api_request_duration_seconds", "histogram",
          "API requests that do not wait (no long polls), by method and route.", &out);
   for (const auto& [key, h] : requests_) {

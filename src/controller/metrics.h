@@ -91,6 +91,9 @@ class PoolMetrics {
   void ObservePass(double seconds, int64_t placement_failures);
   // An API request that was not a long poll, by route pattern ("/v1/jobs/{id}").
   void ObserveRequest(const std::string& method, const std::string& route, double seconds);
+  // Preemption: a victim told to stop; a preempted attempt ended, having run `gpu_hours`.
+  void CountPreemption();
+  void CountPreemptedGpuHours(double gpu_hours);
 
   // The whole exposition.
   std::string Render(const PoolSnapshot& pool) const;
@@ -100,6 +103,8 @@ class PoolMetrics {
   Histogram pass_seconds_;
   uint64_t passes_ = 0;
   uint64_t placement_failures_ = 0;
+  uint64_t preemptions_ = 0;
+  double preempted_gpu_hours_ = 0;
   std::map<std::pair<std::string, std::string>, Histogram> requests_;
 };
 

@@ -41,6 +41,10 @@ TEST(MetricsTest, RendersEveryFamilyOnceWithCumulativeBucketsAndEscapedLabels) {
   m.ObservePass(0.2, 1);
   m.ObserveRequest("GET", "/v1/jobs", 0.002);
   m.ObserveRequest("GET", "/v1/jobs", 0.0001);
+  m.CountPreemption();
+  m.CountPreemption();
+  m.CountPreemptedGpuHours(1.5);
+  m.CountPreemptedGpuHours(0.25);
   PoolSnapshot pool;
   pool.jobs_by_state = {{"PENDING", 3}, {"RUNNING", 1}, {"SUCCEEDED", 7}};
   pool.pending_by_reason = {{"resources", 2}, {"held", 1}};
@@ -72,6 +76,8 @@ TEST(MetricsTest, RendersEveryFamilyOnceWithCumulativeBucketsAndEscapedLabels) {
       ValueOf(text, "gpupool_allocated_gpu_seconds_total{user=\"bo\\\"b\\\\\",project=\"(none)\"}"),
       1800);
   EXPECT_EQ(ValueOf(text, "gpupool_placement_failures_total"), 3);
+  EXPECT_EQ(ValueOf(text, "gpupool_preemptions_total"), 2);
+  EXPECT_EQ(ValueOf(text, "gpupool_preempted_gpu_hours_total"), 1.75);
   EXPECT_EQ(ValueOf(text, "gpupool_scheduling_pass_seconds_count"), 2);
   EXPECT_EQ(ValueOf(text, "gpupool_scheduling_pass_seconds_bucket{le=\"0.0001\"}"), 0);
   EXPECT_EQ(ValueOf(text, "gpupool_scheduling_pass_seconds_bucket{le=\"0.0005\"}"), 1);
@@ -101,7 +107,7 @@ TEST(MetricsTest, RendersEveryFamilyOnceWithCumulativeBucketsAndEscapedLabels) {
       EXPECT_TRUE(known) << "sample before its family: " << line;
     }
   }
-  EXPECT_EQ(helped.size(), 13u);  // no GPU telemetry in this snapshot: no DCGM_FI_DEV_*
+  EXPECT_EQ(helped.size(), 15u);  // no GPU telemetry in this snapshot: no DCGM_FI_DEV_*
 }
 
 // Issue 17: dcgm-exporter's names and labels, job labels only while a job holds the GPU,

@@ -327,7 +327,10 @@ void SchedInput::Occupy(const jobs::Job& job, const sched::QueuedJob& q) {
       allocated = false;
     }
   }
-  if (allocated) running.push_back(std::move(r));
+  if (allocated) {
+    running.push_back(std::move(r));
+    running_source.push_back(&job);
+  }
 }
 
 std::vector<jobs::TaskPlacement> SchedInput::ToTaskPlacements(

@@ -96,6 +96,7 @@ class SchedInput {
   std::vector<const jobs::Job*> pending_source;  // pending[i]'s job
   std::vector<const sched::QueuedJob*> occupying;
   std::vector<sched::RunningJob> running;
+  std::vector<const jobs::Job*> running_source;  // running[i]'s job
 
  private:
   struct ModelFacts {

@@ -229,6 +229,24 @@ struct Job {
   bool held_by_admin = false;
   std::string stdout_path;  // task 0's, on its node, set when it starts
   std::string stderr_path;
+  // Preemption (issue 28, docs/preemption.md). Set at submit time: whether the scheduler
+  // may stop the job for a waiting job of higher priority or of a group below its fair
+  // share, once it has run min_runtime_s, giving it preempt_grace_s between SIGTERM and
+  // SIGKILL (0: the server's defaults).
+  bool preemptible = false;
+  int64_t min_runtime_s = 0;
+  int64_t preempt_grace_s = 0;
+  // Set by the controller. While the current attempt is being preempted: by which job,
+  // when (epoch seconds) its grace ends, and whether its user said it has checkpointed
+  // (`gpupool checkpoint-done`: the grace ends at once). The attempt's tasks hold their
+  // resources until they have ended; then the job is PENDING again, keeping its submit
+  // time (its place in the queue).
+  int64_t preempted_by = 0;
+  int64_t preempt_deadline_s = 0;
+  bool checkpoint_done = false;
+  // Preemptions so far, and the GPU-hours their stopped attempts had run.
+  int preemptions = 0;
+  double preempted_gpu_hours = 0;
   friend bool operator==(const Job&, const Job&) = default;
 };
 

@@ -261,6 +261,18 @@ OrderedJson JobToJson(const Job& job) {
     j["held_by"] = job.held_by;
     j["held_by_admin"] = job.held_by_admin;
   }
+  if (job.preemptible) j["preemptible"] = true;
+  if (job.min_runtime_s > 0) j["min_runtime_s"] = job.min_runtime_s;
+  if (job.preempt_grace_s > 0) j["preempt_grace_s"] = job.preempt_grace_s;
+  if (job.preempted_by != 0) {
+    j["preempted_by"] = job.preempted_by;
+    j["preempt_deadline_s"] = job.preempt_deadline_s;
+  }
+  if (job.checkpoint_done) j["checkpoint_done"] = true;
+  if (job.preemptions > 0) {
+    j["preemptions"] = job.preemptions;
+    j["preempted_gpu_hours"] = job.preempted_gpu_hours;
+  }
   if (!job.stdout_path.empty()) j["stdout_path"] = job.stdout_path;
   if (!job.stderr_path.empty()) j["stderr_path"] = job.stderr_path;
   return j;
@@ -475,6 +487,14 @@ Result<Job> JobFromJson(const Json& j, std::string_view path, bool reject_unknow
   f.Optional("time_limit_hit", &job.time_limit_hit);
   f.Optional("held_by", &job.held_by);
   f.Optional("held_by_admin", &job.held_by_admin);
+  f.Optional("preemptible", &job.preemptible);
+  f.Optional("min_runtime_s", &job.min_runtime_s, 0, int64_t{365} * 24 * 3600);
+  f.Optional("preempt_grace_s", &job.preempt_grace_s, 0, int64_t{24} * 3600);
+  f.Optional("preempted_by", &job.preempted_by, 0);
+  f.Optional("preempt_deadline_s", &job.preempt_deadline_s, 0);
+  f.Optional("checkpoint_done", &job.checkpoint_done);
+  f.Optional("preemptions", &job.preemptions, 0);
+  f.Optional("preempted_gpu_hours", &job.preempted_gpu_hours);
   f.Optional("stdout_path", &job.stdout_path);
   f.Optional("stderr_path", &job.stderr_path);
   GP_RETURN_IF_ERROR(f.Finish());

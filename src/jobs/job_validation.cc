@@ -230,6 +230,15 @@ Status ValidateSubmission(const Job& job) {
         "array: an interactive job is one job; submit arrays with "
         "gpupool submit --array");
   }
+  if (!job.interactive.empty() && job.preemptible) {
+    return Status::InvalidArgument("preemptible: gpupool " + job.interactive +
+                                   " is interactive and is never preempted; drop --preemptible");
+  }
+  if (!job.preemptible && (job.min_runtime_s > 0 || job.preempt_grace_s > 0)) {
+    return Status::InvalidArgument(
+        std::string(job.min_runtime_s > 0 ? "min_runtime_s" : "preempt_grace_s") +
+        ": --min-runtime and --grace are for a preemptible job; add --preemptible");
+  }
   if (job.interactive == "alloc" && !job.command.empty()) {
     return Status::InvalidArgument(
         "command: gpupool alloc runs no command; enter the allocation with gpupool exec");

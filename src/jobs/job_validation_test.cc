@@ -84,5 +84,25 @@ TEST(SubmissionTest, NamesTheFieldThatIsWrong) {
   EXPECT_NE(ValidateSubmission(j).message().find("workdir"), std::string::npos);
 }
 
+// Issue 28: --min-runtime and --grace only with --preemptible; interactive jobs are never
+// preempted. Each refusal names its field and the fix.
+TEST(SubmissionTest, PreemptionFieldsNeedAPreemptibleBatchJob) {
+  Job j;
+  j.command = {"true"};
+  j.min_runtime_s = 600;
+  Status s = ValidateSubmission(j);
+  EXPECT_NE(s.message().find("min_runtime_s: "), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("add --preemptible"), std::string::npos) << s.message();
+  j.min_runtime_s = 0;
+  j.preempt_grace_s = 30;
+  EXPECT_NE(ValidateSubmission(j).message().find("preempt_grace_s: "), std::string::npos);
+  j.preemptible = true;
+  EXPECT_TRUE(ValidateSubmission(j).ok());
+  j.interactive = "run";
+  s = ValidateSubmission(j);
+  EXPECT_NE(s.message().find("preemptible: gpupool run is interactive"), std::string::npos)
+      << s.message();
+}
+
 }  // namespace
 }  // namespace gpupool::jobs

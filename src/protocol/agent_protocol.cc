@@ -7,6 +7,7 @@
 #include "common/strings.h"
 #include "gpu/node_json.h"
 #include "jobs/job_json.h"
+#include "protocol/cancel_order.h"
 #include "protocol/hardware_health_json.h"
 #include "protocol/terminal_env.h"
 
@@ -372,13 +373,7 @@ OrderedJson EncodeWork(const Work& w, Version peer) {
   for (const LaunchOrder& o : w.launch) launch.push_back(EncodeLaunchOrder(o));
   j["launch"] = std::move(launch);
   OrderedJson cancel = OrderedJson::array();
-  for (const CancelOrder& c : w.cancel) {
-    if (c.exec_id != 0) {
-      cancel.push_back({{"exec_id", c.exec_id}});
-    } else {
-      cancel.push_back({{"job_id", c.job_id}, {"attempt", c.attempt}});
-    }
-  }
+  for (const CancelOrder& c : w.cancel) cancel.push_back(EncodeCancelOrder(c));
   j["cancel"] = std::move(cancel);
   OrderedJson logs = OrderedJson::array();
   for (const LogRequest& l : w.logs) {
@@ -425,21 +420,12 @@ Result<Work> DecodeWork(const Json& j) {
   }
   if (cancel != nullptr) {
     for (size_t i = 0; i < cancel->size(); ++i) {
-      const Json& e = (*cancel)[i];
-      CancelOrder c;
-      JsonFields cf(e, Index("cancel", i), kLenient);
-      cf.Optional("job_id", &c.job_id, 1);
-      cf.Optional("attempt", &c.attempt, 0);
-      cf.Optional("exec_id", &c.exec_id, 1);
-      Status s = cf.Finish();
-      if (s.ok() && (c.job_id == 0) == (c.exec_id == 0)) {
-        s = Status::InvalidArgument(Index("cancel", i) + ": give job_id or exec_id");
-      }
-      if (!s.ok()) {
-        w.rejected.push_back({Index("cancel", i), 0, 0, 1, 0, s.message()});
+      Result<CancelOrder> c = DecodeCancelOrder((*cancel)[i], Index("cancel", i));
+      if (!c.ok()) {
+        w.rejected.push_back({Index("cancel", i), 0, 0, 1, 0, c.status().message()});
         continue;
       }
-      w.cancel.push_back(c);
+      w.cancel.push_back(*c);
     }
   }
   if (logs != nullptr) {

@@ -101,6 +101,11 @@ struct CancelOrder {
   int64_t job_id = 0;
   int attempt = 0;  // 0 = whichever attempt runs
   int64_t exec_id = 0;
+  // A preemption's stop (issue 28, cancel_order.h): SIGKILL this many seconds after
+  // SIGTERM (-1: the job's own grace), and when its grace ends (epoch seconds; 0: none),
+  // which the job finds in its GPUPOOL_PREEMPT_DEADLINE_FILE.
+  int64_t grace_s = -1;
+  int64_t deadline_s = 0;
   friend bool operator==(const CancelOrder&, const CancelOrder&) = default;
 };
 

@@ -89,6 +89,30 @@ TEST(ProtocolWork, RoundTrips) {
   EXPECT_EQ(back->exec, w.exec);
 }
 
+// Issue 28: a preemption's stop carries its grace and deadline; a plain stop does not
+// (it reads back as the job's own grace), and a bad grace is rejected alone.
+TEST(ProtocolWork, APreemptionsStopCarriesItsGraceAndDeadline) {
+  Work w;
+  CancelOrder preempt{7, 2};
+  preempt.grace_s = 95;
+  preempt.deadline_s = 1'700'000'095;
+  w.cancel = {preempt, {8, 1}};
+  OrderedJson j = EncodeWork(w);
+  EXPECT_EQ(j["cancel"][0]["grace_s"], 95);
+  EXPECT_FALSE(j["cancel"][1].contains("grace_s"));
+  Result<Work> back = DecodeWork(Reparse(j));
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(back->cancel, w.cancel);
+  EXPECT_EQ(back->cancel[1].grace_s, -1);
+  Json bad = Reparse(j);
+  bad["cancel"][0]["grace_s"] = -5;
+  back = DecodeWork(bad);
+  ASSERT_TRUE(back.ok());
+  ASSERT_EQ(back->rejected.size(), 1u);
+  EXPECT_NE(back->rejected[0].error.find("grace_s"), std::string::npos) << back->rejected[0].error;
+  EXPECT_EQ(back->cancel.size(), 1u);
+}
+
 TEST(ProtocolWork, AnOlderPeerGetsNoExecRequests) {
   Work w;
   w.exec.push_back({9, 7, 2, 1, {"true"}});

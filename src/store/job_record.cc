@@ -12,22 +12,23 @@ namespace {
 // What a user sets at submit time and nothing changes later. A field here that did
 // change would still be stored right (the changed spec is stored as another row), only
 // not shared.
-constexpr std::array<std::string_view, 29> kSpecKeys = {
-    "user",         "uid",
-    "gid",          "project",
-    "name",         "command",
-    "env",          "workdir",
-    "image",        "mounts",
-    "environment",  "env_dir",
-    "needs",        "request",
-    "priority",     "time_limit_s",
-    "requeue",      "mpi",
-    "dependencies", "interactive",
-    "pty",          "shm_bytes",
-    "init",         "array_max_running",
-    "array",        "enforce_memory",
-    "script",       "output",
-    "error",
+constexpr std::array<std::string_view, 32> kSpecKeys = {
+    "user",          "uid",
+    "gid",           "project",
+    "name",          "command",
+    "env",           "workdir",
+    "image",         "mounts",
+    "environment",   "env_dir",
+    "needs",         "request",
+    "priority",      "time_limit_s",
+    "requeue",       "mpi",
+    "dependencies",  "interactive",
+    "pty",           "shm_bytes",
+    "init",          "array_max_running",
+    "array",         "enforce_memory",
+    "script",        "output",
+    "error",         "preemptible",
+    "min_runtime_s", "preempt_grace_s",
 };
 
 bool IsSpecKey(std::string_view key) {

@@ -185,6 +185,7 @@ void AgentLoop::Launch(const protocol::LaunchOrder& order) {
   spec.memory_bytes = job.request.memory_bytes * static_cast<uint64_t>(covered);
   spec.time_limit_s = job.time_limit_s;
   spec.grace_s = options_.cancel_grace_s;
+  spec.preemptible = job.preemptible;
   spec.image = job.image;
   spec.shm_bytes = job.shm_bytes;
   spec.init = job.init;
@@ -562,7 +563,11 @@ void AgentLoop::CancelOrdered(const protocol::CancelOrder& c) {
   const std::vector<RunId> running = launcher_->Running();
   for (const RunId& id : ids) {
     if (std::find(running.begin(), running.end(), id) == running.end()) continue;
-    if (Status s = launcher_->Cancel(id); !s.ok() && s.code() != StatusCode::kNotFound) {
+    // A preemption's stop carries its grace and deadline (exec sessions just end).
+    const Status s = c.grace_s >= 0 && !id.is_exec()
+                         ? launcher_->Stop(id, StopRequest{c.grace_s, c.deadline_s})
+                         : launcher_->Cancel(id);
+    if (!s.ok() && s.code() != StatusCode::kNotFound) {
       spdlog::warn("agent: cancel {}: {}", agent::ToString(id), s.message());
     }
   }

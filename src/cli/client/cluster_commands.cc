@@ -1,6 +1,9 @@
 // `gpupool nodes`, `gpupool usage`, `gpupool token create|list|revoke`, `gpupool status`,
 // `gpupool whoami`.
 #include <functional>
+#include <map>
+#include <optional>
+#include <tuple>
 
 #include "cli/client/client_common.h"
 #include "cli/client/json_view.h"
@@ -142,7 +145,41 @@ struct LimitsState {
   std::optional<std::string> max_gpus;
   std::optional<std::string> max_running;
   std::optional<std::string> max_queued;
+  std::optional<std::string> preemptible;  // yes, no or none (docs/preemption.md)
+  std::optional<std::string> min_runtime;  // a duration, or none
+  std::optional<std::string> grace;        // a duration, or none
 };
+
+// `limits set`'s preemption defaults into `values` (-1: clear) and `preemptible`.
+Status PreemptionDefaults(const LimitsState& s, std::map<std::string, int64_t>* values,
+                          std::optional<std::optional<bool>>* preemptible) {
+  if (s.preemptible) {
+    if (*s.preemptible == "yes" || *s.preemptible == "no") {
+      *preemptible = std::optional<bool>(*s.preemptible == "yes");
+    } else if (*s.preemptible == "none") {
+      *preemptible = std::optional<bool>();
+    } else {
+      return Status::InvalidArgument("--preemptible " + *s.preemptible +
+                                     ": yes, no, or none (no default)");
+    }
+  }
+  for (const auto& [flag, key, value] :
+       {std::tuple{"--min-runtime", "min_runtime_s", &s.min_runtime},
+        std::tuple{"--grace", "preempt_grace_s", &s.grace}}) {
+    if (!*value) continue;
+    if (**value == "none") {
+      (*values)[key] = -1;
+      continue;
+    }
+    Result<int64_t> secs = ParseDuration(**value);
+    if (!secs.ok() || *secs < 0) {
+      return Status::InvalidArgument(std::string(flag) + " " + **value +
+                                     ": a duration (90s, 10m, 2h), or none");
+    }
+    (*values)[key] = *secs;
+  }
+  return Status::Ok();
+}
 
 // `limits set`: reads the limits, changes the one entry, writes them back (admins).
 Status RunLimitsSet(const ClientRuntime& rt, const LimitsState& s) {
@@ -151,9 +188,11 @@ Status RunLimitsSet(const ClientRuntime& rt, const LimitsState& s) {
     return Status::InvalidArgument(
         "limits set: give one of --user NAME, --project NAME or --default (every user)");
   }
-  if (!s.max_gpus && !s.max_running && !s.max_queued) {
+  if (!s.max_gpus && !s.max_running && !s.max_queued && !s.preemptible && !s.min_runtime &&
+      !s.grace) {
     return Status::InvalidArgument(
-        "limits set: give --max-gpus, --max-running or --max-queued (a number, or none)");
+        "limits set: give --max-gpus, --max-running or --max-queued (a number, or none), or "
+        "--preemptible, --min-runtime or --grace");
   }
   const std::tuple<const char*, const char*, const std::optional<std::string>*> fields[] = {
       {"--max-gpus", "max_gpus", &s.max_gpus},
@@ -173,6 +212,8 @@ Status RunLimitsSet(const ClientRuntime& rt, const LimitsState& s) {
     }
     values[key] = *n;
   }
+  std::optional<std::optional<bool>> preemptible;  // set: change it (to a value or none)
+  GP_RETURN_IF_ERROR(PreemptionDefaults(s, &values, &preemptible));
   GP_ASSIGN_OR_RETURN(ApiClient api, Connect(rt, s.base.conn));
   GP_ASSIGN_OR_RETURN(ApiAnswer current, api.Get("/v1/limits"));
   Json limits = current.json;
@@ -188,6 +229,13 @@ Status RunLimitsSet(const ClientRuntime& rt, const LimitsState& s) {
       entry->erase(key);
     } else {
       (*entry)[key] = n;
+    }
+  }
+  if (preemptible) {
+    if (*preemptible) {
+      (*entry)["preemptible"] = **preemptible;
+    } else {
+      entry->erase("preemptible");
     }
   }
   GP_ASSIGN_OR_RETURN(ApiAnswer answer, api.Put("/v1/limits", limits.dump()));
@@ -318,6 +366,13 @@ void RegisterClusterCommands(CLI::App& app, const RuntimePtr& rt) {
   set->add_option("--max-gpus", ls->max_gpus, "GPUs in use at once, or none");
   set->add_option("--max-running", ls->max_running, "jobs running at once, or none");
   set->add_option("--max-queued", ls->max_queued, "jobs queued at once, or none");
+  set->add_option("--preemptible", ls->preemptible,
+                  "yes: their batch jobs are preemptible whatever they ask; no: only those "
+                  "submitted --preemptible; none: no default (docs/preemption.md)");
+  set->add_option("--min-runtime", ls->min_runtime,
+                  "their preemptible jobs' --min-runtime when they give none, or none");
+  set->add_option("--grace", ls->grace,
+                  "their preemptible jobs' --grace when they give none, or none");
   set->add_flag("--json", ls->base.json, "print the server's JSON");
   AddConnectionOptions(*set, &ls->base.conn);
   set->callback([rt, ls] { Report(*rt, RunLimitsSet(*rt, *ls)); });

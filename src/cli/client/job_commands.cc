@@ -237,6 +237,22 @@ void RunHold(const ClientRuntime& rt, const IdsState& s, bool hold) {
   rt.ctx->exit_code = first_failure;
 }
 
+// `gpupool checkpoint-done [ID]`: the preempted job (ID, else $GPUPOOL_JOB_ID inside a
+// job) has checkpointed; its grace ends now (docs/preemption.md).
+void RunCheckpointDone(const ClientRuntime& rt, const CancelState& s) {
+  std::string id = s.ids.empty() ? rt.env.getenv("GPUPOOL_JOB_ID") : s.ids[0];
+  if (id.empty()) {
+    return Report(rt, Status::InvalidArgument(
+                          "checkpoint-done: give the job ID (GPUPOOL_JOB_ID is not set: this "
+                          "is not inside a job)"));
+  }
+  auto api = Connect(rt, s.conn);
+  if (!api.ok()) return Report(rt, api.status());
+  auto answer = api->Post("/v1/jobs/" + id + "/checkpoint-done", "");
+  if (!answer.ok()) return Report(rt, answer.status().WithContext("job " + id));
+  Print(rt, "Job " + id + " has checkpointed: it is stopped now and goes back to the queue\n");
+}
+
 }  // namespace
 
 void RegisterJobCommands(CLI::App& app, const RuntimePtr& rt) {
@@ -299,6 +315,13 @@ void RegisterJobCommands(CLI::App& app, const RuntimePtr& rt) {
   release->add_option("ids", rl->ids, "job ids, ARRAY_INDEX or ARRAY_[INDICES]")->required();
   AddConnectionOptions(*release, &rl->conn);
   release->callback([rt, rl] { RunHold(*rt, *rl, false); });
+  auto cd = std::make_shared<CancelState>();
+  CLI::App* done = app.add_subcommand(
+      "checkpoint-done",
+      "Inside a preempted job: it has checkpointed, end its grace period now (SIGKILL)");
+  done->add_option("id", cd->ids, "job id (default: $GPUPOOL_JOB_ID)")->expected(0, 1);
+  AddConnectionOptions(*done, &cd->conn);
+  done->callback([rt, cd] { RunCheckpointDone(*rt, *cd); });
 }
 
 }  // namespace gpupool::cli

@@ -119,6 +119,23 @@ std::string Hours(double h) {
   return buf;
 }
 
+// A limit's preemption defaults in words: "yes, min 30m, grace 1m00s"; "" for none.
+std::string PreemptionCell(const Json& l) {
+  std::vector<std::string> parts;
+  if (const Json* p = Field(l, "preemptible"); p != nullptr && p->is_boolean()) {
+    parts.push_back(p->get<bool>() ? "yes" : "no");
+  }
+  if (const int64_t m = GetInt(l, "min_runtime_s", -1); m >= 0) {
+    parts.push_back("min " + FormatDuration(m));
+  }
+  if (const int64_t g = GetInt(l, "preempt_grace_s", -1); g >= 0) {
+    parts.push_back("grace " + FormatDuration(g));
+  }
+  std::string out;
+  for (const std::string& p : parts) out += (out.empty() ? "" : ", ") + p;
+  return out;
+}
+
 }  // namespace
 
 std::string RenderNodes(const Json& answer, int64_t now_us) {
@@ -208,8 +225,9 @@ Result<std::string> RenderNode(const Json& answer, const std::string& name, int6
         {index, GetString(g, "name", "?"),
          FormatBytes(static_cast<uint64_t>(std::max<int64_t>(0, GetInt(g, "memory_total_bytes")))),
          FormatMilli(GetInt(g, "allocated_milli")), GetString(g, "enforcement", "-"), state,
-         Reading(tel, "util_pct", "%"), used >= 0 ? Gib(used) + " GiB" : "-", Reading(tel, "temp_c", " C"),
-         Reading(tel, "power_w", " W"), Reading(tel, "xid_errors", "")});
+         Reading(tel, "util_pct", "%"), used >= 0 ? Gib(used) + " GiB" : "-",
+         Reading(tel, "temp_c", " C"), Reading(tel, "power_w", " W"),
+         Reading(tel, "xid_errors", "")});
     if (!GetString(h, "state").empty()) {
       details += "GPU " + index + " (" + CleanCell(GetString(g, "uuid")) +
                  "): " + CleanCell(state) + " since " + FormatTimeUtc(GetInt(h, "since_us")) +
@@ -229,15 +247,30 @@ Result<std::string> RenderNode(const Json& answer, const std::string& name, int6
 }
 
 std::string RenderLimits(const Json& answer) {
-  Table t({"FOR", "MAX_GPUS>", "MAX_RUNNING>", "MAX_QUEUED>"});
+  // The PREEMPTIBLE column only where some entry has preemption defaults.
+  bool preemption = !PreemptionCell(GetObject(answer, "default")).empty();
+  for (const char* kind : {"users", "projects"}) {
+    const Json& m = GetObject(answer, kind);
+    for (auto it = m.begin(); it != m.end(); ++it) {
+      preemption = preemption || !PreemptionCell(*it).empty();
+    }
+  }
+  Table t = preemption ? Table({"FOR", "MAX_GPUS>", "MAX_RUNNING>", "MAX_QUEUED>", "PREEMPTIBLE"})
+                       : Table({"FOR", "MAX_GPUS>", "MAX_RUNNING>", "MAX_QUEUED>"});
   // A user's row leaves a field to the default's ("default"); elsewhere unset is none.
   auto cell = [](const Json& l, const char* key, bool inherits) {
     const int64_t v = GetInt(l, key, -1);
     return v >= 0 ? std::to_string(v) : std::string(inherits ? "default" : "-");
   };
   auto row = [&](const std::string& who, const Json& l, bool inherits) {
-    t.AddRow({who, cell(l, "max_gpus", inherits), cell(l, "max_running", inherits),
-              cell(l, "max_queued", inherits)});
+    std::vector<std::string> cells = {who, cell(l, "max_gpus", inherits),
+                                      cell(l, "max_running", inherits),
+                                      cell(l, "max_queued", inherits)};
+    if (preemption) {
+      const std::string p = PreemptionCell(l);
+      cells.push_back(p.empty() ? "-" : p);
+    }
+    t.AddRow(cells);
   };
   row("every user (default)", GetObject(answer, "default"), false);
   for (const char* kind : {"users", "projects"}) {

@@ -118,6 +118,36 @@ std::string FormatJobGpus(const Json& job) {
   return prefix + std::to_string(gpus);
 }
 
+namespace {
+
+// `show`'s lines about preemption (docs/preemption.md): being stopped, or a cancel; the
+// job's preemptibility; its preemptions so far.
+template <class Line>
+void PreemptionLines(const Json& job, const Line& line) {
+  if (const int64_t by = GetInt(job, "preempted_by"); by > 0) {
+    line("Preempted", "by job " + std::to_string(by) + "; SIGKILL at " +
+                          FormatTimeUtc(GetInt(job, "preempt_deadline_s") * 1'000'000) +
+                          (GetBool(job, "checkpoint_done") ? " (checkpoint done: now)" : ""));
+  } else if (GetBool(job, "cancel_requested")) {
+    line("Cancel", "requested; the job is being stopped");
+  }
+  if (GetBool(job, "preemptible")) {
+    std::string p = "yes";
+    if (const int64_t m = GetInt(job, "min_runtime_s"); m > 0)
+      p += ", min runtime " + FormatDuration(m);
+    if (const int64_t g = GetInt(job, "preempt_grace_s"); g > 0)
+      p += ", grace " + FormatDuration(g);
+    line("Preemptible", p);
+  }
+  if (const int64_t n = GetInt(job, "preemptions"); n > 0) {
+    char hours[64];
+    std::snprintf(hours, sizeof hours, "%.3f", GetDouble(job, "preempted_gpu_hours"));
+    line("Preemptions", std::to_string(n) + ", costing " + hours + " GPU-hours of work");
+  }
+}
+
+}  // namespace
+
 std::string RenderJob(const Json& job, int64_t now_us) {
   std::string out;
   auto line = [&](const std::string& key, const std::string& value) {
@@ -182,7 +212,7 @@ std::string RenderJob(const Json& job, int64_t now_us) {
   if (const Json* sig = Field(job, "signal")) line("Signal", sig->dump());
   if (auto r = GetString(job, "pending_reason"); !r.empty()) line("Waiting", r);
   if (auto r = GetString(job, "reason"); !r.empty()) line("Reason", r);
-  if (GetBool(job, "cancel_requested")) line("Cancel", "requested; the job is being stopped");
+  PreemptionLines(job, line);
   if (const Json* util = Field(job, "gpu_util"); util != nullptr && util->is_object()) {
     char mem[64];
     std::snprintf(mem, sizeof mem, "%.1f GiB",

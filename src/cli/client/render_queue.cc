@@ -31,7 +31,14 @@ std::string Nodes(const Json& job) {
 
 std::string Why(const Json& job, int64_t now_us) {
   const std::string state = GetString(job, "state");
-  if (state == "PENDING") return GetString(job, "pending_reason");
+  // A job preempted before: how often, after its pending reason.
+  const int64_t preemptions = GetInt(job, "preemptions");
+  const std::string times =
+      preemptions > 0 ? " [preempted " + std::to_string(preemptions) + "x]" : std::string();
+  if (state == "PENDING") return GetString(job, "pending_reason") + times;
+  if (const int64_t by = GetInt(job, "preempted_by"); by > 0) {
+    return "PREEMPTED by job " + std::to_string(by) + ": stopping" + times;
+  }
   if (GetBool(job, "cancel_requested") && (state == "RUNNING" || state == "ASSIGNED")) {
     return "cancelling";
   }

@@ -141,6 +141,44 @@ TEST(RenderJobTest, PendingShareAndGang) {
   EXPECT_NE(t.find("  Rendezvous: 10.0.0.1:41000\n"), std::string::npos) << t;
 }
 
+// Issue 28: a job being preempted, and one preempted before, in show and queue.
+TEST(RenderJobTest, Preemptions) {
+  const Json stopping = Parse(R"({"id": 5, "user": "alice", "state": "RUNNING",
+    "request": {"gpus": 4}, "preemptible": true, "min_runtime_s": 1800,
+    "preempt_grace_s": 60, "preempted_by": 9, "preempt_deadline_s": 1800000000,
+    "cancel_requested": true, "checkpoint_done": true})");
+  std::string out = RenderJob(stopping, kRenderNow);
+  EXPECT_NE(out.find("  Preempted:  by job 9; SIGKILL at 2027-01-15T08:00:00Z (checkpoint done: "
+                     "now)\n"),
+            std::string::npos)
+      << out;
+  EXPECT_EQ(out.find("Cancel:"), std::string::npos) << out;
+  EXPECT_NE(out.find("  Preemptible: yes, min runtime 30m00s, grace 1m00s\n"), std::string::npos)
+      << out;
+  const Json again = Parse(R"({"id": 5, "user": "alice", "state": "PENDING",
+    "request": {"gpus": 4}, "pending_reason": "waits for job 9, which preempted it, to start first",
+    "preemptions": 2, "preempted_gpu_hours": 1.25})");
+  out = RenderJob(again, kRenderNow);
+  EXPECT_NE(out.find("  Preemptions: 2, costing 1.250 GPU-hours of work\n"), std::string::npos)
+      << out;
+  Json queue = Json::object();
+  queue["jobs"] = Json::array({stopping, again});
+  out = RenderQueue(queue, kRenderNow);
+  EXPECT_NE(out.find("PREEMPTED by job 9: stopping"), std::string::npos) << out;
+  EXPECT_NE(out.find("to start first [preempted 2x]"), std::string::npos) << out;
+}
+
+TEST(RenderLimitsTest, APreemptibleColumnOnlyWhereSomeEntryHasDefaults) {
+  const Json plain = Parse(R"({"default": {"max_queued": 500}, "users": {}, "projects": {}})");
+  EXPECT_EQ(RenderLimits(plain).find("PREEMPTIBLE"), std::string::npos);
+  const Json qos = Parse(R"({"default": {}, "users": {"alice": {"preemptible": true,
+    "min_runtime_s": 1800, "preempt_grace_s": 45}}, "projects": {"ml": {"preemptible": false}}})");
+  const std::string out = RenderLimits(qos);
+  EXPECT_NE(out.find("PREEMPTIBLE"), std::string::npos) << out;
+  EXPECT_NE(out.find("yes, min 30m00s, grace 45s"), std::string::npos) << out;
+  EXPECT_NE(out.find("project ml"), std::string::npos) << out;
+}
+
 TEST(ShellJoinTest, QuotesOnlyWhatNeedsIt) {
   EXPECT_EQ(ShellJoin({"python", "-c", "print('hi')", "", "a=b"}),
             "python -c 'print('\\''hi'\\'')' '' a=b");

@@ -10,6 +10,7 @@
 #include <iostream>
 #include <random>
 #include <thread>
+#include <tuple>
 
 #include "cli/client/submit_flags.h"
 #include "cli/client/units.h"
@@ -338,6 +339,16 @@ Result<OrderedJson> BuildSubmission(const SubmitFlags& f, const std::vector<std:
     body["time_limit_s"] = *secs;
   }
   if (f.requeue) body["requeue"] = *f.requeue;
+  if (f.preemptible) body["preemptible"] = *f.preemptible;
+  for (const auto& [flag, value, key] :
+       {std::tuple{"--min-runtime", &f.min_runtime, "min_runtime_s"},
+        std::tuple{"--grace", &f.grace, "preempt_grace_s"}}) {
+    if (!*value) continue;
+    Result<int64_t> secs = ParseDuration(**value);
+    if (!secs.ok()) return OptionError(flag, **value, secs.status().message());
+    if (*secs <= 0) return OptionError(flag, **value, "give a positive duration, e.g. 10m");
+    body[key] = *secs;
+  }
   if (f.enforce) {
     if (*f.enforce != "memory") {
       return OptionError("--enforce", *f.enforce,

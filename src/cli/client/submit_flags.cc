@@ -134,6 +134,17 @@ void AddSubmitOptions(CLI::App& app, SubmitFlags* f) {
       "--requeue,!--no-requeue", [f](int64_t count) { f->requeue = count > 0; },
       "requeue the job if its node is lost (default: off)");
   app.add_flag_function(
+      "--preemptible", [f](int64_t count) { f->preemptible = count > 0; },
+      "the scheduler may stop the job for one of higher priority or of a user below their "
+      "fair share, once it ran --min-runtime; it gets SIGTERM, --grace, then SIGKILL, and "
+      "goes back to the queue (docs/preemption.md)");
+  Single(app, "--min-runtime", &f->min_runtime, "DURATION",
+         "with --preemptible: never preempted before it ran this long (default: the "
+         "server's, 10m)");
+  Single(app, "--grace", &f->grace, "DURATION",
+         "with --preemptible: time between SIGTERM and SIGKILL when preempted (default: the "
+         "server's, 120s)");
+  app.add_flag_function(
       "-H,--hold", [f](int64_t count) { f->hold = count > 0; },
       "submit the job held: it waits until `gpupool release ID`");
   for (const char* kind : {"after-ok", "after-any", "after-not-ok"}) {
@@ -249,6 +260,9 @@ SubmitFlags MergeFlags(const SubmitFlags& script, const SubmitFlags& cmdline) {
   over(&m.tasks, cmdline.tasks);
   over(&m.image, cmdline.image);
   if (cmdline.requeue) m.requeue = cmdline.requeue;
+  if (cmdline.preemptible) m.preemptible = cmdline.preemptible;
+  over(&m.min_runtime, cmdline.min_runtime);
+  over(&m.grace, cmdline.grace);
   over(&m.enforce, cmdline.enforce);
   if (cmdline.mpi) m.mpi = cmdline.mpi;
   over(&m.array, cmdline.array);

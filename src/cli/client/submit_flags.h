@@ -40,7 +40,10 @@ struct SubmitFlags {
   std::optional<std::string> tasks;
   std::optional<std::string> image;
   std::optional<bool> requeue;
-  std::optional<std::string> enforce;  // --enforce memory
+  std::optional<bool> preemptible;         // --preemptible (docs/preemption.md)
+  std::optional<std::string> min_runtime;  // --min-runtime DURATION
+  std::optional<std::string> grace;        // --grace DURATION
+  std::optional<std::string> enforce;      // --enforce memory
   std::optional<bool> mpi;
   std::optional<std::string> array;  // --array 0-99%10
   std::optional<std::string> shm_size;

@@ -106,7 +106,12 @@ const char* const kServerSetFields[] = {"id",
                                         "stdout_path",
                                         "stderr_path",
                                         "needs",
-                                        "env_dir"};
+                                        "env_dir",
+                                        "preempted_by",
+                                        "preempt_deadline_s",
+                                        "checkpoint_done",
+                                        "preemptions",
+                                        "preempted_gpu_hours"};
 
 // A job as the API shows it: jobs::JobToJson, for a pending job the scheduler's planned
 // start when it has one (`estimates`, Controller::StartEstimates), and once sampled its
@@ -343,6 +348,12 @@ net::HttpResponse HoldJob(const ApiContext& ctx, const Call& c) {
 
 net::HttpResponse ReleaseJob(const ApiContext& ctx, const Call& c) {
   Result<jobs::Job> j = ctx.controller->Hold(c.id, c.caller, /*hold=*/false);
+  if (!j.ok()) return ErrorResponse(j.status());
+  return JsonResponse(200, {{"job", jobs::JobToJson(*j)}});
+}
+
+net::HttpResponse CheckpointDone(const ApiContext& ctx, const Call& c) {
+  Result<jobs::Job> j = ctx.controller->CheckpointDone(c.id, c.caller);
   if (!j.ok()) return ErrorResponse(j.status());
   return JsonResponse(200, {{"job", jobs::JobToJson(*j)}});
 }

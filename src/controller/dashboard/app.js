@@ -312,7 +312,7 @@
       h('td', {}, stateBadge(j.state)), h('td', { class: 'num', text: gpusOf(j) }),
       h('td', { text: (j.placement || []).map((p) => p.node).filter((v, i, a) => a.indexOf(v) === i).join(', ') }),
       h('td', { text: fmtTime(j.submit_time_us) }),
-      h('td', { class: 'reason', text: j.state === 'PENDING' ? j.pending_reason || '' : j.reason || '' })));
+      h('td', { class: 'reason', text: (j.preempted_by ? `preempted by job ${j.preempted_by}: stopping` : j.state === 'PENDING' ? j.pending_reason || '' : j.reason || '') + (j.preemptions ? ` [preempted ${j.preemptions}x]` : '') })));
     const pager = h('div', { class: 'pager' },
       h('button', { id: 'page-prev', disabled: page === 0, onclick: () => go({ page: String(page - 1) }), text: '← newer' }),
       h('span', { id: 'page-info', text: jobs.length ? `jobs ${page * PAGE_SIZE + 1}–${page * PAGE_SIZE + Math.min(PAGE_SIZE, jobs.length)}` : 'no jobs' }),
@@ -338,7 +338,10 @@
       field('command', (j.command || []).join(' ')), field('GPUs', gpusOf(j)),
       field('CPU', r.cpu_milli ? `${r.cpu_milli / 1000} cores` : ''), field('priority', j.priority),
       field('submitted', fmtTime(j.submit_time_us)), field('started', fmtTime(j.start_time_us)), field('ended', fmtTime(j.end_time_us)),
-      field('exit code', j.exit_code), field('attempt', j.attempt));
+      field('exit code', j.exit_code), field('attempt', j.attempt),
+      field('preemptible', j.preemptible ? 'yes' : 'no'),
+      j.preempted_by ? field('preempted by', `job ${j.preempted_by}; SIGKILL at ${fmtTime(j.preempt_deadline_s * 1e6)}`) : [],
+      field('preemptions', j.preemptions ? `${j.preemptions}, costing ${fmtNum(j.preempted_gpu_hours, 3)} GPU-hours` : '0'));
     const placement = (j.placement || []).map((p, t) => h('tr', {},
       h('td', { class: 'num', text: t }), h('td', { text: p.node }),
       h('td', { text: (p.gpu_indices || []).join(', ') }),

@@ -10,6 +10,9 @@ OrderedJson LimitToJson(const Limit& l) {
   if (l.max_gpus >= 0) j["max_gpus"] = l.max_gpus;
   if (l.max_running >= 0) j["max_running"] = l.max_running;
   if (l.max_queued >= 0) j["max_queued"] = l.max_queued;
+  if (l.preemptible) j["preemptible"] = *l.preemptible;
+  if (l.min_runtime_s >= 0) j["min_runtime_s"] = l.min_runtime_s;
+  if (l.preempt_grace_s >= 0) j["preempt_grace_s"] = l.preempt_grace_s;
   return j;
 }
 
@@ -22,6 +25,9 @@ Result<Limit> LimitFromJson(const Json& j, const std::string& path) {
   f.Optional("max_gpus", &l.max_gpus, -1, kMaxValue);
   f.Optional("max_running", &l.max_running, -1, kMaxValue);
   f.Optional("max_queued", &l.max_queued, -1, kMaxValue);
+  f.Optional("preemptible", &l.preemptible);
+  f.Optional("min_runtime_s", &l.min_runtime_s, -1, int64_t{365} * 24 * 3600);
+  f.Optional("preempt_grace_s", &l.preempt_grace_s, -1, int64_t{24} * 3600);
   GP_RETURN_IF_ERROR(f.Finish());
   return l;
 }

@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 
 #include "common/json.h"
@@ -21,7 +22,16 @@ struct Limit {
   int64_t max_gpus = -1;     // GPUs in use at once (shares count whole); -1 = no limit
   int64_t max_running = -1;  // jobs placed or running at once
   int64_t max_queued = -1;   // jobs PENDING at once (an array counts each element)
-  bool empty() const { return max_gpus < 0 && max_running < 0 && max_queued < 0; }
+  // Preemption defaults (docs/preemption.md), the admin's QoS: whether the user's (the
+  // project's) batch jobs are preemptible whatever they ask, and their --min-runtime and
+  // --grace when they give none (-1: the server's). Not bounds: the gate ignores them.
+  std::optional<bool> preemptible;
+  int64_t min_runtime_s = -1;
+  int64_t preempt_grace_s = -1;
+  bool empty() const {
+    return max_gpus < 0 && max_running < 0 && max_queued < 0 && !preemptible && min_runtime_s < 0 &&
+           preempt_grace_s < 0;
+  }
   friend bool operator==(const Limit&, const Limit&) = default;
 };
 
@@ -40,7 +50,8 @@ struct Limits {
 OrderedJson LimitsToJson(const Limits& l);
 // `{"default": LIMIT, "users": {NAME: LIMIT}, "projects": {NAME: LIMIT}}`, each LIMIT
 // `{"max_gpus", "max_running", "max_queued"}` (absent or -1: no limit; in a user's
-// row: the default's).
+// row: the default's) and the preemption defaults `"preemptible"` (true or false),
+// `"min_runtime_s"` and `"preempt_grace_s"` (absent or -1: none).
 Result<Limits> LimitsFromJson(const Json& j);
 
 // The reason a pending job waits, naming who is at which limit; empty when none is hit.

@@ -33,6 +33,25 @@ TEST(LimitsTest, AUsersRowInheritsTheDefaultFieldByField) {
   EXPECT_EQ(l.ForUser("alice"), (Limit{8, -1, -1}));
 }
 
+// Issue 28: the admin's preemption defaults ride along with the limits.
+TEST(LimitsJsonTest, PreemptionDefaultsRoundTripAndAreChecked) {
+  Limits l;
+  l.users["alice"].preemptible = true;
+  l.users["alice"].min_runtime_s = 1800;
+  l.projects["vision"].preemptible = false;
+  l.user_default.preempt_grace_s = 60;
+  Result<Limits> back = LimitsFromJson(Json::parse(DumpJson(LimitsToJson(l))));
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(*back, l);
+  Result<Limits> bad = LimitsFromJson(Json::parse(R"({"users": {"a": {"preemptible": "yes"}}})"));
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("limits.users.a.preemptible"), std::string::npos)
+      << bad.status().message();
+  bad = LimitsFromJson(Json::parse(R"({"default": {"preempt_grace_s": 100000}})"));
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("preempt_grace_s"), std::string::npos);
+}
+
 TEST(LimitsJsonTest, BadInputNamesTheField) {
   auto err = [](const char* text) {
     Result<Limits> r = LimitsFromJson(Json::parse(text));

@@ -1,0 +1,35 @@
+// A preemption's stop (issue 28, docs/preemption.md), from the launcher to a run's shim.
+//
+// The launcher writes DIR/stop.json ({"grace_s": G, "deadline_s": D}, atomically) and
+// then signals the shim; the shim reads it on every SIGTERM or SIGINT: the job's SIGKILL
+// comes at most G seconds later (a later, shorter grace, as after `gpupool
+// checkpoint-done`, brings it forward; a longer one never delays it), and before its
+// first SIGTERM the shim writes D (epoch seconds, one line) into the job's deadline file,
+// DIR/preempt_deadline, which a preemptible job finds as GPUPOOL_PREEMPT_DEADLINE_FILE.
+// Without stop.json a signal is a plain cancel with the spec's grace.
+// Plain functions; thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "common/status.h"
+
+namespace gpupool::agent {
+
+inline constexpr char kStopFile[] = "stop.json";
+inline constexpr char kPreemptDeadlineFile[] = "preempt_deadline";
+
+struct StopRequest {
+  int64_t grace_s = -1;    // -1: the job's own (a plain stop)
+  int64_t deadline_s = 0;  // epoch seconds; 0: none
+  friend bool operator==(const StopRequest&, const StopRequest&) = default;
+};
+
+// Writes DIR/stop.json (mode 0600, root's).
+Status WriteStopRequest(const std::string& dir, const StopRequest& stop);
+// DIR/stop.json; nullopt when there is none or it cannot be read (a plain stop).
+std::optional<StopRequest> ReadStopRequest(const std::string& dir);
+
+}  // namespace gpupool::agent

@@ -1,0 +1,81 @@
+// Preemption in the live pool (docs/preemption.md): applying a pass's preemptions, and
+// keeping a requeued victim from taking back the GPUs it was stopped for.
+#include <spdlog/spdlog.h>
+
+#include "controller/controller.h"
+#include "controller/controller_internal.h"
+#include "controller/job_lifecycle.h"
+#include "controller/job_scheduler.h"
+
+namespace gpupool::controller {
+
+using jobs::Job;
+using jobs::JobState;
+
+Status Controller::ApplyPreemptions(const ScheduleResult& plan) {
+  {
+    MutexLock lock(mu_);
+    // Forget the victims that started again or ended, and those whose preemptor did.
+    for (auto it = preempted_for_.begin(); it != preempted_for_.end();) {
+      auto v = active_.find(it->first);
+      auto p = active_.find(it->second);
+      const bool done = v == active_.end() || p == active_.end() ||
+                        p->second.state != JobState::kPending ||
+                        (v->second.state != JobState::kPending && v->second.preempted_by == 0);
+      it = done ? preempted_for_.erase(it) : std::next(it);
+    }
+  }
+  if (plan.preemptions.empty()) return Status::Ok();
+  std::vector<Change> changes;
+  {
+    MutexLock lock(mu_);
+    const int64_t now_s = clock_->NowMicros() / 1'000'000;
+    for (const PlannedPreemption& p : plan.preemptions) {
+      auto victim = active_.find(p.victim);
+      if (victim == active_.end()) continue;
+      lifecycle::Preempt e{p.by_job, p.why, p.grace_s, now_s + p.grace_s};
+      Change c{p.victim, e, {}};
+      // The victim must still run the attempt the plan saw, and its preemptor still wait.
+      c.guard = [this, by = p.by_job, placement = victim->second.placement](const Job& job) {
+        mu_.AssertHeld();  // guards run under mu_ (Commit)
+        auto waiting = active_.find(by);
+        if (waiting == active_.end() || waiting->second.state != JobState::kPending) {
+          return Status::NotFound("its preemptor no longer waits");
+        }
+        if (job.placement != placement) return Status::NotFound("moved since the plan");
+        return Status::Ok();
+      };
+      changes.push_back(std::move(c));
+    }
+  }
+  GP_ASSIGN_OR_RETURN(std::vector<Result<Job>> answers,
+                      Commit(std::move(changes), OnConflict::kDrop));
+  MutexLock lock(mu_);
+  for (const Result<Job>& a : answers) {
+    if (a.ok() && a->preempted_by != 0) preempted_for_[a->id] = a->preempted_by;
+  }
+  LogRefusals("preemption", answers);
+  return Status::Ok();
+}
+
+Result<Job> Controller::CheckpointDone(int64_t id, const Caller& caller) {
+  const lifecycle::Event event = lifecycle::CheckpointDone{caller.user};
+  Result<Job> r = CommitOne(
+      {id, event, [&caller](const Job& job) { return internal::CheckOwner(job, caller); }});
+  if (r.ok() || r.status().code() != StatusCode::kNotFound) return r;
+  return NotActiveAnswer(id, caller, event);
+}
+
+void Controller::BlockPreemptedWhilePreemptorsWait(std::map<int64_t, std::string>* waiting) const {
+  for (const auto& [victim, by] : preempted_for_) {
+    auto v = active_.find(victim);
+    auto p = active_.find(by);
+    if (v == active_.end() || v->second.state != JobState::kPending) continue;
+    if (p == active_.end() || p->second.state != JobState::kPending) continue;
+    if (!p->second.held_by.empty()) continue;  // held: it would hold the victim too
+    waiting->emplace(
+        victim, "waits for job " + std::to_string(by) + ", which preempted it, to start first");
+  }
+}
+
+}  // namespace gpupool::controller

@@ -1,0 +1,139 @@
+// Preemption in the controller (issue 28 item 5, docs/preemption.md): a pass stops a
+// --preemptible job for a job of higher priority, the stop order carries the grace and
+// its deadline, checkpoint-done ends the grace, the victim holds its GPUs until its task
+// has ended and is then requeued, and the preemptor starts before it.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "common/clock.h"
+#include "controller/controller.h"
+#include "store/sqlite_store.h"
+#include "store/store.h"
+
+namespace gpupool::controller {
+namespace preemption_test {
+
+using jobs::Job;
+using jobs::JobState;
+
+class ControllerPreemptionTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    store_ = store::OpenSqliteStore(":memory:").value();
+    ControllerOptions o;
+    o.node_timeout_us = int64_t{3600} * 1'000'000 * 24;
+    auto c = Controller::Create(store_.get(), &clock_, o);
+    ASSERT_TRUE(c.ok()) << c.status().ToString();
+    c_ = std::move(c).value();
+    protocol::Registration r;
+    r.node = "n1";
+    for (int i = 0; i < 2; ++i) {
+      gpu::GpuInfo g;
+      g.vendor = gpu::Vendor::kNvidia;
+      g.index = i;
+      g.name = "NVIDIA A100-SXM4-80GB";
+      g.uuid = "GPU-" + std::to_string(i);
+      g.memory_total_bytes = uint64_t{80} << 30;
+      r.info.gpus.push_back(g);
+    }
+    r.info.hostname = "n1";
+    r.cpu_milli = 64'000;
+    r.memory_mib = 256'000;
+    ASSERT_TRUE(c_->RegisterNode(r, "").ok());
+  }
+  Job Submit(const Caller& who, int priority, bool preemptible) {
+    Job j;
+    j.command = {"train"};
+    j.request.gpus = 2;
+    j.request.cpu_milli = 100;
+    j.priority = priority;
+    j.preemptible = preemptible;
+    if (preemptible) j.preempt_grace_s = 30;
+    return c_->Submit(j, who).value();
+  }
+  Status Report(const Job& j, protocol::EventKind kind) {
+    protocol::Event e;
+    e.job_id = j.id;
+    e.attempt = j.attempt;
+    e.kind = kind;
+    e.time_us = clock_.NowMicros();
+    if (kind == protocol::EventKind::kExited) {
+      e.signal = 15;
+      e.cancelled = true;
+    }
+    return c_->ApplyEvents("n1", protocol::EventBatch{"n1", {e}, {}});
+  }
+  Job Get(int64_t id) { return c_->Get(id, root_).value(); }
+
+  ManualClock clock_{1'700'000'000'000'000};
+  std::unique_ptr<store::Store> store_;
+  std::unique_ptr<Controller> c_;
+  Caller alice_{"alice", 1000, 1000, false};
+  Caller bob_{"bob", 1001, 1001, false};
+  Caller root_{"root", 0, 0, true};
+};
+
+TEST_F(ControllerPreemptionTest, AVictimStopsWithItsGraceHoldsItsGpusAndIsRequeued) {
+  Job victim = Submit(alice_, 0, /*preemptible=*/true);
+  ASSERT_TRUE(c_->ScheduleOnce().ok());
+  victim = Get(victim.id);
+  ASSERT_EQ(victim.state, JobState::kAssigned);
+  ASSERT_EQ(c_->WaitForWork("n1", 0)->launch.size(), 1u);
+  ASSERT_TRUE(Report(victim, protocol::EventKind::kStarted).ok());
+  clock_.AdvanceMicros(int64_t{1800} * 1'000'000);  // past the default 600 s minimum
+  const Job urgent = Submit(bob_, 10, /*preemptible=*/false);
+  ASSERT_TRUE(c_->ScheduleOnce().ok());
+  Job stopping = Get(victim.id);
+  EXPECT_EQ(stopping.state, JobState::kRunning);
+  EXPECT_EQ(stopping.preempted_by, urgent.id);
+  const int64_t now_s = clock_.NowMicros() / 1'000'000;
+  EXPECT_EQ(stopping.preempt_deadline_s, now_s + 30);
+  EXPECT_EQ(store_->GetJob(victim.id)->preempted_by, urgent.id);  // written first
+  EXPECT_EQ(Get(urgent.id).state, JobState::kPending);
+  EXPECT_NE(Get(urgent.id).pending_reason.find("preempting job " + std::to_string(victim.id)),
+            std::string::npos)
+      << Get(urgent.id).pending_reason;
+  // The stop order carries the grace and deadline.
+  AgentWork w = c_->WaitForWork("n1", 0).value();
+  ASSERT_EQ(w.cancel.size(), 1u);
+  EXPECT_EQ(w.cancel[0].job_id, victim.id);
+  EXPECT_EQ(w.cancel[0].grace_s, 30);
+  EXPECT_EQ(w.cancel[0].deadline_s, now_s + 30);
+  // Another pass while it stops: the preemptor still waits (its GPUs are in use), and
+  // nothing more is preempted.
+  ASSERT_TRUE(c_->ScheduleOnce().ok());
+  EXPECT_EQ(Get(urgent.id).state, JobState::kPending);
+  // Only its owner (or an admin) says it has checkpointed; then the order goes out again
+  // without grace.
+  EXPECT_EQ(c_->CheckpointDone(victim.id, bob_).status().code(), StatusCode::kPermissionDenied);
+  ASSERT_TRUE(c_->CheckpointDone(victim.id, alice_).ok());
+  w = c_->WaitForWork("n1", 0).value();
+  ASSERT_EQ(w.cancel.size(), 1u);
+  EXPECT_EQ(w.cancel[0].grace_s, 0);
+  // Its task ends: it is requeued, and the preemptor starts before it.
+  clock_.AdvanceMicros(5'000'000);
+  ASSERT_TRUE(Report(stopping, protocol::EventKind::kExited).ok());
+  Job again = Get(victim.id);
+  EXPECT_EQ(again.state, JobState::kPending);
+  EXPECT_EQ(again.preemptions, 1);
+  EXPECT_NEAR(again.preempted_gpu_hours, 2 * 1805 / 3600.0, 1e-6);
+  EXPECT_NE(again.reason.find("requeued: preempted by job " + std::to_string(urgent.id) +
+                              ", of higher priority (10 > 0) (attempt 1)"),
+            std::string::npos)
+      << again.reason;
+  // The requeued victim, older and of a user as idle as bob, would come first in the fair
+  // queue: it waits for its preemptor to start instead of taking its GPUs back.
+  ASSERT_TRUE(c_->ScheduleOnce().ok());
+  EXPECT_EQ(Get(urgent.id).state, JobState::kAssigned);
+  EXPECT_EQ(Get(victim.id).state, JobState::kPending);
+  PoolSnapshot none;
+  const std::string metrics = c_->metrics().Render(none);
+  EXPECT_NE(metrics.find("gpupool_preemptions_total 1\n"), std::string::npos) << metrics;
+  // Not being preempted now: refused.
+  EXPECT_EQ(c_->CheckpointDone(victim.id, alice_).status().code(), StatusCode::kFailedPrecondition);
+}
+
+}  // namespace preemption_test
+}  // namespace gpupool::controller

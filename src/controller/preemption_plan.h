@@ -1,0 +1,54 @@
+// Preemption in the live pool (issue 28, docs/preemption.md): after a scheduling pass,
+// which running jobs to stop so that waiting jobs can start. The rule is the one the
+// simulator uses (sched/queue/preemption.h: PreemptionCandidates, ChooseVictims); this
+// adds what only the live pool knows:
+//  - a job is a candidate only if it was submitted --preemptible, is not being stopped
+//    already, and has run its own --min-runtime (else the server's default);
+//  - jobs being stopped (preempted or cancelled) count as gone: a waiting job that fits
+//    once they have ended preempts nothing more, and waits for them;
+//  - the waiting jobs weighed are those that wait for resources (not held, not gated),
+//    highest priority first, then the least-served group, then queue order, at most
+//    `max_waiting` per pass; each one's victims and placement are taken out of the trial
+//    cluster before the next is weighed, so two never count on the same GPUs.
+// Pure; thread-compatible.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "controller/limits.h"
+#include "controller/sched_input.h"
+#include "sched/placement_policy.h"
+
+namespace gpupool::controller {
+
+struct PreemptionSettings {
+  int64_t default_min_runtime_s = 600;
+  int64_t default_grace_s = 120;
+  size_t max_waiting = 4;
+  bool by_project = false;  // fair-share groups are projects, not users
+};
+
+struct PlannedPreemption {
+  int64_t victim = 0;
+  int64_t by_job = 0;
+  std::string why;  // "of higher priority (10 > 0)"
+  int64_t grace_s = 0;
+};
+
+// `in` after the pass (its cluster holds the pass's starts); `reasons`: the pending
+// reasons the pass gave, by job id (a waiting job's gets a note of its victims).
+Result<std::vector<PlannedPreemption>> PlanPreemptions(const SchedInput& in, int64_t now_s,
+                                                       const PreemptionSettings& settings,
+                                                       sched::PlacementPolicy& policy,
+                                                       std::map<int64_t, std::string>& reasons);
+
+// At submit: the admin's preemption defaults (limits.h) for the job's project, else its
+// user, else every user: a batch job becomes preemptible where one says so, and a
+// preemptible job without its own --min-runtime or --grace takes theirs.
+void ApplyPreemptionDefaults(const Limits& limits, jobs::Job* job);
+
+}  // namespace gpupool::controller

@@ -1,0 +1,30 @@
+#include "protocol/cancel_order.h"
+
+namespace gpupool::protocol {
+
+OrderedJson EncodeCancelOrder(const CancelOrder& c) {
+  if (c.exec_id != 0) return {{"exec_id", c.exec_id}};
+  OrderedJson j = {{"job_id", c.job_id}, {"attempt", c.attempt}};
+  if (c.grace_s >= 0) {
+    j["grace_s"] = c.grace_s;
+    j["deadline_s"] = c.deadline_s;
+  }
+  return j;
+}
+
+Result<CancelOrder> DecodeCancelOrder(const Json& j, const std::string& path) {
+  CancelOrder c;
+  JsonFields f(j, path, kLenient);
+  f.Optional("job_id", &c.job_id, 1);
+  f.Optional("attempt", &c.attempt, 0);
+  f.Optional("exec_id", &c.exec_id, 1);
+  f.Optional("grace_s", &c.grace_s, 0, int64_t{24} * 3600);
+  f.Optional("deadline_s", &c.deadline_s, 0);
+  GP_RETURN_IF_ERROR(f.Finish());
+  if ((c.job_id == 0) == (c.exec_id == 0)) {
+    return Status::InvalidArgument(path + ": give job_id or exec_id");
+  }
+  return c;
+}
+
+}  // namespace gpupool::protocol

@@ -1,0 +1,21 @@
+// The stop orders of the agent protocol (Work::cancel), in their JSON form.
+//
+// {"job_id": J, "attempt": A} stops a job's tasks with the job's own grace period;
+// {"exec_id": X} one exec session. A preemption's order (issue 28) adds "grace_s" (the
+// seconds left of its grace, 0 once the job said it has checkpointed) and "deadline_s"
+// (when the grace ends, epoch seconds): an agent that does not know them reads a plain
+// stop, and an order without them reads as grace_s = -1 (the job's own).
+// Pure; thread-compatible.
+#pragma once
+
+#include "common/json.h"
+#include "common/status.h"
+#include "protocol/agent_protocol.h"
+
+namespace gpupool::protocol {
+
+OrderedJson EncodeCancelOrder(const CancelOrder& c);
+// `path`: "cancel[3]", for errors.
+Result<CancelOrder> DecodeCancelOrder(const Json& j, const std::string& path);
+
+}  // namespace gpupool::protocol
