@@ -109,7 +109,7 @@ class XidRowsTest(unittest.TestCase):
         self.assertEqual(node_state, "up")  # no row here takes the whole node out
         jobs = []
         for _ in ROWS:
-            r = self.cli("submit", "--cpus", "0.05", "--gpus", "1", "--", "sleep", "300")
+            r = self.cli("submit", "--cpus", "0.05", "--gpus", "1", "-D", self.dir, "--", "sleep", "300")
             self.assertEqual(r.returncode, 0, r.stderr)
             jobs.append(int(r.stdout.split()[-1]))
         in_service = sum(1 for s in want.values() if s != "cordoned")

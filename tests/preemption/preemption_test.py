@@ -72,7 +72,7 @@ class PreemptionTest(unittest.TestCase):
         return j.get("job", j)
 
     def submit(self, *args):
-        r = self.cli("submit", *args)
+        r = self.cli("submit", "-D", self.dir, *args)  # output files there
         self.assertEqual(r.returncode, 0, r.stderr)
         return int(r.stdout.split()[-1])
 

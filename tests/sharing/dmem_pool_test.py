@@ -63,7 +63,7 @@ class DmemPoolTest(unittest.TestCase):
         return j.get("job", j)
 
     def submit(self, *args):
-        r = self.cli("submit", "--cpus", "0.1", *args)
+        r = self.cli("submit", "--cpus", "0.1", "-D", self.dir, *args)  # output files there
         self.assertEqual(r.returncode, 0, r.stderr)
         return int(r.stdout.split()[-1])
 

@@ -69,7 +69,7 @@ class Pool:
 
     def submit(self, *args, env=None):
         # A tenth of a CPU each: the node's CPUs (this machine's) must not be what waits.
-        r = subprocess.run([GPUPOOL, "submit", "--cpus", "0.1"] + list(args),
+        r = subprocess.run([GPUPOOL, "submit", "--cpus", "0.1", "-D", self.state] + list(args),
                            capture_output=True, text=True,
                            env=dict(self.env, **(env or {})), timeout=60)
         assert r.returncode == 0, r.stderr
