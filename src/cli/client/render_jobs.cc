@@ -148,6 +148,71 @@ void PreemptionLines(const Json& job, const Line& line) {
 
 }  // namespace
 
+namespace {
+
+// `show`'s GPU utilisation lines, from the job's telemetry (docs/monitoring.md).
+template <class Line>
+void UtilLines(const Json& job, const Line& line) {
+  if (const Json* util = Field(job, "gpu_util"); util != nullptr && util->is_object()) {
+    char mem[64];
+    std::snprintf(mem, sizeof mem, "%.1f GiB",
+                  static_cast<double>(GetInt(*util, "peak_mem_mib")) / 1024);
+    char used[64];
+    std::snprintf(used, sizeof used, "%.2f", GetDouble(*util, "used_gpu_hours"));
+    line("GPU util", "mean " + Percent(GetDouble(*util, "mean_pct")) + ", peak " +
+                         Percent(GetDouble(*util, "peak_pct")) + ", peak memory " + mem +
+                         ", used " + used + " GPU-hours");
+    if (GetBool(*util, "idle")) {
+      line("Idle", "its GPUs sit unused since " +
+                       FormatTimeUtc(GetInt(*util, "idle_since_ms") * 1000) +
+                       (Field(*util, "warning") ? " (" + GetString(*util, "warning") + ")" : ""));
+    }
+  }
+}
+
+// `show`'s placement: one line, or one per task of a gang with what became of it.
+template <class Line>
+void PlacementLines(const Json& job, const Line& line) {
+  const Json& placement = GetArray(job, "placement");
+  for (size_t i = 0; i < placement.size(); ++i) {
+    const Json& p = placement[i];
+    std::vector<std::string> idx;
+    for (const Json& e : GetArray(p, "gpu_indices")) idx.push_back(e.dump());
+    std::string text = GetString(p, "node");
+    if (!idx.empty()) text += ": GPU " + Join(idx, ",");
+    if (auto uuids = StringList(GetArray(p, "gpu_uuids")); !uuids.empty()) {
+      text += " (" + Join(uuids, ", ") + ")";
+    }
+    if (const int64_t milli = GetInt(p, "gpu_milli", 1000); milli < 1000) {
+      text += ", share " + FormatMilli(milli);
+    }
+    // What happened to the task (gangs: each one's own state).
+    const Json& tasks = GetArray(job, "tasks");
+    if (placement.size() > 1 && i < tasks.size()) {
+      const Json& ts = tasks[i];
+      if (auto host = GetString(ts, "host"); !host.empty() && host != GetString(p, "node")) {
+        text += ", host " + host;
+      }
+      if (GetBool(ts, "ended")) {
+        std::string how = GetBool(ts, "cancelled")   ? "stopped"
+                          : GetBool(ts, "timed_out") ? "timed out"
+                                                     : "ended";
+        if (const Json* code = Field(ts, "exit_code")) how += ", exit code " + code->dump();
+        if (const Json* sig = Field(ts, "signal")) how += ", signal " + sig->dump();
+        if (auto r = GetString(ts, "reason"); !r.empty()) how += " (" + r + ")";
+        text += "; " + how;
+      } else if (GetInt(ts, "start_time_us") > 0) {
+        text += "; running";
+      } else {
+        text += "; not started";
+      }
+    }
+    line(placement.size() > 1 ? "Task " + std::to_string(i) : "Placement", text);
+  }
+}
+
+}  // namespace
+
 std::string RenderJob(const Json& job, int64_t now_us) {
   std::string out;
   auto line = [&](const std::string& key, const std::string& value) {
@@ -213,58 +278,9 @@ std::string RenderJob(const Json& job, int64_t now_us) {
   if (auto r = GetString(job, "pending_reason"); !r.empty()) line("Waiting", r);
   if (auto r = GetString(job, "reason"); !r.empty()) line("Reason", r);
   PreemptionLines(job, line);
-  if (const Json* util = Field(job, "gpu_util"); util != nullptr && util->is_object()) {
-    char mem[64];
-    std::snprintf(mem, sizeof mem, "%.1f GiB",
-                  static_cast<double>(GetInt(*util, "peak_mem_mib")) / 1024);
-    char used[64];
-    std::snprintf(used, sizeof used, "%.2f", GetDouble(*util, "used_gpu_hours"));
-    line("GPU util", "mean " + Percent(GetDouble(*util, "mean_pct")) + ", peak " +
-                         Percent(GetDouble(*util, "peak_pct")) + ", peak memory " + mem +
-                         ", used " + used + " GPU-hours");
-    if (GetBool(*util, "idle")) {
-      line("Idle", "its GPUs sit unused since " +
-                       FormatTimeUtc(GetInt(*util, "idle_since_ms") * 1000) +
-                       (Field(*util, "warning") ? " (" + GetString(*util, "warning") + ")" : ""));
-    }
-  }
+  UtilLines(job, line);
   line("Attempt", std::to_string(GetInt(job, "attempt")));
-  const Json& placement = GetArray(job, "placement");
-  for (size_t i = 0; i < placement.size(); ++i) {
-    const Json& p = placement[i];
-    std::vector<std::string> idx;
-    for (const Json& e : GetArray(p, "gpu_indices")) idx.push_back(e.dump());
-    std::string text = GetString(p, "node");
-    if (!idx.empty()) text += ": GPU " + Join(idx, ",");
-    if (auto uuids = StringList(GetArray(p, "gpu_uuids")); !uuids.empty()) {
-      text += " (" + Join(uuids, ", ") + ")";
-    }
-    if (const int64_t milli = GetInt(p, "gpu_milli", 1000); milli < 1000) {
-      text += ", share " + FormatMilli(milli);
-    }
-    // What happened to the task (gangs: each one's own state).
-    const Json& tasks = GetArray(job, "tasks");
-    if (placement.size() > 1 && i < tasks.size()) {
-      const Json& ts = tasks[i];
-      if (auto host = GetString(ts, "host"); !host.empty() && host != GetString(p, "node")) {
-        text += ", host " + host;
-      }
-      if (GetBool(ts, "ended")) {
-        std::string how = GetBool(ts, "cancelled")   ? "stopped"
-                          : GetBool(ts, "timed_out") ? "timed out"
-                                                     : "ended";
-        if (const Json* code = Field(ts, "exit_code")) how += ", exit code " + code->dump();
-        if (const Json* sig = Field(ts, "signal")) how += ", signal " + sig->dump();
-        if (auto r = GetString(ts, "reason"); !r.empty()) how += " (" + r + ")";
-        text += "; " + how;
-      } else if (GetInt(ts, "start_time_us") > 0) {
-        text += "; running";
-      } else {
-        text += "; not started";
-      }
-    }
-    line(placement.size() > 1 ? "Task " + std::to_string(i) : "Placement", text);
-  }
+  PlacementLines(job, line);
   if (const int64_t port = GetInt(job, "master_port"); port > 0) {
     line("Rendezvous",
          GetString(GetArray(job, "tasks").empty() ? Json::object() : GetArray(job, "tasks")[0],
