@@ -184,8 +184,10 @@ def busy_fake_gpu(ctx, pids):
 
 def submit(ctx, name, opts, argv):
     """gpupool submit --json as a user would; returns the job."""
+    # --export=NONE: a job of the kit gets what it is given, never the caller's shell
+    # environment (which may hold secrets, and would be stored with the job).
     cmd = ctx.client("submit", "--json", "--name", name, "--cpus", ctx.job_cpus,
-                     "--workdir", "/tmp", *opts)
+                     "--workdir", "/tmp", "--export=NONE", *opts)
     if ctx.job_env_ld:
         cmd += ["--env", "LD_LIBRARY_PATH=" + ctx.job_env_ld]
     cmd += ["--"] + argv

@@ -87,7 +87,7 @@ TEST_F(UsageTest, AnUnknownCommandOrOptionSaysWhatWasTypedAndWhatIsNear) {
             "(`gpupool submit --help` lists its options)\n");
   p = Run({"queue", "--stat=RUNNING"});
   EXPECT_EQ(p.err,
-            "gpupool: unknown option '--stat' of `gpupool queue`; did you mean --state? "
+            "gpupool: unknown option '--stat' of `gpupool queue`; did you mean --state or --start? "
             "(`gpupool queue --help` lists its options)\n");
   p = Run({"token", "craete"});
   EXPECT_EQ(p.err,

@@ -44,10 +44,12 @@ void RenderPreemptions(uint64_t preemptions, double gpu_hours, std::string* out)
   Family("gpupool_preemptions_total", "counter",
          "Running jobs the scheduler told to stop so that waiting jobs could start.", out);
   Sample("gpupool_preemptions_total", "", static_cast<double>(preemptions), out);
-  Family("gpupool_preempted_gpu_hours_total", "counter",
-         "GPU-hours the preempted attempts had run when they were stopped (work lost, at most).",
+  // Prometheus wants base units: GPU-seconds (GPU-hours x 3600).
+  Family("gpupool_preempted_gpu_seconds_total", "counter",
+         "GPU-seconds the preempted attempts had run when they were stopped (work lost, at "
+         "most).",
          out);
-  Sample("gpupool_preempted_gpu_hours_total", "", gpu_hours, out);
+  Sample("gpupool_preempted_gpu_seconds_total", "", gpu_hours * 3600, out);
 }
 
 }  // namespace

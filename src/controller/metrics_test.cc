@@ -77,7 +77,7 @@ TEST(MetricsTest, RendersEveryFamilyOnceWithCumulativeBucketsAndEscapedLabels) {
       1800);
   EXPECT_EQ(ValueOf(text, "gpupool_placement_failures_total"), 3);
   EXPECT_EQ(ValueOf(text, "gpupool_preemptions_total"), 2);
-  EXPECT_EQ(ValueOf(text, "gpupool_preempted_gpu_hours_total"), 1.75);
+  EXPECT_EQ(ValueOf(text, "gpupool_preempted_gpu_seconds_total"), 1.75 * 3600);
   EXPECT_EQ(ValueOf(text, "gpupool_scheduling_pass_seconds_count"), 2);
   EXPECT_EQ(ValueOf(text, "gpupool_scheduling_pass_seconds_bucket{le=\"0.0001\"}"), 0);
   EXPECT_EQ(ValueOf(text, "gpupool_scheduling_pass_seconds_bucket{le=\"0.0005\"}"), 1);

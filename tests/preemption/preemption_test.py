@@ -147,7 +147,7 @@ class PreemptionTest(unittest.TestCase):
         show = self.cli("show", str(victim)).stdout
         self.assertIn("Preemptions: 1, costing", show)
         self.assertEqual(self.metric("gpupool_preemptions_total"), before + 1)
-        self.assertGreater(self.metric("gpupool_preempted_gpu_hours_total"), 0)
+        self.assertGreater(self.metric("gpupool_preempted_gpu_seconds_total"), 0)
 
     def test_a_job_inside_its_minimum_run_time_is_not_preempted(self):
         marks = self.markers("b")
