@@ -14,7 +14,15 @@ uint64_t NextVersion() {
   static std::atomic<uint64_t> counter{0};
   return counter.fetch_add(1, std::memory_order_relaxed) + 1;
 }
+// Keeps the journal at a few changes per node: enough for every index used within a
+// scheduling pass or a simulated interval, bounded for long simulations.
+size_t JournalBound(size_t nodes) { return std::max<size_t>(4096, 4 * nodes); }
 }  // namespace
+
+uint64_t ChangeJournal::NextId() {
+  static std::atomic<uint64_t> counter{0};
+  return counter.fetch_add(1, std::memory_order_relaxed) + 1;
+}
 
 int32_t NodeState::FullyFreeGpus() const {
   int32_t n = 0;
@@ -79,6 +87,7 @@ Status ClusterState::AddNode(const NodeSpec& s) {
   free_ += n.Free();
   scan_order_.push_back(num_nodes());
   nodes_.push_back(std::move(n));
+  journal_.Restart();
   return Status::Ok();
 }
 
@@ -128,6 +137,7 @@ Status ClusterState::SetScanOrder(std::vector<int32_t> order) {
     seen[static_cast<size_t>(i)] = 1;
   }
   scan_order_ = std::move(order);
+  journal_.Restart();
   return Status::Ok();
 }
 
@@ -296,6 +306,7 @@ Status ClusterState::Allocate(const Task& task, const Placement& p) {
     }
   }
   n.version = NextVersion();
+  journal_.Record(p.node, JournalBound(nodes_.size()));
   free_ -= task.Total();
   return Status::Ok();
 }
@@ -333,6 +344,7 @@ Status ClusterState::Release(const Task& task, const Placement& p) {
     if (it != n.gpu_task_kinds.end() && --it->second == 0) n.gpu_task_kinds.erase(it);
   }
   n.version = NextVersion();
+  journal_.Record(p.node, JournalBound(nodes_.size()));
   free_ += task.Total();
   return Status::Ok();
 }

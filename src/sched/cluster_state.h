@@ -31,6 +31,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "sched/change_journal.h"
 #include "sched/resources.h"
 #include "sched/task.h"
 
@@ -144,6 +145,10 @@ class ClusterState {
     return HeldByOthersThan(i, task.owner);
   }
 
+  // The nodes changed by Allocate and Release, in order (change_journal.h), for
+  // incremental indexes; AddNode and SetScanOrder start a new history, and so does a copy.
+  const ChangeJournal& journal() const { return journal_; }
+
   Resources TotalCapacity() const { return capacity_; }
   Resources TotalFree() const { return free_; }
   int64_t TotalGpuMilliUsed() const { return capacity_.gpu_milli - free_.gpu_milli; }
@@ -165,6 +170,7 @@ class ClusterState {
   // Per node, per GPU: the current owner (0 = none) of a single-owner GPU. Empty until a
   // node with single-owner GPUs is added; then one entry per node (empty without them).
   std::vector<std::vector<int64_t>> gpu_owner_;
+  ChangeJournal journal_;
 };
 
 }  // namespace gpupool::sched

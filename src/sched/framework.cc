@@ -25,24 +25,41 @@ FrameworkPolicy::FrameworkPolicy(std::string name,
                                  std::unique_ptr<ScorePlugin> score)
     : name_(std::move(name)), filters_(std::move(filters)), score_(std::move(score)) {}
 
+namespace {
+// Candidates the index offers that a filter then refuses (other GPU model, node not
+// allowed, not enough memory) before the cycle falls back to a scan of the index's values.
+constexpr size_t kMaxRefusedCandidates = 32;
+}  // namespace
+
+std::string FrameworkPolicy::NoFitReason(const ClusterState& state, const Task& task) {
+  return state.num_nodes() == 0
+             ? "the cluster has no nodes"
+             : fmt::format("no node fits (cpu {}m, memory {}Mi, {} GPU(s) x {} thousandths)",
+                           task.cpu_milli, task.memory_mib, task.num_gpu, task.gpu_milli);
+}
+
+bool FrameworkPolicy::PassesFilters(const ClusterState& state, const Task& task,
+                                    int32_t node) const {
+  for (const auto& f : filters_) {
+    if (!f->Filter(state, task, node, nullptr)) return false;
+  }
+  return true;
+}
+
 PlacementDecision FrameworkPolicy::Place(const ClusterState& state, const Task& task) {
+  TaskShape key;
+  if (use_index_ && score_->IndexKey(state, task, &key)) return PlaceIndexed(state, task, key);
+  return PlaceByScan(state, task);
+}
+
+PlacementDecision FrameworkPolicy::PlaceByScan(const ClusterState& state, const Task& task) {
   PlacementDecision d;
   feasible_.clear();
   for (int32_t node : state.scan_order()) {
-    bool ok = true;
-    for (const auto& f : filters_) {
-      if (!f->Filter(state, task, node, nullptr)) {
-        ok = false;
-        break;
-      }
-    }
-    if (ok) feasible_.push_back(node);
+    if (PassesFilters(state, task, node)) feasible_.push_back(node);
   }
   if (feasible_.empty()) {
-    d.reason = state.num_nodes() == 0
-                   ? "the cluster has no nodes"
-                   : fmt::format("no node fits (cpu {}m, memory {}Mi, {} GPU(s) x {} thousandths)",
-                                 task.cpu_milli, task.memory_mib, task.num_gpu, task.gpu_milli);
+    d.reason = NoFitReason(state, task);
     return d;
   }
   score_->PreScore(state, task, feasible_);
@@ -57,6 +74,106 @@ PlacementDecision FrameworkPolicy::Place(const ClusterState& state, const Task& 
   d.score = scores_[best].score;
   d.placement.node = scores_[best].node;
   d.placement.gpus = GpuMaskToList(scores_[best].gpus);
+  return d;
+}
+
+// The node's value in the index: the score of the key's shape (the task without its
+// model, capability and node constraints, which the filters check on the candidates, and
+// without its memory unless the key holds it) when the node can host that shape, else
+// kAbsent. Every node that passes the filters can host the shape, and there the shape
+// scores as the task does (ScorePlugin::IndexKey's contract). Scoring the shape rather
+// than the task matters on the other nodes: a task scored where its memory does not fit
+// could leave a value that a later task of the same key, which fits, would read.
+int64_t FrameworkPolicy::IndexValue(const ClusterState& state, int32_t node) {
+  if (!state.Fits(node, shape_task_)) return ScoreIndex::kAbsent;
+  return score_->Score(state, shape_task_, node).score;
+}
+
+void FrameworkPolicy::SyncIndex(const ClusterState& state, const TaskShape& key,
+                                ScoreIndex& index) {
+  const ChangeJournal& journal = state.journal();
+  const int32_t n = state.num_nodes();
+  if (positions_journal_ != journal.id()) {
+    position_of_.assign(static_cast<size_t>(n), 0);
+    for (int32_t p = 0; p < n; ++p) {
+      position_of_[static_cast<size_t>(state.scan_order()[static_cast<size_t>(p)])] = p;
+    }
+    positions_journal_ = journal.id();
+  }
+  shape_task_.cpu_milli = key.cpu_milli;
+  shape_task_.memory_mib = key.memory_mib;
+  shape_task_.num_gpu = key.num_gpu;
+  shape_task_.gpu_milli = key.gpu_milli;
+  shape_task_.owner = key.owner;
+  const bool rebuild = index.journal_id() != journal.id() || index.synced() < journal.first() ||
+                       index.size() != n ||
+                       journal.end() - index.synced() > static_cast<uint64_t>(n / 2 + 64);
+  if (rebuild) {
+    index.Reset(n);
+    for (int32_t node = 0; node < n; ++node) {
+      index.SetLeaf(node, position_of_[static_cast<size_t>(node)], state.node(node).version,
+                    IndexValue(state, node));
+    }
+    index.Build();
+  } else {
+    for (uint64_t s = index.synced(); s < journal.end(); ++s) {
+      const int32_t node = journal.at(s);
+      const uint64_t version = state.node(node).version;
+      if (index.version(node) == version) continue;  // changed again later; done already
+      index.Set(node, position_of_[static_cast<size_t>(node)], version, IndexValue(state, node));
+    }
+  }
+  index.MarkSynced(journal.id(), journal.end());
+}
+
+// The first scan position among the best values whose node passes the filters, by a scan
+// of the index's values (no scoring); -1 when none.
+int32_t FrameworkPolicy::ScanBest(const ClusterState& state, const Task& task,
+                                  const ScoreIndex& index) const {
+  int32_t best = -1;
+  for (int32_t p = 0; p < index.size(); ++p) {
+    const int64_t v = index.value(p);
+    if (v == ScoreIndex::kAbsent || (best >= 0 && v <= index.value(best))) continue;
+    if (PassesFilters(state, task, state.scan_order()[static_cast<size_t>(p)])) best = p;
+  }
+  return best;
+}
+
+PlacementDecision FrameworkPolicy::PlaceIndexed(const ClusterState& state, const Task& task,
+                                                const TaskShape& key) {
+  PlacementDecision d;
+  feasible_.clear();
+  score_->PreScore(state, task, feasible_);
+  ScoreIndex& index = indexes_.Get(key);
+  SyncIndex(state, key, index);
+  // Candidates in the order the full scan ranks them, until one passes the filters.
+  int32_t pos = -1;
+  bool scan = false;
+  excluded_.clear();
+  for (int32_t p = index.Best(); p >= 0; p = index.Best()) {
+    if (PassesFilters(state, task, state.scan_order()[static_cast<size_t>(p)])) {
+      pos = p;
+      break;
+    }
+    if (excluded_.size() == kMaxRefusedCandidates) {
+      scan = true;
+      break;
+    }
+    excluded_.emplace_back(p, index.Exclude(p));
+  }
+  for (auto it = excluded_.rbegin(); it != excluded_.rend(); ++it)
+    index.Restore(it->first, it->second);
+  if (scan) pos = ScanBest(state, task, index);
+  if (pos < 0) {
+    d.reason = NoFitReason(state, task);
+    return d;
+  }
+  const int32_t node = state.scan_order()[static_cast<size_t>(pos)];
+  const NodeScore chosen = score_->Score(state, task, node);
+  d.placed = true;
+  d.score = chosen.score;
+  d.placement.node = node;
+  d.placement.gpus = GpuMaskToList(chosen.gpus);
   return d;
 }
 

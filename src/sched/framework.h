@@ -24,6 +24,7 @@
 
 #include "common/status.h"
 #include "sched/cluster_state.h"
+#include "sched/node_index.h"
 #include "sched/placement_policy.h"
 #include "sched/task.h"
 
@@ -70,6 +71,21 @@ class ScorePlugin : public Plugin {
   virtual NodeScore Score(const ClusterState& state, const Task& task, int32_t node) = 0;
   // Optional NormalizeScore extension, applied to all scores of the cycle.
   virtual void NormalizeScores(std::vector<NodeScore>& /*scores*/) {}
+  // Indexing (node_index.h). A plugin may return true and fill `key` (cpu_milli,
+  // memory_mib, num_gpu, gpu_milli, owner; the other fields left empty) when
+  //   - its Score for a node depends only on that node's state (it is the same while the
+  //     node's version is) and on the task's key: on every node where the task passes the
+  //     filters, Score(task) equals Score(the key as a task);
+  //   - PreScore does not use its `feasible` argument, and the key as a task gets the
+  //     same PreScore as the task;
+  //   - NormalizeScores does nothing.
+  // FrameworkPolicy then keeps each key's scores (of the key as a task) in an index
+  // updated from the cluster's change journal and scores only the nodes that changed;
+  // the decisions are the same as without it.
+  virtual bool IndexKey(const ClusterState& /*state*/, const Task& /*task*/,
+                        TaskShape* /*key*/) const {
+    return false;
+  }
 };
 
 // The built-in filter: CPU, memory, GPU model and capability, and num_gpu GPUs with a
@@ -88,13 +104,31 @@ class FrameworkPolicy final : public PlacementPolicy {
                   std::unique_ptr<ScorePlugin> score);
   std::string_view name() const override { return name_; }
   PlacementDecision Place(const ClusterState& state, const Task& task) override;
+  // Tests: place every task by the full scan, as without an indexable score plugin.
+  void DisableIndexForTest() { use_index_ = false; }
+  // How many task keys have an index (0 when the score plugin is not indexable).
+  size_t indexed_keys() const { return indexes_.count(); }
 
  private:
+  PlacementDecision PlaceByScan(const ClusterState& state, const Task& task);
+  PlacementDecision PlaceIndexed(const ClusterState& state, const Task& task, const TaskShape& key);
+  void SyncIndex(const ClusterState& state, const TaskShape& key, ScoreIndex& index);
+  int64_t IndexValue(const ClusterState& state, int32_t node);
+  bool PassesFilters(const ClusterState& state, const Task& task, int32_t node) const;
+  int32_t ScanBest(const ClusterState& state, const Task& task, const ScoreIndex& index) const;
+  static std::string NoFitReason(const ClusterState& state, const Task& task);
+
   std::string name_;
   std::vector<std::unique_ptr<FilterPlugin>> filters_;
   std::unique_ptr<ScorePlugin> score_;
   std::vector<int32_t> feasible_;  // reused between cycles
   std::vector<NodeScore> scores_;
+  bool use_index_ = true;
+  ScoreIndexSet indexes_{size_t{128} << 20};           // 128 MiB; ~300 KB per key at 10,000 nodes
+  Task shape_task_;                                    // scratch: the index key as a task
+  std::vector<int32_t> position_of_;                   // scan position of each node index
+  uint64_t positions_journal_ = 0;                     // the journal id position_of_ was made for
+  std::vector<std::pair<int32_t, int64_t>> excluded_;  // scratch: refused candidates
 };
 
 }  // namespace gpupool::sched

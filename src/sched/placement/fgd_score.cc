@@ -56,6 +56,21 @@ class FgdScore final : public ScorePlugin {
     }
   }
 
+  // Indexable when the score does not read the task's memory: then it depends on the
+  // node's state and on ShapeKey's fields only (a task that fits leaves memory >= 0,
+  // which is all FGD's measure asks of memory), PreScore ignores the feasible nodes and
+  // nothing is normalized. With the strand term or memory shapes the score reads the
+  // task's memory, which ShapeKey does not hold (see the header), so those policies keep
+  // the full scan.
+  bool IndexKey(const ClusterState& state, const Task& task, TaskShape* key) const override {
+    if (key_has_memory_) return false;
+    key->cpu_milli = task.cpu_milli;
+    key->num_gpu = task.num_gpu;
+    key->gpu_milli = task.gpu_milli;
+    key->owner = state.has_single_owner_gpus() && task.IsFractional() ? task.owner : 0;
+    return true;
+  }
+
   NodeScore Score(const ClusterState& state, const Task& task, int32_t node) override {
     Entry& e = (*current_)[static_cast<size_t>(node)];
     const NodeState& n = state.node(node);

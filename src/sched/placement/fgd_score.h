@@ -15,7 +15,11 @@
 //     with fill_theta too `fgd-strand-lookahead`, with free_opening too
 //     `fgd-strand-lookahead-open`: the fewest GPUs left unallocated, the live default.
 //
-// Speed: two caches. (1) Per (task shape (cpu, num_gpu, gpu_milli, and the owner of a
+// Speed: when the score does not read the task's memory (no strand term, no memory
+// shapes: `fgd` and most variants) the plugin is indexable (ScorePlugin::IndexKey,
+// node_index.h), so FrameworkPolicy scores only the nodes changed since a shape was last
+// placed; and two caches. (1) Per
+// (task shape (cpu, num_gpu, gpu_milli, and the owner of a
 // fractional task when the cluster has single-owner GPUs), node index) the
 // best (score, GPUs) keyed by node version: each placement changes one node, so a cycle
 // looks at most nodes only through this. (2) On a version miss, a memo keyed by node
@@ -25,6 +29,11 @@
 // nodes of a large cluster share one computation; the GPU indices are then derived per node exactly
 // as the full scan would pick them. Results are bit-identical to computing every node. The memo is
 // cleared when it reaches 2^17 entries (~13 MB). Single-threaded (caches).
+// Known approximation: the strand term and memory shapes read the task's memory, which
+// the shape key does not hold (holding it would multiply the per-shape caches by the
+// number of distinct memory sizes), so tasks that differ only in memory share a node's
+// cached result, computed for whichever of them scored the node first at its version.
+// The published figures of those policies include it.
 #pragma once
 
 #include <memory>
