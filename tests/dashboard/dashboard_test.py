@@ -624,17 +624,31 @@ class DashboardTest(unittest.TestCase):
             driver.execute_script("window.notReloaded = true")
             self.assertRegex(driver.find_element(By.ID, "live").text, r"^live")
             held = self.submit("nobody", "--hold", "--cpus", "0.1", "--name", "dash-live", "--",
-                               "sleep", "2")
+                               "sh", "-c", "for i in 1 2 3 4 5 6 7 8 9 10; do echo tick-$i; sleep 1; done")
             slow = WebDriverWait(driver, 30, ignored_exceptions=[StaleElementReferenceException])
             row = lambda: {r["id"]: r for r in queue_rows()}.get(held)
             slow.until(lambda d: row() is not None)
             self.assertEqual(row()["state"], "PENDING")
             self.assertIn("held by nobody", row()["cols"]["reason"])
             self.cli("release", str(held), user="nobody")
-            slow.until(lambda d: row()["state"] == "SUCCEEDED")
+            slow.until(lambda d: row()["state"] in ("RUNNING", "SUCCEEDED"))
             self.assertTrue(driver.execute_script("return window.notReloaded === true"),
                             "the page was reloaded")
             self.assertRegex(driver.find_element(By.ID, "live").text, r"updated \d+s ago")
+            # Its page follows its log as it grows, reading on from where it was (offset).
+            driver.get(base + "/#/jobs/%d" % held)
+            driver.execute_script("window.notReloaded = true")
+            slow.until(lambda d: "tick-10" in d.find_element(By.ID, "job-log").text)
+            self.assertEqual(driver.find_element(By.ID, "job-log").text.split(),
+                             ["tick-%d" % i for i in range(1, 11)])
+            offsets = driver.execute_script(
+                "return performance.getEntriesByType('resource').map(e => e.name)"
+                ".filter(n => n.includes('/logs?')).map(n => Number(new URL(n).searchParams.get('offset')))")
+            self.assertTrue([o for o in offsets if o > 0], offsets)
+            wait.until(lambda d: self.job_field("state") == "SUCCEEDED")
+            self.assertTrue(driver.execute_script("return window.notReloaded === true"))
+            driver.get(base + "/#/queue?state=all")
+            wait.until(lambda d: row() is not None and row()["state"] == "SUCCEEDED")
 
             # A hidden tab asks nothing and says it is paused; shown again, it refreshes.
             driver.execute_script("""

@@ -426,8 +426,15 @@
     if (window.performance && performance.mark) performance.mark('queue-rendered');
   }
 
-  // What the job page keeps across its refreshes: which job, and the log the user picked.
-  const jobView = { id: '', task: null, stream: null, logKey: '' };
+  // What the job page keeps across its refreshes: which job, the log the user picked, and
+  // that log's last lines and where its reading got to (a refresh reads only what is new).
+  const jobView = { id: '', task: null, stream: null, log: { key: '' } };
+  const LOG_LINES = 200;
+  const LOG_CHUNKS_PER_DRAW = 8;  // the API answers at most 1 MiB a read
+  function lastLines(text, n) {
+    const lines = text.split('\n');
+    return lines.length > n + 1 ? lines.slice(lines.length - n - 1).join('\n') : text;
+  }
 
   function requestText(r) {
     const parts = [];
@@ -455,7 +462,7 @@
     const j = res.body.job;
     const r = j.request || {};
     const nowUs = Date.now() * 1000;
-    if (jobView.id !== id) Object.assign(jobView, { id, task: null, stream: null, logKey: '' });
+    if (jobView.id !== id) Object.assign(jobView, { id, task: null, stream: null, log: { key: '' } });
     const field = (k, v, key) => (v === undefined || v === null || v === '' ? [] :
       [h('dt', { text: k }), h('dd', { text: String(v), dataset: { field: key || k } })]);
     const deps = (j.dependencies || []).map((d) => `${d.kind} ${d.job_id}`).join(', ');
@@ -517,16 +524,29 @@
     taskSel.value = jobView.task !== null ? jobView.task : '0';
     streamSel.value = !oneFile && jobView.stream !== null ? jobView.stream : (failed && !oneFile ? 'stderr' : 'stdout');
     const log = h('pre', { class: 'log', id: 'job-log', text: 'loading…' });
-    const old = document.getElementById('job-log');
-    const loadLog = async () => {
-      const lr = await api(`/v1/jobs/${j.id}/logs?task=${taskSel.value}&stream=${streamSel.value}`);
-      if (lr.status !== 200) { log.textContent = errorOf(lr); return; }
-      const lines = String(lr.body).split('\n');
-      const tail = lines.slice(Math.max(0, lines.length - 200)).join('\n');
-      log.textContent = tail || '(empty)';
-      jobView.logKey = `${taskSel.value}/${streamSel.value}/${j.state}`;
+    // Reads on from where the last read ended (from the start when `fresh`, or for another
+    // task or stream), up to LOG_CHUNKS_PER_DRAW reads a draw, keeping the last lines.
+    const loadLog = async (fresh) => {
+      const key = `${j.id}/${taskSel.value}/${streamSel.value}`;
+      if (fresh === true || jobView.log.key !== key) jobView.log = { key, offset: 0, text: '', eof: false, read: false };
+      const L = jobView.log;
+      for (let i = 0; i < LOG_CHUNKS_PER_DRAW && !L.eof; i++) {
+        const lr = await api(`/v1/jobs/${j.id}/logs?task=${taskSel.value}&stream=${streamSel.value}&offset=${L.offset}`);
+        if (jobView.log !== L) return;  // another log was picked meanwhile
+        if (lr.status !== 200) { log.textContent = errorOf(lr); return; }
+        const body = String(lr.body);
+        const bytes = new TextEncoder().encode(body).length;
+        const next = parseInt(lr.headers.get('X-Gpupool-Next-Offset') || '', 10);
+        L.offset = Number.isFinite(next) ? next : L.offset + bytes;
+        L.eof = lr.headers.get('X-Gpupool-Eof') === '1';
+        L.text = lastLines(L.text + body, LOG_LINES);
+        L.read = true;
+        if (bytes < (1 << 20)) break;  // caught up with the file
+      }
+      log.textContent = L.text || '(empty)';
     };
-    const pick = () => { jobView.task = taskSel.value; jobView.stream = streamSel.value; loadLog(); };
+    if (jobView.log.key === `${j.id}/${taskSel.value}/${streamSel.value}` && jobView.log.read) log.textContent = jobView.log.text || '(empty)';
+    const pick = () => { jobView.task = taskSel.value; jobView.stream = streamSel.value; loadLog(true); };
     taskSel.onchange = pick;
     streamSel.onchange = pick;
     const actions = h('div', { class: 'filters' });
@@ -541,9 +561,6 @@
         },
       }));
     }
-    // A refresh keeps the log as it is unless the job still writes it (or changed state).
-    const keepLog = refreshing && old && jobView.logKey === `${taskSel.value}/${streamSel.value}/${j.state}` && TERMINAL.includes(j.state);
-    if (keepLog) log.textContent = old.textContent;
     const oldPlot = refreshing ? document.getElementById('job-telemetry') : null;
     show(h('h1', {}, `Job ${jobIdText(j)} `, stateBadge(j.state)), actions,
       h('div', { class: 'cards' },
@@ -553,8 +570,8 @@
             : h('p', { class: 'muted', text: 'Not placed.' }),
           h('h2', { text: 'GPU utilisation' }), util, h('div', { id: 'job-telemetry-slot' }, oldPlot))),
       h('h2', { text: 'Log (last 200 lines)' }),
-      h('div', { class: 'filters' }, taskSel, streamSel, h('button', { onclick: loadLog, text: 'Reload log' })), log);
-    if (!keepLog) await loadLog();
+      h('div', { class: 'filters' }, taskSel, streamSel, h('button', { onclick: () => loadLog(true), text: 'Reload log' })), log);
+    await loadLog(false);
     if (gen !== generation) return;
     // Not started: say so, whatever the nodes report (a pending job has no samples).
     const notYet = !j.start_time_us && !TERMINAL.includes(j.state) ? 'The job has not started: its GPU utilisation is plotted once it runs.'
