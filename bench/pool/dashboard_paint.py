@@ -151,8 +151,9 @@ def main():
         if signed != 200:
             raise RuntimeError("sign-in answered %s" % signed)
 
-        views = (("all states", "#/queue"), ("state=PENDING", "#/queue?state=PENDING"),
-                 ("page 51 (offset 5000)", "#/queue?page=50"))
+        # "#/queue" alone shows the active jobs (issue 30); every state is ?state=all.
+        views = (("all states", "#/queue?state=all"), ("state=PENDING", "#/queue?state=PENDING"),
+                 ("page 51 (offset 5000)", "#/queue?state=all&page=50"))
         results = {}
         for name, route in views:
             fcp, queue, rows = [], [], 0

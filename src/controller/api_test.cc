@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <map>
+#include <set>
 #include <thread>
 
 #include "common/clock.h"
@@ -721,6 +722,52 @@ TEST_F(ApiAccessTest, NodesShowTheEnforcementTheAgentStated) {
   EXPECT_FALSE(gpus[1].contains("enforcement"));  // not stated
 }
 
+// Issue 30: each GPU names the jobs holding it, to those who may read them: an admin sees
+// every holder's job and user, a user their own and only the share of another user's.
+TEST_F(ApiAccessTest, NodesNameWhoHoldsEachGpuToThoseWhoMayReadTheJob) {
+  const int64_t root_job = RunningJobOnVm(Token("vm", "node"));
+  net::HttpResponse sub =
+      AsUid(user_uid_, "POST", "/v1/jobs", {},
+            R"({"command": ["true"], "request": {"gpus": 1, "gpu_milli": 500}, "workdir": "/"})");
+  ASSERT_EQ(sub.status, 201) << sub.body;
+  const int64_t user_job = ParseJson(sub.body, "answer").value()["job"]["id"].get<int64_t>();
+  ASSERT_TRUE(controller_->ScheduleOnce().ok());
+  // Who holds what, as a caller sees it: "JOB:USER:MILLI" per holder, "other:MILLI" for
+  // what it may not read; GPUs in index order.
+  auto holders = [&](uint32_t uid) {
+    std::vector<std::string> out;
+    Json listed = ParseJson(AsUid(uid, "GET", "/v1/nodes").body, "answer").value();
+    for (const Json& g : listed["nodes"][0]["gpus"]) {
+      std::string cell;
+      for (const Json& h : g.value("holders", Json::array())) {
+        if (!cell.empty()) cell += " ";
+        cell += h.value("other_user", false) ? "other:" + std::to_string(h["gpu_milli"].get<int>())
+                                             : std::to_string(h["job_id"].get<int64_t>()) + ":" +
+                                                   h["user"].get<std::string>() + ":" +
+                                                   std::to_string(h["gpu_milli"].get<int>());
+        EXPECT_EQ(h.value("other_user", false), !h.contains("job_id")) << h.dump();
+        EXPECT_EQ(h.value("other_user", false), !h.contains("user")) << h.dump();
+      }
+      out.push_back(cell);
+    }
+    return out;
+  };
+  const std::string mine = std::to_string(user_job) + ":" + user_ + ":500";
+  const std::string roots = std::to_string(root_job) + ":root:1000";
+  const std::vector<std::string> by_admin = holders(0);
+  ASSERT_EQ(by_admin.size(), 2u);
+  EXPECT_EQ(std::set<std::string>(by_admin.begin(), by_admin.end()),
+            (std::set<std::string>{roots, mine}));
+  const std::vector<std::string> by_user = holders(user_uid_);
+  EXPECT_EQ(std::set<std::string>(by_user.begin(), by_user.end()),
+            (std::set<std::string>{"other:1000", mine}));
+  // A metrics token reads aggregates: no job and no user, even those of the name it has.
+  net::HttpResponse m = WithToken(Token(user_, "metrics"), "GET", "/v1/nodes", {});
+  ASSERT_EQ(m.status, 200) << m.body;
+  EXPECT_EQ(m.body.find("job_id"), std::string::npos) << m.body;
+  EXPECT_NE(m.body.find("other_user"), std::string::npos) << m.body;
+}
+
 TEST_F(ApiAccessTest, MetricsTokenReadsAggregatesOnly) {
   const std::string m = Token(user_, "metrics");
   EXPECT_EQ(WithToken(m, "GET", "/v1/nodes", {}).status, 200);
@@ -732,6 +779,41 @@ TEST_F(ApiAccessTest, MetricsTokenReadsAggregatesOnly) {
   EXPECT_EQ(WithToken(m, "GET", "/v1/whoami", {}).status, 403);
   EXPECT_EQ(WithToken(m, "GET", "/v1/agent/work", {{"node", "vm"}}).status, 403);
   EXPECT_EQ(WithToken(m, "GET", "/v1/tokens", {}).status, 403);
+  EXPECT_TRUE(store_->ListJobs({})->empty());
+}
+
+// Issue 30: a metrics token is a service account. One for a name no account on this host
+// has (a Prometheus) is made, reads /metrics and the aggregates, and can do nothing else.
+TEST_F(ApiAccessTest, AMetricsTokenIsAServiceAccountWithoutAPosixUser) {
+  const std::string name = "gpupool-prometheus-no-such-user";
+  ASSERT_FALSE(HasPosixAccount(name));
+  net::HttpResponse made =
+      AsUid(0, "POST", "/v1/tokens", {}, R"({"user": ")" + name + R"(", "kind": "metrics"})");
+  ASSERT_EQ(made.status, 201) << made.body;
+  const std::string m = ParseJson(made.body, "answer").value()["token"].get<std::string>();
+  // A user token still needs the account.
+  net::HttpResponse refused =
+      AsUid(0, "POST", "/v1/tokens", {}, R"({"user": ")" + name + R"(", "kind": "user"})");
+  EXPECT_EQ(refused.status, 400);
+  EXPECT_NE(Error(refused).find("no account"), std::string::npos) << refused.body;
+  net::HttpResponse r = WithToken(m, "GET", "/metrics", {});
+  EXPECT_EQ(r.status, 200) << r.body;
+  EXPECT_NE(r.body.find("gpupool_"), std::string::npos);
+  EXPECT_EQ(WithToken(m, "GET", "/v1/nodes", {}).status, 200);
+  EXPECT_EQ(WithToken(m, "GET", "/v1/usage", {}).status, 200);
+  EXPECT_EQ(WithToken(m, "GET", "/v1/telemetry", {}).status, 200);
+  for (const auto& [method, path] :
+       std::vector<std::pair<std::string, std::string>>{{"GET", "/v1/jobs"},
+                                                        {"POST", "/v1/jobs"},
+                                                        {"GET", "/v1/whoami"},
+                                                        {"GET", "/v1/tokens"},
+                                                        {"POST", "/v1/tokens"},
+                                                        {"GET", "/v1/agent/work"},
+                                                        {"POST", "/v1/nodes/vm/drain"},
+                                                        {"GET", "/v1/limits"}}) {
+    r = WithToken(m, method, path, {}, R"({"command": ["id"]})");
+    EXPECT_EQ(r.status, 403) << method << " " << path << ": " << r.body;
+  }
   EXPECT_TRUE(store_->ListJobs({})->empty());
 }
 
@@ -784,6 +866,9 @@ TEST_F(ApiAccessTest, TokenCreationChecksNamesKindsAndExpiry) {
   EXPECT_EQ(r.status, 400);
   EXPECT_NE(Error(r).find("no account 'no-such-user-gpupool'"), std::string::npos) << r.body;
   r = create(R"({"user": "bad:name", "kind": "metrics"})");
+  EXPECT_EQ(r.status, 400);
+  EXPECT_NE(Error(r).find("not a metrics token's name"), std::string::npos) << r.body;
+  r = create(R"({"user": "bad:name", "kind": "user"})");
   EXPECT_EQ(r.status, 400);
   EXPECT_NE(Error(r).find("not a valid user name"), std::string::npos) << r.body;
   r = create(R"({"user": "-vm", "kind": "node"})");

@@ -130,7 +130,17 @@ Result<Identity> Authenticate(const net::HttpRequest& request, store::Store& sto
     id.caller.admin = false;
     return id;
   }
-  if (rec->kind != "user" && rec->kind != "metrics") {
+  if (rec->kind == "metrics") {
+    // A service account: no account on this host; it acts as no user (it reads aggregates
+    // only, and no job is its own).
+    id.kind = CallerKind::kMetrics;
+    id.caller.user = "metrics:" + rec->user;
+    id.caller.uid = kNodeCallerUid;
+    id.caller.gid = kNodeCallerUid;
+    id.caller.admin = false;
+    return id;
+  }
+  if (rec->kind != "user") {
     return Status::PermissionDenied("the token's kind '" + rec->kind +
                                     "' is unknown to this gpupool: ask an admin for a new token");
   }
@@ -142,12 +152,7 @@ Result<Identity> Authenticate(const net::HttpRequest& request, store::Store& sto
                                     "' has no account on the controller host");
   }
   id.caller = CallerForUid(found->pw_uid, found->pw_gid, options);
-  if (rec->kind == "metrics") {
-    id.kind = CallerKind::kMetrics;
-    id.caller.admin = false;  // reads aggregates; never acts as its user's admin self
-  } else {
-    id.kind = id.caller.admin ? CallerKind::kAdmin : CallerKind::kUser;
-  }
+  id.kind = id.caller.admin ? CallerKind::kAdmin : CallerKind::kUser;
   return id;
 }
 

@@ -32,8 +32,9 @@ inline constexpr uint32_t kNodeCallerUid = 65534;
 
 struct Identity {
   CallerKind kind = CallerKind::kUser;
-  // kUser, kAdmin, kMetrics: the account the caller acts as (a metrics caller is never
-  // admin). kNode: no account: user "node:NAME", uid and gid kNodeCallerUid, not admin.
+  // kUser, kAdmin: the account the caller acts as. kNode: no account: user "node:NAME",
+  // uid and gid kNodeCallerUid, not admin. kMetrics: a service account, no account either:
+  // user "metrics:NAME", uid and gid kNodeCallerUid, not admin (no job is its own).
   Caller caller;
   std::string node;              // kNode: the node the token belongs to
   bool any_local_agent = false;  // root on the Unix socket: may also act as any node's agent

@@ -217,6 +217,16 @@ struct NodeView {
   int64_t cpu_allocated_milli = 0;  // what the tasks placed on it asked for
   int64_t memory_allocated_mib = 0;
   std::vector<int> allocated_milli;  // per GPU, in node.info.gpus order
+  // Who holds each GPU (in node.info.gpus order): one entry per task placed on it, in job
+  // id order; a shared GPU has one per share.
+  struct Holder {
+    int64_t job_id = 0;
+    int64_t array_id = 0;  // its array's id (the first element's), 0 for a plain job
+    int array_index = 0;
+    std::string user;
+    int gpu_milli = 0;
+  };
+  std::vector<std::vector<Holder>> holders;
   // The health of the GPUs that are not healthy, by UUID (docs/health.md).
   std::map<std::string, gpu::GpuHealth> gpu_health;
   // Its agent's health program has not given its first verdict since the agent registered:

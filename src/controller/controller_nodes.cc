@@ -76,6 +76,7 @@ std::vector<NodeView> Controller::Nodes() {
     v.cpu_milli = e.cpu_milli;
     v.memory_mib = e.memory_mib;
     v.allocated_milli.assign(e.info.gpus.size(), 0);
+    v.holders.assign(e.info.gpus.size(), {});
     if (auto here = tasks.find(name); here != tasks.end()) {
       const Job* last = nullptr;  // a job's tasks on one node are next to each other
       for (const auto& [job, p] : here->second) {
@@ -86,7 +87,10 @@ std::vector<NodeView> Controller::Nodes() {
             static_cast<int64_t>((job->request.memory_bytes + (uint64_t{1} << 20) - 1) >> 20);
         for (const std::string& uuid : p->gpu_uuids) {
           for (size_t g = 0; g < e.info.gpus.size(); ++g) {
-            if (e.info.gpus[g].uuid == uuid) v.allocated_milli[g] += p->gpu_milli;
+            if (e.info.gpus[g].uuid != uuid) continue;
+            v.allocated_milli[g] += p->gpu_milli;
+            v.holders[g].push_back(
+                {job->id, job->array_id, job->array_index, job->user, p->gpu_milli});
           }
         }
       }

@@ -56,7 +56,17 @@ Status ValidateTokenSubject(std::string_view kind, std::string_view name) {
     }
     return Status::Ok();
   }
-  if (kind != "user" && kind != "metrics") {
+  if (kind == "metrics") {
+    // A service account (a Prometheus, a Grafana): named, but no account on this host.
+    if (!IsNodeName(name)) {
+      return Status::InvalidArgument(
+          "user: '" + n +
+          "' is not a metrics token's name: give the service's name (1-64 letters, digits, "
+          "'.', '_' or '-', starting with a letter or a digit), e.g. prometheus");
+    }
+    return Status::Ok();
+  }
+  if (kind != "user") {
     return Status::InvalidArgument("kind: use user, node or metrics");
   }
   if (!IsPosixUserName(name)) {

@@ -22,8 +22,9 @@ bool IsPosixUserName(std::string_view name);
 bool HasPosixAccount(const std::string& name);
 
 // Whether a token of `kind` ("user", "node" or "metrics") may be made for `name`: a node
-// name for kind node; for user and metrics, a POSIX user name with an account on this
-// host (getpwnam). kInvalidArgument naming the field and the fix otherwise.
+// name for kind node; a service's name of the same form for kind metrics (a service
+// account: no account on this host needed); for user, a POSIX user name with an account
+// on this host (getpwnam). kInvalidArgument naming the field and the fix otherwise.
 Status ValidateTokenSubject(std::string_view kind, std::string_view name);
 
 // The one token whose id starts with `id` (kTokenIdDigits to 64 hex digits).

@@ -26,8 +26,15 @@ TEST(TokensTest, NodeAndUserNameGrammars) {
 TEST(TokensTest, SubjectsAreCheckedPerKind) {
   EXPECT_TRUE(ValidateTokenSubject("user", "root").ok());
   EXPECT_TRUE(ValidateTokenSubject("metrics", "root").ok());
+  // A metrics token is a service account: its name needs no account on this host.
+  EXPECT_TRUE(ValidateTokenSubject("metrics", "gpupool-no-such-user").ok());
+  EXPECT_TRUE(ValidateTokenSubject("metrics", "prometheus.site-2").ok());
+  Status s = ValidateTokenSubject("metrics", "prom etheus");
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(s.message().rfind("user: 'prom etheus' is not a metrics token's name", 0), 0u)
+      << s.message();
   EXPECT_TRUE(ValidateTokenSubject("node", "vm2").ok());  // a node needs no account
-  Status s = ValidateTokenSubject("user", "gpupool-no-such-user");
+  s = ValidateTokenSubject("user", "gpupool-no-such-user");
   EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(s.message().rfind("user: there is no account 'gpupool-no-such-user'", 0), 0u)
       << s.message();

@@ -4,6 +4,7 @@
 #include <netdb.h>
 #include <poll.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -335,9 +336,24 @@ struct Tried {
 // kUnavailable naming every address tried and why each gave no answer; `hint_for` picks
 // the hint (the socket of `gpupool up`, or a server on the network).
 Status Unreachable(const std::vector<Tried>& tried, const ServerAddress& hint_for) {
-  const std::string hint = hint_for.kind == ServerAddress::Kind::kUnix
-                               ? ": is `gpupool up` running? (set --server or GPUPOOL_SERVER)"
-                               : ": is the server running and reachable?";
+  // Only Unix sockets that do not exist: no pool runs there (a newcomer's first command
+  // before `gpupool up`), which the hint says plainly.
+  bool missing = !tried.empty();
+  for (const Tried& t : tried) {
+    struct stat st {};
+    if (t.address.kind != ServerAddress::Kind::kUnix || ::stat(t.address.path.c_str(), &st) == 0 ||
+        errno != ENOENT) {
+      missing = false;
+    }
+  }
+  const std::string hint =
+      missing ? std::string(tried.size() == 1 ? ": the socket does not exist"
+                                              : ": none of these sockets exists") +
+                    ", so no gpupool server runs there: start a pool with `gpupool up`, or set "
+                    "--server or GPUPOOL_SERVER to your pool's address"
+      : hint_for.kind == ServerAddress::Kind::kUnix
+          ? ": is `gpupool up` running? (set --server or GPUPOOL_SERVER)"
+          : ": is the server running and reachable?";
   if (tried.size() == 1) {
     return Status::Unavailable("cannot reach the gpupool server at " + tried[0].address.ToString() +
                                ": " + tried[0].why + hint);

@@ -273,7 +273,11 @@ TEST(HttpClientTest, NoServerIsUnavailable) {
   auto r = c.Get("/v1/jobs");
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), StatusCode::kUnavailable);
-  EXPECT_NE(r.status().message().find("is `gpupool up` running?"), std::string::npos);
+  // A socket that does not exist: no pool runs there, and how to start one.
+  EXPECT_NE(r.status().message().find("the socket does not exist, so no gpupool server runs "
+                                      "there: start a pool with `gpupool up`"),
+            std::string::npos)
+      << r.status().message();
 }
 
 // A daemon stopping cuts its long poll short: a signalled cancel fd ends the wait for an

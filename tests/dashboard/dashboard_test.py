@@ -9,10 +9,15 @@ reason, finished), then
   another user's job, node and metrics tokens cannot sign in, hostile sign-in bodies get
   clear 4xx answers;
 - the pages in a real headless Chromium driven by Selenium: sign-in, the cluster view's
-  GPU cells, the queue with pending reasons, a job page with a line its job printed, the
-  usage plots; a user does not see another user's job, an admin does; no console errors
-  (a CSP violation would be one). Screenshots (PNG) go to the directory given as the
-  second argument (ctest: build/release/tests/dashboard/screenshots).
+  GPU cells and who holds them, the queue (active jobs by default, every state without
+  sending state=all, array ids, wait and run times, sorting by header) with pending
+  reasons, a job page with a line its job printed and `gpupool show`'s fields, a failed
+  job opening on stderr, the usage plots, headers and time ranges; a user does not see
+  another user's job, an admin does; live refresh (a job submitted after the page loaded
+  and its state changes appear without a reload; a hidden tab asks nothing); every view
+  at 420 px without sideways scroll, words not cut; no console errors (a CSP violation
+  would be one). Screenshots (PNG) at desktop and phone width go to the directory given
+  as the second argument (ctest: build/release/tests/dashboard/screenshots).
 
 Usage: dashboard_test.py PATH_TO_GPUPOOL [SCREENSHOT_DIR]
 Exit 77 (skipped) without root, chromium, chromedriver or python3-selenium.
@@ -20,6 +25,7 @@ Exit 77 (skipped) without root, chromium, chromedriver or python3-selenium.
 import hashlib
 import json
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -132,7 +138,7 @@ class DashboardTest(unittest.TestCase):
         # Jobs: nobody's running share, running whole GPUs, pending (for the whole-GPU
         # job to succeed), finished; daemon's running job that nobody must not see.
         cls.running = cls.submit("nobody", "--gpu-share", "0.5", "--name", "dash-running",
-                                 "--project", "vision", "--", "sh", "-c",
+                                 "--project", "vision", "--time", "2h", "--", "sh", "-c",
                                  "echo %s; sleep 600" % LOG_LINE)
         cls.whole = cls.submit("nobody", "--gpus", "2", "--name", "dash-whole",
                                "--project", "nlp", "--", "sleep", "600")
@@ -142,8 +148,15 @@ class DashboardTest(unittest.TestCase):
                               "-c", "echo finished-line; sleep 1")
         cls.secret = cls.submit("daemon", "--gpus", "1", "--name", "daemon-secret", "--",
                                 "sleep", "600")
+        # A job that fails, with a line on each stream; an array of two short elements.
+        cls.failed = cls.submit("nobody", "--name", "dash-failed", "--cpus", "0.1", "--", "sh",
+                                "-c", "echo failed-out-line; echo failed-err-line >&2; exit 3")
+        cls.array = cls.submit("nobody", "--name", "dash-array", "--array", "0-1", "--cpus",
+                               "0.1", "--", "true")
         for jid, states in ((cls.running, ("RUNNING",)), (cls.whole, ("RUNNING",)),
-                            (cls.secret, ("RUNNING",)), (cls.done, ("SUCCEEDED",))):
+                            (cls.secret, ("RUNNING",)), (cls.done, ("SUCCEEDED",)),
+                            (cls.failed, ("FAILED",)), (cls.array, ("SUCCEEDED",)),
+                            (cls.job("%d_1" % cls.array)["id"], ("SUCCEEDED",))):
             pooltest.wait_job(cls.job, jid, states, 60, poll=0.1, log=cls.log)
         deadline = time.time() + 20
         while not cls.job(cls.pending).get("pending_reason"):
@@ -201,7 +214,7 @@ class DashboardTest(unittest.TestCase):
     @classmethod
     def submit(cls, user, *args):
         out = cls.cli("submit", "--workdir", cls.dir, *args, user=user).stdout
-        return int(out.split()[-1])
+        return int(re.search(r"job (\d+)", out).group(1))  # "Submitted [array ]job N ..."
 
     # ---- the session rules over HTTP ----
 
@@ -334,16 +347,39 @@ class DashboardTest(unittest.TestCase):
             driver.find_element(By.ID, "login-submit").click()
             wait.until(lambda d: d.find_element(By.ID, "nav").is_displayed())
 
-        return wait, shot, css, sign_in
+        def queue_rows():
+            """The queue table's rows, read at once: [{id, name, state, cols: {col: text}}]."""
+            return driver.execute_script("""
+                return [...document.querySelectorAll('#queue-table tbody tr')].map(tr => ({
+                  id: Number(tr.dataset.jobId), name: tr.dataset.jobName, state: tr.dataset.state,
+                  cols: Object.fromEntries([...tr.children].map(td => [td.dataset.col, td.textContent]))}));""")
+
+        def d_css_attr(selector, attr):
+            return driver.execute_script(
+                "const e = document.querySelector(arguments[0]); return e && e.getAttribute(arguments[1])",
+                selector, attr)
+
+        def click_css(selector):
+            """Clicks the element now on the page (a redraw may have replaced the last one)."""
+            driver.execute_script("document.querySelector(arguments[0]).click()", selector)
+
+        def job_field(name):
+            return driver.execute_script(
+                "const e = document.querySelector('#job-fields dd[data-field=\"' + arguments[0] + '\"]');"
+                "return e ? e.textContent : null", name)
+
+        self.click_css, self.job_field = click_css, job_field
+        return wait, shot, css, sign_in, queue_rows, d_css_attr
 
     def test_the_pages_in_headless_chromium(self):
         from selenium.webdriver.common.by import By
+        from selenium.webdriver.support.ui import Select
 
         driver, profile = self.start_browser()
         console = []
         try:
             base = self.http.base
-            wait, shot, css, sign_in = self.browser_helpers(driver, console)
+            wait, shot, css, sign_in, queue_rows, d_css_attr = self.browser_helpers(driver, console)
 
             # Not signed in: the sign-in form, and the API answers 401 to the browser too.
             driver.get(base + "/")
@@ -368,31 +404,108 @@ class DashboardTest(unittest.TestCase):
             self.assertAlmostEqual(fill.size["height"] / half.size["height"], 0.5, delta=0.06)
             shot("cluster")
 
-            # Queue: nobody's jobs with their states and the pending reason; not daemon's.
+            # Queue: by default nobody's active jobs (not the ended ones) with their states,
+            # the pending reason, wait and run times; not daemon's. (Rows are read in one
+            # script: the page redraws itself every few seconds.)
             driver.get(base + "/#/queue")
             wait.until(lambda d: d.execute_script("return document.body.dataset.queueRendered"))
-            rows = {int(r.get_attribute("data-job-id")): r for r in css("#queue-table tbody tr")}
-            self.assertEqual(set(rows), {self.running, self.whole, self.pending, self.done})
-            self.assertEqual(rows[self.pending].get_attribute("data-state"), "PENDING")
-            reason = rows[self.pending].find_element(By.CSS_SELECTOR, ".reason").text
+            rows = {r["id"]: r for r in queue_rows()}
+            self.assertEqual(set(rows), {self.running, self.whole, self.pending})
+            self.assertEqual(rows[self.pending]["state"], "PENDING")
+            reason = rows[self.pending]["cols"]["reason"]
             self.assertTrue(reason, "the pending job shows no reason")
             self.assertEqual(reason, self.job(self.pending)["pending_reason"])
-            self.assertEqual(rows[self.done].get_attribute("data-state"), "SUCCEEDED")
+            headers = [th.text.strip(" ▲▼") for th in css("#queue-table thead th")]
+            self.assertIn("wait", headers)
+            self.assertIn("run time", headers)
+            self.assertRegex(rows[self.running]["cols"]["runtime"], r"^\d+(s|m\d\ds|h\d\dm)$")
+            self.assertRegex(rows[self.running]["cols"]["wait"], r"^\d+(s|m\d\ds)$")
+            self.assertEqual(rows[self.pending]["cols"]["runtime"], "")
             self.assertNotIn("daemon-secret", driver.page_source)
             shot("queue")
+            # Every state: the ended jobs too, array elements as ARRAY_INDEX, and no
+            # state=all sent (the API knows no such state).
+            driver.execute_script("performance.clearResourceTimings()")
+            Select(driver.find_element(By.ID, "filter-state")).select_by_value("all")
+            wait.until(lambda d: self.done in {r["id"] for r in queue_rows()})
+            sent = driver.execute_script(
+                "return performance.getEntriesByType('resource').map(e => e.name)"
+                ".filter(n => n.includes('/v1/jobs?'))")
+            self.assertTrue(sent)
+            self.assertFalse([u for u in sent if "state=" in u or "active=" in u], sent)
+            self.assertFalse(css("#queue-error"))
+            names = {r["name"]: r for r in queue_rows()}
+            for i in (0, 1):
+                element = names.get("%d_%d" % (self.array, i))
+                self.assertIsNotNone(element, sorted(names))
+                self.assertEqual(element["state"], "SUCCEEDED")
+                self.assertEqual(element["cols"]["id"], "%d_%d" % (self.array, i))
+            self.assertEqual(names[str(self.failed)]["state"], "FAILED")
+            # Sorting by a header: ids newest first, then oldest first; run time.
+            ids = lambda: [r["id"] for r in queue_rows()]
+            sorted_by = lambda key: d_css_attr('#queue-table th[data-sort="%s"]' % key, "aria-sort")
+            self.click_css('#queue-table th[data-sort="id"] button')
+            wait.until(lambda d: sorted_by("id") == "descending")
+            self.assertIn("sort=id", driver.current_url)
+            self.assertEqual(ids(), sorted(ids(), reverse=True))
+            self.click_css('#queue-table th[data-sort="id"] button')
+            wait.until(lambda d: sorted_by("id") == "ascending")
+            self.assertEqual(ids(), sorted(ids()))
+            self.click_css('#queue-table th[data-sort="runtime"] button')
+            wait.until(lambda d: sorted_by("runtime") == "descending")
+            by_runtime = ids()
+            # The two 600-second sleepers have run longest; the job never started is last.
+            self.assertEqual(set(by_runtime[:2]), {self.running, self.whole}, by_runtime)
+            self.assertEqual(by_runtime[-1], self.pending, by_runtime)
+            shot("queue-all-sorted")
             # Filtered by state.
             driver.get(base + "/#/queue?state=PENDING")
             wait.until(lambda d: [r.get_attribute("data-job-id") for r in
                                   css("#queue-table tbody tr")] == [str(self.pending)])
 
-            # A job page: fields, placement, the line its job printed.
+            # A job page: what `gpupool show` says (the command quoted as a shell needs it,
+            # the workdir, time limit, elapsed time, attempts), placement, the line its job
+            # printed.
             driver.get(base + "/#/jobs/%d" % self.running)
             wait.until(lambda d: LOG_LINE in d.find_element(By.ID, "job-log").text)
-            self.assertIn("dash-running", driver.find_element(By.ID, "job-fields").text)
+            self.assertEqual(self.job_field("name"), "dash-running")
+            shown = self.cli("show", str(self.running)).stdout
+            command = re.search(r"^  Command: +(.*)$", shown, re.M).group(1)
+            self.assertEqual(command, "sh -c 'echo %s; sleep 600'" % LOG_LINE)
+            self.assertEqual(self.job_field("command"), command)
+            self.assertEqual(self.job_field("workdir"), self.dir)
+            self.assertEqual(self.job_field("time_limit"), "2h00m")
+            self.assertEqual(self.job_field("attempt"), "1")
+            self.assertRegex(self.job_field("elapsed"), r"^\d+(s|m\d\ds)$")
+            self.assertIn("uid 65534", self.job_field("user"))
+            self.assertIn("1 CPU", self.job_field("request"))
+            self.assertEqual(self.job_field("preemptible"), "no")
+            style = driver.execute_script(
+                "const s = getComputedStyle(document.querySelector('#job-fields dd'));"
+                "return [s.wordBreak, s.overflowWrap]")
+            self.assertEqual(style, ["normal", "anywhere"])
             placement = driver.find_element(By.ID, "job-placement").text
             self.assertTrue("node-a" in placement or "node-b" in placement, placement)
-            wait.until(lambda d: css("#job-telemetry .no-telemetry, #job-telemetry svg"))
+            wait.until(lambda d: css("#job-telemetry .no-telemetry, #job-telemetry .too-short, "
+                                     "#job-telemetry svg"))
+            self.assertEqual(driver.execute_script("return document.getElementById('log-stream').value"),
+                             "stdout")
             shot("job")
+            # A failed job opens on stderr, where its error is.
+            driver.get(base + "/#/jobs/%d" % self.failed)
+            wait.until(lambda d: "failed-err-line" in d.find_element(By.ID, "job-log").text)
+            self.assertEqual(driver.execute_script("return document.getElementById('log-stream').value"),
+                             "stderr")
+            self.assertEqual(self.job_field("exit_code"), "3")
+            shot("job-failed")
+            # A pending job: not started, whatever the nodes report.
+            driver.get(base + "/#/jobs/%d" % self.pending)
+            wait.until(lambda d: css("#job-telemetry .not-started"))
+            self.assertIn("has not started", css("#job-telemetry")[0].text)
+            # An array element by its ARRAY_INDEX id.
+            driver.get(base + "/#/jobs/%d_1" % self.array)
+            wait.until(lambda d: self.job_field("id") and self.job_field("id").startswith("%d_1" % self.array))
+            self.assertIn("element 1 of array %d" % self.array, self.job_field("array"))
             # Another user's job: the API's refusal, not the job.
             driver.get(base + "/#/jobs/%d" % self.secret)
             wait.until(lambda d: css("#job-error"))
@@ -405,8 +518,39 @@ class DashboardTest(unittest.TestCase):
             self.assertTrue(css("#usage-per-day rect"))
             labels = [t.text for t in css("#usage-by-project text")]
             self.assertTrue(any("vision" in t for t in labels), labels)
-            wait.until(lambda d: css("#pool-telemetry .no-telemetry, #pool-telemetry svg"))
+            wait.until(lambda d: css("#pool-telemetry .no-telemetry, #pool-telemetry .too-short, "
+                                     "#pool-telemetry svg"))
+            # Tables headed by what they count, not "key".
+            self.assertEqual(css("#usage-user-table th")[0].text, "user")
+            self.assertEqual(css("#usage-project-table th")[0].text, "project")
+            self.assertNotIn("key", [th.text for th in css("#usage-user-table th")])
             shot("usage")
+            # The time-range picker: the last 7 days asks the usage API for them.
+            window = lambda: [int(driver.execute_script(
+                "return document.getElementById('usage-window').dataset." + k)) for k in ("sinceUs", "untilUs")]
+            self.assertAlmostEqual((window()[1] - window()[0]) / 86400e6, 30, delta=0.01)  # the default
+            driver.execute_script("performance.clearResourceTimings()")
+            Select(driver.find_element(By.ID, "usage-range")).select_by_value("7d")
+            wait.until(lambda d: "range=7d" in d.current_url and
+                       abs((window()[1] - window()[0]) / 86400e6 - 7) < 0.01)
+            since_us, until_us = window()
+            sent = driver.execute_script(
+                "return performance.getEntriesByType('resource').map(e => e.name)"
+                ".filter(n => n.includes('/v1/usage?by=project'))")
+            self.assertTrue(sent)
+            self.assertIn("since_us=%d&until_us=%d" % (since_us, until_us), sent[-1])
+            self.assertAlmostEqual(until_us / 1e6, time.time(), delta=60)
+            wait.until(lambda d: css("#usage-by-user rect"))
+            # Custom dates: from the day before yesterday to today (whole days, local time).
+            today = time.strftime("%Y-%m-%d")
+            before = time.strftime("%Y-%m-%d", time.localtime(time.time() - 2 * 86400))
+            driver.get(base + "/#/usage?range=custom&since=%s&until=%s" % (before, today))
+            wait.until(lambda d: css("#usage-since") and
+                       d.find_element(By.ID, "usage-since").get_attribute("value") == before)
+            wait.until(lambda d: css("#usage-window") and
+                       time.strftime("%Y-%m-%d", time.localtime(window()[0] / 1e6)) == before)
+            wait.until(lambda d: css("#usage-by-user rect"))
+            shot("usage-custom")
 
             # Sign out: back to the form; the old session is dead.
             driver.find_element(By.ID, "logout").click()
@@ -443,6 +587,135 @@ class DashboardTest(unittest.TestCase):
         self.assertFalse([e for e in console if "Content Security Policy" in e["message"]])
 
 
+    def test_views_refresh_live_pause_when_hidden_and_fit_a_phone(self):
+        from selenium.webdriver.common.by import By
+        from selenium.common.exceptions import StaleElementReferenceException
+        from selenium.webdriver.support.ui import WebDriverWait
+
+        driver, profile = self.start_browser()
+        console = []
+        try:
+            base = self.http.base
+            wait, shot, css, sign_in, queue_rows, d_css_attr = self.browser_helpers(driver, console)
+            sign_in(self.user)
+            driver.get(base + "/#/queue?state=all")
+            wait.until(lambda d: d.execute_script("return document.body.dataset.queueRendered"))
+            # The cluster view names who holds each GPU: nobody's jobs by id and user,
+            # daemon's job only as another user's.
+            driver.get(base + "/#/cluster")
+            wait.until(lambda d: len(css(".gpu")) == 6)
+            holders = sorted(driver.execute_script(
+                "return [...document.querySelectorAll('.gpu')].flatMap(e => "
+                "(e.dataset.holders || '').split(' ').filter(Boolean))"))
+            self.assertEqual(holders, sorted(["%d:nobody:500" % self.running,
+                                              "%d:nobody:1000" % self.whole,
+                                              "%d:nobody:1000" % self.whole, "other:1000"]))
+            half = [e for e in css(".gpu") if e.get_attribute("data-allocated-milli") == "500"][0]
+            self.assertIn("%d nobody" % self.running, half.text)
+            self.assertIn("job %d of nobody: 0.50" % self.running, half.get_attribute("title"))
+            self.assertEqual(len([e for e in css(".gpu .holder.other")]), 1)
+            self.assertFalse(css('.gpu a[href="#/jobs/%d"]' % self.secret))
+            self.assertNotIn("daemon", "".join(e.text + e.get_attribute("title") for e in css(".gpu")))
+
+            # Live: a job submitted after the page loaded shows up, and so do its state
+            # changes, without a reload of the page.
+            driver.get(base + "/#/queue?state=all")
+            wait.until(lambda d: d.execute_script("return document.body.dataset.queueRendered"))
+            driver.execute_script("window.notReloaded = true")
+            self.assertRegex(driver.find_element(By.ID, "live").text, r"^live")
+            held = self.submit("nobody", "--hold", "--cpus", "0.1", "--name", "dash-live", "--",
+                               "sh", "-c", "for i in 1 2 3 4 5 6 7 8 9 10; do echo tick-$i; sleep 1; done")
+            slow = WebDriverWait(driver, 30, ignored_exceptions=[StaleElementReferenceException])
+            row = lambda: {r["id"]: r for r in queue_rows()}.get(held)
+            slow.until(lambda d: row() is not None)
+            self.assertEqual(row()["state"], "PENDING")
+            self.assertIn("held by nobody", row()["cols"]["reason"])
+            self.cli("release", str(held), user="nobody")
+            slow.until(lambda d: row()["state"] in ("RUNNING", "SUCCEEDED"))
+            self.assertTrue(driver.execute_script("return window.notReloaded === true"),
+                            "the page was reloaded")
+            self.assertRegex(driver.find_element(By.ID, "live").text, r"updated \d+s ago")
+            # Its page follows its log as it grows, reading on from where it was (offset).
+            driver.get(base + "/#/jobs/%d" % held)
+            driver.execute_script("window.notReloaded = true")
+            slow.until(lambda d: "tick-10" in d.find_element(By.ID, "job-log").text)
+            self.assertEqual(driver.find_element(By.ID, "job-log").text.split(),
+                             ["tick-%d" % i for i in range(1, 11)])
+            offsets = driver.execute_script(
+                "return performance.getEntriesByType('resource').map(e => e.name)"
+                ".filter(n => n.includes('/logs?')).map(n => Number(new URL(n).searchParams.get('offset')))")
+            self.assertTrue([o for o in offsets if o > 0], offsets)
+            wait.until(lambda d: self.job_field("state") == "SUCCEEDED")
+            self.assertTrue(driver.execute_script("return window.notReloaded === true"))
+            driver.get(base + "/#/queue?state=all")
+            wait.until(lambda d: row() is not None and row()["state"] == "SUCCEEDED")
+
+            # A hidden tab asks nothing and says it is paused; shown again, it refreshes.
+            driver.execute_script("""
+                Object.defineProperty(document, 'visibilityState', {value: 'hidden', configurable: true});
+                document.dispatchEvent(new Event('visibilitychange'));
+                performance.setResourceTimingBufferSize(10000);""")
+            self.assertEqual(d_css_attr("#live", "data-state"), "paused")
+            self.assertIn("paused", driver.find_element(By.ID, "live").text)
+            time.sleep(1)  # a redraw begun before may still finish
+            driver.execute_script("performance.clearResourceTimings()")
+            time.sleep(6)  # past one refresh period (5 s): nothing may be asked meanwhile
+            asked = driver.execute_script(
+                "return performance.getEntriesByType('resource').filter(e => e.name.includes('/v1/')).length")
+            self.assertEqual(asked, 0)
+            driver.execute_script("""
+                Object.defineProperty(document, 'visibilityState', {value: 'visible', configurable: true});
+                document.dispatchEvent(new Event('visibilitychange'));""")
+            wait.until(lambda d: d.execute_script(
+                "return performance.getEntriesByType('resource').filter(e => e.name.includes('/v1/jobs?')).length") > 0)
+            wait.until(lambda d: d_css_attr("#live", "data-state") == "live")
+            shot("queue-live")
+
+            # Phone width: no view scrolls sideways (a wide table scrolls in its own box).
+            driver.set_window_size(420, 900)
+            width = driver.execute_script("return window.innerWidth")
+            self.assertLessEqual(width, 420)
+            fits = "return [document.documentElement.scrollWidth, document.documentElement.clientWidth]"
+            for name, path, ready in (
+                    ("cluster", "/#/cluster", ".gpu"),
+                    ("queue", "/#/queue?state=all", "#queue-table tbody tr"),
+                    ("job", "/#/jobs/%d" % self.running, "#job-fields"),
+                    ("job-failed", "/#/jobs/%d" % self.failed, "#job-fields"),
+                    ("usage", "/#/usage", "#usage-by-user rect")):
+                driver.get(base + path)
+                wait.until(lambda d: css(ready))
+                scroll, client = driver.execute_script(fits)
+                self.assertLessEqual(scroll, client, "%s scrolls sideways at %d px" % (name, width))
+                shot("phone-" + name)
+            # At that width the job's command wraps between words, never inside one (as
+            # word-break: break-all did).
+            driver.get(base + "/#/jobs/%d" % self.running)
+            wait.until(lambda d: self.job_field("command"))
+            lines = driver.execute_script("""
+                const dd = document.querySelector('#job-fields dd[data-field="command"]');
+                const text = dd.firstChild;
+                const out = [];
+                // Words between spaces and hyphens (a line may end after a hyphen).
+                for (const m of text.data.matchAll(/[^ -]+/g)) {
+                  const r = document.createRange();
+                  r.setStart(text, m.index); r.setEnd(text, m.index + m[0].length);
+                  out.push([m[0], new Set([...r.getClientRects()].map(x => Math.round(x.top))).size]);
+                }
+                return [out, dd.getClientRects()[0].height, parseFloat(getComputedStyle(dd).lineHeight)];""")
+            words, height, line = lines
+            self.assertGreater(height, 1.5 * line, "the command did not wrap at 420 px: %r" % (lines,))
+            self.assertEqual([w for w, n in words if n != 1], [], words)
+        finally:
+            try:
+                console.extend(driver.get_log("browser"))
+            except Exception:  # the browser is gone
+                pass
+            driver.quit()
+            shutil.rmtree(profile, ignore_errors=True)
+        errors = [e["message"] for e in console if e["level"] == "SEVERE"
+                  and not ("/v1/telemetry" in e["message"] and "404" in e["message"])]
+        self.assertEqual(errors, [], "console errors in the browser:\n" + "\n".join(errors))
+
     # The telemetry contract of issue 17 (GET /v1/nodes' gpus[].telemetry, a job's
     # gpu_util, GET /v1/telemetry's points, usage rows' used_gpu_hours and efficiency),
     # which this controller does not serve yet: a script the browser runs before the
@@ -455,6 +728,9 @@ class DashboardTest(unittest.TestCase):
       {status: 200, headers: {'Content-Type': 'application/json'}});
   window.fetch = async (url, opts) => {
     const u = String(url);
+    if (u === '/v1/telemetry?job=ONE_SAMPLE_JOB') {  // a job shorter than a sample step
+      return json({job: ONE_SAMPLE_JOB, step_s: 60, points: [{t_ms: Date.now() - 60000, util_pct: 42, mem_used_mib: 1000, gpus: 1}]});
+    }
     if (u.startsWith('/v1/telemetry')) {
       const now = Date.now();
       return json({points: Array.from({length: 30}, (_, i) => ({
@@ -493,9 +769,9 @@ class DashboardTest(unittest.TestCase):
         console = []
         try:
             base = self.http.base
-            wait, shot, css, sign_in = self.browser_helpers(driver, console)
-            driver.execute_cdp_cmd("Page.addScriptToEvaluateOnNewDocument",
-                                   {"source": self.TELEMETRY_SHIM})
+            wait, shot, css, sign_in, queue_rows, d_css_attr = self.browser_helpers(driver, console)
+            driver.execute_cdp_cmd("Page.addScriptToEvaluateOnNewDocument", {
+                "source": self.TELEMETRY_SHIM.replace("ONE_SAMPLE_JOB", str(self.done))})
             sign_in(self.user)
             wait.until(lambda d: len(css(".gpu")) == 6)
             self.assertEqual(len(css(".gpu .util")), 6)
@@ -532,6 +808,18 @@ class DashboardTest(unittest.TestCase):
             self.assertIn("61.5%", gpu_util)
             self.assertIn("30000 MiB", gpu_util)
             shot("job-telemetry")
+
+            # One sample: too short to plot, said so (not an empty plot).
+            driver.get(base + "/#/jobs/%d" % self.done)
+            wait.until(lambda d: css("#job-telemetry .too-short"))
+            self.assertIn("Too short to plot", css("#job-telemetry")[0].text)
+            self.assertFalse(css("#job-telemetry svg"))
+            # Pending while the nodes report: the job has not started (not "no telemetry").
+            driver.get(base + "/#/jobs/%d" % self.pending)
+            wait.until(lambda d: css("#job-telemetry .not-started"))
+            self.assertIn("has not started", css("#job-telemetry")[0].text)
+            self.assertNotIn("No telemetry", css("#job-telemetry")[0].text)
+            shot("job-pending-telemetry")
 
             driver.get(base + "/#/usage")
             wait.until(lambda d: css("#pool-telemetry-chart path"))

@@ -403,12 +403,15 @@ void RegisterClusterCommands(CLI::App& app, const RuntimePtr& rt) {
   token->require_subcommand(1);
   auto tc = std::make_shared<TokenCreateState>();
   CLI::App* create = token->add_subcommand("create", "Create a token; it is shown only once");
-  create->add_option("--user", tc->user, "the user (or, for --kind node, the node) it is for")
+  create
+      ->add_option("--user", tc->user,
+                   "the user (for --kind node the node, for --kind metrics the service) it "
+                   "is for")
       ->required();
   create
       ->add_option("--kind", tc->kind,
                    "user (a person's token), node (an agent's join token, for that node only) "
-                   "or metrics (reads GET /v1/nodes and /v1/usage only)")
+                   "or metrics (a service account: reads /metrics and the aggregates only)")
       ->capture_default_str();
   create->add_option("--expires", tc->expires,
                      "refused after this long: 90d, 12h, 30m, 45s (default: never)");

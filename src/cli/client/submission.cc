@@ -420,8 +420,8 @@ Result<ApiAnswer> PostSubmission(const ApiClient& api, OrderedJson* body) {
   const std::string text = DumpJson(*body);
   // For about a minute, at most a second apart: a takeover by a standby controller takes
   // about its lease (5 s), and the submission should land soon after. A socket that is
-  // not there gets a few seconds only (a `gpupool up` restarting makes it again): a
-  // newcomer whose pool is not running hears so at once instead of after a minute.
+  // not there is no takeover (a standby takes over through TCP addresses, never by making
+  // a socket appear): the error comes at once, naming the socket and `gpupool up`.
   const auto start = std::chrono::steady_clock::now();
   int pause_ms = 200;
   while (true) {
@@ -429,11 +429,9 @@ Result<ApiAnswer> PostSubmission(const ApiClient& api, OrderedJson* body) {
     const bool again = !r.ok() && (r.status().code() == StatusCode::kUnavailable ||
                                    (r.status().code() == StatusCode::kResourceExhausted &&
                                     r.status().message().find("waiting") != std::string::npos));
-    if (!again) return r;
-    const bool missing = OnlyMissingSockets(api);
-    const auto give_up = start + std::chrono::seconds(missing ? 3 : 60);
-    if (std::chrono::steady_clock::now() >= give_up) return r;
-    if (pause_ms == 200 && !missing) {  // said once: a wrong address should not look like a hang
+    if (!again || OnlyMissingSockets(api)) return r;
+    if (std::chrono::steady_clock::now() >= start + std::chrono::seconds(60)) return r;
+    if (pause_ms == 200) {  // said once: a wrong address should not look like a hang
       std::cerr << "gpupool: " << r.status().message()
                 << "\n  trying again for up to a minute (a controller may be taking over; "
                    "Ctrl-C stops)\n";

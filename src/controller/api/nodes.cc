@@ -21,8 +21,31 @@ OrderedJson GpuTelemetryToJson(const protocol::GpuTelemetry& t) {
   return j;
 }
 
+// Who holds a GPU, as `caller` may see it: admins see every holder's job and user, a user
+// their own jobs' and only the share of another user's (docs/security.md: a user does not
+// read another user's jobs).
+OrderedJson HoldersToJson(const std::vector<NodeView::Holder>& holders, const Caller& caller) {
+  OrderedJson out = OrderedJson::array();
+  for (const NodeView::Holder& h : holders) {
+    OrderedJson one;
+    if (caller.admin || h.user == caller.user) {
+      one["job_id"] = h.job_id;
+      if (h.array_id != 0) {
+        one["array_id"] = h.array_id;
+        one["array_index"] = h.array_index;
+      }
+      one["user"] = h.user;
+    } else {
+      one["other_user"] = true;
+    }
+    one["gpu_milli"] = h.gpu_milli;
+    out.push_back(std::move(one));
+  }
+  return out;
+}
+
 // `latest`: the node's GPUs' latest telemetry by index (none for a node that is down).
-OrderedJson NodeViewToJson(const NodeView& v,
+OrderedJson NodeViewToJson(const NodeView& v, const Caller& caller,
                            const std::map<int, protocol::GpuTelemetry>& latest = {}) {
   OrderedJson gpus = OrderedJson::array();
   for (size_t g = 0; g < v.info.gpus.size(); ++g) {
@@ -32,7 +55,9 @@ OrderedJson NodeViewToJson(const NodeView& v,
                     {"name", gi.name},
                     {"uuid", gi.uuid},
                     {"memory_total_bytes", gi.memory_total_bytes},
-                    {"allocated_milli", v.allocated_milli[g]}});
+                    {"allocated_milli", v.allocated_milli[g]},
+                    {"holders", g < v.holders.size() ? HoldersToJson(v.holders[g], caller)
+                                                     : OrderedJson::array()}});
     // How a share of it is enforced (gpu_info.h), where its agent stated it.
     if (!gi.enforcement.empty()) gpus.back()["enforcement"] = gi.enforcement;
     if (auto t = latest.find(gi.index); t != latest.end() && v.state != "down") {
@@ -65,10 +90,10 @@ OrderedJson NodeViewToJson(const NodeView& v,
 
 }  // namespace
 
-net::HttpResponse ListNodes(const ApiContext& ctx, const Call&) {
+net::HttpResponse ListNodes(const ApiContext& ctx, const Call& c) {
   OrderedJson nodes = OrderedJson::array();
   for (const NodeView& v : ctx.controller->Nodes()) {
-    nodes.push_back(NodeViewToJson(v, ctx.telemetry->hub().LatestOfNode(v.name)));
+    nodes.push_back(NodeViewToJson(v, c.caller, ctx.telemetry->hub().LatestOfNode(v.name)));
   }
   return JsonResponse(200, {{"nodes", std::move(nodes)}});
 }
@@ -83,7 +108,7 @@ net::HttpResponse DrainNode(const ApiContext& ctx, const Call& c) {
   if (Status s = f.Finish(); !s.ok()) return ErrorResponse(s);
   Result<NodeView> v = ctx.controller->DrainNode(c.Param("name"), reason, c.caller);
   if (!v.ok()) return ErrorResponse(v.status());
-  return JsonResponse(200, {{"node", NodeViewToJson(*v)}});
+  return JsonResponse(200, {{"node", NodeViewToJson(*v, c.caller)}});
 }
 
 net::HttpResponse ResumeNode(const ApiContext& ctx, const Call& c) {
@@ -96,7 +121,7 @@ net::HttpResponse ResumeNode(const ApiContext& ctx, const Call& c) {
   Result<NodeView> v = gpu.empty() ? ctx.controller->ResumeNode(c.Param("name"), c.caller)
                                    : ctx.controller->ResumeGpu(c.Param("name"), gpu, c.caller);
   if (!v.ok()) return ErrorResponse(v.status());
-  return JsonResponse(200, {{"node", NodeViewToJson(*v)}});
+  return JsonResponse(200, {{"node", NodeViewToJson(*v, c.caller)}});
 }
 
 }  // namespace gpupool::controller::api

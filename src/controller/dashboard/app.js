@@ -66,6 +66,38 @@
     return `${share}${r.gpus}${tasks}`;
   }
   function stateBadge(s) { return h('span', { class: `state ${s}`, text: s }); }
+  // A job's id as `gpupool queue` prints it: ARRAY_INDEX for an array's element.
+  function jobIdText(j) { return j.array_id ? `${j.array_id}_${j.array_index}` : String(j.id); }
+  // Seconds as `gpupool` prints durations: 45s, 12m05s, 3h02m, 2d04h.
+  function fmtDuration(s) {
+    if (s === null || s === undefined || !isFinite(s)) return '';
+    s = Math.max(0, Math.floor(s));
+    const p = (n) => String(n).padStart(2, '0');
+    if (s < 60) return `${s}s`;
+    if (s < 3600) return `${Math.floor(s / 60)}m${p(s % 60)}s`;
+    if (s < 86400) return `${Math.floor(s / 3600)}h${p(Math.floor(s / 60) % 60)}m`;
+    return `${Math.floor(s / 86400)}d${p(Math.floor(s / 3600) % 24)}h`;
+  }
+  // Time waited before starting (to now for a job not started), and time run (to now for a
+  // running job), in seconds; null where it does not apply.
+  function waitSeconds(j, nowUs) {
+    if (!j.submit_time_us) return null;
+    const until = j.start_time_us || j.end_time_us || nowUs;
+    return (until - j.submit_time_us) / 1e6;
+  }
+  function runSeconds(j, nowUs) {
+    if (!j.start_time_us) return null;
+    return ((j.end_time_us || nowUs) - j.start_time_us) / 1e6;
+  }
+  // argv as a shell would need it typed (as `gpupool show` prints it): plain words as they
+  // are, others in single quotes.
+  function shellJoin(argv) {
+    return (argv || []).map((a) => {
+      a = String(a);
+      if (a !== '' && /^[A-Za-z0-9\-_./=:,+@%]+$/.test(a)) return a;
+      return `'${a.replace(/'/g, "'\\''")}'`;
+    }).join(' ');
+  }
 
   // ---- the API ----
   class Unauthorized extends Error {}
@@ -87,6 +119,10 @@
   // ---- sign-in ----
   function showLogin(message) {
     session.user = '';
+    clearTimeout(live.timer);
+    live.timer = 0;
+    live.updatedMs = 0;
+    document.getElementById('live').textContent = '';
     document.getElementById('login').hidden = false;
     document.getElementById('nav').hidden = true;
     document.getElementById('logout').hidden = true;
@@ -193,20 +229,27 @@
     g.appendChild(svg('path', { class: 'line', d }));
     return g;
   }
-  // GET /v1/telemetry?QUERY as a utilisation plot, or a note when there is none (the
-  // endpoint is absent on controllers without telemetry, or it has no points yet).
-  async function telemetryPlot(query, title, id) {
+  // GET /v1/telemetry?QUERY as a utilisation plot, or a note saying why there is none: the
+  // endpoint is absent on controllers without telemetry, the job has not started (`notYet`),
+  // there are no points, or one point only (a job shorter than a sample step).
+  async function telemetryPlot(query, title, id, opts) {
+    const o = opts || {};
     const box = h('div', { id });
+    const note = (text, cls) => { box.appendChild(h('p', { class: `muted ${cls}`, text })); return box; };
+    if (o.notYet) return note(o.notYet, 'no-telemetry not-started');
     const res = await api(`/v1/telemetry?${query}`);
     const points = res.status === 200 && res.body && Array.isArray(res.body.points) ? res.body.points : [];
-    const usable = points.filter((p) => typeof p.util_pct === 'number');
-    if (usable.length === 0) {
-      box.appendChild(h('p', { class: 'muted no-telemetry', text: 'No telemetry yet: the nodes report no GPU utilisation.' }));
-      return box;
+    const usable = points.filter((p) => typeof p.util_pct === 'number' && (!o.untilMs || p.t_ms <= o.untilMs));
+    if (usable.length === 0) return note('No telemetry yet: the nodes report no GPU utilisation.', 'no-telemetry');
+    if (usable.length < 2) {
+      return note(`Too short to plot: one sample (${fmtNum(usable[0].util_pct, 1)}% at ${fmtTime(usable[0].t_ms * 1000)}).`, 'too-short');
     }
     box.appendChild(lineChart(usable.map((p) => ({ t_ms: p.t_ms, value: p.util_pct })), { title, id: `${id}-chart` }));
     return box;
   }
+
+  // A table in its own scrolling box: a wide table scrolls there, not the page.
+  function tableBox(table) { return h('div', { class: 'table-box' }, table); }
 
   // ---- pages ----
   async function clusterPage(gen) {
@@ -248,12 +291,23 @@
             (health.since_us ? ` since ${new Date(health.since_us / 1000).toLocaleString()}` : ''));
           if (health.evidence) tip.push(`evidence: ${health.evidence}`);
         }
+        // Who holds it (GET /v1/nodes' holders): each job and its user, every share's;
+        // another user's job the caller may not read is only "another user".
+        const holders = g.holders || [];
+        for (const o of holders) {
+          tip.push(o.other_user ? `another user's job: ${fmtNum(o.gpu_milli / 1000, 2)}`
+            : `job ${jobIdText({ id: o.job_id, array_id: o.array_id, array_index: o.array_index })} of ${o.user}: ${fmtNum(o.gpu_milli / 1000, 2)}`);
+        }
+        const who = h('div', { class: 'holders' }, holders.map((o) => o.other_user
+          ? h('div', { class: 'holder other', text: 'another user' })
+          : h('div', { class: 'holder' }, h('a', { href: `#/jobs/${o.job_id}`, text: jobIdText({ id: o.job_id, array_id: o.array_id, array_index: o.array_index }) }), ` ${o.user}`)));
         return h('div', {
           class: health ? `gpu health-${health.state}` : 'gpu', title: tip.join('\n'),
           dataset: { node: n.name, index: g.index, allocatedMilli: g.allocated_milli, utilPct: t && typeof t.util_pct === 'number' ? t.util_pct : '',
             health: health ? health.state : 'healthy', healthReason: health ? health.reason || '' : '',
-            enforcement: g.enforcement || '' },
-        }, fill, util, h('div', { class: 'label' }, lines.map((l) => h('div', { text: l }))));
+            enforcement: g.enforcement || '',
+            holders: holders.map((o) => o.other_user ? `other:${o.gpu_milli}` : `${o.job_id}:${o.user}:${o.gpu_milli}`).join(' ') },
+        }, fill, util, h('div', { class: 'label' }, lines.map((l) => h('div', { text: l })), who));
       });
       const unhealthy = (n.gpus || []).filter((g) => g.health && g.health.state && g.health.state !== 'healthy');
       const modes = [...new Set((n.gpus || []).map((g) => g.enforcement).filter((m) => m))];
@@ -281,67 +335,171 @@
     return out;
   }
 
+  // The queue's columns: key (for ?sort=), header, the value sorted by, and the cell.
+  const QUEUE_COLUMNS = [
+    { key: 'id', label: 'id', num: true, value: (j) => j.id, cell: (j) => h('a', { href: `#/jobs/${j.id}`, text: jobIdText(j) }) },
+    { key: 'user', label: 'user', value: (j) => j.user || '' },
+    { key: 'project', label: 'project', value: (j) => j.project || '' },
+    { key: 'name', label: 'name', value: (j) => j.name || shellJoin(j.command) },
+    { key: 'state', label: 'state', value: (j) => j.state, cell: (j) => stateBadge(j.state) },
+    { key: 'gpus', label: 'GPUs', num: true, value: (j) => ((j.request || {}).gpus || 0) * ((j.request || {}).gpu_milli || 1000) * ((j.request || {}).tasks || 1), text: gpusOf },
+    { key: 'nodes', label: 'nodes', value: (j) => (j.placement || []).map((p) => p.node).filter((v, i, a) => a.indexOf(v) === i).join(', ') },
+    { key: 'submitted', label: 'submitted', value: (j) => j.submit_time_us || 0, text: (j) => fmtTime(j.submit_time_us) },
+    { key: 'wait', label: 'wait', num: true, value: (j, now) => waitSeconds(j, now), text: (j, now) => fmtDuration(waitSeconds(j, now)) },
+    { key: 'runtime', label: 'run time', num: true, value: (j, now) => runSeconds(j, now), text: (j, now) => fmtDuration(runSeconds(j, now)) },
+    { key: 'reason', label: 'reason', cls: 'reason', value: (j) => (j.preempted_by ? `preempted by job ${j.preempted_by}: stopping` : j.state === 'PENDING' ? (j.held_by ? `held by ${j.held_by}` : j.pending_reason || '') : j.reason || '') + (j.preemptions ? ` [preempted ${j.preemptions}x]` : '') },
+  ];
+  // The queue's state filter: `?state=` in the page's address. None: the active jobs (the
+  // API's active=1: pending, held, assigned, running); `all`: every state (no filter sent:
+  // the API knows no state "all"); else a state or a comma-separated list of them.
+  function queueStateParams(stateFilter, params) {
+    if (!stateFilter) params.set('active', '1');
+    else if (stateFilter !== 'all') params.set('state', stateFilter);
+  }
+
   async function queuePage(gen, q) {
     const page = Math.max(0, parseInt(q.page || '0', 10) || 0);
     const stateFilter = q.state || '';
     const userFilter = q.user || '';
+    const sortKey = QUEUE_COLUMNS.some((c) => c.key === q.sort) ? q.sort : '';
+    const sortDir = q.dir === 'asc' ? 'asc' : 'desc';
     const params = new URLSearchParams({ limit: String(PAGE_SIZE + 1), offset: String(page * PAGE_SIZE) });
-    if (stateFilter) params.set('state', stateFilter);
+    queueStateParams(stateFilter, params);
     if (userFilter) params.set('user', userFilter);
     else if (session.admin) params.set('all', '1');
     const res = await api(`/v1/jobs?${params}`);
     if (gen !== generation) return;
+    const current = { state: stateFilter, user: userFilter, page: String(page), sort: sortKey, dir: sortKey ? sortDir : '' };
     const go = (changes) => {
-      const next = Object.assign({ state: stateFilter, user: userFilter, page: '0' }, changes);
+      const next = Object.assign({}, current, { page: '0' }, changes);
       for (const k of Object.keys(next)) if (!next[k] || next[k] === '0') delete next[k];
       location.hash = `#/queue${Object.keys(next).length ? '?' + new URLSearchParams(next) : ''}`;
     };
     const stateSel = h('select', { id: 'filter-state', onchange: () => go({ state: stateSel.value }) },
-      h('option', { value: '', text: 'all states' }),
-      STATES.map((s) => h('option', { value: s, text: s, selected: s === stateFilter })),
-      h('option', { value: 'PENDING,ASSIGNED,RUNNING', text: 'active', selected: stateFilter === 'PENDING,ASSIGNED,RUNNING' }));
+      h('option', { value: '', text: 'active (pending, held, running)', selected: stateFilter === '' }),
+      h('option', { value: 'all', text: 'all states', selected: stateFilter === 'all' }),
+      STATES.map((s) => h('option', { value: s, text: s, selected: s === stateFilter })));
     const userInput = h('input', { id: 'filter-user', placeholder: session.admin ? 'all users' : session.user, value: userFilter, size: 12 });
     userInput.onchange = () => go({ user: userInput.value.trim() });
     const filters = h('div', { class: 'filters' }, h('label', {}, 'State ', stateSel), h('label', {}, 'User ', userInput));
     if (res.status !== 200) return show(h('h1', { text: 'Queue' }), filters, h('p', { class: 'error', id: 'queue-error', text: errorOf(res) }));
+    const nowUs = Date.now() * 1000;
     const jobs = res.body.jobs || [];
     const more = jobs.length > PAGE_SIZE;
-    const rows = jobs.slice(0, PAGE_SIZE).map((j) => h('tr', { dataset: { jobId: j.id, user: j.user, state: j.state } },
-      h('td', { class: 'num' }, h('a', { href: `#/jobs/${j.id}`, text: j.id })),
-      h('td', { text: j.user }), h('td', { text: j.project || '' }), h('td', { text: j.name || (j.command || []).join(' ') }),
-      h('td', {}, stateBadge(j.state)), h('td', { class: 'num', text: gpusOf(j) }),
-      h('td', { text: (j.placement || []).map((p) => p.node).filter((v, i, a) => a.indexOf(v) === i).join(', ') }),
-      h('td', { text: fmtTime(j.submit_time_us) }),
-      h('td', { class: 'reason', text: (j.preempted_by ? `preempted by job ${j.preempted_by}: stopping` : j.state === 'PENDING' ? j.pending_reason || '' : j.reason || '') + (j.preemptions ? ` [preempted ${j.preemptions}x]` : '') })));
+    const shown = jobs.slice(0, PAGE_SIZE);
+    if (sortKey) {
+      // Sorted within this page (the newest PAGE_SIZE that match); empty values last.
+      const col = QUEUE_COLUMNS.find((c) => c.key === sortKey);
+      const sign = sortDir === 'asc' ? 1 : -1;
+      shown.sort((a, b) => {
+        const va = col.value(a, nowUs);
+        const vb = col.value(b, nowUs);
+        const ea = va === null || va === '';
+        const eb = vb === null || vb === '';
+        if (ea || eb) return ea === eb ? b.id - a.id : ea ? 1 : -1;
+        const c = typeof va === 'number' && typeof vb === 'number' ? va - vb : String(va).localeCompare(String(vb));
+        return c !== 0 ? sign * c : b.id - a.id;
+      });
+    }
+    const rows = shown.map((j) => h('tr', { dataset: { jobId: j.id, jobName: jobIdText(j), user: j.user, state: j.state } },
+      QUEUE_COLUMNS.map((c) => {
+        const td = h('td', { class: [c.num ? 'num' : '', c.cls || ''].join(' ').trim() || null, dataset: { col: c.key } });
+        if (c.cell) td.appendChild(c.cell(j, nowUs));
+        else td.textContent = String(c.text ? c.text(j, nowUs) : c.value(j, nowUs));
+        return td;
+      })));
+    const headers = QUEUE_COLUMNS.map((c) => {
+      const sorted = c.key === sortKey;
+      const next = sorted && sortDir === 'desc' ? 'asc' : 'desc';
+      return h('th', { class: c.num ? 'num sortable' : 'sortable', dataset: { sort: c.key }, 'aria-sort': sorted ? (sortDir === 'asc' ? 'ascending' : 'descending') : 'none' },
+        h('button', { type: 'button', class: 'sort', title: `sort by ${c.label}`, onclick: () => go({ sort: c.key, dir: next, page: String(page) }) },
+          c.label, sorted ? (sortDir === 'asc' ? ' ▲' : ' ▼') : ''));
+    });
     const pager = h('div', { class: 'pager' },
       h('button', { id: 'page-prev', disabled: page === 0, onclick: () => go({ page: String(page - 1) }), text: '← newer' }),
-      h('span', { id: 'page-info', text: jobs.length ? `jobs ${page * PAGE_SIZE + 1}–${page * PAGE_SIZE + Math.min(PAGE_SIZE, jobs.length)}` : 'no jobs' }),
+      h('span', { id: 'page-info', text: shown.length ? `jobs ${page * PAGE_SIZE + 1}–${page * PAGE_SIZE + shown.length}` : 'no jobs' }),
       h('button', { id: 'page-next', disabled: !more, onclick: () => go({ page: String(page + 1) }), text: 'older →' }));
     show(h('h1', { text: 'Queue' }), filters, pager,
-      h('table', { id: 'queue-table' },
-        h('thead', {}, h('tr', {}, ['id', 'user', 'project', 'name', 'state', 'GPUs', 'nodes', 'submitted', 'reason'].map((c) => h('th', { text: c })))),
-        h('tbody', {}, rows)));
+      tableBox(h('table', { id: 'queue-table' }, h('thead', {}, h('tr', {}, headers)), h('tbody', {}, rows))),
+      sortKey ? h('p', { class: 'muted', text: 'Sorted within this page; the pages hold the newest jobs first.' }) : null);
     document.body.dataset.queueRendered = String(rows.length);
     if (window.performance && performance.mark) performance.mark('queue-rendered');
   }
 
-  async function jobPage(gen, id) {
+  // What the job page keeps across its refreshes: which job, the log the user picked, and
+  // that log's last lines and where its reading got to (a refresh reads only what is new).
+  const jobView = { id: '', task: null, stream: null, log: { key: '' } };
+  const LOG_LINES = 200;
+  const LOG_CHUNKS_PER_DRAW = 8;  // the API answers at most 1 MiB a read
+  function lastLines(text, n) {
+    const lines = text.split('\n');
+    return lines.length > n + 1 ? lines.slice(lines.length - n - 1).join('\n') : text;
+  }
+
+  function requestText(r) {
+    const parts = [];
+    const gpus = r.gpus || 0;
+    const milli = r.gpu_milli || 1000;
+    if (gpus === 0) parts.push('no GPU');
+    else if (r.gpu_memory_bytes) parts.push(`a share of 1 GPU sized by ${fmtNum(r.gpu_memory_bytes / 2 ** 30, 1)} GiB of its memory`);
+    else if (milli < 1000) parts.push(`${milli / 1000} of 1 GPU`);
+    else parts.push(`${gpus} GPU${gpus === 1 ? '' : 's'}`);
+    const cons = [];
+    if ((r.gpu_models || []).length) cons.push(`model ${r.gpu_models.join(' or ')}`);
+    if (r.vendor) cons.push(`vendor ${r.vendor}`);
+    if (r.min_capability) cons.push(`capability >= ${r.min_capability}`);
+    if (cons.length) parts[parts.length - 1] += ` (${cons.join(', ')})`;
+    parts.push(`${(r.cpu_milli || 1000) / 1000} CPU`);
+    if (r.memory_bytes) parts.push(`${fmtNum(r.memory_bytes / 2 ** 30, 1)} GiB memory`);
+    if ((r.tasks || 1) !== 1) parts.push(`each of ${r.tasks} tasks`);
+    return parts.join(', ');
+  }
+
+  async function jobPage(gen, id, refreshing) {
     const res = await api(`/v1/jobs/${id}`);
     if (gen !== generation) return;
     if (res.status !== 200) return show(h('h1', { text: `Job ${id}` }), h('p', { class: 'error', id: 'job-error', text: errorOf(res) }));
     const j = res.body.job;
     const r = j.request || {};
-    const field = (k, v) => [h('dt', { text: k }), h('dd', { text: v === undefined || v === null ? '' : String(v) })];
+    const nowUs = Date.now() * 1000;
+    if (jobView.id !== id) Object.assign(jobView, { id, task: null, stream: null, log: { key: '' } });
+    const field = (k, v, key) => (v === undefined || v === null || v === '' ? [] :
+      [h('dt', { text: k }), h('dd', { text: String(v), dataset: { field: key || k } })]);
+    const deps = (j.dependencies || []).map((d) => `${d.kind} ${d.job_id}`).join(', ');
+    const env = j.env || {};
+    const envKeys = Object.keys(env);
     const fields = h('dl', { class: 'fields', id: 'job-fields' },
-      field('id', j.id), field('user', j.user), field('project', j.project), field('name', j.name),
-      field('state', j.state), field(j.state === 'PENDING' ? 'pending reason' : 'reason', j.state === 'PENDING' ? j.pending_reason : j.reason),
-      field('command', (j.command || []).join(' ')), field('GPUs', gpusOf(j)),
-      field('CPU', r.cpu_milli ? `${r.cpu_milli / 1000} cores` : ''), field('priority', j.priority),
+      field('id', jobIdText(j) + (j.array_id ? ` (job ${j.id})` : ''), 'id'), field('name', j.name),
+      field('user', `${j.user} (uid ${j.uid}, gid ${j.gid})`, 'user'), field('project', j.project),
+      field('state', j.state),
+      j.state === 'PENDING' ? field('waiting', j.pending_reason, 'pending_reason') : [],
+      field('reason', j.reason),
+      field('command', shellJoin(j.command), 'command'), field('workdir', j.workdir), field('image', j.image),
+      envKeys.length > 8 ? field('environment', `${envKeys.length} variables (gpupool show ${j.id} --json lists them)`, 'env')
+        : field('environment', envKeys.map((k) => `${k}=${env[k]}`).join('\n'), 'env'),
+      j.script ? field('script', `${j.script.length} bytes, copied at submit (gpupool show ${j.id} --script)`, 'script') : [],
+      field('output', j.output), field('error', j.error),
+      field('request', requestText(r), 'request'), field('priority', j.priority),
+      field('time limit', j.time_limit_s > 0 ? fmtDuration(j.time_limit_s) : 'none', 'time_limit'),
+      field('requeue', j.requeue ? 'yes, if its node is lost' : 'no'),
+      j.enforce_memory ? field('enforce', 'memory (shares only on GPUs that hold it)') : [],
+      j.mpi ? field('launch', 'mpi: the command runs in task 0, the others are held') : [],
+      j.interactive ? field('interactive', j.interactive === 'alloc' ? 'alloc: an allocation held for gpupool exec' : `run: the command runs in task 0 with its client's ${j.pty ? 'terminal (--pty)' : 'stdin and output'}`) : [],
+      j.array_id ? field('array', `element ${j.array_index} of array ${j.array_id} (${j.array || ''})${j.array_max_running > 0 ? `, at most ${j.array_max_running} at once` : ''}`, 'array') : [],
+      field('depends on', deps, 'dependencies'),
+      j.held_by ? field('held', `by ${j.held_by}${j.held_by_admin ? ' (admin)' : ''}`, 'held') : [],
       field('submitted', fmtTime(j.submit_time_us)), field('started', fmtTime(j.start_time_us)), field('ended', fmtTime(j.end_time_us)),
-      field('exit code', j.exit_code), field('attempt', j.attempt),
-      field('preemptible', j.preemptible ? 'yes' : 'no'),
-      j.preempted_by ? field('preempted by', `job ${j.preempted_by}; SIGKILL at ${fmtTime(j.preempt_deadline_s * 1e6)}`) : [],
-      field('preemptions', j.preemptions ? `${j.preemptions}, costing ${fmtNum(j.preempted_gpu_hours, 3)} GPU-hours` : '0'));
+      field('waited', fmtDuration(waitSeconds(j, nowUs)), 'wait'),
+      field(j.end_time_us ? 'run time' : 'elapsed', j.start_time_us ? fmtDuration(runSeconds(j, nowUs)) : '', 'elapsed'),
+      j.state === 'PENDING' && j.start_estimate_us ? field('planned start', `${fmtTime(j.start_estimate_us)} (in ${fmtDuration((j.start_estimate_us - nowUs) / 1e6)})`, 'start_estimate') : [],
+      field('exit code', j.exit_code, 'exit_code'), field('signal', j.signal),
+      j.preempted_by ? field('preempted by', `job ${j.preempted_by}; SIGKILL at ${fmtTime(j.preempt_deadline_s * 1e6)}${j.checkpoint_done ? ' (checkpoint done: now)' : ''}`, 'preempted_by')
+        : j.cancel_requested ? field('cancel', 'requested; the job is being stopped') : [],
+      field('preemptible', j.preemptible ? ['yes', j.min_runtime_s > 0 ? `min runtime ${fmtDuration(j.min_runtime_s)}` : '', j.preempt_grace_s > 0 ? `grace ${fmtDuration(j.preempt_grace_s)}` : ''].filter(Boolean).join(', ') : 'no'),
+      field('preemptions', j.preemptions ? `${j.preemptions}, costing ${fmtNum(j.preempted_gpu_hours, 3)} GPU-hours of work` : '0'),
+      field('attempts', j.attempt, 'attempt'),
+      j.master_port > 0 ? field('rendezvous', `${((j.tasks || [])[0] || {}).host || ''}:${j.master_port}`) : [],
+      field('stdout', j.stdout_path, 'stdout_path'), field('stderr', j.stderr_path, 'stderr_path'));
     const placement = (j.placement || []).map((p, t) => h('tr', {},
       h('td', { class: 'num', text: t }), h('td', { text: p.node }),
       h('td', { text: (p.gpu_indices || []).join(', ') }),
@@ -352,104 +510,238 @@
       const u = j.gpu_util;
       util = h('dl', { class: 'fields', id: 'job-gpu-util' }, field('mean utilisation', `${fmtNum(u.mean_pct, 1)}%`),
         field('peak utilisation', `${fmtNum(u.peak_pct, 1)}%`), field('peak memory', `${u.peak_mem_mib} MiB`),
+        typeof u.used_gpu_hours === 'number' ? field('used', `${fmtHours(u.used_gpu_hours)} GPU-hours`) : [],
         field('idle', u.idle ? `yes, since ${fmtTime((u.idle_since_ms || 0) * 1000)}` : 'no'));
     }
+    // The log: a failed job opens on stderr (where its error is), others on stdout, unless
+    // the user picked one; stdout and stderr in one file (the default -o) are one choice.
     const tasks = Math.max(1, r.tasks || 1);
+    const failed = j.state === 'FAILED' || j.state === 'TIMEOUT';
+    const oneFile = !!j.stdout_path && j.stdout_path === j.stderr_path;
     const taskSel = h('select', { id: 'log-task' }, Array.from({ length: tasks }, (_, t) => h('option', { value: t, text: `task ${t}` })));
-    const streamSel = h('select', { id: 'log-stream' }, h('option', { value: 'stdout', text: 'stdout' }), h('option', { value: 'stderr', text: 'stderr' }));
+    const streamSel = h('select', { id: 'log-stream' }, oneFile ? h('option', { value: 'stdout', text: 'stdout and stderr (one file)' })
+      : [h('option', { value: 'stdout', text: 'stdout' }), h('option', { value: 'stderr', text: 'stderr' })]);
+    taskSel.value = jobView.task !== null ? jobView.task : '0';
+    streamSel.value = !oneFile && jobView.stream !== null ? jobView.stream : (failed && !oneFile ? 'stderr' : 'stdout');
     const log = h('pre', { class: 'log', id: 'job-log', text: 'loading…' });
-    const loadLog = async () => {
-      const lr = await api(`/v1/jobs/${id}/logs?task=${taskSel.value}&stream=${streamSel.value}`);
-      if (lr.status !== 200) { log.textContent = errorOf(lr); return; }
-      const lines = String(lr.body).split('\n');
-      const tail = lines.slice(Math.max(0, lines.length - 200)).join('\n');
-      log.textContent = tail || '(empty)';
+    // Reads on from where the last read ended (from the start when `fresh`, or for another
+    // task or stream), up to LOG_CHUNKS_PER_DRAW reads a draw, keeping the last lines.
+    const loadLog = async (fresh) => {
+      const key = `${j.id}/${taskSel.value}/${streamSel.value}`;
+      if (fresh === true || jobView.log.key !== key) jobView.log = { key, offset: 0, text: '', eof: false, read: false };
+      const L = jobView.log;
+      for (let i = 0; i < LOG_CHUNKS_PER_DRAW && !L.eof; i++) {
+        const lr = await api(`/v1/jobs/${j.id}/logs?task=${taskSel.value}&stream=${streamSel.value}&offset=${L.offset}`);
+        if (jobView.log !== L) return;  // another log was picked meanwhile
+        if (lr.status !== 200) { log.textContent = errorOf(lr); return; }
+        const body = String(lr.body);
+        const bytes = new TextEncoder().encode(body).length;
+        const next = parseInt(lr.headers.get('X-Gpupool-Next-Offset') || '', 10);
+        L.offset = Number.isFinite(next) ? next : L.offset + bytes;
+        L.eof = lr.headers.get('X-Gpupool-Eof') === '1';
+        L.text = lastLines(L.text + body, LOG_LINES);
+        L.read = true;
+        if (bytes < (1 << 20)) break;  // caught up with the file
+      }
+      log.textContent = L.text || '(empty)';
     };
-    taskSel.onchange = loadLog;
-    streamSel.onchange = loadLog;
+    if (jobView.log.key === `${j.id}/${taskSel.value}/${streamSel.value}` && jobView.log.read) log.textContent = jobView.log.text || '(empty)';
+    const pick = () => { jobView.task = taskSel.value; jobView.stream = streamSel.value; loadLog(true); };
+    taskSel.onchange = pick;
+    streamSel.onchange = pick;
     const actions = h('div', { class: 'filters' });
     if (!TERMINAL.includes(j.state)) {
       actions.appendChild(h('button', {
         id: 'job-cancel', text: 'Cancel job',
         onclick: async () => {
-          if (!window.confirm(`Cancel job ${j.id}?`)) return;
+          if (!window.confirm(`Cancel job ${jobIdText(j)}?`)) return;
           const cr = await api(`/v1/jobs/${j.id}/cancel`, { method: 'POST', headers: { 'X-Gpupool-CSRF': session.csrf } });
           if (cr.status !== 200) window.alert(errorOf(cr));
           route();
         },
       }));
     }
-    show(h('h1', {}, `Job ${j.id} `, stateBadge(j.state)), actions,
+    const oldPlot = refreshing ? document.getElementById('job-telemetry') : null;
+    show(h('h1', {}, `Job ${jobIdText(j)} `, stateBadge(j.state)), actions,
       h('div', { class: 'cards' },
         h('div', { class: 'card' }, h('h2', { text: 'Fields' }), fields),
         h('div', { class: 'card' }, h('h2', { text: 'Placement' }),
-          placement.length ? h('table', { id: 'job-placement' }, h('thead', {}, h('tr', {}, ['task', 'node', 'GPUs', 'share', 'host'].map((c) => h('th', { text: c })))), h('tbody', {}, placement))
+          placement.length ? tableBox(h('table', { id: 'job-placement' }, h('thead', {}, h('tr', {}, ['task', 'node', 'GPUs', 'share', 'host'].map((c) => h('th', { text: c })))), h('tbody', {}, placement)))
             : h('p', { class: 'muted', text: 'Not placed.' }),
-          h('h2', { text: 'GPU utilisation' }), util, h('div', { id: 'job-telemetry-slot' }))),
+          h('h2', { text: 'GPU utilisation' }), util, h('div', { id: 'job-telemetry-slot' }, oldPlot))),
       h('h2', { text: 'Log (last 200 lines)' }),
-      h('div', { class: 'filters' }, taskSel, streamSel, h('button', { onclick: loadLog, text: 'Refresh' })), log);
-    await loadLog();
+      h('div', { class: 'filters' }, taskSel, streamSel, h('button', { onclick: () => loadLog(true), text: 'Reload log' })), log);
+    await loadLog(false);
     if (gen !== generation) return;
-    const plot = await telemetryPlot(`job=${encodeURIComponent(id)}`, `GPU utilisation of job ${id}`, 'job-telemetry');
+    // Not started: say so, whatever the nodes report (a pending job has no samples).
+    const notYet = !j.start_time_us && !TERMINAL.includes(j.state) ? 'The job has not started: its GPU utilisation is plotted once it runs.'
+      : !j.start_time_us ? 'The job never started: it has no GPU utilisation.' : '';
+    const plot = await telemetryPlot(`job=${encodeURIComponent(j.id)}`, `GPU utilisation of job ${jobIdText(j)}`, 'job-telemetry', { notYet });
     const slot = document.getElementById('job-telemetry-slot');
     if (slot && gen === generation) slot.replaceChildren(plot);
   }
 
-  async function usagePage(gen) {
-    const day = 24 * 3600 * 1e6;
-    const now = Date.now() * 1000;
-    const today = Math.floor(now / day) * day;
-    const days = Array.from({ length: 14 }, (_, i) => today - (13 - i) * day);
-    const [byUser, byProject, ...perDay] = await Promise.all([
-      api('/v1/usage?by=user'), api('/v1/usage?by=project'),
-      ...days.map((d) => api(`/v1/usage?by=user&since_us=${d}&until_us=${Math.min(d + day, now)}`)),
+  // The usage page's time ranges (?range=): the last 24 hours, 7 or 30 days, or custom
+  // dates (?since=YYYY-MM-DD&until=YYYY-MM-DD, whole days, local time, until included).
+  const RANGES = [['24h', 'last 24 hours', 24], ['7d', 'last 7 days', 7 * 24], ['30d', 'last 30 days', 30 * 24]];
+  function usageWindow(q, nowMs) {
+    const hour = 3600 * 1000;
+    const dateMs = (s) => (/^\d{4}-\d{2}-\d{2}$/.test(s || '') ? new Date(`${s}T00:00:00`).getTime() : NaN);
+    if (q.range === 'custom') {
+      const since = dateMs(q.since);
+      const until = dateMs(q.until) + 24 * hour;
+      if (isFinite(since) && isFinite(until) && since < until) {
+        return { range: 'custom', sinceMs: since, untilMs: Math.min(until, nowMs), label: `${q.since} to ${q.until}` };
+      }
+      return { range: 'custom', error: 'Pick a start and an end date (the start before the end).' };
+    }
+    const r = RANGES.find((x) => x[0] === q.range) || RANGES[2];
+    return { range: r[0], sinceMs: nowMs - r[2] * hour, untilMs: nowMs, label: r[1] };
+  }
+  // Columns over the window: hours for a day or less, else days (at most 31 columns).
+  function usageBuckets(w) {
+    const hour = 3600 * 1000;
+    const span = w.untilMs - w.sinceMs;
+    const size = span <= 25 * hour ? hour : Math.ceil(span / (24 * hour) / 31) * 24 * hour;
+    const out = [];
+    for (let t = w.sinceMs; t < w.untilMs; t += size) out.push([t, Math.min(t + size, w.untilMs)]);
+    return { size, buckets: out };
+  }
+
+  async function usagePage(gen, q) {
+    const nowMs = Date.now();
+    const w = usageWindow(q, nowMs);
+    const go = (changes) => {
+      const next = Object.assign({ range: w.range, since: q.since || '', until: q.until || '' }, changes);
+      if (next.range !== 'custom') { delete next.since; delete next.until; }
+      for (const k of Object.keys(next)) if (!next[k]) delete next[k];
+      location.hash = `#/usage?${new URLSearchParams(next)}`;
+    };
+    const day = (ms) => { const d = new Date(ms); const p = (n) => String(n).padStart(2, '0'); return `${d.getFullYear()}-${p(d.getMonth() + 1)}-${p(d.getDate())}`; };
+    const rangeSel = h('select', { id: 'usage-range', onchange: () => go(rangeSel.value === 'custom'
+      ? { range: 'custom', since: q.since || day(nowMs - 7 * 24 * 3600 * 1000), until: q.until || day(nowMs) } : { range: rangeSel.value }) },
+    RANGES.map((x) => h('option', { value: x[0], text: x[1], selected: x[0] === w.range })),
+    h('option', { value: 'custom', text: 'custom dates', selected: w.range === 'custom' }));
+    const picker = h('div', { class: 'filters', id: 'usage-picker' }, h('label', {}, 'Time range ', rangeSel));
+    if (w.range === 'custom') {
+      const since = h('input', { type: 'date', id: 'usage-since', value: q.since || '' });
+      const until = h('input', { type: 'date', id: 'usage-until', value: q.until || '' });
+      since.onchange = () => go({ since: since.value });
+      until.onchange = () => go({ until: until.value });
+      picker.append(h('label', {}, 'from ', since), h('label', {}, 'to ', until));
+    }
+    if (w.error) return show(h('h1', { text: 'Usage' }), picker, h('p', { class: 'error', id: 'usage-error', text: w.error }));
+    const sinceUs = w.sinceMs * 1000;
+    const untilUs = w.untilMs * 1000;
+    const { size, buckets } = usageBuckets(w);
+    const [byUser, byProject, ...perBucket] = await Promise.all([
+      api(`/v1/usage?by=user&since_us=${sinceUs}&until_us=${untilUs}`), api(`/v1/usage?by=project&since_us=${sinceUs}&until_us=${untilUs}`),
+      ...buckets.map(([a, b]) => api(`/v1/usage?by=user&since_us=${a * 1000}&until_us=${b * 1000}`)),
     ]);
     if (gen !== generation) return;
-    if (byUser.status !== 200) return show(h('h1', { text: 'Usage' }), h('p', { class: 'error', text: errorOf(byUser) }));
+    if (byUser.status !== 200) return show(h('h1', { text: 'Usage' }), picker, h('p', { class: 'error', id: 'usage-error', text: errorOf(byUser) }));
     const rowsOf = (res) => ((res.body && res.body.rows) || []).map((r) => ({
       label: r.key || '(none)', value: r.gpu_hours, value2: typeof r.used_gpu_hours === 'number' ? r.used_gpu_hours : undefined, jobs: r.jobs, efficiency: r.efficiency,
     })).sort((a, b) => b.value - a.value);
     const users = rowsOf(byUser);
     const projects = rowsOf(byProject);
-    const daily = days.map((d, i) => ({
-      label: new Date(d / 1000).toISOString().slice(5, 10),
-      value: ((perDay[i].body && perDay[i].body.rows) || []).reduce((s, r) => s + r.gpu_hours, 0),
+    const hourly = size <= 3600 * 1000;
+    const columns = buckets.map(([a], i) => ({
+      label: hourly ? `${String(new Date(a).getHours()).padStart(2, '0')}h` : day(a).slice(5),
+      value: ((perBucket[i].body && perBucket[i].body.rows) || []).reduce((s, r) => s + r.gpu_hours, 0),
     }));
-    const table = (rows, id) => h('table', { id }, h('thead', {}, h('tr', {}, ['key', 'GPU-hours', 'used GPU-hours', 'efficiency', 'jobs'].map((c) => h('th', { text: c })))),
+    const table = (rows, id, keyName) => tableBox(h('table', { id }, h('thead', {}, h('tr', {}, [keyName, 'GPU-hours', 'used GPU-hours', 'efficiency', 'jobs'].map((c, i) => h('th', { class: i ? 'num' : null, text: c })))),
       h('tbody', {}, rows.map((r) => h('tr', {}, h('td', { text: r.label }), h('td', { class: 'num', text: fmtHours(r.value) }),
         h('td', { class: 'num', text: r.value2 === undefined ? '–' : fmtHours(r.value2) }),
         h('td', { class: 'num', text: typeof r.efficiency === 'number' ? `${fmtNum(r.efficiency * 100, 0)}%` : '–' }),
-        h('td', { class: 'num', text: r.jobs })))));
-    const chartOrNote = (rows, title, id) => rows.length ? barChart(rows, { title, id, unit: 'GPU-h' }) : h('p', { class: 'muted', text: 'No GPU-hours in the last 30 days.' });
-    show(h('h1', { text: 'Usage' }),
-      h('p', { class: 'muted', text: session.admin ? 'Every user, the last 30 days.' : 'Your jobs, the last 30 days.' }),
+        h('td', { class: 'num', text: r.jobs }))))));
+    const chartOrNote = (rows, title, id) => rows.length ? barChart(rows, { title, id, unit: 'GPU-h' }) : h('p', { class: 'muted', text: `No GPU-hours in the ${w.range === 'custom' ? 'chosen dates' : w.label}.` });
+    const per = hourly ? 'hour' : size === 24 * 3600 * 1000 ? 'day' : `${size / (24 * 3600 * 1000)} days`;
+    const oldPlot = document.getElementById('pool-telemetry');
+    show(h('h1', { text: 'Usage' }), picker,
+      h('p', { class: 'muted', id: 'usage-window', dataset: { sinceUs, untilUs }, text: `${session.admin ? 'Every user' : 'Your jobs'}, ${w.label} (${fmtTime(sinceUs)} to ${fmtTime(untilUs)}).` }),
       h('div', { class: 'cards' },
-        h('div', { class: 'card' }, h('h2', { text: 'GPU-hours by user' }), chartOrNote(users, 'GPU-hours by user', 'usage-by-user'), table(users, 'usage-user-table')),
-        h('div', { class: 'card' }, h('h2', { text: 'GPU-hours by project' }), chartOrNote(projects, 'GPU-hours by project', 'usage-by-project'), table(projects, 'usage-project-table')),
-        h('div', { class: 'card' }, h('h2', { text: 'Allocated GPU-hours per day (14 days)' }), columnChart(daily, { title: 'Allocated GPU-hours per day', id: 'usage-per-day', unit: 'GPU-h' })),
-        h('div', { class: 'card' }, h('h2', { text: 'Pool GPU utilisation (24 hours)' }), h('div', { id: 'pool-telemetry-slot' }))));
-    const plot = await telemetryPlot(`since_ms=${Date.now() - 24 * 3600 * 1000}&step_s=300`, 'Pool GPU utilisation', 'pool-telemetry');
+        h('div', { class: 'card' }, h('h2', { text: 'GPU-hours by user' }), chartOrNote(users, 'GPU-hours by user', 'usage-by-user'), table(users, 'usage-user-table', 'user')),
+        h('div', { class: 'card' }, h('h2', { text: 'GPU-hours by project' }), chartOrNote(projects, 'GPU-hours by project', 'usage-by-project'), table(projects, 'usage-project-table', 'project')),
+        h('div', { class: 'card' }, h('h2', { text: `Allocated GPU-hours per ${per}` }), columnChart(columns, { title: `Allocated GPU-hours per ${per}`, id: 'usage-per-day', unit: 'GPU-h' })),
+        h('div', { class: 'card' }, h('h2', { text: 'Pool GPU utilisation' }), h('div', { id: 'pool-telemetry-slot' }, oldPlot))));
+    // The telemetry's points: about 300 over the window, in whole minutes.
+    const step = Math.max(60, Math.round((w.untilMs - w.sinceMs) / 1000 / 300 / 60) * 60);
+    const plot = await telemetryPlot(`since_ms=${w.sinceMs}&step_s=${step}`, 'Pool GPU utilisation', 'pool-telemetry', { untilMs: w.untilMs });
     const slot = document.getElementById('pool-telemetry-slot');
     if (slot && gen === generation) slot.replaceChildren(plot);
   }
 
+  // ---- live refresh ----
+  // The page in view is drawn again every REFRESH_MS (usage, a heavier page, every
+  // USAGE_REFRESH_MS) while the tab is visible; a hidden tab asks nothing, and a tab shown
+  // again is refreshed at once. The header says when the view was last drawn.
+  const REFRESH_MS = 5000;
+  const USAGE_REFRESH_MS = 60000;
+  const live = { timer: 0, updatedMs: 0, busy: false };
+  function liveText() {
+    const el = document.getElementById('live');
+    if (!el || !session.user) return;
+    const hidden = document.visibilityState === 'hidden';
+    el.dataset.state = hidden ? 'paused' : 'live';
+    el.dataset.updatedMs = String(live.updatedMs);
+    const ago = live.updatedMs ? Math.max(0, Math.round((Date.now() - live.updatedMs) / 1000)) : null;
+    el.textContent = hidden ? `paused (tab hidden)${ago !== null ? ` · updated ${ago}s ago` : ''}`
+      : ago !== null ? `live · updated ${ago}s ago` : 'live';
+  }
+  function scheduleRefresh() {
+    clearTimeout(live.timer);
+    live.timer = 0;
+    if (!session.user || document.visibilityState === 'hidden') return;
+    const page = (location.hash || '').split('?')[0];
+    live.timer = setTimeout(refresh, page === '#/usage' ? USAGE_REFRESH_MS : REFRESH_MS);
+  }
+  async function refresh() {
+    // Not while the user is typing into a field of the view (a filter), and not on top of
+    // a draw. (A select keeps the focus after a choice; its choice survives a redraw.)
+    const focused = document.activeElement;
+    if (live.busy || (focused && view().contains(focused) && focused.matches('input:not([type]), input[type="text"], input[type="date"]'))) {
+      scheduleRefresh();
+      return;
+    }
+    await draw(true);
+  }
+  document.addEventListener('visibilitychange', () => {
+    liveText();
+    if (document.visibilityState === 'hidden') { clearTimeout(live.timer); live.timer = 0; } else if (session.user) refresh();
+  });
+  setInterval(liveText, 1000);
+
   // ---- routing ----
-  async function route() {
+  // Draws the view the address names: a new view (route) or the same one again (refresh,
+  // which keeps the scroll position).
+  async function draw(refreshing) {
     const gen = ++generation;
-    delete document.body.dataset.queueRendered;
+    live.busy = true;
+    if (!refreshing) delete document.body.dataset.queueRendered;
+    const scroll = [window.scrollX, window.scrollY];
     const hash = location.hash || '#/cluster';
     const [path, query] = hash.slice(1).split('?');
     const parts = path.split('/').filter(Boolean);
     for (const a of document.querySelectorAll('header nav a')) a.classList.toggle('active', a.id === `nav-${parts[0] || 'cluster'}`);
     try {
       if (parts[0] === 'queue') await queuePage(gen, parseQuery(query));
-      else if (parts[0] === 'jobs' && /^\d+$/.test(parts[1] || '')) await jobPage(gen, parts[1]);
-      else if (parts[0] === 'usage') await usagePage(gen);
+      else if (parts[0] === 'jobs' && /^\d+(_\d+)?$/.test(parts[1] || '')) await jobPage(gen, parts[1], refreshing);
+      else if (parts[0] === 'usage') await usagePage(gen, parseQuery(query));
       else await clusterPage(gen);
+      if (gen === generation) live.updatedMs = Date.now();
     } catch (e) {
       if (!(e instanceof Unauthorized) && gen === generation) show(h('p', { class: 'error', text: `error: ${e.message}` }));
+    } finally {
+      if (gen === generation) {
+        live.busy = false;
+        if (refreshing) window.scrollTo(scroll[0], scroll[1]);
+        liveText();
+        scheduleRefresh();
+      }
     }
   }
+  function route() { return draw(false); }
 
   async function boot() {
     document.getElementById('login-form').onsubmit = login;
