@@ -217,6 +217,8 @@ struct NodeView {
   int64_t cpu_allocated_milli = 0;  // what the tasks placed on it asked for
   int64_t memory_allocated_mib = 0;
   std::vector<int> allocated_milli;  // per GPU, in node.info.gpus order
+  // MIG instance UUID -> the job that holds it (docs/sharing.md); absent = free.
+  std::map<std::string, int64_t> mig_jobs;
   // The health of the GPUs that are not healthy, by UUID (docs/health.md).
   std::map<std::string, gpu::GpuHealth> gpu_health;
   // Its agent's health program has not given its first verdict since the agent registered:

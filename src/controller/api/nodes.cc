@@ -35,6 +35,19 @@ OrderedJson NodeViewToJson(const NodeView& v,
                     {"allocated_milli", v.allocated_milli[g]}});
     // How a share of it is enforced (gpu_info.h), where its agent stated it.
     if (!gi.enforcement.empty()) gpus.back()["enforcement"] = gi.enforcement;
+    // A GPU in MIG mode: its instances, each granted whole to one job (docs/sharing.md).
+    if (gi.mig_enabled.value_or(false)) {
+      OrderedJson instances = OrderedJson::array();
+      for (const gpu::MigDevice& m : gi.mig_devices) {
+        instances.push_back({{"uuid", m.uuid},
+                             {"profile", m.profile},
+                             {"memory_total_bytes", m.memory_total_bytes}});
+        if (auto held = v.mig_jobs.find(m.uuid); held != v.mig_jobs.end() && !m.uuid.empty()) {
+          instances.back()["job"] = held->second;
+        }
+      }
+      gpus.back()["mig_devices"] = std::move(instances);
+    }
     if (auto t = latest.find(gi.index); t != latest.end() && v.state != "down") {
       gpus.back()["telemetry"] = GpuTelemetryToJson(t->second);
     }
