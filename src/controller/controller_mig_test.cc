@@ -78,6 +78,19 @@ TEST(SchedInputMigTest, InstancesAreWholeOnlyDevicesWithTheirMemory) {
   EXPECT_EQ(tp[0].gpu_indices, std::vector<int>{0});
 }
 
+// A report's instances without a UUID, or with one another device has, are not
+// scheduled: nothing could grant them.
+TEST(SchedInputMigTest, InstancesWithoutAUuidOfTheirOwnAreLeftOut) {
+  gpu::NodeInfo info = MigNode();
+  info.gpus[0].mig_devices[1].uuid = "";
+  info.gpus[0].mig_devices[2].uuid = "MIG-big";
+  const std::vector<SchedDevice> devices = SchedDevicesOf(info);
+  ASSERT_EQ(devices.size(), 2u);
+  EXPECT_EQ(devices[0].mig, 0);
+  EXPECT_EQ(devices[1].mig, -1);
+  EXPECT_EQ(devices[1].gpu, 1u);
+}
+
 TEST(SchedInputMigTest, AGpuOutOfServiceTakesItsInstances) {
   const gpu::NodeInfo info = MigNode();
   const std::vector<SchedNode> nodes = {

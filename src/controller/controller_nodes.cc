@@ -94,7 +94,10 @@ void GrantDevices(const gpu::NodeInfo& node, const Job& job, const std::vector<s
       granted = true;
     }
     for (const gpu::MigDevice& m : g.mig_devices) {
-      const int milli = m.uuid.empty() ? 0 : milli_of(m.uuid);
+      // Granted once, by its UUID (SchedDevicesOf leaves out instances without their own).
+      const bool seen = std::any_of(order.gpus.begin(), order.gpus.end(),
+                                    [&](const protocol::GpuGrant& x) { return x.uuid == m.uuid; });
+      const int milli = m.uuid.empty() || seen ? 0 : milli_of(m.uuid);
       if (milli == 0) {
         deny(m.device_nodes);
         continue;

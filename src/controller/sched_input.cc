@@ -79,7 +79,14 @@ std::vector<SchedDevice> SchedDevicesOf(const gpu::NodeInfo& info) {
       out.push_back({i, -1});
       continue;
     }
+    // An instance is granted by its UUID: one without, or with another's, is not used.
     for (size_t m = 0; m < info.gpus[i].mig_devices.size(); ++m) {
+      const std::string& uuid = info.gpus[i].mig_devices[m].uuid;
+      if (uuid.empty() || std::any_of(out.begin(), out.end(), [&](const SchedDevice& d) {
+            return SchedDeviceUuid(info, d) == uuid;
+          })) {
+        continue;
+      }
       out.push_back({i, static_cast<int>(m)});
     }
   }

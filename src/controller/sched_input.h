@@ -68,7 +68,8 @@ struct SchedDevice {
   size_t gpu = 0;
   int mig = -1;
 };
-// The node's devices in cluster GPU order: per GPU, itself or (in MIG mode) its instances.
+// The node's devices in cluster GPU order: per GPU, itself or (in MIG mode) its instances
+// that have a UUID of their own (an agent's report is not trusted to).
 std::vector<SchedDevice> SchedDevicesOf(const gpu::NodeInfo& info);
 // The UUID a placement names a device by: the GPU's, or the instance's "MIG-...".
 const std::string& SchedDeviceUuid(const gpu::NodeInfo& info, const SchedDevice& d);
