@@ -227,6 +227,8 @@ struct NodeView {
     int gpu_milli = 0;
   };
   std::vector<std::vector<Holder>> holders;
+  // MIG instance UUID -> the job that holds it (docs/sharing.md); absent = free.
+  std::map<std::string, int64_t> mig_jobs;
   // The health of the GPUs that are not healthy, by UUID (docs/health.md).
   std::map<std::string, gpu::GpuHealth> gpu_health;
   // Its agent's health program has not given its first verdict since the agent registered:

@@ -146,10 +146,13 @@ Status Controller::ObserveGpuErrors(const std::string& node,
       health = o.next;
       const std::string why = "Xid " + std::to_string(*s.xid_errors) + ": " + o.rule.what;
       if (o.end_jobs) {
+        lifecycle::GpuFailed event{node, s.uuid, why, {}};
+        for (const gpu::GpuInfo& g : e.info.gpus) {
+          if (g.uuid != s.uuid) continue;
+          for (const gpu::MigDevice& m : g.mig_devices) event.mig_uuids.push_back(m.uuid);
+        }
         for (int64_t id : occupying_) {
-          if (internal::OnNode(active_.at(id), node)) {
-            failed.push_back({id, lifecycle::GpuFailed{node, s.uuid, why}, {}});
-          }
+          if (internal::OnNode(active_.at(id), node)) failed.push_back({id, event, {}});
         }
       }
       if (o.cordon_node && !e.draining) drain_reason = "health: GPU " + s.uuid + " " + why;

@@ -48,6 +48,74 @@ protocol::CancelOrder StopOrder(const Job& job, int64_t now_us) {
   return order;
 }
 
+// Counts device `uuid` of task placement `p` of `job` in `v`: a GPU's share, or a MIG
+// instance held whole (its GPU's allocated_milli grows by the instance's part of the
+// GPU's memory, and mig_jobs names the job).
+void AllocateInView(const gpu::NodeInfo& info, const Job& job, const jobs::TaskPlacement& p,
+                    const std::string& uuid, NodeView& v) {
+  for (size_t g = 0; g < info.gpus.size(); ++g) {
+    const gpu::GpuInfo& gi = info.gpus[g];
+    if (gi.uuid == uuid) {
+      v.allocated_milli[g] += p.gpu_milli;
+      v.holders[g].push_back({job.id, job.array_id, job.array_index, job.user, p.gpu_milli});
+    }
+    for (const gpu::MigDevice& m : gi.mig_devices) {
+      if (m.uuid != uuid || uuid.empty()) continue;
+      v.mig_jobs[uuid] = job.id;
+      // Its GPU's holders name it too, with its share as asked.
+      v.holders[g].push_back({job.id, job.array_id, job.array_index, job.user, p.gpu_milli});
+      if (gi.memory_total_bytes > 0) {
+        v.allocated_milli[g] += static_cast<int>(
+            std::min<uint64_t>(1000, m.memory_total_bytes * 1000 / gi.memory_total_bytes));
+      }
+    }
+  }
+}
+
+// The GPUs of `node` the tasks `covered` of `job` hold, as grants of `order`, and the
+// device nodes of the others in its deny list. A MIG instance is granted by its MIG-
+// UUID with its GPU's nodes and its own cap nodes; the GPU's other instances' cap nodes
+// are denied (docs/sharing.md).
+void GrantDevices(const gpu::NodeInfo& node, const Job& job, const std::vector<size_t>& covered,
+                  LaunchOrder& order) {
+  auto milli_of = [&](const std::string& uuid) {
+    int milli = 0;  // the covered tasks' shares of this device
+    for (size_t t : covered) {
+      const jobs::TaskPlacement& q = job.placement[t];
+      if (std::find(q.gpu_uuids.begin(), q.gpu_uuids.end(), uuid) != q.gpu_uuids.end()) {
+        milli += q.gpu_milli;
+      }
+    }
+    return std::min(milli, 1000);
+  };
+  auto deny = [&](const std::vector<std::string>& nodes) {
+    order.denied_device_nodes.insert(order.denied_device_nodes.end(), nodes.begin(), nodes.end());
+  };
+  for (const gpu::GpuInfo& g : node.gpus) {
+    const std::string vendor(gpu::VendorName(g.vendor));
+    bool granted = false;
+    if (const int milli = milli_of(g.uuid); milli > 0) {
+      order.gpus.push_back({vendor, g.index, g.uuid, g.device_nodes, milli});
+      granted = true;
+    }
+    for (const gpu::MigDevice& m : g.mig_devices) {
+      // Granted once, by its UUID (SchedDevicesOf leaves out instances without their own).
+      const bool seen = std::any_of(order.gpus.begin(), order.gpus.end(),
+                                    [&](const protocol::GpuGrant& x) { return x.uuid == m.uuid; });
+      const int milli = m.uuid.empty() || seen ? 0 : milli_of(m.uuid);
+      if (milli == 0) {
+        deny(m.device_nodes);
+        continue;
+      }
+      std::vector<std::string> nodes = g.device_nodes;
+      nodes.insert(nodes.end(), m.device_nodes.begin(), m.device_nodes.end());
+      order.gpus.push_back({vendor, g.index, m.uuid, std::move(nodes), milli});
+      granted = true;
+    }
+    if (!granted) deny(g.device_nodes);
+  }
+}
+
 }  // namespace
 
 std::vector<NodeView> Controller::Nodes() {
@@ -85,14 +153,7 @@ std::vector<NodeView> Controller::Nodes() {
         v.cpu_allocated_milli += job->request.cpu_milli;
         v.memory_allocated_mib +=
             static_cast<int64_t>((job->request.memory_bytes + (uint64_t{1} << 20) - 1) >> 20);
-        for (const std::string& uuid : p->gpu_uuids) {
-          for (size_t g = 0; g < e.info.gpus.size(); ++g) {
-            if (e.info.gpus[g].uuid != uuid) continue;
-            v.allocated_milli[g] += p->gpu_milli;
-            v.holders[g].push_back(
-                {job->id, job->array_id, job->array_index, job->user, p->gpu_milli});
-          }
-        }
+        for (const std::string& uuid : p->gpu_uuids) AllocateInView(e.info, *job, *p, uuid, v);
       }
     }
     v.state = !e.up ? "down" : !e.draining ? "up" : v.running_jobs > 0 ? "draining" : "drained";
@@ -285,21 +346,7 @@ LaunchOrder Controller::MakeLaunchOrder(const Job& job, size_t task_index) const
   }
   auto n = nodes_.find(p.node);
   if (n == nodes_.end()) return order;
-  for (const gpu::GpuInfo& g : n->second.info.gpus) {
-    int milli = 0;  // the covered tasks' shares of this GPU
-    for (size_t t : covered) {
-      const jobs::TaskPlacement& q = job.placement[t];
-      if (std::find(q.gpu_uuids.begin(), q.gpu_uuids.end(), g.uuid) != q.gpu_uuids.end()) {
-        milli += q.gpu_milli;
-      }
-    }
-    if (milli > 0) {
-      order.gpus.push_back({std::string(gpu::VendorName(g.vendor)), g.index, g.uuid, g.device_nodes,
-                            std::min(milli, 1000)});
-    } else {
-      for (const std::string& d : g.device_nodes) order.denied_device_nodes.push_back(d);
-    }
-  }
+  GrantDevices(n->second.info, job, covered, order);
   return order;
 }
 

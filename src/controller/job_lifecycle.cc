@@ -543,8 +543,10 @@ Result<Transition> OnTimeLimit(const Job& job, const TimeLimit& e, int64_t now_u
 Result<Transition> OnGpuFailed(const Job& job, const GpuFailed& e, int64_t now_us) {
   if (!Occupies(job)) return Unchanged(job);
   const bool holds = std::any_of(job.placement.begin(), job.placement.end(), [&](const auto& p) {
-    return p.node == e.node &&
-           std::find(p.gpu_uuids.begin(), p.gpu_uuids.end(), e.gpu_uuid) != p.gpu_uuids.end();
+    return p.node == e.node && std::any_of(p.gpu_uuids.begin(), p.gpu_uuids.end(), [&](auto& u) {
+             return u == e.gpu_uuid ||
+                    std::find(e.mig_uuids.begin(), e.mig_uuids.end(), u) != e.mig_uuids.end();
+           });
   });
   if (!holds) return Unchanged(job);
   return Lose(job, "GPU " + e.gpu_uuid + " on node " + e.node + " failed: " + e.reason, "", now_us,

@@ -119,6 +119,8 @@ struct GpuFailed {
   std::string node;
   std::string gpu_uuid;
   std::string reason;
+  // The GPU's MIG instances (docs/sharing.md): a job holding one of them is on the GPU.
+  std::vector<std::string> mig_uuids;
 };
 
 // The scheduler chose the job as a victim of preemption (issue 28, sched/queue/

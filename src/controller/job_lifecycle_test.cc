@@ -198,6 +198,12 @@ TEST(JobLifecycleTest, AFailedGpuEndsOrRequeuesTheJobsHoldingIt) {
   // Another GPU of the node, or the same index elsewhere: not this job's.
   EXPECT_FALSE(Step(j, GpuFailed{"n1", "GPU-1", "x"}, kNow)->changed);
   EXPECT_FALSE(Step(j, GpuFailed{"n2", "GPU-0", "x"}, kNow)->changed);
+  // A job on a MIG instance is on the instance's GPU (docs/sharing.md); not on another's.
+  Job on_instance = j;
+  on_instance.placement[0].gpu_uuids = {"MIG-a"};
+  EXPECT_TRUE(Step(on_instance, GpuFailed{"n1", "GPU-1", "x", {"MIG-b", "MIG-a"}}, kNow)->changed);
+  EXPECT_FALSE(Step(on_instance, GpuFailed{"n1", "GPU-1", "x", {"MIG-b"}}, kNow)->changed);
+  EXPECT_FALSE(Step(on_instance, GpuFailed{"n1", "GPU-0", "x"}, kNow)->changed);
 }
 
 TEST(JobLifecycleTest, PlacementStartsANewAttemptWithItsTasksAndHosts) {

@@ -28,10 +28,10 @@ int32_t CapabilityOf(const gpu::GpuInfo& g) {
   return g.compute_capability ? g.compute_capability->major * 10 + g.compute_capability->minor : 0;
 }
 
-// `mps_multi_user`: see SchedInput's constructor.
-sched::NodeSpec SpecOf(const SchedNode& n, bool mps_multi_user) {
-  sched::NodeSpec spec{n.name, n.cpu_milli, n.memory_mib,
-                       n.info ? static_cast<int32_t>(n.info->gpus.size()) : 0};
+// `mps_multi_user`: see SchedInput's constructor. `devices`: SchedDevicesOf(*n.info).
+sched::NodeSpec SpecOf(const SchedNode& n, const std::vector<SchedDevice>& devices,
+                       bool mps_multi_user) {
+  sched::NodeSpec spec{n.name, n.cpu_milli, n.memory_mib, static_cast<int32_t>(devices.size())};
   if (spec.num_gpus > 0) {
     const gpu::GpuInfo& g = n.info->gpus.front();
     spec.gpu_model = GpuModelKey(g.name);
@@ -39,8 +39,22 @@ sched::NodeSpec SpecOf(const SchedNode& n, bool mps_multi_user) {
     for (const auto& other : n.info->gpus) min_mem = std::min(min_mem, other.memory_total_bytes);
     spec.gpu_memory_mib = static_cast<int64_t>(min_mem / kMiB);
     spec.gpu_capability = CapabilityOf(g);
-    for (size_t i = 0; i < n.info->gpus.size() && i < 64 && !mps_multi_user; ++i) {
-      if (n.info->gpus[i].enforcement == "mps") spec.single_owner_gpus |= uint64_t{1} << i;
+    for (size_t i = 0; i < devices.size() && i < 64; ++i) {
+      const gpu::GpuInfo& parent = n.info->gpus[devices[i].gpu];
+      if (devices[i].mig >= 0) {
+        spec.whole_only_gpus |= uint64_t{1} << i;
+      } else if (parent.enforcement == "mps" && !mps_multi_user) {
+        spec.single_owner_gpus |= uint64_t{1} << i;
+      }
+    }
+    if (spec.whole_only_gpus != 0) {
+      for (const SchedDevice& d : devices) {
+        const gpu::GpuInfo& parent = n.info->gpus[d.gpu];
+        const uint64_t bytes =
+            d.mig < 0 ? parent.memory_total_bytes
+                      : parent.mig_devices[static_cast<size_t>(d.mig)].memory_total_bytes;
+        spec.device_memory_mib.push_back(static_cast<int64_t>(bytes / kMiB));
+      }
     }
   }
   return spec;
@@ -57,6 +71,32 @@ uint64_t SmallestGpuWith(uint64_t bytes, const std::vector<uint64_t>& memories) 
 }
 
 }  // namespace
+
+std::vector<SchedDevice> SchedDevicesOf(const gpu::NodeInfo& info) {
+  std::vector<SchedDevice> out;
+  for (size_t i = 0; i < info.gpus.size(); ++i) {
+    if (!info.gpus[i].mig_enabled.value_or(false)) {
+      out.push_back({i, -1});
+      continue;
+    }
+    // An instance is granted by its UUID: one without, or with another's, is not used.
+    for (size_t m = 0; m < info.gpus[i].mig_devices.size(); ++m) {
+      const std::string& uuid = info.gpus[i].mig_devices[m].uuid;
+      if (uuid.empty() || std::any_of(out.begin(), out.end(), [&](const SchedDevice& d) {
+            return SchedDeviceUuid(info, d) == uuid;
+          })) {
+        continue;
+      }
+      out.push_back({i, static_cast<int>(m)});
+    }
+  }
+  return out;
+}
+
+const std::string& SchedDeviceUuid(const gpu::NodeInfo& info, const SchedDevice& d) {
+  const gpu::GpuInfo& g = info.gpus[d.gpu];
+  return d.mig < 0 ? g.uuid : g.mig_devices[static_cast<size_t>(d.mig)].uuid;
+}
 
 std::string GpuModelKey(const std::string& gpu_name) {
   static const std::set<std::string> kNoise = {"nvidia",   "tesla",  "geforce", "quadro", "amd",
@@ -76,9 +116,12 @@ std::string GpuModelKey(const std::string& gpu_name) {
 
 SchedInput::SchedInput(const std::vector<SchedNode>& nodes, bool mps_multi_user) : nodes_(nodes) {
   for (const SchedNode& n : nodes) {
-    if (!cluster.AddNode(SpecOf(n, mps_multi_user)).ok()) continue;
+    std::vector<SchedDevice> devices;
+    if (n.info != nullptr) devices = SchedDevicesOf(*n.info);
+    if (!cluster.AddNode(SpecOf(n, devices, mps_multi_user)).ok()) continue;
     if (n.draining) draining.push_back(cluster.num_nodes() - 1);
     node_of_.push_back(&n);
+    devices_.push_back(std::move(devices));
     if (n.info == nullptr || n.info->gpus.empty()) continue;
     if (std::all_of(n.info->gpus.begin(), n.info->gpus.end(), [](const gpu::GpuInfo& g) {
           return g.enforcement == "mps" || g.enforcement == "mig" || g.enforcement == "dmem";
@@ -115,6 +158,7 @@ Result<sched::Task> SchedInput::TaskFor(const jobs::Job& job) const {
   }
   if (r.gpus == 0) return t;
   t.enforce_memory = job.enforce_memory;
+  t.gpu_memory_mib = static_cast<int64_t>((r.gpu_memory_bytes + kMiB - 1) / kMiB);
   // A share's owner: MPS GPUs take one user's shares at a time (cluster_state.h).
   if (r.gpus == 1 && (r.gpu_milli < 1000 || r.gpu_memory_bytes > 0)) {
     t.owner = int64_t{job.uid} + 1;
@@ -232,21 +276,24 @@ void SchedInput::ReserveOutOfService() {
     if (n.info == nullptr) continue;
     const auto node = static_cast<int32_t>(i);
     for (const OutOfServiceGpu& out : n.out_of_service_gpus) {
-      auto it = std::find_if(n.info->gpus.begin(), n.info->gpus.end(),
-                             [&](const gpu::GpuInfo& g) { return g.uuid == out.uuid; });
-      if (it == n.info->gpus.end()) continue;
-      OutOfService& o = out_of_service_.emplace_back();
-      o.node = node;
-      o.what = "GPU " + std::to_string(it->index) + " (" + out.uuid + ") " + out.why;
-      const auto g = static_cast<int32_t>(it - n.info->gpus.begin());
-      const int32_t free = cluster.node(node).gpu_free_milli[static_cast<size_t>(g)];
-      if (free <= 0) continue;  // a job still runs on it
-      o.hold.name = "out of service: GPU " + out.uuid;
-      o.hold.num_gpu = 1;
-      o.hold.gpu_milli = free;
-      o.placement.node = node;
-      o.placement.gpus = {g};
-      o.held = cluster.Allocate(o.hold, o.placement).ok();  // fits: it takes what is free
+      // A GPU in MIG mode is out of service with all its instances.
+      const std::vector<SchedDevice>& devices = devices_[i];
+      for (size_t d = 0; d < devices.size(); ++d) {
+        const gpu::GpuInfo& it = n.info->gpus[devices[d].gpu];
+        if (it.uuid != out.uuid) continue;
+        OutOfService& o = out_of_service_.emplace_back();
+        o.node = node;
+        o.what = "GPU " + std::to_string(it.index) + " (" + out.uuid + ") " + out.why;
+        const auto g = static_cast<int32_t>(d);
+        const int32_t free = cluster.node(node).gpu_free_milli[d];
+        if (free <= 0) continue;  // a job still runs on it
+        o.hold.name = "out of service: GPU " + out.uuid;
+        o.hold.num_gpu = 1;
+        o.hold.gpu_milli = free;
+        o.placement.node = node;
+        o.placement.gpus = {g};
+        o.held = cluster.Allocate(o.hold, o.placement).ok();  // fits: it takes what is free
+      }
     }
   }
 }
@@ -306,11 +353,13 @@ void SchedInput::Occupy(const jobs::Job& job, const sched::QueuedJob& q) {
     sp.node = cluster.FindNode(p.node);
     if (sp.node < 0) return;  // its node is gone: the sweep will mark it LOST
     const gpu::NodeInfo* info = node_of_[static_cast<size_t>(sp.node)]->info;
+    const std::vector<SchedDevice>& devices = devices_[static_cast<size_t>(sp.node)];
     for (const std::string& uuid : p.gpu_uuids) {
-      auto it = std::find_if(info->gpus.begin(), info->gpus.end(),
-                             [&](const auto& g) { return g.uuid == uuid; });
-      if (it == info->gpus.end()) return;
-      sp.gpus.push_back(static_cast<int32_t>(it - info->gpus.begin()));
+      auto it = std::find_if(devices.begin(), devices.end(), [&](const SchedDevice& d) {
+        return SchedDeviceUuid(*info, d) == uuid;
+      });
+      if (it == devices.end()) return;
+      sp.gpus.push_back(static_cast<int32_t>(it - devices.begin()));
     }
     r.placements.push_back(std::move(sp));
   }
@@ -343,9 +392,9 @@ std::vector<jobs::TaskPlacement> SchedInput::ToTaskPlacements(
     tp.node = n.name;
     tp.gpu_milli = job.tasks[t].num_gpu > 0 ? job.tasks[t].gpu_milli : 0;
     for (int32_t g : sp.gpus) {
-      const gpu::GpuInfo& gi = n.info->gpus[static_cast<size_t>(g)];
-      tp.gpu_indices.push_back(gi.index);
-      tp.gpu_uuids.push_back(gi.uuid);
+      const SchedDevice& d = devices_[static_cast<size_t>(sp.node)][static_cast<size_t>(g)];
+      tp.gpu_indices.push_back(n.info->gpus[d.gpu].index);
+      tp.gpu_uuids.push_back(SchedDeviceUuid(*n.info, d));
     }
     out.push_back(std::move(tp));
   }

@@ -8,6 +8,11 @@
 // with the reason. Pure: no I/O, no clock. One instance per pass; not copyable (the
 // queues point into it).
 //
+// MIG (docs/sharing.md): each MIG instance of a GPU in MIG mode is one device of the
+// cluster, whole-only with the instance's memory (sched/cluster_state.h); the GPU itself
+// is none (its memory is the instances'). A share is granted an instance as the
+// instance's MIG- UUID in TaskPlacement::gpu_uuids (gpu_indices: its GPU's index).
+//
 // MPS serves one Unix user per GPU at a time (docs/sharing.md): a GPU whose node states
 // enforcement "mps" is single-owner in the cluster (sched/cluster_state.h) unless the
 // admin allowed several users (--mps-multi-user), and a share (one GPU, a gpu_milli
@@ -56,6 +61,18 @@ struct AdmissionFeed {
   // runs on the node (it came back) and is being stopped there.
   std::map<int64_t, std::pair<int32_t, std::string>> stopping;
 };
+
+// One device the scheduler sees on a node: a GPU (mig -1), or MIG instance `mig` of a
+// GPU in MIG mode. `gpu` indexes NodeInfo::gpus.
+struct SchedDevice {
+  size_t gpu = 0;
+  int mig = -1;
+};
+// The node's devices in cluster GPU order: per GPU, itself or (in MIG mode) its instances
+// that have a UUID of their own (an agent's report is not trusted to).
+std::vector<SchedDevice> SchedDevicesOf(const gpu::NodeInfo& info);
+// The UUID a placement names a device by: the GPU's, or the instance's "MIG-...".
+const std::string& SchedDeviceUuid(const gpu::NodeInfo& info, const SchedDevice& d);
 
 // The short model name a GPU is scheduled by: "NVIDIA H100 80GB HBM3" -> "H100",
 // "AMD Instinct MI250X" -> "MI250X".
@@ -121,7 +138,8 @@ class SchedInput {
   std::vector<std::pair<sched::TaskShape, std::string>> notes_;  // OutOfServiceNote's cache
 
   const std::vector<SchedNode>& nodes_;
-  std::vector<const SchedNode*> node_of_;  // cluster index -> node
+  std::vector<const SchedNode*> node_of_;          // cluster index -> node
+  std::vector<std::vector<SchedDevice>> devices_;  // cluster index -> its devices
   std::vector<ModelFacts> models_;
   std::vector<sched::QueuedJob> jobs_;                               // reserved: stable addresses
   std::map<std::string, const jobs::EnvNeeds*, std::less<>> needs_;  // environment -> needs

@@ -58,6 +58,19 @@ Status ClusterState::AddNode(const NodeSpec& s) {
         fmt::format("node '{}' marks GPU {} single-owner but has {} GPUs", s.name,
                     63 - __builtin_clzll(s.single_owner_gpus), s.num_gpus));
   }
+  if (s.num_gpus < 64 && (s.whole_only_gpus >> s.num_gpus) != 0) {
+    return Status::InvalidArgument(fmt::format("node '{}' marks GPU {} whole-only but has {} GPUs",
+                                               s.name, 63 - __builtin_clzll(s.whole_only_gpus),
+                                               s.num_gpus));
+  }
+  if (!s.device_memory_mib.empty() &&
+      (s.device_memory_mib.size() != static_cast<size_t>(s.num_gpus) ||
+       std::any_of(s.device_memory_mib.begin(), s.device_memory_mib.end(),
+                   [](int64_t m) { return m < 0; }))) {
+    return Status::InvalidArgument(fmt::format(
+        "node '{}' gives {} GPU memory sizes for {} GPUs; give one size >= 0 per GPU or none",
+        s.name, s.device_memory_mib.size(), s.num_gpus));
+  }
   NodeState n;
   n.name = s.name;
   n.cpu_capacity_milli = n.cpu_free_milli = s.cpu_milli;
@@ -75,6 +88,8 @@ Status ClusterState::AddNode(const NodeSpec& s) {
   n.gpu_free_milli.assign(static_cast<size_t>(s.num_gpus), 1000);
   n.gpu_free_total = int64_t{s.num_gpus} * 1000;
   n.single_owner_gpus = s.single_owner_gpus;
+  n.whole_only_gpus = s.whole_only_gpus;
+  n.device_memory_mib = s.device_memory_mib;
   if (s.single_owner_gpus != 0) {
     gpu_owner_.resize(nodes_.size());  // the first such node sizes the table
     ++single_owner_nodes_;
@@ -108,6 +123,35 @@ uint64_t ClusterState::HeldByOthersThan(int32_t i, int64_t owner) const {
     }
   }
   return held;
+}
+
+namespace {
+int64_t DeviceMemoryMib(const NodeState& n, int32_t g) {
+  return n.device_memory_mib.empty() ? n.gpu_memory_mib
+                                     : n.device_memory_mib[static_cast<size_t>(g)];
+}
+}  // namespace
+
+int64_t ClusterState::GpuMemoryNeedMib(int32_t i, const Task& task) const {
+  if (task.gpu_memory_mib > 0) return task.gpu_memory_mib;
+  return (int64_t{task.gpu_milli} * node(i).gpu_memory_mib + 999) / 1000;
+}
+
+uint64_t ClusterState::WholeOnlyBlocked(int32_t i, const Task& task) const {
+  const NodeState& n = node(i);
+  if (task.num_gpu == 0) return 0;
+  if (!task.IsFractional()) return n.whole_only_gpus;
+  const int64_t need = GpuMemoryNeedMib(i, task);
+  int32_t best = -1;
+  for (uint64_t m = n.whole_only_gpus; m != 0; m &= m - 1) {
+    const int g = __builtin_ctzll(m);
+    const int64_t mem = DeviceMemoryMib(n, g);
+    if (n.gpu_free_milli[static_cast<size_t>(g)] == 1000 && mem >= need &&
+        (best < 0 || mem < DeviceMemoryMib(n, best))) {
+      best = g;
+    }
+  }
+  return best < 0 ? n.whole_only_gpus : n.whole_only_gpus & ~(uint64_t{1} << best);
 }
 
 int32_t ClusterState::FindNode(std::string_view name) const {
@@ -167,29 +211,47 @@ bool ClusterState::Allows(int32_t i, const Task& task) const { return ModelAllow
 
 bool ClusterState::CouldEverHost(int32_t i, const Task& task) const {
   const NodeState& n = node(i);
-  return n.cpu_capacity_milli >= task.cpu_milli && n.memory_capacity_mib >= task.memory_mib &&
-         n.num_gpus() >= task.num_gpu && ModelAllowed(n, task);
+  if (n.cpu_capacity_milli < task.cpu_milli || n.memory_capacity_mib < task.memory_mib ||
+      n.num_gpus() < task.num_gpu || !ModelAllowed(n, task)) {
+    return false;
+  }
+  return n.whole_only_gpus == 0 || task.num_gpu == 0 || UsableGpus(i, task) >= task.num_gpu;
+}
+
+int32_t ClusterState::UsableGpus(int32_t i, const Task& task) const {
+  const NodeState& n = node(i);
+  // Whole-GPU tasks: only the GPUs that are not whole-only; shares: those or an instance
+  // with the memory.
+  int32_t usable = n.num_gpus() - __builtin_popcountll(n.whole_only_gpus);
+  if (task.IsFractional()) {
+    for (uint64_t m = n.whole_only_gpus; m != 0; m &= m - 1) {
+      usable += DeviceMemoryMib(n, __builtin_ctzll(m)) >= GpuMemoryNeedMib(i, task);
+    }
+  }
+  return usable;
 }
 
 bool ClusterState::Fits(int32_t i, const Task& task) const {
   const NodeState& n = node(i);
   if (n.cpu_free_milli < task.cpu_milli || n.memory_free_mib < task.memory_mib) return false;
   if (task.num_gpu == 0) return true;
-  // Placement calls this for every node and task: a task with an owner takes the other
-  // way, so that the plain check below costs what it did before owners (one test).
-  if (task.owner != 0) [[unlikely]]
-    return FitsAsOwner(i, task);
+  // Placement calls this for every node and task: a task with an owner or a node with
+  // whole-only GPUs takes the other way, so that the plain check below costs what it did
+  // before owners (one test) and MIG (one more).
+  if (task.owner != 0 || n.whole_only_gpus != 0) [[unlikely]]
+    return FitsRestricted(i, task);
   if (!ModelAllowed(n, task)) return false;
   int32_t ok = 0;
   for (int32_t f : n.gpu_free_milli) ok += (f >= task.gpu_milli);
   return ok >= task.num_gpu;
 }
 
-// The GPU part of Fits for a task with an owner: GPUs another owner holds do not count.
-[[gnu::noinline]] bool ClusterState::FitsAsOwner(int32_t i, const Task& task) const {
+// The GPU part of Fits for a task with an owner or on a node with whole-only GPUs: the
+// GPUs it may not use (Blocked) do not count.
+[[gnu::noinline]] bool ClusterState::FitsRestricted(int32_t i, const Task& task) const {
   const NodeState& n = node(i);
   if (!ModelAllowed(n, task)) return false;
-  const uint64_t held = HeldByOthers(i, task);
+  const uint64_t held = Blocked(i, task);
   int32_t ok = 0;
   for (int32_t g = 0; g < n.num_gpus(); ++g) {
     ok += (held >> g & 1) == 0 && n.gpu_free_milli[static_cast<size_t>(g)] >= task.gpu_milli;
@@ -214,13 +276,21 @@ std::string ClusterState::WhyNotFit(int32_t i, const Task& task) const {
     }
     int32_t ok = 0, mine = 0;
     const uint64_t held = HeldByOthers(i, task);
+    const uint64_t mig = n.whole_only_gpus == 0 ? 0 : WholeOnlyBlocked(i, task);
     for (int32_t g = 0; g < n.num_gpus(); ++g) {
-      const bool fits = n.gpu_free_milli[static_cast<size_t>(g)] >= task.gpu_milli;
+      const bool fits =
+          n.gpu_free_milli[static_cast<size_t>(g)] >= task.gpu_milli && (mig >> g & 1) == 0;
       ok += fits;
       mine += fits && (held >> g & 1) == 0;
     }
-    if (ok < task.num_gpu)
-      return task.IsFractional() ? "insufficient GPU share" : "insufficient GPUs";
+    if (ok < task.num_gpu) {
+      if (mig == 0) return task.IsFractional() ? "insufficient GPU share" : "insufficient GPUs";
+      return task.IsFractional() ? fmt::format(
+                                       "insufficient GPU share (no idle MIG instance "
+                                       "with {} MiB)",
+                                       GpuMemoryNeedMib(i, task))
+                                 : "insufficient GPUs (MIG instances take shares only)";
+    }
     if (mine < task.num_gpu) return "single-owner GPUs held by another owner";
   }
   if (n.cpu_free_milli < task.cpu_milli) return "insufficient CPU";
@@ -255,9 +325,30 @@ Status ClusterState::CheckPlacementShape(const Task& task, const Placement& p) c
   return Status::Ok();
 }
 
+Status ClusterState::CheckWholeOnly(const NodeState& n, int32_t i, const Task& task,
+                                    const Placement& p) const {
+  for (int32_t g : p.gpus) {
+    if ((n.whole_only_gpus >> g & 1) == 0) continue;
+    if (n.gpu_free_milli[static_cast<size_t>(g)] != 1000) {
+      return Status::FailedPrecondition(
+          fmt::format("task '{}' may not use GPU {} of node '{}': a MIG instance is held whole "
+                      "by one task, and another holds it",
+                      task.name, g, n.name));
+    }
+    if (task.IsFractional() && DeviceMemoryMib(n, g) < GpuMemoryNeedMib(i, task)) {
+      return Status::FailedPrecondition(
+          fmt::format("task '{}' needs {} MiB of GPU memory; GPU {} of node '{}' (a MIG "
+                      "instance) has {} MiB",
+                      task.name, GpuMemoryNeedMib(i, task), g, n.name, DeviceMemoryMib(n, g)));
+    }
+  }
+  return Status::Ok();
+}
+
 Status ClusterState::Allocate(const Task& task, const Placement& p) {
   GP_RETURN_IF_ERROR(CheckPlacementShape(task, p));
   NodeState& n = nodes_[static_cast<size_t>(p.node)];
+  if (n.whole_only_gpus != 0) GP_RETURN_IF_ERROR(CheckWholeOnly(n, p.node, task, p));
   if (n.cpu_free_milli < task.cpu_milli || n.memory_free_mib < task.memory_mib) {
     return Status::FailedPrecondition(fmt::format(
         "task '{}' does not fit node '{}': not enough free CPU or memory", task.name, n.name));
@@ -287,8 +378,12 @@ Status ClusterState::Allocate(const Task& task, const Placement& p) {
   }
   n.cpu_free_milli -= task.cpu_milli;
   n.memory_free_mib -= task.memory_mib;
-  for (int32_t g : p.gpus) n.gpu_free_milli[static_cast<size_t>(g)] -= task.gpu_milli;
-  n.gpu_free_total -= task.TotalGpuMilli();
+  int64_t taken = 0;
+  for (int32_t g : p.gpus) {
+    n.gpu_free_milli[static_cast<size_t>(g)] -= Taken(n, task, g);
+    taken += Taken(n, task, g);
+  }
+  n.gpu_free_total -= taken;
   if (n.single_owner_gpus != 0 && task.owner != 0 && task.IsFractional()) {
     for (int32_t g : p.gpus) {
       if ((n.single_owner_gpus >> g & 1) != 0) {
@@ -307,7 +402,7 @@ Status ClusterState::Allocate(const Task& task, const Placement& p) {
   }
   n.version = NextVersion();
   journal_.Record(p.node, JournalBound(nodes_.size()));
-  free_ -= task.Total();
+  free_ -= Resources{task.cpu_milli, task.memory_mib, taken};
   return Status::Ok();
 }
 
@@ -321,7 +416,7 @@ Status ClusterState::Release(const Task& task, const Placement& p) {
         task.name, n.name));
   }
   for (int32_t g : p.gpus) {
-    if (n.gpu_free_milli[static_cast<size_t>(g)] + task.gpu_milli > 1000) {
+    if (n.gpu_free_milli[static_cast<size_t>(g)] + Taken(n, task, g) > 1000) {
       return Status::FailedPrecondition(
           fmt::format("releasing task '{}' would exceed GPU {} of node '{}'; was it placed there?",
                       task.name, g, n.name));
@@ -329,8 +424,12 @@ Status ClusterState::Release(const Task& task, const Placement& p) {
   }
   n.cpu_free_milli += task.cpu_milli;
   n.memory_free_mib += task.memory_mib;
-  for (int32_t g : p.gpus) n.gpu_free_milli[static_cast<size_t>(g)] += task.gpu_milli;
-  n.gpu_free_total += task.TotalGpuMilli();
+  int64_t taken = 0;
+  for (int32_t g : p.gpus) {
+    n.gpu_free_milli[static_cast<size_t>(g)] += Taken(n, task, g);
+    taken += Taken(n, task, g);
+  }
+  n.gpu_free_total += taken;
   if (n.single_owner_gpus != 0) {
     for (int32_t g : p.gpus) {
       if ((n.single_owner_gpus >> g & 1) != 0 && n.gpu_free_milli[static_cast<size_t>(g)] == 1000) {
@@ -345,7 +444,7 @@ Status ClusterState::Release(const Task& task, const Placement& p) {
   }
   n.version = NextVersion();
   journal_.Record(p.node, JournalBound(nodes_.size()));
-  free_ += task.Total();
+  free_ += Resources{task.cpu_milli, task.memory_mib, taken};
   return Status::Ok();
 }
 

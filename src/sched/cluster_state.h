@@ -14,6 +14,18 @@
 // Tasks without an owner (0) and whole-GPU tasks are not restricted (a whole-GPU task
 // needs an idle GPU anyway). Without single-owner GPUs nothing of this costs anything.
 //
+// Whole-only GPUs (NodeSpec::whole_only_gpus; the controller makes each MIG instance of a
+// MIG-enabled GPU one) are fixed pieces of a GPU with their own memory size
+// (NodeSpec::device_memory_mib). Only a fractional task may use one, only when it is
+// idle and its memory is at least the task's GPU memory need (GpuMemoryNeedMib: the
+// task's gpu_memory_mib, else gpu_milli thousandths of the node's gpu_memory_mib, which
+// is the parent GPU's), and then it holds the device whole: Allocate takes all 1000
+// thousandths, Release gives them back. Of the idle ones that fit, a task may take only
+// the smallest (lowest index on ties), so every policy, choosing between that one and
+// the node's other GPUs as it likes, keeps the large instances for large needs.
+// Whole-GPU tasks never use them (Blocked). An instance counts as one device (1000) in
+// the totals. Without whole-only GPUs nothing of this costs more than one test.
+//
 // Invariants (checked by Allocate/Release, which refuse rather than break them):
 //   0 <= cpu_free_milli <= cpu_capacity_milli, 0 <= memory_free_mib <= capacity,
 //   0 <= gpu_free_milli[i] <= 1000, gpu_free_total == sum(gpu_free_milli), and the
@@ -48,6 +60,11 @@ struct NodeSpec {
   int32_t gpu_capability = 0;  // e.g. 80 for compute capability 8.0; 0 = unknown
   // Bit i set: GPU i serves the fractional tasks of one owner at a time (see above).
   uint64_t single_owner_gpus = 0;
+  // Bit i set: GPU i is whole-only, a MIG instance (see above).
+  uint64_t whole_only_gpus = 0;
+  // Per GPU, its memory in MiB; empty = every GPU has gpu_memory_mib. Needed for
+  // whole-only GPUs (an instance's memory); others' entries are informational.
+  std::vector<int64_t> device_memory_mib;
 };
 
 struct NodeState {
@@ -69,6 +86,9 @@ struct NodeState {
   // As NodeSpec's; the GPUs' owners are the ClusterState's (OwnerOf), which keeps this
   // struct as small as it was for the placement loops.
   uint64_t single_owner_gpus = 0;
+  // As NodeSpec's (device_memory_mib is empty or has one entry per GPU).
+  uint64_t whole_only_gpus = 0;
+  std::vector<int64_t> device_memory_mib;
 
   int32_t num_gpus() const { return static_cast<int32_t>(gpu_free_milli.size()); }
   int64_t gpu_capacity_milli() const { return int64_t{num_gpus()} * 1000; }
@@ -115,6 +135,9 @@ class ClusterState {
   // Static fit: could `task` run on node `i` if the node were idle? (model,
   // capability, capacities, GPU count). Used to find tasks that can never be placed.
   bool CouldEverHost(int32_t i, const Task& task) const;
+  // How many GPUs of node i `task` could ever use: all, less the whole-only ones that
+  // are not for it (a whole-GPU task: none of them; a share: those too small).
+  int32_t UsableGpus(int32_t i, const Task& task) const;
   // Fit now: CPU, memory, model, capability and num_gpu GPUs with free >= gpu_milli.
   // It respects the single-owner rule (HeldByOthers).
   bool Fits(int32_t i, const Task& task) const;
@@ -127,8 +150,10 @@ class ClusterState {
   std::string WhyNotFit(int32_t i, const Task& task) const;
 
   // Applies / undoes a placement. Both validate the placement against the task and the
-  // node's free amounts (and Allocate against the single-owner rule) and change nothing
-  // when it is invalid.
+  // node's free amounts (and Allocate against the single-owner rule and, on a whole-only
+  // GPU, that it is idle and a share's memory need fits) and change nothing when it is
+  // invalid. Allocate lets any task take an idle whole-only GPU whole (holds of drained or
+  // out-of-service GPUs do); keeping whole-GPU tasks off them is Fits' and Blocked's job.
   Status Allocate(const Task& task, const Placement& placement);
   Status Release(const Task& task, const Placement& placement);
 
@@ -149,6 +174,17 @@ class ClusterState {
   // incremental indexes; AddNode and SetScanOrder start a new history, and so does a copy.
   const ChangeJournal& journal() const { return journal_; }
 
+  // The GPUs of node i that `task` may not use: HeldByOthers, and on a node with
+  // whole-only GPUs, for a whole-GPU task all of them, for a fractional task all but the
+  // smallest idle one whose memory fits (see above). Policies skip these GPUs.
+  uint64_t Blocked(int32_t i, const Task& task) const {
+    if (node(i).whole_only_gpus == 0) [[likely]]
+      return HeldByOthers(i, task);
+    return HeldByOthers(i, task) | WholeOnlyBlocked(i, task);
+  }
+  // A fractional task's GPU memory need on node i, in MiB (see above).
+  int64_t GpuMemoryNeedMib(int32_t i, const Task& task) const;
+
   Resources TotalCapacity() const { return capacity_; }
   Resources TotalFree() const { return free_; }
   int64_t TotalGpuMilliUsed() const { return capacity_.gpu_milli - free_.gpu_milli; }
@@ -156,8 +192,14 @@ class ClusterState {
  private:
   enum class Refusal { kNone, kModel, kCapability, kNodeList };
   Status CheckPlacementShape(const Task& task, const Placement& p) const;
-  bool FitsAsOwner(int32_t i, const Task& task) const;
+  bool FitsRestricted(int32_t i, const Task& task) const;
   uint64_t HeldByOthersThan(int32_t i, int64_t owner) const;
+  uint64_t WholeOnlyBlocked(int32_t i, const Task& task) const;
+  // What a task takes of GPU g of node n: all of a whole-only GPU, else its gpu_milli.
+  static int32_t Taken(const NodeState& n, const Task& task, int32_t g) {
+    return (n.whole_only_gpus >> g & 1) != 0 ? 1000 : task.gpu_milli;
+  }
+  Status CheckWholeOnly(const NodeState& n, int32_t i, const Task& task, const Placement& p) const;
   Refusal StaticRefusal(const NodeState& n, const Task& task) const;
   bool ModelAllowed(const NodeState& n, const Task& task) const;
 

@@ -14,6 +14,7 @@ target_sources(gpupool_sched PRIVATE
 gpupool_test(sched_core_test
   SOURCES
     ${CMAKE_CURRENT_LIST_DIR}/core_types_test.cc
+    ${CMAKE_CURRENT_LIST_DIR}/mig_test.cc
     ${CMAKE_CURRENT_LIST_DIR}/fragmentation_test.cc
     ${CMAKE_CURRENT_LIST_DIR}/node_index_test.cc
     ${CMAKE_CURRENT_LIST_DIR}/placement/fgd_score_test.cc

@@ -105,6 +105,7 @@ void FrameworkPolicy::SyncIndex(const ClusterState& state, const TaskShape& key,
   shape_task_.num_gpu = key.num_gpu;
   shape_task_.gpu_milli = key.gpu_milli;
   shape_task_.owner = key.owner;
+  shape_task_.gpu_memory_mib = key.gpu_memory_mib;
   const bool rebuild = index.journal_id() != journal.id() || index.synced() < journal.first() ||
                        index.size() != n ||
                        journal.end() - index.synced() > static_cast<uint64_t>(n / 2 + 64);

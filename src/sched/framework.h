@@ -72,7 +72,8 @@ class ScorePlugin : public Plugin {
   // Optional NormalizeScore extension, applied to all scores of the cycle.
   virtual void NormalizeScores(std::vector<NodeScore>& /*scores*/) {}
   // Indexing (node_index.h). A plugin may return true and fill `key` (cpu_milli,
-  // memory_mib, num_gpu, gpu_milli, owner; the other fields left empty) when
+  // memory_mib, num_gpu, gpu_milli, owner, gpu_memory_mib; the other fields left empty)
+  // when
   //   - its Score for a node depends only on that node's state (it is the same while the
   //     node's version is) and on the task's key: on every node where the task passes the
   //     filters, Score(task) equals Score(the key as a task);

@@ -86,13 +86,20 @@ TEST(ChangeJournalTest, ClusterStateRecordsEveryChange) {
   EXPECT_NE(s.journal().id(), id);  // positions changed: indexes must rebuild
 }
 
-// A mixed cluster: four models, 4- and 8-GPU nodes, some with single-owner GPUs.
+// A mixed cluster: four models, 4- and 8-GPU nodes, some with single-owner GPUs, some
+// with MIG instances (whole-only devices of their own memory).
 ClusterState MixedCluster(int nodes, bool single_owner) {
   ClusterState s;
   const char* models[] = {"A100", "V100", "T4", "G2"};
   for (int i = 0; i < nodes; ++i) {
     NodeSpec spec{fmt::format("n{:03}", i), 32000, 262144, i % 3 == 0 ? 4 : 8, models[i % 4]};
     if (single_owner && i % 5 == 0) spec.single_owner_gpus = (uint64_t{1} << spec.num_gpus) - 1;
+    if (i % 7 == 3) {  // a MIG node: its devices are instances of 10, 20 and 40 GiB
+      spec.whole_only_gpus = (uint64_t{1} << spec.num_gpus) - 1;
+      for (int32_t g = 0; g < spec.num_gpus; ++g) {
+        spec.device_memory_mib.push_back(int64_t{10240} << (g % 3));
+      }
+    }
     EXPECT_TRUE(s.AddNode(spec).ok());
   }
   return s;
@@ -109,6 +116,7 @@ Task RandomTask(Rng& rng, int nodes, int i) {
     t.num_gpu = 1;
     t.gpu_milli = shares[rng.Uniform(4)];
     t.owner = static_cast<int64_t>(rng.Uniform(3));
+    if (rng.Uniform(3) == 0) t.gpu_memory_mib = 8192 * static_cast<int64_t>(1 + rng.Uniform(4));
   } else if (kind < 8) {
     t.num_gpu = 1 << rng.Uniform(4);
     t.gpu_milli = 1000;

@@ -27,12 +27,20 @@ Status ValidateTask(const Task& t) {
   }
   if (t.min_capability < 0) return bad("min_capability", "is negative");
   if (t.owner < 0) return bad("owner", "is negative; give 0 (no owner) or an owner id > 0");
+  if (t.gpu_memory_mib < 0) return bad("gpu_memory_mib", "is negative; give a value >= 0");
   return Status::Ok();
 }
 
 TaskShape ShapeOf(const Task& t) {
-  return {t.cpu_milli,  t.memory_mib,     t.num_gpu,       t.gpu_milli,
-          t.gpu_models, t.min_capability, t.allowed_nodes, t.IsFractional() ? t.owner : 0};
+  return {t.cpu_milli,
+          t.memory_mib,
+          t.num_gpu,
+          t.gpu_milli,
+          t.gpu_models,
+          t.min_capability,
+          t.allowed_nodes,
+          t.IsFractional() ? t.owner : 0,
+          t.IsFractional() ? t.gpu_memory_mib : 0};
 }
 
 size_t HashShape(const TaskShape& s) {
@@ -43,6 +51,7 @@ size_t HashShape(const TaskShape& s) {
   mix(std::hash<int32_t>{}(s.gpu_milli));
   mix(std::hash<int32_t>{}(s.min_capability));
   mix(std::hash<int64_t>{}(s.owner));
+  mix(std::hash<int64_t>{}(s.gpu_memory_mib));
   for (const auto& m : s.gpu_models) mix(std::hash<std::string>{}(m));
   for (const auto& n : s.allowed_nodes) mix(std::hash<std::string>{}(n));
   return h;

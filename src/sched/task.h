@@ -40,6 +40,9 @@ struct Task {
   // The job asked for --enforce memory: a fractional task may use only nodes whose GPUs
   // enforce memory limits (EnforceMemoryFilter narrows allowed_nodes; this says why).
   bool enforce_memory = false;
+  // GPU memory a share needs on a MIG instance (cluster_state.h), in MiB: the job's
+  // --gpu-mem; 0 = gpu_milli thousandths of the node's GPU memory. >= 0.
+  int64_t gpu_memory_mib = 0;
 
   int64_t TotalGpuMilli() const { return int64_t{num_gpu} * gpu_milli; }
   bool IsFractional() const { return num_gpu == 1 && gpu_milli < 1000; }
@@ -61,6 +64,7 @@ struct TaskShape {
   int32_t min_capability = 0;
   std::vector<std::string> allowed_nodes;
   int64_t owner = 0;  // the task's owner when it is fractional, else 0 (it matters only then)
+  int64_t gpu_memory_mib = 0;  // when fractional, else 0 (it matters only then)
   friend bool operator==(const TaskShape&, const TaskShape&) = default;
 };
 

@@ -254,6 +254,13 @@ Status AgentLoop::PrepareShare(const jobs::Job& job, agent::LaunchSpec* spec) {
   const gpu::GpuInfo* info = nullptr;
   for (const gpu::GpuInfo& candidate : options_.node.gpus) {
     if (g.uuid.empty() ? candidate.index == g.index : candidate.uuid == g.uuid) info = &candidate;
+    // A MIG instance, held whole (docs/sharing.md): the hardware holds the job to it.
+    for (const gpu::MigDevice& m : candidate.mig_devices) {
+      if (g.uuid.empty() || m.uuid != g.uuid) continue;
+      spec->share_enforcement = "mig";
+      spec->share_memory_bytes = m.memory_total_bytes;
+      return Status::Ok();
+    }
   }
   spec->share_enforcement = "none";
   if (job.request.gpu_memory_bytes > 0) {

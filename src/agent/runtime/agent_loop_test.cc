@@ -16,6 +16,7 @@
 #include <mutex>
 #include <thread>
 
+#include "agent/job_env.h"
 #include "agent/launcher.h"
 #include "protocol/agent_protocol.h"
 #include "protocol/fake_controller_link.h"
@@ -409,6 +410,73 @@ TEST_F(TelemetryAgentTest, ANodesLaunchUnitTakesItsTasksLimitsAndListsItsJobOnce
   ASSERT_FALSE(received.empty());
   ASSERT_EQ(received.back().jobs.size(), 1u);  // GPU 0: in both specs, one job
   EXPECT_EQ(received.back().jobs[0].job_id, 7);
+}
+
+// A share granted a MIG instance (docs/sharing.md) runs with that instance's MIG- UUID
+// visible, enforcement "mig" and the instance's memory as its cap; a share of a GPU
+// without MIG on the same node stays "none" (a node without MPS or dmem).
+TEST_F(TelemetryAgentTest, AShareGrantedAMigInstanceSeesItsUuidAndMemory) {
+  {
+    std::lock_guard lock(launcher_.mu);
+    launcher_.accept = true;
+  }
+  gpu::GpuInfo mig;
+  mig.vendor = gpu::Vendor::kNvidia;
+  mig.index = 0;
+  mig.uuid = "GPU-0";
+  mig.memory_total_bytes = uint64_t{80} << 30;
+  mig.mig_enabled = true;
+  mig.enforcement = "mig";
+  mig.mig_devices = {
+      {"MIG-a", "3g.40gb", 1, 0, uint64_t{40} << 30, {"/dev/nvidia-caps/nvidia-cap15"}},
+      {"MIG-b", "1g.10gb", 9, 0, uint64_t{10} << 30, {"/dev/nvidia-caps/nvidia-cap36"}}};
+  gpu::GpuInfo plain = mig;
+  plain.index = 1;
+  plain.uuid = "GPU-1";
+  plain.mig_enabled = false;
+  plain.mig_devices.clear();
+  plain.enforcement = "none";
+  protocol::Work work;
+  protocol::LaunchOrder order;
+  order.job.id = 8;
+  order.job.user = "alice";
+  order.job.command = {"true"};
+  order.job.request.gpus = 1;
+  order.job.request.gpu_memory_bytes = uint64_t{8} << 30;
+  order.rendezvous = {0, 1, {"h"}, {1}, 0};
+  order.gpus = {{"nvidia", 0, "MIG-b", {"/dev/nvidia0", "/dev/nvidia-caps/nvidia-cap36"}, 100}};
+  protocol::LaunchOrder other = order;
+  other.job.id = 9;
+  other.gpus = {{"nvidia", 1, "GPU-1", {"/dev/nvidia1"}, 100}};
+  work.launch = {order, other};
+  link_->QueueWork(work);
+  AgentLoopOptions ao;
+  ao.node_name = "n1";
+  ao.state_dir = (root_ / "state").string();
+  ao.telemetry_interval_s = 0;
+  ao.clock = &clock_;
+  ao.node.gpus = {mig, plain};
+  loop_ = std::make_unique<AgentLoop>(ao, link_, &launcher_);
+  thread_ = std::thread([this] { EXPECT_TRUE(loop_->Run().ok()); });
+  std::unique_lock lock(launcher_.mu);
+  launcher_.cv.wait_for(lock, std::chrono::seconds(10),
+                        [this] { return launcher_.launched.size() == 2; });
+  ASSERT_EQ(launcher_.launched.size(), 2u);
+  for (const agent::LaunchSpec& spec : launcher_.launched) {
+    const auto env = BuildJobEnvironment(spec, {});
+    if (spec.id.job == 8) {
+      EXPECT_EQ(spec.share_enforcement, "mig");
+      EXPECT_EQ(spec.share_memory_bytes, uint64_t{10} << 30);  // the instance's, not the ask
+      EXPECT_EQ(env.at("CUDA_VISIBLE_DEVICES"), "MIG-b");
+      EXPECT_EQ(env.at("NVIDIA_VISIBLE_DEVICES"), "MIG-b");
+      EXPECT_EQ(env.at("GPUPOOL_GPU_ENFORCEMENT"), "mig");
+      EXPECT_EQ(env.at("GPUPOOL_GPU_MEM_LIMIT_BYTES"), std::to_string(uint64_t{10} << 30));
+      EXPECT_EQ(env.count("CUDA_MPS_PIPE_DIRECTORY"), 0u);
+    } else {
+      EXPECT_EQ(spec.share_enforcement, "none");
+      EXPECT_EQ(env.at("CUDA_VISIBLE_DEVICES"), "GPU-1");
+    }
+  }
 }
 
 // The controller relays `gpupool logs` reads to the node: each is answered through the

@@ -51,18 +51,18 @@ gpu::NodeInfo FakeEightGpuNode() {
   return n;
 }
 
-// A replayed GPU's UUID for the node `node_name`: "GPU-" and 8 hex digits of the name's
-// hash, then the file's UUID from its 13th character, so that agents replaying one file
-// under different names have GPUs of different UUIDs (which the controller's health
-// records and metrics tell GPUs apart by), each still recognisable by its file's tail.
+// A replayed GPU's (or MIG instance's) UUID for the node `node_name`: "GPU-" (or "MIG-")
+// and 8 hex digits of the name's hash, then the file's UUID from its 13th character, so that agents
+// replaying one file under different names have GPUs of different UUIDs (which the controller's
+// health records and metrics tell GPUs apart by), each still recognisable by its file's tail.
 std::string NodeScopedUuid(const std::string& uuid, const std::string& node_name) {
   if (uuid.empty()) return uuid;
   uint32_t h = 2166136261u;  // FNV-1a
   for (unsigned char c : node_name) h = (h ^ c) * 16777619u;
   char hex[9];
   std::snprintf(hex, sizeof hex, "%08x", h);
-  if (uuid.starts_with("GPU-") && uuid.size() >= 12)
-    return "GPU-" + std::string(hex) + uuid.substr(12);
+  if ((uuid.starts_with("GPU-") || uuid.starts_with("MIG-")) && uuid.size() >= 12)
+    return uuid.substr(0, 4) + std::string(hex) + uuid.substr(12);
   return uuid + "-" + hex;
 }
 
@@ -185,7 +185,10 @@ Status NodeAgent::Discover() {
   // own. Under the file's own host name, its UUIDs as they are.
   if (!options_.fake_file.empty() && !options_.node_name.empty() &&
       options_.node_name != node_.hostname) {
-    for (gpu::GpuInfo& g : node_.gpus) g.uuid = NodeScopedUuid(g.uuid, options_.node_name);
+    for (gpu::GpuInfo& g : node_.gpus) {
+      g.uuid = NodeScopedUuid(g.uuid, options_.node_name);
+      for (gpu::MigDevice& m : g.mig_devices) m.uuid = NodeScopedUuid(m.uuid, options_.node_name);
+    }
   }
   if (node_.gpus.empty() && options_.stand_in_when_no_gpus) {
     node_ = FakeEightGpuNode();
@@ -243,7 +246,7 @@ int NodeAgent::SetUpDmem(bool wanted) {
   const std::vector<DmemRegion> regions = ParseDmemCapacity(*text);
   int gpus = 0;
   for (gpu::GpuInfo& g : node_.gpus) {
-    if (g.enforcement == "mps") continue;  // MPS holds it (threads and memory)
+    if (g.enforcement == "mps" || g.enforcement == "mig") continue;  // they hold it
     const std::string region = DmemRegionOf(regions, g.pci_bus_id);
     if (region.empty()) continue;
     g.enforcement = "dmem";
@@ -275,12 +278,15 @@ Status NodeAgent::SetUpEnforcement(const std::string& agent_dir) {
         "; install NVIDIA's MPS (part of the driver's utilities), give --mps-control PATH, or "
         "run with --gpu-enforcement none");
   }
-  int mps_gpus = 0;
+  int mps_gpus = 0, mig_gpus = 0;
   for (gpu::GpuInfo& g : node_.gpus) {
-    const bool can_mps =
-        !control.empty() && g.vendor == gpu::Vendor::kNvidia && !g.mig_enabled.value_or(false);
-    g.enforcement = can_mps ? "mps" : "none";
+    // MIG partitions are the hardware's, whatever the mode asked for: shares of a GPU in
+    // MIG mode are its instances (docs/sharing.md).
+    const bool mig = g.vendor == gpu::Vendor::kNvidia && g.mig_enabled.value_or(false);
+    const bool can_mps = !control.empty() && g.vendor == gpu::Vendor::kNvidia && !mig;
+    g.enforcement = mig ? "mig" : can_mps ? "mps" : "none";
     mps_gpus += can_mps ? 1 : 0;
+    mig_gpus += mig ? 1 : 0;
   }
   const int dmem_gpus = SetUpDmem(mode == "dmem" || (mode == "auto" && !replayed));
   if (mode == "dmem" && dmem_gpus == 0) {
@@ -312,6 +318,13 @@ Status NodeAgent::SetUpEnforcement(const std::string& agent_dir) {
                             : replayed     ? std::string("a replayed node")
                                            : std::string("no nvidia-cuda-mps-control")) +
                            ")";
+  if (mig_gpus > 0) {
+    const std::string mig =
+        "MIG instances of " + std::to_string(mig_gpus) + " GPU(s) in MIG mode, each granted whole";
+    enforcement_note_ = static_cast<size_t>(mig_gpus) == node_.gpus.size()
+                            ? "GPU shares: " + mig
+                            : enforcement_note_ + " on the other GPUs; " + mig;
+  }
   return Status::Ok();
 }
 

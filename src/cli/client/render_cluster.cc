@@ -82,6 +82,21 @@ std::string Enforcement(const std::string& node, const Json& gpus) {
   return out;
 }
 
+// The MIG instances of a node's GPUs in MIG mode, one line each: "n1 GPU 0 1g.10gb
+// (MIG-...): job 12" or ": free"; "" without any.
+std::string MigInstances(const std::string& node, const Json& gpus) {
+  std::string out;
+  for (const Json& g : gpus) {
+    for (const Json& m : GetArray(g, "mig_devices")) {
+      const int64_t job = GetInt(m, "job", 0);
+      out += CleanCell(node) + " GPU " + std::to_string(GetInt(g, "index")) + " " +
+             CleanCell(GetString(m, "profile", "?")) + " (" + CleanCell(GetString(m, "uuid")) +
+             "): " + (job > 0 ? "job " + std::to_string(job) : std::string("free")) + "\n";
+    }
+  }
+  return out;
+}
+
 // A number of the GPU's telemetry with a unit ("73%", "250 W"), "-" when absent.
 std::string Reading(const Json& t, const char* key, const char* unit) {
   const Json* v = Field(t, key);
@@ -144,9 +159,11 @@ std::string RenderNodes(const Json& answer, int64_t now_us) {
   std::string health;       // "n1 GPU 3: cordoned: Xid 95: ..." per GPU that is not healthy
   std::string checking;     // nodes whose health verdict is still to come
   std::string enforcement;  // "n1 GPUs 0-7: mps" per node and mode stated
+  std::string mig;          // one line per MIG instance
   for (const Json& node : GetArray(answer, "nodes")) {
     const Json& gpus = GetArray(node, "gpus");
     enforcement += Enforcement(GetString(node, "name"), gpus);
+    mig += MigInstances(GetString(node, "name"), gpus);
     int64_t allocated = 0;
     for (const Json& g : gpus) {
       allocated += GetInt(g, "allocated_milli");
@@ -181,7 +198,8 @@ std::string RenderNodes(const Json& answer, int64_t now_us) {
                            : "waiting for their health check's first verdict (no new work until "
                              "it comes):\n" +
                                  checking) +
-         (enforcement.empty() ? "" : "GPU share enforcement (docs/sharing.md):\n" + enforcement);
+         (enforcement.empty() ? "" : "GPU share enforcement (docs/sharing.md):\n" + enforcement) +
+         (mig.empty() ? "" : "MIG instances, each held whole by one job:\n" + mig);
 }
 
 Result<std::string> RenderNode(const Json& answer, const std::string& name, int64_t now_us) {
@@ -243,6 +261,9 @@ Result<std::string> RenderNode(const Json& answer, const std::string& name, int6
   }
   out += t.Render();
   if (!details.empty()) out += "GPU health (docs/health.md):\n" + details;
+  if (const std::string mig = MigInstances(name, GetArray(node, "gpus")); !mig.empty()) {
+    out += "MIG instances, each held whole by one job:\n" + mig;
+  }
   return out;
 }
 

@@ -182,6 +182,11 @@ void PlacementLines(const Json& job, const Line& line) {
     if (!idx.empty()) text += ": GPU " + Join(idx, ",");
     if (auto uuids = StringList(GetArray(p, "gpu_uuids")); !uuids.empty()) {
       text += " (" + Join(uuids, ", ") + ")";
+      // A MIG instance (docs/sharing.md): `gpupool node NODE` names its profile.
+      if (std::any_of(uuids.begin(), uuids.end(),
+                      [](const std::string& u) { return u.rfind("MIG-", 0) == 0; })) {
+        text += ", MIG instance held whole";
+      }
     }
     if (const int64_t milli = GetInt(p, "gpu_milli", 1000); milli < 1000) {
       text += ", share " + FormatMilli(milli);

@@ -246,6 +246,36 @@ TEST(RenderNodesTest, FractionsAndModels) {
             "gpu3 GPUs 3,7: none\n");
 }
 
+// A GPU in MIG mode: its instances, one a line, with the job holding each (hostile
+// strings cleaned); both views.
+TEST(RenderNodesTest, MigInstancesAndWhoHoldsThem) {
+  const Json answer = Parse(R"js({"nodes": [{"name": "gpu4", "state": "up", "gpus": [
+      {"index": 0, "name": "A100", "allocated_milli": 375, "enforcement": "mig",
+       "mig_devices": [{"uuid": "MIG-a", "profile": "3g.40gb", "memory_total_bytes": 1},
+                       {"uuid": "MIG-b", "profile": "2g.20gb\u001b[2J", "job": 12},
+                       {"uuid": "MIG-c", "profile": "1g.10gb", "job": 13}]},
+      {"index": 1, "name": "A100", "allocated_milli": 0, "enforcement": "none"}]}]})js");
+  const std::string instances =
+      "MIG instances, each held whole by one job:\n"
+      "gpu4 GPU 0 3g.40gb (MIG-a): free\n"
+      "gpu4 GPU 0 2g.20gb [2J (MIG-b): job 12\n"
+      "gpu4 GPU 0 1g.10gb (MIG-c): job 13\n";
+  const std::string all = RenderNodes(answer, kRenderNow);
+  EXPECT_NE(all.find("GPU share enforcement (docs/sharing.md):\ngpu4 GPU 0: mig\n"
+                     "gpu4 GPU 1: none\n" +
+                     instances),
+            std::string::npos)
+      << all;
+  Result<std::string> one = RenderNode(answer, "gpu4", kRenderNow);
+  ASSERT_TRUE(one.ok());
+  EXPECT_NE(one->find(instances), std::string::npos) << *one;
+  EXPECT_EQ(RenderNodes(Parse(R"({"nodes": [{"name": "n", "state": "up", "gpus": [
+                {"index": 0, "name": "A100"}]}]})"),
+                        kRenderNow)
+                .find("MIG"),
+            std::string::npos);
+}
+
 TEST(RenderNodeTest, OneNodeInFullWithItsGpusHealth) {
   const Json answer = Parse(R"js({"nodes": [
     {"name": "gpu0", "state": "up", "gpus": []},

@@ -60,6 +60,30 @@ OrderedJson NodeViewToJson(const NodeView& v, const Caller& caller,
                                                      : OrderedJson::array()}});
     // How a share of it is enforced (gpu_info.h), where its agent stated it.
     if (!gi.enforcement.empty()) gpus.back()["enforcement"] = gi.enforcement;
+    // A GPU in MIG mode: its instances, each granted whole to one job (docs/sharing.md).
+    if (gi.mig_enabled.value_or(false)) {
+      OrderedJson instances = OrderedJson::array();
+      for (const gpu::MigDevice& m : gi.mig_devices) {
+        instances.push_back({{"uuid", m.uuid},
+                             {"profile", m.profile},
+                             {"memory_total_bytes", m.memory_total_bytes}});
+        if (auto held = v.mig_jobs.find(m.uuid); held != v.mig_jobs.end() && !m.uuid.empty()) {
+          // As for holders: the job's id only to admins and its own user.
+          bool visible = caller.admin;
+          if (g < v.holders.size()) {
+            for (const NodeView::Holder& h : v.holders[g]) {
+              visible |= h.job_id == held->second && h.user == caller.user;
+            }
+          }
+          if (visible) {
+            instances.back()["job"] = held->second;
+          } else {
+            instances.back()["other_user"] = true;
+          }
+        }
+      }
+      gpus.back()["mig_devices"] = std::move(instances);
+    }
     if (auto t = latest.find(gi.index); t != latest.end() && v.state != "down") {
       gpus.back()["telemetry"] = GpuTelemetryToJson(t->second);
     }

@@ -270,6 +270,12 @@
         const tip = [`${g.name} (${g.uuid})`, `allocated: ${g.allocated_milli / 10}%`];
         // How a share of it is held to its size (docs/sharing.md): mps, mig, dmem or none.
         if (g.enforcement) tip.push(`share enforcement: ${g.enforcement}`);
+        // A GPU in MIG mode: its instances, each held whole by one job or free.
+        const mig = Array.isArray(g.mig_devices) ? g.mig_devices : [];
+        if (mig.length) {
+          lines.push(`MIG ${mig.filter((m) => m.job).length}/${mig.length} held`);
+          for (const m of mig) tip.push(`MIG ${m.profile} (${m.uuid}): ${m.job ? `job ${m.job}` : 'free'}`);
+        }
         let util = null;
         if (t && typeof t.util_pct === 'number') {
           util = h('div', { class: 'util' });
@@ -305,7 +311,7 @@
           class: health ? `gpu health-${health.state}` : 'gpu', title: tip.join('\n'),
           dataset: { node: n.name, index: g.index, allocatedMilli: g.allocated_milli, utilPct: t && typeof t.util_pct === 'number' ? t.util_pct : '',
             health: health ? health.state : 'healthy', healthReason: health ? health.reason || '' : '',
-            enforcement: g.enforcement || '',
+            enforcement: g.enforcement || '', mig: mig.map((m) => `${m.profile}:${m.job || ''}`).join(' '),
             holders: holders.map((o) => o.other_user ? `other:${o.gpu_milli}` : `${o.job_id}:${o.user}:${o.gpu_milli}`).join(' ') },
         }, fill, util, h('div', { class: 'label' }, lines.map((l) => h('div', { text: l })), who));
       });

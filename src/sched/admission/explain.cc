@@ -43,7 +43,10 @@ struct PendingExplainer::Survey {
   // GPUs with the task's share free on one node, the most free share of one GPU, and
   // whether a node with the GPUs lacks the CPU or memory. A GPU another owner holds
   // (ClusterState::HeldByOthers) counts as full; `held_fits`: such a GPU has the share free.
+  // A MIG instance the task may not take (ClusterState::Blocked) counts as full;
+  // `mig_need_mib`: the task's GPU memory need on a node with MIG instances (0: none seen).
   int32_t best_block = 0;
+  int64_t mig_need_mib = 0;
   int32_t best_share = 0;
   bool cpu_mem_short = false;
   bool held_fits = false;
@@ -82,8 +85,12 @@ PendingExplainer::Survey PendingExplainer::SurveyNodes(const Task& t) const {
         const NodeState& ns = cluster_.node(n);
         int32_t block = 0;
         const uint64_t held = cluster_.HeldByOthers(n, t);
+        const uint64_t mig = cluster_.Blocked(n, t) & ns.whole_only_gpus;
+        if (ns.whole_only_gpus != 0 && t.IsFractional()) {
+          s.mig_need_mib = std::max(s.mig_need_mib, cluster_.GpuMemoryNeedMib(n, t));
+        }
         for (int32_t g = 0; g < ns.num_gpus(); ++g) {
-          int32_t free = ns.gpu_free_milli[static_cast<size_t>(g)];
+          int32_t free = (mig >> g & 1) != 0 ? 0 : ns.gpu_free_milli[static_cast<size_t>(g)];
           if ((held >> g & 1) != 0) {
             s.held_fits = s.held_fits || free >= t.gpu_milli;
             free = 0;
@@ -123,7 +130,10 @@ std::string PendingExplainer::Headline(const QueuedJob& job, const Survey& s) co
       if (s.held_fits)
         return "needs " + FormatShare(t.gpu_milli) + " of one GPU" + of + "; " + single_owner_note_;
       return "needs " + FormatShare(t.gpu_milli) + " of one GPU" + of +
-             "; the most free on any GPU: " + FormatShare(s.best_share);
+             "; the most free on any GPU: " + FormatShare(s.best_share) +
+             (s.mig_need_mib == 0 ? std::string()
+                                  : fmt::format(", and no idle MIG instance has {:.1f} GiB",
+                                                static_cast<double>(s.mig_need_mib) / 1024.0));
     }
     if (s.best_block < t.num_gpu) {
       return fmt::format("needs {} idle GPU{}{}; largest idle block on any node: {}", t.num_gpu,

@@ -46,7 +46,8 @@ class FgdScore final : public ScorePlugin {
     // The owner matters only to a fractional task in a cluster with single-owner GPUs;
     // otherwise every owner shares the shape's entries.
     const int64_t owner = state.has_single_owner_gpus() && task.IsFractional() ? task.owner : 0;
-    const ShapeKey key{task.cpu_milli, task.num_gpu, task.gpu_milli, owner};
+    const ShapeKey key{task.cpu_milli, task.num_gpu, task.gpu_milli, owner,
+                       task.IsFractional() ? task.gpu_memory_mib : 0};
     auto [it, inserted] = shape_ids_.try_emplace(key, static_cast<int32_t>(cache_.size()));
     if (inserted) cache_.emplace_back();
     current_shape_ = it->second;
@@ -68,6 +69,7 @@ class FgdScore final : public ScorePlugin {
     key->num_gpu = task.num_gpu;
     key->gpu_milli = task.gpu_milli;
     key->owner = state.has_single_owner_gpus() && task.IsFractional() ? task.owner : 0;
+    key->gpu_memory_mib = task.IsFractional() ? task.gpu_memory_mib : 0;
     return true;
   }
 
@@ -75,7 +77,7 @@ class FgdScore final : public ScorePlugin {
     Entry& e = (*current_)[static_cast<size_t>(node)];
     const NodeState& n = state.node(node);
     if (e.version != n.version) {
-      const uint64_t held = state.HeldByOthers(node, task);  // 0 unless owners matter
+      const uint64_t held = state.Blocked(node, task);  // 0 unless owners or MIG matter
       const MemoValue& m = Memo(n, static_cast<size_t>(node), task, held);
       e.score = m.score;
       e.gpus =
@@ -90,13 +92,14 @@ class FgdScore final : public ScorePlugin {
     int64_t cpu;
     int32_t num_gpu;
     int32_t gpu_milli;
-    int64_t owner;  // see PreScore
+    int64_t owner;           // see PreScore
+    int64_t gpu_memory_mib;  // which MIG instance a share may take (ClusterState::Blocked)
     bool operator==(const ShapeKey&) const = default;
   };
   struct ShapeKeyHash {
     size_t operator()(const ShapeKey& k) const {
       return std::hash<int64_t>{}(k.cpu * 1000003 + int64_t{k.num_gpu} * 1009 + k.gpu_milli +
-                                  k.owner * 7919);
+                                  k.owner * 7919 + k.gpu_memory_mib * 31);
     }
   };
   struct Entry {
@@ -209,7 +212,7 @@ class FgdScore final : public ScorePlugin {
   // at GPU order), so the key is those with the shares sorted; thousands of identical nodes share
   // one entry. The GPU indices are derived per node from the result (WinningGpu, FirstIdleGpus),
   // exactly as a scan of every GPU in index order picks them.
-  // `held`: the GPUs another owner holds (ClusterState::HeldByOthers), which the task may not
+  // `held`: the GPUs the task may not use (ClusterState::Blocked), which the task may not
   // take though the measure counts their shares as they are: they sort after the free
   // GPUs of equal share, and the key marks their shares, so a node's entry is shared
   // only with nodes whose held GPUs have the same shares.

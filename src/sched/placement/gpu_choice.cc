@@ -3,11 +3,13 @@
 namespace gpupool::sched {
 
 // A GPU another owner holds is in use, so never idle: FirstIdleGpus needs no owner test.
+// Whole-only GPUs (MIG instances) are never a whole-GPU task's.
 GpuMask FirstIdleGpus(const NodeState& node, int32_t n) {
   GpuMask mask = 0;
   int32_t got = 0;
   for (int32_t i = 0; i < node.num_gpus() && got < n; ++i) {
-    if (node.gpu_free_milli[static_cast<size_t>(i)] == 1000) {
+    if (node.gpu_free_milli[static_cast<size_t>(i)] == 1000 &&
+        (node.whole_only_gpus >> i & 1) == 0) {
       mask |= GpuMask{1} << i;
       ++got;
     }
@@ -37,9 +39,10 @@ GpuMask BestFitGpus(const ClusterState& state, int32_t index, const Task& task) 
   const NodeState& node = state.node(index);
   if (task.num_gpu == 0) return 0;
   if (!task.IsFractional()) return FirstIdleGpus(node, task.num_gpu);
-  // A task with an owner (never the simulator's) on a node with single-owner GPUs.
-  if (task.owner != 0 && node.single_owner_gpus != 0) [[unlikely]] {
-    return TightestGpu<true>(node, task.gpu_milli, state.HeldByOthers(index, task));
+  // A task with an owner (never the simulator's) on a node with single-owner GPUs, or a
+  // node with MIG instances.
+  if ((task.owner != 0 && node.single_owner_gpus != 0) || node.whole_only_gpus != 0) [[unlikely]] {
+    return TightestGpu<true>(node, task.gpu_milli, state.Blocked(index, task));
   }
   return TightestGpu<false>(node, task.gpu_milli, 0);
 }

@@ -18,10 +18,11 @@ namespace gpupool::sched {
 inline constexpr double kMaxSpecCpuMilli = 128000.0;
 inline constexpr double kMaxSpecGpuMilli = 8000.0;
 
-// The first `n` fully idle GPUs by index (whole-GPU tasks); 0 when there are too few.
+// The first `n` fully idle GPUs by index that are not whole-only (whole-GPU tasks); 0
+// when there are too few.
 GpuMask FirstIdleGpus(const NodeState& node, int32_t n);
 // On node `node` of `state`: for a fractional task the fitting GPU with the least free
-// share (first index on ties), never one another owner holds (ClusterState::HeldByOthers);
+// share (first index on ties), never one it may not use (ClusterState::Blocked);
 // for a whole-GPU task FirstIdleGpus; CPU-only: 0.
 GpuMask BestFitGpus(const ClusterState& state, int32_t node, const Task& task);
 

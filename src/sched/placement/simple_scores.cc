@@ -24,7 +24,7 @@ class RandomScore final : public ScorePlugin {
     GpuMask gpus = 0;
     if (task.IsFractional()) {
       uint64_t seen = 0;
-      const uint64_t held = state.HeldByOthers(node, task);
+      const uint64_t held = state.Blocked(node, task);
       for (int32_t i = 0; i < n.num_gpus(); ++i) {
         if (n.gpu_free_milli[static_cast<size_t>(i)] >= task.gpu_milli && (held >> i & 1) == 0 &&
             rng_.Uniform(++seen) == 0) {
@@ -97,7 +97,7 @@ class GpuPackingScore final : public ScorePlugin {
     });
     int32_t need = task.num_gpu, idle_used = 0;
     int64_t free_pct_sum = 0;
-    const uint64_t held = state.HeldByOthers(node, task);
+    const uint64_t held = state.Blocked(node, task);
     for (int32_t i : order) {
       if (need == 0) break;
       const int32_t f = n.gpu_free_milli[static_cast<size_t>(i)];

@@ -1,6 +1,7 @@
 // A test double behind the real PlacementPolicy interface: the first node in scan order
 // that fits, and on it the fitting GPUs with the least free share (whole-GPU tasks get
-// idle GPUs in index order) that no other owner holds. Simple enough that a test can predict every
+// idle GPUs in index order) that it may use (ClusterState::Blocked: no other owner's, the MIG
+// instance the rule allows). Simple enough that a test can predict every
 // placement.
 #pragma once
 
@@ -25,7 +26,7 @@ class FirstFitForTest final : public PlacementPolicy {
       std::stable_sort(gpus.begin(), gpus.end(), [&](int32_t a, int32_t b) {
         return node.gpu_free_milli[a] < node.gpu_free_milli[b];
       });
-      const uint64_t held = state.HeldByOthers(n, task);
+      const uint64_t held = state.Blocked(n, task);
       for (int32_t g : gpus) {
         if (static_cast<int32_t>(d.placement.gpus.size()) == task.num_gpu) break;
         if (node.gpu_free_milli[g] >= task.gpu_milli && (held >> g & 1) == 0) {

@@ -50,6 +50,18 @@ std::string WhyNoNodeCouldHost(const ClusterState& cluster, const Task& t) {
       return fmt::format("it asks for {} GPU{} on one node; the most any node has is {}", t.num_gpu,
                          t.num_gpu == 1 ? "" : "s", most);
     }
+    std::erase_if(left, [&](const NodeState* n) {
+      return cluster.UsableGpus(static_cast<int32_t>(n - cluster.nodes().data()), t) < t.num_gpu;
+    });
+    if (left.empty()) {
+      return t.IsFractional()
+                 ? "its share needs more GPU memory than any MIG instance has, and no node "
+                   "with the GPUs has one outside MIG mode"
+                 : fmt::format(
+                       "it asks for {} whole GPU{} on one node; MIG instances take "
+                       "shares only",
+                       t.num_gpu, t.num_gpu == 1 ? "" : "s");
+    }
     if (!t.gpu_models.empty()) {
       std::vector<std::string> seen;
       std::erase_if(left, [&](const NodeState* n) {

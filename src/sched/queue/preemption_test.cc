@@ -101,6 +101,35 @@ TEST(ChooseVictims, TheFewestAndNewestThatMakeRoomAndGangsWhole) {
   EXPECT_EQ(Snapshot(r.cluster), before);  // the caller's cluster is not touched
 }
 
+// On MIG instances (cluster_state.h) the victim is the share whose instance holds the
+// waiting share's memory, though another is newer: freeing the 1g.10gb makes no room for
+// 30 GiB.
+TEST(ChooseVictims, OnMigInstancesTheVictimIsTheOneWhoseInstanceFits) {
+  ClusterState c;
+  NodeSpec spec{"mig", 64000, 262144, 2, "A100", 81920, 80};
+  spec.whole_only_gpus = 0b11;
+  spec.device_memory_mib = {40960, 10240};
+  ASSERT_TRUE(c.AddNode(spec).ok());
+  std::vector<QueuedJob> jobs = {Job("big", "bob", 0, {GpuTask(1, 100)}),
+                                 Job("small", "bob", 0, {GpuTask(1, 100)})};
+  ASSERT_TRUE(c.Allocate(jobs[0].tasks[0], {0, {0}}).ok());
+  ASSERT_TRUE(c.Allocate(jobs[1].tasks[0], {0, {1}}).ok());
+  const std::vector<RunningJob> runs = {{&jobs[0], 100, {{0, {0}}}}, {&jobs[1], 200, {{0, {1}}}}};
+  const std::vector<PreemptibleRun> running = {{&runs[0], true}, {&runs[1], true}};
+  Task wide = GpuTask(1, 375);  // 30 GiB of the 80 GiB GPU
+  QueuedJob waiting = Job("w", "alice", 1000, {wide});
+  FirstFitForTest policy;
+  auto v = ChooseVictims(c, waiting, running, {0, 1}, policy);
+  ASSERT_TRUE(v.ok()) << v.status().ToString();
+  ASSERT_TRUE(v->has_value());
+  EXPECT_EQ((*v)->running, std::vector<size_t>{0});
+  EXPECT_EQ((*v)->placements[0], (Placement{0, {0}}));
+  // A whole GPU makes room on no instance: no victims.
+  auto whole = ChooseVictims(c, Job("x", "alice", 1000, {GpuTask(1)}), running, {0, 1}, policy);
+  ASSERT_TRUE(whole.ok());
+  EXPECT_FALSE(whole->has_value());
+}
+
 TEST(ChooseVictims, NothingWhenEvenAllCandidatesDoNotMakeRoom) {
   RunningSet r(2, 4);
   r.Add("a", "bob", 100, {GpuTask(4)});

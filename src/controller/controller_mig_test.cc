@@ -1,0 +1,187 @@
+// MIG instances in the controller (issue 28 item 1, docs/sharing.md): a share is granted
+// the smallest idle instance that holds its memory, by the instance's MIG- UUID; the
+// launch order lets the job reach its GPU's node and its instance's cap nodes only; a
+// whole-GPU job never gets a GPU in MIG mode; the node view names who holds each
+// instance; an out-of-service GPU in MIG mode takes its instances with it.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "common/clock.h"
+#include "controller/controller.h"
+#include "controller/sched_input.h"
+#include "store/sqlite_store.h"
+#include "store/store.h"
+
+namespace gpupool::controller {
+namespace mig_test {
+
+using jobs::Job;
+using jobs::JobState;
+
+constexpr uint64_t kGiB = uint64_t{1} << 30;
+
+// GPU 0 in MIG mode (3g.40gb, 1g.10gb, 1g.10gb), GPU 1 not; both 80 GiB A100s.
+gpu::NodeInfo MigNode() {
+  gpu::NodeInfo n;
+  n.hostname = "n1";
+  for (int i = 0; i < 2; ++i) {
+    gpu::GpuInfo g;
+    g.vendor = gpu::Vendor::kNvidia;
+    g.index = i;
+    g.name = "NVIDIA A100-SXM4-80GB";
+    g.uuid = "GPU-" + std::to_string(i);
+    g.memory_total_bytes = 80 * kGiB;
+    g.device_nodes = {"/dev/nvidia" + std::to_string(i)};
+    n.gpus.push_back(g);
+  }
+  n.gpus[0].mig_enabled = true;
+  n.gpus[0].enforcement = "mig";
+  n.gpus[0].mig_devices = {
+      {"MIG-big", "3g.40gb", 2, 0, 40 * kGiB, {"/dev/nvidia-caps/nvidia-cap21"}},
+      {"MIG-s1", "1g.10gb", 9, 0, 10 * kGiB, {"/dev/nvidia-caps/nvidia-cap84"}},
+      {"MIG-s2", "1g.10gb", 10, 0, 10 * kGiB, {"/dev/nvidia-caps/nvidia-cap93"}}};
+  n.gpus[1].mig_enabled = false;
+  n.gpus[1].enforcement = "none";
+  return n;
+}
+
+TEST(SchedInputMigTest, InstancesAreWholeOnlyDevicesWithTheirMemory) {
+  const gpu::NodeInfo info = MigNode();
+  const std::vector<SchedNode> nodes = {{"n1", &info, 64000, 256000, false, {}}};
+  SchedInput in(nodes);
+  const sched::NodeState& n = in.cluster.node(0);
+  ASSERT_EQ(n.num_gpus(), 4);  // three instances, then GPU 1
+  EXPECT_EQ(n.whole_only_gpus, 0b0111u);
+  EXPECT_EQ(n.device_memory_mib, (std::vector<int64_t>{40960, 10240, 10240, 81920}));
+  EXPECT_EQ(n.gpu_memory_mib, 81920);  // the GPUs', which a share's part is of
+  // A running share on instance MIG-s2 holds it whole.
+  Job running;
+  running.id = 5;
+  running.command = {"true"};
+  running.state = JobState::kRunning;
+  running.request.gpus = 1;
+  running.request.gpu_memory_bytes = 8 * kGiB;
+  running.request.gpu_milli = 100;
+  running.placement = {jobs::TaskPlacement{"n1", {0}, {"MIG-s2"}, 100}};
+  in.AddJobs({&running}, {});
+  ASSERT_EQ(in.running.size(), 1u);
+  EXPECT_EQ(in.cluster.node(0).gpu_free_milli, (std::vector<int32_t>{1000, 1000, 0, 1000}));
+  EXPECT_EQ(in.TaskFor(running)->gpu_memory_mib, 8192);
+  // A placement on device 1 is named by the instance's UUID and its GPU's index.
+  sched::QueuedJob q;
+  q.tasks = {*in.TaskFor(running)};
+  const auto tp = in.ToTaskPlacements(q, {sched::Placement{0, {1}}});
+  EXPECT_EQ(tp[0].gpu_uuids, std::vector<std::string>{"MIG-s1"});
+  EXPECT_EQ(tp[0].gpu_indices, std::vector<int>{0});
+}
+
+// A report's instances without a UUID, or with one another device has, are not
+// scheduled: nothing could grant them.
+TEST(SchedInputMigTest, InstancesWithoutAUuidOfTheirOwnAreLeftOut) {
+  gpu::NodeInfo info = MigNode();
+  info.gpus[0].mig_devices[1].uuid = "";
+  info.gpus[0].mig_devices[2].uuid = "MIG-big";
+  const std::vector<SchedDevice> devices = SchedDevicesOf(info);
+  ASSERT_EQ(devices.size(), 2u);
+  EXPECT_EQ(devices[0].mig, 0);
+  EXPECT_EQ(devices[1].mig, -1);
+  EXPECT_EQ(devices[1].gpu, 1u);
+}
+
+TEST(SchedInputMigTest, AGpuOutOfServiceTakesItsInstances) {
+  const gpu::NodeInfo info = MigNode();
+  const std::vector<SchedNode> nodes = {
+      {"n1", &info, 64000, 256000, false, {{"GPU-0", "cordoned: Xid 95"}}}};
+  SchedInput in(nodes);
+  in.AddJobs({}, {});
+  EXPECT_EQ(in.cluster.node(0).gpu_free_milli, (std::vector<int32_t>{0, 0, 0, 1000}));
+}
+
+class ControllerMigTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    store_ = store::OpenSqliteStore(":memory:").value();
+    ControllerOptions o;
+    o.node_timeout_us = int64_t{3600} * 1'000'000 * 24;
+    auto c = Controller::Create(store_.get(), &clock_, o);
+    ASSERT_TRUE(c.ok()) << c.status().ToString();
+    c_ = std::move(c).value();
+    protocol::Registration r;
+    r.node = "n1";
+    r.info = MigNode();
+    r.cpu_milli = 64'000;
+    r.memory_mib = 256'000;
+    ASSERT_TRUE(c_->RegisterNode(r, "").ok());
+  }
+  Job Submit(int gpus, uint64_t gpu_memory_bytes) {
+    Job j;
+    j.command = {"train"};
+    j.request.gpus = gpus;
+    j.request.cpu_milli = 100;
+    j.request.gpu_memory_bytes = gpu_memory_bytes;
+    return c_->Submit(j, alice_).value();
+  }
+  Job Get(int64_t id) { return c_->Get(id, alice_).value(); }
+
+  ManualClock clock_{1'700'000'000'000'000};
+  std::unique_ptr<store::Store> store_;
+  std::unique_ptr<Controller> c_;
+  Caller alice_{"alice", 1000, 1000, false};
+};
+
+TEST_F(ControllerMigTest, ASharesOrderReachesItsInstanceOnly) {
+  const Job whole = Submit(1, 0);
+  const Job share = Submit(1, 8 * kGiB);
+  const Job second_whole = Submit(1, 0);
+  ASSERT_TRUE(c_->ScheduleOnce().ok());
+  EXPECT_EQ(Get(whole.id).placement.at(0).gpu_uuids, std::vector<std::string>{"GPU-1"});
+  EXPECT_EQ(Get(share.id).placement.at(0).gpu_uuids, std::vector<std::string>{"MIG-s1"});
+  EXPECT_EQ(Get(second_whole.id).state, JobState::kPending);  // GPU 0 takes shares only
+
+  const AgentWork work = c_->WaitForWork("n1", 0).value();
+  auto order = std::find_if(work.launch.begin(), work.launch.end(),
+                            [&](const LaunchOrder& o) { return o.job.id == share.id; });
+  ASSERT_NE(order, work.launch.end());
+  ASSERT_EQ(order->gpus.size(), 1u);
+  EXPECT_EQ(order->gpus[0].uuid, "MIG-s1");
+  EXPECT_EQ(order->gpus[0].index, 0);
+  EXPECT_EQ(order->gpus[0].device_nodes,
+            (std::vector<std::string>{"/dev/nvidia0", "/dev/nvidia-caps/nvidia-cap84"}));
+  std::vector<std::string> denied = order->denied_device_nodes;
+  std::sort(denied.begin(), denied.end());
+  EXPECT_EQ(denied, (std::vector<std::string>{"/dev/nvidia-caps/nvidia-cap21",
+                                              "/dev/nvidia-caps/nvidia-cap93", "/dev/nvidia1"}));
+  // The whole GPU job may not reach GPU 0 nor any instance.
+  auto w = std::find_if(work.launch.begin(), work.launch.end(),
+                        [&](const LaunchOrder& o) { return o.job.id == whole.id; });
+  ASSERT_NE(w, work.launch.end());
+  denied = w->denied_device_nodes;
+  std::sort(denied.begin(), denied.end());
+  EXPECT_EQ(denied, (std::vector<std::string>{"/dev/nvidia-caps/nvidia-cap21",
+                                              "/dev/nvidia-caps/nvidia-cap84",
+                                              "/dev/nvidia-caps/nvidia-cap93", "/dev/nvidia0"}));
+
+  // The view: MIG-s1 held by the share, its part of GPU 0 allocated.
+  const NodeView v = c_->Nodes().at(0);
+  EXPECT_EQ(v.mig_jobs, (std::map<std::string, int64_t>{{"MIG-s1", share.id}}));
+  EXPECT_EQ(v.allocated_milli, (std::vector<int>{125, 1000}));
+}
+
+TEST_F(ControllerMigTest, AShareLargerThanAnyInstanceWaitsSayingSo) {
+  ASSERT_TRUE(c_->ScheduleOnce().ok());
+  const Job whole = Submit(1, 0);  // GPU 1
+  ASSERT_TRUE(c_->ScheduleOnce().ok());
+  const Job big = Submit(1, 50 * kGiB);
+  ASSERT_TRUE(c_->ScheduleOnce().ok());
+  const Job got = Get(big.id);
+  EXPECT_EQ(got.state, JobState::kPending);
+  EXPECT_NE(got.pending_reason.find("no idle MIG instance has 50.0 GiB"), std::string::npos)
+      << got.pending_reason;
+  EXPECT_EQ(Get(whole.id).placement.at(0).gpu_uuids, std::vector<std::string>{"GPU-1"});
+}
+
+}  // namespace mig_test
+}  // namespace gpupool::controller

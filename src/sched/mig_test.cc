@@ -1,0 +1,163 @@
+// MIG instances as whole-only GPUs of a node (cluster_state.h): which tasks may take
+// them, that they are held whole, and that every built-in policy keeps to the rules.
+#include <gtest/gtest.h>
+
+#include "sched/cluster_state.h"
+#include "sched/policy_registry.h"
+#include "sched/queue/gang_placement.h"
+
+namespace gpupool::sched {
+namespace {
+
+Task Share(int32_t milli, int64_t gpu_memory_mib = 0) {
+  Task t{"s", "", 1000, 1024, 1, milli, {}, 0};
+  t.gpu_memory_mib = gpu_memory_mib;
+  return t;
+}
+Task Whole(int32_t gpus) { return Task{"w", "", 1000, 1024, gpus, 1000, {}, 0}; }
+
+// Node "mig": an 80 GiB GPU in MIG mode cut into 3g.40gb, 2g.20gb and two 1g.10gb
+// instances (GPUs 0..3), and one 80 GiB GPU outside MIG mode (GPU 4).
+NodeSpec MigSpec() {
+  NodeSpec spec{"mig", 64000, 262144, 5, "A100", 81920, 80};
+  spec.whole_only_gpus = 0b01111;
+  spec.device_memory_mib = {40960, 20480, 10240, 10240, 81920};
+  return spec;
+}
+
+ClusterState MigCluster() {
+  ClusterState s;
+  EXPECT_TRUE(s.AddNode(MigSpec()).ok());
+  return s;
+}
+
+TEST(MigClusterTest, AddNodeRejectsBadMasksAndSizes) {
+  ClusterState s;
+  NodeSpec bad = MigSpec();
+  bad.whole_only_gpus = 0b100000;
+  EXPECT_NE(s.AddNode(bad).message().find("marks GPU 5 whole-only but has 5 GPUs"),
+            std::string::npos);
+  bad = MigSpec();
+  bad.device_memory_mib = {1, 2};
+  EXPECT_NE(s.AddNode(bad).message().find("gives 2 GPU memory sizes for 5 GPUs"),
+            std::string::npos);
+  bad.device_memory_mib = {40960, -1, 10240, 10240, 81920};
+  EXPECT_FALSE(s.AddNode(bad).ok());
+  EXPECT_EQ(s.num_nodes(), 0);
+}
+
+TEST(MigClusterTest, AShareMayTakeOnlyTheSmallestIdleInstanceThatFits) {
+  ClusterState s = MigCluster();
+  // 10 GiB (by memory, or as 0.125 of the 80 GiB parent) fits 1g.10gb: GPU 2.
+  EXPECT_EQ(s.Blocked(0, Share(500, 10240)), 0b01011u);
+  EXPECT_EQ(s.Blocked(0, Share(125)), 0b01011u);
+  // 10 GiB and one MiB: the 2g.20gb.
+  EXPECT_EQ(s.Blocked(0, Share(500, 10241)), 0b01101u);
+  EXPECT_EQ(s.GpuMemoryNeedMib(0, Share(126)), 10322);
+  EXPECT_EQ(s.Blocked(0, Share(126)), 0b01101u);
+  // More than the largest instance: none of them.
+  EXPECT_EQ(s.Blocked(0, Share(999, 50000)), 0b01111u);
+  // Whole-GPU tasks: never an instance; CPU-only tasks: nothing to block.
+  EXPECT_EQ(s.Blocked(0, Whole(1)), 0b01111u);
+  EXPECT_EQ(s.Blocked(0, Task{"c", "", 1000, 1024, 0, 0, {}, 0}), 0u);
+  EXPECT_EQ(s.UsableGpus(0, Whole(1)), 1);
+  EXPECT_EQ(s.UsableGpus(0, Share(500, 15000)), 3);  // 40, 20 and the plain GPU
+  EXPECT_FALSE(s.CouldEverHost(0, Whole(2)));
+  EXPECT_TRUE(s.CouldEverHost(0, Whole(1)));
+}
+
+TEST(MigClusterTest, AnInstanceIsHeldWholeAndGivenBackWhole) {
+  ClusterState s = MigCluster();
+  ASSERT_TRUE(s.Allocate(Whole(1), {0, {4}}).ok());  // the plain GPU is taken
+  const Task small = Share(100, 4096);
+  ASSERT_TRUE(s.Fits(0, small));
+  ASSERT_TRUE(s.Allocate(small, {0, {2}}).ok());
+  EXPECT_EQ(s.node(0).gpu_free_milli[2], 0);  // all of it, not 900 left
+  EXPECT_EQ(s.node(0).gpu_free_total, 3000);
+  EXPECT_EQ(s.TotalFree().gpu_milli, 3000);
+  // A second share may not join it; the next smallest is GPU 3.
+  Status joined = s.Allocate(small, {0, {2}});
+  EXPECT_NE(joined.message().find("held whole"), std::string::npos) << joined.message();
+  EXPECT_EQ(s.Blocked(0, small), 0b00111u);
+  // An instance too small for a share is refused with both sizes.
+  Status too_small = s.Allocate(Share(100, 20000), {0, {3}});
+  EXPECT_NE(too_small.message().find("needs 20000 MiB of GPU memory; GPU 3 of node 'mig' (a MIG "
+                                     "instance) has 10240 MiB"),
+            std::string::npos)
+      << too_small.message();
+  ASSERT_TRUE(s.Release(small, {0, {2}}).ok());
+  EXPECT_EQ(s.node(0).gpu_free_milli[2], 1000);
+  EXPECT_EQ(s.TotalFree().gpu_milli, 4000);
+  EXPECT_FALSE(s.Release(small, {0, {2}}).ok());  // not placed there any more
+  EXPECT_EQ(s.node(0).gpu_free_total, 4000);
+}
+
+TEST(MigClusterTest, WhyNotFitNamesTheInstances) {
+  ClusterState s = MigCluster();
+  ASSERT_TRUE(s.Allocate(Whole(1), {0, {4}}).ok());
+  EXPECT_FALSE(s.Fits(0, Whole(1)));
+  EXPECT_EQ(s.WhyNotFit(0, Whole(1)), "insufficient GPUs (MIG instances take shares only)");
+  EXPECT_FALSE(s.Fits(0, Share(900, 50000)));
+  EXPECT_EQ(s.WhyNotFit(0, Share(900, 50000)),
+            "insufficient GPU share (no idle MIG instance with 50000 MiB)");
+  EXPECT_EQ(s.WhyNotFit(0, Share(100, 4096)), "");
+}
+
+// Every policy on MigCluster: a whole GPU job takes the plain GPU; then shares fill the instances
+// smallest first, each instance once; whole-GPU tasks never land.
+void CheckMigRules(const std::string& name) {
+  SCOPED_TRACE(name);
+  ClusterState s = MigCluster();
+  auto policy = BuiltinPlacementPolicies().Create(name, PolicyConfig{});
+  ASSERT_TRUE(policy.ok());
+  PlacementPolicy& p = **policy;
+  // A whole GPU: the one outside MIG mode, though the instances before it are idle.
+  PlacementDecision whole = p.Place(s, Whole(1));
+  ASSERT_TRUE(whole.placed) << whole.reason;
+  EXPECT_EQ(whole.placement, (Placement{0, {4}}));
+  ASSERT_TRUE(s.Allocate(Whole(1), {0, {4}}).ok());
+  EXPECT_FALSE(p.Place(s, Whole(1)).placed);
+  const Task small = Share(100, 4096);
+  for (int32_t want : {2, 3, 1, 0}) {
+    PlacementDecision d = p.Place(s, small);
+    ASSERT_TRUE(d.placed) << d.reason;
+    EXPECT_EQ(d.placement, (Placement{0, {want}}));
+    ASSERT_TRUE(s.Allocate(small, d.placement).ok());
+  }
+  EXPECT_FALSE(p.Place(s, small).placed);  // every instance held
+  // A 30 GiB share waits for the 3g.40gb; the freed 1g.10gb does not suit it.
+  ASSERT_TRUE(s.Release(small, {0, {3}}).ok());
+  EXPECT_FALSE(p.Place(s, Share(300, 30720)).placed);
+  EXPECT_EQ(p.Place(s, small).placement, (Placement{0, {3}}));
+  ASSERT_TRUE(s.Release(small, {0, {0}}).ok());
+  EXPECT_EQ(p.Place(s, Share(300, 30720)).placement, (Placement{0, {0}}));
+  EXPECT_EQ(p.Place(s, Share(375)).placement, (Placement{0, {0}}));  // 30 GiB of 80
+}
+
+TEST(MigPolicyTest, EveryPolicyKeepsToTheInstances) {
+  for (const auto& e : BuiltinPlacementPolicies().List()) CheckMigRules(e.name);
+}
+
+// A gang of shares gets one instance per task; a gang the instances cannot hold is not
+// placed and leaves the cluster as it was.
+TEST(MigPolicyTest, GangsTakeOneInstancePerTaskOrNone) {
+  ClusterState s = MigCluster();
+  ASSERT_TRUE(s.Allocate(Whole(1), {0, {4}}).ok());
+  auto policy = BuiltinPlacementPolicies().Create("fgd", PolicyConfig{});
+  ASSERT_TRUE(policy.ok());
+  Result<GangPlacement> two = PlaceGang(s, {Share(100, 4096), Share(100, 4096)}, **policy);
+  ASSERT_TRUE(two.ok()) << two.status().ToString();
+  ASSERT_TRUE(two->placed) << two->reason;
+  EXPECT_EQ(two->placements[0].gpus, std::vector<int32_t>{2});
+  EXPECT_EQ(two->placements[1].gpus, std::vector<int32_t>{3});
+  const std::vector<int32_t> before = s.node(0).gpu_free_milli;
+  Result<GangPlacement> big = PlaceGang(s, {Share(300, 30720), Share(300, 30720)}, **policy);
+  ASSERT_TRUE(big.ok()) << big.status().ToString();
+  EXPECT_FALSE(big->placed);
+  EXPECT_EQ(s.node(0).gpu_free_milli, before);
+  ASSERT_TRUE(ReleaseGang(s, {Share(100, 4096), Share(100, 4096)}, two->placements).ok());
+  EXPECT_EQ(s.node(0).gpu_free_milli, (std::vector<int32_t>{1000, 1000, 1000, 1000, 0}));
+}
+
+}  // namespace
+}  // namespace gpupool::sched

@@ -1,0 +1,162 @@
+#!/usr/bin/env python3
+"""MIG instances as schedulable devices end to end (issue 28 item 1, docs/sharing.md): a
+real `gpupool up` on the fake node examples/nodes/nvidia-a100-mig.json: GPU 0 is in MIG
+mode, cut into 3g.40gb, 2g.20gb and two 1g.10gb instances; GPU 1 is not.
+
+Checked: GPU 0 states enforcement "mig" and lists its instances; a whole-GPU job takes
+GPU 1 and a second one waits (a GPU in MIG mode takes shares only); a `--gpu-mem 10G`
+share gets the smallest instance that holds 10 GiB (2g.20gb: a 1g.10gb has 9.5 GiB) and
+runs with its MIG- UUID, `GPUPOOL_GPU_ENFORCEMENT=mig` and the instance's memory as its
+cap; a second share gets another instance (a 1g.10gb), never the one held; a share
+larger than the largest instance waits, saying so; `gpupool nodes`, `gpupool node` and
+`gpupool show` name the instances and who holds them.
+
+Usage: mig_pool_test.py PATH_TO_GPUPOOL
+Exit 77 (skipped) without root (the pool's jobs run as root here).
+"""
+import json
+import os
+import subprocess
+import sys
+import unittest
+
+GPUPOOL = os.path.abspath(sys.argv.pop(1)) if len(sys.argv) > 1 else "gpupool"
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "testlib"))
+import pooltest  # noqa: E402  (tests/testlib)
+from pooltest import wait_for  # noqa: E402
+NODE = os.path.join(HERE, "..", "..", "examples", "nodes", "nvidia-a100-mig.json")
+
+# A job that records its environment and waits for the test's go file.
+JOB = ('env | grep -E "^(CUDA_|NVIDIA_|GPUPOOL_GPU)" | sort > "$OUT/$GPUPOOL_JOB_ID.env"; '
+       'while [ ! -e "$OUT/go-$GPUPOOL_JOB_ID" ] && [ ! -e "$OUT/go-all" ]; do sleep 0.05; done')
+
+
+def read_env(out, jid):
+    path = os.path.join(out, "%d.env" % jid)
+    wait_for("job %d's environment" % jid,
+             lambda: os.path.exists(path) and os.path.getsize(path) > 0)
+    with open(path) as f:
+        return dict(line.rstrip("\n").split("=", 1) for line in f if "=" in line)
+
+
+class MigPoolTest(unittest.TestCase):
+    def setUp(self):
+        self.dir = pooltest.make_test_dir("gp-mig-")
+        self.out = os.path.join(self.dir, "out")
+        os.mkdir(self.out)
+        self.env = dict(os.environ, GPUPOOL_SERVER="unix:" + os.path.join(self.dir, "gpupool.sock"))
+        self.log = os.path.join(self.dir, "server.log")
+        with open(self.log, "ab") as log:
+            self.pool = subprocess.Popen(
+                [GPUPOOL, "up", "--state-dir", self.dir, "--port", "0", "--config", "",
+                 "--fake", NODE], stdout=log, stderr=log, start_new_session=True)
+        wait_for("the pool", lambda: " up " in self.cli("nodes").stdout)
+
+    def tearDown(self):
+        open(os.path.join(self.out, "go-all"), "w").close()
+        pooltest.stop_processes([self.pool])
+        pooltest.kill_leftovers(self.dir)
+        pooltest.remove_dir(self.dir)
+
+    def cli(self, *args):
+        return subprocess.run([GPUPOOL] + list(args), capture_output=True, text=True,
+                              env=self.env, timeout=60)
+
+    def server_log(self):
+        with open(self.log, errors="replace") as f:
+            return f.read()[-4000:]
+
+    def job(self, jid):
+        r = self.cli("show", str(jid), "--json")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        j = json.loads(r.stdout)
+        return j.get("job", j)
+
+    def wait(self, jid, states, timeout=30):
+        return pooltest.wait_job(self.job, jid, states, timeout, log=self.server_log)
+
+    def submit(self, *args):
+        r = self.cli("submit", "--cpus", "0.1", "-D", self.dir, "--env", "OUT=" + self.out,
+                     *args, "--", "sh", "-c", JOB)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        return int(r.stdout.split()[-1])
+
+    def wait_reason(self, jid, words):
+        def reason():
+            j = self.job(jid)
+            self.assertEqual(j["state"], "PENDING")
+            return words in j.get("pending_reason", "")
+        wait_for("job %d's reason to say %r" % (jid, words), reason)
+        return self.job(jid)["pending_reason"]
+
+    def test_shares_get_whole_instances_and_whole_gpu_jobs_never_do(self):
+        node = json.loads(self.cli("nodes", "--json").stdout)["nodes"][0]
+        mig_gpu, plain = node["gpus"]
+        self.assertEqual(mig_gpu["enforcement"], "mig")
+        self.assertEqual(plain["enforcement"], "none")
+        instances = {m["profile"] + "#" + str(i): m for i, m in enumerate(mig_gpu["mig_devices"])}
+        self.assertEqual(sorted(m["profile"] for m in mig_gpu["mig_devices"]),
+                         ["1g.10gb", "1g.10gb", "2g.20gb", "3g.40gb"])
+        by_uuid = {m["uuid"]: m for m in instances.values()}
+
+        whole = self.submit("--gpus", "1")
+        jw = self.wait(whole, ("RUNNING",))
+        self.assertEqual(jw["placement"][0]["gpu_uuids"], [plain["uuid"]])
+        self.assertEqual(read_env(self.out, whole)["GPUPOOL_GPU_ENFORCEMENT"], "exclusive")
+
+        a = self.submit("--gpu-mem", "10G")
+        ja = self.wait(a, ("RUNNING",))
+        ua = ja["placement"][0]["gpu_uuids"][0]
+        self.assertTrue(ua.startswith("MIG-"), ja["placement"])
+        self.assertEqual(by_uuid[ua]["profile"], "2g.20gb")
+        self.assertEqual(ja["placement"][0]["gpu_indices"], [mig_gpu["index"]])
+        ea = read_env(self.out, a)
+        self.assertEqual(ea["CUDA_VISIBLE_DEVICES"], ua)
+        self.assertEqual(ea["NVIDIA_VISIBLE_DEVICES"], ua)
+        self.assertEqual(ea["GPUPOOL_GPU_ENFORCEMENT"], "mig")
+        self.assertEqual(int(ea["GPUPOOL_GPU_MEM_LIMIT_BYTES"]), by_uuid[ua]["memory_total_bytes"])
+        self.assertFalse([k for k in ea if k.startswith("CUDA_MPS")], ea)
+
+        b = self.submit("--gpu-mem", "4G")
+        jb = self.wait(b, ("RUNNING",))
+        ub = jb["placement"][0]["gpu_uuids"][0]
+        self.assertNotEqual(ub, ua)
+        self.assertEqual(by_uuid[ub]["profile"], "1g.10gb")
+        self.assertEqual(read_env(self.out, b)["CUDA_VISIBLE_DEVICES"], ub)
+
+        # Jobs that cannot start now go last: the queue keeps its order (no time limits
+        # here for backfill to go by).
+        big = self.submit("--gpu-mem", "50G")
+        second_whole = self.submit("--gpus", "1")
+        reason = self.wait_reason(big, "no idle MIG instance has 50.0 GiB")
+        self.assertIn("GPU", reason)
+        self.wait_reason(second_whole, "idle GPU")
+
+        # Every view names the instances and who holds them.
+        node = json.loads(self.cli("nodes", "--json").stdout)["nodes"][0]
+        held = {m["uuid"]: m.get("job") for m in node["gpus"][0]["mig_devices"]}
+        self.assertEqual(held[ua], a)
+        self.assertEqual(held[ub], b)
+        self.assertEqual(sum(1 for j in held.values() if j is None), 2)
+        text = self.cli("nodes").stdout
+        self.assertIn("MIG instances, each held whole by one job:", text)
+        self.assertIn("GPU 0 2g.20gb (%s): job %d" % (ua, a), text)
+        self.assertIn("GPU 0 3g.40gb", text)
+        self.assertIn("(%s): job %d" % (ub, b), self.cli("node", "show", node["name"]).stdout)
+        self.assertIn("MIG instance held whole", self.cli("show", str(a)).stdout)
+
+        # The instance goes back whole: a third share of 10 GiB takes A's instance again.
+        for jid in (big, second_whole):
+            self.assertEqual(self.cli("cancel", str(jid)).returncode, 0)
+        open(os.path.join(self.out, "go-%d" % a), "w").close()
+        self.assertEqual(self.wait(a, ("SUCCEEDED", "FAILED"))["state"], "SUCCEEDED")
+        c = self.submit("--gpu-mem", "10G")
+        self.assertEqual(self.wait(c, ("RUNNING",))["placement"][0]["gpu_uuids"], [ua])
+
+
+if __name__ == "__main__":
+    if os.geteuid() != 0:
+        print("skipped: needs root (the pool's jobs run as root here)")
+        sys.exit(77)
+    unittest.main()
