@@ -134,12 +134,13 @@ def read_stats(path):
 class Prober:
     """`queue` and `submit` as a second user, in a child that has become `nobody`."""
 
-    def __init__(self, sock, out, period_s=0.2):
-        self.out = out
+    def __init__(self, sock, period_s=0.2):
         nobody = pwd.getpwnam("nobody")
+        self.rfd, wfd = os.pipe()
         self.pid = os.fork()
         if self.pid == 0:
             try:
+                os.close(self.rfd)
                 os.setgroups([])
                 os.setgid(nobody.pw_gid)
                 os.setuid(nobody.pw_uid)
@@ -164,16 +165,18 @@ class Prober:
                         else:
                             lat["errors"] += 1
                     time.sleep(period_s)
-                with open(out, "w") as f:
+                with os.fdopen(wfd, "w") as f:
                     json.dump(lat, f)
             finally:
                 os._exit(0)
+        os.close(wfd)
 
     def stop(self):
         os.kill(self.pid, signal.SIGTERM)
+        with os.fdopen(self.rfd) as f:
+            text = f.read()
         os.waitpid(self.pid, 0)
-        with open(self.out) as f:
-            return json.load(f)
+        return json.loads(text)
 
 
 def submit_array(sock, n, workdir):
@@ -218,6 +221,8 @@ def main():
     ap.add_argument("--check-timeout", type=float, default=120)
     ap.add_argument("--perf", help="perf record -g the server for --perf-s mid-window here")
     ap.add_argument("--perf-s", type=float, default=20)
+    ap.add_argument("--perf-args", default="-g",
+                    help="perf record's options (e.g. '--call-graph dwarf,16384')")
     ap.add_argument("--json", action="store_true", help="print one JSON object only")
     ap.add_argument("--out")
     ap.add_argument("--keep", action="store_true", help="keep the state directory")
@@ -364,25 +369,27 @@ def main():
                 else:
                     stop.wait(0.5)
 
+        prober = Prober(sock)  # forked before the feeder thread starts
         threads = [threading.Thread(target=feeder, daemon=True)]
         for t in threads:
             t.start()
-        prober = Prober(sock, os.path.join(d, "probe.json"))
         _, m0 = call(sock, "GET", "/metrics")
         h0 = histogram(m0.decode(), "gpupool_scheduling_pass_seconds")
         s0, c0, w0 = stats(), proc_cpu_s(server.pid), time.time()
+        a0, load0 = proc_cpu_s(agents.pid), os.getloadavg()[0]
         rss, thr, perf = 0.0, 0, None
         perf_at = w0 + max(0.0, (a.duration - a.perf_s) / 2)
         while time.time() - w0 < a.duration:
             r, n = proc_status(server.pid)
             rss, thr = max(rss, r), max(thr, n)
             if a.perf and perf is None and time.time() >= perf_at:
-                perf = subprocess.Popen(["perf", "record", "-g", "-o", a.perf, "-p",
+                perf = subprocess.Popen(["perf", "record"] + a.perf_args.split() + ["-o", a.perf, "-p",
                                          str(server.pid), "--", "sleep", str(a.perf_s)],
                                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             stats()
             time.sleep(1)
         s1, c1, w1 = stats(), proc_cpu_s(server.pid), time.time()
+        a1, load1 = proc_cpu_s(agents.pid), os.getloadavg()[0]
         _, m1 = call(sock, "GET", "/metrics")
         h1 = histogram(m1.decode(), "gpupool_scheduling_pass_seconds")
         stop.set()
@@ -411,6 +418,8 @@ def main():
             "server_threads": thr,
             "cpu_ms_per_start": round((c1 - c0) * 1000.0 / starts, 3) if starts else None,
             "server_cpu_pct": round((c1 - c0) * 100.0 / (w1 - w0), 1),
+"sim_cpu_pct": round((a1 - a0) * 100.0 / (w1 - w0), 1),
+            "loadavg_1m": [round(load0, 1), round(load1, 1)],
             "polls_per_s": round((s1["polls"] - s0["polls"]) / (w1 - w0), 1),
             "sim": s1,
         })

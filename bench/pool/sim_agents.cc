@@ -143,6 +143,7 @@ struct Options {
   double telemetry_s = 0;
   double duration_s = 0;
   uint64_t seed = 1;
+  int64_t fail_every = 0;
   std::string stats;
 };
 
@@ -383,7 +384,7 @@ class Worker {
     e.task_index = std::get<1>(key);
     e.attempt = std::get<2>(key);
     e.time_us = WallUs();
-    e.exit_code = 0;
+    e.exit_code = o_.fail_every > 0 && e.job_id % o_.fail_every == 0 ? 1 : 0;
     n.unsent.push_back(std::move(e));
     n.busy_gpus -= static_cast<int>(it->second.size());
     n.running.erase(it);
@@ -525,6 +526,9 @@ int main(int argc, char** argv) {
   app.add_option("--duration", o.duration_s, "stop after this many seconds (0: at SIGTERM)")
       ->check(CLI::Range(0.0, 1e7));
   app.add_option("--seed", o.seed, "seed of the run-time draws");
+  app.add_option("--fail-every", o.fail_every,
+                 "tasks of jobs whose id is a multiple of K exit with code 1 (0: none)")
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 40));
   app.add_option("--stats", o.stats, "write the counts here as JSON, every second and at exit");
   CLI11_PARSE(app, argc, argv);
 
