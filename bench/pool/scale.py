@@ -226,6 +226,8 @@ def all_jobs(sock):
 
 
 def main():
+    # SIGTERM ends the run as Ctrl-C does: the finally clause stops what it started.
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--gpupool", default=None)
     ap.add_argument("--sim-agents", default=None)
@@ -327,6 +329,11 @@ def main():
             s = read_stats(stats_path)
             if agents.poll() is not None:
                 raise RuntimeError("sim_agents exited: see %s/sim.log" % d)
+            if server.poll() is not None:
+                with open(os.path.join(d, "server.log"), errors="replace") as f:
+                    tail = f.read()[-2000:]
+                raise RuntimeError("gpupool server exited (%s); its log ends:\n%s" % (
+                    server.returncode, tail))
             return s
 
         pooltest.wait_for("every node registered", lambda: (stats() or {}).get("register_s"),
