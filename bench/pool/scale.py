@@ -404,6 +404,7 @@ def main():
         threads = [threading.Thread(target=feeder, daemon=True)]
         for t in threads:
             t.start()
+        stats()  # the server still runs
         _, m0 = call(sock, "GET", "/metrics")
         h0 = histogram(m0.decode(), "gpupool_scheduling_pass_seconds")
         s0, c0, w0 = stats(), proc_cpu_s(server.pid), time.time()
