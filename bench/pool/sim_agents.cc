@@ -27,6 +27,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
+#include <deque>
 #include <fstream>
 #include <map>
 #include <memory>
@@ -193,11 +194,23 @@ class Worker {
   Worker(const Options& o, const RunTime& rt, Stats* stats, std::vector<Node*> nodes, uint64_t seed,
          int64_t start_us)
       : o_(o), rt_(rt), stats_(stats), nodes_(std::move(nodes)), rng_(seed), start_us_(start_us) {
-    for (uint32_t i = 0; i < nodes_.size(); ++i) SchedulePoll(i, 0);
+    for (uint32_t i = 0; i < nodes_.size(); ++i) unregistered_.push_back(i);
   }
 
   void Run() {
     while (!g_stop) {
+      // First registrations take turns with the timers that are due, as agents register
+      // while others already poll: a node registered early must not wait for every other
+      // node's registration before it polls again (the node timeout would pass).
+      const bool due = !heap_.empty() && heap_.top().due_us <= MonoUs();
+      if (!unregistered_.empty() && (!due || register_turn_)) {
+        register_turn_ = false;
+        const uint32_t i = unregistered_.front();
+        unregistered_.pop_front();
+        Poll(i);  // registers, then polls
+        continue;
+      }
+      register_turn_ = true;
       if (heap_.empty()) {
         std::this_thread::sleep_for(std::chrono::milliseconds(50));
         continue;
@@ -455,6 +468,8 @@ class Worker {
   std::mt19937_64 rng_;
   int64_t start_us_;
   std::priority_queue<Timer, std::vector<Timer>, std::greater<>> heap_;
+  std::deque<uint32_t> unregistered_;  // nodes not yet registered once, in order
+  bool register_turn_ = true;
 };
 
 std::string StatsJson(Stats& s, const Options& o, int64_t start_us, bool done) {
