@@ -192,8 +192,15 @@ struct Timer {
 class Worker {
  public:
   Worker(const Options& o, const RunTime& rt, Stats* stats, std::vector<Node*> nodes, uint64_t seed,
-         int64_t start_us)
-      : o_(o), rt_(rt), stats_(stats), nodes_(std::move(nodes)), rng_(seed), start_us_(start_us) {
+         int64_t start_us, std::atomic<int64_t>* lags, int worker_index)
+      : o_(o),
+        rt_(rt),
+        stats_(stats),
+        nodes_(std::move(nodes)),
+        rng_(seed),
+        start_us_(start_us),
+        lags_(lags),
+        worker_index_(worker_index) {
     for (uint32_t i = 0; i < nodes_.size(); ++i) unregistered_.push_back(i);
   }
 
@@ -223,6 +230,7 @@ class Worker {
       }
       const Timer t = heap_.top();
       heap_.pop();
+      lags_[worker_index_] = now - t.due_us;
       Node& n = *nodes_[t.node];
       switch (t.kind) {
         case TimerKind::kPoll:
@@ -468,12 +476,17 @@ class Worker {
   std::mt19937_64 rng_;
   int64_t start_us_;
   std::priority_queue<Timer, std::vector<Timer>, std::greater<>> heap_;
+  std::atomic<int64_t>* lags_;  // one per worker
+  int worker_index_;
   std::deque<uint32_t> unregistered_;  // nodes not yet registered once, in order
   bool register_turn_ = true;
 };
 
-std::string StatsJson(Stats& s, const Options& o, int64_t start_us, bool done) {
+std::string StatsJson(Stats& s, const Options& o, int64_t start_us, bool done,
+                      const std::vector<std::atomic<int64_t>>& lags) {
   gp::OrderedJson j;
+  int64_t lag = 0;
+  for (const auto& l : lags) lag = std::max(lag, l.load());
   j["nodes"] = o.nodes;
   j["registered"] = s.registered.load();
   j["register_s"] = nullptr;
@@ -500,6 +513,7 @@ std::string StatsJson(Stats& s, const Options& o, int64_t start_us, bool done) {
     j["tasks_started"] = s.task_starts.size();
     j["tasks_started_twice"] = s.started_twice;
   }
+  j["timer_lag_s"] = lag / 1e6;
   j["done"] = done;
   return gp::DumpJson(j);
 }
@@ -617,18 +631,19 @@ int main(int argc, char** argv) {
   Stats stats;
   const int64_t start_us = MonoUs();
   const int workers = std::min(o.workers, o.nodes);
+  std::vector<std::atomic<int64_t>> lags(workers);
   std::vector<std::thread> threads;
   for (int w = 0; w < workers; ++w) {
     std::vector<Node*> mine;
     for (int k = w; k < o.nodes; k += workers) mine.push_back(nodes[k].get());
-    threads.emplace_back([&o, &rt, &stats, mine, w, start_us] {
-      Worker worker(o, *rt, &stats, mine, o.seed * 1000003 + w, start_us);
+    threads.emplace_back([&o, &rt, &stats, mine, w, start_us, &lags] {
+      Worker worker(o, *rt, &stats, mine, o.seed * 1000003 + w, start_us, lags.data(), w);
       worker.Run();
     });
   }
   auto write_stats = [&](bool done) {
     if (o.stats.empty()) return;
-    (void)gp::WriteFileAtomically(o.stats, StatsJson(stats, o, start_us, done) + "\n");
+    (void)gp::WriteFileAtomically(o.stats, StatsJson(stats, o, start_us, done, lags) + "\n");
   };
   while (!g_stop) {
     std::this_thread::sleep_for(std::chrono::milliseconds(200));
@@ -647,6 +662,6 @@ int main(int argc, char** argv) {
   }
   for (std::thread& t : threads) t.join();
   write_stats(true);
-  std::printf("%s\n", StatsJson(stats, o, start_us, true).c_str());
+  std::printf("%s\n", StatsJson(stats, o, start_us, true, lags).c_str());
   return 0;
 }
