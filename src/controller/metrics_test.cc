@@ -39,6 +39,7 @@ TEST(MetricsTest, RendersEveryFamilyOnceWithCumulativeBucketsAndEscapedLabels) {
   PoolMetrics m;
   m.ObservePass(0.0003, 2);
   m.ObservePass(0.2, 1);
+  m.ObservePass(7.0, 0);  // a long pass (issue 31): in the 10 s bucket, not the 5 s one
   m.ObserveRequest("GET", "/v1/jobs", 0.002);
   m.ObserveRequest("GET", "/v1/jobs", 0.0001);
   m.CountPreemption();
@@ -78,10 +79,13 @@ TEST(MetricsTest, RendersEveryFamilyOnceWithCumulativeBucketsAndEscapedLabels) {
   EXPECT_EQ(ValueOf(text, "gpupool_placement_failures_total"), 3);
   EXPECT_EQ(ValueOf(text, "gpupool_preemptions_total"), 2);
   EXPECT_EQ(ValueOf(text, "gpupool_preempted_gpu_seconds_total"), 1.75 * 3600);
-  EXPECT_EQ(ValueOf(text, "gpupool_scheduling_pass_seconds_count"), 2);
+  EXPECT_EQ(ValueOf(text, "gpupool_scheduling_pass_seconds_count"), 3);
   EXPECT_EQ(ValueOf(text, "gpupool_scheduling_pass_seconds_bucket{le=\"0.0001\"}"), 0);
   EXPECT_EQ(ValueOf(text, "gpupool_scheduling_pass_seconds_bucket{le=\"0.0005\"}"), 1);
-  EXPECT_EQ(ValueOf(text, "gpupool_scheduling_pass_seconds_bucket{le=\"+Inf\"}"), 2);
+  EXPECT_EQ(ValueOf(text, "gpupool_scheduling_pass_seconds_bucket{le=\"2.5\"}"), 2);
+  EXPECT_EQ(ValueOf(text, "gpupool_scheduling_pass_seconds_bucket{le=\"5\"}"), 2);
+  EXPECT_EQ(ValueOf(text, "gpupool_scheduling_pass_seconds_bucket{le=\"10\"}"), 3);
+  EXPECT_EQ(ValueOf(text, "gpupool_scheduling_pass_seconds_bucket{le=\"+Inf\"}"), 3);
   EXPECT_EQ(ValueOf(text,
                     "gpupool_api_request_duration_seconds_bucket{method=\"GET\",route=\"/v1/"
                     "jobs\",le=\"0.0005\"}"),
