@@ -236,7 +236,7 @@ Result<protocol::RegistrationReply> Controller::RegisterNode(protocol::Registrat
       }
     }
     WakeScheduler();
-    NotifyNode(name);
+    WakeAgent(name);
   }
   GP_ASSIGN_OR_RETURN(std::vector<Result<Job>> answers,
                       Commit(std::move(forgotten), OnConflict::kRetry));
@@ -299,16 +299,31 @@ LaunchOrder Controller::MakeLaunchOrder(const Job& job, size_t task_index) const
   return order;
 }
 
-Result<AgentWork> Controller::WaitForWork(const std::string& node, int64_t wait_ms) {
+int64_t Controller::PollDeadline(int64_t wait_ms) const {
   // A poll is answered within half the node timeout, so that a live agent polls again in
   // time and is never taken for a silent one, and a dead agent's poll left waiting here
   // does not keep its node up (a --node-timeout under the poll's length lost idle nodes).
   const int64_t longest_ms = std::max<int64_t>(options_.node_timeout_us / 2000, 100);
-  const int64_t deadline =
-      clock_->MonotonicMicros() +
-      1000 * std::clamp<int64_t>(wait_ms, 0, std::min<int64_t>(60'000, longest_ms));
+  return clock_->MonotonicMicros() +
+         1000 * std::clamp<int64_t>(wait_ms, 0, std::min<int64_t>(60'000, longest_ms));
+}
+
+Result<AgentWork> Controller::WaitForWork(const std::string& node, int64_t wait_ms) {
+  const int64_t deadline = PollDeadline(wait_ms);
   Lock lock(mu_);
   while (true) {
+    Result<AgentWork> work = TakeWorkLocked(node);
+    if (!work.ok() || !work->empty() || stopping_ || clock_->MonotonicMicros() >= deadline) {
+      return work;
+    }
+    // Wake at the deadline, on new work, or in time to resend unacknowledged orders.
+    clock_->WaitOnce(work_cv_, lock.native(),
+                     std::min(deadline, clock_->MonotonicMicros() + kResendAfterUs));
+  }
+}
+
+Result<AgentWork> Controller::TakeWorkLocked(const std::string& node) {
+  {
     auto it = nodes_.find(node);
     if (it == nodes_.end()) {
       return Status::NotFound("node " + node + " is not registered: register it first");
@@ -399,10 +414,7 @@ Result<AgentWork> Controller::WaitForWork(const std::string& node, int64_t wait_
       }
     }
     work.logs = log_relay_.Take(node);
-    if (!work.empty() || stopping_ || clock_->MonotonicMicros() >= deadline) return work;
-    // Wake at the deadline, on new work, or in time to resend unacknowledged orders.
-    clock_->WaitOnce(work_cv_, lock.native(),
-                     std::min(deadline, clock_->MonotonicMicros() + kResendAfterUs));
+    return work;
   }
 }
 
