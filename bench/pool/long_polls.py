@@ -2,7 +2,8 @@
 """Agents' long polls held by a real `gpupool server` (issue 31: no thread per waiting
 agent). python3 stdlib only.
 
-  sudo python3 bench/pool/long_polls.py [--gpupool BIN] [--polls 5000] [--out FILE]
+  sudo python3 bench/pool/long_polls.py [--gpupool BIN] [--polls 5000] [--rounds 2]
+      [--out FILE]
 
 Starts `gpupool server` (SQLite store, node timeout an hour so that a poll may wait its
 full 60 s), registers --polls nodes without GPUs through the agent protocol (root on the
@@ -10,7 +11,8 @@ Unix socket), then opens one connection per node and sends each an agent's long 
 (GET /v1/agent/work?node=N&wait_ms=60000), all at once, and leaves them waiting. It
 reports the server's threads and RSS (from /proc/PID/status) idle, with the polls
 waiting, and after the clients all hung up; how many polls were held (not answered within
-the settling time) and what the others were answered.
+the settling time) and what the others were answered. It does so --rounds times: a
+waiter that outlived its client would show as RSS that grows from round to round.
 """
 import argparse
 import json
@@ -41,7 +43,7 @@ def call(sock, method, path, body=None, timeout=60):
 
 
 def status_of(pid):
-    """The server's threads and RSS (MiB) now."""
+    """The server's threads, RSS (MiB) and open descriptors now."""
     out = {}
     with open("/proc/%d/status" % pid) as f:
         for line in f:
@@ -50,6 +52,7 @@ def status_of(pid):
                 out["threads"] = int(value)
             elif key == "VmRSS":
                 out["rss_mib"] = round(int(value.split()[0]) / 1024.0, 1)
+    out["fds"] = len(os.listdir("/proc/%d/fd" % pid))
     return out
 
 
@@ -89,6 +92,9 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--gpupool", default=os.path.join(ROOT, "build", "release", "gpupool"))
     ap.add_argument("--polls", type=int, default=5000)
+    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--wait-ms", type=int, default=60000, help="each poll's wait_ms")
+    ap.add_argument("--pause", type=float, default=0, help="seconds between rounds")
     ap.add_argument("--out")
     a = ap.parse_args()
     if os.geteuid() != 0:
@@ -120,24 +126,27 @@ def main():
             if st != 200:
                 raise RuntimeError("registering %s answered %d: %s" % (name, st, body[:300]))
         idle = settle(proc.pid)
-        t0 = time.time()
-        for n in range(a.polls):
-            c = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-            c.connect(sock)
-            c.sendall(("GET /v1/agent/work?node=n%05d&wait_ms=60000 HTTP/1.1\r\nHost: x\r\n"
-                       "Connection: close\r\n\r\n" % n).encode())
-            conns.append(c)
-        send_s = time.time() - t0
-        waiting = settle(proc.pid)
-        answered = early_answers(conns)
-        held = a.polls - sum(answered.values())
-        for c in conns:
-            c.close()
-        conns = []
-        gone = settle(proc.pid)
-        out = {"polls": a.polls, "held": held, "answered_early": answered,
-               "send_s": round(send_s, 2), "idle": idle, "waiting": waiting,
-               "after_hangup": gone}
+        rounds = []
+        for r in range(a.rounds):  # a second round shows what the first left behind
+            if r > 0:
+                time.sleep(a.pause)
+            t0 = time.time()
+            for n in range(a.polls):
+                c = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+                c.connect(sock)
+                c.sendall(("GET /v1/agent/work?node=n%05d&wait_ms=%d HTTP/1.1\r\n"
+                           "Host: x\r\nConnection: close\r\n\r\n" % (n, a.wait_ms)).encode())
+                conns.append(c)
+            send_s = time.time() - t0
+            waiting = settle(proc.pid)
+            answered = early_answers(conns)
+            for c in conns:
+                c.close()
+            conns = []
+            rounds.append({"held": a.polls - sum(answered.values()), "answered_early": answered,
+                           "send_s": round(send_s, 2), "waiting": waiting,
+                           "after_hangup": settle(proc.pid)})
+        out = {"polls": a.polls, "idle": idle, "rounds": rounds}
         print(json.dumps(out, indent=1))
         if a.out:
             with open(a.out, "w") as f:

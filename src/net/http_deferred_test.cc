@@ -194,6 +194,12 @@ TEST_F(DeferredTest, ClientHangingUpAbandonsItsWaiter) {
   }
   ::close(fd);
   ASSERT_TRUE(WaitFor([&] { return abandoned_ == 1 && waiters_.empty(); }));
+  // The server lets go of it too once the connection is closed: only `kept` is left.
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (kept.use_count() > 1 && std::chrono::steady_clock::now() < until) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  EXPECT_EQ(kept.use_count(), 1);
   EXPECT_FALSE(kept->Complete(Text("too late")));
   // An OnAbandoned given after the fact runs at once.
   bool ran = false;
@@ -240,11 +246,20 @@ TEST_F(DeferredTest, CompletionRacingTheDeadlineAnswersOnce) {
 TEST_F(DeferredTest, AnswersRacingTheSuspendGoOut) {
   std::vector<std::thread> completers;
   std::mutex completers_mu;
+  // Each completer starts at once and waits a little longer than the last (0-60 us,
+  // busy), so that some answers land while the pool thread is suspending the connection.
+  std::atomic<int> round{0};
   Start(2, [&](const std::shared_ptr<HttpResponder>& out) {
     std::lock_guard lock(completers_mu);
-    completers.emplace_back([out] { out->Complete(Text("soon")); });
+    const auto delay = std::chrono::microseconds(round.fetch_add(1) % 61);
+    completers.emplace_back([out, delay] {
+      const auto until = std::chrono::steady_clock::now() + delay;
+      while (std::chrono::steady_clock::now() < until) {
+      }
+      out->Complete(Text("soon"));
+    });
   });
-  for (int i = 0; i < 200; ++i) {
+  for (int i = 0; i < 300; ++i) {
     EXPECT_EQ(BodyOf(ReadAll(SendGet(path_, "/poll?n=" + std::to_string(i)))), "soon") << i;
   }
   std::lock_guard lock(completers_mu);
