@@ -1,5 +1,7 @@
 #include "controller/api.h"
 
+#include <condition_variable>
+#include <mutex>
 #include <optional>
 
 #include "common/strings.h"
@@ -15,6 +17,61 @@ const Identity& Anonymous() {
                                   Caller{"", kNodeCallerUid, kNodeCallerUid, false}, "", false};
   return anonymous;
 }
+
+// Api::Handle's answer for a caller that waits for it on its own thread.
+class WaitingResponder final : public net::HttpResponder {
+ public:
+  bool Complete(net::HttpResponse response) override {
+    std::lock_guard lock(mu_);
+    if (answer_) return false;
+    answer_ = std::move(response);
+    cv_.notify_all();
+    return true;
+  }
+  void OnAbandoned(std::function<void()>) override {}  // it is never abandoned
+  net::HttpResponse Wait() {
+    std::unique_lock lock(mu_);
+    cv_.wait(lock, [this] { return answer_.has_value(); });
+    return std::move(*answer_);
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::optional<net::HttpResponse> answer_;
+};
+
+// A responder that holds the request's slot of a RequestLimiter until it is answered
+// or abandoned.
+class SlotResponder final : public net::HttpResponder {
+ public:
+  SlotResponder(std::shared_ptr<net::HttpResponder> inner, std::optional<RequestLimiter::Slot> slot)
+      : inner_(std::move(inner)), slot_(std::make_shared<Held>(std::move(slot))) {}
+  bool Complete(net::HttpResponse response) override {
+    const bool answered = inner_->Complete(std::move(response));
+    slot_->Release();
+    return answered;
+  }
+  void OnAbandoned(std::function<void()> fn) override {
+    inner_->OnAbandoned([slot = slot_, fn = std::move(fn)] {
+      slot->Release();
+      fn();
+    });
+  }
+
+ private:
+  struct Held {
+    explicit Held(std::optional<RequestLimiter::Slot> s) : slot(std::move(s)) {}
+    void Release() {
+      std::lock_guard lock(mu);
+      slot.reset();
+    }
+    std::mutex mu;
+    std::optional<RequestLimiter::Slot> slot;
+  };
+  std::shared_ptr<net::HttpResponder> inner_;
+  std::shared_ptr<Held> slot_;
+};
 
 }  // namespace
 
@@ -58,29 +115,40 @@ bool Api::MayBlock(const net::HttpRequest& request) {
 }
 
 net::HttpResponse Api::Handle(const net::HttpRequest& request) {
-  api::RouteMatch match = api::Find(request.method, request.path);
-  // Public routes answer anyone (load balancers, systemd, client generators, browsers
-  // not signed in yet): they carry no job or user data.
-  if (match.route != nullptr && match.route->access.anyone) {
-    return Dispatch(request, Anonymous(), std::move(match));
-  }
-  // A browser signed in to the dashboard: its session cookie stands for its token, which
-  // authenticates it below as the token itself would (a revoked token fails at once).
-  if (Dashboard::UsesSession(request)) {
-    Dashboard::SessionCheck session = dashboard_.CheckSession(request);
-    if (session.status != 200) {
-      net::HttpResponse r = api::JsonResponse(session.status, {{"error", session.error}});
-      AddDashboardSecurityHeaders(&r);
-      return r;
-    }
-    net::HttpRequest with_token = request;
-    with_token.headers["authorization"] = "Bearer " + session.token;
-    return HandleAuthenticated(with_token, std::move(match));
-  }
-  return HandleAuthenticated(request, std::move(match));
+  auto waiting = std::make_shared<WaitingResponder>();
+  Handle(request, waiting);
+  return waiting->Wait();
 }
 
-net::HttpResponse Api::HandleAuthenticated(const net::HttpRequest& request, api::RouteMatch match) {
+void Api::Handle(const net::HttpRequest& request, std::shared_ptr<net::HttpResponder> out) {
+  std::optional<net::HttpResponse> now;
+  api::RouteMatch match = api::Find(request.method, request.path);
+  if (match.route != nullptr && match.route->access.anyone) {
+    // Public routes answer anyone (load balancers, systemd, client generators, browsers
+    // not signed in yet): they carry no job or user data.
+    now = Dispatch(request, Anonymous(), std::move(match), out, std::nullopt);
+  } else if (Dashboard::UsesSession(request)) {
+    // A browser signed in to the dashboard: its session cookie stands for its token,
+    // which authenticates it below as the token itself would (a revoked token fails at
+    // once).
+    Dashboard::SessionCheck session = dashboard_.CheckSession(request);
+    if (session.status != 200) {
+      now = api::JsonResponse(session.status, {{"error", session.error}});
+      AddDashboardSecurityHeaders(&*now);
+    } else {
+      net::HttpRequest with_token = request;
+      with_token.headers["authorization"] = "Bearer " + session.token;
+      now = HandleAuthenticated(with_token, std::move(match), out);
+    }
+  } else {
+    now = HandleAuthenticated(request, std::move(match), out);
+  }
+  if (now) out->Complete(std::move(*now));
+}
+
+std::optional<net::HttpResponse> Api::HandleAuthenticated(
+    const net::HttpRequest& request, api::RouteMatch match,
+    const std::shared_ptr<net::HttpResponder>& out) {
   Result<Identity> who = Authenticate(request, *store_, auth_, clock_->NowMicros());
   if (!who.ok()) {
     net::HttpResponse r = api::ErrorResponse(who.status());
@@ -100,24 +168,32 @@ net::HttpResponse Api::HandleAuthenticated(const net::HttpRequest& request, api:
     return api::ErrorResponse(s);
   }
   std::optional<RequestLimiter::Slot> slot;
-  if (match.route != nullptr && api::MayBlock(*match.route, request)) {
+  if (match.route != nullptr && api::Waits(*match.route, request)) {
     // Keyed by what authenticated the caller: its uid on the socket, else its token.
     const std::string auth = request.Header("authorization");
     const std::string key = request.peer && auth.empty()
                                 ? "uid:" + std::to_string(request.peer->uid)
                                 : "token:" + HashToken(auth);
     std::string why;
-    // An agent waits once for work and once per interactive session on its node: its
-    // own, larger quota, apart from its users'.
-    const bool agent = match.route->access.callers == api::kAgentBits;
-    slot = (agent ? agent_waiting_ : waiting_).TryAcquire(key, &why);
+    if (match.route->later != nullptr) {
+      // A poll for work holds no thread: bounded per node it polls for (root on the
+      // socket polls for every node of `gpupool up`, or of a node simulator).
+      slot = polls_.TryAcquire(key + " node:" + request.Query("node"), &why);
+    } else {
+      // An agent waits once per interactive session on its node: its own, larger quota,
+      // apart from its users'.
+      const bool agent = match.route->access.callers == api::kAgentBits;
+      slot = (agent ? agent_waiting_ : waiting_).TryAcquire(key, &why);
+    }
     if (!slot) return api::ErrorOrTooMany(Status::ResourceExhausted(why));
   }
-  return Dispatch(request, *who, std::move(match));
+  return Dispatch(request, *who, std::move(match), out, std::move(slot));
 }
 
-net::HttpResponse Api::Dispatch(const net::HttpRequest& r, const Identity& who,
-                                api::RouteMatch match) {
+std::optional<net::HttpResponse> Api::Dispatch(const net::HttpRequest& r, const Identity& who,
+                                               api::RouteMatch match,
+                                               const std::shared_ptr<net::HttpResponder>& out,
+                                               std::optional<RequestLimiter::Slot> slot) {
   const api::Route* route = match.route;
   if (route == nullptr) return api::NoRoute(r, match.path_known);
   const int64_t start_us = clock_->MonotonicMicros();
@@ -129,8 +205,13 @@ net::HttpResponse Api::Dispatch(const net::HttpRequest& r, const Identity& who,
     call.id = *id;
     call.element = match.params.element;
   }
+  if (route->later != nullptr && api::Waits(*route, r)) {
+    // Answered later, holding its slot until then; no thread waits meanwhile.
+    route->later(ctx_, call, std::make_shared<SlotResponder>(out, std::move(slot)));
+    return std::nullopt;
+  }
   net::HttpResponse answer = route->handler(ctx_, call);
-  if (!api::MayBlock(*route, r)) {  // long polls would say how long clients chose to wait
+  if (!api::Waits(*route, r)) {  // long polls would say how long clients chose to wait
     controller_->metrics().ObserveRequest(
         r.method, api::DocumentedPattern(route->pattern),
         static_cast<double>(clock_->MonotonicMicros() - start_us) / 1e6);

@@ -9,6 +9,7 @@
 #include <atomic>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -41,7 +42,11 @@ class Api {
   // the dashboard's pages and its sign-in) answer anyone. Without a token or a
   // Unix-socket peer, a dashboard session cookie authenticates the requests
   // Dashboard::SessionMayCall allows, as its token would (401 without a live session, 403
-  // for others).
+  // for others). Answers through `out`: at once, or, for a long poll whose route answers
+  // later (an agent's poll for work), once the controller has work or the wait ends, with
+  // no thread waiting meanwhile (net::HttpAsyncHandler).
+  void Handle(const net::HttpRequest& request, std::shared_ptr<net::HttpResponder> out);
+  // The same answer, this thread waiting for it (tests, tools).
   net::HttpResponse Handle(const net::HttpRequest& request);
 
   // One route of the API: an HTTP method and an OpenAPI path template
@@ -54,16 +59,22 @@ class Api {
   // describes each (openapi_test.cc checks both ways).
   static std::vector<RouteInfo> Routes();
 
-  // Whether handling `request` may take long (its route's Blocking: a long poll with
-  // wait_ms, a read relayed from a node, or an inspection of an image or a directory):
-  // the HTTP server gives such requests a thread of their own instead of a pool thread.
+  // Whether handling `request` may block a thread for long (its route's Blocking: a long
+  // poll with wait_ms, a read relayed from a node, or an inspection of an image or a
+  // directory): the HTTP server gives such requests a thread of their own instead of a
+  // pool thread. An agent's poll for work waits without one (its route answers later).
   static bool MayBlock(const net::HttpRequest& request);
 
-  // Waiting requests (MayBlock) in flight at once: per caller (a Unix-socket uid or a
-  // token) and in all; over either bound the answer is 429 at once.
+  // Waiting requests on threads of their own (MayBlock) in flight at once: per caller (a
+  // Unix-socket uid or a token) and in all; over either bound the answer is 429 at once.
   static constexpr size_t kMaxWaitingPerCaller = 16;
-  static constexpr size_t kMaxWaitingPerAgent = 256;  // /v1/agent/*: work + one per session
+  static constexpr size_t kMaxWaitingPerAgent = 256;  // /v1/agent/*: one per session
   static constexpr size_t kMaxWaiting = 1024;
+  // Agents' polls for work waiting at once, which hold no thread: per caller and node
+  // (an agent polls once at a time; a restarted one's last poll may linger), and in all
+  // (connections bound them before that).
+  static constexpr size_t kMaxPollsPerNode = 16;
+  static constexpr size_t kMaxPolls = 100'000;
 
   // Starts the services' threads (telemetry, accounting). Call once the telemetry is
   // configured; an Api never started answers all the same, and tests drive its services
@@ -91,9 +102,16 @@ class Api {
 
  private:
   // Handle() once the dashboard's session cookie, if any, became its token.
-  net::HttpResponse HandleAuthenticated(const net::HttpRequest& request, api::RouteMatch match);
-  // The route's answer (NoRoute's without one), with the request's metrics.
-  net::HttpResponse Dispatch(const net::HttpRequest& r, const Identity& who, api::RouteMatch match);
+  // Each returns the answer, or nullopt when `out` answers later.
+  std::optional<net::HttpResponse> HandleAuthenticated(
+      const net::HttpRequest& request, api::RouteMatch match,
+      const std::shared_ptr<net::HttpResponder>& out);
+  // The route's answer (NoRoute's without one), with the request's metrics; a waiting
+  // request of a route that answers later is handed `out`, with `slot`.
+  std::optional<net::HttpResponse> Dispatch(const net::HttpRequest& r, const Identity& who,
+                                            api::RouteMatch match,
+                                            const std::shared_ptr<net::HttpResponder>& out,
+                                            std::optional<RequestLimiter::Slot> slot);
 
   Controller* controller_;
   store::Store* store_;
@@ -102,6 +120,7 @@ class Api {
   std::atomic<bool> stopping_{false};
   RequestLimiter waiting_{kMaxWaitingPerCaller, kMaxWaiting};
   RequestLimiter agent_waiting_{kMaxWaitingPerAgent, kMaxWaiting};
+  RequestLimiter polls_{kMaxPollsPerNode, kMaxPolls};
   std::unique_ptr<EnvInspector> own_inspector_;
   Environments environments_;
   std::function<Result<OrderedJson>()> controllers_view_;

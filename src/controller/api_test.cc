@@ -4,9 +4,14 @@
 #include <pwd.h>
 
 #include <chrono>
+#include <functional>
 #include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
 #include <set>
 #include <thread>
+#include <vector>
 
 #include "common/clock.h"
 #include "common/json.h"
@@ -32,7 +37,9 @@ net::HttpRequest Req(const std::string& method, const std::string& path,
 // that wait (long polls, log reads, image inspections), and no others, so the pool
 // threads stay few and quick.
 TEST(ApiTest, MayBlockPicksTheRequestsThatWait) {
-  EXPECT_TRUE(Api::MayBlock(Req("GET", "/v1/agent/work", {{"node", "n"}, {"wait_ms", "10000"}})));
+  // An agent's poll for work waits too, but holds no thread: the controller answers it
+  // later (Api::Handle with a responder; AnAgentsPollWaitsWithoutAThread below).
+  EXPECT_FALSE(Api::MayBlock(Req("GET", "/v1/agent/work", {{"node", "n"}, {"wait_ms", "10000"}})));
   EXPECT_FALSE(Api::MayBlock(Req("GET", "/v1/agent/work", {{"node", "n"}, {"wait_ms", "0"}})));
   EXPECT_TRUE(Api::MayBlock(Req("GET", "/v1/jobs/12/logs")));  // relayed from the node
   EXPECT_TRUE(Api::MayBlock(Req("GET", "/v1/jobs/12/logs", {{"wait_ms", "500"}})));
@@ -377,6 +384,72 @@ TEST_F(ApiAccessTest, HealthChecksNeedNoTokenAndReadySaysWhatIsMissing) {
   EXPECT_EQ(r.status, 200) << r.body;
   controller_->Stop();
   EXPECT_EQ(api_->Handle(Req("GET", "/readyz", {})).status, 503);
+}
+
+// A responder that records the answer, and can be abandoned as the HTTP server does when
+// the client hangs up.
+class RecordingResponder final : public net::HttpResponder {
+ public:
+  bool Complete(net::HttpResponse response) override { return Finish(std::move(response), false); }
+  void OnAbandoned(std::function<void()> fn) override {
+    std::lock_guard lock(mu_);
+    on_abandoned_ = std::move(fn);
+  }
+  void Abandon() { Finish({503, "application/json", "{}", {}}, true); }
+  std::optional<net::HttpResponse> answer() {
+    std::lock_guard lock(mu_);
+    return answer_;
+  }
+
+ private:
+  bool Finish(net::HttpResponse r, bool abandon) {
+    std::function<void()> fn;
+    {
+      std::lock_guard lock(mu_);
+      if (answer_) return false;
+      answer_ = std::move(r);
+      if (abandon) fn = std::move(on_abandoned_);
+    }
+    if (fn) fn();
+    return true;
+  }
+  std::mutex mu_;
+  std::optional<net::HttpResponse> answer_;
+  std::function<void()> on_abandoned_;
+};
+
+// Issue 31: an agent's poll for work is answered later, holding no thread: Handle
+// returns at once, the poll waits in the controller, its client leaving forgets it (and
+// frees its slot), and a stopping controller answers the rest with no work.
+TEST_F(ApiAccessTest, AnAgentsPollWaitsWithoutAThread) {
+  ASSERT_EQ(AsUid(0, "POST", "/v1/agent/register", {}, RegisterBody("vm", 1)).status, 200);
+  net::HttpRequest poll = Req("GET", "/v1/agent/work", {{"node", "vm"}, {"wait_ms", "30000"}});
+  poll.peer = net::PeerCredentials{1, 0, 0};
+  std::vector<std::shared_ptr<RecordingResponder>> polls;
+  for (size_t i = 0; i < Api::kMaxPollsPerNode; ++i) {
+    polls.push_back(std::make_shared<RecordingResponder>());
+    api_->Handle(poll, polls.back());
+    EXPECT_FALSE(polls.back()->answer().has_value()) << i;
+  }
+  EXPECT_EQ(controller_->WaitingPolls(), Api::kMaxPollsPerNode);
+  // One more for the same node is refused at once.
+  auto over = std::make_shared<RecordingResponder>();
+  api_->Handle(poll, over);
+  ASSERT_TRUE(over->answer().has_value());
+  EXPECT_EQ(over->answer()->status, 429) << over->answer()->body;
+  // A client that leaves frees its waiter and its slot.
+  polls[0]->Abandon();
+  EXPECT_EQ(controller_->WaitingPolls(), Api::kMaxPollsPerNode - 1);
+  auto again = std::make_shared<RecordingResponder>();
+  api_->Handle(poll, again);
+  EXPECT_FALSE(again->answer().has_value());
+  polls[0] = again;
+  controller_->Stop();
+  for (const auto& p : polls) {
+    ASSERT_TRUE(p->answer().has_value());
+    EXPECT_EQ(p->answer()->status, 200);
+    EXPECT_NE(p->answer()->body.find(R"("launch":[])"), std::string::npos) << p->answer()->body;
+  }
 }
 
 TEST_F(ApiAccessTest, HoldAndReleaseByTheOwnerOrAnAdmin) {

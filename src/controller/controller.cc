@@ -26,11 +26,11 @@ Controller::Controller(store::Store* store, const Clock* clock, ControllerOption
       clock_(clock),
       options_(std::move(options)),
       log_relay_(
-          [this](const std::string&) {
+          [this](const std::string& node) {
             // Taking the lock orders this wake after a poll's check for work, so the wake
             // cannot fall between that check and the poll's wait.
-            { MutexLock lock(mu_); }
-            work_cv_.notify_all();
+            MutexLock lock(mu_);
+            WakeAgent(node);
           },
           clock) {}
 
@@ -269,6 +269,16 @@ Result<Job> Controller::CommitOne(Change change) {
 void Controller::Install(lifecycle::Transition t) {
   const int64_t id = t.next.id;
   const lifecycle::Effects& fx = t.effects;
+  // The agents whose polls may have new orders: where the job is or was placed, where
+  // strays of it are stopped, where its exec sessions run.
+  std::set<std::string> wake;
+  if (fx.notify_nodes) {
+    for (const jobs::TaskPlacement& p : t.next.placement) wake.insert(p.node);
+    if (auto was = active_.find(id); was != active_.end()) {
+      for (const jobs::TaskPlacement& p : was->second.placement) wake.insert(p.node);
+    }
+    for (const lifecycle::StrayStop& s : fx.strays) wake.insert(s.node);
+  }
   for (const lifecycle::StrayStop& s : fx.strays) {
     auto n = nodes_.find(s.node);
     if (n == nodes_.end()) continue;
@@ -282,6 +292,7 @@ void Controller::Install(lifecycle::Transition t) {
       if (auto n = nodes_.find(x.node); n != nodes_.end()) {
         n->second.stray_sent_us[{id, t.next.attempt}] = 0;
       }
+      if (fx.notify_nodes) wake.insert(x.node);
     }
   }
   if (fx.resend_stop) {
@@ -320,7 +331,7 @@ void Controller::Install(lifecycle::Transition t) {
   if (fx.preempted_gpu_hours >= 0) metrics_.CountPreemptedGpuHours(fx.preempted_gpu_hours);
   if (fx.freed) WakeScheduler();
   if (fx.queue_changed) WakeSchedulerForArrival();
-  if (fx.notify_nodes) work_cv_.notify_all();
+  for (const std::string& node : wake) WakeAgent(node);
   if (fx.notify_exec) exec_cv_.notify_all();
 }
 
@@ -397,11 +408,12 @@ void Controller::Stop() {
   {
     MutexLock lock(mu_);
     stopping_ = true;
+    WakeAgents();  // waiting polls are answered with what there is
   }
   scheduler_cv_.notify_all();
-  work_cv_.notify_all();
   exec_cv_.notify_all();
   if (loop_.joinable()) loop_.join();
+  if (poll_thread_.joinable()) poll_thread_.join();
 }
 
 void Controller::Loop() {
@@ -469,7 +481,17 @@ void Controller::WakeSchedulerForArrival() {
   scheduler_cv_.notify_one();
 }
 
-void Controller::NotifyNode(const std::string&) { work_cv_.notify_all(); }
+void Controller::WakeAgents() {
+  work_cv_.notify_all();
+  polls_.MarkAllDirty();
+  poll_cv_.notify_one();
+}
+
+void Controller::WakeAgent(const std::string& node) {
+  work_cv_.notify_all();
+  polls_.MarkDirty(node);
+  poll_cv_.notify_one();
+}
 
 void Controller::BlockWhileEarlierAttemptsStop(
     std::map<int64_t, std::pair<int32_t, std::string>>* stopping) const {

@@ -44,6 +44,7 @@
 #include "controller/limits.h"
 #include "controller/log_relay.h"
 #include "controller/metrics.h"
+#include "controller/poll_waiters.h"
 #include "gpu/gpu_info.h"
 #include "gpu/health_policy.h"
 #include "jobs/job.h"
@@ -390,7 +391,22 @@ class Controller {
   Result<protocol::RegistrationReply> RegisterNode(protocol::Registration reg,
                                                    const std::string& remote_ip);
   // Returns work for the node, waiting up to wait_ms for some; also the heartbeat.
+  // Blocks its thread while it waits: the API's long poll uses AwaitWork instead.
   Result<AgentWork> WaitForWork(const std::string& node, int64_t wait_ms);
+  // WaitForWork without a thread (issue 31): `done` gets what WaitForWork would return.
+  // At once, on this thread, when there is work, the node is unknown or lost, wait_ms
+  // is 0 or the controller stops; otherwise the controller's one poll thread answers
+  // once work for the node comes (WakeAgent/WakeAgents) or the wait's deadline passes,
+  // and looks again every kResendAfterUs meanwhile (orders not acknowledged are sent
+  // again; the node counts as seen). `done` runs exactly once, with no lock of the
+  // controller held, unless CancelWorkWait(ticket) came first. Returns the ticket, 0
+  // when answered already.
+  using WorkCallback = std::function<void(Result<AgentWork>)>;
+  uint64_t AwaitWork(const std::string& node, int64_t wait_ms, WorkCallback done);
+  // Forgets a waiting poll (its client left): its `done` never runs. Idempotent.
+  void CancelWorkWait(uint64_t ticket);
+  // Polls waiting in AwaitWork now.
+  size_t WaitingPolls();
   Status ApplyEvents(const std::string& node, const EventBatch& batch);
   // Whether `node` is registered and polling (not timed out).
   bool NodeUp(const std::string& node);
@@ -513,7 +529,18 @@ class Controller {
   // WakeSchedulerForArrival for new jobs (batched while the pool is full).
   void WakeScheduler() REQUIRES(mu_);
   void WakeSchedulerForArrival() REQUIRES(mu_);
-  void NotifyNode(const std::string& node);
+  // Something may have come for the agent of `node` (of every node): its waiting polls
+  // look again.
+  void WakeAgent(const std::string& node) REQUIRES(mu_);
+  void WakeAgents() REQUIRES(mu_);
+  // When a poll asking to wait wait_ms is answered at the latest (monotonic).
+  int64_t PollDeadline(int64_t wait_ms) const;
+  // What a poll of `node` gets now (maybe nothing); NotFound for an unknown or lost node.
+  // Marks the orders it hands out as sent, and the node as seen.
+  Result<AgentWork> TakeWorkLocked(const std::string& node) REQUIRES(mu_);
+  // AwaitWork's thread: answers the waiting polls that notifications or their time made
+  // due, until Stop.
+  void PollLoop();
   // After job `id` changed in active_ (or left it): updates occupying_, slim_ and the
   // queued counts.
   void Touched(int64_t id) REQUIRES(mu_);
@@ -643,7 +670,10 @@ class Controller {
   Mutex node_write_mu_ ACQUIRED_BEFORE(mu_);
   // Serialises writes of settings (limits), which happen without mu_.
   Mutex settings_write_mu_ ACQUIRED_BEFORE(mu_);
-  std::condition_variable work_cv_;  // agents waiting for work
+  std::condition_variable work_cv_;    // agents waiting for work in WaitForWork
+  PollWaiters polls_ GUARDED_BY(mu_);  // and in AwaitWork, served by poll_thread_
+  std::condition_variable poll_cv_;
+  std::thread poll_thread_;  // started by the first AwaitWork that waits
   // Notified by every Install: a Commit whose write lost to another writer's waits on
   // it for that writer's transition to be in memory before it steps again.
   std::condition_variable install_cv_;

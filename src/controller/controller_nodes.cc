@@ -301,7 +301,7 @@ Result<protocol::RegistrationReply> Controller::RegisterNode(protocol::Registrat
       }
     }
     WakeScheduler();
-    NotifyNode(name);
+    WakeAgent(name);
   }
   GP_ASSIGN_OR_RETURN(std::vector<Result<Job>> answers,
                       Commit(std::move(forgotten), OnConflict::kRetry));
@@ -350,111 +350,120 @@ LaunchOrder Controller::MakeLaunchOrder(const Job& job, size_t task_index) const
   return order;
 }
 
-Result<AgentWork> Controller::WaitForWork(const std::string& node, int64_t wait_ms) {
+int64_t Controller::PollDeadline(int64_t wait_ms) const {
   // A poll is answered within half the node timeout, so that a live agent polls again in
   // time and is never taken for a silent one, and a dead agent's poll left waiting here
   // does not keep its node up (a --node-timeout under the poll's length lost idle nodes).
   const int64_t longest_ms = std::max<int64_t>(options_.node_timeout_us / 2000, 100);
-  const int64_t deadline =
-      clock_->MonotonicMicros() +
-      1000 * std::clamp<int64_t>(wait_ms, 0, std::min<int64_t>(60'000, longest_ms));
+  return clock_->MonotonicMicros() +
+         1000 * std::clamp<int64_t>(wait_ms, 0, std::min<int64_t>(60'000, longest_ms));
+}
+
+Result<AgentWork> Controller::WaitForWork(const std::string& node, int64_t wait_ms) {
+  const int64_t deadline = PollDeadline(wait_ms);
   Lock lock(mu_);
   while (true) {
-    auto it = nodes_.find(node);
-    if (it == nodes_.end()) {
-      return Status::NotFound("node " + node + " is not registered: register it first");
+    Result<AgentWork> work = TakeWorkLocked(node);
+    if (!work.ok() || !work->empty() || stopping_ || clock_->MonotonicMicros() >= deadline) {
+      return work;
     }
-    NodeEntry& e = it->second;
-    const int64_t now = clock_->NowMicros();
-    if (!e.up) {
-      // Declared lost: its jobs were ended or requeued meanwhile. The agent registers
-      // again (it does on a 404), listing what it runs, so that what outlived the loss is
-      // stopped before a requeued attempt of the same job starts.
-      return Status::NotFound("node " + node +
-                              " was declared lost (no poll within the node timeout): register "
-                              "it again");
-    }
-    e.last_seen_us = now;
-    AgentWork work;
-    for (int64_t id : occupying_) {
-      const Job& job = active_.at(id);
-      if (!OnNode(job, node)) continue;
-      if (job.cancel_requested) {
-        auto sent = e.cancel_sent_us.find(id);
-        if (sent == e.cancel_sent_us.end() || now - sent->second > kResendAfterUs) {
-          work.cancel.push_back(StopOrder(job, now));
-          e.cancel_sent_us[id] = now;
-        }
-        continue;
-      }
-      if (job.state != JobState::kAssigned) continue;
-      for (size_t t = 0; t < job.placement.size(); ++t) {
-        if (job.placement[t].node != node) continue;
-        const jobs::TaskStatus& ts = job.tasks.at(t);
-        if (ts.start_time_us != 0 || ts.ended) continue;
-        // The other tasks wait for task 0's agent to pick the rendezvous port, except
-        // an --mpi job's held tasks: they run nothing of the user's until an exec, which
-        // carries the port.
-        if (t > 0 && job.master_port == 0 && !job.mpi) continue;
-        auto sent = e.launch_sent_us.find({id, static_cast<int>(t)});
-        if (sent != e.launch_sent_us.end() && now - sent->second <= kResendAfterUs) continue;
-        work.launch.push_back(MakeLaunchOrder(job, t));
-        e.launch_sent_us[{id, static_cast<int>(t)}] = now;
-      }
-    }
-    for (auto stray = e.stray_sent_us.begin(); stray != e.stray_sent_us.end();) {
-      auto& [key, sent] = *stray;
-      int64_t& first = e.stray_first_us[key];
-      if (first == 0) first = now;
-      if (now - first > kStrayGiveUpUs) {
-        e.stray_first_us.erase(key);
-        e.stray_running.erase(key);
-        stray = e.stray_sent_us.erase(stray);
-        continue;
-      }
-      if (sent == 0 || now - sent > kResendAfterUs) {
-        work.cancel.push_back({key.first, key.second});
-        sent = now;
-      }
-      ++stray;
-    }
-    for (auto& [exec_id, sent] : e.exec_cancel_sent_us) {
-      if (sent == 0 || now - sent > kResendAfterUs) {
-        work.cancel.push_back({0, 0, exec_id});
-        sent = now;
-      }
-    }
-    if (protocol::SupportsExec(e.version)) {
-      // In the order they were started (their ids are random).
-      std::vector<ExecSession*> queued;
-      for (auto& [id, x] : execs_) {
-        if (x.node == node && !x.started && !x.ended) queued.push_back(&x);
-      }
-      std::sort(queued.begin(), queued.end(),
-                [](const ExecSession* a, const ExecSession* b) { return a->created < b->created; });
-      for (ExecSession* session : queued) {
-        ExecSession& x = *session;
-        // Resent until the agent reports it (a poll answer can be lost: a dead agent's
-        // poll may take it), as launch orders are; agents ignore a session seen before.
-        if (x.sent && now - x.sent_us <= kResendAfterUs) continue;
-        // Sent once its task runs (mpirun may ask before the task has started).
-        auto job = active_.find(x.job_id);
-        if (job == active_.end() || job->second.attempt != x.attempt) continue;
-        const auto t = static_cast<size_t>(x.task_index);
-        if (t >= job->second.tasks.size() || job->second.tasks[t].start_time_us == 0) continue;
-        work.exec.push_back({x.id, x.job_id, x.attempt, x.task_index, x.argv,
-                             job->second.master_port, x.io.tty, x.io.stdin_open, x.io.rows,
-                             x.io.cols, x.io.env});
-        x.sent = true;
-        x.sent_us = now;
-      }
-    }
-    work.logs = log_relay_.Take(node);
-    if (!work.empty() || stopping_ || clock_->MonotonicMicros() >= deadline) return work;
     // Wake at the deadline, on new work, or in time to resend unacknowledged orders.
     clock_->WaitOnce(work_cv_, lock.native(),
                      std::min(deadline, clock_->MonotonicMicros() + kResendAfterUs));
   }
+}
+
+Result<AgentWork> Controller::TakeWorkLocked(const std::string& node) {
+  auto it = nodes_.find(node);
+  if (it == nodes_.end()) {
+    return Status::NotFound("node " + node + " is not registered: register it first");
+  }
+  NodeEntry& e = it->second;
+  const int64_t now = clock_->NowMicros();
+  if (!e.up) {
+    // Declared lost: its jobs were ended or requeued meanwhile. The agent registers
+    // again (it does on a 404), listing what it runs, so that what outlived the loss is
+    // stopped before a requeued attempt of the same job starts.
+    return Status::NotFound("node " + node +
+                            " was declared lost (no poll within the node timeout): register "
+                            "it again");
+  }
+  e.last_seen_us = now;
+  AgentWork work;
+  for (int64_t id : occupying_) {
+    const Job& job = active_.at(id);
+    if (!OnNode(job, node)) continue;
+    if (job.cancel_requested) {
+      auto sent = e.cancel_sent_us.find(id);
+      if (sent == e.cancel_sent_us.end() || now - sent->second > kResendAfterUs) {
+        work.cancel.push_back(StopOrder(job, now));
+        e.cancel_sent_us[id] = now;
+      }
+      continue;
+    }
+    if (job.state != JobState::kAssigned) continue;
+    for (size_t t = 0; t < job.placement.size(); ++t) {
+      if (job.placement[t].node != node) continue;
+      const jobs::TaskStatus& ts = job.tasks.at(t);
+      if (ts.start_time_us != 0 || ts.ended) continue;
+      // The other tasks wait for task 0's agent to pick the rendezvous port, except
+      // an --mpi job's held tasks: they run nothing of the user's until an exec, which
+      // carries the port.
+      if (t > 0 && job.master_port == 0 && !job.mpi) continue;
+      auto sent = e.launch_sent_us.find({id, static_cast<int>(t)});
+      if (sent != e.launch_sent_us.end() && now - sent->second <= kResendAfterUs) continue;
+      work.launch.push_back(MakeLaunchOrder(job, t));
+      e.launch_sent_us[{id, static_cast<int>(t)}] = now;
+    }
+  }
+  for (auto stray = e.stray_sent_us.begin(); stray != e.stray_sent_us.end();) {
+    auto& [key, sent] = *stray;
+    int64_t& first = e.stray_first_us[key];
+    if (first == 0) first = now;
+    if (now - first > kStrayGiveUpUs) {
+      e.stray_first_us.erase(key);
+      e.stray_running.erase(key);
+      stray = e.stray_sent_us.erase(stray);
+      continue;
+    }
+    if (sent == 0 || now - sent > kResendAfterUs) {
+      work.cancel.push_back({key.first, key.second});
+      sent = now;
+    }
+    ++stray;
+  }
+  for (auto& [exec_id, sent] : e.exec_cancel_sent_us) {
+    if (sent == 0 || now - sent > kResendAfterUs) {
+      work.cancel.push_back({0, 0, exec_id});
+      sent = now;
+    }
+  }
+  if (protocol::SupportsExec(e.version)) {
+    // In the order they were started (their ids are random).
+    std::vector<ExecSession*> queued;
+    for (auto& [id, x] : execs_) {
+      if (x.node == node && !x.started && !x.ended) queued.push_back(&x);
+    }
+    std::sort(queued.begin(), queued.end(),
+              [](const ExecSession* a, const ExecSession* b) { return a->created < b->created; });
+    for (ExecSession* session : queued) {
+      ExecSession& x = *session;
+      // Resent until the agent reports it (a poll answer can be lost: a dead agent's
+      // poll may take it), as launch orders are; agents ignore a session seen before.
+      if (x.sent && now - x.sent_us <= kResendAfterUs) continue;
+      // Sent once its task runs (mpirun may ask before the task has started).
+      auto job = active_.find(x.job_id);
+      if (job == active_.end() || job->second.attempt != x.attempt) continue;
+      const auto t = static_cast<size_t>(x.task_index);
+      if (t >= job->second.tasks.size() || job->second.tasks[t].start_time_us == 0) continue;
+      work.exec.push_back({x.id, x.job_id, x.attempt, x.task_index, x.argv, job->second.master_port,
+                           x.io.tty, x.io.stdin_open, x.io.rows, x.io.cols, x.io.env});
+      x.sent = true;
+      x.sent_us = now;
+    }
+  }
+  work.logs = log_relay_.Take(node);
+  return work;
 }
 
 bool Controller::SchedulerLooping() const {

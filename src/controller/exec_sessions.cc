@@ -329,7 +329,7 @@ void Controller::HangUpLocked(int64_t exec_id, const std::string& reason,
   } else if (auto n = nodes_.find(x.node); n != nodes_.end()) {
     n->second.exec_cancel_sent_us[x.id] = 0;
   }
-  work_cv_.notify_all();
+  WakeAgents();
   exec_cv_.notify_all();
 }
 
@@ -511,7 +511,7 @@ Result<int64_t> Controller::StartExecLocked(int64_t job_id, int task_index,
   x.client_seen_mono_us = mono;
   const int64_t id = x.id;
   execs_.emplace(id, std::move(x));
-  work_cv_.notify_all();
+  WakeAgents();
   return id;
 }
 
@@ -551,7 +551,7 @@ Status Controller::CancelExec(int64_t exec_id, const Caller& caller) {
   if (auto n = nodes_.find(x.node); n != nodes_.end()) {
     n->second.exec_cancel_sent_us[x.id] = 0;
   }
-  work_cv_.notify_all();
+  WakeAgents();
   return Status::Ok();
 }
 

@@ -7,7 +7,9 @@
 #include <sys/types.h>
 
 #include <cstdint>
+#include <functional>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -43,6 +45,29 @@ struct HttpResponse {
   std::string body;
   std::map<std::string, std::string> headers;
 };
+
+// The answer to a request that its handler gives later (HttpServer's deferred answers):
+// a long poll hands it to whatever will complete it, and returns at once, holding no
+// thread while it waits. Thread-safe; it may outlive the server (completing it then does
+// nothing).
+class HttpResponder {
+ public:
+  virtual ~HttpResponder() = default;
+  // Answers with `response`. Only the first answer counts: returns whether this one did
+  // (false once answered, abandoned, or the server stopped). Any thread; never blocks on
+  // the network.
+  virtual bool Complete(HttpResponse response) = 0;
+  // `fn` runs once, on a thread of the server and with none of its locks held, when the
+  // request ends without Complete's answer: its client hung up, or the server stops
+  // (which answers 503 itself). At once, on the calling thread, when that happened
+  // already; never once Complete answered. Lets a waiter's owner forget it at once.
+  virtual void OnAbandoned(std::function<void()> fn) = 0;
+};
+
+// A handler that answers through `responder`: at once (Complete before returning) or
+// later, from any thread.
+using HttpAsyncHandler =
+    std::function<void(const HttpRequest& request, std::shared_ptr<HttpResponder> responder)>;
 
 struct ServerAddress {
   enum class Kind { kUnix, kTcp } kind = Kind::kUnix;

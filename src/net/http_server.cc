@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <condition_variable>
@@ -22,21 +23,21 @@
 
 #include "common/clock.h"
 #include "common/strings.h"
+#include "net/hangup_watch.h"
 #include "net/local_peer.h"
 
 namespace gpupool::net {
 namespace {
 
-// Per-connection state while a request body arrives and, for a blocking request, while
-// its handler runs on a thread of its own (the connection is suspended meanwhile).
+class Deferred;
+
+// Per-connection state while a request body arrives and while its answer is awaited.
 struct PendingRequest {
   std::string body;
   bool too_large = false;
   bool refused = false;    // answered 503 at its head (a cap on connections)
-  bool detached = false;   // handed to a thread of its own; the connection is suspended
-  bool ready = false;      // that thread's response is in `response` (guarded by mu_)
-  bool suspended = false;  // counted in suspended_ (guarded by mu_)
-  HttpResponse response;
+  bool suspended = false;  // counted in suspended_ and listed in deferred_ (guarded by mu_)
+  std::shared_ptr<Deferred> deferred;  // the handler's answer to come (once it ran)
 };
 
 std::string Errno(const char* what) { return std::string(what) + ": " + std::strerror(errno); }
@@ -158,14 +159,84 @@ Result<int> ListenTcp(const std::string& host, int port) {
   return fd;
 }
 
+class MhdServer;
+
+// A request's answer (HttpResponder): its handler completes it, at once or later from any
+// thread. Unless it was answered before the handler returned, the connection is suspended
+// meanwhile (no thread waits); the answer resumes it, and libmicrohttpd calls OnRequest
+// again, which sends it. The stages order suspending before resuming: whoever answers
+// while the connection is being suspended leaves the resume to the suspending thread.
+class Deferred final : public HttpResponder {
+ public:
+  enum class Stage { kHandling, kSuspending, kSuspended, kResumed };
+  Deferred(MhdServer* server, MHD_Connection* conn, int fd, uint64_t id, Stage stage)
+      : server_(server), conn_(conn), fd_(fd), id_(id), stage_(stage) {}
+
+  bool Complete(HttpResponse response) override { return Finish(std::move(response), false); }
+  void OnAbandoned(std::function<void()> fn) override {
+    {
+      std::lock_guard lock(mu_);
+      if (!answered_) {
+        on_abandoned_ = std::move(fn);
+        return;
+      }
+      if (!abandoned_) return;
+    }
+    fn();
+  }
+  // The server's own answer (the client hung up, the server stops), unless answered.
+  void Abandon(HttpResponse response) { Finish(std::move(response), true); }
+
+  // The answer, once given, for the thread that sends it; nullopt before.
+  std::optional<HttpResponse> TakeAnswer() {
+    std::lock_guard lock(mu_);
+    if (!answered_) return std::nullopt;
+    stage_ = Stage::kResumed;
+    return std::move(response_);
+  }
+  // The handler returned unanswered: the connection is about to be suspended.
+  void Suspending() {
+    std::lock_guard lock(mu_);
+    stage_ = Stage::kSuspending;
+  }
+  // Suspended: true when answered meanwhile, and the caller resumes it.
+  bool Suspended() {
+    std::lock_guard lock(mu_);
+    stage_ = answered_ ? Stage::kResumed : Stage::kSuspended;
+    return answered_;
+  }
+
+  MHD_Connection* conn() const { return conn_; }
+  int fd() const { return fd_; }
+  uint64_t id() const { return id_; }
+
+ private:
+  bool Finish(HttpResponse response, bool abandon);
+
+  MhdServer* const server_;
+  MHD_Connection* const conn_;
+  const int fd_;
+  const uint64_t id_;
+  std::mutex mu_;
+  Stage stage_;
+  bool answered_ = false;
+  bool abandoned_ = false;
+  HttpResponse response_;
+  std::function<void()> on_abandoned_;
+};
+
 class MhdServer final : public HttpServer {
  public:
-  MhdServer(HttpServerOptions options, HttpHandler handler)
-      : options_(std::move(options)), handler_(std::move(handler)), table_(ConnectionLimits{}) {}
+  MhdServer(HttpServerOptions options, HttpAsyncHandler handler)
+      : options_(std::move(options)),
+        handler_(std::move(handler)),
+        watch_([this](uint64_t id) { OnHangup(id); }),
+        table_(ConnectionLimits{}) {}
   ~MhdServer() override { Stop(); }
 
   Status Start() {
     GP_RETURN_IF_ERROR(SetLimits());
+    GP_RETURN_IF_ERROR(watch_.Start());
     reaper_ = std::thread([this] { Reap(); });
     if (!options_.unix_socket_path.empty()) {
       GP_ASSIGN_OR_RETURN(int fd, ListenUnix(options_.unix_socket_path, options_.unix_socket_mode));
@@ -195,17 +266,26 @@ class MhdServer final : public HttpServer {
 
   void Stop() override {
     // MHD must not be stopped with suspended connections (it aborts the process): from
-    // now on no request is suspended (a blocking one is answered 503 at once: an agent's
-    // next long poll, arriving while this waits), and the blocking handlers running
-    // finish (as joining their connection threads used to) and their answers go out.
-    bool drained = false;
+    // now on no request is suspended (one that would be is answered 503 at once: an
+    // agent's next long poll, arriving while this waits), the blocking handlers running
+    // finish (as joining their connection threads used to), the answers still awaited
+    // are 503, and all of them go out.
+    std::vector<std::shared_ptr<Deferred>> awaited;
     {
       std::unique_lock lock(mu_);
       stopping_ = true;
       idle_cv_.wait(lock, [this] { return blocking_running_ == 0; });
+      for (const auto& [id, d] : deferred_) awaited.push_back(d);
+    }
+    for (const auto& d : awaited) d->Abandon(ShuttingDown());
+    awaited.clear();
+    bool drained = false;
+    {
+      std::unique_lock lock(mu_);
       drained =
           idle_cv_.wait_for(lock, std::chrono::seconds(5), [this] { return suspended_ == 0; });
     }
+    watch_.Stop();
     if (!drained) {
       // An answer that could not be sent in 5 s: stopping the daemon now would abort.
       // The process is on its way out; its threads go with it.
@@ -500,7 +580,7 @@ class MhdServer final : public HttpServer {
                           MHD_RequestTerminationCode) {
     auto* self = static_cast<MhdServer*>(cls);
     auto* pending = static_cast<PendingRequest*>(*con_cls);
-    if (pending != nullptr && pending->detached) {
+    if (pending != nullptr && pending->suspended) {
       self->Unsuspended(pending);  // answered (or the peer left)
     }
     delete pending;
@@ -514,48 +594,99 @@ class MhdServer final : public HttpServer {
     }
   }
 
-  // A detached request is over: its answer was sent, or its connection closed.
+  // A suspended request is over: its answer was sent, or its connection closed.
   void Unsuspended(PendingRequest* pending) {
     std::lock_guard lock(mu_);
     if (!pending->suspended) return;
     pending->suspended = false;
+    deferred_.erase(pending->deferred->id());
     --suspended_;
     idle_cv_.notify_all();
   }
 
-  HttpResponse CallHandler(const HttpRequest& req) {
+ public:
+  // Deferred's answer came after its connection was suspended: wakes it (the descriptor
+  // is open until then, so it is forgotten by the hang-up watch first).
+  void Resume(const Deferred& d) {
+    watch_.Forget(d.fd());
+    MHD_resume_connection(d.conn());  // safe from any thread
+  }
+
+ private:
+  // The hang-up watch's report: the client of a suspended request left.
+  void OnHangup(uint64_t id) {
+    std::shared_ptr<Deferred> d;
+    {
+      std::lock_guard lock(mu_);
+      auto it = deferred_.find(id);
+      if (it == deferred_.end()) return;
+      d = it->second;
+    }
+    d->Abandon(ErrorResponse(503, "the client closed its connection before the answer"));
+  }
+
+  static HttpResponse ShuttingDown() {
+    return ErrorResponse(503,
+                         "the server is shutting down: try again, or another controller of the "
+                         "pool");
+  }
+
+  void CallHandler(const HttpRequest& req, const std::shared_ptr<Deferred>& out) {
     try {
-      return handler_(req);
+      handler_(req, out);
     } catch (const std::exception& e) {  // the edge: a handler bug must not kill the server
-      return ErrorResponse(500, std::string("internal error: ") + e.what());
+      out->Complete(ErrorResponse(500, std::string("internal error: ") + e.what()));
     }
   }
 
-  // Runs the handler of a blocking request on a thread of its own with the connection
-  // suspended; the thread resumes it when the answer is ready, and MHD calls OnRequest
-  // again, which sends it.
-  MHD_Result RunDetached(MHD_Connection* conn, PendingRequest* pending, HttpRequest req) {
-    {
-      std::lock_guard lock(mu_);
-      if (stopping_) {
-        return Answer(conn, ErrorResponse(503,
-                                          "the server is shutting down: try again, or "
-                                          "another controller of the pool"));
-      }
-      pending->detached = true;
-      pending->suspended = true;
-      ++suspended_;
-      ++blocking_running_;
+  std::shared_ptr<Deferred> NewDeferred(MHD_Connection* conn, Deferred::Stage stage) {
+    const MHD_ConnectionInfo* fdi =
+        MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+    return std::make_shared<Deferred>(this, conn, fdi != nullptr ? fdi->connect_fd : -1,
+                                      next_deferred_.fetch_add(1) + 1, stage);
+  }
+
+  // Lists a request whose connection is suspended now (Stop answers it, the hang-up watch
+  // looks it up), and counts a blocking handler's thread. False once Stop began: nothing
+  // is suspended any more.
+  bool ListSuspended(PendingRequest* pending, bool blocking) {
+    std::lock_guard lock(mu_);
+    if (stopping_) return false;
+    deferred_[pending->deferred->id()] = pending->deferred;
+    pending->suspended = true;
+    ++suspended_;
+    if (blocking) ++blocking_running_;  // Stop waits for it before it answers the rest
+    return true;
+  }
+
+  // Runs the handler on this pool thread. Answered before it returned: sent at once.
+  // Otherwise the connection is suspended until the answer comes (Deferred::Finish).
+  MHD_Result RunDeferrable(MHD_Connection* conn, PendingRequest* pending, const HttpRequest& req) {
+    pending->deferred = NewDeferred(conn, Deferred::Stage::kHandling);
+    Deferred& d = *pending->deferred;
+    CallHandler(req, pending->deferred);
+    if (std::optional<HttpResponse> now = d.TakeAnswer()) return Answer(conn, *now);
+    d.Suspending();
+    if (!ListSuspended(pending, /*blocking=*/false)) {
+      d.Abandon(ShuttingDown());
+      return Answer(conn, *d.TakeAnswer());
     }
     MHD_suspend_connection(conn);
-    std::thread([this, conn, pending, req = std::move(req)] {
-      HttpResponse resp = CallHandler(req);
-      {
-        std::lock_guard lock(mu_);
-        pending->response = std::move(resp);
-        pending->ready = true;
-      }
-      MHD_resume_connection(conn);  // safe from any thread, at any time
+    watch_.Watch(d.fd(), d.id());
+    if (d.Suspended()) Resume(d);  // answered while being suspended
+    return MHD_YES;
+  }
+
+  // Runs the handler of a blocking request on a thread of its own with the connection
+  // suspended; its answer resumes the connection, and MHD calls OnRequest again, which
+  // sends it.
+  MHD_Result RunDetached(MHD_Connection* conn, PendingRequest* pending, HttpRequest req) {
+    pending->deferred = NewDeferred(conn, Deferred::Stage::kSuspended);
+    if (!ListSuspended(pending, /*blocking=*/true)) return Answer(conn, ShuttingDown());
+    MHD_suspend_connection(conn);
+    watch_.Watch(pending->deferred->fd(), pending->deferred->id());
+    std::thread([this, out = pending->deferred, req = std::move(req)] {
+      CallHandler(req, out);
       std::lock_guard lock(mu_);
       --blocking_running_;
       idle_cv_.notify_all();  // nothing of `this` is touched after the lock is released
@@ -629,14 +760,10 @@ class MhdServer final : public HttpServer {
       *upload_data_size = 0;
       return MHD_YES;
     }
-    if (pending->detached) {  // resumed: the blocking handler's answer is ready
-      HttpResponse resp;
-      {
-        std::lock_guard lock(self->mu_);
-        if (!pending->ready) return MHD_YES;
-        resp = std::move(pending->response);
-      }
-      return self->Answer(conn, resp);  // counted out of suspended_ in OnCompleted
+    if (pending->deferred != nullptr) {  // resumed: the answer is ready
+      std::optional<HttpResponse> resp = pending->deferred->TakeAnswer();
+      if (!resp) return MHD_YES;
+      return self->Answer(conn, *resp);  // counted out of suspended_ in OnCompleted
     }
     if (*upload_data_size > 0) {
       if (pending->body.size() + *upload_data_size > self->options_.max_body_bytes) {
@@ -661,22 +788,26 @@ class MhdServer final : public HttpServer {
     if (self->options_.may_block && self->options_.may_block(req)) {
       return self->RunDetached(conn, pending, std::move(req));
     }
-    return self->Answer(conn, self->CallHandler(req));
+    return self->RunDeferrable(conn, pending, req);
   }
 
   HttpServerOptions options_;
-  HttpHandler handler_;
+  HttpAsyncHandler handler_;
   DaemonContext unix_ctx_{};
   DaemonContext tcp_ctx_{};
   MHD_Daemon* unix_daemon_ = nullptr;
   MHD_Daemon* tcp_daemon_ = nullptr;
   int tcp_port_ = 0;
 
-  std::mutex mu_;  // guards the two counts and PendingRequest's shared fields
+  std::mutex mu_;  // guards the counts, deferred_ and PendingRequest::suspended
   std::condition_variable idle_cv_;
   bool stopping_ = false;     // Stop() began: nothing is suspended any more
   int blocking_running_ = 0;  // handlers running on threads of their own
-  int suspended_ = 0;         // connections suspended for them
+  int suspended_ = 0;         // connections suspended for an answer
+  // The answers awaited by suspended connections, by Deferred::id.
+  std::unordered_map<uint64_t, std::shared_ptr<Deferred>> deferred_;
+  std::atomic<uint64_t> next_deferred_{0};
+  HangupWatch watch_;  // the peers of suspended connections
 
   // Connections (net/connection_table.h). conn_mu_ guards the table, the descriptors and
   // the reaper's state; it is never held while calling into libmicrohttpd.
@@ -695,13 +826,43 @@ class MhdServer final : public HttpServer {
       RawAnswer(503, "Service Unavailable", "the server has no connection free: try again shortly");
 };
 
+bool Deferred::Finish(HttpResponse response, bool abandon) {
+  std::function<void()> abandoned;
+  bool resume = false;
+  {
+    std::lock_guard lock(mu_);
+    if (answered_) return false;
+    answered_ = true;
+    abandoned_ = abandon;
+    response_ = std::move(response);
+    if (stage_ == Stage::kSuspended) {
+      stage_ = Stage::kResumed;
+      resume = true;
+    }
+    if (abandon) abandoned = std::move(on_abandoned_);
+    on_abandoned_ = nullptr;
+  }
+  // The connection stays suspended, and the server waits for it, until this resumes it.
+  if (resume) server_->Resume(*this);
+  if (abandoned) abandoned();
+  return true;
+}
+
 }  // namespace
 
 Result<std::unique_ptr<HttpServer>> StartHttpServer(const HttpServerOptions& options,
-                                                    HttpHandler handler) {
+                                                    HttpAsyncHandler handler) {
   auto server = std::make_unique<MhdServer>(options, std::move(handler));
   GP_RETURN_IF_ERROR(server->Start());
   return std::unique_ptr<HttpServer>(std::move(server));
+}
+
+Result<std::unique_ptr<HttpServer>> StartHttpServer(const HttpServerOptions& options,
+                                                    HttpHandler handler) {
+  return StartHttpServer(options, [handler = std::move(handler)](
+                                      const HttpRequest& r, std::shared_ptr<HttpResponder> out) {
+    out->Complete(handler(r));
+  });
 }
 
 }  // namespace gpupool::net

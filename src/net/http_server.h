@@ -2,16 +2,21 @@
 // libmicrohttpd underneath.
 //
 // A small pool of threads (epoll) serves every connection; a handler runs on a pool
-// thread and must not block for long. Requests that may block (long polls: an agent
-// waiting for work, `logs -f`) are named by the may_block predicate: their connection is
-// suspended and the handler runs on a thread of its own, so a hundred waiting agents hold
-// no pool thread. (A thread per connection, the earlier design, cost a thread creation
-// and an allocator arena per request: a sixth of the server's CPU under load.)
+// thread and must not block for long. A handler answers through an HttpResponder
+// (net/http.h): at once, or later from any thread (a long poll: an agent waiting for
+// work). Until a later answer comes the connection is suspended and no thread waits for
+// it, so 10,000 waiting agents cost memory, not threads; a client that hangs up meanwhile
+// is noticed at once (net/hangup_watch.h) and its responder abandoned. Requests whose
+// handler blocks instead (`logs -f`, image inspections) are named by the may_block
+// predicate: their connection is suspended and the handler runs on a thread of its own.
+// (A thread per connection, the earlier design, cost a thread creation and an allocator
+// arena per request: a sixth of the server's CPU under load.)
 //
 // On Unix sockets each request carries the caller's kernel-verified credentials
 // (SO_PEERCRED). Bodies over max_body_bytes are answered with 413 before the handler
 // runs. The handler must be thread-safe. Stop() waits for running handlers, including
-// blocking ones, as joining a connection thread did. The server owns its sockets and
+// blocking ones, as joining a connection thread did, then answers every answer still
+// awaited with 503 (its OnAbandoned function runs). The server owns its sockets and
 // removes the Unix socket file on Stop().
 //
 // No peer can take every connection (docs/security.md, "Connection exhaustion"): each
@@ -100,6 +105,10 @@ class HttpServer {
   virtual void Stop() = 0;
 };
 
+// `handler` answers each request through its responder, at once or later.
+Result<std::unique_ptr<HttpServer>> StartHttpServer(const HttpServerOptions& options,
+                                                    HttpAsyncHandler handler);
+// A handler that always answers at once.
 Result<std::unique_ptr<HttpServer>> StartHttpServer(const HttpServerOptions& options,
                                                     HttpHandler handler);
 

@@ -101,6 +101,7 @@ Status ClusterState::AddNode(const NodeSpec& s) {
   capacity_ += n.Capacity();
   free_ += n.Free();
   scan_order_.push_back(num_nodes());
+  index_by_name_.emplace(n.name, num_nodes());
   nodes_.push_back(std::move(n));
   journal_.Restart();
   return Status::Ok();
@@ -155,10 +156,8 @@ uint64_t ClusterState::WholeOnlyBlocked(int32_t i, const Task& task) const {
 }
 
 int32_t ClusterState::FindNode(std::string_view name) const {
-  for (size_t i = 0; i < nodes_.size(); ++i) {
-    if (nodes_[i].name == name) return static_cast<int32_t>(i);
-  }
-  return -1;
+  auto it = index_by_name_.find(name);
+  return it == index_by_name_.end() ? -1 : it->second;
 }
 
 int32_t ClusterState::ModelId(std::string_view model) const {

@@ -39,6 +39,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -203,7 +204,15 @@ class ClusterState {
   Refusal StaticRefusal(const NodeState& n, const Task& task) const;
   bool ModelAllowed(const NodeState& n, const Task& task) const;
 
+  // Transparent hashing: FindNode looks names up by string_view without a copy.
+  struct NameHash {
+    using is_transparent = void;
+    size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
+  };
   std::vector<NodeState> nodes_;
+  // Node name -> index: the controller finds every running task's node by name on each
+  // pass (a linear search cost a quarter of a pass at 5,000 nodes, docs/benchmarks.md).
+  std::unordered_map<std::string, int32_t, NameHash, std::equal_to<>> index_by_name_;
   std::vector<std::string> models_;
   std::vector<int32_t> scan_order_;
   Resources capacity_;

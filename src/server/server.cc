@@ -111,7 +111,7 @@ Status Server::CreateController() {
   return Status::Ok();
 }
 
-Status Server::StartListening(net::HttpHandler handler) {
+Status Server::StartListening(net::HttpAsyncHandler handler) {
   const ServerOptions& f = options_;
   if (f.max_connections != 0 && f.max_connections < 64) {
     return Status::InvalidArgument("--max-connections " + std::to_string(f.max_connections) +
@@ -194,11 +194,12 @@ Status Server::StartStandby() {
   GP_ASSIGN_OR_RETURN(leases_, store::OpenPostgresLeaseStore(StoreSpec(options_)));
   // The lease's holder is known once lead_ is made, after the listener (whose port it
   // names); until then a standby names no leader.
-  GP_RETURN_IF_ERROR(StartListening([this](const net::HttpRequest& r) {
-    if (controller::Api* api = serving_.load()) return api->Handle(r);
-    Leadership* l = lead_ptr_.load();
-    return StandbyAnswer(r, l != nullptr ? l->LeaderAddress() : "");
-  }));
+  GP_RETURN_IF_ERROR(
+      StartListening([this](const net::HttpRequest& r, std::shared_ptr<net::HttpResponder> out) {
+        if (controller::Api* api = serving_.load()) return api->Handle(r, std::move(out));
+        Leadership* l = lead_ptr_.load();
+        out->Complete(StandbyAnswer(r, l != nullptr ? l->LeaderAddress() : ""));
+      }));
   LeadershipOptions lo;
   lo.address = AdvertisedAddress(http_->tcp_port());
   lo.id = NewControllerId(HostName(), http_->tcp_port());
@@ -242,7 +243,10 @@ Status Server::Start() {
   if (postgres) GP_RETURN_IF_ERROR(TakeLeaseOnce());
   GP_RETURN_IF_ERROR(CreateController());
   controller::Api* api = api_.get();
-  GP_RETURN_IF_ERROR(StartListening([api](const net::HttpRequest& r) { return api->Handle(r); }));
+  GP_RETURN_IF_ERROR(
+      StartListening([api](const net::HttpRequest& r, std::shared_ptr<net::HttpResponder> out) {
+        api->Handle(r, std::move(out));
+      }));
   controller_->Start();
   return Status::Ok();
 }

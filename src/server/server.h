@@ -91,7 +91,7 @@ class Server {
  private:
   Status OpenStore();
   Status CreateController();
-  Status StartListening(net::HttpHandler handler);
+  Status StartListening(net::HttpAsyncHandler handler);
   Status TakeLeaseOnce();
   Status StartStandby();
   void LeadWhenElected();  // the standby's lease thread

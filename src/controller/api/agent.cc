@@ -50,6 +50,31 @@ net::HttpResponse ServeAgentWork(const ApiContext& ctx, const Call& c) {
   return JsonResponse(200, protocol::EncodeWork(*work, ctx.controller->NodeVersion(node)));
 }
 
+void AwaitAgentWork(const ApiContext& ctx, const Call& c, std::shared_ptr<net::HttpResponder> out) {
+  std::string node = c.r.Query("node");
+  if (Status s = ActAsNode(c.who, &node); !s.ok()) {
+    out->Complete(ErrorResponse(s));
+    return;
+  }
+  Result<int64_t> wait_ms = QueryInt(c.r, "wait_ms", 0, 0, 60'000);
+  if (!wait_ms.ok()) {
+    out->Complete(ErrorResponse(wait_ms.status()));
+    return;
+  }
+  Controller* controller = ctx.controller;
+  const uint64_t ticket =
+      controller->AwaitWork(node, *wait_ms, [controller, node, out](Result<AgentWork> work) {
+        if (!work.ok()) {
+          out->Complete(ErrorResponse(work.status()));
+          return;
+        }
+        out->Complete(
+            JsonResponse(200, protocol::EncodeWork(*work, controller->NodeVersion(node))));
+      });
+  // A client that left (or a server that stops) takes its waiter with it at once.
+  if (ticket != 0) out->OnAbandoned([controller, ticket] { controller->CancelWorkWait(ticket); });
+}
+
 net::HttpResponse ServeAgentEvents(const ApiContext& ctx, const Call& c) {
   const net::HttpRequest& r = c.r;
   const Identity& who = c.who;

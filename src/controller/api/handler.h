@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -60,6 +61,11 @@ struct Call {
 };
 
 using Handler = net::HttpResponse (*)(const ApiContext& ctx, const Call& c);
+// A route's handler for a request that waits (a long poll), answering through `out`
+// later, from whatever completes the wait, so that no thread waits meanwhile. It copies
+// what it needs of `c` before it returns.
+using LaterHandler = void (*)(const ApiContext& ctx, const Call& c,
+                              std::shared_ptr<net::HttpResponder> out);
 
 // The most of a file relayed from a node (a log, an exec session's output) one answer
 // carries: it comes back as the agent's request body, which the server caps at 1 MiB.

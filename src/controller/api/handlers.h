@@ -68,6 +68,8 @@ net::HttpResponse TelemetrySeries(const ApiContext& ctx, const Call& c);
 // request names another.
 net::HttpResponse ServeAgentRegister(const ApiContext& ctx, const Call& c);
 net::HttpResponse ServeAgentWork(const ApiContext& ctx, const Call& c);
+// The same long poll answered later (Controller::AwaitWork): no thread waits.
+void AwaitAgentWork(const ApiContext& ctx, const Call& c, std::shared_ptr<net::HttpResponder> out);
 net::HttpResponse ServeAgentEvents(const ApiContext& ctx, const Call& c);
 net::HttpResponse ServeAgentLogAnswer(const ApiContext& ctx, const Call& c);
 net::HttpResponse ServeAgentTelemetry(const ApiContext& ctx, const Call& c);

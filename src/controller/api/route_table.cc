@@ -81,7 +81,7 @@ constexpr Route kRoutes[] = {
     {"DELETE", "/v1/tokens/{token_id}", RevokeToken, kTokenAdmins, kNever},
     // The agent protocol's endpoints (protocol/endpoints.h).
     {"POST", protocol::kRegisterPath, ServeAgentRegister, kAgents, kNever},
-    {"GET", protocol::kWorkPath, ServeAgentWork, kAgents, kWaiting},
+    {"GET", protocol::kWorkPath, ServeAgentWork, kAgents, kWaiting, AwaitAgentWork},
     {"POST", protocol::kEventsPath, ServeAgentEvents, kAgents, kNever},
     {"POST", protocol::kLogsPath, ServeAgentLogAnswer, kAgents, kNever},
     {"POST", protocol::kTelemetryPath, ServeAgentTelemetry, kAgents, kNever},
@@ -227,6 +227,10 @@ std::string DocumentedPattern(std::string_view pattern) {
 }
 
 bool MayBlock(const Route& route, const net::HttpRequest& r) {
+  return route.later == nullptr && Waits(route, r);
+}
+
+bool Waits(const Route& route, const net::HttpRequest& r) {
   switch (route.blocking) {
     case Blocking::kNever:
       return false;

@@ -2,7 +2,8 @@
 // it, whether it may block). Everything about a route that is not its handler's answer
 // derives from its row: the router (Find), who may call it (MayCall, endpoint_access.h),
 // whether it answers anyone (IsPublic) and what a dashboard session may call
-// (SessionMayCall), whether its request gets a thread of its own (MayBlock), the list of
+// (SessionMayCall), whether its request waits (Waits) and gets a thread of its own
+// (MayBlock) or is answered later without one (its `later` handler), the list of
 // routes (Routes) that docs/openapi.json must describe (openapi_test.cc), and the
 // request metrics' route label. docs/security.md ("Caller kinds") is the access column
 // in words; route_table_test.cc walks the table against it.
@@ -66,6 +67,10 @@ struct Route {
   Handler handler;
   Access access;
   Blocking blocking;
+  // Answers the requests that wait (Waits) later, holding no thread (a long poll that the
+  // controller's notifications complete); null: `handler` answers them on a thread of
+  // their own.
+  LaterHandler later = nullptr;
 };
 
 // Every route, in the router's order.
@@ -94,8 +99,11 @@ net::HttpResponse NoRoute(const net::HttpRequest& r, bool path_known);
 // the document and in the request metrics.
 std::string DocumentedPattern(std::string_view pattern);
 
-// Whether `r`, matched to `route`, may block (see Blocking). Reads the submission's body
-// only for a route that blocks kWhenInspecting, and only its top-level keys.
+// Whether `r`, matched to `route`, waits (see Blocking). Reads the submission's body only
+// for a route that blocks kWhenInspecting, and only its top-level keys.
+bool Waits(const Route& route, const net::HttpRequest& r);
+// Whether `r` waits on a thread of its own: it waits, and its route has no `later`
+// handler.
 bool MayBlock(const Route& route, const net::HttpRequest& r);
 
 // Who may call a request no row answers: the rows nearest to it (those with its path,
