@@ -28,23 +28,33 @@ Result<std::vector<PlannedPreemption>> PlanPreemptions(const SchedInput& in, int
                                                        sched::PlacementPolicy& policy,
                                                        std::map<int64_t, std::string>& reasons) {
   std::vector<PlannedPreemption> out;
-  sched::ClusterState trial = in.cluster;
   std::vector<sched::PreemptibleRun> runs;
   std::vector<const jobs::Job*> run_source;
+  std::vector<size_t> stopping;
+  bool any_candidate = false;
   for (size_t i = 0; i < in.running.size(); ++i) {
     const jobs::Job& job = *in.running_source[i];
     const sched::RunningJob& r = in.running[i];
     if (Stopping(job)) {
-      // Its GPUs are as good as free for the waiting jobs: they come back when it ends.
-      GP_RETURN_IF_ERROR(sched::ReleaseGang(trial, r.job->tasks, r.placements));
+      stopping.push_back(i);
       continue;
     }
     const int64_t min_runtime =
         job.min_runtime_s > 0 ? job.min_runtime_s : settings.default_min_runtime_s;
     const bool candidate = job.preemptible && job.state == jobs::JobState::kRunning &&
                            now_s - r.start_s >= min_runtime;
+    any_candidate |= candidate;
     runs.push_back({&r, candidate});
     run_source.push_back(&job);
+  }
+  // No victim to choose (the common case: no preemptible job has run its minimum time):
+  // neither the copy of the cluster nor the sort of the waiting jobs below is needed.
+  if (!any_candidate) return out;
+  sched::ClusterState trial = in.cluster;
+  for (size_t i : stopping) {
+    // Its GPUs are as good as free for the waiting jobs: they come back when it ends.
+    const sched::RunningJob& r = in.running[i];
+    GP_RETURN_IF_ERROR(sched::ReleaseGang(trial, r.job->tasks, r.placements));
   }
   sched::PreemptionOptions options;
   options.min_runtime_s = 0;  // each job's own, above

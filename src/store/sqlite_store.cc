@@ -10,6 +10,7 @@
 #include <map>
 #include <mutex>
 #include <optional>
+#include <unordered_map>
 
 #include "common/json.h"
 #include "jobs/job_json.h"
@@ -166,10 +167,53 @@ ALTER TABLE nodes ADD COLUMN gpu_health TEXT NOT NULL DEFAULT '';
 )sql",
 };
 
+// Prepared statements kept between calls, keyed by the address of their SQL (string
+// literals only). A statement is taken out while in use, so a nested use of the same SQL
+// prepares its own. Used under the store's mutex, like the connection.
+class StmtCache {
+ public:
+  StmtCache() = default;
+  StmtCache(const StmtCache&) = delete;
+  StmtCache& operator=(const StmtCache&) = delete;
+  ~StmtCache() { Clear(); }
+  // Finalizes every kept statement (before the connection closes).
+  void Clear() {
+    for (auto& [sql, stmt] : kept_) sqlite3_finalize(stmt);
+    kept_.clear();
+  }
+  sqlite3_stmt* Take(const char* sql) {
+    auto it = kept_.find(sql);
+    if (it == kept_.end()) return nullptr;
+    sqlite3_stmt* stmt = it->second;
+    kept_.erase(it);
+    return stmt;
+  }
+  void Give(const char* sql, sqlite3_stmt* stmt) {
+    sqlite3_reset(stmt);
+    sqlite3_clear_bindings(stmt);
+    if (!kept_.emplace(sql, stmt).second) sqlite3_finalize(stmt);
+  }
+
+ private:
+  std::unordered_map<const char*, sqlite3_stmt*> kept_;
+};
+
 class Stmt {
  public:
   Stmt(sqlite3* db, const char* sql) { rc_ = sqlite3_prepare_v2(db, sql, -1, &stmt_, nullptr); }
-  ~Stmt() { sqlite3_finalize(stmt_); }
+  // `sql` must be a string literal: the cache keys on its address (the hot statements of
+  // the commit path, which were prepared again on every call).
+  Stmt(StmtCache& cache, sqlite3* db, const char* sql) : cache_(&cache), sql_(sql) {
+    stmt_ = cache.Take(sql);
+    rc_ = stmt_ != nullptr ? SQLITE_OK : sqlite3_prepare_v2(db, sql, -1, &stmt_, nullptr);
+  }
+  ~Stmt() {
+    if (cache_ != nullptr && rc_ == SQLITE_OK && stmt_ != nullptr) {
+      cache_->Give(sql_, stmt_);
+    } else {
+      sqlite3_finalize(stmt_);
+    }
+  }
   Stmt(const Stmt&) = delete;
   Stmt& operator=(const Stmt&) = delete;
   bool ok() const { return rc_ == SQLITE_OK; }
@@ -194,6 +238,8 @@ class Stmt {
   }
 
  private:
+  StmtCache* cache_ = nullptr;
+  const char* sql_ = nullptr;
   sqlite3_stmt* stmt_ = nullptr;
   int rc_;
 };
@@ -201,7 +247,10 @@ class Stmt {
 class SqliteStore final : public Store {
  public:
   explicit SqliteStore(sqlite3* db) : db_(db) {}
-  ~SqliteStore() override { sqlite3_close(db_); }
+  ~SqliteStore() override {
+    stmts_.Clear();  // a connection with statements left does not close
+    sqlite3_close(db_);
+  }
 
   Status Init() {
     GP_RETURN_IF_ERROR(Exec("PRAGMA journal_mode=WAL"));
@@ -344,7 +393,7 @@ class SqliteStore final : public Store {
       const JobRecord rec = EncodeJobRecord(u.job);
       Result<int64_t> spec_id = PutSpec(rec);
       if (!spec_id.ok()) return Rollback(spec_id.status());
-      Stmt s(db_,
+      Stmt s(stmts_, db_,
              "UPDATE jobs SET state=?1, node=?2, end_time_us=?3, body=?4, spec_id=?7, "
              "version=version+1 WHERE id=?5 AND state=?6 AND version=?8");
       s.Bind(1, std::string(jobs::JobStateName(u.job.state)));
@@ -637,12 +686,12 @@ class SqliteStore final : public Store {
   // Inside a transaction: job_nodes gets one row per node of the job's tasks.
   Status WriteJobNodes(const Job& job, bool replace) {
     if (replace) {
-      Stmt d(db_, "DELETE FROM job_nodes WHERE job_id=?");
+      Stmt d(stmts_, db_, "DELETE FROM job_nodes WHERE job_id=?");
       d.Bind(1, job.id);
       if (d.Step() != SQLITE_DONE) return Error("clear the job's nodes");
     }
     for (const std::string& node : JobNodes(job)) {
-      Stmt i(db_, "INSERT INTO job_nodes(job_id, node) VALUES(?,?)");
+      Stmt i(stmts_, db_, "INSERT INTO job_nodes(job_id, node) VALUES(?,?)");
       i.Bind(1, job.id);
       i.Bind(2, node);
       if (i.Step() != SQLITE_DONE) return Error("record the job's nodes");
@@ -671,7 +720,7 @@ class SqliteStore final : public Store {
   Result<int64_t> InsertRow(const Job& job) {
     const JobRecord rec = EncodeJobRecord(job);  // the id is the row's, not in the body
     GP_ASSIGN_OR_RETURN(int64_t spec_id, PutSpec(rec));
-    Stmt s(db_,
+    Stmt s(stmts_, db_,
            "INSERT INTO jobs(id, user, state, node, end_time_us, body, spec_id, version) "
            "VALUES(NULLIF(?,0),?,?,?,?,?,?,1)");
     if (!s.ok()) return Error("prepare insert");
@@ -705,12 +754,12 @@ class SqliteStore final : public Store {
   // The id of the job_specs row holding `rec`'s spec, added when none does yet. Inside
   // the caller's transaction.
   Result<int64_t> PutSpec(const JobRecord& rec) {
-    Stmt find(db_, "SELECT id FROM job_specs WHERE hash=?");
+    Stmt find(stmts_, db_, "SELECT id FROM job_specs WHERE hash=?");
     find.Bind(1, rec.spec_hash);
     int rc = find.Step();
     if (rc == SQLITE_ROW) return find.Int(0);
     if (rc != SQLITE_DONE) return Error("find job spec");
-    Stmt add(db_, "INSERT INTO job_specs(hash, body) VALUES(?,?)");
+    Stmt add(stmts_, db_, "INSERT INTO job_specs(hash, body) VALUES(?,?)");
     add.Bind(1, rec.spec_hash);
     add.Bind(2, rec.spec);
     if (add.Step() != SQLITE_DONE) return Error("store job spec");
@@ -719,6 +768,7 @@ class SqliteStore final : public Store {
 
   std::mutex mu_;
   sqlite3* db_;
+  StmtCache stmts_;  // under mu_
 };
 
 }  // namespace
