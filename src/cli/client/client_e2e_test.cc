@@ -1,12 +1,15 @@
 // End to end: the real commands, through the real HttpClient, against a real in-process
 // HttpServer on a temporary Unix socket that plays a canned gpupool server.
 #include <gtest/gtest.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <mutex>
@@ -211,7 +214,19 @@ TEST_F(ClientE2eTest, SubmitTakesSbatchsWordsAndAsksForAnElementsId) {
 }
 
 TEST_F(ClientE2eTest, SubmitOutlastsAServerThatIsBrieflyAwayAndKeepsItsKey) {
-  // No server yet: the first attempts find nothing; the server comes up a little later.
+  // The server is briefly away: killed, it left its socket behind and nobody listens
+  // there (connections are refused), and it comes back a little later. A socket that does
+  // not exist at all fails at once instead (NoPoolTest in tests/cli/slurm_views_test.py).
+  {
+    const int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+    ASSERT_GE(fd, 0);
+    sockaddr_un addr{};
+    addr.sun_family = AF_UNIX;
+    ASSERT_LT(socket_.size(), sizeof addr.sun_path);
+    std::memcpy(addr.sun_path, socket_.c_str(), socket_.size() + 1);
+    ASSERT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+    close(fd);  // the file stays; nothing listens
+  }
   std::thread late([this] {
     std::this_thread::sleep_for(std::chrono::milliseconds(400));
     Serve([](const HttpRequest&) { return JsonAnswer(201, R"({"job": {"id": 21}})"); });
