@@ -88,25 +88,39 @@ Result<int64_t> Leadership::TryLead() {
 
 Status Leadership::KeepLease(const std::atomic<bool>& stop) {
   const int64_t period_ms = std::max<int64_t>(options_.lease_ms / 5, 20);
+  // After a failed renewal the next try comes sooner than a period, so that several fit in
+  // what is left of the lease.
+  const int64_t retry_ms = std::clamp<int64_t>(options_.lease_ms / 50, 10, 100);
   // The lease holds until lease_ms after the start of the last renewal that succeeded
   // (the database set its end after that moment). A tenth is kept back for the exit.
   int64_t good_until_us = clock_->MonotonicMicros() + options_.lease_ms * 900;
-  while (SleepUnlessStopped(period_ms, stop)) {
+  int64_t wait_ms = period_ms;
+  std::string failed;  // why the last renewal failed, since the last that succeeded
+  auto lost = [&] {
+    return Status::Unavailable("the lease could not be renewed for " +
+                               std::to_string(options_.lease_ms) +
+                               " ms, so a standby may lead now: " + failed);
+  };
+  while (SleepUnlessStopped(wait_ms, stop)) {
     Heartbeat();
     const int64_t started = clock_->MonotonicMicros();
-    Result<store::Lease> lease = leases_->Renew(options_.id, epoch_, options_.lease_ms);
+    // A renewal waits for the lease row's lock no longer than the lease surely lasts, so
+    // that a leader never goes on past it waiting for an answer.
+    const int64_t left_ms = (good_until_us - started) / 1000;
+    if (left_ms <= 0) return lost();
+    Result<store::Lease> lease = leases_->Renew(options_.id, epoch_, options_.lease_ms, left_ms);
     if (lease.ok()) {
       Remember(*lease);
       good_until_us = started + options_.lease_ms * 900;
+      wait_ms = period_ms;
+      failed.clear();
       continue;
     }
     if (lease.status().code() == StatusCode::kFailedPrecondition) return lease.status();
-    if (clock_->MonotonicMicros() >= good_until_us) {
-      return Status::Unavailable("the lease could not be renewed for " +
-                                 std::to_string(options_.lease_ms) +
-                                 " ms, so a standby may lead now: " + lease.status().message());
-    }
-    spdlog::warn("leadership: renewing the lease failed, retrying: {}", lease.status().message());
+    failed = lease.status().message();
+    if (clock_->MonotonicMicros() >= good_until_us) return lost();
+    spdlog::warn("leadership: renewing the lease failed, retrying in {} ms: {}", retry_ms, failed);
+    wait_ms = retry_ms;
   }
   return Status::Ok();
 }

@@ -42,8 +42,9 @@ class Leadership {
   Result<int64_t> TryLead();
 
   // As the leader until `stop` (Ok) or until the lease is lost (why). Renews every fifth
-  // of the lease; a renewal that fails for want of the database is retried until the
-  // lease would have run out.
+  // of the lease; a renewal that fails for want of the database or of the lease row's
+  // lock is retried every fiftieth of the lease (10-100 ms) until the lease would have
+  // run out, and no renewal waits for the lock longer than the lease surely lasts.
   Status KeepLease(const std::atomic<bool>& stop);
 
   // Gives the lease up (a clean stop), so that a standby takes over at once.

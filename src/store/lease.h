@@ -8,7 +8,8 @@
 // off past its lease, and was replaced, can write nothing when it wakes up.
 //
 // A LeaseStore has a connection of its own, so that renewals never queue behind the
-// controller's store writes. Thread-safe.
+// controller's store writes, and the lock that fenced writes take on the lease row (KEY
+// SHARE) does not conflict with a renewal, only with a takeover. Thread-safe.
 #pragma once
 
 #include <cstdint>
@@ -45,10 +46,14 @@ class LeaseStore {
   // names another holder when it was not free.
   virtual Result<Lease> TryAcquire(const std::string& holder, const std::string& address,
                                    int64_t ttl_ms) = 0;
-  // Extends the lease of `holder` at `epoch` to `ttl_ms` from now. FailedPrecondition when
-  // the lease has another holder or epoch now (it was lost); Unavailable when the database
-  // cannot be reached.
-  virtual Result<Lease> Renew(const std::string& holder, int64_t epoch, int64_t ttl_ms) = 0;
+  // Extends the lease of `holder` at `epoch` to `ttl_ms` from now, waiting at most
+  // `wait_ms` (at least 1) for the lease row's lock (a takeover in progress holds it; the
+  // holder's own fenced writes never do). FailedPrecondition when the lease has another
+  // holder or epoch now (it was lost); Unavailable when the database cannot be reached;
+  // another error (Internal) when the lock was not had in time: the caller may try again
+  // while its lease lasts.
+  virtual Result<Lease> Renew(const std::string& holder, int64_t epoch, int64_t ttl_ms,
+                              int64_t wait_ms) = 0;
   virtual Result<Lease> Read() = 0;
   // Ends the lease of `holder` at `epoch` at once (a clean stop), so that a standby does
   // not wait out its time. Nothing when it was lost already.

@@ -3,6 +3,7 @@
 // behind a stalled writer.
 #include <libpq-fe.h>
 
+#include <algorithm>
 #include <memory>
 #include <mutex>
 
@@ -33,29 +34,49 @@ class PostgresLeaseStore final : public LeaseStore, private PgSession {
                            int64_t ttl_ms) override {
     std::lock_guard lock(mu_);
     GP_RETURN_IF_ERROR(Connected());
+    // One transaction, one round trip. The expired row is locked FOR UPDATE first: that
+    // mode conflicts with the KEY SHARE lock every fenced write of the old leader holds
+    // (postgres_store.cc, AddFenceCheck), so the takeover waits for those writes to end,
+    // and writes after it find the new epoch. The UPDATE alone would take FOR NO KEY
+    // UPDATE, which does not wait for them. A lease renewed while this waited is no longer
+    // expired when the lock is granted (the row is read again), and nothing is taken.
     GP_ASSIGN_OR_RETURN(
-        PgResult r,
-        Run(std::string("UPDATE leader_lease SET holder=$1, address=$2, epoch=epoch+1, "
-                        "acquired_at=clock_timestamp(), expires_at=clock_timestamp() + $3 * "
-                        "INTERVAL '1 millisecond' WHERE id=1 AND expires_at <= "
-                        "clock_timestamp() RETURNING ") +
-                kLeaseColumns,
-            {holder, address, std::to_string(ttl_ms)}, "take the lease"));
-    if (r.Rows() == 1) return LeaseOf(r);
+        Batch b,
+        Pipeline({{"SELECT 1 FROM leader_lease WHERE id=1 AND expires_at <= clock_timestamp() "
+                   "FOR UPDATE",
+                   {}},
+                  {std::string("UPDATE leader_lease SET holder=$1, address=$2, epoch=epoch+1, "
+                               "acquired_at=clock_timestamp(), expires_at=clock_timestamp() + "
+                               "$3 * INTERVAL '1 millisecond' WHERE id=1 AND expires_at <= "
+                               "clock_timestamp() RETURNING ") +
+                       kLeaseColumns,
+                   {holder, address, std::to_string(ttl_ms)}}},
+                 "take the lease"));
+    if (b.failed != Batch::kAllRan) return Error(b.results[b.failed], "take the lease");
+    if (b.results[1].Rows() == 1) return LeaseOf(b.results[1]);
     return ReadLocked();
   }
 
-  Result<Lease> Renew(const std::string& holder, int64_t epoch, int64_t ttl_ms) override {
+  Result<Lease> Renew(const std::string& holder, int64_t epoch, int64_t ttl_ms,
+                      int64_t wait_ms) override {
     std::lock_guard lock(mu_);
     GP_RETURN_IF_ERROR(Connected());
+    // Only the lease's end changes (FOR NO KEY UPDATE): no conflict with the KEY SHARE
+    // locks of the holder's fenced writes. The lock wait is this call's (set_config local
+    // to the transaction: lock_timeout is read when a wait begins), so that a renewal
+    // never waits past what is left of the lease.
     GP_ASSIGN_OR_RETURN(
-        PgResult r,
-        Run(std::string("UPDATE leader_lease SET expires_at=clock_timestamp() + $3 * "
-                        "INTERVAL '1 millisecond' WHERE id=1 AND holder=$1 AND "
-                        "epoch=$2 RETURNING ") +
-                kLeaseColumns,
-            {holder, std::to_string(epoch), std::to_string(ttl_ms)}, "renew the lease"));
-    if (r.Rows() == 1) return LeaseOf(r);
+        Batch b,
+        Pipeline({{"SELECT set_config('lock_timeout', $1, true)",
+                   {std::to_string(std::max<int64_t>(wait_ms, 1))}},
+                  {std::string("UPDATE leader_lease SET expires_at=clock_timestamp() + $3 * "
+                               "INTERVAL '1 millisecond' WHERE id=1 AND holder=$1 AND "
+                               "epoch=$2 RETURNING ") +
+                       kLeaseColumns,
+                   {holder, std::to_string(epoch), std::to_string(ttl_ms)}}},
+                 "renew the lease"));
+    if (b.failed != Batch::kAllRan) return Error(b.results[b.failed], "renew the lease");
+    if (const PgResult& r = b.results[1]; r.Rows() == 1) return LeaseOf(r);
     GP_ASSIGN_OR_RETURN(Lease now, ReadLocked());
     return Status::FailedPrecondition("the lease was lost: controller " + now.holder +
                                       " holds it at epoch " + std::to_string(now.epoch) +

@@ -670,12 +670,18 @@ class PostgresStore final : public Store, private PgSession {
 
  private:
   // With a fence, the first statement of a pipelined write: it fails (a division by zero)
-  // unless the lease is still at this controller's epoch, and holds the lease row's share
-  // lock to the end of the transaction. Its index, or SIZE_MAX without a fence.
+  // unless the lease is still at this controller's epoch, and holds the lease row's KEY
+  // SHARE lock to the end of the transaction. That lock conflicts only with FOR UPDATE,
+  // which a takeover takes (postgres_lease_store.cc), so a takeover waits for the writes
+  // in flight; the leader's renewal (an UPDATE of the lease's end alone, FOR NO KEY
+  // UPDATE) does not conflict with it, so the leader's own writes never hold its renewal
+  // up. (FOR SHARE did: a stream of overlapping writes kept the renewal waiting until its
+  // lock_timeout, and the leader lost its lease to its own write load.) Its index, or
+  // SIZE_MAX without a fence.
   size_t AddFenceCheck(std::vector<Stmt>* stmts) const {
     const int64_t fence = fence_epoch_;
     if (fence == 0) return SIZE_MAX;
-    stmts->push_back({"SELECT 1 / (epoch = $1)::INT FROM leader_lease WHERE id=1 FOR SHARE",
+    stmts->push_back({"SELECT 1 / (epoch = $1)::INT FROM leader_lease WHERE id=1 FOR KEY SHARE",
                       {std::to_string(fence)}});
     return stmts->size() - 1;
   }
@@ -768,7 +774,7 @@ std::string RedactConninfo(const std::string& conninfo) {
 namespace {
 
 // A transaction idle this long is ended by the server: a controller paused in the middle
-// of a write (SIGSTOP, a stalled VM) would otherwise hold its share lock on the lease row
+// of a write (SIGSTOP, a stalled VM) would otherwise hold its key share lock on the lease row
 // and keep a standby from taking over.
 constexpr const char* kStoreSessionOptions = "-c idle_in_transaction_session_timeout=3000";
 
