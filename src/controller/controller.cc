@@ -71,17 +71,13 @@ void Controller::Touched(int64_t id) {
     CountQueued(*old->second, -1);
   }
   if (it == active_.end()) {
-    occupying_.erase(id);
+    index_.Update(id, nullptr);
     slim_.erase(id);
     return;
   }
   const Job& job = it->second;
   if (job.state == JobState::kPending) CountQueued(job, +1);
-  if (Occupies(job)) {
-    occupying_.insert(id);
-  } else {
-    occupying_.erase(id);
-  }
+  index_.Update(id, &job);
   // What planning needs, without command lines, variables or paths.
   auto slim = std::make_shared<Job>();
   slim->id = job.id;
@@ -110,6 +106,11 @@ void Controller::Touched(int64_t id) {
   slim->preempted_by = job.preempted_by;
   if (job.state == JobState::kPending) slim->needs = job.needs;  // placement filter
   slim_[id] = std::move(slim);
+}
+
+Status Controller::VerifyIndexes() {
+  MutexLock lock(mu_);
+  return index_.Verify(active_);
 }
 
 void Controller::CountQueued(const Job& job, int64_t delta) {
@@ -692,8 +693,7 @@ Status Controller::SweepNodes() {
                    (now - e.last_seen_us) / 1'000'000);
       const std::string reason =
           fmt::format("node {} stopped responding (no heartbeat for {})", name, timeout);
-      for (int64_t id : occupying_) {
-        if (!OnNode(active_.at(id), name)) continue;
+      for (int64_t id : index_.OnNode(name)) {
         // Looked at again when committed: a node that registered again meanwhile has
         // dealt with its jobs, and a job may have ended or moved.
         Change c{id, lifecycle::NodeLost{name, reason}, {}};
@@ -721,7 +721,7 @@ Status Controller::SweepTimeLimits() {
     MutexLock lock(mu_);
     const int64_t now = clock_->NowMicros();
     const int64_t grace = options_.time_limit_grace_s;
-    for (int64_t id : occupying_) {
+    for (int64_t id : index_.Occupying()) {
       const Job& job = active_.at(id);
       if (job.time_limit_s <= 0 || job.start_time_us == 0 || job.cancel_requested) continue;
       if (now < job.start_time_us + (job.time_limit_s + grace) * 1'000'000) continue;

@@ -7,12 +7,13 @@
 // threads). The controller never touches a GPU and never launches anything: agents poll
 // for work (WaitForWork) and report what happened (ApplyEvents).
 //
-// Under a long queue the lock stays short: node views and agent polls walk only the jobs
-// holding resources (occupying_), a scheduling pass takes its snapshot by sharing
-// immutable per-job copies (slim_) and plans outside the lock, and its pending reasons
-// replace the previous ones in one swap. Submissions to a pool whose last pass could
-// start nothing are planned together after arrival_batch_us; freed resources, node
-// changes and cancellations trigger a pass at once.
+// Under a long queue the lock stays short: node views walk only the jobs holding
+// resources, agent polls and registrations only those on their node (index_), a
+// scheduling pass takes its snapshot by sharing immutable per-job copies (slim_) and
+// plans outside the lock, and its pending reasons replace the previous ones in one swap.
+// Submissions to a pool whose last pass could start nothing are planned together after
+// arrival_batch_us; freed resources, node changes and cancellations trigger a pass at
+// once.
 //
 // No store read or write happens under the lock. Every change of an active job goes
 // through one commit path (Commit): the job's next state is stepped under the lock
@@ -40,6 +41,7 @@
 #include "common/clock.h"
 #include "common/mutex.h"
 #include "common/status.h"
+#include "controller/job_index.h"
 #include "controller/job_lifecycle.h"
 #include "controller/limits.h"
 #include "controller/log_relay.h"
@@ -434,6 +436,9 @@ class Controller {
   Status SweepNodes();
   // Stops the running jobs past their time limit by time_limit_grace_s (TimeLimit).
   Status SweepTimeLimits();
+  // Internal, naming the lookup and the job, unless every lookup the controller keeps
+  // over its active jobs (job_index.h) is what a walk of them makes (tests).
+  Status VerifyIndexes() EXCLUDES(mu_);
 
  private:
   using Lock = UniqueLock;
@@ -541,8 +546,8 @@ class Controller {
   // AwaitWork's thread: answers the waiting polls that notifications or their time made
   // due, until Stop.
   void PollLoop();
-  // After job `id` changed in active_ (or left it): updates occupying_, slim_ and the
-  // queued counts.
+  // After job `id` changed in active_ (or left it): updates index_, slim_ and the queued
+  // counts. Every change of active_ must call it.
   void Touched(int64_t id) REQUIRES(mu_);
   // Adds `delta` to the queued counts of `job`'s user, project and the pool, and its
   // submission's bytes to the queued bytes when it is the first queued job holding that
@@ -711,9 +716,12 @@ class Controller {
   std::map<int64_t, QueuedSubmission> queued_submissions_ GUARDED_BY(mu_);
   std::map<std::string, int64_t> queued_bytes_by_user_ GUARDED_BY(mu_);
   int64_t queued_bytes_total_ GUARDED_BY(mu_) = 0;
-  // Ids of the jobs in active_ that hold resources (ASSIGNED or RUNNING): what node
-  // views, agent polls and node-loss sweeps walk, not the whole queue.
-  std::set<int64_t> occupying_ GUARDED_BY(mu_);
+  // Lookups over active_ (job_index.h), kept by Touched: the jobs that hold resources
+  // (ASSIGNED or RUNNING), those on each node, each user's jobs, the pending jobs with
+  // dependencies, each array's active elements. What node views, agent polls,
+  // registrations, node-loss sweeps, dependency resolution and job lists walk, not the
+  // whole queue.
+  JobIndex index_ GUARDED_BY(mu_);
   // For each job in active_, an immutable copy with what planning needs: a pass takes
   // its snapshot by sharing these, not by copying thousands of jobs under the lock.
   std::map<int64_t, std::shared_ptr<const jobs::Job>> slim_ GUARDED_BY(mu_);

@@ -32,16 +32,13 @@ Status Controller::EndUnmeetableDependencies(std::map<int64_t, std::string>* wai
 
 std::set<int64_t> Controller::UnknownDependencies() const {
   std::set<int64_t> ids;
-  std::set<int64_t> active_arrays;  // an array is active while an element is
-  for (const auto& [id, job] : active_) {
-    if (job.array_id != 0) active_arrays.insert(job.array_id);
-  }
-  for (const auto& [id, job] : active_) {
-    if (job.state != JobState::kPending) continue;
-    for (const jobs::Dependency& d : job.dependencies) {
+  // Only the pending jobs with dependencies (index_): none, no walk.
+  for (int64_t id : index_.PendingWithDependencies()) {
+    for (const jobs::Dependency& d : active_.at(id).dependencies) {
       const int64_t dep = d.job_id;
+      // An array is active while an element is.
       if (ended_states_.count(dep) != 0 || active_.count(dep) != 0 ||
-          active_arrays.count(dep) != 0) {
+          !index_.ArrayElements(dep).empty()) {
         continue;
       }
       ids.insert(dep);  // ended, or gone: the store says
@@ -95,8 +92,8 @@ std::vector<Controller::Change> Controller::ResolveDependencies(
     mu_.AssertHeld();
     if (auto it = ended_states_.find(id); it != ended_states_.end()) return it->second;
     if (auto it = active_.find(id); it != active_.end()) return it->second.state;
-    for (const auto& [other, job] : active_) {
-      if (job.array_id == id) return job.state;  // an element of array `id`
+    if (const std::set<int64_t>& elements = index_.ArrayElements(id); !elements.empty()) {
+      return active_.at(*elements.begin()).state;  // an element of array `id`
     }
     if (auto r = read.find(id); r != read.end()) return r->second;
     return std::nullopt;  // ended since the store was read: the next pass reads it
@@ -105,8 +102,8 @@ std::vector<Controller::Change> Controller::ResolveDependencies(
   // never run ends in one pass (a dependant later in the pass sees them as ended).
   std::map<int64_t, JobState> ending;
   std::vector<Change> ends;
-  for (const auto& [id, job] : active_) {
-    if (job.state != JobState::kPending || job.dependencies.empty()) continue;
+  for (int64_t id : index_.PendingWithDependencies()) {
+    const Job& job = active_.at(id);
     std::string waiting;
     std::string never;
     for (const jobs::Dependency& d : job.dependencies) {

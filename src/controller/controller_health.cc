@@ -151,9 +151,7 @@ Status Controller::ObserveGpuErrors(const std::string& node,
           if (g.uuid != s.uuid) continue;
           for (const gpu::MigDevice& m : g.mig_devices) event.mig_uuids.push_back(m.uuid);
         }
-        for (int64_t id : occupying_) {
-          if (internal::OnNode(active_.at(id), node)) failed.push_back({id, event, {}});
-        }
+        for (int64_t id : index_.OnNode(node)) failed.push_back({id, event, {}});
       }
       if (o.cordon_node && !e.draining) drain_reason = "health: GPU " + s.uuid + " " + why;
     }

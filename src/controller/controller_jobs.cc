@@ -278,7 +278,18 @@ Result<std::vector<Job>> Controller::List(const store::JobFilter& filter, const 
     }
     return !f.node || OnNode(job, *f.node);
   };
-  if (f.limit > 0) {  // newest first, like the store
+  if (f.user) {  // a user's jobs only (index_), not the whole queue
+    const std::set<int64_t>& ids = index_.OfUser(*f.user);
+    if (f.limit > 0) {  // newest first, like the store
+      for (auto it = ids.rbegin(); it != ids.rend() && out.size() < f.limit; ++it) {
+        if (const Job& job = active_.at(*it); matches(job)) out.push_back(job);
+      }
+    } else {
+      for (int64_t id : ids) {
+        if (const Job& job = active_.at(id); matches(job)) out.push_back(job);
+      }
+    }
+  } else if (f.limit > 0) {
     for (auto it = active_.rbegin(); it != active_.rend() && out.size() < f.limit; ++it) {
       if (matches(it->second)) out.push_back(it->second);
     }
@@ -427,8 +438,8 @@ Result<Limits> Controller::SetLimits(Limits limits, const Caller& caller) {
 std::vector<int64_t> Controller::ArrayElements(int64_t array_id, int index) {
   MutexLock lock(mu_);
   std::vector<int64_t> out;
-  for (const auto& [id, job] : active_) {
-    if (job.array_id == array_id && (index < 0 || job.array_index == index)) out.push_back(id);
+  for (int64_t id : index_.ArrayElements(array_id)) {
+    if (index < 0 || active_.at(id).array_index == index) out.push_back(id);
   }
   return out;
 }
@@ -436,8 +447,8 @@ std::vector<int64_t> Controller::ArrayElements(int64_t array_id, int index) {
 Result<int64_t> Controller::ArrayElementId(int64_t array_id, int index, const Caller& caller) {
   {
     MutexLock lock(mu_);
-    for (const auto& [id, job] : active_) {
-      if (job.array_id == array_id && job.array_index == index) {
+    for (int64_t id : index_.ArrayElements(array_id)) {
+      if (const Job& job = active_.at(id); job.array_index == index) {
         GP_RETURN_IF_ERROR(CheckOwner(job, caller));
         return id;
       }
@@ -501,8 +512,8 @@ Result<ArrayCancelled> Controller::CancelArray(int64_t array_id, const Caller& c
   std::vector<std::pair<int64_t, JobState>> elements;  // still queued or running
   {
     MutexLock lock(mu_);
-    for (const auto& [id, job] : active_) {
-      if (job.array_id == array_id) elements.emplace_back(id, job.state);
+    for (int64_t id : index_.ArrayElements(array_id)) {
+      elements.emplace_back(id, active_.at(id).state);
     }
   }
   ArrayCancelled out;

@@ -123,7 +123,7 @@ std::vector<NodeView> Controller::Nodes() {
   // The tasks on each node, from one walk of the jobs holding resources: a walk per node
   // would cost nodes x jobs (1,000 nodes and 4,000 jobs: 0.4 s per GET /metrics).
   std::map<std::string_view, std::vector<std::pair<const Job*, const jobs::TaskPlacement*>>> tasks;
-  for (int64_t id : occupying_) {
+  for (int64_t id : index_.Occupying()) {
     const Job& job = active_.at(id);
     for (const auto& p : job.placement) tasks[p.node].emplace_back(&job, &p);
   }
@@ -295,7 +295,7 @@ Result<protocol::RegistrationReply> Controller::RegisterNode(protocol::Registrat
       }
       return Status::NotFound("not started on " + name);
     };
-    for (int64_t id : occupying_) {
+    for (int64_t id : index_.OnNode(name)) {
       if (lost_here(active_.at(id)).ok()) {
         forgotten.push_back({id, lifecycle::AgentForgot{name}, lost_here});
       }
@@ -390,9 +390,8 @@ Result<AgentWork> Controller::TakeWorkLocked(const std::string& node) {
   }
   e.last_seen_us = now;
   AgentWork work;
-  for (int64_t id : occupying_) {
+  for (int64_t id : index_.OnNode(node)) {
     const Job& job = active_.at(id);
-    if (!OnNode(job, node)) continue;
     if (job.cancel_requested) {
       auto sent = e.cancel_sent_us.find(id);
       if (sent == e.cancel_sent_us.end() || now - sent->second > kResendAfterUs) {
@@ -495,7 +494,7 @@ std::map<int, std::vector<protocol::TelemetryJob>> Controller::GpuHolders(const 
     out[g.index];
     index_of[g.uuid] = g.index;
   }
-  for (int64_t id : occupying_) {
+  for (int64_t id : index_.OnNode(node)) {
     for (const jobs::TaskPlacement& p : active_.at(id).placement) {
       if (p.node != node) continue;
       for (const std::string& uuid : p.gpu_uuids) {
