@@ -145,6 +145,10 @@ PlacementDecision FrameworkPolicy::PlaceIndexed(const ClusterState& state, const
   PlacementDecision d;
   feasible_.clear();
   score_->PreScore(state, task, feasible_);
+  // Another cluster history (the controller builds a new cluster each pass): every index
+  // is of the old one and would only be rebuilt; dropping them keeps stale ones from
+  // holding memory up to the budget.
+  if (state.journal().id() != positions_journal_) indexes_.Clear();
   ScoreIndex& index = indexes_.Get(key);
   SyncIndex(state, key, index);
   // Candidates in the order the full scan ranks them, until one passes the filters.

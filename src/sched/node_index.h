@@ -90,6 +90,10 @@ class ScoreIndexSet {
   // The index for `key`, created empty (journal_id() == 0) when new; may evict others.
   ScoreIndex& Get(const TaskShape& key);
   size_t count() const { return map_.size(); }
+  void Clear() {
+    map_.clear();
+    lru_.clear();
+  }
 
  private:
   struct Hash {

@@ -252,5 +252,21 @@ TEST(IndexedPlacementTest, ManyRefusedCandidatesFallBackToTheScan) {
   EXPECT_EQ(d.placement.node, 0);
 }
 
+TEST(IndexedPlacementTest, AnotherClusterHistoryDropsTheOldIndexes) {
+  auto policy = BuiltinPlacementPolicies().Create("fgd", PolicyConfig{});
+  ASSERT_TRUE(policy.ok());
+  auto* framework = dynamic_cast<FrameworkPolicy*>(policy->get());
+  ASSERT_NE(framework, nullptr);
+  ClusterState state = MixedCluster(6, false);
+  Task whole{"w", "", 1000, 100, 1, 1000, {}, 0};
+  Task share{"s", "", 1000, 100, 1, 500, {}, 0};
+  ASSERT_TRUE(framework->Place(state, whole).placed);
+  ASSERT_TRUE(framework->Place(state, share).placed);
+  EXPECT_EQ(framework->indexed_keys(), 2u);
+  ClusterState next = state;  // a new history, as the controller's next pass
+  ASSERT_TRUE(framework->Place(next, whole).placed);
+  EXPECT_EQ(framework->indexed_keys(), 1u);
+}
+
 }  // namespace
 }  // namespace gpupool::sched
