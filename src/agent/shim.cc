@@ -1,8 +1,6 @@
 #include "agent/shim.h"
 
 #include <fcntl.h>
-#include <grp.h>
-#include <pwd.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -286,21 +284,12 @@ Status Shim::Prepare() {
   plan_.uid = spec.uid;
   plan_.gid = spec.gid;
   plan_.user = spec.user;
-  plan_.groups = {spec.gid};
-  struct passwd pw;
-  struct passwd* found = nullptr;
-  std::vector<char> buf(16384);
-  if (::getpwuid_r(spec.uid, &pw, buf.data(), buf.size(), &found) == 0 && found != nullptr) {
-    if (pw.pw_dir != nullptr && pw.pw_dir[0] != '\0') defaults.home = pw.pw_dir;
-    if (pw.pw_shell != nullptr && pw.pw_shell[0] != '\0') defaults.shell = pw.pw_shell;
-    int n = 64;
-    std::vector<gid_t> groups(static_cast<size_t>(n));
-    if (::getgrouplist(pw.pw_name, spec.gid, groups.data(), &n) < 0 && n > 64) {
-      groups.resize(static_cast<size_t>(n));
-      ::getgrouplist(pw.pw_name, spec.gid, groups.data(), &n);
-    }
-    groups.resize(static_cast<size_t>(std::max(n, 0)));
-    if (!groups.empty()) plan_.groups = groups;
+  // The launcher looked the user up (ShimConfig::user); a spec without it, ours.
+  const JobUser user = config_.user ? *config_.user : LookUpJobUser(spec.uid, spec.gid);
+  plan_.groups.assign(user.groups.begin(), user.groups.end());
+  if (user.known) {
+    if (!user.home.empty()) defaults.home = user.home;
+    if (!user.shell.empty()) defaults.shell = user.shell;
   } else {
     ShimLog("uid %u has no passwd entry; HOME=/ and only group %u", spec.uid, spec.gid);
   }
