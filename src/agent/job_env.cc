@@ -1,7 +1,5 @@
 #include "agent/job_env.h"
 
-#include <grp.h>
-#include <pwd.h>
 #include <sys/stat.h>
 
 #include <algorithm>
@@ -136,29 +134,6 @@ std::vector<std::string> EnvironmentStrings(const std::map<std::string, std::str
   out.reserve(env.size());
   for (const auto& [k, v] : env) out.push_back(k + "=" + v);
   return out;
-}
-
-JobUser LookUpJobUser(uint32_t uid, uint32_t gid) {
-  JobUser user;
-  user.groups = {gid};
-  struct passwd pw;
-  struct passwd* found = nullptr;
-  std::vector<char> buf(16384);
-  if (::getpwuid_r(uid, &pw, buf.data(), buf.size(), &found) != 0 || found == nullptr) {
-    return user;
-  }
-  user.known = true;
-  if (pw.pw_dir != nullptr) user.home = pw.pw_dir;
-  if (pw.pw_shell != nullptr) user.shell = pw.pw_shell;
-  int n = 64;
-  std::vector<gid_t> groups(static_cast<size_t>(n));
-  if (::getgrouplist(pw.pw_name, gid, groups.data(), &n) < 0 && n > 64) {
-    groups.resize(static_cast<size_t>(n));
-    ::getgrouplist(pw.pw_name, gid, groups.data(), &n);
-  }
-  groups.resize(static_cast<size_t>(std::max(n, 0)));
-  if (!groups.empty()) user.groups.assign(groups.begin(), groups.end());
-  return user;
 }
 
 }  // namespace gpupool::agent

@@ -50,7 +50,8 @@ std::map<std::string, std::string> BuildJobEnvironment(const LaunchSpec& spec,
 // The job's user as the passwd and group databases know it: home, shell and every group
 // (getgrouplist). The launcher looks it up in the agent, whose NSS modules stay loaded,
 // and passes it in the spec (ShimConfig::user), so that no shim loads them (0.4 ms of CPU
-// per job with `files systemd`, docs/benchmarks.md); a shim given none looks it up itself.
+// per job with `files systemd`, docs/benchmarks.md); a shim given none runs the job as a
+// user without a passwd entry. Defined in job_user.cc, which the shim does not link.
 struct JobUser {
   bool known = false;  // false: no passwd entry (HOME=/, only the spec's gid)
   std::string home;    // empty: the passwd entry has none

@@ -43,7 +43,8 @@ struct ShimConfig {
   LaunchSpec spec;
   std::string cgroup_root;     // empty = no isolation
   ContainerOptions container;  // how to run spec.image, when it is set
-  // The user as the launcher looked it up (LookUpJobUser); none: the shim looks it up.
+  // The user as the launcher looked it up (LookUpJobUser); none (a spec written by hand):
+  // the job runs as a user without a passwd entry (HOME=/, only spec.gid).
   std::optional<JobUser> user;
   friend bool operator==(const ShimConfig&, const ShimConfig&) = default;
 };

@@ -284,14 +284,16 @@ Status Shim::Prepare() {
   plan_.uid = spec.uid;
   plan_.gid = spec.gid;
   plan_.user = spec.user;
-  // The launcher looked the user up (ShimConfig::user); a spec without it, ours.
-  const JobUser user = config_.user ? *config_.user : LookUpJobUser(spec.uid, spec.gid);
-  plan_.groups.assign(user.groups.begin(), user.groups.end());
-  if (user.known) {
-    if (!user.home.empty()) defaults.home = user.home;
-    if (!user.shell.empty()) defaults.shell = user.shell;
+  // The launcher looked the user up (ShimConfig::user); the shim loads no NSS module.
+  // A spec without it (written by hand) runs as a user without a passwd entry.
+  plan_.groups = {spec.gid};
+  if (config_.user && config_.user->known) {
+    plan_.groups.assign(config_.user->groups.begin(), config_.user->groups.end());
+    if (!config_.user->home.empty()) defaults.home = config_.user->home;
+    if (!config_.user->shell.empty()) defaults.shell = config_.user->shell;
   } else {
-    ShimLog("uid %u has no passwd entry; HOME=/ and only group %u", spec.uid, spec.gid);
+    ShimLog("uid %u has no passwd entry%s; HOME=/ and only group %u", spec.uid,
+            config_.user ? "" : " in the spec", spec.gid);
   }
 
   if (!spec.hostfile.empty()) {
