@@ -10,6 +10,7 @@
 # works). Prints the table and writes all raw numbers as JSON to --out. Needs root (Slurm's
 # slurmd launches the jobs; gpupool's integration setup runs as root too). --state-root:
 # where gpupool's state directory is made (default /tmp; /dev/shm takes the disk out).
+# The jobs write their start times under $TMPDIR (default /tmp).
 # --cpu-breakdown: the API row's pool and client run in a cgroup v2 directory of their own;
 # its burst reports CPU per job and per part (controller, agent, shim, job, client; exact
 # totals, split by perf samples) and the machine's per-process floor (spawn_floor.c).
@@ -31,7 +32,7 @@ CPU_CG=""
 NODE_JSON=$HERE/node-8gpu.json
 STATE_ROOT=/tmp
 
-usage() { sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; }
 while (($#)); do
   case $1 in
     --jobs) JOBS=$2; shift 2 ;;
@@ -69,7 +70,7 @@ fi
 # shellcheck source=slurm_setup.sh
 source "$HERE/slurm_setup.sh"
 
-WORK=$(mktemp -d /tmp/gp-poolbench.XXXXXX)
+WORK=$(mktemp -d "${TMPDIR:-/tmp}/gp-poolbench.XXXXXX")
 chmod 755 "$WORK"
 GP_PID=""
 GP_DIR=""
