@@ -53,6 +53,9 @@ TEST(JobFilesTest, BadJobUserIsNamed) {
     ASSERT_FALSE(r.ok()) << bad;
     EXPECT_NE(r.status().message().find("job_user."), std::string::npos) << r.status().message();
   }
+  Result<ShimConfig> r = ShimConfigFromJson(head + R"("job_user":5})", "spec.json");
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("job_user"), std::string::npos) << r.status().message();
 }
 
 TEST(JobFilesTest, ContainerSpecAndOptionsRoundTrip) {
