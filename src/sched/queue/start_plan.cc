@@ -31,18 +31,17 @@ Result<std::vector<PlannedStart>> PlanStarts(const ClusterState& cluster, int64_
   std::stable_sort(ends.begin(), ends.end(),
                    [](const PlannedEnd& a, const PlannedEnd& b) { return a.at < b.at; });
   size_t next = 0;
+  // One policy for the plan's one cluster, changed in place as a pass changes its own.
+  GP_ASSIGN_OR_RETURN(std::unique_ptr<PlacementPolicy> policy, make_policy());
   std::vector<PlannedStart> out;
   out.reserve(queue.size());
   for (const QueuedJob* job : queue) {
-    GP_ASSIGN_OR_RETURN(std::unique_ptr<PlacementPolicy> policy, make_policy());
-    // On a copy: a job that cannot be planned leaves the plan as it was.
-    ClusterState trial = at;
     size_t k = next;
     int64_t when = t;
     std::vector<Placement> placements;
     while (true) {
-      if (trial.TotalFree().Contains(job->Total())) {
-        GP_ASSIGN_OR_RETURN(GangPlacement g, PlaceGang(trial, job->tasks, *policy));
+      if (at.TotalFree().Contains(job->Total())) {
+        GP_ASSIGN_OR_RETURN(GangPlacement g, PlaceGang(at, job->tasks, *policy));
         if (g.placed) {
           placements = std::move(g.placements);
           break;
@@ -52,15 +51,20 @@ Result<std::vector<PlannedStart>> PlanStarts(const ClusterState& cluster, int64_
       // Jobs planned to end at the same moment are all gone before anything starts then.
       when = std::max(when, ends[k].at);
       for (const int64_t end = ends[k].at; k < ends.size() && ends[k].at == end; ++k) {
-        GP_RETURN_IF_ERROR(ReleaseGang(trial, ends[k].job->tasks, ends[k].placements));
+        GP_RETURN_IF_ERROR(ReleaseGang(at, ends[k].job->tasks, ends[k].placements));
       }
     }
     if (placements.empty()) {
-      // It fits only once jobs without a time limit end (running, or planned before it).
+      // It fits only once jobs without a time limit end (running, or planned before it):
+      // the plan goes on without it, as it was (what was released for it is taken again).
+      for (size_t i = next; i < k; ++i) {
+        for (size_t n = 0; n < ends[i].placements.size(); ++n) {
+          GP_RETURN_IF_ERROR(at.Allocate(ends[i].job->tasks[n], ends[i].placements[n]));
+        }
+      }
       out.push_back({0, "a job in its way has no time limit"});
       continue;
     }
-    at = std::move(trial);
     next = k;
     t = when;
     out.push_back({t, ""});

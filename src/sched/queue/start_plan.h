@@ -32,8 +32,8 @@ struct PlannedStart {
 };
 
 // One entry per job of `queue` (pending jobs, in queue order). `cluster` holds every job
-// of `running` (with its start); it is not changed. `make_policy` gives each planning step
-// a placement policy of its own (copies of the cluster share node versions).
+// of `running` (with its start); it is not changed: the plan is made on one copy of it,
+// with one placement policy from `make_policy` (one that has seen no other cluster).
 Result<std::vector<PlannedStart>> PlanStarts(const ClusterState& cluster, int64_t now_s,
                                              std::span<const RunningJob> running,
                                              std::span<const QueuedJob* const> queue,

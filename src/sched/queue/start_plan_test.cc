@@ -61,19 +61,24 @@ TEST(PlanStarts, PlansEachJobInQueueOrderBehindTheOnesBefore) {
   EXPECT_EQ(cluster.node(0).gpu_free_milli[0], 0);
 }
 
-TEST(PlanStarts, AJobThatFitsNowIsPlannedNowAndOthersPlanWithoutAnUnplannableOne) {
+TEST(PlanStarts, AJobThatCannotBePlannedLeavesThePlanAsItWas) {
   ClusterState cluster = MakeCluster(1, 4);
   Running r;
-  r.jobs = {Job("forever", "u", 0, {GpuTask(2)}, 0)};
-  r.running.reserve(1);
+  r.jobs = {Job("forever", "u", 0, {GpuTask(2)}, 0), Job("a", "u", 0, {GpuTask(1)}, 100)};
+  r.running.reserve(r.jobs.size());
   Start(cluster, r);
+  // big never fits (forever holds 2 GPUs); what was released while trying (a's GPU at 100)
+  // is held again, so small (2 GPUs) waits for a; one (1 GPU) then waits for small.
   std::vector<QueuedJob> queue = {Job("big", "u", 1, {GpuTask(4)}, 10),
-                                  Job("small", "u", 2, {GpuTask(2)}, 10)};
+                                  Job("small", "u", 2, {GpuTask(2)}, 10),
+                                  Job("one", "u", 3, {GpuTask(1)}, 10)};
   std::vector<const QueuedJob*> order = Pointers(queue);
   auto plan = PlanStarts(cluster, 7, r.running, order, FirstFit());
   ASSERT_TRUE(plan.ok()) << plan.status().ToString();
-  EXPECT_EQ((*plan)[0].start_s, 0);  // behind a job without a time limit
-  EXPECT_EQ((*plan)[1].start_s, 7);  // fits now
+  EXPECT_EQ((*plan)[0].start_s, 0);
+  EXPECT_EQ((*plan)[0].why, "a job in its way has no time limit");
+  EXPECT_EQ((*plan)[1].start_s, 100);
+  EXPECT_EQ((*plan)[2].start_s, 110);  // never before the job ahead of it: after it
 }
 
 }  // namespace
