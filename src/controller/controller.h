@@ -315,6 +315,11 @@ class Controller {
   std::map<int64_t, std::string> StartNotes();
   Result<std::vector<jobs::Job>> List(const store::JobFilter& filter, const Caller& caller);
   std::vector<NodeView> Nodes();
+  // How a placed job's GPUs are held to it (docs/sharing.md), as its node's agent applies
+  // it: "exclusive" for whole GPUs, "mig" on a MIG instance, else the share's GPU's mode
+  // ("mps", "dmem", "none"; a container share on a dmem GPU: "none"). Empty for a job
+  // without GPUs or not placed, or when its node is no longer known.
+  std::string GpuEnforcement(const jobs::Job& job) EXCLUDES(mu_);
   // Admins only. On a drained node what runs finishes and nothing new starts, until
   // ResumeNode; the drain and its reason are stored, so they outlive restarts of the
   // controller and re-registrations of the agent. Returns the node as Nodes() shows it.

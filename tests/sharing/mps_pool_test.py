@@ -161,6 +161,8 @@ class MpsPoolTest(unittest.TestCase):
         self.assertEqual(eb["CUDA_MPS_PIPE_DIRECTORY"], pipe)
         self.assertEqual(ew["GPUPOOL_GPU_ENFORCEMENT"], "exclusive")
         self.assertFalse([k for k in ew if k.startswith("CUDA_MPS")], ew)
+        self.assertEqual(p.job(a)["gpu_enforcement"], "mps")
+        self.assertEqual(p.job(whole)["gpu_enforcement"], "exclusive")
 
         log = control_log(self.dir, uuid)
         self.assertEqual(log.count("start "), 1, log)
@@ -227,6 +229,8 @@ class MpsPoolTest(unittest.TestCase):
         self.assertIn("GPUPOOL_GPU_MEM_LIMIT_BYTES", e)
         self.assertFalse([k for k in e if k.startswith("CUDA_MPS")], e)
         self.assertFalse(os.path.exists(os.path.join(self.dir, "agent", "mps")))
+        self.assertEqual(p.job(a)["gpu_enforcement"], "none")
+        self.assertIn("none (a share, scheduled but not enforced)", p.cli("show", str(a)).stdout)
         self.go(a)
         p.wait(a, ("SUCCEEDED",))
 

@@ -345,7 +345,11 @@ net::HttpResponse ListJobs(const ApiContext& ctx, const Call& c) {
 net::HttpResponse GetJob(const ApiContext& ctx, const Call& c) {
   Result<jobs::Job> j = ctx.controller->Get(c.id, c.caller);
   if (!j.ok()) return ErrorResponse(j.status());
-  return JsonResponse(200, {{"job", JobJson(ctx, *j, StartPlanView(ctx.controller))}});
+  OrderedJson job = JobJson(ctx, *j, StartPlanView(ctx.controller));
+  if (std::string mode = ctx.controller->GpuEnforcement(*j); !mode.empty()) {
+    job["gpu_enforcement"] = std::move(mode);
+  }
+  return JsonResponse(200, {{"job", std::move(job)}});
 }
 
 // The body of a cancel: empty, `{}`, or from `gpupool alloc` the end of its command

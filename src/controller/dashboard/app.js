@@ -478,6 +478,7 @@
       field('time limit', j.time_limit_s > 0 ? fmtDuration(j.time_limit_s) : 'none', 'time_limit'),
       field('requeue', j.requeue ? 'yes, if its node is lost' : 'no'),
       j.enforce_memory ? field('enforce', 'memory (shares only on GPUs that hold it)') : [],
+      field('GPU enforcement', j.gpu_enforcement, 'gpu_enforcement'),
       j.mpi ? field('launch', 'mpi: the command runs in task 0, the others are held') : [],
       j.interactive ? field('interactive', j.interactive === 'alloc' ? 'alloc: an allocation held for gpupool exec' : `run: the command runs in task 0 with its client's ${j.pty ? 'terminal (--pty)' : 'stdin and output'}`) : [],
       j.array_id ? field('array', `element ${j.array_index} of array ${j.array_id} (${j.array || ''})${j.array_max_running > 0 ? `, at most ${j.array_max_running} at once` : ''}`, 'array') : [],
