@@ -62,7 +62,14 @@ struct ProfileResult {
   // Why each pending job that did not start waits, in pending order: every refused one,
   // and (when Run was asked to explain) every admitted one.
   std::vector<std::pair<size_t, std::string>> reasons;
+  // The pass stopped at PassOptions::max_starts before trying every admitted job (those
+  // it did not reach wait with CappedReason's reason); the host runs another at once.
+  bool capped = false;
 };
+
+// The pending reason of an admitted job a capped pass did not reach ("waiting for its
+// turn", the queue class).
+std::string CappedReason(size_t max_starts);
 
 class SchedulingProfile {
  public:
