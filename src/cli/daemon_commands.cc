@@ -66,6 +66,7 @@ struct ServerFlags {
   std::string placement_policy = "default";
   std::string queue_policy = "fair";
   std::string start_rule = "easy";
+  int64_t max_starts_per_pass = 1000;
   int node_timeout_s = 30;
   int exec_client_timeout_s = 15;
   int time_limit_grace_s = 60;
@@ -160,6 +161,7 @@ Result<server::ServerOptions> ServerOptionsOf(const ServerFlags& f,
   co.placement_policy = f.placement_policy;
   co.queue_policy = f.queue_policy;
   co.start_rule = f.start_rule;
+  co.max_starts_per_pass = static_cast<size_t>(f.max_starts_per_pass);
   co.node_timeout_us = int64_t{f.node_timeout_s} * 1'000'000;
   co.exec_client_timeout_us = int64_t{f.exec_client_timeout_s} * 1'000'000;
   co.time_limit_grace_s = f.time_limit_grace_s;
@@ -249,6 +251,11 @@ void AddServerFlags(CLI::App* cmd, ServerFlags* f) {
       ->capture_default_str();
   cmd->add_option("--start-rule", f->start_rule, "strict, easy (EASY backfill) or skip")
       ->capture_default_str();
+  cmd->add_option("--max-starts-per-pass", f->max_starts_per_pass,
+                  "at most this many jobs start in one scheduling pass; the next pass goes on "
+                  "at once (0 = no bound)")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{0}, int64_t{1'000'000}));
   cmd->add_option("--node-timeout", f->node_timeout_s,
                   "seconds without a poll before a node's jobs are LOST")
       ->capture_default_str()

@@ -38,8 +38,9 @@ Controller::~Controller() { Stop(); }
 
 Result<std::unique_ptr<Controller>> Controller::Create(store::Store* store, const Clock* clock,
                                                        ControllerOptions options) {
-  Result<std::unique_ptr<JobScheduler>> scheduler = JobScheduler::Create(
-      options.placement_policy, options.queue_policy, options.start_rule, options.mps_multi_user);
+  Result<std::unique_ptr<JobScheduler>> scheduler =
+      JobScheduler::Create(options.placement_policy, options.queue_policy, options.start_rule,
+                           options.mps_multi_user, options.max_starts_per_pass);
   if (!scheduler.ok()) return scheduler.status().WithContext("scheduler configuration");
   Result<gpu::HealthPolicy> health =
       gpu::HealthPolicy::Create(options.health_xid, options.health_threshold);
@@ -81,6 +82,7 @@ void Controller::Touched(int64_t id) {
   // What planning needs, without command lines, variables or paths.
   auto slim = std::make_shared<Job>();
   slim->id = job.id;
+  slim->version = job.version;  // the scheduler's conversions are kept by (id, version)
   slim->user = job.user;
   slim->uid = job.uid;  // owns its share of an MPS GPU (sched_input.h)
   slim->project = job.project;
@@ -641,7 +643,10 @@ Status Controller::ScheduleOnce() {
   if (applied == PlanApplied::kStale) return Status::Ok();  // planned again at once
   GP_RETURN_IF_ERROR(ApplyPreemptions(plan));
   Lock lock(mu_);
-  last_pass_blocked_ = applied == PlanApplied::kNone;
+  last_pass_blocked_ = applied == PlanApplied::kNone && !plan.capped;
+  // A capped pass left jobs it did not try: the next one goes on at once, not after the
+  // arrival batch or the period.
+  if (plan.capped) WakeScheduler();
   // Readers attach these to pending jobs; the old map is freed after the lock.
   pending_reasons_.swap(plan.pending_reasons);
   if (plan_starts) {

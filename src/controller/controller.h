@@ -13,7 +13,10 @@
 // plans outside the lock, and its pending reasons replace the previous ones in one swap.
 // Submissions to a pool whose last pass could start nothing are planned together after
 // arrival_batch_us; freed resources, node changes and cancellations trigger a pass at
-// once.
+// once. A pass starts at most max_starts_per_pass jobs, so that its commit (each step
+// and install under the lock) stays bounded after a mass release; a capped pass is
+// followed by the next at once. The scheduler keeps each job's conversion from pass to
+// pass (sched_input.h, ConversionCache) and converts again only what changed.
 //
 // No store read or write happens under the lock. Every change of an active job goes
 // through one commit path (Commit): the job's next state is stepped under the lock
@@ -74,6 +77,11 @@ struct ControllerOptions {
   // While the last pass could start nothing, new submissions wait up to this long so
   // that one pass plans them together; freed resources still trigger a pass at once.
   int64_t arrival_batch_us = 100'000;
+  // At most this many jobs start in one scheduling pass (Slurm's sched_max_job_start;
+  // --max-starts-per-pass), so that the commit of one pass after a mass release holds the
+  // lock and the loop for a bounded time; a capped pass is followed by the next at once.
+  // 0 = no bound.
+  size_t max_starts_per_pass = 1000;
   int64_t cancel_grace_s = 10;
   // An interactive exec session whose client made no request for this long is hung up
   // (its terminal went away), and a `gpupool run` job whose client has not attached this

@@ -16,12 +16,13 @@ std::string HeldReason(const jobs::Job& job) {
 Result<std::unique_ptr<JobScheduler>> JobScheduler::Create(const std::string& placement_policy,
                                                            const std::string& queue_policy,
                                                            const std::string& start_rule,
-                                                           bool mps_multi_user) {
+                                                           bool mps_multi_user, size_t max_starts) {
   sched::ProfileSpec spec;
   spec.placement_policy = placement_policy;
   spec.queue_policy = queue_policy;
   spec.single_owner_note = kMpsOneUserNote;
   GP_ASSIGN_OR_RETURN(spec.pass.rule, sched::ParseStartRule(start_rule));
+  spec.pass.max_starts = max_starts;
   std::unique_ptr<JobScheduler> s(new JobScheduler());
   s->mps_multi_user_ = mps_multi_user;
   GP_ASSIGN_OR_RETURN(s->profile_, sched::SchedulingProfile::Create(spec));
@@ -66,7 +67,7 @@ Result<ScheduleResult> JobScheduler::Plan(const std::vector<const jobs::Job*>& a
                                           const std::vector<SchedNode>& nodes, int64_t now_s,
                                           const AdmissionFeed& feed, const Limits& limits,
                                           size_t plan_starts) {
-  SchedInput in(nodes, mps_multi_user_);
+  SchedInput in(nodes, mps_multi_user_, &cache_);
   in.AddJobs(active, feed);
   sched::PassContext ctx;
   ctx.now_s = now_s;
@@ -81,6 +82,7 @@ Result<ScheduleResult> JobScheduler::Plan(const std::vector<const jobs::Job*>& a
   ctx.environments = [&in](std::string_view env) { return in.NodesForEnvironment(env); };
   GP_ASSIGN_OR_RETURN(sched::ProfileResult r, profile_->Run(in.cluster, ctx));
   ScheduleResult result;
+  result.capped = r.capped;
   for (const auto& s : r.started) {
     result.starts[in.pending_source[s.pending_index]->id] =
         in.ToTaskPlacements(*in.pending[s.pending_index], s.placements);
@@ -101,7 +103,7 @@ Result<ScheduleResult> JobScheduler::Plan(const std::vector<const jobs::Job*>& a
     }
     result.pending_reasons[in.pending_source[i]->id] = std::move(why);
   }
-  if (preemption_) {
+  if (preemption_ && !r.capped) {
     GP_ASSIGN_OR_RETURN(
         result.preemptions,
         PlanPreemptions(in, now_s, *preemption_, *preempt_policy_, result.pending_reasons));

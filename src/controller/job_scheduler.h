@@ -4,7 +4,9 @@
 // the pass, the explain step), and hands back job placements and pending reasons.
 //
 // Pure with respect to its inputs: no I/O, no clock (the time is passed in). Holds the
-// profile, whose policies cache, so one instance serves one thread (the scheduler loop).
+// profile, whose policies cache, and the jobs' conversions from pass to pass (keyed by
+// the job's id and version: a caller's job whose content changes must get a new
+// version), so one instance serves one thread (the scheduler loop).
 #pragma once
 
 #include <cstdint>
@@ -44,15 +46,21 @@ struct ScheduleResult {
   // --start`'s N/A). Jobs out of the plan have neither.
   std::map<int64_t, std::string> start_notes;
   std::vector<PlannedPreemption> preemptions;  // running jobs to stop (preemption_plan.h)
+  // The pass started its maximum (Create's max_starts) before trying every pending job:
+  // the caller runs the next pass at once. No preemption is planned in a capped pass
+  // (jobs it did not reach may still fit on free GPUs).
+  bool capped = false;
 };
 
 class JobScheduler {
  public:
   // `mps_multi_user`: MPS GPUs take several users' shares at once (sched_input.h).
+  // `max_starts`: at most this many jobs start in one pass (0: no bound; PassOptions).
   static Result<std::unique_ptr<JobScheduler>> Create(const std::string& placement_policy,
                                                       const std::string& queue_policy,
                                                       const std::string& start_rule,
-                                                      bool mps_multi_user = false);
+                                                      bool mps_multi_user = false,
+                                                      size_t max_starts = 0);
 
   // Preemption (preemption_plan.h): on unless set_preemption(nullopt).
   void set_preemption(std::optional<PreemptionSettings> settings) {
@@ -70,6 +78,9 @@ class JobScheduler {
                               const AdmissionFeed& feed = {}, const Limits& limits = {},
                               size_t plan_starts = 0);
 
+  // The jobs' conversions kept between passes (sched_input.h): how many the last pass made.
+  const ConversionCache& conversion_cache() const { return cache_; }
+
   // Why `job` could never run on `nodes` even if they were idle; empty when it could.
   static std::string NeverFits(const jobs::Job& job, const std::vector<SchedNode>& nodes);
 
@@ -79,6 +90,7 @@ class JobScheduler {
   bool mps_multi_user_ = false;
   std::optional<PreemptionSettings> preemption_ = PreemptionSettings{};
   std::unique_ptr<sched::PlacementPolicy> preempt_policy_;  // ChooseVictims' trial placements
+  ConversionCache cache_;
 };
 
 }  // namespace gpupool::controller

@@ -190,6 +190,71 @@ TEST(JobSchedulerStartPlanTest, QueuedJobsGetTheirStartsInQueueOrder) {
   EXPECT_TRUE(plan->start_notes.empty());
 }
 
+// Issue 31: a job's conversion is kept from pass to pass and made again when the job
+// changes: a hold and its release, a priority change, a requeue, its request; jobs the
+// pass's feed names (a dependency) are converted each pass.
+TEST(ConversionCacheTest, AChangedJobIsConvertedAgain) {
+  const gpu::NodeInfo a = MpsNode("a", {"", "", "", ""});
+  const std::vector<SchedNode> nodes = {{"a", &a, 64000, 256000, false, {}}};
+  Result<std::unique_ptr<JobScheduler>> made =
+      JobScheduler::Create("default", "priority", "strict");
+  ASSERT_TRUE(made.ok()) << made.status().ToString();
+  JobScheduler& s = **made;
+  jobs::Job first = Whole(1, "alice", 0), second = Whole(2, "bob", 0);
+  auto plan = [&](std::vector<const jobs::Job*> active, const AdmissionFeed& feed = {}) {
+    Result<ScheduleResult> r = s.Plan(active, nodes, kNowS, feed);
+    EXPECT_TRUE(r.ok()) << r.status().ToString();
+    std::vector<int64_t> started;
+    for (const auto& [id, placement] : r->starts) started.push_back(id);
+    return std::make_pair(started, r->pending_reasons);
+  };
+  EXPECT_EQ(plan({&first, &second}).first, std::vector<int64_t>{1});
+  EXPECT_EQ(s.conversion_cache().converted, 2u);
+  EXPECT_EQ(plan({&first, &second}).first, std::vector<int64_t>{1});
+  EXPECT_EQ(s.conversion_cache().converted, 0u);  // nothing changed
+  // Held: the other starts, and the held one says why.
+  first.held_by = "alice";
+  ++first.version;
+  auto [started, reasons] = plan({&first, &second});
+  EXPECT_EQ(started, std::vector<int64_t>{2});
+  EXPECT_EQ(s.conversion_cache().converted, 1u);
+  EXPECT_EQ(reasons[1].rfind("held by", 0), 0u) << reasons[1];
+  first.held_by.clear();  // released
+  ++first.version;
+  EXPECT_EQ(plan({&first, &second}).first, std::vector<int64_t>{1});
+  EXPECT_EQ(s.conversion_cache().converted, 1u);
+  // A priority change reorders them.
+  second.priority = 5;
+  EXPECT_EQ(plan({&first, &second}).first, std::vector<int64_t>{2});
+  EXPECT_EQ(s.conversion_cache().converted, 1u);
+  // A request no node can meet (a GPU model there is none of): it cannot run anywhere.
+  second.request.gpu_models = {"A100"};
+  auto unplaceable = plan({&first, &second});
+  EXPECT_EQ(unplaceable.first, std::vector<int64_t>{1});
+  EXPECT_EQ(unplaceable.second[2].rfind("cannot run on any node", 0), 0u) << unplaceable.second[2];
+  second.request.gpu_models.clear();
+  // Requeued: a job that ran is pending again and takes the node once it is free.
+  jobs::Job running = Whole(3, "carol", 9, /*ran_s=*/10);
+  EXPECT_TRUE(plan({&running, &first, &second}).first.empty());
+  jobs::Job requeued = running;
+  requeued.state = jobs::JobState::kPending;
+  requeued.placement.clear();
+  requeued.start_time_us = 0;
+  ++requeued.version;
+  EXPECT_EQ(plan({&requeued, &first, &second}).first, std::vector<int64_t>{3});
+  EXPECT_EQ(s.conversion_cache().converted, 1u);
+  // The feed is the pass's: a job waiting for a dependency does not start, and starts
+  // once it no longer waits (its conversion was not kept with the wait).
+  AdmissionFeed waiting;
+  waiting.waiting[2] = "waits for job 7 (RUNNING) to end";
+  auto waited = plan({&second}, waiting);
+  EXPECT_TRUE(waited.first.empty());
+  EXPECT_EQ(waited.second[2], "waits for job 7 (RUNNING) to end");
+  EXPECT_EQ(plan({&second}).first, std::vector<int64_t>{2});
+  // Jobs no longer active are dropped from the cache.
+  EXPECT_EQ(s.conversion_cache().jobs.size(), 1u);
+}
+
 // The admin's QoS: the project's defaults first, else the user's own, else every user's;
 // a job's own --min-runtime and --grace win; interactive jobs are never made preemptible.
 TEST(PreemptionDefaultsTest, ProjectThenUserThenDefault) {

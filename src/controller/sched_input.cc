@@ -114,7 +114,9 @@ std::string GpuModelKey(const std::string& gpu_name) {
   return gpu_name.empty() ? std::string("GPU") : gpu_name;
 }
 
-SchedInput::SchedInput(const std::vector<SchedNode>& nodes, bool mps_multi_user) : nodes_(nodes) {
+SchedInput::SchedInput(const std::vector<SchedNode>& nodes, bool mps_multi_user,
+                       ConversionCache* cache)
+    : nodes_(nodes), cache_(cache) {
   for (const SchedNode& n : nodes) {
     std::vector<SchedDevice> devices;
     if (n.info != nullptr) devices = SchedDevicesOf(*n.info);
@@ -139,6 +141,19 @@ SchedInput::SchedInput(const std::vector<SchedNode>& nodes, bool mps_multi_user)
     } else {
       it->memory_bytes = std::min(it->memory_bytes, f.memory_bytes);
     }
+  }
+  if (cache_ != nullptr) {
+    std::string models;
+    for (const ModelFacts& m : models_) {
+      models += m.key + '\n' + m.full_name + '\n' + m.vendor + '\n' +
+                std::to_string(m.memory_bytes) + '\n';
+    }
+    if (models != cache_->models) {
+      cache_->jobs.clear();
+      cache_->models = std::move(models);
+    }
+    ++cache_->pass;
+    cache_->converted = 0;
   }
 }
 
@@ -254,10 +269,52 @@ sched::QueuedJob SchedInput::ToQueuedJob(const jobs::Job& job, const AdmissionFe
   return q;
 }
 
+namespace {
+
+// Whether ToQueuedJob would make of `job` what `e` holds (the feed aside).
+bool SameInputs(const ConversionCache::Entry& e, const jobs::Job& job) {
+  const sched::QueuedJob& q = e.job;
+  const sched::AdmissionFacts& a = q.admission;
+  const bool has_environment = !job.needs.empty() && job.request.gpus > 0;
+  return e.state == job.state && e.request == job.request && e.uid == job.uid &&
+         e.enforce_memory == job.enforce_memory && e.array_id == job.array_id &&
+         q.user == job.user && q.project == jobs::AccountingProject(job) &&
+         q.priority == job.priority && q.submit_s == job.submit_time_us / 1'000'000 &&
+         q.time_limit_s == job.time_limit_s && a.held_by == job.held_by &&
+         a.held_by_admin == job.held_by_admin && a.array_max_running == job.array_max_running &&
+         (has_environment ? a.environment == job.needs.source : a.environment.empty());
+}
+
+}  // namespace
+
+const sched::QueuedJob& SchedInput::Convert(const jobs::Job& job, const AdmissionFeed& feed) {
+  if (cache_ == nullptr || feed.waiting.count(job.id) != 0 || feed.stopping.count(job.id) != 0) {
+    if (cache_ != nullptr) {
+      ++cache_->converted;
+      cache_->jobs.erase(job.id);
+    }
+    return jobs_.emplace_back(ToQueuedJob(job, feed));
+  }
+  auto [it, fresh] = cache_->jobs.try_emplace(job.id);
+  ConversionCache::Entry& e = it->second;
+  if (fresh || !SameInputs(e, job)) {
+    e.job = ToQueuedJob(job, feed);
+    e.state = job.state;
+    e.request = job.request;
+    e.uid = job.uid;
+    e.enforce_memory = job.enforce_memory;
+    e.array_id = job.array_id;
+    ++cache_->converted;
+  }
+  e.pass = cache_->pass;
+  return e.job;
+}
+
 void SchedInput::AddJobs(const std::vector<const jobs::Job*>& active, const AdmissionFeed& feed) {
-  jobs_.reserve(active.size());
+  if (cache_ == nullptr) jobs_.reserve(active.size());
+  if (cache_ != nullptr) jobs_.reserve(feed.waiting.size() + feed.stopping.size());
   for (const jobs::Job* job : active) {
-    const sched::QueuedJob& q = jobs_.emplace_back(ToQueuedJob(*job, feed));
+    const sched::QueuedJob& q = Convert(*job, feed);
     if (job->state == jobs::JobState::kPending) {
       pending.push_back(&q);
       pending_source.push_back(job);
@@ -266,6 +323,10 @@ void SchedInput::AddJobs(const std::vector<const jobs::Job*>& active, const Admi
     }
     occupying.push_back(&q);
     if (q.admission.unplaceable.empty()) Occupy(*job, q);
+  }
+  if (cache_ != nullptr && cache_->jobs.size() > active.size()) {
+    std::erase_if(cache_->jobs,
+                  [pass = cache_->pass](const auto& e) { return e.second.pass != pass; });
   }
   ReserveOutOfService();
 }

@@ -6,7 +6,7 @@
 // the model key or part of the full name, a GPU memory need becomes the share of the
 // smallest GPU that has it; a request no node's GPUs can meet makes the job unplaceable
 // with the reason. Pure: no I/O, no clock. One instance per pass; not copyable (the
-// queues point into it).
+// queues point into it and into the ConversionCache it is given, which outlives it).
 //
 // MIG (docs/sharing.md): each MIG instance of a GPU in MIG mode is one device of the
 // cluster, whole-only with the instance's memory (sched/cluster_state.h); the GPU itself
@@ -24,6 +24,7 @@
 #include <map>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -78,10 +79,37 @@ const std::string& SchedDeviceUuid(const gpu::NodeInfo& info, const SchedDevice&
 // "AMD Instinct MI250X" -> "MI250X".
 std::string GpuModelKey(const std::string& gpu_name);
 
+// Jobs' conversions kept from pass to pass (JobScheduler owns one): a job is converted
+// again only when something its conversion reads differs from what the cached one was
+// made from (its state, request, priority, holds, array, environment, times, user; each
+// compared, so a caller need not step a version), or when the nodes' GPU models changed
+// (a request's models and memory are matched against them). Jobs whose conversion
+// depends on the pass's AdmissionFeed (dependencies, an earlier attempt being stopped)
+// are converted each pass and not cached. Entries of jobs no longer active are dropped
+// at the end of each pass. Used by one thread.
+struct ConversionCache {
+  struct Entry {
+    // What the conversion read beyond what `job` holds as is.
+    jobs::JobState state = jobs::JobState::kPending;
+    jobs::ResourceRequest request;
+    uint32_t uid = 0;
+    bool enforce_memory = false;
+    int64_t array_id = 0;
+    uint64_t pass = 0;  // the last pass that saw the job
+    sched::QueuedJob job;
+  };
+  std::unordered_map<int64_t, Entry> jobs;
+  std::string models;  // the GPU models the entries were converted against
+  uint64_t pass = 0;
+  size_t converted = 0;  // conversions made by the last pass (cached ones not counted)
+};
+
 class SchedInput {
  public:
   // `mps_multi_user`: MPS GPUs take several users' shares at once (not single-owner).
-  explicit SchedInput(const std::vector<SchedNode>& nodes, bool mps_multi_user = false);
+  // `cache`: conversions kept between passes (null: every job converted, none kept).
+  explicit SchedInput(const std::vector<SchedNode>& nodes, bool mps_multi_user = false,
+                      ConversionCache* cache = nullptr);
   SchedInput(const SchedInput&) = delete;
   SchedInput& operator=(const SchedInput&) = delete;
 
@@ -123,6 +151,9 @@ class SchedInput {
     uint64_t memory_bytes = 0;
   };
   sched::QueuedJob ToQueuedJob(const jobs::Job& job, const AdmissionFeed& feed) const;
+  // `job`'s conversion: from the cache when it holds this version, else made (and cached
+  // unless the feed names the job).
+  const sched::QueuedJob& Convert(const jobs::Job& job, const AdmissionFeed& feed);
   void Occupy(const jobs::Job& job, const sched::QueuedJob& q);
   // After the jobs: what is left free of each out-of-service GPU is taken.
   void ReserveOutOfService();
@@ -141,6 +172,7 @@ class SchedInput {
   std::vector<const SchedNode*> node_of_;          // cluster index -> node
   std::vector<std::vector<SchedDevice>> devices_;  // cluster index -> its devices
   std::vector<ModelFacts> models_;
+  ConversionCache* cache_ = nullptr;
   std::vector<sched::QueuedJob> jobs_;                               // reserved: stable addresses
   std::map<std::string, const jobs::EnvNeeds*, std::less<>> needs_;  // environment -> needs
 };

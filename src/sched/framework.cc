@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <bit>
+
 namespace gpupool::sched {
 
 std::vector<int32_t> GpuMaskToList(GpuMask mask) {
@@ -52,11 +54,58 @@ PlacementDecision FrameworkPolicy::Place(const ClusterState& state, const Task& 
   return PlaceByScan(state, task);
 }
 
+void FrameworkPolicy::SyncPositions(const ClusterState& state) {
+  const ChangeJournal& journal = state.journal();
+  if (positions_journal_ == journal.id()) return;
+  const int32_t n = state.num_nodes();
+  position_of_.assign(static_cast<size_t>(n), 0);
+  for (int32_t p = 0; p < n; ++p) {
+    position_of_[static_cast<size_t>(state.scan_order()[static_cast<size_t>(p)])] = p;
+  }
+  positions_journal_ = journal.id();
+}
+
+void FrameworkPolicy::SyncGpuFree(const ClusterState& state) {
+  const ChangeJournal& journal = state.journal();
+  const auto n = static_cast<size_t>(state.num_nodes());
+  auto set = [&](int32_t node) {
+    const auto p = static_cast<size_t>(position_of_[static_cast<size_t>(node)]);
+    const uint64_t bit = uint64_t{1} << (p % 64);
+    if (state.node(node).gpu_free_total > 0) {
+      gpu_free_bits_[p / 64] |= bit;
+    } else {
+      gpu_free_bits_[p / 64] &= ~bit;
+    }
+  };
+  SyncPositions(state);
+  if (gpu_free_journal_ != journal.id() || gpu_free_synced_ < journal.first() ||
+      gpu_free_bits_.size() != (n + 63) / 64) {
+    gpu_free_bits_.assign((n + 63) / 64, 0);
+    for (size_t node = 0; node < n; ++node) set(static_cast<int32_t>(node));
+  } else {
+    for (uint64_t s = gpu_free_synced_; s < journal.end(); ++s) set(journal.at(s));
+  }
+  gpu_free_journal_ = journal.id();
+  gpu_free_synced_ = journal.end();
+}
+
 PlacementDecision FrameworkPolicy::PlaceByScan(const ClusterState& state, const Task& task) {
   PlacementDecision d;
   feasible_.clear();
-  for (int32_t node : state.scan_order()) {
-    if (PassesFilters(state, task, node)) feasible_.push_back(node);
+  if (task.num_gpu > 0 && task.gpu_milli > 0) {
+    // Only nodes with a GPU share free can take it (gpu_free_bits_), in scan order.
+    SyncGpuFree(state);
+    const std::vector<int32_t>& order = state.scan_order();
+    for (size_t w = 0; w < gpu_free_bits_.size(); ++w) {
+      for (uint64_t bits = gpu_free_bits_[w]; bits != 0; bits &= bits - 1) {
+        const int32_t node = order[w * 64 + static_cast<size_t>(std::countr_zero(bits))];
+        if (PassesFilters(state, task, node)) feasible_.push_back(node);
+      }
+    }
+  } else {
+    for (int32_t node : state.scan_order()) {
+      if (PassesFilters(state, task, node)) feasible_.push_back(node);
+    }
   }
   if (feasible_.empty()) {
     d.reason = NoFitReason(state, task);
@@ -93,13 +142,7 @@ void FrameworkPolicy::SyncIndex(const ClusterState& state, const TaskShape& key,
                                 ScoreIndex& index) {
   const ChangeJournal& journal = state.journal();
   const int32_t n = state.num_nodes();
-  if (positions_journal_ != journal.id()) {
-    position_of_.assign(static_cast<size_t>(n), 0);
-    for (int32_t p = 0; p < n; ++p) {
-      position_of_[static_cast<size_t>(state.scan_order()[static_cast<size_t>(p)])] = p;
-    }
-    positions_journal_ = journal.id();
-  }
+  SyncPositions(state);
   shape_task_.cpu_milli = key.cpu_milli;
   shape_task_.memory_mib = key.memory_mib;
   shape_task_.num_gpu = key.num_gpu;

@@ -116,6 +116,8 @@ class FrameworkPolicy final : public PlacementPolicy {
   void SyncIndex(const ClusterState& state, const TaskShape& key, ScoreIndex& index);
   int64_t IndexValue(const ClusterState& state, int32_t node);
   bool PassesFilters(const ClusterState& state, const Task& task, int32_t node) const;
+  void SyncPositions(const ClusterState& state);
+  void SyncGpuFree(const ClusterState& state);
   int32_t ScanBest(const ClusterState& state, const Task& task, const ScoreIndex& index) const;
   static std::string NoFitReason(const ClusterState& state, const Task& task);
 
@@ -125,9 +127,16 @@ class FrameworkPolicy final : public PlacementPolicy {
   std::vector<int32_t> feasible_;  // reused between cycles
   std::vector<NodeScore> scores_;
   bool use_index_ = true;
-  ScoreIndexSet indexes_{size_t{128} << 20};           // 128 MiB; ~300 KB per key at 10,000 nodes
-  Task shape_task_;                                    // scratch: the index key as a task
-  std::vector<int32_t> position_of_;                   // scan position of each node index
+  ScoreIndexSet indexes_{size_t{128} << 20};  // 128 MiB; ~300 KB per key at 10,000 nodes
+  Task shape_task_;                           // scratch: the index key as a task
+  std::vector<int32_t> position_of_;          // scan position of each node index
+  // By scan position, a bit per node with some GPU not wholly taken (gpu_free_total > 0),
+  // kept in step with the cluster's journal: a task that needs a GPU fits nowhere else,
+  // so the full scan for one looks at these nodes only (on a full pool, a few), in scan
+  // order, and finds the same feasible nodes.
+  std::vector<uint64_t> gpu_free_bits_;
+  uint64_t gpu_free_journal_ = 0;
+  uint64_t gpu_free_synced_ = 0;
   uint64_t positions_journal_ = 0;                     // the journal id position_of_ was made for
   std::vector<std::pair<int32_t, int64_t>> excluded_;  // scratch: refused candidates
 };

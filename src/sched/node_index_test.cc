@@ -228,6 +228,68 @@ TEST(IndexedPlacementTest, PoliciesThatReadTheTasksMemoryScan) {
   }
 }
 
+// Issue 31: the full scan of a GPU task looks only at the nodes with a GPU share free,
+// a set kept in step with the cluster's journal. A policy that lives through a random
+// sequence of placements, releases, copies and scan orders decides as another instance
+// that is given a copy of the cluster for every task (a new history: it builds the set
+// afresh each time).
+TEST(IndexedPlacementTest, TheScanOfNodesWithFreeGpusKeepsUpWithTheCluster) {
+  for (const char* policy : {"default", "fgd-strand", "bestfit"}) {
+    SCOPED_TRACE(policy);
+    const int nodes = 60;
+    Rng rng(21);
+    std::vector<Task> sample;
+    for (int i = 0; i < 200; ++i) sample.push_back(RandomTask(rng, nodes, i));
+    PolicyConfig config;
+    config.seed = 1;
+    config.target_workload =
+        std::make_shared<const TargetWorkload>(TargetWorkload::FromTasks(sample));
+    auto lived = BuiltinPlacementPolicies().Create(policy, config);
+    auto afresh = BuiltinPlacementPolicies().Create(policy, config);
+    ASSERT_TRUE(lived.ok() && afresh.ok());
+    ClusterState state = MixedCluster(nodes, false);
+    std::vector<Placed> running;
+    int placed = 0, refused = 0;
+    for (int step = 0; step < 1500; ++step) {
+      const uint64_t op = rng.Uniform(100);
+      if (op < 35 && !running.empty()) {
+        const size_t k = rng.Uniform(running.size());
+        ASSERT_TRUE(state.Release(running[k].task, running[k].placement).ok());
+        running.erase(running.begin() + static_cast<std::ptrdiff_t>(k));
+        continue;
+      }
+      if (op == 35) {
+        ClusterState copy = state;
+        state = copy;
+        continue;
+      }
+      if (op == 36) {
+        std::vector<int32_t> order(static_cast<size_t>(nodes));
+        for (int32_t i = 0; i < nodes; ++i) order[static_cast<size_t>(i)] = i;
+        for (size_t i = order.size() - 1; i > 0; --i)
+          std::swap(order[i], order[rng.Uniform(i + 1)]);
+        ASSERT_TRUE(state.SetScanOrder(order).ok());
+        continue;
+      }
+      Task t = RandomTask(rng, nodes, step);
+      const ClusterState copy = state;
+      const PlacementDecision a = (*lived)->Place(state, t);
+      const PlacementDecision b = (*afresh)->Place(copy, t);
+      ASSERT_EQ(a.placed, b.placed) << "step " << step << ": " << b.reason;
+      if (!a.placed) {
+        ++refused;
+        continue;
+      }
+      ASSERT_EQ(a.placement, b.placement) << "step " << step;
+      ASSERT_TRUE(state.Allocate(t, a.placement).ok());
+      running.push_back({t, a.placement});
+      ++placed;
+    }
+    EXPECT_GT(placed, 300);
+    EXPECT_GT(refused, 30);
+  }
+}
+
 TEST(IndexedPlacementTest, ManyRefusedCandidatesFallBackToTheScan) {
   // 100 idle nodes; only the last one is allowed: the index offers 32 refused
   // candidates, then the cycle scans the index's values.

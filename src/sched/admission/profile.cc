@@ -104,6 +104,11 @@ void SchedulingProfile::Admit(const PassContext& ctx, std::vector<const QueuedJo
   }
 }
 
+std::string CappedReason(size_t max_starts) {
+  return "waiting for its turn: the last pass started its maximum of " +
+         std::to_string(max_starts) + " jobs before reaching it; the next pass goes on";
+}
+
 void SchedulingProfile::Explain(const ClusterState& cluster, const PassContext& ctx,
                                 const PassResult& pass,
                                 const std::vector<const QueuedJob*>& admitted,
@@ -115,6 +120,13 @@ void SchedulingProfile::Explain(const ClusterState& cluster, const PassContext& 
                              spec_.single_owner_note);
   std::vector<bool> started(admitted.size(), false);
   for (const PassResult::Started& s : pass.started) started[s.pending_index] = true;
+  if (!pass.not_reached.empty()) {
+    const std::string capped = CappedReason(spec_.pass.max_starts);
+    for (size_t k : pass.not_reached) {
+      started[k] = true;  // not explained below
+      result->reasons.emplace_back(admitted_index[k], capped);
+    }
+  }
   for (size_t k = 0; k < admitted.size(); ++k) {
     if (started[k]) continue;
     PendingExplainer::Reservation reservation{pass.reservation_unplannable,
@@ -177,6 +189,7 @@ Result<ProfileResult> SchedulingProfile::Run(ClusterState& cluster, const PassCo
   for (PassResult::Started& s : pass.started) {
     result.started.push_back({admitted_index[s.pending_index], std::move(s.placements)});
   }
+  result.capped = pass.capped;
   if (pass.reserved_index) {
     result.reserved_index = admitted_index[*pass.reserved_index];
     result.reservation_start_s = pass.reservation_start_s;

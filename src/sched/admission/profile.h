@@ -67,7 +67,14 @@ struct ProfileResult {
   // queue order, with their planned starts (queue/start_plan.h); indices are into
   // PassContext::pending.
   std::vector<std::pair<size_t, PlannedStart>> planned_starts;
+  // The pass stopped at PassOptions::max_starts before trying every admitted job (those
+  // it did not reach wait with CappedReason's reason); the host runs another at once.
+  bool capped = false;
 };
+
+// The pending reason of an admitted job a capped pass did not reach ("waiting for its
+// turn", the queue class).
+std::string CappedReason(size_t max_starts);
 
 class SchedulingProfile {
  public:

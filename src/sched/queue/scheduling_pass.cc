@@ -103,10 +103,24 @@ Result<PassResult> SchedulingPass::Run(ClusterState& cluster, int64_t now_s,
                                         queue_policy_.name(), order.size(), pending.size()));
   }
   FailedShapes failed;
+  std::optional<CarriedRefusals> carried = std::move(carried_);
+  carried_.reset();
+  bool same_reservation = false;            // as the capped pass before planned: `carried` holds
+  std::unordered_set<std::string> refused;  // ids refused for the reservation in this pass
   std::unique_ptr<ReservationPlan> plan;
   bool blocked = false;
   size_t tries_after_block = 0;
-  for (size_t index : order) {
+  for (size_t pos = 0; pos < order.size(); ++pos) {
+    const size_t index = order[pos];
+    if (options_.max_starts > 0 && result.started.size() >= options_.max_starts) {
+      result.capped = true;
+      result.not_reached.assign(order.begin() + static_cast<std::ptrdiff_t>(pos), order.end());
+      if (plan) {
+        carried_ = CarriedRefusals{pending[*result.reserved_index]->id, plan->start_s(),
+                                   plan->head_placements(), std::move(refused)};
+      }
+      break;
+    }
     if (index >= pending.size()) {
       return Status::Internal(fmt::format("queue policy '{}' returned index {} of {}",
                                           queue_policy_.name(), index, pending.size()));
@@ -122,9 +136,13 @@ Result<PassResult> SchedulingPass::Run(ClusterState& cluster, int64_t now_s,
     GP_ASSIGN_OR_RETURN(GangPlacement g, PlaceGang(cluster, job.tasks, placement_policy_));
     if (g.placed) {
       if (plan) {
-        GP_ASSIGN_OR_RETURN(bool keeps,
-                            plan->Admit(job, g.placements, PlannedEndIfStartedAt(job, now_s)));
+        bool keeps = !(same_reservation && carried->refused.count(job.id) != 0);
+        if (keeps) {
+          GP_ASSIGN_OR_RETURN(keeps,
+                              plan->Admit(job, g.placements, PlannedEndIfStartedAt(job, now_s)));
+        }
         if (!keeps) {
+          refused.insert(job.id);
           GP_RETURN_IF_ERROR(ReleaseGang(cluster, job.tasks, g.placements));
           continue;
         }
@@ -162,6 +180,8 @@ Result<PassResult> SchedulingPass::Run(ClusterState& cluster, int64_t now_s,
     }
     result.reserved_index = index;
     result.reservation_start_s = plan->start_s();
+    same_reservation = carried && carried->head == job.id && carried->start_s == plan->start_s() &&
+                       carried->placements == plan->head_placements();
   }
   return result;
 }

@@ -14,6 +14,18 @@
 // Within one pass the cluster only fills up, so a job shape that failed to place is not
 // tried again in the same pass; this keeps long queues cheap. Not thread-safe (the
 // placement policy is not).
+//
+// A pass may be capped (PassOptions::max_starts, Slurm's sched_max_job_start): once it
+// has started that many jobs it stops before the next job of its order, and says which
+// jobs it did not reach. What a capped pass starts is always the first max_starts of
+// what the same pass uncapped would start, in the same order (the walk is the same up to
+// the cap), and a reservation is only given when the walk reached the blocked job before
+// the cap; the host runs the next pass at once for the rest. Under easy, the jobs a capped pass
+// refused because they would delay the reservation are refused again by the next pass
+// when that pass plans the same reservation (same head job, start and placements), as
+// the uncapped pass would not have tried them again: so capped passes in a row start
+// what one uncapped pass starts (a refused job placed elsewhere on a fuller cluster
+// could otherwise be backfilled by the next pass).
 #pragma once
 
 #include <cstdint>
@@ -21,7 +33,9 @@
 #include <memory>
 #include <optional>
 #include <span>
+#include <string>
 #include <string_view>
+#include <unordered_set>
 #include <vector>
 
 #include "common/status.h"
@@ -45,6 +59,8 @@ struct PassOptions {
   // Under easy and skip: at most this many jobs are tried after the first blocked one
   // (like Slurm's bf_max_job_test); 0 = all.
   size_t max_backfill_tries = 0;
+  // At most this many jobs start in one pass; 0 = no bound.
+  size_t max_starts = 0;
 };
 
 struct PassResult {
@@ -59,6 +75,10 @@ struct PassResult {
   // Under easy: the first blocked job could get no reservation because the jobs in its
   // way have no time limit or estimate; the pass then behaved as strict.
   bool reservation_unplannable = false;
+  // The pass stopped at max_starts: the jobs of its order it did not try (indices into
+  // `pending`, in order). Empty when it was not capped.
+  bool capped = false;
+  std::vector<size_t> not_reached;
 };
 
 class SchedulingPass {
@@ -73,10 +93,20 @@ class SchedulingPass {
                          std::span<const RunningJob> running);
 
  private:
+  // Under easy, after a capped pass with a reservation: that reservation and the ids of
+  // the jobs the pass refused for it.
+  struct CarriedRefusals {
+    std::string head;
+    int64_t start_s = 0;
+    std::vector<Placement> placements;
+    std::unordered_set<std::string> refused;
+  };
+
   const QueuePolicy& queue_policy_;
   PlacementPolicy& placement_policy_;
   PlanningPolicyMaker make_planning_policy_;
   PassOptions options_;
+  std::optional<CarriedRefusals> carried_;
 };
 
 }  // namespace gpupool::sched

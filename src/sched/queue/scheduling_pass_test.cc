@@ -2,6 +2,10 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <deque>
+#include <tuple>
+
 #include "sched/queue/first_fit_for_test.h"
 #include "sched/queue/gang_placement.h"
 #include "sched/queue/queue_policy_registry.h"
@@ -238,6 +242,142 @@ TEST(SingleOwnerGpus, ASecondOwnersShareWaitsAndEasyKeepsItsTurn) {
   ASSERT_TRUE(e->reserved_index.has_value());
   EXPECT_EQ(*e->reserved_index, 0u);
   EXPECT_EQ(e->reservation_start_s, 100);
+}
+
+// Runs passes (capped at `max_starts`, 0: not) over `queue` until one starts nothing and
+// is not capped, committing each pass's starts as running jobs (no time passes between
+// passes, as the controller runs the next at once after a capped one): the ids started,
+// in order, then "reserved:ID@T" for the last pass's reservation.
+// `fragmented`: 2 GPUs of each node busy (no 4-GPU job fits), else 3 nodes' GPUs partly.
+Ids PassesUntilDone(std::vector<QueuedJob> queue, StartRule rule, size_t max_starts,
+                    bool fragmented, int* passes = nullptr) {
+  ClusterState cluster = MakeCluster(5, 4);
+  FirstFitForTest policy;
+  std::deque<QueuedJob> jobs;  // RunningJob points here
+  std::vector<RunningJob> running;
+  auto start = [&](QueuedJob job, std::vector<Placement> placements, int64_t at) {
+    jobs.push_back(std::move(job));
+    running.push_back(RunningJob{&jobs.back(), at, std::move(placements)});
+  };
+  // Busy until 100 (n0 half, n1 three quarters), and forever on n2's last GPU; or two
+  // GPUs of every node, until 100, 200, ... (the last forever).
+  std::vector<std::tuple<std::string, int, int64_t>> busy = {
+      {"r0", 2, 100}, {"r1", 3, 100}, {"r2", 1, 0}};
+  if (fragmented) {
+    busy.clear();
+    for (int n = 0; n < 5; ++n)
+      busy.emplace_back("r" + std::to_string(n), 2, n < 4 ? 100 * (n + 1) : 0);
+  }
+  for (size_t k = 0; k < busy.size(); ++k) {
+    const auto& [id, gpus, limit] = busy[k];
+    QueuedJob r = Job(id, "c", 0, {GpuTask(gpus)}, limit);
+    if (fragmented) {  // node k's GPUs 0 and 1
+      Placement p;
+      p.node = static_cast<int32_t>(k);
+      p.gpus = {0, 1};
+      EXPECT_TRUE(cluster.Allocate(r.tasks[0], p).ok());
+      start(std::move(r), {p}, 0);
+      continue;
+    }
+    auto g = PlaceGang(cluster, r.tasks, policy);
+    EXPECT_TRUE(g.ok() && g->placed);
+    start(std::move(r), g->placements, 0);
+  }
+  auto fair = BuiltinQueuePolicies().Create("fair");
+  EXPECT_TRUE(fair.ok());
+  auto planner = []() -> Result<std::unique_ptr<PlacementPolicy>> {
+    return std::unique_ptr<PlacementPolicy>(std::make_unique<FirstFitForTest>());
+  };
+  SchedulingPass pass(**fair, policy, planner, PassOptions{rule, 0, max_starts});
+  Ids out;
+  for (int n = 1;; ++n) {
+    const int64_t now = 1;
+    std::vector<const QueuedJob*> pending = Pointers(queue);
+    auto r = pass.Run(cluster, now, pending, running);
+    EXPECT_TRUE(r.ok()) << r.status().ToString();
+    if (!r.ok()) return out;
+    EXPECT_LE(r->started.size(), max_starts == 0 ? queue.size() : max_starts);
+    EXPECT_EQ(r->capped, !r->not_reached.empty());
+    std::vector<bool> gone(queue.size(), false);
+    for (PassResult::Started& s : r->started) {
+      out.push_back(queue[s.pending_index].id);
+      gone[s.pending_index] = true;
+      start(queue[s.pending_index], std::move(s.placements), now);
+    }
+    if (r->started.empty() && !r->capped) {
+      if (r->reserved_index) {
+        out.push_back("reserved:" + queue[*r->reserved_index].id + "@" +
+                      std::to_string(r->reservation_start_s));
+      }
+      if (passes != nullptr) *passes = n;
+      return out;
+    }
+    std::vector<QueuedJob> rest;
+    for (size_t i = 0; i < queue.size(); ++i) {
+      if (!gone[i]) rest.push_back(queue[i]);
+    }
+    queue = std::move(rest);
+  }
+}
+
+// Two users' jobs of 1, 2 and 4 GPUs with and without time limits, in arrival order.
+std::vector<QueuedJob> MixedQueue() {
+  std::vector<QueuedJob> q;
+  const int gpus[] = {1, 2, 1, 4, 1, 2, 1, 1, 4, 1, 2, 1};
+  const int64_t limits[] = {10, 50, 200, 50, 10, 0, 30, 500, 20, 5, 40, 0};
+  for (int i = 0; i < 12; ++i) {
+    q.push_back(Job("j" + std::to_string(i), i % 3 == 0 ? "b" : "a", 10 + i, {GpuTask(gpus[i])},
+                    limits[i]));
+  }
+  return q;
+}
+
+TEST(SchedulingPassCap, CappedPassesStartWhatUncappedPassesStartInTheSameOrder) {
+  for (StartRule rule : {StartRule::kStrict, StartRule::kEasyBackfill, StartRule::kSkipBlocked}) {
+    SCOPED_TRACE(std::string(StartRuleName(rule)));
+    for (bool fragmented : {false, true}) {
+      SCOPED_TRACE(fragmented ? "fragmented" : "mixed");
+      int uncapped_passes = 0;
+      const Ids uncapped = PassesUntilDone(MixedQueue(), rule, 0, fragmented, &uncapped_passes);
+      ASSERT_GE(uncapped.size(), 2u);
+      EXPECT_EQ(uncapped_passes, 2);  // one that starts, one that starts nothing more
+      for (size_t cap : {1, 2, 3}) {
+        SCOPED_TRACE("cap " + std::to_string(cap));
+        int passes = 0;
+        EXPECT_EQ(PassesUntilDone(MixedQueue(), rule, cap, fragmented, &passes), uncapped);
+        const auto starts = std::count_if(uncapped.begin(), uncapped.end(), [](const auto& id) {
+          return id.rfind("reserved:", 0) != 0;
+        });
+        if (static_cast<size_t>(starts) > cap) {
+          EXPECT_GT(passes, 2);  // the cap did cut
+        }
+      }
+    }
+  }
+}
+
+TEST(SchedulingPassCap, ACappedPassStopsBeforeTheBlockedJobAndGivesNoReservation) {
+  PassFixture f(MakeCluster(1, 4));
+  f.Run(Job("r", "u", 0, {GpuTask(2)}, 100), 0);
+  std::vector<QueuedJob> pending = {Job("one", "u", 1, {GpuTask(1)}, 50),
+                                    Job("head", "u", 2, {GpuTask(4)}, 50),
+                                    Job("short", "u", 3, {GpuTask(1)}, 50)};
+  auto q = BuiltinQueuePolicies().Create("fifo");
+  ASSERT_TRUE(q.ok());
+  FirstFitForTest policy;
+  SchedulingPass pass(
+      **q, policy,
+      []() -> Result<std::unique_ptr<PlacementPolicy>> {
+        return std::unique_ptr<PlacementPolicy>(std::make_unique<FirstFitForTest>());
+      },
+      PassOptions{StartRule::kEasyBackfill, 0, 1});
+  std::vector<const QueuedJob*> pointers = Pointers(pending);
+  auto r = pass.Run(f.cluster(), 0, pointers, f.running());
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(f.StartedIds(pending, *r), Ids{"one"});
+  EXPECT_TRUE(r->capped);
+  EXPECT_EQ(r->not_reached, (std::vector<size_t>{1, 2}));
+  EXPECT_FALSE(r->reserved_index.has_value());
 }
 
 TEST(StartRule, ParsesAndNames) {
