@@ -43,6 +43,7 @@ Result<QueuedJob> ToQueuedJob(const TraceJob& t, int64_t origin_s) {
     task.num_gpu = tt.num_gpu;
     task.gpu_milli = tt.gpu_milli;
     task.gpu_models = tt.gpu_models;
+    task.gpu_memory_mib = tt.gpu_memory_mib;
     GP_RETURN_IF_ERROR(sched::ValidateTask(task));
     q.admission.gpus += tt.num_gpu;  // shares count whole, as in the live scheduler
     q.tasks.push_back(std::move(task));
