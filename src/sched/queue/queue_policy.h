@@ -38,6 +38,9 @@ struct QueuePolicyConfig {
   // Weight per group for fair share (a group with weight 2 is entitled to twice the
   // share); groups not listed weigh 1. Weights must be > 0.
   std::map<std::string, double, std::less<>> fair_weights;
+  // fair: a job that has waited this long (now - submit_s) goes before every job by
+  // share, the oldest first (aging, as a bound on waits); 0 = off.
+  int64_t fair_starving_after_s = 0;
 };
 
 class QueuePolicy {
