@@ -57,6 +57,7 @@ struct TimedFlags {
   int64_t min_runtime = 600;
   std::string preempt_shares = "equal";
   int64_t fair_starving_after = 0;
+  bool fair_shortest_first = false;
   int64_t starving_after = 0;
   int64_t checkpoint_interval = 0;
   double gpu_failure_rate = 0;
@@ -346,6 +347,7 @@ int RunTimed(const TimedFlags& f) {
   options.queue_policy = f.queue;
   options.queue_config = queue_config;
   options.queue_config.fair_starving_after_s = f.fair_starving_after;
+  options.queue_config.fair_shortest_first = f.fair_shortest_first;
   options.start_rule = rule;
   options.max_backfill_tries = f.backfill_depth;
   options.placement_policy = f.policy;
@@ -431,6 +433,9 @@ void RegisterSimTimedCommand(CLI::App& sim, CommandContext& ctx) {
                   "with --preemption: seconds a job runs before it may be preempted")
       ->capture_default_str()
       ->check(CLI::Range(int64_t{0}, int64_t{365} * 86400));
+  cmd->add_flag("--fair-shortest-first", flags->fair_shortest_first,
+                "with --queue fair: each group's own jobs go shortest run time first (its "
+                "estimate, else its time limit) instead of oldest first");
   cmd->add_option("--fair-starving-after", flags->fair_starving_after,
                   "with --queue fair: a job waiting this many seconds goes before every job "
                   "by share, the oldest first (aging; 0: off)")

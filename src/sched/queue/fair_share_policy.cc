@@ -9,7 +9,8 @@
 // user's jobs all going first, and a group never gets two jobs in a row while another
 // group is further behind. Ties go to the group whose next job is older, then by name.
 // With fair_starving_after_s (aging), the jobs that have waited that long come first,
-// oldest first, ahead of that order.
+// oldest first, ahead of that order. With fair_shortest_first a group's own jobs go
+// shortest first (as sjf) instead of oldest first.
 #include <algorithm>
 #include <queue>
 #include <tuple>
@@ -68,7 +69,14 @@ class FairShareQueuePolicy final : public QueuePolicy {
       auto w = config_.fair_weights.find(name);
       if (w != config_.fair_weights.end()) g.weight = w->second;
       std::stable_sort(g.jobs.begin(), g.jobs.end(), [&](size_t a, size_t b) {
-        return ctx.pending[a]->submit_s < ctx.pending[b]->submit_s;
+        const QueuedJob& ja = *ctx.pending[a];
+        const QueuedJob& jb = *ctx.pending[b];
+        if (config_.fair_shortest_first) {
+          const int64_t ra = ja.SjfRuntime().value_or(kNoPlannedEnd);
+          const int64_t rb = jb.SjfRuntime().value_or(kNoPlannedEnd);
+          if (ra != rb) return ra < rb;
+        }
+        return ja.submit_s < jb.submit_s;
       });
     }
     // Min-heap on (weighted dominant share, next job's submit time, next job's index,

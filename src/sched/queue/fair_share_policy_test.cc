@@ -64,6 +64,24 @@ TEST(FairShareQueuePolicy, StarvingJobsGoFirstOldestFirst) {
   EXPECT_EQ(Users(jobs, order_at(99)), "LLHHH");                   // none
 }
 
+TEST(FairShareQueuePolicy, ShortestFirstWithinAGroup) {
+  // Groups still alternate; within each, the shortest known run time goes first (the
+  // estimate, else the time limit; unknown last), then the oldest.
+  ClusterState cluster = MakeCluster(2, 8);
+  std::vector<QueuedJob> jobs = {Job("h0", "H", 0, {GpuTask(2)}), Job("h1", "H", 1, {GpuTask(2)}),
+                                 Job("h2", "H", 2, {GpuTask(2)}), Job("l0", "L", 3, {GpuTask(2)}),
+                                 Job("l1", "L", 4, {GpuTask(2)})};
+  jobs[0].time_limit_s = 9000;
+  jobs[1].time_limit_s = 9000;
+  jobs[1].runtime_estimate_s = 100;  // the estimate counts before the limit
+  jobs[3].time_limit_s = 500;
+  jobs[4].time_limit_s = 400;
+  QueuePolicyConfig config;
+  EXPECT_EQ(FairOrder(jobs, {}, cluster, config), (std::vector<size_t>{0, 3, 1, 4, 2}));
+  config.fair_shortest_first = true;
+  EXPECT_EQ(FairOrder(jobs, {}, cluster, config), (std::vector<size_t>{1, 4, 0, 3, 2}));
+}
+
 TEST(FairShareQueuePolicy, RunningUsageCountsSoTheUserBehindGoesFirst) {
   ClusterState cluster = MakeCluster(2, 8);
   QueuedJob running_h = Job("rh", "H", 0, {GpuTask(8)});
