@@ -60,16 +60,21 @@ TEST(MigSimTest, SharesTakeTheSmallestInstanceThatFits) {
   // 3g), then 8 GiB twice (the two 1g), then 16 GiB (the 2g): all four start at once only
   // because each small share took the smallest instance it fits. A fifth share waits for
   // the first instance to come free, even though it would fit a "0.1 GPU" of any of them.
-  std::vector<TraceJob> jobs = {MigShare("big", 0, 100, 450), MigShare("s1", 0, 100, 100),
+  std::vector<TraceJob> jobs = {MigShare("big", 0, 100, 450),
+                                MigShare("s1", 0, 100, 100),
                                 MigShare("s2", 0, 100, 100),
                                 MigShare("mid", 0, 50, 500, 16 * 1024),  // asks memory, not 40 GiB
-                                MigShare("late", 0, 10, 100)};
+                                MigShare("late", 0, 10, 100),
+                                MigShare("huge", 0, 10, 600)};  // 48 GiB: no instance holds it
   auto j = RunOn("1x1:A100:mig=3g.40gb+2g.20gb+1g.10gb+1g.10gb", jobs);
   EXPECT_EQ(j["big"].start_s, 0);
   EXPECT_EQ(j["s1"].start_s, 0);
   EXPECT_EQ(j["s2"].start_s, 0);
   EXPECT_EQ(j["mid"].start_s, 0);
   EXPECT_EQ(j["late"].start_s, 50);  // on the 2g.20gb that "mid" held
+  // A share asks for its share of the GPU's 80 GB: 0.6 is 48 GiB, more than any instance.
+  EXPECT_EQ(j["huge"].fate, JobFate::kNeverFits);
+  EXPECT_NE(j["huge"].reason.find("MIG"), std::string::npos) << j["huge"].reason;
 }
 
 TEST(MigSimTest, WholeGpuJobsNeverLandOnMigGpus) {
