@@ -3,13 +3,17 @@
 #
 #   bench/pool/bench_pool_vs_slurm.sh [--jobs 1000] [--idle-jobs 30] [--out FILE]
 #       [--gpupool BIN] [--slurm-profile htc|default] [--no-slurm] [--no-gpupool]
-#       [--no-array] [--no-cli] [--state-root DIR]
+#       [--no-array] [--no-cli] [--state-root DIR] [--cpu-breakdown]
 #
 # Runs, one system at a time and back to back: Slurm (plain sbatch, then one job array),
 # then gpupool (REST API over the Unix socket, then `gpupool submit` when that command
 # works). Prints the table and writes all raw numbers as JSON to --out. Needs root (Slurm's
 # slurmd launches the jobs; gpupool's integration setup runs as root too). --state-root:
 # where gpupool's state directory is made (default /tmp; /dev/shm takes the disk out).
+# The jobs write their start times under $TMPDIR (default /tmp).
+# --cpu-breakdown: the API row's pool and client run in a cgroup v2 directory of their own;
+# its burst reports CPU per job and per part (controller, agent, shim, job, client; exact
+# totals, split by perf samples) and the machine's per-process floor (spawn_floor.c).
 set -uo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -23,10 +27,12 @@ DO_SLURM=1
 DO_GPUPOOL=1
 DO_ARRAY=1
 DO_CLI=1
+CPU_BREAKDOWN=0
+CPU_CG=""
 NODE_JSON=$HERE/node-8gpu.json
 STATE_ROOT=/tmp
 
-usage() { sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; }
 while (($#)); do
   case $1 in
     --jobs) JOBS=$2; shift 2 ;;
@@ -39,6 +45,7 @@ while (($#)); do
     --no-array) DO_ARRAY=0; shift ;;
     --no-cli) DO_CLI=0; shift ;;
     --state-root) STATE_ROOT=$2; shift 2 ;;
+    --cpu-breakdown) CPU_BREAKDOWN=1; shift ;;
     -h | --help) usage; exit 0 ;;
     *) echo "unknown argument: $1 (see --help)" >&2; exit 2 ;;
   esac
@@ -63,7 +70,7 @@ fi
 # shellcheck source=slurm_setup.sh
 source "$HERE/slurm_setup.sh"
 
-WORK=$(mktemp -d /tmp/gp-poolbench.XXXXXX)
+WORK=$(mktemp -d "${TMPDIR:-/tmp}/gp-poolbench.XXXXXX")
 chmod 755 "$WORK"
 GP_PID=""
 GP_DIR=""
@@ -101,6 +108,7 @@ cleanup() {
   if [[ -n $CHILD ]]; then kill -TERM "$CHILD" 2>/dev/null; wait "$CHILD" 2>/dev/null; fi
   stop_gpupool
   slurm_stop
+  if [[ -n $CPU_CG ]]; then rmdir "$CPU_CG" 2>/dev/null; fi
   rm -rf "$WORK"
 }
 trap cleanup EXIT
@@ -131,11 +139,24 @@ if ((DO_SLURM)); then
   slurm_stop
 fi
 
+# The cgroup v2 hierarchy's mount (a hybrid host has it at /sys/fs/cgroup/unified).
+cgroup2_root() {
+  local d
+  for d in /sys/fs/cgroup /sys/fs/cgroup/unified; do
+    if [[ $(stat -f -c %T "$d" 2>/dev/null) == cgroup2fs ]]; then echo "$d"; return 0; fi
+  done
+  return 1
+}
+
+# start_gpupool [CGROUP]: a fresh pool, in CGROUP (cgroup v2 directory) when given.
 start_gpupool() {
+  local cg=${1:-}
   GP_DIR=$(mktemp -d "$STATE_ROOT/gp-poolbench-state.XXXXXX")
   chmod 755 "$GP_DIR"
-  "$GPUPOOL" up --fake "$NODE_JSON" --state-dir "$GP_DIR" --port 0 \
-    >"$GP_DIR/server.log" 2>&1 &
+  (
+    if [[ -n $cg ]]; then echo "$BASHPID" >"$cg/cgroup.procs" || exit 1; fi
+    exec "$GPUPOOL" up --fake "$NODE_JSON" --state-dir "$GP_DIR" --port 0
+  ) >"$GP_DIR/server.log" 2>&1 &
   GP_PID=$!
   for _ in $(seq 400); do
     if ! kill -0 "$GP_PID" 2>/dev/null; then
@@ -168,16 +189,27 @@ EOF
 
 if ((DO_GPUPOOL)); then
   # A fresh pool for each row so neither sees the other's job history.
-  if start_gpupool; then
+  CPU_ARGS=()
+  if ((CPU_BREAKDOWN)); then
+    if CG2=$(cgroup2_root); then
+      CPU_CG=$CG2/gp-poolbench-$$
+      mkdir -p "$CPU_CG"
+    else
+      echo "--cpu-breakdown needs a cgroup v2 hierarchy (none found); left out" >&2
+    fi
+  fi
+  if start_gpupool "$CPU_CG"; then
     mkdir -p "$WORK/gpupool-api"
+    [[ -n $CPU_CG ]] && CPU_ARGS=(--cpu-cgroup "$CPU_CG" --pool-pid "$GP_PID")
     measure --system gpupool-api --work "$WORK/gpupool-api" \
       --sock "$GP_DIR/gpupool.sock" --jobs "$JOBS" --idle-jobs "$IDLE_JOBS" \
-      --out "$WORK/gpupool-api.json" && RESULTS+=("$WORK/gpupool-api.json")
+      "${CPU_ARGS[@]}" --out "$WORK/gpupool-api.json" && RESULTS+=("$WORK/gpupool-api.json")
   fi
   stop_gpupool
   if ((DO_CLI)); then
     # (An older binary prints the top-level help for `submit --help` and exits 0.)
-    if "$GPUPOOL" submit --help 2>&1 | grep -q -- '--gpus'; then
+    # (Not grep -q: its early exit would SIGPIPE gpupool, and pipefail then says no.)
+    if "$GPUPOOL" submit --help 2>&1 | grep -- '--gpus' >/dev/null; then
       if start_gpupool; then
         mkdir -p "$WORK/gpupool-cli"
         measure --system gpupool-cli --work "$WORK/gpupool-cli" \
@@ -189,6 +221,26 @@ if ((DO_GPUPOOL)); then
     else
       echo "this gpupool has no working 'submit' command: the CLI row is left out" >&2
     fi
+  fi
+fi
+
+# The machine's per-process floor: posix_spawn + wait of a trivial program, of the job's
+# own command, and of the shim's start-and-exit (it refuses a missing job directory).
+if ((CPU_BREAKDOWN)) && command -v cc >/dev/null; then
+  if cc -O2 -o "$WORK/spawn_floor" "$HERE/spawn_floor.c"; then
+    mkdir -p "$WORK/floor"
+    {
+      echo '{"system": "floor", "floor": ['
+      "$WORK/spawn_floor" 500 /bin/true
+      echo ','
+      "$WORK/spawn_floor" 500 sh -c "date +%s.%N > $WORK/floor/start"
+      SHIM=$(dirname "$GPUPOOL")/gpupool-agent-shim
+      if [[ -x $SHIM ]]; then
+        echo ','
+        "$WORK/spawn_floor" -a 500 "$SHIM" --job-dir "$WORK/floor/none"
+      fi
+      echo ']}'
+    } >"$WORK/floor.json" && RESULTS+=("$WORK/floor.json")
   fi
 fi
 

@@ -220,8 +220,98 @@ def latency_stats(lat_s):
             "mean_ms": sum(ms) / len(ms), "max_ms": max(ms), "n": len(ms)}
 
 
-def burst(system, jobs, timeout_s):
+class CpuBreakdown:
+    """The CPU a burst costs, per job and per part (--cpu-cgroup): the exact total of the
+    cgroup v2 directory the pool and this client run in (cpu.stat usage_usec), the exact
+    CPU of the `gpupool up` process itself (its threads) and of what it reaped (the shims
+    and, through them, the jobs; /proc/PID/stat utime+stime and cutime+cstime), this
+    client's own (os.times), and the split by process or thread name from perf samples of
+    that cgroup (one sample per PERF_PERIOD_US of CPU): the controller's threads are
+    "gpupool" and libmicrohttpd's "MHD-*", the agent's "gp-agent" (`gpupool up` names
+    them), the supervisors
+    "gpupool-agent-s", the jobs "sh" and "date". A process is counted under its parent's
+    name until it calls exec."""
+
+    PERF_PERIOD_US = 250
+    PARTS = (("controller", ("gpupool", "MHD-")), ("agent", ("gp-agent",)),
+             ("shim", ("gpupool-agent-s",)), ("job", ("sh", "date")),
+             ("client", ("python3", "python")))
+
+    def __init__(self, cgroup, pool_pid, work):
+        self.cgroup = cgroup.rstrip("/")
+        self.pool_pid = pool_pid
+        self.perf_data = os.path.join(work, "perf.data")
+        self.perf = None
+        self.t0 = None
+
+    def _usage_us(self):
+        with open(os.path.join(self.cgroup, "cpu.stat")) as f:
+            for line in f:
+                k, v = line.split()
+                if k == "usage_usec":
+                    return int(v)
+        raise RuntimeError("no usage_usec in %s/cpu.stat" % self.cgroup)
+
+    def _pool_ticks(self):
+        if not self.pool_pid:
+            return None
+        with open("/proc/%d/stat" % self.pool_pid) as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        # Fields 14-17 (utime stime cutime cstime) are at 11-14 after the name.
+        return [int(x) for x in fields[11:15]]
+
+    def start(self):
+        import shutil
+        root = os.path.dirname(self.cgroup)
+        if shutil.which("perf"):
+            def leave_cgroup():  # perf's own CPU is not the pool's
+                with open(os.path.join(root, "cgroup.procs"), "w") as f:
+                    f.write("0")
+            self.perf = subprocess.Popen(
+                ["perf", "record", "-q", "-a", "-e", "cpu-clock",
+                 "-c", str(self.PERF_PERIOD_US * 1000), "-G", os.path.basename(self.cgroup),
+                 "-o", self.perf_data], preexec_fn=leave_cgroup,
+                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            time.sleep(0.5)  # perf is recording before the first submission
+        self.t0 = (self._usage_us(), self._pool_ticks(), os.times())
+
+    def stop(self, jobs):
+        import signal
+        usage1, pool1, times1 = self._usage_us(), self._pool_ticks(), os.times()
+        usage0, pool0, times0 = self.t0
+        tick_ms = 1000.0 / os.sysconf("SC_CLK_TCK")
+        res = {"jobs": jobs, "total_cpu_ms_per_job": (usage1 - usage0) / 1000.0 / jobs,
+               "client_cpu_ms_per_job": ((times1.user - times0.user) +
+                                         (times1.system - times0.system)) * 1000.0 / jobs}
+        if pool0 and pool1:
+            d = [b - a for a, b in zip(pool0, pool1)]
+            res["pool_process_cpu_ms_per_job"] = (d[0] + d[1]) * tick_ms / jobs
+            res["pool_reaped_children_cpu_ms_per_job"] = (d[2] + d[3]) * tick_ms / jobs
+        if self.perf is not None:
+            self.perf.send_signal(signal.SIGINT)
+            self.perf.wait()
+            out = subprocess.run(["perf", "script", "-F", "comm", "-i", self.perf_data],
+                                 capture_output=True, text=True).stdout
+            counts = {}
+            for line in out.splitlines():
+                name = line.strip()
+                counts[name] = counts.get(name, 0) + 1
+            ms = self.PERF_PERIOD_US / 1000.0
+            parts = {}
+            for part, names in self.PARTS:
+                mine = [n for n in counts if n in names or
+                        any(p.endswith("-") and n.startswith(p) for p in names)]
+                parts[part] = sum(counts.pop(n) for n in mine) * ms / jobs
+            parts["other"] = sum(counts.values()) * ms / jobs
+            res["sampled_cpu_ms_per_job"] = parts
+            res["sampled_other_names"] = dict(sorted(counts.items(), key=lambda kv: -kv[1])[:10])
+        return res
+
+
+def burst(system, jobs, timeout_s, cpu=None):
     subs = []
+    if cpu:
+        cpu.start()
     t_first = time.time()
     if isinstance(system, SlurmArray):
         ids = system.submit_array(jobs)
@@ -232,6 +322,7 @@ def burst(system, jobs, timeout_s):
             subs.append((system.submit(), t0))
     t_sub_done = time.time()
     t_drained = wait_drained(system, timeout_s)
+    cpu_res = cpu.stop(jobs) if cpu else None
     starts = [read_start(system.starts, j, wait_s=5.0) for j, _ in subs]
     missing = [j for (j, _), s in zip(subs, starts) if s is None]
     lat = [s - t0 for (_, t0), s in zip(subs, starts) if s is not None]
@@ -244,6 +335,8 @@ def burst(system, jobs, timeout_s):
         "jobs_that_did_not_run": len(missing),
         "failed": system.failed([j for j, _ in subs])[:10],
     }
+    if cpu_res:
+        res["cpu_breakdown"] = cpu_res
     if lat:
         res["submit_to_start"] = latency_stats(lat)
     if hasattr(system, "record"):
@@ -310,7 +403,12 @@ def cmd_measure(a):
         system = GpupoolCli(work, a.sock, a.gpupool)
     res = {"system": system.name, "host_cpus": os.cpu_count()}
     print("[%s] burst of %d jobs..." % (system.name, a.jobs), file=sys.stderr, flush=True)
-    res["burst"] = burst(system, a.jobs, a.timeout)
+    cpu = None
+    if a.cpu_cgroup:
+        with open(os.path.join(a.cpu_cgroup, "cgroup.procs"), "w") as f:
+            f.write("0")  # this client counts too
+        cpu = CpuBreakdown(a.cpu_cgroup, a.pool_pid, work)
+    res["burst"] = burst(system, a.jobs, a.timeout, cpu)
     if a.idle_jobs > 0 and not isinstance(system, SlurmArray):
         print("[%s] %d jobs one at a time on the idle node..." % (system.name, a.idle_jobs),
               file=sys.stderr, flush=True)
@@ -336,6 +434,8 @@ def cmd_report(a):
     if not results:
         print("no result file could be read", file=sys.stderr)
         return 1
+    floor = next((r for r in results if r.get("system") == "floor"), None)
+    results = [r for r in results if r.get("system") != "floor"]
     by = {r["system"]: r for r in results}
 
     def g(r, *path):
@@ -384,12 +484,33 @@ def cmd_report(a):
                      "gpupool, so > 1 means gpupool is better):")
         for k, rr in ratios.items():
             lines.append("  %s: %s" % (k, ", ".join("%s %.1fx" % (n, v) for n, v in rr.items())))
+    for r in results:
+        cb = g(r, "burst", "cpu_breakdown")
+        if not cb:
+            continue
+        lines.append("")
+        lines.append("%s, CPU ms per job in the burst: total %.2f (cgroup), `gpupool up` "
+                     "process %s, what it reaped (shims + jobs) %s, client %.2f" % (
+                         r["system"], cb["total_cpu_ms_per_job"],
+                         fmt(cb.get("pool_process_cpu_ms_per_job"), "%.2f"),
+                         fmt(cb.get("pool_reaped_children_cpu_ms_per_job"), "%.2f"),
+                         cb["client_cpu_ms_per_job"]))
+        parts = cb.get("sampled_cpu_ms_per_job")
+        if parts:
+            lines.append("  sampled by name: " + ", ".join(
+                "%s %.2f" % (k, v) for k, v in parts.items()))
+    if floor:
+        lines.append("")
+        lines.append("Per-process floor (posix_spawn + wait, in a row):")
+        for f in floor.get("floor", []):
+            lines.append("  %s: %.2f ms wall, %.2f ms CPU per run" % (
+                f["command"], f["wall_ms_per_run"], f["cpu_ms_per_run"]))
     table = "\n".join(lines)
     print(table)
     if a.out:
         with open(a.out, "w") as f:
-            json.dump({"results": results, "ratios": ratios, "table_markdown": table}, f,
-                      indent=1)
+            json.dump({"results": results, "ratios": ratios, "floor": floor,
+                       "table_markdown": table}, f, indent=1)
     return 0
 
 
@@ -405,6 +526,9 @@ def main():
     m.add_argument("--timeout", type=int, default=900, help="seconds to wait for the jobs")
     m.add_argument("--sock", help="gpupool API socket (STATE_DIR/gpupool.sock)")
     m.add_argument("--gpupool", default="gpupool", help="gpupool binary (gpupool-cli)")
+    m.add_argument("--cpu-cgroup", help="cgroup v2 directory the pool runs in: report the "
+                   "burst's CPU per job and per part (CpuBreakdown)")
+    m.add_argument("--pool-pid", type=int, help="the `gpupool up` process (--cpu-cgroup)")
     m.add_argument("--out", required=True)
     r = sub.add_parser("report")
     r.add_argument("--out")

@@ -184,6 +184,19 @@ Result<std::vector<std::string>> BuildPodmanRunArgv(const LaunchSpec& spec,
   for (const BindMount& m : spec.mounts) {
     run.insert(run.end(), {"--mount", BindArg(m.source, m.target, m.read_only)});
   }
+  // A client of its GPU's MPS daemon (docs/sharing.md): the daemon's pipe folder at the
+  // same path, and the host's IPC namespace, where MPS clients and server share memory.
+  const bool mps = spec.share_enforcement == "mps" && !spec.mps_pipe_dir.empty();
+  if (mps) {
+    GP_RETURN_IF_ERROR(CheckMountPath("MPS pipe folder", spec.mps_pipe_dir));
+    const bool mounted =
+        std::any_of(spec.mounts.begin(), spec.mounts.end(),
+                    [&](const BindMount& m) { return m.target == spec.mps_pipe_dir; });
+    if (!mounted) {
+      run.insert(run.end(), {"--mount", BindArg(spec.mps_pipe_dir, spec.mps_pipe_dir, false)});
+    }
+    run.insert(run.end(), {"--ipc", "host"});
+  }
   for (const std::string& d : spec.cdi_devices) run.insert(run.end(), {"--device", d});
   if (!env_file.empty()) run.insert(run.end(), {"--env-file", env_file});
   for (const auto& [k, v] : BuildContainerEnvironment(spec)) {
@@ -200,7 +213,8 @@ Result<std::vector<std::string>> BuildPodmanRunArgv(const LaunchSpec& spec,
   // --tty (podman passes the size of the terminal it was given and later changes on).
   if (spec.stdio_relayed) run.push_back("--interactive");
   if (spec.stdio_relayed && spec.tty) run.push_back("--tty");
-  if (spec.shm_bytes > 0) {
+  // The host's IPC namespace brings the host's /dev/shm, which podman does not size.
+  if (spec.shm_bytes > 0 && !mps) {
     run.insert(run.end(), {"--shm-size", std::to_string(spec.shm_bytes) + "b"});
   }
   if (spec.cpu_milli > 0) run.insert(run.end(), {"--cpus", CpusValue(spec.cpu_milli)});

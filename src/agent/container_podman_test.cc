@@ -80,7 +80,7 @@ std::string BuildWorld(World& w) {
   }
   fs::copy_file(busybox, rootfs + "/bin/busybox");
   for (const char* tool :
-       {"sh", "ls", "env", "cat", "id", "sleep", "pwd", "touch", "echo", "stat"}) {
+       {"sh", "ls", "env", "cat", "id", "sleep", "pwd", "touch", "echo", "stat", "readlink"}) {
     fs::create_symlink("busybox", rootfs + "/bin/" + tool);
   }
   std::string out;
@@ -289,6 +289,71 @@ TEST_F(ContainerPodmanTest, WorkdirAndReadOnlyMount) {
   struct stat st;
   ASSERT_EQ(::stat((work + "/out.txt").c_str(), &st), 0);
   EXPECT_EQ(st.st_uid, kNobody);  // written as the job's user
+}
+
+// A preemptible container job (docs/preemption.md) finds its deadline file mounted at its
+// node path, empty at the start, and the deadline in it when its SIGTERM comes: the pool
+// writes it in place, so the container's mount of the file sees it.
+TEST_F(ContainerPodmanTest, APreemptibleContainerReadsItsDeadlineOnSigterm) {
+  LaunchSpec s = Spec(
+      211, {"sh", "-c",
+            "echo \"file=$GPUPOOL_PREEMPT_DEADLINE_FILE [$(cat $GPUPOOL_PREEMPT_DEADLINE_FILE)]\"; "
+            "trap 'echo term:$(cat $GPUPOOL_PREEMPT_DEADLINE_FILE); exit 0' TERM; echo ready; "
+            "while :; do sleep 0.05; done"});
+  s.preemptible = true;
+  s.grace_s = 30;
+  s.env["GPUPOOL_PREEMPT_DEADLINE_FILE"] = "/etc/passwd";  // only the pool sets it
+  ASSERT_TRUE(launcher_->Launch(s).ok());
+  std::optional<JobEvent> started = WaitForEvent(*launcher_, s.id, 60'000);
+  ASSERT_TRUE(started.has_value());
+  ASSERT_EQ(started->kind, Kind::kStarted) << started->reason;
+  const std::string out = JobDir(state_, TaskRun(211)) + "/" + kStdoutFile;
+  ASSERT_TRUE(testing::WaitForFileContaining(out, "ready", 60'000)) << ReadWholeFile(out);
+  const std::string path = JobDir(state_, TaskRun(211)) + "/" + kPreemptDeadlineFile;
+  EXPECT_TRUE(HasLine(ReadWholeFile(out), "file=" + path + " []")) << ReadWholeFile(out);
+  ASSERT_TRUE(launcher_->Stop(TaskRun(211), StopRequest{20, 1'700'000'211}).ok());
+  std::optional<JobEvent> end = WaitForEvent(*launcher_, s.id, 60'000);
+  ASSERT_TRUE(end.has_value());
+  EXPECT_TRUE(HasLine(ReadWholeFile(out), "term:1700000211")) << ReadWholeFile(out);
+  EXPECT_TRUE(end->cancelled);
+}
+
+// A share on a GPU in MPS mode (docs/sharing.md) is a client of its GPU's daemon inside
+// its container too: the daemon's pipe folder at the same path, writable by the job's
+// user, the MPS variables of its share, and the host's IPC namespace, where MPS clients
+// and server share memory. A --shm-size cannot apply there and is left out (podman
+// refuses the two together).
+TEST_F(ContainerPodmanTest, AnMpsShareIsAClientOnTheHostsIpcNamespace) {
+  const std::string pipe = g_world->dir + "/mps-212/pipe";
+  fs::create_directories(pipe);
+  ::chmod((g_world->dir + "/mps-212").c_str(), 0755);
+  ASSERT_EQ(::chown(pipe.c_str(), kNobody, kNobody), 0);
+  ::chmod(pipe.c_str(), 0700);
+  LaunchSpec s = Spec(212, {"sh", "-c",
+                            "env | grep -E '^(CUDA_MPS|GPUPOOL_GPU)'; echo ipc=$(readlink "
+                            "/proc/self/ns/ipc); touch $CUDA_MPS_PIPE_DIRECTORY/client && echo "
+                            "PIPE-WRITABLE"});
+  s.gpus = {{"nvidia", 1, kUuid1, {"/dev/nvidia1"}, 250}};
+  s.cdi_devices = {g_world->kind + "=" + kUuid1};
+  s.share_enforcement = "mps";
+  s.share_memory_bytes = uint64_t{20} << 30;
+  s.mps_pipe_dir = pipe;
+  s.shm_bytes = 64 << 20;
+  JobEvent e = RunToEnd(s);
+  ASSERT_EQ(e.kind, Kind::kExited) << e.reason << "\n" << Log(212, kStderrFile);
+  EXPECT_EQ(e.exit_code, 0) << Log(212, kStderrFile);
+  const std::string out = Log(212, kStdoutFile);
+  EXPECT_TRUE(HasLine(out, "CUDA_MPS_PIPE_DIRECTORY=" + pipe)) << out;
+  EXPECT_TRUE(HasLine(out, "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=25")) << out;
+  EXPECT_TRUE(HasLine(out, "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=20480M")) << out;
+  EXPECT_TRUE(HasLine(out, "GPUPOOL_GPU_ENFORCEMENT=mps")) << out;
+  char host_ipc[64] = {};
+  ASSERT_GT(::readlink("/proc/self/ns/ipc", host_ipc, sizeof host_ipc - 1), 0);
+  EXPECT_TRUE(HasLine(out, std::string("ipc=") + host_ipc)) << out;
+  EXPECT_TRUE(HasLine(out, "PIPE-WRITABLE")) << out;
+  struct stat st;
+  ASSERT_EQ(::stat((pipe + "/client").c_str(), &st), 0);
+  EXPECT_EQ(st.st_uid, kNobody);
 }
 
 TEST_F(ContainerPodmanTest, ExitCodePropagates) {

@@ -53,11 +53,11 @@ void SetShareLimits(const LaunchSpec& spec, int milli, std::map<std::string, std
 }
 
 void SetGpupoolAndVisibility(const LaunchSpec& spec, std::map<std::string, std::string>& env) {
-  for (const char* key :
-       {"CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES",
-        "HIP_VISIBLE_DEVICES", "GPUPOOL_GPU_MILLI", "GPUPOOL_GPU_ENFORCEMENT",
-        "GPUPOOL_GPU_MEM_LIMIT_BYTES", "CUDA_MPS_PIPE_DIRECTORY", "CUDA_MPS_LOG_DIRECTORY",
-        "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"}) {
+  for (const char* key : {"CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES",
+                          "HIP_VISIBLE_DEVICES", "GPUPOOL_GPU_MILLI", "GPUPOOL_GPU_ENFORCEMENT",
+                          "GPUPOOL_GPU_MEM_LIMIT_BYTES", "CUDA_MPS_PIPE_DIRECTORY",
+                          "CUDA_MPS_LOG_DIRECTORY", "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE",
+                          "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT", "GPUPOOL_PREEMPT_DEADLINE_FILE"}) {
     env.erase(key);
   }
   env["GPUPOOL_JOB_ID"] = std::to_string(spec.id.job);

@@ -106,6 +106,27 @@ Status ReadRunId(JsonFields& f, const std::string& source, RunId* id) {
   return Status::Ok();
 }
 
+Status JobUserFromJson(const Json& j, const std::string& path, JobUser* user) {
+  JsonFields uf(j, path, /*reject_unknown=*/false);
+  uf.Required("known", &user->known);
+  uf.Optional("home", &user->home);
+  uf.Optional("shell", &user->shell);
+  const Json* groups = uf.Array("groups");
+  GP_RETURN_IF_ERROR(uf.Finish());
+  for (size_t i = 0; groups != nullptr && i < groups->size(); ++i) {
+    const Json& g = (*groups)[i];
+    if (!g.is_number_unsigned() || g.get<uint64_t>() > UINT32_MAX - 1) {
+      return Status::InvalidArgument(path + ".groups[" + std::to_string(i) +
+                                     "]: expected a group id (0 to 4294967294)");
+    }
+    user->groups.push_back(static_cast<uint32_t>(g.get<uint64_t>()));
+  }
+  if (user->groups.empty()) {
+    return Status::InvalidArgument(path + ".groups: empty; expected at least the job's group");
+  }
+  return Status::Ok();
+}
+
 void PutOptionalInt(OrderedJson& j, const char* key, const std::optional<int>& v) {
   if (v.has_value()) {
     j[key] = *v;
@@ -167,6 +188,14 @@ std::string ShimConfigToJson(const ShimConfig& config) {
   if (!s.stderr_file.empty()) j["stderr_file"] = s.stderr_file;
   j["cgroup_root"] = config.cgroup_root;
   j["container"] = ContainerToJson(config.container);
+  if (config.user) {
+    OrderedJson u;
+    u["known"] = config.user->known;
+    u["home"] = config.user->home;
+    u["shell"] = config.user->shell;
+    u["groups"] = config.user->groups;
+    j["job_user"] = std::move(u);
+  }
   return DumpJson(j, 2);
 }
 
@@ -255,6 +284,11 @@ Result<ShimConfig> ShimConfigFromJson(const std::string& text, const std::string
   f.Optional("cgroup_root", &config.cgroup_root);
   if (const Json* c = f.Member("container"); c != nullptr) {
     GP_RETURN_IF_ERROR(ContainerFromJson(*c, f.PathOf("container"), &config.container));
+  }
+  if (const Json* u = f.Member("job_user"); u != nullptr) {
+    JobUser user;
+    GP_RETURN_IF_ERROR(JobUserFromJson(*u, f.PathOf("job_user"), &user));
+    config.user = std::move(user);
   }
   GP_RETURN_IF_ERROR(f.Finish());
   if (s.argv.empty()) return Status::InvalidArgument(source + ": argv: the command is empty");

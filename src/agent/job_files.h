@@ -23,6 +23,7 @@
 #include <string>
 #include <vector>
 
+#include "agent/job_env.h"
 #include "agent/launcher.h"
 #include "common/status.h"
 
@@ -42,6 +43,9 @@ struct ShimConfig {
   LaunchSpec spec;
   std::string cgroup_root;     // empty = no isolation
   ContainerOptions container;  // how to run spec.image, when it is set
+  // The user as the launcher looked it up (LookUpJobUser); none (a spec written by hand):
+  // the job runs as a user without a passwd entry (HOME=/, only spec.gid).
+  std::optional<JobUser> user;
   friend bool operator==(const ShimConfig&, const ShimConfig&) = default;
 };
 

@@ -35,6 +35,27 @@ TEST(JobFilesTest, ShimConfigRoundTrips) {
   EXPECT_EQ(back->spec, c.spec);
   EXPECT_EQ(back->cgroup_root, c.cgroup_root);
   EXPECT_EQ(*back, c);
+  EXPECT_FALSE(back->user.has_value());  // the shim then looks the user up itself
+  // The user as the launcher looked it up (LookUpJobUser).
+  c.user = JobUser{true, "/home/bob", "/bin/bash", {1002, 27, 4000000000u}};
+  back = ShimConfigFromJson(ShimConfigToJson(c), "spec.json");
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(*back, c);
+}
+
+TEST(JobFilesTest, BadJobUserIsNamed) {
+  const std::string head = R"({"job_id":1,"attempt":1,"user":"u","uid":1,"gid":1,"argv":["x"],)";
+  for (const char* bad :
+       {R"("job_user":{"known":true,"groups":[1,-2]}})",
+        R"("job_user":{"known":true,"groups":["wheel"]}})",
+        R"("job_user":{"known":true,"groups":[]}})", R"("job_user":{"groups":[1]}})"}) {
+    Result<ShimConfig> r = ShimConfigFromJson(head + bad, "spec.json");
+    ASSERT_FALSE(r.ok()) << bad;
+    EXPECT_NE(r.status().message().find("job_user."), std::string::npos) << r.status().message();
+  }
+  Result<ShimConfig> r = ShimConfigFromJson(head + R"("job_user":5})", "spec.json");
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("job_user"), std::string::npos) << r.status().message();
 }
 
 TEST(JobFilesTest, ContainerSpecAndOptionsRoundTrip) {

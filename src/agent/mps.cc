@@ -143,6 +143,13 @@ Status MpsDaemons::Start(const std::string& gpu, uid_t uid, gid_t gid) {
   fs::remove_all(dir, ec);  // a dead daemon's leftovers
   fs::create_directories(dir, ec);
   if (ec) return Status::Unavailable("cannot create " + dir + ": " + ec.message());
+  // The share's user reaches its pipe folder by path, through folders the daemons' umask
+  // (077) made 0700: traversable by all, listable by none (as STATE/agent is).
+  for (const std::string& d : {options_.state_dir + "/mps", dir}) {
+    if (::chmod(d.c_str(), 0711) != 0) {
+      return Status::Unavailable("cannot make " + d + " traversable: " + std::strerror(errno));
+    }
+  }
   GP_RETURN_IF_ERROR(MakeOwnedDir(dir + "/pipe", uid, gid, 0700));
   GP_RETURN_IF_ERROR(MakeOwnedDir(dir + "/log", uid, gid, 0700));
   GP_RETURN_IF_ERROR(WriteFileAtomically(dir + "/owner", std::to_string(uid) + "\n"));

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 #include <stdlib.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -85,6 +86,34 @@ TEST_F(MpsTest, OneDaemonPerGpuQuitAfterItsLastClient) {
   EXPECT_FALSE(fs::exists(state_ + "/mps/GPU-a"));  // quit, folder removed
   EXPECT_TRUE(fs::exists(state_ + "/mps/GPU-b"));
   EXPECT_EQ((std::map<std::string, size_t>{{"GPU-b", 1}}), mps.Clients());
+}
+
+// The agent runs with umask 077 (so new folders are 0700); the share's user must still
+// reach its pipe folder by path: STATE/mps and the GPU's folder are traversable by all
+// and listable by none. Checked as that user when the test runs as root.
+TEST_F(MpsTest, TheSharesUserCanReachItsPipeFolderUnderAStrictUmask) {
+  const mode_t old_umask = ::umask(077);
+  MpsDaemons mps(Options());
+  Result<std::string> pipe = mps.Acquire("GPU-u", {1, 0, 1, 0}, 65534, 65534);
+  ::umask(old_umask);
+  ASSERT_TRUE(pipe.ok()) << pipe.status().ToString();
+  for (const std::string& d : {state_ + "/mps", state_ + "/mps/GPU-u"}) {
+    struct stat st;
+    ASSERT_EQ(::stat(d.c_str(), &st), 0) << d;
+    EXPECT_EQ(st.st_mode & 07777, 0711u) << d;
+  }
+  if (::geteuid() != 0) return;
+  ::chmod(state_.c_str(), 0711);  // mkdtemp's 0700 is the test's, not the agent's
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    const bool reached = ::setgid(65534) == 0 && ::setuid(65534) == 0 &&
+                         ::access(pipe->c_str(), R_OK | W_OK | X_OK) == 0;
+    ::_exit(reached ? 0 : 1);
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "nobody cannot reach " << *pipe;
 }
 
 // The log of a stopped daemon is removed with its folder: the stop is seen through a

@@ -363,7 +363,7 @@ Status ProcessLauncher::Launch(const LaunchSpec& spec, const JobStdio& stdio) {
   }
   for (const char* f : {kStatusFile, kShimFile}) ::unlink((dir + "/" + f).c_str());
 
-  ShimConfig config{spec, opt_.cgroup_root, opt_.container};
+  ShimConfig config{spec, opt_.cgroup_root, opt_.container, LookUpJobUser(spec.uid, spec.gid)};
   GP_RETURN_IF_ERROR(WriteFileDurably(dir + "/" + kSpecFile, ShimConfigToJson(config), 0600,
                                       /*sync=*/false));
 

@@ -1,8 +1,6 @@
 #include "agent/shim.h"
 
 #include <fcntl.h>
-#include <grp.h>
-#include <pwd.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -155,7 +153,9 @@ class Shim {
  private:
   Status Prepare();
   Status PrepareContainer(const std::vector<gid_t>& groups);
-  Result<std::vector<BindMount>> StageMountSources(const std::vector<gid_t>& groups);
+  Result<std::vector<BindMount>> StageMountSources(const LaunchSpec& spec,
+                                                   const std::vector<gid_t>& groups);
+  Result<std::string> MakePreemptDeadlineFile();
   Status OpenStreams(const LaunchSpec& spec, bool root);
   Status WriteScript(bool root);
   void CloseRelayedStreams();
@@ -286,23 +286,16 @@ Status Shim::Prepare() {
   plan_.uid = spec.uid;
   plan_.gid = spec.gid;
   plan_.user = spec.user;
+  // The launcher looked the user up (ShimConfig::user); the shim loads no NSS module.
+  // A spec without it (written by hand) runs as a user without a passwd entry.
   plan_.groups = {spec.gid};
-  struct passwd pw;
-  struct passwd* found = nullptr;
-  std::vector<char> buf(16384);
-  if (::getpwuid_r(spec.uid, &pw, buf.data(), buf.size(), &found) == 0 && found != nullptr) {
-    if (pw.pw_dir != nullptr && pw.pw_dir[0] != '\0') defaults.home = pw.pw_dir;
-    if (pw.pw_shell != nullptr && pw.pw_shell[0] != '\0') defaults.shell = pw.pw_shell;
-    int n = 64;
-    std::vector<gid_t> groups(static_cast<size_t>(n));
-    if (::getgrouplist(pw.pw_name, spec.gid, groups.data(), &n) < 0 && n > 64) {
-      groups.resize(static_cast<size_t>(n));
-      ::getgrouplist(pw.pw_name, spec.gid, groups.data(), &n);
-    }
-    groups.resize(static_cast<size_t>(std::max(n, 0)));
-    if (!groups.empty()) plan_.groups = groups;
+  if (config_.user && config_.user->known) {
+    plan_.groups.assign(config_.user->groups.begin(), config_.user->groups.end());
+    if (!config_.user->home.empty()) defaults.home = config_.user->home;
+    if (!config_.user->shell.empty()) defaults.shell = config_.user->shell;
   } else {
-    ShimLog("uid %u has no passwd entry; HOME=/ and only group %u", spec.uid, spec.gid);
+    ShimLog("uid %u has no passwd entry%s; HOME=/ and only group %u", spec.uid,
+            config_.user ? "" : " in the spec", spec.gid);
   }
 
   if (!spec.hostfile.empty()) {
@@ -325,13 +318,8 @@ Status Shim::Prepare() {
     }
   }
   std::map<std::string, std::string> env = BuildJobEnvironment(spec, defaults);
-  env.erase("GPUPOOL_PREEMPT_DEADLINE_FILE");  // only the pool sets it
-  if (spec.preemptible) {
-    // Empty until a preemption's deadline is written into it (OnStopSignal); the job's
-    // to read, the pool's to write (the job directory belongs to root).
-    const std::string path = args_.job_dir + "/" + kPreemptDeadlineFile;
-    GP_RETURN_IF_ERROR(WriteFileDurably(path, "", 0644, /*sync=*/false));
-    env["GPUPOOL_PREEMPT_DEADLINE_FILE"] = path;
+  if (spec.preemptible) {  // only the pool sets the variable (job_env.h)
+    GP_ASSIGN_OR_RETURN(env["GPUPOOL_PREEMPT_DEADLINE_FILE"], MakePreemptDeadlineFile());
   }
   plan_.env = EnvironmentStrings(env);
   plan_.argv = spec.argv;
@@ -394,11 +382,21 @@ Status Shim::PrepareContainer(const std::vector<gid_t>& groups) {
     return Status::FailedPrecondition("podman is not installed on node " + HostName() + ": " +
                                       copt.unavailable);
   }
+  LaunchSpec run = spec;
+  // The deadline file of a preemptible job and an MPS client's pipe folder, mounted at
+  // their paths on the node like the host file.
+  if (spec.preemptible) {
+    GP_ASSIGN_OR_RETURN(const std::string path, MakePreemptDeadlineFile());
+    run.mounts.push_back({path, path, /*read_only=*/true});
+    run.pool_env["GPUPOOL_PREEMPT_DEADLINE_FILE"] = path;
+  }
+  if (spec.share_enforcement == "mps" && !spec.mps_pipe_dir.empty()) {
+    run.mounts.push_back({spec.mps_pipe_dir, spec.mps_pipe_dir, /*read_only=*/false});
+  }
   // Root-run podman must not read what the user cannot: every source is opened as the
   // user, and podman mounts what was opened (mount_source.h).
-  LaunchSpec run = spec;
   if (::geteuid() == 0 && spec.uid != 0) {
-    GP_ASSIGN_OR_RETURN(run.mounts, StageMountSources(groups));
+    GP_ASSIGN_OR_RETURN(run.mounts, StageMountSources(run, groups));
   } else {
     // podman runs as the user itself (or the job is root's): it mounts nothing they
     // could not read; the check only gives a clear reason early.
@@ -407,7 +405,7 @@ Status Shim::PrepareContainer(const std::vector<gid_t>& groups) {
                                   /*write=*/false);
       if (!st.ok()) return Status::FailedPrecondition("working directory: " + st.message());
     }
-    for (const BindMount& m : spec.mounts) {
+    for (const BindMount& m : run.mounts) {
       Status st = CheckUserAccess(m.source, spec.user, spec.uid, spec.gid, groups,
                                   /*write=*/!m.read_only);
       if (!st.ok()) return Status::FailedPrecondition("mount " + m.target + ": " + st.message());
@@ -415,7 +413,7 @@ Status Shim::PrepareContainer(const std::vector<gid_t>& groups) {
   }
   // The job's variables travel in a root-only file, not on podman's command line.
   const std::string env_file = args_.job_dir + "/container.env";
-  GP_RETURN_IF_ERROR(WriteFileDurably(env_file, ContainerEnvFile(spec), 0600, /*sync=*/false));
+  GP_RETURN_IF_ERROR(WriteFileDurably(env_file, ContainerEnvFile(run), 0600, /*sync=*/false));
   std::vector<uint32_t> gids(groups.begin(), groups.end());
   GP_ASSIGN_OR_RETURN(plan_.argv, BuildPodmanRunArgv(run, copt, gids, env_file));
   plan_.env = {"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME=/root"};
@@ -448,10 +446,19 @@ Status Shim::PrepareContainer(const std::vector<gid_t>& groups) {
   return Status::Ok();
 }
 
+// A preemptible job's GPUPOOL_PREEMPT_DEADLINE_FILE: empty until a preemption's deadline
+// is written into it (OnStopSignal); the job's to read, the pool's to write (the job
+// directory belongs to root).
+Result<std::string> Shim::MakePreemptDeadlineFile() {
+  const std::string path = args_.job_dir + "/" + kPreemptDeadlineFile;
+  GP_RETURN_IF_ERROR(WriteFileDurably(path, "", 0644, /*sync=*/false));
+  return path;
+}
+
 // The spec's mounts with staged sources (mount_source.h), the working directory's bind
 // mount first when no mount has it as its target (BuildPodmanRunArgv then adds none).
-Result<std::vector<BindMount>> Shim::StageMountSources(const std::vector<gid_t>& groups) {
-  const LaunchSpec& spec = config_.spec;
+Result<std::vector<BindMount>> Shim::StageMountSources(const LaunchSpec& spec,
+                                                       const std::vector<gid_t>& groups) {
   const MountUser who{spec.user, spec.uid, spec.gid, groups};
   staged_ = std::make_unique<StagedMounts>(args_.job_dir + "/mounts");
   // An earlier attempt's shim that was killed may have left its mounts.
@@ -589,9 +596,10 @@ void Shim::OnStopSignal() {
     return;
   }
   if (config_.spec.preemptible) {
-    // Before the SIGTERM, so that a job reading it on the signal finds it.
+    // Before the SIGTERM, so that a job reading it on the signal finds it. In place: a
+    // container has the file itself mounted, and a new inode would not reach it.
     const std::string path = args_.job_dir + "/" + kPreemptDeadlineFile;
-    Status st = WriteFileDurably(path, std::to_string(stop->deadline_s) + "\n", 0644, false);
+    Status st = RewriteFileLocked(path, std::to_string(stop->deadline_s) + "\n");
     if (!st.ok()) ShimLog("%s", st.message().c_str());
   }
   ShimLog("preempted: grace %lld s, deadline %lld", static_cast<long long>(stop->grace_s),

@@ -2,6 +2,7 @@
 
 #include <signal.h>
 #include <spdlog/spdlog.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -512,9 +513,15 @@ int RunUp(const ServerFlags& flags, const std::string& fake, const ContainerFlag
       server::LocalAgentToken(*srv.store(), so->state_dir + "/agent/node-token", HostName(),
                               SystemClock::Get()->NowMicros());
   if (!token.ok()) return Fail(token.status().WithContext("the local agent's node token"));
-  if (Status s = node_agent.Start(protocol::NewHttpControllerLink(net::HttpClient(addr, *token)));
-      !s.ok())
-    return Fail(s);
+  // The agent's threads are named "gp-agent" (a thread inherits the name of the thread
+  // that starts it), so that top -H and perf tell them from the controller's.
+  char name[16] = {};
+  ::prctl(PR_GET_NAME, name);
+  ::prctl(PR_SET_NAME, "gp-agent");
+  Status agent_started =
+      node_agent.Start(protocol::NewHttpControllerLink(net::HttpClient(addr, *token)));
+  ::prctl(PR_SET_NAME, name);
+  if (!agent_started.ok()) return Fail(agent_started);
 
   const size_t ngpus = node_agent.node().gpus.size();
   if (node_agent.stand_in()) {

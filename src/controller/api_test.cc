@@ -370,6 +370,54 @@ TEST_F(ApiAccessTest, QueueAllFromAUserSaysItListsTheirOwnJobsOnly) {
   EXPECT_EQ(admin.body.find("all_refused"), std::string::npos) << admin.body;
 }
 
+// sort=FIELD orders the whole list, active (from memory) or not (from the store), and
+// limit/offset page through that order; bad fields and orders are 400 naming them.
+TEST_F(ApiAccessTest, QueueSortsTheWholeListThenPages) {
+  std::vector<int64_t> ids;
+  for (int prio : {3, 1, 4, 1, 5}) {
+    net::HttpResponse sub = AsUid(0, "POST", "/v1/jobs", {},
+                                  R"({"command": ["true"], "workdir": "/", "hold": true, )"
+                                  R"("priority": )" +
+                                      std::to_string(prio) + "}");
+    ASSERT_EQ(sub.status, 201) << sub.body;
+    ids.push_back(ParseJson(sub.body, "answer").value()["job"]["id"].get<int64_t>());
+  }
+  ASSERT_EQ(AsUid(0, "POST", "/v1/jobs/" + std::to_string(ids[2]) + "/cancel").status, 200);
+  auto list = [&](std::map<std::string, std::string> q) {
+    q["all"] = "1";
+    net::HttpResponse r = AsUid(0, "GET", "/v1/jobs", q);
+    EXPECT_EQ(r.status, 200) << r.body;
+    const Json answer = ParseJson(r.body, "answer").value();
+    std::vector<int64_t> out;
+    for (const Json& j : answer["jobs"]) out.push_back(j["id"].get<int64_t>());
+    return out;
+  };
+  // Active: 5, 3, 1, 1 by priority, ties by id in the first field's direction.
+  EXPECT_EQ(list({{"active", "1"}, {"sort", "priority"}, {"order", "desc"}}),
+            (std::vector<int64_t>{ids[4], ids[0], ids[3], ids[1]}));
+  EXPECT_EQ(list({{"active", "1"}, {"sort", "-priority"}, {"limit", "2"}, {"offset", "1"}}),
+            (std::vector<int64_t>{ids[0], ids[3]}));
+  // Every state (the store's SQL): the cancelled one too.
+  EXPECT_EQ(list({{"sort", "-priority"}, {"limit", "2"}}), (std::vector<int64_t>{ids[4], ids[2]}));
+  EXPECT_EQ(list({{"sort", "state,priority"}, {"limit", "3"}, {"offset", "2"}}),
+            (std::vector<int64_t>{ids[0], ids[4], ids[2]}));
+  // order alone: by id, oldest first even when limited.
+  EXPECT_EQ(list({{"order", "asc"}, {"limit", "2"}}), (std::vector<int64_t>{ids[0], ids[1]}));
+  EXPECT_EQ(list({{"limit", "2"}}), (std::vector<int64_t>{ids[4], ids[3]}));  // as before
+  net::HttpResponse bad = AsUid(0, "GET", "/v1/jobs", {{"sort", "colour"}});
+  EXPECT_EQ(bad.status, 400);
+  EXPECT_EQ(Error(bad),
+            "sort: unknown field 'colour'; use id, user, name, project, state, priority, gpus, "
+            "nodes, submitted, start, ended, wait, runtime, time_limit (-FIELD for descending), "
+            "e.g. state,-priority");
+  bad = AsUid(0, "GET", "/v1/jobs", {{"sort", "id"}, {"order", "up"}});
+  EXPECT_EQ(bad.status, 400);
+  EXPECT_EQ(Error(bad), "order: unknown order 'up'; use asc or desc");
+  bad = AsUid(0, "GET", "/v1/jobs", {{"sort", ""}});
+  EXPECT_EQ(bad.status, 400);
+  EXPECT_NE(Error(bad).find("sort: give a field, one of id, user"), std::string::npos);
+}
+
 TEST_F(ApiAccessTest, HealthChecksNeedNoTokenAndReadySaysWhatIsMissing) {
   EXPECT_EQ(api_->Handle(Req("GET", "/healthz", {})).status, 200);
   net::HttpResponse r = api_->Handle(Req("GET", "/readyz", {}));

@@ -629,8 +629,13 @@ Status Controller::ScheduleOnce() {
   active.reserve(snapshot.size());
   for (const auto& j : snapshot) active.push_back(j.get());
   const int64_t now = clock_->NowMicros();
+  // The start plan of the queue (`queue --start`) every kStartPlanPeriodUs at most: it
+  // searches a placement per planned job, the passes between keep its answers.
+  const bool plan_starts =
+      !start_planned_ || pass_start_us - last_start_plan_mono_us_ >= kStartPlanPeriodUs;
   GP_ASSIGN_OR_RETURN(ScheduleResult plan,
-                      scheduler_->Plan(active, nodes, now / 1'000'000, feed, limits));
+                      scheduler_->Plan(active, nodes, now / 1'000'000, feed, limits,
+                                       plan_starts ? kStartPlanJobs : 0));
 
   GP_ASSIGN_OR_RETURN(const PlanApplied applied, ApplyPlan(snapshot, plan));
   if (applied == PlanApplied::kStale) return Status::Ok();  // planned again at once
@@ -639,7 +644,17 @@ Status Controller::ScheduleOnce() {
   last_pass_blocked_ = applied == PlanApplied::kNone;
   // Readers attach these to pending jobs; the old map is freed after the lock.
   pending_reasons_.swap(plan.pending_reasons);
-  start_estimates_us_.swap(plan.start_estimates_us);
+  if (plan_starts) {
+    start_planned_ = true;
+    last_start_plan_mono_us_ = pass_start_us;
+    start_estimates_us_.swap(plan.start_estimates_us);
+    start_notes_.swap(plan.start_notes);
+  } else {  // the reservation's start is this pass's
+    for (const auto& [id, at] : plan.start_estimates_us) {
+      start_estimates_us_[id] = at;
+      start_notes_.erase(id);
+    }
+  }
   int64_t no_room = 0;
   for (const auto& [id, why] : pending_reasons_) {
     if (PendingReasonClass(why) == "resources") ++no_room;

@@ -248,6 +248,11 @@ struct ArrayCancelled {
   int running = 0;   // assigned or running elements now being stopped
 };
 
+// The start plan (`queue --start`, sched/queue/start_plan.h): the first this many pending
+// jobs that may start, in queue order, planned at most every this often.
+inline constexpr size_t kStartPlanJobs = 100;
+inline constexpr int64_t kStartPlanPeriodUs = 5'000'000;
+
 class Controller {
  public:
   // Loads state from `store`. Both `store` and `clock` must outlive the controller.
@@ -306,8 +311,15 @@ class Controller {
   // job id: under the easy start rule the job holding the reservation has one (`gpupool
   // queue --start`); none under strict or skip, nor for any other job.
   std::map<int64_t, int64_t> StartEstimates();
+  // Why a pending job has no planned start, by id (the last start plan's).
+  std::map<int64_t, std::string> StartNotes();
   Result<std::vector<jobs::Job>> List(const store::JobFilter& filter, const Caller& caller);
   std::vector<NodeView> Nodes();
+  // How a placed job's GPUs are held to it (docs/sharing.md), as its node's agent applies
+  // it: "exclusive" for whole GPUs, "mig" on a MIG instance, else the share's GPU's mode
+  // ("mps", "dmem", "none"; a container share on a dmem GPU: "none"). Empty for a job
+  // without GPUs or not placed, or when its node is no longer known.
+  std::string GpuEnforcement(const jobs::Job& job) EXCLUDES(mu_);
   // Admins only. On a drained node what runs finishes and nothing new starts, until
   // ResumeNode; the drain and its reason are stored, so they outlive restarts of the
   // controller and re-registrations of the agent. Returns the node as Nodes() shows it.
@@ -476,6 +488,10 @@ class Controller {
   static void LogRefusals(std::string_view what, const std::vector<Result<jobs::Job>>& answers);
   // What Cancel, Hold and release answer for job `id` when it is not active (read from
   // the store, without mu_): NotFound, PermissionDenied, or the lifecycle's refusal.
+  // List's active jobs in the order of f.sort (jobs/job_sort.h), the first f.limit of them.
+  std::vector<jobs::Job> SortedActive(const store::JobFilter& f,
+                                      const std::function<bool(const jobs::Job&)>& matches)
+      REQUIRES(mu_);
   Result<jobs::Job> NotActiveAnswer(int64_t id, const Caller& caller, const lifecycle::Event& event)
       EXCLUDES(mu_);
   // One change, with kRetry: its answer, or the store's error.
@@ -727,7 +743,12 @@ class Controller {
   std::map<int64_t, std::shared_ptr<const jobs::Job>> slim_ GUARDED_BY(mu_);
   // Why each job left pending by the last pass waits (swapped in whole by the pass).
   std::map<int64_t, std::string> pending_reasons_ GUARDED_BY(mu_);
-  std::map<int64_t, int64_t> start_estimates_us_ GUARDED_BY(mu_);  // the last pass's
+  // The last start plan's (ScheduleResult), with each later pass's reservation.
+  std::map<int64_t, int64_t> start_estimates_us_ GUARDED_BY(mu_);
+  std::map<int64_t, std::string> start_notes_ GUARDED_BY(mu_);
+  // Touched by the scheduler loop only.
+  bool start_planned_ = false;
+  int64_t last_start_plan_mono_us_ = 0;
   // Preempted job -> the job it was preempted for (in memory only: lost on a restart).
   std::map<int64_t, int64_t> preempted_for_ GUARDED_BY(mu_);
   std::map<std::string, NodeEntry> nodes_ GUARDED_BY(mu_);

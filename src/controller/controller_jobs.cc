@@ -12,6 +12,7 @@
 #include "controller/job_scheduler.h"
 #include "gpu/node_json.h"
 #include "jobs/job_json.h"
+#include "jobs/job_sort.h"
 #include "jobs/job_validation.h"
 
 namespace gpupool::controller {
@@ -234,6 +235,11 @@ std::map<int64_t, int64_t> Controller::StartEstimates() {
   return start_estimates_us_;
 }
 
+std::map<int64_t, std::string> Controller::StartNotes() {
+  MutexLock lock(mu_);
+  return start_notes_;
+}
+
 Result<Job> Controller::Get(int64_t id, const Caller& caller) {
   {
     MutexLock lock(mu_);
@@ -252,6 +258,7 @@ Result<Job> Controller::Get(int64_t id, const Caller& caller) {
 Result<std::vector<Job>> Controller::List(const store::JobFilter& filter, const Caller& caller) {
   store::JobFilter f = filter;
   if (!caller.admin) f.user = caller.user;
+  if (!f.sort.empty() && f.now_us == 0) f.now_us = clock_->NowMicros();
   const bool only_active =
       f.active_only ||
       (!f.states.empty() && std::all_of(f.states.begin(), f.states.end(),
@@ -278,6 +285,7 @@ Result<std::vector<Job>> Controller::List(const store::JobFilter& filter, const 
     }
     return !f.node || OnNode(job, *f.node);
   };
+  if (!f.sort.empty()) return SortedActive(f, matches);
   if (f.user) {  // a user's jobs only (index_), not the whole queue
     const std::set<int64_t>& ids = index_.OfUser(*f.user);
     if (f.limit > 0) {  // newest first, like the store
@@ -299,6 +307,36 @@ Result<std::vector<Job>> Controller::List(const store::JobFilter& filter, const 
     }
   }
   for (Job& job : out) AttachPendingReason(&job);
+  return out;
+}
+
+// The active jobs that match, in the order of `f.sort`: the order is taken over pointers,
+// and only the first `f.limit` (all when 0) are copied.
+std::vector<Job> Controller::SortedActive(const store::JobFilter& f,
+                                          const std::function<bool(const Job&)>& matches) {
+  std::vector<const Job*> picked;
+  if (f.user) {
+    for (int64_t id : index_.OfUser(*f.user)) {
+      if (const Job& job = active_.at(id); matches(job)) picked.push_back(&job);
+    }
+  } else {
+    picked.reserve(active_.size());
+    for (const auto& [id, job] : active_) {
+      if (matches(job)) picked.push_back(&job);
+    }
+  }
+  auto less = [&](const Job* a, const Job* b) {
+    return jobs::JobSortLess(*a, *b, f.sort, f.now_us);
+  };
+  const size_t n = f.limit > 0 ? std::min(f.limit, picked.size()) : picked.size();
+  std::partial_sort(picked.begin(), picked.begin() + static_cast<std::ptrdiff_t>(n), picked.end(),
+                    less);
+  std::vector<Job> out;
+  out.reserve(n);
+  for (size_t i = 0; i < n; ++i) {
+    out.push_back(*picked[i]);
+    AttachPendingReason(&out.back());
+  }
   return out;
 }
 

@@ -118,6 +118,37 @@ void GrantDevices(const gpu::NodeInfo& node, const Job& job, const std::vector<s
 
 }  // namespace
 
+std::string Controller::GpuEnforcement(const jobs::Job& job) {
+  const jobs::TaskPlacement* share = nullptr;
+  bool whole = false;
+  for (const jobs::TaskPlacement& p : job.placement) {
+    if (p.gpu_uuids.empty() && p.gpu_indices.empty()) continue;
+    if (p.gpu_milli >= 1000) {
+      whole = true;
+    } else if (share == nullptr) {
+      share = &p;
+    }
+  }
+  if (share == nullptr) return whole ? "exclusive" : "";
+  const std::string uuid = share->gpu_uuids.empty() ? "" : share->gpu_uuids[0];
+  MutexLock lock(mu_);
+  auto n = nodes_.find(share->node);
+  if (n == nodes_.end()) return "";
+  for (const gpu::GpuInfo& g : n->second.info.gpus) {
+    for (const gpu::MigDevice& m : g.mig_devices) {
+      if (!uuid.empty() && m.uuid == uuid) return "mig";
+    }
+    const bool same = uuid.empty() ? !share->gpu_indices.empty() && g.index == share->gpu_indices[0]
+                                   : g.uuid == uuid;
+    if (!same) continue;
+    // The agent holds a container to the dmem cap only in cgroups it makes: podman's are
+    // its own (docs/sharing.md).
+    if (g.enforcement == "dmem" && !job.image.empty()) return "none";
+    return g.enforcement.empty() ? "none" : g.enforcement;
+  }
+  return "";
+}
+
 std::vector<NodeView> Controller::Nodes() {
   MutexLock lock(mu_);
   // The tasks on each node, from one walk of the jobs holding resources: a walk per node

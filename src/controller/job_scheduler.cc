@@ -45,9 +45,27 @@ std::string JobScheduler::NeverFits(const jobs::Job& job, const std::vector<Sche
   return "";
 }
 
+namespace {
+
+// The start plan's answers by job id: a planned start, else why there is none. Jobs out
+// of the plan (past the first plan_starts, or not admitted) get no note: readers say so.
+void StartNotes(const SchedInput& in, const sched::ProfileResult& r, ScheduleResult* result) {
+  for (const auto& [i, planned] : r.planned_starts) {
+    const int64_t id = in.pending_source[i]->id;
+    if (planned.start_s > 0) {
+      result->start_estimates_us[id] = planned.start_s * 1'000'000;
+    } else {
+      result->start_notes[id] = planned.why;
+    }
+  }
+}
+
+}  // namespace
+
 Result<ScheduleResult> JobScheduler::Plan(const std::vector<const jobs::Job*>& active,
                                           const std::vector<SchedNode>& nodes, int64_t now_s,
-                                          const AdmissionFeed& feed, const Limits& limits) {
+                                          const AdmissionFeed& feed, const Limits& limits,
+                                          size_t plan_starts) {
   SchedInput in(nodes, mps_multi_user_);
   in.AddJobs(active, feed);
   sched::PassContext ctx;
@@ -56,6 +74,7 @@ Result<ScheduleResult> JobScheduler::Plan(const std::vector<const jobs::Job*>& a
   ctx.running = in.running;
   ctx.occupying = in.occupying;
   ctx.limits = &limits;
+  ctx.plan_starts = plan_starts;
   ctx.draining = in.draining;
   std::sort(in.memory_enforced_nodes.begin(), in.memory_enforced_nodes.end());
   ctx.memory_enforced_nodes = in.memory_enforced_nodes;
@@ -66,6 +85,7 @@ Result<ScheduleResult> JobScheduler::Plan(const std::vector<const jobs::Job*>& a
     result.starts[in.pending_source[s.pending_index]->id] =
         in.ToTaskPlacements(*in.pending[s.pending_index], s.placements);
   }
+  if (plan_starts > 0) StartNotes(in, r, &result);
   if (r.reserved_index && r.reservation_start_s > 0) {
     result.start_estimates_us[in.pending_source[*r.reserved_index]->id] =
         r.reservation_start_s * 1'000'000;

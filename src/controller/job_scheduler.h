@@ -35,9 +35,14 @@ inline constexpr const char* kMpsOneUserNote =
 struct ScheduleResult {
   std::map<int64_t, std::vector<jobs::TaskPlacement>> starts;  // job id -> placements
   std::map<int64_t, std::string> pending_reasons;              // for jobs left pending
-  // Under the easy start rule, the job holding the reservation: its planned start (µs
-  // since the epoch), from the time limits of the jobs in its way. No other has one.
+  // Planned starts of pending jobs (µs since the epoch), from the time limits of the jobs
+  // in their way: under the easy start rule, the job holding the reservation; with
+  // Plan's plan_starts = N, the first N pending jobs in queue order that can be planned
+  // (sched/queue/start_plan.h).
   std::map<int64_t, int64_t> start_estimates_us;
+  // With plan_starts: why a job in the plan has no planned start (short, for `queue
+  // --start`'s N/A). Jobs out of the plan have neither.
+  std::map<int64_t, std::string> start_notes;
   std::vector<PlannedPreemption> preemptions;  // running jobs to stop (preemption_plan.h)
 };
 
@@ -57,9 +62,13 @@ class JobScheduler {
   // `active` holds every non-terminal job; ASSIGNED/RUNNING ones occupy their GPUs.
   // `feed` says which pending jobs wait for their dependencies or for an earlier attempt
   // to stop; jobs that would take a user or project past `limits` wait with the reason.
+  // `plan_starts` > 0: also plan the starts of that many pending jobs (start_estimates_us,
+  // start_notes); it costs a placement search per job, so the controller asks only every
+  // few seconds.
   Result<ScheduleResult> Plan(const std::vector<const jobs::Job*>& active,
                               const std::vector<SchedNode>& nodes, int64_t now_s,
-                              const AdmissionFeed& feed = {}, const Limits& limits = {});
+                              const AdmissionFeed& feed = {}, const Limits& limits = {},
+                              size_t plan_starts = 0);
 
   // Why `job` could never run on `nodes` even if they were idle; empty when it could.
   static std::string NeverFits(const jobs::Job& job, const std::vector<SchedNode>& nodes);

@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <map>
+#include <string>
 #include <vector>
 
 #include "controller/sched_input.h"
@@ -150,6 +152,42 @@ TEST(JobSchedulerPreemptionTest, APreemptibleJobPastItsMinimumRunTimeMakesRoom) 
   plan = (*s)->Plan({&victim, &urgent}, nodes, kNowS);
   ASSERT_TRUE(plan.ok());
   EXPECT_TRUE(plan->preemptions.empty());
+}
+
+// Issue 30 (squeue --start): with plan_starts, pending jobs queued behind running jobs
+// with known time limits get their planned starts in queue order; a job behind one
+// without a time limit gets a note instead; held jobs are not planned.
+TEST(JobSchedulerStartPlanTest, QueuedJobsGetTheirStartsInQueueOrder) {
+  const gpu::NodeInfo a = MpsNode("a", {"", "", "", ""});
+  const std::vector<SchedNode> nodes = {{"a", &a, 64000, 256000, false, {}}};
+  Result<std::unique_ptr<JobScheduler>> s = JobScheduler::Create("default", "fifo", "easy");
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  jobs::Job running = Whole(1, "alice", 0, /*ran_s=*/100);
+  running.time_limit_s = 600;  // ends at kNowS + 500
+  jobs::Job big = Whole(2, "bob", 0);
+  big.time_limit_s = 300;
+  jobs::Job mid = Whole(3, "bob", 0);
+  mid.request.gpus = 2;
+  mid.time_limit_s = 300;
+  jobs::Job endless = Whole(4, "carol", 0);
+  endless.request.gpus = 2;
+  jobs::Job last = Whole(5, "carol", 0);
+  jobs::Job held = Whole(6, "carol", 0);
+  held.request.gpus = 1;
+  held.held_by = "carol";
+  const std::vector<const jobs::Job*> active = {&running, &big, &mid, &endless, &last, &held};
+  Result<ScheduleResult> plan = (*s)->Plan(active, nodes, kNowS, {}, {}, /*plan_starts=*/100);
+  ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+  EXPECT_EQ(plan->start_estimates_us, (std::map<int64_t, int64_t>{{2, (kNowS + 500) * 1'000'000},
+                                                                  {3, (kNowS + 800) * 1'000'000},
+                                                                  {4, (kNowS + 800) * 1'000'000}}));
+  EXPECT_EQ(plan->start_notes,
+            (std::map<int64_t, std::string>{{5, "a job in its way has no time limit"}}));
+  // Without plan_starts: the EASY reservation's start only, as every pass has it.
+  plan = (*s)->Plan(active, nodes, kNowS);
+  ASSERT_TRUE(plan.ok());
+  EXPECT_EQ(plan->start_estimates_us, (std::map<int64_t, int64_t>{{2, (kNowS + 500) * 1'000'000}}));
+  EXPECT_TRUE(plan->start_notes.empty());
 }
 
 // The admin's QoS: the project's defaults first, else the user's own, else every user's;

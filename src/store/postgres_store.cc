@@ -26,6 +26,7 @@
 #include "store/job_cas.h"
 #include "store/job_nodes.h"
 #include "store/job_record.h"
+#include "store/job_sort_sql.h"
 #include "store/lease.h"
 #include "store/pg_session.h"
 #include "store/store_pool.h"
@@ -336,7 +337,13 @@ class PostgresStore final : public Store, private PgSession {
       sql += " AND jobs.id>=" + param(std::to_string(filter.array_id)) +
              " AND (jobs.body::json->>'array_id')=" + param(std::to_string(filter.array_id));
     }
-    if (filter.limit > 0) {
+    if (!filter.sort.empty()) {
+      const std::string now = internal::JobSortUsesNow(filter.sort)
+                                  ? param(std::to_string(filter.now_us))
+                                  : std::string("0");
+      sql += internal::JobOrderBySql(filter.sort, internal::SqlDialect::kPostgres, now);
+      if (filter.limit > 0) sql += " LIMIT " + param(std::to_string(filter.limit));
+    } else if (filter.limit > 0) {
       sql += " ORDER BY jobs.id DESC LIMIT " + param(std::to_string(filter.limit));
     } else {
       sql += " ORDER BY jobs.id";

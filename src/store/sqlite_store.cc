@@ -17,6 +17,7 @@
 #include "store/job_cas.h"
 #include "store/job_nodes.h"
 #include "store/job_record.h"
+#include "store/job_sort_sql.h"
 #include "store/store.h"
 #include "store/telemetry_query.h"
 
@@ -355,7 +356,10 @@ class SqliteStore final : public Store {
     if (filter.array_id > 0) {
       sql += " AND jobs.id>=?4 AND json_extract(jobs.body,'$.array_id')=?4";
     }
-    if (filter.limit > 0) {
+    if (!filter.sort.empty()) {
+      sql += internal::JobOrderBySql(filter.sort, internal::SqlDialect::kSqlite, "?5");
+      if (filter.limit > 0) sql += " LIMIT " + std::to_string(filter.limit);
+    } else if (filter.limit > 0) {
       sql += " ORDER BY jobs.id DESC LIMIT " + std::to_string(filter.limit);
     } else {
       sql += " ORDER BY jobs.id";
@@ -367,6 +371,7 @@ class SqliteStore final : public Store {
     if (filter.node) s.Bind(2, *filter.node);
     if (filter.ended_after_us > 0) s.Bind(3, filter.ended_after_us);
     if (filter.array_id > 0) s.Bind(4, filter.array_id);
+    if (internal::JobSortUsesNow(filter.sort)) s.Bind(5, filter.now_us);
     std::vector<Job> out;
     internal::SpecCache specs;  // an array's elements: their spec parsed and held once
     int rc;

@@ -18,6 +18,7 @@
 
 #include "common/status.h"
 #include "jobs/job.h"
+#include "jobs/job_sort.h"
 
 namespace gpupool::store {
 
@@ -28,6 +29,10 @@ struct JobFilter {
   std::optional<std::string> node;     // placed on this node, by any task of a gang
   int64_t ended_after_us = 0;          // terminal jobs ending before this are left out
   size_t limit = 0;                    // 0 = no limit; newest first when limited
+  // In this order (jobs/job_sort.h; ties by id), the first `limit` of it when limited;
+  // empty: by id as above. `now_us`: the time wait and runtime run to.
+  std::vector<jobs::JobSortKey> sort;
+  int64_t now_us = 0;
   // Only the elements of this array (jobs whose array_id is this; 0 = any job). Read from
   // the job bodies of the ids from array_id on: its cost grows with the jobs submitted
   // since the array, not with the whole table.

@@ -12,6 +12,8 @@
 #include <optional>
 #include <thread>
 
+#include "common/strings.h"
+#include "jobs/job_sort.h"
 #include "store/lease.h"
 #include "store/open_store.h"
 #include "store/postgres_store.h"
@@ -265,6 +267,81 @@ TEST_P(StoreTest, InsertGetAndList) {
   ASSERT_TRUE(newest.ok());
   ASSERT_EQ(newest->size(), 1u);
   EXPECT_EQ((*newest)[0].id, *b);
+}
+
+// A sorted listing (JobFilter::sort) comes in the order JobSortLess gives in memory, for
+// every field both ways, with fields left at their defaults (not stored) among them, and
+// `limit` takes the first of that order.
+TEST_P(StoreTest, SortedListingsFollowTheInMemoryOrder) {
+  const int64_t now = 5'000'000'000;
+  struct Spec {
+    const char* user;
+    const char* name;
+    const char* project;
+    int priority, gpus, tasks;
+    int64_t submit, start, end, limit_s;
+    JobState state;
+    const char* node;
+  };
+  const Spec specs[] = {
+      {"bob", "train", "", 5, 2, 1, 100, 0, 0, 600, JobState::kPending, ""},
+      {"alice", "", "vision", 0, 1, 4, 300, 900, 0, 0, JobState::kRunning, "n2"},
+      {"carol", "eval", "nlp", 9, 0, 1, 200, 250, 700, 60, JobState::kSucceeded, "n1"},
+      {"alice", "train", "", -3, 1, 1, 50, 0, 80, 0, JobState::kCancelled, ""},
+      {"bob", "zeta", "vision", 5, 8, 2, 400, 4'000'000'000, 0, 3600, JobState::kRunning, "n1"},
+  };
+  for (const Spec& sp : specs) {
+    Job j = MakeJob(sp.user);
+    j.name = sp.name;
+    j.project = sp.project;
+    j.priority = sp.priority;
+    j.request.gpus = sp.gpus;
+    j.request.tasks = sp.tasks;
+    j.submit_time_us = sp.submit;
+    j.start_time_us = sp.start;
+    j.end_time_us = sp.end;
+    j.time_limit_s = sp.limit_s;
+    j.state = sp.state;
+    if (*sp.node != 0) {
+      for (int t = 0; t < sp.tasks; ++t) j.placement.push_back({sp.node, {0}, {"GPU-1"}, 1000});
+    }
+    ASSERT_TRUE(store_->InsertJob(j).ok());
+  }
+  std::vector<Job> all = store_->ListJobs({}).value();
+  ASSERT_EQ(all.size(), std::size(specs));
+  for (const std::string& field : Split(jobs::JobSortFieldList(), ',')) {
+    for (const char* sign : {"", "-"}) {
+      const std::string text = std::string(sign) + std::string(Trim(field));
+      JobFilter f;
+      f.sort = jobs::ParseJobSort(text, false, "sort").value();
+      f.now_us = now;
+      std::vector<Job> want = all;
+      std::stable_sort(want.begin(), want.end(), [&](const Job& a, const Job& b) {
+        return jobs::JobSortLess(a, b, f.sort, now);
+      });
+      auto ids = [](const std::vector<Job>& js) {
+        std::vector<int64_t> out;
+        for (const Job& j : js) out.push_back(j.id);
+        return out;
+      };
+      Result<std::vector<Job>> got = store_->ListJobs(f);
+      ASSERT_TRUE(got.ok()) << text << ": " << got.status().ToString();
+      EXPECT_EQ(ids(*got), ids(want)) << "sort=" << text;
+      f.limit = 2;
+      got = store_->ListJobs(f);
+      ASSERT_TRUE(got.ok()) << got.status().ToString();
+      want.resize(2);
+      EXPECT_EQ(ids(*got), ids(want)) << "sort=" << text << " limit=2";
+    }
+  }
+  // Two keys, and a filter with them.
+  JobFilter f;
+  f.sort = jobs::ParseJobSort("user,-priority", false, "sort").value();
+  f.states = {JobState::kPending, JobState::kRunning};
+  const std::vector<Job> listed = store_->ListJobs(f).value();
+  std::vector<int64_t> got;
+  for (const Job& j : listed) got.push_back(j.priority);
+  EXPECT_EQ(got, (std::vector<int64_t>{0, 5, 5}));
 }
 
 TEST_P(StoreTest, UpdateIsCompareAndSet) {

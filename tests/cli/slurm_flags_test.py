@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """A Slurm user's words through the real `gpupool` binary (issue 30, docs/slurm.md):
 --version, "did you mean", help with value names, and on a real `gpupool up` with a fake
-4-GPU node: `submit -H` (stored held, starts only once released), `-d afterok:N`,
+4-GPU node: `submit -H` (stored held, starts only once released), `-d afterok:N`, `-d singleton`,
 `-d afternotok:N` and dependencies on an array element (`--after-ok N_I`).
 
 Usage: slurm_flags_test.py PATH_TO_GPUPOOL NODE_JSON VERSION
@@ -133,6 +133,29 @@ class PoolFlagsTest(unittest.TestCase):
         j = self.wait(after_not_ok, pooltest.FINAL_STATES)
         self.assertEqual(j["state"], "CANCELLED")
         self.assertIn("dependency can never be met", j["reason"])
+
+    def test_singleton_waits_for_the_jobs_of_its_name(self):
+        # Two queued jobs named "nightly" (one held), another name: a singleton of that
+        # name waits for both, then runs.
+        first = self.submit("-H", "-J", "nightly", "--", "true")
+        second = self.submit("-H", "-J", "nightly", "--", "true")
+        other = self.submit("-H", "-J", "weekly", "--", "true")
+        single = self.submit("-d", "singleton", "-J", "nightly", "--", "true")
+        deps = self.job(single)["dependencies"]
+        self.assertEqual(sorted((d["job_id"], d["kind"]) for d in deps),
+                         [(first, "after-any"), (second, "after-any")])
+        self.assertEqual(self.job(single)["state"], "PENDING")
+        self.assertEqual(gp("cancel", str(first), env=self.env).returncode, 0)
+        self.assertEqual(gp("release", str(second), env=self.env).returncode, 0)
+        self.assertEqual(self.wait(second, pooltest.FINAL_STATES)["state"], "SUCCEEDED")
+        self.assertEqual(self.wait(single, pooltest.FINAL_STATES)["state"], "SUCCEEDED")
+        # Named after its command when it gives no name: `env`, of which none is queued.
+        alone = self.submit("-d", "singleton", "--", "env")
+        self.assertEqual(self.job(alone).get("dependencies", []), [])
+        r = gp("submit", "-d", "singleton:3", "--", "true", env=self.env)
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("--dependency singleton:3: singleton takes no job ids", r.stderr)
+        gp("cancel", str(other), env=self.env)
 
     def test_a_dependency_on_an_array_element_is_that_element(self):
         array = self.submit("-H", "-a", "0-1", "--", "true")

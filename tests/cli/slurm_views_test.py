@@ -268,29 +268,87 @@ class SlurmViewsTest(unittest.TestCase):
             r = self.ok("queue", "--start", "--name", "viewa")
             self.assertEqual(r.stdout.splitlines()[0].split(),
                              ["ID", "USER", "NAME", "STATE", "GPUS", "START", "REASON"])
-            self.assertIn(" unknown ", r.stdout.splitlines()[1])
+            self.assertIn(" N/A (not in the plan, which covers the first 100 pending jobs that "
+                          "may start) ", r.stdout.splitlines()[1])
         finally:
             self.gp("cancel", str(a), str(b))
 
-    def test_queue_start_gives_the_reservations_planned_start(self):
-        # Every GPU held for up to 10 minutes: the next 4-GPU job's reservation (EASY
-        # backfill, the default start rule) is planned at the first one's time limit.
-        first = self.submit("-G", "4", "-t", "10", "--", "sleep", "300")
-        started = self.wait(first, ("RUNNING",))["start_time_us"]
-        second = self.submit("-G", "4", "-J", "big", "--", "true")
-        third = self.submit("-G", "4", "-J", "later", "--", "true")
+    def test_queue_sort_orders_the_whole_list_on_the_server(self):
+        jobs = [self.submit("-H", "-J", name, "--priority", str(prio), "--", "true")
+                for name, prio in (("sortb", 5), ("sorta", 9), ("sortc", 5))]
         try:
-            j = pooltest.wait_for("a planned start", lambda: (
-                lambda j: j if "start_estimate_us" in j else None)(self.job(second)))
-            self.assertEqual(j["start_estimate_us"], (started // 1000000 + 600) * 1000000)
-            self.assertNotIn("start_estimate_us", self.job(third))
+            def order(*sort):
+                r = self.ok("queue", "-n", "sorta,sortb,sortc", "-o", "id,name", *sort)
+                return [line.split()[1] for line in r.stdout.splitlines()[1:]]
+            self.assertEqual(order(), ["sortb", "sorta", "sortc"])  # by id
+            self.assertEqual(order("--sort=-priority,name"), ["sorta", "sortb", "sortc"])
+            self.assertEqual(order("--sort", "priority,-id"), ["sortc", "sortb", "sorta"])
+            self.assertEqual(order("-S", "name"), ["sorta", "sortb", "sortc"])
+            # Paged: the server sorts the whole list, then takes the page.
+            r = self.ok("queue", "--json", "-n", "sorta,sortb,sortc", "--sort=-name")
+            self.assertEqual([j["name"] for j in json.loads(r.stdout)["jobs"]],
+                             ["sortc", "sortb", "sorta"])
+            r = self.gp("queue", "--sort", "colour")
+            self.assertEqual(r.returncode, 2, r.stdout + r.stderr)
+            self.assertIn("--sort: unknown field 'colour'; use id, user, name, project, state, "
+                          "priority, gpus, nodes, submitted, start, ended, wait, runtime, "
+                          "time_limit (-FIELD for descending)", r.stderr)
+        finally:
+            self.gp("cancel", *map(str, jobs))
+
+    def test_nodes_say_who_holds_each_gpu(self):
+        mine = self.submit("-G", "1", "--", "sleep", "300", user=NOBODY)
+        roots = self.submit("-G", "2", "--", "sleep", "300")
+        try:
+            self.wait(mine, ("RUNNING",))
+            self.wait(roots, ("RUNNING",))
+            node = self.job(mine)["placement"][0]["node"]
+            # A user sees their own job and user, and of another user's only that it is one.
+            shown = self.ok("nodes", user=NOBODY).stdout
+            held = shown[shown.index("GPUs held (job, user, share):\n"):].splitlines()[1:4]
+            self.assertEqual(sorted(line.split(": ", 1)[1] for line in held),
+                             ["%d nobody" % mine, "another user's job", "another user's job"],
+                             shown)
+            # An admin sees every job and user; `node show` has them per GPU.
+            shown = self.ok("nodes").stdout
+            self.assertIn(": %d nobody\n" % mine, shown)
+            self.assertEqual(shown.count(": %d root\n" % roots), 2, shown)
+            one = self.ok("node", "show", node, user=NOBODY).stdout.splitlines()
+            header = [i for i, line in enumerate(one) if line.startswith("GPU ")][0]
+            self.assertTrue(one[header].endswith("  HELD BY"), one)
+            cells = [line.split("  ")[-1].strip() for line in one[header + 1:header + 5]]
+            self.assertEqual(sorted(cells), sorted(["%d nobody" % mine, "another user's job",
+                                                    "another user's job", "-"]), one)
+        finally:
+            self.gp("cancel", str(mine), str(roots))
+
+    def test_queue_start_plans_each_pending_job_in_queue_order(self):
+        # Every GPU held for up to 10 minutes. In queue order, as the scheduler plans them
+        # from the time limits (every 5 s): a 4-GPU job for 5 minutes when the first ends
+        # (EASY's reservation too); then two 2-GPU jobs when it ends, one with a limit and
+        # one without; a last 4-GPU job never, as the one without a limit holds 2 GPUs.
+        first = self.submit("-G", "4", "-t", "10", "--", "sleep", "300")
+        started = self.wait(first, ("RUNNING",))["start_time_us"] // 1000000
+        big = self.submit("-G", "4", "-t", "5", "-J", "big", "--", "true")
+        mid = self.submit("-G", "2", "-t", "5", "-J", "mid", "--", "true")
+        endless = self.submit("-G", "2", "-J", "endless", "--", "true")
+        last = self.submit("-G", "4", "-J", "last", "--", "true")
+        try:
+            pooltest.wait_for("a planned start for every job before the last", lambda: all(
+                "start_estimate_us" in self.job(j) for j in (big, mid, endless)), timeout=60)
+            self.assertEqual([self.job(j)["start_estimate_us"] // 1000000 - started
+                              for j in (big, mid, endless)], [600, 900, 900])
+            self.assertEqual(self.job(last)["start_estimate_note"],
+                             "a job in its way has no time limit")
             rows = {line.split()[0]: line for line in self.ok("queue", "--start").stdout.splitlines()}
-            self.assertRegex(rows[str(second)], r" big +PENDING +4 +\d{4}-\d\d-\d\dT\d\d:\d\d:"
-                                                r"\d\dZ \(in (9m\d\ds|10m00s)\)( |$)")
-            self.assertRegex(rows[str(third)], r" later +PENDING +4 +unknown( |$)")
+            self.assertRegex(rows[str(big)], r" big +PENDING +4 +\d{4}-\d\d-\d\dT\d\d:\d\d:"
+                                             r"\d\dZ \(in (9m\d\ds|10m00s)\)( |$)")
+            self.assertRegex(rows[str(mid)], r" mid +PENDING +2 +\S+Z \(in 1[45]m\d\ds\)( |$)")
+            self.assertRegex(rows[str(last)], r" last +PENDING +4 +N/A \(a job in its way has "
+                                              r"no time limit\)( |$)")
             self.assertNotIn(str(first), rows)  # running: not in --start's list
         finally:
-            self.gp("cancel", str(first), str(second), str(third))
+            self.gp("cancel", str(first), str(big), str(mid), str(endless), str(last))
 
     def test_cancel_by_user_state_and_name(self):
         mine = [self.submit("-H", "-J", "sweep", "--", "true", user=NOBODY) for _ in range(2)]

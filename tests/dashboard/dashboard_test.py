@@ -457,6 +457,12 @@ class DashboardTest(unittest.TestCase):
             # The two 600-second sleepers have run longest; the job never started is last.
             self.assertEqual(set(by_runtime[:2]), {self.running, self.whole}, by_runtime)
             self.assertEqual(by_runtime[-1], self.pending, by_runtime)
+            # The server sorts (the whole queue, not the page): the page asked for the order.
+            sent = driver.execute_script(
+                "return performance.getEntriesByType('resource').map(e => e.name)"
+                ".filter(n => n.includes('/v1/jobs?'))")
+            self.assertTrue([u for u in sent if "sort=runtime" in u and "order=desc" in u], sent)
+            self.assertTrue([u for u in sent if "sort=id" in u and "order=asc" in u], sent)
             shot("queue-all-sorted")
             # Filtered by state.
             driver.get(base + "/#/queue?state=PENDING")

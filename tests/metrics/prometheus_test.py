@@ -161,6 +161,14 @@ class PrometheusTest(unittest.TestCase):
         t = nodes[0]["gpus"][0]["telemetry"]
         self.assertEqual((t["util_pct"], t["mem_used_mib"], t["mem_total_mib"], t["power_w"],
                           t["temp_c"]), (UTIL, MEM_MIB, 40960, 250.5, 61))
+        # The table `gpupool nodes` prints has the same sample per GPU (docs/monitoring.md).
+        table = self.cli("nodes").stdout
+        sampled = table[table.index("GPUs, latest sample:\n"):].splitlines()
+        self.assertEqual(sampled[1].split()[:5], ["NODE", "GPU", "ALLOC", "UTIL", "MEMORY"])
+        row = [line.split() for line in sampled[2:] if line.split()[:2] == [nodes[0]["name"], "0"]]
+        self.assertEqual(len(row), 1, table)
+        self.assertEqual((row[0][3], row[0][4], row[0][8], row[0][9]),
+                         ("77%", "1.2/40.0", "61", "C"), table)
         rows = json.loads(self.cli("usage", "--json").stdout)["rows"]
         root = [r for r in rows if r["key"] == "root"][0]
         self.assertGreater(root["used_gpu_hours"], 0)

@@ -33,6 +33,9 @@ import unittest
 
 GPUPOOL = os.path.abspath(sys.argv.pop(1)) if len(sys.argv) > 1 else "gpupool"
 PROBE = os.path.abspath(sys.argv.pop(1)) if len(sys.argv) > 1 else None
+# The stand-in nvidia-cuda-mps-control (tests/fakelib/mps): the pool's GPUs are then in
+# MPS mode, which only shares notice (whole-GPU jobs are told "exclusive").
+MPS_CONTROL = os.path.abspath(sys.argv.pop(1)) if len(sys.argv) > 1 else None
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "testlib"))
 import pooltest  # noqa: E402  (tests/testlib)
@@ -141,7 +144,8 @@ class Env:
             for d in ("bin", "dev", "proc", "sys", "tmp", "etc", "usr", "usr/lib", "app"):
                 add_dir(d)
             tar.add(shutil.which("busybox"), "bin/busybox")
-            for tool in ("sh", "ls", "env", "cat", "id", "sleep", "pwd", "touch", "echo"):
+            for tool in ("sh", "ls", "env", "cat", "id", "sleep", "pwd", "touch", "echo",
+                         "grep", "readlink"):
                 ti = tarfile.TarInfo("bin/" + tool)
                 ti.type = tarfile.SYMTYPE
                 ti.linkname = "busybox"
@@ -186,6 +190,8 @@ class Env:
         cmd = [GPUPOOL, "up", "--state-dir", os.path.join(self.dir, "state"), "--port", "0",
                "--fake", self.node, "--cdi-kind", self.kind, "--dev-root", self.dev]
         cmd += ["--podman-arg=" + a for a in self.podman_args]
+        if MPS_CONTROL:
+            cmd += ["--gpu-enforcement", "mps", "--mps-control", MPS_CONTROL]
         os.makedirs(os.path.join(self.dir, "state"))
         os.chmod(os.path.join(self.dir, "state"), 0o755)
         self.sock = os.path.join(self.dir, "state", "gpupool.sock")
@@ -285,6 +291,31 @@ class ContainerPoolTest(unittest.TestCase):
         with open(os.path.join(e.work, "out.txt")) as f:
             self.assertEqual(f.read(), "made\n")
         self.assertEqual(e.job(jid)["needs"]["cuda"], "12.4")
+
+    def test_container_share_on_an_mps_gpu_is_a_client_of_its_daemon(self):
+        """A container share on a GPU in MPS mode (docs/sharing.md) gets the daemon's pipe
+        folder at its node path, the share's MPS limits, and the host's IPC namespace; the
+        daemon starts for it and quits after it."""
+        if not MPS_CONTROL:
+            self.skipTest("no stand-in nvidia-cuda-mps-control given")
+        e = self.env
+        r = e.cli("submit", "--gpu-share", "0.25", "--cpus", "0.1", "--image",
+                  "localhost/gpupool-itest-cu124:1", "--", "sh", "-c",
+                  "env | grep -E '^(CUDA_MPS|GPUPOOL_GPU)'; echo ipc=$(readlink /proc/self/ns/ipc); "
+                  "touch $CUDA_MPS_PIPE_DIRECTORY/probe && echo PIPE-WRITABLE", user=65534)
+        jid = submitted_id(r)
+        j = e.wait(jid, pooltest.FINAL_STATES)
+        self.assertEqual(j["state"], "SUCCEEDED", (j, e.log()))
+        lines = e.cli("logs", str(jid), user=65534).stdout.splitlines()
+        uuid = j["placement"][0]["gpu_uuids"][0]
+        pipe = os.path.join(self.env.dir, "state", "agent", "mps", uuid, "pipe")
+        self.assertIn("GPUPOOL_GPU_ENFORCEMENT=mps", lines)
+        self.assertIn("CUDA_MPS_PIPE_DIRECTORY=" + pipe, lines)
+        self.assertIn("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=25", lines)
+        self.assertIn("ipc=" + os.readlink("/proc/self/ns/ipc"), lines)
+        self.assertIn("PIPE-WRITABLE", lines)
+        # The daemon went with its last client.
+        pooltest.wait_for("the MPS daemon to quit", lambda: not os.path.exists(pipe))
 
     def test_container_job_runs_its_script_copy_and_exports_only_when_asked(self):
         """A submitted script's copy runs in the container (mounted from the run directory);

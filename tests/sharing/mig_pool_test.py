@@ -117,6 +117,10 @@ class MigPoolTest(unittest.TestCase):
         self.assertEqual(ea["GPUPOOL_GPU_ENFORCEMENT"], "mig")
         self.assertEqual(int(ea["GPUPOOL_GPU_MEM_LIMIT_BYTES"]), by_uuid[ua]["memory_total_bytes"])
         self.assertFalse([k for k in ea if k.startswith("CUDA_MPS")], ea)
+        # `show` says how each job's GPU is held to it, as the job's environment does.
+        self.assertEqual(self.job(a)["gpu_enforcement"], "mig")
+        self.assertEqual(self.job(whole)["gpu_enforcement"], "exclusive")
+        self.assertIn("GPU mode:   mig", self.cli("show", str(a)).stdout)
 
         b = self.submit("--gpu-mem", "4G")
         jb = self.wait(b, ("RUNNING",))

@@ -18,6 +18,8 @@ Exit 77 (skipped) without root (the pool's jobs run as root here).
 """
 import json
 import os
+import pwd
+import shutil
 import signal
 import stat
 import subprocess
@@ -161,6 +163,8 @@ class MpsPoolTest(unittest.TestCase):
         self.assertEqual(eb["CUDA_MPS_PIPE_DIRECTORY"], pipe)
         self.assertEqual(ew["GPUPOOL_GPU_ENFORCEMENT"], "exclusive")
         self.assertFalse([k for k in ew if k.startswith("CUDA_MPS")], ew)
+        self.assertEqual(p.job(a)["gpu_enforcement"], "mps")
+        self.assertEqual(p.job(whole)["gpu_enforcement"], "exclusive")
 
         log = control_log(self.dir, uuid)
         self.assertEqual(log.count("start "), 1, log)
@@ -180,6 +184,59 @@ class MpsPoolTest(unittest.TestCase):
                  lambda: not os.path.exists(mps_dir(self.dir, uuid)))
         self.assertFalse(subprocess.run(["pgrep", "-f", "^" + CONTROL]).returncode == 0,
                          "a stand-in daemon still runs")
+
+    def test_two_real_users_get_separate_daemons_each_reachable_only_by_its_user(self):
+        """Two local users (the security suite's), each submitting a share as themselves:
+        MPS serves one user per GPU, so the shares land on different GPUs; each job, run
+        as its user, reaches its own daemon's pipe folder through the agent's state
+        directory (made under the daemons' umask 077) and cannot enter the other's."""
+        if shutil.which("useradd") is None or shutil.which("setpriv") is None:
+            self.skipTest("needs useradd and setpriv")
+        users = []
+        for name in ("gpsec-alice", "gpsec-bob"):
+            try:
+                pwd.getpwnam(name)
+            except KeyError:
+                subprocess.run(["useradd", "--system", "--user-group", "--no-create-home",
+                                "--shell", "/usr/sbin/nologin", name], check=True)
+            users.append(pwd.getpwnam(name))
+        os.chmod(self.out, 0o1777)
+        p = self.pool(["--gpu-enforcement", "mps", "--mps-control", CONTROL])
+        job = (JOB.replace('while', 'if [ -w "$CUDA_MPS_PIPE_DIRECTORY" ] && [ -x '
+                           '"$CUDA_MPS_PIPE_DIRECTORY" ]; then touch "$OUT/$GPUPOOL_JOB_ID.pipe-ok"; '
+                           'fi; while', 1))
+
+        def submit_as(user):
+            r = subprocess.run(
+                ["setpriv", "--reuid=%d" % user.pw_uid, "--regid=%d" % user.pw_gid,
+                 "--init-groups", GPUPOOL, "submit", "--cpus", "0.1", "-D", self.out,
+                 "--gpu-share", "0.5", "--env", "OUT=" + self.out, "--", "sh", "-c", job],
+                capture_output=True, text=True, env=p.env, timeout=60)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            return int(r.stdout.split()[-1])
+
+        ids = [submit_as(u) for u in users]
+        uuids = [p.wait(j, ("RUNNING",))["placement"][0]["gpu_uuids"][0] for j in ids]
+        self.assertNotEqual(uuids[0], uuids[1], "two users' shares on one MPS GPU")
+        for j, uuid, user in zip(ids, uuids, users):
+            env = read_env(self.out, j)
+            pipe = os.path.join(mps_dir(self.dir, uuid), "pipe")
+            self.assertEqual(env["CUDA_MPS_PIPE_DIRECTORY"], pipe)
+            self.assertEqual(os.stat(pipe).st_uid, user.pw_uid)
+            wait_for("job %d to reach its pipe folder" % j,
+                     lambda j=j: os.path.exists(os.path.join(self.out, "%d.pipe-ok" % j)),
+                     timeout=10)
+        # Neither user can enter the other's daemon folder.
+        for user, uuid in ((users[0], uuids[1]), (users[1], uuids[0])):
+            pipe = os.path.join(mps_dir(self.dir, uuid), "pipe")
+            r = subprocess.run(["setpriv", "--reuid=%d" % user.pw_uid,
+                                "--regid=%d" % user.pw_gid, "--init-groups", "ls", pipe],
+                               capture_output=True, text=True)
+            self.assertNotEqual(r.returncode, 0, "%s listed %s" % (user.pw_name, pipe))
+        for j in ids:
+            self.go(j)
+        for j in ids:
+            self.assertEqual(p.wait(j, ("SUCCEEDED", "FAILED"))["state"], "SUCCEEDED")
 
     def test_a_killed_pool_adopts_the_share_and_its_daemon(self):
         p = self.pool(["--gpu-enforcement", "mps", "--mps-control", CONTROL])
@@ -227,6 +284,8 @@ class MpsPoolTest(unittest.TestCase):
         self.assertIn("GPUPOOL_GPU_MEM_LIMIT_BYTES", e)
         self.assertFalse([k for k in e if k.startswith("CUDA_MPS")], e)
         self.assertFalse(os.path.exists(os.path.join(self.dir, "agent", "mps")))
+        self.assertEqual(p.job(a)["gpu_enforcement"], "none")
+        self.assertIn("none (a share, scheduled but not enforced)", p.cli("show", str(a)).stdout)
         self.go(a)
         p.wait(a, ("SUCCEEDED",))
 

@@ -279,10 +279,9 @@ Status AgentLoop::PrepareShare(const jobs::Job& job, agent::LaunchSpec* spec) {
     }
     return Status::Ok();
   }
-  // MPS for process jobs; a container would need the daemon's folders and the host's IPC
-  // namespace (not done: docs/sharing.md).
-  if (info == nullptr || info->enforcement != "mps" || options_.mps == nullptr ||
-      !spec->image.empty()) {
+  // MPS for process and container jobs (a container gets the daemon's pipe folder and the
+  // host's IPC namespace: container.h).
+  if (info == nullptr || info->enforcement != "mps" || options_.mps == nullptr) {
     return Status::Ok();
   }
   Result<std::string> pipe = options_.mps->Acquire(

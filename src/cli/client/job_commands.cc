@@ -6,6 +6,7 @@
 #include "cli/client/render.h"
 #include "common/strings.h"
 #include "jobs/job.h"
+#include "jobs/job_sort.h"
 
 namespace gpupool::cli {
 namespace {
@@ -48,6 +49,7 @@ struct QueueState {
   ConnectionFlags conn;
   JobSelection select;
   std::string format;
+  std::string sort;
   bool start = false;
   bool json = false;
 };
@@ -61,6 +63,11 @@ Status RunQueue(const ClientRuntime& rt, const QueueState& s) {
     GP_ASSIGN_OR_RETURN(fields, ParseQueueFields(s.format));
   }
   GP_ASSIGN_OR_RETURN(std::string path, JobListPath(select));
+  if (!s.sort.empty()) {  // the server sorts the whole list (squeue --sort)
+    GP_ASSIGN_OR_RETURN(std::vector<jobs::JobSortKey> keys,
+                        jobs::ParseJobSort(s.sort, false, "--sort"));
+    path += "&sort=" + net::UrlEncode(jobs::JobSortText(keys));
+  }
   GP_ASSIGN_OR_RETURN(ApiClient api, Connect(rt, s.conn));
   GP_ASSIGN_OR_RETURN(ApiAnswer answer, api.Get(path));
   if (s.json) {
@@ -272,8 +279,15 @@ void RegisterJobCommands(CLI::App& app, const RuntimePtr& rt) {
       ->add_option("-o,--format", q->format,
                    "the columns, a comma list of these fields:\n" + QueueFieldsHelp())
       ->type_name("FIELDS");
-  queue->add_flag("--start", q->start,
-                  "pending jobs and when the scheduler plans to start them (unknown: no plan)");
+  queue
+      ->add_option("-S,--sort", q->sort,
+                   "the order, a comma list of fields, -FIELD for descending (squeue --sort), "
+                   "e.g. state,-priority; fields: " +
+                       jobs::JobSortFieldList())
+      ->type_name("FIELD[,-FIELD]");
+  queue->add_flag(
+      "--start", q->start,
+      "pending jobs and when the scheduler plans to start them (N/A: no plan, and why)");
   queue->add_flag("--json", q->json, "print the server's JSON");
   AddConnectionOptions(*queue, &q->conn);
   queue->callback([rt, q] { Report(*rt, RunQueue(*rt, *q)); });

@@ -128,6 +128,41 @@ std::string GpuReadings(const Json& nodes) {
   return t.rows() == 0 ? "" : t.Render();
 }
 
+// Who holds a GPU (the API's `holders`): "12 alice", "40_3 bob 0.5" for a share, "another
+// user's job" (and its share) where the caller may not read the job; "-" when free.
+std::string HoldersCell(const Json& g) {
+  std::string out;
+  for (const Json& h : GetArray(g, "holders")) {
+    std::string one;
+    if (GetBool(h, "other_user")) {
+      one = "another user's job";
+    } else {
+      const int64_t array = GetInt(h, "array_id");
+      one = (array > 0 ? std::to_string(array) + "_" + std::to_string(GetInt(h, "array_index"))
+                       : std::to_string(GetInt(h, "job_id"))) +
+            " " + CleanCell(GetString(h, "user"));
+    }
+    if (const int64_t milli = GetInt(h, "gpu_milli", 1000); milli < 1000) {
+      one += " " + FormatMilli(milli);
+    }
+    out += (out.empty() ? "" : ", ") + one;
+  }
+  return out.empty() ? "-" : out;
+}
+
+// "n1 GPU 0: 12 alice\n" per GPU that someone holds.
+std::string GpuHolders(const Json& nodes) {
+  std::string out;
+  for (const Json& node : nodes) {
+    for (const Json& g : GetArray(node, "gpus")) {
+      if (GetArray(g, "holders").empty()) continue;
+      out += CleanCell(GetString(node, "name")) + " GPU " + std::to_string(GetInt(g, "index")) +
+             ": " + HoldersCell(g) + "\n";
+    }
+  }
+  return out;
+}
+
 std::string Hours(double h) {
   char buf[64];
   std::snprintf(buf, sizeof buf, "%.2f", h);
@@ -191,7 +226,9 @@ std::string RenderNodes(const Json& answer, int64_t now_us) {
       checking += CleanCell(GetString(node, "name")) + "\n";
   }
   const std::string readings = GpuReadings(GetArray(answer, "nodes"));
+  const std::string holders = GpuHolders(GetArray(answer, "nodes"));
   return t.Render() + (readings.empty() ? "" : "GPUs, latest sample:\n" + readings) +
+         (holders.empty() ? "" : "GPUs held (job, user, share):\n" + holders) +
          (drains.empty() ? "" : "drained:\n" + drains) +
          (health.empty() ? "" : "GPU health (docs/health.md):\n" + health) +
          (checking.empty() ? ""
@@ -231,7 +268,7 @@ Result<std::string> RenderNode(const Json& answer, const std::string& name, int6
     out += "Health check: its first verdict is still to come; no new work until it does\n";
   }
   Table t({"GPU>", "MODEL", "MEMORY>", "ALLOCATED>", "ENFORCEMENT", "HEALTH", "UTIL>", "USED>",
-           "TEMP>", "POWER>", "LAST XID>"});
+           "TEMP>", "POWER>", "LAST XID>", "HELD BY"});
   std::string details;
   for (const Json& g : GetArray(node, "gpus")) {
     const Json& h = GetObject(g, "health");
@@ -245,7 +282,7 @@ Result<std::string> RenderNode(const Json& answer, const std::string& name, int6
          FormatMilli(GetInt(g, "allocated_milli")), GetString(g, "enforcement", "-"), state,
          Reading(tel, "util_pct", "%"), used >= 0 ? Gib(used) + " GiB" : "-",
          Reading(tel, "temp_c", " C"), Reading(tel, "power_w", " W"),
-         Reading(tel, "xid_errors", "")});
+         Reading(tel, "xid_errors", ""), HoldersCell(g)});
     if (!GetString(h, "state").empty()) {
       details += "GPU " + index + " (" + CleanCell(GetString(g, "uuid")) +
                  "): " + CleanCell(state) + " since " + FormatTimeUtc(GetInt(h, "since_us")) +

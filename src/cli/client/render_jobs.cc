@@ -253,6 +253,11 @@ std::string RenderJob(const Json& job, int64_t now_us) {
   line("Time limit", limit > 0 ? FormatDuration(limit) : "none");
   line("Requeue", GetBool(job, "requeue") ? "yes, if its node is lost" : "no");
   if (GetBool(job, "enforce_memory")) line("Enforce", "memory (shares only on GPUs that hold it)");
+  if (const std::string mode = GetString(job, "gpu_enforcement"); !mode.empty()) {
+    line("GPU mode", mode == "exclusive" ? "exclusive (whole GPUs)"
+                     : mode == "none"    ? "none (a share, scheduled but not enforced)"
+                                         : mode);
+  }
   if (GetBool(job, "mpi")) line("Launch", "mpi: the command runs in task 0, the others are held");
   if (const std::string mode = GetString(job, "interactive"); mode == "run") {
     line("Interactive", std::string("run: the command runs in task 0 with its client's ") +

@@ -55,13 +55,16 @@ std::string Why(const Json& job, int64_t now_us) {
 }
 
 // When the job started, or for a pending one when the scheduler plans to start it:
-// "2026-11-27T09:00:00Z (in 1h02m)"; "unknown" when it has no plan for it (only the job
-// holding the EASY backfill reservation has one), "-" for a job that ended unstarted.
+// "2026-11-27T09:00:00Z (in 1h02m)"; "N/A (why)" when it has no plan for it (the server's
+// start_estimate_note), "-" for a job that ended unstarted.
 std::string StartCell(const Json& job, int64_t now_us) {
   if (const int64_t start = GetInt(job, "start_time_us"); start > 0) return FormatTimeUtc(start);
   if (GetString(job, "state") != "PENDING") return "-";
   const int64_t planned = GetInt(job, "start_estimate_us");
-  if (planned <= 0) return "unknown";
+  if (planned <= 0) {
+    const std::string note = GetString(job, "start_estimate_note");
+    return note.empty() ? std::string("N/A") : "N/A (" + note + ")";
+  }
   return FormatTimeUtc(planned) + " (in " +
          FormatDuration(std::max<int64_t>(0, planned - now_us) / 1'000'000) + ")";
 }
@@ -127,7 +130,8 @@ const QueueField kFields[] = {
      }},
     {"submitted", "SUBMITTED", "submit time (UTC)",
      [](const Json& j, int64_t) { return FormatTimeUtc(GetInt(j, "submit_time_us")); }},
-    {"start", "START", "start time, or the scheduler's planned start of a pending job", &StartCell},
+    {"start", "START", "start time, or the scheduler's planned start of a pending job (N/A: none)",
+     &StartCell},
     {"ended", "ENDED", "end time (UTC)",
      [](const Json& j, int64_t) { return FormatTimeUtc(GetInt(j, "end_time_us")); }},
     {"exit", "EXIT>", "exit code or signal", [](const Json& j, int64_t) { return ExitCell(j); }},

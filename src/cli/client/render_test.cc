@@ -214,8 +214,12 @@ TEST(RenderNodesTest, FractionsAndModels) {
      "last_heartbeat_us": 1793491197000000, "running_jobs": 3, "cpu_milli": 64000,
      "cpu_allocated_milli": 2500, "memory_mib": 257024, "memory_allocated_mib": 12800,
      "drain_reason": "disk swap (root)",
-     "gpus": [{"index": 0, "name": "H100", "allocated_milli": 1000},
+     "gpus": [{"index": 0, "name": "H100", "allocated_milli": 1000,
+               "holders": [{"job_id": 41, "array_id": 40, "array_index": 1, "user": "alice",
+                            "gpu_milli": 1000}]},
               {"index": 1, "name": "H100", "allocated_milli": 250,
+               "holders": [{"job_id": 7, "user": "alice", "gpu_milli": 125},
+                           {"other_user": true, "gpu_milli": 125}],
                "health": {"state": "cordoned", "reason": "Xid 95: uncontained ECC error",
                           "evidence": "Xid 95 x1", "since_us": 1, "by": "policy"}},
               {"index": 2, "name": "A100", "allocated_milli": 0}]},
@@ -235,6 +239,9 @@ TEST(RenderNodesTest, FractionsAndModels) {
             "1x A100\n"
             "gpu2  down      -            0/0     0/0     0.0/0.0 GiB        2   never  -\n"
             "gpu3  up        -            0/8     0/0     0.0/0.0 GiB        0   never  8x H100\n"
+            "GPUs held (job, user, share):\n"
+            "gpu1 GPU 0: 40_1 alice\n"
+            "gpu1 GPU 1: 7 alice 0.125, another user's job 0.125\n"
             "drained:\n"
             "gpu1: disk swap (root)\n"
             "GPU health (docs/health.md):\n"
@@ -286,6 +293,7 @@ TEST(RenderNodeTest, OneNodeInFullWithItsGpusHealth) {
      "health_check_pending": true,
      "gpus": [{"index": 0, "name": "H100", "uuid": "GPU-a", "memory_total_bytes": 85899345920,
                "allocated_milli": 500, "enforcement": "mps",
+               "holders": [{"job_id": 12, "user": "alice", "gpu_milli": 500}],
                "telemetry": {"util_pct": 57, "mem_used_mib": 2048, "temp_c": 41, "power_w": 250.4,
                              "xid_errors": 0}},
               {"index": 1, "name": "H100", "uuid": "GPU-b", "memory_total_bytes": 85899345920,
@@ -302,9 +310,12 @@ TEST(RenderNodeTest, OneNodeInFullWithItsGpusHealth) {
       "Drained: health: GPU GPU-b Xid 79: GPU has fallen off the bus (`gpupool node resume "
       "gpu1` ends it)\n"
       "Health check: its first verdict is still to come; no new work until it does\n"
-      "GPU  MODEL  MEMORY  ALLOCATED  ENFORCEMENT  HEALTH   UTIL     USED  TEMP  POWER  LAST XID\n"
-      "  0  H100   80 GiB        0.5  mps          healthy   57%  2.0 GiB  41 C  250 W         0\n"
-      "  1  H100   80 GiB          0  -            failed      -        -     -      -         -\n"
+      "GPU  MODEL  MEMORY  ALLOCATED  ENFORCEMENT  HEALTH   UTIL     USED  TEMP  POWER  LAST XID  "
+      "HELD BY\n"
+      "  0  H100   80 GiB        0.5  mps          healthy   57%  2.0 GiB  41 C  250 W         0  "
+      "12 alice 0.5\n"
+      "  1  H100   80 GiB          0  -            failed      -        -     -      -         -  "
+      "-\n"
       "GPU health (docs/health.md):\n"
       "GPU 1 (GPU-b): failed since 2026-11-01T00:00:00Z by policy: Xid 79: fallen off the bus; "
       "needs service (evidence: Xid 79 x1); strikes 3 of 3\n");
@@ -428,8 +439,8 @@ TEST(QueueFormatTest, ParsesNamesAndRefusesUnknownOnes) {
             std::string::npos);
 }
 
-// The fields as columns, arrays grouped as in the default view; START says "unknown" for
-// a pending job the scheduler has no plan for.
+// The fields as columns, arrays grouped as in the default view; START says "N/A" for a
+// pending job the scheduler has no plan for (with the server's note when it gives one).
 TEST(QueueFormatTest, ColumnsInTheOrderGiven) {
   const Json answer = Parse(R"({"jobs": [
     {"id": 30, "name": "big", "state": "PENDING", "project": "vision", "priority": 5,
@@ -450,7 +461,7 @@ TEST(QueueFormatTest, ColumnsInTheOrderGiven) {
             "                      EXIT  COMMAND                        WORKDIR\n"
             "      30  big   vision          5      2   0.5  16 GiB       2h00m  2026-11-01T01:02"
             ":00Z (in 1h02m)          -  python3 train.py --lr '0.1 x'  /home/a\n"
-            "31_[0-1]                        0      1     1       -        none  unknown         "
+            "31_[0-1]                        0      1     1       -        none  N/A             "
             "                         -\n"
             "      33                        0      1     1       -        none  2026-10-31T23:00"
             ":00Z                     3\n"
@@ -459,6 +470,10 @@ TEST(QueueFormatTest, ColumnsInTheOrderGiven) {
   EXPECT_EQ(RenderQueue(answer, kRenderNow, StartQueueFields()).substr(0, 50),
             "      ID  USER  NAME  STATE      GPUS  START      ");
   EXPECT_EQ(RenderQueue(answer, kRenderNow), RenderQueue(answer, kRenderNow, DefaultQueueFields()));
+  const Json noted = Parse(R"({"jobs": [{"id": 35, "state": "PENDING", "request": {},
+    "start_estimate_note": "a job in its way has no time limit"}]})");
+  EXPECT_EQ(RenderQueue(noted, kRenderNow, {"id", "start"}),
+            "ID  START\n35  N/A (a job in its way has no time limit)\n");
 }
 
 // Issue 30: a user's row shows what it leaves to the default; unknown users never reach it.

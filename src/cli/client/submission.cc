@@ -217,10 +217,10 @@ Result<std::vector<std::string>> ParseSlurmDependency(const std::string& spec) {
     const std::string p(Trim(part));
     const size_t colon = p.find(':');
     const std::string type = ToLower(p.substr(0, colon));
-    if (type == "singleton") {
-      return bad(
-          "singleton is not supported: chain jobs of the same name with afterany:ID (or "
-          "--after-any ID) instead");
+    if (type == "singleton") {  // the server adds the jobs (the body's `singleton`)
+      if (colon != std::string::npos) return bad("singleton takes no job ids");
+      out.push_back("singleton:");
+      continue;
     }
     std::string kind;
     if (type == "afterok") kind = "after-ok";
@@ -393,6 +393,10 @@ Result<OrderedJson> BuildSubmission(const SubmitFlags& f, const std::vector<std:
   for (const auto& [d, flag] : wanted) {
     const size_t colon = d.find(':');
     const std::string kind = d.substr(0, colon);
+    if (kind == "singleton") {
+      body["singleton"] = true;
+      continue;
+    }
     const std::string ref(Trim(d.substr(colon + 1)));
     GP_ASSIGN_OR_RETURN(int64_t id, DependencyId(flag, kind, ref, resolve));
     deps.push_back({{"job_id", id}, {"kind", kind}});

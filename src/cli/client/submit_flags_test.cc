@@ -158,9 +158,11 @@ TEST(BuildSubmissionTest, SlurmDependenciesBecomeGpupoolsKinds) {
             std::string::npos);
   EXPECT_NE(Body(ParseArgs({"-d", "AfterOK:9"})).find(R"({"job_id":9,"kind":"after-ok"})"),
             std::string::npos);
-  EXPECT_EQ(Error({"-d", "singleton"}),
-            "--dependency singleton: singleton is not supported: chain jobs of the same name with "
-            "afterany:ID (or --after-any ID) instead");
+  EXPECT_NE(Body(ParseArgs({"-d", "afterok:4,singleton"}))
+                .find(R"("singleton":true,"dependencies":[{"job_id":4,"kind":"after-ok"}])"),
+            std::string::npos)
+      << Body(ParseArgs({"-d", "afterok:4,singleton"}));
+  EXPECT_EQ(Error({"-d", "singleton:4"}), "--dependency singleton:4: singleton takes no job ids");
   EXPECT_EQ(Error({"-d", "after:12"}),
             "--dependency after:12: type 'after' is not supported; use afterok, afterany or "
             "afternotok (after, aftercorr, aftersomething+TIME and expand do not exist in "

@@ -16,6 +16,7 @@
 #include "controller/environments.h"
 #include "controller/telemetry_service.h"
 #include "jobs/job_json.h"
+#include "jobs/job_sort.h"
 #include "jobs/job_validation.h"
 
 namespace gpupool::controller::api {
@@ -113,15 +114,27 @@ const char* const kServerSetFields[] = {"id",
                                         "preemptions",
                                         "preempted_gpu_hours"};
 
+// The scheduler's start plan as readers attach it (Controller::StartEstimates, StartNotes).
+struct StartPlanView {
+  std::map<int64_t, int64_t> estimates;
+  std::map<int64_t, std::string> notes;
+  explicit StartPlanView(Controller* c) : estimates(c->StartEstimates()), notes(c->StartNotes()) {}
+};
+
 // A job as the API shows it: jobs::JobToJson, for a pending job the scheduler's planned
-// start when it has one (`estimates`, Controller::StartEstimates), and once sampled its
-// gpu_util.
-OrderedJson JobJson(const ApiContext& ctx, const jobs::Job& job,
-                    const std::map<int64_t, int64_t>& estimates) {
+// start when it has one, else why not, and once sampled its gpu_util.
+OrderedJson JobJson(const ApiContext& ctx, const jobs::Job& job, const StartPlanView& plan) {
   const TelemetryHub& hub = ctx.telemetry->hub();
   OrderedJson j = jobs::JobToJson(job);
   if (job.state == jobs::JobState::kPending) {
-    if (auto e = estimates.find(job.id); e != estimates.end()) j["start_estimate_us"] = e->second;
+    if (auto e = plan.estimates.find(job.id); e != plan.estimates.end()) {
+      j["start_estimate_us"] = e->second;
+    } else if (auto n = plan.notes.find(job.id); n != plan.notes.end()) {
+      j["start_estimate_note"] = n->second;
+    } else {
+      j["start_estimate_note"] = "not in the plan, which covers the first " +
+                                 std::to_string(kStartPlanJobs) + " pending jobs that may start";
+    }
   }
   std::optional<JobGpuUtil> u = hub.Job(job.id);
   if (!u) return j;
@@ -140,6 +153,48 @@ OrderedJson JobJson(const ApiContext& ctx, const jobs::Job& job,
   }
   j["gpu_util"] = std::move(g);
   return j;
+}
+
+// Slurm's singleton: an after-any dependency on each job of the caller's that is still
+// queued or running and has the job's name (the default name when it gives none).
+Status AddSingletonDependencies(const ApiContext& ctx, const Caller& caller, jobs::Job* job) {
+  const std::string name = job->name.empty() ? jobs::DefaultJobName(*job) : job->name;
+  store::JobFilter f;
+  f.user = caller.user;
+  f.active_only = true;
+  GP_ASSIGN_OR_RETURN(std::vector<jobs::Job> active, ctx.controller->List(f, caller));
+  for (const jobs::Job& other : active) {
+    if (other.name != name) continue;
+    const jobs::Dependency d{other.id, jobs::Dependency::Kind::kAfterAny};
+    if (std::find(job->dependencies.begin(), job->dependencies.end(), d) ==
+        job->dependencies.end()) {
+      job->dependencies.push_back(d);
+    }
+  }
+  if (job->dependencies.size() > jobs::kMaxDependencies) {
+    return Status::InvalidArgument(
+        "singleton: " + std::to_string(job->dependencies.size()) +
+        " dependencies with the jobs named '" + name + "' still queued or running, over " +
+        std::to_string(jobs::kMaxDependencies) + "; wait for some of them to end");
+  }
+  return Status::Ok();
+}
+
+// sort=FIELD[,-FIELD] and order=asc|desc (jobs/job_sort.h): the order of the whole list,
+// which limit and offset then page through. order alone sorts by id; neither: the
+// listing's own order (limited lists newest first, others oldest first).
+Result<std::vector<jobs::JobSortKey>> ListOrder(const net::HttpRequest& r) {
+  const std::string order = r.Query("order");
+  if (!order.empty() && order != "asc" && order != "desc") {
+    return Status::InvalidArgument("order: unknown order '" + order + "'; use asc or desc");
+  }
+  std::string text = r.Query("sort");
+  if (text.empty() && r.query.contains("sort")) {
+    return Status::InvalidArgument("sort: give a field, one of " + jobs::JobSortFieldList());
+  }
+  if (text.empty() && !order.empty()) text = "id";
+  if (text.empty()) return std::vector<jobs::JobSortKey>{};
+  return jobs::ParseJobSort(text, order == "desc", "sort");
 }
 
 }  // namespace
@@ -169,9 +224,22 @@ net::HttpResponse SubmitJob(const ApiContext& ctx, const Call& c) {
     hold = it->get<bool>();
     body->erase(it);
   }
+  // `singleton` (sbatch -d singleton): the job waits for every job of its user and name
+  // still queued or running (an after-any dependency on each, added here).
+  bool singleton = false;
+  if (auto it = body->find("singleton"); it != body->end()) {
+    if (!it->is_boolean()) {
+      return ErrorResponse(Status::InvalidArgument("singleton: expected true or false"));
+    }
+    singleton = it->get<bool>();
+    body->erase(it);
+  }
   Result<jobs::Job> job = jobs::JobFromJson(*body, "job");
   if (!job.ok()) return ErrorResponse(job.status());
   if (hold) job->held_by = caller.user;  // the owner's own hold: the owner releases it
+  if (singleton) {
+    if (Status s = AddSingletonDependencies(ctx, caller, &*job); !s.ok()) return ErrorResponse(s);
+  }
   // Before anything runs a tool on the job's values (podman inspects its image).
   if (Status s = jobs::ValidateSubmission(*job); !s.ok()) return ErrorResponse(s);
   // Over max-submission-bytes: 413 (ResourceExhausted), before its image is inspected,
@@ -217,6 +285,10 @@ net::HttpResponse ListJobs(const ApiContext& ctx, const Call& c) {
       f.states.push_back(*st);
     }
   }
+  Result<std::vector<jobs::JobSortKey>> sort = ListOrder(r);
+  if (!sort.ok()) return ErrorResponse(sort.status());
+  f.sort = std::move(*sort);
+  const bool sorted = !f.sort.empty();
   Result<int64_t> limit = QueryInt(r, "limit", 0, 0, 100000);
   if (!limit.ok()) return ErrorResponse(limit.status());
   // offset=N skips the newest N of those that match (a page of the dashboard's queue).
@@ -233,12 +305,16 @@ net::HttpResponse ListJobs(const ApiContext& ctx, const Call& c) {
   if (!jobs.ok()) return ErrorResponse(jobs.status());
   if (!names.empty()) {
     std::erase_if(*jobs, [&](const jobs::Job& j) { return !names.contains(j.name); });
-    if (*limit > 0) {  // as the store answers a limited list: newest first
+    if (*limit > 0 && !sorted) {  // as the store answers a limited list: newest first
       std::reverse(jobs->begin(), jobs->end());
       jobs->resize(std::min(jobs->size(), static_cast<size_t>(*limit + *offset)));
     }
   }
-  if (*offset > 0) {
+  if (sorted) {  // the whole list in its order: skip `offset`, keep `limit`
+    jobs->erase(jobs->begin(),
+                jobs->begin() + std::min(jobs->size(), static_cast<size_t>(*offset)));
+    if (*limit > 0) jobs->resize(std::min(jobs->size(), static_cast<size_t>(*limit)));
+  } else if (*offset > 0) {
     if (*limit == 0) {  // unlimited lists come oldest first: the newest N go
       jobs->resize(jobs->size() > static_cast<size_t>(*offset)
                        ? jobs->size() - static_cast<size_t>(*offset)
@@ -248,12 +324,12 @@ net::HttpResponse ListJobs(const ApiContext& ctx, const Call& c) {
                   jobs->begin() + std::min(jobs->size(), static_cast<size_t>(*offset)));
     }
   }
-  const std::map<int64_t, int64_t> estimates = ctx.controller->StartEstimates();
+  const StartPlanView plan(ctx.controller);
   OrderedJson list = OrderedJson::array();
   for (const jobs::Job& j : *jobs) {
     // A list leaves out each job's bulk, its environment and script (an exported shell
     // environment is kilobytes a job): GET /v1/jobs/ID has them.
-    OrderedJson one = JobJson(ctx, j, estimates);
+    OrderedJson one = JobJson(ctx, j, plan);
     one.erase("env");
     one.erase("script");
     list.push_back(std::move(one));
@@ -269,7 +345,11 @@ net::HttpResponse ListJobs(const ApiContext& ctx, const Call& c) {
 net::HttpResponse GetJob(const ApiContext& ctx, const Call& c) {
   Result<jobs::Job> j = ctx.controller->Get(c.id, c.caller);
   if (!j.ok()) return ErrorResponse(j.status());
-  return JsonResponse(200, {{"job", JobJson(ctx, *j, ctx.controller->StartEstimates())}});
+  OrderedJson job = JobJson(ctx, *j, StartPlanView(ctx.controller));
+  if (std::string mode = ctx.controller->GpuEnforcement(*j); !mode.empty()) {
+    job["gpu_enforcement"] = std::move(mode);
+  }
+  return JsonResponse(200, {{"job", std::move(job)}});
 }
 
 // The body of a cancel: empty, `{}`, or from `gpupool alloc` the end of its command

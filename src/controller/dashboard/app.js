@@ -341,7 +341,8 @@
     return out;
   }
 
-  // The queue's columns: key (for ?sort=), header, the value sorted by, and the cell.
+  // The queue's columns: key (the API's sort=FIELD, which sorts the whole list on the
+  // server; `nosort`: no such field), header, the value shown, and the cell.
   const QUEUE_COLUMNS = [
     { key: 'id', label: 'id', num: true, value: (j) => j.id, cell: (j) => h('a', { href: `#/jobs/${j.id}`, text: jobIdText(j) }) },
     { key: 'user', label: 'user', value: (j) => j.user || '' },
@@ -353,7 +354,7 @@
     { key: 'submitted', label: 'submitted', value: (j) => j.submit_time_us || 0, text: (j) => fmtTime(j.submit_time_us) },
     { key: 'wait', label: 'wait', num: true, value: (j, now) => waitSeconds(j, now), text: (j, now) => fmtDuration(waitSeconds(j, now)) },
     { key: 'runtime', label: 'run time', num: true, value: (j, now) => runSeconds(j, now), text: (j, now) => fmtDuration(runSeconds(j, now)) },
-    { key: 'reason', label: 'reason', cls: 'reason', value: (j) => (j.preempted_by ? `preempted by job ${j.preempted_by}: stopping` : j.state === 'PENDING' ? (j.held_by ? `held by ${j.held_by}` : j.pending_reason || '') : j.reason || '') + (j.preemptions ? ` [preempted ${j.preemptions}x]` : '') },
+    { key: 'reason', label: 'reason', cls: 'reason', nosort: true, value: (j) => (j.preempted_by ? `preempted by job ${j.preempted_by}: stopping` : j.state === 'PENDING' ? (j.held_by ? `held by ${j.held_by}` : j.pending_reason || '') : j.reason || '') + (j.preemptions ? ` [preempted ${j.preemptions}x]` : '') },
   ];
   // The queue's state filter: `?state=` in the page's address. None: the active jobs (the
   // API's active=1: pending, held, assigned, running); `all`: every state (no filter sent:
@@ -367,9 +368,11 @@
     const page = Math.max(0, parseInt(q.page || '0', 10) || 0);
     const stateFilter = q.state || '';
     const userFilter = q.user || '';
-    const sortKey = QUEUE_COLUMNS.some((c) => c.key === q.sort) ? q.sort : '';
+    const sortKey = QUEUE_COLUMNS.some((c) => c.key === q.sort && !c.nosort) ? q.sort : '';
     const sortDir = q.dir === 'asc' ? 'asc' : 'desc';
     const params = new URLSearchParams({ limit: String(PAGE_SIZE + 1), offset: String(page * PAGE_SIZE) });
+    // The server sorts every job that matches, and the pages follow that order.
+    if (sortKey) { params.set('sort', sortKey); params.set('order', sortDir); }
     queueStateParams(stateFilter, params);
     if (userFilter) params.set('user', userFilter);
     else if (session.admin) params.set('all', '1');
@@ -393,20 +396,6 @@
     const jobs = res.body.jobs || [];
     const more = jobs.length > PAGE_SIZE;
     const shown = jobs.slice(0, PAGE_SIZE);
-    if (sortKey) {
-      // Sorted within this page (the newest PAGE_SIZE that match); empty values last.
-      const col = QUEUE_COLUMNS.find((c) => c.key === sortKey);
-      const sign = sortDir === 'asc' ? 1 : -1;
-      shown.sort((a, b) => {
-        const va = col.value(a, nowUs);
-        const vb = col.value(b, nowUs);
-        const ea = va === null || va === '';
-        const eb = vb === null || vb === '';
-        if (ea || eb) return ea === eb ? b.id - a.id : ea ? 1 : -1;
-        const c = typeof va === 'number' && typeof vb === 'number' ? va - vb : String(va).localeCompare(String(vb));
-        return c !== 0 ? sign * c : b.id - a.id;
-      });
-    }
     const rows = shown.map((j) => h('tr', { dataset: { jobId: j.id, jobName: jobIdText(j), user: j.user, state: j.state } },
       QUEUE_COLUMNS.map((c) => {
         const td = h('td', { class: [c.num ? 'num' : '', c.cls || ''].join(' ').trim() || null, dataset: { col: c.key } });
@@ -415,19 +404,19 @@
         return td;
       })));
     const headers = QUEUE_COLUMNS.map((c) => {
+      if (c.nosort) return h('th', { class: c.num ? 'num' : null, text: c.label });
       const sorted = c.key === sortKey;
       const next = sorted && sortDir === 'desc' ? 'asc' : 'desc';
       return h('th', { class: c.num ? 'num sortable' : 'sortable', dataset: { sort: c.key }, 'aria-sort': sorted ? (sortDir === 'asc' ? 'ascending' : 'descending') : 'none' },
-        h('button', { type: 'button', class: 'sort', title: `sort by ${c.label}`, onclick: () => go({ sort: c.key, dir: next, page: String(page) }) },
+        h('button', { type: 'button', class: 'sort', title: `sort by ${c.label}`, onclick: () => go({ sort: c.key, dir: next }) },
           c.label, sorted ? (sortDir === 'asc' ? ' ▲' : ' ▼') : ''));
     });
     const pager = h('div', { class: 'pager' },
-      h('button', { id: 'page-prev', disabled: page === 0, onclick: () => go({ page: String(page - 1) }), text: '← newer' }),
+      h('button', { id: 'page-prev', disabled: page === 0, onclick: () => go({ page: String(page - 1) }), text: sortKey ? '← previous' : '← newer' }),
       h('span', { id: 'page-info', text: shown.length ? `jobs ${page * PAGE_SIZE + 1}–${page * PAGE_SIZE + shown.length}` : 'no jobs' }),
-      h('button', { id: 'page-next', disabled: !more, onclick: () => go({ page: String(page + 1) }), text: 'older →' }));
+      h('button', { id: 'page-next', disabled: !more, onclick: () => go({ page: String(page + 1) }), text: sortKey ? 'next →' : 'older →' }));
     show(h('h1', { text: 'Queue' }), filters, pager,
-      tableBox(h('table', { id: 'queue-table' }, h('thead', {}, h('tr', {}, headers)), h('tbody', {}, rows))),
-      sortKey ? h('p', { class: 'muted', text: 'Sorted within this page; the pages hold the newest jobs first.' }) : null);
+      tableBox(h('table', { id: 'queue-table' }, h('thead', {}, h('tr', {}, headers)), h('tbody', {}, rows))));
     document.body.dataset.queueRendered = String(rows.length);
     if (window.performance && performance.mark) performance.mark('queue-rendered');
   }
@@ -489,6 +478,7 @@
       field('time limit', j.time_limit_s > 0 ? fmtDuration(j.time_limit_s) : 'none', 'time_limit'),
       field('requeue', j.requeue ? 'yes, if its node is lost' : 'no'),
       j.enforce_memory ? field('enforce', 'memory (shares only on GPUs that hold it)') : [],
+      field('GPU enforcement', j.gpu_enforcement, 'gpu_enforcement'),
       j.mpi ? field('launch', 'mpi: the command runs in task 0, the others are held') : [],
       j.interactive ? field('interactive', j.interactive === 'alloc' ? 'alloc: an allocation held for gpupool exec' : `run: the command runs in task 0 with its client's ${j.pty ? 'terminal (--pty)' : 'stdin and output'}`) : [],
       j.array_id ? field('array', `element ${j.array_index} of array ${j.array_id} (${j.array || ''})${j.array_max_running > 0 ? `, at most ${j.array_max_running} at once` : ''}`, 'array') : [],

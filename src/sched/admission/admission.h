@@ -60,6 +60,9 @@ struct PassContext {
   // EnforceMemoryFilter: the nodes (names, sorted) whose GPUs all hold a share to its
   // memory (enforcement mps, mig or dmem).
   std::span<const std::string> memory_enforced_nodes;
+  // Plan the starts of the first this many admitted jobs that do not start now, in queue
+  // order (ProfileResult::planned_starts, queue/start_plan.h); 0: none.
+  size_t plan_starts = 0;
 };
 
 class GatePlugin : public Plugin {
@@ -98,7 +101,8 @@ using GateRegistry = Registry<GatePlugin>;
 using AdmissionFilterRegistry = Registry<AdmissionFilter>;
 
 // The built-in gates (hold, dependency, earlier-attempt, array-throttle, quota) and
-// filters (drain, enforce-memory, env-compat); immutable after first use, safe to share between threads.
+// filters (drain, enforce-memory, env-compat); immutable after first use, safe to share between
+// threads.
 const GateRegistry& BuiltinGates();
 const AdmissionFilterRegistry& BuiltinAdmissionFilters();
 

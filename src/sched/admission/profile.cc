@@ -38,6 +38,7 @@ Result<std::unique_ptr<SchedulingProfile>> SchedulingProfile::Create(const Profi
                                  config = spec.placement_config]() {
     return placements->Create(name, config);
   };
+  p->planner_ = planner;
   p->pass_ =
       std::make_unique<SchedulingPass>(*p->queue_, *p->placement_, std::move(planner), spec.pass);
   return p;
@@ -126,6 +127,37 @@ void SchedulingProfile::Explain(const ClusterState& cluster, const PassContext& 
             [](const auto& a, const auto& b) { return a.first < b.first; });
 }
 
+// After the pass: the jobs it started run from now, and the first ctx.plan_starts of the
+// others are planned in queue order behind them.
+Status SchedulingProfile::PlanStartTimes(const ClusterState& cluster, const PassContext& ctx,
+                                         const PassResult& pass,
+                                         const std::vector<const QueuedJob*>& admitted,
+                                         const std::vector<size_t>& admitted_index,
+                                         ProfileResult* result) {
+  std::vector<bool> started(admitted.size(), false);
+  std::vector<RunningJob> running(ctx.running.begin(), ctx.running.end());
+  for (const PassResult::Started& s : pass.started) {
+    started[s.pending_index] = true;
+    running.push_back({admitted[s.pending_index], ctx.now_s, s.placements});
+  }
+  const std::vector<size_t> order =
+      queue_->Order(QueueContext{ctx.now_s, admitted, running, &cluster});
+  std::vector<const QueuedJob*> queue;
+  std::vector<size_t> which;  // queue[i] is admitted[which[i]]
+  for (size_t k : order) {
+    if (started[k]) continue;
+    if (queue.size() == ctx.plan_starts) break;
+    queue.push_back(admitted[k]);
+    which.push_back(k);
+  }
+  GP_ASSIGN_OR_RETURN(std::vector<PlannedStart> plan,
+                      PlanStarts(cluster, ctx.now_s, running, queue, planner_));
+  for (size_t i = 0; i < plan.size(); ++i) {
+    result->planned_starts.emplace_back(admitted_index[which[i]], std::move(plan[i]));
+  }
+  return Status::Ok();
+}
+
 Result<ProfileResult> SchedulingProfile::Run(ClusterState& cluster, const PassContext& ctx,
                                              bool explain) {
   for (const auto& g : gates_) g->BeginPass(ctx);
@@ -139,6 +171,9 @@ Result<ProfileResult> SchedulingProfile::Run(ClusterState& cluster, const PassCo
   for (const auto& f : filters_) f->PrepareCluster(cluster);
   GP_ASSIGN_OR_RETURN(PassResult pass, pass_->Run(cluster, ctx.now_s, admitted, ctx.running));
   if (explain) Explain(cluster, ctx, pass, admitted, admitted_index, &result);
+  if (ctx.plan_starts > 0) {
+    GP_RETURN_IF_ERROR(PlanStartTimes(cluster, ctx, pass, admitted, admitted_index, &result));
+  }
   for (PassResult::Started& s : pass.started) {
     result.started.push_back({admitted_index[s.pending_index], std::move(s.placements)});
   }

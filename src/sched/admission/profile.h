@@ -32,6 +32,7 @@
 #include "sched/policy_registry.h"
 #include "sched/queue/queue_policy.h"
 #include "sched/queue/scheduling_pass.h"
+#include "sched/queue/start_plan.h"
 
 namespace gpupool::sched {
 
@@ -62,6 +63,10 @@ struct ProfileResult {
   // Why each pending job that did not start waits, in pending order: every refused one,
   // and (when Run was asked to explain) every admitted one.
   std::vector<std::pair<size_t, std::string>> reasons;
+  // With PassContext::plan_starts = N: the first N admitted jobs that did not start, in
+  // queue order, with their planned starts (queue/start_plan.h); indices are into
+  // PassContext::pending.
+  std::vector<std::pair<size_t, PlannedStart>> planned_starts;
 };
 
 class SchedulingProfile {
@@ -83,6 +88,9 @@ class SchedulingProfile {
   void Explain(const ClusterState& cluster, const PassContext& ctx, const PassResult& pass,
                const std::vector<const QueuedJob*>& admitted,
                const std::vector<size_t>& admitted_index, ProfileResult* result) const;
+  Status PlanStartTimes(const ClusterState& cluster, const PassContext& ctx, const PassResult& pass,
+                        const std::vector<const QueuedJob*>& admitted,
+                        const std::vector<size_t>& admitted_index, ProfileResult* result);
 
   ProfileSpec spec_;
   std::vector<std::unique_ptr<GatePlugin>> gates_;
@@ -91,6 +99,7 @@ class SchedulingProfile {
   std::unique_ptr<QueuePolicy> queue_;
   std::unique_ptr<PlacementPolicy> placement_;
   std::unique_ptr<SchedulingPass> pass_;
+  PlanningPolicyMaker planner_;     // for EASY's and the start plan's private copies
   std::deque<QueuedJob> narrowed_;  // this pass's copies with narrowed nodes
   std::vector<const QueuedJob*> admitted_;
   std::vector<size_t> admitted_index_;  // admitted_[k] is PassContext::pending[admitted_index_[k]]
