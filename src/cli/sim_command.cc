@@ -162,6 +162,13 @@ void PrintSaturationReport(const SaturationFlags& f,
       run["placed"] = r.placed;
       run["failed"] = r.failed;
       run["never_placeable"] = r.never_placeable;
+      run["failed_shares"] = r.failed_shares;
+      run["failed_whole_gpu"] = r.failed_whole;
+      run["allocated_gpu_pct_at_end"] = Rounded(r.AllocatedPctAtEnd());
+      run["asked_gpu_pct_at_end"] =
+          Rounded(r.capacity_gpu_milli == 0 ? 0.0
+                                            : 100.0 * static_cast<double>(r.placed_gpu_milli) /
+                                                  static_cast<double>(r.capacity_gpu_milli));
       run["unallocated_gpu_pct_at_100"] = Rounded(r.UnallocatedAt100());
       run["frag_pct_at_100"] = Rounded(r.curves.frag[100]);
       run["frag_ratio_pct_at_100"] = Rounded(r.curves.frag_ratio[100]);

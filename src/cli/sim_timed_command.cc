@@ -55,6 +55,10 @@ struct TimedFlags {
   std::string fair_by = "user";
   bool preemption = false;
   int64_t min_runtime = 600;
+  std::string preempt_shares = "equal";
+  int64_t fair_starving_after = 0;
+  bool fair_shortest_first = false;
+  int64_t starving_after = 0;
   int64_t checkpoint_interval = 0;
   double gpu_failure_rate = 0;
   std::string gpu_failure_events;
@@ -342,6 +346,8 @@ int RunTimed(const TimedFlags& f) {
   }
   options.queue_policy = f.queue;
   options.queue_config = queue_config;
+  options.queue_config.fair_starving_after_s = f.fair_starving_after;
+  options.queue_config.fair_shortest_first = f.fair_shortest_first;
   options.start_rule = rule;
   options.max_backfill_tries = f.backfill_depth;
   options.placement_policy = f.policy;
@@ -349,6 +355,8 @@ int RunTimed(const TimedFlags& f) {
   options.preemption = f.preemption;
   options.preempt.min_runtime_s = f.min_runtime;
   options.preempt.by_project = queue_config.fair_group == sched::FairShareGroup::kProject;
+  options.preempt.shares_by_demand = f.preempt_shares == "demand";
+  options.preempt.starving_after_s = f.starving_after;
   options.checkpoint_interval_s = f.checkpoint_interval;
   ProgressLine progress;
   if (isatty(STDERR_FILENO) != 0) {
@@ -423,6 +431,24 @@ void RegisterSimTimedCommand(CLI::App& sim, CommandContext& ctx) {
                 "(docs/sim.md); the report gains preemptions and GPU-hours lost");
   cmd->add_option("--min-runtime", flags->min_runtime,
                   "with --preemption: seconds a job runs before it may be preempted")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{0}, int64_t{365} * 86400));
+  cmd->add_flag("--fair-shortest-first", flags->fair_shortest_first,
+                "with --queue fair: each group's own jobs go shortest run time first (its "
+                "estimate, else its time limit) instead of oldest first");
+  cmd->add_option("--fair-starving-after", flags->fair_starving_after,
+                  "with --queue fair: a job waiting this many seconds goes before every job "
+                  "by share, the oldest first (aging; 0: off)")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{0}, int64_t{365} * 86400));
+  cmd->add_option("--preempt-shares", flags->preempt_shares,
+                  "with --preemption: a group's fair share of GPUs is capacity / groups with "
+                  "jobs (equal) or its max-min share by demand (demand)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"equal", "demand"}));
+  cmd->add_option("--preempt-starving-after", flags->starving_after,
+                  "with --preemption: a job waiting this many seconds since submission counts "
+                  "as under its group's share (0: off)")
       ->capture_default_str()
       ->check(CLI::Range(int64_t{0}, int64_t{365} * 86400));
   cmd->add_option("--checkpoint-interval", flags->checkpoint_interval,

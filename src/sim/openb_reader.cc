@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "common/strings.h"
+#include "sim/mig_layout.h"
 
 namespace gpupool::sim {
 
@@ -15,6 +16,7 @@ Result<std::vector<sched::NodeSpec>> ReadOpenbNodes(const std::string& path) {
 
 Result<std::vector<sched::NodeSpec>> ParseOpenbNodes(const CsvTable& t) {
   GP_RETURN_IF_ERROR(t.RequireColumns({"sn", "cpu_milli", "memory_mib", "gpu", "model"}));
+  const bool has_mig = t.HasColumn("mig");
   std::vector<sched::NodeSpec> out;
   out.reserve(t.num_rows());
   for (size_t r = 0; r < t.num_rows(); ++r) {
@@ -37,6 +39,16 @@ Result<std::vector<sched::NodeSpec>> ParseOpenbNodes(const CsvTable& t) {
                                      " is empty for a node with GPUs; give the GPU model");
     }
     if (n.num_gpus == 0) n.gpu_model.clear();
+    if (has_mig && !Trim(t.Field(r, "mig")).empty()) {
+      if (n.num_gpus == 0) {
+        return Status::InvalidArgument(t.Where(r, "mig") +
+                                       " gives a MIG layout for a node without GPUs");
+      }
+      Result<MigLayout> layout = ParseMigLayout(t.Field(r, "mig"));
+      Status applied = layout.ok() ? ApplyMigLayout(*layout, n) : layout.status();
+      if (!applied.ok())
+        return Status::InvalidArgument(t.Where(r, "mig") + ": " + applied.message());
+    }
     out.push_back(std::move(n));
   }
   return out;

@@ -6,6 +6,7 @@
 #include <map>
 
 #include "sched/rng.h"
+#include "sim/mig_layout.h"
 
 namespace gpupool::sim {
 
@@ -19,7 +20,7 @@ Result<SaturationInputs> SaturationInputs::Prepare(std::vector<sched::NodeSpec> 
             [](const auto& a, const auto& b) { return a.name < b.name; });
   std::stable_sort(tasks.begin(), tasks.end(),
                    [](const Task& a, const Task& b) { return a.name < b.name; });
-  for (const auto& n : nodes) in.capacity_gpu_milli += int64_t{n.num_gpus} * 1000;
+  for (const auto& n : nodes) in.capacity_gpu_milli += SpecGpuCapacityMilli(n);
   for (const auto& t : tasks) in.trace_gpu_milli += t.TotalGpuMilli();
   if (in.capacity_gpu_milli == 0) {
     return Status::InvalidArgument("the node list has no GPUs; give a list of GPU nodes");
@@ -68,11 +69,20 @@ Result<SaturationResult> RunSaturation(const SaturationInputs& in, const Saturat
   config.target_workload = in.target;
   GP_ASSIGN_OR_RETURN(auto policy, registry.Create(run.policy, config));
 
+  // Nodes with MIG instances are measured in physical GPUs (mig_layout.h); the others
+  // by FGD's measure, to which that reduces without instances.
   const sched::FragmentationMeasure measure(*in.target, state.models());
+  auto node_fragmentation = [&](int32_t i) {
+    const sched::NodeState& n = state.node(i);
+    return n.whole_only_gpus == 0 ? measure.ScaledNode(n)
+                                  : MigNodeFragmentationScaled(*in.target, n);
+  };
   std::vector<int64_t> node_frag(static_cast<size_t>(state.num_nodes()));
+  std::vector<int64_t> node_used(static_cast<size_t>(state.num_nodes()), 0);
   int64_t frag_sum = 0;
+  int64_t used = 0;  // thousandths of physical GPUs
   for (int32_t i = 0; i < state.num_nodes(); ++i) {
-    node_frag[static_cast<size_t>(i)] = measure.ScaledNode(state.node(i));
+    node_frag[static_cast<size_t>(i)] = node_fragmentation(i);
     frag_sum += node_frag[static_cast<size_t>(i)];
   }
 
@@ -100,20 +110,29 @@ Result<SaturationResult> RunSaturation(const SaturationInputs& in, const Saturat
     if (d.placed) {
       GP_RETURN_IF_ERROR(state.Allocate(*t, d.placement));
       const auto ni = static_cast<size_t>(d.placement.node);
-      const int64_t f = measure.ScaledNode(state.node(d.placement.node));
+      const int64_t f = node_fragmentation(d.placement.node);
       frag_sum += f - node_frag[ni];
       node_frag[ni] = f;
+      const int64_t u = NodeGpuUsedMilli(state.node(d.placement.node));
+      used += u - node_used[ni];
+      node_used[ni] = u;
       ++r.placed;
+      r.placed_gpu_milli += t->TotalGpuMilli();
     } else {
       ++r.failed;
+      if (t->IsFractional()) {
+        ++r.failed_shares;
+      } else if (t->NeedsGpu()) {
+        ++r.failed_whole;
+      }
       if (!ever_hostable(*t)) ++r.never_placeable;
     }
-    curves.Record(state.TotalGpuMilliUsed(), arrived, measure.ToMilli(frag_sum),
-                  state.TotalFree().gpu_milli);
+    curves.Record(used, arrived, measure.ToMilli(frag_sum), in.capacity_gpu_milli - used);
     if (run.progress != nullptr) run.progress->fetch_add(1, std::memory_order_relaxed);
   }
   r.workload_gpu_milli = arrived;
-  r.used_gpu_milli = state.TotalGpuMilliUsed();
+  r.used_gpu_milli = used;
+  r.capacity_gpu_milli = in.capacity_gpu_milli;
   r.curves = curves.Finish();
   return r;
 }

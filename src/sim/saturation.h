@@ -53,10 +53,20 @@ struct SaturationResult {
   int64_t placed = 0;
   int64_t failed = 0;           // including never_placeable
   int64_t never_placeable = 0;  // tasks no node could host even when idle
+  int64_t failed_shares = 0;    // of the failed: tasks asking for part of one GPU
+  int64_t failed_whole = 0;     // of the failed: tasks asking for whole GPUs
   int64_t workload_gpu_milli = 0;
-  int64_t used_gpu_milli = 0;  // at the end
+  int64_t used_gpu_milli = 0;  // at the end, in thousandths of physical GPUs (MIG
+                               // instances by their memory's part of the GPU)
+  int64_t capacity_gpu_milli = 0;
+  int64_t placed_gpu_milli = 0;  // what the placed tasks asked for (<= used on MIG GPUs)
   CurveAccumulator::Curves curves;
   double UnallocatedAt100() const { return 100.0 - curves.alloc[100]; }
+  double AllocatedPctAtEnd() const {
+    return capacity_gpu_milli == 0 ? 0.0
+                                   : 100.0 * static_cast<double>(used_gpu_milli) /
+                                         static_cast<double>(capacity_gpu_milli);
+  }
 };
 
 // The task order and node scan order of one run (exposed for tests).

@@ -11,11 +11,40 @@
 #include "common/strings.h"
 #include "sim/campaign.h"
 #include "sim/curves.h"
+#include "sim/mig_layout.h"
 #include "sim/openb_reader.h"
 #include "sim/result_files.h"
 
 namespace gpupool::sim {
 namespace {
+
+TEST(SaturationMigTest, InstancesCountByTheirPartOfTheGpu) {
+  // One 80 GB GPU in MIG mode: 3g.40gb + 2g.20gb + 1g.10gb + 1g.10gb. In any order (the
+  // seed shuffles the tasks), a 0.1 share (8 GiB) takes a 1g.10gb (0.125 of the GPU), a
+  // 0.2 share (16 GiB) the 2g.20gb (0.25), a 0.3 share (24 GiB) the 3g.40gb (0.5); a
+  // whole GPU and a 0.6 share (48 GiB) can never be placed.
+  sched::NodeSpec mig{"a-mig", 64000, 262144, 1, "A100", 0, 80};
+  ASSERT_TRUE(ApplyMigLayout(*ParseMigLayout("3g.40gb+2g.20gb+1g.10gb+1g.10gb"), mig).ok());
+  std::vector<sched::Task> tasks = {{"t1", "", 1000, 0, 1, 100, {}, 0},
+                                    {"t2", "", 1000, 0, 1, 300, {}, 0},
+                                    {"t3", "", 1000, 0, 1, 1000, {}, 0},
+                                    {"t5", "", 1000, 0, 1, 600, {}, 0},
+                                    {"t6", "", 1000, 0, 1, 200, {}, 0}};
+  auto in = SaturationInputs::Prepare({mig}, tasks);
+  ASSERT_TRUE(in.ok()) << in.status().ToString();
+  EXPECT_EQ(in->capacity_gpu_milli, 1000);  // one GPU, not four devices
+  for (uint64_t seed : {1, 2, 3}) {
+    auto r = RunSaturation(*in, SaturationRun{"default", seed, 0.0, nullptr});
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    EXPECT_EQ(r->placed, 3);
+    EXPECT_EQ(r->failed_whole, 1);
+    EXPECT_EQ(r->failed_shares, 1);
+    EXPECT_EQ(r->never_placeable, 2);
+    EXPECT_EQ(r->used_gpu_milli, 125 + 250 + 500);
+    EXPECT_EQ(r->placed_gpu_milli, 100 + 200 + 300);
+    EXPECT_DOUBLE_EQ(r->AllocatedPctAtEnd(), 87.5);
+  }
+}
 
 TEST(CurvesTest, RoundHalfEvenLikePython) {
   EXPECT_EQ(RoundHalfEven(5, 10), 0);   // 0.5 -> 0

@@ -8,6 +8,9 @@
 // started. So within one pass a heavy and a light user alternate instead of the light
 // user's jobs all going first, and a group never gets two jobs in a row while another
 // group is further behind. Ties go to the group whose next job is older, then by name.
+// With fair_starving_after_s (aging), the jobs that have waited that long come first,
+// oldest first, ahead of that order. With fair_shortest_first a group's own jobs go
+// shortest first (as sjf) instead of oldest first.
 #include <algorithm>
 #include <queue>
 #include <tuple>
@@ -44,14 +47,36 @@ class FairShareQueuePolicy final : public QueuePolicy {
     for (const RunningJob& r : ctx.running) {
       groups[FairShareGroupOf(*r.job, config_.fair_group)].used += r.job->Total();
     }
+    // Aging: jobs waiting past fair_starving_after_s go first, oldest first, and count
+    // in their groups' use as if started.
+    std::vector<size_t> order;
+    order.reserve(ctx.pending.size());
+    const int64_t starving = config_.fair_starving_after_s;
     for (size_t i = 0; i < ctx.pending.size(); ++i) {
-      groups[FairShareGroupOf(*ctx.pending[i], config_.fair_group)].jobs.push_back(i);
+      if (starving > 0 && ctx.now_s - ctx.pending[i]->submit_s >= starving) {
+        order.push_back(i);
+      } else {
+        groups[FairShareGroupOf(*ctx.pending[i], config_.fair_group)].jobs.push_back(i);
+      }
+    }
+    std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+      return ctx.pending[a]->submit_s < ctx.pending[b]->submit_s;
+    });
+    for (size_t i : order) {
+      groups[FairShareGroupOf(*ctx.pending[i], config_.fair_group)].used += ctx.pending[i]->Total();
     }
     for (auto& [name, g] : groups) {
       auto w = config_.fair_weights.find(name);
       if (w != config_.fair_weights.end()) g.weight = w->second;
       std::stable_sort(g.jobs.begin(), g.jobs.end(), [&](size_t a, size_t b) {
-        return ctx.pending[a]->submit_s < ctx.pending[b]->submit_s;
+        const QueuedJob& ja = *ctx.pending[a];
+        const QueuedJob& jb = *ctx.pending[b];
+        if (config_.fair_shortest_first) {
+          const int64_t ra = ja.SjfRuntime().value_or(kNoPlannedEnd);
+          const int64_t rb = jb.SjfRuntime().value_or(kNoPlannedEnd);
+          if (ra != rb) return ra < rb;
+        }
+        return ja.submit_s < jb.submit_s;
       });
     }
     // Min-heap on (weighted dominant share, next job's submit time, next job's index,
@@ -64,8 +89,6 @@ class FairShareQueuePolicy final : public QueuePolicy {
       heap.emplace(DominantShare(g.used, capacity) / g.weight, ctx.pending[j]->submit_s, j, name);
     };
     for (const auto& [name, g] : groups) push(name, g);
-    std::vector<size_t> order;
-    order.reserve(ctx.pending.size());
     while (!heap.empty()) {
       auto [share, submit, index, name] = heap.top();
       heap.pop();

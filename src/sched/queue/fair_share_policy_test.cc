@@ -40,6 +40,48 @@ TEST(FairShareQueuePolicy, AlternatesBetweenHeavyAndLightUser) {
   EXPECT_EQ(Users(jobs, (*fifo)->Order(QueueContext{0, pending, {}, &cluster})), "HHHHLLLL");
 }
 
+TEST(FairShareQueuePolicy, StarvingJobsGoFirstOldestFirst) {
+  // H holds 8 of 16 GPUs, so L goes first by share. With aging at 100 s, the H jobs that
+  // have waited 100 s go before L's, the oldest first, and count in H's use; the others
+  // keep their place by share.
+  ClusterState cluster = MakeCluster(2, 8);
+  QueuedJob running_h = Job("rh", "H", 0, {GpuTask(8)});
+  std::vector<RunningJob> running = {RunningJob{&running_h, 0, {}}};
+  std::vector<QueuedJob> jobs = {Job("h0", "H", 1, {GpuTask(2)}), Job("h1", "H", 0, {GpuTask(2)}),
+                                 Job("h2", "H", 150, {GpuTask(2)}),
+                                 Job("l0", "L", 160, {GpuTask(2)}),
+                                 Job("l1", "L", 161, {GpuTask(2)})};
+  auto pending = Pointers(jobs);
+  QueuePolicyConfig config;
+  config.fair_starving_after_s = 100;
+  auto p = BuiltinQueuePolicies().Create("fair", config);
+  ASSERT_TRUE(p.ok());
+  auto order_at = [&](int64_t now) {
+    return (*p)->Order(QueueContext{now, pending, running, &cluster});
+  };
+  EXPECT_EQ(order_at(200), (std::vector<size_t>{1, 0, 3, 4, 2}));  // h1, h0 aged
+  EXPECT_EQ(order_at(100), (std::vector<size_t>{1, 3, 4, 0, 2}));  // only h1
+  EXPECT_EQ(Users(jobs, order_at(99)), "LLHHH");                   // none
+}
+
+TEST(FairShareQueuePolicy, ShortestFirstWithinAGroup) {
+  // Groups still alternate; within each, the shortest known run time goes first (the
+  // estimate, else the time limit; unknown last), then the oldest.
+  ClusterState cluster = MakeCluster(2, 8);
+  std::vector<QueuedJob> jobs = {Job("h0", "H", 0, {GpuTask(2)}), Job("h1", "H", 1, {GpuTask(2)}),
+                                 Job("h2", "H", 2, {GpuTask(2)}), Job("l0", "L", 3, {GpuTask(2)}),
+                                 Job("l1", "L", 4, {GpuTask(2)})};
+  jobs[0].time_limit_s = 9000;
+  jobs[1].time_limit_s = 9000;
+  jobs[1].runtime_estimate_s = 100;  // the estimate counts before the limit
+  jobs[3].time_limit_s = 500;
+  jobs[4].time_limit_s = 400;
+  QueuePolicyConfig config;
+  EXPECT_EQ(FairOrder(jobs, {}, cluster, config), (std::vector<size_t>{0, 3, 1, 4, 2}));
+  config.fair_shortest_first = true;
+  EXPECT_EQ(FairOrder(jobs, {}, cluster, config), (std::vector<size_t>{1, 4, 0, 3, 2}));
+}
+
 TEST(FairShareQueuePolicy, RunningUsageCountsSoTheUserBehindGoesFirst) {
   ClusterState cluster = MakeCluster(2, 8);
   QueuedJob running_h = Job("rh", "H", 0, {GpuTask(8)});

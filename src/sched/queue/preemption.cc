@@ -48,6 +48,12 @@ int64_t GroupUse::FairShare() const {
                             : capacity_gpu_milli / static_cast<int64_t>(active_groups);
 }
 
+int64_t GroupUse::ShareOf(const std::string& group) const {
+  if (share_milli.empty()) return FairShare();
+  auto it = share_milli.find(group);
+  return it == share_milli.end() ? FairShare() : it->second;
+}
+
 GroupUse UseOf(const std::vector<PreemptibleRun>& running,
                const std::vector<const QueuedJob*>& pending, int64_t capacity_gpu_milli,
                const PreemptionOptions& options) {
@@ -59,8 +65,26 @@ GroupUse UseOf(const std::vector<PreemptibleRun>& running,
     use.gpu_milli[g] += GpuMilli(*r.run->job);
     active.insert(g);
   }
-  for (const QueuedJob* p : pending) active.insert(GroupOf(*p, options));
+  std::map<std::string, int64_t> demand = use.gpu_milli;
+  for (const QueuedJob* p : pending) {
+    active.insert(GroupOf(*p, options));
+    demand[GroupOf(*p, options)] += GpuMilli(*p);
+  }
   use.active_groups = active.size();
+  if (options.shares_by_demand && !demand.empty()) {
+    // Water-filling: the smallest demands are met first; what is left is split equally.
+    std::vector<std::pair<int64_t, std::string>> by_demand;
+    for (const auto& [g, d] : demand) by_demand.emplace_back(d, g);
+    std::sort(by_demand.begin(), by_demand.end());
+    int64_t left = capacity_gpu_milli;
+    auto groups = static_cast<int64_t>(by_demand.size());
+    for (const auto& [d, g] : by_demand) {
+      const int64_t share = std::min(d, left / groups);
+      use.share_milli[g] = share;
+      left -= share;
+      --groups;
+    }
+  }
   return use;
 }
 
@@ -70,19 +94,20 @@ std::vector<size_t> PreemptionCandidates(const QueuedJob& waiting,
                                          const PreemptionOptions& options) {
   std::vector<size_t> out;
   const std::string& mine = GroupOf(waiting, options);
-  const int64_t fair = use.FairShare();
   auto used = [&use](const std::string& g) {
     auto it = use.gpu_milli.find(g);
     return it == use.gpu_milli.end() ? int64_t{0} : it->second;
   };
-  const bool under_share = used(mine) + GpuMilli(waiting) <= fair;
+  const bool starving =
+      options.starving_after_s > 0 && now_s - waiting.submit_s >= options.starving_after_s;
+  const bool under_share = starving || used(mine) + GpuMilli(waiting) <= use.ShareOf(mine);
   for (size_t i = 0; i < running.size(); ++i) {
     const PreemptibleRun& r = running[i];
     if (!r.preemptible || now_s - r.run->start_s < options.min_runtime_s) continue;
     const QueuedJob& victim = *r.run->job;
     const bool lower_priority = victim.priority < waiting.priority;
     const std::string& theirs = GroupOf(victim, options);
-    const bool over_share = theirs != mine && used(theirs) > fair;
+    const bool over_share = theirs != mine && used(theirs) > use.ShareOf(theirs);
     if (lower_priority || (under_share && over_share)) out.push_back(i);
   }
   return out;

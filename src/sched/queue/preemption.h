@@ -6,7 +6,9 @@
 //     or belongs to a group (user, or project) holding more than its fair share of GPUs
 //     while the waiting job's group, with the waiting job started, would hold no more
 //     than its own. A group's fair share is the GPU capacity divided by the groups that
-//     have jobs running or waiting.
+//     have jobs running or waiting (or, with shares_by_demand, its max-min share of the
+//     capacity by demand). With starving_after_s, a waiting job that has waited that
+//     long counts as under its share.
 //  2. Which victims (ChooseVictims): on a copy of the cluster, candidates are released
 //     newest first (latest start; the larger id on ties) until the waiting job's gang
 //     can be placed; then each chosen victim, oldest first, is put back if the gang still
@@ -38,6 +40,13 @@ namespace gpupool::sched {
 struct PreemptionOptions {
   int64_t min_runtime_s = 600;  // a job that ran less is never a victim
   bool by_project = false;      // fair-share groups are projects, not users
+  // Fair shares by demand (max-min, water-filling): a group's share is its demand (GPUs
+  // running and waiting) when that is below an equal split, and the capacity the others
+  // leave is split equally among the rest. false: capacity / groups with jobs.
+  bool shares_by_demand = false;
+  // A waiting job that has waited this long (since submission) counts as under its
+  // group's share, whatever its group holds; 0 = off.
+  int64_t starving_after_s = 0;
 };
 
 // What a running job needs beyond RunningJob to be weighed.
@@ -52,7 +61,10 @@ struct GroupUse {
   std::map<std::string, int64_t> gpu_milli;
   size_t active_groups = 0;
   int64_t capacity_gpu_milli = 0;
+  // With PreemptionOptions::shares_by_demand: each active group's share.
+  std::map<std::string, int64_t> share_milli;
   int64_t FairShare() const;
+  int64_t ShareOf(const std::string& group) const;
 };
 GroupUse UseOf(const std::vector<PreemptibleRun>& running,
                const std::vector<const QueuedJob*>& pending, int64_t capacity_gpu_milli,

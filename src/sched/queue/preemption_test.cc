@@ -82,6 +82,55 @@ TEST(PreemptionCandidates, HigherPriorityOrAnUnderShareGroupAgainstAnOverShareOn
   EXPECT_EQ(PreemptionCandidates(bob, r.All(), use, 10, o).size(), 3u);
 }
 
+TEST(PreemptionCandidates, SharesByDemandGiveWhatLightGroupsLeaveToTheHeavyOnes) {
+  RunningSet r(2, 4);
+  r.Add("b1", "bob", 0, {GpuTask(4)});
+  r.Add("b2", "bob", 0, {GpuTask(1)});
+  r.Add("c1", "carol", 0, {GpuTask(1)});
+  PreemptionOptions o;
+  o.min_runtime_s = 0;
+  // Alice waits for 2 GPUs; carol holds 1 and wants no more; bob holds 5. Equal shares:
+  // 8/3 each, bob is over his and alice may preempt him.
+  QueuedJob alice = Job("a", "alice", 10, {GpuTask(2)});
+  GroupUse equal = UseOf(r.All(), {&alice}, 8000, o);
+  EXPECT_EQ(VictimIds(r, PreemptionCandidates(alice, r.All(), equal, 10, o)),
+            (std::vector<std::string>{"b1", "b2"}));
+  // By demand: carol's share is her 1 GPU, alice's her 2, bob gets the 5 left: he is
+  // within his share, so alice preempts nobody.
+  o.shares_by_demand = true;
+  GroupUse demand = UseOf(r.All(), {&alice}, 8000, o);
+  EXPECT_EQ(demand.ShareOf("carol"), 1000);
+  EXPECT_EQ(demand.ShareOf("alice"), 2000);
+  EXPECT_EQ(demand.ShareOf("bob"), 5000);
+  EXPECT_TRUE(PreemptionCandidates(alice, r.All(), demand, 10, o).empty());
+  // With a second waiting job alice's demand is 4: the 7 left after carol are split 3.5
+  // and 3.5, and bob's 5 are over his share again.
+  QueuedJob alice2 = Job("a2", "alice", 10, {GpuTask(2)});
+  demand = UseOf(r.All(), {&alice, &alice2}, 8000, o);
+  EXPECT_EQ(demand.ShareOf("bob"), 3500);
+  EXPECT_EQ(VictimIds(r, PreemptionCandidates(alice, r.All(), demand, 10, o)),
+            (std::vector<std::string>{"b1", "b2"}));
+}
+
+TEST(PreemptionCandidates, AStarvingJobCountsAsUnderItsShare) {
+  RunningSet r(2, 4);
+  r.Add("b1", "bob", 0, {GpuTask(4)});
+  r.Add("a1", "alice", 0, {GpuTask(2)});
+  PreemptionOptions o;
+  o.min_runtime_s = 0;
+  // Three groups (carol waits too): shares of 8/3 GPUs. Alice's second job would take her
+  // to 4, past hers: it may not preempt bob (4, over his)...
+  QueuedJob alice = Job("a2", "alice", 100, {GpuTask(2)});
+  QueuedJob carol = Job("c1", "carol", 100, {GpuTask(1)});
+  GroupUse use = UseOf(r.All(), {&alice, &carol}, 8000, o);
+  EXPECT_TRUE(PreemptionCandidates(alice, r.All(), use, 1000, o).empty());
+  // ...unless it has waited starving_after_s since its submission.
+  o.starving_after_s = 900;
+  EXPECT_TRUE(PreemptionCandidates(alice, r.All(), use, 999, o).empty());
+  EXPECT_EQ(VictimIds(r, PreemptionCandidates(alice, r.All(), use, 1000, o)),
+            (std::vector<std::string>{"b1"}));
+}
+
 TEST(ChooseVictims, TheFewestAndNewestThatMakeRoomAndGangsWhole) {
   RunningSet r(2, 4);
   r.Add("a", "bob", 100, {GpuTask(2)});              // n0

@@ -38,6 +38,12 @@ struct QueuePolicyConfig {
   // Weight per group for fair share (a group with weight 2 is entitled to twice the
   // share); groups not listed weigh 1. Weights must be > 0.
   std::map<std::string, double, std::less<>> fair_weights;
+  // fair: a job that has waited this long (now - submit_s) goes before every job by
+  // share, the oldest first (aging, as a bound on waits); 0 = off.
+  int64_t fair_starving_after_s = 0;
+  // fair: the order of one group's own jobs: by submission (false) or shortest run time
+  // first (true; the runtime estimate, else the time limit, as sjf; unknown last).
+  bool fair_shortest_first = false;
 };
 
 class QueuePolicy {

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include "common/strings.h"
+#include "sim/mig_layout.h"
 
 namespace gpupool::sim {
 namespace {
@@ -13,8 +14,8 @@ constexpr int64_t kMaxNodes = 1'000'000;
 
 Status SpecError(std::string_view group, std::string_view what) {
   return Status::InvalidArgument(fmt::format(
-      "cluster spec '{}': {}; expected COUNTxGPUS[:MODEL[:CPU_MILLI[:MEMORY_MIB]]], e.g. "
-      "100x8:V100",
+      "cluster spec '{}': {}; expected COUNTxGPUS[:MODEL[:CPU_MILLI[:MEMORY_MIB]]][:mig=LAYOUT], "
+      "e.g. 100x8:V100 or 20x8:A100:mig=3g.40gb+2g.20gb+1g.10gb+1g.10gb",
       SanitizeUtf8(group.substr(0, 60)), what));
 }
 
@@ -26,6 +27,13 @@ Result<std::vector<sched::NodeSpec>> ParseClusterSpec(std::string_view spec) {
   for (const std::string& raw : Split(spec, ',')) {
     std::string_view group = Trim(raw);
     std::vector<std::string> parts = Split(group, ':');
+    std::optional<MigLayout> mig;
+    if (parts.size() > 1 && StartsWith(Trim(parts.back()), "mig=")) {
+      Result<MigLayout> layout = ParseMigLayout(Trim(parts.back()).substr(4));
+      if (!layout.ok()) return SpecError(group, layout.status().message());
+      mig = *std::move(layout);
+      parts.pop_back();
+    }
     const size_t x = parts[0].find('x');
     if (x == std::string::npos) return SpecError(group, "no 'x' between node count and GPUs");
     std::optional<int64_t> count = ParseInt64(Trim(std::string_view(parts[0]).substr(0, x)));
@@ -57,6 +65,10 @@ Result<std::vector<sched::NodeSpec>> ParseClusterSpec(std::string_view spec) {
       n.memory_mib = mem;
       n.num_gpus = static_cast<int32_t>(*gpus);
       n.gpu_model = *gpus > 0 ? model : "";
+      if (mig) {
+        if (*gpus == 0) return SpecError(group, "a MIG layout for nodes without GPUs");
+        if (Status s = ApplyMigLayout(*mig, n); !s.ok()) return SpecError(group, s.message());
+      }
       nodes.push_back(std::move(n));
     }
   }

@@ -13,7 +13,8 @@ namespace {
 constexpr std::string_view kColumns[] = {
     "job_id",           "user",     "project",       "submit_time",       "duration",  "time_limit",
     "runtime_estimate", "tasks",    "gpus_per_task", "gpu_milli",         "cpu_milli", "memory_mib",
-    "gpu_model",        "priority", "array",         "array_max_running", "held_for",  "requeue"};
+    "gpu_model",        "priority", "array",         "array_max_running", "held_for",  "requeue",
+    "gpu_memory_mib"};
 
 // Fields of one job as read, before the shared checks.
 struct RawJob {
@@ -29,6 +30,7 @@ struct RawJob {
   std::optional<int64_t> gpu_milli;
   int64_t cpu_milli = 0;
   int64_t memory_mib = 0;
+  int64_t gpu_memory_mib = 0;
   std::string gpu_model;
   int64_t priority = 0;
   std::string array;
@@ -81,6 +83,12 @@ Result<TraceJob> Finish(RawJob raw, const Where& where) {
   task.cpu_milli = raw.cpu_milli;
   task.memory_mib = raw.memory_mib;
   task.gpu_models = SplitModels(raw.gpu_model);
+  task.gpu_memory_mib = raw.gpu_memory_mib;
+  if (task.gpu_memory_mib > 0 && !(task.num_gpu == 1 && task.gpu_milli < 1000)) {
+    return Status::InvalidArgument(where("gpu_memory_mib") +
+                                   ": only a share (gpus_per_task 1, gpu_milli below 1000) "
+                                   "asks for GPU memory");
+  }
   GP_RETURN_IF_ERROR(ValidateTraceTask(task, where("gpu_milli")));
   job.tasks.assign(static_cast<size_t>(raw.tasks), task);
   return job;
@@ -129,6 +137,7 @@ Result<std::vector<TraceJob>> ReadGenericCsv(const CsvTable& t) {
     }
     GP_ASSIGN_OR_RETURN(raw.cpu_milli, t.Int(r, "cpu_milli", 0, INT64_MAX, 0));
     GP_ASSIGN_OR_RETURN(raw.memory_mib, t.Int(r, "memory_mib", 0, INT64_MAX, 0));
+    GP_ASSIGN_OR_RETURN(raw.gpu_memory_mib, t.Int(r, "gpu_memory_mib", 0, INT64_MAX, 0));
     raw.gpu_model = std::string(t.Field(r, "gpu_model"));
     GP_ASSIGN_OR_RETURN(raw.priority, t.Int(r, "priority", -kMaxInt, kMaxInt, 0));
     raw.array = std::string(Trim(t.Field(r, "array")));
@@ -182,6 +191,7 @@ Result<std::vector<TraceJob>> ReadGenericJson(std::string_view text, const std::
     f.Optional("gpu_milli", &milli, -1);
     f.Optional("cpu_milli", &raw.cpu_milli, 0);
     f.Optional("memory_mib", &raw.memory_mib, 0);
+    f.Optional("gpu_memory_mib", &raw.gpu_memory_mib, 0);
     f.Optional("gpu_model", &raw.gpu_model);
     f.Optional("priority", &raw.priority, -kMaxInt, kMaxInt);
     f.Optional("array", &raw.array);

@@ -22,6 +22,34 @@ TEST(GenericTraceCsv, RequeueIsZeroOrOne) {
       << bad.status().message();
 }
 
+TEST(GenericTraceCsv, GpuMemoryIsAShareAsk) {
+  auto jobs = ReadGenericTraceText(
+      "job_id,submit_time,duration,gpus_per_task,gpu_milli,gpu_memory_mib\nj1,0,10,1,100,10240\n"
+      "j2,0,10,1,100,\n",
+      "jobs.csv");
+  ASSERT_TRUE(jobs.ok()) << jobs.status().ToString();
+  EXPECT_EQ((*jobs)[0].tasks[0].gpu_memory_mib, 10240);
+  EXPECT_EQ((*jobs)[1].tasks[0].gpu_memory_mib, 0);
+  auto json = ReadGenericTraceText(
+      R"([{"job_id": "j", "submit_time": 0, "duration": 1, "gpus_per_task": 1, "gpu_milli": 250,
+          "gpu_memory_mib": 4096}])",
+      "jobs.json");
+  ASSERT_TRUE(json.ok()) << json.status().ToString();
+  EXPECT_EQ((*json)[0].tasks[0].gpu_memory_mib, 4096);
+  auto bad = ReadGenericTraceText(
+      "job_id,submit_time,duration,gpus_per_task,gpu_memory_mib\nj1,0,10,1,10240\n", "jobs.csv");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("jobs.csv:2: field 'gpu_memory_mib': only a share"),
+            std::string::npos)
+      << bad.status().message();
+  bad = ReadGenericTraceText(
+      "job_id,submit_time,duration,gpus_per_task,gpu_milli,gpu_memory_mib\nj1,0,10,1,100,-1\n",
+      "jobs.csv");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("field 'gpu_memory_mib'"), std::string::npos)
+      << bad.status().message();
+}
+
 TEST(GenericTraceCsv, ReadsEveryColumnWithDefaults) {
   auto jobs = ReadGenericTraceText(
       "job_id,user,project,submit_time,duration,time_limit,runtime_estimate,tasks,gpus_per_task,"

@@ -43,6 +43,7 @@ Result<QueuedJob> ToQueuedJob(const TraceJob& t, int64_t origin_s) {
     task.num_gpu = tt.num_gpu;
     task.gpu_milli = tt.gpu_milli;
     task.gpu_models = tt.gpu_models;
+    task.gpu_memory_mib = tt.gpu_memory_mib;
     GP_RETURN_IF_ERROR(sched::ValidateTask(task));
     q.admission.gpus += tt.num_gpu;  // shares count whole, as in the live scheduler
     q.tasks.push_back(std::move(task));
@@ -408,8 +409,8 @@ Status TimedLoop::Failures(int64_t now, bool* freed, bool* arrived) {
 Status TimedLoop::Preempt(int64_t now, bool* preempted) {
   size_t done = 0;
   // The waiting jobs weighed: those of the least-served groups first (their group's GPUs
-  // in use, then arrival), a few of them, so that an instant costs a bounded number of
-  // trial placements however long the queue is.
+  // in use, then arrival; starving ones before them), a few of them, so that an instant costs a
+  // bounded number of trial placements however long the queue is.
   std::vector<sched::PreemptibleRun> runs;
   runs.reserve(running_.size());
   for (const RunningJob& r : running_) runs.push_back({&r, true});
@@ -418,6 +419,11 @@ Status TimedLoop::Preempt(int64_t now, bool* preempted) {
     auto it = use.gpu_milli.find(options_.preempt.by_project ? q->project : q->user);
     return it == use.gpu_milli.end() ? int64_t{0} : it->second;
   };
+  // Jobs that have waited starving_after_s (when set) are weighed first, oldest first.
+  auto starving = [&](const QueuedJob* q) {
+    const int64_t after = options_.preempt.starving_after_s;
+    return after > 0 && now - q->submit_s >= after;
+  };
   std::vector<const QueuedJob*> order;
   for (const QueuedJob* q : pending_) {
     if (q->admission.held_by.empty()) order.push_back(q);
@@ -425,6 +431,9 @@ Status TimedLoop::Preempt(int64_t now, bool* preempted) {
   const size_t look = std::min(order.size(), 4 * options_.max_preemptions_per_instant);
   std::partial_sort(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(look), order.end(),
                     [&](const QueuedJob* a, const QueuedJob* b) {
+                      const bool sa = starving(a), sb = starving(b);
+                      if (sa != sb) return sa;
+                      if (sa) return IndexOf(a) < IndexOf(b);
                       const int64_t ua = used(a), ub = used(b);
                       return ua != ub ? ua < ub : IndexOf(a) < IndexOf(b);
                     });

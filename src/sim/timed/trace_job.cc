@@ -31,6 +31,15 @@ Status ValidateTraceTask(const TraceTask& t, std::string_view where) {
         fmt::format("{}: a share of {} on {} GPUs; fractional shares are for single-GPU tasks only",
                     where, t.gpu_milli, t.num_gpu));
   }
+  if (t.gpu_memory_mib < 0) {
+    return Status::InvalidArgument(fmt::format("{}: negative GPU memory", where));
+  }
+  if (t.gpu_memory_mib > 0 && (t.num_gpu != 1 || t.gpu_milli >= 1000)) {
+    return Status::InvalidArgument(fmt::format(
+        "{}: a GPU memory need of {} MiB on a task that is not a share; give it only with "
+        "one GPU and a share below 1000",
+        where, t.gpu_memory_mib));
+  }
   if (t.cpu_milli < 0 || t.memory_mib < 0) {
     return Status::InvalidArgument(fmt::format("{}: negative CPU or memory", where));
   }

@@ -20,6 +20,9 @@ struct TraceTask {
   int64_t cpu_milli = 0;  // CPU in thousandths of a core
   int64_t memory_mib = 0;               // memory in MiB
   std::vector<std::string> gpu_models;  // allowed GPU models; empty = any
+  // GPU memory a share needs, in MiB (`--gpu-mem`); 0 = its share of the GPU's memory.
+  // Decides which MIG instances it fits; only for shares (gpu_milli < 1000).
+  int64_t gpu_memory_mib = 0;
 
   int64_t TotalGpuMilli() const { return static_cast<int64_t>(num_gpu) * gpu_milli; }
 };
