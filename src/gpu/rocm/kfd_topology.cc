@@ -53,9 +53,10 @@ std::vector<KfdNode> ReadKfdTopology(const SysfsReader& reader, DiagnosticSink* 
     KfdNode n;
     n.id = static_cast<int>(*id);
     n.simd_count = NumberProperty(*props, "simd_count", path, UINT32_MAX, sink).value_or(0);
+    n.simd_per_cu = NumberProperty(*props, "simd_per_cu", path, 1024, sink).value_or(0);
     n.gfx_target_version =
         NumberProperty(*props, "gfx_target_version", path, 999999, sink).value_or(0);
-    n.location_id = NumberProperty(*props, "location_id", path, 0xffff, sink).value_or(0);
+    n.location_id = NumberProperty(*props, "location_id", path, UINT32_MAX, sink).value_or(0);
     n.domain = NumberProperty(*props, "domain", path, 0xffff, sink).value_or(0);
     if (auto minor = NumberProperty(*props, "drm_render_minor", path, kMaxRenderMinor, sink)) {
       n.drm_render_minor = static_cast<int>(*minor);

@@ -55,7 +55,7 @@ TEST(KfdTopologyTest, ReadsGpuNodesAndLinks) {
 TEST(KfdTopologyTest, GarbledPropertiesAreReportedAndIgnored) {
   FakeSysfsTree tree;
   tree.AddKfdNode(1,
-                  "simd_count 440\ngfx_target_version abc\nlocation_id 99999999\n"
+                  "simd_count 440\ngfx_target_version abc\nlocation_id 9999999999\n"
                   "drm_render_minor -1\nunique_id 123456789012345678901234567890\n");
   tree.Write(FakeSysfsTree::KfdNodeDir(1) + "/io_links/0/properties", "type eleven\nnode_to 2\n");
   SysfsReader reader(tree.root());
