@@ -41,6 +41,13 @@ struct KfdNode {
   std::string pci_bus_id() const;  // canonical, from domain and location_id
 };
 
+// The canonical bus id of a KFD location (and of a ROCm SMI BDFID's low 32 bits): "dddd:
+// bb:dd.f". An MI300 partition whose number is in bits 28-31 (some kernels; others put it
+// in the function bits) gets it as its function, as those others show it, so each
+// partition of a GPU keeps a bus id of its own: partition 1 of 0000:0c:00.0 is
+// 0000:0c:00.1 either way.
+std::string KfdBusId(uint64_t domain, uint64_t location_id);
+
 // Reads every node; nodes whose properties file is missing are skipped, garbled values
 // are reported to `sink`. Empty when the KFD topology is absent.
 std::vector<KfdNode> ReadKfdTopology(const SysfsReader& reader, DiagnosticSink* sink);
