@@ -31,9 +31,9 @@ void ApplyEnvDir(const std::string& dir, std::map<std::string, std::string>& env
   if (Exists(root + "/pyvenv.cfg")) env["VIRTUAL_ENV"] = root;
 }
 
-// Rule 3's share variables (docs/sharing.md): the enforcement mode, the memory cap and,
-// under MPS, the client's daemon, thread percentage and pinned memory limit on its one
-// visible device (0).
+// Rule 3's share variables (docs/sharing.md): the enforcement mode, the memory cap, an AMD
+// share's CU mask and, under MPS, the client's daemon, thread percentage and pinned memory
+// limit on its one visible device (0).
 void SetShareLimits(const LaunchSpec& spec, int milli, std::map<std::string, std::string>& env) {
   if (spec.share_enforcement.empty()) {
     env["GPUPOOL_GPU_ENFORCEMENT"] = "exclusive";
@@ -43,6 +43,8 @@ void SetShareLimits(const LaunchSpec& spec, int milli, std::map<std::string, std
   if (spec.share_memory_bytes > 0) {
     env["GPUPOOL_GPU_MEM_LIMIT_BYTES"] = std::to_string(spec.share_memory_bytes);
   }
+  // The pool's CU mask replaces the user's (advisory either way: docs/sharing.md, "AMD").
+  if (!spec.cu_mask.empty()) env["HSA_CU_MASK"] = "0:" + spec.cu_mask;
   if (spec.share_enforcement != "mps" || spec.mps_pipe_dir.empty()) return;
   env["CUDA_MPS_PIPE_DIRECTORY"] = spec.mps_pipe_dir;
   env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] = std::to_string(std::clamp((milli + 9) / 10, 1, 100));

@@ -11,7 +11,9 @@
 //      (a share's memory cap), under MPS CUDA_MPS_PIPE_DIRECTORY,
 //      CUDA_MPS_ACTIVE_THREAD_PERCENTAGE (the share in percent, rounded up) and
 //      CUDA_MPS_PINNED_DEVICE_MEM_LIMIT ("0=<MiB>M"); the user's own CUDA_MPS_* variables
-//      are removed, so no job names another daemon or widens its cap through them; and
+//      are removed, so no job names another daemon or widens its cap through them;
+//      HSA_CU_MASK="0:<LaunchSpec::cu_mask>" for an AMD share (replacing the user's; an
+//      advisory mask, docs/sharing.md "AMD"); and
 //      the visibility variables:
 //        NVIDIA grants: CUDA_VISIBLE_DEVICES and NVIDIA_VISIBLE_DEVICES = UUIDs
 //        AMD grants:    ROCR_VISIBLE_DEVICES and HIP_VISIBLE_DEVICES = UUIDs (both

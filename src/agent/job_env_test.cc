@@ -81,6 +81,23 @@ TEST(JobEnvTest, AmdGrantWithUuidsSetsBothVariables) {
   EXPECT_EQ(env.count("CUDA_VISIBLE_DEVICES"), 0u);
 }
 
+// An AMD share gets its advisory CU mask on its one visible device, replacing the user's.
+TEST(JobEnvTest, AmdShareGetsItsCuMaskOverTheUsers) {
+  LaunchSpec s = BaseSpec();
+  s.env = {{"HSA_CU_MASK", "0:0-303"}};
+  s.gpus = {{"amd", 1, "GPU-1111", {}, 250}};
+  s.share_enforcement = "none";
+  s.cu_mask = "0-75";
+  auto env = BuildJobEnvironment(s, LoginDefaults{});
+  EXPECT_EQ(env["HSA_CU_MASK"], "0:0-75");
+  EXPECT_EQ(env["GPUPOOL_GPU_ENFORCEMENT"], "none");
+  auto container = BuildContainerEnvironment(s);
+  EXPECT_EQ(container["HSA_CU_MASK"], "0:0-75");
+  // Without a mask of the pool's (a whole GPU, an unknown CU count) the user's stays.
+  s.cu_mask.clear();
+  EXPECT_EQ(BuildJobEnvironment(s, LoginDefaults{})["HSA_CU_MASK"], "0:0-303");
+}
+
 TEST(JobEnvTest, AmdGrantWithoutUuidUsesIndicesThenPositions) {
   LaunchSpec s = BaseSpec();
   s.gpus = {{"amd", 4, "", {}, 1000}, {"amd", 6, "GPU-x", {}, 1000}};

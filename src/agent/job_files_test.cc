@@ -72,6 +72,7 @@ TEST(JobFilesTest, ContainerSpecAndOptionsRoundTrip) {
   c.spec.share_enforcement = "mps";
   c.spec.share_memory_bytes = 123456789;
   c.spec.mps_pipe_dir = "/var/lib/gpupool/mps/GPU-1/pipe";
+  c.spec.cu_mask = "0-9,20-29";  // kept across an agent restart, so shares stay apart
   c.container.podman = "/usr/bin/podman";
   c.container.global_args = {"--root", "/tmp/r", "--storage-driver", "vfs"};
   c.container.runtime = "runc";

@@ -107,6 +107,10 @@ struct LaunchSpec {
   uint64_t share_memory_bytes = 0;
   std::string mps_pipe_dir;
   std::string dmem_region;
+  // A share of an AMD GPU whose CU count is known: the CUs of its one visible device it is
+  // asked to use (cu_mask.h's CU list, "0-37"), set as HSA_CU_MASK="0:<list>". Advisory,
+  // whatever share_enforcement says (docs/sharing.md, "AMD"). Empty: none.
+  std::string cu_mask;
   // A submitted script's copy (jobs::Job::script): written to JOB_DIR/script (0700, the
   // user's) and run in place of argv[0]; a container job gets it mounted at that path.
   std::string script;

@@ -843,6 +843,39 @@ TEST_F(ApiAccessTest, NodesShowTheEnforcementTheAgentStated) {
   EXPECT_FALSE(gpus[1].contains("enforcement"));  // not stated
 }
 
+// Issue 28: an AMD GPU's partitioning and CU count, as its agent discovered them.
+TEST_F(ApiAccessTest, NodesShowAnAmdGpusPartitioning) {
+  gpu::NodeInfo n;
+  gpu::GpuInfo g;
+  g.vendor = gpu::Vendor::kAmd;
+  g.index = 0;
+  g.name = "AMD Instinct MI300X";
+  g.uuid = "0x00000000000003e9";
+  g.memory_total_bytes = uint64_t{48} << 30;
+  g.compute_partition = "CPX";
+  g.memory_partition = "NPS4";
+  g.compute_units = 38;
+  n.gpus.push_back(g);
+  g.index = 1;
+  g.uuid = "0x00000000000003ea";
+  g.compute_partition.clear();
+  g.memory_partition.clear();
+  g.compute_units = 0;
+  n.gpus.push_back(g);
+  const std::string body = R"({"protocol": "1.2", "node": "mi", "cpu_milli": 8000, )"
+                           R"("memory_mib": 65536, "info": )" +
+                           DumpJson(gpu::NodeToJson(n)) + "}";
+  ASSERT_EQ(AsUid(0, "POST", "/v1/agent/register", {}, body).status, 200);
+  Json listed = ParseJson(AsUid(user_uid_, "GET", "/v1/nodes").body, "answer").value();
+  const Json& gpus = listed["nodes"][0]["gpus"];
+  ASSERT_EQ(gpus.size(), 2u);
+  EXPECT_EQ(gpus[0]["compute_partition"], "CPX");
+  EXPECT_EQ(gpus[0]["memory_partition"], "NPS4");
+  EXPECT_EQ(gpus[0]["compute_units"], 38);
+  EXPECT_FALSE(gpus[1].contains("compute_partition"));  // unknown: left out
+  EXPECT_FALSE(gpus[1].contains("compute_units"));
+}
+
 // Issue 30: each GPU names the jobs holding it, to those who may read them: an admin sees
 // every holder's job and user, a user their own and only the share of another user's.
 TEST_F(ApiAccessTest, NodesNameWhoHoldsEachGpuToThoseWhoMayReadTheJob) {

@@ -66,6 +66,20 @@ bool IsEnforcementMode(std::string_view mode) {
   return false;
 }
 
+bool IsComputePartitionMode(std::string_view mode) {
+  for (const char* m : {"SPX", "DPX", "TPX", "QPX", "CPX"}) {
+    if (mode == m) return true;
+  }
+  return false;
+}
+
+bool IsMemoryPartitionMode(std::string_view mode) {
+  for (const char* m : {"NPS1", "NPS2", "NPS4", "NPS8"}) {
+    if (mode == m) return true;
+  }
+  return false;
+}
+
 std::string CanonicalPciBusId(std::string_view bus_id) {
   std::string s = ToLower(Trim(bus_id));
   // Accept "dddddddd:bb:dd.f" (NVML's 8-digit domain), "dddd:bb:dd.f" and "bb:dd.f".

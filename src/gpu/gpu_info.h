@@ -68,6 +68,13 @@ struct GpuInfo {
   std::optional<bool> mig_enabled;  // current MIG mode
   std::vector<MigDevice> mig_devices;
   std::optional<bool> ecc_enabled;  // current ECC mode
+  // AMD MI300-class partitioning, as the admin set it (amdgpu's current_compute_partition
+  // and current_memory_partition): "SPX", "DPX", "TPX", "QPX", "CPX" and "NPS1", "NPS2",
+  // "NPS4", "NPS8"; empty = unknown or a GPU without partitioning. In a mode other than
+  // SPX each partition is its own ROCm device, listed as a GpuInfo of its own.
+  std::string compute_partition;
+  std::string memory_partition;
+  int compute_units = 0;  // AMD: CUs of this device (KFD simd_count / simd_per_cu); 0 unknown
   std::optional<int> utilization_percent;
   std::optional<int> temperature_celsius;
   std::optional<double> power_watts;
@@ -85,6 +92,10 @@ struct GpuInfo {
 // The values GpuInfo::enforcement may take, besides empty.
 inline constexpr const char* kEnforcementModes[] = {"mps", "mig", "dmem", "none"};
 bool IsEnforcementMode(std::string_view mode);
+
+// The values GpuInfo::compute_partition and memory_partition may take, besides empty.
+bool IsComputePartitionMode(std::string_view mode);
+bool IsMemoryPartitionMode(std::string_view mode);
 
 // A direct or PCIe relation between two GPUs of the node, named by PCI bus id.
 struct GpuLink {

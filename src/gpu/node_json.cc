@@ -74,6 +74,9 @@ OrderedJson GpuToJson(const GpuInfo& g) {
     j["mig_devices"] = std::move(migs);
   }
   if (g.ecc_enabled) j["ecc_enabled"] = *g.ecc_enabled;
+  PutString(j, "compute_partition", g.compute_partition);
+  PutString(j, "memory_partition", g.memory_partition);
+  if (g.compute_units > 0) j["compute_units"] = g.compute_units;
   if (g.utilization_percent) j["utilization_percent"] = *g.utilization_percent;
   if (g.temperature_celsius) j["temperature_celsius"] = *g.temperature_celsius;
   PutDouble(j, "power_watts", g.power_watts);
@@ -281,6 +284,19 @@ Status ReadGpu(const Json& j, const std::string& path, GpuInfo* g, bool strict) 
     }
   }
   f.Optional("ecc_enabled", &g->ecc_enabled);
+  ReadString(f, "compute_partition", &g->compute_partition, 16);
+  if (f.ok() && !g->compute_partition.empty() && !IsComputePartitionMode(g->compute_partition)) {
+    f.Fail("compute_partition", "'" + SanitizeUtf8(g->compute_partition) +
+                                    "' is not a compute partition mode; use SPX, DPX, TPX, QPX "
+                                    "or CPX, or leave it out");
+  }
+  ReadString(f, "memory_partition", &g->memory_partition, 16);
+  if (f.ok() && !g->memory_partition.empty() && !IsMemoryPartitionMode(g->memory_partition)) {
+    f.Fail("memory_partition", "'" + SanitizeUtf8(g->memory_partition) +
+                                   "' is not a memory partition mode; use NPS1, NPS2, NPS4 or "
+                                   "NPS8, or leave it out");
+  }
+  f.Optional("compute_units", &g->compute_units, 0, 1 << 16);
   f.Optional("utilization_percent", &g->utilization_percent, 0, 100);
   f.Optional("temperature_celsius", &g->temperature_celsius, -273, 1000);
   ReadDouble(f, "power_watts", &g->power_watts, 100000);

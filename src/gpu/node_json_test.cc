@@ -59,6 +59,9 @@ NodeInfo FullNode() {
   a.index = 0;
   a.pci_bus_id = "0000:c1:00.0";
   a.gfx_target = "gfx90a";
+  a.compute_partition = "CPX";
+  a.memory_partition = "NPS4";
+  a.compute_units = 38;
   n.gpus.push_back(a);
   GpuInfo u;  // everything unknown
   n.gpus.push_back(u);
@@ -263,6 +266,15 @@ TEST(NodeJsonTest, FieldFormatsAreChecked) {
   EXPECT_NE(ErrorOf(WithGpu(R"("enforcement": "hopes")"))
                 .find("gpus[0].enforcement: 'hopes' is not an enforcement mode; use mps, mig, "
                       "dmem or none"),
+            std::string::npos);
+  EXPECT_NE(ErrorOf(WithGpu(R"("compute_partition": "cpx")"))
+                .find("gpus[0].compute_partition: 'cpx' is not a compute partition mode; use "
+                      "SPX, DPX, TPX, QPX or CPX"),
+            std::string::npos);
+  EXPECT_NE(ErrorOf(WithGpu(R"("memory_partition": "NPS3")"))
+                .find("gpus[0].memory_partition: 'NPS3' is not a memory partition mode"),
+            std::string::npos);
+  EXPECT_NE(ErrorOf(WithGpu(R"("compute_units": -1)")).find("gpus[0].compute_units"),
             std::string::npos);
 }
 

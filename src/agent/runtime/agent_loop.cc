@@ -7,6 +7,7 @@
 #include <chrono>
 #include <thread>
 
+#include "agent/cu_mask.h"
 #include "agent/job_files.h"
 #include "agent/runtime/health_check.h"
 #include "agent/runtime/rendezvous.h"
@@ -238,6 +239,7 @@ void AgentLoop::Launch(const protocol::LaunchOrder& order) {
   }
   {
     std::lock_guard lock(mu_);
+    AssignCuMaskLocked(&spec);
     held_[id] = {spec, dir};
     current_[slot] = job.attempt;
   }
@@ -292,6 +294,40 @@ Status AgentLoop::PrepareShare(const jobs::Job& job, agent::LaunchSpec* spec) {
   spec->share_enforcement = "mps";
   spec->mps_pipe_dir = *pipe;
   return Status::Ok();
+}
+
+void AgentLoop::AssignCuMaskLocked(agent::LaunchSpec* spec) {
+  // Shares only (a MIG instance is held whole by the hardware), and on an AMD GPU whose CU
+  // count discovery found.
+  if (spec->share_enforcement.empty() || spec->share_enforcement == "mig" ||
+      spec->gpus.size() != 1) {
+    return;
+  }
+  const agent::GpuGrant& g = spec->gpus[0];
+  if (g.vendor != "amd") return;
+  const gpu::GpuInfo* info = nullptr;
+  for (const gpu::GpuInfo& candidate : options_.node.gpus) {
+    if (candidate.vendor != gpu::Vendor::kAmd) continue;
+    if (g.uuid.empty() ? candidate.index == g.index : candidate.uuid == g.uuid) info = &candidate;
+  }
+  if (info == nullptr || info->compute_units <= 0) return;
+  std::vector<std::string> taken;
+  for (const auto& [id, held] : held_) {
+    const agent::LaunchSpec& other = held.spec;
+    if (other.cu_mask.empty() || other.gpus.size() != 1) continue;
+    if (other.gpus[0].uuid == g.uuid && other.gpus[0].index == g.index) {
+      taken.push_back(other.cu_mask);
+    }
+  }
+  agent::CuChoice choice = agent::ChooseCus(info->compute_units, g.gpu_milli, taken);
+  if (choice.overlapping) {
+    spdlog::warn(
+        "agent: {} shares CUs of GPU {} with other shares (HSA_CU_MASK 0:{}): too few "
+        "free of its {}",
+        agent::ToString(spec->id), g.uuid.empty() ? std::to_string(g.index) : g.uuid, choice.list,
+        info->compute_units);
+  }
+  spec->cu_mask = std::move(choice.list);
 }
 
 void AgentLoop::AdoptMpsClients() {

@@ -156,6 +156,10 @@ class AgentLoop {
   // MPS, the daemon's pipe folder, the daemon started if need be). An error is the job's
   // failure reason.
   Status PrepareShare(const jobs::Job& job, agent::LaunchSpec* spec);
+  // An AMD share's advisory CU mask (LaunchSpec::cu_mask, docs/sharing.md "AMD"): CUs no
+  // other held share of the same GPU has, where the GPU has enough. Called with mu_ held,
+  // just before the run joins held_, so concurrent launches cannot pick the same CUs.
+  void AssignCuMaskLocked(agent::LaunchSpec* spec);
   // Re-counts the adopted runs' MPS clients after an agent restart and stops the daemons
   // no run needs.
   void AdoptMpsClients();

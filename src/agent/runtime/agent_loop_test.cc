@@ -16,6 +16,7 @@
 #include <mutex>
 #include <thread>
 
+#include "agent/cu_mask.h"
 #include "agent/job_env.h"
 #include "agent/launcher.h"
 #include "protocol/agent_protocol.h"
@@ -477,6 +478,77 @@ TEST_F(TelemetryAgentTest, AShareGrantedAMigInstanceSeesItsUuidAndMemory) {
       EXPECT_EQ(env.at("CUDA_VISIBLE_DEVICES"), "GPU-1");
     }
   }
+}
+
+// Shares of an AMD GPU whose CU count discovery found (a CPX partition of an MI300X: 38
+// CUs) get disjoint advisory CU masks of their size, and stay "none" (docs/sharing.md,
+// "AMD"); a share of an AMD GPU with an unknown CU count gets no mask.
+TEST_F(TelemetryAgentTest, AmdSharesOfOneGpuGetDisjointCuMasks) {
+  {
+    std::lock_guard lock(launcher_.mu);
+    launcher_.accept = true;
+  }
+  gpu::GpuInfo part;
+  part.vendor = gpu::Vendor::kAmd;
+  part.index = 0;
+  part.uuid = "0x00000000000003e9";
+  part.memory_total_bytes = uint64_t{24} << 30;
+  part.compute_partition = "CPX";
+  part.memory_partition = "NPS4";
+  part.compute_units = 38;
+  part.enforcement = "none";
+  gpu::GpuInfo unknown = part;
+  unknown.index = 1;
+  unknown.uuid = "0x00000000000003ea";
+  unknown.compute_units = 0;
+  protocol::Work work;
+  protocol::LaunchOrder half;
+  half.job.id = 20;
+  half.job.user = "alice";
+  half.job.command = {"true"};
+  half.job.request.gpus = 1;
+  half.rendezvous = {0, 1, {"h"}, {1}, 0};
+  half.gpus = {{"amd", 0, part.uuid, {"/dev/dri/renderD128"}, 500}};
+  protocol::LaunchOrder quarter = half;
+  quarter.job.id = 21;
+  quarter.gpus[0].gpu_milli = 250;
+  protocol::LaunchOrder elsewhere = half;
+  elsewhere.job.id = 22;
+  elsewhere.gpus = {{"amd", 1, unknown.uuid, {"/dev/dri/renderD129"}, 500}};
+  work.launch = {half, quarter, elsewhere};
+  link_->QueueWork(work);
+  AgentLoopOptions ao;
+  ao.node_name = "n1";
+  ao.state_dir = (root_ / "state").string();
+  ao.telemetry_interval_s = 0;
+  ao.clock = &clock_;
+  ao.node.gpus = {part, unknown};
+  loop_ = std::make_unique<AgentLoop>(ao, link_, &launcher_);
+  thread_ = std::thread([this] { EXPECT_TRUE(loop_->Run().ok()); });
+  std::unique_lock lock(launcher_.mu);
+  launcher_.cv.wait_for(lock, std::chrono::seconds(10),
+                        [this] { return launcher_.launched.size() == 3; });
+  ASSERT_EQ(launcher_.launched.size(), 3u);
+  std::vector<int> cus;
+  for (const agent::LaunchSpec& spec : launcher_.launched) {
+    SCOPED_TRACE(spec.id.job);
+    EXPECT_EQ(spec.share_enforcement, "none");
+    const auto env = BuildJobEnvironment(spec, {});
+    EXPECT_EQ(env.at("GPUPOOL_GPU_ENFORCEMENT"), "none");
+    if (spec.id.job == 22) {
+      EXPECT_EQ(spec.cu_mask, "");
+      EXPECT_EQ(env.count("HSA_CU_MASK"), 0u);
+      continue;
+    }
+    ASSERT_FALSE(spec.cu_mask.empty());
+    EXPECT_EQ(env.at("HSA_CU_MASK"), "0:" + spec.cu_mask);
+    const std::vector<int> mine = agent::ParseCuList(spec.cu_mask, 38);
+    EXPECT_EQ(mine.size(), spec.id.job == 20 ? 19u : 9u);
+    cus.insert(cus.end(), mine.begin(), mine.end());
+  }
+  std::sort(cus.begin(), cus.end());
+  EXPECT_EQ(std::adjacent_find(cus.begin(), cus.end()), cus.end()) << "the masks overlap";
+  EXPECT_EQ(cus.size(), 28u);
 }
 
 // The controller relays `gpupool logs` reads to the node: each is answered through the

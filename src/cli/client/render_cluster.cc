@@ -82,6 +82,35 @@ std::string Enforcement(const std::string& node, const Json& gpus) {
   return out;
 }
 
+// "n1 GPUs 0-7: CPX, NPS4, 38 CUs" per node and AMD partitioning its GPUs report (docs/
+// sharing.md, "AMD GPUs"); nothing for GPUs that report none.
+std::string Partitions(const std::string& node, const Json& gpus) {
+  std::vector<std::pair<std::string, std::vector<int64_t>>> modes;
+  for (const Json& g : gpus) {
+    std::string mode = GetString(g, "compute_partition");
+    if (const std::string memory = GetString(g, "memory_partition"); !memory.empty()) {
+      mode += (mode.empty() ? "" : ", ") + memory;
+    }
+    if (mode.empty()) continue;
+    if (const int64_t cus = GetInt(g, "compute_units", 0); cus > 0) {
+      mode += ", " + std::to_string(cus) + " CUs";
+    }
+    auto it =
+        std::find_if(modes.begin(), modes.end(), [&](const auto& m) { return m.first == mode; });
+    if (it == modes.end()) it = modes.insert(modes.end(), {mode, {}});
+    it->second.push_back(GetInt(g, "index"));
+  }
+  std::string out;
+  for (const auto& [mode, indices] : modes) {
+    out += CleanCell(node) + (indices.size() == 1 ? " GPU " : " GPUs ") + IndexRuns(indices) +
+           ": " + CleanCell(mode) + "\n";
+  }
+  return out;
+}
+
+constexpr const char* kPartitionsTitle =
+    "AMD partitions, each scheduled as a GPU of its own (docs/sharing.md):\n";
+
 // The MIG instances of a node's GPUs in MIG mode, one line each: "n1 GPU 0 1g.10gb
 // (MIG-...): job 12" or ": free"; "" without any.
 std::string MigInstances(const std::string& node, const Json& gpus) {
@@ -195,9 +224,11 @@ std::string RenderNodes(const Json& answer, int64_t now_us) {
   std::string checking;     // nodes whose health verdict is still to come
   std::string enforcement;  // "n1 GPUs 0-7: mps" per node and mode stated
   std::string mig;          // one line per MIG instance
+  std::string partitions;   // "n1 GPUs 0-7: CPX, NPS4, 38 CUs" per node and mode
   for (const Json& node : GetArray(answer, "nodes")) {
     const Json& gpus = GetArray(node, "gpus");
     enforcement += Enforcement(GetString(node, "name"), gpus);
+    partitions += Partitions(GetString(node, "name"), gpus);
     mig += MigInstances(GetString(node, "name"), gpus);
     int64_t allocated = 0;
     for (const Json& g : gpus) {
@@ -236,7 +267,8 @@ std::string RenderNodes(const Json& answer, int64_t now_us) {
                              "it comes):\n" +
                                  checking) +
          (enforcement.empty() ? "" : "GPU share enforcement (docs/sharing.md):\n" + enforcement) +
-         (mig.empty() ? "" : "MIG instances, each held whole by one job:\n" + mig);
+         (mig.empty() ? "" : "MIG instances, each held whole by one job:\n" + mig) +
+         (partitions.empty() ? "" : kPartitionsTitle + partitions);
 }
 
 Result<std::string> RenderNode(const Json& answer, const std::string& name, int64_t now_us) {
@@ -300,6 +332,9 @@ Result<std::string> RenderNode(const Json& answer, const std::string& name, int6
   if (!details.empty()) out += "GPU health (docs/health.md):\n" + details;
   if (const std::string mig = MigInstances(name, GetArray(node, "gpus")); !mig.empty()) {
     out += "MIG instances, each held whole by one job:\n" + mig;
+  }
+  if (const std::string parts = Partitions(name, GetArray(node, "gpus")); !parts.empty()) {
+    out += kPartitionsTitle + parts;
   }
   return out;
 }

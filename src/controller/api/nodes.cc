@@ -60,6 +60,10 @@ OrderedJson NodeViewToJson(const NodeView& v, const Caller& caller,
                                                      : OrderedJson::array()}});
     // How a share of it is enforced (gpu_info.h), where its agent stated it.
     if (!gi.enforcement.empty()) gpus.back()["enforcement"] = gi.enforcement;
+    // AMD partitioning as the admin set it (docs/sharing.md, "AMD GPUs").
+    if (!gi.compute_partition.empty()) gpus.back()["compute_partition"] = gi.compute_partition;
+    if (!gi.memory_partition.empty()) gpus.back()["memory_partition"] = gi.memory_partition;
+    if (gi.compute_units > 0) gpus.back()["compute_units"] = gi.compute_units;
     // A GPU in MIG mode: its instances, each granted whole to one job (docs/sharing.md).
     if (gi.mig_enabled.value_or(false)) {
       OrderedJson instances = OrderedJson::array();

@@ -32,7 +32,7 @@ const fs::path kSource = GPUPOOL_SOURCE_DIR;
 const std::vector<std::string>& ExampleNodes() {
   static const auto* const kNodes = new std::vector<std::string>{
       "nvidia-1gpu",  "nvidia-8xh100", "nvidia-16xv100",   "nvidia-a100-mig",
-      "amd-8xmi250x", "amd-1gpu",      "mixed-nvidia-amd",
+      "amd-8xmi250x", "amd-1gpu",      "mixed-nvidia-amd", "amd-mi300x-cpx",
   };
   return *kNodes;
 }

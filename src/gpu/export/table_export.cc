@@ -110,6 +110,23 @@ std::string MigRows(const NodeInfo& node) {
   return "\nMIG devices:\n" + RenderColumns(rows, "  ");
 }
 
+// AMD compute/memory partitioning (docs/sharing.md, "AMD"), for the GPUs that report it.
+std::string PartitionRows(const NodeInfo& node) {
+  std::vector<std::vector<std::string>> rows = {{"GPU", "COMPUTE", "MEMORY", "CUS"}};
+  for (size_t i = 0; i < node.gpus.size(); ++i) {
+    const GpuInfo& g = node.gpus[i];
+    if (g.compute_partition.empty() && g.memory_partition.empty()) continue;
+    rows.push_back({
+        GpuLabel(g, i),
+        g.compute_partition.empty() ? "-" : Printable(g.compute_partition),
+        g.memory_partition.empty() ? "-" : Printable(g.memory_partition),
+        g.compute_units > 0 ? std::to_string(g.compute_units) : "-",
+    });
+  }
+  if (rows.size() == 1) return "";
+  return "\nAMD partitions (each partition is its own device):\n" + RenderColumns(rows, "  ");
+}
+
 std::string LinkCell(const NodeInfo& node, const GpuInfo& a, const GpuInfo& b) {
   if (&a == &b) return "X";
   const GpuLink* l = FindLink(node, a.pci_bus_id, b.pci_bus_id);
@@ -169,6 +186,7 @@ std::string ExportTable(const NodeInfo& node) {
     out += '\n';
     out += GpuRows(node);
     out += MigRows(node);
+    out += PartitionRows(node);
     out += TopologyMatrix(node);
   }
   return out + Diagnostics(node);

@@ -34,6 +34,24 @@ TEST(TableExportTest, ControlCharactersCannotForgeLines) {
   EXPECT_NE(t.find("H100?  9  fake row?[31m"), std::string::npos) << t;
 }
 
+TEST(TableExportTest, AmdPartitionsAreListedWhereKnown) {
+  NodeInfo n = TwoH100();
+  EXPECT_EQ(ExportTable(n).find("AMD partitions"), std::string::npos);
+  GpuInfo a;
+  a.vendor = Vendor::kAmd;
+  a.index = 0;
+  a.compute_partition = "CPX";
+  a.memory_partition = "NPS4";
+  a.compute_units = 38;
+  n.gpus.push_back(a);
+  const std::string t = ExportTable(n);
+  EXPECT_NE(t.find("AMD partitions (each partition is its own device):\n"
+                   "  GPU   COMPUTE  MEMORY  CUS\n"
+                   "  AMD0  CPX      NPS4    38\n"),
+            std::string::npos)
+      << t;
+}
+
 TEST(TableExportTest, UnknownValuesShowAsDash) {
   NodeInfo n;
   n.gpus.push_back(GpuInfo{});

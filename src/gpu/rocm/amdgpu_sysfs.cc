@@ -47,7 +47,42 @@ void ReadHwmon(const SysfsReader& reader, const std::string& device_dir, GpuInfo
   }
 }
 
+// One partition-mode file: empty when absent, the mode when known, else a Diagnostic.
+std::string ReadPartitionMode(const SysfsReader& reader, const std::string& file,
+                              bool (*known)(std::string_view), DiagnosticSink* sink) {
+  std::optional<std::string> text = reader.ReadText(file);
+  if (!text || text->empty()) return "";
+  if (known(*text)) return *text;
+  sink->Add("ignored " + reader.Path(file) + ": " + QuoteForMessage(*text) +
+            " is not a partition mode amdgpu writes; the GPU's partitioning is reported as "
+            "unknown");
+  return "";
+}
+
 }  // namespace
+
+void AddPartitionDetails(const SysfsReader& reader, const std::vector<KfdNode>& kfd, GpuInfo* gpu,
+                         DiagnosticSink* sink) {
+  if (const KfdNode* node = FindKfdGpu(kfd, gpu->pci_bus_id);
+      node != nullptr && gpu->compute_units <= 0) {
+    gpu->compute_units = node->compute_units();
+  }
+  std::string dir = "bus/pci/devices/" + gpu->pci_bus_id;
+  if (!reader.Exists(dir) && gpu->pci_bus_id.size() > 2 && gpu->pci_bus_id.back() != '0') {
+    // A partition other than the first: its KFD location carries its number in the
+    // function bits; the files are the physical GPU's, function 0.
+    dir = "bus/pci/devices/" + gpu->pci_bus_id.substr(0, gpu->pci_bus_id.size() - 1) + "0";
+  }
+  if (!reader.Exists(dir)) return;
+  if (gpu->compute_partition.empty()) {
+    gpu->compute_partition =
+        ReadPartitionMode(reader, dir + "/current_compute_partition", IsComputePartitionMode, sink);
+  }
+  if (gpu->memory_partition.empty()) {
+    gpu->memory_partition =
+        ReadPartitionMode(reader, dir + "/current_memory_partition", IsMemoryPartitionMode, sink);
+  }
+}
 
 void AddKfdDetails(const std::vector<KfdNode>& kfd, GpuInfo* gpu) {
   const KfdNode* node = FindKfdGpu(kfd, gpu->pci_bus_id);
@@ -76,6 +111,7 @@ void AddSysfsDetails(const SysfsReader& reader, const std::vector<KfdNode>& kfd,
     }
   }
   AddKfdDetails(kfd, gpu);
+  AddPartitionDetails(reader, kfd, gpu, sink);
   if (gpu->device_nodes.empty() && gpu->minor_number >= 0) {
     gpu->device_nodes.push_back("/dev/dri/renderD" + std::to_string(gpu->minor_number));
   }
@@ -147,6 +183,7 @@ std::vector<GpuInfo> ReadAmdGpusFromSysfs(const SysfsReader& reader,
     g.device_nodes.push_back(f.pci.card_node.empty() ? "/dev/dri/" + f.card : f.pci.card_node);
     ReadHwmon(reader, f.device_dir, &g, sink);
     AddKfdDetails(kfd, &g);
+    AddPartitionDetails(reader, kfd, &g, sink);
     if (g.device_nodes.size() == 1 && g.minor_number >= 0) {
       // No render node in sysfs, but KFD knows its minor.
       g.device_nodes.insert(g.device_nodes.begin(),

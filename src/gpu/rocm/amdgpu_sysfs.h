@@ -30,6 +30,15 @@ std::vector<GpuInfo> ReadAmdGpusFromSysfs(const SysfsReader& reader,
 void AddSysfsDetails(const SysfsReader& reader, const std::vector<KfdNode>& kfd, GpuInfo* gpu,
                      DiagnosticSink* sink);
 
+// MI300-class partitioning (docs/sharing.md, "AMD"): the compute and memory partition
+// modes the admin set, from current_compute_partition and current_memory_partition of the
+// GPU's PCI device (for a partition whose bus id carries its number in the function bits,
+// the device of function 0), and the device's compute units from its KFD node. A missing
+// file leaves the field empty (no partitioning, an older kernel); content that is not a
+// known mode is reported to `sink`, naming the file, and left out.
+void AddPartitionDetails(const SysfsReader& reader, const std::vector<KfdNode>& kfd, GpuInfo* gpu,
+                         DiagnosticSink* sink);
+
 // Direct XGMI links between KFD GPU nodes (io_links of type XGMI).
 XgmiCounts XgmiCountsFromKfd(const std::vector<KfdNode>& kfd);
 

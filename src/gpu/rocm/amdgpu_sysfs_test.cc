@@ -235,5 +235,93 @@ TEST(AmdSysfsLinksTest, XgmiCountsNeedOnlyOneDirection) {
   EXPECT_EQ(links[0].pcie_level, PcieLevel::kNode);
 }
 
+// An MI300X in CPX/NPS4 (docs/sharing.md, "AMD"): the physical GPU 0000:0c:00.0 holds
+// the mode files; its partitions are KFD nodes of 38 CUs each (152 SIMDs, 4 per CU), the
+// second one's location carrying its number in the function bits (gfx 9.4.3 kernels).
+void BuildCpxGpu(const FakeSysfsTree& tree, const std::string& compute, const std::string& memory) {
+  tree.AddPciDevice("0000:0c:00.0", "0x1002", "0x74a1", "0x120000", "0", "0-47");
+  tree.AddDrm("0000:0c:00.0", 1, 128);
+  const std::string dir = FakeSysfsTree::DeviceDir("0000:0c:00.0");
+  if (!compute.empty()) tree.Write(dir + "/current_compute_partition", compute + "\n");
+  tree.Write(dir + "/available_compute_partition", "SPX, DPX, QPX, CPX\n");
+  if (!memory.empty()) tree.Write(dir + "/current_memory_partition", memory + "\n");
+  for (int p = 0; p < 2; ++p) {
+    tree.AddKfdNode(2 + p,
+                    "cpu_cores_count 0\nsimd_count 152\nsimd_per_cu 4\n"
+                    "gfx_target_version 90402\nlocation_id " +
+                        std::to_string((0x0c << 8) | p) + "\ndomain 0\ndrm_render_minor " +
+                        std::to_string(128 + p) + "\nunique_id " + std::to_string(1001 + p) + "\n");
+  }
+}
+
+GpuInfo PartitionOf(const FakeSysfsTree& tree, const std::string& bus, DiagnosticSink* sink) {
+  SysfsReader reader(tree.root());
+  const auto kfd = rocm::ReadKfdTopology(reader, sink);
+  GpuInfo g;
+  g.vendor = Vendor::kAmd;
+  g.pci_bus_id = bus;
+  rocm::AddPartitionDetails(reader, kfd, &g, sink);
+  return g;
+}
+
+TEST(AmdPartitionTest, ReadsTheModesTheAdminSetAndEachPartitionsCus) {
+  FakeSysfsTree tree;
+  BuildCpxGpu(tree, "CPX", "NPS4");
+  DiagnosticSink sink("rocm-smi");
+  for (const std::string bus : {"0000:0c:00.0", "0000:0c:00.1"}) {
+    SCOPED_TRACE(bus);
+    GpuInfo g = PartitionOf(tree, bus, &sink);
+    EXPECT_EQ(g.compute_partition, "CPX");
+    EXPECT_EQ(g.memory_partition, "NPS4");
+    EXPECT_EQ(g.compute_units, 38);
+  }
+  EXPECT_TRUE(sink.Take().empty());
+}
+
+TEST(AmdPartitionTest, MissingFilesAreUnknownWithoutComplaint) {
+  FakeSysfsTree tree;
+  BuildCpxGpu(tree, "", "");
+  DiagnosticSink sink("rocm-smi");
+  GpuInfo g = PartitionOf(tree, "0000:0c:00.0", &sink);
+  EXPECT_EQ(g.compute_partition, "");
+  EXPECT_EQ(g.memory_partition, "");
+  EXPECT_EQ(g.compute_units, 38);
+  // A GPU that is neither in sysfs nor in KFD: nothing known, nothing said.
+  GpuInfo none = PartitionOf(tree, "0000:99:00.0", &sink);
+  EXPECT_EQ(none.compute_partition, "");
+  EXPECT_EQ(none.compute_units, 0);
+  EXPECT_TRUE(sink.Take().empty());
+}
+
+TEST(AmdPartitionTest, UnknownContentIsNamedAndLeftOut) {
+  FakeSysfsTree tree;
+  BuildCpxGpu(tree, "HEXA", "NPS3");
+  DiagnosticSink sink("rocm-smi");
+  GpuInfo g = PartitionOf(tree, "0000:0c:00.0", &sink);
+  EXPECT_EQ(g.compute_partition, "");
+  EXPECT_EQ(g.memory_partition, "");
+  std::vector<Diagnostic> d = sink.Take();
+  ASSERT_EQ(d.size(), 2u);
+  EXPECT_NE(d[0].message.find("current_compute_partition: 'HEXA'"), std::string::npos)
+      << d[0].message;
+  EXPECT_NE(d[1].message.find("current_memory_partition: 'NPS3'"), std::string::npos)
+      << d[1].message;
+}
+
+// The fallback lists the physical GPU with its partitioning (partitions other than the
+// first are platform devices without a PCI vendor file: only ROCm SMI lists them).
+TEST(AmdPartitionTest, FallbackDiscoveryReportsThePartitioning) {
+  FakeSysfsTree tree;
+  AddKfdCpuNode(tree, 0);
+  BuildCpxGpu(tree, "CPX", "NPS4");
+  auto backend = NewRocmSmiBackendWithPciIds(FallbackOptions(tree), {});
+  Result<NodeInfo> node = backend->Discover();
+  ASSERT_TRUE(node.ok()) << node.status().ToString();
+  ASSERT_EQ(node->gpus.size(), 1u);
+  EXPECT_EQ(node->gpus[0].compute_partition, "CPX");
+  EXPECT_EQ(node->gpus[0].memory_partition, "NPS4");
+  EXPECT_EQ(node->gpus[0].compute_units, 38);
+}
+
 }  // namespace
 }  // namespace gpupool::gpu

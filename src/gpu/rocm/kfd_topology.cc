@@ -32,14 +32,18 @@ std::optional<uint64_t> NumberProperty(const std::map<std::string, std::string>&
 
 }  // namespace
 
-std::string KfdNode::pci_bus_id() const {
+std::string KfdBusId(uint64_t domain, uint64_t location_id) {
+  unsigned function = static_cast<unsigned>(location_id & 0x7);
+  const unsigned partition = static_cast<unsigned>((location_id >> 28) & 0xf);
+  if (function == 0 && partition > 0 && partition < 8) function = partition;
   char buf[48];
-  std::snprintf(buf, sizeof buf, "%04x:%02x:%02x.%x", static_cast<unsigned>(domain),
+  std::snprintf(buf, sizeof buf, "%04x:%02x:%02x.%x", static_cast<unsigned>(domain & 0xffffffff),
                 static_cast<unsigned>((location_id >> 8) & 0xff),
-                static_cast<unsigned>((location_id >> 3) & 0x1f),
-                static_cast<unsigned>(location_id & 0x7));
+                static_cast<unsigned>((location_id >> 3) & 0x1f), function);
   return buf;
 }
+
+std::string KfdNode::pci_bus_id() const { return KfdBusId(domain, location_id); }
 
 std::vector<KfdNode> ReadKfdTopology(const SysfsReader& reader, DiagnosticSink* sink) {
   std::vector<KfdNode> nodes;
@@ -53,9 +57,10 @@ std::vector<KfdNode> ReadKfdTopology(const SysfsReader& reader, DiagnosticSink* 
     KfdNode n;
     n.id = static_cast<int>(*id);
     n.simd_count = NumberProperty(*props, "simd_count", path, UINT32_MAX, sink).value_or(0);
+    n.simd_per_cu = NumberProperty(*props, "simd_per_cu", path, 1024, sink).value_or(0);
     n.gfx_target_version =
         NumberProperty(*props, "gfx_target_version", path, 999999, sink).value_or(0);
-    n.location_id = NumberProperty(*props, "location_id", path, 0xffff, sink).value_or(0);
+    n.location_id = NumberProperty(*props, "location_id", path, UINT32_MAX, sink).value_or(0);
     n.domain = NumberProperty(*props, "domain", path, 0xffff, sink).value_or(0);
     if (auto minor = NumberProperty(*props, "drm_render_minor", path, kMaxRenderMinor, sink)) {
       n.drm_render_minor = static_cast<int>(*minor);

@@ -23,16 +23,30 @@ struct KfdIoLink {
 struct KfdNode {
   int id = -1;                      // the N of nodes/N
   uint64_t simd_count = 0;          // 0 for CPU nodes
+  uint64_t simd_per_cu = 0;         // 0 when unknown
   uint64_t gfx_target_version = 0;  // 90010 for gfx90a; 0 when unknown
-  uint64_t location_id = 0;         // (bus << 8) | (device << 3) | function
-  uint64_t domain = 0;              // PCI domain
+  // (bus << 8) | (device << 3) | function; on MI300 in a partitioned mode the kernel adds
+  // the partition's number, in the function bits or in bits 28-31 depending on its version
+  uint64_t location_id = 0;
+  uint64_t domain = 0;  // PCI domain
   int drm_render_minor = -1;
   uint64_t unique_id = 0;
   std::vector<KfdIoLink> io_links;
 
   bool is_gpu() const { return simd_count > 0; }
+  // Compute units of this device (a whole GPU or one partition); 0 when unknown.
+  int compute_units() const {
+    return simd_per_cu == 0 ? 0 : static_cast<int>(simd_count / simd_per_cu);
+  }
   std::string pci_bus_id() const;  // canonical, from domain and location_id
 };
+
+// The canonical bus id of a KFD location (and of a ROCm SMI BDFID's low 32 bits): "dddd:
+// bb:dd.f". An MI300 partition whose number is in bits 28-31 (some kernels; others put it
+// in the function bits) gets it as its function, as those others show it, so each
+// partition of a GPU keeps a bus id of its own: partition 1 of 0000:0c:00.0 is
+// 0000:0c:00.1 either way.
+std::string KfdBusId(uint64_t domain, uint64_t location_id);
 
 // Reads every node; nodes whose properties file is missing are skipped, garbled values
 // are reported to `sink`. Empty when the KFD topology is absent.

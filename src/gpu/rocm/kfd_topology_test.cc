@@ -52,10 +52,29 @@ TEST(KfdTopologyTest, ReadsGpuNodesAndLinks) {
   EXPECT_EQ(FindKfdGpu(nodes, "0000:99:00.0"), nullptr);
 }
 
+// MI300 partitions: a kernel that puts the partition's number in bits 28-31 and one that
+// puts it in the function bits give each partition the same bus id of its own.
+TEST(KfdTopologyTest, PartitionNumbersBecomeTheFunctionEitherWay) {
+  EXPECT_EQ(KfdBusId(0, 0x0c00), "0000:0c:00.0");
+  EXPECT_EQ(KfdBusId(0, 0x0c00 | (1u << 28)), "0000:0c:00.1");
+  EXPECT_EQ(KfdBusId(0, 0x0c00 | 1), "0000:0c:00.1");
+  EXPECT_EQ(KfdBusId(2, 0x0c00 | (7u << 28)), "0002:0c:00.7");
+  FakeSysfsTree tree;
+  tree.AddKfdNode(2, "simd_count 152\nsimd_per_cu 4\nlocation_id " +
+                         std::to_string(0x0c00 | (3u << 28)) + "\n");
+  SysfsReader reader(tree.root());
+  DiagnosticSink sink("rocm-smi");
+  std::vector<KfdNode> nodes = ReadKfdTopology(reader, &sink);
+  ASSERT_EQ(nodes.size(), 1u);
+  EXPECT_EQ(nodes[0].pci_bus_id(), "0000:0c:00.3");
+  EXPECT_EQ(nodes[0].compute_units(), 38);
+  EXPECT_TRUE(sink.Take().empty());  // a 32-bit location is not garbled
+}
+
 TEST(KfdTopologyTest, GarbledPropertiesAreReportedAndIgnored) {
   FakeSysfsTree tree;
   tree.AddKfdNode(1,
-                  "simd_count 440\ngfx_target_version abc\nlocation_id 99999999\n"
+                  "simd_count 440\ngfx_target_version abc\nlocation_id 9999999999\n"
                   "drm_render_minor -1\nunique_id 123456789012345678901234567890\n");
   tree.Write(FakeSysfsTree::KfdNodeDir(1) + "/io_links/0/properties", "type eleven\nnode_to 2\n");
   SysfsReader reader(tree.root());

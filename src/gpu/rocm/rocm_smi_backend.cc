@@ -30,12 +30,9 @@ constexpr uint32_t kMaxRocmNumaNode = 1023;
 constexpr size_t kNameBufferLen = 256;
 
 std::string BdfToBusId(uint64_t bdf) {
-  // rocm-smi packs (domain << 32) | (bus << 8) | (device << 3) | function.
-  char buf[48];
-  std::snprintf(buf, sizeof buf, "%04x:%02x:%02x.%x", static_cast<unsigned>(bdf >> 32),
-                static_cast<unsigned>((bdf >> 8) & 0xff), static_cast<unsigned>((bdf >> 3) & 0x1f),
-                static_cast<unsigned>(bdf & 0x7));
-  return buf;
+  // rocm-smi packs (domain << 32) | (partition << 28) | (bus << 8) | (device << 3) |
+  // function, the low 32 bits being KFD's location_id.
+  return rocm::KfdBusId(bdf >> 32, bdf & 0xffffffff);
 }
 
 std::string FromLibraryBuffer(const char* buf, size_t cap) {

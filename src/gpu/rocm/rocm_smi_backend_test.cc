@@ -170,6 +170,30 @@ TEST_F(RocmSmiBackendTest, ShutsDownAndClosesTheLibrary) {
   if (still_loaded != nullptr) dlclose(still_loaded);
 }
 
+// An MI300X in DPX mode as ROCm SMI lists it: two devices, the second's BDFID carrying
+// its partition number in bits 28-31; each keeps a bus id of its own, and both read the
+// physical GPU's partition modes.
+TEST_F(RocmSmiBackendTest, PartitionsOfOneGpuKeepBusIdsOfTheirOwn) {
+  tree_.AddPciDevice("0000:0c:00.0", "0x1002", "0x74a1", "0x120000", "0", "0-47");
+  const std::string dir = FakeSysfsTree::DeviceDir("0000:0c:00.0");
+  tree_.Write(dir + "/current_compute_partition", "DPX\n");
+  tree_.Write(dir + "/current_memory_partition", "NPS1\n");
+  UseScenario({{"devices",
+                {{{"name", "AMD Instinct MI300X"}, {"bdfid", 0x0c00}, {"render_minor", 128}},
+                 {{"name", "AMD Instinct MI300X"},
+                  {"bdfid", 0x0c00 | (1ull << 28)},
+                  {"render_minor", 129}}}}});
+  Result<NodeInfo> node = Discover();
+  ASSERT_TRUE(node.ok()) << node.status().ToString();
+  ASSERT_EQ(node->gpus.size(), 2u);
+  EXPECT_EQ(node->gpus[0].pci_bus_id, "0000:0c:00.0");
+  EXPECT_EQ(node->gpus[1].pci_bus_id, "0000:0c:00.1");
+  for (const GpuInfo& g : node->gpus) {
+    EXPECT_EQ(g.compute_partition, "DPX");
+    EXPECT_EQ(g.memory_partition, "NPS1");
+  }
+}
+
 TEST_F(RocmSmiBackendTest, OneGpuWithoutSysfs) {
   UseScenario({{"devices",
                 {{{"name", "AMD Radeon PRO W7900"},
