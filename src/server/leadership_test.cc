@@ -113,7 +113,9 @@ TEST(LeadershipTest, ALeaderThatCannotRenewStopsWithinTheLease) {
   const int64_t took_ms = (SystemClock::Get()->MonotonicMicros() - started) / 1000;
   EXPECT_EQ(kept.code(), StatusCode::kUnavailable) << kept.ToString();
   EXPECT_NE(kept.message().find("lock timeout"), std::string::npos) << kept.message();
-  EXPECT_GE(took_ms, 450);
+  // 450 ms trusted; a try is not made with under a millisecond of it left (whole ms), so
+  // the end may come up to 1 ms before it (449 ms was seen in CI).
+  EXPECT_GE(took_ms, 449);
   EXPECT_LT(took_ms, 1500);              // a loaded machine's scheduling, not the lease, beyond 450
   EXPECT_GE(leases.waits().size(), 5u);  // retried, not given up at the first failure
 }
