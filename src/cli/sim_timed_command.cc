@@ -391,40 +391,9 @@ int RunTimed(const TimedFlags& f) {
   return 0;
 }
 
-}  // namespace
-
-void RegisterSimTimedCommand(CLI::App& sim, CommandContext& ctx) {
-  auto flags = std::make_shared<TimedFlags>();
-  CLI::App* cmd = sim.add_subcommand(
-      "timed", "time-driven experiment: arrivals and departures on a simulated clock");
-  cmd->add_option("--trace", flags->trace,
-                  "job trace: a Philly job list, an openb pod list, or the generic CSV/JSON "
-                  "format (docs/sim.md)")
-      ->required()
-      ->check(CLI::ExistingFile);
-  cmd->add_option("--format", flags->format, "trace format: auto, philly, openb or generic")
-      ->check(CLI::IsMember({"auto", "philly", "openb", "generic"}))
-      ->capture_default_str();
-  cmd->add_option("--nodes", flags->nodes,
-                  "cluster as a node CSV (sn,cpu_milli,memory_mib,gpu,model)")
-      ->check(CLI::ExistingFile);
-  cmd->add_option("--cluster", flags->cluster,
-                  "synthetic cluster COUNTxGPUS[:MODEL[:CPU_MILLI[:MEMORY_MIB]]][,...], e.g. "
-                  "100x8:V100");
-  cmd->add_option("--queue", flags->queue, "queue policy: fifo, priority, sjf or fair")
-      ->capture_default_str();
-  cmd->add_flag("--backfill", flags->backfill,
-                "EASY backfill: later jobs may start if they do not delay the first blocked "
-                "job's reservation (needs time limits)");
-  cmd->add_option("--start-rule", flags->start_rule,
-                  "strict (default), easy (= --backfill) or skip (start whatever fits)");
-  cmd->add_option("--backfill-depth", flags->backfill_depth,
-                  "jobs tried after the first blocked one per pass (0 = all)")
-      ->capture_default_str();
-  cmd->add_option("--policy", flags->policy, "placement policy (see `gpupool sim policies`)")
-      ->capture_default_str();
-  cmd->add_option("--seed", flags->seed, "seeds the placement policy and node order")
-      ->capture_default_str();
+// The preemption, fair-share variant and GPU failure options of `sim timed`.
+void AddPreemptionAndFailureOptions(CLI::App* cmd, TimedFlags& f) {
+  TimedFlags* flags = &f;
   cmd->add_flag("--preemption", flags->preemption,
                 "every job is preemptible: a waiting job of higher priority, or of a group "
                 "below its fair share of GPUs, stops the newest jobs of groups above theirs "
@@ -482,6 +451,43 @@ void RegisterSimTimedCommand(CLI::App& sim, CommandContext& ctx) {
                 "otherwise they fail, unless the trace job has requeue=1");
   cmd->add_option("--health-xid", flags->health_xid,
                   "override the Xid table as the server's --health-xid does, XID:ACTION[,...]");
+}
+
+}  // namespace
+
+void RegisterSimTimedCommand(CLI::App& sim, CommandContext& ctx) {
+  auto flags = std::make_shared<TimedFlags>();
+  CLI::App* cmd = sim.add_subcommand(
+      "timed", "time-driven experiment: arrivals and departures on a simulated clock");
+  cmd->add_option("--trace", flags->trace,
+                  "job trace: a Philly job list, an openb pod list, or the generic CSV/JSON "
+                  "format (docs/sim.md)")
+      ->required()
+      ->check(CLI::ExistingFile);
+  cmd->add_option("--format", flags->format, "trace format: auto, philly, openb or generic")
+      ->check(CLI::IsMember({"auto", "philly", "openb", "generic"}))
+      ->capture_default_str();
+  cmd->add_option("--nodes", flags->nodes,
+                  "cluster as a node CSV (sn,cpu_milli,memory_mib,gpu,model)")
+      ->check(CLI::ExistingFile);
+  cmd->add_option("--cluster", flags->cluster,
+                  "synthetic cluster COUNTxGPUS[:MODEL[:CPU_MILLI[:MEMORY_MIB]]][,...], e.g. "
+                  "100x8:V100");
+  cmd->add_option("--queue", flags->queue, "queue policy: fifo, priority, sjf or fair")
+      ->capture_default_str();
+  cmd->add_flag("--backfill", flags->backfill,
+                "EASY backfill: later jobs may start if they do not delay the first blocked "
+                "job's reservation (needs time limits)");
+  cmd->add_option("--start-rule", flags->start_rule,
+                  "strict (default), easy (= --backfill) or skip (start whatever fits)");
+  cmd->add_option("--backfill-depth", flags->backfill_depth,
+                  "jobs tried after the first blocked one per pass (0 = all)")
+      ->capture_default_str();
+  cmd->add_option("--policy", flags->policy, "placement policy (see `gpupool sim policies`)")
+      ->capture_default_str();
+  cmd->add_option("--seed", flags->seed, "seeds the placement policy and node order")
+      ->capture_default_str();
+  AddPreemptionAndFailureOptions(cmd, *flags);
   cmd->add_option("--fair-by", flags->fair_by, "fair-share and report groups: user or project")
       ->check(CLI::IsMember({"user", "project"}))
       ->capture_default_str();
