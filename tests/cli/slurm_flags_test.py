@@ -22,9 +22,11 @@ sys.path.insert(0, os.path.join(HERE, "..", "testlib"))
 import pooltest  # noqa: E402  (tests/testlib)
 
 
-def gp(*args, env=None):
+def gp(*args, env=None, cwd=None):
+    # A job's default output file (gpupool-%j.out) goes to the submitter's directory: the
+    # test's, not the build tree.
     return subprocess.run([GPUPOOL] + list(args), capture_output=True, text=True, timeout=60,
-                          env=env)
+                          env=env, cwd=cwd)
 
 
 class WordsTest(unittest.TestCase):
@@ -94,14 +96,14 @@ class PoolFlagsTest(unittest.TestCase):
             return f.read()[-3000:]
 
     def submit(self, *args):
-        r = gp("submit", *args, env=self.env)
+        r = gp("submit", *args, env=self.env, cwd=self.dir)
         self.assertEqual(r.returncode, 0, r.stderr)
         m = re.match(r"Submitted (?:array )?job (\d+)", r.stdout)
         self.assertTrue(m, r.stdout)
         return int(m.group(1))
 
     def job(self, jid):
-        r = gp("show", "--json", str(jid), env=self.env)
+        r = gp("show", "--json", str(jid), env=self.env, cwd=self.dir)
         self.assertEqual(r.returncode, 0, r.stderr)
         return json.loads(r.stdout)["job"]
 
@@ -123,10 +125,10 @@ class PoolFlagsTest(unittest.TestCase):
         self.assertEqual(j["name"], "prep")
         self.assertEqual(j["time_limit_s"], 300)
         self.assertEqual(self.job(after_ok)["state"], "PENDING")
-        queue = gp("queue", env=self.env)
+        queue = gp("queue", env=self.env, cwd=self.dir)
         self.assertIn("held by root: `gpupool release %d` lets it start" % held, queue.stdout)
 
-        r = gp("release", str(held), env=self.env)
+        r = gp("release", str(held), env=self.env, cwd=self.dir)
         self.assertEqual(r.returncode, 0, r.stderr)
         self.assertEqual(self.wait(held, pooltest.FINAL_STATES)["state"], "SUCCEEDED")
         self.assertEqual(self.wait(after_ok, pooltest.FINAL_STATES)["state"], "SUCCEEDED")
@@ -152,10 +154,10 @@ class PoolFlagsTest(unittest.TestCase):
         # Named after its command when it gives no name: `env`, of which none is queued.
         alone = self.submit("-d", "singleton", "--", "env")
         self.assertEqual(self.job(alone).get("dependencies", []), [])
-        r = gp("submit", "-d", "singleton:3", "--", "true", env=self.env)
+        r = gp("submit", "-d", "singleton:3", "--", "true", env=self.env, cwd=self.dir)
         self.assertEqual(r.returncode, 2)
         self.assertIn("--dependency singleton:3: singleton takes no job ids", r.stderr)
-        gp("cancel", str(other), env=self.env)
+        gp("cancel", str(other), env=self.env, cwd=self.dir)
 
     def test_a_dependency_on_an_array_element_is_that_element(self):
         array = self.submit("-H", "-a", "0-1", "--", "true")
@@ -163,13 +165,15 @@ class PoolFlagsTest(unittest.TestCase):
         deps = self.job(after)["dependencies"]
         self.assertEqual([(d["job_id"], d["kind"]) for d in deps],
                          [(array + 1, "after-ok"), (array, "after-any")])
-        r = gp("submit", "-d", "afterok:%d_0" % array, "--", "true", env=self.env)
+        r = gp("submit", "-d", "afterok:%d_0" % array, "--", "true", env=self.env,
+               cwd=self.dir)
         self.assertEqual(r.returncode, 2)
         self.assertIn("the first element of an array has the array's own id", r.stderr)
-        r = gp("submit", "--after-ok", "%d_7" % array, "--", "true", env=self.env)
+        r = gp("submit", "--after-ok", "%d_7" % array, "--", "true", env=self.env,
+               cwd=self.dir)
         self.assertEqual(r.returncode, 3, r.stderr)
         self.assertIn("--after-ok %d_7: " % array, r.stderr)
-        gp("cancel", str(array), str(after), env=self.env)
+        gp("cancel", str(array), str(after), env=self.env, cwd=self.dir)
 
 
 if __name__ == "__main__":

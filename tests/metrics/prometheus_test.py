@@ -105,7 +105,7 @@ class PrometheusTest(unittest.TestCase):
     @classmethod
     def cli(cls, *args):
         return subprocess.run([GPUPOOL] + list(args), capture_output=True, text=True,
-                              env=cls.env, timeout=60)
+                              env=cls.env, timeout=60, cwd=cls.dir)
 
     @classmethod
     def job(cls, jid):

@@ -169,7 +169,9 @@ class Site:
             servers = ",".join("unix:" + self.sock(n)
                                for n in [first] + [n for n in self.names if n != first])
         env = dict(os.environ, GPUPOOL_SERVER=servers)
-        r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120)
+        # In the site's directory: the job's default output file goes there.
+        r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120,
+                           cwd=self.root)
         if r.returncode != 0 or not r.stdout.startswith("Submitted job "):
             return None, r.stderr.strip()
         return int(r.stdout.split()[2]), ""
