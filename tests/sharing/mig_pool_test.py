@@ -16,7 +16,6 @@ Exit 77 (skipped) without root (the pool's jobs run as root here).
 """
 import json
 import os
-import subprocess
 import sys
 import unittest
 
@@ -24,7 +23,7 @@ GPUPOOL = os.path.abspath(sys.argv.pop(1)) if len(sys.argv) > 1 else "gpupool"
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "testlib"))
 import pooltest  # noqa: E402  (tests/testlib)
-from pooltest import wait_for  # noqa: E402
+from pooltest import read_env, wait_for  # noqa: E402
 NODE = os.path.join(HERE, "..", "..", "examples", "nodes", "nvidia-a100-mig.json")
 
 # A job that records its environment and waits for the test's go file.
@@ -32,46 +31,14 @@ JOB = ('env | grep -E "^(CUDA_|NVIDIA_|GPUPOOL_GPU)" | sort > "$OUT/$GPUPOOL_JOB
        'while [ ! -e "$OUT/go-$GPUPOOL_JOB_ID" ] && [ ! -e "$OUT/go-all" ]; do sleep 0.05; done')
 
 
-def read_env(out, jid):
-    path = os.path.join(out, "%d.env" % jid)
-    wait_for("job %d's environment" % jid,
-             lambda: os.path.exists(path) and os.path.getsize(path) > 0)
-    with open(path) as f:
-        return dict(line.rstrip("\n").split("=", 1) for line in f if "=" in line)
-
-
 class MigPoolTest(unittest.TestCase):
     def setUp(self):
-        self.dir = pooltest.make_test_dir("gp-mig-")
-        self.out = os.path.join(self.dir, "out")
-        os.mkdir(self.out)
-        self.env = dict(os.environ, GPUPOOL_SERVER="unix:" + os.path.join(self.dir, "gpupool.sock"))
-        self.log = os.path.join(self.dir, "server.log")
-        with open(self.log, "ab") as log:
-            self.pool = subprocess.Popen(
-                [GPUPOOL, "up", "--state-dir", self.dir, "--port", "0", "--config", "",
-                 "--fake", NODE], stdout=log, stderr=log, start_new_session=True)
-        wait_for("the pool", lambda: " up " in self.cli("nodes").stdout)
+        self.pool = pooltest.FakeNodePool(GPUPOOL, NODE, "gp-mig-")
+        self.dir, self.out = self.pool.dir, self.pool.out
+        self.cli, self.server_log, self.job = self.pool.cli, self.pool.server_log, self.pool.job
 
     def tearDown(self):
-        open(os.path.join(self.out, "go-all"), "w").close()
-        pooltest.stop_processes([self.pool])
-        pooltest.kill_leftovers(self.dir)
-        pooltest.remove_dir(self.dir)
-
-    def cli(self, *args):
-        return subprocess.run([GPUPOOL] + list(args), capture_output=True, text=True,
-                              env=self.env, timeout=60)
-
-    def server_log(self):
-        with open(self.log, errors="replace") as f:
-            return f.read()[-4000:]
-
-    def job(self, jid):
-        r = self.cli("show", str(jid), "--json")
-        self.assertEqual(r.returncode, 0, r.stderr)
-        j = json.loads(r.stdout)
-        return j.get("job", j)
+        self.pool.stop()
 
     def wait(self, jid, states, timeout=30):
         return pooltest.wait_job(self.job, jid, states, timeout, log=self.server_log)

@@ -2,6 +2,7 @@
 tests/podman): a state directory other users can reach, waiting for a job to reach a
 state, and stopping a pool without leaving job supervisors or cgroups behind."""
 import http.client
+import json
 import os
 import shutil
 import signal
@@ -96,3 +97,53 @@ def kill_leftovers(state_dir):
 
 def remove_dir(path):
     shutil.rmtree(path, ignore_errors=True)
+
+
+def read_env(out, jid):
+    """The variables job `jid` wrote to OUT/<jid>.env (`env | ... > "$OUT/$GPUPOOL_JOB_ID.env"`),
+    once the file has them."""
+    path = os.path.join(out, "%d.env" % jid)
+    wait_for("job %d's environment" % jid,
+             lambda: os.path.exists(path) and os.path.getsize(path) > 0)
+    with open(path) as f:
+        return dict(line.rstrip("\n").split("=", 1) for line in f if "=" in line)
+
+
+class FakeNodePool:
+    """A real `gpupool up` on a fake node file in a fresh test directory (`dir`, with an
+    `out` folder for the jobs' files), and the CLI against it. A test case makes one in
+    setUp and calls stop() in tearDown (which also releases jobs waiting for out/go-all)."""
+
+    def __init__(self, gpupool, node, prefix, extra_args=()):
+        self.gpupool = gpupool
+        self.dir = make_test_dir(prefix)
+        self.out = os.path.join(self.dir, "out")
+        os.mkdir(self.out)
+        self.env = dict(os.environ, GPUPOOL_SERVER="unix:" + os.path.join(self.dir, "gpupool.sock"))
+        self.log = os.path.join(self.dir, "server.log")
+        with open(self.log, "ab") as log:
+            self.proc = subprocess.Popen(
+                [gpupool, "up", "--state-dir", self.dir, "--port", "0", "--config", "",
+                 "--fake", node] + list(extra_args),
+                stdout=log, stderr=log, start_new_session=True)
+        wait_for("the pool", lambda: " up " in self.cli("nodes").stdout)
+
+    def stop(self):
+        open(os.path.join(self.out, "go-all"), "w").close()
+        stop_processes([self.proc])
+        kill_leftovers(self.dir)
+        remove_dir(self.dir)
+
+    def cli(self, *args):
+        return subprocess.run([self.gpupool] + list(args), capture_output=True, text=True,
+                              env=self.env, timeout=60)
+
+    def server_log(self):
+        with open(self.log, errors="replace") as f:
+            return f.read()[-4000:]
+
+    def job(self, jid):
+        r = self.cli("show", str(jid), "--json")
+        assert r.returncode == 0, r.stderr
+        j = json.loads(r.stdout)
+        return j.get("job", j)
