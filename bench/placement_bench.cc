@@ -3,6 +3,10 @@
 // Each iteration places one task and applies it; when the cluster is full (or after
 // 80% of its GPUs are allocated) it is reset, outside the timed region, so every
 // decision is made against a realistically loaded cluster.
+// BM_PlaceBand: the same between two fill levels (percent of the GPUs allocated): the
+// cluster is first filled to the lower one by `fgd` (untimed, the same state for every
+// policy), and reset to that state when the upper one is reached: "empty" (0-5%) against
+// "nearly full" (90-95%).
 #include <benchmark/benchmark.h>
 #include <fmt/format.h>
 
@@ -84,6 +88,57 @@ void BM_Place(benchmark::State& st, const char* policy_name) {
       benchmark::Counter(static_cast<double>(decisions), benchmark::Counter::kIsRate);
 }
 
+// Fills `empty` with the queue's tasks (placed by `fgd`, those that do not fit skipped)
+// until `percent` of its GPUs are allocated; `*next`: the queue position after the last
+// task looked at.
+ClusterState FillTo(const ClusterState& empty, const std::vector<Task>& queue,
+                    const PolicyConfig& config, int64_t percent, size_t* next) {
+  ClusterState state = empty;
+  auto fgd = BuiltinPlacementPolicies().Create("fgd", config);
+  const int64_t limit = empty.TotalCapacity().gpu_milli * percent / 100;
+  size_t i = 0;
+  for (int misses = 0; fgd.ok() && state.TotalGpuMilliUsed() < limit && misses < 1000; ++i) {
+    const Task& t = queue[i % queue.size()];
+    const PlacementDecision d = (*fgd)->Place(state, t);
+    misses = d.placed ? 0 : misses + 1;
+    if (d.placed) (void)state.Allocate(t, d.placement);
+  }
+  *next = i;
+  return state;
+}
+
+void BM_PlaceBand(benchmark::State& st, const char* policy_name) {
+  const int nodes = static_cast<int>(st.range(0));
+  const int64_t from = st.range(1), to = st.range(2);
+  const ClusterState empty = MakeCluster(nodes);
+  const std::vector<Task> queue = MakeQueue(4096);
+  PolicyConfig config;
+  config.target_workload = std::make_shared<const TargetWorkload>(TargetWorkload::FromTasks(queue));
+  auto policy = BuiltinPlacementPolicies().Create(policy_name, config);
+  if (!policy.ok()) {
+    st.SkipWithError(policy.status().message().c_str());
+    return;
+  }
+  size_t next = 0;  // the band goes on with the tasks after the fill's
+  const ClusterState start = FillTo(empty, queue, config, from, &next);
+  ClusterState state = start;
+  int64_t decisions = 0;
+  const int64_t limit = empty.TotalCapacity().gpu_milli * to / 100;
+  for (auto _ : st) {
+    const Task& t = queue[next++ % queue.size()];
+    PlacementDecision d = (*policy)->Place(state, t);
+    if (d.placed) (void)state.Allocate(t, d.placement);
+    ++decisions;
+    if (state.TotalGpuMilliUsed() > limit) {
+      st.PauseTiming();
+      state = start;
+      st.ResumeTiming();
+    }
+  }
+  st.counters["decisions_per_s"] =
+      benchmark::Counter(static_cast<double>(decisions), benchmark::Counter::kIsRate);
+}
+
 BENCHMARK_CAPTURE(BM_Place, fgd, "fgd")
     ->Arg(100)
     ->Arg(1000)
@@ -98,6 +153,15 @@ BENCHMARK_CAPTURE(BM_Place, ours, "default")
     ->Arg(100)
     ->Arg(1000)
     ->Arg(10000)
+    ->Unit(benchmark::kMicrosecond);
+
+BENCHMARK_CAPTURE(BM_PlaceBand, fgd, "fgd")
+    ->Args({10000, 0, 5})
+    ->Args({10000, 90, 95})
+    ->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(BM_PlaceBand, ours, "default")
+    ->Args({10000, 0, 5})
+    ->Args({10000, 90, 95})
     ->Unit(benchmark::kMicrosecond);
 
 }  // namespace

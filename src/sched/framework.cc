@@ -50,7 +50,12 @@ bool FrameworkPolicy::PassesFilters(const ClusterState& state, const Task& task,
 
 PlacementDecision FrameworkPolicy::Place(const ClusterState& state, const Task& task) {
   TaskShape key;
-  if (use_index_ && score_->IndexKey(state, task, &key)) return PlaceIndexed(state, task, key);
+  if (use_index_ && score_->IndexKey(state, task, &key)) {
+    return PlaceIndexed(state, task, key, /*lazy=*/false);
+  }
+  if (use_index_ && score_->CachedScoreKey(state, task, &key)) {
+    return PlaceIndexed(state, task, key, /*lazy=*/true);
+  }
   return PlaceByScan(state, task);
 }
 
@@ -138,7 +143,11 @@ int64_t FrameworkPolicy::IndexValue(const ClusterState& state, int32_t node) {
   return score_->Score(state, shape_task_, node).score;
 }
 
-void FrameworkPolicy::SyncIndex(const ClusterState& state, const TaskShape& key,
+// Brings `index` up to date with the cluster's journal. An eager index scores every
+// changed node (IndexValue); a lazy one (CachedScoreKey) marks the changed nodes that can
+// host the key's shape pending, to be scored by the first task that passes the filters
+// there (ScorePending), and the others absent: no task of the key fits them.
+void FrameworkPolicy::SyncIndex(const ClusterState& state, const TaskShape& key, bool lazy,
                                 ScoreIndex& index) {
   const ChangeJournal& journal = state.journal();
   const int32_t n = state.num_nodes();
@@ -149,14 +158,20 @@ void FrameworkPolicy::SyncIndex(const ClusterState& state, const TaskShape& key,
   shape_task_.gpu_milli = key.gpu_milli;
   shape_task_.owner = key.owner;
   shape_task_.gpu_memory_mib = key.gpu_memory_mib;
+  auto value = [&](int32_t node, bool* pending) {
+    *pending = lazy && state.Fits(node, shape_task_);
+    return lazy ? ScoreIndex::kAbsent : IndexValue(state, node);
+  };
   const bool rebuild = index.journal_id() != journal.id() || index.synced() < journal.first() ||
                        index.size() != n ||
                        journal.end() - index.synced() > static_cast<uint64_t>(n / 2 + 64);
+  bool pending = false;
   if (rebuild) {
     index.Reset(n);
     for (int32_t node = 0; node < n; ++node) {
-      index.SetLeaf(node, position_of_[static_cast<size_t>(node)], state.node(node).version,
-                    IndexValue(state, node));
+      const int32_t pos = position_of_[static_cast<size_t>(node)];
+      index.SetLeaf(node, pos, state.node(node).version, value(node, &pending));
+      if (pending) index.SetPending(pos, true);
     }
     index.Build();
   } else {
@@ -164,10 +179,29 @@ void FrameworkPolicy::SyncIndex(const ClusterState& state, const TaskShape& key,
       const int32_t node = journal.at(s);
       const uint64_t version = state.node(node).version;
       if (index.version(node) == version) continue;  // changed again later; done already
-      index.Set(node, position_of_[static_cast<size_t>(node)], version, IndexValue(state, node));
+      const int32_t pos = position_of_[static_cast<size_t>(node)];
+      index.Set(node, pos, version, value(node, &pending));
+      if (lazy) index.SetPending(pos, pending);
     }
   }
   index.MarkSynced(journal.id(), journal.end());
+}
+
+// A lazy index's pending nodes that pass the filters, scored with `task` in scan order:
+// where the full scan's Score calls compute (a node changed since the key's last cycle),
+// these compute, in the same order, with the same task.
+void FrameworkPolicy::ScorePending(const ClusterState& state, const Task& task, ScoreIndex& index) {
+  const std::vector<int32_t>& order = state.scan_order();
+  const std::vector<uint64_t>& pending = index.pending();
+  for (size_t w = 0; w < pending.size(); ++w) {
+    for (uint64_t bits = pending[w]; bits != 0; bits &= bits - 1) {
+      const auto pos = static_cast<int32_t>(w * 64 + static_cast<size_t>(std::countr_zero(bits)));
+      const int32_t node = order[static_cast<size_t>(pos)];
+      if (!PassesFilters(state, task, node)) continue;  // pending until a task fits it
+      index.Set(node, pos, state.node(node).version, score_->Score(state, task, node).score);
+      index.SetPending(pos, false);
+    }
+  }
 }
 
 // The first scan position among the best values whose node passes the filters, by a scan
@@ -183,18 +217,9 @@ int32_t FrameworkPolicy::ScanBest(const ClusterState& state, const Task& task,
   return best;
 }
 
-PlacementDecision FrameworkPolicy::PlaceIndexed(const ClusterState& state, const Task& task,
-                                                const TaskShape& key) {
-  PlacementDecision d;
-  feasible_.clear();
-  score_->PreScore(state, task, feasible_);
-  // Another cluster history (the controller builds a new cluster each pass): every index
-  // is of the old one and would only be rebuilt; dropping them keeps stale ones from
-  // holding memory up to the budget.
-  if (state.journal().id() != positions_journal_) indexes_.Clear();
-  ScoreIndex& index = indexes_.Get(key);
-  SyncIndex(state, key, index);
-  // Candidates in the order the full scan ranks them, until one passes the filters.
+// The scan position the full scan would pick, -1 when no node passes the filters:
+// candidates in the order the full scan ranks them, until one passes the filters.
+int32_t FrameworkPolicy::PickBest(const ClusterState& state, const Task& task, ScoreIndex& index) {
   int32_t pos = -1;
   bool scan = false;
   excluded_.clear();
@@ -211,7 +236,22 @@ PlacementDecision FrameworkPolicy::PlaceIndexed(const ClusterState& state, const
   }
   for (auto it = excluded_.rbegin(); it != excluded_.rend(); ++it)
     index.Restore(it->first, it->second);
-  if (scan) pos = ScanBest(state, task, index);
+  return scan ? ScanBest(state, task, index) : pos;
+}
+
+PlacementDecision FrameworkPolicy::PlaceIndexed(const ClusterState& state, const Task& task,
+                                                const TaskShape& key, bool lazy) {
+  PlacementDecision d;
+  feasible_.clear();
+  score_->PreScore(state, task, feasible_);
+  // Another cluster history (the controller builds a new cluster each pass): every index
+  // is of the old one and would only be rebuilt; dropping them keeps stale ones from
+  // holding memory up to the budget.
+  if (state.journal().id() != positions_journal_) indexes_.Clear();
+  ScoreIndex& index = indexes_.Get(key);
+  SyncIndex(state, key, lazy, index);
+  if (lazy) ScorePending(state, task, index);
+  const int32_t pos = PickBest(state, task, index);
   if (pos < 0) {
     d.reason = NoFitReason(state, task);
     return d;

@@ -87,6 +87,26 @@ class ScorePlugin : public Plugin {
                         TaskShape* /*key*/) const {
     return false;
   }
+  // Lazy indexing, for a plugin whose Score reads more of the task than a key (FGD's
+  // strand term reads its memory) but which keeps its results per (key, node, node
+  // version). For a task whose IndexKey is false (and a key no IndexKey gives), a plugin
+  // may return true here and fill `key` as for IndexKey when
+  //   - Score for a task of this key on a node at a version where Score was called for a
+  //     task of this key before returns that call's result and changes nothing a later
+  //     call reads (only a first call per (key, node, version) computes);
+  //   - it forgets a result only when the node's version changes or the cluster's journal
+  //     is another (a copy, nodes added, a new scan order);
+  //   - every node that passes the filters for the task can host the key as a task;
+  //   - PreScore does not use its `feasible` argument; NormalizeScores does nothing.
+  // FrameworkPolicy then keeps each key's scores in an index whose changed nodes are
+  // pending (node_index.h) and, in each cycle, scores the pending nodes that pass the
+  // filters, with the task, in scan order: the first calls are the full scan's, made in
+  // the same order (the calls that only read a kept result are left out), so the plugin's
+  // results, its caches and the decisions are the same as with the full scan.
+  virtual bool CachedScoreKey(const ClusterState& /*state*/, const Task& /*task*/,
+                              TaskShape* /*key*/) const {
+    return false;
+  }
 };
 
 // The built-in filter: CPU, memory, GPU model and capability, and num_gpu GPUs with a
@@ -107,13 +127,17 @@ class FrameworkPolicy final : public PlacementPolicy {
   PlacementDecision Place(const ClusterState& state, const Task& task) override;
   // Tests: place every task by the full scan, as without an indexable score plugin.
   void DisableIndexForTest() { use_index_ = false; }
-  // How many task keys have an index (0 when the score plugin is not indexable).
+  // How many task keys have an index (0 when the score plugin is not indexable, neither
+  // by IndexKey nor by CachedScoreKey).
   size_t indexed_keys() const { return indexes_.count(); }
 
  private:
   PlacementDecision PlaceByScan(const ClusterState& state, const Task& task);
-  PlacementDecision PlaceIndexed(const ClusterState& state, const Task& task, const TaskShape& key);
-  void SyncIndex(const ClusterState& state, const TaskShape& key, ScoreIndex& index);
+  PlacementDecision PlaceIndexed(const ClusterState& state, const Task& task, const TaskShape& key,
+                                 bool lazy);
+  void SyncIndex(const ClusterState& state, const TaskShape& key, bool lazy, ScoreIndex& index);
+  void ScorePending(const ClusterState& state, const Task& task, ScoreIndex& index);
+  int32_t PickBest(const ClusterState& state, const Task& task, ScoreIndex& index);
   int64_t IndexValue(const ClusterState& state, int32_t node);
   bool PassesFilters(const ClusterState& state, const Task& task, int32_t node) const;
   void SyncPositions(const ClusterState& state);

@@ -10,6 +10,7 @@ void ScoreIndex::Reset(int32_t nodes) {
   version_.assign(static_cast<size_t>(nodes), 0);
   value_.assign(leaves_, kAbsent);
   win_.assign(2 * leaves_, -1);
+  pending_.assign((static_cast<size_t>(nodes) + 63) / 64, 0);
   Build();
   journal_id_ = 0;
   synced_ = 0;

@@ -10,6 +10,10 @@
 // position ascending), exactly the order in which FrameworkPolicy's full scan would pick
 // a winner, so both give the same decision.
 //
+// A lazy index (ScorePlugin::CachedScoreKey) does not score a changed node when it syncs:
+// it marks the node pending, and FrameworkPolicy scores the pending nodes that pass a
+// task's filters with that task, in scan order, before it reads the root.
+//
 // ScoreIndexSet holds the indexes of one policy, evicting the least recently used ones
 // beyond a memory budget. Single-threaded, like policies.
 #pragma once
@@ -62,9 +66,18 @@ class ScoreIndex {
   int64_t Exclude(int32_t pos);
   void Restore(int32_t pos, int64_t value) { Update(pos, value); }
 
+  // Lazy indexes (ScorePlugin::CachedScoreKey): scan positions whose value is not known
+  // yet (kAbsent meanwhile), a bit per position; Reset() clears them.
+  void SetPending(int32_t pos, bool pending) {
+    const uint64_t bit = uint64_t{1} << (static_cast<size_t>(pos) % 64);
+    uint64_t& word = pending_[static_cast<size_t>(pos) / 64];
+    word = pending ? word | bit : word & ~bit;
+  }
+  const std::vector<uint64_t>& pending() const { return pending_; }
+
   size_t bytes() const {
     return version_.capacity() * sizeof(uint64_t) + value_.capacity() * sizeof(int64_t) +
-           win_.capacity() * sizeof(int32_t);
+           win_.capacity() * sizeof(int32_t) + pending_.capacity() * sizeof(uint64_t);
   }
 
  private:
@@ -81,6 +94,7 @@ class ScoreIndex {
   std::vector<uint64_t> version_;  // per node index
   std::vector<int64_t> value_;     // per scan position, padded to leaves_ with kAbsent
   std::vector<int32_t> win_;       // win_[k]: best position under tree node k (root 1)
+  std::vector<uint64_t> pending_;  // by scan position (lazy indexes only)
 };
 
 class ScoreIndexSet {

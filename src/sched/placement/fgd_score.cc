@@ -61,16 +61,18 @@ class FgdScore final : public ScorePlugin {
   // node's state and on ShapeKey's fields only (a task that fits leaves memory >= 0,
   // which is all FGD's measure asks of memory), PreScore ignores the feasible nodes and
   // nothing is normalized. With the strand term or memory shapes the score reads the
-  // task's memory, which ShapeKey does not hold (see the header), so those policies keep
-  // the full scan.
+  // task's memory, which ShapeKey does not hold (see the header): CachedScoreKey.
   bool IndexKey(const ClusterState& state, const Task& task, TaskShape* key) const override {
-    if (key_has_memory_) return false;
-    key->cpu_milli = task.cpu_milli;
-    key->num_gpu = task.num_gpu;
-    key->gpu_milli = task.gpu_milli;
-    key->owner = state.has_single_owner_gpus() && task.IsFractional() ? task.owner : 0;
-    key->gpu_memory_mib = task.IsFractional() ? task.gpu_memory_mib : 0;
-    return true;
+    return !key_has_memory_ && ShapeKeyOf(state, task, key);
+  }
+
+  // The policies that read the task's memory are indexed lazily (framework.h): Score
+  // keeps its result per (ShapeKey, node, version) in cache_, computed by the first task
+  // that scores the node at that version (the approximation of the header), and forgets
+  // it only when the node changes or Bind() starts over (another model table or node
+  // count, which only a new cluster journal brings).
+  bool CachedScoreKey(const ClusterState& state, const Task& task, TaskShape* key) const override {
+    return key_has_memory_ && ShapeKeyOf(state, task, key);
   }
 
   NodeScore Score(const ClusterState& state, const Task& task, int32_t node) override {
@@ -341,6 +343,16 @@ class FgdScore final : public ScorePlugin {
               task);
     m.score = Combine(Primary(delta), n, task);
     return m;
+  }
+
+  // ShapeKey's fields (PreScore's) as an index key (framework.h); always true.
+  static bool ShapeKeyOf(const ClusterState& state, const Task& task, TaskShape* key) {
+    key->cpu_milli = task.cpu_milli;
+    key->num_gpu = task.num_gpu;
+    key->gpu_milli = task.gpu_milli;
+    key->owner = state.has_single_owner_gpus() && task.IsFractional() ? task.owner : 0;
+    key->gpu_memory_mib = task.IsFractional() ? task.gpu_memory_mib : 0;
+    return true;
   }
 
   // Memo entries: key of 16 + 2 x GPUs bytes (~32 for 8 GPUs) plus map overhead, about

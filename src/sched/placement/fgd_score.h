@@ -18,7 +18,9 @@
 // Speed: when the score does not read the task's memory (no strand term, no memory
 // shapes: `fgd` and most variants) the plugin is indexable (ScorePlugin::IndexKey,
 // node_index.h), so FrameworkPolicy scores only the nodes changed since a shape was last
-// placed; and two caches. (1) Per
+// placed; when it does (`default`), lazily (ScorePlugin::CachedScoreKey): a changed node
+// is scored by the first task of the shape that passes the filters there, in scan order,
+// as by the full scan, so the approximation below stays the same. And two caches. (1) Per
 // (task shape (cpu, num_gpu, gpu_milli, and the owner of a
 // fractional task when the cluster has single-owner GPUs), node index) the
 // best (score, GPUs) keyed by node version: each placement changes one node, so a cycle
