@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "sched/cluster_state.h"
+#include "sched/fragmentation.h"
 #include "sched/policy_registry.h"
 #include "sched/queue/gang_placement.h"
 
@@ -157,6 +158,80 @@ TEST(MigPolicyTest, GangsTakeOneInstancePerTaskOrNone) {
   EXPECT_EQ(s.node(0).gpu_free_milli, before);
   ASSERT_TRUE(ReleaseGang(s, {Share(100, 4096), Share(100, 4096)}, two->placements).ok());
   EXPECT_EQ(s.node(0).gpu_free_milli, (std::vector<int32_t>{1000, 1000, 1000, 1000, 0}));
+}
+
+// The placement scores know instances (fgd_score.h, FragmentationMeasure::ScaledMigNode).
+
+// An idle instance is a piece only the shares whose memory need it holds can use: for
+// the whole-GPU shape and larger shares its weight (its memory's part of the GPU) counts
+// as fragmented. Without instances the measure is FGD's.
+TEST(MigScoreTest, TheMeasureCountsAnIdleInstanceAsAPieceOnlySmallSharesUse) {
+  ClusterState s = MigCluster();
+  NodeSpec plain{"plain", 64000, 262144, 2, "A100", 81920, 80};
+  ASSERT_TRUE(s.AddNode(plain).ok());
+  const TargetWorkload w({{0, 1, 1000, {}, 1}, {0, 1, 250, {}, 1}, {0, 1, 500, {}, 1}});
+  const FragmentationMeasure m(w, s.models());
+  EXPECT_EQ(InstanceWeightMilli(s.node(0), 0), 500);   // 3g.40gb
+  EXPECT_EQ(InstanceWeightMilli(s.node(0), 3), 125);   // 1g.10gb
+  EXPECT_EQ(InstanceWeightMilli(s.node(0), 4), 1000);  // outside MIG mode
+  // Whole GPU: the plain GPU fits, the 1,000 of instances are fragmented; 0.25 (20 GiB):
+  // the two 1g.10gb (250); 0.5 (40 GiB): those and the 2g.20gb (500).
+  EXPECT_EQ(m.ScaledMigNode(s.node(0)), 1000 + 250 + 500);
+  EXPECT_EQ(m.ScaledNode(s.node(0)), 0);  // FGD: five idle GPUs
+  ASSERT_TRUE(s.Allocate(Whole(1), {0, {4}}).ok());
+  ASSERT_TRUE(s.Allocate(Share(250), {0, {1}}).ok());
+  // Free: 3g.40gb and two 1g.10gb (750): all fragmented for the whole GPU; 0.25 and 0.5
+  // can use only the 3g.40gb, so the 1g.10gb (250) are fragmented for both.
+  EXPECT_EQ(m.ScaledMigNode(s.node(0)), 750 + 250 + 250);
+  EXPECT_EQ(m.ScaledMigNode(s.node(1)), m.ScaledNode(s.node(1)));
+  ASSERT_TRUE(s.Allocate(Share(300), {1, {0}}).ok());
+  EXPECT_EQ(m.ScaledMigNode(s.node(1)), m.ScaledNode(s.node(1)));
+  EXPECT_GT(m.ScaledNode(s.node(1)), 0);
+}
+
+// One 80 GiB GPU outside MIG mode (GPU 0) before a GPU cut into 3g.40gb, 2g.20gb and two
+// 1g.10gb (GPUs 1..4).
+NodeSpec PlainFirstSpec(const std::string& name) {
+  NodeSpec spec{name, 64000, 262144, 5, "A100", 81920, 80};
+  spec.whole_only_gpus = 0b11110;
+  spec.device_memory_mib = {81920, 40960, 20480, 10240, 10240};
+  return spec;
+}
+
+// A share takes an instance (held whole, no use to whole-GPU tasks) before cutting into
+// a GPU a whole-GPU task could take, on the node and across nodes, though the plain GPU
+// comes first in index and scan order.
+TEST(MigScoreTest, AShareTakesAnInstanceBeforeCuttingAWholeGpu) {
+  for (const std::string name : {"fgd", "default", "fgd-strand-gpufit"}) {
+    SCOPED_TRACE(name);
+    auto policy = BuiltinPlacementPolicies().Create(name, PolicyConfig{});
+    ASSERT_TRUE(policy.ok());
+    ClusterState one;
+    ASSERT_TRUE(one.AddNode(PlainFirstSpec("mixed")).ok());
+    EXPECT_EQ((*policy)->Place(one, Share(250)).placement, (Placement{0, {2}}));  // 2g.20gb
+    ClusterState two;
+    ASSERT_TRUE(two.AddNode(NodeSpec{"plain", 64000, 262144, 1, "A100", 81920, 80}).ok());
+    NodeSpec cut = PlainFirstSpec("cut");
+    cut.num_gpus = 4;
+    cut.whole_only_gpus = 0b1111;
+    cut.device_memory_mib = {40960, 20480, 10240, 10240};
+    ASSERT_TRUE(two.AddNode(cut).ok());
+    EXPECT_EQ((*policy)->Place(two, Share(250)).placement, (Placement{1, {1}}));
+  }
+}
+
+// A whole-GPU task takes the plain GPU beside instances (which no whole-GPU task could
+// use) rather than break up a node's pair of idle GPUs, though that node comes first.
+TEST(MigScoreTest, AWholeGpuTaskTakesThePlainGpuBesideInstancesBeforeBreakingAPair) {
+  for (const std::string name : {"fgd", "default"}) {
+    SCOPED_TRACE(name);
+    auto policy = BuiltinPlacementPolicies().Create(name, PolicyConfig{});
+    ASSERT_TRUE(policy.ok());
+    ClusterState s;
+    ASSERT_TRUE(s.AddNode(NodeSpec{"pair", 64000, 262144, 2, "A100", 81920, 80}).ok());
+    ASSERT_TRUE(s.AddNode(PlainFirstSpec("mixed")).ok());
+    EXPECT_EQ((*policy)->Place(s, Whole(1)).placement, (Placement{1, {0}}));
+  }
 }
 
 }  // namespace
