@@ -6,6 +6,7 @@
 #include "sched/fragmentation.h"
 #include "sched/policy_registry.h"
 #include "sched/queue/gang_placement.h"
+#include "sched/rng.h"
 
 namespace gpupool::sched {
 namespace {
@@ -231,6 +232,61 @@ TEST(MigScoreTest, AWholeGpuTaskTakesThePlainGpuBesideInstancesBeforeBreakingAPa
     ASSERT_TRUE(s.AddNode(NodeSpec{"pair", 64000, 262144, 2, "A100", 81920, 80}).ok());
     ASSERT_TRUE(s.AddNode(PlainFirstSpec("mixed")).ok());
     EXPECT_EQ((*policy)->Place(s, Whole(1)).placement, (Placement{1, {0}}));
+  }
+}
+
+// The FGD scores' caches (per node version and task shape, gpu_memory_mib included) on
+// nodes with instances: a long-lived policy decides every step as a fresh one does, on
+// a cluster of plain, mixed and fully cut nodes with tasks placed and released at random.
+TEST(MigScoreTest, CachedScoresDecideLikeAFreshPolicy) {
+  const std::vector<TargetShape> shapes = {{2000, 1, 125, {}, 5, 0},  {2000, 1, 250, {}, 4, 0},
+                                           {4000, 1, 500, {}, 3, 0},  {8000, 1, 1000, {}, 6, 0},
+                                           {8000, 2, 1000, {}, 2, 0}, {4000, 0, 0, {}, 2, 0}};
+  PolicyConfig config;
+  config.target_workload = std::make_shared<const TargetWorkload>(TargetWorkload(shapes));
+  ClusterState s;
+  for (int i = 0; i < 9; ++i) {
+    NodeSpec spec = i % 3 == 0
+                        ? NodeSpec{"p" + std::to_string(i), 32000, 262144, 2, "A100", 81920, 80}
+                    : i % 3 == 1 ? PlainFirstSpec("m" + std::to_string(i))
+                                 : MigSpec();
+    spec.name += std::to_string(i);
+    ASSERT_TRUE(s.AddNode(spec).ok());
+  }
+  for (const std::string name : {"fgd", "default"}) {
+    SCOPED_TRACE(name);
+    auto kept = BuiltinPlacementPolicies().Create(name, config);
+    ASSERT_TRUE(kept.ok());
+    Rng rng(7);
+    ClusterState c = s;
+    std::vector<std::pair<Task, Placement>> running;
+    int placed = 0, on_instances = 0;
+    for (int step = 0; step < 1500; ++step) {
+      if (!running.empty() && rng.Uniform(3) == 0) {
+        const size_t k = rng.Uniform(running.size());
+        ASSERT_TRUE(c.Release(running[k].first, running[k].second).ok());
+        running.erase(running.begin() + static_cast<std::ptrdiff_t>(k));
+        continue;
+      }
+      const TargetShape& sh = shapes[rng.Uniform(shapes.size())];
+      Task t{"t", "", sh.cpu_milli, 1024, sh.num_gpu, sh.gpu_milli, {}, 0};
+      if (t.IsFractional() && rng.Uniform(2) == 0) t.gpu_memory_mib = 4096 << rng.Uniform(4);
+      auto fresh = BuiltinPlacementPolicies().Create(name, config);
+      ASSERT_TRUE(fresh.ok());
+      const PlacementDecision want = (*fresh)->Place(c, t);
+      const PlacementDecision got = (*kept)->Place(c, t);
+      ASSERT_EQ(got.placed, want.placed) << step;
+      if (!got.placed) continue;
+      ASSERT_EQ(got.placement, want.placement) << step;
+      ASSERT_TRUE(c.Allocate(t, got.placement).ok()) << step;
+      for (int32_t g : got.placement.gpus) {
+        on_instances += (c.node(got.placement.node).whole_only_gpus >> g & 1) != 0;
+      }
+      running.emplace_back(t, got.placement);
+      ++placed;
+    }
+    EXPECT_GT(placed, 500);
+    EXPECT_GT(on_instances, 100);  // the instances were in play
   }
 }
 
