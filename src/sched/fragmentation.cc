@@ -1,6 +1,7 @@
 #include "sched/fragmentation.h"
 
 #include <algorithm>
+#include <array>
 #include <map>
 #include <tuple>
 
@@ -87,6 +88,58 @@ int64_t FragmentationMeasure::ScaledNode(int32_t model_id, int64_t cpu_free_mill
           ++fitting;
         } else {
           small += gpu_free[i];
+        }
+      }
+      if (fitting >= s.num_gpu) frag = small;
+    }
+    sum += s.weight * frag;
+  }
+  return sum;
+}
+
+int64_t InstanceWeightMilli(const NodeState& n, int32_t g) {
+  if ((n.whole_only_gpus >> g & 1) == 0 || n.gpu_memory_mib <= 0 || n.device_memory_mib.empty()) {
+    return 1000;
+  }
+  return n.device_memory_mib[static_cast<size_t>(g)] * 1000 / n.gpu_memory_mib;
+}
+
+int64_t FragmentationMeasure::ScaledMigNode(const NodeState& n, const int32_t* gpu_free,
+                                            int64_t cpu_free_milli, int64_t memory_free_mib) const {
+  const int32_t num_gpus = n.num_gpus();
+  if (n.whole_only_gpus == 0) {
+    return ScaledNode(n.model_id, cpu_free_milli, gpu_free, num_gpus, memory_free_mib);
+  }
+  std::array<int64_t, 64> weighted{};  // each GPU's free part in physical thousandths
+  int64_t free_total = 0;
+  for (int32_t i = 0; i < num_gpus; ++i) {
+    weighted[static_cast<size_t>(i)] = gpu_free[i] * InstanceWeightMilli(n, i) / 1000;
+    free_total += weighted[static_cast<size_t>(i)];
+  }
+  if (free_total == 0) return 0;
+  int64_t sum = 0;
+  for (const Shape& s : shapes_) {
+    int64_t frag = free_total;
+    const bool model_ok = n.model_id >= 0 &&
+                          static_cast<size_t>(n.model_id) < s.model_allowed.size() &&
+                          s.model_allowed[static_cast<size_t>(n.model_id)];
+    if (s.gpu_milli > 0 && model_ok && cpu_free_milli >= s.cpu_milli &&
+        memory_free_mib >= s.memory_mib) {
+      const bool share = s.gpu_milli < 1000;
+      const int64_t need = (int64_t{s.gpu_milli} * n.gpu_memory_mib + 999) / 1000;
+      int32_t fitting = 0;
+      int64_t small = 0;
+      for (int32_t i = 0; i < num_gpus; ++i) {
+        const bool usable = (n.whole_only_gpus >> i & 1) != 0
+                                ? share && gpu_free[i] == 1000 &&
+                                      (n.device_memory_mib.empty()
+                                           ? n.gpu_memory_mib
+                                           : n.device_memory_mib[static_cast<size_t>(i)]) >= need
+                                : gpu_free[i] >= s.gpu_milli;
+        if (usable) {
+          ++fitting;
+        } else {
+          small += weighted[static_cast<size_t>(i)];
         }
       }
       if (fitting >= s.num_gpu) frag = small;

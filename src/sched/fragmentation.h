@@ -59,6 +59,10 @@ class TargetWorkload {
   int64_t total_weight_ = 0;
 };
 
+// GPU g of node n in thousandths of a physical GPU: 1000, or for a whole-only GPU (a MIG
+// instance) its memory's part of the parent GPU's (1000 when the parent's is unknown).
+int64_t InstanceWeightMilli(const NodeState& n, int32_t g);
+
 // The measure bound to a cluster's GPU model table.
 class FragmentationMeasure {
  public:
@@ -72,6 +76,18 @@ class FragmentationMeasure {
   int64_t ScaledNode(const NodeState& n) const {
     return ScaledNode(n.model_id, n.cpu_free_milli, n.gpu_free_milli.data(), n.num_gpus(),
                       n.memory_free_mib);
+  }
+  // For a node with whole-only GPUs (MIG instances, cluster_state.h): F_n * total_weight
+  // in thousandths of physical GPUs (an instance weighs InstanceWeightMilli). A free
+  // instance is a fixed piece: it counts as usable only for a share (gpu_milli < 1000)
+  // whose memory need (gpu_milli thousandths of the node's gpu_memory_mib, the parent
+  // GPU's) fits the instance's memory, and only while idle; for every other shape
+  // (whole-GPU shapes above all) its free part is fragmented. Equal to ScaledNode on a
+  // node without whole-only GPUs. `gpu_free` has the node's GPUs.
+  int64_t ScaledMigNode(const NodeState& n, const int32_t* gpu_free, int64_t cpu_free_milli,
+                        int64_t memory_free_mib) const;
+  int64_t ScaledMigNode(const NodeState& n) const {
+    return ScaledMigNode(n, n.gpu_free_milli.data(), n.cpu_free_milli, n.memory_free_mib);
   }
   // F_n in GPU milli.
   double NodeMilli(const NodeState& n) const { return ToMilli(ScaledNode(n)); }

@@ -3,8 +3,10 @@
 #include <gtest/gtest.h>
 
 #include "sched/cluster_state.h"
+#include "sched/fragmentation.h"
 #include "sched/policy_registry.h"
 #include "sched/queue/gang_placement.h"
+#include "sched/rng.h"
 
 namespace gpupool::sched {
 namespace {
@@ -157,6 +159,135 @@ TEST(MigPolicyTest, GangsTakeOneInstancePerTaskOrNone) {
   EXPECT_EQ(s.node(0).gpu_free_milli, before);
   ASSERT_TRUE(ReleaseGang(s, {Share(100, 4096), Share(100, 4096)}, two->placements).ok());
   EXPECT_EQ(s.node(0).gpu_free_milli, (std::vector<int32_t>{1000, 1000, 1000, 1000, 0}));
+}
+
+// The placement scores know instances (fgd_score.h, FragmentationMeasure::ScaledMigNode).
+
+// An idle instance is a piece only the shares whose memory need it holds can use: for
+// the whole-GPU shape and larger shares its weight (its memory's part of the GPU) counts
+// as fragmented. Without instances the measure is FGD's.
+TEST(MigScoreTest, TheMeasureCountsAnIdleInstanceAsAPieceOnlySmallSharesUse) {
+  ClusterState s = MigCluster();
+  NodeSpec plain{"plain", 64000, 262144, 2, "A100", 81920, 80};
+  ASSERT_TRUE(s.AddNode(plain).ok());
+  const TargetWorkload w({{0, 1, 1000, {}, 1}, {0, 1, 250, {}, 1}, {0, 1, 500, {}, 1}});
+  const FragmentationMeasure m(w, s.models());
+  EXPECT_EQ(InstanceWeightMilli(s.node(0), 0), 500);   // 3g.40gb
+  EXPECT_EQ(InstanceWeightMilli(s.node(0), 3), 125);   // 1g.10gb
+  EXPECT_EQ(InstanceWeightMilli(s.node(0), 4), 1000);  // outside MIG mode
+  // Whole GPU: the plain GPU fits, the 1,000 of instances are fragmented; 0.25 (20 GiB):
+  // the two 1g.10gb (250); 0.5 (40 GiB): those and the 2g.20gb (500).
+  EXPECT_EQ(m.ScaledMigNode(s.node(0)), 1000 + 250 + 500);
+  EXPECT_EQ(m.ScaledNode(s.node(0)), 0);  // FGD: five idle GPUs
+  ASSERT_TRUE(s.Allocate(Whole(1), {0, {4}}).ok());
+  ASSERT_TRUE(s.Allocate(Share(250), {0, {1}}).ok());
+  // Free: 3g.40gb and two 1g.10gb (750): all fragmented for the whole GPU; 0.25 and 0.5
+  // can use only the 3g.40gb, so the 1g.10gb (250) are fragmented for both.
+  EXPECT_EQ(m.ScaledMigNode(s.node(0)), 750 + 250 + 250);
+  EXPECT_EQ(m.ScaledMigNode(s.node(1)), m.ScaledNode(s.node(1)));
+  ASSERT_TRUE(s.Allocate(Share(300), {1, {0}}).ok());
+  EXPECT_EQ(m.ScaledMigNode(s.node(1)), m.ScaledNode(s.node(1)));
+  EXPECT_GT(m.ScaledNode(s.node(1)), 0);
+}
+
+// One 80 GiB GPU outside MIG mode (GPU 0) before a GPU cut into 3g.40gb, 2g.20gb and two
+// 1g.10gb (GPUs 1..4).
+NodeSpec PlainFirstSpec(const std::string& name) {
+  NodeSpec spec{name, 64000, 262144, 5, "A100", 81920, 80};
+  spec.whole_only_gpus = 0b11110;
+  spec.device_memory_mib = {81920, 40960, 20480, 10240, 10240};
+  return spec;
+}
+
+// A share takes an instance (held whole, no use to whole-GPU tasks) before cutting into
+// a GPU a whole-GPU task could take, on the node and across nodes, though the plain GPU
+// comes first in index and scan order.
+TEST(MigScoreTest, AShareTakesAnInstanceBeforeCuttingAWholeGpu) {
+  for (const std::string name : {"fgd", "default", "fgd-strand-gpufit"}) {
+    SCOPED_TRACE(name);
+    auto policy = BuiltinPlacementPolicies().Create(name, PolicyConfig{});
+    ASSERT_TRUE(policy.ok());
+    ClusterState one;
+    ASSERT_TRUE(one.AddNode(PlainFirstSpec("mixed")).ok());
+    EXPECT_EQ((*policy)->Place(one, Share(250)).placement, (Placement{0, {2}}));  // 2g.20gb
+    ClusterState two;
+    ASSERT_TRUE(two.AddNode(NodeSpec{"plain", 64000, 262144, 1, "A100", 81920, 80}).ok());
+    NodeSpec cut = PlainFirstSpec("cut");
+    cut.num_gpus = 4;
+    cut.whole_only_gpus = 0b1111;
+    cut.device_memory_mib = {40960, 20480, 10240, 10240};
+    ASSERT_TRUE(two.AddNode(cut).ok());
+    EXPECT_EQ((*policy)->Place(two, Share(250)).placement, (Placement{1, {1}}));
+  }
+}
+
+// A whole-GPU task takes the plain GPU beside instances (which no whole-GPU task could
+// use) rather than break up a node's pair of idle GPUs, though that node comes first.
+TEST(MigScoreTest, AWholeGpuTaskTakesThePlainGpuBesideInstancesBeforeBreakingAPair) {
+  for (const std::string name : {"fgd", "default"}) {
+    SCOPED_TRACE(name);
+    auto policy = BuiltinPlacementPolicies().Create(name, PolicyConfig{});
+    ASSERT_TRUE(policy.ok());
+    ClusterState s;
+    ASSERT_TRUE(s.AddNode(NodeSpec{"pair", 64000, 262144, 2, "A100", 81920, 80}).ok());
+    ASSERT_TRUE(s.AddNode(PlainFirstSpec("mixed")).ok());
+    EXPECT_EQ((*policy)->Place(s, Whole(1)).placement, (Placement{1, {0}}));
+  }
+}
+
+// The FGD scores' caches (per node version and task shape, gpu_memory_mib included) on
+// nodes with instances: a long-lived policy decides every step as a fresh one does, on
+// a cluster of plain, mixed and fully cut nodes with tasks placed and released at random.
+TEST(MigScoreTest, CachedScoresDecideLikeAFreshPolicy) {
+  const std::vector<TargetShape> shapes = {{2000, 1, 125, {}, 5, 0},  {2000, 1, 250, {}, 4, 0},
+                                           {4000, 1, 500, {}, 3, 0},  {8000, 1, 1000, {}, 6, 0},
+                                           {8000, 2, 1000, {}, 2, 0}, {4000, 0, 0, {}, 2, 0}};
+  PolicyConfig config;
+  config.target_workload = std::make_shared<const TargetWorkload>(TargetWorkload(shapes));
+  ClusterState s;
+  for (int i = 0; i < 9; ++i) {
+    NodeSpec spec = i % 3 == 0
+                        ? NodeSpec{"p" + std::to_string(i), 32000, 262144, 2, "A100", 81920, 80}
+                    : i % 3 == 1 ? PlainFirstSpec("m" + std::to_string(i))
+                                 : MigSpec();
+    spec.name += std::to_string(i);
+    ASSERT_TRUE(s.AddNode(spec).ok());
+  }
+  for (const std::string name : {"fgd", "default"}) {
+    SCOPED_TRACE(name);
+    auto kept = BuiltinPlacementPolicies().Create(name, config);
+    ASSERT_TRUE(kept.ok());
+    Rng rng(7);
+    ClusterState c = s;
+    std::vector<std::pair<Task, Placement>> running;
+    int placed = 0, on_instances = 0;
+    for (int step = 0; step < 1500; ++step) {
+      if (!running.empty() && rng.Uniform(3) == 0) {
+        const size_t k = rng.Uniform(running.size());
+        ASSERT_TRUE(c.Release(running[k].first, running[k].second).ok());
+        running.erase(running.begin() + static_cast<std::ptrdiff_t>(k));
+        continue;
+      }
+      const TargetShape& sh = shapes[rng.Uniform(shapes.size())];
+      Task t{"t", "", sh.cpu_milli, 1024, sh.num_gpu, sh.gpu_milli, {}, 0};
+      if (t.IsFractional() && rng.Uniform(2) == 0) t.gpu_memory_mib = 4096 << rng.Uniform(4);
+      auto fresh = BuiltinPlacementPolicies().Create(name, config);
+      ASSERT_TRUE(fresh.ok());
+      const PlacementDecision want = (*fresh)->Place(c, t);
+      const PlacementDecision got = (*kept)->Place(c, t);
+      ASSERT_EQ(got.placed, want.placed) << step;
+      if (!got.placed) continue;
+      ASSERT_EQ(got.placement, want.placement) << step;
+      ASSERT_TRUE(c.Allocate(t, got.placement).ok()) << step;
+      for (int32_t g : got.placement.gpus) {
+        on_instances += (c.node(got.placement.node).whole_only_gpus >> g & 1) != 0;
+      }
+      running.emplace_back(t, got.placement);
+      ++placed;
+    }
+    EXPECT_GT(placed, 500);
+    EXPECT_GT(on_instances, 100);  // the instances were in play
+  }
 }
 
 }  // namespace

@@ -78,7 +78,12 @@ class FgdScore final : public ScorePlugin {
   NodeScore Score(const ClusterState& state, const Task& task, int32_t node) override {
     Entry& e = (*current_)[static_cast<size_t>(node)];
     const NodeState& n = state.node(node);
-    if (e.version != n.version) {
+    if (e.version != n.version && n.whole_only_gpus != 0) [[unlikely]] {
+      const MigResult r = ScoreMigNode(state, node, task);
+      e.score = r.score;
+      e.gpus = r.gpus;
+      e.version = n.version;
+    } else if (e.version != n.version) {
       const uint64_t held = state.Blocked(node, task);  // 0 unless owners or MIG matter
       const MemoValue& m = Memo(n, static_cast<size_t>(node), task, held);
       e.score = m.score;
@@ -133,7 +138,8 @@ class FgdScore final : public ScorePlugin {
 
   int64_t NodeFrag(const NodeState& n, size_t index) {
     if (node_frag_version_[index] != n.version) {
-      node_frag_[index] = measure_->ScaledNode(n);
+      node_frag_[index] =
+          n.whole_only_gpus == 0 ? measure_->ScaledNode(n) : measure_->ScaledMigNode(n);
       node_frag_version_[index] = n.version;
     }
     return node_frag_[index];
@@ -153,12 +159,18 @@ class FgdScore final : public ScorePlugin {
 
   // Δ including the stranding term, scaled like the measure.
   int64_t Delta(int64_t before, int64_t after, const NodeState& n, const Task& task) const {
+    return StrandDelta(before, after, n, task, n.gpu_free_total,
+                       n.gpu_free_total - task.TotalGpuMilli());
+  }
+  // The same with the node's free GPU before and after placement given (in the measure's
+  // units: thousandths of physical GPUs on a node with MIG instances).
+  int64_t StrandDelta(int64_t before, int64_t after, const NodeState& n, const Task& task,
+                      int64_t gpu_free_before, int64_t gpu_free_after) const {
     int64_t delta = before - after;
     if (options_.strand_weight != 0) {
-      const double s0 = Stranded(n.gpu_free_total, n.cpu_free_milli, n.memory_free_mib);
-      const double s1 =
-          Stranded(n.gpu_free_total - task.TotalGpuMilli(), n.cpu_free_milli - task.cpu_milli,
-                   n.memory_free_mib - task.memory_mib);
+      const double s0 = Stranded(gpu_free_before, n.cpu_free_milli, n.memory_free_mib);
+      const double s1 = Stranded(gpu_free_after, n.cpu_free_milli - task.cpu_milli,
+                                 n.memory_free_mib - task.memory_mib);
       delta -= static_cast<int64_t>(std::llround(options_.strand_weight * (s1 - s0) *
                                                  static_cast<double>(measure_->total_weight())));
     }
@@ -172,9 +184,10 @@ class FgdScore final : public ScorePlugin {
                                 static_cast<double>(options_.score_levels));
   }
 
-  // `gpu_left`: for a fractional task, the chosen GPU's free share after placement.
-  int64_t Combine(int64_t primary, const NodeState& n, const Task& task,
-                  int32_t gpu_left = 0) const {
+  // `gpu_left`: for a fractional task, the chosen GPU's free share after placement;
+  // `instance`: the chosen GPU is a MIG instance, held whole (ScoreMigNode).
+  int64_t Combine(int64_t primary, const NodeState& n, const Task& task, int32_t gpu_left = 0,
+                  bool instance = false) const {
     // "Idle" looks at GPUs only, which the content memo's key covers.
     const bool idle = n.gpu_free_total == n.gpu_capacity_milli();
     if (idle && task.num_gpu < n.num_gpus()) primary -= options_.idle_node_penalty;
@@ -191,8 +204,10 @@ class FgdScore final : public ScorePlugin {
       // 10,000), then the least share left (BestFit), then the scan order.
       // With free_opening, an idle GPU's growth is zero (the free share before placement
       // is in the content memo's key as well).
+      // An instance is taken whole: no piece is left open (growth 0, nothing left).
       const bool opens = gpu_left + task.gpu_milli == 1000;
-      const int64_t growth = options_.free_opening && opens
+      const int64_t growth = instance ? 0
+                             : options_.free_opening && opens
                                  ? 0
                                  : piece_waste_[static_cast<size_t>(gpu_left)] -
                                        piece_waste_[static_cast<size_t>(gpu_left + task.gpu_milli)];
@@ -288,6 +303,65 @@ class FgdScore final : public ScorePlugin {
       }
     }
     return 0;  // cannot happen after the filter; keep the entry harmless
+  }
+
+  // Nodes with whole-only GPUs (MIG instances) are scored apart from the content memo,
+  // GPU by GPU in index order, with the measure that knows instances
+  // (FragmentationMeasure::ScaledMigNode, in thousandths of physical GPUs): a share
+  // placed on an instance takes the instance whole (its weight), so it removes a piece
+  // only shares could use instead of cutting into a GPU that whole-GPU tasks could take;
+  // and the strand term counts the node's GPU by weight. Nodes without instances never
+  // come here, so their scores are as before.
+  struct MigResult {
+    int64_t score = 0;
+    GpuMask gpus = 0;
+  };
+  MigResult ScoreMigNode(const ClusterState& state, int32_t node, const Task& task) {
+    const NodeState& n = state.node(node);
+    const int32_t g = n.num_gpus();
+    const int64_t before = NodeFrag(n, static_cast<size_t>(node));
+    std::array<int32_t, 64> after{};
+    int64_t free_before = 0;  // thousandths of physical GPUs
+    for (int32_t i = 0; i < g; ++i) {
+      after[static_cast<size_t>(i)] = n.gpu_free_milli[static_cast<size_t>(i)];
+      free_before += int64_t{after[static_cast<size_t>(i)]} * InstanceWeightMilli(n, i) / 1000;
+    }
+    const int64_t cpu_after = n.cpu_free_milli - task.cpu_milli;
+    const int64_t memory_after = n.memory_free_mib - task.memory_mib;
+    MigResult r;
+    if (!task.IsFractional()) {  // whole GPUs (never an instance) or none
+      r.gpus = task.num_gpu > 0 ? FirstIdleGpus(n, task.num_gpu) : 0;
+      for (GpuMask m = r.gpus; m != 0; m &= m - 1)
+        after[static_cast<size_t>(__builtin_ctzll(m))] = 0;
+      const int64_t delta =
+          StrandDelta(before, measure_->ScaledMigNode(n, after.data(), cpu_after, memory_after), n,
+                      task, free_before, free_before - int64_t{task.num_gpu} * 1000);
+      r.score = Combine(Primary(delta), n, task);
+      return r;
+    }
+    // A share: every GPU it may take (not Blocked: plain GPUs with room, and the one idle
+    // instance ClusterState lets it have); the first best in index order wins.
+    const uint64_t held = state.Blocked(node, task);
+    bool have = false;
+    for (int32_t i = 0; i < g; ++i) {
+      const int32_t f = n.gpu_free_milli[static_cast<size_t>(i)];
+      const bool instance = (n.whole_only_gpus >> i & 1) != 0;
+      if ((held >> i & 1) != 0 || (instance ? f != 1000 : f < task.gpu_milli)) continue;
+      const int32_t left = instance ? 0 : f - task.gpu_milli;
+      const int64_t taken = (f - left) * InstanceWeightMilli(n, i) / 1000;
+      after[static_cast<size_t>(i)] = left;
+      const int64_t delta =
+          StrandDelta(before, measure_->ScaledMigNode(n, after.data(), cpu_after, memory_after), n,
+                      task, free_before, free_before - taken);
+      after[static_cast<size_t>(i)] = f;
+      const int64_t score = Combine(Primary(delta), n, task, left, instance);
+      if (!have || score > r.score) {
+        have = true;
+        r.score = score;
+        r.gpus = GpuMask{1} << i;
+      }
+    }
+    return r;  // score 0, no GPU when nothing fits (cannot happen after the filter)
   }
 
   // Scores the node in the sorted order of Memo() (sorted_ holds its free shares).

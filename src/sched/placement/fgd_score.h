@@ -15,6 +15,12 @@
 //     with fill_theta too `fgd-strand-lookahead`, with free_opening too
 //     `fgd-strand-lookahead-open`: the fewest GPUs left unallocated, the live default.
 //
+// MIG: a node with whole-only GPUs (MIG instances, cluster_state.h) is scored GPU by GPU
+// with FragmentationMeasure::ScaledMigNode (an idle instance is a fixed piece only the
+// shares whose memory need it holds can use; a share on it takes it whole), outside the
+// caches' content memo (the per-version entries hold it). Nodes without instances are
+// scored as before, bit for bit.
+//
 // Speed: when the score does not read the task's memory (no strand term, no memory
 // shapes: `fgd` and most variants) the plugin is indexable (ScorePlugin::IndexKey,
 // node_index.h), so FrameworkPolicy scores only the nodes changed since a shape was last
