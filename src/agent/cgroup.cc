@@ -1,5 +1,6 @@
 #include "agent/cgroup.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <linux/magic.h>
 #include <sys/stat.h>
@@ -354,13 +355,33 @@ bool JobCgroup::JoinFromChild() const {
 
 namespace {
 
+// The cgroups below `dir`, deepest first: a container job's leaf holds the cgroups podman
+// made for the container and its conmon (container.h), which must go before it.
+std::vector<std::string> ChildCgroups(const std::string& dir) {
+  std::vector<std::string> out;
+  DIR* d = ::opendir(dir.c_str());
+  if (d == nullptr) return out;
+  while (struct dirent* e = ::readdir(d)) {
+    const std::string name = e->d_name;
+    if (name == "." || name == ".." || e->d_type != DT_DIR) continue;
+    for (std::string& sub : ChildCgroups(dir + "/" + name)) out.push_back(std::move(sub));
+    out.push_back(dir + "/" + name);
+  }
+  ::closedir(d);
+  return out;
+}
+
 Status KillAndRemove(const std::vector<std::string>& dirs, int timeout_ms) {
   std::string failed;
   for (const std::string& dir : dirs) {
     int waited = 0;
     while (true) {
-      std::vector<int> pids = ReadPids(dir + "/cgroup.procs");
-      for (int pid : pids) ::kill(pid, SIGKILL);
+      std::vector<std::string> tree = ChildCgroups(dir);
+      tree.push_back(dir);
+      for (const std::string& c : tree) {
+        for (int pid : ReadPids(c + "/cgroup.procs")) ::kill(pid, SIGKILL);
+      }
+      for (size_t i = 0; i + 1 < tree.size(); ++i) (void)::rmdir(tree[i].c_str());
       if (::rmdir(dir.c_str()) == 0 || errno == ENOENT) break;
       if (waited >= timeout_ms) {
         failed += (failed.empty() ? "" : ", ") + dir + " (" + std::strerror(errno) + ")";

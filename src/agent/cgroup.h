@@ -56,7 +56,8 @@ class JobCgroup {
   // avoids a global kernel lock). Returns false when a move failed.
   bool JoinFromChild() const;
 
-  // Kills whatever still runs in the cgroups and removes them, waiting up to
+  // Kills whatever still runs in the cgroups and in any cgroup below them (podman's, for a
+  // container share's capped parent) and removes them all, deepest first, waiting up to
   // `timeout_ms` for them to empty. The note of what happened is kept.
   Status Destroy(int timeout_ms);
 

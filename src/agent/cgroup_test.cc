@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <linux/magic.h>
+#include <sys/stat.h>
 #include <sys/statfs.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -214,6 +215,62 @@ TEST(CgroupTest, RemoveCgroupDirsOfADeadShim) {
   EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
   for (const std::string& d : dirs) EXPECT_NE(::access(d.c_str(), F_OK), 0) << d;
   EXPECT_TRUE(RemoveCgroupDirs(dirs, 100).ok());  // idempotent
+}
+
+// A container job's cgroup holds the cgroups podman made below it (the container's and
+// its conmon's, shim.cc): removing the job's cgroup kills and removes them first, and a
+// cgroup with children cannot be removed otherwise (EBUSY).
+TEST(CgroupTest, RemovingAJobCgroupRemovesTheCgroupsBelowIt) {
+  if (::geteuid() != 0 || ::access("/sys/fs/cgroup/cpu/cpu.cfs_quota_us", F_OK) != 0) {
+    GTEST_SKIP() << "needs root and the cgroup v1 cpu controller at /sys/fs/cgroup";
+  }
+  CgroupRequest req;
+  req.id = {930000 + ::getpid() % 1000, 0, 1, 0};
+  req.cpu_milli = 100;
+  auto cg = JobCgroup::Create("/sys/fs/cgroup", req);
+  ASSERT_FALSE(cg->dirs().empty()) << cg->note();
+  std::vector<std::string> below;
+  for (const std::string& d : cg->dirs()) {
+    ASSERT_EQ(::mkdir((d + "/libpod-1").c_str(), 0755), 0) << d;
+    ASSERT_EQ(::mkdir((d + "/libpod-1/inner").c_str(), 0755), 0) << d;
+    ASSERT_EQ(::mkdir((d + "/conmon").c_str(), 0755), 0) << d;
+    below.insert(below.end(), {d + "/libpod-1/inner", d + "/libpod-1", d + "/conmon"});
+  }
+  // A process in the deepest one, as a container's would be.
+  int ready[2];
+  ASSERT_EQ(::pipe(ready), 0);
+  pid_t pid = ::fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    const std::string procs = below[0] + "/cgroup.procs";
+    const int fd = ::open(procs.c_str(), O_WRONLY);
+    char joined = (fd >= 0 && ::write(fd, "0", 1) == 1) ? 'y' : 'n';
+    (void)!::write(ready[1], &joined, 1);
+    ::pause();
+    ::_exit(0);
+  }
+  ::close(ready[1]);
+  char joined = 0;
+  ASSERT_EQ(::read(ready[0], &joined, 1), 1);
+  ::close(ready[0]);
+  ASSERT_EQ(joined, 'y');
+  const std::vector<std::string> dirs = cg->dirs();
+  const Status destroyed = cg->Destroy(2000);
+  EXPECT_TRUE(destroyed.ok()) << destroyed.ToString();
+  // Destroy waited for the cgroups to empty: the process is gone, or it never will be.
+  int status = 0;
+  pid_t reaped = ::waitpid(pid, &status, WNOHANG);
+  if (reaped == 0) {
+    ::kill(pid, SIGKILL);  // not killed by Destroy: end it so the test can fail, not hang
+    ASSERT_EQ(::waitpid(pid, nullptr, 0), pid);
+    for (const std::string& d : below) (void)::rmdir(d.c_str());
+    for (const std::string& d : dirs) (void)::rmdir(d.c_str());
+    FAIL() << "the process in a cgroup below the job's survived Destroy";
+  }
+  ASSERT_EQ(reaped, pid);
+  EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
+  for (const std::string& d : below) EXPECT_NE(::access(d.c_str(), F_OK), 0) << d;
+  for (const std::string& d : dirs) EXPECT_NE(::access(d.c_str(), F_OK), 0) << d;
 }
 
 }  // namespace

@@ -145,7 +145,8 @@ std::string ContainerEnvFile(const LaunchSpec& spec) {
 Result<std::vector<std::string>> BuildPodmanRunArgv(const LaunchSpec& spec,
                                                     const ContainerOptions& options,
                                                     const std::vector<uint32_t>& groups,
-                                                    const std::string& env_file) {
+                                                    const std::string& env_file,
+                                                    const std::string& cgroup_parent) {
   if (spec.image.empty()) return Status::InvalidArgument("the job has no image");
   // The controller checked it at submit; an agent takes no value from the network on
   // trust before it reaches podman's command line.
@@ -220,6 +221,15 @@ Result<std::vector<std::string>> BuildPodmanRunArgv(const LaunchSpec& spec,
   if (spec.cpu_milli > 0) run.insert(run.end(), {"--cpus", CpusValue(spec.cpu_milli)});
   if (spec.memory_bytes > 0) {
     run.insert(run.end(), {"--memory", std::to_string(spec.memory_bytes) + "b"});
+  }
+  if (!cgroup_parent.empty()) {
+    // A path, not a systemd slice: podman takes it under the cgroupfs manager only.
+    if (cgroup_parent[0] != '/' || cgroup_parent.find('\n') != std::string::npos) {
+      return Status::InvalidArgument("cgroup parent '" + cgroup_parent +
+                                     "' must be an absolute cgroup path on one line");
+    }
+    run.insert(run.end(), {"--cgroup-parent", cgroup_parent});
+    run.insert(run.begin(), {"--cgroup-manager", "cgroupfs"});
   }
   // "--": whatever follows is the image and its command, never a podman option.
   run.insert(run.end(), {"--", spec.image});

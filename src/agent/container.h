@@ -45,10 +45,15 @@ std::vector<std::string> PodmanArgv(const ContainerOptions& options,
 // instead, for every variable EnvFileCan() hold (the caller writes ContainerEnvFile() to
 // PATH, readable by root only): a command line is readable by every user of the node
 // through /proc, a job's variables may hold secrets.
+//
+// `cgroup_parent` (a cgroup path under the hierarchy's root, "/gpupool/job-..."): the
+// container's cgroups are made below it (`--cgroup-manager cgroupfs --cgroup-parent`), so
+// limits set there, as a dmem share's dmem.max, hold everything the container runs.
 Result<std::vector<std::string>> BuildPodmanRunArgv(const LaunchSpec& spec,
                                                     const ContainerOptions& options,
                                                     const std::vector<uint32_t>& groups,
-                                                    const std::string& env_file = "");
+                                                    const std::string& env_file = "",
+                                                    const std::string& cgroup_parent = "");
 
 // Whether podman's --env-file format can carry the variable unchanged (one line, a key
 // without blanks that does not start with '#').

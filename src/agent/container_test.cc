@@ -181,6 +181,36 @@ TEST(PodmanRunArgvTest, EnvFileCan) {
   EXPECT_FALSE(EnvFileCan("A", std::string(70'000, 'x')));
 }
 
+// A dmem share's container goes below the job's own cgroup, which holds the cap: podman
+// takes a cgroup path as the parent under the cgroupfs manager only.
+TEST(PodmanRunArgvTest, ACgroupParentComesWithTheCgroupfsManager) {
+  ContainerOptions o;
+  o.podman = "/usr/bin/podman";
+  o.global_args = {"--root", "/tmp/r"};
+  Result<std::vector<std::string>> r =
+      BuildPodmanRunArgv(ImageSpec(), o, {}, "", "/gpupool/job-7-0.1-42");
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  const std::vector<std::string>& a = *r;
+  const auto at = [&](const std::string& v) {
+    return std::find(a.begin(), a.end(), v) - a.begin();
+  };
+  const auto run = at("run");
+  ASSERT_LT(run, static_cast<long>(a.size()));
+  EXPECT_LT(at("--root"), run);  // global options before the subcommand
+  ASSERT_LT(at("--cgroup-manager"), run);
+  EXPECT_EQ(a[at("--cgroup-manager") + 1], "cgroupfs");
+  const auto parent = at("--cgroup-parent");
+  ASSERT_GT(parent, run);
+  EXPECT_LT(parent, at("--"));
+  EXPECT_EQ(a[parent + 1], "/gpupool/job-7-0.1-42");
+  // Without a parent podman keeps its own manager and cgroups.
+  Result<std::vector<std::string>> plain = BuildPodmanRunArgv(ImageSpec(), o, {});
+  ASSERT_TRUE(plain.ok());
+  EXPECT_EQ(std::count(plain->begin(), plain->end(), "--cgroup-manager"), 0);
+  EXPECT_EQ(std::count(plain->begin(), plain->end(), "--cgroup-parent"), 0);
+  EXPECT_FALSE(BuildPodmanRunArgv(ImageSpec(), o, {}, "", "gpupool/job-7").ok());
+}
+
 TEST(PodmanRunArgvTest, RefusesPathsPodmanWouldMisread) {
   LaunchSpec s = ImageSpec();
   s.mounts = {{"relative/dir", "/data", true}};

@@ -376,6 +376,34 @@ TEST_F(LauncherTest, ImageJobOnANodeWithoutPodmanFails) {
   EXPECT_NE(e->reason.find("/nonexistent/podman"), std::string::npos) << e->reason;
 }
 
+// A container share on a dmem GPU runs only under its cap, as a process share does: where
+// the cap cannot be set (here: isolation off) it fails closed, before podman runs.
+TEST_F(LauncherTest, AContainerShareOnADmemGpuNeverRunsWithoutItsCap) {
+  const std::string podman = dir_.path() + "/podman";
+  const std::string ran = dir_.path() + "/podman-ran";
+  FILE* f = std::fopen(podman.c_str(), "w");
+  ASSERT_NE(f, nullptr);
+  std::fprintf(f, "#!/bin/sh\necho \"$@\" > %s\n", ran.c_str());
+  std::fclose(f);
+  ASSERT_EQ(::chmod(podman.c_str(), 0755), 0);
+  LauncherOptions o = TestOptions(dir_.path());
+  o.cgroup_root = "";
+  o.container.podman = podman;
+  std::unique_ptr<Launcher> launcher = NewProcessLauncher(o);
+  LaunchSpec spec = TestSpec(189, {"true"});
+  spec.image = "localhost/some:1";
+  spec.share_enforcement = "dmem";
+  spec.dmem_region = "drm/0000:03:00.0/vram0";
+  spec.share_memory_bytes = uint64_t{2} << 30;
+  ASSERT_TRUE(launcher->Launch(spec).ok());
+  std::optional<JobEvent> e = WaitForEvent(*launcher, 189, 10'000);
+  ASSERT_TRUE(e.has_value());
+  EXPECT_EQ(e->kind, Kind::kFailed);
+  EXPECT_NE(e->reason.find("the kernel's dmem controller) could not be set"), std::string::npos)
+      << e->reason;
+  EXPECT_NE(::access(ran.c_str(), F_OK), 0) << "podman ran without the cap";
+}
+
 TEST_F(LauncherTest, EnvDirCommandsComeFirst) {
   const std::string env_dir = dir_.path() + "/venv";
   ASSERT_EQ(::mkdir(env_dir.c_str(), 0755), 0);

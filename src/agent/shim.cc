@@ -153,6 +153,8 @@ class Shim {
  private:
   Status Prepare();
   Status PrepareContainer(const std::vector<gid_t>& groups);
+  Status DmemCapInPlace() const;
+  Result<std::string> ContainerDmemParent();
   Result<std::vector<BindMount>> StageMountSources(const LaunchSpec& spec,
                                                    const std::vector<gid_t>& groups);
   Result<std::string> MakePreemptDeadlineFile();
@@ -346,16 +348,7 @@ Status Shim::Prepare() {
   final_.isolation = cgroup_->note();
   record_.isolation = cgroup_->note();
   record_.cgroup_dirs = cgroup_->dirs();
-  if (!cgroup_->dmem_enforced()) {
-    // Fail closed: the share was placed on a GPU whose mode promised a memory cap.
-    return Status::FailedPrecondition(
-        "the GPU share's memory cap (" + std::to_string(spec.share_memory_bytes) + " B of " +
-        spec.dmem_region + ", the kernel's dmem controller) could not be set on node " +
-        HostName() + " (" + cgroup_->note() +
-        "), so the share would not be held to its size; not started. Run the node's agent "
-        "with --gpu-enforcement none (shares then say they are not enforced) or fix the "
-        "cgroup v2 setup");
-  }
+  GP_RETURN_IF_ERROR(DmemCapInPlace());
   if (spec.require_device_isolation && !cgroup_->devices_enforced()) {
     // Fail closed: without every deny rule the job would reach GPUs it was not given.
     return Status::FailedPrecondition(
@@ -368,6 +361,38 @@ Status Shim::Prepare() {
   plan_.cgroup = cgroup_.get();
   plan_.require_cgroup = spec.require_device_isolation;
   return Status::Ok();
+}
+
+// Fail closed: a share placed on a GPU whose mode promised a memory cap does not start
+// without it.
+Status Shim::DmemCapInPlace() const {
+  const LaunchSpec& spec = config_.spec;
+  if (cgroup_ == nullptr || cgroup_->dmem_enforced()) return Status::Ok();
+  return Status::FailedPrecondition(
+      "the GPU share's memory cap (" + std::to_string(spec.share_memory_bytes) + " B of " +
+      spec.dmem_region + ", the kernel's dmem controller) could not be set on node " + HostName() +
+      " (" + cgroup_->note() +
+      "), so the share would not be held to its size; not started. Run the node's agent "
+      "with --gpu-enforcement none (shares then say they are not enforced) or fix the "
+      "cgroup v2 setup");
+}
+
+// A container share on a dmem GPU: a cgroup of the job's own holds the cap (dmem.max and
+// dmem.low), and podman makes the container's cgroups below it, so the cap holds every
+// process of the container (the kernel charges a cgroup's descendants to its limit).
+// Returns that cgroup's path under the hierarchy's root, for --cgroup-parent.
+Result<std::string> Shim::ContainerDmemParent() {
+  const LaunchSpec& spec = config_.spec;
+  CgroupRequest req;
+  req.id = spec.id;
+  req.instance = std::to_string(::getpid());
+  req.dmem_region = spec.dmem_region;
+  req.dmem_bytes = spec.share_memory_bytes;
+  cgroup_ = JobCgroup::Create(config_.cgroup_root, req);
+  record_.cgroup_dirs = cgroup_->dirs();
+  GP_RETURN_IF_ERROR(DmemCapInPlace());
+  const std::string& dir = cgroup_->dirs().front();  // the cap is in place: it exists
+  return dir.substr(dir.rfind("/gpupool/"));
 }
 
 // A container job: the shim runs `podman run` as root, its output in the job's logs; the
@@ -415,7 +440,11 @@ Status Shim::PrepareContainer(const std::vector<gid_t>& groups) {
   const std::string env_file = args_.job_dir + "/container.env";
   GP_RETURN_IF_ERROR(WriteFileDurably(env_file, ContainerEnvFile(run), 0600, /*sync=*/false));
   std::vector<uint32_t> gids(groups.begin(), groups.end());
-  GP_ASSIGN_OR_RETURN(plan_.argv, BuildPodmanRunArgv(run, copt, gids, env_file));
+  std::string cgroup_parent;
+  if (spec.share_enforcement == "dmem") {
+    GP_ASSIGN_OR_RETURN(cgroup_parent, ContainerDmemParent());
+  }
+  GP_ASSIGN_OR_RETURN(plan_.argv, BuildPodmanRunArgv(run, copt, gids, env_file, cgroup_parent));
   plan_.env = {"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME=/root"};
   plan_.candidates = CommandCandidates(plan_.argv[0],
                                        "/usr/local/sbin:/usr/local/bin:"
@@ -435,6 +464,7 @@ Status Shim::PrepareContainer(const std::vector<gid_t>& groups) {
   std::string note = copt.note.empty() ? std::string("podman") : copt.note;
   note += "; container " + container_name_ + " in podman's own cgroup";
   if (spec.cpu_milli > 0 || spec.memory_bytes > 0) note += " (--cpus/--memory)";
+  if (!cgroup_parent.empty()) note += ", under " + cgroup_parent + " (" + cgroup_->note() + ")";
   note += spec.cdi_devices.empty() ? "; no GPU devices"
                                    : "; GPUs by CDI: " + std::to_string(spec.cdi_devices.size());
   final_.isolation = note;
@@ -723,10 +753,12 @@ int Shim::Finish() {
                             std::to_string(config_.spec.memory_bytes) + " bytes was reached";
     final_.reason = final_.reason.empty() ? oom : oom + "; " + final_.reason;
   }
-  if (cgroup_ != nullptr) {
+  auto destroy_cgroup = [this] {
+    if (cgroup_ == nullptr) return;
     Status st = cgroup_->Destroy(5000);
     if (!st.ok()) ShimLog("%s", st.message().c_str());
-  }
+  };
+  if (!container_) destroy_cgroup();  // a container's goes after the container
   if (container_ && final_.started) {
     // Whatever happened to podman's client (killed, crashed), conmon keeps a container
     // running on its own: make sure it is gone.
@@ -739,7 +771,10 @@ int Shim::Finish() {
       ShimLog("container %s was still there and has been removed", container_name_.c_str());
     }
   }
-  if (container_) ::unlink((args_.job_dir + "/container.env").c_str());
+  if (container_) {
+    destroy_cgroup();
+    ::unlink((args_.job_dir + "/container.env").c_str());
+  }
   if (staged_ != nullptr) {
     // The container is gone: its mount sources may go too.
     if (Status st = staged_->Clear(); !st.ok()) ShimLog("%s", st.message().c_str());

@@ -270,10 +270,9 @@ Status AgentLoop::PrepareShare(const jobs::Job& job, agent::LaunchSpec* spec) {
   } else if (info != nullptr) {
     spec->share_memory_bytes = info->memory_total_bytes / 1000 * static_cast<uint64_t>(g.gpu_milli);
   }
-  // The kernel's dmem controller caps the job's cgroup; a container runs in podman's own
-  // cgroup, which the agent does not set up (docs/sharing.md): "none" there.
+  // The kernel's dmem controller caps the job's cgroup (a container's: the cgroup podman
+  // makes the container's below, shim.cc).
   if (info != nullptr && info->enforcement == "dmem") {
-    if (!spec->image.empty()) return Status::Ok();
     auto region = options_.dmem_regions.find(info->uuid);
     if (region != options_.dmem_regions.end()) {
       spec->share_enforcement = "dmem";

@@ -480,6 +480,68 @@ TEST_F(TelemetryAgentTest, AShareGrantedAMigInstanceSeesItsUuidAndMemory) {
   }
 }
 
+// A share on a dmem GPU gets the GPU's VRAM region and its memory as the cap, a
+// container share too (its container's cgroups go below the capped job cgroup, shim.cc);
+// a dmem GPU without a known region stays "none".
+TEST_F(TelemetryAgentTest, ProcessAndContainerSharesOnADmemGpuGetTheCap) {
+  {
+    std::lock_guard lock(launcher_.mu);
+    launcher_.accept = true;
+  }
+  gpu::GpuInfo dmem;
+  dmem.vendor = gpu::Vendor::kAmd;
+  dmem.index = 0;
+  dmem.uuid = "GPU-D";
+  dmem.memory_total_bytes = uint64_t{64} << 30;
+  dmem.enforcement = "dmem";
+  gpu::GpuInfo no_region = dmem;
+  no_region.index = 1;
+  no_region.uuid = "GPU-N";
+  protocol::Work work;
+  protocol::LaunchOrder order;
+  order.job.id = 20;
+  order.job.user = "alice";
+  order.job.command = {"true"};
+  order.job.request.gpus = 1;
+  order.job.request.gpu_memory_bytes = uint64_t{8} << 30;
+  order.rendezvous = {0, 1, {"h"}, {1}, 0};
+  order.gpus = {{"amd", 0, "GPU-D", {"/dev/dri/renderD128"}, 125}};
+  protocol::LaunchOrder container = order;
+  container.job.id = 21;
+  container.job.image = "localhost/app:1";
+  protocol::LaunchOrder elsewhere = order;
+  elsewhere.job.id = 22;
+  elsewhere.gpus = {{"amd", 1, "GPU-N", {"/dev/dri/renderD129"}, 125}};
+  work.launch = {order, container, elsewhere};
+  link_->QueueWork(work);
+  AgentLoopOptions ao;
+  ao.node_name = "n1";
+  ao.state_dir = (root_ / "state").string();
+  ao.telemetry_interval_s = 0;
+  ao.clock = &clock_;
+  ao.node.gpus = {dmem, no_region};
+  ao.dmem_regions = {{"GPU-D", "drm/0000:03:00.0/vram0"}};
+  ao.cdi_kind = "gpupool.local/gpu";
+  loop_ = std::make_unique<AgentLoop>(ao, link_, &launcher_);
+  thread_ = std::thread([this] { EXPECT_TRUE(loop_->Run().ok()); });
+  std::unique_lock lock(launcher_.mu);
+  launcher_.cv.wait_for(lock, std::chrono::seconds(10),
+                        [this] { return launcher_.launched.size() == 3; });
+  ASSERT_EQ(launcher_.launched.size(), 3u);
+  for (const agent::LaunchSpec& spec : launcher_.launched) {
+    SCOPED_TRACE(spec.id.job);
+    EXPECT_EQ(spec.share_memory_bytes, uint64_t{8} << 30);
+    if (spec.id.job == 22) {
+      EXPECT_EQ(spec.share_enforcement, "none");
+      EXPECT_TRUE(spec.dmem_region.empty());
+      continue;
+    }
+    EXPECT_EQ(spec.share_enforcement, "dmem");
+    EXPECT_EQ(spec.dmem_region, "drm/0000:03:00.0/vram0");
+    EXPECT_EQ(BuildJobEnvironment(spec, {}).at("GPUPOOL_GPU_ENFORCEMENT"), "dmem");
+  }
+}
+
 // Shares of an AMD GPU whose CU count discovery found (a CPX partition of an MI300X: 38
 // CUs) get disjoint advisory CU masks of their size, and stay "none" (docs/sharing.md,
 // "AMD"); a share of an AMD GPU with an unknown CU count gets no mask.
