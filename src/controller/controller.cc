@@ -592,6 +592,7 @@ Status Controller::ScheduleOnce() {
   std::vector<std::pair<SchedNode, gpu::NodeInfo>> nodes_copy;
   AdmissionFeed feed;  // pending jobs whose dependencies or earlier attempts hold them
   Limits limits;
+  std::map<int64_t, std::vector<jobs::TaskPlacement>> holds;  // GPUs held for preemptors
   // Dependencies first: the jobs that can never run end before the snapshot is taken.
   GP_RETURN_IF_ERROR(EndUnmeetableDependencies(&feed.waiting));
   {
@@ -599,6 +600,7 @@ Status Controller::ScheduleOnce() {
     limits = limits_;
     BlockWhileEarlierAttemptsStop(&feed.stopping);
     BlockPreemptedWhilePreemptorsWait(&feed.waiting);
+    holds = HoldsForPass(clock_->NowMicros());
     bool any_pending = false;
     snapshot.reserve(slim_.size());
     for (const auto& [id, slim] : slim_) {  // shared, immutable copies: no deep copy here
@@ -637,7 +639,7 @@ Status Controller::ScheduleOnce() {
       !start_planned_ || pass_start_us - last_start_plan_mono_us_ >= kStartPlanPeriodUs;
   GP_ASSIGN_OR_RETURN(ScheduleResult plan,
                       scheduler_->Plan(active, nodes, now / 1'000'000, feed, limits,
-                                       plan_starts ? kStartPlanJobs : 0));
+                                       plan_starts ? kStartPlanJobs : 0, holds));
 
   GP_ASSIGN_OR_RETURN(const PlanApplied applied, ApplyPlan(snapshot, plan));
   if (applied == PlanApplied::kStale) return Status::Ok();  // planned again at once

@@ -655,6 +655,10 @@ class Controller {
   // it is still pending, so that it cannot take back the GPUs it was stopped for.
   void BlockPreemptedWhilePreemptorsWait(std::map<int64_t, std::string>* waiting) const
       REQUIRES(mu_);
+  // The GPUs held for preemptors (preemption_holds.h), for a pass at `now_us`: first ends
+  // the holds whose preemptor no longer waits (started, held, cancelled, ended), that
+  // expired, or that name a node that is down or draining.
+  std::map<int64_t, std::vector<jobs::TaskPlacement>> HoldsForPass(int64_t now_us) REQUIRES(mu_);
 
   struct NodeEntry {
     gpu::NodeInfo info;
@@ -759,6 +763,13 @@ class Controller {
   int64_t last_start_plan_mono_us_ = 0;
   // Preempted job -> the job it was preempted for (in memory only: lost on a restart).
   std::map<int64_t, int64_t> preempted_for_ GUARDED_BY(mu_);
+  // Preemptor -> its victims' GPUs, held for it (in memory only: lost on a restart, when
+  // the preemptor competes for them as any job, and may preempt again).
+  struct PreemptorHold {
+    std::vector<jobs::TaskPlacement> placement;
+    int64_t expires_us = 0;
+  };
+  std::map<int64_t, PreemptorHold> preempt_holds_ GUARDED_BY(mu_);
   std::map<std::string, NodeEntry> nodes_ GUARDED_BY(mu_);
   gpu::HealthPolicy health_policy_;  // immutable after Create
   // Automatic cordons within the last hour: (when, node), oldest first (BreakerAllows).

@@ -2,10 +2,13 @@
 // keeping a requeued victim from taking back the GPUs it was stopped for.
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
+
 #include "controller/controller.h"
 #include "controller/controller_internal.h"
 #include "controller/job_lifecycle.h"
 #include "controller/job_scheduler.h"
+#include "controller/preemption_holds.h"
 
 namespace gpupool::controller {
 
@@ -27,12 +30,14 @@ Status Controller::ApplyPreemptions(const ScheduleResult& plan) {
   }
   if (plan.preemptions.empty()) return Status::Ok();
   std::vector<Change> changes;
+  std::vector<const PlannedPreemption*> planned;  // changes[i] applies *planned[i]
+  const int64_t now_s = clock_->NowMicros() / 1'000'000;
   {
     MutexLock lock(mu_);
-    const int64_t now_s = clock_->NowMicros() / 1'000'000;
     for (const PlannedPreemption& p : plan.preemptions) {
       auto victim = active_.find(p.victim);
       if (victim == active_.end()) continue;
+      planned.push_back(&p);
       lifecycle::Preempt e{p.by_job, p.why, p.grace_s, now_s + p.grace_s};
       Change c{p.victim, e, {}};
       // The victim must still run the attempt the plan saw, and its preemptor still wait.
@@ -51,11 +56,40 @@ Status Controller::ApplyPreemptions(const ScheduleResult& plan) {
   GP_ASSIGN_OR_RETURN(std::vector<Result<Job>> answers,
                       Commit(std::move(changes), OnConflict::kDrop));
   MutexLock lock(mu_);
-  for (const Result<Job>& a : answers) {
-    if (a.ok() && a->preempted_by != 0) preempted_for_[a->id] = a->preempted_by;
+  for (size_t i = 0; i < answers.size() && i < planned.size(); ++i) {
+    const Result<Job>& a = answers[i];
+    if (!a.ok() || a->preempted_by == 0) continue;
+    preempted_for_[a->id] = a->preempted_by;
+    // Its GPUs are held for its preemptor until the grace of the last of its victims
+    // has run out, and a margin.
+    PreemptorHold& hold = preempt_holds_[a->preempted_by];
+    hold.placement = planned[i]->placement;
+    hold.expires_us =
+        std::max(hold.expires_us, (now_s + planned[i]->grace_s + kPreemptHoldMarginS) * 1'000'000);
   }
   LogRefusals("preemption", answers);
   return Status::Ok();
+}
+
+std::map<int64_t, std::vector<jobs::TaskPlacement>> Controller::HoldsForPass(int64_t now_us) {
+  std::map<int64_t, std::vector<jobs::TaskPlacement>> out;
+  for (auto it = preempt_holds_.begin(); it != preempt_holds_.end();) {
+    auto p = active_.find(it->first);
+    bool ends = p == active_.end() || p->second.state != JobState::kPending ||
+                !p->second.held_by.empty() || now_us >= it->second.expires_us;
+    for (const jobs::TaskPlacement& tp : it->second.placement) {
+      auto n = nodes_.find(tp.node);
+      ends = ends || n == nodes_.end() || !n->second.up || n->second.draining;
+    }
+    if (ends) {
+      spdlog::debug("job {}: the GPUs held for it are released", it->first);
+      it = preempt_holds_.erase(it);
+      continue;
+    }
+    out.emplace(it->first, it->second.placement);
+    ++it;
+  }
+  return out;
 }
 
 Result<Job> Controller::CheckpointDone(int64_t id, const Caller& caller) {

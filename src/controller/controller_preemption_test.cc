@@ -135,5 +135,89 @@ TEST_F(ControllerPreemptionTest, AVictimStopsWithItsGraceHoldsItsGpusAndIsRequeu
   EXPECT_EQ(c_->CheckpointDone(victim.id, alice_).status().code(), StatusCode::kFailedPrecondition);
 }
 
+// The victim's GPUs are held for its preemptor (docs/preemption.md): `earlier`, a job of
+// another user submitted before the preemptor and so ahead of it in the fair order, does
+// not take them when the victim ends; the preemptor starts there. Returns the jobs.
+struct HoldJobs {
+  Job victim, earlier, preemptor;
+};
+
+class ControllerPreemptionHoldTest : public ControllerPreemptionTest {
+ protected:
+  // The victim runs 30 min; `earlier` (carol) then the preemptor (bob, priority 10) are
+  // submitted; a pass preempts the victim for the preemptor.
+  HoldJobs Preempt() {
+    HoldJobs j;
+    j.victim = Submit(alice_, 0, /*preemptible=*/true);
+    EXPECT_TRUE(c_->ScheduleOnce().ok());
+    j.victim = Get(j.victim.id);
+    EXPECT_EQ(c_->WaitForWork("n1", 0)->launch.size(), 1u);
+    EXPECT_TRUE(Report(j.victim, protocol::EventKind::kStarted).ok());
+    clock_.AdvanceMicros(int64_t{1800} * 1'000'000);
+    j.earlier = Submit(carol_, 0, /*preemptible=*/false);
+    clock_.AdvanceMicros(1'000'000);
+    j.preemptor = Submit(bob_, 10, /*preemptible=*/false);
+    EXPECT_TRUE(c_->ScheduleOnce().ok());
+    EXPECT_EQ(Get(j.victim.id).preempted_by, j.preemptor.id);
+    // Another pass while the victim stops: the preemptor's reason says what it holds.
+    EXPECT_TRUE(c_->ScheduleOnce().ok());
+    const std::string why = Get(j.preemptor.id).pending_reason;
+    EXPECT_NE(why.find("the GPUs of the jobs it preempted are held for it"), std::string::npos)
+        << why;
+    EXPECT_EQ(why.find("preempting"), std::string::npos) << why;  // nothing more
+    return j;
+  }
+  // The victim's task ends, `after_s` after it was told to stop.
+  void VictimEnds(const HoldJobs& j, int64_t after_s) {
+    clock_.AdvanceMicros(after_s * 1'000'000);
+    ASSERT_TRUE(Report(Get(j.victim.id), protocol::EventKind::kExited).ok());
+    ASSERT_EQ(Get(j.victim.id).state, JobState::kPending);
+  }
+  Caller carol_{"carol", 1002, 1002, false};
+};
+
+TEST_F(ControllerPreemptionHoldTest, AnEarlierJobInTheFairOrderDoesNotTakeThePreemptorsGpus) {
+  const HoldJobs j = Preempt();
+  VictimEnds(j, 10);
+  ASSERT_TRUE(c_->ScheduleOnce().ok());
+  const Job started = Get(j.preemptor.id);
+  EXPECT_EQ(started.state, JobState::kAssigned);
+  ASSERT_EQ(started.placement.size(), 1u);
+  EXPECT_EQ(started.placement[0].gpu_uuids, (std::vector<std::string>{"GPU-0", "GPU-1"}));
+  EXPECT_EQ(Get(j.earlier.id).state, JobState::kPending);
+  EXPECT_EQ(Get(j.victim.id).state, JobState::kPending);
+}
+
+// The hold ends its victims' grace (30 s) and a margin (60 s) after the preemption, so a
+// victim slower to end than that leaves its GPUs to the fair order (the preemptor may
+// preempt again).
+TEST_F(ControllerPreemptionHoldTest, AHoldExpiresAfterTheGraceAndAMargin) {
+  const HoldJobs j = Preempt();
+  VictimEnds(j, 30 + 60);
+  ASSERT_TRUE(c_->ScheduleOnce().ok());
+  EXPECT_EQ(Get(j.earlier.id).state, JobState::kAssigned);
+  EXPECT_EQ(Get(j.preemptor.id).state, JobState::kPending);
+}
+
+TEST_F(ControllerPreemptionHoldTest, APreemptorCancelledReleasesItsHold) {
+  const HoldJobs j = Preempt();
+  ASSERT_TRUE(c_->Cancel(j.preemptor.id, bob_).ok());
+  VictimEnds(j, 10);
+  ASSERT_TRUE(c_->ScheduleOnce().ok());
+  // Its preemptor gone, the victim no longer waits, and it is the oldest job.
+  EXPECT_EQ(Get(j.victim.id).state, JobState::kAssigned);
+  EXPECT_EQ(Get(j.earlier.id).state, JobState::kPending);
+}
+
+// A preemptor held by its user releases its hold too (it could wait for days).
+TEST_F(ControllerPreemptionHoldTest, APreemptorHeldReleasesItsHold) {
+  const HoldJobs j = Preempt();
+  ASSERT_TRUE(c_->Hold(j.preemptor.id, bob_, true).ok());
+  VictimEnds(j, 10);
+  ASSERT_TRUE(c_->ScheduleOnce().ok());
+  EXPECT_EQ(Get(j.victim.id).state, JobState::kAssigned);
+  EXPECT_EQ(Get(j.preemptor.id).state, JobState::kPending);
+}
+
 }  // namespace preemption_test
 }  // namespace gpupool::controller

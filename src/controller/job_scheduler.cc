@@ -66,9 +66,10 @@ void StartNotes(const SchedInput& in, const sched::ProfileResult& r, ScheduleRes
 Result<ScheduleResult> JobScheduler::Plan(const std::vector<const jobs::Job*>& active,
                                           const std::vector<SchedNode>& nodes, int64_t now_s,
                                           const AdmissionFeed& feed, const Limits& limits,
-                                          size_t plan_starts) {
+                                          size_t plan_starts, const PreemptorHolds& holds) {
   SchedInput in(nodes, mps_multi_user_, &cache_);
   in.AddJobs(active, feed);
+  const PassHolds held = AllocateHolds(in, holds);
   sched::PassContext ctx;
   ctx.now_s = now_s;
   ctx.pending = in.pending;
@@ -80,6 +81,7 @@ Result<ScheduleResult> JobScheduler::Plan(const std::vector<const jobs::Job*>& a
   std::sort(in.memory_enforced_nodes.begin(), in.memory_enforced_nodes.end());
   ctx.memory_enforced_nodes = in.memory_enforced_nodes;
   ctx.environments = [&in](std::string_view env) { return in.NodesForEnvironment(env); };
+  ctx.held = held.held;
   GP_ASSIGN_OR_RETURN(sched::ProfileResult r, profile_->Run(in.cluster, ctx));
   ScheduleResult result;
   result.capped = r.capped;
@@ -106,7 +108,11 @@ Result<ScheduleResult> JobScheduler::Plan(const std::vector<const jobs::Job*>& a
   if (preemption_ && !r.capped) {
     GP_ASSIGN_OR_RETURN(
         result.preemptions,
-        PlanPreemptions(in, now_s, *preemption_, *preempt_policy_, result.pending_reasons));
+        PlanPreemptions(in, now_s, *preemption_, *preempt_policy_, result.pending_reasons, held));
+  }
+  for (int64_t id : held.preemptor) {
+    auto why = result.pending_reasons.find(id);
+    if (why != result.pending_reasons.end()) why->second += "; " + std::string(kHeldNote);
   }
   return result;
 }

@@ -18,6 +18,7 @@
 
 #include "common/status.h"
 #include "controller/limits.h"
+#include "controller/preemption_holds.h"
 #include "controller/preemption_plan.h"
 #include "controller/sched_input.h"
 #include "jobs/job.h"
@@ -72,11 +73,12 @@ class JobScheduler {
   // to stop; jobs that would take a user or project past `limits` wait with the reason.
   // `plan_starts` > 0: also plan the starts of that many pending jobs (start_estimates_us,
   // start_notes); it costs a placement search per job, so the controller asks only every
-  // few seconds.
+  // few seconds. `holds`: the GPUs held for preemptors (preemption_holds.h): no other
+  // job is placed on them, and each preemptor is tried first on them.
   Result<ScheduleResult> Plan(const std::vector<const jobs::Job*>& active,
                               const std::vector<SchedNode>& nodes, int64_t now_s,
                               const AdmissionFeed& feed = {}, const Limits& limits = {},
-                              size_t plan_starts = 0);
+                              size_t plan_starts = 0, const PreemptorHolds& holds = {});
 
   // The jobs' conversions kept between passes (sched_input.h): how many the last pass made.
   const ConversionCache& conversion_cache() const { return cache_; }

@@ -26,7 +26,8 @@ std::string Why(const jobs::Job& victim, const jobs::Job& waiting, bool by_proje
 Result<std::vector<PlannedPreemption>> PlanPreemptions(const SchedInput& in, int64_t now_s,
                                                        const PreemptionSettings& settings,
                                                        sched::PlacementPolicy& policy,
-                                                       std::map<int64_t, std::string>& reasons) {
+                                                       std::map<int64_t, std::string>& reasons,
+                                                       const PassHolds& holds) {
   std::vector<PlannedPreemption> out;
   std::vector<sched::PreemptibleRun> runs;
   std::vector<const jobs::Job*> run_source;
@@ -56,6 +57,8 @@ Result<std::vector<PlannedPreemption>> PlanPreemptions(const SchedInput& in, int
     const sched::RunningJob& r = in.running[i];
     GP_RETURN_IF_ERROR(sched::ReleaseGang(trial, r.job->tasks, r.placements));
   }
+  // ... except those held for their preemptors.
+  GP_RETURN_IF_ERROR(GiveHoldsToPreemptors(trial, in, holds, reasons));
   sched::PreemptionOptions options;
   options.min_runtime_s = 0;  // each job's own, above
   options.by_project = settings.by_project;
@@ -67,7 +70,8 @@ Result<std::vector<PlannedPreemption>> PlanPreemptions(const SchedInput& in, int
   std::vector<size_t> waiting;
   for (size_t i = 0; i < in.pending.size(); ++i) {
     auto why = reasons.find(in.pending_source[i]->id);
-    if (why == reasons.end()) continue;  // it started in this pass
+    if (why == reasons.end()) continue;                   // it started in this pass
+    if (holds.Holds(in.pending_source[i]->id)) continue;  // it waits for its victims
     const std::string kind = PendingReasonClass(why->second);
     if (kind == "resources" || kind == "queue") waiting.push_back(i);
   }
@@ -89,11 +93,12 @@ Result<std::vector<PlannedPreemption>> PlanPreemptions(const SchedInput& in, int
     if (!victims) continue;
     std::string names;
     int64_t longest_grace = 0;
+    const std::vector<jobs::TaskPlacement> placement = in.ToTaskPlacements(q, victims->placements);
     for (size_t v : victims->running) {
       const jobs::Job& victim = *run_source[v];
       const int64_t grace =
           victim.preempt_grace_s > 0 ? victim.preempt_grace_s : settings.default_grace_s;
-      out.push_back({victim.id, wjob.id, Why(victim, wjob, settings.by_project), grace});
+      out.push_back({victim.id, wjob.id, Why(victim, wjob, settings.by_project), grace, placement});
       longest_grace = std::max(longest_grace, grace);
       names += (names.empty() ? "" : ", ") + std::to_string(victim.id);
       const sched::RunningJob& r = *runs[v].run;

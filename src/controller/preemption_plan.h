@@ -20,6 +20,7 @@
 
 #include "common/status.h"
 #include "controller/limits.h"
+#include "controller/preemption_holds.h"
 #include "controller/sched_input.h"
 #include "sched/placement_policy.h"
 
@@ -37,14 +38,20 @@ struct PlannedPreemption {
   int64_t by_job = 0;
   std::string why;  // "of higher priority (10 > 0)"
   int64_t grace_s = 0;
+  // The waiting job's placement as planned: its victims' GPUs, held for it until it
+  // starts (preemption_holds.h).
+  std::vector<jobs::TaskPlacement> placement;
 };
 
-// `in` after the pass (its cluster holds the pass's starts); `reasons`: the pending
-// reasons the pass gave, by job id (a waiting job's gets a note of its victims).
+// `in` after the pass (its cluster holds the pass's starts and `holds`' placeholders);
+// `reasons`: the pending reasons the pass gave, by job id (a waiting job's gets a note of
+// its victims). A job with a hold preempts nothing more: it waits for its victims, and
+// the jobs weighed after it do not count on their GPUs.
 Result<std::vector<PlannedPreemption>> PlanPreemptions(const SchedInput& in, int64_t now_s,
                                                        const PreemptionSettings& settings,
                                                        sched::PlacementPolicy& policy,
-                                                       std::map<int64_t, std::string>& reasons);
+                                                       std::map<int64_t, std::string>& reasons,
+                                                       const PassHolds& holds = {});
 
 // At submit: the admin's preemption defaults (limits.h) for the job's project, else its
 // user, else every user: a batch job becomes preemptible where one says so, and a

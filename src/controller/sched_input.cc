@@ -409,21 +409,9 @@ void SchedInput::Occupy(const jobs::Job& job, const sched::QueuedJob& q) {
   r.job = &q;
   r.start_s = (job.start_time_us > 0 ? job.start_time_us : job.submit_time_us) / 1'000'000;
   if (job.placement.size() != q.tasks.size()) return;
-  for (const jobs::TaskPlacement& p : job.placement) {
-    sched::Placement sp;
-    sp.node = cluster.FindNode(p.node);
-    if (sp.node < 0) return;  // its node is gone: the sweep will mark it LOST
-    const gpu::NodeInfo* info = node_of_[static_cast<size_t>(sp.node)]->info;
-    const std::vector<SchedDevice>& devices = devices_[static_cast<size_t>(sp.node)];
-    for (const std::string& uuid : p.gpu_uuids) {
-      auto it = std::find_if(devices.begin(), devices.end(), [&](const SchedDevice& d) {
-        return SchedDeviceUuid(*info, d) == uuid;
-      });
-      if (it == devices.end()) return;
-      sp.gpus.push_back(static_cast<int32_t>(it - devices.begin()));
-    }
-    r.placements.push_back(std::move(sp));
-  }
+  std::optional<std::vector<sched::Placement>> placements = ToPlacements(job.placement);
+  if (!placements) return;  // its node is gone: the sweep will mark it LOST
+  r.placements = std::move(*placements);
   bool allocated = true;
   for (size_t t = 0; t < r.placements.size(); ++t) {
     if (cluster.Allocate(q.tasks[t], r.placements[t]).ok()) continue;
@@ -441,6 +429,27 @@ void SchedInput::Occupy(const jobs::Job& job, const sched::QueuedJob& q) {
     running.push_back(std::move(r));
     running_source.push_back(&job);
   }
+}
+
+std::optional<std::vector<sched::Placement>> SchedInput::ToPlacements(
+    const std::vector<jobs::TaskPlacement>& placements) const {
+  std::vector<sched::Placement> out;
+  for (const jobs::TaskPlacement& p : placements) {
+    sched::Placement sp;
+    sp.node = cluster.FindNode(p.node);
+    if (sp.node < 0) return std::nullopt;
+    const gpu::NodeInfo* info = node_of_[static_cast<size_t>(sp.node)]->info;
+    const std::vector<SchedDevice>& devices = devices_[static_cast<size_t>(sp.node)];
+    for (const std::string& uuid : p.gpu_uuids) {
+      auto it = std::find_if(devices.begin(), devices.end(), [&](const SchedDevice& d) {
+        return SchedDeviceUuid(*info, d) == uuid;
+      });
+      if (it == devices.end()) return std::nullopt;
+      sp.gpus.push_back(static_cast<int32_t>(it - devices.begin()));
+    }
+    out.push_back(std::move(sp));
+  }
+  return out;
 }
 
 std::vector<jobs::TaskPlacement> SchedInput::ToTaskPlacements(

@@ -22,6 +22,7 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -122,6 +123,9 @@ class SchedInput {
   // Which nodes can run `needs` (EnvCompatFilter's answer for its environment).
   sched::EnvironmentNodes NodesFor(const jobs::EnvNeeds& needs) const;
   sched::EnvironmentNodes NodesForEnvironment(std::string_view environment) const;
+  // The inverse of ToTaskPlacements: none when a node or a GPU UUID is not here.
+  std::optional<std::vector<sched::Placement>> ToPlacements(
+      const std::vector<jobs::TaskPlacement>& placements) const;
   std::vector<jobs::TaskPlacement> ToTaskPlacements(
       const sched::QueuedJob& job, const std::vector<sched::Placement>& placements) const;
   // Whether GPUs out of service keep `job` waiting, for its pending reason: on each node

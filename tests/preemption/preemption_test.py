@@ -6,7 +6,10 @@
   priority: it gets SIGTERM with its deadline already in $GPUPOOL_PREEMPT_DEADLINE_FILE
   (now + its --grace), the preemptor does not start before it has exited, it is requeued
   (the reason names the preemptor, `preemptions` 1) and later finishes as attempt 2;
-  `gpupool show` and /metrics count the preemption.
+  `gpupool show` and /metrics count the preemption. A third 4-GPU job, submitted before
+  the preemptor (so ahead of it in the fair order, and not allowed to preempt: same user
+  and priority as the victim), does not take the victim's GPUs: they are held for the
+  preemptor, which starts first.
 - A preemptible job inside its --min-runtime is not chosen.
 - A victim that ignores SIGTERM and says `gpupool checkpoint-done` is killed at once, not
   after its 120 s grace.
@@ -116,6 +119,7 @@ class PreemptionTest(unittest.TestCase):
         marks = self.markers("a")
         victim = self.victim(marks, "exit", "--min-runtime", "2s", "--grace", "30s")
         self.assertTrue(self.read(marks, "started").strip().endswith("/preempt_deadline"))
+        third = self.submit("--gpus", "4", "--", "true")  # older than the preemptor
         self.wait_running_for(victim, 2)
         before = self.metric("gpupool_preemptions_total")
         started = os.path.join(marks, "preemptor")
@@ -139,6 +143,9 @@ class PreemptionTest(unittest.TestCase):
         exited = float(self.read(marks, "exited"))
         self.assertGreaterEqual(float(self.read(marks, "preemptor")), exited)
         self.assertGreaterEqual(done["start_time_us"] / 1e6, exited - 0.01)
+        # The third job, older, waited for the preemptor to end (its GPUs were held).
+        after = pooltest.wait_job(self.job, third, ("SUCCEEDED",), 60, log=self.server_log)
+        self.assertGreaterEqual(after["start_time_us"], done["end_time_us"])
         again = pooltest.wait_job(self.job, victim, ("SUCCEEDED",), 60, log=self.server_log)
         self.assertEqual(again["attempt"], 2)
         self.assertEqual(again["preemptions"], 1)

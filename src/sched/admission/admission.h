@@ -63,6 +63,9 @@ struct PassContext {
   // Plan the starts of the first this many admitted jobs that do not start now, in queue
   // order (ProfileResult::planned_starts, queue/start_plan.h); 0: none.
   size_t plan_starts = 0;
+  // Resources held for some pending jobs, allocated on the cluster the pass is given
+  // (SchedulingPass::Run; the live pool's preemptors, docs/preemption.md).
+  std::span<const HeldResources> held;
 };
 
 class GatePlugin : public Plugin {

@@ -181,7 +181,8 @@ Result<ProfileResult> SchedulingProfile::Run(ClusterState& cluster, const PassCo
   admitted_index.clear();
   Admit(ctx, &admitted, &admitted_index, &result);
   for (const auto& f : filters_) f->PrepareCluster(cluster);
-  GP_ASSIGN_OR_RETURN(PassResult pass, pass_->Run(cluster, ctx.now_s, admitted, ctx.running));
+  GP_ASSIGN_OR_RETURN(PassResult pass,
+                      pass_->Run(cluster, ctx.now_s, admitted, ctx.running, ctx.held));
   if (explain) Explain(cluster, ctx, pass, admitted, admitted_index, &result);
   if (ctx.plan_starts > 0) {
     GP_RETURN_IF_ERROR(PlanStartTimes(cluster, ctx, pass, admitted, admitted_index, &result));

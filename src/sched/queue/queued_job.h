@@ -76,4 +76,17 @@ struct RunningJob {
   int64_t PlannedEnd() const;
 };
 
+// Resources held for one waiting job (the GPUs its preemption's victims free, held for
+// it against the other waiting jobs; docs/preemption.md). The caller allocates `tasks`
+// on `placements` on the cluster before the pass, so no other job is placed there; the
+// pass lets only the job `for_job` use them (SchedulingPass::Run).
+struct HeldResources {
+  std::string for_job;                // the QueuedJob::id they are held for
+  std::vector<Task> tasks;            // placeholders, allocated on the cluster
+  std::vector<Placement> placements;  // one per task
+  // Where the job is to start (one per task of the job): tried first, then any
+  // placement; may be empty.
+  std::vector<Placement> planned;
+};
+
 }  // namespace gpupool::sched

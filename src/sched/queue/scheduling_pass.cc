@@ -89,11 +89,67 @@ Result<bool> FitsOnceAllEnd(const ClusterState& cluster, std::span<const Running
   return g.placed;
 }
 
+// Allocates `tasks` on `placements`, all or none (the cluster is left as it was).
+Result<bool> AllocateAll(ClusterState& cluster, const std::vector<Task>& tasks,
+                         const std::vector<Placement>& placements) {
+  if (tasks.size() != placements.size()) return false;
+  for (size_t i = 0; i < tasks.size(); ++i) {
+    if (cluster.Allocate(tasks[i], placements[i]).ok()) continue;
+    for (size_t k = i; k-- > 0;) GP_RETURN_IF_ERROR(cluster.Release(tasks[k], placements[k]));
+    return false;
+  }
+  return true;
+}
+
+// Allocates held resources again after they were released for their job.
+Status TakeBack(ClusterState& cluster, const HeldResources& h) {
+  GP_ASSIGN_OR_RETURN(bool back, AllocateAll(cluster, h.tasks, h.placements));
+  if (!back)
+    return Status::Internal(fmt::format("the held resources of job {} were taken", h.for_job));
+  return Status::Ok();
+}
+
 }  // namespace
+
+Status SchedulingPass::StartHeldFirst(ClusterState& cluster,
+                                      std::span<const QueuedJob* const> pending,
+                                      std::span<const HeldResources> held,
+                                      std::vector<const HeldResources*>* hold_of,
+                                      std::vector<bool>* started_first, PassResult* result) {
+  hold_of->assign(pending.size(), nullptr);
+  started_first->assign(pending.size(), false);
+  for (size_t i = 0; i < pending.size(); ++i) {
+    for (const HeldResources& h : held) {
+      if (h.for_job == pending[i]->id) (*hold_of)[i] = &h;
+    }
+  }
+  for (size_t i = 0; i < pending.size(); ++i) {
+    const HeldResources* h = (*hold_of)[i];
+    if (h == nullptr) continue;
+    if (options_.max_starts > 0 && result->started.size() >= options_.max_starts) break;
+    const QueuedJob& job = *pending[i];
+    GP_RETURN_IF_ERROR(ReleaseGang(cluster, h->tasks, h->placements));
+    GP_ASSIGN_OR_RETURN(bool placed, AllocateAll(cluster, job.tasks, h->planned));
+    std::vector<Placement> placements = h->planned;
+    if (!placed) {
+      GP_ASSIGN_OR_RETURN(GangPlacement g, PlaceGang(cluster, job.tasks, placement_policy_));
+      placed = g.placed;
+      placements = std::move(g.placements);
+    }
+    if (!placed) {
+      GP_RETURN_IF_ERROR(TakeBack(cluster, *h));
+      continue;
+    }
+    (*started_first)[i] = true;
+    result->started.push_back({i, std::move(placements)});
+  }
+  return Status::Ok();
+}
 
 Result<PassResult> SchedulingPass::Run(ClusterState& cluster, int64_t now_s,
                                        std::span<const QueuedJob* const> pending,
-                                       std::span<const RunningJob> running) {
+                                       std::span<const RunningJob> running,
+                                       std::span<const HeldResources> held) {
   PassResult result;
   if (pending.empty()) return result;
   const std::vector<size_t> order =
@@ -102,6 +158,13 @@ Result<PassResult> SchedulingPass::Run(ClusterState& cluster, int64_t now_s,
     return Status::Internal(fmt::format("queue policy '{}' ordered {} of {} pending jobs",
                                         queue_policy_.name(), order.size(), pending.size()));
   }
+  // Jobs that resources are held for are tried first (each may use only its own).
+  std::vector<const HeldResources*> hold_of;  // by pending index; empty when none is held
+  std::vector<bool> started_first;            // by pending index, with hold_of
+  if (!held.empty()) {
+    GP_RETURN_IF_ERROR(StartHeldFirst(cluster, pending, held, &hold_of, &started_first, &result));
+  }
+  auto first = [&](size_t index) { return index < started_first.size() && started_first[index]; };
   FailedShapes failed;
   std::optional<CarriedRefusals> carried = std::move(carried_);
   carried_.reset();
@@ -112,9 +175,11 @@ Result<PassResult> SchedulingPass::Run(ClusterState& cluster, int64_t now_s,
   size_t tries_after_block = 0;
   for (size_t pos = 0; pos < order.size(); ++pos) {
     const size_t index = order[pos];
+    if (first(index)) continue;  // started on what was held for it
     if (options_.max_starts > 0 && result.started.size() >= options_.max_starts) {
       result.capped = true;
       result.not_reached.assign(order.begin() + static_cast<std::ptrdiff_t>(pos), order.end());
+      std::erase_if(result.not_reached, first);
       if (plan) {
         carried_ = CarriedRefusals{pending[*result.reserved_index]->id, plan->start_s(),
                                    plan->head_placements(), std::move(refused)};
@@ -132,8 +197,13 @@ Result<PassResult> SchedulingPass::Run(ClusterState& cluster, int64_t now_s,
       }
       ++tries_after_block;
     }
-    if (failed.Contains(job)) continue;
-    GP_ASSIGN_OR_RETURN(GangPlacement g, PlaceGang(cluster, job.tasks, placement_policy_));
+    // A job with held resources was tried first, and did not fit then.
+    const HeldResources* own = hold_of.empty() ? nullptr : hold_of[index];
+    if (own == nullptr && failed.Contains(job)) continue;
+    GangPlacement g;
+    if (own == nullptr) {
+      GP_ASSIGN_OR_RETURN(g, PlaceGang(cluster, job.tasks, placement_policy_));
+    }
     if (g.placed) {
       if (plan) {
         bool keeps = !(same_reservation && carried->refused.count(job.id) != 0);
@@ -164,14 +234,23 @@ Result<PassResult> SchedulingPass::Run(ClusterState& cluster, int64_t now_s,
       return Status::FailedPrecondition("EASY backfill needs a planning placement policy");
     }
     GP_ASSIGN_OR_RETURN(std::unique_ptr<PlacementPolicy> planner, make_planning_policy_());
-    GP_ASSIGN_OR_RETURN(plan, ReservationPlan::Make(cluster, now_s, running_now, job, *planner));
-    if (!plan) {
+    // What is held for the job is its own in its reservation.
+    if (own != nullptr) GP_RETURN_IF_ERROR(ReleaseGang(cluster, own->tasks, own->placements));
+    Result<std::unique_ptr<ReservationPlan>> made =
+        ReservationPlan::Make(cluster, now_s, running_now, job, *planner);
+    Result<bool> ever = true;
+    if (made.ok() && *made == nullptr) {
       // A job that would not fit even with every running job gone (what is out of
       // service holds resources no job releases) can never start here: it holds nobody
       // back, and the next job that cannot start gets the reservation.
       GP_ASSIGN_OR_RETURN(std::unique_ptr<PlacementPolicy> fresh, make_planning_policy_());
-      GP_ASSIGN_OR_RETURN(bool ever, FitsOnceAllEnd(cluster, running_now, job, *fresh));
-      if (!ever) {
+      ever = FitsOnceAllEnd(cluster, running_now, job, *fresh);
+    }
+    if (own != nullptr) GP_RETURN_IF_ERROR(TakeBack(cluster, *own));
+    GP_ASSIGN_OR_RETURN(plan, std::move(made));
+    if (!plan) {
+      GP_RETURN_IF_ERROR(ever.status());
+      if (!*ever) {
         blocked = false;
         continue;
       }

@@ -88,9 +88,16 @@ class SchedulingPass {
   SchedulingPass(const QueuePolicy& queue_policy, PlacementPolicy& placement_policy,
                  PlanningPolicyMaker make_planning_policy, PassOptions options);
 
+  // `held`: resources held for some of the pending jobs (HeldResources), allocated on
+  // `cluster` by the caller. Those jobs are tried first, whatever the order and the start
+  // rule: each on its planned placement with what is held for it released, else
+  // anywhere it fits; one that starts leaves its held resources free (its own start
+  // allocated instead), one that does not keeps them held, and under easy its
+  // reservation is planned with them as its own. No other job is placed on them.
   Result<PassResult> Run(ClusterState& cluster, int64_t now_s,
                          std::span<const QueuedJob* const> pending,
-                         std::span<const RunningJob> running);
+                         std::span<const RunningJob> running,
+                         std::span<const HeldResources> held = {});
 
  private:
   // Under easy, after a capped pass with a reservation: that reservation and the ids of
@@ -101,6 +108,13 @@ class SchedulingPass {
     std::vector<Placement> placements;
     std::unordered_set<std::string> refused;
   };
+
+  // Tries the jobs `held` is for (see Run): fills `hold_of` (by pending index) and
+  // `started_first`, and adds their starts to `result`.
+  Status StartHeldFirst(ClusterState& cluster, std::span<const QueuedJob* const> pending,
+                        std::span<const HeldResources> held,
+                        std::vector<const HeldResources*>* hold_of,
+                        std::vector<bool>* started_first, PassResult* result);
 
   const QueuePolicy& queue_policy_;
   PlacementPolicy& placement_policy_;

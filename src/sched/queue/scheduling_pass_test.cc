@@ -37,8 +37,8 @@ class PassFixture {
   }
 
   Result<PassResult> Pass(const std::vector<QueuedJob>& pending, StartRule rule,
-                          const std::string& queue = "fifo", int64_t now = 0,
-                          size_t max_tries = 0) {
+                          const std::string& queue = "fifo", int64_t now = 0, size_t max_tries = 0,
+                          std::span<const HeldResources> held = {}) {
     auto q = BuiltinQueuePolicies().Create(queue);
     EXPECT_TRUE(q.ok());
     queue_ = std::move(*q);
@@ -49,7 +49,7 @@ class PassFixture {
         },
         PassOptions{rule, max_tries});
     pointers_ = Pointers(pending);
-    return pass.Run(cluster_, now, pointers_, running_);
+    return pass.Run(cluster_, now, pointers_, running_, held);
   }
 
   std::vector<std::string> StartedIds(const std::vector<QueuedJob>& pending,
@@ -378,6 +378,81 @@ TEST(SchedulingPassCap, ACappedPassStopsBeforeTheBlockedJobAndGivesNoReservation
   EXPECT_TRUE(r->capped);
   EXPECT_EQ(r->not_reached, (std::vector<size_t>{1, 2}));
   EXPECT_FALSE(r->reserved_index.has_value());
+}
+
+// Resources held for a job (the live pool's preemptor, docs/preemption.md): allocated on
+// the cluster as placeholders for `job` with a planned placement.
+HeldResources Hold(ClusterState& cluster, const std::string& job, int32_t node,
+                   std::vector<int32_t> free_gpus, std::vector<Placement> planned) {
+  HeldResources h;
+  h.for_job = job;
+  h.planned = std::move(planned);
+  for (int32_t g : free_gpus) {
+    h.tasks.push_back(GpuTask(1, 1000, 0, 0));
+    h.placements.push_back({node, {g}});
+    EXPECT_TRUE(cluster.Allocate(h.tasks.back(), h.placements.back()).ok());
+  }
+  return h;
+}
+
+// Two GPUs of four run a job until t=100, the other two are held for "preemptor": a job
+// earlier in the order that could use them does not get them, under every start rule,
+// and the preemptor starts there.
+TEST(HeldResources, OnlyTheirJobUsesThemAndItGoesFirst) {
+  for (StartRule rule : {StartRule::kStrict, StartRule::kEasyBackfill, StartRule::kSkipBlocked}) {
+    PassFixture f(MakeCluster(1, 4));
+    f.Run(Job("r", "u", 0, {GpuTask(2)}, 100), 0);  // GPUs 0 and 1
+    const std::vector<HeldResources> held = {
+        Hold(f.cluster(), "preemptor", 0, {2, 3}, {Placement{0, {2, 3}}})};
+    std::vector<QueuedJob> pending = {Job("earlier", "u", 1, {GpuTask(2)}, 50),
+                                      Job("preemptor", "v", 2, {GpuTask(2)}, 50)};
+    auto r = f.Pass(pending, rule, "fifo", 0, 0, held);
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    ASSERT_EQ(f.StartedIds(pending, *r), Ids{"preemptor"}) << StartRuleName(rule);
+    EXPECT_EQ(r->started[0].placements, (std::vector<Placement>{{0, {2, 3}}}));
+    EXPECT_EQ(f.cluster().node(0).gpu_free_total, 0);  // its start replaced the hold
+    EXPECT_FALSE(r->capped);
+  }
+}
+
+// The preemptor's victim still runs on one of its planned GPUs until t=100: it cannot
+// start yet, the GPU that is free stays held (a short job that would fit there does not
+// get it), and its reservation counts on what is held for it.
+TEST(HeldResources, AJobThatCannotStartYetKeepsThem) {
+  PassFixture f(MakeCluster(1, 4));
+  f.Run(Job("r", "u", 0, {GpuTask(2)}, 1000), 0);      // GPUs 0 and 1, until 1000
+  f.Run(Job("victim", "u", 0, {GpuTask(1)}, 100), 0);  // GPU 2, until 100
+  const std::vector<HeldResources> held = {
+      Hold(f.cluster(), "preemptor", 0, {3}, {Placement{0, {2, 3}}})};
+  const auto before = Snapshot(f.cluster());
+  std::vector<QueuedJob> pending = {Job("preemptor", "v", 1, {GpuTask(2)}, 50),
+                                    Job("short", "u", 2, {GpuTask(1)}, 10)};
+  auto r = f.Pass(pending, StartRule::kEasyBackfill, "fifo", 0, 0, held);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_TRUE(r->started.empty());
+  ASSERT_TRUE(r->reserved_index.has_value());
+  EXPECT_EQ(*r->reserved_index, 0u);
+  EXPECT_EQ(r->reservation_start_s, 100);  // GPU 2 back, with GPU 3 its own
+  EXPECT_EQ(Snapshot(f.cluster()), before);
+}
+
+// A capped pass counts the held job's start first.
+TEST(HeldResources, TheHeldJobsStartCountsForTheCap) {
+  PassFixture f(MakeCluster(1, 4));
+  const std::vector<HeldResources> held = {
+      Hold(f.cluster(), "preemptor", 0, {2, 3}, {Placement{0, {2, 3}}})};
+  std::vector<QueuedJob> pending = {Job("earlier", "u", 1, {GpuTask(2)}, 50),
+                                    Job("preemptor", "v", 2, {GpuTask(2)}, 50)};
+  auto q = BuiltinQueuePolicies().Create("fifo");
+  ASSERT_TRUE(q.ok());
+  FirstFitForTest policy;
+  SchedulingPass pass(**q, policy, nullptr, PassOptions{StartRule::kStrict, 0, 1});
+  const std::vector<const QueuedJob*> pointers = Pointers(pending);
+  auto r = pass.Run(f.cluster(), 0, pointers, {}, held);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(f.StartedIds(pending, *r), Ids{"preemptor"});
+  EXPECT_TRUE(r->capped);
+  EXPECT_EQ(r->not_reached, std::vector<size_t>{0});  // "earlier", not the started one
 }
 
 TEST(StartRule, ParsesAndNames) {
