@@ -68,8 +68,12 @@ void Controller::Touched(int64_t id) {
   auto it = active_.find(id);
   // The queued counts: out with what slim_ had (the job as last touched), in with what
   // the job is now. A job's user and project never change.
-  if (auto old = slim_.find(id); old != slim_.end() && old->second->state == JobState::kPending) {
+  auto old = slim_.find(id);
+  if (old != slim_.end() && old->second->state == JobState::kPending) {
     CountQueued(*old->second, -1);
+  }
+  if (it != active_.end() && old != slim_.end() && old->second->placement != it->second.placement) {
+    ++placement_changes_;  // ApplyPlan's cue that a pass's snapshot may be out of date
   }
   if (it == active_.end()) {
     index_.Update(id, nullptr);
@@ -372,6 +376,7 @@ Status Controller::Load() {
     }
     NodeEntry e;
     e.info = std::move(*info);
+    e.shared_info = std::make_shared<const gpu::NodeInfo>(e.info);
     e.cpu_milli = r.cpu_milli;
     e.memory_mib = r.memory_mib;
     e.address = r.address.empty() ? r.name : r.address;
@@ -389,6 +394,7 @@ Status Controller::Load() {
     e.last_seen_us = now;
     e.up = true;
     nodes_.emplace(r.name, std::move(e));
+    ++nodes_generation_;
   }
   if (limits) {
     Result<Json> j = ParseJson(*limits, "stored limits");
@@ -528,11 +534,16 @@ Result<Controller::PlanApplied> Controller::ApplyPlan(
     }
     return Status::Ok();
   };
+  if (options_.after_plan_for_test) options_.after_plan_for_test();
   std::vector<Change> placements;
   {
     Lock lock(mu_);
-    for (const auto& slim : snapshot) {
-      const Job& j = *slim;
+    // Only placements that changed since the snapshot can make the plan stale (a job that
+    // left the active jobs freed its resources): when none did, the walk below would find
+    // nothing, and at 80,000 running jobs it is tens of ms under the lock.
+    const bool may_be_stale = placement_changes_ != placement_changes_at_snapshot_;
+    for (size_t i = 0; may_be_stale && i < snapshot.size(); ++i) {
+      const Job& j = *snapshot[i];
       if (j.state == JobState::kPending) continue;
       auto it = active_.find(j.id);
       if (it == active_.end()) continue;  // ended: resources freed, the plan stays safe
@@ -588,8 +599,8 @@ Status Controller::ScheduleOnce() {
   // under the lock, and applies the result under the lock after checking that nothing
   // it relied on changed meanwhile.
   std::vector<std::shared_ptr<const Job>> snapshot;
-  // The nodes' copies: SchedNode points into them, so the vector is not changed again.
-  std::vector<std::pair<SchedNode, gpu::NodeInfo>> nodes_copy;
+  // The nodes' copies: SchedNode points into their (shared, immutable) NodeInfo.
+  std::vector<std::pair<SchedNode, std::shared_ptr<const gpu::NodeInfo>>> nodes_copy;
   AdmissionFeed feed;  // pending jobs whose dependencies or earlier attempts hold them
   Limits limits;
   std::map<int64_t, std::vector<jobs::TaskPlacement>> holds;  // GPUs held for preemptors
@@ -598,6 +609,7 @@ Status Controller::ScheduleOnce() {
   {
     Lock lock(mu_);
     limits = limits_;
+    placement_changes_at_snapshot_ = placement_changes_;  // for ApplyPlan
     BlockWhileEarlierAttemptsStop(&feed.stopping);
     BlockPreemptedWhilePreemptorsWait(&feed.waiting);
     holds = HoldsForPass(clock_->NowMicros());
@@ -620,13 +632,15 @@ Status Controller::ScheduleOnce() {
         copy.out_of_service_gpus.push_back(
             {uuid, std::string(gpu::GpuHealthStateName(health.state)) + ": " + health.reason});
       }
-      nodes_copy.emplace_back(std::move(copy), e.info);
+      nodes_copy.emplace_back(std::move(copy), e.shared_info != nullptr
+                                                   ? e.shared_info
+                                                   : std::make_shared<const gpu::NodeInfo>(e.info));
     }
   }
   std::vector<SchedNode> nodes;
   nodes.reserve(nodes_copy.size());
   for (auto& [node, info] : nodes_copy) {
-    node.info = &info;
+    node.info = info.get();
     nodes.push_back(node);
   }
   std::vector<const Job*> active;
@@ -743,7 +757,7 @@ Status Controller::SweepTimeLimits() {
     MutexLock lock(mu_);
     const int64_t now = clock_->NowMicros();
     const int64_t grace = options_.time_limit_grace_s;
-    for (int64_t id : index_.Occupying()) {
+    for (int64_t id : index_.OccupyingWithTimeLimit()) {
       const Job& job = active_.at(id);
       if (job.time_limit_s <= 0 || job.start_time_us == 0 || job.cancel_requested) continue;
       if (now < job.start_time_us + (job.time_limit_s + grace) * 1'000'000) continue;

@@ -60,6 +60,7 @@ namespace gpupool::controller {
 
 class JobScheduler;
 struct ScheduleResult;
+struct FitCheck;
 
 struct Caller {
   std::string user;
@@ -139,6 +140,9 @@ struct ControllerOptions {
   // getrandom(2)). Ids are unguessable so that they tell nobody how many sessions
   // others start (issue 25); tests give a seeded source.
   std::function<uint64_t()> random;
+  // Tests: runs on the scheduling pass's thread once a pass has planned, before it
+  // applies the plan (no lock held), to change what the plan was made on.
+  std::function<void()> after_plan_for_test;
 };
 
 // The largest request body the API server takes: room for a submission of
@@ -459,6 +463,9 @@ class Controller {
   // Internal, naming the lookup and the job, unless every lookup the controller keeps
   // over its active jobs (job_index.h) is what a walk of them makes (tests).
   Status VerifyIndexes() EXCLUDES(mu_);
+  // How many times submissions' fit check over the nodes was built (tests: once per
+  // change of the nodes, not per submission).
+  uint64_t FitChecksBuilt() EXCLUDES(mu_);
 
  private:
   using Lock = UniqueLock;
@@ -598,6 +605,9 @@ class Controller {
   // `adding` more jobs of `job`'s user and project, holding `bytes` more of submissions,
   // would pass it, counting submissions still being stored. mu_ held.
   Status CheckQueuedLimits(const jobs::Job& job, int64_t adding, int64_t bytes) REQUIRES(mu_);
+  // Why no node of the pool could ever run `job` ("" when one could, or when there is no
+  // node yet), on fit_check_, built again first if the nodes changed since. mu_ held.
+  std::string NeverFitsLocked(const jobs::Job& job) REQUIRES(mu_);
   // NotFound or PermissionDenied naming the flag (--after-ok 12) when a dependency of
   // `job` names no job or another user's (an admin's may name any). Reads the store: call
   // without mu_.
@@ -662,6 +672,9 @@ class Controller {
 
   struct NodeEntry {
     gpu::NodeInfo info;
+    // A copy of `info` that scheduling passes share (made whenever `info` is set), so a
+    // pass's snapshot of 10,000 nodes copies no GPU lists under mu_.
+    std::shared_ptr<const gpu::NodeInfo> shared_info;
     int64_t cpu_milli = 0;
     int64_t memory_mib = 0;
     int64_t last_seen_us = 0;
@@ -771,7 +784,20 @@ class Controller {
   };
   std::map<int64_t, PreemptorHold> preempt_holds_ GUARDED_BY(mu_);
   std::map<std::string, NodeEntry> nodes_ GUARDED_BY(mu_);
-  gpu::HealthPolicy health_policy_;  // immutable after Create
+  // Stepped wherever nodes_ gains a node or a node's GPUs, CPUs or memory change (Load,
+  // RegisterNode, SetDrain): what fit_check_ was built from is then out of date.
+  uint64_t nodes_generation_ GUARDED_BY(mu_) = 0;
+  // Submissions' check that some node could ever run the job (JobScheduler::NeverFits)
+  // over every node, built once per nodes_generation_ (NeverFitsLocked), not per
+  // submission: at 10,000 nodes building it is tens of ms under mu_.
+  std::shared_ptr<FitCheck> fit_check_ GUARDED_BY(mu_);
+  uint64_t fit_checks_built_ GUARDED_BY(mu_) = 0;
+  // Stepped by Touched when an active job's placement changes and it stays active: a
+  // pass whose snapshot saw the same count needs no walk of it to know that every job it
+  // saw holding resources still holds the same (ApplyPlan).
+  uint64_t placement_changes_ GUARDED_BY(mu_) = 0;
+  uint64_t placement_changes_at_snapshot_ = 0;  // the scheduler loop's
+  gpu::HealthPolicy health_policy_;             // immutable after Create
   // Automatic cordons within the last hour: (when, node), oldest first (BreakerAllows).
   std::deque<std::pair<int64_t, std::string>> auto_cordons_ GUARDED_BY(mu_);
   int64_t health_actions_held_ GUARDED_BY(mu_) = 0;  // by the breaker, since start

@@ -144,13 +144,8 @@ Result<Job> Controller::Submit(Job job, const Caller& caller, bool* duplicate) {
     submitting_total_ += reserved;
     submitting_bytes_[job.user] += reserved_bytes;
     submitting_bytes_total_ += reserved_bytes;
-    std::vector<SchedNode> nodes;
-    for (const auto& [name, e] : nodes_)
-      nodes.push_back({name, &e.info, e.cpu_milli, e.memory_mib});
-    if (!nodes.empty()) {
-      if (std::string why = JobScheduler::NeverFits(job, nodes); !why.empty()) {
-        return Status::FailedPrecondition("no node of this pool can ever run this job: " + why);
-      }
+    if (std::string why = NeverFitsLocked(job); !why.empty()) {
+      return Status::FailedPrecondition("no node of this pool can ever run this job: " + why);
     }
   }
   if (array) {
@@ -177,6 +172,36 @@ Result<Job> Controller::Submit(Job job, const Caller& caller, bool* duplicate) {
   reserved_bytes = 0;
   WakeSchedulerForArrival();
   return job;
+}
+
+// Every node (down and draining ones too: the check is whether any could ever run the
+// job) as a SchedInput with no jobs. SchedInput refers to `nodes` and through them to
+// nodes_' NodeInfo, which stays put until nodes_generation_ steps.
+struct FitCheck {
+  uint64_t generation = 0;
+  std::vector<SchedNode> nodes;
+  std::optional<SchedInput> in;
+};
+
+std::string Controller::NeverFitsLocked(const Job& job) {
+  if (nodes_.empty()) return "";
+  if (fit_check_ == nullptr || fit_check_->generation != nodes_generation_) {
+    auto check = std::make_shared<FitCheck>();
+    check->generation = nodes_generation_;
+    check->nodes.reserve(nodes_.size());
+    for (const auto& [name, e] : nodes_) {
+      check->nodes.push_back({name, &e.info, e.cpu_milli, e.memory_mib});
+    }
+    check->in.emplace(check->nodes);
+    fit_check_ = std::move(check);
+    ++fit_checks_built_;
+  }
+  return JobScheduler::NeverFits(job, *fit_check_->in);
+}
+
+uint64_t Controller::FitChecksBuilt() {
+  MutexLock lock(mu_);
+  return fit_checks_built_;
 }
 
 void Controller::Unreserve(const std::string& user, const std::string& project, int64_t n,

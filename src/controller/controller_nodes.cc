@@ -234,6 +234,7 @@ Result<NodeView> Controller::SetDrain(const std::string& name, bool draining,
   {
     MutexLock lock(mu_);
     NodeEntry& e = nodes_[name];
+    ++nodes_generation_;  // perhaps a node new to nodes_
     e.draining = draining;
     e.drain_reason = reason;
     spdlog::info("node {} {}{}", name, draining ? "drained: " : "resumed", reason);
@@ -282,7 +283,9 @@ Result<protocol::RegistrationReply> Controller::RegisterNode(protocol::Registrat
   {
     Lock lock(mu_);
     NodeEntry& e = nodes_[name];
+    ++nodes_generation_;
     e.info = std::move(reg.info);
+    e.shared_info = std::make_shared<const gpu::NodeInfo>(e.info);
     e.cpu_milli = reg.cpu_milli;
     e.memory_mib = reg.memory_mib;
     e.last_seen_us = now;

@@ -381,7 +381,7 @@ Status Controller::SweepExecClients() {
       if (mono - x.client_seen_mono_us <= timeout) continue;
       HangUpLocked(id, "its terminal went away (no word from the client for " + secs + ")", &ended);
     }
-    for (int64_t id : index_.Occupying()) {
+    for (int64_t id : index_.OccupyingRuns()) {
       const Job& j = active_.at(id);
       if (j.interactive != "run" || j.cancel_requested || primary_exec_.count(id) != 0) continue;
       if (j.tasks.empty() || j.tasks[0].start_time_us == 0) continue;

@@ -16,6 +16,8 @@ const std::set<int64_t>& Empty() {
 bool HoldsResources(const jobs::Job& job) {
   return job.state == jobs::JobState::kAssigned || job.state == jobs::JobState::kRunning;
 }
+bool Timed(const jobs::Job& job) { return job.time_limit_s > 0; }
+bool IsRun(const jobs::Job& job) { return job.interactive == "run"; }
 
 template <typename Key, typename Less>
 void Erase(std::map<Key, std::set<int64_t>, Less>& index, const Key& key, int64_t id) {
@@ -66,6 +68,8 @@ void JobIndex::Remove(int64_t id, const Entry& e) {
   if (e.array_id != 0) Erase(arrays_, e.array_id, id);
   for (const std::string& node : e.nodes) Erase(on_node_, node, id);
   occupying_.erase(id);
+  timed_.erase(id);
+  runs_.erase(id);
   pending_deps_.erase(id);
 }
 
@@ -87,6 +91,8 @@ void JobIndex::Update(int64_t id, const jobs::Job* job) {
   if (e.pending_deps) pending_deps_.insert(id);
   if (HoldsResources(*job)) {
     occupying_.insert(id);
+    if (Timed(*job)) timed_.insert(id);
+    if (IsRun(*job)) runs_.insert(id);
     for (const jobs::TaskPlacement& p : job->placement) {
       if (std::find(e.nodes.begin(), e.nodes.end(), p.node) == e.nodes.end()) {
         e.nodes.push_back(p.node);
@@ -114,6 +120,8 @@ const std::set<int64_t>& JobIndex::ArrayElements(int64_t array_id) const {
 Status JobIndex::Verify(const std::map<int64_t, jobs::Job>& active) const {
   // Each index as a walk of every active job makes it, with no help from entries_.
   std::set<int64_t> occupying;
+  std::set<int64_t> timed;
+  std::set<int64_t> runs;
   std::set<int64_t> pending_deps;
   std::map<std::string, std::set<int64_t>, std::less<>> on_node;
   std::map<std::string, std::set<int64_t>, std::less<>> of_user;
@@ -126,6 +134,8 @@ Status JobIndex::Verify(const std::map<int64_t, jobs::Job>& active) const {
     }
     if (!HoldsResources(job)) continue;
     occupying.insert(id);
+    if (Timed(job)) timed.insert(id);
+    if (IsRun(job)) runs.insert(id);
     for (const jobs::TaskPlacement& p : job.placement) on_node[p.node].insert(id);
   }
   if (entries_.size() != active.size()) {
@@ -135,6 +145,18 @@ Status JobIndex::Verify(const std::map<int64_t, jobs::Job>& active) const {
   if (occupying != occupying_) {
     return Status::Internal("job index of jobs holding resources differs from a walk (" +
                             FirstDifference(occupying_, occupying) + ")");
+  }
+  if (timed != timed_) {
+    return Status::Internal(
+        "job index of jobs holding resources with a time limit differs from "
+        "a walk (" +
+        FirstDifference(timed_, timed) + ")");
+  }
+  if (runs != runs_) {
+    return Status::Internal(
+        "job index of `gpupool run` jobs holding resources differs from a "
+        "walk (" +
+        FirstDifference(runs_, runs) + ")");
   }
   if (pending_deps != pending_deps_) {
     return Status::Internal("job index of pending jobs with dependencies differs from a walk (" +

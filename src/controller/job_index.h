@@ -1,6 +1,7 @@
 // JobIndex: lookups over the controller's active jobs (issue 31), so that an agent's
-// poll, a registration, a node's loss, a scheduling pass's dependency step and a user's
-// job list each touch the jobs they are about, not all of the (100,000) active ones.
+// poll, a registration, a node's loss, a scheduling pass's dependency step, a user's
+// job list and the time-limit and absent-client sweeps each touch the jobs they are
+// about, not all of the (100,000) active ones.
 //
 // The controller keeps it exact by calling Update for every change of its active jobs,
 // from the one place every change passes through (Controller::Touched: Install, Load,
@@ -29,6 +30,10 @@ class JobIndex {
 
   // The jobs holding resources (ASSIGNED or RUNNING), by id.
   const std::set<int64_t>& Occupying() const { return occupying_; }
+  // Those of them with a time limit (what the time-limit sweep reads), and those that
+  // are `gpupool run` jobs (interactive "run": what the absent-client sweep reads).
+  const std::set<int64_t>& OccupyingWithTimeLimit() const { return timed_; }
+  const std::set<int64_t>& OccupyingRuns() const { return runs_; }
   // Those of them with a task placed on `node`.
   const std::set<int64_t>& OnNode(const std::string& node) const;
   // Every active job of `user`.
@@ -54,6 +59,8 @@ class JobIndex {
 
   std::unordered_map<int64_t, Entry> entries_;
   std::set<int64_t> occupying_;
+  std::set<int64_t> timed_;
+  std::set<int64_t> runs_;
   std::set<int64_t> pending_deps_;
   std::map<std::string, std::set<int64_t>, std::less<>> on_node_;
   std::map<std::string, std::set<int64_t>, std::less<>> of_user_;

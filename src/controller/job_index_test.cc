@@ -40,6 +40,8 @@ TEST(JobIndexTest, RandomUpdatesMatchAWalk) {
       j.state = states[rng() % 3];               // but the index must not rely on it
       j.array_id = rng() % 3 == 0 ? 1 + static_cast<int64_t>(rng() % 5) : 0;
       if (rng() % 3 == 0) j.dependencies.push_back({static_cast<int64_t>(rng() % 60)});
+      j.time_limit_s = rng() % 2 == 0 ? 60 : 0;
+      if (rng() % 3 == 0) j.interactive = "run";
       for (int t = 0, n = static_cast<int>(rng() % 3); t < n; ++t) {
         jobs::TaskPlacement p;
         p.node = "n" + std::to_string(rng() % 4);  // two tasks may share a node
@@ -72,6 +74,12 @@ TEST(JobIndexTest, VerifyNamesWhatAWalkDisagreesWith) {
   Status s = index.Verify(active);
   EXPECT_EQ(s.code(), StatusCode::kInternal);
   EXPECT_NE(s.message().find("of node n1"), std::string::npos) << s.ToString();
+  active[4] = j;
+  active[4].time_limit_s = 60;
+  EXPECT_NE(index.Verify(active).message().find("with a time limit"), std::string::npos);
+  active[4] = j;
+  active[4].interactive = "run";
+  EXPECT_NE(index.Verify(active).message().find("`gpupool run` jobs"), std::string::npos);
   active.erase(4);
   EXPECT_NE(index.Verify(active).message().find("1 jobs kept, 0 active"), std::string::npos);
 }
@@ -161,6 +169,7 @@ class ControllerIndexTest : public ::testing::Test {
     j.request.tasks = rng_() % 5 == 0 ? 2 : 1;  // a gang may span nodes
     j.priority = static_cast<int>(rng_() % 3) * 10;
     j.preemptible = rng_() % 3 == 0;
+    if (limits_rng_() % 3 == 0) j.time_limit_s = 3600;  // what the time-limit sweep walks
     if (rng_() % 6 == 0) j.array = "0-2";
     if (rng_() % 3 == 0 && !submitted_[who.user].empty()) {
       const std::vector<int64_t>& mine = submitted_[who.user];
@@ -253,6 +262,8 @@ class ControllerIndexTest : public ::testing::Test {
   std::unique_ptr<store::Store> store_;
   std::unique_ptr<Controller> c_;
   std::mt19937 rng_{11};
+  // Apart from rng_, whose sequence (which reaches a preemption) stays as it was.
+  std::mt19937 limits_rng_{5};
   std::map<std::string, std::vector<int64_t>> submitted_;
   std::map<int, bool> lost_;
   Caller alice_{"alice", 1000, 1000, false};

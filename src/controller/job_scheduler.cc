@@ -32,7 +32,11 @@ Result<std::unique_ptr<JobScheduler>> JobScheduler::Create(const std::string& pl
 }
 
 std::string JobScheduler::NeverFits(const jobs::Job& job, const std::vector<SchedNode>& nodes) {
-  SchedInput in(nodes);
+  const SchedInput in(nodes);
+  return NeverFits(job, in);
+}
+
+std::string JobScheduler::NeverFits(const jobs::Job& job, const SchedInput& in) {
   Result<sched::Task> task = in.TaskFor(job);
   if (!task.ok()) return task.status().message();
   if (!job.needs.empty() && job.request.gpus > 0) {

@@ -85,6 +85,9 @@ class JobScheduler {
 
   // Why `job` could never run on `nodes` even if they were idle; empty when it could.
   static std::string NeverFits(const jobs::Job& job, const std::vector<SchedNode>& nodes);
+  // The same on a SchedInput of the nodes (no jobs added), which can be kept and asked
+  // again for many jobs while the nodes stay as they were.
+  static std::string NeverFits(const jobs::Job& job, const SchedInput& in);
 
  private:
   JobScheduler() = default;
