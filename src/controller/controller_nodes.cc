@@ -283,6 +283,7 @@ Result<protocol::RegistrationReply> Controller::RegisterNode(protocol::Registrat
     Lock lock(mu_);
     NodeEntry& e = nodes_[name];
     e.info = std::move(reg.info);
+    e.info_version = ++node_info_versions_;
     e.cpu_milli = reg.cpu_milli;
     e.memory_mib = reg.memory_mib;
     e.last_seen_us = now;
