@@ -5,7 +5,13 @@
 // compared apart from the store, the HTTP threads and a loaded machine's run queue.
 //
 //   build/release/bench/pass_bench --nodes 10000 --running 79000 --pending 100000
-//       --passes 5 [--max-starts 1000]
+//       --passes 5 [--max-starts 1000] [--churn 1]
+//
+// --churn 1: between passes the jobs a pass started run (RUNNING at their placements) and
+// as many of the longest-running jobs end, as a loaded pool does; without it every pass
+// sees the same jobs.
+#include <time.h>
+
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -17,8 +23,20 @@
 
 using namespace gpupool;
 
+namespace {
+
+// This thread's CPU time: on a loaded machine the wall time also counts the run queue.
+double ThreadCpuMs() {
+  timespec ts{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) * 1e3 + static_cast<double>(ts.tv_nsec) / 1e6;
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
-  int64_t nodes = 10000, running = 79000, pending = 100000, passes = 5, max_starts = 1000;
+  int64_t nodes = 10000, running = 79000, pending = 100000, passes = 5, max_starts = 1000,
+          churn = 0;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string flag = argv[i];
     const int64_t v = std::atoll(argv[i + 1]);
@@ -32,6 +50,8 @@ int main(int argc, char** argv) {
       passes = v;
     else if (flag == "--max-starts")
       max_starts = v;
+    else if (flag == "--churn")
+      churn = v;
     else {
       std::fprintf(stderr, "unknown flag %s\n", argv[i]);
       return 2;
@@ -72,25 +92,51 @@ int main(int argc, char** argv) {
           sched_nodes[node].name, {static_cast<int>(gpu)}, {infos[node].gpus[gpu].uuid}, 1000}};
     }
   }
-  std::vector<const jobs::Job*> active;
-  for (const jobs::Job& j : all) active.push_back(&j);
+  std::vector<bool> ended(all.size(), false);
+  size_t oldest = 0;  // the next running job to end (ids in start order)
+  std::vector<int64_t> started_order;
+  for (int64_t i = 0; i < running; ++i) started_order.push_back(i + 1);
   auto s = controller::JobScheduler::Create("default", "fair", "easy", false,
                                             static_cast<size_t>(max_starts));
   if (!s.ok()) {
     std::fprintf(stderr, "%s\n", s.status().ToString().c_str());
     return 1;
   }
+  const int64_t now_s = 1'700'000'100;
   for (int64_t p = 0; p < passes; ++p) {
+    std::vector<const jobs::Job*> active;
+    for (size_t i = 0; i < all.size(); ++i) {
+      if (!ended[i]) active.push_back(&all[i]);
+    }
     const auto t0 = std::chrono::steady_clock::now();
-    auto r = (*s)->Plan(active, sched_nodes, 1'700'000'100);
+    const double cpu0 = ThreadCpuMs();
+    auto r = (*s)->Plan(active, sched_nodes, now_s + p);
+    const double cpu_ms = ThreadCpuMs() - cpu0;
     const double ms =
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     if (!r.ok()) {
       std::fprintf(stderr, "%s\n", r.status().ToString().c_str());
       return 1;
     }
-    std::printf("pass %lld: %.1f ms, %zu starts, %zu reasons%s\n", static_cast<long long>(p), ms,
-                r->starts.size(), r->pending_reasons.size(), r->capped ? ", capped" : "");
+    const controller::KeptCluster& kept = (*s)->kept_cluster();
+    std::printf(
+        "pass %lld: %.1f ms (CPU %.1f ms), %zu starts, %zu reasons%s (cluster %s: %zu allocated, "
+        "%zu released)\n",
+        static_cast<long long>(p), ms, cpu_ms, r->starts.size(), r->pending_reasons.size(),
+        r->capped ? ", capped" : "", kept.rebuilt ? "built" : "kept", kept.allocated,
+        kept.released);
+    if (churn == 0) continue;
+    for (auto& [id, placement] : r->starts) {
+      jobs::Job& j = all[static_cast<size_t>(id - 1)];
+      j.state = jobs::JobState::kRunning;
+      j.placement = placement;
+      j.start_time_us = (now_s + p) * 1'000'000;
+      ++j.version;
+      started_order.push_back(id);
+    }
+    for (size_t e = 0; e < r->starts.size() && oldest < started_order.size(); ++e) {
+      ended[static_cast<size_t>(started_order[oldest++] - 1)] = true;
+    }
   }
   return 0;
 }

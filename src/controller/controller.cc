@@ -72,9 +72,7 @@ void Controller::Touched(int64_t id) {
   if (old != slim_.end() && old->second->state == JobState::kPending) {
     CountQueued(*old->second, -1);
   }
-  if (it != active_.end() && old != slim_.end() && old->second->placement != it->second.placement) {
-    ++placement_changes_;  // ApplyPlan's cue that a pass's snapshot may be out of date
-  }
+  NoteSlimChange(id);
   if (it == active_.end()) {
     index_.Update(id, nullptr);
     slim_.erase(id);
@@ -112,6 +110,18 @@ void Controller::Touched(int64_t id) {
   slim->preempted_by = job.preempted_by;
   if (job.state == JobState::kPending) slim->needs = job.needs;  // placement filter
   slim_[id] = std::move(slim);
+}
+
+void Controller::NoteSlimChange(int64_t id) {
+  if (slim_resync_) return;
+  // Bounded: a scheduler that has not run for a long while takes every job at once.
+  if (slim_changed_.size() >= slim_.size() + 10'000) {
+    slim_resync_ = true;
+    slim_changed_.clear();
+    slim_changed_.shrink_to_fit();
+    return;
+  }
+  slim_changed_.push_back(id);
 }
 
 Status Controller::VerifyIndexes() {
@@ -322,9 +332,11 @@ void Controller::Install(lifecycle::Transition t) {
       ended_states_[id] = t.next.state;
     }
     pending_reasons_.erase(id);
+    reasons_touched_.insert(id);
     active_.erase(id);
   } else {
     if (fx.pending_reason_changed) {
+      reasons_touched_.insert(id);
       if (t.next.pending_reason.empty()) {
         pending_reasons_.erase(id);
       } else {
@@ -376,7 +388,7 @@ Status Controller::Load() {
     }
     NodeEntry e;
     e.info = std::move(*info);
-    e.shared_info = std::make_shared<const gpu::NodeInfo>(e.info);
+    e.info_version = ++node_info_versions_;
     e.cpu_milli = r.cpu_milli;
     e.memory_mib = r.memory_mib;
     e.address = r.address.empty() ? r.name : r.address;
@@ -517,8 +529,7 @@ void Controller::BlockWhileEarlierAttemptsStop(
   }
 }
 
-Result<Controller::PlanApplied> Controller::ApplyPlan(
-    const std::vector<std::shared_ptr<const Job>>& snapshot, ScheduleResult& plan) {
+Result<Controller::PlanApplied> Controller::ApplyPlan(ScheduleResult& plan) {
   // Apply only if every job the plan saw occupying resources still does, every job it
   // starts is still pending, and every node it used is still up; otherwise plan again.
   // Only this thread places jobs, so what occupies resources cannot grow meanwhile.
@@ -538,19 +549,27 @@ Result<Controller::PlanApplied> Controller::ApplyPlan(
   std::vector<Change> placements;
   {
     Lock lock(mu_);
-    // Only placements that changed since the snapshot can make the plan stale (a job that
-    // left the active jobs freed its resources): when none did, the walk below would find
-    // nothing, and at 80,000 running jobs it is tens of ms under the lock.
-    const bool may_be_stale = placement_changes_ != placement_changes_at_snapshot_;
-    for (size_t i = 0; may_be_stale && i < snapshot.size(); ++i) {
-      const Job& j = *snapshot[i];
-      if (j.state == JobState::kPending) continue;
-      auto it = active_.find(j.id);
-      if (it == active_.end()) continue;  // ended: resources freed, the plan stays safe
-      if (it->second.placement != j.placement) {
-        WakeScheduler();
-        return PlanApplied::kStale;
+    // What the pass saw is sched_jobs_; only a job Touched since can differ (every job
+    // after a resync).
+    auto moved = [this](const Job& seen) {
+      mu_.AssertHeld();
+      if (seen.state == JobState::kPending) return false;
+      auto it = active_.find(seen.id);
+      // Ended: resources freed, the plan stays safe.
+      return it != active_.end() && it->second.placement != seen.placement;
+    };
+    bool stale = false;
+    if (slim_resync_) {
+      for (const auto& [id, seen] : sched_jobs_) stale = stale || moved(*seen);
+    } else {
+      for (int64_t id : slim_changed_) {
+        auto seen = sched_jobs_.find(id);
+        stale = stale || (seen != sched_jobs_.end() && moved(*seen->second));
       }
+    }
+    if (stale) {
+      WakeScheduler();
+      return PlanApplied::kStale;
     }
     for (auto& [id, placement] : plan.starts) {
       auto it = active_.find(id);
@@ -592,15 +611,81 @@ Result<Controller::PlanApplied> Controller::ApplyPlan(
   return PlanApplied::kSome;
 }
 
+void Controller::ApplyPendingReasons(ScheduleResult* plan) {
+  if (plan != nullptr) {
+    for (auto& [id, why] : plan->pending_reasons) pending_reasons_[id] = std::move(why);
+    for (int64_t id : plan->reasons_dropped) pending_reasons_.erase(id);
+  }
+  // Set or cleared by a transition since: the scheduler's last word (as if swapped in).
+  const auto& kept = scheduler_->pending_reasons();
+  for (int64_t id : reasons_touched_) {
+    if (auto it = kept.find(id); it != kept.end()) {
+      pending_reasons_[id] = it->second.why;
+    } else {
+      pending_reasons_.erase(id);
+    }
+  }
+  reasons_touched_.clear();
+}
+
+bool Controller::TakeJobChanges(
+    std::vector<std::pair<int64_t, std::shared_ptr<const Job>>>* changes, bool* all) {
+  if (slim_resync_) {
+    *all = true;
+    changes->reserve(slim_.size());
+    for (const auto& [id, slim] : slim_) changes->emplace_back(id, slim);  // shared, immutable
+    slim_resync_ = false;
+  } else {
+    changes->reserve(slim_changed_.size());
+    for (int64_t id : slim_changed_) {
+      auto it = slim_.find(id);
+      changes->emplace_back(id, it == slim_.end() ? nullptr : it->second);
+    }
+  }
+  slim_changed_.clear();
+  return queued_total_ > 0;  // the pending jobs of slim_ (Touched counts them)
+}
+
+void Controller::TakeNodes(
+    std::vector<std::pair<SchedNode, std::shared_ptr<const gpu::NodeInfo>>>* out) {
+  out->reserve(nodes_.size());
+  for (const auto& [name, e] : nodes_) {
+    if (!e.up) continue;
+    // A node whose health verdict is still to come takes no work, as a draining one.
+    SchedNode copy{name, nullptr, e.cpu_milli, e.memory_mib, e.draining || e.health_pending, {}};
+    for (const auto& [uuid, health] : e.gpu_health) {
+      if (gpu::TakesWork(health.state)) continue;
+      copy.out_of_service_gpus.push_back(
+          {uuid, std::string(gpu::GpuHealthStateName(health.state)) + ": " + health.reason});
+    }
+    // The info is copied when it changed (registration), not on every pass.
+    auto& [version, info] = sched_infos_[name];
+    if (!info || version != e.info_version) {
+      info = std::make_shared<const gpu::NodeInfo>(e.info);
+      version = e.info_version;
+    }
+    out->emplace_back(std::move(copy), info);
+  }
+  if (sched_infos_.size() > nodes_.size()) {
+    std::erase_if(sched_infos_, [this](const auto& i) {
+      mu_.AssertHeld();
+      return nodes_.count(i.first) == 0;
+    });
+  }
+}
+
 Status Controller::ScheduleOnce() {
   const int64_t pass_start_us = clock_->MonotonicMicros();
   // Planning takes milliseconds with a long queue; API calls must not wait for it. So the
-  // pass plans on a snapshot (jobs without their command lines and variables) taken
-  // under the lock, and applies the result under the lock after checking that nothing
-  // it relied on changed meanwhile.
-  std::vector<std::shared_ptr<const Job>> snapshot;
-  // The nodes' copies: SchedNode points into their (shared, immutable) NodeInfo.
+  // pass plans on its own copy of the jobs (sched_jobs_: shared slim copies, without
+  // command lines and variables), brought up to date under the lock with the jobs Touched
+  // since the last pass, and applies the result under the lock after checking that
+  // nothing it relied on changed meanwhile.
+  // The nodes' copies: SchedNode points into them, so the vector is not changed again.
   std::vector<std::pair<SchedNode, std::shared_ptr<const gpu::NodeInfo>>> nodes_copy;
+  std::vector<std::pair<int64_t, std::shared_ptr<const Job>>> changes;
+  bool all_jobs = false;
+  bool any_pending = false;
   AdmissionFeed feed;  // pending jobs whose dependencies or earlier attempts hold them
   Limits limits;
   std::map<int64_t, std::vector<jobs::TaskPlacement>> holds;  // GPUs held for preemptors
@@ -609,34 +694,28 @@ Status Controller::ScheduleOnce() {
   {
     Lock lock(mu_);
     limits = limits_;
-    placement_changes_at_snapshot_ = placement_changes_;  // for ApplyPlan
     BlockWhileEarlierAttemptsStop(&feed.stopping);
     BlockPreemptedWhilePreemptorsWait(&feed.waiting);
     holds = HoldsForPass(clock_->NowMicros());
-    bool any_pending = false;
-    snapshot.reserve(slim_.size());
-    for (const auto& [id, slim] : slim_) {  // shared, immutable copies: no deep copy here
-      any_pending = any_pending || slim->state == JobState::kPending;
-      snapshot.push_back(slim);
-    }
+    any_pending = TakeJobChanges(&changes, &all_jobs);
     if (!any_pending) {
       last_pass_blocked_ = false;
-      return Status::Ok();
-    }
-    for (const auto& [name, e] : nodes_) {
-      if (!e.up) continue;
-      // A node whose health verdict is still to come takes no work, as a draining one.
-      SchedNode copy{name, nullptr, e.cpu_milli, e.memory_mib, e.draining || e.health_pending, {}};
-      for (const auto& [uuid, health] : e.gpu_health) {
-        if (gpu::TakesWork(health.state)) continue;
-        copy.out_of_service_gpus.push_back(
-            {uuid, std::string(gpu::GpuHealthStateName(health.state)) + ": " + health.reason});
-      }
-      nodes_copy.emplace_back(std::move(copy), e.shared_info != nullptr
-                                                   ? e.shared_info
-                                                   : std::make_shared<const gpu::NodeInfo>(e.info));
+      ApplyPendingReasons(nullptr);
+    } else {
+      TakeNodes(&nodes_copy);
     }
   }
+  // The jobs as of now: what changed since the last pass, applied without the lock.
+  if (all_jobs) sched_jobs_.clear();
+  for (auto& [id, job] : changes) {
+    if (job) {
+      sched_jobs_[id] = std::move(job);
+    } else {
+      sched_jobs_.erase(id);
+    }
+  }
+  changes.clear();
+  if (!any_pending) return Status::Ok();
   std::vector<SchedNode> nodes;
   nodes.reserve(nodes_copy.size());
   for (auto& [node, info] : nodes_copy) {
@@ -644,8 +723,8 @@ Status Controller::ScheduleOnce() {
     nodes.push_back(node);
   }
   std::vector<const Job*> active;
-  active.reserve(snapshot.size());
-  for (const auto& j : snapshot) active.push_back(j.get());
+  active.reserve(sched_jobs_.size());
+  for (const auto& [id, j] : sched_jobs_) active.push_back(j.get());
   const int64_t now = clock_->NowMicros();
   // The start plan of the queue (`queue --start`) every kStartPlanPeriodUs at most: it
   // searches a placement per planned job, the passes between keep its answers.
@@ -655,16 +734,20 @@ Status Controller::ScheduleOnce() {
                       scheduler_->Plan(active, nodes, now / 1'000'000, feed, limits,
                                        plan_starts ? kStartPlanJobs : 0, holds));
 
-  GP_ASSIGN_OR_RETURN(const PlanApplied applied, ApplyPlan(snapshot, plan));
-  if (applied == PlanApplied::kStale) return Status::Ok();  // planned again at once
+  Result<PlanApplied> applied = ApplyPlan(plan);
+  {
+    // Whatever became of its starts: the scheduler keeps the reasons it gave.
+    Lock lock(mu_);
+    ApplyPendingReasons(&plan);
+  }
+  GP_RETURN_IF_ERROR(applied.status());
+  if (*applied == PlanApplied::kStale) return Status::Ok();  // planned again at once
   GP_RETURN_IF_ERROR(ApplyPreemptions(plan));
   Lock lock(mu_);
-  last_pass_blocked_ = applied == PlanApplied::kNone && !plan.capped;
+  last_pass_blocked_ = *applied == PlanApplied::kNone && !plan.capped;
   // A capped pass left jobs it did not try: the next one goes on at once, not after the
   // arrival batch or the period.
   if (plan.capped) WakeScheduler();
-  // Readers attach these to pending jobs; the old map is freed after the lock.
-  pending_reasons_.swap(plan.pending_reasons);
   if (plan_starts) {
     start_planned_ = true;
     last_start_plan_mono_us_ = pass_start_us;
@@ -676,12 +759,8 @@ Status Controller::ScheduleOnce() {
       start_notes_.erase(id);
     }
   }
-  int64_t no_room = 0;
-  for (const auto& [id, why] : pending_reasons_) {
-    if (PendingReasonClass(why) == "resources") ++no_room;
-  }
   metrics_.ObservePass(static_cast<double>(clock_->MonotonicMicros() - pass_start_us) / 1e6,
-                       no_room);
+                       plan.no_room);
   return Status::Ok();
 }
 

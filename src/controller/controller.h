@@ -9,14 +9,17 @@
 //
 // Under a long queue the lock stays short: node views walk only the jobs holding
 // resources, agent polls and registrations only those on their node (index_), a
-// scheduling pass takes its snapshot by sharing immutable per-job copies (slim_) and
-// plans outside the lock, and its pending reasons replace the previous ones in one swap.
+// scheduling pass takes under the lock only the jobs changed since the last pass (their
+// immutable per-job copies, slim_, into its own sched_jobs_) and the nodes' infos changed
+// since, plans outside the lock, and applies only the pending reasons that changed.
 // Submissions to a pool whose last pass could start nothing are planned together after
 // arrival_batch_us; freed resources, node changes and cancellations trigger a pass at
 // once. A pass starts at most max_starts_per_pass jobs, so that its commit (each step
 // and install under the lock) stays bounded after a mass release; a capped pass is
 // followed by the next at once. The scheduler keeps each job's conversion from pass to
-// pass (sched_input.h, ConversionCache) and converts again only what changed.
+// pass (sched_input.h, ConversionCache) and converts again only what changed, and keeps
+// the cluster (KeptCluster): it allocates and releases only the jobs that started, ended
+// or moved since the last pass.
 //
 // No store read or write happens under the lock. Every change of an active job goes
 // through one commit path (Commit): the job's next state is stepped under the lock
@@ -39,6 +42,8 @@
 #include <set>
 #include <string>
 #include <thread>
+#include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "common/clock.h"
@@ -61,6 +66,7 @@ namespace gpupool::controller {
 class JobScheduler;
 struct ScheduleResult;
 struct FitCheck;
+struct SchedNode;
 
 struct Caller {
   std::string user;
@@ -580,6 +586,7 @@ class Controller {
   // After job `id` changed in active_ (or left it): updates index_, slim_ and the queued
   // counts. Every change of active_ must call it.
   void Touched(int64_t id) REQUIRES(mu_);
+  void NoteSlimChange(int64_t id) REQUIRES(mu_);  // slim_changed_
   // Adds `delta` to the queued counts of `job`'s user, project and the pool, and its
   // submission's bytes to the queued bytes when it is the first queued job holding that
   // submission (or takes them away when it was the last). `job` is whole for +1; for -1
@@ -639,8 +646,18 @@ class Controller {
   // Commits the plan's starts (Placed), unless a job it saw holding resources changed
   // since `snapshot`; a job placed on a node declared down meanwhile ends as the node's
   // sweep would have ended it.
-  Result<PlanApplied> ApplyPlan(const std::vector<std::shared_ptr<const jobs::Job>>& snapshot,
-                                ScheduleResult& plan) EXCLUDES(mu_);
+  // Applies a pass's pending reasons (null: no pass ran; the touched ones only).
+  void ApplyPendingReasons(ScheduleResult* plan) REQUIRES(mu_);
+  Result<PlanApplied> ApplyPlan(ScheduleResult& plan) EXCLUDES(mu_);
+  // Under mu_: brings the scheduler's copy of slim_ (sched_jobs_) up to date with what
+  // Touched changed since the last pass (`*changes`, applied by the caller after the lock),
+  // or all of it after a resync. True when a job is pending.
+  bool TakeJobChanges(std::vector<std::pair<int64_t, std::shared_ptr<const jobs::Job>>>* changes,
+                      bool* all) REQUIRES(mu_);
+  // Under mu_: the pass's nodes, their infos copied only when they changed since the
+  // last pass (sched_infos_).
+  void TakeNodes(std::vector<std::pair<SchedNode, std::shared_ptr<const gpu::NodeInfo>>>* out)
+      REQUIRES(mu_);
   // Dependency resolution reads the store only without mu_, in three steps:
   // Under mu_: the jobs that pending jobs depend on whose state is not in memory (neither
   // active nor in ended_states_).
@@ -672,9 +689,7 @@ class Controller {
 
   struct NodeEntry {
     gpu::NodeInfo info;
-    // A copy of `info` that scheduling passes share (made whenever `info` is set), so a
-    // pass's snapshot of 10,000 nodes copies no GPU lists under mu_.
-    std::shared_ptr<const gpu::NodeInfo> shared_info;
+    uint64_t info_version = 0;  // set anew (node_info_versions_) whenever `info` is
     int64_t cpu_milli = 0;
     int64_t memory_mib = 0;
     int64_t last_seen_us = 0;
@@ -766,8 +781,22 @@ class Controller {
   // For each job in active_, an immutable copy with what planning needs: a pass takes
   // its snapshot by sharing these, not by copying thousands of jobs under the lock.
   std::map<int64_t, std::shared_ptr<const jobs::Job>> slim_ GUARDED_BY(mu_);
-  // Why each job left pending by the last pass waits (swapped in whole by the pass).
+  // The ids Touched since the scheduler last took them (TakeJobChanges); past a bound the
+  // list is dropped and the next pass takes every job (slim_resync_).
+  std::vector<int64_t> slim_changed_ GUARDED_BY(mu_);
+  bool slim_resync_ GUARDED_BY(mu_) = true;
+  // The scheduler loop's own: slim_ as of its last pass (what that pass planned on), and
+  // each node's info as of its last copy (NodeEntry::info_version).
+  std::map<int64_t, std::shared_ptr<const jobs::Job>> sched_jobs_;
+  std::unordered_map<std::string, std::pair<uint64_t, std::shared_ptr<const gpu::NodeInfo>>>
+      sched_infos_;
+  uint64_t node_info_versions_ GUARDED_BY(mu_) = 0;
+  // Why each job left pending by the last pass waits. A pass applies what changed
+  // (ScheduleResult::pending_reasons, reasons_dropped) and sets the jobs in
+  // reasons_touched_ (whose reason a transition set or cleared since) to the pass's, so
+  // after each pass this holds exactly the pass's reasons (ApplyPendingReasons).
   std::map<int64_t, std::string> pending_reasons_ GUARDED_BY(mu_);
+  std::unordered_set<int64_t> reasons_touched_ GUARDED_BY(mu_);
   // The last start plan's (ScheduleResult), with each later pass's reservation.
   std::map<int64_t, int64_t> start_estimates_us_ GUARDED_BY(mu_);
   std::map<int64_t, std::string> start_notes_ GUARDED_BY(mu_);
@@ -792,12 +821,7 @@ class Controller {
   // submission: at 10,000 nodes building it is tens of ms under mu_.
   std::shared_ptr<FitCheck> fit_check_ GUARDED_BY(mu_);
   uint64_t fit_checks_built_ GUARDED_BY(mu_) = 0;
-  // Stepped by Touched when an active job's placement changes and it stays active: a
-  // pass whose snapshot saw the same count needs no walk of it to know that every job it
-  // saw holding resources still holds the same (ApplyPlan).
-  uint64_t placement_changes_ GUARDED_BY(mu_) = 0;
-  uint64_t placement_changes_at_snapshot_ = 0;  // the scheduler loop's
-  gpu::HealthPolicy health_policy_;             // immutable after Create
+  gpu::HealthPolicy health_policy_;  // immutable after Create
   // Automatic cordons within the last hour: (when, node), oldest first (BreakerAllows).
   std::deque<std::pair<int64_t, std::string>> auto_cordons_ GUARDED_BY(mu_);
   int64_t health_actions_held_ GUARDED_BY(mu_) = 0;  // by the breaker, since start

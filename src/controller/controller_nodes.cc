@@ -285,7 +285,7 @@ Result<protocol::RegistrationReply> Controller::RegisterNode(protocol::Registrat
     NodeEntry& e = nodes_[name];
     ++nodes_generation_;
     e.info = std::move(reg.info);
-    e.shared_info = std::make_shared<const gpu::NodeInfo>(e.info);
+    e.info_version = ++node_info_versions_;
     e.cpu_milli = reg.cpu_milli;
     e.memory_mib = reg.memory_mib;
     e.last_seen_us = now;

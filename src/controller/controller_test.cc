@@ -981,6 +981,39 @@ TEST_F(ControllerTest, DrainedNodeFinishesItsJobsAndStartsNothingNew) {
   EXPECT_EQ(Get(b.id).state, JobState::kAssigned);
 }
 
+// Issue 31: a pass applies only the pending reasons that changed, yet after each pass a
+// job shows the pass's reason, also when a transition set or cleared its reason since the
+// last pass while the scheduler's stayed the same.
+TEST_F(ControllerTest, AfterAPassEachPendingJobShowsThePasssReason) {
+  Register(1);
+  Job a = c_->Submit(MakeJob(1), alice_).value();
+  Job b = c_->Submit(MakeJob(1), alice_).value();
+  Job c = c_->Submit(MakeJob(1), bob_).value();
+  ASSERT_TRUE(c_->ScheduleOnce().ok());
+  ASSERT_EQ(Get(a.id).state, JobState::kAssigned);
+  const std::string waits = Get(b.id).pending_reason;
+  ASSERT_EQ(waits.rfind("needs ", 0), 0u) << waits;
+  EXPECT_EQ(Get(c.id).pending_reason, waits);
+  // Held and released between two passes: the transitions set and cleared b's reason.
+  ASSERT_TRUE(c_->Hold(b.id, alice_, true).ok());
+  ASSERT_TRUE(c_->Hold(b.id, alice_, false).ok());
+  ASSERT_TRUE(c_->ScheduleOnce().ok());
+  EXPECT_EQ(Get(b.id).pending_reason, waits);
+  EXPECT_EQ(Get(c.id).pending_reason, waits);
+  // a ends: b starts (its reason goes), c still waits.
+  ASSERT_TRUE(Apply({Ev(a, protocol::EventKind::kStarted)}).ok());
+  ASSERT_TRUE(Apply({Ev(Get(a.id), protocol::EventKind::kExited, 0)}).ok());
+  ASSERT_TRUE(c_->ScheduleOnce().ok());
+  EXPECT_EQ(Get(b.id).state, JobState::kAssigned);
+  EXPECT_EQ(Get(b.id).pending_reason, "");
+  EXPECT_EQ(Get(c.id).pending_reason, waits);
+  // Held: the pass's reason is the hold's.
+  ASSERT_TRUE(c_->Hold(c.id, bob_, true).ok());
+  ASSERT_TRUE(c_->ScheduleOnce().ok());
+  EXPECT_EQ(Get(c.id).pending_reason.rfind("held by bob", 0), 0u) << Get(c.id).pending_reason;
+  EXPECT_EQ(c_->MetricsSnapshot().pending_by_reason["held"], 1);
+}
+
 // Issue 15 B.3: hold and release, for owners on their own jobs and admins on any.
 TEST_F(ControllerTest, HeldJobsWaitUntilReleasedAndAdminHoldsNeedAnAdmin) {
   Register(2);

@@ -71,7 +71,7 @@ Result<ScheduleResult> JobScheduler::Plan(const std::vector<const jobs::Job*>& a
                                           const std::vector<SchedNode>& nodes, int64_t now_s,
                                           const AdmissionFeed& feed, const Limits& limits,
                                           size_t plan_starts, const PreemptorHolds& holds) {
-  SchedInput in(nodes, mps_multi_user_, &cache_);
+  SchedInput in(nodes, mps_multi_user_, &cache_, &kept_);
   in.AddJobs(active, feed);
   const PassHolds held = AllocateHolds(in, holds);
   sched::PassContext ctx;
@@ -98,27 +98,59 @@ Result<ScheduleResult> JobScheduler::Plan(const std::vector<const jobs::Job*>& a
     result.start_estimates_us[in.pending_source[*r.reserved_index]->id] =
         r.reservation_start_s * 1'000'000;
   }
+  std::vector<std::optional<std::string>> reasons(in.pending.size());
   for (auto& [i, why] : r.reasons) {
     // A GPU out of service that keeps the job waiting is named (docs/health.md); not
     // where a gate (a hold, a dependency, a limit) keeps it.
-    const std::string kind = PendingReasonClass(why);
-    if (kind == "resources" || kind == "unplaceable" || kind == "queue" || kind == "other") {
-      if (std::string note = in.OutOfServiceNote(*in.pending[i]); !note.empty()) {
-        why += "; " + note;
+    if (in.any_out_of_service()) {
+      const std::string kind = PendingReasonClass(why);
+      if (kind == "resources" || kind == "unplaceable" || kind == "queue" || kind == "other") {
+        if (std::string note = in.OutOfServiceNote(*in.pending[i]); !note.empty()) {
+          why += "; " + note;
+        }
       }
     }
-    result.pending_reasons[in.pending_source[i]->id] = std::move(why);
+    reasons[i] = std::move(why);
   }
   if (preemption_ && !r.capped) {
-    GP_ASSIGN_OR_RETURN(
-        result.preemptions,
-        PlanPreemptions(in, now_s, *preemption_, *preempt_policy_, result.pending_reasons, held));
+    GP_ASSIGN_OR_RETURN(result.preemptions,
+                        PlanPreemptions(in, now_s, *preemption_, *preempt_policy_, reasons, held));
   }
-  for (int64_t id : held.preemptor) {
-    auto why = result.pending_reasons.find(id);
-    if (why != result.pending_reasons.end()) why->second += "; " + std::string(kHeldNote);
+  for (size_t i : held.pending) {
+    if (reasons[i]) *reasons[i] += "; " + std::string(kHeldNote);
   }
+  KeepReasons(in, reasons, &result);
   return result;
+}
+
+void JobScheduler::KeepReasons(const SchedInput& in,
+                               std::vector<std::optional<std::string>>& reasons,
+                               ScheduleResult* result) {
+  ++pass_;
+  size_t given = 0;
+  for (size_t i = 0; i < reasons.size(); ++i) {
+    if (!reasons[i]) continue;
+    ++given;
+    const int64_t id = in.pending_source[i]->id;
+    auto [it, fresh] = reasons_.try_emplace(id);
+    KeptReason& kept = it->second;
+    kept.pass = pass_;
+    if (!fresh && kept.why == *reasons[i]) continue;
+    const bool resources = PendingReasonClass(*reasons[i]) == "resources";
+    no_room_ += int64_t{resources} - int64_t{kept.resources};
+    kept.resources = resources;
+    kept.why = std::move(*reasons[i]);
+    result->pending_reasons.emplace(id, kept.why);
+  }
+  if (reasons_.size() > given) {
+    std::erase_if(reasons_, [&](const auto& e) {
+      if (e.second.pass == pass_) return false;
+      no_room_ -= int64_t{e.second.resources};
+      result->reasons_dropped.push_back(e.first);
+      return true;
+    });
+  }
+  result->no_room = no_room_;
 }
 
 }  // namespace gpupool::controller

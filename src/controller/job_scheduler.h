@@ -14,6 +14,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "common/status.h"
@@ -37,7 +38,14 @@ inline constexpr const char* kMpsOneUserNote =
 
 struct ScheduleResult {
   std::map<int64_t, std::vector<jobs::TaskPlacement>> starts;  // job id -> placements
-  std::map<int64_t, std::string> pending_reasons;              // for jobs left pending
+  // Why the jobs left pending wait: those whose reason is new or changed since this
+  // scheduler's last Plan (all of them on its first); JobScheduler::pending_reasons()
+  // holds every one. `reasons_dropped`: jobs that had one after the last Plan and have none
+  // now (started, ended, or no longer given).
+  std::map<int64_t, std::string> pending_reasons;
+  std::vector<int64_t> reasons_dropped;
+  // Of all the pending reasons, how many are of class "resources" (PendingReasonClass).
+  int64_t no_room = 0;
   // Planned starts of pending jobs (µs since the epoch), from the time limits of the jobs
   // in their way: under the easy start rule, the job holding the reservation; with
   // Plan's plan_starts = N, the first N pending jobs in queue order that can be planned
@@ -80,8 +88,19 @@ class JobScheduler {
                               const AdmissionFeed& feed = {}, const Limits& limits = {},
                               size_t plan_starts = 0, const PreemptorHolds& holds = {});
 
+  // Every pending reason the last Plan gave, by job id (ScheduleResult::pending_reasons
+  // has those that changed).
+  struct KeptReason {
+    std::string why;
+    uint64_t pass = 0;       // the last Plan that gave it
+    bool resources = false;  // of class "resources"
+  };
+  const std::unordered_map<int64_t, KeptReason>& pending_reasons() const { return reasons_; }
+
   // The jobs' conversions kept between passes (sched_input.h): how many the last pass made.
   const ConversionCache& conversion_cache() const { return cache_; }
+  // The cluster kept between passes (sched_input.h): what the last pass allocated and released.
+  const KeptCluster& kept_cluster() const { return kept_; }
 
   // Why `job` could never run on `nodes` even if they were idle; empty when it could.
   static std::string NeverFits(const jobs::Job& job, const std::vector<SchedNode>& nodes);
@@ -95,7 +114,16 @@ class JobScheduler {
   bool mps_multi_user_ = false;
   std::optional<PreemptionSettings> preemption_ = PreemptionSettings{};
   std::unique_ptr<sched::PlacementPolicy> preempt_policy_;  // ChooseVictims' trial placements
+  // Keeps this pass's reasons (by index into in.pending; none for started jobs) and puts
+  // those that changed into `result`.
+  void KeepReasons(const SchedInput& in, std::vector<std::optional<std::string>>& reasons,
+                   ScheduleResult* result);
+
   ConversionCache cache_;
+  KeptCluster kept_;
+  std::unordered_map<int64_t, KeptReason> reasons_;
+  uint64_t pass_ = 0;
+  int64_t no_room_ = 0;  // reasons_ of class "resources"
 };
 
 }  // namespace gpupool::controller

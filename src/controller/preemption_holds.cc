@@ -80,9 +80,9 @@ PassHolds AllocateHolds(SchedInput& in, const PreemptorHolds& holds) {
 
 Status GiveHoldsToPreemptors(sched::ClusterState& trial, const SchedInput& in,
                              const PassHolds& holds,
-                             const std::map<int64_t, std::string>& reasons) {
+                             const std::vector<std::optional<std::string>>& reasons) {
   for (size_t i = 0; i < holds.held.size(); ++i) {
-    if (reasons.count(holds.preemptor[i]) == 0) continue;  // it started: nothing is held
+    if (!reasons[holds.pending[i]]) continue;  // it started: nothing is held
     const sched::HeldResources& h = holds.held[i];
     const sched::QueuedJob& q = *in.pending[holds.pending[i]];
     GP_RETURN_IF_ERROR(sched::ReleaseGang(trial, h.tasks, h.placements));

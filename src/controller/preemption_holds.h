@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -48,10 +49,12 @@ struct PassHolds {
 PassHolds AllocateHolds(SchedInput& in, const PreemptorHolds& holds);
 
 // On a trial copy of the cluster after the pass (PlanPreemptions, jobs being stopped
-// released): each preemptor that did not start (it is in `reasons`) takes its planned
-// placement in place of its placeholders where that fits, so that the waiting jobs
+// released): each preemptor that did not start (it has a reason) takes its planned
+// placement in place of its placeholders where that fits (`reasons` by index into
+// in.pending, none for a job the pass started), so that the waiting jobs
 // weighed next do not count on its victims' GPUs.
 Status GiveHoldsToPreemptors(sched::ClusterState& trial, const SchedInput& in,
-                             const PassHolds& holds, const std::map<int64_t, std::string>& reasons);
+                             const PassHolds& holds,
+                             const std::vector<std::optional<std::string>>& reasons);
 
 }  // namespace gpupool::controller

@@ -23,11 +23,10 @@ std::string Why(const jobs::Job& victim, const jobs::Job& waiting, bool by_proje
 
 }  // namespace
 
-Result<std::vector<PlannedPreemption>> PlanPreemptions(const SchedInput& in, int64_t now_s,
-                                                       const PreemptionSettings& settings,
-                                                       sched::PlacementPolicy& policy,
-                                                       std::map<int64_t, std::string>& reasons,
-                                                       const PassHolds& holds) {
+Result<std::vector<PlannedPreemption>> PlanPreemptions(
+    const SchedInput& in, int64_t now_s, const PreemptionSettings& settings,
+    sched::PlacementPolicy& policy, std::vector<std::optional<std::string>>& reasons,
+    const PassHolds& holds) {
   std::vector<PlannedPreemption> out;
   std::vector<sched::PreemptibleRun> runs;
   std::vector<const jobs::Job*> run_source;
@@ -69,10 +68,9 @@ Result<std::vector<PlannedPreemption>> PlanPreemptions(const SchedInput& in, int
   };
   std::vector<size_t> waiting;
   for (size_t i = 0; i < in.pending.size(); ++i) {
-    auto why = reasons.find(in.pending_source[i]->id);
-    if (why == reasons.end()) continue;                   // it started in this pass
+    if (!reasons[i]) continue;                            // it started in this pass
     if (holds.Holds(in.pending_source[i]->id)) continue;  // it waits for its victims
-    const std::string kind = PendingReasonClass(why->second);
+    const std::string kind = PendingReasonClass(*reasons[i]);
     if (kind == "resources" || kind == "queue") waiting.push_back(i);
   }
   std::stable_sort(waiting.begin(), waiting.end(), [&](size_t a, size_t b) {
@@ -108,8 +106,8 @@ Result<std::vector<PlannedPreemption>> PlanPreemptions(const SchedInput& in, int
     for (size_t k = 0; k < q.tasks.size(); ++k) {
       GP_RETURN_IF_ERROR(trial.Allocate(q.tasks[k], victims->placements[k]));
     }
-    reasons[wjob.id] += "; preempting job" + std::string(victims->running.size() > 1 ? "s " : " ") +
-                        names + ", which stop within " + std::to_string(longest_grace) + " s";
+    *reasons[w] += "; preempting job" + std::string(victims->running.size() > 1 ? "s " : " ") +
+                   names + ", which stop within " + std::to_string(longest_grace) + " s";
   }
   return out;
 }

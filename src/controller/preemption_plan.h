@@ -15,6 +15,7 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -44,14 +45,14 @@ struct PlannedPreemption {
 };
 
 // `in` after the pass (its cluster holds the pass's starts and `holds`' placeholders);
-// `reasons`: the pending reasons the pass gave, by job id (a waiting job's gets a note of
-// its victims). A job with a hold preempts nothing more: it waits for its victims, and
-// the jobs weighed after it do not count on their GPUs.
-Result<std::vector<PlannedPreemption>> PlanPreemptions(const SchedInput& in, int64_t now_s,
-                                                       const PreemptionSettings& settings,
-                                                       sched::PlacementPolicy& policy,
-                                                       std::map<int64_t, std::string>& reasons,
-                                                       const PassHolds& holds = {});
+// `reasons`: the pending reasons the pass gave, by index into in.pending, none for a job
+// it started (a waiting job's gets a note of its victims). A job with a hold preempts
+// nothing more: it waits for its victims, and the jobs weighed after it do not count on
+// their GPUs.
+Result<std::vector<PlannedPreemption>> PlanPreemptions(
+    const SchedInput& in, int64_t now_s, const PreemptionSettings& settings,
+    sched::PlacementPolicy& policy, std::vector<std::optional<std::string>>& reasons,
+    const PassHolds& holds = {});
 
 // At submit: the admin's preemption defaults (limits.h) for the job's project, else its
 // user, else every user: a batch job becomes preemptible where one says so, and a

@@ -114,37 +114,63 @@ std::string GpuModelKey(const std::string& gpu_name) {
   return gpu_name.empty() ? std::string("GPU") : gpu_name;
 }
 
-SchedInput::SchedInput(const std::vector<SchedNode>& nodes, bool mps_multi_user,
-                       ConversionCache* cache)
-    : nodes_(nodes), cache_(cache) {
-  for (const SchedNode& n : nodes) {
+void SchedInput::BuildLayout(const std::vector<SchedNode>& nodes, bool mps_multi_user,
+                             NodeLayout* out) {
+  *out = NodeLayout{};
+  for (size_t pos = 0; pos < nodes.size(); ++pos) {
+    const SchedNode& n = nodes[pos];
     std::vector<SchedDevice> devices;
     if (n.info != nullptr) devices = SchedDevicesOf(*n.info);
-    if (!cluster.AddNode(SpecOf(n, devices, mps_multi_user)).ok()) continue;
-    if (n.draining) draining.push_back(cluster.num_nodes() - 1);
-    node_of_.push_back(&n);
-    devices_.push_back(std::move(devices));
+    if (!out->idle.AddNode(SpecOf(n, devices, mps_multi_user)).ok()) continue;
+    out->pos.push_back(pos);
+    out->devices.push_back(std::move(devices));
     if (n.info == nullptr || n.info->gpus.empty()) continue;
     if (std::all_of(n.info->gpus.begin(), n.info->gpus.end(), [](const gpu::GpuInfo& g) {
           return g.enforcement == "mps" || g.enforcement == "mig" || g.enforcement == "dmem";
         })) {
-      memory_enforced_nodes.push_back(n.name);
+      out->memory_enforced_nodes.push_back(n.name);
     }
     // Everything about the GPU models a request's constraints are matched against.
     const gpu::GpuInfo& g = n.info->gpus.front();
-    ModelFacts f{GpuModelKey(g.name), g.name, std::string(gpu::VendorName(g.vendor)),
-                 g.memory_total_bytes};
-    auto it = std::find_if(models_.begin(), models_.end(),
-                           [&](const ModelFacts& m) { return m.key == f.key; });
-    if (it == models_.end()) {
-      models_.push_back(f);
+    GpuModelFacts f{GpuModelKey(g.name), g.name, std::string(gpu::VendorName(g.vendor)),
+                    g.memory_total_bytes};
+    auto it = std::find_if(out->models.begin(), out->models.end(),
+                           [&](const GpuModelFacts& m) { return m.key == f.key; });
+    if (it == out->models.end()) {
+      out->models.push_back(f);
     } else {
       it->memory_bytes = std::min(it->memory_bytes, f.memory_bytes);
     }
   }
+}
+
+SchedInput::SchedInput(const std::vector<SchedNode>& nodes, bool mps_multi_user,
+                       ConversionCache* cache, KeptCluster* kept)
+    : nodes_(nodes), mps_multi_user_(mps_multi_user), cache_(cache), kept_(kept) {
+  if (cache_ == nullptr) kept_ = nullptr;  // the kept cluster tells conversions apart by it
+  if (kept_ != nullptr) {
+    if (kept_->mps_multi_user != mps_multi_user || !SameNodes(nodes, kept_)) {
+      BuildLayout(nodes, mps_multi_user, &kept_->layout);
+      kept_->mps_multi_user = mps_multi_user;
+      kept_->valid = true;
+      kept_->conflict = true;  // built from every job below
+    }
+    layout_ = &kept_->layout;
+  } else {
+    BuildLayout(nodes, mps_multi_user, &own_layout_);
+    cluster = std::move(own_layout_.idle);
+    layout_ = &own_layout_;
+  }
+  node_of_.reserve(layout_->pos.size());
+  for (size_t i = 0; i < layout_->pos.size(); ++i) {
+    const SchedNode& n = nodes[layout_->pos[i]];
+    node_of_.push_back(&n);
+    if (n.draining) draining.push_back(static_cast<int32_t>(i));
+  }
+  memory_enforced_nodes = layout_->memory_enforced_nodes;
   if (cache_ != nullptr) {
     std::string models;
-    for (const ModelFacts& m : models_) {
+    for (const GpuModelFacts& m : models_()) {
       models += m.key + '\n' + m.full_name + '\n' + m.vendor + '\n' +
                 std::to_string(m.memory_bytes) + '\n';
     }
@@ -179,7 +205,7 @@ Result<sched::Task> SchedInput::TaskFor(const jobs::Job& job) const {
     t.owner = int64_t{job.uid} + 1;
   }
   std::vector<uint64_t> memories;  // of the allowed models
-  for (const ModelFacts& m : models_) {
+  for (const GpuModelFacts& m : models_()) {
     if (!r.vendor.empty() && m.vendor != r.vendor) continue;
     auto matches = [&](const std::string& wanted) {
       const std::string w = ToLower(wanted);
@@ -193,7 +219,7 @@ Result<sched::Task> SchedInput::TaskFor(const jobs::Job& job) const {
   }
   if ((!r.gpu_models.empty() || !r.vendor.empty()) && memories.empty()) {
     std::string have;
-    for (const ModelFacts& m : models_) have += (have.empty() ? "" : ", ") + m.key;
+    for (const GpuModelFacts& m : models_()) have += (have.empty() ? "" : ", ") + m.key;
     return Status::FailedPrecondition(
         "no node has GPUs of " +
         (r.gpu_models.empty() ? "vendor " + r.vendor : "model " + JoinModels(r.gpu_models)) +
@@ -287,11 +313,13 @@ bool SameInputs(const ConversionCache::Entry& e, const jobs::Job& job) {
 
 }  // namespace
 
-const sched::QueuedJob& SchedInput::Convert(const jobs::Job& job, const AdmissionFeed& feed) {
+const sched::QueuedJob& SchedInput::Convert(const jobs::Job& job, const AdmissionFeed& feed,
+                                            uint64_t* generation) {
   if (cache_ == nullptr || feed.waiting.count(job.id) != 0 || feed.stopping.count(job.id) != 0) {
     if (cache_ != nullptr) {
       ++cache_->converted;
       cache_->jobs.erase(job.id);
+      *generation = ++cache_->generations;
     }
     return jobs_.emplace_back(ToQueuedJob(job, feed));
   }
@@ -304,17 +332,24 @@ const sched::QueuedJob& SchedInput::Convert(const jobs::Job& job, const Admissio
     e.uid = job.uid;
     e.enforce_memory = job.enforce_memory;
     e.array_id = job.array_id;
+    e.generation = ++cache_->generations;
     ++cache_->converted;
   }
   e.pass = cache_->pass;
+  *generation = e.generation;
   return e.job;
 }
 
 void SchedInput::AddJobs(const std::vector<const jobs::Job*>& active, const AdmissionFeed& feed) {
+  if (kept_ != nullptr) {
+    AddJobsKept(active, feed);
+    return;
+  }
   if (cache_ == nullptr) jobs_.reserve(active.size());
   if (cache_ != nullptr) jobs_.reserve(feed.waiting.size() + feed.stopping.size());
+  uint64_t generation = 0;
   for (const jobs::Job* job : active) {
-    const sched::QueuedJob& q = Convert(*job, feed);
+    const sched::QueuedJob& q = Convert(*job, feed, &generation);
     if (job->state == jobs::JobState::kPending) {
       pending.push_back(&q);
       pending_source.push_back(job);
@@ -328,6 +363,7 @@ void SchedInput::AddJobs(const std::vector<const jobs::Job*>& active, const Admi
     std::erase_if(cache_->jobs,
                   [pass = cache_->pass](const auto& e) { return e.second.pass != pass; });
   }
+  running = own_running_;
   ReserveOutOfService();
 }
 
@@ -338,7 +374,7 @@ void SchedInput::ReserveOutOfService() {
     const auto node = static_cast<int32_t>(i);
     for (const OutOfServiceGpu& out : n.out_of_service_gpus) {
       // A GPU in MIG mode is out of service with all its instances.
-      const std::vector<SchedDevice>& devices = devices_[i];
+      const std::vector<SchedDevice>& devices = devices_()[i];
       for (size_t d = 0; d < devices.size(); ++d) {
         const gpu::GpuInfo& it = n.info->gpus[devices[d].gpu];
         if (it.uuid != out.uuid) continue;
@@ -403,30 +439,43 @@ std::string SchedInput::OutOfServiceNote(const sched::QueuedJob& job) {
   return note;
 }
 
+bool SchedInput::Resolve(const jobs::Job& job, const sched::QueuedJob& q,
+                         std::vector<sched::Placement>* out) const {
+  if (job.placement.size() != q.tasks.size()) return false;
+  std::optional<std::vector<sched::Placement>> placements = ToPlacements(job.placement);
+  if (!placements) return false;  // its node is gone: the sweep will mark it LOST
+  *out = std::move(*placements);
+  return true;
+}
+
+bool SchedInput::AllocateTasks(sched::ClusterState& cluster, const std::vector<sched::Task>& tasks,
+                               const std::vector<sched::Placement>& placements, bool* conflict) {
+  bool allocated = true;
+  for (size_t t = 0; t < placements.size(); ++t) {
+    if (cluster.Allocate(tasks[t], placements[t]).ok()) continue;
+    *conflict = true;
+    // Shares of several users that already run on one MPS GPU (placed while
+    // --mps-multi-user was on, or before the node stated MPS) still hold what they use:
+    // the later ones are counted without an owner, and the GPU keeps its first owner
+    // until it is idle.
+    sched::Task ownerless = tasks[t];
+    ownerless.owner = 0;
+    if (tasks[t].owner == 0 || !cluster.Allocate(ownerless, placements[t]).ok()) {
+      allocated = false;
+    }
+  }
+  return allocated;
+}
+
 // Allocates a placed or running job on the cluster, when its placement is still whole.
 void SchedInput::Occupy(const jobs::Job& job, const sched::QueuedJob& q) {
   sched::RunningJob r;
   r.job = &q;
   r.start_s = (job.start_time_us > 0 ? job.start_time_us : job.submit_time_us) / 1'000'000;
-  if (job.placement.size() != q.tasks.size()) return;
-  std::optional<std::vector<sched::Placement>> placements = ToPlacements(job.placement);
-  if (!placements) return;  // its node is gone: the sweep will mark it LOST
-  r.placements = std::move(*placements);
-  bool allocated = true;
-  for (size_t t = 0; t < r.placements.size(); ++t) {
-    if (cluster.Allocate(q.tasks[t], r.placements[t]).ok()) continue;
-    // Shares of several users that already run on one MPS GPU (placed while
-    // --mps-multi-user was on, or before the node stated MPS) still hold what they use:
-    // the later ones are counted without an owner, and the GPU keeps its first owner
-    // until it is idle.
-    sched::Task ownerless = q.tasks[t];
-    ownerless.owner = 0;
-    if (q.tasks[t].owner == 0 || !cluster.Allocate(ownerless, r.placements[t]).ok()) {
-      allocated = false;
-    }
-  }
-  if (allocated) {
-    running.push_back(std::move(r));
+  if (!Resolve(job, q, &r.placements)) return;
+  bool conflict = false;
+  if (AllocateTasks(cluster, q.tasks, r.placements, &conflict)) {
+    own_running_.push_back(std::move(r));
     running_source.push_back(&job);
   }
 }
@@ -436,10 +485,10 @@ std::optional<std::vector<sched::Placement>> SchedInput::ToPlacements(
   std::vector<sched::Placement> out;
   for (const jobs::TaskPlacement& p : placements) {
     sched::Placement sp;
-    sp.node = cluster.FindNode(p.node);
+    sp.node = (kept_ != nullptr ? kept_->layout.idle : cluster).FindNode(p.node);
     if (sp.node < 0) return std::nullopt;
     const gpu::NodeInfo* info = node_of_[static_cast<size_t>(sp.node)]->info;
-    const std::vector<SchedDevice>& devices = devices_[static_cast<size_t>(sp.node)];
+    const std::vector<SchedDevice>& devices = devices_()[static_cast<size_t>(sp.node)];
     for (const std::string& uuid : p.gpu_uuids) {
       auto it = std::find_if(devices.begin(), devices.end(), [&](const SchedDevice& d) {
         return SchedDeviceUuid(*info, d) == uuid;
@@ -462,7 +511,7 @@ std::vector<jobs::TaskPlacement> SchedInput::ToTaskPlacements(
     tp.node = n.name;
     tp.gpu_milli = job.tasks[t].num_gpu > 0 ? job.tasks[t].gpu_milli : 0;
     for (int32_t g : sp.gpus) {
-      const SchedDevice& d = devices_[static_cast<size_t>(sp.node)][static_cast<size_t>(g)];
+      const SchedDevice& d = devices_()[static_cast<size_t>(sp.node)][static_cast<size_t>(g)];
       tp.gpu_indices.push_back(n.info->gpus[d.gpu].index);
       tp.gpu_uuids.push_back(SchedDeviceUuid(*n.info, d));
     }

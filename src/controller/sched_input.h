@@ -6,7 +6,9 @@
 // the model key or part of the full name, a GPU memory need becomes the share of the
 // smallest GPU that has it; a request no node's GPUs can meet makes the job unplaceable
 // with the reason. Pure: no I/O, no clock. One instance per pass; not copyable (the
-// queues point into it and into the ConversionCache it is given, which outlives it).
+// queues point into it and into the ConversionCache and KeptCluster it is given, which
+// outlive it). With a KeptCluster the pass's cluster is a copy of the kept one, brought
+// up to date with what changed (see there); without, it is built from every job.
 //
 // MIG (docs/sharing.md): each MIG instance of a GPU in MIG mode is one device of the
 // cluster, whole-only with the instance's memory (sched/cluster_state.h); the GPU itself
@@ -23,6 +25,7 @@
 #include <cstdint>
 #include <map>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -96,21 +99,98 @@ struct ConversionCache {
     uint32_t uid = 0;
     bool enforce_memory = false;
     int64_t array_id = 0;
-    uint64_t pass = 0;  // the last pass that saw the job
+    uint64_t pass = 0;        // the last pass that saw the job
+    uint64_t generation = 0;  // which conversion `job` is (KeptCluster tells them apart)
     sched::QueuedJob job;
   };
   std::unordered_map<int64_t, Entry> jobs;
   std::string models;  // the GPU models the entries were converted against
   uint64_t pass = 0;
-  size_t converted = 0;  // conversions made by the last pass (cached ones not counted)
+  uint64_t generations = 0;  // conversions made so far; each names its result (Entry::generation)
+  size_t converted = 0;      // conversions made by the last pass (cached ones not counted)
+};
+
+// The GPU models a request's constraints are matched against.
+struct GpuModelFacts {
+  std::string key;
+  std::string full_name;
+  std::string vendor;
+  uint64_t memory_bytes = 0;
+};
+
+// What SchedInput derives from the nodes alone (their names, sizes and GPUs): the idle
+// cluster and how its indices map back to the nodes.
+struct NodeLayout {
+  sched::ClusterState idle;                       // the nodes, nothing allocated
+  std::vector<size_t> pos;                        // cluster index -> index in the nodes given
+  std::vector<std::vector<SchedDevice>> devices;  // cluster index -> its devices
+  std::vector<GpuModelFacts> models;
+  std::vector<std::string> memory_enforced_nodes;  // see SchedInput's member
+};
+
+// The cluster kept from pass to pass (JobScheduler owns one, with its ConversionCache):
+// the nodes' layout and the cluster with every placed or running job allocated. A pass
+// applies what changed since the last one instead of building it again: the jobs that
+// began or stopped occupying GPUs or whose placement or conversion changed are allocated
+// or released; nodes are compared with those the layout was built from (name, CPU,
+// memory, and per GPU what the scheduler reads: vendor, name, UUID, memory, capability,
+// enforcement, MIG mode and instances; not telemetry), and any difference builds the
+// layout and the cluster again. Exact: the kept cluster is the one a rebuild from the
+// same jobs makes (SchedInput::ClusterDifferences compares them; debug builds check each
+// pass). Where allocating in another order could differ (a placement that does not fit
+// any more, shares of several users on one MPS GPU), the pass builds the cluster from
+// every job in the order given, as without the kept cluster, and so does the next one
+// until a build has no such conflict. Used by one thread.
+struct KeptCluster {
+  struct GpuShape {
+    gpu::Vendor vendor = gpu::Vendor::kUnknown;
+    std::string name, uuid, enforcement;
+    uint64_t memory_total_bytes = 0;
+    std::optional<gpu::ComputeCapability> capability;
+    std::optional<bool> mig_enabled;
+    std::vector<std::pair<std::string, uint64_t>> mig;  // instances' UUIDs and memory
+  };
+  struct NodeShape {
+    std::string name;
+    int64_t cpu_milli = 0;
+    int64_t memory_mib = 0;
+    bool has_info = false;
+    std::vector<GpuShape> gpus;
+  };
+  // A job that occupies GPUs, as last allocated.
+  struct Occupant {
+    const sched::QueuedJob* q = nullptr;
+    uint64_t generation = 0;
+    std::vector<jobs::TaskPlacement> placement;  // the job's, as allocated
+    std::vector<sched::Task> tasks;              // q->tasks when allocated (to release)
+    std::vector<sched::Placement> fresh;         // placements until moved into `running`
+    bool allocated = false;
+    bool in_running = false;  // its placements are running[slot].placements
+    size_t slot = 0;
+    uint64_t pass = 0;  // the last pass that saw it
+  };
+  bool valid = false;  // a layout was built
+  bool mps_multi_user = false;
+  std::vector<NodeShape> shapes;  // the nodes the layout was built from
+  NodeLayout layout;
+  sched::ClusterState base;  // layout.idle with every allocated occupant
+  std::unordered_map<int64_t, Occupant> occupants;
+  std::vector<sched::RunningJob> running;  // allocated occupants, in the order given
+  bool conflict = false;                   // the last build had one: build again
+  uint64_t pass = 0;
+  // What the last pass did: built the cluster from every job, allocated and released.
+  bool rebuilt = false;
+  size_t allocated = 0;
+  size_t released = 0;
 };
 
 class SchedInput {
  public:
   // `mps_multi_user`: MPS GPUs take several users' shares at once (not single-owner).
   // `cache`: conversions kept between passes (null: every job converted, none kept).
+  // `kept`: the cluster kept between passes (needs `cache`; null: built here).
   explicit SchedInput(const std::vector<SchedNode>& nodes, bool mps_multi_user = false,
-                      ConversionCache* cache = nullptr);
+                      ConversionCache* cache = nullptr, KeptCluster* kept = nullptr);
   SchedInput(const SchedInput&) = delete;
   SchedInput& operator=(const SchedInput&) = delete;
 
@@ -135,6 +215,12 @@ class SchedInput {
   // Xid 95: uncontained ECC error" (at most 3 named); "" when none. Looks at the cluster as
   // it is (after the pass), and leaves it so. Cached by the task's shape.
   std::string OutOfServiceNote(const sched::QueuedJob& job);
+  // Whether any GPU is out of service (else OutOfServiceNote is always "").
+  bool any_out_of_service() const { return !out_of_service_.empty(); }
+
+  // How two clusters differ in what a pass reads (free amounts, owners, kinds of tasks
+  // placed; not versions or journals), "" when they do not: the kept cluster's check.
+  static std::string ClusterDifferences(const sched::ClusterState& a, const sched::ClusterState& b);
 
   sched::ClusterState cluster;
   std::vector<int32_t> draining;  // cluster indices
@@ -144,21 +230,36 @@ class SchedInput {
   std::vector<const sched::QueuedJob*> pending;
   std::vector<const jobs::Job*> pending_source;  // pending[i]'s job
   std::vector<const sched::QueuedJob*> occupying;
-  std::vector<sched::RunningJob> running;
+  std::span<const sched::RunningJob> running;    // own_running_ or the kept cluster's
   std::vector<const jobs::Job*> running_source;  // running[i]'s job
 
  private:
-  struct ModelFacts {
-    std::string key;
-    std::string full_name;
-    std::string vendor;
-    uint64_t memory_bytes = 0;
-  };
+  static void BuildLayout(const std::vector<SchedNode>& nodes, bool mps_multi_user,
+                          NodeLayout* out);
+  // Whether `nodes` are those `kept` was built from (see KeptCluster); records them if not.
+  static bool SameNodes(const std::vector<SchedNode>& nodes, KeptCluster* kept);
   sched::QueuedJob ToQueuedJob(const jobs::Job& job, const AdmissionFeed& feed) const;
   // `job`'s conversion: from the cache when it holds this version, else made (and cached
-  // unless the feed names the job).
-  const sched::QueuedJob& Convert(const jobs::Job& job, const AdmissionFeed& feed);
+  // unless the feed names the job). `*generation`: which conversion it is.
+  const sched::QueuedJob& Convert(const jobs::Job& job, const AdmissionFeed& feed,
+                                  uint64_t* generation);
   void Occupy(const jobs::Job& job, const sched::QueuedJob& q);
+  // A running job's placement as the cluster's: false when a node or GPU is gone.
+  bool Resolve(const jobs::Job& job, const sched::QueuedJob& q,
+               std::vector<sched::Placement>* out) const;
+  // Allocates `tasks` at `placements` on `cluster` (see Occupy); `*conflict`: it did not
+  // fit, or only without its owner. True when every task is allocated.
+  static bool AllocateTasks(sched::ClusterState& cluster, const std::vector<sched::Task>& tasks,
+                            const std::vector<sched::Placement>& placements, bool* conflict);
+  // AddJobs with the kept cluster (sched_input_kept.cc).
+  void AddJobsKept(const std::vector<const jobs::Job*>& active, const AdmissionFeed& feed);
+  void ResetKept();
+  void Unoccupy(KeptCluster::Occupant& o);
+  // Allocates `o` on the kept cluster as `job` is placed; true on a conflict.
+  bool OccupyKept(const jobs::Job& job, const sched::QueuedJob& q, uint64_t generation,
+                  KeptCluster::Occupant& o);
+  void CheckKeptAgainstRebuild(const std::vector<const jobs::Job*>& active,
+                               const AdmissionFeed& feed) const;
   // After the jobs: what is left free of each out-of-service GPU is taken.
   void ReserveOutOfService();
   // Each GPU out of service, in node order, and what holds its free share (if any).
@@ -173,10 +274,15 @@ class SchedInput {
   std::vector<std::pair<sched::TaskShape, std::string>> notes_;  // OutOfServiceNote's cache
 
   const std::vector<SchedNode>& nodes_;
-  std::vector<const SchedNode*> node_of_;          // cluster index -> node
-  std::vector<std::vector<SchedDevice>> devices_;  // cluster index -> its devices
-  std::vector<ModelFacts> models_;
+  bool mps_multi_user_ = false;
+  NodeLayout own_layout_;                  // without a kept cluster
+  const NodeLayout* layout_ = nullptr;     // own_layout_ or the kept cluster's
+  std::vector<const SchedNode*> node_of_;  // cluster index -> node
+  const std::vector<std::vector<SchedDevice>>& devices_() const { return layout_->devices; }
+  const std::vector<GpuModelFacts>& models_() const { return layout_->models; }
+  std::vector<sched::RunningJob> own_running_;  // without a kept cluster
   ConversionCache* cache_ = nullptr;
+  KeptCluster* kept_ = nullptr;
   std::vector<sched::QueuedJob> jobs_;                               // reserved: stable addresses
   std::map<std::string, const jobs::EnvNeeds*, std::less<>> needs_;  // environment -> needs
 };

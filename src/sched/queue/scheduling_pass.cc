@@ -21,16 +21,19 @@ class FailedShapes {
     }
     return false;
   }
-  void Add(const QueuedJob& job) {
+  void Add(const QueuedJob& job) { Add(job.tasks); }
+  void Add(std::span<const Task> tasks) {
     std::vector<TaskShape> shapes;
-    for (const Task& t : job.tasks) shapes.push_back(ShapeOf(t));
-    seen_[Hash(job)].push_back(std::move(shapes));
+    for (const Task& t : tasks) shapes.push_back(ShapeOf(t));
+    seen_[Hash(tasks)].push_back(std::move(shapes));
   }
+  bool empty() const { return seen_.empty(); }
 
  private:
-  static size_t Hash(const QueuedJob& job) {
-    size_t h = job.tasks.size();
-    for (const Task& t : job.tasks) h = h * 1000003u ^ HashShape(ShapeOf(t));
+  static size_t Hash(const QueuedJob& job) { return Hash(job.tasks); }
+  static size_t Hash(std::span<const Task> tasks) {
+    size_t h = tasks.size();
+    for (const Task& t : tasks) h = h * 1000003u ^ HashShape(ShapeOf(t));
     return h;
   }
   static bool Equal(const std::vector<TaskShape>& shapes, const QueuedJob& job) {
@@ -146,12 +149,83 @@ Status SchedulingPass::StartHeldFirst(ClusterState& cluster,
   return Status::Ok();
 }
 
+std::vector<Task> SchedulingPass::StillFailing(const ClusterState& cluster) const {
+  const std::vector<NodeFree>& last = failures_.nodes;
+  if (failures_.tasks.empty()) return {};
+  if (static_cast<size_t>(cluster.num_nodes()) != last.size()) return {};
+  std::vector<Task> out = failures_.tasks;
+  for (int32_t i = 0; i < cluster.num_nodes() && !out.empty(); ++i) {
+    const NodeState& n = cluster.node(i);
+    const NodeFree& o = last[static_cast<size_t>(i)];
+    bool more = n.name != o.name || n.cpu_free_milli > o.cpu_free ||
+                n.memory_free_mib > o.memory_free || n.cpu_capacity_milli != o.cpu_capacity ||
+                n.memory_capacity_mib != o.memory_capacity || n.model_id != o.model_id ||
+                n.gpu_capability != o.capability || n.gpu_memory_mib != o.gpu_memory_mib ||
+                n.single_owner_gpus != o.single_owner || n.whole_only_gpus != o.whole_only ||
+                n.gpu_free_milli.size() != o.gpu_free.size();
+    for (size_t g = 0; !more && g < o.gpu_free.size(); ++g) {
+      more =
+          n.gpu_free_milli[g] > o.gpu_free[g] ||
+          (n.single_owner_gpus != 0 && cluster.OwnerOf(i, static_cast<int32_t>(g)) != o.owners[g]);
+    }
+    if (!more) continue;
+    // Something was freed here (or the node is new or changed): the shapes that fit
+    // here now are tried again.
+    std::erase_if(out, [&](const Task& t) { return cluster.Fits(i, t); });
+  }
+  return out;
+}
+
+void SchedulingPass::Remember(const ClusterState& cluster, std::vector<Task> failed) {
+  failures_.tasks = std::move(failed);
+  failures_.nodes.clear();
+  if (failures_.tasks.empty()) return;
+  failures_.nodes.reserve(static_cast<size_t>(cluster.num_nodes()));
+  for (int32_t i = 0; i < cluster.num_nodes(); ++i) {
+    const NodeState& n = cluster.node(i);
+    NodeFree& o = failures_.nodes.emplace_back();
+    o.name = n.name;
+    o.cpu_free = n.cpu_free_milli;
+    o.memory_free = n.memory_free_mib;
+    o.cpu_capacity = n.cpu_capacity_milli;
+    o.memory_capacity = n.memory_capacity_mib;
+    o.model_id = n.model_id;
+    o.capability = n.gpu_capability;
+    o.gpu_memory_mib = n.gpu_memory_mib;
+    o.single_owner = n.single_owner_gpus;
+    o.whole_only = n.whole_only_gpus;
+    o.gpu_free = n.gpu_free_milli;
+    if (n.single_owner_gpus != 0) {
+      for (int32_t g = 0; g < n.num_gpus(); ++g) o.owners.push_back(cluster.OwnerOf(i, g));
+    }
+  }
+}
+
 Result<PassResult> SchedulingPass::Run(ClusterState& cluster, int64_t now_s,
                                        std::span<const QueuedJob* const> pending,
                                        std::span<const RunningJob> running,
                                        std::span<const HeldResources> held) {
+  // A job with held resources may start elsewhere and free them within the pass: no
+  // shape is carried into such a pass (holds are rare: a preemption's few passes).
+  std::vector<Task> carried = held.empty() ? StillFailing(cluster) : std::vector<Task>{};
+  std::vector<Task> failed_now;
+  Result<PassResult> result = Walk(cluster, now_s, pending, running, held, &carried, &failed_now);
+  // A carried shape no job of this pass reached still cannot fit: the pass only filled.
+  for (Task& t : carried) failed_now.push_back(std::move(t));
+  Remember(cluster, result.ok() ? std::move(failed_now) : std::vector<Task>{});
+  return result;
+}
+
+Result<PassResult> SchedulingPass::Walk(ClusterState& cluster, int64_t now_s,
+                                        std::span<const QueuedJob* const> pending,
+                                        std::span<const RunningJob> running,
+                                        std::span<const HeldResources> held,
+                                        std::vector<Task>* carried_shapes,
+                                        std::vector<Task>* failed_now) {
   PassResult result;
   if (pending.empty()) return result;
+  FailedShapes known_failing;  // carried from the last pass
+  for (const Task& t : *carried_shapes) known_failing.Add(std::span<const Task>(&t, 1));
   const std::vector<size_t> order =
       queue_policy_.Order(QueueContext{now_s, pending, running, &cluster});
   if (order.size() != pending.size()) {
@@ -200,9 +274,15 @@ Result<PassResult> SchedulingPass::Run(ClusterState& cluster, int64_t now_s,
     // A job with held resources was tried first, and did not fit then.
     const HeldResources* own = hold_of.empty() ? nullptr : hold_of[index];
     if (own == nullptr && failed.Contains(job)) continue;
-    GangPlacement g;
-    if (own == nullptr) {
+    GangPlacement g;  // not placed
+    if (own != nullptr) {
+      // Tried first (StartHeldFirst): not placed.
+    } else if (job.tasks.size() != 1 || known_failing.empty() || !known_failing.Contains(job)) {
       GP_ASSIGN_OR_RETURN(g, PlaceGang(cluster, job.tasks, placement_policy_));
+    } else {
+      // Reached: it is this pass's failure now, carried on below.
+      std::erase_if(*carried_shapes,
+                    [&](const Task& t) { return ShapeOf(t) == ShapeOf(job.tasks[0]); });
     }
     if (g.placed) {
       if (plan) {
@@ -221,6 +301,7 @@ Result<PassResult> SchedulingPass::Run(ClusterState& cluster, int64_t now_s,
       continue;
     }
     failed.Add(job);
+    if (job.tasks.size() == 1) failed_now->push_back(job.tasks[0]);
     if (blocked) continue;
     // The first job that cannot start.
     blocked = true;

@@ -12,8 +12,15 @@
 // Started jobs are allocated on the cluster passed to Run. The pass reads no clock.
 //
 // Within one pass the cluster only fills up, so a job shape that failed to place is not
-// tried again in the same pass; this keeps long queues cheap. Not thread-safe (the
-// placement policy is not).
+// tried again in the same pass; this keeps long queues cheap. Across passes, the shape
+// of a one-task job that failed is not tried in the next pass either unless something
+// it could use was freed: the pass compares the cluster it is given with the one the
+// last pass ended with, node by node (free CPU, memory, each GPU's free share and owner,
+// and what the node is), and tries such a shape again only when a node has more of
+// anything (or is new or different) and the task fits there now. Its first job in the
+// order is then treated exactly as if its placement had failed (it may hold the
+// reservation); a failed one-task placement means no node fits it, so with nothing
+// freed it would fail again. Not thread-safe (the placement policy is not).
 //
 // A pass may be capped (PassOptions::max_starts, Slurm's sched_max_job_start): once it
 // has started that many jobs it stops before the next job of its order, and says which
@@ -115,12 +122,37 @@ class SchedulingPass {
                         std::span<const HeldResources> held,
                         std::vector<const HeldResources*>* hold_of,
                         std::vector<bool>* started_first, PassResult* result);
+  // The one-task shapes that failed to place in the last pass, and the cluster it ended
+  // with (per node what Fits reads).
+  struct NodeFree {
+    std::string name;
+    int64_t cpu_free = 0, memory_free = 0, cpu_capacity = 0, memory_capacity = 0;
+    int32_t model_id = -1, capability = 0;
+    int64_t gpu_memory_mib = 0;
+    uint64_t single_owner = 0, whole_only = 0;
+    std::vector<int32_t> gpu_free;
+    std::vector<int64_t> owners;  // of single-owner GPUs
+  };
+  struct CarriedFailures {
+    std::vector<Task> tasks;  // one per shape
+    std::vector<NodeFree> nodes;
+  };
+  Result<PassResult> Walk(ClusterState& cluster, int64_t now_s,
+                          std::span<const QueuedJob* const> pending,
+                          std::span<const RunningJob> running,
+                          std::span<const HeldResources> held, std::vector<Task>* carried_shapes,
+                          std::vector<Task>* failed_now);
+  // The carried shapes that still cannot fit: no node of `cluster` has more than at the
+  // end of the last pass where one of them fits now.
+  std::vector<Task> StillFailing(const ClusterState& cluster) const;
+  void Remember(const ClusterState& cluster, std::vector<Task> failed);
 
   const QueuePolicy& queue_policy_;
   PlacementPolicy& placement_policy_;
   PlanningPolicyMaker make_planning_policy_;
   PassOptions options_;
   std::optional<CarriedRefusals> carried_;
+  CarriedFailures failures_;
 };
 
 }  // namespace gpupool::sched

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <deque>
+#include <random>
 #include <tuple>
 
 #include "sched/queue/first_fit_for_test.h"
@@ -453,6 +454,88 @@ TEST(HeldResources, TheHeldJobsStartCountsForTheCap) {
   EXPECT_EQ(f.StartedIds(pending, *r), Ids{"preemptor"});
   EXPECT_TRUE(r->capped);
   EXPECT_EQ(r->not_reached, std::vector<size_t>{0});  // "earlier", not the started one
+}
+
+// Issue 31: a one-task shape that failed is not tried again by the next pass unless
+// something it could use was freed, and the pass starts what a pass that tries every shape
+// afresh starts, with the same reservation. Random queues on a changing cluster: a pass
+// kept from step to step against a new one each step.
+TEST(SchedulingPassCarry, AKeptPassStartsWhatAFreshPassStarts) {
+  for (StartRule rule : {StartRule::kStrict, StartRule::kEasyBackfill, StartRule::kSkipBlocked}) {
+    SCOPED_TRACE(std::string(StartRuleName(rule)));
+    std::mt19937 rng(static_cast<unsigned>(rule) + 5);
+    ClusterState cluster = MakeCluster(5, 4);
+    for (int32_t n = 0; n < 2; ++n) {  // MPS-like single-owner GPUs on two more nodes
+      NodeSpec spec{fmt::format("m{}", n), 64000, 262144, 2, "V100", 0, 0};
+      spec.single_owner_gpus = 0b11;
+      ASSERT_TRUE(cluster.AddNode(spec).ok());
+    }
+    auto queue = BuiltinQueuePolicies().Create("fifo");
+    ASSERT_TRUE(queue.ok());
+    auto planner = []() -> Result<std::unique_ptr<PlacementPolicy>> {
+      return std::unique_ptr<PlacementPolicy>(std::make_unique<FirstFitForTest>());
+    };
+    FirstFitForTest kept_policy;
+    SchedulingPass kept(**queue, kept_policy, planner, PassOptions{rule});
+    std::deque<QueuedJob> jobs;  // stable addresses
+    std::vector<const QueuedJob*> pending;
+    std::vector<RunningJob> running;
+    int next = 0, fresh_calls = 0;
+    for (int step = 0; step < 300; ++step) {
+      SCOPED_TRACE("step " + std::to_string(step));
+      for (int k = static_cast<int>(rng() % 3); k > 0; --k) {  // arrivals
+        const int kind = static_cast<int>(rng() % 6);
+        std::vector<Task> tasks = {GpuTask(1 + static_cast<int>(rng() % 4))};
+        if (kind == 0) tasks = {GpuTask(1, 500)};
+        if (kind == 1) tasks = {GpuTask(2), GpuTask(2)};  // a gang: not carried
+        if (kind == 2) tasks = {GpuTask(0, 1000, 16000)};
+        QueuedJob& j = jobs.emplace_back(
+            Job(std::to_string(next), "u" + std::to_string(rng() % 3), next, tasks, 50));
+        ++next;
+        if (kind == 0) j.tasks[0].owner = 1 + static_cast<int64_t>(rng() % 2);
+        pending.push_back(&j);
+      }
+      if (!running.empty() && rng() % 3 == 0) {  // an end
+        const size_t e = rng() % running.size();
+        ASSERT_TRUE(ReleaseGang(cluster, running[e].job->tasks, running[e].placements).ok());
+        running.erase(running.begin() + static_cast<std::ptrdiff_t>(e));
+      }
+      ClusterState for_kept = cluster, for_fresh = cluster;
+      const int calls_before = kept_policy.calls;
+      auto a = kept.Run(for_kept, step, pending, running);
+      FirstFitForTest fresh_policy;
+      SchedulingPass fresh(**queue, fresh_policy, planner, PassOptions{rule});
+      auto b = fresh.Run(for_fresh, step, pending, running);
+      ASSERT_TRUE(a.ok() && b.ok());
+      fresh_calls += fresh_policy.calls;
+      ASSERT_LE(kept_policy.calls - calls_before, fresh_policy.calls);
+      ASSERT_EQ(a->started.size(), b->started.size());
+      for (size_t i = 0; i < a->started.size(); ++i) {
+        ASSERT_EQ(a->started[i].pending_index, b->started[i].pending_index);
+        ASSERT_EQ(a->started[i].placements, b->started[i].placements);
+      }
+      ASSERT_EQ(a->reserved_index, b->reserved_index);
+      ASSERT_EQ(a->reservation_start_s, b->reservation_start_s);
+      ASSERT_EQ(a->reservation_unplannable, b->reservation_unplannable);
+      ASSERT_EQ(Snapshot(for_kept), Snapshot(for_fresh));
+      // The starts run from now on.
+      std::vector<bool> started(pending.size(), false);
+      for (const auto& s : a->started) {
+        started[s.pending_index] = true;
+        for (size_t t = 0; t < s.placements.size(); ++t) {
+          ASSERT_TRUE(cluster.Allocate(pending[s.pending_index]->tasks[t], s.placements[t]).ok());
+        }
+        running.push_back(RunningJob{pending[s.pending_index], step, s.placements});
+      }
+      std::vector<const QueuedJob*> left;
+      for (size_t i = 0; i < pending.size(); ++i) {
+        if (!started[i]) left.push_back(pending[i]);
+      }
+      pending = std::move(left);
+    }
+    // Carried shapes saved placements: fewer calls than passes that try every shape.
+    EXPECT_LT(kept_policy.calls, fresh_calls);
+  }
 }
 
 TEST(StartRule, ParsesAndNames) {
