@@ -92,6 +92,16 @@ Result<bool> FitsOnceAllEnd(const ClusterState& cluster, std::span<const Running
   return g.placed;
 }
 
+// The queue policy's order of every pending job.
+Result<std::vector<size_t>> CheckedOrder(const QueuePolicy& policy, const QueueContext& ctx) {
+  std::vector<size_t> order = policy.Order(ctx);
+  if (order.size() != ctx.pending.size()) {
+    return Status::Internal(fmt::format("queue policy '{}' ordered {} of {} pending jobs",
+                                        policy.name(), order.size(), ctx.pending.size()));
+  }
+  return order;
+}
+
 // Allocates `tasks` on `placements`, all or none (the cluster is left as it was).
 Result<bool> AllocateAll(ClusterState& cluster, const std::vector<Task>& tasks,
                          const std::vector<Placement>& placements) {
@@ -226,12 +236,8 @@ Result<PassResult> SchedulingPass::Walk(ClusterState& cluster, int64_t now_s,
   if (pending.empty()) return result;
   FailedShapes known_failing;  // carried from the last pass
   for (const Task& t : *carried_shapes) known_failing.Add(std::span<const Task>(&t, 1));
-  const std::vector<size_t> order =
-      queue_policy_.Order(QueueContext{now_s, pending, running, &cluster});
-  if (order.size() != pending.size()) {
-    return Status::Internal(fmt::format("queue policy '{}' ordered {} of {} pending jobs",
-                                        queue_policy_.name(), order.size(), pending.size()));
-  }
+  GP_ASSIGN_OR_RETURN(const std::vector<size_t> order,
+                      CheckedOrder(queue_policy_, QueueContext{now_s, pending, running, &cluster}));
   // Jobs that resources are held for are tried first (each may use only its own).
   std::vector<const HeldResources*> hold_of;  // by pending index; empty when none is held
   std::vector<bool> started_first;            // by pending index, with hold_of
