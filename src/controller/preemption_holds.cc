@@ -42,17 +42,6 @@ void HoldTask(sched::ClusterState& cluster, const sched::Task& task, const sched
   }
 }
 
-Result<bool> AllocateAll(sched::ClusterState& cluster, const std::vector<sched::Task>& tasks,
-                         const std::vector<sched::Placement>& placements) {
-  if (tasks.size() != placements.size()) return false;
-  for (size_t i = 0; i < tasks.size(); ++i) {
-    if (cluster.Allocate(tasks[i], placements[i]).ok()) continue;
-    for (size_t k = i; k-- > 0;) GP_RETURN_IF_ERROR(cluster.Release(tasks[k], placements[k]));
-    return false;
-  }
-  return true;
-}
-
 }  // namespace
 
 bool PassHolds::Holds(int64_t id) const {
@@ -86,9 +75,9 @@ Status GiveHoldsToPreemptors(sched::ClusterState& trial, const SchedInput& in,
     const sched::HeldResources& h = holds.held[i];
     const sched::QueuedJob& q = *in.pending[holds.pending[i]];
     GP_RETURN_IF_ERROR(sched::ReleaseGang(trial, h.tasks, h.placements));
-    GP_ASSIGN_OR_RETURN(bool placed, AllocateAll(trial, q.tasks, h.planned));
+    GP_ASSIGN_OR_RETURN(bool placed, sched::AllocateGang(trial, q.tasks, h.planned));
     if (placed) continue;
-    GP_ASSIGN_OR_RETURN(bool back, AllocateAll(trial, h.tasks, h.placements));
+    GP_ASSIGN_OR_RETURN(bool back, sched::AllocateGang(trial, h.tasks, h.placements));
     if (!back) return Status::Internal("the GPUs held for job " + h.for_job + " were taken");
   }
   return Status::Ok();

@@ -171,6 +171,17 @@ Result<GangPlacement> PlaceGang(ClusterState& cluster, const std::vector<Task>& 
   return out;
 }
 
+Result<bool> AllocateGang(ClusterState& cluster, const std::vector<Task>& tasks,
+                          const std::vector<Placement>& placements) {
+  if (tasks.size() != placements.size()) return false;
+  for (size_t i = 0; i < tasks.size(); ++i) {
+    if (cluster.Allocate(tasks[i], placements[i]).ok()) continue;
+    for (size_t k = i; k-- > 0;) GP_RETURN_IF_ERROR(cluster.Release(tasks[k], placements[k]));
+    return false;
+  }
+  return true;
+}
+
 Status ReleaseGang(ClusterState& cluster, const std::vector<Task>& tasks,
                    const std::vector<Placement>& placements) {
   if (placements.size() != tasks.size()) {

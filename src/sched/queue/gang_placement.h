@@ -30,6 +30,11 @@ struct GangPlacement {
 Result<GangPlacement> PlaceGang(ClusterState& cluster, const std::vector<Task>& tasks,
                                 PlacementPolicy& policy);
 
+// Allocates `tasks` on the given `placements` (one per task), all or none: false, with the
+// cluster as it was, when one does not fit or the counts differ.
+Result<bool> AllocateGang(ClusterState& cluster, const std::vector<Task>& tasks,
+                          const std::vector<Placement>& placements);
+
 // Releases a placed gang (the inverse of a successful PlaceGang).
 Status ReleaseGang(ClusterState& cluster, const std::vector<Task>& tasks,
                    const std::vector<Placement>& placements);

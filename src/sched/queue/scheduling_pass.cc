@@ -102,21 +102,9 @@ Result<std::vector<size_t>> CheckedOrder(const QueuePolicy& policy, const QueueC
   return order;
 }
 
-// Allocates `tasks` on `placements`, all or none (the cluster is left as it was).
-Result<bool> AllocateAll(ClusterState& cluster, const std::vector<Task>& tasks,
-                         const std::vector<Placement>& placements) {
-  if (tasks.size() != placements.size()) return false;
-  for (size_t i = 0; i < tasks.size(); ++i) {
-    if (cluster.Allocate(tasks[i], placements[i]).ok()) continue;
-    for (size_t k = i; k-- > 0;) GP_RETURN_IF_ERROR(cluster.Release(tasks[k], placements[k]));
-    return false;
-  }
-  return true;
-}
-
 // Allocates held resources again after they were released for their job.
 Status TakeBack(ClusterState& cluster, const HeldResources& h) {
-  GP_ASSIGN_OR_RETURN(bool back, AllocateAll(cluster, h.tasks, h.placements));
+  GP_ASSIGN_OR_RETURN(bool back, AllocateGang(cluster, h.tasks, h.placements));
   if (!back)
     return Status::Internal(fmt::format("the held resources of job {} were taken", h.for_job));
   return Status::Ok();
@@ -142,7 +130,7 @@ Status SchedulingPass::StartHeldFirst(ClusterState& cluster,
     if (options_.max_starts > 0 && result->started.size() >= options_.max_starts) break;
     const QueuedJob& job = *pending[i];
     GP_RETURN_IF_ERROR(ReleaseGang(cluster, h->tasks, h->placements));
-    GP_ASSIGN_OR_RETURN(bool placed, AllocateAll(cluster, job.tasks, h->planned));
+    GP_ASSIGN_OR_RETURN(bool placed, AllocateGang(cluster, job.tasks, h->planned));
     std::vector<Placement> placements = h->planned;
     if (!placed) {
       GP_ASSIGN_OR_RETURN(GangPlacement g, PlaceGang(cluster, job.tasks, placement_policy_));
