@@ -383,7 +383,7 @@ TEST_F(LauncherTest, AContainerShareOnADmemGpuNeverRunsWithoutItsCap) {
   const std::string ran = dir_.path() + "/podman-ran";
   FILE* f = std::fopen(podman.c_str(), "w");
   ASSERT_NE(f, nullptr);
-  std::fprintf(f, "#!/bin/sh\necho \"$@\" > %s\n", ran.c_str());
+  std::fprintf(f, "#!/bin/sh\necho \"$@\" >> %s\n", ran.c_str());
   std::fclose(f);
   ASSERT_EQ(::chmod(podman.c_str(), 0755), 0);
   LauncherOptions o = TestOptions(dir_.path());
@@ -402,6 +402,38 @@ TEST_F(LauncherTest, AContainerShareOnADmemGpuNeverRunsWithoutItsCap) {
   EXPECT_NE(e->reason.find("the kernel's dmem controller) could not be set"), std::string::npos)
       << e->reason;
   EXPECT_NE(::access(ran.c_str(), F_OK), 0) << "podman ran without the cap";
+
+  // An exec session's container goes below its task's capped cgroup (one cap for both),
+  // never a cap of its own; with that cgroup gone it does not start.
+  const std::string task_cgroup = dir_.path() + "/cg/gpupool/job-189-0.1-77";
+  std::filesystem::create_directories(task_cgroup);
+  LaunchSpec session = spec;
+  session.id.exec = 3;
+  session.join_cgroups = {task_cgroup};
+  {
+    Status st = launcher->Launch(session);
+    ASSERT_TRUE(st.ok()) << st.ToString();
+  }
+  e = WaitForEvent(*launcher, session.id, 10'000);
+  ASSERT_TRUE(e.has_value());
+  EXPECT_EQ(e->kind, Kind::kStarted) << e->reason;
+  e = WaitForEvent(*launcher, session.id, 10'000);  // podman (here: the stand-in) ran
+  ASSERT_TRUE(e.has_value());
+  EXPECT_EQ(e->kind, Kind::kExited) << e->reason;
+  const std::string args = ReadWholeFile(ran);
+  EXPECT_NE(args.find("--cgroup-manager cgroupfs run "), std::string::npos) << args;
+  EXPECT_NE(args.find(" --cgroup-parent /gpupool/job-189-0.1-77 "), std::string::npos) << args;
+  EXPECT_TRUE(std::filesystem::is_directory(task_cgroup));  // the task's, left to it
+  session.id.exec = 4;
+  session.join_cgroups = {dir_.path() + "/cg/gpupool/job-189-0.1-78"};
+  {
+    Status st = launcher->Launch(session);
+    ASSERT_TRUE(st.ok()) << st.ToString();
+  }
+  e = WaitForEvent(*launcher, session.id, 10'000);
+  ASSERT_TRUE(e.has_value());
+  EXPECT_EQ(e->kind, Kind::kFailed);
+  EXPECT_NE(e->reason.find("its task's cgroup, which is gone"), std::string::npos) << e->reason;
 }
 
 TEST_F(LauncherTest, EnvDirCommandsComeFirst) {

@@ -380,9 +380,25 @@ Status Shim::DmemCapInPlace() const {
 // A container share on a dmem GPU: a cgroup of the job's own holds the cap (dmem.max and
 // dmem.low), and podman makes the container's cgroups below it, so the cap holds every
 // process of the container (the kernel charges a cgroup's descendants to its limit).
-// Returns that cgroup's path under the hierarchy's root, for --cgroup-parent.
+// Returns that cgroup's path under the hierarchy's root, for --cgroup-parent. An exec
+// session's container goes below its task's cgroup (join_cgroups): one cap holds both,
+// and the cgroup stays its task's (not recorded or removed here).
 Result<std::string> Shim::ContainerDmemParent() {
   const LaunchSpec& spec = config_.spec;
+  if (!spec.join_cgroups.empty()) {
+    for (const std::string& dir : spec.join_cgroups) {
+      const size_t at = dir.rfind("/gpupool/job-");
+      struct stat st;
+      if (at != std::string::npos && dir.find("..") == std::string::npos &&
+          ::stat(dir.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) {
+        return dir.substr(at);
+      }
+    }
+    return Status::FailedPrecondition(
+        "the GPU share's memory cap (the kernel's dmem controller) is held by its task's "
+        "cgroup, which is gone on node " +
+        HostName() + "; not started");
+  }
   CgroupRequest req;
   req.id = spec.id;
   req.instance = std::to_string(::getpid());
@@ -464,7 +480,10 @@ Status Shim::PrepareContainer(const std::vector<gid_t>& groups) {
   std::string note = copt.note.empty() ? std::string("podman") : copt.note;
   note += "; container " + container_name_ + " in podman's own cgroup";
   if (spec.cpu_milli > 0 || spec.memory_bytes > 0) note += " (--cpus/--memory)";
-  if (!cgroup_parent.empty()) note += ", under " + cgroup_parent + " (" + cgroup_->note() + ")";
+  if (!cgroup_parent.empty()) {
+    note += ", under " + cgroup_parent + " (" +
+            (cgroup_ != nullptr ? cgroup_->note() : std::string("its task's GPU memory cap")) + ")";
+  }
   note += spec.cdi_devices.empty() ? "; no GPU devices"
                                    : "; GPUs by CDI: " + std::to_string(spec.cdi_devices.size());
   final_.isolation = note;

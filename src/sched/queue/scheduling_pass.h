@@ -139,9 +139,8 @@ class SchedulingPass {
   };
   Result<PassResult> Walk(ClusterState& cluster, int64_t now_s,
                           std::span<const QueuedJob* const> pending,
-                          std::span<const RunningJob> running,
-                          std::span<const HeldResources> held, std::vector<Task>* carried_shapes,
-                          std::vector<Task>* failed_now);
+                          std::span<const RunningJob> running, std::span<const HeldResources> held,
+                          std::vector<Task>* carried_shapes, std::vector<Task>* failed_now);
   // The carried shapes that still cannot fit: no node of `cluster` has more than at the
   // end of the last pass where one of them fits now.
   std::vector<Task> StillFailing(const ClusterState& cluster) const;
