@@ -13,22 +13,19 @@
 #include <cstdio>
 #include <cstring>
 #include <ctime>
-#include <memory>
-#include <set>
 
 #include "agent/cgroup.h"
-#include "agent/container.h"
 #include "agent/job_env.h"
 #include "agent/job_files.h"
 #include "agent/job_process.h"
-#include "agent/mount_source.h"
 #include "agent/output_file.h"
 #include "agent/proc_util.h"
+#include "agent/shim_internal.h"
 #include "agent/stop_request.h"
 #include "common/strings.h"
 
 namespace gpupool::agent {
-namespace {
+namespace shim_internal {
 
 int64_t WallMicros() {
   struct timespec ts;
@@ -85,7 +82,6 @@ void OpenShimLog() {
   if (fd > 2) ::close(fd);
 }
 
-void ShimNote(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
 void ShimNote(const char* fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
@@ -99,7 +95,6 @@ void ShimNote(const char* fmt, ...) {
   }
 }
 
-void ShimLog(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
 void ShimLog(const char* fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
@@ -122,81 +117,12 @@ std::string HostName() {
   return buf;
 }
 
-// The last 64 KiB of a log file (podman's errors are at its end).
-std::string FileTail(const std::string& path) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
-  if (fd < 0) return "";
-  struct stat st;
-  std::string out;
-  if (::fstat(fd, &st) == 0) {
-    const off_t from = st.st_size > 65536 ? st.st_size - 65536 : 0;
-    out.resize(static_cast<size_t>(st.st_size - from));
-    ssize_t n = ::pread(fd, out.data(), out.size(), from);
-    out.resize(n > 0 ? static_cast<size_t>(n) : 0);
-  }
-  ::close(fd);
-  return out;
-}
-
 sigset_t ShimSignals() {
   sigset_t set;
   sigemptyset(&set);
   for (int sig : {SIGCHLD, SIGTERM, SIGINT, SIGHUP, SIGQUIT}) sigaddset(&set, sig);
   return set;
 }
-
-class Shim {
- public:
-  explicit Shim(ShimArgs args) : args_(std::move(args)) {}
-  int Run();
-
- private:
-  Status Prepare();
-  Status PrepareContainer(const std::vector<gid_t>& groups);
-  Status DmemCapInPlace() const;
-  Result<std::string> ContainerDmemParent();
-  Result<std::vector<BindMount>> StageMountSources(const LaunchSpec& spec,
-                                                   const std::vector<gid_t>& groups);
-  Result<std::string> MakePreemptDeadlineFile();
-  Status OpenStreams(const LaunchSpec& spec, bool root);
-  Status WriteScript(bool root);
-  void CloseRelayedStreams();
-  Status StartJob();
-  void StartHelper(const std::vector<std::string>& podman_args, const char* what);
-  void MapContainerExit();
-  void Supervise();
-  bool ReapChildren();  // true once the job's main process ended
-  void BeginStop(bool cancel, int64_t grace_s);
-  void OnStopSignal();
-  void Report(const std::string& line);
-  int Finish();
-  std::string ExitReason() const;
-
-  ShimArgs args_;
-  ShimConfig config_;
-  ShimRecord record_;
-  FinalStatus final_;
-  std::unique_ptr<JobCgroup> cgroup_;
-  JobProcessPlan plan_;
-  int devnull_ = -1;
-  int stdout_fd_ = -1;
-  int stderr_fd_ = -1;
-  pid_t job_pid_ = 0;
-  bool stopping_ = false;
-  bool killed_ = false;
-  int64_t kill_at_mono_ = 0;
-  int64_t grace_s_ = 0;       // the stop's grace: the spec's, or a preemption's (stop_request.h)
-  int64_t term_at_mono_ = 0;  // a terminal job: SIGTERM this long after the hangup
-  // Container jobs: the job process is the podman client; the container is reached by name.
-  bool container_ = false;
-  std::string container_name_;
-  std::string container_reason_;   // from podman's exit status (MapPodmanExit)
-  bool container_signal_ = false;  // final_.signal is the container's (128+N), not the client's
-  std::unique_ptr<StagedMounts> staged_;  // the mount sources podman is given (root only)
-  std::set<pid_t> helpers_;               // podman stop/kill commands in flight
-  pid_t stop_pid_ = 0;
-  int64_t stop_retry_at_mono_ = 0;
-};
 
 void Shim::Report(const std::string& line) {
   if (args_.ready_fd < 0) return;
@@ -361,211 +287,6 @@ Status Shim::Prepare() {
   plan_.cgroup = cgroup_.get();
   plan_.require_cgroup = spec.require_device_isolation;
   return Status::Ok();
-}
-
-// Fail closed: a share placed on a GPU whose mode promised a memory cap does not start
-// without it.
-Status Shim::DmemCapInPlace() const {
-  const LaunchSpec& spec = config_.spec;
-  if (cgroup_ == nullptr || cgroup_->dmem_enforced()) return Status::Ok();
-  return Status::FailedPrecondition(
-      "the GPU share's memory cap (" + std::to_string(spec.share_memory_bytes) + " B of " +
-      spec.dmem_region + ", the kernel's dmem controller) could not be set on node " + HostName() +
-      " (" + cgroup_->note() +
-      "), so the share would not be held to its size; not started. Run the node's agent "
-      "with --gpu-enforcement none (shares then say they are not enforced) or fix the "
-      "cgroup v2 setup");
-}
-
-// A container share on a dmem GPU: a cgroup of the job's own holds the cap (dmem.max and
-// dmem.low), and podman makes the container's cgroups below it, so the cap holds every
-// process of the container (the kernel charges a cgroup's descendants to its limit).
-// Returns that cgroup's path under the hierarchy's root, for --cgroup-parent. An exec
-// session's container goes below its task's cgroup (join_cgroups): one cap holds both,
-// and the cgroup stays its task's (not recorded or removed here).
-Result<std::string> Shim::ContainerDmemParent() {
-  const LaunchSpec& spec = config_.spec;
-  if (!spec.join_cgroups.empty()) {
-    for (const std::string& dir : spec.join_cgroups) {
-      const size_t at = dir.rfind("/gpupool/job-");
-      struct stat st;
-      if (at != std::string::npos && dir.find("..") == std::string::npos &&
-          ::stat(dir.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) {
-        return dir.substr(at);
-      }
-    }
-    return Status::FailedPrecondition(
-        "the GPU share's memory cap (the kernel's dmem controller) is held by its task's "
-        "cgroup, which is gone on node " +
-        HostName() + "; not started");
-  }
-  CgroupRequest req;
-  req.id = spec.id;
-  req.instance = std::to_string(::getpid());
-  req.dmem_region = spec.dmem_region;
-  req.dmem_bytes = spec.share_memory_bytes;
-  cgroup_ = JobCgroup::Create(config_.cgroup_root, req);
-  record_.cgroup_dirs = cgroup_->dirs();
-  GP_RETURN_IF_ERROR(DmemCapInPlace());
-  const std::string& dir = cgroup_->dirs().front();  // the cap is in place: it exists
-  return dir.substr(dir.rfind("/gpupool/"));
-}
-
-// A container job: the shim runs `podman run` as root, its output in the job's logs; the
-// container itself runs as the job's user (container.h). podman creates the container's
-// cgroup (--cpus, --memory); the CDI spec gives it exactly its GPUs' device nodes.
-Status Shim::PrepareContainer(const std::vector<gid_t>& groups) {
-  const LaunchSpec& spec = config_.spec;
-  const ContainerOptions& copt = config_.container;
-  container_ = true;
-  container_name_ = ContainerName(spec);
-  if (!copt.unavailable.empty()) {
-    return Status::FailedPrecondition("podman is not installed on node " + HostName() + ": " +
-                                      copt.unavailable);
-  }
-  LaunchSpec run = spec;
-  // The deadline file of a preemptible job and an MPS client's pipe folder, mounted at
-  // their paths on the node like the host file.
-  if (spec.preemptible) {
-    GP_ASSIGN_OR_RETURN(const std::string path, MakePreemptDeadlineFile());
-    run.mounts.push_back({path, path, /*read_only=*/true});
-    run.pool_env["GPUPOOL_PREEMPT_DEADLINE_FILE"] = path;
-  }
-  if (spec.share_enforcement == "mps" && !spec.mps_pipe_dir.empty()) {
-    run.mounts.push_back({spec.mps_pipe_dir, spec.mps_pipe_dir, /*read_only=*/false});
-  }
-  // Root-run podman must not read what the user cannot: every source is opened as the
-  // user, and podman mounts what was opened (mount_source.h).
-  if (::geteuid() == 0 && spec.uid != 0) {
-    GP_ASSIGN_OR_RETURN(run.mounts, StageMountSources(run, groups));
-  } else {
-    // podman runs as the user itself (or the job is root's): it mounts nothing they
-    // could not read; the check only gives a clear reason early.
-    if (!spec.workdir.empty()) {
-      Status st = CheckUserAccess(spec.workdir, spec.user, spec.uid, spec.gid, groups,
-                                  /*write=*/false);
-      if (!st.ok()) return Status::FailedPrecondition("working directory: " + st.message());
-    }
-    for (const BindMount& m : run.mounts) {
-      Status st = CheckUserAccess(m.source, spec.user, spec.uid, spec.gid, groups,
-                                  /*write=*/!m.read_only);
-      if (!st.ok()) return Status::FailedPrecondition("mount " + m.target + ": " + st.message());
-    }
-  }
-  // The job's variables travel in a root-only file, not on podman's command line.
-  const std::string env_file = args_.job_dir + "/container.env";
-  GP_RETURN_IF_ERROR(WriteFileDurably(env_file, ContainerEnvFile(run), 0600, /*sync=*/false));
-  std::vector<uint32_t> gids(groups.begin(), groups.end());
-  std::string cgroup_parent;
-  if (spec.share_enforcement == "dmem") {
-    GP_ASSIGN_OR_RETURN(cgroup_parent, ContainerDmemParent());
-  }
-  GP_ASSIGN_OR_RETURN(plan_.argv, BuildPodmanRunArgv(run, copt, gids, env_file, cgroup_parent));
-  plan_.env = {"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME=/root"};
-  plan_.candidates = CommandCandidates(plan_.argv[0],
-                                       "/usr/local/sbin:/usr/local/bin:"
-                                       "/usr/sbin:/usr/bin:/sbin:/bin");
-  plan_.workdir = "/";
-  plan_.switch_user = false;  // podman runs as root; --user switches inside
-  plan_.user = "root";
-  plan_.uid = 0;
-  plan_.gid = 0;
-
-  devnull_ = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
-  if (devnull_ < 0)
-    return Status::Unavailable("cannot open /dev/null: " + std::string(std::strerror(errno)));
-  const bool root = ::geteuid() == 0;
-  GP_RETURN_IF_ERROR(OpenStreams(spec, root));
-  plan_.cgroup = nullptr;
-  std::string note = copt.note.empty() ? std::string("podman") : copt.note;
-  note += "; container " + container_name_ + " in podman's own cgroup";
-  if (spec.cpu_milli > 0 || spec.memory_bytes > 0) note += " (--cpus/--memory)";
-  if (!cgroup_parent.empty()) {
-    note += ", under " + cgroup_parent + " (" +
-            (cgroup_ != nullptr ? cgroup_->note() : std::string("its task's GPU memory cap")) + ")";
-  }
-  note += spec.cdi_devices.empty() ? "; no GPU devices"
-                                   : "; GPUs by CDI: " + std::to_string(spec.cdi_devices.size());
-  final_.isolation = note;
-  record_.isolation = note;
-  ShimNote("isolation: %s", note.c_str());
-  std::string cmdline;
-  for (const std::string& a : plan_.argv) cmdline += (cmdline.empty() ? "" : " ") + a;
-  ShimLog("container: %s", cmdline.c_str());  // podman commands write here too
-  return Status::Ok();
-}
-
-// A preemptible job's GPUPOOL_PREEMPT_DEADLINE_FILE: empty until a preemption's deadline
-// is written into it (OnStopSignal); the job's to read, the pool's to write (the job
-// directory belongs to root).
-Result<std::string> Shim::MakePreemptDeadlineFile() {
-  const std::string path = args_.job_dir + "/" + kPreemptDeadlineFile;
-  GP_RETURN_IF_ERROR(WriteFileDurably(path, "", 0644, /*sync=*/false));
-  return path;
-}
-
-// The spec's mounts with staged sources (mount_source.h), the working directory's bind
-// mount first when no mount has it as its target (BuildPodmanRunArgv then adds none).
-Result<std::vector<BindMount>> Shim::StageMountSources(const LaunchSpec& spec,
-                                                       const std::vector<gid_t>& groups) {
-  const MountUser who{spec.user, spec.uid, spec.gid, groups};
-  staged_ = std::make_unique<StagedMounts>(args_.job_dir + "/mounts");
-  // An earlier attempt's shim that was killed may have left its mounts.
-  if (Status st = staged_->Clear(); !st.ok()) return st;
-  auto stage = [&](const std::string& source, bool write,
-                   const std::string& what) -> Result<std::string> {
-    Result<int> fd = OpenMountSource(source, who, write);
-    if (!fd.ok()) return Status::FailedPrecondition(what + ": " + fd.status().message());
-    Result<std::string> path = staged_->Add(*fd);
-    ::close(*fd);
-    if (!path.ok()) return Status::Unavailable(what + ": " + path.status().message());
-    return path;
-  };
-  std::vector<BindMount> mounts;
-  if (!spec.workdir.empty()) {
-    const bool covered = std::any_of(spec.mounts.begin(), spec.mounts.end(),
-                                     [&](const BindMount& m) { return m.target == spec.workdir; });
-    if (covered) {
-      // Not mounted: only checked, for the same clear reason as when it is.
-      Result<int> fd = OpenMountSource(spec.workdir, who, /*write=*/false);
-      if (!fd.ok())
-        return Status::FailedPrecondition("working directory: " + fd.status().message());
-      ::close(*fd);
-    } else {
-      GP_ASSIGN_OR_RETURN(std::string path, stage(spec.workdir, false, "working directory"));
-      mounts.push_back({path, spec.workdir, /*read_only=*/false});
-    }
-  }
-  for (const BindMount& m : spec.mounts) {
-    GP_ASSIGN_OR_RETURN(std::string path, stage(m.source, !m.read_only, "mount " + m.target));
-    mounts.push_back({path, m.target, m.read_only});
-  }
-  return mounts;
-}
-
-void Shim::StartHelper(const std::vector<std::string>& podman_args, const char* what) {
-  Result<pid_t> pid = StartCommand(PodmanArgv(config_.container, podman_args));
-  if (!pid.ok()) {
-    ShimLog("%s: %s", what, pid.status().message().c_str());
-    return;
-  }
-  helpers_.insert(*pid);
-  if (podman_args[0] == "stop") stop_pid_ = *pid;
-}
-
-void Shim::MapContainerExit() {
-  if (!final_.exit_code) return;  // the podman client itself was killed: signal stays
-  const std::string cmd = config_.spec.argv.empty() ? "" : config_.spec.argv[0];
-  const std::string& err_file =
-      config_.spec.stderr_file.empty() ? config_.spec.stdout_file : config_.spec.stderr_file;
-  ContainerExit m = MapPodmanExit(
-      *final_.exit_code, FileTail(err_file.empty() ? args_.job_dir + "/" + kStderrFile : err_file),
-      config_.spec.image, cmd);
-  final_.exit_code = m.exit_code;
-  final_.signal = m.signal;
-  container_reason_ = m.reason;
-  container_signal_ = m.signal.has_value();
-  if (stopping_ && m.signal && *m.signal == SIGKILL) killed_ = true;
 }
 
 Status Shim::StartJob() {
@@ -869,7 +590,10 @@ int Shim::Run() {
   return Finish();
 }
 
-}  // namespace
+}  // namespace shim_internal
+
+using shim_internal::g_log_path;
+using shim_internal::Shim;
 
 Result<ShimArgs> ParseShimArgs(int argc, char** argv) {
   ShimArgs args;

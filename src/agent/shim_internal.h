@@ -1,0 +1,85 @@
+// The shim's pieces shared by its source files (shim.cc: the job's life; shim_container.cc:
+// a container job's podman command, its dmem parent cgroup, its mounts and its exit). Not
+// an interface: only the shim's own files include it.
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "agent/cgroup.h"
+#include "agent/job_files.h"
+#include "agent/job_process.h"
+#include "agent/launcher.h"
+#include "agent/mount_source.h"
+#include "agent/shim.h"
+#include "common/status.h"
+
+namespace gpupool::agent::shim_internal {
+
+int64_t WallMicros();
+int64_t MonoMicros();
+// ShimNote keeps a routine line in memory; ShimLog writes a line worth keeping to
+// DIR/shim.log, after the notes before it (shim.cc).
+void ShimNote(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
+void ShimLog(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
+std::string HostName();
+
+class Shim {
+ public:
+  explicit Shim(ShimArgs args) : args_(std::move(args)) {}
+  int Run();
+
+ private:
+  Status Prepare();
+  Status PrepareContainer(const std::vector<gid_t>& groups);
+  Status DmemCapInPlace() const;
+  Result<std::string> ContainerDmemParent();
+  Result<std::vector<BindMount>> StageMountSources(const LaunchSpec& spec,
+                                                   const std::vector<gid_t>& groups);
+  Result<std::string> MakePreemptDeadlineFile();
+  Status OpenStreams(const LaunchSpec& spec, bool root);
+  Status WriteScript(bool root);
+  void CloseRelayedStreams();
+  Status StartJob();
+  void StartHelper(const std::vector<std::string>& podman_args, const char* what);
+  void MapContainerExit();
+  void Supervise();
+  bool ReapChildren();  // true once the job's main process ended
+  void BeginStop(bool cancel, int64_t grace_s);
+  void OnStopSignal();
+  void Report(const std::string& line);
+  int Finish();
+  std::string ExitReason() const;
+
+  ShimArgs args_;
+  ShimConfig config_;
+  ShimRecord record_;
+  FinalStatus final_;
+  std::unique_ptr<JobCgroup> cgroup_;
+  JobProcessPlan plan_;
+  int devnull_ = -1;
+  int stdout_fd_ = -1;
+  int stderr_fd_ = -1;
+  pid_t job_pid_ = 0;
+  bool stopping_ = false;
+  bool killed_ = false;
+  int64_t kill_at_mono_ = 0;
+  int64_t grace_s_ = 0;       // the stop's grace: the spec's, or a preemption's (stop_request.h)
+  int64_t term_at_mono_ = 0;  // a terminal job: SIGTERM this long after the hangup
+  // Container jobs: the job process is the podman client; the container is reached by name.
+  bool container_ = false;
+  std::string container_name_;
+  std::string container_reason_;   // from podman's exit status (MapPodmanExit)
+  bool container_signal_ = false;  // final_.signal is the container's (128+N), not the client's
+  std::unique_ptr<StagedMounts> staged_;  // the mount sources podman is given (root only)
+  std::set<pid_t> helpers_;               // podman stop/kill commands in flight
+  pid_t stop_pid_ = 0;
+  int64_t stop_retry_at_mono_ = 0;
+};
+
+}  // namespace gpupool::agent::shim_internal
