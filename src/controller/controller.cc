@@ -192,7 +192,7 @@ Controller::Stepped Controller::StepChanges(const std::vector<Change>& changes,
       continue;
     }
     // next.version is the version read: what the compare-and-set expects.
-    out.updates.push_back({t->next, t->expected, t->next.version});
+    out.updates.push_back({t->next, t->expected, t->next.version, c.hold});
     Job after = t->next;
     ++after.version;
     stepped[c.id] = std::move(after);
@@ -367,6 +367,7 @@ Status Controller::Load() {
   GP_ASSIGN_OR_RETURN(std::vector<Job> jobs, store_->ListJobs(active));
   GP_ASSIGN_OR_RETURN(std::vector<store::NodeRecord> nodes, store_->ListNodes());
   GP_ASSIGN_OR_RETURN(std::optional<std::string> limits, store_->GetSetting("limits"));
+  GP_ASSIGN_OR_RETURN(std::vector<store::PreemptHoldRecord> holds, store_->ListPreemptHolds());
   MutexLock lock(mu_);  // nobody else has the controller yet; the analysis asks for it
   for (Job& j : jobs) {
     const int64_t id = j.id;
@@ -414,6 +415,7 @@ Status Controller::Load() {
     if (!l.ok()) return l.status().WithContext("the stored usage limits");
     limits_ = std::move(*l);
   }
+  RestoreHolds(holds);
   spdlog::info("controller: loaded {} active jobs and {} nodes", active_.size(), nodes_.size());
   return Status::Ok();
 }
@@ -688,7 +690,8 @@ Status Controller::ScheduleOnce() {
   bool any_pending = false;
   AdmissionFeed feed;  // pending jobs whose dependencies or earlier attempts hold them
   Limits limits;
-  std::map<int64_t, std::vector<jobs::TaskPlacement>> holds;  // GPUs held for preemptors
+  PreemptorHolds holds;  // GPUs held for preemptors
+  std::vector<int64_t> holds_ended;
   // Dependencies first: the jobs that can never run end before the snapshot is taken.
   GP_RETURN_IF_ERROR(EndUnmeetableDependencies(&feed.waiting));
   {
@@ -696,7 +699,7 @@ Status Controller::ScheduleOnce() {
     limits = limits_;
     BlockWhileEarlierAttemptsStop(&feed.stopping);
     BlockPreemptedWhilePreemptorsWait(&feed.waiting);
-    holds = HoldsForPass(clock_->NowMicros());
+    holds = HoldsForPass(clock_->NowMicros(), &holds_ended);
     any_pending = TakeJobChanges(&changes, &all_jobs);
     if (!any_pending) {
       last_pass_blocked_ = false;
@@ -705,6 +708,7 @@ Status Controller::ScheduleOnce() {
       TakeNodes(&nodes_copy);
     }
   }
+  ForgetHolds(holds_ended);
   // The jobs as of now: what changed since the last pass, applied without the lock.
   if (all_jobs) sched_jobs_.clear();
   for (auto& [id, job] : changes) {

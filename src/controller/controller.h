@@ -55,6 +55,7 @@
 #include "controller/log_relay.h"
 #include "controller/metrics.h"
 #include "controller/poll_waiters.h"
+#include "controller/preemption_holds.h"
 #include "gpu/gpu_info.h"
 #include "gpu/health_policy.h"
 #include "jobs/job.h"
@@ -485,6 +486,8 @@ class Controller {
     int64_t id = 0;
     lifecycle::Event event;
     std::function<Status(const jobs::Job&)> guard;
+    // A preemption's hold, stored with the job's transition (Store::JobUpdate::hold).
+    std::optional<store::PreemptHoldRecord> hold;
   };
   // What Commit does with a change whose job another writer changed after it was stepped.
   enum class OnConflict {
@@ -684,8 +687,15 @@ class Controller {
       REQUIRES(mu_);
   // The GPUs held for preemptors (preemption_holds.h), for a pass at `now_us`: first ends
   // the holds whose preemptor no longer waits (started, held, cancelled, ended), that
-  // expired, or that name a node that is down or draining.
-  std::map<int64_t, std::vector<jobs::TaskPlacement>> HoldsForPass(int64_t now_us) REQUIRES(mu_);
+  // expired, or that name a node that is down or draining, and adds their preemptors to
+  // `ended` (for ForgetHolds).
+  PreemptorHolds HoldsForPass(int64_t now_us, std::vector<int64_t>* ended) REQUIRES(mu_);
+  // Deletes the ended holds from the store (before the pass that may preempt for the same
+  // jobs again); a failed delete is logged, and the next controller to load the hold ends
+  // it again.
+  void ForgetHolds(const std::vector<int64_t>& ended) EXCLUDES(mu_);
+  // The stored holds (Load), with each hold's victims waiting for their preemptor.
+  void RestoreHolds(const std::vector<store::PreemptHoldRecord>& rows) REQUIRES(mu_);
 
   struct NodeEntry {
     gpu::NodeInfo info;
@@ -803,15 +813,12 @@ class Controller {
   // Touched by the scheduler loop only.
   bool start_planned_ = false;
   int64_t last_start_plan_mono_us_ = 0;
-  // Preempted job -> the job it was preempted for (in memory only: lost on a restart).
+  // Preempted job -> the job it was preempted for (restored from the stored holds while
+  // they last).
   std::map<int64_t, int64_t> preempted_for_ GUARDED_BY(mu_);
-  // Preemptor -> its victims' GPUs, held for it (in memory only: lost on a restart, when
-  // the preemptor competes for them as any job, and may preempt again).
-  struct PreemptorHold {
-    std::vector<jobs::TaskPlacement> placement;
-    int64_t expires_us = 0;
-  };
-  std::map<int64_t, PreemptorHold> preempt_holds_ GUARDED_BY(mu_);
+  // Preemptor -> its victims' GPUs, held for it; stored (one row per victim) with each
+  // victim's preemption, restored by Load, deleted when the hold ends (ForgetHolds).
+  PreemptorHolds preempt_holds_ GUARDED_BY(mu_);
   std::map<std::string, NodeEntry> nodes_ GUARDED_BY(mu_);
   // Stepped wherever nodes_ gains a node or a node's GPUs, CPUs or memory change (Load,
   // RegisterNode, SetDrain): what fit_check_ was built from is then out of date.

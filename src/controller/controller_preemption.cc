@@ -39,7 +39,10 @@ Status Controller::ApplyPreemptions(const ScheduleResult& plan) {
       if (victim == active_.end()) continue;
       planned.push_back(&p);
       lifecycle::Preempt e{p.by_job, p.why, p.grace_s, now_s + p.grace_s};
-      Change c{p.victim, e, {}};
+      Change c{p.victim, e, {}, {}};
+      // Stored with the preemption, in its transaction: a hold is stored iff it happened.
+      c.hold = store::PreemptHoldRecord{p.victim, p.by_job, p.placement,
+                                        (now_s + p.grace_s) * 1'000'000};
       // The victim must still run the attempt the plan saw, and its preemptor still wait.
       c.guard = [this, by = p.by_job, placement = victim->second.placement](const Job& job) {
         mu_.AssertHeld();  // guards run under mu_ (Commit)
@@ -64,32 +67,53 @@ Status Controller::ApplyPreemptions(const ScheduleResult& plan) {
     // has run out, and a margin.
     PreemptorHold& hold = preempt_holds_[a->preempted_by];
     hold.placement = planned[i]->placement;
-    hold.expires_us =
-        std::max(hold.expires_us, (now_s + planned[i]->grace_s + kPreemptHoldMarginS) * 1'000'000);
+    hold.grace_end_us = std::max(hold.grace_end_us, (now_s + planned[i]->grace_s) * 1'000'000);
   }
   LogRefusals("preemption", answers);
   return Status::Ok();
 }
 
-std::map<int64_t, std::vector<jobs::TaskPlacement>> Controller::HoldsForPass(int64_t now_us) {
-  std::map<int64_t, std::vector<jobs::TaskPlacement>> out;
+PreemptorHolds Controller::HoldsForPass(int64_t now_us, std::vector<int64_t>* ended) {
+  PreemptorHolds out;
   for (auto it = preempt_holds_.begin(); it != preempt_holds_.end();) {
     auto p = active_.find(it->first);
     bool ends = p == active_.end() || p->second.state != JobState::kPending ||
-                !p->second.held_by.empty() || now_us >= it->second.expires_us;
+                !p->second.held_by.empty() || now_us >= it->second.ExpiresUs();
     for (const jobs::TaskPlacement& tp : it->second.placement) {
       auto n = nodes_.find(tp.node);
       ends = ends || n == nodes_.end() || !n->second.up || n->second.draining;
     }
     if (ends) {
       spdlog::debug("job {}: the GPUs held for it are released", it->first);
+      ended->push_back(it->first);
       it = preempt_holds_.erase(it);
       continue;
     }
-    out.emplace(it->first, it->second.placement);
+    out.emplace(it->first, it->second);
     ++it;
   }
   return out;
+}
+
+void Controller::ForgetHolds(const std::vector<int64_t>& ended) {
+  for (int64_t id : ended) {
+    if (Status s = store_->DeletePreemptHold(id); !s.ok()) {
+      spdlog::warn("job {}: cannot delete the ended hold of its victims' GPUs: {}", id,
+                   s.ToString());
+    }
+  }
+}
+
+void Controller::RestoreHolds(const std::vector<store::PreemptHoldRecord>& rows) {
+  for (const store::PreemptHoldRecord& r : rows) {
+    PreemptorHold& hold = preempt_holds_[r.preemptor];
+    hold.placement = r.placement;  // one plan's: the same for every victim of a hold
+    hold.grace_end_us = std::max(hold.grace_end_us, r.grace_end_us);
+    preempted_for_[r.victim] = r.preemptor;
+  }
+  if (!rows.empty()) {
+    spdlog::info("controller: restored the GPUs held for {} preemptors", preempt_holds_.size());
+  }
 }
 
 Result<Job> Controller::CheckpointDone(int64_t id, const Caller& caller) {

@@ -9,6 +9,7 @@
 
 #include "common/clock.h"
 #include "controller/controller.h"
+#include "controller/preemption_holds.h"
 #include "store/sqlite_store.h"
 #include "store/store.h"
 
@@ -207,6 +208,32 @@ TEST_F(ControllerPreemptionHoldTest, APreemptorCancelledReleasesItsHold) {
   // Its preemptor gone, the victim no longer waits, and it is the oldest job.
   EXPECT_EQ(Get(j.victim.id).state, JobState::kAssigned);
   EXPECT_EQ(Get(j.earlier.id).state, JobState::kPending);
+}
+
+// The hold is stored with the preemption: a controller started anew on the store (a
+// restart, a standby taking the lead) holds the victim's GPUs for the preemptor still,
+// and `earlier`, first in the fair order, does not get them. The hold's row is deleted
+// once the preemptor has started.
+TEST_F(ControllerPreemptionHoldTest, AHoldOutlivesARestartOfTheController) {
+  const HoldJobs j = Preempt();
+  ASSERT_EQ(store_->ListPreemptHolds()->size(), 1u);
+  EXPECT_EQ(store_->ListPreemptHolds()->at(0).grace_end_us,
+            Get(j.victim.id).preempt_deadline_s * 1'000'000);
+  c_.reset();
+  ControllerOptions o;
+  o.node_timeout_us = int64_t{3600} * 1'000'000 * 24;
+  c_ = Controller::Create(store_.get(), &clock_, o).value();
+  ASSERT_TRUE(c_->ScheduleOnce().ok());
+  const std::string why = Get(j.preemptor.id).pending_reason;
+  EXPECT_NE(why.find(kHeldNote), std::string::npos) << why;
+  EXPECT_EQ(why.find("preempting"), std::string::npos) << why;
+  VictimEnds(j, 10);
+  ASSERT_TRUE(c_->ScheduleOnce().ok());
+  EXPECT_EQ(Get(j.preemptor.id).state, JobState::kAssigned);
+  EXPECT_EQ(Get(j.earlier.id).state, JobState::kPending);
+  EXPECT_EQ(Get(j.victim.id).state, JobState::kPending);  // it waits for its preemptor
+  ASSERT_TRUE(c_->ScheduleOnce().ok());
+  EXPECT_TRUE(store_->ListPreemptHolds()->empty());
 }
 
 // A preemptor held by its user releases its hold too (it could wait for days).

@@ -55,11 +55,13 @@ PassHolds AllocateHolds(SchedInput& in, const PreemptorHolds& holds) {
     auto it = holds.find(in.pending_source[i]->id);
     if (it == holds.end()) continue;
     const sched::QueuedJob& q = *in.pending[i];
-    std::optional<std::vector<sched::Placement>> planned = in.ToPlacements(it->second);
+    std::optional<std::vector<sched::Placement>> planned = in.ToPlacements(it->second.placement);
     if (!planned || planned->size() != q.tasks.size()) continue;  // a node or GPU is gone
     sched::HeldResources& h = out.held.emplace_back();
     h.for_job = q.id;
     h.planned = std::move(*planned);
+    h.ready_s = it->second.grace_end_us / 1'000'000;
+    h.expires_s = it->second.ExpiresUs() / 1'000'000;
     for (size_t t = 0; t < q.tasks.size(); ++t) HoldTask(in.cluster, q.tasks[t], h.planned[t], &h);
     out.pending.push_back(i);
     out.preemptor.push_back(it->first);

@@ -30,8 +30,18 @@ inline constexpr int64_t kPreemptHoldMarginS = 60;
 // Ends the pending reason of a preemptor whose victims' GPUs are held for it.
 inline constexpr const char* kHeldNote = "the GPUs of the jobs it preempted are held for it";
 
-// Preemptor (job id) -> the placement planned for it when it preempted.
-using PreemptorHolds = std::map<int64_t, std::vector<jobs::TaskPlacement>>;
+// What is held for one preemptor: the placement planned for it when it preempted, and
+// when the grace of the last of its victims runs out (µs since the epoch). The controller
+// keeps it in memory and in the store (store::PreemptHoldRecord, one row per victim).
+struct PreemptorHold {
+  std::vector<jobs::TaskPlacement> placement;
+  int64_t grace_end_us = 0;
+  // The hold ends then at the latest, started or not.
+  int64_t ExpiresUs() const { return grace_end_us + kPreemptHoldMarginS * 1'000'000; }
+};
+
+// Preemptor (job id) -> its hold.
+using PreemptorHolds = std::map<int64_t, PreemptorHold>;
 
 // The holds allocated on one pass's cluster: held[i] is for the pending job
 // in.pending[pending[i]], whose id is preemptor[i].
@@ -45,7 +55,8 @@ struct PassHolds {
 // For each pending job of `in` that `holds` names, with a planned placement of its
 // tasks on nodes and GPUs `in` has: allocates on in.cluster what of that placement is
 // free now, each task's CPU and memory on its node and its share of each of its GPUs
-// (where that is free), as placeholders. Call after in.AddJobs.
+// (where that is free), as placeholders, with the hold's times (HeldResources::ready_s,
+// expires_s: the start plan's). Call after in.AddJobs.
 PassHolds AllocateHolds(SchedInput& in, const PreemptorHolds& holds);
 
 // On a trial copy of the cluster after the pass (PlanPreemptions, jobs being stopped

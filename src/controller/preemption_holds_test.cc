@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <map>
 #include <string>
 #include <vector>
 
@@ -63,7 +64,7 @@ class PreemptionHoldsTest : public ::testing::Test {
   // (carol, older, 2 GPUs) comes first in the fair order.
   jobs::Job preemptor_ = HoldGang(2, "bob", 2, 10);
   jobs::Job earlier_ = HoldGang(3, "carol", 1, 20);
-  PreemptorHolds holds_ = {{2, {HeldOnNode("a"), HeldOnNode("b")}}};
+  PreemptorHolds holds_ = {{2, {{HeldOnNode("a"), HeldOnNode("b")}}}};
 };
 
 TEST_F(PreemptionHoldsTest, AGangStartsOnItsHeldGpusOnEveryNodeBeforeAnEarlierJob) {
@@ -99,6 +100,35 @@ TEST_F(PreemptionHoldsTest, WhileAVictimStillRunsTheFreedGpusStayHeld) {
   const std::string why = plan->pending_reasons[2];
   EXPECT_NE(why.find(kHeldNote), std::string::npos) << why;
   EXPECT_EQ(why.find("preempting"), std::string::npos) << why;
+}
+
+// `queue --start` (JobSchedulerStartPlanTest's plan) with a victim still stopping on node
+// b (no time limit): the preemptor starts on its held placement when its victims' grace
+// ends, and the earlier job gets node a's held GPUs when the hold expires at the latest
+// (without the hold's times both had no start: the placeholders and the victim held
+// their GPUs for ever in the plan).
+TEST_F(PreemptionHoldsTest, TheStartPlanStartsAHeldPreemptorWhenItsVictimsGraceEnds) {
+  jobs::Job victim = HoldGang(1, "alice", 1, 7200);
+  victim.state = jobs::JobState::kRunning;
+  victim.start_time_us = (kHoldNowS - 3600) * 1'000'000;
+  victim.placement = {HeldOnNode("b")};
+  victim.preemptible = true;
+  victim.preempted_by = 2;
+  victim.cancel_requested = true;
+  const int64_t grace_end_s = kHoldNowS + 120;
+  holds_[2].grace_end_us = grace_end_s * 1'000'000;
+  Result<ScheduleResult> plan = s_->Plan({&victim, &preemptor_, &earlier_}, nodes_, kHoldNowS, {},
+                                         {}, /*plan_starts=*/10, holds_);
+  ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+  EXPECT_TRUE(plan->starts.empty());
+  EXPECT_EQ(plan->start_estimates_us,
+            (std::map<int64_t, int64_t>{{2, grace_end_s * 1'000'000},
+                                        {3, (grace_end_s + kPreemptHoldMarginS) * 1'000'000}}));
+  EXPECT_TRUE(plan->start_notes.empty());
+  // Past the victims' grace: now.
+  plan = s_->Plan({&victim, &preemptor_, &earlier_}, nodes_, grace_end_s + 5, {}, {}, 10, holds_);
+  ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+  EXPECT_EQ(plan->start_estimates_us.at(2), (grace_end_s + 5) * 1'000'000);
 }
 
 // A node of the planned placement is gone (lost): the hold is not applied, and the GPUs

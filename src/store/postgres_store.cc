@@ -29,6 +29,7 @@
 #include "store/job_sort_sql.h"
 #include "store/lease.h"
 #include "store/pg_session.h"
+#include "store/preempt_hold_row.h"
 #include "store/store_pool.h"
 #include "store/telemetry_query.h"
 
@@ -167,6 +168,16 @@ ALTER TABLE jobs ADD COLUMN version BIGINT NOT NULL DEFAULT 1;
     // GPU health (docs/health.md): the node's GPUs that are not healthy.
     R"sql(
 ALTER TABLE nodes ADD COLUMN gpu_health TEXT NOT NULL DEFAULT '';
+)sql",
+    // The victims' GPUs held for their preemptor (PreemptHoldRecord), one row per victim.
+    R"sql(
+CREATE TABLE preempt_holds (
+  victim BIGINT PRIMARY KEY,
+  preemptor BIGINT NOT NULL,
+  placement TEXT NOT NULL,
+  grace_end_us BIGINT NOT NULL
+);
+CREATE INDEX preempt_holds_preemptor ON preempt_holds(preemptor);
 )sql",
 };
 
@@ -394,6 +405,15 @@ class PostgresStore final : public Store, private PgSession {
             std::string(jobs::JobStateName(u.expected)), rec.spec_hash,
             std::to_string(u.expected_version)}});
       AddJobNodes(u.job, /*replace=*/true, &stmts);
+      if (u.hold) {
+        stmts.push_back(
+            {"INSERT INTO preempt_holds(victim, preemptor, placement, grace_end_us) "
+             "VALUES($1,$2,$3,$4) ON CONFLICT(victim) DO UPDATE SET preemptor=EXCLUDED.preemptor, "
+             "placement=EXCLUDED.placement, grace_end_us=EXCLUDED.grace_end_us",
+             {std::to_string(u.hold->victim), std::to_string(u.hold->preemptor),
+              internal::EncodeHoldPlacement(u.hold->placement),
+              std::to_string(u.hold->grace_end_us)}});
+      }
     }
     GP_ASSIGN_OR_RETURN(Batch b, Pipeline(stmts, "update job"));
     if (b.failed == Batch::kAllRan) return Status::Ok();
@@ -422,6 +442,33 @@ class PostgresStore final : public Store, private PgSession {
       found[q.Int(i, 0)] = {*state, q.Int(i, 2)};
     }
     return internal::CasFailure(updates, set->second, found, conflicts);
+  }
+
+  Result<std::vector<PreemptHoldRecord>> ListPreemptHolds() override {
+    std::lock_guard lock(mu_);
+    GP_RETURN_IF_ERROR(Connected());
+    GP_ASSIGN_OR_RETURN(PgResult r, Run("SELECT victim, preemptor, placement, grace_end_us FROM "
+                                        "preempt_holds ORDER BY preemptor, victim",
+                                        {}, "list preemption holds"));
+    std::vector<PreemptHoldRecord> out;
+    for (int i = 0; i < r.Rows(); ++i) {
+      PreemptHoldRecord& h = out.emplace_back();
+      h.victim = r.Int(i, 0);
+      h.preemptor = r.Int(i, 1);
+      GP_ASSIGN_OR_RETURN(h.placement, internal::DecodeHoldPlacement(r.Text(i, 2), h.preemptor));
+      h.grace_end_us = r.Int(i, 3);
+    }
+    return out;
+  }
+
+  Status DeletePreemptHold(int64_t preemptor) override {
+    std::lock_guard lock(mu_);
+    GP_RETURN_IF_ERROR(Connected());
+    return FencedWrite([&] {
+      return Run("DELETE FROM preempt_holds WHERE preemptor=$1", {std::to_string(preemptor)},
+                 "delete the hold of job " + std::to_string(preemptor))
+          .status();
+    });
   }
 
   Status PutNode(const NodeRecord& n) override {

@@ -18,6 +18,7 @@
 #include "store/job_nodes.h"
 #include "store/job_record.h"
 #include "store/job_sort_sql.h"
+#include "store/preempt_hold_row.h"
 #include "store/store.h"
 #include "store/telemetry_query.h"
 
@@ -165,6 +166,16 @@ ALTER TABLE jobs ADD COLUMN version INTEGER NOT NULL DEFAULT 1;
     // GPU health (docs/health.md): the node's GPUs that are not healthy.
     R"sql(
 ALTER TABLE nodes ADD COLUMN gpu_health TEXT NOT NULL DEFAULT '';
+)sql",
+    // The victims' GPUs held for their preemptor (PreemptHoldRecord), one row per victim.
+    R"sql(
+CREATE TABLE preempt_holds (
+  victim INTEGER PRIMARY KEY,
+  preemptor INTEGER NOT NULL,
+  placement TEXT NOT NULL,
+  grace_end_us INTEGER NOT NULL
+);
+CREATE INDEX preempt_holds_preemptor ON preempt_holds(preemptor);
 )sql",
 };
 
@@ -419,7 +430,11 @@ class SqliteStore final : public Store {
     // other store call (a submission's insert, an agent's events) waits for the lock.
     std::vector<JobRecord> records;
     records.reserve(updates.size());
-    for (const JobUpdate& u : updates) records.push_back(EncodeJobRecord(u.job));
+    std::vector<std::string> holds(updates.size());
+    for (size_t k = 0; k < updates.size(); ++k) {
+      records.push_back(EncodeJobRecord(updates[k].job));
+      if (updates[k].hold) holds[k] = internal::EncodeHoldPlacement(updates[k].hold->placement);
+    }
     std::lock_guard lock(mu_);
     GP_RETURN_IF_ERROR(Exec("BEGIN IMMEDIATE"));
     for (size_t k = 0; k < updates.size(); ++k) {
@@ -441,6 +456,7 @@ class SqliteStore final : public Store {
       if (s.Step() != SQLITE_DONE) return Rollback(Error("update job"));
       if (sqlite3_changes(db_) == 1) {
         Status nodes = WriteJobNodes(u.job, /*replace=*/true);
+        if (nodes.ok() && u.hold) nodes = WriteHold(*u.hold, holds[k]);
         if (!nodes.ok()) return Rollback(nodes);
         continue;
       }
@@ -464,6 +480,36 @@ class SqliteStore final : public Store {
       return internal::CasFailure(updates, k, found, conflicts);
     }
     return Exec("COMMIT");
+  }
+
+  Result<std::vector<PreemptHoldRecord>> ListPreemptHolds() override {
+    std::vector<std::pair<PreemptHoldRecord, std::string>> rows;
+    {
+      std::lock_guard lock(mu_);
+      Stmt s(db_,
+             "SELECT victim, preemptor, placement, grace_end_us FROM preempt_holds ORDER BY "
+             "preemptor, victim");
+      int rc;
+      while ((rc = s.Step()) == SQLITE_ROW) {
+        rows.push_back({{s.Int(0), s.Int(1), {}, s.Int(3)}, s.Text(2)});
+      }
+      if (rc != SQLITE_DONE) return Error("list preemption holds");
+    }
+    std::vector<PreemptHoldRecord> out;
+    for (auto& [hold, placement] : rows) {
+      GP_ASSIGN_OR_RETURN(hold.placement, internal::DecodeHoldPlacement(placement, hold.preemptor));
+      out.push_back(std::move(hold));
+    }
+    return out;
+  }
+
+  Status DeletePreemptHold(int64_t preemptor) override {
+    std::lock_guard lock(mu_);
+    Stmt s(db_, "DELETE FROM preempt_holds WHERE preemptor=?");
+    s.Bind(1, preemptor);
+    if (s.Step() != SQLITE_DONE)
+      return Error("delete the hold of job " + std::to_string(preemptor));
+    return Status::Ok();
   }
 
   Status PutNode(const NodeRecord& n) override {
@@ -730,6 +776,20 @@ class SqliteStore final : public Store {
       i.Bind(2, node);
       if (i.Step() != SQLITE_DONE) return Error("record the job's nodes");
     }
+    return Status::Ok();
+  }
+
+  // Inside a transaction: a victim's row of a hold, `placement` encoded.
+  Status WriteHold(const PreemptHoldRecord& h, const std::string& placement) {
+    Stmt s(stmts_, db_,
+           "INSERT OR REPLACE INTO preempt_holds(victim, preemptor, placement, grace_end_us) "
+           "VALUES(?,?,?,?)");
+    s.Bind(1, h.victim);
+    s.Bind(2, h.preemptor);
+    s.Bind(3, placement);
+    s.Bind(4, h.grace_end_us);
+    if (s.Step() != SQLITE_DONE)
+      return Error("store the hold of job " + std::to_string(h.preemptor));
     return Status::Ok();
   }
 

@@ -117,6 +117,20 @@ struct TelemetryQuery {
 };
 inline constexpr int64_t kTelemetryWholeRange = INT64_MAX;
 
+// One victim's part of a hold (docs/preemption.md, "The victims' GPUs are held for the
+// job that preempted them"): the preemption of `victim` for `preemptor`, with the
+// placement planned for the preemptor (the victims' GPUs), held for it until the
+// preemptor starts or waits no more, or the hold expires (the controller's rule, from
+// grace_end_us). A preemptor's hold is the rows naming it; written with the victim's
+// preemption (JobUpdate::hold), in its transaction.
+struct PreemptHoldRecord {
+  int64_t victim = 0;
+  int64_t preemptor = 0;
+  std::vector<jobs::TaskPlacement> placement;  // planned for the preemptor
+  int64_t grace_end_us = 0;                    // the victim's grace runs out then
+  friend bool operator==(const PreemptHoldRecord&, const PreemptHoldRecord&) = default;
+};
+
 // A job whose compare-and-set lost: what the store holds and what the writer expected.
 struct JobConflict {
   int64_t id = 0;
@@ -175,6 +189,9 @@ class Store {
     jobs::Job job;
     jobs::JobState expected;
     int64_t expected_version = 0;
+    // With a preemption: its hold, stored (replacing the victim's row, if any) in the
+    // same transaction as the update, so a hold is stored if and only if the update is.
+    std::optional<PreemptHoldRecord> hold;
   };
   // Several compare-and-sets in one transaction: all or none. A job may appear more than
   // once (each later update expects what the one before it writes).
@@ -193,6 +210,13 @@ class Store {
   Status UpdateJob(const jobs::Job& job, jobs::JobState expected, int64_t expected_version) {
     return UpdateJobs({{job, expected, expected_version}}, nullptr);
   }
+
+  // The preemption holds (PreemptHoldRecord) stored, by preemptor, then victim.
+  // Unavailable or Internal when the database fails.
+  virtual Result<std::vector<PreemptHoldRecord>> ListPreemptHolds() = 0;
+  // Deletes every row of `preemptor`'s hold (none: Ok). FailedPrecondition when the
+  // store is fenced; Unavailable or Internal when the database fails.
+  virtual Status DeletePreemptHold(int64_t preemptor) = 0;
 
   virtual Status PutNode(const NodeRecord& node) = 0;
   virtual Result<std::vector<NodeRecord>> ListNodes() = 0;

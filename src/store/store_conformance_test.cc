@@ -510,6 +510,50 @@ TEST_P(StoreTest, BatchUpdateIsAllOrNothing) {
   EXPECT_EQ(store_->GetJob(c.id)->placement.size(), 1u);
 }
 
+// A preemption's hold is stored with its victim's update, in its transaction (a lost
+// compare-and-set stores none), one row per victim; listed by preemptor, then victim, and
+// deleted by preemptor.
+TEST_P(StoreTest, PreemptHoldsAreStoredWithTheirPreemption) {
+  std::vector<Job> v;
+  for (int i = 0; i < 3; ++i) {
+    Job j = MakeJob("victim");
+    j.state = JobState::kRunning;
+    j.placement = {{"n1", {i}, {"GPU-" + std::to_string(i)}, 1000}};
+    j.id = store_->InsertJob(j).value();
+    j.preempted_by = 900;
+    v.push_back(j);
+  }
+  const std::vector<jobs::TaskPlacement> planned = {{"n1", {0, 1}, {"GPU-0", "GPU-1"}, 1000},
+                                                    {"n2", {}, {}, 0}};
+  const PreemptHoldRecord h0{v[0].id, 900, planned, 5'000'000};
+  const PreemptHoldRecord h1{v[1].id, 900, planned, 7'000'000};
+  const PreemptHoldRecord h2{v[2].id, 800, {{"n1", {2}, {"GPU-2"}, 500}}, 6'000'000};
+  EXPECT_TRUE(store_->ListPreemptHolds()->empty());
+  // v[1]'s compare-and-set loses: neither preemption nor its hold is stored.
+  Status s = store_->UpdateJobs(
+      {{v[0], JobState::kRunning, 1, h0}, {v[1], JobState::kRunning, 2, h1}}, nullptr);
+  EXPECT_TRUE(IsConflict(s)) << s.ToString();
+  EXPECT_TRUE(store_->ListPreemptHolds()->empty());
+  ASSERT_TRUE(store_
+                  ->UpdateJobs({{v[2], JobState::kRunning, 1, h2},
+                                {v[1], JobState::kRunning, 1, h1},
+                                {v[0], JobState::kRunning, 1, h0}},
+                               nullptr)
+                  .ok());
+  EXPECT_EQ(store_->ListPreemptHolds().value(), (std::vector<PreemptHoldRecord>{h2, h0, h1}));
+  // A victim's row is replaced by its next one; an update without a hold leaves it.
+  PreemptHoldRecord later = h0;
+  later.grace_end_us = 9'000'000;
+  ASSERT_TRUE(store_->UpdateJobs({{v[0], JobState::kRunning, 2, later}}, nullptr).ok());
+  ASSERT_TRUE(store_->UpdateJob(v[0], JobState::kRunning, 3).ok());
+  EXPECT_EQ(store_->ListPreemptHolds().value(), (std::vector<PreemptHoldRecord>{h2, later, h1}));
+  ASSERT_TRUE(store_->DeletePreemptHold(900).ok());
+  EXPECT_EQ(store_->ListPreemptHolds().value(), (std::vector<PreemptHoldRecord>{h2}));
+  EXPECT_TRUE(store_->DeletePreemptHold(900).ok());  // none left: nothing to do
+  ASSERT_TRUE(store_->DeletePreemptHold(800).ok());
+  EXPECT_TRUE(store_->ListPreemptHolds()->empty());
+}
+
 // The elements of an array are stored in one transaction: every element carries the
 // first one's id as the array's, the first alone holds the array's submit_key, and
 // each comes back as stored.
@@ -1321,11 +1365,11 @@ TEST(PostgresStoreTest, MigratesJobsOfVersion6ToVersion1) {
     ASSERT_TRUE((*s)->UpdateJob(ended, JobState::kAssigned, 2).ok());
   }
   RunSql(spec,
-         "ALTER TABLE nodes DROP COLUMN gpu_health; ALTER TABLE jobs DROP COLUMN version; "
-         "UPDATE schema_version SET version=6");
+         "DROP TABLE preempt_holds; ALTER TABLE nodes DROP COLUMN gpu_health; ALTER TABLE jobs "
+         "DROP COLUMN version; UPDATE schema_version SET version=6");
   auto s = OpenStore(spec);
   ASSERT_TRUE(s.ok()) << s.status().ToString();
-  EXPECT_EQ(RunSql(spec, "SELECT version FROM schema_version"), "8");
+  EXPECT_EQ(RunSql(spec, "SELECT version FROM schema_version"), "9");
   ended.version = 1;
   pending.version = 1;
   EXPECT_EQ((*s)->ListJobs({}).value(), (std::vector<Job>{ended, pending}));
@@ -1414,8 +1458,8 @@ void RevertToSchema12(const std::string& path, int version) {
   sqlite3* db = nullptr;
   ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
   const std::string sql =
-      "ALTER TABLE nodes DROP COLUMN gpu_health; ALTER TABLE jobs DROP COLUMN version; "
-      "PRAGMA user_version=" +
+      "DROP TABLE preempt_holds; ALTER TABLE nodes DROP COLUMN gpu_health; ALTER TABLE jobs "
+      "DROP COLUMN version; PRAGMA user_version=" +
       std::to_string(version);
   char* err = nullptr;
   EXPECT_EQ(sqlite3_exec(db, sql.c_str(), nullptr, nullptr, &err), SQLITE_OK) << err;

@@ -29,6 +29,12 @@ class StorePool final : public Store {
                     std::vector<JobConflict>* conflicts) override {
     return With([&](Store& s) { return s.UpdateJobs(updates, conflicts); });
   }
+  Result<std::vector<PreemptHoldRecord>> ListPreemptHolds() override {
+    return With([&](Store& s) { return s.ListPreemptHolds(); });
+  }
+  Status DeletePreemptHold(int64_t preemptor) override {
+    return With([&](Store& s) { return s.DeletePreemptHold(preemptor); });
+  }
   Status PutNode(const NodeRecord& node) override {
     return With([&](Store& s) { return s.PutNode(node); });
   }

@@ -49,6 +49,10 @@ class Member final : public Store {
   Status UpdateJobs(const std::vector<JobUpdate>& u, std::vector<JobConflict>* c) override {
     return db_->UpdateJobs(u, c);
   }
+  Result<std::vector<PreemptHoldRecord>> ListPreemptHolds() override {
+    return db_->ListPreemptHolds();
+  }
+  Status DeletePreemptHold(int64_t p) override { return db_->DeletePreemptHold(p); }
   Status PutNode(const NodeRecord& n) override { return db_->PutNode(n); }
   Result<std::vector<NodeRecord>> ListNodes() override { return db_->ListNodes(); }
   Status PutToken(const TokenRecord& t) override { return db_->PutToken(t); }

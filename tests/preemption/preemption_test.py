@@ -13,6 +13,9 @@
 - A preemptible job inside its --min-runtime is not chosen.
 - A victim that ignores SIGTERM and says `gpupool checkpoint-done` is killed at once, not
   after its 120 s grace.
+- The pool is killed and started again during a victim's grace: the hold was stored with
+  the preemption, so the older third job still does not take the victim's GPUs when the
+  victim ends; the preemptor does.
 
 Usage: preemption_test.py PATH_TO_GPUPOOL   (ctest passes the built binary)
 Exit 77 (skipped) without root (the pool's jobs run as root here).
@@ -20,6 +23,7 @@ Exit 77 (skipped) without root (the pool's jobs run as root here).
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -41,10 +45,15 @@ class PreemptionTest(unittest.TestCase):
         cls.server = "unix:" + cls.sock
         cls.env = dict(os.environ, GPUPOOL_SERVER=cls.server)
         cls.log = os.path.join(cls.dir, "server.log")
+        cls.start_pool()
+
+    @classmethod
+    def start_pool(cls):
         log = open(cls.log, "ab")
         cls.pool = subprocess.Popen([GPUPOOL, "up", "--state-dir", cls.dir, "--port", "0",
                                      "--fake", NODE, "--telemetry-interval", "0"],
                                     stdout=log, stderr=log, start_new_session=True)
+        log.close()  # the pool has its own
         deadline = time.time() + 30
         while " up " not in cls.cli("nodes").stdout:
             if time.time() > deadline:
@@ -155,6 +164,26 @@ class PreemptionTest(unittest.TestCase):
         self.assertIn("Preemptions: 1, costing", show)
         self.assertEqual(self.metric("gpupool_preemptions_total"), before + 1)
         self.assertGreater(self.metric("gpupool_preempted_gpu_seconds_total"), 0)
+
+    def test_the_hold_outlives_a_restart_of_the_pool_during_the_grace(self):
+        marks = self.markers("d")
+        victim = self.victim(marks, "wait", "--min-runtime", "1s", "--grace", "60s")
+        self.read(marks, "started")
+        third = self.submit("--gpus", "4", "--", "true")  # older than the preemptor
+        self.wait_running_for(victim, 1)
+        urgent = self.submit("--gpus", "4", "--priority", "10", "--", "true")
+        self.read(marks, "term")
+        # Killed during the grace (its jobs' supervisors run on), then started again.
+        pooltest.stop_processes([type(self).pool], sig=signal.SIGKILL)
+        type(self).start_pool()
+        self.assertEqual(self.job(victim)["state"], "RUNNING")
+        with open(os.path.join(marks, "go"), "w"):
+            pass
+        done = pooltest.wait_job(self.job, urgent, ("SUCCEEDED",), 60, log=self.server_log)
+        after = pooltest.wait_job(self.job, third, ("SUCCEEDED",), 60, log=self.server_log)
+        self.assertGreaterEqual(after["start_time_us"], done["end_time_us"])
+        again = pooltest.wait_job(self.job, victim, ("SUCCEEDED",), 60, log=self.server_log)
+        self.assertEqual(again["preemptions"], 1)
 
     def test_a_job_inside_its_minimum_run_time_is_not_preempted(self):
         marks = self.markers("b")

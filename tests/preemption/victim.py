@@ -1,9 +1,10 @@
-"""A preemptible job for preemption_test.py: python3 victim.py MARKER_DIR exit|checkpoint
-GPUPOOL SERVER.
+"""A preemptible job for preemption_test.py: python3 victim.py MARKER_DIR
+exit|checkpoint|wait GPUPOOL SERVER.
 
 Attempt 1 runs until SIGTERM; on it, it records its deadline file's path and contents
-(MARKER_DIR/term), then either exits ("exit": a job that checkpoints fast) or says
-`gpupool checkpoint-done` and ignores the signal ("checkpoint": the pool must kill it).
+(MARKER_DIR/term), then either exits ("exit": a job that checkpoints fast), says
+`gpupool checkpoint-done` and ignores the signal ("checkpoint": the pool must kill it),
+or exits once MARKER_DIR/go exists ("wait": a checkpoint the test ends).
 Later attempts record that they ran (MARKER_DIR/attemptN) and succeed."""
 import os
 import signal
@@ -32,7 +33,11 @@ def on_term(sig, frame):
     if path:
         with open(path) as f:
             deadline = f.read().strip()
+    if mode == "wait" and os.path.exists(os.path.join(out, "term")):
+        return  # the stop order sent again (a restarted pool): already waiting
     write("term", "%s %s %.3f\n" % (path, deadline, time.time()))
+    while mode == "wait" and not os.path.exists(os.path.join(out, "go")):
+        time.sleep(0.05)
     if mode == "checkpoint":
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
         r = subprocess.run([gpupool, "checkpoint-done"], capture_output=True, text=True,

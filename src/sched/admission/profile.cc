@@ -162,8 +162,16 @@ Status SchedulingProfile::PlanStartTimes(const ClusterState& cluster, const Pass
     queue.push_back(admitted[k]);
     which.push_back(k);
   }
+  // The holds of the jobs started were given to them: their placeholders are gone.
+  std::vector<HeldResources> held;
+  for (const HeldResources& h : ctx.held) {
+    const bool gone = std::any_of(pass.started.begin(), pass.started.end(), [&](const auto& s) {
+      return admitted[s.pending_index]->id == h.for_job;
+    });
+    if (!gone) held.push_back(h);
+  }
   GP_ASSIGN_OR_RETURN(std::vector<PlannedStart> plan,
-                      PlanStarts(cluster, ctx.now_s, running, queue, planner_));
+                      PlanStarts(cluster, ctx.now_s, running, queue, planner_, held));
   for (size_t i = 0; i < plan.size(); ++i) {
     result->planned_starts.emplace_back(admitted_index[which[i]], std::move(plan[i]));
   }

@@ -87,6 +87,11 @@ struct HeldResources {
   // Where the job is to start (one per task of the job): tried first, then any
   // placement; may be empty.
   std::vector<Placement> planned;
+  // For the start plan (start_plan.h), in seconds since the epoch; 0: unknown. The job
+  // starts on `planned` by `ready_s` (when what it waits for is freed at the latest),
+  // and the placeholders are freed by `expires_s` (when the hold ends, started or not).
+  int64_t ready_s = 0;
+  int64_t expires_s = 0;
 };
 
 }  // namespace gpupool::sched

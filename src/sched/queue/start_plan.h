@@ -11,6 +11,12 @@
 // in the plan; a job that fits only once such a job ends gets no start, with the reason,
 // and the jobs after it are planned without it.
 //
+// Resources held for a waiting job (HeldResources, the live pool's preemptors): that job
+// starts at its hold's ready_s (now if that has passed), on its held placement, out of
+// the queue's order (the pass tries it first); the placeholders are freed for the other
+// jobs at the hold's expires_s. A hold without those times holds its placeholders for
+// ever, and its job is planned as any other.
+//
 // Pure over its inputs; not thread-safe (the policies it makes are its own).
 #pragma once
 
@@ -34,9 +40,11 @@ struct PlannedStart {
 // One entry per job of `queue` (pending jobs, in queue order). `cluster` holds every job
 // of `running` (with its start); it is not changed: the plan is made on one copy of it,
 // with one placement policy from `make_policy` (one that has seen no other cluster).
+// `held`: resources held for pending jobs, their placeholders allocated on `cluster`.
 Result<std::vector<PlannedStart>> PlanStarts(const ClusterState& cluster, int64_t now_s,
                                              std::span<const RunningJob> running,
                                              std::span<const QueuedJob* const> queue,
-                                             const PlanningPolicyMaker& make_policy);
+                                             const PlanningPolicyMaker& make_policy,
+                                             std::span<const HeldResources> held = {});
 
 }  // namespace gpupool::sched
