@@ -1,8 +1,9 @@
-// SQLite implementation of Store. One connection guarded by a mutex: SQLite serialises
-// writers anyway, and the controller's write rate (thousands per second) is far below
-// what one connection in WAL mode sustains. Job bodies are stored as JSON beside the
-// indexed columns the queries filter on, so adding a job field needs no migration; a
-// job's submission (its spec) is stored once per distinct content (job_record.h).
+// SQLite implementation of Store. Writes go to one connection guarded by a mutex: SQLite
+// serialises writers anyway, and the controller's write rate (thousands per second) is far
+// below what one connection in WAL mode sustains. Reads of a file go to read-only
+// connections of their own (sqlite_conn.h), so that they never wait for a write. Job bodies are
+// stored as JSON beside the indexed columns the queries filter on, so adding a job field needs no
+// migration; a job's submission (its spec) is stored once per distinct content (job_record.h).
 #include "store/sqlite_store.h"
 
 #include <sqlite3.h>
@@ -11,6 +12,7 @@
 #include <mutex>
 #include <optional>
 #include <unordered_map>
+#include <utility>
 
 #include "common/json.h"
 #include "jobs/job_json.h"
@@ -19,6 +21,7 @@
 #include "store/job_record.h"
 #include "store/job_sort_sql.h"
 #include "store/preempt_hold_row.h"
+#include "store/sqlite_conn.h"
 #include "store/store.h"
 #include "store/telemetry_query.h"
 
@@ -30,6 +33,10 @@ using internal::EncodeJobRecord;
 using internal::JobNodes;
 using internal::JobRecord;
 using internal::PrimaryNode;
+using internal::SqliteError;
+using internal::SqliteReadPool;
+using internal::Stmt;
+using internal::StmtCache;
 using jobs::Job;
 using jobs::JobState;
 
@@ -179,96 +186,27 @@ CREATE INDEX preempt_holds_preemptor ON preempt_holds(preemptor);
 )sql",
 };
 
-// Prepared statements kept between calls, keyed by the address of their SQL (string
-// literals only). A statement is taken out while in use, so a nested use of the same SQL
-// prepares its own. Used under the store's mutex, like the connection.
-class StmtCache {
- public:
-  StmtCache() = default;
-  StmtCache(const StmtCache&) = delete;
-  StmtCache& operator=(const StmtCache&) = delete;
-  ~StmtCache() { Clear(); }
-  // Finalizes every kept statement (before the connection closes).
-  void Clear() {
-    for (auto& [sql, stmt] : kept_) sqlite3_finalize(stmt);
-    kept_.clear();
-  }
-  sqlite3_stmt* Take(const char* sql) {
-    auto it = kept_.find(sql);
-    if (it == kept_.end()) return nullptr;
-    sqlite3_stmt* stmt = it->second;
-    kept_.erase(it);
-    return stmt;
-  }
-  void Give(const char* sql, sqlite3_stmt* stmt) {
-    sqlite3_reset(stmt);
-    sqlite3_clear_bindings(stmt);
-    if (!kept_.emplace(sql, stmt).second) sqlite3_finalize(stmt);
-  }
-
- private:
-  std::unordered_map<const char*, sqlite3_stmt*> kept_;
-};
-
-class Stmt {
- public:
-  Stmt(sqlite3* db, const char* sql) { rc_ = sqlite3_prepare_v2(db, sql, -1, &stmt_, nullptr); }
-  // `sql` must be a string literal: the cache keys on its address (the hot statements of
-  // the commit path, which were prepared again on every call).
-  Stmt(StmtCache& cache, sqlite3* db, const char* sql) : cache_(&cache), sql_(sql) {
-    stmt_ = cache.Take(sql);
-    rc_ = stmt_ != nullptr ? SQLITE_OK : sqlite3_prepare_v2(db, sql, -1, &stmt_, nullptr);
-  }
-  ~Stmt() {
-    if (cache_ != nullptr && rc_ == SQLITE_OK && stmt_ != nullptr) {
-      cache_->Give(sql_, stmt_);
-    } else {
-      sqlite3_finalize(stmt_);
-    }
-  }
-  Stmt(const Stmt&) = delete;
-  Stmt& operator=(const Stmt&) = delete;
-  bool ok() const { return rc_ == SQLITE_OK; }
-  sqlite3_stmt* get() { return stmt_; }
-  void Bind(int i, int64_t v) { sqlite3_bind_int64(stmt_, i, v); }
-  void BindDouble(int i, double v) { sqlite3_bind_double(stmt_, i, v); }
-  void Bind(int i, const std::string& v) {
-    sqlite3_bind_text(stmt_, i, v.data(), static_cast<int>(v.size()), SQLITE_TRANSIENT);
-  }
-  int Step() { return sqlite3_step(stmt_); }
-  std::string Text(int col) {
-    const auto* p = sqlite3_column_text(stmt_, col);
-    return p == nullptr ? std::string()
-                        : std::string(reinterpret_cast<const char*>(p),
-                                      static_cast<size_t>(sqlite3_column_bytes(stmt_, col)));
-  }
-  int64_t Int(int col) { return sqlite3_column_int64(stmt_, col); }
-  double Double(int col) { return sqlite3_column_double(stmt_, col); }
-  void Reset() {
-    sqlite3_reset(stmt_);
-    sqlite3_clear_bindings(stmt_);
-  }
-
- private:
-  StmtCache* cache_ = nullptr;
-  const char* sql_ = nullptr;
-  sqlite3_stmt* stmt_ = nullptr;
-  int rc_;
-};
-
 class SqliteStore final : public Store {
  public:
-  explicit SqliteStore(sqlite3* db) : db_(db) {}
+  SqliteStore(sqlite3* db, std::function<void()> before_commit)
+      : db_(db), before_commit_(std::move(before_commit)) {}
   ~SqliteStore() override {
-    stmts_.Clear();  // a connection with statements left does not close
+    readers_.reset();  // before the writer: the last to close checkpoints the WAL
+    stmts_.Clear();    // a connection with statements left does not close
     sqlite3_close(db_);
   }
 
   Status Init() {
-    GP_RETURN_IF_ERROR(Exec("PRAGMA journal_mode=WAL"));
+    {
+      // An in-memory database answers "memory": it has no WAL, and no other connection
+      // can reach it.
+      Stmt s(db_, "PRAGMA journal_mode=WAL");
+      if (s.Step() != SQLITE_ROW) return Error("set the journal mode");
+      wal_ = s.Text(0) == "wal";
+    }
     GP_RETURN_IF_ERROR(Exec("PRAGMA synchronous=NORMAL"));
     GP_RETURN_IF_ERROR(Exec("PRAGMA foreign_keys=ON"));
-    sqlite3_busy_timeout(db_, 5000);
+    sqlite3_busy_timeout(db_, kBusyTimeoutMs);
     int64_t version = 0;
     {
       Stmt s(db_, "PRAGMA user_version");
@@ -291,6 +229,15 @@ class SqliteStore final : public Store {
       }
       GP_RETURN_IF_ERROR(Exec("COMMIT"));
     }
+    return Status::Ok();
+  }
+
+  // After Init: `n` read-only connections for the reads, when the database is a file in
+  // WAL mode (else every call stays on the writer, one at a time).
+  Status OpenReaders(size_t n) {
+    const char* file = sqlite3_db_filename(db_, "main");
+    if (n == 0 || !wal_ || file == nullptr || file[0] == '\0') return Status::Ok();
+    GP_ASSIGN_OR_RETURN(readers_, SqliteReadPool::Open(file, n, kBusyTimeoutMs));
     return Status::Ok();
   }
 
@@ -321,31 +268,33 @@ class SqliteStore final : public Store {
       if (!id.ok()) return Rollback(id.status());
       job.id = *id;
     }
-    if (Status c = Exec("COMMIT"); !c.ok()) return Rollback(c);
+    if (Status c = Commit(); !c.ok()) return Rollback(c);
     return jobs;
   }
 
   Result<std::optional<int64_t>> FindSubmitKey(uint32_t uid, std::string_view key) override {
-    std::lock_guard lock(mu_);
-    Stmt s(db_, "SELECT job_id FROM submit_keys WHERE uid=? AND key=?");
-    s.Bind(1, static_cast<int64_t>(uid));
-    s.Bind(2, std::string(key));
-    const int rc = s.Step();
-    if (rc == SQLITE_DONE) return std::optional<int64_t>();
-    if (rc != SQLITE_ROW) return Error("read submit key");
-    return std::optional<int64_t>(s.Int(0));
+    return Read([&](sqlite3* db, StmtCache&) -> Result<std::optional<int64_t>> {
+      Stmt s(db, "SELECT job_id FROM submit_keys WHERE uid=? AND key=?");
+      s.Bind(1, static_cast<int64_t>(uid));
+      s.Bind(2, std::string(key));
+      const int rc = s.Step();
+      if (rc == SQLITE_DONE) return std::optional<int64_t>();
+      if (rc != SQLITE_ROW) return SqliteError(db, "read submit key");
+      return std::optional<int64_t>(s.Int(0));
+    });
   }
 
   Result<Job> GetJob(int64_t id) override {
-    std::lock_guard lock(mu_);
-    Stmt s(db_,
-           "SELECT jobs.body, job_specs.body, jobs.version FROM jobs LEFT JOIN job_specs ON "
-           "job_specs.id=jobs.spec_id WHERE jobs.id=?");
-    s.Bind(1, id);
-    const int rc = s.Step();
-    if (rc == SQLITE_DONE) return Status::NotFound("no job " + std::to_string(id));
-    if (rc != SQLITE_ROW) return Error("read job " + std::to_string(id));
-    return DecodeJobRecord(id, s.Int(2), s.Text(0), s.Text(1));
+    return Read([&](sqlite3* db, StmtCache& stmts) -> Result<Job> {
+      Stmt s(stmts, db,
+             "SELECT jobs.body, job_specs.body, jobs.version FROM jobs LEFT JOIN job_specs ON "
+             "job_specs.id=jobs.spec_id WHERE jobs.id=?");
+      s.Bind(1, id);
+      const int rc = s.Step();
+      if (rc == SQLITE_DONE) return Status::NotFound("no job " + std::to_string(id));
+      if (rc != SQLITE_ROW) return SqliteError(db, "read job " + std::to_string(id));
+      return DecodeJobRecord(id, s.Int(2), s.Text(0), s.Text(1));
+    });
   }
 
   Result<std::vector<Job>> ListJobs(const JobFilter& filter) override {
@@ -375,9 +324,10 @@ class SqliteStore final : public Store {
     } else {
       sql += " ORDER BY jobs.id";
     }
-    // The rows are read under the lock and decoded after it: a listing of every job that
-    // ended in the last hour (the metrics' fold) is 100,000s of rows, and decoding them
-    // under the lock held every write (submissions, agents' events) for seconds.
+    // The rows are read on a connection and decoded after letting it go: a listing of
+    // every job that ended in the last hour (the metrics' fold) is 100,000s of rows, and
+    // while reads shared the writer's lock, decoding them under it held every write
+    // (submissions, agents' events) for seconds.
     struct Row {
       int64_t id = 0;
       int64_t version = 0;
@@ -386,10 +336,9 @@ class SqliteStore final : public Store {
     };
     std::vector<Row> rows;
     std::unordered_map<int64_t, std::string> spec_texts;  // read once per spec
-    {
-      std::lock_guard lock(mu_);
-      Stmt s(db_, sql.c_str());
-      if (!s.ok()) return Error("prepare job listing");
+    GP_RETURN_IF_ERROR(Read([&](sqlite3* db, StmtCache&) -> Status {
+      Stmt s(db, sql.c_str());
+      if (!s.ok()) return SqliteError(db, "prepare job listing");
       if (filter.user) s.Bind(1, *filter.user);
       if (filter.node) s.Bind(2, *filter.node);
       if (filter.ended_after_us > 0) s.Bind(3, filter.ended_after_us);
@@ -406,8 +355,9 @@ class SqliteStore final : public Store {
           if (!spec_texts.contains(*r.spec_id)) spec_texts.emplace(*r.spec_id, s.Text(3));
         }
       }
-      if (rc != SQLITE_DONE) return Error("list jobs");
-    }
+      if (rc != SQLITE_DONE) return SqliteError(db, "list jobs");
+      return Status::Ok();
+    }));
     std::vector<Job> out;
     out.reserve(rows.size());
     internal::SpecCache specs;  // an array's elements: their spec parsed and held once
@@ -479,7 +429,8 @@ class SqliteStore final : public Store {
       }
       return internal::CasFailure(updates, k, found, conflicts);
     }
-    return Exec("COMMIT");
+    if (Status c = Commit(); !c.ok()) return Rollback(c);
+    return Status::Ok();
   }
 
   Result<std::vector<PreemptHoldRecord>> ListPreemptHolds() override {
@@ -540,19 +491,20 @@ class SqliteStore final : public Store {
   }
 
   Result<std::vector<NodeRecord>> ListNodes() override {
-    std::lock_guard lock(mu_);
-    Stmt s(db_,
-           "SELECT name, info_json, agent_url, cpu_milli, memory_mib, registered_us, "
-           "last_heartbeat_us, draining, address, protocol, drain_reason, gpu_health FROM nodes "
-           "ORDER BY name");
-    std::vector<NodeRecord> out;
-    int rc;
-    while ((rc = s.Step()) == SQLITE_ROW) {
-      out.push_back({s.Text(0), s.Text(1), s.Text(2), s.Int(3), s.Int(4), s.Int(5), s.Int(6),
-                     s.Int(7) != 0, s.Text(8), s.Text(9), s.Text(10), s.Text(11)});
-    }
-    if (rc != SQLITE_DONE) return Error("list nodes");
-    return out;
+    return Read([&](sqlite3* db, StmtCache&) -> Result<std::vector<NodeRecord>> {
+      Stmt s(db,
+             "SELECT name, info_json, agent_url, cpu_milli, memory_mib, registered_us, "
+             "last_heartbeat_us, draining, address, protocol, drain_reason, gpu_health FROM "
+             "nodes ORDER BY name");
+      std::vector<NodeRecord> out;
+      int rc;
+      while ((rc = s.Step()) == SQLITE_ROW) {
+        out.push_back({s.Text(0), s.Text(1), s.Text(2), s.Int(3), s.Int(4), s.Int(5), s.Int(6),
+                       s.Int(7) != 0, s.Text(8), s.Text(9), s.Text(10), s.Text(11)});
+      }
+      if (rc != SQLITE_DONE) return SqliteError(db, "list nodes");
+      return out;
+    });
   }
 
   Status PutToken(const TokenRecord& t) override {
@@ -571,30 +523,32 @@ class SqliteStore final : public Store {
   }
 
   Result<std::optional<TokenRecord>> FindToken(std::string_view hash) override {
-    std::lock_guard lock(mu_);
-    Stmt s(db_,
-           "SELECT token_hash, user, kind, created_us, expires_us, last_used_us FROM tokens "
-           "WHERE token_hash=?");
-    s.Bind(1, std::string(hash));
-    const int rc = s.Step();
-    if (rc == SQLITE_DONE) return std::optional<TokenRecord>();
-    if (rc != SQLITE_ROW) return Error("find token");
-    return std::optional<TokenRecord>(
-        TokenRecord{s.Text(0), s.Text(1), s.Text(2), s.Int(3), s.Int(4), s.Int(5)});
+    return Read([&](sqlite3* db, StmtCache& stmts) -> Result<std::optional<TokenRecord>> {
+      Stmt s(stmts, db,
+             "SELECT token_hash, user, kind, created_us, expires_us, last_used_us FROM tokens "
+             "WHERE token_hash=?");
+      s.Bind(1, std::string(hash));
+      const int rc = s.Step();
+      if (rc == SQLITE_DONE) return std::optional<TokenRecord>();
+      if (rc != SQLITE_ROW) return SqliteError(db, "find token");
+      return std::optional<TokenRecord>(
+          TokenRecord{s.Text(0), s.Text(1), s.Text(2), s.Int(3), s.Int(4), s.Int(5)});
+    });
   }
 
   Result<std::vector<TokenRecord>> ListTokens() override {
-    std::lock_guard lock(mu_);
-    Stmt s(db_,
-           "SELECT token_hash, user, kind, created_us, expires_us, last_used_us FROM tokens "
-           "ORDER BY created_us");
-    std::vector<TokenRecord> out;
-    int rc;
-    while ((rc = s.Step()) == SQLITE_ROW) {
-      out.push_back({s.Text(0), s.Text(1), s.Text(2), s.Int(3), s.Int(4), s.Int(5)});
-    }
-    if (rc != SQLITE_DONE) return Error("list tokens");
-    return out;
+    return Read([&](sqlite3* db, StmtCache&) -> Result<std::vector<TokenRecord>> {
+      Stmt s(db,
+             "SELECT token_hash, user, kind, created_us, expires_us, last_used_us FROM tokens "
+             "ORDER BY created_us");
+      std::vector<TokenRecord> out;
+      int rc;
+      while ((rc = s.Step()) == SQLITE_ROW) {
+        out.push_back({s.Text(0), s.Text(1), s.Text(2), s.Int(3), s.Int(4), s.Int(5)});
+      }
+      if (rc != SQLITE_DONE) return SqliteError(db, "list tokens");
+      return out;
+    });
   }
 
   Status DeleteToken(std::string_view hash) override {
@@ -642,35 +596,35 @@ class SqliteStore final : public Store {
 
   Result<std::optional<EnvironmentRecord>> FindEnvironment(std::string_view name,
                                                            std::string_view version) override {
-    std::lock_guard lock(mu_);
-    Stmt s(db_,
-           "SELECT name, version, kind, location, needs_json, owner, created_us, image_id, "
-           "dir_digest FROM "
-           "environments WHERE name=? AND version=?");
-    s.Bind(1, std::string(name));
-    s.Bind(2, std::string(version));
-    const int rc = s.Step();
-    if (rc == SQLITE_DONE) return std::optional<EnvironmentRecord>();
-    if (rc != SQLITE_ROW) return Error("find environment");
-    return std::optional<EnvironmentRecord>(EnvironmentRecord{s.Text(0), s.Text(1), s.Text(2),
-                                                              s.Text(3), s.Text(4), s.Text(5),
-                                                              s.Int(6), s.Text(7), s.Text(8)});
+    return Read([&](sqlite3* db, StmtCache&) -> Result<std::optional<EnvironmentRecord>> {
+      Stmt s(db,
+             "SELECT name, version, kind, location, needs_json, owner, created_us, image_id, "
+             "dir_digest FROM environments WHERE name=? AND version=?");
+      s.Bind(1, std::string(name));
+      s.Bind(2, std::string(version));
+      const int rc = s.Step();
+      if (rc == SQLITE_DONE) return std::optional<EnvironmentRecord>();
+      if (rc != SQLITE_ROW) return SqliteError(db, "find environment");
+      return std::optional<EnvironmentRecord>(EnvironmentRecord{s.Text(0), s.Text(1), s.Text(2),
+                                                                s.Text(3), s.Text(4), s.Text(5),
+                                                                s.Int(6), s.Text(7), s.Text(8)});
+    });
   }
 
   Result<std::vector<EnvironmentRecord>> ListEnvironments() override {
-    std::lock_guard lock(mu_);
-    Stmt s(db_,
-           "SELECT name, version, kind, location, needs_json, owner, created_us, image_id, "
-           "dir_digest FROM "
-           "environments ORDER BY name, version");
-    std::vector<EnvironmentRecord> out;
-    int rc;
-    while ((rc = s.Step()) == SQLITE_ROW) {
-      out.push_back({s.Text(0), s.Text(1), s.Text(2), s.Text(3), s.Text(4), s.Text(5), s.Int(6),
-                     s.Text(7), s.Text(8)});
-    }
-    if (rc != SQLITE_DONE) return Error("list environments");
-    return out;
+    return Read([&](sqlite3* db, StmtCache&) -> Result<std::vector<EnvironmentRecord>> {
+      Stmt s(db,
+             "SELECT name, version, kind, location, needs_json, owner, created_us, image_id, "
+             "dir_digest FROM environments ORDER BY name, version");
+      std::vector<EnvironmentRecord> out;
+      int rc;
+      while ((rc = s.Step()) == SQLITE_ROW) {
+        out.push_back({s.Text(0), s.Text(1), s.Text(2), s.Text(3), s.Text(4), s.Text(5), s.Int(6),
+                       s.Text(7), s.Text(8)});
+      }
+      if (rc != SQLITE_DONE) return SqliteError(db, "list environments");
+      return out;
+    });
   }
 
   Status DeleteEnvironment(std::string_view name, std::string_view version) override {
@@ -717,31 +671,32 @@ class SqliteStore final : public Store {
       if (s.Step() != SQLITE_DONE) return Rollback(Error("store telemetry"));
     }
     s.Reset();  // no statement left running at COMMIT
-    if (Status c = Exec("COMMIT"); !c.ok()) return Rollback(c);
+    if (Status c = Commit(); !c.ok()) return Rollback(c);
     return Status::Ok();
   }
 
   Result<std::vector<TelemetryRecord>> ListTelemetry(const TelemetryQuery& q) override {
     GP_ASSIGN_OR_RETURN(TelemetrySelect select, BuildTelemetrySelect(q));
-    std::lock_guard lock(mu_);
-    Stmt s(db_, select.sql.c_str());
-    if (!s.ok()) return Error("prepare telemetry query");
-    for (size_t i = 0; i < select.params.size(); ++i) {
-      const int n = static_cast<int>(i + 1);
-      if (const auto* v = std::get_if<int64_t>(&select.params[i])) {
-        s.Bind(n, *v);
-      } else {
-        s.Bind(n, std::get<std::string>(select.params[i]));
+    return Read([&](sqlite3* db, StmtCache&) -> Result<std::vector<TelemetryRecord>> {
+      Stmt s(db, select.sql.c_str());
+      if (!s.ok()) return SqliteError(db, "prepare telemetry query");
+      for (size_t i = 0; i < select.params.size(); ++i) {
+        const int n = static_cast<int>(i + 1);
+        if (const auto* v = std::get_if<int64_t>(&select.params[i])) {
+          s.Bind(n, *v);
+        } else {
+          s.Bind(n, std::get<std::string>(select.params[i]));
+        }
       }
-    }
-    std::vector<TelemetryRecord> out;
-    int rc;
-    while ((rc = s.Step()) == SQLITE_ROW) {
-      out.push_back({s.Text(0), s.Text(1), s.Int(2), s.Double(3), s.Int(4), s.Double(5), s.Int(6),
-                     s.Double(7), static_cast<int>(s.Int(8))});
-    }
-    if (rc != SQLITE_DONE) return Error("list telemetry");
-    return out;
+      std::vector<TelemetryRecord> out;
+      int rc;
+      while ((rc = s.Step()) == SQLITE_ROW) {
+        out.push_back({s.Text(0), s.Text(1), s.Int(2), s.Double(3), s.Int(4), s.Double(5), s.Int(6),
+                       s.Double(7), static_cast<int>(s.Int(8))});
+      }
+      if (rc != SQLITE_DONE) return SqliteError(db, "list telemetry");
+      return out;
+    });
   }
 
   Result<int64_t> DeleteTelemetryBefore(int64_t before_ms) override {
@@ -753,13 +708,14 @@ class SqliteStore final : public Store {
   }
 
   Result<std::optional<std::string>> GetSetting(std::string_view key) override {
-    std::lock_guard lock(mu_);
-    Stmt s(db_, "SELECT value FROM settings WHERE key=?");
-    s.Bind(1, std::string(key));
-    const int rc = s.Step();
-    if (rc == SQLITE_ROW) return std::optional<std::string>(s.Text(0));
-    if (rc != SQLITE_DONE) return Error("read setting " + std::string(key));
-    return std::optional<std::string>();
+    return Read([&](sqlite3* db, StmtCache&) -> Result<std::optional<std::string>> {
+      Stmt s(db, "SELECT value FROM settings WHERE key=?");
+      s.Bind(1, std::string(key));
+      const int rc = s.Step();
+      if (rc == SQLITE_ROW) return std::optional<std::string>(s.Text(0));
+      if (rc != SQLITE_DONE) return SqliteError(db, "read setting " + std::string(key));
+      return std::optional<std::string>();
+    });
   }
 
  private:
@@ -802,8 +758,23 @@ class SqliteStore final : public Store {
     }
     return Status::Ok();
   }
-  Status Error(const std::string& what) {
-    return Status::Internal("sqlite: " + what + ": " + sqlite3_errmsg(db_));
+  Status Error(const std::string& what) { return SqliteError(db_, what); }
+  // Inside a write transaction: COMMIT, after the test hook.
+  Status Commit() {
+    if (before_commit_) before_commit_();
+    return Exec("COMMIT");
+  }
+  // `read(db, stmts)` on a read connection (a reader's snapshot: the last commit before
+  // its statement's first step), or on the writer under mu_ when there is none. A reader
+  // runs beside every write; one statement outside a transaction is one snapshot.
+  template <typename F>
+  auto Read(F&& read) -> decltype(read(std::declval<sqlite3*>(), std::declval<StmtCache&>())) {
+    if (readers_ == nullptr) {
+      std::lock_guard lock(mu_);
+      return read(db_, stmts_);
+    }
+    SqliteReadPool::Lease reader = readers_->Take();
+    return read(reader.db(), reader.stmts());
   }
   Status Rollback(Status s) {
     (void)Exec("ROLLBACK");
@@ -860,14 +831,19 @@ class SqliteStore final : public Store {
     return sqlite3_last_insert_rowid(db_);
   }
 
-  std::mutex mu_;
+  static constexpr int kBusyTimeoutMs = 5000;
+  std::mutex mu_;  // the writer's: every write, and the reads when there are no readers
   sqlite3* db_;
   StmtCache stmts_;  // under mu_
+  bool wal_ = false;
+  std::function<void()> before_commit_;
+  std::unique_ptr<SqliteReadPool> readers_;  // null: an in-memory database, or none asked
 };
 
 }  // namespace
 
-Result<std::unique_ptr<Store>> OpenSqliteStore(const std::string& path) {
+Result<std::unique_ptr<Store>> OpenSqliteStore(const std::string& path,
+                                               SqliteStoreOptions options) {
   sqlite3* db = nullptr;
   const int rc =
       sqlite3_open_v2(path.c_str(), &db,
@@ -878,8 +854,9 @@ Result<std::unique_ptr<Store>> OpenSqliteStore(const std::string& path) {
     return Status::Unavailable("cannot open the store '" + path + "': " + msg +
                                ": check that the state directory exists and is writable");
   }
-  auto store = std::make_unique<SqliteStore>(db);
+  auto store = std::make_unique<SqliteStore>(db, std::move(options.before_commit));
   GP_RETURN_IF_ERROR(store->Init().WithContext("store '" + path + "'"));
+  GP_RETURN_IF_ERROR(store->OpenReaders(options.read_connections));
   return std::unique_ptr<Store>(std::move(store));
 }
 
