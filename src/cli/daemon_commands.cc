@@ -100,6 +100,7 @@ struct ServerFlags {
   int max_connections_per_address = 256;
   int max_pending_connections_per_peer = 64;
   int request_head_timeout_s = 10;
+  int agent_request_nice = server::ServerOptions{}.agent_request_nice;
 };
 
 // "90" or "90s", "30m", "12h", "7d" -> seconds; InvalidArgument naming `flag`.
@@ -189,6 +190,7 @@ Result<server::ServerOptions> ServerOptionsOf(const ServerFlags& f,
   o.max_connections_per_address = f.max_connections_per_address;
   o.max_pending_connections_per_peer = f.max_pending_connections_per_peer;
   o.request_head_timeout_s = f.request_head_timeout_s;
+  o.agent_request_nice = f.agent_request_nice;
   o.lease = lease;
   o.advertise = f.advertise;
   o.lease_ms = f.lease_ms;
@@ -350,6 +352,12 @@ void AddServerFlags(CLI::App* cmd, ServerFlags* f) {
                   "line and headers), however it trickles in")
       ->capture_default_str()
       ->check(CLI::Range(1, 3600));
+  cmd->add_option("--agent-request-nice", f->agent_request_nice,
+                  "request priority: agents' requests (polls, event reports, registrations) "
+                  "run on threads of their own this many nice levels below users' requests "
+                  "and the scheduler (0 = off: one pool of threads serves everyone)")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 19));
 }
 
 // How the agent runs container jobs: `agent` and `up` share these flags.

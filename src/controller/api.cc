@@ -114,6 +114,10 @@ bool Api::MayBlock(const net::HttpRequest& request) {
   return m.route != nullptr && api::MayBlock(*m.route, request);
 }
 
+bool Api::IsAgentTraffic(const net::HttpRequest& request) {
+  return StartsWith(request.path, "/v1/agent/");
+}
+
 net::HttpResponse Api::Handle(const net::HttpRequest& request) {
   auto waiting = std::make_shared<WaitingResponder>();
   Handle(request, waiting);

@@ -64,6 +64,10 @@ class Api {
   // directory): the HTTP server gives such requests a thread of their own instead of a
   // pool thread. An agent's poll for work waits without one (its route answers later).
   static bool MayBlock(const net::HttpRequest& request);
+  // Whether `request` is an agent's (/v1/agent/*: polls, event reports, registrations,
+  // telemetry), over either transport: the HTTP server serves those at a lower priority
+  // than users' requests (net::HttpServerOptions::background).
+  static bool IsAgentTraffic(const net::HttpRequest& request);
 
   // Waiting requests on threads of their own (MayBlock) in flight at once: per caller (a
   // Unix-socket uid or a token) and in all; over either bound the answer is 429 at once.

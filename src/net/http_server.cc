@@ -25,6 +25,7 @@
 #include "common/strings.h"
 #include "net/hangup_watch.h"
 #include "net/local_peer.h"
+#include "net/worker_pool.h"
 
 namespace gpupool::net {
 namespace {
@@ -237,6 +238,11 @@ class MhdServer final : public HttpServer {
   Status Start() {
     GP_RETURN_IF_ERROR(SetLimits());
     GP_RETURN_IF_ERROR(watch_.Start());
+    if (options_.background) {
+      background_ = std::make_unique<WorkerPool>(WorkerPool::Options{
+          options_.background_threads > 0 ? options_.background_threads : PoolThreads(),
+          std::clamp(options_.background_nice, 0, 19), "http-background"});
+    }
     reaper_ = std::thread([this] { Reap(); });
     if (!options_.unix_socket_path.empty()) {
       GP_ASSIGN_OR_RETURN(int fd, ListenUnix(options_.unix_socket_path, options_.unix_socket_mode));
@@ -308,6 +314,7 @@ class MhdServer final : public HttpServer {
       reaper_cv_.notify_all();
     }
     if (reaper_.joinable()) reaper_.join();
+    if (background_ != nullptr) background_->Stop();  // idle: Stop waited for its handlers
   }
 
  private:
@@ -379,13 +386,15 @@ class MhdServer final : public HttpServer {
     return Status::Ok();
   }
 
+  int PoolThreads() const {
+    const int hw = static_cast<int>(std::thread::hardware_concurrency());
+    return options_.pool_threads > 0 ? options_.pool_threads : std::max(8, 2 * hw);
+  }
+
   MHD_Daemon* StartDaemon(int listen_fd, bool is_unix) {
     auto& ctx = is_unix ? unix_ctx_ : tcp_ctx_;
     ctx = {this, is_unix};
-    const unsigned hw = std::thread::hardware_concurrency();
-    const unsigned threads = options_.pool_threads > 0
-                                 ? static_cast<unsigned>(options_.pool_threads)
-                                 : std::max(8U, 2 * hw);
+    const auto threads = static_cast<unsigned>(PoolThreads());
     // The table bounds every listener together; libmicrohttpd's own limit, per listener,
     // only backs it up.
     const auto limit = static_cast<unsigned>(table_.limits().max_connections);
@@ -677,20 +686,22 @@ class MhdServer final : public HttpServer {
     return MHD_YES;
   }
 
-  // Runs the handler of a blocking request on a thread of its own with the connection
-  // suspended; its answer resumes the connection, and MHD calls OnRequest again, which
-  // sends it.
-  MHD_Result RunDetached(MHD_Connection* conn, PendingRequest* pending, HttpRequest req) {
+  // Runs the handler of a blocking request on a thread of its own, or a background one on
+  // `pool`, with the connection suspended; its answer resumes the connection, and MHD
+  // calls OnRequest again, which sends it. Stop waits for either (blocking_running_).
+  MHD_Result RunDetached(MHD_Connection* conn, PendingRequest* pending, HttpRequest req,
+                         WorkerPool* pool = nullptr) {
     pending->deferred = NewDeferred(conn, Deferred::Stage::kSuspended);
     if (!ListSuspended(pending, /*blocking=*/true)) return Answer(conn, ShuttingDown());
     MHD_suspend_connection(conn);
     watch_.Watch(pending->deferred->fd(), pending->deferred->id());
-    std::thread([this, out = pending->deferred, req = std::move(req)] {
+    std::function<void()> run = [this, out = pending->deferred, req = std::move(req)] {
       CallHandler(req, out);
       std::lock_guard lock(mu_);
       --blocking_running_;
       idle_cv_.notify_all();  // nothing of `this` is touched after the lock is released
-    }).detach();
+    };
+    if (pool == nullptr || !pool->Post(run)) std::thread(std::move(run)).detach();
     return MHD_YES;
   }
 
@@ -788,6 +799,9 @@ class MhdServer final : public HttpServer {
     if (self->options_.may_block && self->options_.may_block(req)) {
       return self->RunDetached(conn, pending, std::move(req));
     }
+    if (self->background_ != nullptr && self->options_.background(req)) {
+      return self->RunDetached(conn, pending, std::move(req), self->background_.get());
+    }
     return self->RunDeferrable(conn, pending, req);
   }
 
@@ -807,7 +821,8 @@ class MhdServer final : public HttpServer {
   // The answers awaited by suspended connections, by Deferred::id.
   std::unordered_map<uint64_t, std::shared_ptr<Deferred>> deferred_;
   std::atomic<uint64_t> next_deferred_{0};
-  HangupWatch watch_;  // the peers of suspended connections
+  HangupWatch watch_;                       // the peers of suspended connections
+  std::unique_ptr<WorkerPool> background_;  // background requests' handlers (or none)
 
   // Connections (net/connection_table.h). conn_mu_ guards the table, the descriptors and
   // the reaper's state; it is never held while calling into libmicrohttpd.

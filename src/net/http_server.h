@@ -90,6 +90,20 @@ struct HttpServerOptions {
   // Requests for which this returns true run on a thread of their own (see above);
   // it sees the whole request (method, path, query, headers, body). Unset: none.
   std::function<bool(const HttpRequest&)> may_block;
+
+  // Request priority (docs/deploy.md, "Request priority"): requests for which this returns
+  // true (agents' polls, event reports, registrations) are background. Their handlers run
+  // on background_threads threads of their own (named http-background) at background_nice
+  // above the process's nice value, their connection suspended meanwhile (as a long poll's
+  // is), so that users' requests, whose handlers run on the pool threads, and the process's
+  // other threads (the scheduler) get a short CPU first. A background request waits for a
+  // free background thread in arrival order; the kernel still gives those threads their
+  // weighted share of a busy CPU, so none waits for ever. It sees the whole request, must
+  // be quick and thread-safe; may_block comes first. Unset: none, every handler runs on
+  // the pool threads.
+  std::function<bool(const HttpRequest&)> background;
+  int background_threads = 0;  // 0: as many as pool threads
+  int background_nice = 10;    // 0..19
 };
 
 // Raises this process's soft open-files limit (RLIMIT_NOFILE) to its hard limit, so that

@@ -141,6 +141,10 @@ Status Server::StartListening(net::HttpAsyncHandler handler) {
   ho.max_connections_per_address = f.max_connections_per_address;
   ho.max_pending_per_peer = f.max_pending_connections_per_peer;
   ho.head_timeout_ms = f.request_head_timeout_s * 1000;
+  if (f.agent_request_nice > 0) {  // users' requests and the scheduler get the CPU first
+    ho.background = &controller::Api::IsAgentTraffic;
+    ho.background_nice = f.agent_request_nice;
+  }
   // Agents (node tokens) get the connections kept for them; the classifier lives as long
   // as the server that calls it.
   auto classifier =

@@ -50,6 +50,9 @@ struct ServerOptions {
   int max_connections_per_address = 256;
   int max_pending_connections_per_peer = 64;
   int request_head_timeout_s = 10;
+  // Request priority (docs/deploy.md): agents' requests run on threads this many nice
+  // levels below users' requests and the scheduler; 0: one pool serves everyone.
+  int agent_request_nice = 10;
   // PostgreSQL only: how this controller leads.
   enum class Lease { kTakeOnce, kStandBy };
   Lease lease = Lease::kTakeOnce;
