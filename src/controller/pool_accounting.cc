@@ -72,13 +72,16 @@ void PoolAccounting::CountEndedLocked(const jobs::Job& j, int64_t now_us,
 Status PoolAccounting::FoldEndedLocked(int64_t now_us, std::map<int64_t, Key>* keys) {
   // Taken before the store is read: a job that ends between the two is in both.
   Controller::Ends fed = controller_->TakeEnds();
-  if (read_until_us_ == 0 || !fed.complete) {
+  // Until a read succeeds: the ends taken by a run whose read failed are in the store.
+  if (!fed.complete) read_store_ = true;
+  if (read_store_) {
     store::JobFilter recent;
     recent.states = {jobs::JobState::kSucceeded, jobs::JobState::kFailed,
                      jobs::JobState::kCancelled, jobs::JobState::kTimeout, jobs::JobState::kLost};
     recent.ended_after_us = std::max<int64_t>(1, read_until_us_ - kEndedOverlapUs);
     GP_ASSIGN_OR_RETURN(std::vector<jobs::Job> ended, store_->ListJobs(recent));
     ++store_reads_;
+    read_store_ = false;
     for (const jobs::Job& j : ended) CountEndedLocked(j, now_us, keys);
   }
   for (const jobs::Job& j : fed.jobs) CountEndedLocked(j, now_us, keys);

@@ -8,11 +8,11 @@
 // not every job ever run: those the controller installed since (Controller::TakeEnds),
 // with no store read. The first run reads every ended job from the store, and so does a
 // run after the controller dropped ends (more than Controller::kMaxKeptEnds between two
-// runs): the jobs that ended since the last run, with kEndedOverlapUs of overlap, for
-// ends stored late. A job read twice (by both ways, or in two overlaps) counts once:
-// the ids counted are kept for 2 x kEndedOverlapUs after the run that counted them, in
-// the order counted, so that they expire without a walk. A run also takes the used
-// GPU-seconds the telemetry hub gathered since. Runs happen at each scrape and on the
+// runs) and each run after one whose store read failed: the jobs that ended since the
+// last run, with kEndedOverlapUs of overlap, for ends stored late. A job read twice (by both ways,
+// or in two overlaps) counts once: the ids counted are kept for 2 x kEndedOverlapUs after the run
+// that counted them, in the order counted, so that they expire without a walk. A run also takes the
+// used GPU-seconds the telemetry hub gathered since. Runs happen at each scrape and on the
 // service's own thread every kFoldPeriodUs of the injected clock, so the hub hands its
 // seconds over even when nobody scrapes.
 //
@@ -91,6 +91,7 @@ class PoolAccounting {
 
   std::mutex mu_;              // one run at a time; guards the totals
   int64_t read_until_us_ = 0;  // jobs ending before this (less the overlap) are counted
+  bool read_store_ = true;     // the next run reads the store (the first; ends were dropped)
   int64_t store_reads_ = 0;
   // The ids counted, and in the order counted, with the time of the run that counted
   // them: expired from the front. Jobs with no end time are read each time: never.
