@@ -382,8 +382,7 @@ TEST_F(GatedControllerTest, ARunningCancelIsWrittenWithoutTheLockAndTheEndLandsF
 }
 
 // The events of two tasks of one gang, from two nodes at once: the second batch waits for
-// the first's write (the agents' batches are group-committed, ApplyEvents) and is stepped
-// on its result, so neither task's start is lost.
+// the first's write (group commit) and steps on its result: neither start is lost.
 TEST_F(GatedControllerTest, TwoTasksEventsAtOnceAreBothKept) {
   GateStore* g = UseGateStore();
   Register(2, {}, "n2");
