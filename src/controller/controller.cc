@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <set>
+#include <utility>
 
 #include "common/json.h"
 #include "controller/controller_internal.h"
@@ -331,6 +332,12 @@ void Controller::Install(lifecycle::Transition t) {
       if (ended_states_.size() > 100'000) ended_states_.clear();
       ended_states_[id] = t.next.state;
     }
+    if (ends_watched_ && ends_.complete && ends_.jobs.size() < kMaxKeptEnds) {
+      ends_.jobs.push_back(std::move(t.next));  // not read below
+    } else if (ends_watched_) {
+      ends_.complete = false;
+      ends_.jobs.clear();
+    }
     pending_reasons_.erase(id);
     reasons_touched_.insert(id);
     active_.erase(id);
@@ -352,6 +359,16 @@ void Controller::Install(lifecycle::Transition t) {
   if (fx.queue_changed) WakeSchedulerForArrival();
   for (const std::string& node : wake) WakeAgent(node);
   if (fx.notify_exec) exec_cv_.notify_all();
+}
+
+void Controller::WatchEnds() {
+  MutexLock lock(mu_);
+  ends_watched_ = true;
+}
+
+Controller::Ends Controller::TakeEnds() {
+  MutexLock lock(mu_);
+  return std::exchange(ends_, Ends{});
 }
 
 void Controller::AttachPendingReason(Job* job) const {

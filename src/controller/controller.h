@@ -49,6 +49,7 @@
 #include "common/clock.h"
 #include "common/mutex.h"
 #include "common/status.h"
+#include "controller/group_commit.h"
 #include "controller/job_index.h"
 #include "controller/job_lifecycle.h"
 #include "controller/limits.h"
@@ -440,7 +441,13 @@ class Controller {
   void CancelWorkWait(uint64_t ticket);
   // Polls waiting in AwaitWork now.
   size_t WaitingPolls();
+  // Answers once the batch's changes are written and installed. Batches that arrive while
+  // another's are written are written together, in one transaction (CommitEventGroup).
   Status ApplyEvents(const std::string& node, const EventBatch& batch);
+  // Tests: event batches waiting for the batches in flight to be written, and a wait
+  // until `n` of them wait.
+  size_t EventBatchesWaiting() { return event_commits_.waiting(); }
+  void WaitForEventBatches(size_t n) { event_commits_.WaitUntilWaiting(n); }
   // Whether `node` is registered and polling (not timed out).
   bool NodeUp(const std::string& node);
   // Every GPU of `node` by index, with the jobs holding it now and their shares: what an
@@ -459,6 +466,18 @@ class Controller {
   // `nodes`, when given, receives the Nodes() the snapshot was made from.
   PoolSnapshot MetricsSnapshot(std::vector<NodeView>* nodes = nullptr);
   PoolMetrics& metrics() { return metrics_; }
+  // For the metrics' accounting (pool_accounting.h), which then reads no ended job from
+  // the store each run: from WatchEnds on, each job that ends here (Install) is kept, as
+  // installed, until TakeEnds hands the kept ones over. At most kMaxKeptEnds are kept;
+  // beyond, they are dropped and the next TakeEnds says so (`complete` false: the taker
+  // reads the store instead). A standby has no controller, so every end is installed here.
+  static constexpr size_t kMaxKeptEnds = 1'000'000;
+  struct Ends {
+    std::vector<jobs::Job> jobs;
+    bool complete = true;
+  };
+  void WatchEnds() EXCLUDES(mu_);
+  Ends TakeEnds() EXCLUDES(mu_);
 
   // --- scheduling ---
   // One scheduling pass now (the loop calls this; tests call it directly).
@@ -520,6 +539,14 @@ class Controller {
       EXCLUDES(mu_);
   // One change, with kRetry: its answer, or the store's error.
   Result<jobs::Job> CommitOne(Change change) EXCLUDES(mu_);
+  // The changes of agents' event batches that arrived while one of them was committed
+  // (ApplyEvents, event_commits_): one Commit (kRetry) of all of them in the order they
+  // came, so one store transaction when no compare-and-set fails; each batch's answers
+  // as its own Commit would give them. When that Commit fails (the store's error, or a
+  // job changed outside this controller), each batch is committed again on its own, so
+  // the failure is only the answer of the batches it is about.
+  using EventCommit = Result<std::vector<Result<jobs::Job>>>;
+  std::vector<EventCommit> CommitEventGroup(std::vector<std::vector<Change>> group) EXCLUDES(mu_);
   // A Commit round's steps: the transitions of the changes that change their job, the
   // writes they make, and which change each one is.
   struct Stepped {
@@ -847,6 +874,12 @@ class Controller {
   std::thread loop_;
   std::atomic<int64_t> loop_seen_mono_us_{0};  // the loop's last round; 0 = not running
   PoolMetrics metrics_;
+  GroupCommit<std::vector<Change>, EventCommit> event_commits_{
+      [this](std::vector<std::vector<Change>> group) {
+        return CommitEventGroup(std::move(group));
+      }};
+  bool ends_watched_ GUARDED_BY(mu_) = false;  // WatchEnds
+  Ends ends_ GUARDED_BY(mu_);                  // ended since the last TakeEnds
 };
 
 }  // namespace gpupool::controller

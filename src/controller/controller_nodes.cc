@@ -3,6 +3,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <iterator>
 #include <set>
 
 #include "common/json.h"
@@ -562,6 +563,31 @@ lifecycle::Event LifecycleEvent(const std::string& node, const Event& raw, int64
 
 }  // namespace
 
+std::vector<Controller::EventCommit> Controller::CommitEventGroup(
+    std::vector<std::vector<Change>> group) {
+  std::vector<EventCommit> out;
+  out.reserve(group.size());
+  if (group.size() > 1) {
+    std::vector<Change> all;
+    for (const std::vector<Change>& batch : group)
+      all.insert(all.end(), batch.begin(), batch.end());
+    if (EventCommit answers = Commit(std::move(all), OnConflict::kRetry); answers.ok()) {
+      auto next = answers->begin();
+      for (const std::vector<Change>& batch : group) {
+        out.emplace_back(std::vector<Result<Job>>(
+            std::make_move_iterator(next),
+            std::make_move_iterator(next + static_cast<ptrdiff_t>(batch.size()))));
+        next += static_cast<ptrdiff_t>(batch.size());
+      }
+      return out;
+    }
+  }
+  // One batch, or a group whose write failed: nothing of it was written.
+  for (std::vector<Change>& batch : group)
+    out.push_back(Commit(std::move(batch), OnConflict::kRetry));
+  return out;
+}
+
 Status Controller::ApplyEvents(const std::string& node, const EventBatch& batch) {
   std::vector<Change> changes;
   {
@@ -579,9 +605,12 @@ Status Controller::ApplyEvents(const std::string& node, const EventBatch& batch)
       changes.push_back({raw.job_id, LifecycleEvent(node, raw, time_us), {}});
     }
   }
-  // In order, in one transaction: a job's second event steps on its first one's result.
-  GP_ASSIGN_OR_RETURN(std::vector<Result<Job>> answers,
-                      Commit(std::move(changes), OnConflict::kRetry));
+  // In order, in one transaction (with the batches that came meanwhile): a job's second
+  // event steps on its first one's result.
+  std::vector<Result<Job>> answers;
+  if (!changes.empty()) {
+    GP_ASSIGN_OR_RETURN(answers, event_commits_.Submit(std::move(changes)));
+  }
   std::vector<CommandEnd> ended;
   {
     Lock lock(mu_);

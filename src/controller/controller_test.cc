@@ -385,9 +385,8 @@ TEST_F(GatedControllerTest, ARunningCancelIsWrittenWithoutTheLockAndTheEndLandsF
   EXPECT_EQ(store_->GetJob(a.id)->reason, done.reason);
 }
 
-// The events of two tasks of one gang, from two nodes at once: both writes expect the
-// same version; one loses its compare-and-set and is stepped again on the other's result,
-// so neither task's start is lost.
+// The events of two tasks of one gang, from two nodes at once: the second batch waits for
+// the first's write (group commit) and steps on its result: neither start is lost.
 TEST_F(GatedControllerTest, TwoTasksEventsAtOnceAreBothKept) {
   GateStore* g = UseGateStore();
   Register(2, {}, "n2");
@@ -406,7 +405,8 @@ TEST_F(GatedControllerTest, TwoTasksEventsAtOnceAreBothKept) {
   std::thread t0([&] { first = Apply({s0}, j.placement[0].node); });
   std::thread t1(
       [&] { second = Apply({Ev(j, protocol::EventKind::kStarted, 0, 1)}, j.placement[1].node); });
-  g->WaitUntilHeld(2);  // both stepped on the same version, both writes under way
+  g->WaitUntilHeld(1);         // one batch's write under way
+  c_->WaitForEventBatches(1);  // the other's waits for it
   g->Open();
   t0.join();
   t1.join();

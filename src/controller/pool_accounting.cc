@@ -54,27 +54,53 @@ PoolAccounting::PoolAccounting(Controller* controller, store::Store* store, cons
       telemetry_(telemetry),
       worker_(clock, kFoldPeriodUs, [this] {
         if (Status s = Fold(); !s.ok()) spdlog::warn("metrics: {}", s.message());
-      }) {}
+      }) {
+  controller_->WatchEnds();
+}
+
+void PoolAccounting::CountEndedLocked(const jobs::Job& j, int64_t now_us,
+                                      std::map<int64_t, Key>* keys) {
+  (*keys)[j.id] = AccountingKey(j);
+  if (!jobs::IsTerminal(j.state) || !recent_.insert(j.id).second) return;
+  if (j.end_time_us > 0) recent_order_.emplace_back(now_us, j.id);
+  ++ended_by_state_[std::string(jobs::JobStateName(j.state))];
+  if (const double hours = JobGpuHours(j, 0, INT64_MAX, now_us); hours > 0) {
+    ended_gpu_hours_[AccountingKey(j)] += hours;
+  }
+}
 
 Status PoolAccounting::FoldEndedLocked(int64_t now_us, std::map<int64_t, Key>* keys) {
-  store::JobFilter recent;
-  recent.states = {jobs::JobState::kSucceeded, jobs::JobState::kFailed, jobs::JobState::kCancelled,
-                   jobs::JobState::kTimeout, jobs::JobState::kLost};
-  recent.ended_after_us = std::max<int64_t>(1, read_until_us_ - kEndedOverlapUs);
-  GP_ASSIGN_OR_RETURN(std::vector<jobs::Job> ended, store_->ListJobs(recent));
-  for (const jobs::Job& j : ended) {
-    (*keys)[j.id] = AccountingKey(j);
-    if (!jobs::IsTerminal(j.state) || !recent_.emplace(j.id, j.end_time_us).second) continue;
-    ++ended_by_state_[std::string(jobs::JobStateName(j.state))];
-    if (const double hours = JobGpuHours(j, 0, INT64_MAX, now_us); hours > 0) {
-      ended_gpu_hours_[AccountingKey(j)] += hours;
-    }
+  // Taken before the store is read: a job that ends between the two is in both.
+  Controller::Ends fed = controller_->TakeEnds();
+  // Until a read succeeds: the ends taken by a run whose read failed are in the store.
+  if (!fed.complete) read_store_ = true;
+  if (read_store_) {
+    store::JobFilter recent;
+    recent.states = {jobs::JobState::kSucceeded, jobs::JobState::kFailed,
+                     jobs::JobState::kCancelled, jobs::JobState::kTimeout, jobs::JobState::kLost};
+    recent.ended_after_us = std::max<int64_t>(1, read_until_us_ - kEndedOverlapUs);
+    GP_ASSIGN_OR_RETURN(std::vector<jobs::Job> ended, store_->ListJobs(recent));
+    ++store_reads_;
+    read_store_ = false;
+    for (const jobs::Job& j : ended) CountEndedLocked(j, now_us, keys);
   }
+  for (const jobs::Job& j : fed.jobs) CountEndedLocked(j, now_us, keys);
   read_until_us_ = now_us;
-  std::erase_if(recent_, [&](const auto& e) {
-    return e.second > 0 && e.second < now_us - 2 * kEndedOverlapUs;  // 0: no end, read each time
-  });
+  while (!recent_order_.empty() && recent_order_.front().first < now_us - 2 * kEndedOverlapUs) {
+    recent_.erase(recent_order_.front().second);
+    recent_order_.pop_front();
+  }
   return Status::Ok();
+}
+
+PoolAccounting::EndedTotals PoolAccounting::ended_totals() {
+  std::lock_guard lock(mu_);
+  return {ended_by_state_, ended_gpu_hours_};
+}
+
+int64_t PoolAccounting::store_reads() {
+  std::lock_guard lock(mu_);
+  return store_reads_;
 }
 
 void PoolAccounting::FoldUsedLocked(const std::map<int64_t, Key>& keys) {

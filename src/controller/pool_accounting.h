@@ -4,19 +4,27 @@
 // kept here from run to run: jobs ended by state, and their allocated and used
 // (utilisation-weighted, telemetry.h) GPU-hours by (user, project).
 //
-// An ended job never changes, so a run reads from the store only the jobs that ended
-// since the last one (with kEndedOverlapUs of overlap, for ends stored late), not every
-// job ever run; and it takes the used GPU-seconds the telemetry hub gathered since. Runs
-// happen at each scrape and on the service's own thread every kFoldPeriodUs of the
-// injected clock, so the hub hands its seconds over even when nobody scrapes.
+// An ended job never changes, so a run adds only the jobs that ended since the last one,
+// not every job ever run: those the controller installed since (Controller::TakeEnds),
+// with no store read. The first run reads every ended job from the store, and so does a
+// run after the controller dropped ends (more than Controller::kMaxKeptEnds between two
+// runs) and each run after one whose store read failed: the jobs that ended since the
+// last run, with kEndedOverlapUs of overlap, for ends stored late. A job read twice (by both ways,
+// or in two overlaps) counts once: the ids counted are kept for 2 x kEndedOverlapUs after the run
+// that counted them, in the order counted, so that they expire without a walk. A run also takes the
+// used GPU-seconds the telemetry hub gathered since. Runs happen at each scrape and on the
+// service's own thread every kFoldPeriodUs of the injected clock, so the hub hands its
+// seconds over even when nobody scrapes.
 //
 // Thread-safe: one run at a time.
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <map>
 #include <mutex>
 #include <string>
+#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -52,12 +60,23 @@ class PoolAccounting {
   // The thread, for tests that wait for its runs (PeriodicThread::WaitForRuns).
   const PeriodicThread& worker() const { return worker_; }
 
+  // The totals of the ended jobs (tests: a run over what was fed compares with one
+  // that read every ended job from the store), and how many runs read the store.
+  struct EndedTotals {
+    std::map<std::string, int64_t> by_state;
+    std::map<std::pair<std::string, std::string>, double> gpu_hours;
+  };
+  EndedTotals ended_totals();
+  int64_t store_reads();
+
  private:
   using Key = std::pair<std::string, std::string>;  // (user, project)
 
   // Jobs that ended since the last run, added to the totals once each; `keys` gets the
   // (user, project) of every job read.
   Status FoldEndedLocked(int64_t now_us, std::map<int64_t, Key>* keys);
+  // Ended job `j`, added to the totals unless counted before.
+  void CountEndedLocked(const jobs::Job& j, int64_t now_us, std::map<int64_t, Key>* keys);
   // The used GPU-seconds the hub gathered, added to their jobs' (user, project): by
   // `keys`, else by the store; a job the store cannot be asked about now keeps its
   // seconds for the next run, one it no longer holds loses them.
@@ -70,9 +89,14 @@ class PoolAccounting {
   const Clock* clock_;
   TelemetryService* telemetry_;
 
-  std::mutex mu_;                      // one run at a time; guards the totals
-  int64_t read_until_us_ = 0;          // jobs ending before this (less the overlap) are counted
-  std::map<int64_t, int64_t> recent_;  // id -> end, of those within the overlap: counted once
+  std::mutex mu_;              // one run at a time; guards the totals
+  int64_t read_until_us_ = 0;  // jobs ending before this (less the overlap) are counted
+  bool read_store_ = true;     // the next run reads the store (the first; ends were dropped)
+  int64_t store_reads_ = 0;
+  // The ids counted, and in the order counted, with the time of the run that counted
+  // them: expired from the front. Jobs with no end time are read each time: never.
+  std::unordered_set<int64_t> recent_;
+  std::deque<std::pair<int64_t, int64_t>> recent_order_;  // (run's time, id)
   std::map<std::string, int64_t> ended_by_state_;
   std::map<Key, double> ended_gpu_hours_;
   std::map<Key, double> used_gpu_s_;  // the counter's value, in GPU-seconds
