@@ -99,6 +99,19 @@ Result<ScheduleResult> JobScheduler::Plan(const std::vector<const jobs::Job*>& a
         r.reservation_start_s * 1'000'000;
   }
   std::vector<std::optional<std::string>> reasons(in.pending.size());
+  // The jobs a capped pass did not reach share one reason, kept as one (KeepReasons),
+  // unless a note of their own is added below: an out-of-service GPU's, a hold's.
+  std::vector<size_t> not_reached = std::move(r.not_reached);
+  if (in.any_out_of_service()) {
+    for (size_t i : not_reached) r.reasons.emplace_back(i, r.not_reached_reason);
+    not_reached.clear();
+  }
+  for (size_t i : held.pending) {
+    auto it = std::lower_bound(not_reached.begin(), not_reached.end(), i);
+    if (it == not_reached.end() || *it != i) continue;
+    not_reached.erase(it);
+    reasons[i] = r.not_reached_reason;
+  }
   for (auto& [i, why] : r.reasons) {
     // A GPU out of service that keeps the job waiting is named (docs/health.md); not
     // where a gate (a hold, a dependency, a limit) keeps it.
@@ -119,15 +132,16 @@ Result<ScheduleResult> JobScheduler::Plan(const std::vector<const jobs::Job*>& a
   for (size_t i : held.pending) {
     if (reasons[i]) *reasons[i] += "; " + std::string(kHeldNote);
   }
-  KeepReasons(in, reasons, &result);
+  KeepReasons(in, reasons, not_reached, r.not_reached_reason, &result);
   return result;
 }
 
 void JobScheduler::KeepReasons(const SchedInput& in,
                                std::vector<std::optional<std::string>>& reasons,
+                               const std::vector<size_t>& shared, const std::string& shared_why,
                                ScheduleResult* result) {
   ++pass_;
-  size_t given = 0;
+  size_t given = shared.size();
   for (size_t i = 0; i < reasons.size(); ++i) {
     if (!reasons[i]) continue;
     ++given;
@@ -135,12 +149,33 @@ void JobScheduler::KeepReasons(const SchedInput& in,
     auto [it, fresh] = reasons_.try_emplace(id);
     KeptReason& kept = it->second;
     kept.pass = pass_;
+    kept.shared = false;
     if (!fresh && kept.why == *reasons[i]) continue;
     const bool resources = PendingReasonClass(*reasons[i]) == "resources";
     no_room_ += int64_t{resources} - int64_t{kept.resources};
     kept.resources = resources;
     kept.why = std::move(*reasons[i]);
     result->pending_reasons.emplace(id, kept.why);
+  }
+  if (!shared.empty()) {
+    // A job kept with the last shared reason has this one if the text is the same: one
+    // comparison for all of them.
+    const bool same_text = shared_why == shared_why_;
+    const bool resources = PendingReasonClass(shared_why) == "resources";
+    for (size_t i : shared) {
+      const int64_t id = in.pending_source[i]->id;
+      auto [it, fresh] = reasons_.try_emplace(id);
+      KeptReason& kept = it->second;
+      kept.pass = pass_;
+      if (!fresh && kept.shared && same_text) continue;
+      kept.shared = true;
+      if (!fresh && kept.why == shared_why) continue;
+      no_room_ += int64_t{resources} - int64_t{kept.resources};
+      kept.resources = resources;
+      kept.why = shared_why;
+      result->pending_reasons.emplace(id, kept.why);
+    }
+    shared_why_ = shared_why;
   }
   if (reasons_.size() > given) {
     std::erase_if(reasons_, [&](const auto& e) {

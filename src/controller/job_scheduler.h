@@ -94,6 +94,9 @@ class JobScheduler {
     std::string why;
     uint64_t pass = 0;       // the last Plan that gave it
     bool resources = false;  // of class "resources"
+    // Given as the shared reason of the jobs a capped pass did not reach: `why` is the
+    // scheduler's last shared reason (KeepReasons).
+    bool shared = false;
   };
   const std::unordered_map<int64_t, KeptReason>& pending_reasons() const { return reasons_; }
 
@@ -114,14 +117,17 @@ class JobScheduler {
   bool mps_multi_user_ = false;
   std::optional<PreemptionSettings> preemption_ = PreemptionSettings{};
   std::unique_ptr<sched::PlacementPolicy> preempt_policy_;  // ChooseVictims' trial placements
-  // Keeps this pass's reasons (by index into in.pending; none for started jobs) and puts
-  // those that changed into `result`.
+  // Keeps this pass's reasons (by index into in.pending; none for started jobs), and
+  // `shared_why` as the reason of the jobs at `shared` (indices, none in `reasons`), and
+  // puts those that changed into `result`.
   void KeepReasons(const SchedInput& in, std::vector<std::optional<std::string>>& reasons,
+                   const std::vector<size_t>& shared, const std::string& shared_why,
                    ScheduleResult* result);
 
   ConversionCache cache_;
   KeptCluster kept_;
   std::unordered_map<int64_t, KeptReason> reasons_;
+  std::string shared_why_;  // the last shared reason KeepReasons kept (KeptReason::shared)
   uint64_t pass_ = 0;
   int64_t no_room_ = 0;  // reasons_ of class "resources"
 };

@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 
 #include <map>
+#include <memory>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -282,6 +284,88 @@ TEST(PreemptionDefaultsTest, ProjectThenUserThenDefault) {
   run.interactive = "run";
   ApplyPreemptionDefaults(limits, &run);
   EXPECT_FALSE(run.preemptible);
+}
+
+// Capped passes over a queue that changes at random (starts run, jobs end, jobs arrive,
+// holds come and go): after each pass the reasons the scheduler keeps, and the ones its
+// results handed out applied in turn, are those a fresh scheduler gives for the same jobs
+// (the jobs a capped pass does not reach share one reason, kept as one).
+TEST(KeptReasonsTest, CappedPassesKeepWhatAFreshSchedulerGives) {
+  std::vector<gpu::NodeInfo> infos(3);
+  std::vector<SchedNode> nodes;
+  for (size_t n = 0; n < infos.size(); ++n) {
+    infos[n].hostname = "n" + std::to_string(n);
+    for (int g = 0; g < 4; ++g) {
+      gpu::GpuInfo gi;
+      gi.vendor = gpu::Vendor::kNvidia;
+      gi.index = g;
+      gi.name = "NVIDIA H100 80GB HBM3";
+      gi.uuid = infos[n].hostname + "-GPU-" + std::to_string(g);
+      gi.memory_total_bytes = uint64_t{80} << 30;
+      infos[n].gpus.push_back(gi);
+    }
+    nodes.push_back({infos[n].hostname, &infos[n], 64000, 256000, false, {}});
+  }
+  auto make = [] { return JobScheduler::Create("default", "fair", "skip", false, 3); };
+  auto kept = make();
+  ASSERT_TRUE(kept.ok());
+  std::mt19937 rng(5);
+  auto pick = [&](int n) { return static_cast<int>(rng() % static_cast<unsigned>(n)); };
+  std::map<int64_t, std::unique_ptr<jobs::Job>> jobs;
+  int64_t next_id = 1;
+  std::map<int64_t, std::string> shown;  // the results' reasons applied in turn
+  for (int step = 0; step < 150; ++step) {
+    SCOPED_TRACE("step " + std::to_string(step));
+    for (int i = pick(8); i > 0; --i) {
+      auto j = std::make_unique<jobs::Job>();
+      j->id = next_id++;
+      j->version = 1;
+      j->uid = 1000 + static_cast<uint32_t>(pick(3));
+      j->user = "u" + std::to_string(j->uid);
+      j->request.gpus = 1 + pick(3);
+      j->submit_time_us = (1000 + j->id) * 1'000'000;
+      j->time_limit_s = 100;
+      jobs[j->id] = std::move(j);
+    }
+    for (auto it = jobs.begin(); it != jobs.end();) {
+      jobs::Job& j = *it->second;
+      if (j.state == jobs::JobState::kRunning && pick(4) == 0) {
+        it = jobs.erase(it);
+        continue;
+      }
+      if (j.state == jobs::JobState::kPending && pick(10) == 0) {
+        j.held_by = j.held_by.empty() ? j.user : "";
+        ++j.version;
+      }
+      ++it;
+    }
+    std::vector<const jobs::Job*> active;
+    for (const auto& [id, j] : jobs) active.push_back(j.get());
+    const int64_t now = 2000 + step;
+    auto r = (*kept)->Plan(active, nodes, now);
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    auto fresh = make();
+    ASSERT_TRUE(fresh.ok());
+    auto f = (*fresh)->Plan(active, nodes, now);
+    ASSERT_TRUE(f.ok()) << f.status().ToString();
+    EXPECT_EQ(r->starts, f->starts);
+    EXPECT_EQ(r->capped, f->capped);
+    EXPECT_EQ(r->no_room, f->no_room);
+    for (const auto& [id, why] : r->pending_reasons) shown[id] = why;
+    for (int64_t id : r->reasons_dropped) shown.erase(id);
+    EXPECT_EQ(shown, f->pending_reasons);
+    std::map<int64_t, std::pair<std::string, bool>> want, got;
+    for (const auto& [id, k] : (*fresh)->pending_reasons()) want[id] = {k.why, k.resources};
+    for (const auto& [id, k] : (*kept)->pending_reasons()) got[id] = {k.why, k.resources};
+    EXPECT_EQ(got, want);
+    for (const auto& [id, placement] : r->starts) {
+      jobs::Job& j = *jobs.at(id);
+      j.state = jobs::JobState::kRunning;
+      j.placement = placement;
+      j.start_time_us = now * 1'000'000;
+      ++j.version;
+    }
+  }
 }
 
 }  // namespace

@@ -121,11 +121,13 @@ void SchedulingProfile::Explain(const ClusterState& cluster, const PassContext& 
   std::vector<bool> started(admitted.size(), false);
   for (const PassResult::Started& s : pass.started) started[s.pending_index] = true;
   if (!pass.not_reached.empty()) {
-    const std::string capped = CappedReason(spec_.pass.max_starts);
+    result->not_reached_reason = CappedReason(spec_.pass.max_starts);
+    result->not_reached.reserve(pass.not_reached.size());
     for (size_t k : pass.not_reached) {
       started[k] = true;  // not explained below
-      result->reasons.emplace_back(admitted_index[k], capped);
+      result->not_reached.push_back(admitted_index[k]);
     }
+    std::sort(result->not_reached.begin(), result->not_reached.end());
   }
   for (size_t k = 0; k < admitted.size(); ++k) {
     if (started[k]) continue;

@@ -61,8 +61,13 @@ struct ProfileResult {
   std::optional<size_t> reserved_index;  // under easy: who holds the reservation
   int64_t reservation_start_s = 0;       // and when it is planned to start
   // Why each pending job that did not start waits, in pending order: every refused one,
-  // and (when Run was asked to explain) every admitted one.
+  // and (when Run was asked to explain) every admitted one but those in `not_reached`.
   std::vector<std::pair<size_t, std::string>> reasons;
+  // When Run was asked to explain and the pass was capped: the admitted jobs it did not
+  // reach (in pending order), which all wait with `not_reached_reason` (CappedReason's):
+  // one string for what can be most of the queue, not one per job.
+  std::vector<size_t> not_reached;
+  std::string not_reached_reason;
   // With PassContext::plan_starts = N: the first N admitted jobs that did not start, in
   // queue order, with their planned starts (queue/start_plan.h); indices are into
   // PassContext::pending.

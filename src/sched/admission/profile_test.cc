@@ -161,6 +161,28 @@ TEST(SchedulingProfile, ReservationAndStartsNameThePendingJobsNotTheAdmittedOnes
             "time limits; 0/1 nodes are available: 1 insufficient GPUs");
 }
 
+TEST(SchedulingProfile, TheJobsACappedPassDidNotReachShareOneReason) {
+  ClusterState cluster = testing::MakeCluster(1, 4);
+  std::vector<QueuedJob> pending;
+  for (int i = 0; i < 6; ++i) pending.push_back(Job("j" + std::to_string(i), "u", i, {GpuTask(1)}));
+  const std::vector<const QueuedJob*> ptrs = testing::Pointers(pending);
+  PassContext ctx;
+  ctx.pending = ptrs;
+  ProfileSpec spec;
+  spec.queue_policy = "fifo";
+  spec.placement_policy = "first-fit";
+  spec.pass.max_starts = 2;
+  spec.placements = &FirstFit();
+  auto profile = SchedulingProfile::Create(spec);
+  ASSERT_TRUE(profile.ok()) << profile.status().ToString();
+  auto r = (*profile)->Run(cluster, ctx);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_TRUE(r->capped);
+  EXPECT_EQ(r->not_reached, (std::vector<size_t>{2, 3, 4, 5}));
+  EXPECT_EQ(r->not_reached_reason, CappedReason(2));
+  EXPECT_TRUE(r->reasons.empty());  // not one string per job
+}
+
 TEST(SchedulingProfile, UnknownPluginsAndPoliciesAreErrorsThatNameTheKnownOnes) {
   ProfileSpec spec;
   spec.gates = {"hold", "karma"};

@@ -10,10 +10,12 @@
 // group is further behind. Ties go to the group whose next job is older, then by name.
 // With fair_starving_after_s (aging), the jobs that have waited that long come first,
 // oldest first, ahead of that order. With fair_shortest_first a group's own jobs go
-// shortest first (as sjf) instead of oldest first.
+// shortest first (as sjf) instead of oldest first. Lazy: the filling goes as far as the
+// pass reads the order (a pass capped at max_starts reads a few of 100,000 jobs).
 #include <algorithm>
 #include <queue>
 #include <tuple>
+#include <unordered_map>
 
 #include "sched/queue/queue_policy_registry.h"
 
@@ -30,75 +32,113 @@ double DominantShare(const Resources& used, const Resources& capacity) {
                    Ratio(used.memory_mib, capacity.memory_mib)});
 }
 
+// The fair order of one QueueContext, made as it is read (QueueOrder): the groups and
+// their sorted jobs are set up at once, the progressive filling goes one job per Next.
+class FairOrder final : public QueueOrder {
+ public:
+  FairOrder(const QueuePolicyConfig& config, const QueueContext& ctx) : config_(config), ctx_(ctx) {
+    capacity_ = ctx.cluster != nullptr ? ctx.cluster->TotalCapacity() : Resources{};
+    for (const RunningJob& r : ctx.running) GroupOf(*r.job).used += r.job->Total();
+    // Aging: jobs waiting past fair_starving_after_s go first, oldest first, and count
+    // in their groups' use as if started.
+    const int64_t starving = config.fair_starving_after_s;
+    for (size_t i = 0; i < ctx.pending.size(); ++i) {
+      if (starving > 0 && ctx.now_s - ctx.pending[i]->submit_s >= starving) {
+        aged_.push_back(i);
+      } else {
+        GroupOf(*ctx.pending[i]).jobs.push_back(i);
+      }
+    }
+    std::stable_sort(aged_.begin(), aged_.end(), [&](size_t a, size_t b) {
+      return ctx.pending[a]->submit_s < ctx.pending[b]->submit_s;
+    });
+    for (size_t i : aged_) GroupOf(*ctx.pending[i]).used += ctx.pending[i]->Total();
+    auto before = [&](size_t a, size_t b) {
+      const QueuedJob& ja = *ctx.pending[a];
+      const QueuedJob& jb = *ctx.pending[b];
+      if (config.fair_shortest_first) {
+        const int64_t ra = ja.SjfRuntime().value_or(kNoPlannedEnd);
+        const int64_t rb = jb.SjfRuntime().value_or(kNoPlannedEnd);
+        if (ra != rb) return ra < rb;
+      }
+      return ja.submit_s < jb.submit_s;
+    };
+    for (auto& [name, g] : groups_) {
+      auto w = config.fair_weights.find(name);
+      if (w != config.fair_weights.end()) g.weight = w->second;
+      // Jobs come in arrival order, mostly already in this one: a stable sort of a sorted
+      // list leaves it as it is.
+      if (!std::is_sorted(g.jobs.begin(), g.jobs.end(), before)) {
+        std::stable_sort(g.jobs.begin(), g.jobs.end(), before);
+      }
+    }
+    for (const auto& [name, g] : groups_) Push(name, g);
+  }
+
+  std::optional<size_t> Next() override {
+    if (aged_next_ < aged_.size()) return aged_[aged_next_++];
+    if (heap_.empty()) return std::nullopt;
+    const std::string_view name = std::get<3>(heap_.top());
+    const size_t index = std::get<2>(heap_.top());
+    heap_.pop();
+    Group& g = groups_.find(name)->second;
+    g.used += ctx_.pending[index]->Total();
+    ++g.next;
+    Push(name, g);
+    return index;
+  }
+
+ private:
+  struct Group {
+    Resources used;
+    double weight = 1;
+    std::vector<size_t> jobs;  // pending indices, oldest first
+    size_t next = 0;
+  };
+
+  Group& GroupOf(const QueuedJob& job) {
+    const std::string& name = FairShareGroupOf(job, config_.fair_group);
+    if (last_ != nullptr && last_name_ == name) return *last_;
+    last_name_ = name;
+    last_ = &groups_[last_name_];
+    return *last_;
+  }
+
+  // Min-heap on (weighted dominant share, next job's submit time, next job's index,
+  // group name): a total order, so the result does not depend on heap internals or on
+  // the groups' order.
+  void Push(std::string_view name, const Group& g) {
+    if (g.next >= g.jobs.size()) return;
+    const size_t j = g.jobs[g.next];
+    heap_.emplace(DominantShare(g.used, capacity_) / g.weight, ctx_.pending[j]->submit_s, j, name);
+  }
+
+  const QueuePolicyConfig& config_;
+  const QueueContext ctx_;
+  Resources capacity_;
+  std::unordered_map<std::string_view, Group> groups_;  // names borrowed from the jobs
+  std::string_view last_name_;
+  Group* last_ = nullptr;  // groups_[last_name_]: jobs of one group often come in a row
+  std::vector<size_t> aged_;
+  size_t aged_next_ = 0;
+  using Key = std::tuple<double, int64_t, size_t, std::string_view>;
+  std::priority_queue<Key, std::vector<Key>, std::greater<>> heap_;
+};
+
 class FairShareQueuePolicy final : public QueuePolicy {
  public:
   explicit FairShareQueuePolicy(QueuePolicyConfig config) : config_(std::move(config)) {}
   std::string_view name() const override { return "fair"; }
 
   std::vector<size_t> Order(const QueueContext& ctx) const override {
-    const Resources capacity = ctx.cluster != nullptr ? ctx.cluster->TotalCapacity() : Resources{};
-    struct Group {
-      Resources used;
-      double weight = 1;
-      std::vector<size_t> jobs;  // pending indices, oldest first
-      size_t next = 0;
-    };
-    std::map<std::string_view, Group> groups;
-    for (const RunningJob& r : ctx.running) {
-      groups[FairShareGroupOf(*r.job, config_.fair_group)].used += r.job->Total();
-    }
-    // Aging: jobs waiting past fair_starving_after_s go first, oldest first, and count
-    // in their groups' use as if started.
-    std::vector<size_t> order;
-    order.reserve(ctx.pending.size());
-    const int64_t starving = config_.fair_starving_after_s;
-    for (size_t i = 0; i < ctx.pending.size(); ++i) {
-      if (starving > 0 && ctx.now_s - ctx.pending[i]->submit_s >= starving) {
-        order.push_back(i);
-      } else {
-        groups[FairShareGroupOf(*ctx.pending[i], config_.fair_group)].jobs.push_back(i);
-      }
-    }
-    std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
-      return ctx.pending[a]->submit_s < ctx.pending[b]->submit_s;
-    });
-    for (size_t i : order) {
-      groups[FairShareGroupOf(*ctx.pending[i], config_.fair_group)].used += ctx.pending[i]->Total();
-    }
-    for (auto& [name, g] : groups) {
-      auto w = config_.fair_weights.find(name);
-      if (w != config_.fair_weights.end()) g.weight = w->second;
-      std::stable_sort(g.jobs.begin(), g.jobs.end(), [&](size_t a, size_t b) {
-        const QueuedJob& ja = *ctx.pending[a];
-        const QueuedJob& jb = *ctx.pending[b];
-        if (config_.fair_shortest_first) {
-          const int64_t ra = ja.SjfRuntime().value_or(kNoPlannedEnd);
-          const int64_t rb = jb.SjfRuntime().value_or(kNoPlannedEnd);
-          if (ra != rb) return ra < rb;
-        }
-        return ja.submit_s < jb.submit_s;
-      });
-    }
-    // Min-heap on (weighted dominant share, next job's submit time, next job's index,
-    // group name): a total order, so the result does not depend on heap internals.
-    using Key = std::tuple<double, int64_t, size_t, std::string_view>;
-    std::priority_queue<Key, std::vector<Key>, std::greater<>> heap;
-    auto push = [&](std::string_view name, const Group& g) {
-      if (g.next >= g.jobs.size()) return;
-      const size_t j = g.jobs[g.next];
-      heap.emplace(DominantShare(g.used, capacity) / g.weight, ctx.pending[j]->submit_s, j, name);
-    };
-    for (const auto& [name, g] : groups) push(name, g);
-    while (!heap.empty()) {
-      auto [share, submit, index, name] = heap.top();
-      heap.pop();
-      Group& g = groups.find(name)->second;
-      order.push_back(index);
-      g.used += ctx.pending[index]->Total();
-      ++g.next;
-      push(name, g);
-    }
-    return order;
+    FairOrder order(config_, ctx);
+    std::vector<size_t> out;
+    out.reserve(ctx.pending.size());
+    while (std::optional<size_t> i = order.Next()) out.push_back(*i);
+    return out;
+  }
+  std::unique_ptr<QueueOrder> Lazy(const QueueContext& ctx) const override {
+    return std::make_unique<FairOrder>(config_, ctx);
   }
 
  private:

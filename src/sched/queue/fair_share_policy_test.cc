@@ -1,6 +1,12 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <map>
+#include <queue>
+#include <random>
+#include <tuple>
+
 #include "sched/queue/queue_policy_registry.h"
 #include "sched/queue/queue_test_util.h"
 
@@ -140,6 +146,122 @@ TEST(FairShareQueuePolicy, EveryIndexExactlyOnce) {
   std::vector<size_t> order = FairOrder(jobs, {}, cluster);
   std::sort(order.begin(), order.end());
   for (size_t i = 0; i < jobs.size(); ++i) EXPECT_EQ(order[i], i);
+}
+
+// The fair order as it was computed before it was made lazy (every group sorted, the
+// whole filling at once): what the policy's order must stay.
+std::vector<size_t> ReferenceFairOrder(const QueueContext& ctx, const QueuePolicyConfig& config) {
+  auto ratio = [](int64_t used, int64_t capacity) {
+    return capacity > 0 ? static_cast<double>(used) / static_cast<double>(capacity) : 0.0;
+  };
+  const Resources capacity = ctx.cluster->TotalCapacity();
+  auto share = [&](const Resources& used) {
+    return std::max({ratio(used.gpu_milli, capacity.gpu_milli),
+                     ratio(used.cpu_milli, capacity.cpu_milli),
+                     ratio(used.memory_mib, capacity.memory_mib)});
+  };
+  struct Group {
+    Resources used;
+    double weight = 1;
+    std::vector<size_t> jobs;
+    size_t next = 0;
+  };
+  std::map<std::string_view, Group> groups;
+  for (const RunningJob& r : ctx.running) {
+    groups[FairShareGroupOf(*r.job, config.fair_group)].used += r.job->Total();
+  }
+  std::vector<size_t> order;
+  for (size_t i = 0; i < ctx.pending.size(); ++i) {
+    if (config.fair_starving_after_s > 0 &&
+        ctx.now_s - ctx.pending[i]->submit_s >= config.fair_starving_after_s) {
+      order.push_back(i);
+    } else {
+      groups[FairShareGroupOf(*ctx.pending[i], config.fair_group)].jobs.push_back(i);
+    }
+  }
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+    return ctx.pending[a]->submit_s < ctx.pending[b]->submit_s;
+  });
+  for (size_t i : order) {
+    groups[FairShareGroupOf(*ctx.pending[i], config.fair_group)].used += ctx.pending[i]->Total();
+  }
+  for (auto& [name, g] : groups) {
+    if (auto w = config.fair_weights.find(name); w != config.fair_weights.end())
+      g.weight = w->second;
+    std::stable_sort(g.jobs.begin(), g.jobs.end(), [&](size_t a, size_t b) {
+      const QueuedJob& ja = *ctx.pending[a];
+      const QueuedJob& jb = *ctx.pending[b];
+      if (config.fair_shortest_first) {
+        const int64_t ra = ja.SjfRuntime().value_or(kNoPlannedEnd);
+        const int64_t rb = jb.SjfRuntime().value_or(kNoPlannedEnd);
+        if (ra != rb) return ra < rb;
+      }
+      return ja.submit_s < jb.submit_s;
+    });
+  }
+  using Key = std::tuple<double, int64_t, size_t, std::string_view>;
+  std::priority_queue<Key, std::vector<Key>, std::greater<>> heap;
+  auto push = [&](std::string_view name, const Group& g) {
+    if (g.next >= g.jobs.size()) return;
+    const size_t j = g.jobs[g.next];
+    heap.emplace(share(g.used) / g.weight, ctx.pending[j]->submit_s, j, name);
+  };
+  for (const auto& [name, g] : groups) push(name, g);
+  while (!heap.empty()) {
+    const auto [s, submit, index, name] = heap.top();
+    heap.pop();
+    Group& g = groups.find(name)->second;
+    order.push_back(index);
+    g.used += ctx.pending[index]->Total();
+    ++g.next;
+    push(name, g);
+  }
+  return order;
+}
+
+TEST(FairShareQueuePolicy, TheLazyOrderIsTheWholeOrderOfBefore) {
+  // Random queues (arrival order mostly, some out of order, users in runs and mixed),
+  // running jobs, weights, aging and shortest-first: Order and Lazy, read to the end,
+  // give the order the whole computation gave.
+  std::mt19937 rng(31);
+  auto pick = [&](int n) { return static_cast<int>(rng() % static_cast<unsigned>(n)); };
+  ClusterState cluster = MakeCluster(4, 8);
+  for (int round = 0; round < 300; ++round) {
+    SCOPED_TRACE("round " + std::to_string(round));
+    const int users = 1 + pick(5);
+    std::vector<QueuedJob> jobs, running_jobs;
+    int64_t submit = 0;
+    const int n = pick(60);
+    for (int i = 0; i < n; ++i) {
+      submit += pick(4) == 0 ? -pick(20) : pick(3);  // ties and some out of order
+      const std::string user = "u" + std::to_string(pick(3) == 0 ? pick(users) : i % users);
+      jobs.push_back(Job("p" + std::to_string(i), user, submit,
+                         {GpuTask(1 + pick(3), 1000, 1000 * (1 + pick(8)))}, pick(3) * 100));
+      jobs.back().runtime_estimate_s = pick(2) * pick(300);
+    }
+    for (int i = 0; i < pick(8); ++i) {
+      running_jobs.push_back(
+          Job("r" + std::to_string(i), "u" + std::to_string(pick(users)), 0, {GpuTask(pick(4))}));
+    }
+    std::vector<RunningJob> running;
+    for (const QueuedJob& r : running_jobs) running.push_back(RunningJob{&r, 0, {}});
+    QueuePolicyConfig config;
+    config.fair_group = pick(4) == 0 ? FairShareGroup::kProject : FairShareGroup::kUser;
+    if (pick(2) == 0) config.fair_weights["u1"] = 0.5 + pick(4);
+    if (pick(3) == 0) config.fair_weights["p-u0"] = 2;
+    if (pick(3) == 0) config.fair_starving_after_s = 1 + pick(40);
+    config.fair_shortest_first = pick(3) == 0;
+    auto p = BuiltinQueuePolicies().Create("fair", config);
+    ASSERT_TRUE(p.ok());
+    auto pending = Pointers(jobs);
+    const QueueContext ctx{50, pending, running, &cluster};
+    const std::vector<size_t> want = ReferenceFairOrder(ctx, config);
+    EXPECT_EQ((*p)->Order(ctx), want);
+    std::unique_ptr<QueueOrder> lazy = (*p)->Lazy(ctx);
+    std::vector<size_t> read;
+    while (std::optional<size_t> i = lazy->Next()) read.push_back(*i);
+    EXPECT_EQ(read, want);
+  }
 }
 
 }  // namespace

@@ -11,6 +11,8 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -46,12 +48,25 @@ struct QueuePolicyConfig {
   bool fair_shortest_first = false;
 };
 
+// An order handed out one index at a time, so that a pass that stops early (at its
+// max_starts) does not order the jobs it never reaches. Borrows the QueueContext's spans
+// and cluster: they must outlive it.
+class QueueOrder {
+ public:
+  virtual ~QueueOrder() = default;
+  // The next index of ctx.pending to try; nullopt once every index was returned.
+  virtual std::optional<size_t> Next() = 0;
+};
+
 class QueuePolicy {
  public:
   virtual ~QueuePolicy() = default;
   virtual std::string_view name() const = 0;
   // Returns every index of ctx.pending exactly once, in the order to try them.
   virtual std::vector<size_t> Order(const QueueContext& ctx) const = 0;
+  // The same order as Order(ctx), index by index. The default computes Order at once;
+  // a policy whose order can be made as it is read (fair) overrides it.
+  virtual std::unique_ptr<QueueOrder> Lazy(const QueueContext& ctx) const;
 };
 
 // The group a job belongs to under `group`.

@@ -6,6 +6,28 @@
 
 namespace gpupool::sched {
 
+namespace {
+
+// Order's answer handed out one index at a time.
+class WholeOrder final : public QueueOrder {
+ public:
+  explicit WholeOrder(std::vector<size_t> order) : order_(std::move(order)) {}
+  std::optional<size_t> Next() override {
+    if (next_ >= order_.size()) return std::nullopt;
+    return order_[next_++];
+  }
+
+ private:
+  std::vector<size_t> order_;
+  size_t next_ = 0;
+};
+
+}  // namespace
+
+std::unique_ptr<QueueOrder> QueuePolicy::Lazy(const QueueContext& ctx) const {
+  return std::make_unique<WholeOrder>(Order(ctx));
+}
+
 const std::string& FairShareGroupOf(const QueuedJob& job, FairShareGroup group) {
   return group == FairShareGroup::kProject ? job.project : job.user;
 }

@@ -92,15 +92,46 @@ Result<bool> FitsOnceAllEnd(const ClusterState& cluster, std::span<const Running
   return g.placed;
 }
 
-// The queue policy's order of every pending job.
-Result<std::vector<size_t>> CheckedOrder(const QueuePolicy& policy, const QueueContext& ctx) {
-  std::vector<size_t> order = policy.Order(ctx);
-  if (order.size() != ctx.pending.size()) {
-    return Status::Internal(fmt::format("queue policy '{}' ordered {} of {} pending jobs",
-                                        policy.name(), order.size(), ctx.pending.size()));
+// The queue policy's order, read as the pass goes (QueueOrder): each index checked.
+class CheckedOrder {
+ public:
+  CheckedOrder(const QueuePolicy& policy, const QueueContext& ctx)
+      : policy_(policy), order_(policy.Lazy(ctx)), seen_(ctx.pending.size(), false) {}
+
+  // The next index, nullopt at the end; an error when the policy repeats an index, goes
+  // past the queue or ends before every job was ordered.
+  Result<std::optional<size_t>> Next() {
+    const std::optional<size_t> i = order_->Next();
+    if (!i) {
+      if (given_ == seen_.size()) return i;
+      return Status::Internal(fmt::format("queue policy '{}' ordered {} of {} pending jobs",
+                                          policy_.name(), given_, seen_.size()));
+    }
+    if (*i >= seen_.size() || seen_[*i]) {
+      return Status::Internal(fmt::format("queue policy '{}' returned index {} of {}{}",
+                                          policy_.name(), *i, seen_.size(),
+                                          *i < seen_.size() ? " twice" : ""));
+    }
+    seen_[*i] = true;
+    ++given_;
+    return i;
   }
-  return order;
-}
+  // The indices not returned yet, in index order.
+  std::vector<size_t> Rest() const {
+    std::vector<size_t> rest;
+    rest.reserve(seen_.size() - given_);
+    for (size_t i = 0; i < seen_.size(); ++i) {
+      if (!seen_[i]) rest.push_back(i);
+    }
+    return rest;
+  }
+
+ private:
+  const QueuePolicy& policy_;
+  std::unique_ptr<QueueOrder> order_;
+  std::vector<bool> seen_;
+  size_t given_ = 0;
+};
 
 // Allocates held resources again after they were released for their job.
 Status TakeBack(ClusterState& cluster, const HeldResources& h) {
@@ -224,8 +255,7 @@ Result<PassResult> SchedulingPass::Walk(ClusterState& cluster, int64_t now_s,
   if (pending.empty()) return result;
   FailedShapes known_failing;  // carried from the last pass
   for (const Task& t : *carried_shapes) known_failing.Add(std::span<const Task>(&t, 1));
-  GP_ASSIGN_OR_RETURN(const std::vector<size_t> order,
-                      CheckedOrder(queue_policy_, QueueContext{now_s, pending, running, &cluster}));
+  CheckedOrder order(queue_policy_, QueueContext{now_s, pending, running, &cluster});
   // Jobs that resources are held for are tried first (each may use only its own).
   std::vector<const HeldResources*> hold_of;  // by pending index; empty when none is held
   std::vector<bool> started_first;            // by pending index, with hold_of
@@ -241,22 +271,22 @@ Result<PassResult> SchedulingPass::Walk(ClusterState& cluster, int64_t now_s,
   std::unique_ptr<ReservationPlan> plan;
   bool blocked = false;
   size_t tries_after_block = 0;
-  for (size_t pos = 0; pos < order.size(); ++pos) {
-    const size_t index = order[pos];
+  while (true) {
+    GP_ASSIGN_OR_RETURN(const std::optional<size_t> next, order.Next());
+    if (!next) break;
+    const size_t index = *next;
     if (first(index)) continue;  // started on what was held for it
     if (options_.max_starts > 0 && result.started.size() >= options_.max_starts) {
+      // The rest of the order is not made: a capped pass reads only what it tried.
       result.capped = true;
-      result.not_reached.assign(order.begin() + static_cast<std::ptrdiff_t>(pos), order.end());
+      result.not_reached = order.Rest();
+      result.not_reached.insert(result.not_reached.begin(), index);
       std::erase_if(result.not_reached, first);
       if (plan) {
         carried_ = CarriedRefusals{pending[*result.reserved_index]->id, plan->start_s(),
                                    plan->head_placements(), std::move(refused)};
       }
       break;
-    }
-    if (index >= pending.size()) {
-      return Status::Internal(fmt::format("queue policy '{}' returned index {} of {}",
-                                          queue_policy_.name(), index, pending.size()));
     }
     const QueuedJob& job = *pending[index];
     if (blocked) {

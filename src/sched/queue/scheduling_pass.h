@@ -83,7 +83,8 @@ struct PassResult {
   // way have no time limit or estimate; the pass then behaved as strict.
   bool reservation_unplannable = false;
   // The pass stopped at max_starts: the jobs of its order it did not try (indices into
-  // `pending`, in order). Empty when it was not capped.
+  // `pending`: the one it stopped at, then the others in index order, as the rest of the
+  // order is not made; QueuePolicy::Lazy). Empty when it was not capped.
   bool capped = false;
   std::vector<size_t> not_reached;
 };

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
 #include <deque>
 #include <random>
 #include <tuple>
@@ -379,6 +380,123 @@ TEST(SchedulingPassCap, ACappedPassStopsBeforeTheBlockedJobAndGivesNoReservation
   EXPECT_TRUE(r->capped);
   EXPECT_EQ(r->not_reached, (std::vector<size_t>{1, 2}));
   EXPECT_FALSE(r->reserved_index.has_value());
+}
+
+// Wraps a queue policy: counts how much of its order a pass reads, and with `whole` hands
+// the order out only as Order computes it (QueuePolicy's default Lazy).
+class CountingPolicy final : public QueuePolicy {
+ public:
+  CountingPolicy(const QueuePolicy& inner, bool whole) : inner_(inner), whole_(whole) {}
+  std::string_view name() const override { return inner_.name(); }
+  std::vector<size_t> Order(const QueueContext& ctx) const override {
+    ++whole_orders;
+    return inner_.Order(ctx);
+  }
+  std::unique_ptr<QueueOrder> Lazy(const QueueContext& ctx) const override {
+    if (whole_) return QueuePolicy::Lazy(ctx);
+    struct Counted final : QueueOrder {
+      std::unique_ptr<QueueOrder> order;
+      size_t* reads;
+      std::optional<size_t> Next() override {
+        ++*reads;
+        return order->Next();
+      }
+    };
+    auto c = std::make_unique<Counted>();
+    c->order = inner_.Lazy(ctx);
+    c->reads = &reads;
+    return c;
+  }
+  mutable size_t whole_orders = 0;
+  mutable size_t reads = 0;
+
+ private:
+  const QueuePolicy& inner_;
+  bool whole_;
+};
+
+TEST(SchedulingPassCap, ACappedPassReadsTheFairOrderOnlyAsFarAsItTries) {
+  PassFixture f(MakeCluster(2, 8));
+  std::vector<QueuedJob> pending;
+  for (int i = 0; i < 40; ++i) {
+    pending.push_back(Job("j" + std::to_string(i), "u" + std::to_string(i % 3), i, {GpuTask(1)}));
+  }
+  auto fair = BuiltinQueuePolicies().Create("fair");
+  ASSERT_TRUE(fair.ok());
+  CountingPolicy counting(**fair, false);
+  FirstFitForTest policy;
+  SchedulingPass pass(counting, policy, nullptr, PassOptions{StartRule::kSkipBlocked, 0, 2});
+  std::vector<const QueuedJob*> pointers = Pointers(pending);
+  auto r = pass.Run(f.cluster(), 0, pointers, f.running());
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  const std::vector<size_t> order = (*fair)->Order(QueueContext{0, pointers, {}, &f.cluster()});
+  ASSERT_EQ(r->started.size(), 2u);
+  EXPECT_EQ(r->started[0].pending_index, order[0]);
+  EXPECT_EQ(r->started[1].pending_index, order[1]);
+  EXPECT_EQ(counting.whole_orders, 0u);  // the 40 jobs were not ordered at once
+  EXPECT_EQ(counting.reads, 3u);         // the two started and the one it stopped at
+  std::vector<size_t> rest = r->not_reached;
+  std::sort(rest.begin(), rest.end());
+  std::vector<size_t> want;
+  for (size_t i = 0; i < pending.size(); ++i) {
+    if (i != order[0] && i != order[1]) want.push_back(i);
+  }
+  EXPECT_EQ(rest, want);
+  EXPECT_EQ(r->not_reached[0], order[2]);  // the one it stopped at first
+}
+
+TEST(SchedulingPassCap, TheLazyFairOrderDecidesAsTheWholeOrder) {
+  // Random clusters, queues (gangs, time limits, three users), running jobs, caps and
+  // start rules: a pass reading the fair order lazily starts, reserves and leaves
+  // unreached the same jobs as one reading the order computed whole.
+  std::mt19937 rng(7);
+  auto pick = [&](int n) { return static_cast<int>(rng() % static_cast<unsigned>(n)); };
+  auto planner = []() -> Result<std::unique_ptr<PlacementPolicy>> {
+    return std::unique_ptr<PlacementPolicy>(std::make_unique<FirstFitForTest>());
+  };
+  auto fair = BuiltinQueuePolicies().Create("fair");
+  ASSERT_TRUE(fair.ok());
+  for (int round = 0; round < 200; ++round) {
+    SCOPED_TRACE("round " + std::to_string(round));
+    const StartRule rule =
+        std::array{StartRule::kStrict, StartRule::kEasyBackfill, StartRule::kSkipBlocked}[pick(3)];
+    const size_t cap = static_cast<size_t>(pick(6));
+    PassFixture f(MakeCluster(1 + pick(3), 4));
+    for (int i = 0; i < pick(4); ++i) {
+      f.Run(Job("r" + std::to_string(i), "u" + std::to_string(pick(3)), 0, {GpuTask(1)},
+                20 + pick(100)),
+            0);
+    }
+    std::vector<QueuedJob> pending;
+    for (int i = 0; i < pick(30); ++i) {
+      std::vector<Task> tasks(static_cast<size_t>(1 + (pick(5) == 0)), GpuTask(1 + pick(4)));
+      pending.push_back(Job("j" + std::to_string(i), "u" + std::to_string(pick(3)), pick(20),
+                            std::move(tasks), pick(4) * 50));
+    }
+    std::vector<const QueuedJob*> pointers = Pointers(pending);
+    auto run = [&](bool whole) {
+      ClusterState cluster = f.cluster();
+      CountingPolicy q(**fair, whole);
+      FirstFitForTest policy;
+      SchedulingPass pass(q, policy, planner, PassOptions{rule, 0, cap});
+      auto r = pass.Run(cluster, 5, pointers, f.running());
+      EXPECT_TRUE(r.ok()) << r.status().ToString();
+      std::sort(r->not_reached.begin(), r->not_reached.end());
+      return std::make_tuple(std::move(*r), Snapshot(cluster));
+    };
+    auto [lazy, lazy_cluster] = run(false);
+    auto [whole, whole_cluster] = run(true);
+    ASSERT_EQ(lazy.started.size(), whole.started.size());
+    for (size_t i = 0; i < lazy.started.size(); ++i) {
+      EXPECT_EQ(lazy.started[i].pending_index, whole.started[i].pending_index);
+      EXPECT_EQ(lazy.started[i].placements, whole.started[i].placements);
+    }
+    EXPECT_EQ(lazy.reserved_index, whole.reserved_index);
+    EXPECT_EQ(lazy.reservation_start_s, whole.reservation_start_s);
+    EXPECT_EQ(lazy.capped, whole.capped);
+    EXPECT_EQ(lazy.not_reached, whole.not_reached);
+    EXPECT_EQ(lazy_cluster, whole_cluster);
+  }
 }
 
 // Resources held for a job (the live pool's preemptor, docs/preemption.md): allocated on
