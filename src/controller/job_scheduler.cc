@@ -25,6 +25,7 @@ Result<std::unique_ptr<JobScheduler>> JobScheduler::Create(const std::string& pl
   spec.pass.max_starts = max_starts;
   std::unique_ptr<JobScheduler> s(new JobScheduler());
   s->mps_multi_user_ = mps_multi_user;
+  s->cache_.by_version = true;  // the caller steps a job's version when it changes
   GP_ASSIGN_OR_RETURN(s->profile_, sched::SchedulingProfile::Create(spec));
   GP_ASSIGN_OR_RETURN(s->preempt_policy_,
                       sched::BuiltinPlacementPolicies().Create(placement_policy));

@@ -6,7 +6,9 @@
 // Pure with respect to its inputs: no I/O, no clock (the time is passed in). Holds the
 // profile, whose policies cache, and the jobs' conversions from pass to pass (keyed by
 // the job's id and version: a caller's job whose content changes must get a new
-// version), so one instance serves one thread (the scheduler loop).
+// version; a job given at the same address with the same version is taken as it was,
+// not compared again: ConversionCache::by_version), so one instance serves one thread
+// (the scheduler loop).
 #pragma once
 
 #include <cstdint>

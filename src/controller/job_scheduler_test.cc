@@ -227,14 +227,17 @@ TEST(ConversionCacheTest, AChangedJobIsConvertedAgain) {
   EXPECT_EQ(s.conversion_cache().converted, 1u);
   // A priority change reorders them.
   second.priority = 5;
+  ++second.version;  // a change steps it (JobScheduler takes a job by address and version)
   EXPECT_EQ(plan({&first, &second}).first, std::vector<int64_t>{2});
   EXPECT_EQ(s.conversion_cache().converted, 1u);
   // A request no node can meet (a GPU model there is none of): it cannot run anywhere.
   second.request.gpu_models = {"A100"};
+  ++second.version;
   auto unplaceable = plan({&first, &second});
   EXPECT_EQ(unplaceable.first, std::vector<int64_t>{1});
   EXPECT_EQ(unplaceable.second[2].rfind("cannot run on any node", 0), 0u) << unplaceable.second[2];
   second.request.gpu_models.clear();
+  ++second.version;
   // Requeued: a job that ran is pending again and takes the node once it is free.
   jobs::Job running = Whole(3, "carol", 9, /*ran_s=*/10);
   EXPECT_TRUE(plan({&running, &first, &second}).first.empty());

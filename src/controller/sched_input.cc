@@ -180,6 +180,7 @@ SchedInput::SchedInput(const std::vector<SchedNode>& nodes, bool mps_multi_user,
     }
     ++cache_->pass;
     cache_->converted = 0;
+    cache_->by_version_hits = 0;
   }
 }
 
@@ -325,7 +326,9 @@ const sched::QueuedJob& SchedInput::Convert(const jobs::Job& job, const Admissio
   }
   auto [it, fresh] = cache_->jobs.try_emplace(job.id);
   ConversionCache::Entry& e = it->second;
-  if (fresh || !SameInputs(e, job)) {
+  if (!fresh && cache_->by_version && e.source == &job && e.version == job.version) {
+    ++cache_->by_version_hits;
+  } else if (fresh || !SameInputs(e, job)) {
     e.job = ToQueuedJob(job, feed);
     e.state = job.state;
     e.request = job.request;
@@ -335,6 +338,8 @@ const sched::QueuedJob& SchedInput::Convert(const jobs::Job& job, const Admissio
     e.generation = ++cache_->generations;
     ++cache_->converted;
   }
+  e.source = &job;
+  e.version = job.version;
   e.pass = cache_->pass;
   *generation = e.generation;
   return e.job;

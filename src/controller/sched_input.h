@@ -90,7 +90,10 @@ std::string GpuModelKey(const std::string& gpu_name);
 // (a request's models and memory are matched against them). Jobs whose conversion
 // depends on the pass's AdmissionFeed (dependencies, an earlier attempt being stopped)
 // are converted each pass and not cached. Entries of jobs no longer active are dropped
-// at the end of each pass. Used by one thread.
+// at the end of each pass. With `by_version` (JobScheduler's), a job given at the same
+// address with the same Job::version as the cached conversion's is taken as unchanged
+// without comparing anything: the caller steps the version whenever the content changes
+// (the controller's slim copies are immutable, one per version). Used by one thread.
 struct ConversionCache {
   struct Entry {
     // What the conversion read beyond what `job` holds as is.
@@ -99,12 +102,16 @@ struct ConversionCache {
     uint32_t uid = 0;
     bool enforce_memory = false;
     int64_t array_id = 0;
-    uint64_t pass = 0;        // the last pass that saw the job
-    uint64_t generation = 0;  // which conversion `job` is (KeptCluster tells them apart)
+    const jobs::Job* source = nullptr;  // the job last seen (by_version's check)
+    int64_t version = 0;                // its version then
+    uint64_t pass = 0;                  // the last pass that saw the job
+    uint64_t generation = 0;            // which conversion `job` is (KeptCluster tells them apart)
     sched::QueuedJob job;
   };
   std::unordered_map<int64_t, Entry> jobs;
-  std::string models;  // the GPU models the entries were converted against
+  bool by_version = false;     // see above
+  size_t by_version_hits = 0;  // conversions the last pass took by address and version
+  std::string models;          // the GPU models the entries were converted against
   uint64_t pass = 0;
   uint64_t generations = 0;  // conversions made so far; each names its result (Entry::generation)
   size_t converted = 0;      // conversions made by the last pass (cached ones not counted)
@@ -161,6 +168,10 @@ struct KeptCluster {
   struct Occupant {
     const sched::QueuedJob* q = nullptr;
     uint64_t generation = 0;
+    // The job as last seen: with ConversionCache::by_version, the same address and
+    // version mean the same placement (not compared again).
+    const jobs::Job* source = nullptr;
+    int64_t version = 0;
     std::vector<jobs::TaskPlacement> placement;  // the job's, as allocated
     std::vector<sched::Task> tasks;              // q->tasks when allocated (to release)
     std::vector<sched::Placement> fresh;         // placements until moved into `running`

@@ -95,6 +95,8 @@ bool SchedInput::OccupyKept(const jobs::Job& job, const sched::QueuedJob& q, uin
                             KeptCluster::Occupant& o) {
   o.q = &q;
   o.generation = generation;
+  o.source = &job;
+  o.version = job.version;
   o.placement = job.placement;
   o.allocated = false;
   o.in_running = false;
@@ -140,7 +142,11 @@ void SchedInput::AddJobsKept(const std::vector<const jobs::Job*>& active,
     KeptCluster::Occupant& o = it->second;
     o.pass = k.pass;
     seen.push_back({job, &q, generation, &o});
-    if (!fresh && o.q == &q && o.generation == generation && o.placement == job->placement) {
+    if (!fresh && o.q == &q && o.generation == generation &&
+        ((cache_->by_version && o.source == job && o.version == job->version) ||
+         o.placement == job->placement)) {
+      o.source = job;
+      o.version = job->version;
       if (o.allocated && o.slot != next_slot++) reordered = true;
       continue;
     }

@@ -114,6 +114,7 @@ class KeptClusterTest : public ::testing::Test {
     auto it = jobs_.begin();
     std::advance(it, rng() % jobs_.size());
     jobs::Job& j = it->second;
+    ++j.version;  // as the controller's: a change steps it (harmless when none follows)
     if (what < 10) {
       jobs_.erase(it);  // ends
     } else if (what < 13) {
@@ -188,6 +189,75 @@ TEST_F(KeptClusterTest, AppliedChangesMakeTheClusterARebuildMakes) {
   EXPECT_GT(kept_passes, 300u);
   EXPECT_GT(built_passes, 50u);
   EXPECT_LT(allocated * 5, occupying);
+}
+
+// Everything a pass reads of a conversion, as text.
+std::string Describe(const sched::QueuedJob& q) {
+  const sched::AdmissionFacts& a = q.admission;
+  std::string out = q.id + "|" + q.user + "|" + q.project + "|" + std::to_string(q.priority) + "|" +
+                    std::to_string(q.submit_s) + "|" + std::to_string(q.time_limit_s) + "|" +
+                    std::to_string(q.runtime_estimate_s) + "|" + a.held_by + "|" +
+                    std::to_string(a.held_by_admin) + "|" + a.waits_for + "|" +
+                    std::to_string(a.stopping_attempt) + a.stopping_node + "|" + a.array_id + "|" +
+                    std::to_string(a.array_max_running) + "|" + std::to_string(a.gpus) + "|" +
+                    a.environment + "|" + a.unplaceable;
+  for (const sched::Task& t : q.tasks) {
+    out += "|" + t.name + "," + t.job_id + "," + std::to_string(t.cpu_milli) + "," +
+           std::to_string(t.memory_mib) + "," + std::to_string(t.num_gpu) + "," +
+           std::to_string(t.gpu_milli) + "," + std::to_string(t.min_capability) + "," +
+           std::to_string(t.owner) + "," + std::to_string(t.enforce_memory) + "," +
+           std::to_string(t.gpu_memory_mib);
+    for (const std::string& m : t.gpu_models) out += "," + m;
+    for (const std::string& n : t.allowed_nodes) out += ";" + n;
+  }
+  return out;
+}
+
+// With ConversionCache::by_version (JobScheduler's), a job given at the same address and
+// version is neither compared nor converted again, nor is its placement: each pass's
+// conversions, cluster and running jobs are still those of a fresh conversion of every
+// job, while jobs change (their version stepped), move to another address or stay.
+TEST_F(KeptClusterTest, KeptByVersionTheConversionsAreFreshOnes) {
+  std::mt19937 rng(131);
+  ConversionCache cache;
+  cache.by_version = true;
+  KeptCluster kept;
+  size_t hits = 0, given = 0;
+  for (int step = 0; step < 1500; ++step) {
+    for (int k = 0; k < 1 + static_cast<int>(rng() % 3); ++k) Step(rng);
+    if (rng() % 3 == 0 && !jobs_.empty()) {  // a copy at another address, the same version
+      auto it = jobs_.begin();
+      std::advance(it, rng() % jobs_.size());
+      const jobs::Job copy = it->second;
+      jobs_.erase(it);
+      jobs_.emplace(copy.id, copy);
+    }
+    const std::vector<SchedNode> nodes = Nodes();
+    std::vector<const jobs::Job*> active;
+    for (const auto& [id, j] : jobs_) active.push_back(&j);
+    SchedInput in(nodes, false, &cache, &kept);
+    in.AddJobs(active, {});
+    SchedInput fresh(nodes);
+    fresh.AddJobs(active, {});
+    hits += cache.by_version_hits;
+    given += active.size();
+    ASSERT_EQ(in.pending.size(), fresh.pending.size()) << "step " << step;
+    for (size_t i = 0; i < in.pending.size(); ++i) {
+      ASSERT_EQ(in.pending_source[i], fresh.pending_source[i]) << "step " << step;
+      ASSERT_EQ(Describe(*in.pending[i]), Describe(*fresh.pending[i])) << "step " << step;
+    }
+    ASSERT_EQ(in.occupying.size(), fresh.occupying.size()) << "step " << step;
+    for (size_t i = 0; i < in.occupying.size(); ++i) {
+      ASSERT_EQ(Describe(*in.occupying[i]), Describe(*fresh.occupying[i])) << "step " << step;
+    }
+    ASSERT_EQ(SchedInput::ClusterDifferences(in.cluster, fresh.cluster), "") << "step " << step;
+    ASSERT_EQ(in.running.size(), fresh.running.size()) << "step " << step;
+    for (size_t i = 0; i < in.running.size(); ++i) {
+      ASSERT_EQ(in.running_source[i], fresh.running_source[i]) << "step " << step;
+      ASSERT_EQ(in.running[i].placements, fresh.running[i].placements) << "step " << step;
+    }
+  }
+  EXPECT_GT(hits * 2, given);  // most jobs were taken by their version
 }
 
 // Jobs that do not change are not allocated again; one that ends is released.
