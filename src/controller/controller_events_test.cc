@@ -100,6 +100,10 @@ class CountingStore final : public store::Store {
   Result<std::vector<Job>> ListJobs(const store::JobFilter& f) override {
     return inner_->ListJobs(f);
   }
+  Result<std::vector<store::PreemptHoldRecord>> ListPreemptHolds() override {
+    return inner_->ListPreemptHolds();
+  }
+  Status DeletePreemptHold(int64_t p) override { return inner_->DeletePreemptHold(p); }
   Status PutNode(const store::NodeRecord& n) override { return inner_->PutNode(n); }
   Result<std::vector<store::NodeRecord>> ListNodes() override { return inner_->ListNodes(); }
   Status PutToken(const store::TokenRecord& t) override { return inner_->PutToken(t); }
