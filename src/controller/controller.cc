@@ -805,15 +805,25 @@ PoolSnapshot Controller::MetricsSnapshot(std::vector<NodeView>* nodes_out) {
     for (int milli : v.allocated_milli) s.gpus_allocated += milli / 1000.0;
   }
   if (nodes_out != nullptr) *nodes_out = std::move(nodes);
-  MutexLock lock(mu_);
+  Lock lock(mu_);
   s.health_actions_held = health_actions_held_;
-  for (const auto& [id, job] : active_) {
-    ++s.jobs_by_state[std::string(jobs::JobStateName(job.state))];
-    if (job.state != JobState::kPending) continue;
-    auto why = pending_reasons_.find(id);
-    ++s.pending_by_reason[PendingReasonClass(why == pending_reasons_.end() ? "" : why->second)];
+  // Counted internal::kChunkUnderLock jobs per hold of mu_, each job once.
+  auto it = active_.begin();
+  while (true) {
+    for (size_t n = 0; it != active_.end() && n < internal::kChunkUnderLock; ++it, ++n) {
+      const Job& job = it->second;
+      ++s.jobs_by_state[std::string(jobs::JobStateName(job.state))];
+      if (job.state != JobState::kPending) continue;
+      auto why = pending_reasons_.find(it->first);
+      ++s.pending_by_reason[PendingReasonClass(why == pending_reasons_.end() ? "" : why->second)];
+    }
+    if (it == active_.end()) return s;
+    const int64_t next = it->first;
+    lock.Unlock();
+    if (options_.between_chunks_for_test) options_.between_chunks_for_test();
+    lock.Lock();
+    it = active_.lower_bound(next);
   }
-  return s;
 }
 
 Status Controller::SweepNodes() {

@@ -151,6 +151,9 @@ struct ControllerOptions {
   // Tests: runs on the scheduling pass's thread once a pass has planned, before it
   // applies the plan (no lock held), to change what the plan was made on.
   std::function<void()> after_plan_for_test;
+  // Tests: runs where a list of every active job (List) or of the nodes (Nodes) has let
+  // mu_ go between two chunks of its copy, without the lock.
+  std::function<void()> between_chunks_for_test;
 };
 
 // The largest request body the API server takes: room for a submission of
@@ -333,6 +336,10 @@ class Controller {
   std::map<int64_t, int64_t> StartEstimates();
   // Why a pending job has no planned start, by id (the last start plan's).
   std::map<int64_t, std::string> StartNotes();
+  // Active jobs come from memory. A list of every active job (no user, no order, no
+  // limit) and Nodes are copied internal::kChunkUnderLock at a time with mu_ let go
+  // between chunks: each job or node is listed once, in order, as it was when its chunk
+  // was copied (a job that ended in a gap before its chunk is left out).
   Result<std::vector<jobs::Job>> List(const store::JobFilter& filter, const Caller& caller);
   std::vector<NodeView> Nodes();
   // How a placed job's GPUs are held to it (docs/sharing.md), as its node's agent applies
@@ -757,6 +764,8 @@ class Controller {
     // (Registration::health_pending): nothing is placed on it until it comes.
     bool health_pending = false;
   };
+  // Nodes' view of node `name` (entry `e`): its tasks from the job index.
+  NodeView NodeViewLocked(const std::string& name, const NodeEntry& e) const REQUIRES(mu_);
 
   store::Store* store_;
   const Clock* clock_;

@@ -301,7 +301,7 @@ Result<std::vector<Job>> Controller::List(const store::JobFilter& filter, const 
   }
   // Active jobs are served from memory: they carry fresh pending reasons.
   std::vector<Job> out;
-  MutexLock lock(mu_);
+  Lock lock(mu_);
   auto matches = [&](const Job& job) {
     if (f.user && job.user != *f.user) return false;
     if (!f.states.empty() &&
@@ -326,9 +326,20 @@ Result<std::vector<Job>> Controller::List(const store::JobFilter& filter, const 
     for (auto it = active_.rbegin(); it != active_.rend() && out.size() < f.limit; ++it) {
       if (matches(it->second)) out.push_back(it->second);
     }
-  } else {
-    for (const auto& [id, job] : active_) {
-      if (matches(job)) out.push_back(job);
+  } else {  // every active job: kChunkUnderLock at a time, mu_ let go between chunks
+    auto it = active_.begin();
+    while (true) {
+      for (size_t n = 0; it != active_.end() && n < internal::kChunkUnderLock; ++it, ++n) {
+        if (!matches(it->second)) continue;
+        out.push_back(it->second);
+        AttachPendingReason(&out.back());
+      }
+      if (it == active_.end()) return out;
+      const int64_t next = it->first;  // the next chunk's first job, or one after it
+      lock.Unlock();
+      if (options_.between_chunks_for_test) options_.between_chunks_for_test();
+      lock.Lock();
+      it = active_.lower_bound(next);
     }
   }
   for (Job& job : out) AttachPendingReason(&job);

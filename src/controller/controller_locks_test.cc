@@ -6,6 +6,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "common/clock.h"
 #include "controller/controller.h"
@@ -44,6 +45,9 @@ class ControllerLocksTest : public ::testing::Test {
     o.after_plan_for_test = [this] {
       if (after_plan_) after_plan_();
     };
+    o.between_chunks_for_test = [this] {
+      if (between_chunks_) between_chunks_();
+    };
     c_ = Controller::Create(store_.get(), &clock_, o).value();
   }
   void Register(const std::string& node, int gpus) {
@@ -69,6 +73,7 @@ class ControllerLocksTest : public ::testing::Test {
   std::unique_ptr<store::Store> store_;
   std::unique_ptr<Controller> c_;
   std::function<void()> after_plan_;
+  std::function<void()> between_chunks_;
   Caller alice_{"alice", 1000, 1000, false};
   Caller root_{"root", 0, 0, true};
 };
@@ -143,6 +148,48 @@ TEST_F(ControllerLocksTest, APlacementChangedWhileAPassPlannedMakesItPlanAgain) 
   ASSERT_TRUE(c_->ScheduleOnce().ok());  // planned again: a, the older, gets n2
   EXPECT_EQ(Get(a->id).state, JobState::kAssigned);
   EXPECT_EQ(Get(b->id).state, JobState::kPending);
+}
+
+// A list of every active job (an admin's queue, the accounting fold's jobs holding GPUs)
+// and of every node is copied 1,000 at a time with mu_ let go between (at 180,000 jobs one
+// hold kept every other request waiting 0.2-0.5 s): what changes in a gap shows as it is
+// when its chunk is copied, and each job or node is listed once, in order.
+TEST_F(ControllerLocksTest, ListsOfEveryJobAndNodeLetTheLockGoBetweenChunks) {
+  for (int i = 0; i < 1500; ++i) Register("n" + std::to_string(10000 + i), 1);
+  std::vector<int64_t> ids;
+  for (int i = 0; i < 2500; ++i) ids.push_back(Submit(1).value().id);
+  int gaps = 0;
+  int64_t added = 0;
+  between_chunks_ = [&] {
+    ++gaps;
+    if (gaps > 1) return;
+    // The lock is free here: a cancel and a submission go through.
+    ASSERT_TRUE(c_->Cancel(ids.back(), root_).ok());
+    added = Submit(1).value().id;
+  };
+  store::JobFilter f;
+  f.active_only = true;
+  std::vector<Job> all = c_->List(f, root_).value();
+  EXPECT_EQ(gaps, 2);            // 2,500 jobs: three chunks
+  ASSERT_EQ(all.size(), 2500u);  // the last one cancelled, a new one
+  for (size_t i = 0; i + 1 < ids.size(); ++i) EXPECT_EQ(all[i].id, ids[i]);
+  EXPECT_EQ(all.back().id, added);
+
+  gaps = 0;
+  between_chunks_ = [&] {
+    ++gaps;
+    EXPECT_EQ(Get(ids.front()).id, ids.front());  // takes the lock
+  };
+  std::vector<NodeView> nodes = c_->Nodes();
+  EXPECT_EQ(gaps, 1);
+  ASSERT_EQ(nodes.size(), 1500u);
+  for (int i = 0; i < 1500; ++i) EXPECT_EQ(nodes[i].name, "n" + std::to_string(10000 + i));
+
+  gaps = 0;  // the metrics' count of the jobs by state: the nodes, then the jobs
+  PoolSnapshot snapshot = c_->MetricsSnapshot(nullptr);
+  EXPECT_EQ(gaps, 3);
+  EXPECT_EQ(snapshot.jobs_by_state["PENDING"], 2500);
+  EXPECT_EQ(snapshot.nodes_by_state["up"], 1500);
 }
 
 }  // namespace
