@@ -12,6 +12,7 @@
 
 #include "common/clock.h"
 #include "controller/controller.h"
+#include "store/forwarding_store.h"
 #include "store/sqlite_store.h"
 #include "store/store.h"
 
@@ -23,9 +24,9 @@ using jobs::JobState;
 
 // A store that counts the job writes (transactions) and the jobs each one that held
 // wrote, and holds at a gate the writes that end a job (state kSucceeded) while closed.
-class CountingStore final : public store::Store {
+class CountingStore final : public store::ForwardingStore {
  public:
-  explicit CountingStore(std::unique_ptr<store::Store> inner) : inner_(std::move(inner)) {}
+  explicit CountingStore(std::unique_ptr<store::Store> inner) : ForwardingStore(std::move(inner)) {}
   void Close() {
     std::lock_guard l(m_);
     open_ = false;
@@ -82,7 +83,7 @@ class CountingStore final : public store::Store {
       return Status::Unavailable("the database cannot write job " + std::to_string(fail_id_));
     }
     l.unlock();
-    Status s = inner_->UpdateJobs(updates, conflicts);
+    Status s = inner()->UpdateJobs(updates, conflicts);
     l.lock();
     if (!s.ok()) ++conflicts_;
     for (const JobUpdate& u : updates) {
@@ -90,51 +91,8 @@ class CountingStore final : public store::Store {
     }
     return s;
   }
-  Result<std::vector<Job>> InsertJobs(std::vector<Job> jobs, store::InsertAs as) override {
-    return inner_->InsertJobs(std::move(jobs), as);
-  }
-  Result<std::optional<int64_t>> FindSubmitKey(uint32_t uid, std::string_view key) override {
-    return inner_->FindSubmitKey(uid, key);
-  }
-  Result<Job> GetJob(int64_t id) override { return inner_->GetJob(id); }
-  Result<std::vector<Job>> ListJobs(const store::JobFilter& f) override {
-    return inner_->ListJobs(f);
-  }
-  Result<std::vector<store::PreemptHoldRecord>> ListPreemptHolds() override {
-    return inner_->ListPreemptHolds();
-  }
-  Status DeletePreemptHold(int64_t p) override { return inner_->DeletePreemptHold(p); }
-  Status PutNode(const store::NodeRecord& n) override { return inner_->PutNode(n); }
-  Result<std::vector<store::NodeRecord>> ListNodes() override { return inner_->ListNodes(); }
-  Status PutToken(const store::TokenRecord& t) override { return inner_->PutToken(t); }
-  Result<std::optional<store::TokenRecord>> FindToken(std::string_view h) override {
-    return inner_->FindToken(h);
-  }
-  Result<std::vector<store::TokenRecord>> ListTokens() override { return inner_->ListTokens(); }
-  Status DeleteToken(std::string_view h) override { return inner_->DeleteToken(h); }
-  Status TouchToken(std::string_view h, int64_t t) override { return inner_->TouchToken(h, t); }
-  Status PutEnvironment(const store::EnvironmentRecord& e) override {
-    return inner_->PutEnvironment(e);
-  }
-  Result<std::optional<store::EnvironmentRecord>> FindEnvironment(
-      std::string_view name, std::string_view version) override {
-    return inner_->FindEnvironment(name, version);
-  }
-  Result<std::vector<store::EnvironmentRecord>> ListEnvironments() override {
-    return inner_->ListEnvironments();
-  }
-  Status DeleteEnvironment(std::string_view name, std::string_view version) override {
-    return inner_->DeleteEnvironment(name, version);
-  }
-  Status PutSetting(std::string_view k, std::string_view v) override {
-    return inner_->PutSetting(k, v);
-  }
-  Result<std::optional<std::string>> GetSetting(std::string_view k) override {
-    return inner_->GetSetting(k);
-  }
 
  private:
-  std::unique_ptr<store::Store> inner_;
   std::mutex m_;
   std::condition_variable cv_;
   bool open_ = true;

@@ -16,6 +16,7 @@
 #include <thread>
 
 #include "common/clock.h"
+#include "store/forwarding_store.h"
 #include "store/sqlite_store.h"
 #include "store/store.h"
 
@@ -113,9 +114,9 @@ class ControllerTest : public ::testing::Test {
 
 // A store whose writes of assignments wait at a gate: what the controller does while the
 // database is slow.
-class GateStore final : public store::Store {
+class GateStore final : public store::ForwardingStore {
  public:
-  explicit GateStore(std::unique_ptr<store::Store> inner) : inner_(std::move(inner)) {}
+  explicit GateStore(std::unique_ptr<store::Store> inner) : ForwardingStore(std::move(inner)) {}
   // Holds from now on the writes that move a job to `state`.
   void Close(JobState state = JobState::kAssigned) {
     std::lock_guard l(m_);
@@ -145,7 +146,7 @@ class GateStore final : public store::Store {
       cv_.wait(l, [&] { return open_; });
     }
     l.unlock();
-    return inner_->UpdateJobs(updates, conflicts);
+    return inner()->UpdateJobs(updates, conflicts);
   }
   // From now on another job is stored before each element of an array after its first,
   // as a submission made meanwhile on PostgreSQL (whose ids come from a sequence, outside
@@ -154,65 +155,25 @@ class GateStore final : public store::Store {
   Result<std::vector<Job>> InsertJobs(std::vector<Job> jobs, store::InsertAs as) override {
     if (on_insert) on_insert(jobs);
     if (!interleave_ || as != store::InsertAs::kArray || jobs.empty()) {
-      return inner_->InsertJobs(std::move(jobs), as);
+      return inner()->InsertJobs(std::move(jobs), as);
     }
-    GP_ASSIGN_OR_RETURN(std::vector<Job> stored, inner_->InsertJobs({jobs[0]}, as));
+    GP_ASSIGN_OR_RETURN(std::vector<Job> stored, inner()->InsertJobs({jobs[0]}, as));
     for (size_t k = 1; k < jobs.size(); ++k) {
       Job other = MakeJob(0);
       other.user = "carol";
-      GP_RETURN_IF_ERROR(inner_->InsertJob(other).status());
+      GP_RETURN_IF_ERROR(inner()->InsertJob(other).status());
       Job e = jobs[k];
       e.array_id = stored[0].id;
       e.submit_key.clear();
-      GP_ASSIGN_OR_RETURN(std::vector<Job> one, inner_->InsertJobs({e}, store::InsertAs::kJobs));
+      GP_ASSIGN_OR_RETURN(std::vector<Job> one, inner()->InsertJobs({e}, store::InsertAs::kJobs));
       stored.push_back(one[0]);
     }
     return stored;
   }
   // Runs before each InsertJobs with its jobs, unlocked.
   std::function<void(const std::vector<Job>&)> on_insert;
-  Result<std::optional<int64_t>> FindSubmitKey(uint32_t uid, std::string_view key) override {
-    return inner_->FindSubmitKey(uid, key);
-  }
-  Result<Job> GetJob(int64_t id) override { return inner_->GetJob(id); }
-  Result<std::vector<Job>> ListJobs(const store::JobFilter& f) override {
-    return inner_->ListJobs(f);
-  }
-  Result<std::vector<store::PreemptHoldRecord>> ListPreemptHolds() override {
-    return inner_->ListPreemptHolds();
-  }
-  Status DeletePreemptHold(int64_t p) override { return inner_->DeletePreemptHold(p); }
-  Status PutNode(const store::NodeRecord& n) override { return inner_->PutNode(n); }
-  Result<std::vector<store::NodeRecord>> ListNodes() override { return inner_->ListNodes(); }
-  Status PutToken(const store::TokenRecord& t) override { return inner_->PutToken(t); }
-  Result<std::optional<store::TokenRecord>> FindToken(std::string_view h) override {
-    return inner_->FindToken(h);
-  }
-  Result<std::vector<store::TokenRecord>> ListTokens() override { return inner_->ListTokens(); }
-  Status DeleteToken(std::string_view h) override { return inner_->DeleteToken(h); }
-  Status TouchToken(std::string_view h, int64_t t) override { return inner_->TouchToken(h, t); }
-  Status PutEnvironment(const store::EnvironmentRecord& e) override {
-    return inner_->PutEnvironment(e);
-  }
-  Result<std::optional<store::EnvironmentRecord>> FindEnvironment(
-      std::string_view name, std::string_view version) override {
-    return inner_->FindEnvironment(name, version);
-  }
-  Result<std::vector<store::EnvironmentRecord>> ListEnvironments() override {
-    return inner_->ListEnvironments();
-  }
-  Status DeleteEnvironment(std::string_view name, std::string_view version) override {
-    return inner_->DeleteEnvironment(name, version);
-  }
-  Status PutSetting(std::string_view k, std::string_view v) override {
-    return inner_->PutSetting(k, v);
-  }
-  Result<std::optional<std::string>> GetSetting(std::string_view k) override {
-    return inner_->GetSetting(k);
-  }
 
  private:
-  std::unique_ptr<store::Store> inner_;
   std::mutex m_;
   std::condition_variable cv_;
   bool open_ = true;
