@@ -415,14 +415,14 @@ Status WriteFileDurably(const std::string& path, const std::string& contents, mo
   return Status::Ok();
 }
 
-Status RewriteFileLocked(const std::string& path, const std::string& contents) {
+Status RewriteFileLocked(const std::string& path, const std::string& contents, bool lock) {
   int fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC | O_NOFOLLOW);
   if (fd < 0) {
     const int err = errno;
     if (err == ENOENT) return Status::NotFound("'" + path + "' does not exist");
     return Status::Unavailable("cannot open '" + path + "': " + std::strerror(err));
   }
-  while (::flock(fd, LOCK_EX) != 0 && errno == EINTR) {
+  while (lock && ::flock(fd, LOCK_EX) != 0 && errno == EINTR) {
   }
   size_t done = 0;
   int err = 0;

@@ -3,6 +3,7 @@
 // its SIGTERM comes, and a second stop with a shorter grace (checkpoint-done) kills it
 // at once instead of at the end of the first grace.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
 #include <chrono>
 #include <csignal>
@@ -53,6 +54,35 @@ TEST(LauncherPreemptTest, TheDeadlineComesBeforeTermAndAShorterGraceKillsSooner)
   EXPECT_EQ(e->kind, JobEvent::Kind::kExited);
   EXPECT_TRUE(e->cancelled);
   EXPECT_EQ(e->signal, SIGKILL);
+}
+
+// The red team's hostage: a job that takes a lock on its own deadline file (flock works
+// on a descriptor opened for reading) kept its shim waiting for the lock before the
+// SIGTERM, so it was never stopped: its GPUs were kept past its grace, for ever. The
+// deadline is written without the lock, and the file is the job user's alone (0600).
+TEST(LauncherPreemptTest, ALockOnTheDeadlineFileDoesNotKeepTheJobFromBeingStopped) {
+  ScratchDir dir;
+  auto launcher = NewProcessLauncher(TestOptions(dir.path()));
+  LaunchSpec spec = TestSpec(
+      303, {"sh", "-c",
+            "exec 9<\"$GPUPOOL_PREEMPT_DEADLINE_FILE\"; flock -x 9; trap '' TERM; echo ready; "
+            "while :; do sleep 0.05; done"});
+  spec.preemptible = true;
+  ASSERT_TRUE(launcher->Launch(spec).ok());
+  ASSERT_EQ(WaitForEvent(*launcher, 303, 5000)->kind, JobEvent::Kind::kStarted);
+  const std::string run = JobDir(dir.path(), TaskRun(303));
+  ASSERT_TRUE(WaitForFileContaining(run + "/" + kStdoutFile, "ready", 5000));
+  struct stat st {};
+  ASSERT_EQ(::stat((run + "/" + kPreemptDeadlineFile).c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 07777, 0600u);
+  EXPECT_EQ(st.st_uid, spec.uid);
+  ASSERT_TRUE(launcher->Stop(TaskRun(303), StopRequest{1, 1'700'000'001}).ok());
+  // A grace of 1 s: killed within a few, the deadline written all the same.
+  std::optional<JobEvent> e = WaitForEvent(*launcher, 303, 10'000);
+  ASSERT_TRUE(e.has_value()) << "the job was never stopped";
+  EXPECT_EQ(e->kind, JobEvent::Kind::kExited);
+  EXPECT_EQ(e->signal, SIGKILL);
+  EXPECT_EQ(ReadWholeFile(run + "/" + kPreemptDeadlineFile), "1700000001\n");
 }
 
 // Only the pool sets the variable, and only for a preemptible job.

@@ -84,7 +84,8 @@ TEST_F(ControllerPreemptionTest, AVictimStopsWithItsGraceHoldsItsGpusAndIsRequeu
   ASSERT_EQ(c_->WaitForWork("n1", 0)->launch.size(), 1u);
   ASSERT_TRUE(Report(victim, protocol::EventKind::kStarted).ok());
   clock_.AdvanceMicros(int64_t{1800} * 1'000'000);  // past the default 600 s minimum
-  const Job urgent = Submit(bob_, 10, /*preemptible=*/false);
+  // A higher priority preempts its own user's jobs only (users choose priorities).
+  const Job urgent = Submit(alice_, 10, /*preemptible=*/false);
   ASSERT_TRUE(c_->ScheduleOnce().ok());
   Job stopping = Get(victim.id);
   EXPECT_EQ(stopping.state, JobState::kRunning);
@@ -124,8 +125,8 @@ TEST_F(ControllerPreemptionTest, AVictimStopsWithItsGraceHoldsItsGpusAndIsRequeu
                               ", of higher priority (10 > 0) (attempt 1)"),
             std::string::npos)
       << again.reason;
-  // The requeued victim, older and of a user as idle as bob, would come first in the fair
-  // queue: it waits for its preemptor to start instead of taking its GPUs back.
+  // The requeued victim, older, would come first in its user's queue: it waits for its
+  // preemptor to start instead of taking its GPUs back.
   ASSERT_TRUE(c_->ScheduleOnce().ok());
   EXPECT_EQ(Get(urgent.id).state, JobState::kAssigned);
   EXPECT_EQ(Get(victim.id).state, JobState::kPending);
@@ -145,7 +146,7 @@ struct HoldJobs {
 
 class ControllerPreemptionHoldTest : public ControllerPreemptionTest {
  protected:
-  // The victim runs 30 min; `earlier` (carol) then the preemptor (bob, priority 10) are
+  // The victim runs 30 min; `earlier` (carol) then the preemptor (alice, priority 10) are
   // submitted; a pass preempts the victim for the preemptor.
   HoldJobs Preempt() {
     HoldJobs j;
@@ -157,7 +158,7 @@ class ControllerPreemptionHoldTest : public ControllerPreemptionTest {
     clock_.AdvanceMicros(int64_t{1800} * 1'000'000);
     j.earlier = Submit(carol_, 0, /*preemptible=*/false);
     clock_.AdvanceMicros(1'000'000);
-    j.preemptor = Submit(bob_, 10, /*preemptible=*/false);
+    j.preemptor = Submit(alice_, 10, /*preemptible=*/false);
     EXPECT_TRUE(c_->ScheduleOnce().ok());
     EXPECT_EQ(Get(j.victim.id).preempted_by, j.preemptor.id);
     // Another pass while the victim stops: the preemptor's reason says what it holds.
@@ -202,7 +203,7 @@ TEST_F(ControllerPreemptionHoldTest, AHoldExpiresAfterTheGraceAndAMargin) {
 
 TEST_F(ControllerPreemptionHoldTest, APreemptorCancelledReleasesItsHold) {
   const HoldJobs j = Preempt();
-  ASSERT_TRUE(c_->Cancel(j.preemptor.id, bob_).ok());
+  ASSERT_TRUE(c_->Cancel(j.preemptor.id, alice_).ok());
   VictimEnds(j, 10);
   ASSERT_TRUE(c_->ScheduleOnce().ok());
   // Its preemptor gone, the victim no longer waits, and it is the oldest job.
@@ -239,7 +240,7 @@ TEST_F(ControllerPreemptionHoldTest, AHoldOutlivesARestartOfTheController) {
 // A preemptor held by its user releases its hold too (it could wait for days).
 TEST_F(ControllerPreemptionHoldTest, APreemptorHeldReleasesItsHold) {
   const HoldJobs j = Preempt();
-  ASSERT_TRUE(c_->Hold(j.preemptor.id, bob_, true).ok());
+  ASSERT_TRUE(c_->Hold(j.preemptor.id, alice_, true).ok());
   VictimEnds(j, 10);
   ASSERT_TRUE(c_->ScheduleOnce().ok());
   EXPECT_EQ(Get(j.victim.id).state, JobState::kAssigned);
