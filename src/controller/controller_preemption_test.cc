@@ -247,5 +247,38 @@ TEST_F(ControllerPreemptionHoldTest, APreemptorHeldReleasesItsHold) {
   EXPECT_EQ(Get(j.preemptor.id).state, JobState::kPending);
 }
 
+// The red team: a requeued victim waited for its preemptor to start first for as long as
+// the preemptor stayed PENDING, long after the hold on its GPUs had ended. Bob, below his
+// share, preempted alice, then kept his preemptor from starting (here: his GPU limit; in
+// a pool, his own jobs elsewhere filling it), and alice's job never ran again while the
+// GPUs sat free. Her job waits for the preemptor only while the hold lasts.
+TEST_F(ControllerPreemptionTest, AVictimWaitsForItsPreemptorOnlyWhileTheHoldLasts) {
+  Job victim = Submit(alice_, 0, /*preemptible=*/true);
+  ASSERT_TRUE(c_->ScheduleOnce().ok());
+  ASSERT_EQ(c_->WaitForWork("n1", 0)->launch.size(), 1u);
+  ASSERT_TRUE(Report(Get(victim.id), protocol::EventKind::kStarted).ok());
+  clock_.AdvanceMicros(int64_t{1800} * 1'000'000);
+  Job small;  // bob's one GPU: below his share (1 of 2) while alice holds both
+  small.command = {"train"};
+  small.request.gpus = 1;
+  small.request.cpu_milli = 100;
+  small = c_->Submit(small, bob_).value();
+  ASSERT_TRUE(c_->ScheduleOnce().ok());
+  ASSERT_EQ(Get(victim.id).preempted_by, small.id);
+  Limits limits;
+  limits.users["bob"].max_gpus = 0;
+  ASSERT_TRUE(c_->SetLimits(limits, root_).ok());
+  clock_.AdvanceMicros(10'000'000);
+  ASSERT_TRUE(Report(Get(victim.id), protocol::EventKind::kExited).ok());
+  ASSERT_TRUE(c_->ScheduleOnce().ok());
+  EXPECT_EQ(Get(victim.id).state, JobState::kPending);  // the hold: 30 s grace + 60 s
+  clock_.AdvanceMicros(int64_t{90} * 1'000'000);
+  ASSERT_TRUE(c_->ScheduleOnce().ok());
+  ASSERT_TRUE(c_->ScheduleOnce().ok());
+  EXPECT_EQ(Get(small.id).state, JobState::kPending) << Get(small.id).pending_reason;
+  EXPECT_EQ(Get(victim.id).state, JobState::kAssigned)
+      << Get(victim.id).pending_reason << " / " << Get(small.id).pending_reason;
+}
+
 }  // namespace preemption_test
 }  // namespace gpupool::controller
