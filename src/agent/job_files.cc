@@ -416,7 +416,9 @@ Status WriteFileDurably(const std::string& path, const std::string& contents, mo
 }
 
 Status RewriteFileLocked(const std::string& path, const std::string& contents, bool lock) {
-  int fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC | O_NOFOLLOW);
+  // Unlocked, the file may be a job user's, who may hold a lease on it (F_SETLEASE), which
+  // would block an open for writing for up to the kernel's lease-break-time: not waited for.
+  int fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC | O_NOFOLLOW | (lock ? 0 : O_NONBLOCK));
   if (fd < 0) {
     const int err = errno;
     if (err == ENOENT) return Status::NotFound("'" + path + "' does not exist");

@@ -85,6 +85,34 @@ TEST(LauncherPreemptTest, ALockOnTheDeadlineFileDoesNotKeepTheJobFromBeingStoppe
   EXPECT_EQ(ReadWholeFile(run + "/" + kPreemptDeadlineFile), "1700000001\n");
 }
 
+// The file is the job user's, who may take a lease on it (F_SETLEASE), which held the
+// shim's open for writing, and so the SIGTERM, for the kernel's lease-break-time (45 s).
+TEST(LauncherPreemptTest, ALeaseOnTheDeadlineFileDoesNotDelayTheStop) {
+  ScratchDir dir;
+  auto launcher = NewProcessLauncher(TestOptions(dir.path()));
+  LaunchSpec spec =
+      TestSpec(304, {"/usr/bin/python3", "-c",
+                     "import fcntl, os, signal, time\n"
+                     "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+            "signal.signal(signal.SIGIO, signal.SIG_IGN)  # the lease break's\n"
+                     "fd = os.open(os.environ['GPUPOOL_PREEMPT_DEADLINE_FILE'], os.O_RDONLY)\n"
+                     "fcntl.fcntl(fd, 1024, fcntl.F_RDLCK)  # F_SETLEASE\n"
+                     "print('ready', flush=True)\n"
+                     "time.sleep(300)\n"});
+  spec.preemptible = true;
+  ASSERT_TRUE(launcher->Launch(spec).ok());
+  ASSERT_EQ(WaitForEvent(*launcher, 304, 5000)->kind, JobEvent::Kind::kStarted);
+  const std::string run = JobDir(dir.path(), TaskRun(304));
+  ASSERT_TRUE(WaitForFileContaining(run + "/" + kStdoutFile, "ready", 5000))
+      << ReadWholeFile(run + "/" + kStderrFile);
+  const auto t0 = std::chrono::steady_clock::now();
+  ASSERT_TRUE(launcher->Stop(TaskRun(304), StopRequest{1, 1'700'000'001}).ok());
+  std::optional<JobEvent> e = WaitForEvent(*launcher, 304, 20'000);
+  ASSERT_TRUE(e.has_value()) << "the job was not stopped within 20 s";
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(10));
+  EXPECT_EQ(e->signal, SIGKILL);
+}
+
 // Only the pool sets the variable, and only for a preemptible job.
 TEST(LauncherPreemptTest, AJobThatIsNotPreemptibleHasNoDeadlineFile) {
   ScratchDir dir;
