@@ -168,6 +168,17 @@ TEST(RenderJobTest, Preemptions) {
   EXPECT_NE(out.find("to start first [preempted 2x]"), std::string::npos) << out;
 }
 
+// An alloc whose command ended keeps cancel_requested (its release): show said "Cancel:
+// requested; the job is being stopped" on a FAILED job. Only a running job is being stopped.
+TEST(RenderJobTest, ACancelIsBeingStoppedOnlyWhileTheJobRuns) {
+  const Json running = Parse(R"({"id": 5, "state": "RUNNING", "cancel_requested": true})");
+  EXPECT_NE(
+      RenderJob(running, kRenderNow).find("  Cancel:     requested; the job is being stopped"),
+      std::string::npos);
+  const Json ended = Parse(R"({"id": 5, "state": "FAILED", "cancel_requested": true})");
+  EXPECT_EQ(RenderJob(ended, kRenderNow).find("Cancel:"), std::string::npos);
+}
+
 TEST(RenderLimitsTest, APreemptibleColumnOnlyWhereSomeEntryHasDefaults) {
   const Json plain = Parse(R"({"default": {"max_queued": 500}, "users": {}, "projects": {}})");
   EXPECT_EQ(RenderLimits(plain).find("PREEMPTIBLE"), std::string::npos);
