@@ -219,6 +219,25 @@ TEST(RenderQueueTest, ArrayElementsPendingTogetherShareARow) {
             "        46_5  b           PENDING     1  -         -\n");
 }
 
+// `gpupool hold 40_[2-3]` hid the hold: the held elements shared the array's pending row
+// and its throttle reason. They get rows of their own, as squeue splits an array by reason.
+TEST(RenderQueueTest, HeldArrayElementsDoNotShareTheRowOfThoseNotHeld) {
+  const Json answer = Parse(R"({"jobs": [
+    {"id": 41, "array_id": 40, "array_index": 1, "user": "a", "state": "PENDING",
+     "pending_reason": "throttled", "request": {"gpus": 1}},
+    {"id": 42, "array_id": 40, "array_index": 2, "user": "a", "state": "PENDING",
+     "held_by": "a", "pending_reason": "held by a", "request": {"gpus": 1}},
+    {"id": 43, "array_id": 40, "array_index": 3, "user": "a", "state": "PENDING",
+     "held_by": "a", "pending_reason": "held by a", "request": {"gpus": 1}},
+    {"id": 44, "array_id": 40, "array_index": 4, "user": "a", "state": "PENDING",
+     "pending_reason": "throttled", "request": {"gpus": 1}}]})");
+  EXPECT_EQ(RenderQueue(answer, kRenderNow),
+            "      ID  USER  NAME  STATE    GPUS  NODES  TIME  REASON\n"
+            "    40_1  a           PENDING     1  -         -  throttled\n"
+            "40_[2-3]  a           PENDING     1  -         -  held by a\n"
+            "    40_4  a           PENDING     1  -         -  throttled\n");
+}
+
 TEST(RenderNodesTest, FractionsAndModels) {
   const Json answer = Parse(R"js({"nodes": [
     {"name": "gpu1", "state": "draining", "address": "10.0.0.1",
