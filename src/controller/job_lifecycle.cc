@@ -603,8 +603,10 @@ void NormalizeTasks(Job& job) {
 }
 
 std::string HeldReason(const Job& job) {
+  // As sched::HoldGate::Reason: an admin's hold is released by admins only.
   return "held by " + job.held_by + (job.held_by_admin ? " (admin)" : "") + ": `gpupool release " +
-         std::to_string(job.id) + "` lets it start";
+         std::to_string(job.id) + "`" + (job.held_by_admin ? " by an admin" : "") +
+         " lets it start";
 }
 
 std::string_view EventName(const Event& e) {

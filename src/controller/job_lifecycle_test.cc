@@ -416,7 +416,8 @@ TEST(JobLifecycleTest, ACancelledRunningJobSaysWhoCancelledIt) {
 TEST(JobLifecycleTest, AnAdminsHoldIsReleasedByAdminsOnly) {
   Result<Transition> held = Step(InState(JobState::kPending), Hold{"root", true}, kNow);
   ASSERT_TRUE(held.ok());
-  EXPECT_EQ(held->next.pending_reason, "held by root (admin): `gpupool release 7` lets it start");
+  EXPECT_EQ(held->next.pending_reason,
+            "held by root (admin): `gpupool release 7` by an admin lets it start");
   Result<Transition> r = Step(held->next, Release{"alice", false}, kNow);
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), StatusCode::kPermissionDenied);
