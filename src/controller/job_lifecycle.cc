@@ -144,6 +144,26 @@ Transition Preempted(const Job& job, const Job& ended) {
   return t;
 }
 
+// Whether a stop reached a task of `job` (it was signalled, or not started): a preempted
+// job whose tasks all ended on their own first, its stop order crossing their end, was
+// not stopped by the preemption.
+bool StopReachedATask(const Job& job) {
+  return std::any_of(job.tasks.begin(), job.tasks.end(),
+                     [](const jobs::TaskStatus& s) { return s.cancelled || s.timed_out; });
+}
+
+// A preempted job whose tasks all ended before its stop reached them: it ends as they
+// ended (SUCCEEDED: its work was done; it must not run again), not requeued.
+Job EndedBeforeItsStop(Job job) {
+  job.reason =
+      "ended before its preemption by job " + std::to_string(job.preempted_by) + " reached it";
+  job.preempted_by = 0;
+  job.preempt_deadline_s = 0;
+  job.checkpoint_done = false;
+  job.cancel_requested = false;
+  return job;
+}
+
 // The job's outcome once every task has ended; else the job as it is, waiting for them.
 // With cancel_requested, tasks whose launch orders never went out (they wait for task
 // 0's port) will not start: they end here.
@@ -167,7 +187,10 @@ Transition Settle(const Job& job, Job next, int64_t now_us) {
     t.effects.notify_nodes = true;
     return t;
   }
-  if (next.preempted_by != 0) return Preempted(job, next);
+  if (next.preempted_by != 0) {
+    if (StopReachedATask(next)) return Preempted(job, next);
+    next = EndedBeforeItsStop(std::move(next));
+  }
   const jobs::TaskStatus* failed = nullptr;
   size_t failed_index = 0;
   for (size_t t = 0; t < next.tasks.size() && failed == nullptr; ++t) {

@@ -511,6 +511,33 @@ TEST(JobLifecycleTest, APreemptedGangStopsKeepsItsGpusUntilItsTasksEndThenIsRequ
   EXPECT_EQ(placed->next.attempt, 2);
 }
 
+// A preempted job whose task ended on its own before the stop order reached it (exit 0,
+// not stopped by the pool) finished its work: it ends SUCCEEDED, not requeued to run its
+// work again; one that failed on its own ends FAILED. A task stopped in its grace, however
+// it exited, sends it back to the queue (the test above).
+TEST(JobLifecycleTest, APreemptedJobWhoseTasksEndedBeforeTheirStopEndsAsTheyEnded) {
+  Result<Transition> p = Step(InState(JobState::kRunning), Preempt{9, "", 120, 0}, kNow);
+  ASSERT_TRUE(p.ok());
+  Result<Transition> done = Step(p->next, Exit("n1", 0, 0), kNow);
+  ASSERT_TRUE(done.ok()) << done.status().ToString();
+  EXPECT_EQ(done->next.state, JobState::kSucceeded);
+  EXPECT_EQ(done->next.reason, "ended before its preemption by job 9 reached it");
+  EXPECT_EQ(done->next.preempted_by, 0);
+  EXPECT_EQ(done->next.preemptions, 0);
+  EXPECT_FALSE(done->next.cancel_requested);
+  EXPECT_TRUE(done->effects.ended);
+  EXPECT_TRUE(done->effects.freed);
+  EXPECT_FALSE(done->effects.requeued);
+  Result<Transition> failed = Step(p->next, Exit("n1", 0, 3), kNow);
+  ASSERT_TRUE(failed.ok());
+  EXPECT_EQ(failed->next.state, JobState::kFailed);
+  EXPECT_EQ(failed->next.exit_code, 3);
+  Result<Transition> stopped = Step(p->next, Exit("n1", 0, 0, true), kNow);
+  ASSERT_TRUE(stopped.ok());
+  EXPECT_EQ(stopped->next.state, JobState::kPending);
+  EXPECT_EQ(stopped->next.preemptions, 1);
+}
+
 TEST(JobLifecycleTest, OnlyPreemptibleJobsArePreemptedAndCheckpointDoneNeedsAPreemption) {
   Job j = Gang();
   j.preemptible = false;
