@@ -272,17 +272,30 @@ Transition Lose(const Job& job, const std::string& reason, const std::string& go
                 int64_t now_us, JobState end_state = JobState::kLost) {
   Job lost = job;
   NormalizeTasks(lost);
-  std::map<std::string, bool> nodes;  // node -> a task of it started there and runs
+  std::map<std::string, StrayStop> nodes;  // started_there: a task of it started there, runs
   for (size_t t = 0; t < lost.placement.size(); ++t) {
-    const std::string& node = lost.placement[t].node;
-    const bool runs = node != gone_from && lost.tasks[t].start_time_us != 0 && !lost.tasks[t].ended;
-    nodes[node] = nodes[node] || runs;
+    const jobs::TaskPlacement& p = lost.placement[t];
+    StrayStop& s = nodes[p.node];
+    s.node = p.node;
+    s.attempt = job.attempt;
+    s.started_there = s.started_there || (p.node != gone_from && lost.tasks[t].start_time_us != 0 &&
+                                          !lost.tasks[t].ended);
+    s.gpu_uuids.insert(s.gpu_uuids.end(), p.gpu_uuids.begin(), p.gpu_uuids.end());
   }
   std::vector<StrayStop> strays;
-  for (const auto& [node, runs] : nodes) strays.push_back({node, job.attempt, runs});
+  for (auto& [node, s] : nodes) strays.push_back(std::move(s));
   Transition t;
-  // A job being preempted was going back to the queue anyway.
-  if ((job.requeue && !job.cancel_requested) || job.preempted_by != 0) {
+  if (job.preempted_by != 0) {
+    // Being preempted, it was going back to the queue anyway: its preemption counts (its
+    // tasks were told to stop), its tasks' run up to now, and the loss is named.
+    for (jobs::TaskStatus& ts : lost.tasks) {
+      if (ts.start_time_us != 0 && !ts.ended) ts.end_time_us = now_us;
+    }
+    lost.reason += "; " + reason;
+    t = Preempted(job, lost);
+    t.effects.log = "job " + Id(job) + " " + std::string(jobs::JobStateName(end_state)) +
+                    " while being preempted, and requeued: " + reason;
+  } else if (job.requeue && !job.cancel_requested) {
     t = Changed(job, Requeued(job, reason));
     t.effects.requeued = true;
     t.effects.log = "job " + Id(job) + " " + std::string(jobs::JobStateName(end_state)) +

@@ -344,6 +344,9 @@ TEST(JobLifecycleTest, ALostNodeRequeuesARequeueJobAndStopsItsOtherTasks) {
   EXPECT_FALSE(t->effects.strays[0].started_there);
   EXPECT_EQ(t->effects.strays[1].node, "n2");
   EXPECT_TRUE(t->effects.strays[1].started_there);
+  // With the GPUs the attempt holds there: in use until its end is reported.
+  EXPECT_EQ(t->effects.strays[0].gpu_uuids, std::vector<std::string>{"GPU-0"});
+  EXPECT_EQ(t->effects.strays[1].gpu_uuids, std::vector<std::string>{"GPU-1"});
   // Without --requeue, or once cancelled: LOST.
   j.requeue = false;
   t = Step(j, NodeLost{"n2", "gone"}, kNow);
@@ -574,6 +577,15 @@ TEST(JobLifecycleTest, ACancelOrALostNodeDuringAPreemption) {
   EXPECT_EQ(lost->next.state, JobState::kPending);
   EXPECT_FALSE(lost->next.cancel_requested);
   EXPECT_EQ(lost->next.preempted_by, 0);
+  // Requeued as preempted (it was told to stop): counted once, with its cost and the
+  // preemption's reason, the node's loss named.
+  EXPECT_EQ(lost->next.preemptions, 1);
+  EXPECT_GT(lost->next.preempted_gpu_hours, 0);
+  EXPECT_EQ(lost->next.reason,
+            "requeued: preempted by job 9; node n2 stopped responding (attempt 1)");
+  EXPECT_TRUE(lost->effects.requeued);
+  EXPECT_FALSE(lost->effects.ended);
+  EXPECT_EQ(lost->effects.strays.size(), 2u);
 }
 
 }  // namespace

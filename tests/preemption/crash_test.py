@@ -10,7 +10,10 @@ must not take the victim's GPUs (they are held for the preemptor):
   it: the victim is killed at its deadline (not after a fresh grace), requeued once as
   attempt 2 with the preemption's reason, the hold is still stored, and the preemptor
   starts on the freed GPUs before the third job;
-- the same with the agent of the victim's node killed and restarted instead;
+- the same with the agent of the victim's node killed and restarted instead; and with
+  the agent away past the node timeout (the victim requeued as preempted when its node is
+  lost): the node returns still running the victim, and no job starts on its GPUs before
+  the victim's process has ended;
 - a victim that finishes its work during its grace and exits 0 is requeued (the pool
   cannot tell it from a checkpoint), once; one whose work ended before the stop reached
   it (the agent stopped meanwhile) ends SUCCEEDED and is not run again;
@@ -64,7 +67,8 @@ class SplitPool:
     """A server and one agent under one state directory; each can be killed and started
     again on it."""
 
-    def __init__(self):
+    def __init__(self, node_timeout=30):
+        self.node_timeout = node_timeout
         self.dir = pooltest.make_test_dir("gp-crashpre-")
         self.sock = os.path.join(self.dir, "gpupool.sock")
         self.env = dict(os.environ, GPUPOOL_SERVER="unix:" + self.sock)
@@ -79,7 +83,8 @@ class SplitPool:
 
     def start_server(self):
         self.server = self._spawn([GPUPOOL, "server", "--config", "", "--state-dir", self.dir,
-                                   "--port", "0"], "server.log")
+                                   "--port", "0", "--node-timeout", str(self.node_timeout)],
+                                  "server.log")
 
         def up():
             try:
@@ -150,7 +155,9 @@ class SplitPool:
 
 class PreemptionCrashTest(unittest.TestCase):
     def setUp(self):
-        self.pool = SplitPool()
+        # A short node timeout for the case whose agent stays away past it.
+        short = self._testMethodName.endswith("_past_the_node_timeout")
+        self.pool = SplitPool(node_timeout=2 if short else 30)
         self.marks = os.path.join(self.pool.dir, "marks")
         os.mkdir(self.marks)
         os.chmod(self.marks, 0o777)
@@ -260,6 +267,32 @@ class PreemptionCrashTest(unittest.TestCase):
 
     def test_agent_killed_during_the_grace_and_back_after_the_victims_end(self):
         self.crash_during_grace("agent", True)
+
+    def test_agent_killed_during_the_grace_past_the_node_timeout(self):
+        # The node is lost during the grace (the victim requeued as any lost node's job);
+        # the agent comes back before the deadline with the victim's supervisor still
+        # running it: no job starts on its GPUs before its process has ended.
+        victim, third, preemptor, pid, deadline, term_at = self.start_preemption("ignore")
+        self.pool.kill9(self.pool.agent)
+        lost = self.wait_job(victim, ("PENDING",), GRACE)
+        self.assertTrue(alive(pid))
+        self.pool.start_agent()
+        gone = self.wait_gone(pid, GRACE + 10)
+        self.assertLessEqual(gone, deadline + 2.5)
+        final = self.wait_job(victim, ("SUCCEEDED",))
+        self.wait_job(preemptor, ("SUCCEEDED",))
+        self.wait_job(third, ("SUCCEEDED",))
+        for name in ("preemptor", "third"):
+            self.assertGreaterEqual(float(self.wait_file(name + ".start", 1)), gone - 0.05, name)
+        starts = [r for r in self.runs() if r[0] == "start"]
+        self.assertEqual([r[1] for r in starts], ["1", "2"])
+        self.assertGreaterEqual(float(starts[1][3]), gone - 0.05)
+        self.assertEqual(final["attempt"], 2)
+        # Requeued as preempted, once, the node's loss named.
+        self.assertEqual(lost["preemptions"], 1, lost)
+        self.assertTrue(lost["reason"].startswith(REASON.split(" (attempt")[0] % preemptor + "; "),
+                        lost["reason"])
+        self.assertTrue(lost["reason"].endswith("(attempt 1)"), lost["reason"])
 
     def test_a_victim_that_finishes_its_work_during_the_grace_is_requeued_once(self):
         victim, third, preemptor, pid, deadline, term_at = self.start_preemption("finish")

@@ -1,6 +1,6 @@
 """A preemptible job for crash_test.py: python3 crash_victim.py MARKER_DIR ignore|finish.
 
-Every attempt appends "start ATTEMPT PID" to MARKER_DIR/runs (O_APPEND lines are
+Every attempt appends "start ATTEMPT PID TIME" to MARKER_DIR/runs (O_APPEND lines are
 atomic), so the test counts the runs and watches the process. Attempt 1 runs until its
 SIGTERM, records its deadline file's contents and the time (MARKER_DIR/term), then
 either ignores the signal ("ignore": only the pool's SIGKILL at the deadline ends it) or
@@ -28,7 +28,7 @@ def write(name, text):
     os.rename(os.path.join(out, name + ".tmp"), os.path.join(out, name))
 
 
-append("start %s %d" % (attempt, os.getpid()))
+append("start %s %d %.3f" % (attempt, os.getpid(), time.time()))
 if attempt != "1":
     append("end " + attempt)
     sys.exit(0)
