@@ -343,10 +343,9 @@ class PreemptionCrashTest(unittest.TestCase):
         self.assertEqual(self.pool.job(victim).get("preempted_by"), preemptor)
         gone = self.wait_gone(pid, GRACE + 10)
         self.assertGreaterEqual(gone, deadline - 1.5)
-        again = self.wait_job(victim, ("PENDING", "RUNNING", "SUCCEEDED"), 30)
+        self.assertLessEqual(gone, deadline + 2.5)
         final = self.wait_job(victim, ("SUCCEEDED",))
         self.assertEqual((final["attempt"], final["preemptions"]), (2, 1))
-        self.assertIn(again["state"], ("PENDING", "RUNNING", "SUCCEEDED"))
         # No hold keeps the GPUs: the third job runs, without the hold's 60 s margin.
         after = self.wait_job(third, ("SUCCEEDED",), 30)
         self.assertLess(after["start_time_us"] / 1e6, deadline + 30)
