@@ -161,6 +161,7 @@ class PreemptionCrashTest(unittest.TestCase):
         self.marks = os.path.join(self.pool.dir, "marks")
         os.mkdir(self.marks)
         os.chmod(self.marks, 0o777)
+        self.child = 0
 
     def tearDown(self):
         self.pool.stop()
@@ -199,6 +200,8 @@ class PreemptionCrashTest(unittest.TestCase):
                                   mode)
         pooltest.wait_for("the victim's start", lambda: self.runs(), 30)
         pid = int(self.runs()[0][2])
+        self.child = int(self.runs()[0][4])  # "ignore": its child, also to be killed
+        self.assertEqual(self.child > 0, mode == "ignore")
         third = self.stamp_job("third")  # older than the preemptor
         j = self.wait_job(victim, ("RUNNING",), 30)
         pooltest.wait_for("the victim past its minimum run time",
@@ -209,8 +212,13 @@ class PreemptionCrashTest(unittest.TestCase):
         return victim, third, preemptor, pid, int(deadline), float(term_at)
 
     def wait_gone(self, pid, timeout):
+        """Waits for the victim's process and its child to end; when the first ended."""
         pooltest.wait_for("process %d to end" % pid, lambda: not alive(pid), timeout, 0.02)
-        return time.time()
+        gone = time.time()
+        if self.child:
+            pooltest.wait_for("its child %d to end" % self.child, lambda: not alive(self.child),
+                              2)
+        return gone
 
     def check_requeued_and_rerun(self, victim, third, preemptor):
         """The victim requeued once (attempt 1's reason), the preemptor run on its GPUs

@@ -1,14 +1,16 @@
 """A preemptible job for crash_test.py: python3 crash_victim.py MARKER_DIR ignore|finish.
 
-Every attempt appends "start ATTEMPT PID TIME" to MARKER_DIR/runs (O_APPEND lines are
+Every attempt appends "start ATTEMPT PID TIME CHILD" to MARKER_DIR/runs (O_APPEND lines are
 atomic), so the test counts the runs and watches the process. Attempt 1 runs until its
 SIGTERM, records its deadline file's contents and the time (MARKER_DIR/term), then
-either ignores the signal ("ignore": only the pool's SIGKILL at the deadline ends it) or
+either ignores the signal ("ignore": only the pool's SIGKILL at the deadline ends it, and
+a child, CHILD's pid, that ignores it too) or
 finishes its work two seconds later and exits 0 ("finish": a job whose work ended during
 its grace), recording that (MARKER_DIR/finished). Later attempts append "end ATTEMPT" and
 succeed."""
 import os
 import signal
+import subprocess
 import sys
 import time
 
@@ -28,7 +30,12 @@ def write(name, text):
     os.rename(os.path.join(out, name + ".tmp"), os.path.join(out, name))
 
 
-append("start %s %d %.3f" % (attempt, os.getpid(), time.time()))
+child = 0
+if attempt == "1" and mode == "ignore":
+    # A child in its process group that ignores SIGTERM too: the SIGKILL must reach it.
+    child = subprocess.Popen([sys.executable, "-c", "import signal, time; signal.signal("
+                              "signal.SIGTERM, signal.SIG_IGN); time.sleep(3600)"]).pid
+append("start %s %d %.3f %d" % (attempt, os.getpid(), time.time(), child))
 if attempt != "1":
     append("end " + attempt)
     sys.exit(0)
