@@ -35,6 +35,16 @@ import pooltest  # noqa: E402
 VICTIM = os.path.join(HERE, "..", "preemption", "crash_victim.py")
 
 
+def kill_all(pids):
+    for pid in pids:
+        if int(pid) <= 0:
+            continue  # never a process group
+        try:
+            os.kill(int(pid), signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
 class FailoverTest(unittest.TestCase):
     def setUp(self):
         why = hasite.missing()
@@ -243,8 +253,15 @@ class FailoverTest(unittest.TestCase):
 
         victim = submit("--preemptible", "--min-runtime", "1s", "--grace", "10s", "--",
                         "python3", VICTIM, marks, "ignore")
-        pooltest.wait_for("the victim's start",
-                          lambda: os.path.exists(os.path.join(marks, "runs")), 30)
+        def started():
+            p = os.path.join(marks, "runs")
+            if os.path.exists(p):
+                with open(p) as f:
+                    return f.read().split()[2:5:2]  # its pid and its child's
+            return None
+        pids = pooltest.wait_for("the victim's start", started, 30)
+        # Killed whatever happens: it ignores SIGTERM, and may outlive a failed case.
+        self.addCleanup(kill_all, pids)
         third = submit("--", "python3", "-c", stamp("third"))  # older than the preemptor
         running = pooltest.wait_job(job, victim, ("RUNNING",), 30, log=site.log)
         pooltest.wait_for("the victim past its minimum run time",

@@ -164,7 +164,15 @@ class PreemptionCrashTest(unittest.TestCase):
         self.child = 0
 
     def tearDown(self):
+        runs = self.runs()
         self.pool.stop()
+        # A failed case may leave the victim (which ignores SIGTERM) behind its killed
+        # supervisor.
+        for line in runs:
+            for pid in ([int(line[2])] + [int(x) for x in line[4:5]] if line[0] == "start"
+                        else []):
+                if pid > 0 and alive(pid):
+                    os.kill(pid, signal.SIGKILL)
 
     def wait_job(self, jid, states, timeout=60):
         return pooltest.wait_job(self.pool.job, jid, states, timeout, log=self.pool.log)
