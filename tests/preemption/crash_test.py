@@ -169,8 +169,7 @@ class PreemptionCrashTest(unittest.TestCase):
         # A failed case may leave the victim (which ignores SIGTERM) behind its killed
         # supervisor.
         for line in runs:
-            for pid in ([int(line[2])] + [int(x) for x in line[4:5]] if line[0] == "start"
-                        else []):
+            for pid in [int(x) for x in line[2:3] + line[4:5]] if line[0] == "start" else []:
                 if pid > 0 and alive(pid):
                     os.kill(pid, signal.SIGKILL)
 
