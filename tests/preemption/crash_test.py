@@ -7,7 +7,8 @@ SIGTERM) for a job of higher priority, with a third job, older than the preempto
 must not take the victim's GPUs (they are held for the preemptor):
 
 - the controller is killed during the victim's grace and started again half-way through
-  it: the victim is killed at its deadline (not after a fresh grace), requeued once as
+  it (or once the victim has ended): the victim and its child, which ignore SIGTERM, are
+  killed at its deadline (not after a fresh grace), requeued once as
   attempt 2 with the preemption's reason, the hold is still stored, and the preemptor
   starts on the freed GPUs before the third job;
 - the same with the agent of the victim's node killed and restarted instead; and with
