@@ -9,19 +9,12 @@ OLD=$(realpath "${1:?usage: mig_compare.sh OLD_GPUPOOL NEW_GPUPOOL [PODS_NAME] [
 NEW=$(realpath "${2:?usage: mig_compare.sh OLD_GPUPOOL NEW_GPUPOOL [PODS_NAME] [N]}")
 PODS=${3:-openb_pod_list_default}
 N=${4:-194}
-T=${TRACES:-$(cd "$(dirname "$0")/../.." && pwd)/../shared/traces}/openb
-if [[ ! -f $T/openb_node_list_gpu_node.csv ]]; then
-  echo "skipped: $T/openb_node_list_gpu_node.csv is absent (the openb traces live in ../shared/traces)"
-  exit 0
-fi
+source "$(dirname "$0")/mig_layouts.sh"
 OUT=${OUT:-/tmp/mig_compare}
 mkdir -p "$OUT"
-for L in none 3g.40gb+2g.20gb+1g.10gb+1g.10gb 4g.40gb+3g.40gb 7g.80gb \
-         1g.10gb+1g.10gb+1g.10gb+1g.10gb+1g.10gb+1g.10gb+1g.10gb; do
+for L in "${MIG_LAYOUTS[@]}"; do
   nodes=$OUT/nodes_${L//+/_}.csv
-  awk -F, -v L="$L" -v N="$N" 'NR==1{print $0",mig"; next}
-    {m=""; if (L!="none" && $5=="G2" && g2++<N) m=L; print $0","m}' \
-    "$T/openb_node_list_gpu_node.csv" > "$nodes"
+  mig_nodes "$L" "$N" "$nodes"
   for p in default fgd; do
     for b in old new; do
       bin=$OLD

@@ -4,24 +4,18 @@
 # of the cluster's GPUs by default) cut into a MIG layout, the rest unchanged.
 # Usage: bench/sim/mig_saturation.sh GPUPOOL [PODS_NAME] [N_G2_NODES]
 # Writes one JSON summary per layout and policy into $OUT (default /tmp/mig_saturation) and
-# prints the table rows of docs/benchmarks.md. TRACES overrides ../shared/traces.
+# prints the table rows of docs/benchmarks.md. TRACES overrides ../shared/traces
+# (mig_layouts.sh: the traces, the layouts and the node lists).
 set -euo pipefail
 GPUPOOL=${1:?usage: mig_saturation.sh GPUPOOL [PODS_NAME] [N_G2_NODES]}
 PODS=${2:-openb_pod_list_default}
 N=${3:-194}
-T=${TRACES:-$(cd "$(dirname "$0")/../.." && pwd)/../shared/traces}/openb
-if [[ ! -f $T/openb_node_list_gpu_node.csv ]]; then
-  echo "skipped: $T/openb_node_list_gpu_node.csv is absent (the openb traces live in ../shared/traces)"
-  exit 0
-fi
+source "$(dirname "$0")/mig_layouts.sh"
 OUT=${OUT:-/tmp/mig_saturation}
 mkdir -p "$OUT"
-for L in none 3g.40gb+2g.20gb+1g.10gb+1g.10gb 4g.40gb+3g.40gb 7g.80gb \
-         1g.10gb+1g.10gb+1g.10gb+1g.10gb+1g.10gb+1g.10gb+1g.10gb; do
+for L in "${MIG_LAYOUTS[@]}"; do
   nodes=$OUT/nodes_${L//+/_}.csv
-  awk -F, -v L="$L" -v N="$N" 'NR==1{print $0",mig"; next}
-    {m=""; if (L!="none" && $5=="G2" && g2++<N) m=L; print $0","m}' \
-    "$T/openb_node_list_gpu_node.csv" > "$nodes"
+  mig_nodes "$L" "$N" "$nodes"
   for p in default fgd; do
     "$GPUPOOL" sim saturation --nodes "$nodes" --pods "$T/$PODS.csv" --policy $p \
       --seeds 42-51 --json > "$OUT/${PODS}_${L//+/_}_$p.json"

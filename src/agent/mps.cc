@@ -119,8 +119,16 @@ std::string MpsDaemons::Dir(const std::string& gpu) const {
   return options_.state_dir + "/mps/" + gpu;
 }
 
-Result<std::string> MpsDaemons::Control(const std::string& gpu, const std::string& input) const {
+std::vector<std::string> MpsDaemons::Env(const std::string& gpu) const {
   const std::string dir = Dir(gpu);
+  std::vector<std::string> env = options_.base_env;
+  env.push_back("CUDA_VISIBLE_DEVICES=" + gpu);
+  env.push_back("CUDA_MPS_PIPE_DIRECTORY=" + dir + "/pipe");
+  env.push_back("CUDA_MPS_LOG_DIRECTORY=" + dir + "/log");
+  return env;
+}
+
+Result<std::string> MpsDaemons::Control(const std::string& gpu, const std::string& input) const {
   int in[2];
   if (::pipe2(in, O_CLOEXEC) != 0) {
     return Status::Unavailable(std::string("pipe: ") + std::strerror(errno));
@@ -135,11 +143,7 @@ Result<std::string> MpsDaemons::Control(const std::string& gpu, const std::strin
   SpawnOptions o;
   o.in_fd = in[0];
   o.search_path = false;
-  std::vector<std::string> env = options_.base_env;
-  env.push_back("CUDA_VISIBLE_DEVICES=" + gpu);
-  env.push_back("CUDA_MPS_PIPE_DIRECTORY=" + dir + "/pipe");
-  env.push_back("CUDA_MPS_LOG_DIRECTORY=" + dir + "/log");
-  o.env = std::move(env);
+  o.env = Env(gpu);
   const std::vector<std::string> argv = {options_.control};
   Result<CommandResult> r = RunCommandCapture(argv, options_.timeout_ms, o, {});
   ::close(in[0]);
@@ -174,11 +178,7 @@ Status MpsDaemons::Start(const std::string& gpu, uid_t uid, gid_t gid) {
   o.null_output = true;  // the daemon keeps what it inherits: no pipe of ours
   o.new_session = true;  // nor our process group: it outlives an agent restart
   o.search_path = false;
-  std::vector<std::string> env = options_.base_env;
-  env.push_back("CUDA_VISIBLE_DEVICES=" + gpu);
-  env.push_back("CUDA_MPS_PIPE_DIRECTORY=" + dir + "/pipe");
-  env.push_back("CUDA_MPS_LOG_DIRECTORY=" + dir + "/log");
-  o.env = std::move(env);
+  o.env = Env(gpu);
   GP_ASSIGN_OR_RETURN(pid_t pid, SpawnCommand({options_.control, "-d"}, o));
   const int status = WaitWithin(pid, options_.timeout_ms);
   if (status < 0 || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {

@@ -70,6 +70,8 @@ class MpsDaemons {
 
  private:
   std::string Dir(const std::string& gpu) const;
+  // The environment of `gpu`'s daemon and of its control commands.
+  std::vector<std::string> Env(const std::string& gpu) const;
   // Runs `control` with `input` on stdin in the daemon's environment.
   Result<std::string> Control(const std::string& gpu, const std::string& input) const;
   bool Answers(const std::string& gpu) const;

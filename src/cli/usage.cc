@@ -56,6 +56,41 @@ std::string JoinOr(const std::vector<std::string>& words) {
   return out;
 }
 
+// What a Slurm user's option is called here, for submit, run and alloc (docs/slurm.md):
+// "did you mean" would offer -a for sbatch's -A (account) and -c for -C (constraint),
+// options of another meaning. "" for an option Slurm does not have.
+std::string SlurmHint(const std::string& path, const std::string& typed) {
+  const std::string c = path.substr(path.rfind(' ') + 1);  // "gpupool submit": submit
+  if (c != "submit" && c != "run" && c != "alloc") return "";
+  struct Hint {
+    std::vector<std::string_view> names;
+    std::string_view text;
+  };
+  static const std::vector<Hint> kHints = {
+      {{"-A", "--account"}, "Slurm's account is --project PROJECT here"},
+      {{"-C", "--constraint"},
+       "choose GPUs with --gpu-model (e.g. A100,H100), --vendor or --min-capability"},
+      {{"--gres"}, "--gres=gpu:N is --gpus N here, --gres=gpu:a100:N is --gpus N --gpu-model A100"},
+      {{"--mem-per-cpu", "--mem-per-gpu"}, "memory is asked per task here: --mem SIZE"},
+      {{"--nice"}, "--priority N orders your own jobs"},
+      {{"--parsable"}, "--json prints the new job for scripts"},
+      {{"--container", "--container-image"}, "container jobs take --image REF"},
+      {{"-q", "--qos"}, "gpupool has no QOS: limits are per user and project (`gpupool limits`)"},
+      {{"-w", "--nodelist", "-x", "--exclude", "--exclusive", "--ntasks-per-node"},
+       "placement is the scheduler's: choose GPUs with --gpu-model, --vendor or "
+       "--min-capability, and the gang's size with -n"},
+      {{"--begin", "--deadline", "--signal", "--mail-type", "--mail-user", "--test-only",
+        "--licenses", "--open-mode"},
+       "gpupool has no such option"},
+  };
+  for (const Hint& h : kHints) {
+    if (std::find(h.names.begin(), h.names.end(), typed) != h.names.end()) {
+      return std::string(h.text) + " (docs/slurm.md)";
+    }
+  }
+  return "";
+}
+
 }  // namespace
 
 std::string VersionText() { return std::string("gpupool ") + GPUPOOL_VERSION; }
@@ -161,6 +196,9 @@ std::string ExplainUnknown(const CLI::App& cmd, const std::string& word,
   const std::string path = path_given.empty() ? CommandPath(cmd) : std::string(path_given);
   if (word.size() > 1 && word[0] == '-' && word != "--") {
     const std::string typed = word.substr(0, word.find('='));  // --gpu=1
+    if (const std::string hint = SlurmHint(path, typed); !hint.empty()) {
+      return "unknown option '" + typed + "' of `" + path + "`: " + hint;
+    }
     std::vector<std::string> names;
     for (const CLI::Option* o : cmd.get_options()) {
       if (o->get_group().empty()) continue;  // hidden

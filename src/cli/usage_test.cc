@@ -106,6 +106,28 @@ TEST_F(UsageTest, AnUnknownCommandOrOptionSaysWhatWasTypedAndWhatIsNear) {
   EXPECT_EQ(p.err.find("did you mean"), std::string::npos) << p.err;
 }
 
+// docs/slurm.md: sbatch's -A and -C were "did you mean -a / -c?", options of another
+// meaning (an array, CPUs); Slurm's options without a twin here name what to use.
+TEST_F(UsageTest, SlurmsOwnOptionsNameWhatToUseNotANearLetter) {
+  Parsed p = Run({"submit", "-A", "vision", "--", "true"});
+  EXPECT_EQ(p.code, 2);
+  EXPECT_EQ(p.err,
+            "gpupool: unknown option '-A' of `gpupool submit`: Slurm's account is --project "
+            "PROJECT here (docs/slurm.md)\n");
+  p = Run({"run", "-C", "a100", "--", "true"});
+  EXPECT_EQ(p.code, 2);
+  EXPECT_NE(p.err.find("--gpu-model"), std::string::npos) << p.err;
+  EXPECT_EQ(p.err.find("did you mean"), std::string::npos) << p.err;
+  p = Run({"alloc", "--gres=gpu:2"});
+  EXPECT_NE(p.err.find("--gres=gpu:N is --gpus N here"), std::string::npos) << p.err;
+  EXPECT_EQ(ExplainUnknown(CLI::App("script lines"), "-A", "gpupool submit"),
+            "unknown option '-A' of `gpupool submit`: Slurm's account is --project PROJECT here "
+            "(docs/slurm.md)");  // a script's #GPUPOOL lines, as submit_flags.cc asks
+  // Other commands keep "did you mean": queue's -A is no account.
+  p = Run({"queue", "-A"});
+  EXPECT_NE(p.err.find("did you mean -a?"), std::string::npos) << p.err;
+}
+
 TEST_F(UsageTest, HelpNamesValuesAndShowsFlagPairsWithoutAFalseDefault) {
   Parsed p = Run({"submit", "--help"});
   EXPECT_EQ(p.code, 0);

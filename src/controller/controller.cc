@@ -301,6 +301,7 @@ void Controller::Install(lifecycle::Transition t) {
     auto n = nodes_.find(s.node);
     if (n == nodes_.end()) continue;
     n->second.stray_sent_us[{id, s.attempt}] = 0;
+    n->second.stray_gpus[{id, s.attempt}] = s.gpu_uuids;
     if (s.started_there && n->second.up) n->second.stray_running.insert({id, s.attempt});
   }
   if (fx.stop_execs) {
@@ -672,6 +673,7 @@ void Controller::TakeNodes(
     if (!e.up) continue;
     // A node whose health verdict is still to come takes no work, as a draining one.
     SchedNode copy{name, nullptr, e.cpu_milli, e.memory_mib, e.draining || e.health_pending, {}};
+    internal::ReserveStrayGpus(e.stray_running, e.stray_gpus, &copy);
     for (const auto& [uuid, health] : e.gpu_health) {
       if (gpu::TakesWork(health.state)) continue;
       copy.out_of_service_gpus.push_back(

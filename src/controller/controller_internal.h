@@ -6,7 +6,10 @@
 #include <cstddef>
 #include <cstdint>
 #include <map>
+#include <set>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "common/status.h"
 #include "controller/controller.h"
@@ -30,6 +33,13 @@ inline constexpr size_t kChunkUnderLock = 1000;
 // The most output of ended exec sessions held for their clients (ExecReport's inline
 // output, up to 16 KiB each); past it a session's output is relayed from its node.
 inline constexpr size_t kMaxExecOutputHeld = 32 << 20;
+
+// The GPUs of the earlier attempts a node still runs (`running`, strays being stopped):
+// those `gpus` names count as used on `node`; with one of unknown GPUs the node takes no
+// new work. Until their ends are reported (controller.h, NodeEntry::stray_gpus).
+void ReserveStrayGpus(const std::set<std::pair<int64_t, int>>& running,
+                      const std::map<std::pair<int64_t, int>, std::vector<std::string>>& gpus,
+                      SchedNode* node);
 
 // Whether a task of `job` is placed on `node`.
 inline bool OnNode(const jobs::Job& job, const std::string& node) {

@@ -119,6 +119,23 @@ void GrantDevices(const gpu::NodeInfo& node, const Job& job, const std::vector<s
 
 }  // namespace
 
+void internal::ReserveStrayGpus(
+    const std::set<std::pair<int64_t, int>>& running,
+    const std::map<std::pair<int64_t, int>, std::vector<std::string>>& gpus, SchedNode* node) {
+  for (const auto& key : running) {
+    auto held = gpus.find(key);
+    if (held == gpus.end()) {
+      node->draining = true;  // which GPUs it holds is not known
+      continue;
+    }
+    for (const std::string& uuid : held->second) {
+      node->out_of_service_gpus.push_back(
+          {uuid, "still used by attempt " + std::to_string(key.second) + " of job " +
+                     std::to_string(key.first) + ", which is being stopped"});
+    }
+  }
+}
+
 std::string Controller::GpuEnforcement(const jobs::Job& job) {
   const jobs::TaskPlacement* share = nullptr;
   bool whole = false;
@@ -325,6 +342,9 @@ Result<protocol::RegistrationReply> Controller::RegisterNode(protocol::Registrat
         e.stray_running.insert({t.job_id, t.attempt});
       }
     }
+    // The GPUs of the strays it no longer runs are free; those of the others stay used.
+    std::erase_if(e.stray_gpus,
+                  [&e](const auto& g) { return e.stray_running.count(g.first) == 0; });
     // Checked again for each job when its end is committed: the job may have changed.
     auto lost_here = [known, name](const Job& job) {
       if (!Occupies(job) || !OnNode(job, name) || known->count({job.id, job.attempt}) != 0) {
@@ -465,6 +485,7 @@ Result<AgentWork> Controller::TakeWorkLocked(const std::string& node) {
     if (now - first > kStrayGiveUpUs) {
       e.stray_first_us.erase(key);
       e.stray_running.erase(key);
+      e.stray_gpus.erase(key);
       stray = e.stray_sent_us.erase(stray);
       continue;
     }
@@ -608,6 +629,7 @@ Status Controller::ApplyEvents(const std::string& node, const EventBatch& batch)
         n->second.stray_sent_us.erase({raw.job_id, raw.attempt});  // it ended there
         n->second.stray_first_us.erase({raw.job_id, raw.attempt});
         n->second.stray_running.erase({raw.job_id, raw.attempt});
+        n->second.stray_gpus.erase({raw.job_id, raw.attempt});
       }
       if (active_.count(raw.job_id) == 0) continue;  // already final: a resent event
       changes.push_back({raw.job_id, LifecycleEvent(node, raw, time_us), {}});

@@ -43,6 +43,7 @@ class ControllerPreemptionTest : public ::testing::Test {
     r.cpu_milli = 64'000;
     r.memory_mib = 256'000;
     ASSERT_TRUE(c_->RegisterNode(r, "").ok());
+    node_ = r;
   }
   Job Submit(const Caller& who, int priority, bool preemptible) {
     Job j;
@@ -74,6 +75,7 @@ class ControllerPreemptionTest : public ::testing::Test {
   Caller alice_{"alice", 1000, 1000, false};
   Caller bob_{"bob", 1001, 1001, false};
   Caller root_{"root", 0, 0, true};
+  protocol::Registration node_;  // n1's, two GPUs
 };
 
 TEST_F(ControllerPreemptionTest, AVictimStopsWithItsGraceHoldsItsGpusAndIsRequeued) {
@@ -135,6 +137,66 @@ TEST_F(ControllerPreemptionTest, AVictimStopsWithItsGraceHoldsItsGpusAndIsRequeu
   EXPECT_NE(metrics.find("gpupool_preemptions_total 1\n"), std::string::npos) << metrics;
   // Not being preempted now: refused.
   EXPECT_EQ(c_->CheckpointDone(victim.id, alice_).status().code(), StatusCode::kFailedPrecondition);
+}
+
+// The victim's node is lost during its grace (its agent away past the node timeout): the
+// victim is requeued as preempted (counted, the node's loss named). The agent comes back
+// while the victim's supervisor still runs it (SIGKILL at the deadline): its GPUs are in
+// use until that end is reported, so the preemptor does not start on them before.
+TEST_F(ControllerPreemptionTest, ANodeLostInTheGraceKeepsTheVictimsGpusUntilItsEndIsReported) {
+  Job victim = Submit(alice_, 0, /*preemptible=*/true);
+  ASSERT_TRUE(c_->ScheduleOnce().ok());
+  victim = Get(victim.id);
+  ASSERT_TRUE(Report(victim, protocol::EventKind::kStarted).ok());
+  clock_.AdvanceMicros(int64_t{1800} * 1'000'000);
+  const Job urgent = Submit(alice_, 10, /*preemptible=*/false);  // her own: priority
+  ASSERT_TRUE(c_->ScheduleOnce().ok());
+  ASSERT_EQ(Get(victim.id).preempted_by, urgent.id);
+  clock_.AdvanceMicros(int64_t{3600} * 1'000'000 * 25);  // past the node timeout
+  ASSERT_TRUE(c_->SweepNodes().ok());
+  const Job lost = Get(victim.id);
+  EXPECT_EQ(lost.state, JobState::kPending);
+  EXPECT_EQ(lost.preemptions, 1);
+  EXPECT_NE(lost.reason.find("requeued: preempted by job " + std::to_string(urgent.id)),
+            std::string::npos)
+      << lost.reason;
+  EXPECT_NE(lost.reason.find("n1"), std::string::npos) << lost.reason;
+  protocol::Registration back = node_;
+  back.running = {{victim.id, 0, 1}};
+  ASSERT_TRUE(c_->RegisterNode(back, "").ok());
+  ASSERT_TRUE(c_->ScheduleOnce().ok());
+  EXPECT_EQ(Get(urgent.id).state, JobState::kPending) << "placed on GPUs still in use";
+  EXPECT_NE(Get(urgent.id).pending_reason.find("still used by attempt 1 of job"), std::string::npos)
+      << Get(urgent.id).pending_reason;
+  ASSERT_TRUE(Report(victim, protocol::EventKind::kExited).ok());  // attempt 1 killed
+  ASSERT_TRUE(c_->ScheduleOnce().ok());
+  EXPECT_EQ(Get(urgent.id).state, JobState::kAssigned);
+  EXPECT_EQ(Get(victim.id).state, JobState::kPending);
+}
+
+// The same after a restart of the controller, which does not know which GPUs the returning
+// node's earlier attempt holds: nothing new is placed on that node until its end.
+TEST_F(ControllerPreemptionTest, AnEarlierAttemptOfUnknownGpusKeepsItsNodeFromNewWork) {
+  Job again = Submit(alice_, 0, /*preemptible=*/false);
+  ASSERT_TRUE(c_->ScheduleOnce().ok());
+  again = Get(again.id);
+  ASSERT_TRUE(Report(again, protocol::EventKind::kStarted).ok());
+  ASSERT_TRUE(c_->Cancel(again.id, alice_).ok());
+  ASSERT_TRUE(Report(again, protocol::EventKind::kExited).ok());  // ended: no stray known
+  ASSERT_EQ(Get(again.id).state, JobState::kCancelled);
+  c_.reset();
+  ControllerOptions o;
+  o.node_timeout_us = int64_t{3600} * 1'000'000 * 24;
+  c_ = Controller::Create(store_.get(), &clock_, o).value();
+  const Job next = Submit(bob_, 0, /*preemptible=*/false);
+  protocol::Registration back = node_;
+  back.running = {{again.id, 0, 1}};  // its supervisor has not ended it yet
+  ASSERT_TRUE(c_->RegisterNode(back, "").ok());
+  ASSERT_TRUE(c_->ScheduleOnce().ok());
+  EXPECT_EQ(Get(next.id).state, JobState::kPending) << "placed beside a stray of unknown GPUs";
+  ASSERT_TRUE(Report(again, protocol::EventKind::kExited).ok());
+  ASSERT_TRUE(c_->ScheduleOnce().ok());
+  EXPECT_EQ(Get(next.id).state, JobState::kAssigned);
 }
 
 // The victim's GPUs are held for its preemptor (docs/preemption.md): `earlier`, a job of

@@ -144,6 +144,26 @@ Transition Preempted(const Job& job, const Job& ended) {
   return t;
 }
 
+// Whether a stop reached a task of `job` (it was signalled, or not started): a preempted
+// job whose tasks all ended on their own first, its stop order crossing their end, was
+// not stopped by the preemption.
+bool StopReachedATask(const Job& job) {
+  return std::any_of(job.tasks.begin(), job.tasks.end(),
+                     [](const jobs::TaskStatus& s) { return s.cancelled || s.timed_out; });
+}
+
+// A preempted job whose tasks all ended before its stop reached them: it ends as they
+// ended (SUCCEEDED: its work was done; it must not run again), not requeued.
+Job EndedBeforeItsStop(Job job) {
+  job.reason =
+      "ended before its preemption by job " + std::to_string(job.preempted_by) + " reached it";
+  job.preempted_by = 0;
+  job.preempt_deadline_s = 0;
+  job.checkpoint_done = false;
+  job.cancel_requested = false;
+  return job;
+}
+
 // The job's outcome once every task has ended; else the job as it is, waiting for them.
 // With cancel_requested, tasks whose launch orders never went out (they wait for task
 // 0's port) will not start: they end here.
@@ -167,7 +187,10 @@ Transition Settle(const Job& job, Job next, int64_t now_us) {
     t.effects.notify_nodes = true;
     return t;
   }
-  if (next.preempted_by != 0) return Preempted(job, next);
+  if (next.preempted_by != 0) {
+    if (StopReachedATask(next)) return Preempted(job, next);
+    next = EndedBeforeItsStop(std::move(next));
+  }
   const jobs::TaskStatus* failed = nullptr;
   size_t failed_index = 0;
   for (size_t t = 0; t < next.tasks.size() && failed == nullptr; ++t) {
@@ -249,17 +272,30 @@ Transition Lose(const Job& job, const std::string& reason, const std::string& go
                 int64_t now_us, JobState end_state = JobState::kLost) {
   Job lost = job;
   NormalizeTasks(lost);
-  std::map<std::string, bool> nodes;  // node -> a task of it started there and runs
+  std::map<std::string, StrayStop> nodes;  // started_there: a task of it started there, runs
   for (size_t t = 0; t < lost.placement.size(); ++t) {
-    const std::string& node = lost.placement[t].node;
-    const bool runs = node != gone_from && lost.tasks[t].start_time_us != 0 && !lost.tasks[t].ended;
-    nodes[node] = nodes[node] || runs;
+    const jobs::TaskPlacement& p = lost.placement[t];
+    StrayStop& s = nodes[p.node];
+    s.node = p.node;
+    s.attempt = job.attempt;
+    s.started_there = s.started_there || (p.node != gone_from && lost.tasks[t].start_time_us != 0 &&
+                                          !lost.tasks[t].ended);
+    s.gpu_uuids.insert(s.gpu_uuids.end(), p.gpu_uuids.begin(), p.gpu_uuids.end());
   }
   std::vector<StrayStop> strays;
-  for (const auto& [node, runs] : nodes) strays.push_back({node, job.attempt, runs});
+  for (auto& [node, s] : nodes) strays.push_back(std::move(s));
   Transition t;
-  // A job being preempted was going back to the queue anyway.
-  if ((job.requeue && !job.cancel_requested) || job.preempted_by != 0) {
+  if (job.preempted_by != 0) {
+    // Being preempted, it was going back to the queue anyway: its preemption counts (its
+    // tasks were told to stop), its tasks' run up to now, and the loss is named.
+    for (jobs::TaskStatus& ts : lost.tasks) {
+      if (ts.start_time_us != 0 && !ts.ended) ts.end_time_us = now_us;
+    }
+    lost.reason += "; " + reason;
+    t = Preempted(job, lost);
+    t.effects.log = "job " + Id(job) + " " + std::string(jobs::JobStateName(end_state)) +
+                    " while being preempted, and requeued: " + reason;
+  } else if (job.requeue && !job.cancel_requested) {
     t = Changed(job, Requeued(job, reason));
     t.effects.requeued = true;
     t.effects.log = "job " + Id(job) + " " + std::string(jobs::JobStateName(end_state)) +
@@ -603,8 +639,10 @@ void NormalizeTasks(Job& job) {
 }
 
 std::string HeldReason(const Job& job) {
+  // As sched::HoldGate::Reason: an admin's hold is released by admins only.
   return "held by " + job.held_by + (job.held_by_admin ? " (admin)" : "") + ": `gpupool release " +
-         std::to_string(job.id) + "` lets it start";
+         std::to_string(job.id) + "`" + (job.held_by_admin ? " by an admin" : "") +
+         " lets it start";
 }
 
 std::string_view EventName(const Event& e) {

@@ -156,6 +156,8 @@ struct StrayStop {
   // The controller's record says a task of it started there and did not end: it runs
   // there unless the node is down (the controller checks that).
   bool started_there = false;
+  // The GPUs the attempt's tasks hold there (by UUID): used until its end is reported.
+  std::vector<std::string> gpu_uuids;
 };
 
 struct Effects {

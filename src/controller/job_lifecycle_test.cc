@@ -344,6 +344,9 @@ TEST(JobLifecycleTest, ALostNodeRequeuesARequeueJobAndStopsItsOtherTasks) {
   EXPECT_FALSE(t->effects.strays[0].started_there);
   EXPECT_EQ(t->effects.strays[1].node, "n2");
   EXPECT_TRUE(t->effects.strays[1].started_there);
+  // With the GPUs the attempt holds there: in use until its end is reported.
+  EXPECT_EQ(t->effects.strays[0].gpu_uuids, std::vector<std::string>{"GPU-0"});
+  EXPECT_EQ(t->effects.strays[1].gpu_uuids, std::vector<std::string>{"GPU-1"});
   // Without --requeue, or once cancelled: LOST.
   j.requeue = false;
   t = Step(j, NodeLost{"n2", "gone"}, kNow);
@@ -416,7 +419,8 @@ TEST(JobLifecycleTest, ACancelledRunningJobSaysWhoCancelledIt) {
 TEST(JobLifecycleTest, AnAdminsHoldIsReleasedByAdminsOnly) {
   Result<Transition> held = Step(InState(JobState::kPending), Hold{"root", true}, kNow);
   ASSERT_TRUE(held.ok());
-  EXPECT_EQ(held->next.pending_reason, "held by root (admin): `gpupool release 7` lets it start");
+  EXPECT_EQ(held->next.pending_reason,
+            "held by root (admin): `gpupool release 7` by an admin lets it start");
   Result<Transition> r = Step(held->next, Release{"alice", false}, kNow);
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), StatusCode::kPermissionDenied);
@@ -511,6 +515,33 @@ TEST(JobLifecycleTest, APreemptedGangStopsKeepsItsGpusUntilItsTasksEndThenIsRequ
   EXPECT_EQ(placed->next.attempt, 2);
 }
 
+// A preempted job whose task ended on its own before the stop order reached it (exit 0,
+// not stopped by the pool) finished its work: it ends SUCCEEDED, not requeued to run its
+// work again; one that failed on its own ends FAILED. A task stopped in its grace, however
+// it exited, sends it back to the queue (the test above).
+TEST(JobLifecycleTest, APreemptedJobWhoseTasksEndedBeforeTheirStopEndsAsTheyEnded) {
+  Result<Transition> p = Step(InState(JobState::kRunning), Preempt{9, "", 120, 0}, kNow);
+  ASSERT_TRUE(p.ok());
+  Result<Transition> done = Step(p->next, Exit("n1", 0, 0), kNow);
+  ASSERT_TRUE(done.ok()) << done.status().ToString();
+  EXPECT_EQ(done->next.state, JobState::kSucceeded);
+  EXPECT_EQ(done->next.reason, "ended before its preemption by job 9 reached it");
+  EXPECT_EQ(done->next.preempted_by, 0);
+  EXPECT_EQ(done->next.preemptions, 0);
+  EXPECT_FALSE(done->next.cancel_requested);
+  EXPECT_TRUE(done->effects.ended);
+  EXPECT_TRUE(done->effects.freed);
+  EXPECT_FALSE(done->effects.requeued);
+  Result<Transition> failed = Step(p->next, Exit("n1", 0, 3), kNow);
+  ASSERT_TRUE(failed.ok());
+  EXPECT_EQ(failed->next.state, JobState::kFailed);
+  EXPECT_EQ(failed->next.exit_code, 3);
+  Result<Transition> stopped = Step(p->next, Exit("n1", 0, 0, true), kNow);
+  ASSERT_TRUE(stopped.ok());
+  EXPECT_EQ(stopped->next.state, JobState::kPending);
+  EXPECT_EQ(stopped->next.preemptions, 1);
+}
+
 TEST(JobLifecycleTest, OnlyPreemptibleJobsArePreemptedAndCheckpointDoneNeedsAPreemption) {
   Job j = Gang();
   j.preemptible = false;
@@ -547,6 +578,15 @@ TEST(JobLifecycleTest, ACancelOrALostNodeDuringAPreemption) {
   EXPECT_EQ(lost->next.state, JobState::kPending);
   EXPECT_FALSE(lost->next.cancel_requested);
   EXPECT_EQ(lost->next.preempted_by, 0);
+  // Requeued as preempted (it was told to stop): counted once, with its cost and the
+  // preemption's reason, the node's loss named.
+  EXPECT_EQ(lost->next.preemptions, 1);
+  EXPECT_GT(lost->next.preempted_gpu_hours, 0);
+  EXPECT_EQ(lost->next.reason,
+            "requeued: preempted by job 9; node n2 stopped responding (attempt 1)");
+  EXPECT_TRUE(lost->effects.requeued);
+  EXPECT_FALSE(lost->effects.ended);
+  EXPECT_EQ(lost->effects.strays.size(), 2u);
 }
 
 }  // namespace

@@ -345,29 +345,40 @@ const sched::QueuedJob& SchedInput::Convert(const jobs::Job& job, const Admissio
   return e.job;
 }
 
+const sched::QueuedJob* SchedInput::TakeJob(const jobs::Job& job, const AdmissionFeed& feed,
+                                            uint64_t* generation) {
+  const sched::QueuedJob& q = Convert(job, feed, generation);
+  if (job.state == jobs::JobState::kPending) {
+    pending.push_back(&q);
+    pending_source.push_back(&job);
+    if (!q.admission.environment.empty()) needs_.emplace(q.admission.environment, &job.needs);
+    return nullptr;
+  }
+  occupying.push_back(&q);
+  return &q;
+}
+
+void SchedInput::ForgetUnseenConversions(size_t given) {
+  if (cache_ != nullptr && cache_->jobs.size() > given) {
+    std::erase_if(cache_->jobs,
+                  [pass = cache_->pass](const auto& e) { return e.second.pass != pass; });
+  }
+}
+
 void SchedInput::AddJobs(const std::vector<const jobs::Job*>& active, const AdmissionFeed& feed) {
+  // Conversions made here (every job's, or with a cache those the feed names) keep their
+  // addresses: room for all of them.
+  jobs_.reserve(cache_ == nullptr ? active.size() : feed.waiting.size() + feed.stopping.size());
   if (kept_ != nullptr) {
     AddJobsKept(active, feed);
     return;
   }
-  if (cache_ == nullptr) jobs_.reserve(active.size());
-  if (cache_ != nullptr) jobs_.reserve(feed.waiting.size() + feed.stopping.size());
   uint64_t generation = 0;
   for (const jobs::Job* job : active) {
-    const sched::QueuedJob& q = Convert(*job, feed, &generation);
-    if (job->state == jobs::JobState::kPending) {
-      pending.push_back(&q);
-      pending_source.push_back(job);
-      if (!q.admission.environment.empty()) needs_.emplace(q.admission.environment, &job->needs);
-      continue;
-    }
-    occupying.push_back(&q);
-    if (q.admission.unplaceable.empty()) Occupy(*job, q);
+    const sched::QueuedJob* q = TakeJob(*job, feed, &generation);
+    if (q != nullptr && q->admission.unplaceable.empty()) Occupy(*job, *q);
   }
-  if (cache_ != nullptr && cache_->jobs.size() > active.size()) {
-    std::erase_if(cache_->jobs,
-                  [pass = cache_->pass](const auto& e) { return e.second.pass != pass; });
-  }
+  ForgetUnseenConversions(active.size());
   running = own_running_;
   ReserveOutOfService();
 }

@@ -232,6 +232,12 @@ class SchedInput {
   // How two clusters differ in what a pass reads (free amounts, owners, kinds of tasks
   // placed; not versions or journals), "" when they do not: the kept cluster's check.
   static std::string ClusterDifferences(const sched::ClusterState& a, const sched::ClusterState& b);
+  // How this input's cluster and running jobs (after AddJobs) differ from those of a
+  // fresh SchedInput over the same nodes given `active` and `feed` (ClusterDifferences,
+  // then each running job's placements, start and source), "" when they do not. With a
+  // kept cluster they must not: Debug builds abort on a difference after every kept pass.
+  std::string KeptDifferences(const std::vector<const jobs::Job*>& active,
+                              const AdmissionFeed& feed) const;
 
   sched::ClusterState cluster;
   std::vector<int32_t> draining;  // cluster indices
@@ -262,6 +268,12 @@ class SchedInput {
   // fit, or only without its owner. True when every task is allocated.
   static bool AllocateTasks(sched::ClusterState& cluster, const std::vector<sched::Task>& tasks,
                             const std::vector<sched::Placement>& placements, bool* conflict);
+  // `job`'s conversion, added to `pending` (then null is returned: it occupies nothing)
+  // or to `occupying`.
+  const sched::QueuedJob* TakeJob(const jobs::Job& job, const AdmissionFeed& feed,
+                                  uint64_t* generation);
+  // Drops the cached conversions of jobs this pass was not given (`given` were).
+  void ForgetUnseenConversions(size_t given);
   // AddJobs with the kept cluster (sched_input_kept.cc).
   void AddJobsKept(const std::vector<const jobs::Job*>& active, const AdmissionFeed& feed);
   void ResetKept();
@@ -269,8 +281,6 @@ class SchedInput {
   // Allocates `o` on the kept cluster as `job` is placed; true on a conflict.
   bool OccupyKept(const jobs::Job& job, const sched::QueuedJob& q, uint64_t generation,
                   KeptCluster::Occupant& o);
-  void CheckKeptAgainstRebuild(const std::vector<const jobs::Job*>& active,
-                               const AdmissionFeed& feed) const;
   // After the jobs: what is left free of each out-of-service GPU is taken.
   void ReserveOutOfService();
   // Each GPU out of service, in node order, and what holds its free share (if any).

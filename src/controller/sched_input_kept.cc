@@ -116,7 +116,6 @@ void SchedInput::AddJobsKept(const std::vector<const jobs::Job*>& active,
   k.rebuilt = false;
   k.allocated = k.released = 0;
   if (k.conflict) ResetKept();
-  jobs_.reserve(feed.waiting.size() + feed.stopping.size());
   struct Seen {
     const jobs::Job* job;
     const sched::QueuedJob* q;
@@ -129,20 +128,13 @@ void SchedInput::AddJobsKept(const std::vector<const jobs::Job*>& active,
   size_t next_slot = 0;
   uint64_t generation = 0;
   for (const jobs::Job* job : active) {
-    const sched::QueuedJob& q = Convert(*job, feed, &generation);
-    if (job->state == jobs::JobState::kPending) {
-      pending.push_back(&q);
-      pending_source.push_back(job);
-      if (!q.admission.environment.empty()) needs_.emplace(q.admission.environment, &job->needs);
-      continue;
-    }
-    occupying.push_back(&q);
-    if (!q.admission.unplaceable.empty()) continue;
+    const sched::QueuedJob* q = TakeJob(*job, feed, &generation);
+    if (q == nullptr || !q->admission.unplaceable.empty()) continue;
     auto [it, fresh] = k.occupants.try_emplace(job->id);
     KeptCluster::Occupant& o = it->second;
     o.pass = k.pass;
-    seen.push_back({job, &q, generation, &o});
-    if (!fresh && o.q == &q && o.generation == generation &&
+    seen.push_back({job, q, generation, &o});
+    if (!fresh && o.q == q && o.generation == generation &&
         ((cache_->by_version && o.source == job && o.version == job->version) ||
          o.placement == job->placement)) {
       o.source = job;
@@ -166,10 +158,7 @@ void SchedInput::AddJobsKept(const std::vector<const jobs::Job*>& active,
       it = k.occupants.erase(it);
     }
   }
-  if (cache_->jobs.size() > active.size()) {
-    std::erase_if(cache_->jobs,
-                  [pass = cache_->pass](const auto& e) { return e.second.pass != pass; });
-  }
+  ForgetUnseenConversions(active.size());
   bool conflict = false;
   for (size_t i : todo)
     conflict |= OccupyKept(*seen[i].job, *seen[i].q, seen[i].generation, *seen[i].o);
@@ -210,7 +199,10 @@ void SchedInput::AddJobsKept(const std::vector<const jobs::Job*>& active,
   cluster = k.base;
   ReserveOutOfService();
 #ifndef NDEBUG
-  CheckKeptAgainstRebuild(active, feed);
+  if (const std::string why = KeptDifferences(active, feed); !why.empty()) {
+    std::fprintf(stderr, "kept cluster differs from a rebuild: %s\n", why.c_str());
+    std::abort();
+  }
 #endif
 }
 
@@ -239,8 +231,8 @@ std::string SchedInput::ClusterDifferences(const sched::ClusterState& a,
   return "";
 }
 
-void SchedInput::CheckKeptAgainstRebuild(const std::vector<const jobs::Job*>& active,
-                                         const AdmissionFeed& feed) const {
+std::string SchedInput::KeptDifferences(const std::vector<const jobs::Job*>& active,
+                                        const AdmissionFeed& feed) const {
   SchedInput fresh(nodes_, mps_multi_user_);
   fresh.AddJobs(active, feed);
   std::string why = ClusterDifferences(cluster, fresh.cluster);
@@ -252,10 +244,7 @@ void SchedInput::CheckKeptAgainstRebuild(const std::vector<const jobs::Job*>& ac
       why = "running job " + std::to_string(running_source[i]->id) + " differs";
     }
   }
-  if (!why.empty()) {
-    std::fprintf(stderr, "kept cluster differs from a rebuild: %s\n", why.c_str());
-    std::abort();
-  }
+  return why;
 }
 
 }  // namespace gpupool::controller

@@ -191,6 +191,63 @@ TEST_F(KeptClusterTest, AppliedChangesMakeTheClusterARebuildMakes) {
   EXPECT_LT(allocated * 5, occupying);
 }
 
+// The rebuild check (SchedInput::KeptDifferences, which Debug builds run after every kept
+// pass and abort on) finds nothing over random changes, with an admission feed naming
+// some jobs (converted apart from the cache each pass, kept where `jobs_` has room).
+TEST_F(KeptClusterTest, TheRebuildCheckFindsNoDifferenceOverChanges) {
+  std::mt19937 rng(59);
+  ConversionCache cache;
+  KeptCluster kept;
+  size_t kept_passes = 0, named = 0;
+  for (int step = 0; step < 1000; ++step) {
+    for (int k = 0; k < 1 + static_cast<int>(rng() % 3); ++k) Step(rng);
+    const std::vector<SchedNode> nodes = Nodes();
+    std::vector<const jobs::Job*> active;
+    AdmissionFeed feed;
+    for (const auto& [id, j] : jobs_) {
+      active.push_back(&j);
+      if (rng() % 5 == 0) feed.waiting[id] = "job " + std::to_string(id - 1);
+      if (rng() % 7 == 0) feed.stopping[id] = {1, "a"};
+    }
+    named += feed.waiting.size() + feed.stopping.size();
+    SchedInput in(nodes, false, &cache, &kept);
+    in.AddJobs(active, feed);
+    ASSERT_EQ(in.KeptDifferences(active, feed), "") << "step " << step;
+    if (!kept.rebuilt) ++kept_passes;
+  }
+  EXPECT_GT(kept_passes, 200u);
+  EXPECT_GT(named, 1000u);
+}
+
+// The check sees a kept cluster or running job that a rebuild would not make.
+TEST_F(KeptClusterTest, TheRebuildCheckFindsADifference) {
+  std::mt19937 rng(3);
+  ConversionCache cache;
+  KeptCluster kept;
+  jobs::Job j = NewJob(rng);
+  j.request.gpus = 1;
+  j.request.gpu_milli = 1000;
+  j.state = jobs::JobState::kRunning;
+  j.placement = {jobs::TaskPlacement{"a", {0}, {"a-GPU-0"}, 1000}};
+  jobs_[j.id] = j;
+  const std::vector<SchedNode> nodes = Nodes();
+  const std::vector<const jobs::Job*> active = {&jobs_.begin()->second};
+  for (int pass = 0; pass < 2; ++pass) {  // built, then kept
+    SchedInput in(nodes, false, &cache, &kept);
+    in.AddJobs(active, {});
+    EXPECT_EQ(kept.rebuilt, pass == 0);
+    EXPECT_EQ(in.KeptDifferences(active, {}), "");
+    ASSERT_EQ(kept.running.size(), 1u);
+    const std::vector<sched::Placement> placed = kept.running[0].placements;
+    kept.running[0].placements[0].gpus = {1};  // the job's record moved, not the cluster
+    EXPECT_EQ(in.KeptDifferences(active, {}), "running job 1 differs");
+    kept.running[0].placements = placed;
+    sched::Task t{"t", "", 1000, 0, 1, 1000, {}, 0};
+    ASSERT_TRUE(in.cluster.Allocate(t, {0, {1}}).ok());  // a GPU taken that no job holds
+    EXPECT_EQ(in.KeptDifferences(active, {}), "node a differs");
+  }
+}
+
 // Everything a pass reads of a conversion, as text.
 std::string Describe(const sched::QueuedJob& q) {
   const sched::AdmissionFacts& a = q.admission;

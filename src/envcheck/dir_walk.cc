@@ -3,8 +3,6 @@
 #include <sys/prctl.h>
 #include <sys/resource.h>
 
-#include <chrono>
-
 #include "common/json.h"
 #include "envcheck/inspector.h"
 #include "envcheck/needs.h"
@@ -13,12 +11,6 @@
 
 namespace gpupool::envcheck {
 namespace {
-
-int64_t SteadyMillis() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
 
 StatusCode CodeNamed(const std::string& name) {
   for (int c = 0; c <= static_cast<int>(StatusCode::kInternal); ++c) {

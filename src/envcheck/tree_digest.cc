@@ -15,13 +15,14 @@
 #include <vector>
 
 namespace gpupool::envcheck {
-namespace {
 
 int64_t SteadyMillis() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(
              std::chrono::steady_clock::now().time_since_epoch())
       .count();
 }
+
+namespace {
 
 class Fd {
  public:

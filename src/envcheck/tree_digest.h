@@ -22,8 +22,11 @@ namespace gpupool::envcheck {
 struct WalkLimits {
   uint64_t max_entries = 200'000;
   int max_depth = 128;
-  int64_t deadline_ms = 0;  // on the steady clock (ms since its epoch); 0 = none
+  int64_t deadline_ms = 0;  // on the steady clock (SteadyMillis); 0 = none
 };
+
+// Now on the steady clock, in ms since its epoch: the clock of deadline_ms.
+int64_t SteadyMillis();
 
 struct TreeDigest {
   std::string digest;    // "sha256:" + 64 hex digits

@@ -4,16 +4,12 @@
 // Stop() with waiters pending answers them all and returns.
 #include <gtest/gtest.h>
 #include <sys/resource.h>
-#include <sys/socket.h>
-#include <sys/time.h>
-#include <sys/un.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
-#include <cstdio>
 #include <filesystem>
 #include <map>
 #include <memory>
@@ -23,6 +19,7 @@
 #include <vector>
 
 #include "net/http_server.h"
+#include "net/http_test_util.h"
 
 namespace gpupool::net {
 namespace {
@@ -34,40 +31,9 @@ int Threads() {
   return n;
 }
 
-// A connection that sent `GET path` and reads its answer; -1 on failure.
-int SendGet(const std::string& socket_path, const std::string& path) {
-  const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_un a{};
-  a.sun_family = AF_UNIX;
-  std::snprintf(a.sun_path, sizeof a.sun_path, "%s", socket_path.c_str());
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
-    ::close(fd);
-    return -1;
-  }
-  timeval tv{20, 0};  // no test waits this long for an answer that comes
-  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-  const std::string req = "GET " + path + " HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
-  if (::send(fd, req.data(), req.size(), MSG_NOSIGNAL) != static_cast<ssize_t>(req.size())) {
-    ::close(fd);
-    return -1;
-  }
-  return fd;
-}
-
-// Everything the server writes until it closes (or 20 s pass); closes `fd`.
-std::string ReadAll(int fd) {
-  std::string got;
-  char buf[4096];
-  ssize_t n;
-  while ((n = ::recv(fd, buf, sizeof buf, 0)) > 0) got.append(buf, static_cast<size_t>(n));
-  ::close(fd);
-  return got;
-}
-
-std::string BodyOf(const std::string& answer) {
-  const size_t at = answer.find("\r\n\r\n");
-  return at == std::string::npos ? "" : answer.substr(at + 4);
-}
+using testing::BodyOf;
+using testing::ReadAll;
+using testing::SendGet;
 
 // A server whose "/poll?n=N" requests wait: the handler only files their responders,
 // which the test completes. Anything else is answered at once.

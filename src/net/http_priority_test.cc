@@ -4,55 +4,26 @@
 // held back by busy threads are all answered, in the order they came, once threads free.
 #include <gtest/gtest.h>
 #include <sys/resource.h>
-#include <sys/socket.h>
 #include <sys/syscall.h>
-#include <sys/time.h>
-#include <sys/un.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <condition_variable>
-#include <cstdio>
 #include <filesystem>
 #include <mutex>
 #include <string>
 #include <vector>
 
 #include "net/http_server.h"
+#include "net/http_test_util.h"
 
 namespace gpupool::net {
 namespace {
 
-// A connection that sent `GET path`; -1 on failure.
-int SendPriorityGet(const std::string& socket_path, const std::string& path) {
-  const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_un a{};
-  a.sun_family = AF_UNIX;
-  std::snprintf(a.sun_path, sizeof a.sun_path, "%s", socket_path.c_str());
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
-    ::close(fd);
-    return -1;
-  }
-  timeval tv{20, 0};  // no test waits this long for an answer that comes
-  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-  const std::string req = "GET " + path + " HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
-  if (::send(fd, req.data(), req.size(), MSG_NOSIGNAL) != static_cast<ssize_t>(req.size())) {
-    ::close(fd);
-    return -1;
-  }
-  return fd;
-}
+using testing::SendGet;
 
-// The answer's body (everything after the head) once the server closes; closes `fd`.
-std::string AnswerBody(int fd) {
-  std::string got;
-  char buf[4096];
-  ssize_t n;
-  while ((n = ::recv(fd, buf, sizeof buf, 0)) > 0) got.append(buf, static_cast<size_t>(n));
-  ::close(fd);
-  const size_t at = got.find("\r\n\r\n");
-  return at == std::string::npos ? "" : got.substr(at + 4);
-}
+// The answer's body once the server closes; closes `fd`.
+std::string AnswerBody(int fd) { return testing::BodyOf(testing::ReadAll(fd)); }
 
 int HandlerNice() { return getpriority(PRIO_PROCESS, static_cast<id_t>(syscall(SYS_gettid))); }
 
@@ -117,12 +88,12 @@ class PriorityTest : public ::testing::Test {
 // handler holds the only pool thread and nothing else is answered.
 TEST_F(PriorityTest, UserRequestIsServedWhileEveryBackgroundThreadIsBusy) {
   Start(/*background_threads=*/2);
-  const int a1 = SendPriorityGet(path_, "/agent?n=1");
-  const int a2 = SendPriorityGet(path_, "/agent?n=2");
+  const int a1 = SendGet(path_, "/agent?n=1");
+  const int a2 = SendGet(path_, "/agent?n=2");
   ASSERT_GE(a1, 0);
   ASSERT_GE(a2, 0);
   ASSERT_TRUE(WaitEntered(2)) << "both background threads should be running a handler";
-  const int user = SendPriorityGet(path_, "/user");
+  const int user = SendGet(path_, "/user");
   ASSERT_GE(user, 0);
   EXPECT_EQ(AnswerBody(user), Nice());  // answered while both agents still wait
   {
@@ -138,12 +109,12 @@ TEST_F(PriorityTest, UserRequestIsServedWhileEveryBackgroundThreadIsBusy) {
 // lost), and once it is free each is answered, in the order they arrived.
 TEST_F(PriorityTest, BackgroundRequestsWaitingForAThreadAreAllAnsweredInOrder) {
   Start(/*background_threads=*/1);
-  std::vector<int> fds = {SendPriorityGet(path_, "/agent?n=0")};
+  std::vector<int> fds = {SendGet(path_, "/agent?n=0")};
   ASSERT_TRUE(WaitEntered(1));
   for (int i = 1; i <= 10; ++i) {
-    fds.push_back(SendPriorityGet(path_, "/agent?n=" + std::to_string(i)));
+    fds.push_back(SendGet(path_, "/agent?n=" + std::to_string(i)));
     // In order: the pool thread has read request i before i+1 is sent.
-    const int user = SendPriorityGet(path_, "/user");
+    const int user = SendGet(path_, "/user");
     EXPECT_EQ(AnswerBody(user), Nice());
   }
   Release();
@@ -160,10 +131,10 @@ TEST_F(PriorityTest, BackgroundRequestsWaitingForAThreadAreAllAnsweredInOrder) {
 // blocking one does), the waiting ones run too, and every client gets an answer.
 TEST_F(PriorityTest, StopRunsWaitingBackgroundRequestsAndReturns) {
   Start(/*background_threads=*/1);
-  const int a0 = SendPriorityGet(path_, "/agent?n=0");
+  const int a0 = SendGet(path_, "/agent?n=0");
   ASSERT_TRUE(WaitEntered(1));
-  const int a1 = SendPriorityGet(path_, "/agent?n=1");
-  EXPECT_EQ(AnswerBody(SendPriorityGet(path_, "/user")), Nice());  // a1 was read before this
+  const int a1 = SendGet(path_, "/agent?n=1");
+  EXPECT_EQ(AnswerBody(SendGet(path_, "/user")), Nice());  // a1 was read before this
   std::thread stopper([this] { server_->Stop(); });
   Release();
   stopper.join();

@@ -132,6 +132,17 @@ Task RandomTask(Rng& rng, int nodes, int i) {
   return t;
 }
 
+// Seed 1 and a target workload of 200 random tasks (RandomTask, drawn from `rng`).
+PolicyConfig RandomWorkloadConfig(Rng& rng, int nodes) {
+  std::vector<Task> sample;
+  for (int i = 0; i < 200; ++i) sample.push_back(RandomTask(rng, nodes, i));
+  PolicyConfig config;
+  config.seed = 1;
+  config.target_workload =
+      std::make_shared<const TargetWorkload>(TargetWorkload::FromTasks(sample));
+  return config;
+}
+
 struct Placed {
   Task task;
   Placement placement;
@@ -142,12 +153,7 @@ struct Placed {
 void ExpectSameDecisions(const std::string& policy, bool single_owner, uint64_t seed) {
   const int nodes = 60;
   Rng rng(seed);
-  std::vector<Task> sample;
-  for (int i = 0; i < 200; ++i) sample.push_back(RandomTask(rng, nodes, i));
-  PolicyConfig config;
-  config.seed = 1;
-  config.target_workload =
-      std::make_shared<const TargetWorkload>(TargetWorkload::FromTasks(sample));
+  const PolicyConfig config = RandomWorkloadConfig(rng, nodes);
   auto indexed = BuiltinPlacementPolicies().Create(policy, config);
   auto scanning = BuiltinPlacementPolicies().Create(policy, config);
   ASSERT_TRUE(indexed.ok() && scanning.ok());
@@ -245,12 +251,7 @@ TEST(IndexedPlacementTest, TheScanOfNodesWithFreeGpusKeepsUpWithTheCluster) {
     SCOPED_TRACE(policy);
     const int nodes = 60;
     Rng rng(21);
-    std::vector<Task> sample;
-    for (int i = 0; i < 200; ++i) sample.push_back(RandomTask(rng, nodes, i));
-    PolicyConfig config;
-    config.seed = 1;
-    config.target_workload =
-        std::make_shared<const TargetWorkload>(TargetWorkload::FromTasks(sample));
+    const PolicyConfig config = RandomWorkloadConfig(rng, nodes);
     auto lived = BuiltinPlacementPolicies().Create(policy, config);
     auto afresh = BuiltinPlacementPolicies().Create(policy, config);
     ASSERT_TRUE(lived.ok() && afresh.ok());

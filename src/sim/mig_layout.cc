@@ -176,15 +176,10 @@ Status ApplyMigLayout(const MigLayout& layout, sched::NodeSpec& node) {
   return Status::Ok();
 }
 
-int64_t GpuWeightMilli(const sched::NodeState& node, int32_t gpu) {
-  if ((node.whole_only_gpus >> gpu & 1) == 0 || node.gpu_memory_mib <= 0) return 1000;
-  return node.device_memory_mib[static_cast<size_t>(gpu)] * 1000 / node.gpu_memory_mib;
-}
-
 int64_t NodeGpuCapacityMilli(const sched::NodeState& node) {
   if (node.whole_only_gpus == 0) return int64_t{node.num_gpus()} * 1000;
   int64_t sum = 0;
-  for (int32_t g = 0; g < node.num_gpus(); ++g) sum += GpuWeightMilli(node, g);
+  for (int32_t g = 0; g < node.num_gpus(); ++g) sum += sched::InstanceWeightMilli(node, g);
   return sum;
 }
 
@@ -193,7 +188,7 @@ int64_t NodeGpuUsedMilli(const sched::NodeState& node) {
   int64_t sum = 0;
   for (int32_t g = 0; g < node.num_gpus(); ++g) {
     const int64_t used = 1000 - node.gpu_free_milli[static_cast<size_t>(g)];
-    sum += used * GpuWeightMilli(node, g) / 1000;
+    sum += used * sched::InstanceWeightMilli(node, g) / 1000;
   }
   return sum;
 }
@@ -204,40 +199,6 @@ int64_t SpecGpuCapacityMilli(const sched::NodeSpec& node) {
     const bool instance = (node.whole_only_gpus >> g & 1) != 0 && node.gpu_memory_mib > 0;
     sum += instance ? node.device_memory_mib[static_cast<size_t>(g)] * 1000 / node.gpu_memory_mib
                     : 1000;
-  }
-  return sum;
-}
-
-int64_t MigNodeFragmentationScaled(const sched::TargetWorkload& workload,
-                                   const sched::NodeState& n) {
-  const int64_t free_total = NodeGpuCapacityMilli(n) - NodeGpuUsedMilli(n);
-  if (free_total == 0) return 0;
-  int64_t sum = 0;
-  for (const sched::TargetShape& s : workload.shapes()) {
-    int64_t frag = free_total;
-    const bool model_ok = n.num_gpus() > 0 && (s.gpu_models.empty() ||
-                                               std::find(s.gpu_models.begin(), s.gpu_models.end(),
-                                                         n.gpu_model) != s.gpu_models.end());
-    if (s.gpu_milli > 0 && model_ok && n.cpu_free_milli >= s.cpu_milli) {
-      const bool share = s.gpu_milli < 1000;
-      const int64_t need = (int64_t{s.gpu_milli} * n.gpu_memory_mib + 999) / 1000;
-      int32_t fitting = 0;
-      int64_t small = 0;
-      for (int32_t g = 0; g < n.num_gpus(); ++g) {
-        const int32_t free = n.gpu_free_milli[static_cast<size_t>(g)];
-        const bool usable =
-            (n.whole_only_gpus >> g & 1) != 0
-                ? share && free == 1000 && n.device_memory_mib[static_cast<size_t>(g)] >= need
-                : free >= s.gpu_milli;
-        if (usable) {
-          ++fitting;
-        } else {
-          small += free * GpuWeightMilli(n, g) / 1000;
-        }
-      }
-      if (fitting >= s.num_gpu) frag = small;
-    }
-    sum += s.weight * frag;
   }
   return sum;
 }

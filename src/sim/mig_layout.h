@@ -50,20 +50,10 @@ Result<MigLayout> ParseMigLayout(std::string_view text);
 // family's. A node whose GPUs are already cut is refused.
 Status ApplyMigLayout(const MigLayout& layout, sched::NodeSpec& node);
 
-// A GPU's weight in thousandths of a physical GPU: 1000, or an instance's memory part.
-int64_t GpuWeightMilli(const sched::NodeState& node, int32_t gpu);
-// The node's GPU capacity and use in thousandths of physical GPUs (instances by weight).
+// The node's GPU capacity and use in thousandths of physical GPUs (instances by weight,
+// sched::InstanceWeightMilli). Their fragmentation: FragmentationMeasure::ScaledMigNode.
 int64_t NodeGpuCapacityMilli(const sched::NodeState& node);
 int64_t NodeGpuUsedMilli(const sched::NodeState& node);
 int64_t SpecGpuCapacityMilli(const sched::NodeSpec& node);
-
-// FGD's node fragmentation (sched/fragmentation.h, F_n x total weight, over the
-// workload's shapes()) in thousandths of physical GPUs, for a node with MIG instances:
-// a free instance counts as fragmented for a shape that may not take it (a whole-GPU
-// shape; a share whose memory need, its gpu_milli of the GPU's memory, is above the
-// instance's), and the whole node's free GPU as usual when the shape cannot fit at all.
-// Equal to FragmentationMeasure::ScaledNode on a node without instances.
-int64_t MigNodeFragmentationScaled(const sched::TargetWorkload& workload,
-                                   const sched::NodeState& node);
 
 }  // namespace gpupool::sim

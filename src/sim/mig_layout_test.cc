@@ -132,7 +132,7 @@ TEST(MigLayoutTest, FragmentationEqualsFgdWithoutInstances) {
         s.node(0).cpu_free_milli >= t.cpu_milli) {
       ASSERT_TRUE(s.Allocate(t, {0, {g}}).ok());
     }
-    EXPECT_EQ(MigNodeFragmentationScaled(w, s.node(0)), fgd.ScaledNode(s.node(0)));
+    EXPECT_EQ(fgd.ScaledMigNode(s.node(0)), fgd.ScaledNode(s.node(0)));
     EXPECT_EQ(NodeGpuUsedMilli(s.node(0)), 4000 - s.node(0).gpu_free_total);
   }
 }
@@ -144,16 +144,17 @@ TEST(MigLayoutTest, FragmentationCountsInstancesAShapeMayNotTake) {
   sched::ClusterState s;
   ASSERT_TRUE(s.AddNode(spec).ok());
   const sched::NodeState& n = s.node(0);
+  const sched::FragmentationMeasure fgd(w, s.models());
   EXPECT_EQ(NodeGpuCapacityMilli(n), 1000);
   // Idle: whole GPUs, CPU-only and the T4 pair cannot use any of it (1000 each); the
   // 10 GiB share can use every instance (0); the 32 GiB share only the 3g.40gb (the
   // other three, 500, are fragmented for it).
-  EXPECT_EQ(MigNodeFragmentationScaled(w, n), 5 * 1000 + 3 * 0 + 2 * 500 + 1 * 1000 + 1 * 1000);
+  EXPECT_EQ(fgd.ScaledMigNode(n), 5 * 1000 + 3 * 0 + 2 * 500 + 1 * 1000 + 1 * 1000);
   // The 3g.40gb is taken: the 32 GiB share fits nowhere, so all 500 left count for it.
   sched::Task big{"b", "", 1000, 0, 1, 400, {}, 0};
   ASSERT_TRUE(s.Allocate(big, {0, {0}}).ok());
   EXPECT_EQ(NodeGpuUsedMilli(s.node(0)), 500);
-  EXPECT_EQ(MigNodeFragmentationScaled(w, s.node(0)), 5 * 500 + 0 + 2 * 500 + 500 + 500);
+  EXPECT_EQ(fgd.ScaledMigNode(s.node(0)), 5 * 500 + 0 + 2 * 500 + 500 + 500);
 }
 
 }  // namespace

@@ -69,14 +69,11 @@ Result<SaturationResult> RunSaturation(const SaturationInputs& in, const Saturat
   config.target_workload = in.target;
   GP_ASSIGN_OR_RETURN(auto policy, registry.Create(run.policy, config));
 
-  // Nodes with MIG instances are measured in physical GPUs (mig_layout.h); the others
-  // by FGD's measure, to which that reduces without instances.
+  // FGD's measure; on nodes with MIG instances in physical GPUs, an idle instance a piece
+  // only the shares it holds may use (ScaledMigNode, equal to ScaledNode without them).
+  // FGD's shapes carry no memory, so the node's free memory never counts.
   const sched::FragmentationMeasure measure(*in.target, state.models());
-  auto node_fragmentation = [&](int32_t i) {
-    const sched::NodeState& n = state.node(i);
-    return n.whole_only_gpus == 0 ? measure.ScaledNode(n)
-                                  : MigNodeFragmentationScaled(*in.target, n);
-  };
+  auto node_fragmentation = [&](int32_t i) { return measure.ScaledMigNode(state.node(i)); };
   std::vector<int64_t> node_frag(static_cast<size_t>(state.num_nodes()));
   std::vector<int64_t> node_used(static_cast<size_t>(state.num_nodes()), 0);
   int64_t frag_sum = 0;

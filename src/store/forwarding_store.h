@@ -18,7 +18,10 @@ namespace gpupool::store {
 
 class ForwardingStore : public Store {
  public:
-  explicit ForwardingStore(std::unique_ptr<Store> inner) : inner_(std::move(inner)) {}
+  explicit ForwardingStore(std::unique_ptr<Store> inner)
+      : owned_(std::move(inner)), inner_(owned_.get()) {}
+  // Forwards to `inner`, which it does not own: `inner` outlives this store.
+  explicit ForwardingStore(Store* inner) : inner_(inner) {}
 
   Result<std::vector<jobs::Job>> InsertJobs(std::vector<jobs::Job> jobs, InsertAs as) override {
     return inner_->InsertJobs(std::move(jobs), as);
@@ -66,10 +69,11 @@ class ForwardingStore : public Store {
   }
 
  protected:
-  Store* inner() { return inner_.get(); }
+  Store* inner() { return inner_; }
 
  private:
-  std::unique_ptr<Store> inner_;
+  std::unique_ptr<Store> owned_;  // null when `inner_` is not owned
+  Store* inner_;
 };
 
 }  // namespace gpupool::store

@@ -1420,11 +1420,28 @@ TEST(PostgresStoreTest, ReconnectsAfterTheConnectionDrops) {
       << twice.message();
 }
 
+// A fresh directory for one test's SQLite file (gpupool-TAG-PID in the temp folder),
+// removed with all in it when the test ends (after its stores, declared later, close).
+class DbDir {
+ public:
+  explicit DbDir(const std::string& tag)
+      : dir_(std::filesystem::temp_directory_path() /
+             ("gpupool-" + tag + "-" + std::to_string(getpid()))) {
+    std::filesystem::remove_all(dir_);
+    std::filesystem::create_directories(dir_);
+  }
+  DbDir(const DbDir&) = delete;
+  DbDir& operator=(const DbDir&) = delete;
+  ~DbDir() { std::filesystem::remove_all(dir_); }
+  std::string db() const { return (dir_ / "state.db").string(); }
+
+ private:
+  std::filesystem::path dir_;
+};
+
 TEST(SqliteStoreTest, SurvivesReopenAndRefusesNewerSchema) {
-  auto dir =
-      std::filesystem::temp_directory_path() / ("gpupool-reopen-" + std::to_string(getpid()));
-  std::filesystem::create_directories(dir);
-  const std::string path = (dir / "state.db").string();
+  const DbDir dir("reopen");
+  const std::string path = dir.db();
   int64_t id = 0;
   {
     auto s = OpenSqliteStore(path);
@@ -1449,7 +1466,6 @@ TEST(SqliteStoreTest, SurvivesReopenAndRefusesNewerSchema) {
             std::string::npos);
   auto bad = OpenSqliteStore("/nonexistent-dir/state.db");
   EXPECT_EQ(bad.status().code(), StatusCode::kUnavailable);
-  std::filesystem::remove_all(dir);
 }
 
 // Makes the SQLite store at `path` what schema 12 left: no job versions, no GPU health.
@@ -1487,11 +1503,8 @@ void RevertToSchema11(const std::string& path, int version) {
 // Jobs written several times before schema 13 (which added versions) are all at version
 // 1 after it, and their next compare-and-set expects that.
 TEST(SqliteStoreTest, MigratesJobsOfSchema12ToVersion1) {
-  auto dir =
-      std::filesystem::temp_directory_path() / ("gpupool-jobs12-" + std::to_string(getpid()));
-  std::filesystem::remove_all(dir);
-  std::filesystem::create_directories(dir);
-  const std::string path = (dir / "state.db").string();
+  const DbDir dir("jobs12");
+  const std::string path = dir.db();
   Job ended = MakeJob("alice");
   Job pending = MakeJob("bob");
   {
@@ -1516,18 +1529,13 @@ TEST(SqliteStoreTest, MigratesJobsOfSchema12ToVersion1) {
   ASSERT_TRUE((*s)->UpdateJob(next, JobState::kPending, 1).ok());
   EXPECT_EQ((*s)->GetJob(pending.id)->version, 2);
   EXPECT_EQ((*s)->InsertJob(MakeJob("carol")).value(), pending.id + 1);
-  s->reset();
-  std::filesystem::remove_all(dir);
 }
 
 // A store of schema 11 (every job whole in its row) reads as before, and a job's next
 // update stores it split like a new one (issue 25 item 7).
 TEST(SqliteStoreTest, MigratesWholeJobsOfSchema11) {
-  auto dir =
-      std::filesystem::temp_directory_path() / ("gpupool-jobs11-" + std::to_string(getpid()));
-  std::filesystem::remove_all(dir);
-  std::filesystem::create_directories(dir);
-  const std::string path = (dir / "state.db").string();
+  const DbDir dir("jobs11");
+  const std::string path = dir.db();
   Job full = FullJob();
   Job plain = MakeJob("bob");
   {
@@ -1564,15 +1572,12 @@ TEST(SqliteStoreTest, MigratesWholeJobsOfSchema11) {
   EXPECT_EQ(sqlite3_column_int(st, 1), 2);  // bob's first row stays whole until updated
   sqlite3_finalize(st);
   sqlite3_close(db);
-  std::filesystem::remove_all(dir);
 }
 
 // A store written before job_nodes (schema 7) lists its gangs under every node.
 TEST(SqliteStoreTest, MigratesGangNodesOfSchema7) {
-  auto dir = std::filesystem::temp_directory_path() / ("gpupool-gang-" + std::to_string(getpid()));
-  std::filesystem::remove_all(dir);
-  std::filesystem::create_directories(dir);
-  const std::string path = (dir / "state.db").string();
+  const DbDir dir("gang");
+  const std::string path = dir.db();
   int64_t id = 0;
   {
     auto s = OpenSqliteStore(path);
@@ -1599,18 +1604,13 @@ TEST(SqliteStoreTest, MigratesGangNodesOfSchema7) {
   ASSERT_TRUE(jobs.ok()) << jobs.status().ToString();
   ASSERT_EQ(jobs->size(), 1u);
   EXPECT_EQ((*jobs)[0].id, id);
-  s->reset();
-  std::filesystem::remove_all(dir);
 }
 
 // A store of schema 10 held only GPU and job minutes: migration 11 makes each job's total
 // (at its first minute) and the pool's minutes from them.
 TEST(SqliteStoreTest, MigratesTelemetryOfSchema10) {
-  auto dir =
-      std::filesystem::temp_directory_path() / ("gpupool-tele10-" + std::to_string(getpid()));
-  std::filesystem::remove_all(dir);
-  std::filesystem::create_directories(dir);
-  const std::string path = (dir / "state.db").string();
+  const DbDir dir("tele10");
+  const std::string path = dir.db();
   {
     auto s = OpenSqliteStore(path);
     ASSERT_TRUE(s.ok());
@@ -1640,17 +1640,12 @@ TEST(SqliteStoreTest, MigratesTelemetryOfSchema10) {
   ASSERT_TRUE(pool.ok()) << pool.status().ToString();
   EXPECT_EQ(*pool, (std::vector<TelemetryRecord>{{"pool", "", 60'000, 110, 3, 70, 1200, 0, 2},
                                                  {"pool", "", 120'000, 40, 2, 30, 3000, 0, 1}}));
-  s->reset();
-  std::filesystem::remove_all(dir);
 }
 
 // A store written before tokens could expire: its tokens never expire and were never used.
 TEST(SqliteStoreTest, MigratesTokensOfTheFirstSchema) {
-  auto dir =
-      std::filesystem::temp_directory_path() / ("gpupool-migrate-" + std::to_string(getpid()));
-  std::filesystem::remove_all(dir);
-  std::filesystem::create_directories(dir);
-  const std::string path = (dir / "state.db").string();
+  const DbDir dir("migrate");
+  const std::string path = dir.db();
   {
     sqlite3* db = nullptr;
     ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
@@ -1673,8 +1668,6 @@ TEST(SqliteStoreTest, MigratesTokensOfTheFirstSchema) {
   EXPECT_EQ((*s)->FindToken("old-hash")->value(), (TokenRecord{"old-hash", "alice", "user", 77}));
   ASSERT_TRUE((*s)->TouchToken("old-hash", 99).ok());
   EXPECT_EQ((*s)->FindToken("old-hash")->value().last_used_us, 99);
-  s->reset();
-  std::filesystem::remove_all(dir);
 }
 
 }  // namespace

@@ -8,14 +8,16 @@
 #include <mutex>
 #include <thread>
 
+#include "store/forwarding_store.h"
 #include "store/sqlite_store.h"
 
 namespace gpupool::store {
 namespace {
 
 // One connection of a pool over a shared in-memory database; GetSetting("slow") waits at
-// a gate, as a statement that the database holds for long.
-class Member final : public Store {
+// a gate, as a statement that the database holds for long. The telemetry calls are
+// forwarded too (ForwardingStore keeps Store's defaults for them).
+class Member final : public ForwardingStore {
  public:
   struct Gate {
     std::mutex m;
@@ -23,7 +25,7 @@ class Member final : public Store {
     bool open = false;
     int waiting = 0;
   };
-  Member(Store* db, Gate* gate) : db_(db), gate_(gate) {}
+  Member(Store* db, Gate* gate) : ForwardingStore(db), gate_(gate) {}
   int64_t fence = 0;
 
   Result<std::optional<std::string>> GetSetting(std::string_view key) override {
@@ -34,60 +36,20 @@ class Member final : public Store {
       gate_->cv.wait(l, [&] { return gate_->open; });
       --gate_->waiting;
     }
-    return db_->GetSetting(key);
+    return inner()->GetSetting(key);
   }
   void SetFence(int64_t epoch, std::function<void(const Status&)>) override { fence = epoch; }
-
-  Result<std::vector<jobs::Job>> InsertJobs(std::vector<jobs::Job> j, InsertAs as) override {
-    return db_->InsertJobs(std::move(j), as);
-  }
-  Result<std::optional<int64_t>> FindSubmitKey(uint32_t u, std::string_view k) override {
-    return db_->FindSubmitKey(u, k);
-  }
-  Result<jobs::Job> GetJob(int64_t id) override { return db_->GetJob(id); }
-  Result<std::vector<jobs::Job>> ListJobs(const JobFilter& f) override { return db_->ListJobs(f); }
-  Status UpdateJobs(const std::vector<JobUpdate>& u, std::vector<JobConflict>* c) override {
-    return db_->UpdateJobs(u, c);
-  }
-  Result<std::vector<PreemptHoldRecord>> ListPreemptHolds() override {
-    return db_->ListPreemptHolds();
-  }
-  Status DeletePreemptHold(int64_t p) override { return db_->DeletePreemptHold(p); }
-  Status PutNode(const NodeRecord& n) override { return db_->PutNode(n); }
-  Result<std::vector<NodeRecord>> ListNodes() override { return db_->ListNodes(); }
-  Status PutToken(const TokenRecord& t) override { return db_->PutToken(t); }
-  Result<std::optional<TokenRecord>> FindToken(std::string_view h) override {
-    return db_->FindToken(h);
-  }
-  Result<std::vector<TokenRecord>> ListTokens() override { return db_->ListTokens(); }
   Status PutTelemetry(const std::vector<TelemetryRecord>& p) override {
-    return db_->PutTelemetry(p);
+    return inner()->PutTelemetry(p);
   }
   Result<std::vector<TelemetryRecord>> ListTelemetry(const TelemetryQuery& q) override {
-    return db_->ListTelemetry(q);
+    return inner()->ListTelemetry(q);
   }
   Result<int64_t> DeleteTelemetryBefore(int64_t before) override {
-    return db_->DeleteTelemetryBefore(before);
-  }
-  Status DeleteToken(std::string_view h) override { return db_->DeleteToken(h); }
-  Status TouchToken(std::string_view h, int64_t t) override { return db_->TouchToken(h, t); }
-  Status PutEnvironment(const EnvironmentRecord& e) override { return db_->PutEnvironment(e); }
-  Result<std::optional<EnvironmentRecord>> FindEnvironment(std::string_view n,
-                                                           std::string_view v) override {
-    return db_->FindEnvironment(n, v);
-  }
-  Result<std::vector<EnvironmentRecord>> ListEnvironments() override {
-    return db_->ListEnvironments();
-  }
-  Status DeleteEnvironment(std::string_view n, std::string_view v) override {
-    return db_->DeleteEnvironment(n, v);
-  }
-  Status PutSetting(std::string_view k, std::string_view v) override {
-    return db_->PutSetting(k, v);
+    return inner()->DeleteTelemetryBefore(before);
   }
 
  private:
-  Store* db_;
   Gate* gate_;
 };
 

@@ -11,7 +11,9 @@ the lease in the database, agents and the CLI given the list of every controller
     having changed nothing: every job still runs once;
   * the database restarts under load: the leader reconnects, keeps the lease, loses
     nothing;
-  * `gpupool up` refuses a store a server leads, and holds the lease against servers.
+  * `gpupool up` refuses a store a server leads, and holds the lease against servers;
+  * the leader is killed during a preempted job's grace: the standby restores the stored
+    hold, and the preemptor, not an older waiting job, gets the victim's GPUs.
 
 Usage: failover_test.py PATH_TO_GPUPOOL. Needs root (the test server runs as the
 `postgres` account) and postgresql-15; skips (exit 77) without them.
@@ -29,6 +31,18 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "testlib"))
 import hasite  # noqa: E402  (tests/testlib)
 import pooltest  # noqa: E402
+
+VICTIM = os.path.join(HERE, "..", "preemption", "crash_victim.py")
+
+
+def kill_all(pids):
+    for pid in pids:
+        if int(pid) <= 0:
+            continue  # never a process group
+        try:
+            os.kill(int(pid), signal.SIGKILL)
+        except ProcessLookupError:
+            pass
 
 
 class FailoverTest(unittest.TestCase):
@@ -211,6 +225,70 @@ class FailoverTest(unittest.TestCase):
         self.check_once(ids)
         self.assertIsNone(site.procs[leader].poll(), "the controller exited\n" + site.log())
         self.assertEqual(site.api("/v1/controllers")["leader"]["epoch"], epoch)
+
+    def test_a_standby_takes_over_while_a_preemption_holds_gpus(self):
+        # Issue 28: the leader is killed during a victim's grace; the standby that takes
+        # the lead restores the stored hold with its expiry (the victim's grace end), the
+        # victim is still killed at its deadline and requeued once, and the preemptor, not
+        # the older third job, gets the held GPUs.
+        self.site = site = hasite.Site(GPUPOOL, controllers=2, agents=1, lease_ms=2000)
+        site.wait_nodes(1)
+        marks = os.path.join(site.root, "marks")
+        os.mkdir(marks)
+        env = dict(os.environ, GPUPOOL_SERVER=site.servers)
+
+        def submit(*args):
+            r = subprocess.run([GPUPOOL, "submit", "-D", site.root, "--gpus", "4"] + list(args),
+                               capture_output=True, text=True, env=env, timeout=120)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            return int(r.stdout.split()[-1])
+
+        def job(jid):
+            body = site.api("/v1/jobs/%d" % jid)
+            return body.get("job", body)
+
+        def stamp(name):
+            return ("import time; open(%r, 'w').write('%%.3f' %% time.time()); time.sleep(1)"
+                    % os.path.join(marks, name))
+
+        victim = submit("--preemptible", "--min-runtime", "1s", "--grace", "10s", "--",
+                        "python3", VICTIM, marks, "ignore")
+        def started():
+            p = os.path.join(marks, "runs")
+            if os.path.exists(p):
+                with open(p) as f:
+                    return f.read().split()[2:5:2]  # its pid and its child's
+            return None
+        pids = pooltest.wait_for("the victim's start", started, 30)
+        # Killed whatever happens: it ignores SIGTERM, and may outlive a failed case.
+        self.addCleanup(kill_all, pids)
+        third = submit("--", "python3", "-c", stamp("third"))  # older than the preemptor
+        running = pooltest.wait_job(job, victim, ("RUNNING",), 30, log=site.log)
+        pooltest.wait_for("the victim past its minimum run time",
+                          lambda: time.time() - running["start_time_us"] / 1e6 >= 1.2)
+        preemptor = submit("--priority", "10", "--", "python3", "-c", stamp("preemptor"))
+        term = os.path.join(marks, "term")
+        pooltest.wait_for("the victim's SIGTERM", lambda: os.path.exists(term), 30)
+        with open(term) as f:
+            deadline = int(f.read().split()[0])
+        old = site.leader()
+        site.kill9(old)
+        new = site.leader(besides=old)
+        rows = site.pg.query("SELECT victim, preemptor, grace_end_us FROM preempt_holds")
+        self.assertEqual(rows, [[str(victim), str(preemptor), str(deadline * 1000000)]])
+        self.assertNotEqual(new, old)
+        again = pooltest.wait_job(job, victim, ("PENDING",), 30, log=site.log)
+        self.assertEqual(again["preemptions"], 1)
+        done = pooltest.wait_job(job, preemptor, ("SUCCEEDED",), 60, log=site.log)
+        self.assertGreaterEqual(done["start_time_us"] / 1e6, deadline - 1.5)
+        after = pooltest.wait_job(job, third, ("SUCCEEDED",), 60, log=site.log)
+        self.assertGreaterEqual(after["start_time_us"], done["end_time_us"])
+        final = pooltest.wait_job(job, victim, ("SUCCEEDED",), 60, log=site.log)
+        self.assertEqual((final["attempt"], final["preemptions"]), (2, 1))
+        with open(os.path.join(marks, "runs")) as f:
+            self.assertEqual([line.split()[:2] for line in f], [["start", "1"], ["start", "2"],
+                                                                 ["end", "2"]])
+        self.assertEqual(site.pg.query("SELECT victim FROM preempt_holds"), [])
 
 
 if __name__ == "__main__":

@@ -68,6 +68,13 @@ class Postgres:
         self._ctl("-m", "fast", "-o", "-k %s -c listen_addresses='' -c fsync=off" % self.dir,
                   "restart")
 
+    def query(self, sql):
+        """The rows of `sql` in the gpupool database, each a list of its fields as text."""
+        r = subprocess.run(["runuser", "-u", "postgres", "--", "psql", "-h", self.dir, "-U",
+                            "postgres", "-d", "gpupool", "-At", "-F", "|", "-c", sql],
+                           check=True, capture_output=True, text=True)
+        return [line.split("|") for line in r.stdout.splitlines() if line]
+
     def stop(self):
         try:
             self._ctl("-m", "immediate", "stop")

@@ -136,23 +136,46 @@ class ScriptedXids final : public gpu::TelemetrySampler {
   std::atomic<int64_t> count_{0};
 };
 
+// Options of an agent on node n1 with its state under `root`, telemetry rounds driven by
+// the test (interval 0) and `clock` (null: the system clock).
+AgentLoopOptions TestAgentOptions(const fs::path& root, const Clock* clock = nullptr) {
+  AgentLoopOptions ao;
+  ao.node_name = "n1";
+  ao.state_dir = (root / "state").string();
+  ao.telemetry_interval_s = 0;
+  ao.clock = clock;
+  return ao;
+}
+
 // An agent whose controller (an in-process fake) speaks protocol 1.`minor`; the fake
 // records the telemetry batches it is sent and can be made to refuse them (away).
 class TelemetryAgentTest : public JobOfProcessTest {
  protected:
   void Start(int minor) {
     link_->SetVersion({1, minor});
-    AgentLoopOptions ao;
-    ao.node_name = "n1";
-    ao.state_dir = (root_ / "state").string();
-    ao.telemetry_interval_s = 0;  // rounds driven by the test
+    AgentLoopOptions ao = Options();
     ao.sampler = std::make_shared<OneGpu>();
-    ao.clock = &clock_;
-    loop_ = std::make_unique<AgentLoop>(ao, link_, &launcher_);
-    thread_ = std::thread([this] { EXPECT_TRUE(loop_->Run().ok()); });
+    Run(ao);
     // The loop polls once registered (the reply's version read): telemetry rounds from
     // here on know what the controller takes.
     EXPECT_TRUE(link_->WaitFor([](const auto& r) { return r.polls > 0; }));
+  }
+  AgentLoopOptions Options() const { return TestAgentOptions(root_, &clock_); }
+  // Runs an agent with `ao` on thread_ (stopped by TearDown).
+  void Run(const AgentLoopOptions& ao) {
+    loop_ = std::make_unique<AgentLoop>(ao, link_, &launcher_);
+    thread_ = std::thread([this] { EXPECT_TRUE(loop_->Run().ok()); });
+  }
+  void AcceptLaunches() {
+    std::lock_guard lock(launcher_.mu);
+    launcher_.accept = true;
+  }
+  // Waits (up to 10 s) for `n` launches to be recorded; returns with the launcher's lock.
+  std::unique_lock<std::mutex> WaitForLaunches(size_t n) {
+    std::unique_lock lock(launcher_.mu);
+    launcher_.cv.wait_for(lock, std::chrono::seconds(10),
+                          [&] { return launcher_.launched.size() == n; });
+    return lock;
   }
   void TearDown() override {
     if (loop_) {
@@ -190,10 +213,7 @@ TEST_F(JobOfProcessTest, AControllerOfAnIncompatibleProtocolStopsTheAgent) {
   auto link = std::make_shared<protocol::FakeControllerLink>();
   const protocol::Version far{protocol::kVersion.major + 1, 0};
   link->SetVersion(far);
-  AgentLoopOptions ao;
-  ao.node_name = "n1";
-  ao.state_dir = (root_ / "state").string();
-  ao.telemetry_interval_s = 0;
+  const AgentLoopOptions ao = TestAgentOptions(root_);
   IdleLauncher launcher;
   AgentLoop loop(ao, link, &launcher);
   std::promise<Status> ended;
@@ -220,11 +240,7 @@ TEST_F(JobOfProcessTest, TheAgentsBackOffRunsOnItsClock) {
   ManualClock clock{1'800'000'000'000'000};
   auto link = std::make_shared<protocol::FakeControllerLink>(&clock);
   link->SetAway(true);
-  AgentLoopOptions ao;
-  ao.node_name = "n1";
-  ao.state_dir = (root_ / "state").string();
-  ao.telemetry_interval_s = 0;
-  ao.clock = &clock;
+  const AgentLoopOptions ao = TestAgentOptions(root_, &clock);
   IdleLauncher launcher;
   AgentLoop loop(ao, link, &launcher);
   std::thread t([&] { EXPECT_TRUE(loop.Run().ok()); });
@@ -243,11 +259,7 @@ TEST_F(JobOfProcessTest, TheAgentsBackOffRunsOnItsClock) {
 // and Run then returns Ok.
 TEST_F(TelemetryAgentTest, AControllerAwayIsTriedAgainAndStopEndsRunWithOk) {
   link_->SetAway(true);
-  AgentLoopOptions ao;
-  ao.node_name = "n1";
-  ao.state_dir = (root_ / "state").string();
-  ao.telemetry_interval_s = 0;
-  ao.clock = &clock_;
+  AgentLoopOptions ao = Options();
   AgentLoop loop(ao, link_, &launcher_);
   std::promise<Status> ended;
   std::thread t([&] { ended.set_value(loop.Run()); });
@@ -265,14 +277,10 @@ TEST_F(TelemetryAgentTest, AControllerAwayIsTriedAgainAndStopEndsRunWithOk) {
 // second (the Xid watch) later, on the agent's clock.
 TEST_F(TelemetryAgentTest, ANewXidIsSentAtOnceNotWithTheNextRound) {
   auto xids = std::make_shared<ScriptedXids>();
-  AgentLoopOptions ao;
-  ao.node_name = "n1";
-  ao.state_dir = (root_ / "state").string();
+  AgentLoopOptions ao = Options();
   ao.telemetry_interval_s = 60;
   ao.sampler = xids;
-  ao.clock = &clock_;
-  loop_ = std::make_unique<AgentLoop>(ao, link_, &launcher_);
-  thread_ = std::thread([this] { EXPECT_TRUE(loop_->Run().ok()); });
+  Run(ao);
   ASSERT_TRUE(link_->WaitFor([](const auto& r) { return r.polls > 0; }));
   // The telemetry thread waits on the clock (the only one here: the fake link's polls
   // wait in real time) for its next look at the Xids.
@@ -292,14 +300,9 @@ TEST_F(TelemetryAgentTest, AnAgentWithAHealthProgramRegistersWithItsVerdictPendi
   const fs::path program = root_ / "check.sh";
   std::ofstream(program) << "#!/bin/sh\necho gpu=0 bad fan\n";
   fs::permissions(program, fs::perms::owner_all);
-  AgentLoopOptions ao;
-  ao.node_name = "n1";
-  ao.state_dir = (root_ / "state").string();
-  ao.telemetry_interval_s = 0;
-  ao.clock = &clock_;
+  AgentLoopOptions ao = Options();
   ao.health_check = program.string();
-  loop_ = std::make_unique<AgentLoop>(ao, link_, &launcher_);
-  thread_ = std::thread([this] { EXPECT_TRUE(loop_->Run().ok()); });
+  Run(ao);
   ASSERT_TRUE(link_->WaitFor([](const auto& r) { return r.telemetry_posts > 0; }));
   const auto r = link_->recorded();
   ASSERT_EQ(r.registrations.size(), 1u);
@@ -364,10 +367,7 @@ TEST_F(TelemetryAgentTest, ANodeTheControllerForgotRegistersAgain) {
 // (LaunchOrder::node_tasks): its GPUs came in the order, its limits are both tasks'. The
 // GPU the two specs share is one job's, listed once: the controller counts each listing.
 TEST_F(TelemetryAgentTest, ANodesLaunchUnitTakesItsTasksLimitsAndListsItsJobOncePerGpu) {
-  {
-    std::lock_guard lock(launcher_.mu);
-    launcher_.accept = true;
-  }
+  AcceptLaunches();
   protocol::Work work;
   protocol::LaunchOrder unit;
   unit.job.id = 7;
@@ -392,9 +392,7 @@ TEST_F(TelemetryAgentTest, ANodesLaunchUnitTakesItsTasksLimitsAndListsItsJobOnce
   link_->QueueWork(work);
   Start(3);
   {
-    std::unique_lock lock(launcher_.mu);
-    launcher_.cv.wait_for(lock, std::chrono::seconds(10),
-                          [this] { return launcher_.launched.size() == 2; });
+    std::unique_lock lock = WaitForLaunches(2);
     ASSERT_EQ(launcher_.launched.size(), 2u);
     for (const agent::LaunchSpec& spec : launcher_.launched) {
       SCOPED_TRACE(spec.id.task);
@@ -417,10 +415,7 @@ TEST_F(TelemetryAgentTest, ANodesLaunchUnitTakesItsTasksLimitsAndListsItsJobOnce
 // visible, enforcement "mig" and the instance's memory as its cap; a share of a GPU
 // without MIG on the same node stays "none" (a node without MPS or dmem).
 TEST_F(TelemetryAgentTest, AShareGrantedAMigInstanceSeesItsUuidAndMemory) {
-  {
-    std::lock_guard lock(launcher_.mu);
-    launcher_.accept = true;
-  }
+  AcceptLaunches();
   gpu::GpuInfo mig;
   mig.vendor = gpu::Vendor::kNvidia;
   mig.index = 0;
@@ -451,17 +446,10 @@ TEST_F(TelemetryAgentTest, AShareGrantedAMigInstanceSeesItsUuidAndMemory) {
   other.gpus = {{"nvidia", 1, "GPU-1", {"/dev/nvidia1"}, 100}};
   work.launch = {order, other};
   link_->QueueWork(work);
-  AgentLoopOptions ao;
-  ao.node_name = "n1";
-  ao.state_dir = (root_ / "state").string();
-  ao.telemetry_interval_s = 0;
-  ao.clock = &clock_;
+  AgentLoopOptions ao = Options();
   ao.node.gpus = {mig, plain};
-  loop_ = std::make_unique<AgentLoop>(ao, link_, &launcher_);
-  thread_ = std::thread([this] { EXPECT_TRUE(loop_->Run().ok()); });
-  std::unique_lock lock(launcher_.mu);
-  launcher_.cv.wait_for(lock, std::chrono::seconds(10),
-                        [this] { return launcher_.launched.size() == 2; });
+  Run(ao);
+  std::unique_lock lock = WaitForLaunches(2);
   ASSERT_EQ(launcher_.launched.size(), 2u);
   for (const agent::LaunchSpec& spec : launcher_.launched) {
     const auto env = BuildJobEnvironment(spec, {});
@@ -484,10 +472,7 @@ TEST_F(TelemetryAgentTest, AShareGrantedAMigInstanceSeesItsUuidAndMemory) {
 // container share too (its container's cgroups go below the capped job cgroup, shim.cc);
 // a dmem GPU without a known region stays "none".
 TEST_F(TelemetryAgentTest, ProcessAndContainerSharesOnADmemGpuGetTheCap) {
-  {
-    std::lock_guard lock(launcher_.mu);
-    launcher_.accept = true;
-  }
+  AcceptLaunches();
   gpu::GpuInfo dmem;
   dmem.vendor = gpu::Vendor::kAmd;
   dmem.index = 0;
@@ -514,19 +499,12 @@ TEST_F(TelemetryAgentTest, ProcessAndContainerSharesOnADmemGpuGetTheCap) {
   elsewhere.gpus = {{"amd", 1, "GPU-N", {"/dev/dri/renderD129"}, 125}};
   work.launch = {order, container, elsewhere};
   link_->QueueWork(work);
-  AgentLoopOptions ao;
-  ao.node_name = "n1";
-  ao.state_dir = (root_ / "state").string();
-  ao.telemetry_interval_s = 0;
-  ao.clock = &clock_;
+  AgentLoopOptions ao = Options();
   ao.node.gpus = {dmem, no_region};
   ao.dmem_regions = {{"GPU-D", "drm/0000:03:00.0/vram0"}};
   ao.cdi_kind = "gpupool.local/gpu";
-  loop_ = std::make_unique<AgentLoop>(ao, link_, &launcher_);
-  thread_ = std::thread([this] { EXPECT_TRUE(loop_->Run().ok()); });
-  std::unique_lock lock(launcher_.mu);
-  launcher_.cv.wait_for(lock, std::chrono::seconds(10),
-                        [this] { return launcher_.launched.size() == 3; });
+  Run(ao);
+  std::unique_lock lock = WaitForLaunches(3);
   ASSERT_EQ(launcher_.launched.size(), 3u);
   for (const agent::LaunchSpec& spec : launcher_.launched) {
     SCOPED_TRACE(spec.id.job);
@@ -546,10 +524,7 @@ TEST_F(TelemetryAgentTest, ProcessAndContainerSharesOnADmemGpuGetTheCap) {
 // CUs) get disjoint advisory CU masks of their size, and stay "none" (docs/sharing.md,
 // "AMD"); a share of an AMD GPU with an unknown CU count gets no mask.
 TEST_F(TelemetryAgentTest, AmdSharesOfOneGpuGetDisjointCuMasks) {
-  {
-    std::lock_guard lock(launcher_.mu);
-    launcher_.accept = true;
-  }
+  AcceptLaunches();
   gpu::GpuInfo part;
   part.vendor = gpu::Vendor::kAmd;
   part.index = 0;
@@ -579,17 +554,10 @@ TEST_F(TelemetryAgentTest, AmdSharesOfOneGpuGetDisjointCuMasks) {
   elsewhere.gpus = {{"amd", 1, unknown.uuid, {"/dev/dri/renderD129"}, 500}};
   work.launch = {half, quarter, elsewhere};
   link_->QueueWork(work);
-  AgentLoopOptions ao;
-  ao.node_name = "n1";
-  ao.state_dir = (root_ / "state").string();
-  ao.telemetry_interval_s = 0;
-  ao.clock = &clock_;
+  AgentLoopOptions ao = Options();
   ao.node.gpus = {part, unknown};
-  loop_ = std::make_unique<AgentLoop>(ao, link_, &launcher_);
-  thread_ = std::thread([this] { EXPECT_TRUE(loop_->Run().ok()); });
-  std::unique_lock lock(launcher_.mu);
-  launcher_.cv.wait_for(lock, std::chrono::seconds(10),
-                        [this] { return launcher_.launched.size() == 3; });
+  Run(ao);
+  std::unique_lock lock = WaitForLaunches(3);
   ASSERT_EQ(launcher_.launched.size(), 3u);
   std::vector<int> cus;
   for (const agent::LaunchSpec& spec : launcher_.launched) {

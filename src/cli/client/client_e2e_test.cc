@@ -431,7 +431,8 @@ TEST_F(ClientE2eTest, QueueSendsFiltersAndRendersTheTable) {
       "PENDING", "request": {"gpus": 1, "gpu_milli": 500}, "submit_time_us": 1793491140000000,
       "pending_reason": "no idle GPU"}]})");
   });
-  RunResult r = Run({"queue", "--all", "--user", "bob", "--state", "pending,Running"});
+  // -a is --all, as docs/slurm.md maps squeue -a (QueueAllAsAUser... runs --all itself).
+  RunResult r = Run({"queue", "-a", "--user", "bob", "--state", "pending,Running"});
   EXPECT_EQ(r.code, 0) << r.err;
   EXPECT_EQ(r.out,
             "ID  USER  NAME  STATE    GPUS  NODES   TIME  REASON\n"

@@ -265,7 +265,7 @@ void RunCheckpointDone(const ClientRuntime& rt, const CancelState& s) {
 void RegisterJobCommands(CLI::App& app, const RuntimePtr& rt) {
   auto q = std::make_shared<QueueState>();
   CLI::App* queue = app.add_subcommand("queue", "List jobs waiting or running");
-  queue->add_flag("--all", q->select.all, "everyone's jobs (admins)");
+  queue->add_flag("-a,--all", q->select.all, "everyone's jobs (admins)");
   queue->add_option("-u,--user", q->select.user, "only this user's jobs (admins)");
   queue
       ->add_option("-t,--state", q->select.states,

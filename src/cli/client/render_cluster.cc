@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cstdio>
+#include <functional>
 #include <map>
 
 #include "cli/client/json_view.h"
@@ -62,12 +63,13 @@ std::string IndexRuns(std::vector<int64_t> v) {
   return out;
 }
 
-// "gpu1 GPUs 0-7: mps" per node and enforcement mode its GPUs state, modes in first-seen
-// order; nothing for GPUs that state none.
-std::string Enforcement(const std::string& node, const Json& gpus) {
+// "n1 GPUs 0-7: MODE" per node and mode its GPUs have (`mode_of` a GPU), modes in
+// first-seen order; nothing for GPUs whose mode is "".
+std::string GpusByMode(const std::string& node, const Json& gpus,
+                       const std::function<std::string(const Json&)>& mode_of) {
   std::vector<std::pair<std::string, std::vector<int64_t>>> modes;
   for (const Json& g : gpus) {
-    const std::string mode = GetString(g, "enforcement");
+    const std::string mode = mode_of(g);
     if (mode.empty()) continue;
     auto it =
         std::find_if(modes.begin(), modes.end(), [&](const auto& m) { return m.first == mode; });
@@ -82,30 +84,27 @@ std::string Enforcement(const std::string& node, const Json& gpus) {
   return out;
 }
 
+// "gpu1 GPUs 0-7: mps" per node and enforcement mode its GPUs state; nothing for GPUs
+// that state none.
+std::string Enforcement(const std::string& node, const Json& gpus) {
+  return GpusByMode(node, gpus, [](const Json& g) { return GetString(g, "enforcement"); });
+}
+
 // "n1 GPUs 0-7: CPX, NPS4, 38 CUs" per node and AMD partitioning its GPUs report (docs/
 // sharing.md, "AMD GPUs"); nothing for GPUs that report none.
 std::string Partitions(const std::string& node, const Json& gpus) {
-  std::vector<std::pair<std::string, std::vector<int64_t>>> modes;
-  for (const Json& g : gpus) {
+  return GpusByMode(node, gpus, [](const Json& g) {
     std::string mode = GetString(g, "compute_partition");
     if (const std::string memory = GetString(g, "memory_partition"); !memory.empty()) {
       mode += (mode.empty() ? "" : ", ") + memory;
     }
-    if (mode.empty()) continue;
-    if (const int64_t cus = GetInt(g, "compute_units", 0); cus > 0) {
-      mode += ", " + std::to_string(cus) + " CUs";
+    if (!mode.empty()) {
+      if (const int64_t cus = GetInt(g, "compute_units", 0); cus > 0) {
+        mode += ", " + std::to_string(cus) + " CUs";
+      }
     }
-    auto it =
-        std::find_if(modes.begin(), modes.end(), [&](const auto& m) { return m.first == mode; });
-    if (it == modes.end()) it = modes.insert(modes.end(), {mode, {}});
-    it->second.push_back(GetInt(g, "index"));
-  }
-  std::string out;
-  for (const auto& [mode, indices] : modes) {
-    out += CleanCell(node) + (indices.size() == 1 ? " GPU " : " GPUs ") + IndexRuns(indices) +
-           ": " + CleanCell(mode) + "\n";
-  }
-  return out;
+    return mode;
+  });
 }
 
 constexpr const char* kPartitionsTitle =

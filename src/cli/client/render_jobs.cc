@@ -128,8 +128,9 @@ void PreemptionLines(const Json& job, const Line& line) {
     line("Preempted", "by job " + std::to_string(by) + "; SIGKILL at " +
                           FormatTimeUtc(GetInt(job, "preempt_deadline_s") * 1'000'000) +
                           (GetBool(job, "checkpoint_done") ? " (checkpoint done: now)" : ""));
-  } else if (GetBool(job, "cancel_requested")) {
-    line("Cancel", "requested; the job is being stopped");
+  } else if (const std::string state = GetString(job, "state");
+             GetBool(job, "cancel_requested") && (state == "RUNNING" || state == "ASSIGNED")) {
+    line("Cancel", "requested; the job is being stopped");  // once ended, its state says it
   }
   if (GetBool(job, "preemptible")) {
     std::string p = "yes";

@@ -162,7 +162,8 @@ std::string IndexRanges(const std::vector<int64_t>& idx) {
 }
 
 // The ID cell of jobs[*i]; an array's pending elements that follow it share its row, as
-// squeue shows them (12_[5-99%10]): *i moves past them.
+// squeue shows them (12_[5-99%10]): *i moves past them. Held elements (`hold 12_[7-8]`)
+// and elements not held do not share a row, so the hold and its reason show.
 std::string IdCell(const Json& jobs, size_t* i) {
   const Json& job = jobs[*i];
   const int64_t array = GetInt(job, "array_id");
@@ -170,8 +171,10 @@ std::string IdCell(const Json& jobs, size_t* i) {
   std::string id = std::to_string(array) + "_" + std::to_string(GetInt(job, "array_index"));
   if (GetString(job, "state") != "PENDING") return id;
   std::vector<int64_t> indices = {GetInt(job, "array_index")};
+  const std::string held_by = GetString(job, "held_by");
   while (*i + 1 < jobs.size() && GetInt(jobs[*i + 1], "array_id") == array &&
-         GetString(jobs[*i + 1], "state") == "PENDING") {
+         GetString(jobs[*i + 1], "state") == "PENDING" &&
+         GetString(jobs[*i + 1], "held_by") == held_by) {
     indices.push_back(GetInt(jobs[++*i], "array_index"));
   }
   if (indices.size() == 1) return id;

@@ -168,6 +168,17 @@ TEST(RenderJobTest, Preemptions) {
   EXPECT_NE(out.find("to start first [preempted 2x]"), std::string::npos) << out;
 }
 
+// An alloc whose command ended keeps cancel_requested (its release): show said "Cancel:
+// requested; the job is being stopped" on a FAILED job. Only a running job is being stopped.
+TEST(RenderJobTest, ACancelIsBeingStoppedOnlyWhileTheJobRuns) {
+  const Json running = Parse(R"({"id": 5, "state": "RUNNING", "cancel_requested": true})");
+  EXPECT_NE(
+      RenderJob(running, kRenderNow).find("  Cancel:     requested; the job is being stopped"),
+      std::string::npos);
+  const Json ended = Parse(R"({"id": 5, "state": "FAILED", "cancel_requested": true})");
+  EXPECT_EQ(RenderJob(ended, kRenderNow).find("Cancel:"), std::string::npos);
+}
+
 TEST(RenderLimitsTest, APreemptibleColumnOnlyWhereSomeEntryHasDefaults) {
   const Json plain = Parse(R"({"default": {"max_queued": 500}, "users": {}, "projects": {}})");
   EXPECT_EQ(RenderLimits(plain).find("PREEMPTIBLE"), std::string::npos);
@@ -206,6 +217,25 @@ TEST(RenderQueueTest, ArrayElementsPendingTogetherShareARow) {
             "40_[1-3,7%2]  a           PENDING     1  -         -  array 40 runs at most 2\n"
             "          45  b           PENDING     1  -         -\n"
             "        46_5  b           PENDING     1  -         -\n");
+}
+
+// `gpupool hold 40_[2-3]` hid the hold: the held elements shared the array's pending row
+// and its throttle reason. They get rows of their own, as squeue splits an array by reason.
+TEST(RenderQueueTest, HeldArrayElementsDoNotShareTheRowOfThoseNotHeld) {
+  const Json answer = Parse(R"({"jobs": [
+    {"id": 41, "array_id": 40, "array_index": 1, "user": "a", "state": "PENDING",
+     "pending_reason": "throttled", "request": {"gpus": 1}},
+    {"id": 42, "array_id": 40, "array_index": 2, "user": "a", "state": "PENDING",
+     "held_by": "a", "pending_reason": "held by a", "request": {"gpus": 1}},
+    {"id": 43, "array_id": 40, "array_index": 3, "user": "a", "state": "PENDING",
+     "held_by": "a", "pending_reason": "held by a", "request": {"gpus": 1}},
+    {"id": 44, "array_id": 40, "array_index": 4, "user": "a", "state": "PENDING",
+     "pending_reason": "throttled", "request": {"gpus": 1}}]})");
+  EXPECT_EQ(RenderQueue(answer, kRenderNow),
+            "      ID  USER  NAME  STATE    GPUS  NODES  TIME  REASON\n"
+            "    40_1  a           PENDING     1  -         -  throttled\n"
+            "40_[2-3]  a           PENDING     1  -         -  held by a\n"
+            "    40_4  a           PENDING     1  -         -  throttled\n");
 }
 
 TEST(RenderNodesTest, FractionsAndModels) {

@@ -144,8 +144,14 @@ Status RunAlloc(const ClientRuntime& rt, const RunState& s) {
   Json job;
   GP_RETURN_IF_ERROR(WaitUntilPlaced(rt, api, id, s.quiet, &job).status());
   std::string nodes;
-  for (const Json& p : GetArray(job, "placement")) {
-    nodes += (nodes.empty() ? "" : ",") + GetString(p, "node");
+  std::string hosts;  // GPUPOOL_NODES: the tasks' hosts in task order, as every task gets
+  const Json& placement = GetArray(job, "placement");
+  const Json& tasks = GetArray(job, "tasks");
+  for (size_t t = 0; t < placement.size(); ++t) {
+    const std::string node = GetString(placement[t], "node");
+    const std::string host = t < tasks.size() ? GetString(tasks[t], "host") : std::string();
+    nodes += (nodes.empty() ? "" : ",") + node;
+    hosts += (hosts.empty() ? "" : ",") + (host.empty() ? node : host);
   }
   const std::string ids = std::to_string(id);
   if (!s.quiet) {
@@ -158,9 +164,9 @@ Status RunAlloc(const ClientRuntime& rt, const RunState& s) {
     const std::string shell = rt.env.getenv("SHELL");
     command = {shell.empty() ? "/bin/sh" : shell};
   }
-  // COMMAND runs here, as salloc's does, with the job's id and the nodes it holds.
+  // COMMAND runs here, as salloc's does, with the job's id and its tasks' hosts.
   ::setenv("GPUPOOL_JOB_ID", ids.c_str(), 1);
-  ::setenv("GPUPOOL_NODES", nodes.c_str(), 1);
+  ::setenv("GPUPOOL_NODES", hosts.c_str(), 1);
   std::vector<char*> argv;
   argv.reserve(command.size() + 1);
   for (std::string& a : command) argv.push_back(a.data());

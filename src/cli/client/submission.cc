@@ -106,9 +106,6 @@ Status FillRequest(const SubmitFlags& f, jobs::ResourceRequest* r) {
     }
     r->gpu_models.push_back(std::move(model));
   }
-  if (!r->gpu_models.empty() && r->gpus == 0) {
-    return Status::InvalidArgument("--gpu-model: the job asks for no GPU; add --gpus N");
-  }
   if (f.min_capability) {
     if (!IsCapability(Trim(*f.min_capability))) {
       return OptionError("--min-capability", *f.min_capability, "use MAJOR.MINOR, e.g. 8.0");
@@ -120,6 +117,15 @@ Status FillRequest(const SubmitFlags& f, jobs::ResourceRequest* r) {
     if (r->vendor != "nvidia" && r->vendor != "amd") {
       return OptionError("--vendor", *f.vendor, "use nvidia or amd");
     }
+  }
+  // Named by its option here (the server's refusal names its JSON field).
+  const char* constraint = !r->gpu_models.empty()       ? "--gpu-model"
+                           : !r->min_capability.empty() ? "--min-capability"
+                           : !r->vendor.empty()         ? "--vendor"
+                                                        : nullptr;
+  if (constraint != nullptr && r->gpus == 0) {
+    return Status::InvalidArgument(std::string(constraint) +
+                                   ": the job asks for no GPU; add --gpus N");
   }
   if (f.cpus) {
     auto milli = ParseCpus(*f.cpus);

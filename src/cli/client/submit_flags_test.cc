@@ -244,6 +244,10 @@ TEST(BuildSubmissionTest, EveryBadValueNamesItsOption) {
   EXPECT_EQ(Error({"--gpus", "1", "--min-capability", "8"}),
             "--min-capability 8: use MAJOR.MINOR, e.g. 8.0");
   EXPECT_EQ(Error({"--gpu-model", "A100"}), "--gpu-model: the job asks for no GPU; add --gpus N");
+  // docs/cli.md: every value is checked here, naming the option (the server said "vendor:").
+  EXPECT_EQ(Error({"--vendor", "amd"}), "--vendor: the job asks for no GPU; add --gpus N");
+  EXPECT_EQ(Error({"--min-capability", "8.0"}),
+            "--min-capability: the job asks for no GPU; add --gpus N");
   EXPECT_EQ(Error({"--gpus", "1", "--gpu-model", "A100, ,H100"}),
             "--gpu-model: an empty model name; use e.g. A100 or A100,H100");
   const std::string env_fix =

@@ -5,8 +5,9 @@
 namespace gpupool::sched {
 
 std::string HoldGate::Reason(std::string_view job_id, std::string_view held_by, bool by_admin) {
-  return fmt::format("held by {}{}: `gpupool release {}` lets it start", held_by,
-                     by_admin ? " (admin)" : "", job_id);
+  // An admin's hold is released by admins only: its owner is told so, not to release it.
+  return fmt::format("held by {}{}: `gpupool release {}`{} lets it start", held_by,
+                     by_admin ? " (admin)" : "", job_id, by_admin ? " by an admin" : "");
 }
 
 bool HoldGate::Admit(const QueuedJob& job, std::string* why) {

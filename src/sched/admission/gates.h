@@ -22,7 +22,8 @@ class HoldGate final : public GatePlugin {
  public:
   std::string_view name() const override { return "hold"; }
   bool Admit(const QueuedJob& job, std::string* why) override;
-  // "held by alice (admin): `gpupool release 12` lets it start".
+  // "held by alice: `gpupool release 12` lets it start"; an admin's hold, which only admins
+  // release: "held by root (admin): `gpupool release 12` by an admin lets it start".
   static std::string Reason(std::string_view job_id, std::string_view held_by, bool by_admin);
 };
 

@@ -43,7 +43,7 @@ TEST(HoldGate, HeldJobsWaitWithWhoHeldThemAndHowToRelease) {
   EXPECT_EQ(Why(gate, j), "held by alice: `gpupool release 7` lets it start");
   j.admission.held_by = "root";
   j.admission.held_by_admin = true;
-  EXPECT_EQ(Why(gate, j), "held by root (admin): `gpupool release 7` lets it start");
+  EXPECT_EQ(Why(gate, j), "held by root (admin): `gpupool release 7` by an admin lets it start");
 }
 
 TEST(DependencyGate, WaitsWithTheHostsReasonWhileDependenciesAreUnmet) {

@@ -14,16 +14,9 @@
 namespace gpupool::sim {
 namespace failures_test {
 
+using testing::Cluster;
 using testing::FirstFitRegistry;
 using testing::TJob;
-
-sched::ClusterState Cluster(const std::string& spec) {
-  auto nodes = ParseClusterSpec(spec);
-  EXPECT_TRUE(nodes.ok());
-  auto c = BuildCluster(*nodes);
-  EXPECT_TRUE(c.ok());
-  return *c;
-}
 
 // FIFO, strict, first fit in node order: placements are predictable.
 TimedOptions Options(std::vector<GpuFailureEvent> events, int64_t repair_s = 5000) {

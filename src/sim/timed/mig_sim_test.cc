@@ -23,12 +23,8 @@ TraceJob MigShare(std::string id, int64_t submit, int64_t duration, int milli,
 }
 
 std::map<std::string, JobRecord> RunOn(const std::string& spec, const std::vector<TraceJob>& jobs) {
-  auto nodes = ParseClusterSpec(spec);
-  EXPECT_TRUE(nodes.ok()) << nodes.status().ToString();
-  auto cluster = BuildCluster(*nodes);
-  EXPECT_TRUE(cluster.ok());
   TimedOptions o;  // the production default placement policy
-  auto run = RunTimedExperiment(*cluster, jobs, o);
+  auto run = RunTimedExperiment(testing::Cluster(spec), jobs, o);
   EXPECT_TRUE(run.ok()) << run.status().ToString();
   std::map<std::string, JobRecord> m;
   for (const JobRecord& j : run->jobs) m[j.id] = j;

@@ -14,16 +14,9 @@
 namespace gpupool::sim {
 namespace {
 
+using testing::Cluster;
 using testing::FirstFitRegistry;
 using testing::TJob;
-
-sched::ClusterState Cluster(const std::string& spec) {
-  auto nodes = ParseClusterSpec(spec);
-  EXPECT_TRUE(nodes.ok());
-  auto c = BuildCluster(*nodes);
-  EXPECT_TRUE(c.ok());
-  return *c;
-}
 
 TimedOptions Options(const std::string& queue = "fifo",
                      sched::StartRule rule = sched::StartRule::kStrict) {

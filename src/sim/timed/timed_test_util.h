@@ -1,6 +1,8 @@
-// Helpers for the time-driven tests: jobs in a line of code and a placement registry
-// holding the predictable first-fit test double.
+// Helpers for the time-driven tests: jobs in a line of code, clusters from a spec and a
+// placement registry holding the predictable first-fit test double.
 #pragma once
+
+#include <gtest/gtest.h>
 
 #include <cstdlib>
 #include <filesystem>
@@ -10,6 +12,7 @@
 
 #include "sched/policy_registry.h"
 #include "sched/queue/first_fit_for_test.h"
+#include "sim/timed/cluster_spec.h"
 #include "sim/timed/trace_job.h"
 
 namespace gpupool::sim::testing {
@@ -32,6 +35,16 @@ inline TraceJob TJob(std::string id, std::string user, int64_t submit, int64_t d
     j.tasks.push_back(t);
   }
   return j;
+}
+
+// The cluster a spec ("2x8:V100,1x4:T4") makes; one that does not parse or build fails
+// the test.
+inline sched::ClusterState Cluster(const std::string& spec) {
+  auto nodes = ParseClusterSpec(spec);
+  EXPECT_TRUE(nodes.ok()) << nodes.status().ToString();
+  auto c = BuildCluster(*nodes);
+  EXPECT_TRUE(c.ok());
+  return *c;
 }
 
 // ../shared/traces beside the source tree (only in the project workspace); the
