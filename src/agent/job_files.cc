@@ -415,14 +415,16 @@ Status WriteFileDurably(const std::string& path, const std::string& contents, mo
   return Status::Ok();
 }
 
-Status RewriteFileLocked(const std::string& path, const std::string& contents) {
-  int fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC | O_NOFOLLOW);
+Status RewriteFileLocked(const std::string& path, const std::string& contents, bool lock) {
+  // Unlocked, the file may be a job user's, who may hold a lease on it (F_SETLEASE), which
+  // would block an open for writing for up to the kernel's lease-break-time: not waited for.
+  int fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC | O_NOFOLLOW | (lock ? 0 : O_NONBLOCK));
   if (fd < 0) {
     const int err = errno;
     if (err == ENOENT) return Status::NotFound("'" + path + "' does not exist");
     return Status::Unavailable("cannot open '" + path + "': " + std::strerror(err));
   }
-  while (::flock(fd, LOCK_EX) != 0 && errno == EINTR) {
+  while (lock && ::flock(fd, LOCK_EX) != 0 && errno == EINTR) {
   }
   size_t done = 0;
   int err = 0;

@@ -101,8 +101,11 @@ Status WriteFileDurably(const std::string& path, const std::string& contents, mo
 // one) while holding an exclusive flock on it; ReadShimRecord reads under a shared one, so
 // it never sees a half-written record. Not durable (no fsync): for shim.json only, whose
 // second write would otherwise allocate and free an inode per job. NotFound when `path`
-// does not exist; never follows a symbolic link.
-Status RewriteFileLocked(const std::string& path, const std::string& contents);
+// does not exist; never follows a symbolic link. With `lock` false, no flock is taken and
+// the open does not wait for a lease: for a file a job may open or own (its preemption
+// deadline), whose lock or lease on it must never hold the writer up (a job that locked
+// its deadline file kept its shim from ever stopping it).
+Status RewriteFileLocked(const std::string& path, const std::string& contents, bool lock = true);
 
 // Reads and parses one of the JSON files; NotFound when it does not exist.
 Result<ShimConfig> ReadShimConfig(const std::string& job_dir);

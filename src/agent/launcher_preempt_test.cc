@@ -3,6 +3,7 @@
 // its SIGTERM comes, and a second stop with a shorter grace (checkpoint-done) kills it
 // at once instead of at the end of the first grace.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
 #include <chrono>
 #include <csignal>
@@ -52,6 +53,63 @@ TEST(LauncherPreemptTest, TheDeadlineComesBeforeTermAndAShorterGraceKillsSooner)
   EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(3));
   EXPECT_EQ(e->kind, JobEvent::Kind::kExited);
   EXPECT_TRUE(e->cancelled);
+  EXPECT_EQ(e->signal, SIGKILL);
+}
+
+// The red team's hostage: a job that takes a lock on its own deadline file (flock works
+// on a descriptor opened for reading) kept its shim waiting for the lock before the
+// SIGTERM, so it was never stopped: its GPUs were kept past its grace, for ever. The
+// deadline is written without the lock, and the file is the job user's alone (0600).
+TEST(LauncherPreemptTest, ALockOnTheDeadlineFileDoesNotKeepTheJobFromBeingStopped) {
+  ScratchDir dir;
+  auto launcher = NewProcessLauncher(TestOptions(dir.path()));
+  LaunchSpec spec = TestSpec(
+      303, {"sh", "-c",
+            "exec 9<\"$GPUPOOL_PREEMPT_DEADLINE_FILE\"; flock -x 9; trap '' TERM; echo ready; "
+            "while :; do sleep 0.05; done"});
+  spec.preemptible = true;
+  ASSERT_TRUE(launcher->Launch(spec).ok());
+  ASSERT_EQ(WaitForEvent(*launcher, 303, 5000)->kind, JobEvent::Kind::kStarted);
+  const std::string run = JobDir(dir.path(), TaskRun(303));
+  ASSERT_TRUE(WaitForFileContaining(run + "/" + kStdoutFile, "ready", 5000));
+  struct stat st {};
+  ASSERT_EQ(::stat((run + "/" + kPreemptDeadlineFile).c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 07777, 0600u);
+  EXPECT_EQ(st.st_uid, spec.uid);
+  ASSERT_TRUE(launcher->Stop(TaskRun(303), StopRequest{1, 1'700'000'001}).ok());
+  // A grace of 1 s: killed within a few, the deadline written all the same.
+  std::optional<JobEvent> e = WaitForEvent(*launcher, 303, 10'000);
+  ASSERT_TRUE(e.has_value()) << "the job was never stopped";
+  EXPECT_EQ(e->kind, JobEvent::Kind::kExited);
+  EXPECT_EQ(e->signal, SIGKILL);
+  EXPECT_EQ(ReadWholeFile(run + "/" + kPreemptDeadlineFile), "1700000001\n");
+}
+
+// The file is the job user's, who may take a lease on it (F_SETLEASE), which held the
+// shim's open for writing, and so the SIGTERM, for the kernel's lease-break-time (45 s).
+TEST(LauncherPreemptTest, ALeaseOnTheDeadlineFileDoesNotDelayTheStop) {
+  ScratchDir dir;
+  auto launcher = NewProcessLauncher(TestOptions(dir.path()));
+  LaunchSpec spec =
+      TestSpec(304, {"/usr/bin/python3", "-c",
+                     "import fcntl, os, signal, time\n"
+                     "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+            "signal.signal(signal.SIGIO, signal.SIG_IGN)  # the lease break's\n"
+                     "fd = os.open(os.environ['GPUPOOL_PREEMPT_DEADLINE_FILE'], os.O_RDONLY)\n"
+                     "fcntl.fcntl(fd, 1024, fcntl.F_RDLCK)  # F_SETLEASE\n"
+                     "print('ready', flush=True)\n"
+                     "time.sleep(300)\n"});
+  spec.preemptible = true;
+  ASSERT_TRUE(launcher->Launch(spec).ok());
+  ASSERT_EQ(WaitForEvent(*launcher, 304, 5000)->kind, JobEvent::Kind::kStarted);
+  const std::string run = JobDir(dir.path(), TaskRun(304));
+  ASSERT_TRUE(WaitForFileContaining(run + "/" + kStdoutFile, "ready", 5000))
+      << ReadWholeFile(run + "/" + kStderrFile);
+  const auto t0 = std::chrono::steady_clock::now();
+  ASSERT_TRUE(launcher->Stop(TaskRun(304), StopRequest{1, 1'700'000'001}).ok());
+  std::optional<JobEvent> e = WaitForEvent(*launcher, 304, 20'000);
+  ASSERT_TRUE(e.has_value()) << "the job was not stopped within 20 s";
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(10));
   EXPECT_EQ(e->signal, SIGKILL);
 }
 

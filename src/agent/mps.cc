@@ -7,6 +7,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <csignal>
 #include <cstdlib>
@@ -60,10 +61,26 @@ int WaitWithin(pid_t pid, int timeout_ms) {
   return -1;
 }
 
+// The log folder belongs to the share's user, who may swap control.log for a link to, or
+// a hard link of, a file of root's (the red team: /etc/shadow's last line reached the
+// job's reason). Only a regular file, not a link, with one name, of the daemon's owner
+// (this agent's user, who starts it) is read.
 std::string LogTail(const std::string& log_dir) {
-  Result<std::string> text = ReadFileToString(log_dir + "/control.log", 1 << 20);
-  if (!text.ok() || text->empty()) return "";
-  std::vector<std::string> lines = Split(std::string(Trim(*text)), '\n');
+  const std::string path = log_dir + "/control.log";
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) return "";
+  struct stat st {};
+  std::string raw;
+  if (::fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_nlink == 1 &&
+      st.st_uid == ::geteuid()) {
+    raw.resize(static_cast<size_t>(std::min<off_t>(st.st_size, 1 << 20)));
+    const off_t from = std::max<off_t>(0, st.st_size - static_cast<off_t>(raw.size()));
+    const ssize_t n = ::pread(fd, raw.data(), raw.size(), from);
+    raw.resize(n > 0 ? static_cast<size_t>(n) : 0);
+  }
+  ::close(fd);
+  if (raw.empty()) return "";
+  std::vector<std::string> lines = Split(std::string(Trim(raw)), '\n');
   return lines.empty() ? "" : std::string(Trim(lines.back()));
 }
 

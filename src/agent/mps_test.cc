@@ -174,6 +174,20 @@ TEST_F(MpsTest, AStartThatFailsSaysWhyAndHoldsNothing) {
   EXPECT_TRUE(mps.Clients().empty());
 }
 
+// The red team: the log folder is the share's user's, and the agent read control.log's
+// last line into a failed start's reason (which the job's user sees) as root, following
+// a link the user put there: a root-only file's last line would reach the user.
+TEST_F(MpsTest, AFailedStartNeverReadsALogTheUserSwappedForALink) {
+  const std::string secret = state_ + "/secret";
+  ASSERT_TRUE(WriteFileAtomically(secret, "root:the-hash-of-roots-password\n").ok());
+  ::chmod(secret.c_str(), 0600);
+  MpsDaemons mps(Options({"FAKE_MPS_REFUSE_START=1", "FAKE_MPS_LOG_LINK=" + secret}));
+  Result<std::string> pipe = mps.Acquire("GPU-l", {1, 0, 1, 0}, ::getuid(), ::getgid());
+  ASSERT_FALSE(pipe.ok());
+  EXPECT_NE(pipe.status().message().find("did not start"), std::string::npos);
+  EXPECT_EQ(pipe.status().message().find("the-hash"), std::string::npos) << pipe.status().message();
+}
+
 TEST_F(MpsTest, GpuIdsThatCannotNameAFolderAreRefused) {
   MpsDaemons mps(Options());
   for (const char* bad : {"", "..", "../etc", "GPU/a", "-rf", "GPU a"}) {

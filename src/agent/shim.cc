@@ -369,7 +369,9 @@ void Shim::OnStopSignal() {
     // Before the SIGTERM, so that a job reading it on the signal finds it. In place: a
     // container has the file itself mounted, and a new inode would not reach it.
     const std::string path = args_.job_dir + "/" + kPreemptDeadlineFile;
-    Status st = RewriteFileLocked(path, std::to_string(stop->deadline_s) + "\n");
+    // Unlocked: the job may hold a lock on its file, which must not delay its stop. One
+    // write of a few bytes into an empty file: a reader sees it whole or not at all.
+    Status st = RewriteFileLocked(path, std::to_string(stop->deadline_s) + "\n", /*lock=*/false);
     if (!st.ok()) ShimLog("%s", st.message().c_str());
   }
   ShimLog("preempted: grace %lld s, deadline %lld", static_cast<long long>(stop->grace_s),

@@ -170,11 +170,17 @@ Status Shim::PrepareContainer(const std::vector<gid_t>& groups) {
 }
 
 // A preemptible job's GPUPOOL_PREEMPT_DEADLINE_FILE: empty until a preemption's deadline
-// is written into it (OnStopSignal); the job's to read, the pool's to write (the job
-// directory belongs to root).
+// is written into it (OnStopSignal); the pool writes it (the job directory belongs to
+// root, so no entry can be swapped), and only the job's user may read it (0600, theirs:
+// before, any user could read when a job was preempted, and lock the file).
 Result<std::string> Shim::MakePreemptDeadlineFile() {
   const std::string path = args_.job_dir + "/" + kPreemptDeadlineFile;
-  GP_RETURN_IF_ERROR(WriteFileDurably(path, "", 0644, /*sync=*/false));
+  GP_RETURN_IF_ERROR(WriteFileDurably(path, "", 0600, /*sync=*/false));
+  const LaunchSpec& spec = config_.spec;
+  if (::lchown(path.c_str(), spec.uid, spec.gid) != 0 && ::geteuid() == 0) {
+    return Status::Unavailable("cannot give " + path + " to uid " + std::to_string(spec.uid) +
+                               ": " + std::strerror(errno));
+  }
   return path;
 }
 

@@ -1,5 +1,6 @@
 #include "common/json.h"
 
+#include <cmath>
 #include <fstream>
 #include <limits>
 #include <sstream>
@@ -209,6 +210,17 @@ void JsonFields::GetInt(std::string_view key, T* out, bool required, T min, T ma
     return;
   }
   if (j->is_number_float()) {
+    // A whole number past int64 (99999999999999999999, 1e30) is read as a double: say it
+    // is out of range rather than fractional.
+    const double d = j->get<double>();
+    if (std::isfinite(d) && d == std::trunc(d) &&
+        (d > static_cast<double>(max) || d < static_cast<double>(min))) {
+      std::ostringstream text;
+      text << d;
+      Fail(key, text.str() + " is outside the range " + std::to_string(min) + ".." +
+                    std::to_string(max));
+      return;
+    }
     Fail(key, "expected an integer, found a fractional number");
     return;
   }

@@ -99,6 +99,16 @@ TEST(JsonTest, FractionalWhereIntegerExpected) {
   JsonFields f(j, "x");
   f.Required("n", &n);
   EXPECT_EQ(f.Finish().message(), "x.n: expected an integer, found a fractional number");
+  // Whole numbers too large for an integer are read as doubles: out of range, not
+  // fractional (the red team's 99999999999999999999 grace).
+  for (const char* big : {R"({"n": 99999999999999999999})", R"({"n": 1e30})", R"({"n": -1e30})"}) {
+    const Json parsed = Json::parse(big);
+    JsonFields g(parsed, "x");
+    g.Required("n", &n);
+    EXPECT_NE(g.Finish().message().find("is outside the range -2147483648..2147483647"),
+              std::string::npos)
+        << big;
+  }
 }
 
 TEST(JsonTest, NonObjectIsAnError) {

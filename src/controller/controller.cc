@@ -717,8 +717,8 @@ Status Controller::ScheduleOnce() {
     Lock lock(mu_);
     limits = limits_;
     BlockWhileEarlierAttemptsStop(&feed.stopping);
-    BlockPreemptedWhilePreemptorsWait(&feed.waiting);
     holds = HoldsForPass(clock_->NowMicros(), &holds_ended);
+    BlockPreemptedWhilePreemptorsWait(&feed.waiting);  // while their holds last
     any_pending = TakeJobChanges(&changes, &all_jobs);
     if (!any_pending) {
       last_pass_blocked_ = false;

@@ -715,8 +715,8 @@ class Controller {
   // Preemption (controller_preemption.cc). Commits a pass's preemptions (Preempt), each
   // only if its victim still holds what the plan saw.
   Status ApplyPreemptions(const ScheduleResult& plan) EXCLUDES(mu_);
-  // A requeued victim waits (`waiting`, the dependency gate) while the job that preempted
-  // it is still pending, so that it cannot take back the GPUs it was stopped for.
+  // A requeued victim waits (`waiting`, the dependency gate) while the job that preempted it
+  // is pending with its hold, or waits for GPUs: not when a limit or a gate keeps it.
   void BlockPreemptedWhilePreemptorsWait(std::map<int64_t, std::string>* waiting) const
       REQUIRES(mu_);
   // The GPUs held for preemptors (preemption_holds.h), for a pass at `now_us`: first ends

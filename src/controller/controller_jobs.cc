@@ -135,7 +135,11 @@ Result<Job> Controller::Submit(Job job, const Caller& caller, bool* duplicate) {
   } release{this, &user, &project, &reserved, &reserved_bytes};
   {
     MutexLock lock(mu_);
-    ApplyPreemptionDefaults(limits_, &job);  // the admin's QoS (docs/preemption.md)
+    PreemptionSettings server;
+    server.default_min_runtime_s = options_.preempt_min_runtime_s;
+    server.default_grace_s = options_.preempt_grace_s;
+    // The admin's QoS (docs/preemption.md).
+    GP_RETURN_IF_ERROR(ApplyPreemptionDefaults(limits_, server, &job));
     GP_RETURN_IF_ERROR(CheckQueuedLimits(job, adding, bytes));
     reserved = adding;
     reserved_bytes = bytes;

@@ -8,6 +8,7 @@
 #include "controller/controller_internal.h"
 #include "controller/job_lifecycle.h"
 #include "controller/job_scheduler.h"
+#include "controller/metrics.h"
 #include "controller/preemption_holds.h"
 
 namespace gpupool::controller {
@@ -131,6 +132,15 @@ void Controller::BlockPreemptedWhilePreemptorsWait(std::map<int64_t, std::string
     if (v == active_.end() || v->second.state != JobState::kPending) continue;
     if (p == active_.end() || p->second.state != JobState::kPending) continue;
     if (!p->second.held_by.empty()) continue;  // held: it would hold the victim too
+    // While the victim's GPUs are held for it, or it waits for GPUs as any job does. One
+    // kept from starting otherwise (its user's limit, a gate) must not keep its victims
+    // waiting for ever (the red team: bob kept alice's requeued job out while the GPUs
+    // sat free).
+    if (auto r = pending_reasons_.find(by);
+        !preempt_holds_.contains(by) && r != pending_reasons_.end()) {
+      const std::string why = PendingReasonClass(r->second);
+      if (why != "resources" && why != "queue") continue;
+    }
     waiting->emplace(
         victim, "waits for job " + std::to_string(by) + ", which preempted it, to start first");
   }

@@ -86,7 +86,8 @@ TEST_F(ControllerPreemptionTest, AVictimStopsWithItsGraceHoldsItsGpusAndIsRequeu
   ASSERT_EQ(c_->WaitForWork("n1", 0)->launch.size(), 1u);
   ASSERT_TRUE(Report(victim, protocol::EventKind::kStarted).ok());
   clock_.AdvanceMicros(int64_t{1800} * 1'000'000);  // past the default 600 s minimum
-  const Job urgent = Submit(bob_, 10, /*preemptible=*/false);
+  // A higher priority preempts its own user's jobs only (users choose priorities).
+  const Job urgent = Submit(alice_, 10, /*preemptible=*/false);
   ASSERT_TRUE(c_->ScheduleOnce().ok());
   Job stopping = Get(victim.id);
   EXPECT_EQ(stopping.state, JobState::kRunning);
@@ -126,8 +127,8 @@ TEST_F(ControllerPreemptionTest, AVictimStopsWithItsGraceHoldsItsGpusAndIsRequeu
                               ", of higher priority (10 > 0) (attempt 1)"),
             std::string::npos)
       << again.reason;
-  // The requeued victim, older and of a user as idle as bob, would come first in the fair
-  // queue: it waits for its preemptor to start instead of taking its GPUs back.
+  // The requeued victim, older, would come first in its user's queue: it waits for its
+  // preemptor to start instead of taking its GPUs back.
   ASSERT_TRUE(c_->ScheduleOnce().ok());
   EXPECT_EQ(Get(urgent.id).state, JobState::kAssigned);
   EXPECT_EQ(Get(victim.id).state, JobState::kPending);
@@ -148,7 +149,7 @@ TEST_F(ControllerPreemptionTest, ANodeLostInTheGraceKeepsTheVictimsGpusUntilItsE
   victim = Get(victim.id);
   ASSERT_TRUE(Report(victim, protocol::EventKind::kStarted).ok());
   clock_.AdvanceMicros(int64_t{1800} * 1'000'000);
-  const Job urgent = Submit(bob_, 10, /*preemptible=*/false);
+  const Job urgent = Submit(alice_, 10, /*preemptible=*/false);  // her own: priority
   ASSERT_TRUE(c_->ScheduleOnce().ok());
   ASSERT_EQ(Get(victim.id).preempted_by, urgent.id);
   clock_.AdvanceMicros(int64_t{3600} * 1'000'000 * 25);  // past the node timeout
@@ -207,7 +208,7 @@ struct HoldJobs {
 
 class ControllerPreemptionHoldTest : public ControllerPreemptionTest {
  protected:
-  // The victim runs 30 min; `earlier` (carol) then the preemptor (bob, priority 10) are
+  // The victim runs 30 min; `earlier` (carol) then the preemptor (alice, priority 10) are
   // submitted; a pass preempts the victim for the preemptor.
   HoldJobs Preempt() {
     HoldJobs j;
@@ -219,7 +220,7 @@ class ControllerPreemptionHoldTest : public ControllerPreemptionTest {
     clock_.AdvanceMicros(int64_t{1800} * 1'000'000);
     j.earlier = Submit(carol_, 0, /*preemptible=*/false);
     clock_.AdvanceMicros(1'000'000);
-    j.preemptor = Submit(bob_, 10, /*preemptible=*/false);
+    j.preemptor = Submit(alice_, 10, /*preemptible=*/false);
     EXPECT_TRUE(c_->ScheduleOnce().ok());
     EXPECT_EQ(Get(j.victim.id).preempted_by, j.preemptor.id);
     // Another pass while the victim stops: the preemptor's reason says what it holds.
@@ -264,7 +265,7 @@ TEST_F(ControllerPreemptionHoldTest, AHoldExpiresAfterTheGraceAndAMargin) {
 
 TEST_F(ControllerPreemptionHoldTest, APreemptorCancelledReleasesItsHold) {
   const HoldJobs j = Preempt();
-  ASSERT_TRUE(c_->Cancel(j.preemptor.id, bob_).ok());
+  ASSERT_TRUE(c_->Cancel(j.preemptor.id, alice_).ok());
   VictimEnds(j, 10);
   ASSERT_TRUE(c_->ScheduleOnce().ok());
   // Its preemptor gone, the victim no longer waits, and it is the oldest job.
@@ -301,11 +302,44 @@ TEST_F(ControllerPreemptionHoldTest, AHoldOutlivesARestartOfTheController) {
 // A preemptor held by its user releases its hold too (it could wait for days).
 TEST_F(ControllerPreemptionHoldTest, APreemptorHeldReleasesItsHold) {
   const HoldJobs j = Preempt();
-  ASSERT_TRUE(c_->Hold(j.preemptor.id, bob_, true).ok());
+  ASSERT_TRUE(c_->Hold(j.preemptor.id, alice_, true).ok());
   VictimEnds(j, 10);
   ASSERT_TRUE(c_->ScheduleOnce().ok());
   EXPECT_EQ(Get(j.victim.id).state, JobState::kAssigned);
   EXPECT_EQ(Get(j.preemptor.id).state, JobState::kPending);
+}
+
+// The red team: a requeued victim waited for its preemptor to start first for as long as
+// the preemptor stayed PENDING, long after the hold on its GPUs had ended. Bob, below his
+// share, preempted alice, then kept his preemptor from starting (here: his GPU limit; in
+// a pool, his own jobs elsewhere filling it), and alice's job never ran again while the
+// GPUs sat free. Her job waits for the preemptor only while the hold lasts.
+TEST_F(ControllerPreemptionTest, AVictimWaitsForItsPreemptorOnlyWhileTheHoldLasts) {
+  Job victim = Submit(alice_, 0, /*preemptible=*/true);
+  ASSERT_TRUE(c_->ScheduleOnce().ok());
+  ASSERT_EQ(c_->WaitForWork("n1", 0)->launch.size(), 1u);
+  ASSERT_TRUE(Report(Get(victim.id), protocol::EventKind::kStarted).ok());
+  clock_.AdvanceMicros(int64_t{1800} * 1'000'000);
+  Job small;  // bob's one GPU: below his share (1 of 2) while alice holds both
+  small.command = {"train"};
+  small.request.gpus = 1;
+  small.request.cpu_milli = 100;
+  small = c_->Submit(small, bob_).value();
+  ASSERT_TRUE(c_->ScheduleOnce().ok());
+  ASSERT_EQ(Get(victim.id).preempted_by, small.id);
+  Limits limits;
+  limits.users["bob"].max_gpus = 0;
+  ASSERT_TRUE(c_->SetLimits(limits, root_).ok());
+  clock_.AdvanceMicros(10'000'000);
+  ASSERT_TRUE(Report(Get(victim.id), protocol::EventKind::kExited).ok());
+  ASSERT_TRUE(c_->ScheduleOnce().ok());
+  EXPECT_EQ(Get(victim.id).state, JobState::kPending);  // the hold: 30 s grace + 60 s
+  clock_.AdvanceMicros(int64_t{90} * 1'000'000);
+  ASSERT_TRUE(c_->ScheduleOnce().ok());
+  ASSERT_TRUE(c_->ScheduleOnce().ok());
+  EXPECT_EQ(Get(small.id).state, JobState::kPending) << Get(small.id).pending_reason;
+  EXPECT_EQ(Get(victim.id).state, JobState::kAssigned)
+      << Get(victim.id).pending_reason << " / " << Get(small.id).pending_reason;
 }
 
 }  // namespace preemption_test

@@ -117,7 +117,7 @@ TEST(JobSchedulerPreemptionTest, APreemptibleJobPastItsMinimumRunTimeMakesRoom) 
   jobs::Job victim = Whole(1, "alice", 0, /*ran_s=*/700);
   victim.preemptible = true;
   victim.preempt_grace_s = 30;
-  const jobs::Job urgent = Whole(2, "bob", 10);
+  const jobs::Job urgent = Whole(2, "alice", 10);
   Result<ScheduleResult> plan = (*s)->Plan({&victim, &urgent}, nodes, kNowS);
   ASSERT_TRUE(plan.ok()) << plan.status().ToString();
   EXPECT_TRUE(plan->starts.empty());  // not before the victim has ended
@@ -149,11 +149,43 @@ TEST(JobSchedulerPreemptionTest, APreemptibleJobPastItsMinimumRunTimeMakesRoom) 
   plan = (*s)->Plan({&victim, &peer}, nodes, kNowS);
   ASSERT_TRUE(plan.ok());
   EXPECT_TRUE(plan->preemptions.empty());  // bob is not below his share: alice's is all
+  // A priority is the user's own choice (--priority): bob's highest stops none of alice's
+  // jobs (the red team's attack); only fair share preempts across users.
+  jobs::Job pushy = Whole(2, "bob", 1'000'000);
+  plan = (*s)->Plan({&victim, &pushy}, nodes, kNowS);
+  ASSERT_TRUE(plan.ok());
+  EXPECT_TRUE(plan->preemptions.empty());
   // Off: never.
   (*s)->set_preemption(std::nullopt);
   plan = (*s)->Plan({&victim, &urgent}, nodes, kNowS);
   ASSERT_TRUE(plan.ok());
   EXPECT_TRUE(plan->preemptions.empty());
+}
+
+// The red team's starvation: bob's four waiting jobs, each too large for his share and
+// so able to stop nobody, came first in the order (bob and carol both held nothing, bob
+// submitted first) and took every place a pass weighs; carol, below her share, was never
+// weighed and alice's preemptible job, over her share, was never stopped for her.
+TEST(JobSchedulerPreemptionTest, OneUsersWaitingJobsDoNotKeepAnotherUsersFromBeingWeighed) {
+  const gpu::NodeInfo a = MpsNode("a", {"", "", "", ""});
+  const std::vector<SchedNode> nodes = {{"a", &a, 64000, 256000, false, {}}};
+  Result<std::unique_ptr<JobScheduler>> s = JobScheduler::Create("default", "fair", "easy");
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  jobs::Job victim = Whole(1, "alice", 0, /*ran_s=*/700);
+  victim.preemptible = true;
+  std::vector<jobs::Job> bobs;
+  for (int64_t id = 2; id <= 6; ++id) bobs.push_back(Whole(id, "bob", 0));
+  jobs::Job carol = Whole(7, "carol", 0);
+  carol.request.gpus = 1;
+  std::vector<const jobs::Job*> active = {&victim};
+  for (const jobs::Job& b : bobs) active.push_back(&b);
+  active.push_back(&carol);
+  Result<ScheduleResult> plan = (*s)->Plan(active, nodes, kNowS);
+  ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+  ASSERT_EQ(plan->preemptions.size(), 1u);
+  EXPECT_EQ(plan->preemptions[0].victim, 1);
+  EXPECT_EQ(plan->preemptions[0].by_job, 7);
+  EXPECT_EQ(plan->preemptions[0].why, "of user carol, below its fair share of GPUs");
 }
 
 // Issue 30 (squeue --start): with plan_starts, pending jobs queued behind running jobs
@@ -270,23 +302,69 @@ TEST(PreemptionDefaultsTest, ProjectThenUserThenDefault) {
   limits.projects["batch"].preemptible = true;
   limits.projects["batch"].min_runtime_s = 1800;
   jobs::Job j = Whole(1, "bob", 0);
-  ApplyPreemptionDefaults(limits, &j);
+  ASSERT_TRUE(ApplyPreemptionDefaults(limits, {}, &j).ok());
   EXPECT_TRUE(j.preemptible);
   EXPECT_EQ(j.preempt_grace_s, 60);
   EXPECT_EQ(j.min_runtime_s, 0);  // none set: the server's
   j = Whole(2, "alice", 0);
-  ApplyPreemptionDefaults(limits, &j);
+  ASSERT_TRUE(ApplyPreemptionDefaults(limits, {}, &j).ok());
   EXPECT_FALSE(j.preemptible);
   j.project = "batch";
   j.preempt_grace_s = 5;  // (its own, were it preemptible)
-  ApplyPreemptionDefaults(limits, &j);
+  ASSERT_TRUE(ApplyPreemptionDefaults(limits, {}, &j).ok());
   EXPECT_TRUE(j.preemptible);
   EXPECT_EQ(j.min_runtime_s, 1800);
   EXPECT_EQ(j.preempt_grace_s, 5);
   jobs::Job run = Whole(3, "bob", 0);
   run.interactive = "run";
-  ApplyPreemptionDefaults(limits, &run);
+  ASSERT_TRUE(ApplyPreemptionDefaults(limits, {}, &run).ok());
   EXPECT_FALSE(run.preemptible);
+}
+
+// The red team's attacks on the admin's QoS: a job the admin makes preemptible asking
+// `--preemptible=false` (no effect), a minimum run time of a year (never a victim), or
+// any preemptible job asking a grace of a day (its GPUs kept a day after its SIGTERM,
+// its preemptor waiting): refused, naming the field and the bound. Less is allowed.
+TEST(PreemptionDefaultsTest, AJobMayAskLessThanThePoolNeverMore) {
+  Limits limits;
+  limits.projects["batch"].preemptible = true;
+  limits.projects["batch"].min_runtime_s = 1800;
+  PreemptionSettings server;  // 600 s minimum, 120 s grace
+  jobs::Job j = Whole(1, "bob", 0);
+  j.project = "batch";
+  j.preemptible = false;
+  ASSERT_TRUE(ApplyPreemptionDefaults(limits, server, &j).ok());
+  EXPECT_TRUE(j.preemptible);
+  jobs::Job dodge = Whole(2, "bob", 0);
+  dodge.project = "batch";
+  dodge.preemptible = true;
+  dodge.min_runtime_s = int64_t{365} * 24 * 3600;
+  Status s = ApplyPreemptionDefaults(limits, server, &dodge);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("min_runtime_s (--min-runtime): 31536000 s is longer than the "
+                             "1800 s"),
+            std::string::npos)
+      << s.message();
+  dodge.min_runtime_s = 1800;  // the admin's own: fine
+  EXPECT_TRUE(ApplyPreemptionDefaults(limits, server, &dodge).ok());
+  // Of its own accord a job may wait longer before it can be a victim...
+  jobs::Job own = Whole(3, "bob", 0);
+  own.preemptible = true;
+  own.min_runtime_s = 3600;
+  EXPECT_TRUE(ApplyPreemptionDefaults(limits, server, &own).ok());
+  // ...but no preemptible job keeps its GPUs past the pool's grace.
+  own.preempt_grace_s = 24 * 3600;
+  s = ApplyPreemptionDefaults(limits, server, &own);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("preempt_grace_s (--grace): 86400 s is longer than the 120 s"),
+            std::string::npos)
+      << s.message();
+  dodge.preempt_grace_s = 121;
+  EXPECT_EQ(ApplyPreemptionDefaults(limits, server, &dodge).code(), StatusCode::kInvalidArgument);
+  limits.projects["batch"].preempt_grace_s = 600;  // the admin's longer grace: up to it
+  EXPECT_TRUE(ApplyPreemptionDefaults(limits, server, &dodge).ok());
+  own.preempt_grace_s = 120;
+  EXPECT_TRUE(ApplyPreemptionDefaults(limits, server, &own).ok());
 }
 
 // Capped passes over a queue that changes at random (starts run, jobs end, jobs arrive,

@@ -1,6 +1,8 @@
 #include "controller/preemption_plan.h"
 
 #include <algorithm>
+#include <map>
+#include <utility>
 
 #include "controller/metrics.h"
 #include "sched/queue/gang_placement.h"
@@ -12,13 +14,34 @@ namespace {
 bool Stopping(const jobs::Job& job) { return job.cancel_requested || job.preempted_by != 0; }
 
 std::string Why(const jobs::Job& victim, const jobs::Job& waiting, bool by_project) {
-  if (victim.priority < waiting.priority) {
+  if (victim.priority < waiting.priority && victim.user == waiting.user) {
     return "of higher priority (" + std::to_string(waiting.priority) + " > " +
            std::to_string(victim.priority) + ")";
   }
   const std::string& group = by_project ? jobs::AccountingProject(waiting) : waiting.user;
   return std::string(by_project ? "of project " : "of user ") + group +
          ", below its fair share of GPUs";
+}
+
+// The waiting jobs weighed for preemption, after the waiting jobs that can stop nobody.
+constexpr size_t kInspectedPerWeighed = 16;
+
+// Reorders `waiting` (indices into in.pending, best first) so that each group's (user's,
+// or project's) first job comes before any group's second, and so on, keeping the order
+// within each round. The red team's starvation: one user's four waiting jobs that could
+// stop nobody (over their share, or too large), first in the order, took every place of a
+// pass, and another user below their share was never weighed.
+void EachGroupsFirst(const SchedInput& in, bool by_project, std::vector<size_t>* waiting) {
+  std::map<std::string, size_t> seen;
+  std::vector<std::pair<size_t, size_t>> ranked;  // (round, index)
+  ranked.reserve(waiting->size());
+  for (size_t w : *waiting) {
+    const sched::QueuedJob& q = *in.pending[w];
+    ranked.emplace_back(seen[by_project ? q.project : q.user]++, w);
+  }
+  std::stable_sort(ranked.begin(), ranked.end(),
+                   [](const auto& a, const auto& b) { return a.first < b.first; });
+  for (size_t k = 0; k < ranked.size(); ++k) (*waiting)[k] = ranked[k].second;
 }
 
 }  // namespace
@@ -61,6 +84,7 @@ Result<std::vector<PlannedPreemption>> PlanPreemptions(
   sched::PreemptionOptions options;
   options.min_runtime_s = 0;  // each job's own, above
   options.by_project = settings.by_project;
+  options.priority_within_user = true;  // users choose their priorities (--priority)
   sched::GroupUse use = sched::UseOf(runs, in.pending, trial.TotalCapacity().gpu_milli, options);
   auto used = [&](const sched::QueuedJob& q) {
     auto it = use.gpu_milli.find(settings.by_project ? q.project : q.user);
@@ -79,13 +103,22 @@ Result<std::vector<PlannedPreemption>> PlanPreemptions(
     if (qa.priority != qb.priority) return qa.priority > qb.priority;
     return used(qa) < used(qb);
   });
-  if (waiting.size() > settings.max_waiting) waiting.resize(settings.max_waiting);
+  EachGroupsFirst(in, settings.by_project, &waiting);
+  // At most max_waiting jobs that may stop someone are weighed (placing a gang is the
+  // cost), among at most kInspectedPerWeighed times as many.
+  size_t weighed = 0;
+  size_t inspected = 0;
   for (size_t w : waiting) {
+    if (weighed >= settings.max_waiting ||
+        ++inspected > settings.max_waiting * kInspectedPerWeighed) {
+      break;
+    }
     const sched::QueuedJob& q = *in.pending[w];
     const jobs::Job& wjob = *in.pending_source[w];
     const std::vector<size_t> candidates =
         sched::PreemptionCandidates(q, runs, use, now_s, options);
     if (candidates.empty()) continue;
+    ++weighed;
     GP_ASSIGN_OR_RETURN(std::optional<sched::Victims> victims,
                         sched::ChooseVictims(trial, q, runs, candidates, policy));
     if (!victims) continue;
@@ -112,27 +145,55 @@ Result<std::vector<PlannedPreemption>> PlanPreemptions(
   return out;
 }
 
-void ApplyPreemptionDefaults(const Limits& limits, jobs::Job* job) {
-  if (!job->interactive.empty()) return;  // never preempted
+namespace {
+
+// A job's own value over the pool's bound: InvalidArgument naming the field and its flag.
+Status OverBound(const char* field, const char* flag, int64_t asked, int64_t bound,
+                 const std::string& why) {
+  if (asked <= bound) return Status::Ok();
+  return Status::InvalidArgument(std::string(field) + " (" + flag + "): " + std::to_string(asked) +
+                                 " s is longer than the " + std::to_string(bound) + " s " + why +
+                                 "; ask for at most that, or leave it out");
+}
+
+}  // namespace
+
+Status ApplyPreemptionDefaults(const Limits& limits, const PreemptionSettings& server,
+                               jobs::Job* job) {
+  if (!job->interactive.empty()) return Status::Ok();  // never preempted
   const Limit* project = limits.ForProject(jobs::AccountingProject(*job));
   const Limit& user = limits.ForUser(job->user);
   auto pick = [&](auto member) {
     if (project != nullptr && (project->*member) >= 0) return project->*member;
     return user.*member;
   };
-  if (!job->preemptible) {
-    if (project != nullptr && project->preemptible) {
-      job->preemptible = *project->preemptible;
-    } else if (user.preemptible) {
-      job->preemptible = *user.preemptible;
-    }
+  // The admin's word on this job: the project's entry, else the user's (or every user's).
+  std::optional<bool> admin_says =
+      project != nullptr && project->preemptible ? project->preemptible : user.preemptible;
+  if (!job->preemptible && admin_says) job->preemptible = *admin_says;
+  if (!job->preemptible) return Status::Ok();
+  const int64_t pool_min_runtime =
+      pick(&Limit::min_runtime_s) >= 0 ? pick(&Limit::min_runtime_s) : server.default_min_runtime_s;
+  const int64_t pool_grace =
+      pick(&Limit::preempt_grace_s) >= 0 ? pick(&Limit::preempt_grace_s) : server.default_grace_s;
+  // The red team's holes: a job made preemptible by the admin dodged it with a minimum
+  // run time of a year, and any preemptible job kept its GPUs a day after its SIGTERM
+  // (and its preemptor waiting) with a grace of a day. A job may ask for less, not more.
+  if (admin_says.value_or(false)) {
+    GP_RETURN_IF_ERROR(OverBound("min_runtime_s", "--min-runtime", job->min_runtime_s,
+                                 pool_min_runtime,
+                                 "this pool's admin gives preemptible jobs like this one "
+                                 "(gpupool limits show)"));
   }
-  if (!job->preemptible) return;
+  GP_RETURN_IF_ERROR(OverBound("preempt_grace_s", "--grace", job->preempt_grace_s, pool_grace,
+                               "grace this pool gives a preempted job (the admin's gpupool limits "
+                               "--grace, else the server's --preempt-grace)"));
   if (job->min_runtime_s == 0)
     job->min_runtime_s = std::max<int64_t>(0, pick(&Limit::min_runtime_s));
   if (job->preempt_grace_s == 0) {
     job->preempt_grace_s = std::max<int64_t>(0, pick(&Limit::preempt_grace_s));
   }
+  return Status::Ok();
 }
 
 }  // namespace gpupool::controller

@@ -7,9 +7,13 @@
 //  - jobs being stopped (preempted or cancelled) count as gone: a waiting job that fits
 //    once they have ended preempts nothing more, and waits for them;
 //  - the waiting jobs weighed are those that wait for resources (not held, not gated),
-//    highest priority first, then the least-served group, then queue order, at most
-//    `max_waiting` per pass; each one's victims and placement are taken out of the trial
-//    cluster before the next is weighed, so two never count on the same GPUs.
+//    each group's first before any group's second, and within that highest priority
+//    first, then the least-served group, then queue order; at most `max_waiting` per pass
+//    that have candidates (among at most 16 times as many looked at); each one's victims
+//    and placement are taken out of the trial cluster before the next is weighed, so two
+//    never count on the same GPUs;
+//  - a higher priority preempts only its own user's jobs (users choose priorities);
+//    between users only fair share does.
 // Pure; thread-compatible.
 #pragma once
 
@@ -56,7 +60,10 @@ Result<std::vector<PlannedPreemption>> PlanPreemptions(
 
 // At submit: the admin's preemption defaults (limits.h) for the job's project, else its
 // user, else every user: a batch job becomes preemptible where one says so, and a
-// preemptible job without its own --min-runtime or --grace takes theirs.
-void ApplyPreemptionDefaults(const Limits& limits, jobs::Job* job);
+// preemptible job without its own --min-runtime or --grace takes theirs. A job's own
+// --grace may not be longer than that entry's (else the server's default), nor, when the
+// entry made it preemptible, its --min-runtime: InvalidArgument naming the field.
+Status ApplyPreemptionDefaults(const Limits& limits, const PreemptionSettings& server,
+                               jobs::Job* job);
 
 }  // namespace gpupool::controller

@@ -105,7 +105,8 @@ std::vector<size_t> PreemptionCandidates(const QueuedJob& waiting,
     const PreemptibleRun& r = running[i];
     if (!r.preemptible || now_s - r.run->start_s < options.min_runtime_s) continue;
     const QueuedJob& victim = *r.run->job;
-    const bool lower_priority = victim.priority < waiting.priority;
+    const bool lower_priority = victim.priority < waiting.priority &&
+                                (!options.priority_within_user || victim.user == waiting.user);
     const std::string& theirs = GroupOf(victim, options);
     const bool over_share = theirs != mine && used(theirs) > use.ShareOf(theirs);
     if (lower_priority || (under_share && over_share)) out.push_back(i);

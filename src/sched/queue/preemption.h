@@ -2,13 +2,13 @@
 //
 // The rule, in order:
 //  1. Who may be a victim (PreemptionCandidates): a running job that is preemptible, has
-//     run at least min_runtime_s, and either has a lower priority than the waiting job,
-//     or belongs to a group (user, or project) holding more than its fair share of GPUs
-//     while the waiting job's group, with the waiting job started, would hold no more
-//     than its own. A group's fair share is the GPU capacity divided by the groups that
-//     have jobs running or waiting (or, with shares_by_demand, its max-min share of the
-//     capacity by demand). With starving_after_s, a waiting job that has waited that
-//     long counts as under its share.
+//     run at least min_runtime_s, and either has a lower priority than the waiting job
+//     (with priority_within_user, only a job of the waiting job's own user), or belongs to a group
+//     (user, or project) holding more than its fair share of GPUs while the waiting job's group,
+//     with the waiting job started, would hold no more than its own. A group's fair share is the
+//     GPU capacity divided by the groups that have jobs running or waiting (or, with
+//     shares_by_demand, its max-min share of the capacity by demand). With starving_after_s, a
+//     waiting job that has waited that long counts as under its share.
 //  2. Which victims (ChooseVictims): on a copy of the cluster, candidates are released
 //     newest first (latest start; the larger id on ties) until the waiting job's gang
 //     can be placed; then each chosen victim, oldest first, is put back if the gang still
@@ -47,6 +47,12 @@ struct PreemptionOptions {
   // A waiting job that has waited this long (since submission) counts as under its
   // group's share, whatever its group holds; 0 = off.
   int64_t starving_after_s = 0;
+  // A higher priority preempts only the waiting job's user's own jobs: in the live pool
+  // users choose their jobs' priorities (--priority), so across users it would let anyone
+  // stop anyone's preemptible job. Between users only fair share preempts. false (the
+  // simulator's traces, whose priorities are the site's): a higher priority takes from
+  // anyone lower.
+  bool priority_within_user = false;
 };
 
 // What a running job needs beyond RunningJob to be weighed.

@@ -82,6 +82,28 @@ TEST(PreemptionCandidates, HigherPriorityOrAnUnderShareGroupAgainstAnOverShareOn
   EXPECT_EQ(PreemptionCandidates(bob, r.All(), use, 10, o).size(), 3u);
 }
 
+// The red team of the preemption work: users set their own --priority, so in the live pool
+// (priority_within_user) a higher priority stops only its own user's jobs; another user's
+// job falls only to fair share.
+TEST(PreemptionCandidates, WithinUserAHigherPriorityTakesOnlyFromItsOwnUser) {
+  RunningSet r(1, 4);
+  r.Add("a1", "alice", 0, {GpuTask(2)});
+  r.Add("b1", "bob", 0, {GpuTask(2)});
+  PreemptionOptions o;
+  o.min_runtime_s = 0;
+  o.priority_within_user = true;
+  // Bob asks the highest priority there is; both hold their fair share (2 of 4).
+  QueuedJob bob = Job("b2", "bob", 10, {GpuTask(2)});
+  bob.priority = 1'000'000;
+  GroupUse use = UseOf(r.All(), {&bob}, 4000, o);
+  EXPECT_EQ(VictimIds(r, PreemptionCandidates(bob, r.All(), use, 10, o)),
+            (std::vector<std::string>{"b1"}));
+  // Without the option (the simulator's traces): anyone lower.
+  o.priority_within_user = false;
+  EXPECT_EQ(VictimIds(r, PreemptionCandidates(bob, r.All(), use, 10, o)),
+            (std::vector<std::string>{"a1", "b1"}));
+}
+
 TEST(PreemptionCandidates, SharesByDemandGiveWhatLightGroupsLeaveToTheHeavyOnes) {
   RunningSet r(2, 4);
   r.Add("b1", "bob", 0, {GpuTask(4)});

@@ -5,7 +5,8 @@
 //                         to $CUDA_MPS_PIPE_DIRECTORY/control.pid and waits for SIGTERM;
 //                         the parent returns 0 once the child is ready. Refused (exit 1,
 //                         as NVIDIA's) when a daemon of that folder already runs, or when
-//                         FAKE_MPS_REFUSE_START is set.
+//                         FAKE_MPS_REFUSE_START is set (with FAKE_MPS_LOG_LINK=PATH it
+//                         then replaces its control.log with a link to PATH).
 //   fake_mps_control      read commands on stdin, one per line: quit (stops the daemon and
 //                         waits for it), get_server_list (prints nothing: no client), any
 //                         other is recorded only. Exit 1 with NVIDIA's message when no
@@ -60,6 +61,12 @@ int StartDaemon() {
   }
   if (!Env("FAKE_MPS_REFUSE_START", "").empty()) {
     Record("refused start (FAKE_MPS_REFUSE_START)");
+    // The share's user, who owns the log folder, swaps the log for a link to a file of
+    // root's before the agent reads its tail (FAKE_MPS_LOG_LINK=PATH).
+    if (const std::string link = Env("FAKE_MPS_LOG_LINK", ""); !link.empty()) {
+      const std::string log = kLog + "/control.log";
+      if (::unlink(log.c_str()) != 0 || ::symlink(link.c_str(), log.c_str()) != 0) return 2;
+    }
     std::cerr << "fake: refusing to start\n";
     return 1;
   }
