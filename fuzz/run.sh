@@ -6,14 +6,16 @@
 #
 #   fuzz/run.sh [TARGET|all] [SECONDS]     default: all, 60 seconds per target
 #
-# TARGET is elf_inspect, fatbinary, offload_bundle or library_name. One process, niced; the build uses
-# two jobs (JOBS=N to change).
+# TARGET is elf_inspect, fatbinary, offload_bundle, library_name, http_request, http_response,
+# wire_messages or script_directives. One process, niced; the build uses two jobs (JOBS=N
+# to change).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 target=${1:-all}
 seconds=${2:-60}
 build=build/fuzz-clang
-all_targets=(elf_inspect fatbinary offload_bundle library_name)
+all_targets=(elf_inspect fatbinary offload_bundle library_name http_request http_response
+  wire_messages script_directives)
 if [ "$target" = all ]; then targets=("${all_targets[@]}"); else targets=("$target"); fi
 
 flags="-fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=all"

@@ -206,8 +206,9 @@ bool Dechunk(std::string_view in, std::string* out) {
   }
 }
 
-// Parses a whole response (the server closed the connection after it).
-Result<HttpResponse> Parse(const std::string& raw) {
+}  // namespace
+
+Result<HttpResponse> ParseHttpResponse(std::string_view raw) {
   const size_t end = raw.find("\r\n\r\n");
   if (end == std::string::npos) return Status::Unavailable("the server sent no complete answer");
   const std::string_view head(raw.data(), end);
@@ -217,9 +218,12 @@ Result<HttpResponse> Parse(const std::string& raw) {
   if (status_line.size() < 12 || status_line.substr(0, 5) != "HTTP/") {
     return Status::Unavailable("the server's answer is not HTTP");
   }
+  // Exactly three digits, then a space or the end of the line ("HTTP/1.1 2000" is no 200).
   const size_t sp = status_line.find(' ');
+  const bool delimited =
+      sp != std::string_view::npos && (status_line.size() == sp + 4 || status_line[sp + 4] == ' ');
   std::optional<int64_t> code =
-      sp == std::string_view::npos ? std::nullopt : ParseInt64(status_line.substr(sp + 1, 3));
+      delimited ? ParseInt64(status_line.substr(sp + 1, 3)) : std::nullopt;
   if (!code || *code < 100 || *code > 599) {
     return Status::Unavailable("the server's answer has no status code");
   }
@@ -258,6 +262,8 @@ Result<HttpResponse> Parse(const std::string& raw) {
   resp.body.assign(body);
   return resp;
 }
+
+namespace {
 
 // Reads until the server closes the connection (the whole answer) or the deadline.
 Result<std::string> ReadAll(int fd, SteadyClock::time_point deadline, int cancel_fd) {
@@ -313,7 +319,7 @@ Result<HttpResponse> Exchange(const ServerAddress& a, const std::string& request
   GP_RETURN_IF_ERROR(SendAll(fd.get(), request, deadline, cancel_fd));
   // No half-close after the request: a server may take it for a client that went away.
   GP_ASSIGN_OR_RETURN(std::string raw, ReadAll(fd.get(), deadline, cancel_fd));
-  return Parse(raw);
+  return ParseHttpResponse(raw);
 }
 
 // A standby controller's answer: 503 with a JSON object whose `leader` is a string (the

@@ -24,12 +24,19 @@
 #include <map>
 #include <mutex>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "common/status.h"
 #include "net/http.h"
 
 namespace gpupool::net {
+
+// Parses a whole HTTP/1.1 answer, as read until the server closed the connection: the
+// status line, headers (names lower-cased) and a chunked or Content-Length body (else
+// all that follows the head). Unavailable, saying what is wrong, for an answer cut short
+// or not HTTP. HttpClient's parser, exposed for fuzz/http_response_fuzzer.cc.
+Result<HttpResponse> ParseHttpResponse(std::string_view raw);
 
 class HttpClient {
  public:

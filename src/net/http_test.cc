@@ -25,6 +25,22 @@
 namespace gpupool::net {
 namespace {
 
+// Found by fuzz/http_response_fuzzer.cc (regressions/http_response/four-digit-status-read-as-200):
+// the status code was the first three characters after the space, so "2000" read as 200.
+TEST(ParseHttpResponseTest, TheStatusCodeIsThreeDigitsWhole) {
+  EXPECT_EQ(ParseHttpResponse("HTTP/1.1 404 Not Found\r\nContent-Length: 2\r\n\r\n{}")->status,
+            404);
+  EXPECT_EQ(ParseHttpResponse("HTTP/1.1 204\r\n\r\n")->status, 204);
+  for (const char* bad :
+       {"HTTP/1.1 2000 OK\r\n\r\n", "HTTP/1.1 200OK\r\n\r\n", "HTTP/1.1 2001\r\n\r\n"}) {
+    Result<HttpResponse> r = ParseHttpResponse(bad);
+    ASSERT_FALSE(r.ok()) << bad;
+    EXPECT_EQ(r.status().code(), StatusCode::kUnavailable);
+    EXPECT_NE(r.status().message().find("no status code"), std::string::npos)
+        << r.status().ToString();
+  }
+}
+
 TEST(ServerAddressTest, Parses) {
   auto u = ParseServerAddress("unix:/run/gpupool.sock");
   ASSERT_TRUE(u.ok());

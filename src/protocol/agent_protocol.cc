@@ -342,12 +342,13 @@ Result<LaunchOrder> DecodeLaunchOrder(const Json& j, std::string_view path_view)
       o.gpus.push_back(std::move(g));
     }
   }
-  if (rdzv != nullptr) {
-    GP_ASSIGN_OR_RETURN(o.rendezvous, DecodeRendezvous(*rdzv, path + ".rendezvous"));
-  } else {
-    o.rendezvous.task_index = o.task_index;
-    o.rendezvous.num_tasks = o.task_index + 1;
+  // Every controller sends it (it came with the protocol). Made up here, it was a gang of
+  // task_index + 1 tasks without hosts, which the encoder writes back as an order that
+  // no decoder accepts.
+  if (rdzv == nullptr) {
+    return Status::InvalidArgument(path + ".rendezvous: required (the task's peers)");
   }
+  GP_ASSIGN_OR_RETURN(o.rendezvous, DecodeRendezvous(*rdzv, path + ".rendezvous"));
   if (o.rendezvous.task_index != o.task_index) {
     return Status::InvalidArgument(path + ".rendezvous.task_index: differs from task_index");
   }

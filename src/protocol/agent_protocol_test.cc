@@ -155,6 +155,20 @@ TEST(ProtocolWork, ABadOrderIsRejectedAloneAndNamesItsField) {
       << w->rejected[0].error;
 }
 
+// Found by fuzz/wire_messages_fuzzer.cc (regressions/wire_messages/launch-without-rendezvous):
+// an order without its rendezvous was taken for a gang of task_index + 1 tasks with no
+// hosts, which EncodeWork wrote back as an order no decoder accepts.
+TEST(ProtocolWork, ALaunchWithoutItsRendezvousIsRejected) {
+  Json j = Reparse(EncodeWork({{SampleOrder()}, {}, {}, {}, {}}));
+  j["launch"][0].erase("rendezvous");
+  Result<Work> w = DecodeWork(j);
+  ASSERT_TRUE(w.ok()) << w.status().ToString();
+  EXPECT_TRUE(w->launch.empty());
+  ASSERT_EQ(w->rejected.size(), 1u);
+  EXPECT_NE(w->rejected[0].error.find("launch[0].rendezvous: required"), std::string::npos)
+      << w->rejected[0].error;
+}
+
 TEST(ProtocolWork, ANodesLaunchUnitNamesItsTasksThisOneFirst) {
   LaunchOrder unit = SampleOrder();
   unit.task_index = 0;
