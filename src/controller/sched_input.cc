@@ -284,6 +284,7 @@ sched::QueuedJob SchedInput::ToQueuedJob(const jobs::Job& job, const AdmissionFe
     a.stopping_node = s->second.second;
   }
   if (job.array_id != 0) a.array_id = std::to_string(job.array_id);
+  a.array_index = job.array_index;
   a.array_max_running = job.array_max_running;
   a.gpus = int64_t{job.request.gpus} * std::max(1, job.request.tasks);
   if (!job.needs.empty() && job.request.gpus > 0) a.environment = job.needs.source;
