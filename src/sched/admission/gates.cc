@@ -13,10 +13,8 @@ std::string HoldGate::Reason(std::string_view job_id, std::string_view held_by, 
 bool HoldGate::Admit(const QueuedJob& job, std::string* why) {
   if (job.admission.held_by.empty()) return true;
   const AdmissionFacts& a = job.admission;
-  // An array's element as its user names it (582_2), not by its id in the host's store.
-  const std::string name =
-      a.array_id.empty() ? job.id : a.array_id + "_" + std::to_string(a.array_index);
-  *why = Reason(name, a.held_by, a.held_by_admin);
+  // As its user names it (an array's element 582_2), not by its id in the host's store.
+  *why = Reason(a.user_id.empty() ? job.id : a.user_id, a.held_by, a.held_by_admin);
   return false;
 }
 

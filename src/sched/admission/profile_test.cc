@@ -110,7 +110,7 @@ TEST(SchedulingProfile, RunsGatesFiltersThePassAndExplainsInThatOrder) {
   auto r = profile->Run(cluster, ctx);
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   const auto got = ById(pending, *r);
-  EXPECT_EQ(got.at("held"), "held by alice: `gpupool release 9_0` lets it start");
+  EXPECT_EQ(got.at("held"), "held by alice: `gpupool release held` lets it start");
   EXPECT_EQ(got.at("a1"), "started");
   EXPECT_EQ(got.at("a2"),
             "array 9 runs at most 1 elements at once (--array ...%1); its earlier elements come "

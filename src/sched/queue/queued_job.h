@@ -34,11 +34,12 @@ struct AdmissionFacts {
   // being stopped there; attempt 0 = none.
   int32_t stopping_attempt = 0;
   std::string stopping_node;
-  // ArrayThrottle: the array the job is an element of (empty: none), its index there (a
-  // reason names it ARRAY_INDEX, as its user does) and how many of its elements may run
-  // at once (0: no bound).
+  // HoldGate: how the job's user names it when that is not `id` (the controller's array
+  // elements: ARRAY_INDEX, "582_2"); empty: `id`.
+  std::string user_id;
+  // ArrayThrottle: the array the job is an element of (empty: none) and how many of its
+  // elements may run at once (0: no bound).
   std::string array_id;
-  int32_t array_index = 0;
   int32_t array_max_running = 0;
   // QuotaLimit: the GPUs the job holds or asks for, shares counting whole.
   int64_t gpus = 0;
