@@ -601,7 +601,8 @@ TEST_F(ApiAccessTest, ArraysAreCancelledWholeOrByElement) {
   const Json answer = ParseJson(r.body, "answer").value();
   EXPECT_EQ(answer["array_cancelled"], 3);
   EXPECT_EQ(answer["array"],
-            Json::parse(R"({"id": )" + array + R"(, "elements": 5, "queued": 3, "running": 0})"));
+            Json::parse(R"({"id": )" + array +
+                        R"(, "elements": 5, "queued": 3, "running": 0, "stopping": 0})"));
   EXPECT_TRUE(controller_->ArrayElements(id).empty());
   r = AsUid(user_uid_, "POST", cancel);
   EXPECT_EQ(r.status, 409);

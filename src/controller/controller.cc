@@ -97,7 +97,8 @@ void Controller::Touched(int64_t id) {
   slim->start_time_us = job.start_time_us;
   slim->placement = job.placement;
   slim->dependencies = job.dependencies;
-  slim->array_id = job.array_id;  // an array's limit on elements running at once
+  slim->array_id = job.array_id;        // an array's limit on elements running at once
+  slim->array_index = job.array_index;  // reasons name an element ARRAY_INDEX
   slim->array_max_running = job.array_max_running;
   slim->held_by = job.held_by;  // held jobs are not started
   slim->held_by_admin = job.held_by_admin;

@@ -269,6 +269,7 @@ struct ArrayCancelled {
   int elements = 0;  // how many the array has
   int queued = 0;    // pending elements cancelled
   int running = 0;   // assigned or running elements now being stopped
+  int stopping = 0;  // elements an earlier cancel is stopping still (not counted above)
 };
 
 // The start plan (`queue --start`, sched/queue/start_plan.h): the first this many pending
@@ -326,7 +327,8 @@ class Controller {
   // admins only, as Get.
   Result<int64_t> ArrayElementId(int64_t array_id, int index, const Caller& caller);
   // Cancels every element of array `array_id` still queued or running (`gpupool cancel
-  // 12`), and says how many were in each state. FailedPrecondition when none was: the
+  // 12`), and says how many were in each state; a repeated cancel while running elements
+  // stop is no error and counts them as `stopping`. FailedPrecondition when none was: the
   // array has ended. InvalidArgument when `array_id` is no array's id.
   Result<ArrayCancelled> CancelArray(int64_t array_id, const Caller& caller);
   Result<jobs::Job> Get(int64_t id, const Caller& caller);

@@ -587,11 +587,17 @@ Result<ArrayCancelled> Controller::CancelArray(int64_t array_id, const Caller& c
   if (head.array_id != array_id) {
     return Status::InvalidArgument("job " + std::to_string(array_id) + " is not an array");
   }
-  std::vector<std::pair<int64_t, JobState>> elements;  // still queued or running
+  struct Element {
+    int64_t id = 0;
+    JobState state = JobState::kPending;
+    bool stopping = false;  // an earlier cancel is stopping it: not this one's to count
+  };
+  std::vector<Element> elements;  // still queued or running
   {
     MutexLock lock(mu_);
     for (int64_t id : index_.ArrayElements(array_id)) {
-      elements.emplace_back(id, active_.at(id).state);
+      const Job& j = active_.at(id);
+      elements.push_back({id, j.state, j.cancel_requested && j.preempted_by == 0});
     }
   }
   ArrayCancelled out;
@@ -600,8 +606,8 @@ Result<ArrayCancelled> Controller::CancelArray(int64_t array_id, const Caller& c
   // In one transaction: all the elements' cancels, or none.
   std::vector<Change> cancels;
   cancels.reserve(elements.size());
-  for (const auto& [id, state] : elements) {
-    cancels.push_back({id, lifecycle::CancelRequested{caller.user},
+  for (const Element& e : elements) {
+    cancels.push_back({e.id, lifecycle::CancelRequested{caller.user},
                        [&caller](const Job& job) { return CheckOwner(job, caller); }});
   }
   GP_ASSIGN_OR_RETURN(std::vector<Result<Job>> answers,
@@ -615,18 +621,22 @@ Result<ArrayCancelled> Controller::CancelArray(int64_t array_id, const Caller& c
     }
     if (!j.ok()) {
       return j.status().WithContext("array " + std::to_string(array_id) + ", element job " +
-                                    std::to_string(elements[k].first));
+                                    std::to_string(elements[k].id));
     }
-    ++(elements[k].second == JobState::kPending ? out.queued : out.running);
+    // A second cancel while the first stops the running elements: as scancel, no error,
+    // and they are told apart from the ones this cancel stops.
+    ++(elements[k].stopping                      ? out.stopping
+       : elements[k].state == JobState::kPending ? out.queued
+                                                 : out.running);
   }
-  if (out.queued + out.running == 0) {
+  if (out.queued + out.running + out.stopping == 0) {
     return Status::FailedPrecondition(
         "array " + std::to_string(array_id) + " has already ended: none of its " +
         std::to_string(out.elements) + " elements is queued or running");
   }
   GP_ASSIGN_OR_RETURN(out.head, Get(array_id, caller));
-  spdlog::info("array {} cancelled by {}: {} queued and {} running elements", array_id, caller.user,
-               out.queued, out.running);
+  spdlog::info("array {} cancelled by {}: {} queued and {} running elements ({} already stopping)",
+               array_id, caller.user, out.queued, out.running, out.stopping);
   return out;
 }
 

@@ -979,6 +979,27 @@ TEST_F(ControllerTest, AfterAPassEachPendingJobShowsThePasssReason) {
   EXPECT_EQ(c_->MetricsSnapshot().pending_by_reason["held"], 1);
 }
 
+// A held array element is named as its user knows it (ARRAY_INDEX), by the hold and by
+// the scheduler's pass alike.
+TEST_F(ControllerTest, AHeldArrayElementsReasonNamesItArrayIndex) {
+  Register(2);
+  Job j = MakeJob(1);
+  j.array = "3-4";
+  const Job arr = c_->Submit(j, alice_).value();
+  const std::vector<int64_t> ids = c_->ArrayElements(arr.id);
+  ASSERT_EQ(ids.size(), 2u);
+  ASSERT_TRUE(c_->Hold(ids[1], root_, true).ok());
+  const std::string reason = "held by root (admin): `gpupool release " + std::to_string(arr.id) +
+                             "_4` by an admin lets it start";
+  EXPECT_EQ(Get(ids[1]).pending_reason, reason);
+  ASSERT_TRUE(c_->ScheduleOnce().ok());
+  EXPECT_EQ(Get(ids[1]).state, JobState::kPending);
+  EXPECT_EQ(Get(ids[1]).pending_reason, reason);
+  EXPECT_EQ(
+      c_->Hold(ids[1], alice_, false).status().message(),
+      "job " + std::to_string(arr.id) + "_4 was held by admin root; ask an admin to release it");
+}
+
 // Issue 15 B.3: hold and release, for owners on their own jobs and admins on any.
 TEST_F(ControllerTest, HeldJobsWaitUntilReleasedAndAdminHoldsNeedAnAdmin) {
   Register(2);
@@ -1247,6 +1268,12 @@ TEST_F(GatedControllerTest, ArrayElementsAreFoundByIndexAndCancelledTogether) {
   EXPECT_EQ(cancelled->queued, 3);   // 3, 4, 5
   EXPECT_EQ(cancelled->running, 2);  // 1, 2: being stopped
   for (size_t k = 3; k < 6; ++k) EXPECT_EQ(Get(ids[k]).state, JobState::kCancelled) << k;
+  // Again while 1 and 2 are being stopped: no error (scancel), and not counted again.
+  Result<ArrayCancelled> stopping = c_->CancelArray(arr.id, alice_);
+  ASSERT_TRUE(stopping.ok()) << stopping.status().ToString();
+  EXPECT_EQ(stopping->queued, 0);
+  EXPECT_EQ(stopping->running, 0);
+  EXPECT_EQ(stopping->stopping, 2);
   for (size_t k = 1; k < 3; ++k) {
     const Job e = Get(ids[k]);
     EXPECT_TRUE(e.cancel_requested) << k;

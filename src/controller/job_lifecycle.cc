@@ -25,6 +25,7 @@ bool OnNode(const Job& job, const std::string& node) {
                      [&](const jobs::TaskPlacement& p) { return p.node == node; });
 }
 
+// The store id, for logs; what its user reads names the job as they do (UserJobId).
 std::string Id(const Job& job) { return std::to_string(job.id); }
 std::string StateOf(const Job& job) { return std::string(jobs::JobStateName(job.state)); }
 
@@ -320,10 +321,10 @@ Transition Lose(const Job& job, const std::string& reason, const std::string& go
 
 Status NotPending(const Job& job, const std::string& what, const std::string& hint) {
   if (jobs::IsTerminal(job.state)) {
-    return Status::FailedPrecondition("job " + Id(job) + " has ended (" + StateOf(job) +
+    return Status::FailedPrecondition("job " + UserJobId(job) + " has ended (" + StateOf(job) +
                                       "); only pending jobs are " + what);
   }
-  return Status::FailedPrecondition("job " + Id(job) + " is " + StateOf(job) +
+  return Status::FailedPrecondition("job " + UserJobId(job) + " is " + StateOf(job) +
                                     "; only pending jobs are " + what + hint);
 }
 
@@ -451,8 +452,8 @@ Result<Transition> OnAgentForgot(const Job& job, const AgentForgot& e, int64_t n
 
 Result<Transition> OnCancel(const Job& job, const CancelRequested& e, int64_t now_us) {
   if (jobs::IsTerminal(job.state)) {
-    return Status::FailedPrecondition("job " + Id(job) + " has already ended (" + StateOf(job) +
-                                      ")");
+    return Status::FailedPrecondition("job " + UserJobId(job) + " has already ended (" +
+                                      StateOf(job) + ")");
   }
   if (job.state == JobState::kPending) {
     Job next = job;
@@ -498,7 +499,7 @@ Result<Transition> OnRelease(const Job& job, const Release& e) {
   if (job.state != JobState::kPending) return NotPending(job, "released", "");
   if (job.held_by.empty()) return Unchanged(job);  // not held
   if (job.held_by_admin && !e.admin) {
-    return Status::PermissionDenied("job " + Id(job) + " was held by admin " + job.held_by +
+    return Status::PermissionDenied("job " + UserJobId(job) + " was held by admin " + job.held_by +
                                     "; ask an admin to release it");
   }
   Job next = job;
@@ -638,11 +639,15 @@ void NormalizeTasks(Job& job) {
   }
 }
 
+std::string UserJobId(const Job& job) {
+  if (job.array_id == 0) return std::to_string(job.id);
+  return std::to_string(job.array_id) + "_" + std::to_string(job.array_index);
+}
+
 std::string HeldReason(const Job& job) {
   // As sched::HoldGate::Reason: an admin's hold is released by admins only.
   return "held by " + job.held_by + (job.held_by_admin ? " (admin)" : "") + ": `gpupool release " +
-         std::to_string(job.id) + "`" + (job.held_by_admin ? " by an admin" : "") +
-         " lets it start";
+         UserJobId(job) + "`" + (job.held_by_admin ? " by an admin" : "") + " lets it start";
 }
 
 std::string_view EventName(const Event& e) {

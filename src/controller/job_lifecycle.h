@@ -197,4 +197,8 @@ void NormalizeTasks(jobs::Job& job);
 // Why a held job waits: "held by alice: `gpupool release 12` lets it start".
 std::string HeldReason(const jobs::Job& job);
 
+// How its user names a job: "582_2" for element 2 of array 582 (its id in the store,
+// which users do not see, may be 584), else its id.
+std::string UserJobId(const jobs::Job& job);
+
 }  // namespace gpupool::controller::lifecycle

@@ -436,6 +436,24 @@ TEST(JobLifecycleTest, AnAdminsHoldIsReleasedByAdminsOnly) {
             "job 7 is RUNNING; only pending jobs are held (`gpupool cancel` stops it)");
 }
 
+TEST(JobLifecycleTest, AnArraysElementIsNamedToItsUserAsArrayIndex) {
+  Job element = InState(JobState::kPending);  // job 7: element 2 of array 5
+  element.array_id = 5;
+  element.array_index = 2;
+  Result<Transition> held = Step(element, Hold{"root", true}, kNow);
+  ASSERT_TRUE(held.ok());
+  EXPECT_EQ(held->next.pending_reason,
+            "held by root (admin): `gpupool release 5_2` by an admin lets it start");
+  Result<Transition> r = Step(held->next, Release{"alice", false}, kNow);
+  EXPECT_EQ(r.status().message(), "job 5_2 was held by admin root; ask an admin to release it");
+  element.state = JobState::kRunning;
+  EXPECT_EQ(Step(element, Hold{"alice", false}, kNow).status().message(),
+            "job 5_2 is RUNNING; only pending jobs are held (`gpupool cancel` stops it)");
+  element.state = JobState::kSucceeded;
+  EXPECT_EQ(Step(element, CancelRequested{"alice"}, kNow).status().message(),
+            "job 5_2 has already ended (SUCCEEDED)");
+}
+
 TEST(JobLifecycleTest, AStartWithoutAPortGetsTheDefaultAndRunsWhenAllStarted) {
   Job j = Gang();
   j.state = JobState::kAssigned;

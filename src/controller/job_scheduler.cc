@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "controller/job_lifecycle.h"
 #include "controller/metrics.h"
 #include "sched/admission/gates.h"
 #include "sched/policy_registry.h"
@@ -10,7 +11,7 @@
 namespace gpupool::controller {
 
 std::string HeldReason(const jobs::Job& job) {
-  return sched::HoldGate::Reason(std::to_string(job.id), job.held_by, job.held_by_admin);
+  return sched::HoldGate::Reason(lifecycle::UserJobId(job), job.held_by, job.held_by_admin);
 }
 
 Result<std::unique_ptr<JobScheduler>> JobScheduler::Create(const std::string& placement_policy,

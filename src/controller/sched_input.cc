@@ -5,6 +5,7 @@
 #include <set>
 
 #include "common/strings.h"
+#include "controller/job_lifecycle.h"
 #include "envcheck/needs.h"
 
 namespace gpupool::controller {
@@ -283,7 +284,10 @@ sched::QueuedJob SchedInput::ToQueuedJob(const jobs::Job& job, const AdmissionFe
     a.stopping_attempt = s->second.first;
     a.stopping_node = s->second.second;
   }
-  if (job.array_id != 0) a.array_id = std::to_string(job.array_id);
+  if (job.array_id != 0) {
+    a.array_id = std::to_string(job.array_id);
+    a.user_id = lifecycle::UserJobId(job);  // reasons name the element ARRAY_INDEX
+  }
   a.array_max_running = job.array_max_running;
   a.gpus = int64_t{job.request.gpus} * std::max(1, job.request.tasks);
   if (!job.needs.empty() && job.request.gpus > 0) a.environment = job.needs.source;

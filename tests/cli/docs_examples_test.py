@@ -157,6 +157,23 @@ class ReadmePoolTest(unittest.TestCase):
         self.assertEqual(r.returncode, 4, r.stderr)
         self.ok("cancel", str(first))  # and, its dependency never met, the second
 
+    def test_an_admins_hold_on_an_array_element_names_it_array_index(self):
+        first = self.submit("-H", "--", "true", user=NOBODY)
+        r = self.ok("submit", "--after-ok", str(first), "--array", "0-2", "--", "true",
+                    user=NOBODY)
+        m = re.match(r"Submitted array job (\d+)", r.stdout)
+        self.assertTrue(m, r.stdout)
+        arr = int(m.group(1))
+        self.ok("hold", "%d_2" % arr)  # root's: an admin's hold on another user's element
+        mine = self.ok("queue", "--format", "id,reason", user=NOBODY).stdout
+        self.assertIn("held by root (admin): `gpupool release %d_2` by an admin lets it start"
+                      % arr, mine)
+        r = self.gp("release", "%d_2" % arr, user=NOBODY)
+        self.assertEqual(r.returncode, 4, r.stderr)
+        self.assertIn("job %d_2 was held by admin root; ask an admin to release it" % arr,
+                      r.stderr)
+        self.ok("cancel", str(first))  # and, its dependency never met, the array
+
     def test_checkpoint_done_for_a_job_not_being_preempted_is_exit_1(self):
         jid = self.submit("--", "true")
         self.ended(jid)

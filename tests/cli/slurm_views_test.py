@@ -356,7 +356,7 @@ class SlurmViewsTest(unittest.TestCase):
         # Another user's jobs: admins only; nothing is cancelled.
         r = self.gp("cancel", "--user", "root", "--name", "sweep", user=NOBODY)
         self.assertEqual(r.returncode, 4, r.stdout + r.stderr)
-        self.assertIn("only admins may list other users' jobs", r.stderr)
+        self.assertIn("cancel --user root: only admins may cancel other users' jobs", r.stderr)
         self.assertEqual(self.job(other)["state"], "PENDING")
         r = self.gp("cancel", "--state", "SUCCEEDED", user=NOBODY)
         self.assertEqual(r.returncode, 2)

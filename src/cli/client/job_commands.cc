@@ -141,9 +141,19 @@ std::string ArrayCancelledText(const std::string& name, const Json& answer) {
   }
   const int64_t queued = GetInt(a, "queued");
   const int64_t running = GetInt(a, "running");
-  const int64_t ended = GetInt(a, "elements") - queued - running;
+  const int64_t stopping = GetInt(a, "stopping");  // by an earlier cancel
+  const int64_t ended = GetInt(a, "elements") - queued - running - stopping;
+  if (queued + running == 0 && stopping > 0) {  // a repeated cancel: nothing new (scancel)
+    return "Array " + name + " is already cancelled: " + std::to_string(stopping) +
+           " running element" + (stopping == 1 ? " is" : "s are") + " being stopped" +
+           (ended > 0 ? " (" + std::to_string(ended) + " had already ended)" : "") + "\n";
+  }
   std::string notes;
   if (running > 0) notes = "the running ones are being stopped";
+  if (stopping > 0) {
+    notes +=
+        (notes.empty() ? "" : "; ") + std::to_string(stopping) + " more were already being stopped";
+  }
   if (ended > 0) {
     notes += (notes.empty() ? "" : "; ") + std::to_string(ended) + " had already ended";
   }
@@ -151,6 +161,9 @@ std::string ArrayCancelledText(const std::string& name, const Json& answer) {
          std::to_string(running) + " running element" + (queued + running == 1 ? "" : "s") +
          (notes.empty() ? "" : " (" + notes + ")") + "\n";
 }
+
+// The server's refusal of another user's jobs to a user who is no admin (GET /v1/jobs).
+constexpr std::string_view kOthersJobsListRefused = "only admins may list other users' jobs";
 
 // The jobs a cancel by --user/--state/--name names: those the server lists for the
 // selection (the caller's own without --user; another user's for admins only, which the
@@ -167,7 +180,14 @@ Result<std::vector<std::string>> SelectedRefs(const ApiClient& api, const JobSel
     }
   }
   GP_ASSIGN_OR_RETURN(std::string path, JobListPath(select));
-  GP_ASSIGN_OR_RETURN(ApiAnswer answer, api.Get(path));
+  Result<ApiAnswer> listed = api.Get(path);
+  if (!listed.ok() && listed.status().code() == StatusCode::kPermissionDenied &&
+      listed.status().message() == kOthersJobsListRefused) {
+    // The server refuses the list; the user asked to cancel, and is told so.
+    return Status::PermissionDenied("cancel --user " + select.user +
+                                    ": only admins may cancel other users' jobs");
+  }
+  GP_ASSIGN_OR_RETURN(ApiAnswer answer, std::move(listed));
   std::vector<std::string> refs;
   for (const Json& job : GetArray(answer.json, "jobs")) {
     const int64_t array = GetInt(job, "array_id");

@@ -407,12 +407,13 @@ net::HttpResponse CancelJobOrArray(const ApiContext& ctx, const Call& c) {
       Result<ArrayCancelled> a = ctx.controller->CancelArray(id, caller);
       if (!a.ok()) return ErrorResponse(a.status());
       return JsonResponse(200, {{"job", jobs::JobToJson(a->head)},
-                                {"array_cancelled", a->queued + a->running},
+                                {"array_cancelled", a->queued + a->running + a->stopping},
                                 {"array",
                                  {{"id", id},
                                   {"elements", a->elements},
                                   {"queued", a->queued},
-                                  {"running", a->running}}}});
+                                  {"running", a->running},
+                                  {"stopping", a->stopping}}}});
     }
   }
   Result<jobs::Job> j = ctx.controller->Cancel(id, caller);

@@ -12,7 +12,9 @@ std::string HoldGate::Reason(std::string_view job_id, std::string_view held_by, 
 
 bool HoldGate::Admit(const QueuedJob& job, std::string* why) {
   if (job.admission.held_by.empty()) return true;
-  *why = Reason(job.id, job.admission.held_by, job.admission.held_by_admin);
+  const AdmissionFacts& a = job.admission;
+  // As its user names it (an array's element 582_2), not by its id in the host's store.
+  *why = Reason(a.user_id.empty() ? job.id : a.user_id, a.held_by, a.held_by_admin);
   return false;
 }
 

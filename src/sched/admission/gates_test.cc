@@ -44,6 +44,9 @@ TEST(HoldGate, HeldJobsWaitWithWhoHeldThemAndHowToRelease) {
   j.admission.held_by = "root";
   j.admission.held_by_admin = true;
   EXPECT_EQ(Why(gate, j), "held by root (admin): `gpupool release 7` by an admin lets it start");
+  // An array's element as its user knows it (ARRAY_INDEX), not by its id in the store.
+  j.admission.user_id = "5_2";
+  EXPECT_EQ(Why(gate, j), "held by root (admin): `gpupool release 5_2` by an admin lets it start");
 }
 
 TEST(DependencyGate, WaitsWithTheHostsReasonWhileDependenciesAreUnmet) {

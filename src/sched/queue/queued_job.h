@@ -34,6 +34,9 @@ struct AdmissionFacts {
   // being stopped there; attempt 0 = none.
   int32_t stopping_attempt = 0;
   std::string stopping_node;
+  // HoldGate: how the job's user names it when that is not `id` (the controller's array
+  // elements: ARRAY_INDEX, "582_2"); empty: `id`.
+  std::string user_id;
   // ArrayThrottle: the array the job is an element of (empty: none) and how many of its
   // elements may run at once (0: no bound).
   std::string array_id;
