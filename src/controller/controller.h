@@ -757,11 +757,9 @@ class Controller {
     // placed again while an earlier attempt of it is among them (at most one attempt
     // runs at a time); dropped with their stray_sent_us entry.
     std::set<std::pair<int64_t, int>> stray_running;
-    // The GPUs (UUIDs) of the strays' attempts here, where the controller's record knew
-    // them (a lost job's placement), kept while the node is down: while a stray among
-    // stray_running holds them they count as used, and nothing else is placed on them (its
-    // supervisor may run it until its grace ends). A stray running here whose GPUs are not
-    // known keeps the whole node from new work until its end is reported.
+    // The GPUs (UUIDs) of the strays' attempts here where the record knew them: used while
+    // a stray of stray_running holds them (its supervisor may run it until its grace ends).
+    // A stray here of unknown GPUs keeps the whole node from new work until its end.
     std::map<std::pair<int64_t, int>, std::vector<std::string>> stray_gpus;
     std::map<int64_t, int64_t> exec_cancel_sent_us;  // exec sessions to stop, as above
     // GPU health by UUID (gpu/health_policy.h), and how many Xids of each GPU its agent
