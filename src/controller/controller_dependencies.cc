@@ -98,6 +98,16 @@ std::vector<Controller::Change> Controller::ResolveDependencies(
     if (auto r = read.find(id); r != read.end()) return r->second;
     return std::nullopt;  // ended since the store was read: the next pass reads it
   };
+  // A dependency as its user named it: an array's element other than its first (whose id
+  // is the array's, so names the array) as ARRAY_INDEX, as `gpupool queue` shows it.
+  auto dependency_name = [&](int64_t id) {
+    mu_.AssertHeld();
+    auto it = active_.find(id);
+    if (it == active_.end() || it->second.array_id == 0 || it->second.array_id == id) {
+      return std::to_string(id);
+    }
+    return lifecycle::UserJobId(it->second);
+  };
   // In id order: a dependency is older than its dependant, so a chain of jobs that can
   // never run ends in one pass (a dependant later in the pass sees them as ended).
   std::map<int64_t, JobState> ending;
@@ -111,7 +121,7 @@ std::vector<Controller::Change> Controller::ResolveDependencies(
       std::optional<Result<JobState>> st =
           e != ending.end() ? std::optional<Result<JobState>>(e->second) : state_of(d.job_id);
       const std::string flag = "--" + std::string(jobs::DependencyKindName(d.kind));
-      const std::string other = "job " + std::to_string(d.job_id);
+      const std::string other = "job " + dependency_name(d.job_id);
       if (st && !st->ok()) {
         never = other + " is gone (" + st->status().message() + ")";
         break;

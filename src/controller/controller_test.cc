@@ -1085,6 +1085,32 @@ TEST_F(ControllerTest, DependenciesWaitStartOrEndTheJobWithAReason) {
             "waits for job " + std::to_string(not_ok.id) + " (ASSIGNED) to end (--after-any)");
 }
 
+// A dependency on one element of an array (`--after-ok 582_2`, resolved by the client to
+// the element's own id) is named in the reason as its user named it, not by that id; one
+// on the array (its id, its first element's) still names the array.
+TEST_F(ControllerTest, ADependencyOnAnArrayElementIsNamedArrayIndex) {
+  Register(2);
+  Job j = MakeJob(1);
+  j.array = "3-4";
+  const Job arr = c_->Submit(j, alice_).value();
+  const std::vector<int64_t> ids = c_->ArrayElements(arr.id);
+  ASSERT_EQ(ids.size(), 2u);
+  ASSERT_NE(ids[1], arr.id);
+  Job on_element = MakeJob(0);
+  on_element.dependencies = {{ids[1], jobs::Dependency::Kind::kAfterOk}};
+  on_element = c_->Submit(on_element, alice_).value();
+  Job on_array = MakeJob(0);
+  on_array.dependencies = {{arr.id, jobs::Dependency::Kind::kAfterAny}};
+  on_array = c_->Submit(on_array, alice_).value();
+  ASSERT_TRUE(c_->ScheduleOnce().ok());
+  ASSERT_TRUE(c_->ScheduleOnce().ok());  // reasons are as the pass began: see them settled
+  ASSERT_EQ(Get(ids[1]).state, JobState::kAssigned);
+  EXPECT_EQ(Get(on_element.id).pending_reason,
+            "waits for job " + std::to_string(arr.id) + "_4 (ASSIGNED) to succeed (--after-ok)");
+  EXPECT_EQ(Get(on_array.id).pending_reason,
+            "waits for job " + std::to_string(arr.id) + " (ASSIGNED) to end (--after-any)");
+}
+
 TEST_F(ControllerTest, DependenciesNameJobsThatExistAndAreTheCallers) {
   Register(2);
   Job bobs = c_->Submit(MakeJob(1), bob_).value();

@@ -75,11 +75,70 @@ def stop_processes(procs, timeout=10, sig=signal.SIGTERM):
             p.wait()
 
 
+def _proc_stat(pid):
+    """(ppid, pgrp) of a live process, from /proc/PID/stat; None once it has exited."""
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    return None if fields[0] in ("Z", "X") else (int(fields[1]), int(fields[2]))
+
+
+def _shims_under(state_dir):
+    """The pids of the job supervisors (`gpupool-agent-shim --job-dir DIR`, or `gpupool
+    agent-shim ...`) whose DIR is `state_dir` or inside it: the pool's under that
+    directory, no one else's."""
+    dirs = {state_dir.rstrip("/"), os.path.abspath(state_dir)}
+    shims = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open("/proc/%s/cmdline" % name, "rb") as f:
+                argv = f.read().decode(errors="replace").split("\0")
+        except OSError:
+            continue
+        for i in range(len(argv) - 2):
+            if argv[i].endswith("agent-shim") and argv[i + 1] == "--job-dir" and any(
+                    argv[i + 2] == d or argv[i + 2].startswith(d + "/") for d in dirs):
+                shims.append(int(name))
+                break
+    return shims
+
+
+def _job_groups(shims):
+    """The process groups of the jobs those supervisors started: each job is a child of
+    its shim that leads a session (and so a group) of its own."""
+    groups = set()
+    mine = os.getpgid(0)
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        st = _proc_stat(int(name))
+        if st and st[0] in shims and st[1] == int(name) and st[1] != mine:
+            groups.add(st[1])
+    return groups
+
+
 def kill_leftovers(state_dir):
-    """Kills job supervisors started under `state_dir` that outlived the pool, then
-    removes the empty job cgroups they leave (a live agent's adoption would have)."""
-    subprocess.run(["pkill", "-9", "-f", "agent-shim --job-dir " + state_dir], check=False)
-    time.sleep(0.2)
+    """Kills the job supervisors started under `state_dir` that outlived the pool and the
+    process groups of the jobs under them (a job may ignore SIGTERM; these get SIGKILL),
+    then removes the empty job cgroups they leave (a live agent's adoption would have)."""
+    shims = _shims_under(state_dir)
+    groups = _job_groups(shims)  # before the shims die: their jobs are found as children
+    for pid in shims:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+    for pgrp in groups:
+        try:
+            os.killpg(pgrp, signal.SIGKILL)
+        except OSError:
+            pass
+    wait_for("the leftover supervisors and jobs to exit",
+             lambda: all(_proc_stat(p) is None for p in shims + sorted(groups)), timeout=10)
     for ctrl in ("cpu", "memory", "devices", "pids"):
         base = os.path.join("/sys/fs/cgroup", ctrl, "gpupool")
         if not os.path.isdir(base):
