@@ -120,13 +120,7 @@ class SplitPool:
         proc.wait()
 
     def log(self):
-        out = ""
-        for f in ("server.log", "agent.log"):
-            p = os.path.join(self.dir, f)
-            if os.path.exists(p):
-                with open(p, errors="replace") as fh:
-                    out += "--- %s\n%s" % (f, fh.read()[-5000:])
-        return out
+        return pooltest.log_tails(self.dir, ("server.log", "agent.log"), 5000)
 
     def stop(self):
         pooltest.stop_processes([self.agent, self.server])

@@ -199,12 +199,7 @@ class Env:
         self.start()
 
     def log(self):
-        out = ""
-        for f in sorted(os.listdir(self.dir)):
-            if f.endswith(".log"):
-                with open(os.path.join(self.dir, f), errors="replace") as fh:
-                    out += "--- %s\n%s\n" % (f, fh.read()[-3000:])
-        return out
+        return pooltest.log_tails(self.dir, limit=3000)
 
     # --- calls ---
     def api(self, user, method, path, body=None, headers=None, raw=None, timeout=30):

@@ -124,12 +124,7 @@ class Site:
                 start_new_session=True)
 
     def log(self):
-        out = ""
-        for f in sorted(os.listdir(self.root)):
-            if f.endswith(".log"):
-                with open(os.path.join(self.root, f), errors="replace") as fh:
-                    out += "--- %s\n%s\n" % (f, fh.read()[-2500:])
-        return out
+        return pooltest.log_tails(self.root, limit=2500)
 
     def ready(self, name):
         try:

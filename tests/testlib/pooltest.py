@@ -158,6 +158,24 @@ def remove_dir(path):
     shutil.rmtree(path, ignore_errors=True)
 
 
+def log_tails(directory, names=None, limit=5000):
+    """The last `limit` characters of each log in `directory`, headed by its name: the files
+    `names` that exist, or every *.log there (sorted) when names is None. For a failure's
+    message."""
+    if names is None:
+        try:
+            names = sorted(f for f in os.listdir(directory) if f.endswith(".log"))
+        except OSError:
+            names = []
+    out = ""
+    for name in names:
+        path = os.path.join(directory, name)
+        if os.path.exists(path):
+            with open(path, errors="replace") as fh:
+                out += "--- %s\n%s\n" % (name, fh.read()[-limit:])
+    return out
+
+
 def read_env(out, jid):
     """The variables job `jid` wrote to OUT/<jid>.env (`env | ... > "$OUT/$GPUPOOL_JOB_ID.env"`),
     once the file has them."""

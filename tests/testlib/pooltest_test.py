@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
 """The test library's own checks: kill_leftovers kills the job supervisors under a pool's
 state directory and the process groups of the jobs they started (jobs that ignore
-SIGTERM too), and nothing under another directory. Needs no root and no pool: a fake
-supervisor is a process whose arguments read `gpupool-agent-shim --job-dir DIR` and whose
-child leads a session of its own, as gpupool's shim and job do.
+SIGTERM too), and nothing under another directory; log_tails gives the logs' tails.
+Needs no root and no pool: a fake supervisor is a process whose arguments read
+`gpupool-agent-shim --job-dir DIR` and whose child leads a session of its own, as
+gpupool's shim and job do.
 
 Usage: pooltest_test.py
 """
@@ -70,6 +71,25 @@ class KillLeftoversTest(unittest.TestCase):
         self.assertFalse(alive(job), "the job under the killed shim still runs")
         self.assertIsNone(other_shim.poll())
         self.assertTrue(alive(other_job))
+
+
+class LogTailsTest(unittest.TestCase):
+    def setUp(self):
+        self.dir = pooltest.make_test_dir("gpupool-testlib-")
+        for name, text in (("b.log", "x" * 10 + "END-B"), ("a.log", "A"), ("notes.txt", "N")):
+            with open(os.path.join(self.dir, name), "w") as f:
+                f.write(text)
+
+    def tearDown(self):
+        pooltest.remove_dir(self.dir)
+
+    def test_every_log_sorted_each_cut_to_its_tail(self):
+        self.assertEqual(pooltest.log_tails(self.dir, limit=5),
+                         "--- a.log\nA\n--- b.log\nEND-B\n")
+
+    def test_the_named_files_that_exist_in_their_order(self):
+        self.assertEqual(pooltest.log_tails(self.dir, ("notes.txt", "gone.log", "a.log")),
+                         "--- notes.txt\nN\n--- a.log\nA\n")
 
 
 if __name__ == "__main__":
