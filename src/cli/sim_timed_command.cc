@@ -58,6 +58,10 @@ struct TimedFlags {
   std::string preempt_shares = "equal";
   int64_t fair_starving_after = 0;
   bool fair_shortest_first = false;
+  std::string fair_order = "share";
+  double fair_sjf_bound = 0;
+  std::string preempt_by = "share";
+  double preempt_service_gap = 0;
   int64_t starving_after = 0;
   int64_t checkpoint_interval = 0;
   double gpu_failure_rate = 0;
@@ -231,6 +235,11 @@ Status CheckFlags(const TimedFlags& f, sched::StartRule* rule,
     }
     queue_config->fair_weights[w.substr(0, eq)] = *weight;
   }
+  if (f.fair_order == "service" && f.fair_sjf_bound > 0) {
+    return Status::InvalidArgument(
+        "--fair-order service and --fair-sjf-bound: give one or the other");
+  }
+  queue_config->fair_sjf_bound = f.fair_sjf_bound;
   return Status::Ok();
 }
 
@@ -358,6 +367,9 @@ int RunTimed(const TimedFlags& f) {
   options.preempt.shares_by_demand = f.preempt_shares == "demand";
   options.preempt.starving_after_s = f.starving_after;
   options.checkpoint_interval_s = f.checkpoint_interval;
+  options.service_order = f.fair_order == "service";
+  options.service_preemption = f.preempt_by == "service";
+  options.service_gap = f.preempt_service_gap;
   ProgressLine progress;
   if (isatty(STDERR_FILENO) != 0) {
     options.progress = [&progress](size_t done, size_t total) { progress.Update(done, total); };
@@ -405,6 +417,27 @@ void AddPreemptionAndFailureOptions(CLI::App* cmd, TimedFlags& f) {
   cmd->add_flag("--fair-shortest-first", flags->fair_shortest_first,
                 "with --queue fair: each group's own jobs go shortest run time first (its "
                 "estimate, else its time limit) instead of oldest first");
+  cmd->add_option("--fair-order", flags->fair_order,
+                  "with --queue fair (an experiment): groups by dominant share (share) or "
+                  "least served first by their service ratio so far (service; docs/sim.md)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"share", "service"}));
+  cmd->add_option("--fair-sjf-bound", flags->fair_sjf_bound,
+                  "with --queue fair (an experiment): every job shortest first, except that a "
+                  "group above K times an equal share goes after the others (0: off)")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 1000.0));
+  cmd->add_option("--preempt-by", flags->preempt_by,
+                  "with --preemption (an experiment): a waiting job preempts groups over their "
+                  "share while its own is under (share) or any better-served group over its "
+                  "share (service; docs/sim.md)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"share", "service"}));
+  cmd->add_option("--preempt-service-gap", flags->preempt_service_gap,
+                  "with --preempt-by service: the victim's group must be better served by "
+                  "more than this (service ratios, 0..1)")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 1.0));
   cmd->add_option("--fair-starving-after", flags->fair_starving_after,
                   "with --queue fair: a job waiting this many seconds goes before every job "
                   "by share, the oldest first (aging; 0: off)")

@@ -4,7 +4,8 @@
 --out-dir only without --json, says so when neither is given, and prints its JSON
 numbers rounded (3.74, not 3.739999999999995); `--plot` draws the FGD figure as SVG;
 `sim timed` applies limits (`--limits-file`), array throttles and holds as a pool does,
-and replays GPU failures from an events file, with bad rows and flags named.
+and replays GPU failures from an events file, with bad rows and flags named; the
+experiments `--fair-order service` and `--preempt-by service` change who starts.
 
 Usage: sim_cli_test.py PATH_TO_GPUPOOL
 """
@@ -157,6 +158,40 @@ class SimCliTest(unittest.TestCase):
                 "--gpu-failure-mix", "79:lots")
         self.assertEqual(r.returncode, 2)
         self.assertIn("--gpu-failure-mix", r.stderr)
+
+    def test_timed_fair_order_service_and_preempt_by_service(self):
+        def starts(trace, cluster, *flags):
+            out = os.path.join(self.dir, "svc")
+            r = run("sim", "timed", "--trace", trace, "--cluster", cluster, "--out-dir", out,
+                    "--json", *flags)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            with open(os.path.join(out, "jobs.csv")) as f:
+                rows = f.read().splitlines()
+            header = rows[0].split(",")
+            return {c[header.index("id")]: int(c[header.index("start_s")])
+                    for c in (row.split(",") for row in rows[1:])}
+
+        # One GPU: at 1000 both groups hold none; by share bob's older b1 goes first, by
+        # service alice's a1 (nothing of her 100 s served; bob 1,000 of 1,900 s).
+        trace = os.path.join(self.dir, "service.csv")
+        with open(trace, "w") as f:
+            f.write("job_id,user,submit_time,duration,gpus_per_task\n")
+            f.write("b0,bob,0,1000,1\nb1,bob,100,50,1\na1,alice,900,50,1\n")
+        self.assertEqual(starts(trace, "1x1", "--queue", "fair")["a1"], 1050)
+        self.assertEqual(
+            starts(trace, "1x1", "--queue", "fair", "--fair-order", "service")["a1"], 1000)
+        # Two GPUs: alice's 2-GPU job is above her share (1), so only the service rule
+        # lets her stop bob's b1 (better served, over his share) when b2 comes at 4000.
+        with open(trace, "w") as f:
+            f.write("job_id,user,submit_time,duration,gpus_per_task\n")
+            f.write("b1,bob,0,100000,2\na,alice,10,100,2\nb2,bob,4000,100,1\n")
+        flags = ["--preemption", "--checkpoint-interval", "1000"]
+        self.assertEqual(starts(trace, "1x2", *flags)["a"], 100000)
+        self.assertEqual(starts(trace, "1x2", *flags, "--preempt-by", "service")["a"], 4000)
+        r = run("sim", "timed", "--trace", trace, "--cluster", "1x2", "--queue", "fair",
+                "--fair-order", "service", "--fair-sjf-bound", "2")
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("--fair-order service and --fair-sjf-bound", r.stderr)
 
     def test_sim_policies_lines_up_long_names(self):
         r = run("sim", "policies")

@@ -12,6 +12,9 @@
 // oldest first, ahead of that order. With fair_shortest_first a group's own jobs go
 // shortest first (as sjf) instead of oldest first. Lazy: the filling goes as far as the
 // pass reads the order (a pass capped at max_starts reads a few of 100,000 jobs).
+// Two experiments of the simulator change the groups' key (QueuePolicyConfig): the
+// groups' service ratio from fair_service (least served first), or fair_sjf_bound (one
+// shortest-first order over every group, groups above the bound after the others).
 #include <algorithm>
 #include <queue>
 #include <tuple>
@@ -53,19 +56,27 @@ class FairOrder final : public QueueOrder {
       return ctx.pending[a]->submit_s < ctx.pending[b]->submit_s;
     });
     for (size_t i : aged_) GroupOf(*ctx.pending[i]).used += ctx.pending[i]->Total();
+    const bool shortest = config.fair_shortest_first || config.fair_sjf_bound > 0;
     auto before = [&](size_t a, size_t b) {
       const QueuedJob& ja = *ctx.pending[a];
       const QueuedJob& jb = *ctx.pending[b];
-      if (config.fair_shortest_first) {
+      if (shortest) {
         const int64_t ra = ja.SjfRuntime().value_or(kNoPlannedEnd);
         const int64_t rb = jb.SjfRuntime().value_or(kNoPlannedEnd);
         if (ra != rb) return ra < rb;
       }
       return ja.submit_s < jb.submit_s;
     };
+    // fair_sjf_bound: the dominant share above which a group goes after the others.
+    if (config.fair_sjf_bound > 0 && !groups_.empty()) {
+      bound_ = config.fair_sjf_bound / static_cast<double>(groups_.size());
+    }
     for (auto& [name, g] : groups_) {
       auto w = config.fair_weights.find(name);
       if (w != config.fair_weights.end()) g.weight = w->second;
+      if (config.fair_service != nullptr) {
+        g.service = config.fair_service->ServiceRatio(name, ctx.now_s);
+      }
       // Jobs come in arrival order, mostly already in this one: a stable sort of a sorted
       // list leaves it as it is.
       if (!std::is_sorted(g.jobs.begin(), g.jobs.end(), before)) {
@@ -78,8 +89,8 @@ class FairOrder final : public QueueOrder {
   std::optional<size_t> Next() override {
     if (aged_next_ < aged_.size()) return aged_[aged_next_++];
     if (heap_.empty()) return std::nullopt;
-    const std::string_view name = std::get<3>(heap_.top());
-    const size_t index = std::get<2>(heap_.top());
+    const std::string_view name = std::get<4>(heap_.top());
+    const size_t index = std::get<3>(heap_.top());
     heap_.pop();
     Group& g = groups_.find(name)->second;
     g.used += ctx_.pending[index]->Total();
@@ -92,6 +103,7 @@ class FairOrder final : public QueueOrder {
   struct Group {
     Resources used;
     double weight = 1;
+    double service = 0;        // fair_service's ratio at ctx.now_s
     std::vector<size_t> jobs;  // pending indices, oldest first
     size_t next = 0;
   };
@@ -104,13 +116,25 @@ class FairOrder final : public QueueOrder {
     return *last_;
   }
 
-  // Min-heap on (weighted dominant share, next job's submit time, next job's index,
-  // group name): a total order, so the result does not depend on heap internals or on
-  // the groups' order.
+  // Min-heap on (key, second key, next job's submit time, next job's index, group name):
+  // a total order, so the result does not depend on heap internals or on the groups'
+  // order. The keys: (weighted dominant share, 0); with fair_service (service ratio,
+  // weighted dominant share); with fair_sjf_bound (1 above the bound else 0, the next
+  // job's run time).
   void Push(std::string_view name, const Group& g) {
     if (g.next >= g.jobs.size()) return;
     const size_t j = g.jobs[g.next];
-    heap_.emplace(DominantShare(g.used, capacity_) / g.weight, ctx_.pending[j]->submit_s, j, name);
+    const double share = DominantShare(g.used, capacity_) / g.weight;
+    double key = share;
+    double second = 0;
+    if (bound_ > 0) {
+      key = share > bound_ ? 1 : 0;
+      second = static_cast<double>(ctx_.pending[j]->SjfRuntime().value_or(kNoPlannedEnd));
+    } else if (config_.fair_service != nullptr) {
+      key = g.service;
+      second = share;
+    }
+    heap_.emplace(key, second, ctx_.pending[j]->submit_s, j, name);
   }
 
   const QueuePolicyConfig& config_;
@@ -121,7 +145,8 @@ class FairOrder final : public QueueOrder {
   Group* last_ = nullptr;  // groups_[last_name_]: jobs of one group often come in a row
   std::vector<size_t> aged_;
   size_t aged_next_ = 0;
-  using Key = std::tuple<double, int64_t, size_t, std::string_view>;
+  double bound_ = 0;  // fair_sjf_bound / active groups; 0: off
+  using Key = std::tuple<double, double, int64_t, size_t, std::string_view>;
   std::priority_queue<Key, std::vector<Key>, std::greater<>> heap_;
 };
 

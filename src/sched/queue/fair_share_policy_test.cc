@@ -264,5 +264,74 @@ TEST(FairShareQueuePolicy, TheLazyOrderIsTheWholeOrderOfBefore) {
   }
 }
 
+// H holds 8 of 16 GPUs; both groups wait with 1-GPU jobs whose time limits are their
+// run times: H's a (100 s) and b (300 s), L's c (200 s) and d (400 s).
+struct SjfBoundCase {
+  ClusterState cluster = MakeCluster(2, 8);
+  QueuedJob running_h = Job("rh", "H", 0, {GpuTask(8)});
+  std::vector<RunningJob> running = {RunningJob{&running_h, 0, {}}};
+  std::vector<QueuedJob> jobs = {
+      Job("a", "H", 1, {GpuTask(1)}, 100), Job("b", "H", 2, {GpuTask(1)}, 300),
+      Job("c", "L", 3, {GpuTask(1)}, 200), Job("d", "L", 4, {GpuTask(1)}, 400)};
+};
+
+TEST(FairShareQueuePolicy, SjfBoundOrdersEveryJobShortestFirstWithinTheBound) {
+  SjfBoundCase t;
+  QueuePolicyConfig config;
+  config.fair_shortest_first = true;
+  // By share L (0 of 16) goes first until it has nothing left.
+  EXPECT_EQ(FairOrder(t.jobs, t.running, t.cluster, config), (std::vector<size_t>{2, 3, 0, 1}));
+  // Bound 1.5 x 1/2: H's 0.5 is within it, so all four go shortest first.
+  config.fair_sjf_bound = 1.5;
+  EXPECT_EQ(FairOrder(t.jobs, t.running, t.cluster, config), (std::vector<size_t>{0, 2, 1, 3}));
+  // Bound 1 x 1/2: H is at it; with a counted as started (9/16) it is above, so b goes
+  // after L's jobs.
+  config.fair_sjf_bound = 1;
+  EXPECT_EQ(FairOrder(t.jobs, t.running, t.cluster, config), (std::vector<size_t>{0, 2, 3, 1}));
+  // The lazy order is the same.
+  auto p = BuiltinQueuePolicies().Create("fair", config);
+  ASSERT_TRUE(p.ok());
+  auto pending = Pointers(t.jobs);
+  std::unique_ptr<QueueOrder> lazy = (*p)->Lazy(QueueContext{0, pending, t.running, &t.cluster});
+  std::vector<size_t> read;
+  while (std::optional<size_t> i = lazy->Next()) read.push_back(*i);
+  EXPECT_EQ(read, (std::vector<size_t>{0, 2, 3, 1}));
+}
+
+class FixedService final : public GroupServiceSource {
+ public:
+  explicit FixedService(std::map<std::string, double, std::less<>> ratios)
+      : ratios_(std::move(ratios)) {}
+  double ServiceRatio(std::string_view group, int64_t /*now_s*/) const override {
+    auto it = ratios_.find(group);
+    return it == ratios_.end() ? 1 : it->second;
+  }
+
+ private:
+  std::map<std::string, double, std::less<>> ratios_;
+};
+
+TEST(FairShareQueuePolicy, ServiceOrderPutsTheLeastServedGroupFirst) {
+  SjfBoundCase t;
+  QueuePolicyConfig config;
+  // H, though it holds half the GPUs, is the less served (0.2 against 0.9): all of its
+  // jobs go first, oldest first (shortest first when asked).
+  config.fair_service = std::make_shared<FixedService>(
+      std::map<std::string, double, std::less<>>{{"H", 0.2}, {"L", 0.9}});
+  EXPECT_EQ(Users(t.jobs, FairOrder(t.jobs, t.running, t.cluster, config)), "HHLL");
+  config.fair_service = std::make_shared<FixedService>(
+      std::map<std::string, double, std::less<>>{{"H", 0.9}, {"L", 0.2}});
+  EXPECT_EQ(Users(t.jobs, FairOrder(t.jobs, t.running, t.cluster, config)), "LLHH");
+  // Equal ratios: by dominant share, as without a source.
+  config.fair_service = std::make_shared<FixedService>(
+      std::map<std::string, double, std::less<>>{{"H", 0.5}, {"L", 0.5}});
+  EXPECT_EQ(Users(t.jobs, FairOrder(t.jobs, t.running, t.cluster, config)), "LLHH");
+  config.fair_service = std::make_shared<FixedService>(
+      std::map<std::string, double, std::less<>>{{"H", 0.2}, {"L", 0.9}});
+  config.fair_shortest_first = true;
+  t.jobs[0].time_limit_s = 500;
+  EXPECT_EQ(FairOrder(t.jobs, t.running, t.cluster, config), (std::vector<size_t>{1, 0, 2, 3}));
+}
+
 }  // namespace
 }  // namespace gpupool::sched

@@ -35,6 +35,17 @@ struct QueueContext {
 // What fair share divides between: users or projects (Philly: virtual clusters).
 enum class FairShareGroup { kUser, kProject };
 
+// Each group's service so far, for QueuePolicyConfig::fair_service: a seam the host
+// implements (the simulator from its job records); the live pool sets none. Must stay
+// valid, and answer consistently, while a policy holding it orders a queue.
+class GroupServiceSource {
+ public:
+  virtual ~GroupServiceSource() = default;
+  // The group's service ratio at now_s: run time attained (and not lost) over time in
+  // the system, summed over its jobs so far; 1 for a group with none. Lower = less served.
+  virtual double ServiceRatio(std::string_view group, int64_t now_s) const = 0;
+};
+
 struct QueuePolicyConfig {
   FairShareGroup fair_group = FairShareGroup::kUser;
   // Weight per group for fair share (a group with weight 2 is entitled to twice the
@@ -46,6 +57,16 @@ struct QueuePolicyConfig {
   // fair: the order of one group's own jobs: by submission (false) or shortest run time
   // first (true; the runtime estimate, else the time limit, as sjf; unknown last).
   bool fair_shortest_first = false;
+  // Experiments of the simulator (sim timed; off by default, the live pool sets neither):
+  // fair_service: groups go least served first by the source's service ratio (strictly:
+  // the lowest group's jobs all come before the next group's; ties by dominant share)
+  // instead of by dominant share. fair_sjf_bound K > 0: every job goes shortest first
+  // (as sjf, whatever its group), except that a group whose weighted dominant share is
+  // above K / (groups with jobs running or waiting) goes after every group within it;
+  // the filling counts each job handed out as started. Both need fair_shortest_first's
+  // order inside a group for K (implied) and use it for the service order when set.
+  std::shared_ptr<const GroupServiceSource> fair_service;
+  double fair_sjf_bound = 0;
 };
 
 // An order handed out one index at a time, so that a pass that stops early (at its

@@ -14,6 +14,7 @@
 #include "sched/admission/profile.h"
 #include "sched/queue/gang_placement.h"
 #include "sched/rng.h"
+#include "sim/timed/group_service.h"
 
 namespace gpupool::sim {
 namespace {
@@ -117,6 +118,15 @@ class TimedLoop {
   // Starts job `j` at `now` on `placements` (from a pass or a preemption).
   void Start(int64_t now, size_t j, std::vector<sched::Placement> placements);
   Status Preempt(int64_t now, bool* preempted);
+  // The waiting jobs weighed for preemption at `now`, in the order to weigh them.
+  std::vector<const QueuedJob*> PreemptOrder(int64_t now, const sched::GroupUse& use) const;
+  // service_preemption's candidates: see TimedOptions.
+  std::vector<size_t> ServiceCandidates(int64_t now, const QueuedJob& waiting,
+                                        const std::vector<sched::PreemptibleRun>& runs,
+                                        const sched::GroupUse& use) const;
+  const std::string& GroupOf(size_t j) const {
+    return by_project_ ? jobs_[j].project : jobs_[j].user;
+  }
   // Takes the running job `j` off the cluster (its resources freed, out-of-service
   // capacity there held again).
   Status Remove(size_t j);
@@ -155,6 +165,9 @@ class TimedLoop {
   std::vector<bool> times_out_;
   std::unique_ptr<PlacementPolicy> preempt_policy_;
   std::unique_ptr<GpuFailureModel> failures_;  // null without GPU failures
+  // The groups' service so far; null unless service_order or service_preemption.
+  std::shared_ptr<GroupService> service_;
+  bool by_project_ = false;  // the service's groups are projects
   EventQueue completions_;
   EventQueue releases_;  // held jobs' releases
   size_t next_ = 0;      // into arrival_
@@ -170,6 +183,11 @@ Status TimedLoop::Init(const ClusterState& idle) {
   sched::ProfileSpec spec;
   spec.queue_policy = options_.queue_policy;
   spec.queue_config = options_.queue_config;
+  by_project_ = options_.queue_config.fair_group == sched::FairShareGroup::kProject;
+  if (options_.service_order || options_.service_preemption) {
+    service_ = std::make_shared<GroupService>();
+    if (options_.service_order) spec.queue_config.fair_service = service_;
+  }
   spec.placement_policy = options_.placement_policy;
   spec.placement_config.seed = options_.seed;
   spec.placements = &placements;
@@ -235,6 +253,7 @@ Status TimedLoop::Complete(int64_t now, bool* freed) {
     JobRecord& rec = run_.jobs[j];
     rec.end_s = now;
     rec.fate = times_out_[j] ? JobFate::kTimedOut : JobFate::kFinished;
+    if (service_) service_->End(GroupOf(j), rec.submit_s, rec.waited_s, rec.lost_s, now);
     ++done_;
     *freed = true;
   }
@@ -256,6 +275,7 @@ Status TimedLoop::Arrive(int64_t now, bool* arrived) {
     pending_gpu_.insert(jobs_[j].Total().gpu_milli);
     queued_at_[j] = now;
     run_.jobs[j].waited_s = 0;
+    if (service_) service_->Join(GroupOf(j), jobs_[j].submit_s, now);
     *arrived = true;
   }
   return Status::Ok();
@@ -302,6 +322,7 @@ void TimedLoop::Start(int64_t now, size_t j, std::vector<sched::Placement> place
   JobRecord& rec = run_.jobs[j];
   if (rec.start_s < 0) rec.start_s = now;
   rec.waited_s += now - queued_at_[j];
+  if (service_) service_->Start(GroupOf(j), queued_at_[j], now);
   running_pos_[j] = running_.size();
   running_.push_back(RunningJob{job, now, std::move(placements)});
   // Each attempt gets its whole time limit, as a requeued job does on a live pool.
@@ -337,6 +358,7 @@ Result<double> TimedLoop::Stop(int64_t now, size_t j) {
   const int64_t kept = c > 0 ? ran / c * c : 0;
   remaining_s_[j] -= kept;
   run_.jobs[j].lost_s += ran - kept;
+  if (service_) service_->Stop(GroupOf(j), ran - kept, /*requeue=*/false, now);
   end_at_[j] = -1;
   return static_cast<double>(ran - kept) * static_cast<double>(jobs_[j].Total().gpu_milli) / 1000.0;
 }
@@ -345,6 +367,7 @@ void TimedLoop::Requeue(int64_t now, size_t j) {
   pending_.push_back(&jobs_[j]);
   pending_gpu_.insert(jobs_[j].Total().gpu_milli);
   queued_at_[j] = now;
+  if (service_) service_->Stop(GroupOf(j), 0, /*requeue=*/true, now);
 }
 
 Status TimedLoop::StopVictim(int64_t now, size_t j) {
@@ -400,21 +423,19 @@ Status TimedLoop::Failures(int64_t now, bool* freed, bool* arrived) {
       rec.end_s = now;
       rec.fate = JobFate::kGpuFailed;
       rec.reason = hit.why;
+      if (service_) service_->End(GroupOf(j), rec.submit_s, rec.waited_s, rec.lost_s, now);
       ++done_;
     }
   }
   return Status::Ok();
 }
 
-Status TimedLoop::Preempt(int64_t now, bool* preempted) {
-  size_t done = 0;
+std::vector<const QueuedJob*> TimedLoop::PreemptOrder(int64_t now,
+                                                      const sched::GroupUse& use) const {
   // The waiting jobs weighed: those of the least-served groups first (their group's GPUs
-  // in use, then arrival; starving ones before them), a few of them, so that an instant costs a
-  // bounded number of trial placements however long the queue is.
-  std::vector<sched::PreemptibleRun> runs;
-  runs.reserve(running_.size());
-  for (const RunningJob& r : running_) runs.push_back({&r, true});
-  sched::GroupUse use = sched::UseOf(runs, pending_, run_.capacity.gpu_milli, options_.preempt);
+  // in use, or with service_preemption its service ratio; then arrival; starving ones
+  // before them), a few of them, so that an instant costs a bounded number of trial
+  // placements however long the queue is.
   auto used = [&](const QueuedJob* q) {
     auto it = use.gpu_milli.find(options_.preempt.by_project ? q->project : q->user);
     return it == use.gpu_milli.end() ? int64_t{0} : it->second;
@@ -428,16 +449,64 @@ Status TimedLoop::Preempt(int64_t now, bool* preempted) {
   for (const QueuedJob* q : pending_) {
     if (q->admission.held_by.empty()) order.push_back(q);
   }
+  std::map<std::string_view, double> ratio;  // service_preemption: by group
+  if (options_.service_preemption) {
+    for (const QueuedJob* q : order) {
+      const std::string& g = GroupOf(IndexOf(q));
+      if (!ratio.contains(g)) ratio[g] = service_->ServiceRatio(g, now);
+    }
+  }
   const size_t look = std::min(order.size(), 4 * options_.max_preemptions_per_instant);
   std::partial_sort(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(look), order.end(),
                     [&](const QueuedJob* a, const QueuedJob* b) {
                       const bool sa = starving(a), sb = starving(b);
                       if (sa != sb) return sa;
                       if (sa) return IndexOf(a) < IndexOf(b);
+                      if (!ratio.empty()) {
+                        const double ra = ratio[GroupOf(IndexOf(a))];
+                        const double rb = ratio[GroupOf(IndexOf(b))];
+                        if (ra != rb) return ra < rb;
+                      }
                       const int64_t ua = used(a), ub = used(b);
                       return ua != ub ? ua < ub : IndexOf(a) < IndexOf(b);
                     });
   order.resize(look);
+  return order;
+}
+
+std::vector<size_t> TimedLoop::ServiceCandidates(int64_t now, const QueuedJob& waiting,
+                                                 const std::vector<sched::PreemptibleRun>& runs,
+                                                 const sched::GroupUse& use) const {
+  const std::string& mine = GroupOf(IndexOf(&waiting));
+  const double my_ratio = service_->ServiceRatio(mine, now);
+  std::map<std::string_view, bool> better;  // by group: better served and over its share
+  std::vector<size_t> out;
+  for (size_t i = 0; i < runs.size(); ++i) {
+    const sched::RunningJob& r = *runs[i].run;
+    if (now - r.start_s < options_.preempt.min_runtime_s) continue;
+    const std::string& theirs = GroupOf(IndexOf(r.job));
+    auto it = better.find(theirs);
+    if (it == better.end()) {
+      auto u = use.gpu_milli.find(theirs);
+      const bool over = u != use.gpu_milli.end() && u->second > use.ShareOf(theirs);
+      it = better
+               .emplace(theirs,
+                        theirs != mine && over &&
+                            service_->ServiceRatio(theirs, now) > my_ratio + options_.service_gap)
+               .first;
+    }
+    if (it->second || r.job->priority < waiting.priority) out.push_back(i);
+  }
+  return out;
+}
+
+Status TimedLoop::Preempt(int64_t now, bool* preempted) {
+  size_t done = 0;
+  std::vector<sched::PreemptibleRun> runs;
+  runs.reserve(running_.size());
+  for (const RunningJob& r : running_) runs.push_back({&r, true});
+  sched::GroupUse use = sched::UseOf(runs, pending_, run_.capacity.gpu_milli, options_.preempt);
+  const std::vector<const QueuedJob*> order = PreemptOrder(now, use);
   bool stale = false;
   for (const QueuedJob* waiting : order) {
     if (done >= options_.max_preemptions_per_instant) break;
@@ -448,7 +517,9 @@ Status TimedLoop::Preempt(int64_t now, bool* preempted) {
       stale = false;
     }
     const std::vector<size_t> candidates =
-        sched::PreemptionCandidates(*waiting, runs, use, now, options_.preempt);
+        options_.service_preemption
+            ? ServiceCandidates(now, *waiting, runs, use)
+            : sched::PreemptionCandidates(*waiting, runs, use, now, options_.preempt);
     if (candidates.empty()) continue;
     GP_ASSIGN_OR_RETURN(
         std::optional<sched::Victims> victims,

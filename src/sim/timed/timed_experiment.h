@@ -57,6 +57,17 @@ struct TimedOptions {
   sched::PreemptionOptions preempt;
   int64_t checkpoint_interval_s = 0;  // also what a job ended by a GPU failure keeps
   size_t max_preemptions_per_instant = 4;
+  // Experiments (docs/sim.md; off by default, the live pool has neither). service_order:
+  // with the fair queue, groups go least served first by their service ratio so far
+  // (group_service.h; sched::QueuePolicyConfig::fair_service). service_preemption: the
+  // waiting jobs weighed for preemption are those of the least-served groups first, and
+  // a waiting job's candidates are, besides lower-priority jobs, the jobs of every other
+  // group that is better served than its own and holds more than its fair share of GPUs
+  // (whatever its own group holds), by more than service_gap (a margin against
+  // preempting back and forth).
+  bool service_order = false;
+  bool service_preemption = false;
+  double service_gap = 0;
   // GPU failures (gpu_failures.h; `--gpu-failure-rate`, `--gpu-failure-events`): each
   // Xid goes through the live health policy. An application Xid fails the job on its GPU;
   // a cordon ends the jobs on the GPU (they fail, or requeue with gpu_failures.requeue
