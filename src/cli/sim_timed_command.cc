@@ -235,6 +235,21 @@ Status CheckFlags(const TimedFlags& f, sched::StartRule* rule,
     }
     queue_config->fair_weights[w.substr(0, eq)] = *weight;
   }
+  if (f.queue != "fair") {
+    const char* fair_only = f.fair_shortest_first       ? "--fair-shortest-first"
+                            : f.fair_order != "share"   ? "--fair-order"
+                            : f.fair_sjf_bound > 0      ? "--fair-sjf-bound"
+                            : f.fair_starving_after > 0 ? "--fair-starving-after"
+                                                        : nullptr;
+    if (fair_only != nullptr) {
+      return Status::InvalidArgument(
+          fmt::format("{} orders the fair-share queue: add --queue fair (the queue is {})",
+                      fair_only, f.queue));
+    }
+  }
+  if (f.preempt_service_gap > 0 && f.preempt_by != "service") {
+    return Status::InvalidArgument("--preempt-service-gap needs --preempt-by service");
+  }
   if (f.fair_order == "service" && f.fair_sjf_bound > 0) {
     return Status::InvalidArgument(
         "--fair-order service and --fair-sjf-bound: give one or the other");
@@ -406,14 +421,16 @@ int RunTimed(const TimedFlags& f) {
 // The preemption, fair-share variant and GPU failure options of `sim timed`.
 void AddPreemptionAndFailureOptions(CLI::App* cmd, TimedFlags& f) {
   TimedFlags* flags = &f;
-  cmd->add_flag("--preemption", flags->preemption,
-                "every job is preemptible: a waiting job of higher priority, or of a group "
-                "below its fair share of GPUs, stops the newest jobs of groups above theirs "
-                "(docs/sim.md); the report gains preemptions and GPU-hours lost");
+  CLI::Option* preemption =
+      cmd->add_flag("--preemption", flags->preemption,
+                    "every job is preemptible: a waiting job of higher priority, or of a group "
+                    "below its fair share of GPUs, stops the newest jobs of groups above theirs "
+                    "(docs/sim.md); the report gains preemptions and GPU-hours lost");
   cmd->add_option("--min-runtime", flags->min_runtime,
                   "with --preemption: seconds a job runs before it may be preempted")
       ->capture_default_str()
-      ->check(CLI::Range(int64_t{0}, int64_t{365} * 86400));
+      ->check(CLI::Range(int64_t{0}, int64_t{365} * 86400))
+      ->needs(preemption);
   cmd->add_flag("--fair-shortest-first", flags->fair_shortest_first,
                 "with --queue fair: each group's own jobs go shortest run time first (its "
                 "estimate, else its time limit) instead of oldest first");
@@ -432,12 +449,14 @@ void AddPreemptionAndFailureOptions(CLI::App* cmd, TimedFlags& f) {
                   "share while its own is under (share) or any better-served group over its "
                   "share (service; docs/sim.md)")
       ->capture_default_str()
-      ->check(CLI::IsMember({"share", "service"}));
+      ->check(CLI::IsMember({"share", "service"}))
+      ->needs(preemption);
   cmd->add_option("--preempt-service-gap", flags->preempt_service_gap,
                   "with --preempt-by service: the victim's group must be better served by "
                   "more than this (service ratios, 0..1)")
       ->capture_default_str()
-      ->check(CLI::Range(0.0, 1.0));
+      ->check(CLI::Range(0.0, 1.0))
+      ->needs(preemption);
   cmd->add_option("--fair-starving-after", flags->fair_starving_after,
                   "with --queue fair: a job waiting this many seconds goes before every job "
                   "by share, the oldest first (aging; 0: off)")
@@ -447,12 +466,14 @@ void AddPreemptionAndFailureOptions(CLI::App* cmd, TimedFlags& f) {
                   "with --preemption: a group's fair share of GPUs is capacity / groups with "
                   "jobs (equal) or its max-min share by demand (demand)")
       ->capture_default_str()
-      ->check(CLI::IsMember({"equal", "demand"}));
+      ->check(CLI::IsMember({"equal", "demand"}))
+      ->needs(preemption);
   cmd->add_option("--preempt-starving-after", flags->starving_after,
                   "with --preemption: a job waiting this many seconds since submission counts "
                   "as under its group's share (0: off)")
       ->capture_default_str()
-      ->check(CLI::Range(int64_t{0}, int64_t{365} * 86400));
+      ->check(CLI::Range(int64_t{0}, int64_t{365} * 86400))
+      ->needs(preemption);
   cmd->add_option("--checkpoint-interval", flags->checkpoint_interval,
                   "a job stopped by preemption or a GPU failure keeps the work of its last "
                   "checkpoint, taken every this many seconds of run time (0: none, it starts "

@@ -5,7 +5,8 @@
 numbers rounded (3.74, not 3.739999999999995); `--plot` draws the FGD figure as SVG;
 `sim timed` applies limits (`--limits-file`), array throttles and holds as a pool does,
 and replays GPU failures from an events file, with bad rows and flags named; the
-experiments `--fair-order service` and `--preempt-by service` change who starts.
+experiments `--fair-order service` and `--preempt-by service` change who starts; an
+ordering or preemption option without the queue or `--preemption` it needs is refused.
 
 Usage: sim_cli_test.py PATH_TO_GPUPOOL
 """
@@ -192,6 +193,23 @@ class SimCliTest(unittest.TestCase):
                 "--fair-order", "service", "--fair-sjf-bound", "2")
         self.assertEqual(r.returncode, 2)
         self.assertIn("--fair-order service and --fair-sjf-bound", r.stderr)
+        # An option that orders or preempts says what it needs instead of doing nothing.
+        for flags, needs in (
+                (["--fair-shortest-first"], "--fair-shortest-first orders the fair-share "
+                 "queue: add --queue fair (the queue is fifo)"),
+                (["--queue", "sjf", "--fair-order", "service"], "--fair-order orders the "
+                 "fair-share queue: add --queue fair (the queue is sjf)"),
+                (["--fair-sjf-bound", "2"], "--fair-sjf-bound orders"),
+                (["--fair-starving-after", "60"], "--fair-starving-after orders"),
+                (["--min-runtime", "60"], "--min-runtime requires --preemption"),
+                (["--preempt-by", "service"], "--preempt-by requires --preemption"),
+                (["--preempt-shares", "demand"], "--preempt-shares requires --preemption"),
+                (["--preempt-starving-after", "60"], "--preempt-starving-after requires"),
+                (["--preemption", "--preempt-service-gap", "0.1"],
+                 "--preempt-service-gap needs --preempt-by service")):
+            r = run("sim", "timed", "--trace", trace, "--cluster", "1x2", *flags)
+            self.assertEqual(r.returncode, 2, (flags, r.stdout, r.stderr))
+            self.assertIn(needs, r.stderr, flags)
 
     def test_sim_policies_lines_up_long_names(self):
         r = run("sim", "policies")
