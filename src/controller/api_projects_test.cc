@@ -144,5 +144,27 @@ TEST_F(ApiProjectsTest, MembershipIsSetByAdminsCheckedStoredAndKeptAcrossARestar
   EXPECT_EQ(ParseJson(r.body, "answer").value()["job"]["project"], "vision");
 }
 
+// Jobs queued before their user left the project keep it, but under enforcement they
+// wait (the `project` gate) with the reason and the fix, as a new submission is refused.
+TEST_F(ApiProjectsTest, AQueuedJobWaitsOnceItsUserLeavesTheProject) {
+  ASSERT_EQ(SetLimits(R"({"projects": {"vision": {"members": ["nobody"]}}})").status, 200);
+  net::HttpResponse r = Submit(R"(, "project": "vision")");
+  ASSERT_EQ(r.status, 201) << r.body;
+  const int64_t vision = ParseJson(r.body, "answer").value()["job"]["id"].get<int64_t>();
+  r = Submit("");
+  ASSERT_EQ(r.status, 201) << r.body;
+  const int64_t own = ParseJson(r.body, "answer").value()["job"]["id"].get<int64_t>();
+  ASSERT_EQ(SetLimits(R"({"projects": {"vision": {"members": ["root"]}}})").status, 200);
+  ASSERT_TRUE(controller_->ScheduleOnce().ok());
+  auto reason = [&](int64_t id) {
+    net::HttpResponse got = AsUid(user_uid_, "GET", "/v1/jobs/" + std::to_string(id));
+    return ParseJson(got.body, "answer").value()["job"].value("pending_reason", std::string());
+  };
+  EXPECT_EQ(reason(vision),
+            "waits: nobody may not charge project 'vision' (enforce-projects members): an admin "
+            "adds them (`gpupool limits set --project vision --add-member nobody`), or cancel it");
+  EXPECT_EQ(reason(own).find("waits: nobody may not charge"), std::string::npos) << reason(own);
+}
+
 }  // namespace
 }  // namespace gpupool::controller

@@ -7,10 +7,12 @@ share). Every test asserts the refusal, its message, and that no job was stored.
 
 Usage: test_projects.py PATH_TO_GPUPOOL
 """
+import json
 import os
 import unittest
 
 import seclib
+import pooltest
 
 
 class ProjectsTest(unittest.TestCase):
@@ -98,6 +100,28 @@ class ProjectsTest(unittest.TestCase):
         r = e.cli(None, "limits", "set", "--project", "vision", "--add-member", "gpsec-nosuch")
         self.assertEqual(r.returncode, 2, r.stdout + r.stderr)
         self.assertIn("limits.projects.vision.members: there is no user 'gpsec-nosuch'", r.stderr)
+
+    def test_a_queued_job_waits_once_its_user_leaves_the_project(self):
+        """Jobs keep their project; one queued (here held, then released) after its user
+        left the project waits with the reason, and starts once an admin adds them back."""
+        e = self.env
+        r = e.cli(e.alice, "submit", "--hold", "--project", "vision", "--json", "--", "true")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        jid = json.loads(r.stdout)["job"]["id"]
+        r = e.cli(None, "limits", "set", "--project", "vision", "--remove-member", e.alice.name)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        try:
+            self.assertEqual(e.cli(e.alice, "release", str(jid)).returncode, 0)
+            why = pooltest.wait_for("the project gate's reason", lambda: (
+                e.job(jid).get("pending_reason", "").startswith("waits: ") and
+                e.job(jid)["pending_reason"]))
+            self.assertIn("gpsec-alice may not charge project 'vision' (enforce-projects "
+                          "members)", why)
+            self.assertEqual(e.job(jid)["state"], "PENDING")
+        finally:
+            r = e.cli(None, "limits", "set", "--project", "vision", "--add-member", e.alice.name)
+            self.assertEqual(r.returncode, 0, r.stderr)
+        e.wait(jid, ("SUCCEEDED",))
 
 
 if __name__ == "__main__":

@@ -48,21 +48,22 @@ Status AdmitProject(const Limits& limits, ProjectEnforcement mode, const std::st
   }
   const std::string& p = *project;
   const Limit* entry = limits.ForProject(p);
-  const std::string fix = "; name one of yours or leave --project out (" +
-                          YourProjects(limits, user) + "), or ask an admin: `gpupool limits set " +
-                          "--project " + p + " --add-member " + user + "`";
+  auto fix = [&] {
+    return "; name one of yours or leave --project out (" + YourProjects(limits, user) +
+           "), or ask an admin: `gpupool limits set --project " + p + " --add-member " + user + "`";
+  };
   if (entry == nullptr) {
     return Status::PermissionDenied("project (--project): there is no project '" + p +
                                     "' in `gpupool limits`, and this pool charges jobs only to "
                                     "projects an admin made (enforce-projects " +
-                                    std::string(ProjectEnforcementName(mode)) + ")" + fix);
+                                    std::string(ProjectEnforcementName(mode)) + ")" + fix());
   }
   if (mode == ProjectEnforcement::kMembers && !entry->members.contains(user)) {
     return Status::PermissionDenied("project (--project): " + user +
                                     " is not a member of project '" + p +
                                     "', and this pool charges a project only to its members "
                                     "(enforce-projects members)" +
-                                    fix);
+                                    fix());
   }
   return Status::Ok();
 }

@@ -4,7 +4,8 @@
 // preemption QoS of the project's entry and, with fair share by project, its share; as
 // free text, anyone could name another team's project or a new one. The controller
 // checks every submission here (`gpupool submit`, arrays, `run`, `alloc`, a script's
-// #GPUPOOL lines: all are one POST /v1/jobs); a job's project never changes after.
+// #GPUPOOL lines: all are one POST /v1/jobs); a job's project never changes after, and
+// the `project` gate (gates.h) holds queued jobs that fail the check later.
 // Pure functions of value types.
 #pragma once
 
