@@ -78,7 +78,8 @@ struct ServerFlags {
   std::string preemption = "on";  // docs/preemption.md
   std::string preempt_min_runtime = "10m";
   std::string preempt_grace = "120s";
-  std::vector<std::string> podman_args;  // global podman flags for image inspection
+  std::string enforce_projects = "none";  // none, known or members (docs/security.md)
+  std::vector<std::string> podman_args;   // global podman flags for image inspection
   std::string advertise;  // `server`: the API address other machines use (--advertise)
   int lease_ms = 5000;    // `server` on PostgreSQL: the leadership lease (--lease-ms)
   // GPU telemetry (controller/telemetry.h); durations as 90s, 30m, 7d or seconds.
@@ -177,6 +178,8 @@ Result<server::ServerOptions> ServerOptionsOf(const ServerFlags& f,
   GP_ASSIGN_OR_RETURN(co.preempt_min_runtime_s,
                       ParseSeconds("--preempt-min-runtime", f.preempt_min_runtime));
   GP_ASSIGN_OR_RETURN(co.preempt_grace_s, ParseSeconds("--preempt-grace", f.preempt_grace));
+  GP_ASSIGN_OR_RETURN(co.enforce_projects,
+                      sched::ParseProjectEnforcement(f.enforce_projects, "--enforce-projects"));
   co.max_queued_per_user = f.max_queued_per_user;
   co.max_queued_total = f.max_queued_total;
   co.max_array_size = f.max_array_size;
@@ -237,6 +240,16 @@ void AddPreemptionFlags(CLI::App* cmd, ServerFlags* f) {
       ->capture_default_str();
 }
 
+// Associations (docs/security.md, "Projects"): who may charge which project.
+void AddProjectFlags(CLI::App* cmd, ServerFlags* f) {
+  cmd->add_option("--enforce-projects", f->enforce_projects,
+                  "which --project a job may name: none (any), known (one with an entry in "
+                  "`gpupool limits`) or members (one whose members list the user; "
+                  "docs/security.md)")
+      ->check(CLI::IsMember({"none", "known", "members"}))
+      ->capture_default_str();
+}
+
 void AddServerFlags(CLI::App* cmd, ServerFlags* f) {
   cmd->add_option("--state-dir", f->state_dir, "where the store, socket and job logs live");
   cmd->add_option("--store", f->store_spec,
@@ -278,6 +291,7 @@ void AddServerFlags(CLI::App* cmd, ServerFlags* f) {
                 "GPU takes one user's shares at a time, since MPS serves one user per GPU "
                 "(docs/sharing.md)");
   AddPreemptionFlags(cmd, f);
+  AddProjectFlags(cmd, f);
   // Issue 25 item 7 (queue flooding): Slurm-like defaults, so that no one user, and not
   // all together, can fill the store's disk and the controller's memory with queued jobs.
   cmd->add_option("--max-queued-per-user", f->max_queued_per_user,

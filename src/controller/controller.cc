@@ -52,6 +52,7 @@ Result<std::unique_ptr<Controller>> Controller::Create(store::Store* store, cons
   }
   std::unique_ptr<Controller> c(new Controller(store, clock, std::move(options)));
   c->scheduler_ = std::move(scheduler).value();
+  c->scheduler_->set_project_enforcement(c->options_.enforce_projects);
   if (c->options_.preemption) {
     PreemptionSettings p;
     p.default_min_runtime_s = c->options_.preempt_min_runtime_s;

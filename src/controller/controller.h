@@ -17,9 +17,8 @@
 // once. A pass starts at most max_starts_per_pass jobs, so that its commit (each step
 // and install under the lock) stays bounded after a mass release; a capped pass is
 // followed by the next at once. The scheduler keeps each job's conversion from pass to
-// pass (sched_input.h, ConversionCache) and converts again only what changed, and keeps
-// the cluster (KeptCluster): it allocates and releases only the jobs that started, ended
-// or moved since the last pass.
+// pass (sched_input.h, ConversionCache) and the cluster (KeptCluster), redoing only what
+// started, ended, moved or changed since the last pass.
 //
 // No store read or write happens under the lock. Every change of an active job goes
 // through one commit path (Commit): the job's next state is stepped under the lock
@@ -127,10 +126,11 @@ struct ControllerOptions {
   bool preemption = true;
   int64_t preempt_min_runtime_s = 600;
   int64_t preempt_grace_s = 120;
-  // Bounds on the queue (issue 25 item 7: one user queued 107,000 jobs in 25 s, 880 MB
-  // of store), from the server's config file ([server] max-queued-per-user, ...). A
-  // submission past one is refused whole, naming it; admins' too. Queued = PENDING, held
-  // jobs included, an array counting each element.
+  // Who may charge which project (--enforce-projects; docs/security.md, project_access.h).
+  ProjectEnforcement enforce_projects = ProjectEnforcement::kNone;
+  // Bounds on the queue (issue 25 item 7: one user queued 107,000 jobs in 25 s), from the
+  // server's config file ([server] max-queued-per-user, ...). A submission past one is
+  // refused whole, naming it; admins' too. Queued = PENDING (held too), an array's each.
   // A user's queued jobs, unless `gpupool limits` gives them (or every user) a max_queued.
   int64_t max_queued_per_user = 10'000;
   int64_t max_queued_total = 100'000;               // every user's together
@@ -293,8 +293,8 @@ class Controller {
   // A job with a submit_key that its user used before is not created again: the answer
   // is the job that key made, with *duplicate set.
   // ResourceExhausted, naming the bound and its key: a submission over
-  // max_submission_bytes (CheckSubmissionSize), or one whose jobs or bytes would pass a
-  // bound on the queue (CheckQueuedLimits).
+  // max_submission_bytes, or past a bound on the queue (CheckQueuedLimits).
+  // PermissionDenied: a project the user may not charge (enforce_projects).
   Result<jobs::Job> Submit(jobs::Job job, const Caller& caller, bool* duplicate = nullptr);
   // ResourceExhausted, naming the size, the bound and its key, when `job`'s submission
   // (jobs::SubmissionBytes) is over max_submission_bytes. Submit checks it first; the API

@@ -98,6 +98,13 @@ Result<Job> Controller::Submit(Job job, const Caller& caller, bool* duplicate) {
                                                     "raises it in the [server] section of its "
                                                     "config file"));
   }
+  {
+    // The project: the user's default if none is named, one they may charge (associations,
+    // project_access.h). Before the queue bounds (they count per project) and the bytes.
+    MutexLock lock(mu_);
+    GP_RETURN_IF_ERROR(
+        sched::AdmitProject(limits_, options_.enforce_projects, job.user, &job.project));
+  }
   const int64_t adding = array ? static_cast<int64_t>(array->indices.size()) : 1;
   // What its jobs hold of the controller's memory: one copy of the submission for all
   // the elements of an array (they share it, jobs::Job::env and command).

@@ -82,6 +82,7 @@ Result<ScheduleResult> JobScheduler::Plan(const std::vector<const jobs::Job*>& a
   ctx.running = in.running;
   ctx.occupying = in.occupying;
   ctx.limits = &limits;
+  ctx.project_enforcement = project_enforcement_;
   ctx.plan_starts = plan_starts;
   ctx.draining = in.draining;
   std::sort(in.memory_enforced_nodes.begin(), in.memory_enforced_nodes.end());

@@ -73,6 +73,8 @@ class JobScheduler {
                                                       bool mps_multi_user = false,
                                                       size_t max_starts = 0);
 
+  // Who may charge which project (sched/admission/project_access.h); kNone by default.
+  void set_project_enforcement(ProjectEnforcement e) { project_enforcement_ = e; }
   // Preemption (preemption_plan.h): on unless set_preemption(nullopt).
   void set_preemption(std::optional<PreemptionSettings> settings) {
     preemption_ = std::move(settings);
@@ -117,6 +119,7 @@ class JobScheduler {
   JobScheduler() = default;
   std::unique_ptr<sched::SchedulingProfile> profile_;
   bool mps_multi_user_ = false;
+  ProjectEnforcement project_enforcement_ = ProjectEnforcement::kNone;
   std::optional<PreemptionSettings> preemption_ = PreemptionSettings{};
   std::unique_ptr<sched::PlacementPolicy> preempt_policy_;  // ChooseVictims' trial placements
   // Keeps this pass's reasons (by index into in.pending; none for started jobs), and

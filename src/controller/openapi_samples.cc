@@ -196,8 +196,9 @@ class Scenario {
                      R"({"reason": "replace GPU 1"})"));
     Expect(200, Root("POST", "/v1/nodes/{name}/resume", "/v1/nodes/vm/resume"));
     Expect(200, Root("PUT", "/v1/limits", "/v1/limits", {},
-                     R"({"default": {"max_gpus": 8}, "users": {"nobody": {"max_queued": 10}},
-                         "projects": {"vision": {"max_running": 2}}})"));
+                     R"({"default": {"max_gpus": 8},
+                         "users": {"nobody": {"max_queued": 10, "default_project": "vision"}},
+                         "projects": {"vision": {"max_running": 2, "members": ["nobody"]}}})"));
     Expect(200, User("GET", "/v1/limits", "/v1/limits"));
     clock_.AdvanceMicros(3'600'000'000);
     Expect(200, Root("GET", "/v1/usage", "/v1/usage"));

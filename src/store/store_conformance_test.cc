@@ -14,6 +14,7 @@
 
 #include "common/strings.h"
 #include "jobs/job_sort.h"
+#include "sched/admission/limits.h"
 #include "store/lease.h"
 #include "store/open_store.h"
 #include "store/postgres_store.h"
@@ -690,6 +691,29 @@ TEST_P(StoreTest, SettingsAreReplacedWhole) {
   ASSERT_TRUE(store_->PutSetting("limits", R"({"users": {"a": {}}})").ok());
   EXPECT_EQ(store_->GetSetting("limits")->value(), R"({"users": {"a": {}}})");
   EXPECT_FALSE(store_->GetSetting("other")->has_value());
+}
+
+// Associations (a project's members, a user's default project) are kept with the limits
+// and come back whole after the store is opened again (a controller restart); each name
+// of several bytes (UTF-8) too.
+TEST_P(StoreTest, ProjectMembershipIsKeptWithTheLimitsAcrossAReopen) {
+  sched::Limits limits;
+  limits.projects["vision"].members = {"alice", "bob", "z\xc3\xa9lie"};
+  limits.projects["vision"].max_gpus = 16;
+  limits.users["alice"].default_project = "vision";
+  ASSERT_TRUE(store_->PutSetting("limits", DumpJson(sched::LimitsToJson(limits))).ok());
+  if (GetParam() != "sqlite-memory") {
+    store_.reset();
+    auto s = OpenStore(path_);
+    ASSERT_TRUE(s.ok()) << s.status().ToString();
+    store_ = std::move(s).value();
+  }
+  Result<std::optional<std::string>> stored = store_->GetSetting("limits");
+  ASSERT_TRUE(stored.ok() && stored->has_value());
+  Result<sched::Limits> back = sched::LimitsFromJson(Json::parse(**stored));
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(*back, limits);
+  EXPECT_EQ(back->ForProject("vision")->members.size(), 3u);
 }
 
 TEST_P(StoreTest, TelemetryPointsAreReplacedListedInOrderAndExpire) {

@@ -634,6 +634,46 @@ TEST_F(ClientE2eTest, LimitsSetChangesOneEntryAndKeepsTheOthers) {
   EXPECT_EQ(Requests().size(), 2u);  // none of those reached the server
 }
 
+// Associations: --members replaces a project's members, --add-member and
+// --remove-member change them (in that order); --default-project is a user's.
+TEST_F(ClientE2eTest, LimitsSetChangesAProjectsMembersAndAUsersDefaultProject) {
+  Serve([](const HttpRequest& r) {
+    if (r.method == "GET") {
+      return JsonAnswer(200, R"({"default": {}, "users": {},
+        "projects": {"vision": {"max_gpus": 16, "members": ["alice", "bob"]}}})");
+    }
+    return JsonAnswer(200, r.body);
+  });
+  auto put = [&](std::vector<std::string> args) {
+    const size_t before = Requests().size();
+    RunResult r = Run(std::move(args));
+    EXPECT_EQ(r.code, 0) << r.err;
+    EXPECT_EQ(Requests().size(), before + 2);
+    return Json::parse(Requests().back().body);
+  };
+  Json l = put({"limits", "set", "--project", "vision", "--add-member", "carol,dave",
+                "--remove-member", "bob"});
+  EXPECT_EQ(l["projects"]["vision"],
+            Json::parse(R"({"max_gpus": 16, "members": ["alice", "carol", "dave"]})"));
+  l = put({"limits", "set", "--project", "vision", "--members", "erin", "--add-member", "bob"});
+  EXPECT_EQ(l["projects"]["vision"]["members"], Json::parse(R"(["bob", "erin"])"));
+  l = put({"limits", "set", "--project", "vision", "--members", "none"});
+  EXPECT_EQ(l["projects"]["vision"], Json::parse(R"({"max_gpus": 16})"));
+  l = put({"limits", "set", "--project", "ml", "--members", "alice"});
+  EXPECT_EQ(l["projects"]["ml"], Json::parse(R"({"members": ["alice"]})"));
+  l = put({"limits", "set", "--user", "alice", "--default-project", "vision"});
+  EXPECT_EQ(l["users"]["alice"], Json::parse(R"({"default_project": "vision"})"));
+  const size_t sent = Requests().size();
+  RunResult r = Run({"limits", "set", "--user", "alice", "--add-member", "bob"});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("give --project NAME"), std::string::npos) << r.err;
+  r = Run({"limits", "set", "--project", "vision", "--default-project", "vision"});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("--default-project: a user's"), std::string::npos) << r.err;
+  EXPECT_EQ(Run({"limits", "set", "--project", "vision", "--members", "a,,b"}).code, 2);
+  EXPECT_EQ(Requests().size(), sent);  // none of those reached the server
+}
+
 TEST_F(ClientE2eTest, HoldAndReleaseEachJobAndFailIfAnyFailed) {
   Serve([](const HttpRequest& r) {
     if (r.path == "/v1/jobs/7/hold" || r.path == "/v1/jobs/7/release") {

@@ -3,12 +3,14 @@
 #include <functional>
 #include <map>
 #include <optional>
+#include <set>
 #include <tuple>
 
 #include "cli/client/client_common.h"
 #include "cli/client/json_view.h"
 #include "cli/client/render.h"
 #include "cli/client/units.h"
+#include "common/strings.h"
 
 namespace gpupool::cli {
 namespace {
@@ -148,7 +150,60 @@ struct LimitsState {
   std::optional<std::string> preemptible;  // yes, no or none (docs/preemption.md)
   std::optional<std::string> min_runtime;  // a duration, or none
   std::optional<std::string> grace;        // a duration, or none
+  // Associations (docs/cli.md, "limits"): a project's members, a user's default project.
+  std::optional<std::string> members;  // NAME,NAME... (replaces them), or none
+  std::vector<std::string> add_members;
+  std::vector<std::string> remove_members;
+  std::optional<std::string> default_project;  // a project, or none
+  bool Associations() const {
+    return members || !add_members.empty() || !remove_members.empty() || default_project;
+  }
 };
+
+// `limits set`'s associations into the entry: --members, --add-member and
+// --remove-member (in that order) on a project's, --default-project on a user's.
+Status SetAssociations(const LimitsState& s, Json* entry) {
+  if ((s.members || !s.add_members.empty() || !s.remove_members.empty()) && s.project.empty()) {
+    return Status::InvalidArgument(
+        "--members, --add-member and --remove-member: a project's members; give --project NAME");
+  }
+  if (s.default_project && s.user.empty()) {
+    return Status::InvalidArgument("--default-project: a user's; give --user NAME");
+  }
+  std::set<std::string> members;
+  if (const Json* m = Field(*entry, "members"); m != nullptr && m->is_array()) {
+    for (const Json& name : *m) {
+      if (name.is_string()) members.insert(name.get<std::string>());
+    }
+  }
+  if (s.members) {
+    members.clear();
+    if (*s.members != "none") {
+      for (const std::string& name : Split(*s.members, ',')) {
+        if (Trim(name).empty()) {
+          return Status::InvalidArgument("--members " + *s.members +
+                                         ": login names separated by commas, or none");
+        }
+        members.insert(std::string(Trim(name)));
+      }
+    }
+  }
+  for (const std::string& name : s.add_members) members.insert(std::string(Trim(name)));
+  for (const std::string& name : s.remove_members) members.erase(std::string(Trim(name)));
+  if (members.empty()) {
+    entry->erase("members");
+  } else {
+    (*entry)["members"] = members;
+  }
+  if (s.default_project) {
+    if (*s.default_project == "none") {
+      entry->erase("default_project");
+    } else {
+      (*entry)["default_project"] = *s.default_project;
+    }
+  }
+  return Status::Ok();
+}
 
 // `limits set`'s preemption defaults into `values` (-1: clear) and `preemptible`.
 Status PreemptionDefaults(const LimitsState& s, std::map<std::string, int64_t>* values,
@@ -189,10 +244,11 @@ Status RunLimitsSet(const ClientRuntime& rt, const LimitsState& s) {
         "limits set: give one of --user NAME, --project NAME or --default (every user)");
   }
   if (!s.max_gpus && !s.max_running && !s.max_queued && !s.preemptible && !s.min_runtime &&
-      !s.grace) {
+      !s.grace && !s.Associations()) {
     return Status::InvalidArgument(
-        "limits set: give --max-gpus, --max-running or --max-queued (a number, or none), or "
-        "--preemptible, --min-runtime or --grace");
+        "limits set: give --max-gpus, --max-running or --max-queued (a number, or none), "
+        "--preemptible, --min-runtime or --grace, or a project's --members (--add-member, "
+        "--remove-member) or a user's --default-project");
   }
   const std::tuple<const char*, const char*, const std::optional<std::string>*> fields[] = {
       {"--max-gpus", "max_gpus", &s.max_gpus},
@@ -214,6 +270,8 @@ Status RunLimitsSet(const ClientRuntime& rt, const LimitsState& s) {
   }
   std::optional<std::optional<bool>> preemptible;  // set: change it (to a value or none)
   GP_RETURN_IF_ERROR(PreemptionDefaults(s, &values, &preemptible));
+  Json checked = Json::object();  // the associations' flags, checked before any request
+  GP_RETURN_IF_ERROR(SetAssociations(s, &checked));
   GP_ASSIGN_OR_RETURN(ApiClient api, Connect(rt, s.base.conn));
   GP_ASSIGN_OR_RETURN(ApiAnswer current, api.Get("/v1/limits"));
   Json limits = current.json;
@@ -238,6 +296,7 @@ Status RunLimitsSet(const ClientRuntime& rt, const LimitsState& s) {
       entry->erase("preemptible");
     }
   }
+  GP_RETURN_IF_ERROR(SetAssociations(s, entry));
   GP_ASSIGN_OR_RETURN(ApiAnswer answer, api.Put("/v1/limits", limits.dump()));
   if (s.base.json) {
     PrintRaw(rt, answer.body);
@@ -341,19 +400,8 @@ void RegisterNodeCommands(CLI::App& app, const RuntimePtr& rt) {
   resume->callback([rt, nr] { Report(*rt, RunNodeAction(*rt, *nr, "resume")); });
 }
 
-}  // namespace
-
-void RegisterClusterCommands(CLI::App& app, const RuntimePtr& rt) {
-  auto n = std::make_shared<SimpleState>();
-  CLI::App* nodes = app.add_subcommand("nodes", "List the pool's nodes and their GPUs");
-  nodes->add_flag("--json", n->json, "print the server's JSON");
-  AddConnectionOptions(*nodes, &n->conn);
-  nodes->callback([rt, n] {
-    const int64_t now = rt->env.now_us();
-    Report(*rt,
-           GetAndPrint(*rt, *n, "/v1/nodes", [now](const Json& j) { return RenderNodes(j, now); }));
-  });
-
+// `limits` and `limits set`.
+void RegisterLimitsCommand(CLI::App& app, const RuntimePtr& rt) {
   auto ls = std::make_shared<LimitsState>();
   CLI::App* limits = app.add_subcommand(
       "limits", "Show the usage limits per user and project; `limits set` changes them (admins)");
@@ -373,6 +421,16 @@ void RegisterClusterCommands(CLI::App& app, const RuntimePtr& rt) {
                   "their preemptible jobs' --min-runtime when they give none, or none");
   set->add_option("--grace", ls->grace,
                   "their preemptible jobs' --grace when they give none, or none");
+  set->add_option("--members", ls->members,
+                  "a project's members, NAME,NAME...: only they may charge it where the server "
+                  "enforces projects (enforce-projects members); none: clear them");
+  set->add_option("--add-member", ls->add_members, "add these users to a project's members")
+      ->delimiter(',');
+  set->add_option("--remove-member", ls->remove_members, "take these users off a project's members")
+      ->delimiter(',');
+  set->add_option("--default-project", ls->default_project,
+                  "the project a user's jobs without --project charge (one whose members list "
+                  "them), or none: their own name");
   set->add_flag("--json", ls->base.json, "print the server's JSON");
   AddConnectionOptions(*set, &ls->base.conn);
   set->callback([rt, ls] { Report(*rt, RunLimitsSet(*rt, *ls)); });
@@ -381,7 +439,22 @@ void RegisterClusterCommands(CLI::App& app, const RuntimePtr& rt) {
     Report(*rt,
            GetAndPrint(*rt, ls->base, "/v1/limits", [](const Json& j) { return RenderLimits(j); }));
   });
+}
 
+}  // namespace
+
+void RegisterClusterCommands(CLI::App& app, const RuntimePtr& rt) {
+  auto n = std::make_shared<SimpleState>();
+  CLI::App* nodes = app.add_subcommand("nodes", "List the pool's nodes and their GPUs");
+  nodes->add_flag("--json", n->json, "print the server's JSON");
+  AddConnectionOptions(*nodes, &n->conn);
+  nodes->callback([rt, n] {
+    const int64_t now = rt->env.now_us();
+    Report(*rt,
+           GetAndPrint(*rt, *n, "/v1/nodes", [now](const Json& j) { return RenderNodes(j, now); }));
+  });
+
+  RegisterLimitsCommand(app, rt);
   RegisterNodeCommands(app, rt);
 
   auto u = std::make_shared<UsageState>();

@@ -214,6 +214,15 @@ std::string PreemptionCell(const Json& l) {
   return out;
 }
 
+// A project's members as "alice,bob" ("" without).
+std::string MembersCell(const Json& l) {
+  std::string out;
+  for (const Json& m : GetArray(l, "members")) {
+    if (m.is_string()) out += (out.empty() ? "" : ",") + CleanCell(m.get<std::string>());
+  }
+  return out;
+}
+
 }  // namespace
 
 std::string RenderNodes(const Json& answer, int64_t now_us) {
@@ -339,16 +348,23 @@ Result<std::string> RenderNode(const Json& answer, const std::string& name, int6
 }
 
 std::string RenderLimits(const Json& answer) {
-  // The PREEMPTIBLE column only where some entry has preemption defaults.
+  // The PREEMPTIBLE, MEMBERS and DEFAULT_PROJECT columns only where some entry has one.
   bool preemption = !PreemptionCell(GetObject(answer, "default")).empty();
+  bool members = false;
+  bool defaults = false;
   for (const char* kind : {"users", "projects"}) {
     const Json& m = GetObject(answer, kind);
     for (auto it = m.begin(); it != m.end(); ++it) {
       preemption = preemption || !PreemptionCell(*it).empty();
+      members = members || !MembersCell(*it).empty();
+      defaults = defaults || !GetString(*it, "default_project").empty();
     }
   }
-  Table t = preemption ? Table({"FOR", "MAX_GPUS>", "MAX_RUNNING>", "MAX_QUEUED>", "PREEMPTIBLE"})
-                       : Table({"FOR", "MAX_GPUS>", "MAX_RUNNING>", "MAX_QUEUED>"});
+  std::vector<std::string> header = {"FOR", "MAX_GPUS>", "MAX_RUNNING>", "MAX_QUEUED>"};
+  if (preemption) header.push_back("PREEMPTIBLE");
+  if (members) header.push_back("MEMBERS");
+  if (defaults) header.push_back("DEFAULT_PROJECT");
+  Table t(header);
   // A user's row leaves a field to the default's ("default"); elsewhere unset is none.
   auto cell = [](const Json& l, const char* key, bool inherits) {
     const int64_t v = GetInt(l, key, -1);
@@ -358,10 +374,12 @@ std::string RenderLimits(const Json& answer) {
     std::vector<std::string> cells = {who, cell(l, "max_gpus", inherits),
                                       cell(l, "max_running", inherits),
                                       cell(l, "max_queued", inherits)};
-    if (preemption) {
-      const std::string p = PreemptionCell(l);
-      cells.push_back(p.empty() ? "-" : p);
-    }
+    auto add = [&cells](bool shown, const std::string& v) {
+      if (shown) cells.push_back(v.empty() ? "-" : v);
+    };
+    add(preemption, PreemptionCell(l));
+    add(members, MembersCell(l));
+    add(defaults, CleanCell(GetString(l, "default_project")));
     t.AddRow(cells);
   };
   row("every user (default)", GetObject(answer, "default"), false);

@@ -190,6 +190,22 @@ TEST(RenderLimitsTest, APreemptibleColumnOnlyWhereSomeEntryHasDefaults) {
   EXPECT_NE(out.find("project ml"), std::string::npos) << out;
 }
 
+// Associations: MEMBERS and DEFAULT_PROJECT columns only where some entry has them.
+TEST(RenderLimitsTest, MembersAndDefaultProjectColumnsOnlyWhereSomeEntryHasThem) {
+  const Json plain = Parse(R"({"default": {}, "users": {}, "projects": {"ml": {"max_gpus": 4}}})");
+  EXPECT_EQ(RenderLimits(plain).find("MEMBERS"), std::string::npos);
+  EXPECT_EQ(RenderLimits(plain).find("DEFAULT_PROJECT"), std::string::npos);
+  const Json assoc = Parse(R"({"default": {}, "users": {"alice": {"default_project": "ml"}},
+    "projects": {"ml": {"members": ["alice", "bob"]}}})");
+  const std::string out = RenderLimits(assoc);
+  EXPECT_NE(out.find("MEMBERS"), std::string::npos) << out;
+  EXPECT_NE(out.find("DEFAULT_PROJECT"), std::string::npos) << out;
+  EXPECT_NE(out.find("alice,bob"), std::string::npos) << out;
+  const size_t alice = out.find("user alice");
+  ASSERT_NE(alice, std::string::npos);
+  EXPECT_NE(out.substr(alice, out.find('\n', alice) - alice).find(" ml"), std::string::npos) << out;
+}
+
 TEST(ShellJoinTest, QuotesOnlyWhatNeedsIt) {
   EXPECT_EQ(ShellJoin({"python", "-c", "print('hi')", "", "a=b"}),
             "python -c 'print('\\''hi'\\'')' '' a=b");

@@ -61,17 +61,26 @@ net::HttpResponse GetLimits(const ApiContext& ctx, const Call&) {
 
 namespace {
 
-// Limits apply to the accounts jobs run as: a user row the limits did not have yet must
-// name an account on this host, or a typo would limit nobody and say nothing. Rows
-// already there stay, so a deleted account's row does not block every later change.
+// Limits apply to the accounts jobs run as: a user row, or a project's member, the
+// limits did not have yet must name an account on this host, or a typo would limit (or
+// admit) nobody and say nothing. Those already there stay, so a deleted account does
+// not block every later change.
 Status CheckLimitUsers(const Limits& next, const Limits& current) {
+  auto check = [](const std::string& field, const std::string& name) {
+    if (IsPosixUserName(name) && HasPosixAccount(name)) return Status::Ok();
+    return Status::InvalidArgument(
+        field + ": there is no user '" + name +
+        "' on the controller host; limits apply to the login names jobs run as: give an "
+        "existing one (`getent passwd NAME`), or create the account first");
+  };
   for (const auto& [name, limit] : next.users) {
-    if (current.users.contains(name)) continue;
-    if (!IsPosixUserName(name) || !HasPosixAccount(name)) {
-      return Status::InvalidArgument(
-          "limits.users." + name + ": there is no user '" + name +
-          "' on the controller host; limits apply to the login names jobs run as: give an "
-          "existing one (`getent passwd NAME`), or create the account first");
+    if (!current.users.contains(name)) GP_RETURN_IF_ERROR(check("limits.users." + name, name));
+  }
+  for (const auto& [project, limit] : next.projects) {
+    const Limit* was = current.ForProject(project);
+    for (const std::string& m : limit.members) {
+      if (was != nullptr && was->members.contains(m)) continue;
+      GP_RETURN_IF_ERROR(check("limits.projects." + project + ".members", m));
     }
   }
   return Status::Ok();

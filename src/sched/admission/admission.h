@@ -30,6 +30,7 @@
 
 #include "common/status.h"
 #include "sched/admission/limits.h"
+#include "sched/admission/project_access.h"
 #include "sched/cluster_state.h"
 #include "sched/framework.h"
 #include "sched/queue/queued_job.h"
@@ -54,7 +55,9 @@ struct PassContext {
   // Every job that holds resources (placed or running), for the gates' counts; may hold
   // jobs `running` lacks (one whose node is gone still counts until it is written off).
   std::span<const QueuedJob* const> occupying;
-  const Limits* limits = nullptr;     // QuotaLimit; null = no limits
+  const Limits* limits = nullptr;  // QuotaLimit, ProjectGate; null = no limits
+  // ProjectGate: who may charge which project (project_access.h); kNone: anyone.
+  ProjectEnforcement project_enforcement = ProjectEnforcement::kNone;
   std::span<const int32_t> draining;  // DrainFilter: cluster indices of draining nodes
   EnvironmentLookup environments;     // EnvCompatFilter; empty = no node is constrained
   // EnforceMemoryFilter: the nodes (names, sorted) whose GPUs all hold a share to its
@@ -103,7 +106,7 @@ struct RegistryTraits<AdmissionFilter>
 using GateRegistry = Registry<GatePlugin>;
 using AdmissionFilterRegistry = Registry<AdmissionFilter>;
 
-// The built-in gates (hold, dependency, earlier-attempt, array-throttle, quota) and
+// The built-in gates (hold, dependency, earlier-attempt, array-throttle, project, quota) and
 // filters (drain, enforce-memory, env-compat); immutable after first use, safe to share between
 // threads.
 const GateRegistry& BuiltinGates();

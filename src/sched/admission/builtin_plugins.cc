@@ -30,6 +30,10 @@ const GateRegistry& BuiltinGates() {
                     Make<EarlierAttemptGate, GatePlugin>()));
     Must(r.Register("array-throttle", "at most N elements of an array run at once (--array ...%N)",
                     Make<ArrayThrottle, GatePlugin>()));
+    Must(r.Register("project",
+                    "under enforce-projects, a job waits while its user may not "
+                    "charge its project",
+                    Make<ProjectGate, GatePlugin>()));
     Must(r.Register("quota", "users and projects stay within their limits (`gpupool limits`)",
                     Make<QuotaLimit, GatePlugin>()));
     return r;

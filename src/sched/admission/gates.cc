@@ -56,6 +56,24 @@ bool ArrayThrottle::Admit(const QueuedJob& job, std::string* why) {
   return true;
 }
 
+void ProjectGate::BeginPass(const PassContext& ctx) {
+  limits_ = ctx.limits;
+  mode_ = ctx.project_enforcement;
+}
+
+bool ProjectGate::Admit(const QueuedJob& job, std::string* why) {
+  if (limits_ == nullptr || mode_ == ProjectEnforcement::kNone || job.project == job.user) {
+    return true;
+  }
+  std::string project = job.project;
+  if (AdmitProject(*limits_, mode_, job.user, &project).ok()) return true;
+  *why = "waits: " + job.user + " may not charge project '" + project + "' (enforce-projects " +
+         std::string(ProjectEnforcementName(mode_)) +
+         "): an admin adds them (`gpupool limits set --project " + project + " --add-member " +
+         job.user + "`), or cancel it";
+  return false;
+}
+
 void QuotaLimit::BeginPass(const PassContext& ctx) {
   users_.clear();
   projects_.clear();

@@ -4,6 +4,8 @@
 //   earlier-attempt - a requeued job waits while a node still stops its earlier attempt;
 //   array-throttle  - at most array_max_running elements of an array run at once, the
 //                     earliest first;
+//   project         - under the server's enforce-projects, a job whose user may not charge
+//                     its project (any more: project_access.h) waits;
 //   quota           - a job that would take its user or project past their Limits waits.
 // Their pending reasons are what users read in `gpupool queue` and what metrics.cc
 // classifies by prefix ("held by ", "waits for job", "waits for attempt ", "array ",
@@ -48,6 +50,19 @@ class ArrayThrottle final : public GatePlugin {
  private:
   std::map<std::string, int64_t, std::less<>> running_;   // array -> elements placed or running
   std::map<std::string, int64_t, std::less<>> admitted_;  // array -> elements admitted this pass
+};
+
+// The submission check (AdmitProject) again for queued jobs, which may predate it: jobs
+// submitted before enforcement was turned on or before their user left the project.
+class ProjectGate final : public GatePlugin {
+ public:
+  std::string_view name() const override { return "project"; }
+  void BeginPass(const PassContext& ctx) override;
+  bool Admit(const QueuedJob& job, std::string* why) override;
+
+ private:
+  const Limits* limits_ = nullptr;
+  ProjectEnforcement mode_ = ProjectEnforcement::kNone;
 };
 
 class QuotaLimit final : public GatePlugin {

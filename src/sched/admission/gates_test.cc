@@ -96,6 +96,36 @@ TEST(ArrayThrottle, RunsAtMostNElementsCountingRunningAndAdmittedOnes) {
   EXPECT_EQ(Why(gate, element("44")), reason);
 }
 
+// Security: a job queued before its user left the project (or before the server enforced
+// projects) waits under enforcement, as a new submission would be refused.
+TEST(ProjectGate, UnderEnforcementAJobWaitsWhileItsUserMayNotChargeItsProject) {
+  Limits limits;
+  limits.projects["vision"].members = {"alice"};
+  QueuedJob bobs = GpuJob("8", "bob", 1);
+  bobs.project = "vision";
+  QueuedJob alices = GpuJob("9", "alice", 1);
+  alices.project = "vision";
+  QueuedJob own = GpuJob("10", "bob", 1);
+  own.project = "bob";  // no --project: the user's name
+  ProjectGate gate;
+  PassContext ctx = Context({}, &limits);
+  gate.BeginPass(ctx);  // enforcement off: as before
+  EXPECT_EQ(Why(gate, bobs), "");
+  ctx.project_enforcement = ProjectEnforcement::kMembers;
+  gate.BeginPass(ctx);
+  EXPECT_EQ(Why(gate, bobs),
+            "waits: bob may not charge project 'vision' (enforce-projects members): an admin adds "
+            "them (`gpupool limits set --project vision --add-member bob`), or cancel it");
+  EXPECT_EQ(Why(gate, alices), "");
+  EXPECT_EQ(Why(gate, own), "");
+  ctx.project_enforcement = ProjectEnforcement::kKnown;
+  gate.BeginPass(ctx);
+  EXPECT_EQ(Why(gate, bobs), "");  // vision has an entry
+  bobs.project = "made-up";
+  EXPECT_NE(Why(gate, bobs).find("may not charge project 'made-up' (enforce-projects known)"),
+            std::string::npos);
+}
+
 TEST(QuotaLimit, UsersAndProjectsStayWithinTheirLimits) {
   Limits limits;
   limits.users["alice"].max_gpus = 3;

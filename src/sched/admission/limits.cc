@@ -1,5 +1,7 @@
 #include "sched/admission/limits.h"
 
+#include <vector>
+
 namespace gpupool::sched {
 namespace {
 
@@ -13,6 +15,8 @@ OrderedJson LimitToJson(const Limit& l) {
   if (l.preemptible) j["preemptible"] = *l.preemptible;
   if (l.min_runtime_s >= 0) j["min_runtime_s"] = l.min_runtime_s;
   if (l.preempt_grace_s >= 0) j["preempt_grace_s"] = l.preempt_grace_s;
+  if (!l.members.empty()) j["members"] = l.members;
+  if (!l.default_project.empty()) j["default_project"] = l.default_project;
   return j;
 }
 
@@ -28,8 +32,53 @@ Result<Limit> LimitFromJson(const Json& j, const std::string& path) {
   f.Optional("preemptible", &l.preemptible);
   f.Optional("min_runtime_s", &l.min_runtime_s, -1, int64_t{365} * 24 * 3600);
   f.Optional("preempt_grace_s", &l.preempt_grace_s, -1, int64_t{24} * 3600);
+  std::vector<std::string> members;
+  f.Optional("members", &members);
+  f.Optional("default_project", &l.default_project);
   GP_RETURN_IF_ERROR(f.Finish());
+  for (const std::string& m : members) {
+    if (m.empty() || m.size() > 64) {
+      return Status::InvalidArgument(path +
+                                     ".members: login names of 1..64 characters, e.g. "
+                                     "[\"alice\", \"bob\"]");
+    }
+  }
+  l.members.insert(members.begin(), members.end());
+  if (l.default_project.size() > 64) {
+    return Status::InvalidArgument(path + ".default_project: a project name of 1..64 characters");
+  }
   return l;
+}
+
+// Members belong to a project's entry, a default project to a user's.
+Status CheckAssociationFields(const Limit& l, const std::string& path, bool user, bool project) {
+  if (!project && !l.members.empty()) {
+    return Status::InvalidArgument(path +
+                                   ".members: only a project's entry has members (limits.projects."
+                                   "NAME.members; `gpupool limits set --project NAME --members`)");
+  }
+  if (!user && !l.default_project.empty()) {
+    return Status::InvalidArgument(path +
+                                   ".default_project: only a user's entry has a default project "
+                                   "(`gpupool limits set --user NAME --default-project PROJECT`)");
+  }
+  return Status::Ok();
+}
+
+// A user's default project must be one they may charge: a project whose entry lists them.
+Status CheckDefaultProjects(const Limits& l) {
+  for (const auto& [user, limit] : l.users) {
+    const std::string& p = limit.default_project;
+    if (p.empty() || p == user) continue;
+    const Limit* project = l.ForProject(p);
+    if (project == nullptr || !project->members.contains(user)) {
+      return Status::InvalidArgument(
+          "limits.users." + user + ".default_project: project '" + p + "' does not list " + user +
+          " among its members; add them first (`gpupool limits set --project " + p +
+          " --add-member " + user + "`), or clear it (`--default-project none`)");
+    }
+  }
+  return Status::Ok();
 }
 
 Status NamedLimits(const Json* obj, const std::string& path, std::map<std::string, Limit>* out) {
@@ -38,7 +87,10 @@ Status NamedLimits(const Json* obj, const std::string& path, std::map<std::strin
     if (it.key().empty() || it.key().size() > 64) {
       return Status::InvalidArgument(path + ": a name of 1..64 characters, e.g. \"alice\"");
     }
-    GP_ASSIGN_OR_RETURN(Limit l, LimitFromJson(*it, path + "." + it.key()));
+    const std::string at = path + "." + it.key();
+    GP_ASSIGN_OR_RETURN(Limit l, LimitFromJson(*it, at));
+    GP_RETURN_IF_ERROR(
+        CheckAssociationFields(l, at, path == "limits.users", path == "limits.projects"));
     if (!l.empty()) (*out)[it.key()] = l;
   }
   return Status::Ok();
@@ -85,9 +137,11 @@ Result<Limits> LimitsFromJson(const Json& j) {
   GP_RETURN_IF_ERROR(f.Finish());
   if (def != nullptr) {
     GP_ASSIGN_OR_RETURN(l.user_default, LimitFromJson(*def, "limits.default"));
+    GP_RETURN_IF_ERROR(CheckAssociationFields(l.user_default, "limits.default", false, false));
   }
   GP_RETURN_IF_ERROR(NamedLimits(users, "limits.users", &l.users));
   GP_RETURN_IF_ERROR(NamedLimits(projects, "limits.projects", &l.projects));
+  GP_RETURN_IF_ERROR(CheckDefaultProjects(l));
   return l;
 }
 

@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 
 #include "common/json.h"
@@ -28,9 +29,15 @@ struct Limit {
   std::optional<bool> preemptible;
   int64_t min_runtime_s = -1;
   int64_t preempt_grace_s = -1;
+  // Associations (Slurm's), not bounds either: a project's entry lists the users who may
+  // charge it (enforced under the server's enforce-projects, project_access.h), and a
+  // user's entry may name the project their jobs without --project charge (Slurm's
+  // DefaultAccount; it must list them). Neither is inherited.
+  std::set<std::string> members;  // projects only
+  std::string default_project;    // users only; empty: their own name
   bool empty() const {
     return max_gpus < 0 && max_running < 0 && max_queued < 0 && !preemptible && min_runtime_s < 0 &&
-           preempt_grace_s < 0;
+           preempt_grace_s < 0 && members.empty() && default_project.empty();
   }
   friend bool operator==(const Limit&, const Limit&) = default;
 };
@@ -50,8 +57,10 @@ struct Limits {
 OrderedJson LimitsToJson(const Limits& l);
 // `{"default": LIMIT, "users": {NAME: LIMIT}, "projects": {NAME: LIMIT}}`, each LIMIT
 // `{"max_gpus", "max_running", "max_queued"}` (absent or -1: no limit; in a user's
-// row: the default's) and the preemption defaults `"preemptible"` (true or false),
-// `"min_runtime_s"` and `"preempt_grace_s"` (absent or -1: none).
+// row: the default's), the preemption defaults `"preemptible"` (true or false),
+// `"min_runtime_s"` and `"preempt_grace_s"` (absent or -1: none), a project's
+// `"members"` (login names) and a user's `"default_project"` (a project whose members
+// include the user). InvalidArgument naming the field otherwise.
 Result<Limits> LimitsFromJson(const Json& j);
 
 // The reason a pending job waits, naming who is at which limit; empty when none is hit.

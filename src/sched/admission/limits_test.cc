@@ -68,6 +68,40 @@ TEST(LimitsJsonTest, BadInputNamesTheField) {
   EXPECT_NE(err("[]").find("limits"), std::string::npos);
 }
 
+// Associations: a project's members and a user's default project ride with the limits;
+// members only on projects, a default project only on users and only one that lists them.
+TEST(LimitsJsonTest, MembersAndDefaultProjectsRoundTripAndAreChecked) {
+  Limits l;
+  l.projects["vision"].members = {"bob", "alice"};
+  l.users["alice"].default_project = "vision";
+  const OrderedJson j = LimitsToJson(l);
+  EXPECT_EQ(DumpJson(j["projects"]["vision"]), R"({"members":["alice","bob"]})");
+  Result<Limits> back = LimitsFromJson(Json::parse(DumpJson(j)));
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(*back, l);  // an entry with members only is kept
+  auto err = [](const char* text) {
+    Result<Limits> r = LimitsFromJson(Json::parse(text));
+    return r.ok() ? std::string("OK") : r.status().message();
+  };
+  EXPECT_EQ(err(R"({"users": {"a": {"members": ["b"]}}})").rfind("limits.users.a.members: only", 0),
+            0u);
+  EXPECT_EQ(err(R"({"default": {"members": ["b"]}})").rfind("limits.default.members: only", 0), 0u);
+  EXPECT_EQ(err(R"({"projects": {"p": {"default_project": "q"}}})")
+                .rfind("limits.projects.p.default_project: only", 0),
+            0u);
+  EXPECT_EQ(err(R"({"projects": {"p": {"members": [""]}}})").rfind("limits.projects.p.members", 0),
+            0u);
+  EXPECT_EQ(err(R"({"projects": {"p": {"members": "a"}}})").rfind("limits.projects.p.members", 0),
+            0u);
+  const std::string why = err(R"({"projects": {"p": {"members": ["b"]}},
+                                  "users": {"a": {"default_project": "p"}}})");
+  EXPECT_EQ(why.rfind("limits.users.a.default_project: project 'p' does not list a", 0), 0u) << why;
+  EXPECT_NE(why.find("gpupool limits set --project p --add-member a"), std::string::npos);
+  EXPECT_EQ(err(R"({"users": {"a": {"default_project": "nowhere"}}})")
+                .rfind("limits.users.a.default_project", 0),
+            0u);
+}
+
 TEST(LimitReasonTest, NamesWhoAndWhichLimit) {
   Limit l{8, 2, -1};
   EXPECT_EQ(LimitReason("user alice", l, 4, 1, 4), "");

@@ -9,7 +9,7 @@
 namespace gpupool::sched {
 
 std::vector<std::string> DefaultGates() {
-  return {"hold", "dependency", "earlier-attempt", "array-throttle", "quota"};
+  return {"hold", "dependency", "earlier-attempt", "array-throttle", "project", "quota"};
 }
 
 std::vector<std::string> DefaultAdmissionFilters() {

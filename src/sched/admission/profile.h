@@ -1,7 +1,7 @@
 // SchedulingProfile: one scheduling pass as the live scheduler and the simulator both run
 // it, made of plugins created by name:
 //
-//   gates (admission.h)        hold, dependency, earlier-attempt, array-throttle, quota
+//   gates (admission.h)        hold, dependency, earlier-attempt, array-throttle, project, quota
 //   unplaceable jobs           the host's own finding (AdmissionFacts::unplaceable)
 //   admission filters          drain, enforce-memory, env-compat: PreFilter per job, PrepareCluster
 //   once SchedulingPass             queue policy + start rule + gang placement + placement

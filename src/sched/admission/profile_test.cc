@@ -190,7 +190,7 @@ TEST(SchedulingProfile, UnknownPluginsAndPoliciesAreErrorsThatNameTheKnownOnes) 
   ASSERT_FALSE(bad.ok());
   EXPECT_EQ(bad.status().message(),
             "unknown admission gate 'karma'; known gates: hold, dependency, earlier-attempt, "
-            "array-throttle, quota");
+            "array-throttle, project, quota");
   ProfileSpec twice;
   twice.filters = {"drain", "drain"};  // the same filter twice is allowed: two instances
   EXPECT_TRUE(SchedulingProfile::Create(twice).ok());

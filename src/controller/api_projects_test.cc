@@ -1,0 +1,170 @@
+// Associations through the API (sched/admission/project_access.h): a project's members
+// and a user's default project in PUT /v1/limits, and who may charge which project at
+// POST /v1/jobs under the server's enforce-projects.
+#include <gtest/gtest.h>
+#include <pwd.h>
+
+#include <map>
+#include <memory>
+#include <string>
+
+#include "common/clock.h"
+#include "common/json.h"
+#include "controller/api.h"
+#include "store/sqlite_store.h"
+
+namespace gpupool::controller {
+namespace {
+
+class ApiProjectsTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    store_ = store::OpenSqliteStore(":memory:").value();
+    const passwd* pw = getpwnam("nobody");
+    ASSERT_NE(pw, nullptr) << "the test needs the account 'nobody'";
+    user_uid_ = pw->pw_uid;
+    Start(ProjectEnforcement::kMembers);
+  }
+  // (Re)starts the controller on the same store: a restart.
+  void Start(ProjectEnforcement mode) {
+    api_.reset();
+    controller_.reset();
+    ControllerOptions o;
+    o.node_timeout_us = 3'600'000'000;
+    o.enforce_projects = mode;
+    controller_ = Controller::Create(store_.get(), &clock_, o).value();
+    api_ = std::make_unique<Api>(controller_.get(), store_.get(), &clock_, AuthOptions{});
+  }
+  net::HttpResponse AsUid(uint32_t uid, const std::string& method, const std::string& path,
+                          const std::string& body = "") {
+    net::HttpRequest r;
+    r.method = method;
+    r.path = path;
+    r.body = body;
+    r.peer = net::PeerCredentials{1, uid, uid};
+    return api_->Handle(r);
+  }
+  net::HttpResponse SetLimits(const std::string& body) {
+    return AsUid(0, "PUT", "/v1/limits", body);
+  }
+  // nobody's submission with these extra fields; the answer.
+  net::HttpResponse Submit(const std::string& fields, uint32_t uid = 0xffffffff) {
+    return AsUid(uid == 0xffffffff ? user_uid_ : uid, "POST", "/v1/jobs",
+                 R"({"command": ["true"], "workdir": "/")" + fields + "}");
+  }
+  static std::string Error(const net::HttpResponse& r) {
+    Result<Json> j = ParseJson(r.body, "answer");
+    return j.ok() ? j->value("error", std::string()) : r.body;
+  }
+  size_t Jobs() { return store_->ListJobs({})->size(); }
+
+  ManualClock clock_{1'000'000};
+  std::unique_ptr<store::Store> store_;
+  std::unique_ptr<Controller> controller_;
+  std::unique_ptr<Api> api_;
+  uint32_t user_uid_ = 0;
+};
+
+// Security: `--project` was free text; nobody named root's project to use its limits and
+// QoS. Under enforce-projects members it is 403 naming the field, the project and the
+// fix, for every kind of submission (a batch job, an array, `run`, `alloc`), and nothing
+// is stored.
+TEST_F(ApiProjectsTest, ANonMemberCannotChargeAnotherTeamsProject) {
+  ASSERT_EQ(SetLimits(R"({"projects": {"vision": {"max_gpus": 16, "members": ["root"]}}})").status,
+            200);
+  for (const std::string body :
+       {R"({"command": ["true"], "workdir": "/", "project": "vision"})",
+        R"({"command": ["true"], "workdir": "/", "project": "vision", "array": "0-3"})",
+        R"({"command": ["true"], "workdir": "/", "project": "vision", "interactive": "run"})",
+        R"({"command": [], "workdir": "/", "project": "vision", "interactive": "alloc"})"}) {
+    net::HttpResponse r = AsUid(user_uid_, "POST", "/v1/jobs", body);
+    EXPECT_EQ(r.status, 403) << body << ": " << r.body;
+    EXPECT_EQ(Error(r).rfind("project (--project): nobody is not a member of project 'vision'", 0),
+              0u)
+        << r.body;
+    EXPECT_NE(Error(r).find("`gpupool limits set --project vision --add-member nobody`"),
+              std::string::npos);
+  }
+  EXPECT_EQ(Jobs(), 0u);
+  EXPECT_EQ(Submit(R"(, "project": "vision")", 0).status, 201);  // root is a member
+  // Once an admin adds them, they may.
+  ASSERT_EQ(SetLimits(R"({"projects": {"vision": {"members": ["nobody", "root"]}}})").status, 200);
+  net::HttpResponse r = Submit(R"(, "project": "vision")");
+  ASSERT_EQ(r.status, 201) << r.body;
+  EXPECT_EQ(Jobs(), 2u);
+}
+
+// Security: with fair share by project, a made-up project is a fresh share; under
+// enforcement (known or members) it is refused, and without --project (or naming
+// oneself) a job charges its user's own name as before.
+TEST_F(ApiProjectsTest, AMadeUpProjectIsRefusedUnderEnforcement) {
+  for (ProjectEnforcement mode : {ProjectEnforcement::kKnown, ProjectEnforcement::kMembers}) {
+    Start(mode);
+    net::HttpResponse r = Submit(R"(, "project": "made-up")");
+    EXPECT_EQ(r.status, 403) << r.body;
+    EXPECT_EQ(Error(r).rfind("project (--project): there is no project 'made-up'", 0), 0u)
+        << r.body;
+  }
+  EXPECT_EQ(Jobs(), 0u);
+  EXPECT_EQ(Submit("").status, 201);
+  EXPECT_EQ(Submit(R"(, "project": "nobody")").status, 201);
+  // Admins are not exempt.
+  EXPECT_EQ(Submit(R"(, "project": "made-up")", 0).status, 403);
+  // Without enforcement (the default), as before.
+  Start(ProjectEnforcement::kNone);
+  EXPECT_EQ(Submit(R"(, "project": "made-up")").status, 201);
+}
+
+// Members and default projects are set by admins, name accounts of the controller host
+// (as a user's row does), are kept in the store and outlive a restart; a user's jobs
+// without --project charge their default project.
+TEST_F(ApiProjectsTest, MembershipIsSetByAdminsCheckedStoredAndKeptAcrossARestart) {
+  const std::string body = R"({"projects": {"vision": {"members": ["nobody"]}},
+                               "users": {"nobody": {"default_project": "vision"}}})";
+  EXPECT_EQ(AsUid(user_uid_, "PUT", "/v1/limits", body).status, 403);
+  net::HttpResponse r = SetLimits(R"({"projects": {"vision": {"members": ["nosuchuser-gp"]}}})");
+  EXPECT_EQ(r.status, 400);
+  EXPECT_EQ(Error(r).rfind("limits.projects.vision.members: there is no user 'nosuchuser-gp' on "
+                           "the controller host",
+                           0),
+            0u)
+      << r.body;
+  r = SetLimits(R"({"users": {"nobody": {"default_project": "vision"}}})");
+  EXPECT_EQ(r.status, 400);
+  EXPECT_NE(Error(r).find("limits.users.nobody.default_project"), std::string::npos) << r.body;
+  ASSERT_EQ(SetLimits(body).status, 200);
+  Start(ProjectEnforcement::kMembers);  // a restart
+  r = AsUid(user_uid_, "GET", "/v1/limits");
+  ASSERT_EQ(r.status, 200);
+  const Json limits = ParseJson(r.body, "answer").value();
+  EXPECT_EQ(limits["projects"]["vision"]["members"], Json::parse(R"(["nobody"])"));
+  EXPECT_EQ(limits["users"]["nobody"]["default_project"], "vision");
+  r = Submit("");
+  ASSERT_EQ(r.status, 201) << r.body;
+  EXPECT_EQ(ParseJson(r.body, "answer").value()["job"]["project"], "vision");
+}
+
+// Jobs queued before their user left the project keep it, but under enforcement they
+// wait (the `project` gate) with the reason and the fix, as a new submission is refused.
+TEST_F(ApiProjectsTest, AQueuedJobWaitsOnceItsUserLeavesTheProject) {
+  ASSERT_EQ(SetLimits(R"({"projects": {"vision": {"members": ["nobody"]}}})").status, 200);
+  net::HttpResponse r = Submit(R"(, "project": "vision")");
+  ASSERT_EQ(r.status, 201) << r.body;
+  const int64_t vision = ParseJson(r.body, "answer").value()["job"]["id"].get<int64_t>();
+  r = Submit("");
+  ASSERT_EQ(r.status, 201) << r.body;
+  const int64_t own = ParseJson(r.body, "answer").value()["job"]["id"].get<int64_t>();
+  ASSERT_EQ(SetLimits(R"({"projects": {"vision": {"members": ["root"]}}})").status, 200);
+  ASSERT_TRUE(controller_->ScheduleOnce().ok());
+  auto reason = [&](int64_t id) {
+    net::HttpResponse got = AsUid(user_uid_, "GET", "/v1/jobs/" + std::to_string(id));
+    return ParseJson(got.body, "answer").value()["job"].value("pending_reason", std::string());
+  };
+  EXPECT_EQ(reason(vision),
+            "waits: nobody may not charge project 'vision' (enforce-projects members): an admin "
+            "adds them (`gpupool limits set --project vision --add-member nobody`), or cancel it");
+  EXPECT_EQ(reason(own).find("waits: nobody may not charge"), std::string::npos) << reason(own);
+}
+
+}  // namespace
+}  // namespace gpupool::controller

@@ -1,0 +1,71 @@
+#include "sched/admission/project_access.h"
+
+namespace gpupool::sched {
+namespace {
+
+// "; your projects: a, b" or "; you are a member of no project".
+std::string YourProjects(const Limits& limits, const std::string& user) {
+  std::string out;
+  for (const auto& [name, entry] : limits.projects) {
+    if (entry.members.contains(user)) out += (out.empty() ? "" : ", ") + name;
+  }
+  return out.empty() ? "you are a member of no project" : "your projects: " + out;
+}
+
+}  // namespace
+
+Result<ProjectEnforcement> ParseProjectEnforcement(std::string_view name, std::string_view flag) {
+  for (ProjectEnforcement e :
+       {ProjectEnforcement::kNone, ProjectEnforcement::kKnown, ProjectEnforcement::kMembers}) {
+    if (name == ProjectEnforcementName(e)) return e;
+  }
+  return Status::InvalidArgument(std::string(flag) + " '" + std::string(name) +
+                                 "': none, known (projects with an entry in `gpupool limits`) or "
+                                 "members (only their members)");
+}
+
+std::string_view ProjectEnforcementName(ProjectEnforcement e) {
+  switch (e) {
+    case ProjectEnforcement::kNone:
+      return "none";
+    case ProjectEnforcement::kKnown:
+      return "known";
+    case ProjectEnforcement::kMembers:
+      return "members";
+  }
+  return "none";
+}
+
+Status AdmitProject(const Limits& limits, ProjectEnforcement mode, const std::string& user,
+                    std::string* project) {
+  if (project->empty()) {
+    if (auto it = limits.users.find(user); it != limits.users.end()) {
+      *project = it->second.default_project;
+    }
+  }
+  if (mode == ProjectEnforcement::kNone || project->empty() || *project == user) {
+    return Status::Ok();
+  }
+  const std::string& p = *project;
+  const Limit* entry = limits.ForProject(p);
+  auto fix = [&] {
+    return "; name one of yours or leave --project out (" + YourProjects(limits, user) +
+           "), or ask an admin: `gpupool limits set --project " + p + " --add-member " + user + "`";
+  };
+  if (entry == nullptr) {
+    return Status::PermissionDenied("project (--project): there is no project '" + p +
+                                    "' in `gpupool limits`, and this pool charges jobs only to "
+                                    "projects an admin made (enforce-projects " +
+                                    std::string(ProjectEnforcementName(mode)) + ")" + fix());
+  }
+  if (mode == ProjectEnforcement::kMembers && !entry->members.contains(user)) {
+    return Status::PermissionDenied("project (--project): " + user +
+                                    " is not a member of project '" + p +
+                                    "', and this pool charges a project only to its members "
+                                    "(enforce-projects members)" +
+                                    fix());
+  }
+  return Status::Ok();
+}
+
+}  // namespace gpupool::sched

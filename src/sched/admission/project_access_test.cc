@@ -1,0 +1,82 @@
+#include "sched/admission/project_access.h"
+
+#include <gtest/gtest.h>
+
+namespace gpupool::sched {
+namespace {
+
+Limits VisionForAlice() {
+  Limits l;
+  l.projects["vision"].members = {"alice"};
+  l.projects["vision"].max_gpus = 16;
+  l.projects["batch"].max_running = 4;  // an entry without members
+  return l;
+}
+
+std::string Admit(const Limits& l, ProjectEnforcement mode, const std::string& user,
+                  std::string project) {
+  Status s = AdmitProject(l, mode, user, &project);
+  return s.ok() ? "ok " + project : s.message();
+}
+
+TEST(ProjectAccessTest, WithoutEnforcementAnyProjectIsTakenAsToday) {
+  const Limits l = VisionForAlice();
+  EXPECT_EQ(Admit(l, ProjectEnforcement::kNone, "bob", "vision"), "ok vision");
+  EXPECT_EQ(Admit(l, ProjectEnforcement::kNone, "bob", "made-up"), "ok made-up");
+  EXPECT_EQ(Admit(l, ProjectEnforcement::kNone, "bob", ""), "ok ");
+}
+
+// Security: bob dodged fair share by project, and the project's limits, with a project
+// no one made; under "known" and "members" that is refused naming the field and the fix.
+TEST(ProjectAccessTest, AMadeUpProjectIsRefusedUnderEnforcement) {
+  const Limits l = VisionForAlice();
+  for (ProjectEnforcement mode : {ProjectEnforcement::kKnown, ProjectEnforcement::kMembers}) {
+    const std::string why = Admit(l, mode, "bob", "made-up");
+    EXPECT_EQ(why.rfind("project (--project): there is no project 'made-up'", 0), 0u) << why;
+    EXPECT_NE(why.find("gpupool limits set --project made-up --add-member bob"), std::string::npos)
+        << why;
+    EXPECT_NE(why.find("you are a member of no project"), std::string::npos) << why;
+  }
+}
+
+// Security: bob named alice's project to use its limits and share; under "members" only
+// its members may (admins too: AdmitProject knows no admins).
+TEST(ProjectAccessTest, AnotherTeamsProjectIsRefusedToNonMembers) {
+  const Limits l = VisionForAlice();
+  const std::string why = Admit(l, ProjectEnforcement::kMembers, "bob", "vision");
+  EXPECT_EQ(why.rfind("project (--project): bob is not a member of project 'vision'", 0), 0u)
+      << why;
+  EXPECT_NE(why.find("`gpupool limits set --project vision --add-member bob`"), std::string::npos);
+  EXPECT_EQ(Admit(l, ProjectEnforcement::kMembers, "alice", "vision"), "ok vision");
+  const std::string batch = Admit(l, ProjectEnforcement::kMembers, "alice", "batch");
+  EXPECT_NE(batch.find("alice is not a member of project 'batch'"), std::string::npos) << batch;
+  EXPECT_NE(batch.find("(your projects: vision)"), std::string::npos) << batch;
+  // "known" checks only that the project exists.
+  EXPECT_EQ(Admit(l, ProjectEnforcement::kKnown, "bob", "vision"), "ok vision");
+}
+
+TEST(ProjectAccessTest, OnesOwnNameAndTheDefaultProjectAreAlwaysTaken) {
+  Limits l = VisionForAlice();
+  EXPECT_EQ(Admit(l, ProjectEnforcement::kMembers, "bob", ""), "ok ");
+  EXPECT_EQ(Admit(l, ProjectEnforcement::kMembers, "bob", "bob"), "ok bob");
+  l.users["alice"].default_project = "vision";
+  EXPECT_EQ(Admit(l, ProjectEnforcement::kNone, "alice", ""), "ok vision");
+  EXPECT_EQ(Admit(l, ProjectEnforcement::kMembers, "alice", ""), "ok vision");
+  EXPECT_EQ(Admit(l, ProjectEnforcement::kMembers, "alice", "alice"), "ok alice");
+}
+
+TEST(ProjectAccessTest, ModesParseByName) {
+  for (ProjectEnforcement e :
+       {ProjectEnforcement::kNone, ProjectEnforcement::kKnown, ProjectEnforcement::kMembers}) {
+    Result<ProjectEnforcement> back =
+        ParseProjectEnforcement(ProjectEnforcementName(e), "--enforce-projects");
+    ASSERT_TRUE(back.ok());
+    EXPECT_EQ(*back, e);
+  }
+  Result<ProjectEnforcement> bad = ParseProjectEnforcement("all", "--enforce-projects");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().message().rfind("--enforce-projects 'all': none, known", 0), 0u);
+}
+
+}  // namespace
+}  // namespace gpupool::sched

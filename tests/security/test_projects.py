@@ -1,0 +1,128 @@
+#!/usr/bin/env python3
+"""Attacks on projects (docs/security.md, "Projects") by a hostile second user, run as an
+unprivileged local user against a real `gpupool up --enforce-projects members` on a
+4-GPU fake node: `--project` was free text, so bob could charge alice's project (use up
+its limits, take its QoS) or a project no one made (under fair share by project, a fresh
+share). Every test asserts the refusal, its message, and that no job was stored.
+
+Usage: test_projects.py PATH_TO_GPUPOOL
+"""
+import json
+import os
+import unittest
+
+import seclib
+import pooltest
+
+
+class ProjectsTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.env = seclib.Env(extra_args=["--enforce-projects", "members"])
+        cls.env.start()
+        e = cls.env
+        # Alice's team: one job queued at once, so that one of bob's would lock her out.
+        r = e.cli(None, "limits", "set", "--project", "vision", "--members", e.alice.name,
+                  "--max-queued", "1")
+        assert r.returncode == 0, r.stdout + r.stderr
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.env.stop()
+
+    def refused(self, st, body, what):
+        self.assertEqual(st, 403, body)
+        self.assertIn(what, body["error"])
+        self.assertTrue(body["error"].startswith("project (--project): "), body)
+
+    def test_bob_cannot_charge_alices_project_by_any_path(self):
+        e = self.env
+        before = len(e.jobs())
+        not_member = "gpsec-bob is not a member of project 'vision'"
+        for extra in ({}, {"array": "0-3"}, {"interactive": "alloc", "command": []}):
+            job = dict({"command": ["true"], "project": "vision"}, **extra)
+            st, body = e.submit(e.bob, job)
+            self.refused(st, body, not_member)
+            self.assertIn("gpupool limits set --project vision --add-member gpsec-bob",
+                          body["error"])
+        r = e.cli(e.bob, "submit", "--project", "vision", "--", "true")
+        self.assertEqual(r.returncode, 4, r.stdout + r.stderr)
+        self.assertIn(not_member, r.stderr)
+        # A script's #GPUPOOL lines go the same way.
+        script = os.path.join(e.bob.home, "job.sh")
+        with open(script, "w") as f:
+            f.write("#!/bin/sh\n#GPUPOOL --project vision\ntrue\n")
+        os.chown(script, e.bob.uid, e.bob.gid)
+        os.chmod(script, 0o755)
+        r = e.cli(e.bob, "submit", script)
+        self.assertEqual(r.returncode, 4, r.stdout + r.stderr)
+        self.assertIn(not_member, r.stderr)
+        r = e.cli(e.bob, "run", "--project", "vision", "--", "true")
+        self.assertEqual(r.returncode, 4, r.stdout + r.stderr)
+        self.assertEqual(len(e.jobs()), before, "a job was created")
+        # Nor may he make himself a member.
+        r = e.cli(e.bob, "limits", "set", "--project", "vision", "--add-member", e.bob.name)
+        self.assertEqual(r.returncode, 4, r.stdout + r.stderr)
+        st, limits, _ = e.api(e.bob, "GET", "/v1/limits")
+        self.assertEqual(limits["projects"]["vision"]["members"], [e.alice.name])
+        # Alice's project is still hers: her job is its one queued job (max_queued 1).
+        st, body = e.submit(e.alice, {"command": ["true"], "project": "vision"})
+        self.assertEqual(st, 201, body)
+
+    def test_bob_cannot_make_up_a_project_to_dodge_his_share(self):
+        e = self.env
+        before = len(e.jobs())
+        st, body = e.submit(e.bob, {"command": ["true"], "project": "bob-fresh-share"})
+        self.refused(st, body, "there is no project 'bob-fresh-share'")
+        self.assertIn("you are a member of no project", body["error"])
+        r = e.cli(e.bob, "submit", "--project", "bob-fresh-share", "--array", "0-9", "--",
+                  "true")
+        self.assertEqual(r.returncode, 4, r.stdout + r.stderr)
+        self.assertEqual(len(e.jobs()), before, "a job was created")
+        # Without --project (or naming himself) his jobs charge his own name, as ever.
+        st, body = e.submit(e.bob, {"command": ["true"]})
+        self.assertEqual(st, 201, body)
+        self.assertEqual(body["job"].get("project", ""), "")
+        st, body = e.submit(e.bob, {"command": ["true"], "project": e.bob.name})
+        self.assertEqual(st, 201, body)
+
+    def test_membership_outlives_a_restart_and_root_is_no_exception(self):
+        e = self.env
+        st, body = e.submit(None, {"command": ["true"], "project": "vision", "workdir": "/"})
+        self.refused(st, body, "root is not a member of project 'vision'")
+        e.restart_server()
+        r = e.cli(None, "limits")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("MEMBERS", r.stdout)
+        self.assertIn(e.alice.name, r.stdout)
+        st, body = e.submit(e.bob, {"command": ["true"], "project": "vision"})
+        self.refused(st, body, "gpsec-bob is not a member of project 'vision'")
+        r = e.cli(None, "limits", "set", "--project", "vision", "--add-member", "gpsec-nosuch")
+        self.assertEqual(r.returncode, 2, r.stdout + r.stderr)
+        self.assertIn("limits.projects.vision.members: there is no user 'gpsec-nosuch'", r.stderr)
+
+    def test_a_queued_job_waits_once_its_user_leaves_the_project(self):
+        """Jobs keep their project; one queued (here held, then released) after its user
+        left the project waits with the reason, and starts once an admin adds them back."""
+        e = self.env
+        r = e.cli(e.alice, "submit", "--hold", "--project", "vision", "--json", "--", "true")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        jid = json.loads(r.stdout)["job"]["id"]
+        r = e.cli(None, "limits", "set", "--project", "vision", "--remove-member", e.alice.name)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        try:
+            self.assertEqual(e.cli(e.alice, "release", str(jid)).returncode, 0)
+            why = pooltest.wait_for("the project gate's reason", lambda: (
+                e.job(jid).get("pending_reason", "").startswith("waits: ") and
+                e.job(jid)["pending_reason"]))
+            self.assertIn("gpsec-alice may not charge project 'vision' (enforce-projects "
+                          "members)", why)
+            self.assertEqual(e.job(jid)["state"], "PENDING")
+        finally:
+            r = e.cli(None, "limits", "set", "--project", "vision", "--add-member", e.alice.name)
+            self.assertEqual(r.returncode, 0, r.stderr)
+        e.wait(jid, ("SUCCEEDED",))
+
+
+if __name__ == "__main__":
+    seclib.main()
