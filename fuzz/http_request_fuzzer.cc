@@ -12,7 +12,10 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cctype>
+#include <cerrno>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
@@ -115,11 +118,30 @@ int AnswerWaitMs() {
   return ms;
 }
 
+// Waits up to `ms` for `fd` to be readable (bytes, or the server's close). A signal is
+// no answer: libFuzzer's -timeout watchdog (a SIGALRM every timeout/2 + 1 s) interrupts
+// poll with EINTR, which was once taken for "no answer in time" (fuzz/README.md); the
+// wait goes on for the time left.
+bool WaitReadable(int fd, int ms) {
+  using Clock = std::chrono::steady_clock;
+  const Clock::time_point deadline = Clock::now() + std::chrono::milliseconds(ms);
+  while (true) {
+    const auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+    pollfd p{fd, POLLIN, 0};
+    const int n = ::poll(&p, 1, static_cast<int>(std::max<int64_t>(left, 0)));
+    if (n > 0) return true;
+    if (n == 0) return false;
+    fuzz::Require(errno == EINTR, std::string("poll: ") + std::strerror(errno));
+  }
+}
+
 // Writes what it can (the server may close early, e.g. after a 413) and reads the answer
-// until the server closes.
+// until the server closes. Calls a signal interrupted are made again.
 std::string Exchange(int fd, const uint8_t* data, size_t size) {
   for (size_t sent = 0; sent < size;) {
     const ssize_t n = ::send(fd, data + sent, size - sent, MSG_NOSIGNAL);
+    if (n < 0 && errno == EINTR) continue;
     if (n <= 0) break;
     sent += static_cast<size_t>(n);
   }
@@ -127,10 +149,10 @@ std::string Exchange(int fd, const uint8_t* data, size_t size) {
   std::string answer;
   char buf[8192];
   while (true) {
-    pollfd p{fd, POLLIN, 0};
-    fuzz::Require(::poll(&p, 1, AnswerWaitMs()) == 1, "no answer and no close in time");
+    fuzz::Require(WaitReadable(fd, AnswerWaitMs()), "no answer and no close in time");
     const ssize_t n = ::recv(fd, buf, sizeof(buf), 0);
-    if (n <= 0) break;
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;  // closed (or reset: also a close)
     answer.append(buf, static_cast<size_t>(n));
   }
   return answer;
