@@ -5,7 +5,8 @@
 // written to a new connection, which is then half-closed, and the answer read to the end.
 // Checks besides "no crash": the server answers or closes within 10 s (its deadlines are
 // 0.3 s here); what it sends is HTTP; a request that reaches the handler has a method,
-// lower-case header names and a body within the limit that matches its Content-Length.
+// lower-case header names, one framing of its body (Content-Length or chunked) and a body
+// within the limit that matches its Content-Length.
 #include <poll.h>
 #include <stdlib.h>
 #include <sys/socket.h>
@@ -41,6 +42,11 @@ net::HttpResponse Handle(const net::HttpRequest& r) {
     for (char c : name) {
       fuzz::Require(!std::isupper(static_cast<unsigned char>(c)), "header name not lower-cased");
     }
+  }
+  // A body framed two ways is refused at its head (net/request_framing.h).
+  if (auto te = r.headers.find("transfer-encoding"); te != r.headers.end()) {
+    fuzz::Require(ToLower(te->second) == "chunked", "a coding other than chunked was handled");
+    fuzz::Require(r.headers.count("content-length") == 0, "a body framed two ways was handled");
   }
   if (auto cl = r.headers.find("content-length");
       cl != r.headers.end() && r.headers.count("transfer-encoding") == 0) {
