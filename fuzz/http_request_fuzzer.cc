@@ -5,14 +5,18 @@
 // written to a new connection, which is then half-closed, and the answer read to the end.
 // Checks besides "no crash": the server answers or closes within 10 s (its deadlines are
 // 0.3 s here); what it sends is HTTP; a request that reaches the handler has a method,
-// lower-case header names and a body within the limit that matches its Content-Length.
+// lower-case header names, one framing of its body (Content-Length or chunked) and a body
+// within the limit that matches its Content-Length.
 #include <poll.h>
 #include <stdlib.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cctype>
+#include <cerrno>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
@@ -38,6 +42,11 @@ net::HttpResponse Handle(const net::HttpRequest& r) {
     for (char c : name) {
       fuzz::Require(!std::isupper(static_cast<unsigned char>(c)), "header name not lower-cased");
     }
+  }
+  // A body framed two ways is refused at its head (net/request_framing.h).
+  if (auto te = r.headers.find("transfer-encoding"); te != r.headers.end()) {
+    fuzz::Require(ToLower(te->second) == "chunked", "a coding other than chunked was handled");
+    fuzz::Require(r.headers.count("content-length") == 0, "a body framed two ways was handled");
   }
   if (auto cl = r.headers.find("content-length");
       cl != r.headers.end() && r.headers.count("transfer-encoding") == 0) {
@@ -115,11 +124,30 @@ int AnswerWaitMs() {
   return ms;
 }
 
+// Waits up to `ms` for `fd` to be readable (bytes, or the server's close). A signal is
+// no answer: libFuzzer's -timeout watchdog (a SIGALRM every timeout/2 + 1 s) interrupts
+// poll with EINTR, which was once taken for "no answer in time" (fuzz/README.md); the
+// wait goes on for the time left.
+bool WaitReadable(int fd, int ms) {
+  using Clock = std::chrono::steady_clock;
+  const Clock::time_point deadline = Clock::now() + std::chrono::milliseconds(ms);
+  while (true) {
+    const auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+    pollfd p{fd, POLLIN, 0};
+    const int n = ::poll(&p, 1, static_cast<int>(std::max<int64_t>(left, 0)));
+    if (n > 0) return true;
+    if (n == 0) return false;
+    fuzz::Require(errno == EINTR, std::string("poll: ") + std::strerror(errno));
+  }
+}
+
 // Writes what it can (the server may close early, e.g. after a 413) and reads the answer
-// until the server closes.
+// until the server closes. Calls a signal interrupted are made again.
 std::string Exchange(int fd, const uint8_t* data, size_t size) {
   for (size_t sent = 0; sent < size;) {
     const ssize_t n = ::send(fd, data + sent, size - sent, MSG_NOSIGNAL);
+    if (n < 0 && errno == EINTR) continue;
     if (n <= 0) break;
     sent += static_cast<size_t>(n);
   }
@@ -127,10 +155,10 @@ std::string Exchange(int fd, const uint8_t* data, size_t size) {
   std::string answer;
   char buf[8192];
   while (true) {
-    pollfd p{fd, POLLIN, 0};
-    fuzz::Require(::poll(&p, 1, AnswerWaitMs()) == 1, "no answer and no close in time");
+    fuzz::Require(WaitReadable(fd, AnswerWaitMs()), "no answer and no close in time");
     const ssize_t n = ::recv(fd, buf, sizeof(buf), 0);
-    if (n <= 0) break;
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;  // closed (or reset: also a close)
     answer.append(buf, static_cast<size_t>(n));
   }
   return answer;

@@ -25,6 +25,7 @@
 #include "common/strings.h"
 #include "net/hangup_watch.h"
 #include "net/local_peer.h"
+#include "net/request_framing.h"
 #include "net/worker_pool.h"
 
 namespace gpupool::net {
@@ -717,6 +718,11 @@ class MhdServer final : public HttpServer {
     return MHD_YES;
   }
 
+  static MHD_Result ListHeader(void* cls, MHD_ValueKind, const char* key, const char* value) {
+    static_cast<HeaderList*>(cls)->emplace_back(key, value != nullptr ? value : "");
+    return MHD_YES;
+  }
+
   static MHD_Result Send(MHD_Connection* conn, const HttpResponse& r) {
     MHD_Response* resp = MHD_create_response_from_buffer(
         r.body.size(), const_cast<char*>(r.body.data()), MHD_RESPMEM_MUST_COPY);
@@ -757,13 +763,18 @@ class MhdServer final : public HttpServer {
     if (*con_cls == nullptr) {  // first call: headers only
       auto* pending = new PendingRequest();
       *con_cls = pending;
-      const std::string refused = self->HeadArrived(conn, HeadOf(conn, url, method));
+      // A body framed two ways (net/request_framing.h), or over a cap on connections:
+      // refused before the handler sees it, and closed.
+      HeaderList all;
+      MHD_get_connection_values(conn, MHD_HEADER_KIND, &MhdServer::ListHeader, &all);
+      std::string refused = AmbiguousFraming(all);
+      const int status = refused.empty() ? 503 : 400;
+      if (refused.empty()) refused = self->HeadArrived(conn, HeadOf(conn, url, method));
       if (refused.empty()) return MHD_YES;
-      // Over a cap on connections: refused before the handler sees it, and closed.
       pending->refused = true;
-      HttpResponse r = ErrorResponse(503, refused);
+      HttpResponse r = ErrorResponse(status, refused);
       r.headers["Connection"] = "close";
-      r.headers["Retry-After"] = "1";
+      if (status == 503) r.headers["Retry-After"] = "1";
       return self->Answer(conn, r);
     }
     auto* pending = static_cast<PendingRequest*>(*con_cls);

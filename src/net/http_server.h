@@ -14,10 +14,11 @@
 //
 // On Unix sockets each request carries the caller's kernel-verified credentials
 // (SO_PEERCRED). Bodies over max_body_bytes are answered with 413 before the handler
-// runs. The handler must be thread-safe. Stop() waits for running handlers, including
-// blocking ones, as joining a connection thread did, then answers every answer still
-// awaited with 503 (its OnAbandoned function runs). The server owns its sockets and
-// removes the Unix socket file on Stop().
+// runs, and bodies framed two ways (net/request_framing.h) with 400. The handler must
+// be thread-safe. Stop() waits for running handlers, including blocking ones, as
+// joining a connection thread did, then answers every answer still awaited with 503
+// (its OnAbandoned function runs). The server owns its sockets and removes the Unix
+// socket file on Stop().
 //
 // No peer can take every connection (docs/security.md, "Connection exhaustion"): each
 // uid on the socket and each address over TCP has its caps, connections that have not

@@ -21,6 +21,7 @@
 #include "common/json.h"
 #include "net/http_client.h"
 #include "net/http_server.h"
+#include "net/http_test_util.h"
 
 namespace gpupool::net {
 namespace {
@@ -119,6 +120,32 @@ TEST_F(HttpTest, OversizedBodyIs413AndNeverReachesTheHandler) {
             std::string::npos)
       << r->body;
   EXPECT_EQ(calls_.load(), 0);
+}
+
+TEST_F(HttpTest, ABodyFramedTwoWaysIs400AndNeverReachesTheHandler) {
+  // libmicrohttpd frames by the first Content-Length, a handler sees the last of each
+  // header: the fuzzer's handler got 1 byte for a Content-Length of 2 (RFC 9112 6.3).
+  const std::string sock = (dir_ / "s.sock").string();
+  const std::string head = "POST /v1/x HTTP/1.1\r\nHost: x\r\nConnection: close\r\n";
+  for (const char* framing :
+       {"Content-Length: 1\r\nContent-Length: 2\r\n\r\nxy",
+        "Content-Length: 2\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nxy\r\n0\r\n\r\n",
+        "Transfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
+        "Transfer-Encoding: gzip\r\n\r\nxy"}) {
+    const int fd = testing::SendRaw(sock, head + framing);
+    ASSERT_GE(fd, 0);
+    const std::string answer = testing::ReadAll(fd);
+    EXPECT_EQ(answer.rfind("HTTP/1.1 400", 0), 0u) << framing << "\n" << answer;
+    EXPECT_NE(answer.find("{\"error\":\"the request"), std::string::npos) << answer;
+  }
+  EXPECT_EQ(calls_.load(), 0);
+  // Either framing alone reaches the handler.
+  for (const char* framing :
+       {"Content-Length: 2\r\n\r\nxy", "Transfer-Encoding: Chunked\r\n\r\n2\r\nxy\r\n0\r\n\r\n"}) {
+    const std::string answer = testing::ReadAll(testing::SendRaw(sock, head + framing));
+    EXPECT_NE(answer.find("body=xy"), std::string::npos) << framing << "\n" << answer;
+  }
+  EXPECT_EQ(calls_.load(), 2);
 }
 
 TEST_F(HttpTest, SecondServerOnTheSameSocketIsRefused) {

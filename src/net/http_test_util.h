@@ -1,5 +1,6 @@
 // Helpers for the HTTP server tests: a client of the server's Unix socket as plain as
-// can be (one GET, the raw answer), so that a test sees what the server wrote.
+// can be (one request as bytes, the raw answer), so that a test sees what the server
+// wrote.
 #pragma once
 
 #include <sys/socket.h>
@@ -12,9 +13,9 @@
 
 namespace gpupool::net::testing {
 
-// A connection to the Unix socket at `socket_path` that sent `GET path` (Connection:
-// close) and reads its answer; -1 on failure. Receives time out after 20 s.
-inline int SendGet(const std::string& socket_path, const std::string& path) {
+// A connection to the Unix socket at `socket_path` that sent `request` as it is and
+// reads its answer; -1 on failure. Receives time out after 20 s.
+inline int SendRaw(const std::string& socket_path, const std::string& request) {
   const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
   sockaddr_un a{};
   a.sun_family = AF_UNIX;
@@ -25,12 +26,17 @@ inline int SendGet(const std::string& socket_path, const std::string& path) {
   }
   timeval tv{20, 0};  // no test waits this long for an answer that comes
   setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-  const std::string req = "GET " + path + " HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
-  if (::send(fd, req.data(), req.size(), MSG_NOSIGNAL) != static_cast<ssize_t>(req.size())) {
+  if (::send(fd, request.data(), request.size(), MSG_NOSIGNAL) !=
+      static_cast<ssize_t>(request.size())) {
     ::close(fd);
     return -1;
   }
   return fd;
+}
+
+// The same with `GET path` (Connection: close).
+inline int SendGet(const std::string& socket_path, const std::string& path) {
+  return SendRaw(socket_path, "GET " + path + " HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
 }
 
 // Everything the server writes until it closes (or 20 s pass); closes `fd`.
