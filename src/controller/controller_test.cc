@@ -1111,6 +1111,30 @@ TEST_F(ControllerTest, ADependencyOnAnArrayElementIsNamedArrayIndex) {
             "waits for job " + std::to_string(arr.id) + " (ASSIGNED) to end (--after-any)");
 }
 
+// An ended element is named so too: once it has left the controller's memory, by what the
+// store says of it (it was named by its store id).
+TEST_F(ControllerTest, ADependencyOnAnEndedArrayElementIsNamedArrayIndex) {
+  Register(2);
+  Job j = MakeJob(1);
+  j.array = "3-4";
+  const Job arr = c_->Submit(j, alice_).value();
+  const std::vector<int64_t> ids = c_->ArrayElements(arr.id);
+  ASSERT_EQ(ids.size(), 2u);
+  Job on_element = MakeJob(0);
+  on_element.dependencies = {{ids[1], jobs::Dependency::Kind::kAfterOk}};
+  on_element = c_->Submit(on_element, alice_).value();
+  ASSERT_TRUE(c_->ScheduleOnce().ok());
+  const Job element = Get(ids[1]);
+  ASSERT_EQ(element.state, JobState::kAssigned);
+  ASSERT_TRUE(Apply({Ev(element, protocol::EventKind::kStarted)}).ok());
+  ASSERT_TRUE(Apply({Ev(element, protocol::EventKind::kExited, 3)}).ok());
+  ASSERT_TRUE(c_->ScheduleOnce().ok());
+  const Job ended = Get(on_element.id);
+  EXPECT_EQ(ended.state, JobState::kCancelled);
+  EXPECT_EQ(ended.reason, "dependency can never be met: job " + std::to_string(arr.id) +
+                              "_4 ended FAILED, and --after-ok needs it to succeed");
+}
+
 TEST_F(ControllerTest, DependenciesNameJobsThatExistAndAreTheCallers) {
   Register(2);
   Job bobs = c_->Submit(MakeJob(1), bob_).value();
