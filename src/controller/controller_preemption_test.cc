@@ -371,6 +371,7 @@ TEST_F(ControllerPreemptionTest, ArrayElementsAreNamedArrayIndexInPreemptionReas
   Job stopping = Get(victim.id);
   ASSERT_EQ(stopping.preempted_by, urgent.id);  // the store id, for the controller
   EXPECT_EQ(stopping.preempted_by_name, urgent_name);
+  EXPECT_EQ(store_->GetJob(victim.id)->preempted_by_name, urgent_name);  // kept
   EXPECT_EQ(stopping.reason, "preempted by job " + urgent_name + ", of higher priority (10 > 0)");
   EXPECT_NE(Get(urgent.id).pending_reason.find("; preempting job " + victim_name + ", which"),
             std::string::npos)
