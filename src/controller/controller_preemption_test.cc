@@ -174,6 +174,36 @@ TEST_F(ControllerPreemptionTest, ANodeLostInTheGraceKeepsTheVictimsGpusUntilItsE
   EXPECT_EQ(Get(victim.id).state, JobState::kPending);
 }
 
+// As above, the victim an array's element: the reason the waiting job gets names it as its
+// user does (ARRAY_INDEX), not by its store id.
+TEST_F(ControllerPreemptionTest, AnEarlierAttemptOfAnArrayElementIsNamedArrayIndex) {
+  Job victim;
+  victim.command = {"train"};
+  victim.request.gpus = 2;
+  victim.request.cpu_milli = 100;
+  victim.preemptible = true;
+  victim.preempt_grace_s = 30;
+  victim.array = "4";
+  victim = c_->Submit(victim, alice_).value();
+  ASSERT_TRUE(c_->ScheduleOnce().ok());
+  ASSERT_TRUE(Report(Get(victim.id), protocol::EventKind::kStarted).ok());
+  clock_.AdvanceMicros(int64_t{1800} * 1'000'000);
+  const Job urgent = Submit(alice_, 10, /*preemptible=*/false);
+  ASSERT_TRUE(c_->ScheduleOnce().ok());
+  ASSERT_EQ(Get(victim.id).preempted_by, urgent.id);
+  clock_.AdvanceMicros(int64_t{3600} * 1'000'000 * 25);  // past the node timeout
+  ASSERT_TRUE(c_->SweepNodes().ok());
+  ASSERT_EQ(Get(victim.id).state, JobState::kPending);
+  protocol::Registration back = node_;
+  back.running = {{victim.id, 0, 1}};
+  ASSERT_TRUE(c_->RegisterNode(back, "").ok());
+  ASSERT_TRUE(c_->ScheduleOnce().ok());
+  EXPECT_NE(Get(urgent.id).pending_reason.find("still used by attempt 1 of job " +
+                                               std::to_string(victim.id) + "_4, which"),
+            std::string::npos)
+      << Get(urgent.id).pending_reason;
+}
+
 // The same after a restart of the controller, which does not know which GPUs the returning
 // node's earlier attempt holds: nothing new is placed on that node until its end.
 TEST_F(ControllerPreemptionTest, AnEarlierAttemptOfUnknownGpusKeepsItsNodeFromNewWork) {
