@@ -671,11 +671,16 @@ bool Controller::TakeJobChanges(
 void Controller::TakeNodes(
     std::vector<std::pair<SchedNode, std::shared_ptr<const gpu::NodeInfo>>>* out) {
   out->reserve(nodes_.size());
+  const auto user_id = [this](int64_t id) {
+    mu_.AssertHeld();
+    auto it = active_.find(id);
+    return it == active_.end() ? std::to_string(id) : lifecycle::UserJobId(it->second);
+  };
   for (const auto& [name, e] : nodes_) {
     if (!e.up) continue;
     // A node whose health verdict is still to come takes no work, as a draining one.
     SchedNode copy{name, nullptr, e.cpu_milli, e.memory_mib, e.draining || e.health_pending, {}};
-    internal::ReserveStrayGpus(e.stray_running, e.stray_gpus, &copy);
+    internal::ReserveStrayGpus(e.stray_running, e.stray_gpus, user_id, &copy);
     for (const auto& [uuid, health] : e.gpu_health) {
       if (gpu::TakesWork(health.state)) continue;
       copy.out_of_service_gpus.push_back(

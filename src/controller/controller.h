@@ -697,21 +697,22 @@ class Controller {
   // last pass (sched_infos_).
   void TakeNodes(std::vector<std::pair<SchedNode, std::shared_ptr<const gpu::NodeInfo>>>* out)
       REQUIRES(mu_);
-  // Dependency resolution reads the store only without mu_, in three steps:
-  // Under mu_: the jobs that pending jobs depend on whose state is not in memory (neither
-  // active nor in ended_states_).
+  // Dependency resolution reads the store only without mu_, in three steps. Under mu_:
+  // what pending jobs depend on whose state is not in memory (active_, ended_states_).
   std::set<int64_t> UnknownDependencies() const REQUIRES(mu_);
-  // Without mu_: their states from the store (an array's as its elements' together).
-  std::map<int64_t, Result<jobs::JobState>> ReadEndStates(const std::set<int64_t>& ids)
+  // Without mu_: their states from the store (an array's as its elements' together), and
+  // in `names` those of an array's other elements as their users name them ("51_3").
+  std::map<int64_t, Result<jobs::JobState>> ReadEndStates(const std::set<int64_t>& ids,
+                                                          std::map<int64_t, std::string>* names)
       EXCLUDES(mu_);
-  // Under mu_, with those states (cached in ended_states_): pending jobs whose
-  // dependencies are unmet go in `blocked` with the reason; those whose dependencies can
-  // no longer be met are returned as changes to end them (DependencyFailed), to commit.
+  // Under mu_, with those states and names (cached in ended_states_, ended_names_): pending
+  // jobs whose dependencies are unmet go in `blocked` with the reason; those whose
+  // dependencies can no longer be met are returned as changes to end them (DependencyFailed).
   std::vector<Change> ResolveDependencies(const std::map<int64_t, Result<jobs::JobState>>& read,
+                                          const std::map<int64_t, std::string>& names,
                                           std::map<int64_t, std::string>* blocked) REQUIRES(mu_);
   // Adds the pending jobs whose earlier attempt a node still runs (and is told to stop)
   // to `stopping`, with that attempt and node, for the scheduler's EarlierAttemptGate.
-  // Called with mu_ held.
   void BlockWhileEarlierAttemptsStop(
       std::map<int64_t, std::pair<int32_t, std::string>>* stopping) const REQUIRES(mu_);
   // Preemption (controller_preemption.cc). Commits a pass's preemptions (Preempt), each
@@ -797,16 +798,17 @@ class Controller {
       false;  // the last pass had pending jobs and started none
   bool stopping_ GUARDED_BY(mu_) = false;
   std::map<int64_t, jobs::Job> active_ GUARDED_BY(mu_);  // non-terminal jobs by id
-  std::map<int64_t, jobs::JobState> ended_states_
-      GUARDED_BY(mu_);  // of ended jobs others depend on
+  // Of ended jobs others depend on: their states, and the names of an array's elements
+  // among them but its first ("51_3", as reasons name them).
+  std::map<int64_t, jobs::JobState> ended_states_ GUARDED_BY(mu_);
+  std::map<int64_t, std::string> ended_names_ GUARDED_BY(mu_);
   Limits limits_ GUARDED_BY(mu_);
-  // Submissions past the queue bounds' check and not yet in active_, per user, per
-  // project and in all.
+  // Submissions past the queue bounds' check, not yet in active_: per user, project, all.
   std::map<std::string, int64_t> submitting_ GUARDED_BY(mu_);
   std::map<std::string, int64_t> submitting_project_ GUARDED_BY(mu_);
   int64_t submitting_total_ GUARDED_BY(mu_) = 0;
-  std::map<std::string, int64_t> submitting_bytes_
-      GUARDED_BY(mu_);  // their submissions' bytes, per user
+  // Their submissions' bytes, per user.
+  std::map<std::string, int64_t> submitting_bytes_ GUARDED_BY(mu_);
   int64_t submitting_bytes_total_ GUARDED_BY(mu_) = 0;
   // The PENDING jobs of active_ (held ones too) per user, per accounting project and in
   // all, kept by Touched: what the queue bounds count, without a walk of the queue.
@@ -855,8 +857,7 @@ class Controller {
   // Touched by the scheduler loop only.
   bool start_planned_ = false;
   int64_t last_start_plan_mono_us_ = 0;
-  // Preempted job -> the job it was preempted for (restored from the stored holds while
-  // they last).
+  // Preempted job -> the job it was preempted for (restored from stored holds that last).
   std::map<int64_t, int64_t> preempted_for_ GUARDED_BY(mu_);
   // Preemptor -> its victims' GPUs, held for it; stored (one row per victim) with each
   // victim's preemption, restored by Load, deleted when the hold ends (ForgetHolds).
@@ -880,8 +881,7 @@ class Controller {
   // Interactive sessions one user may have open at once (each holds one of the user's
   // 16 waiting requests, Api::kMaxWaitingPerCaller).
   static constexpr int kMaxInteractivePerUser = 12;
-  std::map<int64_t, int64_t> primary_exec_
-      GUARDED_BY(mu_);  // `gpupool run` job -> its command's session
+  std::map<int64_t, int64_t> primary_exec_ GUARDED_BY(mu_);  // `gpupool run` job -> its session
   size_t exec_output_held_ GUARDED_BY(mu_) =
       0;                                      // bytes of ExecSession::complete_output, all sessions
   int64_t exec_created_ GUARDED_BY(mu_) = 0;  // ExecSession::created of the last session started

@@ -19,11 +19,12 @@ Status Controller::EndUnmeetableDependencies(std::map<int64_t, std::string>* wai
     MutexLock lock(mu_);
     unknown = UnknownDependencies();
   }
-  const std::map<int64_t, Result<JobState>> read = ReadEndStates(unknown);
+  std::map<int64_t, std::string> names;
+  const std::map<int64_t, Result<JobState>> read = ReadEndStates(unknown, &names);
   std::vector<Change> ends;
   {
     MutexLock lock(mu_);
-    ends = ResolveDependencies(read, waiting);
+    ends = ResolveDependencies(read, names, waiting);
   }
   if (ends.empty()) return Status::Ok();
   // A job cancelled or held meanwhile is that writer's; the next pass looks again.
@@ -47,7 +48,8 @@ std::set<int64_t> Controller::UnknownDependencies() const {
   return ids;
 }
 
-std::map<int64_t, Result<JobState>> Controller::ReadEndStates(const std::set<int64_t>& ids) {
+std::map<int64_t, Result<JobState>> Controller::ReadEndStates(
+    const std::set<int64_t>& ids, std::map<int64_t, std::string>* names) {
   std::map<int64_t, Result<JobState>> out;
   for (int64_t id : ids) {
     Result<Job> job = store_->GetJob(id);
@@ -55,6 +57,7 @@ std::map<int64_t, Result<JobState>> Controller::ReadEndStates(const std::set<int
       out.emplace(id, job.status());
       continue;
     }
+    if (job->array_id != 0 && job->array_id != id) (*names)[id] = lifecycle::UserJobId(*job);
     JobState state = job->state;
     // An array (named by its id, its first element's) is as its elements together: active
     // while any is (the controller's memory says so), then SUCCEEDED if every one
@@ -80,12 +83,18 @@ std::map<int64_t, Result<JobState>> Controller::ReadEndStates(const std::set<int
 }
 
 std::vector<Controller::Change> Controller::ResolveDependencies(
-    const std::map<int64_t, Result<JobState>>& read, std::map<int64_t, std::string>* blocked) {
-  // What the store said of ended jobs is cached: an ended job's state never changes.
+    const std::map<int64_t, Result<JobState>>& read, const std::map<int64_t, std::string>& names,
+    std::map<int64_t, std::string>* blocked) {
+  // What the store said of ended jobs is cached: an ended job's state never changes, nor
+  // an element's name.
   for (const auto& [id, st] : read) {
     if (!st.ok() || !jobs::IsTerminal(*st)) continue;
     if (ended_states_.size() > 100'000) ended_states_.clear();
     ended_states_[id] = *st;
+    if (auto n = names.find(id); n != names.end()) {
+      if (ended_names_.size() > 100'000) ended_names_.clear();
+      ended_names_[id] = n->second;
+    }
   }
   // A job's state now: active ones from memory (an array is active while an element is).
   auto state_of = [&](int64_t id) -> std::optional<Result<JobState>> {
@@ -100,12 +109,17 @@ std::vector<Controller::Change> Controller::ResolveDependencies(
   };
   // A dependency as its user named it: an array's element other than its first (whose id
   // is the array's, so names the array) as ARRAY_INDEX, as `gpupool queue` shows it.
+  // An ended element is named as the store said (ended_names_).
   auto dependency_name = [&](int64_t id) {
     mu_.AssertHeld();
     auto it = active_.find(id);
-    if (it == active_.end() || it->second.array_id == 0 || it->second.array_id == id) {
+    if (it == active_.end()) {
+      auto n = ended_names_.find(id);
+      if (n != ended_names_.end()) return n->second;
+      if (auto r = names.find(id); r != names.end()) return r->second;
       return std::to_string(id);
     }
+    if (it->second.array_id == 0 || it->second.array_id == id) return std::to_string(id);
     return lifecycle::UserJobId(it->second);
   };
   // In id order: a dependency is older than its dependant, so a chain of jobs that can

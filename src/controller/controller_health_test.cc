@@ -1,7 +1,7 @@
-// GPU health in the controller (issue 29, docs/health.md), beyond controller_test.cc's
-// cordons: resume only when proven and strikes, the window before a node's first health
-// verdict, the pending reason naming a GPU out of service, and the per-GPU metric. Under a
-// ManualClock over a real (in-memory) SQLite store.
+// GPU health in the controller (issue 29, docs/health.md), beyond the cordons of
+// controller_gpu_faults_test.cc: resume only when proven and strikes, the window before a
+// node's first health verdict, the pending reason naming a GPU out of service, and the
+// per-GPU metric. Under a ManualClock over a real (in-memory) SQLite store.
 #include <gtest/gtest.h>
 
 #include <string>

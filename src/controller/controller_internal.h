@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <set>
 #include <string>
@@ -36,10 +37,11 @@ inline constexpr size_t kMaxExecOutputHeld = 32 << 20;
 
 // The GPUs of the earlier attempts a node still runs (`running`, strays being stopped):
 // those `gpus` names count as used on `node`; with one of unknown GPUs the node takes no
-// new work. Until their ends are reported (controller.h, NodeEntry::stray_gpus).
+// new work. Until their ends are reported (controller.h, NodeEntry::stray_gpus). The
+// reasons name a job by `user_id` (as its user does: ARRAY_INDEX for an array's element).
 void ReserveStrayGpus(const std::set<std::pair<int64_t, int>>& running,
                       const std::map<std::pair<int64_t, int>, std::vector<std::string>>& gpus,
-                      SchedNode* node);
+                      const std::function<std::string(int64_t)>& user_id, SchedNode* node);
 
 // Whether a task of `job` is placed on `node`.
 inline bool OnNode(const jobs::Job& job, const std::string& node) {

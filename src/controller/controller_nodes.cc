@@ -121,7 +121,8 @@ void GrantDevices(const gpu::NodeInfo& node, const Job& job, const std::vector<s
 
 void internal::ReserveStrayGpus(
     const std::set<std::pair<int64_t, int>>& running,
-    const std::map<std::pair<int64_t, int>, std::vector<std::string>>& gpus, SchedNode* node) {
+    const std::map<std::pair<int64_t, int>, std::vector<std::string>>& gpus,
+    const std::function<std::string(int64_t)>& user_id, SchedNode* node) {
   for (const auto& key : running) {
     auto held = gpus.find(key);
     if (held == gpus.end()) {
@@ -131,7 +132,7 @@ void internal::ReserveStrayGpus(
     for (const std::string& uuid : held->second) {
       node->out_of_service_gpus.push_back(
           {uuid, "still used by attempt " + std::to_string(key.second) + " of job " +
-                     std::to_string(key.first) + ", which is being stopped"});
+                     user_id(key.first) + ", which is being stopped"});
     }
   }
 }

@@ -39,7 +39,7 @@ Status Controller::ApplyPreemptions(const ScheduleResult& plan) {
       auto victim = active_.find(p.victim);
       if (victim == active_.end()) continue;
       planned.push_back(&p);
-      lifecycle::Preempt e{p.by_job, p.why, p.grace_s, now_s + p.grace_s};
+      lifecycle::Preempt e{p.by_job, p.why, p.grace_s, now_s + p.grace_s, p.by_name};
       Change c{p.victim, e, {}, {}};
       // Stored with the preemption, in its transaction: a hold is stored iff it happened.
       c.hold = store::PreemptHoldRecord{p.victim, p.by_job, p.placement,
@@ -141,8 +141,8 @@ void Controller::BlockPreemptedWhilePreemptorsWait(std::map<int64_t, std::string
       const std::string why = PendingReasonClass(r->second);
       if (why != "resources" && why != "queue") continue;
     }
-    waiting->emplace(
-        victim, "waits for job " + std::to_string(by) + ", which preempted it, to start first");
+    waiting->emplace(victim, "waits for job " + lifecycle::UserJobId(p->second) +
+                                 ", which preempted it, to start first");
   }
 }
 

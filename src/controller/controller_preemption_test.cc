@@ -174,6 +174,36 @@ TEST_F(ControllerPreemptionTest, ANodeLostInTheGraceKeepsTheVictimsGpusUntilItsE
   EXPECT_EQ(Get(victim.id).state, JobState::kPending);
 }
 
+// As above, the victim an array's element: the reason the waiting job gets names it as its
+// user does (ARRAY_INDEX), not by its store id.
+TEST_F(ControllerPreemptionTest, AnEarlierAttemptOfAnArrayElementIsNamedArrayIndex) {
+  Job victim;
+  victim.command = {"train"};
+  victim.request.gpus = 2;
+  victim.request.cpu_milli = 100;
+  victim.preemptible = true;
+  victim.preempt_grace_s = 30;
+  victim.array = "4";
+  victim = c_->Submit(victim, alice_).value();
+  ASSERT_TRUE(c_->ScheduleOnce().ok());
+  ASSERT_TRUE(Report(Get(victim.id), protocol::EventKind::kStarted).ok());
+  clock_.AdvanceMicros(int64_t{1800} * 1'000'000);
+  const Job urgent = Submit(alice_, 10, /*preemptible=*/false);
+  ASSERT_TRUE(c_->ScheduleOnce().ok());
+  ASSERT_EQ(Get(victim.id).preempted_by, urgent.id);
+  clock_.AdvanceMicros(int64_t{3600} * 1'000'000 * 25);  // past the node timeout
+  ASSERT_TRUE(c_->SweepNodes().ok());
+  ASSERT_EQ(Get(victim.id).state, JobState::kPending);
+  protocol::Registration back = node_;
+  back.running = {{victim.id, 0, 1}};
+  ASSERT_TRUE(c_->RegisterNode(back, "").ok());
+  ASSERT_TRUE(c_->ScheduleOnce().ok());
+  EXPECT_NE(Get(urgent.id).pending_reason.find("still used by attempt 1 of job " +
+                                               std::to_string(victim.id) + "_4, which"),
+            std::string::npos)
+      << Get(urgent.id).pending_reason;
+}
+
 // The same after a restart of the controller, which does not know which GPUs the returning
 // node's earlier attempt holds: nothing new is placed on that node until its end.
 TEST_F(ControllerPreemptionTest, AnEarlierAttemptOfUnknownGpusKeepsItsNodeFromNewWork) {
@@ -340,6 +370,52 @@ TEST_F(ControllerPreemptionTest, AVictimWaitsForItsPreemptorOnlyWhileTheHoldLast
   EXPECT_EQ(Get(small.id).state, JobState::kPending) << Get(small.id).pending_reason;
   EXPECT_EQ(Get(victim.id).state, JobState::kAssigned)
       << Get(victim.id).pending_reason << " / " << Get(small.id).pending_reason;
+}
+
+// An array's element is named as its user names it (ARRAY_INDEX), not by its store id, in
+// every reason that names another job: the victim's (preempted by it, waits for it), the
+// preemptor's (preempting it) and the victim's JSON (preempted_by_name).
+TEST_F(ControllerPreemptionTest, ArrayElementsAreNamedArrayIndexInPreemptionReasons) {
+  Job victim;
+  victim.command = {"train"};
+  victim.request.gpus = 2;
+  victim.request.cpu_milli = 100;
+  victim.preemptible = true;
+  victim.preempt_grace_s = 30;
+  victim.array = "2";
+  victim = c_->Submit(victim, alice_).value();
+  ASSERT_TRUE(c_->ScheduleOnce().ok());
+  ASSERT_EQ(c_->WaitForWork("n1", 0)->launch.size(), 1u);
+  ASSERT_TRUE(Report(Get(victim.id), protocol::EventKind::kStarted).ok());
+  clock_.AdvanceMicros(int64_t{1800} * 1'000'000);
+  Job urgent;
+  urgent.command = {"train"};
+  urgent.request.gpus = 2;
+  urgent.request.cpu_milli = 100;
+  urgent.priority = 10;
+  urgent.array = "7";
+  urgent = c_->Submit(urgent, alice_).value();
+  const std::string urgent_name = std::to_string(urgent.id) + "_7";
+  const std::string victim_name = std::to_string(victim.id) + "_2";
+  ASSERT_TRUE(c_->ScheduleOnce().ok());
+  Job stopping = Get(victim.id);
+  ASSERT_EQ(stopping.preempted_by, urgent.id);  // the store id, for the controller
+  EXPECT_EQ(stopping.preempted_by_name, urgent_name);
+  EXPECT_EQ(store_->GetJob(victim.id)->preempted_by_name, urgent_name);  // kept
+  EXPECT_EQ(stopping.reason, "preempted by job " + urgent_name + ", of higher priority (10 > 0)");
+  EXPECT_NE(Get(urgent.id).pending_reason.find("; preempting job " + victim_name + ", which"),
+            std::string::npos)
+      << Get(urgent.id).pending_reason;
+  clock_.AdvanceMicros(5'000'000);
+  ASSERT_TRUE(Report(stopping, protocol::EventKind::kExited).ok());
+  EXPECT_EQ(Get(victim.id).reason, "requeued: preempted by job " + urgent_name +
+                                       ", of higher priority (10 > 0) (attempt 1)");
+  EXPECT_TRUE(Get(victim.id).preempted_by_name.empty());
+  // In the pass that starts the preemptor, the victim waited for it, by its name.
+  ASSERT_TRUE(c_->ScheduleOnce().ok());
+  EXPECT_EQ(Get(urgent.id).state, JobState::kAssigned);
+  EXPECT_EQ(Get(victim.id).pending_reason,
+            "waits for job " + urgent_name + ", which preempted it, to start first");
 }
 
 }  // namespace preemption_test

@@ -28,6 +28,11 @@ bool OnNode(const Job& job, const std::string& node) {
 // The store id, for logs; what its user reads names the job as they do (UserJobId).
 std::string Id(const Job& job) { return std::to_string(job.id); }
 std::string StateOf(const Job& job) { return std::string(jobs::JobStateName(job.state)); }
+// The job preempting `job` as its user names it; its id for one preempted before the name
+// was kept.
+std::string PreemptorName(const Job& job) {
+  return job.preempted_by_name.empty() ? std::to_string(job.preempted_by) : job.preempted_by_name;
+}
 
 // "task 1 (node n2)".
 std::string TaskName(const Job& job, size_t t) {
@@ -108,6 +113,7 @@ Job Requeued(const Job& job, const std::string& reason) {
   again.end_time_us = 0;
   again.cancel_requested = false;
   again.preempted_by = 0;
+  again.preempted_by_name.clear();
   again.preempt_deadline_s = 0;
   again.checkpoint_done = false;
   again.reason = "requeued: " + reason;
@@ -156,9 +162,9 @@ bool StopReachedATask(const Job& job) {
 // A preempted job whose tasks all ended before its stop reached them: it ends as they
 // ended (SUCCEEDED: its work was done; it must not run again), not requeued.
 Job EndedBeforeItsStop(Job job) {
-  job.reason =
-      "ended before its preemption by job " + std::to_string(job.preempted_by) + " reached it";
+  job.reason = "ended before its preemption by job " + PreemptorName(job) + " reached it";
   job.preempted_by = 0;
+  job.preempted_by_name.clear();
   job.preempt_deadline_s = 0;
   job.checkpoint_done = false;
   job.cancel_requested = false;
@@ -473,6 +479,7 @@ Result<Transition> OnCancel(const Job& job, const CancelRequested& e, int64_t no
   if (job.preempted_by != 0) {
     // Its tasks are being stopped already: it ends CANCELLED instead of going back.
     next.preempted_by = 0;
+    next.preempted_by_name.clear();
     next.preempt_deadline_s = 0;
     next.reason += " while being preempted";
     return Changed(job, std::move(next));
@@ -599,10 +606,10 @@ Result<Transition> OnPreempt(const Job& job, const Preempt& e, int64_t now_us) {
   }
   Job next = job;
   next.preempted_by = e.by_job;
+  next.preempted_by_name = e.by_name.empty() ? std::to_string(e.by_job) : e.by_name;
   next.preempt_deadline_s = e.deadline_s;
   next.checkpoint_done = false;
-  next.reason =
-      "preempted by job " + std::to_string(e.by_job) + (e.why.empty() ? "" : ", ") + e.why;
+  next.reason = "preempted by job " + next.preempted_by_name + (e.why.empty() ? "" : ", ") + e.why;
   Transition t = StopAll(job, std::move(next), now_us);
   t.effects.preempting = true;
   t.effects.log = "job " + Id(job) + " " + t.next.reason + ": SIGTERM, SIGKILL after " +

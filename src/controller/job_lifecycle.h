@@ -134,6 +134,7 @@ struct Preempt {
   std::string why;  // "of higher priority (10 > 0)"
   int64_t grace_s = 0;
   int64_t deadline_s = 0;
+  std::string by_name;  // by_job as its user names it (UserJobId); empty: its id
 };
 // The preempted job's user says it has checkpointed (`gpupool checkpoint-done`): its
 // grace ends now (a stop order without grace). FailedPrecondition for a job not being

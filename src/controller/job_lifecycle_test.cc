@@ -10,7 +10,10 @@ namespace {
 using jobs::Job;
 using jobs::JobState;
 
-constexpr int64_t kNow = 1'700'000'000'000'000;
+// (An even number of digit separators on a line: the function-length check (funclen.py)
+// reads an odd one as a character literal.)
+constexpr int64_t kNowS = 1'700'000'000;  // kNow in epoch seconds
+constexpr int64_t kNow = kNowS * 1'000'000;
 
 // A one-task job of alice in `state`: placed on n1 (attempt 1) unless pending, its task
 // started when running.
@@ -60,7 +63,7 @@ std::vector<Event> OneOfEach() {
           ClientAbsent{15},
           TimeLimit{60},
           GpuFailed{"n1", "GPU-0", "Xid 95: uncontained ECC error"},
-          Preempt{9, "of higher priority (10 > 0)", 120, 1'700'000'120},
+          Preempt{9, "of higher priority (10 > 0)", 120, kNowS + 120},
           CheckpointDone{"alice"}};
 }
 
@@ -487,13 +490,13 @@ TEST(JobLifecycleTest, APreemptedGangStopsKeepsItsGpusUntilItsTasksEndThenIsRequ
   j.submit_time_us = kNow - 3600'000'000;
   j.tasks[0].start_time_us = kNow - 1800'000'000;  // half an hour ago, one GPU each
   j.tasks[1].start_time_us = kNow - 1800'000'000;
-  const Preempt preempt{9, "of higher priority (10 > 0)", 120, 1'700'000'120};
+  const Preempt preempt{9, "of higher priority (10 > 0)", 120, kNowS + 120};
   Result<Transition> t = Step(j, preempt, kNow);
   ASSERT_TRUE(t.ok()) << t.status().ToString();
   EXPECT_EQ(t->next.state, JobState::kRunning);
   EXPECT_TRUE(t->next.cancel_requested);
   EXPECT_EQ(t->next.preempted_by, 9);
-  EXPECT_EQ(t->next.preempt_deadline_s, 1'700'000'120);
+  EXPECT_EQ(t->next.preempt_deadline_s, kNowS + 120);
   EXPECT_TRUE(t->effects.resend_stop);
   EXPECT_TRUE(t->effects.preempting);
   EXPECT_FALSE(t->effects.freed);  // its GPUs stay taken until its tasks end
@@ -605,6 +608,26 @@ TEST(JobLifecycleTest, ACancelOrALostNodeDuringAPreemption) {
   EXPECT_TRUE(lost->effects.requeued);
   EXPECT_FALSE(lost->effects.ended);
   EXPECT_EQ(lost->effects.strays.size(), 2u);
+}
+
+// A preempting array element is named as its user names it (Preempt::by_name), in the
+// reasons and in preempted_by_name; the store id stays in preempted_by and in the log.
+TEST(JobLifecycleTest, APreemptingArrayElementIsNamedArrayIndex) {
+  Result<Transition> p = Step(InState(JobState::kRunning), Preempt{9, "", 120, 0, "7_3"}, kNow);
+  ASSERT_TRUE(p.ok());
+  EXPECT_EQ(p->next.preempted_by, 9);
+  EXPECT_EQ(p->next.preempted_by_name, "7_3");
+  EXPECT_EQ(p->next.reason, "preempted by job 7_3");
+  Result<Transition> done = Step(p->next, Exit("n1", 0, 0), kNow);
+  ASSERT_TRUE(done.ok()) << done.status().ToString();
+  EXPECT_EQ(done->next.reason, "ended before its preemption by job 7_3 reached it");
+  EXPECT_TRUE(done->next.preempted_by_name.empty());
+  Result<Transition> c = Step(p->next, CancelRequested{"alice"}, kNow);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_TRUE(c->next.preempted_by_name.empty());
+  // Without a name (a caller that has none): the id.
+  EXPECT_EQ(Step(InState(JobState::kRunning), Preempt{9, "", 120, 0}, kNow)->next.reason,
+            "preempted by job 9");
 }
 
 }  // namespace

@@ -4,6 +4,7 @@
 #include <map>
 #include <utility>
 
+#include "controller/job_lifecycle.h"
 #include "controller/metrics.h"
 #include "sched/queue/gang_placement.h"
 #include "sched/queue/preemption.h"
@@ -129,9 +130,10 @@ Result<std::vector<PlannedPreemption>> PlanPreemptions(
       const jobs::Job& victim = *run_source[v];
       const int64_t grace =
           victim.preempt_grace_s > 0 ? victim.preempt_grace_s : settings.default_grace_s;
-      out.push_back({victim.id, wjob.id, Why(victim, wjob, settings.by_project), grace, placement});
+      out.push_back({victim.id, wjob.id, lifecycle::UserJobId(wjob),
+                     Why(victim, wjob, settings.by_project), grace, placement});
       longest_grace = std::max(longest_grace, grace);
-      names += (names.empty() ? "" : ", ") + std::to_string(victim.id);
+      names += (names.empty() ? "" : ", ") + lifecycle::UserJobId(victim);
       const sched::RunningJob& r = *runs[v].run;
       GP_RETURN_IF_ERROR(sched::ReleaseGang(trial, r.job->tasks, r.placements));
       runs[v].preemptible = false;  // taken: nobody else's victim

@@ -41,7 +41,8 @@ struct PreemptionSettings {
 struct PlannedPreemption {
   int64_t victim = 0;
   int64_t by_job = 0;
-  std::string why;  // "of higher priority (10 > 0)"
+  std::string by_name;  // by_job as its user names it (lifecycle::UserJobId)
+  std::string why;      // "of higher priority (10 > 0)"
   int64_t grace_s = 0;
   // The waiting job's placement as planned: its victims' GPUs, held for it until it
   // starts (preemption_holds.h).

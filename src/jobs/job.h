@@ -242,6 +242,10 @@ struct Job {
   // resources until they have ended; then the job is PENDING again, keeping its submit
   // time (its place in the queue).
   int64_t preempted_by = 0;
+  // The preempting job as its user names it (ARRAY_INDEX for an array's element, else its
+  // id): what `queue`, `show` and the reasons say. Empty in jobs preempted before it was
+  // kept: readers fall back to preempted_by.
+  std::string preempted_by_name;
   int64_t preempt_deadline_s = 0;
   bool checkpoint_done = false;
   // Preemptions so far, and the GPU-hours their stopped attempts had run.

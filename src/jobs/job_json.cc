@@ -266,6 +266,7 @@ OrderedJson JobToJson(const Job& job) {
   if (job.preempt_grace_s > 0) j["preempt_grace_s"] = job.preempt_grace_s;
   if (job.preempted_by != 0) {
     j["preempted_by"] = job.preempted_by;
+    if (!job.preempted_by_name.empty()) j["preempted_by_name"] = job.preempted_by_name;
     j["preempt_deadline_s"] = job.preempt_deadline_s;
   }
   if (job.checkpoint_done) j["checkpoint_done"] = true;
@@ -491,6 +492,7 @@ Result<Job> JobFromJson(const Json& j, std::string_view path, bool reject_unknow
   f.Optional("min_runtime_s", &job.min_runtime_s, 0, int64_t{365} * 24 * 3600);
   f.Optional("preempt_grace_s", &job.preempt_grace_s, 0, int64_t{24} * 3600);
   f.Optional("preempted_by", &job.preempted_by, 0);
+  f.Optional("preempted_by_name", &job.preempted_by_name);
   f.Optional("preempt_deadline_s", &job.preempt_deadline_s, 0);
   f.Optional("checkpoint_done", &job.checkpoint_done);
   f.Optional("preemptions", &job.preemptions, 0);

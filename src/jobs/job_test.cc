@@ -64,6 +64,22 @@ TEST(JobJsonTest, RoundTrip) {
   EXPECT_EQ(*back, j);
 }
 
+// The preemptor's name as its user knows it ("7_3") is kept with the job (the store keeps
+// jobs as this JSON), beside its store id.
+TEST(JobJsonTest, APreemptorsNameRoundTrips) {
+  Job j;
+  j.id = 12;
+  j.state = JobState::kRunning;
+  j.preempted_by = 9;
+  j.preempted_by_name = "7_3";
+  j.preempt_deadline_s = 1'800'000'000;
+  const Json json = JobToJson(j);
+  EXPECT_EQ(json.value("preempted_by_name", ""), "7_3");
+  Result<Job> back = JobFromJson(Json::parse(DumpJson(json)));
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(*back, j);
+}
+
 TEST(JobJsonTest, RejectsBadRequests) {
   auto err = [](const char* text) {
     Result<Job> r = JobFromJson(Json::parse(text));

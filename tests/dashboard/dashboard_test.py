@@ -760,6 +760,11 @@ class DashboardTest(unittest.TestCase):
     }));
     if (body.job) body.job.gpu_util = {mean_pct: 61.5, peak_pct: 97, peak_mem_mib: 30000,
                                        idle: false, idle_since_ms: 0};
+    // The running job as an array's element (97_3, store id 98) preempts it: named so.
+    if (body.job && body.job.id === RUNNING_JOB) {
+      Object.assign(body.job, {preempted_by: 98, preempted_by_name: '97_3',
+                               preempt_deadline_s: Math.floor(Date.now() / 1000) + 60});
+    }
     if (body.rows) body.rows.forEach((row) => {
       row.used_gpu_hours = row.gpu_hours / 2; row.efficiency = 0.5;
     });
@@ -777,7 +782,8 @@ class DashboardTest(unittest.TestCase):
             base = self.http.base
             wait, shot, css, sign_in, queue_rows, d_css_attr = self.browser_helpers(driver, console)
             driver.execute_cdp_cmd("Page.addScriptToEvaluateOnNewDocument", {
-                "source": self.TELEMETRY_SHIM.replace("ONE_SAMPLE_JOB", str(self.done))})
+                "source": self.TELEMETRY_SHIM.replace("ONE_SAMPLE_JOB", str(self.done))
+                .replace("RUNNING_JOB", str(self.running))})
             sign_in(self.user)
             wait.until(lambda d: len(css(".gpu")) == 6)
             self.assertEqual(len(css(".gpu .util")), 6)
@@ -813,6 +819,10 @@ class DashboardTest(unittest.TestCase):
             gpu_util = driver.find_element(By.ID, "job-gpu-util").text
             self.assertIn("61.5%", gpu_util)
             self.assertIn("30000 MiB", gpu_util)
+            # Its preemptor as its user names it, not by its store id.
+            preempted = css('#job-fields dd[data-field="preempted_by"]')
+            self.assertEqual(len(preempted), 1)
+            self.assertTrue(preempted[0].text.startswith("job 97_3; SIGKILL at "), preempted[0].text)
             shot("job-telemetry")
 
             # One sample: too short to plot, said so (not an empty plot).

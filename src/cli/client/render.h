@@ -56,5 +56,8 @@ std::string RenderControllers(const Json& answer);
 std::string FormatJobGpus(const Json& job);
 // argv as a shell would need it typed: words with special characters are quoted.
 std::string ShellJoin(const std::vector<std::string>& argv);
+// The job preempting `job` (its preempted_by, `by`) as its user names it: the server's
+// preempted_by_name ("51_3" for an array's element), else the id.
+std::string PreemptorName(const Json& job, int64_t by);
 
 }  // namespace gpupool::cli

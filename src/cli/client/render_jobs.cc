@@ -118,6 +118,11 @@ std::string FormatJobGpus(const Json& job) {
   return prefix + std::to_string(gpus);
 }
 
+std::string PreemptorName(const Json& job, int64_t by) {
+  const std::string name = GetString(job, "preempted_by_name");
+  return name.empty() ? std::to_string(by) : name;
+}
+
 namespace {
 
 // `show`'s lines about preemption (docs/preemption.md): being stopped, or a cancel; the
@@ -125,7 +130,7 @@ namespace {
 template <class Line>
 void PreemptionLines(const Json& job, const Line& line) {
   if (const int64_t by = GetInt(job, "preempted_by"); by > 0) {
-    line("Preempted", "by job " + std::to_string(by) + "; SIGKILL at " +
+    line("Preempted", "by job " + PreemptorName(job, by) + "; SIGKILL at " +
                           FormatTimeUtc(GetInt(job, "preempt_deadline_s") * 1'000'000) +
                           (GetBool(job, "checkpoint_done") ? " (checkpoint done: now)" : ""));
   } else if (const std::string state = GetString(job, "state");

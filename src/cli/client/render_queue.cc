@@ -37,7 +37,7 @@ std::string Why(const Json& job, int64_t now_us) {
       preemptions > 0 ? " [preempted " + std::to_string(preemptions) + "x]" : std::string();
   if (state == "PENDING") return GetString(job, "pending_reason") + times;
   if (const int64_t by = GetInt(job, "preempted_by"); by > 0) {
-    return "PREEMPTED by job " + std::to_string(by) + ": stopping" + times;
+    return "PREEMPTED by job " + PreemptorName(job, by) + ": stopping" + times;
   }
   if (GetBool(job, "cancel_requested") && (state == "RUNNING" || state == "ASSIGNED")) {
     return "cancelling";

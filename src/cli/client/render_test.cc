@@ -168,6 +168,22 @@ TEST(RenderJobTest, Preemptions) {
   EXPECT_NE(out.find("to start first [preempted 2x]"), std::string::npos) << out;
 }
 
+// A job preempted by an array's element names it as its user does (the server's
+// preempted_by_name), not by its store id, in show and queue.
+TEST(RenderJobTest, APreemptingArrayElementIsNamedArrayIndex) {
+  const Json stopping = Parse(R"({"id": 5, "user": "alice", "state": "RUNNING",
+    "request": {"gpus": 4}, "preemptible": true, "preempted_by": 9,
+    "preempted_by_name": "7_3", "preempt_deadline_s": 1800000000, "cancel_requested": true})");
+  EXPECT_NE(RenderJob(stopping, kRenderNow).find("  Preempted:  by job 7_3; SIGKILL at "),
+            std::string::npos)
+      << RenderJob(stopping, kRenderNow);
+  Json queue = Json::object();
+  queue["jobs"] = Json::array({stopping});
+  EXPECT_NE(RenderQueue(queue, kRenderNow).find("PREEMPTED by job 7_3: stopping"),
+            std::string::npos)
+      << RenderQueue(queue, kRenderNow);
+}
+
 // An alloc whose command ended keeps cancel_requested (its release): show said "Cancel:
 // requested; the job is being stopped" on a FAILED job. Only a running job is being stopped.
 TEST(RenderJobTest, ACancelIsBeingStoppedOnlyWhileTheJobRuns) {

@@ -68,6 +68,8 @@
   function stateBadge(s) { return h('span', { class: `state ${s}`, text: s }); }
   // A job's id as `gpupool queue` prints it: ARRAY_INDEX for an array's element.
   function jobIdText(j) { return j.array_id ? `${j.array_id}_${j.array_index}` : String(j.id); }
+  // The job preempting j as its user names it (51_3 for an array's element).
+  function preemptorText(j) { return j.preempted_by_name || String(j.preempted_by); }
   // Seconds as `gpupool` prints durations: 45s, 12m05s, 3h02m, 2d04h.
   function fmtDuration(s) {
     if (s === null || s === undefined || !isFinite(s)) return '';
@@ -354,7 +356,7 @@
     { key: 'submitted', label: 'submitted', value: (j) => j.submit_time_us || 0, text: (j) => fmtTime(j.submit_time_us) },
     { key: 'wait', label: 'wait', num: true, value: (j, now) => waitSeconds(j, now), text: (j, now) => fmtDuration(waitSeconds(j, now)) },
     { key: 'runtime', label: 'run time', num: true, value: (j, now) => runSeconds(j, now), text: (j, now) => fmtDuration(runSeconds(j, now)) },
-    { key: 'reason', label: 'reason', cls: 'reason', nosort: true, value: (j) => (j.preempted_by ? `preempted by job ${j.preempted_by}: stopping` : j.state === 'PENDING' ? (j.held_by ? `held by ${j.held_by}` : j.pending_reason || '') : j.reason || '') + (j.preemptions ? ` [preempted ${j.preemptions}x]` : '') },
+    { key: 'reason', label: 'reason', cls: 'reason', nosort: true, value: (j) => (j.preempted_by ? `preempted by job ${preemptorText(j)}: stopping` : j.state === 'PENDING' ? (j.held_by ? `held by ${j.held_by}` : j.pending_reason || '') : j.reason || '') + (j.preemptions ? ` [preempted ${j.preemptions}x]` : '') },
   ];
   // The queue's state filter: `?state=` in the page's address. None: the active jobs (the
   // API's active=1: pending, held, assigned, running); `all`: every state (no filter sent:
@@ -489,7 +491,7 @@
       field(j.end_time_us ? 'run time' : 'elapsed', j.start_time_us ? fmtDuration(runSeconds(j, nowUs)) : '', 'elapsed'),
       j.state === 'PENDING' && j.start_estimate_us ? field('planned start', `${fmtTime(j.start_estimate_us)} (in ${fmtDuration((j.start_estimate_us - nowUs) / 1e6)})`, 'start_estimate') : [],
       field('exit code', j.exit_code, 'exit_code'), field('signal', j.signal),
-      j.preempted_by ? field('preempted by', `job ${j.preempted_by}; SIGKILL at ${fmtTime(j.preempt_deadline_s * 1e6)}${j.checkpoint_done ? ' (checkpoint done: now)' : ''}`, 'preempted_by')
+      j.preempted_by ? field('preempted by', `job ${preemptorText(j)}; SIGKILL at ${fmtTime(j.preempt_deadline_s * 1e6)}${j.checkpoint_done ? ' (checkpoint done: now)' : ''}`, 'preempted_by')
         : j.cancel_requested ? field('cancel', 'requested; the job is being stopped') : [],
       field('preemptible', j.preemptible ? ['yes', j.min_runtime_s > 0 ? `min runtime ${fmtDuration(j.min_runtime_s)}` : '', j.preempt_grace_s > 0 ? `grace ${fmtDuration(j.preempt_grace_s)}` : ''].filter(Boolean).join(', ') : 'no'),
       field('preemptions', j.preemptions ? `${j.preemptions}, costing ${fmtNum(j.preempted_gpu_hours, 3)} GPU-hours of work` : '0'),

@@ -1,0 +1,316 @@
+// The API's job routes: hold and release, held submissions, arrays cancelled whole or by
+// element and ARRAY_INDEX ids, bad dependencies, a cancel's body, limits, and the
+// submission byte bounds (413, 429).
+#include "controller/api_test.h"
+
+namespace gpupool::controller::api_test {
+namespace {
+
+TEST_F(ApiAccessTest, HoldAndReleaseByTheOwnerOrAnAdmin) {
+  net::HttpResponse sub = AsUid(user_uid_, "POST", "/v1/jobs", {},
+                                R"({"command": ["true"], "request": {"gpus": 0}, "workdir": "/"})");
+  ASSERT_EQ(sub.status, 201) << sub.body;
+  const std::string id =
+      std::to_string(ParseJson(sub.body, "answer").value()["job"]["id"].get<int64_t>());
+  EXPECT_EQ(AsUid(user_uid_ + 1, "POST", "/v1/jobs/" + id + "/hold").status, 403);
+  net::HttpResponse r = AsUid(0, "POST", "/v1/jobs/" + id + "/hold");
+  ASSERT_EQ(r.status, 200) << r.body;
+  Json job = ParseJson(r.body, "answer").value()["job"];
+  EXPECT_EQ(job["held_by"], "root");
+  EXPECT_EQ(job["held_by_admin"], true);
+  r = AsUid(user_uid_, "POST", "/v1/jobs/" + id + "/release");
+  EXPECT_EQ(r.status, 403);
+  EXPECT_NE(Error(r).find("ask an admin to release it"), std::string::npos) << r.body;
+  EXPECT_EQ(AsUid(0, "POST", "/v1/jobs/" + id + "/release").status, 200);
+  EXPECT_EQ(AsUid(user_uid_, "POST", "/v1/jobs/" + id + "/hold").status, 200);
+  EXPECT_EQ(AsUid(user_uid_, "POST", "/v1/jobs/" + id + "/release").status, 200);
+  // Submissions cannot set the hold fields themselves.
+  EXPECT_EQ(AsUid(user_uid_, "POST", "/v1/jobs", {},
+                  R"({"command": ["true"], "held_by": "x", "workdir": "/"})")
+                .status,
+            400);
+}
+
+// `"hold": true` (gpupool submit --hold) stores the job held by its submitter in the same
+// insert: no scheduling pass, however idle the pool, starts it before it is released.
+TEST_F(ApiAccessTest, AJobSubmittedHeldIsStoredHeldAndStartsOnlyOnceReleased) {
+  const std::string vm = Token("vm", "node");
+  ASSERT_EQ(WithToken(vm, "POST", "/v1/agent/register", {}, RegisterBody("vm", 2)).status, 200);
+  net::HttpResponse sub =
+      AsUid(user_uid_, "POST", "/v1/jobs", {},
+            R"({"command": ["true"], "request": {"gpus": 1}, "workdir": "/", "hold": true})");
+  ASSERT_EQ(sub.status, 201) << sub.body;
+  const int64_t id = ParseJson(sub.body, "answer").value()["job"]["id"].get<int64_t>();
+  EXPECT_EQ(ParseJson(sub.body, "answer").value()["job"]["held_by"], user_);
+  // Held as stored, not held afterwards.
+  Result<jobs::Job> stored = store_->GetJob(id);
+  ASSERT_TRUE(stored.ok()) << stored.status().ToString();
+  EXPECT_EQ(stored->held_by, user_);
+  EXPECT_FALSE(stored->held_by_admin);
+  ASSERT_TRUE(controller_->ScheduleOnce().ok());
+  const Caller owner{user_, user_uid_, user_uid_, false};
+  Result<jobs::Job> job = controller_->Get(id, owner);
+  ASSERT_TRUE(job.ok());
+  EXPECT_EQ(job->state, jobs::JobState::kPending);
+  EXPECT_NE(job->pending_reason.find("held by " + user_), std::string::npos) << job->pending_reason;
+  // The submitter's own hold: the submitter releases it, and then it starts.
+  ASSERT_EQ(AsUid(user_uid_, "POST", "/v1/jobs/" + std::to_string(id) + "/release").status, 200);
+  ASSERT_TRUE(controller_->ScheduleOnce().ok());
+  EXPECT_EQ(controller_->Get(id, owner)->state, jobs::JobState::kAssigned);
+
+  // Every element of an array submitted held is held.
+  sub = AsUid(user_uid_, "POST", "/v1/jobs", {},
+              R"({"command": ["true"], "workdir": "/", "array": "0-2", "hold": true})");
+  ASSERT_EQ(sub.status, 201) << sub.body;
+  const int64_t array = ParseJson(sub.body, "answer").value()["job"]["id"].get<int64_t>();
+  for (int64_t e = array; e < array + 3; ++e) EXPECT_EQ(store_->GetJob(e)->held_by, user_) << e;
+  // "hold": false is no hold; anything but a boolean is refused, naming the field.
+  sub = AsUid(user_uid_, "POST", "/v1/jobs", {},
+              R"({"command": ["true"], "workdir": "/", "hold": false})");
+  ASSERT_EQ(sub.status, 201) << sub.body;
+  EXPECT_FALSE(ParseJson(sub.body, "answer").value()["job"].contains("held_by")) << sub.body;
+  net::HttpResponse bad = AsUid(user_uid_, "POST", "/v1/jobs", {},
+                                R"({"command": ["true"], "workdir": "/", "hold": "yes"})");
+  EXPECT_EQ(bad.status, 400);
+  EXPECT_EQ(Error(bad), "hold: expected true or false");
+}
+
+TEST_F(ApiAccessTest, ArraysAreCancelledWholeOrByElement) {
+  net::HttpResponse sub =
+      AsUid(user_uid_, "POST", "/v1/jobs", {},
+            R"({"command": ["true"], "workdir": "/", "array": "0-4", "request": {"gpus": 0}})");
+  ASSERT_EQ(sub.status, 201) << sub.body;
+  const Json head = ParseJson(sub.body, "answer").value()["job"];
+  const int64_t id = head["id"].get<int64_t>();
+  const std::string array = std::to_string(id);
+  EXPECT_EQ(head["array_id"], id);
+  const std::string cancel = "/v1/jobs/" + array + "/cancel";
+  EXPECT_EQ(AsUid(user_uid_ + 1, "POST", cancel, {{"element", "3"}}).status, 403);
+  net::HttpResponse r = AsUid(user_uid_, "POST", cancel, {{"element", "3"}});  // older clients
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(ParseJson(r.body, "answer").value()["job"]["array_index"], 3);
+  EXPECT_EQ(controller_->ArrayElements(id).size(), 4u);
+  r = AsUid(user_uid_, "POST", cancel, {{"element", "3"}});
+  EXPECT_EQ(r.status, 409);
+  EXPECT_TRUE(Error(r).ends_with("has already ended (CANCELLED)")) << Error(r);
+  EXPECT_EQ(AsUid(user_uid_, "POST", cancel, {{"element", "x"}}).status, 400);
+  // Issue 25.6: element 0 (whose id is the array's) named as queue prints it, 12_0,
+  // is that element alone; then the array's id still cancels the rest, although its
+  // first element has ended.
+  r = AsUid(user_uid_, "POST", "/v1/jobs/" + array + "_0/cancel");
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_FALSE(ParseJson(r.body, "answer").value().contains("array_cancelled"));
+  EXPECT_EQ(ParseJson(r.body, "answer").value()["job"]["state"], "CANCELLED");
+  EXPECT_EQ(controller_->ArrayElements(id).size(), 3u);
+  r = AsUid(user_uid_, "POST", cancel);
+  ASSERT_EQ(r.status, 200) << r.body;
+  const Json answer = ParseJson(r.body, "answer").value();
+  EXPECT_EQ(answer["array_cancelled"], 3);
+  EXPECT_EQ(answer["array"],
+            Json::parse(R"({"id": )" + array +
+                        R"(, "elements": 5, "queued": 3, "running": 0, "stopping": 0})"));
+  EXPECT_TRUE(controller_->ArrayElements(id).empty());
+  r = AsUid(user_uid_, "POST", cancel);
+  EXPECT_EQ(r.status, 409);
+  EXPECT_EQ(Error(r),
+            "array " + array + " has already ended: none of its 5 elements is queued or running");
+  // Submissions cannot claim to be an element of someone's array.
+  EXPECT_EQ(AsUid(user_uid_, "POST", "/v1/jobs", {},
+                  R"({"command": ["true"], "workdir": "/", "array_id": 1})")
+                .status,
+            400);
+}
+
+// Issue 25.6: every job route takes an array's element as `gpupool queue` prints it,
+// ARRAY_INDEX, whatever the element's state; one the array lacks is 404 naming it.
+TEST_F(ApiAccessTest, JobRoutesTakeArrayIndexIds) {
+  net::HttpResponse sub =
+      AsUid(user_uid_, "POST", "/v1/jobs", {},
+            R"({"command": ["true"], "workdir": "/", "array": "1-7:3", "request": {"gpus": 0}})");
+  ASSERT_EQ(sub.status, 201) << sub.body;
+  const int64_t id = ParseJson(sub.body, "answer").value()["job"]["id"].get<int64_t>();
+  const std::string array = std::to_string(id);
+  const std::string plain = std::to_string(
+      ParseJson(AsUid(user_uid_, "POST", "/v1/jobs", {},
+                      R"({"command": ["true"], "workdir": "/", "request": {"gpus": 0}})")
+                    .body,
+                "answer")
+          .value()["job"]["id"]
+          .get<int64_t>());
+  auto index_of = [](const net::HttpResponse& r) {
+    return ParseJson(r.body, "answer").value()["job"].value("array_index", -1);
+  };
+  net::HttpResponse r = AsUid(user_uid_, "GET", "/v1/jobs/" + array + "_4");
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(index_of(r), 4);
+  r = AsUid(user_uid_, "POST", "/v1/jobs/" + array + "_7/hold");
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(index_of(r), 7);
+  r = AsUid(user_uid_, "POST", "/v1/jobs/" + array + "_7/release");
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(AsUid(user_uid_, "POST", "/v1/jobs/" + array + "_4/cancel").status, 200);
+  // Ended: still found (from the store).
+  r = AsUid(user_uid_, "GET", "/v1/jobs/" + array + "_4");
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(index_of(r), 4);
+  EXPECT_EQ(ParseJson(r.body, "answer").value()["job"]["state"], "CANCELLED");
+  r = AsUid(user_uid_, "GET", "/v1/jobs/" + array + "_4/logs");
+  EXPECT_EQ(r.status, 200) << r.body;
+  r = AsUid(user_uid_, "POST", "/v1/jobs/" + array + "_1/exec", {},
+            R"({"task": 0, "argv": ["true"]})");
+  EXPECT_EQ(r.status, 409) << r.body;  // the element has not started: the route took the id
+  EXPECT_EQ(Error(r), "job " + array + " is PENDING; exec runs only in a running job");
+  // What the array lacks, what is no array, what does not exist, whose it is.
+  r = AsUid(user_uid_, "GET", "/v1/jobs/" + array + "_2");
+  EXPECT_EQ(r.status, 404);
+  EXPECT_EQ(Error(r), "array " + array + " has no element 2 (it was submitted with --array 1-7:3)");
+  r = AsUid(user_uid_, "POST", "/v1/jobs/" + plain + "_0/cancel");
+  EXPECT_EQ(r.status, 404);
+  EXPECT_EQ(Error(r),
+            "job " + plain + " is not an array, so it has no element 0; name it " + plain);
+  r = AsUid(user_uid_, "GET", "/v1/jobs/" + std::to_string(id + 1) + "_4/logs");
+  EXPECT_EQ(r.status, 404);
+  EXPECT_EQ(Error(r), "job " + std::to_string(id + 1) + " is not an array but element 4 of array " +
+                          array + ", so it has no element 4; name it " + std::to_string(id + 1) +
+                          " or " + array + "_4");
+  r = AsUid(user_uid_, "POST", "/v1/jobs/999999_1/hold");
+  EXPECT_EQ(r.status, 404);
+  EXPECT_EQ(Error(r), "there is no array 999999 (no job has id 999999), so no element 999999_1");
+  EXPECT_EQ(AsUid(user_uid_ + 1, "GET", "/v1/jobs/" + array + "_1").status, 403);
+  EXPECT_EQ(AsUid(user_uid_ + 1, "GET", "/v1/jobs/" + array + "_4").status, 403);  // ended
+  for (const std::string& bad :
+       std::vector<std::string>{array + "_x", array + "_", array + "_-1", "_1", array + "_1_2"}) {
+    EXPECT_EQ(AsUid(user_uid_, "GET", "/v1/jobs/" + bad).status, 404) << bad;
+  }
+  // Exec sessions have no elements.
+  EXPECT_EQ(AsUid(user_uid_, "GET", "/v1/exec/1_1").status, 404);
+}
+
+TEST_F(ApiAccessTest, BadDependenciesAreRefusedNamingTheField) {
+  auto submit = [&](const std::string& deps) {
+    return AsUid(user_uid_, "POST", "/v1/jobs", {},
+                 R"({"command": ["true"], "workdir": "/", "dependencies": )" + deps + "}");
+  };
+  net::HttpResponse r = submit(R"([{"job_id": 1, "kind": "before"}])");
+  EXPECT_EQ(r.status, 400);
+  EXPECT_EQ(Error(r),
+            "job.dependencies[0].kind: 'before'; use after-ok, after-any or after-not-ok");
+  r = submit(R"([{"job_id": 0, "kind": "after-ok"}])");
+  EXPECT_EQ(r.status, 400);
+  EXPECT_NE(Error(r).find("dependencies[0].job_id"), std::string::npos) << r.body;
+  r = submit(R"([{"job_id": 99, "kind": "after-ok"}])");
+  EXPECT_EQ(r.status, 404);
+  EXPECT_EQ(Error(r), "--after-ok 99: there is no job 99");
+  EXPECT_EQ(submit(R"({"job_id": 1})").status, 400);
+  // Issue 15 B.8: /dev/shm is sized for containers only.
+  r = AsUid(user_uid_, "POST", "/v1/jobs", {},
+            R"({"command": ["true"], "workdir": "/", "shm_bytes": 1048576})");
+  EXPECT_EQ(r.status, 400);
+  EXPECT_NE(Error(r).find("shm_bytes: --shm-size sizes a container's /dev/shm"), std::string::npos)
+      << r.body;
+  EXPECT_TRUE(store_->ListJobs({})->empty());
+}
+
+// Issue 30: `gpupool alloc` tells how its command ended in the cancel's body; any other
+// body, or one for a job that is no allocation, is refused naming the field.
+TEST_F(ApiAccessTest, ACancelsBodyEndsAnAllocationAndNothingElse) {
+  auto submit = [&](const std::string& body) {
+    net::HttpResponse r = AsUid(user_uid_, "POST", "/v1/jobs", {}, body);
+    EXPECT_EQ(r.status, 201) << r.body;
+    return std::to_string(ParseJson(r.body, "answer").value()["job"]["id"].get<int64_t>());
+  };
+  const std::string batch = submit(R"({"command": ["true"], "workdir": "/"})");
+  const std::string alloc = submit(R"({"command": [], "workdir": "/", "interactive": "alloc"})");
+  auto cancel = [&](const std::string& id, const std::string& body) {
+    return AsUid(user_uid_, "POST", "/v1/jobs/" + id + "/cancel", {}, body);
+  };
+  net::HttpResponse r = cancel(batch, R"({"exit_code": 0})");
+  EXPECT_EQ(r.status, 400);
+  EXPECT_EQ(Error(r), "job " + batch + " is no allocation (gpupool alloc): cancel it instead");
+  EXPECT_EQ(Error(cancel(alloc, R"({"exit_code": 300})")).find("exit_code"), 0u);
+  EXPECT_EQ(Error(cancel(alloc, R"({"exit_code": 0, "signal": 9})")),
+            "exit_code, signal: give one, how the command ended");
+  EXPECT_EQ(cancel(alloc, R"({"exitcode": 0})").status, 400);
+  EXPECT_EQ(cancel(alloc, "[1]").status, 400);
+  EXPECT_EQ(ParseJson(AsUid(user_uid_, "GET", "/v1/jobs/" + batch).body, "answer")
+                .value()["job"]["state"],
+            "PENDING");
+  // An allocation still pending (its client gave up): cancelled, as without a body.
+  r = cancel(alloc, R"({"exit_code": 0})");
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(ParseJson(r.body, "answer").value()["job"]["state"], "CANCELLED");
+  EXPECT_EQ(ParseJson(r.body, "answer").value()["job"]["name"], "alloc");
+  EXPECT_EQ(cancel(batch, "").status, 200);  // no body: a cancel, as ever
+}
+
+TEST_F(ApiAccessTest, LimitsAreReadByAnyoneAndSetByAdmins) {
+  const std::string body =
+      R"({"default": {"max_queued": 1}, "users": {"nobody": {"max_gpus": 4}}})";
+  net::HttpResponse r = AsUid(user_uid_, "PUT", "/v1/limits", {}, body);
+  EXPECT_EQ(r.status, 403);
+  EXPECT_NE(Error(r).find("only admins set limits"), std::string::npos) << r.body;
+  EXPECT_EQ(AsUid(0, "PUT", "/v1/limits", {}, R"({"users": {"nobody": {"max_gpus": "4"}}})").status,
+            400);
+  EXPECT_EQ(AsUid(0, "PUT", "/v1/limits", {}, "{").status, 400);
+  // A user row must name an account: a typo would limit nobody.
+  r = AsUid(0, "PUT", "/v1/limits", {}, R"({"users": {"nosuchuser-gp": {"max_gpus": 4}}})");
+  EXPECT_EQ(r.status, 400);
+  EXPECT_EQ(Error(r),
+            "limits.users.nosuchuser-gp: there is no user 'nosuchuser-gp' on the controller "
+            "host; limits apply to the login names jobs run as: give an existing one (`getent "
+            "passwd NAME`), or create the account first");
+  r = AsUid(0, "PUT", "/v1/limits", {}, body);
+  ASSERT_EQ(r.status, 200) << r.body;
+  r = AsUid(user_uid_, "GET", "/v1/limits");
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(ParseJson(r.body, "answer").value()["users"]["nobody"]["max_gpus"], 4);
+  const std::string job = R"({"command": ["true"], "workdir": "/"})";
+  EXPECT_EQ(AsUid(user_uid_, "POST", "/v1/jobs", {}, job).status, 201);
+  r = AsUid(user_uid_, "POST", "/v1/jobs", {}, job);
+  EXPECT_EQ(r.status, 429);  // max_queued 1
+  EXPECT_NE(Error(r).find("max_queued 1"), std::string::npos) << r.body;
+}
+
+// Issue 25 item 7: a submission over max-submission-bytes is 413 and one past a bound on
+// queued bytes 429 (it may pass once jobs have started), each naming its key. The body
+// of a submission of max-submission-bytes is read whole (MaxRequestBodyBytes, 2 MiB by
+// default), so the refusal is the one that names the key, not a parse error.
+TEST_F(ApiAccessTest, SubmissionsPastTheByteBoundsAre413And429NamingTheirKeys) {
+  // Variables of 60,000 bytes: one may have 64 KiB.
+  auto job = [](int vars) {
+    std::string env;
+    for (int i = 0; i < vars; ++i) {
+      env += std::string(i > 0 ? ", " : "") + "\"V" + std::to_string(i) + "\": \"" +
+             std::string(60'000, 'x') + "\"";
+    }
+    return R"({"command": ["true"], "workdir": "/", "env": {)" + env + "}}";
+  };
+  EXPECT_EQ(MaxRequestBodyBytes(ControllerOptions{}), size_t{2} << 20);
+  net::HttpResponse r = AsUid(user_uid_, "POST", "/v1/jobs", {}, job(24));  // 1.4 MB
+  EXPECT_EQ(r.status, 413);
+  EXPECT_NE(Error(r).find("the job's submission is 1440117 bytes"), std::string::npos) << r.body;
+  EXPECT_NE(Error(r).find("over the server's max-submission-bytes of 1048576"), std::string::npos);
+  EXPECT_TRUE(store_->ListJobs({})->empty());
+
+  ControllerOptions o;
+  o.node_timeout_us = 3'600'000'000;
+  o.max_submission_bytes = 100'000;
+  o.max_queued_bytes_per_user = 200'000;
+  api_.reset();
+  controller_ = Controller::Create(store_.get(), &clock_, o).value();
+  api_ = std::make_unique<Api>(controller_.get(), store_.get(), &clock_, AuthOptions{});
+  r = AsUid(user_uid_, "POST", "/v1/jobs", {}, job(2));
+  EXPECT_EQ(r.status, 413);
+  EXPECT_NE(Error(r).find("max-submission-bytes of 100000"), std::string::npos) << r.body;
+  for (int i = 0; i < 3; ++i) {
+    // 60,016 each: 60,011 sent, and the name "true" the server gives it
+    ASSERT_EQ(AsUid(user_uid_, "POST", "/v1/jobs", {}, job(1)).status, 201);
+  }
+  r = AsUid(user_uid_, "POST", "/v1/jobs", {}, job(1));
+  EXPECT_EQ(r.status, 429);
+  EXPECT_NE(Error(r).find("has 180048 bytes of submissions queued"), std::string::npos) << r.body;
+  EXPECT_NE(Error(r).find("[server] max-queued-bytes-per-user"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace gpupool::controller::api_test
