@@ -166,5 +166,23 @@ TEST_F(ApiProjectsTest, AQueuedJobWaitsOnceItsUserLeavesTheProject) {
   EXPECT_EQ(reason(own).find("waits: nobody may not charge"), std::string::npos) << reason(own);
 }
 
+// A submission retried with its submit_key (its first answer was lost) after its user left
+// the project is answered with the job the first made (which waits at the project gate),
+// not refused: a 403 would tell the user no job exists while one does.
+TEST_F(ApiProjectsTest, ARetriedSubmissionAfterLeavingTheProjectGetsTheJobItMade) {
+  ASSERT_EQ(SetLimits(R"({"projects": {"vision": {"members": ["nobody"]}}})").status, 200);
+  const std::string fields = R"(, "project": "vision", "submit_key": "k-1")";
+  net::HttpResponse first = Submit(fields);
+  ASSERT_EQ(first.status, 201) << first.body;
+  ASSERT_EQ(SetLimits(R"({"projects": {"vision": {"members": ["root"]}}})").status, 200);
+  net::HttpResponse again = Submit(fields);
+  ASSERT_EQ(again.status, 200) << again.body;
+  EXPECT_EQ(ParseJson(again.body, "answer").value()["job"]["id"],
+            ParseJson(first.body, "answer").value()["job"]["id"]);
+  EXPECT_EQ(Jobs(), 1u);
+  // A new key is a new submission, and refused.
+  EXPECT_EQ(Submit(R"(, "project": "vision", "submit_key": "k-2")").status, 403);
+}
+
 }  // namespace
 }  // namespace gpupool::controller

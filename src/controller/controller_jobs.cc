@@ -98,6 +98,13 @@ Result<Job> Controller::Submit(Job job, const Caller& caller, bool* duplicate) {
                                                     "raises it in the [server] section of its "
                                                     "config file"));
   }
+  // A retried submission (the same user and submit_key) answers with what the first made,
+  // even where its user has since lost the project (that job waits at the project gate).
+  auto earlier = [&] { return EarlierSubmission(job, duplicate); };
+  {
+    GP_ASSIGN_OR_RETURN(std::optional<Job> first, earlier());
+    if (first) return std::move(*first);
+  }
   {
     // The project: the user's default if none is named, one they may charge (associations,
     // project_access.h). Before the queue bounds (they count per project) and the bytes.
@@ -114,12 +121,6 @@ Result<Job> Controller::Submit(Job job, const Caller& caller, bool* duplicate) {
   const int64_t bytes = jobs::SubmissionBytes(job);
   // Dependencies name jobs that exist, so no chain of them can loop back to this one.
   GP_RETURN_IF_ERROR(CheckDependencies(job, caller));
-  // A retried submission (the same user and submit_key) answers with what the first made.
-  auto earlier = [&] { return EarlierSubmission(job, duplicate); };
-  {
-    GP_ASSIGN_OR_RETURN(std::optional<Job> first, earlier());
-    if (first) return std::move(*first);
-  }
   // Jobs that passed the queue bounds' check but are not in active_ yet count as queued,
   // so concurrent submissions cannot pass a bound together: each is handed over to the
   // queued counts as it lands in active_, the rest released on every return.
