@@ -159,7 +159,7 @@ TEST_F(ApiAccessTest, JobRoutesTakeArrayIndexIds) {
   r = AsUid(user_uid_, "POST", "/v1/jobs/" + array + "_1/exec", {},
             R"({"task": 0, "argv": ["true"]})");
   EXPECT_EQ(r.status, 409) << r.body;  // the element has not started: the route took the id
-  EXPECT_EQ(Error(r), "job " + array + " is PENDING; exec runs only in a running job");
+  EXPECT_EQ(Error(r), "job " + array + "_1 is PENDING; exec runs only in a running job");
   // What the array lacks, what is no array, what does not exist, whose it is.
   r = AsUid(user_uid_, "GET", "/v1/jobs/" + array + "_2");
   EXPECT_EQ(r.status, 404);

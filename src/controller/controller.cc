@@ -180,7 +180,7 @@ Controller::Stepped Controller::StepChanges(const std::vector<Change>& changes,
       job = &a->second;
     }
     if (job == nullptr || jobs::IsTerminal(job->state)) {
-      answers[i] = Status::NotFound("job " + std::to_string(c.id) + " is no longer active");
+      answers[i] = internal::NoLongerActive(job, c.id);
       continue;
     }
     if (c.guard) {
@@ -253,13 +253,13 @@ Result<std::vector<Result<Job>>> Controller::Commit(std::vector<Change> changes,
       for (const auto& u : stepped.updates) read.emplace(u.job.id, u.expected_version);
     }
     todo.clear();
-    for (size_t i : stepped.change) {
-      const int64_t id = changes[i].id;
-      if (on_conflict == OnConflict::kDrop && read.count(id) != 0) {
-        answers[i] = Status::FailedPrecondition("job " + std::to_string(id) +
-                                                " changed while this change was written");
+    for (size_t k = 0; k < stepped.change.size(); ++k) {
+      const Job& job = stepped.updates[k].job;
+      if (on_conflict == OnConflict::kDrop && read.count(job.id) != 0) {
+        answers[stepped.change[k]] = Status::FailedPrecondition(
+            "job " + lifecycle::UserJobId(job) + " changed while this change was written");
       } else {
-        todo.push_back(i);
+        todo.push_back(stepped.change[k]);
       }
     }
     if (round + 1 == kMaxRounds) return written.WithContext("still in conflict after retries");

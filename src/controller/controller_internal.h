@@ -14,6 +14,7 @@
 
 #include "common/status.h"
 #include "controller/controller.h"
+#include "controller/job_lifecycle.h"
 #include "jobs/job.h"
 
 namespace gpupool::controller::internal {
@@ -57,8 +58,15 @@ inline bool Occupies(const jobs::Job& job) {
 // PermissionDenied unless `caller` is an admin or owns `job`.
 inline Status CheckOwner(const jobs::Job& job, const Caller& caller) {
   if (caller.admin || job.uid == caller.uid) return Status::Ok();
-  return Status::PermissionDenied("job " + std::to_string(job.id) + " belongs to " + job.user +
+  return Status::PermissionDenied("job " + lifecycle::UserJobId(job) + " belongs to " + job.user +
                                   "; users may only see and act on their own jobs");
+}
+
+// NotFound for job `id`, not active (`job`: its ended job still in memory, or null), named
+// as its user knows it where the job is at hand.
+inline Status NoLongerActive(const jobs::Job* job, int64_t id) {
+  return Status::NotFound("job " + (job ? lifecycle::UserJobId(*job) : std::to_string(id)) +
+                          " is no longer active");
 }
 
 }  // namespace gpupool::controller::internal

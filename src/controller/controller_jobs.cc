@@ -395,7 +395,7 @@ Result<Job> Controller::NotActiveAnswer(int64_t id, const Caller& caller,
   // An ended job: the lifecycle says why it refuses.
   GP_RETURN_IF_ERROR(lifecycle::Step(job, event, clock_->NowMicros()).status());
   // Stored and not active: a submission that is not in memory yet.
-  return Status::FailedPrecondition("job " + std::to_string(id) +
+  return Status::FailedPrecondition("job " + lifecycle::UserJobId(job) +
                                     " is still being submitted: try again in a moment");
 }
 
@@ -428,7 +428,7 @@ Result<Job> Controller::EndAllocation(int64_t id, const Caller& caller,
   auto guard = [&caller](const Job& job) -> Status {
     GP_RETURN_IF_ERROR(CheckOwner(job, caller));
     if (job.interactive != "alloc") {
-      return Status::InvalidArgument("job " + std::to_string(job.id) +
+      return Status::InvalidArgument("job " + lifecycle::UserJobId(job) +
                                      " is no allocation (gpupool alloc): cancel it instead");
     }
     return Status::Ok();
@@ -593,7 +593,7 @@ Result<int64_t> Controller::ArrayElementId(int64_t array_id, int index, const Ca
 Result<ArrayCancelled> Controller::CancelArray(int64_t array_id, const Caller& caller) {
   GP_ASSIGN_OR_RETURN(Job head, Get(array_id, caller));
   if (head.array_id != array_id) {
-    return Status::InvalidArgument("job " + std::to_string(array_id) + " is not an array");
+    return Status::InvalidArgument("job " + lifecycle::UserJobId(head) + " is not an array");
   }
   struct Element {
     int64_t id = 0;

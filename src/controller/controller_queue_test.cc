@@ -63,6 +63,31 @@ TEST_F(ControllerTest, AHeldArrayElementsReasonNamesItArrayIndex) {
       "job " + std::to_string(arr.id) + "_4 was held by admin root; ask an admin to release it");
 }
 
+// An array element is named as its user knows it (ARRAY_INDEX), not by its store id, by
+// the answers to a checkpoint-done, an exec or another user's request on it.
+TEST_F(ControllerTest, AnswersOnAnArrayElementNameItArrayIndex) {
+  Register(2);
+  Job j = MakeJob(1);
+  j.array = "3-4";
+  const Job arr = c_->Submit(j, alice_).value();
+  const std::vector<int64_t> ids = c_->ArrayElements(arr.id);
+  ASSERT_EQ(ids.size(), 2u);
+  const std::string name = "job " + std::to_string(arr.id) + "_4";
+  EXPECT_EQ(c_->CheckpointDone(ids[1], alice_).status().message(),
+            name +
+                " is PENDING and not being preempted; checkpoint-done ends the grace period "
+                "of a preempted job");
+  EXPECT_EQ(c_->StartExec(ids[1], 0, {"true"}, alice_).status().message(),
+            name + " is PENDING; exec runs only in a running job");
+  EXPECT_EQ(c_->Cancel(ids[1], bob_).status().message(),
+            name + " belongs to alice; users may only see and act on their own jobs");
+  ASSERT_TRUE(c_->Cancel(ids[1], alice_).ok());
+  Result<int64_t> ended = c_->StartExec(ids[1], 0, {"true"}, alice_);
+  EXPECT_EQ(ended.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(ended.status().message().rfind(name + " has ended (CANCELLED)", 0), 0u)
+      << ended.status().message();
+}
+
 // Issue 15 B.3: hold and release, for owners on their own jobs and admins on any.
 TEST_F(ControllerTest, HeldJobsWaitUntilReleasedAndAdminHoldsNeedAnAdmin) {
   Register(2);

@@ -96,7 +96,7 @@ Result<int64_t> Controller::AttachRun(int64_t job_id, const Caller& caller, int 
       lock.Lock();
       GP_ASSIGN_OR_RETURN(Job ended, std::move(read));
       if (!caller.admin && ended.uid != caller.uid) {
-        return Status::PermissionDenied("job " + std::to_string(job_id) + " belongs to " +
+        return Status::PermissionDenied("job " + lifecycle::UserJobId(ended) + " belongs to " +
                                         ended.user +
                                         "; users may only see and act on their "
                                         "own jobs");
@@ -104,13 +104,13 @@ Result<int64_t> Controller::AttachRun(int64_t job_id, const Caller& caller, int 
       // Its command may have ended already: the session (and its output) is still here.
       if (auto p = primary_exec_.find(job_id); p != primary_exec_.end()) return p->second;
       *job = std::move(ended);
-      return Status::FailedPrecondition("job " + std::to_string(job_id) + " has ended (" +
+      return Status::FailedPrecondition("job " + lifecycle::UserJobId(*job) + " has ended (" +
                                         std::string(jobs::JobStateName(job->state)) +
                                         (job->reason.empty() ? "" : ": ") + job->reason + ")");
     }
     const Job& j = it->second;
     if (!caller.admin && j.uid != caller.uid) {
-      return Status::PermissionDenied("job " + std::to_string(job_id) + " belongs to " + j.user +
+      return Status::PermissionDenied("job " + lifecycle::UserJobId(j) + " belongs to " + j.user +
                                       "; users may only see and act on their own jobs");
     }
     if (j.interactive == "alloc") {
@@ -125,7 +125,7 @@ Result<int64_t> Controller::AttachRun(int64_t job_id, const Caller& caller, int 
     }
     if (j.interactive != "run") {
       return Status::FailedPrecondition(
-          "job " + std::to_string(job_id) +
+          "job " + lifecycle::UserJobId(j) +
           " is not a gpupool run job; enter a running job with gpupool exec --job ID --pty");
     }
     if (auto p = primary_exec_.find(job_id); p != primary_exec_.end()) {
@@ -421,7 +421,7 @@ Result<int64_t> Controller::StartExec(int64_t job_id, int task_index, std::vecto
   // Not active: the store says whether it is the caller's and how it ended.
   GP_ASSIGN_OR_RETURN(Job ended, store_->GetJob(job_id));
   GP_RETURN_IF_ERROR(CheckOwner(ended, caller));
-  return Status::FailedPrecondition("job " + std::to_string(job_id) + " has ended (" +
+  return Status::FailedPrecondition("job " + lifecycle::UserJobId(ended) + " has ended (" +
                                     std::string(jobs::JobStateName(ended.state)) +
                                     "); exec runs only in a running job");
 }
@@ -434,23 +434,23 @@ Result<int64_t> Controller::StartExecLocked(int64_t job_id, int task_index,
   }
   auto it = active_.find(job_id);
   if (it == active_.end()) {  // callers look first: an ended job is read without mu_
-    return Status::NotFound("job " + std::to_string(job_id) + " is no longer active");
+    return internal::NoLongerActive(nullptr, job_id);
   }
   const Job& job = it->second;
   GP_RETURN_IF_ERROR(CheckOwner(job, caller));
   if (!Occupies(job) || job.cancel_requested) {
     return Status::FailedPrecondition(
-        "job " + std::to_string(job_id) + " is " + std::string(jobs::JobStateName(job.state)) +
+        "job " + lifecycle::UserJobId(job) + " is " + std::string(jobs::JobStateName(job.state)) +
         (job.cancel_requested ? " and stopping" : "") + "; exec runs only in a running job");
   }
   if (task_index < 0 || static_cast<size_t>(task_index) >= job.placement.size()) {
-    return Status::InvalidArgument("task: job " + std::to_string(job_id) + " has tasks 0.." +
+    return Status::InvalidArgument("task: job " + lifecycle::UserJobId(job) + " has tasks 0.." +
                                    std::to_string(job.placement.size() - 1));
   }
   const jobs::TaskStatus& ts = job.tasks.at(static_cast<size_t>(task_index));
   if (ts.ended) {
     return Status::FailedPrecondition("task " + std::to_string(task_index) + " of job " +
-                                      std::to_string(job_id) + " has ended");
+                                      lifecycle::UserJobId(job) + " has ended");
   }
   const std::string& node = job.placement[static_cast<size_t>(task_index)].node;
   auto n = nodes_.find(node);

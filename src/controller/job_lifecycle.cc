@@ -337,7 +337,7 @@ Status NotPending(const Job& job, const std::string& what, const std::string& hi
 Result<Transition> OnPlaced(const Job& job, const Placed& e) {
   if (job.state != JobState::kPending) return NotPending(job, "placed", "");
   if (!job.held_by.empty()) {
-    return Status::FailedPrecondition("job " + Id(job) + " is " + HeldReason(job));
+    return Status::FailedPrecondition("job " + UserJobId(job) + " is " + HeldReason(job));
   }
   if (e.placement.empty()) {
     return Status::InvalidArgument("job " + Id(job) + ": a placement needs at least one task");
@@ -600,7 +600,7 @@ Result<Transition> OnGpuFailed(const Job& job, const GpuFailed& e, int64_t now_u
 Result<Transition> OnPreempt(const Job& job, const Preempt& e, int64_t now_us) {
   if (!Occupies(job) || job.cancel_requested || job.preempted_by != 0) return Unchanged(job);
   if (!job.preemptible) {
-    return Status::FailedPrecondition("job " + Id(job) +
+    return Status::FailedPrecondition("job " + UserJobId(job) +
                                       " is not preemptible (it was not submitted with "
                                       "--preemptible)");
   }
@@ -620,7 +620,7 @@ Result<Transition> OnPreempt(const Job& job, const Preempt& e, int64_t now_us) {
 Result<Transition> OnCheckpointDone(const Job& job, const CheckpointDone& e) {
   if (!Occupies(job) || job.preempted_by == 0) {
     return Status::FailedPrecondition(
-        "job " + Id(job) + " is " + StateOf(job) +
+        "job " + UserJobId(job) + " is " + StateOf(job) +
         " and not being preempted; checkpoint-done ends the grace period of a preempted job");
   }
   if (job.checkpoint_done) return Unchanged(job);

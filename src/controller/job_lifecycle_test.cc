@@ -574,6 +574,13 @@ TEST(JobLifecycleTest, OnlyPreemptibleJobsArePreemptedAndCheckpointDoneNeedsAPre
   ASSERT_FALSE(c.ok());
   EXPECT_NE(c.status().message().find("not being preempted"), std::string::npos)
       << c.status().message();
+  // An array's element is named as its user knows it, ARRAY_INDEX.
+  j.array_id = 40;
+  j.array_index = 3;
+  t = Step(j, Preempt{9, "", 120, 0}, kNow);
+  ASSERT_FALSE(t.ok());
+  EXPECT_EQ(t.status().message().rfind("job 40_3 is not preemptible", 0), 0u)
+      << t.status().message();
   // A job its user cancelled is being stopped already: not preempted.
   j = Gang();
   j.cancel_requested = true;

@@ -5,6 +5,7 @@
 
 #include "common/strings.h"
 #include "controller/api/handlers.h"
+#include "controller/job_lifecycle.h"
 #include "jobs/job_json.h"
 #include "protocol/terminal_env.h"
 
@@ -57,9 +58,9 @@ net::HttpResponse StartExec(const ApiContext& ctx, const Call& c) {
     if (task < 0) {
       std::string hosts;
       for (const jobs::TaskStatus& t : job->tasks) hosts += (hosts.empty() ? "" : ", ") + t.host;
-      return ErrorResponse(
-          Status::InvalidArgument("host: '" + host + "' runs no task of job " + std::to_string(id) +
-                                  " (its hosts: " + (hosts.empty() ? "none yet" : hosts) + ")"));
+      return ErrorResponse(Status::InvalidArgument(
+          "host: '" + host + "' runs no task of job " + lifecycle::UserJobId(*job) +
+          " (its hosts: " + (hosts.empty() ? "none yet" : hosts) + ")"));
     }
   }
   Result<int64_t> x = ctx.controller->StartExec(id, task, std::move(argv), caller, io);

@@ -14,6 +14,7 @@
 #include "common/strings.h"
 #include "controller/api/handlers.h"
 #include "controller/environments.h"
+#include "controller/job_lifecycle.h"
 #include "controller/telemetry_service.h"
 #include "jobs/job_json.h"
 #include "jobs/job_sort.h"
@@ -460,7 +461,7 @@ net::HttpResponse ReadJobLogs(const ApiContext& ctx, const Call& c) {
     if (!job.ok()) return ErrorResponse(job.status());
     const auto t = static_cast<size_t>(*task);
     if (t > 0 && t >= static_cast<size_t>(job->request.tasks)) {
-      return ErrorResponse(Status::InvalidArgument("task: job " + std::to_string(id) +
+      return ErrorResponse(Status::InvalidArgument("task: job " + lifecycle::UserJobId(*job) +
                                                    " has tasks 0.." +
                                                    std::to_string(job->request.tasks - 1)));
     }
