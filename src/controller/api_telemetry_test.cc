@@ -276,6 +276,32 @@ TEST_F(ApiTelemetryTest, MetricsShowTheLastXidAndTheEccCountApart) {
   EXPECT_FALSE(nodes["nodes"][0]["gpus"][1]["telemetry"].contains("xid_count"));
 }
 
+// The DCGM series' hpc_job names an array's element as its user does, ARRAY_INDEX, not by
+// its store id.
+TEST_F(ApiTelemetryTest, MetricsNameAnArrayElementHoldingAGpuByItsArrayAndIndex) {
+  const std::string vm = Token("vm", "node");
+  ASSERT_EQ(WithToken(vm, "POST", "/v1/agent/register", {}, RegisterBody("vm", 2)).status, 200);
+  net::HttpResponse sub = AsUid(0, "POST", "/v1/jobs", {},
+                                R"({"command": ["true"], "workdir": "/", "array": "0-1", )"
+                                R"("request": {"gpus": 1}})");
+  ASSERT_EQ(sub.status, 201) << sub.body;
+  const std::string array = std::to_string(Body(sub)["job"]["id"].get<int64_t>());
+  ASSERT_TRUE(controller_->ScheduleOnce().ok());
+  const Json element = Body(AsUid(0, "GET", "/v1/jobs/" + array + "_1"))["job"];
+  const int64_t id = element["id"].get<int64_t>();
+  ASSERT_NE(std::to_string(id), array);
+  const int gpu = element["placement"][0]["gpu_indices"][0].get<int>();
+  net::HttpResponse r =
+      WithToken(vm, "POST", "/v1/agent/telemetry", {},
+                R"({"node": "vm", "samples": [{"index": )" + std::to_string(gpu) +
+                    R"(, "at_ms": )" + std::to_string(clock_.NowMicros() / 1000) +
+                    R"(, "util_pct": 42, "jobs": [{"job_id": )" + std::to_string(id) + "}]}]}");
+  ASSERT_EQ(r.status, 200) << r.body;
+  const std::string m = AsUid(0, "GET", "/metrics").body;
+  EXPECT_NE(m.find(",hpc_job=\"" + array + "_1\",user=\"root\"} 42\n"), std::string::npos) << m;
+  EXPECT_EQ(m.find("hpc_job=\"" + std::to_string(id) + "\""), std::string::npos) << m;
+}
+
 TEST_F(ApiTelemetryTest, TheIdlePolicyWarnsThenCancelsIdleJobs) {
   const TelemetryOptions o = CancelAfterFifteenIdleMinutes();
   ASSERT_TRUE(api_->ConfigureTelemetry(o).ok());

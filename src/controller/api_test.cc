@@ -495,5 +495,60 @@ TEST_F(ApiAccessTest, NodesNameWhoHoldsEachGpuToThoseWhoMayReadTheJob) {
   EXPECT_NE(m.body.find("other_user"), std::string::npos) << m.body;
 }
 
+// A MIG instance names the job holding it as its user does: an array's element carries
+// array_id and array_index (ARRAY_INDEX, as in holders), a plain job its id only; another
+// user's job is only `other_user`.
+TEST_F(ApiAccessTest, MigInstancesNameAnArrayElementByItsArrayAndIndex) {
+  gpu::NodeInfo n;
+  gpu::GpuInfo g;
+  g.vendor = gpu::Vendor::kNvidia;
+  g.index = 0;
+  g.name = "NVIDIA A100-SXM4-80GB";
+  g.uuid = "GPU-1000";
+  g.memory_total_bytes = uint64_t{80} << 30;
+  g.mig_enabled = true;
+  g.enforcement = "mig";
+  for (int i = 0; i < 3; ++i) {
+    g.mig_devices.push_back(
+        {"MIG-" + std::to_string(i), "1g.10gb", 9 + i, 0, uint64_t{10} << 30, {}});
+  }
+  n.gpus.push_back(g);
+  const std::string body = R"({"protocol": "1.2", "node": "mig", "cpu_milli": 8000, )"
+                           R"("memory_mib": 65536, "info": )" +
+                           DumpJson(gpu::NodeToJson(n)) + "}";
+  ASSERT_EQ(AsUid(0, "POST", "/v1/agent/register", {}, body).status, 200);
+  const std::string share = R"("request": {"gpus": 1, "gpu_memory_bytes": 8589934592})";
+  net::HttpResponse sub =
+      AsUid(user_uid_, "POST", "/v1/jobs", {},
+            R"({"command": ["true"], "workdir": "/", "array": "0-1", )" + share + "}");
+  ASSERT_EQ(sub.status, 201) << sub.body;
+  const std::string array =
+      std::to_string(ParseJson(sub.body, "answer").value()["job"]["id"].get<int64_t>());
+  sub = AsUid(0, "POST", "/v1/jobs", {}, R"({"command": ["true"], "workdir": "/", )" + share + "}");
+  ASSERT_EQ(sub.status, 201) << sub.body;
+  const int64_t plain = ParseJson(sub.body, "answer").value()["job"]["id"].get<int64_t>();
+  ASSERT_TRUE(controller_->ScheduleOnce().ok());
+  // Each instance's holder as `uid` sees it: ARRAY_INDEX, the plain job's id, or "other".
+  auto held = [&](uint32_t uid) {
+    std::set<std::string> out;
+    Json listed = ParseJson(AsUid(uid, "GET", "/v1/nodes").body, "answer").value();
+    for (const Json& m : listed["nodes"][0]["gpus"][0]["mig_devices"]) {
+      if (m.value("other_user", false)) {
+        EXPECT_FALSE(m.contains("job") || m.contains("array_id")) << m.dump();
+        out.insert("other");
+      } else if (m.contains("array_id")) {
+        out.insert(std::to_string(m["array_id"].get<int64_t>()) + "_" +
+                   std::to_string(m["array_index"].get<int>()));
+        EXPECT_TRUE(m.contains("job")) << m.dump();  // the store id, as before
+      } else {
+        out.insert(std::to_string(m.value("job", int64_t{0})));
+      }
+    }
+    return out;
+  };
+  EXPECT_EQ(held(0), (std::set<std::string>{array + "_0", array + "_1", std::to_string(plain)}));
+  EXPECT_EQ(held(user_uid_), (std::set<std::string>{array + "_0", array + "_1", "other"}));
+}
+
 }  // namespace
 }  // namespace gpupool::controller::api_test

@@ -39,7 +39,7 @@ struct GpuGauges {
   std::string device;      // device: "nvidia0"
   std::string model_name;  // modelName
   std::string hostname;    // Hostname: the node
-  std::string hpc_job;     // hpc_job: the job(s) holding it ("12" or "12,13"), "" when free
+  std::string hpc_job;     // hpc_job: the job(s) holding it ("12", "12,40_3"), "" when free
   std::string user;        // user: their owner(s), "" when free
   std::optional<double> util_pct;
   std::optional<double> fb_used_mib;

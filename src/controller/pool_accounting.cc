@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <set>
 
+#include "controller/job_lifecycle.h"
 #include "controller/usage.h"
 
 namespace gpupool::controller {
@@ -28,8 +29,11 @@ GpuGauges GaugesOf(const NodeView& v, const gpu::GpuInfo& gi, const protocol::Gp
   g.hostname = v.name;
   std::set<std::string> users;
   for (const protocol::TelemetryJob& tj : s.jobs) {
-    g.hpc_job += (g.hpc_job.empty() ? "" : ",") + std::to_string(tj.job_id);
-    if (auto j = jobs.find(tj.job_id); j != jobs.end()) users.insert(j->second->user);
+    // As its user names it (an array's element ARRAY_INDEX); its id when not active.
+    auto j = jobs.find(tj.job_id);
+    g.hpc_job += (g.hpc_job.empty() ? "" : ",") +
+                 (j != jobs.end() ? lifecycle::UserJobId(*j->second) : std::to_string(tj.job_id));
+    if (j != jobs.end()) users.insert(j->second->user);
   }
   for (const std::string& u : users) g.user += (g.user.empty() ? "" : ",") + u;
   g.util_pct = s.util_pct;

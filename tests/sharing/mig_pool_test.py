@@ -9,7 +9,7 @@ share gets the smallest instance that holds 10 GiB (2g.20gb: a 1g.10gb has 9.5 G
 runs with its MIG- UUID, `GPUPOOL_GPU_ENFORCEMENT=mig` and the instance's memory as its
 cap; a second share gets another instance (a 1g.10gb), never the one held; a share
 larger than the largest instance waits, saying so; `gpupool nodes`, `gpupool node` and
-`gpupool show` name the instances and who holds them.
+`gpupool show` name the instances and who holds them (an array's element as ARRAY_INDEX).
 
 Usage: mig_pool_test.py PATH_TO_GPUPOOL
 Exit 77 (skipped) without root (the pool's jobs run as root here).
@@ -124,6 +124,22 @@ class MigPoolTest(unittest.TestCase):
         self.assertEqual(self.wait(a, ("SUCCEEDED", "FAILED"))["state"], "SUCCEEDED")
         c = self.submit("--gpu-mem", "10G")
         self.assertEqual(self.wait(c, ("RUNNING",))["placement"][0]["gpu_uuids"], [ua])
+
+        # An array's elements on the two instances left are named as their user names
+        # them, ARRAY_INDEX, not by their store ids.
+        r = self.cli("submit", "--cpus", "0.1", "-D", self.dir, "--env", "OUT=" + self.out,
+                     "--array", "0-1", "--gpu-mem", "4G", "--", "sh", "-c", JOB)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        arr = int(r.stdout.split()[3])  # "Submitted array job N (0-1; ...)"
+        wait_for("array %d's elements to run" % arr,
+                 lambda: all(self.job("%d_%d" % (arr, i))["state"] == "RUNNING" for i in (0, 1)))
+        node = json.loads(self.cli("nodes", "--json").stdout)["nodes"][0]
+        text = self.cli("nodes").stdout
+        for i in (0, 1):
+            ui = self.job("%d_%d" % (arr, i))["placement"][0]["gpu_uuids"][0]
+            m = [m for m in node["gpus"][0]["mig_devices"] if m["uuid"] == ui][0]
+            self.assertEqual((m["array_id"], m["array_index"]), (arr, i), m)
+            self.assertIn("(%s): job %d_%d\n" % (ui, arr, i), text)
 
 
 if __name__ == "__main__":

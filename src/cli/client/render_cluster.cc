@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <functional>
 #include <map>
+#include <string_view>
 
 #include "cli/client/json_view.h"
 #include "cli/client/render.h"
@@ -110,16 +111,30 @@ std::string Partitions(const std::string& node, const Json& gpus) {
 constexpr const char* kPartitionsTitle =
     "AMD partitions, each scheduled as a GPU of its own (docs/sharing.md):\n";
 
+// A job as its user names it: "12", or "40_3" (ARRAY_INDEX) for an array's element, from
+// an API object that carries its id as `id_key` and, for an element, array_id/array_index.
+std::string UserJobId(const Json& j, std::string_view id_key) {
+  const int64_t array = GetInt(j, "array_id", 0);
+  if (array > 0) return std::to_string(array) + "_" + std::to_string(GetInt(j, "array_index"));
+  return std::to_string(GetInt(j, id_key, 0));
+}
+
+// Who holds a MIG instance (the API's mig_devices entry): "job 12", "job 40_3" for an
+// array's element, "another user's job" where the caller may not read it, or "free".
+std::string MigHolder(const Json& m) {
+  if (GetBool(m, "other_user")) return "another user's job";
+  return GetInt(m, "job", 0) > 0 ? "job " + UserJobId(m, "job") : "free";
+}
+
 // The MIG instances of a node's GPUs in MIG mode, one line each: "n1 GPU 0 1g.10gb
-// (MIG-...): job 12" or ": free"; "" without any.
+// (MIG-...): job 12" (MigHolder) or ": free"; "" without any.
 std::string MigInstances(const std::string& node, const Json& gpus) {
   std::string out;
   for (const Json& g : gpus) {
     for (const Json& m : GetArray(g, "mig_devices")) {
-      const int64_t job = GetInt(m, "job", 0);
       out += CleanCell(node) + " GPU " + std::to_string(GetInt(g, "index")) + " " +
              CleanCell(GetString(m, "profile", "?")) + " (" + CleanCell(GetString(m, "uuid")) +
-             "): " + (job > 0 ? "job " + std::to_string(job) : std::string("free")) + "\n";
+             "): " + MigHolder(m) + "\n";
     }
   }
   return out;
@@ -165,10 +180,7 @@ std::string HoldersCell(const Json& g) {
     if (GetBool(h, "other_user")) {
       one = "another user's job";
     } else {
-      const int64_t array = GetInt(h, "array_id");
-      one = (array > 0 ? std::to_string(array) + "_" + std::to_string(GetInt(h, "array_index"))
-                       : std::to_string(GetInt(h, "job_id"))) +
-            " " + CleanCell(GetString(h, "user"));
+      one = UserJobId(h, "job_id") + " " + CleanCell(GetString(h, "user"));
     }
     if (const int64_t milli = GetInt(h, "gpu_milli", 1000); milli < 1000) {
       one += " " + FormatMilli(milli);

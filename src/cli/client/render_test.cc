@@ -315,20 +315,26 @@ TEST(RenderNodesTest, FractionsAndModels) {
             "gpu3 GPUs 3,7: none\n");
 }
 
-// A GPU in MIG mode: its instances, one a line, with the job holding each (hostile
-// strings cleaned); both views.
+// A GPU in MIG mode: its instances, one a line, with the job holding each as its user
+// names it (an array's element ARRAY_INDEX, not its store id; another user's unnamed;
+// hostile strings cleaned); both views.
 TEST(RenderNodesTest, MigInstancesAndWhoHoldsThem) {
   const Json answer = Parse(R"js({"nodes": [{"name": "gpu4", "state": "up", "gpus": [
       {"index": 0, "name": "A100", "allocated_milli": 375, "enforcement": "mig",
        "mig_devices": [{"uuid": "MIG-a", "profile": "3g.40gb", "memory_total_bytes": 1},
                        {"uuid": "MIG-b", "profile": "2g.20gb\u001b[2J", "job": 12},
-                       {"uuid": "MIG-c", "profile": "1g.10gb", "job": 13}]},
+                       {"uuid": "MIG-c", "profile": "1g.10gb", "job": 13},
+                       {"uuid": "MIG-d", "profile": "1g.10gb", "job": 43, "array_id": 40,
+                        "array_index": 3},
+                       {"uuid": "MIG-e", "profile": "1g.10gb", "other_user": true}]},
       {"index": 1, "name": "A100", "allocated_milli": 0, "enforcement": "none"}]}]})js");
   const std::string instances =
       "MIG instances, each held whole by one job:\n"
       "gpu4 GPU 0 3g.40gb (MIG-a): free\n"
       "gpu4 GPU 0 2g.20gb [2J (MIG-b): job 12\n"
-      "gpu4 GPU 0 1g.10gb (MIG-c): job 13\n";
+      "gpu4 GPU 0 1g.10gb (MIG-c): job 13\n"
+      "gpu4 GPU 0 1g.10gb (MIG-d): job 40_3\n"
+      "gpu4 GPU 0 1g.10gb (MIG-e): another user's job\n";
   const std::string all = RenderNodes(answer, kRenderNow);
   EXPECT_NE(all.find("GPU share enforcement (docs/sharing.md):\ngpu4 GPU 0: mig\n"
                      "gpu4 GPU 1: none\n" +

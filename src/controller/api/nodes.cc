@@ -72,17 +72,23 @@ OrderedJson NodeViewToJson(const NodeView& v, const Caller& caller,
                              {"profile", m.profile},
                              {"memory_total_bytes", m.memory_total_bytes}});
         if (auto held = v.mig_jobs.find(m.uuid); held != v.mig_jobs.end() && !m.uuid.empty()) {
-          // As for holders: the job's id only to admins and its own user.
-          bool visible = caller.admin;
+          // As for holders: the job only to admins and its own user, an array's element
+          // with its array_id and array_index (shown as ARRAY_INDEX, as in holders).
+          const NodeView::Holder* holder = nullptr;
           if (g < v.holders.size()) {
             for (const NodeView::Holder& h : v.holders[g]) {
-              visible |= h.job_id == held->second && h.user == caller.user;
+              if (h.job_id == held->second) holder = &h;
             }
           }
-          if (visible) {
-            instances.back()["job"] = held->second;
+          OrderedJson& one = instances.back();
+          if (caller.admin || (holder != nullptr && holder->user == caller.user)) {
+            one["job"] = held->second;
+            if (holder != nullptr && holder->array_id != 0) {
+              one["array_id"] = holder->array_id;
+              one["array_index"] = holder->array_index;
+            }
           } else {
-            instances.back()["other_user"] = true;
+            one["other_user"] = true;
           }
         }
       }

@@ -275,8 +275,12 @@
         // A GPU in MIG mode: its instances, each held whole by one job or free.
         const mig = Array.isArray(g.mig_devices) ? g.mig_devices : [];
         if (mig.length) {
-          lines.push(`MIG ${mig.filter((m) => m.job).length}/${mig.length} held`);
-          for (const m of mig) tip.push(`MIG ${m.profile} (${m.uuid}): ${m.job ? `job ${m.job}` : 'free'}`);
+          lines.push(`MIG ${mig.filter((m) => m.job || m.other_user).length}/${mig.length} held`);
+          // Its holder as its user names it (an array's element ARRAY_INDEX), as in holders.
+          for (const m of mig) {
+            tip.push(`MIG ${m.profile} (${m.uuid}): ${m.other_user ? "another user's job"
+              : m.job ? `job ${jobIdText({ id: m.job, array_id: m.array_id, array_index: m.array_index })}` : 'free'}`);
+          }
         }
         let util = null;
         if (t && typeof t.util_pct === 'number') {
