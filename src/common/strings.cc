@@ -61,6 +61,19 @@ std::optional<double> ParseDouble(std::string_view s) {
   return v;
 }
 
+bool HasControlCharacter(std::string_view s) {
+  for (size_t i = 0; i < s.size(); ++i) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    if (c < 0x20 || c == 0x7f) return true;
+    // U+0080..U+009F: 0xC2 then 0x80..0x9F.
+    if (c == 0xC2 && i + 1 < s.size() && static_cast<unsigned char>(s[i + 1]) <= 0x9F &&
+        static_cast<unsigned char>(s[i + 1]) >= 0x80) {
+      return true;
+    }
+  }
+  return false;
+}
+
 std::string SanitizeUtf8(std::string_view s) {
   std::string out;
   out.reserve(s.size());

@@ -23,6 +23,10 @@ std::optional<double> ParseDouble(std::string_view s);
 // can be printed and put into JSON safely.
 std::string SanitizeUtf8(std::string_view s);
 
+// Whether `s` holds a control character: C0 (below 0x20), DEL, or C1 (U+0080..U+009F) as
+// UTF-8, which terminals may take for the start of an escape sequence.
+bool HasControlCharacter(std::string_view s);
+
 // Standard base64 (RFC 4648, with padding), for bytes carried in JSON. Decoding refuses
 // anything else (other characters, bad padding, a wrong length): std::nullopt.
 std::string Base64Encode(std::string_view bytes);

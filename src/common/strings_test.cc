@@ -38,6 +38,17 @@ TEST(StringsTest, SanitizeUtf8ReplacesInvalidBytes) {
   EXPECT_EQ(SanitizeUtf8("\xed\xa0\x80"), "???");  // surrogate
 }
 
+TEST(StringsTest, ControlCharactersAreC0DelAndC1ButNotOtherUnicode) {
+  EXPECT_FALSE(HasControlCharacter("vision-2.a_b/c d"));
+  EXPECT_FALSE(HasControlCharacter("caf\xc3\xa9 \xe6\x97\xa5"));  // café 日
+  EXPECT_FALSE(HasControlCharacter("\xc2\xa0"));                  // U+00A0
+  EXPECT_FALSE(HasControlCharacter(""));
+  for (std::string_view bad : {"a\nb", "\t", "x\x1b[31m", "\x7f", "\xc2\x9b", "\xc2\x80"}) {
+    EXPECT_TRUE(HasControlCharacter(bad)) << bad;
+  }
+  EXPECT_TRUE(HasControlCharacter(std::string_view("a\0b", 3)));
+}
+
 TEST(StringsTest, Base64RoundTripsEveryByteAndRefusesJunk) {
   EXPECT_EQ(Base64Encode(""), "");
   EXPECT_EQ(Base64Encode("f"), "Zg==");

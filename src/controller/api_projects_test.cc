@@ -184,5 +184,56 @@ TEST_F(ApiProjectsTest, ARetriedSubmissionAfterLeavingTheProjectGetsTheJobItMade
   EXPECT_EQ(Submit(R"(, "project": "vision", "submit_key": "k-2")").status, 403);
 }
 
+// The red team: an admin made project 'nobody' for a team of others; user nobody, no
+// member, still charged it (`--project nobody`, or no --project at all: a job without one
+// charges its user's name), its limits and QoS. A project named after an account must
+// list that account; one without members (the user's own limits) stays allowed.
+TEST_F(ApiProjectsTest, AProjectNamedAfterAUserMustListThem) {
+  net::HttpResponse r = SetLimits(R"({"projects": {"nobody": {"members": ["root"]}}})");
+  EXPECT_EQ(r.status, 400) << r.body;
+  EXPECT_EQ(Error(r).rfind("limits.projects.nobody.members: 'nobody' is also a login name", 0), 0u)
+      << r.body;
+  EXPECT_EQ(Submit(R"(, "project": "nobody")").status, 201);  // still nobody's own name
+  EXPECT_EQ(SetLimits(R"({"projects": {"nobody": {"max_gpus": 1}}})").status, 200);
+  EXPECT_EQ(SetLimits(R"({"projects": {"nobody": {"members": ["root", "nobody"]}}})").status, 200);
+  r = SetLimits(R"({"projects": {"nobody": {"members": ["root"]}}})");  // nor by removal
+  EXPECT_EQ(r.status, 400) << r.body;
+}
+
+// The red team: names in the limits were any 1..64 bytes: escape sequences for whoever
+// runs `gpupool limits` or reads a refusal, and a project "none" that `gpupool limits set`
+// cannot name (`--default-project none` clears the default). New names are refused with
+// the field, not echoed; other text (a '/', UTF-8) is a name.
+TEST_F(ApiProjectsTest, ProjectNamesInTheLimitsArePrintableAndNotNone) {
+  for (const std::string name : {R"(red\u001b[31m)", R"(a\nb)", R"(x\u009b2J)"}) {
+    net::HttpResponse r = SetLimits(R"({"projects": {")" + name + R"(": {"max_gpus": 1}}})");
+    EXPECT_EQ(r.status, 400) << name;
+    EXPECT_EQ(Error(r).rfind("limits.projects: a project name of 1..64 characters without "
+                             "control characters",
+                             0),
+              0u)
+        << r.body;
+  }
+  net::HttpResponse r = SetLimits(R"({"projects": {"none": {"members": ["nobody"]}}})");
+  EXPECT_EQ(r.status, 400) << r.body;
+  EXPECT_EQ(Error(r).rfind("limits.projects.none: `gpupool limits set` reads 'none'", 0), 0u)
+      << r.body;
+  r = SetLimits(R"({"projects": {"team/vision": {"members": ["nobody"]}, "caf\u00e9": {}}})");
+  EXPECT_EQ(r.status, 200) << r.body;
+}
+
+// The red team: without enforcement (the default) a job's project was any text of up to
+// the submission's megabyte, kept per job, in accounting and as a /metrics label.
+TEST_F(ApiProjectsTest, AJobsProjectIsAShortPrintableNameWhateverTheEnforcement) {
+  Start(ProjectEnforcement::kNone);
+  for (const std::string& bad : {std::string(65, 'x'), std::string(R"(red\u001b[31m)")}) {
+    net::HttpResponse r = Submit(R"(, "project": ")" + bad + R"(")");
+    EXPECT_EQ(r.status, 400) << r.body;
+    EXPECT_EQ(Error(r).rfind("project: a project name of 1..64 bytes", 0), 0u) << r.body;
+  }
+  EXPECT_EQ(Jobs(), 0u);
+  EXPECT_EQ(Submit(R"(, "project": "any-team")").status, 201);
+}
+
 }  // namespace
 }  // namespace gpupool::controller

@@ -4,6 +4,7 @@
 #include <string_view>
 #include <vector>
 
+#include "common/strings.h"
 #include "jobs/output_pattern.h"
 
 namespace gpupool::jobs {
@@ -186,7 +187,18 @@ Status ValidateEnvName(const std::string& name, const std::string& field) {
   return Status::Ok();
 }
 
+Status ValidateProjectName(const std::string& project, const std::string& field) {
+  // Not echoed: it may be long, or made to move the cursor of whoever reads the answer.
+  if (project.size() > kMaxProjectName || HasControlCharacter(project)) {
+    return Status::InvalidArgument(field +
+                                   ": a project name of 1..64 bytes without control "
+                                   "characters, e.g. vision");
+  }
+  return Status::Ok();
+}
+
 Status ValidateSubmission(const Job& job) {
+  GP_RETURN_IF_ERROR(ValidateProjectName(job.project));
   if (!job.image.empty()) GP_RETURN_IF_ERROR(ValidateImageRef(job.image));
   for (const auto& [k, v] : job.env) {
     GP_RETURN_IF_ERROR(ValidateEnvName(k, "env." + k));

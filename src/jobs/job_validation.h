@@ -20,8 +20,14 @@ Status ValidateImageRef(const std::string& ref, const std::string& field = "imag
 // (POSIX's portable names), at most 255 characters.
 Status ValidateEnvName(const std::string& name, const std::string& field = "env");
 
+// A job's project (free text where the server does not enforce projects): at most
+// kMaxProjectName bytes without control characters, as the limits' names, since it is
+// printed in every view and kept per project in accounting and /metrics. Empty: none.
+inline constexpr size_t kMaxProjectName = 64;
+Status ValidateProjectName(const std::string& project, const std::string& field = "project");
+
 // Every field of a submitted job that a tool will see: image, variable names and values,
-// working directory and mount paths. Called by the controller at submit.
+// working directory and mount paths, and its project. Called by the controller at submit.
 Status ValidateSubmission(const Job& job);
 
 }  // namespace gpupool::jobs

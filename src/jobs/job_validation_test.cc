@@ -84,6 +84,29 @@ TEST(SubmissionTest, NamesTheFieldThatIsWrong) {
   EXPECT_NE(ValidateSubmission(j).message().find("workdir"), std::string::npos);
 }
 
+// The red team: with projects not enforced (the default) a project was any text: escape
+// sequences for whoever lists the queue, a megabyte kept per job and per /metrics series.
+TEST(SubmissionTest, AProjectIsAShortNameWithoutControlCharacters) {
+  Job j;
+  j.command = {"true"};
+  for (const char* ok : {"", "vision", "team/vision-2", "caf\xc3\xa9", "none"}) {
+    j.project = ok;
+    EXPECT_TRUE(ValidateSubmission(j).ok()) << ok;
+  }
+  for (std::string bad : {std::string(65, 'x'), std::string("red\x1b[31m"), std::string("a\nb"),
+                          std::string("\xc2\x9b"
+                                      "2J"),
+                          std::string("a\tb")}) {
+    j.project = bad;
+    Status s = ValidateSubmission(j);
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << bad;
+    EXPECT_TRUE(s.message().starts_with("project: a project name of 1..64 bytes")) << s.message();
+    EXPECT_EQ(s.message().find(bad), std::string::npos) << "the name is echoed";
+  }
+  j.project = std::string(64, 'x');
+  EXPECT_TRUE(ValidateSubmission(j).ok());
+}
+
 // Issue 28: --min-runtime and --grace only with --preemptible; interactive jobs are never
 // preempted. Each refusal names its field and the fix.
 TEST(SubmissionTest, PreemptionFieldsNeedAPreemptibleBatchJob) {

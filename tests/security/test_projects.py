@@ -123,6 +123,40 @@ class ProjectsTest(unittest.TestCase):
             self.assertEqual(r.returncode, 0, r.stderr)
         e.wait(jid, ("SUCCEEDED",))
 
+    def test_a_project_named_after_bob_must_list_bob(self):
+        """A careless admin made project 'gpsec-bob' for alice's team: bob, no member,
+        charged it with `--project gpsec-bob` (naming oneself is always allowed), its
+        limits and QoS. The admin is told instead, and nothing is set."""
+        e = self.env
+        r = e.cli(None, "limits", "set", "--project", e.bob.name, "--members", e.alice.name,
+                  "--max-gpus", "1")
+        self.assertEqual(r.returncode, 2, r.stdout + r.stderr)
+        self.assertIn("limits.projects.gpsec-bob.members: 'gpsec-bob' is also a login name",
+                      r.stderr)
+        st, limits, _ = e.api(e.bob, "GET", "/v1/limits")
+        self.assertNotIn(e.bob.name, limits["projects"])
+
+    def test_names_that_move_the_cursor_are_refused(self):
+        """Escape sequences in a project's name reached every terminal that lists the
+        queue, usage or limits, or reads a refusal: refused, and not echoed."""
+        e = self.env
+        before = len(e.jobs())
+        for name in ("red\x1b[31m", "x" * 65):
+            st, body = e.submit(e.bob, {"command": ["true"], "project": name})
+            self.assertEqual(st, 400, body)
+            self.assertTrue(body["error"].startswith("project: a project name of 1..64 bytes"),
+                            body)
+            self.assertNotIn(name, body["error"])
+        self.assertEqual(len(e.jobs()), before, "a job was created")
+        st, body, _ = e.api(None, "PUT", "/v1/limits",
+                            {"projects": {"red\x1b[31m": {"max_gpus": 1}}})
+        self.assertEqual(st, 400, body)
+        self.assertNotIn("\x1b", body["error"])
+        r = e.cli(None, "limits", "set", "--project", "none", "--members", e.alice.name)
+        self.assertEqual(r.returncode, 2, r.stdout + r.stderr)
+        self.assertIn("limits.projects.none: `gpupool limits set` reads 'none' as nothing",
+                      r.stderr)
+
 
 if __name__ == "__main__":
     seclib.main()

@@ -1,6 +1,7 @@
 // The server itself (health, readiness, its schema, who is calling, which controller
 // leads), the pool's limits, and tokens (admins only, as is PUT /v1/limits: the route
 // table says so).
+#include "common/strings.h"
 #include "controller/api/handlers.h"
 #include "controller/limits.h"
 #include "controller/openapi_document.h"
@@ -86,6 +87,37 @@ Status CheckLimitUsers(const Limits& next, const Limits& current) {
   return Status::Ok();
 }
 
+// A project's name, when the limits did not have it yet: it is printed in every view
+// (no control characters), is not "none" (which `gpupool limits set` reads as nothing:
+// `--members none`, `--default-project none`), and is not the login name of a user its
+// members leave out: that user's jobs without --project charge it (jobs::AccountingProject)
+// and AdmitProject lets them name it, whoever its members are.
+Status CheckProjectNames(const Limits& next, const Limits& current) {
+  for (const auto& [project, limit] : next.projects) {
+    const Limit* was = current.ForProject(project);
+    if (was == nullptr && HasControlCharacter(project)) {
+      return Status::InvalidArgument(
+          "limits.projects: a project name of 1..64 characters without control characters, "
+          "e.g. \"vision\"");
+    }
+    if (was == nullptr && project == "none") {
+      return Status::InvalidArgument(
+          "limits.projects.none: `gpupool limits set` reads 'none' as nothing (--members none, "
+          "--default-project none); name the project otherwise");
+    }
+    const bool members_changed = was == nullptr || was->members != limit.members;
+    if (members_changed && !limit.members.empty() && !limit.members.contains(project) &&
+        IsPosixUserName(project) && HasPosixAccount(project)) {
+      return Status::InvalidArgument(
+          "limits.projects." + project + ".members: '" + project +
+          "' is also a login name, and that user's jobs without --project charge project '" +
+          project + "' whoever its members are; add them (--add-member " + project +
+          ") or name the project otherwise");
+    }
+  }
+  return Status::Ok();
+}
+
 }  // namespace
 
 net::HttpResponse PutLimits(const ApiContext& ctx, const Call& c) {
@@ -95,8 +127,9 @@ net::HttpResponse PutLimits(const ApiContext& ctx, const Call& c) {
   if (!l.ok()) return ErrorResponse(l.status());
   // Admins only hear about names: SetLimits refuses anyone else first.
   if (c.caller.admin) {
-    if (Status s = CheckLimitUsers(*l, ctx.controller->GetLimits()); !s.ok()) {
-      return ErrorResponse(s);
+    const Limits current = ctx.controller->GetLimits();
+    for (const Status& s : {CheckLimitUsers(*l, current), CheckProjectNames(*l, current)}) {
+      if (!s.ok()) return ErrorResponse(s);
     }
   }
   Result<Limits> set = ctx.controller->SetLimits(std::move(*l), c.caller);
