@@ -247,12 +247,19 @@ Status CheckFlags(const TimedFlags& f, sched::StartRule* rule,
                       fair_only, f.queue));
     }
   }
-  if (f.preempt_service_gap > 0 && f.preempt_by != "service") {
-    return Status::InvalidArgument("--preempt-service-gap needs --preempt-by service");
-  }
-  if (f.fair_order == "service" && f.fair_sjf_bound > 0) {
+  if (f.preempt_service_gap > 0 && f.preempt_by == "share") {
     return Status::InvalidArgument(
-        "--fair-order service and --fair-sjf-bound: give one or the other");
+        "--preempt-service-gap needs --preempt-by service or --preempt-by attainment");
+  }
+  if (f.fair_order != "share" && f.fair_sjf_bound > 0) {
+    return Status::InvalidArgument(
+        fmt::format("--fair-order {} and --fair-sjf-bound: give one or the other", f.fair_order));
+  }
+  if (f.fair_order != "share" && f.preempt_by != "share" && f.fair_order != f.preempt_by) {
+    return Status::InvalidArgument(
+        fmt::format("--fair-order {} and --preempt-by {}: both measure how served a group is; "
+                    "give them the same measure (service or attainment)",
+                    f.fair_order, f.preempt_by));
   }
   queue_config->fair_sjf_bound = f.fair_sjf_bound;
   return Status::Ok();
@@ -382,8 +389,9 @@ int RunTimed(const TimedFlags& f) {
   options.preempt.shares_by_demand = f.preempt_shares == "demand";
   options.preempt.starving_after_s = f.starving_after;
   options.checkpoint_interval_s = f.checkpoint_interval;
-  options.service_order = f.fair_order == "service";
-  options.service_preemption = f.preempt_by == "service";
+  options.service_order = f.fair_order != "share";
+  options.service_preemption = f.preempt_by != "share";
+  options.service_by_attainment = f.fair_order == "attainment" || f.preempt_by == "attainment";
   options.service_gap = f.preempt_service_gap;
   ProgressLine progress;
   if (isatty(STDERR_FILENO) != 0) {
@@ -435,10 +443,11 @@ void AddPreemptionAndFailureOptions(CLI::App* cmd, TimedFlags& f) {
                 "with --queue fair: each group's own jobs go shortest run time first (its "
                 "estimate, else its time limit) instead of oldest first");
   cmd->add_option("--fair-order", flags->fair_order,
-                  "with --queue fair (an experiment): groups by dominant share (share) or "
-                  "least served first by their service ratio so far (service; docs/sim.md)")
+                  "with --queue fair (an experiment): groups by dominant share (share), or "
+                  "least served first by their service ratio so far (service) or by their "
+                  "fair-share attainment so far (attainment; docs/sim.md)")
       ->capture_default_str()
-      ->check(CLI::IsMember({"share", "service"}));
+      ->check(CLI::IsMember({"share", "service", "attainment"}));
   cmd->add_option("--fair-sjf-bound", flags->fair_sjf_bound,
                   "with --queue fair (an experiment): every job shortest first, except that a "
                   "group above K times an equal share goes after the others (0: off)")
@@ -447,13 +456,13 @@ void AddPreemptionAndFailureOptions(CLI::App* cmd, TimedFlags& f) {
   cmd->add_option("--preempt-by", flags->preempt_by,
                   "with --preemption (an experiment): a waiting job preempts groups over their "
                   "share while its own is under (share) or any better-served group over its "
-                  "share (service; docs/sim.md)")
+                  "share (service, attainment: as --fair-order measures it; docs/sim.md)")
       ->capture_default_str()
-      ->check(CLI::IsMember({"share", "service"}))
+      ->check(CLI::IsMember({"share", "service", "attainment"}))
       ->needs(preemption);
   cmd->add_option("--preempt-service-gap", flags->preempt_service_gap,
-                  "with --preempt-by service: the victim's group must be better served by "
-                  "more than this (service ratios, 0..1)")
+                  "with --preempt-by service or attainment: the victim's group must be better "
+                  "served by more than this (service ratios or attainments, 0..1)")
       ->capture_default_str()
       ->check(CLI::Range(0.0, 1.0))
       ->needs(preemption);

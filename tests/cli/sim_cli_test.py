@@ -181,6 +181,10 @@ class SimCliTest(unittest.TestCase):
         self.assertEqual(starts(trace, "1x1", "--queue", "fair")["a1"], 1050)
         self.assertEqual(
             starts(trace, "1x1", "--queue", "fair", "--fair-order", "service")["a1"], 1000)
+        # By fair-share attainment: bob got 1,000 GPU-s of the 950 he was entitled to,
+        # alice none of her 50.
+        self.assertEqual(
+            starts(trace, "1x1", "--queue", "fair", "--fair-order", "attainment")["a1"], 1000)
         # Two GPUs: alice's 2-GPU job is above her share (1), so only the service rule
         # lets her stop bob's b1 (better served, over his share) when b2 comes at 4000.
         with open(trace, "w") as f:
@@ -189,6 +193,11 @@ class SimCliTest(unittest.TestCase):
         flags = ["--preemption", "--checkpoint-interval", "1000"]
         self.assertEqual(starts(trace, "1x2", *flags)["a"], 100000)
         self.assertEqual(starts(trace, "1x2", *flags, "--preempt-by", "service")["a"], 4000)
+        self.assertEqual(starts(trace, "1x2", *flags, "--preempt-by", "attainment")["a"], 4000)
+        r = run("sim", "timed", "--trace", trace, "--cluster", "1x2", "--queue", "fair",
+                "--preemption", "--fair-order", "attainment", "--preempt-by", "service")
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("--fair-order attainment and --preempt-by service: both measure", r.stderr)
         r = run("sim", "timed", "--trace", trace, "--cluster", "1x2", "--queue", "fair",
                 "--fair-order", "service", "--fair-sjf-bound", "2")
         self.assertEqual(r.returncode, 2)

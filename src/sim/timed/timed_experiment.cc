@@ -15,6 +15,7 @@
 #include "sched/queue/gang_placement.h"
 #include "sched/rng.h"
 #include "sim/timed/group_service.h"
+#include "sim/timed/group_shares.h"
 
 namespace gpupool::sim {
 namespace {
@@ -167,6 +168,9 @@ class TimedLoop {
   std::unique_ptr<GpuFailureModel> failures_;  // null without GPU failures
   // The groups' service so far; null unless service_order or service_preemption.
   std::shared_ptr<GroupService> service_;
+  std::shared_ptr<GroupShares> shares_;  // each group's GPUs against its fair share
+  // How served a group is, for service_order and service_preemption: service_ or shares_.
+  const sched::GroupServiceSource* served_ = nullptr;
   bool by_project_ = false;  // the service's groups are projects
   EventQueue completions_;
   EventQueue releases_;  // held jobs' releases
@@ -184,9 +188,15 @@ Status TimedLoop::Init(const ClusterState& idle) {
   spec.queue_policy = options_.queue_policy;
   spec.queue_config = options_.queue_config;
   by_project_ = options_.queue_config.fair_group == sched::FairShareGroup::kProject;
+  shares_ = std::make_shared<GroupShares>(idle.TotalCapacity().gpu_milli);
   if (options_.service_order || options_.service_preemption) {
-    service_ = std::make_shared<GroupService>();
-    if (options_.service_order) spec.queue_config.fair_service = service_;
+    std::shared_ptr<const sched::GroupServiceSource> served = shares_;
+    if (!options_.service_by_attainment) {
+      service_ = std::make_shared<GroupService>();
+      served = service_;
+    }
+    served_ = served.get();
+    if (options_.service_order) spec.queue_config.fair_service = std::move(served);
   }
   spec.placement_policy = options_.placement_policy;
   spec.placement_config.seed = options_.seed;
@@ -253,6 +263,7 @@ Status TimedLoop::Complete(int64_t now, bool* freed) {
     JobRecord& rec = run_.jobs[j];
     rec.end_s = now;
     rec.fate = times_out_[j] ? JobFate::kTimedOut : JobFate::kFinished;
+    shares_->Change(GroupOf(j), 0, -jobs_[j].Total().gpu_milli);
     if (service_) service_->End(GroupOf(j), rec.submit_s, rec.waited_s, rec.lost_s, now);
     ++done_;
     *freed = true;
@@ -270,7 +281,11 @@ Status TimedLoop::Arrive(int64_t now, bool* arrived) {
       ++done_;
       continue;
     }
-    if (!jobs_[j].admission.held_by.empty()) releases_.emplace(now + trace_[j].held_for_s, j);
+    if (!jobs_[j].admission.held_by.empty()) {
+      releases_.emplace(now + trace_[j].held_for_s, j);
+    } else {
+      shares_->Change(GroupOf(j), 0, jobs_[j].Total().gpu_milli);  // held: on release
+    }
     pending_.push_back(&jobs_[j]);
     pending_gpu_.insert(jobs_[j].Total().gpu_milli);
     queued_at_[j] = now;
@@ -284,7 +299,9 @@ Status TimedLoop::Arrive(int64_t now, bool* arrived) {
 bool TimedLoop::Release(int64_t now) {
   bool released = false;
   while (!releases_.empty() && releases_.top().first == now) {
-    jobs_[releases_.top().second].admission.held_by.clear();
+    const size_t j = releases_.top().second;
+    jobs_[j].admission.held_by.clear();
+    shares_->Change(GroupOf(j), 0, jobs_[j].Total().gpu_milli);
     releases_.pop();
     released = true;
   }
@@ -323,6 +340,7 @@ void TimedLoop::Start(int64_t now, size_t j, std::vector<sched::Placement> place
   if (rec.start_s < 0) rec.start_s = now;
   rec.waited_s += now - queued_at_[j];
   if (service_) service_->Start(GroupOf(j), queued_at_[j], now);
+  shares_->Change(GroupOf(j), job->Total().gpu_milli, 0);
   running_pos_[j] = running_.size();
   running_.push_back(RunningJob{job, now, std::move(placements)});
   // Each attempt gets its whole time limit, as a requeued job does on a live pool.
@@ -343,6 +361,7 @@ Status TimedLoop::Remove(size_t j) {
   }
   running_.pop_back();
   running_pos_[j] = SIZE_MAX;
+  shares_->Change(GroupOf(j), -jobs_[j].Total().gpu_milli, 0);
   if (failures_ != nullptr) {
     for (const sched::Placement& p : placements) {
       if (failures_->Affects(p.node)) GP_RETURN_IF_ERROR(failures_->Rehold(p.node, cluster_));
@@ -423,6 +442,7 @@ Status TimedLoop::Failures(int64_t now, bool* freed, bool* arrived) {
       rec.end_s = now;
       rec.fate = JobFate::kGpuFailed;
       rec.reason = hit.why;
+      shares_->Change(GroupOf(j), 0, -jobs_[j].Total().gpu_milli);
       if (service_) service_->End(GroupOf(j), rec.submit_s, rec.waited_s, rec.lost_s, now);
       ++done_;
     }
@@ -453,7 +473,7 @@ std::vector<const QueuedJob*> TimedLoop::PreemptOrder(int64_t now,
   if (options_.service_preemption) {
     for (const QueuedJob* q : order) {
       const std::string& g = GroupOf(IndexOf(q));
-      if (!ratio.contains(g)) ratio[g] = service_->ServiceRatio(g, now);
+      if (!ratio.contains(g)) ratio[g] = served_->ServiceRatio(g, now);
     }
   }
   const size_t look = std::min(order.size(), 4 * options_.max_preemptions_per_instant);
@@ -478,7 +498,7 @@ std::vector<size_t> TimedLoop::ServiceCandidates(int64_t now, const QueuedJob& w
                                                  const std::vector<sched::PreemptibleRun>& runs,
                                                  const sched::GroupUse& use) const {
   const std::string& mine = GroupOf(IndexOf(&waiting));
-  const double my_ratio = service_->ServiceRatio(mine, now);
+  const double my_ratio = served_->ServiceRatio(mine, now);
   std::map<std::string_view, bool> better;  // by group: better served and over its share
   std::vector<size_t> out;
   for (size_t i = 0; i < runs.size(); ++i) {
@@ -492,7 +512,7 @@ std::vector<size_t> TimedLoop::ServiceCandidates(int64_t now, const QueuedJob& w
       it = better
                .emplace(theirs,
                         theirs != mine && over &&
-                            service_->ServiceRatio(theirs, now) > my_ratio + options_.service_gap)
+                            served_->ServiceRatio(theirs, now) > my_ratio + options_.service_gap)
                .first;
     }
     if (it->second || r.job->priority < waiting.priority) out.push_back(i);
@@ -575,6 +595,7 @@ Status TimedLoop::Run() {
       now = std::min({now, failures_->NextFailure(), failures_->NextRepair()});
     }
     last = now;
+    shares_->AdvanceTo(now);
     bool freed = false;
     bool arrived = false;
     GP_RETURN_IF_ERROR(Complete(now, &freed));
@@ -602,6 +623,10 @@ Status TimedLoop::Run() {
     run_.gpu_failure_events = failures_->events_by_action();
     run_.out_of_service_gpu_s = failures_->out_of_service_gpu_s();
   }
+  for (const auto& [group, g] : shares_->groups()) {
+    run_.group_shares[group] = GroupShareTotals{g.received_gpu_s, g.entitled_gpu_s};
+  }
+  run_.share_jain_mean = shares_->MeanInstantJain();
   if (options_.progress) options_.progress(n_, n_);
   return Status::Ok();
 }

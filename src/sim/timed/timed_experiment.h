@@ -65,8 +65,12 @@ struct TimedOptions {
   // group that is better served than its own and holds more than its fair share of GPUs
   // (whatever its own group holds), by more than service_gap (a margin against
   // preempting back and forth).
+  // service_by_attainment: "served" is measured by fair-share attainment so far
+  // (group_shares.h: GPU-seconds received / entitled by max-min share) instead of the
+  // service ratio; service_gap is then a gap in attainment.
   bool service_order = false;
   bool service_preemption = false;
+  bool service_by_attainment = false;
   double service_gap = 0;
   // GPU failures (gpu_failures.h; `--gpu-failure-rate`, `--gpu-failure-events`): each
   // Xid goes through the live health policy. An application Xid fails the job on its GPU;
@@ -113,6 +117,12 @@ struct AllocationPoint {
   int64_t pending_jobs = 0;
 };
 
+// A group's GPU-seconds over the run against its max-min fair share (group_shares.h).
+struct GroupShareTotals {
+  double received_gpu_s = 0;
+  double entitled_gpu_s = 0;
+};
+
 struct TimedRun {
   int64_t origin_s = 0;  // the first submission in trace time; all times are relative
   sched::Resources capacity;
@@ -130,6 +140,9 @@ struct TimedRun {
   size_t requeues_by_gpu_failure = 0;
   double gpu_failure_lost_gpu_s = 0;  // work lost (since the last checkpoint) x GPUs
   double out_of_service_gpu_s = 0;    // GPUs out of service x time, over the run
+  // Fair-share attainment (group_shares.h), by the fair-share group (user or project).
+  std::map<std::string, GroupShareTotals> group_shares;
+  double share_jain_mean = 1;  // Jain's index at each moment, averaged over busy time
 };
 
 // Runs the experiment. `cluster` should be idle; it is copied. Errors: unknown policy

@@ -96,7 +96,7 @@ TimedSummary Summarize(const TimedRun& run, sched::FairShareGroup grouping,
   s.delay_s = Describe(std::move(delay));
   s.makespan_s = last_end;
   s.gpu_hours = total_gpu_s / 3600.0;
-  std::vector<double> ratios;
+  std::vector<double> ratios, attainments;
   for (const auto& [name, a] : groups) {
     GroupStats g;
     g.group = name;
@@ -108,9 +108,16 @@ TimedSummary Summarize(const TimedRun& run, sched::FairShareGroup grouping,
     // A group whose jobs all took zero time waited for nothing: ratio 1.
     g.service_ratio = a.jct > 0 ? a.run / a.jct : 1;
     ratios.push_back(g.service_ratio);
+    if (auto it = run.group_shares.find(name);
+        it != run.group_shares.end() && it->second.entitled_gpu_s > 0) {
+      g.share_attainment = it->second.received_gpu_s / it->second.entitled_gpu_s;
+      attainments.push_back(g.share_attainment);
+    }
     s.groups.push_back(std::move(g));
   }
   s.jain_index = JainIndex(ratios);
+  s.share_jain_index = JainIndex(attainments);
+  s.share_jain_mean = run.share_jain_mean;
 
   // Allocation: integrate the step function over [0, makespan] and sample it.
   const int64_t cap = run.capacity.gpu_milli;

@@ -7,7 +7,11 @@
 // all GPU-hours, and the service ratio = sum of run times / sum of JCTs (1 = its jobs
 // never waited). Jain's index over the groups' service ratios, (sum x)^2 / (n sum x^2),
 // is 1 when every group waited in the same proportion and 1/n when one group got all
-// the waiting-free service. Only jobs that ran count. Pure functions.
+// the waiting-free service. Only jobs that ran count.
+//
+// Fair-share attainment (group_shares.h): per group, GPU-seconds received over the
+// GPU-seconds its max-min fair share by demand entitled it to, Jain's index over those
+// attainments, and Jain's index at each moment averaged over the run. Pure functions.
 #pragma once
 
 #include <cstdint>
@@ -39,8 +43,9 @@ struct GroupStats {
   double mean_jct_s = 0;
   double mean_delay_s = 0;
   double gpu_hours = 0;
-  double gpu_hours_share = 0;  // of all GPU-hours, 0..1
-  double service_ratio = 0;    // sum run time / sum JCT
+  double gpu_hours_share = 0;   // of all GPU-hours, 0..1
+  double service_ratio = 0;     // sum run time / sum JCT
+  double share_attainment = 0;  // GPU-seconds received / entitled (group_shares.h)
 };
 
 struct AllocationSample {
@@ -64,7 +69,9 @@ struct TimedSummary {
   double peak_gpu_alloc_pct = 0;
   double gpu_hours = 0;
   std::vector<GroupStats> groups;  // by group name
-  double jain_index = 1;
+  double jain_index = 1;           // over the service ratios
+  double share_jain_index = 1;     // over the share attainments, whole run
+  double share_jain_mean = 1;      // at each moment, averaged over the time with demand
   int64_t sample_interval_s = 0;
   std::vector<AllocationSample> samples;  // every sample_interval_s from 0 to makespan
 };

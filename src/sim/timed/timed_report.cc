@@ -86,6 +86,8 @@ OrderedJson TimedReportJson(const TimedRunInfo& info, const TimedRun& run, const
   j["mean_gpu_alloc_pct"] = Round(s.mean_gpu_alloc_pct);
   j["peak_gpu_alloc_pct"] = Round(s.peak_gpu_alloc_pct);
   j["jain_index"] = Round(s.jain_index, 4);
+  j["share_jain_index"] = Round(s.share_jain_index, 4);
+  j["share_jain_mean"] = Round(s.share_jain_mean, 4);
   OrderedJson groups = OrderedJson::array();
   for (const GroupStats& g : s.groups) {
     OrderedJson gj;
@@ -96,6 +98,7 @@ OrderedJson TimedReportJson(const TimedRunInfo& info, const TimedRun& run, const
     gj["gpu_hours"] = Round(g.gpu_hours);
     gj["gpu_hours_share"] = Round(g.gpu_hours_share, 4);
     gj["service_ratio"] = Round(g.service_ratio, 4);
+    gj["share_attainment"] = Round(g.share_attainment, 4);
     groups.push_back(std::move(gj));
   }
   j["groups"] = std::move(groups);
@@ -153,6 +156,10 @@ std::string TimedReportText(const TimedRunInfo& info, const TimedRun& run, const
                      s.mean_gpu_alloc_pct, s.peak_gpu_alloc_pct, s.gpu_hours);
   out += fmt::format("fairness     Jain's index {:.4f} over {} groups (service ratio)\n",
                      s.jain_index, s.groups.size());
+  out += fmt::format(
+      "             Jain's index {:.4f} over share attainment, {:.4f} moment by moment "
+      "(fair share)\n",
+      s.share_jain_index, s.share_jain_mean);
   if (run.preemption) {
     const double lost_h = run.preempted_gpu_s / 3600.0;
     out += fmt::format(
@@ -163,12 +170,12 @@ std::string TimedReportText(const TimedRunInfo& info, const TimedRun& run, const
   }
   if (run.gpu_failures) out += GpuFailureText(run);
   out += "\n";
-  out += fmt::format("{:<16}{:>8}{:>14}{:>14}{:>12}{:>9}{:>9}\n", "group", "jobs", "mean JCT s",
-                     "mean delay s", "GPU-hours", "share", "service");
+  out += fmt::format("{:<16}{:>8}{:>14}{:>14}{:>12}{:>9}{:>9}{:>9}\n", "group", "jobs",
+                     "mean JCT s", "mean delay s", "GPU-hours", "share", "service", "attained");
   for (const GroupStats& g : s.groups) {
-    out += fmt::format("{:<16}{:>8}{:>14.0f}{:>14.0f}{:>12.1f}{:>8.1f}%{:>9.3f}\n",
+    out += fmt::format("{:<16}{:>8}{:>14.0f}{:>14.0f}{:>12.1f}{:>8.1f}%{:>9.3f}{:>9.3f}\n",
                        g.group.substr(0, 15), g.jobs, g.mean_jct_s, g.mean_delay_s, g.gpu_hours,
-                       100.0 * g.gpu_hours_share, g.service_ratio);
+                       100.0 * g.gpu_hours_share, g.service_ratio, g.share_attainment);
   }
   size_t shown = 0;
   for (const JobRecord& j : run.jobs) {
@@ -191,11 +198,13 @@ std::string AllocationCsv(const TimedSummary& s) {
 }
 
 std::string GroupsCsv(const TimedSummary& s) {
-  std::string out = "group,jobs,mean_jct_s,mean_delay_s,gpu_hours,gpu_hours_share,service_ratio\n";
+  std::string out =
+      "group,jobs,mean_jct_s,mean_delay_s,gpu_hours,gpu_hours_share,service_ratio,"
+      "share_attainment\n";
   for (const GroupStats& g : s.groups) {
-    out +=
-        fmt::format("{},{},{:.3f},{:.3f},{:.3f},{:.5f},{:.5f}\n", CsvField(g.group), g.jobs,
-                    g.mean_jct_s, g.mean_delay_s, g.gpu_hours, g.gpu_hours_share, g.service_ratio);
+    out += fmt::format("{},{},{:.3f},{:.3f},{:.3f},{:.5f},{:.5f},{:.5f}\n", CsvField(g.group),
+                       g.jobs, g.mean_jct_s, g.mean_delay_s, g.gpu_hours, g.gpu_hours_share,
+                       g.service_ratio, g.share_attainment);
   }
   return out;
 }
