@@ -44,8 +44,14 @@ class ApiProjectsTest : public ::testing::Test {
     r.peer = net::PeerCredentials{1, uid, uid};
     return api_->Handle(r);
   }
-  net::HttpResponse SetLimits(const std::string& body) {
-    return AsUid(0, "PUT", "/v1/limits", body);
+  net::HttpResponse SetLimits(const std::string& body, const std::string& if_match = "") {
+    net::HttpRequest r;
+    r.method = "PUT";
+    r.path = "/v1/limits";
+    r.body = body;
+    if (!if_match.empty()) r.headers["if-match"] = if_match;
+    r.peer = net::PeerCredentials{1, 0, 0};
+    return api_->Handle(r);
   }
   // nobody's submission with these extra fields; the answer.
   net::HttpResponse Submit(const std::string& fields, uint32_t uid = 0xffffffff) {
@@ -233,6 +239,68 @@ TEST_F(ApiProjectsTest, AJobsProjectIsAShortPrintableNameWhateverTheEnforcement)
   }
   EXPECT_EQ(Jobs(), 0u);
   EXPECT_EQ(Submit(R"(, "project": "any-team")").status, 201);
+}
+
+// Lost updates: two admins' read-modify-writes of the limits (`limits set --project p
+// --add-member a`, and one for user x) read one revision; the second PUT overwrote the
+// first's change. The limits carry a revision (body and ETag) that every write bumps
+// and that survives a restart; a PUT naming a revision that moved (If-Match or the
+// body's "revision") is 409 and changes nothing, and one naming none overwrites.
+TEST_F(ApiProjectsTest, AStaleLimitsWriteIsRefusedAndBothInterleavedChangesLand) {
+  auto revision = [](const net::HttpResponse& r) {
+    return ParseJson(r.body, "answer").value().value("revision", int64_t{-1});
+  };
+  net::HttpResponse first = AsUid(0, "GET", "/v1/limits");   // admin A reads
+  net::HttpResponse second = AsUid(0, "GET", "/v1/limits");  // admin B reads
+  ASSERT_EQ(first.status, 200);
+  EXPECT_EQ(revision(first), 0);
+  EXPECT_EQ(first.headers["ETag"], "\"0\"");
+  net::HttpResponse r = SetLimits(R"({"projects": {"vision": {"members": ["root"]}}})", "\"0\"");
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(revision(r), 1);
+  EXPECT_EQ(r.headers["ETag"], "\"1\"");
+  r = SetLimits(R"({"users": {"nobody": {"max_gpus": 2}}})", second.headers["ETag"]);
+  EXPECT_EQ(r.status, 409);
+  EXPECT_EQ(Error(r),
+            "the limits changed since they were read: they are at revision 1, not 0 (If-Match, "
+            "or the body's \"revision\"); read them again (GET /v1/limits), apply the change to "
+            "what that answers and send its revision, or send none to overwrite them");
+  // B reads again and applies its change to what it reads, naming the revision in the body.
+  r = AsUid(0, "GET", "/v1/limits");
+  EXPECT_EQ(revision(r), 1);
+  Json both = ParseJson(r.body, "answer").value();
+  both["users"]["nobody"]["max_gpus"] = 2;
+  r = SetLimits(both.dump());
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(revision(r), 2);
+  EXPECT_EQ(SetLimits(both.dump()).status, 409);  // read at 1: stale now
+  Start(ProjectEnforcement::kMembers);            // a restart keeps them and their revision
+  r = AsUid(user_uid_, "GET", "/v1/limits");
+  const Json limits = ParseJson(r.body, "answer").value();
+  EXPECT_EQ(limits["projects"]["vision"]["members"], Json::parse(R"(["root"])"));
+  EXPECT_EQ(limits["users"]["nobody"]["max_gpus"], 2);
+  EXPECT_EQ(revision(r), 2);
+  EXPECT_EQ(r.headers["ETag"], "\"2\"");
+  // No revision, or If-Match *: the PUT overwrites, as before revisions.
+  r = SetLimits(R"({"users": {"nobody": {"max_gpus": 3}}})");
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(revision(r), 3);
+  r = SetLimits(R"({"users": {"nobody": {"max_gpus": 4}}})", "*");
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(revision(r), 4);
+  // Malformed or disagreeing revisions are 400 naming the header or field.
+  r = SetLimits("{}", "W/\"4\"");
+  EXPECT_EQ(r.status, 400);
+  EXPECT_EQ(Error(r), "If-Match: W/\"4\": the ETag GET /v1/limits answered, e.g. \"7\" (or *)");
+  r = SetLimits(R"({"revision": 3})", "\"4\"");
+  EXPECT_EQ(r.status, 400);
+  EXPECT_EQ(Error(r),
+            "If-Match \"4\" and limits.revision 3 disagree: send the revision GET /v1/limits "
+            "answered");
+  r = SetLimits(R"({"revision": -1})");
+  EXPECT_EQ(r.status, 400);
+  EXPECT_NE(Error(r).find("limits.revision"), std::string::npos) << r.body;
+  EXPECT_EQ(revision(AsUid(0, "GET", "/v1/limits")), 4);  // none of those wrote
 }
 
 }  // namespace

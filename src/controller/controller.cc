@@ -386,7 +386,7 @@ Status Controller::Load() {
   active.active_only = true;
   GP_ASSIGN_OR_RETURN(std::vector<Job> jobs, store_->ListJobs(active));
   GP_ASSIGN_OR_RETURN(std::vector<store::NodeRecord> nodes, store_->ListNodes());
-  GP_ASSIGN_OR_RETURN(std::optional<std::string> limits, store_->GetSetting("limits"));
+  GP_ASSIGN_OR_RETURN(store::SettingRecord limits, store_->GetSettingRecord("limits"));
   GP_ASSIGN_OR_RETURN(std::vector<store::PreemptHoldRecord> holds, store_->ListPreemptHolds());
   MutexLock lock(mu_);  // nobody else has the controller yet; the analysis asks for it
   for (Job& j : jobs) {
@@ -429,11 +429,11 @@ Status Controller::Load() {
     nodes_.emplace(r.name, std::move(e));
     ++nodes_generation_;
   }
-  if (limits) {
-    Result<Json> j = ParseJson(*limits, "stored limits");
+  if (limits.value) {  // else at revision 0, as limits_ starts
+    Result<Json> j = ParseJson(*limits.value, "stored limits");
     Result<Limits> l = j.ok() ? LimitsFromJson(*j) : Result<Limits>(j.status());
     if (!l.ok()) return l.status().WithContext("the stored usage limits");
-    limits_ = std::move(*l);
+    limits_ = {std::move(*l), limits.revision};
   }
   RestoreHolds(holds);
   spdlog::info("controller: loaded {} active jobs and {} nodes", active_.size(), nodes_.size());
@@ -722,7 +722,7 @@ Status Controller::ScheduleOnce() {
   GP_RETURN_IF_ERROR(EndUnmeetableDependencies(&feed.waiting));
   {
     Lock lock(mu_);
-    limits = limits_;
+    limits = limits_.limits;
     BlockWhileEarlierAttemptsStop(&feed.stopping);
     holds = HoldsForPass(clock_->NowMicros(), &holds_ended);
     BlockPreemptedWhilePreemptorsWait(&feed.waiting);  // while their holds last

@@ -284,8 +284,7 @@ class Controller {
                                                     ControllerOptions options);
   ~Controller();
 
-  // Starts / stops the scheduler thread (passes on events and periodically) and the
-  // node-timeout sweep.
+  // Start / stop the scheduler thread (on events and periodically), the node-timeout sweep.
   void Start();
   void Stop();
 
@@ -316,9 +315,10 @@ class Controller {
   // `gpupool checkpoint-done`: the preempted job `id` (the caller's own, or an admin's
   // call) has checkpointed; its grace ends now (lifecycle::CheckpointDone).
   Result<jobs::Job> CheckpointDone(int64_t id, const Caller& caller);
-  // The usage limits (limits.h): anyone may read them; admins replace them whole.
-  Limits GetLimits();
-  Result<Limits> SetLimits(Limits limits, const Caller& caller);
+  // The usage limits (limits.h) at their revision: anyone reads them; admins replace them
+  // whole, if at revision `expected` when >= 0 (else FailedPrecondition naming both).
+  RevisedLimits GetLimits();
+  Result<RevisedLimits> SetLimits(Limits limits, const Caller& caller, int64_t expected = -1);
   // Ids of the queued or running elements of array `array_id` (all when index < 0).
   std::vector<int64_t> ArrayElements(int64_t array_id, int index = -1);
   // The job id of element `index` of array `array_id`, in any state: what `gpupool queue`
@@ -802,7 +802,7 @@ class Controller {
   // among them but its first ("51_3", as reasons name them).
   std::map<int64_t, jobs::JobState> ended_states_ GUARDED_BY(mu_);
   std::map<int64_t, std::string> ended_names_ GUARDED_BY(mu_);
-  Limits limits_ GUARDED_BY(mu_);
+  RevisedLimits limits_ GUARDED_BY(mu_);  // and their revision in the store
   // Submissions past the queue bounds' check, not yet in active_: per user, project, all.
   std::map<std::string, int64_t> submitting_ GUARDED_BY(mu_);
   std::map<std::string, int64_t> submitting_project_ GUARDED_BY(mu_);

@@ -357,7 +357,7 @@ TEST_F(ControllerTest, LimitsHoldJobsWithAReasonAndRefuseQueueingPastTheMax) {
       << Get(v.id).pending_reason;
 
   Restart();  // the limits are stored
-  EXPECT_EQ(c_->GetLimits(), l);
+  EXPECT_EQ(c_->GetLimits().limits, l);
   ASSERT_TRUE(c_->Cancel(v.id, root_).ok());
   // Raising them lets the jobs start.
   ASSERT_TRUE(c_->SetLimits(Limits{}, root_).ok());

@@ -110,7 +110,7 @@ Result<Job> Controller::Submit(Job job, const Caller& caller, bool* duplicate) {
     // project_access.h). Before the queue bounds (they count per project) and the bytes.
     MutexLock lock(mu_);
     GP_RETURN_IF_ERROR(
-        sched::AdmitProject(limits_, options_.enforce_projects, job.user, &job.project));
+        sched::AdmitProject(limits_.limits, options_.enforce_projects, job.user, &job.project));
   }
   const int64_t adding = array ? static_cast<int64_t>(array->indices.size()) : 1;
   // What its jobs hold of the controller's memory: one copy of the submission for all
@@ -147,7 +147,7 @@ Result<Job> Controller::Submit(Job job, const Caller& caller, bool* duplicate) {
     server.default_min_runtime_s = options_.preempt_min_runtime_s;
     server.default_grace_s = options_.preempt_grace_s;
     // The admin's QoS (docs/preemption.md).
-    GP_RETURN_IF_ERROR(ApplyPreemptionDefaults(limits_, server, &job));
+    GP_RETURN_IF_ERROR(ApplyPreemptionDefaults(limits_.limits, server, &job));
     GP_RETURN_IF_ERROR(CheckQueuedLimits(job, adding, bytes));
     reserved = adding;
     reserved_bytes = bytes;
@@ -450,7 +450,7 @@ Status Controller::CheckQueuedLimits(const Job& job, int64_t adding, int64_t byt
                                      std::to_string(adding) + " more would pass the limit (" +
                                      limit + "): wait for some to start, or " + fix);
   };
-  const Limit ul = limits_.ForUser(job.user);
+  const Limit ul = limits_.limits.ForUser(job.user);
   const int64_t user_queued = count(queued_by_user_, job.user) + count(submitting_, job.user);
   if (ul.max_queued >= 0) {
     if (user_queued + adding > ul.max_queued) {
@@ -463,7 +463,7 @@ Status Controller::CheckQueuedLimits(const Job& job, int64_t adding, int64_t byt
                 "ask an admin to raise it: [server] max-queued-per-user in the server's config "
                 "file, or max_queued for one user with `gpupool limits`");
   }
-  if (const Limit* pl = limits_.ForProject(project); pl != nullptr && pl->max_queued >= 0) {
+  if (const Limit* pl = limits_.limits.ForProject(project); pl != nullptr && pl->max_queued >= 0) {
     const int64_t queued = count(queued_by_project_, project) + count(submitting_project_, project);
     if (queued + adding > pl->max_queued) {
       return over("project " + project, queued, "max_queued " + std::to_string(pl->max_queued),
@@ -501,21 +501,38 @@ Status Controller::CheckQueuedLimits(const Job& job, int64_t adding, int64_t byt
   return Status::Ok();
 }
 
-Limits Controller::GetLimits() {
+RevisedLimits Controller::GetLimits() {
   MutexLock lock(mu_);
   return limits_;
 }
 
-Result<Limits> Controller::SetLimits(Limits limits, const Caller& caller) {
+Result<RevisedLimits> Controller::SetLimits(Limits limits, const Caller& caller, int64_t expected) {
   if (!caller.admin) {
     return Status::PermissionDenied("only admins set limits (you are " + caller.user + ")");
   }
-  // Written without mu_; settings_write_mu_ keeps two admins' writes in order.
+  // Written without mu_; settings_write_mu_ keeps two admins' writes in order. Each is a
+  // compare-and-set in the store: at `expected`, the revision the caller read; else at
+  // the one in memory (every write is this controller's while it leads), then at the
+  // store's if that moved all the same: a write without a revision overwrites.
   MutexLock write(settings_write_mu_);
-  GP_RETURN_IF_ERROR(store_->PutSetting("limits", DumpJson(LimitsToJson(limits))));
+  const std::string value = DumpJson(LimitsToJson(limits));
+  const int64_t held = GetLimits().revision;
+  Result<int64_t> revision = store_->PutSettingIf("limits", value, expected >= 0 ? expected : held);
+  if (expected < 0 && store::IsConflict(revision.status())) {
+    GP_ASSIGN_OR_RETURN(store::SettingRecord stored, store_->GetSettingRecord("limits"));
+    revision = store_->PutSettingIf("limits", value, stored.revision);
+  } else if (store::IsConflict(revision.status())) {
+    return Status::FailedPrecondition(
+        "the limits changed since they were read: they are at revision " + std::to_string(held) +
+        ", not " + std::to_string(expected) +
+        " (If-Match, or the body's \"revision\"); read them again (GET /v1/limits), apply the "
+        "change to what that answers and send its revision, or send none to overwrite them");
+  }
+  if (!revision.ok()) return revision.status();
   MutexLock lock(mu_);
-  limits_ = std::move(limits);
-  spdlog::info("usage limits set by {}: {}", caller.user, DumpJson(LimitsToJson(limits_)));
+  limits_ = {std::move(limits), *revision};
+  spdlog::info("usage limits set by {} (revision {}): {}", caller.user, *revision,
+               DumpJson(LimitsToJson(limits_.limits)));
   capacity_changed_ = true;  // raised limits may let jobs start
   WakeScheduler();
   return limits_;

@@ -3,6 +3,8 @@
 // and who may charge which project (project_access.h).
 #pragma once
 
+#include <cstdint>
+
 #include "sched/admission/limits.h"
 #include "sched/admission/project_access.h"
 
@@ -14,5 +16,14 @@ using sched::Limits;
 using sched::LimitsFromJson;
 using sched::LimitsToJson;
 using sched::ProjectEnforcement;
+
+// The limits with their revision in the store (store::SettingRecord): 0 while never set,
+// one more at every write. GET /v1/limits answers it, and a PUT that names it is a
+// compare-and-set on it.
+struct RevisedLimits {
+  Limits limits;
+  int64_t revision = 0;
+  friend bool operator==(const RevisedLimits&, const RevisedLimits&) = default;
+};
 
 }  // namespace gpupool::controller

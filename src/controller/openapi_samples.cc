@@ -200,6 +200,8 @@ class Scenario {
                          "users": {"nobody": {"max_queued": 10, "default_project": "vision"}},
                          "projects": {"vision": {"max_running": 2, "members": ["nobody"]}}})"));
     Expect(200, User("GET", "/v1/limits", "/v1/limits"));
+    // Read at revision 0, before the PUT above: stale.
+    Expect(409, Root("PUT", "/v1/limits", "/v1/limits", {}, R"({"default": {}, "revision": 0})"));
     clock_.AdvanceMicros(3'600'000'000);
     Expect(200, Root("GET", "/v1/usage", "/v1/usage"));
     Expect(200, Root("GET", "/v1/usage", "/v1/usage", {{"by", "project"}}));

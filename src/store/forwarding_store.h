@@ -67,6 +67,12 @@ class ForwardingStore : public Store {
   Result<std::optional<std::string>> GetSetting(std::string_view k) override {
     return inner_->GetSetting(k);
   }
+  Result<SettingRecord> GetSettingRecord(std::string_view k) override {
+    return inner_->GetSettingRecord(k);
+  }
+  Result<int64_t> PutSettingIf(std::string_view k, std::string_view v, int64_t expected) override {
+    return inner_->PutSettingIf(k, v, expected);
+  }
 
  protected:
   Store* inner() { return inner_; }

@@ -34,6 +34,12 @@ Status ConflictError(const JobConflict& c, size_t more) {
   return Status::FailedPrecondition(std::move(msg));
 }
 
+Status SettingConflictError(std::string_view key, int64_t found, int64_t expected) {
+  return Status::FailedPrecondition("setting " + std::string(key) + std::string(kChanged) +
+                                    "it is at revision " + std::to_string(found) + ", not " +
+                                    std::to_string(expected));
+}
+
 Status CasFailure(const std::vector<Store::JobUpdate>& updates, size_t failed,
                   const std::map<int64_t, StoredVersion>& found,
                   std::vector<JobConflict>* conflicts) {

@@ -1,9 +1,10 @@
-// The answers of a job compare-and-set that lost (Store::UpdateJobs), one definition for
-// both backends (internal to src/store).
+// The answers of a compare-and-set that lost, of jobs (Store::UpdateJobs) and of
+// settings (Store::PutSettingIf), one definition for both backends (internal to src/store).
 #pragma once
 
 #include <cstdint>
 #include <map>
+#include <string_view>
 #include <vector>
 
 #include "common/status.h"
@@ -20,6 +21,10 @@ struct StoredVersion {
 
 // The FailedPrecondition (IsConflict) naming `c`; `more` other jobs conflicted too.
 Status ConflictError(const JobConflict& c, size_t more);
+
+// The FailedPrecondition (IsConflict) of a setting's compare-and-set (PutSettingIf) that
+// found revision `found` where the writer expected `expected`.
+Status SettingConflictError(std::string_view key, int64_t found, int64_t expected);
 
 // The answer to a transaction of `updates` in which update `failed` matched no row,
 // from what the store held of the updates' jobs (`found` by id, read after the failed

@@ -179,6 +179,11 @@ CREATE TABLE preempt_holds (
 );
 CREATE INDEX preempt_holds_preemptor ON preempt_holds(preemptor);
 )sql",
+    // Each setting's revision (SettingRecord): every write adds 1, and PutSettingIf is a
+    // compare-and-set on it. Settings stored before were written once at least: 1.
+    R"sql(
+ALTER TABLE settings ADD COLUMN revision BIGINT NOT NULL DEFAULT 1;
+)sql",
 };
 
 // Held while migrating, so two controllers starting at once migrate one after the other.
@@ -644,10 +649,37 @@ class PostgresStore final : public Store, private PgSession {
     GP_RETURN_IF_ERROR(Connected());
     return FencedWrite([&] {
       return Run("INSERT INTO settings(key, value) VALUES($1,$2) ON CONFLICT(key) DO UPDATE "
-                 "SET value=EXCLUDED.value",
+                 "SET value=EXCLUDED.value, revision=settings.revision+1",
                  {std::string(key), std::string(value)}, "store setting " + std::string(key))
           .status();
     });
+  }
+
+  // One statement: the insert of a setting never set, or the update of one still at its
+  // expected revision. A writer that got there first makes it match no row (READ
+  // COMMITTED rechecks the WHERE on the row it waited for), then the read says what won.
+  Result<int64_t> PutSettingIf(std::string_view key, std::string_view value,
+                               int64_t expected) override {
+    if (expected < 0) return Status::InvalidArgument("a setting's revision is 0 or more");
+    std::lock_guard lock(mu_);
+    GP_RETURN_IF_ERROR(Connected());
+    const std::string what = "store setting " + std::string(key);
+    GP_RETURN_IF_ERROR(FencedWrite([&]() -> Status {
+      GP_ASSIGN_OR_RETURN(
+          PgResult r,
+          expected == 0
+              ? Run("INSERT INTO settings(key, value) VALUES($1,$2) ON CONFLICT(key) DO "
+                    "NOTHING",
+                    {std::string(key), std::string(value)}, what)
+              : Run("UPDATE settings SET value=$2, revision=revision+1 WHERE key=$1 "
+                    "AND revision=$3",
+                    {std::string(key), std::string(value), std::to_string(expected)}, what));
+      if (r.Affected() == 1) return Status::Ok();
+      GP_ASSIGN_OR_RETURN(PgResult now, Run("SELECT revision FROM settings WHERE key=$1",
+                                            {std::string(key)}, what));
+      return internal::SettingConflictError(key, now.Rows() > 0 ? now.Int(0, 0) : 0, expected);
+    }));
+    return expected + 1;
   }
 
   Status PutTelemetry(const std::vector<TelemetryRecord>& points) override {
@@ -708,12 +740,17 @@ class PostgresStore final : public Store, private PgSession {
   }
 
   Result<std::optional<std::string>> GetSetting(std::string_view key) override {
+    GP_ASSIGN_OR_RETURN(SettingRecord r, GetSettingRecord(key));
+    return std::move(r.value);
+  }
+
+  Result<SettingRecord> GetSettingRecord(std::string_view key) override {
     std::lock_guard lock(mu_);
     GP_RETURN_IF_ERROR(Connected());
-    GP_ASSIGN_OR_RETURN(PgResult r, Run("SELECT value FROM settings WHERE key=$1",
+    GP_ASSIGN_OR_RETURN(PgResult r, Run("SELECT value, revision FROM settings WHERE key=$1",
                                         {std::string(key)}, "read setting " + std::string(key)));
-    if (r.Rows() == 0) return std::optional<std::string>();
-    return std::optional<std::string>(r.Text(0, 0));
+    if (r.Rows() == 0) return SettingRecord{};
+    return SettingRecord{r.Text(0, 0), r.Int(0, 1)};
   }
 
   void SetFence(int64_t epoch, std::function<void(const Status&)> on_fenced) override {

@@ -184,6 +184,11 @@ CREATE TABLE preempt_holds (
 );
 CREATE INDEX preempt_holds_preemptor ON preempt_holds(preemptor);
 )sql",
+    // Each setting's revision (SettingRecord): every write adds 1, and PutSettingIf is a
+    // compare-and-set on it. Settings stored before were written once at least: 1.
+    R"sql(
+ALTER TABLE settings ADD COLUMN revision INTEGER NOT NULL DEFAULT 1;
+)sql",
 };
 
 class SqliteStore final : public Store {
@@ -643,11 +648,33 @@ class SqliteStore final : public Store {
     std::lock_guard lock(mu_);
     Stmt s(db_,
            "INSERT INTO settings(key, value) VALUES(?,?) ON CONFLICT(key) DO UPDATE SET "
-           "value=excluded.value");
+           "value=excluded.value, revision=settings.revision+1");
     s.Bind(1, std::string(key));
     s.Bind(2, std::string(value));
     if (s.Step() != SQLITE_DONE) return Error("store setting " + std::string(key));
     return Status::Ok();
+  }
+
+  // One statement, so one transaction: the insert of a setting never set, or the update
+  // of one still at its expected revision.
+  Result<int64_t> PutSettingIf(std::string_view key, std::string_view value,
+                               int64_t expected) override {
+    if (expected < 0) return Status::InvalidArgument("a setting's revision is 0 or more");
+    std::lock_guard lock(mu_);
+    Stmt s(db_, expected == 0 ? "INSERT INTO settings(key, value) VALUES(?1,?2) ON CONFLICT(key) "
+                                "DO NOTHING"
+                              : "UPDATE settings SET value=?2, revision=revision+1 WHERE key=?1 "
+                                "AND revision=?3");
+    s.Bind(1, std::string(key));
+    s.Bind(2, std::string(value));
+    if (expected > 0) s.Bind(3, expected);
+    if (s.Step() != SQLITE_DONE) return Error("store setting " + std::string(key));
+    if (sqlite3_changes(db_) == 1) return expected + 1;
+    Stmt r(db_, "SELECT revision FROM settings WHERE key=?");  // under mu_: what lost to
+    r.Bind(1, std::string(key));
+    const int rc = r.Step();
+    if (rc != SQLITE_ROW && rc != SQLITE_DONE) return Error("read setting " + std::string(key));
+    return internal::SettingConflictError(key, rc == SQLITE_ROW ? r.Int(0) : 0, expected);
   }
 
   Status PutTelemetry(const std::vector<TelemetryRecord>& points) override {
@@ -708,13 +735,18 @@ class SqliteStore final : public Store {
   }
 
   Result<std::optional<std::string>> GetSetting(std::string_view key) override {
-    return Read([&](sqlite3* db, StmtCache&) -> Result<std::optional<std::string>> {
-      Stmt s(db, "SELECT value FROM settings WHERE key=?");
+    GP_ASSIGN_OR_RETURN(SettingRecord r, GetSettingRecord(key));
+    return std::move(r.value);
+  }
+
+  Result<SettingRecord> GetSettingRecord(std::string_view key) override {
+    return Read([&](sqlite3* db, StmtCache&) -> Result<SettingRecord> {
+      Stmt s(db, "SELECT value, revision FROM settings WHERE key=?");
       s.Bind(1, std::string(key));
       const int rc = s.Step();
-      if (rc == SQLITE_ROW) return std::optional<std::string>(s.Text(0));
+      if (rc == SQLITE_ROW) return SettingRecord{s.Text(0), s.Int(1)};
       if (rc != SQLITE_DONE) return SqliteError(db, "read setting " + std::string(key));
-      return std::optional<std::string>();
+      return SettingRecord{};
     });
   }
 

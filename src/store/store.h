@@ -141,10 +141,19 @@ struct JobConflict {
   friend bool operator==(const JobConflict&, const JobConflict&) = default;
 };
 
-// Whether `s` is the answer of a compare-and-set that lost (UpdateJobs): another writer
-// changed the job since it was read, and the caller may read it again and retry. Other
-// FailedPrecondition answers (a fenced store: another controller leads) are not.
+// Whether `s` is the answer of a compare-and-set that lost (UpdateJobs, PutSettingIf):
+// another writer changed the job (the setting) since it was read, and the caller may read
+// it again and retry. Other FailedPrecondition answers (a fenced store: another
+// controller leads) are not.
 bool IsConflict(const Status& s);
+
+// A setting as stored: its value (nullopt when never set) and its revision, 0 when never
+// set, 1 after its first write, and one more at every write after.
+struct SettingRecord {
+  std::optional<std::string> value;
+  int64_t revision = 0;
+  friend bool operator==(const SettingRecord&, const SettingRecord&) = default;
+};
 
 // How InsertJobs stores its jobs.
 enum class InsertAs {
@@ -240,9 +249,22 @@ class Store {
   virtual Status DeleteEnvironment(std::string_view name, std::string_view version) = 0;
 
   // Pool-wide settings an admin changes at run time (the usage limits: "limits"), as
-  // text, usually JSON. nullopt when never set.
+  // text, usually JSON. nullopt when never set. Each setting has a revision
+  // (SettingRecord): every write, PutSetting's too, stores the revision + 1.
+  // PutSetting: FailedPrecondition when fenced; Unavailable or Internal when the
+  // database fails.
   virtual Status PutSetting(std::string_view key, std::string_view value) = 0;
   virtual Result<std::optional<std::string>> GetSetting(std::string_view key) = 0;
+  // The setting with its revision (0 and no value when never set).
+  virtual Result<SettingRecord> GetSettingRecord(std::string_view key) = 0;
+  // A compare-and-set, in one transaction: stores `value` if the setting is still at
+  // `expected_revision` (0: never set), and returns the new revision (expected + 1).
+  // Errors, with nothing written: FailedPrecondition, IsConflict() true, when the stored
+  // revision is another (another writer changed it since it was read; the message names
+  // both); FailedPrecondition, IsConflict() false, when fenced; InvalidArgument for a
+  // negative expected_revision; Unavailable or Internal when the database fails.
+  virtual Result<int64_t> PutSettingIf(std::string_view key, std::string_view value,
+                                       int64_t expected_revision) = 0;
 
   // Telemetry series points. PutTelemetry inserts or replaces (by scope, key, t_ms), all
   // or nothing. ListTelemetry: the points `q` asks for, by scope, key and t_ms.

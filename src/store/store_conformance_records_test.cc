@@ -14,6 +14,42 @@ TEST_P(StoreTest, SettingsAreReplacedWhole) {
   EXPECT_FALSE(store_->GetSetting("other")->has_value());
 }
 
+// A setting's revision: 0 while never set, one more at every write (PutSetting's too);
+// PutSettingIf writes only at the revision it expects, and a writer that read an older
+// one is refused (IsConflict, naming both) with nothing written: of two admins' edits
+// read at one revision, the second is refused, not lost.
+TEST_P(StoreTest, SettingsCompareAndSetRefusesAStaleRevision) {
+  EXPECT_EQ(store_->GetSettingRecord("limits").value(), SettingRecord{});
+  Status stale = store_->PutSettingIf("limits", "x", 1).status();
+  EXPECT_TRUE(IsConflict(stale)) << stale.ToString();
+  EXPECT_EQ(stale.message(),
+            "setting limits changed since it was read: it is at revision 0, not 1");
+  ASSERT_EQ(store_->PutSettingIf("limits", R"({"users": {}})", 0).value(), 1);
+  stale = store_->PutSettingIf("limits", "lost", 0).status();  // read before the first write
+  EXPECT_TRUE(IsConflict(stale)) << stale.ToString();
+  EXPECT_EQ(stale.message(),
+            "setting limits changed since it was read: it is at revision 1, not 0");
+  ASSERT_TRUE(store_->PutSetting("limits", R"({"users": {"a": {}}})").ok());
+  EXPECT_TRUE(IsConflict(store_->PutSettingIf("limits", "lost", 1).status()));
+  EXPECT_EQ(store_->GetSettingRecord("limits").value(),
+            (SettingRecord{R"({"users": {"a": {}}})", 2}));
+  EXPECT_EQ(store_->PutSettingIf("limits", R"({"users": {"b": {}}})", 2).value(), 3);
+  EXPECT_EQ(store_->GetSetting("limits")->value(), R"({"users": {"b": {}}})");
+  EXPECT_EQ(store_->GetSettingRecord("other").value(), SettingRecord{});  // each its own
+  EXPECT_EQ(store_->PutSettingIf("limits", "x", -1).status().code(), StatusCode::kInvalidArgument);
+  if (GetParam() == "sqlite-memory") return;
+  // Another store on the same database (a restart, or another controller on PostgreSQL)
+  // reads the revision and compares against it.
+  auto other = OpenStore(path_);
+  ASSERT_TRUE(other.ok()) << other.status().ToString();
+  EXPECT_EQ((*other)->GetSettingRecord("limits").value(),
+            (SettingRecord{R"({"users": {"b": {}}})", 3}));
+  ASSERT_EQ((*other)->PutSettingIf("limits", R"({"users": {"c": {}}})", 3).value(), 4);
+  EXPECT_TRUE(IsConflict(store_->PutSettingIf("limits", "lost", 3).status()));
+  EXPECT_EQ(store_->GetSettingRecord("limits").value(),
+            (SettingRecord{R"({"users": {"c": {}}})", 4}));
+}
+
 // Associations (a project's members, a user's default project) are kept in the limits
 // setting, which the store keeps as opaque text: it comes back byte for byte after the
 // store is opened again (a controller restart), names of several bytes (UTF-8) too. What

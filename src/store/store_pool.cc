@@ -75,6 +75,13 @@ class StorePool final : public Store {
   Result<std::optional<std::string>> GetSetting(std::string_view key) override {
     return With([&](Store& s) { return s.GetSetting(key); });
   }
+  Result<SettingRecord> GetSettingRecord(std::string_view key) override {
+    return With([&](Store& s) { return s.GetSettingRecord(key); });
+  }
+  Result<int64_t> PutSettingIf(std::string_view key, std::string_view value,
+                               int64_t expected_revision) override {
+    return With([&](Store& s) { return s.PutSettingIf(key, value, expected_revision); });
+  }
   Status PutTelemetry(const std::vector<TelemetryRecord>& points) override {
     return With([&](Store& s) { return s.PutTelemetry(points); });
   }

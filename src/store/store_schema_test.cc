@@ -111,13 +111,15 @@ TEST(PostgresStoreTest, MigratesJobsOfVersion6ToVersion1) {
     ASSERT_TRUE((*s)->UpdateJob(ended, JobState::kPending, 1).ok());
     ended.state = JobState::kSucceeded;
     ASSERT_TRUE((*s)->UpdateJob(ended, JobState::kAssigned, 2).ok());
+    ASSERT_TRUE((*s)->PutSetting("limits", "{}").ok());
   }
   RunSql(spec,
-         "DROP TABLE preempt_holds; ALTER TABLE nodes DROP COLUMN gpu_health; ALTER TABLE jobs "
-         "DROP COLUMN version; UPDATE schema_version SET version=6");
+         "ALTER TABLE settings DROP COLUMN revision; DROP TABLE preempt_holds; ALTER TABLE nodes "
+         "DROP COLUMN gpu_health; ALTER TABLE jobs DROP COLUMN version; UPDATE schema_version "
+         "SET version=6");
   auto s = OpenStore(spec);
   ASSERT_TRUE(s.ok()) << s.status().ToString();
-  EXPECT_EQ(RunSql(spec, "SELECT version FROM schema_version"), "9");
+  EXPECT_EQ(RunSql(spec, "SELECT version FROM schema_version"), "10");
   ended.version = 1;
   pending.version = 1;
   EXPECT_EQ((*s)->ListJobs({}).value(), (std::vector<Job>{ended, pending}));
@@ -126,6 +128,9 @@ TEST(PostgresStoreTest, MigratesJobsOfVersion6ToVersion1) {
   EXPECT_TRUE(IsConflict((*s)->UpdateJob(next, JobState::kPending, 2)));
   ASSERT_TRUE((*s)->UpdateJob(next, JobState::kPending, 1).ok());
   EXPECT_EQ((*s)->GetJob(pending.id)->version, 2);
+  // A setting stored before revisions were is at revision 1 (written once at least).
+  EXPECT_EQ((*s)->GetSettingRecord("limits").value(), (SettingRecord{"{}", 1}));
+  EXPECT_EQ((*s)->PutSettingIf("limits", "{\"users\": {}}", 1).value(), 2);
 }
 
 // A dropped connection (server restart, terminated backend) is re-established.
@@ -216,14 +221,15 @@ TEST(SqliteStoreTest, SurvivesReopenAndRefusesNewerSchema) {
   EXPECT_EQ(bad.status().code(), StatusCode::kUnavailable);
 }
 
-// Makes the SQLite store at `path` what schema 12 left: no job versions, no GPU health.
+// Makes the SQLite store at `path` what schema 12 left: no job versions, no GPU health,
+// no settings' revisions.
 // Then sets user_version to `version`.
 void RevertToSchema12(const std::string& path, int version) {
   sqlite3* db = nullptr;
   ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
   const std::string sql =
-      "DROP TABLE preempt_holds; ALTER TABLE nodes DROP COLUMN gpu_health; ALTER TABLE jobs "
-      "DROP COLUMN version; PRAGMA user_version=" +
+      "ALTER TABLE settings DROP COLUMN revision; DROP TABLE preempt_holds; ALTER TABLE nodes "
+      "DROP COLUMN gpu_health; ALTER TABLE jobs DROP COLUMN version; PRAGMA user_version=" +
       std::to_string(version);
   char* err = nullptr;
   EXPECT_EQ(sqlite3_exec(db, sql.c_str(), nullptr, nullptr, &err), SQLITE_OK) << err;
@@ -264,6 +270,7 @@ TEST(SqliteStoreTest, MigratesJobsOfSchema12ToVersion1) {
     ASSERT_TRUE((*s)->UpdateJob(ended, JobState::kPending, 1).ok());
     ended.state = JobState::kSucceeded;
     ASSERT_TRUE((*s)->UpdateJob(ended, JobState::kAssigned, 2).ok());
+    ASSERT_TRUE((*s)->PutSetting("limits", "{}").ok());
   }
   RevertToSchema12(path, 12);
   auto s = OpenSqliteStore(path);
@@ -277,6 +284,9 @@ TEST(SqliteStoreTest, MigratesJobsOfSchema12ToVersion1) {
   ASSERT_TRUE((*s)->UpdateJob(next, JobState::kPending, 1).ok());
   EXPECT_EQ((*s)->GetJob(pending.id)->version, 2);
   EXPECT_EQ((*s)->InsertJob(MakeJob("carol")).value(), pending.id + 1);
+  // A setting stored before revisions were is at revision 1 (written once at least).
+  EXPECT_EQ((*s)->GetSettingRecord("limits").value(), (SettingRecord{"{}", 1}));
+  EXPECT_EQ((*s)->PutSettingIf("limits", "{\"users\": {}}", 1).value(), 2);
 }
 
 // A store of schema 11 (every job whole in its row) reads as before, and a job's next

@@ -69,6 +69,34 @@ class ProjectsTest(unittest.TestCase):
         st, body = e.submit(e.alice, {"command": ["true"], "project": "vision"})
         self.assertEqual(st, 201, body)
 
+    def test_two_admins_interleaved_limits_edits_both_land(self):
+        """Lost updates: two admins' read-modify-writes of the limits read one revision and
+        the second PUT undid the first's change. Now the second is refused (409, naming
+        If-Match) with nothing changed, and applied again to a fresh read it lands too."""
+        e = self.env
+        st, a_read, a_h = e.api(None, "GET", "/v1/limits")  # admin A reads
+        self.assertEqual(st, 200, a_read)
+        st, b_read, b_h = e.api(None, "GET", "/v1/limits")  # admin B reads the same
+        etag = {k.lower(): v for k, v in a_h.items()}["etag"]
+        self.assertEqual(etag, '"%d"' % a_read["revision"])
+        self.assertEqual({k.lower(): v for k, v in b_h.items()}["etag"], etag)
+        a_read["projects"]["lost-a"] = {"max_gpus": 1}
+        st, body, _ = e.api(None, "PUT", "/v1/limits", a_read, headers={"If-Match": etag})
+        self.assertEqual(st, 200, body)
+        self.assertEqual(body["revision"], a_read["revision"] + 1)
+        b_read["projects"]["lost-b"] = {"max_gpus": 2}
+        st, body, _ = e.api(None, "PUT", "/v1/limits", b_read)  # its body names its revision
+        self.assertEqual(st, 409, body)
+        self.assertIn("the limits changed since they were read", body["error"])
+        self.assertIn("If-Match", body["error"])
+        # B's `limits set` reads again and applies its change to what it reads.
+        r = e.cli(None, "limits", "set", "--project", "lost-b", "--max-gpus", "2")
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        st, limits, _ = e.api(e.bob, "GET", "/v1/limits")
+        self.assertEqual(limits["projects"]["lost-a"], {"max_gpus": 1})
+        self.assertEqual(limits["projects"]["lost-b"], {"max_gpus": 2})
+        self.assertEqual(limits["revision"], a_read["revision"] + 2)
+
     def test_bob_cannot_make_up_a_project_to_dodge_his_share(self):
         e = self.env
         before = len(e.jobs())

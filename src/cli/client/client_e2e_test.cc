@@ -634,6 +634,64 @@ TEST_F(ClientE2eTest, LimitsSetChangesOneEntryAndKeepsTheOthers) {
   EXPECT_EQ(Requests().size(), 2u);  // none of those reached the server
 }
 
+// Lost updates: `limits set` read the limits, changed its entry and wrote them all back,
+// so another admin's write in between was undone. It sends back the revision it read;
+// the server refuses a stale one (409), and it reads again and reapplies its change.
+// Here the server takes another admin's --add-member b between the first read and write.
+TEST_F(ClientE2eTest, LimitsSetRereadsAndReappliesWhenAnotherWriteCameBetween) {
+  std::mutex mu;
+  Json stored =
+      Json::parse(R"({"default": {}, "users": {}, "projects": {"p": {}}, "revision": 7})");
+  bool other_admin_wrote = false;
+  Serve([&](const HttpRequest& r) {
+    std::lock_guard<std::mutex> lock(mu);
+    if (r.method == "GET") return JsonAnswer(200, stored.dump());
+    if (!other_admin_wrote) {  // the other admin's write lands after this command's read
+      other_admin_wrote = true;
+      stored["projects"]["p"]["members"] = Json::array({"b"});
+      stored["revision"] = 8;
+    }
+    Json put = Json::parse(r.body);
+    if (put["revision"] != stored["revision"]) {
+      return JsonAnswer(409, R"({"error": "the limits changed since they were read"})");
+    }
+    stored = put;
+    stored["revision"] = put["revision"].get<int64_t>() + 1;
+    return JsonAnswer(200, stored.dump());
+  });
+  RunResult r = Run({"limits", "set", "--project", "p", "--add-member", "a"});
+  EXPECT_EQ(r.code, 0) << r.err;
+  std::vector<std::string> methods;
+  for (const HttpRequest& q : Requests()) methods.push_back(q.method);
+  EXPECT_EQ(methods, (std::vector<std::string>{"GET", "PUT", "GET", "PUT"}));
+  std::lock_guard<std::mutex> lock(mu);
+  EXPECT_EQ(stored["projects"]["p"]["members"], Json::parse(R"(["a", "b"])"));  // both landed
+  EXPECT_EQ(stored["revision"], 9);
+}
+
+// Against admins who write on every try, `limits set` gives up after five, saying what
+// happened and that nothing changed; a server without revisions is not retried.
+TEST_F(ClientE2eTest, LimitsSetGivesUpAfterFiveConflictsAndRetriesNoServerWithoutRevisions) {
+  std::atomic<bool> revisions{true};
+  Serve([&](const HttpRequest& r) {
+    if (r.method == "GET") {
+      return JsonAnswer(200, revisions ? R"({"default": {}, "users": {}, "revision": 3})"
+                                       : R"({"default": {}, "users": {}})");
+    }
+    return JsonAnswer(409, R"({"error": "the limits changed since they were read"})");
+  });
+  RunResult r = Run({"limits", "set", "--user", "root", "--max-gpus", "2"});
+  EXPECT_EQ(r.code, 1);
+  EXPECT_EQ(r.err,
+            "gpupool: limits set: the limits changed between this command's read and its write 5 "
+            "times in a row (other admins are changing them now); nothing was changed: run it "
+            "again (the server said: the limits changed since they were read)\n");
+  EXPECT_EQ(Requests().size(), 10u);
+  revisions = false;
+  EXPECT_EQ(Run({"limits", "set", "--user", "root", "--max-gpus", "2"}).code, 1);
+  EXPECT_EQ(Requests().size(), 12u);
+}
+
 // Associations: --members replaces a project's members, --add-member and
 // --remove-member change them (in that order); --default-project is a user's.
 TEST_F(ClientE2eTest, LimitsSetChangesAProjectsMembersAndAUsersDefaultProject) {

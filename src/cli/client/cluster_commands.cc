@@ -236,8 +236,15 @@ Status PreemptionDefaults(const LimitsState& s, std::map<std::string, int64_t>* 
   return Status::Ok();
 }
 
-// `limits set`: reads the limits, changes the one entry, writes them back (admins).
-Status RunLimitsSet(const ClientRuntime& rt, const LimitsState& s) {
+// What `limits set` changes in its entry: numbers (-1: clear) and the preemptible default
+// (set: change it, to a value or none); the associations come from the state itself.
+struct LimitsChange {
+  std::map<std::string, int64_t> values;
+  std::optional<std::optional<bool>> preemptible;
+};
+
+// The change of `limits set`, from its flags: InvalidArgument naming a bad one.
+Result<LimitsChange> ParseLimitsChange(const LimitsState& s) {
   const int scopes = (s.user.empty() ? 0 : 1) + (s.project.empty() ? 0 : 1) + (s.all_users ? 1 : 0);
   if (scopes != 1) {
     return Status::InvalidArgument(
@@ -254,11 +261,11 @@ Status RunLimitsSet(const ClientRuntime& rt, const LimitsState& s) {
       {"--max-gpus", "max_gpus", &s.max_gpus},
       {"--max-running", "max_running", &s.max_running},
       {"--max-queued", "max_queued", &s.max_queued}};
-  std::map<std::string, int64_t> values;  // -1: clear
+  LimitsChange c;
   for (const auto& [flag, key, value] : fields) {
     if (!*value) continue;
     if (**value == "none") {
-      values[key] = -1;
+      c.values[key] = -1;
       continue;
     }
     auto n = ParseInt64(Trim(**value));
@@ -266,44 +273,77 @@ Status RunLimitsSet(const ClientRuntime& rt, const LimitsState& s) {
       return Status::InvalidArgument(std::string(flag) + " " + **value +
                                      ": a whole number of at least 0, or none (no limit)");
     }
-    values[key] = *n;
+    c.values[key] = *n;
   }
-  std::optional<std::optional<bool>> preemptible;  // set: change it (to a value or none)
-  GP_RETURN_IF_ERROR(PreemptionDefaults(s, &values, &preemptible));
+  GP_RETURN_IF_ERROR(PreemptionDefaults(s, &c.values, &c.preemptible));
   Json checked = Json::object();  // the associations' flags, checked before any request
   GP_RETURN_IF_ERROR(SetAssociations(s, &checked));
-  GP_ASSIGN_OR_RETURN(ApiClient api, Connect(rt, s.base.conn));
-  GP_ASSIGN_OR_RETURN(ApiAnswer current, api.Get("/v1/limits"));
-  Json limits = current.json;
+  return c;
+}
+
+// The change into the one entry of `limits` (as GET /v1/limits answered them, with their
+// revision, which goes back with them).
+Status ApplyLimitsChange(const LimitsState& s, const LimitsChange& c, Json* limits) {
   Json* entry = nullptr;
   if (s.all_users) {
-    entry = &limits["default"];
+    entry = &(*limits)["default"];
   } else {
-    entry = &limits[s.user.empty() ? "projects" : "users"][s.user.empty() ? s.project : s.user];
+    entry = &(*limits)[s.user.empty() ? "projects" : "users"][s.user.empty() ? s.project : s.user];
   }
   if (!entry->is_object()) *entry = Json::object();
-  for (const auto& [key, n] : values) {
+  for (const auto& [key, n] : c.values) {
     if (n < 0) {
       entry->erase(key);
     } else {
       (*entry)[key] = n;
     }
   }
-  if (preemptible) {
-    if (*preemptible) {
-      (*entry)["preemptible"] = **preemptible;
+  if (c.preemptible) {
+    if (*c.preemptible) {
+      (*entry)["preemptible"] = **c.preemptible;
     } else {
       entry->erase("preemptible");
     }
   }
-  GP_RETURN_IF_ERROR(SetAssociations(s, entry));
-  GP_ASSIGN_OR_RETURN(ApiAnswer answer, api.Put("/v1/limits", limits.dump()));
-  if (s.base.json) {
-    PrintRaw(rt, answer.body);
-  } else {
-    Print(rt, RenderLimits(answer.json));
+  return SetAssociations(s, entry);
+}
+
+// How many times `limits set` reads, changes and writes the limits when another admin's
+// write comes between its read and its write (409) before it gives up.
+constexpr int kLimitsSetAttempts = 5;
+
+// `limits set`: reads the limits, changes the one entry, writes them back at the revision
+// it read (admins). When they changed in between (another admin's `limits set`), the
+// write is refused (409) and it starts again from a fresh read, so neither change is lost.
+Status RunLimitsSet(const ClientRuntime& rt, const LimitsState& s) {
+  GP_ASSIGN_OR_RETURN(LimitsChange change, ParseLimitsChange(s));
+  GP_ASSIGN_OR_RETURN(ApiClient api, Connect(rt, s.base.conn));
+  for (int attempt = 1;; ++attempt) {
+    GP_ASSIGN_OR_RETURN(ApiAnswer current, api.Get("/v1/limits"));
+    Json limits = current.json;
+    GP_RETURN_IF_ERROR(ApplyLimitsChange(s, change, &limits));
+    Result<ApiAnswer> answer = api.Put("/v1/limits", limits.dump());
+    if (answer.ok()) {
+      if (s.base.json) {
+        PrintRaw(rt, answer->body);
+      } else {
+        Print(rt, RenderLimits(answer->json));
+      }
+      return Status::Ok();
+    }
+    // A server without revisions overwrites: its 409s are not about this.
+    if (answer.status().code() != StatusCode::kFailedPrecondition || !limits.contains("revision")) {
+      return answer.status();
+    }
+    if (attempt == kLimitsSetAttempts) {
+      return Status::FailedPrecondition(
+          "limits set: the limits changed between this command's read and its write " +
+          std::to_string(attempt) +
+          " times in a row (other admins are changing them now); nothing was changed: run it "
+          "again (the server said: " +
+          answer.status().message() + ")");
+    }
   }
-  return Status::Ok();
 }
 
 struct NodeActionState {

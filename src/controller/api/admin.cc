@@ -1,6 +1,9 @@
 // The server itself (health, readiness, its schema, who is calling, which controller
 // leads), the pool's limits, and tokens (admins only, as is PUT /v1/limits: the route
 // table says so).
+#include <optional>
+#include <string>
+
 #include "common/strings.h"
 #include "controller/api/handlers.h"
 #include "controller/limits.h"
@@ -56,8 +59,47 @@ net::HttpResponse ListControllers(const ApiContext& ctx, const Call&) {
   return JsonResponse(200, *view);
 }
 
+namespace {
+
+// The limits with their revision, in the body ("revision") and as the ETag ("7").
+net::HttpResponse LimitsAnswer(const RevisedLimits& l) {
+  OrderedJson body = LimitsToJson(l.limits);
+  body["revision"] = l.revision;
+  net::HttpResponse r = JsonResponse(200, body);
+  r.headers["ETag"] = "\"" + std::to_string(l.revision) + "\"";
+  return r;
+}
+
+// The revision a PUT expects, from If-Match ("7", or * for any) or the body's
+// "revision"; -1 when it names none (the PUT overwrites). InvalidArgument naming the
+// header or field when it is malformed, or when the two disagree.
+Result<int64_t> ExpectedRevision(const net::HttpRequest& r, const Json& body) {
+  int64_t from_body = -1;
+  if (auto it = body.find("revision"); it != body.end() && it->is_number_integer()) {
+    from_body = it->get<int64_t>();  // LimitsFromJson checked it is 0 or more
+  }
+  std::string tag(Trim(r.Header("if-match")));
+  if (tag.empty() || tag == "*") return from_body;
+  if (tag.size() > 2 && tag.front() == '"' && tag.back() == '"') {
+    tag = tag.substr(1, tag.size() - 2);
+  }
+  std::optional<int64_t> n = ParseInt64(tag);
+  if (!n || *n < 0) {
+    return Status::InvalidArgument("If-Match: " + std::string(r.Header("if-match")) +
+                                   ": the ETag GET /v1/limits answered, e.g. \"7\" (or *)");
+  }
+  if (from_body >= 0 && from_body != *n) {
+    return Status::InvalidArgument("If-Match \"" + tag + "\" and limits.revision " +
+                                   std::to_string(from_body) +
+                                   " disagree: send the revision GET /v1/limits answered");
+  }
+  return *n;
+}
+
+}  // namespace
+
 net::HttpResponse GetLimits(const ApiContext& ctx, const Call&) {
-  return JsonResponse(200, LimitsToJson(ctx.controller->GetLimits()));
+  return LimitsAnswer(ctx.controller->GetLimits());
 }
 
 namespace {
@@ -125,16 +167,18 @@ net::HttpResponse PutLimits(const ApiContext& ctx, const Call& c) {
   if (!body.ok()) return ErrorResponse(body.status());
   Result<Limits> l = LimitsFromJson(*body);
   if (!l.ok()) return ErrorResponse(l.status());
+  Result<int64_t> expected = ExpectedRevision(c.r, *body);
+  if (!expected.ok()) return ErrorResponse(expected.status());
   // Admins only hear about names: SetLimits refuses anyone else first.
   if (c.caller.admin) {
-    const Limits current = ctx.controller->GetLimits();
+    const Limits current = ctx.controller->GetLimits().limits;
     for (const Status& s : {CheckLimitUsers(*l, current), CheckProjectNames(*l, current)}) {
       if (!s.ok()) return ErrorResponse(s);
     }
   }
-  Result<Limits> set = ctx.controller->SetLimits(std::move(*l), c.caller);
+  Result<RevisedLimits> set = ctx.controller->SetLimits(std::move(*l), c.caller, *expected);
   if (!set.ok()) return ErrorResponse(set.status());
-  return JsonResponse(200, LimitsToJson(*set));
+  return LimitsAnswer(*set);
 }
 
 net::HttpResponse CreateToken(const ApiContext& ctx, const Call& c) {

@@ -130,6 +130,9 @@ Result<Limits> LimitsFromJson(const Json& j) {
   const Json* def = f.Member("default");
   const Json* users = f.Member("users");
   const Json* projects = f.Member("projects");
+  // GET /v1/limits answers the revision with them (docs/api.md); a copy read back is fine.
+  int64_t revision = 0;
+  f.Optional("revision", &revision, 0);
   for (const auto& [key, m] :
        {std::pair{"default", def}, {"users", users}, {"projects", projects}}) {
     if (m != nullptr && !m->is_object()) f.Fail(key, "an object, e.g. {\"max_gpus\": 8}");

@@ -60,7 +60,8 @@ OrderedJson LimitsToJson(const Limits& l);
 // row: the default's), the preemption defaults `"preemptible"` (true or false),
 // `"min_runtime_s"` and `"preempt_grace_s"` (absent or -1: none), a project's
 // `"members"` (login names) and a user's `"default_project"` (a project whose members
-// include the user). InvalidArgument naming the field otherwise.
+// include the user). A `"revision"` (a whole number, what GET /v1/limits answers with
+// them) is read past. InvalidArgument naming the field otherwise.
 Result<Limits> LimitsFromJson(const Json& j);
 
 // The reason a pending job waits, naming who is at which limit; empty when none is hit.

@@ -66,6 +66,11 @@ TEST(LimitsJsonTest, BadInputNamesTheField) {
   EXPECT_NE(err(R"({"users": {"alice": 3}})").find("limits.users.alice"), std::string::npos);
   EXPECT_NE(err(R"({"quota": {}})").find("quota"), std::string::npos);
   EXPECT_NE(err("[]").find("limits"), std::string::npos);
+  // What GET /v1/limits answers carries their revision: read past (`gpupool sim timed
+  // --limits-file` takes what `gpupool limits --json` printed), but checked.
+  EXPECT_EQ(err(R"({"users": {}, "revision": 7})"), "OK");
+  EXPECT_NE(err(R"({"revision": -1})").find("limits.revision"), std::string::npos);
+  EXPECT_NE(err(R"({"revision": "7"})").find("limits.revision"), std::string::npos);
 }
 
 // Associations: a project's members and a user's default project ride with the limits;
