@@ -402,8 +402,7 @@ class Controller {
   // command there (once; a later attach gets the same session) with a terminal of rows x
   // cols when the job asked for one. Returns the session id, or 0 while the job still
   // waits (`*job` then says why). For a gpupool alloc job, waits until every task runs
-  // and returns 0 with the job. FailedPrecondition once the job has ended, and for batch
-  // jobs.
+  // and returns 0 with the job. FailedPrecondition once the job has ended, and for batch jobs.
   Result<int64_t> AttachRun(int64_t job_id, const Caller& caller, int rows, int cols,
                             int64_t wait_ms, jobs::Job* job);
   // The client's input, in order: item.seq must be the next one (a resent one is
@@ -589,12 +588,14 @@ class Controller {
   // goes in `ended`, for the caller to commit once it lets mu_ go (CommitCommandEnds).
   void ExecReported(const std::string& node, const protocol::ExecReport& r,
                     std::vector<CommandEnd>* ended) REQUIRES(mu_);
-  // Under mu_: the checks and the session of StartExec.
+  // Under mu_: the checks and the session of StartExec; the task's checks; dropping
+  // sessions long ended.
   Result<int64_t> StartExecLocked(int64_t job_id, int task_index, std::vector<std::string> argv,
                                   const Caller& caller, ExecOptions io) REQUIRES(mu_);
+  Status CheckExecTargetLocked(const jobs::Job& job, int task, const ExecOptions& io) REQUIRES(mu_);
+  void PruneExecSessionsLocked(int64_t mono_us) REQUIRES(mu_);
   // Under mu_: ends session `exec_id` for its client (gone, or stopped it) and has its
-  // agent stop the command.
-  // The end of a `gpupool run` job's command goes in `ended`, as for ExecReported.
+  // agent stop the command; a `gpupool run` job's command end goes in `ended`.
   void HangUpLocked(int64_t exec_id, const std::string& reason, std::vector<CommandEnd>* ended)
       REQUIRES(mu_);
   // Under mu_: the caller's session `exec_id`. A session that does not exist and one
@@ -610,8 +611,7 @@ class Controller {
   // WakeSchedulerForArrival for new jobs (batched while the pool is full).
   void WakeScheduler() REQUIRES(mu_);
   void WakeSchedulerForArrival() REQUIRES(mu_);
-  // Something may have come for the agent of `node` (of every node): its waiting polls
-  // look again.
+  // Something may have come for the agent of `node` (of every node): its waiting polls look again.
   void WakeAgent(const std::string& node) REQUIRES(mu_);
   void WakeAgents() REQUIRES(mu_);
   // When a poll asking to wait wait_ms is answered at the latest (monotonic).
@@ -728,8 +728,7 @@ class Controller {
   // `ended` (for ForgetHolds).
   PreemptorHolds HoldsForPass(int64_t now_us, std::vector<int64_t>* ended) REQUIRES(mu_);
   // Deletes the ended holds from the store (before the pass that may preempt for the same
-  // jobs again); a failed delete is logged, and the next controller to load the hold ends
-  // it again.
+  // jobs again); a failed delete is logged, and the next controller to load the hold ends it again.
   void ForgetHolds(const std::vector<int64_t>& ended) EXCLUDES(mu_);
   // The stored holds (Load), with each hold's victims waiting for their preemptor.
   void RestoreHolds(const std::vector<store::PreemptHoldRecord>& rows) REQUIRES(mu_);
@@ -829,8 +828,7 @@ class Controller {
   // Lookups over active_ (job_index.h), kept by Touched: the jobs that hold resources
   // (ASSIGNED or RUNNING), those on each node, each user's jobs, the pending jobs with
   // dependencies, each array's active elements. What node views, agent polls,
-  // registrations, node-loss sweeps, dependency resolution and job lists walk, not the
-  // whole queue.
+  // registrations, node-loss sweeps, dependency resolution and job lists walk, not the whole queue.
   JobIndex index_ GUARDED_BY(mu_);
   // For each job in active_, an immutable copy with what planning needs: a pass takes
   // its snapshot by sharing these, not by copying thousands of jobs under the lock.

@@ -443,6 +443,30 @@ Result<int64_t> Controller::StartExecLocked(int64_t job_id, int task_index,
         "job " + lifecycle::UserJobId(job) + " is " + std::string(jobs::JobStateName(job.state)) +
         (job.cancel_requested ? " and stopping" : "") + "; exec runs only in a running job");
   }
+  GP_RETURN_IF_ERROR(CheckExecTargetLocked(job, task_index, io));
+  const int64_t mono = clock_->MonotonicMicros();
+  PruneExecSessionsLocked(mono);
+  const std::string& node = job.placement[static_cast<size_t>(task_index)].node;
+  GP_ASSIGN_OR_RETURN(const int64_t new_id, NewExecIdLocked());
+  ExecSession x;
+  x.id = new_id;
+  x.created = ++exec_created_;
+  x.job_id = job_id;
+  x.attempt = job.attempt;
+  x.task_index = task_index;
+  x.node = node;
+  x.uid = job.uid;
+  x.argv = std::move(argv);
+  x.io = io;
+  x.client_seen_mono_us = mono;
+  const int64_t id = x.id;
+  execs_.emplace(id, std::move(x));
+  WakeAgents();
+  return id;
+}
+
+Status Controller::CheckExecTargetLocked(const jobs::Job& job, int task_index,
+                                         const ExecOptions& io) {
   if (task_index < 0 || static_cast<size_t>(task_index) >= job.placement.size()) {
     return Status::InvalidArgument("task: job " + lifecycle::UserJobId(job) + " has tasks 0.." +
                                    std::to_string(job.placement.size() - 1));
@@ -481,8 +505,11 @@ Result<int64_t> Controller::StartExecLocked(int64_t job_id, int task_index,
           " interactive sessions open, the most at once; end one (exit its shell)");
     }
   }
+  return Status::Ok();
+}
+
+void Controller::PruneExecSessionsLocked(int64_t mono) {
   // Sessions that ended long ago go; at most 10,000 are kept, the oldest going first.
-  const int64_t mono = clock_->MonotonicMicros();
   std::vector<std::pair<int64_t, int64_t>> by_age;  // (created, id)
   by_age.reserve(execs_.size());
   for (const auto& [xid, s] : execs_) by_age.emplace_back(s.created, xid);
@@ -497,22 +524,6 @@ Result<int64_t> Controller::StartExecLocked(int64_t job_id, int task_index,
       execs_.erase(x);
     }
   }
-  GP_ASSIGN_OR_RETURN(const int64_t new_id, NewExecIdLocked());
-  ExecSession x;
-  x.id = new_id;
-  x.created = ++exec_created_;
-  x.job_id = job_id;
-  x.attempt = job.attempt;
-  x.task_index = task_index;
-  x.node = node;
-  x.uid = job.uid;
-  x.argv = std::move(argv);
-  x.io = io;
-  x.client_seen_mono_us = mono;
-  const int64_t id = x.id;
-  execs_.emplace(id, std::move(x));
-  WakeAgents();
-  return id;
 }
 
 Result<ExecSession> Controller::WaitExec(int64_t exec_id, const Caller& caller, bool seen_started,
