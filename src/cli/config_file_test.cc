@@ -229,3 +229,34 @@ TEST(ConfigFileTest, TheServersQueueBoundsAreKeysWithTheirRanges) {
 
 }  // namespace
 }  // namespace gpupool::cli
+
+namespace gpupool::cli {
+namespace {
+
+// Fair share by project: `fair-by` is a key of [server] (and an option of `server` and
+// `up`), user by default; anything but user or project is refused naming the key, its
+// line and both values (the command line's --fair-by has the same check).
+TEST(ConfigFileTest, FairByIsAKeyOfUserOrProject) {
+  cli::CommandContext ctx;
+  for (const char* name : {"server", "up"}) {
+    CLI::App app;
+    RegisterDaemonCommands(app, ctx);
+    CLI::App* cmd = app.get_subcommand(name);
+    EXPECT_EQ(ConfigKeysOf(*cmd).count("fair-by"), 1u) << name;
+    EXPECT_EQ(cmd->get_option("--fair-by")->as<std::string>(), "user") << name;
+    ASSERT_TRUE(ApplyConfig(ParseConfigText("[server]\nfair-by = project\n", "test.conf").value(),
+                            {"server"}, {}, cmd)
+                    .ok());
+    EXPECT_EQ(cmd->get_option("--fair-by")->as<std::string>(), "project") << name;
+  }
+  CLI::App bad;
+  RegisterDaemonCommands(bad, ctx);
+  Status s = ApplyConfig(ParseConfigText("[server]\n\nfair-by = account\n", "test.conf").value(),
+                         {"server"}, {}, bad.get_subcommand("server"));
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr("test.conf line 3: [server] fair-by = 'account'"));
+  EXPECT_THAT(s.message(), HasSubstr("--fair-by: account not in {user,project}"));
+}
+
+}  // namespace
+}  // namespace gpupool::cli

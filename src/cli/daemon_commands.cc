@@ -79,6 +79,7 @@ struct ServerFlags {
   std::string preempt_min_runtime = "10m";
   std::string preempt_grace = "120s";
   std::string enforce_projects = "none";  // none, known or members (docs/security.md)
+  std::string fair_by = "user";           // user or project (docs/deploy.md, "Fair share")
   std::vector<std::string> podman_args;   // global podman flags for image inspection
   std::string advertise;  // `server`: the API address other machines use (--advertise)
   int lease_ms = 5000;    // `server` on PostgreSQL: the leadership lease (--lease-ms)
@@ -180,6 +181,7 @@ Result<server::ServerOptions> ServerOptionsOf(const ServerFlags& f,
   GP_ASSIGN_OR_RETURN(co.preempt_grace_s, ParseSeconds("--preempt-grace", f.preempt_grace));
   GP_ASSIGN_OR_RETURN(co.enforce_projects,
                       sched::ParseProjectEnforcement(f.enforce_projects, "--enforce-projects"));
+  GP_ASSIGN_OR_RETURN(co.fair_by, sched::ParseFairShareGroup(f.fair_by, "--fair-by"));
   co.max_queued_per_user = f.max_queued_per_user;
   co.max_queued_total = f.max_queued_total;
   co.max_array_size = f.max_array_size;
@@ -226,7 +228,8 @@ void AddHealthFlags(CLI::App* cmd, ServerFlags* f) {
 void AddPreemptionFlags(CLI::App* cmd, ServerFlags* f) {
   cmd->add_option("--preemption", f->preemption,
                   "on: the scheduler stops --preemptible jobs for waiting jobs of higher "
-                  "priority or of users below their fair share (docs/preemption.md); off: never")
+                  "priority or of users (projects, with --fair-by project) below their fair "
+                  "share (docs/preemption.md); off: never")
       ->check(CLI::IsMember({"on", "off"}))
       ->capture_default_str();
   cmd->add_option("--preempt-min-runtime", f->preempt_min_runtime,
@@ -247,6 +250,12 @@ void AddProjectFlags(CLI::App* cmd, ServerFlags* f) {
                   "`gpupool limits`) or members (one whose members list the user; "
                   "docs/security.md)")
       ->check(CLI::IsMember({"none", "known", "members"}))
+      ->capture_default_str();
+  cmd->add_option("--fair-by", f->fair_by,
+                  "what fair share (the fair queue and fair-share preemption) divides the "
+                  "pool between: user or project (a job's --project, else its user's name); "
+                  "with project, use --enforce-projects members (docs/deploy.md)")
+      ->check(CLI::IsMember({"user", "project"}))
       ->capture_default_str();
 }
 

@@ -423,3 +423,29 @@ TEST_F(ApiTelemetryTest, TheAccountingTakesTheUsedSecondsOnItsClock) {
 
 }  // namespace
 }  // namespace gpupool::controller::api_test
+
+namespace gpupool::controller::api_test {
+namespace {
+
+// Fair share by project (the server's --fair-by project; docs/deploy.md, "Fair share"):
+// GET /v1/usage says what fair share divides between, and groups by it unless asked.
+TEST_F(ApiAccessTest, UsageGroupsByTheFairShareGroupsUnlessAsked) {
+  Json usage = ParseJson(AsUid(0, "GET", "/v1/usage").body, "answer").value();
+  EXPECT_EQ(usage["by"], "user");
+  EXPECT_EQ(usage["fair_share_by"], "user");
+  api_.reset();
+  controller_.reset();
+  ControllerOptions options;
+  options.fair_by = sched::FairShareGroup::kProject;
+  controller_ = Controller::Create(store_.get(), &clock_, options).value();
+  api_ = std::make_unique<Api>(controller_.get(), store_.get(), &clock_, AuthOptions{});
+  usage = ParseJson(AsUid(0, "GET", "/v1/usage").body, "answer").value();
+  EXPECT_EQ(usage["by"], "project");
+  EXPECT_EQ(usage["fair_share_by"], "project");
+  usage = ParseJson(AsUid(0, "GET", "/v1/usage", {{"by", "user"}}).body, "answer").value();
+  EXPECT_EQ(usage["by"], "user");
+  EXPECT_EQ(usage["fair_share_by"], "project");
+}
+
+}  // namespace
+}  // namespace gpupool::controller::api_test

@@ -60,6 +60,7 @@
 #include "gpu/health_policy.h"
 #include "jobs/job.h"
 #include "protocol/agent_protocol.h"
+#include "sched/queue/queue_policy.h"
 #include "store/store.h"
 
 namespace gpupool::controller {
@@ -120,14 +121,13 @@ struct ControllerOptions {
   // another user's share waits (sched_input.h). Set it where the MPS control daemons let
   // several users share a server (docs/sharing.md).
   bool mps_multi_user = false;
-  // Preemption (docs/preemption.md): whether the scheduler stops --preemptible jobs for
-  // waiting ones (--preemption on|off), and the defaults of a preemptible job's
-  // --min-runtime and --grace (--preempt-min-runtime, --preempt-grace).
+  // Preemption (docs/preemption.md): whether --preemptible jobs are stopped for waiting
+  // ones (--preemption), a preemptible job's default --min-runtime and --grace (--preempt-*).
   bool preemption = true;
   int64_t preempt_min_runtime_s = 600;
   int64_t preempt_grace_s = 120;
-  // Who may charge which project (--enforce-projects; docs/security.md, project_access.h).
-  ProjectEnforcement enforce_projects = ProjectEnforcement::kNone;
+  ProjectEnforcement enforce_projects = ProjectEnforcement::kNone;  // --enforce-projects
+  sched::FairShareGroup fair_by = sched::FairShareGroup::kUser;     // --fair-by (fair share)
   // Bounds on the queue (issue 25 item 7: one user queued 107,000 jobs in 25 s), from the
   // server's config file ([server] max-queued-per-user, ...). A submission past one is
   // refused whole, naming it; admins' too. Queued = PENDING (held too), an array's each.

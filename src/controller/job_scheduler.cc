@@ -17,16 +17,20 @@ std::string HeldReason(const jobs::Job& job) {
 Result<std::unique_ptr<JobScheduler>> JobScheduler::Create(const std::string& placement_policy,
                                                            const std::string& queue_policy,
                                                            const std::string& start_rule,
-                                                           bool mps_multi_user, size_t max_starts) {
+                                                           bool mps_multi_user, size_t max_starts,
+                                                           sched::FairShareGroup fair_by) {
   sched::ProfileSpec spec;
   spec.placement_policy = placement_policy;
   spec.queue_policy = queue_policy;
+  spec.queue_config.fair_group = fair_by;
   spec.single_owner_note = kMpsOneUserNote;
   GP_ASSIGN_OR_RETURN(spec.pass.rule, sched::ParseStartRule(start_rule));
   spec.pass.max_starts = max_starts;
   std::unique_ptr<JobScheduler> s(new JobScheduler());
   s->mps_multi_user_ = mps_multi_user;
-  s->cache_.by_version = true;  // the caller steps a job's version when it changes
+  s->by_project_ = fair_by == sched::FairShareGroup::kProject;
+  s->set_preemption(PreemptionSettings{});  // by project too
+  s->cache_.by_version = true;              // the caller steps a job's version when it changes
   GP_ASSIGN_OR_RETURN(s->profile_, sched::SchedulingProfile::Create(spec));
   GP_ASSIGN_OR_RETURN(s->preempt_policy_,
                       sched::BuiltinPlacementPolicies().Create(placement_policy));

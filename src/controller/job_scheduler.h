@@ -67,17 +67,22 @@ class JobScheduler {
  public:
   // `mps_multi_user`: MPS GPUs take several users' shares at once (sched_input.h).
   // `max_starts`: at most this many jobs start in one pass (0: no bound; PassOptions).
-  static Result<std::unique_ptr<JobScheduler>> Create(const std::string& placement_policy,
-                                                      const std::string& queue_policy,
-                                                      const std::string& start_rule,
-                                                      bool mps_multi_user = false,
-                                                      size_t max_starts = 0);
+  // `fair_by` (the server's --fair-by; docs/deploy.md, "Fair share"): what fair share
+  // divides between, users or projects (a job's jobs::AccountingProject: its project, else
+  // its user's name), for the fair queue (QueuePolicyConfig::fair_group) and fair-share
+  // preemption alike (set_preemption's PreemptionSettings::by_project follows it).
+  static Result<std::unique_ptr<JobScheduler>> Create(
+      const std::string& placement_policy, const std::string& queue_policy,
+      const std::string& start_rule, bool mps_multi_user = false, size_t max_starts = 0,
+      sched::FairShareGroup fair_by = sched::FairShareGroup::kUser);
 
   // Who may charge which project (sched/admission/project_access.h); kNone by default.
   void set_project_enforcement(ProjectEnforcement e) { project_enforcement_ = e; }
-  // Preemption (preemption_plan.h): on unless set_preemption(nullopt).
+  // Preemption (preemption_plan.h): on unless set_preemption(nullopt). Its by_project is
+  // Create's fair_by, whatever `settings` says.
   void set_preemption(std::optional<PreemptionSettings> settings) {
     preemption_ = std::move(settings);
+    if (preemption_) preemption_->by_project = by_project_;
   }
 
   // `active` holds every non-terminal job; ASSIGNED/RUNNING ones occupy their GPUs.
@@ -120,6 +125,7 @@ class JobScheduler {
   std::unique_ptr<sched::SchedulingProfile> profile_;
   bool mps_multi_user_ = false;
   ProjectEnforcement project_enforcement_ = ProjectEnforcement::kNone;
+  bool by_project_ = false;  // Create's fair_by is kProject
   std::optional<PreemptionSettings> preemption_ = PreemptionSettings{};
   std::unique_ptr<sched::PlacementPolicy> preempt_policy_;  // ChooseVictims' trial placements
   // Keeps this pass's reasons (by index into in.pending; none for started jobs), and

@@ -407,8 +407,15 @@ std::string RenderLimits(const Json& answer) {
 
 std::string RenderUsage(const Json& answer) {
   const std::string by = GetString(answer, "by", "user");
+  // A pool whose fair share is by project (server --fair-by project) says so: its
+  // projects' rows are what fair share weighs, and a user's are not.
+  std::string fair;
+  if (GetString(answer, "fair_share_by", "user") == "project") {
+    fair = by == "project" ? " (this pool's fair-share groups)"
+                           : " (this pool's fair share is by project: --by project)";
+  }
   std::string out = "GPU-hours allocated from " + FormatTimeUtc(GetInt(answer, "since_us")) +
-                    " to " + FormatTimeUtc(GetInt(answer, "until_us")) + ", by " + by + "\n";
+                    " to " + FormatTimeUtc(GetInt(answer, "until_us")) + ", by " + by + fair + "\n";
   std::string key_header = by;
   for (char& c : key_header) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
   // Servers with GPU telemetry also say how much of it was used (utilisation-weighted).

@@ -516,6 +516,18 @@ TEST(RenderTelemetryTest, ShowQueueAndUsage) {
             "user,gpu_hours,used_gpu_hours,efficiency,jobs\n"
             "alice,10.000000,4.500000,0.450000,3\n"
             "\"b,c\",0.000000,0.000000,0.000000,1\n");
+  // A pool whose fair share is by project (server --fair-by project) says so.
+  Json by_project = usage;
+  by_project["fair_share_by"] = "project";
+  EXPECT_NE(RenderUsage(by_project)
+                .find(", by user (this pool's fair share is by project: "
+                      "--by project)\n"),
+            std::string::npos)
+      << RenderUsage(by_project);
+  by_project["by"] = "project";
+  EXPECT_NE(RenderUsage(by_project).find(", by project (this pool's fair-share groups)\n"),
+            std::string::npos)
+      << RenderUsage(by_project);
 }
 
 // Issue 30: `queue --format` takes fields by name, in any case, and names the unknown one.

@@ -35,7 +35,9 @@ net::HttpResponse ReportUsage(const ApiContext& ctx, const Call& c) {
   if (*since >= *until) {
     return ErrorResponse(Status::InvalidArgument("since_us must be before until_us"));
   }
-  const std::string by = r.Query("by", "user");
+  // Without ?by, the pool's fair-share groups (the server's --fair-by).
+  const std::string fair_by(sched::FairShareGroupName(ctx.controller->options().fair_by));
+  const std::string by = r.Query("by", fair_by);
   if (by != "user" && by != "project") {
     return ErrorResponse(Status::InvalidArgument("by: use user or project"));
   }
@@ -70,8 +72,11 @@ net::HttpResponse ReportUsage(const ApiContext& ctx, const Call& c) {
                     {"efficiency", u.efficiency()},
                     {"jobs", u.jobs}});
   }
-  return JsonResponse(
-      200, {{"since_us", *since}, {"until_us", *until}, {"by", by}, {"rows", std::move(rows)}});
+  return JsonResponse(200, {{"since_us", *since},
+                            {"until_us", *until},
+                            {"by", by},
+                            {"fair_share_by", fair_by},
+                            {"rows", std::move(rows)}});
 }
 
 // GET /v1/telemetry?job=ID | node=NAME[&gpu=INDEX] | (the pool), since_ms, step_s.

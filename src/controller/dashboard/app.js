@@ -664,7 +664,8 @@
       h('p', { class: 'muted', id: 'usage-window', dataset: { sinceUs, untilUs }, text: `${session.admin ? 'Every user' : 'Your jobs'}, ${w.label} (${fmtTime(sinceUs)} to ${fmtTime(untilUs)}).` }),
       h('div', { class: 'cards' },
         h('div', { class: 'card' }, h('h2', { text: 'GPU-hours by user' }), chartOrNote(users, 'GPU-hours by user', 'usage-by-user'), table(users, 'usage-user-table', 'user')),
-        h('div', { class: 'card' }, h('h2', { text: 'GPU-hours by project' }), chartOrNote(projects, 'GPU-hours by project', 'usage-by-project'), table(projects, 'usage-project-table', 'project')),
+        // A pool whose fair share is by project (server --fair-by project) names its groups.
+        h('div', { class: 'card' }, h('h2', { id: 'usage-project-heading', text: `GPU-hours by project${byUser.body.fair_share_by === 'project' ? ' (fair-share groups)' : ''}` }), chartOrNote(projects, 'GPU-hours by project', 'usage-by-project'), table(projects, 'usage-project-table', 'project')),
         h('div', { class: 'card' }, h('h2', { text: `Allocated GPU-hours per ${per}` }), columnChart(columns, { title: `Allocated GPU-hours per ${per}`, id: 'usage-per-day', unit: 'GPU-h' })),
         h('div', { class: 'card' }, h('h2', { text: 'Pool GPU utilisation' }), h('div', { id: 'pool-telemetry-slot' }, oldPlot))));
     // The telemetry's points: about 300 over the window, in whole minutes.

@@ -37,7 +37,8 @@ class PendingExplainer {
  public:
   // `filters`: the admission filters in the order they refuse a node; `fit` comes after
   // them, and the headline measures the nodes only it may refuse. All are borrowed, like
-  // the cluster, for the explainer's life. `queue_order` names the queue policy;
+  // the cluster, for the explainer's life. `queue_order` names the queue's order ("fifo",
+  // "fair-by-project" for a fair queue between projects);
   // `single_owner_note` ends the headline of a share that only GPUs held by another owner
   // could take (the host names its mechanism and how to lift the rule).
   PendingExplainer(const ClusterState& cluster, std::vector<const FilterPlugin*> filters,

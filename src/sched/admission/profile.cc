@@ -116,7 +116,13 @@ void SchedulingProfile::Explain(const ClusterState& cluster, const PassContext& 
                                 ProfileResult* result) const {
   std::vector<const FilterPlugin*> filters;
   for (const auto& f : filters_) filters.push_back(f.get());
-  PendingExplainer explainer(cluster, std::move(filters), fit_, std::string(queue_->name()),
+  // A fair queue between projects says so ("fair-by-project order"): whose share a job
+  // waits for is its project's, not its user's.
+  std::string order(queue_->name());
+  if (order == "fair" && spec_.queue_config.fair_group == FairShareGroup::kProject) {
+    order = "fair-by-project";
+  }
+  PendingExplainer explainer(cluster, std::move(filters), fit_, std::move(order),
                              spec_.single_owner_note);
   std::vector<bool> started(admitted.size(), false);
   for (const PassResult::Started& s : pass.started) started[s.pending_index] = true;

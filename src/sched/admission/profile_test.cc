@@ -161,6 +161,36 @@ TEST(SchedulingProfile, ReservationAndStartsNameThePendingJobsNotTheAdmittedOnes
             "time limits; 0/1 nodes are available: 1 insufficient GPUs");
 }
 
+// A fair queue between projects (the server's --fair-by project) says whose order a job
+// waits in: its project's share, not its user's.
+TEST(SchedulingProfile, AFairQueueByProjectSaysSoInTheReasonOfAJobWaitingItsTurn) {
+  std::vector<QueuedJob> pending;
+  pending.push_back(Job("big", "alice", 0, {GpuTask(3)}));  // never fits: blocks (strict)
+  pending.back().project = "P";
+  pending.push_back(Job("small", "bob", 1, {GpuTask(1)}));
+  pending.back().project = "Q";
+  const std::vector<const QueuedJob*> ptrs = testing::Pointers(pending);
+  PassContext ctx;
+  ctx.pending = ptrs;
+  for (FairShareGroup group : {FairShareGroup::kUser, FairShareGroup::kProject}) {
+    ProfileSpec spec;
+    spec.placement_policy = "first-fit";
+    spec.placements = &FirstFit();
+    spec.pass.rule = StartRule::kStrict;
+    spec.queue_policy = "fair";
+    spec.queue_config.fair_group = group;
+    auto profile = SchedulingProfile::Create(spec);
+    ASSERT_TRUE(profile.ok()) << profile.status().ToString();
+    ClusterState cluster = testing::MakeCluster(1, 2);
+    auto r = (*profile)->Run(cluster, ctx);
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    EXPECT_EQ(ById(pending, *r).at("small"),
+              std::string("waiting for its turn: jobs ahead of it in the queue (") +
+                  (group == FairShareGroup::kProject ? "fair-by-project" : "fair") +
+                  " order) come first");
+  }
+}
+
 TEST(SchedulingProfile, TheJobsACappedPassDidNotReachShareOneReason) {
   ClusterState cluster = testing::MakeCluster(1, 4);
   std::vector<QueuedJob> pending;

@@ -136,6 +136,23 @@ TEST(FairShareQueuePolicy, GroupsByProjectWhenAsked) {
   EXPECT_EQ(Users(jobs, FairOrder(jobs, {}, cluster)), "xyz");
 }
 
+// The server's and the simulator's --fair-by: its two values, and an error naming the
+// option and both values for anything else.
+TEST(FairShareQueuePolicy, FairByParsesUserOrProjectAndNamesTheOptionOtherwise) {
+  for (FairShareGroup g : {FairShareGroup::kUser, FairShareGroup::kProject}) {
+    Result<FairShareGroup> parsed = ParseFairShareGroup(FairShareGroupName(g), "--fair-by");
+    ASSERT_TRUE(parsed.ok());
+    EXPECT_EQ(*parsed, g);
+  }
+  EXPECT_EQ(FairShareGroupName(FairShareGroup::kProject), "project");
+  Result<FairShareGroup> bad = ParseFairShareGroup("account", "--fair-by");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(bad.status().message().find("--fair-by 'account': user"), std::string::npos)
+      << bad.status().message();
+  EXPECT_NE(bad.status().message().find("or project"), std::string::npos);
+}
+
 TEST(FairShareQueuePolicy, EveryIndexExactlyOnce) {
   ClusterState cluster = MakeCluster(1, 8);
   std::vector<QueuedJob> jobs;

@@ -18,6 +18,7 @@
 #include <string_view>
 #include <vector>
 
+#include "common/status.h"
 #include "sched/cluster_state.h"
 #include "sched/queue/queued_job.h"
 
@@ -32,8 +33,13 @@ struct QueueContext {
   const ClusterState* cluster = nullptr;
 };
 
-// What fair share divides between: users or projects (Philly: virtual clusters).
+// What fair share divides between: users or projects (Philly: virtual clusters; Slurm:
+// accounts). The live server's `--fair-by`, `gpupool sim timed --fair-by`.
 enum class FairShareGroup { kUser, kProject };
+
+// "user" or "project"; InvalidArgument naming `flag` and both values otherwise.
+Result<FairShareGroup> ParseFairShareGroup(std::string_view name, std::string_view flag);
+std::string_view FairShareGroupName(FairShareGroup group);
 
 // Each group's service so far, for QueuePolicyConfig::fair_service: a seam the host
 // implements (the simulator from its job records); the live pool sets none. Must stay

@@ -32,6 +32,20 @@ const std::string& FairShareGroupOf(const QueuedJob& job, FairShareGroup group) 
   return group == FairShareGroup::kProject ? job.project : job.user;
 }
 
+Result<FairShareGroup> ParseFairShareGroup(std::string_view name, std::string_view flag) {
+  for (FairShareGroup g : {FairShareGroup::kUser, FairShareGroup::kProject}) {
+    if (name == FairShareGroupName(g)) return g;
+  }
+  return Status::InvalidArgument(
+      fmt::format("{} '{}': user (fair share between users) or project (between projects, Slurm's "
+                  "accounts)",
+                  flag, name));
+}
+
+std::string_view FairShareGroupName(FairShareGroup group) {
+  return group == FairShareGroup::kProject ? "project" : "user";
+}
+
 Status RegistryTraits<QueuePolicy>::CheckConfig(const QueuePolicyConfig& config) {
   for (const auto& [group, weight] : config.fair_weights) {
     if (!(weight > 0) || !std::isfinite(weight)) {

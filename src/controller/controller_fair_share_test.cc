@@ -1,0 +1,147 @@
+// Fair share by project in the live controller (the server's --fair-by project;
+// docs/deploy.md, "Fair share"): the fair queue and fair-share preemption divide the pool
+// between projects (a job's project, else its user's name) instead of between users, so a
+// project with two busy users does not get twice the GPUs of a project with one.
+#include <gtest/gtest.h>
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "controller/controller_test.h"
+
+namespace gpupool::controller::controller_test {
+namespace {
+
+class FairShareTest : public ControllerTest {
+ protected:
+  // `fair_by`: the controller's ControllerOptions::fair_by; a 6-GPU node.
+  void Start(sched::FairShareGroup fair_by) {
+    ControllerOptions o;
+    o.fair_by = fair_by;
+    o.start_rule = "strict";
+    Restart(o);
+    Register(6);
+  }
+  Job SubmitTo(const Caller& who, const std::string& project, bool preemptible = false) {
+    Job j = MakeJob(1);
+    j.project = project;
+    j.preemptible = preemptible;
+    return c_->Submit(j, who).value();
+  }
+  // GPUs held by the jobs of each project.
+  std::map<std::string, int> GpusByProject(const std::vector<Job>& jobs) {
+    std::map<std::string, int> out;
+    for (const Job& j : jobs) {
+      const Job now = Get(j.id);
+      if (now.state == JobState::kAssigned || now.state == JobState::kRunning) {
+        out[now.project] += now.request.gpus;
+      }
+    }
+    return out;
+  }
+  Caller carol_{"carol", 1002, 1002, false};
+};
+
+// Project A has two users, project B one; each submits many 1-GPU jobs, A's users first.
+// By user, A's two users get 4 of the 6 GPUs (twice B's); by project, each project 3.
+TEST_F(FairShareTest, ByProjectTwoUsersOfOneProjectDoNotGetTwiceTheOtherProjectsGpus) {
+  for (sched::FairShareGroup fair_by :
+       {sched::FairShareGroup::kUser, sched::FairShareGroup::kProject}) {
+    c_.reset();  // before the store it uses
+    store_ = OpenSqliteStore(":memory:");
+    Start(fair_by);
+    std::vector<Job> jobs;
+    for (const Caller* who : {&alice_, &bob_}) {
+      for (int i = 0; i < 6; ++i) jobs.push_back(SubmitTo(*who, "A"));
+    }
+    for (int i = 0; i < 6; ++i) jobs.push_back(SubmitTo(carol_, "B"));
+    ASSERT_TRUE(c_->ScheduleOnce().ok());
+    const std::map<std::string, int> gpus = GpusByProject(jobs);
+    if (fair_by == sched::FairShareGroup::kUser) {
+      EXPECT_EQ(gpus, (std::map<std::string, int>{{"A", 4}, {"B", 2}}));
+    } else {
+      EXPECT_EQ(gpus, (std::map<std::string, int>{{"A", 3}, {"B", 3}}));
+    }
+  }
+}
+
+// A project's second user is not a fresh share: alice (project A) holds 4 of 6 GPUs and
+// carol (B) 2, all preemptible; bob's job of A waits. By user, bob is below his share
+// (6 / 3 users) and alice above hers, so one of alice's jobs is preempted for him; by
+// project A already holds more than its share (6 / 2 projects) and nobody is.
+TEST_F(FairShareTest, ByProjectAnotherUserOfAProjectAboveItsSharePreemptsNobody) {
+  for (sched::FairShareGroup fair_by :
+       {sched::FairShareGroup::kUser, sched::FairShareGroup::kProject}) {
+    c_.reset();
+    store_ = OpenSqliteStore(":memory:");
+    Start(fair_by);
+    std::vector<Job> running;
+    for (int i = 0; i < 4; ++i) running.push_back(SubmitTo(alice_, "A", /*preemptible=*/true));
+    for (int i = 0; i < 2; ++i) running.push_back(SubmitTo(carol_, "B", /*preemptible=*/true));
+    ASSERT_TRUE(c_->ScheduleOnce().ok());
+    for (Job& j : running) {
+      j = Get(j.id);
+      ASSERT_EQ(j.state, JobState::kAssigned);
+      ASSERT_TRUE(Apply({Ev(j, protocol::EventKind::kStarted)}).ok());
+    }
+    clock_.AdvanceMicros(int64_t{1800} * 1'000'000);  // past the default 600 s minimum
+    const Job waiting = SubmitTo(bob_, "A");
+    ASSERT_TRUE(c_->ScheduleOnce().ok());
+    std::map<std::string, int> stopping;  // by victim's user
+    for (const Job& j : running) {
+      if (Get(j.id).preempted_by == waiting.id) ++stopping[j.user];
+    }
+    const std::string reason = Get(waiting.id).pending_reason;
+    if (fair_by == sched::FairShareGroup::kUser) {
+      EXPECT_EQ(stopping, (std::map<std::string, int>{{"alice", 1}})) << reason;
+      EXPECT_NE(reason.find("; preempting job "), std::string::npos) << reason;
+    } else {
+      EXPECT_TRUE(stopping.empty()) << reason;
+      EXPECT_EQ(reason.find("preempting"), std::string::npos) << reason;
+    }
+  }
+}
+
+// By user, the same waiting job of carol's preempts as a user below her share, and the
+// victim's requeue reason names her, not her project; by project it names project B.
+TEST_F(FairShareTest, ThePreemptionsReasonNamesTheGroupFairShareIsBy) {
+  for (sched::FairShareGroup fair_by :
+       {sched::FairShareGroup::kUser, sched::FairShareGroup::kProject}) {
+    c_.reset();  // before the store it uses
+    store_ = OpenSqliteStore(":memory:");
+    Start(fair_by);
+    std::vector<Job> running;
+    for (const Caller* who : {&alice_, &bob_}) {
+      for (int i = 0; i < 3; ++i) running.push_back(SubmitTo(*who, "A", /*preemptible=*/true));
+    }
+    ASSERT_TRUE(c_->ScheduleOnce().ok());
+    for (Job& j : running) {
+      j = Get(j.id);
+      ASSERT_TRUE(Apply({Ev(j, protocol::EventKind::kStarted)}).ok());
+    }
+    clock_.AdvanceMicros(int64_t{1800} * 1'000'000);
+    const Job waiting = SubmitTo(carol_, "B");
+    ASSERT_TRUE(c_->ScheduleOnce().ok());
+    Job victim;
+    for (const Job& j : running) {
+      if (Get(j.id).preempted_by == waiting.id) victim = Get(j.id);
+    }
+    ASSERT_NE(victim.id, 0);
+    clock_.AdvanceMicros(1'000'000);
+    Event stopped = Ev(victim, protocol::EventKind::kExited);
+    stopped.signal = 15;  // its stop order's SIGTERM
+    stopped.cancelled = true;
+    ASSERT_TRUE(Apply({stopped}).ok());
+    const std::string why = Get(victim.id).reason;
+    const std::string group =
+        fair_by == sched::FairShareGroup::kProject ? "of project B" : "of user carol";
+    EXPECT_NE(why.find("preempted by job " + std::to_string(waiting.id) + ", " + group +
+                       ", below its fair share of GPUs"),
+              std::string::npos)
+        << why;
+  }
+}
+
+}  // namespace
+}  // namespace gpupool::controller::controller_test

@@ -1,0 +1,119 @@
+#!/usr/bin/env python3
+"""Fair share by project end to end (docs/deploy.md, "Fair share"): a real `gpupool up`
+on the fake 4-GPU node (tests/integration/node-4gpu.json) with `fair-by = project` in its
+config file's [server] section.
+
+- One user submits four 1-GPU jobs of project A, then four of project B, while a 4-GPU
+  job holds the node. When it is cancelled one pass starts four of the eight: by project
+  two of A and two of B (by user, the default, all of one user's are one group, in
+  submission order: the four of A).
+- `gpupool usage` groups by project by default there, and says that these are the pool's
+  fair-share groups.
+- `gpupool server --fair-by account` is refused (exit 2) naming the option and its values.
+
+Usage: fair_by_project_test.py PATH_TO_GPUPOOL   (ctest passes the built binary)
+Exit 77 (skipped) without root (the pool's jobs run as root here).
+"""
+import json
+import os
+import subprocess
+import sys
+import unittest
+
+GPUPOOL = os.path.abspath(sys.argv.pop(1)) if len(sys.argv) > 1 else "gpupool"
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "testlib"))
+import pooltest  # noqa: E402  (tests/testlib)
+NODE = os.path.join(HERE, "..", "integration", "node-4gpu.json")
+
+
+class FairByProjectTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.dir = pooltest.make_test_dir("gp-fairby-")
+        cls.env = dict(os.environ, GPUPOOL_SERVER="unix:" + os.path.join(cls.dir, "gpupool.sock"))
+        cls.log = os.path.join(cls.dir, "server.log")
+        conf = os.path.join(cls.dir, "gpupool.conf")
+        with open(conf, "w") as f:
+            f.write("[server]\nfair-by = project\n")
+        os.chmod(conf, 0o600)
+        log = open(cls.log, "ab")
+        cls.pool = subprocess.Popen([GPUPOOL, "up", "--config", conf, "--state-dir", cls.dir,
+                                     "--port", "0", "--fake", NODE, "--telemetry-interval", "0"],
+                                    stdout=log, stderr=log, start_new_session=True)
+        log.close()
+        pooltest.wait_for("the pool to come up", lambda: " up " in cls.cli("nodes").stdout)
+
+    @classmethod
+    def tearDownClass(cls):
+        pooltest.stop_processes([cls.pool])
+        pooltest.kill_leftovers(cls.dir)
+        pooltest.remove_dir(cls.dir)
+
+    @classmethod
+    def cli(cls, *args):
+        return subprocess.run([GPUPOOL] + list(args), capture_output=True, text=True,
+                              env=cls.env, timeout=60)
+
+    def job(self, jid):
+        r = self.cli("show", str(jid), "--json")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        j = json.loads(r.stdout)
+        return j.get("job", j)
+
+    def submit(self, *args):
+        r = self.cli("submit", "-D", self.dir, *args)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        return int(r.stdout.split()[-1])
+
+    def server_log(self):
+        with open(self.log, errors="replace") as f:
+            return f.read()[-4000:]
+
+    def test_projects_take_turns_and_usage_groups_by_project(self):
+        blocker = self.submit("--gpus", "4", "--cpus", "0.1", "--", "sleep", "300")
+        pooltest.wait_job(self.job, blocker, ("RUNNING",), 30, log=self.server_log)
+        jobs = {p: [self.submit("--gpus", "1", "--cpus", "0.1", "--project", p,
+                                "--", "sleep", "300")
+                    for _ in range(4)] for p in ("A", "B")}
+        self.assertEqual(self.cli("cancel", str(blocker)).returncode, 0)
+        pooltest.wait_job(self.job, blocker, ("CANCELLED",), 30, log=self.server_log)
+
+        def started():
+            return {p: sum(self.job(j)["state"] in ("ASSIGNED", "RUNNING") for j in ids)
+                    for p, ids in jobs.items()}
+        try:
+            pooltest.wait_for("four jobs to start", lambda: sum(started().values()) == 4)
+        except AssertionError:
+            self.fail("%s: %s\n%s" % (started(), [(self.job(j)["state"],
+                                                    self.job(j).get("pending_reason"))
+                                                   for ids in jobs.values() for j in ids],
+                                       self.server_log()))
+        self.assertEqual(started(), {"A": 2, "B": 2}, self.server_log())
+
+        r = self.cli("usage", "--json")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        answer = json.loads(r.stdout)
+        self.assertEqual(answer["by"], "project")
+        self.assertEqual(answer["fair_share_by"], "project")
+        r = self.cli("usage")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn(", by project (this pool's fair-share groups)", r.stdout)
+        for ids in jobs.values():
+            for j in ids:
+                self.cli("cancel", str(j))
+
+    def test_a_bad_value_is_refused_naming_the_option(self):
+        r = subprocess.run([GPUPOOL, "server", "--fair-by", "account", "--state-dir",
+                            os.path.join(self.dir, "unused")],
+                           capture_output=True, text=True, timeout=60)
+        self.assertEqual(r.returncode, 2, r.stdout + r.stderr)
+        self.assertIn("--fair-by", r.stderr)
+        self.assertIn("project", r.stderr)
+
+
+if __name__ == "__main__":
+    if os.geteuid() != 0:
+        print("skipped: needs root (the pool's jobs run as root here)")
+        sys.exit(77)
+    unittest.main()
