@@ -259,6 +259,77 @@ void AddProjectFlags(CLI::App* cmd, ServerFlags* f) {
       ->capture_default_str();
 }
 
+// Bounds on the queue: jobs and bytes queued, per user and in all (ServerFlags).
+void AddQueueBoundFlags(CLI::App* cmd, ServerFlags* f) {
+  // Issue 25 item 7 (queue flooding): Slurm-like defaults, so that no one user, and not
+  // all together, can fill the store's disk and the controller's memory with queued jobs.
+  cmd->add_option("--max-queued-per-user", f->max_queued_per_user,
+                  "jobs one user may have queued (pending or held; an array counts each "
+                  "element), unless `gpupool limits` sets their max_queued")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{1}, int64_t{1'000'000'000}));
+  cmd->add_option("--max-queued-total", f->max_queued_total,
+                  "jobs all users together may have queued")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{1}, int64_t{1'000'000'000}));
+  cmd->add_option("--max-array-size", f->max_array_size, "elements one --array may have")
+      ->capture_default_str()
+      ->check(CLI::Range(1, jobs::kMaxArraySize));
+  // And on bytes: the job bounds alone let one user hold 10,000 x 1 MiB of memory.
+  cmd->add_option("--max-submission-bytes", f->max_submission_bytes,
+                  "bytes of one job's submission: its command, environment variables and "
+                  "paths, each string with its NUL (as ARG_MAX counts them)")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{4096}, int64_t{64} << 20));
+  cmd->add_option("--max-queued-bytes-per-user", f->max_queued_bytes_per_user,
+                  "bytes of submissions one user's queued jobs may hold (an array's elements "
+                  "share one)")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{4096}, int64_t{1} << 40));
+  cmd->add_option("--max-queued-bytes-total", f->max_queued_bytes_total,
+                  "bytes of submissions all users' queued jobs together may hold")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{4096}, int64_t{1} << 40));
+}
+
+// Bounds on the API's connections and requests (ServerFlags).
+void AddConnectionFlags(CLI::App* cmd, ServerFlags* f) {
+  cmd->add_option("--max-connections", f->max_connections,
+                  "API connections open at once, every listener together (0 = the open-files "
+                  "limit, raised to its hard limit, less a tenth); a quarter is kept for agents "
+                  "and root")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 1 << 20));
+  cmd->add_option("--max-connections-per-uid", f->max_connections_per_uid,
+                  "API connections of one local user (Unix socket, or TCP from this host) with "
+                  "a request under way; more are answered 503 (root and the server's own uid "
+                  "are exempt)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1 << 20));
+  cmd->add_option("--max-connections-per-address", f->max_connections_per_address,
+                  "API connections from one remote address with a request under way; more are "
+                  "answered 503 (agents' node tokens are exempt)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1 << 20));
+  cmd->add_option("--max-pending-connections-per-peer", f->max_pending_connections_per_peer,
+                  "API connections of one uid or address that have not shown who they are (no "
+                  "complete request head yet, idle between requests, no valid token); a new "
+                  "one past it closes the oldest")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1 << 20));
+  cmd->add_option("--request-head-timeout", f->request_head_timeout_s,
+                  "seconds a new API connection has to send its whole request head (request "
+                  "line and headers), however it trickles in")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 3600));
+  cmd->add_option("--agent-request-nice", f->agent_request_nice,
+                  "request priority: agents' requests (polls, event reports, registrations) "
+                  "run on threads of their own this many nice levels below users' requests "
+                  "and the scheduler (0 = off: one pool of threads serves everyone)")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 19));
+}
+
 void AddServerFlags(CLI::App* cmd, ServerFlags* f) {
   cmd->add_option("--state-dir", f->state_dir, "where the store, socket and job logs live");
   cmd->add_option("--store", f->store_spec,
@@ -301,35 +372,7 @@ void AddServerFlags(CLI::App* cmd, ServerFlags* f) {
                 "(docs/sharing.md)");
   AddPreemptionFlags(cmd, f);
   AddProjectFlags(cmd, f);
-  // Issue 25 item 7 (queue flooding): Slurm-like defaults, so that no one user, and not
-  // all together, can fill the store's disk and the controller's memory with queued jobs.
-  cmd->add_option("--max-queued-per-user", f->max_queued_per_user,
-                  "jobs one user may have queued (pending or held; an array counts each "
-                  "element), unless `gpupool limits` sets their max_queued")
-      ->capture_default_str()
-      ->check(CLI::Range(int64_t{1}, int64_t{1'000'000'000}));
-  cmd->add_option("--max-queued-total", f->max_queued_total,
-                  "jobs all users together may have queued")
-      ->capture_default_str()
-      ->check(CLI::Range(int64_t{1}, int64_t{1'000'000'000}));
-  cmd->add_option("--max-array-size", f->max_array_size, "elements one --array may have")
-      ->capture_default_str()
-      ->check(CLI::Range(1, jobs::kMaxArraySize));
-  // And on bytes: the job bounds alone let one user hold 10,000 x 1 MiB of memory.
-  cmd->add_option("--max-submission-bytes", f->max_submission_bytes,
-                  "bytes of one job's submission: its command, environment variables and "
-                  "paths, each string with its NUL (as ARG_MAX counts them)")
-      ->capture_default_str()
-      ->check(CLI::Range(int64_t{4096}, int64_t{64} << 20));
-  cmd->add_option("--max-queued-bytes-per-user", f->max_queued_bytes_per_user,
-                  "bytes of submissions one user's queued jobs may hold (an array's elements "
-                  "share one)")
-      ->capture_default_str()
-      ->check(CLI::Range(int64_t{4096}, int64_t{1} << 40));
-  cmd->add_option("--max-queued-bytes-total", f->max_queued_bytes_total,
-                  "bytes of submissions all users' queued jobs together may hold")
-      ->capture_default_str()
-      ->check(CLI::Range(int64_t{4096}, int64_t{1} << 40));
+  AddQueueBoundFlags(cmd, f);
   cmd->add_option("--telemetry-retention", f->telemetry_retention,
                   "how long GPU telemetry points (1 per minute per GPU and job) are kept")
       ->capture_default_str();
@@ -347,40 +390,7 @@ void AddServerFlags(CLI::App* cmd, ServerFlags* f) {
                   "with --idle-action cancel: how much longer than --idle-after an idle job "
                   "runs (warned) before it is cancelled")
       ->capture_default_str();
-  cmd->add_option("--max-connections", f->max_connections,
-                  "API connections open at once, every listener together (0 = the open-files "
-                  "limit, raised to its hard limit, less a tenth); a quarter is kept for agents "
-                  "and root")
-      ->capture_default_str()
-      ->check(CLI::Range(0, 1 << 20));
-  cmd->add_option("--max-connections-per-uid", f->max_connections_per_uid,
-                  "API connections of one local user (Unix socket, or TCP from this host) with "
-                  "a request under way; more are answered 503 (root and the server's own uid "
-                  "are exempt)")
-      ->capture_default_str()
-      ->check(CLI::Range(1, 1 << 20));
-  cmd->add_option("--max-connections-per-address", f->max_connections_per_address,
-                  "API connections from one remote address with a request under way; more are "
-                  "answered 503 (agents' node tokens are exempt)")
-      ->capture_default_str()
-      ->check(CLI::Range(1, 1 << 20));
-  cmd->add_option("--max-pending-connections-per-peer", f->max_pending_connections_per_peer,
-                  "API connections of one uid or address that have not shown who they are (no "
-                  "complete request head yet, idle between requests, no valid token); a new "
-                  "one past it closes the oldest")
-      ->capture_default_str()
-      ->check(CLI::Range(1, 1 << 20));
-  cmd->add_option("--request-head-timeout", f->request_head_timeout_s,
-                  "seconds a new API connection has to send its whole request head (request "
-                  "line and headers), however it trickles in")
-      ->capture_default_str()
-      ->check(CLI::Range(1, 3600));
-  cmd->add_option("--agent-request-nice", f->agent_request_nice,
-                  "request priority: agents' requests (polls, event reports, registrations) "
-                  "run on threads of their own this many nice levels below users' requests "
-                  "and the scheduler (0 = off: one pool of threads serves everyone)")
-      ->capture_default_str()
-      ->check(CLI::Range(0, 19));
+  AddConnectionFlags(cmd, f);
 }
 
 // How the agent runs container jobs: `agent` and `up` share these flags.

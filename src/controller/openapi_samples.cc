@@ -68,6 +68,44 @@ class Scenario {
 
   // Runs the scenario; false when a step failed (said on stderr).
   bool Run() {
+    Submit();
+    if (!StartAndReport()) return false;
+    Exec();
+    Lifecycle();
+    Admin();
+    const std::string& id = id_;
+    // Environments.
+    Expect(201, Root("POST", "/v1/environments", "/v1/environments", {},
+                     R"({"name": "torch:2.4", "image": "localhost/torch:2.4"})"));
+    Expect(200, User("GET", "/v1/environments", "/v1/environments"));
+    Expect(200, User("GET", "/v1/environments/{ref}", "/v1/environments/torch:2.4"));
+    Expect(200, User("POST", "/v1/environments/check", "/v1/environments/check", {},
+                     R"({"environment": "torch:2.4"})"));
+    Expect(200, Root("DELETE", "/v1/environments/{ref}", "/v1/environments/torch:2.4"));
+
+    // Errors.
+    Expect(404, Root("GET", "/v1/jobs/{id}", "/v1/jobs/999"));
+    Expect(400, Root("POST", "/v1/jobs", "/v1/jobs", {}, R"({"command": ["true"], "id": 3})"));
+    Expect(400,
+           Root("GET", "/v1/jobs/{id}/logs", "/v1/jobs/" + id + "/logs", {{"stream", "stdin"}}));
+    Expect(403, User("GET", "/v1/tokens", "/v1/tokens"));
+    Expect(403, User("POST", "/v1/agent/register", "/v1/agent/register", {}, RegisterBody("vm")));
+    Expect(404, Root("GET", "/v1/environments/{ref}", "/v1/environments/team/none:1"));
+
+    // Ready once the scheduler loop goes round.
+    controller_->Start();
+    net::HttpRequest ready = Req("GET", "/readyz", {}, "");
+    for (int i = 0; i < 500 && api_->Handle(ready).status != 200; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    Expect(200, Tcp("GET", "/readyz", "/readyz"));
+    controller_->Stop();
+    return ok_;
+  }
+
+ private:
+  // Public endpoints, a node, and the jobs the other steps use (id_, head_).
+  void Submit() {
     // Public endpoints: no token over TCP.
     Tcp("GET", "/healthz", "/healthz");
     Tcp("GET", "/readyz", "/readyz");  // 503: the scheduler loop is not started here
@@ -83,17 +121,22 @@ class Scenario {
                                 R"({"name": "train", "command": ["sleep", "60"], "workdir": "/",
                                     "request": {"gpus": 1, "cpu_milli": 2000}, "env": {"A": "1"},
                                     "time_limit_s": 3600, "requeue": true})"));
-    const std::string id = std::to_string(job["job"]["id"].get<int64_t>());
+    id_ = std::to_string(job["job"]["id"].get<int64_t>());
+    const std::string& id = id_;
     Json array = Expect(201, Root("POST", "/v1/jobs", "/v1/jobs", {},
                                   R"({"name": "sweep", "project": "vision", "command": ["true"],
                                       "workdir": "/", "array": "0-2%1",
                                       "dependencies": [{"job_id": )" +
                                       id + R"(, "kind": "after-any"}]})"));
-    const std::string head = std::to_string(array["job"]["id"].get<int64_t>());
+    head_ = std::to_string(array["job"]["id"].get<int64_t>());
     Expect(200, Root("GET", "/v1/jobs", "/v1/jobs"));
     Expect(200, User("GET", "/v1/jobs", "/v1/jobs", {{"all", "1"}}));  // all_refused
     Expect(200, Root("GET", "/v1/jobs/{id}", "/v1/jobs/" + id));
+  }
 
+  // The first job placed and started, with telemetry; false when the pass failed.
+  bool StartAndReport() {
+    const std::string& id = id_;
     // Placed, started by the agent: a RUNNING job with placement and tasks.
     if (Status s = controller_->ScheduleOnce(); !s.ok())
       return Fail("ScheduleOnce: " + s.message());
@@ -129,6 +172,12 @@ class Scenario {
     Expect(200, Root("GET", "/metrics", "/metrics"));
     Expect(403, User("GET", "/metrics", "/metrics"));
 
+    return true;
+  }
+
+  // Exec sessions in the running job, one plain and one interactive.
+  void Exec() {
+    const std::string& id = id_;
     // An exec session in the running job.
     Json exec = Expect(201, Root("POST", "/v1/jobs/{id}/exec", "/v1/jobs/" + id + "/exec", {},
                                  R"({"task": 0, "argv": ["hostname"]})"));
@@ -169,7 +218,12 @@ class Scenario {
     Expect(400, Root("POST", "/v1/exec/{id}/input", "/v1/exec/" + tid + "/input", {},
                      R"({"seq": 5, "data": "bHMK"})"));
     Expect(200, Root("DELETE", "/v1/exec/{id}", "/v1/exec/" + tid));
+  }
 
+  // An interactive job attached to, holds, releases and cancels.
+  void Lifecycle() {
+    const std::string& id = id_;
+    const std::string& head = head_;
     // gpupool run: a job that waits for GPUs, attached to while it waits.
     Json run = Expect(201, Root("POST", "/v1/jobs", "/v1/jobs", {},
                                 R"({"command": ["bash"], "workdir": "/", "interactive": "run",
@@ -190,7 +244,10 @@ class Scenario {
     Expect(200, Root("POST", "/v1/jobs/{id}/cancel", "/v1/jobs/" + head + "/cancel"));
     Expect(200, Root("POST", "/v1/jobs/{id}/cancel", "/v1/jobs/" + id + "/cancel"));
     Expect(409, Root("POST", "/v1/jobs/{id}/cancel", "/v1/jobs/" + head + "/cancel"));
+  }
 
+  // Nodes, limits, usage, identity, tokens and the dashboard's sign-in.
+  void Admin() {
     // Nodes, limits, usage, identity.
     Expect(200, Root("POST", "/v1/nodes/{name}/drain", "/v1/nodes/vm/drain", {},
                      R"({"reason": "replace GPU 1"})"));
@@ -231,36 +288,9 @@ class Scenario {
     Expect(400, Send(login, "/ui/login"));
     Expect(200, Tcp("POST", "/ui/logout", "/ui/logout"));
     Expect(200, Root("GET", "/v1/jobs", "/v1/jobs", {{"limit", "1"}, {"offset", "1"}}));
-
-    // Environments.
-    Expect(201, Root("POST", "/v1/environments", "/v1/environments", {},
-                     R"({"name": "torch:2.4", "image": "localhost/torch:2.4"})"));
-    Expect(200, User("GET", "/v1/environments", "/v1/environments"));
-    Expect(200, User("GET", "/v1/environments/{ref}", "/v1/environments/torch:2.4"));
-    Expect(200, User("POST", "/v1/environments/check", "/v1/environments/check", {},
-                     R"({"environment": "torch:2.4"})"));
-    Expect(200, Root("DELETE", "/v1/environments/{ref}", "/v1/environments/torch:2.4"));
-
-    // Errors.
-    Expect(404, Root("GET", "/v1/jobs/{id}", "/v1/jobs/999"));
-    Expect(400, Root("POST", "/v1/jobs", "/v1/jobs", {}, R"({"command": ["true"], "id": 3})"));
-    Expect(400,
-           Root("GET", "/v1/jobs/{id}/logs", "/v1/jobs/" + id + "/logs", {{"stream", "stdin"}}));
-    Expect(403, User("GET", "/v1/tokens", "/v1/tokens"));
-    Expect(403, User("POST", "/v1/agent/register", "/v1/agent/register", {}, RegisterBody("vm")));
-    Expect(404, Root("GET", "/v1/environments/{ref}", "/v1/environments/team/none:1"));
-
-    // Ready once the scheduler loop goes round.
-    controller_->Start();
-    net::HttpRequest ready = Req("GET", "/readyz", {}, "");
-    for (int i = 0; i < 500 && api_->Handle(ready).status != 200; ++i) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    }
-    Expect(200, Tcp("GET", "/readyz", "/readyz"));
-    controller_->Stop();
-    return ok_;
   }
 
+ public:
   const OrderedJson& samples() const { return samples_; }
 
  private:
@@ -352,6 +382,8 @@ class Scenario {
   uint32_t user_uid_ = 65534;
   OrderedJson samples_ = OrderedJson::array();
   bool ok_ = true;
+  std::string id_;    // the GPU job (Submit)
+  std::string head_;  // the array (Submit)
 };
 
 }  // namespace
