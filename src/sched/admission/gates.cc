@@ -62,9 +62,7 @@ void ProjectGate::BeginPass(const PassContext& ctx) {
 }
 
 bool ProjectGate::Admit(const QueuedJob& job, std::string* why) {
-  if (limits_ == nullptr || mode_ == ProjectEnforcement::kNone || job.project == job.user) {
-    return true;
-  }
+  if (limits_ == nullptr || mode_ == ProjectEnforcement::kNone) return true;
   std::string project = job.project;
   if (AdmitProject(*limits_, mode_, job.user, &project).ok()) return true;
   *why = "waits: " + job.user + " may not charge project '" + project + "' (enforce-projects " +

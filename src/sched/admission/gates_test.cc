@@ -124,6 +124,11 @@ TEST(ProjectGate, UnderEnforcementAJobWaitsWhileItsUserMayNotChargeItsProject) {
   bobs.project = "made-up";
   EXPECT_NE(Why(gate, bobs).find("may not charge project 'made-up' (enforce-projects known)"),
             std::string::npos);
+  // A team project named like bob, made for others, is not his (project_access.h).
+  limits.projects["bob"].members = {"alice"};
+  ctx.project_enforcement = ProjectEnforcement::kMembers;
+  gate.BeginPass(ctx);
+  EXPECT_NE(Why(gate, own).find("waits: bob may not charge project 'bob'"), std::string::npos);
 }
 
 TEST(QuotaLimit, UsersAndProjectsStayWithinTheirLimits) {

@@ -43,11 +43,28 @@ Status AdmitProject(const Limits& limits, ProjectEnforcement mode, const std::st
       *project = it->second.default_project;
     }
   }
-  if (mode == ProjectEnforcement::kNone || project->empty() || *project == user) {
-    return Status::Ok();
-  }
-  const std::string& p = *project;
+  if (mode == ProjectEnforcement::kNone) return Status::Ok();
+  // A job without a project charges its user's name (jobs::AccountingProject).
+  const std::string& p = project->empty() ? user : *project;
   const Limit* entry = limits.ForProject(p);
+  if (p == user) {
+    // One's own name charges no one else, unless an admin made a team project of that
+    // name without its namesake (under "members"; the limits' PUT refuses that for
+    // accounts that exist then, not for one made later).
+    if (mode != ProjectEnforcement::kMembers || entry == nullptr || entry->members.empty() ||
+        entry->members.contains(user)) {
+      return Status::Ok();
+    }
+    return Status::PermissionDenied(
+        "project (--project): '" + user + "' is also a team project whose members (" +
+        std::to_string(entry->members.size()) +
+        ") do not include you, and a job without --project charges the project of your "
+        "name (enforce-projects members); name one of yours with --project (" +
+        YourProjects(limits, user) +
+        "), or ask an admin to set your default project "
+        "(`gpupool limits set --user " +
+        user + " --default-project P`) or to rename project '" + user + "'");
+  }
   auto fix = [&] {
     return "; name one of yours or leave --project out (" + YourProjects(limits, user) +
            "), or ask an admin: `gpupool limits set --project " + p + " --add-member " + user + "`";

@@ -30,9 +30,10 @@ std::string_view ProjectEnforcementName(ProjectEnforcement e);
 
 // Fills an empty `*project` with the user's default project (whatever `mode`), then
 // checks that `user` may charge `*project` under `mode`. A job whose project is its
-// user's own name (no --project and no default) is always let through: it charges no
-// one else. Admins are not exempt. PermissionDenied naming `project (--project)`, the
-// project and the fix otherwise.
+// user's own name (no --project and no default) is let through: it charges no one else;
+// except, under "members", where a project entry of that name lists members and not the
+// user (a team project named like an account made later). Admins are not exempt. PermissionDenied
+// naming `project (--project)`, the project and the fix otherwise.
 Status AdmitProject(const Limits& limits, ProjectEnforcement mode, const std::string& user,
                     std::string* project);
 

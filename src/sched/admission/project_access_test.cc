@@ -65,6 +65,29 @@ TEST(ProjectAccessTest, OnesOwnNameAndTheDefaultProjectAreAlwaysTaken) {
   EXPECT_EQ(Admit(l, ProjectEnforcement::kMembers, "alice", "alice"), "ok alice");
 }
 
+// The red team: project 'bob' was made for a team (alice) before the account bob
+// existed, so the limits' PUT could not refuse it; bob then charged the team's project
+// with --project bob, or with no --project at all. Under "members" he no longer may.
+TEST(ProjectAccessTest, ATeamProjectNamedLikeAUserIsNotTheirsUnlessListed) {
+  Limits l = VisionForAlice();
+  l.projects["bob"].members = {"alice"};
+  for (const char* named : {"bob", ""}) {
+    const std::string why = Admit(l, ProjectEnforcement::kMembers, "bob", named);
+    EXPECT_EQ(why.rfind("project (--project): 'bob' is also a team project", 0), 0u) << why;
+    EXPECT_NE(why.find("gpupool limits set --user bob --default-project P"), std::string::npos)
+        << why;
+  }
+  EXPECT_EQ(Admit(l, ProjectEnforcement::kMembers, "alice", "bob"), "ok bob");
+  EXPECT_EQ(Admit(l, ProjectEnforcement::kKnown, "bob", ""), "ok ");  // known: any entry
+  l.users["bob"].default_project = "vision";
+  l.projects["vision"].members.insert("bob");
+  EXPECT_EQ(Admit(l, ProjectEnforcement::kMembers, "bob", ""), "ok vision");
+  l.projects["bob"].members.insert("bob");
+  EXPECT_EQ(Admit(l, ProjectEnforcement::kMembers, "bob", "bob"), "ok bob");
+  l.projects["bob"].members.clear();  // bob's own limits, no team: his
+  EXPECT_EQ(Admit(l, ProjectEnforcement::kMembers, "bob", "bob"), "ok bob");
+}
+
 TEST(ProjectAccessTest, ModesParseByName) {
   for (ProjectEnforcement e :
        {ProjectEnforcement::kNone, ProjectEnforcement::kKnown, ProjectEnforcement::kMembers}) {
