@@ -192,6 +192,18 @@ class DbDir {
   std::filesystem::path dir_;
 };
 
+// Runs `sql` on the SQLite database at `path` (outside any store), failing the test on an
+// error.
+void ExecSqlite(const std::string& path, const std::string& sql) {
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
+  char* err = nullptr;
+  EXPECT_EQ(sqlite3_exec(db, sql.c_str(), nullptr, nullptr, &err), SQLITE_OK)
+      << (err != nullptr ? err : "") << " in: " << sql;
+  sqlite3_free(err);
+  sqlite3_close(db);
+}
+
 TEST(SqliteStoreTest, SurvivesReopenAndRefusesNewerSchema) {
   const DbDir dir("reopen");
   const std::string path = dir.db();
@@ -206,12 +218,7 @@ TEST(SqliteStoreTest, SurvivesReopenAndRefusesNewerSchema) {
     ASSERT_TRUE(s.ok());
     EXPECT_EQ((*s)->GetJob(id)->user, "alice");
   }
-  {
-    sqlite3* db = nullptr;
-    ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
-    ASSERT_EQ(sqlite3_exec(db, "PRAGMA user_version=99", nullptr, nullptr, nullptr), SQLITE_OK);
-    sqlite3_close(db);
-  }
+  ExecSqlite(path, "PRAGMA user_version=99");
   auto newer = OpenSqliteStore(path);
   ASSERT_FALSE(newer.ok());
   EXPECT_EQ(newer.status().code(), StatusCode::kFailedPrecondition);
@@ -225,33 +232,22 @@ TEST(SqliteStoreTest, SurvivesReopenAndRefusesNewerSchema) {
 // no settings' revisions.
 // Then sets user_version to `version`.
 void RevertToSchema12(const std::string& path, int version) {
-  sqlite3* db = nullptr;
-  ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
-  const std::string sql =
+  ExecSqlite(
+      path,
       "ALTER TABLE settings DROP COLUMN revision; DROP TABLE preempt_holds; ALTER TABLE nodes "
       "DROP COLUMN gpu_health; ALTER TABLE jobs DROP COLUMN version; PRAGMA user_version=" +
-      std::to_string(version);
-  char* err = nullptr;
-  EXPECT_EQ(sqlite3_exec(db, sql.c_str(), nullptr, nullptr, &err), SQLITE_OK) << err;
-  sqlite3_free(err);
-  sqlite3_close(db);
+          std::to_string(version));
 }
 
 // Makes the SQLite store at `path` what schema 11 left: each job whole in its body, no
 // job_specs, no versions. Then sets user_version to `version`.
 void RevertToSchema11(const std::string& path, int version) {
   RevertToSchema12(path, version);
-  sqlite3* db = nullptr;
-  ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
-  const std::string sql =
-      "UPDATE jobs SET body=json_set(json_patch(body, COALESCE((SELECT body FROM job_specs "
-      "WHERE job_specs.id=jobs.spec_id), '{}')), '$.id', id); "
-      "ALTER TABLE jobs DROP COLUMN spec_id; DROP TABLE job_specs; PRAGMA user_version=" +
-      std::to_string(version);
-  char* err = nullptr;
-  EXPECT_EQ(sqlite3_exec(db, sql.c_str(), nullptr, nullptr, &err), SQLITE_OK) << err;
-  sqlite3_free(err);
-  sqlite3_close(db);
+  ExecSqlite(path,
+             "UPDATE jobs SET body=json_set(json_patch(body, COALESCE((SELECT body FROM job_specs "
+             "WHERE job_specs.id=jobs.spec_id), '{}')), '$.id', id); "
+             "ALTER TABLE jobs DROP COLUMN spec_id; DROP TABLE job_specs; PRAGMA user_version=" +
+                 std::to_string(version));
 }
 
 // Jobs written several times before schema 13 (which added versions) are all at version
@@ -345,14 +341,7 @@ TEST(SqliteStoreTest, MigratesGangNodesOfSchema7) {
     gang.placement = {{"n1", {0}, {"GPU-a"}, 1000}, {"n2", {0}, {"GPU-b"}, 1000}};
     id = (*s)->InsertJob(gang).value();
   }
-  {
-    sqlite3* db = nullptr;
-    ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
-    ASSERT_EQ(sqlite3_exec(db, "DROP TABLE job_nodes; DROP TABLE submit_keys; DROP TABLE telemetry",
-                           nullptr, nullptr, nullptr),
-              SQLITE_OK);
-    sqlite3_close(db);
-  }
+  ExecSqlite(path, "DROP TABLE job_nodes; DROP TABLE submit_keys; DROP TABLE telemetry");
   RevertToSchema11(path, 7);
   auto s = OpenSqliteStore(path);
   ASSERT_TRUE(s.ok()) << s.status().ToString();
@@ -379,14 +368,7 @@ TEST(SqliteStoreTest, MigratesTelemetryOfSchema10) {
                                     {"job", "42", 120000, 20, 1, 20, 1024, 2.5, 1}})
                     .ok());
   }
-  {
-    sqlite3* db = nullptr;
-    ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
-    ASSERT_EQ(sqlite3_exec(db, "DELETE FROM telemetry WHERE scope IN ('job_total', 'pool')",
-                           nullptr, nullptr, nullptr),
-              SQLITE_OK);
-    sqlite3_close(db);
-  }
+  ExecSqlite(path, "DELETE FROM telemetry WHERE scope IN ('job_total', 'pool')");
   RevertToSchema11(path, 10);
   auto s = OpenSqliteStore(path);
   ASSERT_TRUE(s.ok()) << s.status().ToString();
@@ -405,8 +387,6 @@ TEST(SqliteStoreTest, MigratesTokensOfTheFirstSchema) {
   const DbDir dir("migrate");
   const std::string path = dir.db();
   {
-    sqlite3* db = nullptr;
-    ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
     const char* v1 =
         "CREATE TABLE tokens (token_hash TEXT PRIMARY KEY, user TEXT NOT NULL, kind TEXT NOT "
         "NULL, created_us INTEGER NOT NULL);"
@@ -418,8 +398,7 @@ TEST(SqliteStoreTest, MigratesTokensOfTheFirstSchema) {
         "NULL, cpu_milli INTEGER NOT NULL, memory_mib INTEGER NOT NULL, registered_us INTEGER "
         "NOT NULL, last_heartbeat_us INTEGER NOT NULL, draining INTEGER NOT NULL);"
         "PRAGMA user_version=1;";
-    ASSERT_EQ(sqlite3_exec(db, v1, nullptr, nullptr, nullptr), SQLITE_OK);
-    sqlite3_close(db);
+    ExecSqlite(path, v1);
   }
   auto s = OpenSqliteStore(path);
   ASSERT_TRUE(s.ok()) << s.status().ToString();

@@ -30,45 +30,22 @@ NODE = os.path.join(HERE, "..", "integration", "node-4gpu.json")
 class FairByProjectTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
-        cls.dir = pooltest.make_test_dir("gp-fairby-")
-        cls.env = dict(os.environ, GPUPOOL_SERVER="unix:" + os.path.join(cls.dir, "gpupool.sock"))
-        cls.log = os.path.join(cls.dir, "server.log")
-        conf = os.path.join(cls.dir, "gpupool.conf")
-        with open(conf, "w") as f:
-            f.write("[server]\nfair-by = project\n")
-        os.chmod(conf, 0o600)
-        log = open(cls.log, "ab")
-        cls.pool = subprocess.Popen([GPUPOOL, "up", "--config", conf, "--state-dir", cls.dir,
-                                     "--port", "0", "--fake", NODE, "--telemetry-interval", "0"],
-                                    stdout=log, stderr=log, start_new_session=True)
-        log.close()
-        pooltest.wait_for("the pool to come up", lambda: " up " in cls.cli("nodes").stdout)
+        cls.pool = pooltest.FakeNodePool(GPUPOOL, NODE, "gp-fairby-",
+                                         extra_args=["--telemetry-interval", "0"],
+                                         config="[server]\nfair-by = project\n")
+        cls.dir = cls.pool.dir
+        cls.cli = cls.pool.cli
+        cls.job = cls.pool.job
+        cls.server_log = cls.pool.server_log
 
     @classmethod
     def tearDownClass(cls):
-        pooltest.stop_processes([cls.pool])
-        pooltest.kill_leftovers(cls.dir)
-        pooltest.remove_dir(cls.dir)
-
-    @classmethod
-    def cli(cls, *args):
-        return subprocess.run([GPUPOOL] + list(args), capture_output=True, text=True,
-                              env=cls.env, timeout=60)
-
-    def job(self, jid):
-        r = self.cli("show", str(jid), "--json")
-        self.assertEqual(r.returncode, 0, r.stderr)
-        j = json.loads(r.stdout)
-        return j.get("job", j)
+        cls.pool.stop()
 
     def submit(self, *args):
         r = self.cli("submit", "-D", self.dir, *args)
         self.assertEqual(r.returncode, 0, r.stderr)
         return int(r.stdout.split()[-1])
-
-    def server_log(self):
-        with open(self.log, errors="replace") as f:
-            return f.read()[-4000:]
 
     def test_projects_take_turns_and_usage_groups_by_project(self):
         blocker = self.submit("--gpus", "4", "--cpus", "0.1", "--", "sleep", "300")

@@ -191,16 +191,23 @@ class FakeNodePool:
     `out` folder for the jobs' files), and the CLI against it. A test case makes one in
     setUp and calls stop() in tearDown (which also releases jobs waiting for out/go-all)."""
 
-    def __init__(self, gpupool, node, prefix, extra_args=()):
+    def __init__(self, gpupool, node, prefix, extra_args=(), config=""):
+        """`config`: the text of a config file for the pool (written 0600 in `dir`), or ""
+        for none."""
         self.gpupool = gpupool
         self.dir = make_test_dir(prefix)
         self.out = os.path.join(self.dir, "out")
         os.mkdir(self.out)
         self.env = dict(os.environ, GPUPOOL_SERVER="unix:" + os.path.join(self.dir, "gpupool.sock"))
         self.log = os.path.join(self.dir, "server.log")
+        conf = ""
+        if config:
+            conf = os.path.join(self.dir, "gpupool.conf")
+            with open(os.open(conf, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w") as f:
+                f.write(config)
         with open(self.log, "ab") as log:
             self.proc = subprocess.Popen(
-                [gpupool, "up", "--state-dir", self.dir, "--port", "0", "--config", "",
+                [gpupool, "up", "--state-dir", self.dir, "--port", "0", "--config", conf,
                  "--fake", node] + list(extra_args),
                 stdout=log, stderr=log, start_new_session=True)
         wait_for("the pool", lambda: " up " in self.cli("nodes").stdout)
