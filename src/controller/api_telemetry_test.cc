@@ -487,6 +487,11 @@ TEST_F(ApiAccessTest, UsageGivesTheFairShareGroupsWeightsAndNormalisedShares) {
   usage = ParseJson(AsUid(0, "GET", "/v1/usage", {{"by", "project"}}).body, "answer").value();
   ASSERT_EQ(usage["rows"].size(), 1u) << usage.dump();
   EXPECT_FALSE(usage["rows"][0].contains("norm_share")) << usage.dump();
+  // ?shares=0 leaves them out (the dashboard's per-day calls, which sum GPU-hours only).
+  usage = ParseJson(AsUid(user_uid_, "GET", "/v1/usage", {{"shares", "0"}}).body, "answer").value();
+  ASSERT_EQ(usage["rows"].size(), 1u) << usage.dump();
+  EXPECT_FALSE(usage["rows"][0].contains("fair_share")) << usage.dump();
+  EXPECT_EQ(AsUid(0, "GET", "/v1/usage", {{"shares", "yes"}}).status, 400);
 }
 
 }  // namespace

@@ -74,6 +74,11 @@ net::HttpResponse ReportUsage(const ApiContext& ctx, const Call& c) {
   if (by != "user" && by != "project") {
     return ErrorResponse(Status::InvalidArgument("by: use user or project"));
   }
+  // ?shares=0: no fair_share and norm_share (a non-admin's saves listing every user's jobs).
+  const std::string shares = r.Query("shares", "1");
+  if (shares != "0" && shares != "1") {
+    return ErrorResponse(Status::InvalidArgument("shares: use 1 (the default) or 0"));
+  }
   TelemetryHub& hub = ctx.telemetry->hub();
   store::JobFilter f;
   f.ended_after_us = *since;
@@ -105,7 +110,7 @@ net::HttpResponse ReportUsage(const ApiContext& ctx, const Call& c) {
                     {"efficiency", u.efficiency()},
                     {"jobs", u.jobs}});
   }
-  if (by == fair_by) {
+  if (by == fair_by && shares == "1" && !rows.empty()) {
     Status added = AddFairShares(ctx, *jobs, everyone, *since, *until, now, by == "project", rows);
     if (!added.ok()) return ErrorResponse(added);
   }

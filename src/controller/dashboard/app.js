@@ -638,7 +638,7 @@
     const { size, buckets } = usageBuckets(w);
     const [byUser, byProject, ...perBucket] = await Promise.all([
       api(`/v1/usage?by=user&since_us=${sinceUs}&until_us=${untilUs}`), api(`/v1/usage?by=project&since_us=${sinceUs}&until_us=${untilUs}`),
-      ...buckets.map(([a, b]) => api(`/v1/usage?by=user&since_us=${a * 1000}&until_us=${b * 1000}`)),
+      ...buckets.map(([a, b]) => api(`/v1/usage?by=user&shares=0&since_us=${a * 1000}&until_us=${b * 1000}`)),
     ]);
     if (gen !== generation) return;
     if (byUser.status !== 200) return show(h('h1', { text: 'Usage' }), picker, h('p', { class: 'error', id: 'usage-error', text: errorOf(byUser) }));
