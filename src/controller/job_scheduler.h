@@ -95,9 +95,9 @@ class JobScheduler {
   // start_notes); it costs a placement search per job, so the controller asks only every
   // few seconds. The fair-share weights of `limits` (their users' fair_share under fair_by
   // user, their projects' under project) weigh the fair queue and fair-share preemption;
-  // when they differ from the last pass's, the profile is made again with them. `holds`: the GPUs
-  // held for preemptors (preemption_holds.h): no other job is placed on them, and each preemptor is
-  // tried first on them.
+  // when they differ from the last pass's, the profile is made again with them. `holds`:
+  // the GPUs held for preemptors (preemption_holds.h): no other job is placed on them, and
+  // each preemptor is tried first on them.
   Result<ScheduleResult> Plan(const std::vector<const jobs::Job*>& active,
                               const std::vector<SchedNode>& nodes, int64_t now_s,
                               const AdmissionFeed& feed = {}, const Limits& limits = {},

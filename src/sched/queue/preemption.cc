@@ -63,8 +63,12 @@ std::map<std::string, int64_t> WaterFill(
   std::sort(by_demand.begin(), by_demand.end());
   std::map<std::string, int64_t> out;
   int64_t left = capacity;
-  for (const auto& [per_weight, d, g, w] : by_demand) {
-    const auto part = static_cast<int64_t>(static_cast<double>(left) * w / weight_left);
+  for (size_t k = 0; k < by_demand.size(); ++k) {
+    const auto& [per_weight, d, g, w] = by_demand[k];
+    // The last group's part is all that is left (no rounding of w / weight_left).
+    const int64_t part = k + 1 == by_demand.size()
+                             ? left
+                             : static_cast<int64_t>(static_cast<double>(left) * w / weight_left);
     const int64_t share = std::min(d, part);
     out[g] = share;
     left -= share;
