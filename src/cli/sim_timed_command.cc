@@ -386,6 +386,7 @@ int RunTimed(const TimedFlags& f) {
   options.preemption = f.preemption;
   options.preempt.min_runtime_s = f.min_runtime;
   options.preempt.by_project = queue_config.fair_group == sched::FairShareGroup::kProject;
+  options.preempt.weights = queue_config.fair_weights;  // --weight: the same shares
   options.preempt.shares_by_demand = f.preempt_shares == "demand";
   options.preempt.starving_after_s = f.starving_after;
   options.checkpoint_interval_s = f.checkpoint_interval;

@@ -447,5 +447,52 @@ TEST_F(ApiAccessTest, UsageGroupsByTheFairShareGroupsUnlessAsked) {
   EXPECT_EQ(usage["fair_share_by"], "project");
 }
 
+// Fair-share weights (the limits' fair_share): GET /v1/usage gives each row of the pool's
+// fair-share groups its weight and normalised share (sshare's RawShares, NormShares): its
+// weight over the sum of the weights of every group that held GPUs in the window. A user
+// who sees only their own row gets the same share as an admin does; rows grouped otherwise
+// than fair share (?by=project under fair share by user) get neither.
+TEST_F(ApiAccessTest, UsageGivesTheFairShareGroupsWeightsAndNormalisedShares) {
+  const int64_t now = clock_.NowMicros();
+  for (const std::string& user : {std::string("alice"), std::string("bob"), user_}) {
+    jobs::Job j;
+    j.user = user;
+    j.uid = user == user_ ? user_uid_ : 5000;
+    j.command = {"true"};
+    j.request.gpus = 1;
+    j.state = jobs::JobState::kSucceeded;
+    j.submit_time_us = now - 7'200'000'000;
+    j.start_time_us = now - 7'200'000'000;
+    j.end_time_us = now - 3'600'000'000;
+    j.placement = {jobs::TaskPlacement{"vm", {0}, {"GPU-0"}, 1000}};
+    ASSERT_TRUE(store_->InsertJob(j).ok());
+  }
+  Limits limits;
+  limits.users["alice"].fair_share = 2;
+  limits.users["carol"].fair_share = 5;  // no usage in the window: not counted
+  ASSERT_TRUE(controller_->SetLimits(limits, Caller{"root", 0, 0, true}).ok());
+  Json usage = ParseJson(AsUid(0, "GET", "/v1/usage").body, "answer").value();
+  std::map<std::string, std::pair<double, double>> shares;
+  for (const Json& row : usage["rows"]) {
+    shares[row["key"]] = {row["fair_share"].get<double>(), row["norm_share"].get<double>()};
+  }
+  EXPECT_EQ(shares, (std::map<std::string, std::pair<double, double>>{
+                        {"alice", {2, 0.5}}, {"bob", {1, 0.25}}, {user_, {1, 0.25}}}))
+      << usage.dump();
+  usage = ParseJson(AsUid(user_uid_, "GET", "/v1/usage").body, "answer").value();
+  ASSERT_EQ(usage["rows"].size(), 1u) << usage.dump();
+  EXPECT_EQ(usage["rows"][0]["key"], user_);
+  EXPECT_EQ(usage["rows"][0]["fair_share"], 1.0);
+  EXPECT_EQ(usage["rows"][0]["norm_share"], 0.25);
+  usage = ParseJson(AsUid(0, "GET", "/v1/usage", {{"by", "project"}}).body, "answer").value();
+  ASSERT_EQ(usage["rows"].size(), 1u) << usage.dump();
+  EXPECT_FALSE(usage["rows"][0].contains("norm_share")) << usage.dump();
+  // ?shares=0 leaves them out (the dashboard's per-day calls, which sum GPU-hours only).
+  usage = ParseJson(AsUid(user_uid_, "GET", "/v1/usage", {{"shares", "0"}}).body, "answer").value();
+  ASSERT_EQ(usage["rows"].size(), 1u) << usage.dump();
+  EXPECT_FALSE(usage["rows"][0].contains("fair_share")) << usage.dump();
+  EXPECT_EQ(AsUid(0, "GET", "/v1/usage", {{"shares", "yes"}}).status, 400);
+}
+
 }  // namespace
 }  // namespace gpupool::controller::api_test

@@ -40,8 +40,91 @@ class FairShareTest : public ControllerTest {
     }
     return out;
   }
+  // GPUs held by the jobs of each user.
+  std::map<std::string, int> GpusByUser(const std::vector<Job>& jobs) {
+    std::map<std::string, int> out;
+    for (const Job& j : jobs) {
+      const Job now = Get(j.id);
+      if (now.state == JobState::kAssigned || now.state == JobState::kRunning) {
+        out[now.user] += now.request.gpus;
+      }
+    }
+    return out;
+  }
+  // Sets the limits from their JSON (as PUT /v1/limits takes them).
+  void SetLimits(const char* json) {
+    Result<Limits> l = LimitsFromJson(Json::parse(json));
+    ASSERT_TRUE(l.ok()) << l.status().ToString();
+    ASSERT_TRUE(c_->SetLimits(*l, root_).ok());
+  }
   Caller carol_{"carol", 1002, 1002, false};
 };
+
+// Fair-share weights (the limits' fair_share, Slurm's Fairshare=N): with both users
+// backlogged, alice at weight 2 gets twice bob's GPUs (4 of 6), where equal weights give
+// each 3; by project the projects' weights count, not the users'.
+TEST_F(FairShareTest, AGroupOfWeightTwoGetsTwiceTheGpusOfAGroupOfWeightOne) {
+  for (const char* limits :
+       {R"({})", R"({"users": {"alice": {"fair_share": 2}}})",
+        R"({"users": {"bob": {"fair_share": 2}}, "projects": {"A": {"fair_share": 2}}})"}) {
+    const bool by_project = std::string(limits).find("projects") != std::string::npos;
+    c_.reset();  // before the store it uses
+    store_ = OpenSqliteStore(":memory:");
+    Start(by_project ? sched::FairShareGroup::kProject : sched::FairShareGroup::kUser);
+    SetLimits(limits);
+    std::vector<Job> jobs;
+    for (int i = 0; i < 6; ++i) jobs.push_back(SubmitTo(alice_, "A"));
+    for (int i = 0; i < 6; ++i) jobs.push_back(SubmitTo(bob_, "B"));
+    ASSERT_TRUE(c_->ScheduleOnce().ok());
+    const std::map<std::string, int> gpus = GpusByUser(jobs);
+    if (std::string(limits) == "{}") {
+      EXPECT_EQ(gpus, (std::map<std::string, int>{{"alice", 3}, {"bob", 3}})) << limits;
+    } else {
+      EXPECT_EQ(gpus, (std::map<std::string, int>{{"alice", 4}, {"bob", 2}})) << limits;
+    }
+  }
+}
+
+// Fair-share preemption weighs the shares too. Bob holds 4 of 6 GPUs, alice 2, all
+// preemptible and past their minimum run time; alice's third job waits. Equally (3 each)
+// alice is below her share with it and bob above his: one of bob's jobs is preempted. At
+// bob's weight 2 his share is 4 and alice's 2: nobody is; at alice's weight 2 (4 GPUs)
+// she preempts him again, the limits changed between passes.
+TEST_F(FairShareTest, FairSharePreemptionWeighsTheShares) {
+  for (const char* limits : {R"({})", R"({"users": {"bob": {"fair_share": 2}}})",
+                             R"({"users": {"alice": {"fair_share": 2}}})"}) {
+    c_.reset();
+    store_ = OpenSqliteStore(":memory:");
+    Start(sched::FairShareGroup::kUser);
+    SetLimits(R"({"users": {"bob": {"fair_share": 2}}})");  // as the second case, at first
+    std::vector<Job> running;
+    for (int i = 0; i < 4; ++i) running.push_back(SubmitTo(bob_, "B", /*preemptible=*/true));
+    ASSERT_TRUE(c_->ScheduleOnce().ok());
+    for (int i = 0; i < 2; ++i) running.push_back(SubmitTo(alice_, "A", /*preemptible=*/true));
+    ASSERT_TRUE(c_->ScheduleOnce().ok());
+    for (Job& j : running) {
+      j = Get(j.id);
+      ASSERT_EQ(j.state, JobState::kAssigned);
+      ASSERT_TRUE(Apply({Ev(j, protocol::EventKind::kStarted)}).ok());
+    }
+    clock_.AdvanceMicros(int64_t{1800} * 1'000'000);  // past the default 600 s minimum
+    const Job waiting = SubmitTo(alice_, "A");
+    ASSERT_TRUE(c_->ScheduleOnce().ok());
+    SetLimits(limits);
+    ASSERT_TRUE(c_->ScheduleOnce().ok());
+    std::map<std::string, int> stopping;  // by victim's user
+    for (const Job& j : running) {
+      if (Get(j.id).preempted_by == waiting.id) ++stopping[j.user];
+    }
+    const std::string reason = Get(waiting.id).pending_reason;
+    if (std::string(limits).find("bob") != std::string::npos) {
+      EXPECT_TRUE(stopping.empty()) << limits << ": " << reason;
+    } else {
+      EXPECT_EQ(stopping, (std::map<std::string, int>{{"bob", 1}})) << limits << ": " << reason;
+      EXPECT_NE(reason.find("; preempting job "), std::string::npos) << reason;
+    }
+  }
+}
 
 // Project A has two users, project B one; each submits many 1-GPU jobs, A's users first.
 // By user, A's two users get 4 of the 6 GPUs (twice B's); by project, each project 3.

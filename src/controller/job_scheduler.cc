@@ -32,9 +32,21 @@ Result<std::unique_ptr<JobScheduler>> JobScheduler::Create(const std::string& pl
   s->set_preemption(PreemptionSettings{});  // by project too
   s->cache_.by_version = true;              // the caller steps a job's version when it changes
   GP_ASSIGN_OR_RETURN(s->profile_, sched::SchedulingProfile::Create(spec));
+  s->spec_ = std::move(spec);
   GP_ASSIGN_OR_RETURN(s->preempt_policy_,
                       sched::BuiltinPlacementPolicies().Create(placement_policy));
   return s;
+}
+
+Status JobScheduler::UseWeights(std::map<std::string, double, std::less<>> weights) {
+  if (weights == weights_) return Status::Ok();
+  sched::ProfileSpec spec = spec_;
+  spec.queue_config.fair_weights = weights;
+  GP_ASSIGN_OR_RETURN(profile_, sched::SchedulingProfile::Create(spec));
+  spec_ = std::move(spec);
+  weights_ = std::move(weights);
+  if (preemption_) preemption_->weights = weights_;
+  return Status::Ok();
 }
 
 std::string JobScheduler::NeverFits(const jobs::Job& job, const std::vector<SchedNode>& nodes) {
@@ -77,6 +89,7 @@ Result<ScheduleResult> JobScheduler::Plan(const std::vector<const jobs::Job*>& a
                                           const std::vector<SchedNode>& nodes, int64_t now_s,
                                           const AdmissionFeed& feed, const Limits& limits,
                                           size_t plan_starts, const PreemptorHolds& holds) {
+  GP_RETURN_IF_ERROR(UseWeights(sched::FairShareWeights(limits, by_project_)));
   SchedInput in(nodes, mps_multi_user_, &cache_, &kept_);
   in.AddJobs(active, feed);
   const PassHolds held = AllocateHolds(in, holds);

@@ -79,10 +79,13 @@ class JobScheduler {
   // Who may charge which project (sched/admission/project_access.h); kNone by default.
   void set_project_enforcement(ProjectEnforcement e) { project_enforcement_ = e; }
   // Preemption (preemption_plan.h): on unless set_preemption(nullopt). Its by_project is
-  // Create's fair_by, whatever `settings` says.
+  // Create's fair_by and its weights the limits' (Plan), whatever `settings` says.
   void set_preemption(std::optional<PreemptionSettings> settings) {
     preemption_ = std::move(settings);
-    if (preemption_) preemption_->by_project = by_project_;
+    if (preemption_) {
+      preemption_->by_project = by_project_;
+      preemption_->weights = weights_;
+    }
   }
 
   // `active` holds every non-terminal job; ASSIGNED/RUNNING ones occupy their GPUs.
@@ -90,8 +93,11 @@ class JobScheduler {
   // to stop; jobs that would take a user or project past `limits` wait with the reason.
   // `plan_starts` > 0: also plan the starts of that many pending jobs (start_estimates_us,
   // start_notes); it costs a placement search per job, so the controller asks only every
-  // few seconds. `holds`: the GPUs held for preemptors (preemption_holds.h): no other
-  // job is placed on them, and each preemptor is tried first on them.
+  // few seconds. The fair-share weights of `limits` (their users' fair_share under fair_by
+  // user, their projects' under project) weigh the fair queue and fair-share preemption;
+  // when they differ from the last pass's, the profile is made again with them. `holds`:
+  // the GPUs held for preemptors (preemption_holds.h): no other job is placed on them, and
+  // each preemptor is tried first on them.
   Result<ScheduleResult> Plan(const std::vector<const jobs::Job*>& active,
                               const std::vector<SchedNode>& nodes, int64_t now_s,
                               const AdmissionFeed& feed = {}, const Limits& limits = {},
@@ -122,6 +128,12 @@ class JobScheduler {
 
  private:
   JobScheduler() = default;
+  // Makes the profile again where `weights` differ from weights_ (QueuePolicyConfig is
+  // fixed at creation): a change of the limits, seldom.
+  Status UseWeights(std::map<std::string, double, std::less<>> weights);
+
+  sched::ProfileSpec spec_;                             // what profile_ was made from
+  std::map<std::string, double, std::less<>> weights_;  // fair-share weights in use
   std::unique_ptr<sched::SchedulingProfile> profile_;
   bool mps_multi_user_ = false;
   ProjectEnforcement project_enforcement_ = ProjectEnforcement::kNone;

@@ -254,8 +254,10 @@ class Scenario {
     Expect(200, Root("POST", "/v1/nodes/{name}/resume", "/v1/nodes/vm/resume"));
     Expect(200, Root("PUT", "/v1/limits", "/v1/limits", {},
                      R"({"default": {"max_gpus": 8},
-                         "users": {"nobody": {"max_queued": 10, "default_project": "vision"}},
-                         "projects": {"vision": {"max_running": 2, "members": ["nobody"]}}})"));
+                         "users": {"nobody": {"max_queued": 10, "default_project": "vision",
+                                              "fair_share": 2}},
+                         "projects": {"vision": {"max_running": 2, "members": ["nobody"],
+                                                 "fair_share": 0.5}}})"));
     Expect(200, User("GET", "/v1/limits", "/v1/limits"));
     // Read at revision 0, before the PUT above: stale.
     Expect(409, Root("PUT", "/v1/limits", "/v1/limits", {}, R"({"default": {}, "revision": 0})"));

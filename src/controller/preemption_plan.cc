@@ -86,10 +86,14 @@ Result<std::vector<PlannedPreemption>> PlanPreemptions(
   options.min_runtime_s = 0;  // each job's own, above
   options.by_project = settings.by_project;
   options.priority_within_user = true;  // users choose their priorities (--priority)
+  options.weights = settings.weights;
   sched::GroupUse use = sched::UseOf(runs, in.pending, trial.TotalCapacity().gpu_milli, options);
-  auto used = [&](const sched::QueuedJob& q) {
-    auto it = use.gpu_milli.find(settings.by_project ? q.project : q.user);
-    return it == use.gpu_milli.end() ? int64_t{0} : it->second;
+  auto used = [&](const sched::QueuedJob& q) {  // per weight
+    const std::string& g = settings.by_project ? q.project : q.user;
+    auto it = use.gpu_milli.find(g);
+    return it == use.gpu_milli.end()
+               ? 0.0
+               : static_cast<double>(it->second) / sched::GroupWeight(options, g);
   };
   std::vector<size_t> waiting;
   for (size_t i = 0; i < in.pending.size(); ++i) {

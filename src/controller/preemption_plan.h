@@ -8,10 +8,10 @@
 //    once they have ended preempts nothing more, and waits for them;
 //  - the waiting jobs weighed are those that wait for resources (not held, not gated),
 //    each group's first before any group's second, and within that highest priority
-//    first, then the least-served group, then queue order; at most `max_waiting` per pass
-//    that have candidates (among at most 16 times as many looked at); each one's victims
-//    and placement are taken out of the trial cluster before the next is weighed, so two
-//    never count on the same GPUs;
+//    first, then the least-served group (GPUs held per weight), then queue order; at most
+//    `max_waiting` per pass that have candidates (among at most 16 times as many looked at); each
+//    one's victims and placement are taken out of the trial cluster before the next is weighed, so
+//    two never count on the same GPUs;
 //  - a higher priority preempts only its own user's jobs (users choose priorities);
 //    between users only fair share does.
 // Pure; thread-compatible.
@@ -36,6 +36,9 @@ struct PreemptionSettings {
   int64_t default_grace_s = 120;
   size_t max_waiting = 4;
   bool by_project = false;  // fair-share groups are projects, not users
+  // The groups' fair-share weights (limits' fair_share, sched::FairShareWeights): a group's
+  // fair share is the pool in proportion to its weight; groups not listed weigh 1.
+  std::map<std::string, double, std::less<>> weights;
 };
 
 struct PlannedPreemption {

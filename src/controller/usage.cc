@@ -18,14 +18,49 @@ double JobGpuHours(const jobs::Job& j, int64_t since_us, int64_t until_us, int64
   return gpus * static_cast<double>(to - from) / 3.6e9;
 }
 
+namespace {
+
+bool HeldGpusInside(const jobs::Job& j, int64_t since_us, int64_t until_us, int64_t now_us) {
+  if (j.start_time_us <= 0) return false;  // never ran
+  const int64_t end = j.end_time_us > 0 ? j.end_time_us : now_us;
+  return std::min(end, until_us) > std::max(j.start_time_us, since_us);
+}
+
+double WeightOf(const std::map<std::string, double, std::less<>>& weights,
+                const std::string& group) {
+  auto it = weights.find(group);
+  return it == weights.end() ? 1.0 : it->second;
+}
+
+}  // namespace
+
+std::set<std::string> UsageGroups(const std::vector<jobs::Job>& jobs, int64_t since_us,
+                                  int64_t until_us, int64_t now_us, bool by_project) {
+  std::set<std::string> out;
+  for (const jobs::Job& j : jobs) {
+    if (HeldGpusInside(j, since_us, until_us, now_us)) {
+      out.insert(by_project ? jobs::AccountingProject(j) : j.user);
+    }
+  }
+  return out;
+}
+
+GroupShare ShareOfGroup(const std::string& group, const std::set<std::string>& groups,
+                        const std::map<std::string, double, std::less<>>& weights) {
+  GroupShare share;
+  share.weight = WeightOf(weights, group);
+  double total = groups.contains(group) ? 0 : share.weight;
+  for (const std::string& g : groups) total += WeightOf(weights, g);
+  share.norm = total > 0 ? share.weight / total : 0;
+  return share;
+}
+
 std::vector<UsageRow> ComputeUsage(const std::vector<jobs::Job>& jobs, int64_t since_us,
                                    int64_t until_us, int64_t now_us, const std::string& by,
                                    const std::map<int64_t, double>& used_hours) {
   std::map<std::string, UsageRow> rows;
   for (const jobs::Job& j : jobs) {
-    if (j.start_time_us <= 0) continue;  // never ran
-    const int64_t end = j.end_time_us > 0 ? j.end_time_us : now_us;
-    if (std::min(end, until_us) <= std::max(j.start_time_us, since_us)) continue;
+    if (!HeldGpusInside(j, since_us, until_us, now_us)) continue;
     const std::string key = by == "project" ? (j.project.empty() ? "(none)" : j.project) : j.user;
     UsageRow& r = rows[key];
     r.key = key;

@@ -6,7 +6,9 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -31,5 +33,19 @@ double JobGpuHours(const jobs::Job& j, int64_t since_us, int64_t until_us, int64
 std::vector<UsageRow> ComputeUsage(const std::vector<jobs::Job>& jobs, int64_t since_us,
                                    int64_t until_us, int64_t now_us, const std::string& by,
                                    const std::map<int64_t, double>& used_hours = {});
+
+// The fair-share groups of the jobs that held GPUs inside the window: their users, or
+// (`by_project`) their jobs::AccountingProject, as the scheduler groups them.
+std::set<std::string> UsageGroups(const std::vector<jobs::Job>& jobs, int64_t since_us,
+                                  int64_t until_us, int64_t now_us, bool by_project);
+
+// A fair-share group's weight (sshare's RawShares) and normalised share (NormShares): its
+// weight over the sum of the weights of `groups` (it included).
+struct GroupShare {
+  double weight = 1;
+  double norm = 0;
+};
+GroupShare ShareOfGroup(const std::string& group, const std::set<std::string>& groups,
+                        const std::map<std::string, double, std::less<>>& weights);
 
 }  // namespace gpupool::controller

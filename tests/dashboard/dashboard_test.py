@@ -530,6 +530,16 @@ class DashboardTest(unittest.TestCase):
             self.assertEqual(css("#usage-user-table th")[0].text, "user")
             self.assertEqual(css("#usage-project-table th")[0].text, "project")
             self.assertNotIn("key", [th.text for th in css("#usage-user-table th")])
+            # The pool's fair-share groups (users here) with their weight and normalised share
+            # (weight / the sum of the weights of the groups with GPU-hours): every user
+            # weighs 1. Projects are not this pool's groups: no such column.
+            self.assertEqual(css("#usage-user-table th")[-1].text, "fair share")
+            shares = [tr.find_elements(By.TAG_NAME, "td")[-1].text
+                      for tr in css("#usage-user-table tbody tr")]
+            self.assertTrue(shares, shares)
+            for share in shares:
+                self.assertRegex(share, r"^1 \(\d+\.\d%\)$")
+            self.assertNotIn("fair share", [th.text for th in css("#usage-project-table th")])
             shot("usage")
             # The time-range picker: the last 7 days asks the usage API for them.
             window = lambda: [int(driver.execute_script(

@@ -732,6 +732,48 @@ TEST_F(ClientE2eTest, LimitsSetChangesAProjectsMembersAndAUsersDefaultProject) {
   EXPECT_EQ(Requests().size(), sent);  // none of those reached the server
 }
 
+// Fair-share weights (Slurm's Fairshare=N): --fair-share sets a user's or a project's,
+// none clears it; `limits` shows them in a FAIR_SHARE column (1 for entries without).
+// The default has none, and a weight that is no positive number is refused before any
+// request.
+TEST_F(ClientE2eTest, LimitsSetFairShareSetsAndClearsAWeight) {
+  Serve([](const HttpRequest& r) {
+    if (r.method == "GET") {
+      return JsonAnswer(200, R"({"default": {}, "users": {"bob": {"max_gpus": 4}},
+        "projects": {"vision": {"fair_share": 3}}})");
+    }
+    return JsonAnswer(200, r.body);
+  });
+  RunResult r = Run({"limits", "set", "--user", "alice", "--fair-share", "2"});
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(Json::parse(Requests().back().body)["users"]["alice"],
+            Json::parse(R"({"fair_share": 2.0})"));
+  EXPECT_EQ(r.out,
+            "FOR                   MAX_GPUS  MAX_RUNNING  MAX_QUEUED  FAIR_SHARE\n"
+            "every user (default)         -            -           -           1\n"
+            "user alice             default      default     default           2\n"
+            "user bob                     4      default     default           1\n"
+            "project vision               -            -           -           3\n");
+  r = Run({"limits", "set", "--project", "vision", "--fair-share", "none"});
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(Json::parse(Requests().back().body)["projects"]["vision"], Json::object());
+  EXPECT_EQ(r.out.find("FAIR_SHARE"), std::string::npos) << r.out;
+  r = Run({"limits", "set", "--project", "vision", "--fair-share", "0.5"});
+  EXPECT_EQ(Json::parse(Requests().back().body)["projects"]["vision"]["fair_share"], 0.5);
+  const size_t sent = Requests().size();
+  for (const char* bad : {"0", "-2", "abc", "2000000", "inf", "nan"}) {
+    r = Run({"limits", "set", "--user", "alice", "--fair-share", bad});
+    EXPECT_EQ(r.code, 2) << bad;
+    EXPECT_EQ(r.err, std::string("gpupool: --fair-share ") + bad +
+                         ": a number above 0 and at most 1000000 (a weight: 2 gets twice the "
+                         "share of 1), or none\n");
+  }
+  r = Run({"limits", "set", "--default", "--fair-share", "2"});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("--fair-share: a user's or a project's weight"), std::string::npos) << r.err;
+  EXPECT_EQ(Requests().size(), sent);  // none of those reached the server
+}
+
 TEST_F(ClientE2eTest, HoldAndReleaseEachJobAndFailIfAnyFailed) {
   Serve([](const HttpRequest& r) {
     if (r.path == "/v1/jobs/7/hold" || r.path == "/v1/jobs/7/release") {

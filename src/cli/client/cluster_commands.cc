@@ -1,5 +1,6 @@
 // `gpupool nodes`, `gpupool usage`, `gpupool token create|list|revoke`, `gpupool status`,
 // `gpupool whoami`.
+#include <cmath>
 #include <functional>
 #include <map>
 #include <optional>
@@ -155,6 +156,7 @@ struct LimitsState {
   std::vector<std::string> add_members;
   std::vector<std::string> remove_members;
   std::optional<std::string> default_project;  // a project, or none
+  std::optional<std::string> fair_share;       // a weight, or none (docs/deploy.md, "Fair share")
   bool Associations() const {
     return members || !add_members.empty() || !remove_members.empty() || default_project;
   }
@@ -241,7 +243,32 @@ Status PreemptionDefaults(const LimitsState& s, std::map<std::string, int64_t>* 
 struct LimitsChange {
   std::map<std::string, int64_t> values;
   std::optional<std::optional<bool>> preemptible;
+  std::optional<double> fair_share;  // <= 0: clear it
 };
+
+// `limits set --fair-share`: a weight above 0 and at most 1000000 (a user's or a project's),
+// or none (weighs 1 again).
+Status FairShareChange(const LimitsState& s, LimitsChange* c) {
+  constexpr double kMaxFairShare = 1'000'000;  // the server's bound (sched::kMaxFairShare)
+  if (!s.fair_share) return Status::Ok();
+  if (s.all_users) {
+    return Status::InvalidArgument(
+        "--fair-share: a user's or a project's weight; give --user NAME or --project NAME (users "
+        "and projects without one weigh 1)");
+  }
+  if (*s.fair_share == "none") {
+    c->fair_share = 0;
+    return Status::Ok();
+  }
+  std::optional<double> w = ParseDouble(Trim(*s.fair_share));
+  if (!w || !std::isfinite(*w) || !(*w > 0) || *w > kMaxFairShare) {
+    return Status::InvalidArgument("--fair-share " + *s.fair_share +
+                                   ": a number above 0 and at most 1000000 (a weight: 2 gets "
+                                   "twice the share of 1), or none");
+  }
+  c->fair_share = *w;
+  return Status::Ok();
+}
 
 // The change of `limits set`, from its flags: InvalidArgument naming a bad one.
 Result<LimitsChange> ParseLimitsChange(const LimitsState& s) {
@@ -251,11 +278,11 @@ Result<LimitsChange> ParseLimitsChange(const LimitsState& s) {
         "limits set: give one of --user NAME, --project NAME or --default (every user)");
   }
   if (!s.max_gpus && !s.max_running && !s.max_queued && !s.preemptible && !s.min_runtime &&
-      !s.grace && !s.Associations()) {
+      !s.grace && !s.Associations() && !s.fair_share) {
     return Status::InvalidArgument(
         "limits set: give --max-gpus, --max-running or --max-queued (a number, or none), "
-        "--preemptible, --min-runtime or --grace, or a project's --members (--add-member, "
-        "--remove-member) or a user's --default-project");
+        "--preemptible, --min-runtime or --grace, --fair-share, or a project's --members "
+        "(--add-member, --remove-member) or a user's --default-project");
   }
   const std::tuple<const char*, const char*, const std::optional<std::string>*> fields[] = {
       {"--max-gpus", "max_gpus", &s.max_gpus},
@@ -276,6 +303,7 @@ Result<LimitsChange> ParseLimitsChange(const LimitsState& s) {
     c.values[key] = *n;
   }
   GP_RETURN_IF_ERROR(PreemptionDefaults(s, &c.values, &c.preemptible));
+  GP_RETURN_IF_ERROR(FairShareChange(s, &c));
   Json checked = Json::object();  // the associations' flags, checked before any request
   GP_RETURN_IF_ERROR(SetAssociations(s, &checked));
   return c;
@@ -303,6 +331,13 @@ Status ApplyLimitsChange(const LimitsState& s, const LimitsChange& c, Json* limi
       (*entry)["preemptible"] = **c.preemptible;
     } else {
       entry->erase("preemptible");
+    }
+  }
+  if (c.fair_share) {
+    if (*c.fair_share > 0) {
+      (*entry)["fair_share"] = *c.fair_share;
+    } else {
+      entry->erase("fair_share");
     }
   }
   return SetAssociations(s, entry);
@@ -471,6 +506,10 @@ void RegisterLimitsCommand(CLI::App& app, const RuntimePtr& rt) {
   set->add_option("--default-project", ls->default_project,
                   "the project a user's jobs without --project charge (one whose members list "
                   "them), or none: their own name");
+  set->add_option("--fair-share", ls->fair_share,
+                  "a user's or project's fair-share weight (Slurm's Fairshare=N): 2 gets twice "
+                  "the share of 1 where fair share is by users (projects: --fair-by project); "
+                  "none: 1 again");
   set->add_flag("--json", ls->base.json, "print the server's JSON");
   AddConnectionOptions(*set, &ls->base.conn);
   set->callback([rt, ls] { Report(*rt, RunLimitsSet(*rt, *ls)); });

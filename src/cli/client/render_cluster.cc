@@ -226,6 +226,19 @@ std::string PreemptionCell(const Json& l) {
   return out;
 }
 
+// A number as "2", "0.5", "1.25" (%g: at most 6 digits); a fair-share weight.
+std::string Weight(double w) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%g", w);
+  return buf;
+}
+
+// A user's or project's fair-share weight ("" without: it weighs 1).
+std::string FairShareCell(const Json& l) {
+  const Json* w = Field(l, "fair_share");
+  return w != nullptr && w->is_number() ? Weight(w->get<double>()) : "";
+}
+
 // A project's members as "alice,bob" ("" without).
 std::string MembersCell(const Json& l) {
   std::string out;
@@ -364,15 +377,18 @@ std::string RenderLimits(const Json& answer) {
   bool preemption = !PreemptionCell(GetObject(answer, "default")).empty();
   bool members = false;
   bool defaults = false;
+  bool weights = false;  // FAIR_SHARE: where some entry has a weight (others weigh 1)
   for (const char* kind : {"users", "projects"}) {
     const Json& m = GetObject(answer, kind);
     for (auto it = m.begin(); it != m.end(); ++it) {
       preemption = preemption || !PreemptionCell(*it).empty();
       members = members || !MembersCell(*it).empty();
       defaults = defaults || !GetString(*it, "default_project").empty();
+      weights = weights || !FairShareCell(*it).empty();
     }
   }
   std::vector<std::string> header = {"FOR", "MAX_GPUS>", "MAX_RUNNING>", "MAX_QUEUED>"};
+  if (weights) header.push_back("FAIR_SHARE>");
   if (preemption) header.push_back("PREEMPTIBLE");
   if (members) header.push_back("MEMBERS");
   if (defaults) header.push_back("DEFAULT_PROJECT");
@@ -389,6 +405,7 @@ std::string RenderLimits(const Json& answer) {
     auto add = [&cells](bool shown, const std::string& v) {
       if (shown) cells.push_back(v.empty() ? "-" : v);
     };
+    if (weights) cells.push_back(FairShareCell(l).empty() ? "1" : FairShareCell(l));
     add(preemption, PreemptionCell(l));
     add(members, MembersCell(l));
     add(defaults, CleanCell(GetString(l, "default_project")));
@@ -418,11 +435,20 @@ std::string RenderUsage(const Json& answer) {
                     " to " + FormatTimeUtc(GetInt(answer, "until_us")) + ", by " + by + fair + "\n";
   std::string key_header = by;
   for (char& c : key_header) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
-  // Servers with GPU telemetry also say how much of it was used (utilisation-weighted).
+  // Servers with GPU telemetry also say how much of it was used (utilisation-weighted);
+  // rows of the pool's fair-share groups have their weight and normalised share (sshare's
+  // RawShares and NormShares).
   bool used = false;
-  for (const Json& row : GetArray(answer, "rows")) used = used || Field(row, "used_gpu_hours");
-  Table t = used ? Table({key_header, "GPU-HOURS>", "USED>", "EFFICIENCY>", "JOBS>"})
-                 : Table({key_header, "GPU-HOURS>", "JOBS>"});
+  bool shares = false;
+  for (const Json& row : GetArray(answer, "rows")) {
+    used = used || Field(row, "used_gpu_hours");
+    shares = shares || Field(row, "norm_share");
+  }
+  std::vector<std::string> header = {key_header, "GPU-HOURS>"};
+  if (used) header.insert(header.end(), {"USED>", "EFFICIENCY>"});
+  header.push_back("JOBS>");
+  if (shares) header.insert(header.end(), {"FAIR_SHARE>", "NORM_SHARE>"});
+  Table t(header);
   double total_hours = 0;
   double total_used = 0;
   int64_t total_jobs = 0;
@@ -441,18 +467,21 @@ std::string RenderUsage(const Json& answer) {
     total_jobs += jobs;
     std::string key = GetString(row, "key");
     if (key.empty()) key = "(none)";
-    if (used) {
-      t.AddRow({key, Hours(h), Hours(u), efficiency(u, h), std::to_string(jobs)});
-    } else {
-      t.AddRow({key, Hours(h), std::to_string(jobs)});
+    std::vector<std::string> cells = {key, Hours(h)};
+    if (used) cells.insert(cells.end(), {Hours(u), efficiency(u, h)});
+    cells.push_back(std::to_string(jobs));
+    if (shares) {
+      char norm[32];
+      std::snprintf(norm, sizeof norm, "%.3f", GetDouble(row, "norm_share"));
+      cells.insert(cells.end(), {Weight(GetDouble(row, "fair_share", 1)), norm});
     }
+    t.AddRow(cells);
   }
-  if (used) {
-    t.AddRow({"TOTAL", Hours(total_hours), Hours(total_used), efficiency(total_used, total_hours),
-              std::to_string(total_jobs)});
-  } else {
-    t.AddRow({"TOTAL", Hours(total_hours), std::to_string(total_jobs)});
-  }
+  std::vector<std::string> total = {"TOTAL", Hours(total_hours)};
+  if (used) total.insert(total.end(), {Hours(total_used), efficiency(total_used, total_hours)});
+  total.push_back(std::to_string(total_jobs));
+  if (shares) total.insert(total.end(), {"", ""});
+  t.AddRow(total);
   return out + t.Render();
 }
 

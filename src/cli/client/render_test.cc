@@ -431,6 +431,21 @@ TEST(RenderUsageTest, RowsAndTotal) {
             "TOTAL        12.75     5\n");
 }
 
+// Rows of the pool's fair-share groups carry their weight and normalised share (sshare's
+// RawShares and NormShares): two more columns.
+TEST(RenderUsageTest, FairShareGroupsShowTheirWeightAndNormalisedShare) {
+  const Json answer = Parse(R"({"since_us": 1790899200000000, "until_us": 1793491200000000,
+    "by": "user", "fair_share_by": "user",
+    "rows": [{"key": "alice", "gpu_hours": 12.5, "jobs": 4, "fair_share": 2, "norm_share": 0.6666667},
+             {"key": "bob", "gpu_hours": 0.25, "jobs": 1, "fair_share": 1, "norm_share": 0.3333333}]})");
+  EXPECT_EQ(RenderUsage(answer),
+            "GPU-hours allocated from 2026-10-02T00:00:00Z to 2026-11-01T00:00:00Z, by user\n"
+            "USER   GPU-HOURS  JOBS  FAIR_SHARE  NORM_SHARE\n"
+            "alice      12.50     4           2       0.667\n"
+            "bob         0.25     1           1       0.333\n"
+            "TOTAL      12.75     5\n");
+}
+
 TEST(RenderTokensAndWhoamiTest, Canned) {
   const int64_t now = 1793491200000000 + 3600'000'000;  // an hour after the first was made
   EXPECT_EQ(RenderTokens(Parse(R"({"tokens": [{"id": 2, "user": "alice", "kind": "user",

@@ -1,6 +1,7 @@
 // What the pool has done and how its GPUs are used: Prometheus metrics, usage
 // (GPU-hours by user or project) and GPU telemetry series.
 #include <algorithm>
+#include <set>
 
 #include "controller/api/handlers.h"
 #include "controller/pool_accounting.h"
@@ -21,6 +22,38 @@ net::HttpResponse ScrapeMetrics(const ApiContext& ctx, const Call&) {
   return r;
 }
 
+namespace {
+
+// Under ?by= the pool's fair-share groups, each row's fair-share weight and normalised share
+// (sshare's RawShares and NormShares): its weight over the sum of the weights of every
+// group that held GPUs in the window, all users' whoever asks (`jobs` holds the caller's
+// only when `everyone` is false). A "(none)" row (jobs without a project) is each user's
+// own group, not one: it gets neither.
+Status AddFairShares(const ApiContext& ctx, const std::vector<jobs::Job>& jobs, bool everyone,
+                     int64_t since, int64_t until, int64_t now, bool by_project,
+                     OrderedJson& rows) {
+  std::set<std::string> groups;
+  if (everyone) {
+    groups = UsageGroups(jobs, since, until, now, by_project);
+  } else {
+    store::JobFilter f;
+    f.ended_after_us = since;
+    GP_ASSIGN_OR_RETURN(std::vector<jobs::Job> all, ctx.store->ListJobs(f));
+    groups = UsageGroups(all, since, until, now, by_project);
+  }
+  const auto weights = sched::FairShareWeights(ctx.controller->GetLimits().limits, by_project);
+  for (OrderedJson& row : rows) {
+    const std::string key = row["key"].get<std::string>();
+    if (by_project && key == "(none)") continue;
+    const GroupShare share = ShareOfGroup(key, groups, weights);
+    row["fair_share"] = share.weight;
+    row["norm_share"] = share.norm;
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
 net::HttpResponse ReportUsage(const ApiContext& ctx, const Call& c) {
   const net::HttpRequest& r = c.r;
   const Caller& caller = c.caller;
@@ -40,6 +73,11 @@ net::HttpResponse ReportUsage(const ApiContext& ctx, const Call& c) {
   const std::string by = r.Query("by", fair_by);
   if (by != "user" && by != "project") {
     return ErrorResponse(Status::InvalidArgument("by: use user or project"));
+  }
+  // ?shares=0: no fair_share and norm_share (a non-admin's saves listing every user's jobs).
+  const std::string shares = r.Query("shares", "1");
+  if (shares != "0" && shares != "1") {
+    return ErrorResponse(Status::InvalidArgument("shares: use 1 (the default) or 0"));
   }
   TelemetryHub& hub = ctx.telemetry->hub();
   store::JobFilter f;
@@ -71,6 +109,10 @@ net::HttpResponse ReportUsage(const ApiContext& ctx, const Call& c) {
                     {"used_gpu_hours", u.used_gpu_hours},
                     {"efficiency", u.efficiency()},
                     {"jobs", u.jobs}});
+  }
+  if (by == fair_by && shares == "1" && !rows.empty()) {
+    Status added = AddFairShares(ctx, *jobs, everyone, *since, *until, now, by == "project", rows);
+    if (!added.ok()) return ErrorResponse(added);
   }
   return JsonResponse(200, {{"since_us", *since},
                             {"until_us", *until},

@@ -638,12 +638,14 @@
     const { size, buckets } = usageBuckets(w);
     const [byUser, byProject, ...perBucket] = await Promise.all([
       api(`/v1/usage?by=user&since_us=${sinceUs}&until_us=${untilUs}`), api(`/v1/usage?by=project&since_us=${sinceUs}&until_us=${untilUs}`),
-      ...buckets.map(([a, b]) => api(`/v1/usage?by=user&since_us=${a * 1000}&until_us=${b * 1000}`)),
+      ...buckets.map(([a, b]) => api(`/v1/usage?by=user&shares=0&since_us=${a * 1000}&until_us=${b * 1000}`)),
     ]);
     if (gen !== generation) return;
     if (byUser.status !== 200) return show(h('h1', { text: 'Usage' }), picker, h('p', { class: 'error', id: 'usage-error', text: errorOf(byUser) }));
     const rowsOf = (res) => ((res.body && res.body.rows) || []).map((r) => ({
       label: r.key || '(none)', value: r.gpu_hours, value2: typeof r.used_gpu_hours === 'number' ? r.used_gpu_hours : undefined, jobs: r.jobs, efficiency: r.efficiency,
+      // The pool's fair-share groups: their weight and normalised share (sshare's RawShares, NormShares).
+      share: typeof r.norm_share === 'number' ? `${Number(r.fair_share)} (${fmtNum(r.norm_share * 100, 1)}%)` : undefined,
     })).sort((a, b) => b.value - a.value);
     const users = rowsOf(byUser);
     const projects = rowsOf(byProject);
@@ -652,11 +654,16 @@
       label: hourly ? `${String(new Date(a).getHours()).padStart(2, '0')}h` : day(a).slice(5),
       value: ((perBucket[i].body && perBucket[i].body.rows) || []).reduce((s, r) => s + r.gpu_hours, 0),
     }));
-    const table = (rows, id, keyName) => tableBox(h('table', { id }, h('thead', {}, h('tr', {}, [keyName, 'GPU-hours', 'used GPU-hours', 'efficiency', 'jobs'].map((c, i) => h('th', { class: i ? 'num' : null, text: c })))),
-      h('tbody', {}, rows.map((r) => h('tr', {}, h('td', { text: r.label }), h('td', { class: 'num', text: fmtHours(r.value) }),
-        h('td', { class: 'num', text: r.value2 === undefined ? '–' : fmtHours(r.value2) }),
-        h('td', { class: 'num', text: typeof r.efficiency === 'number' ? `${fmtNum(r.efficiency * 100, 0)}%` : '–' }),
-        h('td', { class: 'num', text: r.jobs }))))));
+    const table = (rows, id, keyName) => {
+      const shares = rows.some((r) => r.share !== undefined);
+      const heads = [keyName, 'GPU-hours', 'used GPU-hours', 'efficiency', 'jobs'].concat(shares ? ['fair share'] : []);
+      return tableBox(h('table', { id }, h('thead', {}, h('tr', {}, heads.map((c, i) => h('th', { class: i ? 'num' : null, text: c })))),
+        h('tbody', {}, rows.map((r) => h('tr', {}, h('td', { text: r.label }), h('td', { class: 'num', text: fmtHours(r.value) }),
+          h('td', { class: 'num', text: r.value2 === undefined ? '–' : fmtHours(r.value2) }),
+          h('td', { class: 'num', text: typeof r.efficiency === 'number' ? `${fmtNum(r.efficiency * 100, 0)}%` : '–' }),
+          h('td', { class: 'num', text: r.jobs }),
+          shares ? h('td', { class: 'num', text: r.share === undefined ? '–' : r.share }) : null)))));
+    };
     const chartOrNote = (rows, title, id) => rows.length ? barChart(rows, { title, id, unit: 'GPU-h' }) : h('p', { class: 'muted', text: `No GPU-hours in the ${w.range === 'custom' ? 'chosen dates' : w.label}.` });
     const per = hourly ? 'hour' : size === 24 * 3600 * 1000 ? 'day' : `${size / (24 * 3600 * 1000)} days`;
     const oldPlot = document.getElementById('pool-telemetry');

@@ -1,5 +1,6 @@
 #include "sched/admission/limits.h"
 
+#include <cmath>
 #include <vector>
 
 namespace gpupool::sched {
@@ -17,7 +18,21 @@ OrderedJson LimitToJson(const Limit& l) {
   if (l.preempt_grace_s >= 0) j["preempt_grace_s"] = l.preempt_grace_s;
   if (!l.members.empty()) j["members"] = l.members;
   if (!l.default_project.empty()) j["default_project"] = l.default_project;
+  if (l.fair_share > 0) j["fair_share"] = l.fair_share;
   return j;
+}
+
+// "fair_share": a number above 0 and at most kMaxFairShare (JSON has no NaN or infinity,
+// but a double past the bound reads as one).
+void FairShareFromJson(JsonFields& f, double* out) {
+  const Json* v = f.Member("fair_share");
+  if (v == nullptr) return;
+  const double d = v->is_number() ? v->get<double>() : 0;
+  if (!v->is_number() || !std::isfinite(d) || !(d > 0) || d > kMaxFairShare) {
+    f.Fail("fair_share", "must be a number above 0 and at most 1000000, got " + v->dump());
+    return;
+  }
+  *out = d;
 }
 
 Result<Limit> LimitFromJson(const Json& j, const std::string& path) {
@@ -35,6 +50,7 @@ Result<Limit> LimitFromJson(const Json& j, const std::string& path) {
   std::vector<std::string> members;
   f.Optional("members", &members);
   f.Optional("default_project", &l.default_project);
+  FairShareFromJson(f, &l.fair_share);
   GP_RETURN_IF_ERROR(f.Finish());
   for (const std::string& m : members) {
     if (m.empty() || m.size() > 64) {
@@ -61,6 +77,12 @@ Status CheckAssociationFields(const Limit& l, const std::string& path, bool user
     return Status::InvalidArgument(path +
                                    ".default_project: only a user's entry has a default project "
                                    "(`gpupool limits set --user NAME --default-project PROJECT`)");
+  }
+  if (!user && !project && l.fair_share > 0) {
+    return Status::InvalidArgument(path +
+                                   ".fair_share: a weight belongs to a user's or a project's entry "
+                                   "(`gpupool limits set --user NAME --fair-share N`); groups "
+                                   "without one weigh 1");
   }
   return Status::Ok();
 }
@@ -146,6 +168,14 @@ Result<Limits> LimitsFromJson(const Json& j) {
   GP_RETURN_IF_ERROR(NamedLimits(projects, "limits.projects", &l.projects));
   GP_RETURN_IF_ERROR(CheckDefaultProjects(l));
   return l;
+}
+
+std::map<std::string, double, std::less<>> FairShareWeights(const Limits& l, bool by_project) {
+  std::map<std::string, double, std::less<>> out;
+  for (const auto& [name, limit] : by_project ? l.projects : l.users) {
+    if (limit.fair_share > 0) out.emplace(name, limit.fair_share);
+  }
+  return out;
 }
 
 std::string LimitReason(const std::string& who, const Limit& l, int64_t used_gpus,

@@ -35,9 +35,14 @@ struct Limit {
   // DefaultAccount; it must list them). Neither is inherited.
   std::set<std::string> members;  // projects only
   std::string default_project;    // users only; empty: their own name
+  // Fair-share weight (Slurm's Fairshare=N, sshare's RawShares), not a bound either: the
+  // user's (the project's) group is entitled to this many parts of the pool where fair
+  // share is by user (by project, the server's --fair-by). 0: unset, weighs 1. Users' and
+  // projects' entries only, not inherited from the default.
+  double fair_share = 0;
   bool empty() const {
     return max_gpus < 0 && max_running < 0 && max_queued < 0 && !preemptible && min_runtime_s < 0 &&
-           preempt_grace_s < 0 && members.empty() && default_project.empty();
+           preempt_grace_s < 0 && members.empty() && default_project.empty() && fair_share <= 0;
   }
   friend bool operator==(const Limit&, const Limit&) = default;
 };
@@ -60,9 +65,17 @@ OrderedJson LimitsToJson(const Limits& l);
 // row: the default's), the preemption defaults `"preemptible"` (true or false),
 // `"min_runtime_s"` and `"preempt_grace_s"` (absent or -1: none), a project's
 // `"members"` (login names) and a user's `"default_project"` (a project whose members
-// include the user). A `"revision"` (a whole number, what GET /v1/limits answers with
+// include the user), and a user's or project's `"fair_share"` (a weight above 0 and at most
+// kMaxFairShare; absent: 1). A `"revision"` (a whole number, what GET /v1/limits answers with
 // them) is read past. InvalidArgument naming the field otherwise.
 Result<Limits> LimitsFromJson(const Json& j);
+
+inline constexpr double kMaxFairShare = 1'000'000;
+
+// The fair-share weights the limits give the pool's fair-share groups: the users' entries'
+// (by user) or the projects' (by project), for those that set one; every other group
+// weighs 1 (sched::QueuePolicyConfig::fair_weights, PreemptionOptions::weights).
+std::map<std::string, double, std::less<>> FairShareWeights(const Limits& l, bool by_project);
 
 // The reason a pending job waits, naming who is at which limit; empty when none is hit.
 // `used_*` are what the user (project) has running, plus `adding` for the job.

@@ -107,6 +107,43 @@ TEST(LimitsJsonTest, MembersAndDefaultProjectsRoundTripAndAreChecked) {
             0u);
 }
 
+// Fair-share weights (Slurm's Fairshare=N) ride along with the limits: a user's and a
+// project's entry may carry one (an entry with only a weight is kept), the default may not,
+// and a value that is no positive number up to a million is refused naming the field.
+TEST(LimitsJsonTest, FairShareWeightsRoundTripAndAreChecked) {
+  Limits l;
+  l.users["alice"].fair_share = 2;
+  l.users["bob"].max_gpus = 4;
+  l.projects["vision"].fair_share = 0.5;
+  Result<Limits> back = LimitsFromJson(Json::parse(DumpJson(LimitsToJson(l))));
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(*back, l);
+  EXPECT_EQ(back->users.at("alice").fair_share, 2);
+  EXPECT_EQ(FairShareWeights(*back, false),
+            (std::map<std::string, double, std::less<>>{{"alice", 2}}));
+  EXPECT_EQ(FairShareWeights(*back, true),
+            (std::map<std::string, double, std::less<>>{{"vision", 0.5}}));
+  back = LimitsFromJson(Json::parse(R"({"projects": {"p": {"fair_share": 1000000}}})"));
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(back->projects.at("p").fair_share, 1'000'000);
+  auto err = [](const char* text) {
+    Result<Limits> r = LimitsFromJson(Json::parse(text));
+    return r.ok() ? std::string("OK") : r.status().message();
+  };
+  EXPECT_EQ(err(R"({"projects": {"vision": {"fair_share": -2}}})"),
+            "limits.projects.vision.fair_share: must be a number above 0 and at most 1000000, "
+            "got -2");
+  EXPECT_EQ(err(R"({"users": {"a": {"fair_share": 0}}})"),
+            "limits.users.a.fair_share: must be a number above 0 and at most 1000000, got 0");
+  EXPECT_EQ(err(R"({"users": {"a": {"fair_share": "2"}}})"),
+            "limits.users.a.fair_share: must be a number above 0 and at most 1000000, got \"2\"");
+  EXPECT_EQ(err(R"({"users": {"a": {"fair_share": 1e7}}})").rfind("limits.users.a.fair_share", 0),
+            0u);
+  EXPECT_EQ(err(R"({"default": {"fair_share": 2}})")
+                .rfind("limits.default.fair_share: a weight belongs to a user's or a project's", 0),
+            0u);
+}
+
 TEST(LimitReasonTest, NamesWhoAndWhichLimit) {
   Limit l{8, 2, -1};
   EXPECT_EQ(LimitReason("user alice", l, 4, 1, 4), "");

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <set>
+#include <tuple>
 
 #include "sched/queue/gang_placement.h"
 
@@ -41,7 +42,46 @@ Result<std::optional<std::vector<Placement>>> TryPlace(ClusterState& cluster,
   return std::optional<std::vector<Placement>>(std::move(g.placements));
 }
 
+double WeightOf(const std::map<std::string, double, std::less<>>& weights, std::string_view g) {
+  auto it = weights.find(g);
+  return it == weights.end() ? 1.0 : it->second;
+}
+
+// Weighted max-min shares (water-filling): the groups whose demand is below their
+// weighted part of what is left get their demand, smallest demand per weight first; the
+// rest is split in proportion to the weights of the groups still unserved.
+std::map<std::string, int64_t> WaterFill(
+    const std::map<std::string, int64_t>& demand, int64_t capacity,
+    const std::map<std::string, double, std::less<>>& weights) {
+  std::vector<std::tuple<double, int64_t, std::string, double>> by_demand;  // (d / w, d, g, w)
+  double weight_left = 0;
+  for (const auto& [g, d] : demand) {
+    const double w = WeightOf(weights, g);
+    by_demand.emplace_back(static_cast<double>(d) / w, d, g, w);
+    weight_left += w;
+  }
+  std::sort(by_demand.begin(), by_demand.end());
+  std::map<std::string, int64_t> out;
+  int64_t left = capacity;
+  for (size_t k = 0; k < by_demand.size(); ++k) {
+    const auto& [per_weight, d, g, w] = by_demand[k];
+    // The last group's part is all that is left (no rounding of w / weight_left).
+    const int64_t part = k + 1 == by_demand.size()
+                             ? left
+                             : static_cast<int64_t>(static_cast<double>(left) * w / weight_left);
+    const int64_t share = std::min(d, part);
+    out[g] = share;
+    left -= share;
+    weight_left -= w;
+  }
+  return out;
+}
+
 }  // namespace
+
+double GroupWeight(const PreemptionOptions& options, std::string_view group) {
+  return WeightOf(options.weights, group);
+}
 
 int64_t GroupUse::FairShare() const {
   return active_groups == 0 ? capacity_gpu_milli
@@ -72,18 +112,12 @@ GroupUse UseOf(const std::vector<PreemptibleRun>& running,
   }
   use.active_groups = active.size();
   if (options.shares_by_demand && !demand.empty()) {
-    // Water-filling: the smallest demands are met first; what is left is split equally.
-    std::vector<std::pair<int64_t, std::string>> by_demand;
-    for (const auto& [g, d] : demand) by_demand.emplace_back(d, g);
-    std::sort(by_demand.begin(), by_demand.end());
-    int64_t left = capacity_gpu_milli;
-    auto groups = static_cast<int64_t>(by_demand.size());
-    for (const auto& [d, g] : by_demand) {
-      const int64_t share = std::min(d, left / groups);
-      use.share_milli[g] = share;
-      left -= share;
-      --groups;
-    }
+    use.share_milli = WaterFill(demand, capacity_gpu_milli, options.weights);
+  } else if (!options.weights.empty() && !active.empty()) {
+    // In proportion to the weights: as water-filling with every demand unbounded.
+    std::map<std::string, int64_t> unbounded;
+    for (const std::string& g : active) unbounded[g] = capacity_gpu_milli;
+    use.share_milli = WaterFill(unbounded, capacity_gpu_milli, options.weights);
   }
   return use;
 }

@@ -6,9 +6,10 @@
 //     (with priority_within_user, only a job of the waiting job's own user), or belongs to a group
 //     (user, or project) holding more than its fair share of GPUs while the waiting job's group,
 //     with the waiting job started, would hold no more than its own. A group's fair share is the
-//     GPU capacity divided by the groups that have jobs running or waiting (or, with
-//     shares_by_demand, its max-min share of the capacity by demand). With starving_after_s, a
-//     waiting job that has waited that long counts as under its share.
+//     GPU capacity divided between the groups that have jobs running or waiting in proportion
+//     to their weights (PreemptionOptions::weights; equally without), or, with
+//     shares_by_demand, its weighted max-min share of the capacity by demand. With
+//     starving_after_s, a waiting job that has waited that long counts as under its share.
 //  2. Which victims (ChooseVictims): on a copy of the cluster, candidates are released
 //     newest first (latest start; the larger id on ties) until the waiting job's gang
 //     can be placed; then each chosen victim, oldest first, is put back if the gang still
@@ -28,6 +29,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "common/status.h"
@@ -53,7 +55,14 @@ struct PreemptionOptions {
   // simulator's traces, whose priorities are the site's): a higher priority takes from
   // anyone lower.
   bool priority_within_user = false;
+  // Fair-share weight per group (the queue's QueuePolicyConfig::fair_weights): a group of
+  // weight 2 is entitled to twice the share of a group of weight 1; groups not listed
+  // weigh 1. Weights must be > 0.
+  std::map<std::string, double, std::less<>> weights;
 };
+
+// The group's weight under options.weights: 1 for a group not listed.
+double GroupWeight(const PreemptionOptions& options, std::string_view group);
 
 // What a running job needs beyond RunningJob to be weighed.
 struct PreemptibleRun {
@@ -67,7 +76,8 @@ struct GroupUse {
   std::map<std::string, int64_t> gpu_milli;
   size_t active_groups = 0;
   int64_t capacity_gpu_milli = 0;
-  // With PreemptionOptions::shares_by_demand: each active group's share.
+  // With PreemptionOptions::shares_by_demand or weights: each active group's share.
+  // Without either every group's is FairShare(), the capacity split equally.
   std::map<std::string, int64_t> share_milli;
   int64_t FairShare() const;
   int64_t ShareOf(const std::string& group) const;

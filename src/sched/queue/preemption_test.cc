@@ -134,6 +134,49 @@ TEST(PreemptionCandidates, SharesByDemandGiveWhatLightGroupsLeaveToTheHeavyOnes)
             (std::vector<std::string>{"b1", "b2"}));
 }
 
+// Fair-share weights (Slurm's Fairshare=N): a group's share is the capacity in proportion
+// to its weight among the active groups. Bob holds 6 of 8 GPUs and carol 2; alice waits
+// for 2. Equally (8/3 each) bob is over his share and alice, within hers, preempts him.
+TEST(PreemptionCandidates, WeightsSetEachGroupsShareInProportion) {
+  RunningSet r(2, 4);
+  r.Add("b1", "bob", 0, {GpuTask(4)});
+  r.Add("b2", "bob", 0, {GpuTask(2)});
+  r.Add("c1", "carol", 0, {GpuTask(2)});
+  PreemptionOptions o;
+  o.min_runtime_s = 0;
+  QueuedJob alice = Job("a", "alice", 0, {GpuTask(2)});
+  GroupUse use = UseOf(r.All(), {&alice}, 8000, o);
+  EXPECT_EQ(VictimIds(r, PreemptionCandidates(alice, r.All(), use, 10, o)),
+            (std::vector<std::string>{"b1", "b2"}));
+  // Bob at weight 3 (3:1:1): his share is 4.8 GPUs, alice's 1.6, below the 2 she asks
+  // for, so she preempts nobody.
+  o.weights = {{"bob", 3}};
+  use = UseOf(r.All(), {&alice}, 8000, o);
+  EXPECT_EQ(use.ShareOf("bob"), 4800);
+  EXPECT_EQ(use.ShareOf("alice"), 1600);
+  EXPECT_EQ(use.ShareOf("carol"), 1600);
+  EXPECT_TRUE(PreemptionCandidates(alice, r.All(), use, 10, o).empty());
+  // Alice at weight 4 next to bob's 3 and carol's 1: her share is 4 GPUs, bob's 3 and
+  // carol's 1, both over theirs: alice may preempt either.
+  o.weights = {{"bob", 3}, {"alice", 4}};
+  use = UseOf(r.All(), {&alice}, 8000, o);
+  EXPECT_EQ(use.ShareOf("alice"), 4000);
+  EXPECT_EQ(use.ShareOf("bob"), 3000);
+  EXPECT_EQ(use.ShareOf("carol"), 1000);
+  EXPECT_EQ(VictimIds(r, PreemptionCandidates(alice, r.All(), use, 10, o)),
+            (std::vector<std::string>{"b1", "b2", "c1"}));
+  // By demand, weighted: alice wants 2 GPUs, carol 2 and bob 6 against an even split by
+  // weight (4:3:1) of 4, 3 and 1: alice's 2 are met, the 6 left go 3:1 between bob
+  // (4.5, still below his demand) and carol (1.5).
+  o.shares_by_demand = true;
+  use = UseOf(r.All(), {&alice}, 8000, o);
+  EXPECT_EQ(use.ShareOf("alice"), 2000);
+  EXPECT_EQ(use.ShareOf("bob"), 4500);
+  EXPECT_EQ(use.ShareOf("carol"), 1500);
+  EXPECT_EQ(VictimIds(r, PreemptionCandidates(alice, r.All(), use, 10, o)),
+            (std::vector<std::string>{"b1", "b2", "c1"}));
+}
+
 TEST(PreemptionCandidates, AStarvingJobCountsAsUnderItsShare) {
   RunningSet r(2, 4);
   r.Add("b1", "bob", 0, {GpuTask(4)});

@@ -456,9 +456,12 @@ std::vector<const QueuedJob*> TimedLoop::PreemptOrder(int64_t now,
   // in use, or with service_preemption its service ratio; then arrival; starving ones
   // before them), a few of them, so that an instant costs a bounded number of trial
   // placements however long the queue is.
-  auto used = [&](const QueuedJob* q) {
-    auto it = use.gpu_milli.find(options_.preempt.by_project ? q->project : q->user);
-    return it == use.gpu_milli.end() ? int64_t{0} : it->second;
+  auto used = [&](const QueuedJob* q) {  // per weight (PreemptionOptions::weights)
+    const std::string& g = options_.preempt.by_project ? q->project : q->user;
+    auto it = use.gpu_milli.find(g);
+    return it == use.gpu_milli.end()
+               ? 0.0
+               : static_cast<double>(it->second) / sched::GroupWeight(options_.preempt, g);
   };
   // Jobs that have waited starving_after_s (when set) are weighed first, oldest first.
   auto starving = [&](const QueuedJob* q) {
@@ -487,7 +490,7 @@ std::vector<const QueuedJob*> TimedLoop::PreemptOrder(int64_t now,
                         const double rb = ratio[GroupOf(IndexOf(b))];
                         if (ra != rb) return ra < rb;
                       }
-                      const int64_t ua = used(a), ub = used(b);
+                      const double ua = used(a), ub = used(b);
                       return ua != ub ? ua < ub : IndexOf(a) < IndexOf(b);
                     });
   order.resize(look);
