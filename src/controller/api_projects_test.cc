@@ -333,6 +333,18 @@ TEST_F(ApiProjectsTest, LimitsMovedInTheStoreAreFollowedNotRefusedUntilARestart)
   ASSERT_EQ(r.status, 200) << r.body;
   EXPECT_EQ(r.headers["ETag"], "\"3\"");
   EXPECT_EQ(store_->GetSettingRecord("limits")->revision, 3);
+  // Stored limits that do not parse (a hand edit): the held ones stay enforced, at the
+  // stored revision, and a write replaces them, with that revision or without one.
+  ASSERT_EQ(store_->PutSettingIf("limits", "{", 3).value(), 4);
+  r = SetLimits(R"({"users": {"nobody": {"max_gpus": 6}}})", "\"3\"");
+  EXPECT_NE(Error(r).find("they are at revision 4, not 3"), std::string::npos) << r.body;
+  r = AsUid(0, "GET", "/v1/limits");
+  EXPECT_EQ(r.headers["ETag"], "\"4\"");
+  EXPECT_EQ(ParseJson(r.body, "answer").value()["users"]["nobody"]["max_gpus"], 2);
+  ASSERT_EQ(SetLimits(R"({"users": {"nobody": {"max_gpus": 6}}})").status, 200);
+  EXPECT_EQ(store_->GetSettingRecord("limits").value(),
+            (store::SettingRecord{
+                R"({"default":{},"users":{"nobody":{"max_gpus":6}},"projects":{}})", 5}));
 }
 
 // A store whose settings writes are applied and then answered as if the connection broke

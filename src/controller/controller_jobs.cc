@@ -516,8 +516,17 @@ Result<RevisedLimits> internal::StoredLimits(const store::SettingRecord& stored)
 
 Result<int64_t> Controller::FollowStoredLimits() {
   GP_ASSIGN_OR_RETURN(store::SettingRecord record, store_->GetSettingRecord("limits"));
-  GP_ASSIGN_OR_RETURN(RevisedLimits stored, internal::StoredLimits(record));
+  Result<RevisedLimits> parsed = internal::StoredLimits(record);
   MutexLock lock(mu_);
+  if (!parsed.ok()) {
+    // Written by hand: the limits held stay enforced, at the stored revision, so that a
+    // write (an overwrite, or one at what GET answers) replaces what cannot be read.
+    spdlog::warn("usage limits: keeping the ones held at the store's revision {}: {}",
+                 record.revision, parsed.status().message());
+    limits_.revision = record.revision;
+    return record.revision;
+  }
+  RevisedLimits& stored = *parsed;
   if (stored.revision != limits_.revision) {
     spdlog::warn(
         "usage limits: the store holds revision {}, this controller held {} (a write whose "
