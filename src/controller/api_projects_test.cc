@@ -11,6 +11,7 @@
 #include "common/clock.h"
 #include "common/json.h"
 #include "controller/api.h"
+#include "store/forwarding_store.h"
 #include "store/sqlite_store.h"
 
 namespace gpupool::controller {
@@ -300,7 +301,79 @@ TEST_F(ApiProjectsTest, AStaleLimitsWriteIsRefusedAndBothInterleavedChangesLand)
   r = SetLimits(R"({"revision": -1})");
   EXPECT_EQ(r.status, 400);
   EXPECT_NE(Error(r).find("limits.revision"), std::string::npos) << r.body;
+  // A revision that went missing in the client is no overwrite (it was one: 200).
+  r = SetLimits(R"({"revision": null})");
+  EXPECT_EQ(r.status, 400);
+  EXPECT_EQ(Error(r),
+            "limits.revision: null: send the revision GET /v1/limits answered, or leave the field "
+            "out to overwrite the limits");
   EXPECT_EQ(revision(AsUid(0, "GET", "/v1/limits")), 4);  // none of those wrote
+}
+
+// The limits' revision moved in the store without the leader: a write of its own whose
+// answer was lost with the connection, or the database edited or restored by hand. The
+// leader held its old revision and answered it to every GET, so a PUT naming it was 409
+// ("at revision 1, not 1") at every try, and `limits set` gave up, until a restart. The
+// refused PUT now makes the leader hold the store's limits: the 409 names the stored
+// revision, GET answers it, and a PUT at it lands.
+TEST_F(ApiProjectsTest, LimitsMovedInTheStoreAreFollowedNotRefusedUntilARestart) {
+  ASSERT_EQ(SetLimits(R"({"users": {"nobody": {"max_gpus": 1}}})", "\"0\"").status, 200);
+  ASSERT_EQ(store_->PutSettingIf("limits", R"({"users": {"nobody": {"max_gpus": 5}}})", 1).value(),
+            2);
+  net::HttpResponse stale = AsUid(0, "GET", "/v1/limits");
+  EXPECT_EQ(stale.headers["ETag"], "\"1\"");  // what it holds, until a write finds out
+  net::HttpResponse r = SetLimits(R"({"users": {"nobody": {"max_gpus": 2}}})", "\"1\"");
+  EXPECT_EQ(r.status, 409);
+  EXPECT_NE(Error(r).find("they are at revision 2, not 1"), std::string::npos) << r.body;
+  r = AsUid(0, "GET", "/v1/limits");
+  EXPECT_EQ(r.headers["ETag"], "\"2\"");
+  EXPECT_EQ(ParseJson(r.body, "answer").value()["users"]["nobody"]["max_gpus"], 5);
+  EXPECT_EQ(controller_->GetLimits().limits.ForUser("nobody").max_gpus, 5);  // enforced
+  r = SetLimits(R"({"users": {"nobody": {"max_gpus": 2}}})", r.headers["ETag"]);
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(r.headers["ETag"], "\"3\"");
+  EXPECT_EQ(store_->GetSettingRecord("limits")->revision, 3);
+  // Stored limits that do not parse (a hand edit): the held ones stay enforced, at the
+  // stored revision, and a write replaces them, with that revision or without one.
+  ASSERT_EQ(store_->PutSettingIf("limits", "{", 3).value(), 4);
+  r = SetLimits(R"({"users": {"nobody": {"max_gpus": 6}}})", "\"3\"");
+  EXPECT_NE(Error(r).find("they are at revision 4, not 3"), std::string::npos) << r.body;
+  r = AsUid(0, "GET", "/v1/limits");
+  EXPECT_EQ(r.headers["ETag"], "\"4\"");
+  EXPECT_EQ(ParseJson(r.body, "answer").value()["users"]["nobody"]["max_gpus"], 2);
+  ASSERT_EQ(SetLimits(R"({"users": {"nobody": {"max_gpus": 6}}})").status, 200);
+  EXPECT_EQ(store_->GetSettingRecord("limits").value(),
+            (store::SettingRecord{
+                R"({"default":{},"users":{"nobody":{"max_gpus":6}},"projects":{}})", 5}));
+}
+
+// A store whose settings writes are applied and then answered as if the connection broke
+// (Unavailable: the outcome unknown to the writer), while `lose` is set.
+class LosesSettingsAnswers final : public store::ForwardingStore {
+ public:
+  using ForwardingStore::ForwardingStore;
+  Result<int64_t> PutSettingIf(std::string_view k, std::string_view v, int64_t expected) override {
+    Result<int64_t> r = ForwardingStore::PutSettingIf(k, v, expected);
+    if (lose && r.ok()) return Status::Unavailable("postgresql: server closed the connection");
+    return r;
+  }
+  bool lose = false;
+};
+
+// A limits write that reached the store but whose answer was lost: the PUT fails (503),
+// and the leader holds what the store has, not the limits from before it.
+TEST_F(ApiProjectsTest, ALimitsWriteWhoseAnswerWasLostIsReadBack) {
+  auto lossy = std::make_unique<LosesSettingsAnswers>(std::move(store_));
+  LosesSettingsAnswers* lose = lossy.get();
+  store_ = std::move(lossy);
+  Start(ProjectEnforcement::kMembers);
+  lose->lose = true;
+  net::HttpResponse r = SetLimits(R"({"users": {"nobody": {"max_gpus": 7}}})", "\"0\"");
+  EXPECT_EQ(r.status, 503);
+  r = AsUid(0, "GET", "/v1/limits");
+  EXPECT_EQ(r.headers["ETag"], "\"1\"");
+  EXPECT_EQ(ParseJson(r.body, "answer").value()["users"]["nobody"]["max_gpus"], 7);
+  EXPECT_EQ(controller_->GetLimits().limits.ForUser("nobody").max_gpus, 7);
 }
 
 }  // namespace

@@ -429,12 +429,7 @@ Status Controller::Load() {
     nodes_.emplace(r.name, std::move(e));
     ++nodes_generation_;
   }
-  if (limits.value) {  // else at revision 0, as limits_ starts
-    Result<Json> j = ParseJson(*limits.value, "stored limits");
-    Result<Limits> l = j.ok() ? LimitsFromJson(*j) : Result<Limits>(j.status());
-    if (!l.ok()) return l.status().WithContext("the stored usage limits");
-    limits_ = {std::move(*l), limits.revision};
-  }
+  GP_ASSIGN_OR_RETURN(limits_, internal::StoredLimits(limits));
   RestoreHolds(holds);
   spdlog::info("controller: loaded {} active jobs and {} nodes", active_.size(), nodes_.size());
   return Status::Ok();

@@ -505,6 +505,8 @@ class Controller {
   using Lock = UniqueLock;
   Controller(store::Store* store, const Clock* clock, ControllerOptions options);
   Status Load() EXCLUDES(mu_);
+  // Holds the store's limits if their revision moved without this controller; answers it.
+  Result<int64_t> FollowStoredLimits() EXCLUDES(mu_);
   // A change asked of an active job: `event`, stepped (job_lifecycle.h) on job `id` as it
   // is when the change is made. `guard`, when set, first looks at the job (mu_ held): its
   // refusal is the change's answer and nothing is stepped (NotFound: the change no longer

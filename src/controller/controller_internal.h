@@ -36,6 +36,10 @@ inline constexpr size_t kChunkUnderLock = 1000;
 // output, up to 16 KiB each); past it a session's output is relayed from its node.
 inline constexpr size_t kMaxExecOutputHeld = 32 << 20;
 
+// The limits of the stored setting at its revision (none stored: none, at 0);
+// InvalidArgument naming the setting when they do not parse.
+Result<RevisedLimits> StoredLimits(const store::SettingRecord& stored);
+
 // The GPUs of the earlier attempts a node still runs (`running`, strays being stopped):
 // those `gpus` names count as used on `node`; with one of unknown GPUs the node takes no
 // new work. Until their ends are reported (controller.h, NodeEntry::stray_gpus). The

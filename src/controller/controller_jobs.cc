@@ -506,6 +506,39 @@ RevisedLimits Controller::GetLimits() {
   return limits_;
 }
 
+Result<RevisedLimits> internal::StoredLimits(const store::SettingRecord& stored) {
+  if (!stored.value) return RevisedLimits{{}, stored.revision};  // never set: at 0
+  Result<Json> j = ParseJson(*stored.value, "stored limits");
+  Result<Limits> l = j.ok() ? LimitsFromJson(*j) : Result<Limits>(j.status());
+  if (!l.ok()) return l.status().WithContext("the stored usage limits");
+  return RevisedLimits{std::move(*l), stored.revision};
+}
+
+Result<int64_t> Controller::FollowStoredLimits() {
+  GP_ASSIGN_OR_RETURN(store::SettingRecord record, store_->GetSettingRecord("limits"));
+  Result<RevisedLimits> parsed = internal::StoredLimits(record);
+  MutexLock lock(mu_);
+  if (!parsed.ok()) {
+    // Written by hand: the limits held stay enforced, at the stored revision, so that a
+    // write (an overwrite, or one at what GET answers) replaces what cannot be read.
+    spdlog::warn("usage limits: keeping the ones held at the store's revision {}: {}",
+                 record.revision, parsed.status().message());
+    limits_.revision = record.revision;
+    return record.revision;
+  }
+  RevisedLimits& stored = *parsed;
+  if (stored.revision != limits_.revision) {
+    spdlog::warn(
+        "usage limits: the store holds revision {}, this controller held {} (a write whose "
+        "answer was lost, or the database changed by hand): now the store's: {}",
+        stored.revision, limits_.revision, DumpJson(LimitsToJson(stored.limits)));
+    limits_ = std::move(stored);
+    capacity_changed_ = true;  // raised limits may let jobs start
+    WakeScheduler();
+  }
+  return limits_.revision;
+}
+
 Result<RevisedLimits> Controller::SetLimits(Limits limits, const Caller& caller, int64_t expected) {
   if (!caller.admin) {
     return Status::PermissionDenied("only admins set limits (you are " + caller.user + ")");
@@ -513,20 +546,30 @@ Result<RevisedLimits> Controller::SetLimits(Limits limits, const Caller& caller,
   // Written without mu_; settings_write_mu_ keeps two admins' writes in order. Each is a
   // compare-and-set in the store: at `expected`, the revision the caller read; else at
   // the one in memory (every write is this controller's while it leads), then at the
-  // store's if that moved all the same: a write without a revision overwrites.
+  // store's if that moved all the same: a write without a revision overwrites. A store
+  // that moved is followed first, so that GET answers what a retry must name, rather than
+  // a revision that is refused until a restart.
   MutexLock write(settings_write_mu_);
   const std::string value = DumpJson(LimitsToJson(limits));
   const int64_t held = GetLimits().revision;
   Result<int64_t> revision = store_->PutSettingIf("limits", value, expected >= 0 ? expected : held);
-  if (expected < 0 && store::IsConflict(revision.status())) {
-    GP_ASSIGN_OR_RETURN(store::SettingRecord stored, store_->GetSettingRecord("limits"));
-    revision = store_->PutSettingIf("limits", value, stored.revision);
-  } else if (store::IsConflict(revision.status())) {
-    return Status::FailedPrecondition(
-        "the limits changed since they were read: they are at revision " + std::to_string(held) +
-        ", not " + std::to_string(expected) +
-        " (If-Match, or the body's \"revision\"); read them again (GET /v1/limits), apply the "
-        "change to what that answers and send its revision, or send none to overwrite them");
+  if (store::IsConflict(revision.status())) {
+    GP_ASSIGN_OR_RETURN(const int64_t stored, FollowStoredLimits());
+    if (expected >= 0) {
+      return Status::FailedPrecondition(
+          "the limits changed since they were read: they are at revision " +
+          std::to_string(stored) + ", not " + std::to_string(expected) +
+          " (If-Match, or the body's \"revision\"); read them again (GET /v1/limits), apply "
+          "the change to what that answers and send its revision, or send none to overwrite "
+          "them");
+    }
+    revision = store_->PutSettingIf("limits", value, stored);
+  } else if (revision.status().code() == StatusCode::kUnavailable) {
+    // Whether it was written is unknown (the answer was lost with the connection): hold
+    // what the store has, if it can say now; else the next write's conflict will.
+    if (Result<int64_t> now = FollowStoredLimits(); !now.ok()) {
+      spdlog::warn("usage limits: cannot read them back: {}", now.status().message());
+    }
   }
   if (!revision.ok()) return revision.status();
   MutexLock lock(mu_);

@@ -77,6 +77,11 @@ Result<int64_t> ExpectedRevision(const net::HttpRequest& r, const Json& body) {
   int64_t from_body = -1;
   if (auto it = body.find("revision"); it != body.end() && it->is_number_integer()) {
     from_body = it->get<int64_t>();  // LimitsFromJson checked it is 0 or more
+  } else if (it != body.end() && it->is_null()) {
+    // Not "no revision": a client whose revision went missing would overwrite unchecked.
+    return Status::InvalidArgument(
+        "limits.revision: null: send the revision GET /v1/limits answered, or leave the field "
+        "out to overwrite the limits");
   }
   std::string tag(Trim(r.Header("if-match")));
   if (tag.empty() || tag == "*") return from_body;
