@@ -195,7 +195,9 @@ class ProjectsTest(unittest.TestCase):
         queue, usage or limits, or reads a refusal: refused, and not echoed."""
         e = self.env
         before = len(e.jobs())
-        for name in ("red\x1b[31m", "x" * 65):
+        # And names that print like another's ("vision" with a zero-width space, or a
+        # space at its end) or reversed (U+202E).
+        for name in ("red\x1b[31m", "x" * 65, "vision\u200b", "vision ", "\u202enoisiv"):
             st, body = e.submit(e.bob, {"command": ["true"], "project": name})
             self.assertEqual(st, 400, body)
             self.assertTrue(body["error"].startswith("project: a project name of 1..64 bytes"),
