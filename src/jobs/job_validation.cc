@@ -197,6 +197,11 @@ Status ValidateProjectName(const std::string& project, const std::string& field)
                                    ": a project name of 1..64 bytes without control or "
                                    "invisible characters or spaces at either end, e.g. vision");
   }
+  if (project == "(none)") {
+    return Status::InvalidArgument(field +
+                                   ": '(none)' is how usage and /metrics name jobs without a "
+                                   "project; name the project otherwise, or leave it out");
+  }
   return Status::Ok();
 }
 

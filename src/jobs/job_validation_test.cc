@@ -107,6 +107,10 @@ TEST(SubmissionTest, AProjectIsAShortNameWithoutControlCharacters) {
   }
   j.project = std::string(64, 'x');
   EXPECT_TRUE(ValidateSubmission(j).ok());
+  // The third red team: jobs of project "(none)" were counted with those of none in
+  // usage and /metrics.
+  j.project = "(none)";
+  EXPECT_TRUE(ValidateSubmission(j).message().starts_with("project: '(none)' is how usage"));
 }
 
 // Issue 28: --min-runtime and --grace only with --preemptible; interactive jobs are never

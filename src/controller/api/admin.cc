@@ -143,6 +143,11 @@ Status CheckProjectNames(const Limits& next, const Limits& current) {
           "limits.projects: a project name of 1..64 characters without control or invisible "
           "characters or spaces at either end, e.g. \"vision\"");
     }
+    if (was == nullptr && project == "(none)") {
+      return Status::InvalidArgument(
+          "limits.projects.(none): '(none)' is how usage and /metrics name jobs without a "
+          "project; name the project otherwise");
+    }
     if (was == nullptr && project == "none") {
       return Status::InvalidArgument(
           "limits.projects.none: `gpupool limits set` reads 'none' as nothing (--members none, "
