@@ -62,6 +62,9 @@ void SetGpupoolAndVisibility(const LaunchSpec& spec, std::map<std::string, std::
                           "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT", "GPUPOOL_PREEMPT_DEADLINE_FILE"}) {
     env.erase(key);
   }
+  // Every CUDA_MPS_* of the user's, as job_env.h says (the third red team found
+  // CUDA_MPS_CLIENT_PRIORITY and the SM partitioning switch passed through).
+  std::erase_if(env, [](const auto& kv) { return kv.first.starts_with("CUDA_MPS_"); });
   env["GPUPOOL_JOB_ID"] = std::to_string(spec.id.job);
   env["GPUPOOL_ATTEMPT"] = std::to_string(spec.id.attempt);
   for (const auto& [k, v] : spec.pool_env) env[k] = v;

@@ -58,7 +58,9 @@ TEST(JobEnvTest, MpsShareGetsItsDaemonAndCaps) {
 // Without enforcement the share is told its cap and told that nothing holds it there.
 TEST(JobEnvTest, UnenforcedShareSaysSoAndKeepsNoMpsVariables) {
   LaunchSpec s = BaseSpec();
-  s.env = {{"CUDA_MPS_PIPE_DIRECTORY", "/tmp/mine"}};
+  s.env = {{"CUDA_MPS_PIPE_DIRECTORY", "/tmp/mine"},
+           {"CUDA_MPS_CLIENT_PRIORITY", "0"},
+           {"CUDA_MPS_ENABLE_PER_CTX_DEVICE_MULTIPROCESSOR_PARTITIONING", "1"}};
   s.gpus = {{"nvidia", 0, "GPU-n", {}, 500}};
   s.share_enforcement = "none";
   s.share_memory_bytes = 1000;
@@ -67,6 +69,8 @@ TEST(JobEnvTest, UnenforcedShareSaysSoAndKeepsNoMpsVariables) {
   EXPECT_EQ(env["GPUPOOL_GPU_MEM_LIMIT_BYTES"], "1000");
   EXPECT_EQ(env.count("CUDA_MPS_PIPE_DIRECTORY"), 0u);
   EXPECT_EQ(env.count("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"), 0u);
+  EXPECT_EQ(env.count("CUDA_MPS_CLIENT_PRIORITY"), 0u);  // no CUDA_MPS_* of the user's
+  EXPECT_EQ(env.count("CUDA_MPS_ENABLE_PER_CTX_DEVICE_MULTIPROCESSOR_PARTITIONING"), 0u);
   auto none = BuildJobEnvironment(BaseSpec(), LoginDefaults{});
   EXPECT_EQ(none.count("GPUPOOL_GPU_ENFORCEMENT"), 0u);
 }

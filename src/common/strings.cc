@@ -3,7 +3,9 @@
 #include <cctype>
 #include <charconv>
 #include <cmath>
+#include <cstdint>
 #include <cstdlib>
+#include <utility>
 
 namespace gpupool {
 
@@ -70,6 +72,42 @@ bool HasControlCharacter(std::string_view s) {
         static_cast<unsigned char>(s[i + 1]) >= 0x80) {
       return true;
     }
+  }
+  return false;
+}
+
+namespace {
+
+bool IsInvisible(uint32_t c) {
+  static constexpr std::pair<uint32_t, uint32_t> kRanges[] = {
+      {0x00AD, 0x00AD}, {0x034F, 0x034F}, {0x061C, 0x061C}, {0x115F, 0x1160},   {0x17B4, 0x17B5},
+      {0x180B, 0x180F}, {0x200B, 0x200F}, {0x202A, 0x202E}, {0x2060, 0x206F},   {0x3164, 0x3164},
+      {0xFE00, 0xFE0F}, {0xFEFF, 0xFEFF}, {0xFFA0, 0xFFA0}, {0x1D173, 0x1D17A}, {0xE0000, 0xE0FFF}};
+  for (const auto& [lo, hi] : kRanges) {
+    if (c >= lo && c <= hi) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+bool HasInvisibleCharacter(std::string_view s) {
+  size_t i = 0;
+  while (i < s.size()) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    size_t len = c < 0x80             ? 1
+                 : (c & 0xE0) == 0xC0 ? 2
+                 : (c & 0xF0) == 0xE0 ? 3
+                 : (c & 0xF8) == 0xF0 ? 4
+                                      : 1;
+    if (len == 1 || i + len > s.size()) {
+      ++i;
+      continue;
+    }
+    uint32_t cp = c & (0x7F >> len);
+    for (size_t k = 1; k < len; ++k) cp = cp << 6 | (static_cast<unsigned char>(s[i + k]) & 0x3F);
+    if (IsInvisible(cp)) return true;
+    i += len;
   }
   return false;
 }

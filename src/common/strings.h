@@ -27,6 +27,14 @@ std::string SanitizeUtf8(std::string_view s);
 // UTF-8, which terminals may take for the start of an escape sequence.
 bool HasControlCharacter(std::string_view s);
 
+// Whether `s` (UTF-8) holds a character that shows as nothing or changes how the text
+// around it shows: the soft hyphen, zero-width spaces and joiners, bidirectional marks,
+// embeddings, overrides and isolates, invisible operators, Hangul fillers, variation
+// selectors, the byte-order mark and tag characters. A name with one prints like
+// another ("vision" and "vision" + U+200B) or reversed (U+202E). Malformed UTF-8 is not
+// looked into (SanitizeUtf8).
+bool HasInvisibleCharacter(std::string_view s);
+
 // Standard base64 (RFC 4648, with padding), for bytes carried in JSON. Decoding refuses
 // anything else (other characters, bad padding, a wrong length): std::nullopt.
 std::string Base64Encode(std::string_view bytes);

@@ -49,6 +49,25 @@ TEST(StringsTest, ControlCharactersAreC0DelAndC1ButNotOtherUnicode) {
   EXPECT_TRUE(HasControlCharacter(std::string_view("a\0b", 3)));
 }
 
+// The third red team: a project "vision" + U+200B printed as "vision" in the queue and
+// usage, and one with U+202E printed reversed.
+TEST(StringsTest, InvisibleCharactersAreZeroWidthBidiAndFormatCharacters) {
+  for (std::string_view ok : {"vision", "caf\xc3\xa9 \xe6\x97\xa5", "\xc2\xa0", "",
+                              "\xef\xbd\x96ision", "\xf0\x9f\x98\x80", "\xe2\x80\x90"}) {
+    EXPECT_FALSE(HasInvisibleCharacter(ok)) << ok;  // fullwidth v, an emoji, a hyphen
+  }
+  for (std::string_view bad : {"vision\xe2\x80\x8b",         // U+200B zero-width space
+                               "\xe2\x80\xaenoisiv",         // U+202E right-to-left override
+                               "vi\xc2\xadsion",             // U+00AD soft hyphen
+                               "\xef\xbb\xbfvision",         // U+FEFF byte-order mark
+                               "vision\xe2\x81\xa6",         // U+2066 isolate
+                               "vision\xef\xb8\x8f",         // U+FE0F variation selector
+                               "vision\xf3\xa0\x80\x81"}) {  // U+E0001 language tag
+    EXPECT_TRUE(HasInvisibleCharacter(bad)) << bad;
+  }
+  EXPECT_FALSE(HasInvisibleCharacter("\xe2\x80"));  // cut short: not looked into
+}
+
 TEST(StringsTest, Base64RoundTripsEveryByteAndRefusesJunk) {
   EXPECT_EQ(Base64Encode(""), "");
   EXPECT_EQ(Base64Encode("f"), "Zg==");

@@ -212,11 +212,14 @@ TEST_F(ApiProjectsTest, AProjectNamedAfterAUserMustListThem) {
 // cannot name (`--default-project none` clears the default). New names are refused with
 // the field, not echoed; other text (a '/', UTF-8) is a name.
 TEST_F(ApiProjectsTest, ProjectNamesInTheLimitsArePrintableAndNotNone) {
-  for (const std::string name : {R"(red\u001b[31m)", R"(a\nb)", R"(x\u009b2J)"}) {
+  // The third red team: names that print like another ("vision" + U+200B, "vision ") or
+  // reversed (U+202E).
+  for (const std::string name : {R"(red\u001b[31m)", R"(a\nb)", R"(x\u009b2J)", R"(vision\u200b)",
+                                 R"(\u202enoisiv)", "vision ", " vision"}) {
     net::HttpResponse r = SetLimits(R"({"projects": {")" + name + R"(": {"max_gpus": 1}}})");
     EXPECT_EQ(r.status, 400) << name;
     EXPECT_EQ(Error(r).rfind("limits.projects: a project name of 1..64 characters without "
-                             "control characters",
+                             "control or invisible characters",
                              0),
               0u)
         << r.body;
@@ -225,6 +228,9 @@ TEST_F(ApiProjectsTest, ProjectNamesInTheLimitsArePrintableAndNotNone) {
   EXPECT_EQ(r.status, 400) << r.body;
   EXPECT_EQ(Error(r).rfind("limits.projects.none: `gpupool limits set` reads 'none'", 0), 0u)
       << r.body;
+  r = SetLimits(R"x({"projects": {"(none)": {"max_gpus": 1}}})x");
+  EXPECT_EQ(r.status, 400) << r.body;
+  EXPECT_EQ(Error(r).rfind("limits.projects.(none): '(none)' is how usage", 0), 0u) << r.body;
   r = SetLimits(R"({"projects": {"team/vision": {"members": ["nobody"]}, "caf\u00e9": {}}})");
   EXPECT_EQ(r.status, 200) << r.body;
 }

@@ -147,6 +147,36 @@ TEST_F(ControllerTest, MpsGpuTakesOneUsersSharesAtATime) {
   EXPECT_NE(Get(a2.id).pending_reason.find("held by another user's shares"), std::string::npos);
 }
 
+// The third red team: bob's share reached alice's MPS GPU by no other shape of request in
+// the same pass: a memory size instead of a fraction, an array, a gang of shares, a
+// higher priority.
+TEST_F(ControllerTest, NoShapeOfRequestPutsAnotherUsersShareOnAnMpsGpu) {
+  enforcement_ = "mps";
+  Register(1);
+  Job a = c_->Submit(MakeJob(1, 300), alice_).value();
+  Job by_memory = MakeJob(1);
+  by_memory.request.gpu_memory_bytes = uint64_t{8} << 30;
+  Job array = MakeJob(1, 100);
+  array.array = "0-2";
+  Job gang = MakeJob(1, 200);
+  gang.request.tasks = 2;
+  Job urgent = MakeJob(1, 100);
+  urgent.priority = 1000000;
+  for (const Job& j : {by_memory, array, gang, urgent}) ASSERT_TRUE(c_->Submit(j, bob_).ok());
+  ASSERT_TRUE(c_->ScheduleOnce().ok());
+  ASSERT_TRUE(c_->ScheduleOnce().ok());
+  EXPECT_EQ(Get(a.id).state, JobState::kAssigned);
+  Result<std::vector<Job>> all = store_->ListJobs({});
+  ASSERT_TRUE(all.ok());
+  int bobs = 0;
+  for (const Job& j : *all) {
+    if (j.user != "bob") continue;
+    ++bobs;
+    EXPECT_EQ(j.state, JobState::kPending) << j.id;
+  }
+  EXPECT_EQ(bobs, 6);  // the array's three elements
+}
+
 // Where the admin lets MPS serve several users (--mps-multi-user), two users' shares
 // share an MPS GPU at once.
 TEST_F(ControllerTest, MpsMultiUserLetsSeveralUsersShareAnMpsGpu) {

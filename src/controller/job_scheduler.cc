@@ -1,5 +1,7 @@
 #include "controller/job_scheduler.h"
 
+#include <spdlog/spdlog.h>
+
 #include <algorithm>
 
 #include "controller/job_lifecycle.h"
@@ -12,6 +14,19 @@ namespace gpupool::controller {
 
 std::string HeldReason(const jobs::Job& job) {
   return sched::HoldGate::Reason(lifecycle::UserJobId(job), job.held_by, job.held_by_admin);
+}
+
+void JobScheduler::set_project_enforcement(ProjectEnforcement e) {
+  project_enforcement_ = e;
+  // A careless admin's pair (the third red team): fair share by project where any user may
+  // name any (known) project lets each pick their group, a fresh share.
+  if (by_project_ && e != ProjectEnforcement::kMembers) {
+    spdlog::warn(
+        "fair-by project with enforce-projects {}: a user may name {} project and so pick "
+        "their fair-share group; use enforce-projects members, with each project's members "
+        "and default projects (docs/deploy.md, \"Fair share\")",
+        sched::ProjectEnforcementName(e), e == ProjectEnforcement::kNone ? "any" : "any known");
+  }
 }
 
 Result<std::unique_ptr<JobScheduler>> JobScheduler::Create(const std::string& placement_policy,

@@ -77,7 +77,9 @@ class JobScheduler {
       sched::FairShareGroup fair_by = sched::FairShareGroup::kUser);
 
   // Who may charge which project (sched/admission/project_access.h); kNone by default.
-  void set_project_enforcement(ProjectEnforcement e) { project_enforcement_ = e; }
+  // Warns (the log) where fair share is by project and a user may name another team's
+  // project, so picking their own fair-share group (docs/deploy.md, "Fair share").
+  void set_project_enforcement(ProjectEnforcement e);
   // Preemption (preemption_plan.h): on unless set_preemption(nullopt). Its by_project is
   // Create's fair_by and its weights the limits' (Plan), whatever `settings` says.
   void set_preemption(std::optional<PreemptionSettings> settings) {

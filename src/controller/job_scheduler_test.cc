@@ -367,6 +367,47 @@ TEST(PreemptionDefaultsTest, AJobMayAskLessThanThePoolNeverMore) {
   EXPECT_TRUE(ApplyPreemptionDefaults(limits, server, &own).ok());
 }
 
+// The third red team: under enforce-projects none (or known) anyone may name any
+// project, and its entry came first: bob, whom the admin made preemptible after 10 min
+// with a 30 s grace, named project 'prod' (unpreemptible, or a day's minimum run time
+// and an hour's grace, for its team) and was never preempted, or kept his GPUs an hour.
+// Another project's entry now binds a non-member only where it is stricter.
+TEST(PreemptionDefaultsTest, NamingAnotherTeamsProjectDoesNotUndoTheUsersQos) {
+  Limits limits;
+  limits.users["bob"].preemptible = true;
+  limits.users["bob"].min_runtime_s = 600;
+  limits.users["bob"].preempt_grace_s = 30;
+  limits.projects["prod"].preemptible = false;
+  limits.projects["prod"].members = {"alice"};
+  limits.projects["long"].preemptible = true;
+  limits.projects["long"].min_runtime_s = 86400;
+  limits.projects["long"].preempt_grace_s = 3600;
+  limits.projects["short"].min_runtime_s = 60;
+  jobs::Job j = Whole(1, "bob", 0);
+  j.project = "prod";
+  ASSERT_TRUE(ApplyPreemptionDefaults(limits, {}, &j).ok());
+  EXPECT_TRUE(j.preemptible);
+  EXPECT_EQ(j.min_runtime_s, 600);
+  EXPECT_EQ(j.preempt_grace_s, 30);
+  j = Whole(2, "bob", 0);
+  j.project = "long";
+  ASSERT_TRUE(ApplyPreemptionDefaults(limits, {}, &j).ok());
+  EXPECT_EQ(j.min_runtime_s, 600);
+  EXPECT_EQ(j.preempt_grace_s, 30);
+  j.min_runtime_s = 86400;  // asked outright: over the user's bound
+  EXPECT_EQ(ApplyPreemptionDefaults(limits, {}, &j).code(), StatusCode::kInvalidArgument);
+  j = Whole(3, "bob", 0);
+  j.project = "short";  // stricter than his own: it binds him too
+  ASSERT_TRUE(ApplyPreemptionDefaults(limits, {}, &j).ok());
+  EXPECT_EQ(j.min_runtime_s, 60);
+  // Its members get their team's entry, as before.
+  j = Whole(4, "alice", 0);
+  j.project = "prod";
+  limits.users["alice"].preemptible = true;
+  ASSERT_TRUE(ApplyPreemptionDefaults(limits, {}, &j).ok());
+  EXPECT_FALSE(j.preemptible);
+}
+
 // Capped passes over a queue that changes at random (starts run, jobs end, jobs arrive,
 // holds come and go): after each pass the reasons the scheduler keeps, and the ones its
 // results handed out applied in turn, are those a fresh scheduler gives for the same jobs

@@ -167,15 +167,25 @@ Status OverBound(const char* field, const char* flag, int64_t asked, int64_t bou
 Status ApplyPreemptionDefaults(const Limits& limits, const PreemptionSettings& server,
                                jobs::Job* job) {
   if (!job->interactive.empty()) return Status::Ok();  // never preempted
-  const Limit* project = limits.ForProject(jobs::AccountingProject(*job));
+  const std::string& project_name = jobs::AccountingProject(*job);
+  const Limit* project = limits.ForProject(project_name);
   const Limit& user = limits.ForUser(job->user);
-  auto pick = [&](auto member) {
-    if (project != nullptr && (project->*member) >= 0) return project->*member;
-    return user.*member;
+  // The third red team: under enforce-projects none or known anyone may name any project,
+  // and a project's entry came first, so a user the admin made preemptible (with a short
+  // grace) named a project made unpreemptible (or with a longer grace) and was not. Only
+  // the user's team's entry (listing them, or named after them) comes first; any other
+  // binds only where it is stricter than the user's own.
+  const bool team =
+      project != nullptr && (project->members.contains(job->user) || project_name == job->user);
+  auto pick = [&](auto member) -> int64_t {
+    const int64_t p = project != nullptr ? project->*member : -1;
+    if (p < 0) return user.*member;
+    return team || user.*member < 0 ? p : std::min(p, user.*member);
   };
   // The admin's word on this job: the project's entry, else the user's (or every user's).
   std::optional<bool> admin_says =
       project != nullptr && project->preemptible ? project->preemptible : user.preemptible;
+  if (!team && user.preemptible.value_or(false)) admin_says = true;
   if (!job->preemptible && admin_says) job->preemptible = *admin_says;
   if (!job->preemptible) return Status::Ok();
   const int64_t pool_min_runtime =

@@ -63,7 +63,10 @@ Result<std::vector<PlannedPreemption>> PlanPreemptions(
     const PassHolds& holds = {});
 
 // At submit: the admin's preemption defaults (limits.h) for the job's project, else its
-// user, else every user: a batch job becomes preemptible where one says so, and a
+// user, else every user (a project's entry comes first only for its members and for the
+// project named after the user; another project's binds only where it is stricter than
+// the user's: preemptible, a shorter minimum run time or grace): a batch job becomes
+// preemptible where one says so, and a
 // preemptible job without its own --min-runtime or --grace takes theirs. A job's own
 // --grace may not be longer than that entry's (else the server's default), nor, when the
 // entry made it preemptible, its --min-runtime: InvalidArgument naming the field.

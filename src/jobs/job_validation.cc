@@ -189,10 +189,18 @@ Status ValidateEnvName(const std::string& name, const std::string& field) {
 
 Status ValidateProjectName(const std::string& project, const std::string& field) {
   // Not echoed: it may be long, or made to move the cursor of whoever reads the answer.
-  if (project.size() > kMaxProjectName || HasControlCharacter(project)) {
+  // Nor anything that prints like another name: invisible or reordering characters, or
+  // spaces at either end ("vision " lists as "vision").
+  if (project.size() > kMaxProjectName || HasControlCharacter(project) ||
+      HasInvisibleCharacter(project) || project.starts_with(' ') || project.ends_with(' ')) {
     return Status::InvalidArgument(field +
-                                   ": a project name of 1..64 bytes without control "
-                                   "characters, e.g. vision");
+                                   ": a project name of 1..64 bytes without control or "
+                                   "invisible characters or spaces at either end, e.g. vision");
+  }
+  if (project == "(none)") {
+    return Status::InvalidArgument(field +
+                                   ": '(none)' is how usage and /metrics name jobs without a "
+                                   "project; name the project otherwise, or leave it out");
   }
   return Status::Ok();
 }

@@ -93,10 +93,12 @@ TEST(SubmissionTest, AProjectIsAShortNameWithoutControlCharacters) {
     j.project = ok;
     EXPECT_TRUE(ValidateSubmission(j).ok()) << ok;
   }
-  for (std::string bad : {std::string(65, 'x'), std::string("red\x1b[31m"), std::string("a\nb"),
-                          std::string("\xc2\x9b"
-                                      "2J"),
-                          std::string("a\tb")}) {
+  for (std::string bad :
+       {std::string(65, 'x'), std::string("red\x1b[31m"), std::string("a\nb"),
+        std::string("\xc2\x9b"
+                    "2J"),
+        std::string("a\tb"), std::string("vision\xe2\x80\x8b"), std::string("\xe2\x80\xaenoisiv"),
+        std::string("gpu-team "), std::string(" gpu-team")}) {
     j.project = bad;
     Status s = ValidateSubmission(j);
     EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << bad;
@@ -105,6 +107,10 @@ TEST(SubmissionTest, AProjectIsAShortNameWithoutControlCharacters) {
   }
   j.project = std::string(64, 'x');
   EXPECT_TRUE(ValidateSubmission(j).ok());
+  // The third red team: jobs of project "(none)" were counted with those of none in
+  // usage and /metrics.
+  j.project = "(none)";
+  EXPECT_TRUE(ValidateSubmission(j).message().starts_with("project: '(none)' is how usage"));
 }
 
 // Issue 28: --min-runtime and --grace only with --preemptible; interactive jobs are never

@@ -80,6 +80,14 @@ class FairByProjectTest(unittest.TestCase):
             for j in ids:
                 self.cli("cancel", str(j))
 
+    def test_the_server_warns_that_any_user_may_pick_a_group(self):
+        """A careless admin's pair: fair share by project under the default
+        enforce-projects none, where each user picks their group by naming a project."""
+        with open(self.pool.log, errors="replace") as f:
+            log = f.read()
+        self.assertIn("fair-by project with enforce-projects none: a user may name any "
+                      "project and so pick their fair-share group", log)
+
     def test_a_bad_value_is_refused_naming_the_option(self):
         r = subprocess.run([GPUPOOL, "server", "--fair-by", "account", "--state-dir",
                             os.path.join(self.dir, "unused")],

@@ -125,6 +125,25 @@ class PreemptionTest(unittest.TestCase):
                                     "min_runtime_s": 60, "preempt_grace_s": 10})
         self.assertEqual(st, 201, body)
         self.assertEqual(body["job"]["preempt_grace_s"], 10)
+        # Nor by naming alice's team's project (any project may be named under the default
+        # enforce-projects none), whose entry made its jobs unpreemptible with a long
+        # grace: the project's entry came first, so bob's job was never a victim.
+        st, body, _ = e.api(None, "PUT", "/v1/limits", {
+            "users": {e.bob.name: {"preemptible": True, "min_runtime_s": 1800,
+                                   "preempt_grace_s": 60}},
+            "projects": {"prod": {"preemptible": False, "preempt_grace_s": 3600,
+                                  "members": [e.alice.name]}}})
+        self.assertEqual(st, 200, body)
+        st, body = e.submit(e.bob, {"command": ["true"], "project": "prod"})
+        self.assertEqual(st, 201, body)
+        self.assertTrue(body["job"].get("preemptible"), body)
+        self.assertEqual(body["job"]["preempt_grace_s"], 60)
+        st, body = e.submit(e.bob, {"command": ["true"], "project": "prod",
+                                    "preemptible": True, "preempt_grace_s": 3600})
+        self.assertEqual(st, 400, body)
+        st, body = e.submit(e.alice, {"command": ["true"], "project": "prod"})
+        self.assertEqual(st, 201, body)  # its members get their team's entry
+        self.assertFalse(body["job"].get("preemptible", False), body)
 
     def test_preemption_fields_with_wrong_types_or_sizes_are_refused_naming_them(self):
         e = self.env

@@ -164,12 +164,40 @@ class ProjectsTest(unittest.TestCase):
         st, limits, _ = e.api(e.bob, "GET", "/v1/limits")
         self.assertNotIn(e.bob.name, limits["projects"])
 
+    def test_bob_cannot_escape_his_default_project_by_naming_himself(self):
+        """The admin put bob in project 'bobs-team' (his default, max_gpus 1): bob named
+        himself (`--project gpsec-bob`, always allowed) to run outside it, with a fair
+        share of his own by project and none of the team's limits. Refused now."""
+        e = self.env
+        for args in (["--project", "bobs-team", "--members", e.bob.name, "--max-gpus", "1"],
+                     ["--user", e.bob.name, "--default-project", "bobs-team"]):
+            r = e.cli(None, "limits", "set", *args)
+            self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        try:
+            before = len(e.jobs())
+            st, body = e.submit(e.bob, {"command": ["true"], "project": e.bob.name})
+            self.refused(st, body, "'gpsec-bob' is your own name, and your jobs charge your "
+                         "default project 'bobs-team'")
+            r = e.cli(e.bob, "submit", "--project", e.bob.name, "--", "true")
+            self.assertEqual(r.returncode, 4, r.stdout + r.stderr)
+            self.assertEqual(len(e.jobs()), before, "a job was created")
+            st, body = e.submit(e.bob, {"command": ["true"]})
+            self.assertEqual(st, 201, body)
+            self.assertEqual(body["job"]["project"], "bobs-team")
+        finally:  # bob as the other tests expect him: in no project
+            for args in (["--user", e.bob.name, "--default-project", "none"],
+                         ["--project", "bobs-team", "--remove-member", e.bob.name]):
+                r = e.cli(None, "limits", "set", *args)
+                self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+
     def test_names_that_move_the_cursor_are_refused(self):
         """Escape sequences in a project's name reached every terminal that lists the
         queue, usage or limits, or reads a refusal: refused, and not echoed."""
         e = self.env
         before = len(e.jobs())
-        for name in ("red\x1b[31m", "x" * 65):
+        # And names that print like another's ("vision" with a zero-width space, or a
+        # space at its end) or reversed (U+202E).
+        for name in ("red\x1b[31m", "x" * 65, "vision\u200b", "vision ", "\u202enoisiv"):
             st, body = e.submit(e.bob, {"command": ["true"], "project": name})
             self.assertEqual(st, 400, body)
             self.assertTrue(body["error"].startswith("project: a project name of 1..64 bytes"),

@@ -142,10 +142,16 @@ Status CheckLimitUsers(const Limits& next, const Limits& current) {
 Status CheckProjectNames(const Limits& next, const Limits& current) {
   for (const auto& [project, limit] : next.projects) {
     const Limit* was = current.ForProject(project);
-    if (was == nullptr && HasControlCharacter(project)) {
+    if (was == nullptr && (HasControlCharacter(project) || HasInvisibleCharacter(project) ||
+                           project.starts_with(' ') || project.ends_with(' '))) {
       return Status::InvalidArgument(
-          "limits.projects: a project name of 1..64 characters without control characters, "
-          "e.g. \"vision\"");
+          "limits.projects: a project name of 1..64 characters without control or invisible "
+          "characters or spaces at either end, e.g. \"vision\"");
+    }
+    if (was == nullptr && project == "(none)") {
+      return Status::InvalidArgument(
+          "limits.projects.(none): '(none)' is how usage and /metrics name jobs without a "
+          "project; name the project otherwise");
     }
     if (was == nullptr && project == "none") {
       return Status::InvalidArgument(

@@ -64,7 +64,7 @@ void ProjectGate::BeginPass(const PassContext& ctx) {
 bool ProjectGate::Admit(const QueuedJob& job, std::string* why) {
   if (limits_ == nullptr || mode_ == ProjectEnforcement::kNone) return true;
   std::string project = job.project;
-  if (AdmitProject(*limits_, mode_, job.user, &project).ok()) return true;
+  if (AdmitProject(*limits_, mode_, job.user, &project, /*submitting=*/false).ok()) return true;
   *why = "waits: " + job.user + " may not charge project '" + project + "' (enforce-projects " +
          std::string(ProjectEnforcementName(mode_)) +
          "): an admin adds them (`gpupool limits set --project " + project + " --add-member " +

@@ -129,6 +129,13 @@ TEST(ProjectGate, UnderEnforcementAJobWaitsWhileItsUserMayNotChargeItsProject) {
   ctx.project_enforcement = ProjectEnforcement::kMembers;
   gate.BeginPass(ctx);
   EXPECT_NE(Why(gate, own).find("waits: bob may not charge project 'bob'"), std::string::npos);
+  // A job queued without --project before its user got a default project is not held:
+  // only a new submission may not name its user (project_access.h).
+  limits.projects.erase("bob");
+  limits.projects["vision"].members.insert("bob");
+  limits.users["bob"].default_project = "vision";
+  gate.BeginPass(ctx);
+  EXPECT_EQ(Why(gate, own), "");
 }
 
 TEST(QuotaLimit, UsersAndProjectsStayWithinTheirLimits) {

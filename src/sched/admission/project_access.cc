@@ -12,6 +12,11 @@ std::string YourProjects(const Limits& limits, const std::string& user) {
   return out.empty() ? "you are a member of no project" : "your projects: " + out;
 }
 
+bool HasDefaultProject(const Limits& limits, const std::string& user) {
+  auto it = limits.users.find(user);
+  return it != limits.users.end() && !it->second.default_project.empty();
+}
+
 }  // namespace
 
 Result<ProjectEnforcement> ParseProjectEnforcement(std::string_view name, std::string_view flag) {
@@ -37,7 +42,7 @@ std::string_view ProjectEnforcementName(ProjectEnforcement e) {
 }
 
 Status AdmitProject(const Limits& limits, ProjectEnforcement mode, const std::string& user,
-                    std::string* project) {
+                    std::string* project, bool submitting) {
   if (project->empty()) {
     if (auto it = limits.users.find(user); it != limits.users.end()) {
       *project = it->second.default_project;
@@ -47,6 +52,21 @@ Status AdmitProject(const Limits& limits, ProjectEnforcement mode, const std::st
   // A job without a project charges its user's name (jobs::AccountingProject).
   const std::string& p = project->empty() ? user : *project;
   const Limit* entry = limits.ForProject(p);
+  if (p == user && submitting && HasDefaultProject(limits, user)) {
+    // The admin put this user in a project: their own name would be a project of their
+    // own (a fresh fair share, no project limits), unless an admin made it one for them.
+    if (entry != nullptr &&
+        (mode != ProjectEnforcement::kMembers || entry->members.contains(user))) {
+      return Status::Ok();
+    }
+    return Status::PermissionDenied("project (--project): '" + user +
+                                    "' is your own name, and your jobs charge your "
+                                    "default project '" +
+                                    limits.users.at(user).default_project + "' (enforce-projects " +
+                                    std::string(ProjectEnforcementName(mode)) +
+                                    "): leave --project out, or name one of yours (" +
+                                    YourProjects(limits, user) + ")");
+  }
   if (p == user) {
     // One's own name charges no one else, unless an admin made a team project of that
     // name without its namesake (under "members"; the limits' PUT refuses that for

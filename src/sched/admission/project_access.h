@@ -32,9 +32,14 @@ std::string_view ProjectEnforcementName(ProjectEnforcement e);
 // checks that `user` may charge `*project` under `mode`. A job whose project is its
 // user's own name (no --project and no default) is let through: it charges no one else;
 // except, under "members", where a project entry of that name lists members and not the
-// user (a team project named like an account made later). Admins are not exempt. PermissionDenied
-// naming `project (--project)`, the project and the fix otherwise.
+// user (a team project named like an account made later), and, when `submitting` under
+// enforcement, for a user with a default project, whose own name would be a project of
+// their own outside it (a fresh fair share, none of its limits): allowed only where an
+// entry of that name exists (and, under "members", lists them). The project gate passes
+// `submitting` false: a job queued without --project before its user had a default
+// project (it charges their name) is not held for ever. Admins are not exempt.
+// PermissionDenied naming `project (--project)`, the project and the fix otherwise.
 Status AdmitProject(const Limits& limits, ProjectEnforcement mode, const std::string& user,
-                    std::string* project);
+                    std::string* project, bool submitting = true);
 
 }  // namespace gpupool::sched

@@ -62,7 +62,37 @@ TEST(ProjectAccessTest, OnesOwnNameAndTheDefaultProjectAreAlwaysTaken) {
   l.users["alice"].default_project = "vision";
   EXPECT_EQ(Admit(l, ProjectEnforcement::kNone, "alice", ""), "ok vision");
   EXPECT_EQ(Admit(l, ProjectEnforcement::kMembers, "alice", ""), "ok vision");
+  EXPECT_EQ(Admit(l, ProjectEnforcement::kNone, "alice", "alice"), "ok alice");
+}
+
+// The third red team: alice, whom the admin put in project vision (her default),
+// named herself (--project alice) to run outside it: under fair share by project a
+// group of her own with a fresh share, and none of vision's limits or QoS. Under
+// enforcement a user with a default project charges their own name only where an admin
+// made it a project they may charge as any other.
+TEST(ProjectAccessTest, AUserWithADefaultProjectCannotEscapeItByNamingThemselves) {
+  Limits l = VisionForAlice();
+  l.users["alice"].default_project = "vision";
+  for (ProjectEnforcement mode : {ProjectEnforcement::kKnown, ProjectEnforcement::kMembers}) {
+    const std::string why = Admit(l, mode, "alice", "alice");
+    EXPECT_EQ(why.rfind("project (--project): 'alice' is your own name, and your jobs charge "
+                        "your default project 'vision'",
+                        0),
+              0u)
+        << why;
+    EXPECT_NE(why.find("leave --project out, or name one of yours (your projects: vision)"),
+              std::string::npos)
+        << why;
+    EXPECT_EQ(Admit(l, mode, "alice", ""), "ok vision");
+  }
+  l.projects["alice"].max_gpus = 2;  // her own limits, no members: "known" lets her
+  EXPECT_EQ(Admit(l, ProjectEnforcement::kKnown, "alice", "alice"), "ok alice");
+  EXPECT_NE(Admit(l, ProjectEnforcement::kMembers, "alice", "alice").find("your own name"),
+            std::string::npos);
+  l.projects["alice"].members = {"alice"};  // an admin made it hers
   EXPECT_EQ(Admit(l, ProjectEnforcement::kMembers, "alice", "alice"), "ok alice");
+  // Without a default project her own name is hers, as before.
+  EXPECT_EQ(Admit(l, ProjectEnforcement::kMembers, "carol", "carol"), "ok carol");
 }
 
 // The red team: project 'bob' was made for a team (alice) before the account bob
@@ -84,7 +114,10 @@ TEST(ProjectAccessTest, ATeamProjectNamedLikeAUserIsNotTheirsUnlessListed) {
   EXPECT_EQ(Admit(l, ProjectEnforcement::kMembers, "bob", ""), "ok vision");
   l.projects["bob"].members.insert("bob");
   EXPECT_EQ(Admit(l, ProjectEnforcement::kMembers, "bob", "bob"), "ok bob");
-  l.projects["bob"].members.clear();  // bob's own limits, no team: his
+  l.projects["bob"].members.clear();  // bob's own limits, no team: his without a default
+  EXPECT_NE(Admit(l, ProjectEnforcement::kMembers, "bob", "bob").find("your own name"),
+            std::string::npos);
+  l.users["bob"].default_project.clear();
   EXPECT_EQ(Admit(l, ProjectEnforcement::kMembers, "bob", "bob"), "ok bob");
 }
 
