@@ -250,6 +250,13 @@ TEST_F(ApiAccessTest, DependenciesNameAnArrayElementByItsArrayAndIndex) {
     EXPECT_EQ(j["dependencies"][0].value("job_name", ""), array + "_4") << j.dump();
   }
   EXPECT_EQ(listed, 1) << r.body;
+  // Another user's element is refused named so too.
+  r = AsUid(user_uid_ + 1, "POST", "/v1/jobs", {},
+            R"({"command": ["true"], "workdir": "/", "dependencies": [{"job_id": )" +
+                std::to_string(fourth) + R"(, "kind": "after-ok"}]})");
+  EXPECT_EQ(r.status, 403);
+  EXPECT_EQ(Error(r), "--after-ok " + array + "_4: job " + array + "_4 is another user's; a job " +
+                          "may depend on its owner's jobs only");
 }
 
 // Issue 30: `gpupool alloc` tells how its command ended in the cancel's body; any other
