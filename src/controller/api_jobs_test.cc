@@ -211,6 +211,54 @@ TEST_F(ApiAccessTest, BadDependenciesAreRefusedNamingTheField) {
   EXPECT_TRUE(store_->ListJobs({})->empty());
 }
 
+// A job's dependencies carry the name their user knows each by (job_name): ARRAY_INDEX for
+// an array's element, the array's id for its first, the id of a plain job.
+TEST_F(ApiAccessTest, DependenciesNameAnArrayElementByItsArrayAndIndex) {
+  auto submit = [&](const std::string& body) {
+    net::HttpResponse r = AsUid(user_uid_, "POST", "/v1/jobs", {}, body);
+    EXPECT_EQ(r.status, 201) << r.body;
+    return ParseJson(r.body, "answer").value()["job"]["id"].get<int64_t>();
+  };
+  const std::string array = std::to_string(
+      submit(R"({"command": ["true"], "workdir": "/", "array": "1-7:3", "request": {"gpus": 0}})"));
+  const std::string plain =
+      std::to_string(submit(R"({"command": ["true"], "workdir": "/", "request": {"gpus": 0}})"));
+  const int64_t fourth =
+      ParseJson(AsUid(user_uid_, "GET", "/v1/jobs/" + array + "_4").body, "answer")
+          .value()["job"]["id"]
+          .get<int64_t>();
+  ASSERT_NE(std::to_string(fourth), array + "_4");
+  const std::string id = std::to_string(
+      submit(R"({"command": ["true"], "workdir": "/", "dependencies": [{"job_id": )" +
+             std::to_string(fourth) + R"(, "kind": "after-ok"}, {"job_id": )" + array +
+             R"(, "kind": "after-any"}, {"job_id": )" + plain + R"(, "kind": "after-ok"}]})"));
+  net::HttpResponse r = AsUid(user_uid_, "GET", "/v1/jobs/" + id);
+  ASSERT_EQ(r.status, 200) << r.body;
+  const Json deps = ParseJson(r.body, "answer").value()["job"]["dependencies"];
+  ASSERT_EQ(deps.size(), 3u) << r.body;
+  EXPECT_EQ(deps[0]["job_id"], fourth);  // kept for older clients
+  EXPECT_EQ(deps[0].value("job_name", ""), array + "_4") << r.body;
+  EXPECT_EQ(deps[1].value("job_name", ""), array) << r.body;
+  EXPECT_EQ(deps[2].value("job_name", ""), plain) << r.body;
+  r = AsUid(user_uid_, "GET", "/v1/jobs");
+  ASSERT_EQ(r.status, 200) << r.body;
+  int listed = 0;
+  const Json list = ParseJson(r.body, "answer").value()["jobs"];
+  for (const Json& j : list) {
+    if (std::to_string(j["id"].get<int64_t>()) != id) continue;
+    ++listed;
+    EXPECT_EQ(j["dependencies"][0].value("job_name", ""), array + "_4") << j.dump();
+  }
+  EXPECT_EQ(listed, 1) << r.body;
+  // Another user's element is refused named so too.
+  r = AsUid(user_uid_ + 1, "POST", "/v1/jobs", {},
+            R"({"command": ["true"], "workdir": "/", "dependencies": [{"job_id": )" +
+                std::to_string(fourth) + R"(, "kind": "after-ok"}]})");
+  EXPECT_EQ(r.status, 403);
+  EXPECT_EQ(Error(r), "--after-ok " + array + "_4: job " + array + "_4 is another user's; a job " +
+                          "may depend on its owner's jobs only");
+}
+
 // Issue 30: `gpupool alloc` tells how its command ended in the cancel's body; any other
 // body, or one for a job that is no allocation, is refused naming the field.
 TEST_F(ApiAccessTest, ACancelsBodyEndsAnAllocationAndNothingElse) {

@@ -302,6 +302,44 @@ TEST_F(ApiTelemetryTest, MetricsNameAnArrayElementHoldingAGpuByItsArrayAndIndex)
   EXPECT_EQ(m.find("hpc_job=\"" + std::to_string(id) + "\""), std::string::npos) << m;
 }
 
+// ?job= takes an array's element as ARRAY_INDEX, as the job routes do, and the answer
+// names it so beside its store id.
+TEST_F(ApiTelemetryTest, AJobSeriesTakesAndNamesAnArrayElementByItsArrayAndIndex) {
+  const std::string vm = Token("vm", "node");
+  ASSERT_EQ(WithToken(vm, "POST", "/v1/agent/register", {}, RegisterBody("vm", 2)).status, 200);
+  net::HttpResponse sub = AsUid(0, "POST", "/v1/jobs", {},
+                                R"({"command": ["true"], "workdir": "/", "array": "0-1", )"
+                                R"("request": {"gpus": 1}})");
+  ASSERT_EQ(sub.status, 201) << sub.body;
+  const std::string array = std::to_string(Body(sub)["job"]["id"].get<int64_t>());
+  ASSERT_TRUE(controller_->ScheduleOnce().ok());
+  const Json element = Body(AsUid(0, "GET", "/v1/jobs/" + array + "_1"))["job"];
+  const int64_t id = element["id"].get<int64_t>();
+  ASSERT_NE(std::to_string(id), array);
+  const int gpu = element["placement"][0]["gpu_indices"][0].get<int>();
+  net::HttpResponse r =
+      WithToken(vm, "POST", "/v1/agent/telemetry", {},
+                R"({"node": "vm", "samples": [{"index": )" + std::to_string(gpu) +
+                    R"(, "at_ms": )" + std::to_string(clock_.NowMicros() / 1000) +
+                    R"(, "util_pct": 42, "jobs": [{"job_id": )" + std::to_string(id) + "}]}]}");
+  ASSERT_EQ(r.status, 200) << r.body;
+  for (const std::string& ref : {array + "_1", std::to_string(id)}) {
+    net::HttpResponse series = AsUid(0, "GET", "/v1/telemetry", {{"job", ref}});
+    ASSERT_EQ(series.status, 200) << ref << ": " << series.body;
+    const Json s = Body(series);
+    EXPECT_EQ(s["job"], id) << s.dump();
+    EXPECT_EQ(s.value("job_name", ""), array + "_1") << s.dump();
+    ASSERT_EQ(s["points"].size(), 1u) << s.dump();
+    EXPECT_EQ(s["points"][0]["util_pct"], 42) << s.dump();
+  }
+  net::HttpResponse s = AsUid(0, "GET", "/v1/telemetry", {{"job", array}});  // the array's first
+  ASSERT_EQ(s.status, 200) << s.body;
+  EXPECT_EQ(Body(s).value("job_name", ""), array + "_0") << s.body;
+  EXPECT_EQ(AsUid(0, "GET", "/v1/telemetry", {{"job", array + "_7"}}).status, 404);
+  EXPECT_EQ(AsUid(0, "GET", "/v1/telemetry", {{"job", array + "_x"}}).status, 400);
+  EXPECT_EQ(AsUid(0, "GET", "/v1/telemetry", {{"job", "0"}}).status, 400);
+}
+
 TEST_F(ApiTelemetryTest, TheIdlePolicyWarnsThenCancelsIdleJobs) {
   const TelemetryOptions o = CancelAfterFifteenIdleMinutes();
   ASSERT_TRUE(api_->ConfigureTelemetry(o).ok());

@@ -50,7 +50,11 @@ Status Controller::CheckDependencies(const Job& job, const Caller& caller) {
       return dep.status();
     }
     if (!caller.admin && dep->uid != caller.uid) {
-      return Status::PermissionDenied(flag + ": job " + std::to_string(d.job_id) +
+      // An array's element other than its first as its user named it (ARRAY_INDEX).
+      const bool element = dep->array_id != 0 && dep->array_id != d.job_id;
+      const std::string name = element ? lifecycle::UserJobId(*dep) : std::to_string(d.job_id);
+      return Status::PermissionDenied("--" + std::string(jobs::DependencyKindName(d.kind)) + " " +
+                                      name + ": job " + name +
                                       " is another user's; a job may depend on its owner's "
                                       "jobs only");
     }

@@ -165,6 +165,10 @@ class PoolFlagsTest(unittest.TestCase):
         deps = self.job(after)["dependencies"]
         self.assertEqual([(d["job_id"], d["kind"]) for d in deps],
                          [(array + 1, "after-ok"), (array, "after-any")])
+        # Named as the user named them: the element ARRAY_INDEX, the array its id.
+        self.assertEqual([d.get("job_name") for d in deps], ["%d_1" % array, str(array)])
+        shown = gp("show", str(after), env=self.env, cwd=self.dir).stdout
+        self.assertIn("Depends:    after-ok %d_1, after-any %d\n" % (array, array), shown)
         r = gp("submit", "-d", "afterok:%d_0" % array, "--", "true", env=self.env,
                cwd=self.dir)
         self.assertEqual(r.returncode, 2)

@@ -440,6 +440,8 @@ class DashboardTest(unittest.TestCase):
                 self.assertIsNotNone(element, sorted(names))
                 self.assertEqual(element["state"], "SUCCEEDED")
                 self.assertEqual(element["cols"]["id"], "%d_%d" % (self.array, i))
+                # Its link opens the job page by ARRAY_INDEX, not by its store id.
+                self.assertTrue(css('#queue-table a[href="#/jobs/%d_%d"]' % (self.array, i)))
             self.assertEqual(names[str(self.failed)]["state"], "FAILED")
             # Sorting by a header: ids newest first, then oldest first; run time.
             ids = lambda: [r["id"] for r in queue_rows()]
@@ -512,6 +514,12 @@ class DashboardTest(unittest.TestCase):
             driver.get(base + "/#/jobs/%d_1" % self.array)
             wait.until(lambda d: self.job_field("id") and self.job_field("id").startswith("%d_1" % self.array))
             self.assertIn("element 1 of array %d" % self.array, self.job_field("array"))
+            # Its GPU utilisation asked for by ARRAY_INDEX too (GET /v1/telemetry?job=).
+            wait.until(lambda d: css("#job-telemetry"))
+            asked = driver.execute_script(
+                "return performance.getEntriesByType('resource').map(e => e.name)"
+                ".filter(n => n.includes('/v1/telemetry?job='))")
+            self.assertTrue([u for u in asked if u.endswith("job=%d_1" % self.array)], asked)
             # Another user's job: the API's refusal, not the job.
             driver.get(base + "/#/jobs/%d" % self.secret)
             wait.until(lambda d: css("#job-error"))

@@ -230,7 +230,11 @@ std::string RenderJob(const Json& job, int64_t now_us) {
     std::string pad(key.size() < 11 ? 11 - key.size() : 1, ' ');
     out += "  " + key + ":" + pad + CleanCell(value) + "\n";
   };
-  std::string title = "Job " + std::to_string(GetInt(job, "id"));
+  // An array's element as its user names it, ARRAY_INDEX (12_3), not by its store id.
+  const int64_t array_of = GetInt(job, "array_id");
+  std::string title = "Job " + (array_of != 0 ? std::to_string(array_of) + "_" +
+                                                    std::to_string(GetInt(job, "array_index"))
+                                              : std::to_string(GetInt(job, "id")));
   if (auto name = GetString(job, "name"); !name.empty()) title += " (" + CleanCell(name) + ")";
   out += title + ": " + GetString(job, "state", "?") + "\n";
   line("User", GetString(job, "user") + " (uid " + std::to_string(GetInt(job, "uid")) + ", gid " +
@@ -279,7 +283,10 @@ std::string RenderJob(const Json& job, int64_t now_us) {
   }
   std::vector<std::string> deps;
   for (const Json& d : GetArray(job, "dependencies")) {
-    deps.push_back(GetString(d, "kind") + " " + std::to_string(GetInt(d, "job_id")));
+    // job_name: as its user names it (12_3 for an array's element); older servers: the id.
+    const std::string name = GetString(d, "job_name");
+    deps.push_back(GetString(d, "kind") + " " +
+                   (name.empty() ? std::to_string(GetInt(d, "job_id")) : name));
   }
   if (!deps.empty()) line("Depends", Join(deps, ", "));
   if (auto h = GetString(job, "held_by"); !h.empty()) {

@@ -141,6 +141,18 @@ TEST(RenderJobTest, PendingShareAndGang) {
   EXPECT_NE(t.find("  Rendezvous: 10.0.0.1:41000\n"), std::string::npos) << t;
 }
 
+// show names an array's element, and its dependencies, as their user does (12_3; a
+// dependency by job_name, by job_id when an older server sends no name).
+TEST(RenderJobTest, AnArrayElementAndDependenciesByTheirNames) {
+  const Json job = Parse(R"({"id": 9, "array_id": 8, "array_index": 1, "dependencies": [
+    {"job_id": 7, "kind": "after-ok", "job_name": "5_3"},
+    {"job_id": 5, "kind": "after-any", "job_name": "5"}, {"job_id": 2, "kind": "after-ok"}]})");
+  const std::string out = RenderJob(job, kRenderNow);
+  EXPECT_EQ(out.rfind("Job 8_1: ", 0), 0u) << out;  // the element itself: ARRAY_INDEX too
+  EXPECT_NE(out.find("  Depends:    after-ok 5_3, after-any 5, after-ok 2\n"), std::string::npos)
+      << out;
+}
+
 // Issue 28: a job being preempted, and one preempted before, in show and queue.
 TEST(RenderJobTest, Preemptions) {
   const Json stopping = Parse(R"({"id": 5, "user": "alice", "state": "RUNNING",

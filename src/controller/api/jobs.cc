@@ -123,11 +123,25 @@ struct StartPlanView {
   explicit StartPlanView(Controller* c) : estimates(c->StartEstimates()), notes(c->StartNotes()) {}
 };
 
-// A job as the API shows it: jobs::JobToJson, for a pending job the scheduler's planned
-// start when it has one, else why not, and once sampled its gpu_util.
+// Each of `job`'s dependencies named as its user names it (`job_name`): an array's element
+// other than its first as ARRAY_INDEX (12_3); the first's id is the array's, so names the
+// array, and a job the store no longer has keeps its id.
+void AddDependencyNames(const ApiContext& ctx, const jobs::Job& job, OrderedJson& j) {
+  OrderedJson& deps = j["dependencies"];
+  for (size_t i = 0; i < job.dependencies.size() && i < deps.size(); ++i) {
+    const int64_t id = job.dependencies[i].job_id;
+    Result<jobs::Job> d = ctx.store->GetJob(id);
+    const bool element = d.ok() && d->array_id != 0 && d->array_id != id;
+    deps[i]["job_name"] = element ? lifecycle::UserJobId(*d) : std::to_string(id);
+  }
+}
+
+// A job as the API shows it: jobs::JobToJson (its dependencies named), for a pending job the
+// scheduler's planned start when it has one, else why not, and once sampled its gpu_util.
 OrderedJson JobJson(const ApiContext& ctx, const jobs::Job& job, const StartPlanView& plan) {
   const TelemetryHub& hub = ctx.telemetry->hub();
   OrderedJson j = jobs::JobToJson(job);
+  if (!job.dependencies.empty()) AddDependencyNames(ctx, job, j);
   if (job.state == jobs::JobState::kPending) {
     if (auto e = plan.estimates.find(job.id); e != plan.estimates.end()) {
       j["start_estimate_us"] = e->second;

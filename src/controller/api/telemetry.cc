@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <set>
 
+#include "common/strings.h"
 #include "controller/api/handlers.h"
+#include "controller/job_lifecycle.h"
 #include "controller/pool_accounting.h"
 #include "controller/telemetry_service.h"
 #include "controller/usage.h"
@@ -50,6 +52,22 @@ Status AddFairShares(const ApiContext& ctx, const std::vector<jobs::Job>& jobs, 
     row["norm_share"] = share.norm;
   }
   return Status::Ok();
+}
+
+// ?job= as the job routes take {id}: a job id, or ARRAY_INDEX (12_3) for an array's
+// element as `gpupool queue` prints it; the job's store id.
+Result<int64_t> JobQueryId(const ApiContext& ctx, const std::string& value, const Caller& caller) {
+  const size_t us = value.find('_');
+  const std::optional<int64_t> id = ParseInt64(std::string_view(value).substr(0, us));
+  std::optional<int64_t> index;
+  if (us != value.npos) index = ParseInt64(std::string_view(value).substr(us + 1));
+  if (!id || *id <= 0 ||
+      (us != value.npos && (!index || *index < 0 || *index > jobs::kMaxArrayIndex))) {
+    return Status::InvalidArgument("query parameter job='" + value +
+                                   "' must be a job id or ARRAY_INDEX (e.g. 12_3)");
+  }
+  if (!index) return *id;
+  return ctx.controller->ArrayElementId(*id, static_cast<int>(*index), caller);
 }
 
 }  // namespace
@@ -121,7 +139,7 @@ net::HttpResponse ReportUsage(const ApiContext& ctx, const Call& c) {
                             {"rows", std::move(rows)}});
 }
 
-// GET /v1/telemetry?job=ID | node=NAME[&gpu=INDEX] | (the pool), since_ms, step_s.
+// GET /v1/telemetry?job=ID (or ARRAY_INDEX) | node=NAME[&gpu=INDEX] | (the pool), since_ms, step_s.
 // Jobs: their owner or an admin; nodes and the pool: any caller that may call it.
 net::HttpResponse TelemetrySeries(const ApiContext& ctx, const Call& c) {
   const net::HttpRequest& r = c.r;
@@ -168,7 +186,7 @@ net::HttpResponse TelemetrySeries(const ApiContext& ctx, const Call& c) {
       return ErrorResponse(Status::PermissionDenied(
           "metrics tokens read node and pool series; a job's series is for its owner"));
     }
-    Result<int64_t> id = QueryInt(r, "job", 0, 1, INT64_MAX);
+    Result<int64_t> id = JobQueryId(ctx, job, c.caller);
     if (!id.ok()) return ErrorResponse(id.status());
     Result<jobs::Job> j = ctx.controller->Get(*id, c.caller);
     if (!j.ok()) return ErrorResponse(j.status());
@@ -177,6 +195,7 @@ net::HttpResponse TelemetrySeries(const ApiContext& ctx, const Call& c) {
     if (!older.ok()) return ErrorResponse(older.status());
     points = hub.JobSeries(*id, from, *step, split_ms, *older);
     answer["job"] = *id;
+    answer["job_name"] = lifecycle::UserJobId(*j);
   } else if (!node.empty()) {
     Result<int64_t> index = QueryInt(r, "gpu", -1, 0, 1 << 20);
     if (!index.ok()) return ErrorResponse(index.status());

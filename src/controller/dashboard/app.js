@@ -312,13 +312,13 @@
         }
         const who = h('div', { class: 'holders' }, holders.map((o) => o.other_user
           ? h('div', { class: 'holder other', text: 'another user' })
-          : h('div', { class: 'holder' }, h('a', { href: `#/jobs/${o.job_id}`, text: jobIdText({ id: o.job_id, array_id: o.array_id, array_index: o.array_index }) }), ` ${o.user}`)));
+          : h('div', { class: 'holder' }, h('a', { href: `#/jobs/${jobIdText({ id: o.job_id, array_id: o.array_id, array_index: o.array_index })}`, text: jobIdText({ id: o.job_id, array_id: o.array_id, array_index: o.array_index }) }), ` ${o.user}`)));
         return h('div', {
           class: health ? `gpu health-${health.state}` : 'gpu', title: tip.join('\n'),
           dataset: { node: n.name, index: g.index, allocatedMilli: g.allocated_milli, utilPct: t && typeof t.util_pct === 'number' ? t.util_pct : '',
             health: health ? health.state : 'healthy', healthReason: health ? health.reason || '' : '',
-            enforcement: g.enforcement || '', mig: mig.map((m) => `${m.profile}:${m.job || ''}`).join(' '),
-            holders: holders.map((o) => o.other_user ? `other:${o.gpu_milli}` : `${o.job_id}:${o.user}:${o.gpu_milli}`).join(' ') },
+            enforcement: g.enforcement || '', mig: mig.map((m) => `${m.profile}:${m.job ? jobIdText({ id: m.job, array_id: m.array_id, array_index: m.array_index }) : ''}`).join(' '),
+            holders: holders.map((o) => o.other_user ? `other:${o.gpu_milli}` : `${jobIdText({ id: o.job_id, array_id: o.array_id, array_index: o.array_index })}:${o.user}:${o.gpu_milli}`).join(' ') },
         }, fill, util, h('div', { class: 'label' }, lines.map((l) => h('div', { text: l })), who));
       });
       const unhealthy = (n.gpus || []).filter((g) => g.health && g.health.state && g.health.state !== 'healthy');
@@ -350,7 +350,7 @@
   // The queue's columns: key (the API's sort=FIELD, which sorts the whole list on the
   // server; `nosort`: no such field), header, the value shown, and the cell.
   const QUEUE_COLUMNS = [
-    { key: 'id', label: 'id', num: true, value: (j) => j.id, cell: (j) => h('a', { href: `#/jobs/${j.id}`, text: jobIdText(j) }) },
+    { key: 'id', label: 'id', num: true, value: (j) => j.id, cell: (j) => h('a', { href: `#/jobs/${jobIdText(j)}`, text: jobIdText(j) }) },
     { key: 'user', label: 'user', value: (j) => j.user || '' },
     { key: 'project', label: 'project', value: (j) => j.project || '' },
     { key: 'name', label: 'name', value: (j) => j.name || shellJoin(j.command) },
@@ -466,7 +466,7 @@
     if (jobView.id !== id) Object.assign(jobView, { id, task: null, stream: null, log: { key: '' } });
     const field = (k, v, key) => (v === undefined || v === null || v === '' ? [] :
       [h('dt', { text: k }), h('dd', { text: String(v), dataset: { field: key || k } })]);
-    const deps = (j.dependencies || []).map((d) => `${d.kind} ${d.job_id}`).join(', ');
+    const deps = (j.dependencies || []).map((d) => `${d.kind} ${d.job_name || d.job_id}`).join(', ');
     const env = j.env || {};
     const envKeys = Object.keys(env);
     const fields = h('dl', { class: 'fields', id: 'job-fields' },
@@ -476,9 +476,9 @@
       j.state === 'PENDING' ? field('waiting', j.pending_reason, 'pending_reason') : [],
       field('reason', j.reason),
       field('command', shellJoin(j.command), 'command'), field('workdir', j.workdir), field('image', j.image),
-      envKeys.length > 8 ? field('environment', `${envKeys.length} variables (gpupool show ${j.id} --json lists them)`, 'env')
+      envKeys.length > 8 ? field('environment', `${envKeys.length} variables (gpupool show ${jobIdText(j)} --json lists them)`, 'env')
         : field('environment', envKeys.map((k) => `${k}=${env[k]}`).join('\n'), 'env'),
-      j.script ? field('script', `${j.script.length} bytes, copied at submit (gpupool show ${j.id} --script)`, 'script') : [],
+      j.script ? field('script', `${j.script.length} bytes, copied at submit (gpupool show ${jobIdText(j)} --script)`, 'script') : [],
       field('output', j.output), field('error', j.error),
       field('request', requestText(r), 'request'), field('priority', j.priority),
       field('time limit', j.time_limit_s > 0 ? fmtDuration(j.time_limit_s) : 'none', 'time_limit'),
@@ -557,7 +557,7 @@
         id: 'job-cancel', text: 'Cancel job',
         onclick: async () => {
           if (!window.confirm(`Cancel job ${jobIdText(j)}?`)) return;
-          const cr = await api(`/v1/jobs/${j.id}/cancel`, { method: 'POST', headers: { 'X-Gpupool-CSRF': session.csrf } });
+          const cr = await api(`/v1/jobs/${jobIdText(j)}/cancel`, { method: 'POST', headers: { 'X-Gpupool-CSRF': session.csrf } });
           if (cr.status !== 200) window.alert(errorOf(cr));
           route();
         },
@@ -578,7 +578,7 @@
     // Not started: say so, whatever the nodes report (a pending job has no samples).
     const notYet = !j.start_time_us && !TERMINAL.includes(j.state) ? 'The job has not started: its GPU utilisation is plotted once it runs.'
       : !j.start_time_us ? 'The job never started: it has no GPU utilisation.' : '';
-    const plot = await telemetryPlot(`job=${encodeURIComponent(j.id)}`, `GPU utilisation of job ${jobIdText(j)}`, 'job-telemetry', { notYet });
+    const plot = await telemetryPlot(`job=${encodeURIComponent(jobIdText(j))}`, `GPU utilisation of job ${jobIdText(j)}`, 'job-telemetry', { notYet });
     const slot = document.getElementById('job-telemetry-slot');
     if (slot && gen === generation) slot.replaceChildren(plot);
   }
