@@ -230,7 +230,7 @@ TEST_F(ApiProjectsTest, ProjectNamesInTheLimitsArePrintableAndNotNone) {
       << r.body;
   r = SetLimits(R"x({"projects": {"(none)": {"max_gpus": 1}}})x");
   EXPECT_EQ(r.status, 400) << r.body;
-  EXPECT_EQ(Error(r).rfind("limits.projects.(none): '(none)' is how usage", 0), 0u) << r.body;
+  EXPECT_EQ(Error(r).rfind("limits.projects.(none): '(none)' is how /metrics", 0), 0u) << r.body;
   r = SetLimits(R"({"projects": {"team/vision": {"members": ["nobody"]}, "caf\u00e9": {}}})");
   EXPECT_EQ(r.status, 200) << r.body;
 }

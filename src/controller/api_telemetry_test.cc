@@ -1,5 +1,7 @@
 // GPU telemetry through the API (issue 17): node reports, the nodes' and jobs' views,
 // series and usage, the idle policy, /metrics' Xid and ECC counts.
+#include <tuple>
+
 #include "controller/api_test.h"
 
 namespace gpupool::controller::api_test {
@@ -523,13 +525,68 @@ TEST_F(ApiAccessTest, UsageGivesTheFairShareGroupsWeightsAndNormalisedShares) {
   EXPECT_EQ(usage["rows"][0]["fair_share"], 1.0);
   EXPECT_EQ(usage["rows"][0]["norm_share"], 0.25);
   usage = ParseJson(AsUid(0, "GET", "/v1/usage", {{"by", "project"}}).body, "answer").value();
-  ASSERT_EQ(usage["rows"].size(), 1u) << usage.dump();
-  EXPECT_FALSE(usage["rows"][0].contains("norm_share")) << usage.dump();
+  ASSERT_EQ(usage["rows"].size(), 3u) << usage.dump();  // each user's own group
+  for (const Json& row : usage["rows"]) EXPECT_FALSE(row.contains("norm_share")) << row.dump();
   // ?shares=0 leaves them out (the dashboard's per-day calls, which sum GPU-hours only).
   usage = ParseJson(AsUid(user_uid_, "GET", "/v1/usage", {{"shares", "0"}}).body, "answer").value();
   ASSERT_EQ(usage["rows"].size(), 1u) << usage.dump();
   EXPECT_FALSE(usage["rows"][0].contains("fair_share")) << usage.dump();
   EXPECT_EQ(AsUid(0, "GET", "/v1/usage", {{"shares", "yes"}}).status, 400);
+}
+
+// Under fair share by project, a job without a project is in its user's own group, named
+// after the user, as limits and fair share count it: one row per user (own_group), with its
+// weight and normalised share, not one "(none)" row for all; a project named after a user
+// is the same group (bob's job charging "alice" lands in alice's row).
+TEST_F(ApiAccessTest, UsageByProjectCountsJobsWithoutOneInTheirUsersOwnGroup) {
+  api_.reset();
+  controller_.reset();
+  ControllerOptions options;
+  options.fair_by = sched::FairShareGroup::kProject;
+  controller_ = Controller::Create(store_.get(), &clock_, options).value();
+  api_ = std::make_unique<Api>(controller_.get(), store_.get(), &clock_, AuthOptions{});
+  const int64_t now = clock_.NowMicros();
+  const std::vector<std::pair<std::string, std::string>> owners = {
+      {"alice", ""}, {"bob", ""}, {"bob", "alice"}, {user_, "vision"}};
+  for (const auto& [user, project] : owners) {
+    jobs::Job j;
+    j.user = user;
+    j.uid = user == user_ ? user_uid_ : 5000;
+    j.project = project;
+    j.command = {"true"};
+    j.request.gpus = 1;
+    j.state = jobs::JobState::kSucceeded;
+    j.submit_time_us = now - 7'200'000'000;
+    j.start_time_us = now - 7'200'000'000;
+    j.end_time_us = now - 3'600'000'000;
+    j.placement = {jobs::TaskPlacement{"vm", {0}, {"GPU-0"}, 1000}};
+    ASSERT_TRUE(store_->InsertJob(j).ok());
+  }
+  Limits limits;
+  limits.projects["alice"].fair_share = 2;
+  ASSERT_TRUE(controller_->SetLimits(limits, Caller{"root", 0, 0, true}).ok());
+  Json usage = ParseJson(AsUid(0, "GET", "/v1/usage").body, "answer").value();
+  ASSERT_EQ(usage["by"], "project");
+  // key -> (jobs, own_group, fair_share, norm_share)
+  std::map<std::string, std::tuple<int, bool, double, double>> rows;
+  for (const Json& row : usage["rows"]) {
+    rows[row["key"]] = {row["jobs"].get<int>(), row.value("own_group", false),
+                        row["fair_share"].get<double>(), row["norm_share"].get<double>()};
+  }
+  EXPECT_EQ(rows, (std::map<std::string, std::tuple<int, bool, double, double>>{
+                      {"alice", {2, true, 2, 0.5}},
+                      {"bob", {1, true, 1, 0.25}},
+                      {"vision", {1, false, 1, 0.25}}}))
+      << usage.dump();
+  // A user sees their own rows, with the share an admin sees.
+  usage = ParseJson(AsUid(user_uid_, "GET", "/v1/usage").body, "answer").value();
+  ASSERT_EQ(usage["rows"].size(), 1u) << usage.dump();
+  EXPECT_EQ(usage["rows"][0]["key"], "vision");
+  EXPECT_FALSE(usage["rows"][0].contains("own_group")) << usage.dump();
+  EXPECT_EQ(usage["rows"][0]["norm_share"], 0.25);
+  // By user, no row is a group of jobs without a project.
+  usage = ParseJson(AsUid(0, "GET", "/v1/usage", {{"by", "user"}}).body, "answer").value();
+  for (const Json& row : usage["rows"]) EXPECT_FALSE(row.contains("own_group")) << row.dump();
 }
 
 }  // namespace

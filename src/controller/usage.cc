@@ -61,9 +61,11 @@ std::vector<UsageRow> ComputeUsage(const std::vector<jobs::Job>& jobs, int64_t s
   std::map<std::string, UsageRow> rows;
   for (const jobs::Job& j : jobs) {
     if (!HeldGpusInside(j, since_us, until_us, now_us)) continue;
-    const std::string key = by == "project" ? (j.project.empty() ? "(none)" : j.project) : j.user;
+    const bool by_project = by == "project";
+    const std::string& key = by_project ? jobs::AccountingProject(j) : j.user;
     UsageRow& r = rows[key];
     r.key = key;
+    r.own_group = r.own_group || (by_project && j.project.empty());
     r.gpu_hours += JobGpuHours(j, since_us, until_us, now_us);
     if (auto u = used_hours.find(j.id); u != used_hours.end()) r.used_gpu_hours += u->second;
     r.jobs += 1;

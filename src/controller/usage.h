@@ -17,7 +17,12 @@
 namespace gpupool::controller {
 
 struct UsageRow {
-  std::string key;            // user or project
+  // User, or (by project) fair-share group: the job's project, else its user's name
+  // (jobs::AccountingProject), as limits and fair share count it.
+  std::string key;
+  // By project: the row holds jobs without a project of user `key` (their own group; a
+  // project named `key` is the same group, and its jobs are counted in the same row).
+  bool own_group = false;
   double gpu_hours = 0;       // allocated
   double used_gpu_hours = 0;  // utilisation-weighted (jobs without samples add nothing)
   int jobs = 0;
@@ -28,7 +33,8 @@ struct UsageRow {
 // The GPU-hours job `j` held inside [since_us, until_us) (up to now_us while it runs).
 double JobGpuHours(const jobs::Job& j, int64_t since_us, int64_t until_us, int64_t now_us);
 
-// `by` is "user" or "project". Rows sorted by GPU-hours, largest first. `used_hours`:
+// `by` is "user" or "project" (a job without a project in its user's own group, named
+// after the user: own_group). Rows sorted by GPU-hours, largest first. `used_hours`:
 // each job's used GPU-hours inside the window (TelemetryHub::UsedGpuHours).
 std::vector<UsageRow> ComputeUsage(const std::vector<jobs::Job>& jobs, int64_t since_us,
                                    int64_t until_us, int64_t now_us, const std::string& by,

@@ -199,7 +199,7 @@ Status ValidateProjectName(const std::string& project, const std::string& field)
   }
   if (project == "(none)") {
     return Status::InvalidArgument(field +
-                                   ": '(none)' is how usage and /metrics name jobs without a "
+                                   ": '(none)' is how /metrics labels jobs without a "
                                    "project; name the project otherwise, or leave it out");
   }
   return Status::Ok();

@@ -110,7 +110,7 @@ TEST(SubmissionTest, AProjectIsAShortNameWithoutControlCharacters) {
   // The third red team: jobs of project "(none)" were counted with those of none in
   // usage and /metrics.
   j.project = "(none)";
-  EXPECT_TRUE(ValidateSubmission(j).message().starts_with("project: '(none)' is how usage"));
+  EXPECT_TRUE(ValidateSubmission(j).message().starts_with("project: '(none)' is how /metrics"));
 }
 
 // Issue 28: --min-runtime and --grace only with --preemptible; interactive jobs are never

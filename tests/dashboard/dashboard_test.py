@@ -548,6 +548,12 @@ class DashboardTest(unittest.TestCase):
             for share in shares:
                 self.assertRegex(share, r"^1 \(\d+\.\d%\)$")
             self.assertNotIn("fair share", [th.text for th in css("#usage-project-table th")])
+            # nobody's jobs without a project: their own group, named after them and marked
+            # so (as limits and fair share by project count them), not a "(none)" row.
+            groups = [tr.find_elements(By.TAG_NAME, "td")[0].text
+                      for tr in css("#usage-project-table tbody tr")]
+            self.assertIn("nobody (user's own)", groups)
+            self.assertNotIn("(none)", groups)
             shot("usage")
             # The time-range picker: the last 7 days asks the usage API for them.
             window = lambda: [int(driver.execute_script(

@@ -16,6 +16,7 @@ Exit 77 (skipped) without root (the pool's jobs run as root here).
 """
 import json
 import os
+import pwd
 import subprocess
 import sys
 import unittest
@@ -73,9 +74,21 @@ class FairByProjectTest(unittest.TestCase):
         answer = json.loads(r.stdout)
         self.assertEqual(answer["by"], "project")
         self.assertEqual(answer["fair_share_by"], "project")
+        # The blocker, without a project, is in its user's own group, named after the user,
+        # with its weight and share like A and B: no "(none)" row.
+        me = pwd.getpwuid(os.getuid()).pw_name
+        rows = {row["key"]: row for row in answer["rows"]}
+        self.assertNotIn("(none)", rows, answer)
+        self.assertTrue(rows[me].get("own_group"), answer)
+        self.assertEqual(rows[me]["fair_share"], 1, answer)
+        self.assertGreater(rows[me]["norm_share"], 0, answer)
+        for p in ("A", "B"):
+            self.assertNotIn("own_group", rows.get(p, {}), answer)
         r = self.cli("usage")
         self.assertEqual(r.returncode, 0, r.stderr)
         self.assertIn(", by project (this pool's fair-share groups)", r.stdout)
+        self.assertIn("%s (user's own)" % me, r.stdout)
+        self.assertNotIn("(none)", r.stdout)
         for ids in jobs.values():
             for j in ids:
                 self.cli("cancel", str(j))

@@ -466,7 +466,9 @@ std::string RenderUsage(const Json& answer) {
     total_used += u;
     total_jobs += jobs;
     std::string key = GetString(row, "key");
-    if (key.empty()) key = "(none)";
+    if (key.empty()) key = "(none)";  // an older server's jobs without a project
+    // By project, user `key`'s jobs without a project: their own group, named after them.
+    if (GetBool(row, "own_group")) key += " (user's own)";
     std::vector<std::string> cells = {key, Hours(h)};
     if (used) cells.insert(cells.end(), {Hours(u), efficiency(u, h)});
     cells.push_back(std::to_string(jobs));
@@ -497,11 +499,18 @@ std::string RenderUsageCsv(const Json& answer) {
     std::snprintf(buf, sizeof buf, "%.6f", v);
     return std::string(buf);
   };
-  std::string out = GetString(answer, "by", "user") + ",gpu_hours,used_gpu_hours,efficiency,jobs\n";
+  // By project, one more column last (the earlier ones as they were): 1 where the row holds
+  // a user's jobs without a project, in their own group named after them.
+  const std::string by = GetString(answer, "by", "user");
+  const bool by_project = by == "project";
+  std::string out =
+      by + ",gpu_hours,used_gpu_hours,efficiency,jobs" + (by_project ? ",own_group\n" : "\n");
   for (const Json& row : GetArray(answer, "rows")) {
     out += field(GetString(row, "key")) + "," + number(GetDouble(row, "gpu_hours")) + "," +
            number(GetDouble(row, "used_gpu_hours")) + "," + number(GetDouble(row, "efficiency")) +
-           "," + std::to_string(GetInt(row, "jobs")) + "\n";
+           "," + std::to_string(GetInt(row, "jobs"));
+    if (by_project) out += GetBool(row, "own_group") ? ",1" : ",0";
+    out += "\n";
   }
   return out;
 }

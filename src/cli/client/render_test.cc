@@ -443,6 +443,31 @@ TEST(RenderUsageTest, RowsAndTotal) {
             "TOTAL        12.75     5\n");
 }
 
+// By project, a user's jobs without a project are their own fair-share group, named after
+// them (own_group): marked so, with its weight and share; the CSV says so in a last column.
+TEST(RenderUsageTest, AUsersOwnGroupIsMarked) {
+  const Json answer = Parse(R"({"since_us": 1790899200000000, "until_us": 1793491200000000,
+    "by": "project", "fair_share_by": "project",
+    "rows": [{"key": "vision", "gpu_hours": 12.5, "jobs": 4, "fair_share": 2, "norm_share": 0.5},
+             {"key": "alice", "own_group": true, "gpu_hours": 0.25, "jobs": 1, "fair_share": 1,
+              "norm_share": 0.25},
+             {"key": "bob", "own_group": true, "gpu_hours": 0.25, "jobs": 1, "fair_share": 1,
+              "norm_share": 0.25}]})");
+  EXPECT_EQ(RenderUsage(answer),
+            "GPU-hours allocated from 2026-10-02T00:00:00Z to 2026-11-01T00:00:00Z, by project "
+            "(this pool's fair-share groups)\n"
+            "PROJECT             GPU-HOURS  JOBS  FAIR_SHARE  NORM_SHARE\n"
+            "vision                  12.50     4           2       0.500\n"
+            "alice (user's own)       0.25     1           1       0.250\n"
+            "bob (user's own)         0.25     1           1       0.250\n"
+            "TOTAL                   13.00     6\n");
+  EXPECT_EQ(RenderUsageCsv(answer),
+            "project,gpu_hours,used_gpu_hours,efficiency,jobs,own_group\n"
+            "vision,12.500000,0.000000,0.000000,4,0\n"
+            "alice,0.250000,0.000000,0.000000,1,1\n"
+            "bob,0.250000,0.000000,0.000000,1,1\n");
+}
+
 // Rows of the pool's fair-share groups carry their weight and normalised share (sshare's
 // RawShares and NormShares): two more columns.
 TEST(RenderUsageTest, FairShareGroupsShowTheirWeightAndNormalisedShare) {

@@ -150,7 +150,7 @@ Status CheckProjectNames(const Limits& next, const Limits& current) {
     }
     if (was == nullptr && project == "(none)") {
       return Status::InvalidArgument(
-          "limits.projects.(none): '(none)' is how usage and /metrics name jobs without a "
+          "limits.projects.(none): '(none)' is how /metrics labels jobs without a "
           "project; name the project otherwise");
     }
     if (was == nullptr && project == "none") {

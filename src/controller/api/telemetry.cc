@@ -29,8 +29,8 @@ namespace {
 // Under ?by= the pool's fair-share groups, each row's fair-share weight and normalised share
 // (sshare's RawShares and NormShares): its weight over the sum of the weights of every
 // group that held GPUs in the window, all users' whoever asks (`jobs` holds the caller's
-// only when `everyone` is false). A "(none)" row (jobs without a project) is each user's
-// own group, not one: it gets neither.
+// only when `everyone` is false). By project, a user's jobs without a project are in the
+// group named after the user (their row's own_group), as fair share counts them.
 Status AddFairShares(const ApiContext& ctx, const std::vector<jobs::Job>& jobs, bool everyone,
                      int64_t since, int64_t until, int64_t now, bool by_project,
                      OrderedJson& rows) {
@@ -46,7 +46,6 @@ Status AddFairShares(const ApiContext& ctx, const std::vector<jobs::Job>& jobs, 
   const auto weights = sched::FairShareWeights(ctx.controller->GetLimits().limits, by_project);
   for (OrderedJson& row : rows) {
     const std::string key = row["key"].get<std::string>();
-    if (by_project && key == "(none)") continue;
     const GroupShare share = ShareOfGroup(key, groups, weights);
     row["fair_share"] = share.weight;
     row["norm_share"] = share.norm;
@@ -127,6 +126,8 @@ net::HttpResponse ReportUsage(const ApiContext& ctx, const Call& c) {
                     {"used_gpu_hours", u.used_gpu_hours},
                     {"efficiency", u.efficiency()},
                     {"jobs", u.jobs}});
+    // The row holds user `key`'s jobs without a project: their own group.
+    if (u.own_group) rows.back()["own_group"] = true;
   }
   if (by == fair_by && shares == "1" && !rows.empty()) {
     Status added = AddFairShares(ctx, *jobs, everyone, *since, *until, now, by == "project", rows);

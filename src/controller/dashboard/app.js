@@ -643,7 +643,8 @@
     if (gen !== generation) return;
     if (byUser.status !== 200) return show(h('h1', { text: 'Usage' }), picker, h('p', { class: 'error', id: 'usage-error', text: errorOf(byUser) }));
     const rowsOf = (res) => ((res.body && res.body.rows) || []).map((r) => ({
-      label: r.key || '(none)', value: r.gpu_hours, value2: typeof r.used_gpu_hours === 'number' ? r.used_gpu_hours : undefined, jobs: r.jobs, efficiency: r.efficiency,
+      // By project, a user's jobs without a project: their own fair-share group, named after them.
+      label: r.own_group ? `${r.key} (user's own)` : r.key || '(none)', value: r.gpu_hours, value2: typeof r.used_gpu_hours === 'number' ? r.used_gpu_hours : undefined, jobs: r.jobs, efficiency: r.efficiency,
       // The pool's fair-share groups: their weight and normalised share (sshare's RawShares, NormShares).
       share: typeof r.norm_share === 'number' ? `${Number(r.fair_share)} (${fmtNum(r.norm_share * 100, 1)}%)` : undefined,
     })).sort((a, b) => b.value - a.value);
