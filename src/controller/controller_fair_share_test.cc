@@ -29,27 +29,30 @@ class FairShareTest : public ControllerTest {
     j.preemptible = preemptible;
     return c_->Submit(j, who).value();
   }
-  // GPUs held by the jobs of each project.
-  std::map<std::string, int> GpusByProject(const std::vector<Job>& jobs) {
+  // GPUs held by the jobs of each project (`by_user`: of each user).
+  std::map<std::string, int> GpusBy(const std::vector<Job>& jobs, bool by_user = false) {
     std::map<std::string, int> out;
     for (const Job& j : jobs) {
       const Job now = Get(j.id);
       if (now.state == JobState::kAssigned || now.state == JobState::kRunning) {
-        out[now.project] += now.request.gpus;
+        out[by_user ? now.user : now.project] += now.request.gpus;
       }
     }
     return out;
   }
-  // GPUs held by the jobs of each user.
+  std::map<std::string, int> GpusByProject(const std::vector<Job>& jobs) { return GpusBy(jobs); }
   std::map<std::string, int> GpusByUser(const std::vector<Job>& jobs) {
-    std::map<std::string, int> out;
-    for (const Job& j : jobs) {
-      const Job now = Get(j.id);
-      if (now.state == JobState::kAssigned || now.state == JobState::kRunning) {
-        out[now.user] += now.request.gpus;
-      }
+    return GpusBy(jobs, /*by_user=*/true);
+  }
+  // Every job of `running` (placed) starts, and the clock passes the default 600 s
+  // minimum run time, so they may be preempted.
+  void StartPastTheMinimumRunTime(std::vector<Job>& running) {
+    for (Job& j : running) {
+      j = Get(j.id);
+      ASSERT_EQ(j.state, JobState::kAssigned);
+      ASSERT_TRUE(Apply({Ev(j, protocol::EventKind::kStarted)}).ok());
     }
-    return out;
+    clock_.AdvanceMicros(int64_t{1800} * 1'000'000);
   }
   // Sets the limits from their JSON (as PUT /v1/limits takes them).
   void SetLimits(const char* json) {
@@ -102,12 +105,8 @@ TEST_F(FairShareTest, FairSharePreemptionWeighsTheShares) {
     ASSERT_TRUE(c_->ScheduleOnce().ok());
     for (int i = 0; i < 2; ++i) running.push_back(SubmitTo(alice_, "A", /*preemptible=*/true));
     ASSERT_TRUE(c_->ScheduleOnce().ok());
-    for (Job& j : running) {
-      j = Get(j.id);
-      ASSERT_EQ(j.state, JobState::kAssigned);
-      ASSERT_TRUE(Apply({Ev(j, protocol::EventKind::kStarted)}).ok());
-    }
-    clock_.AdvanceMicros(int64_t{1800} * 1'000'000);  // past the default 600 s minimum
+    StartPastTheMinimumRunTime(running);
+    if (HasFatalFailure()) return;
     const Job waiting = SubmitTo(alice_, "A");
     ASSERT_TRUE(c_->ScheduleOnce().ok());
     SetLimits(limits);
@@ -163,12 +162,8 @@ TEST_F(FairShareTest, ByProjectAnotherUserOfAProjectAboveItsSharePreemptsNobody)
     for (int i = 0; i < 4; ++i) running.push_back(SubmitTo(alice_, "A", /*preemptible=*/true));
     for (int i = 0; i < 2; ++i) running.push_back(SubmitTo(carol_, "B", /*preemptible=*/true));
     ASSERT_TRUE(c_->ScheduleOnce().ok());
-    for (Job& j : running) {
-      j = Get(j.id);
-      ASSERT_EQ(j.state, JobState::kAssigned);
-      ASSERT_TRUE(Apply({Ev(j, protocol::EventKind::kStarted)}).ok());
-    }
-    clock_.AdvanceMicros(int64_t{1800} * 1'000'000);  // past the default 600 s minimum
+    StartPastTheMinimumRunTime(running);
+    if (HasFatalFailure()) return;
     const Job waiting = SubmitTo(bob_, "A");
     ASSERT_TRUE(c_->ScheduleOnce().ok());
     std::map<std::string, int> stopping;  // by victim's user
@@ -199,11 +194,8 @@ TEST_F(FairShareTest, ThePreemptionsReasonNamesTheGroupFairShareIsBy) {
       for (int i = 0; i < 3; ++i) running.push_back(SubmitTo(*who, "A", /*preemptible=*/true));
     }
     ASSERT_TRUE(c_->ScheduleOnce().ok());
-    for (Job& j : running) {
-      j = Get(j.id);
-      ASSERT_TRUE(Apply({Ev(j, protocol::EventKind::kStarted)}).ok());
-    }
-    clock_.AdvanceMicros(int64_t{1800} * 1'000'000);
+    StartPastTheMinimumRunTime(running);
+    if (HasFatalFailure()) return;
     const Job waiting = SubmitTo(carol_, "B");
     ASSERT_TRUE(c_->ScheduleOnce().ok());
     Job victim;
