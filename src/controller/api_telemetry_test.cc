@@ -481,6 +481,24 @@ TEST_F(ApiAccessTest, UsageGroupsByTheFairShareGroupsUnlessAsked) {
   EXPECT_EQ(usage["fair_share_by"], "project");
 }
 
+// A job of `user` (uid `uid`) that ended an hour before `now_us` after an hour on GPU 0
+// of vm: one GPU-hour for usage.
+jobs::Job HourOnOneGpuOf(const std::string& user, int64_t uid, const std::string& project,
+                         int64_t now_us) {
+  jobs::Job j;
+  j.user = user;
+  j.uid = uid;
+  j.project = project;
+  j.command = {"true"};
+  j.request.gpus = 1;
+  j.state = jobs::JobState::kSucceeded;
+  j.submit_time_us = now_us - 7'200'000'000;
+  j.start_time_us = now_us - 7'200'000'000;
+  j.end_time_us = now_us - 3'600'000'000;
+  j.placement = {jobs::TaskPlacement{"vm", {0}, {"GPU-0"}, 1000}};
+  return j;
+}
+
 // Fair-share weights (the limits' fair_share): GET /v1/usage gives each row of the pool's
 // fair-share groups its weight and normalised share (sshare's RawShares, NormShares): its
 // weight over the sum of the weights of every group that held GPUs in the window. A user
@@ -489,17 +507,8 @@ TEST_F(ApiAccessTest, UsageGroupsByTheFairShareGroupsUnlessAsked) {
 TEST_F(ApiAccessTest, UsageGivesTheFairShareGroupsWeightsAndNormalisedShares) {
   const int64_t now = clock_.NowMicros();
   for (const std::string& user : {std::string("alice"), std::string("bob"), user_}) {
-    jobs::Job j;
-    j.user = user;
-    j.uid = user == user_ ? user_uid_ : 5000;
-    j.command = {"true"};
-    j.request.gpus = 1;
-    j.state = jobs::JobState::kSucceeded;
-    j.submit_time_us = now - 7'200'000'000;
-    j.start_time_us = now - 7'200'000'000;
-    j.end_time_us = now - 3'600'000'000;
-    j.placement = {jobs::TaskPlacement{"vm", {0}, {"GPU-0"}, 1000}};
-    ASSERT_TRUE(store_->InsertJob(j).ok());
+    ASSERT_TRUE(
+        store_->InsertJob(HourOnOneGpuOf(user, user == user_ ? user_uid_ : 5000, "", now)).ok());
   }
   Limits limits;
   limits.users["alice"].fair_share = 2;
@@ -543,18 +552,9 @@ TEST_F(ApiAccessTest, UsageByProjectCountsJobsWithoutOneInTheirUsersOwnGroup) {
   const std::vector<std::pair<std::string, std::string>> owners = {
       {"alice", ""}, {"bob", ""}, {"bob", "alice"}, {user_, "vision"}};
   for (const auto& [user, project] : owners) {
-    jobs::Job j;
-    j.user = user;
-    j.uid = user == user_ ? user_uid_ : 5000;
-    j.project = project;
-    j.command = {"true"};
-    j.request.gpus = 1;
-    j.state = jobs::JobState::kSucceeded;
-    j.submit_time_us = now - 7'200'000'000;
-    j.start_time_us = now - 7'200'000'000;
-    j.end_time_us = now - 3'600'000'000;
-    j.placement = {jobs::TaskPlacement{"vm", {0}, {"GPU-0"}, 1000}};
-    ASSERT_TRUE(store_->InsertJob(j).ok());
+    ASSERT_TRUE(
+        store_->InsertJob(HourOnOneGpuOf(user, user == user_ ? user_uid_ : 5000, project, now))
+            .ok());
   }
   Limits limits;
   limits.projects["alice"].fair_share = 2;
