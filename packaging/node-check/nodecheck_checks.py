@@ -579,8 +579,9 @@ SHARE_CAP_GIB = 2  # each enforcement job's --gpu-mem
 
 
 def check_enforcement(ctx):
-    """Two --gpu-mem shares on one GPU: under MPS the one that asks for three times its cap
-    gets an out-of-memory error near the cap (not a crash or a hang), and the other, running
+    """Three --gpu-mem shares on one GPU: under MPS the one that asks for three times its cap
+    gets an out-of-memory error near the cap (not a crash or a hang), so does one that drops
+    its CUDA_MPS_* variables first (the control daemon's ceiling), and the other, running
     at the same time, carries on."""
     need_pool(ctx)
     need_torch(ctx)
@@ -592,9 +593,15 @@ def check_enforcement(ctx):
                     [ctx.torch_python, ctx.job_script, "alloc", str(3 * SHARE_CAP_GIB), "4"])["id"]
     steady = submit(ctx, "nodecheck-steady", ["--gpu-mem", cap],
                     [ctx.torch_python, ctx.job_script, "alloc", "1", "8"])["id"]
-    follow_jobs(ctx, [greedy, steady], 45)
+    # A share that drops its MPS variables before CUDA starts: the GPU's control daemon
+    # still holds it to the largest share on the GPU (docs/sharing.md, "MPS").
+    defiant = submit(ctx, "nodecheck-defiant", ["--gpu-mem", cap],
+                     ["env", "-u", "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT", "-u",
+                      "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", ctx.torch_python, ctx.job_script,
+                      "alloc", str(3 * SHARE_CAP_GIB), "4"])["id"]
+    follow_jobs(ctx, [greedy, steady, defiant], 45)
     res = {}
-    for label, jid in (("greedy", greedy), ("steady", steady)):
+    for label, jid in (("greedy", greedy), ("steady", steady), ("defiant", defiant)):
         j = save_job(ctx, d, jid)
         ev = events(logs(ctx, jid))
         if ev.get("start", {}).get("torch", "") is None:
@@ -632,6 +639,18 @@ def check_enforcement(ctx):
         problems.append("the greedy share got %s MiB, past its %d GiB cap" % (g.get("allocated_mib"), SHARE_CAP_GIB))
     if st.get("result") != "ok":
         problems.append("the steady share could not allocate 1 GiB: %s" % st)
+    dv = res["defiant"]
+    df = dv["alloc"] or {}
+    if dv["state"] != "SUCCEEDED":
+        problems.append("the share without MPS variables ended %s: %s %s" % (
+            dv["state"], dv["reason"], dv["stderr"]))
+    if (dv["env"] or {}).get("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"):
+        problems.append("the share meant to drop its MPS variables still had them")
+    if df.get("result") != "oom" or df.get("allocated_mib", 0) > SHARE_CAP_GIB * 1024:
+        problems.append("the share that dropped its MPS variables asked for %d GiB and got %s "
+                        "(%s MiB): the control daemon's ceiling did not hold it" % (
+                            3 * SHARE_CAP_GIB, df.get("result"), df.get("allocated_mib")))
+    details["defiant_alloc"] = df
     a, b = res["greedy"], res["steady"]
     together = a["start_us"] and b["start_us"] and max(a["start_us"], b["start_us"]) < min(
         a["end_us"] or 0, b["end_us"] or 0)
@@ -643,10 +662,10 @@ def check_enforcement(ctx):
         details["problems"] = problems
         return FAIL, "; ".join(problems[:3]), details
     return PASS, ("MPS: a share capped at %d GiB that asked for %d got an out-of-memory error at %s MiB "
-                  "(free %s of %s MiB as CUDA saw it), while the share beside it on the same GPU "
-                  "ran %s products") % (
+                  "(free %s of %s MiB as CUDA saw it), one that dropped its MPS variables at %s "
+                  "MiB, while the share beside them on the same GPU ran %s products") % (
         SHARE_CAP_GIB, 3 * SHARE_CAP_GIB, g.get("allocated_mib"), g.get("free_mib"),
-        g.get("total_mib"), (b["end"] or {}).get("products")), details
+        g.get("total_mib"), df.get("allocated_mib"), (b["end"] or {}).get("products")), details
 
 
 def xid_gauge(ctx, uuid):

@@ -4,6 +4,8 @@
 
 #include <algorithm>
 
+#include "agent/mps.h"
+
 namespace gpupool::agent {
 namespace {
 
@@ -47,10 +49,11 @@ void SetShareLimits(const LaunchSpec& spec, int milli, std::map<std::string, std
   if (!spec.cu_mask.empty()) env["HSA_CU_MASK"] = "0:" + spec.cu_mask;
   if (spec.share_enforcement != "mps" || spec.mps_pipe_dir.empty()) return;
   env["CUDA_MPS_PIPE_DIRECTORY"] = spec.mps_pipe_dir;
-  env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] = std::to_string(std::clamp((milli + 9) / 10, 1, 100));
-  if (spec.share_memory_bytes > 0) {
-    const uint64_t mib = std::max<uint64_t>(1, spec.share_memory_bytes >> 20);
-    env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] = "0=" + std::to_string(mib) + "M";
+  // The same limits as the daemon's ceiling for this client (mps.h).
+  const MpsLimits limits = MpsLimitsFor(milli, spec.share_memory_bytes);
+  env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] = std::to_string(limits.thread_percentage);
+  if (limits.pinned_mib > 0) {
+    env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] = "0=" + std::to_string(limits.pinned_mib) + "M";
   }
 }
 

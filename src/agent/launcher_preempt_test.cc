@@ -94,7 +94,7 @@ TEST(LauncherPreemptTest, ALeaseOnTheDeadlineFileDoesNotDelayTheStop) {
       TestSpec(304, {"/usr/bin/python3", "-c",
                      "import fcntl, os, signal, time\n"
                      "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
-            "signal.signal(signal.SIGIO, signal.SIG_IGN)  # the lease break's\n"
+                     "signal.signal(signal.SIGIO, signal.SIG_IGN)  # the lease break's\n"
                      "fd = os.open(os.environ['GPUPOOL_PREEMPT_DEADLINE_FILE'], os.O_RDONLY)\n"
                      "fcntl.fcntl(fd, 1024, fcntl.F_RDLCK)  # F_SETLEASE\n"
                      "print('ready', flush=True)\n"

@@ -113,6 +113,13 @@ std::string FindMpsControl(const std::string& configured) {
   return "";
 }
 
+MpsLimits MpsLimitsFor(int gpu_milli, uint64_t memory_bytes) {
+  MpsLimits l;
+  l.thread_percentage = std::clamp((gpu_milli + 9) / 10, 1, 100);
+  l.pinned_mib = memory_bytes == 0 ? 0 : std::max<uint64_t>(1, memory_bytes >> 20);
+  return l;
+}
+
 MpsDaemons::MpsDaemons(MpsOptions options) : options_(std::move(options)) {}
 
 std::string MpsDaemons::Dir(const std::string& gpu) const {
@@ -160,6 +167,7 @@ bool MpsDaemons::Answers(const std::string& gpu) const {
 
 Status MpsDaemons::Start(const std::string& gpu, uid_t uid, gid_t gid) {
   const std::string dir = Dir(gpu);
+  ceilings_.erase(gpu);  // a new daemon starts with NVIDIA's defaults
   std::error_code ec;
   fs::remove_all(dir, ec);  // a dead daemon's leftovers
   fs::create_directories(dir, ec);
@@ -199,6 +207,7 @@ Status MpsDaemons::Start(const std::string& gpu, uid_t uid, gid_t gid) {
 
 Status MpsDaemons::Stop(const std::string& gpu) {
   const std::string dir = Dir(gpu);
+  ceilings_.erase(gpu);
   if (Answers(gpu)) {
     if (Result<std::string> q = Control(gpu, "quit\n"); !q.ok()) return q.status();
   }
@@ -208,13 +217,48 @@ Status MpsDaemons::Stop(const std::string& gpu) {
   return Status::Ok();
 }
 
+Status MpsDaemons::ApplyCeiling(const std::string& gpu) {
+  auto it = clients_.find(gpu);
+  if (it == clients_.end() || it->second.empty()) return Status::Ok();
+  MpsLimits top{1, 0};
+  bool capped = true;  // a client without a memory cap leaves the memory ceiling alone
+  for (const auto& [run, limits] : it->second) {
+    top.thread_percentage = std::max(top.thread_percentage, limits.thread_percentage);
+    capped = capped && limits.pinned_mib > 0;
+    top.pinned_mib = std::max(top.pinned_mib, limits.pinned_mib);
+  }
+  if (!capped) top.pinned_mib = 0;
+  if (auto was = ceilings_.find(gpu); was != ceilings_.end() && was->second == top) {
+    return Status::Ok();
+  }
+  // The running servers (one per user at a time): the defaults reach only servers started
+  // later. The device is 0, the one the daemon's CUDA_VISIBLE_DEVICES leaves it.
+  GP_ASSIGN_OR_RETURN(std::string servers, Control(gpu, "get_server_list\n"));
+  const std::string pct = std::to_string(top.thread_percentage);
+  const std::string mib = std::to_string(top.pinned_mib) + "M";
+  std::string commands = "set_default_active_thread_percentage " + pct + "\n";
+  if (top.pinned_mib > 0) commands += "set_default_device_pinned_mem_limit 0 " + mib + "\n";
+  for (const std::string& line : Split(servers, '\n')) {
+    const std::string pid(Trim(line));
+    if (pid.empty() ||
+        !std::all_of(pid.begin(), pid.end(), [](char c) { return c >= '0' && c <= '9'; })) {
+      continue;
+    }
+    commands += "set_active_thread_percentage " + pid + " " + pct + "\n";
+    if (top.pinned_mib > 0) commands += "set_device_pinned_mem_limit " + pid + " 0 " + mib + "\n";
+  }
+  GP_RETURN_IF_ERROR(Control(gpu, commands).status());
+  ceilings_[gpu] = top;
+  return Status::Ok();
+}
+
 Result<std::string> MpsDaemons::Acquire(const std::string& gpu, const RunId& run, uid_t uid,
-                                        gid_t gid) {
+                                        gid_t gid, const MpsLimits& limits) {
   if (!IsFolderSafe(gpu)) {
     return Status::InvalidArgument("GPU id '" + gpu + "' cannot name an MPS folder");
   }
   std::lock_guard lock(mu_);
-  std::set<RunId>& runs = clients_[gpu];
+  std::map<RunId, MpsLimits>& runs = clients_[gpu];
   const std::string dir = Dir(gpu);
   if (!Answers(gpu)) {
     if (Status s = Start(gpu, uid, gid); !s.ok()) {
@@ -231,15 +275,27 @@ Result<std::string> MpsDaemons::Acquire(const std::string& gpu, const RunId& run
       GP_RETURN_IF_ERROR(WriteFileAtomically(dir + "/owner", "shared\n"));
     }
   }
-  runs.insert(run);
+  const bool counted = runs.count(run) != 0;
+  runs[run] = limits;
+  if (Status s = ApplyCeiling(gpu); !s.ok()) {
+    // Not held to its share: the run does not start as this GPU's client.
+    if (!counted) runs.erase(run);
+    if (runs.empty()) {
+      clients_.erase(gpu);
+      (void)Stop(gpu);
+    }
+    return Status::Unavailable("the MPS control daemon of " + gpu +
+                               " did not take the share's limits: " + s.message());
+  }
   return dir + "/pipe";
 }
 
 Status MpsDaemons::Release(const RunId& run) {
   std::lock_guard lock(mu_);
   for (auto it = clients_.begin(); it != clients_.end(); ++it) {
-    if (it->second.erase(run) == 0 || !it->second.empty()) continue;
+    if (it->second.erase(run) == 0) continue;
     const std::string gpu = it->first;
+    if (!it->second.empty()) return ApplyCeiling(gpu);
     clients_.erase(it);
     return Stop(gpu);
   }

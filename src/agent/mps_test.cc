@@ -21,6 +21,9 @@ namespace fs = std::filesystem;
 const std::string kStandIn =
     std::string(GPUPOOL_BINARY_DIR) + "/tests/fakelib/mps/nvidia-cuda-mps-control";
 
+// Half a GPU with 1 GiB of its memory.
+const MpsLimits kHalf{50, 1024};
+
 class MpsTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -57,11 +60,11 @@ class MpsTest : public ::testing::Test {
 TEST_F(MpsTest, OneDaemonPerGpuQuitAfterItsLastClient) {
   MpsDaemons mps(Options());
   const RunId a1{1, 0, 1, 0}, a2{2, 0, 1, 0}, b1{3, 0, 1, 0};
-  Result<std::string> pipe = mps.Acquire("GPU-a", a1, 4321, 4322);
+  Result<std::string> pipe = mps.Acquire("GPU-a", a1, 4321, 4322, kHalf);
   ASSERT_TRUE(pipe.ok()) << pipe.status().ToString();
   EXPECT_EQ(*pipe, state_ + "/mps/GPU-a/pipe");
-  ASSERT_TRUE(mps.Acquire("GPU-a", a2, 4321, 4322).ok());
-  ASSERT_TRUE(mps.Acquire("GPU-b", b1, 4321, 4322).ok());
+  ASSERT_TRUE(mps.Acquire("GPU-a", a2, 4321, 4322, kHalf).ok());
+  ASSERT_TRUE(mps.Acquire("GPU-b", b1, 4321, 4322, kHalf).ok());
   // Each daemon serves its GPU alone, started once however many clients it has.
   EXPECT_EQ(Count(Log("GPU-a"), "start "), 1u) << Log("GPU-a");
   EXPECT_NE(Log("GPU-a").find("CUDA_VISIBLE_DEVICES=GPU-a "), std::string::npos);
@@ -94,7 +97,7 @@ TEST_F(MpsTest, OneDaemonPerGpuQuitAfterItsLastClient) {
 TEST_F(MpsTest, TheSharesUserCanReachItsPipeFolderUnderAStrictUmask) {
   const mode_t old_umask = ::umask(077);
   MpsDaemons mps(Options());
-  Result<std::string> pipe = mps.Acquire("GPU-u", {1, 0, 1, 0}, 65534, 65534);
+  Result<std::string> pipe = mps.Acquire("GPU-u", {1, 0, 1, 0}, 65534, 65534, kHalf);
   ::umask(old_umask);
   ASSERT_TRUE(pipe.ok()) << pipe.status().ToString();
   for (const std::string& d : {state_ + "/mps", state_ + "/mps/GPU-u"}) {
@@ -121,7 +124,7 @@ TEST_F(MpsTest, TheSharesUserCanReachItsPipeFolderUnderAStrictUmask) {
 TEST_F(MpsTest, QuitIsSentBeforeTheFolderGoes) {
   MpsDaemons mps(Options());
   const RunId r{1, 0, 1, 0};
-  ASSERT_TRUE(mps.Acquire("GPU-q", r, ::getuid(), ::getgid()).ok());
+  ASSERT_TRUE(mps.Acquire("GPU-q", r, ::getuid(), ::getgid(), kHalf).ok());
   const std::string log = state_ + "/mps/GPU-q/log/control.log";
   const std::string copy = state_ + "/kept.log";
   ASSERT_TRUE(fs::exists(log));
@@ -138,12 +141,15 @@ TEST_F(MpsTest, QuitIsSentBeforeTheFolderGoes) {
 TEST_F(MpsTest, ARestartedAgentKeepsTheDaemonsItNeedsAndStopsTheRest) {
   {
     MpsDaemons first(Options());
-    ASSERT_TRUE(first.Acquire("GPU-a", {1, 0, 1, 0}, ::getuid(), ::getgid()).ok());
-    ASSERT_TRUE(first.Acquire("GPU-b", {2, 0, 1, 0}, ::getuid(), ::getgid()).ok());
+    ASSERT_TRUE(first.Acquire("GPU-a", {1, 0, 1, 0}, ::getuid(), ::getgid(), kHalf).ok());
+    ASSERT_TRUE(first.Acquire("GPU-b", {2, 0, 1, 0}, ::getuid(), ::getgid(), kHalf).ok());
   }  // the agent goes away; its daemons do not
   MpsDaemons second(Options());
-  ASSERT_TRUE(second.Acquire("GPU-a", {1, 0, 1, 0}, ::getuid(), ::getgid()).ok());
+  ASSERT_TRUE(second.Acquire("GPU-a", {1, 0, 1, 0}, ::getuid(), ::getgid(), kHalf).ok());
   EXPECT_EQ(Count(Log("GPU-a"), "start "), 1u) << "started twice: " << Log("GPU-a");
+  // The new agent does not know what its predecessor set: it sets the ceiling again.
+  EXPECT_EQ(Count(Log("GPU-a"), "command set_default_active_thread_percentage 50\n"), 2u)
+      << Log("GPU-a");
   const std::string b_log = state_ + "/b.log";
   fs::create_hard_link(state_ + "/mps/GPU-b/log/control.log", b_log);
   EXPECT_TRUE(second.StopUnused().empty());
@@ -159,13 +165,13 @@ TEST_F(MpsTest, ADeadDaemonsFolderIsStartedAfresh) {
   fs::create_directories(state_ + "/mps/GPU-d/pipe");
   ASSERT_TRUE(WriteFileAtomically(state_ + "/mps/GPU-d/pipe/control.pid", "999999\n").ok());
   MpsDaemons mps(Options());
-  ASSERT_TRUE(mps.Acquire("GPU-d", {1, 0, 1, 0}, ::getuid(), ::getgid()).ok());
+  ASSERT_TRUE(mps.Acquire("GPU-d", {1, 0, 1, 0}, ::getuid(), ::getgid(), kHalf).ok());
   EXPECT_EQ(Count(Log("GPU-d"), "start "), 1u);
 }
 
 TEST_F(MpsTest, AStartThatFailsSaysWhyAndHoldsNothing) {
   MpsDaemons mps(Options({"FAKE_MPS_REFUSE_START=1"}));
-  Result<std::string> pipe = mps.Acquire("GPU-x", {1, 0, 1, 0}, ::getuid(), ::getgid());
+  Result<std::string> pipe = mps.Acquire("GPU-x", {1, 0, 1, 0}, ::getuid(), ::getgid(), kHalf);
   ASSERT_FALSE(pipe.ok());
   EXPECT_EQ(pipe.status().code(), StatusCode::kUnavailable);
   EXPECT_NE(pipe.status().message().find("did not start"), std::string::npos);
@@ -182,7 +188,7 @@ TEST_F(MpsTest, AFailedStartNeverReadsALogTheUserSwappedForALink) {
   ASSERT_TRUE(WriteFileAtomically(secret, "root:the-hash-of-roots-password\n").ok());
   ::chmod(secret.c_str(), 0600);
   MpsDaemons mps(Options({"FAKE_MPS_REFUSE_START=1", "FAKE_MPS_LOG_LINK=" + secret}));
-  Result<std::string> pipe = mps.Acquire("GPU-l", {1, 0, 1, 0}, ::getuid(), ::getgid());
+  Result<std::string> pipe = mps.Acquire("GPU-l", {1, 0, 1, 0}, ::getuid(), ::getgid(), kHalf);
   ASSERT_FALSE(pipe.ok());
   EXPECT_NE(pipe.status().message().find("did not start"), std::string::npos);
   EXPECT_EQ(pipe.status().message().find("the-hash"), std::string::npos) << pipe.status().message();
@@ -191,7 +197,7 @@ TEST_F(MpsTest, AFailedStartNeverReadsALogTheUserSwappedForALink) {
 TEST_F(MpsTest, GpuIdsThatCannotNameAFolderAreRefused) {
   MpsDaemons mps(Options());
   for (const char* bad : {"", "..", "../etc", "GPU/a", "-rf", "GPU a"}) {
-    Result<std::string> pipe = mps.Acquire(bad, {1, 0, 1, 0}, 0, 0);
+    Result<std::string> pipe = mps.Acquire(bad, {1, 0, 1, 0}, 0, 0, kHalf);
     ASSERT_FALSE(pipe.ok()) << bad;
     EXPECT_EQ(pipe.status().code(), StatusCode::kInvalidArgument) << bad;
   }
@@ -203,8 +209,8 @@ TEST_F(MpsTest, GpuIdsThatCannotNameAFolderAreRefused) {
 TEST_F(MpsTest, ASecondUserMakesTheFoldersShared) {
   if (::geteuid() != 0) GTEST_SKIP() << "needs root to give the folders to other users";
   MpsDaemons mps(Options());
-  ASSERT_TRUE(mps.Acquire("GPU-s", {1, 0, 1, 0}, 2001, 2001).ok());
-  ASSERT_TRUE(mps.Acquire("GPU-s", {2, 0, 1, 0}, 2002, 2002).ok());
+  ASSERT_TRUE(mps.Acquire("GPU-s", {1, 0, 1, 0}, 2001, 2001, kHalf).ok());
+  ASSERT_TRUE(mps.Acquire("GPU-s", {2, 0, 1, 0}, 2002, 2002, kHalf).ok());
   Result<std::string> owner = ReadFileToString(state_ + "/mps/GPU-s/owner");
   ASSERT_TRUE(owner.ok());
   EXPECT_EQ(*owner, "shared\n");
@@ -212,6 +218,87 @@ TEST_F(MpsTest, ASecondUserMakesTheFoldersShared) {
   ASSERT_EQ(::stat((state_ + "/mps/GPU-s/pipe").c_str(), &st), 0);
   EXPECT_EQ(st.st_mode & 07777, 01777u);
   EXPECT_EQ(st.st_uid, 0u);
+}
+
+TEST(MpsLimitsTest, ThreadsRoundUpAndMemoryIsInWholeMebibytes) {
+  EXPECT_EQ(MpsLimitsFor(500, uint64_t{10} << 30), (MpsLimits{50, 10240}));
+  EXPECT_EQ(MpsLimitsFor(1, 0), (MpsLimits{1, 0}));
+  EXPECT_EQ(MpsLimitsFor(991, 1000), (MpsLimits{100, 1}));
+  EXPECT_EQ(MpsLimitsFor(250, (uint64_t{3} << 20) + 5), (MpsLimits{25, 3}));
+}
+
+// A client's own variables can only lower the daemon's limits, and they are the job's to
+// drop: the daemon holds new clients to the largest share among its clients, raised
+// before a larger share starts and lowered when it ends.
+TEST_F(MpsTest, TheDaemonHoldsNewClientsToTheLargestShareOfItsClients) {
+  MpsDaemons mps(Options());
+  const RunId a{1, 0, 1, 0}, b{2, 0, 1, 0}, c{3, 0, 1, 0};
+  ASSERT_TRUE(mps.Acquire("GPU-c", a, ::getuid(), ::getgid(), {25, 2048}).ok());
+  std::string log = Log("GPU-c");
+  EXPECT_NE(log.find("command set_default_active_thread_percentage 25\n"), std::string::npos)
+      << log;
+  EXPECT_NE(log.find("command set_default_device_pinned_mem_limit 0 2048M\n"), std::string::npos)
+      << log;
+  ASSERT_TRUE(mps.Acquire("GPU-c", b, ::getuid(), ::getgid(), {50, 4096}).ok());
+  log = Log("GPU-c");
+  EXPECT_NE(log.find("command set_default_active_thread_percentage 50\n"), std::string::npos)
+      << log;
+  EXPECT_NE(log.find("command set_default_device_pinned_mem_limit 0 4096M\n"), std::string::npos)
+      << log;
+  // A smaller share under the ceiling changes nothing.
+  ASSERT_TRUE(mps.Acquire("GPU-c", c, ::getuid(), ::getgid(), {10, 1024}).ok());
+  EXPECT_EQ(Count(Log("GPU-c"), "command set_"), Count(log, "command set_")) << Log("GPU-c");
+  // The largest share ends: new clients are held to the largest left.
+  ASSERT_TRUE(mps.Release(b).ok());
+  log = Log("GPU-c");
+  EXPECT_EQ(Count(log, "command set_default_active_thread_percentage 25\n"), 2u) << log;
+  EXPECT_EQ(Count(log, "command set_default_device_pinned_mem_limit 0 2048M\n"), 2u) << log;
+  ASSERT_TRUE(mps.Release(a).ok());
+  log = Log("GPU-c");
+  EXPECT_NE(log.find("command set_default_active_thread_percentage 10\n"), std::string::npos);
+  EXPECT_NE(log.find("command set_default_device_pinned_mem_limit 0 1024M\n"), std::string::npos);
+  EXPECT_EQ(Count(log, "invalid "), 0u) << log;
+}
+
+// The defaults reach only servers started later: a running server (one user's, serving
+// that user's clients) gets the ceiling by its pid.
+TEST_F(MpsTest, RunningServersAreGivenTheCeilingToo) {
+  MpsDaemons mps(Options());
+  ASSERT_TRUE(mps.Acquire("GPU-r", {1, 0, 1, 0}, ::getuid(), ::getgid(), kHalf).ok());
+  ASSERT_TRUE(WriteFileAtomically(state_ + "/mps/GPU-r/pipe/servers", "4242\n4343\n").ok());
+  ASSERT_TRUE(mps.Acquire("GPU-r", {2, 0, 1, 0}, ::getuid(), ::getgid(), {60, 3072}).ok());
+  const std::string log = Log("GPU-r");
+  for (const char* line : {"command set_default_active_thread_percentage 60\n",
+                           "command set_default_device_pinned_mem_limit 0 3072M\n",
+                           "command set_active_thread_percentage 4242 60\n",
+                           "command set_device_pinned_mem_limit 4242 0 3072M\n",
+                           "command set_active_thread_percentage 4343 60\n",
+                           "command set_device_pinned_mem_limit 4343 0 3072M\n"}) {
+    EXPECT_NE(log.find(line), std::string::npos) << line << " not in\n" << log;
+  }
+  EXPECT_EQ(Count(log, "invalid "), 0u) << log;
+}
+
+// A share whose memory size is not known caps no memory: the memory ceiling is left alone.
+TEST_F(MpsTest, AShareOfUnknownMemorySetsOnlyTheThreadCeiling) {
+  MpsDaemons mps(Options());
+  ASSERT_TRUE(mps.Acquire("GPU-m", {1, 0, 1, 0}, ::getuid(), ::getgid(), {30, 0}).ok());
+  const std::string log = Log("GPU-m");
+  EXPECT_NE(log.find("command set_default_active_thread_percentage 30\n"), std::string::npos);
+  EXPECT_EQ(log.find("pinned_mem_limit"), std::string::npos) << log;
+}
+
+// A daemon that refuses the limits does not get the client: the share fails with why,
+// rather than run held only by variables it may drop, and the idle daemon is quit.
+TEST_F(MpsTest, ADaemonThatRefusesTheCeilingFailsTheShare) {
+  MpsDaemons mps(Options({"FAKE_MPS_REFUSE_LIMITS=1"}));
+  Result<std::string> pipe = mps.Acquire("GPU-n", {1, 0, 1, 0}, ::getuid(), ::getgid(), kHalf);
+  ASSERT_FALSE(pipe.ok());
+  EXPECT_EQ(pipe.status().code(), StatusCode::kUnavailable);
+  EXPECT_NE(pipe.status().message().find("did not take the share's limits"), std::string::npos)
+      << pipe.status().message();
+  EXPECT_TRUE(mps.Clients().empty());
+  EXPECT_FALSE(fs::exists(state_ + "/mps/GPU-n"));
 }
 
 TEST_F(MpsTest, AConfiguredControlMustBeAnExecutable) {

@@ -11,11 +11,11 @@
 #include <thread>
 
 #include "agent/cdi_spec.h"
+#include "agent/runtime/agent_loop.h"
 #include "cli/commands.h"
 #include "common/clock.h"
 #include "common/file_util.h"
 #include "common/json.h"
-#include "agent/runtime/agent_loop.h"
 #include "gpu/export/exporters.h"
 #include "gpu/gpu_backend.h"
 #include "gpu/sysfs/cpu_topology_reader.h"

@@ -6,7 +6,9 @@ daemon's log folder.
 
 Checked: share jobs are clients of their GPU's daemon (one daemon per GPU, started with
 CUDA_VISIBLE_DEVICES=<that GPU>, its folders 0700), with the thread percentage and pinned
-memory limit of their share, and cannot override them from their own environment; a
+memory limit of their share, and cannot override them from their own environment; the
+daemon's ceiling (the largest share among its clients) is set before a share starts and
+lowered when the largest ends; a
 whole-GPU job is told "exclusive" and gets no MPS variables; the daemon quits after its
 GPU's last share; a pool killed with -9 and started again adopts the running share and
 its daemon (no second start) and still quits it after the share; a daemon that cannot
@@ -169,6 +171,12 @@ class MpsPoolTest(unittest.TestCase):
         log = control_log(self.dir, uuid)
         self.assertEqual(log.count("start "), 1, log)
         self.assertIn("CUDA_VISIBLE_DEVICES=%s " % uuid, log)
+        # The variables are the job's to drop: the daemon holds new clients to the larger
+        # share (a's) whatever their environment says, set before a started.
+        half_mib = (total // 1000 * 500) >> 20
+        self.assertIn("command set_default_active_thread_percentage 50\n", log)
+        self.assertIn("command set_default_device_pinned_mem_limit 0 %dM\n" % half_mib, log)
+        self.assertNotIn("invalid ", log)
         self.assertEqual(stat.S_IMODE(os.stat(pipe).st_mode), 0o700)
         # Only the shares' GPU has a daemon.
         self.assertEqual(os.listdir(os.path.join(self.dir, "agent", "mps")), [uuid])
@@ -177,6 +185,12 @@ class MpsPoolTest(unittest.TestCase):
         p.wait(a, ("SUCCEEDED",))
         self.assertTrue(os.path.isdir(mps_dir(self.dir, uuid)), "quit while a client was left")
         self.assertNotIn("command quit", control_log(self.dir, uuid))
+        # The larger share ended: the ceiling comes down to b's.
+        lowered = ("command set_default_active_thread_percentage %s\n"
+                   % eb["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"],
+                   "command set_default_device_pinned_mem_limit 0 10240M\n")
+        wait_for("the ceiling to come down to the share left",
+                 lambda: all(line in control_log(self.dir, uuid) for line in lowered))
         self.go(b)
         self.go(whole)
         p.wait(b, ("SUCCEEDED",))

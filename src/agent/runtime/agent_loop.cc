@@ -285,8 +285,9 @@ Status AgentLoop::PrepareShare(const jobs::Job& job, agent::LaunchSpec* spec) {
   if (info == nullptr || info->enforcement != "mps" || options_.mps == nullptr) {
     return Status::Ok();
   }
-  Result<std::string> pipe = options_.mps->Acquire(
-      g.uuid.empty() ? std::to_string(g.index) : g.uuid, spec->id, spec->uid, spec->gid);
+  Result<std::string> pipe =
+      options_.mps->Acquire(g.uuid.empty() ? std::to_string(g.index) : g.uuid, spec->id, spec->uid,
+                            spec->gid, agent::MpsLimitsFor(g.gpu_milli, spec->share_memory_bytes));
   if (!pipe.ok()) {
     return Status::Unavailable("GPU share on " + g.uuid + " (MPS): " + pipe.status().message());
   }
@@ -343,8 +344,9 @@ void AgentLoop::AdoptMpsClients() {
   }
   for (const auto& [id, spec] : runs) {
     const agent::GpuGrant& g = spec.gpus[0];
-    Result<std::string> pipe = options_.mps->Acquire(
-        g.uuid.empty() ? std::to_string(g.index) : g.uuid, id, spec.uid, spec.gid);
+    Result<std::string> pipe =
+        options_.mps->Acquire(g.uuid.empty() ? std::to_string(g.index) : g.uuid, id, spec.uid,
+                              spec.gid, agent::MpsLimitsFor(g.gpu_milli, spec.share_memory_bytes));
     if (!pipe.ok()) {
       spdlog::warn("agent: {} is an MPS client of a daemon that cannot run: {}",
                    agent::ToString(id), pipe.status().message());

@@ -8,9 +8,16 @@
 //                         FAKE_MPS_REFUSE_START is set (with FAKE_MPS_LOG_LINK=PATH it
 //                         then replaces its control.log with a link to PATH).
 //   fake_mps_control      read commands on stdin, one per line: quit (stops the daemon and
-//                         waits for it), get_server_list (prints nothing: no client), any
-//                         other is recorded only. Exit 1 with NVIDIA's message when no
-//                         daemon of that folder runs.
+//                         waits for it), get_server_list (prints the pids a test wrote to
+//                         $CUDA_MPS_PIPE_DIRECTORY/servers, one a line: the stand-in has no
+//                         server of its own), the four limit setters checked for NVIDIA's
+//                         form (set_[default_]active_thread_percentage [PID] 1-100,
+//                         set_[default_]device_pinned_mem_limit [PID] DEV <n>M|G; a PID
+//                         must be a listed server) and recorded as "command ..." or, when
+//                         malformed, "invalid ..." with an error on stderr; any other is
+//                         recorded only. Exit 1 with NVIDIA's message when no daemon of
+//                         that folder runs; with FAKE_MPS_REFUSE_LIMITS set, exit 1 at the
+//                         first limit setter.
 //
 // Every start, command and stop is appended to $CUDA_MPS_LOG_DIRECTORY/control.log, with
 // the uid and CUDA_VISIBLE_DEVICES of the daemon's start, so tests can read what the agent
@@ -23,12 +30,16 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <iostream>
+#include <set>
+#include <sstream>
 #include <string>
+#include <vector>
 
 namespace {
 
@@ -104,6 +115,43 @@ int StartDaemon() {
   return 0;
 }
 
+std::set<std::string> Servers() {
+  std::ifstream in(kPipe + "/servers");
+  std::set<std::string> out;
+  std::string pid;
+  while (in >> pid) out.insert(pid);
+  return out;
+}
+
+bool IsCount(const std::string& s, int64_t lo, int64_t hi) {
+  if (s.empty() || s.size() > 9 || s.find_first_not_of("0123456789") != std::string::npos) {
+    return false;
+  }
+  const int64_t v = std::stoll(s);
+  return v >= lo && v <= hi;
+}
+
+// Whether `line`, a limit setter, has NVIDIA's form; true for any other command.
+bool WellFormed(const std::string& line) {
+  std::istringstream in(line);
+  std::vector<std::string> w;
+  for (std::string word; in >> word;) w.push_back(word);
+  const bool per_server =
+      w[0] == "set_active_thread_percentage" || w[0] == "set_device_pinned_mem_limit";
+  if (per_server && (w.size() < 2 || Servers().count(w[1]) == 0)) return false;
+  const size_t at = per_server ? 2 : 1;  // the first word after the command (and PID)
+  if (w[0] == "set_default_active_thread_percentage" || w[0] == "set_active_thread_percentage") {
+    return w.size() == at + 1 && IsCount(w[at], 1, 100);
+  }
+  if (w[0] == "set_default_device_pinned_mem_limit" || w[0] == "set_device_pinned_mem_limit") {
+    if (w.size() != at + 2 || !IsCount(w[at], 0, 63)) return false;
+    const std::string& v = w[at + 1];
+    return v.size() > 1 && (v.back() == 'M' || v.back() == 'G') &&
+           IsCount(v.substr(0, v.size() - 1), 1, int64_t{1} << 30);
+  }
+  return true;
+}
+
 int Commands() {
   const pid_t daemon = DaemonPid();
   if (daemon == 0) {
@@ -113,7 +161,21 @@ int Commands() {
   std::string line;
   while (std::getline(std::cin, line)) {
     if (line.empty()) continue;
+    if (!WellFormed(line)) {
+      Record("invalid " + line);
+      std::cerr << "Invalid command: " << line << "\n";
+      continue;
+    }
+    if (line.rfind("set_", 0) == 0 && !Env("FAKE_MPS_REFUSE_LIMITS", "").empty()) {
+      Record("refused " + line);
+      std::cerr << "fake: refusing " << line << "\n";
+      return 1;
+    }
     Record("command " + line);
+    if (line == "get_server_list") {
+      for (const std::string& pid : Servers()) std::cout << pid << "\n";
+      continue;
+    }
     if (line == "quit") {
       // NVIDIA's returns once the daemon took the command; this one waits (up to 5 s)
       // until it is gone, so a test reading the log sees the stop.
