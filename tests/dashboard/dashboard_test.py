@@ -16,8 +16,11 @@ reason, finished), then
   another user's job, an admin does; live refresh (a job submitted after the page loaded
   and its state changes appear without a reload; a hidden tab asks nothing); every view
   at 420 px without sideways scroll, words not cut; no console errors (a CSP violation
-  would be one). Screenshots (PNG) at desktop and phone width go to the directory given
-  as the second argument (ctest: build/release/tests/dashboard/screenshots).
+  would be one); Cancel on a running array's element 0, then on element 1, from its page
+  (the queue's link, the button, the confirmation) cancels that element alone, not the
+  array whose id is element 0's store id. Screenshots (PNG) at desktop and phone width go
+  to the directory given as the second argument (ctest:
+  build/release/tests/dashboard/screenshots).
 
 Usage: dashboard_test.py PATH_TO_GPUPOOL [SCREENSHOT_DIR]
 Exit 77 (skipped) without root, chromium, chromedriver or python3-selenium.
@@ -742,6 +745,75 @@ class DashboardTest(unittest.TestCase):
                 pass
             driver.quit()
             shutil.rmtree(profile, ignore_errors=True)
+        errors = [e["message"] for e in console if e["level"] == "SEVERE"
+                  and not ("/v1/telemetry" in e["message"] and "404" in e["message"])]
+        self.assertEqual(errors, [], "console errors in the browser:\n" + "\n".join(errors))
+
+    def test_cancel_on_an_array_element_cancels_that_element_alone(self):
+        """Regression: Cancel on element 0 of a running array cancelled the whole array, as
+        element 0's store id is the array's own (POST /v1/jobs/ARRAY/cancel); the page
+        cancels by ARRAY_INDEX."""
+        from selenium.webdriver.common.by import By
+        from selenium.webdriver.support import expected_conditions
+        from selenium.common.exceptions import StaleElementReferenceException
+
+        array = self.submit("nobody", "--name", "dash-cancel", "--array", "0-2", "--cpus", "0.1",
+                            "--", "sh", "-c", "echo element-$GPUPOOL_ARRAY_TASK_ID; sleep 600")
+        name = lambda i: "%d_%d" % (array, i)
+        ids = [self.job(name(i))["id"] for i in range(3)]  # store ids; ids[0] is the array's
+        element = lambda i: self.job(ids[i])
+        for i in range(3):
+            pooltest.wait_job(self.job, ids[i], ("RUNNING",), 60, poll=0.1, log=self.log)
+        driver, profile = self.start_browser()
+        console = []
+        try:
+            wait, shot, css, sign_in, queue_rows, _ = self.browser_helpers(driver, console)
+
+            def click_now(selector):
+                """A real click on the element now on the page (a redraw may replace it)."""
+                try:
+                    driver.find_element(By.CSS_SELECTOR, selector).click()
+                    return True
+                except StaleElementReferenceException:
+                    return False
+
+            def cancel_from_its_page(i):
+                """As a user: the queue's link to element i, its page, Cancel, OK."""
+                driver.get(self.http.base + "/#/queue")
+                link = '#queue-table a[href="#/jobs/%s"]' % name(i)
+                wait.until(lambda d: css(link) and click_now(link))
+                wait.until(lambda d: (self.job_field("id") or "").startswith(name(i) + " "))
+                # Its own log (element 0's store id is the array's: not the array's log).
+                wait.until(lambda d: "element-%d" % i in d.find_element(By.ID, "job-log").text)
+                wait.until(lambda d: css("#job-cancel") and click_now("#job-cancel"))
+                confirm = wait.until(expected_conditions.alert_is_present())
+                self.assertEqual(confirm.text, "Cancel job %s?" % name(i))
+                confirm.accept()
+                pooltest.wait_job(self.job, ids[i], ("CANCELLED",), 30, poll=0.1, log=self.log)
+
+            sign_in(self.user)
+            cancel_from_its_page(0)
+            # The cancel of element 0 was answered before it ended: a whole-array cancel
+            # would have marked the others by now.
+            for i in (1, 2):
+                j = element(i)
+                self.assertEqual((j["state"], j.get("cancel_requested", False)),
+                                 ("RUNNING", False), name(i))
+            shot("job-array-element-cancelled")
+            cancel_from_its_page(1)
+            j = element(2)
+            self.assertEqual((j["state"], j.get("cancel_requested", False)), ("RUNNING", False))
+        finally:
+            try:
+                console.extend(driver.get_log("browser"))
+            except Exception:  # the browser is gone
+                pass
+            driver.quit()
+            shutil.rmtree(profile, ignore_errors=True)
+            # The other tests see no active job of this array.
+            self.cli("cancel", str(array), check=False)
+            for jid in ids:
+                pooltest.wait_job(self.job, jid, ("CANCELLED",), 30, poll=0.1, log=self.log)
         errors = [e["message"] for e in console if e["level"] == "SEVERE"
                   and not ("/v1/telemetry" in e["message"] and "404" in e["message"])]
         self.assertEqual(errors, [], "console errors in the browser:\n" + "\n".join(errors))
