@@ -782,7 +782,9 @@ class DashboardTest(unittest.TestCase):
                 driver.get(self.http.base + "/#/queue")
                 link = '#queue-table a[href="#/jobs/%s"]' % name(i)
                 wait.until(lambda d: css(link) and click_now(link))
-                wait.until(lambda d: (self.job_field("id") or "").startswith(name(i) + " "))
+                # Element 0's store id is the array's, so the page does not offer it.
+                shown = name(i) if i == 0 else "%s (job %d)" % (name(i), ids[i])
+                wait.until(lambda d: self.job_field("id") == shown)
                 # Its own log (element 0's store id is the array's: not the array's log).
                 wait.until(lambda d: "element-%d" % i in d.find_element(By.ID, "job-log").text)
                 wait.until(lambda d: css("#job-cancel") and click_now("#job-cancel"))

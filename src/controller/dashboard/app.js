@@ -470,7 +470,7 @@
     const env = j.env || {};
     const envKeys = Object.keys(env);
     const fields = h('dl', { class: 'fields', id: 'job-fields' },
-      field('id', jobIdText(j) + (j.array_id ? ` (job ${j.id})` : ''), 'id'), field('name', j.name),
+      field('id', jobIdText(j) + (j.array_id && j.id !== j.array_id ? ` (job ${j.id})` : ''), 'id'), field('name', j.name),
       field('user', `${j.user} (uid ${j.uid}, gid ${j.gid})`, 'user'), field('project', j.project),
       field('state', j.state),
       j.state === 'PENDING' ? field('waiting', j.pending_reason, 'pending_reason') : [],
