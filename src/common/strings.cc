@@ -89,27 +89,62 @@ bool IsInvisible(uint32_t c) {
   return false;
 }
 
-}  // namespace
-
-bool HasInvisibleCharacter(std::string_view s) {
+// Whether `pred` holds for a code point of `s`: each ASCII byte and each sequence of a
+// UTF-8 lead byte and its continuation bytes; a lead byte cut short is skipped alone.
+template <typename Pred>
+bool AnyCodePoint(std::string_view s, Pred pred) {
   size_t i = 0;
   while (i < s.size()) {
     const auto c = static_cast<unsigned char>(s[i]);
-    size_t len = c < 0x80             ? 1
-                 : (c & 0xE0) == 0xC0 ? 2
-                 : (c & 0xF0) == 0xE0 ? 3
-                 : (c & 0xF8) == 0xF0 ? 4
-                                      : 1;
-    if (len == 1 || i + len > s.size()) {
+    const size_t len = c < 0x80             ? 1
+                       : (c & 0xE0) == 0xC0 ? 2
+                       : (c & 0xF0) == 0xE0 ? 3
+                       : (c & 0xF8) == 0xF0 ? 4
+                                            : 0;
+    if (len == 0 || i + len > s.size()) {
       ++i;
       continue;
     }
-    uint32_t cp = c & (0x7F >> len);
+    uint32_t cp = len == 1 ? c : c & (0x7F >> len);
     for (size_t k = 1; k < len; ++k) cp = cp << 6 | (static_cast<unsigned char>(s[i + k]) & 0x3F);
-    if (IsInvisible(cp)) return true;
+    if (pred(cp)) return true;
     i += len;
   }
   return false;
+}
+
+enum Script : unsigned { kOtherScript = 0, kLatin = 1, kGreek = 2, kCyrillic = 4 };
+
+// The script of a letter of the three whose letters print alike (Latin a, Greek α,
+// Cyrillic а); kOtherScript for the rest (digits, punctuation, other scripts).
+Script LookAlikeScriptOf(uint32_t c) {
+  struct Range {
+    uint32_t lo, hi;
+    Script script;
+  };
+  static constexpr Range kRanges[] = {
+      {'A', 'Z', kLatin},          {'a', 'z', kLatin},          {0x00C0, 0x00D6, kLatin},
+      {0x00D8, 0x00F6, kLatin},    {0x00F8, 0x02AF, kLatin},    {0x1E00, 0x1EFF, kLatin},
+      {0x2C60, 0x2C7F, kLatin},    {0xA720, 0xA7FF, kLatin},    {0xFF21, 0xFF3A, kLatin},
+      {0xFF41, 0xFF5A, kLatin},    {0x0370, 0x03FF, kGreek},    {0x1F00, 0x1FFF, kGreek},
+      {0x0400, 0x052F, kCyrillic}, {0x1C80, 0x1C8F, kCyrillic}, {0x2DE0, 0x2DFF, kCyrillic},
+      {0xA640, 0xA69F, kCyrillic}};
+  for (const Range& r : kRanges) {
+    if (c >= r.lo && c <= r.hi) return r.script;
+  }
+  return kOtherScript;
+}
+
+}  // namespace
+
+bool HasInvisibleCharacter(std::string_view s) { return AnyCodePoint(s, IsInvisible); }
+
+bool MixesLookAlikeScripts(std::string_view s) {
+  unsigned seen = 0;
+  return AnyCodePoint(s, [&seen](uint32_t c) {
+    seen |= LookAlikeScriptOf(c);
+    return (seen & (seen - 1)) != 0;  // two of them
+  });
 }
 
 std::string SanitizeUtf8(std::string_view s) {

@@ -35,6 +35,11 @@ bool HasControlCharacter(std::string_view s);
 // looked into (SanitizeUtf8).
 bool HasInvisibleCharacter(std::string_view s);
 
+// Whether `s` (UTF-8) has letters of two or more of the Latin, Greek and Cyrillic
+// scripts, whose letters print alike: "vіsion" with a Cyrillic і lists like "vision".
+// Digits, punctuation and other scripts do not count. Malformed UTF-8 is not looked into.
+bool MixesLookAlikeScripts(std::string_view s);
+
 // Standard base64 (RFC 4648, with padding), for bytes carried in JSON. Decoding refuses
 // anything else (other characters, bad padding, a wrong length): std::nullopt.
 std::string Base64Encode(std::string_view bytes);

@@ -68,6 +68,23 @@ TEST(StringsTest, InvisibleCharactersAreZeroWidthBidiAndFormatCharacters) {
   EXPECT_FALSE(HasInvisibleCharacter("\xe2\x80"));  // cut short: not looked into
 }
 
+// Look-alike letters: "v\u0456sion" (Cyrillic і) listed like "vision" under enforce none.
+TEST(StringsTest, LatinGreekAndCyrillicLettersInOneNameAreMixedScripts) {
+  for (std::string_view ok :
+       {"vision", "team-7/vision", "caf\xc3\xa9",
+        "\xd0\xb7\xd1\x80\xd0\xb5\xd0\xbd\xd0\xb8\xd0\xb5-2", "\xce\xb1\xce\xb2",
+        "\xe6\x97\xa5\xe6\x9c\xacvision", "\xef\xbd\x96ision", ""}) {
+    EXPECT_FALSE(MixesLookAlikeScripts(ok)) << ok;  // Latin, Cyrillic, Greek alone; CJK
+  }
+  for (std::string_view bad : {"v\xd1\x96sion",        // Cyrillic і
+                               "\xd0\xb0pple",         // Cyrillic а
+                               "visi\xce\xbfn",        // Greek ο
+                               "\xce\xb1\xd0\xb0"}) {  // Greek α, Cyrillic а
+    EXPECT_TRUE(MixesLookAlikeScripts(bad)) << bad;
+  }
+  EXPECT_FALSE(MixesLookAlikeScripts("v\xd1"));  // cut short: not looked into
+}
+
 TEST(StringsTest, Base64RoundTripsEveryByteAndRefusesJunk) {
   EXPECT_EQ(Base64Encode(""), "");
   EXPECT_EQ(Base64Encode("f"), "Zg==");

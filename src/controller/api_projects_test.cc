@@ -231,7 +231,13 @@ TEST_F(ApiProjectsTest, ProjectNamesInTheLimitsArePrintableAndNotNone) {
   r = SetLimits(R"x({"projects": {"(none)": {"max_gpus": 1}}})x");
   EXPECT_EQ(r.status, 400) << r.body;
   EXPECT_EQ(Error(r).rfind("limits.projects.(none): '(none)' is how /metrics", 0), 0u) << r.body;
-  r = SetLimits(R"({"projects": {"team/vision": {"members": ["nobody"]}, "caf\u00e9": {}}})");
+  // Look-alike letters of two scripts: "v\u0456sion" (Cyrillic) lists like "vision".
+  r = SetLimits(R"({"projects": {"v\u0456sion": {"max_gpus": 1}}})");
+  EXPECT_EQ(r.status, 400) << r.body;
+  EXPECT_EQ(Error(r).rfind("limits.projects: a project name mixes Latin, Greek or Cyrillic", 0), 0u)
+      << r.body;
+  r = SetLimits(R"({"projects": {"team/vision": {"members": ["nobody"]}, "caf\u00e9": {},
+                                 "\u0437\u0440\u0435\u043d\u0438\u0435": {}}})");
   EXPECT_EQ(r.status, 200) << r.body;
 }
 

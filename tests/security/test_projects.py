@@ -203,6 +203,11 @@ class ProjectsTest(unittest.TestCase):
             self.assertTrue(body["error"].startswith("project: a project name of 1..64 bytes"),
                             body)
             self.assertNotIn(name, body["error"])
+        # Letters of two scripts: "v\u0456sion" (a Cyrillic \u0456) lists like "vision".
+        st, body = e.submit(e.bob, {"command": ["true"], "project": "v\u0456sion"})
+        self.assertEqual(st, 400, body)
+        self.assertTrue(body["error"].startswith(
+            "project: a project name mixes Latin, Greek or Cyrillic letters"), body)
         self.assertEqual(len(e.jobs()), before, "a job was created")
         st, body, _ = e.api(None, "PUT", "/v1/limits",
                             {"projects": {"red\x1b[31m": {"max_gpus": 1}}})

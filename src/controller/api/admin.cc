@@ -153,6 +153,11 @@ Status CheckProjectNames(const Limits& next, const Limits& current) {
           "limits.projects.(none): '(none)' is how /metrics labels jobs without a "
           "project; name the project otherwise");
     }
+    if (was == nullptr && MixesLookAlikeScripts(project)) {
+      return Status::InvalidArgument(
+          "limits.projects: a project name mixes Latin, Greek or Cyrillic letters, which "
+          "print alike (a Cyrillic i lists like a Latin one); write it in one script");
+    }
     if (was == nullptr && project == "none") {
       return Status::InvalidArgument(
           "limits.projects.none: `gpupool limits set` reads 'none' as nothing (--members none, "

@@ -1,5 +1,7 @@
 #include "sched/admission/project_access.h"
 
+#include "common/strings.h"
+
 namespace gpupool::sched {
 namespace {
 
@@ -47,6 +49,14 @@ Status AdmitProject(const Limits& limits, ProjectEnforcement mode, const std::st
     if (auto it = limits.users.find(user); it != limits.users.end()) {
       *project = it->second.default_project;
     }
+  }
+  // Whatever the enforcement: a name of look-alike letters of two scripts ("vіsion" with a
+  // Cyrillic і) lists like another's. One an admin made an entry for is the admin's choice.
+  if (submitting && !project->empty() && limits.ForProject(*project) == nullptr &&
+      MixesLookAlikeScripts(*project)) {
+    return Status::InvalidArgument(
+        "project: a project name mixes Latin, Greek or Cyrillic letters, which print alike "
+        "(a Cyrillic i lists like a Latin one); write it in one script");
   }
   if (mode == ProjectEnforcement::kNone) return Status::Ok();
   // A job without a project charges its user's name (jobs::AccountingProject).

@@ -39,6 +39,9 @@ std::string_view ProjectEnforcementName(ProjectEnforcement e);
 // `submitting` false: a job queued without --project before its user had a default
 // project (it charges their name) is not held for ever. Admins are not exempt.
 // PermissionDenied naming `project (--project)`, the project and the fix otherwise.
+// When `submitting`, whatever `mode`: InvalidArgument for a project with no entry whose
+// name mixes Latin, Greek or Cyrillic letters (MixesLookAlikeScripts), which lists like
+// another's.
 Status AdmitProject(const Limits& limits, ProjectEnforcement mode, const std::string& user,
                     std::string* project, bool submitting = true);
 

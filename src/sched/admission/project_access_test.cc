@@ -39,6 +39,29 @@ TEST(ProjectAccessTest, AMadeUpProjectIsRefusedUnderEnforcement) {
   }
 }
 
+// The red team: under "none" bob named "v\u0456sion" (a Cyrillic \u0456), which lists like
+// alice's "vision" in the queue and usage. Refused under every mode when submitting, unless
+// an admin made an entry of that name; one script alone is a name like any other.
+TEST(ProjectAccessTest, ANameMixingLookAlikeScriptsIsRefusedUnlessAnAdminMadeIt) {
+  Limits l = VisionForAlice();
+  const std::string lookalike = "v\xd1\x96sion";
+  for (ProjectEnforcement mode :
+       {ProjectEnforcement::kNone, ProjectEnforcement::kKnown, ProjectEnforcement::kMembers}) {
+    const std::string why = Admit(l, mode, "bob", lookalike);
+    EXPECT_EQ(why.rfind("project: a project name mixes Latin, Greek or Cyrillic letters", 0), 0u)
+        << why;
+    EXPECT_EQ(why.find(lookalike), std::string::npos) << "the name is echoed";
+  }
+  EXPECT_EQ(Admit(l, ProjectEnforcement::kNone, "bob",
+                  "\xd0\xb7\xd1\x80\xd0\xb5\xd0\xbd\xd0\xb8\xd0\xb5"),
+            "ok \xd0\xb7\xd1\x80\xd0\xb5\xd0\xbd\xd0\xb8\xd0\xb5");
+  // Queued before the rule: the project gate does not hold it.
+  std::string queued = lookalike;
+  EXPECT_TRUE(AdmitProject(l, ProjectEnforcement::kNone, "bob", &queued, false).ok());
+  l.projects[lookalike].members = {"bob"};
+  EXPECT_EQ(Admit(l, ProjectEnforcement::kMembers, "bob", lookalike), "ok " + lookalike);
+}
+
 // Security: bob named alice's project to use its limits and share; under "members" only
 // its members may (admins too: AdmitProject knows no admins).
 TEST(ProjectAccessTest, AnotherTeamsProjectIsRefusedToNonMembers) {
