@@ -89,5 +89,31 @@ TEST_F(NvmlShareTest, AShareWhoseLimitCannotBeSetNeverStarts) {
   EXPECT_EQ(ReadWholeFile(record_), "");
 }
 
+// A container share gets the cap on a cgroup of its job's own, which podman puts the
+// container's cgroups below (--cgroup-parent), as a dmem share does.
+TEST_F(NvmlShareTest, AContainerShareIsCappedOnItsJobsOwnCgroup) {
+  const std::string podman = dir_.path() + "/podman";
+  const std::string ran = dir_.path() + "/podman-ran";
+  ASSERT_TRUE(WriteFileDurably(podman, "#!/bin/sh\necho \"$@\" >> " + ran + "\n", 0755,
+                               /*sync=*/false)
+                  .ok());
+  LauncherOptions o = TestOptions(dir_.path());
+  o.cgroup_root = root_;
+  o.nvml_shim_command = o.shim_command;
+  o.container.podman = podman;
+  launcher_ = NewProcessLauncher(o);
+  LaunchSpec spec = Share(303, kGpu0, "true");
+  spec.image = "localhost/some:1";
+  Start(spec);
+  JobEvent e = Finish(303);
+  ASSERT_EQ(e.kind, JobEvent::Kind::kExited) << e.reason;
+  const std::string args = ReadWholeFile(ran);
+  const size_t at = args.find(" --cgroup-parent /gpupool/job-303-");
+  ASSERT_NE(at, std::string::npos) << args;
+  const std::string parent = args.substr(at + 17, args.find(' ', at + 17) - at - 17);
+  EXPECT_EQ(ReadWholeFile(record_),
+            std::string(kGpu0) + " " + root_ + parent + " 2147483648 2147483648\n");
+}
+
 }  // namespace
 }  // namespace gpupool::agent::testing

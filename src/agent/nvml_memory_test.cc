@@ -1,6 +1,6 @@
 // NVML's per-cgroup memory limits through the fake libnvidia-ml (tests/fakelib/nvml),
-// loaded by the real dlopen path: the full build exports nvmlDeviceSetMemoryLimits_v1,
-// the no_optional one (an older driver) does not.
+// loaded by the real dlopen path: its memory_limits build exports
+// nvmlDeviceSetMemoryLimits_v1, its normal build (a driver before R615) does not.
 #include "agent/nvml_memory.h"
 
 #include <gtest/gtest.h>
@@ -44,7 +44,7 @@ TEST_F(NvmlMemoryTest, OnlyALibraryThatExportsTheCallOffersIt) {
   const std::string found = NvmlMemoryLimitsLibrary(FAKE_NVML_LIBRARY);
   EXPECT_EQ(std::filesystem::weakly_canonical(found),
             std::filesystem::weakly_canonical(FAKE_NVML_LIBRARY));
-  EXPECT_EQ(NvmlMemoryLimitsLibrary(FAKE_NVML_NO_OPTIONAL_LIBRARY), "");
+  EXPECT_EQ(NvmlMemoryLimitsLibrary(FAKE_NVML_OLD_LIBRARY), "");
   EXPECT_EQ(NvmlMemoryLimitsLibrary(dir_ + "/no-such-libnvidia-ml.so.1"), "");
 }
 
@@ -71,7 +71,7 @@ TEST_F(NvmlMemoryTest, AFailingCallNamesTheGpuTheCgroupAndTheAnswer) {
   EXPECT_NE(st.message().find("nvmlDeviceGetHandleByUUID: Not Found"), std::string::npos)
       << st.message();
   NvmlMemoryLimit old = Limit(kGpu0);
-  old.library = FAKE_NVML_NO_OPTIONAL_LIBRARY;
+  old.library = FAKE_NVML_OLD_LIBRARY;
   st = ApplyNvmlMemoryLimit(old);
   EXPECT_NE(st.message().find("a driver before R615"), std::string::npos) << st.message();
   EXPECT_FALSE(std::filesystem::exists(record_));

@@ -7,11 +7,11 @@ no dmem region. Checked: the GPU states enforcement "dmem" and the start message
 NVML holds it; a `--gpu-mem` share on the first GPU runs with soft and hard limit set on
 its own cgroup where the job cgroups are cgroup v2 (else, on a cgroup v1 host, it fails
 closed saying NVML's limits need cgroup v2), and one on the second never starts, saying
-why; a library without the call (the fake's no_optional build, an older
-driver) leaves `--gpu-enforcement dmem` nothing to hold, so the agent refuses to start.
+why; a library without the call (the fake's normal build, a driver before R615) leaves
+`--gpu-enforcement dmem` nothing to hold, so the agent refuses to start.
 (agent_launcher_test's NvmlShareTest checks the set limit on a real cgroup v2 tree.)
 
-Usage: nvml_memory_pool_test.py PATH_TO_GPUPOOL FAKE_NVML FAKE_NVML_NO_OPTIONAL SCENARIO
+Usage: nvml_memory_pool_test.py PATH_TO_GPUPOOL FAKE_NVML_MEMORY_LIMITS FAKE_NVML SCENARIO
 Exit 77 (skipped) without root (the pool's jobs run as root here).
 """
 import json

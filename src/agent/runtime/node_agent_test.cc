@@ -1,6 +1,6 @@
 // Which GPUs NVML's per-cgroup memory limits hold (HoldWithNvmlMemoryLimits), with the
-// fake libnvidia-ml (tests/fakelib/nvml): its full build exports
-// nvmlDeviceSetMemoryLimits_v1, its no_optional build (an older driver) does not.
+// fake libnvidia-ml (tests/fakelib/nvml): its memory_limits build exports
+// nvmlDeviceSetMemoryLimits_v1, its normal build (a driver before R615) does not.
 #include "agent/runtime/node_agent.h"
 
 #include <gtest/gtest.h>
@@ -42,8 +42,7 @@ TEST(NvmlMemoryLimitsTest, ALibraryWithoutTheCallHoldsNone) {
   gpu::NodeInfo node;
   node.gpus = {Gpu("GPU-free", "none")};
   std::map<std::string, std::string> held;
-  EXPECT_EQ(HoldWithNvmlMemoryLimits(NvmlMemoryLimitsLibrary(FAKE_NVML_NO_OPTIONAL_LIBRARY), &node,
-                                     &held),
+  EXPECT_EQ(HoldWithNvmlMemoryLimits(NvmlMemoryLimitsLibrary(FAKE_NVML_OLD_LIBRARY), &node, &held),
             0);
   EXPECT_TRUE(held.empty());
   EXPECT_EQ(node.gpus[0].enforcement, "none");

@@ -5,11 +5,12 @@
 // fallbacks) the backend made and that it shut NVML down. With $FAKE_NVML_MEMORY_LIMITS
 // set, each per-cgroup memory limit set is appended there (README.md).
 //
-// Built four times (see CMakeLists.txt): complete; without several optional entry
+// Built five times (see CMakeLists.txt): complete; without several optional entry
 // points (FAKE_NVML_OMIT_OPTIONAL, like an old driver); without a required one
 // (FAKE_NVML_OMIT_REQUIRED); without nvmlEventSetWait_v2 only
 // (FAKE_NVML_OMIT_EVENT_WAIT_V2, a driver before R450, whose nvmlEventSetWait fills the
-// shorter v1 nvmlEventData_t).
+// shorter v1 nvmlEventData_t); complete plus NVML's per-cgroup memory limits
+// (FAKE_NVML_MEMORY_LIMITS_CALLS, an R615+ driver).
 //
 // The types below are written from NVML's documented ABI, independently of the
 // backend's own declarations, so that a layout mistake on either side shows in tests.
@@ -835,11 +836,12 @@ FAKE_EXPORT nvmlReturn_t nvmlEventSetFree(nvmlEventSet_t set) {
 #endif
 
 // ---- Per-cgroup memory limits (R615+) --------------------------------------------
-// Each set is appended to $FAKE_NVML_MEMORY_LIMITS as "UUID NAMESPACE SOFT HARD"; the
-// getter answers from that file's last line for the GPU and cgroup (the limits live
-// beyond one process, as the driver's do).
+// Only in the memory_limits build (FAKE_NVML_MEMORY_LIMITS_CALLS): the others are drivers
+// before R615, so an agent loading them holds no GPU through NVML. Each set is appended to
+// $FAKE_NVML_MEMORY_LIMITS as "UUID NAMESPACE SOFT HARD"; the getter answers from that file's last
+// line for the GPU and cgroup (the limits live beyond one process, as the driver's do).
 
-#ifndef FAKE_NVML_OMIT_OPTIONAL
+#ifdef FAKE_NVML_MEMORY_LIMITS_CALLS
 typedef struct {
   const char* nameSpace;
   unsigned long long softLimit;
