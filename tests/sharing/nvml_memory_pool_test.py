@@ -8,7 +8,9 @@ NVML holds it; a `--gpu-mem` share on the first GPU runs with soft and hard limi
 its own cgroup where the job cgroups are cgroup v2 (else, on a cgroup v1 host, it fails
 closed saying NVML's limits need cgroup v2), and one on the second never starts, saying
 why; a library without the call (the fake's normal build, a driver before R615) leaves
-`--gpu-enforcement dmem` nothing to hold, so the agent refuses to start.
+`--gpu-enforcement dmem` nothing to hold, so the agent refuses to start; `auto` holds
+the GPU through NVML on a cgroup v2 host and leaves it unenforced, saying why, on a
+cgroup v1 host (where every share would fail closed).
 (agent_launcher_test's NvmlShareTest checks the set limit on a real cgroup v2 tree.)
 
 Usage: nvml_memory_pool_test.py PATH_TO_GPUPOOL FAKE_NVML_MEMORY_LIMITS FAKE_NVML SCENARIO
@@ -51,7 +53,7 @@ class NvmlMemoryPoolTest(unittest.TestCase):
         pooltest.kill_leftovers(self.dir)
         pooltest.remove_dir(self.dir)
 
-    def up(self, library, device=None):
+    def up(self, library, device=None, mode="dmem"):
         """`gpupool up` on the scenario's GPUs (only GPU `device` when given)."""
         scenario = SCENARIO
         if device is not None:
@@ -62,19 +64,27 @@ class NvmlMemoryPoolTest(unittest.TestCase):
             with open(scenario, "w") as f:
                 json.dump(s, f)
         cmd = [GPUPOOL, "up", "--state-dir", self.dir, "--port", "0", "--config", "",
-               "--gpu-enforcement", "dmem", "--dmem-capacity", os.path.join(self.dir, "none"),
+               "--gpu-enforcement", mode, "--dmem-capacity", os.path.join(self.dir, "none"),
                "--allow-unisolated-devices", "--telemetry-interval", "0"]
         env = dict(os.environ, GPUPOOL_NVML_LIBRARY=library, FAKE_NVML_SCENARIO=scenario,
                    FAKE_NVML_MEMORY_LIMITS=self.record)
         return cmd, env
 
-    def start(self, device):
-        cmd, env = self.up(FAKE_NVML, device)
+    def start(self, device, mode="dmem"):
+        cmd, env = self.up(FAKE_NVML, device, mode)
         with open(self.log, "ab") as log:
             self.pool = subprocess.Popen(cmd, stdout=log, stderr=log, env=env,
                                          start_new_session=True)
         wait_for("the pool", lambda: " up " in self.cli("nodes").stdout)
         node = json.loads(self.cli("nodes", "--json").stdout)["nodes"][0]
+        if mode == "auto" and cgroup_v2_root() is None:
+            # Every share would fail closed on this cgroup v1 host: auto does not use NVML.
+            self.assertEqual([g.get("enforcement") for g in node["gpus"]], ["none"])
+            wait_for("the start message", lambda: "GPU shares:" in self.server_log())
+            self.assertIn("GPU shares: not enforced (no nvidia-cuda-mps-control; NVML's "
+                          "per-cgroup memory limits need cgroup v2 at /sys/fs/cgroup)",
+                          self.server_log())
+            return
         self.assertEqual([g.get("enforcement") for g in node["gpus"]], ["dmem"])
         wait_for("the start message", lambda: "GPU shares:" in self.server_log())
         self.assertIn("GPU shares: dmem (NVML's per-cgroup memory limits) on 1 of 1 GPUs ("
@@ -121,6 +131,9 @@ class NvmlMemoryPoolTest(unittest.TestCase):
         self.assertIn("/gpupool/job-%d-" % j["id"], path)
         with open(self.record) as f:
             self.assertEqual(f.read(), "%s %s%s %d %d\n" % (GPU0, v2, path, 2 << 30, 2 << 30))
+
+    def test_auto_holds_shares_through_nvml_only_where_job_cgroups_are_v2(self):
+        self.start(0, mode="auto")
 
     def test_a_share_whose_limit_is_refused_never_starts(self):
         self.start(1)

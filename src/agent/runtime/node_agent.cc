@@ -27,6 +27,9 @@ namespace {
 
 namespace fs = std::filesystem;
 
+// Where the launcher puts job cgroups (LauncherOptions::cgroup_root's default).
+constexpr const char* kCgroupV2Root = "/sys/fs/cgroup";
+
 // A stand-in 8-GPU node for machines without GPUs, so `make run` works anywhere.
 gpu::NodeInfo FakeEightGpuNode() {
   gpu::NodeInfo n;
@@ -258,9 +261,10 @@ int HoldWithNvmlMemoryLimits(const std::string& library, gpu::NodeInfo* node,
   return gpus;
 }
 
-void NodeAgent::SetUpDmem(bool wanted) {
+void NodeAgent::SetUpDmem(bool wanted, bool required) {
   dmem_regions_.clear();
   nvml_memory_limits_.clear();
+  nvml_note_.clear();
   dmem_gpus_ = nvml_gpus_ = 0;
   if (!wanted) return;
   // The kernel's dmem controller where it lists the GPU's VRAM.
@@ -280,6 +284,14 @@ void NodeAgent::SetUpDmem(bool wanted) {
     return g.backend == "nvml" && g.enforcement == "none";
   });
   if (!nvml_gpu) return;
+  // NVML caps the job's cgroup v2 leaf: on a host whose jobs get cgroup v1 every share
+  // would fail closed, so "auto" leaves such GPUs unenforced (and says so); "dmem", asked
+  // for by name, holds them and fails each share with the reason.
+  std::error_code ec;
+  if (!required && !fs::exists(kCgroupV2Root + std::string("/cgroup.controllers"), ec)) {
+    nvml_note_ = "NVML's per-cgroup memory limits need cgroup v2 at " + std::string(kCgroupV2Root);
+    return;
+  }
   const std::string library =
       NvmlMemoryLimitsLibrary(gpu::WithEnvironmentOverrides({}).nvml_library);
   nvml_gpus_ = HoldWithNvmlMemoryLimits(library, &node_, &nvml_memory_limits_);
@@ -328,7 +340,7 @@ Status NodeAgent::SetUpEnforcement(const std::string& agent_dir) {
     mps_gpus += can_mps ? 1 : 0;
     mig_gpus += mig ? 1 : 0;
   }
-  SetUpDmem(mode == "dmem" || (mode == "auto" && !replayed));
+  SetUpDmem(mode == "dmem" || (mode == "auto" && !replayed), mode == "dmem");
   const int dmem_gpus = dmem_gpus_ + nvml_gpus_;
   if (mode == "dmem" && dmem_gpus == 0) {
     return Status::FailedPrecondition(
@@ -357,7 +369,8 @@ Status NodeAgent::SetUpEnforcement(const std::string& agent_dir) {
                           : "GPU shares: not enforced (" +
                                 (mode == "none" ? std::string("--gpu-enforcement none")
                                  : replayed     ? std::string("a replayed node")
-                                                : std::string("no nvidia-cuda-mps-control")) +
+                                                : std::string("no nvidia-cuda-mps-control") +
+                                                  (nvml_note_.empty() ? "" : "; " + nvml_note_)) +
                                 ")";
   if (mig_gpus > 0) {
     const std::string mig =

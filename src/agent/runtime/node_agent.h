@@ -106,7 +106,8 @@ class NodeAgent {
   // keeper when one is "mps". Errors: an unknown mode, "mps" without its control program.
   // The GPUs the kernel's dmem controller, else NVML's per-cgroup limits, holds
   // (enforcement "dmem"); how many of each in dmem_gpus_ and nvml_gpus_.
-  void SetUpDmem(bool wanted);
+  // `required`: --gpu-enforcement dmem (else auto, where NVML needs a cgroup v2 host).
+  void SetUpDmem(bool wanted, bool required);
   std::string DmemSummary() const;
   Status SetUpEnforcement(const std::string& agent_dir);
   void RemoveCdiSpec();
@@ -127,6 +128,7 @@ class NodeAgent {
   std::map<std::string, std::string> nvml_memory_limits_;  // GPU UUID -> libnvidia-ml
   int dmem_gpus_ = 0;
   int nvml_gpus_ = 0;
+  std::string nvml_note_;         // why auto left NVML's limits unused, or empty
   std::string enforcement_note_;  // for the start message
   std::unique_ptr<Launcher> launcher_;
   std::unique_ptr<AgentLoop> loop_;
