@@ -668,6 +668,77 @@ def check_enforcement(ctx):
         g.get("total_mib"), df.get("allocated_mib"), (b["end"] or {}).get("products")), details
 
 
+def driver_has_nvml_memory_limits(ctx):
+    """Whether the libnvidia-ml the kit's gpupool loads exports nvmlDeviceSetMemoryLimits_v1
+    (R615+), the call NVML's per-cgroup memory limits need (docs/sharing.md)."""
+    import ctypes
+    try:
+        lib = ctypes.CDLL(ctx.kit_env.get("GPUPOOL_NVML_LIBRARY", "libnvidia-ml.so.1"))
+    except OSError:
+        return False
+    return hasattr(lib, "nvmlDeviceSetMemoryLimits_v1")
+
+
+def check_nvml_memory_limit(ctx):
+    """A --gpu-mem share held by NVML's per-cgroup memory limits (`dmem` through NVML): a pool
+    of its own runs with --gpu-enforcement dmem and no dmem.capacity, so NVML holds the GPU;
+    the share that asks for three times its cap gets an out-of-memory error at the cap."""
+    need_torch(ctx)
+    if ctx.fake:
+        raise Skip("the cap is enforced by a real driver; fake mode has none")
+    if os.geteuid() != 0:
+        raise Skip("the pool's jobs set NVML limits as root: run the kit as root")
+    if not driver_has_nvml_memory_limits(ctx):
+        raise Skip("the driver's libnvidia-ml has no nvmlDeviceSetMemoryLimits_v1 (R615+)")
+    d = ctx.dir("nvml-memory-limit")
+    state = os.path.join(d, "state")
+    os.makedirs(state, exist_ok=True)
+    sock = os.path.join(state, "gpupool.sock")
+    log = open(os.path.join(d, "pool.log"), "ab")
+    pool = subprocess.Popen(ctx.gpupool("up", "--config", "", "--state-dir", state, "--port", "0",
+                                        "--gpu-enforcement", "dmem", "--dmem-capacity",
+                                        os.path.join(d, "no-dmem.capacity"), "--telemetry-interval",
+                                        "0"), stdout=log, stderr=log, stdin=subprocess.DEVNULL,
+                            env=ctx.kit_env, start_new_session=True)
+    log.close()
+    try:
+        sub = type(ctx)(dict(ctx.__dict__, pool={"socket": sock, "state_dir": state}))
+        deadline = time.time() + 30
+        while not os.path.exists(sock) or api(sock, "GET", "/v1/nodes", timeout=5)[0] != 200:
+            if pool.poll() is not None or time.time() > deadline:
+                raise CheckError("the dmem pool did not come up: %s" % tail(
+                    open(os.path.join(d, "pool.log"), errors="replace").read(), 600))
+            time.sleep(0.2)
+        jid = submit(sub, "nodecheck-nvml", ["--gpu-mem", "%dG" % SHARE_CAP_GIB],
+                     [ctx.torch_python, ctx.job_script, "alloc", str(3 * SHARE_CAP_GIB), "2"])["id"]
+        wait_job(sub, jid, FINAL, 45)
+        j = save_job(sub, d, jid)
+        ev = events(logs(sub, jid))
+    finally:
+        pool.terminate()
+        try:
+            pool.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            pool.kill()
+    mode = (ev.get("start", {}).get("env") or {}).get("GPUPOOL_GPU_ENFORCEMENT")
+    a = ev.get("alloc") or {}
+    details = {"job": jid, "state": j["state"], "reason": j.get("reason"), "mode": mode, "alloc": a,
+               "isolation": j.get("isolation")}
+    problems = []
+    if j["state"] != "SUCCEEDED":
+        problems.append("the share ended %s: %s" % (j["state"], j.get("reason")))
+    if mode != "dmem":
+        problems.append("the share saw GPUPOOL_GPU_ENFORCEMENT=%r, not dmem" % mode)
+    if a.get("result") != "oom" or a.get("allocated_mib", 0) > SHARE_CAP_GIB * 1024:
+        problems.append("the share asked for %d GiB under a %d GiB NVML cap and got %s (%s MiB)" % (
+            3 * SHARE_CAP_GIB, SHARE_CAP_GIB, a.get("result"), a.get("allocated_mib")))
+    if problems:
+        details["problems"] = problems
+        return FAIL, "; ".join(problems[:3]), details
+    return PASS, ("dmem (NVML): a share capped at %d GiB that asked for %d got an out-of-memory error "
+                  "at %s MiB") % (SHARE_CAP_GIB, 3 * SHARE_CAP_GIB, a.get("allocated_mib")), details
+
+
 def xid_gauge(ctx, uuid):
     """The controller's DCGM_FI_DEV_XID_ERRORS for the GPU (its last Xid), or None."""
     st, body = api(ctx.pool["socket"], "GET", "/metrics")
@@ -813,4 +884,5 @@ def check_health(ctx):
 
 CHECK_FUNCS = {"discovery": check_discovery, "real-driver-tests": check_real_driver_tests,
                "xid": check_xid, "telemetry": check_telemetry, "pool-job": check_pool_job,
-               "isolation": check_isolation, "enforcement": check_enforcement, "health": check_health}
+               "isolation": check_isolation, "enforcement": check_enforcement, "health": check_health,
+               "nvml-memory-limit": check_nvml_memory_limit}

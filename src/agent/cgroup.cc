@@ -94,7 +94,8 @@ int64_t CpuQuotaMicros(int64_t cpu_milli, int64_t period_us) {
 std::unique_ptr<JobCgroup> JobCgroup::Create(const std::string& root,
                                              const CgroupRequest& request) {
   std::unique_ptr<JobCgroup> cg(new JobCgroup());
-  cg->dmem_enforced_ = request.dmem_region.empty();  // until SetUpV2 puts it in place
+  // Until SetUpV2 puts it in place.
+  cg->dmem_enforced_ = request.dmem_region.empty() && request.nvml_library.empty();
   if (root.empty()) {
     cg->note_ = "isolation skipped: disabled by configuration";
   } else if (::geteuid() != 0) {
@@ -185,8 +186,11 @@ void JobCgroup::SetUpV1(const std::string& root, const CgroupRequest& request) {
   const std::string leaf = LeafName(request);
   std::vector<std::string> applied;
   std::string dir;
-  if (!request.dmem_region.empty()) {
-    notes_.push_back("GPU memory not capped: the dmem controller needs cgroup v2");
+  if (!request.dmem_region.empty() || !request.nvml_library.empty()) {
+    notes_.push_back("GPU memory not capped: " +
+                     std::string(request.dmem_region.empty() ? "NVML's per-cgroup limits"
+                                                             : "the dmem controller") +
+                     " need cgroup v2 here");
   }
 
   if (request.deny_device_nodes.empty()) {
@@ -297,16 +301,7 @@ void JobCgroup::SetUpV2(const std::string& root, const CgroupRequest& request) {
         notes_.push_back(st.message());
       }
     }
-    if (!request.dmem_region.empty()) {
-      Status st = ApplyDmemLimit(root, dir, request.dmem_region, request.dmem_bytes);
-      if (st.ok()) {
-        dmem_enforced_ = true;
-        applied.push_back("GPU memory " + std::to_string(request.dmem_bytes) + " B of " +
-                          request.dmem_region + " (dmem)");
-      } else {
-        notes_.push_back("GPU memory not capped: " + st.message());
-      }
-    }
+    CapGpuMemory(root, dir, request, &applied);
     if (request.memory_bytes > 0) {
       Status st = WriteControl(dir + "/memory.max", std::to_string(request.memory_bytes));
       if (st.ok()) {
@@ -324,6 +319,33 @@ void JobCgroup::SetUpV2(const std::string& root, const CgroupRequest& request) {
     for (size_t i = 0; i < applied.size(); ++i) note_ += (i ? ", " : "") + applied[i];
   }
   for (const std::string& n : notes_) note_ += "; " + n;
+}
+
+void JobCgroup::CapGpuMemory(const std::string& root, const std::string& dir,
+                             const CgroupRequest& request, std::vector<std::string>* applied) {
+  Status st;
+  std::string what;
+  if (!request.dmem_region.empty()) {
+    st = ApplyDmemLimit(root, dir, request.dmem_region, request.dmem_bytes);
+    what = request.dmem_region + " (dmem)";
+  } else if (!request.nvml_library.empty()) {
+    const NvmlMemoryLimit limit{request.nvml_library, request.nvml_gpu_uuid, dir,
+                                request.dmem_bytes, request.dmem_bytes};
+    st = request.nvml_limit != nullptr
+             ? request.nvml_limit(limit)
+             : Status::FailedPrecondition(
+                   "this shim cannot load NVML (the slim static one; the agent runs "
+                   "`gpupool agent-shim` for such shares)");
+    what = request.nvml_gpu_uuid + " (NVML)";
+  } else {
+    return;
+  }
+  if (st.ok()) {
+    dmem_enforced_ = true;
+    applied->push_back("GPU memory " + std::to_string(request.dmem_bytes) + " B of " + what);
+  } else {
+    notes_.push_back("GPU memory not capped: " + st.message());
+  }
 }
 
 bool JobCgroup::OomKilled() const {

@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "agent/nvml_memory.h"
 #include "agent/run_id.h"
 #include "common/status.h"
 
@@ -35,6 +36,12 @@ struct CgroupRequest {
   // dmem_bytes of dmem_region. Empty = none.
   std::string dmem_region;
   uint64_t dmem_bytes = 0;
+  // Or held by NVML's per-cgroup limits (nvml_memory.h; cgroup v2 only): dmem_bytes, soft
+  // and hard, of GPU nvml_gpu_uuid through the libnvidia-ml nvml_library, set by
+  // `nvml_limit` (null: this binary cannot load NVML, and the cap is not set). Empty = none.
+  std::string nvml_library;
+  std::string nvml_gpu_uuid;
+  NvmlMemoryLimitFn nvml_limit = nullptr;
 };
 
 class JobCgroup {
@@ -69,7 +76,7 @@ class JobCgroup {
   const std::string& note() const { return note_; }
   // Every requested device node is denied (true when none was requested).
   bool devices_enforced() const { return devices_enforced_; }
-  // The requested dmem limit is in place (true when none was requested).
+  // The requested GPU memory cap (dmem or NVML) is in place (true when none was requested).
   bool dmem_enforced() const { return dmem_enforced_; }
   const std::vector<std::string>& dirs() const { return dirs_; }
 
@@ -77,6 +84,9 @@ class JobCgroup {
   JobCgroup() = default;
   void SetUpV1(const std::string& root, const CgroupRequest& request);
   void SetUpV2(const std::string& root, const CgroupRequest& request);
+  // The request's GPU memory cap on the v2 leaf `dir` (dmem files or NVML).
+  void CapGpuMemory(const std::string& root, const std::string& dir, const CgroupRequest& request,
+                    std::vector<std::string>* applied);
   bool MakeDir(const std::string& parent, const std::string& leaf, std::string* dir);
   void OpenProcs(const std::string& dir, bool v1);
 

@@ -183,6 +183,7 @@ std::string ShimConfigToJson(const ShimConfig& config) {
   }
   if (!s.mps_pipe_dir.empty()) j["mps_pipe_dir"] = s.mps_pipe_dir;
   if (!s.dmem_region.empty()) j["dmem_region"] = s.dmem_region;
+  if (!s.nvml_library.empty()) j["nvml_library"] = s.nvml_library;
   if (!s.cu_mask.empty()) j["cu_mask"] = s.cu_mask;
   if (!s.script.empty()) j["script"] = s.script;
   if (!s.stdout_file.empty()) j["stdout_file"] = s.stdout_file;
@@ -282,6 +283,7 @@ Result<ShimConfig> ShimConfigFromJson(const std::string& text, const std::string
   f.Optional("share_memory_bytes", &s.share_memory_bytes);
   f.Optional("mps_pipe_dir", &s.mps_pipe_dir);
   f.Optional("dmem_region", &s.dmem_region);
+  f.Optional("nvml_library", &s.nvml_library);
   f.Optional("cu_mask", &s.cu_mask);
   f.Optional("cgroup_root", &config.cgroup_root);
   if (const Json* c = f.Member("container"); c != nullptr) {

@@ -100,13 +100,15 @@ struct LaunchSpec {
   // A share of one GPU (gpus has one grant with gpu_milli < 1000, docs/sharing.md): how it
   // is held to its size and the memory it may take. share_enforcement "mps": the job is a
   // client of that GPU's MPS control daemon, whose pipe folder is mps_pipe_dir; "dmem":
-  // the job's cgroup may allocate at most share_memory_bytes of dmem_region (dmem.h), and
-  // the job does not start without that limit; "none": scheduled, not enforced. Empty
-  // for jobs with whole GPUs or none.
+  // the job's cgroup may allocate at most share_memory_bytes of dmem_region (dmem.h) or,
+  // when nvml_library is set instead, of its GPU through NVML's per-cgroup limits
+  // (nvml_memory.h, that libnvidia-ml), and the job does not start without that limit;
+  // "none": scheduled, not enforced. Empty for jobs with whole GPUs or none.
   std::string share_enforcement;
   uint64_t share_memory_bytes = 0;
   std::string mps_pipe_dir;
   std::string dmem_region;
+  std::string nvml_library;
   // A share of an AMD GPU whose CU count is known: the CUs of its one visible device it is
   // asked to use (cu_mask.h's CU list, "0-37"), set as HSA_CU_MASK="0:<list>". Advisory,
   // whatever share_enforcement says (docs/sharing.md, "AMD"). Empty: none.
@@ -220,6 +222,9 @@ struct LauncherOptions {
   // Command that runs the shim, e.g. {"/usr/bin/gpupool", "agent-shim"}; the launcher
   // appends "--job-dir DIR --ready-fd N".
   std::vector<std::string> shim_command;
+  // The shim for a share capped through NVML (LaunchSpec::nvml_library): one that can
+  // load NVML (`gpupool agent-shim`, not the slim static one). Empty: shim_command.
+  std::vector<std::string> nvml_shim_command;
   const Clock* clock = nullptr;  // nullptr = SystemClock
   // cgroup file system root; empty disables isolation (the shim notes that it skipped).
   std::string cgroup_root = "/sys/fs/cgroup";

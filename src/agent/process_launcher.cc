@@ -166,8 +166,8 @@ class ProcessLauncher final : public Launcher {
   std::vector<RunId> Running() const override;
 
  private:
-  Result<Supervised> SpawnShim(const std::string& job_dir, const JobStdio& stdio,
-                               std::string* report);
+  Result<Supervised> SpawnShim(const std::vector<std::string>& command, const std::string& job_dir,
+                               const JobStdio& stdio, std::string* report);
   JobEvent FinalEvent(const RunId& id, pid_t shim_pid, const std::string& job_dir);
   // Reserves `id` for a launch (callers hold mu_): AlreadyExists while it, or another
   // attempt of its task, is supervised or launching.
@@ -205,12 +205,13 @@ class ProcessLauncher final : public Launcher {
   int wake_fd_ = -1;              // eventfd: Launch/Queue -> Wait
 };
 
-Result<Supervised> ProcessLauncher::SpawnShim(const std::string& job_dir, const JobStdio& stdio,
+Result<Supervised> ProcessLauncher::SpawnShim(const std::vector<std::string>& command,
+                                              const std::string& job_dir, const JobStdio& stdio,
                                               std::string* report) {
-  if (opt_.shim_command.empty()) {
+  if (command.empty()) {
     return Status::FailedPrecondition("no shim command configured for the launcher");
   }
-  std::vector<std::string> args = opt_.shim_command;
+  std::vector<std::string> args = command;
   args.insert(args.end(), {"--job-dir", job_dir, "--ready-fd", std::to_string(kReadyFd)});
 
   int pipefd[2];
@@ -368,7 +369,11 @@ Status ProcessLauncher::Launch(const LaunchSpec& spec, const JobStdio& stdio) {
                                       /*sync=*/false));
 
   std::string report;
-  GP_ASSIGN_OR_RETURN(Supervised s, SpawnShim(dir, stdio, &report));
+  // A share capped through NVML needs a shim that can load it (nvml_memory.h).
+  const std::vector<std::string>& shim = spec.nvml_library.empty() || opt_.nvml_shim_command.empty()
+                                             ? opt_.shim_command
+                                             : opt_.nvml_shim_command;
+  GP_ASSIGN_OR_RETURN(Supervised s, SpawnShim(shim, dir, stdio, &report));
   s.dir = dir;
   std::lock_guard<std::mutex> lock(mu_);
   dirs_[spec.id] = dir;

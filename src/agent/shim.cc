@@ -265,10 +265,7 @@ Status Shim::Prepare() {
   req.cpu_milli = spec.cpu_milli;
   req.memory_bytes = spec.memory_bytes;
   req.instance = std::to_string(::getpid());
-  if (spec.share_enforcement == "dmem") {
-    req.dmem_region = spec.dmem_region;
-    req.dmem_bytes = spec.share_memory_bytes;
-  }
+  if (spec.share_enforcement == "dmem") GpuMemoryCap(&req);
   cgroup_ = spec.join_cgroups.empty() ? JobCgroup::Create(config_.cgroup_root, req)
                                       : JobCgroup::Join(spec.join_cgroups);
   final_.isolation = cgroup_->note();
@@ -641,12 +638,13 @@ int RunShim(const ShimArgs& args) {
   return shim.Run();
 }
 
-int RunShim(int argc, char** argv) {
+int RunShim(int argc, char** argv, NvmlMemoryLimitFn nvml_limit) {
   Result<ShimArgs> args = ParseShimArgs(argc, argv);
   if (!args.ok()) {
     std::fprintf(stderr, "gpupool agent-shim: %s\n", args.status().message().c_str());
     return 2;
   }
+  args->nvml_limit = nvml_limit;
   return RunShim(*args);
 }
 

@@ -11,6 +11,7 @@
 
 #include <string>
 
+#include "agent/nvml_memory.h"
 #include "common/status.h"
 
 namespace gpupool::agent {
@@ -21,13 +22,18 @@ struct ShimArgs {
   // An interactive job (LaunchSpec::stdio_relayed): its stdin, stdout and stderr are
   // descriptors stdio_fd, stdio_fd + 1 and stdio_fd + 2; -1 = none.
   int stdio_fd = -1;
+  // Sets NVML's per-cgroup memory limit of a share capped through NVML
+  // (LaunchSpec::nvml_library); null in the slim static shim, which cannot load NVML
+  // (nvml_memory.h): such a share then fails closed.
+  NvmlMemoryLimitFn nvml_limit = nullptr;
 };
 
 // Parses the arguments after the program (or subcommand) name in argv[0].
 Result<ShimArgs> ParseShimArgs(int argc, char** argv);
 
 // The shim's whole life; returns its exit code. Expects to be the only thread.
+// `nvml_limit`: ShimArgs::nvml_limit (the dynamic entry points pass ApplyNvmlMemoryLimit).
 int RunShim(const ShimArgs& args);
-int RunShim(int argc, char** argv);
+int RunShim(int argc, char** argv, NvmlMemoryLimitFn nvml_limit = nullptr);
 
 }  // namespace gpupool::agent

@@ -37,24 +37,44 @@ std::string FileTail(const std::string& path) {
 
 }  // namespace
 
+void Shim::GpuMemoryCap(CgroupRequest* req) const {
+  const LaunchSpec& spec = config_.spec;
+  req->dmem_bytes = spec.share_memory_bytes;
+  if (!spec.dmem_region.empty()) {
+    req->dmem_region = spec.dmem_region;
+  } else {
+    // NVML's: a share has one GPU; with none named, nothing can be capped (fails closed).
+    req->nvml_library = spec.nvml_library.empty() ? "-" : spec.nvml_library;
+    req->nvml_gpu_uuid = spec.gpus.empty() ? "" : spec.gpus[0].uuid;
+    req->nvml_limit = args_.nvml_limit;
+  }
+}
+
+const char* Shim::CapMechanism() const {
+  return config_.spec.dmem_region.empty() ? "NVML's per-cgroup memory limits"
+                                          : "the kernel's dmem controller";
+}
+
 // Fail closed: a share placed on a GPU whose mode promised a memory cap does not start
 // without it.
 Status Shim::DmemCapInPlace() const {
   const LaunchSpec& spec = config_.spec;
   if (cgroup_ == nullptr || cgroup_->dmem_enforced()) return Status::Ok();
+  const std::string of = spec.dmem_region.empty()
+                             ? "GPU " + (spec.gpus.empty() ? std::string() : spec.gpus[0].uuid)
+                             : spec.dmem_region;
   return Status::FailedPrecondition(
-      "the GPU share's memory cap (" + std::to_string(spec.share_memory_bytes) + " B of " +
-      spec.dmem_region + ", the kernel's dmem controller) could not be set on node " + HostName() +
-      " (" + cgroup_->note() +
+      "the GPU share's memory cap (" + std::to_string(spec.share_memory_bytes) + " B of " + of +
+      ", " + CapMechanism() + ") could not be set on node " + HostName() + " (" + cgroup_->note() +
       "), so the share would not be held to its size; not started. Run the node's agent "
       "with --gpu-enforcement none (shares then say they are not enforced) or fix the "
       "cgroup v2 setup");
 }
 
 // A container share on a dmem GPU: a cgroup of the job's own holds the cap (dmem.max and
-// dmem.low), and podman makes the container's cgroups below it, so the cap holds every
-// process of the container (the kernel charges a cgroup's descendants to its limit).
-// Returns that cgroup's path under the hierarchy's root, for --cgroup-parent. An exec
+// dmem.low, or NVML's soft and hard limits), and podman makes the container's cgroups below it, so
+// the cap holds every process of the container (the kernel charges a cgroup's descendants to its
+// limit). Returns that cgroup's path under the hierarchy's root, for --cgroup-parent. An exec
 // session's container goes below its task's cgroup (join_cgroups): one cap holds both,
 // and the cgroup stays its task's (not recorded or removed here).
 Result<std::string> Shim::ContainerDmemParent() {
@@ -68,16 +88,14 @@ Result<std::string> Shim::ContainerDmemParent() {
         return dir.substr(at);
       }
     }
-    return Status::FailedPrecondition(
-        "the GPU share's memory cap (the kernel's dmem controller) is held by its task's "
-        "cgroup, which is gone on node " +
-        HostName() + "; not started");
+    return Status::FailedPrecondition("the GPU share's memory cap (" + std::string(CapMechanism()) +
+                                      ") is held by its task's cgroup, which is gone on node " +
+                                      HostName() + "; not started");
   }
   CgroupRequest req;
   req.id = spec.id;
   req.instance = std::to_string(::getpid());
-  req.dmem_region = spec.dmem_region;
-  req.dmem_bytes = spec.share_memory_bytes;
+  GpuMemoryCap(&req);
   cgroup_ = JobCgroup::Create(config_.cgroup_root, req);
   record_.cgroup_dirs = cgroup_->dirs();
   GP_RETURN_IF_ERROR(DmemCapInPlace());

@@ -37,6 +37,10 @@ class Shim {
  private:
   Status Prepare();
   Status PrepareContainer(const std::vector<gid_t>& groups);
+  // A "dmem" share's memory cap in `req`: the dmem region's, or NVML's (LaunchSpec).
+  void GpuMemoryCap(CgroupRequest* req) const;
+  // "the kernel's dmem controller" or "NVML's per-cgroup memory limits".
+  const char* CapMechanism() const;
   Status DmemCapInPlace() const;
   Result<std::string> ContainerDmemParent();
   Result<std::vector<BindMount>> StageMountSources(const LaunchSpec& spec,

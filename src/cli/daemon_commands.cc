@@ -15,6 +15,7 @@
 #include <thread>
 #include <vector>
 
+#include "agent/nvml_memory.h"
 #include "agent/runtime/node_agent.h"
 #include "agent/shim.h"
 #include "cli/client/units.h"
@@ -417,7 +418,8 @@ void AddContainerFlags(CLI::App* cmd, ContainerFlags* f) {
   cmd->add_option("--gpu-enforcement", f->gpu_enforcement,
                   "how GPU shares are held to their size: auto (MPS on NVIDIA GPUs without MIG "
                   "where nvidia-cuda-mps-control exists, else the kernel's dmem controller "
-                  "where --dmem-capacity lists the GPU), mps (required), dmem (required), none "
+                  "where --dmem-capacity lists the GPU, else NVML's per-cgroup memory limits "
+                  "where the driver has them), mps (required), dmem (required), none "
                   "(scheduled, not enforced)")
       ->capture_default_str()
       ->check(CLI::IsMember({"auto", "mps", "dmem", "none"}));
@@ -785,7 +787,8 @@ void RegisterShimCommand(CLI::App& app, CommandContext& ctx) {
     argv.push_back(name.data());
     for (std::string& a : args) argv.push_back(a.data());
     argv.push_back(nullptr);
-    ctx.exit_code = agent::RunShim(static_cast<int>(argv.size() - 1), argv.data());
+    ctx.exit_code = agent::RunShim(static_cast<int>(argv.size() - 1), argv.data(),
+                                   &agent::ApplyNvmlMemoryLimit);
   });
 }
 

@@ -270,13 +270,17 @@ Status AgentLoop::PrepareShare(const jobs::Job& job, agent::LaunchSpec* spec) {
   } else if (info != nullptr) {
     spec->share_memory_bytes = info->memory_total_bytes / 1000 * static_cast<uint64_t>(g.gpu_milli);
   }
-  // The kernel's dmem controller caps the job's cgroup (a container's: the cgroup podman
-  // makes the container's below, shim.cc).
+  // The kernel's dmem controller, else NVML's per-cgroup limits, caps the job's cgroup (a
+  // container's: the cgroup podman makes the container's below, shim.cc).
   if (info != nullptr && info->enforcement == "dmem") {
     auto region = options_.dmem_regions.find(info->uuid);
+    auto nvml = options_.nvml_memory_limits.find(info->uuid);
     if (region != options_.dmem_regions.end()) {
       spec->share_enforcement = "dmem";
       spec->dmem_region = region->second;
+    } else if (nvml != options_.nvml_memory_limits.end()) {
+      spec->share_enforcement = "dmem";
+      spec->nvml_library = nvml->second;
     }
     return Status::Ok();
   }

@@ -84,6 +84,9 @@ struct AgentLoopOptions {
   agent::MpsDaemons* mps = nullptr;
   // GPU UUID -> its dmem region, for GPUs in enforcement "dmem" (agent/dmem.h).
   std::map<std::string, std::string> dmem_regions;
+  // GPU UUID -> the libnvidia-ml whose per-cgroup memory limits hold its shares, for GPUs
+  // in enforcement "dmem" without a dmem region (agent/nvml_memory.h).
+  std::map<std::string, std::string> nvml_memory_limits;
   // The node's health program (health_check.h; empty: none): run before the first
   // registration, its verdict sent at once after it, then again every interval.
   std::string health_check;

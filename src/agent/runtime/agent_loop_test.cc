@@ -520,6 +520,49 @@ TEST_F(TelemetryAgentTest, ProcessAndContainerSharesOnADmemGpuGetTheCap) {
   }
 }
 
+// A share on a GPU NVML's per-cgroup limits hold (enforcement "dmem", no dmem region) gets
+// the library that caps it and its memory, a container share too; its --gpu-mem, else its
+// share of the GPU's memory.
+TEST_F(TelemetryAgentTest, SharesOnAGpuHeldByNvmlGetTheLibraryThatCapsThem) {
+  AcceptLaunches();
+  gpu::GpuInfo held;
+  held.vendor = gpu::Vendor::kNvidia;
+  held.index = 0;
+  held.uuid = "GPU-V";
+  held.memory_total_bytes = uint64_t{80} << 30;
+  held.enforcement = "dmem";
+  protocol::Work work;
+  protocol::LaunchOrder order;
+  order.job.id = 23;
+  order.job.user = "alice";
+  order.job.command = {"true"};
+  order.job.request.gpus = 1;
+  order.job.request.gpu_memory_bytes = uint64_t{8} << 30;
+  order.rendezvous = {0, 1, {"h"}, {1}, 0};
+  order.gpus = {{"nvidia", 0, "GPU-V", {"/dev/nvidia0"}, 250}};
+  protocol::LaunchOrder container = order;
+  container.job.id = 24;
+  container.job.image = "localhost/app:1";
+  container.job.request.gpu_memory_bytes = 0;
+  work.launch = {order, container};
+  link_->QueueWork(work);
+  AgentLoopOptions ao = Options();
+  ao.node.gpus = {held};
+  ao.nvml_memory_limits = {{"GPU-V", "/usr/lib/libnvidia-ml.so.1"}};
+  ao.cdi_kind = "gpupool.local/gpu";
+  Run(ao);
+  std::unique_lock lock = WaitForLaunches(2);
+  ASSERT_EQ(launcher_.launched.size(), 2u);
+  for (const agent::LaunchSpec& spec : launcher_.launched) {
+    SCOPED_TRACE(spec.id.job);
+    EXPECT_EQ(spec.share_enforcement, "dmem");
+    EXPECT_TRUE(spec.dmem_region.empty());
+    EXPECT_EQ(spec.nvml_library, "/usr/lib/libnvidia-ml.so.1");
+    EXPECT_EQ(spec.share_memory_bytes,
+              spec.id.job == 23 ? uint64_t{8} << 30 : (uint64_t{80} << 30) / 1000 * 250);
+  }
+}
+
 // Shares of an AMD GPU whose CU count discovery found (a CPX partition of an MI300X: 38
 // CUs) get disjoint advisory CU masks of their size, and stay "none" (docs/sharing.md,
 // "AMD"); a share of an AMD GPU with an unknown CU count gets no mask.

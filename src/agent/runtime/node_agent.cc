@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
@@ -14,6 +15,7 @@
 #include "agent/container.h"
 #include "agent/dmem.h"
 #include "agent/mps.h"
+#include "agent/nvml_memory.h"
 #include "common/file_util.h"
 #include "common/host.h"
 #include "gpu/gpu_backend.h"
@@ -24,6 +26,9 @@ namespace gpupool::agent {
 namespace {
 
 namespace fs = std::filesystem;
+
+// Where the launcher puts job cgroups (LauncherOptions::cgroup_root's default).
+constexpr const char* kCgroupV2Root = "/sys/fs/cgroup";
 
 // A stand-in 8-GPU node for machines without GPUs, so `make run` works anywhere.
 gpu::NodeInfo FakeEightGpuNode() {
@@ -238,22 +243,69 @@ void NodeAgent::RemoveCdiSpec() {
   cdi_path_.clear();
 }
 
-int NodeAgent::SetUpDmem(bool wanted) {
-  dmem_regions_.clear();
-  if (!wanted) return 0;
-  Result<std::string> text = ReadFileToString(options_.dmem_capacity, 1 << 20);
-  if (!text.ok()) return 0;  // no dmem controller here
-  const std::vector<DmemRegion> regions = ParseDmemCapacity(*text);
+int HoldWithNvmlMemoryLimits(const std::string& library, gpu::NodeInfo* node,
+                             std::map<std::string, std::string>* out) {
+  if (library.empty()) return 0;
   int gpus = 0;
-  for (gpu::GpuInfo& g : node_.gpus) {
-    if (g.enforcement == "mps" || g.enforcement == "mig") continue;  // they hold it
-    const std::string region = DmemRegionOf(regions, g.pci_bus_id);
-    if (region.empty()) continue;
+  for (gpu::GpuInfo& g : node->gpus) {
+    // MIG, MPS or the kernel's dmem hold it; NVML sets no limit on a MIG handle.
+    if (g.enforcement == "mps" || g.enforcement == "mig" || g.enforcement == "dmem" ||
+        g.mig_enabled.value_or(false) || g.vendor != gpu::Vendor::kNvidia || g.backend != "nvml" ||
+        g.uuid.empty()) {
+      continue;
+    }
     g.enforcement = "dmem";
-    dmem_regions_[g.uuid] = region;
+    (*out)[g.uuid] = library;
     ++gpus;
   }
   return gpus;
+}
+
+void NodeAgent::SetUpDmem(bool wanted, bool required) {
+  dmem_regions_.clear();
+  nvml_memory_limits_.clear();
+  nvml_note_.clear();
+  dmem_gpus_ = nvml_gpus_ = 0;
+  if (!wanted) return;
+  // The kernel's dmem controller where it lists the GPU's VRAM.
+  if (Result<std::string> text = ReadFileToString(options_.dmem_capacity, 1 << 20); text.ok()) {
+    const std::vector<DmemRegion> regions = ParseDmemCapacity(*text);
+    for (gpu::GpuInfo& g : node_.gpus) {
+      if (g.enforcement == "mps" || g.enforcement == "mig") continue;  // they hold it
+      const std::string region = DmemRegionOf(regions, g.pci_bus_id);
+      if (region.empty()) continue;
+      g.enforcement = "dmem";
+      dmem_regions_[g.uuid] = region;
+      ++dmem_gpus_;
+    }
+  }
+  // Else NVML's per-cgroup limits, where the library discovery loaded offers them.
+  const bool nvml_gpu = std::any_of(node_.gpus.begin(), node_.gpus.end(), [](const auto& g) {
+    return g.backend == "nvml" && g.enforcement == "none";
+  });
+  if (!nvml_gpu) return;
+  // NVML caps the job's cgroup v2 leaf: on a host whose jobs get cgroup v1 every share
+  // would fail closed, so "auto" leaves such GPUs unenforced (and says so); "dmem", asked
+  // for by name, holds them and fails each share with the reason.
+  std::error_code ec;
+  if (!required && !fs::exists(kCgroupV2Root + std::string("/cgroup.controllers"), ec)) {
+    nvml_note_ = "NVML's per-cgroup memory limits need cgroup v2 at " + std::string(kCgroupV2Root);
+    return;
+  }
+  const std::string library =
+      NvmlMemoryLimitsLibrary(gpu::WithEnvironmentOverrides({}).nvml_library);
+  nvml_gpus_ = HoldWithNvmlMemoryLimits(library, &node_, &nvml_memory_limits_);
+}
+
+std::string NodeAgent::DmemSummary() const {
+  const std::string of = " of " + std::to_string(node_.gpus.size()) + " GPUs";
+  const std::string kernel = "the kernel's dmem controller on " + std::to_string(dmem_gpus_) +
+                             (nvml_gpus_ > 0 ? "" : of) + " (" + options_.dmem_capacity + ")";
+  if (nvml_gpus_ == 0) return "GPU shares: " + kernel;
+  const std::string nvml = "dmem (NVML's per-cgroup memory limits) on " +
+                           std::to_string(nvml_gpus_) + of + " (" +
+                           nvml_memory_limits_.begin()->second + ")";
+  return "GPU shares: " + (dmem_gpus_ > 0 ? kernel + ", " + nvml : nvml);
 }
 
 Status NodeAgent::SetUpEnforcement(const std::string& agent_dir) {
@@ -288,13 +340,16 @@ Status NodeAgent::SetUpEnforcement(const std::string& agent_dir) {
     mps_gpus += can_mps ? 1 : 0;
     mig_gpus += mig ? 1 : 0;
   }
-  const int dmem_gpus = SetUpDmem(mode == "dmem" || (mode == "auto" && !replayed));
+  SetUpDmem(mode == "dmem" || (mode == "auto" && !replayed), mode == "dmem");
+  const int dmem_gpus = dmem_gpus_ + nvml_gpus_;
   if (mode == "dmem" && dmem_gpus == 0) {
     return Status::FailedPrecondition(
         "--gpu-enforcement dmem: no GPU of this node has a VRAM region in " +
         options_.dmem_capacity +
         " (the kernel's dmem cgroup controller: Linux 6.14 or later, cgroup v2, a driver "
-        "that registers its memory); run with --gpu-enforcement auto or none");
+        "that registers its memory), nor NVML's per-cgroup memory limits "
+        "(nvmlDeviceSetMemoryLimits_v1: NVIDIA driver R615 or later, GPUs not in MIG mode); "
+        "run with --gpu-enforcement auto or none");
   }
   if (mps_gpus > 0) {
     MpsOptions mo;
@@ -306,18 +361,17 @@ Status NodeAgent::SetUpEnforcement(const std::string& agent_dir) {
     }
     mps_ = std::make_unique<MpsDaemons>(std::move(mo));
   }
-  enforcement_note_ =
-      node_.gpus.empty() ? ""
-      : dmem_gpus > 0 && mps_gpus == 0
-          ? "GPU shares: the kernel's dmem controller on " + std::to_string(dmem_gpus) + " of " +
-                std::to_string(node_.gpus.size()) + " GPUs (" + options_.dmem_capacity + ")"
-      : mps_gpus > 0 ? "GPU shares: MPS on " + std::to_string(mps_gpus) + " of " +
-                           std::to_string(node_.gpus.size()) + " GPUs (" + control + ")"
-                     : "GPU shares: not enforced (" +
-                           (mode == "none" ? std::string("--gpu-enforcement none")
-                            : replayed     ? std::string("a replayed node")
-                                           : std::string("no nvidia-cuda-mps-control")) +
-                           ")";
+  enforcement_note_ = node_.gpus.empty()               ? ""
+                      : dmem_gpus > 0 && mps_gpus == 0 ? DmemSummary()
+                      : mps_gpus > 0
+                          ? "GPU shares: MPS on " + std::to_string(mps_gpus) + " of " +
+                                std::to_string(node_.gpus.size()) + " GPUs (" + control + ")"
+                          : "GPU shares: not enforced (" +
+                                (mode == "none" ? std::string("--gpu-enforcement none")
+                                 : replayed     ? std::string("a replayed node")
+                                                : std::string("no nvidia-cuda-mps-control") +
+                                                  (nvml_note_.empty() ? "" : "; " + nvml_note_)) +
+                                ")";
   if (mig_gpus > 0) {
     const std::string mig =
         "MIG instances of " + std::to_string(mig_gpus) + " GPU(s) in MIG mode, each granted whole";
@@ -336,6 +390,8 @@ Status NodeAgent::Start(std::shared_ptr<protocol::ControllerLink> link) {
   LauncherOptions lo;
   lo.state_dir = agent_dir;
   lo.shim_command = ShimCommand();
+  // Shares capped through NVML: a shim that can load it (agent/nvml_memory.h).
+  if (nvml_gpus_ > 0) lo.nvml_shim_command = {SelfExePath(), "agent-shim"};
   lo.container = container_;
   launcher_ = NewProcessLauncher(lo);
 
@@ -357,6 +413,7 @@ Status NodeAgent::Start(std::shared_ptr<protocol::ControllerLink> link) {
   ao.cdi_error = cdi_error_;
   ao.mps = mps_.get();
   ao.dmem_regions = dmem_regions_;
+  ao.nvml_memory_limits = nvml_memory_limits_;
   ao.health_check = options_.health_check;
   ao.health_check_interval_s = options_.health_check_interval_s;
   ao.health_check_timeout_s = options_.health_check_timeout_s;

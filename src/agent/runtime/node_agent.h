@@ -54,13 +54,22 @@ struct NodeAgentOptions {
   std::string mps_control;  // its path; empty = looked up (mps.h, FindMpsControl)
   // Where the kernel lists its dmem regions (dmem.h): "auto" holds a share of a GPU MPS
   // does not serve to its memory through the dmem controller where the GPU's VRAM is
-  // listed there; "dmem" requires it.
+  // listed there, else through NVML's per-cgroup limits where the libnvidia-ml that
+  // discovery loaded offers them (agent/nvml_memory.h); "dmem" requires one of the two.
   std::string dmem_capacity = "/sys/fs/cgroup/dmem.capacity";
   // The node's health program (health_check.h), its period and time limit.
   std::string health_check;
   int health_check_interval_s = 300;
   int health_check_timeout_s = 60;
 };
+
+// The GPUs NVML's per-cgroup memory limits hold (agent/nvml_memory.h): with `library`
+// the path of the libnvidia-ml discovery used, exporting nvmlDeviceSetMemoryLimits_v1
+// (NvmlMemoryLimitsLibrary; "": none, and no GPU is), each NVIDIA GPU found through NVML
+// (backend "nvml") that no other mode holds (MIG, MPS, the kernel's dmem controller) gets
+// enforcement "dmem" and an entry UUID -> library in *out. Returns how many.
+int HoldWithNvmlMemoryLimits(const std::string& library, gpu::NodeInfo* node,
+                             std::map<std::string, std::string>* out);
 
 class NodeAgent {
  public:
@@ -95,8 +104,11 @@ class NodeAgent {
   void SetUpContainers(const std::string& agent_dir);
   // Decides each GPU's enforcement mode (GpuInfo::enforcement) and makes the MPS daemons'
   // keeper when one is "mps". Errors: an unknown mode, "mps" without its control program.
-  // The GPUs the kernel's dmem controller holds (enforcement "dmem"); how many.
-  int SetUpDmem(bool wanted);
+  // The GPUs the kernel's dmem controller, else NVML's per-cgroup limits, holds
+  // (enforcement "dmem"); how many of each in dmem_gpus_ and nvml_gpus_.
+  // `required`: --gpu-enforcement dmem (else auto, where NVML needs a cgroup v2 host).
+  void SetUpDmem(bool wanted, bool required);
+  std::string DmemSummary() const;
   Status SetUpEnforcement(const std::string& agent_dir);
   void RemoveCdiSpec();
 
@@ -112,8 +124,12 @@ class NodeAgent {
   std::string cdi_notes_;
   AgentLoopOptions loop_options_;
   std::unique_ptr<MpsDaemons> mps_;
-  std::map<std::string, std::string> dmem_regions_;  // GPU UUID -> dmem region
-  std::string enforcement_note_;                     // for the start message
+  std::map<std::string, std::string> dmem_regions_;        // GPU UUID -> dmem region
+  std::map<std::string, std::string> nvml_memory_limits_;  // GPU UUID -> libnvidia-ml
+  int dmem_gpus_ = 0;
+  int nvml_gpus_ = 0;
+  std::string nvml_note_;         // why auto left NVML's limits unused, or empty
+  std::string enforcement_note_;  // for the start message
   std::unique_ptr<Launcher> launcher_;
   std::unique_ptr<AgentLoop> loop_;
   std::thread thread_;

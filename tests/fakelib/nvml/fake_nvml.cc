@@ -2,13 +2,15 @@
 // answering from a scenario file named by $FAKE_NVML_SCENARIO. With $FAKE_NVML_LOG set,
 // it appends each entry point's name to that file the first time it is called in a
 // session, and every nvmlInit_v2 / nvmlShutdown, so tests can check which calls (and
-// fallbacks) the backend made and that it shut NVML down.
+// fallbacks) the backend made and that it shut NVML down. With $FAKE_NVML_MEMORY_LIMITS
+// set, each per-cgroup memory limit set is appended there (README.md).
 //
-// Built four times (see CMakeLists.txt): complete; without several optional entry
+// Built five times (see CMakeLists.txt): complete; without several optional entry
 // points (FAKE_NVML_OMIT_OPTIONAL, like an old driver); without a required one
 // (FAKE_NVML_OMIT_REQUIRED); without nvmlEventSetWait_v2 only
 // (FAKE_NVML_OMIT_EVENT_WAIT_V2, a driver before R450, whose nvmlEventSetWait fills the
-// shorter v1 nvmlEventData_t).
+// shorter v1 nvmlEventData_t); complete plus NVML's per-cgroup memory limits
+// (FAKE_NVML_MEMORY_LIMITS_CALLS, an R615+ driver).
 //
 // The types below are written from NVML's documented ABI, independently of the
 // backend's own declarations, so that a layout mistake on either side shows in tests.
@@ -313,6 +315,24 @@ FAKE_EXPORT nvmlReturn_t nvmlDeviceGetHandleByIndex_v2(unsigned int index, nvmlD
   if (int rc = Injected(d.errors, "nvmlDeviceGetHandleByIndex")) return rc;
   *device = reinterpret_cast<nvmlDevice_t>(&d.handle);
   return NVML_SUCCESS;
+}
+
+FAKE_EXPORT nvmlReturn_t nvmlDeviceGetHandleByUUID(const char* uuid, nvmlDevice_t* device) {
+  Log("nvmlDeviceGetHandleByUUID");
+  if (g_init_count == 0) return NVML_ERROR_UNINITIALIZED;
+  if (uuid == nullptr || device == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+  for (FakeDevice& d : g_scenario.devices) {
+    for (FakeMig& m : d.migs) {
+      if (m.uuid.bytes != uuid) continue;
+      *device = reinterpret_cast<nvmlDevice_t>(&m.handle);
+      return NVML_SUCCESS;
+    }
+    if (d.uuid.bytes != uuid) continue;
+    if (int rc = Injected(d.errors, "nvmlDeviceGetHandleByUUID")) return rc;
+    *device = reinterpret_cast<nvmlDevice_t>(&d.handle);
+    return NVML_SUCCESS;
+  }
+  return NVML_ERROR_NOT_FOUND;
 }
 
 // ---- System ----------------------------------------------------------------------
@@ -812,5 +832,66 @@ FAKE_EXPORT nvmlReturn_t nvmlEventSetFree(nvmlEventSet_t set) {
   g_event_sets.erase(s);
   delete s;
   return NVML_SUCCESS;
+}
+#endif
+
+// ---- Per-cgroup memory limits (R615+) --------------------------------------------
+// Only in the memory_limits build (FAKE_NVML_MEMORY_LIMITS_CALLS): the others are drivers
+// before R615, so an agent loading them holds no GPU through NVML. Each set is appended to
+// $FAKE_NVML_MEMORY_LIMITS as "UUID NAMESPACE SOFT HARD"; the getter answers from that file's last
+// line for the GPU and cgroup (the limits live beyond one process, as the driver's do).
+
+#ifdef FAKE_NVML_MEMORY_LIMITS_CALLS
+typedef struct {
+  const char* nameSpace;
+  unsigned long long softLimit;
+  unsigned long long hardLimit;
+} nvmlSetMemoryLimits_v1_t;
+
+typedef struct {
+  const char* nameSpace;
+  unsigned long long softLimit;
+  unsigned long long hardLimit;
+  unsigned long long currentUsed;
+} nvmlGetMemoryLimits_v1_t;
+
+FAKE_EXPORT nvmlReturn_t nvmlDeviceSetMemoryLimits_v1(nvmlDevice_t device,
+                                                      nvmlSetMemoryLimits_v1_t* limits) {
+  RESOLVE(h, device, "nvmlDeviceSetMemoryLimits");
+  if (h->mig >= 0) return NVML_ERROR_NOT_SUPPORTED;  // whole GPUs only
+  struct stat st;
+  if (limits == nullptr || limits->nameSpace == nullptr || stat(limits->nameSpace, &st) != 0 ||
+      !S_ISDIR(st.st_mode) || limits->softLimit > limits->hardLimit) {
+    return NVML_ERROR_INVALID_ARGUMENT;
+  }
+  const char* path = std::getenv("FAKE_NVML_MEMORY_LIMITS");
+  if (path == nullptr || *path == '\0') return NVML_SUCCESS;
+  FILE* f = std::fopen(path, "a");
+  if (f == nullptr) return NVML_ERROR_UNKNOWN;
+  std::fprintf(f, "%s %s %llu %llu\n", h->gpu->uuid.bytes.c_str(), limits->nameSpace,
+               limits->softLimit, limits->hardLimit);
+  std::fclose(f);
+  return NVML_SUCCESS;
+}
+
+FAKE_EXPORT nvmlReturn_t nvmlDeviceGetMemoryLimits_v1(nvmlDevice_t device,
+                                                      nvmlGetMemoryLimits_v1_t* limits) {
+  RESOLVE(h, device, "nvmlDeviceGetMemoryLimits");
+  if (h->mig >= 0) return NVML_ERROR_NOT_SUPPORTED;
+  if (limits == nullptr || limits->nameSpace == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+  const char* path = std::getenv("FAKE_NVML_MEMORY_LIMITS");
+  FILE* f = path != nullptr && *path != '\0' ? std::fopen(path, "r") : nullptr;
+  bool found = false;
+  char uuid[256], name[4096];
+  unsigned long long soft = 0, hard = 0;
+  while (f != nullptr && std::fscanf(f, "%255s %4095s %llu %llu", uuid, name, &soft, &hard) == 4) {
+    if (h->gpu->uuid.bytes != uuid || std::strcmp(name, limits->nameSpace) != 0) continue;
+    found = soft != 0 || hard != ~0ULL;  // soft 0 and hard all ones: cleared
+    limits->softLimit = soft;
+    limits->hardLimit = hard;
+  }
+  if (f != nullptr) std::fclose(f);
+  limits->currentUsed = 0;
+  return found ? NVML_SUCCESS : NVML_ERROR_NOT_FOUND;
 }
 #endif
