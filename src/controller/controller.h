@@ -181,6 +181,7 @@ struct ExecSession {
   int64_t id = 0;       // random, 1 .. 2^53 - 1 (an exact JSON number everywhere)
   int64_t created = 0;  // the order sessions were started in (their ids have none)
   int64_t job_id = 0;
+  std::string job_name;  // as its user names the job (lifecycle::UserJobId): 40_3, or the id
   int attempt = 0;
   int task_index = 0;
   std::string node;
@@ -368,11 +369,10 @@ class Controller {
   // Xid drains the node. NotFound for a node that is not registered.
   Status ObserveGpuErrors(const std::string& node,
                           const std::vector<protocol::GpuTelemetry>& samples) EXCLUDES(mu_);
-  // The hardware health fields in an agent's telemetry samples of its own GPUs (retired
-  // pages, row remapping, HW slowdown, uncorrected ECC; controller_hw_health.cc): each
-  // threshold row of the policy whose level rises makes the GPU suspect or cordons it ("by"
-  // policy; its jobs go on), held by the breaker as Xids are. NotFound for a node that is
-  // not registered.
+  // The hardware health fields in an agent's telemetry samples of its own GPUs (retired pages,
+  // row remapping, HW slowdown, uncorrected ECC; controller_hw_health.cc): each threshold row of
+  // the policy whose level rises makes the GPU suspect or cordons it ("by" policy; its jobs go
+  // on), held by the breaker as Xids are. NotFound for a node that is not registered.
   Status ObserveHardwareHealth(const std::string& node,
                                const std::vector<protocol::GpuTelemetry>& samples) EXCLUDES(mu_);
   // The node's health program's verdict (agent/runtime/health_check.h): the GPUs it names
