@@ -511,6 +511,7 @@ MUST_SAMPLE = {"POST /v1/jobs", "GET /v1/jobs", "GET /v1/jobs/{id}", "GET /v1/no
 # in an item of the array "rows"): what sets a row or an answer apart, which a reader of
 # the examples would otherwise not know to expect.
 MUST_SHOW = {
+    "GET /v1/usage": {"by", "rows[].own_group", "rows[].fair_share"},
     "POST /v1/jobs/{id}/exec": {"job_id", "job_name"},
     "GET /v1/exec/{id}": {"job_id", "job_name"},
 }
