@@ -1,6 +1,6 @@
 // The API's job routes: hold and release, held submissions, arrays cancelled whole or by
-// element and ARRAY_INDEX ids, bad dependencies, a cancel's body, limits, and the
-// submission byte bounds (413, 429).
+// element and ARRAY_INDEX ids (and exec sessions named so), bad dependencies, a cancel's
+// body, limits, and the submission byte bounds (413, 429).
 #include "controller/api_test.h"
 
 namespace gpupool::controller::api_test {
@@ -184,6 +184,40 @@ TEST_F(ApiAccessTest, JobRoutesTakeArrayIndexIds) {
   }
   // Exec sessions have no elements.
   EXPECT_EQ(AsUid(user_uid_, "GET", "/v1/exec/1_1").status, 404);
+}
+
+// Exec sessions name their job as its user does (job_name), as the telemetry does:
+// ARRAY_INDEX for an array's element. They carried only job_id, the element's id in the
+// store, which `gpupool queue` never shows.
+TEST_F(ApiAccessTest, ExecSessionsNameAnArrayElementByItsArrayAndIndex) {
+  const std::string vm = Token("vm", "node");
+  ASSERT_EQ(WithToken(vm, "POST", "/v1/agent/register", {}, RegisterBody("vm", 2)).status, 200);
+  net::HttpResponse r = AsUid(0, "POST", "/v1/jobs", {},
+                              R"({"command": ["sleep", "60"], "request": {"gpus": 1}, )"
+                              R"("workdir": "/", "array": "0-1"})");
+  ASSERT_EQ(r.status, 201) << r.body;
+  const int64_t head = ParseJson(r.body, "answer").value()["job"]["id"].get<int64_t>();
+  const std::string array = std::to_string(head);
+  const Caller root{"root", 0, 0, true};
+  const int64_t second = controller_->ArrayElementId(head, 1, root).value_or(0);
+  ASSERT_NE(second, head);
+  ASSERT_TRUE(controller_->ScheduleOnce().ok());
+  ASSERT_EQ(WithToken(vm, "GET", "/v1/agent/work", {{"node", "vm"}}).status, 200);
+  for (const int64_t id : {head, second}) {
+    const std::string started = R"({"node": "vm", "events": [{"job_id": )" + std::to_string(id) +
+                                R"(, "attempt": 1, "kind": "started"}]})";
+    ASSERT_EQ(WithToken(vm, "POST", "/v1/agent/events", {}, started).status, 200);
+  }
+  for (const auto& [element, id] : {std::pair{array + "_1", second}, {array + "_0", head}}) {
+    r = AsUid(0, "POST", "/v1/jobs/" + element + "/exec", {}, R"({"task": 0, "argv": ["true"]})");
+    ASSERT_EQ(r.status, 201) << r.body;
+    const Json exec = ParseJson(r.body, "answer").value();
+    EXPECT_EQ(exec["job_id"], id) << r.body;  // kept for older clients
+    EXPECT_EQ(exec.value("job_name", ""), element) << r.body;
+    r = AsUid(0, "GET", "/v1/exec/" + std::to_string(exec["id"].get<int64_t>()));
+    ASSERT_EQ(r.status, 200) << r.body;
+    EXPECT_EQ(ParseJson(r.body, "answer").value().value("job_name", ""), element) << r.body;
+  }
 }
 
 TEST_F(ApiAccessTest, BadDependenciesAreRefusedNamingTheField) {

@@ -6,7 +6,9 @@
 
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
+#include <utility>
 
 #include "common/clock.h"
 #include "common/json.h"
@@ -386,6 +388,71 @@ TEST_F(ApiProjectsTest, ALimitsWriteWhoseAnswerWasLostIsReadBack) {
   EXPECT_EQ(r.headers["ETag"], "\"1\"");
   EXPECT_EQ(ParseJson(r.body, "answer").value()["users"]["nobody"]["max_gpus"], 7);
   EXPECT_EQ(controller_->GetLimits().limits.ForUser("nobody").max_gpus, 7);
+}
+
+// A store that lands another settings write (`first`, at the revision the next write
+// expects) just before the next one: a second admin's write landing between a limits
+// PUT's checks and its compare-and-set, or on another controller.
+class AnotherWriteLandsFirst final : public store::ForwardingStore {
+ public:
+  using ForwardingStore::ForwardingStore;
+  Result<int64_t> PutSettingIf(std::string_view k, std::string_view v, int64_t expected) override {
+    if (std::optional<std::string> other = std::exchange(first, std::nullopt)) {
+      Result<int64_t> landed = ForwardingStore::PutSettingIf(k, *other, expected);
+      if (!landed.ok()) return landed.status();
+    }
+    return ForwardingStore::PutSettingIf(k, v, expected);
+  }
+  std::optional<std::string> first;
+};
+
+// The red team: PUT /v1/limits checked the names it adds against the limits it read
+// before writing. Project 'nobody' (made before that account existed: members root only)
+// may stay while unchanged; admin B deleted it while admin A's overwrite, which kept it
+// unchanged, was on its way: A's write re-made it, named after user nobody and without
+// them, which neither order of the two writes allows. So with a user row whose account is
+// gone, and with a revision this controller had not seen. The names are checked against
+// what the write replaces: 400, and B's write stands.
+TEST_F(ApiProjectsTest, ALimitsWriteIsCheckedAgainstAWriteThatLandedBeforeIt) {
+  auto racy = std::make_unique<AnotherWriteLandsFirst>(std::move(store_));
+  AnotherWriteLandsFirst* race = racy.get();
+  store_ = std::move(racy);
+  const std::string project = R"("projects": {"nobody": {"members": ["root"]}})";
+  const std::string user = R"("users": {"nosuchuser-gp": {"max_gpus": 1}})";
+  int64_t at = 0;  // the revision of both, which the controller holds
+  auto hold_both = [&] {
+    const int64_t was = store_->GetSettingRecord("limits").value().revision;
+    at = store_->PutSettingIf("limits", "{" + project + ", " + user + "}", was).value();
+    Start(ProjectEnforcement::kMembers);
+  };
+  hold_both();
+  ASSERT_EQ(at, 1);
+  race->first = "{" + user + "}";  // B deletes the project
+  net::HttpResponse r =
+      SetLimits(R"({"projects": {"nobody": {"members": ["root"], "max_gpus": 1}}, )" + user + "}");
+  EXPECT_EQ(r.status, 400) << r.body;
+  EXPECT_EQ(Error(r).rfind("limits.projects.nobody.members: 'nobody' is also a login name", 0), 0u)
+      << r.body;
+  EXPECT_EQ(store_->GetSettingRecord("limits")->revision, at + 1);  // B's write only
+  EXPECT_EQ(controller_->GetLimits().limits.ForProject("nobody"), nullptr);
+  hold_both();
+  race->first = "{" + project + "}";  // B deletes the user row
+  r = SetLimits("{" + project + R"(, "users": {"nosuchuser-gp": {"max_gpus": 2}}})");
+  EXPECT_EQ(r.status, 400) << r.body;
+  EXPECT_EQ(Error(r).rfind("limits.users.nosuchuser-gp: there is no user 'nosuchuser-gp'", 0), 0u)
+      << r.body;
+  EXPECT_EQ(store_->GetSettingRecord("limits")->revision, at + 1);
+  EXPECT_TRUE(controller_->GetLimits().limits.users.empty());
+  // B's write on another controller, at the revision A names: the controller follows
+  // the store before checking, rather than checking against the limits it held.
+  hold_both();
+  ASSERT_EQ(store_->PutSettingIf("limits", "{}", at).value_or(-1), at + 1);
+  const std::string moved = "\"" + std::to_string(at + 1) + "\"";
+  r = SetLimits(R"({"projects": {"nobody": {"members": ["root"], "max_gpus": 1}}})", moved);
+  EXPECT_EQ(r.status, 400) << r.body;
+  EXPECT_EQ(store_->GetSettingRecord("limits")->revision, at + 1);
+  EXPECT_EQ(AsUid(0, "GET", "/v1/limits").headers["ETag"], moved);  // followed
+  EXPECT_EQ(SetLimits(R"({"users": {"nobody": {"max_gpus": 1}}})", moved).status, 200);
 }
 
 }  // namespace

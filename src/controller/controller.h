@@ -181,6 +181,7 @@ struct ExecSession {
   int64_t id = 0;       // random, 1 .. 2^53 - 1 (an exact JSON number everywhere)
   int64_t created = 0;  // the order sessions were started in (their ids have none)
   int64_t job_id = 0;
+  std::string job_name;  // as its user names the job (lifecycle::UserJobId): 40_3, or the id
   int attempt = 0;
   int task_index = 0;
   std::string node;
@@ -316,15 +317,16 @@ class Controller {
   // call) has checkpointed; its grace ends now (lifecycle::CheckpointDone).
   Result<jobs::Job> CheckpointDone(int64_t id, const Caller& caller);
   // The usage limits (limits.h) at their revision: anyone reads them; admins replace them
-  // whole, if at revision `expected` when >= 0 (else FailedPrecondition naming both).
+  // whole, if at revision `expected` when >= 0 (else FailedPrecondition naming both), and
+  // if `check` passes on the limits replaced (its error otherwise).
   RevisedLimits GetLimits();
-  Result<RevisedLimits> SetLimits(Limits limits, const Caller& caller, int64_t expected = -1);
+  Result<RevisedLimits> SetLimits(Limits limits, const Caller& caller, int64_t expected = -1,
+                                  const LimitsCheck& check = nullptr);
   // Ids of the queued or running elements of array `array_id` (all when index < 0).
   std::vector<int64_t> ArrayElements(int64_t array_id, int index = -1);
-  // The job id of element `index` of array `array_id`, in any state: what `gpupool queue`
-  // prints as ARRAY_INDEX (e.g. 12_3). NotFound, naming ARRAY_INDEX and what to use
-  // instead, when `array_id` is no array or the array has no such element; owners and
-  // admins only, as Get.
+  // The job id of element `index` of array `array_id`, in any state: what `gpupool queue` prints as
+  // ARRAY_INDEX (e.g. 12_3). NotFound, naming ARRAY_INDEX and what to use instead, when `array_id`
+  // is no array or the array has no such element; owners and admins only, as Get.
   Result<int64_t> ArrayElementId(int64_t array_id, int index, const Caller& caller);
   // Cancels every element of array `array_id` still queued or running (`gpupool cancel
   // 12`), and says how many were in each state; a repeated cancel while running elements
@@ -361,18 +363,16 @@ class Controller {
   // FailedPrecondition for a GPU that is in service.
   Result<NodeView> ResumeGpu(const std::string& node, const std::string& gpu, const Caller& caller)
       EXCLUDES(mu_);
-  // GPU health (controller_health.cc, docs/health.md): the Xids in an agent's telemetry
-  // samples of its own GPUs (oldest first) move each GPU's health by the policy; a GPU
-  // out of service takes no new work, the jobs on a failed one end or requeue
-  // (lifecycle::GpuFailed), and a reboot-class Xid drains the node. NotFound for a node
-  // that is not registered.
+  // GPU health (controller_health.cc, docs/health.md): the Xids in an agent's telemetry samples of
+  // its own GPUs (oldest first) move each GPU's health by the policy; a GPU out of service takes no
+  // new work, the jobs on a failed one end or requeue (lifecycle::GpuFailed), and a reboot-class
+  // Xid drains the node. NotFound for a node that is not registered.
   Status ObserveGpuErrors(const std::string& node,
                           const std::vector<protocol::GpuTelemetry>& samples) EXCLUDES(mu_);
-  // The hardware health fields in an agent's telemetry samples of its own GPUs (retired
-  // pages, row remapping, HW slowdown, uncorrected ECC; controller_hw_health.cc): each
-  // threshold row of the policy whose level rises makes the GPU suspect or cordons it ("by"
-  // policy; its jobs go on), held by the breaker as Xids are. NotFound for a node that is
-  // not registered.
+  // The hardware health fields in an agent's telemetry samples of its own GPUs (retired pages,
+  // row remapping, HW slowdown, uncorrected ECC; controller_hw_health.cc): each threshold row of
+  // the policy whose level rises makes the GPU suspect or cordons it ("by" policy; its jobs go
+  // on), held by the breaker as Xids are. NotFound for a node that is not registered.
   Status ObserveHardwareHealth(const std::string& node,
                                const std::vector<protocol::GpuTelemetry>& samples) EXCLUDES(mu_);
   // The node's health program's verdict (agent/runtime/health_check.h): the GPUs it names

@@ -543,32 +543,41 @@ Result<int64_t> Controller::FollowStoredLimits() {
   return limits_.revision;
 }
 
-Result<RevisedLimits> Controller::SetLimits(Limits limits, const Caller& caller, int64_t expected) {
+Result<RevisedLimits> Controller::SetLimits(Limits limits, const Caller& caller, int64_t expected,
+                                            const LimitsCheck& check) {
   if (!caller.admin) {
     return Status::PermissionDenied("only admins set limits (you are " + caller.user + ")");
   }
   // Written without mu_; settings_write_mu_ keeps two admins' writes in order. Each is a
-  // compare-and-set in the store: at `expected`, the revision the caller read; else at
-  // the one in memory (every write is this controller's while it leads), then at the
-  // store's if that moved all the same: a write without a revision overwrites. A store
-  // that moved is followed first, so that GET answers what a retry must name, rather than
-  // a revision that is refused until a restart.
+  // compare-and-set in the store at the revision held (every write is this controller's
+  // while it leads), which must be `expected`, the one the caller read, when it names one;
+  // then, once, at the store's if that moved all the same: a write without a revision
+  // overwrites. A store that moved (or a revision other than the one held) is followed
+  // first, so that GET answers what a retry must name, rather than a revision that is
+  // refused until a restart. `check` reads the limits each try replaces, not ones read
+  // before the write: an admin's change landing in between is checked against too.
   MutexLock write(settings_write_mu_);
   const std::string value = DumpJson(LimitsToJson(limits));
-  const int64_t held = GetLimits().revision;
-  Result<int64_t> revision = store_->PutSettingIf("limits", value, expected >= 0 ? expected : held);
-  if (store::IsConflict(revision.status())) {
-    GP_ASSIGN_OR_RETURN(const int64_t stored, FollowStoredLimits());
-    if (expected >= 0) {
-      return Status::FailedPrecondition(
-          "the limits changed since they were read: they are at revision " +
-          std::to_string(stored) + ", not " + std::to_string(expected) +
-          " (If-Match, or the body's \"revision\"); read them again (GET /v1/limits), apply "
-          "the change to what that answers and send its revision, or send none to overwrite "
-          "them");
+  RevisedLimits held = GetLimits();
+  Result<int64_t> revision = Status::Internal("the limits were not written");
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    if (attempt > 0 || (expected >= 0 && expected != held.revision)) {
+      GP_ASSIGN_OR_RETURN(const int64_t stored, FollowStoredLimits());
+      held = GetLimits();
+      if (expected >= 0 && expected != stored) {
+        return Status::FailedPrecondition(
+            "the limits changed since they were read: they are at revision " +
+            std::to_string(stored) + ", not " + std::to_string(expected) +
+            " (If-Match, or the body's \"revision\"); read them again (GET /v1/limits), apply "
+            "the change to what that answers and send its revision, or send none to overwrite "
+            "them");
+      }
     }
-    revision = store_->PutSettingIf("limits", value, stored);
-  } else if (revision.status().code() == StatusCode::kUnavailable) {
+    if (check) GP_RETURN_IF_ERROR(check(limits, held.limits));
+    revision = store_->PutSettingIf("limits", value, held.revision);
+    if (!store::IsConflict(revision.status())) break;
+  }
+  if (revision.status().code() == StatusCode::kUnavailable) {
     // Whether it was written is unknown (the answer was lost with the connection): hold
     // what the store has, if it can say now; else the next write's conflict will.
     if (Result<int64_t> now = FollowStoredLimits(); !now.ok()) {

@@ -452,6 +452,7 @@ Result<int64_t> Controller::StartExecLocked(int64_t job_id, int task_index,
   x.id = new_id;
   x.created = ++exec_created_;
   x.job_id = job_id;
+  x.job_name = lifecycle::UserJobId(job);
   x.attempt = job.attempt;
   x.task_index = task_index;
   x.node = node;

@@ -4,7 +4,9 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 
+#include "common/status.h"
 #include "sched/admission/limits.h"
 #include "sched/admission/project_access.h"
 
@@ -25,5 +27,11 @@ struct RevisedLimits {
   int64_t revision = 0;
   friend bool operator==(const RevisedLimits&, const RevisedLimits&) = default;
 };
+
+// What a limits write must pass besides the admin's right to make it (the API's checks of
+// the names it adds, api/admin.cc): `next` against the limits it replaces, read under the
+// write, so that another admin's write landing first is checked against too. Its error
+// refuses the write.
+using LimitsCheck = std::function<Status(const Limits& next, const Limits& replaced)>;
 
 }  // namespace gpupool::controller

@@ -413,6 +413,27 @@ class Checker:
                                code.startswith("2"))
         return count
 
+    def check_shown(self):
+        """The fields MUST_SHOW names, each in an example of its route's 2xx answers."""
+        for route, fields in sorted(MUST_SHOW.items()):
+            method, path = route.split(" ", 1)
+            op = self.doc["paths"].get(path, {}).get(method.lower())
+            where = f"paths.{path}.{method.lower()}"
+            if op is None:
+                self.fail(where, f"MUST_SHOW names {route}, which the document does not describe")
+                continue
+            shown = set()
+            for code, r in op["responses"].items():
+                r = self.deref(r, f"{where}.responses.{code}") if code.startswith("2") else None
+                for media, m in (r or {}).get("content", {}).items():
+                    if "example" in m:
+                        shown |= shown_fields(m["example"])
+                    for name, e in m.get("examples", {}).items():
+                        e = self.deref(e, f"{where}.responses.{code}.{media}.examples.{name}")
+                        shown |= shown_fields((e or {}).get("value"))
+            for field in sorted(fields - shown):
+                self.fail(where, f"no example of its 2xx answers shows {field}: add one that does")
+
     def check_samples(self, samples):
         """Real answers against the responses the document gives for their operation."""
         answered = set()
@@ -486,6 +507,28 @@ def strictify(node):
 MUST_SAMPLE = {"POST /v1/jobs", "GET /v1/jobs", "GET /v1/jobs/{id}", "GET /v1/nodes",
                "GET /v1/openapi.json"}
 
+# Fields of a route's 2xx answers that one of its examples must show ("rows[].own_group":
+# in an item of the array "rows"): what sets a row or an answer apart, which a reader of
+# the examples would otherwise not know to expect.
+MUST_SHOW = {
+    "GET /v1/usage": {"by", "rows[].own_group", "rows[].fair_share"},
+    "POST /v1/jobs/{id}/exec": {"job_id", "job_name"},
+    "GET /v1/exec/{id}": {"job_id", "job_name"},
+}
+
+
+def shown_fields(value, prefix=""):
+    """The field paths in an example's value: "a", "a.b", "rows[].key"."""
+    out = set()
+    if isinstance(value, dict):
+        for key, sub in value.items():
+            out.add(prefix + key)
+            out |= shown_fields(sub, prefix + key + ".")
+    elif isinstance(value, list):
+        for sub in value:
+            out |= shown_fields(sub, prefix.rstrip(".") + "[].")
+    return out
+
 
 def main():
     if len(sys.argv) != 3:
@@ -514,6 +557,7 @@ def main():
 
     examples = checker.check_examples()
     print(f"examples and defaults: {examples} checked")
+    checker.check_shown()
 
     run = subprocess.run([samples_program], capture_output=True, text=True, timeout=60)
     if run.returncode != 0:

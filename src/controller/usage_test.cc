@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 
 #include <map>
+#include <string>
+#include <vector>
 
 namespace gpupool::controller {
 namespace {
@@ -70,6 +72,33 @@ TEST(UsageTest, UsedGpuHoursAndEfficiencyPerUserAndProject) {
   EXPECT_EQ(by_project[1].key, "nlp");
   EXPECT_DOUBLE_EQ(by_project[1].efficiency(), 0.4);
   EXPECT_DOUBLE_EQ(UsageRow{}.efficiency(), 0);
+}
+
+// By project, a job without a project counts in its user's own group: the row named after
+// the user, marked own_group (GET /v1/usage's "own_group": true). A project entry named
+// after the user is the same group, its jobs in that row; a row only charged by name
+// (carol's jobs charging project "bob") is no one's own group, and by user none is.
+TEST(UsageTest, JobsWithoutAProjectAreTheirUsersOwnGroup) {
+  const std::vector<jobs::Job> js = {
+      Ran("alice", "", 1, 1000, 0, kHour),       // her own group
+      Ran("alice", "alice", 1, 1000, 0, kHour),  // the entry named after her: the same group
+      Ran("bob", "vision", 3, 1000, 0, kHour),
+      Ran("carol", "bob", 1, 500, 0, kHour),
+  };
+  const std::vector<UsageRow> by_project =
+      ComputeUsage(js, kT0, kT0 + 2 * kHour, kT0 + 2 * kHour, "project");
+  ASSERT_EQ(by_project.size(), 3u);
+  EXPECT_EQ(by_project[0].key, "vision");
+  EXPECT_FALSE(by_project[0].own_group);
+  EXPECT_EQ(by_project[1].key, "alice");
+  EXPECT_TRUE(by_project[1].own_group);
+  EXPECT_EQ(by_project[1].jobs, 2);
+  EXPECT_DOUBLE_EQ(by_project[1].gpu_hours, 2.0);
+  EXPECT_EQ(by_project[2].key, "bob");
+  EXPECT_FALSE(by_project[2].own_group);
+  for (const UsageRow& r : ComputeUsage(js, kT0, kT0 + 2 * kHour, kT0 + 2 * kHour, "user")) {
+    EXPECT_FALSE(r.own_group) << r.key;
+  }
 }
 
 }  // namespace

@@ -185,14 +185,14 @@ net::HttpResponse PutLimits(const ApiContext& ctx, const Call& c) {
   if (!l.ok()) return ErrorResponse(l.status());
   Result<int64_t> expected = ExpectedRevision(c.r, *body);
   if (!expected.ok()) return ErrorResponse(expected.status());
-  // Admins only hear about names: SetLimits refuses anyone else first.
-  if (c.caller.admin) {
-    const Limits current = ctx.controller->GetLimits().limits;
-    for (const Status& s : {CheckLimitUsers(*l, current), CheckProjectNames(*l, current)}) {
-      if (!s.ok()) return ErrorResponse(s);
-    }
-  }
-  Result<RevisedLimits> set = ctx.controller->SetLimits(std::move(*l), c.caller, *expected);
+  // The names are checked against the limits the write replaces, under the write (not
+  // ones read here, which another admin's write could replace first); admins only hear
+  // about them: SetLimits refuses anyone else first.
+  auto check = [](const Limits& next, const Limits& replaced) -> Status {
+    GP_RETURN_IF_ERROR(CheckLimitUsers(next, replaced));
+    return CheckProjectNames(next, replaced);
+  };
+  Result<RevisedLimits> set = ctx.controller->SetLimits(std::move(*l), c.caller, *expected, check);
   if (!set.ok()) return ErrorResponse(set.status());
   return LimitsAnswer(*set);
 }

@@ -65,7 +65,13 @@ net::HttpResponse StartExec(const ApiContext& ctx, const Call& c) {
   }
   Result<int64_t> x = ctx.controller->StartExec(id, task, std::move(argv), caller, io);
   if (!x.ok()) return ErrorResponse(x.status());
-  return JsonResponse(201, {{"id", *x}, {"job_id", id}, {"task", task}});
+  // The session names its job as its user does; it was just started, so is there (else
+  // the id: a started command must not be answered with an error, which a client retries).
+  Result<ExecSession> started = ctx.controller->WaitExec(*x, caller, false, false, 0);
+  return JsonResponse(201, {{"id", *x},
+                            {"job_id", id},
+                            {"job_name", started.ok() ? started->job_name : std::to_string(id)},
+                            {"task", task}});
 }
 
 // POST /v1/jobs/ID/attach?wait_ms {"rows", "cols"}: gpupool run and alloc wait here for
@@ -106,6 +112,7 @@ net::HttpResponse GetExec(const ApiContext& ctx, const Call& c) {
   OrderedJson j;
   j["id"] = x->id;
   j["job_id"] = x->job_id;
+  j["job_name"] = x->job_name;
   j["task"] = x->task_index;
   j["node"] = x->node;
   j["started"] = x->started;
