@@ -10,7 +10,8 @@
 // group is further behind. Ties go to the group whose next job is older, then by name.
 // With fair_starving_after_s (aging), the jobs that have waited that long come first,
 // oldest first, ahead of that order. With fair_shortest_first a group's own jobs go
-// shortest first (as sjf) instead of oldest first. Lazy: the filling goes as far as the
+// shortest first (as sjf) instead of oldest first. With fair_victims_first, jobs a
+// preemption requeued come next, before the order by share. Lazy: the filling goes as far as the
 // pass reads the order (a pass capped at max_starts reads a few of 100,000 jobs).
 // Two experiments of the simulator change the groups' key (QueuePolicyConfig): the
 // groups' service ratio from fair_service (least served first), or fair_sjf_bound (one
@@ -43,19 +44,27 @@ class FairOrder final : public QueueOrder {
     capacity_ = ctx.cluster != nullptr ? ctx.cluster->TotalCapacity() : Resources{};
     for (const RunningJob& r : ctx.running) GroupOf(*r.job).used += r.job->Total();
     // Aging: jobs waiting past fair_starving_after_s go first, oldest first, and count
-    // in their groups' use as if started.
+    // in their groups' use as if started; with fair_victims_first, requeued victims
+    // follow them the same way (ahead of every job by share).
     const int64_t starving = config.fair_starving_after_s;
+    std::vector<size_t> victims;
     for (size_t i = 0; i < ctx.pending.size(); ++i) {
-      if (starving > 0 && ctx.now_s - ctx.pending[i]->submit_s >= starving) {
-        aged_.push_back(i);
+      const QueuedJob& job = *ctx.pending[i];
+      if (starving > 0 && ctx.now_s - job.submit_s >= starving) {
+        first_.push_back(i);
+      } else if (config.fair_victims_first && job.preempted) {
+        victims.push_back(i);
       } else {
-        GroupOf(*ctx.pending[i]).jobs.push_back(i);
+        GroupOf(job).jobs.push_back(i);
       }
     }
-    std::stable_sort(aged_.begin(), aged_.end(), [&](size_t a, size_t b) {
+    auto older = [&](size_t a, size_t b) {
       return ctx.pending[a]->submit_s < ctx.pending[b]->submit_s;
-    });
-    for (size_t i : aged_) GroupOf(*ctx.pending[i]).used += ctx.pending[i]->Total();
+    };
+    std::stable_sort(first_.begin(), first_.end(), older);
+    std::stable_sort(victims.begin(), victims.end(), older);
+    first_.insert(first_.end(), victims.begin(), victims.end());
+    for (size_t i : first_) GroupOf(*ctx.pending[i]).used += ctx.pending[i]->Total();
     const bool shortest = config.fair_shortest_first || config.fair_sjf_bound > 0;
     auto before = [&](size_t a, size_t b) {
       const QueuedJob& ja = *ctx.pending[a];
@@ -87,7 +96,7 @@ class FairOrder final : public QueueOrder {
   }
 
   std::optional<size_t> Next() override {
-    if (aged_next_ < aged_.size()) return aged_[aged_next_++];
+    if (first_next_ < first_.size()) return first_[first_next_++];
     if (heap_.empty()) return std::nullopt;
     const std::string_view name = std::get<4>(heap_.top());
     const size_t index = std::get<3>(heap_.top());
@@ -142,9 +151,9 @@ class FairOrder final : public QueueOrder {
   Resources capacity_;
   std::unordered_map<std::string_view, Group> groups_;  // names borrowed from the jobs
   std::string_view last_name_;
-  Group* last_ = nullptr;  // groups_[last_name_]: jobs of one group often come in a row
-  std::vector<size_t> aged_;
-  size_t aged_next_ = 0;
+  Group* last_ = nullptr;      // groups_[last_name_]: jobs of one group often come in a row
+  std::vector<size_t> first_;  // aged jobs, then (fair_victims_first) requeued victims
+  size_t first_next_ = 0;
   double bound_ = 0;  // fair_sjf_bound / active groups; 0: off
   using Key = std::tuple<double, double, int64_t, size_t, std::string_view>;
   std::priority_queue<Key, std::vector<Key>, std::greater<>> heap_;

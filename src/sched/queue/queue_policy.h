@@ -73,6 +73,12 @@ struct QueuePolicyConfig {
   // order inside a group for K (implied) and use it for the service order when set.
   std::shared_ptr<const GroupServiceSource> fair_service;
   double fair_sjf_bound = 0;
+  // Experiment of the simulator (off by default; the live pool never sets it): jobs a
+  // preemption requeued (QueuedJob::preempted) go before every job by share, the
+  // earliest submitted first, and count in their groups' use as if started (as aged
+  // jobs do, after them); so under EASY backfill the first of them that does not fit
+  // holds the reservation, whatever its group's share.
+  bool fair_victims_first = false;
 };
 
 // An order handed out one index at a time, so that a pass that stops early (at its
