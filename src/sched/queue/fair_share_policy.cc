@@ -69,6 +69,7 @@ class FairOrder final : public QueueOrder {
     auto before = [&](size_t a, size_t b) {
       const QueuedJob& ja = *ctx.pending[a];
       const QueuedJob& jb = *ctx.pending[b];
+      if (config.fair_victims_in_group && ja.preempted != jb.preempted) return ja.preempted;
       if (shortest) {
         const int64_t ra = ja.SjfRuntime().value_or(kNoPlannedEnd);
         const int64_t rb = jb.SjfRuntime().value_or(kNoPlannedEnd);
@@ -102,7 +103,10 @@ class FairOrder final : public QueueOrder {
     const size_t index = std::get<3>(heap_.top());
     heap_.pop();
     Group& g = groups_.find(name)->second;
-    g.used += ctx_.pending[index]->Total();
+    // fair_victims_in_group: a victim's GPUs are not charged to its group.
+    if (!config_.fair_victims_in_group || !ctx_.pending[index]->preempted) {
+      g.used += ctx_.pending[index]->Total();
+    }
     ++g.next;
     Push(name, g);
     return index;
@@ -133,17 +137,24 @@ class FairOrder final : public QueueOrder {
   void Push(std::string_view name, const Group& g) {
     if (g.next >= g.jobs.size()) return;
     const size_t j = g.jobs[g.next];
+    // fair_victims_in_group: a victim goes where its group's first other job would.
+    size_t k = g.next;
+    while (config_.fair_victims_in_group && k < g.jobs.size() &&
+           ctx_.pending[g.jobs[k]]->preempted) {
+      ++k;
+    }
+    const QueuedJob& keyed = *ctx_.pending[k < g.jobs.size() ? g.jobs[k] : j];
     const double share = DominantShare(g.used, capacity_) / g.weight;
     double key = share;
     double second = 0;
     if (bound_ > 0) {
       key = share > bound_ ? 1 : 0;
-      second = static_cast<double>(ctx_.pending[j]->SjfRuntime().value_or(kNoPlannedEnd));
+      second = static_cast<double>(keyed.SjfRuntime().value_or(kNoPlannedEnd));
     } else if (config_.fair_service != nullptr) {
       key = g.service;
       second = share;
     }
-    heap_.emplace(key, second, ctx_.pending[j]->submit_s, j, name);
+    heap_.emplace(key, second, keyed.submit_s, j, name);
   }
 
   const QueuePolicyConfig& config_;

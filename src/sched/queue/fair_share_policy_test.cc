@@ -352,6 +352,22 @@ TEST(FairShareQueuePolicy, RequeuedVictimsGoFirstAndCountAsStarted) {
             (std::vector<size_t>{0, 1, 4, 2, 3}));
 }
 
+TEST(FairShareQueuePolicy, VictimsInGroupGoFirstInTheirGroupUncharged) {
+  // As above, with a group's victims first among its own jobs instead: v goes where H's
+  // next job a (100 s) would, before L's c (200 s), and is not charged to H, so a still
+  // comes before H is above the bound.
+  SjfBoundCase t;
+  t.jobs.push_back(Job("v", "H", 5, {GpuTask(1)}, 1000));
+  t.jobs.back().preempted = true;
+  QueuePolicyConfig config;
+  config.fair_sjf_bound = 1;
+  config.fair_victims_in_group = true;
+  EXPECT_EQ(FairOrder(t.jobs, t.running, t.cluster, config), (std::vector<size_t>{4, 0, 2, 3, 1}));
+  // A victim alone in its group keeps its own key.
+  std::vector<QueuedJob> alone = {t.jobs[2], t.jobs[4]};
+  EXPECT_EQ(FairOrder(alone, t.running, t.cluster, config), (std::vector<size_t>{0, 1}));
+}
+
 class FixedService final : public GroupServiceSource {
  public:
   explicit FixedService(std::map<std::string, double, std::less<>> ratios)

@@ -79,6 +79,11 @@ struct QueuePolicyConfig {
   // jobs do, after them); so under EASY backfill the first of them that does not fit
   // holds the reservation, whatever its group's share.
   bool fair_victims_first = false;
+  // Experiment of the simulator (off by default): a group's requeued victims go first
+  // among its own jobs, each tried where the group's first other job would be (its key:
+  // that job's run time under fair_sjf_bound, the group's share otherwise), and are not
+  // charged to the group's use in the filling.
+  bool fair_victims_in_group = false;
 };
 
 // An order handed out one index at a time, so that a pass that stops early (at its
