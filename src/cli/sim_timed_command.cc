@@ -57,8 +57,6 @@ struct TimedFlags {
   int64_t min_runtime = 600;
   std::string preempt_shares = "equal";
   int64_t fair_starving_after = 0;
-  bool fair_victims_first = false;
-  bool fair_victims_in_group = false;
   bool fair_shortest_first = false;
   std::string fair_order = "share";
   double fair_sjf_bound = 0;
@@ -242,8 +240,6 @@ Status CheckFlags(const TimedFlags& f, sched::StartRule* rule,
                             : f.fair_order != "share"   ? "--fair-order"
                             : f.fair_sjf_bound > 0      ? "--fair-sjf-bound"
                             : f.fair_starving_after > 0 ? "--fair-starving-after"
-                            : f.fair_victims_first      ? "--fair-victims-first"
-                            : f.fair_victims_in_group   ? "--fair-victims-in-group"
                                                         : nullptr;
     if (fair_only != nullptr) {
       return Status::InvalidArgument(
@@ -383,8 +379,6 @@ int RunTimed(const TimedFlags& f) {
   options.queue_config = queue_config;
   options.queue_config.fair_starving_after_s = f.fair_starving_after;
   options.queue_config.fair_shortest_first = f.fair_shortest_first;
-  options.queue_config.fair_victims_first = f.fair_victims_first;
-  options.queue_config.fair_victims_in_group = f.fair_victims_in_group;
   options.start_rule = rule;
   options.max_backfill_tries = f.backfill_depth;
   options.placement_policy = f.policy;
@@ -478,16 +472,6 @@ void AddPreemptionAndFailureOptions(CLI::App* cmd, TimedFlags& f) {
                   "by share, the oldest first (aging; 0: off)")
       ->capture_default_str()
       ->check(CLI::Range(int64_t{0}, int64_t{365} * 86400));
-  cmd->add_flag("--fair-victims-first", flags->fair_victims_first,
-                "with --queue fair and --preemption (an experiment): jobs a preemption "
-                "requeued go before every job by share, so under --backfill the first "
-                "that does not fit holds the reservation (docs/sim.md)")
-      ->needs(preemption);
-  cmd->add_flag("--fair-victims-in-group", flags->fair_victims_in_group,
-                "with --queue fair and --preemption (an experiment): a group's requeued "
-                "victims go first among its jobs, where its first other job would, not "
-                "charged to its share (docs/sim.md)")
-      ->needs(preemption);
   cmd->add_option("--preempt-shares", flags->preempt_shares,
                   "with --preemption: a group's fair share of GPUs is capacity / groups with "
                   "jobs (equal) or its max-min share by demand (demand)")

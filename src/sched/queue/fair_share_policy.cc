@@ -10,8 +10,7 @@
 // group is further behind. Ties go to the group whose next job is older, then by name.
 // With fair_starving_after_s (aging), the jobs that have waited that long come first,
 // oldest first, ahead of that order. With fair_shortest_first a group's own jobs go
-// shortest first (as sjf) instead of oldest first. With fair_victims_first, jobs a
-// preemption requeued come next, before the order by share. Lazy: the filling goes as far as the
+// shortest first (as sjf) instead of oldest first. Lazy: the filling goes as far as the
 // pass reads the order (a pass capped at max_starts reads a few of 100,000 jobs).
 // Two experiments of the simulator change the groups' key (QueuePolicyConfig): the
 // groups' service ratio from fair_service (least served first), or fair_sjf_bound (one
@@ -44,32 +43,23 @@ class FairOrder final : public QueueOrder {
     capacity_ = ctx.cluster != nullptr ? ctx.cluster->TotalCapacity() : Resources{};
     for (const RunningJob& r : ctx.running) GroupOf(*r.job).used += r.job->Total();
     // Aging: jobs waiting past fair_starving_after_s go first, oldest first, and count
-    // in their groups' use as if started; with fair_victims_first, requeued victims
-    // follow them the same way (ahead of every job by share).
+    // in their groups' use as if started.
     const int64_t starving = config.fair_starving_after_s;
-    std::vector<size_t> victims;
     for (size_t i = 0; i < ctx.pending.size(); ++i) {
-      const QueuedJob& job = *ctx.pending[i];
-      if (starving > 0 && ctx.now_s - job.submit_s >= starving) {
-        first_.push_back(i);
-      } else if (config.fair_victims_first && job.preempted) {
-        victims.push_back(i);
+      if (starving > 0 && ctx.now_s - ctx.pending[i]->submit_s >= starving) {
+        aged_.push_back(i);
       } else {
-        GroupOf(job).jobs.push_back(i);
+        GroupOf(*ctx.pending[i]).jobs.push_back(i);
       }
     }
-    auto older = [&](size_t a, size_t b) {
+    std::stable_sort(aged_.begin(), aged_.end(), [&](size_t a, size_t b) {
       return ctx.pending[a]->submit_s < ctx.pending[b]->submit_s;
-    };
-    std::stable_sort(first_.begin(), first_.end(), older);
-    std::stable_sort(victims.begin(), victims.end(), older);
-    first_.insert(first_.end(), victims.begin(), victims.end());
-    for (size_t i : first_) GroupOf(*ctx.pending[i]).used += ctx.pending[i]->Total();
+    });
+    for (size_t i : aged_) GroupOf(*ctx.pending[i]).used += ctx.pending[i]->Total();
     const bool shortest = config.fair_shortest_first || config.fair_sjf_bound > 0;
     auto before = [&](size_t a, size_t b) {
       const QueuedJob& ja = *ctx.pending[a];
       const QueuedJob& jb = *ctx.pending[b];
-      if (config.fair_victims_in_group && ja.preempted != jb.preempted) return ja.preempted;
       if (shortest) {
         const int64_t ra = ja.SjfRuntime().value_or(kNoPlannedEnd);
         const int64_t rb = jb.SjfRuntime().value_or(kNoPlannedEnd);
@@ -97,16 +87,13 @@ class FairOrder final : public QueueOrder {
   }
 
   std::optional<size_t> Next() override {
-    if (first_next_ < first_.size()) return first_[first_next_++];
+    if (aged_next_ < aged_.size()) return aged_[aged_next_++];
     if (heap_.empty()) return std::nullopt;
     const std::string_view name = std::get<4>(heap_.top());
     const size_t index = std::get<3>(heap_.top());
     heap_.pop();
     Group& g = groups_.find(name)->second;
-    // fair_victims_in_group: a victim's GPUs are not charged to its group.
-    if (!config_.fair_victims_in_group || !ctx_.pending[index]->preempted) {
-      g.used += ctx_.pending[index]->Total();
-    }
+    g.used += ctx_.pending[index]->Total();
     ++g.next;
     Push(name, g);
     return index;
@@ -137,24 +124,17 @@ class FairOrder final : public QueueOrder {
   void Push(std::string_view name, const Group& g) {
     if (g.next >= g.jobs.size()) return;
     const size_t j = g.jobs[g.next];
-    // fair_victims_in_group: a victim goes where its group's first other job would.
-    size_t k = g.next;
-    while (config_.fair_victims_in_group && k < g.jobs.size() &&
-           ctx_.pending[g.jobs[k]]->preempted) {
-      ++k;
-    }
-    const QueuedJob& keyed = *ctx_.pending[k < g.jobs.size() ? g.jobs[k] : j];
     const double share = DominantShare(g.used, capacity_) / g.weight;
     double key = share;
     double second = 0;
     if (bound_ > 0) {
       key = share > bound_ ? 1 : 0;
-      second = static_cast<double>(keyed.SjfRuntime().value_or(kNoPlannedEnd));
+      second = static_cast<double>(ctx_.pending[j]->SjfRuntime().value_or(kNoPlannedEnd));
     } else if (config_.fair_service != nullptr) {
       key = g.service;
       second = share;
     }
-    heap_.emplace(key, second, keyed.submit_s, j, name);
+    heap_.emplace(key, second, ctx_.pending[j]->submit_s, j, name);
   }
 
   const QueuePolicyConfig& config_;
@@ -162,9 +142,9 @@ class FairOrder final : public QueueOrder {
   Resources capacity_;
   std::unordered_map<std::string_view, Group> groups_;  // names borrowed from the jobs
   std::string_view last_name_;
-  Group* last_ = nullptr;      // groups_[last_name_]: jobs of one group often come in a row
-  std::vector<size_t> first_;  // aged jobs, then (fair_victims_first) requeued victims
-  size_t first_next_ = 0;
+  Group* last_ = nullptr;  // groups_[last_name_]: jobs of one group often come in a row
+  std::vector<size_t> aged_;
+  size_t aged_next_ = 0;
   double bound_ = 0;  // fair_sjf_bound / active groups; 0: off
   using Key = std::tuple<double, double, int64_t, size_t, std::string_view>;
   std::priority_queue<Key, std::vector<Key>, std::greater<>> heap_;

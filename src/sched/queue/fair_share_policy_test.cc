@@ -192,25 +192,13 @@ std::vector<size_t> ReferenceFairOrder(const QueueContext& ctx, const QueuePolic
     if (config.fair_starving_after_s > 0 &&
         ctx.now_s - ctx.pending[i]->submit_s >= config.fair_starving_after_s) {
       order.push_back(i);
-    } else if (config.fair_victims_first && ctx.pending[i]->preempted) {
-      continue;  // after the aged jobs, below
     } else {
       groups[FairShareGroupOf(*ctx.pending[i], config.fair_group)].jobs.push_back(i);
     }
   }
-  auto older = [&](size_t a, size_t b) {
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
     return ctx.pending[a]->submit_s < ctx.pending[b]->submit_s;
-  };
-  std::stable_sort(order.begin(), order.end(), older);
-  std::vector<size_t> victims;
-  for (size_t i = 0; i < ctx.pending.size(); ++i) {
-    if (config.fair_victims_first && ctx.pending[i]->preempted &&
-        std::find(order.begin(), order.end(), i) == order.end()) {
-      victims.push_back(i);
-    }
-  }
-  std::stable_sort(victims.begin(), victims.end(), older);
-  order.insert(order.end(), victims.begin(), victims.end());
+  });
   for (size_t i : order) {
     groups[FairShareGroupOf(*ctx.pending[i], config.fair_group)].used += ctx.pending[i]->Total();
   }
@@ -250,8 +238,7 @@ std::vector<size_t> ReferenceFairOrder(const QueueContext& ctx, const QueuePolic
 
 TEST(FairShareQueuePolicy, TheLazyOrderIsTheWholeOrderOfBefore) {
   // Random queues (arrival order mostly, some out of order, users in runs and mixed),
-  // running jobs, weights, aging, requeued victims first and shortest-first: Order and
-  // Lazy, read to the end,
+  // running jobs, weights, aging and shortest-first: Order and Lazy, read to the end,
   // give the order the whole computation gave.
   std::mt19937 rng(31);
   auto pick = [&](int n) { return static_cast<int>(rng() % static_cast<unsigned>(n)); };
@@ -268,7 +255,6 @@ TEST(FairShareQueuePolicy, TheLazyOrderIsTheWholeOrderOfBefore) {
       jobs.push_back(Job("p" + std::to_string(i), user, submit,
                          {GpuTask(1 + pick(3), 1000, 1000 * (1 + pick(8)))}, pick(3) * 100));
       jobs.back().runtime_estimate_s = pick(2) * pick(300);
-      jobs.back().preempted = pick(6) == 0;
     }
     for (int i = 0; i < pick(8); ++i) {
       running_jobs.push_back(
@@ -282,7 +268,6 @@ TEST(FairShareQueuePolicy, TheLazyOrderIsTheWholeOrderOfBefore) {
     if (pick(3) == 0) config.fair_weights["p-u0"] = 2;
     if (pick(3) == 0) config.fair_starving_after_s = 1 + pick(40);
     config.fair_shortest_first = pick(3) == 0;
-    config.fair_victims_first = pick(2) == 0;
     auto p = BuiltinQueuePolicies().Create("fair", config);
     ASSERT_TRUE(p.ok());
     auto pending = Pointers(jobs);
@@ -328,44 +313,6 @@ TEST(FairShareQueuePolicy, SjfBoundOrdersEveryJobShortestFirstWithinTheBound) {
   std::vector<size_t> read;
   while (std::optional<size_t> i = lazy->Next()) read.push_back(*i);
   EXPECT_EQ(read, (std::vector<size_t>{0, 2, 3, 1}));
-}
-
-TEST(FairShareQueuePolicy, RequeuedVictimsGoFirstAndCountAsStarted) {
-  // H's victim v (1 GPU, 1,000 s) waits beside the SjfBoundCase jobs, with bound 1.
-  SjfBoundCase t;
-  t.jobs.push_back(Job("v", "H", 5, {GpuTask(1)}, 1000));
-  t.jobs.back().preempted = true;
-  QueuePolicyConfig config;
-  config.fair_sjf_bound = 1;
-  // Without the option v is one more H job, the longest: last.
-  EXPECT_EQ(FairOrder(t.jobs, t.running, t.cluster, config), (std::vector<size_t>{0, 2, 3, 1, 4}));
-  // With it v goes first and counts in H's use: H (9/16) is then above the bound, so
-  // L's jobs go before H's a and b.
-  config.fair_victims_first = true;
-  EXPECT_EQ(FairOrder(t.jobs, t.running, t.cluster, config), (std::vector<size_t>{4, 2, 3, 0, 1}));
-  // Aged jobs still go before it.
-  config.fair_starving_after_s = 1;
-  auto p = BuiltinQueuePolicies().Create("fair", config);
-  ASSERT_TRUE(p.ok());
-  auto pending = Pointers(t.jobs);
-  EXPECT_EQ((*p)->Order(QueueContext{3, pending, t.running, &t.cluster}),
-            (std::vector<size_t>{0, 1, 4, 2, 3}));
-}
-
-TEST(FairShareQueuePolicy, VictimsInGroupGoFirstInTheirGroupUncharged) {
-  // As above, with a group's victims first among its own jobs instead: v goes where H's
-  // next job a (100 s) would, before L's c (200 s), and is not charged to H, so a still
-  // comes before H is above the bound.
-  SjfBoundCase t;
-  t.jobs.push_back(Job("v", "H", 5, {GpuTask(1)}, 1000));
-  t.jobs.back().preempted = true;
-  QueuePolicyConfig config;
-  config.fair_sjf_bound = 1;
-  config.fair_victims_in_group = true;
-  EXPECT_EQ(FairOrder(t.jobs, t.running, t.cluster, config), (std::vector<size_t>{4, 0, 2, 3, 1}));
-  // A victim alone in its group keeps its own key.
-  std::vector<QueuedJob> alone = {t.jobs[2], t.jobs[4]};
-  EXPECT_EQ(FairOrder(alone, t.running, t.cluster, config), (std::vector<size_t>{0, 1}));
 }
 
 class FixedService final : public GroupServiceSource {

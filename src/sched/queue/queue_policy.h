@@ -73,17 +73,6 @@ struct QueuePolicyConfig {
   // order inside a group for K (implied) and use it for the service order when set.
   std::shared_ptr<const GroupServiceSource> fair_service;
   double fair_sjf_bound = 0;
-  // Experiment of the simulator (off by default; the live pool never sets it): jobs a
-  // preemption requeued (QueuedJob::preempted) go before every job by share, the
-  // earliest submitted first, and count in their groups' use as if started (as aged
-  // jobs do, after them); so under EASY backfill the first of them that does not fit
-  // holds the reservation, whatever its group's share.
-  bool fair_victims_first = false;
-  // Experiment of the simulator (off by default): a group's requeued victims go first
-  // among its own jobs, each tried where the group's first other job would be (its key:
-  // that job's run time under fair_sjf_bound, the group's share otherwise), and are not
-  // charged to the group's use in the filling.
-  bool fair_victims_in_group = false;
 };
 
 // An order handed out one index at a time, so that a pass that stops early (at its

@@ -60,9 +60,6 @@ struct QueuedJob {
   int64_t runtime_estimate_s = 0;  // the user's or a predictor's guess; 0 = none
   std::vector<Task> tasks;         // at least one; a gang when more (none when unplaceable)
   AdmissionFacts admission;
-  // A preemption stopped the job and requeued it; it waits for its restart. The
-  // simulator sets it (for QueuePolicyConfig::fair_victims_first); the live pool does not.
-  bool preempted = false;
 
   // Sum of every task's request.
   Resources Total() const;

@@ -41,7 +41,7 @@ class PassFixture {
   Result<PassResult> Pass(const std::vector<QueuedJob>& pending, StartRule rule,
                           const std::string& queue = "fifo", int64_t now = 0, size_t max_tries = 0,
                           std::span<const HeldResources> held = {}) {
-    auto q = BuiltinQueuePolicies().Create(queue, queue_config_);
+    auto q = BuiltinQueuePolicies().Create(queue);
     EXPECT_TRUE(q.ok());
     queue_ = std::move(*q);
     SchedulingPass pass(
@@ -63,7 +63,6 @@ class PassFixture {
 
   ClusterState& cluster() { return cluster_; }
   std::vector<RunningJob>& running() { return running_; }
-  void set_queue_config(QueuePolicyConfig config) { queue_config_ = std::move(config); }
 
  private:
   ClusterState cluster_;
@@ -72,7 +71,6 @@ class PassFixture {
   std::vector<RunningJob> running_;
   std::vector<const QueuedJob*> pointers_;
   std::unique_ptr<QueuePolicy> queue_;
-  QueuePolicyConfig queue_config_;
 };
 
 using Ids = std::vector<std::string>;
@@ -208,32 +206,6 @@ TEST(SchedulingPass, FairOrderDecidesWhoGetsTheLastGpus) {
   auto fair = g.Pass(pending, StartRule::kStrict, "fair");
   ASSERT_TRUE(fair.ok());
   EXPECT_EQ(g.StartedIds(pending, *fair), Ids{"light"});
-}
-
-TEST(SchedulingPass, ARequeuedVictimFirstHoldsTheEasyReservation) {
-  // H runs 4 of 8 GPUs for long, L 2 until t=100. H's victim v and L's wide job both
-  // want 4 GPUs, L's long job 2 (it would delay either past t=100).
-  auto pass = [](bool victims_first) {
-    PassFixture f(MakeCluster(1, 8));
-    f.Run(Job("h-running", "H", 0, {GpuTask(4)}, 10000), 0);
-    f.Run(Job("l-running", "L", 0, {GpuTask(2)}, 100), 0);
-    std::vector<QueuedJob> pending = {Job("v", "H", 1, {GpuTask(4)}, 1000),
-                                      Job("l-wide", "L", 2, {GpuTask(4)}, 50),
-                                      Job("l-long", "L", 3, {GpuTask(2)}, 500)};
-    pending[0].preempted = true;
-    QueuePolicyConfig config;
-    config.fair_victims_first = victims_first;
-    f.set_queue_config(config);
-    auto r = f.Pass(pending, StartRule::kEasyBackfill, "fair");
-    EXPECT_TRUE(r.ok());
-    EXPECT_TRUE(r->started.empty());
-    EXPECT_EQ(r->reservation_start_s, 100);
-    return r->reserved_index;
-  };
-  // By share L (2 of 8) goes before H (4 of 8): L's wide job holds the reservation.
-  EXPECT_EQ(pass(false), std::optional<size_t>(1));
-  // With requeued victims first, v holds it whatever its group's share.
-  EXPECT_EQ(pass(true), std::optional<size_t>(0));
 }
 
 // One single-owner GPU (an MPS GPU) running a share of owner 1 until t=100.

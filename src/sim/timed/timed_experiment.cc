@@ -338,7 +338,6 @@ void TimedLoop::Start(int64_t now, size_t j, std::vector<sched::Placement> place
   const QueuedJob* job = &jobs_[j];
   JobRecord& rec = run_.jobs[j];
   if (rec.start_s < 0) rec.start_s = now;
-  jobs_[j].preempted = false;
   rec.waited_s += now - queued_at_[j];
   if (service_) service_->Start(GroupOf(j), queued_at_[j], now);
   shares_->Change(GroupOf(j), job->Total().gpu_milli, 0);
@@ -395,7 +394,6 @@ Status TimedLoop::StopVictim(int64_t now, size_t j) {
   ++run_.jobs[j].preemptions;
   ++run_.preemptions;
   run_.preempted_gpu_s += lost_gpu_s;
-  jobs_[j].preempted = true;  // for QueuePolicyConfig::fair_victims_first
   Requeue(now, j);
   return Status::Ok();
 }

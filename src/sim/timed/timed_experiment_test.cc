@@ -328,33 +328,6 @@ TEST(TimedExperiment, PreemptionStopsTheNewestOverShareJobForAnUnderShareOne) {
       std::string::npos);
 }
 
-// The preemption above, under fair share, with alice's second job a2 (2 GPUs, 50 s)
-// waiting from 40. When a ends at 80, bob holds 2 GPUs and alice none, so a2 goes first
-// and the victim b2 waits for it; with fair_victims_first b2 restarts at 80 (and a2, under
-// its share, then preempts b1).
-TEST(TimedExperiment, WithVictimsFirstARequeuedVictimRestartsBeforeTheFairOrder) {
-  std::vector<TraceJob> jobs = {TJob("b1", "bob", 0, 1000, 2), TJob("b2", "bob", 20, 100, 2),
-                                TJob("a", "alice", 30, 50, 2), TJob("a2", "alice", 40, 50, 2)};
-  TimedOptions o = Options("fair");
-  o.preemption = true;
-  o.preempt.min_runtime_s = 10;
-  o.checkpoint_interval_s = 10;
-  auto run = RunTimedExperiment(Cluster("1x4"), jobs, o);
-  ASSERT_TRUE(run.ok()) << run.status().ToString();
-  auto j = ById(*run);
-  EXPECT_EQ(j["b2"].preemptions, 1);
-  EXPECT_EQ(j["a2"].start_s, 80);
-  EXPECT_EQ(j["b2"].waited_s, 100);  // queued again from 30 to 130
-  o.queue_config.fair_victims_first = true;
-  run = RunTimedExperiment(Cluster("1x4"), jobs, o);
-  ASSERT_TRUE(run.ok()) << run.status().ToString();
-  j = ById(*run);
-  EXPECT_EQ(j["b2"].preemptions, 1);
-  EXPECT_EQ(j["b2"].waited_s, 50);  // queued again from 30 to 80
-  EXPECT_EQ(j["a2"].start_s, 80);
-  EXPECT_EQ(j["b1"].preemptions, 1);
-}
-
 // Inside its minimum run time a job is never chosen: alice waits.
 TEST(TimedExperiment, AJobInsideItsMinimumRunTimeIsNotPreempted) {
   std::vector<TraceJob> jobs = {TJob("b1", "bob", 0, 1000, 2), TJob("b2", "bob", 20, 100, 2),
