@@ -14,6 +14,30 @@ namespace {
 constexpr int64_t kHeartbeatUs = 1'000'000;    // controllers say they are alive this often
 constexpr int64_t kControllerSeenMs = 15'000;  // listed while seen this recently
 
+// The part of the lease a holder trusts, in µs after the request that took or renewed it
+// was sent: nine tenths, a tenth kept back for the clocks' drift and the exit.
+int64_t SureUs(int64_t lease_ms) { return lease_ms * 900; }
+
+// Passes a read's answer on only while the lease is still sure (ServeWhileLeading).
+class LeaseCheckedResponder final : public net::HttpResponder {
+ public:
+  LeaseCheckedResponder(const Leadership& lead, net::HttpRequest request,
+                        std::shared_ptr<net::HttpResponder> out)
+      : lead_(lead), request_(std::move(request)), out_(std::move(out)) {}
+  bool Complete(net::HttpResponse response) override {
+    if (!lead_.SurelyLeads()) {
+      return out_->Complete(LapsedLeaderAnswer(request_, lead_.LeaderAddress()));
+    }
+    return out_->Complete(std::move(response));
+  }
+  void OnAbandoned(std::function<void()> fn) override { out_->OnAbandoned(std::move(fn)); }
+
+ private:
+  const Leadership& lead_;
+  const net::HttpRequest request_;  // its method and path
+  const std::shared_ptr<net::HttpResponder> out_;
+};
+
 }  // namespace
 
 Leadership::Leadership(store::LeaseStore* leases, LeadershipOptions options, const Clock* clock)
@@ -49,6 +73,7 @@ std::optional<int64_t> Leadership::WaitToLead(const std::atomic<bool>& stop) {
   std::string shown;  // the leader last logged
   while (!stop) {
     Heartbeat();
+    const int64_t sent = clock_->MonotonicMicros();
     Result<store::Lease> lease =
         leases_->TryAcquire(options_.id, options_.address, options_.lease_ms);
     if (!lease.ok()) {
@@ -57,6 +82,7 @@ std::optional<int64_t> Leadership::WaitToLead(const std::atomic<bool>& stop) {
       Remember(*lease);
       if (lease->holder == options_.id) {
         epoch_ = lease->epoch;
+        sure_until_us_ = sent + SureUs(options_.lease_ms);
         spdlog::info("leadership: this controller ({}) leads at epoch {}", options_.id, epoch_);
         return epoch_;
       }
@@ -73,6 +99,7 @@ std::optional<int64_t> Leadership::WaitToLead(const std::atomic<bool>& stop) {
 
 Result<int64_t> Leadership::TryLead() {
   Heartbeat();
+  const int64_t sent = clock_->MonotonicMicros();
   GP_ASSIGN_OR_RETURN(store::Lease lease,
                       leases_->TryAcquire(options_.id, options_.address, options_.lease_ms));
   Remember(lease);
@@ -82,6 +109,7 @@ Result<int64_t> Leadership::TryLead() {
                                       std::to_string(lease.epoch) + ")");
   }
   epoch_ = lease.epoch;
+  sure_until_us_ = sent + SureUs(options_.lease_ms);
   spdlog::info("leadership: this controller ({}) leads at epoch {}", options_.id, epoch_);
   return epoch_;
 }
@@ -93,8 +121,13 @@ Status Leadership::KeepLease(const std::atomic<bool>& stop) {
   const int64_t retry_ms = std::clamp<int64_t>(options_.lease_ms / 50, 10, 100);
   // The lease holds until lease_ms after the start of the last renewal that succeeded
   // (the database set its end after that moment). A tenth is kept back for the exit.
-  int64_t good_until_us = clock_->MonotonicMicros() + options_.lease_ms * 900;
-  int64_t wait_ms = period_ms;
+  const int64_t now = clock_->MonotonicMicros();
+  int64_t good_until_us = now + SureUs(options_.lease_ms);
+  // The first renewal comes when the lease is as sure as a period after a renewal, at
+  // once when loading the state ate that much of it, so that a leader serves on.
+  const int64_t sure_left_ms = (sure_until_us_ - now) / 1000;
+  int64_t wait_ms = std::clamp<int64_t>(
+      sure_left_ms - (SureUs(options_.lease_ms) / 1000 - period_ms), 0, period_ms);
   std::string failed;  // why the last renewal failed, since the last that succeeded
   auto lost = [&] {
     return Status::Unavailable("the lease could not be renewed for " +
@@ -107,18 +140,28 @@ Status Leadership::KeepLease(const std::atomic<bool>& stop) {
     // A renewal waits for the lease row's lock no longer than the lease surely lasts, so
     // that a leader never goes on past it waiting for an answer.
     const int64_t left_ms = (good_until_us - started) / 1000;
-    if (left_ms <= 0) return lost();
+    if (left_ms <= 0) {
+      sure_until_us_ = 0;
+      return lost();
+    }
     Result<store::Lease> lease = leases_->Renew(options_.id, epoch_, options_.lease_ms, left_ms);
     if (lease.ok()) {
       Remember(*lease);
-      good_until_us = started + options_.lease_ms * 900;
+      good_until_us = started + SureUs(options_.lease_ms);
+      sure_until_us_ = good_until_us;
       wait_ms = period_ms;
       failed.clear();
       continue;
     }
-    if (lease.status().code() == StatusCode::kFailedPrecondition) return lease.status();
+    if (lease.status().code() == StatusCode::kFailedPrecondition) {
+      sure_until_us_ = 0;
+      return lease.status();
+    }
     failed = lease.status().message();
-    if (clock_->MonotonicMicros() >= good_until_us) return lost();
+    if (clock_->MonotonicMicros() >= good_until_us) {
+      sure_until_us_ = 0;
+      return lost();
+    }
     spdlog::warn("leadership: renewing the lease failed, retrying in {} ms: {}", retry_ms, failed);
     wait_ms = retry_ms;
   }
@@ -127,12 +170,18 @@ Status Leadership::KeepLease(const std::atomic<bool>& stop) {
 
 void Leadership::Release() {
   if (epoch_ == 0) return;
+  sure_until_us_ = 0;
   if (Status s = leases_->Release(options_.id, epoch_); !s.ok()) {
     spdlog::warn(
         "leadership: could not give the lease up (a standby takes over when it "
         "expires): {}",
         s.message());
   }
+}
+
+bool Leadership::SurelyLeads() const {
+  const int64_t until = sure_until_us_.load();
+  return until != 0 && clock_->MonotonicMicros() < until;
 }
 
 std::string Leadership::LeaderAddress() const {
@@ -168,7 +217,12 @@ Result<OrderedJson> Leadership::Describe() {
   return out;
 }
 
-net::HttpResponse StandbyAnswer(const net::HttpRequest& request, const std::string& leader) {
+namespace {
+
+// A controller that does not lead (now): /healthz 200, everything else 503 naming the
+// leader, /readyz with "ok": false; `role` and `why` say which kind.
+net::HttpResponse NotLeadingAnswer(const net::HttpRequest& request, const std::string& leader,
+                                   const char* role, const std::string& why) {
   net::HttpResponse r;
   r.content_type = "application/json";
   const std::string where = leader.empty()
@@ -177,19 +231,44 @@ net::HttpResponse StandbyAnswer(const net::HttpRequest& request, const std::stri
                                 : "the leader is " + leader;
   if (request.method == "GET" && request.path == "/healthz") {
     r.status = 200;
-    r.body = DumpJson(OrderedJson{{"ok", true}, {"role", "standby"}, {"leader", leader}});
+    r.body = DumpJson(OrderedJson{{"ok", true}, {"role", role}, {"leader", leader}});
     return r;
   }
   r.status = 503;
-  OrderedJson body = {{"error", "this controller is a standby; " + where}, {"leader", leader}};
+  OrderedJson body = {{"error", why + "; " + where}, {"leader", leader}};
   if (request.method == "GET" && request.path == "/readyz") {
-    body = {{"ok", false},
-            {"role", "standby"},
-            {"leader", leader},
-            {"problems", {"this controller is a standby; " + where}}};
+    body = {{"ok", false}, {"role", role}, {"leader", leader}, {"problems", {why + "; " + where}}};
   }
   r.body = DumpJson(body);
   return r;
+}
+
+}  // namespace
+
+net::HttpResponse StandbyAnswer(const net::HttpRequest& request, const std::string& leader) {
+  return NotLeadingAnswer(request, leader, "standby", "this controller is a standby");
+}
+
+net::HttpResponse LapsedLeaderAnswer(const net::HttpRequest& request, const std::string& leader) {
+  return NotLeadingAnswer(request, leader, "lapsed",
+                          "this controller led but cannot be sure that it still holds the "
+                          "lease (it was paused or cut off from the database)");
+}
+
+void ServeWhileLeading(const Leadership& lead, const net::HttpRequest& request,
+                       std::shared_ptr<net::HttpResponder> responder,
+                       const net::HttpAsyncHandler& handler) {
+  if (!lead.SurelyLeads()) {
+    responder->Complete(LapsedLeaderAnswer(request, lead.LeaderAddress()));
+    return;
+  }
+  if (request.method != "GET" && request.method != "HEAD") return handler(request, responder);
+  // Only the method and path are kept for the answer: not a large body.
+  net::HttpRequest head;
+  head.method = request.method;
+  head.path = request.path;
+  handler(request,
+          std::make_shared<LeaseCheckedResponder>(lead, std::move(head), std::move(responder)));
 }
 
 std::string NewControllerId(const std::string& host, int port) {

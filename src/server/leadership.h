@@ -6,11 +6,15 @@
 // every fifth of its time. A leader that cannot renew in time, or finds the lease taken,
 // has lost it: the daemon exits (systemd starts it again as a standby) rather than trust
 // memory that another controller may have moved past. Standbys answer every request with
-// 503 naming the leader (StandbyAnswer), which clients and agents follow.
+// 503 naming the leader (StandbyAnswer), which clients and agents follow. A leader serves
+// only while it surely holds the lease (SurelyLeads, ServeWhileLeading): one that was
+// paused past it answers as a standby does until its keeper finds the lease gone, rather
+// than answer reads from memory another controller may have moved past.
 #pragma once
 
 #include <atomic>
 #include <cstdint>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -50,6 +54,13 @@ class Leadership {
   // Gives the lease up (a clean stop), so that a standby takes over at once.
   void Release();
 
+  // Whether this controller surely holds the lease now: it took or last renewed it less
+  // than nine tenths of lease_ms ago, by this process's monotonic clock from when that
+  // request was sent (the database set the lease's end after that moment). False before
+  // it leads, once it released the lease, and after a pause (SIGSTOP, a frozen VM) past
+  // that margin, until a renewal succeeds again. Any thread; lock-free.
+  bool SurelyLeads() const;
+
   // The leader's address as last seen: "" when none is known, or when it is this
   // controller (still loading the state).
   std::string LeaderAddress() const;
@@ -70,12 +81,27 @@ class Leadership {
   store::Lease last_;  // guarded by mu_
   int64_t epoch_ = 0;  // ours, once leading
   int64_t last_beat_us_ = 0;
+  // Monotonic time until which the lease surely holds (see SurelyLeads); 0: not leading.
+  std::atomic<int64_t> sure_until_us_ = 0;
 };
 
 // What a standby answers to `request`: /healthz 200 (it is alive); everything else 503
 // with {"error": ..., "leader": ADDRESS} ("" while no leader is known), /readyz with
 // "ok": false.
 net::HttpResponse StandbyAnswer(const net::HttpRequest& request, const std::string& leader);
+
+// What a leader answers when it no longer surely holds its lease (SurelyLeads): what a
+// standby answers (/healthz 200, everything else 503 with {"error": ..., "leader":
+// ADDRESS}, /readyz "ok": false), saying why, so that clients and agents move on.
+net::HttpResponse LapsedLeaderAnswer(const net::HttpRequest& request, const std::string& leader);
+
+// Serves `request` with `handler` only while `lead` surely holds the lease, else answers
+// LapsedLeaderAnswer; a read (GET, HEAD) whose answer comes when the lease is no longer
+// sure (a pause while it was under way) gets LapsedLeaderAnswer instead. Writes are
+// fenced in the store, so their answers stand. `lead` must outlive the request.
+void ServeWhileLeading(const Leadership& lead, const net::HttpRequest& request,
+                       std::shared_ptr<net::HttpResponder> responder,
+                       const net::HttpAsyncHandler& handler);
 
 // A controller id: HOST:PORT:PID-RANDOM (unique per start).
 std::string NewControllerId(const std::string& host, int port);

@@ -5,10 +5,12 @@
 #include <atomic>
 #include <condition_variable>
 #include <mutex>
+#include <optional>
 #include <thread>
 #include <vector>
 
 #include "common/clock.h"
+#include "common/json.h"
 
 namespace gpupool::server {
 namespace {
@@ -118,6 +120,176 @@ TEST(LeadershipTest, ALeaderThatCannotRenewStopsWithinTheLease) {
   EXPECT_GE(took_ms, 449);
   EXPECT_LT(took_ms, 1500);              // a loaded machine's scheduling, not the lease, beyond 450
   EXPECT_GE(leases.waits().size(), 5u);  // retried, not given up at the first failure
+}
+
+// A lease store on a ManualClock whose renewals take `answer_us` of its time to come
+// back: the first `successes` succeed, later ones fail as a lock timeout does.
+class SlowLeaseStore final : public store::LeaseStore {
+ public:
+  SlowLeaseStore(ManualClock* clock, int64_t answer_us, int successes)
+      : clock_(clock), answer_us_(answer_us), successes_left_(successes) {}
+
+  Result<store::Lease> TryAcquire(const std::string& holder, const std::string& address,
+                                  int64_t ttl_ms) override {
+    return store::Lease{holder, address, 1, ttl_ms};
+  }
+  Result<store::Lease> Renew(const std::string& holder, int64_t epoch, int64_t ttl_ms,
+                             int64_t) override {
+    std::lock_guard lock(mu_);
+    if (successes_left_ == 0) {
+      return Status::Internal(
+          "postgresql: renew the lease: ERROR:  canceling statement due to lock timeout");
+    }
+    --successes_left_;
+    clock_->AdvanceMicros(answer_us_);
+    ++renewed_;
+    cv_.notify_all();
+    return store::Lease{holder, "", epoch, ttl_ms};
+  }
+  Result<store::Lease> Read() override { return store::Lease{}; }
+  Status Release(const std::string&, int64_t) override { return Status::Ok(); }
+  Status Heartbeat(const std::string&, const std::string&) override { return Status::Ok(); }
+  Result<std::vector<store::ControllerRecord>> ListControllers(int64_t) override {
+    return std::vector<store::ControllerRecord>{};
+  }
+
+  // Waits (10 s at most, real time) for `n` successful renewals.
+  bool WaitForRenewals(int n) {
+    std::unique_lock lock(mu_);
+    return cv_.wait_for(lock, std::chrono::seconds(10), [&] { return renewed_ >= n; });
+  }
+
+ private:
+  ManualClock* clock_;
+  const int64_t answer_us_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  int successes_left_;
+  int renewed_ = 0;
+};
+
+constexpr int64_t kT0 = 1'000'000'000;
+
+// The lease is sure for nine tenths of lease_ms after the request that took it; not
+// before this controller leads.
+TEST(LeadershipTest, ALeaderIsSureOfItsLeaseForNineTenthsOfItAfterTakingIt) {
+  ManualClock clock(kT0);
+  SlowLeaseStore leases(&clock, 0, 0);
+  Leadership lead(&leases, {.id = "a", .address = "http://a:8421", .lease_ms = 1000}, &clock);
+  EXPECT_FALSE(lead.SurelyLeads());
+  ASSERT_TRUE(lead.TryLead().ok());
+  EXPECT_TRUE(lead.SurelyLeads());
+  clock.AdvanceMicros(899'999);
+  EXPECT_TRUE(lead.SurelyLeads());
+  clock.AdvanceMicros(1);
+  EXPECT_FALSE(lead.SurelyLeads());  // paused past the margin: no longer sure
+}
+
+// A renewal makes the lease sure for nine tenths of it from when the renewal was sent,
+// not from when its answer came back (500 ms later here); a leader busy or paused for
+// less than what is left keeps serving.
+TEST(LeadershipTest, ARenewalMakesTheLeaseSureFromWhenItWasSent) {
+  ManualClock clock(kT0);
+  SlowLeaseStore leases(&clock, /*answer_us=*/500'000, /*successes=*/1);
+  Leadership lead(&leases, {.id = "a", .address = "http://a:8421", .lease_ms = 1000}, &clock);
+  ASSERT_TRUE(lead.TryLead().ok());
+  std::atomic<bool> stop = false;
+  Status kept;
+  std::thread keeper([&] { kept = lead.KeepLease(stop); });
+  clock.AdvanceMicros(200'000);  // a fifth: the renewal is sent at T0 + 200 ms
+  EXPECT_TRUE(leases.WaitForRenewals(1));
+  // The keeper stops before it could renew again (the clock stands still): what it
+  // made of the renewal stays.
+  stop = true;
+  keeper.join();
+  EXPECT_TRUE(kept.ok()) << kept.ToString();
+  EXPECT_EQ(clock.MonotonicMicros(), kT0 + 700'000);  // its answer came back
+  EXPECT_TRUE(lead.SurelyLeads());
+  clock.AdvanceMicros(399'000);  // T0 + 1099 ms: busy or paused, but the lease is sure
+  EXPECT_TRUE(lead.SurelyLeads());
+  clock.AdvanceMicros(1'000);  // T0 + 200 + 900 ms
+  EXPECT_FALSE(lead.SurelyLeads());
+}
+
+// Loading the state took most of the lease: the keeper renews at once rather than a
+// period later, so that the new leader does not answer 503 meanwhile.
+TEST(LeadershipTest, TheFirstRenewalComesAtOnceWhenLoadingAteTheSureTime) {
+  ManualClock clock(kT0);
+  SlowLeaseStore leases(&clock, 0, 1'000'000);
+  Leadership lead(&leases, {.id = "a", .address = "http://a:8421", .lease_ms = 1000}, &clock);
+  ASSERT_TRUE(lead.TryLead().ok());
+  clock.AdvanceMicros(950'000);
+  EXPECT_FALSE(lead.SurelyLeads());
+  std::atomic<bool> stop = false;
+  std::thread keeper([&] { (void)lead.KeepLease(stop); });
+  EXPECT_TRUE(leases.WaitForRenewals(1));  // the clock stands still: only an immediate try
+  stop = true;
+  keeper.join();
+  EXPECT_TRUE(lead.SurelyLeads());
+  lead.Release();
+  EXPECT_FALSE(lead.SurelyLeads());
+}
+
+// Records the answer it is given.
+class RecordingResponder final : public net::HttpResponder {
+ public:
+  bool Complete(net::HttpResponse response) override {
+    if (answered) return false;
+    answered = std::move(response);
+    return true;
+  }
+  void OnAbandoned(std::function<void()>) override {}
+  std::optional<net::HttpResponse> answered;
+};
+
+net::HttpRequest Request(const std::string& method, const std::string& path) {
+  net::HttpRequest r;
+  r.method = method;
+  r.path = path;
+  return r;
+}
+
+// A leader whose lease is no longer sure answers as a standby does (503, no leader
+// known, /healthz 200); a read answered after the lease stopped being sure is refused
+// too, a write's answer (fenced in the store) stands.
+TEST(LeadershipTest, ALeaderServesOnlyWhileItsLeaseIsSure) {
+  ManualClock clock(kT0);
+  SlowLeaseStore leases(&clock, 0, 0);
+  Leadership lead(&leases, {.id = "a", .address = "http://a:8421", .lease_ms = 1000}, &clock);
+  ASSERT_TRUE(lead.TryLead().ok());
+  std::vector<std::shared_ptr<net::HttpResponder>> held;  // answered later
+  auto handler = [&](const net::HttpRequest& r, std::shared_ptr<net::HttpResponder> out) {
+    if (r.path == "/later") {
+      held.push_back(std::move(out));
+      return;
+    }
+    out->Complete(net::HttpResponse{.status = 200, .body = "{\"state\": \"PENDING\"}"});
+  };
+  auto serve = [&](const std::string& method, const std::string& path) {
+    auto out = std::make_shared<RecordingResponder>();
+    ServeWhileLeading(lead, Request(method, path), out, handler);
+    return out;
+  };
+  EXPECT_EQ(serve("GET", "/v1/jobs/1")->answered->status, 200);
+  auto read = serve("GET", "/later");
+  auto write = serve("POST", "/later");
+  ASSERT_EQ(held.size(), 2u);
+  clock.AdvanceMicros(900'000);  // paused past the margin
+  held[0]->Complete(net::HttpResponse{.status = 200, .body = "{}"});
+  held[1]->Complete(net::HttpResponse{.status = 200, .body = "{}"});
+  EXPECT_EQ(read->answered->status, 503);
+  EXPECT_EQ(write->answered->status, 200);
+  for (const char* path : {"/v1/jobs/1", "/metrics", "/readyz"}) {
+    auto out = serve("GET", path);
+    ASSERT_TRUE(out->answered) << path;
+    EXPECT_EQ(out->answered->status, 503) << path;
+    Result<Json> body = ParseJson(out->answered->body, "answer", 1 << 20);
+    ASSERT_TRUE(body.ok()) << out->answered->body;
+    EXPECT_EQ((*body)["leader"], "") << path;  // clients move on to the next controller
+  }
+  EXPECT_EQ(serve("POST", "/v1/jobs/1/cancel")->answered->status, 503);
+  EXPECT_EQ(held.size(), 2u);  // nothing more reached the handler
+  EXPECT_EQ(serve("GET", "/healthz")->answered->status, 200);
 }
 
 }  // namespace

@@ -200,8 +200,14 @@ Status Server::StartStandby() {
   // names); until then a standby names no leader.
   GP_RETURN_IF_ERROR(
       StartListening([this](const net::HttpRequest& r, std::shared_ptr<net::HttpResponder> out) {
-        if (controller::Api* api = serving_.load()) return api->Handle(r, std::move(out));
         Leadership* l = lead_ptr_.load();
+        if (controller::Api* api = serving_.load()) {
+          // A leader answers only while its lease is sure: not from memory another
+          // controller may have moved past while this one was paused.
+          return ServeWhileLeading(*l, r, std::move(out), [api](auto& req, auto responder) {
+            api->Handle(req, std::move(responder));
+          });
+        }
         out->Complete(StandbyAnswer(r, l != nullptr ? l->LeaderAddress() : ""));
       }));
   LeadershipOptions lo;
@@ -247,10 +253,13 @@ Status Server::Start() {
   if (postgres) GP_RETURN_IF_ERROR(TakeLeaseOnce());
   GP_RETURN_IF_ERROR(CreateController());
   controller::Api* api = api_.get();
-  GP_RETURN_IF_ERROR(
-      StartListening([api](const net::HttpRequest& r, std::shared_ptr<net::HttpResponder> out) {
-        api->Handle(r, std::move(out));
-      }));
+  Leadership* lead = lead_.get();  // null on SQLite: no lease, nothing checked
+  GP_RETURN_IF_ERROR(StartListening([api, lead](const net::HttpRequest& r,
+                                                std::shared_ptr<net::HttpResponder> out) {
+    if (lead == nullptr) return api->Handle(r, std::move(out));
+    ServeWhileLeading(*lead, r, std::move(out),
+                      [api](auto& req, auto responder) { api->Handle(req, std::move(responder)); });
+  }));
   controller_->Start();
   return Status::Ok();
 }
