@@ -28,7 +28,9 @@ from pooltest import wait_for  # noqa: E402
 NODE = os.path.join(HERE, "..", "integration", "node-4gpu.json")
 
 
-class DmemPoolTest(unittest.TestCase):
+class DmemPoolTest(unittest.TestCase, pooltest.PoolCli):
+    gpupool = GPUPOOL
+
     def setUp(self):
         self.dir = pooltest.make_test_dir("gp-dmem-")
         self.env = dict(os.environ, GPUPOOL_SERVER="unix:" + os.path.join(self.dir, "gpupool.sock"))
@@ -47,20 +49,6 @@ class DmemPoolTest(unittest.TestCase):
     def up(self, capacity):
         return [GPUPOOL, "up", "--state-dir", self.dir, "--port", "0", "--config", "", "--fake",
                 NODE, "--gpu-enforcement", "dmem", "--dmem-capacity", capacity]
-
-    def cli(self, *args):
-        return subprocess.run([GPUPOOL] + list(args), capture_output=True, text=True,
-                              env=self.env, timeout=60)
-
-    def server_log(self):
-        with open(self.log, errors="replace") as f:
-            return f.read()[-4000:]
-
-    def job(self, jid):
-        r = self.cli("show", str(jid), "--json")
-        self.assertEqual(r.returncode, 0, r.stderr)
-        j = json.loads(r.stdout)
-        return j.get("job", j)
 
     def submit(self, *args):
         r = self.cli("submit", "--cpus", "0.1", "-D", self.dir, *args)  # output files there

@@ -39,7 +39,9 @@ def cgroup_v2_root():
     return "/sys/fs/cgroup" if os.path.exists("/sys/fs/cgroup/cgroup.controllers") else None
 
 
-class NvmlMemoryPoolTest(unittest.TestCase):
+class NvmlMemoryPoolTest(unittest.TestCase, pooltest.PoolCli):
+    gpupool = GPUPOOL
+
     def setUp(self):
         self.dir = pooltest.make_test_dir("gp-nvmlmem-")
         self.env = dict(os.environ, GPUPOOL_SERVER="unix:" + os.path.join(self.dir, "gpupool.sock"))
@@ -89,20 +91,6 @@ class NvmlMemoryPoolTest(unittest.TestCase):
         wait_for("the start message", lambda: "GPU shares:" in self.server_log())
         self.assertIn("GPU shares: dmem (NVML's per-cgroup memory limits) on 1 of 1 GPUs ("
                       + FAKE_NVML + ")", self.server_log())
-
-    def cli(self, *args):
-        return subprocess.run([GPUPOOL] + list(args), capture_output=True, text=True,
-                              env=self.env, timeout=60)
-
-    def server_log(self):
-        with open(self.log, errors="replace") as f:
-            return f.read()[-4000:]
-
-    def job(self, jid):
-        r = self.cli("show", str(jid), "--json")
-        self.assertEqual(r.returncode, 0, r.stderr)
-        j = json.loads(r.stdout)
-        return j.get("job", j)
 
     def share(self, script):
         r = self.cli("submit", "--cpus", "0.1", "-D", self.dir, "--gpu-mem", "2G", "--",

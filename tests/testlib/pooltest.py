@@ -186,7 +186,26 @@ def read_env(out, jid):
         return dict(line.rstrip("\n").split("=", 1) for line in f if "=" in line)
 
 
-class FakeNodePool:
+class PoolCli:
+    """The CLI against a pool started by its user: `gpupool` (the binary), `env` (with
+    GPUPOOL_SERVER) and `log` (the server's output file) are the user's attributes."""
+
+    def cli(self, *args):
+        return subprocess.run([self.gpupool] + list(args), capture_output=True, text=True,
+                              env=self.env, timeout=60)
+
+    def server_log(self):
+        with open(self.log, errors="replace") as f:
+            return f.read()[-4000:]
+
+    def job(self, jid):
+        r = self.cli("show", str(jid), "--json")
+        assert r.returncode == 0, r.stderr
+        j = json.loads(r.stdout)
+        return j.get("job", j)
+
+
+class FakeNodePool(PoolCli):
     """A real `gpupool up` on a fake node file in a fresh test directory (`dir`, with an
     `out` folder for the jobs' files), and the CLI against it. A test case makes one in
     setUp and calls stop() in tearDown (which also releases jobs waiting for out/go-all)."""
@@ -217,17 +236,3 @@ class FakeNodePool:
         stop_processes([self.proc])
         kill_leftovers(self.dir)
         remove_dir(self.dir)
-
-    def cli(self, *args):
-        return subprocess.run([self.gpupool] + list(args), capture_output=True, text=True,
-                              env=self.env, timeout=60)
-
-    def server_log(self):
-        with open(self.log, errors="replace") as f:
-            return f.read()[-4000:]
-
-    def job(self, jid):
-        r = self.cli("show", str(jid), "--json")
-        assert r.returncode == 0, r.stderr
-        j = json.loads(r.stdout)
-        return j.get("job", j)

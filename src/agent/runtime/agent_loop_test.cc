@@ -411,6 +411,19 @@ TEST_F(TelemetryAgentTest, ANodesLaunchUnitTakesItsTasksLimitsAndListsItsJobOnce
   EXPECT_EQ(received.back().jobs[0].job_id, 7);
 }
 
+// Job `id` of alice's, one GPU with --gpu-mem 8G, granted `gpus`.
+protocol::LaunchOrder EightGibShare(int64_t id, std::vector<protocol::GpuGrant> gpus) {
+  protocol::LaunchOrder order;
+  order.job.id = id;
+  order.job.user = "alice";
+  order.job.command = {"true"};
+  order.job.request.gpus = 1;
+  order.job.request.gpu_memory_bytes = uint64_t{8} << 30;
+  order.rendezvous = {0, 1, {"h"}, {1}, 0};
+  order.gpus = std::move(gpus);
+  return order;
+}
+
 // A share granted a MIG instance (docs/sharing.md) runs with that instance's MIG- UUID
 // visible, enforcement "mig" and the instance's memory as its cap; a share of a GPU
 // without MIG on the same node stays "none" (a node without MPS or dmem).
@@ -433,14 +446,8 @@ TEST_F(TelemetryAgentTest, AShareGrantedAMigInstanceSeesItsUuidAndMemory) {
   plain.mig_devices.clear();
   plain.enforcement = "none";
   protocol::Work work;
-  protocol::LaunchOrder order;
-  order.job.id = 8;
-  order.job.user = "alice";
-  order.job.command = {"true"};
-  order.job.request.gpus = 1;
-  order.job.request.gpu_memory_bytes = uint64_t{8} << 30;
-  order.rendezvous = {0, 1, {"h"}, {1}, 0};
-  order.gpus = {{"nvidia", 0, "MIG-b", {"/dev/nvidia0", "/dev/nvidia-caps/nvidia-cap36"}, 100}};
+  protocol::LaunchOrder order = EightGibShare(
+      8, {{"nvidia", 0, "MIG-b", {"/dev/nvidia0", "/dev/nvidia-caps/nvidia-cap36"}, 100}});
   protocol::LaunchOrder other = order;
   other.job.id = 9;
   other.gpus = {{"nvidia", 1, "GPU-1", {"/dev/nvidia1"}, 100}};
@@ -483,14 +490,8 @@ TEST_F(TelemetryAgentTest, ProcessAndContainerSharesOnADmemGpuGetTheCap) {
   no_region.index = 1;
   no_region.uuid = "GPU-N";
   protocol::Work work;
-  protocol::LaunchOrder order;
-  order.job.id = 20;
-  order.job.user = "alice";
-  order.job.command = {"true"};
-  order.job.request.gpus = 1;
-  order.job.request.gpu_memory_bytes = uint64_t{8} << 30;
-  order.rendezvous = {0, 1, {"h"}, {1}, 0};
-  order.gpus = {{"amd", 0, "GPU-D", {"/dev/dri/renderD128"}, 125}};
+  protocol::LaunchOrder order =
+      EightGibShare(20, {{"amd", 0, "GPU-D", {"/dev/dri/renderD128"}, 125}});
   protocol::LaunchOrder container = order;
   container.job.id = 21;
   container.job.image = "localhost/app:1";
@@ -532,14 +533,7 @@ TEST_F(TelemetryAgentTest, SharesOnAGpuHeldByNvmlGetTheLibraryThatCapsThem) {
   held.memory_total_bytes = uint64_t{80} << 30;
   held.enforcement = "dmem";
   protocol::Work work;
-  protocol::LaunchOrder order;
-  order.job.id = 23;
-  order.job.user = "alice";
-  order.job.command = {"true"};
-  order.job.request.gpus = 1;
-  order.job.request.gpu_memory_bytes = uint64_t{8} << 30;
-  order.rendezvous = {0, 1, {"h"}, {1}, 0};
-  order.gpus = {{"nvidia", 0, "GPU-V", {"/dev/nvidia0"}, 250}};
+  protocol::LaunchOrder order = EightGibShare(23, {{"nvidia", 0, "GPU-V", {"/dev/nvidia0"}, 250}});
   protocol::LaunchOrder container = order;
   container.job.id = 24;
   container.job.image = "localhost/app:1";
