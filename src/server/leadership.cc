@@ -124,7 +124,7 @@ Status Leadership::KeepLease(const std::atomic<bool>& stop) {
   const int64_t now = clock_->MonotonicMicros();
   int64_t good_until_us = now + SureUs(options_.lease_ms);
   // The first renewal comes when the lease is as sure as a period after a renewal, at
-  // once when loading the state ate that much of it, so that a leader serves on.
+  // once when the time since it was taken ate that much of it, so that a leader serves on.
   const int64_t sure_left_ms = (sure_until_us_ - now) / 1000;
   int64_t wait_ms = std::clamp<int64_t>(
       sure_left_ms - (SureUs(options_.lease_ms) / 1000 - period_ms), 0, period_ms);

@@ -2,14 +2,15 @@
 //
 // A controller starts as a standby: it says it is alive (LeaseStore::Heartbeat), learns
 // who leads, and tries to take the lease as soon as it has expired. The one that takes it
-// fences its store at the lease's epoch, loads the state, and serves; it renews the lease
-// every fifth of its time. A leader that cannot renew in time, or finds the lease taken,
-// has lost it: the daemon exits (systemd starts it again as a standby) rather than trust
-// memory that another controller may have moved past. Standbys answer every request with
-// 503 naming the leader (StandbyAnswer), which clients and agents follow. A leader serves
-// only while it surely holds the lease (SurelyLeads, ServeWhileLeading): one that was
-// paused past it answers as a standby does until its keeper finds the lease gone, rather
-// than answer reads from memory another controller may have moved past.
+// fences its store at the lease's epoch and from then on renews the lease every fifth of
+// its time, while it loads the state (which may take longer than the lease) and serves.
+// A leader that cannot renew in time, or finds the lease taken, has lost it: the daemon
+// exits (systemd starts it again as a standby) rather than trust memory that another
+// controller may have moved past. Standbys answer every request with 503 naming the
+// leader (StandbyAnswer), which clients and agents follow. A leader serves only while it
+// surely holds the lease (SurelyLeads, ServeWhileLeading): one that was paused past it
+// answers as a standby does until its keeper finds the lease gone, rather than answer
+// reads from memory another controller may have moved past.
 #pragma once
 
 #include <atomic>

@@ -98,7 +98,8 @@ Status Server::OpenStore() {
   return Status::Ok();
 }
 
-// The controller and its API over the open store (this loads the pool's state).
+// The controller and its API over the open store (this loads the pool's state); nothing
+// runs until the caller starts them (Api::Start, Controller::Start).
 Status Server::CreateController() {
   GP_ASSIGN_OR_RETURN(controller_, controller::Controller::Create(store_.get(), SystemClock::Get(),
                                                                   options_.controller));
@@ -106,9 +107,7 @@ Status Server::CreateController() {
   api_ = std::make_unique<controller::Api>(controller_.get(), store_.get(), SystemClock::Get(),
                                            controller::AuthOptions{options_.admin_group},
                                            inspector_.get());
-  GP_RETURN_IF_ERROR(api_->ConfigureTelemetry(options_.telemetry));
-  api_->Start();  // the services' threads: telemetry, accounting
-  return Status::Ok();
+  return api_->ConfigureTelemetry(options_.telemetry);
 }
 
 Status Server::StartListening(net::HttpAsyncHandler handler) {
@@ -227,22 +226,34 @@ void Server::LeadWhenElected() {
   if (!epoch) return;
   // From here every write checks the epoch; one refused means another leads.
   store_->SetFence(*epoch, [](const Status& why) { ExitLostLeadership(why); });
-  if (Status s = CreateController(); !s.ok()) {
-    lead_->Release();
-    std::lock_guard lock(failed_mu_);
-    failed_ = s;
-    return;
-  }
+  // The lease is renewed from the moment it is taken until this controller has stopped
+  // using the store: loading a large pool's state may take longer than the lease, which
+  // must not run out meanwhile, nor during a stop that comes while it loads. Until the
+  // state is loaded this controller answers as a standby (serving_ is null). The keeper
+  // exits the process when the lease is lost.
   Leadership* lead = lead_.get();
-  api_->SetControllersView([lead] { return lead->Describe(); });
-  controller_->Start();
-  serving_ = api_.get();
-  if (options_.on_lead) options_.on_lead(*epoch);
-  Status kept = lead_->KeepLease(stop_);
-  if (!kept.ok()) ExitLostLeadership(kept);
-  api_->Stop();
-  controller_->Stop();
+  std::atomic<bool> done{false};  // ends the keeper
+  std::thread keeper([lead, &done] {
+    if (Status kept = lead->KeepLease(done); !kept.ok()) ExitLostLeadership(kept);
+  });
+  const Status loaded = CreateController();
+  if (loaded.ok() && !stop_) {
+    api_->SetControllersView([lead] { return lead->Describe(); });
+    api_->Start();  // the services' threads: telemetry, accounting
+    controller_->Start();
+    serving_ = api_.get();
+    if (options_.on_lead) options_.on_lead(*epoch);
+    stop_.wait(false);  // until Stop()
+  }
+  if (api_) api_->Stop();
+  if (controller_) controller_->Stop();
+  done = true;
+  keeper.join();
   lead_->Release();
+  if (!loaded.ok()) {
+    std::lock_guard lock(failed_mu_);
+    failed_ = loaded;
+  }
 }
 
 Status Server::Start() {
@@ -252,6 +263,7 @@ Status Server::Start() {
   // One controller that owns its store alone (`up`, and `server` on SQLite).
   if (postgres) GP_RETURN_IF_ERROR(TakeLeaseOnce());
   GP_RETURN_IF_ERROR(CreateController());
+  api_->Start();  // the services' threads: telemetry, accounting
   controller::Api* api = api_.get();
   Leadership* lead = lead_.get();  // null on SQLite: no lease, nothing checked
   GP_RETURN_IF_ERROR(StartListening([api, lead](const net::HttpRequest& r,
@@ -279,6 +291,7 @@ void Server::Stop() {
   if (stopped_) return;
   stopped_ = true;
   stop_ = true;
+  stop_.notify_all();  // a leader's lease thread waits for it
   if (options_.lease == ServerOptions::Lease::kStandBy && lead_ != nullptr) {
     // The lease thread stops what it built, then gives the lease up.
     if (lease_thread_.joinable()) lease_thread_.join();

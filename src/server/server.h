@@ -5,8 +5,9 @@
 //
 // On a PostgreSQL store several controllers may share one database, one leading
 // (leadership.h). With Lease::kStandBy (`gpupool server`) Start() serves at once as a
-// standby (503 naming the leader) and a thread of its own waits for the lease, then loads
-// the state, serves, and renews the lease; with Lease::kTakeOnce (`gpupool up`) Start()
+// standby (503 naming the leader) and a thread of its own waits for the lease, then
+// renews it from that moment on (another thread) while it loads the state, and serves
+// once loaded; with Lease::kTakeOnce (`gpupool up`) Start()
 // takes the lease or fails, so a one-machine pool never shares its store. A leader that
 // loses the lease exits the process with status 75 (ExitLostLeadership) rather than trust
 // memory another controller may have moved past. SQLite stores have no lease.
