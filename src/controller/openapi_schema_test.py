@@ -1,7 +1,9 @@
 #!/usr/bin/python3
 """Checks docs/openapi.json: a valid OpenAPI 3.0 document, every example in it valid against
 its schema, and real answers of the API (from the openapi_samples program) valid against
-the responses the document gives for them.
+the responses the document gives for them, and every field of those real answers shown by
+an example of their route and status (check_unshown; UNSHOWN_OK lists the exceptions), so
+that the examples keep up with the answers.
 
 Usage: openapi_schema_test.py DOCUMENT SAMPLES_PROGRAM
 
@@ -423,16 +425,110 @@ class Checker:
                 self.fail(where, f"MUST_SHOW names {route}, which the document does not describe")
                 continue
             shown = set()
-            for code, r in op["responses"].items():
-                r = self.deref(r, f"{where}.responses.{code}") if code.startswith("2") else None
-                for media, m in (r or {}).get("content", {}).items():
-                    if "example" in m:
-                        shown |= shown_fields(m["example"])
-                    for name, e in m.get("examples", {}).items():
-                        e = self.deref(e, f"{where}.responses.{code}.{media}.examples.{name}")
-                        shown |= shown_fields((e or {}).get("value"))
+            for code in op["responses"]:
+                if code.startswith("2"):
+                    for value, _ in self.examples_of(op, code, where):
+                        shown |= shown_fields(value)
             for field in sorted(fields - shown):
                 self.fail(where, f"no example of its 2xx answers shows {field}: add one that does")
+
+    def examples_of(self, op, code, where):
+        """(value, schema) of each example of the operation's response `code`, every media."""
+        r = self.deref(op["responses"].get(code), f"{where}.responses.{code}")
+        out = []
+        for media, m in (r or {}).get("content", {}).items():
+            if "example" in m:
+                out.append((m["example"], m.get("schema", {})))
+            for name, e in m.get("examples", {}).items():
+                e = self.deref(e, f"{where}.responses.{code}.{media}.examples.{name}")
+                if e is not None and "value" in e:
+                    out.append((e["value"], m.get("schema", {})))
+        return out
+
+    def field_paths(self, value, schema, prefix=""):
+        """Like shown_fields, but a key of a map (an object whose schema gives its values by
+        additionalProperties, not by properties) is "*": a limits answer's users.alice and
+        users.bob are both users.*."""
+        schema = self.merged(schema)
+        out = set()
+        if isinstance(value, dict):
+            props = schema.get("properties", {})
+            extra = schema.get("additionalProperties")
+            for key, sub in value.items():
+                named = key if key in props or not isinstance(extra, dict) else "*"
+                out.add(prefix + named)
+                out |= self.field_paths(sub, props.get(key, extra if named == "*" else {}),
+                                        prefix + named + ".")
+        elif isinstance(value, list):
+            for sub in value:
+                out |= self.field_paths(sub, schema.get("items", {}), prefix.rstrip(".") + "[].")
+        return out
+
+    def merged(self, schema):
+        """The schema with its $ref followed and its allOf/oneOf/anyOf branches' properties
+        merged in: enough to name a value's fields, not to validate it."""
+        schema = self.deref(schema, "field_paths") if isinstance(schema, dict) else {}
+        if not isinstance(schema, dict):
+            return {}
+        branches = [self.merged(b) for k in ("allOf", "oneOf", "anyOf")
+                    for b in schema.get(k, [])]
+        if not branches:
+            return schema
+        out = dict(schema)
+        out["properties"] = dict(schema.get("properties", {}))
+        for b in branches:
+            for key, sub in b.get("properties", {}).items():
+                out["properties"].setdefault(key, sub)
+            for key in ("items", "additionalProperties"):
+                if key in b and key not in out:
+                    out[key] = b[key]
+        return out
+
+    def check_unshown(self, samples):
+        """The fields of the real answers that no example of their route and status shows,
+        less those UNSHOWN_OK lets go: a new answer field fails here until an example of its
+        route shows it. Returns {"METHOD /pattern status": [field, ...]} of what failed."""
+        sampled = {}
+        for s in samples:
+            if not s["content_type"].startswith("application/json"):
+                continue
+            try:
+                body = json.loads(s["body"])
+            except ValueError:
+                continue  # said by check_samples
+            sampled.setdefault((s["method"], s["pattern"], str(s["status"])), []).append(body)
+        unshown = {}
+        for (method, pattern, status), bodies in sorted(sampled.items()):
+            op = self.doc["paths"].get(pattern, {}).get(method.lower())
+            if op is None:
+                continue  # said by check_samples
+            code = next((c for c in (status, status[0] + "XX", "default")
+                         if c in op["responses"]), None)
+            if code is None:
+                continue  # said by check_samples
+            where = f"paths.{pattern}.{method.lower()}"
+            examples = self.examples_of(op, code, where)
+            schema = examples[0][1] if examples else {}
+            shown = set()
+            for value, example_schema in examples:
+                shown |= self.field_paths(value, example_schema)
+            real = set()
+            for body in bodies:
+                real |= self.field_paths(body, schema)
+            route = f"{method} {pattern}"
+            allowed = UNSHOWN_OK.get(route, set())
+            missing = sorted(f for f in real - shown if not let_go(f, allowed))
+            if missing:
+                unshown[f"{route} {status}"] = missing
+                self.fail(f"{where}.responses.{code}",
+                          f"the real {status} answer has fields no example shows: "
+                          f"{', '.join(missing)} (show them in an example, or list them "
+                          f"in UNSHOWN_OK)")
+        for route, fields in sorted(UNSHOWN_OK.items()):
+            method, pattern = route.split(" ", 1)
+            if self.doc["paths"].get(pattern, {}).get(method.lower()) is None:
+                self.fail("UNSHOWN_OK", f"names {route}, which the document does not describe")
+        return unshown
 
     def check_samples(self, samples):
         """Real answers against the responses the document gives for their operation."""
@@ -516,6 +612,23 @@ MUST_SHOW = {
     "GET /v1/exec/{id}": {"job_id", "job_name"},
 }
 
+# Fields of real answers (openapi_samples) that no example of their route needs to show,
+# by route, any status ("rows[].x": in an item of the array "rows"; "users.*.x": in any
+# value of the map "users"). Everything else a real answer carries must appear in one of
+# its route's examples for that status (check_unshown), so that a new answer field gets
+# an example. Keep this list short and say why for each entry.
+UNSHOWN_OK = {
+    # The document itself: its example shows the top of it; the rest is the document.
+    "GET /v1/openapi.json": {"info.description", "servers", "security", "tags", "paths",
+                             "components"},
+}
+
+
+def let_go(field, allowed):
+    """Whether `field` or a field it is inside ("a" for "a.b", "a[].b") is in `allowed`."""
+    ends = [i for i, c in enumerate(field) if c == "."] + [len(field)]
+    return any(field[:i].removesuffix("[]") in allowed for i in ends)
+
 
 def shown_fields(value, prefix=""):
     """The field paths in an example's value: "a", "a.b", "rows[].key"."""
@@ -528,6 +641,23 @@ def shown_fields(value, prefix=""):
         for sub in value:
             out |= shown_fields(sub, prefix.rstrip(".") + "[].")
     return out
+
+
+def self_check_unshown(doc, samples, checker):
+    """check_unshown must see a field the server starts to send: one added to each object
+    answer, as a new server version would, has to be reported for that route."""
+    grown = copy.deepcopy(samples)
+    routes = set()
+    for s in grown:
+        if s["content_type"].startswith("application/json") and s["body"].startswith("{"):
+            body = json.loads(s["body"])
+            body["x_new_field"] = 1
+            s["body"] = json.dumps(body)
+            routes.add(f"{s['method']} {s['pattern']} {s['status']}")
+    reported = {r for r, fields in Checker(doc).check_unshown(grown).items()
+                if "x_new_field" in fields}
+    for route in sorted(routes - reported):
+        checker.fail("check_unshown", f"a new field in the answer of {route} went unreported")
 
 
 def main():
@@ -564,6 +694,10 @@ def main():
         checker.fail("openapi_samples", f"exited {run.returncode}: {run.stderr.strip()}")
     samples = json.loads(run.stdout) if run.stdout.strip() else []
     answered = checker.check_samples(samples)
+    unshown = checker.check_unshown(samples)
+    self_check_unshown(doc, samples, checker)
+    print(f"fields of real answers that no example shows: {sum(map(len, unshown.values()))} "
+          f"(UNSHOWN_OK lets {sum(map(len, UNSHOWN_OK.values()))} go)")
     print(f"real answers: {len(samples)} checked, 2xx answers of {len(answered)} routes")
     for route in sorted(MUST_SAMPLE - answered):
         checker.fail("openapi_samples", f"no 2xx answer of {route} among the samples")
