@@ -40,16 +40,6 @@ TEST(ClockTest, ManualSuspendMovesOnlyBootTime) {
   EXPECT_EQ(c.BootMicros(), 6'010);
 }
 
-// The system's boot time is its monotonic time plus the time the host was suspended
-// (same origin): never less than a monotonic reading taken before it.
-TEST(ClockTest, SystemBootTimeIsMonotonicTimePlusSuspendedTime) {
-  const Clock* c = SystemClock::Get();
-  const int64_t mono = c->MonotonicMicros();
-  const int64_t boot = c->BootMicros();
-  EXPECT_GE(boot, mono);
-  EXPECT_LE(boot, c->BootMicros());
-}
-
 // Issue 27: waits move with a ManualClock, never with real time.
 TEST(ClockTest, ManualWaitsEndWhenTimeIsAdvancedPastTheirDeadline) {
   ManualClock c(1'000);
