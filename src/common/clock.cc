@@ -1,5 +1,7 @@
 #include "common/clock.h"
 
+#include <time.h>
+
 #include <chrono>
 #include <thread>
 
@@ -27,6 +29,16 @@ int64_t SystemClock::MonotonicMicros() const {
   using std::chrono::duration_cast;
   using std::chrono::microseconds;
   return duration_cast<microseconds>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+int64_t SystemClock::BootMicros() const {
+#ifdef CLOCK_BOOTTIME
+  timespec ts{};
+  if (clock_gettime(CLOCK_BOOTTIME, &ts) == 0) {
+    return int64_t{ts.tv_sec} * 1'000'000 + ts.tv_nsec / 1000;
+  }
+#endif
+  return MonotonicMicros();
 }
 
 bool SystemClock::WaitUntil(std::condition_variable& cv, std::unique_lock<std::mutex>& lock,

@@ -23,6 +23,11 @@ class Clock {
   virtual int64_t NowMicros() const = 0;
   // Monotonic time in microseconds from an arbitrary origin, for intervals.
   virtual int64_t MonotonicMicros() const = 0;
+  // Like MonotonicMicros (same origin where the system allows), but it also counts the time
+  // the host spent suspended (and, on some hypervisors, a VM paused), which
+  // MonotonicMicros leaves out: for the intervals another machine times as well, such as
+  // a lease in the database's time. Not a wait's deadline. Defaults to MonotonicMicros().
+  virtual int64_t BootMicros() const { return MonotonicMicros(); }
 
   int64_t NowSeconds() const { return NowMicros() / 1'000'000; }
 
@@ -53,6 +58,8 @@ class SystemClock final : public Clock {
   static SystemClock* Get();  // process-wide instance, never destroyed
   int64_t NowMicros() const override;
   int64_t MonotonicMicros() const override;
+  // CLOCK_BOOTTIME on Linux; MonotonicMicros() where the system has no such clock.
+  int64_t BootMicros() const override;
   bool WaitUntil(std::condition_variable& cv, std::unique_lock<std::mutex>& lock,
                  int64_t deadline_us, const std::function<bool()>& done) const override;
   bool WaitOnce(std::condition_variable& cv, std::unique_lock<std::mutex>& lock,
@@ -60,7 +67,8 @@ class SystemClock final : public Clock {
   void SleepFor(int64_t micros) const override;
 };
 
-// A clock that moves only when told to. Wall and monotonic time are the same value.
+// A clock that moves only when told to. Wall and monotonic time are the same value; boot
+// time is that value plus what SuspendMicros added (nothing unless a test suspends).
 // Waits end when done() holds or when Advance/Set moves time past their deadline, never
 // by the passing of real time; a test that advances time and then expects a woken
 // thread to have acted first waits for it (WaitForWaiters, or a condition of its own).
@@ -69,8 +77,14 @@ class ManualClock final : public Clock {
   explicit ManualClock(int64_t start_micros = 0) : now_(start_micros) {}
   int64_t NowMicros() const override { return now_.load(std::memory_order_acquire); }
   int64_t MonotonicMicros() const override { return NowMicros(); }
+  int64_t BootMicros() const override {
+    return NowMicros() + suspended_.load(std::memory_order_acquire);
+  }
   void SetMicros(int64_t t);
   void AdvanceMicros(int64_t d);
+  // As if the host slept for `d`: boot time moves, wall and monotonic time stand still
+  // (and no wait ends, as monotonic deadlines do not pass).
+  void SuspendMicros(int64_t d) { suspended_.fetch_add(d, std::memory_order_acq_rel); }
 
   bool WaitUntil(std::condition_variable& cv, std::unique_lock<std::mutex>& lock,
                  int64_t deadline_us, const std::function<bool()>& done) const override;
@@ -91,6 +105,7 @@ class ManualClock final : public Clock {
   void WakeAll();
 
   std::atomic<int64_t> now_;
+  std::atomic<int64_t> suspended_ = 0;  // added to now_ by BootMicros
   // Guards waiters_ and waiting_. Notifies happen under it, so a registered condition
   // variable is alive while it is notified (its waiter unregisters under it).
   mutable std::mutex mu_;

@@ -26,6 +26,20 @@ TEST(ClockTest, SystemClockIsPlausibleAndMonotonic) {
   EXPECT_LE(a, b);
 }
 
+// A suspend moves boot time only: wall and monotonic time stand still, as Linux's
+// CLOCK_MONOTONIC does while the host sleeps and CLOCK_BOOTTIME does not.
+TEST(ClockTest, ManualSuspendMovesOnlyBootTime) {
+  ManualClock c(1'000);
+  EXPECT_EQ(c.BootMicros(), 1'000);
+  c.SuspendMicros(5'000);
+  EXPECT_EQ(c.NowMicros(), 1'000);
+  EXPECT_EQ(c.MonotonicMicros(), 1'000);
+  EXPECT_EQ(c.BootMicros(), 6'000);
+  c.AdvanceMicros(10);
+  EXPECT_EQ(c.MonotonicMicros(), 1'010);
+  EXPECT_EQ(c.BootMicros(), 6'010);
+}
+
 // Issue 27: waits move with a ManualClock, never with real time.
 TEST(ClockTest, ManualWaitsEndWhenTimeIsAdvancedPastTheirDeadline) {
   ManualClock c(1'000);

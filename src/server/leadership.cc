@@ -43,10 +43,12 @@ class LeaseCheckedResponder final : public net::HttpResponder {
 Leadership::Leadership(store::LeaseStore* leases, LeadershipOptions options, const Clock* clock)
     : leases_(leases), options_(std::move(options)), clock_(clock) {}
 
+// Boot time: a keeper whose host slept through its wait looks at the lease within 50 ms
+// of waking rather than after the rest of its wait.
 bool Leadership::SleepUnlessStopped(int64_t ms, const std::atomic<bool>& stop) const {
-  const int64_t until = clock_->MonotonicMicros() + ms * 1000;
+  const int64_t until = clock_->BootMicros() + ms * 1000;
   while (!stop) {
-    const int64_t left_us = until - clock_->MonotonicMicros();
+    const int64_t left_us = until - clock_->BootMicros();
     if (left_us <= 0) return true;
     std::this_thread::sleep_for(std::chrono::microseconds(std::min<int64_t>(left_us, 50'000)));
   }
@@ -73,7 +75,7 @@ std::optional<int64_t> Leadership::WaitToLead(const std::atomic<bool>& stop) {
   std::string shown;  // the leader last logged
   while (!stop) {
     Heartbeat();
-    const int64_t sent = clock_->MonotonicMicros();
+    const int64_t sent = clock_->BootMicros();
     Result<store::Lease> lease =
         leases_->TryAcquire(options_.id, options_.address, options_.lease_ms);
     if (!lease.ok()) {
@@ -99,7 +101,7 @@ std::optional<int64_t> Leadership::WaitToLead(const std::atomic<bool>& stop) {
 
 Result<int64_t> Leadership::TryLead() {
   Heartbeat();
-  const int64_t sent = clock_->MonotonicMicros();
+  const int64_t sent = clock_->BootMicros();
   GP_ASSIGN_OR_RETURN(store::Lease lease,
                       leases_->TryAcquire(options_.id, options_.address, options_.lease_ms));
   Remember(lease);
@@ -121,7 +123,9 @@ Status Leadership::KeepLease(const std::atomic<bool>& stop) {
   const int64_t retry_ms = std::clamp<int64_t>(options_.lease_ms / 50, 10, 100);
   // The lease holds until lease_ms after the start of the last renewal that succeeded
   // (the database set its end after that moment). A tenth is kept back for the exit.
-  const int64_t now = clock_->MonotonicMicros();
+  // Every time here is boot time, which goes on while the host is suspended, as the
+  // database's does.
+  const int64_t now = clock_->BootMicros();
   int64_t good_until_us = now + SureUs(options_.lease_ms);
   // The first renewal comes when the lease is as sure as a period after a renewal, at
   // once when the time since it was taken ate that much of it, so that a leader serves on.
@@ -136,7 +140,7 @@ Status Leadership::KeepLease(const std::atomic<bool>& stop) {
   };
   while (SleepUnlessStopped(wait_ms, stop)) {
     Heartbeat();
-    const int64_t started = clock_->MonotonicMicros();
+    const int64_t started = clock_->BootMicros();
     // A renewal waits for the lease row's lock no longer than the lease surely lasts, so
     // that a leader never goes on past it waiting for an answer.
     const int64_t left_ms = (good_until_us - started) / 1000;
@@ -158,7 +162,7 @@ Status Leadership::KeepLease(const std::atomic<bool>& stop) {
       return lease.status();
     }
     failed = lease.status().message();
-    if (clock_->MonotonicMicros() >= good_until_us) {
+    if (clock_->BootMicros() >= good_until_us) {
       sure_until_us_ = 0;
       return lost();
     }
@@ -181,7 +185,7 @@ void Leadership::Release() {
 
 bool Leadership::SurelyLeads() const {
   const int64_t until = sure_until_us_.load();
-  return until != 0 && clock_->MonotonicMicros() < until;
+  return until != 0 && clock_->BootMicros() < until;
 }
 
 std::string Leadership::LeaderAddress() const {

@@ -49,17 +49,19 @@ class Leadership {
   // As the leader until `stop` (Ok) or until the lease is lost (why). Renews every fifth
   // of the lease; a renewal that fails for want of the database or of the lease row's
   // lock is retried every fiftieth of the lease (10-100 ms) until the lease would have
-  // run out, and no renewal waits for the lock longer than the lease surely lasts.
+  // run out, and no renewal waits for the lock longer than the lease surely lasts; all
+  // by boot time, so a keeper whose host slept past the lease gives it up on waking.
   Status KeepLease(const std::atomic<bool>& stop);
 
   // Gives the lease up (a clean stop), so that a standby takes over at once.
   void Release();
 
   // Whether this controller surely holds the lease now: it took or last renewed it less
-  // than nine tenths of lease_ms ago, by this process's monotonic clock from when that
-  // request was sent (the database set the lease's end after that moment). False before
-  // it leads, once it released the lease, and after a pause (SIGSTOP, a frozen VM) past
-  // that margin, until a renewal succeeds again. Any thread; lock-free.
+  // than nine tenths of lease_ms ago, by the clock's boot time (Clock::BootMicros, which
+  // counts a suspended host's sleep, as the database's clock does) from when that request
+  // was sent (the database set the lease's end after that moment). False before it leads,
+  // once it released the lease, and after a pause (SIGSTOP, a frozen VM, a suspended
+  // host) past that margin, until a renewal succeeds again. Any thread; lock-free.
   bool SurelyLeads() const;
 
   // The leader's address as last seen: "" when none is known, or when it is this
@@ -82,7 +84,7 @@ class Leadership {
   store::Lease last_;  // guarded by mu_
   int64_t epoch_ = 0;  // ours, once leading
   int64_t last_beat_us_ = 0;
-  // Monotonic time until which the lease surely holds (see SurelyLeads); 0: not leading.
+  // Boot time until which the lease surely holds (see SurelyLeads); 0: not leading.
   std::atomic<int64_t> sure_until_us_ = 0;
 };
 

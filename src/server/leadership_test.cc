@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <condition_variable>
+#include <future>
 #include <mutex>
 #include <optional>
 #include <thread>
@@ -123,11 +124,13 @@ TEST(LeadershipTest, ALeaderThatCannotRenewStopsWithinTheLease) {
 }
 
 // A lease store on a ManualClock whose renewals take `answer_us` of its time to come
-// back: the first `successes` succeed, later ones fail as a lock timeout does.
+// back: the first `successes` succeed, later ones fail as a lock timeout does. With
+// `suspended`, the host sleeps through each renewal instead, successful or not: the
+// clock's boot time moves by `answer_us`, its wall and monotonic time stand still.
 class SlowLeaseStore final : public store::LeaseStore {
  public:
-  SlowLeaseStore(ManualClock* clock, int64_t answer_us, int successes)
-      : clock_(clock), answer_us_(answer_us), successes_left_(successes) {}
+  SlowLeaseStore(ManualClock* clock, int64_t answer_us, int successes, bool suspended = false)
+      : clock_(clock), answer_us_(answer_us), successes_left_(successes), suspended_(suspended) {}
 
   Result<store::Lease> TryAcquire(const std::string& holder, const std::string& address,
                                   int64_t ttl_ms) override {
@@ -136,12 +139,13 @@ class SlowLeaseStore final : public store::LeaseStore {
   Result<store::Lease> Renew(const std::string& holder, int64_t epoch, int64_t ttl_ms,
                              int64_t) override {
     std::lock_guard lock(mu_);
+    if (suspended_) clock_->SuspendMicros(answer_us_);
     if (successes_left_ == 0) {
       return Status::Internal(
           "postgresql: renew the lease: ERROR:  canceling statement due to lock timeout");
     }
     --successes_left_;
-    clock_->AdvanceMicros(answer_us_);
+    if (!suspended_) clock_->AdvanceMicros(answer_us_);
     ++renewed_;
     cv_.notify_all();
     return store::Lease{holder, "", epoch, ttl_ms};
@@ -165,6 +169,7 @@ class SlowLeaseStore final : public store::LeaseStore {
   std::mutex mu_;
   std::condition_variable cv_;
   int successes_left_;
+  const bool suspended_;
   int renewed_ = 0;
 };
 
@@ -208,6 +213,32 @@ TEST(LeadershipTest, ARenewalMakesTheLeaseSureFromWhenItWasSent) {
   clock.AdvanceMicros(399'000);  // T0 + 1099 ms: busy or paused, but the lease is sure
   EXPECT_TRUE(lead.SurelyLeads());
   clock.AdvanceMicros(1'000);  // T0 + 200 + 900 ms
+  EXPECT_FALSE(lead.SurelyLeads());
+}
+
+// A renewal under way when the host was suspended for longer than the lease fails on
+// waking (its wait for the lock timed out): the keeper gives the lease up at once, as
+// boot time says the lease has run out, rather than retry for the 700 ms that its
+// monotonic clock, stopped while the host slept, says are left.
+TEST(LeadershipTest, AKeeperWhoseHostSleptThroughTheLeaseGivesItUp) {
+  ManualClock clock(kT0);
+  SlowLeaseStore leases(&clock, /*answer_us=*/5'000'000, /*successes=*/0, /*suspended=*/true);
+  Leadership lead(&leases, {.id = "a", .address = "http://a:8421", .lease_ms = 1000}, &clock);
+  ASSERT_TRUE(lead.TryLead().ok());
+  std::atomic<bool> stop = false;
+  std::promise<Status> kept;
+  std::future<Status> done = kept.get_future();
+  std::thread keeper([&] { kept.set_value(lead.KeepLease(stop)); });
+  clock.AdvanceMicros(200'000);  // a fifth: the renewal is due
+  // The clock stands still from here: a keeper that retried would wait for ever.
+  const bool returned = done.wait_for(std::chrono::seconds(10)) == std::future_status::ready;
+  stop = true;
+  keeper.join();
+  ASSERT_TRUE(returned) << "the keeper went on retrying after the lease ran out";
+  const Status why = done.get();
+  EXPECT_EQ(why.code(), StatusCode::kUnavailable) << why.ToString();
+  EXPECT_NE(why.message().find("lock timeout"), std::string::npos) << why.message();
+  EXPECT_EQ(clock.MonotonicMicros(), kT0 + 200'000);
   EXPECT_FALSE(lead.SurelyLeads());
 }
 
@@ -290,6 +321,44 @@ TEST(LeadershipTest, ALeaderServesOnlyWhileItsLeaseIsSure) {
   EXPECT_EQ(serve("POST", "/v1/jobs/1/cancel")->answered->status, 503);
   EXPECT_EQ(held.size(), 2u);  // nothing more reached the handler
   EXPECT_EQ(serve("GET", "/healthz")->answered->status, 200);
+}
+
+// A host suspended past the lease (a laptop's lid shut, a VM paused) stops the monotonic
+// clock but not the database's: on waking, the leader is no longer sure of its lease,
+// although by its monotonic clock no time has passed, and answers 503, also to a read
+// that was under way while it slept.
+TEST(LeadershipTest, ALeaderWokenFromSuspendIsNoLongerSureOfItsLease) {
+  ManualClock clock(kT0);
+  SlowLeaseStore leases(&clock, 0, 0);
+  Leadership lead(&leases, {.id = "a", .address = "http://a:8421", .lease_ms = 1000}, &clock);
+  ASSERT_TRUE(lead.TryLead().ok());
+  std::vector<std::shared_ptr<net::HttpResponder>> held;  // answered later
+  auto handler = [&](const net::HttpRequest& r, std::shared_ptr<net::HttpResponder> out) {
+    if (r.path == "/later") {
+      held.push_back(std::move(out));
+      return;
+    }
+    out->Complete(net::HttpResponse{.status = 200, .body = "{}"});
+  };
+  auto serve = [&](const std::string& path) {
+    auto out = std::make_shared<RecordingResponder>();
+    ServeWhileLeading(lead, Request("GET", path), out, handler);
+    return out;
+  };
+  EXPECT_EQ(serve("/v1/jobs/1")->answered->status, 200);
+  auto read = serve("/later");
+  ASSERT_EQ(held.size(), 1u);
+  clock.SuspendMicros(5'000'000);  // five leases long
+  EXPECT_EQ(clock.MonotonicMicros(), kT0);
+  EXPECT_FALSE(lead.SurelyLeads());
+  held[0]->Complete(net::HttpResponse{.status = 200, .body = "{}"});
+  ASSERT_TRUE(read->answered);
+  EXPECT_EQ(read->answered->status, 503);
+  auto after = serve("/v1/jobs/1");
+  ASSERT_TRUE(after->answered);
+  EXPECT_EQ(after->answered->status, 503);
+  EXPECT_NE(after->answered->body.find("cannot be sure"), std::string::npos)
+      << after->answered->body;
 }
 
 }  // namespace
