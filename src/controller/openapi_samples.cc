@@ -1,6 +1,7 @@
 // Real answers of the API for openapi_schema_test.py: drives an Api over a real controller
 // and an in-memory SQLite store through a job's life (register a node, submit, place,
-// start, exec, hold, cancel, drain, limits, usage, tokens, environments, errors) and
+// start, exec, hold, cancel, jobs that end: time limit, exit code, alloc, preemption with
+// checkpoint-done, start estimate; drain, limits, usage, tokens, environments, errors) and
 // prints every request and answer as a JSON array on stdout:
 //   [{"method", "pattern", "path", "status", "content_type", "headers", "body"}, ...]
 // `pattern` is the docs/openapi.json path that describes the request. Exits 1, saying
@@ -72,6 +73,7 @@ class Scenario {
     if (!StartAndReport()) return false;
     Exec();
     Lifecycle();
+    Ends();
     Admin();
     const std::string& id = id_;
     // Environments.
@@ -244,6 +246,84 @@ class Scenario {
     Expect(200, Root("POST", "/v1/jobs/{id}/cancel", "/v1/jobs/" + head + "/cancel"));
     Expect(200, Root("POST", "/v1/jobs/{id}/cancel", "/v1/jobs/" + id + "/cancel"));
     Expect(409, Root("POST", "/v1/jobs/{id}/cancel", "/v1/jobs/" + head + "/cancel"));
+  }
+
+  // Jobs that end, with the fields only they carry: a script job stopped past its time
+  // limit, a container job (image, mounts) that fails, an allocation its command ends, and
+  // a preemptible job preempted with a grace (checkpoint-done), then requeued with a start
+  // estimate (the easy start rule's). The agent takes its work through the API here, so
+  // the launch and stop orders of those jobs are samples too.
+  void Ends() {
+    // The GPU job, cancelled (Lifecycle), ends: both GPUs are free.
+    Report(id_, R"("kind": "exited", "signal": 15, "cancelled": true)");
+    const std::string sid = StartJob(R"({"name": "prep", "script": "#!/bin/sh\necho start\n",
+                                         "command": ["prep.sh"], "workdir": "/",
+                                         "request": {"gpus": 1}, "time_limit_s": 60})");
+    clock_.AdvanceMicros(121'000'000);  // past its limit and the controller's grace
+    if (Status s = controller_->SweepTimeLimits(); !s.ok()) Fail("SweepTimeLimits: " + s.message());
+    Report(sid, R"("kind": "exited", "signal": 9, "cancelled": true)");
+    Expect(200, Root("GET", "/v1/jobs/{id}", "/v1/jobs/" + sid));
+    const std::string cid = StartJob(R"({"name": "eval", "image": "localhost/torch:2.4",
+        "mounts": [{"source": "/data", "target": "/data", "read_only": true}],
+        "command": ["python3", "eval.py"], "workdir": "/", "request": {"gpus": 1}})");
+    Report(cid, R"("kind": "exited", "exit_code": 3)");
+    Expect(200, Root("GET", "/v1/jobs/{id}", "/v1/jobs/" + cid));
+
+    // gpupool alloc: its command ends with code 0, which ends the allocation.
+    const std::string aid = StartJob(R"({"name": "alloc", "command": [], "workdir": "/",
+                                         "interactive": "alloc", "request": {"gpus": 1}})");
+    Expect(200, Root("POST", "/v1/jobs/{id}/cancel", "/v1/jobs/" + aid + "/cancel", {},
+                     R"({"exit_code": 0})"));
+    Report(aid, R"("kind": "exited", "signal": 15, "cancelled": true)");
+    Expect(200, Root("GET", "/v1/jobs/{id}", "/v1/jobs/" + aid));
+
+    // Preempted past its minimum runtime by a job of higher priority; it checkpoints.
+    const std::string pid = StartJob(R"({"name": "pretrain", "command": ["python3", "pt.py"],
+                                         "workdir": "/", "request": {"gpus": 2},
+                                         "preemptible": true, "preempt_grace_s": 30})");
+    clock_.AdvanceMicros(700'000'000);
+    Json urgent = Expect(201, Root("POST", "/v1/jobs", "/v1/jobs", {},
+                                   R"({"name": "urgent", "command": ["python3", "fix.py"],
+                                       "workdir": "/", "request": {"gpus": 2}, "priority": 10,
+                                       "time_limit_s": 1800})"));
+    const std::string uid = IdOf(urgent);
+    Pass();
+    Expect(200, Root("GET", "/v1/jobs/{id}", "/v1/jobs/" + pid));
+    Expect(200,
+           Root("POST", "/v1/jobs/{id}/checkpoint-done", "/v1/jobs/" + pid + "/checkpoint-done"));
+    Report(pid, R"("kind": "exited", "signal": 15, "cancelled": true)");
+    Start(uid);
+    Pass();  // the requeued job's planned start: when the urgent one's time limit ends
+    Json again = Expect(200, Root("GET", "/v1/jobs/{id}", "/v1/jobs/" + pid));
+    if (!again["job"].contains("start_estimate_us")) {
+      Fail("the requeued job should have a start estimate: " + again.dump());
+    }
+  }
+
+  // Submits `body`, places and starts the job; its id.
+  std::string StartJob(const std::string& body) {
+    Json job = Expect(201, Root("POST", "/v1/jobs", "/v1/jobs", {}, body));
+    const std::string id = IdOf(job);
+    Start(id);
+    return id;
+  }
+  static std::string IdOf(const Json& answer) {
+    return std::to_string(answer.value("job", Json::object()).value("id", int64_t{0}));
+  }
+  // A scheduler pass, and the agent takes its work (launch and stop orders).
+  void Pass() {
+    if (Status s = controller_->ScheduleOnce(); !s.ok()) Fail("ScheduleOnce: " + s.message());
+    Expect(200, Root("GET", "/v1/agent/work", "/v1/agent/work", {{"node", "vm"}}));
+  }
+  void Start(const std::string& id) {
+    Pass();
+    Report(id, R"("kind": "started", "master_port": 29500)");
+  }
+  // The agent reports an event of job `id`'s attempt 1: `fields` besides job_id, attempt.
+  void Report(const std::string& id, const std::string& fields) {
+    Expect(200, Root("POST", "/v1/agent/events", "/v1/agent/events", {},
+                     R"({"node": "vm", "events": [{"job_id": )" + id + R"(, "attempt": 1, )" +
+                         fields + "}]}"));
   }
 
   // Nodes, limits, usage, identity, tokens and the dashboard's sign-in.
