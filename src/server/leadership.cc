@@ -5,7 +5,6 @@
 
 #include <algorithm>
 #include <random>
-#include <thread>
 #include <utility>
 
 namespace gpupool::server {
@@ -43,16 +42,24 @@ class LeaseCheckedResponder final : public net::HttpResponder {
 Leadership::Leadership(store::LeaseStore* leases, LeadershipOptions options, const Clock* clock)
     : leases_(leases), options_(std::move(options)), clock_(clock) {}
 
-// Boot time: a keeper whose host slept through its wait looks at the lease within 50 ms
-// of waking rather than after the rest of its wait.
-bool Leadership::SleepUnlessStopped(int64_t ms, const std::atomic<bool>& stop) const {
+// The lease's time is boot time, a wait's deadline monotonic time (no clock waits on
+// CLOCK_BOOTTIME): the two run together while the host is awake, so the wait ends when
+// `ms` of boot time have passed; after a suspend it ends late (by at most what was left
+// of it), and the caller's look at boot time finds the lease's times already past.
+bool Leadership::WaitUnlessStopped(int64_t ms, const std::atomic<bool>& stop) {
   const int64_t until = clock_->BootMicros() + ms * 1000;
+  std::unique_lock lock(wait_mu_);
   while (!stop) {
     const int64_t left_us = until - clock_->BootMicros();
     if (left_us <= 0) return true;
-    std::this_thread::sleep_for(std::chrono::microseconds(std::min<int64_t>(left_us, 50'000)));
+    clock_->WaitFor(wait_cv_, lock, left_us, [&stop] { return stop.load(); });
   }
   return false;
+}
+
+void Leadership::Interrupt() {
+  std::lock_guard lock(wait_mu_);
+  wait_cv_.notify_all();
 }
 
 void Leadership::Remember(const store::Lease& lease) {
@@ -94,7 +101,7 @@ std::optional<int64_t> Leadership::WaitToLead(const std::atomic<bool>& stop) {
                      lease->address, lease->epoch);
       }
     }
-    SleepUnlessStopped(poll_ms, stop);
+    WaitUnlessStopped(poll_ms, stop);
   }
   return std::nullopt;
 }
@@ -134,11 +141,12 @@ Status Leadership::KeepLease(const std::atomic<bool>& stop) {
       sure_left_ms - (SureUs(options_.lease_ms) / 1000 - period_ms), 0, period_ms);
   std::string failed;  // why the last renewal failed, since the last that succeeded
   auto lost = [&] {
-    return Status::Unavailable("the lease could not be renewed for " +
-                               std::to_string(options_.lease_ms) +
-                               " ms, so a standby may lead now: " + failed);
+    return Status::Unavailable(
+        "the lease could not be renewed for " + std::to_string(options_.lease_ms) +
+        " ms, so a standby may lead now: " +
+        (failed.empty() ? "this controller was paused or its host suspended past it" : failed));
   };
-  while (SleepUnlessStopped(wait_ms, stop)) {
+  while (WaitUnlessStopped(wait_ms, stop)) {
     Heartbeat();
     const int64_t started = clock_->BootMicros();
     // A renewal waits for the lease row's lock no longer than the lease surely lasts, so

@@ -14,6 +14,7 @@
 #pragma once
 
 #include <atomic>
+#include <condition_variable>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -40,7 +41,7 @@ class Leadership {
   Leadership(store::LeaseStore* leases, LeadershipOptions options, const Clock* clock);
 
   // As a standby until this controller holds the lease: returns its epoch, or nullopt
-  // once `stop` is set.
+  // once `stop` is set (at once when Interrupt() follows the setting).
   std::optional<int64_t> WaitToLead(const std::atomic<bool>& stop);
   // One try (for `gpupool up`, which does not stand by): this controller's epoch when it
   // took the lease, else FailedPrecondition naming the controller that holds it.
@@ -50,8 +51,15 @@ class Leadership {
   // of the lease; a renewal that fails for want of the database or of the lease row's
   // lock is retried every fiftieth of the lease (10-100 ms) until the lease would have
   // run out, and no renewal waits for the lock longer than the lease surely lasts; all
-  // by boot time, so a keeper whose host slept past the lease gives it up on waking.
+  // by boot time, so a keeper whose host slept past the lease gives it up when its wait
+  // ends (the clock's monotonic deadline, at most a period after waking).
+  // Unavailable when the lease ran out, FailedPrecondition when another took it.
   Status KeepLease(const std::atomic<bool>& stop);
+
+  // Wakes WaitToLead and KeepLease to look at their `stop` at once: call it after
+  // setting the flag. Any thread. Their waits are the clock's (Clock::WaitUntil), so
+  // under a ManualClock they end only when a test advances time, or here.
+  void Interrupt();
 
   // Gives the lease up (a clean stop), so that a standby takes over at once.
   void Release();
@@ -75,13 +83,16 @@ class Leadership {
  private:
   void Remember(const store::Lease& lease);
   void Heartbeat();
-  bool SleepUnlessStopped(int64_t ms, const std::atomic<bool>& stop) const;
+  bool WaitUnlessStopped(int64_t ms, const std::atomic<bool>& stop);
 
   store::LeaseStore* leases_;
   const LeadershipOptions options_;
   const Clock* clock_;
   mutable std::mutex mu_;
   store::Lease last_;  // guarded by mu_
+  // WaitUnlessStopped's wait; Interrupt notifies it under wait_mu_, so no wake-up is lost.
+  std::mutex wait_mu_;
+  std::condition_variable wait_cv_;
   int64_t epoch_ = 0;  // ours, once leading
   int64_t last_beat_us_ = 0;
   // Boot time until which the lease surely holds (see SurelyLeads); 0: not leading.

@@ -87,6 +87,7 @@ TEST(LeadershipTest, TransientRenewalFailuresAreRetriedWithinTheLease) {
   });
   const bool renewed = leases.WaitForRenewals(1);
   stop = true;
+  lead.Interrupt();
   keeper.join();
   EXPECT_TRUE(renewed);
   EXPECT_TRUE(kept.ok()) << kept.ToString();
@@ -206,6 +207,7 @@ TEST(LeadershipTest, ARenewalMakesTheLeaseSureFromWhenItWasSent) {
   // The keeper stops before it could renew again (the clock stands still): what it
   // made of the renewal stays.
   stop = true;
+  lead.Interrupt();
   keeper.join();
   EXPECT_TRUE(kept.ok()) << kept.ToString();
   EXPECT_EQ(clock.MonotonicMicros(), kT0 + 700'000);  // its answer came back
@@ -255,10 +257,124 @@ TEST(LeadershipTest, TheFirstRenewalComesAtOnceWhenLoadingAteTheSureTime) {
   std::thread keeper([&] { (void)lead.KeepLease(stop); });
   EXPECT_TRUE(leases.WaitForRenewals(1));  // the clock stands still: only an immediate try
   stop = true;
+  lead.Interrupt();
   keeper.join();
   EXPECT_TRUE(lead.SurelyLeads());
   lead.Release();
   EXPECT_FALSE(lead.SurelyLeads());
+}
+
+// A lease store that counts the calls made to it; the lease is held by `holder` (the
+// caller when empty), and renewals succeed.
+class CountingLeaseStore final : public store::LeaseStore {
+ public:
+  explicit CountingLeaseStore(std::string holder = "") : holder_(std::move(holder)) {}
+
+  Result<store::Lease> TryAcquire(const std::string& holder, const std::string& address,
+                                  int64_t ttl_ms) override {
+    std::lock_guard lock(mu_);
+    ++acquires_;
+    cv_.notify_all();
+    return store::Lease{holder_.empty() ? holder : holder_, address, 1, ttl_ms};
+  }
+  Result<store::Lease> Renew(const std::string& holder, int64_t epoch, int64_t ttl_ms,
+                             int64_t) override {
+    std::lock_guard lock(mu_);
+    ++renewals_;
+    return store::Lease{holder, "", epoch, ttl_ms};
+  }
+  Result<store::Lease> Read() override { return store::Lease{}; }
+  Status Release(const std::string&, int64_t) override { return Status::Ok(); }
+  Status Heartbeat(const std::string&, const std::string&) override {
+    std::lock_guard lock(mu_);
+    ++heartbeats_;
+    return Status::Ok();
+  }
+  Result<std::vector<store::ControllerRecord>> ListControllers(int64_t) override {
+    return std::vector<store::ControllerRecord>{};
+  }
+
+  // Waits (10 s at most, real time) for `n` calls of TryAcquire.
+  bool WaitForAcquires(int n) {
+    std::unique_lock lock(mu_);
+    return cv_.wait_for(lock, std::chrono::seconds(10), [&] { return acquires_ >= n; });
+  }
+  int acquires() {
+    std::lock_guard lock(mu_);
+    return acquires_;
+  }
+  int renewals() {
+    std::lock_guard lock(mu_);
+    return renewals_;
+  }
+  int heartbeats() {
+    std::lock_guard lock(mu_);
+    return heartbeats_;
+  }
+
+ private:
+  const std::string holder_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  int acquires_ = 0;
+  int renewals_ = 0;
+  int heartbeats_ = 0;
+};
+
+// A keeper whose host slept past the lease while it waited gives the lease up when its
+// wait ends, without trying to renew it. Its wait is the clock's, so it ends when the
+// monotonic clock passes the wait's deadline (the first renewal's, a fifth of the lease
+// after taking it), not by real time; the boot-time check after it finds the lease gone.
+TEST(LeadershipTest, AKeeperWokenPastItsLeaseGivesItUpWhenItsWaitEnds) {
+  ManualClock clock(kT0);
+  CountingLeaseStore leases;
+  Leadership lead(&leases, {.id = "a", .address = "http://a:8421", .lease_ms = 1000}, &clock);
+  ASSERT_TRUE(lead.TryLead().ok());
+  ASSERT_EQ(leases.heartbeats(), 1);
+  std::atomic<bool> stop = false;
+  std::promise<Status> kept;
+  std::future<Status> done = kept.get_future();
+  std::thread keeper([&] { kept.set_value(lead.KeepLease(stop)); });
+  const bool waited = clock.WaitForWaiters(1);  // the keeper waits for its first renewal
+  clock.SuspendMicros(5'000'000);               // five leases long
+  clock.AdvanceMicros(200'000);                 // awake again: the renewal is due
+  const bool returned = done.wait_for(std::chrono::seconds(10)) == std::future_status::ready;
+  stop = true;
+  lead.Interrupt();
+  keeper.join();
+  EXPECT_TRUE(waited) << "the keeper's wait is not the clock's";
+  ASSERT_TRUE(returned) << "the keeper went on after the lease ran out";
+  const Status why = done.get();
+  EXPECT_EQ(why.code(), StatusCode::kUnavailable) << why.ToString();
+  EXPECT_NE(why.message().find("suspended"), std::string::npos) << why.message();
+  EXPECT_EQ(leases.renewals(), 0);
+  EXPECT_FALSE(lead.SurelyLeads());
+}
+
+// A standby's wait between looks at the lease is the clock's: it moves only when the
+// clock does (50 ms here), and a stop ends it at once, with the clock standing still.
+TEST(LeadershipTest, AStandbysWaitMovesWithTheClockAndEndsAtAStop) {
+  ManualClock clock(kT0);
+  CountingLeaseStore leases(/*holder=*/"b");
+  Leadership lead(&leases, {.id = "a", .address = "http://a:8421", .lease_ms = 1000}, &clock);
+  std::atomic<bool> stop = false;
+  std::promise<std::optional<int64_t>> led;
+  std::future<std::optional<int64_t>> done = led.get_future();
+  std::thread standby([&] { led.set_value(lead.WaitToLead(stop)); });
+  EXPECT_TRUE(leases.WaitForAcquires(1));
+  EXPECT_TRUE(clock.WaitForWaiters(1)) << "the standby's wait is not the clock's";
+  EXPECT_EQ(leases.acquires(), 1);
+  clock.AdvanceMicros(50'000);  // its next look is due
+  EXPECT_TRUE(leases.WaitForAcquires(2));
+  EXPECT_TRUE(clock.WaitForWaiters(1));
+  stop = true;
+  lead.Interrupt();
+  const bool returned = done.wait_for(std::chrono::seconds(10)) == std::future_status::ready;
+  if (!returned) clock.AdvanceMicros(50'000);  // let a stuck standby go, to join it
+  standby.join();
+  EXPECT_TRUE(returned) << "a stop did not end the standby's wait";
+  EXPECT_FALSE(done.get().has_value());
+  EXPECT_EQ(clock.MonotonicMicros(), kT0 + 50'000);
 }
 
 // Records the answer it is given.

@@ -248,6 +248,7 @@ void Server::LeadWhenElected() {
   if (api_) api_->Stop();
   if (controller_) controller_->Stop();
   done = true;
+  lead->Interrupt();
   keeper.join();
   lead_->Release();
   if (!loaded.ok()) {
@@ -291,7 +292,8 @@ void Server::Stop() {
   if (stopped_) return;
   stopped_ = true;
   stop_ = true;
-  stop_.notify_all();  // a leader's lease thread waits for it
+  stop_.notify_all();                        // a leader's lease thread waits for it
+  if (lead_ != nullptr) lead_->Interrupt();  // a standby's wait ends at once
   if (options_.lease == ServerOptions::Lease::kStandBy && lead_ != nullptr) {
     // The lease thread stops what it built, then gives the lease up.
     if (lease_thread_.joinable()) lease_thread_.join();
@@ -302,6 +304,7 @@ void Server::Stop() {
   if (http_) http_->Stop();
   // `up`'s keeper gives the lease up last, once nothing here writes.
   keeper_stop_ = true;
+  if (lead_ != nullptr) lead_->Interrupt();
   if (lease_thread_.joinable()) lease_thread_.join();
 }
 
