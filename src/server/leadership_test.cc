@@ -16,9 +16,21 @@
 namespace gpupool::server {
 namespace {
 
+// What the fakes below leave alone: no lease to read, nothing to release, no other
+// controller alive.
+class QuietLeaseStore : public store::LeaseStore {
+ public:
+  Result<store::Lease> Read() override { return store::Lease{}; }
+  Status Release(const std::string&, int64_t) override { return Status::Ok(); }
+  Status Heartbeat(const std::string&, const std::string&) override { return Status::Ok(); }
+  Result<std::vector<store::ControllerRecord>> ListControllers(int64_t) override {
+    return std::vector<store::ControllerRecord>{};
+  }
+};
+
 // A lease store whose renewals fail (as a lock timeout does) a given number of times in a
 // row, then succeed; it records how long each renewal was allowed to wait.
-class FlakyLeaseStore final : public store::LeaseStore {
+class FlakyLeaseStore final : public QuietLeaseStore {
  public:
   explicit FlakyLeaseStore(int failures) : failures_left_(failures) {}
 
@@ -38,12 +50,6 @@ class FlakyLeaseStore final : public store::LeaseStore {
     ++renewed_;
     cv_.notify_all();
     return store::Lease{holder, "", epoch, ttl_ms};
-  }
-  Result<store::Lease> Read() override { return store::Lease{}; }
-  Status Release(const std::string&, int64_t) override { return Status::Ok(); }
-  Status Heartbeat(const std::string&, const std::string&) override { return Status::Ok(); }
-  Result<std::vector<store::ControllerRecord>> ListControllers(int64_t) override {
-    return std::vector<store::ControllerRecord>{};
   }
 
   // Waits (10 s at most) for `n` successful renewals, or until Done().
@@ -128,7 +134,7 @@ TEST(LeadershipTest, ALeaderThatCannotRenewStopsWithinTheLease) {
 // back: the first `successes` succeed, later ones fail as a lock timeout does. With
 // `suspended`, the host sleeps through each renewal instead, successful or not: the
 // clock's boot time moves by `answer_us`, its wall and monotonic time stand still.
-class SlowLeaseStore final : public store::LeaseStore {
+class SlowLeaseStore final : public QuietLeaseStore {
  public:
   SlowLeaseStore(ManualClock* clock, int64_t answer_us, int successes, bool suspended = false)
       : clock_(clock), answer_us_(answer_us), successes_left_(successes), suspended_(suspended) {}
@@ -150,12 +156,6 @@ class SlowLeaseStore final : public store::LeaseStore {
     ++renewed_;
     cv_.notify_all();
     return store::Lease{holder, "", epoch, ttl_ms};
-  }
-  Result<store::Lease> Read() override { return store::Lease{}; }
-  Status Release(const std::string&, int64_t) override { return Status::Ok(); }
-  Status Heartbeat(const std::string&, const std::string&) override { return Status::Ok(); }
-  Result<std::vector<store::ControllerRecord>> ListControllers(int64_t) override {
-    return std::vector<store::ControllerRecord>{};
   }
 
   // Waits (10 s at most, real time) for `n` successful renewals.
@@ -266,7 +266,7 @@ TEST(LeadershipTest, TheFirstRenewalComesAtOnceWhenLoadingAteTheSureTime) {
 
 // A lease store that counts the calls made to it; the lease is held by `holder` (the
 // caller when empty), and renewals succeed.
-class CountingLeaseStore final : public store::LeaseStore {
+class CountingLeaseStore final : public QuietLeaseStore {
  public:
   explicit CountingLeaseStore(std::string holder = "") : holder_(std::move(holder)) {}
 
@@ -283,15 +283,10 @@ class CountingLeaseStore final : public store::LeaseStore {
     ++renewals_;
     return store::Lease{holder, "", epoch, ttl_ms};
   }
-  Result<store::Lease> Read() override { return store::Lease{}; }
-  Status Release(const std::string&, int64_t) override { return Status::Ok(); }
   Status Heartbeat(const std::string&, const std::string&) override {
     std::lock_guard lock(mu_);
     ++heartbeats_;
     return Status::Ok();
-  }
-  Result<std::vector<store::ControllerRecord>> ListControllers(int64_t) override {
-    return std::vector<store::ControllerRecord>{};
   }
 
   // Waits (10 s at most, real time) for `n` calls of TryAcquire.

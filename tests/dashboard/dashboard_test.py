@@ -328,6 +328,17 @@ class DashboardTest(unittest.TestCase):
         opts.set_capability("goog:loggingPrefs", {"browser": "ALL"})
         return webdriver.Chrome(service=Service(CHROMEDRIVER), options=opts), profile
 
+    @staticmethod
+    def stop_browser(driver, profile, console):
+        """Keeps the browser's last console lines in `console`, then closes it and removes
+        its profile."""
+        try:
+            console.extend(driver.get_log("browser"))
+        except Exception:  # the browser is gone
+            pass
+        driver.quit()
+        shutil.rmtree(profile, ignore_errors=True)
+
     def browser_helpers(self, driver, console):
         from selenium.webdriver.common.by import By
         from selenium.common.exceptions import StaleElementReferenceException
@@ -602,12 +613,7 @@ class DashboardTest(unittest.TestCase):
             self.assertIn("daemon-secret", driver.find_element(By.ID, "job-fields").text)
             shot("job-admin")
         finally:
-            try:
-                console.extend(driver.get_log("browser"))
-            except Exception:  # the browser is gone
-                pass
-            driver.quit()
-            shutil.rmtree(profile, ignore_errors=True)
+            self.stop_browser(driver, profile, console)
         # No console errors: a CSP violation, a script error, a failed request. The failed
         # requests allowed: GET /v1/telemetry's 404 on a controller without telemetry,
         # which the pages handle ("no telemetry yet"), and the 403 for daemon's job that
@@ -739,12 +745,7 @@ class DashboardTest(unittest.TestCase):
             self.assertGreater(height, 1.5 * line, "the command did not wrap at 420 px: %r" % (lines,))
             self.assertEqual([w for w, n in words if n != 1], [], words)
         finally:
-            try:
-                console.extend(driver.get_log("browser"))
-            except Exception:  # the browser is gone
-                pass
-            driver.quit()
-            shutil.rmtree(profile, ignore_errors=True)
+            self.stop_browser(driver, profile, console)
         errors = [e["message"] for e in console if e["level"] == "SEVERE"
                   and not ("/v1/telemetry" in e["message"] and "404" in e["message"])]
         self.assertEqual(errors, [], "console errors in the browser:\n" + "\n".join(errors))
@@ -806,12 +807,7 @@ class DashboardTest(unittest.TestCase):
             j = element(2)
             self.assertEqual((j["state"], j.get("cancel_requested", False)), ("RUNNING", False))
         finally:
-            try:
-                console.extend(driver.get_log("browser"))
-            except Exception:  # the browser is gone
-                pass
-            driver.quit()
-            shutil.rmtree(profile, ignore_errors=True)
+            self.stop_browser(driver, profile, console)
             # The other tests see no active job of this array.
             self.cli("cancel", str(array), check=False)
             for jid in ids:
@@ -941,12 +937,7 @@ class DashboardTest(unittest.TestCase):
             self.assertIn("50%", driver.find_element(By.ID, "usage-user-table").text)
             shot("usage-telemetry")
         finally:
-            try:
-                console.extend(driver.get_log("browser"))
-            except Exception:  # the browser is gone
-                pass
-            driver.quit()
-            shutil.rmtree(profile, ignore_errors=True)
+            self.stop_browser(driver, profile, console)
         errors = [e["message"] for e in console if e["level"] == "SEVERE"]
         self.assertEqual(errors, [], "console errors in the browser:\n" + "\n".join(errors))
 
