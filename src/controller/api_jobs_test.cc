@@ -378,9 +378,7 @@ TEST_F(ApiAccessTest, SubmissionsPastTheByteBoundsAre413And429NamingTheirKeys) {
   o.node_timeout_us = 3'600'000'000;
   o.max_submission_bytes = 100'000;
   o.max_queued_bytes_per_user = 200'000;
-  api_.reset();
-  controller_ = Controller::Create(store_.get(), &clock_, o).value();
-  api_ = std::make_unique<Api>(controller_.get(), store_.get(), &clock_, AuthOptions{});
+  Restart(o);
   r = AsUid(user_uid_, "POST", "/v1/jobs", {}, job(2));
   EXPECT_EQ(r.status, 413);
   EXPECT_NE(Error(r).find("max-submission-bytes of 100000"), std::string::npos) << r.body;

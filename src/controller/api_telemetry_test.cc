@@ -467,12 +467,9 @@ TEST_F(ApiAccessTest, UsageGroupsByTheFairShareGroupsUnlessAsked) {
   Json usage = ParseJson(AsUid(0, "GET", "/v1/usage").body, "answer").value();
   EXPECT_EQ(usage["by"], "user");
   EXPECT_EQ(usage["fair_share_by"], "user");
-  api_.reset();
-  controller_.reset();
   ControllerOptions options;
   options.fair_by = sched::FairShareGroup::kProject;
-  controller_ = Controller::Create(store_.get(), &clock_, options).value();
-  api_ = std::make_unique<Api>(controller_.get(), store_.get(), &clock_, AuthOptions{});
+  Restart(options);
   usage = ParseJson(AsUid(0, "GET", "/v1/usage").body, "answer").value();
   EXPECT_EQ(usage["by"], "project");
   EXPECT_EQ(usage["fair_share_by"], "project");
@@ -542,12 +539,9 @@ TEST_F(ApiAccessTest, UsageGivesTheFairShareGroupsWeightsAndNormalisedShares) {
 // weight and normalised share, not one "(none)" row for all; a project named after a user
 // is the same group (bob's job charging "alice" lands in alice's row).
 TEST_F(ApiAccessTest, UsageByProjectCountsJobsWithoutOneInTheirUsersOwnGroup) {
-  api_.reset();
-  controller_.reset();
   ControllerOptions options;
   options.fair_by = sched::FairShareGroup::kProject;
-  controller_ = Controller::Create(store_.get(), &clock_, options).value();
-  api_ = std::make_unique<Api>(controller_.get(), store_.get(), &clock_, AuthOptions{});
+  Restart(options);
   const int64_t now = clock_.NowMicros();
   const std::vector<std::pair<std::string, std::string>> owners = {
       {"alice", ""}, {"bob", ""}, {"bob", "alice"}, {user_, "vision"}};

@@ -44,13 +44,20 @@ class ApiAccessTest : public ::testing::Test {
     store_ = store::OpenSqliteStore(":memory:").value();
     ControllerOptions options;
     options.node_timeout_us = 3'600'000'000;
-    controller_ = Controller::Create(store_.get(), &clock_, options).value();
-    api_ = std::make_unique<Api>(controller_.get(), store_.get(), &clock_, AuthOptions{});
+    Restart(options);
     // A real unprivileged account for user tokens and socket callers.
     const passwd* pw = getpwnam("nobody");
     ASSERT_NE(pw, nullptr) << "the test needs the account 'nobody'";
     user_ = pw->pw_name;
     user_uid_ = pw->pw_uid;
+  }
+
+  // A controller and API with `options` on the same store: a restart.
+  void Restart(const ControllerOptions& options) {
+    api_.reset();
+    controller_.reset();
+    controller_ = Controller::Create(store_.get(), &clock_, options).value();
+    api_ = std::make_unique<Api>(controller_.get(), store_.get(), &clock_, AuthOptions{});
   }
 
   std::string Token(const std::string& user, const std::string& kind, int64_t expires_us = 0) {

@@ -391,6 +391,26 @@ net::HttpRequest Request(const std::string& method, const std::string& path) {
   return r;
 }
 
+// Requests through ServeWhileLeading to a handler that answers 200 at once, except for
+// "/later", whose responders it keeps in `held` for the test to answer.
+struct Served {
+  explicit Served(const Leadership& leadership) : lead(leadership) {}
+  std::shared_ptr<RecordingResponder> Serve(const std::string& method, const std::string& path) {
+    auto out = std::make_shared<RecordingResponder>();
+    ServeWhileLeading(lead, Request(method, path), out,
+                      [this](const net::HttpRequest& r, std::shared_ptr<net::HttpResponder> o) {
+                        if (r.path == "/later") {
+                          held.push_back(std::move(o));
+                          return;
+                        }
+                        o->Complete(net::HttpResponse{.status = 200, .body = "{}"});
+                      });
+    return out;
+  }
+  const Leadership& lead;
+  std::vector<std::shared_ptr<net::HttpResponder>> held;  // answered later
+};
+
 // A leader whose lease is no longer sure answers as a standby does (503, no leader
 // known, /healthz 200); a read answered after the lease stopped being sure is refused
 // too, a write's answer (fenced in the store) stands.
@@ -399,18 +419,10 @@ TEST(LeadershipTest, ALeaderServesOnlyWhileItsLeaseIsSure) {
   SlowLeaseStore leases(&clock, 0, 0);
   Leadership lead(&leases, {.id = "a", .address = "http://a:8421", .lease_ms = 1000}, &clock);
   ASSERT_TRUE(lead.TryLead().ok());
-  std::vector<std::shared_ptr<net::HttpResponder>> held;  // answered later
-  auto handler = [&](const net::HttpRequest& r, std::shared_ptr<net::HttpResponder> out) {
-    if (r.path == "/later") {
-      held.push_back(std::move(out));
-      return;
-    }
-    out->Complete(net::HttpResponse{.status = 200, .body = "{\"state\": \"PENDING\"}"});
-  };
+  Served served(lead);
+  std::vector<std::shared_ptr<net::HttpResponder>>& held = served.held;
   auto serve = [&](const std::string& method, const std::string& path) {
-    auto out = std::make_shared<RecordingResponder>();
-    ServeWhileLeading(lead, Request(method, path), out, handler);
-    return out;
+    return served.Serve(method, path);
   };
   EXPECT_EQ(serve("GET", "/v1/jobs/1")->answered->status, 200);
   auto read = serve("GET", "/later");
@@ -443,19 +455,9 @@ TEST(LeadershipTest, ALeaderWokenFromSuspendIsNoLongerSureOfItsLease) {
   SlowLeaseStore leases(&clock, 0, 0);
   Leadership lead(&leases, {.id = "a", .address = "http://a:8421", .lease_ms = 1000}, &clock);
   ASSERT_TRUE(lead.TryLead().ok());
-  std::vector<std::shared_ptr<net::HttpResponder>> held;  // answered later
-  auto handler = [&](const net::HttpRequest& r, std::shared_ptr<net::HttpResponder> out) {
-    if (r.path == "/later") {
-      held.push_back(std::move(out));
-      return;
-    }
-    out->Complete(net::HttpResponse{.status = 200, .body = "{}"});
-  };
-  auto serve = [&](const std::string& path) {
-    auto out = std::make_shared<RecordingResponder>();
-    ServeWhileLeading(lead, Request("GET", path), out, handler);
-    return out;
-  };
+  Served served(lead);
+  std::vector<std::shared_ptr<net::HttpResponder>>& held = served.held;
+  auto serve = [&](const std::string& path) { return served.Serve("GET", path); };
   EXPECT_EQ(serve("/v1/jobs/1")->answered->status, 200);
   auto read = serve("/later");
   ASSERT_EQ(held.size(), 1u);

@@ -32,19 +32,13 @@ class DmemPoolTest(unittest.TestCase, pooltest.PoolCli):
     gpupool = GPUPOOL
 
     def setUp(self):
-        self.dir = pooltest.make_test_dir("gp-dmem-")
-        self.env = dict(os.environ, GPUPOOL_SERVER="unix:" + os.path.join(self.dir, "gpupool.sock"))
+        self.open_pool_dir("gp-dmem-")
         with open(NODE) as f:
             self.slots = [g["pci_bus_id"] for g in json.load(f)["gpus"]]
         self.capacity = os.path.join(self.dir, "dmem.capacity")
-        self.log = os.path.join(self.dir, "server.log")
-        self.pool = None
 
     def tearDown(self):
-        if self.pool is not None:
-            pooltest.stop_processes([self.pool])
-        pooltest.kill_leftovers(self.dir)
-        pooltest.remove_dir(self.dir)
+        self.close_pool_dir()
 
     def up(self, capacity):
         return [GPUPOOL, "up", "--state-dir", self.dir, "--port", "0", "--config", "", "--fake",

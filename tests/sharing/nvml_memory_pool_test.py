@@ -43,17 +43,11 @@ class NvmlMemoryPoolTest(unittest.TestCase, pooltest.PoolCli):
     gpupool = GPUPOOL
 
     def setUp(self):
-        self.dir = pooltest.make_test_dir("gp-nvmlmem-")
-        self.env = dict(os.environ, GPUPOOL_SERVER="unix:" + os.path.join(self.dir, "gpupool.sock"))
+        self.open_pool_dir("gp-nvmlmem-")
         self.record = os.path.join(self.dir, "limits")
-        self.log = os.path.join(self.dir, "server.log")
-        self.pool = None
 
     def tearDown(self):
-        if self.pool is not None:
-            pooltest.stop_processes([self.pool])
-        pooltest.kill_leftovers(self.dir)
-        pooltest.remove_dir(self.dir)
+        self.close_pool_dir()
 
     def up(self, library, device=None, mode="dmem"):
         """`gpupool up` on the scenario's GPUs (only GPU `device` when given)."""

@@ -190,6 +190,21 @@ class PoolCli:
     """The CLI against a pool started by its user: `gpupool` (the binary), `env` (with
     GPUPOOL_SERVER) and `log` (the server's output file) are the user's attributes."""
 
+    def open_pool_dir(self, prefix):
+        """A fresh test directory `dir` for a pool the user starts itself (as `pool`, a
+        Popen), with `env` and `log` set for it."""
+        self.dir = make_test_dir(prefix)
+        self.env = dict(os.environ, GPUPOOL_SERVER="unix:" + os.path.join(self.dir, "gpupool.sock"))
+        self.log = os.path.join(self.dir, "server.log")
+        self.pool = None
+
+    def close_pool_dir(self):
+        """Stops `pool` if it was started, whatever it left running, and removes `dir`."""
+        if self.pool is not None:
+            stop_processes([self.pool])
+        kill_leftovers(self.dir)
+        remove_dir(self.dir)
+
     def cli(self, *args):
         return subprocess.run([self.gpupool] + list(args), capture_output=True, text=True,
                               env=self.env, timeout=60)
