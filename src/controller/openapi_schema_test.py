@@ -431,6 +431,18 @@ class Checker:
                         shown |= shown_fields(value)
             for field in sorted(fields - shown):
                 self.fail(where, f"no example of its 2xx answers shows {field}: add one that does")
+        for route, fields in sorted(NEVER_SHOWN.items()):
+            method, path = route.split(" ", 1)
+            op = self.doc["paths"].get(path, {}).get(method.lower())
+            where = f"paths.{path}.{method.lower()}"
+            if op is None:
+                self.fail(where, f"NEVER_SHOWN names {route}, which the document does not describe")
+                continue
+            for code in op["responses"]:
+                for value, _ in self.examples_of(op, code, where):
+                    for field in sorted(fields & shown_fields(value)):
+                        self.fail(f"{where}.responses.{code}",
+                                  f"an example shows {field}, which this answer never carries")
 
     def examples_of(self, op, code, where):
         """(value, schema) of each example of the operation's response `code`, every media."""
@@ -610,6 +622,12 @@ MUST_SHOW = {
     "GET /v1/usage": {"by", "rows[].own_group", "rows[].fair_share"},
     "POST /v1/jobs/{id}/exec": {"job_id", "job_name"},
     "GET /v1/exec/{id}": {"job_id", "job_name"},
+}
+
+# Fields an example of the route must not show, because the server leaves them out of that
+# answer (a reader would expect them): the list of jobs drops each job's environment.
+NEVER_SHOWN = {
+    "GET /v1/jobs": {"jobs[].env"},
 }
 
 # Fields of real answers (openapi_samples) that no example of their route needs to show,
