@@ -96,8 +96,8 @@ int main(int argc, char** argv) {
   size_t oldest = 0;  // the next running job to end (ids in start order)
   std::vector<int64_t> started_order;
   for (int64_t i = 0; i < running; ++i) started_order.push_back(i + 1);
-  auto s = controller::JobScheduler::Create("default", "fair", "easy", false,
-                                            static_cast<size_t>(max_starts));
+  auto s = controller::JobScheduler::Create(
+      "default", "fair", "easy", controller::MpsSharing::kOneSize, static_cast<size_t>(max_starts));
   if (!s.ok()) {
     std::fprintf(stderr, "%s\n", s.status().ToString().c_str());
     return 1;

@@ -41,7 +41,7 @@ Result<std::unique_ptr<Controller>> Controller::Create(store::Store* store, cons
                                                        ControllerOptions options) {
   Result<std::unique_ptr<JobScheduler>> scheduler =
       JobScheduler::Create(options.placement_policy, options.queue_policy, options.start_rule,
-                           options.mps_multi_user, options.max_starts_per_pass, options.fair_by);
+                           options.mps_sharing, options.max_starts_per_pass, options.fair_by);
   if (!scheduler.ok()) return scheduler.status().WithContext("scheduler configuration");
   Result<gpu::HealthPolicy> health =
       gpu::HealthPolicy::Create(options.health_xid, options.health_threshold);

@@ -116,11 +116,10 @@ struct ControllerOptions {
   // first passing run of its node's health program once no Xid worth acting on came for
   // this long (--health-resume-after); 0: never by itself, only an admin returns it.
   int64_t health_resume_after_us = int64_t{24} * 3600 * 1'000'000;
-  // MPS serves one Unix user per GPU at a time: unless this is set (--mps-multi-user), a
-  // GPU whose node states enforcement "mps" takes the shares of one user at a time and
-  // another user's share waits (sched_input.h). Set it where the MPS control daemons let
-  // several users share a server (docs/sharing.md).
-  bool mps_multi_user = false;
+  // Which shares a GPU whose node states enforcement "mps" takes at once: one user's of one
+  // size (default), of any size (--mps-mixed-sizes) or several users' (--mps-multi-user);
+  // other shares wait (sched_input.h, docs/sharing.md).
+  MpsSharing mps_sharing = MpsSharing::kOneSize;
   // Preemption (docs/preemption.md): whether --preemptible jobs are stopped for waiting
   // ones (--preemption), a preemptible job's default --min-runtime and --grace (--preempt-*).
   bool preemption = true;

@@ -4,6 +4,8 @@
 
 #include "controller/controller_test.h"
 
+#include "controller/job_scheduler.h"
+
 namespace gpupool::controller::controller_test {
 namespace {
 
@@ -129,9 +131,8 @@ TEST_F(ControllerTest, MpsGpuTakesOneUsersSharesAtATime) {
   ASSERT_EQ(a.state, JobState::kAssigned);
   EXPECT_EQ(Get(b.id).state, JobState::kPending);
   EXPECT_EQ(Get(b.id).pending_reason,
-            "needs 0.3 of one GPU; the MPS GPUs that fit are held by another user's shares; MPS "
-            "serves one user per GPU (gpupool server --mps-multi-user allows several); 0/1 nodes "
-            "are available: 1 single-owner GPUs held by another owner");
+            std::string("needs 0.3 of one GPU; ") + kMpsOneSizeNote +
+                "; 0/1 nodes are available: 1 single-owner GPUs held by another owner");
   ASSERT_TRUE(Apply({Ev(a, protocol::EventKind::kStarted)}).ok());
   ASSERT_TRUE(c_->ScheduleOnce().ok());
   EXPECT_EQ(Get(b.id).state, JobState::kPending);  // alice's share still runs
@@ -181,7 +182,7 @@ TEST_F(ControllerTest, NoShapeOfRequestPutsAnotherUsersShareOnAnMpsGpu) {
 // share an MPS GPU at once.
 TEST_F(ControllerTest, MpsMultiUserLetsSeveralUsersShareAnMpsGpu) {
   ControllerOptions options;
-  options.mps_multi_user = true;
+  options.mps_sharing = MpsSharing::kUsers;
   Restart(options);
   enforcement_ = "mps";
   Register(1);
@@ -191,6 +192,53 @@ TEST_F(ControllerTest, MpsMultiUserLetsSeveralUsersShareAnMpsGpu) {
   ASSERT_EQ(Get(a.id).state, JobState::kAssigned);
   ASSERT_EQ(Get(b.id).state, JobState::kAssigned);
   EXPECT_EQ(Get(a.id).placement[0].gpu_uuids, Get(b.id).placement[0].gpu_uuids);
+}
+
+// MPS holds each client to the largest share among its server's, so by default an MPS GPU
+// takes one size of a user's shares at a time: alice's two quarters share it, her half
+// waits, saying why, until they end.
+TEST_F(ControllerTest, AnMpsGpuTakesOneSizeOfAUsersSharesAtATime) {
+  enforcement_ = "mps";
+  Register(1);
+  Job q1 = c_->Submit(MakeJob(1, 250), alice_).value();
+  Job q2 = c_->Submit(MakeJob(1, 250), alice_).value();
+  Job half = c_->Submit(MakeJob(1, 500), alice_).value();
+  ASSERT_TRUE(c_->ScheduleOnce().ok());
+  q1 = Get(q1.id);
+  q2 = Get(q2.id);
+  ASSERT_EQ(q1.state, JobState::kAssigned);
+  ASSERT_EQ(q2.state, JobState::kAssigned);
+  EXPECT_EQ(q1.placement[0].gpu_uuids, q2.placement[0].gpu_uuids);
+  EXPECT_EQ(Get(half.id).state, JobState::kPending);
+  EXPECT_NE(Get(half.id).pending_reason.find(kMpsOneSizeNote), std::string::npos)
+      << Get(half.id).pending_reason;
+  for (const Job& q : {q1, q2}) {
+    ASSERT_TRUE(Apply({Ev(q, protocol::EventKind::kStarted)}).ok());
+    ASSERT_TRUE(Apply({Ev(Get(q.id), protocol::EventKind::kExited, 0)}).ok());
+  }
+  ASSERT_TRUE(c_->ScheduleOnce().ok());
+  EXPECT_EQ(Get(half.id).state, JobState::kAssigned);
+}
+
+// Under --mps-mixed-sizes a user's shares of any size share an MPS GPU (each held to the
+// largest); another user's still wait.
+TEST_F(ControllerTest, MpsMixedSizesLetsOneUsersSharesOfAnySizeShareAnMpsGpu) {
+  ControllerOptions options;
+  options.mps_sharing = MpsSharing::kOneUser;
+  Restart(options);
+  enforcement_ = "mps";
+  Register(1);
+  Job q = c_->Submit(MakeJob(1, 250), alice_).value();
+  Job half = c_->Submit(MakeJob(1, 500), alice_).value();
+  ASSERT_TRUE(c_->ScheduleOnce().ok());
+  ASSERT_EQ(Get(q.id).state, JobState::kAssigned);
+  ASSERT_EQ(Get(half.id).state, JobState::kAssigned) << Get(half.id).pending_reason;
+  EXPECT_EQ(Get(q.id).placement[0].gpu_uuids, Get(half.id).placement[0].gpu_uuids);
+  Job bobs = c_->Submit(MakeJob(1, 250), bob_).value();
+  ASSERT_TRUE(c_->ScheduleOnce().ok());
+  EXPECT_EQ(Get(bobs.id).state, JobState::kPending);
+  EXPECT_NE(Get(bobs.id).pending_reason.find(kMpsOneUserNote), std::string::npos)
+      << Get(bobs.id).pending_reason;
 }
 
 // A GPU that is not an MPS GPU ("none": shares scheduled, not enforced) takes any user's.

@@ -32,17 +32,18 @@ void JobScheduler::set_project_enforcement(ProjectEnforcement e) {
 Result<std::unique_ptr<JobScheduler>> JobScheduler::Create(const std::string& placement_policy,
                                                            const std::string& queue_policy,
                                                            const std::string& start_rule,
-                                                           bool mps_multi_user, size_t max_starts,
+                                                           MpsSharing mps_sharing,
+                                                           size_t max_starts,
                                                            sched::FairShareGroup fair_by) {
   sched::ProfileSpec spec;
   spec.placement_policy = placement_policy;
   spec.queue_policy = queue_policy;
   spec.queue_config.fair_group = fair_by;
-  spec.single_owner_note = kMpsOneUserNote;
+  spec.single_owner_note = mps_sharing == MpsSharing::kOneSize ? kMpsOneSizeNote : kMpsOneUserNote;
   GP_ASSIGN_OR_RETURN(spec.pass.rule, sched::ParseStartRule(start_rule));
   spec.pass.max_starts = max_starts;
   std::unique_ptr<JobScheduler> s(new JobScheduler());
-  s->mps_multi_user_ = mps_multi_user;
+  s->mps_sharing_ = mps_sharing;
   s->by_project_ = fair_by == sched::FairShareGroup::kProject;
   s->set_preemption(PreemptionSettings{});  // by project too
   s->cache_.by_version = true;              // the caller steps a job's version when it changes
@@ -105,7 +106,7 @@ Result<ScheduleResult> JobScheduler::Plan(const std::vector<const jobs::Job*>& a
                                           const AdmissionFeed& feed, const Limits& limits,
                                           size_t plan_starts, const PreemptorHolds& holds) {
   GP_RETURN_IF_ERROR(UseWeights(sched::FairShareWeights(limits, by_project_)));
-  SchedInput in(nodes, mps_multi_user_, &cache_, &kept_);
+  SchedInput in(nodes, mps_sharing_, &cache_, &kept_);
   in.AddJobs(active, feed);
   const PassHolds held = AllocateHolds(in, holds);
   sched::PassContext ctx;

@@ -33,10 +33,15 @@ namespace gpupool::controller {
 std::string HeldReason(const jobs::Job& job);
 
 // Ends the pending reason of a share that waits only because the MPS GPUs that could take
-// it run another user's shares.
+// it run another user's shares (kMpsOneUserNote, under --mps-mixed-sizes), or another
+// user's or another size's (kMpsOneSizeNote, the default).
 inline constexpr const char* kMpsOneUserNote =
     "the MPS GPUs that fit are held by another user's shares; MPS serves one user per GPU "
     "(gpupool server --mps-multi-user allows several)";
+inline constexpr const char* kMpsOneSizeNote =
+    "the MPS GPUs that fit are held by another user's shares or by shares of another size; "
+    "MPS serves one user per GPU and holds a share to its own size only beside shares of "
+    "that size (gpupool server --mps-mixed-sizes or --mps-multi-user allows more)";
 
 struct ScheduleResult {
   std::map<int64_t, std::vector<jobs::TaskPlacement>> starts;  // job id -> placements
@@ -65,7 +70,7 @@ struct ScheduleResult {
 
 class JobScheduler {
  public:
-  // `mps_multi_user`: MPS GPUs take several users' shares at once (sched_input.h).
+  // `mps_sharing`: which shares an MPS GPU takes at once (sched_input.h).
   // `max_starts`: at most this many jobs start in one pass (0: no bound; PassOptions).
   // `fair_by` (the server's --fair-by; docs/deploy.md, "Fair share"): what fair share
   // divides between, users or projects (a job's jobs::AccountingProject: its project, else
@@ -73,8 +78,8 @@ class JobScheduler {
   // preemption alike (set_preemption's PreemptionSettings::by_project follows it).
   static Result<std::unique_ptr<JobScheduler>> Create(
       const std::string& placement_policy, const std::string& queue_policy,
-      const std::string& start_rule, bool mps_multi_user = false, size_t max_starts = 0,
-      sched::FairShareGroup fair_by = sched::FairShareGroup::kUser);
+      const std::string& start_rule, MpsSharing mps_sharing = MpsSharing::kOneSize,
+      size_t max_starts = 0, sched::FairShareGroup fair_by = sched::FairShareGroup::kUser);
 
   // Who may charge which project (sched/admission/project_access.h); kNone by default.
   // Warns (the log) where fair share is by project and a user may name another team's
@@ -137,7 +142,7 @@ class JobScheduler {
   sched::ProfileSpec spec_;                             // what profile_ was made from
   std::map<std::string, double, std::less<>> weights_;  // fair-share weights in use
   std::unique_ptr<sched::SchedulingProfile> profile_;
-  bool mps_multi_user_ = false;
+  MpsSharing mps_sharing_ = MpsSharing::kOneSize;
   ProjectEnforcement project_enforcement_ = ProjectEnforcement::kNone;
   bool by_project_ = false;  // Create's fair_by is kProject
   std::optional<PreemptionSettings> preemption_ = PreemptionSettings{};

@@ -56,15 +56,16 @@ jobs::Job Share(int64_t id, uint32_t uid, int milli, const std::string& node = "
 }
 
 // Issue 28: GPUs whose node states MPS are single-owner unless the admin allows several
-// users; a share is owned by its uid + 1; running shares hold their GPU's owner.
+// users; under --mps-mixed-sizes a share is owned by its uid + 1; running shares hold
+// their GPU's owner.
 TEST(SchedInputTest, MpsGpusAreSingleOwnerAndSharesOwnedByTheirUser) {
   const gpu::NodeInfo a = MpsNode("a", {"mps", "none"}), b = MpsNode("b", {"mps", ""});
   const std::vector<SchedNode> nodes = {{"a", &a, 64000, 256000, false, {}},
                                         {"b", &b, 64000, 256000, false, {}}};
-  SchedInput in(nodes);
+  SchedInput in(nodes, MpsSharing::kOneUser);
   EXPECT_EQ(in.cluster.node(0).single_owner_gpus, 0b01u);
   EXPECT_EQ(in.cluster.node(1).single_owner_gpus, 0b01u);
-  SchedInput multi(nodes, /*mps_multi_user=*/true);
+  SchedInput multi(nodes, MpsSharing::kUsers);
   EXPECT_FALSE(multi.cluster.has_single_owner_gpus());
 
   EXPECT_EQ(in.TaskFor(Share(1, 1000, 300))->owner, 1001);
@@ -84,6 +85,37 @@ TEST(SchedInputTest, MpsGpusAreSingleOwnerAndSharesOwnedByTheirUser) {
   EXPECT_EQ(in.cluster.OwnerOf(0, 0), 1001);
   EXPECT_EQ(in.cluster.node(0).gpu_free_milli[0], 500);
   EXPECT_EQ(in.running.size(), 2u);
+}
+
+// By default a share is owned by its user and its size: MPS holds each client to the
+// largest share among its server's, so only shares of one size share an MPS GPU (each
+// then held to its own). A different fraction, a memory ask or another user is another
+// owner; the same ask is the same owner; a whole GPU is none.
+TEST(SchedInputTest, ByDefaultASharesSizeIsPartOfItsOwner) {
+  const gpu::NodeInfo a = MpsNode("a", {"mps"});
+  const std::vector<SchedNode> nodes = {{"a", &a, 64000, 256000, false, {}}};
+  SchedInput in(nodes);
+  EXPECT_EQ(in.cluster.node(0).single_owner_gpus, 0b1u);
+  const int64_t quarter = in.TaskFor(Share(1, 1000, 250))->owner;
+  EXPECT_EQ(in.TaskFor(Share(2, 1000, 250))->owner, quarter);
+  EXPECT_NE(in.TaskFor(Share(3, 1000, 500))->owner, quarter);
+  EXPECT_NE(in.TaskFor(Share(4, 1001, 250))->owner, quarter);
+  jobs::Job by_memory = Share(5, 1000, 250);
+  by_memory.request.gpu_memory_bytes = uint64_t{20} << 30;
+  EXPECT_NE(in.TaskFor(by_memory)->owner, quarter);
+  EXPECT_EQ(in.TaskFor(Share(6, 1000, 1000))->owner, 0);
+  EXPECT_EQ(MpsOwner(1000, 250, 0, MpsSharing::kOneSize), quarter);
+  // Owners of different users never meet, whatever the sizes; uid 2^32-1 fits.
+  EXPECT_GT(MpsOwner(4294967295u, 999, ~uint64_t{0}, MpsSharing::kOneSize), 0);
+  EXPECT_NE(MpsOwner(0, 250, 0, MpsSharing::kOneSize) >> 30,
+            MpsOwner(1, 250, 0, MpsSharing::kOneSize) >> 30);
+  EXPECT_EQ(MpsOwner(1000, 250, 0, MpsSharing::kOneUser), 1001);
+
+  // A running share of another size on the GPU (placed under --mps-mixed-sizes) holds it:
+  // the quarter waits for it like another user's share.
+  const jobs::Job half = Share(10, 1000, 500, "a", "a-GPU-0");
+  in.AddJobs({&half}, {});
+  EXPECT_EQ(in.cluster.OwnerOf(0, 0), in.TaskFor(half)->owner);
 }
 
 // A 4-GPU job on node a, started `ran_s` before kNowS.
@@ -428,7 +460,9 @@ TEST(KeptReasonsTest, CappedPassesKeepWhatAFreshSchedulerGives) {
     }
     nodes.push_back({infos[n].hostname, &infos[n], 64000, 256000, false, {}});
   }
-  auto make = [] { return JobScheduler::Create("default", "fair", "skip", false, 3); };
+  auto make = [] {
+    return JobScheduler::Create("default", "fair", "skip", MpsSharing::kOneSize, 3);
+  };
   auto kept = make();
   ASSERT_TRUE(kept.ok());
   std::mt19937 rng(5);

@@ -29,9 +29,9 @@ int32_t CapabilityOf(const gpu::GpuInfo& g) {
   return g.compute_capability ? g.compute_capability->major * 10 + g.compute_capability->minor : 0;
 }
 
-// `mps_multi_user`: see SchedInput's constructor. `devices`: SchedDevicesOf(*n.info).
+// `mps_sharing`: see SchedInput's constructor. `devices`: SchedDevicesOf(*n.info).
 sched::NodeSpec SpecOf(const SchedNode& n, const std::vector<SchedDevice>& devices,
-                       bool mps_multi_user) {
+                       MpsSharing mps_sharing) {
   sched::NodeSpec spec{n.name, n.cpu_milli, n.memory_mib, static_cast<int32_t>(devices.size())};
   if (spec.num_gpus > 0) {
     const gpu::GpuInfo& g = n.info->gpus.front();
@@ -44,7 +44,7 @@ sched::NodeSpec SpecOf(const SchedNode& n, const std::vector<SchedDevice>& devic
       const gpu::GpuInfo& parent = n.info->gpus[devices[i].gpu];
       if (devices[i].mig >= 0) {
         spec.whole_only_gpus |= uint64_t{1} << i;
-      } else if (parent.enforcement == "mps" && !mps_multi_user) {
+      } else if (parent.enforcement == "mps" && mps_sharing != MpsSharing::kUsers) {
         spec.single_owner_gpus |= uint64_t{1} << i;
       }
     }
@@ -115,14 +115,14 @@ std::string GpuModelKey(const std::string& gpu_name) {
   return gpu_name.empty() ? std::string("GPU") : gpu_name;
 }
 
-void SchedInput::BuildLayout(const std::vector<SchedNode>& nodes, bool mps_multi_user,
+void SchedInput::BuildLayout(const std::vector<SchedNode>& nodes, MpsSharing mps_sharing,
                              NodeLayout* out) {
   *out = NodeLayout{};
   for (size_t pos = 0; pos < nodes.size(); ++pos) {
     const SchedNode& n = nodes[pos];
     std::vector<SchedDevice> devices;
     if (n.info != nullptr) devices = SchedDevicesOf(*n.info);
-    if (!out->idle.AddNode(SpecOf(n, devices, mps_multi_user)).ok()) continue;
+    if (!out->idle.AddNode(SpecOf(n, devices, mps_sharing)).ok()) continue;
     out->pos.push_back(pos);
     out->devices.push_back(std::move(devices));
     if (n.info == nullptr || n.info->gpus.empty()) continue;
@@ -145,20 +145,30 @@ void SchedInput::BuildLayout(const std::vector<SchedNode>& nodes, bool mps_multi
   }
 }
 
-SchedInput::SchedInput(const std::vector<SchedNode>& nodes, bool mps_multi_user,
+int64_t MpsOwner(uint32_t uid, int32_t gpu_milli, uint64_t gpu_memory_bytes, MpsSharing sharing) {
+  const int64_t user = int64_t{uid} + 1;
+  if (sharing != MpsSharing::kOneSize) return user;
+  // The size in the low 30 bits (mixed: two sizes are equal there by a 2^-30 chance, which
+  // lets them share a GPU as under kOneUser), the user (at most 2^32) above them.
+  uint64_t size = static_cast<uint64_t>(gpu_milli) * 0x9E3779B97F4A7C15ULL ^ gpu_memory_bytes;
+  size = (size ^ size >> 31) * 0xBF58476D1CE4E5B9ULL;
+  return user << 30 | static_cast<int64_t>((size ^ size >> 29) & 0x3FFFFFFF);
+}
+
+SchedInput::SchedInput(const std::vector<SchedNode>& nodes, MpsSharing mps_sharing,
                        ConversionCache* cache, KeptCluster* kept)
-    : nodes_(nodes), mps_multi_user_(mps_multi_user), cache_(cache), kept_(kept) {
+    : nodes_(nodes), mps_sharing_(mps_sharing), cache_(cache), kept_(kept) {
   if (cache_ == nullptr) kept_ = nullptr;  // the kept cluster tells conversions apart by it
   if (kept_ != nullptr) {
-    if (kept_->mps_multi_user != mps_multi_user || !SameNodes(nodes, kept_)) {
-      BuildLayout(nodes, mps_multi_user, &kept_->layout);
-      kept_->mps_multi_user = mps_multi_user;
+    if (kept_->mps_sharing != mps_sharing || !SameNodes(nodes, kept_)) {
+      BuildLayout(nodes, mps_sharing, &kept_->layout);
+      kept_->mps_sharing = mps_sharing;
       kept_->valid = true;
       kept_->conflict = true;  // built from every job below
     }
     layout_ = &kept_->layout;
   } else {
-    BuildLayout(nodes, mps_multi_user, &own_layout_);
+    BuildLayout(nodes, mps_sharing, &own_layout_);
     cluster = std::move(own_layout_.idle);
     layout_ = &own_layout_;
   }
@@ -202,9 +212,10 @@ Result<sched::Task> SchedInput::TaskFor(const jobs::Job& job) const {
   if (r.gpus == 0) return t;
   t.enforce_memory = job.enforce_memory;
   t.gpu_memory_mib = static_cast<int64_t>((r.gpu_memory_bytes + kMiB - 1) / kMiB);
-  // A share's owner: MPS GPUs take one user's shares at a time (cluster_state.h).
+  // A share's owner: MPS GPUs take one user's shares (of one size) at a time
+  // (cluster_state.h).
   if (r.gpus == 1 && (r.gpu_milli < 1000 || r.gpu_memory_bytes > 0)) {
-    t.owner = int64_t{job.uid} + 1;
+    t.owner = MpsOwner(job.uid, r.gpu_milli, r.gpu_memory_bytes, mps_sharing_);
   }
   std::vector<uint64_t> memories;  // of the allowed models
   for (const GpuModelFacts& m : models_()) {

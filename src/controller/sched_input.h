@@ -15,11 +15,13 @@
 // is none (its memory is the instances'). A share is granted an instance as the
 // instance's MIG- UUID in TaskPlacement::gpu_uuids (gpu_indices: its GPU's index).
 //
-// MPS serves one Unix user per GPU at a time (docs/sharing.md): a GPU whose node states
-// enforcement "mps" is single-owner in the cluster (sched/cluster_state.h) unless the
-// admin allowed several users (--mps-multi-user), and a share (one GPU, a gpu_milli
-// below 1000 or a GPU memory size) is owned by its job's uid + 1. Running shares are
-// allocated with their owner, so the cluster knows who holds each MPS GPU.
+// MPS serves one Unix user per GPU at a time, and holds each client to the largest share
+// among its server's clients (docs/sharing.md): a GPU whose node states enforcement "mps"
+// is single-owner in the cluster (sched/cluster_state.h) unless the admin allowed several
+// users (MpsSharing::kUsers), and a share (one GPU, a gpu_milli below 1000 or a GPU
+// memory size) is owned by its job's user and, by default, its size (MpsOwner), so that
+// an MPS GPU takes one user's shares of one size at a time. Running shares are allocated
+// with their owner, so the cluster knows who holds each MPS GPU.
 #pragma once
 
 #include <cstdint>
@@ -40,6 +42,17 @@
 #include "sched/queue/queued_job.h"
 
 namespace gpupool::controller {
+
+// Which shares an MPS GPU takes at once (docs/sharing.md, "One user per MPS GPU").
+enum class MpsSharing {
+  kOneSize,  // one user's shares of one size: each is held to its own (the default)
+  kOneUser,  // one user's shares of any size: each is held to the largest (--mps-mixed-sizes)
+  kUsers,    // several users' shares (--mps-multi-user)
+};
+
+// The owner of a share of `uid` (never 0): the user, and under kOneSize the size too
+// (its gpu_milli and GPU memory ask), so that two sizes never share an MPS GPU there.
+int64_t MpsOwner(uint32_t uid, int32_t gpu_milli, uint64_t gpu_memory_bytes, MpsSharing sharing);
 
 // A GPU the health policy took out of service (gpu/health_policy.h).
 struct OutOfServiceGpu {
@@ -181,7 +194,7 @@ struct KeptCluster {
     uint64_t pass = 0;  // the last pass that saw it
   };
   bool valid = false;  // a layout was built
-  bool mps_multi_user = false;
+  MpsSharing mps_sharing = MpsSharing::kOneSize;
   std::vector<NodeShape> shapes;  // the nodes the layout was built from
   NodeLayout layout;
   sched::ClusterState base;  // layout.idle with every allocated occupant
@@ -197,10 +210,12 @@ struct KeptCluster {
 
 class SchedInput {
  public:
-  // `mps_multi_user`: MPS GPUs take several users' shares at once (not single-owner).
+  // `mps_sharing`: which shares an MPS GPU takes at once (under kUsers it is not
+  // single-owner).
   // `cache`: conversions kept between passes (null: every job converted, none kept).
   // `kept`: the cluster kept between passes (needs `cache`; null: built here).
-  explicit SchedInput(const std::vector<SchedNode>& nodes, bool mps_multi_user = false,
+  explicit SchedInput(const std::vector<SchedNode>& nodes,
+                      MpsSharing mps_sharing = MpsSharing::kOneSize,
                       ConversionCache* cache = nullptr, KeptCluster* kept = nullptr);
   SchedInput(const SchedInput&) = delete;
   SchedInput& operator=(const SchedInput&) = delete;
@@ -251,7 +266,7 @@ class SchedInput {
   std::vector<const jobs::Job*> running_source;  // running[i]'s job
 
  private:
-  static void BuildLayout(const std::vector<SchedNode>& nodes, bool mps_multi_user,
+  static void BuildLayout(const std::vector<SchedNode>& nodes, MpsSharing mps_sharing,
                           NodeLayout* out);
   // Whether `nodes` are those `kept` was built from (see KeptCluster); records them if not.
   static bool SameNodes(const std::vector<SchedNode>& nodes, KeptCluster* kept);
@@ -295,7 +310,7 @@ class SchedInput {
   std::vector<std::pair<sched::TaskShape, std::string>> notes_;  // OutOfServiceNote's cache
 
   const std::vector<SchedNode>& nodes_;
-  bool mps_multi_user_ = false;
+  MpsSharing mps_sharing_ = MpsSharing::kOneSize;
   NodeLayout own_layout_;                  // without a kept cluster
   const NodeLayout* layout_ = nullptr;     // own_layout_ or the kept cluster's
   std::vector<const SchedNode*> node_of_;  // cluster index -> node

@@ -233,7 +233,7 @@ std::string SchedInput::ClusterDifferences(const sched::ClusterState& a,
 
 std::string SchedInput::KeptDifferences(const std::vector<const jobs::Job*>& active,
                                         const AdmissionFeed& feed) const {
-  SchedInput fresh(nodes_, mps_multi_user_);
+  SchedInput fresh(nodes_, mps_sharing_);
   fresh.AddJobs(active, feed);
   std::string why = ClusterDifferences(cluster, fresh.cluster);
   if (why.empty() && running.size() != fresh.running.size()) why = "running counts differ";

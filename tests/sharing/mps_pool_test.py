@@ -135,7 +135,8 @@ class MpsPoolTest(unittest.TestCase):
         open(os.path.join(self.out, "go-%d" % jid), "w").close()
 
     def test_shares_are_clients_of_their_gpus_daemon_until_the_last_ends(self):
-        p = self.pool(["--gpu-enforcement", "mps", "--mps-control", CONTROL])
+        # Shares of two sizes on one GPU, each held to the larger: --mps-mixed-sizes.
+        p = self.pool(["--gpu-enforcement", "mps", "--mps-control", CONTROL, "--mps-mixed-sizes"])
         # A hostile share names its own daemon and a larger cap: both are overridden.
         a = p.submit("--gpu-share", "0.5", "--env", "OUT=" + self.out,
                      "--env", "CUDA_MPS_PIPE_DIRECTORY=/tmp/elsewhere",
@@ -198,6 +199,30 @@ class MpsPoolTest(unittest.TestCase):
                  lambda: not os.path.exists(mps_dir(self.dir, uuid)))
         self.assertFalse(subprocess.run(["pgrep", "-f", "^" + CONTROL]).returncode == 0,
                          "a stand-in daemon still runs")
+
+    def test_by_default_a_gpu_takes_shares_of_one_size(self):
+        """The daemon holds every client to the largest share among them, so by default an
+        MPS GPU takes one size of a user's shares: a second quarter joins the first, a 10G
+        share goes to another GPU though it would fit beside them, and the first GPU's
+        ceiling is never raised past the quarters' own."""
+        p = self.pool(["--gpu-enforcement", "mps", "--mps-control", CONTROL])
+        quarters = [p.submit("--gpu-share", "0.25", "--env", "OUT=" + self.out, "--", "sh", "-c",
+                           JOB) for _ in range(2)]
+        uuids = [p.wait(j, ("RUNNING",))["placement"][0]["gpu_uuids"][0] for j in quarters]
+        self.assertEqual(uuids[0], uuids[1])
+        ten = p.submit("--gpu-mem", "10G", "--env", "OUT=" + self.out, "--", "sh", "-c", JOB)
+        other = p.wait(ten, ("RUNNING",))["placement"][0]["gpu_uuids"][0]
+        self.assertNotEqual(other, uuids[0], "shares of two sizes on one MPS GPU")
+        for j in quarters + [ten]:
+            read_env(self.out, j)
+        log = control_log(self.dir, uuids[0])
+        self.assertEqual(log.count("command set_default_active_thread_percentage "), 1, log)
+        self.assertIn("command set_default_active_thread_percentage 25\n", log)
+        self.assertIn("command set_default_device_pinned_mem_limit 0 10240M\n",
+                      control_log(self.dir, other))
+        open(os.path.join(self.out, "go-all"), "w").close()
+        for j in quarters + [ten]:
+            self.assertEqual(p.wait(j, ("SUCCEEDED", "FAILED"))["state"], "SUCCEEDED")
 
     def test_two_real_users_get_separate_daemons_each_reachable_only_by_its_user(self):
         """Two local users (the security suite's), each submitting a share as themselves:
