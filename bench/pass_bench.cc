@@ -97,7 +97,7 @@ int main(int argc, char** argv) {
   std::vector<int64_t> started_order;
   for (int64_t i = 0; i < running; ++i) started_order.push_back(i + 1);
   auto s = controller::JobScheduler::Create(
-      "default", "fair", "easy", controller::MpsSharing::kOneSize, static_cast<size_t>(max_starts));
+      "default", "fair", "easy", controller::MpsSharing::kOneUser, static_cast<size_t>(max_starts));
   if (!s.ok()) {
     std::fprintf(stderr, "%s\n", s.status().ToString().c_str());
     return 1;

@@ -76,7 +76,7 @@ struct ServerFlags {
   double health_breaker = 0.1;
   std::string health_resume_after = "24h";  // a duration, as telemetry_retention
   bool mps_multi_user = false;
-  bool mps_mixed_sizes = false;
+  bool mps_one_size = false;
   std::string preemption = "on";  // docs/preemption.md
   std::string preempt_min_runtime = "10m";
   std::string preempt_grace = "120s";
@@ -176,9 +176,14 @@ Result<server::ServerOptions> ServerOptionsOf(const ServerFlags& f,
   GP_ASSIGN_OR_RETURN(const int64_t resume_after_s,
                       ParseSeconds("--health-resume-after", f.health_resume_after));
   co.health_resume_after_us = resume_after_s * 1'000'000;
-  co.mps_sharing = f.mps_multi_user    ? controller::MpsSharing::kUsers
-                   : f.mps_mixed_sizes ? controller::MpsSharing::kOneUser
-                                       : controller::MpsSharing::kOneSize;
+  if (f.mps_multi_user && f.mps_one_size) {
+    return Status::InvalidArgument(
+        "--mps-one-size and --mps-multi-user: choose one (one size per MPS GPU holds each "
+        "share to its own size; several users per GPU has no owner to keep one size for)");
+  }
+  co.mps_sharing = f.mps_multi_user ? controller::MpsSharing::kUsers
+                   : f.mps_one_size ? controller::MpsSharing::kOneSize
+                                    : controller::MpsSharing::kOneUser;
   co.preemption = f.preemption == "on";
   GP_ASSIGN_OR_RETURN(co.preempt_min_runtime_s,
                       ParseSeconds("--preempt-min-runtime", f.preempt_min_runtime));
@@ -374,10 +379,11 @@ void AddServerFlags(CLI::App* cmd, ServerFlags* f) {
                 "let several users' GPU shares run on one MPS GPU at once; by default an MPS "
                 "GPU takes one user's shares at a time, since MPS serves one user per GPU "
                 "(docs/sharing.md)");
-  cmd->add_flag("--mps-mixed-sizes", f->mps_mixed_sizes,
-                "let one user's GPU shares of different sizes run on one MPS GPU at once, each "
-                "then held to the largest of them; by default an MPS GPU takes shares of one "
-                "size at a time, so that each is held to its own (docs/sharing.md)");
+  cmd->add_flag("--mps-one-size", f->mps_one_size,
+                "let an MPS GPU take one size of a user's shares at a time, so that each share "
+                "is held to its own size even if it drops its CUDA_MPS_* variables (by default "
+                "one user's shares of any size share it, each held to the largest); a user may "
+                "then hold several GPUs with small shares of different sizes (docs/sharing.md)");
   AddPreemptionFlags(cmd, f);
   AddProjectFlags(cmd, f);
   AddQueueBoundFlags(cmd, f);

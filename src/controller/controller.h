@@ -116,10 +116,10 @@ struct ControllerOptions {
   // first passing run of its node's health program once no Xid worth acting on came for
   // this long (--health-resume-after); 0: never by itself, only an admin returns it.
   int64_t health_resume_after_us = int64_t{24} * 3600 * 1'000'000;
-  // Which shares a GPU whose node states enforcement "mps" takes at once: one user's of one
-  // size (default), of any size (--mps-mixed-sizes) or several users' (--mps-multi-user);
+  // Which shares a GPU whose node states enforcement "mps" takes at once: one user's
+  // (default), one user's of one size (--mps-one-size) or several users' (--mps-multi-user);
   // other shares wait (sched_input.h, docs/sharing.md).
-  MpsSharing mps_sharing = MpsSharing::kOneSize;
+  MpsSharing mps_sharing = MpsSharing::kOneUser;
   // Preemption (docs/preemption.md): whether --preemptible jobs are stopped for waiting
   // ones (--preemption), a preemptible job's default --min-runtime and --grace (--preempt-*).
   bool preemption = true;

@@ -131,7 +131,7 @@ TEST_F(ControllerTest, MpsGpuTakesOneUsersSharesAtATime) {
   ASSERT_EQ(a.state, JobState::kAssigned);
   EXPECT_EQ(Get(b.id).state, JobState::kPending);
   EXPECT_EQ(Get(b.id).pending_reason,
-            std::string("needs 0.3 of one GPU; ") + kMpsOneSizeNote +
+            std::string("needs 0.3 of one GPU; ") + kMpsOneUserNote +
                 "; 0/1 nodes are available: 1 single-owner GPUs held by another owner");
   ASSERT_TRUE(Apply({Ev(a, protocol::EventKind::kStarted)}).ok());
   ASSERT_TRUE(c_->ScheduleOnce().ok());
@@ -194,10 +194,13 @@ TEST_F(ControllerTest, MpsMultiUserLetsSeveralUsersShareAnMpsGpu) {
   EXPECT_EQ(Get(a.id).placement[0].gpu_uuids, Get(b.id).placement[0].gpu_uuids);
 }
 
-// MPS holds each client to the largest share among its server's, so by default an MPS GPU
-// takes one size of a user's shares at a time: alice's two quarters share it, her half
-// waits, saying why, until they end.
-TEST_F(ControllerTest, AnMpsGpuTakesOneSizeOfAUsersSharesAtATime) {
+// MPS holds each client to the largest share among its server's, so under --mps-one-size an
+// MPS GPU takes one size of a user's shares at a time: alice's two quarters share it, her
+// half waits, saying why, until they end.
+TEST_F(ControllerTest, UnderOneSizeAnMpsGpuTakesOneSizeOfAUsersSharesAtATime) {
+  ControllerOptions options;
+  options.mps_sharing = MpsSharing::kOneSize;
+  Restart(options);
   enforcement_ = "mps";
   Register(1);
   Job q1 = c_->Submit(MakeJob(1, 250), alice_).value();
@@ -220,12 +223,9 @@ TEST_F(ControllerTest, AnMpsGpuTakesOneSizeOfAUsersSharesAtATime) {
   EXPECT_EQ(Get(half.id).state, JobState::kAssigned);
 }
 
-// Under --mps-mixed-sizes a user's shares of any size share an MPS GPU (each held to the
-// largest); another user's still wait.
-TEST_F(ControllerTest, MpsMixedSizesLetsOneUsersSharesOfAnySizeShareAnMpsGpu) {
-  ControllerOptions options;
-  options.mps_sharing = MpsSharing::kOneUser;
-  Restart(options);
+// By default a user's shares of any size share an MPS GPU (each held to the largest);
+// another user's still wait.
+TEST_F(ControllerTest, ByDefaultOneUsersSharesOfAnySizeShareAnMpsGpu) {
   enforcement_ = "mps";
   Register(1);
   Job q = c_->Submit(MakeJob(1, 250), alice_).value();

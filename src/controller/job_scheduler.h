@@ -33,15 +33,15 @@ namespace gpupool::controller {
 std::string HeldReason(const jobs::Job& job);
 
 // Ends the pending reason of a share that waits only because the MPS GPUs that could take
-// it run another user's shares (kMpsOneUserNote, under --mps-mixed-sizes), or another
-// user's or another size's (kMpsOneSizeNote, the default).
+// it run another user's shares (kMpsOneUserNote), or, under --mps-one-size, another user's
+// or another size's (kMpsOneSizeNote).
 inline constexpr const char* kMpsOneUserNote =
     "the MPS GPUs that fit are held by another user's shares; MPS serves one user per GPU "
     "(gpupool server --mps-multi-user allows several)";
 inline constexpr const char* kMpsOneSizeNote =
     "the MPS GPUs that fit are held by another user's shares or by shares of another size; "
-    "MPS serves one user per GPU and holds a share to its own size only beside shares of "
-    "that size (gpupool server --mps-mixed-sizes or --mps-multi-user allows more)";
+    "MPS serves one user per GPU, and this pool holds each share to its own size by "
+    "keeping one size per GPU (gpupool server --mps-one-size)";
 
 struct ScheduleResult {
   std::map<int64_t, std::vector<jobs::TaskPlacement>> starts;  // job id -> placements
@@ -78,7 +78,7 @@ class JobScheduler {
   // preemption alike (set_preemption's PreemptionSettings::by_project follows it).
   static Result<std::unique_ptr<JobScheduler>> Create(
       const std::string& placement_policy, const std::string& queue_policy,
-      const std::string& start_rule, MpsSharing mps_sharing = MpsSharing::kOneSize,
+      const std::string& start_rule, MpsSharing mps_sharing = MpsSharing::kOneUser,
       size_t max_starts = 0, sched::FairShareGroup fair_by = sched::FairShareGroup::kUser);
 
   // Who may charge which project (sched/admission/project_access.h); kNone by default.
@@ -142,7 +142,7 @@ class JobScheduler {
   sched::ProfileSpec spec_;                             // what profile_ was made from
   std::map<std::string, double, std::less<>> weights_;  // fair-share weights in use
   std::unique_ptr<sched::SchedulingProfile> profile_;
-  MpsSharing mps_sharing_ = MpsSharing::kOneSize;
+  MpsSharing mps_sharing_ = MpsSharing::kOneUser;
   ProjectEnforcement project_enforcement_ = ProjectEnforcement::kNone;
   bool by_project_ = false;  // Create's fair_by is kProject
   std::optional<PreemptionSettings> preemption_ = PreemptionSettings{};

@@ -56,13 +56,12 @@ jobs::Job Share(int64_t id, uint32_t uid, int milli, const std::string& node = "
 }
 
 // Issue 28: GPUs whose node states MPS are single-owner unless the admin allows several
-// users; under --mps-mixed-sizes a share is owned by its uid + 1; running shares hold
-// their GPU's owner.
+// users; a share is owned by its uid + 1; running shares hold their GPU's owner.
 TEST(SchedInputTest, MpsGpusAreSingleOwnerAndSharesOwnedByTheirUser) {
   const gpu::NodeInfo a = MpsNode("a", {"mps", "none"}), b = MpsNode("b", {"mps", ""});
   const std::vector<SchedNode> nodes = {{"a", &a, 64000, 256000, false, {}},
                                         {"b", &b, 64000, 256000, false, {}}};
-  SchedInput in(nodes, MpsSharing::kOneUser);
+  SchedInput in(nodes);
   EXPECT_EQ(in.cluster.node(0).single_owner_gpus, 0b01u);
   EXPECT_EQ(in.cluster.node(1).single_owner_gpus, 0b01u);
   SchedInput multi(nodes, MpsSharing::kUsers);
@@ -87,14 +86,14 @@ TEST(SchedInputTest, MpsGpusAreSingleOwnerAndSharesOwnedByTheirUser) {
   EXPECT_EQ(in.running.size(), 2u);
 }
 
-// By default a share is owned by its user and its size: MPS holds each client to the
-// largest share among its server's, so only shares of one size share an MPS GPU (each
+// Under --mps-one-size a share is owned by its user and its size: MPS holds each client to
+// the largest share among its server's, so only shares of one size share an MPS GPU (each
 // then held to its own). A different fraction, a memory ask or another user is another
 // owner; the same ask is the same owner; a whole GPU is none.
-TEST(SchedInputTest, ByDefaultASharesSizeIsPartOfItsOwner) {
+TEST(SchedInputTest, UnderOneSizeASharesSizeIsPartOfItsOwner) {
   const gpu::NodeInfo a = MpsNode("a", {"mps"});
   const std::vector<SchedNode> nodes = {{"a", &a, 64000, 256000, false, {}}};
-  SchedInput in(nodes);
+  SchedInput in(nodes, MpsSharing::kOneSize);
   EXPECT_EQ(in.cluster.node(0).single_owner_gpus, 0b1u);
   const int64_t quarter = in.TaskFor(Share(1, 1000, 250))->owner;
   EXPECT_EQ(in.TaskFor(Share(2, 1000, 250))->owner, quarter);
@@ -111,7 +110,7 @@ TEST(SchedInputTest, ByDefaultASharesSizeIsPartOfItsOwner) {
             MpsOwner(1, 250, 0, MpsSharing::kOneSize) >> 30);
   EXPECT_EQ(MpsOwner(1000, 250, 0, MpsSharing::kOneUser), 1001);
 
-  // A running share of another size on the GPU (placed under --mps-mixed-sizes) holds it:
+  // A running share of another size on the GPU (placed without --mps-one-size) holds it:
   // the quarter waits for it like another user's share.
   const jobs::Job half = Share(10, 1000, 500, "a", "a-GPU-0");
   in.AddJobs({&half}, {});
@@ -461,7 +460,7 @@ TEST(KeptReasonsTest, CappedPassesKeepWhatAFreshSchedulerGives) {
     nodes.push_back({infos[n].hostname, &infos[n], 64000, 256000, false, {}});
   }
   auto make = [] {
-    return JobScheduler::Create("default", "fair", "skip", MpsSharing::kOneSize, 3);
+    return JobScheduler::Create("default", "fair", "skip", MpsSharing::kOneUser, 3);
   };
   auto kept = make();
   ASSERT_TRUE(kept.ok());

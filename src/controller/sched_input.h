@@ -19,8 +19,8 @@
 // among its server's clients (docs/sharing.md): a GPU whose node states enforcement "mps"
 // is single-owner in the cluster (sched/cluster_state.h) unless the admin allowed several
 // users (MpsSharing::kUsers), and a share (one GPU, a gpu_milli below 1000 or a GPU
-// memory size) is owned by its job's user and, by default, its size (MpsOwner), so that
-// an MPS GPU takes one user's shares of one size at a time. Running shares are allocated
+// memory size) is owned by its job's user and, under kOneSize, its size (MpsOwner), so
+// that an MPS GPU takes one user's shares (of one size) at a time. Running shares are allocated
 // with their owner, so the cluster knows who holds each MPS GPU.
 #pragma once
 
@@ -45,8 +45,8 @@ namespace gpupool::controller {
 
 // Which shares an MPS GPU takes at once (docs/sharing.md, "One user per MPS GPU").
 enum class MpsSharing {
-  kOneSize,  // one user's shares of one size: each is held to its own (the default)
-  kOneUser,  // one user's shares of any size: each is held to the largest (--mps-mixed-sizes)
+  kOneUser,  // one user's shares of any size: each is held to the largest (the default)
+  kOneSize,  // one user's shares of one size: each is held to its own (--mps-one-size)
   kUsers,    // several users' shares (--mps-multi-user)
 };
 
@@ -194,7 +194,7 @@ struct KeptCluster {
     uint64_t pass = 0;  // the last pass that saw it
   };
   bool valid = false;  // a layout was built
-  MpsSharing mps_sharing = MpsSharing::kOneSize;
+  MpsSharing mps_sharing = MpsSharing::kOneUser;
   std::vector<NodeShape> shapes;  // the nodes the layout was built from
   NodeLayout layout;
   sched::ClusterState base;  // layout.idle with every allocated occupant
@@ -215,7 +215,7 @@ class SchedInput {
   // `cache`: conversions kept between passes (null: every job converted, none kept).
   // `kept`: the cluster kept between passes (needs `cache`; null: built here).
   explicit SchedInput(const std::vector<SchedNode>& nodes,
-                      MpsSharing mps_sharing = MpsSharing::kOneSize,
+                      MpsSharing mps_sharing = MpsSharing::kOneUser,
                       ConversionCache* cache = nullptr, KeptCluster* kept = nullptr);
   SchedInput(const SchedInput&) = delete;
   SchedInput& operator=(const SchedInput&) = delete;
@@ -310,7 +310,7 @@ class SchedInput {
   std::vector<std::pair<sched::TaskShape, std::string>> notes_;  // OutOfServiceNote's cache
 
   const std::vector<SchedNode>& nodes_;
-  MpsSharing mps_sharing_ = MpsSharing::kOneSize;
+  MpsSharing mps_sharing_ = MpsSharing::kOneUser;
   NodeLayout own_layout_;                  // without a kept cluster
   const NodeLayout* layout_ = nullptr;     // own_layout_ or the kept cluster's
   std::vector<const SchedNode*> node_of_;  // cluster index -> node

@@ -164,7 +164,7 @@ TEST_F(KeptClusterTest, AppliedChangesMakeTheClusterARebuildMakes) {
     const std::vector<SchedNode> nodes = Nodes();
     std::vector<const jobs::Job*> active;
     for (const auto& [id, j] : jobs_) active.push_back(&j);
-    SchedInput in(nodes, MpsSharing::kOneSize, &cache, &kept);
+    SchedInput in(nodes, MpsSharing::kOneUser, &cache, &kept);
     in.AddJobs(active, {});
     SchedInput fresh(nodes);
     fresh.AddJobs(active, {});
@@ -210,7 +210,7 @@ TEST_F(KeptClusterTest, TheRebuildCheckFindsNoDifferenceOverChanges) {
       if (rng() % 7 == 0) feed.stopping[id] = {1, "a"};
     }
     named += feed.waiting.size() + feed.stopping.size();
-    SchedInput in(nodes, MpsSharing::kOneSize, &cache, &kept);
+    SchedInput in(nodes, MpsSharing::kOneUser, &cache, &kept);
     in.AddJobs(active, feed);
     ASSERT_EQ(in.KeptDifferences(active, feed), "") << "step " << step;
     if (!kept.rebuilt) ++kept_passes;
@@ -233,7 +233,7 @@ TEST_F(KeptClusterTest, TheRebuildCheckFindsADifference) {
   const std::vector<SchedNode> nodes = Nodes();
   const std::vector<const jobs::Job*> active = {&jobs_.begin()->second};
   for (int pass = 0; pass < 2; ++pass) {  // built, then kept
-    SchedInput in(nodes, MpsSharing::kOneSize, &cache, &kept);
+    SchedInput in(nodes, MpsSharing::kOneUser, &cache, &kept);
     in.AddJobs(active, {});
     EXPECT_EQ(kept.rebuilt, pass == 0);
     EXPECT_EQ(in.KeptDifferences(active, {}), "");
@@ -292,7 +292,7 @@ TEST_F(KeptClusterTest, KeptByVersionTheConversionsAreFreshOnes) {
     const std::vector<SchedNode> nodes = Nodes();
     std::vector<const jobs::Job*> active;
     for (const auto& [id, j] : jobs_) active.push_back(&j);
-    SchedInput in(nodes, MpsSharing::kOneSize, &cache, &kept);
+    SchedInput in(nodes, MpsSharing::kOneUser, &cache, &kept);
     in.AddJobs(active, {});
     SchedInput fresh(nodes);
     fresh.AddJobs(active, {});
@@ -336,7 +336,7 @@ TEST_F(KeptClusterTest, APassAllocatesOnlyWhatChanged) {
     const std::vector<SchedNode> nodes = Nodes();
     std::vector<const jobs::Job*> active;
     for (const auto& [id, j] : jobs_) active.push_back(&j);
-    SchedInput in(nodes, MpsSharing::kOneSize, &cache, &kept);
+    SchedInput in(nodes, MpsSharing::kOneUser, &cache, &kept);
     in.AddJobs(active, {});
     return std::make_pair(in.cluster.TotalFree().gpu_milli, in.running.size());
   };

@@ -135,8 +135,7 @@ class MpsPoolTest(unittest.TestCase):
         open(os.path.join(self.out, "go-%d" % jid), "w").close()
 
     def test_shares_are_clients_of_their_gpus_daemon_until_the_last_ends(self):
-        # Shares of two sizes on one GPU, each held to the larger: --mps-mixed-sizes.
-        p = self.pool(["--gpu-enforcement", "mps", "--mps-control", CONTROL, "--mps-mixed-sizes"])
+        p = self.pool(["--gpu-enforcement", "mps", "--mps-control", CONTROL])
         # A hostile share names its own daemon and a larger cap: both are overridden.
         a = p.submit("--gpu-share", "0.5", "--env", "OUT=" + self.out,
                      "--env", "CUDA_MPS_PIPE_DIRECTORY=/tmp/elsewhere",
@@ -200,12 +199,12 @@ class MpsPoolTest(unittest.TestCase):
         self.assertFalse(subprocess.run(["pgrep", "-f", "^" + CONTROL]).returncode == 0,
                          "a stand-in daemon still runs")
 
-    def test_by_default_a_gpu_takes_shares_of_one_size(self):
-        """The daemon holds every client to the largest share among them, so by default an
-        MPS GPU takes one size of a user's shares: a second quarter joins the first, a 10G
-        share goes to another GPU though it would fit beside them, and the first GPU's
-        ceiling is never raised past the quarters' own."""
-        p = self.pool(["--gpu-enforcement", "mps", "--mps-control", CONTROL])
+    def test_with_mps_one_size_a_gpu_takes_shares_of_one_size(self):
+        """The daemon holds every client to the largest share among them, so with
+        --mps-one-size an MPS GPU takes one size of a user's shares: a second quarter joins
+        the first, a 10G share goes to another GPU though it would fit beside them, and the
+        first GPU's ceiling is never raised past the quarters' own."""
+        p = self.pool(["--gpu-enforcement", "mps", "--mps-control", CONTROL, "--mps-one-size"])
         quarters = [p.submit("--gpu-share", "0.25", "--env", "OUT=" + self.out, "--", "sh", "-c",
                            JOB) for _ in range(2)]
         uuids = [p.wait(j, ("RUNNING",))["placement"][0]["gpu_uuids"][0] for j in quarters]
