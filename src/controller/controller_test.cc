@@ -178,6 +178,23 @@ TEST_F(ControllerTest, NoShapeOfRequestPutsAnotherUsersShareOnAnMpsGpu) {
   EXPECT_EQ(bobs, 6);  // the array's three elements
 }
 
+// A share sized by more memory than any GPU has is refused at submit; the refusal names
+// the flag the user gave and what to ask instead (it said only "needs 200.0 GiB of GPU
+// memory").
+TEST_F(ControllerTest, AShareLargerThanEveryGpuIsRefusedNamingItsFlag) {
+  Register(1);  // 80 GiB GPUs
+  Job big = MakeJob(1);
+  big.request.gpu_memory_bytes = uint64_t{200} << 30;
+  Result<Job> r = c_->Submit(big, alice_);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(r.status().message().find("needs 200.0 GiB of GPU memory (--gpu-mem); the largest "
+                                      "GPU here has 80.0 GiB: ask for at most that"),
+            std::string::npos)
+      << r.status().message();
+  EXPECT_TRUE(store_->ListJobs({}).value().empty());  // nothing stored
+}
+
 // Where the admin lets MPS serve several users (--mps-multi-user), two users' shares
 // share an MPS GPU at once.
 TEST_F(ControllerTest, MpsMultiUserLetsSeveralUsersShareAnMpsGpu) {

@@ -157,7 +157,7 @@ TEST(JobSchedulerPreemptionTest, APreemptibleJobPastItsMinimumRunTimeMakesRoom) 
   EXPECT_EQ(plan->preemptions[0].by_job, 2);
   EXPECT_EQ(plan->preemptions[0].grace_s, 30);
   EXPECT_EQ(plan->preemptions[0].why, "of higher priority (10 > 0)");
-  EXPECT_NE(plan->pending_reasons[2].find("preempting job 1, which stop within 30 s"),
+  EXPECT_NE(plan->pending_reasons[2].find("preempting job 1, which stops within 30 s"),
             std::string::npos)
       << plan->pending_reasons[2];
 
@@ -396,6 +396,36 @@ TEST(PreemptionDefaultsTest, AJobMayAskLessThanThePoolNeverMore) {
   EXPECT_TRUE(ApplyPreemptionDefaults(limits, server, &dodge).ok());
   own.preempt_grace_s = 120;
   EXPECT_TRUE(ApplyPreemptionDefaults(limits, server, &own).ok());
+}
+
+// An admin's entry of 0 s (the API takes it; `limits set` refuses it) was the bound of a
+// job's own --grace, so every --grace was refused as "longer than the 0 s grace", while
+// a job without one got the server's 120 s: 0 in an entry is no value, as in a job.
+TEST(PreemptionDefaultsTest, AnEntryOfZeroSecondsIsTheServersDefault) {
+  Limits limits;
+  limits.users["bob"].preemptible = true;
+  limits.users["bob"].min_runtime_s = 0;
+  limits.users["bob"].preempt_grace_s = 0;
+  PreemptionSettings server;  // 600 s minimum, 120 s grace
+  jobs::Job j = Whole(1, "bob", 0);
+  j.preempt_grace_s = 30;
+  j.min_runtime_s = 300;
+  ASSERT_TRUE(ApplyPreemptionDefaults(limits, server, &j).ok());
+  EXPECT_EQ(j.preempt_grace_s, 30);
+  EXPECT_EQ(j.min_runtime_s, 300);
+  j = Whole(2, "bob", 0);
+  j.preempt_grace_s = 121;  // over the server's: still refused, naming the real bound
+  Status s = ApplyPreemptionDefaults(limits, server, &j);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("121 s is longer than the 120 s grace"), std::string::npos)
+      << s.message();
+  // The message names a command that exists.
+  EXPECT_NE(s.message().find("`gpupool limits set --grace`"), std::string::npos) << s.message();
+  j = Whole(3, "bob", 0);
+  j.min_runtime_s = 601;
+  s = ApplyPreemptionDefaults(limits, server, &j);
+  EXPECT_NE(s.message().find("601 s is longer than the 600 s"), std::string::npos) << s.message();
+  EXPECT_EQ(s.message().find("limits show"), std::string::npos) << s.message();
 }
 
 // The third red team: under enforce-projects none (or known) anyone may name any

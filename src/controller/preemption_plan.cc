@@ -145,8 +145,10 @@ Result<std::vector<PlannedPreemption>> PlanPreemptions(
     for (size_t k = 0; k < q.tasks.size(); ++k) {
       GP_RETURN_IF_ERROR(trial.Allocate(q.tasks[k], victims->placements[k]));
     }
-    *reasons[w] += "; preempting job" + std::string(victims->running.size() > 1 ? "s " : " ") +
-                   names + ", which stop within " + std::to_string(longest_grace) + " s";
+    const bool several = victims->running.size() > 1;
+    *reasons[w] += "; preempting job" + std::string(several ? "s " : " ") + names +
+                   (several ? ", which stop within " : ", which stops within ") +
+                   std::to_string(longest_grace) + " s";
   }
   return out;
 }
@@ -188,10 +190,13 @@ Status ApplyPreemptionDefaults(const Limits& limits, const PreemptionSettings& s
   if (!team && user.preemptible.value_or(false)) admin_says = true;
   if (!job->preemptible && admin_says) job->preemptible = *admin_says;
   if (!job->preemptible) return Status::Ok();
+  // An entry's 0 (`limits set` refuses it; the API takes it) is no value, as a job's 0 is:
+  // the job would take the server's default, so that is its bound too.
+  const int64_t entry_min_runtime = pick(&Limit::min_runtime_s);
+  const int64_t entry_grace = pick(&Limit::preempt_grace_s);
   const int64_t pool_min_runtime =
-      pick(&Limit::min_runtime_s) >= 0 ? pick(&Limit::min_runtime_s) : server.default_min_runtime_s;
-  const int64_t pool_grace =
-      pick(&Limit::preempt_grace_s) >= 0 ? pick(&Limit::preempt_grace_s) : server.default_grace_s;
+      entry_min_runtime > 0 ? entry_min_runtime : server.default_min_runtime_s;
+  const int64_t pool_grace = entry_grace > 0 ? entry_grace : server.default_grace_s;
   // The red team's holes: a job made preemptible by the admin dodged it with a minimum
   // run time of a year, and any preemptible job kept its GPUs a day after its SIGTERM
   // (and its preemptor waiting) with a grace of a day. A job may ask for less, not more.
@@ -199,16 +204,13 @@ Status ApplyPreemptionDefaults(const Limits& limits, const PreemptionSettings& s
     GP_RETURN_IF_ERROR(OverBound("min_runtime_s", "--min-runtime", job->min_runtime_s,
                                  pool_min_runtime,
                                  "this pool's admin gives preemptible jobs like this one "
-                                 "(gpupool limits show)"));
+                                 "(gpupool limits)"));
   }
   GP_RETURN_IF_ERROR(OverBound("preempt_grace_s", "--grace", job->preempt_grace_s, pool_grace,
-                               "grace this pool gives a preempted job (the admin's gpupool limits "
-                               "--grace, else the server's --preempt-grace)"));
-  if (job->min_runtime_s == 0)
-    job->min_runtime_s = std::max<int64_t>(0, pick(&Limit::min_runtime_s));
-  if (job->preempt_grace_s == 0) {
-    job->preempt_grace_s = std::max<int64_t>(0, pick(&Limit::preempt_grace_s));
-  }
+                               "grace this pool gives a preempted job (the admin's `gpupool limits "
+                               "set --grace`, else the server's --preempt-grace)"));
+  if (job->min_runtime_s == 0) job->min_runtime_s = std::max<int64_t>(0, entry_min_runtime);
+  if (job->preempt_grace_s == 0) job->preempt_grace_s = std::max<int64_t>(0, entry_grace);
   return Status::Ok();
 }
 

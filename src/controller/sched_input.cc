@@ -244,8 +244,8 @@ Result<sched::Task> SchedInput::TaskFor(const jobs::Job& job) const {
       const uint64_t largest =
           memories.empty() ? 0 : *std::max_element(memories.begin(), memories.end());
       return Status::FailedPrecondition("needs " + FormatGiB(r.gpu_memory_bytes) +
-                                        " of GPU memory; the largest GPU here has " +
-                                        FormatGiB(largest));
+                                        " of GPU memory (--gpu-mem); the largest GPU here has " +
+                                        FormatGiB(largest) + ": ask for at most that");
     }
     t.gpu_milli = static_cast<int32_t>(
         std::clamp<uint64_t>((r.gpu_memory_bytes * 1000 + best - 1) / best, 1, 1000));

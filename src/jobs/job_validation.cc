@@ -255,9 +255,16 @@ Status ValidateSubmission(const Job& job) {
                                    " is interactive and is never preempted; drop --preemptible");
   }
   if (!job.preemptible && (job.min_runtime_s > 0 || job.preempt_grace_s > 0)) {
+    const std::string field = job.min_runtime_s > 0 ? "min_runtime_s" : "preempt_grace_s";
+    // An interactive job cannot be made preemptible: telling it to add --preemptible
+    // sent the user from one refusal to the other.
+    if (!job.interactive.empty()) {
+      return Status::InvalidArgument(field + ": gpupool " + job.interactive +
+                                     " is interactive and is never preempted; drop "
+                                     "--min-runtime and --grace");
+    }
     return Status::InvalidArgument(
-        std::string(job.min_runtime_s > 0 ? "min_runtime_s" : "preempt_grace_s") +
-        ": --min-runtime and --grace are for a preemptible job; add --preemptible");
+        field + ": --min-runtime and --grace are for a preemptible job; add --preemptible");
   }
   if (job.interactive == "alloc" && !job.command.empty()) {
     return Status::InvalidArgument(

@@ -131,6 +131,12 @@ TEST(SubmissionTest, PreemptionFieldsNeedAPreemptibleBatchJob) {
   s = ValidateSubmission(j);
   EXPECT_NE(s.message().find("preemptible: gpupool run is interactive"), std::string::npos)
       << s.message();
+  // `gpupool run --grace 10s` was told to add --preemptible, which run refuses.
+  j.preemptible = false;
+  s = ValidateSubmission(j);
+  EXPECT_EQ(s.message(),
+            "preempt_grace_s: gpupool run is interactive and is never preempted; drop "
+            "--min-runtime and --grace");
 }
 
 }  // namespace

@@ -220,18 +220,21 @@ Status PreemptionDefaults(const LimitsState& s, std::map<std::string, int64_t>* 
                                      ": yes, no, or none (no default)");
     }
   }
-  for (const auto& [flag, key, value] :
-       {std::tuple{"--min-runtime", "min_runtime_s", &s.min_runtime},
-        std::tuple{"--grace", "preempt_grace_s", &s.grace}}) {
+  // A job's 0 is no value (the server's default), so an entry's 0 would not mean "at
+  // once"; the bounds are the server's (limits.cc), said with the flag.
+  for (const auto& [flag, key, value, most_s, most] :
+       {std::tuple{"--min-runtime", "min_runtime_s", &s.min_runtime, int64_t{365} * 86400, "365d"},
+        std::tuple{"--grace", "preempt_grace_s", &s.grace, int64_t{86400}, "24h"}}) {
     if (!*value) continue;
     if (**value == "none") {
       (*values)[key] = -1;
       continue;
     }
     Result<int64_t> secs = ParseDuration(**value);
-    if (!secs.ok() || *secs < 0) {
+    if (!secs.ok() || *secs <= 0 || *secs > most_s) {
       return Status::InvalidArgument(std::string(flag) + " " + **value +
-                                     ": a duration (90s, 10m, 2h), or none");
+                                     ": a duration from 1s to " + most +
+                                     " (90s, 10m, 2h), or none");
     }
     (*values)[key] = *secs;
   }

@@ -135,15 +135,15 @@ void AddSubmitOptions(CLI::App& app, SubmitFlags* f) {
       "requeue the job if its node is lost (default: off)");
   app.add_flag_function(
       "--preemptible", [f](int64_t count) { f->preemptible = count > 0; },
-      "the scheduler may stop the job for one of higher priority or of a user below their "
-      "fair share, once it ran --min-runtime; it gets SIGTERM, --grace, then SIGKILL, and "
-      "goes back to the queue (docs/preemption.md)");
+      "the scheduler may stop the job for a waiting job of yours of higher priority or of a "
+      "user below their fair share, once it ran --min-runtime; it gets SIGTERM, --grace, "
+      "then SIGKILL, and goes back to the queue (docs/preemption.md)");
   Single(app, "--min-runtime", &f->min_runtime, "DURATION",
-         "with --preemptible: never preempted before it ran this long (default: the "
-         "server's, 10m)");
+         "with --preemptible: never preempted before it ran this long (default: the admin's "
+         "`gpupool limits` entry, else the server's, 10m)");
   Single(app, "--grace", &f->grace, "DURATION",
-         "with --preemptible: time between SIGTERM and SIGKILL when preempted (default: the "
-         "server's, 120s)");
+         "with --preemptible: time between SIGTERM and SIGKILL when preempted (default and "
+         "most: the admin's `gpupool limits` entry, else the server's, 120s)");
   app.add_flag_function(
       "-H,--hold", [f](int64_t count) { f->hold = count > 0; },
       "submit the job held: it waits until `gpupool release ID`");

@@ -234,6 +234,13 @@ TEST(BuildSubmissionTest, EveryBadValueNamesItsOption) {
   EXPECT_EQ(Error({"--gpu-mem", "20G", "--gpu-share", "0.5"}),
             "--gpu-share and --gpu-mem both size a share of one GPU; give one or the other");
   EXPECT_EQ(Error({"--gpu-mem", "0"}), "--gpu-mem 0: must be more than 0");
+  // Past the server's bounds they were refused by the server as "job.preempt_grace_s:
+  // 172800 is outside the range 0..86400", naming neither the flag nor a bound it takes.
+  EXPECT_EQ(Error({"--preemptible", "--grace", "2d"}), "--grace 2d: at most 24h");
+  EXPECT_EQ(Error({"--preemptible", "--grace", "24h"}), "OK");
+  EXPECT_EQ(Error({"--preemptible", "--min-runtime", "400d"}), "--min-runtime 400d: at most 365d");
+  EXPECT_EQ(Error({"--preemptible", "--grace", "0"}),
+            "--grace 0: give a positive duration, e.g. 10m");
   EXPECT_EQ(Error({"--gpus", "two"}), "--gpus two: use a whole number from 0 to 1024, e.g. 2");
   EXPECT_EQ(Error({"--gpus", "-1"}), "--gpus -1: use a whole number from 0 to 1024, e.g. 2");
   EXPECT_EQ(Error({"--gpus", "1.5"}), "--gpus 1.5: use a whole number from 0 to 1024, e.g. 2");

@@ -78,8 +78,10 @@ bool EnforceMemoryFilter::PreFilter(const QueuedJob& job, PreFilterResult* resul
   }
   if (enforced_.empty()) {
     result->never =
-        "--enforce memory: no node holds a GPU share to its memory (each GPU's enforcement "
-        "is in `gpupool nodes`; mps, mig or dmem is needed), or submit without it";
+        "--enforce memory: no node holds a GPU share to its memory on every one of its GPUs "
+        "(each GPU's enforcement is in `gpupool nodes`; mps, mig or dmem is needed on all of "
+        "a node's GPUs: a node with a GPU of enforcement none takes no such share), or submit "
+        "without it";
     return true;
   }
   result->only_nodes = enforced_;

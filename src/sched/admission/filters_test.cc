@@ -124,6 +124,15 @@ TEST(EnforceMemoryFilter, SharesOfEnforcingJobsGoOnlyWhereMemoryIsHeld) {
   f.BeginPass(PassContext{});
   EXPECT_NE(Pre(f, j).never.find("--enforce memory: no node holds a GPU share to its memory"),
             std::string::npos);
+  // A node whose GPUs enforce in part (a MIG GPU beside one of enforcement none, as
+  // examples/nodes/nvidia-a100-mig.json replayed) takes none: the reason said only "no
+  // node holds a GPU share to its memory", which its MIG GPU does.
+  EXPECT_NE(Pre(f, j).never.find("on every one of its GPUs (each GPU's enforcement is in "
+                                 "`gpupool nodes`; mps, mig or dmem is needed on all of a "
+                                 "node's GPUs: a node with a GPU of enforcement none takes no "
+                                 "such share)"),
+            std::string::npos)
+      << Pre(f, j).never;
 }
 
 }  // namespace

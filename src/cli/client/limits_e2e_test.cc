@@ -1,0 +1,45 @@
+// End to end (client_e2e_test.h): `limits set`'s preemption defaults are checked before
+// anything is sent, naming the flag and the values it takes.
+
+#include <gtest/gtest.h>
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "cli/client/client_e2e_test.h"
+
+namespace gpupool::cli {
+namespace {
+
+// A job's 0 s is no value (the server's default), so an entry's 0 s did not mean "at
+// once": the server took it, and then refused every job's own --grace as "longer than
+// the 0 s grace" while giving a job without one the server's 120 s. Past the server's
+// bounds the refusal was the server's "limits.users.a.min_runtime_s: 34560000 is outside
+// the range -1..31536000", naming neither the flag nor a value it takes.
+TEST_F(ClientE2eTest, LimitsSetRefusesPreemptionDurationsTheServerCannotHonour) {
+  Serve([](const HttpRequest& r) {
+    if (r.method == "GET")
+      return JsonAnswer(200, R"({"default": {}, "users": {}, "projects": {}})");
+    return JsonAnswer(200, r.body);
+  });
+  for (const auto& [flag, value] :
+       std::vector<std::pair<std::string, std::string>>{{"--grace", "0"},
+                                                        {"--min-runtime", "0s"},
+                                                        {"--grace", "2d"},
+                                                        {"--min-runtime", "400d"}}) {
+    RunResult bad = Run({"limits", "set", "--user", "a", flag, value});
+    EXPECT_EQ(bad.code, 2) << flag << " " << value;
+    EXPECT_NE(bad.err.find(flag + " " + value + ": a duration from 1s to "), std::string::npos)
+        << bad.err;
+  }
+  EXPECT_TRUE(Requests().empty());  // none of those reached the server
+  RunResult ok = Run({"limits", "set", "--user", "a", "--grace", "24h", "--min-runtime", "1s"});
+  EXPECT_EQ(ok.code, 0) << ok.err;
+  ASSERT_EQ(Requests().size(), 2u);
+  EXPECT_EQ(Json::parse(Requests()[1].body)["users"]["a"],
+            Json::parse(R"({"min_runtime_s": 1, "preempt_grace_s": 86400})"));
+}
+
+}  // namespace
+}  // namespace gpupool::cli
