@@ -407,9 +407,8 @@ class Controller {
   // The client's input, in order: item.seq must be the next one (a resent one is
   // ignored). ResourceExhausted while the command leaves 1 MiB of input unread.
   Status PushExecInput(int64_t exec_id, const Caller& caller, protocol::ExecInputItem item);
-  // What the session printed from the given offsets (bytes before them are dropped: the
-  // client has them), waiting up to wait_ms for news: output, the start (unless
-  // seen_started), the end.
+  // What the session printed from the given offsets (bytes before them are dropped: the client
+  // has them), waiting up to wait_ms for news: output, the start (unless seen_started), the end.
   Result<ExecStreamRead> ReadExecStream(int64_t exec_id, const Caller& caller,
                                         int64_t stdout_offset, int64_t stderr_offset,
                                         bool seen_started, int64_t wait_ms);
@@ -485,6 +484,8 @@ class Controller {
   };
   void WatchEnds() EXCLUDES(mu_);
   Ends TakeEnds() EXCLUDES(mu_);
+  // The projects of ended jobs the accounting read from the store: names AdmitProject knows.
+  void NoteListedProjects(const std::set<std::string>& names) EXCLUDES(mu_);
 
   // --- scheduling ---
   // One scheduling pass now (the loop calls this; tests call it directly).
@@ -721,10 +722,9 @@ class Controller {
   // is pending with its hold, or waits for GPUs: not when a limit or a gate keeps it.
   void BlockPreemptedWhilePreemptorsWait(std::map<int64_t, std::string>* waiting) const
       REQUIRES(mu_);
-  // The GPUs held for preemptors (preemption_holds.h), for a pass at `now_us`: first ends
-  // the holds whose preemptor no longer waits (started, held, cancelled, ended), that
-  // expired, or that name a node that is down or draining, and adds their preemptors to
-  // `ended` (for ForgetHolds).
+  // The GPUs held for preemptors (preemption_holds.h), for a pass at `now_us`: first ends the
+  // holds whose preemptor no longer waits (started, held, cancelled, ended), that expired, or
+  // that name a node that is down or draining, and adds their preemptors to `ended` (ForgetHolds).
   PreemptorHolds HoldsForPass(int64_t now_us, std::vector<int64_t>* ended) REQUIRES(mu_);
   // Deletes the ended holds from the store (before the pass that may preempt for the same
   // jobs again); a failed delete is logged, and the next controller to load the hold ends it again.
@@ -801,8 +801,8 @@ class Controller {
   std::map<int64_t, jobs::JobState> ended_states_ GUARDED_BY(mu_);
   std::map<int64_t, std::string> ended_names_ GUARDED_BY(mu_);
   RevisedLimits limits_ GUARDED_BY(mu_);  // and their revision in the store
-  // What AdmitProject's look-alike check reads: the projects of active_'s jobs since start, and
-  // the limits' entries (never shrinks, as PoolAccounting's totals by (user, project) do not).
+  // What AdmitProject's look-alike check reads: the projects of active_'s jobs since start, of
+  // ended ones (NoteListedProjects), the entries' (never shrinks, as PoolAccounting's do not).
   sched::ProjectNames listed_projects_ GUARDED_BY(mu_);
   // Submissions past the queue bounds' check, not yet in active_: per user, project, all.
   std::map<std::string, int64_t> submitting_ GUARDED_BY(mu_);

@@ -597,6 +597,11 @@ Result<RevisedLimits> Controller::SetLimits(Limits limits, const Caller& caller,
   return limits_;
 }
 
+void Controller::NoteListedProjects(const std::set<std::string>& names) {
+  MutexLock lock(mu_);
+  for (const std::string& name : names) listed_projects_.Add(name);
+}
+
 std::vector<int64_t> Controller::ArrayElements(int64_t array_id, int index) {
   MutexLock lock(mu_);
   std::vector<int64_t> out;
