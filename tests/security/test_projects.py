@@ -3,7 +3,9 @@
 unprivileged local user against a real `gpupool up --enforce-projects members` on a
 4-GPU fake node: `--project` was free text, so bob could charge alice's project (use up
 its limits, take its QoS) or a project no one made (under fair share by project, a fresh
-share). Every test asserts the refusal, its message, and that no job was stored.
+share). Every test asserts the refusal, its message, and that no job was stored. A second
+pool, under the default `enforce-projects none`, takes the look-alike names of projects
+that only jobs name.
 
 Usage: test_projects.py PATH_TO_GPUPOOL
 """
@@ -273,7 +275,8 @@ class LookAlikeProjectsWithoutEnforcementTest(unittest.TestCase):
         self.assertNotIn(look_alike, body["error"])
         self.assertEqual([j["project"] for j in e.jobs()], ["coco"])
         # A name of its own in one script is a name like any other.
-        st, body = e.submit(e.bob, {"command": ["true"], "project": "\u0437\u0440\u0435\u043d\u0438\u0435"})
+        own = "\u0437\u0440\u0435\u043d\u0438\u0435"
+        st, body = e.submit(e.bob, {"command": ["true"], "project": own})
         self.assertEqual(st, 201, body)
 
 
