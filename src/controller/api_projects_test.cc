@@ -241,6 +241,50 @@ TEST_F(ApiProjectsTest, ProjectNamesInTheLimitsArePrintableAndNotNone) {
   r = SetLimits(R"({"projects": {"team/vision": {"members": ["nobody"]}, "caf\u00e9": {},
                                  "\u0437\u0440\u0435\u043d\u0438\u0435": {}}})");
   EXPECT_EQ(r.status, 200) << r.body;
+  // A name in one script that prints like another entry's: all-Cyrillic "\u0441\u043e\u0441\u043e"
+  // lists like "coco"; other capitals too. Against the entries there and those it adds.
+  r = SetLimits(R"({"projects": {"coco": {"max_gpus": 4}}})");
+  ASSERT_EQ(r.status, 200) << r.body;
+  for (const std::string adds :
+       {R"("\u0441\u043e\u0441\u043e": {"max_gpus": 1})", R"("C0C0": {"max_gpus": 1})",
+        R"("apple": {"max_gpus": 1}, "\uff41pple": {"max_gpus": 1})"}) {
+    r = SetLimits(R"({"projects": {"coco": {"max_gpus": 4}, )" + adds + "}}");
+    EXPECT_EQ(r.status, 400) << adds;
+    EXPECT_EQ(Error(r).rfind("limits.projects: a new project name prints like that of another "
+                             "entry",
+                             0),
+              0u)
+        << r.body;
+    EXPECT_EQ(Error(r).find("\xd1\x81"), std::string::npos) << "the name is echoed: " << r.body;
+  }
+  EXPECT_EQ(controller_->GetLimits().limits.projects.size(), 1u);
+}
+
+// The red team, a later pass: under enforce-projects none, with no entries, nobody named
+// "\u0441\u043e\u0441\u043e" (all Cyrillic, so not of two scripts), which listed like root's
+// "coco" in the queue, usage and the dashboard. Refused once a job charges "coco" (also
+// after a restart, which loads it), whatever the enforcement; the name is not echoed.
+TEST_F(ApiProjectsTest, ANameThatPrintsLikeAJobsProjectIsRefusedWhateverTheEnforcement) {
+  Start(ProjectEnforcement::kNone);
+  const std::string cyrillic = R"(, "project": "\u0441\u043e\u0441\u043e")";
+  ASSERT_EQ(Submit(R"(, "project": "coco")", 0).status, 201);
+  for (int restart = 0; restart < 2; ++restart) {
+    for (const std::string& look_alike : {cyrillic, std::string(R"(, "project": "COCO")")}) {
+      net::HttpResponse r = Submit(look_alike);
+      EXPECT_EQ(r.status, 400) << r.body;
+      EXPECT_EQ(Error(r).rfind("project: the project name prints like that of another project", 0),
+                0u)
+          << r.body;
+      EXPECT_EQ(Error(r).find("\xd1\x81"), std::string::npos) << "the name is echoed";
+    }
+    EXPECT_EQ(Jobs(), 1u);
+    Start(ProjectEnforcement::kNone);
+  }
+  EXPECT_EQ(Submit(R"(, "project": "coco")").status, 201);  // the name itself
+  // An entry an admin made is usable.
+  ASSERT_EQ(SetLimits(R"({"projects": {"\u0441\u043e\u0441\u043e": {"max_gpus": 1}}})").status,
+            200);
+  EXPECT_EQ(Submit(cyrillic).status, 201);
 }
 
 // The red team: without enforcement (the default) a job's project was any text of up to

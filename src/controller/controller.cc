@@ -82,6 +82,8 @@ void Controller::Touched(int64_t id) {
   }
   const Job& job = it->second;
   if (job.state == JobState::kPending) CountQueued(job, +1);
+  // New to active_ (submitted, or loaded): its project lists from now on.
+  if (old == slim_.end()) listed_projects_.Add(jobs::AccountingProject(job));
   index_.Update(id, &job);
   // What planning needs, without command lines, variables or paths.
   auto slim = std::make_shared<Job>();
@@ -430,6 +432,7 @@ Status Controller::Load() {
     ++nodes_generation_;
   }
   GP_ASSIGN_OR_RETURN(limits_, internal::StoredLimits(limits));
+  listed_projects_.AddAll(limits_.limits);
   RestoreHolds(holds);
   spdlog::info("controller: loaded {} active jobs and {} nodes", active_.size(), nodes_.size());
   return Status::Ok();

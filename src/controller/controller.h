@@ -87,9 +87,8 @@ struct ControllerOptions {
   // that one pass plans them together; freed resources still trigger a pass at once.
   int64_t arrival_batch_us = 100'000;
   // At most this many jobs start in one scheduling pass (Slurm's sched_max_job_start;
-  // --max-starts-per-pass), so that the commit of one pass after a mass release holds the
-  // lock and the loop for a bounded time; a capped pass is followed by the next at once.
-  // 0 = no bound.
+  // --max-starts-per-pass; 0 = no bound), so that the commit of one pass after a mass release
+  // holds the lock and the loop for a bounded time; a capped pass is followed by the next at once.
   size_t max_starts_per_pass = 1000;
   int64_t cancel_grace_s = 10;
   // An interactive exec session whose client made no request for this long is hung up
@@ -407,9 +406,8 @@ class Controller {
   // The client's input, in order: item.seq must be the next one (a resent one is
   // ignored). ResourceExhausted while the command leaves 1 MiB of input unread.
   Status PushExecInput(int64_t exec_id, const Caller& caller, protocol::ExecInputItem item);
-  // What the session printed from the given offsets (bytes before them are dropped: the
-  // client has them), waiting up to wait_ms for news: output, the start (unless
-  // seen_started), the end.
+  // What the session printed from the given offsets (bytes before them are dropped: the client
+  // has them), waiting up to wait_ms for news: output, the start (unless seen_started), the end.
   Result<ExecStreamRead> ReadExecStream(int64_t exec_id, const Caller& caller,
                                         int64_t stdout_offset, int64_t stderr_offset,
                                         bool seen_started, int64_t wait_ms);
@@ -485,6 +483,8 @@ class Controller {
   };
   void WatchEnds() EXCLUDES(mu_);
   Ends TakeEnds() EXCLUDES(mu_);
+  // The projects of ended jobs the accounting read from the store: names AdmitProject knows.
+  void NoteListedProjects(const std::set<std::string>& names) EXCLUDES(mu_);
 
   // --- scheduling ---
   // One scheduling pass now (the loop calls this; tests call it directly).
@@ -655,19 +655,17 @@ class Controller {
   // Why no node of the pool could ever run `job` ("" when one could, or when there is no
   // node yet), on fit_check_, built again first if the nodes changed since. mu_ held.
   std::string NeverFitsLocked(const jobs::Job& job) REQUIRES(mu_);
-  // NotFound or PermissionDenied naming the flag (--after-ok 12) when a dependency of
-  // `job` names no job or another user's (an admin's may name any). Reads the store: call
-  // without mu_.
+  // NotFound or PermissionDenied naming the flag (--after-ok 12) when a dependency of `job`
+  // names no job or another user's (an admin's may name any). Reads the store: without mu_.
   Status CheckDependencies(const jobs::Job& job, const Caller& caller) EXCLUDES(mu_);
   // The job an earlier submission with `job`'s user and submit_key made, if any (then
   // *duplicate is set). Reads the store: call without mu_.
   Result<std::optional<jobs::Job>> EarlierSubmission(const jobs::Job& job, bool* duplicate)
       EXCLUDES(mu_);
   // One job per index of `spec` (job.array parsed), stored in one transaction (all or
-  // none); returns the first element, whose id is the array's. Each element that lands in active_
-  // takes one of
-  // `*reserved` (its user's, counted in submitting_) into the queued counts; the first
-  // takes `*reserved_bytes` (the submission's, counted once for all the elements).
+  // none); returns the first element, whose id is the array's. Each element that lands in
+  // active_ takes one of `*reserved` (its user's, counted in submitting_) into the queued counts;
+  // the first takes `*reserved_bytes` (the submission's, counted once for all the elements).
   Result<jobs::Job> SubmitArray(jobs::Job job, const jobs::ArraySpec& spec, int64_t* reserved,
                                 int64_t* reserved_bytes) EXCLUDES(mu_);
   // Gives back `n` jobs and `bytes` reserved in submitting_* by a submission. mu_ held.
@@ -723,10 +721,9 @@ class Controller {
   // is pending with its hold, or waits for GPUs: not when a limit or a gate keeps it.
   void BlockPreemptedWhilePreemptorsWait(std::map<int64_t, std::string>* waiting) const
       REQUIRES(mu_);
-  // The GPUs held for preemptors (preemption_holds.h), for a pass at `now_us`: first ends
-  // the holds whose preemptor no longer waits (started, held, cancelled, ended), that
-  // expired, or that name a node that is down or draining, and adds their preemptors to
-  // `ended` (for ForgetHolds).
+  // The GPUs held for preemptors (preemption_holds.h), for a pass at `now_us`: first ends the
+  // holds whose preemptor no longer waits (started, held, cancelled, ended), that expired, or
+  // that name a node that is down or draining, and adds their preemptors to `ended` (ForgetHolds).
   PreemptorHolds HoldsForPass(int64_t now_us, std::vector<int64_t>* ended) REQUIRES(mu_);
   // Deletes the ended holds from the store (before the pass that may preempt for the same
   // jobs again); a failed delete is logged, and the next controller to load the hold ends it again.
@@ -803,6 +800,9 @@ class Controller {
   std::map<int64_t, jobs::JobState> ended_states_ GUARDED_BY(mu_);
   std::map<int64_t, std::string> ended_names_ GUARDED_BY(mu_);
   RevisedLimits limits_ GUARDED_BY(mu_);  // and their revision in the store
+  // What AdmitProject's look-alike check reads: the projects of active_'s jobs since start, of
+  // ended ones (NoteListedProjects), the entries' (never shrinks, as PoolAccounting's do not).
+  sched::ProjectNames listed_projects_ GUARDED_BY(mu_);
   // Submissions past the queue bounds' check, not yet in active_: per user, project, all.
   std::map<std::string, int64_t> submitting_ GUARDED_BY(mu_);
   std::map<std::string, int64_t> submitting_project_ GUARDED_BY(mu_);

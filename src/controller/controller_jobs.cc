@@ -111,10 +111,11 @@ Result<Job> Controller::Submit(Job job, const Caller& caller, bool* duplicate) {
   }
   {
     // The project: the user's default if none is named, one they may charge (associations,
-    // project_access.h). Before the queue bounds (they count per project) and the bytes.
+    // project_access.h), not one that prints like another the pool lists. Before the queue
+    // bounds (they count per project) and the bytes.
     MutexLock lock(mu_);
-    GP_RETURN_IF_ERROR(
-        sched::AdmitProject(limits_.limits, options_.enforce_projects, job.user, &job.project));
+    GP_RETURN_IF_ERROR(sched::AdmitProject(limits_.limits, options_.enforce_projects, job.user,
+                                           &job.project, true, &listed_projects_));
   }
   const int64_t adding = array ? static_cast<int64_t>(array->indices.size()) : 1;
   // What its jobs hold of the controller's memory: one copy of the submission for all
@@ -537,6 +538,7 @@ Result<int64_t> Controller::FollowStoredLimits() {
         "answer was lost, or the database changed by hand): now the store's: {}",
         stored.revision, limits_.revision, DumpJson(LimitsToJson(stored.limits)));
     limits_ = std::move(stored);
+    listed_projects_.AddAll(limits_.limits);
     capacity_changed_ = true;  // raised limits may let jobs start
     WakeScheduler();
   }
@@ -587,11 +589,17 @@ Result<RevisedLimits> Controller::SetLimits(Limits limits, const Caller& caller,
   if (!revision.ok()) return revision.status();
   MutexLock lock(mu_);
   limits_ = {std::move(limits), *revision};
+  listed_projects_.AddAll(limits_.limits);
   spdlog::info("usage limits set by {} (revision {}): {}", caller.user, *revision,
                DumpJson(LimitsToJson(limits_.limits)));
   capacity_changed_ = true;  // raised limits may let jobs start
   WakeScheduler();
   return limits_;
+}
+
+void Controller::NoteListedProjects(const std::set<std::string>& names) {
+  MutexLock lock(mu_);
+  for (const std::string& name : names) listed_projects_.Add(name);
 }
 
 std::vector<int64_t> Controller::ArrayElements(int64_t array_id, int index) {

@@ -86,7 +86,12 @@ Status PoolAccounting::FoldEndedLocked(int64_t now_us, std::map<int64_t, Key>* k
     GP_ASSIGN_OR_RETURN(std::vector<jobs::Job> ended, store_->ListJobs(recent));
     ++store_reads_;
     read_store_ = false;
-    for (const jobs::Job& j : ended) CountEndedLocked(j, now_us, keys);
+    std::set<std::string> projects;  // after a restart, the controller knows none of them
+    for (const jobs::Job& j : ended) {
+      CountEndedLocked(j, now_us, keys);
+      projects.insert(jobs::AccountingProject(j));
+    }
+    controller_->NoteListedProjects(projects);
   }
   for (const jobs::Job& j : fed.jobs) CountEndedLocked(j, now_us, keys);
   read_until_us_ = now_us;

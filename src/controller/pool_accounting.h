@@ -14,7 +14,9 @@
 // that counted them, in the order counted, so that they expire without a walk. A run also takes the
 // used GPU-seconds the telemetry hub gathered since. Runs happen at each scrape and on the
 // service's own thread every kFoldPeriodUs of the injected clock, so the hub hands its
-// seconds over even when nobody scrapes.
+// seconds over even when nobody scrapes. The projects of the ended jobs a run reads from
+// the store go to the controller (NoteListedProjects), whose look-alike check of project
+// names (AdmitProject) then knows those that ended before it started.
 //
 // Thread-safe: one run at a time.
 #pragma once

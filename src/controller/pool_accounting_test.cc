@@ -122,5 +122,36 @@ TEST(PoolAccountingTest, FedRunsMakeTheTotalsOfAFullReadOverRandomSequences) {
   EXPECT_GE(totals.by_state.size(), 3u);  // several kinds of end
 }
 
+// Whole-script confusables after a restart: alice's jobs charged "coco" and ended; the
+// restarted controller loads active jobs only, so bob's all-Cyrillic "\u0441\u043e\u0441\u043e"
+// would list like hers. The accounting's first run reads the ended jobs from the store and
+// hands their projects to the controller, which then refuses the look-alike.
+TEST(PoolAccountingTest, TheProjectsOfJobsEndedBeforeARestartAreKnownAfterTheFirstRun) {
+  ManualClock clock{1'700'000'000'000'000};
+  std::unique_ptr<store::Store> store = store::OpenSqliteStore(":memory:").value();
+  const Caller alice{"alice", 1000, 1000, false};
+  const Caller bob{"bob", 1001, 1001, false};
+  Job job;
+  job.command = {"true"};
+  job.project = "coco";
+  {
+    std::unique_ptr<Controller> before = Controller::Create(store.get(), &clock, {}).value();
+    const Result<Job> submitted = before->Submit(job, alice);
+    ASSERT_TRUE(submitted.ok()) << submitted.status().ToString();
+    ASSERT_TRUE(before->Cancel(submitted->id, alice).ok());
+  }
+  std::unique_ptr<Controller> c = Controller::Create(store.get(), &clock, {}).value();
+  TelemetryService telemetry(c.get(), store.get(), &clock);
+  PoolAccounting accounting(c.get(), store.get(), &clock, &telemetry);
+  ASSERT_TRUE(accounting.Fold().ok());
+  job.project = "\xd1\x81\xd0\xbe\xd1\x81\xd0\xbe";  // сосо
+  const Result<Job> look_alike = c->Submit(job, bob);
+  ASSERT_FALSE(look_alike.ok());
+  EXPECT_EQ(look_alike.status().message().rfind("project: the project name prints like", 0), 0u)
+      << look_alike.status().ToString();
+  job.project = "coco";
+  EXPECT_TRUE(c->Submit(job, bob).ok());
+}
+
 }  // namespace
 }  // namespace gpupool::controller

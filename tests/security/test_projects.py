@@ -3,7 +3,9 @@
 unprivileged local user against a real `gpupool up --enforce-projects members` on a
 4-GPU fake node: `--project` was free text, so bob could charge alice's project (use up
 its limits, take its QoS) or a project no one made (under fair share by project, a fresh
-share). Every test asserts the refusal, its message, and that no job was stored.
+share). Every test asserts the refusal, its message, and that no job was stored. A second
+pool, under the default `enforce-projects none`, takes the look-alike names of projects
+that only jobs name.
 
 Usage: test_projects.py PATH_TO_GPUPOOL
 """
@@ -217,6 +219,65 @@ class ProjectsTest(unittest.TestCase):
         self.assertEqual(r.returncode, 2, r.stdout + r.stderr)
         self.assertIn("limits.projects.none: `gpupool limits set` reads 'none' as nothing",
                       r.stderr)
+
+    def test_bob_cannot_name_the_cyrillic_look_alike_of_a_project(self):
+        """Whole-script confusables: "\u0441\u043e\u0441\u043e" is all Cyrillic (so not of
+        two scripts) and listed like alice's "coco" in the queue, usage and the dashboard.
+        Refused (400, not echoed) before the membership check, and so is an entry of it."""
+        e = self.env
+        r = e.cli(None, "limits", "set", "--project", "coco", "--members", e.alice.name)
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        before = len(e.jobs())
+        look_alike = "\u0441\u043e\u0441\u043e"
+        for name in (look_alike, "C0C0"):
+            st, body = e.submit(e.bob, {"command": ["true"], "project": name})
+            self.assertEqual(st, 400, body)
+            self.assertTrue(body["error"].startswith(
+                "project: the project name prints like that of another project"), body)
+            self.assertNotIn(name, body["error"])
+        r = e.cli(e.bob, "submit", "--project", look_alike, "--", "true")
+        self.assertEqual(r.returncode, 2, r.stdout + r.stderr)
+        self.assertIn("prints like that of another project", r.stderr)
+        self.assertEqual(len(e.jobs()), before, "a job was created")
+        r = e.cli(None, "limits", "set", "--project", look_alike, "--members", e.bob.name)
+        self.assertEqual(r.returncode, 2, r.stdout + r.stderr)
+        self.assertIn("limits.projects: a new project name prints like that of another entry",
+                      r.stderr)
+        self.assertNotIn(look_alike, r.stderr)
+        st, limits, _ = e.api(e.bob, "GET", "/v1/limits")
+        self.assertNotIn(look_alike, limits["projects"])
+
+
+class LookAlikeProjectsWithoutEnforcementTest(unittest.TestCase):
+    """Under enforce-projects none (the default) with no entries: once alice's jobs charge
+    "coco", bob's all-Cyrillic "\u0441\u043e\u0441\u043e" is refused, as it would list with
+    hers in the queue, `usage --by project` and the dashboard though charged apart."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.env = seclib.Env()
+        cls.env.start()
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.env.stop()
+
+    def test_bob_cannot_name_the_look_alike_of_alices_project(self):
+        e = self.env
+        st, body = e.submit(e.alice, {"command": ["true"], "project": "coco"})
+        self.assertEqual(st, 201, body)
+        e.wait(body["job"]["id"], ("SUCCEEDED",))  # ended: still a project the pool lists
+        look_alike = "\u0441\u043e\u0441\u043e"
+        st, body = e.submit(e.bob, {"command": ["true"], "project": look_alike})
+        self.assertEqual(st, 400, body)
+        self.assertTrue(body["error"].startswith(
+            "project: the project name prints like that of another project"), body)
+        self.assertNotIn(look_alike, body["error"])
+        self.assertEqual([j["project"] for j in e.jobs()], ["coco"])
+        # A name of its own in one script is a name like any other.
+        own = "\u0437\u0440\u0435\u043d\u0438\u0435"
+        st, body = e.submit(e.bob, {"command": ["true"], "project": own})
+        self.assertEqual(st, 201, body)
 
 
 if __name__ == "__main__":

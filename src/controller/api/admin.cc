@@ -9,6 +9,7 @@
 #include "controller/limits.h"
 #include "controller/openapi_document.h"
 #include "controller/tokens.h"
+#include "sched/admission/project_names.h"
 
 namespace gpupool::controller::api {
 
@@ -138,8 +139,12 @@ Status CheckLimitUsers(const Limits& next, const Limits& current) {
 // (no control characters), is not "none" (which `gpupool limits set` reads as nothing:
 // `--members none`, `--default-project none`), and is not the login name of a user its
 // members leave out: that user's jobs without --project charge it (jobs::AccountingProject)
-// and AdmitProject lets them name it, whoever its members are.
+// and AdmitProject lets them name it, whoever its members are; nor does it print like
+// another entry's name (ConfusableSkeleton: all-Cyrillic "сосо" and "coco").
 Status CheckProjectNames(const Limits& next, const Limits& current) {
+  // The entries' names, before and after: a new one must not print like another.
+  sched::ProjectNames entries = sched::ProjectNames::Of(next);
+  entries.AddAll(current);
   for (const auto& [project, limit] : next.projects) {
     const Limit* was = current.ForProject(project);
     if (was == nullptr && (HasControlCharacter(project) || HasInvisibleCharacter(project) ||
@@ -157,6 +162,12 @@ Status CheckProjectNames(const Limits& next, const Limits& current) {
       return Status::InvalidArgument(
           "limits.projects: a project name mixes Latin, Greek or Cyrillic letters, which "
           "print alike (a Cyrillic i lists like a Latin one); write it in one script");
+    }
+    if (was == nullptr && entries.HasLookAlikeOf(project)) {
+      return Status::InvalidArgument(
+          "limits.projects: a new project name prints like that of another entry (look-alike "
+          "letters of another script, as a Cyrillic c and a Latin one, or other capitals); "
+          "change the entry that is there, or name the project otherwise");
     }
     if (was == nullptr && project == "none") {
       return Status::InvalidArgument(

@@ -1,5 +1,6 @@
 #include "sched/admission/project_access.h"
 
+#include "common/confusables.h"
 #include "common/strings.h"
 
 namespace gpupool::sched {
@@ -12,6 +13,15 @@ std::string YourProjects(const Limits& limits, const std::string& user) {
     if (entry.members.contains(user)) out += (out.empty() ? "" : ", ") + name;
   }
   return out.empty() ? "you are a member of no project" : "your projects: " + out;
+}
+
+// Whether a project entry other than `project` prints like it (the same skeleton).
+bool AnEntryLooksLike(const Limits& limits, const std::string& project) {
+  const std::string skeleton = ConfusableSkeleton(project);
+  for (const auto& [name, entry] : limits.projects) {
+    if (name != project && ConfusableSkeleton(name) == skeleton) return true;
+  }
+  return false;
 }
 
 bool HasDefaultProject(const Limits& limits, const std::string& user) {
@@ -44,7 +54,7 @@ std::string_view ProjectEnforcementName(ProjectEnforcement e) {
 }
 
 Status AdmitProject(const Limits& limits, ProjectEnforcement mode, const std::string& user,
-                    std::string* project, bool submitting) {
+                    std::string* project, bool submitting, const ProjectNames* listed) {
   if (project->empty()) {
     if (auto it = limits.users.find(user); it != limits.users.end()) {
       *project = it->second.default_project;
@@ -57,6 +67,17 @@ Status AdmitProject(const Limits& limits, ProjectEnforcement mode, const std::st
     return Status::InvalidArgument(
         "project: a project name mixes Latin, Greek or Cyrillic letters, which print alike "
         "(a Cyrillic i lists like a Latin one); write it in one script");
+  }
+  // Nor a name in one script that prints like another's (all-Cyrillic "сосо" and "coco"),
+  // nor another's in other capitals. One's own name charges one's own group anyway.
+  if (submitting && !project->empty() && *project != user &&
+      limits.ForProject(*project) == nullptr &&
+      (listed != nullptr ? listed->HasLookAlikeOf(*project) : AnEntryLooksLike(limits, *project))) {
+    return Status::InvalidArgument(
+        "project: the project name prints like that of another project (look-alike letters "
+        "of another script, as a Cyrillic c and a Latin one, or other capitals); name that "
+        "project as `gpupool limits` or `gpupool queue` spells it, or ask an admin to make "
+        "an entry for this one (`gpupool limits set --project`)");
   }
   if (mode == ProjectEnforcement::kNone) return Status::Ok();
   // A job without a project charges its user's name (jobs::AccountingProject).

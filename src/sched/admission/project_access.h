@@ -14,6 +14,7 @@
 
 #include "common/status.h"
 #include "sched/admission/limits.h"
+#include "sched/admission/project_names.h"
 
 namespace gpupool::sched {
 
@@ -41,8 +42,12 @@ std::string_view ProjectEnforcementName(ProjectEnforcement e);
 // PermissionDenied naming `project (--project)`, the project and the fix otherwise.
 // When `submitting`, whatever `mode`: InvalidArgument for a project with no entry whose
 // name mixes Latin, Greek or Cyrillic letters (MixesLookAlikeScripts), which lists like
-// another's.
+// another's; and, but for the user's own name, for one that prints like another name
+// (ConfusableSkeleton: all-Cyrillic "сосо" and "coco", "Vision" and "vision"): that of a
+// project entry, or one of `listed`, the names the pool lists (the controller's: its
+// jobs' projects and the entries' names). Without `listed`, the entries are walked.
 Status AdmitProject(const Limits& limits, ProjectEnforcement mode, const std::string& user,
-                    std::string* project, bool submitting = true);
+                    std::string* project, bool submitting = true,
+                    const ProjectNames* listed = nullptr);
 
 }  // namespace gpupool::sched

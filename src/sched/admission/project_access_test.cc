@@ -62,6 +62,41 @@ TEST(ProjectAccessTest, ANameMixingLookAlikeScriptsIsRefusedUnlessAnAdminMadeIt)
   EXPECT_EQ(Admit(l, ProjectEnforcement::kMembers, "bob", lookalike), "ok " + lookalike);
 }
 
+// The red team, a later pass: under "none" bob named "\u0441\u043e\u0441\u043e" (all
+// Cyrillic), which passes the mixed-script rule and lists like "coco" in the queue, usage
+// and the dashboard. Refused when it prints like an entry's name or a listed one (jobs'
+// projects), whatever the mode, unless an admin made an entry of that very name.
+TEST(ProjectAccessTest, ANameThatPrintsLikeAnothersIsRefusedUnlessAnAdminMadeIt) {
+  Limits l = VisionForAlice();
+  l.projects["coco"].max_gpus = 4;
+  const std::string cyrillic = "\xd1\x81\xd0\xbe\xd1\x81\xd0\xbe";  // сосо
+  for (ProjectEnforcement mode :
+       {ProjectEnforcement::kNone, ProjectEnforcement::kKnown, ProjectEnforcement::kMembers}) {
+    for (const std::string& name : {cyrillic, std::string("C0C0"), std::string("Vision")}) {
+      const std::string why = Admit(l, mode, "bob", name);
+      EXPECT_EQ(why.rfind("project: the project name prints like that of another project", 0), 0u)
+          << why;
+      EXPECT_NE(why.find("gpupool limits set --project"), std::string::npos) << why;
+      EXPECT_EQ(why.find(name), std::string::npos) << "the name is echoed";
+    }
+  }
+  EXPECT_EQ(Admit(l, ProjectEnforcement::kNone, "bob", "coco"), "ok coco");  // the entry itself
+  // The names a controller lists (its jobs' projects): "apple" has no entry.
+  ProjectNames listed = ProjectNames::Of(l);
+  listed.Add("apple");
+  std::string apple = "\xd0\xb0\xd1\x80\xd1\x80\xd3\x8f\xd0\xb5";  // аррӏе, all Cyrillic
+  Status s = AdmitProject(l, ProjectEnforcement::kNone, "bob", &apple, true, &listed);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << s.message();
+  std::string same = "apple";  // the listed name itself
+  EXPECT_TRUE(AdmitProject(l, ProjectEnforcement::kNone, "bob", &same, true, &listed).ok());
+  // One's own name is one's own group; queued before the rule, the gate does not hold it.
+  EXPECT_EQ(Admit(l, ProjectEnforcement::kNone, "C0C0", "C0C0"), "ok C0C0");
+  std::string queued = cyrillic;
+  EXPECT_TRUE(AdmitProject(l, ProjectEnforcement::kNone, "bob", &queued, false).ok());
+  l.projects[cyrillic].members = {"bob"};
+  EXPECT_EQ(Admit(l, ProjectEnforcement::kMembers, "bob", cyrillic), "ok " + cyrillic);
+}
+
 // Security: bob named alice's project to use its limits and share; under "members" only
 // its members may (admins too: AdmitProject knows no admins).
 TEST(ProjectAccessTest, AnotherTeamsProjectIsRefusedToNonMembers) {
