@@ -1,16 +1,16 @@
 #include "cli/daemon_commands.h"
 
+#include <pthread.h>
 #include <signal.h>
 #include <spdlog/spdlog.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <atomic>
-#include <chrono>
 #include <cstdlib>
 #include <iostream>
 #include <memory>
+#include <stop_token>
 #include <string>
 #include <thread>
 #include <vector>
@@ -36,17 +36,29 @@
 namespace gpupool::cli {
 namespace {
 
-std::atomic<bool> g_stop{false};
+// Ctrl-C and SIGTERM stop the daemons: the stop they wait on (Server::Wait,
+// NodeAgent::WaitEnded), requested by the thread that takes those signals.
+std::stop_source g_stop;
 
-void OnSignal(int) { g_stop = true; }
-
-void InstallSignalHandlers() {
-  struct sigaction sa {};
-  sa.sa_handler = OnSignal;
-  sigemptyset(&sa.sa_mask);
-  sigaction(SIGINT, &sa, nullptr);
-  sigaction(SIGTERM, &sa, nullptr);
+// SIGINT and SIGTERM are blocked in every thread and taken by one with sigwait: the main
+// thread blocks them before it starts any other (threads inherit its mask), so no
+// handler runs in the middle of anything and the waiters wake on the stop at once. Jobs
+// and every other child start from an empty mask (SpawnCommand sets it). Made once
+// per process, before the daemon's threads; its thread ends with the process.
+void StopOnSignals() {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGTERM);
+  ::pthread_sigmask(SIG_BLOCK, &set, nullptr);
   signal(SIGPIPE, SIG_IGN);
+  // Its own handle on the stop's state, which outlives g_stop at the process's exit.
+  std::thread([set, stop = g_stop]() mutable {
+    for (;;) {
+      int sig = 0;
+      if (::sigwait(&set, &sig) == 0) stop.request_stop();
+    }
+  }).detach();
 }
 
 // Files with job data (the store, job specs and logs) must be private: the daemons create
@@ -611,7 +623,7 @@ int RunUp(const ServerFlags& flags, const std::string& fake, const ContainerFlag
             << "  gpupool queue; gpupool logs 1\n"
             << "Stop with Ctrl-C; running jobs keep running and are picked up on restart.\n"
             << std::flush;
-  const Status waited = srv.Wait(g_stop);
+  const Status waited = srv.Wait(g_stop.get_token());
   std::cout << "gpupool: stopping (running jobs keep running and are picked up on restart)"
             << std::endl;
   // The agent first: its calls in flight (the long poll) are cut short at once, so
@@ -641,7 +653,7 @@ int RunServer(const ServerFlags& f) {
   std::cout << "\n";
   if (elected) std::cout << "  standby until it holds the lease (" << f.lease_ms << " ms)\n";
   std::cout << std::flush;
-  const Status waited = srv.Wait(g_stop);
+  const Status waited = srv.Wait(g_stop.get_token());
   srv.Stop();
   return waited.ok() ? 0 : Fail(waited);
 }
@@ -697,8 +709,7 @@ int RunAgent(const AgentFlags& af, bool token_flag) {
                     : "  " + node_agent.EnforcementSummary() + "\n")
             << std::flush;
   // A controller this agent cannot talk to ends it (its protocol is too far off).
-  while (!g_stop && !node_agent.ended())
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  (void)node_agent.WaitEnded(g_stop.get_token());
   if (Status ended = node_agent.Stop(); !ended.ok()) return Fail(ended);
   return 0;
 }
@@ -721,7 +732,7 @@ void RegisterUpCommand(CLI::App& app, CommandContext& ctx) {
   AddConfigFlag(up);
   up->callback([&ctx, up] {
     if (!ApplyConfigFile({"server", "agent"}, up, &ctx.exit_code)) return;
-    InstallSignalHandlers();
+    StopOnSignals();
     PrivateUmask();
     ctx.exit_code = RunUp(flags, fake, containers, telemetry_interval_s);
   });
@@ -749,7 +760,7 @@ void RegisterServerCommand(CLI::App& app, CommandContext& ctx) {
   AddConfigFlag(server);
   server->callback([&ctx, server] {
     if (!ApplyConfigFile({"server"}, server, &ctx.exit_code)) return;
-    InstallSignalHandlers();
+    StopOnSignals();
     PrivateUmask();
     ctx.exit_code = RunServer(flags);
   });
@@ -780,7 +791,7 @@ void RegisterAgentCommand(CLI::App& app, CommandContext& ctx) {
   cmd->callback([&ctx, cmd] {
     const bool token_flag = cmd->count("--token") > 0;  // GPUPOOL_TOKEN beats the file
     if (!ApplyConfigFile({"agent"}, cmd, &ctx.exit_code)) return;
-    InstallSignalHandlers();
+    StopOnSignals();
     PrivateUmask();
     ctx.exit_code = RunAgent(af, token_flag);
   });

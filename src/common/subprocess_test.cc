@@ -2,12 +2,14 @@
 
 #include <fcntl.h>
 #include <gtest/gtest.h>
+#include <pthread.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <csignal>
 #include <string>
+#include <vector>
 
 namespace gpupool {
 namespace {
@@ -160,6 +162,40 @@ TEST(SubprocessTest, RunAsSwitchesUserGroupsAndClosesDescriptors) {
   // 0, 1, 2 and the descriptor ls opens for /proc/self/fd.
   EXPECT_EQ(r->out, "65534\n65534\n65534 65533\n4\n");
   EXPECT_FALSE(SpawnCommand({"sh"}, o).ok());  // a path is required
+}
+
+// The daemons block SIGINT and SIGTERM in every thread (one thread takes them with
+// sigwait): a child, a job's supervisor and its job among them, starts from an empty
+// mask whichever way it is started, so SIGTERM still ends it (a child that kept the mask
+// would sleep its 5 s out and exit 0).
+TEST(SubprocessTest, AChildDoesNotInheritTheCallersBlockedSignals) {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGTERM);
+  sigset_t old;
+  ASSERT_EQ(::pthread_sigmask(SIG_BLOCK, &set, &old), 0);
+  std::vector<SpawnOptions> ways(1);  // posix_spawn
+  if (::geteuid() == 0) {             // fork, switch user, exec
+    ways.emplace_back().run_as = SpawnOptions::RunAs{65534, 65534, {}};
+  }
+  std::vector<int> statuses;
+  for (const SpawnOptions& o : ways) {
+    Result<pid_t> pid = SpawnCommand({"/bin/sleep", "5"}, o);
+    if (!pid.ok()) {
+      ADD_FAILURE() << pid.status().ToString();
+      continue;
+    }
+    EXPECT_EQ(::kill(*pid, SIGTERM), 0);
+    int status = 0;
+    EXPECT_EQ(::waitpid(*pid, &status, 0), *pid);
+    statuses.push_back(status);
+  }
+  ::pthread_sigmask(SIG_SETMASK, &old, nullptr);
+  ASSERT_EQ(statuses.size(), ways.size());
+  for (int status : statuses) {
+    EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGTERM) << "wait status " << status;
+  }
 }
 
 }  // namespace

@@ -190,6 +190,14 @@ size_t ConnectionTable::active_of(const std::string& peer) const {
   return it == peers_.end() ? 0 : it->second.active;
 }
 
+size_t ConnectionTable::busy() const {
+  size_t n = 0;
+  for (const auto& [id, c] : conns_) {
+    if (c.phase != Phase::kIdle && c.phase != Phase::kClosing) ++n;
+  }
+  return n;
+}
+
 std::optional<ConnectionTable::Phase> ConnectionTable::phase_of(Id id) const {
   auto it = conns_.find(id);
   if (it == conns_.end()) return std::nullopt;

@@ -102,6 +102,9 @@ class ConnectionTable {
   size_t pending_of(const std::string& peer) const;
   size_t active_of(const std::string& peer) const;
   std::optional<Phase> phase_of(Id id) const;
+  // Those with a request under way: its head or body arriving (a new connection's
+  // included), its handler running, its answer going out. Counts every connection.
+  size_t busy() const;
   const ConnectionLimits& limits() const { return limits_; }
 
  private:

@@ -4,13 +4,17 @@
 // Stop() with waiters pending answers them all and returns.
 #include <gtest/gtest.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <cstring>
 #include <filesystem>
+#include <future>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -258,6 +262,74 @@ TEST_F(DeferredTest, StopAnswersWaitersAndReturns) {
   }
   server_.reset();
   for (auto& out : kept) EXPECT_FALSE(out->Complete(Text("after the server")));
+}
+
+// A connection to the socket at `path`, or the connect's errno (negated).
+int Connect(const std::string& path) {
+  const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_un a{};
+  a.sun_family = AF_UNIX;
+  std::snprintf(a.sun_path, sizeof a.sun_path, "%s", path.c_str());
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
+    const int err = errno;
+    ::close(fd);
+    return -err;
+  }
+  return fd;
+}
+
+// Drain() with requests still on the listener (the only pool thread is held by a
+// handler, as a stopped process's are): it accepts them itself, then refuses new
+// connections, and returns once every request under way was answered, the waiter
+// included; their answers are in the clients' sockets by then.
+TEST_F(DeferredTest, DrainAnswersTheRequestsOnTheListenerAndTakesNoMore) {
+  std::mutex gate_mu;
+  std::condition_variable gate_cv;
+  bool open = false;
+  Start(/*pool_threads=*/1, [&](const std::shared_ptr<HttpResponder>&) {
+    std::unique_lock lock(gate_mu);
+    gate_cv.wait(lock, [&] { return open; });
+  });
+  const int waiter = SendGet(path_, "/poll?n=0");
+  ASSERT_GE(waiter, 0);
+  ASSERT_TRUE(WaitFor([&] { return filed_ == 1; }));  // the pool thread is held from here
+  constexpr int kQueued = 5;
+  std::vector<int> queued;
+  for (int i = 0; i < kQueued; ++i) queued.push_back(SendGet(path_, "/quick"));
+  for (int fd : queued) ASSERT_GE(fd, 0);
+  std::future<bool> drained =
+      std::async(std::launch::async, [this] { return server_->Drain(10'000); });
+  // The listener refuses connections once Drain took those waiting on it; each try that
+  // is not refused is closed at once (no event tells of the refusal: the try is it).
+  int refused = 0;
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (refused == 0 && std::chrono::steady_clock::now() < give_up) {
+    const int fd = Connect(path_);
+    if (fd < 0) refused = -fd;
+    if (fd >= 0) ::close(fd);
+    std::this_thread::yield();
+  }
+  EXPECT_EQ(refused, ECONNREFUSED) << std::strerror(refused);
+  EXPECT_EQ(drained.wait_for(std::chrono::seconds(0)), std::future_status::timeout)
+      << "Drain returned with requests under way";
+  {
+    std::lock_guard lock(gate_mu);
+    open = true;
+    gate_cv.notify_all();
+  }
+  std::shared_ptr<HttpResponder> out = Take(0);
+  ASSERT_NE(out, nullptr);
+  EXPECT_TRUE(out->Complete(Text("zero")));
+  ASSERT_EQ(drained.wait_for(std::chrono::seconds(20)), std::future_status::ready);
+  EXPECT_TRUE(drained.get());
+  for (int fd : queued) {
+    char buf[256] = {};
+    const ssize_t n = ::recv(fd, buf, sizeof buf - 1, MSG_DONTWAIT);
+    EXPECT_GT(n, 0) << "a queued request was not answered before Drain returned";
+    EXPECT_EQ(std::string(buf).rfind("HTTP/1.1 200", 0), 0u) << buf;
+    ::close(fd);
+  }
+  EXPECT_EQ(BodyOf(ReadAll(waiter)), "zero");
 }
 
 }  // namespace

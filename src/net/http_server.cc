@@ -1,6 +1,7 @@
 #include "net/http_server.h"
 
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <microhttpd.h>
 #include <netinet/in.h>
 #include <sys/resource.h>
@@ -24,6 +25,7 @@
 #include "common/clock.h"
 #include "common/strings.h"
 #include "net/hangup_watch.h"
+#include "net/listen_socket.h"
 #include "net/local_peer.h"
 #include "net/request_framing.h"
 #include "net/worker_pool.h"
@@ -41,8 +43,6 @@ struct PendingRequest {
   bool suspended = false;  // counted in suspended_ and listed in deferred_ (guarded by mu_)
   std::shared_ptr<Deferred> deferred;  // the handler's answer to come (once it ran)
 };
-
-std::string Errno(const char* what) { return std::string(what) + ": " + std::strerror(errno); }
 
 // Per-connection state for its whole life (libmicrohttpd's socket context): who is at
 // the other end, and its entry in the ConnectionTable.
@@ -76,89 +76,6 @@ std::string RawAnswer(int status, const char* reason, const std::string& message
   return "HTTP/1.1 " + std::to_string(status) + " " + reason +
          "\r\nContent-Type: application/json\r\nConnection: close\r\nContent-Length: " +
          std::to_string(body.size()) + "\r\n\r\n" + body;
-}
-
-}  // namespace
-
-Result<uint64_t> RaiseOpenFilesLimit() {
-  struct rlimit rl {};
-  if (getrlimit(RLIMIT_NOFILE, &rl) != 0) return Status::Internal(Errno("getrlimit(NOFILE)"));
-  if (rl.rlim_cur != rl.rlim_max) {
-    struct rlimit raised = rl;
-    raised.rlim_cur = rl.rlim_max;
-    if (setrlimit(RLIMIT_NOFILE, &raised) != 0) {
-      return Status::Unavailable(Errno("setrlimit(NOFILE)"));
-    }
-    rl = raised;
-  }
-  return rl.rlim_cur == RLIM_INFINITY ? std::numeric_limits<uint64_t>::max()
-                                      : static_cast<uint64_t>(rl.rlim_cur);
-}
-
-namespace {
-
-Result<int> ListenUnix(const std::string& path, int mode) {
-  sockaddr_un addr{};
-  if (path.size() >= sizeof(addr.sun_path)) {
-    return Status::InvalidArgument("socket path '" + path + "' is longer than " +
-                                   std::to_string(sizeof(addr.sun_path) - 1) +
-                                   " bytes: choose a shorter --state-dir");
-  }
-  const int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) return Status::Unavailable(Errno("socket(AF_UNIX)"));
-  // A socket file left by a crashed server is stale only if nobody answers on it.
-  {
-    addr.sun_family = AF_UNIX;
-    std::memcpy(addr.sun_path, path.c_str(), path.size() + 1);
-    const int probe = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (probe >= 0) {
-      const bool live = connect(probe, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0;
-      close(probe);
-      if (live) {
-        close(fd);
-        return Status::AlreadyExists("another gpupool server is listening on '" + path +
-                                     "': stop it first or use another --state-dir");
-      }
-    }
-    unlink(path.c_str());
-  }
-  if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
-    Status s = Status::Unavailable(Errno(("bind '" + path + "'").c_str()));
-    close(fd);
-    return s;
-  }
-  chmod(path.c_str(), static_cast<mode_t>(mode));
-  if (listen(fd, SOMAXCONN) != 0) {  // room for a burst of connections beside a flood
-    Status s = Status::Unavailable(Errno("listen"));
-    close(fd);
-    return s;
-  }
-  return fd;
-}
-
-Result<int> ListenTcp(const std::string& host, int port) {
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<uint16_t>(port));
-  if (inet_pton(AF_INET, host.c_str(), &addr.sin_addr) != 1) {
-    return Status::InvalidArgument("listen address '" + host + "' is not an IPv4 address");
-  }
-  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) return Status::Unavailable(Errno("socket(AF_INET)"));
-  const int one = 1;
-  setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-  if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
-    Status s = Status::Unavailable(Errno(("bind " + host + ":" + std::to_string(port)).c_str()) +
-                                   ": pick another --port");
-    close(fd);
-    return s;
-  }
-  if (listen(fd, SOMAXCONN) != 0) {  // room for a burst of connections beside a flood
-    Status s = Status::Unavailable(Errno("listen"));
-    close(fd);
-    return s;
-  }
-  return fd;
 }
 
 class MhdServer;
@@ -271,6 +188,20 @@ class MhdServer final : public HttpServer {
 
   int tcp_port() const override { return tcp_port_; }
 
+  bool Drain(int timeout_ms) override {
+    const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+    {
+      std::lock_guard lock(conn_mu_);
+      draining_ = true;
+    }
+    for (MHD_Daemon* d : {unix_daemon_, tcp_daemon_}) {
+      if (d != nullptr) TakeWaiting(d);
+    }
+    std::unique_lock lock(conn_mu_);
+    return drain_cv_.wait_until(lock, until,
+                                [this] { return adopting_.empty() && table_.busy() == 0; });
+  }
+
   void Stop() override {
     // MHD must not be stopped with suspended connections (it aborts the process): from
     // now on no request is suspended (one that would be is answered 503 at once: an
@@ -309,6 +240,8 @@ class MhdServer final : public HttpServer {
       MHD_stop_daemon(tcp_daemon_);
       tcp_daemon_ = nullptr;
     }
+    for (int fd : quiesced_) close(fd);  // the listeners Drain took, once MHD is done
+    quiesced_.clear();
     {
       std::lock_guard lock(conn_mu_);
       reaper_stop_ = true;
@@ -408,6 +341,38 @@ class MhdServer final : public HttpServer {
         &MhdServer::OnConnection, &ctx, MHD_OPTION_END);
   }
 
+  // Drain: libmicrohttpd accepts no more on `d`'s listener; the connections waiting
+  // there are accepted here and handed to it (their requests are answered as any other's);
+  // then the listener refuses new ones (a client tries another controller at once).
+  void TakeWaiting(MHD_Daemon* d) {
+    const MHD_socket fd = MHD_quiesce_daemon(d);
+    if (fd == MHD_INVALID_SOCKET) return;
+    quiesced_.push_back(fd);
+    (void)fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
+    for (;;) {
+      sockaddr_storage addr{};
+      socklen_t len = sizeof addr;
+      const int c =
+          accept4(fd, reinterpret_cast<sockaddr*>(&addr), &len, SOCK_NONBLOCK | SOCK_CLOEXEC);
+      if (c < 0 && errno == EINTR) continue;
+      if (c < 0) break;  // none left (EAGAIN), or no room for another descriptor
+      {
+        std::lock_guard lock(conn_mu_);
+        adopting_.insert(c);  // until OnConnection has it in the table
+      }
+      if (MHD_add_connection(d, c, reinterpret_cast<sockaddr*>(&addr), len) != MHD_YES) {
+        std::lock_guard lock(conn_mu_);
+        adopting_.erase(c);  // closed by libmicrohttpd
+      }
+    }
+    shutdown(fd, SHUT_RDWR);
+  }
+
+  // A connection's request is over, or it is gone: Drain may be done (conn_mu_ held).
+  void ChangedLocked() {
+    if (draining_) drain_cv_.notify_all();
+  }
+
   // --- connections: the table, and closing what it says -----------------------------
 
   static ConnInfo* InfoOf(MHD_Connection* conn) {
@@ -429,6 +394,7 @@ class MhdServer final : public HttpServer {
         std::lock_guard lock(self->conn_mu_);
         self->table_.Closed(info->id);
         self->fds_.erase(info->id);
+        self->ChangedLocked();
       }
       delete info;
       *socket_context = nullptr;
@@ -479,6 +445,7 @@ class MhdServer final : public HttpServer {
     }
     std::lock_guard lock(self->conn_mu_);
     info->id = ++self->next_id_;
+    if (self->adopting_.erase(fd) > 0) self->ChangedLocked();
     std::vector<ConnectionTable::Close> close;
     const bool admitted = self->table_.Open(
         info->id, peer, ctx->is_unix || local_uid ? self->uid_caps_ : self->address_caps_,
@@ -601,6 +568,7 @@ class MhdServer final : public HttpServer {
       self->table_.RequestDone(info->id, NowUs(), &close);
       for (const auto& c : close) self->CloseLocked(c);
       self->PokeLocked();
+      self->ChangedLocked();
     }
   }
 
@@ -844,7 +812,11 @@ class MhdServer final : public HttpServer {
   PeerCaps uid_caps_;
   PeerCaps address_caps_;
   std::set<uid_t> reserved_uids_;
-  std::thread reaper_;  // closes connections past their deadline
+  std::thread reaper_;                // closes connections past their deadline
+  bool draining_ = false;             // Drain began
+  std::condition_variable drain_cv_;  // Drain waits on it for the requests under way
+  std::set<int> adopting_;            // descriptors Drain gave libmicrohttpd, not yet opened
+  std::vector<int> quiesced_;         // the listeners Drain took from libmicrohttpd
   std::condition_variable reaper_cv_;
   int64_t reaper_wake_ = std::numeric_limits<int64_t>::max();
   bool reaper_stop_ = false;

@@ -117,6 +117,13 @@ class HttpServer {
   virtual ~HttpServer() = default;
   // The TCP port actually bound (useful with tcp_port = 0), or 0 without TCP.
   virtual int tcp_port() const = 0;
+  // Answers what reached the server and takes nothing more, for a process about to exit
+  // (a controller that lost its lease): libmicrohttpd stops accepting, the connections
+  // waiting on the listeners are accepted and served, the listeners then refuse new ones,
+  // and this waits, up to `timeout_ms`, until no connection has a request under way (its
+  // head arriving, its handler running or its answer awaited, its answer going out).
+  // Returns whether none had in time. Any thread, once; Stop() still stops afterwards.
+  virtual bool Drain(int timeout_ms) = 0;
   virtual void Stop() = 0;
 };
 

@@ -147,10 +147,18 @@ Status Leadership::KeepLease(const std::atomic<bool>& stop) {
         (failed.empty() ? "this controller was paused or its host suspended past it" : failed));
   };
   while (WaitUnlessStopped(wait_ms, stop)) {
+    // The deadline before any call to the database: a keeper woken past the lease (a
+    // suspended host, SIGSTOP) gives it up at once, rather than first wait on a
+    // connection the pause may have left dead (the heartbeat's, the renewal's).
+    if (clock_->BootMicros() >= good_until_us) {
+      sure_until_us_ = 0;
+      return lost();
+    }
     Heartbeat();
     const int64_t started = clock_->BootMicros();
     // A renewal waits for the lease row's lock no longer than the lease surely lasts, so
-    // that a leader never goes on past it waiting for an answer.
+    // that a leader never goes on past it waiting for an answer (the heartbeat may have
+    // taken some of it).
     const int64_t left_ms = (good_until_us - started) / 1000;
     if (left_ms <= 0) {
       sure_until_us_ = 0;
@@ -190,6 +198,8 @@ void Leadership::Release() {
         s.message());
   }
 }
+
+void Leadership::Lapse() { sure_until_us_ = 0; }
 
 bool Leadership::SurelyLeads() const {
   const int64_t until = sure_until_us_.load();

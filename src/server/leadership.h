@@ -63,6 +63,9 @@ class Leadership {
 
   // Gives the lease up (a clean stop), so that a standby takes over at once.
   void Release();
+  // Stops trusting the lease without a word to the database (the leader lost it: a fenced
+  // write found another epoch): SurelyLeads() is false from now on. Any thread.
+  void Lapse();
 
   // Whether this controller surely holds the lease now: it took or last renewed it less
   // than nine tenths of lease_ms ago, by the clock's boot time (Clock::BootMicros, which

@@ -346,6 +346,92 @@ TEST(LeadershipTest, AKeeperWokenPastItsLeaseGivesItUpWhenItsWaitEnds) {
   EXPECT_FALSE(lead.SurelyLeads());
 }
 
+// A lease store whose connection died while the controller was paused: once Kill()ed,
+// every call (the heartbeat, a renewal) blocks until Revive(), as one on a dead
+// connection waits for the kernel's timeouts. It counts the calls made.
+class DeadConnectionLeaseStore final : public QuietLeaseStore {
+ public:
+  Result<store::Lease> TryAcquire(const std::string& holder, const std::string& address,
+                                  int64_t ttl_ms) override {
+    return store::Lease{holder, address, 1, ttl_ms};
+  }
+  Result<store::Lease> Renew(const std::string& holder, int64_t epoch, int64_t ttl_ms,
+                             int64_t) override {
+    Call();
+    return store::Lease{holder, "", epoch, ttl_ms};
+  }
+  Status Heartbeat(const std::string&, const std::string&) override {
+    Call();
+    return Status::Ok();
+  }
+
+  void Kill() {
+    std::lock_guard lock(mu_);
+    dead_ = true;
+  }
+  void Revive() {
+    std::lock_guard lock(mu_);
+    dead_ = false;
+    cv_.notify_all();
+  }
+  int calls() {
+    std::lock_guard lock(mu_);
+    return calls_;
+  }
+
+ private:
+  void Call() {
+    std::unique_lock lock(mu_);
+    ++calls_;
+    cv_.wait(lock, [this] { return !dead_; });
+  }
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool dead_ = false;
+  int calls_ = 0;
+};
+
+// A keeper woken long past its lease (the process was stopped for five leases: every
+// clock moved) gives the lease up before it calls the database: its heartbeat, due
+// again by then, would first block on the connection the pause left dead.
+TEST(LeadershipTest, AKeeperWokenPastItsLeaseCallsNoDatabaseFirst) {
+  ManualClock clock(kT0);
+  DeadConnectionLeaseStore leases;
+  Leadership lead(&leases, {.id = "a", .address = "http://a:8421", .lease_ms = 1000}, &clock);
+  ASSERT_TRUE(lead.TryLead().ok());
+  const int calls = leases.calls();  // the heartbeat and the lease taken
+  std::atomic<bool> stop = false;
+  std::promise<Status> kept;
+  std::future<Status> done = kept.get_future();
+  std::thread keeper([&] { kept.set_value(lead.KeepLease(stop)); });
+  const bool waited = clock.WaitForWaiters(1);  // the keeper waits for its first renewal
+  leases.Kill();
+  clock.AdvanceMicros(5'000'000);  // SIGSTOP for five leases, then SIGCONT
+  const bool returned = done.wait_for(std::chrono::seconds(10)) == std::future_status::ready;
+  stop = true;
+  leases.Revive();  // lets a keeper blocked on the dead connection go, to join it
+  lead.Interrupt();
+  keeper.join();
+  EXPECT_TRUE(waited) << "the keeper's wait is not the clock's";
+  ASSERT_TRUE(returned) << "the keeper called the database before it looked at its deadline";
+  const Status why = done.get();
+  EXPECT_EQ(why.code(), StatusCode::kUnavailable) << why.ToString();
+  EXPECT_EQ(leases.calls(), calls);
+  EXPECT_FALSE(lead.SurelyLeads());
+}
+
+// A fenced write that found another epoch: the leader stops trusting its lease at once.
+TEST(LeadershipTest, ALapsedLeaderIsNoLongerSureOfItsLease) {
+  ManualClock clock(kT0);
+  CountingLeaseStore leases;
+  Leadership lead(&leases, {.id = "a", .address = "http://a:8421", .lease_ms = 1000}, &clock);
+  ASSERT_TRUE(lead.TryLead().ok());
+  EXPECT_TRUE(lead.SurelyLeads());
+  lead.Lapse();
+  EXPECT_FALSE(lead.SurelyLeads());
+}
+
 // A standby's wait between looks at the lease is the clock's: it moves only when the
 // clock does (50 ms here), and a stop ends it at once, with the clock standing still.
 TEST(LeadershipTest, AStandbysWaitMovesWithTheClockAndEndsAtAStop) {

@@ -5,7 +5,6 @@
 #include <unistd.h>
 
 #include <cerrno>
-#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -26,16 +25,8 @@ namespace fs = std::filesystem;
 // Exit status of a controller that lost the leadership (EX_TEMPFAIL): its unit starts it
 // again, as a standby.
 constexpr int kExitLostLeadership = 75;
-
-[[noreturn]] void ExitLostLeadership(const Status& why) {
-  spdlog::critical(
-      "leadership lost, exiting so that this controller starts again as a "
-      "standby: {}",
-      why.message());
-  spdlog::default_logger()->flush();
-  std::cerr << "gpupool: leadership lost: " << why.message() << std::endl;
-  std::_Exit(kExitLostLeadership);
-}
+// How long such a controller lets its listeners answer what reached them before it exits.
+constexpr int kLostLeadershipDrainMs = 1000;
 
 // Files with job data (the store, job specs and logs) must be private: the daemons create
 // everything with umask 077, and the state directory is made 0711 so that users reach
@@ -86,6 +77,33 @@ Server::Server(ServerOptions options)
     : options_(std::move(options)), socket_path_(options_.state_dir + "/gpupool.sock") {}
 
 Server::~Server() { Stop(); }
+
+// The requests that reached the listeners (accepted, or waiting to be: those sent while
+// this process was stopped) are answered first, as a controller without a sure lease
+// answers (the lapsed 503, ServeWhileLeading), not lost with the process: clients learn
+// at once to go to another controller. Bounded: a long poll does not hold the exit.
+void Server::ExitLostLeadership(const Status& why) {
+  // One exit: a second caller (the keeper and a fenced write at once) waits for it.
+  static std::once_flag once;
+  std::call_once(once, [&] {
+    spdlog::critical(
+        "leadership lost, exiting so that this controller starts again as a "
+        "standby: {}",
+        why.message());
+    if (lead_ != nullptr) lead_->Lapse();  // a fenced write's news: answer nothing more
+    {
+      std::lock_guard lock(http_mu_);
+      if (http_ != nullptr && !http_stopped_ && !http_->Drain(kLostLeadershipDrainMs)) {
+        spdlog::warn("requests still under way after {} ms are cut off by the exit",
+                     kLostLeadershipDrainMs);
+      }
+    }
+    spdlog::default_logger()->flush();
+    std::cerr << "gpupool: leadership lost: " << why.message() << std::endl;
+    std::_Exit(kExitLostLeadership);
+  });
+  std::_Exit(kExitLostLeadership);  // not reached: the first caller exits
+}
 
 Status Server::OpenStore() {
   GP_RETURN_IF_ERROR(PrepareStateDir(options_.state_dir));
@@ -149,7 +167,10 @@ Status Server::StartListening(net::HttpAsyncHandler handler) {
   auto classifier =
       std::make_shared<controller::ConnectionClassifier>(store_.get(), SystemClock::Get());
   ho.classify = [classifier](const net::HttpRequest& head) { return classifier->Classify(head); };
-  GP_ASSIGN_OR_RETURN(http_, net::StartHttpServer(ho, std::move(handler)));
+  GP_ASSIGN_OR_RETURN(std::unique_ptr<net::HttpServer> http,
+                      net::StartHttpServer(ho, std::move(handler)));
+  std::lock_guard lock(http_mu_);  // a keeper losing the lease drains it
+  http_ = std::move(http);
   return Status::Ok();
 }
 
@@ -182,7 +203,7 @@ Status Server::TakeLeaseOnce() {
         "(several share a store, one leads) and agents instead, or give up a store of its "
         "own");
   }
-  store_->SetFence(*epoch, [](const Status& why) { ExitLostLeadership(why); });
+  store_->SetFence(*epoch, [this](const Status& why) { ExitLostLeadership(why); });
   Leadership* lead = lead_.get();
   lease_thread_ = std::thread([lead, this] {
     if (Status kept = lead->KeepLease(keeper_stop_); !kept.ok()) ExitLostLeadership(kept);
@@ -225,7 +246,7 @@ void Server::LeadWhenElected() {
   std::optional<int64_t> epoch = lead_->WaitToLead(stop_);
   if (!epoch) return;
   // From here every write checks the epoch; one refused means another leads.
-  store_->SetFence(*epoch, [](const Status& why) { ExitLostLeadership(why); });
+  store_->SetFence(*epoch, [this](const Status& why) { ExitLostLeadership(why); });
   // The lease is renewed from the moment it is taken until this controller has stopped
   // using the store: loading a large pool's state may take longer than the lease, which
   // must not run out meanwhile, nor during a stop that comes while it loads. Until the
@@ -233,7 +254,7 @@ void Server::LeadWhenElected() {
   // exits the process when the lease is lost.
   Leadership* lead = lead_.get();
   std::atomic<bool> done{false};  // ends the keeper
-  std::thread keeper([lead, &done] {
+  std::thread keeper([this, lead, &done] {
     if (Status kept = lead->KeepLease(done); !kept.ok()) ExitLostLeadership(kept);
   });
   const Status loaded = CreateController();
@@ -254,6 +275,7 @@ void Server::LeadWhenElected() {
   if (!loaded.ok()) {
     std::lock_guard lock(failed_mu_);
     failed_ = loaded;
+    failed_cv_.notify_all();  // Wait returns it
   }
 }
 
@@ -277,15 +299,11 @@ Status Server::Start() {
   return Status::Ok();
 }
 
-Status Server::Wait(const std::atomic<bool>& stop) {
-  while (!stop) {
-    {
-      std::lock_guard lock(failed_mu_);
-      if (!failed_.ok()) return failed_;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  }
-  return Status::Ok();
+Status Server::Wait(std::stop_token stop) {
+  std::unique_lock lock(failed_mu_);
+  // A stop request wakes the wait at once (the token notifies failed_cv_), as a failure does.
+  if (!failed_cv_.wait(lock, stop, [this] { return !failed_.ok(); })) return Status::Ok();
+  return failed_;
 }
 
 void Server::Stop() {
@@ -300,6 +318,10 @@ void Server::Stop() {
   } else {
     if (api_) api_->Stop();
     if (controller_) controller_->Stop();
+  }
+  {
+    std::lock_guard lock(http_mu_);  // a drain under way ends with the process
+    http_stopped_ = true;
   }
   if (http_) http_->Stop();
   // `up`'s keeper gives the lease up last, once nothing here writes.

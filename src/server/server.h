@@ -17,10 +17,12 @@
 #pragma once
 
 #include <atomic>
+#include <condition_variable>
 #include <cstdint>
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <stop_token>
 #include <string>
 #include <thread>
 #include <vector>
@@ -77,9 +79,9 @@ class Server {
   // (Unavailable, FailedPrecondition), bad options (InvalidArgument), a lease held by
   // another controller under kTakeOnce (FailedPrecondition), a listener that cannot bind.
   Status Start();
-  // Blocks until `stop` is set (Ok) or the server failed on its own (a standby that won
-  // the lease but could not load the state: that error).
-  Status Wait(const std::atomic<bool>& stop);
+  // Blocks until `stop` is requested (Ok) or the server failed on its own (a standby that
+  // won the lease but could not load the state: that error); wakes at either, no polling.
+  Status Wait(std::stop_token stop);
   // Ends waits in the API, stops the controller and the listeners, and gives a held lease
   // up. Idempotent.
   void Stop();
@@ -100,6 +102,9 @@ class Server {
   Status StartStandby();
   void LeadWhenElected();  // the standby's lease thread
   std::string AdvertisedAddress(int tcp_port) const;
+  // Lets the listeners answer what reached them (at most 1 s, net::HttpServer::Drain),
+  // then exits the process with 75. Any thread; the first caller exits.
+  [[noreturn]] void ExitLostLeadership(const Status& why);
 
   ServerOptions options_;
   std::string socket_path_;
@@ -108,7 +113,8 @@ class Server {
   std::atomic<bool> stop_{false};
   bool stopped_ = false;
   std::mutex failed_mu_;
-  Status failed_;  // guarded by failed_mu_
+  std::condition_variable_any failed_cv_;  // Wait's: failed_ was set, or stop requested
+  Status failed_;                          // guarded by failed_mu_
 
   std::unique_ptr<store::LeaseStore> leases_;
   std::unique_ptr<Leadership> lead_;
@@ -120,6 +126,8 @@ class Server {
   std::unique_ptr<controller::EnvInspector> inspector_;  // images inspected at submit
   std::unique_ptr<controller::Api> api_;
   std::atomic<controller::Api*> serving_{nullptr};  // kStandBy: set once leading
+  std::mutex http_mu_;         // orders setting http_, stopping it and ExitLostLeadership's drain
+  bool http_stopped_ = false;  // guarded by http_mu_: Stop() began stopping http_
   std::unique_ptr<net::HttpServer> http_;
 };
 

@@ -421,9 +421,16 @@ Status NodeAgent::Start(std::shared_ptr<protocol::ControllerLink> link) {
   AgentLoop* loop = loop_.get();
   thread_ = std::thread([this, loop] {
     end_ = loop->Run();
+    std::lock_guard lock(ended_mu_);
     ended_ = true;
+    ended_cv_.notify_all();
   });
   return Status::Ok();
+}
+
+bool NodeAgent::WaitEnded(std::stop_token stop) {
+  std::unique_lock lock(ended_mu_);
+  return ended_cv_.wait(lock, stop, [this] { return ended_.load(); });
 }
 
 Status NodeAgent::Stop() {

@@ -11,8 +11,11 @@
 #pragma once
 
 #include <atomic>
+#include <condition_variable>
 #include <map>
 #include <memory>
+#include <mutex>
+#include <stop_token>
 #include <string>
 #include <thread>
 #include <vector>
@@ -90,6 +93,9 @@ class NodeAgent {
   Status Stop();
   // Whether the loop stopped by itself (Stop() then says why).
   bool ended() const { return ended_; }
+  // Blocks until the loop stopped by itself (true; Stop() then says why) or `stop` is
+  // requested (false), waking at either. Any thread.
+  bool WaitEnded(std::stop_token stop);
 
   const gpu::NodeInfo& node() const { return node_; }
   // The node is the stand-in of a GPU-less machine (stand_in_when_no_gpus).
@@ -133,7 +139,9 @@ class NodeAgent {
   std::unique_ptr<Launcher> launcher_;
   std::unique_ptr<AgentLoop> loop_;
   std::thread thread_;
-  std::atomic<bool> ended_{false};
+  std::mutex ended_mu_;                   // WaitEnded's, with ended_cv_
+  std::condition_variable_any ended_cv_;  // ended_ was set, or a waiter's stop requested
+  std::atomic<bool> ended_{false};        // set under ended_mu_
   Status end_;  // what the loop returned; written by thread_, read after it is joined
 };
 

@@ -1,11 +1,19 @@
 // Which GPUs NVML's per-cgroup memory limits hold (HoldWithNvmlMemoryLimits), with the
 // fake libnvidia-ml (tests/fakelib/nvml): its memory_limits build exports
-// nvmlDeviceSetMemoryLimits_v1, its normal build (a driver before R615) does not.
+// nvmlDeviceSetMemoryLimits_v1, its normal build (a driver before R615) does not. And
+// NodeAgent::WaitEnded, which `gpupool agent` waits on, against an in-process controller.
 #include "agent/runtime/node_agent.h"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <future>
+#include <stop_token>
 
 #include "agent/nvml_memory.h"
+#include "protocol/fake_controller_link.h"
 
 namespace gpupool::agent {
 namespace {
@@ -46,6 +54,67 @@ TEST(NvmlMemoryLimitsTest, ALibraryWithoutTheCallHoldsNone) {
             0);
   EXPECT_TRUE(held.empty());
   EXPECT_EQ(node.gpus[0].enforcement, "none");
+}
+
+// A node agent on a replayed one-GPU node, with nothing to probe (no podman, no MPS).
+class NodeAgentWaitTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = std::filesystem::temp_directory_path() /
+           ("gpupool-nawait-" + std::to_string(::getpid()) + "-" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    std::filesystem::remove_all(dir_);
+    link_ = std::make_shared<protocol::FakeControllerLink>();
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+
+  NodeAgentOptions Options() const {
+    NodeAgentOptions o;
+    o.state_dir = dir_.string();
+    o.fake_file = GPUPOOL_SOURCE_DIR "/examples/nodes/nvidia-1gpu.json";
+    o.node_name = "n1";
+    o.telemetry_interval_s = 0;
+    o.gpu_enforcement = "none";
+    o.podman = (dir_ / "no-podman").string();
+    return o;
+  }
+
+  std::filesystem::path dir_;
+  std::shared_ptr<protocol::FakeControllerLink> link_;
+};
+
+// Ten seconds is no timing of the wake-up: a wait that ended on its event returns at
+// once, one that does not wake would hang (WaitEnded has no deadline).
+constexpr auto kEnds = std::chrono::seconds(10);
+
+// A controller too far from this agent's protocol ends its loop: the wait ends with it.
+TEST_F(NodeAgentWaitTest, AnAgentThatItsControllerEndedEndsTheWait) {
+  link_->SetVersion({protocol::kVersion.major + 1, 0});
+  NodeAgent agent(Options());
+  ASSERT_TRUE(agent.Start(link_).ok());
+  std::stop_source never;
+  std::future<bool> ended =
+      std::async(std::launch::async, [&] { return agent.WaitEnded(never.get_token()); });
+  ASSERT_EQ(ended.wait_for(kEnds), std::future_status::ready) << "the wait did not end";
+  EXPECT_TRUE(ended.get());
+  EXPECT_TRUE(agent.ended());
+  EXPECT_EQ(agent.Stop().code(), StatusCode::kFailedPrecondition);
+}
+
+// A stop requested (Ctrl-C) ends the wait of an agent that runs on.
+TEST_F(NodeAgentWaitTest, AStopRequestEndsTheWaitAtOnce) {
+  NodeAgent agent(Options());
+  ASSERT_TRUE(agent.Start(link_).ok());
+  ASSERT_TRUE(link_->WaitFor([](const auto& r) { return !r.registrations.empty(); }));
+  std::stop_source stop;
+  std::future<bool> ended =
+      std::async(std::launch::async, [&] { return agent.WaitEnded(stop.get_token()); });
+  EXPECT_EQ(ended.wait_for(std::chrono::seconds(0)), std::future_status::timeout);
+  stop.request_stop();
+  ASSERT_EQ(ended.wait_for(kEnds), std::future_status::ready) << "the wait did not end";
+  EXPECT_FALSE(ended.get());
+  EXPECT_FALSE(agent.ended());
+  EXPECT_TRUE(agent.Stop().ok());
 }
 
 }  // namespace
