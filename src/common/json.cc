@@ -1,5 +1,6 @@
 #include "common/json.h"
 
+#include <algorithm>
 #include <cmath>
 #include <fstream>
 #include <limits>
@@ -166,6 +167,8 @@ std::string DumpJson(const OrderedJson& j, int indent) {
 
 JsonFields::JsonFields(const Json& object, std::string path, bool reject_unknown)
     : object_(object), path_(std::move(path)), reject_unknown_(reject_unknown) {
+  known_.reserve(512);
+  if (object_.is_object()) found_.reserve(object_.size() + 4);
   if (!object_.is_object()) {
     status_ = Status::InvalidArgument((path_.empty() ? std::string("document") : path_) +
                                       ": expected an object, found " +
@@ -184,10 +187,12 @@ void JsonFields::Fail(std::string_view key, std::string_view message) {
 }
 
 const Json* JsonFields::Find(std::string_view key) {
-  known_.emplace(key);
+  known_.append(key).push_back('\0');
   if (!object_.is_object()) return nullptr;
   auto it = object_.find(key);
-  if (it == object_.end() || it->is_null()) return nullptr;
+  if (it == object_.end()) return nullptr;
+  found_.push_back(&*it);
+  if (it->is_null()) return nullptr;
   return &*it;
 }
 
@@ -346,10 +351,17 @@ void JsonFields::Optional(std::string_view key, std::vector<std::string>* out) {
 Status JsonFields::Finish() {
   if (!status_.ok()) return status_;
   if (reject_unknown_ && object_.is_object()) {
+    std::sort(found_.begin(), found_.end());
+    found_.erase(std::unique(found_.begin(), found_.end()), found_.end());
+    if (found_.size() == object_.size()) return Status::Ok();  // every member was asked for
+    std::set<std::string, std::less<>> known;
+    for (size_t at = 0, end; (end = known_.find('\0', at)) != std::string::npos; at = end + 1) {
+      known.emplace(known_, at, end - at);
+    }
     for (auto it = object_.begin(); it != object_.end(); ++it) {
-      if (known_.find(it.key()) == known_.end()) {
+      if (known.find(it.key()) == known.end()) {
         std::string allowed;
-        for (const auto& k : known_) allowed += (allowed.empty() ? "" : ", ") + k;
+        for (const auto& k : known) allowed += (allowed.empty() ? "" : ", ") + k;
         return Status::InvalidArgument(PathOf(it.key()) +
                                        ": unknown field; the known fields here are " + allowed);
       }

@@ -83,6 +83,33 @@ TEST(JsonTest, FieldsRangeMissingAndUnknown) {
   }
 }
 
+// Finish() counts the members asked for: one asked twice (an Optional reads it twice),
+// or a null one, is counted once, and an unknown one is still found.
+TEST(JsonTest, UnknownFieldFoundWhateverTheKnownWereAskedFor) {
+  const Json j = Json::parse(R"({"name": "a", "gone": null, "surprise": 1})");
+  {
+    std::string name;
+    int64_t gone = 7;
+    JsonFields f(j, "job");
+    f.Optional("name", &name);  // reads it twice: three members asked for, of three
+    f.Optional("gone", &gone);
+    f.Optional("absent", &gone);
+    EXPECT_EQ(f.Finish().message(),
+              "job.surprise: unknown field; the known fields here are absent, gone, name");
+    EXPECT_EQ(gone, 7);
+  }
+  {
+    std::string name;
+    int64_t n = 0;
+    JsonFields f(j, "job");
+    f.Optional("name", &name);
+    f.Member("gone");
+    f.Optional("surprise", &n);
+    EXPECT_TRUE(f.Finish().ok());
+    EXPECT_EQ(n, 1);
+  }
+}
+
 TEST(JsonTest, MinimumAppliesToNonNegativeValues) {
   // Regression: non-negative JSON integers are parsed as unsigned and skipped the minimum.
   Json j = Json::parse(R"({"tasks": 0})");

@@ -136,7 +136,8 @@ Status Controller::VerifyIndexes() {
 
 void Controller::CountQueued(const Job& job, int64_t delta) {
   auto add = [delta](std::map<std::string, int64_t>& m, const std::string& key) {
-    auto [e, inserted] = m.emplace(key, 0);
+    auto e = m.find(key);  // found: no node made and freed again (a load counts 300,000)
+    if (e == m.end()) e = m.emplace(key, 0).first;
     if ((e->second += delta) == 0) m.erase(e);
   };
   add(queued_by_user_, job.user);
@@ -394,7 +395,7 @@ Status Controller::Load() {
   for (Job& j : jobs) {
     const int64_t id = j.id;
     if (Occupies(j)) lifecycle::NormalizeTasks(j);
-    active_.emplace(id, std::move(j));
+    active_.emplace_hint(active_.end(), id, std::move(j));  // listed by id: each goes last
     Touched(id);
   }
   const int64_t now = clock_->NowMicros();

@@ -2,7 +2,10 @@
 
 #include <openssl/evp.h>
 
+#include <algorithm>
 #include <array>
+#include <thread>
+#include <unordered_map>
 
 #include "jobs/job_json.h"
 
@@ -127,6 +130,67 @@ void SpecCache::Share(int64_t id, jobs::Job* job) {
   // the same, as sharing unequal values would change a job.
   if (job->command == first->second.command) job->command = first->second.command;
   if (job->env == first->second.env) job->env = first->second.env;
+}
+
+int JobDecodeThreads() {
+  return static_cast<int>(std::clamp(std::thread::hardware_concurrency(), 1u, 8u));
+}
+
+namespace {
+
+// Decodes rows [begin, end) into out[begin, end); the first bad row's error, or Ok.
+Status DecodeSlice(const std::vector<JobRow>& rows, size_t begin, size_t end,
+                   size_t max_parsed_bytes, std::vector<jobs::Job>* out) {
+  SpecCache specs(max_parsed_bytes);
+  for (size_t i = begin; i < end; ++i) {
+    const JobRow& r = rows[i];
+    const Json* spec = nullptr;
+    if (r.spec_id) {
+      GP_ASSIGN_OR_RETURN(spec, specs.Get(*r.spec_id, [&] { return std::string(r.spec); }));
+    }
+    GP_ASSIGN_OR_RETURN(jobs::Job job, DecodeJobRecord(r.id, r.version, r.body, spec));
+    (*out)[i] = std::move(job);
+    if (spec != nullptr) specs.Share(*r.spec_id, &(*out)[i]);
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Result<std::vector<jobs::Job>> DecodeJobRows(const std::vector<JobRow>& rows, int threads,
+                                             size_t min_rows_per_thread) {
+  const size_t slices = std::clamp<size_t>(rows.size() / std::max<size_t>(min_rows_per_thread, 1),
+                                           1, static_cast<size_t>(std::max(threads, 1)));
+  std::vector<jobs::Job> out(rows.size());
+  // SpecCache's bound on parsed specs held, shared out between the slices.
+  const size_t max_parsed = std::max<size_t>((size_t{4} << 20) / slices, size_t{1} << 20);
+  std::vector<Status> status(slices, Status::Ok());
+  auto bound = [&](size_t k) { return rows.size() * k / slices; };
+  {
+    std::vector<std::jthread> workers;
+    workers.reserve(slices - 1);
+    for (size_t k = 1; k < slices; ++k) {
+      workers.emplace_back(
+          [&, k] { status[k] = DecodeSlice(rows, bound(k), bound(k + 1), max_parsed, &out); });
+    }
+    status[0] = DecodeSlice(rows, 0, bound(1), max_parsed, &out);
+  }  // joined
+  for (const Status& s : status) GP_RETURN_IF_ERROR(s);
+  // Each slice shared its jobs' specs within itself; one spec's jobs in several slices
+  // (an array cut by a slice's bound, a spec submitted again later) share the first's.
+  if (slices > 1) {
+    std::unordered_map<int64_t, size_t> first;  // spec id -> its first job's index
+    for (size_t i = 0; i < rows.size(); ++i) {
+      if (!rows[i].spec_id) continue;
+      auto [f, inserted] = first.try_emplace(*rows[i].spec_id, i);
+      if (inserted) continue;
+      jobs::Job& job = out[i];
+      const jobs::Job& head = out[f->second];
+      if (job.command == head.command) job.command = head.command;
+      if (job.env == head.env) job.env = head.env;
+    }
+  }
+  return out;
 }
 
 }  // namespace gpupool::store::internal

@@ -13,8 +13,10 @@
 #include <deque>
 #include <functional>
 #include <map>
+#include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "common/json.h"
 #include "common/status.h"
@@ -74,5 +76,28 @@ class SpecCache {
   };
   std::map<int64_t, Shared> first_;
 };
+
+// One row of a job listing as read, its texts views into what the store read (a
+// PostgreSQL result, the SQLite rows copied out).
+struct JobRow {
+  int64_t id = 0;
+  int64_t version = 0;
+  std::string_view body;
+  std::optional<int64_t> spec_id;  // none: a row written whole, before job_specs
+  std::string_view spec;           // the text of spec `spec_id`, on every row that has one
+};
+
+// The threads DecodeJobRows uses when not told: the CPUs (hardware_concurrency), at most 8.
+int JobDecodeThreads();
+
+// The jobs of `rows`, in their order: what DecodeJobRecord gives for each, with the jobs
+// read from one spec sharing one copy of its command and environment (SpecCache). A
+// listing of many rows (a controller's load at a takeover: 300,000 queued jobs) is
+// decoded on up to `threads` threads, each a contiguous slice of at least
+// `min_rows_per_thread` rows with a SpecCache of its own; the result does not depend on
+// the threads: the same jobs, the same sharing, the error of the first bad row.
+Result<std::vector<jobs::Job>> DecodeJobRows(const std::vector<JobRow>& rows,
+                                             int threads = JobDecodeThreads(),
+                                             size_t min_rows_per_thread = 4096);
 
 }  // namespace gpupool::store::internal

@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include "jobs/job_json.h"
+
 namespace gpupool::store::internal {
 namespace {
 
@@ -43,6 +45,86 @@ TEST(SpecCacheTest, KeepsParsedSpecsUpToItsBoundAndStillShares) {
   EXPECT_FALSE(b1.env.SharesWith(a1.env));
   EXPECT_EQ(a3.env, a.env);
   EXPECT_EQ(b1.env, b.env);
+}
+
+// Rows of three arrays, the first's spec again between the third's rows, and a job
+// written whole, as a listing reads them.
+struct Listing {
+  std::vector<JobRecord> records;
+  std::vector<JobRow> rows;
+};
+
+Listing MakeListing() {
+  Listing l;
+  for (int a = 0; a < 3; ++a) {
+    jobs::Job j;
+    j.user = "alice";
+    j.command = {"python3", "sweep.py", std::to_string(a)};
+    j.env = {{"SEED", std::to_string(a)}};
+    for (int i = 0; i < 50; ++i) {
+      j.array_index = i;
+      j.priority = i % 7;
+      l.records.push_back(EncodeJobRecord(j));
+    }
+  }
+  jobs::Job whole;
+  whole.command = {"true"};
+  l.records.push_back(EncodeJobRecord(whole));
+  for (size_t i = 0; i < l.records.size(); ++i) {
+    JobRow r;
+    r.id = static_cast<int64_t>(i) + 1;
+    r.version = 3;
+    r.body = l.records[i].body;
+    const int64_t spec = static_cast<int64_t>(i < 150 ? i / 50 : 3);
+    if (i < 150) {
+      r.spec_id = spec == 2 && i % 2 == 0 ? 0 : spec;  // spec 0 again, interleaved
+      r.spec = l.records[static_cast<size_t>(*r.spec_id) * 50].spec;
+    } else {
+      l.records[i].body = DumpJson(jobs::JobToJson(whole));  // before job_specs: no spec
+      r.body = l.records[i].body;
+    }
+    l.rows.push_back(r);
+  }
+  return l;
+}
+
+// A load of many rows is decoded on several threads: the same jobs in the same order as
+// on one, and the jobs of one spec share one command and environment across the slices.
+TEST(DecodeJobRowsTest, SlicesGiveWhatOneThreadGives) {
+  const Listing l = MakeListing();
+  const std::vector<jobs::Job> one = DecodeJobRows(l.rows, 1).value();
+  const std::vector<jobs::Job> four = DecodeJobRows(l.rows, 4, 1).value();
+  ASSERT_EQ(one.size(), l.rows.size());
+  ASSERT_EQ(four.size(), l.rows.size());
+  for (size_t i = 0; i < one.size(); ++i) {
+    EXPECT_EQ(DumpJson(jobs::JobToJson(four[i])), DumpJson(jobs::JobToJson(one[i]))) << i;
+    EXPECT_EQ(four[i].id, static_cast<int64_t>(i) + 1);
+    EXPECT_EQ(four[i].version, 3);
+  }
+  // Four slices: rows 0-36, 37-74, 75-112, 113-150. Spec 0: rows 0-49 and the even ones
+  // of 100-148; spec 1: rows 50-99; spec 2: the odd ones of 101-149.
+  for (const std::vector<jobs::Job>* jobs : {&one, &four}) {
+    EXPECT_TRUE((*jobs)[148].command.SharesWith((*jobs)[0].command));
+    EXPECT_TRUE((*jobs)[148].env.SharesWith((*jobs)[0].env));
+    EXPECT_TRUE((*jobs)[99].command.SharesWith((*jobs)[50].command));
+    EXPECT_TRUE((*jobs)[99].env.SharesWith((*jobs)[50].env));
+    EXPECT_TRUE((*jobs)[149].env.SharesWith((*jobs)[101].env));
+    EXPECT_FALSE((*jobs)[50].command.SharesWith((*jobs)[0].command));
+    EXPECT_FALSE((*jobs)[101].env.SharesWith((*jobs)[0].env));
+  }
+  EXPECT_EQ(four[150].command.get(), std::vector<std::string>{"true"});
+}
+
+TEST(DecodeJobRowsTest, TheFirstBadRowsErrorWhateverTheSlices) {
+  Listing l = MakeListing();
+  l.rows[120].body = "{\"state\": \"SLEEPING\"}";
+  l.rows[30].body = "{\"surprise\": 1}";
+  for (int threads : {1, 2, 8}) {
+    Result<std::vector<jobs::Job>> r = DecodeJobRows(l.rows, threads, 1);
+    ASSERT_FALSE(r.ok());
+    EXPECT_NE(r.status().message().find("stored job 31"), std::string::npos)
+        << r.status().message();
+  }
 }
 
 }  // namespace

@@ -36,6 +36,10 @@ class PgResult {
   std::string Text(int row, int col) const {
     return std::string(PQgetvalue(r_, row, col), static_cast<size_t>(PQgetlength(r_, row, col)));
   }
+  // The same without a copy: good while this result lives.
+  std::string_view View(int row, int col) const {
+    return {PQgetvalue(r_, row, col), static_cast<size_t>(PQgetlength(r_, row, col))};
+  }
   int64_t Int(int row, int col) const {
     int64_t v = 0;
     const char* p = PQgetvalue(r_, row, col);

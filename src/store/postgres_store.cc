@@ -328,9 +328,16 @@ class PostgresStore final : public Store, private PgSession {
       params.push_back(std::move(v));
       return "$" + std::to_string(params.size());
     };
-    std::string sql =
-        "SELECT jobs.id, jobs.body, jobs.spec_id, job_specs.body, jobs.version FROM jobs LEFT "
-        "JOIN job_specs ON job_specs.id=jobs.spec_id WHERE TRUE";
+    // In id order (a controller's load), a spec's text comes only on the first of a run
+    // of rows that refer to it (an array's elements): NULL on the others, whose text is
+    // the row before's. 300,000 queued elements read 52 MB less.
+    const bool by_id = filter.sort.empty() && filter.limit <= 0;
+    std::string sql = std::string("SELECT jobs.id, jobs.body, jobs.spec_id, ") +
+                      (by_id ? "CASE WHEN jobs.spec_id IS DISTINCT FROM lag(jobs.spec_id) OVER "
+                               "(ORDER BY jobs.id) THEN job_specs.body END"
+                             : "job_specs.body") +
+                      ", jobs.version FROM jobs LEFT JOIN job_specs ON "
+                      "job_specs.id=jobs.spec_id WHERE TRUE";
     if (filter.user) sql += " AND username=" + param(*filter.user);
     if (filter.node) {
       sql +=
@@ -367,20 +374,22 @@ class PostgresStore final : public Store, private PgSession {
     std::lock_guard lock(mu_);
     GP_RETURN_IF_ERROR(Connected());
     GP_ASSIGN_OR_RETURN(PgResult r, Run(sql, params, "list jobs"));
-    std::vector<Job> out;
-    out.reserve(static_cast<size_t>(r.Rows()));
-    internal::SpecCache specs;  // an array's elements: their spec parsed and held once
+    std::vector<internal::JobRow> rows(static_cast<size_t>(r.Rows()));
     for (int i = 0; i < r.Rows(); ++i) {
-      const Json* spec = nullptr;  // NULL: a row written whole, before job_specs
-      if (!r.IsNull(i, 2)) {
-        GP_ASSIGN_OR_RETURN(spec, specs.Get(r.Int(i, 2), [&] { return r.Text(i, 3); }));
+      internal::JobRow& row = rows[static_cast<size_t>(i)];
+      row.id = r.Int(i, 0);
+      row.version = r.Int(i, 4);
+      row.body = r.View(i, 1);
+      if (!r.IsNull(i, 2)) {  // NULL: a row written whole, before job_specs
+        row.spec_id = r.Int(i, 2);
+        row.spec = r.View(i, 3);
+        if (by_id && i > 0 && r.IsNull(i, 3) &&
+            rows[static_cast<size_t>(i) - 1].spec_id == row.spec_id) {
+          row.spec = rows[static_cast<size_t>(i) - 1].spec;
+        }
       }
-      GP_ASSIGN_OR_RETURN(Job j,
-                          internal::DecodeJobRecord(r.Int(i, 0), r.Int(i, 4), r.Text(i, 1), spec));
-      if (spec != nullptr) specs.Share(r.Int(i, 2), &j);
-      out.push_back(std::move(j));
     }
-    return out;
+    return internal::DecodeJobRows(rows);  // views into `r`, which lives until it returns
   }
 
   // One round trip: every compare-and-set and the jobs' nodes, pipelined as one

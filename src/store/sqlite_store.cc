@@ -363,19 +363,15 @@ class SqliteStore final : public Store {
       if (rc != SQLITE_DONE) return SqliteError(db, "list jobs");
       return Status::Ok();
     }));
-    std::vector<Job> out;
-    out.reserve(rows.size());
-    internal::SpecCache specs;  // an array's elements: their spec parsed and held once
-    for (const Row& r : rows) {
-      const Json* spec = nullptr;
-      if (r.spec_id) {
-        GP_ASSIGN_OR_RETURN(spec, specs.Get(*r.spec_id, [&] { return spec_texts.at(*r.spec_id); }));
-      }
-      GP_ASSIGN_OR_RETURN(Job j, DecodeJobRecord(r.id, r.version, r.body, spec));
-      if (spec != nullptr) specs.Share(*r.spec_id, &j);
-      out.push_back(std::move(j));
+    std::vector<internal::JobRow> views(rows.size());
+    for (size_t i = 0; i < rows.size(); ++i) {
+      views[i].id = rows[i].id;
+      views[i].version = rows[i].version;
+      views[i].body = rows[i].body;
+      views[i].spec_id = rows[i].spec_id;
+      if (rows[i].spec_id) views[i].spec = spec_texts.at(*rows[i].spec_id);
     }
-    return out;
+    return internal::DecodeJobRows(views);
   }
 
   Status UpdateJobs(const std::vector<JobUpdate>& updates,
