@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <array>
+#include <system_error>
 #include <thread>
 #include <unordered_map>
 
@@ -170,8 +171,14 @@ Result<std::vector<jobs::Job>> DecodeJobRows(const std::vector<JobRow>& rows, in
     std::vector<std::jthread> workers;
     workers.reserve(slices - 1);
     for (size_t k = 1; k < slices; ++k) {
-      workers.emplace_back(
-          [&, k] { status[k] = DecodeSlice(rows, bound(k), bound(k + 1), max_parsed, &out); });
+      auto decode = [&, k] {
+        status[k] = DecodeSlice(rows, bound(k), bound(k + 1), max_parsed, &out);
+      };
+      try {
+        workers.emplace_back(decode);
+      } catch (const std::system_error&) {
+        decode();  // no thread to be had (a process at its limit): this one decodes it
+      }
     }
     status[0] = DecodeSlice(rows, 0, bound(1), max_parsed, &out);
   }  // joined
