@@ -415,15 +415,22 @@ class Checker:
                                code.startswith("2"))
         return count
 
-    def check_shown(self):
-        """The fields MUST_SHOW names, each in an example of its route's 2xx answers."""
-        for route, fields in sorted(MUST_SHOW.items()):
+    def listed_operations(self, routes, listed_in):
+        """(fields, op, where) of each "METHOD /path" of `routes`, failing those the document
+        does not describe."""
+        for route, fields in sorted(routes.items()):
             method, path = route.split(" ", 1)
             op = self.doc["paths"].get(path, {}).get(method.lower())
             where = f"paths.{path}.{method.lower()}"
             if op is None:
-                self.fail(where, f"MUST_SHOW names {route}, which the document does not describe")
+                self.fail(where, f"{listed_in} names {route}, which the document does not describe")
                 continue
+            yield fields, op, where
+
+    def check_shown(self):
+        """The fields MUST_SHOW names, each in an example of its route's 2xx answers, and
+        none NEVER_SHOWN names in any example of its route."""
+        for fields, op, where in self.listed_operations(MUST_SHOW, "MUST_SHOW"):
             shown = set()
             for code in op["responses"]:
                 if code.startswith("2"):
@@ -431,13 +438,7 @@ class Checker:
                         shown |= shown_fields(value)
             for field in sorted(fields - shown):
                 self.fail(where, f"no example of its 2xx answers shows {field}: add one that does")
-        for route, fields in sorted(NEVER_SHOWN.items()):
-            method, path = route.split(" ", 1)
-            op = self.doc["paths"].get(path, {}).get(method.lower())
-            where = f"paths.{path}.{method.lower()}"
-            if op is None:
-                self.fail(where, f"NEVER_SHOWN names {route}, which the document does not describe")
-                continue
+        for fields, op, where in self.listed_operations(NEVER_SHOWN, "NEVER_SHOWN"):
             for code in op["responses"]:
                 for value, _ in self.examples_of(op, code, where):
                     for field in sorted(fields & shown_fields(value)):

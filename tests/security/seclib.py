@@ -286,6 +286,19 @@ class Env:
         return pooltest.wait_job(self.job, jid, states, timeout, log=self.log)
 
 
+class PoolTestCase(unittest.TestCase):
+    """A test class with one default Env (a real pool) for all its tests: `cls.env`."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.env = Env()
+        cls.env.start()
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.env.stop()
+
+
 def run_call(spec):
     """The child side of Env.api: one HTTP call over the Unix socket, as printed JSON."""
     s = json.loads(spec)

@@ -16,18 +16,9 @@ import unittest
 import seclib
 
 
-class ImageFieldTest(unittest.TestCase):
+class ImageFieldTest(seclib.PoolTestCase):
     """Item 1: the image reference reached `podman run` as an argument, so a value that
     starts with '-' was a podman option (--user=0:0 ran the job as root)."""
-
-    @classmethod
-    def setUpClass(cls):
-        cls.env = seclib.Env()
-        cls.env.start()
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.env.stop()
 
     def test_cli_image_that_is_a_podman_flag_is_refused(self):
         e = self.env

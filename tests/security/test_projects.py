@@ -248,19 +248,10 @@ class ProjectsTest(unittest.TestCase):
         self.assertNotIn(look_alike, limits["projects"])
 
 
-class LookAlikeProjectsWithoutEnforcementTest(unittest.TestCase):
+class LookAlikeProjectsWithoutEnforcementTest(seclib.PoolTestCase):
     """Under enforce-projects none (the default) with no entries: once alice's jobs charge
     "coco", bob's all-Cyrillic "\u0441\u043e\u0441\u043e" is refused, as it would list with
     hers in the queue, `usage --by project` and the dashboard though charged apart."""
-
-    @classmethod
-    def setUpClass(cls):
-        cls.env = seclib.Env()
-        cls.env.start()
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.env.stop()
 
     def test_bob_cannot_name_the_look_alike_of_alices_project(self):
         e = self.env

@@ -121,18 +121,9 @@ class NodeTokenTest(unittest.TestCase):
         self.assert_vm_and_its_job_intact(vm_before)
 
 
-class TokenLifecycleTest(unittest.TestCase):
+class TokenLifecycleTest(seclib.PoolTestCase):
     """Item 10: unknown tokens were 403 (docs say 401), tokens never expired and could not
     be revoked, and token names were not checked."""
-
-    @classmethod
-    def setUpClass(cls):
-        cls.env = seclib.Env()
-        cls.env.start()
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.env.stop()
 
     def test_unknown_token_is_401(self):
         st, body, hdrs = self.env.tcp("gpt_" + "0" * 64, "GET", "/v1/jobs")
