@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <condition_variable>
+#include <functional>
 #include <future>
 #include <mutex>
 #include <optional>
@@ -218,6 +219,31 @@ TEST(LeadershipTest, ARenewalMakesTheLeaseSureFromWhenItWasSent) {
   EXPECT_FALSE(lead.SurelyLeads());
 }
 
+// KeepLease on a thread of its own, as a server runs it: Returned() waits (in real time, a
+// bound only) for it to give up; Join() stops it (after `before_join`, which may unblock
+// a store) and returns what it gave up with.
+class Keeper {
+ public:
+  explicit Keeper(Leadership* lead) : lead_(lead) {
+    thread_ = std::thread([this] { kept_.set_value(lead_->KeepLease(stop_)); });
+  }
+  bool Returned() { return done_.wait_for(std::chrono::seconds(10)) == std::future_status::ready; }
+  Status Join(const std::function<void()>& before_join = [] {}) {
+    stop_ = true;
+    before_join();
+    lead_->Interrupt();
+    thread_.join();
+    return done_.get();
+  }
+
+ private:
+  Leadership* lead_;
+  std::atomic<bool> stop_ = false;
+  std::promise<Status> kept_;
+  std::future<Status> done_ = kept_.get_future();
+  std::thread thread_;
+};
+
 // A renewal under way when the host was suspended for longer than the lease fails on
 // waking (its wait for the lock timed out): the keeper gives the lease up at once, as
 // boot time says the lease has run out, rather than retry for the 700 ms that its
@@ -227,17 +253,12 @@ TEST(LeadershipTest, AKeeperWhoseHostSleptThroughTheLeaseGivesItUp) {
   SlowLeaseStore leases(&clock, /*answer_us=*/5'000'000, /*successes=*/0, /*suspended=*/true);
   Leadership lead(&leases, {.id = "a", .address = "http://a:8421", .lease_ms = 1000}, &clock);
   ASSERT_TRUE(lead.TryLead().ok());
-  std::atomic<bool> stop = false;
-  std::promise<Status> kept;
-  std::future<Status> done = kept.get_future();
-  std::thread keeper([&] { kept.set_value(lead.KeepLease(stop)); });
+  Keeper keeper(&lead);
   clock.AdvanceMicros(200'000);  // a fifth: the renewal is due
   // The clock stands still from here: a keeper that retried would wait for ever.
-  const bool returned = done.wait_for(std::chrono::seconds(10)) == std::future_status::ready;
-  stop = true;
-  keeper.join();
+  const bool returned = keeper.Returned();
+  const Status why = keeper.Join();
   ASSERT_TRUE(returned) << "the keeper went on retrying after the lease ran out";
-  const Status why = done.get();
   EXPECT_EQ(why.code(), StatusCode::kUnavailable) << why.ToString();
   EXPECT_NE(why.message().find("lock timeout"), std::string::npos) << why.message();
   EXPECT_EQ(clock.MonotonicMicros(), kT0 + 200'000);
@@ -326,20 +347,14 @@ TEST(LeadershipTest, AKeeperWokenPastItsLeaseGivesItUpWhenItsWaitEnds) {
   Leadership lead(&leases, {.id = "a", .address = "http://a:8421", .lease_ms = 1000}, &clock);
   ASSERT_TRUE(lead.TryLead().ok());
   ASSERT_EQ(leases.heartbeats(), 1);
-  std::atomic<bool> stop = false;
-  std::promise<Status> kept;
-  std::future<Status> done = kept.get_future();
-  std::thread keeper([&] { kept.set_value(lead.KeepLease(stop)); });
+  Keeper keeper(&lead);
   const bool waited = clock.WaitForWaiters(1);  // the keeper waits for its first renewal
   clock.SuspendMicros(5'000'000);               // five leases long
   clock.AdvanceMicros(200'000);                 // awake again: the renewal is due
-  const bool returned = done.wait_for(std::chrono::seconds(10)) == std::future_status::ready;
-  stop = true;
-  lead.Interrupt();
-  keeper.join();
+  const bool returned = keeper.Returned();
+  const Status why = keeper.Join();
   EXPECT_TRUE(waited) << "the keeper's wait is not the clock's";
   ASSERT_TRUE(returned) << "the keeper went on after the lease ran out";
-  const Status why = done.get();
   EXPECT_EQ(why.code(), StatusCode::kUnavailable) << why.ToString();
   EXPECT_NE(why.message().find("suspended"), std::string::npos) << why.message();
   EXPECT_EQ(leases.renewals(), 0);
@@ -401,21 +416,15 @@ TEST(LeadershipTest, AKeeperWokenPastItsLeaseCallsNoDatabaseFirst) {
   Leadership lead(&leases, {.id = "a", .address = "http://a:8421", .lease_ms = 1000}, &clock);
   ASSERT_TRUE(lead.TryLead().ok());
   const int calls = leases.calls();  // the heartbeat and the lease taken
-  std::atomic<bool> stop = false;
-  std::promise<Status> kept;
-  std::future<Status> done = kept.get_future();
-  std::thread keeper([&] { kept.set_value(lead.KeepLease(stop)); });
+  Keeper keeper(&lead);
   const bool waited = clock.WaitForWaiters(1);  // the keeper waits for its first renewal
   leases.Kill();
   clock.AdvanceMicros(5'000'000);  // SIGSTOP for five leases, then SIGCONT
-  const bool returned = done.wait_for(std::chrono::seconds(10)) == std::future_status::ready;
-  stop = true;
-  leases.Revive();  // lets a keeper blocked on the dead connection go, to join it
-  lead.Interrupt();
-  keeper.join();
+  const bool returned = keeper.Returned();
+  // Revive lets a keeper blocked on the dead connection go, to join it.
+  const Status why = keeper.Join([&] { leases.Revive(); });
   EXPECT_TRUE(waited) << "the keeper's wait is not the clock's";
   ASSERT_TRUE(returned) << "the keeper called the database before it looked at its deadline";
-  const Status why = done.get();
   EXPECT_EQ(why.code(), StatusCode::kUnavailable) << why.ToString();
   EXPECT_EQ(leases.calls(), calls);
   EXPECT_FALSE(lead.SurelyLeads());
