@@ -113,6 +113,33 @@ TEST(LauncherPreemptTest, ALeaseOnTheDeadlineFileDoesNotDelayTheStop) {
   EXPECT_EQ(e->signal, SIGKILL);
 }
 
+// The node's own stop (a stop with a reason: the GPU memory watch): a job that ignores
+// SIGTERM and has a long grace is killed at once, is not cancelled (it fails), and its
+// end gives the reason; a preemptible job's deadline file stays empty.
+TEST(LauncherPreemptTest, TheNodesOwnStopKillsAtOnceAndTheJobFailsSayingWhy) {
+  ScratchDir dir;
+  auto launcher = NewProcessLauncher(TestOptions(dir.path()));
+  LaunchSpec spec =
+      TestSpec(305, {"sh", "-c", "trap '' TERM; echo ready; while :; do sleep 0.05; done"});
+  spec.preemptible = true;
+  spec.grace_s = 100;
+  ASSERT_TRUE(launcher->Launch(spec).ok());
+  ASSERT_EQ(WaitForEvent(*launcher, 305, 5000)->kind, JobEvent::Kind::kStarted);
+  const std::string run = JobDir(dir.path(), TaskRun(305));
+  ASSERT_TRUE(WaitForFileContaining(run + "/" + kStdoutFile, "ready", 5000));
+  const auto t0 = std::chrono::steady_clock::now();
+  ASSERT_TRUE(launcher->Stop(TaskRun(305), StopRequest{0, 0, "over its GPU memory"}).ok());
+  std::optional<JobEvent> e = WaitForEvent(*launcher, 305, 10'000);
+  ASSERT_TRUE(e.has_value()) << "the job was not stopped";
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(5));
+  EXPECT_EQ(e->kind, JobEvent::Kind::kExited);
+  EXPECT_FALSE(e->cancelled);
+  EXPECT_FALSE(e->timed_out);
+  EXPECT_EQ(e->signal, SIGKILL);
+  EXPECT_EQ(e->reason, "over its GPU memory (ended by SIGKILL)");
+  EXPECT_EQ(ReadWholeFile(run + "/" + kPreemptDeadlineFile), "");
+}
+
 // Only the pool sets the variable, and only for a preemptible job.
 TEST(LauncherPreemptTest, AJobThatIsNotPreemptibleHasNoDeadlineFile) {
   ScratchDir dir;

@@ -345,10 +345,28 @@ void Shim::BeginStop(bool cancel, int64_t grace_s) {
   ::kill(-job_pid_, SIGTERM);
 }
 
-// A SIGTERM or SIGINT: a preemption's stop when the launcher left one (stop_request.h),
-// else a cancel with the spec's grace.
+// The node's own stop: the job is killed now (the supervision loop sends SIGKILL, or
+// kills the container, at once) and fails with `reason`; a stop already under way keeps
+// what it is (a cancel stays a cancel) and only loses the rest of its grace.
+void Shim::KillForNode(const std::string& reason) {
+  if (killed_) return;
+  ShimLog("stopped by the node: %s", reason.c_str());
+  if (!stopping_) {
+    stopping_ = true;
+    node_stop_reason_ = reason;
+  }
+  grace_s_ = 0;
+  kill_at_mono_ = MonoMicros();
+}
+
+// A SIGTERM or SIGINT: the node's own stop or a preemption's when the launcher left one
+// (stop_request.h), else a cancel with the spec's grace.
 void Shim::OnStopSignal() {
   const std::optional<StopRequest> stop = ReadStopRequest(args_.job_dir);
+  if (stop && !stop->reason.empty()) {
+    KillForNode(stop->reason);
+    return;
+  }
   if (!stop) {
     BeginStop(/*cancel=*/true, config_.spec.grace_s);
     return;
@@ -476,6 +494,8 @@ std::string Shim::ExitReason() const {
     why = "time limit of " + std::to_string(config_.spec.time_limit_s) + " s reached";
   } else if (final_.cancelled) {
     why = "cancelled";
+  } else if (!node_stop_reason_.empty()) {
+    return node_stop_reason_ + " (" + how + ")";
   }
   if (!why.empty()) {
     if (killed_) why += "; SIGKILL after the grace period of " + std::to_string(grace) + " s";

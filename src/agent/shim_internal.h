@@ -55,6 +55,7 @@ class Shim {
   void Supervise();
   bool ReapChildren();  // true once the job's main process ended
   void BeginStop(bool cancel, int64_t grace_s);
+  void KillForNode(const std::string& reason);  // the node's own stop (stop_request.h)
   void OnStopSignal();
   void Report(const std::string& line);
   int Finish();
@@ -75,6 +76,7 @@ class Shim {
   int64_t kill_at_mono_ = 0;
   int64_t grace_s_ = 0;       // the stop's grace: the spec's, or a preemption's (stop_request.h)
   int64_t term_at_mono_ = 0;  // a terminal job: SIGTERM this long after the hangup
+  std::string node_stop_reason_;  // why the node stopped the job itself (KillForNode)
   // Container jobs: the job process is the podman client; the container is reached by name.
   bool container_ = false;
   std::string container_name_;

@@ -8,6 +8,7 @@ namespace gpupool::agent {
 
 Status WriteStopRequest(const std::string& dir, const StopRequest& stop) {
   OrderedJson j = {{"grace_s", stop.grace_s}, {"deadline_s", stop.deadline_s}};
+  if (!stop.reason.empty()) j["reason"] = stop.reason;
   return WriteFileDurably(dir + "/" + kStopFile, DumpJson(j), 0600, /*sync=*/false);
 }
 
@@ -21,6 +22,7 @@ std::optional<StopRequest> ReadStopRequest(const std::string& dir) {
   JsonFields f(*j, path, /*reject_unknown=*/false);
   f.Required("grace_s", &stop.grace_s, 0, int64_t{24} * 3600);
   f.Optional("deadline_s", &stop.deadline_s, 0);
+  f.Optional("reason", &stop.reason);
   if (!f.Finish().ok()) return std::nullopt;
   return stop;
 }

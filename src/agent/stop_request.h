@@ -7,6 +7,10 @@
 // first SIGTERM the shim writes D (epoch seconds, one line) into the job's deadline file,
 // DIR/preempt_deadline, which a preemptible job finds as GPUPOOL_PREEMPT_DEADLINE_FILE.
 // Without stop.json a signal is a plain cancel with the spec's grace.
+//
+// A stop with a `reason` is the node's own (the agent's GPU memory watch, agent_loop.h):
+// the job is killed at once (SIGKILL, no grace, no deadline file), is not cancelled (it
+// fails), and its end carries the reason.
 // Plain functions; thread-safe.
 #pragma once
 
@@ -24,6 +28,7 @@ inline constexpr char kPreemptDeadlineFile[] = "preempt_deadline";
 struct StopRequest {
   int64_t grace_s = -1;    // -1: the job's own (a plain stop)
   int64_t deadline_s = 0;  // epoch seconds; 0: none
+  std::string reason;      // non-empty: the node's own stop, and why (see above)
   friend bool operator==(const StopRequest&, const StopRequest&) = default;
 };
 

@@ -430,6 +430,7 @@ struct ContainerFlags {
   std::string gpu_enforcement = "auto";
   std::string mps_control;
   std::string dmem_capacity = "/sys/fs/cgroup/dmem.capacity";
+  std::string gpu_mem_slack = "1G";  // the GPU memory watch's slack, or "off"
   // The node's health program (docs/health.md).
   std::string health_check;
   int health_check_interval = 300;
@@ -452,6 +453,13 @@ void AddContainerFlags(CLI::App* cmd, ContainerFlags* f) {
                   "where the kernel lists the dmem cgroup controller's regions (cgroup v2's "
                   "root dmem.capacity)")
       ->type_name("FILE")
+      ->capture_default_str();
+  cmd->add_option("--gpu-mem-slack", f->gpu_mem_slack,
+                  "the GPU memory watch: a share whose processes use more GPU memory than its "
+                  "share plus this much (room for the CUDA context) is killed and fails, "
+                  "saying so; seen in the telemetry rounds (--telemetry-interval); off: no "
+                  "watch")
+      ->type_name("SIZE|off")
       ->capture_default_str();
   cmd->add_option("--health-check", f->health_check,
                   "the node's health program (a path), run as root before the node takes work "
@@ -508,6 +516,16 @@ Status ApplyContainerFlags(const ContainerFlags& f, agent::NodeAgentOptions* o) 
                                      ": a size of at least 1M, e.g. 64G (binary units)");
     }
     o->memory_mib = static_cast<int64_t>(*bytes >> 20);
+  }
+  if (f.gpu_mem_slack == "off") {
+    o->gpu_mem_slack_bytes = -1;
+  } else {
+    Result<uint64_t> bytes = cli::ParseSize(f.gpu_mem_slack);
+    if (!bytes.ok() || *bytes > (uint64_t{1} << 50)) {
+      return Status::InvalidArgument("--gpu-mem-slack " + f.gpu_mem_slack +
+                                     ": a size such as 1G or 512M (binary units), or off");
+    }
+    o->gpu_mem_slack_bytes = static_cast<int64_t>(*bytes);
   }
   o->allow_unisolated_devices = f.allow_unisolated_devices;
   o->cdi_kind = f.cdi_kind;

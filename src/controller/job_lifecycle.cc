@@ -42,9 +42,26 @@ std::string TaskName(const Job& job, size_t t) {
 }
 
 // How a task ended, in words: "exited with code 3", "was killed by signal 9", ...
+// What a task's end says beyond the signal that ended it: its node's words less their
+// "ended by SIGKILL" part, as the node's GPU memory watch or the kernel's OOM killer
+// gives them (empty when that part is all there is).
+std::string BeyondTheSignal(const std::string& reason) {
+  std::string r = reason;
+  if (size_t at = r.rfind(" (ended by "); at != std::string::npos && r.ends_with(')')) {
+    r.erase(at);
+  } else if (size_t semi = r.rfind("; ended by "); semi != std::string::npos) {
+    r.erase(semi);
+  }
+  return r.starts_with("ended by ") ? std::string() : r;
+}
+
 std::string TaskOutcome(const jobs::TaskStatus& t) {
   if (t.timed_out) return "reached its time limit";
-  if (t.signal) return "was killed by signal " + std::to_string(*t.signal);
+  if (t.signal) {
+    const std::string beyond = BeyondTheSignal(t.reason);
+    return "was killed by signal " + std::to_string(*t.signal) +
+           (beyond.empty() ? "" : ": " + beyond);
+  }
   if (t.exit_code) return "exited with code " + std::to_string(*t.exit_code);
   return t.reason.empty() ? std::string("could not be started")
                           : "could not be started: " + t.reason;

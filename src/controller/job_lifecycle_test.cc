@@ -482,6 +482,29 @@ TEST(JobLifecycleTest, ATimedOutTaskMakesATimeout) {
   EXPECT_EQ(t->next.state, JobState::kTimeout);
 }
 
+// A gang's task killed by a signal: the job's reason gives what its node said beyond the
+// signal (the GPU memory watch, the kernel's OOM killer), and only the signal when that
+// is all the node said. (A job of one task takes its node's words as they are.)
+TEST(JobLifecycleTest, AKilledTasksReasonSaysWhatItsNodeSaidBeyondTheSignal) {
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"its processes used 9728 MiB of GPU 0's memory (ended by SIGKILL)",
+       "task 1 (node n2) was killed by signal 9: its processes used 9728 MiB of GPU 0's memory"},
+      {"killed by the kernel's OOM killer: the memory limit of 1024 bytes was reached; "
+       "ended by SIGKILL",
+       "task 1 (node n2) was killed by signal 9: killed by the kernel's OOM killer: the memory "
+       "limit of 1024 bytes was reached"},
+      {"ended by SIGKILL", "task 1 (node n2) was killed by signal 9"},
+      {"", "task 1 (node n2) was killed by signal 9"}};
+  for (const auto& [node_said, reason] : cases) {
+    TaskExited e = Exit("n2", 1, std::nullopt);
+    e.signal = 9;
+    e.reason = node_said;
+    Result<Transition> t = Step(Gang(), e, kNow);
+    ASSERT_TRUE(t.ok());
+    EXPECT_EQ(t->next.reason, reason);
+  }
+}
+
 // Issue 28: a preempted gang is told to stop (once), keeps its resources while its tasks
 // end (whatever their outcome: a task that fails in its grace does not fail the job),
 // then goes back to the queue with the preemption counted, its cost and the reason.

@@ -782,6 +782,7 @@ void AgentLoop::EndAcknowledgedLocked(const agent::JobEvent& ev) {
   auto held = id.is_exec() ? current_.end() : current_.find(SlotOf(id));
   if (held != current_.end() && held->second != id.attempt) return;
   held_.erase(id);
+  mem_stopped_.erase(id);
   if (held != current_.end()) current_.erase(held);
   if (Status s = launcher_->Forget(id); !s.ok() && s.code() != StatusCode::kNotFound) {
     spdlog::warn("agent: forget {}: {}", agent::ToString(id), s.message());

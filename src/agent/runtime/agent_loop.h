@@ -28,6 +28,7 @@
 #include "agent/launcher.h"
 #include "agent/mps.h"
 #include "agent/runtime/exec_relay.h"
+#include "agent/runtime/gpu_mem_watch.h"
 #include "common/clock.h"
 #include "common/json.h"
 #include "gpu/gpu_info.h"
@@ -82,6 +83,10 @@ struct AgentLoopOptions {
   // enforcement "mps" is made a client of that GPU's daemon here. Null: no MPS (every
   // share is "none"). Must outlive the loop.
   agent::MpsDaemons* mps = nullptr;
+  // The GPU memory watch (gpu_mem_watch.h, docs/sharing.md): with telemetry on, each
+  // round stops (SIGKILL, the job fails saying why) the shares whose processes use more
+  // device memory than their share plus this slack. Negative: no watch.
+  int64_t gpu_mem_slack_bytes = int64_t{1} << 30;
   // GPU UUID -> its dmem region, for GPUs in enforcement "dmem" (agent/dmem.h).
   std::map<std::string, std::string> dmem_regions;
   // GPU UUID -> the libnvidia-ml whose per-cgroup memory limits hold its shares, for GPUs
@@ -173,6 +178,12 @@ class AgentLoop {
   Result<jobs::EnvNeeds> NeedsOf(const jobs::Job& job);
   void FailLaunch(const RunId& id, const std::string& reason, bool cancelled = false);
   void FailLaunchLocked(const RunId& id, const std::string& reason, bool cancelled);
+  // The GPU memory watch's view of a run (callers hold mu_): a share it watches, or
+  // nothing (not a share, a MIG instance, the watch off, already stopped by it).
+  std::optional<WatchedShare> WatchedShareOf(const RunId& id, const agent::LaunchSpec& spec) const;
+  // Stops the runs of `shares` that `round` finds over their memory (callers hold no lock).
+  void StopSharesOverMemory(const std::vector<protocol::GpuTelemetry>& round,
+                            const std::vector<WatchedShare>& shares);
   void TelemetryLoop();  // runs on its own thread while telemetry is on
   void HealthLoop();     // runs on its own thread while a health program is set
   // Sends the latest unsent health verdict (callers hold no lock); false if it could not.
@@ -228,6 +239,7 @@ class AgentLoop {
   // task's spec (in its task's directory), and task 0's started event carries its
   // rendezvous port.
   std::map<RunId, Held> held_;
+  std::set<RunId> mem_stopped_;  // runs the GPU memory watch stopped, until their end is acked
   std::vector<agent::JobEvent> unsent_;  // waiting for the controller's ack
   struct WorkItem {
     std::optional<protocol::LaunchOrder> launch;

@@ -85,6 +85,12 @@ class IdleLauncher final : public agent::Launcher {
   bool accept = false;
   std::vector<agent::LaunchSpec> launched;
   Status Cancel(const RunId&) override { return Status::NotFound("none"); }
+  std::vector<std::pair<RunId, StopRequest>> stops;  // what Stop was asked
+  Status Stop(const RunId& id, const StopRequest& stop) override {
+    std::lock_guard lock(mu);
+    stops.emplace_back(id, stop);
+    return Status::Ok();
+  }
   std::vector<agent::JobEvent> Poll() override { return {}; }
   // Nothing ever ends here: a wait for events lasts its timeout (at most 20 ms, so that the
   // agent's reporter sees Stop soon), on the launcher's condition variable.
@@ -639,6 +645,79 @@ TEST_F(TelemetryAgentTest, LogReadsAreAnsweredWithTheBytesOrWhyNot) {
   EXPECT_EQ(got[0].node, "n1");
   EXPECT_EQ(got[1].status.code(), StatusCode::kNotFound);
   EXPECT_EQ(got[2].status.code(), StatusCode::kPermissionDenied);
+}
+
+// GPU 0, whose processes (and the memory each holds) the test sets.
+class ProcessesOnGpu0 final : public gpu::TelemetrySampler {
+ public:
+  explicit ProcessesOnGpu0(std::vector<gpu::ProcessSample> processes)
+      : processes_(std::move(processes)) {}
+  std::string_view name() const override { return "test-processes"; }
+  Result<std::vector<gpu::GpuSample>> Sample(int64_t) override {
+    gpu::GpuSample s;
+    s.index = 0;
+    s.uuid = "GPU-0";
+    s.processes = processes_;
+    return std::vector<gpu::GpuSample>{s};
+  }
+
+ private:
+  const std::vector<gpu::ProcessSample> processes_;
+};
+
+// The GPU memory watch (gpu_mem_watch.h) of an agent on one unenforced 80 GiB GPU 0,
+// whose processes 100 and 101 run in the cgroups of jobs 30 and 31.
+class GpuMemWatchAgentTest : public TelemetryAgentTest {
+ protected:
+  // Launches 8 GiB shares of jobs `jobs` on GPU 0, with `processes` on it and the
+  // watch's `slack`, runs two telemetry rounds and returns the stops asked for.
+  std::vector<std::pair<RunId, StopRequest>> TwoRounds(const std::vector<int64_t>& jobs,
+                                                       std::vector<gpu::ProcessSample> processes,
+                                                       int64_t slack) {
+    AcceptLaunches();
+    gpu::GpuInfo gpu0;
+    gpu0.vendor = gpu::Vendor::kNvidia;
+    gpu0.index = 0;
+    gpu0.uuid = "GPU-0";
+    gpu0.memory_total_bytes = uint64_t{80} << 30;
+    gpu0.enforcement = "none";
+    protocol::Work work;
+    for (int64_t job : jobs) {
+      work.launch.push_back(EightGibShare(job, {{"nvidia", 0, "GPU-0", {"/dev/nvidia0"}, 100}}));
+    }
+    link_->QueueWork(work);
+    Cgroup(100, "0::/gpupool/job-30-0.1-5\n");
+    Cgroup(101, "0::/gpupool/job-31-0.1-6\n");
+    AgentLoopOptions ao = Options();
+    ao.node.gpus = {gpu0};
+    ao.sampler = std::make_shared<ProcessesOnGpu0>(std::move(processes));
+    ao.proc_root = root_.string();
+    ao.gpu_mem_slack_bytes = slack;
+    Run(ao);
+    WaitForLaunches(jobs.size()).unlock();
+    loop_->TelemetryRound();
+    loop_->TelemetryRound();  // a share still over is not stopped twice
+    std::lock_guard lock(launcher_.mu);
+    return launcher_.stops;
+  }
+};
+
+// A round that finds a share's processes over its memory and the slack stops it at once
+// (no grace), saying why, and only once; a share within its slack runs on.
+TEST_F(GpuMemWatchAgentTest, AShareOverItsMemoryAndTheSlackIsStoppedOnce) {
+  // Job 30: 9.5 GiB against 8 GiB and the default slack of 1 GiB; job 31: 8.5 GiB.
+  const auto stops = TwoRounds({30, 31}, {{100, 9728, {}}, {101, 8704, {}}}, int64_t{1} << 30);
+  ASSERT_EQ(stops.size(), 1u);
+  EXPECT_EQ(stops[0].first, (RunId{30, 0, 0, 0}));  // the order's attempt
+  EXPECT_EQ(stops[0].second.grace_s, 0);
+  EXPECT_EQ(stops[0].second.reason,
+            "its processes used 9728 MiB of GPU 0 (GPU-0)'s memory, more than its share's "
+            "8192 MiB and the node's slack of 1024 MiB: stopped by the node's GPU memory watch "
+            "(the GPU's enforcement: none)");
+}
+
+TEST_F(GpuMemWatchAgentTest, WithTheWatchOffNoShareIsStopped) {
+  EXPECT_TRUE(TwoRounds({30}, {{100, 40 * 1024, {}}}, -1).empty());
 }
 
 }  // namespace

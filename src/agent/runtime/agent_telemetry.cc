@@ -8,7 +8,9 @@
 
 #include "agent/run_id.h"
 #include "agent/runtime/agent_loop.h"
+#include "agent/runtime/gpu_mem_watch.h"
 #include "agent/runtime/health_check.h"
+#include "agent/stop_request.h"
 #include "common/file_util.h"
 #include "common/strings.h"
 
@@ -51,18 +53,52 @@ protocol::GpuTelemetry TelemetryOfSample(const gpu::GpuSample& s, int64_t at_ms,
   return t;
 }
 
+std::optional<WatchedShare> AgentLoop::WatchedShareOf(const RunId& id,
+                                                      const agent::LaunchSpec& spec) const {
+  if (options_.gpu_mem_slack_bytes < 0 || spec.share_enforcement.empty() ||
+      spec.share_enforcement == "mig" || spec.gpus.size() != 1 || spec.share_memory_bytes == 0 ||
+      mem_stopped_.contains(id)) {
+    return std::nullopt;
+  }
+  return WatchedShare{id, spec.gpus[0].index, spec.share_memory_bytes, spec.share_enforcement};
+}
+
+void AgentLoop::StopSharesOverMemory(const std::vector<protocol::GpuTelemetry>& round,
+                                     const std::vector<WatchedShare>& shares) {
+  if (shares.empty()) return;
+  for (const MemOverrun& o :
+       FindMemOverruns(round, shares,
+                       static_cast<uint64_t>(std::max<int64_t>(0, options_.gpu_mem_slack_bytes)))) {
+    for (const RunId& id : o.runs) {
+      spdlog::warn("agent: {}: {}", agent::ToString(id), o.reason);
+      {
+        std::lock_guard lock(mu_);
+        mem_stopped_.insert(id);
+      }
+      if (Status s = launcher_->Stop(id, StopRequest{0, 0, o.reason}); !s.ok()) {
+        spdlog::warn("agent: cannot stop {}: {}", agent::ToString(id), s.message());
+      }
+    }
+  }
+}
+
 size_t AgentLoop::TelemetryRound() {
   const int64_t now_us = clock_->NowMicros();
   Result<std::vector<gpu::GpuSample>> samples = options_.sampler->Sample(now_us);
   if (!samples.ok()) {
     spdlog::warn("agent: telemetry: {}", samples.status().message());
   }
-  // Which tasks hold which GPU: from the specs of what runs here.
+  // Which tasks hold which GPU: from the specs of what runs here; and the shares the GPU
+  // memory watch looks at.
   std::map<int, std::vector<protocol::TelemetryJob>> holders;
+  std::vector<WatchedShare> shares;
   {
     std::lock_guard lock(mu_);
     for (const auto& [id, run] : held_) {
       if (id.is_exec()) continue;
+      if (const std::optional<WatchedShare> w = WatchedShareOf(id, run.spec); w) {
+        shares.push_back(*w);
+      }
       for (const protocol::GpuGrant& g : run.spec.gpus) {
         // Once per job: a node's launch unit holds the GPUs of the job's other tasks there
         // too (LaunchOrder::node_tasks), and the controller counts each listing.
@@ -80,6 +116,7 @@ size_t AgentLoop::TelemetryRound() {
       if (auto h = holders.find(s.index); h != holders.end()) t.jobs = h->second;
       round.push_back(std::move(t));
     }
+    StopSharesOverMemory(round, shares);
   }
   protocol::TelemetryBatch batch;
   batch.node = options_.node_name;

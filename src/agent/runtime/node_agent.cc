@@ -412,6 +412,7 @@ Status NodeAgent::Start(std::shared_ptr<protocol::ControllerLink> link) {
   ao.cdi_kind = options_.cdi_kind;
   ao.cdi_error = cdi_error_;
   ao.mps = mps_.get();
+  ao.gpu_mem_slack_bytes = options_.gpu_mem_slack_bytes;
   ao.dmem_regions = dmem_regions_;
   ao.nvml_memory_limits = nvml_memory_limits_;
   ao.health_check = options_.health_check;

@@ -60,6 +60,8 @@ struct NodeAgentOptions {
   // listed there, else through NVML's per-cgroup limits where the libnvidia-ml that
   // discovery loaded offers them (agent/nvml_memory.h); "dmem" requires one of the two.
   std::string dmem_capacity = "/sys/fs/cgroup/dmem.capacity";
+  // The GPU memory watch's slack (AgentLoopOptions::gpu_mem_slack_bytes); negative: off.
+  int64_t gpu_mem_slack_bytes = int64_t{1} << 30;
   // The node's health program (health_check.h), its period and time limit.
   std::string health_check;
   int health_check_interval_s = 300;
