@@ -41,14 +41,14 @@ from nodecheck_lib import (ACTIVE, FAIL, PASS, SKIP, api, CheckError, Context, k
 from nodecheck_checks import CHECK_FUNCS
 
 CHECKS = ["discovery", "real-driver-tests", "xid", "telemetry", "pool-job", "isolation",
-          "enforcement", "health", "nvml-memory-limit"]
+          "enforcement", "health", "nvml-memory-limit", "gpu-mem-watch"]
 NEEDS_POOL = {"telemetry", "pool-job", "isolation", "enforcement", "health"}
 # Seconds each check may take before it is killed. The run's budget caps the whole: a
 # check gets at most what is left of it (less the pool's stop), so a run never passes 8
 # minutes even when every check hangs.
 LIMITS = {"discovery": 40, "real-driver-tests": 60, "xid": 30, "telemetry": 110,
           "pool-job": 120, "isolation": 50, "enforcement": 60, "health": 60,
-          "nvml-memory-limit": 90}
+          "nvml-memory-limit": 90, "gpu-mem-watch": 75}
 POOL_START_S = 30
 POOL_STOP_S = 30
 DEFAULT_BUDGET_S = 450

@@ -679,6 +679,46 @@ def driver_has_nvml_memory_limits(ctx):
     return hasattr(lib, "nvmlDeviceSetMemoryLimits_v1")
 
 
+class OwnPool:
+    """A pool of a check's own (`gpupool up` with `flags`, its state and log in `d`), for
+    modes the kit's shared pool does not run: `with OwnPool(ctx, d, flags, what) as sub:`
+    gives a context whose jobs go to it; the pool is stopped on the way out."""
+
+    def __init__(self, ctx, d, flags, what):
+        self.ctx, self.d, self.flags, self.what = ctx, d, flags, what
+
+    def __enter__(self):
+        state = os.path.join(self.d, "state")
+        os.makedirs(state, exist_ok=True)
+        sock = os.path.join(state, "gpupool.sock")
+        log_path = os.path.join(self.d, "pool.log")
+        log = open(log_path, "ab")
+        self.pool = subprocess.Popen(
+            self.ctx.gpupool("up", "--config", "", "--state-dir", state, "--port", "0", *self.flags),
+            stdout=log, stderr=log, stdin=subprocess.DEVNULL, env=self.ctx.kit_env,
+            start_new_session=True)
+        log.close()
+        try:
+            deadline = time.time() + 30
+            while not os.path.exists(sock) or api(sock, "GET", "/v1/nodes", timeout=5)[0] != 200:
+                if self.pool.poll() is not None or time.time() > deadline:
+                    raise CheckError("the %s pool did not come up: %s" % (
+                        self.what, tail(open(log_path, errors="replace").read(), 600)))
+                time.sleep(0.2)
+        except BaseException:
+            self.__exit__(None, None, None)
+            raise
+        return type(self.ctx)(dict(self.ctx.__dict__, pool={"socket": sock, "state_dir": state}))
+
+    def __exit__(self, *exc):
+        self.pool.terminate()
+        try:
+            self.pool.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            self.pool.kill()
+        return False
+
+
 def check_nvml_memory_limit(ctx):
     """A --gpu-mem share held by NVML's per-cgroup memory limits (`dmem` through NVML): a pool
     of its own runs with --gpu-enforcement dmem and no dmem.capacity, so NVML holds the GPU;
@@ -691,35 +731,14 @@ def check_nvml_memory_limit(ctx):
     if not driver_has_nvml_memory_limits(ctx):
         raise Skip("the driver's libnvidia-ml has no nvmlDeviceSetMemoryLimits_v1 (R615+)")
     d = ctx.dir("nvml-memory-limit")
-    state = os.path.join(d, "state")
-    os.makedirs(state, exist_ok=True)
-    sock = os.path.join(state, "gpupool.sock")
-    log = open(os.path.join(d, "pool.log"), "ab")
-    pool = subprocess.Popen(ctx.gpupool("up", "--config", "", "--state-dir", state, "--port", "0",
-                                        "--gpu-enforcement", "dmem", "--dmem-capacity",
-                                        os.path.join(d, "no-dmem.capacity"), "--telemetry-interval",
-                                        "0"), stdout=log, stderr=log, stdin=subprocess.DEVNULL,
-                            env=ctx.kit_env, start_new_session=True)
-    log.close()
-    try:
-        sub = type(ctx)(dict(ctx.__dict__, pool={"socket": sock, "state_dir": state}))
-        deadline = time.time() + 30
-        while not os.path.exists(sock) or api(sock, "GET", "/v1/nodes", timeout=5)[0] != 200:
-            if pool.poll() is not None or time.time() > deadline:
-                raise CheckError("the dmem pool did not come up: %s" % tail(
-                    open(os.path.join(d, "pool.log"), errors="replace").read(), 600))
-            time.sleep(0.2)
+    flags = ("--gpu-enforcement", "dmem", "--dmem-capacity", os.path.join(d, "no-dmem.capacity"),
+             "--telemetry-interval", "0")
+    with OwnPool(ctx, d, flags, "dmem") as sub:
         jid = submit(sub, "nodecheck-nvml", ["--gpu-mem", "%dG" % SHARE_CAP_GIB],
                      [ctx.torch_python, ctx.job_script, "alloc", str(3 * SHARE_CAP_GIB), "2"])["id"]
         wait_job(sub, jid, FINAL, 45)
         j = save_job(sub, d, jid)
         ev = events(logs(sub, jid))
-    finally:
-        pool.terminate()
-        try:
-            pool.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            pool.kill()
     mode = (ev.get("start", {}).get("env") or {}).get("GPUPOOL_GPU_ENFORCEMENT")
     a = ev.get("alloc") or {}
     details = {"job": jid, "state": j["state"], "reason": j.get("reason"), "mode": mode, "alloc": a,
@@ -737,6 +756,67 @@ def check_nvml_memory_limit(ctx):
         return FAIL, "; ".join(problems[:3]), details
     return PASS, ("dmem (NVML): a share capped at %d GiB that asked for %d got an out-of-memory error "
                   "at %s MiB") % (SHARE_CAP_GIB, 3 * SHARE_CAP_GIB, a.get("allocated_mib")), details
+
+
+def job_peak_mib(ctx, jid):
+    """The controller's peak GPU memory of a job (its telemetry points), or None."""
+    st, body = api(ctx.pool["socket"], "GET", "/v1/telemetry?job=%d&since_ms=0" % jid)
+    if st != 200:
+        return None
+    peaks = [p.get("mem_used_mib") for p in body.get("points", []) if p.get("mem_used_mib") is not None]
+    return max(peaks) if peaks else None
+
+
+def check_gpu_mem_watch(ctx):
+    """The agent's GPU memory watch on a real GPU (docs/sharing.md): a pool of its own with
+    shares unenforced (--gpu-enforcement none) and telemetry every second. A --gpu-mem 2G
+    share that takes and holds 6 GiB must be killed and FAILED by the watch; one that holds
+    exactly its 2 GiB of tensors (plus its CUDA context, which the default 1 GiB slack is
+    for) must run to its end, as must one that holds 1 GiB."""
+    need_torch(ctx)
+    if ctx.fake:
+        raise Skip("the watch reads a real GPU's per-process memory; fake mode lists none for "
+                   "the kit's jobs")
+    if os.geteuid() != 0:
+        raise Skip("the pool's jobs need root to run in cgroups the agent can tell apart")
+    d = ctx.dir("gpu-mem-watch")
+    cap = "%dG" % SHARE_CAP_GIB
+    with OwnPool(ctx, d, ("--gpu-enforcement", "none", "--telemetry-interval", "1"), "unenforced") as sub:
+        jobs = {label: submit(sub, "nodecheck-watch-" + label, ["--gpu-mem", cap],
+                              [ctx.torch_python, ctx.job_script, "hold", str(gib), str(secs)])["id"]
+                for label, gib, secs in (("greedy", 3 * SHARE_CAP_GIB, 25),
+                                         ("at-ask", SHARE_CAP_GIB, 10), ("under", 1, 10))}
+        res = {}
+        for label, jid in jobs.items():
+            j = wait_job(sub, jid, FINAL, 45)
+            save_job(sub, d, jid)
+            ev = events(logs(sub, jid))
+            res[label] = {"id": jid, "state": j["state"], "reason": j.get("reason"),
+                          "alloc": ev.get("alloc"), "end": ev.get("end"),
+                          "mode": (ev.get("start", {}).get("env") or {}).get("GPUPOOL_GPU_ENFORCEMENT"),
+                          "peak_mib": job_peak_mib(sub, jid)}
+    details = {"jobs": res, "cap_gib": SHARE_CAP_GIB}
+    problems = []
+    g = res["greedy"]
+    if g["mode"] != "none":
+        problems.append("the shares saw GPUPOOL_GPU_ENFORCEMENT=%r, not none" % g["mode"])
+    if g["state"] != "FAILED" or "GPU memory watch" not in (g["reason"] or ""):
+        problems.append("the share holding %d GiB of its %d GiB ended %s: %s" % (
+            3 * SHARE_CAP_GIB, SHARE_CAP_GIB, g["state"], g["reason"]))
+    if g["end"]:
+        problems.append("the share holding %d GiB ran to its end: the watch did not stop it" % (
+            3 * SHARE_CAP_GIB))
+    for label in ("at-ask", "under"):
+        r = res[label]
+        if r["state"] != "SUCCEEDED" or not r["end"]:
+            problems.append("the %s share ended %s: %s" % (label, r["state"], r["reason"]))
+    if problems:
+        details["problems"] = problems
+        return FAIL, "; ".join(problems[:3]), details
+    return PASS, ("the GPU memory watch killed a %d GiB share holding %d GiB (%s); a share holding "
+                  "its %d GiB (peak %s MiB with its context) and one holding 1 GiB (peak %s MiB) "
+                  "ran to their ends") % (SHARE_CAP_GIB, 3 * SHARE_CAP_GIB, g["reason"], SHARE_CAP_GIB,
+                                          res["at-ask"]["peak_mib"], res["under"]["peak_mib"]), details
 
 
 def xid_gauge(ctx, uuid):
@@ -885,4 +965,4 @@ def check_health(ctx):
 CHECK_FUNCS = {"discovery": check_discovery, "real-driver-tests": check_real_driver_tests,
                "xid": check_xid, "telemetry": check_telemetry, "pool-job": check_pool_job,
                "isolation": check_isolation, "enforcement": check_enforcement, "health": check_health,
-               "nvml-memory-limit": check_nvml_memory_limit}
+               "nvml-memory-limit": check_nvml_memory_limit, "gpu-mem-watch": check_gpu_mem_watch}

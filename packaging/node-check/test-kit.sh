@@ -116,7 +116,7 @@ out, torch_note = sys.argv[1:]
 r = json.load(open(os.path.join(out, "report.json")))
 names = [c["name"] for c in r["checks"]]
 want = ["discovery", "real-driver-tests", "xid", "telemetry", "pool-job", "isolation",
-        "enforcement", "health", "nvml-memory-limit"]
+        "enforcement", "health", "nvml-memory-limit", "gpu-mem-watch"]
 assert names == want, names
 assert r["mode"] == "fake" and r["fake"] is True, r["mode"]
 root = os.geteuid() == 0
@@ -125,7 +125,8 @@ expect = {"discovery": "pass", "real-driver-tests": "pass", "xid": "pass",
           "telemetry": "pass" if root and torch else "skip",
           "pool-job": "pass" if root and torch else "skip",
           "isolation": "pass" if root else "skip",
-          "enforcement": "skip", "health": "skip", "nvml-memory-limit": "skip"}
+          "enforcement": "skip", "health": "skip", "nvml-memory-limit": "skip",
+          "gpu-mem-watch": "skip"}
 bad = []
 for c in r["checks"]:
     for k in ("name", "status", "seconds", "details"):

@@ -9,6 +9,9 @@ seen from inside the job.
                                 out-of-memory error is caught and reported, as a program
                                 under a memory cap would meet it), frees it, then matrix
                                 products for SECONDS; one JSON line each
+    torch_job.py hold GIB SECONDS
+                                as alloc, but keeps what it got while it does the products,
+                                as a job that uses its memory does
     torch_job.py fault          a device-side assert (an out-of-bounds index) on its GPU,
                                 which the driver reports as Xid 43; exit 4 once CUDA said so
     torch_job.py open UUID=PATH[,UUID=PATH...]
@@ -39,7 +42,7 @@ def visible():
         "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT")}
 
 
-def alloc(gib, seconds):
+def alloc(gib, seconds, keep=False):
     try:
         import torch
     except Exception as e:
@@ -63,8 +66,9 @@ def alloc(gib, seconds):
     free, total = torch.cuda.mem_get_info()
     say(event="alloc", result=result, allocated_mib=got, asked_mib=int(gib * 1024),
         message=message, free_mib=free >> 20, total_mib=total >> 20)
-    del pieces
-    torch.cuda.empty_cache()
+    if not keep:
+        del pieces
+        torch.cuda.empty_cache()
     a = torch.randn(2048, 2048, device="cuda")
     n, t0 = 0, time.time()
     while time.time() - t0 < seconds:
@@ -176,6 +180,8 @@ def main(argv):
         return work(float(argv[2]))
     if len(argv) == 4 and argv[1] == "alloc":
         return alloc(float(argv[2]), float(argv[3]))
+    if len(argv) == 4 and argv[1] == "hold":
+        return alloc(float(argv[2]), float(argv[3]), keep=True)
     if len(argv) == 2 and argv[1] == "fault":
         return fault()
     if len(argv) == 3 and argv[1] == "open":
