@@ -3,6 +3,7 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <cstdio>
 
 #include "agent/mps.h"
 
@@ -44,6 +45,22 @@ void SetShareLimits(const LaunchSpec& spec, int milli, std::map<std::string, std
   env["GPUPOOL_GPU_ENFORCEMENT"] = spec.share_enforcement;
   if (spec.share_memory_bytes > 0) {
     env["GPUPOOL_GPU_MEM_LIMIT_BYTES"] = std::to_string(spec.share_memory_bytes);
+  }
+  // The frameworks' own caps where the user set none (docs/sharing.md, "What a share job
+  // sees"): JAX's memory fraction (else it takes 75% of the GPU at its first operation,
+  // and may grow to all of it), CuPy's pool limit, TensorFlow's allocation on demand (else
+  // it maps nearly all of the GPU's memory at start). Not for a MIG instance: the device
+  // the job sees is the instance, all of it the share's.
+  if (spec.share_enforcement != "mig" && spec.share_memory_bytes > 0) {
+    char fraction[16];
+    std::snprintf(fraction, sizeof fraction, "%d.%03d", milli / 1000, milli % 1000);
+    if (!env.contains("XLA_PYTHON_CLIENT_MEM_FRACTION") &&
+        !env.contains("XLA_CLIENT_MEM_FRACTION")) {
+      env["XLA_PYTHON_CLIENT_MEM_FRACTION"] = fraction;
+      env["XLA_CLIENT_MEM_FRACTION"] = fraction;
+    }
+    env.try_emplace("CUPY_GPU_MEMORY_LIMIT", std::to_string(spec.share_memory_bytes));
+    env.try_emplace("TF_FORCE_GPU_ALLOW_GROWTH", "true");
   }
   // The pool's CU mask replaces the user's (advisory either way: docs/sharing.md, "AMD").
   if (!spec.cu_mask.empty()) env["HSA_CU_MASK"] = "0:" + spec.cu_mask;

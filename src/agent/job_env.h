@@ -12,6 +12,10 @@
 //      CUDA_MPS_ACTIVE_THREAD_PERCENTAGE (the share in percent, rounded up) and
 //      CUDA_MPS_PINNED_DEVICE_MEM_LIMIT ("0=<MiB>M"); the user's own CUDA_MPS_* variables
 //      are removed, so no job names another daemon or widens its cap through them;
+//      for a share that is not a MIG instance, where the user set none of them, the
+//      frameworks' caps: XLA_PYTHON_CLIENT_MEM_FRACTION and XLA_CLIENT_MEM_FRACTION (JAX;
+//      the share's fraction, "0.250"), CUPY_GPU_MEMORY_LIMIT (its memory in bytes) and
+//      TF_FORCE_GPU_ALLOW_GROWTH=true (TensorFlow);
 //      HSA_CU_MASK="0:<LaunchSpec::cu_mask>" for an AMD share (replacing the user's; an
 //      advisory mask, docs/sharing.md "AMD"); and
 //      the visibility variables:

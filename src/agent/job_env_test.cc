@@ -75,6 +75,39 @@ TEST(JobEnvTest, UnenforcedShareSaysSoAndKeepsNoMpsVariables) {
   EXPECT_EQ(none.count("GPUPOOL_GPU_ENFORCEMENT"), 0u);
 }
 
+// A share's frameworks are told its cap (JAX's fraction, CuPy's pool limit, TensorFlow's
+// growth on demand) unless the user set their own; a MIG instance and a whole GPU are not.
+TEST(JobEnvTest, AShareTellsItsFrameworksItsCapUnlessTheUserDid) {
+  LaunchSpec s = BaseSpec();
+  s.gpus = {{"nvidia", 0, "GPU-n", {}, 250}};
+  s.share_enforcement = "none";
+  s.share_memory_bytes = uint64_t{20} << 30;
+  auto env = BuildJobEnvironment(s, LoginDefaults{});
+  EXPECT_EQ(env["XLA_PYTHON_CLIENT_MEM_FRACTION"], "0.250");
+  EXPECT_EQ(env["XLA_CLIENT_MEM_FRACTION"], "0.250");
+  EXPECT_EQ(env["CUPY_GPU_MEMORY_LIMIT"], "21474836480");
+  EXPECT_EQ(env["TF_FORCE_GPU_ALLOW_GROWTH"], "true");
+  // The user's own settings stay (the GPU memory watch holds the share all the same).
+  s.env = {{"XLA_CLIENT_MEM_FRACTION", ".1"},
+           {"CUPY_GPU_MEMORY_LIMIT", "50%"},
+           {"TF_FORCE_GPU_ALLOW_GROWTH", "false"}};
+  env = BuildJobEnvironment(s, LoginDefaults{});
+  EXPECT_EQ(env["XLA_CLIENT_MEM_FRACTION"], ".1");
+  EXPECT_EQ(env.count("XLA_PYTHON_CLIENT_MEM_FRACTION"), 0u);
+  EXPECT_EQ(env["CUPY_GPU_MEMORY_LIMIT"], "50%");
+  EXPECT_EQ(env["TF_FORCE_GPU_ALLOW_GROWTH"], "false");
+  s.env.clear();
+  s.share_enforcement = "mig";
+  env = BuildJobEnvironment(s, LoginDefaults{});
+  EXPECT_EQ(env.count("XLA_PYTHON_CLIENT_MEM_FRACTION"), 0u);
+  EXPECT_EQ(env.count("CUPY_GPU_MEMORY_LIMIT"), 0u);
+  LaunchSpec whole = BaseSpec();
+  whole.gpus = {{"nvidia", 0, "GPU-n", {}, 1000}};
+  env = BuildJobEnvironment(whole, LoginDefaults{});
+  EXPECT_EQ(env.count("TF_FORCE_GPU_ALLOW_GROWTH"), 0u);
+  EXPECT_EQ(env.count("XLA_CLIENT_MEM_FRACTION"), 0u);
+}
+
 TEST(JobEnvTest, AmdGrantWithUuidsSetsBothVariables) {
   LaunchSpec s = BaseSpec();
   s.gpus = {{"amd", 1, "GPU-1111", {}, 250}};
