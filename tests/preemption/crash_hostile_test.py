@@ -121,8 +121,9 @@ class Pool:
 
     def start_agent(self, i):
         self.agents[i] = self._spawn(
-            [GPUPOOL, "agent", "--config", "", "--controller", "unix:" + self.sock, "--state-dir", self.agent_dir(i), "--fake", NODE, "--node-name",
-             "node%d" % i, "--address", "127.0.0.%d" % (i + 2)], "agent%d.log" % i)
+            [GPUPOOL, "agent", "--config", "", "--controller", "unix:" + self.sock,
+             "--state-dir", self.agent_dir(i), "--fake", NODE, "--node-name", "node%d" % i,
+             "--address", "127.0.0.%d" % (i + 2)], "agent%d.log" % i)
 
     def wait_nodes_up(self):
         def up():
@@ -203,7 +204,8 @@ class CrashHostileTest(unittest.TestCase):
     def tearDown(self):
         self.watcher.halt.set()
         self.watcher.join()
-        for pid in self.attempt_one_pids():  # a failed case may leave them behind its killed supervisors
+        # A failed case may leave them behind its killed supervisors.
+        for pid in self.attempt_one_pids():
             if alive(pid):
                 os.kill(pid, signal.SIGKILL)
 
