@@ -75,6 +75,19 @@ TEST_F(ApiAccessTest, AJobSubmittedHeldIsStoredHeldAndStartsOnlyOnceReleased) {
   EXPECT_EQ(Error(bad), "hold: expected true or false");
 }
 
+// What `gpupool usage` counts of a job's preempted attempts is the server's to write: a
+// user naming them (to lower the usage their jobs count, or raise another's) is refused.
+TEST_F(ApiAccessTest, ASubmissionCannotSetItsPreemptedAttempts) {
+  const net::HttpResponse sub =
+      AsUid(user_uid_, "POST", "/v1/jobs", {},
+            R"({"command": ["true"], "workdir": "/", "preempted_attempts": [)"
+            R"({"start_time_us": 1, "end_time_us": 2, "gpu_hours": -1000}]})");
+  EXPECT_EQ(sub.status, 400) << sub.body;
+  EXPECT_NE(sub.body.find("preempted_attempts: this field is set by the server; leave it out"),
+            std::string::npos)
+      << sub.body;
+}
+
 TEST_F(ApiAccessTest, ArraysAreCancelledWholeOrByElement) {
   net::HttpResponse sub =
       AsUid(user_uid_, "POST", "/v1/jobs", {},

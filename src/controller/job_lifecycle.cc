@@ -157,6 +157,17 @@ Transition Preempted(const Job& job, const Job& ended) {
   Job again = Requeued(ended, ended.reason + " (attempt " + std::to_string(ended.attempt) + ")");
   again.preemptions += 1;
   again.preempted_gpu_hours += gpu_hours;
+  // When it ran, for the usage of a window: Requeued cleared the attempt's times.
+  jobs::PreemptedAttempt run{.start_time_us = ended.start_time_us, .gpu_hours = gpu_hours};
+  for (const jobs::TaskStatus& ts : ended.tasks) {
+    if (ts.start_time_us == 0) continue;
+    if (run.start_time_us == 0 || ts.start_time_us < run.start_time_us) {
+      run.start_time_us = ts.start_time_us;
+    }
+    run.end_time_us = std::max(run.end_time_us, ts.end_time_us);
+  }
+  run.end_time_us = std::max(run.end_time_us, run.start_time_us);
+  if (run.start_time_us > 0) jobs::AddPreemptedAttempt(again, run);
   Transition t = Changed(job, std::move(again));
   t.effects.requeued = true;
   t.effects.freed = true;

@@ -546,6 +546,11 @@ TEST(JobLifecycleTest, APreemptedGangStopsKeepsItsGpusUntilItsTasksEndThenIsRequ
   EXPECT_EQ(again.preemptions, 1);
   EXPECT_DOUBLE_EQ(again.preempted_gpu_hours, 1.0);  // 2 GPUs x 0.5 h
   EXPECT_DOUBLE_EQ(both->effects.preempted_gpu_hours, 1.0);
+  // When that attempt ran, for the usage of a window (its start and end are cleared).
+  ASSERT_EQ(again.preempted_attempts.size(), 1u);
+  EXPECT_EQ(again.preempted_attempts[0],
+            (jobs::PreemptedAttempt{
+                .start_time_us = kNow - 1800'000'000, .end_time_us = kNow, .gpu_hours = 1.0}));
   EXPECT_FALSE(again.cancel_requested);
   EXPECT_EQ(again.preempted_by, 0);
   EXPECT_FALSE(again.checkpoint_done);

@@ -5,22 +5,48 @@
 
 namespace gpupool::controller {
 
+namespace {
+
+// The GPU-hours of a preempted attempt inside the window: its share of the attempt's
+// GPU-hours that the window's part of its run makes (all of them when the window covers
+// it).
+double PreemptedGpuHoursInside(const jobs::PreemptedAttempt& a, int64_t since_us,
+                               int64_t until_us) {
+  if (a.end_time_us <= a.start_time_us) {
+    return a.start_time_us >= since_us && a.start_time_us < until_us ? a.gpu_hours : 0;
+  }
+  const int64_t from = std::max(a.start_time_us, since_us);
+  const int64_t to = std::min(a.end_time_us, until_us);
+  if (to <= from) return 0;
+  return a.gpu_hours * static_cast<double>(to - from) /
+         static_cast<double>(a.end_time_us - a.start_time_us);
+}
+
+}  // namespace
+
 double JobGpuHours(const jobs::Job& j, int64_t since_us, int64_t until_us, int64_t now_us) {
-  if (j.start_time_us <= 0) return 0;  // never ran
+  double hours = 0;
+  for (const jobs::PreemptedAttempt& a : j.preempted_attempts) {
+    hours += PreemptedGpuHoursInside(a, since_us, until_us);
+  }
+  if (j.start_time_us <= 0) return hours;  // the current attempt never ran
   const int64_t end = j.end_time_us > 0 ? j.end_time_us : now_us;
   const int64_t from = std::max(j.start_time_us, since_us);
   const int64_t to = std::min(end, until_us);
-  if (to <= from) return 0;
+  if (to <= from) return hours;
   double gpus = 0;
   for (const jobs::TaskPlacement& p : j.placement) {
     gpus += static_cast<double>(p.gpu_uuids.size()) * p.gpu_milli / 1000.0;
   }
-  return gpus * static_cast<double>(to - from) / 3.6e9;
+  return hours + gpus * static_cast<double>(to - from) / 3.6e9;
 }
 
 namespace {
 
 bool HeldGpusInside(const jobs::Job& j, int64_t since_us, int64_t until_us, int64_t now_us) {
+  for (const jobs::PreemptedAttempt& a : j.preempted_attempts) {
+    if (PreemptedGpuHoursInside(a, since_us, until_us) > 0) return true;
+  }
   if (j.start_time_us <= 0) return false;  // never ran
   const int64_t end = j.end_time_us > 0 ? j.end_time_us : now_us;
   return std::min(end, until_us) > std::max(j.start_time_us, since_us);

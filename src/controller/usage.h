@@ -1,6 +1,8 @@
 // GPU-hours accounting: how much GPU each user or project held in a time window.
 // A job holds num_gpus x gpu_milli/1000 GPUs per task from its start to its end (or
-// `now` while it runs); only the part inside the window counts. Used GPU-hours weigh that
+// `now` while it runs); only the part inside the window counts. Its preempted attempts
+// (jobs::Job::preempted_attempts) count too, each the GPU-hours its tasks ran, in
+// proportion to the part of its run inside the window. Used GPU-hours weigh that
 // by the measured utilisation (telemetry.h: share x utilisation x time, per job), and
 // efficiency is used / allocated.
 #pragma once
@@ -30,7 +32,8 @@ struct UsageRow {
   double efficiency() const { return gpu_hours > 0 ? used_gpu_hours / gpu_hours : 0; }
 };
 
-// The GPU-hours job `j` held inside [since_us, until_us) (up to now_us while it runs).
+// The GPU-hours job `j` held inside [since_us, until_us) (up to now_us while it runs),
+// its preempted attempts' included.
 double JobGpuHours(const jobs::Job& j, int64_t since_us, int64_t until_us, int64_t now_us);
 
 // `by` is "user" or "project" (a job without a project in its user's own group, named

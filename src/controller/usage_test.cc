@@ -101,5 +101,26 @@ TEST(UsageTest, JobsWithoutAProjectAreTheirUsersOwnGroup) {
   }
 }
 
+// A preempted attempt held its GPUs too: it counts once, its GPU-hours (as its tasks ran)
+// spread over its run for a window that covers part of it, also while the job waits
+// again (the current attempt's start and end are cleared by the requeue).
+TEST(UsageTest, APreemptedAttemptCountsOnceInsideTheWindow) {
+  jobs::Job j = Ran("alice", "", 2, 1000, 3 * kHour, 4 * kHour);  // attempt 2: 2 GPU-hours
+  j.preempted_attempts = {{.start_time_us = kT0, .end_time_us = kT0 + 2 * kHour, .gpu_hours = 4}};
+  EXPECT_DOUBLE_EQ(JobGpuHours(j, kT0, kT0 + 6 * kHour, kT0 + 6 * kHour), 6.0);
+  EXPECT_DOUBLE_EQ(JobGpuHours(j, kT0 + kHour, kT0 + 6 * kHour, kT0 + 6 * kHour), 4.0);
+  EXPECT_DOUBLE_EQ(JobGpuHours(j, kT0 + 3 * kHour, kT0 + 6 * kHour, kT0 + 6 * kHour), 2.0);
+  jobs::Job waiting = j;
+  waiting.start_time_us = waiting.end_time_us = 0;
+  waiting.placement.clear();
+  const std::vector<UsageRow> rows =
+      ComputeUsage({waiting}, kT0, kT0 + 6 * kHour, kT0 + 6 * kHour, "user");
+  ASSERT_EQ(rows.size(), 1u);
+  EXPECT_DOUBLE_EQ(rows[0].gpu_hours, 4.0);
+  EXPECT_EQ(rows[0].jobs, 1);
+  EXPECT_TRUE(
+      ComputeUsage({waiting}, kT0 + 2 * kHour, kT0 + 6 * kHour, kT0 + 6 * kHour, "user").empty());
+}
+
 }  // namespace
 }  // namespace gpupool::controller

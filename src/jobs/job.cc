@@ -107,6 +107,16 @@ Result<ArraySpec> ParseArraySpec(std::string_view text, int max_elements,
   return spec;
 }
 
+void AddPreemptedAttempt(Job& job, const PreemptedAttempt& a) {
+  std::vector<PreemptedAttempt>& v = job.preempted_attempts;
+  v.push_back(a);
+  if (v.size() <= kMaxPreemptedAttempts) return;
+  v[1].start_time_us = std::min(v[0].start_time_us, v[1].start_time_us);
+  v[1].end_time_us = std::max(v[0].end_time_us, v[1].end_time_us);
+  v[1].gpu_hours += v[0].gpu_hours;
+  v.erase(v.begin());
+}
+
 std::map<std::string, std::string> ArrayEnvironment(const Job& job) {
   if (job.array_id == 0) return {};
   std::map<std::string, std::string> env{

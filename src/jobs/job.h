@@ -139,6 +139,16 @@ struct EnvNeeds {
   friend bool operator==(const EnvNeeds&, const EnvNeeds&) = default;
 };
 
+// A preempted attempt's run (Job::preempted_attempts): from its first task's start to its
+// last task's end, and the GPU-hours its tasks ran (what preempted_gpu_hours added).
+struct PreemptedAttempt {
+  int64_t start_time_us = 0;
+  int64_t end_time_us = 0;
+  double gpu_hours = 0;
+  friend bool operator==(const PreemptedAttempt&, const PreemptedAttempt&) = default;
+};
+inline constexpr size_t kMaxPreemptedAttempts = 16;
+
 struct Job {
   int64_t id = 0;
   // The store's count of this job's writes, for compare-and-set (store/store.h): 0 for a
@@ -251,8 +261,16 @@ struct Job {
   // Preemptions so far, and the GPU-hours their stopped attempts had run.
   int preemptions = 0;
   double preempted_gpu_hours = 0;
+  // When those attempts ran, oldest first, for the GPU-hours of a time window
+  // (controller/usage.h): the current attempt's start and end say nothing of them.
+  std::vector<PreemptedAttempt> preempted_attempts;
   friend bool operator==(const Job&, const Job&) = default;
 };
+
+// Appends a preempted attempt's run to `job`; past kMaxPreemptedAttempts the two oldest
+// become one (their span, their GPU-hours summed), so a job stopped again and again stays
+// small and its total stays exact.
+void AddPreemptedAttempt(Job& job, const PreemptedAttempt& a);
 
 // What an element of an array (array_id != 0) finds in its environment, as Slurm's
 // SLURM_ARRAY_*: GPUPOOL_ARRAY_JOB_ID (the array's id), GPUPOOL_ARRAY_TASK_ID (its

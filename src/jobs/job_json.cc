@@ -1,5 +1,6 @@
 #include "jobs/job_json.h"
 
+#include <cmath>
 #include <string>
 
 namespace gpupool::jobs {
@@ -274,6 +275,15 @@ OrderedJson JobToJson(const Job& job) {
     j["preemptions"] = job.preemptions;
     j["preempted_gpu_hours"] = job.preempted_gpu_hours;
   }
+  if (!job.preempted_attempts.empty()) {
+    OrderedJson runs = OrderedJson::array();
+    for (const PreemptedAttempt& a : job.preempted_attempts) {
+      runs.push_back({{"start_time_us", a.start_time_us},
+                      {"end_time_us", a.end_time_us},
+                      {"gpu_hours", a.gpu_hours}});
+    }
+    j["preempted_attempts"] = std::move(runs);
+  }
   if (!job.stdout_path.empty()) j["stdout_path"] = job.stdout_path;
   if (!job.stderr_path.empty()) j["stderr_path"] = job.stderr_path;
   return j;
@@ -342,6 +352,30 @@ Status DependenciesFromJson(JsonFields& f, bool reject_unknown, Job* job_out) {
       d.kind = *k;
       job.dependencies.push_back(d);
     }
+  }
+  return Status::Ok();
+}
+
+Status PreemptedAttemptsFromJson(JsonFields& f, bool reject_unknown, Job* job_out) {
+  const Json* runs = f.Array("preempted_attempts");
+  if (runs == nullptr) return Status::Ok();
+  if (runs->size() > kMaxPreemptedAttempts) {
+    return Status::InvalidArgument(f.PathOf("preempted_attempts") + ": at most " +
+                                   std::to_string(kMaxPreemptedAttempts) + " attempts");
+  }
+  for (size_t i = 0; i < runs->size(); ++i) {
+    PreemptedAttempt a;
+    JsonFields af((*runs)[i], f.PathOf("preempted_attempts") + "[" + std::to_string(i) + "]",
+                  reject_unknown);
+    af.Required("start_time_us", &a.start_time_us, 0);
+    af.Required("end_time_us", &a.end_time_us, 0);
+    af.Required("gpu_hours", &a.gpu_hours);
+    GP_RETURN_IF_ERROR(af.Finish());
+    if (!std::isfinite(a.gpu_hours) || a.gpu_hours < 0 || a.end_time_us < a.start_time_us) {
+      return Status::InvalidArgument(f.PathOf("preempted_attempts") + "[" + std::to_string(i) +
+                                     "]: expected gpu_hours >= 0 and end_time_us >= start_time_us");
+    }
+    job_out->preempted_attempts.push_back(a);
   }
   return Status::Ok();
 }
@@ -497,6 +531,7 @@ Result<Job> JobFromJson(const Json& j, std::string_view path, bool reject_unknow
   f.Optional("checkpoint_done", &job.checkpoint_done);
   f.Optional("preemptions", &job.preemptions, 0);
   f.Optional("preempted_gpu_hours", &job.preempted_gpu_hours);
+  GP_RETURN_IF_ERROR(PreemptedAttemptsFromJson(f, reject_unknown, &job));
   f.Optional("stdout_path", &job.stdout_path);
   f.Optional("stderr_path", &job.stderr_path);
   GP_RETURN_IF_ERROR(f.Finish());

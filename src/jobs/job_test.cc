@@ -80,6 +80,39 @@ TEST(JobJsonTest, APreemptorsNameRoundTrips) {
   EXPECT_EQ(*back, j);
 }
 
+// A preempted attempt's run is kept with the job, for the usage of a window (the
+// current attempt's times say nothing of it); a job stopped again and again keeps at most
+// kMaxPreemptedAttempts of them, the oldest merged, its GPU-hours exact.
+TEST(JobJsonTest, PreemptedAttemptsRoundTripAndStayBounded) {
+  Job j;
+  j.id = 12;
+  j.preemptions = 1;
+  j.preempted_gpu_hours = 0.5;
+  AddPreemptedAttempt(j, {.start_time_us = 100, .end_time_us = 200, .gpu_hours = 0.5});
+  Result<Job> back = JobFromJson(Json::parse(DumpJson(JobToJson(j))));
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(*back, j);
+  for (int i = 1; i <= static_cast<int>(kMaxPreemptedAttempts); ++i) {
+    AddPreemptedAttempt(
+        j, {.start_time_us = 100 + 1000 * i, .end_time_us = 200 + 1000 * i, .gpu_hours = 1});
+  }
+  ASSERT_EQ(j.preempted_attempts.size(), kMaxPreemptedAttempts);
+  EXPECT_EQ(j.preempted_attempts[0],
+            (PreemptedAttempt{.start_time_us = 100, .end_time_us = 1200, .gpu_hours = 1.5}));
+  EXPECT_EQ(j.preempted_attempts.back().start_time_us, 100 + 1000 * kMaxPreemptedAttempts);
+  back = JobFromJson(Json::parse(DumpJson(JobToJson(j))));
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(*back, j);
+  // A stored job can hold no more, nor a run without its GPU-hours.
+  Json more = JobToJson(j);
+  more["preempted_attempts"].push_back(more["preempted_attempts"][0]);
+  EXPECT_EQ(JobFromJson(more).status().message(), "job.preempted_attempts: at most 16 attempts");
+  EXPECT_FALSE(
+      JobFromJson(
+          Json::parse(R"({"preempted_attempts": [{"start_time_us": 1, "end_time_us": 2}]})"))
+          .ok());
+}
+
 TEST(JobJsonTest, RejectsBadRequests) {
   auto err = [](const char* text) {
     Result<Job> r = JobFromJson(Json::parse(text));

@@ -114,7 +114,8 @@ const char* const kServerSetFields[] = {"id",
                                         "preempt_deadline_s",
                                         "checkpoint_done",
                                         "preemptions",
-                                        "preempted_gpu_hours"};
+                                        "preempted_gpu_hours",
+                                        "preempted_attempts"};
 
 // The scheduler's start plan as readers attach it (Controller::StartEstimates, StartNotes).
 struct StartPlanView {
