@@ -510,8 +510,11 @@ Status ApplyContainerFlags(const ContainerFlags& f, agent::NodeAgentOptions* o) 
     o->cpu_milli = *milli;
   }
   if (!f.fake_mem.empty()) {
-    Result<uint64_t> bytes = cli::ParseSize(f.fake_mem);
-    if (!bytes.ok() || *bytes < (uint64_t{1} << 20)) {
+    Result<uint64_t> bytes = cli::ParseMemorySize(f.fake_mem);
+    if (!bytes.ok()) {
+      return Status::InvalidArgument("--fake-mem " + f.fake_mem + ": " + bytes.status().message());
+    }
+    if (*bytes == 0) {
       return Status::InvalidArgument("--fake-mem " + f.fake_mem +
                                      ": a size of at least 1M, e.g. 64G (binary units)");
     }

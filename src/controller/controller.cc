@@ -357,6 +357,7 @@ void Controller::Install(lifecycle::Transition t) {
       }
     }
     active_[id] = std::move(t.next);
+    if (fx.requeued) BlockPreemptedWhilePreemptorsWait(&pending_reasons_, id);  // a victim
   }
   Touched(id);
   if (fx.preempting) metrics_.CountPreemption();

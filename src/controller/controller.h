@@ -719,8 +719,9 @@ class Controller {
   Status ApplyPreemptions(const ScheduleResult& plan) EXCLUDES(mu_);
   // A requeued victim waits (`waiting`, the dependency gate) while the job that preempted it
   // is pending with its hold, or waits for GPUs: not when a limit or a gate keeps it.
-  void BlockPreemptedWhilePreemptorsWait(std::map<int64_t, std::string>* waiting) const
-      REQUIRES(mu_);
+  // `only`: that victim alone (its reason from the moment it is requeued, Install).
+  void BlockPreemptedWhilePreemptorsWait(std::map<int64_t, std::string>* waiting,
+                                         int64_t only = 0) const REQUIRES(mu_);
   // The GPUs held for preemptors (preemption_holds.h), for a pass at `now_us`: first ends the
   // holds whose preemptor no longer waits (started, held, cancelled, ended), that expired, or
   // that name a node that is down or draining, and adds their preemptors to `ended` (ForgetHolds).

@@ -3,6 +3,8 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <string>
+#include <string_view>
 
 #include "controller/controller.h"
 #include "controller/controller_internal.h"
@@ -16,6 +18,13 @@ namespace gpupool::controller {
 using jobs::Job;
 using jobs::JobState;
 
+namespace {
+
+// The end of a requeued victim's reason while it waits for its preemptor.
+constexpr std::string_view kWaitsForPreemptor = ", which preempted it, to start first";
+
+}  // namespace
+
 Status Controller::ApplyPreemptions(const ScheduleResult& plan) {
   {
     MutexLock lock(mu_);
@@ -26,6 +35,14 @@ Status Controller::ApplyPreemptions(const ScheduleResult& plan) {
       const bool done = v == active_.end() || p == active_.end() ||
                         p->second.state != JobState::kPending ||
                         (v->second.state != JobState::kPending && v->second.preempted_by == 0);
+      // A victim still queued whose preemptor this pass started (or that is gone): the
+      // reason the pass gave it, waiting for that job, is no longer true. It is dropped,
+      // and a pass at once gives the victim its own (else it stayed a whole period).
+      if (auto r = pending_reasons_.find(it->first);
+          done && r != pending_reasons_.end() && r->second.ends_with(kWaitsForPreemptor)) {
+        pending_reasons_.erase(r);
+        WakeScheduler();
+      }
       it = done ? preempted_for_.erase(it) : std::next(it);
     }
   }
@@ -125,8 +142,10 @@ Result<Job> Controller::CheckpointDone(int64_t id, const Caller& caller) {
   return NotActiveAnswer(id, caller, event);
 }
 
-void Controller::BlockPreemptedWhilePreemptorsWait(std::map<int64_t, std::string>* waiting) const {
+void Controller::BlockPreemptedWhilePreemptorsWait(std::map<int64_t, std::string>* waiting,
+                                                   int64_t only) const {
   for (const auto& [victim, by] : preempted_for_) {
+    if (only != 0 && victim != only) continue;
     auto v = active_.find(victim);
     auto p = active_.find(by);
     if (v == active_.end() || v->second.state != JobState::kPending) continue;
@@ -142,7 +161,7 @@ void Controller::BlockPreemptedWhilePreemptorsWait(std::map<int64_t, std::string
       if (why != "resources" && why != "queue") continue;
     }
     waiting->emplace(victim, "waits for job " + lifecycle::UserJobId(p->second) +
-                                 ", which preempted it, to start first");
+                                 std::string(kWaitsForPreemptor));
   }
 }
 

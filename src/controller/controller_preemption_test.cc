@@ -297,6 +297,7 @@ TEST_F(ControllerPreemptionHoldTest, APreemptorCancelledReleasesItsHold) {
   const HoldJobs j = Preempt();
   ASSERT_TRUE(c_->Cancel(j.preemptor.id, alice_).ok());
   VictimEnds(j, 10);
+  EXPECT_EQ(Get(j.victim.id).pending_reason, "");  // requeued: it waits for no one
   ASSERT_TRUE(c_->ScheduleOnce().ok());
   // Its preemptor gone, the victim no longer waits, and it is the oldest job.
   EXPECT_EQ(Get(j.victim.id).state, JobState::kAssigned);
@@ -411,11 +412,19 @@ TEST_F(ControllerPreemptionTest, ArrayElementsAreNamedArrayIndexInPreemptionReas
   EXPECT_EQ(Get(victim.id).reason, "requeued: preempted by job " + urgent_name +
                                        ", of higher priority (10 > 0) (attempt 1)");
   EXPECT_TRUE(Get(victim.id).preempted_by_name.empty());
-  // In the pass that starts the preemptor, the victim waited for it, by its name.
-  ASSERT_TRUE(c_->ScheduleOnce().ok());
-  EXPECT_EQ(Get(urgent.id).state, JobState::kAssigned);
+  // From the moment it is requeued, the victim waits for its preemptor, by its name (it had
+  // no reason until the next pass).
   EXPECT_EQ(Get(victim.id).pending_reason,
             "waits for job " + urgent_name + ", which preempted it, to start first");
+  // The pass that starts the preemptor does not leave the victim waiting for it (the docs
+  // audit: the reason stayed until the next pass, a whole period): it has none until the
+  // pass that follows at once, which gives it its own.
+  ASSERT_TRUE(c_->ScheduleOnce().ok());
+  EXPECT_EQ(Get(urgent.id).state, JobState::kAssigned);
+  EXPECT_EQ(Get(victim.id).pending_reason, "");
+  ASSERT_TRUE(c_->ScheduleOnce().ok());
+  EXPECT_NE(Get(victim.id).pending_reason.find("needs 2 idle GPUs"), std::string::npos)
+      << Get(victim.id).pending_reason;
 }
 
 }  // namespace preemption_test

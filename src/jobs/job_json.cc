@@ -42,10 +42,10 @@ Status ValidateRequest(const ResourceRequest& r) {
         "GPU");
   }
   if (r.gpu_memory_bytes > 0 && r.gpus != 1) {
-    return Status::InvalidArgument("gpu_memory: a share sized by memory needs gpus = 1");
+    return Status::InvalidArgument("gpu_memory_bytes: a share sized by memory needs gpus = 1");
   }
   if (r.gpus == 0 && (r.gpu_milli != 1000 || r.gpu_memory_bytes != 0)) {
-    return Status::InvalidArgument("gpu_milli/gpu_memory: a GPU share needs gpus = 1");
+    return Status::InvalidArgument("gpu_milli, gpu_memory_bytes: a GPU share needs gpus = 1");
   }
   if (r.cpu_milli < 0 || r.cpu_milli > kMaxCpuMilli) {
     return Status::InvalidArgument("cpu_milli: " + std::to_string(r.cpu_milli) + " is outside 0.." +

@@ -205,8 +205,27 @@ Status ValidateProjectName(const std::string& project, const std::string& field)
   return Status::Ok();
 }
 
+// A share of one GPU is sized one way: gpu_milli (a fraction) or gpu_memory_bytes (a size
+// in bytes, at least 1 MiB: a smaller one is a unit mistake, e.g. 10 meant as 10 GiB).
+// Checked at submit only: a stored job from before these checks still loads.
+Status ValidateGpuShare(const ResourceRequest& r) {
+  if (r.gpu_memory_bytes > 0 && r.gpu_memory_bytes < kMinGpuMemoryBytes) {
+    return Status::InvalidArgument(
+        "request.gpu_memory_bytes: " + std::to_string(r.gpu_memory_bytes) +
+        " is below 1 MiB (1048576); the field counts bytes, e.g. 21474836480 for 20 GiB");
+  }
+  if (r.gpu_memory_bytes > 0 && r.gpu_milli != 1000) {
+    return Status::InvalidArgument(
+        "request.gpu_milli, request.gpu_memory_bytes: both size a share of one GPU; give one "
+        "or the other (gpu_milli for a fraction of the GPU, gpu_memory_bytes for the memory "
+        "it needs)");
+  }
+  return Status::Ok();
+}
+
 Status ValidateSubmission(const Job& job) {
   GP_RETURN_IF_ERROR(ValidateProjectName(job.project));
+  GP_RETURN_IF_ERROR(ValidateGpuShare(job.request));
   if (!job.image.empty()) GP_RETURN_IF_ERROR(ValidateImageRef(job.image));
   for (const auto& [k, v] : job.env) {
     GP_RETURN_IF_ERROR(ValidateEnvName(k, "env." + k));

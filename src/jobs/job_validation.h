@@ -1,6 +1,7 @@
 // Grammars of the job fields that reach a command line (podman's, the job's environment):
 // checked when a job is submitted and again by the agent before it builds a command, so
-// that no value can be read as an option of another tool. Each check returns
+// that no value can be read as an option of another tool; and the submit-time checks of
+// its request that a stored job need not pass (ValidateGpuShare). Each check returns
 // InvalidArgument naming the field and what a valid value looks like.
 #pragma once
 
@@ -26,8 +27,14 @@ Status ValidateEnvName(const std::string& name, const std::string& field = "env"
 inline constexpr size_t kMaxProjectName = 64;
 Status ValidateProjectName(const std::string& project, const std::string& field = "project");
 
+// A submitted job's share of one GPU: gpu_memory_bytes 0 or at least this (1 MiB), and
+// not together with a gpu_milli below 1000 (each sizes the share; give one).
+inline constexpr uint64_t kMinGpuMemoryBytes = uint64_t{1} << 20;
+Status ValidateGpuShare(const ResourceRequest& r);
+
 // Every field of a submitted job that a tool will see: image, variable names and values,
-// working directory and mount paths, and its project. Called by the controller at submit.
+// working directory and mount paths, and its project; and its GPU share
+// (ValidateGpuShare). Called by the controller at submit.
 Status ValidateSubmission(const Job& job);
 
 }  // namespace gpupool::jobs

@@ -139,5 +139,32 @@ TEST(SubmissionTest, PreemptionFieldsNeedAPreemptibleBatchJob) {
             "--min-runtime and --grace");
 }
 
+// A share is sized by gpu_milli or by gpu_memory_bytes, and the bytes are bytes: the docs
+// audit found both accepted (the memory won and gpu_milli was dropped without a word; 10
+// bytes, meant as 10 GiB, scheduled as the smallest share).
+TEST(SubmissionTest, AGpuShareIsSizedOnceAndInBytesOfAtLeastOneMiB) {
+  Job j;
+  j.command = {"x"};
+  j.request.gpus = 1;
+  j.request.gpu_memory_bytes = 10;
+  Status s = ValidateSubmission(j);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(s.message(),
+            "request.gpu_memory_bytes: 10 is below 1 MiB (1048576); the field counts bytes, "
+            "e.g. 21474836480 for 20 GiB");
+  j.request.gpu_memory_bytes = kMinGpuMemoryBytes;
+  EXPECT_TRUE(ValidateSubmission(j).ok());
+  j.request.gpu_milli = 250;
+  s = ValidateSubmission(j);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(s.message().rfind("request.gpu_milli, request.gpu_memory_bytes: both size a share of "
+                              "one GPU; give one or the other",
+                              0),
+            0u)
+      << s.message();
+  j.request.gpu_memory_bytes = 0;
+  EXPECT_TRUE(ValidateSubmission(j).ok());
+}
+
 }  // namespace
 }  // namespace gpupool::jobs

@@ -147,6 +147,10 @@ class PreemptionTest(unittest.TestCase):
                          "requeued: preempted by job %d, of higher priority (10 > 0) (attempt 1)"
                          % urgent)
         self.assertIn("[preempted 1x]", self.cli("queue").stdout)
+        # Its preemptor started: the victim no longer says it waits for it (the pass that
+        # started it left that reason for a whole scheduler period).
+        pooltest.wait_job(self.job, urgent, ("RUNNING", "SUCCEEDED"), 30, log=self.server_log)
+        self.assertNotIn("which preempted it", self.job(victim).get("pending_reason", ""))
         done = pooltest.wait_job(self.job, urgent, ("SUCCEEDED",), 60, log=self.server_log)
         # It never ran on GPUs the victim still held.
         exited = float(self.read(marks, "exited"))

@@ -41,5 +41,45 @@ TEST_F(ClientE2eTest, ARepeatedArrayCancelCountsOnlyWhatItCancelled) {
             "stopped; 2 more were already being stopped)\n");
 }
 
+// The docs audit: "gpupool: job 3: job 3 has already ended". A refusal that names the job
+// (or the array) says its id once; one that does not (another job's id that merely starts
+// the same, a refused body) is told apart by the job's name in front. The same for hold,
+// release and checkpoint-done.
+TEST_F(ClientE2eTest, ARefusalNamesTheJobOnce) {
+  Serve([](const HttpRequest& r) {
+    if (r.path == "/v1/jobs/3/cancel") return JsonAnswer(404, R"js({"error": "no job 3"})js");
+    if (r.path == "/v1/jobs/4/cancel") {
+      return JsonAnswer(409, R"js({"error": "array 4 has already ended: none of its 2 elements )js"
+                             R"js(is queued or running"})js");
+    }
+    if (r.path == "/v1/jobs/5_1/cancel") {
+      return JsonAnswer(409, R"js({"error": "job 5_1 has already ended (SUCCEEDED)"})js");
+    }
+    if (r.path == "/v1/jobs/6/cancel") {
+      return JsonAnswer(409, R"js({"error": "job 61 holds it; job 6_2 too"})js");
+    }
+    if (r.path == "/v1/jobs/9/checkpoint-done") {
+      return JsonAnswer(409, R"js({"error": "job 9 is SUCCEEDED and not being preempted"})js");
+    }
+    if (r.path == "/v1/jobs/9/release") {
+      return JsonAnswer(409, R"js({"error": "job 9 has ended (SUCCEEDED); only pending jobs are )js"
+                             R"js(released"})js");
+    }
+    return JsonAnswer(400, R"js({"error": "request body: expected a JSON object"})js");
+  });
+  RunResult r = Run({"cancel", "3", "4", "5_1", "6", "7"});
+  EXPECT_EQ(r.code, 3);  // the first failure's: not found
+  EXPECT_EQ(r.err,
+            "gpupool: no job 3\n"
+            "gpupool: array 4 has already ended: none of its 2 elements is queued or running\n"
+            "gpupool: job 5_1 has already ended (SUCCEEDED)\n"
+            "gpupool: job 6: job 61 holds it; job 6_2 too\n"
+            "gpupool: job 7: request body: expected a JSON object\n");
+  r = Run({"checkpoint-done", "9"});
+  EXPECT_EQ(r.err, "gpupool: job 9 is SUCCEEDED and not being preempted\n");
+  r = Run({"release", "9"});
+  EXPECT_EQ(r.err, "gpupool: job 9 has ended (SUCCEEDED); only pending jobs are released\n");
+}
+
 }  // namespace
 }  // namespace gpupool::cli

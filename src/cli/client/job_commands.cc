@@ -131,6 +131,31 @@ Result<std::vector<std::string>> JobRefs(const std::vector<std::string>& ids) {
   return out;
 }
 
+// Whether `message` names job `name` itself ("job 3 has already ended", "no job 3",
+// "array 3 has already ended: ..."), not merely a job whose id starts the same (3_1, 31).
+bool NamesJob(std::string_view message, const std::string& name) {
+  for (const std::string_view word : {"job ", "array "}) {
+    const std::string named = std::string(word) + name;
+    for (size_t at = message.find(named); at != std::string_view::npos;
+         at = message.find(named, at + 1)) {
+      const size_t end = at + named.size();
+      const bool word_start = at == 0 || message[at - 1] == ' ';
+      const bool word_end =
+          end == message.size() || (!std::isdigit(static_cast<unsigned char>(message[end])) &&
+                                    message[end] != '_' && message[end] != '[');
+      if (word_start && word_end) return true;
+    }
+  }
+  return false;
+}
+
+// A failure of one of several jobs' requests, said once per job: the server's answers
+// name the job already ("job 3: job 3 has already ended" said it twice); other failures
+// (no server, a refused body) get "job NAME: " in front, to tell which of them failed.
+Status ForJob(const Status& s, const std::string& name) {
+  return NamesJob(s.message(), name) ? s : s.WithContext("job " + name);
+}
+
 // What cancelling a whole array did, from the server's answer.
 std::string ArrayCancelledText(const std::string& name, const Json& answer) {
   const Json& a = GetObject(answer, "array");
@@ -229,7 +254,7 @@ void RunCancel(const ClientRuntime& rt, const CancelState& s) {
   for (const std::string& name : *refs) {
     auto answer = api->Post("/v1/jobs/" + name + "/cancel", "");
     if (!answer.ok()) {
-      Report(rt, answer.status().WithContext("job " + name));
+      Report(rt, ForJob(answer.status(), name));
       if (first_failure == kExitOk) first_failure = rt.ctx->exit_code;
       continue;
     }
@@ -255,7 +280,7 @@ void RunHold(const ClientRuntime& rt, const IdsState& s, bool hold) {
   for (const std::string& name : *refs) {
     auto answer = api->Post("/v1/jobs/" + name + (hold ? "/hold" : "/release"), "");
     if (!answer.ok()) {
-      Report(rt, answer.status().WithContext("job " + name));
+      Report(rt, ForJob(answer.status(), name));
       if (first_failure == kExitOk) first_failure = rt.ctx->exit_code;
       continue;
     }
@@ -276,7 +301,7 @@ void RunCheckpointDone(const ClientRuntime& rt, const CancelState& s) {
   auto api = Connect(rt, s.conn);
   if (!api.ok()) return Report(rt, api.status());
   auto answer = api->Post("/v1/jobs/" + id + "/checkpoint-done", "");
-  if (!answer.ok()) return Report(rt, answer.status().WithContext("job " + id));
+  if (!answer.ok()) return Report(rt, ForJob(answer.status(), id));
   Print(rt, "Job " + id + " has checkpointed: it is stopped now and goes back to the queue\n");
 }
 

@@ -79,7 +79,7 @@ Status FillGpus(const SubmitFlags& f, jobs::ResourceRequest* r) {
     r->gpu_milli = *milli;
   }
   if (f.gpu_mem) {
-    auto bytes = ParseSize(*f.gpu_mem);
+    auto bytes = ParseMemorySize(*f.gpu_mem);
     if (!bytes.ok()) return OptionError("--gpu-mem", *f.gpu_mem, bytes.status().message());
     if (*bytes == 0) return OptionError("--gpu-mem", *f.gpu_mem, "must be more than 0");
     if (gpus && *gpus != 1) {
@@ -133,7 +133,7 @@ Status FillRequest(const SubmitFlags& f, jobs::ResourceRequest* r) {
     r->cpu_milli = *milli;
   }
   if (f.mem) {
-    auto bytes = ParseSize(*f.mem);
+    auto bytes = ParseMemorySize(*f.mem);  // 0: no explicit request
     if (!bytes.ok()) return OptionError("--mem", *f.mem, bytes.status().message());
     r->memory_bytes = *bytes;
   }
@@ -367,7 +367,7 @@ Result<OrderedJson> BuildSubmission(const SubmitFlags& f, const std::vector<std:
   }
   if (f.mpi && *f.mpi) body["mpi"] = true;
   if (f.shm_size) {
-    auto bytes = ParseSize(*f.shm_size);
+    auto bytes = ParseMemorySize(*f.shm_size);
     if (!bytes.ok()) return OptionError("--shm-size", *f.shm_size, bytes.status().message());
     if (*bytes == 0) return OptionError("--shm-size", *f.shm_size, "must be more than 0");
     if (!f.image && environment.empty()) {

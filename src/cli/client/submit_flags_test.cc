@@ -234,6 +234,17 @@ TEST(BuildSubmissionTest, EveryBadValueNamesItsOption) {
   EXPECT_EQ(Error({"--gpu-mem", "20G", "--gpu-share", "0.5"}),
             "--gpu-share and --gpu-mem both size a share of one GPU; give one or the other");
   EXPECT_EQ(Error({"--gpu-mem", "0"}), "--gpu-mem 0: must be more than 0");
+  // A bare number was bytes ("--gpu-mem 10": a 10-byte share); memory sizes need a unit.
+  EXPECT_EQ(Error({"--gpu-mem", "10"}),
+            "--gpu-mem 10: a size needs a unit (a bare number would be 10 bytes); write 10G or "
+            "10240M");
+  EXPECT_EQ(Error({"--mem", "4000"}),
+            "--mem 4000: a size needs a unit (a bare number would be 4000 bytes); write 4000M or "
+            "4000G");
+  EXPECT_EQ(Error({"--image", "ubuntu", "--shm-size", "64"}),
+            "--shm-size 64: a size needs a unit (a bare number would be 64 bytes); write 64G or "
+            "65536M");
+  EXPECT_EQ(Error({"--mem", "0"}), "OK");  // no explicit request, as before
   // Past the server's bounds they were refused by the server as "job.preempt_grace_s:
   // 172800 is outside the range 0..86400", naming neither the flag nor a bound it takes.
   EXPECT_EQ(Error({"--preemptible", "--grace", "2d"}), "--grace 2d: at most 24h");

@@ -172,6 +172,36 @@ Result<uint64_t> ParseSize(std::string_view text) {
   return static_cast<uint64_t>(std::llround(static_cast<double>(bytes)));
 }
 
+namespace {
+
+// What a bare number `n` given as a memory size was probably meant as, with its unit:
+// gibibytes when small ("10": 10G or 10240M), Slurm's megabytes when in the thousands
+// ("4000": 4000M or 4000G), else bytes ("8589934592": 8G).
+std::string SizeWithUnits(uint64_t n) {
+  const std::string s = std::to_string(n);
+  if (n < 1024) return s + "G or " + std::to_string(n * 1024) + "M";
+  if (n < kMinMemorySize) return s + "M or " + s + "G";
+  if (n % (uint64_t{1} << 30) == 0) return std::to_string(n >> 30) + "G";
+  return std::to_string((n + kMinMemorySize - 1) >> 20) + "M";
+}
+
+}  // namespace
+
+Result<uint64_t> ParseMemorySize(std::string_view text) {
+  GP_ASSIGN_OR_RETURN(uint64_t bytes, ParseSize(text));
+  if (bytes == 0) return bytes;  // 0 in any unit: callers say what none means
+  const std::string_view t = Trim(text);
+  if (AllDigits(t)) {
+    return Status::InvalidArgument("a size needs a unit (a bare number would be " + std::string(t) +
+                                   " bytes); write " + SizeWithUnits(bytes));
+  }
+  if (bytes < kMinMemorySize) {
+    return Status::InvalidArgument("'" + std::string(t) +
+                                   "' is below the smallest size, 1M; write e.g. 10G or 10240M");
+  }
+  return bytes;
+}
+
 Result<int64_t> ParseDuration(std::string_view text) {
   const std::string_view t = Trim(text);
   if (t.empty()) return BadDuration(text);

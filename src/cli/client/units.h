@@ -19,6 +19,14 @@ namespace gpupool::cli {
 // Bytes from "1024", "16G", "16GB", "16GiB", "512m", "1.5T": binary units (K = 1024).
 Result<uint64_t> ParseSize(std::string_view text);
 
+// A memory size for a job or node (--mem, --gpu-mem, --shm-size, --fake-mem): ParseSize's
+// forms with their unit, at least 1M, or "0". A bare number is refused (Slurm reads
+// "--mem 4000" as megabytes, Kubernetes as bytes; either guess is wrong for someone), and
+// so is a size below 1 MiB (no job needs less; "10B" is a typo). The message shows what the
+// number probably meant, with its unit ("10": "write 10G or 10240M").
+inline constexpr uint64_t kMinMemorySize = uint64_t{1} << 20;
+Result<uint64_t> ParseMemorySize(std::string_view text);
+
 // Seconds from "90" (minutes, as Slurm reads it), "MM:SS", "HH:MM:SS", "D-HH",
 // "D-HH:MM", "D-HH:MM:SS", or unit forms "45s", "90m", "2h", "1d", "1h30m".
 Result<int64_t> ParseDuration(std::string_view text);

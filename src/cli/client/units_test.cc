@@ -34,6 +34,27 @@ TEST(ParseSizeTest, RejectsJunkAndOverflowWithAHint) {
   EXPECT_NE(ParseSize("99999999.5P").status().message().find("too large"), std::string::npos);
 }
 
+// --gpu-mem 10 was 10 bytes: a memory size needs its unit, and is at least 1M (or 0).
+TEST(ParseMemorySizeTest, ABareNumberOrLessThanOneMiBIsRefusedWithTheUnitsToWrite) {
+  EXPECT_EQ(*ParseMemorySize("10G"), 10ull << 30);
+  EXPECT_EQ(*ParseMemorySize("1M"), 1ull << 20);
+  EXPECT_EQ(*ParseMemorySize("1024K"), 1ull << 20);
+  EXPECT_EQ(*ParseMemorySize("0"), 0u);  // none, in any unit
+  EXPECT_EQ(ParseMemorySize("10").status().message(),
+            "a size needs a unit (a bare number would be 10 bytes); write 10G or 10240M");
+  EXPECT_EQ(ParseMemorySize("4000").status().message(),  // Slurm's --mem 4000: megabytes
+            "a size needs a unit (a bare number would be 4000 bytes); write 4000M or 4000G");
+  EXPECT_EQ(ParseMemorySize(" 8589934592 ").status().message(),
+            "a size needs a unit (a bare number would be 8589934592 bytes); write 8G");
+  EXPECT_EQ(ParseMemorySize("1048577").status().message(),
+            "a size needs a unit (a bare number would be 1048577 bytes); write 2M");
+  EXPECT_EQ(ParseMemorySize("512K").status().message(),
+            "'512K' is below the smallest size, 1M; write e.g. 10G or 10240M");
+  EXPECT_EQ(ParseMemorySize("100B").status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(ParseMemorySize("lots").status().message().find("'lots' is not a size"),
+            std::string::npos);
+}
+
 TEST(ParseDurationTest, SlurmClockForms) {
   EXPECT_EQ(*ParseDuration("90"), 90 * 60);  // plain number: minutes
   EXPECT_EQ(*ParseDuration("5:30"), 5 * 60 + 30);
