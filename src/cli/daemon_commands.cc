@@ -523,10 +523,14 @@ Status ApplyContainerFlags(const ContainerFlags& f, agent::NodeAgentOptions* o) 
   if (f.gpu_mem_slack == "off") {
     o->gpu_mem_slack_bytes = -1;
   } else {
-    Result<uint64_t> bytes = cli::ParseSize(f.gpu_mem_slack);
-    if (!bytes.ok() || *bytes > (uint64_t{1} << 50)) {
-      return Status::InvalidArgument("--gpu-mem-slack " + f.gpu_mem_slack +
-                                     ": a size such as 1G or 512M (binary units), or off");
+    // A size as every memory flag takes it (a unit, at least 1M, or 0: no slack).
+    Result<uint64_t> bytes = cli::ParseMemorySize(f.gpu_mem_slack);
+    if (bytes.ok() && *bytes > (uint64_t{1} << 50)) {
+      bytes = Status::InvalidArgument("more than 1P; write e.g. 1G or 512M");
+    }
+    if (!bytes.ok()) {
+      return Status::InvalidArgument("--gpu-mem-slack " + f.gpu_mem_slack + ": " +
+                                     bytes.status().message() + " (or off: no GPU memory watch)");
     }
     o->gpu_mem_slack_bytes = static_cast<int64_t>(*bytes);
   }

@@ -111,11 +111,13 @@ class GpuMemWatchPoolTest(unittest.TestCase, pooltest.PoolCli):
         self.assertIn("GPU memory watch", self.server_log())
 
     def test_a_bad_slack_is_refused_naming_the_flag(self):
-        cmd, env = self.up_command("--gpu-mem-slack", "lots")
-        r = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=60)
-        self.assertNotEqual(r.returncode, 0)
-        self.assertIn("--gpu-mem-slack lots: a size such as 1G or 512M (binary units), or off",
-                      r.stderr + r.stdout)
+        for value, said in (("lots", "--gpu-mem-slack lots: "),
+                            ("1024", "--gpu-mem-slack 1024: a size needs a unit")):
+            cmd, env = self.up_command("--gpu-mem-slack", value)
+            r = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=60)
+            self.assertNotEqual(r.returncode, 0)
+            self.assertIn(said, r.stderr + r.stdout)
+            self.assertIn("(or off: no GPU memory watch)", r.stderr + r.stdout)
 
 
 if __name__ == "__main__":
