@@ -62,6 +62,8 @@ struct TimedFlags {
   double fair_sjf_bound = 0;
   std::string preempt_by = "share";
   double preempt_service_gap = 0;
+  int64_t preempt_wait_budget = 0;
+  int32_t preempt_max_times = 0;
   int64_t starving_after = 0;
   int64_t checkpoint_interval = 0;
   double gpu_failure_rate = 0;
@@ -394,6 +396,8 @@ int RunTimed(const TimedFlags& f) {
   options.service_preemption = f.preempt_by != "share";
   options.service_by_attainment = f.fair_order == "attainment" || f.preempt_by == "attainment";
   options.service_gap = f.preempt_service_gap;
+  options.victim_wait_budget_s = f.preempt_wait_budget;
+  options.victim_max_preemptions = f.preempt_max_times;
   ProgressLine progress;
   if (isatty(STDERR_FILENO) != 0) {
     options.progress = [&progress](size_t done, size_t total) { progress.Update(done, total); };
@@ -466,6 +470,18 @@ void AddPreemptionAndFailureOptions(CLI::App* cmd, TimedFlags& f) {
                   "served by more than this (service ratios or attainments, 0..1)")
       ->capture_default_str()
       ->check(CLI::Range(0.0, 1.0))
+      ->needs(preemption);
+  cmd->add_option("--preempt-wait-budget", flags->preempt_wait_budget,
+                  "with --preemption (an experiment): a job that has waited more than this "
+                  "many seconds in all is never a victim (0: off)")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{0}, int64_t{365} * 86400))
+      ->needs(preemption);
+  cmd->add_option("--preempt-max-times", flags->preempt_max_times,
+                  "with --preemption (an experiment): a job already preempted this many times "
+                  "is never a victim again (0: off)")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 1000000))
       ->needs(preemption);
   cmd->add_option("--fair-starving-after", flags->fair_starving_after,
                   "with --queue fair: a job waiting this many seconds goes before every job "

@@ -125,6 +125,9 @@ class TimedLoop {
   std::vector<size_t> ServiceCandidates(int64_t now, const QueuedJob& waiting,
                                         const std::vector<sched::PreemptibleRun>& runs,
                                         const sched::GroupUse& use) const;
+  // Drops the candidates that victim_wait_budget_s or victim_max_preemptions protect.
+  void Protect(const std::vector<sched::PreemptibleRun>& runs,
+               std::vector<size_t>* candidates) const;
   const std::string& GroupOf(size_t j) const {
     return by_project_ ? jobs_[j].project : jobs_[j].user;
   }
@@ -523,6 +526,17 @@ std::vector<size_t> TimedLoop::ServiceCandidates(int64_t now, const QueuedJob& w
   return out;
 }
 
+void TimedLoop::Protect(const std::vector<sched::PreemptibleRun>& runs,
+                        std::vector<size_t>* candidates) const {
+  const int64_t budget = options_.victim_wait_budget_s;
+  const int32_t max_times = options_.victim_max_preemptions;
+  if (budget <= 0 && max_times <= 0) return;
+  std::erase_if(*candidates, [&](size_t i) {
+    const JobRecord& rec = run_.jobs[IndexOf(runs[i].run->job)];
+    return (budget > 0 && rec.waited_s > budget) || (max_times > 0 && rec.preemptions >= max_times);
+  });
+}
+
 Status TimedLoop::Preempt(int64_t now, bool* preempted) {
   size_t done = 0;
   std::vector<sched::PreemptibleRun> runs;
@@ -539,10 +553,11 @@ Status TimedLoop::Preempt(int64_t now, bool* preempted) {
       use = sched::UseOf(runs, pending_, run_.capacity.gpu_milli, options_.preempt);
       stale = false;
     }
-    const std::vector<size_t> candidates =
+    std::vector<size_t> candidates =
         options_.service_preemption
             ? ServiceCandidates(now, *waiting, runs, use)
             : sched::PreemptionCandidates(*waiting, runs, use, now, options_.preempt);
+    Protect(runs, &candidates);
     if (candidates.empty()) continue;
     GP_ASSIGN_OR_RETURN(
         std::optional<sched::Victims> victims,

@@ -72,6 +72,13 @@ struct TimedOptions {
   bool service_preemption = false;
   bool service_by_attainment = false;
   double service_gap = 0;
+  // Experiments that keep some candidates from being victims, to protect the delay tail
+  // (docs/sim.md; the live pool has neither). victim_wait_budget_s > 0: a running job whose
+  // queueing delay so far (every wait before its current run) is above it is no victim;
+  // victim_max_preemptions > 0: nor one already preempted that many times. The rest are
+  // chosen as ever (sched::ChooseVictims: the newest first, the fewest).
+  int64_t victim_wait_budget_s = 0;
+  int32_t victim_max_preemptions = 0;
   // GPU failures (gpu_failures.h; `--gpu-failure-rate`, `--gpu-failure-events`): each
   // Xid goes through the live health policy. An application Xid fails the job on its GPU;
   // a cordon ends the jobs on the GPU (they fail, or requeue with gpu_failures.requeue

@@ -343,3 +343,66 @@ TEST(TimedExperiment, AJobInsideItsMinimumRunTimeIsNotPreempted) {
 
 }  // namespace
 }  // namespace gpupool::sim
+
+namespace gpupool::sim {
+namespace {
+
+// The wait budget (TimedOptions::victim_wait_budget_s). On one 4-GPU node bob's b0
+// (2 GPUs, 15 s) and b1 (2 GPUs) start at 0; his b2 (2 GPUs) waits for b0 and starts at
+// 15 (delay 15 s). Alice's 2-GPU job comes at 30: bob holds 4 GPUs against a share of 2,
+// so b1 and b2 are candidates, and b2, the newest, is the victim unless protected.
+std::vector<TraceJob> VictimOrderJobs() {
+  return {TJob("b0", "bob", 0, 15, 2), TJob("b1", "bob", 0, 1000, 2), TJob("b2", "bob", 0, 1000, 2),
+          TJob("a", "alice", 30, 50, 2)};
+}
+
+// Which of bob's jobs was stopped, with `o` plus preemption after 10 s.
+std::string VictimUnder(TimedOptions o) {
+  o.preemption = true;
+  o.preempt.min_runtime_s = 10;
+  auto run = RunTimedExperiment(Cluster("1x4"), VictimOrderJobs(), o);
+  EXPECT_TRUE(run.ok()) << run.status().ToString();
+  if (!run.ok()) return "";
+  auto j = ById(*run);
+  EXPECT_EQ(j["a"].start_s, 30);
+  EXPECT_EQ(run->preemptions, 1u);
+  for (const char* id : {"b1", "b2"}) {
+    if (j[id].preemptions == 1) return id;
+  }
+  return "none";
+}
+
+TEST(TimedExperiment, AJobThatWaitedPastTheBudgetIsNoVictim) {
+  TimedOptions o = Options();
+  o.victim_wait_budget_s = 10;  // b2 waited 15 s: b1, older, goes instead
+  EXPECT_EQ(VictimUnder(o), "b1");
+  o.victim_wait_budget_s = 15;  // not above the budget
+  EXPECT_EQ(VictimUnder(o), "b2");
+}
+
+// Bob's b1 and b2 (2 GPUs each) fill the node from 0; alice's a1 at 30 stops b2 (the
+// newest: the larger id), which starts again at 50 when a1 ends; her a2 at 100 stops b2
+// again (started at 50), or b1 when a job preempted once is no victim any more.
+TEST(TimedExperiment, AJobPreemptedMaxTimesIsNoVictimAgain) {
+  std::vector<TraceJob> jobs = {TJob("b1", "bob", 0, 1000, 2), TJob("b2", "bob", 0, 1000, 2),
+                                TJob("a1", "alice", 30, 20, 2), TJob("a2", "alice", 100, 20, 2)};
+  TimedOptions o = Options();
+  o.preemption = true;
+  o.preempt.min_runtime_s = 10;
+  auto run = RunTimedExperiment(Cluster("1x4"), jobs, o);
+  ASSERT_TRUE(run.ok()) << run.status().ToString();
+  auto j = ById(*run);
+  EXPECT_EQ(j["a2"].start_s, 100);
+  EXPECT_EQ(j["b2"].preemptions, 2);
+  EXPECT_EQ(j["b1"].preemptions, 0);
+  o.victim_max_preemptions = 1;
+  run = RunTimedExperiment(Cluster("1x4"), jobs, o);
+  ASSERT_TRUE(run.ok()) << run.status().ToString();
+  j = ById(*run);
+  EXPECT_EQ(j["a2"].start_s, 100);
+  EXPECT_EQ(j["b2"].preemptions, 1);
+  EXPECT_EQ(j["b1"].preemptions, 1);
+}
+
+}  // namespace
+}  // namespace gpupool::sim
