@@ -417,6 +417,17 @@ TEST_F(TelemetryAgentTest, ANodesLaunchUnitTakesItsTasksLimitsAndListsItsJobOnce
   EXPECT_EQ(received.back().jobs[0].job_id, 7);
 }
 
+// An 80 GiB NVIDIA GPU of the node, of enforcement mode `enforcement`.
+gpu::GpuInfo Nvidia80G(int index, const std::string& uuid, const std::string& enforcement) {
+  gpu::GpuInfo g;
+  g.vendor = gpu::Vendor::kNvidia;
+  g.index = index;
+  g.uuid = uuid;
+  g.memory_total_bytes = uint64_t{80} << 30;
+  g.enforcement = enforcement;
+  return g;
+}
+
 // Job `id` of alice's, one GPU with --gpu-mem 8G, granted `gpus`.
 protocol::LaunchOrder EightGibShare(int64_t id, std::vector<protocol::GpuGrant> gpus) {
   protocol::LaunchOrder order;
@@ -435,22 +446,12 @@ protocol::LaunchOrder EightGibShare(int64_t id, std::vector<protocol::GpuGrant> 
 // without MIG on the same node stays "none" (a node without MPS or dmem).
 TEST_F(TelemetryAgentTest, AShareGrantedAMigInstanceSeesItsUuidAndMemory) {
   AcceptLaunches();
-  gpu::GpuInfo mig;
-  mig.vendor = gpu::Vendor::kNvidia;
-  mig.index = 0;
-  mig.uuid = "GPU-0";
-  mig.memory_total_bytes = uint64_t{80} << 30;
+  gpu::GpuInfo mig = Nvidia80G(0, "GPU-0", "mig");
   mig.mig_enabled = true;
-  mig.enforcement = "mig";
   mig.mig_devices = {
       {"MIG-a", "3g.40gb", 1, 0, uint64_t{40} << 30, {"/dev/nvidia-caps/nvidia-cap15"}},
       {"MIG-b", "1g.10gb", 9, 0, uint64_t{10} << 30, {"/dev/nvidia-caps/nvidia-cap36"}}};
-  gpu::GpuInfo plain = mig;
-  plain.index = 1;
-  plain.uuid = "GPU-1";
-  plain.mig_enabled = false;
-  plain.mig_devices.clear();
-  plain.enforcement = "none";
+  const gpu::GpuInfo plain = Nvidia80G(1, "GPU-1", "none");
   protocol::Work work;
   protocol::LaunchOrder order = EightGibShare(
       8, {{"nvidia", 0, "MIG-b", {"/dev/nvidia0", "/dev/nvidia-caps/nvidia-cap36"}, 100}});
@@ -532,12 +533,7 @@ TEST_F(TelemetryAgentTest, ProcessAndContainerSharesOnADmemGpuGetTheCap) {
 // share of the GPU's memory.
 TEST_F(TelemetryAgentTest, SharesOnAGpuHeldByNvmlGetTheLibraryThatCapsThem) {
   AcceptLaunches();
-  gpu::GpuInfo held;
-  held.vendor = gpu::Vendor::kNvidia;
-  held.index = 0;
-  held.uuid = "GPU-V";
-  held.memory_total_bytes = uint64_t{80} << 30;
-  held.enforcement = "dmem";
+  const gpu::GpuInfo held = Nvidia80G(0, "GPU-V", "dmem");
   protocol::Work work;
   protocol::LaunchOrder order = EightGibShare(23, {{"nvidia", 0, "GPU-V", {"/dev/nvidia0"}, 250}});
   protocol::LaunchOrder container = order;
@@ -675,12 +671,7 @@ class GpuMemWatchAgentTest : public TelemetryAgentTest {
                                                        std::vector<gpu::ProcessSample> processes,
                                                        int64_t slack) {
     AcceptLaunches();
-    gpu::GpuInfo gpu0;
-    gpu0.vendor = gpu::Vendor::kNvidia;
-    gpu0.index = 0;
-    gpu0.uuid = "GPU-0";
-    gpu0.memory_total_bytes = uint64_t{80} << 30;
-    gpu0.enforcement = "none";
+    const gpu::GpuInfo gpu0 = Nvidia80G(0, "GPU-0", "none");
     protocol::Work work;
     for (int64_t job : jobs) {
       work.launch.push_back(EightGibShare(job, {{"nvidia", 0, "GPU-0", {"/dev/nvidia0"}, 100}}));
