@@ -69,13 +69,7 @@ def call_text(sock, path):
         conn.close()
 
 
-def alive(pid):
-    """Whether `pid` runs (a zombie counts as ended)."""
-    try:
-        with open("/proc/%d/stat" % pid) as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
+alive = pooltest.alive
 
 
 class Pool:

@@ -55,13 +55,7 @@ def call(sock, method, path, body=None, timeout=10):
     return r.status, json.loads(payload) if payload else None
 
 
-def alive(pid):
-    """Whether `pid` runs (a zombie counts as ended)."""
-    try:
-        with open("/proc/%d/stat" % pid) as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
+alive = pooltest.alive
 
 
 class SplitPool:

@@ -85,6 +85,11 @@ def _proc_stat(pid):
     return None if fields[0] in ("Z", "X") else (int(fields[1]), int(fields[2]))
 
 
+def alive(pid):
+    """Whether `pid` runs (a zombie counts as ended)."""
+    return _proc_stat(pid) is not None
+
+
 def _shims_under(state_dir):
     """The pids of the job supervisors (`gpupool-agent-shim --job-dir DIR`, or `gpupool
     agent-shim ...`) whose DIR is `state_dir` or inside it: the pool's under that
