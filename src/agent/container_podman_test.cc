@@ -395,6 +395,28 @@ TEST_F(ContainerPodmanTest, AShareOfModeNoneRunsBelowItsJobCgroup) {
   }
 }
 
+// Where no job cgroup can be made (here: cgroups off), a share of mode none still starts,
+// in podman's own cgroup, and its isolation note says the GPU memory watch cannot see it.
+TEST_F(ContainerPodmanTest, AShareWithoutAJobCgroupStartsAndSaysTheWatchCannotSeeIt) {
+  LauncherOptions o = testing::TestOptions(state_);
+  o.container = g_world->container;
+  o.start_timeout_ms = 60'000;
+  o.cgroup_root = "";
+  launcher_ = NewProcessLauncher(o);
+  LaunchSpec s = Spec(214, {"sh", "-c", "exit 0"});
+  s.gpus = {{"nvidia", 1, kUuid1, {"/dev/nvidia1"}, 250}};
+  s.cdi_devices = {g_world->kind + "=" + kUuid1};
+  s.share_enforcement = "none";
+  s.share_memory_bytes = uint64_t{20} << 30;
+  JobEvent e = RunToEnd(s);
+  ASSERT_EQ(e.kind, Kind::kExited) << e.reason << "\n" << Log(214, kStderrFile);
+  EXPECT_EQ(e.exit_code, 0) << Log(214, kStderrFile);
+  EXPECT_NE(e.isolation.find("; no job cgroup (isolation skipped: disabled by configuration): the "
+                             "GPU memory watch and telemetry cannot attribute its processes"),
+            std::string::npos)
+      << e.isolation;
+}
+
 TEST_F(ContainerPodmanTest, ExitCodePropagates) {
   JobEvent e = RunToEnd(Spec(203, {"sh", "-c", "echo to-stderr >&2; exit 3"}));
   ASSERT_EQ(e.kind, Kind::kExited) << e.reason;
