@@ -99,8 +99,8 @@ class GpuMemWatchContainerPoolTest(watch.GpuMemWatchPoolTest):
 
     def test_a_container_share_over_its_memory_is_killed_and_fails(self):
         self.start()
-        r = self.cli("submit", "--cpus", "0.1", "--gpu-mem", "2G", "--image", self.image,
-                     "--", "sleep", "300")
+        r = self.cli("submit", "--cpus", "0.1", "-D", self.dir, "--gpu-mem", "2G",
+                     "--image", self.image, "--", "sleep", "300")
         self.assertEqual(r.returncode, 0, r.stderr)
         jid = int(r.stdout.split()[-1])
         pooltest.wait_job(self.job, jid, ("RUNNING",), 60, log=self.server_log)
