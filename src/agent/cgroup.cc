@@ -182,6 +182,31 @@ void JobCgroup::OpenProcs(const std::string& dir, bool v1) {
   join_fds_.push_back({fd, /*write_zero=*/false});
 }
 
+// A container share's parent leaf in every cgroup hierarchy mounted under `root` (v1
+// controllers, name=systemd and a hybrid host's unified one): podman's cgroupfs manager
+// makes the container's cgroups in each, below the parent it is given.
+void JobCgroup::MakeV1Parents(const std::string& root, const std::string& leaf,
+                              std::vector<std::string>* applied) {
+  DIR* d = ::opendir(root.c_str());
+  if (d == nullptr) {
+    notes_.push_back("cannot list '" + root + "': " + std::strerror(errno));
+    return;
+  }
+  int made = 0;
+  std::string dir;
+  while (struct dirent* e = ::readdir(d)) {
+    const std::string name = e->d_name;
+    if (name == "." || name == "..") continue;
+    const std::string h = root + "/" + name;
+    struct stat st;
+    if (::lstat(h.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) continue;  // cpu,cpuacct links
+    if (!IsFsType(h, CGROUP_SUPER_MAGIC) && !IsFsType(h, CGROUP2_SUPER_MAGIC)) continue;
+    if (MakeDir(h, leaf, &dir)) ++made;
+  }
+  ::closedir(d);
+  applied->push_back("podman's parent in " + std::to_string(made) + " hierarchies");
+}
+
 void JobCgroup::SetUpV1(const std::string& root, const CgroupRequest& request) {
   const std::string leaf = LeafName(request);
   std::vector<std::string> applied;
@@ -193,6 +218,7 @@ void JobCgroup::SetUpV1(const std::string& root, const CgroupRequest& request) {
                      " need cgroup v2 here");
   }
 
+  if (request.container_parent) MakeV1Parents(root, leaf, &applied);
   if (request.deny_device_nodes.empty()) {
     // Nothing to deny: skip the cgroup, as every move into a v1 cgroup costs milliseconds.
     devices_enforced_ = true;

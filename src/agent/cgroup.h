@@ -42,6 +42,11 @@ struct CgroupRequest {
   std::string nvml_library;
   std::string nvml_gpu_uuid;
   NvmlMemoryLimitFn nvml_limit = nullptr;
+  // The parent of a container share's podman cgroups (shim_container.cc): under v1 the
+  // leaf is made in every mounted hierarchy, as podman's cgroupfs manager makes the
+  // container's cgroups below it in each, so the job's processes carry the leaf's name in
+  // /proc/PID/cgroup and every hierarchy's leaf is removed with the job.
+  bool container_parent = false;
 };
 
 class JobCgroup {
@@ -83,6 +88,8 @@ class JobCgroup {
  private:
   JobCgroup() = default;
   void SetUpV1(const std::string& root, const CgroupRequest& request);
+  void MakeV1Parents(const std::string& root, const std::string& leaf,
+                     std::vector<std::string>* applied);
   void SetUpV2(const std::string& root, const CgroupRequest& request);
   // The request's GPU memory cap on the v2 leaf `dir` (dmem files or NVML).
   void CapGpuMemory(const std::string& root, const std::string& dir, const CgroupRequest& request,

@@ -356,6 +356,67 @@ TEST_F(ContainerPodmanTest, AnMpsShareIsAClientOnTheHostsIpcNamespace) {
   EXPECT_EQ(st.st_uid, kNobody);
 }
 
+// A container share on a GPU of mode none runs below a gpupool job cgroup of its own
+// (podman's --cgroup-parent), so /proc/PID/cgroup of the container's processes names the
+// job, and the agent's GPU memory watch attributes them (docs/sharing.md): in podman's own
+// cgroup it would see no job. The parent goes with the job.
+TEST_F(ContainerPodmanTest, AShareOfModeNoneRunsBelowItsJobCgroup) {
+  LaunchSpec s = Spec(213, {"sleep", "600"});
+  s.gpus = {{"nvidia", 1, kUuid1, {"/dev/nvidia1"}, 250}};
+  s.cdi_devices = {g_world->kind + "=" + kUuid1};
+  s.share_enforcement = "none";
+  s.share_memory_bytes = uint64_t{20} << 30;
+  ASSERT_TRUE(launcher_->Launch(s).ok());
+  std::optional<JobEvent> started = WaitForEvent(*launcher_, s.id, 60'000);
+  ASSERT_TRUE(started && started->kind == Kind::kStarted);
+  ASSERT_TRUE(WaitForRunningContainer("gpupool-job-213-1", 30'000)) << Log(213, kStderrFile);
+  std::string pid;
+  ASSERT_TRUE(agent::Run(PodmanArgv(g_world->container,
+                                    {"inspect", "--format", "{{.State.Pid}}", "gpupool-job-213-1"}),
+                         &pid))
+      << pid;
+  const std::string cgroups = ReadWholeFile("/proc/" + std::string(Trim(pid)) + "/cgroup");
+  EXPECT_NE(cgroups.find("/gpupool/job-213-"), std::string::npos) << cgroups;
+  ASSERT_TRUE(launcher_->Cancel(TaskRun(213)).ok());
+  std::optional<JobEvent> end = WaitForEvent(*launcher_, s.id, 60'000);
+  ASSERT_TRUE(end.has_value());
+  EXPECT_NE(end->isolation.find(", under /gpupool/job-213-"), std::string::npos) << end->isolation;
+  EXPECT_TRUE(Containers().empty());
+  // The parent goes with the job, in every hierarchy.
+  std::error_code ec;
+  std::vector<fs::path> mids = {"/sys/fs/cgroup/gpupool"};
+  for (const fs::directory_entry& h : fs::directory_iterator("/sys/fs/cgroup", ec)) {
+    mids.push_back(h.path() / "gpupool");
+  }
+  for (const fs::path& mid : mids) {
+    for (const fs::directory_entry& e : fs::directory_iterator(mid, ec)) {
+      EXPECT_FALSE(e.path().filename().string().starts_with("job-213-")) << e.path();
+    }
+  }
+}
+
+// Where no job cgroup can be made (here: cgroups off), a share of mode none still starts,
+// in podman's own cgroup, and its isolation note says the GPU memory watch cannot see it.
+TEST_F(ContainerPodmanTest, AShareWithoutAJobCgroupStartsAndSaysTheWatchCannotSeeIt) {
+  LauncherOptions o = testing::TestOptions(state_);
+  o.container = g_world->container;
+  o.start_timeout_ms = 60'000;
+  o.cgroup_root = "";
+  launcher_ = NewProcessLauncher(o);
+  LaunchSpec s = Spec(214, {"sh", "-c", "exit 0"});
+  s.gpus = {{"nvidia", 1, kUuid1, {"/dev/nvidia1"}, 250}};
+  s.cdi_devices = {g_world->kind + "=" + kUuid1};
+  s.share_enforcement = "none";
+  s.share_memory_bytes = uint64_t{20} << 30;
+  JobEvent e = RunToEnd(s);
+  ASSERT_EQ(e.kind, Kind::kExited) << e.reason << "\n" << Log(214, kStderrFile);
+  EXPECT_EQ(e.exit_code, 0) << Log(214, kStderrFile);
+  EXPECT_NE(e.isolation.find("; no job cgroup (isolation skipped: disabled by configuration): the "
+                             "GPU memory watch and telemetry cannot attribute its processes"),
+            std::string::npos)
+      << e.isolation;
+}
+
 TEST_F(ContainerPodmanTest, ExitCodePropagates) {
   JobEvent e = RunToEnd(Spec(203, {"sh", "-c", "echo to-stderr >&2; exit 3"}));
   ASSERT_EQ(e.kind, Kind::kExited) << e.reason;

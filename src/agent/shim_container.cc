@@ -1,5 +1,5 @@
-// A container job's part of the shim: podman's command line, a dmem share's parent
-// cgroup, the staged mount sources, the podman helpers and the container's exit status.
+// A container job's part of the shim: podman's command line, a share's parent cgroup,
+// the staged mount sources, the podman helpers and the container's exit status.
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -71,14 +71,19 @@ Status Shim::DmemCapInPlace() const {
       "cgroup v2 setup");
 }
 
-// A container share on a dmem GPU: a cgroup of the job's own holds the cap (dmem.max and
-// dmem.low, or NVML's soft and hard limits), and podman makes the container's cgroups below it, so
-// the cap holds every process of the container (the kernel charges a cgroup's descendants to its
-// limit). Returns that cgroup's path under the hierarchy's root, for --cgroup-parent. An exec
-// session's container goes below its task's cgroup (join_cgroups): one cap holds both,
-// and the cgroup stays its task's (not recorded or removed here).
-Result<std::string> Shim::ContainerDmemParent() {
+// A container share (not a MIG instance) runs below a cgroup of the job's own: podman
+// makes the container's cgroups under it (--cgroup-parent), so /proc/PID/cgroup names the
+// job for every process of the container, and the agent's GPU memory watch and telemetry
+// attribute them (docs/sharing.md, "The GPU memory watch"). On a dmem GPU the cgroup also
+// holds the cap (dmem.max and dmem.low, or NVML's soft and hard limits; the kernel charges
+// a cgroup's descendants to its limit). Returns that cgroup's path under the hierarchy's
+// root, for --cgroup-parent, or "" when none could be made and the mode promised no cap:
+// the share then starts in podman's own cgroup, and `*missing` says why (its isolation
+// note). An exec session's container goes below its task's cgroup (join_cgroups): one
+// cap holds both, and the cgroup stays its task's (not recorded or removed here).
+Result<std::string> Shim::ContainerShareParent(std::string* missing) {
   const LaunchSpec& spec = config_.spec;
+  const bool dmem = spec.share_enforcement == "dmem";
   if (!spec.join_cgroups.empty()) {
     for (const std::string& dir : spec.join_cgroups) {
       const size_t at = dir.rfind("/gpupool/job-");
@@ -88,6 +93,10 @@ Result<std::string> Shim::ContainerDmemParent() {
         return dir.substr(at);
       }
     }
+    if (!dmem) {
+      *missing = "its task's cgroup is gone";
+      return std::string();
+    }
     return Status::FailedPrecondition("the GPU share's memory cap (" + std::string(CapMechanism()) +
                                       ") is held by its task's cgroup, which is gone on node " +
                                       HostName() + "; not started");
@@ -95,11 +104,16 @@ Result<std::string> Shim::ContainerDmemParent() {
   CgroupRequest req;
   req.id = spec.id;
   req.instance = std::to_string(::getpid());
-  GpuMemoryCap(&req);
+  req.container_parent = true;
+  if (dmem) GpuMemoryCap(&req);
   cgroup_ = JobCgroup::Create(config_.cgroup_root, req);
   record_.cgroup_dirs = cgroup_->dirs();
   GP_RETURN_IF_ERROR(DmemCapInPlace());
-  const std::string& dir = cgroup_->dirs().front();  // the cap is in place: it exists
+  if (cgroup_->dirs().empty()) {  // never for dmem: its cap is in place, so the cgroup exists
+    *missing = cgroup_->note();
+    return std::string();
+  }
+  const std::string& dir = cgroup_->dirs().front();
   return dir.substr(dir.rfind("/gpupool/"));
 }
 
@@ -149,8 +163,9 @@ Status Shim::PrepareContainer(const std::vector<gid_t>& groups) {
   GP_RETURN_IF_ERROR(WriteFileDurably(env_file, ContainerEnvFile(run), 0600, /*sync=*/false));
   std::vector<uint32_t> gids(groups.begin(), groups.end());
   std::string cgroup_parent;
-  if (spec.share_enforcement == "dmem") {
-    GP_ASSIGN_OR_RETURN(cgroup_parent, ContainerDmemParent());
+  std::string no_parent;  // why a share's container has no job cgroup
+  if (!spec.share_enforcement.empty() && spec.share_enforcement != "mig") {
+    GP_ASSIGN_OR_RETURN(cgroup_parent, ContainerShareParent(&no_parent));
   }
   GP_ASSIGN_OR_RETURN(plan_.argv, BuildPodmanRunArgv(run, copt, gids, env_file, cgroup_parent));
   plan_.env = {"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME=/root"};
@@ -174,7 +189,10 @@ Status Shim::PrepareContainer(const std::vector<gid_t>& groups) {
   if (spec.cpu_milli > 0 || spec.memory_bytes > 0) note += " (--cpus/--memory)";
   if (!cgroup_parent.empty()) {
     note += ", under " + cgroup_parent + " (" +
-            (cgroup_ != nullptr ? cgroup_->note() : std::string("its task's GPU memory cap")) + ")";
+            (cgroup_ != nullptr ? cgroup_->note() : std::string("its task's cgroup")) + ")";
+  } else if (!no_parent.empty()) {
+    note += "; no job cgroup (" + no_parent +
+            "): the GPU memory watch and telemetry cannot attribute its processes";
   }
   note += spec.cdi_devices.empty() ? "; no GPU devices"
                                    : "; GPUs by CDI: " + std::to_string(spec.cdi_devices.size());

@@ -1,5 +1,5 @@
 // The shim's pieces shared by its source files (shim.cc: the job's life; shim_container.cc:
-// a container job's podman command, its dmem parent cgroup, its mounts and its exit). Not
+// a container job's podman command, a share's parent cgroup, its mounts and its exit). Not
 // an interface: only the shim's own files include it.
 #pragma once
 
@@ -42,7 +42,7 @@ class Shim {
   // "the kernel's dmem controller" or "NVML's per-cgroup memory limits".
   const char* CapMechanism() const;
   Status DmemCapInPlace() const;
-  Result<std::string> ContainerDmemParent();
+  Result<std::string> ContainerShareParent(std::string* missing);
   Result<std::vector<BindMount>> StageMountSources(const LaunchSpec& spec,
                                                    const std::vector<gid_t>& groups);
   Result<std::string> MakePreemptDeadlineFile();
