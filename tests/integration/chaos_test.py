@@ -16,7 +16,6 @@ Usage: chaos_test.py PATH_TO_GPUPOOL [-k NAME]   (ctest passes the built binary)
 Environment: GPUPOOL_CHAOS_JOBS (default 150) jobs per stream, GPUPOOL_CHAOS_KILLS
 (default 5) kills per run.
 """
-import json
 import os
 import random
 import signal
@@ -37,18 +36,7 @@ KILLS = int(os.environ.get("GPUPOOL_CHAOS_KILLS", "5"))
 FINAL = pooltest.FINAL_STATES
 
 
-def call(sock, method, path, body=None, timeout=10):
-    conn = pooltest.UnixConnection(sock, timeout)
-    try:
-        conn.request(method, path, body=json.dumps(body) if body is not None else None)
-        r = conn.getresponse()
-        payload = r.read()
-    finally:
-        conn.close()
-    try:
-        return r.status, json.loads(payload) if payload else None
-    except ValueError:
-        return r.status, payload
+call = pooltest.call
 
 
 class ChaosPool:

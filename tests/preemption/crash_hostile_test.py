@@ -48,15 +48,7 @@ REASON = "requeued: preempted by job %d, of higher priority (10 > 0) (attempt 1)
 HOSTILE = "nobody"  # a second, unprivileged Unix user
 
 
-def call(sock, method, path, body=None, timeout=10):
-    conn = pooltest.UnixConnection(sock, timeout)
-    try:
-        conn.request(method, path, body=json.dumps(body) if body is not None else None)
-        r = conn.getresponse()
-        payload = r.read()
-    finally:
-        conn.close()
-    return r.status, json.loads(payload) if payload else None
+call = pooltest.call
 
 
 def call_text(sock, path):

@@ -24,7 +24,6 @@ must not take the victim's GPUs (they are held for the preemptor):
 Every job's recorded end is checked against what its process did (the files it writes,
 its pid's end). Usage: crash_test.py PATH_TO_GPUPOOL [-k NAME]. Exit 77 without root.
 """
-import json
 import os
 import signal
 import sqlite3
@@ -44,15 +43,7 @@ GRACE = 10  # the victims' --grace, seconds
 REASON = "requeued: preempted by job %d, of higher priority (10 > 0) (attempt 1)"
 
 
-def call(sock, method, path, body=None, timeout=10):
-    conn = pooltest.UnixConnection(sock, timeout)
-    try:
-        conn.request(method, path, body=json.dumps(body) if body is not None else None)
-        r = conn.getresponse()
-        payload = r.read()
-    finally:
-        conn.close()
-    return r.status, json.loads(payload) if payload else None
+call = pooltest.call
 
 
 alive = pooltest.alive

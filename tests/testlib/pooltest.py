@@ -27,6 +27,22 @@ class UnixConnection(http.client.HTTPConnection):
         self.sock.connect(self.unix_path)
 
 
+def call(sock, method, path, body=None, timeout=10):
+    """One API call over the pool's Unix socket `sock`, `body` sent as JSON: (status, the
+    answer's JSON, or its bytes when it is not JSON, or None when empty)."""
+    conn = UnixConnection(sock, timeout)
+    try:
+        conn.request(method, path, body=json.dumps(body) if body is not None else None)
+        r = conn.getresponse()
+        payload = r.read()
+    finally:
+        conn.close()
+    try:
+        return r.status, json.loads(payload) if payload else None
+    except ValueError:
+        return r.status, payload
+
+
 def make_test_dir(prefix):
     """A fresh directory under /tmp, mode 755: jobs of other users reach their socket and
     working directories, as under /var/lib/gpupool."""
