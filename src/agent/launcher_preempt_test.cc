@@ -12,6 +12,7 @@
 #include "agent/launcher.h"
 #include "agent/launcher_test_util.h"
 #include "agent/run_id.h"
+#include "agent/stop_request.h"
 
 namespace gpupool::agent {
 namespace {
@@ -138,6 +139,24 @@ TEST(LauncherPreemptTest, TheNodesOwnStopKillsAtOnceAndTheJobFailsSayingWhy) {
   EXPECT_EQ(e->signal, SIGKILL);
   EXPECT_EQ(e->reason, "over its GPU memory (ended by SIGKILL)");
   EXPECT_EQ(ReadWholeFile(run + "/" + kPreemptDeadlineFile), "");
+}
+
+// A node's stop whose signal never came (an agent killed after writing it) is not what a
+// later plain cancel does: the cancel takes the request away, and the job ends cancelled.
+TEST(LauncherPreemptTest, APlainCancelIsNotReadAsAStopLeftBehind) {
+  ScratchDir dir;
+  auto launcher = NewProcessLauncher(TestOptions(dir.path()));
+  LaunchSpec spec = TestSpec(306, {"sh", "-c", "echo ready; exec sleep 300"});
+  ASSERT_TRUE(launcher->Launch(spec).ok());
+  ASSERT_EQ(WaitForEvent(*launcher, 306, 5000)->kind, JobEvent::Kind::kStarted);
+  const std::string run = JobDir(dir.path(), TaskRun(306));
+  ASSERT_TRUE(WaitForFileContaining(run + "/" + kStdoutFile, "ready", 5000));
+  ASSERT_TRUE(WriteStopRequest(run, StopRequest{0, 0, "over its GPU memory"}).ok());
+  ASSERT_TRUE(launcher->Cancel(TaskRun(306)).ok());
+  std::optional<JobEvent> e = WaitForEvent(*launcher, 306, 10'000);
+  ASSERT_TRUE(e.has_value()) << "the job was not stopped";
+  EXPECT_TRUE(e->cancelled);
+  EXPECT_EQ(e->reason.find("GPU memory"), std::string::npos) << e->reason;
 }
 
 // Only the pool sets the variable, and only for a preemptible job.

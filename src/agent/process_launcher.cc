@@ -169,6 +169,8 @@ class ProcessLauncher final : public Launcher {
   Result<Supervised> SpawnShim(const std::vector<std::string>& command, const std::string& job_dir,
                                const JobStdio& stdio, std::string* report);
   JobEvent FinalEvent(const RunId& id, pid_t shim_pid, const std::string& job_dir);
+  // Cancel (stop null: any stop request left is removed) and Stop (written first).
+  Status Signal(const RunId& id, const StopRequest* stop);
   // Reserves `id` for a launch (callers hold mu_): AlreadyExists while it, or another
   // attempt of its task, is supervised or launching.
   Status ReserveLocked(const RunId& id);
@@ -404,27 +406,28 @@ Status ProcessLauncher::Launch(const LaunchSpec& spec, const JobStdio& stdio) {
   return Status::Ok();
 }
 
-Status ProcessLauncher::Cancel(const RunId& id) {
+Status ProcessLauncher::Cancel(const RunId& id) { return Signal(id, nullptr); }
+
+Status ProcessLauncher::Stop(const RunId& id, const StopRequest& stop) { return Signal(id, &stop); }
+
+Status ProcessLauncher::Signal(const RunId& id, const StopRequest* stop) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = jobs_.find(id);
   if (it == jobs_.end()) return Status::NotFound(ToString(id) + " is not running on this node");
+  // Read by the shim when the signal below reaches it. A plain cancel takes away one
+  // left by a stop whose signal never came (an agent killed in between): else a user's
+  // cancel would be read as that stop, the node's GPU memory watch's failing the job.
+  if (stop != nullptr) {
+    GP_RETURN_IF_ERROR(WriteStopRequest(it->second.dir, *stop));
+  } else if (::unlink((it->second.dir + "/" + kStopFile).c_str()) != 0 && errno != ENOENT) {
+    spdlog::warn("{}: cannot remove its stop request: {}", ToString(id), std::strerror(errno));
+  }
   // The shim turns TERM into TERM-then-KILL for the job's process group. If it already
   // ended, its final event is on its way and there is nothing to do.
   if (!ShimExited(it->second)) {
     SignalProcess(it->second.pidfd, it->second.shim_pid, SIGTERM);
   }
   return Status::Ok();
-}
-
-Status ProcessLauncher::Stop(const RunId& id, const StopRequest& stop) {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    auto it = jobs_.find(id);
-    if (it == jobs_.end()) return Status::NotFound(ToString(id) + " is not running on this node");
-    // Read by the shim when the signal below reaches it.
-    GP_RETURN_IF_ERROR(WriteStopRequest(it->second.dir, stop));
-  }
-  return Cancel(id);
 }
 
 JobEvent ProcessLauncher::FinalEvent(const RunId& id, pid_t shim_pid, const std::string& job_dir) {
