@@ -240,7 +240,15 @@ class PreemptionCrashTest(unittest.TestCase):
             pooltest.wait_for("half the grace", lambda: time.time() >= term_at + GRACE / 2,
                               GRACE)
         (self.pool.start_server if which == "server" else self.pool.start_agent)()
-        self.assertIn((victim, preemptor), self.pool.holds())
+        held = self.pool.holds()
+        if back_after_the_end and (victim, preemptor) not in held:
+            # The victim's late end may already have reached the restarted controller, and
+            # the preemptor started in its place, which ends the hold: the preemptor, not
+            # another job, has the GPUs (the third's start is checked below).
+            self.assertIn(self.pool.job(preemptor)["state"], ("ASSIGNED", "RUNNING", "SUCCEEDED"),
+                          held)
+        else:
+            self.assertIn((victim, preemptor), held)
         if not back_after_the_end:
             j = self.pool.job(victim)
             self.assertEqual((j["state"], j.get("preempted_by")), ("RUNNING", preemptor), j)
