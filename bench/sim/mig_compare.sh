@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Placement quality on MIG layouts, two binaries side by side (issue 28 item 1): the layouts
-# of mig_saturation.sh, policies default and fgd, seeds 42-51, run with OLD and NEW.
-# Usage: bench/sim/mig_compare.sh OLD_GPUPOOL NEW_GPUPOOL [PODS_NAME] [N_G2_NODES]
+# of mig_saturation.sh, policies default and fgd (or $POLICIES), seeds 42-51, run with OLD and NEW.
+# Usage: [POLICIES="default fgd"] bench/sim/mig_compare.sh OLD_GPUPOOL NEW_GPUPOOL [PODS_NAME] [N_G2_NODES]
 # Prints one table row per layout and policy: unallocated @100% arrived (mean of the seeds,
 # min-max), asked at the end, failed (whole / shares), old then new. $OUT: JSON summaries.
 set -euo pipefail
@@ -15,7 +15,7 @@ mkdir -p "$OUT"
 for L in "${MIG_LAYOUTS[@]}"; do
   nodes=$OUT/nodes_${L//+/_}.csv
   mig_nodes "$L" "$N" "$nodes"
-  for p in default fgd; do
+  for p in ${POLICIES:-default fgd}; do
     for b in old new; do
       bin=$OLD
       [[ $b == new ]] && bin=$NEW

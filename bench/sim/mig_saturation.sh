@@ -2,7 +2,7 @@
 # Placement quality on MIG layouts (issue 28 item 1): the FGD saturation experiment on the
 # openb GPU nodes as they are, and with the first N G2 nodes (8 GPUs each; 194 = a quarter
 # of the cluster's GPUs by default) cut into a MIG layout, the rest unchanged.
-# Usage: bench/sim/mig_saturation.sh GPUPOOL [PODS_NAME] [N_G2_NODES]
+# Usage: [POLICIES="default fgd"] bench/sim/mig_saturation.sh GPUPOOL [PODS_NAME] [N_G2_NODES]
 # Writes one JSON summary per layout and policy into $OUT (default /tmp/mig_saturation) and
 # prints the table rows of docs/benchmarks.md. TRACES overrides ../shared/traces
 # (mig_layouts.sh: the traces, the layouts and the node lists).
@@ -16,7 +16,7 @@ mkdir -p "$OUT"
 for L in "${MIG_LAYOUTS[@]}"; do
   nodes=$OUT/nodes_${L//+/_}.csv
   mig_nodes "$L" "$N" "$nodes"
-  for p in default fgd; do
+  for p in ${POLICIES:-default fgd}; do
     "$GPUPOOL" sim saturation --nodes "$nodes" --pods "$T/$PODS.csv" --policy $p \
       --seeds 42-51 --json > "$OUT/${PODS}_${L//+/_}_$p.json"
     python3 - "$OUT/${PODS}_${L//+/_}_$p.json" "$L" "$p" <<'PY'

@@ -221,6 +221,36 @@ TEST(MigScoreTest, AShareTakesAnInstanceBeforeCuttingAWholeGpu) {
   }
 }
 
+// The simple scores (bestfit, dotprod, gpupacking, gpuclustering) know instances too
+// (score_plugins.h, GpuRoomOf): a share takes the instance on a node, and a cut node's
+// instance before a plain node's GPU, idle or (but for gpuclustering, which seeks the
+// nodes running its kind of task) partly used, though the plain node comes first.
+TEST(MigScoreTest, TheSimpleScoresSendAShareToAnInstanceBeforeAPlainGpu) {
+  for (const std::string name : {"bestfit", "dotprod", "gpupacking", "gpuclustering"}) {
+    SCOPED_TRACE(name);
+    auto policy = BuiltinPlacementPolicies().Create(name, PolicyConfig{});
+    ASSERT_TRUE(policy.ok());
+    ClusterState one;
+    ASSERT_TRUE(one.AddNode(PlainFirstSpec("mixed")).ok());
+    EXPECT_EQ((*policy)->Place(one, Share(250)).placement, (Placement{0, {2}}));  // 2g.20gb
+    NodeSpec cut = PlainFirstSpec("cut");
+    cut.num_gpus = 4;
+    cut.whole_only_gpus = 0b1111;
+    cut.device_memory_mib = {40960, 20480, 10240, 10240};
+    for (const int32_t used : {0, 500}) {
+      if (used > 0 && name == "gpuclustering") continue;
+      SCOPED_TRACE(used);
+      ClusterState two;
+      ASSERT_TRUE(two.AddNode(NodeSpec{"plain", 64000, 262144, 8, "A100", 81920, 80}).ok());
+      ASSERT_TRUE(two.AddNode(cut).ok());
+      if (used > 0) {
+        ASSERT_TRUE(two.Allocate(Share(used), {0, {0}}).ok());
+      }
+      EXPECT_EQ((*policy)->Place(two, Share(250)).placement, (Placement{1, {1}}));
+    }
+  }
+}
+
 // A whole-GPU task takes the plain GPU beside instances (which no whole-GPU task could
 // use) rather than break up a node's pair of idle GPUs, though that node comes first.
 TEST(MigScoreTest, AWholeGpuTaskTakesThePlainGpuBesideInstancesBeforeBreakingAPair) {

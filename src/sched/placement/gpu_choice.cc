@@ -42,9 +42,31 @@ GpuMask BestFitGpus(const ClusterState& state, int32_t index, const Task& task) 
   // A task with an owner (never the simulator's) on a node with single-owner GPUs, or a
   // node with MIG instances.
   if ((task.owner != 0 && node.single_owner_gpus != 0) || node.whole_only_gpus != 0) [[unlikely]] {
-    return TightestGpu<true>(node, task.gpu_milli, state.Blocked(index, task));
+    const uint64_t held = state.Blocked(index, task);
+    // An instance the share may take (the smallest idle one that fits) before any GPU
+    // outside MIG mode: it is a piece already cut, which leaves those GPUs whole.
+    const GpuMask instance = TightestGpu<true>(node, task.gpu_milli, held | ~node.whole_only_gpus);
+    return instance != 0 ? instance : TightestGpu<true>(node, task.gpu_milli, held);
   }
   return TightestGpu<false>(node, task.gpu_milli, 0);
+}
+
+bool IsInstance(const NodeState& node, GpuMask gpus) {
+  return gpus != 0 && (gpus & (gpus - 1)) == 0 && (node.whole_only_gpus & gpus) != 0;
+}
+
+GpuRoom GpuRoomOf(const NodeState& node, const Task& task, GpuMask gpus) {
+  if (node.whole_only_gpus == 0) [[likely]] {
+    return {node.gpu_free_total, task.TotalGpuMilli()};
+  }
+  GpuRoom room;
+  for (int32_t i = 0; i < node.num_gpus(); ++i) {
+    if ((node.whole_only_gpus >> i & 1) == 0) {
+      room.free += node.gpu_free_milli[static_cast<size_t>(i)];
+    }
+  }
+  room.take = IsInstance(node, gpus) ? 0 : task.TotalGpuMilli();
+  return room;
 }
 
 void MinMaxNormalize(std::vector<NodeScore>& scores) {

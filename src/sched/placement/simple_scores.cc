@@ -49,11 +49,12 @@ class BestFitScore final : public ScorePlugin {
   std::string_view name() const override { return "bestfit"; }
   NodeScore Score(const ClusterState& state, const Task& task, int32_t node) override {
     const NodeState& n = state.node(node);
+    const GpuMask gpus = BestFitGpus(state, node, task);
+    const GpuRoom room = GpuRoomOf(n, task, gpus);
     const double s =
         0.5 * static_cast<double>(n.cpu_free_milli - task.cpu_milli) / kMaxSpecCpuMilli +
-        0.5 * static_cast<double>(n.gpu_free_total - task.TotalGpuMilli()) / kMaxSpecGpuMilli;
-    return {node, static_cast<int64_t>((1.0 - s) * static_cast<double>(kMaxNodeScore)),
-            BestFitGpus(state, node, task)};
+        0.5 * static_cast<double>(room.free - room.take) / kMaxSpecGpuMilli;
+    return {node, static_cast<int64_t>((1.0 - s) * static_cast<double>(kMaxNodeScore)), gpus};
   }
   void NormalizeScores(std::vector<NodeScore>& scores) override { MinMaxNormalize(scores); }
 };
@@ -66,13 +67,14 @@ class DotProductScore final : public ScorePlugin {
   std::string_view name() const override { return "dotprod"; }
   NodeScore Score(const ClusterState& state, const Task& task, int32_t node) override {
     const NodeState& n = state.node(node);
+    const GpuMask gpus = BestFitGpus(state, node, task);
+    const GpuRoom room = GpuRoomOf(n, task, gpus);
     const double dot = (static_cast<double>(n.cpu_free_milli) / kMaxSpecCpuMilli) *
                            (static_cast<double>(task.cpu_milli) / kMaxSpecCpuMilli) +
-                       (static_cast<double>(n.gpu_free_total) / kMaxSpecGpuMilli) *
-                           (static_cast<double>(task.TotalGpuMilli()) / kMaxSpecGpuMilli);
+                       (static_cast<double>(room.free) / kMaxSpecGpuMilli) *
+                           (static_cast<double>(room.take) / kMaxSpecGpuMilli);
     const double s = 1.0 - dot / 2.0;
-    return {node, static_cast<int64_t>(static_cast<double>(kMaxNodeScore) * s),
-            BestFitGpus(state, node, task)};
+    return {node, static_cast<int64_t>(static_cast<double>(kMaxNodeScore) * s), gpus};
   }
 };
 
@@ -85,6 +87,10 @@ class GpuPackingScore final : public ScorePlugin {
     const NodeState& n = state.node(node);
     const GpuMask gpus = BestFitGpus(state, node, task);
     if (task.num_gpu == 0) return {node, kMinNodeScore, 0};
+    // A MIG instance is a piece already cut, which a share fills whole: the tightest fit.
+    if (IsInstance(n, gpus)) [[unlikely]] {
+      return {node, kMaxNodeScore, gpus};
+    }
     const int32_t idle = n.FullyFreeGpus();
     if (idle == n.num_gpus()) {
       return {node, std::max<int64_t>(kMaxNodeScore / 3 - idle, idle), gpus};
@@ -124,9 +130,11 @@ class GpuClusteringScore final : public ScorePlugin {
     const NodeState& n = state.node(node);
     const int32_t kind = GpuTaskKind(task);
     if (kind < 0) return {node, kMinNodeScore, 0};
-    const int64_t fullness = kMaxNodeScore / 4 *
-                             (static_cast<int64_t>(kMaxSpecGpuMilli) - n.gpu_free_total) /
-                             static_cast<int64_t>(kMaxSpecGpuMilli);
+    const GpuMask gpus = BestFitGpus(state, node, task);
+    const int64_t fullness =
+        kMaxNodeScore / 4 *
+        (static_cast<int64_t>(kMaxSpecGpuMilli) - GpuRoomOf(n, task, gpus).free) /
+        static_cast<int64_t>(kMaxSpecGpuMilli);
     bool has_kind = false;
     for (const auto& [k, count] : n.gpu_task_kinds) has_kind |= (k == kind && count > 0);
     int64_t band;
@@ -135,7 +143,7 @@ class GpuClusteringScore final : public ScorePlugin {
     } else {
       band = n.gpu_task_kinds.empty() ? kMaxNodeScore / 4 : 0;
     }
-    return {node, fullness + band, BestFitGpus(state, node, task)};
+    return {node, fullness + band, gpus};
   }
 };
 
