@@ -3,11 +3,13 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <linux/magic.h>
+#include <sys/eventfd.h>
 #include <sys/stat.h>
 #include <sys/statfs.h>
 #include <sys/sysmacros.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <csignal>
 #include <cstring>
@@ -142,6 +144,13 @@ std::unique_ptr<JobCgroup> JobCgroup::Join(const std::vector<std::string>& dirs)
 
 JobCgroup::~JobCgroup() {
   for (const JoinFd& j : join_fds_) ::close(j.fd);
+  CloseOomWatch();
+}
+
+void JobCgroup::CloseOomWatch() {
+  if (oom_eventfd_ >= 0) ::close(oom_eventfd_);
+  if (oom_control_fd_ >= 0) ::close(oom_control_fd_);
+  oom_eventfd_ = oom_control_fd_ = -1;
 }
 
 bool JobCgroup::MakeDir(const std::string& parent, const std::string& leaf, std::string* dir) {
@@ -155,8 +164,32 @@ bool JobCgroup::MakeDir(const std::string& parent, const std::string& leaf, std:
     notes_.push_back("cannot create '" + *dir + "': " + std::strerror(errno));
     return false;
   }
-  dirs_.push_back(*dir);
+  if (std::find(dirs_.begin(), dirs_.end(), *dir) == dirs_.end()) dirs_.push_back(*dir);
   return true;
+}
+
+// Under v1 an OOM kill counts only in the killed process's own memory cgroup (not in its
+// ancestors', as under v2), and podman removes a container's with the container. So a
+// container's parent, which holds the same limit and is charged for the container and
+// conmon, asks the kernel for its OOM notifications (an eventfd in cgroup.event_control,
+// as conmon does): an OOM at the parent's limit is noticed in its eventfd, read at the end.
+void JobCgroup::WatchOomV1(const std::string& dir) {
+  const std::string control = dir + "/memory.oom_control";
+  const int efd = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  const int ofd = ::open(control.c_str(), O_RDONLY | O_CLOEXEC);
+  Status st = efd < 0 || ofd < 0
+                  ? Status::Unavailable("cannot watch '" + control + "': " + std::strerror(errno))
+                  : WriteControl(dir + "/cgroup.event_control",
+                                 std::to_string(efd) + " " + std::to_string(ofd));
+  if (!st.ok()) {
+    notes_.push_back(st.message() + ": OOM kills not told apart from SIGKILL");
+    if (efd >= 0) ::close(efd);
+    if (ofd >= 0) ::close(ofd);
+    return;
+  }
+  oom_eventfd_ = efd;
+  oom_control_fd_ = ofd;
+  oom_failcnt_ = dir + "/memory.failcnt";
 }
 
 void JobCgroup::OpenProcs(const std::string& dir, bool v1) {
@@ -270,6 +303,7 @@ void JobCgroup::SetUpV1(const std::string& root, const CgroupRequest& request) {
       if (st.ok()) {
         applied.push_back("memory " + std::to_string(request.memory_bytes) + " B");
         oom_events_ = dir + "/memory.oom_control";
+        if (request.container_parent) WatchOomV1(dir);
       } else {
         notes_.push_back(st.message());
       }
@@ -375,6 +409,15 @@ void JobCgroup::CapGpuMemory(const std::string& root, const std::string& dir,
 }
 
 bool JobCgroup::OomKilled() const {
+  if (oom_eventfd_ >= 0) {
+    // An OOM notification, and the parent's own limit reached (not only an ancestor's).
+    uint64_t events = 0;
+    if (::read(oom_eventfd_, &events, sizeof events) != sizeof events || events == 0) {
+      return false;
+    }
+    Result<std::string> failcnt = ReadFileToString(oom_failcnt_, 64);
+    return failcnt.ok() && ParseUint64(std::string(Trim(*failcnt))).value_or(0) > 0;
+  }
   if (oom_events_.empty()) return false;
   Result<std::string> text = ReadFileToString(oom_events_, 1u << 16);
   if (!text.ok()) return false;
@@ -451,6 +494,7 @@ Status KillAndRemove(const std::vector<std::string>& dirs, int timeout_ms) {
 Status JobCgroup::Destroy(int timeout_ms) {
   for (const JoinFd& j : join_fds_) ::close(j.fd);
   join_fds_.clear();
+  CloseOomWatch();
   Status st = KillAndRemove(dirs_, timeout_ms);
   dirs_.clear();
   return st;

@@ -42,9 +42,9 @@ struct CgroupRequest {
   std::string nvml_library;
   std::string nvml_gpu_uuid;
   NvmlMemoryLimitFn nvml_limit = nullptr;
-  // The parent of a container share's podman cgroups (shim_container.cc): under v1 the
-  // leaf is made in every mounted hierarchy, as podman's cgroupfs manager makes the
-  // container's cgroups below it in each, so the job's processes carry the leaf's name in
+  // The parent of a container's podman cgroups (shim_container.cc): under v1 the leaf is
+  // made in every mounted hierarchy, as podman's cgroupfs manager makes the container's
+  // cgroups below it in each, so the job's processes carry the leaf's name in
   // /proc/PID/cgroup and every hierarchy's leaf is removed with the job.
   bool container_parent = false;
 };
@@ -95,10 +95,17 @@ class JobCgroup {
   void CapGpuMemory(const std::string& root, const std::string& dir, const CgroupRequest& request,
                     std::vector<std::string>* applied);
   bool MakeDir(const std::string& parent, const std::string& leaf, std::string* dir);
+  void WatchOomV1(const std::string& dir);
+  void CloseOomWatch();
   void OpenProcs(const std::string& dir, bool v1);
 
   std::vector<std::string> dirs_;  // created leaf directories
   std::string oom_events_;         // memory.oom_control (v1) or memory.events (v2)
+  // A v1 container parent's OOM notifications (WatchOomV1): an eventfd registered on its
+  // memory.oom_control (kept open), and its memory.failcnt.
+  int oom_eventfd_ = -1;
+  int oom_control_fd_ = -1;
+  std::string oom_failcnt_;
   struct JoinFd {
     int fd;  // v1 `tasks` (write "0": this thread) or cgroup.procs (write the pid)
     bool write_zero;

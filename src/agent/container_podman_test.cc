@@ -417,6 +417,25 @@ TEST_F(ContainerPodmanTest, AShareWithoutAJobCgroupStartsAndSaysTheWatchCannotSe
       << e.isolation;
 }
 
+// A container past its --mem is said to have been killed by the OOM killer, not only by
+// SIGKILL: it runs below a job cgroup of its own, as every container does (not only
+// shares), which holds its memory limit too and tells its OOM kill.
+TEST_F(ContainerPodmanTest, AContainerPastItsMemoryIsSaidToBeKilledByTheOomKiller) {
+  LaunchSpec s =
+      Spec(215, {"sh", "-c", "x=$(head -c 400000000 /dev/zero | tr '\\0' a); echo kept"});
+  s.memory_bytes = 64ull << 20;
+  JobEvent e = RunToEnd(s);
+  ASSERT_NE(e.kind, Kind::kStarted);
+  EXPECT_FALSE(e.exit_code == 0) << Log(215, kStdoutFile);
+  EXPECT_TRUE(
+      e.reason.starts_with("killed by the kernel's OOM killer: the memory limit of "
+                           "67108864 bytes was reached"))
+      << e.reason << "\n"
+      << Log(215, kStderrFile);
+  EXPECT_NE(e.isolation.find(", under /gpupool/job-215-"), std::string::npos) << e.isolation;
+  EXPECT_TRUE(Containers().empty());
+}
+
 TEST_F(ContainerPodmanTest, ExitCodePropagates) {
   JobEvent e = RunToEnd(Spec(203, {"sh", "-c", "echo to-stderr >&2; exit 3"}));
   ASSERT_EQ(e.kind, Kind::kExited) << e.reason;

@@ -506,12 +506,19 @@ std::string Shim::ExitReason() const {
   return "";
 }
 
+// The kernel's OOM killer ended a process of the job (JobCgroup::OomKilled): said first
+// in its reason.
+void Shim::AddOomReason() {
+  const std::string oom =
+      config_.spec.memory_bytes > 0
+          ? "killed by the kernel's OOM killer: the memory limit of " +
+                std::to_string(config_.spec.memory_bytes) + " bytes was reached"
+          : "killed by the kernel's OOM killer: node " + HostName() + " ran out of memory";
+  final_.reason = final_.reason.empty() ? oom : oom + "; " + final_.reason;
+}
+
 int Shim::Finish() {
-  if (cgroup_ != nullptr && final_.started && cgroup_->OomKilled()) {
-    const std::string oom = "killed by the kernel's OOM killer: the memory limit of " +
-                            std::to_string(config_.spec.memory_bytes) + " bytes was reached";
-    final_.reason = final_.reason.empty() ? oom : oom + "; " + final_.reason;
-  }
+  if (cgroup_ != nullptr && final_.started && cgroup_->OomKilled()) AddOomReason();
   auto destroy_cgroup = [this] {
     if (cgroup_ == nullptr) return;
     Status st = cgroup_->Destroy(5000);

@@ -71,17 +71,18 @@ Status Shim::DmemCapInPlace() const {
       "cgroup v2 setup");
 }
 
-// A container share (not a MIG instance) runs below a cgroup of the job's own: podman
-// makes the container's cgroups under it (--cgroup-parent), so /proc/PID/cgroup names the
-// job for every process of the container, and the agent's GPU memory watch and telemetry
-// attribute them (docs/sharing.md, "The GPU memory watch"). On a dmem GPU the cgroup also
+// A container runs below a cgroup of the job's own: podman makes the container's cgroups
+// under it (--cgroup-parent), so /proc/PID/cgroup names the job for every process of the
+// container, the agent's GPU memory watch and telemetry attribute them (docs/sharing.md,
+// "The GPU memory watch"), and, holding the container's memory limit too, it tells the
+// container's OOM kills (JobCgroup::OomKilled; Finish). On a dmem GPU the cgroup also
 // holds the cap (dmem.max and dmem.low, or NVML's soft and hard limits; the kernel charges
 // a cgroup's descendants to its limit). Returns that cgroup's path under the hierarchy's
-// root, for --cgroup-parent, or "" when none could be made and the mode promised no cap:
-// the share then starts in podman's own cgroup, and `*missing` says why (its isolation
+// root, for --cgroup-parent, or "" when none could be made and no cap was promised: the
+// container then starts in podman's own cgroup, and `*missing` says why (its isolation
 // note). An exec session's container goes below its task's cgroup (join_cgroups): one
 // cap holds both, and the cgroup stays its task's (not recorded or removed here).
-Result<std::string> Shim::ContainerShareParent(std::string* missing) {
+Result<std::string> Shim::ContainerParent(std::string* missing) {
   const LaunchSpec& spec = config_.spec;
   const bool dmem = spec.share_enforcement == "dmem";
   if (!spec.join_cgroups.empty()) {
@@ -105,6 +106,9 @@ Result<std::string> Shim::ContainerShareParent(std::string* missing) {
   req.id = spec.id;
   req.instance = std::to_string(::getpid());
   req.container_parent = true;
+  // The container's memory limit (podman's --memory) on its parent too: the parent's
+  // events then tell its OOM kills, which podman's cgroup takes with it (JobCgroup).
+  req.memory_bytes = spec.memory_bytes;
   if (dmem) GpuMemoryCap(&req);
   cgroup_ = JobCgroup::Create(config_.cgroup_root, req);
   record_.cgroup_dirs = cgroup_->dirs();
@@ -163,10 +167,8 @@ Status Shim::PrepareContainer(const std::vector<gid_t>& groups) {
   GP_RETURN_IF_ERROR(WriteFileDurably(env_file, ContainerEnvFile(run), 0600, /*sync=*/false));
   std::vector<uint32_t> gids(groups.begin(), groups.end());
   std::string cgroup_parent;
-  std::string no_parent;  // why a share's container has no job cgroup
-  if (!spec.share_enforcement.empty() && spec.share_enforcement != "mig") {
-    GP_ASSIGN_OR_RETURN(cgroup_parent, ContainerShareParent(&no_parent));
-  }
+  std::string no_parent;  // why the container has no job cgroup
+  GP_ASSIGN_OR_RETURN(cgroup_parent, ContainerParent(&no_parent));
   GP_ASSIGN_OR_RETURN(plan_.argv, BuildPodmanRunArgv(run, copt, gids, env_file, cgroup_parent));
   plan_.env = {"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME=/root"};
   plan_.candidates = CommandCandidates(plan_.argv[0],

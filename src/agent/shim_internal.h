@@ -42,7 +42,8 @@ class Shim {
   // "the kernel's dmem controller" or "NVML's per-cgroup memory limits".
   const char* CapMechanism() const;
   Status DmemCapInPlace() const;
-  Result<std::string> ContainerShareParent(std::string* missing);
+  Result<std::string> ContainerParent(std::string* missing);
+  void AddOomReason();
   Result<std::vector<BindMount>> StageMountSources(const LaunchSpec& spec,
                                                    const std::vector<gid_t>& groups);
   Result<std::string> MakePreemptDeadlineFile();
