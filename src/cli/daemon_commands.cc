@@ -87,6 +87,7 @@ struct ServerFlags {
   std::string health_threshold;
   double health_breaker = 0.1;
   std::string health_resume_after = "24h";  // a duration, as telemetry_retention
+  std::string health_strike_window = "30d";
   bool mps_multi_user = false;
   bool mps_one_size = false;
   std::string preemption = "on";  // docs/preemption.md
@@ -188,6 +189,9 @@ Result<server::ServerOptions> ServerOptionsOf(const ServerFlags& f,
   GP_ASSIGN_OR_RETURN(const int64_t resume_after_s,
                       ParseSeconds("--health-resume-after", f.health_resume_after));
   co.health_resume_after_us = resume_after_s * 1'000'000;
+  GP_ASSIGN_OR_RETURN(const int64_t strike_window_s,
+                      ParseSeconds("--health-strike-window", f.health_strike_window));
+  co.health_strike_window_us = strike_window_s * 1'000'000;
   if (f.mps_multi_user && f.mps_one_size) {
     return Status::InvalidArgument(
         "--mps-one-size and --mps-multi-user: choose one (one size per MPS GPU holds each "
@@ -241,6 +245,12 @@ void AddHealthFlags(CLI::App* cmd, ServerFlags* f) {
                   "a GPU the Xid policy cordoned returns by itself at the first passing run "
                   "of its node's health check once no Xid came for this long (90s, 30m, 12h, "
                   "7d; 0 = never, only `gpupool node resume --gpu`) (docs/health.md)")
+      ->type_name("DURATION")
+      ->capture_default_str();
+  cmd->add_option("--health-strike-window", f->health_strike_window,
+                  "a GPU the Xid policy took out of service 3 times within this long fails "
+                  "(needs service); older strikes no longer count (30d, 12h; 0 = they never "
+                  "expire) (docs/health.md)")
       ->type_name("DURATION")
       ->capture_default_str();
 }

@@ -46,6 +46,7 @@ Result<std::unique_ptr<Controller>> Controller::Create(store::Store* store, cons
   Result<gpu::HealthPolicy> health =
       gpu::HealthPolicy::Create(options.health_xid, options.health_threshold);
   if (!health.ok()) return health.status().WithContext("--health-xid/--health-threshold");
+  health->strike_window_us = options.health_strike_window_us;
   if (!(options.health_breaker_fraction > 0 && options.health_breaker_fraction <= 1)) {
     return Status::InvalidArgument(
         "--health-breaker: a fraction of the pool's nodes in (0, 1], e.g. 0.1");
@@ -53,14 +54,11 @@ Result<std::unique_ptr<Controller>> Controller::Create(store::Store* store, cons
   std::unique_ptr<Controller> c(new Controller(store, clock, std::move(options)));
   c->scheduler_ = std::move(scheduler).value();
   c->scheduler_->set_project_enforcement(c->options_.enforce_projects);
+  std::optional<PreemptionSettings> p;
   if (c->options_.preemption) {
-    PreemptionSettings p;
-    p.default_min_runtime_s = c->options_.preempt_min_runtime_s;
-    p.default_grace_s = c->options_.preempt_grace_s;
-    c->scheduler_->set_preemption(p);
-  } else {
-    c->scheduler_->set_preemption(std::nullopt);
+    p = PreemptionSettings{c->options_.preempt_min_runtime_s, c->options_.preempt_grace_s};
   }
+  c->scheduler_->set_preemption(p);
   c->health_policy_ = std::move(health).value();
   GP_RETURN_IF_ERROR(c->Load());
   return c;

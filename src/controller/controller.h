@@ -97,9 +97,8 @@ struct ControllerOptions {
   int64_t exec_client_timeout_us = 15'000'000;
   // A running job whose node has not ended it this long past its time limit (--time) is
   // stopped by the controller and ends TIMEOUT (lifecycle::TimeLimit). The node's shim
-  // stops it at the limit (SIGTERM, cancel_grace_s, SIGKILL); this covers a node whose
-  // agent is cut off from the controller while the node itself still polls, or a
-  // supervisor that is gone.
+  // stops it at the limit (SIGTERM, cancel_grace_s, SIGKILL); this covers an agent cut off
+  // from the controller while the node still polls, or a supervisor that is gone.
   int64_t time_limit_grace_s = 60;
   // Overrides of the GPU health policy's Xid table, "XID:ACTION,..." (server option
   // --health-xid; gpu/health_policy.h, docs/health.md).
@@ -111,10 +110,11 @@ struct ControllerOptions {
   // it, errors are recorded (suspect, a log line, gpupool_health_actions_held_total) but
   // not acted on, so that a driver bug cannot drain the pool (--health-breaker).
   double health_breaker_fraction = 0.1;
-  // Resume only when proven (docs/health.md): a GPU the Xid policy cordoned returns at the
-  // first passing run of its node's health program once no Xid worth acting on came for
-  // this long (--health-resume-after); 0: never by itself, only an admin returns it.
+  // Resume only when proven (docs/health.md): a GPU the policy cordoned returns at a passing
+  // health run once no Xid worth acting on came for this long (--health-resume-after; 0:
+  // only an admin returns it). Strikes count within --health-strike-window (0: all).
   int64_t health_resume_after_us = int64_t{24} * 3600 * 1'000'000;
+  int64_t health_strike_window_us = int64_t{30} * 24 * 3600 * 1'000'000;
   // Which shares a GPU whose node states enforcement "mps" takes at once: one user's
   // (default), one user's of one size (--mps-one-size) or several users' (--mps-multi-user);
   // other shares wait (sched_input.h, docs/sharing.md).

@@ -31,6 +31,7 @@ std::string GpuHealthToJson(const std::map<std::string, gpu::GpuHealth>& health)
                  {"by", h.by},
                  {"recent_us", h.recent_us}};
     if (h.strikes > 0) out[uuid]["strikes"] = h.strikes;
+    if (!h.strike_us.empty()) out[uuid]["strike_us"] = h.strike_us;
     if (h.last_error_us > 0) out[uuid]["last_error_us"] = h.last_error_us;
     if (!h.levels.empty()) out[uuid]["levels"] = h.levels;
   }
@@ -56,6 +57,15 @@ Result<std::map<std::string, gpu::GpuHealth>> GpuHealthFromJson(const std::strin
     f.Optional("by", &h.by);
     f.Optional("strikes", &h.strikes, 0, 1'000'000);
     f.Optional("last_error_us", &h.last_error_us, 0);
+    if (const Json* at = f.Array("strike_us")) {
+      for (const Json& t : *at) {
+        if (!t.is_number_integer()) {
+          f.Fail("strike_us", "not a list of integers");
+          break;
+        }
+        if (h.strike_us.size() < 1'000) h.strike_us.push_back(t.get<int64_t>());
+      }
+    }
     if (const Json* recent = f.Array("recent_us")) {
       for (const Json& t : *recent) {
         if (!t.is_number_integer()) {
@@ -135,6 +145,7 @@ Status Controller::ObserveGpuErrors(const std::string& node,
       if (takes_out && !BreakerAllows(node, now)) {
         HoldBack(node, s.uuid, &o);
         o.next.strikes = health.strikes;  // held back: no strike
+        o.next.strike_us = health.strike_us;
       }
       if (o.changed && o.next.state != health.state) {
         spdlog::warn("node {} GPU {} ({}): {} -> {}: {}", node, s.index, s.uuid,
@@ -202,6 +213,7 @@ Status Controller::ObserveHealthReport(const std::string& node,
         if (!gpu::TakesWork(h.state)) continue;  // out of service already (it stays so)
         gpu::XidOutcome o;
         o.next.strikes = h.strikes;  // the policy's record is kept
+        o.next.strike_us = h.strike_us;
         o.next.last_error_us = h.last_error_us;
         o.next.state = gpu::GpuHealthState::kCordoned;
         o.next.reason = "health check: " + (bad->reason.empty() ? "named bad" : bad->reason);
@@ -223,6 +235,7 @@ Status Controller::ObserveHealthReport(const std::string& node,
         back.since_us = now;
         back.by = kHealthCheck;
         back.strikes = h.strikes;
+        back.strike_us = h.strike_us;
         back.last_error_us = h.last_error_us;
         back.levels = h.levels;  // the thresholds' levels stay
         h = std::move(back);
@@ -322,6 +335,7 @@ Result<NodeView> Controller::ResumeGpu(const std::string& node, const std::strin
     // A failed GPU was serviced: its strikes start again. A cordoned one keeps them.
     if (h.state != gpu::GpuHealthState::kFailed) {
       back.strikes = h.strikes;
+      back.strike_us = h.strike_us;
       back.last_error_us = h.last_error_us;
     }
     back.levels = h.levels;  // the thresholds' levels stay

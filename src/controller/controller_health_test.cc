@@ -155,10 +155,37 @@ TEST_F(ControllerHealthTest, AnXidCordonReturnsOnlyWhenProvenAndTheThirdStrikeFa
   EXPECT_EQ(HealthOf().strikes, 1);
 }
 
+// Strikes count within --health-strike-window (30 days by default): their times are
+// stored with the GPU's health, so a restarted controller forgets one a month old and
+// counts one a day old.
+TEST_F(ControllerHealthTest, AStrikeOlderThanTheWindowIsForgottenAcrossARestart) {
+  options_.health_resume_after_us = 60 * kMinute;
+  Restart();
+  Register();
+  Xid(95);
+  clock_.AdvanceMicros(61 * kMinute);
+  Pass();
+  ASSERT_EQ(HealthOf().state, gpu::GpuHealthState::kHealthy);
+  Restart();
+  clock_.AdvanceMicros(int64_t{31} * 24 * 60 * kMinute);
+  Xid(95);
+  EXPECT_EQ(HealthOf().strikes, 1);
+  EXPECT_EQ(HealthOf().strike_us.size(), 1u);
+  clock_.AdvanceMicros(61 * kMinute);
+  Pass();
+  Restart();
+  clock_.AdvanceMicros(int64_t{24} * 60 * kMinute);
+  Xid(95);
+  EXPECT_EQ(HealthOf().state, gpu::GpuHealthState::kCordoned);
+  EXPECT_EQ(HealthOf().strikes, 2);
+}
+
 // --health-resume-after 0: a policy cordon never returns by itself; an admin still
-// returns it, and an admin's resume of a cordoned GPU keeps its strike.
+// returns it, and an admin's resume of a cordoned GPU keeps its strike (counted here
+// however old: --health-strike-window 0).
 TEST_F(ControllerHealthTest, ResumeAfterZeroLeavesItToTheAdmin) {
   options_.health_resume_after_us = 0;
+  options_.health_strike_window_us = 0;
   Restart();
   Register();
   Xid(95);

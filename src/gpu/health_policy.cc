@@ -175,6 +175,18 @@ XidRule HealthPolicy::ForXid(int xid) const {
   return {xid, HealthAction::kSuspect, "unknown Xid " + std::to_string(xid)};
 }
 
+void AddStrike(GpuHealth* health, int64_t legacy_at_us, int64_t now_us, int64_t window_us) {
+  std::vector<int64_t>& at = health->strike_us;
+  // A record from before strike times were kept: its strikes count from legacy_at_us.
+  if (static_cast<int>(at.size()) < health->strikes) {
+    at.insert(at.begin(), std::min<size_t>(static_cast<size_t>(health->strikes) - at.size(), 64),
+              legacy_at_us);
+  }
+  if (window_us > 0) std::erase_if(at, [&](int64_t t) { return t <= now_us - window_us; });
+  at.push_back(now_us);
+  health->strikes = static_cast<int>(at.size());
+}
+
 XidOutcome OnXid(const GpuHealth& health, int xid, int64_t count, int64_t now_us,
                  const HealthPolicy& policy) {
   XidOutcome out;
@@ -191,16 +203,20 @@ XidOutcome OnXid(const GpuHealth& health, int xid, int64_t count, int64_t now_us
   };
   const bool out_of_service =
       next.state == GpuHealthState::kCordoned || next.state == GpuHealthState::kFailed;
-  // Taken out of service by the policy: a strike; the last one fails the GPU.
+  // Taken out of service by the policy: a strike; the last one within the window fails
+  // the GPU.
   auto cordon = [&](std::string reason) {
-    ++next.strikes;
+    AddStrike(&next, health.last_error_us > 0 ? health.last_error_us : health.since_us, now_us,
+              policy.strike_window_us);
     if (next.strikes < std::max(policy.strikes_to_fail, 1)) {
       become(GpuHealthState::kCordoned, std::move(reason));
       return;
     }
-    become(GpuHealthState::kFailed, std::move(reason) + "; taken out of service " +
-                                        std::to_string(next.strikes) +
-                                        " times: it needs service (only an admin returns it)");
+    const int64_t days = policy.strike_window_us / (int64_t{24} * 3600 * 1'000'000);
+    become(GpuHealthState::kFailed,
+           std::move(reason) + "; taken out of service " + std::to_string(next.strikes) + " times" +
+               (policy.strike_window_us > 0 ? " within " + std::to_string(days) + " days" : "") +
+               ": it needs service (only an admin returns it)");
   };
   if (out.rule.action != HealthAction::kIgnore) next.last_error_us = now_us;
   switch (out.rule.action) {
@@ -252,6 +268,7 @@ bool ResumeIfProven(GpuHealth* health, int64_t now_us, int64_t quiet_us) {
   back.since_us = now_us;
   back.by = "policy";
   back.strikes = health->strikes;
+  back.strike_us = health->strike_us;
   back.last_error_us = health->last_error_us;
   back.evidence = health->evidence;
   back.levels = health->levels;

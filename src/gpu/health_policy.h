@@ -107,8 +107,10 @@ class HealthPolicy {
   int repeats_to_cordon = 3;
   int64_t repeat_window_us = int64_t{3600} * 1'000'000;
   // Strikes: the cordon of a GPU by this policy that makes this many fails it instead
-  // (it needs service; only an admin returns it).
+  // (it needs service; only an admin returns it). Only strikes within the window count:
+  // older ones are forgotten when the GPU is next taken out (0: they never expire).
   int strikes_to_fail = 3;
+  int64_t strike_window_us = int64_t{30} * 24 * 3600 * 1'000'000;
 
  private:
   Status ApplyThresholdOverrides(std::string_view overrides);
@@ -131,6 +133,9 @@ struct GpuHealth {
   // worth acting on came (not an ignored one): the quiet period counts from there.
   int strikes = 0;
   int64_t last_error_us = 0;
+  // When those strikes came, oldest first (strikes == its size, except in a record from
+  // before the times were kept, whose strikes count from its last error).
+  std::vector<int64_t> strike_us;
   // Per threshold row, the level its value last reached (1 suspect, 2 cordon; rows at 0
   // are left out). A row acts only when its level rises past this, so a GPU an admin put
   // back is not taken out again for the same count; it drops with the value (a reset
@@ -147,7 +152,12 @@ struct XidOutcome {
   bool end_jobs = false;     // the jobs on the GPU end (fail, or requeue when allowed)
   bool cordon_node = false;  // every GPU of the node stops taking work
 };
-// A cordon by the policy is a strike; the policy.strikes_to_fail-th fails the GPU instead.
+// One more strike on `health` at `now_us`: those at or before now_us - window_us (when
+// window_us > 0) are forgotten first, and a record's strikes without times count from
+// `legacy_at_us`; health->strikes becomes the count kept.
+void AddStrike(GpuHealth* health, int64_t legacy_at_us, int64_t now_us, int64_t window_us);
+// A cordon by the policy is a strike; the policy.strikes_to_fail-th within the policy's
+// strike window fails the GPU instead.
 XidOutcome OnXid(const GpuHealth& health, int xid, int64_t count, int64_t now_us,
                  const HealthPolicy& policy);
 

@@ -141,6 +141,46 @@ TEST(HealthPolicyTest, TheThirdCordonFailsTheGpu) {
   EXPECT_EQ(failed, third.next);
 }
 
+// Strikes count within the policy's window (30 days by default): a GPU taken out twice a
+// year ago and once now is cordoned, not failed; with the window off (0) every strike
+// counts. A record from before strike times were kept counts its strikes from its last
+// error.
+TEST(HealthPolicyTest, StrikesOlderThanTheWindowNoLongerCount) {
+  constexpr int64_t kDay = 24 * 60 * kMinute;
+  HealthPolicy policy = Policy();
+  ASSERT_EQ(policy.strike_window_us, 30 * kDay);
+  auto twice_then_once = [&](int64_t gap) {
+    GpuHealth h = OnXid(GpuHealth{}, 95, 1, kNow, policy).next;
+    EXPECT_TRUE(ResumeIfProven(&h, kNow + kDay, 60 * kMinute));
+    h = OnXid(h, 95, 1, kNow + 2 * kDay, policy).next;
+    EXPECT_EQ(h.strike_us, (std::vector<int64_t>{kNow, kNow + 2 * kDay}));
+    EXPECT_TRUE(ResumeIfProven(&h, kNow + 3 * kDay, 60 * kMinute));
+    return OnXid(h, 95, 1, kNow + 2 * kDay + gap, policy).next;
+  };
+  const GpuHealth later = twice_then_once(365 * kDay);
+  EXPECT_EQ(later.state, GpuHealthState::kCordoned) << later.reason;
+  EXPECT_EQ(later.strikes, 1);
+  EXPECT_EQ(later.strike_us, std::vector<int64_t>{kNow + 367 * kDay});
+  // All three within 30 days (the third 29 days after the first): the third fails it.
+  const GpuHealth soon = twice_then_once(27 * kDay);
+  EXPECT_EQ(soon.state, GpuHealthState::kFailed);
+  EXPECT_EQ(soon.strikes, 3);
+  EXPECT_NE(soon.reason.find("taken out of service 3 times within 30 days"), std::string::npos)
+      << soon.reason;
+  policy.strike_window_us = 0;
+  const GpuHealth never = twice_then_once(365 * kDay);
+  EXPECT_EQ(never.state, GpuHealthState::kFailed);
+  EXPECT_NE(never.reason.find("taken out of service 3 times: it needs service"), std::string::npos)
+      << never.reason;
+  // Two strikes stored without their times (last error a year ago), then a new one.
+  policy.strike_window_us = 30 * kDay;
+  GpuHealth legacy;
+  legacy.strikes = 2;
+  legacy.last_error_us = kNow;
+  EXPECT_EQ(OnXid(legacy, 95, 1, kNow + 365 * kDay, policy).next.strikes, 1);
+  EXPECT_EQ(OnXid(legacy, 95, 1, kNow + kDay, policy).next.state, GpuHealthState::kFailed);
+}
+
 // Resume only when proven: a policy cordon returns once no Xid came for the quiet period
 // (counted from its last error, so a recurrence starts it again); 0 never returns it, and
 // a cordon by the health program or an admin is not the policy's to lift.
