@@ -113,12 +113,15 @@ class RocmSmiProcessesTest : public RocmSmiSamplerTest {
     return n;
   }
   // 4242 on device 1 (3 GiB), 4243 on both (1 GiB on 0, 2 GiB on 1), 4244 on device 7,
-  // which the node does not have.
+  // which the node does not have, 4245 with 512 MiB on device 0 but no queues there
+  // (rsmi_compute_process_gpus_get does not list it).
   static Scenario WithProcesses() {
     Scenario s = Devices(10);
-    s["processes"] = {{{"pid", 4242}, {"devices", {1}}, {"vram", {3072 * kMiB}}},
-                      {{"pid", 4243}, {"devices", {0, 1}}, {"vram", {1024 * kMiB, 2048 * kMiB}}},
-                      {{"pid", 4244}, {"devices", {7}}, {"vram", {kMiB}}}};
+    s["processes"] = {
+        {{"pid", 4242}, {"devices", {1}}, {"vram", {3072 * kMiB}}},
+        {{"pid", 4243}, {"devices", {0, 1}}, {"vram", {1024 * kMiB, 2048 * kMiB}}},
+        {{"pid", 4244}, {"devices", {7}}, {"vram", {kMiB}}},
+        {{"pid", 4245}, {"devices", {0}}, {"vram", {512 * kMiB}}, {"queues", Scenario::array()}}};
     return s;
   }
   // Each GPU's processes, by GPU index: {pid, MiB (-1: unknown)}.
@@ -143,12 +146,13 @@ TEST_F(RocmSmiProcessesTest, EachGpuListsItsProcessesWithTheirVramThere) {
   Use(WithProcesses());
   using Listing = std::map<int, std::vector<std::pair<int64_t, int64_t>>>;
   EXPECT_EQ(Listed(GPUPOOL_FAKE_ROCM_SMI),
-            (Listing{{0, {{4242, 3072}, {4243, 2048}}}, {1, {{4243, 1024}}}}));
+            (Listing{{0, {{4242, 3072}, {4243, 2048}}}, {1, {{4243, 1024}, {4245, 512}}}}));
 }
 
 TEST_F(RocmSmiProcessesTest, BeforeRocm57OnlyAOneGpuProcessHasItsMemory) {
   // Without rsmi_compute_process_info_by_device_get only the total over the process's GPUs
-  // is known: 4243's 3 GiB on two GPUs is not split.
+  // is known: 4243's 3 GiB on two GPUs is not split; and only the GPUs with the process's
+  // queues are known: 4245, holding memory without queues, is not seen.
   Use(WithProcesses());
   using Listing = std::map<int, std::vector<std::pair<int64_t, int64_t>>>;
   EXPECT_EQ(Listed(GPUPOOL_FAKE_ROCM_SMI_WITHOUT_BY_DEVICE),
@@ -163,18 +167,21 @@ TEST_F(RocmSmiProcessesTest, ManyProcessesAndFailingCallsAndNoProcessCalls) {
   }
   Use(many);
   EXPECT_EQ(Listed(GPUPOOL_FAKE_ROCM_SMI)[1].size(), 40u);
-  // A failing list or device call lists nothing; a failing per-device call leaves a
-  // one-GPU process's memory to its total, a several-GPU one's unknown.
+  // A failing list call lists nothing. A failing queue call loses nothing the per-device
+  // call sees; a failing per-device call leaves a process with queues on one GPU its
+  // total, one on several its memory unknown, and memory without queues unseen.
+  using Listing = std::map<int, std::vector<std::pair<int64_t, int64_t>>>;
   Scenario failing = WithProcesses();
   failing["process_errors"] = {{"rsmi_compute_process_info_get", 4}};
   Use(failing);
   EXPECT_TRUE(Listed(GPUPOOL_FAKE_ROCM_SMI).empty());
   failing["process_errors"] = {{"rsmi_compute_process_gpus_get", 10}};
   Use(failing);
-  EXPECT_TRUE(Listed(GPUPOOL_FAKE_ROCM_SMI).empty());
+  EXPECT_EQ(Listed(GPUPOOL_FAKE_ROCM_SMI),
+            (Listing{{0, {{4242, 3072}, {4243, 2048}}}, {1, {{4243, 1024}, {4245, 512}}}}));
+  EXPECT_TRUE(Listed(GPUPOOL_FAKE_ROCM_SMI_WITHOUT_BY_DEVICE).empty());
   failing["process_errors"] = {{"rsmi_compute_process_info_by_device_get", 2}};
   Use(failing);
-  using Listing = std::map<int, std::vector<std::pair<int64_t, int64_t>>>;
   EXPECT_EQ(Listed(GPUPOOL_FAKE_ROCM_SMI),
             (Listing{{0, {{4242, 3072}, {4243, -1}}}, {1, {{4243, -1}}}}));
   // A library without the process calls still samples, and lists none.

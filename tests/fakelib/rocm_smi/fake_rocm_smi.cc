@@ -15,11 +15,13 @@
 //               bdfid, unique_id, vram_total, vram_used, busy_percent, numa_node,
 //               render_minor, temp_edge_mc, temp_junction_mc, power_uw,
 //               errors: {"rsmi_dev_...": status} }]
-//   processes: [{ pid, devices: [dv, ...], vram: [bytes on each listed device] }]
+//   processes: [{ pid, devices: [dv, ...], vram: [bytes on each listed device],
+//                 queues: [dv, ...] (default: devices) }]
 //                         what KFD lists: rsmi_compute_process_info_get gives the pids
 //                         (no memory, as the real library), rsmi_compute_process_gpus_get
-//                         the devices, rsmi_compute_process_info_by_pid_get the VRAM
-//                         summed, rsmi_compute_process_info_by_device_get one device's
+//                         the devices it has queues on (as the real library, which reads
+//                         KFD's proc/PID/queues), rsmi_compute_process_info_by_pid_get the
+//                         VRAM summed, rsmi_compute_process_info_by_device_get one device's
 //                         (0 on a device it does not use, as the real library)
 //   process_errors        {"rsmi_compute_process_...": status} making that call fail
 // A device field that is absent answers RSMI_STATUS_NOT_SUPPORTED.
@@ -363,7 +365,8 @@ uint32_t rsmi_compute_process_gpus_get(uint32_t pid, uint32_t* dv_indices, uint3
     if (uint32_t e = ProcessError("rsmi_compute_process_gpus_get"); e != kSuccess) return e;
     const Json* p = Process(pid);
     if (p == nullptr) return kNotFound;
-    const Json& devices = p->value("devices", Json::array());
+    const Json& devices =
+        p->contains("queues") ? (*p)["queues"] : p->value("devices", Json::array());
     const uint32_t found = static_cast<uint32_t>(devices.size());
     if (dv_indices != nullptr) {
       for (uint32_t i = 0; i < found && i < *num; ++i) dv_indices[i] = devices[i].get<uint32_t>();
