@@ -14,11 +14,13 @@
 #include <future>
 #include <map>
 #include <mutex>
+#include <nlohmann/json.hpp>
 #include <thread>
 
 #include "agent/cu_mask.h"
 #include "agent/job_env.h"
 #include "agent/launcher.h"
+#include "gpu/telemetry.h"
 #include "protocol/agent_protocol.h"
 #include "protocol/fake_controller_link.h"
 
@@ -661,27 +663,34 @@ class ProcessesOnGpu0 final : public gpu::TelemetrySampler {
   const std::vector<gpu::ProcessSample> processes_;
 };
 
-// The GPU memory watch (gpu_mem_watch.h) of an agent on one unenforced 80 GiB GPU 0,
-// whose processes 100 and 101 run in the cgroups of jobs 30 and 31.
+// The GPU memory watch (gpu_mem_watch.h) of an agent on one unenforced GPU 0, whose
+// processes 100 and 101 run in the cgroups of jobs 30 and 31.
 class GpuMemWatchAgentTest : public TelemetryAgentTest {
  protected:
-  // Launches 8 GiB shares of jobs `jobs` on GPU 0, with `processes` on it and the
-  // watch's `slack`, runs two telemetry rounds and returns the stops asked for.
+  // Launches 8 GiB shares of jobs `jobs` on the 80 GiB NVIDIA GPU 0, with `processes` on
+  // it and the watch's `slack`, runs two telemetry rounds and returns the stops asked for.
   std::vector<std::pair<RunId, StopRequest>> TwoRounds(const std::vector<int64_t>& jobs,
                                                        std::vector<gpu::ProcessSample> processes,
                                                        int64_t slack) {
+    return TwoRoundsOn(Nvidia80G(0, "GPU-0", "none"), "nvidia", jobs,
+                       std::make_shared<ProcessesOnGpu0>(std::move(processes)), slack);
+  }
+  // The same on `gpu0` (of `vendor`), sampled by `sampler`.
+  std::vector<std::pair<RunId, StopRequest>> TwoRoundsOn(
+      const gpu::GpuInfo& gpu0, const std::string& vendor, const std::vector<int64_t>& jobs,
+      std::shared_ptr<gpu::TelemetrySampler> sampler, int64_t slack) {
     AcceptLaunches();
-    const gpu::GpuInfo gpu0 = Nvidia80G(0, "GPU-0", "none");
+    const std::string node = vendor == "amd" ? "/dev/dri/renderD128" : "/dev/nvidia0";
     protocol::Work work;
     for (int64_t job : jobs) {
-      work.launch.push_back(EightGibShare(job, {{"nvidia", 0, "GPU-0", {"/dev/nvidia0"}, 100}}));
+      work.launch.push_back(EightGibShare(job, {{vendor, 0, gpu0.uuid, {node}, 100}}));
     }
     link_->QueueWork(work);
     Cgroup(100, "0::/gpupool/job-30-0.1-5\n");
     Cgroup(101, "0::/gpupool/job-31-0.1-6\n");
     AgentLoopOptions ao = Options();
     ao.node.gpus = {gpu0};
-    ao.sampler = std::make_shared<ProcessesOnGpu0>(std::move(processes));
+    ao.sampler = std::move(sampler);
     ao.proc_root = root_.string();
     ao.gpu_mem_slack_bytes = slack;
     Run(ao);
@@ -709,6 +718,43 @@ TEST_F(GpuMemWatchAgentTest, AShareOverItsMemoryAndTheSlackIsStoppedOnce) {
 
 TEST_F(GpuMemWatchAgentTest, WithTheWatchOffNoShareIsStopped) {
   EXPECT_TRUE(TwoRounds({30}, {{100, 40 * 1024, {}}}, -1).empty());
+}
+
+// On an AMD GPU (docs/sharing.md, "AMD GPUs": no MIG or MPS there, so the watch is what
+// holds a share to its memory): the ROCm SMI sampler, with the fake librocm_smi64.so
+// loaded through the real dlopen path, lists job 30's process at 9.5 GiB and job 31's at
+// 8.5 GiB on the MI300X's partition; job 30's 8 GiB share is stopped, naming the GPU.
+TEST_F(GpuMemWatchAgentTest, AnAmdShareOverItsMemoryIsStoppedFromRocmSmisProcesses) {
+  constexpr uint64_t kMiB = 1 << 20;
+  const nlohmann::json scenario = {
+      {"devices", {{{"bdfid", 0xc1u << 8}, {"busy_percent", 50}, {"vram_total", 24ull << 30}}}},
+      {"processes",
+       {{{"pid", 100}, {"devices", {0}}, {"vram", {9728 * kMiB}}},
+        {{"pid", 101}, {"devices", {0}}, {"vram", {8704 * kMiB}}}}}};
+  std::ofstream(root_ / "rsmi.json") << scenario.dump();
+  setenv("GPUPOOL_FAKE_ROCM_SMI_SCENARIO", (root_ / "rsmi.json").c_str(), 1);
+  gpu::GpuInfo part;
+  part.vendor = gpu::Vendor::kAmd;
+  part.index = 0;
+  part.uuid = "0x00000000000003e9";
+  part.pci_bus_id = "0000:c1:00.0";
+  part.memory_total_bytes = uint64_t{24} << 30;
+  part.compute_units = 38;
+  part.enforcement = "none";
+  gpu::NodeInfo node;
+  node.gpus = {part};
+  Result<std::unique_ptr<gpu::TelemetrySampler>> sampler =
+      gpu::NewRocmSmiSampler(FAKE_ROCM_SMI_LIBRARY, node);
+  ASSERT_TRUE(sampler.ok()) << sampler.status().ToString();
+  const auto stops = TwoRoundsOn(part, "amd", {30, 31}, std::move(*sampler), int64_t{1} << 30);
+  unsetenv("GPUPOOL_FAKE_ROCM_SMI_SCENARIO");
+  ASSERT_EQ(stops.size(), 1u);
+  EXPECT_EQ(stops[0].first, (RunId{30, 0, 0, 0}));
+  EXPECT_EQ(stops[0].second.grace_s, 0);
+  EXPECT_EQ(stops[0].second.reason,
+            "its processes used 9728 MiB of GPU 0 (0x00000000000003e9)'s memory, more than its "
+            "share's 8192 MiB and the node's slack of 1024 MiB: stopped by the node's GPU memory "
+            "watch (the GPU's enforcement: none)");
 }
 
 }  // namespace

@@ -119,6 +119,10 @@ Result<std::unique_ptr<RocmSmiLibrary>> RocmSmiLibrary::Load(const std::string& 
   optional("rsmi_version_get", &a.version_get);
   optional("rsmi_version_str_get", &a.version_str_get);
   optional("rsmi_status_string", &a.status_string);
+  optional("rsmi_compute_process_info_get", &a.compute_process_info_get);
+  optional("rsmi_compute_process_gpus_get", &a.compute_process_gpus_get);
+  optional("rsmi_compute_process_info_by_pid_get", &a.compute_process_info_by_pid_get);
+  optional("rsmi_compute_process_info_by_device_get", &a.compute_process_info_by_device_get);
   return lib;
 }
 

@@ -36,6 +36,16 @@ inline constexpr uint32_t kRsmiSwCompDriver = 0;  // rsmi_sw_component_t
 inline constexpr uint32_t kRsmiIoLinkPcie = 1;    // RSMI_IO_LINK_TYPE
 inline constexpr uint32_t kRsmiIoLinkXgmi = 2;
 
+// rsmi_process_info_t as of rocm_smi_lib 3.9 (cu_occupancy added), so every library this
+// binding accepts (5.0+). vram_usage is in bytes.
+struct RsmiProcessInfo {
+  uint32_t process_id;
+  uint32_t pasid;
+  uint64_t vram_usage;
+  uint64_t sdma_usage;
+  uint32_t cu_occupancy;
+};
+
 struct RsmiVersion {  // rsmi_version_t
   uint32_t major;
   uint32_t minor;
@@ -66,6 +76,15 @@ struct RocmSmiApi {
   RsmiStatus (*version_get)(RsmiVersion* version) = nullptr;
   RsmiStatus (*version_str_get)(uint32_t component, char* text, uint32_t len) = nullptr;
   RsmiStatus (*status_string)(RsmiStatus status, const char** text) = nullptr;
+  // The processes using GPUs (KFD's /sys/class/kfd/kfd/proc): the node's list (pids and
+  // pasids only, no memory), the devices (dv indices) one uses, its VRAM summed over
+  // every device, and (ROCm 5.7+) its VRAM on one device.
+  RsmiStatus (*compute_process_info_get)(RsmiProcessInfo* procs, uint32_t* num_items) = nullptr;
+  RsmiStatus (*compute_process_gpus_get)(uint32_t pid, uint32_t* dv_indices,
+                                         uint32_t* num_devices) = nullptr;
+  RsmiStatus (*compute_process_info_by_pid_get)(uint32_t pid, RsmiProcessInfo* proc) = nullptr;
+  RsmiStatus (*compute_process_info_by_device_get)(uint32_t pid, uint32_t dv,
+                                                   RsmiProcessInfo* proc) = nullptr;
 };
 
 // File names to try for `name`: itself, and for a bare default name also the versioned

@@ -46,6 +46,28 @@ TEST(RocmSmiLibraryTest, MissingOptionalSymbolsAreListed) {
   EXPECT_EQ((*lib)->ErrorString(999), "rsmi status 999");
 }
 
+// The process calls are optional: a library before ROCm 5.7 lacks the per-device one, an
+// old or stripped one all four; both still load.
+TEST(RocmSmiLibraryTest, ProcessCallsAreOptional) {
+  Result<std::unique_ptr<RocmSmiLibrary>> full = RocmSmiLibrary::Load(GPUPOOL_FAKE_ROCM_SMI);
+  ASSERT_TRUE(full.ok()) << full.status().ToString();
+  EXPECT_NE((*full)->api().compute_process_info_by_device_get, nullptr);
+  Result<std::unique_ptr<RocmSmiLibrary>> old =
+      RocmSmiLibrary::Load(GPUPOOL_FAKE_ROCM_SMI_WITHOUT_BY_DEVICE);
+  ASSERT_TRUE(old.ok()) << old.status().ToString();
+  EXPECT_EQ((*old)->missing_optional(),
+            (std::vector<std::string>{"rsmi_compute_process_info_by_device_get"}));
+  EXPECT_NE((*old)->api().compute_process_gpus_get, nullptr);
+  Result<std::unique_ptr<RocmSmiLibrary>> none =
+      RocmSmiLibrary::Load(GPUPOOL_FAKE_ROCM_SMI_WITHOUT_PROCESSES);
+  ASSERT_TRUE(none.ok()) << none.status().ToString();
+  EXPECT_EQ(
+      (*none)->missing_optional(),
+      (std::vector<std::string>{"rsmi_compute_process_info_get", "rsmi_compute_process_gpus_get",
+                                "rsmi_compute_process_info_by_pid_get",
+                                "rsmi_compute_process_info_by_device_get"}));
+}
+
 TEST(RocmSmiLibraryTest, MissingRequiredSymbolIsUnavailableAndNamed) {
   Result<std::unique_ptr<RocmSmiLibrary>> lib =
       RocmSmiLibrary::Load(GPUPOOL_FAKE_ROCM_SMI_WITHOUT_REQUIRED);

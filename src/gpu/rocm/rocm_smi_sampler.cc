@@ -1,6 +1,8 @@
 // The ROCm SMI telemetry sampler: one dlopen and rsmi_init for its life; devices bound to
 // the node's AMD GPUs by PCI bus id at creation; per sample the busy percentage, VRAM in
-// use and in all, average power and the edge (else junction) temperature.
+// use and in all, average power and the edge (else junction) temperature, and the
+// processes using each GPU with the VRAM each holds there.
+#include <algorithm>
 #include <map>
 
 #include "gpu/rocm/rocm_smi_library.h"
@@ -12,6 +14,8 @@ namespace {
 using rocm::kRsmiSuccess;
 
 constexpr int64_t kRsmiMiB = 1 << 20;
+constexpr uint32_t kMaxProcesses = 4096;  // more is a library's bad count, not a node's
+constexpr uint32_t kMaxProcessGpus = 1024;
 
 std::string BusIdOfBdf(uint64_t bdf) {
   // rocm-smi packs (domain << 32) | (bus << 8) | (device << 3) | function.
@@ -89,6 +93,9 @@ class RocmSmiSampler final : public TelemetrySampler {
       }
       out.push_back(std::move(s));
     }
+    std::map<uint32_t, GpuSample*> by_device;
+    for (size_t i = 0; i < out.size(); ++i) by_device[gpus_[i].device] = &out[i];
+    ReadProcesses(by_device);
     if (read == 0 && !out.empty()) {
       return Status::Unavailable("ROCm SMI gave no busy percentage for any of the " +
                                  std::to_string(out.size()) + " GPUs");
@@ -97,6 +104,91 @@ class RocmSmiSampler final : public TelemetrySampler {
   }
 
  private:
+  // The node's processes (rsmi_compute_process_info_get: pids only), each listed on the
+  // bound GPUs where it holds VRAM or has queues, with its VRAM there.
+  // rsmi_compute_process_gpus_get lists only the GPUs a process has queues on (KFD's
+  // proc/PID/queues), not those it merely holds memory on; so where the per-device call
+  // exists (rsmi_compute_process_info_by_device_get, ROCm 5.7+) every bound GPU is asked,
+  // and a process with VRAM on one is listed there. Without it (or where it fails) a
+  // process with queues on one GPU only gets its total (rsmi_compute_process_info_by_pid_get,
+  // summed over its GPUs); one on several is listed with its memory unknown (never a
+  // guessed split). A library without the list call, or without both the device and the
+  // per-device call, lists none.
+  void ReadProcesses(const std::map<uint32_t, GpuSample*>& by_device) {
+    const rocm::RocmSmiApi& api = lib_->api();
+    const bool per_device = api.compute_process_info_by_device_get != nullptr;
+    if (api.compute_process_info_get == nullptr ||
+        (api.compute_process_gpus_get == nullptr && !per_device)) {
+      return;
+    }
+    for (uint32_t pid : Pids()) {
+      const std::vector<uint32_t> queued = DevicesOf(pid);
+      for (const auto& [dv, sample] : by_device) {
+        const bool has_queues = std::binary_search(queued.begin(), queued.end(), dv);
+        ProcessSample p;
+        p.pid = pid;
+        rocm::RsmiProcessInfo info{};
+        if (per_device && api.compute_process_info_by_device_get(pid, dv, &info) == kRsmiSuccess) {
+          if (info.vram_usage == 0 && !has_queues) continue;  // not a process of this GPU
+          p.used_mib = static_cast<int64_t>(info.vram_usage / kRsmiMiB);
+        } else if (!has_queues) {
+          continue;
+        } else if (queued.size() == 1 && api.compute_process_info_by_pid_get != nullptr &&
+                   api.compute_process_info_by_pid_get(pid, &info) == kRsmiSuccess) {
+          p.used_mib = static_cast<int64_t>(info.vram_usage / kRsmiMiB);
+        }
+        sample->processes.push_back(p);
+      }
+    }
+  }
+
+  // The pids of the node's GPU processes; empty when the call fails.
+  std::vector<uint32_t> Pids() {
+    const rocm::RocmSmiApi& api = lib_->api();
+    std::vector<rocm::RsmiProcessInfo> procs(16);
+    uint32_t n = static_cast<uint32_t>(procs.size());
+    rocm::RsmiStatus rc = api.compute_process_info_get(procs.data(), &n);
+    if (rc == rocm::kRsmiInsufficientSize) {
+      // The count comes from a call without a buffer; room for processes that start.
+      uint32_t want = 0;
+      if (api.compute_process_info_get(nullptr, &want) != kRsmiSuccess || want > kMaxProcesses) {
+        return {};
+      }
+      procs.resize(want + 8);
+      n = static_cast<uint32_t>(procs.size());
+      rc = api.compute_process_info_get(procs.data(), &n);
+    }
+    if (rc != kRsmiSuccess) return {};
+    std::vector<uint32_t> pids;
+    for (uint32_t i = 0; i < n && i < procs.size(); ++i) pids.push_back(procs[i].process_id);
+    return pids;
+  }
+
+  // The dv indices `pid` has queues on, sorted, each once; empty when the call is absent
+  // or fails (the process ended).
+  std::vector<uint32_t> DevicesOf(uint32_t pid) {
+    const rocm::RocmSmiApi& api = lib_->api();
+    if (api.compute_process_gpus_get == nullptr) return {};
+    std::vector<uint32_t> devices(8);
+    uint32_t n = static_cast<uint32_t>(devices.size());
+    rocm::RsmiStatus rc = api.compute_process_gpus_get(pid, devices.data(), &n);
+    if (rc == rocm::kRsmiInsufficientSize) {
+      uint32_t want = 0;
+      if (api.compute_process_gpus_get(pid, nullptr, &want) != kRsmiSuccess ||
+          want > kMaxProcessGpus) {
+        return {};
+      }
+      devices.resize(want);
+      n = want;
+      rc = api.compute_process_gpus_get(pid, devices.data(), &n);
+    }
+    if (rc != kRsmiSuccess) return {};
+    devices.resize(std::min<size_t>(n, devices.size()));
+    std::sort(devices.begin(), devices.end());
+    devices.erase(std::unique(devices.begin(), devices.end()), devices.end());
+    return devices;
+  }
+
   struct Bound {
     int index;
     std::string uuid;

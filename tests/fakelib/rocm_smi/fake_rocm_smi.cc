@@ -15,10 +15,21 @@
 //               bdfid, unique_id, vram_total, vram_used, busy_percent, numa_node,
 //               render_minor, temp_edge_mc, temp_junction_mc, power_uw,
 //               errors: {"rsmi_dev_...": status} }]
+//   processes: [{ pid, devices: [dv, ...], vram: [bytes on each listed device],
+//                 queues: [dv, ...] (default: devices) }]
+//                         what KFD lists: rsmi_compute_process_info_get gives the pids
+//                         (no memory, as the real library), rsmi_compute_process_gpus_get
+//                         the devices it has queues on (as the real library, which reads
+//                         KFD's proc/PID/queues), rsmi_compute_process_info_by_pid_get the
+//                         VRAM summed, rsmi_compute_process_info_by_device_get one device's
+//                         (0 on a device it does not use, as the real library)
+//   process_errors        {"rsmi_compute_process_...": status} making that call fail
 // A device field that is absent answers RSMI_STATUS_NOT_SUPPORTED.
 //
 // Compile definitions make the variants: FAKE_RSMI_WITHOUT_OPTIONAL leaves out a few
-// optional entry points, FAKE_RSMI_WITHOUT_REQUIRED leaves out rsmi_num_monitor_devices.
+// optional entry points, FAKE_RSMI_WITHOUT_REQUIRED leaves out rsmi_num_monitor_devices,
+// FAKE_RSMI_WITHOUT_BY_DEVICE leaves out rsmi_compute_process_info_by_device_get (a
+// library older than ROCm 5.7), FAKE_RSMI_WITHOUT_PROCESSES every rsmi_compute_process_*.
 #include <sys/stat.h>
 
 #include <cstdint>
@@ -39,7 +50,16 @@ constexpr uint32_t kInvalidArgs = 1;
 constexpr uint32_t kNotSupported = 2;
 constexpr uint32_t kInternalException = 6;
 constexpr uint32_t kInitError = 8;
+constexpr uint32_t kNotFound = 10;
 constexpr uint32_t kInsufficientSize = 11;
+
+struct RsmiProcessInfo {  // rsmi_process_info_t
+  uint32_t process_id;
+  uint32_t pasid;
+  uint64_t vram_usage;
+  uint64_t sdma_usage;
+  uint32_t cu_occupancy;
+};
 
 struct RsmiVersion {
   uint32_t major;
@@ -116,6 +136,33 @@ uint32_t Answer(uint32_t index, const char* function, const char* field, T* out)
     *out = (*d)[field].get<T>();
     return kSuccess;
   });
+}
+
+// A scripted failure of a process call, else kSuccess.
+[[maybe_unused]] uint32_t ProcessError(const char* function) {
+  const Json& errors = g_scenario.value("process_errors", Json::object());
+  return errors.contains(function) ? errors[function].get<uint32_t>() : kSuccess;
+}
+
+// The scripted process `pid`, or nullptr.
+[[maybe_unused]] const Json* Process(uint32_t pid) {
+  if (!g_scenario.contains("processes") || !g_scenario["processes"].is_array()) return nullptr;
+  const Json& procs = g_scenario["processes"];
+  for (const Json& p : procs) {
+    if (p["pid"].get<uint32_t>() == pid) return &p;
+  }
+  return nullptr;
+}
+
+// The VRAM of `p` on device `dv`, or on all its devices when `dv` is negative.
+[[maybe_unused]] uint64_t VramOf(const Json& p, long long dv) {
+  const Json& devices = p.value("devices", Json::array());
+  const Json& vram = p.value("vram", Json::array());
+  uint64_t sum = 0;
+  for (size_t i = 0; i < devices.size() && i < vram.size(); ++i) {
+    if (dv < 0 || devices[i].get<long long>() == dv) sum += vram[i].get<uint64_t>();
+  }
+  return sum;
 }
 
 uint32_t CopyString(const std::string& text, char* buf, size_t len) {
@@ -290,6 +337,73 @@ uint32_t rsmi_status_string(uint32_t status, const char** text) {
   }
   return kSuccess;
 }
+#endif
+
+#ifndef FAKE_RSMI_WITHOUT_PROCESSES
+uint32_t rsmi_compute_process_info_get(RsmiProcessInfo* procs, uint32_t* num_items) {
+  return Guard([&]() -> uint32_t {
+    if (num_items == nullptr) return kInvalidArgs;
+    if (uint32_t e = ProcessError("rsmi_compute_process_info_get"); e != kSuccess) return e;
+    const Json& list = g_scenario.value("processes", Json::array());
+    const uint32_t found = static_cast<uint32_t>(list.size());
+    if (procs == nullptr) {
+      *num_items = found;
+      return kSuccess;
+    }
+    for (uint32_t i = 0; i < found && i < *num_items; ++i) {
+      procs[i] = RsmiProcessInfo{list[i]["pid"].get<uint32_t>(), 100 + i, 0, 0, 0};
+    }
+    if (*num_items < found) return kInsufficientSize;  // *num_items stays, as the real one
+    *num_items = found;
+    return kSuccess;
+  });
+}
+
+uint32_t rsmi_compute_process_gpus_get(uint32_t pid, uint32_t* dv_indices, uint32_t* num) {
+  return Guard([&]() -> uint32_t {
+    if (num == nullptr) return kInvalidArgs;
+    if (uint32_t e = ProcessError("rsmi_compute_process_gpus_get"); e != kSuccess) return e;
+    const Json* p = Process(pid);
+    if (p == nullptr) return kNotFound;
+    const Json& devices =
+        p->contains("queues") ? (*p)["queues"] : p->value("devices", Json::array());
+    const uint32_t found = static_cast<uint32_t>(devices.size());
+    if (dv_indices != nullptr) {
+      for (uint32_t i = 0; i < found && i < *num; ++i) dv_indices[i] = devices[i].get<uint32_t>();
+      if (*num < found) return kInsufficientSize;
+    }
+    *num = found;
+    return kSuccess;
+  });
+}
+
+uint32_t rsmi_compute_process_info_by_pid_get(uint32_t pid, RsmiProcessInfo* proc) {
+  return Guard([&]() -> uint32_t {
+    if (proc == nullptr) return kInvalidArgs;
+    if (uint32_t e = ProcessError("rsmi_compute_process_info_by_pid_get"); e != kSuccess) {
+      return e;
+    }
+    const Json* p = Process(pid);
+    if (p == nullptr) return kNotFound;
+    *proc = RsmiProcessInfo{pid, 100, VramOf(*p, -1), 0, 0};
+    return kSuccess;
+  });
+}
+
+#ifndef FAKE_RSMI_WITHOUT_BY_DEVICE
+uint32_t rsmi_compute_process_info_by_device_get(uint32_t pid, uint32_t dv, RsmiProcessInfo* proc) {
+  return Guard([&]() -> uint32_t {
+    if (proc == nullptr || Device(dv) == nullptr) return kInvalidArgs;
+    if (uint32_t e = ProcessError("rsmi_compute_process_info_by_device_get"); e != kSuccess) {
+      return e;
+    }
+    const Json* p = Process(pid);
+    if (p == nullptr) return kNotFound;
+    *proc = RsmiProcessInfo{pid, 100, VramOf(*p, dv), 0, 0};
+    return kSuccess;
+  });
+}
+#endif
 #endif
 
 }  // extern "C"
