@@ -199,6 +199,15 @@ NodeSpec PlainFirstSpec(const std::string& name) {
   return spec;
 }
 
+// One 80 GiB GPU cut into 3g.40gb, 2g.20gb and two 1g.10gb (GPUs 0..3), nothing else.
+NodeSpec CutSpec() {
+  NodeSpec spec = PlainFirstSpec("cut");
+  spec.num_gpus = 4;
+  spec.whole_only_gpus = 0b1111;
+  spec.device_memory_mib = {40960, 20480, 10240, 10240};
+  return spec;
+}
+
 // A share takes an instance (held whole, no use to whole-GPU tasks) before cutting into
 // a GPU a whole-GPU task could take, on the node and across nodes, though the plain GPU
 // comes first in index and scan order.
@@ -212,10 +221,7 @@ TEST(MigScoreTest, AShareTakesAnInstanceBeforeCuttingAWholeGpu) {
     EXPECT_EQ((*policy)->Place(one, Share(250)).placement, (Placement{0, {2}}));  // 2g.20gb
     ClusterState two;
     ASSERT_TRUE(two.AddNode(NodeSpec{"plain", 64000, 262144, 1, "A100", 81920, 80}).ok());
-    NodeSpec cut = PlainFirstSpec("cut");
-    cut.num_gpus = 4;
-    cut.whole_only_gpus = 0b1111;
-    cut.device_memory_mib = {40960, 20480, 10240, 10240};
+    const NodeSpec cut = CutSpec();
     ASSERT_TRUE(two.AddNode(cut).ok());
     EXPECT_EQ((*policy)->Place(two, Share(250)).placement, (Placement{1, {1}}));
   }
@@ -233,10 +239,7 @@ TEST(MigScoreTest, TheSimpleScoresSendAShareToAnInstanceBeforeAPlainGpu) {
     ClusterState one;
     ASSERT_TRUE(one.AddNode(PlainFirstSpec("mixed")).ok());
     EXPECT_EQ((*policy)->Place(one, Share(250)).placement, (Placement{0, {2}}));  // 2g.20gb
-    NodeSpec cut = PlainFirstSpec("cut");
-    cut.num_gpus = 4;
-    cut.whole_only_gpus = 0b1111;
-    cut.device_memory_mib = {40960, 20480, 10240, 10240};
+    const NodeSpec cut = CutSpec();
     for (const int32_t used : {0, 500}) {
       if (used > 0 && name == "gpuclustering") continue;
       SCOPED_TRACE(used);

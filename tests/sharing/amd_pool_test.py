@@ -20,7 +20,7 @@ GPUPOOL = os.path.abspath(sys.argv.pop(1)) if len(sys.argv) > 1 else "gpupool"
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "testlib"))
 import pooltest  # noqa: E402  (tests/testlib)
-from pooltest import read_env, wait_for  # noqa: E402
+from pooltest import read_env  # noqa: E402
 NODE = os.path.join(HERE, "..", "..", "examples", "nodes", "amd-mi300x-cpx.json")
 
 # A job that records its environment and waits for the test's go file.

@@ -75,24 +75,10 @@ class GpuMemWatchAmdPoolTest(unittest.TestCase, pooltest.PoolCli):
         self.assertEqual(amd[0].get("enforcement"), "none")
         return amd[0]
 
-    def share(self, name):
-        """A running 2G share whose process wrote its pid to DIR/NAME; returns (job, pid)."""
-        pid_file = os.path.join(self.dir, name)
-        r = self.cli("submit", "--cpus", "0.1", "-D", self.dir, "--gpu-mem", "2G", "--",
-                     "sh", "-c", "echo $$ > %s.tmp; mv %s.tmp %s; exec sleep 300" % (
-                         pid_file, pid_file, pid_file))
-        self.assertEqual(r.returncode, 0, r.stderr)
-        jid = int(r.stdout.split()[-1])
-        pooltest.wait_job(self.job, jid, ("RUNNING",), 30, log=self.server_log)
-        wait_for("the pid of job %d" % jid, lambda: os.path.exists(pid_file))
-        with open(pid_file) as f:
-            pid = int(f.read())
-        return jid, pid
-
     def test_an_amd_share_over_its_memory_and_the_slack_is_killed_and_fails(self):
         gpu = self.start()
-        over, over_pid = self.share("over")
-        within, within_pid = self.share("within")
+        over, over_pid = self.running_share("over")
+        within, within_pid = self.running_share("within")
         with open("/proc/%d/cgroup" % over_pid) as f:
             if "/gpupool/job-%d-" % over not in f.read():
                 self.skipTest("the pool's jobs run in no gpupool cgroup on this host, so "

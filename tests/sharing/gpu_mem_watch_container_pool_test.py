@@ -11,7 +11,6 @@ podman's own cgroup the watch would not have seen it.
 Usage: gpu_mem_watch_container_pool_test.py PATH_TO_GPUPOOL FAKE_NVML SCENARIO
 Exit 77 (skipped) without root, podman, runc or a static busybox.
 """
-import json
 import os
 import shutil
 import subprocess

@@ -26,7 +26,6 @@ import signal
 import stat
 import subprocess
 import sys
-import time
 import unittest
 
 GPUPOOL = os.path.abspath(sys.argv.pop(1)) if len(sys.argv) > 1 else "gpupool"

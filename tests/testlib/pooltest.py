@@ -240,6 +240,20 @@ class PoolCli:
         j = json.loads(r.stdout)
         return j.get("job", j)
 
+    def running_share(self, name, gpu_mem="2G"):
+        """A running --gpu-mem share whose process wrote its pid to DIR/NAME (atomically);
+        returns (job, pid)."""
+        pid_file = os.path.join(self.dir, name)
+        r = self.cli("submit", "--cpus", "0.1", "-D", self.dir, "--gpu-mem", gpu_mem, "--",
+                     "sh", "-c", "echo $$ > %s.tmp; mv %s.tmp %s; exec sleep 300" % (
+                         pid_file, pid_file, pid_file))
+        assert r.returncode == 0, r.stderr
+        jid = int(r.stdout.split()[-1])
+        wait_job(self.job, jid, ("RUNNING",), 30, log=self.server_log)
+        wait_for("the pid of job %d" % jid, lambda: os.path.exists(pid_file))
+        with open(pid_file) as f:
+            return jid, int(f.read())
+
 
 class FakeNodePool(PoolCli):
     """A real `gpupool up` on a fake node file in a fresh test directory (`dir`, with an
