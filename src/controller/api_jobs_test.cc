@@ -86,6 +86,15 @@ TEST_F(ApiAccessTest, ASubmissionCannotSetItsPreemptedAttempts) {
   EXPECT_NE(sub.body.find("preempted_attempts: this field is set by the server; leave it out"),
             std::string::npos)
       << sub.body;
+  // Nor the attempts a requeue kept (its old name above is refused too).
+  const net::HttpResponse earlier =
+      AsUid(user_uid_, "POST", "/v1/jobs", {},
+            R"({"command": ["true"], "workdir": "/", "earlier_attempts": [{"ended_by": "lost", )"
+            R"("start_time_us": 1, "end_time_us": 2, "gpu_hours": 0}]})");
+  EXPECT_EQ(earlier.status, 400) << earlier.body;
+  EXPECT_NE(earlier.body.find("earlier_attempts: this field is set by the server; leave it out"),
+            std::string::npos)
+      << earlier.body;
 }
 
 TEST_F(ApiAccessTest, ArraysAreCancelledWholeOrByElement) {

@@ -569,8 +569,7 @@ Result<Controller::PlanApplied> Controller::ApplyPlan(ScheduleResult& plan) {
   std::vector<Change> placements;
   {
     Lock lock(mu_);
-    // What the pass saw is sched_jobs_; only a job Touched since can differ (every job
-    // after a resync).
+    // What the pass saw is sched_jobs_; only a job Touched since differs (all after a resync).
     auto moved = [this](const Job& seen) {
       mu_.AssertHeld();
       if (seen.state == JobState::kPending) return false;
@@ -821,6 +820,7 @@ PoolSnapshot Controller::MetricsSnapshot(std::vector<NodeView>* nodes_out) {
       const Job& job = it->second;
       ++s.jobs_by_state[std::string(jobs::JobStateName(job.state))];
       if (job.state != JobState::kPending) continue;
+      AddWaitingGpuHours(job, &s.gpu_hours);  // a requeued job's earlier attempts
       auto why = pending_reasons_.find(it->first);
       ++s.pending_by_reason[PendingReasonClass(why == pending_reasons_.end() ? "" : why->second)];
     }

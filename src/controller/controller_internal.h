@@ -15,6 +15,7 @@
 #include "common/status.h"
 #include "controller/controller.h"
 #include "controller/job_lifecycle.h"
+#include "controller/usage.h"
 #include "jobs/job.h"
 
 namespace gpupool::controller::internal {

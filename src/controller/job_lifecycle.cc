@@ -151,14 +151,16 @@ double AttemptGpuHours(const Job& job) {
   return hours;
 }
 
-// A preempted attempt whose tasks have all ended, however they ended: back to the queue.
-Transition Preempted(const Job& job, const Job& ended) {
-  const double gpu_hours = AttemptGpuHours(ended);
-  Job again = Requeued(ended, ended.reason + " (attempt " + std::to_string(ended.attempt) + ")");
-  again.preemptions += 1;
-  again.preempted_gpu_hours += gpu_hours;
-  // When it ran, for the usage of a window: Requeued cleared the attempt's times.
-  jobs::PreemptedAttempt run{.start_time_us = ended.start_time_us, .gpu_hours = gpu_hours};
+// `ended`'s attempt as the job keeps it once requeued (Requeued clears its times): from
+// its first task's start to its last task's end, and the GPU-hours its tasks ran.
+// Nothing (start 0) for an attempt no task of which started.
+jobs::EarlierAttempt EndedAttempt(const Job& ended, jobs::AttemptEnd how,
+                                  const std::string& reason) {
+  jobs::EarlierAttempt run{.attempt = ended.attempt,
+                           .ended_by = how,
+                           .start_time_us = ended.start_time_us,
+                           .gpu_hours = AttemptGpuHours(ended),
+                           .reason = reason};
   for (const jobs::TaskStatus& ts : ended.tasks) {
     if (ts.start_time_us == 0) continue;
     if (run.start_time_us == 0 || ts.start_time_us < run.start_time_us) {
@@ -167,7 +169,17 @@ Transition Preempted(const Job& job, const Job& ended) {
     run.end_time_us = std::max(run.end_time_us, ts.end_time_us);
   }
   run.end_time_us = std::max(run.end_time_us, run.start_time_us);
-  if (run.start_time_us > 0) jobs::AddPreemptedAttempt(again, run);
+  return run;
+}
+
+// A preempted attempt whose tasks have all ended, however they ended: back to the queue.
+Transition Preempted(const Job& job, const Job& ended) {
+  const jobs::EarlierAttempt run = EndedAttempt(ended, jobs::AttemptEnd::kPreempted, ended.reason);
+  const double gpu_hours = run.gpu_hours;
+  Job again = Requeued(ended, ended.reason + " (attempt " + std::to_string(ended.attempt) + ")");
+  again.preemptions += 1;
+  again.preempted_gpu_hours += gpu_hours;
+  if (run.start_time_us > 0) jobs::AddEarlierAttempt(again, run);
   Transition t = Changed(job, std::move(again));
   t.effects.requeued = true;
   t.effects.freed = true;
@@ -319,19 +331,28 @@ Transition Lose(const Job& job, const std::string& reason, const std::string& go
   }
   std::vector<StrayStop> strays;
   for (auto& [node, s] : nodes) strays.push_back(std::move(s));
+  // The tasks that still ran ran until now, for the GPU-hours of a requeued attempt.
+  Job ran = lost;
+  for (jobs::TaskStatus& ts : ran.tasks) {
+    if (ts.start_time_us != 0 && !ts.ended) ts.end_time_us = now_us;
+  }
   Transition t;
   if (job.preempted_by != 0) {
     // Being preempted, it was going back to the queue anyway: its preemption counts (its
     // tasks were told to stop), its tasks' run up to now, and the loss is named.
-    for (jobs::TaskStatus& ts : lost.tasks) {
-      if (ts.start_time_us != 0 && !ts.ended) ts.end_time_us = now_us;
-    }
-    lost.reason += "; " + reason;
-    t = Preempted(job, lost);
+    ran.reason += "; " + reason;
+    t = Preempted(job, ran);
     t.effects.log = "job " + Id(job) + " " + std::string(jobs::JobStateName(end_state)) +
                     " while being preempted, and requeued: " + reason;
   } else if (job.requeue && !job.cancel_requested) {
-    t = Changed(job, Requeued(job, reason));
+    // Its attempt's GPU-hours stay with the job (accounting, usage), as a preempted one's.
+    Job again = Requeued(job, reason);
+    const jobs::EarlierAttempt run = EndedAttempt(
+        ran,
+        end_state == JobState::kFailed ? jobs::AttemptEnd::kGpuFailed : jobs::AttemptEnd::kLost,
+        reason);
+    if (run.start_time_us > 0) jobs::AddEarlierAttempt(again, run);
+    t = Changed(job, std::move(again));
     t.effects.requeued = true;
     t.effects.log = "job " + Id(job) + " " + std::string(jobs::JobStateName(end_state)) +
                     " and requeued: " + reason;

@@ -4,6 +4,8 @@
 
 #include <map>
 
+#include "controller/usage.h"
+
 namespace gpupool::controller::lifecycle {
 namespace {
 
@@ -361,6 +363,61 @@ TEST(JobLifecycleTest, ALostNodeRequeuesARequeueJobAndStopsItsOtherTasks) {
   EXPECT_EQ(Step(j, NodeLost{"n2", "gone"}, kNow)->next.state, JobState::kLost);
 }
 
+// A requeued attempt held its GPUs until it was lost (or its GPU failed): the job keeps
+// its run and GPU-hours, as a preempted attempt's, for accounting; only a preemption
+// counts as one. A user whose 10-hour run died with its node, then ran 1 hour, is
+// charged 11.
+TEST(JobLifecycleTest, ALostOrFailedAttemptKeepsItsGpuHours) {
+  constexpr int64_t kHourUs = int64_t{3600} * 1'000'000;
+  Job j = Gang();  // 2 tasks of 1 GPU, n1 and n2
+  j.requeue = true;
+  j.start_time_us = kNow - 10 * kHourUs;
+  for (jobs::TaskStatus& ts : j.tasks) ts.start_time_us = kNow - 10 * kHourUs;
+  j.tasks[1].start_time_us = kNow - 9 * kHourUs;  // the second task started an hour later
+  Result<Transition> t = Step(j, NodeLost{"n1", "node n1 stopped responding"}, kNow);
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  ASSERT_EQ(t->next.state, JobState::kPending);
+  ASSERT_EQ(t->next.earlier_attempts.size(), 1u);
+  EXPECT_EQ(t->next.earlier_attempts[0],
+            (jobs::EarlierAttempt{.attempt = 1,
+                                  .ended_by = jobs::AttemptEnd::kLost,
+                                  .start_time_us = kNow - 10 * kHourUs,
+                                  .end_time_us = kNow,
+                                  .gpu_hours = 19.0,  // 10 h + 9 h of one GPU each
+                                  .reason = "node n1 stopped responding"}));
+  EXPECT_EQ(t->next.preemptions, 0);  // not a preemption
+  EXPECT_EQ(t->next.preempted_gpu_hours, 0);
+  EXPECT_LT(t->effects.preempted_gpu_hours, 0);
+  // Placed again (attempt 2), it runs an hour and its GPU fails: requeued again.
+  Result<Transition> placed = Step(t->next, Placed{{{"n3", {0}, {"GPU-3"}, 1000}}, {}}, kNow);
+  ASSERT_TRUE(placed.ok()) << placed.status().ToString();
+  TaskStarted started{"n3", 0, 2, kNow + kHourUs, "/o", "/e", 4242};
+  Result<Transition> running = Step(placed->next, started, kNow + kHourUs);
+  ASSERT_TRUE(running.ok());
+  const int64_t later = kNow + 2 * kHourUs;
+  t = Step(running->next, GpuFailed{"n3", "GPU-3", "Xid 79"}, later);
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  ASSERT_EQ(t->next.state, JobState::kPending);
+  ASSERT_EQ(t->next.earlier_attempts.size(), 2u);
+  const jobs::EarlierAttempt& second = t->next.earlier_attempts[1];
+  EXPECT_EQ(second.attempt, 2);
+  EXPECT_EQ(second.ended_by, jobs::AttemptEnd::kGpuFailed);
+  EXPECT_EQ(second.start_time_us, kNow + kHourUs);
+  EXPECT_EQ(second.end_time_us, later);
+  EXPECT_DOUBLE_EQ(second.gpu_hours, 1.0);
+  EXPECT_EQ(second.reason, "GPU GPU-3 on node n3 failed: Xid 79");
+  // Usage counts both attempts while it waits, and each in its own window.
+  EXPECT_DOUBLE_EQ(JobGpuHours(t->next, 0, INT64_MAX, later), 20.0);
+  EXPECT_DOUBLE_EQ(JobGpuHours(t->next, kNow, INT64_MAX, later), 1.0);
+  // An attempt lost before any task of it started ran nothing: no record.
+  Job unstarted = InState(JobState::kAssigned);
+  unstarted.requeue = true;
+  t = Step(unstarted, NodeLost{"n1", "gone"}, kNow);
+  ASSERT_TRUE(t.ok());
+  EXPECT_EQ(t->next.state, JobState::kPending);
+  EXPECT_TRUE(t->next.earlier_attempts.empty());
+}
+
 TEST(JobLifecycleTest, AnAgentForgetsOnlyTasksThatStartedThereAndRunStill) {
   Job j = Gang();
   EXPECT_EQ(Step(j, AgentForgot{"n2"}, kNow)->next.state, JobState::kLost);
@@ -547,10 +604,14 @@ TEST(JobLifecycleTest, APreemptedGangStopsKeepsItsGpusUntilItsTasksEndThenIsRequ
   EXPECT_DOUBLE_EQ(again.preempted_gpu_hours, 1.0);  // 2 GPUs x 0.5 h
   EXPECT_DOUBLE_EQ(both->effects.preempted_gpu_hours, 1.0);
   // When that attempt ran, for the usage of a window (its start and end are cleared).
-  ASSERT_EQ(again.preempted_attempts.size(), 1u);
-  EXPECT_EQ(again.preempted_attempts[0],
-            (jobs::PreemptedAttempt{
-                .start_time_us = kNow - 1800'000'000, .end_time_us = kNow, .gpu_hours = 1.0}));
+  ASSERT_EQ(again.earlier_attempts.size(), 1u);
+  EXPECT_EQ(again.earlier_attempts[0],
+            (jobs::EarlierAttempt{.attempt = 1,
+                                  .ended_by = jobs::AttemptEnd::kPreempted,
+                                  .start_time_us = kNow - 1800'000'000,
+                                  .end_time_us = kNow,
+                                  .gpu_hours = 1.0,
+                                  .reason = "preempted by job 9, of higher priority (10 > 0)"}));
   EXPECT_FALSE(again.cancel_requested);
   EXPECT_EQ(again.preempted_by, 0);
   EXPECT_FALSE(again.checkpoint_done);

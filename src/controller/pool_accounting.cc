@@ -11,10 +11,6 @@
 namespace gpupool::controller {
 namespace {
 
-std::pair<std::string, std::string> AccountingKey(const jobs::Job& j) {
-  return {j.user, j.project.empty() ? "(none)" : j.project};
-}
-
 // GPU `gi` of node `v`'s latest sample `s` with dcgm-exporter's labels; `jobs`: the
 // active jobs, for their users.
 GpuGauges GaugesOf(const NodeView& v, const gpu::GpuInfo& gi, const protocol::GpuTelemetry& s,
@@ -64,12 +60,12 @@ PoolAccounting::PoolAccounting(Controller* controller, store::Store* store, cons
 
 void PoolAccounting::CountEndedLocked(const jobs::Job& j, int64_t now_us,
                                       std::map<int64_t, Key>* keys) {
-  (*keys)[j.id] = AccountingKey(j);
+  (*keys)[j.id] = MetricsKey(j);
   if (!jobs::IsTerminal(j.state) || !recent_.insert(j.id).second) return;
   if (j.end_time_us > 0) recent_order_.emplace_back(now_us, j.id);
   ++ended_by_state_[std::string(jobs::JobStateName(j.state))];
   if (const double hours = JobGpuHours(j, 0, INT64_MAX, now_us); hours > 0) {
-    ended_gpu_hours_[AccountingKey(j)] += hours;
+    ended_gpu_hours_[MetricsKey(j)] += hours;
   }
 }
 
@@ -120,7 +116,7 @@ void PoolAccounting::FoldUsedLocked(const std::map<int64_t, Key>& keys) {
     if (auto k = keys.find(id); k != keys.end()) {
       key = k->second;
     } else if (Result<jobs::Job> j = store_->GetJob(id); j.ok()) {
-      key = AccountingKey(*j);
+      key = MetricsKey(*j);
     } else {
       if (j.status().code() != StatusCode::kNotFound) later[id] = seconds;
       continue;
@@ -137,7 +133,7 @@ Result<std::vector<jobs::Job>> PoolAccounting::FoldLocked(int64_t now_us) {
   holding.states = {jobs::JobState::kAssigned, jobs::JobState::kRunning};
   GP_ASSIGN_OR_RETURN(std::vector<jobs::Job> active,
                       controller_->List(holding, Caller{"root", 0, 0, true}));
-  for (const jobs::Job& j : active) keys[j.id] = AccountingKey(j);
+  for (const jobs::Job& j : active) keys[j.id] = MetricsKey(j);
   FoldUsedLocked(keys);
   return active;
 }
@@ -161,7 +157,7 @@ Result<std::string> PoolAccounting::Scrape() {
   for (const jobs::Job& j : active) {
     by_id[j.id] = &j;
     if (const double hours = JobGpuHours(j, 0, INT64_MAX, now); hours > 0) {
-      pool.gpu_hours[AccountingKey(j)] += hours;
+      pool.gpu_hours[MetricsKey(j)] += hours;
     }
   }
   // The latest telemetry of the GPUs of nodes that are up.

@@ -9,6 +9,7 @@
 
 #include "common/clock.h"
 #include "controller/telemetry_service.h"
+#include "controller/usage.h"
 #include "store/sqlite_store.h"
 
 namespace gpupool::controller {
@@ -151,6 +152,76 @@ TEST(PoolAccountingTest, TheProjectsOfJobsEndedBeforeARestartAreKnownAfterTheFir
       << look_alike.status().ToString();
   job.project = "coco";
   EXPECT_TRUE(c->Submit(job, bob).ok());
+}
+
+// A --requeue job ran 10 hours before its node was lost, then 1 hour: the allocated
+// counter keeps the lost attempt's GPU-hours while the job waits (no running or ended job
+// holds them then) and after its second attempt ends, and usage counts both: 11 hours,
+// not the last attempt's 1.
+TEST(PoolAccountingTest, ALostAttemptOfARequeuedJobStaysCounted) {
+  constexpr int64_t kHourUs = int64_t{3600} * 1'000'000;
+  ManualClock clock{1'700'000'000'000'000};
+  std::unique_ptr<store::Store> store = store::OpenSqliteStore(":memory:").value();
+  ControllerOptions options;
+  options.node_timeout_us = 60'000'000;
+  std::unique_ptr<Controller> c = Controller::Create(store.get(), &clock, options).value();
+  TelemetryService telemetry(c.get(), store.get(), &clock);
+  PoolAccounting accounting(c.get(), store.get(), &clock, &telemetry);
+  const Caller root{"root", 0, 0, true};
+  auto register_node = [&] {
+    protocol::Registration r;
+    r.node = "n1";
+    r.info = NodeOf("n1", 1);
+    r.version = protocol::kVersion;
+    r.cpu_milli = 64'000;
+    r.memory_mib = 256'000;
+    ASSERT_TRUE(c->RegisterNode(r, "").ok());
+  };
+  auto event = [&](int64_t id, protocol::EventKind kind) {
+    const Job j = c->Get(id, root).value();
+    protocol::Event e;
+    e.job_id = id;
+    e.attempt = j.attempt;
+    e.kind = kind;
+    e.time_us = clock.NowMicros();
+    e.exit_code = 0;
+    ASSERT_TRUE(c->ApplyEvents("n1", EventBatch{"n1", {e}, {}}).ok());
+  };
+  auto allocated_s = [&] {
+    const std::string series =
+        R"(gpupool_allocated_gpu_seconds_total{user="alice",project="vision"} )";
+    const std::string text = accounting.Scrape().value();
+    const size_t at = text.find(series);
+    return at == std::string::npos ? 0.0 : std::stod(text.substr(at + series.size()));
+  };
+  register_node();
+  Job job;
+  job.command = {"true"};
+  job.project = "vision";
+  job.request.gpus = 1;
+  job.request.cpu_milli = 100;
+  job.requeue = true;
+  const int64_t id = c->Submit(job, {"alice", 1000, 1000, false}).value().id;
+  ASSERT_TRUE(c->ScheduleOnce().ok());
+  event(id, protocol::EventKind::kStarted);
+  clock.AdvanceMicros(10 * kHourUs);
+  ASSERT_TRUE(c->SweepNodes().ok());  // n1 stopped answering: requeued
+  ASSERT_EQ(c->Get(id, root)->state, JobState::kPending);
+  EXPECT_DOUBLE_EQ(allocated_s(), 10 * 3600.0);
+  register_node();
+  ASSERT_TRUE(c->ScheduleOnce().ok());
+  ASSERT_EQ(c->Get(id, root)->attempt, 2);
+  event(id, protocol::EventKind::kStarted);
+  clock.AdvanceMicros(kHourUs);
+  event(id, protocol::EventKind::kExited);
+  const Job ended = c->Get(id, root).value();
+  ASSERT_EQ(ended.state, JobState::kSucceeded);
+  EXPECT_DOUBLE_EQ(allocated_s(), 11 * 3600.0);
+  EXPECT_DOUBLE_EQ(JobGpuHours(ended, 0, INT64_MAX, clock.NowMicros()), 11.0);
+  const std::vector<UsageRow> rows =
+      ComputeUsage({ended}, 0, clock.NowMicros(), clock.NowMicros(), "project");
+  ASSERT_EQ(rows.size(), 1u);
+  EXPECT_DOUBLE_EQ(rows[0].gpu_hours, 11.0);
 }
 
 }  // namespace

@@ -7,11 +7,10 @@ namespace gpupool::controller {
 
 namespace {
 
-// The GPU-hours of a preempted attempt inside the window: its share of the attempt's
+// The GPU-hours of an earlier attempt inside the window: its share of the attempt's
 // GPU-hours that the window's part of its run makes (all of them when the window covers
 // it).
-double PreemptedGpuHoursInside(const jobs::PreemptedAttempt& a, int64_t since_us,
-                               int64_t until_us) {
+double EarlierGpuHoursInside(const jobs::EarlierAttempt& a, int64_t since_us, int64_t until_us) {
   if (a.end_time_us <= a.start_time_us) {
     return a.start_time_us >= since_us && a.start_time_us < until_us ? a.gpu_hours : 0;
   }
@@ -26,8 +25,8 @@ double PreemptedGpuHoursInside(const jobs::PreemptedAttempt& a, int64_t since_us
 
 double JobGpuHours(const jobs::Job& j, int64_t since_us, int64_t until_us, int64_t now_us) {
   double hours = 0;
-  for (const jobs::PreemptedAttempt& a : j.preempted_attempts) {
-    hours += PreemptedGpuHoursInside(a, since_us, until_us);
+  for (const jobs::EarlierAttempt& a : j.earlier_attempts) {
+    hours += EarlierGpuHoursInside(a, since_us, until_us);
   }
   if (j.start_time_us <= 0) return hours;  // the current attempt never ran
   const int64_t end = j.end_time_us > 0 ? j.end_time_us : now_us;
@@ -41,11 +40,23 @@ double JobGpuHours(const jobs::Job& j, int64_t since_us, int64_t until_us, int64
   return hours + gpus * static_cast<double>(to - from) / 3.6e9;
 }
 
+std::pair<std::string, std::string> MetricsKey(const jobs::Job& j) {
+  return {j.user, j.project.empty() ? "(none)" : j.project};
+}
+
+void AddWaitingGpuHours(const jobs::Job& j,
+                        std::map<std::pair<std::string, std::string>, double>* gpu_hours) {
+  if (j.state != jobs::JobState::kPending || j.earlier_attempts.empty()) return;
+  double hours = 0;
+  for (const jobs::EarlierAttempt& a : j.earlier_attempts) hours += a.gpu_hours;
+  if (hours > 0) (*gpu_hours)[MetricsKey(j)] += hours;
+}
+
 namespace {
 
 bool HeldGpusInside(const jobs::Job& j, int64_t since_us, int64_t until_us, int64_t now_us) {
-  for (const jobs::PreemptedAttempt& a : j.preempted_attempts) {
-    if (PreemptedGpuHoursInside(a, since_us, until_us) > 0) return true;
+  for (const jobs::EarlierAttempt& a : j.earlier_attempts) {
+    if (EarlierGpuHoursInside(a, since_us, until_us) > 0) return true;
   }
   if (j.start_time_us <= 0) return false;  // never ran
   const int64_t end = j.end_time_us > 0 ? j.end_time_us : now_us;

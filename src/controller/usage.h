@@ -1,8 +1,9 @@
 // GPU-hours accounting: how much GPU each user or project held in a time window.
 // A job holds num_gpus x gpu_milli/1000 GPUs per task from its start to its end (or
-// `now` while it runs); only the part inside the window counts. Its preempted attempts
-// (jobs::Job::preempted_attempts) count too, each the GPU-hours its tasks ran, in
-// proportion to the part of its run inside the window. Used GPU-hours weigh that
+// `now` while it runs); only the part inside the window counts. Its earlier attempts
+// (jobs::Job::earlier_attempts: preempted, lost or on a failed GPU, and requeued) count
+// too, each the GPU-hours its tasks ran, in proportion to the part of its run inside the
+// window. Used GPU-hours weigh that
 // by the measured utilisation (telemetry.h: share x utilisation x time, per job), and
 // efficiency is used / allocated.
 #pragma once
@@ -12,6 +13,7 @@
 #include <map>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "jobs/job.h"
@@ -33,8 +35,19 @@ struct UsageRow {
 };
 
 // The GPU-hours job `j` held inside [since_us, until_us) (up to now_us while it runs),
-// its preempted attempts' included.
+// its earlier attempts' included.
 double JobGpuHours(const jobs::Job& j, int64_t since_us, int64_t until_us, int64_t now_us);
+
+// The (user, project) of /metrics' GPU-hours series (pool_accounting.h): project "(none)"
+// for a job without one.
+std::pair<std::string, std::string> MetricsKey(const jobs::Job& j);
+
+// /metrics: the GPU-hours of a waiting job's earlier attempts (requeued: preempted, lost,
+// its GPU failed), added to `gpu_hours` under MetricsKey; nothing for a job that is not
+// pending. No other count of a scrape holds them: those are of the jobs that hold resources
+// and of the ended ones (Controller::MetricsSnapshot calls it for each pending job).
+void AddWaitingGpuHours(const jobs::Job& j,
+                        std::map<std::pair<std::string, std::string>, double>* gpu_hours);
 
 // `by` is "user" or "project" (a job without a project in its user's own group, named
 // after the user: own_group). Rows sorted by GPU-hours, largest first. `used_hours`:

@@ -106,7 +106,7 @@ TEST(UsageTest, JobsWithoutAProjectAreTheirUsersOwnGroup) {
 // again (the current attempt's start and end are cleared by the requeue).
 TEST(UsageTest, APreemptedAttemptCountsOnceInsideTheWindow) {
   jobs::Job j = Ran("alice", "", 2, 1000, 3 * kHour, 4 * kHour);  // attempt 2: 2 GPU-hours
-  j.preempted_attempts = {{.start_time_us = kT0, .end_time_us = kT0 + 2 * kHour, .gpu_hours = 4}};
+  j.earlier_attempts = {{.start_time_us = kT0, .end_time_us = kT0 + 2 * kHour, .gpu_hours = 4}};
   EXPECT_DOUBLE_EQ(JobGpuHours(j, kT0, kT0 + 6 * kHour, kT0 + 6 * kHour), 6.0);
   EXPECT_DOUBLE_EQ(JobGpuHours(j, kT0 + kHour, kT0 + 6 * kHour, kT0 + 6 * kHour), 4.0);
   EXPECT_DOUBLE_EQ(JobGpuHours(j, kT0 + 3 * kHour, kT0 + 6 * kHour, kT0 + 6 * kHour), 2.0);

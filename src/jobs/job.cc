@@ -107,10 +107,37 @@ Result<ArraySpec> ParseArraySpec(std::string_view text, int max_elements,
   return spec;
 }
 
-void AddPreemptedAttempt(Job& job, const PreemptedAttempt& a) {
-  std::vector<PreemptedAttempt>& v = job.preempted_attempts;
-  v.push_back(a);
-  if (v.size() <= kMaxPreemptedAttempts) return;
+std::string_view AttemptEndName(AttemptEnd e) {
+  switch (e) {
+    case AttemptEnd::kPreempted:
+      return "preempted";
+    case AttemptEnd::kLost:
+      return "lost";
+    case AttemptEnd::kGpuFailed:
+      return "gpu_failed";
+  }
+  return "?";
+}
+
+std::optional<AttemptEnd> ParseAttemptEnd(std::string_view name) {
+  for (AttemptEnd e : {AttemptEnd::kPreempted, AttemptEnd::kLost, AttemptEnd::kGpuFailed}) {
+    if (AttemptEndName(e) == name) return e;
+  }
+  return std::nullopt;
+}
+
+void AddEarlierAttempt(Job& job, EarlierAttempt a) {
+  if (a.reason.size() > kMaxAttemptReason) {
+    // Cut on a UTF-8 character's first byte, not inside one.
+    size_t n = kMaxAttemptReason;
+    while (n > 0 && (static_cast<unsigned char>(a.reason[n]) & 0xc0) == 0x80) --n;
+    a.reason.resize(n);
+  }
+  std::vector<EarlierAttempt>& v = job.earlier_attempts;
+  v.push_back(std::move(a));
+  if (v.size() <= kMaxEarlierAttempts) return;
+  v[1].attempt = v[0].attempt;
+  v[1].merged += v[0].merged;
   v[1].start_time_us = std::min(v[0].start_time_us, v[1].start_time_us);
   v[1].end_time_us = std::max(v[0].end_time_us, v[1].end_time_us);
   v[1].gpu_hours += v[0].gpu_hours;

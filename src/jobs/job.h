@@ -139,15 +139,31 @@ struct EnvNeeds {
   friend bool operator==(const EnvNeeds&, const EnvNeeds&) = default;
 };
 
-// A preempted attempt's run (Job::preempted_attempts): from its first task's start to its
-// last task's end, and the GPU-hours its tasks ran (what preempted_gpu_hours added).
-struct PreemptedAttempt {
+// Why an earlier attempt of a job ended and the job went back to the queue: preempted
+// (issue 28), lost (its node stopped answering, a task of it was lost, or its node's agent
+// restarted without it; --requeue) or its GPU failed (gpu/health_policy.h; --requeue).
+enum class AttemptEnd { kPreempted, kLost, kGpuFailed };
+// "preempted", "lost", "gpu_failed".
+std::string_view AttemptEndName(AttemptEnd e);
+std::optional<AttemptEnd> ParseAttemptEnd(std::string_view name);
+
+// An earlier attempt of a requeued job (Job::earlier_attempts): from its first task's
+// start to its last task's end (a lost task's: when it was declared lost), the GPU-hours
+// its tasks ran, how it ended and why (in words, at most kMaxAttemptReason bytes). A
+// record may stand for several attempts merged (AddEarlierAttempt): `attempt` is the
+// first's number, `merged` how many, `ended_by` and `reason` the last's.
+struct EarlierAttempt {
+  int attempt = 0;  // Job::attempt while it ran; 0 in records of the preempted_attempts era
+  int merged = 1;
+  AttemptEnd ended_by = AttemptEnd::kPreempted;
   int64_t start_time_us = 0;
   int64_t end_time_us = 0;
   double gpu_hours = 0;
-  friend bool operator==(const PreemptedAttempt&, const PreemptedAttempt&) = default;
+  std::string reason;
+  friend bool operator==(const EarlierAttempt&, const EarlierAttempt&) = default;
 };
-inline constexpr size_t kMaxPreemptedAttempts = 16;
+inline constexpr size_t kMaxEarlierAttempts = 16;
+inline constexpr size_t kMaxAttemptReason = 256;
 
 struct Job {
   int64_t id = 0;
@@ -261,16 +277,20 @@ struct Job {
   // Preemptions so far, and the GPU-hours their stopped attempts had run.
   int preemptions = 0;
   double preempted_gpu_hours = 0;
-  // When those attempts ran, oldest first, for the GPU-hours of a time window
-  // (controller/usage.h): the current attempt's start and end say nothing of them.
-  std::vector<PreemptedAttempt> preempted_attempts;
+  // Every attempt that ended and sent the job back to the queue (preempted, lost, its GPU
+  // failed), oldest first: when it ran and its GPU-hours, for accounting and the GPU-hours
+  // of a time window (controller/usage.h), since the current attempt's start and end say
+  // nothing of them. JSON `earlier_attempts`; read from `preempted_attempts` too (jobs
+  // stored before other ends were kept: every record there is a preempted one).
+  std::vector<EarlierAttempt> earlier_attempts;
   friend bool operator==(const Job&, const Job&) = default;
 };
 
-// Appends a preempted attempt's run to `job`; past kMaxPreemptedAttempts the two oldest
-// become one (their span, their GPU-hours summed), so a job stopped again and again stays
-// small and its total stays exact.
-void AddPreemptedAttempt(Job& job, const PreemptedAttempt& a);
+// Appends an ended attempt to `job` (its reason cut to kMaxAttemptReason bytes); past
+// kMaxEarlierAttempts the two oldest become one (their span, their GPU-hours and counts
+// summed, the later's end and reason), so a job requeued again and again stays small and
+// its total stays exact.
+void AddEarlierAttempt(Job& job, EarlierAttempt a);
 
 // What an element of an array (array_id != 0) finds in its environment, as Slurm's
 // SLURM_ARRAY_*: GPUPOOL_ARRAY_JOB_ID (the array's id), GPUPOOL_ARRAY_TASK_ID (its

@@ -275,14 +275,19 @@ OrderedJson JobToJson(const Job& job) {
     j["preemptions"] = job.preemptions;
     j["preempted_gpu_hours"] = job.preempted_gpu_hours;
   }
-  if (!job.preempted_attempts.empty()) {
+  if (!job.earlier_attempts.empty()) {
     OrderedJson runs = OrderedJson::array();
-    for (const PreemptedAttempt& a : job.preempted_attempts) {
-      runs.push_back({{"start_time_us", a.start_time_us},
-                      {"end_time_us", a.end_time_us},
-                      {"gpu_hours", a.gpu_hours}});
+    for (const EarlierAttempt& a : job.earlier_attempts) {
+      OrderedJson r = {{"attempt", a.attempt}};
+      if (a.merged != 1) r["merged"] = a.merged;
+      r["ended_by"] = AttemptEndName(a.ended_by);
+      r["start_time_us"] = a.start_time_us;
+      r["end_time_us"] = a.end_time_us;
+      r["gpu_hours"] = a.gpu_hours;
+      if (!a.reason.empty()) r["reason"] = a.reason;
+      runs.push_back(std::move(r));
     }
-    j["preempted_attempts"] = std::move(runs);
+    j["earlier_attempts"] = std::move(runs);
   }
   if (!job.stdout_path.empty()) j["stdout_path"] = job.stdout_path;
   if (!job.stderr_path.empty()) j["stderr_path"] = job.stderr_path;
@@ -356,26 +361,60 @@ Status DependenciesFromJson(JsonFields& f, bool reject_unknown, Job* job_out) {
   return Status::Ok();
 }
 
-Status PreemptedAttemptsFromJson(JsonFields& f, bool reject_unknown, Job* job_out) {
-  const Json* runs = f.Array("preempted_attempts");
+// One record of earlier_attempts (or of the older preempted_attempts, which had only
+// the span and the GPU-hours: every one a preempted attempt).
+Status EarlierAttemptFromJson(const Json& run, const std::string& path, bool old_form,
+                              bool reject_unknown, EarlierAttempt* out) {
+  EarlierAttempt a;
+  JsonFields af(run, path, reject_unknown);
+  af.Required("start_time_us", &a.start_time_us, 0);
+  af.Required("end_time_us", &a.end_time_us, 0);
+  af.Required("gpu_hours", &a.gpu_hours);
+  std::string ended_by = "preempted";
+  if (!old_form) {
+    af.Optional("attempt", &a.attempt, 0);
+    af.Optional("merged", &a.merged, 1);
+    af.Required("ended_by", &ended_by);
+    af.Optional("reason", &a.reason);
+  }
+  GP_RETURN_IF_ERROR(af.Finish());
+  const std::optional<AttemptEnd> end = ParseAttemptEnd(ended_by);
+  if (!end) {
+    return Status::InvalidArgument(path + ".ended_by: unknown '" + ended_by +
+                                   "'; expected preempted, lost or gpu_failed");
+  }
+  a.ended_by = *end;
+  if (!std::isfinite(a.gpu_hours) || a.gpu_hours < 0 || a.end_time_us < a.start_time_us ||
+      a.reason.size() > kMaxAttemptReason) {
+    return Status::InvalidArgument(path +
+                                   ": expected gpu_hours >= 0, end_time_us >= "
+                                   "start_time_us and a reason of at most " +
+                                   std::to_string(kMaxAttemptReason) + " bytes");
+  }
+  *out = std::move(a);
+  return Status::Ok();
+}
+
+Status EarlierAttemptsFromJson(JsonFields& f, bool reject_unknown, Job* job_out) {
+  const Json* runs = f.Array("earlier_attempts");
+  const Json* old = f.Array("preempted_attempts");  // stored by an older server
+  if (runs != nullptr && old != nullptr) {
+    return Status::InvalidArgument(f.PathOf("preempted_attempts") +
+                                   ": an older form of earlier_attempts; give only one");
+  }
+  const std::string key = runs != nullptr ? "earlier_attempts" : "preempted_attempts";
+  if (runs == nullptr) runs = old;
   if (runs == nullptr) return Status::Ok();
-  if (runs->size() > kMaxPreemptedAttempts) {
-    return Status::InvalidArgument(f.PathOf("preempted_attempts") + ": at most " +
-                                   std::to_string(kMaxPreemptedAttempts) + " attempts");
+  if (runs->size() > kMaxEarlierAttempts) {
+    return Status::InvalidArgument(f.PathOf(key) + ": at most " +
+                                   std::to_string(kMaxEarlierAttempts) + " attempts");
   }
   for (size_t i = 0; i < runs->size(); ++i) {
-    PreemptedAttempt a;
-    JsonFields af((*runs)[i], f.PathOf("preempted_attempts") + "[" + std::to_string(i) + "]",
-                  reject_unknown);
-    af.Required("start_time_us", &a.start_time_us, 0);
-    af.Required("end_time_us", &a.end_time_us, 0);
-    af.Required("gpu_hours", &a.gpu_hours);
-    GP_RETURN_IF_ERROR(af.Finish());
-    if (!std::isfinite(a.gpu_hours) || a.gpu_hours < 0 || a.end_time_us < a.start_time_us) {
-      return Status::InvalidArgument(f.PathOf("preempted_attempts") + "[" + std::to_string(i) +
-                                     "]: expected gpu_hours >= 0 and end_time_us >= start_time_us");
-    }
-    job_out->preempted_attempts.push_back(a);
+    EarlierAttempt a;
+    GP_RETURN_IF_ERROR(EarlierAttemptFromJson((*runs)[i],
+                                              f.PathOf(key) + "[" + std::to_string(i) + "]",
+                                              runs == old, reject_unknown, &a));
+    job_out->earlier_attempts.push_back(std::move(a));
   }
   return Status::Ok();
 }
@@ -531,7 +570,7 @@ Result<Job> JobFromJson(const Json& j, std::string_view path, bool reject_unknow
   f.Optional("checkpoint_done", &job.checkpoint_done);
   f.Optional("preemptions", &job.preemptions, 0);
   f.Optional("preempted_gpu_hours", &job.preempted_gpu_hours);
-  GP_RETURN_IF_ERROR(PreemptedAttemptsFromJson(f, reject_unknown, &job));
+  GP_RETURN_IF_ERROR(EarlierAttemptsFromJson(f, reject_unknown, &job));
   f.Optional("stdout_path", &job.stdout_path);
   f.Optional("stderr_path", &job.stderr_path);
   GP_RETURN_IF_ERROR(f.Finish());

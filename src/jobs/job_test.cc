@@ -80,37 +80,82 @@ TEST(JobJsonTest, APreemptorsNameRoundTrips) {
   EXPECT_EQ(*back, j);
 }
 
-// A preempted attempt's run is kept with the job, for the usage of a window (the
-// current attempt's times say nothing of it); a job stopped again and again keeps at most
-// kMaxPreemptedAttempts of them, the oldest merged, its GPU-hours exact.
-TEST(JobJsonTest, PreemptedAttemptsRoundTripAndStayBounded) {
+// An ended attempt's run is kept with the job, for the usage of a window (the current
+// attempt's times say nothing of it); a job requeued again and again keeps at most
+// kMaxEarlierAttempts of them, the oldest merged, its GPU-hours exact.
+TEST(JobJsonTest, EarlierAttemptsRoundTripAndStayBounded) {
   Job j;
   j.id = 12;
   j.preemptions = 1;
   j.preempted_gpu_hours = 0.5;
-  AddPreemptedAttempt(j, {.start_time_us = 100, .end_time_us = 200, .gpu_hours = 0.5});
+  AddEarlierAttempt(j, {.attempt = 1,
+                        .start_time_us = 100,
+                        .end_time_us = 200,
+                        .gpu_hours = 0.5,
+                        .reason = "preempted by job 9"});
   Result<Job> back = JobFromJson(Json::parse(DumpJson(JobToJson(j))));
   ASSERT_TRUE(back.ok()) << back.status().ToString();
   EXPECT_EQ(*back, j);
-  for (int i = 1; i <= static_cast<int>(kMaxPreemptedAttempts); ++i) {
-    AddPreemptedAttempt(
-        j, {.start_time_us = 100 + 1000 * i, .end_time_us = 200 + 1000 * i, .gpu_hours = 1});
+  for (int i = 1; i <= static_cast<int>(kMaxEarlierAttempts); ++i) {
+    AddEarlierAttempt(j, {.attempt = 1 + i,
+                          .ended_by = AttemptEnd::kLost,
+                          .start_time_us = 100 + 1000 * i,
+                          .end_time_us = 200 + 1000 * i,
+                          .gpu_hours = 1,
+                          .reason = "node n" + std::to_string(i) + " stopped responding"});
   }
-  ASSERT_EQ(j.preempted_attempts.size(), kMaxPreemptedAttempts);
-  EXPECT_EQ(j.preempted_attempts[0],
-            (PreemptedAttempt{.start_time_us = 100, .end_time_us = 1200, .gpu_hours = 1.5}));
-  EXPECT_EQ(j.preempted_attempts.back().start_time_us, 100 + 1000 * kMaxPreemptedAttempts);
+  ASSERT_EQ(j.earlier_attempts.size(), kMaxEarlierAttempts);
+  EXPECT_EQ(j.earlier_attempts[0], (EarlierAttempt{.attempt = 1,
+                                                   .merged = 2,
+                                                   .ended_by = AttemptEnd::kLost,
+                                                   .start_time_us = 100,
+                                                   .end_time_us = 1200,
+                                                   .gpu_hours = 1.5,
+                                                   .reason = "node n1 stopped responding"}));
+  EXPECT_EQ(j.earlier_attempts.back().start_time_us, 100 + 1000 * kMaxEarlierAttempts);
   back = JobFromJson(Json::parse(DumpJson(JobToJson(j))));
   ASSERT_TRUE(back.ok()) << back.status().ToString();
   EXPECT_EQ(*back, j);
-  // A stored job can hold no more, nor a run without its GPU-hours.
+  EXPECT_EQ(JobToJson(j)["earlier_attempts"][0]["ended_by"], "lost");
+  // A stored job can hold no more, nor a run without its GPU-hours or its end.
   Json more = JobToJson(j);
-  more["preempted_attempts"].push_back(more["preempted_attempts"][0]);
-  EXPECT_EQ(JobFromJson(more).status().message(), "job.preempted_attempts: at most 16 attempts");
-  EXPECT_FALSE(
-      JobFromJson(
-          Json::parse(R"({"preempted_attempts": [{"start_time_us": 1, "end_time_us": 2}]})"))
-          .ok());
+  more["earlier_attempts"].push_back(more["earlier_attempts"][0]);
+  EXPECT_EQ(JobFromJson(more).status().message(), "job.earlier_attempts: at most 16 attempts");
+  EXPECT_FALSE(JobFromJson(Json::parse(R"({"earlier_attempts": [{"start_time_us": 1, )"
+                                       R"("end_time_us": 2, "ended_by": "lost"}]})"))
+                   .ok());
+  EXPECT_EQ(JobFromJson(Json::parse(R"({"earlier_attempts": [{"start_time_us": 1, )"
+                                    R"("end_time_us": 2, "gpu_hours": 1, "ended_by": "x"}]})"))
+                .status()
+                .message(),
+            "job.earlier_attempts[0].ended_by: unknown 'x'; expected preempted, lost or "
+            "gpu_failed");
+  // A reason is cut to its bound, on a character's first byte.
+  Job cut;
+  AddEarlierAttempt(cut, {.reason = std::string(kMaxAttemptReason - 1, 'a') + "\xc3\xa9"});
+  EXPECT_EQ(cut.earlier_attempts[0].reason, std::string(kMaxAttemptReason - 1, 'a'));
+}
+
+// Jobs stored by the previous version kept only their preempted attempts, as
+// preempted_attempts without a cause: they read as preempted attempts and are written
+// back in the new form.
+TEST(JobJsonTest, PreemptedAttemptsOfAnOlderStoreReadAsEarlierAttempts) {
+  Result<Job> old = JobFromJson(
+      Json::parse(R"({"preemptions": 1, "preempted_gpu_hours": 4, "preempted_attempts": [)"
+                  R"({"start_time_us": 10, "end_time_us": 20, "gpu_hours": 4}]})"));
+  ASSERT_TRUE(old.ok()) << old.status().ToString();
+  ASSERT_EQ(old->earlier_attempts.size(), 1u);
+  EXPECT_EQ(old->earlier_attempts[0], (EarlierAttempt{.ended_by = AttemptEnd::kPreempted,
+                                                      .start_time_us = 10,
+                                                      .end_time_us = 20,
+                                                      .gpu_hours = 4}));
+  const Json again = JobToJson(*old);
+  EXPECT_FALSE(again.contains("preempted_attempts"));
+  EXPECT_EQ(JobFromJson(again).value(), *old);
+  // Both forms at once would count its attempts twice.
+  Json both = again;
+  both["preempted_attempts"] = Json::array();
+  EXPECT_FALSE(JobFromJson(both).ok());
 }
 
 TEST(JobJsonTest, RejectsBadRequests) {

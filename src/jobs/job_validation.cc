@@ -223,9 +223,28 @@ Status ValidateGpuShare(const ResourceRequest& r) {
   return Status::Ok();
 }
 
+// Checked at submit only, as ValidateGpuShare.
+Status ValidateMemorySizes(const Job& job) {
+  const uint64_t mem = job.request.memory_bytes;
+  if (mem > 0 && mem < kMinMemoryBytes) {
+    return Status::InvalidArgument(
+        "request.memory_bytes: " + std::to_string(mem) +
+        " is below 1 MiB (1048576); the field counts bytes, e.g. 17179869184 for 16 GiB (0 or "
+        "absent: no explicit request)");
+  }
+  if (job.shm_bytes > 0 && job.shm_bytes < kMinMemoryBytes) {
+    return Status::InvalidArgument(
+        "shm_bytes: " + std::to_string(job.shm_bytes) +
+        " is below 1 MiB (1048576); the field counts bytes, e.g. 1073741824 for 1 GiB (0 or "
+        "absent: podman's 64 MiB)");
+  }
+  return Status::Ok();
+}
+
 Status ValidateSubmission(const Job& job) {
   GP_RETURN_IF_ERROR(ValidateProjectName(job.project));
   GP_RETURN_IF_ERROR(ValidateGpuShare(job.request));
+  GP_RETURN_IF_ERROR(ValidateMemorySizes(job));
   if (!job.image.empty()) GP_RETURN_IF_ERROR(ValidateImageRef(job.image));
   for (const auto& [k, v] : job.env) {
     GP_RETURN_IF_ERROR(ValidateEnvName(k, "env." + k));

@@ -32,9 +32,16 @@ Status ValidateProjectName(const std::string& project, const std::string& field 
 inline constexpr uint64_t kMinGpuMemoryBytes = uint64_t{1} << 20;
 Status ValidateGpuShare(const ResourceRequest& r);
 
+// A submitted job's CPU memory (request.memory_bytes) and container /dev/shm (shm_bytes):
+// each 0 (the default: no explicit request; podman's 64 MiB) or at least this (1 MiB), as
+// gpu_memory_bytes: a smaller size is a unit mistake (the fields count bytes).
+inline constexpr uint64_t kMinMemoryBytes = uint64_t{1} << 20;
+Status ValidateMemorySizes(const Job& job);
+
 // Every field of a submitted job that a tool will see: image, variable names and values,
 // working directory and mount paths, and its project; and its GPU share
-// (ValidateGpuShare). Called by the controller at submit.
+// (ValidateGpuShare) and memory sizes (ValidateMemorySizes). Called by the controller at
+// submit.
 Status ValidateSubmission(const Job& job);
 
 }  // namespace gpupool::jobs

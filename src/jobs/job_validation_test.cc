@@ -166,5 +166,32 @@ TEST(SubmissionTest, AGpuShareIsSizedOnceAndInBytesOfAtLeastOneMiB) {
   EXPECT_TRUE(ValidateSubmission(j).ok());
 }
 
+// CPU memory and /dev/shm are counted in bytes too: a size below 1 MiB (16 meant as 16 GiB)
+// is refused naming the field and the unit, as gpu_memory_bytes; 0 is each one's default.
+TEST(SubmissionTest, MemoryAndShmSizesAreBytesOfAtLeastOneMiB) {
+  Job j;
+  j.command = {"x"};
+  j.request.memory_bytes = 16;
+  Status s = ValidateSubmission(j);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(s.message(),
+            "request.memory_bytes: 16 is below 1 MiB (1048576); the field counts bytes, e.g. "
+            "17179869184 for 16 GiB (0 or absent: no explicit request)");
+  j.request.memory_bytes = kMinMemoryBytes;
+  EXPECT_TRUE(ValidateSubmission(j).ok());
+  j.request.memory_bytes = 0;
+  EXPECT_TRUE(ValidateSubmission(j).ok());
+  j.image = "pytorch:2";
+  j.shm_bytes = kMinMemoryBytes - 1;
+  s = ValidateSubmission(j);
+  EXPECT_EQ(s.message(),
+            "shm_bytes: 1048575 is below 1 MiB (1048576); the field counts bytes, e.g. "
+            "1073741824 for 1 GiB (0 or absent: podman's 64 MiB)");
+  j.shm_bytes = kMinMemoryBytes;
+  EXPECT_TRUE(ValidateSubmission(j).ok());
+  j.shm_bytes = 0;
+  EXPECT_TRUE(ValidateSubmission(j).ok());
+}
+
 }  // namespace
 }  // namespace gpupool::jobs

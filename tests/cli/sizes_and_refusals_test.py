@@ -62,12 +62,13 @@ class SizesAndRefusalsTest(unittest.TestCase):
                                         "1M; write e.g. 10G or 10240M")):
             r = self.pool.cli("submit", *flags, "--", "true")
             self.assertEqual((r.returncode, r.stderr), (2, "gpupool: %s\n" % err))
-            # The same words as a script's directive.
+            # The same words as a script's directive: the same error, naming its line.
             with open(script, "w") as f:
                 f.write("#!/bin/sh\n#GPUPOOL %s\ntrue\n" % " ".join(flags))
             os.chmod(script, 0o755)
             r = self.pool.cli("submit", script)
-            self.assertEqual((r.returncode, r.stderr), (2, "gpupool: %s\n" % err))
+            self.assertEqual((r.returncode, r.stderr),
+                             (2, "gpupool: %s:2: #GPUPOOL line: %s\n" % (script, err)))
         with open(script, "w") as f:
             f.write("#!/bin/sh\n#GPUPOOL --gpu-mem 10G --mem 4000M\ntrue\n")
         jid = self.submit(script)
@@ -103,6 +104,29 @@ class SizesAndRefusalsTest(unittest.TestCase):
         self.assertIn("give one or the other", r.stderr)
         status, body = self.post_job({"gpus": 1, "gpu_memory_bytes": 1 << 20})
         self.assertEqual(status, 201, body)
+
+    def test_the_api_refuses_cpu_memory_and_shm_in_too_few_bytes(self):
+        # As gpu_memory_bytes: 16 meant as 16 GiB is refused naming the field; 0 is the
+        # default (no explicit request; podman's 64 MiB /dev/shm).
+        status, body = self.post_job({"memory_bytes": 16})
+        self.assertEqual(status, 400, body)
+        self.assertEqual(body["error"], "request.memory_bytes: 16 is below 1 MiB (1048576); the "
+                                        "field counts bytes, e.g. 17179869184 for 16 GiB (0 or "
+                                        "absent: no explicit request)")
+        conn = pooltest.UnixConnection(os.path.join(self.pool.dir, "gpupool.sock"))
+        conn.request("POST", "/v1/jobs", json.dumps({"command": ["true"], "image": "busybox",
+                                                     "shm_bytes": 64}),
+                     {"Content-Type": "application/json"})
+        r = conn.getresponse()
+        body = json.loads(r.read().decode())
+        conn.close()
+        self.assertEqual(r.status, 400, body)
+        self.assertEqual(body["error"], "shm_bytes: 64 is below 1 MiB (1048576); the field "
+                                        "counts bytes, e.g. 1073741824 for 1 GiB (0 or absent: "
+                                        "podman's 64 MiB)")
+        for request in ({"memory_bytes": 0}, {"memory_bytes": 1 << 20}):
+            status, body = self.post_job(request)
+            self.assertEqual(status, 201, body)
 
     def test_a_refusal_names_the_job_once(self):
         jid = self.submit("--", "true")

@@ -448,6 +448,23 @@ class RecoveryTest(unittest.TestCase):
         self.assertIn("stopped responding", j["reason"])
         j = self.pool.wait_state(again, ("PENDING",), timeout=30)
         self.assertIn("requeued", j["reason"])
+        # The lost attempt stays charged (its tasks ran until the node was declared lost,
+        # over 2 s): in the job, and in the usage while the job waits.
+        runs = j.get("earlier_attempts", [])
+        self.assertEqual(len(runs), 1, j)
+        self.assertEqual((runs[0]["attempt"], runs[0]["ended_by"]), (1, "lost"), j)
+        self.assertIn("stopped responding", runs[0]["reason"])
+        self.assertGreater(runs[0]["gpu_hours"], 1.5 / 3600, j)
+        st, body, _ = call(self.pool.sock, "GET", "/v1/usage?by=user")
+        self.assertEqual(st, 200, body)
+        row = [r for r in body["rows"] if r["key"] == j["user"]][0]
+        self.assertEqual(row["jobs"], 2, body)  # the LOST job and the waiting one
+        self.assertGreater(row["gpu_hours"], runs[0]["gpu_hours"] + 1.5 / 3600, body)
+        env = dict(os.environ, GPUPOOL_SERVER="unix:" + self.pool.sock)
+        show = subprocess.run([GPUPOOL, "show", str(again)], env=env, capture_output=True,
+                              text=True, timeout=60)
+        self.assertRegex(show.stdout, r"Attempt 1: .*GPU-hours; lost: node .* stopped responding",
+                         show.stdout + show.stderr)
 
 
 class StopTest(unittest.TestCase):

@@ -222,6 +222,30 @@ void PlacementLines(const Json& job, const Line& line) {
   }
 }
 
+// `show`'s earlier attempts (requeued: preempted, lost, their GPU failed), oldest first:
+// when each ran, for how long, its GPU-hours and why it ended. A record of the older
+// preempted_attempts form has no number; a merged one stands for several.
+template <class Line>
+void EarlierAttemptLines(const Json& job, const Line& line) {
+  for (const Json& a : GetArray(job, "earlier_attempts")) {
+    const int64_t n = GetInt(a, "attempt");
+    const int64_t merged = GetInt(a, "merged", 1);
+    std::string key = n <= 0 ? "Earlier run"
+                      : merged > 1
+                          ? "Attempts " + std::to_string(n) + "-" + std::to_string(n + merged - 1)
+                          : "Attempt " + std::to_string(n);
+    const int64_t start = GetInt(a, "start_time_us");
+    const int64_t ran_s = (GetInt(a, "end_time_us") - start) / 1'000'000;
+    char hours[64];
+    std::snprintf(hours, sizeof hours, "%.3f", GetDouble(a, "gpu_hours"));
+    const std::string how = GetString(a, "ended_by", "preempted");
+    std::string text = FormatTimeUtc(start) + ", ran " + FormatDuration(ran_s) + ", " + hours +
+                       " GPU-hours; " + (how == "gpu_failed" ? "its GPU failed" : how);
+    if (auto r = GetString(a, "reason"); !r.empty()) text += ": " + r;
+    line(key, text);
+  }
+}
+
 }  // namespace
 
 std::string RenderJob(const Json& job, int64_t now_us) {
@@ -302,6 +326,7 @@ std::string RenderJob(const Json& job, int64_t now_us) {
   if (auto r = GetString(job, "reason"); !r.empty()) line("Reason", r);
   PreemptionLines(job, line);
   UtilLines(job, line);
+  EarlierAttemptLines(job, line);
   line("Attempt", std::to_string(GetInt(job, "attempt")));
   PlacementLines(job, line);
   if (const int64_t port = GetInt(job, "master_port"); port > 0) {

@@ -105,6 +105,31 @@ TEST(RenderJobTest, EveryFieldReadably) {
             "  Stderr:     /var/log/17.err\n");
 }
 
+// A requeued job's earlier attempts, each with when it ran, its GPU-hours and how it
+// ended (a record of the older preempted_attempts form has no number).
+TEST(RenderJobTest, EarlierAttempts) {
+  const Json job = Parse(R"({"id": 9, "state": "RUNNING", "attempt": 4, "earlier_attempts": [
+    {"start_time_us": 1793491080000000, "end_time_us": 1793491140000000, "gpu_hours": 0.5},
+    {"attempt": 2, "ended_by": "lost", "start_time_us": 1793491200000000,
+     "end_time_us": 1793527200000000, "gpu_hours": 10, "reason": "node n1 stopped responding"},
+    {"attempt": 3, "ended_by": "gpu_failed", "start_time_us": 1793527260000000,
+     "end_time_us": 1793527320000000, "gpu_hours": 0.25, "reason": "GPU G on node n2 failed"}]})");
+  const std::string out = RenderJob(job, kRenderNow);
+  EXPECT_NE(out.find("  Earlier run: 2026-10-31T23:58:00Z, ran 1m00s, 0.500 GPU-hours; preempted\n"
+                     "  Attempt 2:  2026-11-01T00:00:00Z, ran 10h00m, 10.000 GPU-hours; lost: node "
+                     "n1 stopped responding\n"
+                     "  Attempt 3:  2026-11-01T10:01:00Z, ran 1m00s, 0.250 GPU-hours; its GPU "
+                     "failed: GPU G on node n2 failed\n"
+                     "  Attempt:    4\n"),
+            std::string::npos)
+      << out;
+  const Json merged = Parse(R"({"id": 9, "attempt": 20, "earlier_attempts": [{"attempt": 1,
+    "merged": 3, "ended_by": "preempted", "start_time_us": 1, "end_time_us": 1,
+    "gpu_hours": 1}]})");
+  EXPECT_NE(RenderJob(merged, kRenderNow).find("  Attempts 1-3: "), std::string::npos)
+      << RenderJob(merged, kRenderNow);
+}
+
 TEST(RenderJobTest, PendingShareAndGang) {
   const Json job = Parse(R"({"id": 3, "user": "bob", "state": "PENDING",
     "request": {"gpus": 1, "gpu_milli": 250, "cpu_milli": 500},

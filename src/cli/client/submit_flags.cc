@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "cli/client/units.h"
 #include "cli/usage.h"
 #include "common/strings.h"
 
@@ -207,6 +208,33 @@ Result<std::vector<Directive>> ReadScriptDirectives(std::string_view text,
   return out;
 }
 
+namespace {
+
+// The sizes a #GPUPOOL line set (`before` is the flags before it), checked as
+// BuildSubmission checks them, so that a bad one is reported with its line.
+Status CheckLineSizes(const SubmitFlags& before, const SubmitFlags& after) {
+  struct Size {
+    std::string_view option;
+    std::optional<std::string> SubmitFlags::*value;
+    bool zero_is_none;  // --mem 0: no explicit request; --gpu-mem and --shm-size need more
+  };
+  for (const Size& s :
+       {Size{"--mem", &SubmitFlags::mem, true}, Size{"--gpu-mem", &SubmitFlags::gpu_mem, false},
+        Size{"--shm-size", &SubmitFlags::shm_size, false}}) {
+    const std::optional<std::string>& v = after.*s.value;
+    if (!v || v == before.*s.value) continue;
+    Result<uint64_t> bytes = ParseMemorySize(*v);
+    std::string why = bytes.ok() ? "" : bytes.status().message();
+    if (bytes.ok() && *bytes == 0 && !s.zero_is_none) why = "must be more than 0";
+    if (!why.empty()) {
+      return Status::InvalidArgument(std::string(s.option) + " " + *v + ": " + why);
+    }
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
 Result<SubmitFlags> ParseDirectives(const std::vector<Directive>& directives,
                                     std::string_view script_name) {
   SubmitFlags flags;
@@ -216,6 +244,7 @@ Result<SubmitFlags> ParseDirectives(const std::vector<Directive>& directives,
     parser.set_help_flag();
     AddSubmitOptions(parser, &flags);
     std::vector<std::string> args(d.words.rbegin(), d.words.rend());  // CLI11 wants reverse
+    const SubmitFlags before = flags;
     try {
       parser.parse(args);
     } catch (const CLI::ParseError& e) {
@@ -228,6 +257,10 @@ Result<SubmitFlags> ParseDirectives(const std::vector<Directive>& directives,
       }
       return Status::InvalidArgument(std::string(script_name) + ":" + std::to_string(d.line) +
                                      ": #GPUPOOL line: " + why);
+    }
+    if (Status s = CheckLineSizes(before, flags); !s.ok()) {
+      return Status::InvalidArgument(std::string(script_name) + ":" + std::to_string(d.line) +
+                                     ": #GPUPOOL line: " + s.message());
     }
   }
   return flags;

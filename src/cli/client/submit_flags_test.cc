@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include "cli/client/units.h"
+
 namespace gpupool::cli {
 namespace {
 
@@ -341,6 +343,25 @@ TEST(ScriptDirectivesTest, NoShebangAndBackslashes) {
   ASSERT_TRUE(d.ok());
   ASSERT_EQ(d->size(), 1u);
   EXPECT_EQ((*d)[0].words, (std::vector<std::string>{"--name", "a b", "--env", "X=a#b"}));
+}
+
+// A bad size on a #GPUPOOL line names its line, as the line's other errors do (it was
+// reported later, by the submission's checks, without one); a good one, or --mem 0 (no
+// explicit request), passes.
+TEST(ScriptDirectivesTest, ABadSizeNamesItsLine) {
+  auto err = [](const char* script) {
+    auto d = ReadScriptDirectives(script, "run.sh");
+    if (!d.ok()) return d.status().message();
+    auto f = ParseDirectives(*d, "run.sh");
+    return f.ok() ? std::string("OK") : f.status().message();
+  };
+  EXPECT_EQ(err("#!/bin/sh\n#GPUPOOL --gpus 1\n#GPUPOOL --mem 10Q\n"),
+            "run.sh:3: #GPUPOOL line: --mem 10Q: " + ParseMemorySize("10Q").status().message());
+  EXPECT_EQ(err("#GPUPOOL --mem 16G\n#GPUPOOL --shm-size 64\n"),
+            "run.sh:2: #GPUPOOL line: --shm-size 64: " + ParseMemorySize("64").status().message());
+  EXPECT_EQ(err("#GPUPOOL --gpus 1\n\n#GPUPOOL --gpu-mem 0\n"),
+            "run.sh:3: #GPUPOOL line: --gpu-mem 0: must be more than 0");
+  EXPECT_EQ(err("#GPUPOOL --mem 0 --shm-size 1G\n#GPUPOOL --gpus 1 --gpu-mem 20G\n"), "OK");
 }
 
 TEST(ScriptDirectivesTest, UnterminatedQuoteNamesTheLine) {

@@ -115,7 +115,8 @@ const char* const kServerSetFields[] = {"id",
                                         "checkpoint_done",
                                         "preemptions",
                                         "preempted_gpu_hours",
-                                        "preempted_attempts"};
+                                        "preempted_attempts",
+                                        "earlier_attempts"};
 
 // The scheduler's start plan as readers attach it (Controller::StartEstimates, StartNotes).
 struct StartPlanView {
