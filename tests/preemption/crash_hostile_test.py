@@ -318,14 +318,7 @@ class CrashHostileTest(unittest.TestCase):
         """The victim requeued once, as preempted by `preemptor`. Under load its wait can
         be over before a poll sees it (the preemptor ended and attempt 2 ran), so a victim
         already past its wait counts too, by its attempt."""
-        again = None
-
-        def past_attempt_one():
-            nonlocal again
-            again = self.pool.job(victim)
-            return again["state"] == "PENDING" or again.get("attempt", 1) >= 2
-
-        pooltest.wait_for("the victim's requeue", past_attempt_one, 30)
+        again = pooltest.wait_requeued(self.pool.job, victim)
         if again["state"] == "PENDING":
             self.assertEqual(again["reason"], REASON % preemptor)
         self.assertEqual(again["preemptions"], 1, again)

@@ -210,16 +210,7 @@ class PreemptionCrashTest(unittest.TestCase):
     def check_requeued_and_rerun(self, victim, third, preemptor):
         """The victim requeued once (attempt 1's reason), the preemptor run on its GPUs
         before the older third job, then the victim's attempt 2."""
-        # Under load the victim's wait can be over before a poll sees it (the preemptor
-        # ended and attempt 2 started): a victim past attempt 1 counts too.
-        again = None
-
-        def past_attempt_one():
-            nonlocal again
-            again = self.pool.job(victim)
-            return again["state"] == "PENDING" or again.get("attempt", 1) >= 2
-
-        pooltest.wait_for("the victim's requeue", past_attempt_one, 30)
+        again = pooltest.wait_requeued(self.pool.job, victim)
         if again["state"] == "PENDING":
             self.assertEqual(again["reason"], REASON % preemptor)
         self.assertEqual(again["preemptions"], 1, again)

@@ -66,6 +66,19 @@ def wait_job(get_job, jid, states, timeout, poll=0.05, log=lambda: ""):
         j.get("pending_reason") if j else None, log()))
 
 
+def wait_requeued(get_job, jid, timeout=30):
+    """Polls get_job(jid) until the job is back in the queue (PENDING) or already past
+    its first attempt (under load its wait can end between two polls); returns it."""
+    seen = {}
+
+    def past_attempt_one():
+        seen["job"] = get_job(jid)
+        return seen["job"]["state"] == "PENDING" or seen["job"].get("attempt", 1) >= 2
+
+    wait_for("job %d's requeue" % jid, past_attempt_one, timeout)
+    return seen["job"]
+
+
 def wait_for(what, check, timeout=30, poll=0.05):
     """Polls check() until it returns something true, which is returned; fails naming
     `what` after `timeout` seconds."""
