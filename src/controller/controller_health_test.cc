@@ -178,6 +178,12 @@ TEST_F(ControllerHealthTest, AStrikeOlderThanTheWindowIsForgottenAcrossARestart)
   Xid(95);
   EXPECT_EQ(HealthOf().state, gpu::GpuHealthState::kCordoned);
   EXPECT_EQ(HealthOf().strikes, 2);
+  // What the node shows is what still counts: 29 days on, the first strike (30 days and a
+  // day old) no longer does, though the record keeps it until the next strike.
+  clock_.AdvanceMicros(int64_t{29} * 24 * 60 * kMinute);
+  EXPECT_EQ(HealthOf().state, gpu::GpuHealthState::kCordoned);
+  EXPECT_EQ(HealthOf().strikes, 1);
+  EXPECT_EQ(HealthOf().strike_us.size(), 2u);
 }
 
 // --health-resume-after 0: a policy cordon never returns by itself; an admin still

@@ -192,8 +192,11 @@ NodeView Controller::NodeViewLocked(const std::string& name, const NodeEntry& e)
   v.name = name;
   v.drain_reason = e.drain_reason;
   v.health_pending = e.health_pending;
+  const int64_t now = clock_->NowMicros();
   for (const auto& [uuid, health] : e.gpu_health) {
-    if (health.state != gpu::GpuHealthState::kHealthy) v.gpu_health[uuid] = health;
+    if (health.state == gpu::GpuHealthState::kHealthy) continue;
+    gpu::GpuHealth& shown = v.gpu_health[uuid] = health;
+    shown.strikes = gpu::StrikesWithin(health, now, options_.health_strike_window_us);
   }
   v.address = e.address;
   v.protocol = protocol::VersionString(e.version);

@@ -187,6 +187,13 @@ void AddStrike(GpuHealth* health, int64_t legacy_at_us, int64_t now_us, int64_t 
   health->strikes = static_cast<int>(at.size());
 }
 
+int StrikesWithin(const GpuHealth& health, int64_t now_us, int64_t window_us) {
+  GpuHealth copy = health;
+  AddStrike(&copy, health.last_error_us > 0 ? health.last_error_us : health.since_us, now_us,
+            window_us);
+  return copy.strikes - 1;  // less the strike AddStrike added at now_us
+}
+
 XidOutcome OnXid(const GpuHealth& health, int xid, int64_t count, int64_t now_us,
                  const HealthPolicy& policy) {
   XidOutcome out;

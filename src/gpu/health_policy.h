@@ -156,6 +156,10 @@ struct XidOutcome {
 // window_us > 0) are forgotten first, and a record's strikes without times count from
 // `legacy_at_us`; health->strikes becomes the count kept.
 void AddStrike(GpuHealth* health, int64_t legacy_at_us, int64_t now_us, int64_t window_us);
+// How many of `health`'s strikes still count at `now_us`: those after now_us - window_us
+// (all when window_us <= 0), a record's strikes without times counting from its last
+// error. What `gpupool nodes` shows; AddStrike forgets the others at the next strike.
+int StrikesWithin(const GpuHealth& health, int64_t now_us, int64_t window_us);
 // A cordon by the policy is a strike; the policy.strikes_to_fail-th within the policy's
 // strike window fails the GPU instead.
 XidOutcome OnXid(const GpuHealth& health, int xid, int64_t count, int64_t now_us,

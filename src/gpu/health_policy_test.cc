@@ -181,6 +181,27 @@ TEST(HealthPolicyTest, StrikesOlderThanTheWindowNoLongerCount) {
   EXPECT_EQ(OnXid(legacy, 95, 1, kNow + kDay, policy).next.state, GpuHealthState::kFailed);
 }
 
+// What a GPU's record shows as its strikes is what still counts: those in the window, not
+// every strike kept since the last one (AddStrike forgets the others only at the next).
+TEST(HealthPolicyTest, OnlyTheStrikesInTheWindowAreShown) {
+  constexpr int64_t kDay = 24 * 60 * kMinute;
+  const HealthPolicy policy = Policy();
+  GpuHealth h = OnXid(GpuHealth{}, 95, 1, kNow, policy).next;
+  ASSERT_TRUE(ResumeIfProven(&h, kNow + kDay, 60 * kMinute));
+  h = OnXid(h, 95, 1, kNow + 10 * kDay, policy).next;
+  ASSERT_EQ(h.strikes, 2);
+  EXPECT_EQ(StrikesWithin(h, kNow + 11 * kDay, 30 * kDay), 2);
+  EXPECT_EQ(StrikesWithin(h, kNow + 35 * kDay, 30 * kDay), 1);  // the first is 35 days old
+  EXPECT_EQ(StrikesWithin(h, kNow + 45 * kDay, 30 * kDay), 0);
+  EXPECT_EQ(StrikesWithin(h, kNow + 450 * kDay, 0), 2);  // no window: all count
+  EXPECT_EQ(h.strikes, 2);                               // the record is not changed
+  GpuHealth legacy;  // strikes without times count from the last error
+  legacy.strikes = 2;
+  legacy.last_error_us = kNow;
+  EXPECT_EQ(StrikesWithin(legacy, kNow + kDay, 30 * kDay), 2);
+  EXPECT_EQ(StrikesWithin(legacy, kNow + 31 * kDay, 30 * kDay), 0);
+}
+
 // Resume only when proven: a policy cordon returns once no Xid came for the quiet period
 // (counted from its last error, so a recurrence starts it again); 0 never returns it, and
 // a cordon by the health program or an admin is not the policy's to lift.

@@ -285,7 +285,8 @@ std::string RenderJob(const Json& job, int64_t now_us) {
   line("Priority", std::to_string(GetInt(job, "priority")));
   const int64_t limit = GetInt(job, "time_limit_s");
   line("Time limit", limit > 0 ? FormatDuration(limit) : "none");
-  line("Requeue", GetBool(job, "requeue") ? "yes, if its node is lost" : "no");
+  line("Requeue",
+       GetBool(job, "requeue") ? "yes, if its node is lost or a GPU it holds fails" : "no");
   if (GetBool(job, "enforce_memory")) line("Enforce", "memory (shares only on GPUs that hold it)");
   if (const std::string mode = GetString(job, "gpu_enforcement"); !mode.empty()) {
     line("GPU mode", mode == "exclusive" ? "exclusive (whole GPUs)"

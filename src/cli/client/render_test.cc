@@ -92,7 +92,7 @@ TEST(RenderJobTest, EveryFieldReadably) {
             "16 GiB memory\n"
             "  Priority:   5\n"
             "  Time limit: 1h30m\n"
-            "  Requeue:    yes, if its node is lost\n"
+            "  Requeue:    yes, if its node is lost or a GPU it holds fails\n"
             "  Submitted:  2026-10-31T23:58:00Z\n"
             "  Started:    2026-10-31T23:59:00Z\n"
             "  Ended:      2026-11-01T00:00:00Z\n"

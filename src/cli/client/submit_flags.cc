@@ -133,7 +133,7 @@ void AddSubmitOptions(CLI::App& app, SubmitFlags* f) {
          "dmem in `gpupool nodes`); whole GPUs are never shared");
   app.add_flag_function(
       "--requeue,!--no-requeue", [f](int64_t count) { f->requeue = count > 0; },
-      "requeue the job if its node is lost (default: off)");
+      "requeue the job if its node is lost or a GPU it holds fails (default: off)");
   app.add_flag_function(
       "--preemptible", [f](int64_t count) { f->preemptible = count > 0; },
       "the scheduler may stop the job for a waiting job of yours of higher priority or of a "

@@ -482,7 +482,7 @@
       field('output', j.output), field('error', j.error),
       field('request', requestText(r), 'request'), field('priority', j.priority),
       field('time limit', j.time_limit_s > 0 ? fmtDuration(j.time_limit_s) : 'none', 'time_limit'),
-      field('requeue', j.requeue ? 'yes, if its node is lost' : 'no'),
+      field('requeue', j.requeue ? 'yes, if its node is lost or a GPU it holds fails' : 'no'),
       j.enforce_memory ? field('enforce', 'memory (shares only on GPUs that hold it)') : [],
       field('GPU enforcement', j.gpu_enforcement, 'gpu_enforcement'),
       j.mpi ? field('launch', 'mpi: the command runs in task 0, the others are held') : [],
