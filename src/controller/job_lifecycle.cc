@@ -143,10 +143,8 @@ double AttemptGpuHours(const Job& job) {
   for (size_t t = 0; t < job.tasks.size() && t < job.placement.size(); ++t) {
     const jobs::TaskStatus& ts = job.tasks[t];
     if (ts.start_time_us == 0 || ts.end_time_us <= ts.start_time_us) continue;
-    const jobs::TaskPlacement& p = job.placement[t];
-    const double gpus =
-        static_cast<double>(p.gpu_milli) / 1000.0 * static_cast<double>(p.gpu_indices.size());
-    hours += gpus * static_cast<double>(ts.end_time_us - ts.start_time_us) / 3.6e9;
+    hours += jobs::PlacedGpus(job.placement[t]) *
+             static_cast<double>(ts.end_time_us - ts.start_time_us) / 3.6e9;
   }
   return hours;
 }

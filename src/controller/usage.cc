@@ -35,7 +35,7 @@ double JobGpuHours(const jobs::Job& j, int64_t since_us, int64_t until_us, int64
   if (to <= from) return hours;
   double gpus = 0;
   for (const jobs::TaskPlacement& p : j.placement) {
-    gpus += static_cast<double>(p.gpu_uuids.size()) * p.gpu_milli / 1000.0;
+    gpus += jobs::PlacedGpus(p);
   }
   return hours + gpus * static_cast<double>(to - from) / 3.6e9;
 }

@@ -313,6 +313,12 @@ int64_t SubmissionBytes(const Job& job);
 // control characters as '?', at most 128 bytes; "alloc" for an allocation without one.
 std::string DefaultJobName(const Job& job);
 
+// How many GPUs a task placed as `p` holds, counting a share as its fraction: what its
+// GPU-hours are counted from (in usage, /metrics and an attempt's history alike).
+inline double PlacedGpus(const TaskPlacement& p) {
+  return static_cast<double>(p.gpu_uuids.size()) * p.gpu_milli / 1000.0;
+}
+
 // The project a job is accounted to for fair share and limits: its own, else its user's
 // name.
 inline const std::string& AccountingProject(const Job& job) {
