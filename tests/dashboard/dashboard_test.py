@@ -858,6 +858,14 @@ class DashboardTest(unittest.TestCase):
     if (body.job && body.job.id === RUNNING_JOB) {
       Object.assign(body.job, {preempted_by: 98, preempted_by_name: '97_3',
                                preempt_deadline_s: Math.floor(Date.now() / 1000) + 60});
+      // Its earlier attempts as GET /v1/jobs/ID gives them (docs/preemption.md); a
+      // reason is the node's or a preemptor's words, shown as text.
+      const at = (Date.now() - 7200 * 1000) * 1000;
+      body.job.earlier_attempts = [
+        {attempt: 1, ended_by: 'preempted', start_time_us: at, end_time_us: at + 1800e6,
+         gpu_hours: 1.5, reason: 'preempted by job 12 of bob <img src=x onerror="window.pwned=1">'},
+        {attempt: 2, merged: 3, ended_by: 'gpu_failed', start_time_us: at + 3600e6,
+         end_time_us: at + 3660e6, gpu_hours: 0.25, reason: 'Xid 79'}];
     }
     if (body.rows) body.rows.forEach((row) => {
       row.used_gpu_hours = row.gpu_hours / 2; row.efficiency = 0.5;
@@ -917,6 +925,16 @@ class DashboardTest(unittest.TestCase):
             preempted = css('#job-fields dd[data-field="preempted_by"]')
             self.assertEqual(len(preempted), 1)
             self.assertTrue(preempted[0].text.startswith("job 97_3; SIGKILL at "), preempted[0].text)
+            # Its earlier attempts, oldest first, as `show` lists them; a reason is text.
+            rows = [[td.text for td in tr.find_elements(By.CSS_SELECTOR, "td")]
+                    for tr in css("#job-attempts tbody tr")]
+            self.assertEqual([r[0] for r in rows], ["1", "2-4"])
+            self.assertEqual([r[2] for r in rows], ["30m00s", "1m00s"])
+            self.assertEqual([r[3] for r in rows], ["1.500", "0.250"])
+            self.assertEqual([r[4] for r in rows], ["preempted", "its GPU failed"])
+            self.assertIn('<img src=x onerror="window.pwned=1">', rows[0][5])
+            self.assertFalse(css("#job-attempts img"))
+            self.assertIsNone(driver.execute_script("return window.pwned"))
             shot("job-telemetry")
 
             # One sample: too short to plot, said so (not an empty plot).

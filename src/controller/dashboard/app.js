@@ -507,6 +507,20 @@
       h('td', { text: (p.gpu_indices || []).join(', ') }),
       h('td', { class: 'num', text: p.gpu_milli ? fmtNum(p.gpu_milli / 1000, 3) : '' }),
       h('td', { text: ((j.tasks || [])[t] || {}).host || '' })));
+    // Its earlier attempts (requeued: preempted, lost with its node, its GPU failed), oldest
+    // first, as `gpupool show` lists them; a merged record stands for several.
+    const attempts = (j.earlier_attempts || []).map((a) => {
+      const n = a.attempt || 0;
+      const merged = a.merged || 1;
+      const how = a.ended_by || 'preempted';
+      return h('tr', { dataset: { endedBy: how } },
+        h('td', { class: 'num', text: n <= 0 ? '' : merged > 1 ? `${n}-${n + merged - 1}` : String(n) }),
+        h('td', { text: fmtTime(a.start_time_us) }),
+        h('td', { class: 'num', text: fmtDuration(Math.max(0, ((a.end_time_us || 0) - (a.start_time_us || 0)) / 1e6)) }),
+        h('td', { class: 'num', text: fmtNum(a.gpu_hours || 0, 3) }),
+        h('td', { text: how === 'gpu_failed' ? 'its GPU failed' : how }),
+        h('td', { text: a.reason || '' }));
+    });
     let util = null;
     if (j.gpu_util) {
       const u = j.gpu_util;
@@ -570,6 +584,8 @@
         h('div', { class: 'card' }, h('h2', { text: 'Placement' }),
           placement.length ? tableBox(h('table', { id: 'job-placement' }, h('thead', {}, h('tr', {}, ['task', 'node', 'GPUs', 'share', 'host'].map((c) => h('th', { text: c })))), h('tbody', {}, placement)))
             : h('p', { class: 'muted', text: 'Not placed.' }),
+          attempts.length ? [h('h2', { text: 'Earlier attempts' }),
+            tableBox(h('table', { id: 'job-attempts' }, h('thead', {}, h('tr', {}, ['attempt', 'started', 'ran', 'GPU-hours', 'ended', 'reason'].map((c) => h('th', { text: c })))), h('tbody', {}, attempts)))] : [],
           h('h2', { text: 'GPU utilisation' }), util, h('div', { id: 'job-telemetry-slot' }, oldPlot))),
       h('h2', { text: 'Log (last 200 lines)' }),
       h('div', { class: 'filters' }, taskSel, streamSel, h('button', { onclick: () => loadLog(true), text: 'Reload log' })), log);
