@@ -76,7 +76,24 @@ TEST(Summarize, FairnessAllocationAndSamples) {
   EXPECT_EQ(by_project.groups.size(), 1u);
   EXPECT_EQ(AllocationCsv(s).substr(0, 43), "time_s,gpu_alloc_pct,running_jobs,pending_j");
   EXPECT_NE(GroupsCsv(s).find("\ny,1,"), std::string::npos);
-  EXPECT_NE(JobsCsv(HandRun()).find("n,,,0,-1,-1,0,0,0,never_fits,"), std::string::npos);
+  EXPECT_NE(JobsCsv(HandRun()).find("n,,,0,-1,-1,0,0,0,never_fits,,-1,0,0,0\n"), std::string::npos);
+}
+
+// jobs.csv carries each job's wait over every attempt and what preemptions and GPU
+// failures cost it, not only its first start (which hides a victim's second wait).
+TEST(Summarize, JobsCsvCarriesWaitsAndPreemptions) {
+  TimedRun run = HandRun();
+  run.jobs[1].waited_s = 250;  // preempted once after its first start at 100
+  run.jobs[1].preemptions = 1;
+  run.jobs[1].lost_s = 40;
+  run.jobs[1].gpu_failures = 2;
+  const std::string csv = JobsCsv(run);
+  EXPECT_EQ(csv.substr(0, csv.find('\n')),
+            "id,user,project,submit_s,start_s,end_s,duration_s,gpu_milli,tasks,fate,reason,"
+            "waited_s,preemptions,lost_s,gpu_failures");
+  EXPECT_NE(csv.find("\na,x,p,0,0,100,100,2000,0,finished,,0,0,0,0\n"), std::string::npos) << csv;
+  EXPECT_NE(csv.find("\nb,y,p,0,100,200,100,1000,0,finished,,250,1,40,2\n"), std::string::npos)
+      << csv;
 }
 
 }  // namespace

@@ -211,11 +211,17 @@ std::string GroupsCsv(const TimedSummary& s) {
 
 std::string JobsCsv(const TimedRun& run) {
   std::string out =
-      "id,user,project,submit_s,start_s,end_s,duration_s,gpu_milli,tasks,fate,reason\n";
+      "id,user,project,submit_s,start_s,end_s,duration_s,gpu_milli,tasks,fate,reason,"
+      "waited_s,preemptions,lost_s,gpu_failures\n";
   for (const JobRecord& j : run.jobs) {
-    out += fmt::format("{},{},{},{},{},{},{},{},{},{},{}\n", CsvField(j.id), CsvField(j.user),
-                       CsvField(j.project), j.submit_s, j.start_s, j.end_s, j.duration_s,
-                       j.gpu_milli, j.num_tasks, JobFateName(j.fate), CsvField(j.reason));
+    // Its wait over every attempt (what the delay figures count), -1 when it never started.
+    const int64_t waited = j.waited_s >= 0  ? j.waited_s
+                           : j.start_s >= 0 ? j.start_s - j.submit_s
+                                            : -1;
+    out += fmt::format("{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}\n", CsvField(j.id),
+                       CsvField(j.user), CsvField(j.project), j.submit_s, j.start_s, j.end_s,
+                       j.duration_s, j.gpu_milli, j.num_tasks, JobFateName(j.fate),
+                       CsvField(j.reason), waited, j.preemptions, j.lost_s, j.gpu_failures);
   }
   return out;
 }

@@ -33,7 +33,10 @@ std::string TimedReportText(const TimedRunInfo& info, const TimedRun& run,
 std::string AllocationCsv(const TimedSummary& summary);
 // group,jobs,mean_jct_s,mean_delay_s,gpu_hours,gpu_hours_share,service_ratio
 std::string GroupsCsv(const TimedSummary& summary);
-// id,user,project,submit_s,start_s,end_s,duration_s,gpu_milli,tasks,fate,reason
+// id,user,project,submit_s,start_s,end_s,duration_s,gpu_milli,tasks,fate,reason,
+// waited_s,preemptions,lost_s,gpu_failures: start_s is its first start, waited_s its wait
+// over every attempt (-1 if it never started), lost_s the run time preemptions and GPU
+// failures cost it.
 std::string JobsCsv(const TimedRun& run);
 
 }  // namespace gpupool::sim
