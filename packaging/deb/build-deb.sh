@@ -54,6 +54,15 @@ for f in README.md docs/deploy.md docs/cli.md docs/api.md docs/security.md; do
   [ -f "$src/$f" ] && gzip -9n <"$src/$f" >"$doc/$(basename "$f").gz"
 done
 
+# Manual pages: one per command, made by the packaged binary from its own command line
+# (src/cli/man_page.h; `man gpupool-submit`), and the shim's, written by hand.
+man="$stage/usr/share/man/man1"
+mkdir -p "$man"
+SOURCE_DATE_EPOCH=${SOURCE_DATE_EPOCH:-$(git -C "$src" log -1 --format=%ct 2>/dev/null || date +%s)} \
+  "$stage/usr/bin/gpupool" man-pages --out "$man"
+install -m 0644 "$here/gpupool-agent-shim.1" "$man/"
+gzip -9n "$man"/*.1
+
 # Control files.
 mkdir -p "$stage/DEBIAN"
 install -m 0755 "$here/postinst" "$here/prerm" "$here/postrm" "$stage/DEBIAN/"

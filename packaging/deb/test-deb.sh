@@ -98,6 +98,24 @@ grep -q 'ExecStart=/usr/bin/gpupool agent --config /etc/gpupool/gpupool.conf' \
   "$here/gpupool-agent.service" || fail "gpupool-agent.service does not run the agent with --config"
 echo "contents: ok"
 
+# Manual pages: one for each binary and each command `gpupool --help` lists, gzipped
+# 0644, each read by groff without a warning.
+commands=$("$build/gpupool" --help | sed -n '/^Subcommands:/,$p' | awk 'NR > 1 && NF {print "gpupool-" $1}')
+[ "$(wc -w <<<"$commands")" -ge 20 ] || fail "gpupool --help lists only: $commands"
+for page in gpupool gpupool-exec gpupool-agent-shim gpupool-sim-timed gpupool-token-create $commands; do
+  grep -qx -- "-rw-r--r-- ./usr/share/man/man1/$page.1.gz" <<<"$contents" ||
+    fail "the manual page $page.1.gz is missing or not 0644"
+done
+mkdir -p "$tmp/man"
+dpkg-deb --fsys-tarfile "$deb" | tar -x -C "$tmp/man" ./usr/share/man/man1
+pages=0
+for f in "$tmp/man/usr/share/man/man1"/*.1.gz; do
+  warn=$(zcat "$f" | LC_ALL=C.UTF-8 groff -man -Tutf8 -ww -z 2>&1) || fail "groff failed on $f"
+  [ -z "$warn" ] || fail "groff warns on $(basename "$f"): $warn"
+  pages=$((pages + 1))
+done
+echo "manual pages: $pages, groff clean"
+
 # The shipped configuration: every documented key uncommented is accepted, and the
 # packaged binary starts a server with it (command-line options winning over the file).
 root="$tmp/root"

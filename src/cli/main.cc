@@ -5,6 +5,7 @@
 #include "cli/client/client_commands.h"
 #include "cli/commands.h"
 #include "cli/daemon_commands.h"
+#include "cli/man_page.h"
 #include "cli/usage.h"
 #include "common/logging.h"
 
@@ -24,6 +25,8 @@ int main(int argc, char** argv) {
   gpupool::cli::RegisterCdiHookCommand(app, ctx);
   gpupool::cli::RegisterClientCommands(app, ctx);
   gpupool::cli::RegisterDaemonCommands(app, ctx);
+  // Last: its pages cover every command above.
+  gpupool::cli::RegisterManPagesCommand(app, &ctx.exit_code);
 
   app.parse_complete_callback([&] {
     if (auto s = gpupool::InitLogging(log_level); !s.ok()) {

@@ -39,12 +39,6 @@ std::string Upper(std::string_view s) {
   return out;
 }
 
-// `gpupool submit`, `gpupool token create`: the command as typed.
-std::string CommandPath(const CLI::App& cmd) {
-  if (cmd.get_parent() == nullptr) return "gpupool";
-  return CommandPath(*cmd.get_parent()) + " " + cmd.get_name();
-}
-
 bool Hidden(const CLI::App* a) { return a->get_group().empty() || a->get_name().empty(); }
 
 std::string JoinOr(const std::vector<std::string>& words) {
@@ -92,6 +86,11 @@ std::string SlurmHint(const std::string& path, const std::string& typed) {
 }
 
 }  // namespace
+
+std::string CommandPath(const CLI::App& cmd) {
+  if (cmd.get_parent() == nullptr) return "gpupool";
+  return CommandPath(*cmd.get_parent()) + " " + cmd.get_name();
+}
 
 std::string VersionText() { return std::string("gpupool ") + GPUPOOL_VERSION; }
 

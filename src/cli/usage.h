@@ -17,6 +17,9 @@ namespace gpupool::cli {
 // "gpupool 0.1.0": the version this build knows (CMake's project version).
 std::string VersionText();
 
+// `gpupool submit`, `gpupool token create`: the command as typed.
+std::string CommandPath(const CLI::App& cmd);
+
 // Help as gpupool prints it. An option's value is named by its type_name when one was
 // set (`--time DURATION`), else by its long name in capitals (`--user USER`), never
 // CLI11's TEXT; a flag pair reads `--init,--no-init` (CLI11 would print
