@@ -297,6 +297,20 @@ TEST_F(ApiTelemetryTest, MetricsShowTheLastXidAndTheEccCountApart) {
   EXPECT_EQ(t["xid_errors"], 79) << nodes.dump();
   EXPECT_EQ(t["xid_count"], 1);
   EXPECT_EQ(t["ecc_uncorrected"], 2);
+  EXPECT_FALSE(t.contains("retired_pages")) << t.dump();  // the agent sent no such reading
+
+  // The hardware health readings (docs/health.md, the threshold rows' inputs) as the
+  // agent sent them, for an admin to see what a threshold acts on.
+  report(R"("util_pct": 90, "retired_pages": 3, "retired_pages_pending": true,
+            "remapped_rows": 0, "remapped_rows_failed": false, "hw_slowdown": true)");
+  nodes = Body(AsUid(user_uid_, "GET", "/v1/nodes"));
+  const Json& hw = nodes["nodes"][0]["gpus"][0]["telemetry"];
+  EXPECT_EQ(hw["retired_pages"], 3) << hw.dump();
+  EXPECT_EQ(hw["retired_pages_pending"], true);
+  EXPECT_EQ(hw["remapped_rows"], 0);
+  EXPECT_EQ(hw["remapped_rows_failed"], false);
+  EXPECT_EQ(hw["hw_slowdown"], true);
+  EXPECT_FALSE(hw.contains("remapped_rows_pending"));
   EXPECT_FALSE(nodes["nodes"][0]["gpus"][1]["telemetry"].contains("xid_count"));
 }
 

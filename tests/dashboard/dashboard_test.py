@@ -850,6 +850,8 @@ class DashboardTest(unittest.TestCase):
       if (n.name === 'node-b' && i === 1) {
         g.health = {state: 'cordoned', reason: 'Xid 95: uncontained ECC error',
                     evidence: 'Xid 95 x1', since_us: Date.now() * 1000, by: 'policy'};
+        Object.assign(g.telemetry, {retired_pages: 4, remapped_rows: 0, hw_slowdown: true,
+                                    remapped_rows_failed: false});
       }
     }));
     if (body.job) body.job.gpu_util = {mean_pct: 61.5, peak_pct: 97, peak_mem_mib: 30000,
@@ -899,6 +901,10 @@ class DashboardTest(unittest.TestCase):
             self.assertEqual(bad[0].get_attribute("data-index"), "1")
             self.assertIn("cordoned", bad[0].text)
             self.assertIn("Xid 95: uncontained ECC error", bad[0].get_attribute("title"))
+            # Its hardware readings, only what is not all-clear.
+            self.assertIn("hardware: 4 retired pages, the hardware slows its clocks",
+                          bad[0].get_attribute("title"))
+            self.assertEqual(sum("hardware:" in e.get_attribute("title") for e in css(".gpu")), 1)
             self.assertEqual(
                 sorted(e.get_attribute("data-health") for e in css(".gpu")),
                 ["cordoned"] + ["healthy"] * 5)

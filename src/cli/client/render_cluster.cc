@@ -149,6 +149,34 @@ std::string Reading(const Json& t, const char* key, const char* unit) {
   return buf;
 }
 
+// What a GPU's hardware health readings (docs/health.md, "Hardware health thresholds")
+// say beyond all-clear: "3 retired pages (a retirement pending), HW slowdown"; "" when
+// none is set or each reads 0 / false.
+std::string HardwareReadings(const Json& t) {
+  auto count = [&](const char* key) { return GetInt(t, key, 0); };
+  auto flag = [&](const char* key) {
+    const Json* v = Field(t, key);
+    return v != nullptr && v->is_boolean() && v->get<bool>();
+  };
+  std::vector<std::string> said;
+  if (const int64_t n = count("retired_pages"); n > 0) {
+    said.push_back(std::to_string(n) + " retired page" + (n == 1 ? "" : "s"));
+  }
+  if (flag("retired_pages_pending")) said.push_back("a page retirement waits for a reset");
+  if (const int64_t n = count("remapped_rows"); n > 0) {
+    said.push_back(std::to_string(n) + " remapped row" + (n == 1 ? "" : "s"));
+  }
+  if (flag("remapped_rows_pending")) said.push_back("a row remapping waits for a reset");
+  if (flag("remapped_rows_failed")) said.push_back("a row remapping failed (no spare rows)");
+  if (flag("hw_slowdown")) said.push_back("the hardware slows its clocks");
+  if (const int64_t n = count("ecc_uncorrected"); n > 0) {
+    said.push_back(std::to_string(n) + " uncorrected ECC error" + (n == 1 ? "" : "s"));
+  }
+  std::string out;
+  for (const std::string& s : said) out += (out.empty() ? "" : ", ") + s;
+  return out;
+}
+
 // Each GPU's latest sample (docs/monitoring.md): one row per GPU of the nodes that report
 // telemetry; empty when none does.
 std::string GpuReadings(const Json& nodes) {
@@ -359,6 +387,9 @@ Result<std::string> RenderNode(const Json& answer, const std::string& name, int6
         details += "; strikes " + std::to_string(strikes) + " of 3";
       }
       details += "\n";
+    }
+    if (const std::string hw = HardwareReadings(tel); !hw.empty()) {
+      details += "GPU " + index + " hardware: " + hw + "\n";
     }
   }
   out += t.Render();

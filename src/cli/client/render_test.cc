@@ -427,7 +427,8 @@ TEST(RenderNodeTest, OneNodeInFullWithItsGpusHealth) {
                "allocated_milli": 500, "enforcement": "mps",
                "holders": [{"job_id": 12, "user": "alice", "gpu_milli": 500}],
                "telemetry": {"util_pct": 57, "mem_used_mib": 2048, "temp_c": 41, "power_w": 250.4,
-                             "xid_errors": 0}},
+                             "xid_errors": 0, "retired_pages": 2, "retired_pages_pending": true,
+                             "remapped_rows": 0, "hw_slowdown": false, "ecc_uncorrected": 1}},
               {"index": 1, "name": "H100", "uuid": "GPU-b", "memory_total_bytes": 85899345920,
                "allocated_milli": 0,
                "health": {"state": "failed", "reason": "Xid 79: fallen off the bus; needs service",
@@ -449,6 +450,8 @@ TEST(RenderNodeTest, OneNodeInFullWithItsGpusHealth) {
       "  1  H100   80 GiB          0  -            failed      -        -     -      -         -  "
       "-\n"
       "GPU health (docs/health.md):\n"
+      "GPU 0 hardware: 2 retired pages, a page retirement waits for a reset, 1 uncorrected ECC "
+      "error\n"
       "GPU 1 (GPU-b): failed since 2026-11-01T00:00:00Z by policy: Xid 79: fallen off the bus; "
       "needs service (evidence: Xid 79 x1); strikes 3 of 3\n");
   Result<std::string> none = RenderNode(answer, "gpu9", kRenderNow);

@@ -3,6 +3,7 @@
 #include "controller/api/handlers.h"
 #include "controller/telemetry_service.h"
 #include "gpu/node_json.h"
+#include "protocol/hardware_health_json.h"
 
 namespace gpupool::controller::api {
 namespace {
@@ -18,6 +19,7 @@ OrderedJson GpuTelemetryToJson(const protocol::GpuTelemetry& t) {
   if (t.xid_errors) j["xid_errors"] = *t.xid_errors;
   if (t.xid_count) j["xid_count"] = *t.xid_count;
   if (t.ecc_uncorrected) j["ecc_uncorrected"] = *t.ecc_uncorrected;
+  protocol::EncodeHardwareHealth(t.hw, &j);  // the health readings, as the agent sent them
   return j;
 }
 

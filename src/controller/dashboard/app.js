@@ -294,6 +294,15 @@
             tip.push(`last Xid ${t.xid_errors}` + (typeof t.xid_count === 'number' ? ` (${t.xid_count} since the agent started)` : ''));
           }
           if (typeof t.ecc_uncorrected === 'number') tip.push(`uncorrected ECC errors ${t.ecc_uncorrected}`);
+          // The hardware health readings the thresholds act on (docs/health.md), when not all-clear.
+          const hw = [];
+          if (t.retired_pages > 0) hw.push(`${t.retired_pages} retired pages`);
+          if (t.retired_pages_pending === true) hw.push('a page retirement waits for a reset');
+          if (t.remapped_rows > 0) hw.push(`${t.remapped_rows} remapped rows`);
+          if (t.remapped_rows_pending === true) hw.push('a row remapping waits for a reset');
+          if (t.remapped_rows_failed === true) hw.push('a row remapping failed (no spare rows)');
+          if (t.hw_slowdown === true) hw.push('the hardware slows its clocks');
+          if (hw.length) tip.push(`hardware: ${hw.join(', ')}`);
         }
         // GPU health (docs/health.md): only GPUs that are not healthy carry it.
         const health = g.health && g.health.state ? g.health : null;
