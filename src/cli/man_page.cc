@@ -2,6 +2,7 @@
 
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <cctype>
 #include <cerrno>
 #include <cstdlib>
@@ -154,7 +155,14 @@ void RegisterManPagesCommand(CLI::App& app, int* exit_code) {
   auto out_dir = std::make_shared<std::string>();
   auto date = std::make_shared<std::string>();
   cmd->add_option("--out", *out_dir, "directory to write the pages into")->required();
-  cmd->add_option("--date", *date, "the pages' date, YYYY-MM-DD (default: today, UTC)");
+  cmd->add_option("--date", *date, "the pages' date, YYYY-MM-DD (default: today, UTC)")
+      ->check([](const std::string& v) -> std::string {
+        const bool ok = v.size() == 10 && v[4] == '-' && v[7] == '-' &&
+                        std::all_of(v.begin(), v.end(), [](char c) {
+                          return c == '-' || std::isdigit(static_cast<unsigned char>(c));
+                        });
+        return ok ? "" : "--date '" + v + "' is no date: write YYYY-MM-DD, e.g. 2026-11-28";
+      });
   cmd->callback([&app, out_dir, date, exit_code] {
     if (date->empty()) {
       // SOURCE_DATE_EPOCH: reproducible pages in a package build.
