@@ -102,6 +102,79 @@ TEST_F(GatedControllerTest, AnArrayBeingStoredCountsEachElementOnce) {
   EXPECT_EQ(c_->Submit(MakeJob(1), bob_).status().code(), StatusCode::kResourceExhausted);
 }
 
+// The fourth red team: a task's reason and output paths come from its node, and the store
+// reads back no string over 64 KiB nor one with a NUL byte. Task 0 of alice's gang, whose
+// working directory was 65,530 bytes long (a submission takes strings up to 64 KiB),
+// ended "cannot enter working directory '...'"; while task 1 was being stopped the row
+// was unreadable, and a restart then failed (Controller::Create: "stored job 1.tasks[0]:
+// longer than 65536 bytes") for good. A node's NUL byte made an ended job's row
+// unreadable, and with it every listing of ended jobs.
+TEST_F(ControllerTest, ANodesLongOrNulReasonsAndPathsLeaveTheStoreReadable) {
+  Register(2);
+  Job g = MakeJob(1);
+  g.request.tasks = 2;
+  g.workdir = "/" + std::string(65'529, 'w');
+  g = c_->Submit(g, alice_).value();
+  ASSERT_TRUE(c_->ScheduleOnce().ok());
+  ASSERT_EQ(c_->WaitForWork("n1", 0)->launch.size(), 1u);  // task 1 waits for task 0's port
+  g = Get(g.id);
+  Event started = Ev(g, protocol::EventKind::kStarted);
+  started.stdout_path = g.workdir + "/out.txt";
+  started.master_port = 41000;
+  ASSERT_TRUE(Apply({started}).ok());
+  ASSERT_EQ(c_->WaitForWork("n1", 0)->launch.size(), 1u);
+  ASSERT_TRUE(Apply({Ev(g, protocol::EventKind::kStarted, 0, 1)}).ok());
+  Event exited = Ev(g, protocol::EventKind::kExited, 1);
+  exited.reason = "cannot enter working directory '" + g.workdir + "': File name too long";
+  exited.stdout_path = started.stdout_path;
+  ASSERT_TRUE(Apply({exited}).ok());
+  ASSERT_EQ(Get(g.id).state, JobState::kRunning);  // task 1 is being stopped
+
+  ASSERT_NO_FATAL_FAILURE(Restart());
+  Job a = Get(g.id);
+  ASSERT_EQ(a.tasks.size(), 2u);
+  EXPECT_EQ(a.tasks[0].reason.size(), 4096u + 3);  // cut, "..." after it
+  EXPECT_TRUE(a.tasks[0].reason.starts_with("cannot enter working directory '/www"));
+  EXPECT_EQ(a.tasks[0].stdout_path, "");  // no file system takes such a path
+  ASSERT_TRUE(Apply({Ev(a, protocol::EventKind::kExited, 0, 1)}).ok());
+  EXPECT_EQ(Get(g.id).state, JobState::kFailed);
+
+  const Job k = StartOne(c_.get(), bob_, clock_);
+  Event nul = Ev(k, protocol::EventKind::kExited, 1);
+  nul.reason = std::string("exec failed:\0 bad", 18);
+  nul.stderr_path = std::string("/tmp/e\0rr", 10);
+  ASSERT_TRUE(Apply({nul}).ok());
+  ASSERT_TRUE(store_->ListJobs({}).ok());
+  const Job b = Get(k.id);
+  EXPECT_EQ(b.state, JobState::kFailed);
+  EXPECT_EQ(b.tasks[0].reason, "exec failed: bad");
+  EXPECT_EQ(b.tasks[0].stderr_path, "");
+}
+
+// The same for a node's address, which becomes each task's host there: a node that
+// registered with a 70,000-byte address (or one with a NUL byte) left every job placed on
+// it unreadable, and the controller could not start again.
+TEST_F(ControllerTest, ANodesAddressTheStoreCouldNotReadBackIsRefused) {
+  for (const std::string& bad : {std::string(70'000, 'a'), std::string("10.0.0.1\0x", 10)}) {
+    protocol::Registration r;
+    r.node = "n1";
+    r.info = MakeNode(1);
+    r.version = version_;
+    r.cpu_milli = 64'000;
+    r.memory_mib = 256'000;
+    r.address = bad;
+    Result<protocol::RegistrationReply> reply = c_->RegisterNode(r, "");
+    EXPECT_EQ(reply.status().code(), StatusCode::kInvalidArgument);
+    if (reply.ok()) {  // as before: a job placed there, and a restart
+      const Job j = StartOne(c_.get(), alice_, clock_);
+      ASSERT_NO_FATAL_FAILURE(Restart());
+      ASSERT_TRUE(c_->Cancel(j.id, root_).ok());
+    }
+  }
+  address_["n1"] = "gpu-node-7.example.org:7070";
+  Register(1);  // a real one still registers
+}
+
 TEST_F(ControllerTest, ConcurrentSubmittersCannotPassThePoolsBoundTogether) {
   ControllerOptions o;
   o.max_queued_total = 30;

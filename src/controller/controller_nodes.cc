@@ -7,6 +7,7 @@
 #include <set>
 
 #include "common/json.h"
+#include "common/strings.h"
 #include "controller/controller.h"
 #include "controller/controller_internal.h"
 #include "controller/job_lifecycle.h"
@@ -285,6 +286,14 @@ Result<protocol::RegistrationReply> Controller::RegisterNode(protocol::Registrat
   }
   GP_RETURN_IF_ERROR(
       protocol::CheckCompatible(protocol::kVersion, reg.version, "the agent on node " + name));
+  // The address becomes each task's host there, stored with its job; the store reads back
+  // no string over 64 KiB nor one with a NUL byte (the fourth red team: a node's 70,000-byte
+  // address left every job placed there unreadable, and the controller could not restart).
+  if (reg.address.size() > 255 || HasControlCharacter(reg.address)) {
+    return Status::InvalidArgument(
+        "address: a host name or IP address of at most 255 characters without control "
+        "characters is required (the agent's --address)");
+  }
   std::string address = reg.address;
   if (address.empty()) address = RemoteIp(remote_ip);
   if (address.empty()) address = name;
@@ -577,21 +586,58 @@ std::map<int, std::vector<protocol::TelemetryJob>> Controller::GpuHolders(const 
 
 namespace {
 
+// A node's words on a task are stored with the job, and the store reads back no string
+// over 64 KiB nor one with a NUL byte (jobs::CheckString): a reason that quoted a user's
+// 65,000-byte working directory left the job's row unreadable, and the controller could
+// not start again (the fourth red team). A reason is cut to kMaxNodeReason bytes (on a
+// character's first byte) with its NUL bytes dropped; a path no file system takes
+// (past PATH_MAX, or with a NUL byte) is dropped.
+constexpr size_t kMaxNodeReason = 4096;
+constexpr size_t kMaxNodePath = 4096;
+
+std::string NodeReason(const std::string& text) {
+  std::string s;
+  s.reserve(std::min(text.size(), kMaxNodeReason));
+  for (char c : text) {
+    if (c != '\0') s += c;
+  }
+  if (s.size() > kMaxNodeReason) {
+    size_t n = kMaxNodeReason;
+    while (n > 0 && (static_cast<unsigned char>(s[n]) & 0xc0) == 0x80) --n;
+    s.resize(n);
+    s += "...";
+  }
+  return s;
+}
+
+std::string NodePath(const std::string& path) {
+  return path.size() > kMaxNodePath || path.find('\0') != std::string::npos ? "" : path;
+}
+
 // What an agent's report of a task says, as a lifecycle event.
 lifecycle::Event LifecycleEvent(const std::string& node, const Event& raw, int64_t time_us) {
+  const std::string out = NodePath(raw.stdout_path);
+  const std::string err = NodePath(raw.stderr_path);
   switch (raw.kind) {
     case protocol::EventKind::kStarted:
-      return lifecycle::TaskStarted{node,           raw.task_index,  raw.attempt,
-                                    time_us,        raw.stdout_path, raw.stderr_path,
-                                    raw.master_port};
+      return lifecycle::TaskStarted{node, raw.task_index, raw.attempt, time_us, out,
+                                    err,  raw.master_port};
     case protocol::EventKind::kExited:
-      return lifecycle::TaskExited{node,          raw.task_index,  raw.attempt,    time_us,
-                                   raw.exit_code, raw.signal,      raw.cancelled,  raw.timed_out,
-                                   raw.reason,    raw.stdout_path, raw.stderr_path};
+      return lifecycle::TaskExited{node,
+                                   raw.task_index,
+                                   raw.attempt,
+                                   time_us,
+                                   raw.exit_code,
+                                   raw.signal,
+                                   raw.cancelled,
+                                   raw.timed_out,
+                                   NodeReason(raw.reason),
+                                   out,
+                                   err};
     case protocol::EventKind::kLost:
       break;
   }
-  return lifecycle::TaskLost{node, raw.task_index, raw.attempt, raw.reason};
+  return lifecycle::TaskLost{node, raw.task_index, raw.attempt, NodeReason(raw.reason)};
 }
 
 }  // namespace

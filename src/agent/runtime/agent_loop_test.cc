@@ -71,6 +71,23 @@ TEST_F(JobOfProcessTest, FindsTheJobOfV1AndV2CgroupsAndNothingElse) {
   EXPECT_EQ(JobOfProcess(root_.string(), 99), 0);  // gone
 }
 
+// A user may make cgroups of any name in a tree systemd delegates to them: a process of
+// bob's in ".../user@1001.service/gpupool/job-5-0.1-0" (outside the pool, with the GPU's
+// device open) was counted as job 5's, so alice's share was over its memory and the GPU
+// memory watch stopped it (the fourth red team).
+TEST_F(JobOfProcessTest, ACgroupNamedLikeAJobsOutsideTheAgentsTreeIsNoJobs) {
+  Cgroup(20, "0::/user.slice/user-1001.slice/user@1001.service/app.slice/gpupool/job-5-0.1-0\n");
+  Cgroup(21,
+         "12:memory:/user.slice/user-1001.slice\n"
+         "1:name=systemd:/user.slice/user-1001.slice/user@1001.service/gpupool/job-5-0.1-0\n");
+  Cgroup(22, "0::/x/gpupool/job-5-0.1-0\n");
+  Cgroup(23, "0::/gpupool/job-5-0.1-0/libpod-abc.scope/container\n");  // a container's
+  EXPECT_EQ(JobOfProcess(root_.string(), 20), 0);
+  EXPECT_EQ(JobOfProcess(root_.string(), 21), 0);
+  EXPECT_EQ(JobOfProcess(root_.string(), 22), 0);
+  EXPECT_EQ(JobOfProcess(root_.string(), 23), 5);
+}
+
 // A launcher that runs nothing; with `accept` it records what it was asked to launch.
 class IdleLauncher final : public agent::Launcher {
  public:

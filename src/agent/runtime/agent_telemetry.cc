@@ -22,14 +22,23 @@ int64_t JobOfProcess(const std::string& proc_root, int64_t pid) {
   if (!text.ok()) return 0;
   // "0::/gpupool/job-JOB-TASK.ATTEMPT-INSTANCE" (v2) or "5:cpu:/gpupool/job-..." (v1);
   // "job-KEY-ATTEMPT-INSTANCE" where an agent of the previous layout made it (run_id.h).
+  // Only a path that starts with the agent's own tree counts: a user may make cgroups of
+  // any name in a tree delegated to them (systemd's user@UID.service), and a process of
+  // theirs in ".../user@1001.service/gpupool/job-5-0.1-0" is not job 5's.
   constexpr std::string_view kLeaf = "/gpupool/job-";
-  const size_t at = text->find(kLeaf);
-  if (at == std::string::npos) return 0;
-  size_t end = at + kLeaf.size();
-  while (end < text->size() && (*text)[end] >= '0' && (*text)[end] <= '9') ++end;
-  std::optional<int64_t> key = ParseInt64(text->substr(at + kLeaf.size(), end - at - kLeaf.size()));
-  if (!key || *key <= 0) return 0;
-  return agent::JobOfLegacyKey(*key);  // a job id is its own legacy key
+  for (std::string_view line : Split(*text, '\n')) {
+    const size_t c1 = line.find(':');
+    const size_t c2 = c1 == std::string_view::npos ? c1 : line.find(':', c1 + 1);
+    if (c2 == std::string_view::npos) continue;
+    const std::string_view path = line.substr(c2 + 1);
+    if (!path.starts_with(kLeaf)) continue;
+    size_t end = kLeaf.size();
+    while (end < path.size() && path[end] >= '0' && path[end] <= '9') ++end;
+    std::optional<int64_t> key = ParseInt64(path.substr(kLeaf.size(), end - kLeaf.size()));
+    if (!key || *key <= 0) return 0;
+    return agent::JobOfLegacyKey(*key);  // a job id is its own legacy key
+  }
+  return 0;
 }
 
 protocol::GpuTelemetry TelemetryOfSample(const gpu::GpuSample& s, int64_t at_ms,
