@@ -130,6 +130,16 @@ void WarnAboutClosedParents(const std::string& dir) {
 
 }  // namespace
 
+std::vector<std::string> LingeringUsers(const std::string& linger_dir) {
+  std::vector<std::string> users;
+  std::error_code ec;
+  for (const fs::directory_entry& e : fs::directory_iterator(linger_dir, ec)) {
+    users.push_back(e.path().filename().string());
+  }
+  std::sort(users.begin(), users.end());
+  return users;
+}
+
 // A job reads a file of its own in its job directory (its host file, GPUPOOL_HOSTFILE) by
 // path, as its user: every directory on the way must let it through, whatever mode it
 // had or was made with (the daemons' umask 077 makes a new one 0700). The state directory,
@@ -387,6 +397,16 @@ Status NodeAgent::Start(std::shared_ptr<protocol::ControllerLink> link) {
   GP_ASSIGN_OR_RETURN(const std::string agent_dir, OpenAgentStateDir(options_.state_dir));
   GP_RETURN_IF_ERROR(SetUpEnforcement(agent_dir));
   SetUpContainers(agent_dir);
+  if (const std::vector<std::string> lingering = LingeringUsers(options_.linger_dir);
+      ::geteuid() == 0 && !lingering.empty()) {
+    std::string names;
+    for (const std::string& u : lingering) names += (names.empty() ? "" : ", ") + u;
+    spdlog::warn(
+        "agent: systemd keeps user managers for {} on this node ({}): a job of theirs can have "
+        "it start processes outside the job's cgroup (systemd-run --user), past its device "
+        "isolation and GPU memory watch; `loginctl disable-linger USER` (docs/deploy.md)",
+        names, options_.linger_dir);
+  }
   LauncherOptions lo;
   lo.state_dir = agent_dir;
   lo.shim_command = ShimCommand();

@@ -66,7 +66,16 @@ struct NodeAgentOptions {
   std::string health_check;
   int health_check_interval_s = 300;
   int health_check_timeout_s = 60;
+  // Where systemd keeps its lingering users (LingeringUsers): each can have a user
+  // manager that starts processes outside any job's cgroup; a root agent warns of them.
+  std::string linger_dir = "/var/lib/systemd/linger";
 };
+
+// The users systemd keeps a user manager for without a login (`loginctl enable-linger`:
+// one file per user in `linger_dir`), sorted; none where the directory is absent. A job
+// of such a user could ask its manager (`systemd-run --user`) to start a process outside
+// the job's cgroup, past its device isolation and memory watch (docs/deploy.md).
+std::vector<std::string> LingeringUsers(const std::string& linger_dir);
 
 // The GPUs NVML's per-cgroup memory limits hold (agent/nvml_memory.h): with `library`
 // the path of the libnvidia-ml discovery used, exporting nvmlDeviceSetMemoryLimits_v1

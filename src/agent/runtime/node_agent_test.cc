@@ -9,6 +9,7 @@
 
 #include <chrono>
 #include <filesystem>
+#include <fstream>
 #include <future>
 #include <stop_token>
 
@@ -25,6 +26,19 @@ gpu::GpuInfo Gpu(const std::string& uuid, const std::string& enforcement) {
   g.backend = "nvml";
   g.enforcement = enforcement;
   return g;
+}
+
+// The users systemd keeps a manager for (one file each under /var/lib/systemd/linger),
+// sorted; none without the directory.
+TEST(LingeringUsersTest, OneFilePerUserSortedAndNoneWithoutTheDirectory) {
+  const std::string dir = ::testing::TempDir() + "linger-" + std::to_string(::getpid());
+  std::filesystem::remove_all(dir);
+  EXPECT_TRUE(LingeringUsers(dir).empty());
+  std::filesystem::create_directories(dir);
+  EXPECT_TRUE(LingeringUsers(dir).empty());
+  for (const char* u : {"bob", "alice"}) std::ofstream(dir + "/" + u) << "";
+  EXPECT_EQ(LingeringUsers(dir), (std::vector<std::string>{"alice", "bob"}));
+  std::filesystem::remove_all(dir);
 }
 
 // GPUs found through NVML that no other mode holds; never a GPU in MIG mode, one MPS or
