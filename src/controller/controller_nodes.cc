@@ -574,6 +574,26 @@ std::map<int, std::vector<protocol::TelemetryJob>> Controller::GpuHolders(const 
 
 namespace {
 
+// The most of a task's kill_detail the controller keeps: words for one cause, not a log.
+constexpr size_t kMaxKillDetail = 1024;
+
+// A kill detail from the network, as the store can keep it: no NUL byte (a job record
+// with one would not read back), at most kMaxKillDetail bytes, cut between UTF-8
+// characters (the JSON it came in was valid UTF-8, and stays so).
+std::string BoundedKillDetail(const std::string& detail) {
+  std::string out;
+  out.reserve(std::min(detail.size(), kMaxKillDetail));
+  for (char c : detail) {
+    if (c != '\0') out.push_back(c);
+  }
+  if (out.size() > kMaxKillDetail) {
+    size_t cut = kMaxKillDetail;
+    while (cut > 0 && (static_cast<unsigned char>(out[cut]) & 0xC0) == 0x80) --cut;
+    out.resize(cut);
+  }
+  return out;
+}
+
 // What an agent's report of a task says, as a lifecycle event.
 lifecycle::Event LifecycleEvent(const std::string& node, const Event& raw, int64_t time_us) {
   switch (raw.kind) {
@@ -582,9 +602,25 @@ lifecycle::Event LifecycleEvent(const std::string& node, const Event& raw, int64
                                     time_us,        raw.stdout_path, raw.stderr_path,
                                     raw.master_port};
     case protocol::EventKind::kExited:
-      return lifecycle::TaskExited{node,          raw.task_index,  raw.attempt,    time_us,
-                                   raw.exit_code, raw.signal,      raw.cancelled,  raw.timed_out,
-                                   raw.reason,    raw.stdout_path, raw.stderr_path};
+      if (raw.kill_cause == protocol::KillCause::kUnknown) {
+        spdlog::warn(
+            "node {}: job {} task {} ended with a kill cause this controller does not know "
+            "(a newer agent?); its reason text is read instead",
+            node, raw.job_id, raw.task_index);
+      }
+      return lifecycle::TaskExited{node,
+                                   raw.task_index,
+                                   raw.attempt,
+                                   time_us,
+                                   raw.exit_code,
+                                   raw.signal,
+                                   raw.cancelled,
+                                   raw.timed_out,
+                                   raw.reason,
+                                   raw.stdout_path,
+                                   raw.stderr_path,
+                                   raw.kill_cause,
+                                   BoundedKillDetail(raw.kill_detail)};
     case protocol::EventKind::kLost:
       break;
   }
