@@ -343,6 +343,8 @@ std::string FinalStatusToJson(const FinalStatus& s) {
   j["cancelled"] = s.cancelled;
   j["reason"] = s.reason;
   j["isolation"] = s.isolation;
+  if (s.kill_cause) j["kill_cause"] = protocol::KillCauseName(*s.kill_cause);
+  if (!s.kill_detail.empty()) j["kill_detail"] = s.kill_detail;
   return DumpJson(j, 2);
 }
 
@@ -361,7 +363,14 @@ Result<FinalStatus> FinalStatusFromJson(const std::string& text, const std::stri
   f.Optional("cancelled", &s.cancelled);
   f.Optional("reason", &s.reason);
   f.Optional("isolation", &s.isolation);
+  const bool has_cause = f.Member("kill_cause") != nullptr;
+  std::string cause;
+  f.Optional("kill_cause", &cause);
+  f.Optional("kill_detail", &s.kill_detail);
   GP_RETURN_IF_ERROR(f.Finish());
+  // A newer shim's name is reported as unknown (the controller then reads the reason).
+  if (has_cause)
+    s.kill_cause = protocol::ParseKillCause(cause).value_or(protocol::KillCause::kUnknown);
   return s;
 }
 
@@ -378,6 +387,8 @@ JobEvent EventFromFinalStatus(const FinalStatus& s, const RunId& id, const std::
   e.cancelled = s.cancelled;
   e.reason = s.reason;
   e.isolation = s.isolation;
+  e.kill_cause = s.kill_cause;
+  e.kill_detail = s.kill_detail;
   return e;
 }
 

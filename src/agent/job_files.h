@@ -74,6 +74,10 @@ struct FinalStatus {
   bool cancelled = false;
   std::string reason;
   std::string isolation;
+  // Why it was killed (protocol/kill_cause.h) and the words for it without the signal;
+  // nullopt in a status written by a shim older than the field.
+  std::optional<protocol::KillCause> kill_cause;
+  std::string kill_detail;
 };
 
 std::string ShimConfigToJson(const ShimConfig& config);

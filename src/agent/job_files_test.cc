@@ -155,6 +155,21 @@ TEST(JobFilesTest, FinalStatusRoundTripsAndBecomesAnEvent) {
   EXPECT_TRUE(e.timed_out);
   EXPECT_EQ(e.time_us, 200);
   EXPECT_EQ(e.reason, s.reason);
+  EXPECT_EQ(e.kill_cause, std::nullopt);  // a status of a shim older than the field
+
+  s.kill_cause = protocol::KillCause::kTimeLimit;
+  s.kill_detail = "time limit of 1 s reached";
+  back = FinalStatusFromJson(FinalStatusToJson(s), "status.json");
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  e = EventFromFinalStatus(*back, s.id, "/state/jobs/5/1.2");
+  EXPECT_EQ(e.kill_cause, protocol::KillCause::kTimeLimit);
+  EXPECT_EQ(e.kill_detail, "time limit of 1 s reached");
+  // A newer shim's cause this agent does not know is reported as unknown.
+  std::string newer = FinalStatusToJson(s);
+  newer.replace(newer.find("\"time_limit\""), 12, "\"oom_gpu\"");
+  back = FinalStatusFromJson(newer, "status.json");
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(back->kill_cause, protocol::KillCause::kUnknown);
 
   s.started = false;
   s.signal.reset();

@@ -156,6 +156,10 @@ struct JobEvent {
   bool adopted = false;    // reported by Adopt() rather than by the launching agent
   std::string reason;      // why it failed / was lost / was stopped, in words
   std::string isolation;   // what isolation was applied or why it was skipped
+  // kExited/kFailed from the shim's status: why it was killed, and those words without
+  // the signal (protocol::Event's fields); nullopt for an event made without them.
+  std::optional<protocol::KillCause> kill_cause;
+  std::string kill_detail;
 };
 
 std::string_view JobEventKindName(JobEvent::Kind kind);  // "started", "exited", ...

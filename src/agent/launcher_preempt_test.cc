@@ -138,6 +138,9 @@ TEST(LauncherPreemptTest, TheNodesOwnStopKillsAtOnceAndTheJobFailsSayingWhy) {
   EXPECT_FALSE(e->timed_out);
   EXPECT_EQ(e->signal, SIGKILL);
   EXPECT_EQ(e->reason, "over its GPU memory (ended by SIGKILL)");
+  // The cause as its own fields: the controller need not parse the words above.
+  EXPECT_EQ(e->kill_cause, protocol::KillCause::kGpuMemWatch);
+  EXPECT_EQ(e->kill_detail, "over its GPU memory");
   EXPECT_EQ(ReadWholeFile(run + "/" + kPreemptDeadlineFile), "");
 }
 
@@ -157,6 +160,7 @@ TEST(LauncherPreemptTest, APlainCancelIsNotReadAsAStopLeftBehind) {
   ASSERT_TRUE(e.has_value()) << "the job was not stopped";
   EXPECT_TRUE(e->cancelled);
   EXPECT_EQ(e->reason.find("GPU memory"), std::string::npos) << e->reason;
+  EXPECT_EQ(e->kill_cause, protocol::KillCause::kStopRequest);
 }
 
 // Only the pool sets the variable, and only for a preemptible job.

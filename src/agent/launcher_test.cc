@@ -181,6 +181,9 @@ TEST_F(LauncherTest, DeathBySignalIsReported) {
   EXPECT_FALSE(e.exit_code.has_value());
   EXPECT_FALSE(e.cancelled);
   EXPECT_NE(e.reason.find("SIGUSR1"), std::string::npos) << e.reason;
+  // Its own signal: nothing of the node's killed it.
+  EXPECT_EQ(e.kill_cause, protocol::KillCause::kNone);
+  EXPECT_EQ(e.kill_detail, "");
 }
 
 TEST_F(LauncherTest, CancelSendsTermToTheProcessGroup) {
@@ -210,6 +213,8 @@ TEST_F(LauncherTest, CancelKillsAJobThatIgnoresTermAfterGrace) {
   EXPECT_TRUE(e.cancelled);
   EXPECT_EQ(e.signal, SIGKILL);
   EXPECT_NE(e.reason.find("SIGKILL after the grace period of 1 s"), std::string::npos) << e.reason;
+  EXPECT_EQ(e.kill_cause, protocol::KillCause::kStopRequest);
+  EXPECT_EQ(e.kill_detail, "cancelled; SIGKILL after the grace period of 1 s");
   EXPECT_GE(took, std::chrono::milliseconds(900));
   EXPECT_LT(took, std::chrono::milliseconds(3000));
 }
@@ -291,6 +296,8 @@ TEST_F(LauncherTest, TimeLimitStopsTheJob) {
   EXPECT_FALSE(e.cancelled);
   EXPECT_EQ(e.signal, SIGTERM);
   EXPECT_NE(e.reason.find("time limit of 1 s reached"), std::string::npos) << e.reason;
+  EXPECT_EQ(e.kill_cause, protocol::KillCause::kTimeLimit);
+  EXPECT_EQ(e.kill_detail, "time limit of 1 s reached");
   EXPECT_GE(e.time_us - e.start_time_us, 900'000);
 }
 
@@ -610,6 +617,9 @@ TEST_F(LauncherTest, MemoryLimitKillIsExplained) {
   EXPECT_NE(e.reason.find("OOM killer: the memory limit of 33554432 bytes was reached"),
             std::string::npos)
       << e.reason;
+  EXPECT_EQ(e.kill_cause, protocol::KillCause::kOomKernel);
+  EXPECT_EQ(e.kill_detail,
+            "killed by the kernel's OOM killer: the memory limit of 33554432 bytes was reached");
 }
 
 TEST_F(LauncherTest, IsolationSkippedIsNotedNotFatal) {

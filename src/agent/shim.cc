@@ -476,7 +476,10 @@ bool Shim::ReapChildren() {
   }
 }
 
-std::string Shim::ExitReason() const {
+// How the job ended, in words (final_.reason, signal included), and why it was killed as
+// its own fields (final_.kill_cause, and kill_detail: those words without the signal), so
+// that the controller builds the job's reason from them instead of parsing the words.
+void Shim::SetExitReason() {
   const int64_t grace = grace_s_;
   std::string how;
   if (final_.signal) {
@@ -490,20 +493,33 @@ std::string Shim::ExitReason() const {
     how += " (the podman client)";
   }
   std::string why;
+  final_.kill_cause = protocol::KillCause::kNone;
   if (final_.timed_out) {
     why = "time limit of " + std::to_string(config_.spec.time_limit_s) + " s reached";
+    final_.kill_cause = protocol::KillCause::kTimeLimit;
   } else if (final_.cancelled) {
     why = "cancelled";
+    final_.kill_cause = protocol::KillCause::kStopRequest;
   } else if (!node_stop_reason_.empty()) {
-    return node_stop_reason_ + " (" + how + ")";
+    // The node's own stop: its GPU memory watch (stop_request.h), the only one there is.
+    final_.kill_cause = protocol::KillCause::kGpuMemWatch;
+    final_.kill_detail = node_stop_reason_;
+    final_.reason = node_stop_reason_ + " (" + how + ")";
+    return;
   }
   if (!why.empty()) {
     if (killed_) why += "; SIGKILL after the grace period of " + std::to_string(grace) + " s";
-    return why + " (" + how + ")";
+    final_.kill_detail = why;
+    final_.reason = why + " (" + how + ")";
+    return;
   }
-  if (!container_reason_.empty()) return container_reason_;
-  if (final_.signal || (final_.exit_code && *final_.exit_code != 0)) return how;
-  return "";
+  if (!container_reason_.empty()) {
+    final_.kill_detail = container_reason_;
+    final_.reason = container_reason_;
+    return;
+  }
+  const bool failed = final_.signal || (final_.exit_code && *final_.exit_code != 0);
+  final_.reason = failed ? how : "";
 }
 
 // The kernel's OOM killer ended a process of the job (JobCgroup::OomKilled): said first
@@ -515,6 +531,9 @@ void Shim::AddOomReason() {
                 std::to_string(config_.spec.memory_bytes) + " bytes was reached"
           : "killed by the kernel's OOM killer: node " + HostName() + " ran out of memory";
   final_.reason = final_.reason.empty() ? oom : oom + "; " + final_.reason;
+  final_.kill_cause = config_.spec.memory_bytes > 0 ? protocol::KillCause::kOomKernel
+                                                    : protocol::KillCause::kOomNode;
+  final_.kill_detail = final_.kill_detail.empty() ? oom : oom + "; " + final_.kill_detail;
 }
 
 int Shim::Finish() {
@@ -605,6 +624,7 @@ int Shim::Run() {
   if (!st.ok()) {
     ShimLog("job did not start: %s", st.message().c_str());
     final_.reason = st.message();
+    final_.kill_cause = protocol::KillCause::kNone;
     int rc = Finish();
     Report("failed");
     return rc;
@@ -612,7 +632,7 @@ int Shim::Run() {
   Report("started " + std::to_string(final_.start_time_us));
   Supervise();
   if (container_) MapContainerExit();
-  final_.reason = ExitReason();
+  SetExitReason();
   return Finish();
 }
 

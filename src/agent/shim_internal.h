@@ -60,7 +60,7 @@ class Shim {
   void OnStopSignal();
   void Report(const std::string& line);
   int Finish();
-  std::string ExitReason() const;
+  void SetExitReason();
 
   ShimArgs args_;
   ShimConfig config_;

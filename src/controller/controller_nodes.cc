@@ -589,25 +589,33 @@ namespace {
 // A node's words on a task are stored with the job, and the store reads back no string
 // over 64 KiB nor one with a NUL byte (jobs::CheckString): a reason that quoted a user's
 // 65,000-byte working directory left the job's row unreadable, and the controller could
-// not start again (the fourth red team). A reason is cut to kMaxNodeReason bytes (on a
-// character's first byte) with its NUL bytes dropped; a path no file system takes
-// (past PATH_MAX, or with a NUL byte) is dropped.
+// not start again (the fourth red team). A reason is cut to kMaxNodeReason bytes, a kill
+// detail (words for one cause, not a log) to kMaxKillDetail, each on a character's first
+// byte (the JSON it came in was valid UTF-8, and stays so) with its NUL bytes dropped; a
+// path no file system takes (past PATH_MAX, or with a NUL byte) is dropped.
 constexpr size_t kMaxNodeReason = 4096;
+constexpr size_t kMaxKillDetail = 1024;
 constexpr size_t kMaxNodePath = 4096;
 
-std::string NodeReason(const std::string& text) {
+std::string NodeText(const std::string& text, size_t max, const char* cut_mark) {
   std::string s;
-  s.reserve(std::min(text.size(), kMaxNodeReason));
+  s.reserve(std::min(text.size(), max));
   for (char c : text) {
     if (c != '\0') s += c;
   }
-  if (s.size() > kMaxNodeReason) {
-    size_t n = kMaxNodeReason;
+  if (s.size() > max) {
+    size_t n = max;
     while (n > 0 && (static_cast<unsigned char>(s[n]) & 0xc0) == 0x80) --n;
     s.resize(n);
-    s += "...";
+    s += cut_mark;
   }
   return s;
+}
+
+std::string NodeReason(const std::string& text) { return NodeText(text, kMaxNodeReason, "..."); }
+
+std::string BoundedKillDetail(const std::string& detail) {
+  return NodeText(detail, kMaxKillDetail, "");
 }
 
 std::string NodePath(const std::string& path) {
@@ -623,6 +631,12 @@ lifecycle::Event LifecycleEvent(const std::string& node, const Event& raw, int64
       return lifecycle::TaskStarted{node, raw.task_index, raw.attempt, time_us, out,
                                     err,  raw.master_port};
     case protocol::EventKind::kExited:
+      if (raw.kill_cause == protocol::KillCause::kUnknown) {
+        spdlog::warn(
+            "node {}: job {} task {} ended with a kill cause this controller does not know "
+            "(a newer agent?); its reason text is read instead",
+            node, raw.job_id, raw.task_index);
+      }
       return lifecycle::TaskExited{node,
                                    raw.task_index,
                                    raw.attempt,
@@ -633,7 +647,9 @@ lifecycle::Event LifecycleEvent(const std::string& node, const Event& raw, int64
                                    raw.timed_out,
                                    NodeReason(raw.reason),
                                    out,
-                                   err};
+                                   err,
+                                   raw.kill_cause,
+                                   BoundedKillDetail(raw.kill_detail)};
     case protocol::EventKind::kLost:
       break;
   }

@@ -97,6 +97,33 @@ TEST_F(ControllerTest, NonZeroExitFailsAndStoreHasEveryTransition) {
   EXPECT_EQ(stored.exit_code, 2);
 }
 
+// An agent's kill cause reaches the stored task: an OOM kill is kept by name with its
+// words, and a detail from the network that the store could not read back (a NUL byte,
+// far too long) is kept bounded instead.
+TEST_F(ControllerTest, AnAgentsKillCauseIsStoredWithTheTaskBounded) {
+  Register(1);
+  Job j = c_->Submit(MakeJob(1), alice_).value();
+  ASSERT_TRUE(c_->ScheduleOnce().ok());
+  j = Get(j.id);
+  ASSERT_TRUE(Apply({Ev(j, protocol::EventKind::kStarted)}).ok());
+  Event end = Ev(j, protocol::EventKind::kExited);
+  end.exit_code.reset();
+  end.signal = 9;
+  end.reason = "killed by the kernel's OOM killer: node n1 ran out of memory; ended by SIGKILL";
+  end.kill_cause = protocol::KillCause::kOomNode;
+  end.kill_detail =
+      std::string("killed by the kernel's OOM") + '\0' + " killer " + std::string(5000, 'x');
+  ASSERT_TRUE(Apply({end}).ok());
+  Result<Job> stored = store_->GetJob(j.id);
+  ASSERT_TRUE(stored.ok()) << stored.status().ToString();
+  EXPECT_EQ(stored->state, JobState::kFailed);
+  EXPECT_EQ(stored->reason, end.reason);  // one task: its node's words as they are
+  ASSERT_EQ(stored->tasks.size(), 1u);
+  EXPECT_EQ(stored->tasks[0].kill_cause, "oom_node");
+  EXPECT_EQ(stored->tasks[0].kill_detail.size(), 1024u);
+  EXPECT_TRUE(stored->tasks[0].kill_detail.starts_with("killed by the kernel's OOM killer x"));
+}
+
 TEST_F(ControllerTest, SharedGpuHoldsTwoHalfJobs) {
   Register(1);
   Job a = c_->Submit(MakeJob(1, 500), alice_).value();

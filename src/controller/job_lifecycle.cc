@@ -41,11 +41,11 @@ std::string TaskName(const Job& job, size_t t) {
   return s;
 }
 
-// How a task ended, in words: "exited with code 3", "was killed by signal 9", ...
-// What a task's end says beyond the signal that ended it: its node's words less their
-// "ended by SIGKILL" part, as the node's GPU memory watch or the kernel's OOM killer
-// gives them (empty when that part is all there is).
-std::string BeyondTheSignal(const std::string& reason) {
+// What an old agent's task end says beyond the signal that ended it: its words less their
+// "ended by SIGKILL" part, as the node's GPU memory watch or the kernel's OOM killer gives
+// them (empty when that part is all there is). Only for an agent that sends no kill
+// cause (or one this controller does not know): a newer one sends the words apart.
+std::string OldAgentBeyondTheSignal(const std::string& reason) {
   std::string r = reason;
   if (size_t at = r.rfind(" (ended by "); at != std::string::npos && r.ends_with(')')) {
     r.erase(at);
@@ -55,10 +55,18 @@ std::string BeyondTheSignal(const std::string& reason) {
   return r.starts_with("ended by ") ? std::string() : r;
 }
 
+// What a task's end says beyond the signal that ended it: its kill cause's words.
+std::string BeyondTheSignal(const jobs::TaskStatus& t) {
+  const std::optional<protocol::KillCause> cause = protocol::ParseKillCause(t.kill_cause);
+  if (cause && *cause != protocol::KillCause::kUnknown) return t.kill_detail;
+  return OldAgentBeyondTheSignal(t.reason);
+}
+
+// How a task ended, in words: "exited with code 3", "was killed by signal 9", ...
 std::string TaskOutcome(const jobs::TaskStatus& t) {
   if (t.timed_out) return "reached its time limit";
   if (t.signal) {
-    const std::string beyond = BeyondTheSignal(t.reason);
+    const std::string beyond = BeyondTheSignal(t);
     return "was killed by signal " + std::to_string(*t.signal) +
            (beyond.empty() ? "" : ": " + beyond);
   }
@@ -457,6 +465,8 @@ Result<Transition> OnExited(const Job& job, const TaskExited& e, int64_t now_us)
   ts.cancelled = e.cancelled;
   ts.timed_out = e.timed_out;
   ts.reason = e.reason;
+  ts.kill_cause = e.kill_cause ? std::string(protocol::KillCauseName(*e.kill_cause)) : "";
+  ts.kill_detail = e.kill_detail;
   if (!e.stdout_path.empty()) ts.stdout_path = e.stdout_path;
   if (!e.stderr_path.empty()) ts.stderr_path = e.stderr_path;
   if (t == 0) {

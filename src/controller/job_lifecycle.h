@@ -23,6 +23,7 @@
 
 #include "common/status.h"
 #include "jobs/job.h"
+#include "protocol/kill_cause.h"
 
 namespace gpupool::controller::lifecycle {
 
@@ -55,6 +56,10 @@ struct TaskExited {
   std::string reason;
   std::string stdout_path;
   std::string stderr_path;
+  // Why it was killed and those words without the signal (protocol::Event's fields);
+  // nullopt from an agent older than them, whose `reason` is read instead.
+  std::optional<protocol::KillCause> kill_cause;
+  std::string kill_detail;
 };
 // ... that its supervisor vanished without recording an end.
 struct TaskLost {

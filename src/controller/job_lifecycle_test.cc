@@ -562,6 +562,88 @@ TEST(JobLifecycleTest, AKilledTasksReasonSaysWhatItsNodeSaidBeyondTheSignal) {
   }
 }
 
+// A newer agent says why a task was killed as fields: the job's reason is built from its
+// kill_detail, whatever words its reason has (here ones the old parsing would keep whole),
+// and the task keeps the cause's name for `gpupool show` and the API.
+TEST(JobLifecycleTest, AKilledTasksReasonComesFromItsKillCauseNotItsWords) {
+  using protocol::KillCause;
+  struct Case {
+    KillCause cause;
+    std::string detail;
+    std::string cause_name;
+    std::string job_reason;
+  };
+  const std::vector<Case> cases = {
+      {KillCause::kOomKernel,
+       "killed by the kernel's OOM killer: the memory limit of 1024 bytes was reached",
+       "oom_kernel",
+       "task 1 (node n2) was killed by signal 9: killed by the kernel's OOM killer: the memory "
+       "limit of 1024 bytes was reached"},
+      {KillCause::kOomNode, "killed by the kernel's OOM killer: node n2 ran out of memory",
+       "oom_node",
+       "task 1 (node n2) was killed by signal 9: killed by the kernel's OOM killer: node n2 ran "
+       "out of memory"},
+      {KillCause::kGpuMemWatch, "its processes used 9728 MiB of GPU 0's memory", "gpu_mem_watch",
+       "task 1 (node n2) was killed by signal 9: its processes used 9728 MiB of GPU 0's memory"},
+      {KillCause::kNone, "", "none", "task 1 (node n2) was killed by signal 9"}};
+  for (const Case& c : cases) {
+    TaskExited e = Exit("n2", 1, std::nullopt);
+    e.signal = 9;
+    e.reason = "SIGKILL'd -- " + c.detail + " -- so long";  // a wording no parser knows
+    e.kill_cause = c.cause;
+    e.kill_detail = c.detail;
+    Result<Transition> t = Step(Gang(), e, kNow);
+    ASSERT_TRUE(t.ok());
+    EXPECT_EQ(t->next.reason, c.job_reason) << c.cause_name;
+    EXPECT_EQ(t->next.tasks[1].kill_cause, c.cause_name);
+    EXPECT_EQ(t->next.tasks[1].kill_detail, c.detail);
+  }
+
+  // Its time limit, and a stop asked of it: the job's outcome, and the cause kept.
+  TaskExited timed = Exit("n1", 0, std::nullopt);
+  timed.signal = 15;
+  timed.timed_out = true;
+  timed.reason = "time limit of 60 s reached (ended by SIGTERM)";
+  timed.kill_cause = KillCause::kTimeLimit;
+  timed.kill_detail = "time limit of 60 s reached";
+  Result<Transition> t = Step(InState(JobState::kRunning), timed, kNow);
+  ASSERT_TRUE(t.ok());
+  EXPECT_EQ(t->next.state, JobState::kTimeout);
+  EXPECT_EQ(t->next.tasks[0].kill_cause, "time_limit");
+  Result<Transition> cancel = Step(InState(JobState::kRunning), CancelRequested{"bob"}, kNow);
+  ASSERT_TRUE(cancel.ok());
+  TaskExited stopped = Exit("n1", 0, std::nullopt, /*cancelled=*/true);
+  stopped.signal = 15;
+  stopped.reason = "cancelled (ended by SIGTERM)";
+  stopped.kill_cause = KillCause::kStopRequest;
+  stopped.kill_detail = "cancelled";
+  t = Step(cancel->next, stopped, kNow);
+  ASSERT_TRUE(t.ok());
+  EXPECT_EQ(t->next.state, JobState::kCancelled);
+  EXPECT_EQ(t->next.reason, "cancelled by bob (ended by SIGTERM)");
+  EXPECT_EQ(t->next.tasks[0].kill_cause, "stop_request");
+}
+
+// An agent older than the kill cause, and a cause this controller does not know (a newer
+// agent's): the job's reason comes from the node's words as before, and the task says
+// which it was (no cause, or "unknown").
+TEST(JobLifecycleTest, AnOldAgentsOrAnUnknownKillCauseFallsBackToTheNodesWords) {
+  for (const std::optional<protocol::KillCause> cause :
+       {std::optional<protocol::KillCause>(), std::optional(protocol::KillCause::kUnknown)}) {
+    TaskExited e = Exit("n2", 1, std::nullopt);
+    e.signal = 9;
+    e.reason = "its processes used 9728 MiB of GPU 0's memory (ended by SIGKILL)";
+    e.kill_cause = cause;
+    e.kill_detail = "not to be shown";
+    Result<Transition> t = Step(Gang(), e, kNow);
+    ASSERT_TRUE(t.ok());
+    EXPECT_EQ(t->next.reason,
+              "task 1 (node n2) was killed by signal 9: its processes used 9728 MiB of GPU 0's "
+              "memory");
+    EXPECT_EQ(t->next.tasks[1].kill_cause, cause ? "unknown" : "");
+  }
+}
+
 // Issue 28: a preempted gang is told to stop (once), keeps its resources while its tasks
 // end (whatever their outcome: a task that fails in its grace does not fail the job),
 // then goes back to the queue with the preemption counted, its cost and the reason.

@@ -78,7 +78,12 @@ struct TaskStatus {
   std::optional<int> signal;
   bool cancelled = false;  // stopped by gpupool (cancel, another task's failure, --mpi end)
   bool timed_out = false;
-  std::string reason;       // why it failed to start or was stopped, in words
+  std::string reason;  // why it failed to start or was stopped, in words
+  // Why it was killed, by name (protocol/kill_cause.h: "oom_kernel", "gpu_mem_watch", ...;
+  // "unknown" for a name the controller did not know), and the node's words for that
+  // without the signal. Empty: its agent is older than the field (or it has not ended).
+  std::string kill_cause;
+  std::string kill_detail;
   std::string stdout_path;  // on its node, set when it starts
   std::string stderr_path;
   bool failed() const {

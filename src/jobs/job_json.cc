@@ -153,6 +153,8 @@ OrderedJson TaskStatusToJson(const TaskStatus& t) {
   if (t.cancelled) j["cancelled"] = true;
   if (t.timed_out) j["timed_out"] = true;
   if (!t.reason.empty()) j["reason"] = t.reason;
+  if (!t.kill_cause.empty()) j["kill_cause"] = t.kill_cause;
+  if (!t.kill_detail.empty()) j["kill_detail"] = t.kill_detail;
   if (!t.stdout_path.empty()) j["stdout_path"] = t.stdout_path;
   if (!t.stderr_path.empty()) j["stderr_path"] = t.stderr_path;
   return j;
@@ -170,10 +172,13 @@ Result<TaskStatus> TaskStatusFromJson(const Json& j, std::string_view path, bool
   f.Optional("cancelled", &t.cancelled);
   f.Optional("timed_out", &t.timed_out);
   f.Optional("reason", &t.reason);
+  f.Optional("kill_cause", &t.kill_cause);
+  f.Optional("kill_detail", &t.kill_detail);
   f.Optional("stdout_path", &t.stdout_path);
   f.Optional("stderr_path", &t.stderr_path);
   GP_RETURN_IF_ERROR(f.Finish());
-  for (const auto* s : {&t.host, &t.reason, &t.stdout_path, &t.stderr_path}) {
+  for (const auto* s :
+       {&t.host, &t.reason, &t.kill_cause, &t.kill_detail, &t.stdout_path, &t.stderr_path}) {
     GP_RETURN_IF_ERROR(CheckString(path, *s));
   }
   return t;

@@ -100,6 +100,8 @@ OrderedJson EncodeEvent(const Event& e) {
   j["timed_out"] = e.timed_out;
   j["cancelled"] = e.cancelled;
   j["reason"] = e.reason;
+  if (e.kill_cause) j["kill_cause"] = KillCauseName(*e.kill_cause);
+  if (!e.kill_detail.empty()) j["kill_detail"] = e.kill_detail;
   if (!e.stdout_path.empty()) j["stdout_path"] = e.stdout_path;
   if (!e.stderr_path.empty()) j["stderr_path"] = e.stderr_path;
   if (e.master_port != 0) j["master_port"] = e.master_port;
@@ -120,10 +122,17 @@ Result<Event> DecodeEvent(const Json& j, const std::string& path) {
   f.Optional("timed_out", &e.timed_out);
   f.Optional("cancelled", &e.cancelled);
   f.Optional("reason", &e.reason);
+  const bool has_cause = f.Member("kill_cause") != nullptr;
+  std::string cause;
+  f.Optional("kill_cause", &cause);
+  f.Optional("kill_detail", &e.kill_detail);
   f.Optional("stdout_path", &e.stdout_path);
   f.Optional("stderr_path", &e.stderr_path);
   f.Optional("master_port", &e.master_port, 0, 65535);
   GP_RETURN_IF_ERROR(f.Finish());
+  // A name this build does not know (a newer agent's, or garbage) is kept as kUnknown:
+  // the end still counts, and the controller logs it and reads `reason` instead.
+  if (has_cause) e.kill_cause = ParseKillCause(cause).value_or(KillCause::kUnknown);
   if (kind == "started") {
     e.kind = EventKind::kStarted;
   } else if (kind == "exited") {

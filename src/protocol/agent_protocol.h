@@ -30,6 +30,7 @@
 #include "gpu/gpu_info.h"
 #include "gpu/health_policy.h"
 #include "jobs/job.h"
+#include "protocol/kill_cause.h"
 
 namespace gpupool::protocol {
 
@@ -209,7 +210,13 @@ struct Event {
   std::optional<int> signal;
   bool timed_out = false;
   bool cancelled = false;
-  std::string reason;
+  std::string reason;  // the node's words for the end, signal included
+  // kExited: why the task was killed, and the node's words for that cause without the
+  // signal ("killed by the kernel's OOM killer: ..."). Optional fields, no new minor:
+  // nullopt is an agent older than them (the controller reads `reason` as before); a
+  // name this build does not know decodes to KillCause::kUnknown, never an error.
+  std::optional<KillCause> kill_cause;
+  std::string kill_detail;
   std::string stdout_path;
   std::string stderr_path;
   int master_port = 0;  // kStarted of task 0: the rendezvous port its agent picked

@@ -344,6 +344,84 @@ TEST(ProtocolEvents, RoundTripAndNameBadKinds) {
   EXPECT_TRUE(DecodeEventBatch(j).ok());
 }
 
+// Why a task was killed crosses as its own fields (kill_cause, kill_detail), every cause
+// by its name; an agent older than them sends neither.
+TEST(ProtocolEvents, AKillCauseRoundTripsByName) {
+  const std::pair<KillCause, std::string_view> causes[] = {
+      {KillCause::kNone, "none"},
+      {KillCause::kOomKernel, "oom_kernel"},
+      {KillCause::kOomNode, "oom_node"},
+      {KillCause::kGpuMemWatch, "gpu_mem_watch"},
+      {KillCause::kTimeLimit, "time_limit"},
+      {KillCause::kStopRequest, "stop_request"},
+      {KillCause::kUnknown, "unknown"}};
+  for (const auto& [cause, name] : causes) {
+    EXPECT_EQ(KillCauseName(cause), name);
+    EXPECT_EQ(ParseKillCause(name), cause);
+    EventBatch b;
+    b.node = "n1";
+    Event e;
+    e.kind = EventKind::kExited;
+    e.job_id = 7;
+    e.signal = 9;
+    e.reason = "killed by the kernel's OOM killer: node n1 ran out of memory; ended by SIGKILL";
+    e.kill_cause = cause;
+    e.kill_detail = "killed by the kernel's OOM killer: node n1 ran out of memory";
+    b.events.push_back(e);
+    const Json wire = Reparse(EncodeEventBatch(b));
+    EXPECT_EQ(wire["events"][0]["kill_cause"], std::string(name));
+    Result<EventBatch> back = DecodeEventBatch(wire);
+    ASSERT_TRUE(back.ok()) << back.status().ToString();
+    EXPECT_EQ(back->events, b.events) << name;
+  }
+  EventBatch old;
+  old.node = "n1";
+  old.events.push_back(Event{.kind = EventKind::kExited, .job_id = 7, .signal = 9});
+  const Json wire = Reparse(EncodeEventBatch(old));
+  EXPECT_FALSE(wire["events"][0].contains("kill_cause"));
+  EXPECT_FALSE(wire["events"][0].contains("kill_detail"));
+  Result<EventBatch> back = DecodeEventBatch(wire);
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(back->events[0].kill_cause, std::nullopt);
+}
+
+// A cause from the network is not trusted: a name this build does not know is kept as
+// kUnknown (the end still counts), a value of the wrong type is an error naming the field.
+TEST(ProtocolEvents, AHostileKillCauseIsUnknownOrRefusedNeverACrash) {
+  EventBatch b;
+  b.node = "n1";
+  b.events.push_back(Event{.kind = EventKind::kExited, .job_id = 7, .signal = 9});
+  const std::vector<std::string> names = {"oom_martian",
+                                          "",
+                                          "NONE",
+                                          "oom_kernel ",
+                                          std::string(1 << 16, 'x'),
+                                          std::string("oom\0kernel", 10)};
+  for (const std::string& name : names) {
+    Json j = Reparse(EncodeEventBatch(b));
+    j["events"][0]["kill_cause"] = name;
+    Result<EventBatch> back = DecodeEventBatch(j);
+    ASSERT_TRUE(back.ok()) << back.status().ToString();
+    EXPECT_EQ(back->events[0].kill_cause, KillCause::kUnknown) << name;
+    // Encoded back, it says unknown, not the hostile text.
+    EXPECT_EQ(Reparse(EncodeEventBatch(*back))["events"][0]["kill_cause"], "unknown");
+  }
+  const std::vector<Json> bads = {Json(3), Json(true), Json::array({"oom_kernel"}), Json::object()};
+  for (const Json& bad : bads) {
+    Json j = Reparse(EncodeEventBatch(b));
+    j["events"][0]["kill_cause"] = bad;
+    Result<EventBatch> back = DecodeEventBatch(j);
+    ASSERT_FALSE(back.ok()) << bad.dump();
+    EXPECT_NE(back.status().message().find("kill_cause"), std::string::npos);
+  }
+  Json j = Reparse(EncodeEventBatch(b));
+  j["events"][0]["kill_cause"] = nullptr;  // null reads as absent: an older agent
+  Result<EventBatch> back = DecodeEventBatch(j);
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(back->events[0].kill_cause, std::nullopt);
+  EXPECT_EQ(ParseKillCause("oom_martian"), std::nullopt);
+}
+
 TEST(ProtocolEvents, AnEndedExecCarriesItsLittleOutputInline) {
   EventBatch b;
   b.node = "n1";

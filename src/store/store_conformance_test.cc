@@ -34,6 +34,37 @@ TEST_P(StoreTest, EveryFieldOfAJobComesBack) {
   EXPECT_EQ(store_->ListJobs({}).value(), (std::vector<Job>{next, plain}));
 }
 
+// Why each task was killed (jobs::TaskStatus::kill_cause, kill_detail) is kept with the
+// task's status, through the insert and a compare-and-set update, on every backend.
+TEST_P(StoreTest, ATasksKillCauseComesBack) {
+  Job j = FullJob();
+  j.tasks[0].ended = true;
+  j.tasks[0].signal = 9;
+  j.tasks[0].kill_cause = "oom_kernel";
+  j.tasks[0].kill_detail =
+      "killed by the kernel's OOM killer: the memory limit of 1 bytes was reached";
+  j.id = store_->InsertJob(j).value();
+  j.version = 1;
+  Job back = store_->GetJob(j.id).value();
+  EXPECT_EQ(back.tasks[0].kill_cause, "oom_kernel");
+  EXPECT_EQ(back.tasks[0].kill_detail, j.tasks[0].kill_detail);
+  EXPECT_EQ(back.tasks[1].kill_cause, "");  // not ended: no cause
+  EXPECT_EQ(back, j);
+
+  Job next = j;
+  next.state = JobState::kFailed;
+  next.tasks[1].ended = true;
+  next.tasks[1].signal = 9;
+  next.tasks[1].kill_cause = "gpu_mem_watch";
+  next.tasks[1].kill_detail = "its processes used 9728 MiB of GPU 0's memory";
+  ASSERT_TRUE(store_->UpdateJob(next, JobState::kRunning, 1).ok());
+  next.version = 2;
+  back = store_->GetJob(j.id).value();
+  EXPECT_EQ(back.tasks[1].kill_cause, "gpu_mem_watch");
+  EXPECT_EQ(back.tasks[1].kill_detail, "its processes used 9728 MiB of GPU 0's memory");
+  EXPECT_EQ(back, next);
+}
+
 // Issue 25 item 7: each array element stored its whole submission (about 4 KB with a
 // 40-variable environment, 8 KB in the red team's flood). Elements share one copy now,
 // and a job's own row holds its state only.

@@ -5,8 +5,8 @@ real `gpupool up` whose one GPU is discovered through the fake libnvidia-ml
 second. Three `--gpu-mem 2G` shares run; the fake's telemetry file then says, for their
 real processes, that the first uses 4 GiB, the second 2.5 GiB (within the default slack
 of 1 GiB) and the third 1 GiB. The first is killed and FAILED, its reason naming the
-memory, its share and the slack; the other two, seen in the same round, run on. A bad
-`--gpu-mem-slack` is refused naming the flag.
+memory, its share and the slack, its task's kill cause gpu_mem_watch; the other two, seen
+in the same round, run on. A bad `--gpu-mem-slack` is refused naming the flag.
 
 Usage: gpu_mem_watch_pool_test.py PATH_TO_GPUPOOL FAKE_NVML SCENARIO
 Exit 77 (skipped) without root (the pool's jobs run as root here).
@@ -89,11 +89,20 @@ class GpuMemWatchPoolTest(unittest.TestCase, pooltest.PoolCli):
             "2048 MiB and the node's slack of 1024 MiB: stopped by the node's GPU memory "
             "watch (the GPU's enforcement: none) (ended by SIGKILL)" % GPU0)
         self.assertEqual(j.get("signal"), 9, j)
+        # Why, as fields of its task (not words to parse): the cause and the words for it
+        # without the signal.
+        self.assertEqual(j["tasks"][0].get("kill_cause"), "gpu_mem_watch", j)
+        self.assertEqual(
+            j["tasks"][0].get("kill_detail"),
+            "its processes used 4096 MiB of GPU 0 (%s)'s memory, more than its share's "
+            "2048 MiB and the node's slack of 1024 MiB: stopped by the node's GPU memory "
+            "watch (the GPU's enforcement: none)" % GPU0)
         # The round that stopped it saw the other two: within their memory and slack.
         self.assertEqual(self.job(within)["state"], "RUNNING")
         self.assertEqual(self.job(under)["state"], "RUNNING")
         shown = self.cli("show", str(over)).stdout
         self.assertIn("stopped by the node's GPU memory watch", shown)
+        self.assertIn("  Kill cause: gpu_mem_watch\n", shown)
         self.assertIn("GPU memory watch", self.server_log())
 
     def test_a_bad_slack_is_refused_naming_the_flag(self):

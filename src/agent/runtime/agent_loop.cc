@@ -715,6 +715,8 @@ void AgentLoop::ToWire(const agent::JobEvent& ev, protocol::EventBatch* batch) {
   e.timed_out = ev.timed_out;
   e.cancelled = ev.cancelled;
   e.reason = ev.reason;
+  e.kill_cause = ev.kill_cause;
+  e.kill_detail = ev.kill_detail;
   if (ev.kind != agent::JobEvent::Kind::kLost) {
     e.stdout_path = ev.stdout_file.empty() ? dir + "/stdout.log" : ev.stdout_file;
     e.stderr_path = ev.stderr_file.empty() ? dir + "/stderr.log" : ev.stderr_file;

@@ -176,6 +176,14 @@ void UtilLines(const Json& job, const Line& line) {
   }
 }
 
+// Why an ended task was killed, by its cause's name (docs/api.md, "kill_cause"): shown
+// unless it is "none" for a task no signal ended; empty for a task of an older agent.
+std::string KillCause(const Json& task) {
+  std::string cause = GetString(task, "kill_cause");
+  if (cause == "none" && Field(task, "signal") == nullptr) return "";
+  return cause;
+}
+
 // `show`'s placement: one line, or one per task of a gang with what became of it.
 template <class Line>
 void PlacementLines(const Json& job, const Line& line) {
@@ -211,6 +219,7 @@ void PlacementLines(const Json& job, const Line& line) {
         if (const Json* code = Field(ts, "exit_code")) how += ", exit code " + code->dump();
         if (const Json* sig = Field(ts, "signal")) how += ", signal " + sig->dump();
         if (auto r = GetString(ts, "reason"); !r.empty()) how += " (" + r + ")";
+        if (auto c = KillCause(ts); !c.empty()) how += ", kill cause " + c;
         text += "; " + how;
       } else if (GetInt(ts, "start_time_us") > 0) {
         text += "; running";
@@ -325,6 +334,9 @@ std::string RenderJob(const Json& job, int64_t now_us) {
   if (const Json* sig = Field(job, "signal")) line("Signal", sig->dump());
   if (auto r = GetString(job, "pending_reason"); !r.empty()) line("Waiting", r);
   if (auto r = GetString(job, "reason"); !r.empty()) line("Reason", r);
+  if (const Json& tasks = GetArray(job, "tasks"); tasks.size() == 1) {
+    if (auto c = KillCause(tasks[0]); !c.empty()) line("Kill cause", c);
+  }
   PreemptionLines(job, line);
   UtilLines(job, line);
   EarlierAttemptLines(job, line);

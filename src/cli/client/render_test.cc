@@ -105,6 +105,39 @@ TEST(RenderJobTest, EveryFieldReadably) {
             "  Stderr:     /var/log/17.err\n");
 }
 
+// Why a task was killed (its kill_cause): a one-task job's own line, a gang's per task;
+// a task of an older agent (no cause), and one that ended by itself, show none.
+TEST(RenderJobTest, AKilledTasksKillCause) {
+  const Json one = Parse(R"({"id": 5, "state": "FAILED", "signal": 9,
+    "reason": "killed by the kernel's OOM killer: node gpu1 ran out of memory; ended by SIGKILL",
+    "placement": [{"node": "gpu1", "gpu_indices": [0]}],
+    "tasks": [{"host": "gpu1", "ended": true, "signal": 9, "kill_cause": "oom_node"}]})");
+  std::string out = RenderJob(one, kRenderNow);
+  EXPECT_NE(out.find("  Reason:     killed by the kernel's OOM killer: node gpu1 ran out of "
+                     "memory; ended by SIGKILL\n"
+                     "  Kill cause: oom_node\n"),
+            std::string::npos)
+      << out;
+  const Json quiet = Parse(R"({"id": 5, "state": "SUCCEEDED", "exit_code": 0,
+    "tasks": [{"ended": true, "exit_code": 0, "kill_cause": "none"}]})");
+  EXPECT_EQ(RenderJob(quiet, kRenderNow).find("Kill cause"), std::string::npos);
+  const Json old = Parse(R"({"id": 5, "state": "FAILED", "signal": 9,
+    "tasks": [{"ended": true, "signal": 9}]})");
+  EXPECT_EQ(RenderJob(old, kRenderNow).find("Kill cause"), std::string::npos);
+  const Json gang = Parse(R"({"id": 6, "state": "FAILED",
+    "placement": [{"node": "n1", "gpu_indices": [0]}, {"node": "n2", "gpu_indices": [0]}],
+    "tasks": [{"host": "n1", "ended": true, "cancelled": true, "signal": 15,
+               "kill_cause": "stop_request"},
+              {"host": "n2", "ended": true, "signal": 9, "kill_cause": "gpu_mem_watch"}]})");
+  out = RenderJob(gang, kRenderNow);
+  EXPECT_NE(out.find("  Task 0:     n1: GPU 0; stopped, signal 15, kill cause stop_request\n"),
+            std::string::npos)
+      << out;
+  EXPECT_NE(out.find("  Task 1:     n2: GPU 0; ended, signal 9, kill cause gpu_mem_watch\n"),
+            std::string::npos)
+      << out;
+}
+
 // A requeued job's earlier attempts, each with when it ran, its GPU-hours and how it
 // ended (a record of the older preempted_attempts form has no number).
 TEST(RenderJobTest, EarlierAttempts) {
