@@ -59,6 +59,15 @@ class MultiPool:
         self.hosts = HOSTS[:nodes]
         self.premade = premade or {}
         self.dir = pooltest.make_test_dir("gp-mn-")
+        # The binaries run from here (755), not the build tree: a job of another user runs
+        # gpupool-exec as mpirun's rsh agent, and the tree may sit below a directory only
+        # its owner passes (a clone in /root or in a 0700 mktemp -d).
+        for name in ("gpupool", "gpupool-exec", "gpupool-agent-shim"):
+            built = os.path.join(os.path.dirname(GPUPOOL), name)
+            if os.path.exists(built):
+                shutil.copy2(built, os.path.join(self.dir, name))
+        copied = os.path.join(self.dir, "gpupool")
+        self.bin = copied if os.path.exists(copied) else GPUPOOL
         self.out = os.path.join(self.dir, "out")  # jobs' output files, any user's
         os.mkdir(self.out)
         os.chmod(self.out, 0o1777)
@@ -89,7 +98,7 @@ class MultiPool:
     def start_server(self):
         with open(os.path.join(self.dir, "server.log"), "ab") as log:
             self.server = subprocess.Popen(
-                [GPUPOOL, "server", "--state-dir", self.dir, "--port", "0",
+                [self.bin, "server", "--state-dir", self.dir, "--port", "0",
                  "--node-timeout", str(self.node_timeout)],
                 stdout=log, stderr=log, start_new_session=True)
         # Answering, not merely there: a killed server leaves its socket file behind.
@@ -110,12 +119,12 @@ class MultiPool:
             os.chmod(state, self.premade[i])
         with open(os.path.join(self.dir, "agent%d.log" % i), "ab") as log:
             self.agents[i] = subprocess.Popen(
-                [GPUPOOL, "agent", "--controller", "unix:" + self.sock, "--state-dir", state,
+                [self.bin, "agent", "--controller", "unix:" + self.sock, "--state-dir", state,
                  "--fake", self.node_file, "--node-name", "node%d" % i, "--address", HOSTS[i]],
                 stdout=log, stderr=log, start_new_session=True)
 
     def cli(self, *args, check=True, timeout=60, user=None):
-        cmd = [GPUPOOL] + list(args)
+        cmd = [self.bin] + list(args)
         if user is not None:
             cmd = ["setpriv", "--reuid=%d" % user, "--regid=%d" % user, "--clear-groups"] + cmd
         r = subprocess.run(cmd, env=self.env, capture_output=True, text=True, timeout=timeout)
@@ -134,8 +143,11 @@ class MultiPool:
         env = []
         for e in NET_ENV:
             env += ["--env", e]
-        # The output files (one per task) in the pool's directory, not the source tree.
-        out = self.cli("submit", "--workdir", HERE, "-o", os.path.join(self.out, "%j.%t.out"),
+        # The output files (one per task) in the pool's directory, not the source tree. A
+        # job of another user works in the pool's directory: the source tree may not be
+        # reachable by that user.
+        workdir = HERE if user is None else self.dir
+        out = self.cli("submit", "--workdir", workdir, "-o", os.path.join(self.out, "%j.%t.out"),
                        *env, *args, user=user).stdout
         return int(out.split()[-1])
 
@@ -332,6 +344,12 @@ def mpirun_command(pool, np, then=""):
     through a wrapper of the job's own agent that gives each daemon a TMPDIR of its own,
     as separate nodes would have. No ssh is involved: mpirun's rsh agent is gpupool exec
     (whether or not ssh exists)."""
+    # The ranks' program from the pool's directory, which a job of another user can read
+    # wherever the source tree is.
+    program = os.path.join(pool.dir, "allreduce_mpi.py")
+    if not os.path.exists(program):
+        shutil.copyfile(os.path.join(HERE, "allreduce_mpi.py"), program)
+        os.chmod(program, 0o644)
     wrapper = os.path.join(pool.dir, "rsh-agent")
     if not os.path.exists(wrapper):
         with open(wrapper, "w") as f:
@@ -342,7 +360,7 @@ def mpirun_command(pool, np, then=""):
             "export EXEC=\"$OMPI_MCA_plm_rsh_agent\" GP_RSH_AGENT=\"$OMPI_MCA_plm_rsh_agent\" "
             "GP_MPI_TMP=/tmp/gp-mpi-$GPUPOOL_JOB_ID && "
             "OMPI_MCA_plm_rsh_agent=%s mpirun --hostfile $GPUPOOL_HOSTFILE -np %d %s %s && { %s; }" % (
-                wrapper, np, PYTHON, os.path.join(HERE, "allreduce_mpi.py"), then or "true")]
+                wrapper, np, PYTHON, program, then or "true")]
 
 
 def run_mpi_job(test, pool, np, then="", user=None, tasks=None, gpus=1):
