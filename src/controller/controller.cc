@@ -322,6 +322,7 @@ void Controller::Install(lifecycle::Transition t) {
       if (auto n = nodes_.find(p.node); n != nodes_.end()) n->second.cancel_sent_us.erase(id);
     }
   }
+  if (!fx.node_time_log.empty()) spdlog::warn("{}", fx.node_time_log);
   if (!fx.log.empty()) {
     if (fx.log_warning) {
       spdlog::warn("{}", fx.log);
@@ -877,7 +878,7 @@ Status Controller::SweepTimeLimits() {
     for (int64_t id : index_.OccupyingWithTimeLimit()) {
       const Job& job = active_.at(id);
       if (job.time_limit_s <= 0 || job.start_time_us == 0 || job.cancel_requested) continue;
-      if (now < job.start_time_us + (job.time_limit_s + grace) * 1'000'000) continue;
+      if (now < lifecycle::TimeLimitDeadlineUs(job, grace)) continue;
       over.push_back({id, lifecycle::TimeLimit{grace}, {}});  // Step checks it again
     }
   }

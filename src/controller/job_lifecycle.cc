@@ -1,6 +1,8 @@
 #include "controller/job_lifecycle.h"
 
 #include <algorithm>
+#include <cstdint>
+#include <limits>
 #include <map>
 
 namespace gpupool::controller::lifecycle {
@@ -28,6 +30,28 @@ bool OnNode(const Job& job, const std::string& node) {
 // The store id, for logs; what its user reads names the job as they do (UserJobId).
 std::string Id(const Job& job) { return std::to_string(job.id); }
 std::string StateOf(const Job& job) { return std::string(jobs::JobStateName(job.state)); }
+
+// a + b, at INT64_MAX or INT64_MIN where it would overflow.
+int64_t SaturatingAdd(int64_t a, int64_t b) {
+  int64_t sum = 0;
+  if (!__builtin_add_overflow(a, b, &sum)) return sum;
+  return b > 0 ? std::numeric_limits<int64_t>::max() : std::numeric_limits<int64_t>::min();
+}
+
+// The line BoundNodeTime's change of a reported time is logged with, or "" when the kept
+// time is within kNodeTimeSlackUs of the reported one.
+std::string NodeTimeLog(const Job& job, const std::string& node, int task, const char* what,
+                        int64_t reported_us, int64_t kept_us) {
+  // The distance, exact in unsigned arithmetic whatever the two are.
+  const uint64_t off = reported_us > kept_us
+                           ? static_cast<uint64_t>(reported_us) - static_cast<uint64_t>(kept_us)
+                           : static_cast<uint64_t>(kept_us) - static_cast<uint64_t>(reported_us);
+  if (off <= static_cast<uint64_t>(kNodeTimeSlackUs)) return "";
+  return "job " + Id(job) + " task " + std::to_string(task) + ": node " + node + " reported its " +
+         what + " at " + std::to_string(reported_us) + " us; kept " + std::to_string(kept_us) +
+         " us (" + (reported_us > kept_us ? "after" : "before") +
+         " what the controller allows: a task runs between its attempt's placement and now)";
+}
 // The job preempting `job` as its user names it; its id for one preempted before the name
 // was kept.
 std::string PreemptorName(const Job& job) {
@@ -414,14 +438,15 @@ Result<Transition> OnPlaced(const Job& job, const Placed& e) {
   return t;
 }
 
-Result<Transition> OnStarted(const Job& job, const TaskStarted& e) {
+Result<Transition> OnStarted(const Job& job, const TaskStarted& e, int64_t now_us) {
   if (!IsTaskOf(job, e.node, e.task, e.attempt)) return Unchanged(job);
   const auto t = static_cast<size_t>(e.task);
   Job next = job;
   NormalizeTasks(next);
   jobs::TaskStatus& ts = next.tasks[t];
   if (ts.ended || ts.start_time_us != 0) return Unchanged(job);  // a resent event
-  ts.start_time_us = e.time_us;
+  const int64_t start_us = BoundNodeTime(e.time_us, AttemptFloorUs(job), now_us);
+  ts.start_time_us = start_us;
   ts.stdout_path = e.stdout_path;
   ts.stderr_path = e.stderr_path;
   std::string log;
@@ -440,9 +465,10 @@ Result<Transition> OnStarted(const Job& job, const TaskStarted& e) {
                   [](const jobs::TaskStatus& s) { return s.start_time_us != 0; });
   if (all_started && job.state == JobState::kAssigned) {
     next.state = JobState::kRunning;
-    next.start_time_us = e.time_us;
+    next.start_time_us = start_us;
   }
   Transition tr = Changed(job, std::move(next));
+  tr.effects.node_time_log = NodeTimeLog(job, e.node, e.task, "start", e.time_us, start_us);
   // Task 0's port lets the others go; a started task takes the exec requests held for it.
   tr.effects.notify_nodes = true;
   tr.effects.notify_exec = true;
@@ -459,7 +485,10 @@ Result<Transition> OnExited(const Job& job, const TaskExited& e, int64_t now_us)
   jobs::TaskStatus& ts = next.tasks[t];
   if (ts.ended) return Unchanged(job);  // a resent event
   ts.ended = true;
-  ts.end_time_us = e.time_us;
+  // Not before its start (its attempt's placement if it never started), not after now.
+  ts.end_time_us = BoundNodeTime(
+      e.time_us, ts.start_time_us != 0 ? ts.start_time_us : AttemptFloorUs(job), now_us);
+  const std::string time_log = NodeTimeLog(job, e.node, e.task, "end", e.time_us, ts.end_time_us);
   ts.exit_code = e.exit_code;
   ts.signal = e.signal;
   ts.cancelled = e.cancelled;
@@ -484,8 +513,10 @@ Result<Transition> OnExited(const Job& job, const TaskExited& e, int64_t now_us)
       next.reason = "task 0 ended; the held tasks were released";
     }
   }
-  if (stop_rest) return StopAll(job, std::move(next), now_us);
-  return Settle(job, std::move(next), now_us);
+  Transition tr =
+      stop_rest ? StopAll(job, std::move(next), now_us) : Settle(job, std::move(next), now_us);
+  tr.effects.node_time_log = time_log;
+  return tr;
 }
 
 Result<Transition> OnTaskLost(const Job& job, const TaskLost& e, int64_t now_us) {
@@ -628,8 +659,7 @@ Result<Transition> OnTimeLimit(const Job& job, const TimeLimit& e, int64_t now_u
       job.cancel_requested || job.time_limit_hit) {
     return Unchanged(job);
   }
-  if (now_us < job.start_time_us + (job.time_limit_s + e.grace_s) * 1'000'000)
-    return Unchanged(job);
+  if (now_us < TimeLimitDeadlineUs(job, e.grace_s)) return Unchanged(job);
   Job next = job;
   next.time_limit_hit = true;
   next.reason = "ran " + std::to_string(e.grace_s) + " s past its time limit of " +
@@ -692,6 +722,28 @@ Result<Transition> OnCheckpointDone(const Job& job, const CheckpointDone& e) {
 
 }  // namespace
 
+int64_t AttemptFloorUs(const Job& job) {
+  int64_t floor_us = std::max<int64_t>(job.submit_time_us, 1);  // 0 marks "not started"
+  if (!job.earlier_attempts.empty()) {
+    floor_us = std::max(floor_us, job.earlier_attempts.back().end_time_us);
+  }
+  return floor_us;
+}
+
+int64_t BoundNodeTime(int64_t reported_us, int64_t floor_us, int64_t now_us) {
+  return std::clamp(reported_us, std::min(floor_us, now_us), now_us);
+}
+
+int64_t TimeLimitDeadlineUs(const Job& job, int64_t grace_s) {
+  const int64_t span_s = SaturatingAdd(job.time_limit_s, grace_s);
+  int64_t span_us = 0;
+  if (__builtin_mul_overflow(span_s, int64_t{1'000'000}, &span_us)) {
+    span_us =
+        span_s > 0 ? std::numeric_limits<int64_t>::max() : std::numeric_limits<int64_t>::min();
+  }
+  return SaturatingAdd(job.start_time_us, span_us);
+}
+
 void NormalizeTasks(Job& job) {
   if (job.tasks.size() == job.placement.size()) return;
   job.tasks.resize(job.placement.size());
@@ -739,7 +791,7 @@ Result<Transition> Step(const Job& job, const Event& event, int64_t now_us) {
   Result<Transition> t =
       std::visit(Overloaded{
                      [&](const Placed& e) { return OnPlaced(job, e); },
-                     [&](const TaskStarted& e) { return OnStarted(job, e); },
+                     [&](const TaskStarted& e) { return OnStarted(job, e, now_us); },
                      [&](const TaskExited& e) { return OnExited(job, e, now_us); },
                      [&](const TaskLost& e) { return OnTaskLost(job, e, now_us); },
                      [&](const NodeLost& e) { return OnNodeLost(job, e, now_us); },

@@ -181,6 +181,9 @@ struct Effects {
   std::vector<StrayStop> strays;        // tasks that may outlive the job's record
   std::string log;                      // one line for the log, when worth one
   bool log_warning = false;             // ... at warning level
+  // A time the node reported that was kept bounded (BoundNodeTime): one line, at warning
+  // level, with the node, job, task and the reported and kept times.
+  std::string node_time_log;
 };
 
 struct Transition {
@@ -196,6 +199,26 @@ struct Transition {
 // non-admin. An event that no longer applies (resent, for another attempt or node,
 // about a task that already ended) is not an error: changed = false.
 Result<Transition> Step(const jobs::Job& job, const Event& event, int64_t now_us);
+
+// The times a node's agent reports for its tasks are hostile input (docs/security.md,
+// "Times a node reports"): a compromised or buggy agent could otherwise charge the job's
+// user any GPU-hours or push its time limit's deadline past int64. Step keeps a task's
+// start inside [AttemptFloorUs(job), now_us] and its end inside [its kept start (the
+// floor if it never started), now_us]; a time inside is kept as sent, so an agent whose
+// clock is a few seconds off still works.
+//
+// The earliest the job's current attempt can have been placed: its submit time, or the
+// end of its last earlier attempt (requeued) when later. The job record keeps no
+// placement time of its own. At least 1 (a kept start of 0 would mark the task unstarted).
+int64_t AttemptFloorUs(const jobs::Job& job);
+// `reported_us` bounded to [floor_us, now_us]; a floor past now_us is now_us.
+int64_t BoundNodeTime(int64_t reported_us, int64_t floor_us, int64_t now_us);
+// How far a kept time may be from the reported one without a warning: an agent's clock a
+// little ahead of the controller's, or a report on its way.
+inline constexpr int64_t kNodeTimeSlackUs = 1'000'000;
+// The moment a running job passes its time limit and `grace_s` more: its start plus
+// both, saturating at INT64_MAX (never past it, whatever the stored start).
+int64_t TimeLimitDeadlineUs(const jobs::Job& job, int64_t grace_s);
 
 // Fills the per-task records of a job placed before they existed (an older store).
 void NormalizeTasks(jobs::Job& job);

@@ -525,7 +525,7 @@ TEST(JobLifecycleTest, AStartWithoutAPortGetsTheDefaultAndRunsWhenAllStarted) {
   EXPECT_NE(t->effects.log.find("no rendezvous port"), std::string::npos);
   EXPECT_EQ(t->next.state, JobState::kAssigned);
   EXPECT_EQ(t->next.stdout_path, "/o");
-  t = Step(t->next, TaskStarted{"n2", 1, 1, kNow + 1, "", "", 0}, kNow);
+  t = Step(t->next, TaskStarted{"n2", 1, 1, kNow + 1, "", "", 0}, kNow + 1);
   EXPECT_EQ(t->next.state, JobState::kRunning);
   EXPECT_EQ(t->next.start_time_us, kNow + 1);
 }

@@ -205,7 +205,7 @@ struct Event {
   int64_t job_id = 0;
   int attempt = 0;
   int task_index = 0;
-  int64_t time_us = 0;  // 0: the controller uses its own clock
+  int64_t time_us = 0;  // 0: the controller's clock. Bounded: docs/security.md
   std::optional<int> exit_code;
   std::optional<int> signal;
   bool timed_out = false;
