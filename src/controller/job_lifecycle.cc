@@ -158,6 +158,7 @@ Job Requeued(const Job& job, const std::string& reason) {
   again.placement.clear();
   again.tasks.clear();
   again.master_port = 0;
+  again.placed_time_us = 0;  // the next placement sets it
   again.start_time_us = 0;
   again.end_time_us = 0;
   again.cancel_requested = false;
@@ -413,7 +414,7 @@ Status NotPending(const Job& job, const std::string& what, const std::string& hi
                                     "; only pending jobs are " + what + hint);
 }
 
-Result<Transition> OnPlaced(const Job& job, const Placed& e) {
+Result<Transition> OnPlaced(const Job& job, const Placed& e, int64_t now_us) {
   if (job.state != JobState::kPending) return NotPending(job, "placed", "");
   if (!job.held_by.empty()) {
     return Status::FailedPrecondition("job " + UserJobId(job) + " is " + HeldReason(job));
@@ -432,6 +433,7 @@ Result<Transition> OnPlaced(const Job& job, const Placed& e) {
   next.master_port = 0;
   next.pending_reason.clear();
   next.attempt += 1;
+  next.placed_time_us = now_us;
   Transition t = Changed(job, std::move(next));
   t.effects.notify_nodes = true;
   t.effects.pending_reason_changed = true;
@@ -727,7 +729,7 @@ int64_t AttemptFloorUs(const Job& job) {
   if (!job.earlier_attempts.empty()) {
     floor_us = std::max(floor_us, job.earlier_attempts.back().end_time_us);
   }
-  return floor_us;
+  return std::max(floor_us, job.placed_time_us);
 }
 
 int64_t BoundNodeTime(int64_t reported_us, int64_t floor_us, int64_t now_us) {
@@ -790,7 +792,7 @@ std::string_view EventName(const Event& e) {
 Result<Transition> Step(const Job& job, const Event& event, int64_t now_us) {
   Result<Transition> t =
       std::visit(Overloaded{
-                     [&](const Placed& e) { return OnPlaced(job, e); },
+                     [&](const Placed& e) { return OnPlaced(job, e, now_us); },
                      [&](const TaskStarted& e) { return OnStarted(job, e, now_us); },
                      [&](const TaskExited& e) { return OnExited(job, e, now_us); },
                      [&](const TaskLost& e) { return OnTaskLost(job, e, now_us); },

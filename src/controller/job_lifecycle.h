@@ -207,9 +207,10 @@ Result<Transition> Step(const jobs::Job& job, const Event& event, int64_t now_us
 // floor if it never started), now_us]; a time inside is kept as sent, so an agent whose
 // clock is a few seconds off still works.
 //
-// The earliest the job's current attempt can have been placed: its submit time, or the
-// end of its last earlier attempt (requeued) when later. The job record keeps no
-// placement time of its own. At least 1 (a kept start of 0 would mark the task unstarted).
+// The earliest a task of the job's current attempt can have started: the attempt's
+// placement (Job::placed_time_us, set by Placed), else, for a job stored before that was
+// kept, its submit time or the end of its last earlier attempt (requeued), the latest of
+// these. At least 1 (a kept start of 0 would mark the task unstarted).
 int64_t AttemptFloorUs(const jobs::Job& job);
 // `reported_us` bounded to [floor_us, now_us]; a floor past now_us is now_us.
 int64_t BoundNodeTime(int64_t reported_us, int64_t floor_us, int64_t now_us);

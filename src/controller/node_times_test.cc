@@ -49,6 +49,25 @@ TEST(NodeTimes, TheFloorIsTheSubmitTimeOrTheLastEarlierAttemptsEnd) {
   EXPECT_EQ(lifecycle::AttemptFloorUs(j), kNow - kHourUs);
 }
 
+// Placed keeps the controller's now as the attempt's placement, and that is the floor:
+// a node cannot charge the time its job waited in the queue.
+TEST(NodeTimes, TheFloorIsTheAttemptsPlacementWhereItIsKept) {
+  Job j;
+  j.id = 7;
+  j.command = {"true"};
+  j.submit_time_us = kNow - 3 * kHourUs;
+  Result<lifecycle::Transition> p =
+      lifecycle::Step(j, lifecycle::Placed{{{"n1", {0}, {"GPU-0"}, 1000}}, {}}, kNow - kHourUs);
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  EXPECT_EQ(p->next.placed_time_us, kNow - kHourUs);
+  EXPECT_EQ(lifecycle::AttemptFloorUs(p->next), kNow - kHourUs);
+  Result<lifecycle::Transition> s = lifecycle::Step(
+      p->next, lifecycle::TaskStarted{"n1", 0, 1, j.submit_time_us}, kNow - kHourUs / 2);
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  EXPECT_EQ(s->next.tasks[0].start_time_us, kNow - kHourUs);
+  EXPECT_NE(s->effects.node_time_log, "");
+}
+
 TEST(NodeTimes, TheTimeLimitsDeadlineSaturates) {
   Job j;
   j.start_time_us = kNow;
@@ -71,6 +90,7 @@ Job Placed(int64_t placed_us) {
   j.command = {"true"};
   j.state = JobState::kAssigned;
   j.submit_time_us = placed_us;
+  j.placed_time_us = placed_us;
   j.attempt = 1;
   j.placement = {{"n1", {0}, {"GPU-0"}, 1000}};
   j.tasks.resize(1);
@@ -147,7 +167,8 @@ TEST(NodeTimes, ALostAttemptKeepsOnlyTheHoursItRan) {
   ASSERT_EQ(lost->next.earlier_attempts.size(), 1u);
   EXPECT_EQ(lost->next.earlier_attempts[0].start_time_us, placed);
   EXPECT_DOUBLE_EQ(lost->next.earlier_attempts[0].gpu_hours, 1.0);
-  // Its next attempt is not placed before that one ended.
+  // Its next attempt is not placed before that one ended; the old placement is gone.
+  EXPECT_EQ(lost->next.placed_time_us, 0);
   EXPECT_EQ(lifecycle::AttemptFloorUs(lost->next), kNow);
 }
 
@@ -202,6 +223,31 @@ TEST_F(NodeTimesControllerTest, AHostileNodeIsChargedOnlyTheRealInterval) {
   const std::vector<UsageRow> usage = ComputeUsage({j}, 0, kMax, clock_.NowMicros(), "user");
   ASSERT_EQ(usage.size(), 1u);
   EXPECT_DOUBLE_EQ(usage[0].gpu_hours, 0.5);
+}
+
+// A job that waited two hours for a GPU: a node that says it started at its submission
+// is kept to the moment the controller placed it, and the stored record keeps that
+// moment (placed_time_us).
+TEST_F(NodeTimesControllerTest, AHostileNodeCannotChargeTheTimeAJobWaited) {
+  const int64_t submitted = clock_.NowMicros();
+  const int64_t id = c_->Submit(MakeJob(1), alice_).value().id;
+  ASSERT_TRUE(c_->ScheduleOnce().ok());
+  EXPECT_EQ(Get(id).state, JobState::kPending);  // no node yet
+  clock_.AdvanceMicros(2 * kHourUs);
+  Register(1);
+  ASSERT_TRUE(c_->ScheduleOnce().ok());
+  ASSERT_EQ(c_->WaitForWork("n1", 0)->launch.size(), 1u);
+  const Job placed = Get(id);
+  const int64_t placed_at = clock_.NowMicros();
+  EXPECT_EQ(placed.placed_time_us, placed_at);
+  clock_.AdvanceMicros(kHourUs);
+  Event start = Ev(placed, EventKind::kStarted);
+  start.time_us = submitted;
+  ASSERT_TRUE(Apply({start}).ok());
+  EXPECT_EQ(Get(id).start_time_us, placed_at);
+  Event end = Ev(placed, EventKind::kExited);
+  ASSERT_TRUE(Apply({end}).ok());
+  EXPECT_DOUBLE_EQ(JobGpuHours(Get(id), 0, kMax, clock_.NowMicros()), 1.0);
 }
 
 TEST_F(NodeTimesControllerTest, AStartNearInt64MaxIsKeptAtNowAndTheTimeLimitStillWorks) {

@@ -239,6 +239,9 @@ struct Job {
   int array_max_running = 0;
   JobState state = JobState::kPending;
   int64_t submit_time_us = 0;
+  // When the controller placed the current attempt (its clock; 0: not placed yet, or
+  // stored before it was kept). No task of the attempt can have started before it.
+  int64_t placed_time_us = 0;
   int64_t start_time_us = 0;  // 0 = not started
   int64_t end_time_us = 0;    // 0 = not ended
   std::optional<int> exit_code;

@@ -48,6 +48,8 @@ TEST(JobJsonTest, RoundTrip) {
   j.request.min_capability = "8.0";
   j.time_limit_s = 3600;
   j.state = JobState::kRunning;
+  j.submit_time_us = 1'800'000'000'000'000;
+  j.placed_time_us = 1'800'000'060'000'000;
   j.exit_code = 3;
   j.placement = {{"node1", {2}, {"GPU-abc"}, 250}};
   j.image = "localhost/train:1";

@@ -327,6 +327,12 @@ std::string RenderJob(const Json& job, int64_t now_us) {
     line("Held", "by " + h + (GetBool(job, "held_by_admin") ? " (admin)" : ""));
   }
   line("Submitted", FormatTimeUtc(GetInt(job, "submit_time_us")));
+  // The current attempt's placement (servers from 2026-11-29 on); a requeued job waiting
+  // again keeps its last one, which says nothing of the next.
+  if (const int64_t placed = GetInt(job, "placed_time_us");
+      placed > 0 && (GetInt(job, "start_time_us") > 0 || GetString(job, "state") == "ASSIGNED")) {
+    line("Placed", FormatTimeUtc(placed));
+  }
   line("Started", FormatTimeUtc(GetInt(job, "start_time_us")));
   line("Ended", FormatTimeUtc(GetInt(job, "end_time_us")));
   if (GetInt(job, "start_time_us") > 0) line("Runtime", FormatJobTime(job, now_us));

@@ -73,8 +73,8 @@ TEST(RenderJobTest, EveryFieldReadably) {
                 "gpu_models": ["A100", "H100"], "vendor": "nvidia", "min_capability": "8.0",
                 "tasks": 1},
     "priority": 5, "time_limit_s": 5400, "requeue": true, "state": "FAILED",
-    "submit_time_us": 1793491080000000, "start_time_us": 1793491140000000,
-    "end_time_us": 1793491200000000, "exit_code": 3,
+    "submit_time_us": 1793491080000000, "placed_time_us": 1793491110000000,
+    "start_time_us": 1793491140000000, "end_time_us": 1793491200000000, "exit_code": 3,
     "placement": [{"node": "gpu1", "gpu_indices": [0, 1], "gpu_uuids": ["GPU-a", "GPU-b"],
                    "gpu_milli": 1000}],
     "pending_reason": "", "reason": "exited with code 3", "attempt": 1,
@@ -94,6 +94,7 @@ TEST(RenderJobTest, EveryFieldReadably) {
             "  Time limit: 1h30m\n"
             "  Requeue:    yes, if its node is lost or a GPU it holds fails\n"
             "  Submitted:  2026-10-31T23:58:00Z\n"
+            "  Placed:     2026-10-31T23:58:30Z\n"
             "  Started:    2026-10-31T23:59:00Z\n"
             "  Ended:      2026-11-01T00:00:00Z\n"
             "  Runtime:    1m00s\n"
@@ -103,6 +104,18 @@ TEST(RenderJobTest, EveryFieldReadably) {
             "  Placement:  gpu1: GPU 0,1 (GPU-a, GPU-b)\n"
             "  Stdout:     /var/log/17.out\n"
             "  Stderr:     /var/log/17.err\n");
+}
+
+// A requeued job waiting again keeps its last attempt's placement time, which says
+// nothing of its next: no Placed line.
+TEST(RenderJobTest, APendingJobShowsNoPlacement) {
+  const Json job = Parse(R"({"id": 8, "state": "PENDING", "attempt": 1,
+    "submit_time_us": 1793491080000000, "placed_time_us": 1793491110000000})");
+  EXPECT_EQ(RenderJob(job, kRenderNow).find("Placed"), std::string::npos);
+  const Json assigned = Parse(R"({"id": 8, "state": "ASSIGNED", "attempt": 2,
+    "submit_time_us": 1793491080000000, "placed_time_us": 1793491110000000})");
+  EXPECT_NE(RenderJob(assigned, kRenderNow).find("  Placed:     2026-10-31T23:58:30Z\n"),
+            std::string::npos);
 }
 
 // Why a task was killed (its kill_cause): a one-task job's own line, a gang's per task;
