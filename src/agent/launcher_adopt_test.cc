@@ -67,6 +67,38 @@ TEST_F(LauncherTest, ShimOutlivesTheLauncherAndIsAdopted) {
   EXPECT_EQ(e.exit_code, 7);
 }
 
+// A status that cannot be written when the job ends (a full disk; here a directory in
+// the way of its temporary file) is not a lost job: the shim stays, tries again, and
+// once the write lands the launcher reports how the job really ended, and when.
+TEST_F(LauncherTest, AStatusThatCannotBeWrittenYetIsReportedOnceItIsNotLost) {
+  LaunchSpec spec = TestSpec(245, {"sh", "-c", "read x < fifo; exit 5"});
+  spec.workdir = dir_.path();
+  ASSERT_EQ(::mkfifo((dir_.path() + "/fifo").c_str(), 0600), 0);
+  Start(spec);
+  const std::string squatter = JobFile(245, kStatusFile) + ".tmp";
+  ASSERT_EQ(::mkdir(squatter.c_str(), 0700), 0);
+  {
+    FILE* f = std::fopen((dir_.path() + "/fifo").c_str(), "w");
+    ASSERT_NE(f, nullptr);
+    std::fputs("go\n", f);
+    std::fclose(f);
+  }
+  ASSERT_TRUE(
+      WaitForFileContaining(JobFile(245, kShimLogFile), "cannot record the job's status", 10'000))
+      << ReadWholeFile(JobFile(245, kShimLogFile));
+  const int64_t failed_at_us = std::chrono::duration_cast<std::chrono::microseconds>(
+                                   std::chrono::system_clock::now().time_since_epoch())
+                                   .count();
+  EXPECT_EQ(launcher_->Running(), std::vector<RunId>{TaskRun(245)});
+  ASSERT_EQ(::rmdir(squatter.c_str()), 0);
+  JobEvent e = Finish(245, 60'000);
+  EXPECT_EQ(e.kind, Kind::kExited) << e.reason;
+  EXPECT_EQ(e.exit_code, 5);
+  EXPECT_LE(e.time_us, failed_at_us);  // its real end, not the moment the write landed
+  EXPECT_NE(ReadWholeFile(JobFile(245, kShimLogFile)).find("recorded the job's status at try"),
+            std::string::npos);
+}
+
 // Runs live where users see them (STATE/jobs/<job>/<task>.<attempt>, exec sessions in
 // STATE/jobs/<job>/exec-<id>), and a task holds one attempt on a node at a time: a later
 // attempt is refused while an earlier one runs, whatever else of the job runs beside it.

@@ -572,18 +572,45 @@ int Shim::Finish() {
   // session's need not: its client, and so the session, is gone after a reboot. The
   // fsync cost an exec about 0.6 ms of CPU (docs/benchmarks.md, "Gang start-up").
   const bool exec_session = final_.id.is_exec();
-  Status st = WriteFileDurably(args_.job_dir + "/" + kStatusFile, FinalStatusToJson(final_), 0600,
-                               /*sync=*/!exec_session);
-  if (!st.ok()) {
-    ShimLog("cannot record the job's status: %s", st.message().c_str());
-    return 1;
-  }
+  if (!RecordStatus(/*sync=*/!exec_session)) return 1;
   if (final_.reason.empty()) {
     ShimNote("%s finished: ok", ToString(final_.id).c_str());
   } else {
     ShimLog("%s finished: %s", ToString(final_.id).c_str(), final_.reason.c_str());
   }
   return 0;
+}
+
+// The status file is the only record of how the job ended: a shim that exits without it
+// makes the agent report the job LOST however it ended. So a write that fails (a full or
+// failing disk) is tried again, waiting 0.5 s and up to 30 s between tries, for as long
+// as the run's directory exists; meanwhile the agent sees the shim alive and the job
+// still running, and it learns the real outcome, with its real end time, once the write
+// lands. A directory gone (the agent removed the run) ends the tries: no one will read it.
+bool Shim::RecordStatus(bool sync) {
+  const std::string path = args_.job_dir + "/" + kStatusFile;
+  const std::string status = FinalStatusToJson(final_);
+  Status st = WriteFileDurably(path, status, 0600, sync);
+  if (st.ok()) return true;
+  ShimLog("cannot record the job's status: %s; trying again until it can", st.message().c_str());
+  int64_t wait_ms = 500;
+  int tries = 1;
+  while (!st.ok()) {
+    if (::access(args_.job_dir.c_str(), F_OK) != 0) {
+      ShimLog("the run's directory %s is gone; the job's status is not recorded",
+              args_.job_dir.c_str());
+      return false;
+    }
+    struct timespec pause = {static_cast<time_t>(wait_ms / 1000),
+                             static_cast<long>(wait_ms % 1000) * 1'000'000};
+    while (::nanosleep(&pause, &pause) != 0 && errno == EINTR) {
+    }
+    wait_ms = std::min<int64_t>(wait_ms * 2, 30'000);
+    st = WriteFileDurably(path, status, 0600, sync);
+    ++tries;
+  }
+  ShimLog("recorded the job's status at try %d", tries);
+  return true;
 }
 
 int Shim::Run() {

@@ -6,7 +6,8 @@
 // SIGINT to the shim cancels the job (TERM to its process group, KILL after grace_s),
 // the time limit does the same with timed_out set. When the job's main process ends,
 // the rest of its process group and cgroup are killed, DIR/status.json is written
-// atomically, and the shim exits 0 (non-zero only when it could not record a status).
+// atomically (tried again while the write fails, e.g. on a full disk), and the shim
+// exits 0 (non-zero only when DIR vanished before the status could be recorded).
 #pragma once
 
 #include <string>

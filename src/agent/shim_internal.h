@@ -60,6 +60,7 @@ class Shim {
   void OnStopSignal();
   void Report(const std::string& line);
   int Finish();
+  bool RecordStatus(bool sync);  // writes status.json, trying again while it fails
   void SetExitReason();
 
   ShimArgs args_;
