@@ -160,6 +160,8 @@ struct JobEvent {
   // the signal (protocol::Event's fields); nullopt for an event made without them.
   std::optional<protocol::KillCause> kill_cause;
   std::string kill_detail;
+  // kLost: the node could not start it, its own fault (protocol::Event::not_started).
+  bool not_started = false;
 };
 
 std::string_view JobEventKindName(JobEvent::Kind kind);  // "started", "exited", ...

@@ -581,10 +581,10 @@ int Shim::Finish() {
   return 0;
 }
 
-// The status file is the only record of how the job ended: a shim that exits without it
-// makes the agent report the job LOST however it ended. So a write that fails (a full or
-// failing disk) is tried again, waiting 0.5 s and up to 30 s between tries, for as long
-// as the run's directory exists; meanwhile the agent sees the shim alive and the job
+// The status file is the only record of how a started job ended: a shim that exits
+// without it makes the agent report the job LOST however it ended. So a write that
+// fails (a full or failing disk) is tried again, waiting 0.5 s and up to 30 s between
+// tries, for as long as the run's directory exists; meanwhile the agent sees the shim alive and the job
 // still running, and it learns the real outcome, with its real end time, once the write
 // lands. A directory gone (the agent removed the run) ends the tries: no one will read it.
 bool Shim::RecordStatus(bool sync) {
@@ -592,6 +592,12 @@ bool Shim::RecordStatus(bool sync) {
   const std::string status = FinalStatusToJson(final_);
   Status st = WriteFileDurably(path, status, 0600, sync);
   if (st.ok()) return true;
+  if (!final_.started) {
+    // The launcher waits for this shim to say the job did not start: it reports the
+    // failure itself, as the node's, when the status is missing.
+    ShimLog("cannot record the job's status: %s", st.message().c_str());
+    return false;
+  }
   ShimLog("cannot record the job's status: %s; trying again until it can", st.message().c_str());
   int64_t wait_ms = 500;
   int tries = 1;

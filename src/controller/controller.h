@@ -637,10 +637,10 @@ class Controller {
   void CountQueuedSubmission(const jobs::Job& job, int64_t delta) REQUIRES(mu_);
   // Sets a pending job's pending_reason from the last pass.
   void AttachPendingReason(jobs::Job* job) const REQUIRES(mu_);
-  // The health circuit breaker (docs/health.md): whether taking `node`'s GPU or the node
-  // out of service now keeps the nodes taken out automatically within the hour within
-  // health_breaker_fraction of the pool (at least 1); if so it is counted.
+  // The health circuit breaker (docs/health.md): whether taking `node` (or a GPU) out now
+  // keeps the hour's automatic ones within health_breaker_fraction (>= 1); counted if so.
   bool BreakerAllows(const std::string& node, int64_t now) REQUIRES(mu_);
+  void DrainAfterLaunchFailure(const std::string& node, const std::string& reason) EXCLUDES(mu_);
   // What the breaker does instead: the GPU is only suspect, with the reason; no job ends.
   void HoldBack(const std::string& node, const std::string& uuid, gpu::XidOutcome* o) REQUIRES(mu_);
   // Writes node `name`'s GPU health to its stored record (node_write_mu_ then mu_).

@@ -622,6 +622,16 @@ std::string NodePath(const std::string& path) {
   return path.size() > kMaxNodePath || path.find('\0') != std::string::npos ? "" : path;
 }
 
+// Whether `raw` names a task of `job`'s current attempt placed on `node` that has not
+// started: what a node's launch failure may be about.
+bool IsUnstartedTaskHere(const Job& job, const std::string& node, const Event& raw) {
+  const auto t = static_cast<size_t>(raw.task_index);
+  return raw.attempt == job.attempt && raw.task_index >= 0 && t < job.placement.size() &&
+         job.placement[t].node == node &&
+         (job.state == jobs::JobState::kAssigned || job.state == jobs::JobState::kRunning) &&
+         (t >= job.tasks.size() || job.tasks[t].start_time_us == 0);
+}
+
 // What an agent's report of a task says, as a lifecycle event.
 lifecycle::Event LifecycleEvent(const std::string& node, const Event& raw, int64_t time_us) {
   const std::string out = NodePath(raw.stdout_path);
@@ -653,7 +663,8 @@ lifecycle::Event LifecycleEvent(const std::string& node, const Event& raw, int64
     case protocol::EventKind::kLost:
       break;
   }
-  return lifecycle::TaskLost{node, raw.task_index, raw.attempt, NodeReason(raw.reason)};
+  return lifecycle::TaskLost{node, raw.task_index, raw.attempt, NodeReason(raw.reason),
+                             raw.not_started};
 }
 
 }  // namespace
@@ -683,8 +694,30 @@ std::vector<Controller::EventCommit> Controller::CommitEventGroup(
   return out;
 }
 
+// A node that could not start a job by a fault of its own (Event::not_started) would fail
+// every job sent to it until fixed (a full disk, a missing supervisor), so it is drained,
+// as a failed health check drains a node, under the same circuit breaker; `gpupool node
+// resume` returns it. Its own node only: an agent can drain nothing else.
+void Controller::DrainAfterLaunchFailure(const std::string& node, const std::string& reason) {
+  {
+    MutexLock lock(mu_);
+    auto n = nodes_.find(node);
+    if (n == nodes_.end() || n->second.draining) return;
+    if (!BreakerAllows(node, clock_->NowMicros())) {
+      ++health_actions_held_;
+      spdlog::error("node {}: {}, but the health circuit breaker holds: not drained", node, reason);
+      return;
+    }
+  }
+  spdlog::error("node {} drained: {}", node, reason);
+  if (Result<NodeView> d = SetDrain(node, true, reason); !d.ok()) {
+    spdlog::error("node {}: cannot drain it: {}", node, d.status().message());
+  }
+}
+
 Status Controller::ApplyEvents(const std::string& node, const EventBatch& batch) {
   std::vector<Change> changes;
+  std::string launch_failure;  // a job this node could not start by its own fault
   {
     Lock lock(mu_);
     auto n = nodes_.find(node);  // nodes are never erased
@@ -697,10 +730,18 @@ Status Controller::ApplyEvents(const std::string& node, const EventBatch& batch)
         n->second.stray_running.erase({raw.job_id, raw.attempt});
         n->second.stray_gpus.erase({raw.job_id, raw.attempt});
       }
-      if (active_.count(raw.job_id) == 0) continue;  // already final: a resent event
+      auto job = active_.find(raw.job_id);
+      if (job == active_.end()) continue;  // already final: a resent event
+      if (raw.kind == protocol::EventKind::kLost && raw.not_started && launch_failure.empty() &&
+          IsUnstartedTaskHere(job->second, node, raw)) {
+        launch_failure =
+            "could not start job " + std::to_string(raw.job_id) + ": " + NodeReason(raw.reason);
+      }
       changes.push_back({raw.job_id, LifecycleEvent(node, raw, time_us), {}});
     }
   }
+  // Drained before the job goes back to the queue, so the next pass does not send it here.
+  if (!launch_failure.empty()) DrainAfterLaunchFailure(node, launch_failure);
   // In order, in one transaction (with the batches that came meanwhile): a job's second
   // event steps on its first one's result.
   std::vector<Result<Job>> answers;

@@ -347,7 +347,7 @@ Transition StopAll(const Job& job, Job next, int64_t now_us) {
 // A node of the job is lost (or no longer knows its task): the job ends LOST, or goes
 // back to the queue with --requeue. Its tasks elsewhere must not go on without it.
 Transition Lose(const Job& job, const std::string& reason, const std::string& gone_from,
-                int64_t now_us, JobState end_state = JobState::kLost) {
+                int64_t now_us, JobState end_state = JobState::kLost, bool requeue_anyway = false) {
   Job lost = job;
   NormalizeTasks(lost);
   std::map<std::string, StrayStop> nodes;  // started_there: a task of it started there, runs
@@ -375,7 +375,7 @@ Transition Lose(const Job& job, const std::string& reason, const std::string& go
     t = Preempted(job, ran);
     t.effects.log = "job " + Id(job) + " " + std::string(jobs::JobStateName(end_state)) +
                     " while being preempted, and requeued: " + reason;
-  } else if (job.requeue && !job.cancel_requested) {
+  } else if ((job.requeue || requeue_anyway) && !job.cancel_requested) {
     // Its attempt's GPU-hours stay with the job (accounting, usage), as a preempted one's.
     Job again = Requeued(job, reason);
     const jobs::EarlierAttempt run = EndedAttempt(
@@ -526,6 +526,19 @@ Result<Transition> OnTaskLost(const Job& job, const TaskLost& e, int64_t now_us)
   const std::string reason =
       e.reason.empty() ? TaskName(job, static_cast<size_t>(e.task)) + " was lost on " + e.node
                        : e.reason;
+  const auto t = static_cast<size_t>(e.task);
+  if (e.not_started && (t >= job.tasks.size() || job.tasks[t].start_time_us == 0)) {
+    // Nothing of it ran, and the node says the fault is its own: back to the queue.
+    Job counted = job;
+    counted.launch_failures += 1;
+    if (counted.launch_failures < kMaxLaunchFailures) {
+      return Lose(counted, reason, e.node, now_us, JobState::kLost, /*requeue_anyway=*/true);
+    }
+    return Lose(counted,
+                reason + " (" + std::to_string(counted.launch_failures) +
+                    " times nodes could not start it: not requeued again)",
+                e.node, now_us);
+  }
   return Lose(job, reason, e.node, now_us);
 }
 

@@ -67,7 +67,14 @@ struct TaskLost {
   int task = 0;
   int attempt = 0;
   std::string reason;  // empty: "task T (node N) was lost on N"
+  // The node could not start the task, by a fault of its own (protocol::Event): nothing
+  // of it ran, so the job goes back to the queue whether or not it asked for --requeue,
+  // at most kMaxLaunchFailures times.
+  bool not_started = false;
 };
+// How many times nodes may fail to start a job (TaskLost::not_started) before it is
+// lost like any other job instead of requeued.
+inline constexpr int kMaxLaunchFailures = 5;
 // `node` stopped answering (or went down while the job was being placed on it).
 struct NodeLost {
   std::string node;

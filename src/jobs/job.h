@@ -242,6 +242,9 @@ struct Job {
   // When the controller placed the current attempt (its clock; 0: not placed yet, or
   // stored before it was kept). No task of the attempt can have started before it.
   int64_t placed_time_us = 0;
+  // How many times a node could not start it, by a fault of the node's own (its disk);
+  // each put it back in the queue (controller lifecycle, TaskLost::not_started).
+  int launch_failures = 0;
   int64_t start_time_us = 0;  // 0 = not started
   int64_t end_time_us = 0;    // 0 = not ended
   std::optional<int> exit_code;

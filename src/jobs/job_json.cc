@@ -241,6 +241,7 @@ OrderedJson JobToJson(const Job& job) {
   j["state"] = JobStateName(job.state);
   j["submit_time_us"] = job.submit_time_us;
   if (job.placed_time_us != 0) j["placed_time_us"] = job.placed_time_us;
+  if (job.launch_failures != 0) j["launch_failures"] = job.launch_failures;
   j["start_time_us"] = job.start_time_us;
   j["end_time_us"] = job.end_time_us;
   if (job.exit_code) j["exit_code"] = *job.exit_code;
@@ -547,6 +548,7 @@ Result<Job> JobFromJson(const Json& j, std::string_view path, bool reject_unknow
   }
   f.Optional("submit_time_us", &job.submit_time_us, 0);
   f.Optional("placed_time_us", &job.placed_time_us, 0);
+  f.Optional("launch_failures", &job.launch_failures, 0);
   f.Optional("start_time_us", &job.start_time_us, 0);
   f.Optional("end_time_us", &job.end_time_us, 0);
   f.Optional("exit_code", &job.exit_code);

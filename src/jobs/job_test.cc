@@ -50,6 +50,7 @@ TEST(JobJsonTest, RoundTrip) {
   j.state = JobState::kRunning;
   j.submit_time_us = 1'800'000'000'000'000;
   j.placed_time_us = 1'800'000'060'000'000;
+  j.launch_failures = 2;
   j.exit_code = 3;
   j.placement = {{"node1", {2}, {"GPU-abc"}, 250}};
   j.image = "localhost/train:1";

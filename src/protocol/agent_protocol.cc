@@ -105,6 +105,7 @@ OrderedJson EncodeEvent(const Event& e) {
   if (!e.stdout_path.empty()) j["stdout_path"] = e.stdout_path;
   if (!e.stderr_path.empty()) j["stderr_path"] = e.stderr_path;
   if (e.master_port != 0) j["master_port"] = e.master_port;
+  if (e.not_started) j["not_started"] = true;
   return j;
 }
 
@@ -129,6 +130,7 @@ Result<Event> DecodeEvent(const Json& j, const std::string& path) {
   f.Optional("stdout_path", &e.stdout_path);
   f.Optional("stderr_path", &e.stderr_path);
   f.Optional("master_port", &e.master_port, 0, 65535);
+  f.Optional("not_started", &e.not_started);
   GP_RETURN_IF_ERROR(f.Finish());
   // A name this build does not know (a newer agent's, or garbage) is kept as kUnknown:
   // the end still counts, and the controller logs it and reads `reason` instead.

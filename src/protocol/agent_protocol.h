@@ -220,6 +220,10 @@ struct Event {
   std::string stdout_path;
   std::string stderr_path;
   int master_port = 0;  // kStarted of task 0: the rendezvous port its agent picked
+  // kLost: the node could not start the task, by a fault of its own (a full or failing
+  // disk, its supervisor missing); nothing of the task ran. Optional on the wire, no
+  // new minor: an older controller reads it as a plain loss.
+  bool not_started = false;
   friend bool operator==(const Event&, const Event&) = default;
 };
 

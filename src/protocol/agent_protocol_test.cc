@@ -385,6 +385,28 @@ TEST(ProtocolEvents, AKillCauseRoundTripsByName) {
   EXPECT_EQ(back->events[0].kill_cause, std::nullopt);
 }
 
+// A task its node could not start by its own fault is a loss with not_started, which
+// crosses only when set (an older controller reads a plain loss).
+TEST(ProtocolEvents, ATaskItsNodeCouldNotStartCrossesAsNotStarted) {
+  EventBatch b;
+  b.node = "n1";
+  b.events.push_back(Event{.kind = EventKind::kLost,
+                           .job_id = 7,
+                           .attempt = 1,
+                           .reason = "node n1 could not start it: No space left on device",
+                           .not_started = true});
+  b.events.push_back(Event{.kind = EventKind::kLost, .job_id = 8, .attempt = 1});
+  const Json wire = Reparse(EncodeEventBatch(b));
+  EXPECT_EQ(wire["events"][0]["not_started"], true);
+  EXPECT_FALSE(wire["events"][1].contains("not_started"));
+  Result<EventBatch> back = DecodeEventBatch(wire);
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(back->events, b.events);
+  Json bad = wire;
+  bad["events"][0]["not_started"] = "yes";
+  EXPECT_FALSE(DecodeEventBatch(bad).ok());
+}
+
 // A cause from the network is not trusted: a name this build does not know is kept as
 // kUnknown (the end still counts), a value of the wrong type is an error naming the field.
 TEST(ProtocolEvents, AHostileKillCauseIsUnknownOrRefusedNeverACrash) {

@@ -246,7 +246,13 @@ void AgentLoop::Launch(const protocol::LaunchOrder& order) {
   Status s = launcher_->Launch(spec);
   if (!s.ok()) {
     if (options_.mps != nullptr) (void)options_.mps->Release(id);
-    FailLaunch(id, "could not launch: " + s.message());
+    // A request the launcher refuses is the job's (or the controller's) to hear; anything
+    // else (its files cannot be written, its supervisor cannot start) is this node's fault.
+    if (s.code() == StatusCode::kInvalidArgument || s.code() == StatusCode::kAlreadyExists) {
+      FailLaunch(id, "could not launch: " + s.message());
+    } else {
+      NodeCannotLaunch(id, s.message());
+    }
   }
 }
 
@@ -489,6 +495,21 @@ void AgentLoop::FailLaunchLocked(const RunId& id, const std::string& reason, boo
   unsent_.push_back(std::move(ev));
 }
 
+void AgentLoop::NodeCannotLaunch(const RunId& id, const std::string& why) {
+  // Nothing ran, and the fault is the node's: lost with not_started, so that the
+  // controller puts the job back in the queue and takes the node out of service.
+  agent::JobEvent ev;
+  ev.id = id;
+  ev.dir = agent::JobDir(options_.state_dir, id);
+  ev.kind = agent::JobEvent::Kind::kLost;
+  ev.not_started = true;
+  ev.time_us = NowMicros();
+  ev.reason = "node " + options_.node_name + " could not start it: " + why;
+  spdlog::error("agent: {} not started, by a fault of this node: {}", agent::ToString(id), why);
+  std::lock_guard lock(mu_);
+  unsent_.push_back(std::move(ev));
+}
+
 Result<jobs::EnvNeeds> AgentLoop::NeedsOf(const jobs::Job& job) {
   if (!job.needs.empty() || job.image.empty()) return job.needs;
   GP_ASSIGN_OR_RETURN(std::string id, envcheck::ImageId(job.image, options_.container.global_args));
@@ -717,6 +738,7 @@ void AgentLoop::ToWire(const agent::JobEvent& ev, protocol::EventBatch* batch) {
   e.reason = ev.reason;
   e.kill_cause = ev.kill_cause;
   e.kill_detail = ev.kill_detail;
+  e.not_started = ev.not_started;
   if (ev.kind != agent::JobEvent::Kind::kLost) {
     e.stdout_path = ev.stdout_file.empty() ? dir + "/stdout.log" : ev.stdout_file;
     e.stderr_path = ev.stderr_file.empty() ? dir + "/stderr.log" : ev.stderr_file;

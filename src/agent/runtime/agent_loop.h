@@ -178,6 +178,9 @@ class AgentLoop {
   Result<jobs::EnvNeeds> NeedsOf(const jobs::Job& job);
   void FailLaunch(const RunId& id, const std::string& reason, bool cancelled = false);
   void FailLaunchLocked(const RunId& id, const std::string& reason, bool cancelled);
+  // The node could not start the task, by a fault of its own (its disk): reported lost
+  // with not_started (protocol::Event), so the controller requeues the job and drains us.
+  void NodeCannotLaunch(const RunId& id, const std::string& why);
   // The GPU memory watch's view of a run (callers hold mu_): a share it watches, or
   // nothing (not a share, a MIG instance, the watch off, already stopped by it).
   std::optional<WatchedShare> WatchedShareOf(const RunId& id, const agent::LaunchSpec& spec) const;

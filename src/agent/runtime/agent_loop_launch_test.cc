@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <fstream>
 #include <thread>
 
 #include "agent/job_files.h"
@@ -154,6 +155,27 @@ TEST_F(AgentLoopLaunchTest, ATaskOfThePreviousLayoutIsRegisteredAndStoppedByItsI
     EXPECT_EQ(e.stdout_path, legacy + "/stdout.log");
   }
   EXPECT_EQ(testing::ReadWholeFile(legacy + "/stdout.log"), "old\n");
+}
+
+// A launch this node cannot carry out by a fault of its own (here a file where the job's
+// directory goes; a full disk fails the same writes) is reported lost with not_started,
+// naming the node and the cause, so the controller requeues the job and drains the node
+// instead of failing it; nothing of the job ran.
+TEST_F(AgentLoopLaunchTest, ALaunchTheNodeCannotCarryOutIsTheNodesFault) {
+  fs::create_directories(dir_.path() + "/jobs");
+  { std::ofstream(dir_.path() + "/jobs/9") << "in the way"; }
+  link_->QueueWork(Launch(9, 1, "touch " + dir_.path() + "/ran"));
+  StartLoop();
+  ASSERT_TRUE(link_->WaitFor([](const auto& r) { return Has(r, Kind::kLost, 9, 0, 1); }));
+  for (const protocol::Event& e : link_->recorded().Events()) {
+    if (e.job_id != 9) continue;
+    EXPECT_EQ(e.kind, Kind::kLost);
+    EXPECT_TRUE(e.not_started);
+    EXPECT_NE(e.reason.find("node n1 could not start it: "), std::string::npos) << e.reason;
+    EXPECT_NE(e.reason.find("is not a directory"), std::string::npos) << e.reason;
+  }
+  EXPECT_FALSE(fs::exists(dir_.path() + "/ran"));
+  EXPECT_TRUE(launcher_->Running().empty());
 }
 
 }  // namespace
