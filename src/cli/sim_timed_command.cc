@@ -60,6 +60,7 @@ struct TimedFlags {
   bool fair_shortest_first = false;
   std::string fair_order = "share";
   double fair_sjf_bound = 0;
+  double fair_sjf_penalty = 0;
   std::string preempt_by = "share";
   double preempt_service_gap = 0;
   int64_t preempt_wait_budget = 0;
@@ -241,6 +242,7 @@ Status CheckFlags(const TimedFlags& f, sched::StartRule* rule,
     const char* fair_only = f.fair_shortest_first       ? "--fair-shortest-first"
                             : f.fair_order != "share"   ? "--fair-order"
                             : f.fair_sjf_bound > 0      ? "--fair-sjf-bound"
+                            : f.fair_sjf_penalty > 0    ? "--fair-sjf-penalty"
                             : f.fair_starving_after > 0 ? "--fair-starving-after"
                                                         : nullptr;
     if (fair_only != nullptr) {
@@ -263,7 +265,13 @@ Status CheckFlags(const TimedFlags& f, sched::StartRule* rule,
                     "give them the same measure (service or attainment)",
                     f.fair_order, f.preempt_by));
   }
+  if (f.fair_sjf_penalty > 0 && !(f.fair_sjf_bound > 0)) {
+    return Status::InvalidArgument(
+        "--fair-sjf-penalty stretches the order of --fair-sjf-bound: add --fair-sjf-bound K "
+        "(1000: no bound)");
+  }
   queue_config->fair_sjf_bound = f.fair_sjf_bound;
+  queue_config->fair_sjf_penalty = f.fair_sjf_penalty;
   return Status::Ok();
 }
 
@@ -456,6 +464,11 @@ void AddPreemptionAndFailureOptions(CLI::App* cmd, TimedFlags& f) {
   cmd->add_option("--fair-sjf-bound", flags->fair_sjf_bound,
                   "with --queue fair (an experiment): every job shortest first, except that a "
                   "group above K times an equal share goes after the others (0: off)")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 1000.0));
+  cmd->add_option("--fair-sjf-penalty", flags->fair_sjf_penalty,
+                  "with --fair-sjf-bound (an experiment): a job's run time in that order is "
+                  "multiplied by 1 + B x how far its group is over an equal share (0: off)")
       ->capture_default_str()
       ->check(CLI::Range(0.0, 1000.0));
   cmd->add_option("--preempt-by", flags->preempt_by,

@@ -202,6 +202,11 @@ class SimCliTest(unittest.TestCase):
                 "--fair-order", "service", "--fair-sjf-bound", "2")
         self.assertEqual(r.returncode, 2)
         self.assertIn("--fair-order service and --fair-sjf-bound", r.stderr)
+        r = run("sim", "timed", "--trace", trace, "--cluster", "1x2", "--queue", "fair",
+                "--fair-sjf-penalty", "1")
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("--fair-sjf-penalty stretches the order of --fair-sjf-bound: add "
+                      "--fair-sjf-bound K", r.stderr)
         # An option that orders or preempts says what it needs instead of doing nothing.
         for flags, needs in (
                 (["--fair-shortest-first"], "--fair-shortest-first orders the fair-share "
@@ -209,6 +214,7 @@ class SimCliTest(unittest.TestCase):
                 (["--queue", "sjf", "--fair-order", "service"], "--fair-order orders the "
                  "fair-share queue: add --queue fair (the queue is sjf)"),
                 (["--fair-sjf-bound", "2"], "--fair-sjf-bound orders"),
+                (["--fair-sjf-penalty", "1"], "--fair-sjf-penalty orders"),
                 (["--fair-starving-after", "60"], "--fair-starving-after orders"),
                 (["--min-runtime", "60"], "--min-runtime requires --preemption"),
                 (["--preempt-by", "service"], "--preempt-by requires --preemption"),

@@ -14,7 +14,9 @@
 // pass reads the order (a pass capped at max_starts reads a few of 100,000 jobs).
 // Two experiments of the simulator change the groups' key (QueuePolicyConfig): the
 // groups' service ratio from fair_service (least served first), or fair_sjf_bound (one
-// shortest-first order over every group, groups above the bound after the others).
+// shortest-first order over every group, groups above the bound after the others);
+// fair_sjf_penalty stretches that order's run times by how far a group is over an equal
+// share.
 #include <algorithm>
 #include <queue>
 #include <tuple>
@@ -69,7 +71,8 @@ class FairOrder final : public QueueOrder {
     };
     // fair_sjf_bound: the dominant share above which a group goes after the others.
     if (config.fair_sjf_bound > 0 && !groups_.empty()) {
-      bound_ = config.fair_sjf_bound / static_cast<double>(groups_.size());
+      equal_share_ = 1 / static_cast<double>(groups_.size());
+      bound_ = config.fair_sjf_bound * equal_share_;
     }
     for (auto& [name, g] : groups_) {
       auto w = config.fair_weights.find(name);
@@ -120,7 +123,7 @@ class FairOrder final : public QueueOrder {
   // a total order, so the result does not depend on heap internals or on the groups'
   // order. The keys: (weighted dominant share, 0); with fair_service (service ratio,
   // weighted dominant share); with fair_sjf_bound (1 above the bound else 0, the next
-  // job's run time).
+  // job's run time, times 1 + fair_sjf_penalty x how far the share is over an equal one).
   void Push(std::string_view name, const Group& g) {
     if (g.next >= g.jobs.size()) return;
     const size_t j = g.jobs[g.next];
@@ -130,6 +133,9 @@ class FairOrder final : public QueueOrder {
     if (bound_ > 0) {
       key = share > bound_ ? 1 : 0;
       second = static_cast<double>(ctx_.pending[j]->SjfRuntime().value_or(kNoPlannedEnd));
+      if (config_.fair_sjf_penalty > 0) {
+        second *= 1 + config_.fair_sjf_penalty * std::max(0.0, share / equal_share_ - 1);
+      }
     } else if (config_.fair_service != nullptr) {
       key = g.service;
       second = share;
@@ -145,7 +151,8 @@ class FairOrder final : public QueueOrder {
   Group* last_ = nullptr;  // groups_[last_name_]: jobs of one group often come in a row
   std::vector<size_t> aged_;
   size_t aged_next_ = 0;
-  double bound_ = 0;  // fair_sjf_bound / active groups; 0: off
+  double bound_ = 0;        // fair_sjf_bound / active groups; 0: off
+  double equal_share_ = 0;  // 1 / active groups, with bound_
   using Key = std::tuple<double, double, int64_t, size_t, std::string_view>;
   std::priority_queue<Key, std::vector<Key>, std::greater<>> heap_;
 };

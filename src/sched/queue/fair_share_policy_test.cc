@@ -315,6 +315,41 @@ TEST(FairShareQueuePolicy, SjfBoundOrdersEveryJobShortestFirstWithinTheBound) {
   EXPECT_EQ(read, (std::vector<size_t>{0, 2, 3, 1}));
 }
 
+// H holds 12 of 16 GPUs (x = 0.75 / (1/2) = 1.5 times an equal share); both groups
+// wait with 1-GPU jobs: H's short a (100 s) and long b (400 s), L's c (200 s) and d
+// (450 s, slightly longer than b).
+TEST(FairShareQueuePolicy, SjfPenaltyStretchesTheRunTimesOfAGroupOverItsShare) {
+  ClusterState cluster = MakeCluster(2, 8);
+  QueuedJob running_h = Job("rh", "H", 0, {GpuTask(8), GpuTask(4)});
+  std::vector<RunningJob> running = {RunningJob{&running_h, 0, {}}};
+  std::vector<QueuedJob> jobs = {
+      Job("a", "H", 1, {GpuTask(1)}, 100), Job("b", "H", 2, {GpuTask(1)}, 400),
+      Job("c", "L", 3, {GpuTask(1)}, 200), Job("d", "L", 4, {GpuTask(1)}, 450)};
+  QueuePolicyConfig config;
+  config.fair_sjf_bound = 1000;
+  // No penalty: shortest first whatever the group.
+  EXPECT_EQ(FairOrder(jobs, running, cluster, config), (std::vector<size_t>{0, 2, 1, 3}));
+  // B = 1: a's key is 100 x 1.5 = 150, before c's 200; with a counted as started H holds
+  // 13/16 (x = 1.625), so b's key is 400 x 1.625 = 650, after d's 450.
+  config.fair_sjf_penalty = 1;
+  EXPECT_EQ(FairOrder(jobs, running, cluster, config), (std::vector<size_t>{0, 2, 3, 1}));
+  // Gradual: B = 0.1 stretches b to 425, still before d.
+  config.fair_sjf_penalty = 0.1;
+  EXPECT_EQ(FairOrder(jobs, running, cluster, config), (std::vector<size_t>{0, 2, 1, 3}));
+  // B = 4: a's key is 100 x 3 = 300, so even the short job goes after c.
+  config.fair_sjf_penalty = 4;
+  EXPECT_EQ(FairOrder(jobs, running, cluster, config), (std::vector<size_t>{2, 0, 3, 1}));
+  // The lazy order is the same.
+  config.fair_sjf_penalty = 1;
+  auto p = BuiltinQueuePolicies().Create("fair", config);
+  ASSERT_TRUE(p.ok());
+  auto pending = Pointers(jobs);
+  std::unique_ptr<QueueOrder> lazy = (*p)->Lazy(QueueContext{0, pending, running, &cluster});
+  std::vector<size_t> read;
+  while (std::optional<size_t> i = lazy->Next()) read.push_back(*i);
+  EXPECT_EQ(read, (std::vector<size_t>{0, 2, 3, 1}));
+}
+
 class FixedService final : public GroupServiceSource {
  public:
   explicit FixedService(std::map<std::string, double, std::less<>> ratios)

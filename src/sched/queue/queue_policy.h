@@ -71,8 +71,14 @@ struct QueuePolicyConfig {
   // above K / (groups with jobs running or waiting) goes after every group within it;
   // the filling counts each job handed out as started. Both need fair_shortest_first's
   // order inside a group for K (implied) and use it for the service order when set.
+  // fair_sjf_penalty B > 0 (with fair_sjf_bound only): the shortest-first key of a job is
+  // its run time times 1 + B * max(0, x - 1), x = its group's weighted dominant share
+  // (jobs handed out in the pass counted as started) over an equal share (1 / groups
+  // with jobs running or waiting): a group over its share falls back gradually, its long
+  // jobs first.
   std::shared_ptr<const GroupServiceSource> fair_service;
   double fair_sjf_bound = 0;
+  double fair_sjf_penalty = 0;
 };
 
 // An order handed out one index at a time, so that a pass that stops early (at its
