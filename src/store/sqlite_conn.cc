@@ -3,7 +3,17 @@
 namespace gpupool::store::internal {
 
 Status SqliteError(sqlite3* db, const std::string& what) {
-  return Status::Internal("sqlite: " + what + ": " + sqlite3_errmsg(db));
+  return SqliteStatus(sqlite3_errcode(db), "sqlite: " + what + ": " + sqlite3_errmsg(db));
+}
+
+Status SqliteStatus(int code, const std::string& message) {
+  if ((code & 0xff) == SQLITE_FULL) {
+    // Said plainly: the admin's disk, not the caller's request.
+    return Status::Internal(message +
+                            " (the disk that holds the pool's database is full: free space "
+                            "there, by default under the server's --state-dir, and try again)");
+  }
+  return Status::Internal(message);
 }
 
 Result<std::unique_ptr<SqliteReadPool>> SqliteReadPool::Open(const std::string& path, size_t n,

@@ -96,6 +96,9 @@ class Stmt {
 
 // "sqlite: WHAT: the connection's last error".
 Status SqliteError(sqlite3* db, const std::string& what);
+// `message` as a Status for SQLite result code `code`; a full disk (SQLITE_FULL) says
+// whose disk and what to do.
+Status SqliteStatus(int code, const std::string& message);
 
 // Read-only connections to one database file in WAL mode. A WAL reader never waits for
 // the writer (nor the writer for it): each statement run outside a transaction reads the

@@ -779,10 +779,10 @@ class SqliteStore final : public Store {
 
   Status Exec(const std::string& sql) {
     char* err = nullptr;
-    if (sqlite3_exec(db_, sql.c_str(), nullptr, nullptr, &err) != SQLITE_OK) {
+    if (const int rc = sqlite3_exec(db_, sql.c_str(), nullptr, nullptr, &err); rc != SQLITE_OK) {
       std::string msg = err != nullptr ? err : "unknown error";
       sqlite3_free(err);
-      return Status::Internal("sqlite: " + msg);
+      return internal::SqliteStatus(rc, "sqlite: " + msg);
     }
     return Status::Ok();
   }

@@ -2,6 +2,7 @@
 #include "store/sqlite_store.h"
 
 #include <gtest/gtest.h>
+#include <sqlite3.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -10,6 +11,8 @@
 #include <future>
 #include <thread>
 #include <vector>
+
+#include "store/sqlite_conn.h"
 
 namespace gpupool::store {
 namespace {
@@ -39,6 +42,30 @@ class SqliteReadsTest : public ::testing::Test {
 
   std::filesystem::path dir_;
 };
+
+// A write that finds the disk full says whose disk it is and what to do, beside
+// SQLite's own words: the caller of `gpupool submit` sees it, and it is not theirs to fix.
+TEST(SqliteErrors, AFullDiskSaysWhoseDiskAndWhatToDo) {
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open(":memory:", &db), SQLITE_OK);
+  ASSERT_EQ(sqlite3_exec(db, "CREATE TABLE t(x BLOB); PRAGMA max_page_count = 8;", nullptr, nullptr,
+                         nullptr),
+            SQLITE_OK);
+  int rc = SQLITE_OK;
+  for (int i = 0; i < 100 && rc == SQLITE_OK; ++i) {
+    rc = sqlite3_exec(db, "INSERT INTO t VALUES(zeroblob(4096))", nullptr, nullptr, nullptr);
+  }
+  ASSERT_EQ(rc, SQLITE_FULL);
+  const Status full = internal::SqliteError(db, "store job 7");
+  EXPECT_NE(full.message().find("sqlite: store job 7: database or disk is full"), std::string::npos)
+      << full.message();
+  EXPECT_NE(full.message().find("free space there, by default under the server's --state-dir"),
+            std::string::npos)
+      << full.message();
+  sqlite3_close(db);
+  const Status other = internal::SqliteStatus(SQLITE_CONSTRAINT, "sqlite: x: constraint");
+  EXPECT_EQ(other.message(), "sqlite: x: constraint");
+}
 
 // The old store ran every call on one connection behind one mutex, so these reads waited
 // until the write committed (here: until the hook gave up waiting for them, and then saw

@@ -1,0 +1,156 @@
+#!/usr/bin/env python3
+"""A node whose disk fills up (docs/health.md): the pool must neither lose a job that
+ended while the disk was full, nor fail the jobs sent to that node.
+
+A server, and an agent ("full") whose state directory is a small tmpfs the test fills
+with a file; later a second agent ("spare") on an ordinary directory.
+  1. A job running on "full" ends while its disk is full: it is not recorded LOST; once
+     the file is removed it is SUCCEEDED, with the end time it really had.
+  2. A job sent to "full" while its disk is full is not FAILED: it goes back to the
+     queue, "full" is drained naming the job and "No space left on device", and the job
+     runs on "spare". An admin's resume brings "full" back once the disk has room.
+
+Needs root (tmpfs mounts, jobs as the submitting user); skipped with a message where
+the tmpfs cannot be mounted.
+
+Usage: disk_full_test.py PATH_TO_GPUPOOL   (ctest passes the built binary)
+"""
+import os
+import subprocess
+import sys
+import unittest
+
+GPUPOOL = os.path.abspath(sys.argv.pop(1)) if len(sys.argv) > 1 else "gpupool"
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "testlib"))
+import pooltest  # noqa: E402  (tests/testlib)
+
+NODE = os.path.join(HERE, "node-4gpu.json")
+call = pooltest.call
+
+
+class DiskFullTest(unittest.TestCase):
+    def setUp(self):
+        if os.geteuid() != 0:
+            self.skipTest("needs root (a tmpfs mount, jobs as the submitting user)")
+        self.dir = pooltest.make_test_dir("gp-diskfull-")
+        self.fs = os.path.join(self.dir, "fullfs")
+        os.mkdir(self.fs)
+        mount = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m,mode=0755", "tmpfs",
+                                self.fs], capture_output=True, text=True)
+        if mount.returncode != 0:
+            pooltest.remove_dir(self.dir)
+            self.skipTest("cannot mount a tmpfs here: " + mount.stderr.strip())
+        self.procs = []
+        self.addCleanup(self.clean_up)  # also when the rest of setUp fails
+        self.sock = os.path.join(self.dir, "gpupool.sock")
+        self.server = self.spawn([GPUPOOL, "server", "--state-dir", self.dir, "--port", "0"],
+                                 "server.log")
+        pooltest.wait_for("the server", self.server_up, timeout=20)
+        self.start_agent("full", os.path.join(self.fs, "agent"))
+        pooltest.wait_for("node full up", lambda: self.node("full").get("state") == "up")
+
+    def clean_up(self):
+        if self._outcome_failed():
+            sys.stderr.write(pooltest.log_tails(self.dir, ("server.log", "full.log",
+                                                           "spare.log"), 6000))
+        pooltest.stop_processes(self.procs)
+        for state in (os.path.join(self.fs, "agent"), os.path.join(self.dir, "spare")):
+            pooltest.kill_leftovers(state)
+        subprocess.run(["umount", "-l", self.fs], check=False)
+        pooltest.remove_dir(self.dir)
+
+    def _outcome_failed(self):
+        result = getattr(getattr(self, "_outcome", None), "result", None)
+        if result is None:
+            return True
+        return any(test is self for test, _ in result.failures + result.errors)
+
+    def spawn(self, cmd, logname):
+        with open(os.path.join(self.dir, logname), "ab") as log:
+            p = subprocess.Popen(cmd, stdout=log, stderr=log, start_new_session=True)
+        self.procs.append(p)
+        return p
+
+    def server_up(self):
+        try:
+            return call(self.sock, "GET", "/v1/whoami")[0] == 200
+        except OSError:
+            return False
+
+    def start_agent(self, name, state_dir):
+        st, body = call(self.sock, "POST", "/v1/tokens", {"user": name, "kind": "node"})
+        self.assertEqual(st, 201, body)
+        self.spawn([GPUPOOL, "agent", "--controller", "unix:" + self.sock, "--token", body["token"],
+                    "--state-dir", state_dir, "--fake", NODE, "--node-name", name,
+                    "--telemetry-interval", "0"], name + ".log")
+
+    def node(self, name):
+        st, body = call(self.sock, "GET", "/v1/nodes")
+        self.assertEqual(st, 200, body)
+        return next((n for n in body["nodes"] if n["name"] == name), {})
+
+    def job(self, jid):
+        st, body = call(self.sock, "GET", "/v1/jobs/%d" % jid)
+        self.assertEqual(st, 200, body)
+        return body["job"]
+
+    def submit(self, command):
+        st, body = call(self.sock, "POST", "/v1/jobs",
+                        {"command": command, "workdir": self.dir, "request": {"gpus": 1}})
+        self.assertEqual(st, 201, body)
+        return body["job"]["id"]
+
+    def fill(self):
+        """Fills the tmpfs: writes until the kernel says it is full."""
+        with open(os.path.join(self.fs, "filler"), "wb") as f:
+            try:
+                while True:
+                    f.write(b"\0" * 65536)
+                    f.flush()
+            except OSError:
+                pass
+
+    def test_a_full_disk_neither_loses_nor_fails_jobs(self):
+        gate = os.path.join(self.dir, "gate")
+        os.mkfifo(gate)
+        ended = os.path.join(self.dir, "ended")
+        first = self.submit(["sh", "-c", "read x < %s; date +%%s%%N > %s" % (gate, ended)])
+        pooltest.wait_job(self.job, first, ("RUNNING",), 30)
+        self.fill()
+        with open(gate, "w") as g:
+            g.write("go\n")
+        pooltest.wait_for("the job's end", lambda: os.path.exists(ended) and
+                          os.path.getsize(ended) > 0)
+        with open(ended) as f:
+            ended_us = int(f.read().strip()) // 1000
+        # 2. A job sent to the full node goes back to the queue and the node is drained.
+        second = self.submit(["true"])
+        drained = pooltest.wait_for(
+            "node full drained", lambda: self.node("full").get("drain_reason"))
+        self.assertIn("could not start job %d" % second, drained)
+        self.assertIn("No space left on device", drained)
+        # Meanwhile the first job's supervisor could not write its status. Before the fix it
+        # gave up at once, and the agent, which watches it on a pidfd, reported the job
+        # LOST at once: long before the round trip of the second job above.
+        self.assertEqual(self.job(first)["state"], "RUNNING")
+        j = pooltest.wait_job(self.job, second, ("PENDING",), 30)
+        self.assertIn("No space left on device", j["reason"])
+        self.assertEqual(j.get("launch_failures"), 1)
+        self.start_agent("spare", os.path.join(self.dir, "spare"))
+        j = pooltest.wait_job(self.job, second, ("SUCCEEDED",), 60)
+        self.assertEqual(j["placement"][0]["node"], "spare")
+        self.assertEqual(j["attempt"], 2)
+
+        # 1, continued: the disk has room again; the first job ended as it really did.
+        os.remove(os.path.join(self.fs, "filler"))
+        j = pooltest.wait_job(self.job, first, ("SUCCEEDED",), 60)
+        self.assertEqual(j["exit_code"], 0)
+        self.assertLessEqual(abs(j["end_time_us"] - ended_us), 2_000_000, j)
+        st, body = call(self.sock, "POST", "/v1/nodes/full/resume", {})
+        self.assertEqual(st, 200, body)
+        self.assertEqual(self.node("full")["state"], "up")
+
+
+if __name__ == "__main__":
+    unittest.main()
