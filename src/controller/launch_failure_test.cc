@@ -147,5 +147,35 @@ TEST_F(LaunchFailureControllerTest, AReportForAnotherNodesJobDrainsNothing) {
   for (const NodeView& n : c_->Nodes()) EXPECT_EQ(n.state, "up") << n.name;
 }
 
+// A gang whose task 1 its node could not start: the whole job goes back to the queue,
+// task 0's node is told to stop it, and only task 1's node is drained.
+class LaunchFailureGangTest : public controller_test::GangTest {};
+
+TEST_F(LaunchFailureGangTest, TheGangGoesBackAndOnlyTheFaultyNodeIsDrained) {
+  Job j = SubmitGang();
+  (void)c_->WaitForWork(NodeOf(j, 0), 0);
+  Event s0 = Ev(j, EventKind::kStarted, 0, 0);
+  s0.master_port = 41000;
+  ASSERT_TRUE(Apply({s0}, NodeOf(j, 0)).ok());
+  ASSERT_EQ(c_->WaitForWork(NodeOf(j, 1), 0)->launch.size(), 1u);
+  Event lost = Ev(j, EventKind::kLost, 0, 1);
+  lost.reason = kNoSpaceReason;
+  lost.not_started = true;
+  ASSERT_TRUE(Apply({lost}, NodeOf(j, 1)).ok());
+  const Job again = Get(j.id);
+  EXPECT_EQ(again.state, JobState::kPending);
+  EXPECT_EQ(again.launch_failures, 1);
+  AgentWork w = c_->WaitForWork(NodeOf(j, 0), 0).value();
+  ASSERT_EQ(w.cancel.size(), 1u);
+  EXPECT_EQ(w.cancel[0].job_id, j.id);
+  for (const NodeView& n : c_->Nodes()) {
+    if (n.name == NodeOf(j, 1)) {
+      EXPECT_NE(n.state, "up");
+    } else {
+      EXPECT_EQ(n.state, "up") << n.name;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace gpupool::controller
