@@ -345,6 +345,7 @@ std::string FinalStatusToJson(const FinalStatus& s) {
   j["isolation"] = s.isolation;
   if (s.kill_cause) j["kill_cause"] = protocol::KillCauseName(*s.kill_cause);
   if (!s.kill_detail.empty()) j["kill_detail"] = s.kill_detail;
+  if (s.node_fault) j["node_fault"] = true;
   return DumpJson(j, 2);
 }
 
@@ -367,6 +368,7 @@ Result<FinalStatus> FinalStatusFromJson(const std::string& text, const std::stri
   std::string cause;
   f.Optional("kill_cause", &cause);
   f.Optional("kill_detail", &s.kill_detail);
+  f.Optional("node_fault", &s.node_fault);
   GP_RETURN_IF_ERROR(f.Finish());
   // A newer shim's name is reported as unknown (the controller then reads the reason).
   if (has_cause)
@@ -379,6 +381,10 @@ JobEvent EventFromFinalStatus(const FinalStatus& s, const RunId& id, const std::
   e.id = id;
   e.dir = dir;
   e.kind = s.started ? JobEvent::Kind::kExited : JobEvent::Kind::kFailed;
+  if (!s.started && s.node_fault) {  // the node's fault: the job goes back to the queue
+    e.kind = JobEvent::Kind::kLost;
+    e.not_started = true;
+  }
   e.time_us = s.end_time_us;
   e.start_time_us = s.start_time_us;
   e.exit_code = s.exit_code;

@@ -78,6 +78,9 @@ struct FinalStatus {
   // nullopt in a status written by a shim older than the field.
   std::optional<protocol::KillCause> kill_cause;
   std::string kill_detail;
+  // Not started, by a fault of the node's own (the run's files cannot be written, a full
+  // disk): reported lost with not_started (the job is requeued), not failed.
+  bool node_fault = false;
 };
 
 std::string ShimConfigToJson(const ShimConfig& config);

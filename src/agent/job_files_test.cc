@@ -175,6 +175,16 @@ TEST(JobFilesTest, FinalStatusRoundTripsAndBecomesAnEvent) {
   s.signal.reset();
   e = EventFromFinalStatus(s, s.id, "");
   EXPECT_EQ(e.kind, JobEvent::Kind::kFailed);
+  EXPECT_FALSE(e.not_started);
+  EXPECT_EQ(FinalStatusToJson(s).find("node_fault"), std::string::npos);
+  // Not started by the node's fault: lost with not_started, and it round-trips.
+  s.node_fault = true;
+  back = FinalStatusFromJson(FinalStatusToJson(s), "status.json");
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_TRUE(back->node_fault);
+  e = EventFromFinalStatus(*back, s.id, "");
+  EXPECT_EQ(e.kind, JobEvent::Kind::kLost);
+  EXPECT_TRUE(e.not_started);
 }
 
 TEST(JobFilesTest, WriteFileDurablySetsModeAndReplaces) {

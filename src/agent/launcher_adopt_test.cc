@@ -99,6 +99,22 @@ TEST_F(LauncherTest, AStatusThatCannotBeWrittenYetIsReportedOnceItIsNotLost) {
             std::string::npos);
 }
 
+// The shim's own writes fail by the node's fault too (its host file here; a full disk
+// fails them the same way): the task was not started, and the node says so.
+TEST_F(LauncherTest, AHostFileTheShimCannotWriteIsTheNodesFault) {
+  const std::string marker = dir_.path() + "/ran";
+  LaunchSpec spec = TestSpec(247, {"touch", marker});
+  spec.hostfile = "10.0.0.1 slots=1\n";
+  const std::string squatter = JobFile(247, kHostFile) + ".tmp";
+  ASSERT_TRUE(std::filesystem::create_directories(squatter));
+  ASSERT_TRUE(launcher_->Launch(spec).ok());
+  JobEvent e = Finish(247);
+  EXPECT_EQ(e.kind, Kind::kLost) << e.reason;
+  EXPECT_TRUE(e.not_started);
+  EXPECT_NE(e.reason.find("hostfile.tmp"), std::string::npos) << e.reason;
+  EXPECT_NE(::access(marker.c_str(), F_OK), 0) << "the command ran";
+}
+
 // Runs live where users see them (STATE/jobs/<job>/<task>.<attempt>, exec sessions in
 // STATE/jobs/<job>/exec-<id>), and a task holds one attempt on a node at a time: a later
 // attempt is refused while an earlier one runs, whatever else of the job runs beside it.

@@ -230,13 +230,18 @@ Status Shim::Prepare() {
     // The job's to read (and mounted into its container), nobody else's. The job
     // directory belongs to root, so nobody can plant a link here.
     const std::string path = args_.job_dir + "/" + kHostFile;
+    // Writing the run's files can fail only by the node's fault (a full disk): such a
+    // failure is reported as the node's (FinalStatus::node_fault) until they are written.
+    final_.node_fault = true;
     GP_RETURN_IF_ERROR(WriteFileDurably(path, spec.hostfile, 0600, /*sync=*/false));
     if (root && ::chown(path.c_str(), spec.uid, spec.gid) != 0) {
       return Status::Unavailable("cannot give the host file '" + path + "' to user '" + spec.user +
                                  "': " + std::strerror(errno));
     }
   }
+  final_.node_fault = true;
   GP_RETURN_IF_ERROR(WriteScript(root));
+  final_.node_fault = false;
   if (!spec.image.empty()) return PrepareContainer(plan_.groups);
   if (!spec.env_dir.empty()) {
     struct stat st;
@@ -584,9 +589,9 @@ int Shim::Finish() {
 // The status file is the only record of how a started job ended: a shim that exits
 // without it makes the agent report the job LOST however it ended. So a write that
 // fails (a full or failing disk) is tried again, waiting 0.5 s and up to 30 s between
-// tries, for as long as the run's directory exists; meanwhile the agent sees the shim alive and the job
-// still running, and it learns the real outcome, with its real end time, once the write
-// lands. A directory gone (the agent removed the run) ends the tries: no one will read it.
+// tries, for as long as the run's directory exists; meanwhile the agent sees the shim alive and the
+// job still running, and it learns the real outcome, with its real end time, once the write lands.
+// A directory gone (the agent removed the run) ends the tries: no one will read it.
 bool Shim::RecordStatus(bool sync) {
   const std::string path = args_.job_dir + "/" + kStatusFile;
   const std::string status = FinalStatusToJson(final_);
