@@ -347,6 +347,11 @@ std::string RenderJob(const Json& job, int64_t now_us) {
   UtilLines(job, line);
   EarlierAttemptLines(job, line);
   line("Attempt", std::to_string(GetInt(job, "attempt")));
+  if (const int64_t n = GetInt(job, "launch_failures"); n > 0) {
+    // Attempts that never ran: a node could not start them (docs/health.md).
+    line("Not started", std::to_string(n) + (n == 1 ? " time" : " times") +
+                            " by a node's fault (each put it back in the queue)");
+  }
   PlacementLines(job, line);
   if (const int64_t port = GetInt(job, "master_port"); port > 0) {
     line("Rendezvous",

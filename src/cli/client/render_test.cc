@@ -118,6 +118,20 @@ TEST(RenderJobTest, APendingJobShowsNoPlacement) {
             std::string::npos);
 }
 
+// Attempts a node could not start (launch_failures) are said, and only when there were.
+TEST(RenderJobTest, AttemptsNodesCouldNotStartAreSaid) {
+  const Json job = Parse(R"({"id": 8, "state": "PENDING", "attempt": 2, "launch_failures": 2,
+    "reason": "requeued: node n1 could not start it: No space left on device"})");
+  EXPECT_NE(RenderJob(job, kRenderNow)
+                .find("  Attempt:    2\n"
+                      "  Not started: 2 times by a node's fault (each put it back in the queue)\n"),
+            std::string::npos)
+      << RenderJob(job, kRenderNow);
+  EXPECT_EQ(RenderJob(Parse(R"({"id": 8, "state": "PENDING", "attempt": 1})"), kRenderNow)
+                .find("Not started"),
+            std::string::npos);
+}
+
 // Why a task was killed (its kill_cause): a one-task job's own line, a gang's per task;
 // a task of an older agent (no cause), and one that ended by itself, show none.
 TEST(RenderJobTest, AKilledTasksKillCause) {
