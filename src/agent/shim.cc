@@ -589,9 +589,9 @@ int Shim::Finish() {
 // The status file is the only record of how a started job ended: a shim that exits
 // without it makes the agent report the job LOST however it ended. So a write that
 // fails (a full or failing disk) is tried again, waiting 0.5 s and up to 30 s between
-// tries, for as long as the run's directory exists; meanwhile the agent sees the shim alive and the
-// job still running, and it learns the real outcome, with its real end time, once the write lands.
-// A directory gone (the agent removed the run) ends the tries: no one will read it.
+// tries, for as long as the run's directory exists. Meanwhile the agent sees the shim
+// alive and the job still running; it learns the real outcome, with its real end time,
+// once the write lands. The directory gone (the agent removed the run) ends the tries.
 bool Shim::RecordStatus(bool sync) {
   const std::string path = args_.job_dir + "/" + kStatusFile;
   const std::string status = FinalStatusToJson(final_);
