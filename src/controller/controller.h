@@ -300,11 +300,10 @@ class Controller {
   Status CheckSubmissionSize(const jobs::Job& job) const;
   const ControllerOptions& options() const { return options_; }
   Result<jobs::Job> Cancel(int64_t id, const Caller& caller);
-  // The command of a `gpupool alloc` job ended on its client's machine: the allocation is
-  // released and the job ends as the command did (SUCCEEDED for exit 0, else FAILED), as
-  // salloc's job does, not CANCELLED. InvalidArgument for a job that is no allocation; a
-  // job already stopping (an admin's cancel, its time limit) keeps that outcome; a pending
-  // allocation is cancelled (Cancel).
+  // The command of a `gpupool alloc` job ended on its client's machine: the allocation is released
+  // and the job ends as the command did (SUCCEEDED for exit 0, else FAILED), as salloc's job does,
+  // not CANCELLED. InvalidArgument for a job that is no allocation; a job already stopping (an
+  // admin's cancel, its time limit) keeps that outcome; a pending allocation is cancelled (Cancel).
   Result<jobs::Job> EndAllocation(int64_t id, const Caller& caller, std::optional<int> exit_code,
                                   std::optional<int> signal);
   // `hold`: keeps a pending job from starting until released (owner or admin; a hold an
@@ -355,10 +354,9 @@ class Controller {
   Result<NodeView> DrainNode(const std::string& name, const std::string& reason,
                              const Caller& caller);
   Result<NodeView> ResumeNode(const std::string& name, const Caller& caller);
-  // Admins only: GPU `gpu` (its index on the node, or its UUID), taken out of service by
-  // the health policy, takes work again; its health is stored as healthy, "resumed by"
-  // the admin. NotFound naming what to use for an unknown node or GPU;
-  // FailedPrecondition for a GPU that is in service.
+  // Admins only: GPU `gpu` (its index on the node, or its UUID), taken out of service by the health
+  // policy, takes work again; its health is stored as healthy, "resumed by" the admin. NotFound
+  // naming what to use for an unknown node or GPU; FailedPrecondition for a GPU that is in service.
   Result<NodeView> ResumeGpu(const std::string& node, const std::string& gpu, const Caller& caller)
       EXCLUDES(mu_);
   // GPU health (controller_health.cc, docs/health.md): the Xids in an agent's telemetry samples of
@@ -373,12 +371,16 @@ class Controller {
   // on), held by the breaker as Xids are. NotFound for a node that is not registered.
   Status ObserveHardwareHealth(const std::string& node,
                                const std::vector<protocol::GpuTelemetry>& samples) EXCLUDES(mu_);
-  // The node's health program's verdict (agent/runtime/health_check.h): the GPUs it names
-  // are cordoned "by" health-check, a node it calls bad is drained ("health check: ...");
-  // a passing run returns what it took out (and nothing else) to service. The breaker
-  // (--health-breaker) holds automatic drains and cordons as for Xids. NotFound for a
-  // node that is not registered.
+  // The node's health program's verdict (agent/runtime/health_check.h): the GPUs it names are
+  // cordoned "by" health-check, a node it calls bad is drained ("health check: ..."); a passing
+  // run returns what it took out (and nothing else) to service. The breaker (--health-breaker)
+  // holds automatic drains and cordons as for Xids. NotFound for a node not registered.
   Status ObserveHealthReport(const std::string& node, const protocol::HealthReport& report)
+      EXCLUDES(mu_);
+  // The agent's disk watch (agent/runtime/disk_watch.h): pressure drains the node ("disk
+  // pressure: ..."); its end returns a node so drained, or drained for a job it could not start
+  // for want of room, and nothing else. NotFound for a node not registered.
+  Status ObserveDiskReport(const std::string& node, const protocol::DiskReport& report)
       EXCLUDES(mu_);
   // Ids of queued or running jobs that use named environment "NAME:VERSION".
   std::vector<int64_t> JobsUsingEnvironment(const std::string& ref);
@@ -432,14 +434,13 @@ class Controller {
   // Returns work for the node, waiting up to wait_ms for some; also the heartbeat.
   // Blocks its thread while it waits: the API's long poll uses AwaitWork instead.
   Result<AgentWork> WaitForWork(const std::string& node, int64_t wait_ms);
-  // WaitForWork without a thread (issue 31): `done` gets what WaitForWork would return.
-  // At once, on this thread, when there is work, the node is unknown or lost, wait_ms
-  // is 0 or the controller stops; otherwise the controller's one poll thread answers
-  // once work for the node comes (WakeAgent/WakeAgents) or the wait's deadline passes,
-  // and looks again every kResendAfterUs meanwhile (orders not acknowledged are sent
-  // again; the node counts as seen). `done` runs exactly once, with no lock of the
-  // controller held, unless CancelWorkWait(ticket) came first. Returns the ticket, 0
-  // when answered already.
+  // WaitForWork without a thread (issue 31): `done` gets what WaitForWork would return. At once, on
+  // this thread, when there is work, the node is unknown or lost, wait_ms is 0 or the controller
+  // stops; otherwise the controller's one poll thread answers once work for the node comes
+  // (WakeAgent/WakeAgents) or the wait's deadline passes, and looks again every kResendAfterUs
+  // meanwhile (orders not acknowledged are sent again; the node counts as seen). `done` runs
+  // exactly once, with no lock of the controller held, unless CancelWorkWait(ticket) came first.
+  // Returns the ticket, 0 when answered already.
   using WorkCallback = std::function<void(Result<AgentWork>)>;
   uint64_t AwaitWork(const std::string& node, int64_t wait_ms, WorkCallback done);
   // Forgets a waiting poll (its client left): its `done` never runs. Idempotent.
@@ -522,16 +523,15 @@ class Controller {
     kRetry,  // step it again on the job as that writer left it
     kDrop,   // leave it out (FailedPrecondition): the scheduler's, whose next pass looks again
   };
-  // The one way active jobs change (issue 27's commit path): under mu_, each change is
-  // stepped on its job as it is in memory (a second change of one job on the first one's
-  // result); without mu_, the transitions are written in one compare-and-set transaction
-  // on the state and version each step read; under mu_ again, each is installed with its
-  // effects (Install). When another writer changed one of the jobs meanwhile (the store's
-  // IsConflict), nothing was written: once that writer's transition is installed, the
-  // changes are stepped again, but for kDrop's of the changed jobs. Called without mu_,
-  // which is not held across the store's write; no other path writes a job's change.
-  // Returns each change's answer, in order: the job as installed (as it is, for a change
-  // that changes nothing), NotFound when the job is not active, the guard's or the
+  // The one way active jobs change (issue 27's commit path): under mu_, each change is stepped on
+  // its job as it is in memory (a second change of one job on the first one's result); without mu_,
+  // the transitions are written in one compare-and-set transaction on the state and version each
+  // step read; under mu_ again, each is installed with its effects (Install). When another writer
+  // changed one of the jobs meanwhile (the store's IsConflict), nothing was written: once that
+  // writer's transition is installed, the changes are stepped again, but for kDrop's of the changed
+  // jobs. Called without mu_, which is not held across the store's write; no other path writes a
+  // job's change. Returns each change's answer, in order: the job as installed (as it is, for a
+  // change that changes nothing), NotFound when the job is not active, the guard's or the
   // lifecycle's refusal. Its own error only when the store fails.
   Result<std::vector<Result<jobs::Job>>> Commit(std::vector<Change> changes, OnConflict on_conflict)
       EXCLUDES(mu_);
@@ -681,10 +681,9 @@ class Controller {
     kNone,   // nothing to start
     kSome,   // assignments written
   };
-  // Commits the plan's starts (Placed), unless a job it saw holding resources changed
-  // since `snapshot`; a job placed on a node declared down meanwhile ends as the node's
-  // sweep would have ended it.
-  // Applies a pass's pending reasons (null: no pass ran; the touched ones only).
+  // Commits the plan's starts (Placed), unless a job it saw holding resources changed since
+  // `snapshot`; a job placed on a node declared down meanwhile ends as the node's sweep would have
+  // ended it. Applies a pass's pending reasons (null: no pass ran; the touched ones only).
   void ApplyPendingReasons(ScheduleResult* plan) REQUIRES(mu_);
   Result<PlanApplied> ApplyPlan(ScheduleResult& plan) EXCLUDES(mu_);
   // Under mu_: brings the scheduler's copy of slim_ (sched_jobs_) up to date with what

@@ -270,6 +270,58 @@ Status Controller::ObserveHealthReport(const std::string& node,
   return Status::Ok();
 }
 
+namespace {
+
+constexpr char kDiskDrain[] = "disk pressure: ";
+
+// An admin's drain ends in " (USER)" (DrainNode); automatic ones end otherwise.
+bool ByAnAdmin(const std::string& drain_reason) {
+  const size_t open = drain_reason.rfind(" (");
+  if (open == std::string::npos || !drain_reason.ends_with(')')) return false;
+  const std::string_view user =
+      std::string_view(drain_reason).substr(open + 2, drain_reason.size() - open - 3);
+  return !user.empty() && user.find_first_of(" ()") == std::string_view::npos;
+}
+
+// A drain the end of disk pressure lifts: the disk watch's own, and one for a job the node
+// could not start for want of room (controller_nodes.cc, DrainAfterLaunchFailure); never
+// an admin's, whatever its words.
+bool LiftedByDiskRoom(const std::string& drain_reason) {
+  if (ByAnAdmin(drain_reason)) return false;
+  if (drain_reason.starts_with(kDiskDrain)) return true;
+  return drain_reason.starts_with("could not start job ") &&
+         (drain_reason.find("No space left on device") != std::string::npos ||
+          drain_reason.find("Disk quota exceeded") != std::string::npos);
+}
+
+}  // namespace
+
+Status Controller::ObserveDiskReport(const std::string& node, const protocol::DiskReport& report) {
+  std::string drain;  // drain the node, with this reason
+  bool undrain = false;
+  {
+    MutexLock lock(mu_);
+    auto n = nodes_.find(node);
+    if (n == nodes_.end()) return Status::NotFound("node " + node + " is not registered");
+    const NodeEntry& e = n->second;
+    // Not under the breaker: room on a disk is measured, not inferred from errors, and a
+    // shared filesystem that fills up does stop every node on it.
+    if (report.pressure && !e.draining) {
+      drain = kDiskDrain + report.reason;
+    } else if (!report.pressure && e.draining && LiftedByDiskRoom(e.drain_reason)) {
+      undrain = true;
+      spdlog::info("node {} back in service: its disk has room again ({} bytes free; was: {})",
+                   node, report.free_bytes, e.drain_reason);
+    }
+  }
+  if (!drain.empty()) {
+    spdlog::error("node {} drained: {}", node, drain);
+    GP_RETURN_IF_ERROR(SetDrain(node, true, drain).status());
+  }
+  if (undrain) GP_RETURN_IF_ERROR(SetDrain(node, false, "").status());
+  return Status::Ok();
+}
+
 bool Controller::BreakerAllows(const std::string& node, int64_t now) {
   const int64_t hour = int64_t{3600} * 1'000'000;
   while (!auto_cordons_.empty() && auto_cordons_.front().first <= now - hour) {

@@ -273,5 +273,60 @@ TEST_F(ControllerHealthTest, MetricsListEachGpuThatIsNotHealthy) {
   EXPECT_NE(text.find("gpupool_gpu_health{state=\"cordoned\"} 1"), std::string::npos);
 }
 
+// The agent's disk watch (docs/health.md): a node under disk pressure is drained saying
+// why, and returns to service when the pressure ends; that end lifts only the watch's own
+// drain and one for a job the node could not start for want of room, never an admin's or
+// the health check's. Jobs wait meanwhile and start once it is back.
+TEST_F(ControllerHealthTest, DiskPressureDrainsTheNodeAndItsEndReturnsIt) {
+  Register();
+  auto state = [&] { return c_->Nodes().at(0).state; };
+  auto reason = [&] { return c_->Nodes().at(0).drain_reason; };
+  protocol::DiskReport full;
+  full.path = "/var/lib/gpupool/agent";
+  full.pressure = true;
+  full.reason = "/var/lib/gpupool/agent has 12 MiB free of 50 GiB, below 1 GiB";
+  protocol::DiskReport room;
+  room.path = full.path;
+  room.free_bytes = uint64_t{20} << 30;
+  ASSERT_TRUE(c_->ObserveDiskReport("n1", room).ok());
+  EXPECT_EQ(state(), "up");
+  ASSERT_TRUE(c_->ObserveDiskReport("n1", full).ok());
+  EXPECT_EQ(state(), "drained");
+  EXPECT_EQ(reason(), "disk pressure: " + full.reason);
+  const Job two = SubmitTwoGpus();
+  ASSERT_TRUE(c_->ScheduleOnce().ok());
+  EXPECT_EQ(Get(two.id).state, JobState::kPending);
+  ASSERT_TRUE(c_->ObserveDiskReport("n1", full).ok());  // every check while it lasts
+  EXPECT_EQ(reason(), "disk pressure: " + full.reason);
+  ASSERT_TRUE(c_->ObserveDiskReport("n1", room).ok());
+  EXPECT_EQ(state(), "up");
+  ASSERT_TRUE(c_->ScheduleOnce().ok());
+  EXPECT_EQ(Get(two.id).state, JobState::kAssigned);
+  ASSERT_TRUE(c_->Cancel(two.id, root_).ok());
+
+  // An admin's drain: the disk's room does not lift it, nor does its pressure replace it,
+  // even in the disk watch's words.
+  ASSERT_TRUE(c_->DrainNode("n1", "disk pressure: my own words", root_).ok());
+  ASSERT_TRUE(c_->ObserveDiskReport("n1", room).ok());
+  EXPECT_EQ(reason(), "disk pressure: my own words (root)");
+  ASSERT_TRUE(c_->ResumeNode("n1", root_).ok());
+  ASSERT_TRUE(c_->DrainNode("n1", "maintenance", root_).ok());
+  ASSERT_TRUE(c_->ObserveDiskReport("n1", full).ok());
+  EXPECT_EQ(reason(), "maintenance (root)");  // an admin's drain names the admin
+  ASSERT_TRUE(c_->ObserveDiskReport("n1", room).ok());
+  EXPECT_EQ(reason(), "maintenance (root)");
+  ASSERT_TRUE(c_->ResumeNode("n1", root_).ok());
+  // A health check's drain neither.
+  protocol::HealthReport failing;
+  failing.node_reason = "fan";
+  ASSERT_TRUE(c_->ObserveHealthReport("n1", failing).ok());
+  ASSERT_TRUE(c_->ObserveDiskReport("n1", room).ok());
+  EXPECT_EQ(reason(), "health check: fan");
+  Pass();
+  EXPECT_EQ(state(), "up");
+
+  EXPECT_EQ(c_->ObserveDiskReport("nope", full).code(), StatusCode::kNotFound);
+}
+
 }  // namespace health_test
 }  // namespace gpupool::controller

@@ -147,6 +147,47 @@ TEST_F(LaunchFailureControllerTest, AReportForAnotherNodesJobDrainsNothing) {
   for (const NodeView& n : c_->Nodes()) EXPECT_EQ(n.state, "up") << n.name;
 }
 
+// A node drained for a job it could not start for want of room returns to service when
+// its disk watch reports room (docs/health.md); a drain for another cause, or an admin's
+// in the same words, waits for an admin.
+TEST_F(LaunchFailureControllerTest, TheDisksRoomLiftsADrainForWantOfRoomOnly) {
+  Register(1);
+  auto n1 = [&] {
+    for (const NodeView& n : c_->Nodes()) {
+      if (n.name == "n1") return n;
+    }
+    return NodeView{};
+  };
+  protocol::DiskReport room;
+  room.path = "/var/lib/gpupool/agent";
+  const std::string supervisor =
+      "node n1 could not start it: cannot start the job's supervisor "
+      "'/usr/lib/gpupool/gpupool-shim': No such file or directory";
+  for (const std::string& why : {std::string(kNoSpaceReason), supervisor}) {
+    SCOPED_TRACE(why);
+    const int64_t id = c_->Submit(MakeJob(1), alice_).value().id;
+    ASSERT_TRUE(c_->ScheduleOnce().ok());
+    ASSERT_EQ(Get(id).state, JobState::kAssigned);
+    Event lost = Ev(Get(id), EventKind::kLost);
+    lost.reason = why;
+    lost.not_started = true;
+    ASSERT_TRUE(Apply({lost}).ok());
+    ASSERT_EQ(n1().drain_reason, "could not start job " + std::to_string(id) + ": " + why);
+    ASSERT_TRUE(c_->ObserveDiskReport("n1", room).ok());
+    if (why == supervisor) {
+      EXPECT_NE(n1().state, "up") << "the disk's room does not mend a missing supervisor";
+    } else {
+      EXPECT_EQ(n1().state, "up");
+    }
+    ASSERT_TRUE(c_->Cancel(id, root_).ok());
+  }
+  ASSERT_TRUE(c_->ResumeNode("n1", root_).ok());
+  ASSERT_TRUE(
+      c_->DrainNode("n1", "could not start job 9: " + std::string(kNoSpaceReason), root_).ok());
+  ASSERT_TRUE(c_->ObserveDiskReport("n1", room).ok());
+  EXPECT_NE(n1().state, "up") << "an admin's drain is the admin's to end";
+}
+
 // A gang whose task 1 its node could not start: the whole job goes back to the queue,
 // task 0's node is told to stop it, and only task 1's node is drained.
 class LaunchFailureGangTest : public controller_test::GangTest {};

@@ -767,6 +767,7 @@ OrderedJson EncodeTelemetryBatch(const TelemetryBatch& b) {
                      {"gpus", std::move(gpus)},
                      {"output", h.output}};
   }
+  if (b.disk) out["disk"] = EncodeDiskReport(*b.disk);
   return out;
 }
 
@@ -824,10 +825,15 @@ Result<TelemetryBatch> DecodeTelemetryBatch(const Json& j) {
   f.Optional("node", &b.node);
   const Json* samples = f.Array("samples");
   const Json* health = f.Member("health");
+  const Json* disk = f.Member("disk");
   GP_RETURN_IF_ERROR(f.Finish());
   if (health != nullptr && !health->is_null()) {
     GP_ASSIGN_OR_RETURN(HealthReport h, DecodeHealthReport(*health));
     b.health = std::move(h);
+  }
+  if (disk != nullptr && !disk->is_null()) {
+    GP_ASSIGN_OR_RETURN(DiskReport d, DecodeDiskReport(*disk));
+    b.disk = std::move(d);
   }
   if (samples == nullptr) return b;
   if (samples->size() > kMaxTelemetrySamples) {

@@ -357,12 +357,31 @@ struct HealthReport {
   friend bool operator==(const HealthReport&, const HealthReport&) = default;
 };
 
+// The agent's disk watch (agent/runtime/disk_watch.h, docs/health.md): whether the
+// filesystem of its state directory has too little room left. Sent at every check while
+// it has, once when that ends, and once after each registration.
+struct DiskReport {
+  int64_t at_ms = 0;      // when it was read, the agent's wall clock
+  std::string path;       // the directory whose filesystem was read
+  bool pressure = false;  // too little room: the controller drains the node
+  std::string reason;     // what is short, when under pressure
+  uint64_t free_bytes = 0;
+  uint64_t total_bytes = 0;
+  uint64_t free_inodes = 0;
+  uint64_t total_inodes = 0;
+  friend bool operator==(const DiskReport&, const DiskReport&) = default;
+};
+OrderedJson EncodeDiskReport(const DiskReport& d);
+Result<DiskReport> DecodeDiskReport(const Json& j);  // bounded; errors name the field
+
 struct TelemetryBatch {
   std::string node;
   std::vector<GpuTelemetry> samples;
   // Added within 1.3: the health program's latest verdict, once per run of it (older
   // controllers ignore it; a batch may carry it with no samples).
   std::optional<HealthReport> health;
+  // Added within 1.3: the disk watch's report (older controllers ignore it).
+  std::optional<DiskReport> disk;
   friend bool operator==(const TelemetryBatch&, const TelemetryBatch&) = default;
 };
 // Most samples one batch carries; an agent keeps no more than this many unsent.

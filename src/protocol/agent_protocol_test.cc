@@ -587,6 +587,43 @@ TEST(ProtocolTelemetry, HealthReportRoundTripsAndIsBounded) {
   EXPECT_NE(DecodeTelemetryBatch(bad).status().message().find("health"), std::string::npos);
 }
 
+// The disk watch's report rides a batch too; a hostile one is refused naming the field.
+TEST(ProtocolTelemetry, DiskReportRoundTripsAndIsBounded) {
+  TelemetryBatch b;
+  b.node = "n1";
+  DiskReport d;
+  d.at_ms = 1795751271840;
+  d.path = "/var/lib/gpupool/agent";
+  d.pressure = true;
+  d.reason = "/var/lib/gpupool/agent has 12 MiB free of 50 GiB, below 1 GiB";
+  d.free_bytes = 12u << 20;
+  d.total_bytes = uint64_t{50} << 30;
+  d.free_inodes = 100;
+  d.total_inodes = 3'000'000;
+  b.disk = d;
+  Result<TelemetryBatch> back =
+      DecodeTelemetryBatch(Json::parse(DumpJson(EncodeTelemetryBatch(b))));
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(*back, b);
+  EXPECT_FALSE(EncodeTelemetryBatch(SampleBatch()).contains("disk"));
+
+  Json bad = Json::parse(DumpJson(EncodeTelemetryBatch(b)));
+  bad["disk"].erase("pressure");
+  EXPECT_NE(DecodeTelemetryBatch(bad).status().message().find("disk.pressure"), std::string::npos)
+      << DecodeTelemetryBatch(bad).status().message();
+  bad = Json::parse(DumpJson(EncodeTelemetryBatch(b)));
+  bad["disk"]["reason"] = "";
+  EXPECT_NE(DecodeTelemetryBatch(bad).status().message().find("disk.reason"), std::string::npos);
+  bad["disk"]["reason"] = std::string(5000, 'x');
+  EXPECT_FALSE(DecodeTelemetryBatch(bad).ok());
+  bad["disk"]["reason"] = "full";
+  bad["disk"]["free_bytes"] = -1;
+  EXPECT_NE(DecodeTelemetryBatch(bad).status().message().find("disk.free_bytes"), std::string::npos)
+      << DecodeTelemetryBatch(bad).status().message();
+  bad["disk"] = "yes";
+  EXPECT_NE(DecodeTelemetryBatch(bad).status().message().find("disk"), std::string::npos);
+}
+
 TEST(ProtocolTelemetry, UnknownFieldsAreIgnored) {
   Json j = Json::parse(DumpJson(EncodeTelemetryBatch(SampleBatch())));
   j["future"] = {1, 2};

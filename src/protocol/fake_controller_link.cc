@@ -122,6 +122,7 @@ Status FakeControllerLink::PostTelemetry(const TelemetryBatch& batch) {
   GP_RETURN_IF_ERROR(ReachableLocked());
   if (forgot_node_) return Status::NotFound("node " + batch.node + " is not registered (fake)");
   recorded_.telemetry.insert(recorded_.telemetry.end(), batch.samples.begin(), batch.samples.end());
+  if (batch.disk) recorded_.disk_reports.push_back(*batch.disk);
   return Status::Ok();
 }
 

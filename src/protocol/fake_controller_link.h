@@ -38,6 +38,7 @@ class FakeControllerLink final : public ControllerLink {
     std::vector<EventBatch> refused_event_batches;  // refused (RefuseEvents), in order
     std::vector<GpuTelemetry> telemetry;            // every sample of every batch
     int telemetry_posts = 0;                        // batches, accepted or refused
+    std::vector<DiskReport> disk_reports;           // accepted, in order
     std::vector<LogAnswer> log_answers;
     std::vector<ExecOutput> exec_outputs;
     bool shut_down = false;

@@ -9,6 +9,11 @@ with a file; later a second agent ("spare") on an ordinary directory.
   2. A job sent to "full" while its disk is full is not FAILED: it goes back to the
      queue, "full" is drained naming the job and "No space left on device", and the job
      runs on "spare". An admin's resume brings "full" back once the disk has room.
+     (Here "full" runs without the disk watch, whose drain would come first.)
+  3. With the disk watch (--disk-check-interval 1, the default level: 5% of 4 MiB), a
+     disk that fills up drains "full" before any job is sent there ("disk pressure: ..."),
+     jobs run on "spare" meanwhile, and "full" returns to service by itself once the
+     disk has room again.
 
 Needs root (tmpfs mounts, jobs as the submitting user); skipped with a message where
 the tmpfs cannot be mounted.
@@ -18,6 +23,7 @@ Usage: disk_full_test.py PATH_TO_GPUPOOL   (ctest passes the built binary)
 import os
 import subprocess
 import sys
+import time
 import unittest
 
 GPUPOOL = os.path.abspath(sys.argv.pop(1)) if len(sys.argv) > 1 else "gpupool"
@@ -47,8 +53,6 @@ class DiskFullTest(unittest.TestCase):
         self.server = self.spawn([GPUPOOL, "server", "--state-dir", self.dir, "--port", "0"],
                                  "server.log")
         pooltest.wait_for("the server", self.server_up, timeout=20)
-        self.start_agent("full", os.path.join(self.fs, "agent"))
-        pooltest.wait_for("node full up", lambda: self.node("full").get("state") == "up")
 
     def clean_up(self):
         if self._outcome_failed():
@@ -78,12 +82,13 @@ class DiskFullTest(unittest.TestCase):
         except OSError:
             return False
 
-    def start_agent(self, name, state_dir):
+    def start_agent(self, name, state_dir, *flags):
         st, body = call(self.sock, "POST", "/v1/tokens", {"user": name, "kind": "node"})
         self.assertEqual(st, 201, body)
         self.spawn([GPUPOOL, "agent", "--controller", "unix:" + self.sock, "--token", body["token"],
                     "--state-dir", state_dir, "--fake", NODE, "--node-name", name,
-                    "--telemetry-interval", "0"], name + ".log")
+                    "--telemetry-interval", "0"] + list(flags), name + ".log")
+        pooltest.wait_for("node %s up" % name, lambda: self.node(name).get("state") == "up")
 
     def node(self, name):
         st, body = call(self.sock, "GET", "/v1/nodes")
@@ -112,6 +117,7 @@ class DiskFullTest(unittest.TestCase):
                 pass
 
     def test_a_full_disk_neither_loses_nor_fails_jobs(self):
+        self.start_agent("full", os.path.join(self.fs, "agent"), "--disk-min-free", "off")
         gate = os.path.join(self.dir, "gate")
         os.mkfifo(gate)
         ended = os.path.join(self.dir, "ended")
@@ -150,6 +156,32 @@ class DiskFullTest(unittest.TestCase):
         st, body = call(self.sock, "POST", "/v1/nodes/full/resume", {})
         self.assertEqual(st, 200, body)
         self.assertEqual(self.node("full")["state"], "up")
+
+    def test_disk_pressure_drains_the_node_until_it_has_room(self):
+        self.start_agent("full", os.path.join(self.fs, "agent"), "--disk-check-interval", "1")
+        self.start_agent("spare", os.path.join(self.dir, "spare"))
+        filled = time.monotonic()
+        self.fill()
+        drained = pooltest.wait_for(
+            "node full drained", lambda: self.node("full").get("drain_reason"), timeout=20)
+        drained_s = time.monotonic() - filled
+        self.assertTrue(drained.startswith("disk pressure: "), drained)
+        self.assertRegex(drained, r"agent has \d+(\.\d)? (B|KiB) free of 4 MiB, below the "
+                         r"agent's --disk-min-free of 205 KiB \(the default")
+        self.assertEqual(self.node("spare").get("state"), "up")
+        # Meanwhile jobs run on "spare", and none was ever sent to "full".
+        for _ in range(3):
+            j = pooltest.wait_job(self.job, self.submit(["true"]), ("SUCCEEDED",), 60)
+            self.assertEqual(j["placement"][0]["node"], "spare")
+            self.assertEqual(j["attempt"], 1)
+            self.assertFalse(j.get("launch_failures"))
+        removed = time.monotonic()
+        os.remove(os.path.join(self.fs, "filler"))
+        pooltest.wait_for("node full back in service",
+                          lambda: self.node("full").get("state") == "up", timeout=20)
+        self.assertFalse(self.node("full").get("drain_reason"))
+        sys.stderr.write("disk watch: drained %.2f s after the fill, back in service %.2f s "
+                         "after the file was removed\n" % (drained_s, time.monotonic() - removed))
 
 
 if __name__ == "__main__":

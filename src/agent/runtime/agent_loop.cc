@@ -102,7 +102,12 @@ Status AgentLoop::Register() {
   GP_RETURN_IF_ERROR(incompatible_);
   controller_minor_ = reply.version.major == 1 ? reply.version.minor : 99;
   registered_ = true;
+  ++registrations_;
   SendHealth();  // the health check's verdict, before work comes (a failure is retried)
+  {
+    std::lock_guard lock(telemetry_mu_);  // the disk watch reports after each registration
+  }
+  telemetry_cv_.notify_all();
   spdlog::info(
       "agent: node {} registered with {} GPUs ({} jobs adopted), address {}, controller "
       "protocol {}",
@@ -739,6 +744,7 @@ void AgentLoop::ToWire(const agent::JobEvent& ev, protocol::EventBatch* batch) {
   e.kill_cause = ev.kill_cause;
   e.kill_detail = ev.kill_detail;
   e.not_started = ev.not_started;
+  if (ev.not_started) CheckDiskNow();  // the node's own writes failed: its disk, likely
   if (ev.kind != agent::JobEvent::Kind::kLost) {
     e.stdout_path = ev.stdout_file.empty() ? dir + "/stdout.log" : ev.stdout_file;
     e.stderr_path = ev.stderr_file.empty() ? dir + "/stderr.log" : ev.stderr_file;
@@ -846,6 +852,11 @@ Status AgentLoop::Run() {
   if (options_.sampler && options_.telemetry_interval_s > 0) {
     telemetry = std::thread([this] { TelemetryLoop(); });
   }
+  std::thread disk;
+  if (options_.disk_check_interval_s > 0 &&
+      options_.disk_min_free.kind != DiskMinFree::Kind::kOff) {
+    disk = std::thread([this] { DiskLoop(); });
+  }
   std::vector<std::thread> launchers;
   for (int i = 0; i < std::max(1, options_.launch_workers); ++i) {
     launchers.emplace_back([this] { LaunchWorker(); });
@@ -872,6 +883,7 @@ Status AgentLoop::Run() {
   reporter.join();
   if (telemetry.joinable()) telemetry.join();
   if (health.joinable()) health.join();
+  if (disk.joinable()) disk.join();
   std::lock_guard lock(mu_);
   for (auto& [key, relay] : relays_) {
     if (relay) relay->Stop();

@@ -17,6 +17,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -27,6 +28,7 @@
 
 #include "agent/launcher.h"
 #include "agent/mps.h"
+#include "agent/runtime/disk_watch.h"
 #include "agent/runtime/exec_relay.h"
 #include "agent/runtime/gpu_mem_watch.h"
 #include "common/clock.h"
@@ -97,6 +99,14 @@ struct AgentLoopOptions {
   std::string health_check;
   int health_check_interval_s = 300;
   int health_check_timeout_s = 60;
+  // The disk watch (disk_watch.h): every disk_check_interval_s seconds (0: no watch) the
+  // filesystem of state_dir is read (`disk_usage`; null: statvfs) and judged against
+  // disk_min_free. Reports go with the telemetry: at every check while under pressure,
+  // once when it ends, once after each registration; a task the node could not start
+  // checks at once.
+  int disk_check_interval_s = 0;
+  DiskMinFree disk_min_free;
+  std::function<Result<DiskUsage>(const std::string&)> disk_usage;
 };
 
 // The pool job whose cgroup the process `pid` runs in (its /proc/PID/cgroup names a
@@ -191,6 +201,11 @@ class AgentLoop {
   void HealthLoop();     // runs on its own thread while a health program is set
   // Sends the latest unsent health verdict (callers hold no lock); false if it could not.
   bool SendHealth();
+  void DiskLoop();  // runs on its own thread while the disk watch is on
+  // Sends a disk report (callers hold no lock); false if it could not.
+  bool SendDisk(const protocol::DiskReport& report);
+  // Wakes the disk watch for a check now (a task the node could not start).
+  void CheckDiskNow();
   // Waits `micros` of the clock's time, or until Stop: the back-off of a call that
   // failed. Under a ManualClock it ends as the test advances the clock.
   void Pause(int64_t micros);
@@ -206,7 +221,9 @@ class AgentLoop {
   bool mps_adopted_ = false;  // AdoptMpsClients ran (once, at the first registration)
   Status incompatible_;       // set by Register when the controller's protocol is too far off
   std::atomic<int> controller_minor_{-1};  // the controller's protocol minor (major 1)
-  std::mutex health_mu_;                   // guards unsent_health_; taken alone
+  std::atomic<int> registrations_{0};      // successful registrations so far
+  std::atomic<bool> disk_check_now_{false};
+  std::mutex health_mu_;  // guards unsent_health_; taken alone
   std::optional<protocol::HealthReport> unsent_health_;
   std::mutex telemetry_mu_;  // guards unsent_telemetry_; taken alone
   std::condition_variable telemetry_cv_;

@@ -319,6 +319,105 @@ TEST_F(TelemetryAgentTest, ANewXidIsSentAtOnceNotWithTheNextRound) {
   EXPECT_TRUE(link_->WaitFor(sent)) << "the Xid waits for the next round, 59 s on";
 }
 
+// The disk watch (disk_watch.h) on the agent's clock: a report after each registration,
+// one at every check while the disk is under pressure (so that an admin's resume does not
+// outlast it), one when it ends, and nothing more while it has room; a task the node could
+// not start makes it look at once.
+TEST_F(TelemetryAgentTest, TheDiskWatchReportsPressureAtEveryCheckAndItsEndOnce) {
+  struct Disk {
+    std::mutex mu;
+    std::condition_variable cv;
+    uint64_t free = uint64_t{50} << 30;
+    int checks = 0;
+  };
+  auto disk = std::make_shared<Disk>();
+  AgentLoopOptions ao = Options();
+  ao.disk_check_interval_s = 10;
+  ao.disk_min_free = {DiskMinFree::Kind::kBytes, uint64_t{1} << 30, 0};
+  ao.disk_usage = [disk](const std::string&) -> Result<DiskUsage> {
+    std::lock_guard lock(disk->mu);
+    ++disk->checks;
+    disk->cv.notify_all();
+    return DiskUsage{uint64_t{100} << 30, disk->free, 0, 0};
+  };
+  auto set_free = [&](uint64_t free) {
+    std::lock_guard lock(disk->mu);
+    disk->free = free;
+  };
+  auto checks = [&] {
+    std::lock_guard lock(disk->mu);
+    return disk->checks;
+  };
+  // Waits for the check after `before`, then for the watch to wait again: what it sent
+  // is then recorded.
+  auto settled_after = [&](int before) {
+    SCOPED_TRACE("the check after " + std::to_string(before));
+    std::unique_lock lock(disk->mu);
+    ASSERT_TRUE(
+        disk->cv.wait_for(lock, std::chrono::seconds(10), [&] { return disk->checks > before; }));
+    lock.unlock();
+    ASSERT_TRUE(clock_.WaitForWaiters(1));
+  };
+  auto reports = [&] { return link_->recorded().disk_reports; };
+  auto next_check = [&] {
+    const int before = checks();
+    clock_.AdvanceMicros(10'000'000);
+    settled_after(before);
+  };
+  Run(ao);
+  ASSERT_TRUE(link_->WaitFor([](const auto& r) { return !r.disk_reports.empty(); }));
+  ASSERT_TRUE(clock_.WaitForWaiters(1));
+  ASSERT_EQ(reports().size(), 1u);
+  EXPECT_FALSE(reports()[0].pressure);
+  EXPECT_EQ(reports()[0].path, ao.state_dir);
+  next_check();
+  EXPECT_EQ(reports().size(), 1u) << "a disk with room is not news";
+
+  set_free(uint64_t{100} << 20);
+  next_check();
+  ASSERT_EQ(reports().size(), 2u);
+  EXPECT_TRUE(reports()[1].pressure);
+  EXPECT_NE(reports()[1].reason.find("has 100 MiB free of 100 GiB"), std::string::npos)
+      << reports()[1].reason;
+  next_check();
+  ASSERT_EQ(reports().size(), 3u) << "every check while under pressure is sent";
+  set_free((uint64_t{1} << 30) + (uint64_t{100} << 20));  // above the level, not a quarter
+  next_check();
+  ASSERT_EQ(reports().size(), 4u);
+  EXPECT_TRUE(reports()[3].pressure);
+  set_free(uint64_t{50} << 30);
+  next_check();
+  ASSERT_EQ(reports().size(), 5u);
+  EXPECT_FALSE(reports()[4].pressure);
+  next_check();
+  EXPECT_EQ(reports().size(), 5u);
+
+  // A launch the node cannot carry out (this launcher refuses it) wakes the watch: a
+  // check without the clock moving.
+  int before = checks();
+  protocol::Work work;
+  protocol::LaunchOrder order;
+  order.job.id = 5;
+  order.job.command = {"true"};
+  order.gpus = {{"nvidia", 0, "GPU-0", {}, 1000}};
+  work.launch = {order};
+  link_->QueueWork(work);
+  settled_after(before);
+  EXPECT_TRUE(link_->WaitFor([](const auto& r) {
+    const auto events = r.Events();
+    return std::any_of(events.begin(), events.end(),
+                       [](const protocol::Event& e) { return e.job_id == 5 && e.not_started; });
+  }));
+  // A registration anew hears the disk's state once.
+  before = checks();
+  link_->ForgetNode();
+  ASSERT_TRUE(clock_.WaitForWaiters(2));  // the agent backs off 200 ms before it registers
+  clock_.AdvanceMicros(200'000);
+  settled_after(before);
+  ASSERT_TRUE(link_->WaitFor([](const auto& r) { return r.disk_reports.size() == 6; }));
+  EXPECT_FALSE(reports()[5].pressure);
+}
+
 // Issue 29 item 3: an agent with a health program registers saying its verdict is still
 // to come (the controller then places nothing on the node) and sends the verdict at once.
 TEST_F(TelemetryAgentTest, AnAgentWithAHealthProgramRegistersWithItsVerdictPending) {

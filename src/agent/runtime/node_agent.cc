@@ -438,6 +438,8 @@ Status NodeAgent::Start(std::shared_ptr<protocol::ControllerLink> link) {
   ao.health_check = options_.health_check;
   ao.health_check_interval_s = options_.health_check_interval_s;
   ao.health_check_timeout_s = options_.health_check_timeout_s;
+  ao.disk_check_interval_s = options_.disk_check_interval_s;
+  ao.disk_min_free = options_.disk_min_free;
   loop_ = std::make_unique<AgentLoop>(ao, std::move(link), launcher_.get());
   AgentLoop* loop = loop_.get();
   thread_ = std::thread([this, loop] {

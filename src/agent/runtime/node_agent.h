@@ -66,6 +66,9 @@ struct NodeAgentOptions {
   std::string health_check;
   int health_check_interval_s = 300;
   int health_check_timeout_s = 60;
+  // The disk watch (disk_watch.h): its period (0: off) and level.
+  int disk_check_interval_s = 10;
+  DiskMinFree disk_min_free;
   // Where systemd keeps its lingering users (LingeringUsers): each can have a user
   // manager that starts processes outside any job's cgroup; a root agent warns of them.
   std::string linger_dir = "/var/lib/systemd/linger";

@@ -134,6 +134,11 @@ net::HttpResponse ServeAgentTelemetry(const ApiContext& ctx, const Call& c) {
       return ErrorResponse(s);
     }
   }
+  if (batch->disk) {
+    if (Status s = ctx.controller->ObserveDiskReport(batch->node, *batch->disk); !s.ok()) {
+      return ErrorResponse(s);
+    }
+  }
   const size_t kept = ctx.telemetry->Ingest(std::move(*batch));
   return JsonResponse(200, {{"ok", true}, {"accepted", kept}});
 }
