@@ -11,6 +11,8 @@ namespace {
 using jobs::Job;
 using jobs::JobState;
 
+constexpr std::string_view kRequeuedPrefix = "requeued: ";  // a requeued job's reason
+
 template <class... F>
 struct Overloaded : F... {
   using F::operator()...;
@@ -166,7 +168,7 @@ Job Requeued(const Job& job, const std::string& reason) {
   again.preempted_by_name.clear();
   again.preempt_deadline_s = 0;
   again.checkpoint_done = false;
-  again.reason = "requeued: " + reason;
+  again.reason = std::string(kRequeuedPrefix) + reason;
   return again;
 }
 
@@ -468,6 +470,9 @@ Result<Transition> OnStarted(const Job& job, const TaskStarted& e, int64_t now_u
   if (all_started && job.state == JobState::kAssigned) {
     next.state = JobState::kRunning;
     next.start_time_us = start_us;
+    // Why an earlier attempt went back to the queue is no longer this attempt's reason (its
+    // record keeps it: earlier_attempts, launch_failures); it would outlive the job's end.
+    if (next.reason.starts_with(kRequeuedPrefix)) next.reason.clear();
   }
   Transition tr = Changed(job, std::move(next));
   tr.effects.node_time_log = NodeTimeLog(job, e.node, e.task, "start", e.time_us, start_us);

@@ -363,6 +363,36 @@ TEST(JobLifecycleTest, ALostNodeRequeuesARequeueJobAndStopsItsOtherTasks) {
   EXPECT_EQ(Step(j, NodeLost{"n2", "gone"}, kNow)->next.state, JobState::kLost);
 }
 
+// Why an attempt went back to the queue is the job's reason while it waits; once the
+// next attempt runs it is that attempt's story no longer (earlier_attempts keeps it), and a
+// job that then succeeds ends without it (it used to show "requeued: ..." for good).
+TEST(JobLifecycleTest, ARequeuedJobThatRunsAgainNoLongerSaysItWasRequeued) {
+  Job j = InState(JobState::kRunning);
+  j.requeue = true;
+  j.start_time_us = kNow - 1000;
+  j.tasks[0].start_time_us = kNow - 1000;
+  Result<Transition> t = Step(j, NodeLost{"n1", "node n1 stopped responding"}, kNow);
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  ASSERT_EQ(t->next.reason, "requeued: node n1 stopped responding");
+  Result<Transition> placed = Step(t->next, Placed{{{"n3", {0}, {"GPU-3"}, 1000}}, {}}, kNow);
+  ASSERT_TRUE(placed.ok()) << placed.status().ToString();
+  EXPECT_EQ(placed->next.reason, "requeued: node n1 stopped responding");  // not started yet
+  Result<Transition> running =
+      Step(placed->next, TaskStarted{"n3", 0, 2, kNow + 10, "/o", "/e", 4242}, kNow + 10);
+  ASSERT_TRUE(running.ok()) << running.status().ToString();
+  ASSERT_EQ(running->next.state, JobState::kRunning);
+  EXPECT_EQ(running->next.reason, "");
+  ASSERT_EQ(running->next.earlier_attempts.size(), 1u);
+  EXPECT_EQ(running->next.earlier_attempts[0].reason, "node n1 stopped responding");
+  TaskExited exited = Exit("n3", 0, 0);
+  exited.attempt = 2;
+  exited.time_us = kNow + 20;
+  Result<Transition> done = Step(running->next, exited, kNow + 20);
+  ASSERT_TRUE(done.ok()) << done.status().ToString();
+  EXPECT_EQ(done->next.state, JobState::kSucceeded);
+  EXPECT_EQ(done->next.reason, "");
+}
+
 // A requeued attempt held its GPUs until it was lost (or its GPU failed): the job keeps
 // its run and GPU-hours, as a preempted attempt's, for accounting; only a preemption
 // counts as one. A user whose 10-hour run died with its node, then ran 1 hour, is
