@@ -1,9 +1,12 @@
 #include "controller/api.h"
 
+#include <spdlog/spdlog.h>
+
 #include <condition_variable>
 #include <mutex>
 #include <optional>
 
+#include "common/json.h"
 #include "common/strings.h"
 #include "controller/endpoint_access.h"
 #include "net/http_status.h"
@@ -124,9 +127,28 @@ net::HttpResponse Api::Handle(const net::HttpRequest& request) {
   return waiting->Wait();
 }
 
+void Api::LogServerError(const net::HttpRequest& request, const api::Route* route,
+                         const net::HttpResponse& answer) {
+  // The request's route, not its path: one line per endpoint, whatever the ids.
+  const std::string where =
+      request.method + " " +
+      (route != nullptr ? api::DocumentedPattern(route->pattern) : std::string("(no route)"));
+  int64_t held = 0;
+  if (!server_errors_.Allow(where, clock_->MonotonicMicros(), &held)) return;
+  std::string why = answer.body.substr(0, 1000);
+  if (Result<Json> body = ParseJson(answer.body, "the answer", 1 << 20, 8);
+      body.ok() && body->is_object() && body->contains("error") && (*body)["error"].is_string()) {
+    why = (*body)["error"].get<std::string>();
+  }
+  spdlog::error(
+      "API {}: {} {}{}", where, answer.status, why,
+      held > 0 ? fmt::format(" ({} more such answers since the last line)", held) : std::string());
+}
+
 void Api::Handle(const net::HttpRequest& request, std::shared_ptr<net::HttpResponder> out) {
   std::optional<net::HttpResponse> now;
   api::RouteMatch match = api::Find(request.method, request.path);
+  const api::Route* route = match.route;
   if (match.route != nullptr && match.route->access.anyone) {
     // Public routes answer anyone (load balancers, systemd, client generators, browsers
     // not signed in yet): they carry no job or user data.
@@ -147,7 +169,11 @@ void Api::Handle(const net::HttpRequest& request, std::shared_ptr<net::HttpRespo
   } else {
     now = HandleAuthenticated(request, std::move(match), out);
   }
-  if (now) out->Complete(std::move(*now));
+  if (!now) return;
+  // The server's own faults (a store it cannot write, say) are its operator's news, not
+  // only the caller's: the log has them, at most one line per endpoint per 10 s.
+  if (now->status >= 500) LogServerError(request, route, *now);
+  out->Complete(std::move(*now));
 }
 
 std::optional<net::HttpResponse> Api::HandleAuthenticated(

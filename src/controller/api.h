@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "common/log_throttle.h"
 #include "controller/api/handler.h"
 #include "controller/api/route_table.h"
 #include "controller/auth.h"
@@ -116,11 +117,15 @@ class Api {
                                             api::RouteMatch match,
                                             const std::shared_ptr<net::HttpResponder>& out,
                                             std::optional<RequestLimiter::Slot> slot);
+  // Logs a 5xx answer (error level, throttled per endpoint by server_errors_).
+  void LogServerError(const net::HttpRequest& request, const api::Route* route,
+                      const net::HttpResponse& answer);
 
   Controller* controller_;
   store::Store* store_;
   const Clock* clock_;
   AuthOptions auth_;
+  LogThrottle server_errors_{10'000'000};
   std::atomic<bool> stopping_{false};
   RequestLimiter waiting_{kMaxWaitingPerCaller, kMaxWaiting};
   RequestLimiter agent_waiting_{kMaxWaitingPerAgent, kMaxWaiting};

@@ -14,6 +14,10 @@ with a file; later a second agent ("spare") on an ordinary directory.
      disk that fills up drains "full" before any job is sent there ("disk pressure: ..."),
      jobs run on "spare" meanwhile, and "full" returns to service by itself once the
      disk has room again.
+  4. The server's store on the full tmpfs: a submission is refused (500, saying the
+     disk is full) and the server logs it; a job that ends meanwhile stays RUNNING until
+     its end can be stored, through a kill -9 and restart of the server on the full disk,
+     and is then SUCCEEDED with its real end time.
 
 Needs root (tmpfs mounts, jobs as the submitting user); skipped with a message where
 the tmpfs cannot be mounted.
@@ -35,6 +39,11 @@ NODE = os.path.join(HERE, "node-4gpu.json")
 call = pooltest.call
 
 
+def read(path):
+    with open(path) as f:
+        return f.read()
+
+
 class DiskFullTest(unittest.TestCase):
     def setUp(self):
         if os.geteuid() != 0:
@@ -49,8 +58,10 @@ class DiskFullTest(unittest.TestCase):
             self.skipTest("cannot mount a tmpfs here: " + mount.stderr.strip())
         self.procs = []
         self.addCleanup(self.clean_up)  # also when the rest of setUp fails
-        self.sock = os.path.join(self.dir, "gpupool.sock")
-        self.server = self.spawn([GPUPOOL, "server", "--state-dir", self.dir, "--port", "0"],
+
+    def start_server(self, state_dir):
+        self.sock = os.path.join(state_dir, "gpupool.sock")
+        self.server = self.spawn([GPUPOOL, "server", "--state-dir", state_dir, "--port", "0"],
                                  "server.log")
         pooltest.wait_for("the server", self.server_up, timeout=20)
 
@@ -117,6 +128,7 @@ class DiskFullTest(unittest.TestCase):
                 pass
 
     def test_a_full_disk_neither_loses_nor_fails_jobs(self):
+        self.start_server(self.dir)
         self.start_agent("full", os.path.join(self.fs, "agent"), "--disk-min-free", "off")
         gate = os.path.join(self.dir, "gate")
         os.mkfifo(gate)
@@ -158,6 +170,7 @@ class DiskFullTest(unittest.TestCase):
         self.assertEqual(self.node("full")["state"], "up")
 
     def test_disk_pressure_drains_the_node_until_it_has_room(self):
+        self.start_server(self.dir)
         self.start_agent("full", os.path.join(self.fs, "agent"), "--disk-check-interval", "1")
         self.start_agent("spare", os.path.join(self.dir, "spare"))
         filled = time.monotonic()
@@ -182,6 +195,46 @@ class DiskFullTest(unittest.TestCase):
         self.assertFalse(self.node("full").get("drain_reason"))
         sys.stderr.write("disk watch: drained %.2f s after the fill, back in service %.2f s "
                          "after the file was removed\n" % (drained_s, time.monotonic() - removed))
+
+    def test_the_controllers_full_disk_loses_no_job_and_is_logged(self):
+        """The server's store on the full disk: what cannot be written is refused, saying
+        why, and logged by the server; a restart on the full disk comes up; once there is
+        room, every job ends as it really did."""
+        self.start_server(os.path.join(self.fs, "server"))
+        self.start_agent("spare", os.path.join(self.dir, "spare"))
+        gate = os.path.join(self.dir, "gate")
+        os.mkfifo(gate)
+        ended = os.path.join(self.dir, "ended")
+        first = self.submit(["sh", "-c", "read x < %s; date +%%s%%N > %s" % (gate, ended)])
+        pooltest.wait_job(self.job, first, ("RUNNING",), 30)
+        self.fill()
+        st, body = call(self.sock, "POST", "/v1/jobs",
+                        {"command": ["true"], "workdir": self.dir, "request": {"gpus": 1}})
+        self.assertEqual(st, 500, body)
+        self.assertIn("disk that holds the pool's database is full", body["error"])
+        with open(gate, "w") as g:
+            g.write("go\n")
+        pooltest.wait_for("the job's end", lambda: os.path.exists(ended) and
+                          os.path.getsize(ended) > 0)
+        with open(ended) as f:
+            ended_us = int(f.read().strip()) // 1000
+        log = os.path.join(self.dir, "server.log")
+        # The agent's report of that end cannot be stored: the server's log says so (it
+        # said nothing before: a 500 was only the caller's news).
+        pooltest.wait_for("the server's log of its failing writes", lambda: "API POST "
+                          "/v1/agent/events: 500 sqlite: database or disk is full" in read(log))
+        self.assertIn("API POST /v1/jobs: 500 sqlite: database or disk is full", read(log))
+        self.assertEqual(self.job(first)["state"], "RUNNING")
+        # kill -9 and a restart on the full disk: it comes up with what it had stored.
+        self.server.kill()
+        self.server.wait()
+        self.start_server(os.path.join(self.fs, "server"))
+        self.assertEqual(self.job(first)["state"], "RUNNING")
+        os.remove(os.path.join(self.fs, "filler"))
+        j = pooltest.wait_job(self.job, first, ("SUCCEEDED",), 60)
+        self.assertLessEqual(abs(j["end_time_us"] - ended_us), 2_000_000, j)
+        second = pooltest.wait_job(self.job, self.submit(["true"]), ("SUCCEEDED",), 60)
+        self.assertEqual(second["attempt"], 1)
 
 
 if __name__ == "__main__":
