@@ -13,7 +13,7 @@ with a file; later a second agent ("spare") on an ordinary directory.
   3. With the disk watch (--disk-check-interval 1, the default level: 5% of 4 MiB), a
      disk that fills up drains "full" before any job is sent there ("disk pressure: ..."),
      jobs run on "spare" meanwhile, and "full" returns to service by itself once the
-     disk has room again.
+     disk has room again; the same when the filesystem is remounted read-only and back.
   4. The server's store on the full tmpfs: a submission is refused (500, saying the
      disk is full) and the server logs it; a job that ends meanwhile stays RUNNING until
      its end can be stored, through a kill -9 and restart of the server on the full disk,
@@ -193,8 +193,17 @@ class DiskFullTest(unittest.TestCase):
         pooltest.wait_for("node full back in service",
                           lambda: self.node("full").get("state") == "up", timeout=20)
         self.assertFalse(self.node("full").get("drain_reason"))
+        back_s = time.monotonic() - removed
+        # A filesystem remounted read-only (as ext4 does after errors) is pressure too.
+        subprocess.run(["mount", "-o", "remount,ro", self.fs], check=True)
+        drained = pooltest.wait_for(
+            "node full drained", lambda: self.node("full").get("drain_reason"), timeout=20)
+        self.assertRegex(drained, r"^disk pressure: .*/agent is on a read-only filesystem")
+        subprocess.run(["mount", "-o", "remount,rw", self.fs], check=True)
+        pooltest.wait_for("node full back in service",
+                          lambda: self.node("full").get("state") == "up", timeout=20)
         sys.stderr.write("disk watch: drained %.2f s after the fill, back in service %.2f s "
-                         "after the file was removed\n" % (drained_s, time.monotonic() - removed))
+                         "after the file was removed\n" % (drained_s, back_s))
 
     def test_the_controllers_full_disk_loses_no_job_and_is_logged(self):
         """The server's store on the full disk: what cannot be written is refused, saying

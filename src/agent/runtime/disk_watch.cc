@@ -21,6 +21,7 @@ Result<DiskUsage> ReadDiskUsage(const std::string& path) {
   u.free_bytes = static_cast<uint64_t>(st.f_bavail) * unit;
   u.total_inodes = st.f_files;
   u.free_inodes = st.f_favail;
+  u.read_only = (st.f_flag & ST_RDONLY) != 0;
   return u;
 }
 
@@ -82,7 +83,10 @@ protocol::DiskReport JudgeDisk(const std::string& path, const DiskUsage& usage,
   // Under pressure it takes a quarter more than the level to end it.
   const uint64_t bytes_needed = was_under ? bytes_level + bytes_level / 4 : bytes_level;
   const uint64_t inodes_needed = was_under ? inode_level + inode_level / 4 : inode_level;
-  if (usage.free_bytes < bytes_needed) {
+  if (usage.read_only) {
+    r.pressure = true;
+    r.reason = path + " is on a read-only filesystem (remounted after errors?)";
+  } else if (usage.free_bytes < bytes_needed) {
     r.pressure = true;
     r.reason = path + " has " + BytesForPeople(usage.free_bytes) + " free of " +
                BytesForPeople(usage.total_bytes) + ", below the agent's --disk-min-free of " +

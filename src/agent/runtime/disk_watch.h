@@ -24,6 +24,7 @@ struct DiskUsage {
   uint64_t free_bytes = 0;
   uint64_t total_inodes = 0;
   uint64_t free_inodes = 0;
+  bool read_only = false;  // mounted read-only (as ext4 remounts itself after errors)
 };
 
 // statvfs(path). An error names the path.
@@ -46,11 +47,12 @@ struct DiskMinFree {
 uint64_t MinFreeBytes(const DiskMinFree& min, uint64_t total_bytes);
 
 // Whether the filesystem of `path` is under pressure, given whether it was at the last
-// check (`was_under`): pressure begins when its free bytes fall below MinFreeBytes, or its
-// free inodes below 1% of its inodes, and ends only once both are back above a quarter
-// more than those levels (so that a disk hovering at the level does not drain and resume
-// the node at every check). The report's reason says what is short, how much is left and
-// the level, e.g. "/var/lib/gpupool/agent has 120 MiB free of 50 GiB, below the agent's
+// check (`was_under`): pressure begins when it is read-only, when its free bytes fall
+// below MinFreeBytes, or its free inodes below 1% of its inodes, and ends only once it is
+// writable and both are back above a quarter more than those levels (so that a disk hovering at the
+// level does not drain and resume the node at every check). The report's reason says what is short,
+// how much is left and the level, e.g. "/var/lib/gpupool/agent has 120 MiB free of 50 GiB, below
+// the agent's
 // --disk-min-free of 1 GiB".
 protocol::DiskReport JudgeDisk(const std::string& path, const DiskUsage& usage,
                                const DiskMinFree& min, bool was_under, int64_t now_ms);

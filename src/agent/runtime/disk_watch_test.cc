@@ -63,6 +63,18 @@ TEST(DiskWatch, TooFewInodesIsPressureWhereTheFilesystemCountsThem) {
       << "a filesystem that counts no inodes (btrfs) is judged by its bytes";
 }
 
+// A filesystem that went read-only (ext4's errors=remount-ro) cannot take a job's files
+// whatever its room: pressure too, even with the watch's level off.
+TEST(DiskWatch, AReadOnlyFilesystemIsPressure) {
+  DiskUsage u = Usage(100 * kDiskGiB, 50 * kDiskGiB);
+  u.read_only = true;
+  const protocol::DiskReport r = JudgeDisk("/s", u, {}, false, 0);
+  EXPECT_TRUE(r.pressure);
+  EXPECT_EQ(r.reason, "/s is on a read-only filesystem (remounted after errors?)");
+  EXPECT_FALSE(JudgeDisk("/s", u, {DiskMinFree::Kind::kOff, 0, 0}, false, 0).pressure)
+      << "off is off";
+}
+
 // Pressure ends only a quarter above the level, so that a disk hovering at it does not
 // drain and resume the node at every check.
 TEST(DiskWatch, PressureEndsAQuarterAboveTheLevel) {
