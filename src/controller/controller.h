@@ -7,18 +7,17 @@
 // threads). The controller never touches a GPU and never launches anything: agents poll
 // for work (WaitForWork) and report what happened (ApplyEvents).
 //
-// Under a long queue the lock stays short: node views walk only the jobs holding
-// resources, agent polls and registrations only those on their node (index_), a
-// scheduling pass takes under the lock only the jobs changed since the last pass (their
-// immutable per-job copies, slim_, into its own sched_jobs_) and the nodes' infos changed
-// since, plans outside the lock, and applies only the pending reasons that changed.
-// Submissions to a pool whose last pass could start nothing are planned together after
-// arrival_batch_us; freed resources, node changes and cancellations trigger a pass at
-// once. A pass starts at most max_starts_per_pass jobs, so that its commit (each step
-// and install under the lock) stays bounded after a mass release; a capped pass is
-// followed by the next at once. The scheduler keeps each job's conversion from pass to
-// pass (sched_input.h, ConversionCache) and the cluster (KeptCluster), redoing only what
-// started, ended, moved or changed since the last pass.
+// Under a long queue the lock stays short: node views walk only the jobs holding resources, agent
+// polls and registrations only those on their node (index_), a scheduling pass takes under the lock
+// only the jobs changed since the last pass (their immutable per-job copies, slim_, into its own
+// sched_jobs_) and the nodes' infos changed since, plans outside the lock, and applies only the
+// pending reasons that changed. Submissions to a pool whose last pass could start nothing are
+// planned together after arrival_batch_us; freed resources, node changes and cancellations trigger
+// a pass at once. A pass starts at most max_starts_per_pass jobs, so that its commit (each step and
+// install under the lock) stays bounded after a mass release; a capped pass is followed by the next
+// at once. The scheduler keeps each job's conversion from pass to pass (sched_input.h,
+// ConversionCache) and the cluster (KeptCluster), redoing only what started, ended, moved or
+// changed since the last pass.
 //
 // No store read or write happens under the lock. Every change of an active job goes
 // through one commit path (Commit): the job's next state is stepped under the lock
@@ -259,6 +258,7 @@ struct NodeView {
   // Its agent's health program has not given its first verdict since the agent registered:
   // nothing new is placed on it until then (docs/health.md).
   bool health_pending = false;
+  std::optional<protocol::DiskReport> disk;  // its agent's latest disk watch report
   int running_jobs = 0;
 };
 
@@ -288,10 +288,9 @@ class Controller {
   void Stop();
 
   // --- users ---
-  // A job with a submit_key that its user used before is not created again: the answer
-  // is the job that key made, with *duplicate set.
-  // ResourceExhausted, naming the bound and its key: a submission over
-  // max_submission_bytes, or past a bound on the queue (CheckQueuedLimits).
+  // A job with a submit_key that its user used before is not created again: the answer is the job
+  // that key made, with *duplicate set. ResourceExhausted, naming the bound and its key: a
+  // submission over max_submission_bytes, or past a bound on the queue (CheckQueuedLimits).
   // PermissionDenied: a project the user may not charge (enforce_projects).
   Result<jobs::Job> Submit(jobs::Job job, const Caller& caller, bool* duplicate = nullptr);
   // ResourceExhausted, naming the size, the bound and its key, when `job`'s submission
@@ -767,6 +766,7 @@ class Controller {
     // Its agent registered with a health program whose verdict has not come yet
     // (Registration::health_pending): nothing is placed on it until it comes.
     bool health_pending = false;
+    std::optional<protocol::DiskReport> disk;  // its agent's latest disk watch report
   };
   // Nodes' view of node `name` (entry `e`): its tasks from the job index.
   NodeView NodeViewLocked(const std::string& name, const NodeEntry& e) const REQUIRES(mu_);

@@ -303,7 +303,8 @@ Status Controller::ObserveDiskReport(const std::string& node, const protocol::Di
     MutexLock lock(mu_);
     auto n = nodes_.find(node);
     if (n == nodes_.end()) return Status::NotFound("node " + node + " is not registered");
-    const NodeEntry& e = n->second;
+    NodeEntry& e = n->second;
+    e.disk = report;
     // Not under the breaker: room on a disk is measured, not inferred from errors, and a
     // shared filesystem that fills up does stop every node on it.
     if (report.pressure && !e.draining) {

@@ -293,6 +293,8 @@ TEST_F(ControllerHealthTest, DiskPressureDrainsTheNodeAndItsEndReturnsIt) {
   ASSERT_TRUE(c_->ObserveDiskReport("n1", full).ok());
   EXPECT_EQ(state(), "drained");
   EXPECT_EQ(reason(), "disk pressure: " + full.reason);
+  ASSERT_TRUE(c_->Nodes().at(0).disk.has_value());  // GET /v1/nodes and `node show` have it
+  EXPECT_EQ(*c_->Nodes().at(0).disk, full);
   const Job two = SubmitTwoGpus();
   ASSERT_TRUE(c_->ScheduleOnce().ok());
   EXPECT_EQ(Get(two.id).state, JobState::kPending);

@@ -193,6 +193,7 @@ NodeView Controller::NodeViewLocked(const std::string& name, const NodeEntry& e)
   v.name = name;
   v.drain_reason = e.drain_reason;
   v.health_pending = e.health_pending;
+  v.disk = e.disk;
   const int64_t now = clock_->NowMicros();
   for (const auto& [uuid, health] : e.gpu_health) {
     if (health.state == gpu::GpuHealthState::kHealthy) continue;

@@ -360,6 +360,17 @@ Result<std::string> RenderNode(const Json& answer, const std::string& name, int6
   if (GetBool(node, "health_check_pending")) {
     out += "Health check: its first verdict is still to come; no new work until it does\n";
   }
+  if (const Json& disk = GetObject(node, "disk"); !disk.empty()) {
+    const auto bytes = [&](const char* key) {
+      return FormatBytes(static_cast<uint64_t>(std::max<int64_t>(0, GetInt(disk, key))));
+    };
+    out += "Disk: " + CleanCell(GetString(disk, "path", "?")) + ": " + bytes("free_bytes") +
+           " free of " + bytes("total_bytes");
+    if (GetBool(disk, "pressure")) {
+      out += "; under pressure: " + CleanCell(GetString(disk, "reason"));
+    }
+    out += "\n";
+  }
   Table t({"GPU>", "MODEL", "MEMORY>", "ALLOCATED>", "ENFORCEMENT", "HEALTH", "UTIL>", "USED>",
            "TEMP>", "POWER>", "LAST XID>", "HELD BY"});
   std::string details;

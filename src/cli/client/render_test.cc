@@ -517,6 +517,31 @@ TEST(RenderNodeTest, OneNodeInFullWithItsGpusHealth) {
   Result<std::string> none = RenderNode(answer, "gpu9", kRenderNow);
   EXPECT_EQ(none.status().code(), StatusCode::kNotFound);
   EXPECT_NE(none.status().message().find("no node 'gpu9'"), std::string::npos);
+  EXPECT_EQ(RenderNode(answer, "gpu0", kRenderNow)->find("Disk:"), std::string::npos)
+      << "no report, no line";
+}
+
+// The agent's disk watch (docs/health.md): the room left and, under pressure, why.
+TEST(RenderNodeTest, TheDiskWatchsReport) {
+  const Json answer = Parse(R"js({"nodes": [
+    {"name": "gpu0", "state": "up", "gpus": [],
+     "disk": {"path": "/var/lib/gpupool/agent", "pressure": false, "reason": "",
+              "free_bytes": 53687091200, "total_bytes": 107374182400}},
+    {"name": "gpu1", "state": "drained", "gpus": [],
+     "drain_reason": "disk pressure: /v has 12 MiB free of 50 GiB, below 1 GiB",
+     "disk": {"path": "/v", "pressure": true, "reason": "/v has 12 MiB free of 50 GiB, below 1 GiB",
+              "free_bytes": 12582912, "total_bytes": 53687091200}}]})js");
+  Result<std::string> room = RenderNode(answer, "gpu0", kRenderNow);
+  ASSERT_TRUE(room.ok()) << room.status().ToString();
+  EXPECT_NE(room->find("\nDisk: /var/lib/gpupool/agent: 50 GiB free of 100 GiB\n"),
+            std::string::npos)
+      << *room;
+  Result<std::string> full = RenderNode(answer, "gpu1", kRenderNow);
+  ASSERT_TRUE(full.ok()) << full.status().ToString();
+  EXPECT_NE(full->find("\nDisk: /v: 12 MiB free of 50 GiB; under pressure: /v has 12 MiB free "
+                       "of 50 GiB, below 1 GiB\n"),
+            std::string::npos)
+      << *full;
 }
 
 TEST(RenderUsageTest, RowsAndTotal) {

@@ -121,6 +121,7 @@ OrderedJson NodeViewToJson(const NodeView& v, const Caller& caller,
                      {"running_jobs", v.running_jobs}};
   if (!v.drain_reason.empty()) out["drain_reason"] = v.drain_reason;
   if (v.health_pending) out["health_check_pending"] = true;
+  if (v.disk) out["disk"] = protocol::EncodeDiskReport(*v.disk);
   return out;
 }
 
