@@ -65,6 +65,7 @@ struct TimedFlags {
   double preempt_service_gap = 0;
   int64_t preempt_wait_budget = 0;
   int32_t preempt_max_times = 0;
+  std::string preempt_resume = "queue";
   int64_t starving_after = 0;
   int64_t checkpoint_interval = 0;
   double gpu_failure_rate = 0;
@@ -406,6 +407,9 @@ int RunTimed(const TimedFlags& f) {
   options.service_gap = f.preempt_service_gap;
   options.victim_wait_budget_s = f.preempt_wait_budget;
   options.victim_max_preemptions = f.preempt_max_times;
+  auto resume = sim::ParsePreemptResume(f.preempt_resume);  // IsMember checked the name
+  if (!resume.ok()) return fail(resume.status());
+  options.preempt_resume = *resume;
   ProgressLine progress;
   if (isatty(STDERR_FILENO) != 0) {
     options.progress = [&progress](size_t done, size_t total) { progress.Update(done, total); };
@@ -495,6 +499,14 @@ void AddPreemptionAndFailureOptions(CLI::App* cmd, TimedFlags& f) {
                   "is never a victim again (0: off)")
       ->capture_default_str()
       ->check(CLI::Range(0, 1000000))
+      ->needs(preemption);
+  cmd->add_option("--preempt-resume", flags->preempt_resume,
+                  "with --preemption (an experiment): where a victim re-enters the queue's "
+                  "order: its place (queue), ahead of every job never preempted (first), "
+                  "first only while its group is within an equal share (first-under-share), "
+                  "or its place with a shortest-first key less the work it kept (remaining)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"queue", "first", "first-under-share", "remaining"}))
       ->needs(preemption);
   cmd->add_option("--fair-starving-after", flags->fair_starving_after,
                   "with --queue fair: a job waiting this many seconds goes before every job "

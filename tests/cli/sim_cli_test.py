@@ -222,6 +222,7 @@ class SimCliTest(unittest.TestCase):
                 (["--preempt-starving-after", "60"], "--preempt-starving-after requires"),
                 (["--preempt-wait-budget", "60"], "--preempt-wait-budget requires"),
                 (["--preempt-max-times", "1"], "--preempt-max-times requires"),
+                (["--preempt-resume", "first"], "--preempt-resume requires"),
                 (["--preemption", "--preempt-service-gap", "0.1"],
                  "--preempt-service-gap needs --preempt-by service")):
             r = run("sim", "timed", "--trace", trace, "--cluster", "1x2", *flags)

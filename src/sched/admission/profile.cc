@@ -27,8 +27,9 @@ Result<std::unique_ptr<SchedulingProfile>> SchedulingProfile::Create(const Profi
     GP_ASSIGN_OR_RETURN(std::unique_ptr<AdmissionFilter> f, BuiltinAdmissionFilters().Create(name));
     p->filters_.push_back(std::move(f));
   }
-  GP_ASSIGN_OR_RETURN(p->queue_,
-                      BuiltinQueuePolicies().Create(spec.queue_policy, spec.queue_config));
+  const QueuePolicyRegistry& queues =
+      spec.queues != nullptr ? *spec.queues : BuiltinQueuePolicies();
+  GP_ASSIGN_OR_RETURN(p->queue_, queues.Create(spec.queue_policy, spec.queue_config));
   const PlacementPolicyRegistry* placements =
       spec.placements != nullptr ? spec.placements : &BuiltinPlacementPolicies();
   GP_ASSIGN_OR_RETURN(p->placement_,

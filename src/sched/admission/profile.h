@@ -31,6 +31,7 @@
 #include "sched/framework.h"
 #include "sched/policy_registry.h"
 #include "sched/queue/queue_policy.h"
+#include "sched/queue/queue_policy_registry.h"
 #include "sched/queue/scheduling_pass.h"
 #include "sched/queue/start_plan.h"
 
@@ -50,6 +51,9 @@ struct ProfileSpec {
   PassOptions pass;
   // Where placement policies come from; null = BuiltinPlacementPolicies().
   const PlacementPolicyRegistry* placements = nullptr;
+  // Where queue policies come from; null = BuiltinQueuePolicies() (the simulator passes
+  // one whose policies wrap the built-in ones, sim/timed/resume_order.h).
+  const QueuePolicyRegistry* queues = nullptr;
   // Ends the pending reason of a share that waits only for single-owner GPUs another
   // owner holds (explain.h); the controller names MPS and its switch.
   std::string single_owner_note = PendingExplainer::kSingleOwnerNote;

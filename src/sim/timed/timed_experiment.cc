@@ -150,6 +150,10 @@ class TimedLoop {
   TimedRun& run_;
   const size_t n_;
   ClusterState cluster_;
+  // The victims waiting, for kFirst and kFirstUnderShare (null otherwise), and the queue
+  // policies that put them first.
+  std::shared_ptr<ResumeFront> front_;
+  std::unique_ptr<sched::QueuePolicyRegistry> queues_;
   std::unique_ptr<sched::SchedulingProfile> profile_;
   std::unique_ptr<FeasibilityCheck> feasibility_;
   std::vector<size_t> arrival_;  // job indices by submission time, trace order on ties
@@ -205,6 +209,13 @@ Status TimedLoop::Init(const ClusterState& idle) {
   spec.placement_config.seed = options_.seed;
   spec.placements = &placements;
   spec.pass = sched::PassOptions{options_.start_rule, options_.max_backfill_tries};
+  const PreemptResume resume = options_.preempt_resume;
+  if (options_.preemption &&
+      (resume == PreemptResume::kFirst || resume == PreemptResume::kFirstUnderShare)) {
+    front_ = std::make_shared<ResumeFront>();
+    queues_ = ResumeFirstPolicies(front_, resume == PreemptResume::kFirstUnderShare);
+    spec.queues = queues_.get();
+  }
   GP_ASSIGN_OR_RETURN(profile_, sched::SchedulingProfile::Create(spec));
   cluster_ = idle;
   if (options_.shuffle_nodes) {
@@ -341,6 +352,7 @@ void TimedLoop::Start(int64_t now, size_t j, std::vector<sched::Placement> place
   const QueuedJob* job = &jobs_[j];
   JobRecord& rec = run_.jobs[j];
   if (rec.start_s < 0) rec.start_s = now;
+  if (front_ != nullptr && !front_->empty()) front_->Remove(job->id);
   rec.waited_s += now - queued_at_[j];
   if (service_) service_->Start(GroupOf(j), queued_at_[j], now);
   shares_->Change(GroupOf(j), job->Total().gpu_milli, 0);
@@ -397,6 +409,14 @@ Status TimedLoop::StopVictim(int64_t now, size_t j) {
   ++run_.jobs[j].preemptions;
   ++run_.preemptions;
   run_.preempted_gpu_s += lost_gpu_s;
+  if (options_.preempt_resume == PreemptResume::kRemaining) {
+    // The key sjf and the fair shortest-first orders read (QueuedJob::SjfRuntime); the
+    // time limit, and so the run time each attempt gets, is unchanged.
+    const TraceJob& t = trace_[j];
+    const int64_t key = t.runtime_estimate_s > 0 ? t.runtime_estimate_s : t.time_limit_s;
+    jobs_[j].runtime_estimate_s = RemainingSjfKey(key, t.duration_s - remaining_s_[j]);
+  }
+  if (front_ != nullptr) front_->Add(jobs_[j].id);
   Requeue(now, j);
   return Status::Ok();
 }

@@ -26,6 +26,7 @@
 #include "sched/queue/queue_policy.h"
 #include "sched/queue/scheduling_pass.h"
 #include "sim/timed/gpu_failures.h"
+#include "sim/timed/resume_order.h"
 #include "sim/timed/trace_job.h"
 
 namespace gpupool::sim {
@@ -79,6 +80,12 @@ struct TimedOptions {
   // chosen as ever (sched::ChooseVictims: the newest first, the fewest).
   int64_t victim_wait_budget_s = 0;
   int32_t victim_max_preemptions = 0;
+  // Where a victim re-enters the queue's order (resume_order.h; an experiment, the live
+  // pool requeues as kQueue does): back at its place by the policy's keys (kQueue), ahead
+  // of every job never preempted (kFirst; kFirstUnderShare: only while its group, with it
+  // started, holds at most an equal share of the GPUs), or at its place with a
+  // shortest-first key shortened by the work its checkpoints kept (kRemaining).
+  PreemptResume preempt_resume = PreemptResume::kQueue;
   // GPU failures (gpu_failures.h; `--gpu-failure-rate`, `--gpu-failure-events`): each
   // Xid goes through the live health policy. An application Xid fails the job on its GPU;
   // a cordon ends the jobs on the GPU (they fail, or requeue with gpu_failures.requeue

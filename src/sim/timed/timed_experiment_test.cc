@@ -406,3 +406,52 @@ TEST(TimedExperiment, AJobPreemptedMaxTimesIsNoVictimAgain) {
 
 }  // namespace
 }  // namespace gpupool::sim
+
+namespace gpupool::sim {
+namespace {
+
+// Where a victim re-enters the order (TimedOptions::preempt_resume), under sjf. Bob's b1
+// and b2 (2 GPUs, time limit 2000 s) fill one 4-GPU node from 0; alice's a (2 GPUs, 50 s)
+// at 30 stops b2 (the newest), which keeps 30 s of work (checkpoints every 10 s). Bob's
+// c (2 GPUs, 100 s, limit `c_limit`) comes at 40 and waits (bob is over his share: no
+// preemption). When a ends at 80, b2 and c wait for the same 2 GPUs; the other 2 free up
+// when b1 ends at 1000. Returns when b2 and c start their last runs.
+std::pair<int64_t, int64_t> ResumeStarts(PreemptResume resume, int64_t c_limit) {
+  std::vector<TraceJob> jobs = {
+      TJob("b1", "bob", 0, 1000, 2, 1, 2000), TJob("b2", "bob", 0, 1000, 2, 1, 2000),
+      TJob("a", "alice", 30, 50, 2, 1, 100), TJob("c", "bob", 40, 100, 2, 1, c_limit)};
+  TimedOptions o = Options("sjf");
+  o.preemption = true;
+  o.preempt.min_runtime_s = 10;
+  o.checkpoint_interval_s = 10;
+  o.preempt_resume = resume;
+  auto run = RunTimedExperiment(Cluster("1x4"), jobs, o);
+  EXPECT_TRUE(run.ok()) << run.status().ToString();
+  if (!run.ok()) return {-1, -1};
+  auto j = ById(*run);
+  EXPECT_EQ(j["a"].start_s, 30);
+  EXPECT_EQ(j["b2"].preemptions, 1);
+  EXPECT_EQ(run->preemptions, 1u);
+  // b2 runs its 970 s left in its last run; c ran its 100 s.
+  return {j["b2"].end_s - 970, j["c"].end_s - 100};
+}
+
+TEST(TimedExperiment, AVictimResumesAtItsPlaceFirstOrByItsRemainingWork) {
+  // c's limit 200 is shorter than b2's 2000: sjf starts c at 80, b2 when c ends.
+  EXPECT_EQ(ResumeStarts(PreemptResume::kQueue, 200), std::make_pair(int64_t{180}, int64_t{80}));
+  // Ahead of every job never preempted: b2 at 80, c when b1 ends.
+  EXPECT_EQ(ResumeStarts(PreemptResume::kFirst, 200), std::make_pair(int64_t{80}, int64_t{1000}));
+  // Bob alone has jobs at 80: his share is the node, and b2 fits it.
+  EXPECT_EQ(ResumeStarts(PreemptResume::kFirstUnderShare, 200),
+            std::make_pair(int64_t{80}, int64_t{1000}));
+  // By its remaining work b2's key is 2000 - 30 = 1970: still after c's 200, but before
+  // a limit of 1990 (which goes first at its place: 1990 < 2000).
+  EXPECT_EQ(ResumeStarts(PreemptResume::kRemaining, 200),
+            std::make_pair(int64_t{180}, int64_t{80}));
+  EXPECT_EQ(ResumeStarts(PreemptResume::kQueue, 1990), std::make_pair(int64_t{180}, int64_t{80}));
+  EXPECT_EQ(ResumeStarts(PreemptResume::kRemaining, 1990),
+            std::make_pair(int64_t{80}, int64_t{1000}));
+}
+
+}  // namespace
+}  // namespace gpupool::sim
