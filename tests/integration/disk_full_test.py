@@ -117,6 +117,25 @@ class DiskFullTest(unittest.TestCase):
         self.assertEqual(st, 201, body)
         return body["job"]["id"]
 
+    def gated_job(self):
+        """Submits a job that runs until told to end and waits for it to run. Returns its
+        id and a function that ends it and returns when it ended (microseconds, its own
+        clock's word)."""
+        gate = os.path.join(self.dir, "gate")
+        os.mkfifo(gate)
+        ended = os.path.join(self.dir, "ended")
+        jid = self.submit(["sh", "-c", "read x < %s; date +%%s%%N > %s" % (gate, ended)])
+        pooltest.wait_job(self.job, jid, ("RUNNING",), 30)
+
+        def end_it():
+            with open(gate, "w") as g:
+                g.write("go\n")
+            pooltest.wait_for("the job's end", lambda: os.path.exists(ended) and
+                              os.path.getsize(ended) > 0)
+            with open(ended) as f:
+                return int(f.read().strip()) // 1000
+        return jid, end_it
+
     def fill(self):
         """Fills the tmpfs: writes until the kernel says it is full."""
         with open(os.path.join(self.fs, "filler"), "wb") as f:
@@ -130,18 +149,9 @@ class DiskFullTest(unittest.TestCase):
     def test_a_full_disk_neither_loses_nor_fails_jobs(self):
         self.start_server(self.dir)
         self.start_agent("full", os.path.join(self.fs, "agent"), "--disk-min-free", "off")
-        gate = os.path.join(self.dir, "gate")
-        os.mkfifo(gate)
-        ended = os.path.join(self.dir, "ended")
-        first = self.submit(["sh", "-c", "read x < %s; date +%%s%%N > %s" % (gate, ended)])
-        pooltest.wait_job(self.job, first, ("RUNNING",), 30)
+        first, end_it = self.gated_job()
         self.fill()
-        with open(gate, "w") as g:
-            g.write("go\n")
-        pooltest.wait_for("the job's end", lambda: os.path.exists(ended) and
-                          os.path.getsize(ended) > 0)
-        with open(ended) as f:
-            ended_us = int(f.read().strip()) // 1000
+        ended_us = end_it()
         # 2. A job sent to the full node goes back to the queue and the node is drained.
         second = self.submit(["true"])
         drained = pooltest.wait_for(
@@ -211,22 +221,13 @@ class DiskFullTest(unittest.TestCase):
         room, every job ends as it really did."""
         self.start_server(os.path.join(self.fs, "server"))
         self.start_agent("spare", os.path.join(self.dir, "spare"))
-        gate = os.path.join(self.dir, "gate")
-        os.mkfifo(gate)
-        ended = os.path.join(self.dir, "ended")
-        first = self.submit(["sh", "-c", "read x < %s; date +%%s%%N > %s" % (gate, ended)])
-        pooltest.wait_job(self.job, first, ("RUNNING",), 30)
+        first, end_it = self.gated_job()
         self.fill()
         st, body = call(self.sock, "POST", "/v1/jobs",
                         {"command": ["true"], "workdir": self.dir, "request": {"gpus": 1}})
         self.assertEqual(st, 500, body)
         self.assertIn("disk that holds the pool's database is full", body["error"])
-        with open(gate, "w") as g:
-            g.write("go\n")
-        pooltest.wait_for("the job's end", lambda: os.path.exists(ended) and
-                          os.path.getsize(ended) > 0)
-        with open(ended) as f:
-            ended_us = int(f.read().strip()) // 1000
+        ended_us = end_it()
         log = os.path.join(self.dir, "server.log")
         # The agent's report of that end cannot be stored: the server's log says so (it
         # said nothing before: a 500 was only the caller's news).
