@@ -702,11 +702,10 @@ void Controller::TakeNodes(
 
 Status Controller::ScheduleOnce() {
   const int64_t pass_start_us = clock_->MonotonicMicros();
-  // Planning takes milliseconds with a long queue; API calls must not wait for it. So the
-  // pass plans on its own copy of the jobs (sched_jobs_: shared slim copies, without
-  // command lines and variables), brought up to date under the lock with the jobs Touched
-  // since the last pass, and applies the result under the lock after checking that
-  // nothing it relied on changed meanwhile.
+  // Planning takes milliseconds with a long queue; API calls must not wait for it. So the pass
+  // plans on its own copy of the jobs (sched_jobs_: shared slim copies, without command lines and
+  // variables), brought up to date under the lock with the jobs Touched since the last pass, and
+  // applies the result under the lock after checking that nothing it relied on changed meanwhile.
   // The nodes' copies: SchedNode points into them, so the vector is not changed again.
   std::vector<std::pair<SchedNode, std::shared_ptr<const gpu::NodeInfo>>> nodes_copy;
   std::vector<std::pair<int64_t, std::shared_ptr<const Job>>> changes;
@@ -809,6 +808,8 @@ PoolSnapshot Controller::MetricsSnapshot(std::vector<NodeView>* nodes_out) {
       ++s.gpus_by_health[state];
       s.unhealthy_gpus.push_back({v.name, g.index, g.uuid, state});
     }
+    if (v.disk)
+      s.node_disks.push_back({v.name, v.disk->free_bytes, v.disk->total_bytes, v.disk->pressure});
     for (int milli : v.allocated_milli) s.gpus_allocated += milli / 1000.0;
   }
   if (nodes_out != nullptr) *nodes_out = std::move(nodes);

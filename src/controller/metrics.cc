@@ -169,6 +169,26 @@ void RenderHealth(const PoolSnapshot& pool, std::string* out) {
          out);
   Sample("gpupool_health_actions_held_total", "", static_cast<double>(pool.health_actions_held),
          out);
+  Family("gpupool_node_disk_free_bytes", "gauge",
+         "Room left on the filesystem of each node's agent state directory, as its disk watch "
+         "last reported it (docs/health.md).",
+         out);
+  for (const NodeDiskGauge& d : pool.node_disks) {
+    Sample("gpupool_node_disk_free_bytes", Label("Hostname", d.hostname),
+           static_cast<double>(d.free_bytes), out);
+  }
+  Family("gpupool_node_disk_size_bytes", "gauge", "Size of that filesystem, as last reported.",
+         out);
+  for (const NodeDiskGauge& d : pool.node_disks) {
+    Sample("gpupool_node_disk_size_bytes", Label("Hostname", d.hostname),
+           static_cast<double>(d.total_bytes), out);
+  }
+  Family("gpupool_node_disk_pressure", "gauge",
+         "1 while the node's disk watch reports too little room (the node is drained), else 0.",
+         out);
+  for (const NodeDiskGauge& d : pool.node_disks) {
+    Sample("gpupool_node_disk_pressure", Label("Hostname", d.hostname), d.pressure ? 1 : 0, out);
+  }
 }
 
 }  // namespace

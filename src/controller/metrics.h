@@ -58,6 +58,14 @@ struct GpuHealthGauge {
   std::string state;     // suspect, cordoned or failed
 };
 
+// A node's last disk watch report (docs/health.md): gpupool_node_disk_*'s series.
+struct NodeDiskGauge {
+  std::string hostname;  // Hostname: the node
+  uint64_t free_bytes = 0;
+  uint64_t total_bytes = 0;
+  bool pressure = false;
+};
+
 // What the pool looks like at the moment of a scrape (Controller::MetricsSnapshot).
 struct PoolSnapshot {
   std::map<std::string, int64_t> jobs_by_state;      // every job in the store, by state
@@ -67,6 +75,7 @@ struct PoolSnapshot {
   // GPUs of the nodes that are not down by health state (gpu/health_policy.h).
   std::map<std::string, int64_t> gpus_by_health;
   std::vector<GpuHealthGauge> unhealthy_gpus;  // of those nodes, in node and GPU order
+  std::vector<NodeDiskGauge> node_disks;       // of those nodes with a report, in node order
   // Cordons the health circuit breaker held back since the controller started.
   int64_t health_actions_held = 0;
   double gpus_allocated = 0;  // shares added up (0.5 = half a GPU)

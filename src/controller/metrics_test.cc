@@ -54,6 +54,8 @@ TEST(MetricsTest, RendersEveryFamilyOnceWithCumulativeBucketsAndEscapedLabels) {
   pool.gpus_allocated = 2.5;
   pool.gpus_by_health = {{"healthy", 7}, {"cordoned", 1}};
   pool.unhealthy_gpus = {{"n\"1", 3, "GPU-x", "cordoned"}};
+  pool.node_disks = {{"n1", uint64_t{12} << 20, uint64_t{50} << 30, true},
+                     {"n2", uint64_t{40} << 30, uint64_t{50} << 30, false}};
   pool.gpu_hours[{"alice", "vision"}] = 1.25;
   pool.gpu_hours[{"bo\"b\\", "(none)"}] = 0.5;
   const std::string text = m.Render(pool);
@@ -76,6 +78,10 @@ TEST(MetricsTest, RendersEveryFamilyOnceWithCumulativeBucketsAndEscapedLabels) {
   EXPECT_EQ(
       ValueOf(text, "gpupool_allocated_gpu_seconds_total{user=\"bo\\\"b\\\\\",project=\"(none)\"}"),
       1800);
+  EXPECT_EQ(ValueOf(text, "gpupool_node_disk_free_bytes{Hostname=\"n1\"}"), 12 << 20);
+  EXPECT_EQ(ValueOf(text, "gpupool_node_disk_size_bytes{Hostname=\"n2\"}"), 50.0 * (1 << 30));
+  EXPECT_EQ(ValueOf(text, "gpupool_node_disk_pressure{Hostname=\"n1\"}"), 1);
+  EXPECT_EQ(ValueOf(text, "gpupool_node_disk_pressure{Hostname=\"n2\"}"), 0);
   EXPECT_EQ(ValueOf(text, "gpupool_placement_failures_total"), 3);
   EXPECT_EQ(ValueOf(text, "gpupool_preemptions_total"), 2);
   EXPECT_EQ(ValueOf(text, "gpupool_preempted_gpu_seconds_total"), 1.75 * 3600);
@@ -111,7 +117,7 @@ TEST(MetricsTest, RendersEveryFamilyOnceWithCumulativeBucketsAndEscapedLabels) {
       EXPECT_TRUE(known) << "sample before its family: " << line;
     }
   }
-  EXPECT_EQ(helped.size(), 15u);  // no GPU telemetry in this snapshot: no DCGM_FI_DEV_*
+  EXPECT_EQ(helped.size(), 18u);  // no GPU telemetry in this snapshot: no DCGM_FI_DEV_*
 }
 
 // Issue 17: dcgm-exporter's names and labels, job labels only while a job holds the GPU,

@@ -192,6 +192,11 @@ class DiskFullTest(unittest.TestCase):
         self.assertRegex(drained, r"agent has \d+(\.\d)? (B|KiB) free of 4 MiB, below the "
                          r"agent's --disk-min-free of 205 KiB \(the default")
         self.assertEqual(self.node("spare").get("state"), "up")
+        self.assertTrue(self.node("full")["disk"]["pressure"])
+        st, metrics = call(self.sock, "GET", "/metrics")
+        self.assertEqual(st, 200, metrics)
+        self.assertIn(b'gpupool_node_disk_pressure{Hostname="full"} 1\n', metrics)
+        self.assertIn(b'gpupool_node_disk_pressure{Hostname="spare"} 0\n', metrics)
         # Meanwhile jobs run on "spare", and none was ever sent to "full".
         for _ in range(3):
             j = pooltest.wait_job(self.job, self.submit(["true"]), ("SUCCEEDED",), 60)
