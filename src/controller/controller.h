@@ -644,8 +644,9 @@ class Controller {
   void HoldBack(const std::string& node, const std::string& uuid, gpu::XidOutcome* o) REQUIRES(mu_);
   // Writes node `name`'s GPU health to its stored record (node_write_mu_ then mu_).
   Status StoreGpuHealth(const std::string& node) EXCLUDES(mu_);
-  Result<NodeView> SetDrain(const std::string& name, bool draining, const std::string& reason)
-      EXCLUDES(mu_);
+  // With `seen` (the drain reason read under mu_, "" for none): only while it is still so.
+  Result<NodeView> SetDrain(const std::string& name, bool draining, const std::string& reason,
+                            const std::optional<std::string>& seen = std::nullopt) EXCLUDES(mu_);
   // ResourceExhausted, naming the user, project or pool and the limit (its max_queued,
   // or the options' max_queued_per_user / max_queued_total / max_queued_bytes_*), when
   // `adding` more jobs of `job`'s user and project, holding `bytes` more of submissions,

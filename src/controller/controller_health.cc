@@ -172,7 +172,7 @@ Status Controller::ObserveGpuErrors(const std::string& node,
                       Commit(std::move(failed), OnConflict::kRetry));
   LogRefusals("GPU health", answers);
   if (changed) GP_RETURN_IF_ERROR(StoreGpuHealth(node));
-  if (!drain_reason.empty()) GP_RETURN_IF_ERROR(SetDrain(node, true, drain_reason).status());
+  if (!drain_reason.empty()) GP_RETURN_IF_ERROR(SetDrain(node, true, drain_reason, "").status());
   return Status::Ok();
 }
 
@@ -194,11 +194,13 @@ Status Controller::ObserveHealthReport(const std::string& node,
   bool changed = false;
   std::string drain;  // drain the node, with this reason
   bool undrain = false;
+  std::string seen;  // the drain as read
   {
     MutexLock lock(mu_);
     auto n = nodes_.find(node);
     if (n == nodes_.end()) return Status::NotFound("node " + node + " is not registered");
     NodeEntry& e = n->second;
+    if (e.draining) seen = e.drain_reason;
     const int64_t now = clock_->NowMicros();
     if (e.health_pending) {  // the first verdict since it registered: it may take work now
       e.health_pending = false;
@@ -265,8 +267,8 @@ Status Controller::ObserveHealthReport(const std::string& node,
     if (capacity_changed_) WakeScheduler();
   }
   if (changed) GP_RETURN_IF_ERROR(StoreGpuHealth(node));
-  if (!drain.empty()) GP_RETURN_IF_ERROR(SetDrain(node, true, drain).status());
-  if (undrain) GP_RETURN_IF_ERROR(SetDrain(node, false, "").status());
+  if (!drain.empty()) GP_RETURN_IF_ERROR(SetDrain(node, true, drain, seen).status());
+  if (undrain) GP_RETURN_IF_ERROR(SetDrain(node, false, "", seen).status());
   return Status::Ok();
 }
 
@@ -299,12 +301,14 @@ bool LiftedByDiskRoom(const std::string& drain_reason) {
 Status Controller::ObserveDiskReport(const std::string& node, const protocol::DiskReport& report) {
   std::string drain;  // drain the node, with this reason
   bool undrain = false;
+  std::string seen;  // the drain as read
   {
     MutexLock lock(mu_);
     auto n = nodes_.find(node);
     if (n == nodes_.end()) return Status::NotFound("node " + node + " is not registered");
     NodeEntry& e = n->second;
     e.disk = report;
+    if (e.draining) seen = e.drain_reason;
     // Not under the breaker: room on a disk is measured, not inferred from errors, and a
     // shared filesystem that fills up does stop every node on it.
     if (report.pressure && !e.draining) {
@@ -317,9 +321,9 @@ Status Controller::ObserveDiskReport(const std::string& node, const protocol::Di
   }
   if (!drain.empty()) {
     spdlog::error("node {} drained: {}", node, drain);
-    GP_RETURN_IF_ERROR(SetDrain(node, true, drain).status());
+    GP_RETURN_IF_ERROR(SetDrain(node, true, drain, seen).status());
   }
-  if (undrain) GP_RETURN_IF_ERROR(SetDrain(node, false, "").status());
+  if (undrain) GP_RETURN_IF_ERROR(SetDrain(node, false, "", seen).status());
   return Status::Ok();
 }
 

@@ -248,12 +248,24 @@ Result<NodeView> Controller::ResumeNode(const std::string& name, const Caller& c
 }
 
 Result<NodeView> Controller::SetDrain(const std::string& name, bool draining,
-                                      const std::string& reason) {
-  MutexLock write(node_write_mu_);
+                                      const std::string& reason,
+                                      const std::optional<std::string>& seen) {
+  MutexLock write(node_write_mu_);  // every change of a drain holds it: none can come between
+  bool changed_meanwhile = false;
   {
     MutexLock lock(mu_);
-    if (nodes_.count(name) == 0) {
+    auto n = nodes_.find(name);
+    if (n == nodes_.end()) {
       return Status::NotFound("node " + name + " is not known: `gpupool nodes` lists the nodes");
+    }
+    // An automatic drain or resume decided on what it read: an admin's drain or resume that
+    // landed since then stands.
+    changed_meanwhile =
+        seen && (n->second.draining ? n->second.drain_reason : std::string()) != *seen;
+  }
+  if (changed_meanwhile) {
+    for (NodeView& v : Nodes()) {
+      if (v.name == name) return std::move(v);
     }
   }
   GP_ASSIGN_OR_RETURN(std::vector<store::NodeRecord> records, store_->ListNodes());
@@ -711,7 +723,7 @@ void Controller::DrainAfterLaunchFailure(const std::string& node, const std::str
     }
   }
   spdlog::error("node {} drained: {}", node, reason);
-  if (Result<NodeView> d = SetDrain(node, true, reason); !d.ok()) {
+  if (Result<NodeView> d = SetDrain(node, true, reason, ""); !d.ok()) {
     spdlog::error("node {}: cannot drain it: {}", node, d.status().message());
   }
 }
