@@ -4,11 +4,16 @@
 // per-GPU metric. Under a ManualClock over a real (in-memory) SQLite store.
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <condition_variable>
+#include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "common/clock.h"
 #include "controller/controller.h"
+#include "store/forwarding_store.h"
 #include "store/sqlite_store.h"
 #include "store/store.h"
 
@@ -328,6 +333,70 @@ TEST_F(ControllerHealthTest, DiskPressureDrainsTheNodeAndItsEndReturnsIt) {
   EXPECT_EQ(state(), "up");
 
   EXPECT_EQ(c_->ObserveDiskReport("nope", full).code(), StatusCode::kNotFound);
+}
+
+// A store whose node writes wait at a gate while it is closed.
+class GatedNodeStore final : public store::ForwardingStore {
+ public:
+  explicit GatedNodeStore(std::unique_ptr<store::Store> inner)
+      : ForwardingStore(std::move(inner)) {}
+  Status PutNode(const store::NodeRecord& n) override {
+    {
+      std::unique_lock l(m_);
+      ++held_;
+      cv_.notify_all();
+      cv_.wait(l, [&] { return open_; });
+    }
+    return ForwardingStore::PutNode(n);
+  }
+  void Close() {
+    std::lock_guard l(m_);
+    open_ = false;
+  }
+  void Open() {
+    std::lock_guard l(m_);
+    open_ = true;
+    cv_.notify_all();
+  }
+  void WaitUntilHeld(int n) {
+    std::unique_lock l(m_);
+    cv_.wait(l, [&] { return held_ >= n; });
+  }
+
+ private:
+  std::mutex m_;
+  std::condition_variable cv_;
+  bool open_ = true;
+  int held_ = 0;
+};
+
+// An automatic drain decides under the controller's lock and drains after it. An admin's
+// drain that lands in between stands: the disk watch's drain, decided on the node as it
+// was (not drained), must not replace it. Here the admin's drain is held in its store
+// write while the disk report is decided; it used to end "disk pressure: ...".
+TEST_F(ControllerHealthTest, AnAdminsDrainLandingWhileADiskDrainIsDecidedStands) {
+  auto gated = std::make_unique<GatedNodeStore>(std::move(store_));
+  GatedNodeStore* gate = gated.get();
+  store_ = std::move(gated);
+  Restart();
+  Register();
+  gate->Close();
+  std::thread admin([&] { EXPECT_TRUE(c_->DrainNode("n1", "maintenance", root_).ok()); });
+  gate->WaitUntilHeld(1);  // its write waits; the controller still sees the node up
+  protocol::DiskReport full;
+  full.pressure = true;
+  full.reason = "/s has 0 B free";
+  std::thread watch([&] { EXPECT_TRUE(c_->ObserveDiskReport("n1", full).ok()); });
+  // The report was read (its decision taken under the lock) once the node shows it; its
+  // drain then waits for the admin's to end.
+  for (int i = 0; i < 10'000 && !c_->Nodes().at(0).disk.has_value(); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  ASSERT_TRUE(c_->Nodes().at(0).disk.has_value());
+  gate->Open();
+  admin.join();
+  watch.join();
+  EXPECT_EQ(c_->Nodes().at(0).drain_reason, "maintenance (root)");
 }
 
 }  // namespace health_test
