@@ -294,8 +294,21 @@ struct Job {
   // nothing of them. JSON `earlier_attempts`; read from `preempted_attempts` too (jobs
   // stored before other ends were kept: every record there is a preempted one).
   std::vector<EarlierAttempt> earlier_attempts;
+  // Set by the controller on a job requeued when its node was lost while a task of it
+  // ran there (docs/health.md, "A node cut off from the controller"): the node, and when
+  // its lease runs out (controller clock, microseconds). The node's supervisors stop the
+  // attempt by then (FencedOnLoss), so the job starts again only after it, or once the
+  // node has registered again and listed what it still runs. Cleared when it is placed.
+  std::string fence_node;
+  int64_t fence_until_us = 0;
   friend bool operator==(const Job&, const Job&) = default;
 };
+
+// Whether the loss of its node sends `job` back to the queue, so that another attempt of
+// it may start elsewhere while its node, cut off, still runs this one: a --requeue job
+// and a preemptible one (requeued when lost during its preemption). The tasks of such a
+// job are stopped by their node when its lease runs out (protocol::RegistrationReply).
+inline bool FencedOnLoss(const Job& job) { return job.requeue || job.preemptible; }
 
 // Appends an ended attempt to `job` (its reason cut to kMaxAttemptReason bytes); past
 // kMaxEarlierAttempts the two oldest become one (their span, their GPU-hours and counts

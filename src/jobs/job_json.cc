@@ -265,6 +265,10 @@ OrderedJson JobToJson(const Job& job) {
   j["attempt"] = job.attempt;
   j["cancel_requested"] = job.cancel_requested;
   if (job.time_limit_hit) j["time_limit_hit"] = true;
+  if (job.fence_until_us != 0) {
+    j["fence_node"] = job.fence_node;
+    j["fence_until_us"] = job.fence_until_us;
+  }
   if (!job.held_by.empty()) {
     j["held_by"] = job.held_by;
     j["held_by_admin"] = job.held_by_admin;
@@ -569,6 +573,8 @@ Result<Job> JobFromJson(const Json& j, std::string_view path, bool reject_unknow
   f.Optional("cancel_requested", &job.cancel_requested);
   f.Optional("time_limit_hit", &job.time_limit_hit);
   f.Optional("held_by", &job.held_by);
+  f.Optional("fence_node", &job.fence_node);
+  f.Optional("fence_until_us", &job.fence_until_us, 0);
   f.Optional("held_by_admin", &job.held_by_admin);
   f.Optional("preemptible", &job.preemptible);
   f.Optional("min_runtime_s", &job.min_runtime_s, 0, int64_t{365} * 24 * 3600);

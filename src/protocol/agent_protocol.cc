@@ -284,7 +284,9 @@ std::string_view EventKindName(EventKind kind) {
 }
 
 OrderedJson EncodeRegistrationReply(const RegistrationReply& r) {
-  return {{"ok", true}, {"protocol", VersionString(r.version)}, {"address", r.address}};
+  OrderedJson j = {{"ok", true}, {"protocol", VersionString(r.version)}, {"address", r.address}};
+  if (r.node_lease_ms > 0) j["node_lease_ms"] = r.node_lease_ms;
+  return j;
 }
 
 Result<RegistrationReply> DecodeRegistrationReply(const Json& j) {
@@ -293,6 +295,7 @@ Result<RegistrationReply> DecodeRegistrationReply(const Json& j) {
   JsonFields f(j, "", kLenient);
   f.Optional("protocol", &version);
   f.Optional("address", &r.address);
+  f.Optional("node_lease_ms", &r.node_lease_ms, 0, int64_t{7} * 24 * 3600 * 1000);
   GP_RETURN_IF_ERROR(f.Finish());
   if (version.empty()) {
     return Status::FailedPrecondition(

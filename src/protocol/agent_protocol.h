@@ -194,6 +194,13 @@ struct Registration {
 struct RegistrationReply {
   Version version = kVersion;  // the controller's
   std::string address;         // the address the controller recorded for the node
+  // The node's lease (docs/health.md, "A node cut off from the controller"): a task of a
+  // job its loss would requeue (jobs::FencedOnLoss) is killed by its supervisor once the
+  // agent has not reached the controller for three quarters of it, and the controller
+  // starts such a job's next attempt only once it has run out. 0: no lease (a controller
+  // without one, or run with --node-lease 0). Optional on the wire within protocol 1.3.
+  int64_t node_lease_ms = 0;
+  friend bool operator==(const RegistrationReply&, const RegistrationReply&) = default;
 };
 
 enum class EventKind { kStarted, kExited, kLost };

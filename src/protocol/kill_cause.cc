@@ -6,13 +6,14 @@
 namespace gpupool::protocol {
 namespace {
 
-constexpr std::array<std::pair<KillCause, std::string_view>, 7> kNames = {{
+constexpr std::array<std::pair<KillCause, std::string_view>, 8> kNames = {{
     {KillCause::kNone, "none"},
     {KillCause::kOomKernel, "oom_kernel"},
     {KillCause::kOomNode, "oom_node"},
     {KillCause::kGpuMemWatch, "gpu_mem_watch"},
     {KillCause::kTimeLimit, "time_limit"},
     {KillCause::kStopRequest, "stop_request"},
+    {KillCause::kNodeLease, "node_lease"},
     {KillCause::kUnknown, "unknown"},
 }};
 

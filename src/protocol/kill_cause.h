@@ -18,6 +18,7 @@ enum class KillCause {
   kGpuMemWatch,  // "gpu_mem_watch": the agent's GPU memory watch (a share past its limit)
   kTimeLimit,    // "time_limit": the job's time limit
   kStopRequest,  // "stop_request": a stop asked of the node (cancel, preemption, gang end)
+  kNodeLease,    // "node_lease": the node's lease ran out (it lost the controller, docs/health.md)
   kUnknown,      // "unknown": a name this build does not know (a newer agent's)
 };
 

@@ -118,7 +118,9 @@ const char* const kServerSetFields[] = {"id",
                                         "preemptions",
                                         "preempted_gpu_hours",
                                         "preempted_attempts",
-                                        "earlier_attempts"};
+                                        "earlier_attempts",
+                                        "fence_node",
+                                        "fence_until_us"};
 
 // The scheduler's start plan as readers attach it (Controller::StartEstimates, StartNotes).
 struct StartPlanView {
