@@ -82,6 +82,7 @@ struct ServerFlags {
   std::string start_rule = "easy";
   int64_t max_starts_per_pass = 1000;
   int node_timeout_s = 30;
+  std::string node_lease = "auto";  // a duration, 0 or off, or auto: NodeLeaseOf
   int exec_client_timeout_s = 15;
   int time_limit_grace_s = 60;
   std::string health_xid;
@@ -167,6 +168,24 @@ Result<controller::TelemetryOptions> TelemetryOptionsOf(const ServerFlags& f) {
   return o;
 }
 
+// --node-lease (docs/health.md, "A node cut off from the controller"): `auto` is 5 min or
+// twice --node-timeout, whichever is longer; 0 or `off`: no lease. Otherwise at least twice
+// --node-timeout: an agent's polls are answered within half the timeout, and its
+// supervisors stop fenced jobs at three quarters of the lease after the last one sent.
+Result<int64_t> NodeLeaseOf(const ServerFlags& f) {
+  const int64_t floor_s = int64_t{2} * f.node_timeout_s;
+  if (f.node_lease == "auto") return std::max<int64_t>(300, floor_s) * 1'000'000;
+  if (f.node_lease == "off") return 0;
+  GP_ASSIGN_OR_RETURN(const int64_t s, ParseSeconds("--node-lease", f.node_lease));
+  if (s != 0 && s < floor_s) {
+    return Status::InvalidArgument(
+        "--node-lease: " + f.node_lease + " is shorter than twice --node-timeout (" +
+        std::to_string(floor_s) +
+        " s): a healthy node would stop its jobs; give at least that, auto, or 0 (no lease)");
+  }
+  return s * 1'000'000;
+}
+
 // The flags of `up` or `server` as the Server's options.
 Result<server::ServerOptions> ServerOptionsOf(const ServerFlags& f,
                                               server::ServerOptions::Lease lease) {
@@ -182,6 +201,7 @@ Result<server::ServerOptions> ServerOptionsOf(const ServerFlags& f,
   co.start_rule = f.start_rule;
   co.max_starts_per_pass = static_cast<size_t>(f.max_starts_per_pass);
   co.node_timeout_us = int64_t{f.node_timeout_s} * 1'000'000;
+  GP_ASSIGN_OR_RETURN(co.node_lease_us, NodeLeaseOf(f));
   co.exec_client_timeout_us = int64_t{f.exec_client_timeout_s} * 1'000'000;
   co.time_limit_grace_s = f.time_limit_grace_s;
   co.health_xid = f.health_xid;
@@ -387,6 +407,11 @@ void AddServerFlags(CLI::App* cmd, ServerFlags* f) {
                   "seconds without a poll before a node's jobs are LOST")
       ->capture_default_str()
       ->check(CLI::Range(1, 86400));
+  cmd->add_option("--node-lease", f->node_lease,
+                  "how long a lost node may still run a --requeue or preemptible job: its "
+                  "agent stops such jobs when cut off this long, and their next attempt "
+                  "waits for it (auto: 5 min or twice --node-timeout; 0: no lease)")
+      ->capture_default_str();
   cmd->add_option("--exec-client-timeout", f->exec_client_timeout_s,
                   "seconds without a word from the client of an interactive session (gpupool "
                   "run, exec --pty) before it is hung up")

@@ -103,6 +103,9 @@ void Controller::Touched(int64_t id) {
   slim->array_max_running = job.array_max_running;
   slim->held_by = job.held_by;  // held jobs are not started
   slim->held_by_admin = job.held_by_admin;
+  slim->attempt = job.attempt;  // held back by the lease of a lost node (sched_input.cc)
+  slim->fence_node = job.fence_node;
+  slim->fence_until_us = job.fence_until_us;
   slim->enforce_memory = job.enforce_memory;  // its shares only where memory is enforced
   // Preemption (preemption_plan.h): who may be a victim, when, with what grace, and who
   // is being stopped already.
@@ -535,21 +538,6 @@ void Controller::WakeAgent(const std::string& node) {
   poll_cv_.notify_one();
 }
 
-void Controller::BlockWhileEarlierAttemptsStop(
-    std::map<int64_t, std::pair<int32_t, std::string>>* stopping) const {
-  // A requeued job whose earlier attempt a returning node still runs (its supervisor
-  // outlived the agent) is stopped there first: at most one attempt runs at a time. The
-  // stop order is resent until the attempt's end is reported, or given up on with it.
-  for (const auto& [name, e] : nodes_) {
-    for (const auto& key : e.stray_running) {
-      auto it = active_.find(key.first);
-      if (it == active_.end() || it->second.state != JobState::kPending) continue;
-      if (key.second > it->second.attempt) continue;
-      stopping->emplace(key.first, std::make_pair(key.second, name));  // the first one found
-    }
-  }
-}
-
 Result<Controller::PlanApplied> Controller::ApplyPlan(ScheduleResult& plan) {
   // Apply only if every job the plan saw occupying resources still does, every job it
   // starts is still pending, and every node it used is still up; otherwise plan again.
@@ -848,10 +836,13 @@ Status Controller::SweepNodes() {
                    (now - e.last_seen_us) / 1'000'000);
       const std::string reason =
           fmt::format("node {} stopped responding (no heartbeat for {})", name, timeout);
+      // Its supervisors stop what a requeue would start again by then (docs/health.md).
+      const int64_t lease_until =
+          options_.node_lease_us > 0 ? e.last_seen_us + options_.node_lease_us : 0;
       for (int64_t id : index_.OnNode(name)) {
         // Looked at again when committed: a node that registered again meanwhile has
         // dealt with its jobs, and a job may have ended or moved.
-        Change c{id, lifecycle::NodeLost{name, reason}, {}};
+        Change c{id, lifecycle::NodeLost{name, reason, lease_until}, {}};
         c.guard = [this, name = name](const Job& job) {
           mu_.AssertHeld();  // guards run under mu_ (Commit)
           if (!Occupies(job) || !OnNode(job, name) || nodes_.at(name).up) {
@@ -862,6 +853,11 @@ Status Controller::SweepNodes() {
         lost.push_back(std::move(c));
       }
       WakeScheduler();
+    }
+    for (int64_t id : index_.PendingFenced()) {
+      const Job& job = active_.at(id);
+      if (job.fence_until_us > now) continue;
+      lost.push_back({id, lifecycle::FenceLifted{job.fence_node}, {}});
     }
   }
   GP_ASSIGN_OR_RETURN(std::vector<Result<Job>> answers,

@@ -81,7 +81,8 @@ struct ControllerOptions {
   std::string queue_policy = "fair";         // a name from the queue registry
   std::string start_rule = "easy";           // strict | easy | skip
   int64_t node_timeout_us = 30'000'000;      // no poll for this long: the node is down
-  int64_t scheduler_period_us = 1'000'000;   // a pass at least this often
+  int64_t node_lease_us = 0;  // --node-lease (docs/health.md; RegistrationReply); 0: none
+  int64_t scheduler_period_us = 1'000'000;  // a pass at least this often
   // While the last pass could start nothing, new submissions wait up to this long so
   // that one pass plans them together; freed resources still trigger a pass at once.
   int64_t arrival_batch_us = 100'000;
@@ -90,9 +91,8 @@ struct ControllerOptions {
   // holds the lock and the loop for a bounded time; a capped pass is followed by the next at once.
   size_t max_starts_per_pass = 1000;
   int64_t cancel_grace_s = 10;
-  // An interactive exec session whose client made no request for this long is hung up
-  // (its terminal went away), and a `gpupool run` job whose client has not attached this
-  // long after it started is cancelled.
+  // An interactive exec session whose client made no request for this long is hung up (its
+  // terminal went away); a `gpupool run` job whose client is absent that long is cancelled.
   int64_t exec_client_timeout_us = 15'000'000;
   // A running job whose node has not ended it this long past its time limit (--time) is
   // stopped by the controller and ends TIMEOUT (lifecycle::TimeLimit). The node's shim
@@ -105,9 +105,9 @@ struct ControllerOptions {
   // Overrides of its threshold rows, "ROW:SUSPECT:CORDON,..." (--health-threshold).
   std::string health_threshold;
   // The health circuit breaker: automatic cordons stop once this fraction of the pool's
-  // nodes (at least 1) had a GPU or itself taken out of service within the hour; past
-  // it, errors are recorded (suspect, a log line, gpupool_health_actions_held_total) but
-  // not acted on, so that a driver bug cannot drain the pool (--health-breaker).
+  // nodes (at least 1) had a GPU or itself taken out of service within the hour; past it,
+  // errors are recorded (suspect, a log line, gpupool_health_actions_held_total), not acted
+  // on, so that a driver bug cannot drain the pool (--health-breaker).
   double health_breaker_fraction = 0.1;
   // Resume only when proven (docs/health.md): a GPU the policy cordoned returns at a passing
   // health run once no Xid worth acting on came for this long (--health-resume-after; 0:

@@ -389,13 +389,37 @@ Result<protocol::RegistrationReply> Controller::RegisterNode(protocol::Registrat
         forgotten.push_back({id, lifecycle::AgentForgot{name}, lost_here});
       }
     }
+    // Jobs requeued when this node was lost wait for its lease no more: it listed what
+    // still runs here (stray_running, stopped before they start again).
+    for (int64_t id : index_.PendingFenced()) {
+      if (active_.at(id).fence_node == name) {
+        forgotten.push_back({id, lifecycle::FenceLifted{name}, {}});
+      }
+    }
     WakeScheduler();
     WakeAgent(name);
   }
   GP_ASSIGN_OR_RETURN(std::vector<Result<Job>> answers,
                       Commit(std::move(forgotten), OnConflict::kRetry));
   LogRefusals("registration of " + name, answers);
-  return protocol::RegistrationReply{protocol::kVersion, address};
+  protocol::RegistrationReply reply{protocol::kVersion, address};
+  reply.node_lease_ms = options_.node_lease_us / 1000;
+  return reply;
+}
+
+void Controller::BlockWhileEarlierAttemptsStop(
+    std::map<int64_t, std::pair<int32_t, std::string>>* stopping) const {
+  // A requeued job whose earlier attempt a returning node still runs (its supervisor
+  // outlived the agent) is stopped there first: at most one attempt runs at a time. The
+  // stop order is resent until the attempt's end is reported, or given up on with it.
+  for (const auto& [name, e] : nodes_) {
+    for (const auto& key : e.stray_running) {
+      auto it = active_.find(key.first);
+      if (it == active_.end() || it->second.state != JobState::kPending) continue;
+      if (key.second > it->second.attempt) continue;
+      stopping->emplace(key.first, std::make_pair(key.second, name));  // the first one found
+    }
+  }
 }
 
 LaunchOrder Controller::MakeLaunchOrder(const Job& job, size_t task_index) const {

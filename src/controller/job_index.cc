@@ -18,6 +18,9 @@ bool HoldsResources(const jobs::Job& job) {
 }
 bool Timed(const jobs::Job& job) { return job.time_limit_s > 0; }
 bool IsRun(const jobs::Job& job) { return job.interactive == "run"; }
+bool WaitsForLease(const jobs::Job& job) {
+  return job.state == jobs::JobState::kPending && job.fence_until_us != 0;
+}
 
 template <typename Key, typename Less>
 void Erase(std::map<Key, std::set<int64_t>, Less>& index, const Key& key, int64_t id) {
@@ -71,6 +74,7 @@ void JobIndex::Remove(int64_t id, const Entry& e) {
   timed_.erase(id);
   runs_.erase(id);
   pending_deps_.erase(id);
+  pending_fenced_.erase(id);
 }
 
 void JobIndex::Update(int64_t id, const jobs::Job* job) {
@@ -89,6 +93,8 @@ void JobIndex::Update(int64_t id, const jobs::Job* job) {
   of_user_[e.user].insert(id);
   if (e.array_id != 0) arrays_[e.array_id].insert(id);
   if (e.pending_deps) pending_deps_.insert(id);
+  e.pending_fenced = WaitsForLease(*job);
+  if (e.pending_fenced) pending_fenced_.insert(id);
   if (HoldsResources(*job)) {
     occupying_.insert(id);
     if (Timed(*job)) timed_.insert(id);
@@ -123,6 +129,7 @@ Status JobIndex::Verify(const std::map<int64_t, jobs::Job>& active) const {
   std::set<int64_t> timed;
   std::set<int64_t> runs;
   std::set<int64_t> pending_deps;
+  std::set<int64_t> pending_fenced;
   std::map<std::string, std::set<int64_t>, std::less<>> on_node;
   std::map<std::string, std::set<int64_t>, std::less<>> of_user;
   std::map<int64_t, std::set<int64_t>> arrays;
@@ -132,6 +139,7 @@ Status JobIndex::Verify(const std::map<int64_t, jobs::Job>& active) const {
     if (job.state == jobs::JobState::kPending && !job.dependencies.empty()) {
       pending_deps.insert(id);
     }
+    if (WaitsForLease(job)) pending_fenced.insert(id);
     if (!HoldsResources(job)) continue;
     occupying.insert(id);
     if (Timed(job)) timed.insert(id);
@@ -161,6 +169,12 @@ Status JobIndex::Verify(const std::map<int64_t, jobs::Job>& active) const {
   if (pending_deps != pending_deps_) {
     return Status::Internal("job index of pending jobs with dependencies differs from a walk (" +
                             FirstDifference(pending_deps_, pending_deps) + ")");
+  }
+  if (pending_fenced != pending_fenced_) {
+    return Status::Internal(
+        "job index of pending jobs waiting for a node's lease differs from a "
+        "walk (" +
+        FirstDifference(pending_fenced_, pending_fenced) + ")");
   }
   GP_RETURN_IF_ERROR(Compare("of node", on_node_, on_node));
   GP_RETURN_IF_ERROR(Compare("of user", of_user_, of_user));

@@ -40,6 +40,9 @@ class JobIndex {
   const std::set<int64_t>& OfUser(const std::string& user) const;
   // The PENDING jobs with dependencies (--after-ok ...): what dependency resolution reads.
   const std::set<int64_t>& PendingWithDependencies() const { return pending_deps_; }
+  // The PENDING jobs waiting for a lost node's lease (Job::fence_until_us set): what the
+  // node sweep, a registration and the earlier-attempt gate read.
+  const std::set<int64_t>& PendingFenced() const { return pending_fenced_; }
   // The active elements of array `array_id` (its first element's id).
   const std::set<int64_t>& ArrayElements(int64_t array_id) const;
 
@@ -54,6 +57,7 @@ class JobIndex {
     int64_t array_id = 0;
     std::vector<std::string> nodes;  // when occupying: its placement's nodes, once each
     bool pending_deps = false;
+    bool pending_fenced = false;
   };
   void Remove(int64_t id, const Entry& e);
 
@@ -62,6 +66,7 @@ class JobIndex {
   std::set<int64_t> timed_;
   std::set<int64_t> runs_;
   std::set<int64_t> pending_deps_;
+  std::set<int64_t> pending_fenced_;
   std::map<std::string, std::set<int64_t>, std::less<>> on_node_;
   std::map<std::string, std::set<int64_t>, std::less<>> of_user_;
   std::map<int64_t, std::set<int64_t>> arrays_;

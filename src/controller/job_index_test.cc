@@ -42,6 +42,7 @@ TEST(JobIndexTest, RandomUpdatesMatchAWalk) {
       if (rng() % 3 == 0) j.dependencies.push_back({static_cast<int64_t>(rng() % 60)});
       j.time_limit_s = rng() % 2 == 0 ? 60 : 0;
       if (rng() % 3 == 0) j.interactive = "run";
+      if (rng() % 3 == 0) j.fence_until_us = 1 + static_cast<int64_t>(rng() % 100);
       for (int t = 0, n = static_cast<int>(rng() % 3); t < n; ++t) {
         jobs::TaskPlacement p;
         p.node = "n" + std::to_string(rng() % 4);  // two tasks may share a node
@@ -56,6 +57,10 @@ TEST(JobIndexTest, RandomUpdatesMatchAWalk) {
   EXPECT_TRUE(index.OnNode("no such node").empty());
   EXPECT_TRUE(index.OfUser("nobody").empty());
   EXPECT_TRUE(index.ArrayElements(12345).empty());
+  for (const auto& [id, j] : active) {
+    EXPECT_EQ(index.PendingFenced().count(id) != 0,
+              j.state == JobState::kPending && j.fence_until_us != 0);
+  }
 }
 
 TEST(JobIndexTest, VerifyNamesWhatAWalkDisagreesWith) {

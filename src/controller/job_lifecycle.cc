@@ -424,7 +424,13 @@ Result<Transition> OnPlaced(const Job& job, const Placed& e, int64_t now_us) {
   if (e.placement.empty()) {
     return Status::InvalidArgument("job " + Id(job) + ": a placement needs at least one task");
   }
+  if (job.fence_until_us > now_us) {
+    return Status::FailedPrecondition("job " + UserJobId(job) + " waits for node " +
+                                      job.fence_node + "'s lease to run out");
+  }
   Job next = job;
+  next.fence_node.clear();
+  next.fence_until_us = 0;
   next.state = JobState::kAssigned;
   next.placement = e.placement;
   next.tasks.assign(next.placement.size(), jobs::TaskStatus{});
@@ -487,6 +493,15 @@ Result<Transition> OnStarted(const Job& job, const TaskStarted& e, int64_t now_u
 Result<Transition> OnExited(const Job& job, const TaskExited& e, int64_t now_us) {
   if (!IsTaskOf(job, e.node, e.task, e.attempt)) return Unchanged(job);
   const auto t = static_cast<size_t>(e.task);
+  if (e.kill_cause == protocol::KillCause::kNodeLease && !job.cancel_requested &&
+      (t >= job.tasks.size() || !job.tasks[t].ended)) {
+    // Its node, cut off from the controller past its lease, stopped it (the controller
+    // had not declared the node lost yet): the job is lost with the node, as if it had.
+    const std::string why = !e.kill_detail.empty() ? e.kill_detail
+                            : !e.reason.empty()    ? e.reason
+                                                   : "its lease ran out";
+    return Lose(job, TaskName(job, t) + " was stopped by its node: " + why, e.node, now_us);
+  }
   Job next = job;
   NormalizeTasks(next);
   jobs::TaskStatus& ts = next.tasks[t];
@@ -549,7 +564,36 @@ Result<Transition> OnTaskLost(const Job& job, const TaskLost& e, int64_t now_us)
 
 Result<Transition> OnNodeLost(const Job& job, const NodeLost& e, int64_t now_us) {
   if (!Occupies(job) || !OnNode(job, e.node)) return Unchanged(job);
-  return Lose(job, e.reason, e.node, now_us);
+  Transition t = Lose(job, e.reason, e.node, now_us);
+  if (t.next.state != JobState::kPending || e.lease_until_us <= now_us ||
+      !jobs::FencedOnLoss(job)) {
+    return t;
+  }
+  // A task sent there and not known to have ended may run on, its node cut off: the next
+  // attempt waits for the node's lease, by which its supervisors have stopped it.
+  Job lost = job;
+  NormalizeTasks(lost);
+  for (size_t i = 0; i < lost.placement.size(); ++i) {
+    if (lost.placement[i].node != e.node || lost.tasks[i].ended) continue;
+    t.next.fence_node = e.node;
+    t.next.fence_until_us = e.lease_until_us;
+    t.effects.log += "; it waits for the node's lease, until " +
+                     std::to_string(e.lease_until_us / 1'000'000) + " (epoch s)";
+    break;
+  }
+  return t;
+}
+
+Result<Transition> OnFenceLifted(const Job& job, const FenceLifted& e) {
+  if (job.state != JobState::kPending || job.fence_until_us == 0 || job.fence_node != e.node) {
+    return Unchanged(job);
+  }
+  Job next = job;
+  next.fence_node.clear();
+  next.fence_until_us = 0;
+  Transition t = Changed(job, std::move(next));
+  t.effects.queue_changed = true;  // it may start now: an arrival pass
+  return t;
 }
 
 Result<Transition> OnAgentForgot(const Job& job, const AgentForgot& e, int64_t now_us) {
@@ -803,7 +847,8 @@ std::string_view EventName(const Event& e) {
                  [](const TimeLimit&) { return std::string_view("TimeLimit"); },
                  [](const GpuFailed&) { return std::string_view("GpuFailed"); },
                  [](const Preempt&) { return std::string_view("Preempt"); },
-                 [](const CheckpointDone&) { return std::string_view("CheckpointDone"); }},
+                 [](const CheckpointDone&) { return std::string_view("CheckpointDone"); },
+                 [](const FenceLifted&) { return std::string_view("FenceLifted"); }},
       e);
 }
 
@@ -826,6 +871,7 @@ Result<Transition> Step(const Job& job, const Event& event, int64_t now_us) {
                      [&](const GpuFailed& e) { return OnGpuFailed(job, e, now_us); },
                      [&](const Preempt& e) { return OnPreempt(job, e, now_us); },
                      [&](const CheckpointDone& e) { return OnCheckpointDone(job, e); },
+                     [&](const FenceLifted& e) { return OnFenceLifted(job, e); },
                  },
                  event);
   if (!t.ok() || !t->changed) return t;

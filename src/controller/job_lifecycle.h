@@ -76,9 +76,19 @@ struct TaskLost {
 // lost like any other job instead of requeued.
 inline constexpr int kMaxLaunchFailures = 5;
 // `node` stopped answering (or went down while the job was being placed on it).
+// `lease_until_us` (0: none): when the node's lease runs out, by which its supervisors
+// have stopped the tasks of a job its loss requeues (jobs::FencedOnLoss); such a job,
+// requeued with a task of it there not known to have ended, waits until then
+// (Job::fence_until_us: Placed is refused before it) unless FenceLifted comes first.
 struct NodeLost {
   std::string node;
   std::string reason;
+  int64_t lease_until_us = 0;
+};
+// `node`'s agent registered again: it listed what it still runs (the controller stops
+// those strays before the job starts again), so the job waits for its lease no more.
+struct FenceLifted {
+  std::string node;
 };
 // `node`'s agent registered again without the job's task among what it runs or ended.
 struct AgentForgot {
@@ -155,9 +165,10 @@ struct CheckpointDone {
   std::string by;
 };
 
-using Event = std::variant<Placed, TaskStarted, TaskExited, TaskLost, NodeLost, AgentForgot,
-                           CancelRequested, Hold, Release, DependencyFailed, CommandEnded,
-                           ClientAbsent, TimeLimit, GpuFailed, Preempt, CheckpointDone>;
+using Event =
+    std::variant<Placed, TaskStarted, TaskExited, TaskLost, NodeLost, AgentForgot, CancelRequested,
+                 Hold, Release, DependencyFailed, CommandEnded, ClientAbsent, TimeLimit, GpuFailed,
+                 Preempt, CheckpointDone, FenceLifted>;
 
 // "Placed", "TaskStarted", ...: for logs and the table test.
 std::string_view EventName(const Event& e);

@@ -66,7 +66,8 @@ std::vector<Event> OneOfEach() {
           TimeLimit{60},
           GpuFailed{"n1", "GPU-0", "Xid 95: uncontained ECC error"},
           Preempt{9, "of higher priority (10 > 0)", 120, kNowS + 120},
-          CheckpointDone{"alice"}};
+          CheckpointDone{"alice"},
+          FenceLifted{"n1"}};
 }
 
 // What an event does to a job in a state: an error code, nothing, or the next state.
@@ -83,24 +84,24 @@ Expect Refused() { return {Expect::kError, JobState::kPending, StatusCode::kFail
 TEST(JobLifecycleTable, EveryStateAndEvent) {
   using S = JobState;
   const std::vector<std::string> names = {
-      "Placed",    "TaskStarted",      "TaskExited",      "TaskLost",
-      "NodeLost",  "AgentForgot",      "CancelRequested", "Hold",
-      "Release",   "DependencyFailed", "CommandEnded",    "ClientAbsent",
-      "TimeLimit", "GpuFailed",        "Preempt",         "CheckpointDone"};
+      "Placed",         "TaskStarted",     "TaskExited", "TaskLost",  "NodeLost",
+      "AgentForgot",    "CancelRequested", "Hold",       "Release",   "DependencyFailed",
+      "CommandEnded",   "ClientAbsent",    "TimeLimit",  "GpuFailed", "Preempt",
+      "CheckpointDone", "FenceLifted"};
   // Rows: the job's state; columns: the events above, in order.
   const std::map<S, std::vector<Expect>> table = {
       {S::kPending,
        {To(S::kAssigned), Same(), Same(), Same(), Same(), Same(), To(S::kCancelled),
         To(S::kPending), Same(), To(S::kCancelled), Same(), Same(), Same(), Same(), Same(),
-        Refused()}},
+        Refused(), Same()}},
       {S::kAssigned,
        {Refused(), To(S::kRunning), To(S::kSucceeded), To(S::kLost), To(S::kLost), Same(),
         To(S::kAssigned), Refused(), Refused(), Same(), To(S::kAssigned), Same(), Same(),
-        To(S::kFailed), To(S::kAssigned), Refused()}},
+        To(S::kFailed), To(S::kAssigned), Refused(), Same()}},
       {S::kRunning,
        {Refused(), Same(), To(S::kSucceeded), To(S::kLost), To(S::kLost), To(S::kLost),
         To(S::kRunning), Refused(), Refused(), Same(), To(S::kRunning), Same(), Same(),
-        To(S::kFailed), To(S::kRunning), Refused()}},
+        To(S::kFailed), To(S::kRunning), Refused(), Same()}},
   };
   std::vector<Event> events = OneOfEach();
   ASSERT_EQ(events.size(), names.size());
@@ -110,9 +111,9 @@ TEST(JobLifecycleTable, EveryStateAndEvent) {
     // Ended jobs refuse users' requests and ignore the rest.
     std::vector<Expect> row =
         jobs::IsTerminal(s)
-            ? std::vector<Expect>{Refused(), Same(),    Same(),    Same(),   Same(), Same(),
-                                  Refused(), Refused(), Refused(), Same(),   Same(), Same(),
-                                  Same(),    Same(),    Same(),    Refused()}
+            ? std::vector<Expect>{Refused(), Same(),    Same(),    Same(),    Same(), Same(),
+                                  Refused(), Refused(), Refused(), Same(),    Same(), Same(),
+                                  Same(),    Same(),    Same(),    Refused(), Same()}
             : table.at(s);
     for (size_t e = 0; e < events.size(); ++e) {
       const Job job = InState(s);
@@ -361,6 +362,49 @@ TEST(JobLifecycleTest, ALostNodeRequeuesARequeueJobAndStopsItsOtherTasks) {
   j.requeue = true;
   j.cancel_requested = true;
   EXPECT_EQ(Step(j, NodeLost{"n2", "gone"}, kNow)->next.state, JobState::kLost);
+}
+
+// The node lease (docs/health.md): a job a lost node may still run waits for the lease.
+TEST(JobLifecycleTest, ALostNodesLeaseHoldsBackTheNextAttemptOfAFencedJob) {
+  Job j = Gang();  // task 0 on n1 (started), task 1 on n2 (started)
+  j.requeue = true;
+  j.preemptible = false;
+  Result<Transition> t = Step(j, NodeLost{"n1", "node n1 stopped responding", kNow + 60}, kNow);
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  ASSERT_EQ(t->next.state, JobState::kPending);
+  EXPECT_EQ(t->next.fence_node, "n1");
+  EXPECT_EQ(t->next.fence_until_us, kNow + 60);
+  // Not placed before the lease ends; at its end it is, and the fence is gone.
+  Result<Transition> early = Step(t->next, Placed{{{"n3", {0}, {"GPU-3"}, 1000}}, {}}, kNow + 59);
+  ASSERT_FALSE(early.ok());
+  EXPECT_EQ(early.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(early.status().message().find("node n1's lease"), std::string::npos);
+  Result<Transition> placed = Step(t->next, Placed{{{"n3", {0}, {"GPU-3"}, 1000}}, {}}, kNow + 60);
+  ASSERT_TRUE(placed.ok()) << placed.status().ToString();
+  EXPECT_EQ(placed->next.fence_until_us, 0);
+  EXPECT_TRUE(placed->next.fence_node.empty());
+  // The node registered again: the wait ends; another node's return changes nothing.
+  EXPECT_FALSE(Step(t->next, FenceLifted{"n2"}, kNow)->changed);
+  Result<Transition> lifted = Step(t->next, FenceLifted{"n1"}, kNow);
+  ASSERT_TRUE(lifted->changed);
+  EXPECT_EQ(lifted->next.fence_until_us, 0);
+  EXPECT_TRUE(lifted->effects.queue_changed);
+  // No fence: a lease already over, a job its loss ends (LOST), a task there that had
+  // ended, or no lease at all.
+  EXPECT_EQ(Step(j, NodeLost{"n1", "gone", kNow}, kNow)->next.fence_until_us, 0);
+  EXPECT_EQ(Step(j, NodeLost{"n1", "gone"}, kNow)->next.fence_until_us, 0);
+  Job ended_there = j;
+  ended_there.tasks[0].ended = true;
+  EXPECT_EQ(Step(ended_there, NodeLost{"n1", "gone", kNow + 60}, kNow)->next.fence_until_us, 0);
+  Job plain = j;
+  plain.requeue = false;
+  EXPECT_EQ(Step(plain, NodeLost{"n1", "gone", kNow + 60}, kNow)->next.state, JobState::kLost);
+  EXPECT_EQ(Step(plain, NodeLost{"n1", "gone", kNow + 60}, kNow)->next.fence_until_us, 0);
+  // A task placed there whose start was never reported may run there too.
+  Job assigned = InState(JobState::kAssigned);
+  assigned.requeue = true;
+  EXPECT_EQ(Step(assigned, NodeLost{"n1", "gone", kNow + 60}, kNow)->next.fence_until_us,
+            kNow + 60);
 }
 
 // Why an attempt went back to the queue is the job's reason while it waits; once the

@@ -279,6 +279,15 @@ sched::EnvironmentNodes SchedInput::NodesForEnvironment(std::string_view environ
   return NodesFor(*it->second);
 }
 
+namespace {
+
+// When a job's node lease runs out, in epoch seconds (at least 1); 0: it waits for none.
+int64_t FenceUntilS(const jobs::Job& job) {
+  return job.fence_until_us == 0 ? 0 : std::max<int64_t>(1, job.fence_until_us / 1'000'000);
+}
+
+}  // namespace
+
 sched::QueuedJob SchedInput::ToQueuedJob(const jobs::Job& job, const AdmissionFeed& feed) const {
   sched::QueuedJob q;
   q.id = std::to_string(job.id);
@@ -291,9 +300,16 @@ sched::QueuedJob SchedInput::ToQueuedJob(const jobs::Job& job, const AdmissionFe
   a.held_by = job.held_by;
   a.held_by_admin = job.held_by_admin;
   if (auto w = feed.waiting.find(job.id); w != feed.waiting.end()) a.waits_for = w->second;
+  if (job.fence_until_us != 0) {
+    // Its node was lost while the attempt ran: its lease stops it (lifecycle::NodeLost).
+    a.stopping_attempt = job.attempt;
+    a.stopping_node = job.fence_node;
+    a.stopping_until_s = FenceUntilS(job);
+  }
   if (auto s = feed.stopping.find(job.id); s != feed.stopping.end()) {
     a.stopping_attempt = s->second.first;
     a.stopping_node = s->second.second;
+    a.stopping_until_s = 0;
   }
   if (job.array_id != 0) {
     a.array_id = std::to_string(job.array_id);
@@ -324,6 +340,7 @@ bool SameInputs(const ConversionCache::Entry& e, const jobs::Job& job) {
          q.priority == job.priority && q.submit_s == job.submit_time_us / 1'000'000 &&
          q.time_limit_s == job.time_limit_s && a.held_by == job.held_by &&
          a.held_by_admin == job.held_by_admin && a.array_max_running == job.array_max_running &&
+         a.stopping_until_s == FenceUntilS(job) &&
          (has_environment ? a.environment == job.needs.source : a.environment.empty());
 }
 

@@ -1,5 +1,6 @@
 #include "sched/admission/gates.h"
 
+#include <fmt/chrono.h>
 #include <fmt/format.h>
 
 namespace gpupool::sched {
@@ -26,6 +27,14 @@ bool DependencyGate::Admit(const QueuedJob& job, std::string* why) {
 
 bool EarlierAttemptGate::Admit(const QueuedJob& job, std::string* why) {
   if (job.admission.stopping_attempt <= 0) return true;
+  if (job.admission.stopping_until_s > 0) {
+    *why = fmt::format(
+        "waits for attempt {} to stop on node {} (the node was lost while it ran; its lease "
+        "stops it by {:%Y-%m-%d %H:%M:%S} UTC)",
+        job.admission.stopping_attempt, job.admission.stopping_node,
+        fmt::gmtime(static_cast<std::time_t>(job.admission.stopping_until_s)));
+    return false;
+  }
   *why = fmt::format(
       "waits for attempt {} to stop on node {} (it still ran there when the node came back)",
       job.admission.stopping_attempt, job.admission.stopping_node);

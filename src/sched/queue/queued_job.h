@@ -31,9 +31,11 @@ struct AdmissionFacts {
   // resolves them (the controller reads ended jobs from its store).
   std::string waits_for;
   // EarlierAttemptGate: an earlier attempt of the job that a node still runs and is
-  // being stopped there; attempt 0 = none.
+  // being stopped there; attempt 0 = none. With stopping_until_s (epoch seconds; 0: not),
+  // the node is cut off, and its lease stops the attempt by then (docs/health.md).
   int32_t stopping_attempt = 0;
   std::string stopping_node;
+  int64_t stopping_until_s = 0;
   // HoldGate: how the job's user names it when that is not `id` (the controller's array
   // elements: ARRAY_INDEX, "582_2"); empty: `id`.
   std::string user_id;

@@ -1,0 +1,188 @@
+// The node lease (docs/health.md, "A node cut off from the controller"): a --requeue or
+// preemptible job requeued because its node was lost while it ran does not start again
+// until that node's lease has run out (its supervisors stop the attempt by then), unless
+// the node registers again first; a task its node stopped for the lease is lost with it.
+#include "controller/controller_test.h"
+
+namespace gpupool::controller::controller_test {
+namespace {
+
+constexpr int64_t kLeaseUs = 60'000'000;
+
+class NodeLeaseTest : public ControllerTest {
+ protected:
+  void SetUp() override {
+    ControllerTest::SetUp();
+    ControllerOptions o;
+    o.node_lease_us = kLeaseUs;
+    Restart(o);
+    Register(2, {}, "n1");
+    Register(2, {}, "n2");
+  }
+  // Submits a job of one GPU, places it and has it start where it was placed; the node.
+  std::string StartJob(Job* job) {
+    *job = c_->Submit(*job, alice_).value();
+    EXPECT_TRUE(c_->ScheduleOnce().ok());
+    *job = Get(job->id);
+    EXPECT_EQ(job->state, JobState::kAssigned);
+    const std::string node = job->placement.at(0).node;
+    EXPECT_TRUE(Apply({Ev(*job, protocol::EventKind::kStarted)}, node).ok());
+    return node;
+  }
+  // Time passes in steps shorter than the node timeout; `alive` polls after each step.
+  void Pass(int64_t micros, const std::string& alive) {
+    while (micros > 0) {
+      const int64_t step = std::min<int64_t>(micros, 4'000'000);
+      clock_.AdvanceMicros(step);
+      micros -= step;
+      ASSERT_TRUE(c_->WaitForWork(alive, 0).ok());
+      ASSERT_TRUE(c_->SweepNodes().ok());
+    }
+  }
+  static std::string Other(const std::string& node) { return node == "n1" ? "n2" : "n1"; }
+};
+
+TEST_F(NodeLeaseTest, TheRegistrationTellsTheAgentItsLease) {
+  protocol::Registration r;
+  r.node = "n3";
+  r.info = MakeNode(1);
+  r.info.gpus[0].uuid = "GPU-n3";
+  Result<protocol::RegistrationReply> reply = c_->RegisterNode(r, "");
+  ASSERT_TRUE(reply.ok()) << reply.status().ToString();
+  EXPECT_EQ(reply->node_lease_ms, kLeaseUs / 1000);
+}
+
+TEST_F(NodeLeaseTest, ARequeuedJobWaitsForItsLostNodesLeaseThenStartsElsewhere) {
+  Job job = MakeJob(1);
+  job.requeue = true;
+  const std::string lost = StartJob(&job);
+  const int64_t last_seen = clock_.NowMicros();
+  Pass(12'000'000, Other(lost));  // past the node timeout of 10 s
+  Job waiting = Get(job.id);
+  ASSERT_EQ(waiting.state, JobState::kPending);
+  EXPECT_EQ(waiting.fence_node, lost);
+  EXPECT_EQ(waiting.fence_until_us, last_seen + kLeaseUs);
+  // Another node has room, but the lost one may still run attempt 1 until its lease ends.
+  ASSERT_TRUE(c_->ScheduleOnce().ok());
+  waiting = Get(job.id);
+  EXPECT_EQ(waiting.state, JobState::kPending);
+  EXPECT_NE(waiting.pending_reason.find("waits for attempt 1 to stop on node " + lost +
+                                        " (the node was lost while it ran; its lease stops it "
+                                        "by 2023-11-14 22:14:20 UTC)"),
+            std::string::npos)
+      << waiting.pending_reason;
+  // One second before the lease ends it still waits; at its end it starts, elsewhere.
+  Pass(last_seen + kLeaseUs - 1'000'000 - clock_.NowMicros(), Other(lost));
+  ASSERT_TRUE(c_->ScheduleOnce().ok());
+  EXPECT_EQ(Get(job.id).state, JobState::kPending);
+  Pass(1'000'000, Other(lost));
+  ASSERT_TRUE(c_->ScheduleOnce().ok());
+  Job placed = Get(job.id);
+  ASSERT_EQ(placed.state, JobState::kAssigned) << placed.pending_reason;
+  EXPECT_EQ(placed.attempt, 2);
+  EXPECT_EQ(placed.placement.at(0).node, Other(lost));
+  EXPECT_EQ(placed.fence_until_us, 0);
+  EXPECT_TRUE(placed.fence_node.empty());
+}
+
+TEST_F(NodeLeaseTest, TheLeaseOutlivesAControllerRestart) {
+  Job job = MakeJob(1);
+  job.preemptible = true;  // preemptible jobs are fenced too (jobs::FencedOnLoss)
+  job.requeue = true;
+  const std::string lost = StartJob(&job);
+  Pass(12'000'000, Other(lost));
+  ASSERT_NE(Get(job.id).fence_until_us, 0);
+  ControllerOptions o;
+  o.node_lease_us = kLeaseUs;
+  Restart(o);
+  Register(2, {}, Other(lost));
+  ASSERT_TRUE(c_->ScheduleOnce().ok());
+  EXPECT_EQ(Get(job.id).state, JobState::kPending);
+  EXPECT_NE(Get(job.id).pending_reason.find("its lease stops it by"), std::string::npos);
+}
+
+TEST_F(NodeLeaseTest, ANodeThatRegistersAgainEndsTheWait) {
+  Job job = MakeJob(1);
+  job.requeue = true;
+  const std::string lost = StartJob(&job);
+  Pass(12'000'000, Other(lost));
+  ASSERT_NE(Get(job.id).fence_until_us, 0);
+  // It comes back running nothing of the job: the job may start at once.
+  Register(2, {}, lost);
+  Job back = Get(job.id);
+  EXPECT_EQ(back.fence_until_us, 0);
+  ASSERT_TRUE(c_->ScheduleOnce().ok());
+  EXPECT_EQ(Get(job.id).state, JobState::kAssigned);
+}
+
+TEST_F(NodeLeaseTest, ANodeThatComesBackStillRunningTheAttemptStopsItFirst) {
+  Job job = MakeJob(1);
+  job.requeue = true;
+  const std::string lost = StartJob(&job);
+  Pass(12'000'000, Other(lost));
+  Register(2, {{job.id, 1}}, lost);
+  ASSERT_TRUE(c_->ScheduleOnce().ok());
+  Job waiting = Get(job.id);
+  EXPECT_EQ(waiting.state, JobState::kPending);
+  EXPECT_EQ(waiting.fence_until_us, 0);
+  EXPECT_NE(waiting.pending_reason.find("it still ran there when the node came back"),
+            std::string::npos)
+      << waiting.pending_reason;
+}
+
+TEST_F(NodeLeaseTest, AJobItsLossDoesNotRequeueWaitsForNothing) {
+  Job plain = MakeJob(1);
+  const std::string lost = StartJob(&plain);
+  Pass(12'000'000, Other(lost));
+  Job ended = Get(plain.id);
+  EXPECT_EQ(ended.state, JobState::kLost);
+  EXPECT_EQ(ended.fence_until_us, 0);
+}
+
+TEST_F(NodeLeaseTest, WithoutALeaseARequeuedJobStartsAtOnce) {
+  Restart();  // node_lease_us 0
+  Register(2, {}, "n1");
+  Register(2, {}, "n2");
+  Job job = MakeJob(1);
+  job.requeue = true;
+  const std::string lost = StartJob(&job);
+  Pass(12'000'000, Other(lost));
+  EXPECT_EQ(Get(job.id).fence_until_us, 0);
+  ASSERT_TRUE(c_->ScheduleOnce().ok());
+  EXPECT_EQ(Get(job.id).state, JobState::kAssigned);
+}
+
+TEST_F(NodeLeaseTest, ATaskItsNodeStoppedForTheLeaseIsLostWithTheNode) {
+  // The node gave up on its lease before the controller declared it lost (the poll that
+  // reached it was answered too late): the job is requeued, not failed.
+  Job job = MakeJob(1);
+  job.requeue = true;
+  const std::string node = StartJob(&job);
+  Event e = Ev(job, protocol::EventKind::kExited);
+  e.exit_code.reset();
+  e.signal = 9;
+  e.kill_cause = protocol::KillCause::kNodeLease;
+  e.kill_detail = "node lease ran out";
+  ASSERT_TRUE(Apply({e}, node).ok());
+  Job again = Get(job.id);
+  ASSERT_EQ(again.state, JobState::kPending);
+  EXPECT_NE(
+      again.reason.find("task 0 (node " + node + ") was stopped by its node: node lease ran out"),
+      std::string::npos)
+      << again.reason;
+  EXPECT_EQ(again.fence_until_us, 0);  // it has ended: nothing to wait for
+  ASSERT_EQ(again.earlier_attempts.size(), 1u);
+  EXPECT_EQ(again.earlier_attempts[0].ended_by, jobs::AttemptEnd::kLost);
+  // Without --requeue it is LOST, as with its node.
+  Job plain = MakeJob(1);
+  const std::string where = StartJob(&plain);
+  Event p = Ev(plain, protocol::EventKind::kExited);
+  p.exit_code.reset();
+  p.signal = 9;
+  p.kill_cause = protocol::KillCause::kNodeLease;
+  ASSERT_TRUE(Apply({p}, where).ok());
+  EXPECT_EQ(Get(plain.id).state, JobState::kLost);
+}
+
+}  // namespace
+}  // namespace gpupool::controller::controller_test
