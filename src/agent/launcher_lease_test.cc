@@ -153,6 +153,19 @@ TEST_F(LauncherLeaseTest, WithoutALeaseFileTheJobRunsToItsEndAndTheShimSaysSo) {
   EXPECT_NE(log.find("not fenced"), std::string::npos) << log;
 }
 
+// A lease that could not be read at first is read again at the next check, at most 5 s
+// later however long the job's other timers are: the job is fenced once it finds one that
+// has run out.
+TEST_F(LauncherLeaseTest, ALeaseThatAppearsLaterIsReadAtTheNextCheck) {
+  Start(LeasedSpec(406, {"sh", "-c", "trap '' TERM; exec sleep 30"}));
+  ASSERT_TRUE(testing::WaitForFileContaining(JobFile(406, kShimLogFile), "not fenced", 5000));
+  WriteLease(-kSecond);
+  const auto t0 = std::chrono::steady_clock::now();
+  JobEvent e = Finish(406, 15'000);
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(7));
+  ExpectFenced(e);
+}
+
 // A task whose spec names no lease file (a job the controller does not requeue, an exec
 // session) is never fenced, however stale the node's lease.
 TEST_F(LauncherLeaseTest, AJobWithoutTheLeaseFileIsNeverFenced) {
