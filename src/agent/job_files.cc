@@ -188,6 +188,7 @@ std::string ShimConfigToJson(const ShimConfig& config) {
   if (!s.script.empty()) j["script"] = s.script;
   if (!s.stdout_file.empty()) j["stdout_file"] = s.stdout_file;
   if (!s.stderr_file.empty()) j["stderr_file"] = s.stderr_file;
+  if (!s.lease_file.empty()) j["lease_file"] = s.lease_file;
   j["cgroup_root"] = config.cgroup_root;
   j["container"] = ContainerToJson(config.container);
   if (config.user) {
@@ -277,6 +278,7 @@ Result<ShimConfig> ShimConfigFromJson(const std::string& text, const std::string
   f.Optional("script", &s.script);
   f.Optional("stdout_file", &s.stdout_file);
   f.Optional("stderr_file", &s.stderr_file);
+  f.Optional("lease_file", &s.lease_file);
   f.Optional("tty", &s.tty);
   f.Optional("env_dir", &s.env_dir);
   f.Optional("share_enforcement", &s.share_enforcement);

@@ -43,6 +43,28 @@ TEST(JobFilesTest, ShimConfigRoundTrips) {
   EXPECT_EQ(*back, c);
 }
 
+// The node lease's file (node_lease.h) travels in spec.json; a spec without it (an older
+// agent's) reads as a run that is never fenced.
+TEST(JobFilesTest, TheLeaseFileRoundTripsAndIsOptional) {
+  ShimConfig c;
+  c.spec.id = {9, 0, 1, 0};
+  c.spec.user = "bob";
+  c.spec.argv = {"sleep", "5"};
+  c.spec.lease_file = "/var/lib/gpupool/agent/node_lease";
+  const std::string json = ShimConfigToJson(c);
+  EXPECT_NE(json.find("\"lease_file\": \"/var/lib/gpupool/agent/node_lease\""), std::string::npos)
+      << json;
+  Result<ShimConfig> back = ShimConfigFromJson(json, "spec.json");
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(back->spec.lease_file, c.spec.lease_file);
+  c.spec.lease_file.clear();
+  EXPECT_EQ(ShimConfigToJson(c).find("lease_file"), std::string::npos);
+  Result<ShimConfig> old = ShimConfigFromJson(
+      R"({"job_id":1,"attempt":1,"user":"u","uid":1,"gid":1,"argv":["x"]})", "spec.json");
+  ASSERT_TRUE(old.ok()) << old.status().ToString();
+  EXPECT_EQ(old->spec.lease_file, "");
+}
+
 TEST(JobFilesTest, BadJobUserIsNamed) {
   const std::string head = R"({"job_id":1,"attempt":1,"user":"u","uid":1,"gid":1,"argv":["x"],)";
   for (const char* bad :

@@ -121,6 +121,11 @@ struct LaunchSpec {
   // file for both). Empty: the run directory's logs.
   std::string stdout_file;
   std::string stderr_file;
+  // The node's lease file (node_lease.h, STATE/node_lease) for a task of a job that may
+  // be started again elsewhere once this node is lost (jobs::FencedOnLoss): the shim
+  // kills the job once the lease there runs out unrenewed (kill cause node_lease). Empty:
+  // never fenced (no lease, another job, an exec session).
+  std::string lease_file;
   friend bool operator==(const LaunchSpec&, const LaunchSpec&) = default;
 };
 

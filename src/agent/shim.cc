@@ -18,6 +18,7 @@
 #include "agent/job_env.h"
 #include "agent/job_files.h"
 #include "agent/job_process.h"
+#include "agent/node_lease.h"
 #include "agent/output_file.h"
 #include "agent/proc_util.h"
 #include "agent/shim_internal.h"
@@ -353,12 +354,13 @@ void Shim::BeginStop(bool cancel, int64_t grace_s) {
 // The node's own stop: the job is killed now (the supervision loop sends SIGKILL, or
 // kills the container, at once) and fails with `reason`; a stop already under way keeps
 // what it is (a cancel stays a cancel) and only loses the rest of its grace.
-void Shim::KillForNode(const std::string& reason) {
+void Shim::KillForNode(const std::string& reason, protocol::KillCause cause) {
   if (killed_) return;
   ShimLog("stopped by the node: %s", reason.c_str());
   if (!stopping_) {
     stopping_ = true;
     node_stop_reason_ = reason;
+    node_stop_cause_ = cause;
   }
   grace_s_ = 0;
   kill_at_mono_ = MonoMicros();
@@ -399,12 +401,60 @@ void Shim::OnStopSignal() {
   BeginStop(/*cancel=*/true, stop->grace_s);
 }
 
+// The lease is checked at least this often while it is on: the monotonic timer of the
+// wait stops during a suspend, the boot clock of the lease does not.
+constexpr int64_t kLeaseCheckUs = 5'000'000;
+
+void Shim::CheckLease() {
+  if (config_.spec.lease_file.empty() || lease_fenced_ || killed_) return;
+  const int64_t now = BootMicros();
+  if (lease_ && now < lease_->deadline_us) return;
+  Result<NodeLease> read = ReadNodeLease(config_.spec.lease_file);
+  if (!read.ok()) {
+    // Fail open: no lease known fences nothing (the agent removes the file when the
+    // controller gives none). Read again at every check.
+    if (!lease_noted_) {
+      ShimLog("%s; the job is not fenced by the node lease until it can be read",
+              read.status().message().c_str());
+      lease_noted_ = true;
+    }
+    lease_.reset();
+    return;
+  }
+  if (!lease_) lease_ = *read;  // the first lease read: judged as it is
+  switch (JudgeLease(*lease_, now, *read)) {
+    case LeaseVerdict::kHolds:
+    case LeaseVerdict::kUnknown:
+      return;
+    case LeaseVerdict::kRenewed:
+      lease_ = *read;
+      return;
+    case LeaseVerdict::kFence:
+      break;
+  }
+  lease_fenced_ = true;
+  const long long ago = std::max<int64_t>(0, now - lease_->written_us) / 1'000'000;
+  KillForNode("node lease ran out: node " + HostName() +
+                  " has not reached the controller for 3/4 of its lease (last renewed " +
+                  std::to_string(ago) +
+                  " s ago), and the job may be started again elsewhere; stopped here",
+              protocol::KillCause::kNodeLease);
+}
+
+int64_t Shim::LeaseWaitMicros() const {
+  if (config_.spec.lease_file.empty() || lease_fenced_ || killed_) return INT64_MAX;
+  int64_t wait = kLeaseCheckUs;
+  if (lease_) wait = std::min(wait, lease_->deadline_us - BootMicros());
+  return std::max<int64_t>(wait, 1000);
+}
+
 void Shim::Supervise() {
   const sigset_t set = ShimSignals();
   const int64_t start_mono = MonoMicros();
   const int64_t limit_at =
       config_.spec.time_limit_s > 0 ? start_mono + config_.spec.time_limit_s * 1'000'000 : 0;
   while (true) {
+    CheckLease();  // first: a fence is carried out below, in this round
     const int64_t now = MonoMicros();
     if (limit_at != 0 && now >= limit_at && !stopping_) {
       BeginStop(/*cancel=*/false, config_.spec.grace_s);
@@ -437,7 +487,7 @@ void Shim::Supervise() {
     if (stopping_ && !killed_) next = std::min(next, kill_at_mono_);
     if (stop_retry_at_mono_ != 0) next = std::min(next, stop_retry_at_mono_);
     if (term_at_mono_ != 0) next = std::min(next, term_at_mono_);
-    const int64_t wait_us = std::max<int64_t>(next - now, 1000);
+    const int64_t wait_us = std::min(std::max<int64_t>(next - now, 1000), LeaseWaitMicros());
     struct timespec ts = {static_cast<time_t>(wait_us / 1'000'000),
                           static_cast<long>((wait_us % 1'000'000) * 1000)};
     siginfo_t info;
@@ -506,8 +556,8 @@ void Shim::SetExitReason() {
     why = "cancelled";
     final_.kill_cause = protocol::KillCause::kStopRequest;
   } else if (!node_stop_reason_.empty()) {
-    // The node's own stop: its GPU memory watch (stop_request.h), the only one there is.
-    final_.kill_cause = protocol::KillCause::kGpuMemWatch;
+    // The node's own stop: its GPU memory watch (stop_request.h) or its lease.
+    final_.kill_cause = node_stop_cause_;
     final_.kill_detail = node_stop_reason_;
     final_.reason = node_stop_reason_ + " (" + how + ")";
     return;

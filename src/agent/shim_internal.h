@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -16,6 +17,7 @@
 #include "agent/job_process.h"
 #include "agent/launcher.h"
 #include "agent/mount_source.h"
+#include "agent/node_lease.h"
 #include "agent/shim.h"
 #include "common/status.h"
 
@@ -56,7 +58,14 @@ class Shim {
   void Supervise();
   bool ReapChildren();  // true once the job's main process ended
   void BeginStop(bool cancel, int64_t grace_s);
-  void KillForNode(const std::string& reason);  // the node's own stop (stop_request.h)
+  // The node's own stop: its GPU memory watch's (stop_request.h) or its lease's (`cause`).
+  void KillForNode(const std::string& reason,
+                   protocol::KillCause cause = protocol::KillCause::kGpuMemWatch);
+  // The node lease (node_lease.h; spec.lease_file set): read at the start, and again once
+  // its deadline has passed; fences the job (KillForNode, kNodeLease) unless it was renewed
+  // in time. LeaseWaitMicros: how long the supervision may wait before the next check.
+  void CheckLease();
+  int64_t LeaseWaitMicros() const;
   void OnStopSignal();
   void Report(const std::string& line);
   int Finish();
@@ -79,6 +88,10 @@ class Shim {
   int64_t grace_s_ = 0;       // the stop's grace: the spec's, or a preemption's (stop_request.h)
   int64_t term_at_mono_ = 0;  // a terminal job: SIGTERM this long after the hangup
   std::string node_stop_reason_;  // why the node stopped the job itself (KillForNode)
+  protocol::KillCause node_stop_cause_ = protocol::KillCause::kGpuMemWatch;
+  std::optional<NodeLease> lease_;  // the lease held; nullopt: none read (yet)
+  bool lease_noted_ = false;        // an unreadable lease was said in shim.log
+  bool lease_fenced_ = false;       // the lease ran out: the job was killed for it
   // Container jobs: the job process is the podman client; the container is reached by name.
   bool container_ = false;
   std::string container_name_;

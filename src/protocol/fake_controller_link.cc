@@ -18,6 +18,11 @@ void FakeControllerLink::SetVersion(Version v) {
   version_ = v;
 }
 
+void FakeControllerLink::SetNodeLease(int64_t lease_ms) {
+  std::lock_guard lock(mu_);
+  node_lease_ms_ = lease_ms;
+}
+
 void FakeControllerLink::SetAway(bool away) {
   std::lock_guard lock(mu_);
   away_ = away;
@@ -77,7 +82,7 @@ Result<RegistrationReply> FakeControllerLink::Register(const Registration& regis
   recorded_.registrations.push_back(registration);
   forgot_node_ = false;
   Changed();
-  return RegistrationReply{version_, "fake"};
+  return RegistrationReply{version_, "fake", node_lease_ms_};
 }
 
 Result<Work> FakeControllerLink::PollWork(const std::string& node, int wait_ms) {

@@ -1,7 +1,8 @@
 // FakeControllerLink: an in-process controller for tests of the agent (a ControllerLink
 // test double). It answers as a controller would, from what the test scripted, and
 // records everything the agent sent:
-//   - Register: recorded; the reply carries version() (SetVersion) and "fake" as address;
+//   - Register: recorded; the reply carries version() (SetVersion), "fake" as address and
+//     the node lease set by SetNodeLease (0 until then);
 //   - PollWork: the next queued Work (QueueWork), else an empty one after wait_ms of the
 //     injected clock; while HoldPolls(true), a poll waits until released or Shutdown;
 //   - PostEvents, PostTelemetry, AnswerLogRead, PostExecOutput: recorded and acknowledged
@@ -50,6 +51,7 @@ class FakeControllerLink final : public ControllerLink {
   explicit FakeControllerLink(const Clock* clock = nullptr);
 
   void SetVersion(Version v);
+  void SetNodeLease(int64_t lease_ms);  // what later registrations are answered
   void SetAway(bool away);
   void ForgetNode();
   void HoldPolls(bool hold);
@@ -83,6 +85,7 @@ class FakeControllerLink final : public ControllerLink {
   mutable std::mutex mu_;
   mutable std::condition_variable cv_;  // any change: work queued, a call recorded, stop
   Version version_ = kVersion;
+  int64_t node_lease_ms_ = 0;
   bool away_ = false;
   bool forgot_node_ = false;
   bool hold_polls_ = false;

@@ -16,7 +16,6 @@
 #include "envcheck/needs.h"
 #include "gpu/node_json.h"
 #include "jobs/job_json.h"
-#include "jobs/output_pattern.h"
 
 namespace gpupool::agent {
 namespace {
@@ -96,12 +95,14 @@ Status AgentLoop::Register() {
   }
   // A controller too far from our protocol says so (its refusal carries its version, the
   // link answers it as a reply with that version): retrying cannot help, so Run stops.
+  const int64_t sent_us = BootNow();  // the node lease counts from here (agent_lease.cc)
   GP_ASSIGN_OR_RETURN(protocol::RegistrationReply reply, link_->Register(reg));
   incompatible_ = protocol::CheckCompatible(protocol::kVersion, reply.version, "the controller",
                                             "this agent (node " + options_.node_name + ")");
   GP_RETURN_IF_ERROR(incompatible_);
   controller_minor_ = reply.version.major == 1 ? reply.version.minor : 99;
   registered_ = true;
+  RenewLease(sent_us, reply.node_lease_ms);
   ++registrations_;
   SendHealth();  // the health check's verdict, before work comes (a failure is retried)
   {
@@ -113,32 +114,6 @@ Status AgentLoop::Register() {
       "protocol {}",
       options_.node_name, options_.node.gpus.size(), adopted.size(), reply.address,
       protocol::VersionString(reply.version));
-  return Status::Ok();
-}
-
-// The output files `gpupool logs` may read through this agent: the newest
-// kMaxOutputFiles of them, so that a long-lived agent's memory stays bounded.
-void AgentLoop::RememberOutputLocked(const agent::LaunchSpec& spec) {
-  for (const std::string* path : {&spec.stdout_file, &spec.stderr_file}) {
-    if (path->empty()) continue;
-    if (output_files_.insert_or_assign(*path, spec.uid).second) output_order_.push_back(*path);
-  }
-  while (output_order_.size() > kMaxOutputFiles) {
-    output_files_.erase(output_order_.front());
-    output_order_.pop_front();
-  }
-}
-
-// A batch task's script copy and output files (-o/-e), named for this node and task.
-Status AgentLoop::BatchIo(const jobs::Job& job, int task, agent::LaunchSpec* spec) const {
-  spec->script = job.script.get();
-  if (job.output.empty()) return Status::Ok();
-  const jobs::OutputFields fields = jobs::OutputFieldsOf(job, options_.node_name, task);
-  GP_ASSIGN_OR_RETURN(spec->stdout_file, jobs::OutputPath(job.output, fields, job.workdir));
-  spec->stderr_file = spec->stdout_file;
-  if (!job.error.empty()) {
-    GP_ASSIGN_OR_RETURN(spec->stderr_file, jobs::OutputPath(job.error, fields, job.workdir));
-  }
   return Status::Ok();
 }
 
@@ -192,6 +167,7 @@ void AgentLoop::Launch(const protocol::LaunchOrder& order) {
   spec.time_limit_s = job.time_limit_s;
   spec.grace_s = options_.cancel_grace_s;
   spec.preemptible = job.preemptible;
+  spec.lease_file = LeaseFileFor(job);  // fenced by the node lease (agent_lease.cc)
   spec.image = job.image;
   spec.shm_bytes = job.shm_bytes;
   spec.init = job.init;
@@ -410,7 +386,8 @@ void AgentLoop::StartExec(const protocol::ExecRequest& x) {
   spec.script.clear();
   spec.stdout_file.clear();
   spec.stderr_file.clear();
-  spec.time_limit_s = 0;  // it ends with its job (cancelled with it)
+  spec.time_limit_s = 0;  // it ends with its job (cancelled with it), and is not fenced
+  spec.lease_file.clear();
   // GPUPOOL_HOSTFILE (and a container's mount of it) names the task's host file, written
   // when the task started: the session needs no copy of its own.
   spec.hostfile.clear();
@@ -647,11 +624,13 @@ void AgentLoop::CancelOrdered(const protocol::CancelOrder& c) {
 }
 
 Status AgentLoop::PollOnce() {
+  const int64_t sent_us = BootNow();
   Result<protocol::Work> work = link_->PollWork(options_.node_name, options_.poll_wait_ms);
   if (!work.ok()) {
     if (work.status().code() == StatusCode::kNotFound) registered_ = false;
     return work.status();
   }
+  RenewLease(sent_us, lease_ms_);  // the controller knows this node: it answered the poll
   for (const protocol::Rejected& r : work->rejected) {
     spdlog::error("agent: unreadable {} from the controller: {}", r.what, r.error);
     if (r.job_id > 0 && r.what.rfind("launch", 0) == 0) {

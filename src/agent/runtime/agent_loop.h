@@ -107,6 +107,9 @@ struct AgentLoopOptions {
   int disk_check_interval_s = 0;
   DiskMinFree disk_min_free;
   std::function<Result<DiskUsage>(const std::string&)> disk_usage;
+  // The node lease's clock (agent/node_lease.h): CLOCK_BOOTTIME in microseconds; null:
+  // the real one. Its file is state_dir/node_lease.
+  std::function<int64_t()> boot_clock;
 };
 
 // The pool job whose cgroup the process `pid` runs in (its /proc/PID/cgroup names a
@@ -209,6 +212,14 @@ class AgentLoop {
   // Waits `micros` of the clock's time, or until Stop: the back-off of a call that
   // failed. Under a ManualClock it ends as the test advances the clock.
   void Pause(int64_t micros);
+  // The node lease (agent/node_lease.h; agent_lease.cc). BootNow: options_.boot_clock's
+  // time. RenewLease, after an exchange sent at `sent_us` proved the controller knows the
+  // node (Run's thread only): keeps `lease_ms` and writes state_dir/node_lease when its
+  // deadline moved by a second or more; removes the file for a lease of 0. LeaseFileFor:
+  // the file a task of `job` is fenced by (LaunchSpec::lease_file), or "".
+  int64_t BootNow() const;
+  void RenewLease(int64_t sent_us, int64_t lease_ms);
+  std::string LeaseFileFor(const jobs::Job& job) const;
 
   AgentLoopOptions options_;
   std::shared_ptr<protocol::ControllerLink> link_;
@@ -223,7 +234,12 @@ class AgentLoop {
   std::atomic<int> controller_minor_{-1};  // the controller's protocol minor (major 1)
   std::atomic<int> registrations_{0};      // successful registrations so far
   std::atomic<bool> disk_check_now_{false};
-  std::mutex health_mu_;  // guards unsent_health_; taken alone
+  std::atomic<int64_t> lease_ms_{0};  // the node lease the controller gave; 0: none
+  // The deadline last written to the lease file (Run's thread only); nullopt: none since
+  // the lease was last 0 (or since start).
+  std::optional<int64_t> lease_written_deadline_;
+  bool lease_file_removed_ = false;  // with a lease of 0: the file was removed (Run's thread)
+  std::mutex health_mu_;             // guards unsent_health_; taken alone
   std::optional<protocol::HealthReport> unsent_health_;
   std::mutex telemetry_mu_;  // guards unsent_telemetry_; taken alone
   std::condition_variable telemetry_cv_;

@@ -1,0 +1,65 @@
+// The node's lease on this machine (docs/health.md, "A node cut off from the controller"):
+// the agent's word to the shims of how long the controller still counts on this node.
+//
+// The controller gives a registered node a lease (protocol::RegistrationReply::
+// node_lease_ms). After each exchange that proves the controller knows the node (a
+// registration, a poll), the agent writes STATE/node_lease (STATE: the launcher's state
+// directory, beside STATE/jobs), root's, 0644, replaced atomically, one line "D W\n":
+//   D  when the lease runs out here: the exchange's send time + 3/4 of the lease (a
+//      quarter early: the controller counts from when it received the request);
+//   W  when the line was written.
+// Both are CLOCK_BOOTTIME microseconds (it counts a suspend, as the controller's wall
+// clock does, and is the same for every process of a boot). No lease: no file.
+//
+// The shim of a task whose job may be started again elsewhere once the node is lost
+// (jobs::FencedOnLoss; LaunchSpec::lease_file names the file) fences it: once D has
+// passed, a file renewed in time (D' past now, written no later than the old D) lets the
+// job run on; anything else (not renewed, or renewed only after the lease had run out,
+// when the controller may already have requeued the job) kills the job. A missing or
+// unreadable file fences nothing (fail open). Plain functions; thread-safe. Linked into
+// the static shim: no spdlog, fmt or NSS.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "common/status.h"
+
+namespace gpupool::agent {
+
+inline constexpr char kNodeLeaseFile[] = "node_lease";
+
+struct NodeLease {
+  int64_t deadline_us = 0;  // D: CLOCK_BOOTTIME microseconds when the lease runs out
+  int64_t written_us = 0;   // W: CLOCK_BOOTTIME microseconds when it was written
+  friend bool operator==(const NodeLease&, const NodeLease&) = default;
+};
+
+// CLOCK_BOOTTIME in microseconds.
+int64_t BootMicros();
+
+// "D W\n".
+std::string FormatNodeLease(const NodeLease& lease);
+// The line FormatNodeLease makes; nullopt for anything else (two non-negative integers,
+// one space, an optional newline, nothing more).
+std::optional<NodeLease> ParseNodeLease(std::string_view text);
+
+// Writes `lease` to `path` (temporary file and rename, no fsync; 0644). kUnavailable
+// naming the path when it cannot.
+Status WriteNodeLease(const std::string& path, const NodeLease& lease);
+// Reads the lease at `path`: kNotFound when there is none, kUnavailable when it cannot be
+// read, kInvalidArgument when it is not a lease line. Plain POSIX reads; never throws.
+Result<NodeLease> ReadNodeLease(const std::string& path);
+
+// The shim's judgement at a check, `now` on CLOCK_BOOTTIME: `held` the lease it holds
+// (read earlier), `read` the file as just read (nullopt: none, unreadable). The lease
+// holds while now < held.deadline_us; once it has passed, a renewal written no later than
+// it and running past now replaces it (kRenewed); no readable file fails open
+// (kUnknown); anything else fences (kFence).
+enum class LeaseVerdict { kHolds, kRenewed, kUnknown, kFence };
+LeaseVerdict JudgeLease(const NodeLease& held, int64_t now_us,
+                        const std::optional<NodeLease>& read);
+
+}  // namespace gpupool::agent
