@@ -46,7 +46,7 @@ std::optional<NodeLease> ParseNodeLease(std::string_view text) {
 }
 
 Status WriteNodeLease(const std::string& path, const NodeLease& lease) {
-  return WriteFileDurably(path, FormatNodeLease(lease), 0644, /*sync=*/false);
+  return WriteFileDurably(path, FormatNodeLease(lease), 0600, /*sync=*/false);
 }
 
 Result<NodeLease> ReadNodeLease(const std::string& path) {

@@ -4,7 +4,8 @@
 // The controller gives a registered node a lease (protocol::RegistrationReply::
 // node_lease_ms). After each exchange that proves the controller knows the node (a
 // registration, a poll), the agent writes STATE/node_lease (STATE: the launcher's state
-// directory, beside STATE/jobs), root's, 0644, replaced atomically, one line "D W\n":
+// directory, beside STATE/jobs), the agent's, 0600 (the shims read it, jobs never do),
+// replaced atomically, one line "D W\n":
 //   D  when the lease runs out here: the exchange's send time + 3/4 of the lease (a
 //      quarter early: the controller counts from when it received the request);
 //   W  when the line was written.
@@ -46,7 +47,7 @@ std::string FormatNodeLease(const NodeLease& lease);
 // one space, an optional newline, nothing more).
 std::optional<NodeLease> ParseNodeLease(std::string_view text);
 
-// Writes `lease` to `path` (temporary file and rename, no fsync; 0644). kUnavailable
+// Writes `lease` to `path` (temporary file and rename, no fsync; 0600). kUnavailable
 // naming the path when it cannot.
 Status WriteNodeLease(const std::string& path, const NodeLease& lease);
 // Reads the lease at `path`: kNotFound when there is none, kUnavailable when it cannot be

@@ -31,7 +31,7 @@ TEST(NodeLeaseTest, TheFileIsWrittenWholeReadableByAllAndReadBack) {
   ASSERT_TRUE(WriteNodeLease(path, {20, 10}).ok());
   struct stat st {};
   ASSERT_EQ(::stat(path.c_str(), &st), 0);
-  EXPECT_EQ(st.st_mode & 07777, 0644u);
+  EXPECT_EQ(st.st_mode & 07777, 0600u);
   ASSERT_TRUE(WriteNodeLease(path, {40, 30}).ok());  // replaced
   Result<NodeLease> back = ReadNodeLease(path);
   ASSERT_TRUE(back.ok()) << back.status().ToString();

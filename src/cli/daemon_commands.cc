@@ -170,18 +170,19 @@ Result<controller::TelemetryOptions> TelemetryOptionsOf(const ServerFlags& f) {
 
 // --node-lease (docs/health.md, "A node cut off from the controller"): `auto` is 5 min or
 // twice --node-timeout, whichever is longer; 0 or `off`: no lease. Otherwise at least twice
-// --node-timeout: an agent's polls are answered within half the timeout, and its
-// supervisors stop fenced jobs at three quarters of the lease after the last one sent.
+// --node-timeout and 10 s more than it: an agent's polls are answered within half the
+// timeout (at most 10 s), its supervisors stop fenced jobs at three quarters of the lease
+// after the last one sent, and the agent rewrites the lease file in steps of 1 s.
 Result<int64_t> NodeLeaseOf(const ServerFlags& f) {
-  const int64_t floor_s = int64_t{2} * f.node_timeout_s;
+  const int64_t floor_s = std::max<int64_t>(int64_t{2} * f.node_timeout_s, f.node_timeout_s + 10);
   if (f.node_lease == "auto") return std::max<int64_t>(300, floor_s) * 1'000'000;
   if (f.node_lease == "off") return 0;
   GP_ASSIGN_OR_RETURN(const int64_t s, ParseSeconds("--node-lease", f.node_lease));
   if (s != 0 && s < floor_s) {
     return Status::InvalidArgument(
-        "--node-lease: " + f.node_lease + " is shorter than twice --node-timeout (" +
-        std::to_string(floor_s) +
-        " s): a healthy node would stop its jobs; give at least that, auto, or 0 (no lease)");
+        "--node-lease: " + f.node_lease + " is shorter than " + std::to_string(floor_s) +
+        " s, twice --node-timeout and at least 10 s more than it: a healthy node could stop "
+        "its jobs; give at least that, auto, or 0 (no lease)");
   }
   return s * 1'000'000;
 }

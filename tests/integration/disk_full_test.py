@@ -137,14 +137,16 @@ class DiskFullTest(unittest.TestCase):
         return jid, end_it
 
     def fill(self):
-        """Fills the tmpfs: writes until the kernel says it is full."""
-        with open(os.path.join(self.fs, "filler"), "wb") as f:
-            try:
-                while True:
-                    f.write(b"\0" * 65536)
-                    f.flush()
-            except OSError:
-                pass
+        """Fills the tmpfs: writes until the kernel says it is full. Unbuffered: a buffered
+        file's close would try the rest of its buffer again and fail the same way."""
+        fd = os.open(os.path.join(self.fs, "filler"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        try:
+            while True:
+                os.write(fd, b"\0" * 65536)
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
 
     def test_a_full_disk_neither_loses_nor_fails_jobs(self):
         self.start_server(self.dir)

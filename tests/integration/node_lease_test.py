@@ -32,7 +32,7 @@ import pooltest  # noqa: E402  (tests/testlib)
 NODE = os.path.join(HERE, "node-4gpu.json")
 call = pooltest.call
 TIMEOUT_S = 2
-LEASE_S = 6
+LEASE_S = 12
 
 
 class NodeLeaseTest(unittest.TestCase):

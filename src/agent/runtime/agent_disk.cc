@@ -38,8 +38,16 @@ void AgentLoop::DiskLoop() {
   int seen_registration = -1;  // the registration of the last check
   std::string last_error;      // the last read error logged, logged once
   while (!stopping_) {
-    disk_check_now_ = false;
-    const int registration = registrations_;
+    int registration = 0;
+    bool registered = false;
+    {
+      // Read together (Register changes them together): a report sent while registered_
+      // was already set but registrations_ not yet counted would go out twice.
+      std::lock_guard lock(telemetry_mu_);
+      disk_check_now_ = false;
+      registration = registrations_;
+      registered = registered_;
+    }
     seen_registration = registration;
     Result<DiskUsage> usage = options_.disk_usage ? options_.disk_usage(path) : ReadDiskUsage(path);
     bool sent = true;
@@ -62,7 +70,7 @@ void AgentLoop::DiskLoop() {
       // While under pressure every check is sent (an admin's resume does not outlast it);
       // otherwise only news: the end of it, or a registration that has not heard yet.
       if (under || under != sent_under || registration != sent_registration) {
-        sent = SendDisk(r);
+        sent = registered && SendDisk(r);
         if (sent) {
           sent_under = under;
           sent_registration = registration;

@@ -101,13 +101,14 @@ Status AgentLoop::Register() {
                                             "this agent (node " + options_.node_name + ")");
   GP_RETURN_IF_ERROR(incompatible_);
   controller_minor_ = reply.version.major == 1 ? reply.version.minor : 99;
-  registered_ = true;
   RenewLease(sent_us, reply.node_lease_ms);
-  ++registrations_;
-  SendHealth();  // the health check's verdict, before work comes (a failure is retried)
   {
-    std::lock_guard lock(telemetry_mu_);  // the disk watch reports after each registration
+    // Together, as the disk watch reads them: it reports once after each registration.
+    std::lock_guard lock(telemetry_mu_);
+    registered_ = true;
+    ++registrations_;
   }
+  SendHealth();  // the health check's verdict, before work comes (a failure is retried)
   telemetry_cv_.notify_all();
   spdlog::info(
       "agent: node {} registered with {} GPUs ({} jobs adopted), address {}, controller "

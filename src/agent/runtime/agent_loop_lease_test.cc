@@ -112,7 +112,7 @@ TEST_F(AgentLoopLeaseTest, TheLeaseFileHoldsThreeQuartersOfTheLeaseFromTheSend) 
   EXPECT_EQ(*lease, (NodeLease{kBoot0 + 6'000'000, kBoot0}));
   struct stat st {};
   ASSERT_EQ(::stat(LeaseFile().c_str(), &st), 0);
-  EXPECT_EQ(st.st_mode & 07777, 0644u);
+  EXPECT_EQ(st.st_mode & 07777, 0600u);
 
   boot_ += 900'000;  // polls now move D by 0.9 s: not written
   WaitForPolls(3);
