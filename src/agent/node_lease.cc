@@ -1,9 +1,11 @@
 #include "agent/node_lease.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <ctime>
 
@@ -31,22 +33,57 @@ int64_t BootMicros() {
   return static_cast<int64_t>(ts.tv_sec) * 1'000'000 + ts.tv_nsec / 1000;
 }
 
+namespace {
+
+// The line's check value: a read that mixes two writes (the in-place rewrite below is not
+// atomic for a concurrent reader) fails it, and is read as no lease for that check.
+int64_t Check(const NodeLease& lease) {
+  return static_cast<int64_t>(
+      (static_cast<uint64_t>(lease.deadline_us) * 31 + static_cast<uint64_t>(lease.written_us)) %
+      1'000'000'007);
+}
+
+}  // namespace
+
 std::string FormatNodeLease(const NodeLease& lease) {
-  return std::to_string(lease.deadline_us) + " " + std::to_string(lease.written_us) + "\n";
+  // One width for every lease, so that a renewal can overwrite the file in place.
+  char line[64];
+  std::snprintf(line, sizeof line, "%017lld %017lld %010lld\n",
+                static_cast<long long>(lease.deadline_us), static_cast<long long>(lease.written_us),
+                static_cast<long long>(Check(lease)));
+  return line;
 }
 
 std::optional<NodeLease> ParseNodeLease(std::string_view text) {
   if (!text.empty() && text.back() == '\n') text.remove_suffix(1);
-  const size_t space = text.find(' ');
-  if (space == std::string_view::npos) return std::nullopt;
-  const std::optional<int64_t> deadline = ParseCount(text.substr(0, space));
-  const std::optional<int64_t> written = ParseCount(text.substr(space + 1));
-  if (!deadline || !written) return std::nullopt;
-  return NodeLease{*deadline, *written};
+  const size_t first = text.find(' ');
+  if (first == std::string_view::npos) return std::nullopt;
+  const size_t second = text.find(' ', first + 1);
+  if (second == std::string_view::npos) return std::nullopt;
+  const std::optional<int64_t> deadline = ParseCount(text.substr(0, first));
+  const std::optional<int64_t> written = ParseCount(text.substr(first + 1, second - first - 1));
+  const std::optional<int64_t> check = ParseCount(text.substr(second + 1));
+  if (!deadline || !written || !check) return std::nullopt;
+  const NodeLease lease{*deadline, *written};
+  if (*check != Check(lease)) return std::nullopt;
+  return lease;
 }
 
 Status WriteNodeLease(const std::string& path, const NodeLease& lease) {
-  return WriteFileDurably(path, FormatNodeLease(lease), 0600, /*sync=*/false);
+  const std::string line = FormatNodeLease(lease);
+  Status whole = WriteFileDurably(path, line, 0600, /*sync=*/false);
+  if (whole.ok()) return whole;
+  // A new file cannot be made (a full disk, ENOSPC or EDQUOT): overwrite the one there in
+  // place, which needs no new inode or block, lest a full disk stop the node's jobs.
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC | O_NOFOLLOW);
+  if (fd < 0) return whole;
+  struct stat st {};
+  const bool same =
+      ::fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_size == static_cast<off_t>(line.size());
+  const ssize_t n = same ? ::pwrite(fd, line.data(), line.size(), 0) : -1;
+  ::close(fd);
+  if (n != static_cast<ssize_t>(line.size())) return whole;
+  return Status::Ok();
 }
 
 Result<NodeLease> ReadNodeLease(const std::string& path) {

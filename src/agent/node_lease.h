@@ -5,11 +5,13 @@
 // node_lease_ms). After each exchange that proves the controller knows the node (a
 // registration, a poll), the agent writes STATE/node_lease (STATE: the launcher's state
 // directory, beside STATE/jobs), the agent's, 0600 (the shims read it, jobs never do),
-// replaced atomically, one line "D W\n":
+// replaced atomically (or, when no new file can be made, as on a full disk, overwritten in
+// place), one line "D W C\n" of fixed width:
 //   D  when the lease runs out here: the exchange's send time + 3/4 of the lease (a
 //      quarter early: the controller counts from when it received the request);
-//   W  when the line was written.
-// Both are CLOCK_BOOTTIME microseconds (it counts a suspend, as the controller's wall
+//   W  when the line was written;
+//   C  a check value of D and W, so that a read mixing two writes is refused.
+// D and W are CLOCK_BOOTTIME microseconds (it counts a suspend, as the controller's wall
 // clock does, and is the same for every process of a boot). No lease: no file.
 //
 // The shim of a task whose job may be started again elsewhere once the node is lost
@@ -41,14 +43,15 @@ struct NodeLease {
 // CLOCK_BOOTTIME in microseconds.
 int64_t BootMicros();
 
-// "D W\n".
+// "D W C\n", D and W as 17 digits, C as 10.
 std::string FormatNodeLease(const NodeLease& lease);
-// The line FormatNodeLease makes; nullopt for anything else (two non-negative integers,
-// one space, an optional newline, nothing more).
+// The line FormatNodeLease makes; nullopt for anything else (three non-negative integers
+// of at most 18 digits, one space apart, an optional newline, nothing more, C matching).
 std::optional<NodeLease> ParseNodeLease(std::string_view text);
 
-// Writes `lease` to `path` (temporary file and rename, no fsync; 0600). kUnavailable
-// naming the path when it cannot.
+// Writes `lease` to `path` (temporary file and rename, no fsync; 0600), else, where no new
+// file can be made, over the line already there in place. kUnavailable naming the path
+// when neither works.
 Status WriteNodeLease(const std::string& path, const NodeLease& lease);
 // Reads the lease at `path`: kNotFound when there is none, kUnavailable when it cannot be
 // read, kInvalidArgument when it is not a lease line. Plain POSIX reads; never throws.

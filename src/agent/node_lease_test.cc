@@ -14,13 +14,45 @@ namespace fs = std::filesystem;
 
 TEST(NodeLeaseTest, TheLineRoundTripsAndAnythingElseIsRefused) {
   const NodeLease lease{123'456'789, 100'000'000};
-  EXPECT_EQ(FormatNodeLease(lease), "123456789 100000000\n");
-  EXPECT_EQ(ParseNodeLease(FormatNodeLease(lease)), lease);
-  EXPECT_EQ(ParseNodeLease("5 4"), (NodeLease{5, 4}));  // the newline is optional
-  for (const char* bad : {"", "\n", "5", "5 ", " 5 4", "5  4", "-5 4", "5 -4", "5 4\n\n", "5 4 3",
-                          "5x 4", "5 4x", "1234567890123456789 1", "5\t4"}) {
+  const std::string line = FormatNodeLease(lease);
+  EXPECT_EQ(line, "00000000123456789 00000000100000000 " + line.substr(36, 10) + "\n");
+  EXPECT_EQ(FormatNodeLease({1, 2}).size(), line.size());  // one width for every lease
+  EXPECT_EQ(ParseNodeLease(line), lease);
+  std::string bare = line;
+  bare.pop_back();
+  EXPECT_EQ(ParseNodeLease(bare), lease);  // the newline is optional
+  // A read that mixes two writes (the old line's start, the new one's end) is refused.
+  const std::string renewed = FormatNodeLease({123'456'999, 100'000'100});
+  EXPECT_FALSE(ParseNodeLease(line.substr(0, 20) + renewed.substr(20)).has_value());
+  for (const std::string& bad :
+       {std::string(""), std::string("\n"), std::string("5"), std::string("5 4"),
+        std::string("5 4 "), " " + bare, bare + " 3", bare + "\n\n", "-" + bare.substr(1),
+        std::string("1234567890123456789 1 1"), line.substr(0, 17) + "\t" + line.substr(18),
+        bare.substr(0, bare.size() - 1) + (bare.back() == '0' ? "1" : "0")}) {
     EXPECT_FALSE(ParseNodeLease(bad).has_value()) << "[" << bad << "]";
   }
+}
+
+// A full disk: no new file can be made, so the renewal overwrites the line in place.
+TEST(NodeLeaseTest, WhereNoNewFileCanBeMadeTheLineIsOverwrittenInPlace) {
+  char tmpl[] = "/tmp/node_lease_test.XXXXXX";
+  ASSERT_NE(::mkdtemp(tmpl), nullptr);
+  const std::string path = std::string(tmpl) + "/" + kNodeLeaseFile;
+  ASSERT_TRUE(WriteNodeLease(path, {20, 10}).ok());
+  struct stat before {};
+  ASSERT_EQ(::stat(path.c_str(), &before), 0);
+  fs::create_directory(path + ".tmp");  // the temporary file cannot be created
+  ASSERT_TRUE(WriteNodeLease(path, {40, 30}).ok());
+  struct stat after {};
+  ASSERT_EQ(::stat(path.c_str(), &after), 0);
+  EXPECT_EQ(after.st_ino, before.st_ino);
+  EXPECT_EQ(*ReadNodeLease(path), (NodeLease{40, 30}));
+  // Nor where there is no line to overwrite: then it says why.
+  fs::remove(path);
+  Status s = WriteNodeLease(path, {60, 50});
+  EXPECT_EQ(s.code(), StatusCode::kUnavailable);
+  EXPECT_NE(s.message().find(path + ".tmp"), std::string::npos) << s.message();
+  fs::remove_all(tmpl);
 }
 
 TEST(NodeLeaseTest, TheFileIsWrittenWholeReadableByAllAndReadBack) {

@@ -205,6 +205,12 @@ class DiskFullTest(unittest.TestCase):
             self.assertEqual(j["placement"][0]["node"], "spare")
             self.assertEqual(j["attempt"], 1)
             self.assertFalse(j.get("launch_failures"))
+        # The node's lease (docs/health.md) is renewed all the same: on the full disk its
+        # line is overwritten in place, else its supervisors would stop --requeue jobs.
+        lease = os.path.join(self.fs, "agent", "agent", "node_lease")
+        first = read(lease)
+        pooltest.wait_for("the lease renewed on the full disk", lambda: read(lease) != first,
+                          timeout=30)
         removed = time.monotonic()
         os.remove(os.path.join(self.fs, "filler"))
         pooltest.wait_for("node full back in service",
