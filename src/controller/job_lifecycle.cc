@@ -500,7 +500,8 @@ Result<Transition> OnExited(const Job& job, const TaskExited& e, int64_t now_us)
     const std::string why = !e.kill_detail.empty() ? e.kill_detail
                             : !e.reason.empty()    ? e.reason
                                                    : "its lease ran out";
-    return Lose(job, TaskName(job, t) + " was stopped by its node: " + why, e.node, now_us);
+    return Lose(job, TaskName(job, t) + " was stopped by its node: " + why, e.node, now_us,
+                JobState::kLost, /*requeue_anyway=*/jobs::FencedOnLoss(job));
   }
   Job next = job;
   NormalizeTasks(next);
@@ -564,7 +565,10 @@ Result<Transition> OnTaskLost(const Job& job, const TaskLost& e, int64_t now_us)
 
 Result<Transition> OnNodeLost(const Job& job, const NodeLost& e, int64_t now_us) {
   if (!Occupies(job) || !OnNode(job, e.node)) return Unchanged(job);
-  Transition t = Lose(job, e.reason, e.node, now_us);
+  // Under a lease the node stops a preemptible job itself (jobs::FencedOnLoss): it goes
+  // back to the queue, as a preempted one does, rather than ending LOST.
+  Transition t = Lose(job, e.reason, e.node, now_us, JobState::kLost,
+                      /*requeue_anyway=*/job.preemptible && e.lease_until_us != 0);
   if (t.next.state != JobState::kPending || e.lease_until_us <= now_us ||
       !jobs::FencedOnLoss(job)) {
     return t;

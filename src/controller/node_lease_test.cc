@@ -130,6 +130,28 @@ TEST_F(NodeLeaseTest, ANodeThatComesBackStillRunningTheAttemptStopsItFirst) {
       << waiting.pending_reason;
 }
 
+// Its node stops a preemptible job too: it goes back to the queue, as a preempted one
+// does, instead of ending LOST (without a lease it is LOST, as before).
+TEST_F(NodeLeaseTest, APreemptibleJobIsRequeuedWhenItsNodeIsLost) {
+  Job job = MakeJob(1);
+  job.preemptible = true;
+  const std::string lost = StartJob(&job);
+  Pass(12'000'000, Other(lost));
+  Job again = Get(job.id);
+  EXPECT_EQ(again.state, JobState::kPending);
+  EXPECT_EQ(again.fence_node, lost);
+  ASSERT_TRUE(c_->ScheduleOnce().ok());
+  EXPECT_EQ(Get(job.id).state, JobState::kPending);
+  Restart();  // no lease
+  Register(2, {}, "n1");
+  Register(2, {}, "n2");
+  Job other = MakeJob(1);
+  other.preemptible = true;
+  const std::string where = StartJob(&other);
+  Pass(12'000'000, Other(where));
+  EXPECT_EQ(Get(other.id).state, JobState::kLost);
+}
+
 TEST_F(NodeLeaseTest, AJobItsLossDoesNotRequeueWaitsForNothing) {
   Job plain = MakeJob(1);
   const std::string lost = StartJob(&plain);
@@ -173,14 +195,24 @@ TEST_F(NodeLeaseTest, ATaskItsNodeStoppedForTheLeaseIsLostWithTheNode) {
   EXPECT_EQ(again.fence_until_us, 0);  // it has ended: nothing to wait for
   ASSERT_EQ(again.earlier_attempts.size(), 1u);
   EXPECT_EQ(again.earlier_attempts[0].ended_by, jobs::AttemptEnd::kLost);
-  // Without --requeue it is LOST, as with its node.
-  Job plain = MakeJob(1);
-  const std::string where = StartJob(&plain);
-  Event p = Ev(plain, protocol::EventKind::kExited);
+  // A preemptible job goes back too (only such jobs and --requeue ones are stopped for the
+  // lease); one of neither kind (its node would not stop it) is LOST.
+  Job preemptible = MakeJob(1);
+  preemptible.preemptible = true;
+  const std::string where = StartJob(&preemptible);
+  Event p = Ev(preemptible, protocol::EventKind::kExited);
   p.exit_code.reset();
   p.signal = 9;
   p.kill_cause = protocol::KillCause::kNodeLease;
   ASSERT_TRUE(Apply({p}, where).ok());
+  EXPECT_EQ(Get(preemptible.id).state, JobState::kPending);
+  Job plain = MakeJob(1);
+  const std::string there = StartJob(&plain);
+  Event q = Ev(plain, protocol::EventKind::kExited);
+  q.exit_code.reset();
+  q.signal = 9;
+  q.kill_cause = protocol::KillCause::kNodeLease;
+  ASSERT_TRUE(Apply({q}, there).ok());
   EXPECT_EQ(Get(plain.id).state, JobState::kLost);
 }
 
