@@ -156,15 +156,9 @@ class ChaosTest(unittest.TestCase):
 
     def tearDown(self):
         if self.pool:
-            if self._outcome_failed():
+            if pooltest.test_failed(self):
                 sys.stderr.write(self.pool.log())
             self.pool.stop()
-
-    def _outcome_failed(self):
-        result = getattr(getattr(self, "_outcome", None), "result", None)
-        if result is None:
-            return True
-        return any(test is self for test, _ in result.failures + result.errors)
 
     def _stream(self, victims, jobs=JOBS, kills=KILLS, requeue=False, down=(0.0, 0.5),
                 seconds="0.3"):

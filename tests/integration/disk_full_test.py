@@ -66,7 +66,7 @@ class DiskFullTest(unittest.TestCase):
         pooltest.wait_for("the server", self.server_up, timeout=20)
 
     def clean_up(self):
-        if self._outcome_failed():
+        if pooltest.test_failed(self):
             sys.stderr.write(pooltest.log_tails(self.dir, ("server.log", "full.log",
                                                            "spare.log"), 6000))
         pooltest.stop_processes(self.procs)
@@ -75,17 +75,8 @@ class DiskFullTest(unittest.TestCase):
         subprocess.run(["umount", "-l", self.fs], check=False)
         pooltest.remove_dir(self.dir)
 
-    def _outcome_failed(self):
-        result = getattr(getattr(self, "_outcome", None), "result", None)
-        if result is None:
-            return True
-        return any(test is self for test, _ in result.failures + result.errors)
-
     def spawn(self, cmd, logname):
-        with open(os.path.join(self.dir, logname), "ab") as log:
-            p = subprocess.Popen(cmd, stdout=log, stderr=log, start_new_session=True)
-        self.procs.append(p)
-        return p
+        return pooltest.spawn_logged(cmd, os.path.join(self.dir, logname), self.procs)
 
     def server_up(self):
         try:

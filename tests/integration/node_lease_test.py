@@ -48,7 +48,7 @@ class NodeLeaseTest(unittest.TestCase):
         for p in self.agents.values():
             if p.poll() is None:
                 os.kill(p.pid, signal.SIGCONT)
-        if self._outcome_failed():
+        if pooltest.test_failed(self):
             sys.stderr.write(pooltest.log_tails(self.dir, ("server.log", "cut.log",
                                                            "spare.log"), 6000))
         pooltest.stop_processes(self.procs)
@@ -56,17 +56,8 @@ class NodeLeaseTest(unittest.TestCase):
             pooltest.kill_leftovers(os.path.join(self.dir, name))
         pooltest.remove_dir(self.dir)
 
-    def _outcome_failed(self):
-        result = getattr(getattr(self, "_outcome", None), "result", None)
-        if result is None:
-            return True
-        return any(test is self for test, _ in result.failures + result.errors)
-
     def spawn(self, cmd, logname):
-        with open(os.path.join(self.dir, logname), "ab") as log:
-            p = subprocess.Popen(cmd, stdout=log, stderr=log, start_new_session=True)
-        self.procs.append(p)
-        return p
+        return pooltest.spawn_logged(cmd, os.path.join(self.dir, logname), self.procs)
 
     def start_server(self, *flags):
         self.sock = os.path.join(self.dir, "gpupool.sock")

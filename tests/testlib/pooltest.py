@@ -210,6 +210,24 @@ def log_tails(directory, names=None, limit=5000):
     return out
 
 
+def test_failed(case):
+    """Whether the unittest case `case` has failed so far (in its tearDown or cleanups):
+    its logs are then worth printing. True when it cannot tell."""
+    result = getattr(getattr(case, "_outcome", None), "result", None)
+    if result is None:
+        return True
+    return any(test is case for test, _ in result.failures + result.errors)
+
+
+def spawn_logged(cmd, log_path, procs):
+    """Starts `cmd` in a session of its own, its output appended to `log_path`; adds the
+    process to `procs` (for stop_processes) and returns it."""
+    with open(log_path, "ab") as log:
+        p = subprocess.Popen(cmd, stdout=log, stderr=log, start_new_session=True)
+    procs.append(p)
+    return p
+
+
 def read_env(out, jid):
     """The variables job `jid` wrote to OUT/<jid>.env (`env | ... > "$OUT/$GPUPOOL_JOB_ID.env"`),
     once the file has them."""
