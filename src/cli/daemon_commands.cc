@@ -178,6 +178,13 @@ Result<int64_t> NodeLeaseOf(const ServerFlags& f) {
   if (f.node_lease == "auto") return std::max<int64_t>(300, floor_s) * 1'000'000;
   if (f.node_lease == "off") return 0;
   GP_ASSIGN_OR_RETURN(const int64_t s, ParseSeconds("--node-lease", f.node_lease));
+  if (s > int64_t{7} * 86400) {
+    // What an agent takes (protocol::DecodeRegistrationReply): a longer one would keep
+    // every agent from registering.
+    return Status::InvalidArgument("--node-lease: " + f.node_lease +
+                                   " is longer than 7d, the most an agent takes; give at most "
+                                   "7d, auto, or 0 (no lease)");
+  }
   if (s != 0 && s < floor_s) {
     return Status::InvalidArgument(
         "--node-lease: " + f.node_lease + " is shorter than " + std::to_string(floor_s) +

@@ -40,6 +40,15 @@ class NodeLeaseTest : public ControllerTest {
     }
   }
   static std::string Other(const std::string& node) { return node == "n1" ? "n2" : "n1"; }
+  // The end of `job`'s task as its node reports it after stopping it for the lease.
+  Event LeaseEnd(const Job& job, const std::string& detail = "") {
+    Event e = Ev(job, protocol::EventKind::kExited);
+    e.exit_code.reset();
+    e.signal = 9;
+    e.kill_cause = protocol::KillCause::kNodeLease;
+    e.kill_detail = detail;
+    return e;
+  }
 };
 
 TEST_F(NodeLeaseTest, TheRegistrationTellsTheAgentItsLease) {
@@ -180,12 +189,7 @@ TEST_F(NodeLeaseTest, ATaskItsNodeStoppedForTheLeaseIsLostWithTheNode) {
   Job job = MakeJob(1);
   job.requeue = true;
   const std::string node = StartJob(&job);
-  Event e = Ev(job, protocol::EventKind::kExited);
-  e.exit_code.reset();
-  e.signal = 9;
-  e.kill_cause = protocol::KillCause::kNodeLease;
-  e.kill_detail = "node lease ran out";
-  ASSERT_TRUE(Apply({e}, node).ok());
+  ASSERT_TRUE(Apply({LeaseEnd(job, "node lease ran out")}, node).ok());
   Job again = Get(job.id);
   ASSERT_EQ(again.state, JobState::kPending);
   EXPECT_NE(
@@ -200,19 +204,11 @@ TEST_F(NodeLeaseTest, ATaskItsNodeStoppedForTheLeaseIsLostWithTheNode) {
   Job preemptible = MakeJob(1);
   preemptible.preemptible = true;
   const std::string where = StartJob(&preemptible);
-  Event p = Ev(preemptible, protocol::EventKind::kExited);
-  p.exit_code.reset();
-  p.signal = 9;
-  p.kill_cause = protocol::KillCause::kNodeLease;
-  ASSERT_TRUE(Apply({p}, where).ok());
+  ASSERT_TRUE(Apply({LeaseEnd(preemptible)}, where).ok());
   EXPECT_EQ(Get(preemptible.id).state, JobState::kPending);
   Job plain = MakeJob(1);
   const std::string there = StartJob(&plain);
-  Event q = Ev(plain, protocol::EventKind::kExited);
-  q.exit_code.reset();
-  q.signal = 9;
-  q.kill_cause = protocol::KillCause::kNodeLease;
-  ASSERT_TRUE(Apply({q}, there).ok());
+  ASSERT_TRUE(Apply({LeaseEnd(plain)}, there).ok());
   EXPECT_EQ(Get(plain.id).state, JobState::kLost);
 }
 

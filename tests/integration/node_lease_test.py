@@ -108,8 +108,8 @@ class NodeLeaseTest(unittest.TestCase):
         script = (
             'echo "s $GPUPOOL_ATTEMPT $(date +%%s.%%N)" >> {rec}; '
             'if [ "$GPUPOOL_ATTEMPT" -gt 1 ]; then '
-            '  if pgrep -x -f "sleep 60$((GPUPOOL_ATTEMPT - 1))" >/dev/null; then '
-            '    echo overlap >> {rec}; fi; exit 0; fi; '
+            '  pgrep -x -f "sleep 60$((GPUPOOL_ATTEMPT - 1))" >/dev/null; '
+            '  echo "p $?" >> {rec}; exit 0; fi; '
             'exec sleep 60$GPUPOOL_ATTEMPT').format(rec=record)
         again = self.submit(["sh", "-c", script], request={"gpus": 4}, requeue=True)
         plain = self.submit(["sh", "-c", "exec sleep 777"], request={"gpus": 0})
@@ -141,7 +141,9 @@ class NodeLeaseTest(unittest.TestCase):
         self.assertEqual(status.get("kill_cause"), "node_lease", status)
         with open(record) as f:
             lines = f.read().split("\n")
-        self.assertNotIn("overlap", lines)
+        # pgrep's status as attempt 2 started: 1, no process of attempt 1 (0 would be one
+        # still running; anything else, pgrep could not look).
+        self.assertIn("p 1", lines, lines)
         starts = [ln.split() for ln in lines if ln.startswith("s ")]
         self.assertEqual([s[1] for s in starts], ["1", "2"], lines)
         # The plain job was not stopped: the node may still run it, and nothing else will.
@@ -162,6 +164,11 @@ class NodeLeaseTest(unittest.TestCase):
         self.assertNotEqual(out.returncode, 0, out.stdout + out.stderr)
         self.assertIn("--node-lease", out.stderr)
         self.assertIn("--node-timeout", out.stderr)
+        # Nor one longer than an agent takes (7 days), which would keep every agent out.
+        out = subprocess.run([GPUPOOL, "server", "--state-dir", self.dir, "--port", "0",
+                              "--node-lease", "8d"], capture_output=True, text=True, timeout=30)
+        self.assertNotEqual(out.returncode, 0, out.stdout + out.stderr)
+        self.assertIn("longer than 7d", out.stderr)
 
 
 if __name__ == "__main__":
