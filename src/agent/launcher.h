@@ -126,6 +126,10 @@ struct LaunchSpec {
   // kills the job once the lease there runs out unrenewed (kill cause node_lease). Empty:
   // never fenced (no lease, another job, an exec session).
   std::string lease_file;
+  // With lease_file: this long before the lease runs out unrenewed the shim tells the job
+  // to stop (SIGTERM, or podman stop; a preemptible job's deadline file first), so that it
+  // can checkpoint; the kill comes when the lease runs out. 0: no warning, only the kill.
+  int64_t lease_grace_s = 0;
   friend bool operator==(const LaunchSpec&, const LaunchSpec&) = default;
 };
 

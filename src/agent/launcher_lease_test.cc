@@ -101,16 +101,18 @@ TEST_F(LauncherLeaseTest, AJobWhoseLeaseHasRunOutIsKilledAtOnce) {
             std::string::npos);
 }
 
-// The agent renews the lease before each deadline: the job outlives several of them and
-// ends by itself.
+// The agent renews the lease before each deadline, and before each warning: the job
+// outlives several of them and ends by itself, never told to stop.
 TEST_F(LauncherLeaseTest, ALeaseRenewedInTimeLetsTheJobRunToItsEnd) {
-  WriteLease(kSecond);
-  Start(LeasedSpec(402, {"sleep", "2.5"}));
+  WriteLease(2 * kSecond);
+  LaunchSpec spec = LeasedSpec(402, {"sh", "-c", "trap 'exit 3' TERM; sleep 2.5 & wait"});
+  spec.lease_grace_s = 1;
+  Start(spec);
   std::optional<JobEvent> e;
   const auto t0 = std::chrono::steady_clock::now();
   // Renewed every 0.3 s, as an agent's polls renew it; the wait for the end paces it.
   while (!e && std::chrono::steady_clock::now() - t0 < std::chrono::seconds(10)) {
-    WriteLease(kSecond);
+    WriteLease(2 * kSecond);
     e = WaitForEvent(*launcher_, 402, 300);
   }
   ASSERT_TRUE(e.has_value());
@@ -138,6 +140,60 @@ TEST_F(LauncherLeaseTest, ARenewalWrittenAfterTheLeaseRanOutDoesNotSaveTheJob) {
   JobEvent e = Finish(403, 10'000);
   EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(5));
   ExpectFenced(e);
+}
+
+// With a grace, the job is told (SIGTERM, a preemptible job's deadline file first) that
+// long before the lease runs out: it can checkpoint and end by itself, and its end is the
+// lease's (kill cause node_lease) whatever its exit status.
+TEST_F(LauncherLeaseTest, TheJobIsToldItsGraceBeforeTheLeaseRunsOut) {
+  const int64_t now = BootMicros();
+  ASSERT_TRUE(WriteNodeLease(LeaseFile(), {now + 3 * kSecond, now}).ok());
+  const std::string told_file = dir_.path() + "/told";
+  LaunchSpec spec = LeasedSpec(407, {"sh", "-c",
+                                     "trap 'cat \"$GPUPOOL_PREEMPT_DEADLINE_FILE\" > " + told_file +
+                                         "; exit 0' TERM; "
+                                         "sleep 30 & wait"});
+  spec.preemptible = true;
+  spec.lease_grace_s = 2;
+  const auto t0 = std::chrono::steady_clock::now();
+  const int64_t wall0 = static_cast<int64_t>(::time(nullptr));
+  Start(spec);
+  JobEvent e = Finish(407, 10'000);
+  const auto took = std::chrono::steady_clock::now() - t0;
+  EXPECT_GE(took, std::chrono::milliseconds(900));   // told at D - 2 s, not before
+  EXPECT_LT(took, std::chrono::milliseconds(2900));  // and not killed at D
+  EXPECT_EQ(e.kind, JobEvent::Kind::kExited);
+  EXPECT_EQ(e.exit_code, 0) << e.reason;
+  EXPECT_FALSE(e.cancelled);
+  EXPECT_EQ(e.kill_cause, protocol::KillCause::kNodeLease);
+  EXPECT_EQ(e.kill_detail.rfind("node lease running out in 2 s: node ", 0), 0u) << e.kill_detail;
+  EXPECT_NE(e.kill_detail.find("may be started again elsewhere; stopped here"), std::string::npos)
+      << e.kill_detail;
+  // The deadline the job read on the signal: when its grace ends, in epoch seconds.
+  const std::string told = ReadWholeFile(told_file);
+  ASSERT_FALSE(told.empty());
+  const int64_t deadline = std::stoll(told);
+  EXPECT_GE(deadline, wall0 + 2);
+  EXPECT_LE(deadline, wall0 + 5);
+}
+
+// A job that ignores the warning is killed when the lease runs out, not before.
+TEST_F(LauncherLeaseTest, AJobThatIgnoresTheWarningIsKilledWhenTheLeaseRunsOut) {
+  const int64_t now = BootMicros();
+  ASSERT_TRUE(WriteNodeLease(LeaseFile(), {now + 3 * kSecond, now}).ok());
+  LaunchSpec spec = LeasedSpec(408, {"sh", "-c", "trap '' TERM; exec sleep 30"});
+  spec.lease_grace_s = 2;
+  const auto t0 = std::chrono::steady_clock::now();
+  Start(spec);
+  JobEvent e = Finish(408, 10'000);
+  const auto took = std::chrono::steady_clock::now() - t0;
+  EXPECT_GE(took, std::chrono::milliseconds(2900));
+  EXPECT_LT(took, std::chrono::seconds(6));
+  EXPECT_EQ(e.signal, SIGKILL);
+  EXPECT_EQ(e.kill_cause, protocol::KillCause::kNodeLease);
+  EXPECT_EQ(e.kill_detail.rfind("node lease running out in 2 s: node ", 0), 0u) << e.kill_detail;
+  const std::string log = ReadWholeFile(JobFile(408, kShimLogFile));
+  EXPECT_NE(log.find("node stop: SIGTERM to process group"), std::string::npos) << log;
 }
 
 // No lease file (an agent that has none, or lost it): nothing is fenced, and the shim

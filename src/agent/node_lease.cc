@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -117,10 +118,14 @@ Result<NodeLease> ReadNodeLease(const std::string& path) {
   return *lease;
 }
 
-LeaseVerdict JudgeLease(const NodeLease& held, int64_t now_us,
-                        const std::optional<NodeLease>& read) {
-  if (now_us < held.deadline_us) return LeaseVerdict::kHolds;
+LeaseVerdict JudgeLease(const NodeLease& held, int64_t now_us, const std::optional<NodeLease>& read,
+                        int64_t warn_us) {
+  if (now_us < held.deadline_us - std::max<int64_t>(warn_us, 0)) return LeaseVerdict::kHolds;
   if (!read) return LeaseVerdict::kUnknown;
+  if (now_us < held.deadline_us) {
+    // The warning's stage: any lease that runs out later was renewed since.
+    return read->deadline_us > held.deadline_us ? LeaseVerdict::kRenewed : LeaseVerdict::kWarn;
+  }
   // Renewed before the held lease ran out, and running past now. A renewal written after
   // it had run out comes too late: the controller may have requeued the job meanwhile.
   if (read->deadline_us > now_us && read->written_us <= held.deadline_us) {

@@ -15,10 +15,12 @@
 // clock does, and is the same for every process of a boot). No lease: no file.
 //
 // The shim of a task whose job may be started again elsewhere once the node is lost
-// (jobs::FencedOnLoss; LaunchSpec::lease_file names the file) fences it: once D has
-// passed, a file renewed in time (D' past now, written no later than the old D) lets the
-// job run on; anything else (not renewed, or renewed only after the lease had run out,
-// when the controller may already have requeued the job) kills the job. A missing or
+// (jobs::FencedOnLoss; LaunchSpec::lease_file names the file) fences it: its grace
+// (LaunchSpec::lease_grace_s) before D, unless the file was renewed by then, the job is
+// told to stop (SIGTERM, as a cancel); once D has passed, a file renewed in time (D' past
+// now, written no later than the old D) lets the job run on; anything else (not renewed,
+// or renewed only after the lease had run out, when the controller may already have
+// requeued the job) kills the job (SIGKILL). A missing or
 // unreadable file fences nothing (fail open). Plain functions; thread-safe. Linked into
 // the static shim: no spdlog, fmt or NSS.
 #pragma once
@@ -58,12 +60,15 @@ Status WriteNodeLease(const std::string& path, const NodeLease& lease);
 Result<NodeLease> ReadNodeLease(const std::string& path);
 
 // The shim's judgement at a check, `now` on CLOCK_BOOTTIME: `held` the lease it holds
-// (read earlier), `read` the file as just read (nullopt: none, unreadable). The lease
-// holds while now < held.deadline_us; once it has passed, a renewal written no later than
-// it and running past now replaces it (kRenewed); no readable file fails open
-// (kUnknown); anything else fences (kFence).
-enum class LeaseVerdict { kHolds, kRenewed, kUnknown, kFence };
-LeaseVerdict JudgeLease(const NodeLease& held, int64_t now_us,
-                        const std::optional<NodeLease>& read);
+// (read earlier), `read` the file as just read (nullopt: none, unreadable), `warn_us` how
+// long before the lease runs out the job is told to stop (LaunchSpec::lease_grace_s; 0:
+// not told, or told already). The lease holds while now < held.deadline_us - warn_us.
+// From then until held.deadline_us a later lease (running out after held's) replaces it
+// (kRenewed), else the job is told (kWarn). Once held.deadline_us has passed, a renewal
+// written no later than it and running past now replaces it (kRenewed), else the job is
+// fenced (kFence). No readable file fails open (kUnknown) at either stage.
+enum class LeaseVerdict { kHolds, kRenewed, kUnknown, kWarn, kFence };
+LeaseVerdict JudgeLease(const NodeLease& held, int64_t now_us, const std::optional<NodeLease>& read,
+                        int64_t warn_us = 0);
 
 }  // namespace gpupool::agent

@@ -100,5 +100,24 @@ TEST(NodeLeaseTest, ALeaseHoldsUntilItsDeadlineAndOnlyATimelyRenewalExtendsIt) {
   EXPECT_EQ(JudgeLease(held, 100, std::nullopt), LeaseVerdict::kUnknown);
 }
 
+// held: D = 100, written at 90, the job told 20 before D.
+TEST(NodeLeaseTest, TheJobIsToldItsGraceBeforeTheLeaseRunsOutUnlessItWasRenewed) {
+  const NodeLease held{100, 90};
+  EXPECT_EQ(JudgeLease(held, 79, held, 20), LeaseVerdict::kHolds);
+  // The warning's stage: the same lease, or none that runs out later.
+  EXPECT_EQ(JudgeLease(held, 80, held, 20), LeaseVerdict::kWarn);
+  EXPECT_EQ(JudgeLease(held, 99, NodeLease{95, 85}, 20), LeaseVerdict::kWarn);
+  // Renewed in the meantime: any lease that runs out after held's.
+  EXPECT_EQ(JudgeLease(held, 85, NodeLease{101, 84}, 20), LeaseVerdict::kRenewed);
+  // No file: fail open here too.
+  EXPECT_EQ(JudgeLease(held, 85, std::nullopt, 20), LeaseVerdict::kUnknown);
+  // At D the fence's rules, whatever the grace (once told, the shim judges with 0).
+  EXPECT_EQ(JudgeLease(held, 100, held, 20), LeaseVerdict::kFence);
+  EXPECT_EQ(JudgeLease(held, 100, held, 0), LeaseVerdict::kFence);
+  EXPECT_EQ(JudgeLease(held, 100, NodeLease{130, 95}, 20), LeaseVerdict::kRenewed);
+  // A negative grace counts as none.
+  EXPECT_EQ(JudgeLease(held, 99, held, -5), LeaseVerdict::kHolds);
+}
+
 }  // namespace
 }  // namespace gpupool::agent

@@ -328,9 +328,15 @@ void Shim::BeginStop(bool cancel, int64_t grace_s) {
   } else {
     final_.timed_out = true;
   }
+  SendStop(cancel ? "cancel" : "time limit");
+}
+
+// The stop's signals (stopping_ and grace_s_ set): SIGTERM now (a terminal's job: SIGHUP,
+// SIGTERM a second later), or podman stop; SIGKILL once the grace is over (Supervise).
+void Shim::SendStop(const char* what) {
   if (container_) {
-    ShimLog("%s: podman stop --time %lld %s", cancel ? "cancel" : "time limit",
-            static_cast<long long>(grace_s_), container_name_.c_str());
+    ShimLog("%s: podman stop --time %lld %s", what, static_cast<long long>(grace_s_),
+            container_name_.c_str());
     StartHelper({"stop", "--time", std::to_string(grace_s_), container_name_}, "podman stop");
     kill_at_mono_ = MonoMicros() + (grace_s_ + kContainerKillSlackS) * 1'000'000;
     return;
@@ -339,16 +345,38 @@ void Shim::BeginStop(bool cancel, int64_t grace_s) {
   if (config_.spec.tty) {
     // Its terminal hangs up first, as when an ssh connection drops (an interactive shell
     // ignores SIGTERM but not SIGHUP); SIGTERM follows a second later.
-    ShimLog("%s: SIGHUP to process group %d", cancel ? "cancel" : "time limit",
-            static_cast<int>(job_pid_));
+    ShimLog("%s: SIGHUP to process group %d", what, static_cast<int>(job_pid_));
     ::kill(-job_pid_, SIGHUP);
     ::kill(-job_pid_, SIGCONT);
     term_at_mono_ = std::min(MonoMicros() + 1'000'000, kill_at_mono_);
     return;
   }
-  ShimLog("%s: SIGTERM to process group %d", cancel ? "cancel" : "time limit",
-          static_cast<int>(job_pid_));
+  ShimLog("%s: SIGTERM to process group %d", what, static_cast<int>(job_pid_));
   ::kill(-job_pid_, SIGTERM);
+}
+
+// The node's own stop with a grace (the lease's warning): the job is told as by a cancel
+// and killed after `grace_s` unless KillForNode comes first; it fails with `reason`. A
+// stop already under way keeps what it is.
+void Shim::WarnForNode(const std::string& reason, protocol::KillCause cause, int64_t grace_s) {
+  if (stopping_ || killed_) return;
+  stopping_ = true;
+  node_stop_reason_ = reason;
+  node_stop_cause_ = cause;
+  grace_s_ = grace_s;
+  ShimLog("stopped by the node: %s", reason.c_str());
+  if (config_.spec.preemptible) WriteDeadlineFile(WallMicros() / 1'000'000 + grace_s);
+  SendStop("node stop");
+}
+
+// Before the SIGTERM, so that a job reading it on the signal finds it. In place: a
+// container has the file itself mounted, and a new inode would not reach it.
+void Shim::WriteDeadlineFile(int64_t deadline_s) {
+  const std::string path = args_.job_dir + "/" + kPreemptDeadlineFile;
+  // Unlocked: the job may hold a lock on its file, which must not delay its stop. One
+  // write of a few bytes into an empty file: a reader sees it whole or not at all.
+  Status st = RewriteFileLocked(path, std::to_string(deadline_s) + "\n", /*lock=*/false);
+  if (!st.ok()) ShimLog("%s", st.message().c_str());
 }
 
 // The node's own stop: the job is killed now (the supervision loop sends SIGKILL, or
@@ -387,15 +415,7 @@ void Shim::OnStopSignal() {
     }
     return;
   }
-  if (config_.spec.preemptible) {
-    // Before the SIGTERM, so that a job reading it on the signal finds it. In place: a
-    // container has the file itself mounted, and a new inode would not reach it.
-    const std::string path = args_.job_dir + "/" + kPreemptDeadlineFile;
-    // Unlocked: the job may hold a lock on its file, which must not delay its stop. One
-    // write of a few bytes into an empty file: a reader sees it whole or not at all.
-    Status st = RewriteFileLocked(path, std::to_string(stop->deadline_s) + "\n", /*lock=*/false);
-    if (!st.ok()) ShimLog("%s", st.message().c_str());
-  }
+  if (config_.spec.preemptible) WriteDeadlineFile(stop->deadline_s);
   ShimLog("preempted: grace %lld s, deadline %lld", static_cast<long long>(stop->grace_s),
           static_cast<long long>(stop->deadline_s));
   BeginStop(/*cancel=*/true, stop->grace_s);
@@ -405,10 +425,15 @@ void Shim::OnStopSignal() {
 // wait stops during a suspend, the boot clock of the lease does not.
 constexpr int64_t kLeaseCheckUs = 5'000'000;
 
+// How long before the held lease runs out the job is told to stop; 0 once told.
+int64_t Shim::LeaseWarnMicros() const {
+  return lease_warned_ ? 0 : std::max<int64_t>(config_.spec.lease_grace_s, 0) * 1'000'000;
+}
+
 void Shim::CheckLease() {
   if (config_.spec.lease_file.empty() || lease_fenced_ || killed_) return;
   const int64_t now = BootMicros();
-  if (lease_ && now < lease_->deadline_us) return;
+  if (lease_ && now < lease_->deadline_us - LeaseWarnMicros()) return;
   Result<NodeLease> read = ReadNodeLease(config_.spec.lease_file);
   if (!read.ok()) {
     // Fail open: no lease known fences nothing (the agent removes the file when the
@@ -422,29 +447,42 @@ void Shim::CheckLease() {
     return;
   }
   if (!lease_) lease_ = *read;  // the first lease read: judged as it is
-  switch (JudgeLease(*lease_, now, *read)) {
+  switch (JudgeLease(*lease_, now, *read, LeaseWarnMicros())) {
     case LeaseVerdict::kHolds:
     case LeaseVerdict::kUnknown:
       return;
     case LeaseVerdict::kRenewed:
       lease_ = *read;
       return;
+    case LeaseVerdict::kWarn:
+      lease_warned_ = true;
+      WarnForNode(LeaseReason(now, /*warning=*/true), protocol::KillCause::kNodeLease,
+                  (lease_->deadline_us - now + 999'999) / 1'000'000);
+      return;
     case LeaseVerdict::kFence:
       break;
   }
   lease_fenced_ = true;
-  const long long ago = std::max<int64_t>(0, now - lease_->written_us) / 1'000'000;
-  KillForNode("node lease ran out: node " + HostName() +
-                  " has not reached the controller for 3/4 of its lease (last renewed " +
-                  std::to_string(ago) +
-                  " s ago), and the job may be started again elsewhere; stopped here",
-              protocol::KillCause::kNodeLease);
+  KillForNode(LeaseReason(now, /*warning=*/false), protocol::KillCause::kNodeLease);
+}
+
+std::string Shim::LeaseReason(int64_t now, bool warning) const {
+  const std::string ago =
+      std::to_string(std::max<int64_t>(0, now - lease_->written_us) / 1'000'000);
+  const std::string left =
+      std::to_string((std::max<int64_t>(0, lease_->deadline_us - now) + 999'999) / 1'000'000);
+  return (warning ? "node lease running out in " + left + " s: node " + HostName() +
+                        " has not reached the controller for " + ago + " s"
+                  : "node lease ran out: node " + HostName() +
+                        " has not reached the controller for 3/4 of its lease (last renewed " +
+                        ago + " s ago)") +
+         ", and the job may be started again elsewhere; stopped here";
 }
 
 int64_t Shim::LeaseWaitMicros() const {
   if (config_.spec.lease_file.empty() || lease_fenced_ || killed_) return INT64_MAX;
   int64_t wait = kLeaseCheckUs;
-  if (lease_) wait = std::min(wait, lease_->deadline_us - BootMicros());
+  if (lease_) wait = std::min(wait, lease_->deadline_us - LeaseWarnMicros() - BootMicros());
   return std::max<int64_t>(wait, 1000);
 }
 

@@ -58,14 +58,21 @@ class Shim {
   void Supervise();
   bool ReapChildren();  // true once the job's main process ended
   void BeginStop(bool cancel, int64_t grace_s);
+  void SendStop(const char* what);
+  void WriteDeadlineFile(int64_t deadline_s);
   // The node's own stop: its GPU memory watch's (stop_request.h) or its lease's (`cause`).
   void KillForNode(const std::string& reason,
                    protocol::KillCause cause = protocol::KillCause::kGpuMemWatch);
-  // The node lease (node_lease.h; spec.lease_file set): read at the start, and again once
-  // its deadline has passed; fences the job (KillForNode, kNodeLease) unless it was renewed
-  // in time. LeaseWaitMicros: how long the supervision may wait before the next check.
+  void WarnForNode(const std::string& reason, protocol::KillCause cause, int64_t grace_s);
+  // The node lease (node_lease.h; spec.lease_file set): read at the start, again
+  // spec.lease_grace_s before its deadline (the job is told to stop unless it was renewed:
+  // WarnForNode) and once its deadline has passed; fences the job (KillForNode,
+  // kNodeLease) unless it was renewed in time. LeaseWaitMicros: how long the supervision
+  // may wait before the next check.
   void CheckLease();
+  int64_t LeaseWarnMicros() const;
   int64_t LeaseWaitMicros() const;
+  std::string LeaseReason(int64_t now, bool warning) const;
   void OnStopSignal();
   void Report(const std::string& line);
   int Finish();
@@ -91,6 +98,7 @@ class Shim {
   protocol::KillCause node_stop_cause_ = protocol::KillCause::kGpuMemWatch;
   std::optional<NodeLease> lease_;  // the lease held; nullopt: none read (yet)
   bool lease_noted_ = false;        // an unreadable lease was said in shim.log
+  bool lease_warned_ = false;       // told to stop before the lease runs out (lease_grace_s)
   bool lease_fenced_ = false;       // the lease ran out: the job was killed for it
   // Container jobs: the job process is the podman client; the container is reached by name.
   bool container_ = false;

@@ -103,14 +103,16 @@ class NodeLeaseTest(unittest.TestCase):
         record = os.path.join(self.dir, "record")
         open(record, "w").close()
         os.chmod(record, 0o666)
-        # Attempt N sleeps as `sleep 60N` (a name the next attempt looks for). Attempt 2
+        # Attempt N sleeps as `sleep 60N` (a name the next attempt looks for) and records
+        # the SIGTERM it is told to stop by (a checkpoint would go there). Attempt 2
         # records whether attempt 1's process still exists as it starts, then ends.
         script = (
-            'echo "s $GPUPOOL_ATTEMPT $(date +%%s.%%N)" >> {rec}; '
+            'echo "s $GPUPOOL_ATTEMPT $(date +%s.%N)" >> {rec}; '
             'if [ "$GPUPOOL_ATTEMPT" -gt 1 ]; then '
             '  pgrep -x -f "sleep 60$((GPUPOOL_ATTEMPT - 1))" >/dev/null; '
             '  echo "p $?" >> {rec}; exit 0; fi; '
-            'exec sleep 60$GPUPOOL_ATTEMPT').format(rec=record)
+            'trap \'echo "t $GPUPOOL_ATTEMPT $(date +%s.%N)" >> {rec}; exit 0\' TERM; '
+            'sleep 60$GPUPOOL_ATTEMPT & wait').format(rec=record)
         again = self.submit(["sh", "-c", script], request={"gpus": 4}, requeue=True)
         plain = self.submit(["sh", "-c", "exec sleep 777"], request={"gpus": 0})
         for jid in (again, plain):
@@ -146,6 +148,13 @@ class NodeLeaseTest(unittest.TestCase):
         self.assertIn("p 1", lines, lines)
         starts = [ln.split() for ln in lines if ln.startswith("s ")]
         self.assertEqual([s[1] for s in starts], ["1", "2"], lines)
+        # Attempt 1 was told to stop (SIGTERM, the node's cancel grace before the lease
+        # ran out) before attempt 2 started; it ended by itself, as the lease's stop.
+        told = [ln.split() for ln in lines if ln.startswith("t ")]
+        self.assertEqual([t[1] for t in told], ["1"], lines)
+        self.assertLess(float(told[0][2]), float(starts[1][2]), lines)
+        self.assertEqual(status.get("exit_code"), 0, status)
+        self.assertIn("node lease running out", status.get("reason", ""), status)
         # The plain job was not stopped: the node may still run it, and nothing else will.
         self.assertEqual(subprocess.run(["pgrep", "-x", "-f", "sleep 777"],
                                         capture_output=True).returncode, 0)

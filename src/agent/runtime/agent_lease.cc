@@ -4,6 +4,7 @@
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
@@ -50,6 +51,16 @@ void AgentLoop::RenewLease(int64_t sent_us, int64_t lease_ms) {
 std::string AgentLoop::LeaseFileFor(const jobs::Job& job) const {
   if (lease_ms_ <= 0 || !jobs::FencedOnLoss(job)) return "";
   return options_.state_dir + "/" + agent::kNodeLeaseFile;
+}
+
+int64_t AgentLoop::LeaseGraceFor(const jobs::Job& job) const {
+  if (lease_ms_ <= 0 || !jobs::FencedOnLoss(job)) return 0;
+  // At most an eighth of the lease: told at 5/8 of it at the earliest, after the
+  // controller's node timeout (at most half of it) has passed.
+  const int64_t most = lease_ms_ / 8000;
+  int64_t grace = options_.cancel_grace_s;  // as a cancel
+  if (job.preemptible) grace = job.preempt_grace_s > 0 ? job.preempt_grace_s : most;
+  return std::clamp<int64_t>(grace, 0, most);
 }
 
 }  // namespace gpupool::agent

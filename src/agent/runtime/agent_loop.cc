@@ -169,6 +169,7 @@ void AgentLoop::Launch(const protocol::LaunchOrder& order) {
   spec.grace_s = options_.cancel_grace_s;
   spec.preemptible = job.preemptible;
   spec.lease_file = LeaseFileFor(job);  // fenced by the node lease (agent_lease.cc)
+  spec.lease_grace_s = LeaseGraceFor(job);
   spec.image = job.image;
   spec.shm_bytes = job.shm_bytes;
   spec.init = job.init;

@@ -216,10 +216,14 @@ class AgentLoop {
   // time. RenewLease, after an exchange sent at `sent_us` proved the controller knows the
   // node (Run's thread only): keeps `lease_ms` and writes state_dir/node_lease when its
   // deadline moved by a second or more; removes the file for a lease of 0. LeaseFileFor:
-  // the file a task of `job` is fenced by (LaunchSpec::lease_file), or "".
+  // the file a task of `job` is fenced by (LaunchSpec::lease_file), or "". LeaseGraceFor:
+  // how long before the lease runs out such a task is told to stop (LaunchSpec::
+  // lease_grace_s): a preemptible job's own grace (by default, or at most, 1/8 of the
+  // lease), else the node's cancel grace, at most 1/8 of the lease; 0 for no file.
   int64_t BootNow() const;
   void RenewLease(int64_t sent_us, int64_t lease_ms);
   std::string LeaseFileFor(const jobs::Job& job) const;
+  int64_t LeaseGraceFor(const jobs::Job& job) const;
 
   AgentLoopOptions options_;
   std::shared_ptr<protocol::ControllerLink> link_;

@@ -124,22 +124,36 @@ TEST_F(AgentLoopLeaseTest, TheLeaseFileHoldsThreeQuartersOfTheLeaseFromTheSend) 
 }
 
 // Only the tasks of a job the controller would requeue once the node is lost carry the
-// lease file (jobs::FencedOnLoss); exec sessions never do.
+// lease file (jobs::FencedOnLoss); exec sessions never do. Their warning comes the node's
+// cancel grace (a requeue job) or the job's preemption grace before the lease runs out,
+// at most an eighth of the lease.
 TEST_F(AgentLoopLeaseTest, OnlyRequeuedAndPreemptibleTasksAreFenced) {
-  link_->SetNodeLease(60'000);
+  link_->SetNodeLease(60'000);  // an eighth: 7.5 s, so 7 s at most
   link_->QueueWork(Launch(31, "exec sleep 30", /*requeue=*/true));
   link_->QueueWork(Launch(32, "exec sleep 30", /*requeue=*/false));
   link_->QueueWork(Launch(33, "exec sleep 30", /*requeue=*/false, /*preemptible=*/true));
+  protocol::Work own_grace = Launch(34, "exec sleep 30", /*requeue=*/false, /*preemptible=*/true);
+  own_grace.launch[0].job.preempt_grace_s = 3;
+  link_->QueueWork(own_grace);
+  protocol::Work long_grace = Launch(35, "exec sleep 30", /*requeue=*/true, /*preemptible=*/true);
+  long_grace.launch[0].job.preempt_grace_s = 600;
+  link_->QueueWork(long_grace);
   StartLoop(/*fake_boot=*/false);
-  for (int64_t job : {31, 32, 33}) ASSERT_TRUE(Started(job)) << job;
-  auto lease_file_of = [this](int64_t job) {
+  for (int64_t job : {31, 32, 33, 34, 35}) ASSERT_TRUE(Started(job)) << job;
+  auto spec_of = [this](int64_t job) {
     Result<ShimConfig> c = ReadShimConfig(RunDir(job));
     EXPECT_TRUE(c.ok()) << c.status().ToString();
-    return c.ok() ? c->spec.lease_file : "unreadable";
+    return c.ok() ? c->spec : LaunchSpec{};
   };
-  EXPECT_EQ(lease_file_of(31), LeaseFile());
-  EXPECT_EQ(lease_file_of(32), "");
-  EXPECT_EQ(lease_file_of(33), LeaseFile());
+  EXPECT_EQ(spec_of(31).lease_file, LeaseFile());
+  EXPECT_EQ(spec_of(32).lease_file, "");
+  EXPECT_EQ(spec_of(33).lease_file, LeaseFile());
+  EXPECT_EQ(spec_of(34).lease_file, LeaseFile());
+  EXPECT_EQ(spec_of(31).lease_grace_s, 1);  // the node's cancel grace
+  EXPECT_EQ(spec_of(32).lease_grace_s, 0);  // not fenced
+  EXPECT_EQ(spec_of(33).lease_grace_s, 7);  // the server's preemption grace: an eighth
+  EXPECT_EQ(spec_of(34).lease_grace_s, 3);  // its own
+  EXPECT_EQ(spec_of(35).lease_grace_s, 7);  // its own, cut to an eighth
   // An exec session in the fenced task: not fenced itself (it ends with its task).
   protocol::Work w;
   protocol::ExecRequest x;
