@@ -17,6 +17,7 @@
 
 namespace gpupool::controller {
 
+using internal::kRestartGraceUs;
 using internal::Occupies;
 using internal::OnNode;
 using jobs::Job;
@@ -429,8 +430,8 @@ Status Controller::Load() {
       spdlog::warn("{}: taken as healthy", health.status().message());
     }
     if (Result<protocol::Version> v = protocol::ParseVersion(r.protocol); v.ok()) e.version = *v;
-    // A restarted controller gives every known node a full timeout to poll again.
-    e.last_seen_us = now;
+    e.last_seen_us = now;  // a full timeout to poll again, at least kRestartGraceUs
+    e.heard = false;
     e.up = true;
     nodes_.emplace(r.name, std::move(e));
     ++nodes_generation_;
@@ -828,14 +829,16 @@ Status Controller::SweepNodes() {
   {
     Lock lock(mu_);
     const int64_t now = clock_->NowMicros();
-    const std::string timeout = std::to_string(options_.node_timeout_us / 1'000'000) + " s";
     for (auto& [name, e] : nodes_) {
-      if (!e.up || now - e.last_seen_us <= options_.node_timeout_us) continue;
+      // Unheard since Load: its agent may be in its back-off after failed calls.
+      const int64_t limit =
+          e.heard ? options_.node_timeout_us : std::max(options_.node_timeout_us, kRestartGraceUs);
+      if (!e.up || now - e.last_seen_us <= limit) continue;
       e.up = false;
       spdlog::warn("node {} stopped responding ({} s without a poll)", name,
                    (now - e.last_seen_us) / 1'000'000);
-      const std::string reason =
-          fmt::format("node {} stopped responding (no heartbeat for {})", name, timeout);
+      const std::string reason = fmt::format("node {} stopped responding (no heartbeat for {} s)",
+                                             name, limit / 1'000'000);
       // Its supervisors stop what a requeue would start again by then (docs/health.md).
       const int64_t lease_until =
           options_.node_lease_us > 0 ? e.last_seen_us + options_.node_lease_us : 0;

@@ -444,8 +444,7 @@ class Controller {
   uint64_t AwaitWork(const std::string& node, int64_t wait_ms, WorkCallback done);
   // Forgets a waiting poll (its client left): its `done` never runs. Idempotent.
   void CancelWorkWait(uint64_t ticket);
-  // Polls waiting in AwaitWork now.
-  size_t WaitingPolls();
+  size_t WaitingPolls();  // polls waiting in AwaitWork now
   // Answers once the batch's changes are written and installed. Batches that arrive while
   // another's are written are written together, in one transaction (CommitEventGroup).
   Status ApplyEvents(const std::string& node, const EventBatch& batch);
@@ -737,6 +736,7 @@ class Controller {
     int64_t cpu_milli = 0;
     int64_t memory_mib = 0;
     int64_t last_seen_us = 0;
+    bool heard = true;  // since Load (false there): SweepNodes' restart grace
     bool up = false;
     std::string address;              // what peers use; the name when unknown
     protocol::Version version{1, 0};  // the agent's protocol

@@ -25,6 +25,10 @@ inline constexpr int64_t kResendAfterUs = 5'000'000;
 // A node that answers stop orders for a job this long without reporting any of its
 // tasks' ends runs none of them.
 inline constexpr int64_t kStrayGiveUpUs = 60'000'000;
+// The least time a node has to poll a controller that has just loaded the pool (a restart,
+// a standby taking the lead) before it is lost, whatever --node-timeout: its agent tries
+// a failed call again after at most 5 s (agent_loop.cc), twice, with room for the call.
+inline constexpr int64_t kRestartGraceUs = 15'000'000;
 // How long a Commit whose compare-and-set lost waits for the winning writer's transition
 // to be installed. Every writer of the store is this controller (another one is fenced
 // out), whose winner installs at once; the bound is for a store changed behind its back.

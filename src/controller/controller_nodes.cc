@@ -341,6 +341,7 @@ Result<protocol::RegistrationReply> Controller::RegisterNode(protocol::Registrat
     e.cpu_milli = reg.cpu_milli;
     e.memory_mib = reg.memory_mib;
     e.last_seen_us = now;
+    e.heard = true;
     e.up = true;
     e.address = address;
     e.version = reg.version;
@@ -502,6 +503,7 @@ Result<AgentWork> Controller::TakeWorkLocked(const std::string& node) {
                             "it again");
   }
   e.last_seen_us = now;
+  e.heard = true;
   AgentWork work;
   for (int64_t id : index_.OnNode(node)) {
     const Job& job = active_.at(id);
@@ -758,7 +760,10 @@ Status Controller::ApplyEvents(const std::string& node, const EventBatch& batch)
   {
     Lock lock(mu_);
     auto n = nodes_.find(node);  // nodes are never erased
-    if (n != nodes_.end()) n->second.last_seen_us = clock_->NowMicros();
+    if (n != nodes_.end()) {
+      n->second.last_seen_us = clock_->NowMicros();
+      n->second.heard = true;
+    }
     for (const Event& raw : batch.events) {
       const int64_t time_us = raw.time_us != 0 ? raw.time_us : clock_->NowMicros();
       if (raw.kind != protocol::EventKind::kStarted && n != nodes_.end()) {

@@ -551,6 +551,42 @@ TEST_F(ControllerTest, RestartKeepsJobsAndAgentReconciles) {
   EXPECT_EQ(Get(a.id).state, JobState::kSucceeded);
 }
 
+// A controller restarted with a node timeout shorter than an agent's back-off (up to 5 s
+// between tries after its calls to the old controller failed) declared the nodes lost
+// before their agents could poll again, and their running jobs LOST: a node unheard since
+// the restart gets at least 15 s, one heard since then the node timeout.
+TEST_F(ControllerTest, ARestartedControllerWaitsOutTheAgentsBackOffWhateverTheNodeTimeout) {
+  Register(2, {}, "n1");
+  Register(2, {}, "n2");
+  Job a = c_->Submit(MakeJob(2), alice_).value();
+  Job b = c_->Submit(MakeJob(2), alice_).value();
+  ASSERT_TRUE(c_->ScheduleOnce().ok());
+  a = Get(a.id);
+  b = Get(b.id);
+  ASSERT_TRUE(Apply({Ev(a, protocol::EventKind::kStarted)}, a.placement.at(0).node).ok());
+  ASSERT_TRUE(Apply({Ev(b, protocol::EventKind::kStarted)}, b.placement.at(0).node).ok());
+  c_.reset();
+  ControllerOptions o;
+  o.node_timeout_us = 2'000'000;
+  c_ = Controller::Create(store_.get(), &clock_, o).value();
+  clock_.AdvanceMicros(6'000'000);  // past the timeout, within the grace
+  ASSERT_TRUE(c_->SweepNodes().ok());
+  EXPECT_EQ(Get(a.id).state, JobState::kRunning);
+  EXPECT_EQ(Get(b.id).state, JobState::kRunning);
+  // a's node polls again and is held to the node timeout from then; b's never does.
+  const std::string heard = a.placement.at(0).node;
+  Register(2, {{a.id, a.attempt}}, heard);
+  clock_.AdvanceMicros(2'500'000);
+  ASSERT_TRUE(c_->SweepNodes().ok());
+  EXPECT_EQ(Get(a.id).state, JobState::kLost);
+  EXPECT_EQ(Get(b.id).state, JobState::kRunning);
+  clock_.AdvanceMicros(7'000'000);  // 15.5 s since the restart
+  ASSERT_TRUE(c_->SweepNodes().ok());
+  const Job lost = Get(b.id);
+  EXPECT_EQ(lost.state, JobState::kLost);
+  EXPECT_NE(lost.reason.find("no heartbeat for 15 s"), std::string::npos) << lost.reason;
+}
+
 // Issue 25 item 1: jobs that ended while the agent was down (kill -9 of `gpupool up`)
 // were recorded LOST when it registered again, before their ends arrived.
 TEST_F(ControllerTest, ATaskThatEndedWhileTheAgentWasDownIsNotLostWhenItRegisters) {
@@ -660,7 +696,7 @@ TEST_F(ControllerTest, NodeViewFollowsEveryTransition) {
   EXPECT_EQ(allocated(), (std::pair<int, int>{2, 2250}));
   Restart();
   EXPECT_EQ(allocated(), (std::pair<int, int>{2, 2250}));  // rebuilt from the store
-  clock_.AdvanceMicros(11'000'000);
+  clock_.AdvanceMicros(16'000'000);  // past the grace a restart gives (kRestartGraceUs)
   ASSERT_TRUE(c_->SweepNodes().ok());
   EXPECT_EQ(Get(b.id).state, JobState::kLost);
   EXPECT_EQ(Get(again.id).state, JobState::kPending);  // requeued: holds nothing
