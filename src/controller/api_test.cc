@@ -406,6 +406,33 @@ TEST_F(ApiAccessTest, OnlyAdminsDrainAndResumeNodes) {
   EXPECT_FALSE(node.contains("drain_reason"));
 }
 
+// A node that stopped answering shows until when its lease lets it run --requeue and
+// preemptible jobs (its last poll + the server's --node-lease); an answering one does not.
+TEST_F(ApiAccessTest, ALostNodeShowsTheEndOfItsLease) {
+  ControllerOptions options;
+  options.node_timeout_us = 10'000'000;
+  options.node_lease_us = 60'000'000;
+  Restart(options);
+  ASSERT_EQ(AsUid(0, "POST", "/v1/agent/register", {}, RegisterBody("vm", 2)).status, 200);
+  const int64_t seen = clock_.NowMicros();
+  Json listed = ParseJson(AsUid(user_uid_, "GET", "/v1/nodes").body, "answer").value();
+  EXPECT_EQ(listed["nodes"][0]["state"], "up");
+  EXPECT_FALSE(listed["nodes"][0].contains("lease_until_us"));
+  clock_.AdvanceMicros(11'000'000);
+  ASSERT_TRUE(controller_->SweepNodes().ok());
+  listed = ParseJson(AsUid(user_uid_, "GET", "/v1/nodes").body, "answer").value();
+  EXPECT_EQ(listed["nodes"][0]["state"], "down");
+  EXPECT_EQ(listed["nodes"][0]["lease_until_us"], seen + 60'000'000);
+  // Without a lease, none is shown.
+  options.node_lease_us = 0;
+  Restart(options);
+  clock_.AdvanceMicros(16'000'000);  // past the grace a restart gives
+  ASSERT_TRUE(controller_->SweepNodes().ok());
+  listed = ParseJson(AsUid(user_uid_, "GET", "/v1/nodes").body, "answer").value();
+  EXPECT_EQ(listed["nodes"][0]["state"], "down");
+  EXPECT_FALSE(listed["nodes"][0].contains("lease_until_us"));
+}
+
 // Issue 28: a GPU's enforcement mode as its agent registered it, where it stated one.
 TEST_F(ApiAccessTest, NodesShowTheEnforcementTheAgentStated) {
   ASSERT_EQ(AsUid(0, "POST", "/v1/agent/register", {}, RegisterBody("vm", 2, "mps")).status, 200);

@@ -276,6 +276,17 @@ std::string MembersCell(const Json& l) {
   return out;
 }
 
+// A lost node's lease (GET /v1/nodes' lease_until_us) in words.
+std::string LeaseWords(int64_t until_us, int64_t now_us) {
+  const std::string when = FormatTimeUtc(until_us);
+  if (until_us <= now_us) {
+    return "ran out at " + when + "; its --requeue and preemptible jobs may start elsewhere";
+  }
+  return "its --requeue and preemptible jobs are stopped there by " + when + " (in " +
+         FormatDuration((until_us - now_us + 999'999) / 1'000'000) +
+         "), and start elsewhere only then, or once it registers again";
+}
+
 }  // namespace
 
 std::string RenderNodes(const Json& answer, int64_t now_us) {
@@ -283,6 +294,7 @@ std::string RenderNodes(const Json& answer, int64_t now_us) {
   std::string drains;       // "n1: disk swap (root)" per drained node
   std::string health;       // "n1 GPU 3: cordoned: Xid 95: ..." per GPU that is not healthy
   std::string checking;     // nodes whose health verdict is still to come
+  std::string leases;       // "n1: its --requeue ... jobs are stopped there by ..." per lost node
   std::string enforcement;  // "n1 GPUs 0-7: mps" per node and mode stated
   std::string mig;          // one line per MIG instance
   std::string partitions;   // "n1 GPUs 0-7: CPX, NPS4, 38 CUs" per node and mode
@@ -316,6 +328,9 @@ std::string RenderNodes(const Json& answer, int64_t now_us) {
     }
     if (GetBool(node, "health_check_pending"))
       checking += CleanCell(GetString(node, "name")) + "\n";
+    if (const int64_t until = GetInt(node, "lease_until_us"); until > 0) {
+      leases += CleanCell(GetString(node, "name")) + ": " + LeaseWords(until, now_us) + "\n";
+    }
   }
   const std::string readings = GpuReadings(GetArray(answer, "nodes"));
   const std::string holders = GpuHolders(GetArray(answer, "nodes"));
@@ -327,6 +342,8 @@ std::string RenderNodes(const Json& answer, int64_t now_us) {
                            : "waiting for their health check's first verdict (no new work until "
                              "it comes):\n" +
                                  checking) +
+         (leases.empty() ? ""
+                         : "leases of nodes that stopped answering (docs/health.md):\n" + leases) +
          (enforcement.empty() ? "" : "GPU share enforcement (docs/sharing.md):\n" + enforcement) +
          (mig.empty() ? "" : "MIG instances, each held whole by one job:\n" + mig) +
          (partitions.empty() ? "" : kPartitionsTitle + partitions);
@@ -359,6 +376,9 @@ Result<std::string> RenderNode(const Json& answer, const std::string& name, int6
   }
   if (GetBool(node, "health_check_pending")) {
     out += "Health check: its first verdict is still to come; no new work until it does\n";
+  }
+  if (const int64_t until = GetInt(node, "lease_until_us"); until > 0) {
+    out += "Lease: " + LeaseWords(until, now_us) + "\n";
   }
   if (const Json& disk = GetObject(node, "disk"); !disk.empty()) {
     const auto bytes = [&](const char* key) {

@@ -544,6 +544,37 @@ TEST(RenderNodeTest, TheDiskWatchsReport) {
       << *full;
 }
 
+// A node that stopped answering, while its lease runs and once it ran out (docs/health.md).
+TEST(RenderNodeTest, ALostNodesLease) {
+  const Json answer = Parse(R"js({"nodes": [
+    {"name": "gpu0", "state": "down", "gpus": [], "lease_until_us": 1793491500000000},
+    {"name": "gpu1", "state": "down", "gpus": [], "lease_until_us": 1793491100000000},
+    {"name": "gpu2", "state": "up", "gpus": []}]})js");
+  Result<std::string> running = RenderNode(answer, "gpu0", kRenderNow);
+  ASSERT_TRUE(running.ok()) << running.status().ToString();
+  EXPECT_NE(running->find("\nLease: its --requeue and preemptible jobs are stopped there by "
+                          "2026-11-01T00:05:00Z (in 5m00s), and start elsewhere only then, or "
+                          "once it registers again\n"),
+            std::string::npos)
+      << *running;
+  Result<std::string> over = RenderNode(answer, "gpu1", kRenderNow);
+  ASSERT_TRUE(over.ok()) << over.status().ToString();
+  EXPECT_NE(over->find("\nLease: ran out at 2026-10-31T23:58:20Z; its --requeue and preemptible "
+                       "jobs may start elsewhere\n"),
+            std::string::npos)
+      << *over;
+  Result<std::string> up = RenderNode(answer, "gpu2", kRenderNow);
+  ASSERT_TRUE(up.ok());
+  EXPECT_EQ(up->find("Lease"), std::string::npos) << *up;
+  const std::string all = RenderNodes(answer, kRenderNow);
+  EXPECT_NE(all.find("leases of nodes that stopped answering (docs/health.md):\ngpu0: its "
+                     "--requeue and preemptible jobs are stopped there by 2026-11-01T00:05:00Z"),
+            std::string::npos)
+      << all;
+  EXPECT_NE(all.find("\ngpu1: ran out at 2026-10-31T23:58:20Z"), std::string::npos) << all;
+  EXPECT_EQ(all.find("gpu2: "), std::string::npos) << all;
+}
+
 TEST(RenderUsageTest, RowsAndTotal) {
   const Json answer = Parse(R"({"since_us": 1790899200000000, "until_us": 1793491200000000,
     "by": "project", "rows": [{"key": "vision", "gpu_hours": 12.5, "jobs": 4},

@@ -47,7 +47,8 @@ OrderedJson HoldersToJson(const std::vector<NodeView::Holder>& holders, const Ca
 }
 
 // `latest`: the node's GPUs' latest telemetry by index (none for a node that is down).
-OrderedJson NodeViewToJson(const NodeView& v, const Caller& caller,
+// `lease_us`: the server's node lease (0: none), given for a node that is down.
+OrderedJson NodeViewToJson(const NodeView& v, const Caller& caller, int64_t lease_us,
                            const std::map<int, protocol::GpuTelemetry>& latest = {}) {
   OrderedJson gpus = OrderedJson::array();
   for (size_t g = 0; g < v.info.gpus.size(); ++g) {
@@ -120,6 +121,9 @@ OrderedJson NodeViewToJson(const NodeView& v, const Caller& caller,
                      {"gpus", std::move(gpus)},
                      {"running_jobs", v.running_jobs}};
   if (!v.drain_reason.empty()) out["drain_reason"] = v.drain_reason;
+  // Until when its supervisors may still run its --requeue and preemptible jobs
+  // (docs/health.md, "A node cut off from the controller").
+  if (v.state == "down" && lease_us > 0) out["lease_until_us"] = v.last_seen_us + lease_us;
   if (v.health_pending) out["health_check_pending"] = true;
   if (v.disk) out["disk"] = protocol::EncodeDiskReport(*v.disk);
   return out;
@@ -128,9 +132,11 @@ OrderedJson NodeViewToJson(const NodeView& v, const Caller& caller,
 }  // namespace
 
 net::HttpResponse ListNodes(const ApiContext& ctx, const Call& c) {
+  const int64_t lease_us = ctx.controller->options().node_lease_us;
   OrderedJson nodes = OrderedJson::array();
   for (const NodeView& v : ctx.controller->Nodes()) {
-    nodes.push_back(NodeViewToJson(v, c.caller, ctx.telemetry->hub().LatestOfNode(v.name)));
+    nodes.push_back(
+        NodeViewToJson(v, c.caller, lease_us, ctx.telemetry->hub().LatestOfNode(v.name)));
   }
   return JsonResponse(200, {{"nodes", std::move(nodes)}});
 }
@@ -145,7 +151,8 @@ net::HttpResponse DrainNode(const ApiContext& ctx, const Call& c) {
   if (Status s = f.Finish(); !s.ok()) return ErrorResponse(s);
   Result<NodeView> v = ctx.controller->DrainNode(c.Param("name"), reason, c.caller);
   if (!v.ok()) return ErrorResponse(v.status());
-  return JsonResponse(200, {{"node", NodeViewToJson(*v, c.caller)}});
+  return JsonResponse(
+      200, {{"node", NodeViewToJson(*v, c.caller, ctx.controller->options().node_lease_us)}});
 }
 
 net::HttpResponse ResumeNode(const ApiContext& ctx, const Call& c) {
@@ -158,7 +165,8 @@ net::HttpResponse ResumeNode(const ApiContext& ctx, const Call& c) {
   Result<NodeView> v = gpu.empty() ? ctx.controller->ResumeNode(c.Param("name"), c.caller)
                                    : ctx.controller->ResumeGpu(c.Param("name"), gpu, c.caller);
   if (!v.ok()) return ErrorResponse(v.status());
-  return JsonResponse(200, {{"node", NodeViewToJson(*v, c.caller)}});
+  return JsonResponse(
+      200, {{"node", NodeViewToJson(*v, c.caller, ctx.controller->options().node_lease_us)}});
 }
 
 }  // namespace gpupool::controller::api
