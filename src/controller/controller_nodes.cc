@@ -507,15 +507,22 @@ Result<AgentWork> Controller::TakeWorkLocked(const std::string& node) {
   AgentWork work;
   for (int64_t id : index_.OnNode(node)) {
     const Job& job = active_.at(id);
+    bool cancel_sent = false;
     if (job.cancel_requested) {
       auto sent = e.cancel_sent_us.find(id);
       if (sent == e.cancel_sent_us.end() || now - sent->second > kResendAfterUs) {
         work.cancel.push_back(StopOrder(job, now));
         e.cancel_sent_us[id] = now;
+        cancel_sent = true;
       }
-      continue;
     }
     if (job.state != JobState::kAssigned) continue;
+    // A job cancelled before it started still gets its tasks' launch orders, each after
+    // the cancel in the same answer: an agent that never had a launch (it was down, or
+    // lost the answer) refuses it as cancelled and reports the task ended, where a cancel
+    // alone would find nothing to stop and the job would wait for that end forever; an
+    // agent that has the task ignores the resent launch and stops the task.
+    const size_t launches_before = work.launch.size();
     for (size_t t = 0; t < job.placement.size(); ++t) {
       if (job.placement[t].node != node) continue;
       const jobs::TaskStatus& ts = job.tasks.at(t);
@@ -528,6 +535,10 @@ Result<AgentWork> Controller::TakeWorkLocked(const std::string& node) {
       if (sent != e.launch_sent_us.end() && now - sent->second <= kResendAfterUs) continue;
       work.launch.push_back(MakeLaunchOrder(job, t));
       e.launch_sent_us[{id, static_cast<int>(t)}] = now;
+    }
+    if (job.cancel_requested && !cancel_sent && work.launch.size() > launches_before) {
+      work.cancel.push_back(StopOrder(job, now));
+      e.cancel_sent_us[id] = now;
     }
   }
   for (auto stray = e.stray_sent_us.begin(); stray != e.stray_sent_us.end();) {

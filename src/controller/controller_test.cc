@@ -499,6 +499,43 @@ TEST_F(ControllerTest, CancelPendingAndRunning) {
   EXPECT_EQ(Get(run.id).state, JobState::kCancelled);
 }
 
+// A job cancelled while its launch order had not reached its agent (the agent was down,
+// frozen, or lost the answer) stayed ASSIGNED "cancelling" for good, holding its GPUs:
+// only a cancel went out, and the agent had nothing to stop. Its launch orders go out
+// again after the cancel, which the agent refuses and reports as the task's end.
+TEST_F(ControllerTest, AJobCancelledBeforeItsAgentHadItsLaunchEnds) {
+  Register(2);
+  Job job = c_->Submit(MakeJob(2), alice_).value();
+  ASSERT_TRUE(c_->ScheduleOnce().ok());
+  ASSERT_EQ(Get(job.id).state, JobState::kAssigned);
+  ASSERT_EQ(c_->WaitForWork("n1", 0).value().launch.size(), 1u);  // lost on the way
+  ASSERT_TRUE(c_->Cancel(job.id, alice_).ok());
+  // The cancel, and the launch again after it (each in the same answer).
+  clock_.AdvanceMicros(6'000'000);
+  AgentWork w = c_->WaitForWork("n1", 0).value();
+  ASSERT_EQ(w.cancel, (std::vector<protocol::CancelOrder>{{job.id, 1, 0}}));
+  ASSERT_EQ(w.launch.size(), 1u);
+  EXPECT_EQ(w.launch[0].job.id, job.id);
+  // Sent again only after the resend interval, and then with the cancel again.
+  w = c_->WaitForWork("n1", 0).value();
+  EXPECT_TRUE(w.launch.empty());
+  EXPECT_TRUE(w.cancel.empty());
+  clock_.AdvanceMicros(6'000'000);
+  w = c_->WaitForWork("n1", 0).value();
+  EXPECT_EQ(w.launch.size(), 1u);
+  EXPECT_EQ(w.cancel.size(), 1u);
+  // The agent refuses the launch (agent_loop.cc: "cancelled before it started").
+  Event e = Ev(Get(job.id), protocol::EventKind::kExited);
+  e.exit_code.reset();
+  e.cancelled = true;
+  e.reason = "cancelled before it started";
+  ASSERT_TRUE(Apply({e}).ok());
+  EXPECT_EQ(Get(job.id).state, JobState::kCancelled);
+  Job other = c_->Submit(MakeJob(2), alice_).value();  // its GPUs are free again
+  ASSERT_TRUE(c_->ScheduleOnce().ok());
+  EXPECT_EQ(Get(other.id).state, JobState::kAssigned);
+}
+
 TEST_F(ControllerTest, SilentNodeLosesItsJobsAndRequeuesWhenAsked) {
   Register(2);
   Job plain = c_->Submit(MakeJob(1), alice_).value();

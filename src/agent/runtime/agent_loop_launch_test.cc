@@ -178,5 +178,34 @@ TEST_F(AgentLoopLaunchTest, ALaunchTheNodeCannotCarryOutIsTheNodesFault) {
   EXPECT_TRUE(launcher_->Running().empty());
 }
 
+// The controller's answer for a job cancelled before its agent had the launch: the
+// cancel, then the launch again (controller_nodes.cc). The agent starts nothing and
+// reports the task ended, cancelled; a task it already runs is stopped, its launch's
+// resend ignored.
+TEST_F(AgentLoopLaunchTest, ALaunchAfterItsJobsCancelIsRefusedAndReportedEnded) {
+  link_->QueueWork(Launch(12, 1, "exec sleep 30"));
+  StartLoop();
+  ASSERT_TRUE(link_->WaitFor([](const auto& r) { return Has(r, Kind::kStarted, 12, 0, 1); }));
+  for (int64_t job : {11, 12}) {
+    protocol::Work w = Launch(job, 1, "touch " + dir_.path() + "/ran" + std::to_string(job));
+    w.cancel = {{job, 1, 0}};
+    link_->QueueWork(w);
+  }
+  ASSERT_TRUE(link_->WaitFor([](const auto& r) {
+    return Has(r, Kind::kExited, 11, 0, 1) && Has(r, Kind::kExited, 12, 0, 1);
+  }));
+  for (const protocol::Event& e : link_->recorded().Events()) {
+    if (e.kind != Kind::kExited) continue;
+    EXPECT_TRUE(e.cancelled) << e.job_id;
+    if (e.job_id == 11) {
+      EXPECT_EQ(e.reason, "cancelled before it started");
+      EXPECT_FALSE(e.exit_code.has_value());
+    }
+  }
+  EXPECT_FALSE(Has(link_->recorded(), Kind::kStarted, 11, 0, 1));
+  EXPECT_FALSE(fs::exists(dir_.path() + "/ran11"));
+  EXPECT_FALSE(fs::exists(dir_.path() + "/ran12"));
+}
+
 }  // namespace
 }  // namespace gpupool::agent
