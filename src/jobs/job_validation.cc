@@ -243,6 +243,13 @@ Status ValidateMemorySizes(const Job& job) {
 
 Status ValidateSubmission(const Job& job) {
   GP_RETURN_IF_ERROR(ValidateProjectName(job.project));
+  if (job.request.cpu_milli <= 0) {
+    // No CPU asked is none counted: such jobs would pile up on a node without bound, and
+    // their cgroups would have no CPU limit.
+    return Status::InvalidArgument(
+        "request.cpu_milli: every task asks for some CPU; give at least 1 (0.001 CPU, "
+        "--cpus 0.001), or leave it out for the default of one CPU");
+  }
   GP_RETURN_IF_ERROR(ValidateGpuShare(job.request));
   GP_RETURN_IF_ERROR(ValidateMemorySizes(job));
   if (!job.image.empty()) GP_RETURN_IF_ERROR(ValidateImageRef(job.image));

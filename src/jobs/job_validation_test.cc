@@ -68,6 +68,13 @@ TEST(SubmissionTest, NamesTheFieldThatIsWrong) {
   Job j;
   j.command = {"true"};
   EXPECT_TRUE(ValidateSubmission(j).ok());
+  // No CPU asked is refused: nothing would count such jobs on a node (found by testing
+  // as a hostile user: 100 jobs of --cpus 0 ran at once on a 2-CPU node).
+  j.request.cpu_milli = 0;
+  EXPECT_NE(ValidateSubmission(j).message().find("request.cpu_milli"), std::string::npos);
+  j.request.cpu_milli = 1;
+  EXPECT_TRUE(ValidateSubmission(j).ok());
+  j.request.cpu_milli = 1000;
   j.env["A=B"] = "1";
   EXPECT_NE(ValidateSubmission(j).message().find("env.A=B"), std::string::npos);
   j.env.clear();

@@ -280,7 +280,7 @@ TEST(BuildSubmissionTest, EveryBadValueNamesItsOption) {
   EXPECT_NE(Error({"--time", "soon"}).find("--time soon: 'soon' is not a duration"),
             std::string::npos);
   EXPECT_NE(Error({"--mem", "16X"}).find("--mem 16X: '16X' is not a size"), std::string::npos);
-  EXPECT_NE(Error({"--cpus", "-2"}).find("--cpus -2: a CPU count must not be negative"),
+  EXPECT_NE(Error({"--cpus", "-2"}).find("--cpus -2: a job asks for at least 0.001 CPU"),
             std::string::npos);
   EXPECT_NE(Error({"--gpu-mem", "lots"}).find("--gpu-mem lots: 'lots' is not a size"),
             std::string::npos);

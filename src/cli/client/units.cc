@@ -236,11 +236,12 @@ Result<int64_t> ParseCpus(std::string_view text) {
     return Status::InvalidArgument("'" + std::string(text) +
                                    "' is not a CPU count; use e.g. 2 or 0.5");
   }
-  if (*v < 0) return Status::InvalidArgument("a CPU count must not be negative");
   if (*v > 100'000) return Status::InvalidArgument("a CPU count must be at most 100000");
   const int64_t milli = std::llround(*v * 1000);
-  if (*v > 0 && milli == 0) {
-    return Status::InvalidArgument("a CPU count must be 0 or at least 0.001");
+  if (milli <= 0) {
+    // The scheduler counts what jobs ask for: none asked would be none counted.
+    return Status::InvalidArgument("a job asks for at least 0.001 CPU; '" + std::string(text) +
+                                   "' is less (leave --cpus out for one CPU)");
   }
   return milli;
 }

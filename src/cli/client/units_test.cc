@@ -107,8 +107,9 @@ TEST(ParseGpuShareTest, OutOfRangeSaysTheRange) {
 TEST(ParseCpusTest, WholeAndFractional) {
   EXPECT_EQ(*ParseCpus("2"), 2000);
   EXPECT_EQ(*ParseCpus("0.5"), 500);
-  EXPECT_EQ(*ParseCpus("0"), 0);
-  EXPECT_NE(ParseCpus("-1").status().message().find("negative"), std::string::npos);
+  // No CPU asked would be none counted (a hostile user's jobs piled up on one node).
+  EXPECT_NE(ParseCpus("0").status().message().find("at least 0.001"), std::string::npos);
+  EXPECT_NE(ParseCpus("-1").status().message().find("at least 0.001"), std::string::npos);
   EXPECT_NE(ParseCpus("two").status().message().find("e.g. 2 or 0.5"), std::string::npos);
   EXPECT_NE(ParseCpus("0.0001").status().message().find("at least 0.001"), std::string::npos);
   EXPECT_NE(ParseCpus("1e9").status().message().find("at most"), std::string::npos);
