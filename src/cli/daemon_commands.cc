@@ -422,7 +422,8 @@ void AddServerFlags(CLI::App* cmd, ServerFlags* f) {
       ->capture_default_str();
   cmd->add_option("--exec-client-timeout", f->exec_client_timeout_s,
                   "seconds without a word from the client of an interactive session (gpupool "
-                  "run, exec --pty) before it is hung up")
+                  "run, exec --pty) before it is hung up, or from gpupool alloc before its "
+                  "allocation is released")
       ->capture_default_str()
       ->check(CLI::Range(1, 86400));
   cmd->add_option("--time-limit-grace", f->time_limit_grace_s,

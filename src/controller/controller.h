@@ -309,8 +309,7 @@ class Controller {
   // admin put on another user's job is released by admins only). Holding a held job or
   // releasing one that is not held changes nothing; a job that runs cannot be held.
   Result<jobs::Job> Hold(int64_t id, const Caller& caller, bool hold);
-  // `gpupool checkpoint-done`: the preempted job `id` (the caller's own, or an admin's
-  // call) has checkpointed; its grace ends now (lifecycle::CheckpointDone).
+  // checkpoint-done: the preempted job `id` (owner or admin) checkpointed: its grace ends.
   Result<jobs::Job> CheckpointDone(int64_t id, const Caller& caller);
   // The usage limits (limits.h) at their revision: anyone reads them; admins replace them
   // whole, if at revision `expected` when >= 0 (else FailedPrecondition naming both), and
@@ -330,9 +329,8 @@ class Controller {
   // array has ended. InvalidArgument when `array_id` is no array's id.
   Result<ArrayCancelled> CancelArray(int64_t array_id, const Caller& caller);
   Result<jobs::Job> Get(int64_t id, const Caller& caller);
-  // The last scheduling pass's planned starts of pending jobs (µs since the epoch), by
-  // job id: under the easy start rule the job holding the reservation has one (`gpupool
-  // queue --start`); none under strict or skip, nor for any other job.
+  // The last pass's planned starts of pending jobs (µs since the epoch) by id: under the easy
+  // start rule the reservation's holder has one (`queue --start`); none otherwise.
   std::map<int64_t, int64_t> StartEstimates();
   // Why a pending job has no planned start, by id (the last start plan's).
   std::map<int64_t, std::string> StartNotes();
@@ -421,8 +419,11 @@ class Controller {
   Result<protocol::ExecOutputAck> PutExecOutput(const std::string& node, int64_t exec_id,
                                                 const protocol::ExecOutput& out,
                                                 int64_t wait_ms = 0);
-  // Hangs up interactive sessions whose client went silent, and cancels `gpupool run`
-  // jobs nobody attached to (exec_client_timeout_us). The loop calls it every period.
+  // POST /v1/jobs/ID/alive from `gpupool alloc` (the caller's allocation `id`): released once
+  // silent for exec_client_timeout_us (SweepExecClients); answers that timeout in seconds.
+  Result<int64_t> AllocAlive(int64_t id, const Caller& caller);
+  // Hangs up silent interactive sessions, cancels `gpupool run` jobs nobody attached to and
+  // releases silent allocations (exec_client_timeout_us). The loop calls it every period.
   Status SweepExecClients();
 
   // --- agents ---
@@ -878,13 +879,12 @@ class Controller {
   std::unique_ptr<JobScheduler> scheduler_;          // used by one pass at a time (the loop)
   LogRelay log_relay_;
   std::map<int64_t, ExecSession> execs_ GUARDED_BY(mu_);
-  // Interactive sessions one user may have open at once (each holds one of the user's
-  // 16 waiting requests, Api::kMaxWaitingPerCaller).
+  // Interactive sessions a user may have open (each holds a waiting request of 16).
   static constexpr int kMaxInteractivePerUser = 12;
   std::map<int64_t, int64_t> primary_exec_ GUARDED_BY(mu_);  // `gpupool run` job -> its session
-  size_t exec_output_held_ GUARDED_BY(mu_) =
-      0;                                      // bytes of ExecSession::complete_output, all sessions
-  int64_t exec_created_ GUARDED_BY(mu_) = 0;  // ExecSession::created of the last session started
+  std::map<int64_t, int64_t> alloc_seen_mono_us_ GUARDED_BY(mu_);  // AllocAlive's, per job
+  size_t exec_output_held_ GUARDED_BY(mu_) = 0;  // bytes of ExecSession::complete_output
+  int64_t exec_created_ GUARDED_BY(mu_) = 0;     // ExecSession::created of the last session started
   std::condition_variable exec_cv_;
   std::thread loop_;
   std::atomic<int64_t> loop_seen_mono_us_{0};  // the loop's last round; 0 = not running

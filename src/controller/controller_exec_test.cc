@@ -407,6 +407,28 @@ TEST_F(RunJobTest, AllocHoldsWithoutACommandAndBadCombinationsAreRefused) {
   ASSERT_TRUE(c_->SweepExecClients().ok());
   EXPECT_FALSE(Get(a.id).cancel_requested);
 
+  // An allocation whose client said it is alive is released once it falls silent for
+  // the client timeout (15 s here), and not before (a client killed outright).
+  Result<int64_t> timeout = c_->AllocAlive(a.id, alice_);
+  ASSERT_TRUE(timeout.ok()) << timeout.status().ToString();
+  EXPECT_EQ(*timeout, 15);
+  EXPECT_EQ(c_->AllocAlive(a.id, bob_).status().code(), StatusCode::kPermissionDenied);
+  EXPECT_EQ(c_->AllocAlive(batch.id, alice_).status().code(), StatusCode::kInvalidArgument);
+  clock_.AdvanceMicros(10'000'000);
+  ASSERT_TRUE(c_->AllocAlive(a.id, alice_).ok());
+  clock_.AdvanceMicros(14'000'000);
+  ASSERT_TRUE(c_->SweepExecClients().ok());
+  EXPECT_FALSE(Get(a.id).cancel_requested);
+  clock_.AdvanceMicros(2'000'000);
+  ASSERT_TRUE(c_->SweepExecClients().ok());
+  Job released = Get(a.id);
+  EXPECT_TRUE(released.cancel_requested);
+  EXPECT_EQ(released.reason,
+            "its client went away (no word from gpupool alloc for 15 s): the allocation was "
+            "released");
+  ASSERT_TRUE(Apply({Exit(released, 0, 0, true)}, NodeOf(released, 0)).ok());
+  EXPECT_EQ(Get(a.id).state, JobState::kCancelled);
+
   auto refused = [&](Job j, const std::string& field) {
     Result<Job> r = c_->Submit(j, alice_);
     ASSERT_FALSE(r.ok()) << field;

@@ -381,6 +381,19 @@ Status Controller::SweepExecClients() {
       if (mono - x.client_seen_mono_us <= timeout) continue;
       HangUpLocked(id, "its terminal went away (no word from the client for " + secs + ")", &ended);
     }
+    for (auto it = alloc_seen_mono_us_.begin(); it != alloc_seen_mono_us_.end();) {
+      auto j = active_.find(it->first);
+      if (j == active_.end() || !Occupies(j->second)) {
+        it = alloc_seen_mono_us_.erase(it);
+        continue;
+      }
+      if (mono - it->second > timeout && !j->second.cancel_requested) {
+        absent.push_back({it->first, lifecycle::ClientAbsent{timeout / 1'000'000, true}, {}});
+        it = alloc_seen_mono_us_.erase(it);
+        continue;
+      }
+      ++it;
+    }
     for (int64_t id : index_.OccupyingRuns()) {
       const Job& j = active_.at(id);
       if (j.interactive != "run" || j.cancel_requested || primary_exec_.count(id) != 0) continue;
@@ -400,6 +413,19 @@ Status Controller::SweepExecClients() {
                       Commit(std::move(absent), OnConflict::kRetry));
   LogRefusals("exec client sweep", answers);
   return Status::Ok();
+}
+
+Result<int64_t> Controller::AllocAlive(int64_t id, const Caller& caller) {
+  MutexLock lock(mu_);
+  auto it = active_.find(id);
+  if (it == active_.end()) return internal::NoLongerActive(nullptr, id);
+  GP_RETURN_IF_ERROR(internal::CheckOwner(it->second, caller));
+  if (it->second.interactive != "alloc") {
+    return Status::InvalidArgument("job " + lifecycle::UserJobId(it->second) +
+                                   " is no allocation (gpupool alloc)");
+  }
+  alloc_seen_mono_us_[id] = clock_->MonotonicMicros();
+  return options_.exec_client_timeout_us / 1'000'000;
 }
 
 // The sessions' start, waits, cancels and reports (moved from controller.cc).

@@ -715,10 +715,15 @@ Result<Transition> OnCommandEnded(const Job& job, const CommandEnded& e, int64_t
 }
 
 Result<Transition> OnClientAbsent(const Job& job, const ClientAbsent& e, int64_t now_us) {
-  if (!Occupies(job) || job.interactive != "run" || job.cancel_requested) return Unchanged(job);
+  if (!Occupies(job) || job.interactive != (e.alloc ? "alloc" : "run") || job.cancel_requested) {
+    return Unchanged(job);
+  }
   Job next = job;
-  next.reason = "no terminal attached within " + std::to_string(e.timeout_s) +
-                " s of its start (gpupool run was interrupted, or the controller restarted)";
+  next.reason = e.alloc ? "its client went away (no word from gpupool alloc for " +
+                              std::to_string(e.timeout_s) + " s): the allocation was released"
+                        : "no terminal attached within " + std::to_string(e.timeout_s) +
+                              " s of its start (gpupool run was interrupted, or the controller "
+                              "restarted)";
   return StopAll(job, std::move(next), now_us);
 }
 

@@ -121,9 +121,12 @@ struct CommandEnded {
   bool hung_up = false;
   std::string hangup_reason;
 };
-// A `gpupool run` job's client did not attach within `timeout_s` of its start.
+// A `gpupool run` job's client did not attach within `timeout_s` of its start; with
+// `alloc`, a `gpupool alloc` job's client said nothing for `timeout_s` (POST
+// /v1/jobs/ID/alive): the allocation is released.
 struct ClientAbsent {
   int64_t timeout_s = 0;
+  bool alloc = false;
 };
 
 // The controller's backstop for a job's time limit (--time): the job runs `grace_s` past

@@ -330,6 +330,14 @@ TEST(JobLifecycleTest, ARunJobsOutcomeIsItsCommands) {
   t = Step(j, ClientAbsent{15}, kNow);
   EXPECT_NE(t->next.reason.find("no terminal attached within 15 s"), std::string::npos);
   EXPECT_TRUE(t->next.cancel_requested);
+  // An allocation's absent client is not a run job's, nor the other way round.
+  EXPECT_FALSE(Step(j, ClientAbsent{15, true}, kNow)->changed);
+  Job alloc = InState(JobState::kRunning);
+  alloc.interactive = "alloc";
+  EXPECT_FALSE(Step(alloc, ClientAbsent{15}, kNow)->changed);
+  t = Step(alloc, ClientAbsent{15, true}, kNow);
+  EXPECT_TRUE(t->next.cancel_requested);
+  EXPECT_NE(t->next.reason.find("no word from gpupool alloc for 15 s"), std::string::npos);
 }
 
 TEST(JobLifecycleTest, ALostNodeRequeuesARequeueJobAndStopsItsOtherTasks) {

@@ -297,6 +297,34 @@ class InteractiveTest(unittest.TestCase):
         self.assertEqual((job["state"], job["exit_code"]), ("FAILED", 4), job["reason"])
         self.assertEqual(job["interactive"], "alloc")
 
+    def test_an_alloc_whose_client_is_killed_is_released(self):
+        # Its client killed outright (with its COMMAND): the controller hears nothing more
+        # from it and releases the allocation after the client timeout, where it used to
+        # hold the GPUs for good.
+        p = subprocess.Popen([GPUPOOL, "alloc", "--gpus", "2", "--", "sh", "-c",
+                              "echo ready; exec sleep 1000"],
+                             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True, env=self.pool.env,
+                             start_new_session=True)
+        try:
+            self.assertEqual(p.stdout.readline(), "ready\n")
+            jid = job_id_of(p.stderr.readline())
+            self.assertEqual(self.pool.job(jid)["state"], "RUNNING")
+            os.killpg(p.pid, signal.SIGKILL)
+            p.wait()
+            start = time.time()
+            job = self.pool.wait(jid, pooltest.FINAL_STATES, timeout=CLIENT_TIMEOUT_S + 20)
+            self.assertEqual(job["state"], "CANCELLED", job)
+            self.assertIn("its client went away (no word from gpupool alloc for %d s)" %
+                          CLIENT_TIMEOUT_S, job["reason"])
+            took = time.time() - start
+            self.assertGreaterEqual(took, CLIENT_TIMEOUT_S - 1)
+            print("  killed alloc client: allocation released %.1f s after the kill" % took)
+        finally:
+            if p.poll() is None:
+                os.killpg(p.pid, signal.SIGKILL)
+                p.wait()
+
     def test_bad_requests_name_the_fix(self):
         r = self.pool.cli("run", "--gpus", "1")
         self.assertEqual(r.returncode, 2)

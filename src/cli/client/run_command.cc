@@ -9,10 +9,16 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <chrono>
+#include <condition_variable>
 #include <csignal>
 #include <cstring>
 #include <iostream>
+#include <mutex>
+#include <optional>
+#include <thread>
 
 #include "cli/client/client_common.h"
 #include "cli/client/interactive.h"
@@ -29,6 +35,56 @@ struct RunState {
   std::vector<std::string> command;
   bool pty = false;
   bool quiet = false;
+};
+
+// While an allocation's COMMAND runs: tells the controller its client is alive (POST
+// /v1/jobs/ID/alive) a third of the controller's client timeout apart (at most 5 s), so
+// that an alloc killed outright, or whose machine is lost, has its allocation released
+// after that timeout instead of held for good. Stops when destroyed, or once the job has
+// ended (or the controller has no such endpoint).
+class AllocKeepAlive {
+ public:
+  AllocKeepAlive(ApiClient api, int64_t id)
+      : api_(std::move(api)),
+        path_("/v1/jobs/" + std::to_string(id) + "/alive"),
+        thread_([this] { Run(); }) {}
+  ~AllocKeepAlive() {
+    {
+      std::lock_guard lock(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    thread_.join();
+  }
+  AllocKeepAlive(const AllocKeepAlive&) = delete;
+  AllocKeepAlive& operator=(const AllocKeepAlive&) = delete;
+
+ private:
+  void Run() {
+    int64_t every_ms = 1000;
+    std::unique_lock lock(mu_);
+    while (!stop_) {
+      lock.unlock();
+      Result<ApiAnswer> r = api_.Post(path_, "{}");
+      lock.lock();
+      if (r.ok()) {
+        every_ms =
+            std::clamp<int64_t>(GetInt(r->json, "client_timeout_s", 3) * 1000 / 3, 200, 5000);
+      } else if (const StatusCode code = r.status().code(); code == StatusCode::kNotFound ||
+                                                            code == StatusCode::kInvalidArgument ||
+                                                            code == StatusCode::kPermissionDenied) {
+        return;  // ended, or refused: nothing more to keep (an unreachable server: again)
+      }
+      cv_.wait_for(lock, std::chrono::milliseconds(every_ms), [this] { return stop_; });
+    }
+  }
+
+  const ApiClient api_;
+  const std::string path_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool stop_ = false;
+  std::thread thread_;  // last: it starts once the members above are made
 };
 
 Result<int64_t> SubmitInteractive(const ClientRuntime& rt, const ApiClient& api, const RunState& s,
@@ -172,6 +228,8 @@ Status RunAlloc(const ClientRuntime& rt, const RunState& s) {
   for (std::string& a : command) argv.push_back(a.data());
   argv.push_back(nullptr);
   std::cout.flush();
+  std::optional<AllocKeepAlive> alive;
+  alive.emplace(api, id);
   const pid_t pid = ::fork();
   if (pid == 0) {
     ::execvp(argv[0], argv.data());
@@ -199,6 +257,7 @@ Status RunAlloc(const ClientRuntime& rt, const RunState& s) {
   } else {
     *rt.env.err << "gpupool: cannot start " << command[0] << ": " << std::strerror(errno) << "\n";
   }
+  alive.reset();
   // The job ends as COMMAND did (SUCCEEDED for exit 0), as salloc's, not CANCELLED.
   Result<ApiAnswer> cancelled = api.Post("/v1/jobs/" + ids + "/cancel", ended);
   if (!cancelled.ok() && cancelled.status().code() != StatusCode::kFailedPrecondition) {

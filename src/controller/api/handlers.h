@@ -34,6 +34,7 @@ net::HttpResponse CancelJobOrArray(const ApiContext& ctx, const Call& c);
 net::HttpResponse HoldJob(const ApiContext& ctx, const Call& c);
 net::HttpResponse ReleaseJob(const ApiContext& ctx, const Call& c);
 net::HttpResponse CheckpointDone(const ApiContext& ctx, const Call& c);
+net::HttpResponse AllocAlive(const ApiContext& ctx, const Call& c);
 net::HttpResponse ReadJobLogs(const ApiContext& ctx, const Call& c);
 
 // exec.cc: commands in running jobs (gpupool exec) and interactive sessions (gpupool

@@ -461,6 +461,12 @@ net::HttpResponse CheckpointDone(const ApiContext& ctx, const Call& c) {
   return JsonResponse(200, {{"job", jobs::JobToJson(*j)}});
 }
 
+net::HttpResponse AllocAlive(const ApiContext& ctx, const Call& c) {
+  Result<int64_t> timeout_s = ctx.controller->AllocAlive(c.id, c.caller);
+  if (!timeout_s.ok()) return ErrorResponse(timeout_s.status());
+  return JsonResponse(200, {{"job_id", c.id}, {"client_timeout_s", *timeout_s}});
+}
+
 net::HttpResponse ReadJobLogs(const ApiContext& ctx, const Call& c) {
   const net::HttpRequest& r = c.r;
   const Caller& caller = c.caller;

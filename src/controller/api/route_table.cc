@@ -54,6 +54,7 @@ constexpr Route kRoutes[] = {
     {"POST", "/v1/jobs/{id}/hold", HoldJob, kPeople, kNever},
     {"POST", "/v1/jobs/{id}/release", ReleaseJob, kPeople, kNever},
     {"POST", "/v1/jobs/{id}/checkpoint-done", CheckpointDone, kPeople, kNever},
+    {"POST", "/v1/jobs/{id}/alive", AllocAlive, kPeople, kNever},
     {"GET", "/v1/jobs/{id}/logs", ReadJobLogs, kPeopleOrSession, kAlways},  // relayed
     {"POST", "/v1/jobs/{id}/exec", StartExec, kPeople, kNever},
     {"POST", "/v1/jobs/{id}/attach", AttachJob, kPeople, kWaiting},
