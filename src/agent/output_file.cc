@@ -12,16 +12,12 @@
 namespace gpupool::agent {
 namespace {
 
-// The open itself, with the user's file-system ids and groups when the shim is root.
-// Returns the descriptor or -errno.
-int OpenWithIds(const std::string& path, const OutputUser& who) {
-  constexpr int kFlags =
-      O_WRONLY | O_CREAT | O_APPEND | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC;
+// `call` (returning a descriptor or -errno), with the user's file-system ids and groups
+// when the shim is root.
+template <typename Call>
+int WithIds(const OutputUser& who, Call call) {
   const bool as_user = ::geteuid() == 0 && who.uid != 0;
-  if (!as_user) {
-    const int fd = ::open(path.c_str(), kFlags, 0644);
-    return fd >= 0 ? fd : -errno;
-  }
+  if (!as_user) return call();
   const int saved_n = ::getgroups(0, nullptr);
   std::vector<gid_t> saved(static_cast<size_t>(saved_n > 0 ? saved_n : 0));
   if (saved_n > 0 && ::getgroups(saved_n, saved.data()) < 0) return -errno;
@@ -32,13 +28,44 @@ int OpenWithIds(const std::string& path, const OutputUser& who) {
   // setfsuid reports no error: the ids are checked by asking again.
   if (static_cast<uid_t>(::setfsuid(who.uid)) == who.uid &&
       static_cast<gid_t>(::setfsgid(who.gid)) == who.gid) {
-    fd = ::open(path.c_str(), kFlags, 0644);
-    if (fd < 0) fd = -errno;
+    fd = call();
   }
   ::setfsuid(0);
   ::setfsgid(0);
   (void)::setgroups(saved.size(), saved.data());
   return fd;
+}
+
+// The open itself: the descriptor or -errno.
+int OpenWithIds(const std::string& path, const OutputUser& who) {
+  constexpr int kFlags =
+      O_WRONLY | O_CREAT | O_APPEND | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC;
+  return WithIds(who, [&] {
+    const int fd = ::open(path.c_str(), kFlags, 0644);
+    return fd >= 0 ? fd : -errno;
+  });
+}
+
+// Why an open that failed with `err` failed, where what is at `path` says it better than
+// the error (the kernel's protected_symlinks/fifos/regular answer EACCES for a link, FIFO
+// or file another user planted in a sticky directory such as /tmp).
+std::string WhyNotOpened(const std::string& path, const OutputUser& who, int err) {
+  struct stat st {};
+  const bool seen = WithIds(who, [&] { return ::lstat(path.c_str(), &st) == 0 ? 0 : -errno; }) == 0;
+  const std::string owner =
+      seen && st.st_uid != who.uid ? ", owned by uid " + std::to_string(st.st_uid) : "";
+  if (seen && S_ISLNK(st.st_mode)) {
+    return "it is a symbolic link" + owner + ", which gpupool does not follow";
+  }
+  if (seen && (S_ISFIFO(st.st_mode) || S_ISSOCK(st.st_mode)))
+    return "it is a FIFO or socket" + owner;
+  if (seen && !S_ISREG(st.st_mode)) return "it is not a regular file" + owner;
+  if (seen && err == EACCES && !owner.empty()) {
+    return "it exists" + owner + " (" + std::strerror(err) + ")";
+  }
+  if (err == ELOOP) return "it is a symbolic link, which gpupool does not follow";
+  if (err == ENXIO) return "it is a FIFO or socket";
+  return std::strerror(err);
 }
 
 }  // namespace
@@ -56,13 +83,12 @@ Result<int> OpenOutputFile(const std::string& path, const OutputUser& who) {
   }
   const int fd = OpenWithIds(path, who);
   if (fd < 0) {
-    const int err = -fd;
-    std::string why = std::strerror(err);
-    if (err == ELOOP) why = "it is a symbolic link, which gpupool does not follow";
-    if (err == ENXIO) why = "it is a FIFO or socket";
-    return Status::FailedPrecondition("cannot create the output file '" + path + "' as " + as +
-                                      ": " + why +
-                                      "; check -o/-e and that the user may write the directory");
+    const std::string why = WhyNotOpened(path, who, -fd);
+    const bool planted = why.rfind("it is", 0) == 0 || why.rfind("it exists", 0) == 0;
+    return Status::FailedPrecondition(
+        "cannot create the output file '" + path + "' as " + as + ": " + why +
+        (planted ? "; remove it or choose another -o/-e"
+                 : "; check -o/-e and that the user may write the directory"));
   }
   struct stat st {};
   std::string refuse;

@@ -99,6 +99,30 @@ TEST_F(OutputFileTest, RefusesFifosOtherUsersFilesAndHardLinks) {
   EXPECT_EQ(SlurpOutput(mine), "x\n");
 }
 
+// What another user planted is named, with its owner, however the kernel refused the
+// open (ELOOP for a link under O_NOFOLLOW; EACCES where fs.protected_* is on).
+TEST_F(OutputFileTest, ARefusalNamesWhatWasPlantedAndItsOwner) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root to plant as another user";
+  const std::string link = dir_ + "/gpupool-9.out";
+  fs::create_symlink(dir_ + "/elsewhere", link);
+  ASSERT_EQ(::lchown(link.c_str(), 4242, 4242), 0);
+  const std::string fifo = dir_ + "/gpupool-10.out";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0666), 0);
+  ASSERT_EQ(::chown(fifo.c_str(), 4242, 4242), 0);
+  Result<int> fd = OpenOutputFile(link, Who());
+  ASSERT_FALSE(fd.ok());
+  EXPECT_NE(fd.status().message().find(
+                ": it is a symbolic link, owned by uid 4242, which gpupool does not follow; "
+                "remove it or choose another -o/-e"),
+            std::string::npos)
+      << fd.status().message();
+  fd = OpenOutputFile(fifo, Who());
+  ASSERT_FALSE(fd.ok());
+  EXPECT_NE(fd.status().message().find(": it is a FIFO or socket, owned by uid 4242; remove it"),
+            std::string::npos)
+      << fd.status().message();
+}
+
 TEST_F(OutputFileTest, ADirectoryTheUserCannotWriteIsRefusedNamingIt) {
   if (::geteuid() != 0) GTEST_SKIP() << "needs root to act as another user";
   const std::string closed = dir_ + "/closed";
