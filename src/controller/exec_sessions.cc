@@ -383,7 +383,7 @@ Status Controller::SweepExecClients() {
     }
     for (auto it = alloc_seen_mono_us_.begin(); it != alloc_seen_mono_us_.end();) {
       auto j = active_.find(it->first);
-      if (j == active_.end() || !Occupies(j->second)) {
+      if (j == active_.end() || !internal::Occupies(j->second)) {
         it = alloc_seen_mono_us_.erase(it);
         continue;
       }
