@@ -175,6 +175,11 @@ struct RunningTask {
 struct Registration {
   Version version = kVersion;
   std::string node;
+  // Which agent this is (agent/runtime/agent_identity.h): the same across its restarts,
+  // another for a second agent given the same node name. The controller refuses a
+  // registration whose id differs from that of the node's live agent. Optional within
+  // 1.3: "" (an older agent) is taken as before. At most 128 printable ASCII characters.
+  std::string agent_id;
   std::string address;  // where the node's peers reach it; empty = where it polls from
   gpu::NodeInfo info;
   int64_t cpu_milli = 0;
