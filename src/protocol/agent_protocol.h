@@ -410,6 +410,12 @@ OrderedJson EncodeRegistrationRefusal(Version controller, const std::string& why
 // The controller's version in such a refusal; nullopt for any other answer (a 409 of
 // another cause, or a controller from before refusals said their version).
 std::optional<Version> DecodeRegistrationRefusal(const Json& j);
+// The controller's answer, with HTTP 409, to a registration under the name of a node
+// whose live agent is another (Registration::agent_id): {"error": why, "refused":
+// "agent_id"}. Retrying cannot help either; IsAgentIdRefusal tells it from any other 409
+// (a controller that lost its lease answers one worth retrying).
+OrderedJson EncodeAgentIdRefusal(const std::string& why);
+bool IsAgentIdRefusal(const Json& j);
 OrderedJson EncodeWork(const Work& w, Version peer = kVersion);
 OrderedJson EncodeEventBatch(const EventBatch& b);
 OrderedJson EncodeLaunchOrder(const LaunchOrder& o);

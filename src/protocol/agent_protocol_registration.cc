@@ -83,4 +83,17 @@ Result<Registration> DecodeRegistration(const Json& j) {
   return r;
 }
 
+OrderedJson EncodeAgentIdRefusal(const std::string& why) {
+  OrderedJson j;
+  j["error"] = why;
+  j["refused"] = "agent_id";
+  return j;
+}
+
+bool IsAgentIdRefusal(const Json& j) {
+  if (!j.is_object()) return false;
+  auto it = j.find("refused");
+  return it != j.end() && it->is_string() && it->get<std::string>() == "agent_id";
+}
+
 }  // namespace gpupool::protocol

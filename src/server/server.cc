@@ -77,9 +77,8 @@ Result<FileLock> LockForServer(const std::string& path, const std::string& what,
                                const std::string& fix) {
   Result<FileLock> lock = FileLock::TryLock(path);
   if (lock.ok() || lock.status().code() != StatusCode::kFailedPrecondition) return lock;
-  return Status::FailedPrecondition("another gpupool server (" + lock.status().message() +
-                                    ") uses " + what + " (it holds " + path +
-                                    "): stop it first, or " + fix);
+  return Status::AlreadyExists("another gpupool server (" + lock.status().message() + ") uses " +
+                               what + " (it holds " + path + "): stop it first, or " + fix);
 }
 
 // The SQLite file a spec names, "" for PostgreSQL or an in-memory database.

@@ -81,7 +81,7 @@ class Server {
   Server& operator=(const Server&) = delete;
 
   // Locks the state directory, opens the store and serves (see above). Errors: another
-  // server on the state directory or SQLite file (FailedPrecondition, naming its pid), an
+  // server on the state directory or SQLite file (AlreadyExists, naming its pid), an
   // unusable state directory or store (Unavailable, FailedPrecondition), bad options
   // (InvalidArgument), a lease held by another controller under kTakeOnce
   // (FailedPrecondition), a listener that cannot bind.

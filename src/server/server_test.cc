@@ -90,7 +90,7 @@ TEST_F(ServerWaitTest, ASecondServerOnTheStateDirectoryIsRefused) {
   Server second(Options());
   const Status s = second.Start();
   ASSERT_FALSE(s.ok());
-  EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(s.code(), StatusCode::kAlreadyExists);
   EXPECT_NE(s.message().find("another gpupool server (pid " + std::to_string(::getpid()) +
                              ") uses the state directory '" + dir_.string() + "'"),
             std::string::npos)

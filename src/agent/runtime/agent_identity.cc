@@ -47,7 +47,7 @@ Result<FileLock> LockAgentStateDir(const std::string& state_dir, const std::stri
   const std::string path = agent_dir + "/agent.lock";
   Result<FileLock> lock = FileLock::TryLock(path);
   if (lock.ok() || lock.status().code() != StatusCode::kFailedPrecondition) return lock;
-  return Status::FailedPrecondition(
+  return Status::AlreadyExists(
       "another gpupool agent (" + lock.status().message() + ") uses the state directory '" +
       state_dir + "' (it holds " + path +
       "): stop it first, or give this one another --state-dir (and, for another node, "

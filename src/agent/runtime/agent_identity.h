@@ -24,7 +24,7 @@
 namespace gpupool::agent {
 
 // `agent_dir` is STATE/agent (OpenAgentStateDir). Errors: another agent holds it
-// (FailedPrecondition: "another gpupool agent (pid N) uses the state directory 'STATE'
+// (AlreadyExists: "another gpupool agent (pid N) uses the state directory 'STATE'
 // ...: stop it first, or give this one another --state-dir"), the lock file cannot be
 // made (Unavailable).
 Result<FileLock> LockAgentStateDir(const std::string& state_dir, const std::string& agent_dir);

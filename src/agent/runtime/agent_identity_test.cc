@@ -89,7 +89,7 @@ TEST_F(AgentIdentityTest, ASecondAgentOnTheStateDirectoryIsRefused) {
   ASSERT_TRUE(first.ok()) << first.status().ToString();
   Result<FileLock> second = LockAgentStateDir(state, agent);
   ASSERT_FALSE(second.ok());
-  EXPECT_EQ(second.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(second.status().code(), StatusCode::kAlreadyExists);
   EXPECT_NE(
       second.status().message().find("another gpupool agent (pid " + std::to_string(::getpid()) +
                                      ") uses the state directory '" + state + "'"),

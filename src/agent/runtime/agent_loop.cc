@@ -98,9 +98,10 @@ Status AgentLoop::Register() {
   // link answers it as a reply with that version): retrying cannot help, so Run stops.
   const int64_t sent_us = BootNow();  // the node lease counts from here (agent_lease.cc)
   Result<protocol::RegistrationReply> sent = link_->Register(reg);
-  if (!sent.ok() && sent.status().code() == StatusCode::kFailedPrecondition) {
-    // Refused (HTTP 409): another agent runs this node (Registration::agent_id), which
-    // retrying cannot change; Run stops with the controller's words and what to do.
+  if (!sent.ok() && sent.status().code() == StatusCode::kAlreadyExists) {
+    // Refused (HTTP 409, protocol::IsAgentIdRefusal): another agent runs this node, which
+    // retrying cannot change; Run stops with the controller's words and what to do
+    // (`gpupool agent` then exits with 2, which its unit does not restart).
     incompatible_ = sent.status();
   }
   GP_ASSIGN_OR_RETURN(protocol::RegistrationReply reply, std::move(sent));

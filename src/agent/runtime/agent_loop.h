@@ -133,7 +133,9 @@ class AgentLoop {
 
   // Runs until Stop(), then returns Ok; or until the controller turns out to speak a
   // protocol too far from this agent's, which retrying cannot mend: then it stops by
-  // itself and returns kFailedPrecondition naming both versions and which side to upgrade.
+  // itself and returns kFailedPrecondition naming both versions and which side to upgrade;
+  // or until the controller refuses the registration because another agent runs the node
+  // (409): kAlreadyExists with the controller's words.
   Status Run();
   // Ends Run() within about a second: the controller's long poll and any other call in
   // flight are cut short (ControllerLink::Shutdown).

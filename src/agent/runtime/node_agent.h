@@ -102,12 +102,12 @@ class NodeAgent {
   Status Discover();
   // Starts the agent, talking to the controller through `link`
   // (protocol::NewHttpControllerLink). Errors: Discover's, an unusable state directory
-  // (Unavailable, FailedPrecondition), another agent on it (FailedPrecondition: its lock,
+  // (Unavailable, FailedPrecondition), another agent on it (AlreadyExists: its lock,
   // agent_identity.h, held until the agent is destroyed).
   Status Start(std::shared_ptr<protocol::ControllerLink> link);
   // Ends the loop (within a fraction of a second) and removes the CDI spec it wrote.
   // Returns what the loop ended with: Ok, or why it stopped by itself (a controller of a
-  // protocol too far off: AgentLoop::Run).
+  // protocol too far off, or a registration refused: AgentLoop::Run).
   Status Stop();
   // Whether the loop stopped by itself (Stop() then says why).
   bool ended() const { return ended_; }

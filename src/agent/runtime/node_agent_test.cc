@@ -138,7 +138,7 @@ TEST_F(NodeAgentWaitTest, ASecondAgentOnTheStateDirectoryDoesNotStart) {
   NodeAgent second(Options());
   const Status s = second.Start(std::make_shared<protocol::FakeControllerLink>());
   ASSERT_FALSE(s.ok());
-  EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(s.code(), StatusCode::kAlreadyExists);
   EXPECT_NE(s.message().find("another gpupool agent"), std::string::npos) << s.message();
   EXPECT_TRUE(first.Stop().ok());
 }
@@ -163,8 +163,8 @@ TEST_F(NodeAgentWaitTest, TheIdentityOutlivesARestart) {
 // with the controller's words rather than retry.
 TEST_F(NodeAgentWaitTest, ARefusedRegistrationEndsTheAgent) {
   link_->RefuseRegistrations(
-      Status::FailedPrecondition("node n1 is run by another agent: give this one another "
-                                 "--node-name"));
+      Status::AlreadyExists("node n1 is run by another agent: give this one another "
+                            "--node-name"));
   NodeAgent agent(Options());
   ASSERT_TRUE(agent.Start(link_).ok());
   std::stop_source never;
@@ -173,7 +173,7 @@ TEST_F(NodeAgentWaitTest, ARefusedRegistrationEndsTheAgent) {
   ASSERT_EQ(ended.wait_for(kEnds), std::future_status::ready) << "the agent did not end";
   EXPECT_TRUE(ended.get());
   const Status s = agent.Stop();
-  EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(s.code(), StatusCode::kAlreadyExists);
   EXPECT_NE(s.message().find("another --node-name"), std::string::npos) << s.message();
   EXPECT_EQ(link_->recorded().registrations.size(), 1u);
 }
