@@ -71,6 +71,15 @@ int Fail(const Status& s) {
   return 1;
 }
 
+// A daemon that another one stands in the way of (AlreadyExists: a server or agent on the
+// same state directory, an agent under a live node's name) exits with 2, as for a bad
+// configuration: the packaged units do not restart it (RestartPreventExitStatus=2), since
+// trying again cannot help until the operator acts.
+int FailStart(const Status& s) {
+  Fail(s);
+  return s.code() == StatusCode::kAlreadyExists ? 2 : 1;
+}
+
 struct ServerFlags {
   std::string state_dir;
   std::string store_spec;  // --store; empty: sqlite:STATE_DIR/gpupool.db
@@ -522,7 +531,7 @@ int RunUp(const ServerFlags& flags, const std::string& fake, const ContainerFlag
   agent::NodeAgent node_agent(ao);
   if (Status s = node_agent.Discover(); !s.ok()) return Fail(s);
   server::Server srv(*so);
-  if (Status s = srv.Start(); !s.ok()) return Fail(s);
+  if (Status s = srv.Start(); !s.ok()) return FailStart(s);
   // The local agent authenticates like a remote one: with a node token, kept in its
   // state directory and reused by every start.
   Result<std::string> token =
@@ -537,7 +546,7 @@ int RunUp(const ServerFlags& flags, const std::string& fake, const ContainerFlag
   Status agent_started =
       node_agent.Start(protocol::NewHttpControllerLink(net::HttpClient(addr, *token)));
   ::prctl(PR_SET_NAME, name);
-  if (!agent_started.ok()) return Fail(agent_started);
+  if (!agent_started.ok()) return FailStart(agent_started);
 
   const size_t ngpus = node_agent.node().gpus.size();
   if (node_agent.stand_in()) {
@@ -583,7 +592,7 @@ int RunServer(const ServerFlags& f) {
     std::cout << "gpupool server: leading at epoch " << epoch << "\n" << std::flush;
   };
   server::Server srv(*so);
-  if (Status s = srv.Start(); !s.ok()) return Fail(s);
+  if (Status s = srv.Start(); !s.ok()) return FailStart(s);
   std::cout << "gpupool server: ";
   if (elected) {
     std::cout << "controller " << srv.controller_id() << " (reached at " << srv.advertised_address()
@@ -640,7 +649,7 @@ int RunAgent(const AgentFlags& af, bool token_flag) {
   if (Status s =
           node_agent.Start(protocol::NewHttpControllerLink(net::HttpClient(*controllers, token)));
       !s.ok())
-    return Fail(s);
+    return FailStart(s);
   std::cout << "gpupool agent: node " << node_agent.node_name() << " with "
             << node_agent.node().gpus.size() << " GPUs, controller "
             << net::ServerAddressListToString(*controllers) << "\n"
@@ -651,7 +660,7 @@ int RunAgent(const AgentFlags& af, bool token_flag) {
             << std::flush;
   // A controller this agent cannot talk to ends it (its protocol is too far off).
   (void)node_agent.WaitEnded(g_stop.get_token());
-  if (Status ended = node_agent.Stop(); !ended.ok()) return Fail(ended);
+  if (Status ended = node_agent.Stop(); !ended.ok()) return FailStart(ended);
   return 0;
 }
 

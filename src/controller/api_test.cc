@@ -110,6 +110,23 @@ TEST_F(ApiAccessTest, AnAgentOfAnIncompatibleProtocolIsRefusedWithTheControllers
   EXPECT_TRUE(controller_->Nodes().empty());
 }
 
+// A second agent under a live node's name (another agent_id) hears 409 marked as such
+// (protocol::EncodeAgentIdRefusal), which tells it to stop; the first one stays the node's.
+TEST_F(ApiAccessTest, ASecondAgentUnderALiveNodesNameIsRefusedForGood) {
+  const std::string vm = Token("vm", "node");
+  auto with_id = [](const std::string& id) {
+    std::string body = RegisterBody("vm", 1);
+    return body.insert(1, R"("agent_id": ")" + id + R"(", )");
+  };
+  ASSERT_EQ(WithToken(vm, "POST", "/v1/agent/register", {}, with_id("a")).status, 200);
+  const net::HttpResponse r = WithToken(vm, "POST", "/v1/agent/register", {}, with_id("b"));
+  EXPECT_EQ(r.status, 409) << r.body;
+  const Json j = ParseJson(r.body, "answer").value();
+  EXPECT_TRUE(protocol::IsAgentIdRefusal(j)) << r.body;
+  EXPECT_NE(Error(r).find("node vm is run by another agent"), std::string::npos) << r.body;
+  EXPECT_EQ(WithToken(vm, "POST", "/v1/agent/register", {}, with_id("a")).status, 200);
+}
+
 TEST_F(ApiAccessTest, NodeTokenCannotSubmitOrUseAnyUserEndpoint) {
   const std::string vm = Token("vm", "node");
   net::HttpResponse r =

@@ -427,8 +427,8 @@ class Controller {
   Status SweepExecClients();
 
   // --- agents ---
-  // `remote_ip` is where the registration came from (the default address), "" for the
-  // Unix socket. FailedPrecondition for an agent whose protocol version is too far off.
+  // `remote_ip`: where it came from (the default address), "" for the Unix socket. Errors:
+  // FailedPrecondition (protocol too far off), AlreadyExists (another live agent's node).
   Result<protocol::RegistrationReply> RegisterNode(protocol::Registration reg,
                                                    const std::string& remote_ip);
   // Returns work for the node, waiting up to wait_ms for some; also the heartbeat.
@@ -765,9 +765,9 @@ class Controller {
     // has reported so far (its count since the agent started).
     std::map<std::string, gpu::GpuHealth> gpu_health;
     std::map<std::string, int64_t> xid_count_seen;
-    // Its agent registered with a health program whose verdict has not come yet
-    // (Registration::health_pending): nothing is placed on it until it comes.
+    // Registration::health_pending: nothing is placed on it until the verdict comes.
     bool health_pending = false;
+    std::string agent_id;  // Registration::agent_id of its agent ("": none, not known)
     std::optional<protocol::DiskReport> disk;  // its agent's latest disk watch report
   };
   // Nodes' view of node `name` (entry `e`): its tasks from the job index.

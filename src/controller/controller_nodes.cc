@@ -3,6 +3,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <iterator>
 #include <set>
 
@@ -116,6 +117,37 @@ void GrantDevices(const gpu::NodeInfo& node, const Job& job, const std::vector<s
     }
     if (!granted) deny(g.device_nodes);
   }
+}
+
+// The node's current agent, as far as a registration under its name is concerned.
+struct CurrentAgent {
+  std::string id;  // "": an agent that sent none, or none registered since the load
+  std::string address;
+  int64_t last_seen_us = 0;
+  bool up = false;  // polled since the load, and not timed out
+};
+
+// A second agent under a node's name (a cloned machine, a copied command line) is not a
+// restart of the first: taken for one, it would have the first agent's running jobs
+// declared lost and both would poll as one node. Refused while the first is up and polled
+// within the node timeout; a node whose agent died may be taken over (a reinstalled
+// machine); an agent that sends no id (older) is taken as before.
+Status CheckAgentIdentity(const std::string& node, const CurrentAgent& current,
+                          const std::string& id, int64_t now_us, int64_t node_timeout_us) {
+  if (id.empty() || current.id.empty() || id == current.id) return Status::Ok();
+  const int64_t ago_us = std::max<int64_t>(0, now_us - current.last_seen_us);
+  if (!current.up || ago_us >= node_timeout_us) {
+    spdlog::warn("node {}: taken over by another agent (its agent at {} stopped polling)", node,
+                 current.address);
+    return Status::Ok();
+  }
+  char ago[32];
+  std::snprintf(ago, sizeof ago, "%.1f s", static_cast<double>(ago_us) / 1e6);
+  return Status::AlreadyExists(
+      "node " + node + " is run by another agent (at " + current.address + ", last poll " + ago +
+      " ago; another machine or state directory): give this agent another --node-name, or "
+      "stop the other agent first (a node whose agent stopped polling for the node timeout, " +
+      std::to_string(node_timeout_us / 1'000'000) + " s, may be taken over)");
 }
 
 }  // namespace
@@ -324,6 +356,10 @@ Result<protocol::RegistrationReply> Controller::RegisterNode(protocol::Registrat
   {
     MutexLock lock(mu_);
     if (auto it = nodes_.find(name); it != nodes_.end()) {
+      const NodeEntry& old = it->second;
+      GP_RETURN_IF_ERROR(CheckAgentIdentity(
+          name, {old.agent_id, old.address, old.last_seen_us, old.up && old.heard}, reg.agent_id,
+          now, options_.node_timeout_us));
       rec.draining = it->second.draining;  // a drain outlives the agent's restarts
       rec.drain_reason = it->second.drain_reason;
       rec.gpu_health_json = GpuHealthToJson(it->second.gpu_health);  // and GPU health
@@ -345,6 +381,7 @@ Result<protocol::RegistrationReply> Controller::RegisterNode(protocol::Registrat
     e.up = true;
     e.address = address;
     e.version = reg.version;
+    e.agent_id = reg.agent_id;
     e.launch_sent_us.clear();  // a (re)started agent gets every open order again
     e.cancel_sent_us.clear();
     e.stray_sent_us.clear();

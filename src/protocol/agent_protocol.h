@@ -175,6 +175,11 @@ struct RunningTask {
 struct Registration {
   Version version = kVersion;
   std::string node;
+  // Which agent this is (agent/runtime/agent_identity.h): the same across its restarts,
+  // another for a second agent given the same node name. The controller refuses a
+  // registration whose id differs from that of the node's live agent. Optional within
+  // 1.3: "" (an older agent) is taken as before. At most 128 printable ASCII characters.
+  std::string agent_id;
   std::string address;  // where the node's peers reach it; empty = where it polls from
   gpu::NodeInfo info;
   int64_t cpu_milli = 0;
@@ -405,6 +410,12 @@ OrderedJson EncodeRegistrationRefusal(Version controller, const std::string& why
 // The controller's version in such a refusal; nullopt for any other answer (a 409 of
 // another cause, or a controller from before refusals said their version).
 std::optional<Version> DecodeRegistrationRefusal(const Json& j);
+// The controller's answer, with HTTP 409, to a registration under the name of a node
+// whose live agent is another (Registration::agent_id): {"error": why, "refused":
+// "agent_id"}. Retrying cannot help either; IsAgentIdRefusal tells it from any other 409
+// (a controller that lost its lease answers one worth retrying).
+OrderedJson EncodeAgentIdRefusal(const std::string& why);
+bool IsAgentIdRefusal(const Json& j);
 OrderedJson EncodeWork(const Work& w, Version peer = kVersion);
 OrderedJson EncodeEventBatch(const EventBatch& b);
 OrderedJson EncodeLaunchOrder(const LaunchOrder& o);

@@ -1,5 +1,6 @@
 // The agent's registration (POST /v1/agent/register) on the wire: apart from
 // agent_protocol.cc, which holds the other messages.
+#include <algorithm>
 #include <tuple>
 
 #include "gpu/node_json.h"
@@ -19,6 +20,7 @@ OrderedJson EncodeRegistration(const Registration& r) {
   OrderedJson j;
   j["protocol"] = VersionString(r.version);
   j["node"] = r.node;
+  if (!r.agent_id.empty()) j["agent_id"] = r.agent_id;
   if (!r.address.empty()) j["address"] = r.address;
   j["info"] = gpu::NodeToJson(r.info);
   j["cpu_milli"] = r.cpu_milli;
@@ -42,6 +44,7 @@ Result<Registration> DecodeRegistration(const Json& j) {
   JsonFields f(j, "", kRegistrationLenient);
   f.Optional("protocol", &version);
   f.Optional("node", &r.node);
+  f.Optional("agent_id", &r.agent_id);
   f.Optional("address", &r.address);
   f.Optional("cpu_milli", &r.cpu_milli, 0);
   f.Optional("memory_mib", &r.memory_mib, 0);
@@ -56,6 +59,10 @@ Result<Registration> DecodeRegistration(const Json& j) {
         VersionString(kVersion) + "): upgrade gpupool on the node");
   }
   GP_ASSIGN_OR_RETURN(r.version, ParseVersion(version));
+  if (r.agent_id.size() > 128 || std::any_of(r.agent_id.begin(), r.agent_id.end(),
+                                             [](char c) { return c < 0x21 || c > 0x7e; })) {
+    return Status::InvalidArgument("agent_id: at most 128 printable ASCII characters");
+  }
   if (r.address.size() > 253) return Status::InvalidArgument("address: longer than 253 bytes");
   if (info == nullptr) return Status::InvalidArgument("info: required (the node's GPUs)");
   GP_ASSIGN_OR_RETURN(r.info, gpu::NodeFromJson(*info, "info", /*reject_unknown=*/false));
@@ -74,6 +81,19 @@ Result<Registration> DecodeRegistration(const Json& j) {
     }
   }
   return r;
+}
+
+OrderedJson EncodeAgentIdRefusal(const std::string& why) {
+  OrderedJson j;
+  j["error"] = why;
+  j["refused"] = "agent_id";
+  return j;
+}
+
+bool IsAgentIdRefusal(const Json& j) {
+  if (!j.is_object()) return false;
+  auto it = j.find("refused");
+  return it != j.end() && it->is_string() && it->get<std::string>() == "agent_id";
 }
 
 }  // namespace gpupool::protocol

@@ -258,6 +258,28 @@ TEST(ProtocolRegistration, RoundTripsAndNeedsAVersion) {
   EXPECT_NE(b.status().message().find("running[0].attempt"), std::string::npos);
 }
 
+// The agent's identity is optional: sent when set, absent (an older agent) reads as "".
+TEST(ProtocolRegistration, CarriesTheAgentIdWhenSet) {
+  Registration r;
+  r.node = "n1";
+  r.info = SmallNode();
+  EXPECT_FALSE(Reparse(EncodeRegistration(r)).contains("agent_id"));
+  Result<Registration> none = DecodeRegistration(Reparse(EncodeRegistration(r)));
+  ASSERT_TRUE(none.ok());
+  EXPECT_EQ(none->agent_id, "");
+  r.agent_id = "0123abcd:fedc";
+  Result<Registration> back = DecodeRegistration(Reparse(EncodeRegistration(r)));
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(back->agent_id, "0123abcd:fedc");
+  for (const std::string& bad : {std::string(129, 'a'), std::string("a b"), std::string("a\n")}) {
+    Json j = Reparse(EncodeRegistration(r));
+    j["agent_id"] = bad;
+    Result<Registration> refused = DecodeRegistration(j);
+    ASSERT_FALSE(refused.ok()) << bad;
+    EXPECT_NE(refused.status().message().find("agent_id"), std::string::npos);
+  }
+}
+
 // Issue 29: an agent whose health program's verdict is still to come says so; an older
 // agent's registration (no field) reads as nothing pending, and a bad value is named.
 TEST(ProtocolRegistration, CarriesWhetherTheHealthVerdictIsPending) {

@@ -23,6 +23,11 @@ void FakeControllerLink::SetNodeLease(int64_t lease_ms) {
   node_lease_ms_ = lease_ms;
 }
 
+void FakeControllerLink::RefuseRegistrations(Status why) {
+  std::lock_guard lock(mu_);
+  refuse_registration_ = std::move(why);
+}
+
 void FakeControllerLink::SetAway(bool away) {
   std::lock_guard lock(mu_);
   away_ = away;
@@ -80,8 +85,9 @@ Result<RegistrationReply> FakeControllerLink::Register(const Registration& regis
   std::lock_guard lock(mu_);
   GP_RETURN_IF_ERROR(ReachableLocked());
   recorded_.registrations.push_back(registration);
-  forgot_node_ = false;
   Changed();
+  if (!refuse_registration_.ok()) return refuse_registration_;
+  forgot_node_ = false;
   return RegistrationReply{version_, "fake", node_lease_ms_};
 }
 

@@ -2,7 +2,7 @@
 // test double). It answers as a controller would, from what the test scripted, and
 // records everything the agent sent:
 //   - Register: recorded; the reply carries version() (SetVersion), "fake" as address and
-//     the node lease set by SetNodeLease (0 until then);
+//     the node lease set by SetNodeLease (0 until then), or the error RefuseRegistrations set;
 //   - PollWork: the next queued Work (QueueWork), else an empty one after wait_ms of the
 //     injected clock; while HoldPolls(true), a poll waits until released or Shutdown;
 //   - PostEvents, PostTelemetry, AnswerLogRead, PostExecOutput: recorded and acknowledged
@@ -52,6 +52,8 @@ class FakeControllerLink final : public ControllerLink {
 
   void SetVersion(Version v);
   void SetNodeLease(int64_t lease_ms);  // what later registrations are answered
+  // Later registrations are recorded and answered `why` (Ok: accepted again).
+  void RefuseRegistrations(Status why);
   void SetAway(bool away);
   void ForgetNode();
   void HoldPolls(bool hold);
@@ -90,6 +92,7 @@ class FakeControllerLink final : public ControllerLink {
   bool forgot_node_ = false;
   bool hold_polls_ = false;
   bool refuse_events_ = false;
+  Status refuse_registration_;
   std::deque<Work> work_;
   std::map<int64_t, std::vector<ExecInputItem>> exec_input_;
   Recorded recorded_;

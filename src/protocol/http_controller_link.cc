@@ -44,6 +44,10 @@ class HttpControllerLink final : public ControllerLink {
       // (EncodeRegistrationRefusal): answered as a reply of that version, which the
       // agent's compatibility check then refuses for good. Any other 409 is an error.
       Result<Json> j = ParseJson(sent.body, "controller answer");
+      // Another agent runs the node (Registration::agent_id): final, as AlreadyExists.
+      if (j.ok() && IsAgentIdRefusal(*j)) {
+        return Status::AlreadyExists(LinkStatusFromHttp(sent.status, sent.body).message());
+      }
       if (std::optional<Version> v = j.ok() ? DecodeRegistrationRefusal(*j) : std::nullopt;
           v && !CheckCompatible(kVersion, *v, "the controller").ok()) {
         return RegistrationReply{*v, ""};

@@ -183,5 +183,16 @@ TEST_F(HttpControllerLinkTest, ARegistrationRefusedForItsProtocolAnswersTheContr
   EXPECT_EQ(link_->Register(Registration{}).status().code(), StatusCode::kFailedPrecondition);
 }
 
+// A registration refused because another agent runs the node is AlreadyExists, which the
+// agent does not retry; the controller's words come with it.
+TEST_F(HttpControllerLinkTest, ARegistrationRefusedForAnotherAgentIsAlreadyExists) {
+  Answer(409, DumpJson(EncodeAgentIdRefusal("node n1 is run by another agent")));
+  Result<RegistrationReply> reply = link_->Register(Registration{});
+  EXPECT_EQ(reply.status().code(), StatusCode::kAlreadyExists);
+  EXPECT_EQ(reply.status().message(), "controller answered 409: node n1 is run by another agent");
+  EXPECT_FALSE(IsAgentIdRefusal(Json::parse(R"({"refused": "other"})")));
+  EXPECT_FALSE(IsAgentIdRefusal(Json::parse(R"(["refused"])")));
+}
+
 }  // namespace
 }  // namespace gpupool::protocol

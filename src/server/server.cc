@@ -11,6 +11,7 @@
 #include <iostream>
 
 #include "common/clock.h"
+#include "common/file_lock.h"
 #include "common/host.h"
 #include "controller/auth.h"
 #include "controller/connection_class.h"
@@ -67,6 +68,26 @@ void MakeStoreFilesPrivate(const std::string& db) {
   }
 }
 
+// One server per state directory, and per SQLite file: the socket is no guard, as it can
+// be removed (a tmp cleaner, an operator) while its server runs, and a second server on
+// the same store would then serve a pool the first one does not see. The lock is held for
+// the process's life (the kernel drops it at any exit, kill -9 included); `what` names
+// the files it guards in the refusal.
+Result<FileLock> LockForServer(const std::string& path, const std::string& what,
+                               const std::string& fix) {
+  Result<FileLock> lock = FileLock::TryLock(path);
+  if (lock.ok() || lock.status().code() != StatusCode::kFailedPrecondition) return lock;
+  return Status::AlreadyExists("another gpupool server (" + lock.status().message() + ") uses " +
+                               what + " (it holds " + path + "): stop it first, or " + fix);
+}
+
+// The SQLite file a spec names, "" for PostgreSQL or an in-memory database.
+std::string SqlitePath(const std::string& spec) {
+  if (store::IsPostgresSpec(spec)) return "";
+  std::string path = spec.rfind("sqlite:", 0) == 0 ? spec.substr(7) : spec;
+  return path.empty() || path[0] == ':' ? "" : path;
+}
+
 }  // namespace
 
 std::string StoreSpec(const ServerOptions& o) {
@@ -109,6 +130,15 @@ Status Server::OpenStore() {
   GP_RETURN_IF_ERROR(PrepareStateDir(options_.state_dir));
   const std::string db = options_.state_dir + "/gpupool.db";
   const std::string spec = StoreSpec(options_);
+  // The state directory in every mode (its socket is one server's; controllers sharing a
+  // PostgreSQL database each have their own), and an SQLite file kept elsewhere too.
+  GP_ASSIGN_OR_RETURN(state_lock_, LockForServer(options_.state_dir + "/server.lock",
+                                                 "the state directory '" + options_.state_dir + "'",
+                                                 "give this one another --state-dir"));
+  if (const std::string file = SqlitePath(spec); !file.empty() && file != db) {
+    GP_ASSIGN_OR_RETURN(store_lock_, LockForServer(file + ".lock", "the store '" + file + "'",
+                                                   "give this one another --store"));
+  }
   MakeStoreFilesPrivate(db);
   GP_ASSIGN_OR_RETURN(store_, store::OpenStore(spec));
   MakeStoreFilesPrivate(db);

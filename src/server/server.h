@@ -12,6 +12,10 @@
 // loses the lease exits the process with status 75 (ExitLostLeadership) rather than trust
 // memory another controller may have moved past. SQLite stores have no lease.
 //
+// Whatever the store, one server runs per state directory: Start() takes an exclusive
+// lock on STATE/server.lock (common/file_lock.h), and on SQLITE_FILE.lock for an SQLite
+// file kept elsewhere, and refuses to start while another process holds it.
+//
 // Start and Stop are called from one thread; the accessors are safe from any thread once
 // Start has returned. The destructor stops.
 #pragma once
@@ -27,6 +31,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/file_lock.h"
 #include "common/status.h"
 #include "controller/api.h"
 #include "controller/controller.h"
@@ -75,9 +80,11 @@ class Server {
   Server(const Server&) = delete;
   Server& operator=(const Server&) = delete;
 
-  // Opens the store and serves (see above). Errors: an unusable state directory or store
-  // (Unavailable, FailedPrecondition), bad options (InvalidArgument), a lease held by
-  // another controller under kTakeOnce (FailedPrecondition), a listener that cannot bind.
+  // Locks the state directory, opens the store and serves (see above). Errors: another
+  // server on the state directory or SQLite file (AlreadyExists, naming its pid), an
+  // unusable state directory or store (Unavailable, FailedPrecondition), bad options
+  // (InvalidArgument), a lease held by another controller under kTakeOnce
+  // (FailedPrecondition), a listener that cannot bind.
   Status Start();
   // Blocks until `stop` is requested (Ok) or the server failed on its own (a standby that
   // won the lease but could not load the state: that error); wakes at either, no polling.
@@ -107,6 +114,9 @@ class Server {
   [[noreturn]] void ExitLostLeadership(const Status& why);
 
   ServerOptions options_;
+  // STATE/server.lock, and SQLITE_FILE.lock for a file outside it: held until destroyed.
+  FileLock state_lock_;
+  FileLock store_lock_;
   std::string socket_path_;
   std::string controller_id_;
   std::string advertised_;

@@ -80,5 +80,56 @@ TEST_F(ServerWaitTest, AStandbyThatCannotLoadEndsTheWaitWithItsError) {
   srv.Stop();
 }
 
+// The red team's operator removed the "stale" socket of a running `gpupool up` and
+// started another on the same state directory: the second must refuse, naming the
+// directory, the first one's pid and what to do, and never touch the store or socket.
+TEST_F(ServerWaitTest, ASecondServerOnTheStateDirectoryIsRefused) {
+  Server first(Options());
+  ASSERT_TRUE(first.Start().ok());
+  std::filesystem::remove(first.socket_path());
+  Server second(Options());
+  const Status s = second.Start();
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.code(), StatusCode::kAlreadyExists);
+  EXPECT_NE(s.message().find("another gpupool server (pid " + std::to_string(::getpid()) +
+                             ") uses the state directory '" + dir_.string() + "'"),
+            std::string::npos)
+      << s.message();
+  EXPECT_NE(s.message().find("stop it first"), std::string::npos) << s.message();
+  EXPECT_FALSE(std::filesystem::exists(first.socket_path()));  // the second bound nothing
+  first.Stop();
+  second.Stop();
+}
+
+// An SQLite file outside the state directory is locked too: two state directories, one
+// store.
+TEST_F(ServerWaitTest, ASecondServerOnTheSqliteFileIsRefused) {
+  ServerOptions a = Options();
+  a.state_dir = (dir_ / "a").string();
+  a.store_spec = "sqlite:" + (dir_ / "shared.db").string();
+  ServerOptions b = a;
+  b.state_dir = (dir_ / "b").string();
+  Server first(a);
+  ASSERT_TRUE(first.Start().ok());
+  Server second(b);
+  const Status s = second.Start();
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("uses the store '" + (dir_ / "shared.db").string() + "'"),
+            std::string::npos)
+      << s.message();
+  first.Stop();
+}
+
+// The lock goes with the server: the next one on the directory starts.
+TEST_F(ServerWaitTest, TheNextServerStartsOnceTheFirstIsGone) {
+  {
+    Server first(Options());
+    ASSERT_TRUE(first.Start().ok());
+  }
+  Server next(Options());
+  EXPECT_TRUE(next.Start().ok());
+  next.Stop();
+}
+
 }  // namespace
 }  // namespace gpupool::server

@@ -3,8 +3,9 @@
 (issue 27): the controller refuses the registration with 409 and its version
 ({"error", "protocol"}, protocol::EncodeRegistrationRefusal), and the agent stops at once,
 exits 1 and says both versions and which side to upgrade. It used to take the 409 for
-"unavailable" and retry forever. Any other 409 (a controller that lost its lease) is
-still retried. The controller here is a stand-in that answers only the registration; the
+"unavailable" and retry forever. A 409 refusing a second agent under a live node's name
+({"error", "refused": "agent_id"}) stops it too, with exit status 2. Any other 409 (a
+controller that lost its lease) is still retried. The controller here is a stand-in that answers only the registration; the
 real controller's refusal is checked in api_test.cc.
 
 Usage: agent_protocol_test.py PATH_TO_GPUPOOL NODE_JSON
@@ -75,8 +76,8 @@ class AgentProtocolTest(unittest.TestCase):
              "--state-dir", os.path.join(self.dir, "state")],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
-    def refused_by(self, version):
-        controller = StandInController(
+    def refused_by(self, version, answer=None):
+        controller = StandInController(answer or
             {"error": "the agent on node n1 speaks agent protocol ... too far apart",
              "protocol": version})
         try:
@@ -102,6 +103,13 @@ class AgentProtocolTest(unittest.TestCase):
         self.assertEqual(rc, 1, err)
         self.assertIn("the controller speaks agent protocol 0.1", err)
         self.assertIn("upgrade gpupool on the controller\n", err)
+
+    def test_a_second_agent_under_a_live_nodes_name_stops_with_status_2(self):
+        why = ("node n1 is run by another agent (at 10.0.0.1, last poll 1.0 s ago; ...): "
+               "give this agent another --node-name, or stop the other agent first")
+        rc, err = self.refused_by(None, {"error": why, "refused": "agent_id"})
+        self.assertEqual(rc, 2, err)
+        self.assertIn("gpupool: controller answered 409: " + why + "\n", err)
 
     def test_another_409_is_tried_again(self):
         controller = StandInController({"error": "the lease was lost: controller c2 leads"})

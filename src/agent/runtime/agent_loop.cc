@@ -48,6 +48,7 @@ Status AgentLoop::Register() {
   GP_ASSIGN_OR_RETURN(std::vector<agent::JobEvent> adopted, launcher_->Adopt());
   protocol::Registration reg;
   reg.node = options_.node_name;
+  reg.agent_id = options_.agent_id;
   reg.address = options_.address;
   reg.info = options_.node;
   reg.cpu_milli = options_.cpu_milli;
@@ -96,7 +97,14 @@ Status AgentLoop::Register() {
   // A controller too far from our protocol says so (its refusal carries its version, the
   // link answers it as a reply with that version): retrying cannot help, so Run stops.
   const int64_t sent_us = BootNow();  // the node lease counts from here (agent_lease.cc)
-  GP_ASSIGN_OR_RETURN(protocol::RegistrationReply reply, link_->Register(reg));
+  Result<protocol::RegistrationReply> sent = link_->Register(reg);
+  if (!sent.ok() && sent.status().code() == StatusCode::kAlreadyExists) {
+    // Refused (HTTP 409, protocol::IsAgentIdRefusal): another agent runs this node, which
+    // retrying cannot change; Run stops with the controller's words and what to do
+    // (`gpupool agent` then exits with 2, which its unit does not restart).
+    incompatible_ = sent.status();
+  }
+  GP_ASSIGN_OR_RETURN(protocol::RegistrationReply reply, std::move(sent));
   incompatible_ = protocol::CheckCompatible(protocol::kVersion, reply.version, "the controller",
                                             "this agent (node " + options_.node_name + ")");
   GP_RETURN_IF_ERROR(incompatible_);

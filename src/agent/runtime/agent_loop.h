@@ -43,6 +43,8 @@ namespace gpupool::agent {
 
 struct AgentLoopOptions {
   std::string node_name;
+  // Registered with (protocol::Registration::agent_id; agent_identity.h); "" sends none.
+  std::string agent_id;
   std::string state_dir;      // the Launcher's state directory (job logs live there)
   gpu::NodeInfo node;         // what discovery found (or the fake node)
   int64_t cpu_milli = 0;      // 0 = all online CPUs
@@ -131,7 +133,9 @@ class AgentLoop {
 
   // Runs until Stop(), then returns Ok; or until the controller turns out to speak a
   // protocol too far from this agent's, which retrying cannot mend: then it stops by
-  // itself and returns kFailedPrecondition naming both versions and which side to upgrade.
+  // itself and returns kFailedPrecondition naming both versions and which side to upgrade;
+  // or until the controller refuses the registration because another agent runs the node
+  // (409): kAlreadyExists with the controller's words.
   Status Run();
   // Ends Run() within about a second: the controller's long poll and any other call in
   // flight are cut short (ControllerLink::Shutdown).
@@ -234,7 +238,7 @@ class AgentLoop {
   std::condition_variable pause_cv_;
   std::atomic<bool> registered_{false};
   bool mps_adopted_ = false;  // AdoptMpsClients ran (once, at the first registration)
-  Status incompatible_;       // set by Register when the controller's protocol is too far off
+  Status incompatible_;       // set by Register: a protocol too far off, or the node refused us
   std::atomic<int> controller_minor_{-1};  // the controller's protocol minor (major 1)
   std::atomic<int> registrations_{0};      // successful registrations so far
   std::atomic<bool> disk_check_now_{false};

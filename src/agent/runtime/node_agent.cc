@@ -16,6 +16,7 @@
 #include "agent/dmem.h"
 #include "agent/mps.h"
 #include "agent/nvml_memory.h"
+#include "agent/runtime/agent_identity.h"
 #include "common/file_util.h"
 #include "common/host.h"
 #include "gpu/gpu_backend.h"
@@ -395,6 +396,10 @@ Status NodeAgent::SetUpEnforcement(const std::string& agent_dir) {
 Status NodeAgent::Start(std::shared_ptr<protocol::ControllerLink> link) {
   GP_RETURN_IF_ERROR(Discover());
   GP_ASSIGN_OR_RETURN(const std::string agent_dir, OpenAgentStateDir(options_.state_dir));
+  // Before anything else touches the directory: one agent per state directory.
+  GP_ASSIGN_OR_RETURN(state_lock_, LockAgentStateDir(options_.state_dir, agent_dir));
+  GP_ASSIGN_OR_RETURN(const std::string identity,
+                      AgentIdentity(agent_dir, options_.machine_id_path));
   GP_RETURN_IF_ERROR(SetUpEnforcement(agent_dir));
   SetUpContainers(agent_dir);
   if (const std::vector<std::string> lingering = LingeringUsers(options_.linger_dir);
@@ -417,6 +422,7 @@ Status NodeAgent::Start(std::shared_ptr<protocol::ControllerLink> link) {
 
   AgentLoopOptions& ao = loop_options_;
   ao.node_name = options_.node_name.empty() ? HostName() : options_.node_name;
+  ao.agent_id = identity;
   ao.state_dir = agent_dir;
   ao.node = node_;
   ao.fake_node = stand_in_ || !options_.fake_file.empty();

@@ -22,6 +22,7 @@
 
 #include "agent/launcher.h"
 #include "agent/runtime/agent_loop.h"
+#include "common/file_lock.h"
 #include "common/status.h"
 #include "gpu/gpu_info.h"
 #include "protocol/controller_link.h"
@@ -72,6 +73,8 @@ struct NodeAgentOptions {
   // Where systemd keeps its lingering users (LingeringUsers): each can have a user
   // manager that starts processes outside any job's cgroup; a root agent warns of them.
   std::string linger_dir = "/var/lib/systemd/linger";
+  // The machine's id, part of the agent's identity (agent_identity.h).
+  std::string machine_id_path = "/etc/machine-id";
 };
 
 // The users systemd keeps a user manager for without a login (`loginctl enable-linger`:
@@ -99,11 +102,12 @@ class NodeAgent {
   Status Discover();
   // Starts the agent, talking to the controller through `link`
   // (protocol::NewHttpControllerLink). Errors: Discover's, an unusable state directory
-  // (Unavailable, FailedPrecondition).
+  // (Unavailable, FailedPrecondition), another agent on it (AlreadyExists: its lock,
+  // agent_identity.h, held until the agent is destroyed).
   Status Start(std::shared_ptr<protocol::ControllerLink> link);
   // Ends the loop (within a fraction of a second) and removes the CDI spec it wrote.
   // Returns what the loop ended with: Ok, or why it stopped by itself (a controller of a
-  // protocol too far off: AgentLoop::Run).
+  // protocol too far off, or a registration refused: AgentLoop::Run).
   Status Stop();
   // Whether the loop stopped by itself (Stop() then says why).
   bool ended() const { return ended_; }
@@ -133,6 +137,7 @@ class NodeAgent {
   void RemoveCdiSpec();
 
   NodeAgentOptions options_;
+  FileLock state_lock_;  // STATE/agent/agent.lock, from Start on
   bool discovered_ = false;
   gpu::NodeInfo node_;
   bool stand_in_ = false;

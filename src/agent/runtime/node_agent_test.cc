@@ -131,5 +131,52 @@ TEST_F(NodeAgentWaitTest, AStopRequestEndsTheWaitAtOnce) {
   EXPECT_TRUE(agent.Stop().ok());
 }
 
+// `gpupool agent` twice on one state directory: the second does not start.
+TEST_F(NodeAgentWaitTest, ASecondAgentOnTheStateDirectoryDoesNotStart) {
+  NodeAgent first(Options());
+  ASSERT_TRUE(first.Start(link_).ok());
+  NodeAgent second(Options());
+  const Status s = second.Start(std::make_shared<protocol::FakeControllerLink>());
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.code(), StatusCode::kAlreadyExists);
+  EXPECT_NE(s.message().find("another gpupool agent"), std::string::npos) << s.message();
+  EXPECT_TRUE(first.Stop().ok());
+}
+
+// The agent registers with its identity: the same after a restart on the directory.
+TEST_F(NodeAgentWaitTest, TheIdentityOutlivesARestart) {
+  std::string id;
+  for (int start = 0; start < 2; ++start) {
+    link_ = std::make_shared<protocol::FakeControllerLink>();
+    NodeAgent agent(Options());
+    ASSERT_TRUE(agent.Start(link_).ok());
+    ASSERT_TRUE(link_->WaitFor([](const auto& r) { return !r.registrations.empty(); }));
+    const std::string sent = link_->recorded().registrations[0].agent_id;
+    EXPECT_FALSE(sent.empty());
+    if (start == 0) id = sent;
+    EXPECT_EQ(sent, id);
+    EXPECT_TRUE(agent.Stop().ok());
+  }
+}
+
+// Refused by the controller (another agent runs the node: 409), the agent stops at once
+// with the controller's words rather than retry.
+TEST_F(NodeAgentWaitTest, ARefusedRegistrationEndsTheAgent) {
+  link_->RefuseRegistrations(
+      Status::AlreadyExists("node n1 is run by another agent: give this one another "
+                            "--node-name"));
+  NodeAgent agent(Options());
+  ASSERT_TRUE(agent.Start(link_).ok());
+  std::stop_source never;
+  std::future<bool> ended =
+      std::async(std::launch::async, [&] { return agent.WaitEnded(never.get_token()); });
+  ASSERT_EQ(ended.wait_for(kEnds), std::future_status::ready) << "the agent did not end";
+  EXPECT_TRUE(ended.get());
+  const Status s = agent.Stop();
+  EXPECT_EQ(s.code(), StatusCode::kAlreadyExists);
+  EXPECT_NE(s.message().find("another --node-name"), std::string::npos) << s.message();
+  EXPECT_EQ(link_->recorded().registrations.size(), 1u);
+}
+
 }  // namespace
 }  // namespace gpupool::agent

@@ -34,6 +34,9 @@ net::HttpResponse ServeAgentRegister(const ApiContext& ctx, const Call& c) {
   }
   Result<protocol::RegistrationReply> reply =
       ctx.controller->RegisterNode(std::move(*reg), r.peer ? std::string() : r.remote);
+  if (reply.status().code() == StatusCode::kAlreadyExists) {  // another agent's node
+    return JsonResponse(409, protocol::EncodeAgentIdRefusal(reply.status().message()));
+  }
   if (!reply.ok()) return ErrorResponse(reply.status());
   return JsonResponse(200, protocol::EncodeRegistrationReply(*reply));
 }

@@ -1,0 +1,87 @@
+#include "agent/runtime/agent_identity.h"
+
+#include <sys/random.h>
+
+#include <cerrno>
+#include <cstdint>
+#include <cstring>
+
+#include "common/file_util.h"
+#include "common/strings.h"
+
+namespace gpupool::agent {
+namespace {
+
+constexpr size_t kIdDigits = 32;
+
+bool IsId(std::string_view s) {
+  return s.size() == kIdDigits && s.find_first_not_of("0123456789abcdef") == std::string::npos;
+}
+
+std::string Hex(const unsigned char* bytes, size_t n) {
+  static constexpr char kDigits[] = "0123456789abcdef";
+  std::string out;
+  for (size_t i = 0; i < n; ++i) {
+    out += kDigits[bytes[i] >> 4];
+    out += kDigits[bytes[i] & 15];
+  }
+  return out;
+}
+
+// FNV-1a, 64 bits: stable across builds and machines, which std::hash need not be. Not a
+// secret: it only tells machines apart.
+std::string Digest(std::string_view s) {
+  uint64_t h = 1469598103934665603ull;
+  for (unsigned char c : s) {
+    h ^= c;
+    h *= 1099511628211ull;
+  }
+  unsigned char b[8];
+  for (int i = 0; i < 8; ++i) b[i] = static_cast<unsigned char>(h >> (56 - 8 * i));
+  return Hex(b, sizeof b);
+}
+
+}  // namespace
+
+Result<FileLock> LockAgentStateDir(const std::string& state_dir, const std::string& agent_dir) {
+  const std::string path = agent_dir + "/agent.lock";
+  Result<FileLock> lock = FileLock::TryLock(path);
+  if (lock.ok() || lock.status().code() != StatusCode::kFailedPrecondition) return lock;
+  return Status::AlreadyExists(
+      "another gpupool agent (" + lock.status().message() + ") uses the state directory '" +
+      state_dir + "' (it holds " + path +
+      "): stop it first, or give this one another --state-dir (and, for another node, "
+      "another --node-name)");
+}
+
+Result<std::string> DrawAgentId() {
+  unsigned char b[kIdDigits / 2];
+  size_t got = 0;
+  while (got < sizeof b) {
+    const ssize_t n = ::getrandom(b + got, sizeof b - got, 0);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      return Status::Unavailable(std::string("cannot draw the agent's id: getrandom: ") +
+                                 std::strerror(errno));
+    }
+    got += static_cast<size_t>(n);
+  }
+  return Hex(b, sizeof b);
+}
+
+Result<std::string> AgentIdentity(const std::string& agent_dir, const std::string& machine_id_path,
+                                  const std::function<Result<std::string>()>& draw) {
+  const std::string path = agent_dir + "/agent-id";
+  std::string id;
+  if (Result<std::string> kept = ReadFileToString(path, 4096); kept.ok()) id = Trim(*kept);
+  if (!IsId(id)) {
+    GP_ASSIGN_OR_RETURN(id, draw());
+    if (Status s = WriteFileAtomically(path, id + "\n"); !s.ok()) {
+      return s.WithContext("the agent's id");
+    }
+  }
+  Result<std::string> machine = ReadFileToString(machine_id_path, 4096);
+  return id + ":" + (machine.ok() ? Digest(Trim(*machine)) : std::string("-"));
+}
+
+}  // namespace gpupool::agent

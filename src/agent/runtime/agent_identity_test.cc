@@ -1,0 +1,104 @@
+#include "agent/runtime/agent_identity.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+namespace gpupool::agent {
+namespace {
+
+namespace fs = std::filesystem;
+
+class AgentIdentityTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() /
+           ("gpupool-agentid-" + std::to_string(::getpid()) + "-" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir_);
+    fs::create_directories(dir_ / "agent");
+    Machine("machine-a\n");
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  void Machine(const std::string& id) const { std::ofstream(dir_ / "machine-id") << id; }
+  Result<std::string> Identity() {
+    return AgentIdentity((dir_ / "agent").string(), (dir_ / "machine-id").string(), [this] {
+      ++draws_;
+      return Result<std::string>(std::string(31, '0') + std::to_string(draws_));
+    });
+  }
+
+  fs::path dir_;
+  int draws_ = 0;
+};
+
+// A restart of one agent on one machine and state directory registers as the same agent.
+TEST_F(AgentIdentityTest, DrawnOnceAndKeptAcrossRestarts) {
+  Result<std::string> first = Identity();
+  ASSERT_TRUE(first.ok()) << first.status().ToString();
+  EXPECT_EQ(first->substr(0, 33), std::string(31, '0') + "1:");
+  EXPECT_EQ(first->size(), 33u + 16u);
+  Result<std::string> again = Identity();
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(*again, *first);
+  EXPECT_EQ(draws_, 1);
+}
+
+// A cloned machine (its state directory copied, its machine id made anew) is another agent.
+TEST_F(AgentIdentityTest, AnotherMachineIdIsAnotherAgent) {
+  Result<std::string> first = Identity();
+  Machine("machine-b\n");
+  Result<std::string> clone = Identity();
+  ASSERT_TRUE(first.ok() && clone.ok());
+  EXPECT_EQ(first->substr(0, 32), clone->substr(0, 32));
+  EXPECT_NE(*first, *clone);
+  fs::remove(dir_ / "machine-id");
+  Result<std::string> none = Identity();
+  ASSERT_TRUE(none.ok());
+  EXPECT_EQ(none->substr(32), ":-");
+}
+
+// A damaged id file is replaced by a new id.
+TEST_F(AgentIdentityTest, AnUnreadableIdIsDrawnAgain) {
+  std::ofstream(dir_ / "agent" / "agent-id") << "not an id\n";
+  Result<std::string> id = Identity();
+  ASSERT_TRUE(id.ok());
+  EXPECT_EQ(draws_, 1);
+  EXPECT_EQ(id->substr(0, 32), std::string(31, '0') + "1");
+}
+
+TEST(AgentIdDraw, ThirtyTwoHexDigitsEachTimeAnother) {
+  Result<std::string> a = DrawAgentId();
+  Result<std::string> b = DrawAgentId();
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_EQ(a->size(), 32u);
+  EXPECT_EQ(a->find_first_not_of("0123456789abcdef"), std::string::npos);
+  EXPECT_NE(*a, *b);
+}
+
+// Two agents on one state directory would fight over its job files: the second refuses,
+// naming the directory, the first one's pid and what to do.
+TEST_F(AgentIdentityTest, ASecondAgentOnTheStateDirectoryIsRefused) {
+  const std::string state = dir_.string();
+  const std::string agent = (dir_ / "agent").string();
+  Result<FileLock> first = LockAgentStateDir(state, agent);
+  ASSERT_TRUE(first.ok()) << first.status().ToString();
+  Result<FileLock> second = LockAgentStateDir(state, agent);
+  ASSERT_FALSE(second.ok());
+  EXPECT_EQ(second.status().code(), StatusCode::kAlreadyExists);
+  EXPECT_NE(
+      second.status().message().find("another gpupool agent (pid " + std::to_string(::getpid()) +
+                                     ") uses the state directory '" + state + "'"),
+      std::string::npos)
+      << second.status().message();
+  EXPECT_NE(second.status().message().find("stop it first"), std::string::npos);
+  *first = FileLock();
+  EXPECT_TRUE(LockAgentStateDir(state, agent).ok());
+}
+
+}  // namespace
+}  // namespace gpupool::agent

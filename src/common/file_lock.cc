@@ -1,0 +1,67 @@
+#include "common/file_lock.h"
+
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <utility>
+
+#include "common/file_util.h"
+#include "common/strings.h"
+
+namespace gpupool {
+
+FileLock::~FileLock() {
+  if (fd_ >= 0) ::close(fd_);  // the lock goes with the descriptor
+}
+
+FileLock::FileLock(FileLock&& other) noexcept
+    : fd_(std::exchange(other.fd_, -1)), path_(std::move(other.path_)) {}
+
+FileLock& FileLock::operator=(FileLock&& other) noexcept {
+  if (this != &other) {
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = std::exchange(other.fd_, -1);
+    path_ = std::move(other.path_);
+  }
+  return *this;
+}
+
+Result<FileLock> FileLock::TryLock(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+  if (fd < 0) {
+    return Status::Unavailable("cannot open the lock file '" + path + "': " + std::strerror(errno));
+  }
+  int rc;
+  while ((rc = ::flock(fd, LOCK_EX | LOCK_NB)) != 0 && errno == EINTR) {
+  }
+  if (rc != 0) {
+    const int err = errno;
+    ::close(fd);
+    if (err != EWOULDBLOCK) {
+      return Status::Unavailable("cannot lock '" + path + "': " + std::strerror(err));
+    }
+    const int64_t pid = LockFileHolder(path);
+    return Status::FailedPrecondition(pid > 0 ? "pid " + std::to_string(pid) : "another process");
+  }
+  // The holder's pid, for the message of whoever comes second; the lock is what counts.
+  const std::string pid = std::to_string(::getpid()) + "\n";
+  if (::ftruncate(fd, 0) != 0 || ::pwrite(fd, pid.data(), pid.size(), 0) < 0) {
+    // Not fatal: the lock is held, only the message of a second daemon is vaguer.
+  }
+  return FileLock(fd, path);
+}
+
+int64_t LockFileHolder(const std::string& path) {
+  Result<std::string> text = ReadFileToString(path, 64);
+  if (!text.ok()) return 0;
+  const std::string t(Trim(*text));
+  if (t.empty() || t.size() > 18 || t.find_first_not_of("0123456789") != std::string::npos) {
+    return 0;
+  }
+  return std::stoll(t);
+}
+
+}  // namespace gpupool

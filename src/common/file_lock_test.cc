@@ -1,0 +1,112 @@
+#include "common/file_lock.h"
+
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <string>
+
+extern char** environ;
+
+namespace gpupool {
+namespace {
+
+namespace fs = std::filesystem;
+
+class FileLockTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() / ("file_lock_test." + std::to_string(::getpid()));
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+    path_ = (dir_ / "x.lock").string();
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+  fs::path dir_;
+  std::string path_;
+};
+
+TEST_F(FileLockTest, SecondLockIsRefusedNamingTheHolderUntilTheFirstGoes) {
+  Result<FileLock> first = FileLock::TryLock(path_);
+  ASSERT_TRUE(first.ok()) << first.status().ToString();
+  EXPECT_TRUE(first->held());
+  EXPECT_EQ(LockFileHolder(path_), ::getpid());
+  Result<FileLock> second = FileLock::TryLock(path_);
+  ASSERT_FALSE(second.ok());
+  EXPECT_EQ(second.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(second.status().message(), "pid " + std::to_string(::getpid()));
+  *first = FileLock();  // released
+  EXPECT_TRUE(FileLock::TryLock(path_).ok());
+}
+
+TEST_F(FileLockTest, AMovedLockStaysHeld) {
+  Result<FileLock> first = FileLock::TryLock(path_);
+  ASSERT_TRUE(first.ok());
+  FileLock moved = std::move(*first);
+  EXPECT_FALSE(first->held());
+  EXPECT_FALSE(FileLock::TryLock(path_).ok());
+}
+
+TEST_F(FileLockTest, AFileNamingNoPidGivesAnotherProcess) {
+  Result<FileLock> first = FileLock::TryLock(path_);
+  ASSERT_TRUE(first.ok());
+  ASSERT_EQ(::truncate(path_.c_str(), 0), 0);
+  Result<FileLock> second = FileLock::TryLock(path_);
+  ASSERT_FALSE(second.ok());
+  EXPECT_EQ(second.status().message(), "another process");
+  EXPECT_EQ(LockFileHolder(path_), 0);
+}
+
+TEST_F(FileLockTest, AnUnopenableFileIsUnavailable) {
+  Result<FileLock> l = FileLock::TryLock((dir_ / "missing" / "x.lock").string());
+  ASSERT_FALSE(l.ok());
+  EXPECT_EQ(l.status().code(), StatusCode::kUnavailable);
+}
+
+// A program the holder starts (a job's supervisor) does not inherit the lock: once the
+// holder lets go, the lock is free although the program still runs.
+TEST_F(FileLockTest, ProgramsStartedByTheHolderDoNotHoldIt) {
+  Result<FileLock> first = FileLock::TryLock(path_);
+  ASSERT_TRUE(first.ok());
+  pid_t child = 0;
+  const char* argv[] = {"sleep", "30", nullptr};  // killed below: no grandchild left behind
+  ASSERT_EQ(::posix_spawnp(&child, "sleep", nullptr, nullptr, const_cast<char**>(argv), environ),
+            0);
+  *first = FileLock();
+  Result<FileLock> again = FileLock::TryLock(path_);
+  EXPECT_TRUE(again.ok()) << again.status().ToString();
+  ::kill(child, SIGKILL);
+  ::waitpid(child, nullptr, 0);
+}
+
+// The lock dies with its process (kill -9): the next start takes it.
+TEST_F(FileLockTest, TheLockDiesWithItsProcess) {
+  int ready[2];
+  ASSERT_EQ(::pipe(ready), 0);
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    Result<FileLock> l = FileLock::TryLock(path_);
+    const char c = l.ok() ? 'y' : 'n';
+    (void)!::write(ready[1], &c, 1);
+    ::pause();
+    ::_exit(0);
+  }
+  char c = 0;
+  ASSERT_EQ(::read(ready[0], &c, 1), 1);
+  ASSERT_EQ(c, 'y');
+  Result<FileLock> refused = FileLock::TryLock(path_);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().message(), "pid " + std::to_string(child));
+  ::kill(child, SIGKILL);
+  ::waitpid(child, nullptr, 0);
+  EXPECT_TRUE(FileLock::TryLock(path_).ok());
+  ::close(ready[0]);
+  ::close(ready[1]);
+}
+
+}  // namespace
+}  // namespace gpupool
