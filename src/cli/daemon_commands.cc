@@ -72,8 +72,8 @@ int Fail(const Status& s) {
 }
 
 // A daemon that another one stands in the way of (AlreadyExists: a server or agent on the
-// same state directory, an agent under a live node's name) exits with 2, as for a bad
-// configuration: the packaged units do not restart it (RestartPreventExitStatus=2), since
+// same state directory; an agent under a live node's name tries again instead) exits with 2, as for
+// a bad configuration: the packaged units do not restart it (RestartPreventExitStatus=2), since
 // trying again cannot help until the operator acts.
 int FailStart(const Status& s) {
   Fail(s);

@@ -104,12 +104,25 @@ class AgentProtocolTest(unittest.TestCase):
         self.assertIn("the controller speaks agent protocol 0.1", err)
         self.assertIn("upgrade gpupool on the controller\n", err)
 
-    def test_a_second_agent_under_a_live_nodes_name_stops_with_status_2(self):
+    def test_a_second_agent_under_a_live_nodes_name_says_so_and_tries_again_later(self):
         why = ("node n1 is run by another agent (at 10.0.0.1, last poll 1.0 s ago; ...): "
                "give this agent another --node-name, or stop the other agent first")
-        rc, err = self.refused_by(None, {"error": why, "refused": "agent_id"})
-        self.assertEqual(rc, 2, err)
-        self.assertIn("gpupool: controller answered 409: " + why + "\n", err)
+        controller = StandInController({"error": why, "refused": "agent_id"})
+        agent = self.agent(controller)
+        try:
+            seen = ""
+            while "trying again in 30 s" not in seen:
+                line = agent.stderr.readline()
+                self.assertTrue(line, "the agent ended: " + seen)
+                seen += line
+            self.assertIn("controller answered 409: " + why + " (trying again in 30 s)", seen)
+            # Not sooner: the other agent's node is free only once it stops polling.
+            self.assertEqual(controller.registrations, 1, seen)
+            self.assertIsNone(agent.poll(), "the agent stopped")
+        finally:
+            agent.terminate()
+            agent.communicate(timeout=30)
+            controller.close()
 
     def test_another_409_is_tried_again(self):
         controller = StandInController({"error": "the lease was lost: controller c2 leads"})

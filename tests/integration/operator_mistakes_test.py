@@ -7,8 +7,8 @@ per state directory, one agent per node name"):
   2. A second `gpupool agent` on a running agent's state directory: refused, naming the
      first agent's pid.
   3. A second agent under the same --node-name with another state directory (a cloned VM,
-     a copied command line): refused by the controller, it exits; the first agent's job
-     keeps running and ends SUCCEEDED, run once.
+     a copied command line): refused by the controller, it says so and tries again later
+     (every 30 s); the first agent's job keeps running and ends SUCCEEDED, run once.
 
 Needs root (jobs run as the submitting user). Usage: operator_mistakes_test.py PATH_TO_GPUPOOL
 """
@@ -115,10 +115,18 @@ class OperatorMistakesTest(unittest.TestCase):
         self.assertIn("another gpupool agent (pid %d) uses the state directory '%s'"
                       % (first.pid, n1), err)
 
-        # Another state directory, the same node name: refused by the controller.
-        err = self.run_refused(self.agent_cmd(os.path.join(self.dir, "n1b"), token))
-        self.assertIn("node n1 is run by another agent (at %s" % address, err)
-        self.assertIn("give this agent another --node-name", err)
+        # Another state directory, the same node name: refused by the controller; it
+        # says so and waits to try again.
+        second = self.spawn(self.agent_cmd(os.path.join(self.dir, "n1b"), token), "n1b.log")
+        log = os.path.join(self.dir, "n1b.log")
+
+        def refused():
+            with open(log, errors="replace") as f:
+                text = f.read()
+            return "node n1 is run by another agent (at %s" % address in text and \
+                "give this agent another --node-name" in text and "trying again in 30 s" in text
+        pooltest.wait_for("the second agent's refusal", refused, timeout=30)
+        self.assertIsNone(second.poll(), "the refused agent gave up instead of trying later")
 
         # Nothing changed for the first agent and its job.
         self.assertIsNone(first.poll(), "the first agent stopped")

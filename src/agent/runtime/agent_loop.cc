@@ -98,12 +98,6 @@ Status AgentLoop::Register() {
   // link answers it as a reply with that version): retrying cannot help, so Run stops.
   const int64_t sent_us = BootNow();  // the node lease counts from here (agent_lease.cc)
   Result<protocol::RegistrationReply> sent = link_->Register(reg);
-  if (!sent.ok() && sent.status().code() == StatusCode::kAlreadyExists) {
-    // Refused (HTTP 409, protocol::IsAgentIdRefusal): another agent runs this node, which
-    // retrying cannot change; Run stops with the controller's words and what to do
-    // (`gpupool agent` then exits with 2, which its unit does not restart).
-    incompatible_ = sent.status();
-  }
   GP_ASSIGN_OR_RETURN(protocol::RegistrationReply reply, std::move(sent));
   incompatible_ = protocol::CheckCompatible(protocol::kVersion, reply.version, "the controller",
                                             "this agent (node " + options_.node_name + ")");
@@ -861,6 +855,15 @@ Status AgentLoop::Run() {
       spdlog::error("agent: {}", s.message());
       Stop();
       break;
+    }
+    if (!registered_ && s.code() == StatusCode::kAlreadyExists) {
+      // Refused (HTTP 409, protocol::IsAgentIdRefusal): another agent runs this node. Tried
+      // again, slowly: that agent may have just stopped (an agent whose state directory
+      // was wiped, started again at once), and its node is free once it has not polled
+      // for the node timeout; a clone goes on saying why it is idle.
+      spdlog::error("agent: {} (trying again in {} s)", s.message(), kTakenRetryUs / 1'000'000);
+      Pause(kTakenRetryUs);
+      continue;
     }
     spdlog::warn("agent: {} (retrying in {} ms)", s.message(), backoff_ms);
     Pause(int64_t{backoff_ms} * 1000);

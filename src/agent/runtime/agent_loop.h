@@ -114,6 +114,10 @@ struct AgentLoopOptions {
   std::function<int64_t()> boot_clock;
 };
 
+// How long an agent whose registration was refused because another agent runs its node
+// (a 409 for Registration::agent_id) waits before it tries again.
+inline constexpr int64_t kTakenRetryUs = 30'000'000;
+
 // The pool job whose cgroup the process `pid` runs in (its /proc/PID/cgroup names a
 // gpupool job cgroup of either layout, agent/cgroup.h), or 0.
 int64_t JobOfProcess(const std::string& proc_root, int64_t pid);

@@ -280,6 +280,30 @@ TEST_F(JobOfProcessTest, TheAgentsBackOffRunsOnItsClock) {
   t.join();
 }
 
+// Refused because another agent runs the node (a 409 for Registration::agent_id): tried
+// again 30 s later on the agent's clock, not sooner, and never given up (the node is free
+// once the other agent has stopped polling: one whose state directory was wiped, started
+// again at once, registers then).
+TEST_F(JobOfProcessTest, ARegistrationRefusedForATakenNodeIsTriedAgainEvery30s) {
+  ManualClock clock{1'800'000'000'000'000};
+  auto link = std::make_shared<protocol::FakeControllerLink>(&clock);
+  link->RefuseRegistrations(Status::AlreadyExists("node n1 is run by another agent"));
+  const AgentLoopOptions ao = TestAgentOptions(root_, &clock);
+  IdleLauncher launcher;
+  AgentLoop loop(ao, link, &launcher);
+  std::thread t([&] { EXPECT_TRUE(loop.Run().ok()); });
+  ASSERT_TRUE(link->WaitFor([](const auto& r) { return r.registrations.size() == 1; }));
+  ASSERT_TRUE(clock.WaitForWaiters(1)) << "the agent does not wait on its clock";
+  link->RefuseRegistrations(Status::Ok());  // the other agent has gone
+  clock.AdvanceMicros(kTakenRetryUs - 1'000);
+  ASSERT_TRUE(clock.WaitForWaiters(1));
+  EXPECT_EQ(link->recorded().registrations.size(), 1u) << "tried again before 30 s";
+  clock.AdvanceMicros(1'000);
+  EXPECT_TRUE(link->WaitFor([](const auto& r) { return r.registrations.size() == 2; }));
+  loop.Stop();
+  t.join();
+}
+
 // A controller away (any error but a protocol too far off) is tried again until Stop,
 // and Run then returns Ok.
 TEST_F(TelemetryAgentTest, AControllerAwayIsTriedAgainAndStopEndsRunWithOk) {

@@ -159,24 +159,5 @@ TEST_F(NodeAgentWaitTest, TheIdentityOutlivesARestart) {
   }
 }
 
-// Refused by the controller (another agent runs the node: 409), the agent stops at once
-// with the controller's words rather than retry.
-TEST_F(NodeAgentWaitTest, ARefusedRegistrationEndsTheAgent) {
-  link_->RefuseRegistrations(
-      Status::AlreadyExists("node n1 is run by another agent: give this one another "
-                            "--node-name"));
-  NodeAgent agent(Options());
-  ASSERT_TRUE(agent.Start(link_).ok());
-  std::stop_source never;
-  std::future<bool> ended =
-      std::async(std::launch::async, [&] { return agent.WaitEnded(never.get_token()); });
-  ASSERT_EQ(ended.wait_for(kEnds), std::future_status::ready) << "the agent did not end";
-  EXPECT_TRUE(ended.get());
-  const Status s = agent.Stop();
-  EXPECT_EQ(s.code(), StatusCode::kAlreadyExists);
-  EXPECT_NE(s.message().find("another --node-name"), std::string::npos) << s.message();
-  EXPECT_EQ(link_->recorded().registrations.size(), 1u);
-}
-
 }  // namespace
 }  // namespace gpupool::agent
