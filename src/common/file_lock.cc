@@ -30,7 +30,10 @@ FileLock& FileLock::operator=(FileLock&& other) noexcept {
 }
 
 Result<FileLock> FileLock::TryLock(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+  // Held read-only (flock needs no write access): a descriptor open for writing would keep
+  // the file system from being remounted read-only, as the disk watch's tests do and an
+  // operator may; the pid is written through a descriptor of its own, closed at once.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
   if (fd < 0) {
     return Status::Unavailable("cannot open the lock file '" + path + "': " + std::strerror(errno));
   }
@@ -48,8 +51,11 @@ Result<FileLock> FileLock::TryLock(const std::string& path) {
   }
   // The holder's pid, for the message of whoever comes second; the lock is what counts.
   const std::string pid = std::to_string(::getpid()) + "\n";
-  if (::ftruncate(fd, 0) != 0 || ::pwrite(fd, pid.data(), pid.size(), 0) < 0) {
-    // Not fatal: the lock is held, only the message of a second daemon is vaguer.
+  const int out = ::open(path.c_str(), O_WRONLY | O_TRUNC | O_CLOEXEC | O_NOFOLLOW);
+  if (out >= 0) {
+    // Not fatal if it fails: the lock is held, only a second daemon's message is vaguer.
+    (void)!::write(out, pid.data(), pid.size());
+    ::close(out);
   }
   return FileLock(fd, path);
 }

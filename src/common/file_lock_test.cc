@@ -1,5 +1,6 @@
 #include "common/file_lock.h"
 
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <spawn.h>
@@ -28,6 +29,24 @@ class FileLockTest : public ::testing::Test {
   fs::path dir_;
   std::string path_;
 };
+
+// The lock is held through a read-only descriptor: one open for writing would keep the
+// file system from being remounted read-only (found by the disk watch's test, whose
+// remount failed with EBUSY once the agent held its lock).
+TEST_F(FileLockTest, TheLockHoldsNoDescriptorOpenForWriting) {
+  Result<FileLock> lock = FileLock::TryLock(path_);
+  ASSERT_TRUE(lock.ok()) << lock.status().ToString();
+  int seen = 0;
+  for (const auto& e : fs::directory_iterator("/proc/self/fd")) {
+    std::error_code ec;
+    if (fs::read_symlink(e.path(), ec) != fs::path(path_)) continue;
+    const int fd = std::stoi(e.path().filename().string());
+    ++seen;
+    EXPECT_EQ(::fcntl(fd, F_GETFL) & O_ACCMODE, O_RDONLY);
+  }
+  EXPECT_EQ(seen, 1);
+  EXPECT_EQ(LockFileHolder(path_), ::getpid());  // written all the same
+}
 
 TEST_F(FileLockTest, SecondLockIsRefusedNamingTheHolderUntilTheFirstGoes) {
   Result<FileLock> first = FileLock::TryLock(path_);
