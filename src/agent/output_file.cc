@@ -70,7 +70,7 @@ std::string WhyNotOpened(const std::string& path, const OutputUser& who, int err
 
 }  // namespace
 
-Result<int> OpenOutputFile(const std::string& path, const OutputUser& who) {
+Result<int> OpenOutputFile(const std::string& path, const OutputUser& who, bool keep) {
   const std::string as = "user '" + who.user + "' (uid " + std::to_string(who.uid) + ")";
   if (path.empty() || path[0] != '/') {
     return Status::FailedPrecondition("output file '" + path + "' is not an absolute path");
@@ -100,7 +100,7 @@ Result<int> OpenOutputFile(const std::string& path, const OutputUser& who) {
     refuse = "it belongs to uid " + std::to_string(st.st_uid) + ", not to the job's user";
   } else if (st.st_nlink > 1) {
     refuse = "it has " + std::to_string(st.st_nlink) + " hard links";
-  } else if (::ftruncate(fd, 0) != 0 || ::fcntl(fd, F_SETFL, O_WRONLY | O_APPEND) != 0) {
+  } else if ((!keep && ::ftruncate(fd, 0) != 0) || ::fcntl(fd, F_SETFL, O_WRONLY | O_APPEND) != 0) {
     refuse = std::strerror(errno);
   }
   if (!refuse.empty()) {

@@ -24,9 +24,10 @@ struct OutputUser {
   std::vector<gid_t> groups;  // supplementary, the primary included
 };
 
-// Opens (creates, or empties) `path` (absolute) for writing, appending. Returns a
-// close-on-exec descriptor the caller owns; FailedPrecondition naming the path, the
-// user and what to do.
-Result<int> OpenOutputFile(const std::string& path, const OutputUser& who);
+// Opens (creates, or empties) `path` (absolute) for writing, appending; `keep` (a later
+// attempt of a requeued or preempted job) appends to what is there instead of emptying
+// it, so that the earlier attempts' output is kept. Returns a close-on-exec descriptor the caller
+// owns; FailedPrecondition naming the path, the user and what to do.
+Result<int> OpenOutputFile(const std::string& path, const OutputUser& who, bool keep = false);
 
 }  // namespace gpupool::agent

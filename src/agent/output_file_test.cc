@@ -60,6 +60,21 @@ TEST_F(OutputFileTest, CreatesTheFileAsTheUserAndEmptiesTheirOwn) {
   EXPECT_EQ(SlurpOutput(path), "two\n");
 }
 
+// A requeued job's later attempt appends: what the earlier attempt wrote (its checkpoint's
+// last words) is kept.
+TEST_F(OutputFileTest, ALaterAttemptAppendsToTheEarlierOnesOutput) {
+  const std::string path = dir_ + "/gpupool-11.out";
+  Result<int> first = OpenOutputFile(path, Who());
+  ASSERT_TRUE(first.ok()) << first.status().message();
+  ASSERT_EQ(::write(*first, "attempt 1: checkpoint saved\n", 28), 28);
+  ::close(*first);
+  Result<int> second = OpenOutputFile(path, Who(), /*keep=*/true);
+  ASSERT_TRUE(second.ok()) << second.status().message();
+  ASSERT_EQ(::write(*second, "attempt 2\n", 10), 10);
+  ::close(*second);
+  EXPECT_EQ(SlurpOutput(path), "attempt 1: checkpoint saved\nattempt 2\n");
+}
+
 TEST_F(OutputFileTest, RefusesALinkAnotherUserPlanted) {
   const std::string victim = dir_ + "/victim";
   std::ofstream(victim) << "keep me\n";

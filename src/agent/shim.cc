@@ -183,14 +183,17 @@ Status Shim::OpenStreams(const LaunchSpec& spec, bool root) {
   }
   if (!spec.stdout_file.empty()) {
     // -o/-e: created as the user where the user asked (output_file.h); one file for both
-    // streams unless -e names another. Nothing is written to the run directory.
+    // streams unless -e names another. Nothing is written to the run directory. A later
+    // attempt (a requeue) appends: the earlier attempts' output, a checkpoint's last
+    // words included, is kept.
     const OutputUser who{spec.user, spec.uid, spec.gid, plan_.groups};
-    GP_ASSIGN_OR_RETURN(stdout_fd_, OpenOutputFile(spec.stdout_file, who));
+    const bool keep = spec.id.attempt > 1;
+    GP_ASSIGN_OR_RETURN(stdout_fd_, OpenOutputFile(spec.stdout_file, who, keep));
     if (spec.stderr_file.empty() || spec.stderr_file == spec.stdout_file) {
       stderr_fd_ = ::fcntl(stdout_fd_, F_DUPFD_CLOEXEC, 0);
       if (stderr_fd_ < 0) return Status::Unavailable("cannot duplicate the output file");
     } else {
-      GP_ASSIGN_OR_RETURN(stderr_fd_, OpenOutputFile(spec.stderr_file, who));
+      GP_ASSIGN_OR_RETURN(stderr_fd_, OpenOutputFile(spec.stderr_file, who, keep));
     }
   } else {
     GP_ASSIGN_OR_RETURN(stdout_fd_, OpenLog(args_.job_dir + "/" + kStdoutFile, spec, root));
