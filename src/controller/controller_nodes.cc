@@ -266,7 +266,7 @@ Result<NodeView> Controller::DrainNode(const std::string& name, const std::strin
       std::any_of(reason.begin(), reason.end(),
                   [](char c) { return static_cast<unsigned char>(c) < 0x20 || c == 0x7f; })) {
     return Status::InvalidArgument(
-        "reason: say why the node is drained in 1..256 printable characters, e.g. --reason "
+        "reason: say why the node is drained in 1..256 bytes of printable text, e.g. --reason "
         "\"disk replacement\"");
   }
   return SetDrain(name, true, reason + " (" + caller.user + ")");

@@ -98,7 +98,8 @@ Status ValidateBatchIo(const Job& job) {
                                      "submit");
     }
     GP_RETURN_IF_ERROR(CheckOutputPattern(field, *pattern));
-    if (job.request.tasks > 1 && !job.mpi && !PatternNamesTask(*pattern)) {
+    if (job.request.tasks > 1 && !job.mpi && !PatternNamesTask(*pattern) &&
+        *pattern != "/dev/null") {
       return Status::InvalidArgument(
           field + " '" + *pattern + "': the job's " + std::to_string(job.request.tasks) +
           " tasks would write one file; put %t (the task index) in it, e.g. " +

@@ -76,6 +76,9 @@ TEST(OutputPatternTest, ValidateBatchIoNamesTheField) {
   ASSERT_FALSE(s.ok());
   EXPECT_NE(s.message().find("output 'o-%j'"), std::string::npos) << s.message();
   EXPECT_NE(s.message().find("%t"), std::string::npos);
+  job.output = "/dev/null";  // every task's output thrown away: no %t needed
+  EXPECT_TRUE(ValidateBatchIo(job).ok());
+  job.output = "o-%j";
   job.mpi = true;  // task 0 alone runs the command
   EXPECT_TRUE(ValidateBatchIo(job).ok());
   job.interactive = "run";

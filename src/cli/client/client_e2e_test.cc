@@ -822,6 +822,15 @@ TEST_F(ClientE2eTest, NodeDrainNeedsAReasonAndSaysWhatTheNodeDoesNow) {
   r = Run({"node", "drain", "n2", "--reason", "x"});
   EXPECT_EQ(r.code, 4);
   EXPECT_NE(r.err.find("only admins drain and resume nodes"), std::string::npos) << r.err;
+  // A name is sent as given, escaped: `%6e1` is not n1, nor is `n1?x=1` (found by testing
+  // as an operator: both drained n1).
+  for (const std::string name : {"%6e1", "n1?x=1", "n1/drain#"}) {
+    const size_t before = Requests().size();
+    r = Run({"node", "drain", name, "--reason", "x"});
+    EXPECT_NE(r.code, 0) << name;
+    ASSERT_EQ(Requests().size(), before + 1) << name;
+    EXPECT_NE(Requests().back().path, "/v1/nodes/n1/drain") << name;
+  }
 }
 
 TEST_F(ClientE2eTest, NodesUsageTokensRenderAndSendTheirQueries) {

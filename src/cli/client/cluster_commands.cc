@@ -12,6 +12,7 @@
 #include "cli/client/render.h"
 #include "cli/client/units.h"
 #include "common/strings.h"
+#include "net/http_client.h"
 
 namespace gpupool::cli {
 namespace {
@@ -401,8 +402,10 @@ Status RunNodeAction(const ClientRuntime& rt, const NodeActionState& s, const st
   OrderedJson body = OrderedJson::object();
   if (action == "drain") body["reason"] = s.reason;
   if (action == "resume" && !s.gpu.empty()) body["gpu"] = s.gpu;
-  GP_ASSIGN_OR_RETURN(ApiAnswer answer,
-                      api.Post("/v1/nodes/" + s.name + "/" + action, DumpJson(body)));
+  GP_ASSIGN_OR_RETURN(
+      ApiAnswer answer,
+      // The name as given, escaped: `%6e1` must not drain n1, nor `n1?x` n1.
+      api.Post("/v1/nodes/" + net::UrlEncode(s.name) + "/" + action, DumpJson(body)));
   if (s.base.json) {
     PrintRaw(rt, answer.body);
     return Status::Ok();

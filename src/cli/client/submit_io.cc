@@ -251,7 +251,7 @@ Status AddOutputFlags(const SubmitFlags& flags, bool workdir_writable, OrderedJs
                                         {"--error", flags.error.value_or("")}}) {
     if (pattern.empty()) continue;
     GP_RETURN_IF_ERROR(jobs::CheckOutputPattern(option, pattern));
-    if (tasks > 1 && !mpi && !jobs::PatternNamesTask(pattern)) {
+    if (tasks > 1 && !mpi && !jobs::PatternNamesTask(pattern) && pattern != "/dev/null") {
       return Status::InvalidArgument(option + " " + pattern + ": the job's " +
                                      std::to_string(tasks) +
                                      " tasks would write one file; put %t (the task index) in "

@@ -110,6 +110,8 @@ TEST(SubmitIoTest, OutputDefaultsAsSlurm) {
   f.output = "o.txt";
   EXPECT_NE(output(f, 2, false).find("--output o.txt: the job's 2 tasks would write one file"),
             std::string::npos);
+  f.output = "/dev/null";  // every task's output thrown away: no %t needed
+  EXPECT_EQ(output(f, 2, false), "/dev/null");
   f.output = "o-%y";
   EXPECT_NE(output(f, 1, false).find("--output 'o-%y'"), std::string::npos);
   // A directory the submitter cannot write gets no default (the run directory keeps the
