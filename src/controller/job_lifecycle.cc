@@ -393,6 +393,15 @@ Transition Lose(const Job& job, const std::string& reason, const std::string& go
     lost.state = end_state;
     lost.end_time_us = now_us;
     lost.reason = reason;
+    // Its tasks' records end with it: what still ran there is stopped as a stray, and its
+    // end, if it comes, is for an ended job and not recorded. A task shown running for
+    // ever, and the GPU time of the ones that ran left out of its record, would follow.
+    for (jobs::TaskStatus& ts : lost.tasks) {
+      if (ts.ended) continue;
+      ts.ended = true;
+      if (ts.start_time_us != 0) ts.end_time_us = now_us;
+      ts.reason = ts.start_time_us != 0 ? "stopped: " + reason : "not started";
+    }
     t = Changed(job, std::move(lost));
     t.effects.ended = true;
     t.effects.notify_exec = true;

@@ -340,6 +340,25 @@ TEST(JobLifecycleTest, ARunJobsOutcomeIsItsCommands) {
   EXPECT_NE(t->next.reason.find("no word from gpupool alloc for 15 s"), std::string::npos);
 }
 
+// A gang ending LOST ends its tasks' records with it: the one that ran until now, the one
+// never started as such (found by testing: task 0 showed "running" for ever, and its GPU
+// time was left out).
+TEST(JobLifecycleTest, ALostGangsTasksEndWithIt) {
+  Job j = Gang();
+  j.tasks[1].start_time_us = 0;  // task 1 (n2) not started
+  Result<Transition> t = Step(j, NodeLost{"n2", "node n2 stopped responding"}, kNow + 10);
+  ASSERT_TRUE(t.ok());
+  EXPECT_EQ(t->next.state, JobState::kLost);
+  ASSERT_EQ(t->next.tasks.size(), 2u);
+  EXPECT_TRUE(t->next.tasks[0].ended);
+  EXPECT_EQ(t->next.tasks[0].end_time_us, kNow + 10);
+  EXPECT_EQ(t->next.tasks[0].reason, "stopped: node n2 stopped responding");
+  EXPECT_TRUE(t->next.tasks[1].ended);
+  EXPECT_EQ(t->next.tasks[1].end_time_us, 0);
+  EXPECT_EQ(t->next.tasks[1].reason, "not started");
+  EXPECT_FALSE(t->effects.strays.empty());  // task 0 is still stopped on n1
+}
+
 TEST(JobLifecycleTest, ALostNodeRequeuesARequeueJobAndStopsItsOtherTasks) {
   Job j = Gang();
   j.requeue = true;
