@@ -264,9 +264,11 @@ TEST_F(DeferredTest, StopAnswersWaitersAndReturns) {
   for (auto& out : kept) EXPECT_FALSE(out->Complete(Text("after the server")));
 }
 
-// A connection to the socket at `path`, or the connect's errno (negated).
+// A connection to the socket at `path`, or the connect's errno (negated): -EAGAIN when
+// the listener's backlog is full (a blocking connect would wait there, unwoken by the
+// listener's shutdown, until the server closes it).
 int Connect(const std::string& path) {
-  const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
   sockaddr_un a{};
   a.sun_family = AF_UNIX;
   std::snprintf(a.sun_path, sizeof a.sun_path, "%s", path.c_str());
@@ -305,7 +307,7 @@ TEST_F(DeferredTest, DrainAnswersTheRequestsOnTheListenerAndTakesNoMore) {
   const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(10);
   while (refused == 0 && std::chrono::steady_clock::now() < give_up) {
     const int fd = Connect(path_);
-    if (fd < 0) refused = -fd;
+    if (fd < 0 && fd != -EAGAIN) refused = -fd;
     if (fd >= 0) ::close(fd);
     std::this_thread::yield();
   }
@@ -329,6 +331,62 @@ TEST_F(DeferredTest, DrainAnswersTheRequestsOnTheListenerAndTakesNoMore) {
     EXPECT_EQ(std::string(buf).rfind("HTTP/1.1 200", 0), 0u) << buf;
     ::close(fd);
   }
+  EXPECT_EQ(BodyOf(ReadAll(waiter)), "zero");
+}
+
+// Drain() while clients connect over and over (a flood, or clients retrying): it takes
+// what waited on the listener and then refuses the rest, rather than accepting for as
+// long as connections keep coming (it once did, until the process ran out of
+// descriptors or Drain's time ran out).
+TEST_F(DeferredTest, DrainEndsTakingWhileClientsKeepConnecting) {
+  std::mutex gate_mu;
+  std::condition_variable gate_cv;
+  bool open = false;
+  Start(/*pool_threads=*/1, [&](const std::shared_ptr<HttpResponder>&) {
+    std::unique_lock lock(gate_mu);
+    gate_cv.wait(lock, [&] { return open; });
+  });
+  const int waiter = SendGet(path_, "/poll?n=0");
+  ASSERT_GE(waiter, 0);
+  ASSERT_TRUE(WaitFor([&] { return filed_ == 1; }));  // the pool thread is held from here
+  const int queued = SendGet(path_, "/quick");
+  ASSERT_GE(queued, 0);
+  // Each connecting thread tries until it is refused, closing each connection it gets.
+  constexpr int kConnectors = 3;
+  std::atomic<bool> go{false};
+  std::vector<std::future<int>> connectors;
+  for (int i = 0; i < kConnectors; ++i) {
+    connectors.push_back(std::async(std::launch::async, [&] {
+      while (!go.load()) std::this_thread::yield();
+      const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+      while (std::chrono::steady_clock::now() < give_up) {
+        const int fd = Connect(path_);
+        if (fd == -EAGAIN) continue;  // the backlog is full: as a client would, try again
+        if (fd < 0) return -fd;
+        ::close(fd);
+      }
+      return 0;  // never refused
+    }));
+  }
+  go = true;
+  std::future<bool> drained =
+      std::async(std::launch::async, [this] { return server_->Drain(30'000); });
+  for (auto& c : connectors) {
+    ASSERT_EQ(c.wait_for(std::chrono::seconds(25)), std::future_status::ready);
+    const int err = c.get();
+    EXPECT_EQ(err, ECONNREFUSED) << (err == 0 ? "never refused" : std::strerror(err));
+  }
+  {
+    std::lock_guard lock(gate_mu);
+    open = true;
+    gate_cv.notify_all();
+  }
+  std::shared_ptr<HttpResponder> out = Take(0);
+  ASSERT_NE(out, nullptr);
+  EXPECT_TRUE(out->Complete(Text("zero")));
+  ASSERT_EQ(drained.wait_for(std::chrono::seconds(30)), std::future_status::ready);
+  EXPECT_TRUE(drained.get());
+  EXPECT_EQ(BodyOf(ReadAll(queued)), "quick");
   EXPECT_EQ(BodyOf(ReadAll(waiter)), "zero");
 }
 

@@ -344,12 +344,14 @@ class MhdServer final : public HttpServer {
   // Drain: libmicrohttpd accepts no more on `d`'s listener; the connections waiting
   // there are accepted here and handed to it (their requests are answered as any other's);
   // then the listener refuses new ones (a client tries another controller at once).
+  // No more are taken than can have been waiting (the backlog's bound): a client that
+  // connects again and again would otherwise keep this loop from ever ending.
   void TakeWaiting(MHD_Daemon* d) {
     const MHD_socket fd = MHD_quiesce_daemon(d);
     if (fd == MHD_INVALID_SOCKET) return;
     quiesced_.push_back(fd);
     (void)fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
-    for (;;) {
+    for (int taken = 0; taken <= kListenBacklog; ++taken) {
       sockaddr_storage addr{};
       socklen_t len = sizeof addr;
       const int c =

@@ -69,7 +69,7 @@ Result<int> ListenUnix(const std::string& path, int mode) {
     return s;
   }
   chmod(path.c_str(), static_cast<mode_t>(mode));
-  if (listen(fd, SOMAXCONN) != 0) {  // room for a burst of connections beside a flood
+  if (listen(fd, kListenBacklog) != 0) {  // room for a burst of connections beside a flood
     Status s = Status::Unavailable(ListenErrno("listen"));
     close(fd);
     return s;
@@ -95,7 +95,7 @@ Result<int> ListenTcp(const std::string& host, int port) {
     close(fd);
     return s;
   }
-  if (listen(fd, SOMAXCONN) != 0) {  // room for a burst of connections beside a flood
+  if (listen(fd, kListenBacklog) != 0) {  // room for a burst of connections beside a flood
     Status s = Status::Unavailable(ListenErrno("listen"));
     close(fd);
     return s;

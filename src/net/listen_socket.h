@@ -8,6 +8,11 @@
 
 namespace gpupool::net {
 
+// The backlog both listeners are made with. At most kListenBacklog + 1 connections wait
+// on one (the kernel's bound, Unix and TCP alike): Drain takes no more than that, so a
+// client connecting over and over while it drains cannot keep it taking for ever.
+inline constexpr int kListenBacklog = 4096;
+
 // A listening Unix socket at `path` (mode `mode`). AlreadyExists when another server
 // answers there; InvalidArgument when the path is too long for a socket address.
 Result<int> ListenUnix(const std::string& path, int mode);
