@@ -129,6 +129,9 @@ struct ServerFlags {
   int max_pending_connections_per_peer = 64;
   int request_head_timeout_s = 10;
   int agent_request_nice = server::ServerOptions{}.agent_request_nice;
+  // The watch of the SQLite store's disk (server/store_disk_watch.h).
+  std::string disk_min_free = "auto";
+  int disk_check_interval_s = 10;
 };
 
 // "90" or "90s", "30m", "12h", "7d" -> seconds; InvalidArgument naming `flag`.
@@ -262,6 +265,9 @@ Result<server::ServerOptions> ServerOptionsOf(const ServerFlags& f,
   o.lease = lease;
   o.advertise = f.advertise;
   o.lease_ms = f.lease_ms;
+  GP_ASSIGN_OR_RETURN(o.disk_min_free, ParseDiskMinFree(f.disk_min_free));
+  if (f.disk_check_interval_s == 0) o.disk_min_free.kind = DiskMinFree::Kind::kOff;
+  o.disk_check_interval_s = f.disk_check_interval_s;
   return o;
 }
 
@@ -399,6 +405,21 @@ void AddConnectionFlags(CLI::App* cmd, ServerFlags* f) {
       ->check(CLI::Range(0, 19));
 }
 
+// The watch of the SQLite store's disk, for `server` (`up` takes the agent's flags of the
+// same names, AddContainerFlags, for both: one state directory, one disk).
+void AddStoreDiskFlags(CLI::App* cmd, ServerFlags* f) {
+  cmd->add_option("--disk-min-free", f->disk_min_free,
+                  "the room the SQLite store's filesystem must keep (a size, a percentage of "
+                  "it, or off); below it new jobs are refused, so that the jobs in the pool "
+                  "can still be recorded; auto: 1G or 5%, the smaller")
+      ->type_name("SIZE|PCT%|auto|off")
+      ->capture_default_str();
+  cmd->add_option("--disk-check-interval", f->disk_check_interval_s,
+                  "seconds between checks of the SQLite store's free space (0: none)")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 86400));
+}
+
 void AddServerFlags(CLI::App* cmd, ServerFlags* f) {
   cmd->add_option("--state-dir", f->state_dir, "where the store, socket and job logs live");
   cmd->add_option("--store", f->store_spec,
@@ -515,7 +536,9 @@ bool ApplyConfigFile(const std::vector<std::string>& sections, CLI::App* cmd, in
 int RunUp(const ServerFlags& flags, const std::string& fake, const ContainerFlags& containers,
           int telemetry_interval_s) {
   ServerFlags f = flags;
-  f.podman_args = containers.podman_args;  // one podman store for inspection and jobs
+  f.podman_args = containers.podman_args;      // one podman store for inspection and jobs
+  f.disk_min_free = containers.disk_min_free;  // one state directory: one disk, one level
+  f.disk_check_interval_s = containers.disk_check_interval;
   Result<server::ServerOptions> so = ServerOptionsOf(f, server::ServerOptions::Lease::kTakeOnce);
   if (!so.ok()) return Fail(so.status());
   agent::NodeAgentOptions ao;
@@ -693,6 +716,7 @@ void RegisterServerCommand(CLI::App& app, CommandContext& ctx) {
   CLI::App* server =
       app.add_subcommand("server", "run the controller only (REST API, scheduler, store)");
   AddServerFlags(server, &flags);
+  AddStoreDiskFlags(server, &flags);
   server->add_option("--advertise", flags.advertise,
                      "with several controllers (PostgreSQL store): the API address clients and "
                      "agents reach this one at (default http://LISTEN:PORT, this host's name "

@@ -141,15 +141,15 @@ struct ControllerOptions {
   int64_t max_submission_bytes = int64_t{1} << 20;
   int64_t max_queued_bytes_per_user = int64_t{256} << 20;
   int64_t max_queued_bytes_total = int64_t{1} << 30;
-  // Where exec session ids come from: 64 random bits a call (empty: the kernel's
-  // getrandom(2)). Ids are unguessable so that they tell nobody how many sessions
-  // others start (issue 25); tests give a seeded source.
+  // The server's watch of its store's disk (server/store_disk_watch.h): a submission is
+  // refused with its error while it gives one. Empty: nothing refused for that.
+  std::function<Status()> submission_room;
+  // Where exec session ids come from: 64 random bits a call (empty: getrandom(2)); ids
+  // are unguessable so that they tell nobody how many sessions others start (issue 25).
   std::function<uint64_t()> random;
-  // Tests: runs on the scheduling pass's thread once a pass has planned, before it
-  // applies the plan (no lock held), to change what the plan was made on.
+  // Tests: runs on the pass's thread once a pass has planned, before it applies the plan.
   std::function<void()> after_plan_for_test;
-  // Tests: runs where a list of every active job (List) or of the nodes (Nodes) has let
-  // mu_ go between two chunks of its copy, without the lock.
+  // Tests: runs where List or Nodes let mu_ go between two chunks of its copy.
   std::function<void()> between_chunks_for_test;
 };
 

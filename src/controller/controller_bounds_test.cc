@@ -458,5 +458,38 @@ TEST_F(ControllerTest, ConcurrentSubmissionsCannotPassMaxQueuedTogether) {
   EXPECT_EQ(store_->ListJobs({})->size(), 10u);
 }
 
+
+// The server's watch of its store's disk (server/store_disk_watch.h) refuses new jobs
+// through ControllerOptions::submission_room; a retried submission that was taken before
+// is still answered with its job (nothing new is written for it), and the room's return
+// takes submissions again.
+TEST_F(ControllerTest, SubmissionsAreRefusedWhileTheStoresDiskIsShortOfRoom) {
+  Status room = Status::Ok();
+  ControllerOptions o;
+  o.submission_room = [&room] { return room; };
+  Restart(o);
+  Register(4);
+  Job j = MakeJob(1);
+  j.submit_key = "disk-1";
+  Result<Job> first = c_->Submit(j, alice_, nullptr);
+  ASSERT_TRUE(first.ok()) << first.status().ToString();
+  room = Status::ResourceExhausted("the disk that holds the pool's database is short of room");
+  Result<Job> refused = c_->Submit(MakeJob(1), alice_, nullptr);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), StatusCode::kResourceExhausted);
+  EXPECT_EQ(refused.status().message(), room.message());
+  Job array = MakeJob(1);
+  array.array = "0-3";
+  EXPECT_EQ(c_->Submit(array, alice_, nullptr).status().code(), StatusCode::kResourceExhausted);
+  bool duplicate = false;
+  Result<Job> again = c_->Submit(j, alice_, &duplicate);
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  EXPECT_TRUE(duplicate);
+  EXPECT_EQ(again->id, first->id);
+  EXPECT_EQ(store_->ListJobs({})->size(), 1u);
+  room = Status::Ok();
+  EXPECT_TRUE(c_->Submit(MakeJob(1), alice_, nullptr).ok());
+}
+
 }  // namespace
 }  // namespace gpupool::controller::controller_test

@@ -109,6 +109,8 @@ Result<Job> Controller::Submit(Job job, const Caller& caller, bool* duplicate) {
     GP_ASSIGN_OR_RETURN(std::optional<Job> first, earlier());
     if (first) return std::move(*first);
   }
+  // A store short of room keeps it for the jobs in the pool (a retry above needed none).
+  if (options_.submission_room) GP_RETURN_IF_ERROR(options_.submission_room());
   {
     // The project: the user's default if none is named, one they may charge (associations,
     // project_access.h), not one that prints like another the pool lists. Before the queue

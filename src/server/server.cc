@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -143,7 +144,24 @@ Status Server::OpenStore() {
   GP_ASSIGN_OR_RETURN(store_, store::OpenStore(spec));
   MakeStoreFilesPrivate(db);
   spdlog::info("store: {}", store::DescribeStoreSpec(spec));  // never with a password
+  WatchStoreDisk(SqlitePath(spec));
   return Status::Ok();
+}
+
+// An SQLite store's disk is watched from the start (a server started on a full disk
+// refuses submissions at once), then every --disk-check-interval seconds.
+void Server::WatchStoreDisk(const std::string& sqlite_file) {
+  if (sqlite_file.empty() || options_.disk_min_free.kind == DiskMinFree::Kind::kOff) return;
+  const std::string dir = std::filesystem::path(sqlite_file).parent_path().string();
+  disk_watch_ = std::make_unique<StoreDiskWatch>(dir.empty() ? "." : dir, options_.disk_min_free,
+                                                 options_.disk_usage);
+  disk_watch_->Check();
+  StoreDiskWatch* watch = disk_watch_.get();
+  options_.controller.submission_room = [watch] { return watch->Room(); };
+  disk_thread_ = std::make_unique<PeriodicThread>(
+      SystemClock::Get(), std::max<int64_t>(options_.disk_check_interval_s, 1) * 1'000'000,
+      [watch] { watch->Check(); });
+  disk_thread_->Start();
 }
 
 // The controller and its API over the open store (this loads the pool's state); nothing
@@ -358,6 +376,7 @@ void Server::Stop() {
   keeper_stop_ = true;
   if (lead_ != nullptr) lead_->Interrupt();
   if (lease_thread_.joinable()) lease_thread_.join();
+  if (disk_thread_) disk_thread_->Stop();
 }
 
 }  // namespace gpupool::server

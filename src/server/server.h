@@ -32,12 +32,14 @@
 #include <vector>
 
 #include "common/file_lock.h"
+#include "common/periodic_thread.h"
 #include "common/status.h"
 #include "controller/api.h"
 #include "controller/controller.h"
 #include "controller/telemetry.h"
 #include "net/http_server.h"
 #include "server/leadership.h"
+#include "server/store_disk_watch.h"
 #include "store/lease.h"
 #include "store/store.h"
 
@@ -66,6 +68,11 @@ struct ServerOptions {
   Lease lease = Lease::kTakeOnce;
   std::string advertise;  // the address clients and agents reach it at; "" = from listen/port
   int64_t lease_ms = 5000;
+  // The watch of the SQLite store's disk (store_disk_watch.h; not for PostgreSQL, whose
+  // disk is its server's): the room to keep, and how often it is read.
+  DiskMinFree disk_min_free;
+  int64_t disk_check_interval_s = 10;
+  StoreDiskWatch::Reader disk_usage;  // tests: how the room is read (empty: statvfs)
   // Called on the lease thread when a standby starts leading (for the CLI's message).
   std::function<void(int64_t epoch)> on_lead;
 };
@@ -103,6 +110,7 @@ class Server {
 
  private:
   Status OpenStore();
+  void WatchStoreDisk(const std::string& sqlite_file);
   Status CreateController();
   Status StartListening(net::HttpAsyncHandler handler);
   Status TakeLeaseOnce();
@@ -131,6 +139,8 @@ class Server {
   std::atomic<Leadership*> lead_ptr_{nullptr};  // kStandBy: read by the standby's answers
   std::atomic<bool> keeper_stop_{false};        // kTakeOnce: ends the keeper, which releases
   std::thread lease_thread_;  // kTakeOnce: the keeper; kStandBy: waits, leads, renews
+  std::unique_ptr<StoreDiskWatch> disk_watch_;   // SQLite: refuses submissions when short
+  std::unique_ptr<PeriodicThread> disk_thread_;  // runs disk_watch_->Check
   std::unique_ptr<store::Store> store_;
   std::unique_ptr<controller::Controller> controller_;
   std::unique_ptr<controller::EnvInspector> inspector_;  // images inspected at submit

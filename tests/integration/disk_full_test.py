@@ -14,10 +14,13 @@ with a file; later a second agent ("spare") on an ordinary directory.
      disk that fills up drains "full" before any job is sent there ("disk pressure: ..."),
      jobs run on "spare" meanwhile, and "full" returns to service by itself once the
      disk has room again; the same when the filesystem is remounted read-only and back.
-  4. The server's store on the full tmpfs: a submission is refused (500, saying the
-     disk is full) and the server logs it; a job that ends meanwhile stays RUNNING until
-     its end can be stored, through a kill -9 and restart of the server on the full disk,
-     and is then SUCCEEDED with its real end time.
+  4. The server's store on the full tmpfs (its disk watch off): a submission is refused
+     (500, saying the disk is full) and the server logs it; a job that ends meanwhile
+     stays RUNNING until its end can be stored, through a kill -9 and restart of the
+     server on the full disk, and is then SUCCEEDED with its real end time.
+  5. With the store's disk watch, a store disk short of room refuses new jobs (429,
+     naming what is short) before it is full, so that a job's end is still recorded at
+     once; once there is room again, jobs are taken.
 
 Needs root (tmpfs mounts, jobs as the submitting user); skipped with a message where
 the tmpfs cannot be mounted.
@@ -59,10 +62,10 @@ class DiskFullTest(unittest.TestCase):
         self.procs = []
         self.addCleanup(self.clean_up)  # also when the rest of setUp fails
 
-    def start_server(self, state_dir):
+    def start_server(self, state_dir, *flags):
         self.sock = os.path.join(state_dir, "gpupool.sock")
-        self.server = self.spawn([GPUPOOL, "server", "--state-dir", state_dir, "--port", "0"],
-                                 "server.log")
+        self.server = self.spawn([GPUPOOL, "server", "--state-dir", state_dir, "--port", "0"]
+                                 + list(flags), "server.log")
         pooltest.wait_for("the server", self.server_up, timeout=20)
 
     def clean_up(self):
@@ -222,8 +225,9 @@ class DiskFullTest(unittest.TestCase):
     def test_the_controllers_full_disk_loses_no_job_and_is_logged(self):
         """The server's store on the full disk: what cannot be written is refused, saying
         why, and logged by the server; a restart on the full disk comes up; once there is
-        room, every job ends as it really did."""
-        self.start_server(os.path.join(self.fs, "server"))
+        room, every job ends as it really did. (Without the store's disk watch, whose
+        refusals would come first: the next test.)"""
+        self.start_server(os.path.join(self.fs, "server"), "--disk-min-free", "off")
         self.start_agent("spare", os.path.join(self.dir, "spare"))
         first, end_it = self.gated_job()
         self.fill()
@@ -242,11 +246,44 @@ class DiskFullTest(unittest.TestCase):
         # kill -9 and a restart on the full disk: it comes up with what it had stored.
         self.server.kill()
         self.server.wait()
-        self.start_server(os.path.join(self.fs, "server"))
+        self.start_server(os.path.join(self.fs, "server"), "--disk-min-free", "off")
         self.assertEqual(self.job(first)["state"], "RUNNING")
         os.remove(os.path.join(self.fs, "filler"))
         j = pooltest.wait_job(self.job, first, ("SUCCEEDED",), 60)
         self.assertLessEqual(abs(j["end_time_us"] - ended_us), 2_000_000, j)
+        second = pooltest.wait_job(self.job, self.submit(["true"]), ("SUCCEEDED",), 60)
+        self.assertEqual(second["attempt"], 1)
+
+    def test_the_store_disk_watch_refuses_new_jobs_and_keeps_room_for_the_rest(self):
+        """With the store's disk watch (--disk-check-interval 1, the default level: 5% of
+        the 4 MiB tmpfs), a store disk short of room refuses new jobs, naming what is
+        short, while a running job's end is still recorded at once (the room was kept for
+        it); once there is room again, jobs are taken."""
+        self.start_server(os.path.join(self.fs, "server"), "--disk-check-interval", "1")
+        self.start_agent("spare", os.path.join(self.dir, "spare"))
+        first, end_it = self.gated_job()
+        self.fill()
+        filler = os.path.join(self.fs, "filler")
+        os.truncate(filler, os.path.getsize(filler) - 150 * 1024)  # below the level
+        log = os.path.join(self.dir, "server.log")
+        pooltest.wait_for("the server's log of the pressure",
+                          lambda: "the store's disk is short of room" in read(log))
+        st, body = call(self.sock, "POST", "/v1/jobs",
+                        {"command": ["true"], "workdir": self.dir, "request": {"gpus": 1}})
+        self.assertEqual(st, 429, body)  # as a bound on the queue: try again later
+        self.assertIn("the disk that holds the pool's database is short of room", body["error"])
+        self.assertIn("below the server's --disk-min-free", body["error"])
+        cli = subprocess.run([GPUPOOL, "submit", "--server", "unix:" + self.sock, "--gpus", "1",
+                              "--", "true"], capture_output=True, text=True, cwd=self.dir)
+        self.assertNotEqual(cli.returncode, 0, cli.stdout)
+        self.assertIn("short of room", cli.stderr)
+        # The job in the pool ends as it did, without waiting for room.
+        ended_us = end_it()
+        j = pooltest.wait_job(self.job, first, ("SUCCEEDED",), 30)
+        self.assertLessEqual(abs(j["end_time_us"] - ended_us), 2_000_000, j)
+        os.remove(filler)
+        pooltest.wait_for("the server's log of the room's return",
+                          lambda: "the store's disk has room again" in read(log))
         second = pooltest.wait_job(self.job, self.submit(["true"]), ("SUCCEEDED",), 60)
         self.assertEqual(second["attempt"], 1)
 

@@ -4,7 +4,8 @@
 // filesystem below --disk-min-free (bytes or inodes) puts the node under disk pressure.
 // The controller drains a node under pressure, so that jobs are not sent where they
 // cannot be started, and returns it to service once the pressure ends. Jobs already
-// running go on.
+// running go on. The measure and the judgement are common/disk_room.h's (the server's
+// watch of its store's disk uses them too).
 //
 // Pure but for ReadDiskUsage; thread-safe.
 #pragma once
@@ -12,52 +13,22 @@
 #include <cstdint>
 #include <string>
 
+#include "common/disk_room.h"
 #include "common/status.h"
 #include "protocol/agent_protocol.h"
 
 namespace gpupool::agent {
 
-// What a filesystem has: its size and the room an unprivileged writer has left (as df's
-// "Avail"), in bytes and in inodes (0 inodes in all: the filesystem does not count them).
-struct DiskUsage {
-  uint64_t total_bytes = 0;
-  uint64_t free_bytes = 0;
-  uint64_t total_inodes = 0;
-  uint64_t free_inodes = 0;
-  bool read_only = false;  // mounted read-only (as ext4 remounts itself after errors)
-};
+using gpupool::BytesForPeople;
+using gpupool::DiskMinFree;
+using gpupool::DiskUsage;
+using gpupool::MinFreeBytes;
+using gpupool::ReadDiskUsage;
 
-// statvfs(path). An error names the path.
-Result<DiskUsage> ReadDiskUsage(const std::string& path);
-
-// --disk-min-free: how much room the filesystem must keep.
-struct DiskMinFree {
-  enum class Kind {
-    kDefault,  // the smaller of 1 GiB and 5% of the filesystem's size
-    kBytes,    // `bytes`
-    kPercent,  // `percent` of the filesystem's size
-    kOff,      // no watch
-  };
-  Kind kind = Kind::kDefault;
-  uint64_t bytes = 0;
-  double percent = 0;
-};
-
-// The bytes `min` asks a filesystem of `total_bytes` to keep free (0 when off).
-uint64_t MinFreeBytes(const DiskMinFree& min, uint64_t total_bytes);
-
-// Whether the filesystem of `path` is under pressure, given whether it was at the last
-// check (`was_under`): pressure begins when it is read-only, when its free bytes fall
-// below MinFreeBytes, or its free inodes below 1% of its inodes, and ends only once it is
-// writable and both are back above a quarter more than those levels (so that a disk hovering at the
-// level does not drain and resume the node at every check). The report's reason says what is short,
-// how much is left and the level, e.g. "/var/lib/gpupool/agent has 120 MiB free of 50 GiB, below
-// the agent's
-// --disk-min-free of 1 GiB".
+// JudgeDiskRoom's verdict on the state directory `path` (the level named as "the agent's
+// --disk-min-free"), as the report the agent sends: e.g. "/var/lib/gpupool/agent has 120
+// MiB free of 50 GiB, below the agent's --disk-min-free of 1 GiB".
 protocol::DiskReport JudgeDisk(const std::string& path, const DiskUsage& usage,
                                const DiskMinFree& min, bool was_under, int64_t now_ms);
-
-// "120 MiB", "1.5 GiB": a byte count for people.
-std::string BytesForPeople(uint64_t bytes);
 
 }  // namespace gpupool::agent
