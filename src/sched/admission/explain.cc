@@ -179,10 +179,9 @@ std::string PendingExplainer::Explain(const QueuedJob& job, const Reservation* r
     out = "cannot run on any node: " + never;
   } else {
     const Survey s = SurveyNodes(job.tasks.front());
-    if (reservation == nullptr) {
+    if (reservation == nullptr || reservation->unplannable) {
+      // Behind jobs without a time limit its start is unknown: what it needs says most.
       out = Headline(job, s);
-    } else if (reservation->unplannable) {
-      out = "next in line; waits for running jobs to end (they have no time limit)";
     } else {
       out = fmt::format(
           "next in line; resources reserved from {} s from now, when running jobs reach their "

@@ -51,7 +51,7 @@ class PendingExplainer {
 
   // Under EASY backfill the job that holds the reservation, and when it starts.
   struct Reservation {
-    bool unplannable = false;  // the jobs in its way have no time limit
+    bool unplannable = false;  // the jobs in its way have no time limit: told as unreserved
     int64_t starts_in_s = 0;
   };
   std::string Explain(const QueuedJob& job, const Reservation* reservation = nullptr);

@@ -45,12 +45,26 @@ Result<std::unique_ptr<ReservationPlan>> ReservationPlan::Make(const ClusterStat
     GP_ASSIGN_OR_RETURN(bool fits, try_place());
     if (fits) return plan_at(r.PlannedEnd());
   }
+  // Only once jobs without a planned end are gone: a reservation of unknown start, on
+  // what the head gets once they are (the oldest released first), which the head keeps.
+  std::vector<size_t> endless;
+  for (size_t i = 0; i < running.size(); ++i) {
+    if (running[i].PlannedEnd() == kNoPlannedEnd) endless.push_back(i);
+  }
+  std::stable_sort(endless.begin(), endless.end(),
+                   [&](size_t a, size_t b) { return running[a].start_s < running[b].start_s; });
+  for (size_t i : endless) {
+    GP_RETURN_IF_ERROR(ReleaseGang(future, running[i].job->tasks, running[i].placements));
+    GP_ASSIGN_OR_RETURN(bool fits, try_place());
+    if (fits) return plan_at(kNoPlannedEnd);
+  }
   return std::unique_ptr<ReservationPlan>();
 }
 
 Result<bool> ReservationPlan::Admit(const QueuedJob& job, const std::vector<Placement>& placements,
                                     int64_t planned_end_s) {
-  if (planned_end_s <= start_s_) return true;
+  // A reservation of unknown start is kept only off its resources: no end comes first.
+  if (start_s_ != kNoPlannedEnd && planned_end_s <= start_s_) return true;
   if (placements.size() != job.tasks.size()) {
     return Status::InvalidArgument("backfill: placements do not match the job's tasks");
   }

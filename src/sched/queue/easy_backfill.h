@@ -7,7 +7,12 @@
 // only if it is planned to end by the reservation's start, or if its resources are
 // still free in the planned cluster beside the reservation (Admit), so a backfilled job
 // never delays the head job's planned start. Jobs without a time limit or an estimate
-// are assumed to run forever.
+// are assumed to run forever: where the head fits only once some of them have ended, its
+// reservation's start is unknown (start_s() is kNoPlannedEnd) and its resources are
+// those it gets once they are gone (the oldest gone first); a later job may then start
+// now only off them, whatever its end, so that nothing keeps the head from its turn
+// and nothing but the head waits for those jobs (before, the pass stopped there, as
+// under strict, and one such head held every later job in the pool back).
 //
 // The plan holds its own copy of the cluster; not thread-safe.
 #pragma once
@@ -28,7 +33,7 @@ class ReservationPlan {
  public:
   // Plans the reservation for `head`, given the cluster now and every job running on it
   // (including any started earlier in the same pass). Returns null when the head job
-  // cannot fit even after every job with a known end has ended. `policy` is used on a
+  // cannot fit even after every running job has ended. `policy` is used on a
   // private copy of the cluster only; give it an instance that has not seen other
   // clusters (policies may cache by node version, which copies share).
   static Result<std::unique_ptr<ReservationPlan>> Make(const ClusterState& cluster, int64_t now_s,
@@ -40,9 +45,9 @@ class ReservationPlan {
   const std::vector<Placement>& head_placements() const { return head_placements_; }
 
   // Whether starting `job` now with `placements` keeps the reservation: true when it is
-  // planned to end by start_s(), or when its placements are free in the planned cluster
-  // beside the reservation, in which case they are recorded there so that later
-  // candidates see them.
+  // planned to end by start_s() (a known one), or when its placements are free in the planned
+  // cluster beside the reservation, in which case they are recorded there so that later candidates
+  // see them.
   Result<bool> Admit(const QueuedJob& job, const std::vector<Placement>& placements,
                      int64_t planned_end_s);
 

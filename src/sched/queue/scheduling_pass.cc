@@ -359,11 +359,17 @@ Result<PassResult> SchedulingPass::Walk(ClusterState& cluster, int64_t now_s,
         blocked = false;
         continue;
       }
+      // Fits once every running job is gone, yet not on any set of them (the planning
+      // policy's placements differ from the check's): as strict, nothing passes it.
       result.reservation_unplannable = true;
       break;
     }
     result.reserved_index = index;
-    result.reservation_start_s = plan->start_s();
+    if (plan->start_s() == kNoPlannedEnd) {
+      result.reservation_unplannable = true;  // reserved, at an unknown start
+    } else {
+      result.reservation_start_s = plan->start_s();
+    }
     same_reservation = carried && carried->head == job.id && carried->start_s == plan->start_s() &&
                        carried->placements == plan->head_placements();
   }

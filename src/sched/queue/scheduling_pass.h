@@ -76,11 +76,11 @@ struct PassResult {
     std::vector<Placement> placements;  // one per task
   };
   std::vector<Started> started;  // in the order they were started
-  // Under easy: the job holding the reservation and its planned start.
+  // Under easy: the job holding the reservation and its planned start (0 when unknown).
   std::optional<size_t> reserved_index;
   int64_t reservation_start_s = 0;
-  // Under easy: the first blocked job could get no reservation because the jobs in its
-  // way have no time limit or estimate; the pass then behaved as strict.
+  // Under easy: the reservation's start is unknown, as jobs in its way have no time limit
+  // or estimate (later jobs started only off its resources; ReservationPlan).
   bool reservation_unplannable = false;
   // The pass stopped at max_starts: the jobs of its order it did not try (indices into
   // `pending`: the one it stopped at, then the others in index order, as the rest of the

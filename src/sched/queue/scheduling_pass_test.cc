@@ -181,15 +181,32 @@ TEST(EasyBackfill, JobsStartedEarlierInThePassCountForTheReservation) {
   EXPECT_EQ(r->reservation_start_s, 30);
 }
 
-TEST(EasyBackfill, NoReservationWithoutTimeLimitsFallsBackToStrict) {
-  PassFixture f(MakeCluster(1, 4));
-  f.Run(Job("forever", "u", 0, {GpuTask(2)}), 0);  // no limit, no estimate
+// Behind jobs without a time limit the head's start is unknown: it keeps what it gets once
+// they end (here node 0's GPUs, its job the oldest), whatever a later job's limit, and
+// later jobs start off those (the red team's stall: before, the pass stopped at the head,
+// and one such head kept every later job of the pool waiting, on idle nodes too).
+TEST(EasyBackfill, BehindJobsWithoutTimeLimitsTheHeadKeepsItsResourcesAndOthersGoOn) {
+  PassFixture f(MakeCluster(2, 4));
+  f.Run(Job("forever-0", "u", 0, {GpuTask(3)}), 0);   // node 0; no limit, no estimate
+  f.Run(Job("forever-1", "u", 0, {GpuTask(2)}), 10);  // node 1 (first fit)
   std::vector<QueuedJob> pending = {Job("head", "u", 1, {GpuTask(4)}, 50),
-                                    Job("short", "u", 2, {GpuTask(1)}, 5)};
+                                    Job("short-on-0", "u", 2, {GpuTask(1)}, 5),
+                                    Job("endless-on-1", "u", 3, {GpuTask(2)})};
   auto r = f.Pass(pending, StartRule::kEasyBackfill);
-  ASSERT_TRUE(r.ok());
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_TRUE(r->reserved_index.has_value());
+  EXPECT_EQ(*r->reserved_index, 0u);
   EXPECT_TRUE(r->reservation_unplannable);
-  EXPECT_TRUE(r->started.empty());
+  EXPECT_EQ(r->reservation_start_s, 0);  // unknown
+  // First fit puts the short job on node 0, the head's: refused, however short it is.
+  EXPECT_EQ(f.StartedIds(pending, *r), Ids{"endless-on-1"});
+  // Strict, for comparison, starts nothing behind the head.
+  PassFixture g(MakeCluster(2, 4));
+  g.Run(Job("forever-0", "u", 0, {GpuTask(3)}), 0);
+  g.Run(Job("forever-1", "u", 0, {GpuTask(2)}), 10);
+  auto strict = g.Pass(pending, StartRule::kStrict);
+  ASSERT_TRUE(strict.ok());
+  EXPECT_TRUE(strict->started.empty());
 }
 
 TEST(SchedulingPass, FairOrderDecidesWhoGetsTheLastGpus) {
