@@ -149,6 +149,10 @@ std::string ShimConfigToJson(const ShimConfig& config) {
   }
   if (!s.hostfile.empty()) j["hostfile"] = s.hostfile;
   if (!s.join_cgroups.empty()) j["join_cgroups"] = s.join_cgroups;
+  if (s.join_job_pid > 0) {
+    j["join_job_pid"] = s.join_job_pid;
+    j["join_job_start_ticks"] = s.join_job_start_ticks;
+  }
   j["user"] = s.user;
   j["uid"] = s.uid;
   j["gid"] = s.gid;
@@ -162,6 +166,7 @@ std::string ShimConfigToJson(const ShimConfig& config) {
   j["gpus"] = std::move(gpus);
   j["denied_device_nodes"] = s.denied_device_nodes;
   j["require_device_isolation"] = s.require_device_isolation;
+  if (!s.private_dev_shm) j["private_dev_shm"] = false;
   j["cpu_milli"] = s.cpu_milli;
   j["memory_bytes"] = s.memory_bytes;
   j["time_limit_s"] = s.time_limit_s;
@@ -226,6 +231,8 @@ Result<ShimConfig> ShimConfigFromJson(const std::string& text, const std::string
   }
   f.Optional("hostfile", &s.hostfile);
   f.Optional("join_cgroups", &s.join_cgroups);
+  f.Optional("join_job_pid", &s.join_job_pid, 0, INT32_MAX);
+  f.Optional("join_job_start_ticks", &s.join_job_start_ticks);
   f.Required("user", &s.user);
   int64_t uid = 0;
   int64_t gid = 0;
@@ -258,6 +265,7 @@ Result<ShimConfig> ShimConfigFromJson(const std::string& text, const std::string
   }
   f.Optional("denied_device_nodes", &s.denied_device_nodes);
   f.Optional("require_device_isolation", &s.require_device_isolation);
+  f.Optional("private_dev_shm", &s.private_dev_shm);
   f.Optional("cpu_milli", &s.cpu_milli, 0);
   f.Optional("memory_bytes", &s.memory_bytes);
   f.Optional("time_limit_s", &s.time_limit_s, 0);

@@ -59,6 +59,11 @@ struct LaunchSpec {
   // new ones; cpu_milli, memory_bytes and denied_device_nodes are then the task's, applied
   // by its cgroups.
   std::vector<std::string> join_cgroups;
+  // gpupool exec into a process job: the task's process (its pid and start ticks,
+  // proc_util.h), whose mount namespace the session enters (job_mounts.h), so that it
+  // sees the task's /dev/shm. 0 = none.
+  int32_t join_job_pid = 0;
+  uint64_t join_job_start_ticks = 0;
   // Written to JOB_DIR/hostfile (readable by the job, mounted into containers at the
   // same path) and named by GPUPOOL_HOSTFILE; empty = none.
   std::string hostfile;
@@ -75,6 +80,10 @@ struct LaunchSpec {
   // node, no devices controller, no eBPF): isolation fails closed. The agent clears it
   // only for fake nodes and when an admin opts out (--allow-unisolated-devices).
   bool require_device_isolation = false;
+  // Process jobs: a /dev/shm of the job's own, a tmpfs in a mount namespace of its own
+  // (job_mounts.h) when the shim runs as root. The launcher clears it when an admin opts
+  // out (LauncherOptions::shared_dev_shm, --shared-dev-shm).
+  bool private_dev_shm = true;
   int64_t cpu_milli = 0;      // 0 = no CPU limit
   uint64_t memory_bytes = 0;  // 0 = no memory limit
   int64_t time_limit_s = 0;   // 0 = none
@@ -245,6 +254,9 @@ struct LauncherOptions {
   std::string cgroup_root = "/sys/fs/cgroup";
   int start_timeout_ms = 30'000;  // how long Launch waits for the shim to report
   ContainerOptions container;     // for jobs with an image
+  // An admin's opt-out of a /dev/shm of each process job's own (--shared-dev-shm): every
+  // spec is launched with private_dev_shm cleared.
+  bool shared_dev_shm = false;
 };
 
 std::unique_ptr<Launcher> NewProcessLauncher(LauncherOptions options);

@@ -17,6 +17,7 @@
 #include <set>
 
 #include "agent/job_files.h"
+#include "agent/job_mounts.h"
 #include "agent/launcher_test_fixture.h"
 #include "agent/launcher_test_util.h"
 #include "common/strings.h"
@@ -61,11 +62,13 @@ TEST_F(LauncherTest, JobSeesExactlyItsGpusAndVariables) {
   std::map<std::string, std::string> env = ParseEnvOutput(ReadWholeFile(JobFile(101, kStdoutFile)));
   std::vector<std::string> keys;
   for (const auto& [k, v] : env) keys.push_back(k);
-  EXPECT_EQ(keys, (std::vector<std::string>{"CUDA_VISIBLE_DEVICES", "FOO", "GPUPOOL_ATTEMPT",
-                                            "GPUPOOL_GPU_ENFORCEMENT", "GPUPOOL_GPU_MILLI",
-                                            "GPUPOOL_JOB_ID", "HOME", "LOGNAME",
-                                            "NVIDIA_VISIBLE_DEVICES", "PATH", "SHELL", "USER"}));
+  EXPECT_EQ(keys, (std::vector<std::string>{
+                      "CUDA_VISIBLE_DEVICES", "FOO", "GPUPOOL_ATTEMPT", "GPUPOOL_DEV_SHM",
+                      "GPUPOOL_GPU_ENFORCEMENT", "GPUPOOL_GPU_MILLI", "GPUPOOL_JOB_ID", "HOME",
+                      "LOGNAME", "NVIDIA_VISIBLE_DEVICES", "PATH", "SHELL", "USER"}));
   EXPECT_EQ(env["GPUPOOL_GPU_ENFORCEMENT"], "exclusive");
+  // Its own /dev/shm where the host allows it (launcher_shm_test.cc).
+  EXPECT_EQ(env["GPUPOOL_DEV_SHM"], ProbePrivateDevShm().ok() ? "private" : "shared");
   EXPECT_EQ(env["CUDA_VISIBLE_DEVICES"], "GPU-2222,GPU-5555");
   EXPECT_EQ(env["NVIDIA_VISIBLE_DEVICES"], "GPU-2222,GPU-5555");
   EXPECT_EQ(env["GPUPOOL_JOB_ID"], "101");

@@ -367,6 +367,7 @@ Status ProcessLauncher::Launch(const LaunchSpec& spec, const JobStdio& stdio) {
   for (const char* f : {kStatusFile, kShimFile}) ::unlink((dir + "/" + f).c_str());
 
   ShimConfig config{spec, opt_.cgroup_root, opt_.container, LookUpJobUser(spec.uid, spec.gid)};
+  if (opt_.shared_dev_shm) config.spec.private_dev_shm = false;
   GP_RETURN_IF_ERROR(WriteFileDurably(dir + "/" + kSpecFile, ShimConfigToJson(config), 0600,
                                       /*sync=*/false));
 

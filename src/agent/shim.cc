@@ -296,7 +296,13 @@ Status Shim::Prepare() {
 }
 
 Status Shim::StartJob() {
+  // A process job's own /dev/shm (job_mounts.h): the shim is in the job's mount
+  // namespace only while it starts the job's process.
+  std::unique_ptr<MountNamespaceSwitch> mounts = container_ ? nullptr : EnterJobMounts();
   Result<pid_t> started = StartJobProcess(plan_);
+  if (mounts != nullptr) {
+    if (Status back = mounts->Return(); !back.ok()) ShimLog("%s", back.message().c_str());
+  }
   if (!started.ok() && container_) {
     return Status::FailedPrecondition("podman is not installed on node " + HostName() + ": " +
                                       started.status().message());

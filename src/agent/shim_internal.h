@@ -14,6 +14,7 @@
 
 #include "agent/cgroup.h"
 #include "agent/job_files.h"
+#include "agent/job_mounts.h"
 #include "agent/job_process.h"
 #include "agent/launcher.h"
 #include "agent/mount_source.h"
@@ -53,6 +54,11 @@ class Shim {
   Status WriteScript(bool root);
   void CloseRelayedStreams();
   Status StartJob();
+  // Moves the shim into the job's mount namespace (a new one with its own /dev/shm, or an
+  // exec session's task's) and says so in the job's environment and isolation note; null
+  // when it stays where it is (shim_mounts.cc).
+  std::unique_ptr<MountNamespaceSwitch> EnterJobMounts();
+  void SetJobVariable(const std::string& name, const std::string& value);
   void StartHelper(const std::vector<std::string>& podman_args, const char* what);
   void MapContainerExit();
   void Supervise();

@@ -74,6 +74,10 @@ void AddContainerFlags(CLI::App* cmd, ContainerFlags* f) {
   cmd->add_flag("--allow-unisolated-devices", f->allow_unisolated_devices,
                 "start process jobs even when the GPUs they were not given cannot be denied "
                 "(missing device nodes, no devices cgroup); by default such jobs fail");
+  cmd->add_flag("--shared-dev-shm", f->shared_dev_shm,
+                "process jobs share the host's /dev/shm (what they leave there outlives them "
+                "and other users' jobs may read it); by default each gets its own tmpfs, "
+                "charged to its memory limit and freed when it ends");
 }
 
 // --disk-min-free: a size, a percentage, auto or off (0 is off too).
@@ -146,6 +150,7 @@ Status ApplyContainerFlags(const ContainerFlags& f, agent::NodeAgentOptions* o) 
   o->disk_min_free = *disk;
   o->disk_check_interval_s = f.disk_check_interval;
   o->allow_unisolated_devices = f.allow_unisolated_devices;
+  o->shared_dev_shm = f.shared_dev_shm;
   o->cdi_kind = f.cdi_kind;
   o->dev_root = f.dev_root;
   o->podman = f.podman;

@@ -14,6 +14,7 @@ namespace gpupool::cli {
 // How the agent runs container jobs: `agent` and `up` share these flags.
 struct ContainerFlags {
   bool allow_unisolated_devices = false;
+  bool shared_dev_shm = false;
   std::string cdi_kind = "gpupool.local/gpu";
   std::string dev_root = "/dev";
   std::string podman = "podman";

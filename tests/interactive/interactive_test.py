@@ -282,11 +282,20 @@ class InteractiveTest(unittest.TestCase):
             self.pool.wait(hog_id, pooltest.FINAL_STATES)
 
     def test_alloc_holds_the_allocation_for_exec_and_releases_it(self):
+        # Its commands share the job's own /dev/shm (docs/security.md, defence 11), which
+        # is not the host's and goes with the job.
+        shm = "/dev/shm/gp-interactive-test-%d" % os.getpid()
+        self.addCleanup(lambda: os.path.exists(shm) and os.remove(shm))
         r = self.pool.cli("alloc", "--gpus", "2", "--", "sh", "-c",
                           'echo "local $GPUPOOL_JOB_ID"; '
                           '"$0" exec -- sh -c "echo remote \\$GPUPOOL_JOB_ID \\$CUDA_VISIBLE_DEVICES"; '
-                          'echo piped | "$0" exec -i -- cat; exit 4', GPUPOOL)
+                          'echo piped | "$0" exec -i -- cat; '
+                          '"$0" exec -- sh -c "echo kept > $1"; "$0" exec -- cat "$1"; '
+                          'test -e "$1" && echo on-the-host; exit 4', GPUPOOL, shm)
         self.assertEqual(r.returncode, 4, r.stderr)
+        self.assertIn("kept\n", r.stdout)
+        self.assertNotIn("on-the-host", r.stdout)
+        self.assertFalse(os.path.exists(shm))
         jid = job_id_of(r.stderr)
         self.assertIn("local %d\n" % jid, r.stdout)
         self.assertIn("remote %d GPU-" % jid, r.stdout)

@@ -383,7 +383,11 @@ void AgentLoop::StartExec(const protocol::ExecRequest& x) {
   // The task's user, GPUs, device rules, limits and variables, in the task's own
   // cgroups; its own command.
   Result<agent::ShimRecord> task_shim = agent::ReadShimRecord(task_dir);
-  if (task_shim.ok()) spec.join_cgroups = task_shim->cgroup_dirs;
+  if (task_shim.ok()) {
+    spec.join_cgroups = task_shim->cgroup_dirs;  // and its /dev/shm (agent/job_mounts.h):
+    spec.join_job_pid = task_shim->job_pid;
+    spec.join_job_start_ticks = task_shim->job_start_ticks;
+  }
   spec.id = id;
   spec.argv = x.argv;
   // Its output is its own, in its directory: not the task's script or output files.

@@ -14,6 +14,7 @@
 #include "agent/cdi_spec.h"
 #include "agent/container.h"
 #include "agent/dmem.h"
+#include "agent/job_mounts.h"
 #include "agent/mps.h"
 #include "agent/nvml_memory.h"
 #include "agent/runtime/agent_identity.h"
@@ -214,6 +215,17 @@ Status NodeAgent::Discover() {
   return Status::Ok();
 }
 
+void NodeAgent::SayDevShm() const {
+  const std::string harm =
+      "what a job leaves there outlives it, is charged to no job's memory, and other users' "
+      "jobs may read it (docs/security.md)";
+  if (options_.shared_dev_shm) {
+    spdlog::warn("agent: process jobs share the host's /dev/shm (--shared-dev-shm): {}", harm);
+  } else if (Status st = ProbePrivateDevShm(); !st.ok()) {
+    spdlog::warn("agent: process jobs share the host's /dev/shm: {}; {}", st.message(), harm);
+  }
+}
+
 // `fake_node`: the node comes from a file; its stand-in driver libraries, if it needs
 // any, go under the agent's directory.
 void NodeAgent::SetUpContainers(const std::string& agent_dir) {
@@ -402,6 +414,7 @@ Status NodeAgent::Start(std::shared_ptr<protocol::ControllerLink> link) {
                       AgentIdentity(agent_dir, options_.machine_id_path));
   GP_RETURN_IF_ERROR(SetUpEnforcement(agent_dir));
   SetUpContainers(agent_dir);
+  SayDevShm();
   if (const std::vector<std::string> lingering = LingeringUsers(options_.linger_dir);
       ::geteuid() == 0 && !lingering.empty()) {
     std::string names;
@@ -418,6 +431,7 @@ Status NodeAgent::Start(std::shared_ptr<protocol::ControllerLink> link) {
   // Shares capped through NVML: a shim that can load it (agent/nvml_memory.h).
   if (nvml_gpus_ > 0) lo.nvml_shim_command = {SelfExePath(), "agent-shim"};
   lo.container = container_;
+  lo.shared_dev_shm = options_.shared_dev_shm;
   launcher_ = NewProcessLauncher(lo);
 
   AgentLoopOptions& ao = loop_options_;

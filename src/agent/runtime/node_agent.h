@@ -47,6 +47,7 @@ struct NodeAgentOptions {
   std::string server_for_jobs;
   // Container jobs (docs/containers.md).
   bool allow_unisolated_devices = false;
+  bool shared_dev_shm = false;  // LauncherOptions::shared_dev_shm
   std::string cdi_kind = "gpupool.local/gpu";
   std::string dev_root = "/dev";
   std::string podman = "podman";
@@ -126,6 +127,8 @@ class NodeAgent {
 
  private:
   void SetUpContainers(const std::string& agent_dir);
+  // Says once, in the log, when process jobs share the host's /dev/shm (job_mounts.h).
+  void SayDevShm() const;
   // Decides each GPU's enforcement mode (GpuInfo::enforcement) and makes the MPS daemons'
   // keeper when one is "mps". Errors: an unknown mode, "mps" without its control program.
   // The GPUs the kernel's dmem controller, else NVML's per-cgroup limits, holds
