@@ -184,6 +184,7 @@ Result<Job> Controller::Submit(Job job, const Caller& caller, bool* duplicate) {
   MutexLock lock(mu_);
   active_[job.id] = job;
   Touched(job.id);
+  WatchAllocClientLocked(job, false);
   Unreserve(user, project, 1, reserved_bytes);
   reserved = 0;
   reserved_bytes = 0;
