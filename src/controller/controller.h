@@ -307,8 +307,8 @@ class Controller {
                                   std::optional<int> signal);
   // `hold`: keeps a pending job from starting until released (owner or admin; a hold an
   // admin put on another user's job is released by admins only). Holding a held job or
-  // releasing one that is not held changes nothing; a job that runs cannot be held.
-  Result<jobs::Job> Hold(int64_t id, const Caller& caller, bool hold);
+  // releasing one that is not held changes nothing (*changed: false); a running one is refused.
+  Result<jobs::Job> Hold(int64_t id, const Caller& caller, bool hold, bool* changed = nullptr);
   // checkpoint-done: the preempted job `id` (owner or admin) checkpointed: its grace ends.
   Result<jobs::Job> CheckpointDone(int64_t id, const Caller& caller);
   // The usage limits (limits.h) at their revision: anyone reads them; admins replace them
