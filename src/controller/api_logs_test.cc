@@ -57,6 +57,34 @@ class ApiLogRelayTest : public ApiAccessTest {
   std::string vm_;
 };
 
+// A job whose output goes to /dev/null (-o /dev/null) has no log: `logs` and `logs -f`
+// were told "try again" (or waited on for good); they hear that nothing was kept.
+TEST_F(ApiLogRelayTest, AnOutputSentToDevNullIsSaidSoNotRetried) {
+  EXPECT_EQ(WithToken(vm_, "POST", "/v1/agent/register", {}, RegisterBody("vm", 2)).status, 200);
+  net::HttpResponse sub = AsUid(0, "POST", "/v1/jobs", {},
+                                R"({"command": ["sleep", "60"], "request": {"gpus": 1},
+                                    "workdir": "/", "output": "/dev/null"})");
+  ASSERT_EQ(sub.status, 201) << sub.body;
+  const int64_t id = ParseJson(sub.body, "answer").value()["job"]["id"].get<int64_t>();
+  ASSERT_TRUE(controller_->ScheduleOnce().ok());
+  ASSERT_EQ(WithToken(vm_, "GET", "/v1/agent/work", {{"node", "vm"}}).status, 200);
+  const std::string started = R"({"node": "vm", "events": [{"job_id": )" + std::to_string(id) +
+                              R"(, "attempt": 1, "kind": "started", "stdout_path": "/dev/null",
+         "stderr_path": "/dev/null"}]})";
+  ASSERT_EQ(WithToken(vm_, "POST", "/v1/agent/events", {}, started).status, 200);
+  for (const char* stream : {"stdout", "stderr"}) {
+    for (const char* wait_ms : {"0", "200"}) {  // logs; logs -f
+      net::HttpResponse r = AsUid(0, "GET", "/v1/jobs/" + std::to_string(id) + "/logs",
+                                  {{"stream", stream}, {"wait_ms", wait_ms}});
+      EXPECT_EQ(r.status, 409) << r.body;
+      EXPECT_EQ(Error(r), "job " + std::to_string(id) + "'s " + stream +
+                              " goes to /dev/null (-o /dev/null): nothing was kept, so there "
+                              "is nothing to show or follow")
+          << r.body;
+    }
+  }
+}
+
 TEST_F(ApiLogRelayTest, AReadTheNodeCouldNotServeIsAnErrorNotTheEnd) {
   const int64_t job = EndedJobOnVm();
   int64_t asked = -1;

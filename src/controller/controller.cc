@@ -399,6 +399,7 @@ Status Controller::Load() {
   for (Job& j : jobs) {
     const int64_t id = j.id;
     if (Occupies(j)) lifecycle::NormalizeTasks(j);
+    WatchAllocClientLocked(j, true);
     active_.emplace_hint(active_.end(), id, std::move(j));  // listed by id: each goes last
     Touched(id);
   }

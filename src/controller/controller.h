@@ -307,8 +307,8 @@ class Controller {
                                   std::optional<int> signal);
   // `hold`: keeps a pending job from starting until released (owner or admin; a hold an
   // admin put on another user's job is released by admins only). Holding a held job or
-  // releasing one that is not held changes nothing; a job that runs cannot be held.
-  Result<jobs::Job> Hold(int64_t id, const Caller& caller, bool hold);
+  // releasing one that is not held changes nothing (*changed: false); a running one is refused.
+  Result<jobs::Job> Hold(int64_t id, const Caller& caller, bool hold, bool* changed = nullptr);
   // checkpoint-done: the preempted job `id` (owner or admin) checkpointed: its grace ends.
   Result<jobs::Job> CheckpointDone(int64_t id, const Caller& caller);
   // The usage limits (limits.h) at their revision: anyone reads them; admins replace them
@@ -572,8 +572,7 @@ class Controller {
   // out its effects: stop orders, strays, pending reasons, wake-ups. mu_ held.
   void Install(lifecycle::Transition t) REQUIRES(mu_);
   LaunchOrder MakeLaunchOrder(const jobs::Job& job, size_t task_index) const REQUIRES(mu_);
-  // How a `gpupool run` job's command ended: a copy, as the session may be collected
-  // while the job's end is written.
+  // How a `gpupool run` job's command ended: a copy (its session may be gone by the write).
   struct CommandEnd {
     int64_t job_id = 0;
     int attempt = 0;
@@ -588,12 +587,13 @@ class Controller {
   // goes in `ended`, for the caller to commit once it lets mu_ go (CommitCommandEnds).
   void ExecReported(const std::string& node, const protocol::ExecReport& r,
                     std::vector<CommandEnd>* ended) REQUIRES(mu_);
-  // Under mu_: the checks and the session of StartExec; the task's checks; dropping
-  // sessions long ended.
+  // Under mu_: StartExec's checks and session; the task's checks; dropping sessions long ended.
   Result<int64_t> StartExecLocked(int64_t job_id, int task_index, std::vector<std::string> argv,
                                   const Caller& caller, ExecOptions io) REQUIRES(mu_);
   Status CheckExecTargetLocked(const jobs::Job& job, int task, const ExecOptions& io) REQUIRES(mu_);
   void PruneExecSessionsLocked(int64_t mono_us) REQUIRES(mu_);
+  // A client_keepalive alloc's client silence counts from now (Submit; Load: + the grace).
+  void WatchAllocClientLocked(const jobs::Job& job, bool loaded) REQUIRES(mu_);
   // Under mu_: ends session `exec_id` for its client (gone, or stopped it) and has its
   // agent stop the command; a `gpupool run` job's command end goes in `ended`.
   void HangUpLocked(int64_t exec_id, const std::string& reason, std::vector<CommandEnd>* ended)

@@ -449,5 +449,80 @@ TEST_F(RunJobTest, AllocHoldsWithoutACommandAndBadCombinationsAreRefused) {
   refused(bad, "mpi");
 }
 
+// Issue: gpupool alloc killed while its job waited held the allocation for good once the
+// job started (its keep-alive began with COMMAND). A job it marks client_keepalive is
+// watched from its submission: withdrawn while it waits, released once it runs, and still
+// watched after a restart of the controller (the mark is stored with the job).
+TEST_F(RunJobTest, AnAllocWhoseClientWentAwayWhileItWaitedIsWithdrawnOrReleased) {
+  Job hog = SubmitGang();  // every GPU of the pool
+  auto submit_alloc = [&](bool keepalive) {
+    Job a = MakeJob(1);
+    a.interactive = "alloc";
+    a.command.clear();
+    a.client_keepalive = keepalive;
+    a = c_->Submit(a, alice_).value();
+    EXPECT_TRUE(c_->ScheduleOnce().ok());
+    EXPECT_EQ(Get(a.id).state, JobState::kPending);
+    return a;
+  };
+  const std::string withdrawn =
+      "its client went away (no word from gpupool alloc for 15 s): the request was withdrawn";
+  // Alive while it waits: kept; silent for the client timeout: withdrawn.
+  Job a = submit_alloc(true);
+  Job never = submit_alloc(true);  // killed before its first word
+  Job old = submit_alloc(false);   // an older client: watched from its first word only
+  clock_.AdvanceMicros(10'000'000);
+  ASSERT_TRUE(c_->AllocAlive(a.id, alice_).ok());
+  clock_.AdvanceMicros(6'000'000);
+  ASSERT_TRUE(c_->SweepExecClients().ok());
+  EXPECT_EQ(Get(a.id).state, JobState::kPending);
+  EXPECT_EQ(Get(never.id).state, JobState::kCancelled);
+  EXPECT_EQ(Get(never.id).reason, withdrawn);
+  clock_.AdvanceMicros(10'000'000);
+  ASSERT_TRUE(c_->SweepExecClients().ok());
+  EXPECT_EQ(Get(a.id).state, JobState::kCancelled);
+  EXPECT_EQ(Get(a.id).reason, withdrawn);
+  EXPECT_EQ(Get(old.id).state, JobState::kPending);
+  ASSERT_TRUE(c_->Cancel(old.id, alice_).ok());
+
+  // A restart keeps the mark; the client has the restart grace to find the new
+  // controller (kRestartGraceUs, 15 s, over a 5 s client timeout here).
+  Job waiting = submit_alloc(true);
+  ControllerOptions options;
+  options.exec_client_timeout_us = 5'000'000;
+  Restart(options);
+  EXPECT_TRUE(Get(waiting.id).client_keepalive);
+  clock_.AdvanceMicros(14'000'000);
+  ASSERT_TRUE(c_->SweepExecClients().ok());
+  EXPECT_EQ(Get(waiting.id).state, JobState::kPending);
+  clock_.AdvanceMicros(2'000'000);
+  ASSERT_TRUE(c_->SweepExecClients().ok());
+  EXPECT_EQ(Get(waiting.id).state, JobState::kCancelled);
+  EXPECT_EQ(Get(waiting.id).reason,
+            "its client went away (no word from gpupool alloc for 5 s): the request was "
+            "withdrawn");
+
+  // Its client killed while it waited, the job starts later: released all the same.
+  Job late = submit_alloc(true);
+  clock_.AdvanceMicros(10'000'000);
+  ASSERT_TRUE(c_->Cancel(hog.id, alice_).ok());
+  hog = Get(hog.id);
+  ASSERT_TRUE(Apply({Exit(hog, 0, 0, true)}, NodeOf(hog, 0)).ok());
+  ASSERT_TRUE(Apply({Exit(hog, 1, 0, true)}, NodeOf(hog, 1)).ok());
+  ASSERT_TRUE(jobs::IsTerminal(Get(hog.id).state));
+  ASSERT_TRUE(c_->ScheduleOnce().ok());
+  late = Get(late.id);
+  ASSERT_EQ(late.state, JobState::kAssigned);
+  ASSERT_TRUE(Apply({Ev(late, protocol::EventKind::kStarted)}, NodeOf(late, 0)).ok());
+  ASSERT_EQ(Get(late.id).state, JobState::kRunning);
+  clock_.AdvanceMicros(6'000'000);
+  ASSERT_TRUE(c_->SweepExecClients().ok());
+  late = Get(late.id);
+  EXPECT_TRUE(late.cancel_requested);
+  EXPECT_EQ(late.reason,
+            "its client went away (no word from gpupool alloc for 5 s): the allocation was "
+            "released");
+}
+
 }  // namespace
 }  // namespace gpupool::controller::controller_test

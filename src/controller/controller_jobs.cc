@@ -186,6 +186,7 @@ Result<Job> Controller::Submit(Job job, const Caller& caller, bool* duplicate) {
   MutexLock lock(mu_);
   active_[job.id] = job;
   Touched(job.id);
+  WatchAllocClientLocked(job, false);
   Unreserve(user, project, 1, reserved_bytes);
   reserved = 0;
   reserved_bytes = 0;
@@ -731,12 +732,13 @@ Result<ArrayCancelled> Controller::CancelArray(int64_t array_id, const Caller& c
   return out;
 }
 
-Result<Job> Controller::Hold(int64_t id, const Caller& caller, bool hold) {
+Result<Job> Controller::Hold(int64_t id, const Caller& caller, bool hold, bool* changed) {
   auto event = [&](const Job& job) -> lifecycle::Event {
     if (hold) return lifecycle::Hold{caller.user, caller.admin && caller.uid != job.uid};
     return lifecycle::Release{caller.user, caller.admin};
   };
   std::optional<Job> owner;  // the job's ids and owner, which never change
+  bool held_before = false;
   {
     Lock lock(mu_);
     if (auto it = active_.find(id); it != active_.end()) {
@@ -744,11 +746,13 @@ Result<Job> Controller::Hold(int64_t id, const Caller& caller, bool hold) {
       owner->id = id;
       owner->uid = it->second.uid;
       owner->user = it->second.user;
+      held_before = !it->second.held_by.empty();
     }
   }
   if (owner) {
     Result<Job> r = CommitOne(
         {id, event(*owner), [&caller](const Job& job) { return CheckOwner(job, caller); }});
+    if (r.ok() && changed != nullptr) *changed = held_before != !r->held_by.empty();
     if (r.ok() || r.status().code() != StatusCode::kNotFound) return r;
   }
   GP_ASSIGN_OR_RETURN(Job job, store_->GetJob(id));

@@ -381,9 +381,12 @@ Status Controller::SweepExecClients() {
       if (mono - x.client_seen_mono_us <= timeout) continue;
       HangUpLocked(id, "its terminal went away (no word from the client for " + secs + ")", &ended);
     }
+    // Allocations whose client said it is alive (or, marked client_keepalive, was
+    // submitted): released once it is silent, or withdrawn while they wait.
     for (auto it = alloc_seen_mono_us_.begin(); it != alloc_seen_mono_us_.end();) {
       auto j = active_.find(it->first);
-      if (j == active_.end() || !internal::Occupies(j->second)) {
+      if (j == active_.end() ||
+          !(internal::Occupies(j->second) || j->second.state == JobState::kPending)) {
         it = alloc_seen_mono_us_.erase(it);
         continue;
       }
@@ -426,6 +429,16 @@ Result<int64_t> Controller::AllocAlive(int64_t id, const Caller& caller) {
   }
   alloc_seen_mono_us_[id] = clock_->MonotonicMicros();
   return options_.exec_client_timeout_us / 1'000'000;
+}
+
+void Controller::WatchAllocClientLocked(const Job& job, bool loaded) {
+  if (job.interactive != "alloc" || !job.client_keepalive || jobs::IsTerminal(job.state)) return;
+  // The sweep counts the timeout from here. After a restart (Load) the client may be in
+  // its retries yet: it has kRestartGraceUs at least to find this controller.
+  const int64_t grace =
+      loaded ? std::max<int64_t>(0, internal::kRestartGraceUs - options_.exec_client_timeout_us)
+             : 0;
+  alloc_seen_mono_us_[job.id] = clock_->MonotonicMicros() + grace;
 }
 
 // The sessions' start, waits, cancels and reports (moved from controller.cc).

@@ -5,11 +5,16 @@
 #include <limits>
 #include <map>
 
+#include "controller/job_words.h"
+
 namespace gpupool::controller::lifecycle {
 namespace {
 
 using jobs::Job;
 using jobs::JobState;
+using words::SignalText;
+using words::TaskName;
+using words::TaskOutcome;
 
 constexpr std::string_view kRequeuedPrefix = "requeued: ";  // a requeued job's reason
 
@@ -58,62 +63,6 @@ std::string NodeTimeLog(const Job& job, const std::string& node, int task, const
 // was kept.
 std::string PreemptorName(const Job& job) {
   return job.preempted_by_name.empty() ? std::to_string(job.preempted_by) : job.preempted_by_name;
-}
-
-// "task 1 (node n2)".
-std::string TaskName(const Job& job, size_t t) {
-  std::string s = "task " + std::to_string(t);
-  if (t < job.placement.size()) s += " (node " + job.placement[t].node + ")";
-  return s;
-}
-
-// What an old agent's task end says beyond the signal that ended it: its words less their
-// "ended by SIGKILL" part, as the node's GPU memory watch or the kernel's OOM killer gives
-// them (empty when that part is all there is). Only for an agent that sends no kill
-// cause (or one this controller does not know): a newer one sends the words apart.
-std::string OldAgentBeyondTheSignal(const std::string& reason) {
-  std::string r = reason;
-  if (size_t at = r.rfind(" (ended by "); at != std::string::npos && r.ends_with(')')) {
-    r.erase(at);
-  } else if (size_t semi = r.rfind("; ended by "); semi != std::string::npos) {
-    r.erase(semi);
-  }
-  return r.starts_with("ended by ") ? std::string() : r;
-}
-
-// What a task's end says beyond the signal that ended it: its kill cause's words.
-std::string BeyondTheSignal(const jobs::TaskStatus& t) {
-  const std::optional<protocol::KillCause> cause = protocol::ParseKillCause(t.kill_cause);
-  if (cause && *cause != protocol::KillCause::kUnknown) return t.kill_detail;
-  return OldAgentBeyondTheSignal(t.reason);
-}
-
-// How a task ended, in words: "exited with code 3", "was killed by signal 9", ...
-std::string TaskOutcome(const jobs::TaskStatus& t) {
-  if (t.timed_out) return "reached its time limit";
-  if (t.signal) {
-    const std::string beyond = BeyondTheSignal(t);
-    return "was killed by signal " + std::to_string(*t.signal) +
-           (beyond.empty() ? "" : ": " + beyond);
-  }
-  if (t.exit_code) return "exited with code " + std::to_string(*t.exit_code);
-  return t.reason.empty() ? std::string("could not be started")
-                          : "could not be started: " + t.reason;
-}
-
-std::string SignalText(int sig) {
-  switch (sig) {
-    case 1:
-      return "SIGHUP";
-    case 2:
-      return "SIGINT";
-    case 9:
-      return "SIGKILL";
-    case 15:
-      return "SIGTERM";
-    default:
-      return "signal " + std::to_string(sig);
-  }
 }
 
 Transition Unchanged(const Job& job) {
@@ -621,22 +570,28 @@ Result<Transition> OnAgentForgot(const Job& job, const AgentForgot& e, int64_t n
               e.node, now_us);
 }
 
+// A pending job ends CANCELLED for `reason`; a pass at once: what it held back in the
+// plan may start.
+Transition CancelPending(const Job& job, std::string reason, int64_t now_us) {
+  Job next = job;
+  next.state = JobState::kCancelled;
+  next.end_time_us = now_us;
+  next.reason = std::move(reason);
+  next.pending_reason.clear();
+  Transition t = Changed(job, std::move(next));
+  t.effects.ended = true;
+  t.effects.freed = true;
+  t.effects.pending_reason_changed = true;
+  return t;
+}
+
 Result<Transition> OnCancel(const Job& job, const CancelRequested& e, int64_t now_us) {
   if (jobs::IsTerminal(job.state)) {
     return Status::FailedPrecondition("job " + UserJobId(job) + " has already ended (" +
                                       StateOf(job) + ")");
   }
   if (job.state == JobState::kPending) {
-    Job next = job;
-    next.state = JobState::kCancelled;
-    next.end_time_us = now_us;
-    next.reason = "cancelled by " + e.by + " while pending";
-    next.pending_reason.clear();
-    Transition t = Changed(job, std::move(next));
-    t.effects.ended = true;
-    t.effects.freed = true;  // a pass at once: what it held back in the plan may start
-    t.effects.pending_reason_changed = true;
-    return t;
+    return CancelPending(job, "cancelled by " + e.by + " while pending", now_us);
   }
   if (job.cancel_requested && job.preempted_by == 0) return Unchanged(job);
   Job next = job;
@@ -687,14 +642,7 @@ Result<Transition> OnRelease(const Job& job, const Release& e) {
 
 Result<Transition> OnDependencyFailed(const Job& job, const DependencyFailed& e, int64_t now_us) {
   if (job.state != JobState::kPending) return Unchanged(job);
-  Job next = job;
-  next.state = JobState::kCancelled;
-  next.end_time_us = now_us;
-  next.reason = "dependency can never be met: " + e.why;
-  next.pending_reason.clear();
-  Transition t = Changed(job, std::move(next));
-  t.effects.ended = true;
-  t.effects.pending_reason_changed = true;
+  Transition t = CancelPending(job, "dependency can never be met: " + e.why, now_us);
   t.effects.log = "job " + Id(job) + " ended: " + t.next.reason;
   return t;
 }
@@ -724,6 +672,15 @@ Result<Transition> OnCommandEnded(const Job& job, const CommandEnded& e, int64_t
 }
 
 Result<Transition> OnClientAbsent(const Job& job, const ClientAbsent& e, int64_t now_us) {
+  if (e.alloc && job.interactive == "alloc" && job.state == JobState::kPending) {
+    // Its client went away while it waited (gpupool alloc killed): nobody would use it.
+    Transition t = CancelPending(job,
+                                 "its client went away (no word from gpupool alloc for " +
+                                     std::to_string(e.timeout_s) + " s): the request was withdrawn",
+                                 now_us);
+    t.effects.log = "job " + Id(job) + " ended: " + t.next.reason;
+    return t;
+  }
   if (!Occupies(job) || job.interactive != (e.alloc ? "alloc" : "run") || job.cancel_requested) {
     return Unchanged(job);
   }

@@ -123,7 +123,8 @@ struct CommandEnded {
 };
 // A `gpupool run` job's client did not attach within `timeout_s` of its start; with
 // `alloc`, a `gpupool alloc` job's client said nothing for `timeout_s` (POST
-// /v1/jobs/ID/alive): the allocation is released.
+// /v1/jobs/ID/alive): the allocation is released, or, while it waits, the request is
+// withdrawn (it ends CANCELLED).
 struct ClientAbsent {
   int64_t timeout_s = 0;
   bool alloc = false;

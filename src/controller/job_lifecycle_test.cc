@@ -338,6 +338,23 @@ TEST(JobLifecycleTest, ARunJobsOutcomeIsItsCommands) {
   t = Step(alloc, ClientAbsent{15, true}, kNow);
   EXPECT_TRUE(t->next.cancel_requested);
   EXPECT_NE(t->next.reason.find("no word from gpupool alloc for 15 s"), std::string::npos);
+  // Its client went away while it waited: the request is withdrawn, not left to start.
+  Job waiting;
+  waiting.id = 9;
+  waiting.interactive = "alloc";
+  waiting.pending_reason = "Resources";
+  EXPECT_FALSE(Step(waiting, ClientAbsent{15}, kNow)->changed);
+  t = Step(waiting, ClientAbsent{15, true}, kNow);
+  ASSERT_TRUE(t.ok());
+  EXPECT_EQ(t->next.state, JobState::kCancelled);
+  EXPECT_EQ(t->next.end_time_us, kNow);
+  EXPECT_TRUE(t->effects.ended);
+  EXPECT_EQ(t->next.reason,
+            "its client went away (no word from gpupool alloc for 15 s): the request was "
+            "withdrawn");
+  // A batch job that waits is no client's.
+  waiting.interactive.clear();
+  EXPECT_FALSE(Step(waiting, ClientAbsent{15, true}, kNow)->changed);
 }
 
 // A gang ending LOST ends its tasks' records with it: the one that ran until now, the one

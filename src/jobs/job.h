@@ -218,6 +218,13 @@ struct Job {
   // no command; the tasks hold the allocation for gpupool exec until it is cancelled or
   // its time limit. Empty: a batch job.
   std::string interactive;
+  // alloc: its client says it is alive (POST /v1/jobs/ID/alive) from its submission on,
+  // while the job waits as while it holds (gpupool alloc sets it). Once the client falls
+  // silent for the server's client timeout the request is withdrawn (pending) or the
+  // allocation released (running): a client killed while its job waited no longer holds
+  // the allocation for good once the job starts. Without it only a client that has said
+  // it is alive once is watched (older clients).
+  bool client_keepalive = false;
   // A client-made idempotency key (submit_key): a submission retried with the same key
   // by the same user (after a timeout or a controller failover) is created once.
   std::string submit_key;

@@ -184,6 +184,18 @@ Result<TaskStatus> TaskStatusFromJson(const Json& j, std::string_view path, bool
   return t;
 }
 
+namespace {
+
+OrderedJson MountsToJson(const std::vector<Mount>& list) {
+  OrderedJson mounts = OrderedJson::array();
+  for (const Mount& m : list) {
+    mounts.push_back({{"source", m.source}, {"target", m.target}, {"read_only", m.read_only}});
+  }
+  return mounts;
+}
+
+}  // namespace
+
 OrderedJson JobToJson(const Job& job) {
   OrderedJson j;
   j["id"] = job.id;
@@ -196,13 +208,7 @@ OrderedJson JobToJson(const Job& job) {
   j["env"] = job.env.get();
   j["workdir"] = job.workdir;
   if (!job.image.empty()) j["image"] = job.image;
-  if (!job.mounts.empty()) {
-    OrderedJson mounts = OrderedJson::array();
-    for (const Mount& m : job.mounts) {
-      mounts.push_back({{"source", m.source}, {"target", m.target}, {"read_only", m.read_only}});
-    }
-    j["mounts"] = std::move(mounts);
-  }
+  if (!job.mounts.empty()) j["mounts"] = MountsToJson(job.mounts);
   if (!job.environment.empty()) j["environment"] = job.environment;
   if (!job.env_dir.empty()) j["env_dir"] = job.env_dir;
   if (!job.needs.empty()) j["needs"] = NeedsToJson(job.needs);
@@ -216,6 +222,7 @@ OrderedJson JobToJson(const Job& job) {
   if (job.enforce_memory) j["enforce_memory"] = true;
   if (job.mpi) j["mpi"] = true;
   if (!job.interactive.empty()) j["interactive"] = job.interactive;
+  if (job.client_keepalive) j["client_keepalive"] = true;
   if (!job.submit_key.empty()) j["submit_key"] = job.submit_key;
   if (job.pty) j["pty"] = true;
   if (job.command_ended) {
@@ -538,6 +545,7 @@ Result<Job> JobFromJson(const Json& j, std::string_view path, bool reject_unknow
   f.Optional("enforce_memory", &job.enforce_memory);
   f.Optional("mpi", &job.mpi);
   f.Optional("interactive", &job.interactive);
+  f.Optional("client_keepalive", &job.client_keepalive);
   f.Optional("submit_key", &job.submit_key);
   f.Optional("pty", &job.pty);
   f.Optional("command_ended", &job.command_ended);

@@ -67,6 +67,20 @@ TEST(JobJsonTest, RoundTrip) {
   EXPECT_EQ(*back, j);
 }
 
+// gpupool alloc's mark that its client says it is alive while the job waits: kept with
+// the job (the store keeps jobs as this JSON), so a restarted controller still watches it.
+TEST(JobJsonTest, AnAllocClientsKeepaliveMarkRoundTrips) {
+  Job j;
+  j.interactive = "alloc";
+  j.client_keepalive = true;
+  const OrderedJson json = JobToJson(j);
+  EXPECT_EQ(json.value("client_keepalive", false), true);
+  Result<Job> back = JobFromJson(Json::parse(DumpJson(json)));
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_TRUE(back->client_keepalive);
+  EXPECT_FALSE(JobToJson(Job{}).contains("client_keepalive"));
+}
+
 // The preemptor's name as its user knows it ("7_3") is kept with the job (the store keeps
 // jobs as this JSON), beside its store id.
 TEST(JobJsonTest, APreemptorsNameRoundTrips) {

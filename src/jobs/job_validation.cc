@@ -286,6 +286,11 @@ Status ValidateSubmission(const Job& job) {
         "pty: a terminal is for the command of gpupool run; with gpupool alloc, use gpupool "
         "exec --pty");
   }
+  if (job.client_keepalive && job.interactive != "alloc") {
+    return Status::InvalidArgument(
+        "client_keepalive: only a gpupool alloc job (interactive \"alloc\") has a client that "
+        "says it is alive; drop it");
+  }
   if (!job.interactive.empty() && job.mpi) {
     return Status::InvalidArgument("mpi: gpupool " + job.interactive +
                                    " holds every task already; run mpirun in it without --mpi");

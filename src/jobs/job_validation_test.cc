@@ -146,6 +146,20 @@ TEST(SubmissionTest, PreemptionFieldsNeedAPreemptibleBatchJob) {
             "--min-runtime and --grace");
 }
 
+// client_keepalive is gpupool alloc's mark; on any other job it is refused by name.
+TEST(SubmissionTest, ClientKeepaliveIsForAnAllocOnly) {
+  Job j;
+  j.command = {"true"};
+  j.client_keepalive = true;
+  Status s = ValidateSubmission(j);
+  EXPECT_TRUE(s.message().starts_with("client_keepalive: only a gpupool alloc job")) << s.message();
+  j.interactive = "run";
+  EXPECT_FALSE(ValidateSubmission(j).ok());
+  j.interactive = "alloc";
+  j.command.clear();
+  EXPECT_TRUE(ValidateSubmission(j).ok()) << ValidateSubmission(j).message();
+}
+
 // A share is sized by gpu_milli or by gpu_memory_bytes, and the bytes are bytes: the docs
 // audit found both accepted (the memory won and gpu_milli was dropped without a word; 10
 // bytes, meant as 10 GiB, scheduled as the smallest share).

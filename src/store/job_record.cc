@@ -16,7 +16,8 @@ namespace {
 // What a user sets at submit time and nothing changes later. A field here that did
 // change would still be stored right (the changed spec is stored as another row), only
 // not shared.
-constexpr std::array<std::string_view, 32> kSpecKeys = {
+// clang-format off
+constexpr std::array<std::string_view, 33> kSpecKeys = {
     "user",          "uid",
     "gid",           "project",
     "name",          "command",
@@ -33,7 +34,9 @@ constexpr std::array<std::string_view, 32> kSpecKeys = {
     "script",        "output",
     "error",         "preemptible",
     "min_runtime_s", "preempt_grace_s",
+    "client_keepalive",
 };
+// clang-format on
 
 bool IsSpecKey(std::string_view key) {
   for (std::string_view k : kSpecKeys) {

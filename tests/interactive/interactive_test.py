@@ -334,6 +334,50 @@ class InteractiveTest(unittest.TestCase):
                 os.killpg(p.pid, signal.SIGKILL)
                 p.wait()
 
+    def test_an_alloc_killed_while_it_waits_holds_nothing(self):
+        # Killed outright while its job waits for GPUs: the request is withdrawn, or, if the
+        # job starts first, its allocation released; it used to start and hold for good.
+        hog = self.pool.cli("submit", "--gpus", "4", "--", "sleep", "1000")
+        self.assertEqual(hog.returncode, 0, hog.stderr)
+        hog_id = int(hog.stdout.split()[-1])
+        procs = []
+
+        def killed_alloc():
+            p = subprocess.Popen([GPUPOOL, "alloc", "--gpus", "1", "--", "sleep", "1000"],
+                                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                 stderr=subprocess.PIPE, text=True, env=self.pool.env,
+                                 start_new_session=True)
+            procs.append(p)
+            jid = job_id_of(p.stderr.readline())  # "job N submitted"
+            self.assertIn("waits", p.stderr.readline())
+            os.killpg(p.pid, signal.SIGKILL)
+            p.wait()
+            return jid
+
+        went_away = "its client went away (no word from gpupool alloc for %d s)" % CLIENT_TIMEOUT_S
+        try:
+            self.pool.wait(hog_id, ("RUNNING",))
+            jid = killed_alloc()
+            start = time.time()
+            job = self.pool.wait(jid, pooltest.FINAL_STATES, timeout=CLIENT_TIMEOUT_S + 20)
+            self.assertEqual(job["state"], "CANCELLED", job)
+            self.assertIn(went_away + ": the request was withdrawn", job["reason"])
+            print("  alloc killed while waiting: withdrawn %.1f s after the kill" %
+                  (time.time() - start))
+            # The repro: killed while waiting, then the GPUs free up at once.
+            jid = killed_alloc()
+            self.pool.cli("cancel", str(hog_id))
+            job = self.pool.wait(jid, pooltest.FINAL_STATES, timeout=CLIENT_TIMEOUT_S + 30)
+            self.assertEqual(job["state"], "CANCELLED", job)
+            self.assertIn(went_away, job["reason"])
+        finally:
+            for p in procs:
+                if p.poll() is None:
+                    os.killpg(p.pid, signal.SIGKILL)
+                    p.wait()
+            self.pool.cli("cancel", str(hog_id))
+            self.pool.wait(hog_id, pooltest.FINAL_STATES)
+
     def test_bad_requests_name_the_fix(self):
         r = self.pool.cli("run", "--gpus", "1")
         self.assertEqual(r.returncode, 2)

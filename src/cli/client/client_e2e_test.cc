@@ -794,6 +794,27 @@ TEST_F(ClientE2eTest, HoldAndReleaseEachJobAndFailIfAnyFailed) {
   EXPECT_EQ(Run({"hold", "x7"}).code, 2);
 }
 
+// Releasing a job that is not held (or holding a held one) changes nothing: the client
+// says so plainly, with the job's state, and exits 0 as for a no-op; it printed
+// "Released job 9".
+TEST_F(ClientE2eTest, ReleasingAJobNotHeldSaysSoPlainly) {
+  Serve([](const HttpRequest& r) {
+    if (r.path == "/v1/jobs/9/release") {
+      return JsonAnswer(200, R"({"job": {"id": 9, "state": "PENDING"}, "changed": false})");
+    }
+    return JsonAnswer(200, R"({"job": {"id": 9, "state": "PENDING", "held_by": "alice"},
+                               "changed": false})");
+  });
+  RunResult r = Run({"release", "9"});
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.out, "");
+  EXPECT_EQ(r.err, "gpupool: job 9 is not held (PENDING); nothing to release\n");
+  r = Run({"hold", "9"});
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.out, "");
+  EXPECT_EQ(r.err, "gpupool: job 9 is held already (PENDING, held by alice); nothing to hold\n");
+}
+
 TEST_F(ClientE2eTest, NodeDrainNeedsAReasonAndSaysWhatTheNodeDoesNow) {
   Serve([](const HttpRequest& r) {
     if (r.path == "/v1/nodes/n1/drain") {

@@ -270,6 +270,13 @@ void RunCancel(const ClientRuntime& rt, const CancelState& s) {
   rt.ctx->exit_code = first_failure;
 }
 
+// "PENDING, held by alice" for a held job's answer.
+std::string HeldByText(const Json& job) {
+  std::string text = GetString(job, "state");
+  if (const std::string by = GetString(job, "held_by"); !by.empty()) text += ", held by " + by;
+  return text;
+}
+
 // Holds or releases each job in turn, like RunCancel.
 void RunHold(const ClientRuntime& rt, const IdsState& s, bool hold) {
   auto refs = JobRefs(s.ids);
@@ -282,6 +289,15 @@ void RunHold(const ClientRuntime& rt, const IdsState& s, bool hold) {
     if (!answer.ok()) {
       Report(rt, ForJob(answer.status(), name));
       if (first_failure == kExitOk) first_failure = rt.ctx->exit_code;
+      continue;
+    }
+    // Nothing to do (held already, or not held): said plainly, on stderr; a no-op exits 0.
+    if (!GetBool(answer->json, "changed", true)) {
+      const Json& job = GetObject(answer->json, "job");
+      *rt.env.err << "gpupool: job " << name
+                  << (hold
+                          ? " is held already (" + HeldByText(job) + "); nothing to hold\n"
+                          : " is not held (" + GetString(job, "state") + "); nothing to release\n");
       continue;
     }
     Print(rt, std::string(hold ? "Held" : "Released") + " job " + name + "\n");

@@ -37,11 +37,12 @@ struct RunState {
   bool quiet = false;
 };
 
-// While an allocation's COMMAND runs: tells the controller its client is alive (POST
-// /v1/jobs/ID/alive) a third of the controller's client timeout apart (at most 5 s), so
-// that an alloc killed outright, or whose machine is lost, has its allocation released
-// after that timeout instead of held for good. Stops when destroyed, or once the job has
-// ended (or the controller has no such endpoint).
+// From an allocation's submission until its COMMAND ends: tells the controller its client
+// is alive (POST /v1/jobs/ID/alive) a third of the controller's client timeout apart (at
+// most 5 s), so that an alloc killed outright, or whose machine is lost, has its request
+// withdrawn (while the job waits) or its allocation released after that timeout instead
+// of held for good. Stops when destroyed, or once the job has ended (or the controller
+// has no such endpoint).
 class AllocKeepAlive {
  public:
   AllocKeepAlive(ApiClient api, int64_t id)
@@ -117,7 +118,12 @@ Result<int64_t> SubmitInteractive(const ClientRuntime& rt, const ApiClient& api,
   GP_RETURN_IF_ERROR(
       AddExport(s.flags, rt.env.environ ? rt.env.environ() : std::vector<std::string>{}, &body));
   body["interactive"] = mode;
-  if (mode == "alloc") body["command"] = OrderedJson::array();
+  if (mode == "alloc") {
+    body["command"] = OrderedJson::array();
+    // It says it is alive from now on (AllocKeepAlive): killed while the job waits, the
+    // request is withdrawn instead of starting an allocation nobody holds.
+    body["client_keepalive"] = true;
+  }
   if (s.pty) {
     body["pty"] = true;
     // The terminal's type and language go with it whatever --export says (clear, top, vi).
@@ -197,6 +203,9 @@ Status RunAlloc(const ClientRuntime& rt, const RunState& s) {
   GP_ASSIGN_OR_RETURN(ApiClient api, Connect(rt, s.conn));
   GP_ASSIGN_OR_RETURN(int64_t id, SubmitInteractive(rt, api, s, "alloc"));
   if (!s.quiet) *rt.env.err << "gpupool: job " << id << " submitted\n" << std::flush;
+  // Alive while the job waits as while COMMAND runs (the job is marked client_keepalive).
+  std::optional<AllocKeepAlive> alive;
+  alive.emplace(api, id);
   Json job;
   GP_RETURN_IF_ERROR(WaitUntilPlaced(rt, api, id, s.quiet, &job).status());
   std::string nodes;
@@ -228,8 +237,6 @@ Status RunAlloc(const ClientRuntime& rt, const RunState& s) {
   for (std::string& a : command) argv.push_back(a.data());
   argv.push_back(nullptr);
   std::cout.flush();
-  std::optional<AllocKeepAlive> alive;
-  alive.emplace(api, id);
   const pid_t pid = ::fork();
   if (pid == 0) {
     ::execvp(argv[0], argv.data());

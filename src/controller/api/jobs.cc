@@ -443,16 +443,25 @@ net::HttpResponse CancelJobOrArray(const ApiContext& ctx, const Call& c) {
   return JsonResponse(200, {{"job", jobs::JobToJson(*j)}});
 }
 
-net::HttpResponse HoldJob(const ApiContext& ctx, const Call& c) {
-  Result<jobs::Job> j = ctx.controller->Hold(c.id, c.caller, /*hold=*/true);
+namespace {
+
+// `changed`: false when the job was held already (hold) or not held (release): the
+// client says so instead of "Released".
+net::HttpResponse HoldOrRelease(const ApiContext& ctx, const Call& c, bool hold) {
+  bool changed = true;
+  Result<jobs::Job> j = ctx.controller->Hold(c.id, c.caller, hold, &changed);
   if (!j.ok()) return ErrorResponse(j.status());
-  return JsonResponse(200, {{"job", jobs::JobToJson(*j)}});
+  return JsonResponse(200, {{"job", jobs::JobToJson(*j)}, {"changed", changed}});
+}
+
+}  // namespace
+
+net::HttpResponse HoldJob(const ApiContext& ctx, const Call& c) {
+  return HoldOrRelease(ctx, c, /*hold=*/true);
 }
 
 net::HttpResponse ReleaseJob(const ApiContext& ctx, const Call& c) {
-  Result<jobs::Job> j = ctx.controller->Hold(c.id, c.caller, /*hold=*/false);
-  if (!j.ok()) return ErrorResponse(j.status());
-  return JsonResponse(200, {{"job", jobs::JobToJson(*j)}});
+  return HoldOrRelease(ctx, c, /*hold=*/false);
 }
 
 net::HttpResponse CheckpointDone(const ApiContext& ctx, const Call& c) {
@@ -499,6 +508,14 @@ net::HttpResponse ReadJobLogs(const ApiContext& ctx, const Call& c) {
       path.clear();  // not placed, or placed before per-task records
     }
     if (t < job->placement.size()) node = job->placement[t].node;
+    if (path == "/dev/null") {
+      // Nothing was kept: no node has it, and waiting would never find it (issue: "try again").
+      const bool own = stream == "stderr" && !job->error.empty();
+      return ErrorResponse(Status::FailedPrecondition(
+          "job " + lifecycle::UserJobId(*job) + "'s " + stream + " goes to /dev/null (" +
+          (own ? "-e" : "-o") + " /dev/null): nothing was kept, so there is nothing to show or " +
+          "follow"));
+    }
     const bool ended = jobs::IsTerminal(job->state);
     Result<LogRead> got = ReadJobLog(ctx.controller, *job, path, *offset, node);
     if (!got.ok() && (ended || *wait_ms == 0 || ctx.stopping->load())) {
