@@ -178,6 +178,36 @@ Status SchedulingPass::StartHeldFirst(ClusterState& cluster,
   return Status::Ok();
 }
 
+Result<std::unique_ptr<ReservationPlan>> SchedulingPass::PlanReservation(
+    ClusterState& cluster, int64_t now_s, std::span<const QueuedJob* const> pending,
+    std::span<const RunningJob> running, const PassResult& result, const QueuedJob& job,
+    const HeldResources* own, bool* ever) {
+  std::vector<RunningJob> running_now(running.begin(), running.end());
+  for (const PassResult::Started& s : result.started) {
+    running_now.push_back(RunningJob{pending[s.pending_index], now_s, s.placements});
+  }
+  if (!make_planning_policy_) {
+    return Status::FailedPrecondition("EASY backfill needs a planning placement policy");
+  }
+  GP_ASSIGN_OR_RETURN(std::unique_ptr<PlacementPolicy> planner, make_planning_policy_());
+  // What is held for the job is its own in its reservation.
+  if (own != nullptr) GP_RETURN_IF_ERROR(ReleaseGang(cluster, own->tasks, own->placements));
+  Result<std::unique_ptr<ReservationPlan>> made =
+      ReservationPlan::Make(cluster, now_s, running_now, job, *planner);
+  Result<bool> fits = true;
+  if (made.ok() && *made == nullptr) {
+    // A job that would not fit even with every running job gone (what is out of
+    // service holds resources no job releases) can never start here: it holds nobody
+    // back, and the next job that cannot start gets the reservation.
+    GP_ASSIGN_OR_RETURN(std::unique_ptr<PlacementPolicy> fresh, make_planning_policy_());
+    fits = FitsOnceAllEnd(cluster, running_now, job, *fresh);
+  }
+  if (own != nullptr) GP_RETURN_IF_ERROR(TakeBack(cluster, *own));
+  GP_RETURN_IF_ERROR(fits.status());
+  *ever = *fits;
+  return made;
+}
+
 std::vector<Task> SchedulingPass::StillFailing(const ClusterState& cluster) const {
   const std::vector<NodeFree>& last = failures_.nodes;
   if (failures_.tasks.empty()) return {};
@@ -331,31 +361,11 @@ Result<PassResult> SchedulingPass::Walk(ClusterState& cluster, int64_t now_s,
     blocked = true;
     if (options_.rule == StartRule::kStrict) break;
     if (options_.rule == StartRule::kSkipBlocked) continue;
-    std::vector<RunningJob> running_now(running.begin(), running.end());
-    for (const PassResult::Started& s : result.started) {
-      running_now.push_back(RunningJob{pending[s.pending_index], now_s, s.placements});
-    }
-    if (!make_planning_policy_) {
-      return Status::FailedPrecondition("EASY backfill needs a planning placement policy");
-    }
-    GP_ASSIGN_OR_RETURN(std::unique_ptr<PlacementPolicy> planner, make_planning_policy_());
-    // What is held for the job is its own in its reservation.
-    if (own != nullptr) GP_RETURN_IF_ERROR(ReleaseGang(cluster, own->tasks, own->placements));
-    Result<std::unique_ptr<ReservationPlan>> made =
-        ReservationPlan::Make(cluster, now_s, running_now, job, *planner);
-    Result<bool> ever = true;
-    if (made.ok() && *made == nullptr) {
-      // A job that would not fit even with every running job gone (what is out of
-      // service holds resources no job releases) can never start here: it holds nobody
-      // back, and the next job that cannot start gets the reservation.
-      GP_ASSIGN_OR_RETURN(std::unique_ptr<PlacementPolicy> fresh, make_planning_policy_());
-      ever = FitsOnceAllEnd(cluster, running_now, job, *fresh);
-    }
-    if (own != nullptr) GP_RETURN_IF_ERROR(TakeBack(cluster, *own));
-    GP_ASSIGN_OR_RETURN(plan, std::move(made));
+    bool ever = true;
+    GP_ASSIGN_OR_RETURN(plan,
+                        PlanReservation(cluster, now_s, pending, running, result, job, own, &ever));
     if (!plan) {
-      GP_RETURN_IF_ERROR(ever.status());
-      if (!*ever) {
+      if (!ever) {
         blocked = false;
         continue;
       }

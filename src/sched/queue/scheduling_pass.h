@@ -48,6 +48,7 @@
 #include "common/status.h"
 #include "sched/cluster_state.h"
 #include "sched/placement_policy.h"
+#include "sched/queue/easy_backfill.h"
 #include "sched/queue/queue_policy.h"
 #include "sched/queue/queued_job.h"
 
@@ -117,6 +118,13 @@ class SchedulingPass {
     std::unordered_set<std::string> refused;
   };
 
+  // Under easy, the reservation of `job`, the first that cannot start, given what runs and
+  // what the pass started (`own`: what is held for it, its own there). Null when none:
+  // with *ever false when it would not fit even with every running job gone.
+  Result<std::unique_ptr<ReservationPlan>> PlanReservation(
+      ClusterState& cluster, int64_t now_s, std::span<const QueuedJob* const> pending,
+      std::span<const RunningJob> running, const PassResult& result, const QueuedJob& job,
+      const HeldResources* own, bool* ever);
   // Tries the jobs `held` is for (see Run): fills `hold_of` (by pending index) and
   // `started_first`, and adds their starts to `result`.
   Status StartHeldFirst(ClusterState& cluster, std::span<const QueuedJob* const> pending,
