@@ -92,6 +92,7 @@ Result<int> OpenOutputFile(const std::string& path, const OutputUser& who, bool 
   }
   struct stat st {};
   std::string refuse;
+  // NOLINTNEXTLINE(bugprone-branch-clone): fstat and ftruncate/fcntl (below) both say errno
   if (::fstat(fd, &st) != 0) {
     refuse = std::strerror(errno);
   } else if (!S_ISREG(st.st_mode)) {

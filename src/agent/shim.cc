@@ -15,6 +15,7 @@
 #include <ctime>
 
 #include "agent/cgroup.h"
+#include "agent/container.h"
 #include "agent/job_env.h"
 #include "agent/job_files.h"
 #include "agent/job_process.h"
@@ -55,9 +56,11 @@ std::string ShimLine(const char* fmt, va_list ap) {
   time_t now = ::time(nullptr);
   struct tm tm;
   ::gmtime_r(&now, &tm);
-  ::strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  // Neither can fail or truncate: 20 characters of time, and well under 96 in all.
+  (void)::strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", &tm);
   char head[96];
-  std::snprintf(head, sizeof head, "%s gpupool-shim[%d]: ", when, static_cast<int>(::getpid()));
+  (void)std::snprintf(head, sizeof head, "%s gpupool-shim[%d]: ", when,
+                      static_cast<int>(::getpid()));
   va_list copy;
   va_copy(copy, ap);
   const int n = std::vsnprintf(nullptr, 0, fmt, copy);
@@ -65,7 +68,7 @@ std::string ShimLine(const char* fmt, va_list ap) {
   std::string line = head;
   if (n > 0) {
     std::string body(static_cast<size_t>(n) + 1, '\0');
-    std::vsnprintf(body.data(), body.size(), fmt, ap);
+    (void)std::vsnprintf(body.data(), body.size(), fmt, ap);  // sized by the call above
     body.resize(static_cast<size_t>(n));
     line += body;
   }
@@ -78,8 +81,9 @@ void OpenShimLog() {
   g_log_open = true;
   int fd = ::open(g_log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NOFOLLOW, 0600);
   if (fd < 0) return;
-  ::dup2(fd, 1);
-  ::dup2(fd, 2);
+  // Best effort, as the open above: without the log the shim's output stays where it was.
+  (void)::dup2(fd, 1);
+  (void)::dup2(fd, 2);
   if (fd > 2) ::close(fd);
 }
 
@@ -89,9 +93,10 @@ void ShimNote(const char* fmt, ...) {
   std::string line = ShimLine(fmt, ap);
   va_end(ap);
   if (g_log_open) {
-    std::fputs(line.c_str(), stderr);
-    std::fflush(stderr);
-  } else if (g_pending_notes.size() < 64 * 1024) {
+    // The log is best effort: a failed write has nowhere left to be reported.
+    (void)std::fputs(line.c_str(), stderr);
+    (void)std::fflush(stderr);
+  } else if (g_pending_notes.size() < size_t{64} * 1024) {
     g_pending_notes += line;
   }
 }
@@ -102,10 +107,11 @@ void ShimLog(const char* fmt, ...) {
   std::string line = ShimLine(fmt, ap);
   va_end(ap);
   OpenShimLog();
-  std::fputs(g_pending_notes.c_str(), stderr);
+  // The log is best effort: a failed write has nowhere left to be reported.
+  (void)std::fputs(g_pending_notes.c_str(), stderr);
   g_pending_notes.clear();
-  std::fputs(line.c_str(), stderr);
-  std::fflush(stderr);
+  (void)std::fputs(line.c_str(), stderr);
+  (void)std::fflush(stderr);
 }
 
 // After `podman stop --time GRACE` the container should be gone; this much later the
@@ -724,9 +730,10 @@ bool Shim::RecordStatus(bool sync) {
 int Shim::Run() {
   // Before anything else: a cancel that arrives early must wait for us, not kill us.
   sigset_t set = ShimSignals();
-  ::sigprocmask(SIG_BLOCK, &set, nullptr);
-  ::signal(SIGPIPE, SIG_IGN);
-  ::signal(SIGCHLD, SIG_DFL);  // an inherited SIG_IGN would reap the job behind our back
+  // None can fail: valid signals and a valid `how`; the old dispositions are not needed.
+  (void)::sigprocmask(SIG_BLOCK, &set, nullptr);
+  (void)::signal(SIGPIPE, SIG_IGN);
+  (void)::signal(SIGCHLD, SIG_DFL);  // an inherited SIG_IGN would reap the job behind our back
   // The job must not inherit the start report's pipe, or the launcher would wait for it.
   if (args_.ready_fd >= 0) ::fcntl(args_.ready_fd, F_SETFD, FD_CLOEXEC);
   if (args_.stdio_fd >= 0) {
@@ -823,7 +830,8 @@ int RunShim(const ShimArgs& args) {
 int RunShim(int argc, char** argv, NvmlMemoryLimitFn nvml_limit) {
   Result<ShimArgs> args = ParseShimArgs(argc, argv);
   if (!args.ok()) {
-    std::fprintf(stderr, "gpupool agent-shim: %s\n", args.status().message().c_str());
+    (void)std::fprintf(stderr, "gpupool agent-shim: %s\n",
+                       args.status().message().c_str());  // best effort: exiting anyway
     return 2;
   }
   args->nvml_limit = nvml_limit;

@@ -14,8 +14,9 @@ struct CommandContext {
 
 // Writes `text` to standard error at once (progress lines, messages between results).
 inline void WriteStderr(const std::string& text) {
-  std::fwrite(text.data(), 1, text.size(), stderr);
-  std::fflush(stderr);
+  // Best effort: a failed write to standard error has nowhere left to be reported.
+  (void)std::fwrite(text.data(), 1, text.size(), stderr);
+  (void)std::fflush(stderr);
 }
 
 void RegisterGpusCommand(CLI::App& app, CommandContext& ctx);     // gpus_command.cc

@@ -160,7 +160,8 @@ Status ApplyConfig(const ConfigFile& cfg, const std::vector<std::string>& sectio
     if (opt == nullptr || opt->count() > 0) continue;  // another command's, or on the command line
     if (secret_keys.count(key) > 0 && (cfg.mode & 0007) != 0) {
       char mode[16];
-      std::snprintf(mode, sizeof mode, "%04o", static_cast<unsigned>(cfg.mode));
+      // Cannot fail or truncate: cfg.mode is at most 07777, four octal digits.
+      (void)std::snprintf(mode, sizeof mode, "%04o", static_cast<unsigned>(cfg.mode));
       return Status::PermissionDenied(
           Where(cfg, *entries.front()) + ": the file is readable by every user (mode " + mode +
           "): chmod 600 " + cfg.path + ", or pass it in the environment instead");

@@ -172,8 +172,13 @@ void RegisterManPagesCommand(CLI::App& app, int* exit_code) {
       }
       char buf[16];
       std::tm tm{};
-      ::gmtime_r(&t, &tm);
-      std::strftime(buf, sizeof buf, "%Y-%m-%d", &tm);
+      // Only a SOURCE_DATE_EPOCH far out of range fails either (buf is then unset).
+      if (::gmtime_r(&t, &tm) == nullptr || std::strftime(buf, sizeof buf, "%Y-%m-%d", &tm) == 0) {
+        std::cerr << "gpupool man-pages: SOURCE_DATE_EPOCH is no date (seconds since 1970, "
+                     "UTC): fix it, or pass --date YYYY-MM-DD\n";
+        *exit_code = 1;
+        return;
+      }
       *date = buf;
     }
     if (::mkdir(out_dir->c_str(), 0755) != 0 && errno != EEXIST) {

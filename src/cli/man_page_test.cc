@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdlib>
+
 #include "cli/usage.h"
 
 namespace gpupool::cli {
@@ -73,6 +75,20 @@ TEST(ManPageTest, EveryVisibleCommandHasAPageWithItsOptions) {
   EXPECT_TRUE(Has(deep, "\\fBgpupool\\-sim\\fR(1), \\fBgpupool\\fR(1)")) << deep;
   EXPECT_TRUE(Has(deep, "\\fB\\-\\-json\\fR\nprint JSON\n")) << deep;
   EXPECT_TRUE(Has(pages.at("gpupool-sim.1"), ".SH COMMANDS\n.TP\n\\fBgpupool sim timed\\fR\n"));
+}
+
+// A SOURCE_DATE_EPOCH that is no date (gmtime_r fails past year 2^31; a year of ten
+// characters overflows the page's date buffer) is an error, not an unset buffer read.
+TEST(ManPageTest, SourceDateEpochOutOfRangeIsAnError) {
+  for (const char* epoch : {"99999999999999999", "-9999999999999999"}) {
+    CLI::App app{"gpupool"};
+    int exit_code = 0;
+    RegisterManPagesCommand(app, &exit_code);
+    ::setenv("SOURCE_DATE_EPOCH", epoch, 1);
+    app.parse("man-pages --out " + ::testing::TempDir() + "man-pages-epoch", false);
+    ::unsetenv("SOURCE_DATE_EPOCH");
+    EXPECT_EQ(exit_code, 1) << epoch;
+  }
 }
 
 }  // namespace

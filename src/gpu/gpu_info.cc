@@ -92,7 +92,8 @@ std::string CanonicalPciBusId(std::string_view bus_id) {
       (domain = 0, std::sscanf(s.c_str(), "%x:%x.%x%c", &bus, &dev, &fn, &tail) == 3)) {
     if (domain <= 0xffff && bus <= 0xff && dev <= 0x1f && fn <= 7) {
       char buf[32];
-      std::snprintf(buf, sizeof buf, "%04x:%02x:%02x.%x", domain, bus, dev, fn);
+      // Cannot fail or truncate: the fields are bounded above, 12 characters in all.
+      (void)std::snprintf(buf, sizeof buf, "%04x:%02x:%02x.%x", domain, bus, dev, fn);
       return buf;
     }
   }

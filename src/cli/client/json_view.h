@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <utility>
 
 #include "common/json.h"
 
@@ -20,7 +21,7 @@ inline const Json* Field(const Json& j, std::string_view key) {
 
 inline std::string GetString(const Json& j, std::string_view key, std::string fallback = "") {
   const Json* v = Field(j, key);
-  return v != nullptr && v->is_string() ? v->get<std::string>() : fallback;
+  return v != nullptr && v->is_string() ? v->get<std::string>() : std::move(fallback);
 }
 
 inline int64_t GetInt(const Json& j, std::string_view key, int64_t fallback = 0) {

@@ -18,9 +18,9 @@ namespace gpupool::cli {
 
 // The most bytes of exported environment a job stores (each NAME=value with its NUL, as
 // the kernel counts envp); past it the submission is refused naming --export.
-inline constexpr size_t kMaxExportBytes = 128 * 1024;
+inline constexpr size_t kMaxExportBytes = size_t{128} * 1024;
 // The most bytes of a submitted script that are copied into the job.
-inline constexpr size_t kMaxScriptBytes = 512 * 1024;
+inline constexpr size_t kMaxScriptBytes = size_t{512} * 1024;
 
 // --export's value, as Slurm reads it: ALL, NONE, or a comma list of NAME (its value
 // here) and NAME=value, optionally with ALL first ("ALL,NAME=value").

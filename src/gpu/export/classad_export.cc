@@ -225,13 +225,15 @@ std::string Nested(const std::vector<AdDevice>& devices) {
   std::string out = "DetectedGPUs=\"" + ids + "\"\n";
   if (!common.empty()) {
     out += "Common=[ ";
-    for (const auto& [name, value] : common) out += name + "=" + value + "; ";
+    for (const auto& [name, value] : common) {
+      out.append(name).append("=").append(value).append("; ");
+    }
     out += "]\n";
   }
   for (const AdDevice& d : devices) {
     out += AttrName(d.id) + "=[ id=\"" + d.id + "\"; ";
     for (const auto& [name, value] : d.attrs) {
-      if (common.count(name) == 0) out += name + "=" + value + "; ";
+      if (common.count(name) == 0) out.append(name).append("=").append(value).append("; ");
     }
     out += "]\n";
   }
@@ -254,7 +256,7 @@ std::string LegacyPrefix(Vendor v) {
 
 // Flat, by index: each vendor's devices numbered from 0 under its prefix; a vendor's
 // shared attributes once as <prefix><Attr>, the rest as <prefix><n><Attr>.
-std::string Legacy(std::vector<AdDevice> devices) {
+std::string Legacy(const std::vector<AdDevice>& devices) {
   std::map<Vendor, std::vector<const AdDevice*>> groups;
   std::string ids;
   for (const AdDevice& d : devices) {
@@ -267,14 +269,21 @@ std::string Legacy(std::vector<AdDevice> devices) {
   for (const auto& [vendor, group] : groups) {
     const std::string prefix = LegacyPrefix(vendor);
     const auto common = CommonAttrs(group);
-    for (const auto& [name, value] : common) out += prefix + name + "=" + value + "\n";
+    for (const auto& [name, value] : common) {
+      out.append(prefix).append(name).append("=").append(value).append("\n");
+    }
     for (size_t i = 0; i < group.size(); ++i) {
       for (const auto& [name, value] : group[i]->attrs) {
         if (common.count(name) != 0) continue;
         std::string v = value;
         // Old HTCondor printed GPU UUIDs without their "GPU-" prefix.
         if (name == "DeviceUuid" && StartsWith(v, "\"GPU-")) v.erase(1, 4);
-        out += prefix + std::to_string(i) + name + "=" + v + "\n";
+        out.append(prefix)
+            .append(std::to_string(i))
+            .append(name)
+            .append("=")
+            .append(v)
+            .append("\n");
       }
     }
   }

@@ -197,7 +197,8 @@ class RocmSmiBackend final : public GpuBackend {
                          check.Ok("rsmi_dev_unique_id_get", i, api.dev_unique_id_get(i, &id)) &&
                          id != 0) {
       char buf[32];
-      std::snprintf(buf, sizeof buf, "0x%016" PRIx64, id);
+      // Cannot fail or truncate: "0x" and 16 hex digits fit in buf.
+      (void)std::snprintf(buf, sizeof buf, "0x%016" PRIx64, id);
       g.uuid = buf;
     }
     if (uint64_t total = 0; api.dev_memory_total_get != nullptr &&

@@ -210,7 +210,8 @@ class FgdScore final : public ScorePlugin {
                              : options_.free_opening && opens
                                  ? 0
                                  : piece_waste_[static_cast<size_t>(gpu_left)] -
-                                       piece_waste_[static_cast<size_t>(gpu_left + task.gpu_milli)];
+                                       piece_waste_[static_cast<size_t>(gpu_left) +
+                                                    static_cast<size_t>(task.gpu_milli)];
       return merged * kLookaheadRange + (10000 - growth) * 1024 + (1000 - gpu_left);
     }
     if (!options_.tie_break_best_fit) return primary;
