@@ -2,6 +2,7 @@
 
 #include <cstdlib>
 
+#include "agent/mps.h"
 #include "cli/client/units.h"
 
 namespace gpupool::cli {
@@ -144,6 +145,22 @@ Status ApplyContainerFlags(const ContainerFlags& f, agent::NodeAgentOptions* o) 
                                      bytes.status().message() + " (or off: no GPU memory watch)");
     }
     o->gpu_mem_slack_bytes = static_cast<int64_t>(*bytes);
+  }
+  // A control program given but not there, or MPS required with none found: a mistake in
+  // the agent's configuration, refused before it starts (exit status 2).
+  const bool mps = f.gpu_enforcement == "mps";
+  if (!f.mps_control.empty() && agent::FindMpsControl(f.mps_control).empty()) {
+    return Status::InvalidArgument(
+        "--mps-control " + f.mps_control + ": not an executable file" +
+        (mps ? ", and --gpu-enforcement mps needs it; give the path of nvidia-cuda-mps-control, "
+               "or run with --gpu-enforcement none"
+             : "; give the path of nvidia-cuda-mps-control, or leave it out to look it up"));
+  }
+  if (mps && f.mps_control.empty() && agent::FindMpsControl("").empty()) {
+    return Status::InvalidArgument(
+        "--gpu-enforcement mps: nvidia-cuda-mps-control is not on PATH, in "
+        "/usr/local/nvidia/bin or /usr/bin; install NVIDIA's MPS (part of the driver's "
+        "utilities), give --mps-control PATH, or run with --gpu-enforcement none");
   }
   Result<agent::DiskMinFree> disk = ParseDiskMinFree(f.disk_min_free);
   if (!disk.ok()) return disk.status();

@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 
 #include <CLI/CLI.hpp>
+#include <cctype>
 #include <cerrno>
 #include <cstring>
 #include <fstream>
@@ -142,7 +143,8 @@ Status CheckConfigKeys(const ConfigFile& cfg, const ConfigSchema& schema) {
 }
 
 Status ApplyConfig(const ConfigFile& cfg, const std::vector<std::string>& sections,
-                   const std::set<std::string>& secret_keys, CLI::App* command) {
+                   const std::set<std::string>& secret_keys, CLI::App* command,
+                   ConfigOrigins* origins) {
   // Decide first which options the file sets: adding results changes count().
   std::map<std::string, std::vector<const ConfigEntry*>> by_key;
   std::map<std::string, std::string> key_section;
@@ -167,6 +169,10 @@ Status ApplyConfig(const ConfigFile& cfg, const std::vector<std::string>& sectio
           "): chmod 600 " + cfg.path + ", or pass it in the environment instead");
     }
     todo.emplace_back(opt, entries);
+    if (origins != nullptr) {
+      origins->path = cfg.path;
+      origins->by_key[key] = *entries.front();
+    }
   }
   for (auto& [opt, entries] : todo) {
     const ConfigEntry* current = entries.front();
@@ -187,6 +193,33 @@ Status ApplyConfig(const ConfigFile& cfg, const std::vector<std::string>& sectio
     }
   }
   return Status::Ok();
+}
+
+Status WithConfigOrigin(const Status& s, const ConfigOrigins& origins, std::string_view command) {
+  const std::string& m = s.message();
+  const ConfigEntry* named = nullptr;
+  size_t first = std::string::npos;
+  for (const auto& [key, entry] : origins.by_key) {
+    // `--KEY` as a whole name: not the start of a longer one (--health-xid, --health-xids).
+    const std::string flag = "--" + key;
+    for (size_t at = m.find(flag); at != std::string::npos; at = m.find(flag, at + 1)) {
+      const size_t end = at + flag.size();
+      const bool whole = end == m.size() || !(std::isalnum(static_cast<unsigned char>(m[end])) ||
+                                              m[end] == '-' || m[end] == '_');
+      if (!whole) continue;
+      if (at < first) {
+        first = at;
+        named = &entry;
+      }
+      break;
+    }
+  }
+  if (named == nullptr) return s;
+  ConfigFile cfg;
+  cfg.path = origins.path;
+  return Status(s.code(), Where(cfg, *named) + " = '" + named->value + "': " + m +
+                              ": fix the value (see `gpupool " + std::string(command) +
+                              " --help`) or remove the line");
 }
 
 }  // namespace gpupool::cli

@@ -55,11 +55,25 @@ std::map<std::string, bool> ConfigKeysOf(const CLI::App& command);
 // appears once per section.
 Status CheckConfigKeys(const ConfigFile& cfg, const ConfigSchema& schema);
 
+// Where the file set the options ApplyConfig applied: key -> its (first) entry.
+struct ConfigOrigins {
+  std::string path;
+  std::map<std::string, ConfigEntry> by_key;
+};
+
 // Sets the options of `command` from the entries of `sections` (in that order; a key
 // already set by an earlier section is skipped). An option given on the command line is
 // left alone. Keys that `command` lacks are skipped (they belong to the section's other
 // command). A key in `secret_keys` is refused when the file is readable by others.
+// `origins`, when given, gets the entries that set an option.
 Status ApplyConfig(const ConfigFile& cfg, const std::vector<std::string>& sections,
-                   const std::set<std::string>& secret_keys, CLI::App* command);
+                   const std::set<std::string>& secret_keys, CLI::App* command,
+                   ConfigOrigins* origins = nullptr);
+
+// A bad value found after parsing (checked against another option, or by the module that
+// takes it) whose message names `--KEY`: when the file set that option, the message says
+// so as for a bad value caught while parsing (file, line, key, value, fix). The first
+// option the message names that the file set is the one named; otherwise `s` as it is.
+Status WithConfigOrigin(const Status& s, const ConfigOrigins& origins, std::string_view command);
 
 }  // namespace gpupool::cli

@@ -260,3 +260,39 @@ TEST(ConfigFileTest, FairByIsAKeyOfUserOrProject) {
 
 }  // namespace
 }  // namespace gpupool::cli
+
+namespace gpupool::cli {
+namespace {
+
+// A bad value found after parsing (checked against another option, or by the module that
+// takes it) names the file, line and key when the file set it; as it is otherwise.
+TEST(ConfigFileTest, LaterChecksNameTheLineOfTheOptionTheFileSet) {
+  CLI::App app("", "server");
+  Flags f;
+  AddFlags(&app, &f);
+  app.parse(std::vector<std::string>{"/cli", "--state-dir"});
+  ConfigOrigins origins;
+  ASSERT_TRUE(ApplyConfig(Parse("[server]\n\nport = 9000\nstate-dir = /file\n"), {"server"}, {},
+                          &app, &origins)
+                  .ok());
+  EXPECT_EQ(origins.by_key.count("state-dir"), 0u);  // the command line's
+  ASSERT_EQ(origins.by_key.count("port"), 1u);
+
+  Status s = WithConfigOrigin(Status::InvalidArgument("--port: 9000 is taken"), origins, "server");
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(s.message(),
+            "test.conf line 3: [server] port = '9000': --port: 9000 is taken: fix the value (see "
+            "`gpupool server --help`) or remove the line");
+  // A flag of the command line, a longer name, no flag at all: as they are.
+  for (const char* m : {"--state-dir: no", "--ports: no", "--portable: no", "no flag"}) {
+    EXPECT_EQ(WithConfigOrigin(Status::InvalidArgument(m), origins, "server").message(), m);
+  }
+  // The first flag named that the file set.
+  origins.by_key["mps-one-size"] = ConfigEntry{"server", "mps-one-size", "true", 7};
+  s = WithConfigOrigin(Status::InvalidArgument("--state-dir, --mps-one-size and --port: pick one"),
+                       origins, "server");
+  EXPECT_THAT(s.message(), HasSubstr("test.conf line 7: [server] mps-one-size = 'true': "));
+}
+
+}  // namespace
+}  // namespace gpupool::cli

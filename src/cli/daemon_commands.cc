@@ -80,6 +80,18 @@ int FailStart(const Status& s) {
   return s.code() == StatusCode::kAlreadyExists ? 2 : 1;
 }
 
+// Where the config file set each option it set (for FailConfig).
+ConfigOrigins g_config_origins;
+
+// A bad option value found after parsing (checked against another option, or by the module
+// that takes it): exit status 2, as for one caught while parsing (docs/deploy.md), naming
+// the file and line when the value came from the config file. Found before anything
+// starts, so nothing is left to undo.
+int FailConfig(const Status& s, std::string_view command) {
+  Fail(WithConfigOrigin(s, g_config_origins, command));
+  return 2;
+}
+
 struct ServerFlags {
   std::string state_dir;
   std::string store_spec;  // --store; empty: sqlite:STATE_DIR/gpupool.db
@@ -268,6 +280,11 @@ Result<server::ServerOptions> ServerOptionsOf(const ServerFlags& f,
   GP_ASSIGN_OR_RETURN(o.disk_min_free, ParseDiskMinFree(f.disk_min_free));
   if (f.disk_check_interval_s == 0) o.disk_min_free.kind = DiskMinFree::Kind::kOff;
   o.disk_check_interval_s = f.disk_check_interval_s;
+  if (f.max_connections != 0 && f.max_connections < 64) {
+    return Status::InvalidArgument("--max-connections " + std::to_string(f.max_connections) +
+                                   ": give 0 (from the open-files limit) or at least 64");
+  }
+  GP_RETURN_IF_ERROR(controller::ValidateControllerOptions(co));
   return o;
 }
 
@@ -521,7 +538,7 @@ bool ApplyConfigFile(const std::vector<std::string>& sections, CLI::App* cmd, in
     s = CheckConfigKeys(
         *cfg, {{"server", ConfigKeysOf(*g_server_cmd)}, {"agent", ConfigKeysOf(*g_agent_cmd)}});
   }
-  if (s.ok()) s = ApplyConfig(*cfg, sections, {"token"}, cmd);
+  if (s.ok()) s = ApplyConfig(*cfg, sections, {"token"}, cmd, &g_config_origins);
   if (!s.ok()) {
     Fail(s);
     *exit_code = 2;
@@ -529,6 +546,16 @@ bool ApplyConfigFile(const std::vector<std::string>& sections, CLI::App* cmd, in
   }
   spdlog::info("configuration file: {}", path);
   return true;
+}
+
+// The agent's node. With --fake, a file that cannot be read or read as a node is a bad
+// --fake (exit status 2); discovery of real GPUs failing is not (exit status 1).
+int FailDiscovery(const Status& s, const std::string& fake, std::string_view command) {
+  if (fake.empty()) return Fail(s);
+  return FailConfig(Status::InvalidArgument("--fake " + fake + ": " + s.message() +
+                                            " (give a node description, e.g. a `gpupool gpus "
+                                            "--json` capture)"),
+                    command);
 }
 
 // `gpupool up`: a Server and, beside it, a local agent that reaches it through the Unix
@@ -540,19 +567,19 @@ int RunUp(const ServerFlags& flags, const std::string& fake, const ContainerFlag
   f.disk_min_free = containers.disk_min_free;  // one state directory: one disk, one level
   f.disk_check_interval_s = containers.disk_check_interval;
   Result<server::ServerOptions> so = ServerOptionsOf(f, server::ServerOptions::Lease::kTakeOnce);
-  if (!so.ok()) return Fail(so.status());
+  if (!so.ok()) return FailConfig(so.status(), "up");
   agent::NodeAgentOptions ao;
   ao.state_dir = so->state_dir;
   ao.fake_file = fake;
   ao.stand_in_when_no_gpus = true;
   ao.telemetry_interval_s = telemetry_interval_s;
-  if (Status s = ApplyContainerFlags(containers, &ao); !s.ok()) return Fail(s);
+  if (Status s = ApplyContainerFlags(containers, &ao); !s.ok()) return FailConfig(s, "up");
   net::ServerAddress addr;
   addr.kind = net::ServerAddress::Kind::kUnix;
   addr.path = so->state_dir + "/gpupool.sock";
   ao.server_for_jobs = addr.ToString();
   agent::NodeAgent node_agent(ao);
-  if (Status s = node_agent.Discover(); !s.ok()) return Fail(s);
+  if (Status s = node_agent.Discover(); !s.ok()) return FailDiscovery(s, fake, "up");
   server::Server srv(*so);
   if (Status s = srv.Start(); !s.ok()) return FailStart(s);
   // The local agent authenticates like a remote one: with a node token, kept in its
@@ -609,7 +636,7 @@ int RunUp(const ServerFlags& flags, const std::string& fake, const ContainerFlag
 // `gpupool server`: a Server alone; on PostgreSQL a standby until it leads.
 int RunServer(const ServerFlags& f) {
   Result<server::ServerOptions> so = ServerOptionsOf(f, server::ServerOptions::Lease::kStandBy);
-  if (!so.ok()) return Fail(so.status());
+  if (!so.ok()) return FailConfig(so.status(), "server");
   const bool elected = store::IsPostgresSpec(server::StoreSpec(*so));
   so->on_lead = [](int64_t epoch) {
     std::cout << "gpupool server: leading at epoch " << epoch << "\n" << std::flush;
@@ -667,8 +694,9 @@ int RunAgent(const AgentFlags& af, bool token_flag) {
   ao.telemetry_interval_s = af.telemetry_interval_s;
   // The whole list: a job's `gpupool exec` finds the leader as the agent does.
   ao.server_for_jobs = net::ServerAddressListToString(*controllers);
-  if (Status s = ApplyContainerFlags(af.containers, &ao); !s.ok()) return Fail(s);
+  if (Status s = ApplyContainerFlags(af.containers, &ao); !s.ok()) return FailConfig(s, "agent");
   agent::NodeAgent node_agent(ao);
+  if (Status s = node_agent.Discover(); !s.ok()) return FailDiscovery(s, af.fake, "agent");
   if (Status s =
           node_agent.Start(protocol::NewHttpControllerLink(net::HttpClient(*controllers, token)));
       !s.ok())

@@ -40,6 +40,7 @@ Controller::~Controller() { Stop(); }
 
 Result<std::unique_ptr<Controller>> Controller::Create(store::Store* store, const Clock* clock,
                                                        ControllerOptions options) {
+  GP_RETURN_IF_ERROR(ValidateControllerOptions(options));
   Result<std::unique_ptr<JobScheduler>> scheduler =
       JobScheduler::Create(options.placement_policy, options.queue_policy, options.start_rule,
                            options.mps_sharing, options.max_starts_per_pass, options.fair_by);
@@ -48,10 +49,6 @@ Result<std::unique_ptr<Controller>> Controller::Create(store::Store* store, cons
       gpu::HealthPolicy::Create(options.health_xid, options.health_threshold);
   if (!health.ok()) return health.status().WithContext("--health-xid/--health-threshold");
   health->strike_window_us = options.health_strike_window_us;
-  if (!(options.health_breaker_fraction > 0 && options.health_breaker_fraction <= 1)) {
-    return Status::InvalidArgument(
-        "--health-breaker: a fraction of the pool's nodes in (0, 1], e.g. 0.1");
-  }
   std::unique_ptr<Controller> c(new Controller(store, clock, std::move(options)));
   c->scheduler_ = std::move(scheduler).value();
   c->scheduler_->set_project_enforcement(c->options_.enforce_projects);
@@ -335,12 +332,7 @@ void Controller::Install(lifecycle::Transition t) {
     }
   }
   if (fx.ended) {
-    // Dependants ask; an ended job's state never changes. (An array's id names all its
-    // elements together: EndedState works that out when asked.)
-    if (t.next.array_id == 0) {
-      if (ended_states_.size() > 100'000) ended_states_.clear();
-      ended_states_[id] = t.next.state;
-    }
+    NoteEnded(t.next);  // dependants ask
     if (ends_watched_ && ends_.complete && ends_.jobs.size() < kMaxKeptEnds) {
       ends_.jobs.push_back(std::move(t.next));  // not read below
     } else if (ends_watched_) {

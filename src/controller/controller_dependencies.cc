@@ -15,15 +15,21 @@ using jobs::JobState;
 Status Controller::EndUnmeetableDependencies(std::map<int64_t, std::string>* waiting) {
   // The states of ended jobs are read from the store between two locked sections.
   std::set<int64_t> unknown;
+  std::set<int64_t> arrays;
   {
     MutexLock lock(mu_);
-    unknown = UnknownDependencies();
+    unknown = UnknownDependencies(&arrays);
   }
   std::map<int64_t, std::string> names;
   const std::map<int64_t, Result<JobState>> read = ReadEndStates(unknown, &names);
+  const std::map<int64_t, std::optional<ArrayFailure>> failures = ReadArrayFailures(arrays);
   std::vector<Change> ends;
   {
     MutexLock lock(mu_);
+    for (const auto& [array, failure] : failures) {
+      arrays_read_.insert(array);
+      if (failure) array_failures_.emplace(array, *failure);
+    }
     ends = ResolveDependencies(read, names, waiting);
   }
   if (ends.empty()) return Status::Ok();
@@ -31,12 +37,47 @@ Status Controller::EndUnmeetableDependencies(std::map<int64_t, std::string>* wai
   return Commit(std::move(ends), OnConflict::kDrop).status();
 }
 
-std::set<int64_t> Controller::UnknownDependencies() const {
+void Controller::NoteEnded(const Job& job) {
+  // An array's id names all its elements together: ReadEndStates works out its state once
+  // none is active; until then an element that did not succeed is enough for --after-ok.
+  if (job.array_id == 0) {
+    if (ended_states_.size() > 100'000) ended_states_.clear();
+    ended_states_[job.id] = job.state;
+  } else if (job.state != JobState::kSucceeded && array_failures_.count(job.array_id) == 0) {
+    if (array_failures_.size() > 100'000) array_failures_.clear();
+    array_failures_.emplace(job.array_id, ArrayFailure{job.state, lifecycle::UserJobId(job)});
+  }
+}
+
+std::map<int64_t, std::optional<Controller::ArrayFailure>> Controller::ReadArrayFailures(
+    const std::set<int64_t>& arrays) {
+  std::map<int64_t, std::optional<ArrayFailure>> out;
+  for (int64_t array : arrays) {
+    store::JobFilter f;
+    f.array_id = array;
+    Result<std::vector<Job>> elements = store_->ListJobs(f);
+    if (!elements.ok()) continue;  // the next pass tries again
+    std::optional<ArrayFailure>& failure = out[array];
+    for (const Job& e : *elements) {
+      if (jobs::IsTerminal(e.state) && e.state != JobState::kSucceeded) {
+        failure = ArrayFailure{e.state, lifecycle::UserJobId(e)};
+        break;
+      }
+    }
+  }
+  return out;
+}
+
+std::set<int64_t> Controller::UnknownDependencies(std::set<int64_t>* arrays) const {
   std::set<int64_t> ids;
   // Only the pending jobs with dependencies (index_): none, no walk.
   for (int64_t id : index_.PendingWithDependencies()) {
     for (const jobs::Dependency& d : active_.at(id).dependencies) {
       const int64_t dep = d.job_id;
+      if (d.kind == jobs::Dependency::Kind::kAfterOk && !index_.ArrayElements(dep).empty() &&
+          array_failures_.count(dep) == 0 && arrays_read_.count(dep) == 0) {
+        arrays->insert(dep);  // its elements that ended before this controller started
+      }
       // An array is active while an element is.
       if (ended_states_.count(dep) != 0 || active_.count(dep) != 0 ||
           !index_.ArrayElements(dep).empty()) {
@@ -143,6 +184,17 @@ std::vector<Controller::Change> Controller::ResolveDependencies(
       const char* wants = d.kind == jobs::Dependency::Kind::kAfterOk      ? "succeed"
                           : d.kind == jobs::Dependency::Kind::kAfterNotOk ? "fail"
                                                                           : "end";
+      if (d.kind == jobs::Dependency::Kind::kAfterOk && (!st || !jobs::IsTerminal(**st)) &&
+          !index_.ArrayElements(d.job_id).empty()) {
+        // An array still running: one element that did not succeed is enough.
+        if (auto f = array_failures_.find(d.job_id); f != array_failures_.end()) {
+          never = fmt::format(
+              "job {} ended {}, and {} {} needs every element of array {} to "
+              "succeed",
+              f->second.element, jobs::JobStateName(f->second.state), flag, d.job_id, d.job_id);
+          break;
+        }
+      }
       if (!st || !jobs::IsTerminal(**st)) {
         if (waiting.empty()) {
           const std::string name = st ? std::string(jobs::JobStateName(**st)) : "ending";

@@ -452,6 +452,47 @@ TEST_F(ControllerTest, ADependencyOnAnArrayWaitsForEveryElement) {
                               " ended FAILED, and --after-ok needs it to succeed");
 }
 
+// --after-ok ARRAY needs every element to succeed: one that ended otherwise ends the job at
+// once (docs/cli.md, "Dependencies"), while other elements still run or are held, also
+// when that element ended before the controller restarted. --after-any and --after-not-ok
+// on the array wait for every element to end.
+TEST_F(ControllerTest, AnAfterOkOnAnArrayEndsOnceOneElementDidNotSucceed) {
+  for (const bool restart : {false, true}) {
+    SCOPED_TRACE(restart ? "restarted" : "");
+    Register(3);
+    Job arr = MakeJob(1);
+    arr.array = "0-2";
+    arr = c_->Submit(arr, alice_).value();
+    const std::vector<int64_t> ids = c_->ArrayElements(arr.id);
+    ASSERT_EQ(ids.size(), 3u);
+    ASSERT_TRUE(c_->Hold(ids[2], alice_, true).ok());  // would keep an after-ok for ever
+    std::vector<Job> after;
+    for (auto kind : {jobs::Dependency::Kind::kAfterOk, jobs::Dependency::Kind::kAfterAny,
+                      jobs::Dependency::Kind::kAfterNotOk}) {
+      Job j = MakeJob(0);
+      j.dependencies = {{arr.id, kind}};
+      after.push_back(c_->Submit(j, alice_).value());
+    }
+    ASSERT_TRUE(c_->ScheduleOnce().ok());
+    const Job e1 = Get(ids[1]);
+    ASSERT_EQ(e1.state, JobState::kAssigned);
+    ASSERT_TRUE(Apply({Ev(e1, protocol::EventKind::kStarted)}).ok());
+    ASSERT_TRUE(Apply({Ev(e1, protocol::EventKind::kExited, 3)}).ok());
+    if (restart) Restart();
+    ASSERT_TRUE(c_->ScheduleOnce().ok());
+    const Job ended = Get(after[0].id);
+    EXPECT_EQ(ended.state, JobState::kCancelled);
+    const std::string a = std::to_string(arr.id);
+    EXPECT_EQ(ended.reason, "dependency can never be met: job " + a +
+                                "_1 ended FAILED, and --after-ok " + a +
+                                " needs every element of array " + a + " to succeed");
+    EXPECT_EQ(Get(after[1].id).state, JobState::kPending);
+    EXPECT_EQ(Get(after[2].id).state, JobState::kPending);
+    c_.reset();
+    SetUp();  // a new pool for the next round
+  }
+}
+
 TEST_F(ControllerTest, ArraySpecsOverTheLimitsOrMalformedAreRefused) {
   Register(2);
   for (const char* bad : {"0-1001", "5-1", "x", "0-9%0", "0-9%", "1,,2", "0-9:0", "-3", "0-2000000",

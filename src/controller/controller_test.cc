@@ -899,7 +899,11 @@ TEST_F(ControllerTest, UnknownPolicyIsAConfigurationError) {
   o.placement_policy = "nonsense";
   auto c = Controller::Create(store_.get(), &clock_, o);
   ASSERT_FALSE(c.ok());
-  EXPECT_NE(c.status().message().find("scheduler configuration"), std::string::npos);
+  // Named as the flag that sets it (ValidateControllerOptions), with the policies known.
+  EXPECT_EQ(c.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(c.status().message().find("--policy: unknown placement policy 'nonsense'"),
+            std::string::npos)
+      << c.status().message();
 }
 
 }  // namespace

@@ -81,5 +81,35 @@ TEST_F(ClientE2eTest, ARefusalNamesTheJobOnce) {
   EXPECT_EQ(r.err, "gpupool: job 9 has ended (SUCCEEDED); only pending jobs are released\n");
 }
 
+// `release 1_[5-99]` of an array 0-7: the elements it lacks are said once, as a range,
+// after what was done to those it has (hold and cancel alike).
+TEST_F(ClientE2eTest, ARangesElementsTheArrayLacksAreSaidOnce) {
+  Serve([](const HttpRequest& r) {
+    for (const char* action : {"/release", "/hold", "/cancel"}) {
+      for (int i = 5; i <= 7; ++i) {
+        if (r.path == "/v1/jobs/1_" + std::to_string(i) + action) {
+          return JsonAnswer(200, R"js({"job": {"id": 9, "state": "CANCELLED"}})js");
+        }
+      }
+    }
+    const std::string index = r.path.substr(11, r.path.find('/', 11) - 11);  // "/v1/jobs/1_"
+    return JsonAnswer(404, R"js({"error": "array 1 has no element )js" + index +
+                               R"js( (it was submitted with --array 0-7)"})js");
+  });
+  RunResult r = Run({"release", "1_[5-99]"});
+  EXPECT_EQ(r.code, 3);
+  EXPECT_EQ(r.out, "Released job 1_5\nReleased job 1_6\nReleased job 1_7\n");
+  EXPECT_EQ(r.err, "gpupool: array 1 has no elements 8-99 (it was submitted with --array 0-7)\n");
+  r = Run({"hold", "1_[9,11-12]", "1_6"});
+  EXPECT_EQ(r.code, 3);
+  EXPECT_EQ(r.out, "Held job 1_6\n");
+  EXPECT_EQ(r.err,
+            "gpupool: array 1 has no elements 9,11-12 (it was submitted with --array 0-7)\n");
+  r = Run({"cancel", "1_[7-8]"});
+  EXPECT_EQ(r.code, 3);
+  EXPECT_EQ(r.out, "Cancelled job 1_7\n");
+  EXPECT_EQ(r.err, "gpupool: array 1 has no element 8 (it was submitted with --array 0-7)\n");
+}
+
 }  // namespace
 }  // namespace gpupool::cli

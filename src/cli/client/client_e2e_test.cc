@@ -165,6 +165,12 @@ TEST_F(ClientE2eTest, SubmitScriptProblemsAreUsageErrorsBeforeAnyRequest) {
   EXPECT_NE(r.err.find("gpupool: script 'missing.sh': no such file; to run a program"),
             std::string::npos)
       << r.err;
+  WriteScript("crlf.sh", "#!/bin/bash\r\n#GPUPOOL --gpus 1\r\necho crlf\r\n", true);
+  r = Run({"submit", "crlf.sh"});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(r.err,
+            "gpupool: script 'crlf.sh' has DOS line breaks (\\r\\n, line 1) where the shell "
+            "expects Unix ones (\\n): convert it with dos2unix crlf.sh\n");
   WriteScript("bad.sh", "#!/bin/sh\n#GPUPOOL --gpus 2 --frobnicate\ntrue\n", true);
   r = Run({"submit", "bad.sh"});
   EXPECT_EQ(r.code, 2);
@@ -590,9 +596,8 @@ TEST_F(ClientE2eTest, EveryJobCommandTakesAnArrayElementAsQueuePrintsIt) {
     EXPECT_EQ(r.err, "gpupool: array 12 has no element 9 (it was submitted with --array 0-4)\n");
   }
   r = Run({"cancel", "12_9"});
-  EXPECT_EQ(r.code, 3);
-  EXPECT_EQ(r.err,
-            "gpupool: job 12_9: array 12 has no element 9 (it was submitted with --array 0-4)\n");
+  EXPECT_EQ(r.code, 3);  // as show and logs say it (MissingElements)
+  EXPECT_EQ(r.err, "gpupool: array 12 has no element 9 (it was submitted with --array 0-4)\n");
   // A range names several jobs: the commands that take one say so.
   r = Run({"show", "12_[1-3]"});
   EXPECT_EQ(r.code, 2);

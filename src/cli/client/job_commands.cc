@@ -1,5 +1,8 @@
 // `gpupool queue`, `gpupool show ID`, `gpupool cancel ID...`, `gpupool hold|release ID...`.
+#include <algorithm>
 #include <cctype>
+#include <map>
+#include <optional>
 
 #include "cli/client/client_common.h"
 #include "cli/client/json_view.h"
@@ -156,6 +159,51 @@ Status ForJob(const Status& s, const std::string& name) {
   return NamesJob(s.message(), name) ? s : s.WithContext("job " + name);
 }
 
+// The server's "array 1 has no element 8 (it was submitted with --array 0-7)", once per
+// element a range names that the array lacks (`release 1_[5-99]` of an array 0-7): kept
+// and said once per array, the indices as a range ("no elements 8-99").
+class MissingElements {
+ public:
+  // Whether `s` is such an answer (then kept).
+  bool Take(const Status& s) {
+    static constexpr std::string_view kHas = " has no element ";
+    static constexpr std::string_view kSubmitted = " (it was submitted with --array ";
+    const std::string& m = s.message();
+    const size_t has = m.find(kHas);
+    const size_t submitted = m.find(kSubmitted);
+    if (s.code() != StatusCode::kNotFound || !m.starts_with("array ") || has == std::string::npos ||
+        submitted == std::string::npos || submitted < has) {
+      return false;
+    }
+    const size_t at = has + kHas.size();
+    const std::optional<int64_t> index = ParseInt64(m.substr(at, submitted - at));
+    if (!index) return false;
+    indices_[{m.substr(0, has), m.substr(submitted)}].push_back(*index);
+    return true;
+  }
+  // Says what was kept, once per array; whether there was any.
+  bool Report(const ClientRuntime& rt) const {
+    for (auto [array, indices] : indices_) {
+      std::sort(indices.begin(), indices.end());
+      std::string ranges;
+      for (size_t i = 0; i < indices.size();) {
+        size_t j = i;
+        while (j + 1 < indices.size() && indices[j + 1] == indices[j] + 1) ++j;
+        ranges += (ranges.empty() ? "" : ",") + std::to_string(indices[i]) +
+                  (j == i ? "" : "-" + std::to_string(indices[j]));
+        i = j + 1;
+      }
+      cli::Report(rt, Status::NotFound(array.first + " has no element" +
+                                       (indices.size() == 1 ? " " : "s ") + ranges + array.second));
+    }
+    return !indices_.empty();
+  }
+
+ private:
+  // (the message before " has no element", the one after the index) -> the indices
+  std::map<std::pair<std::string, std::string>, std::vector<int64_t>> indices_;
+};
+
 // What cancelling a whole array did, from the server's answer.
 std::string ArrayCancelledText(const std::string& name, const Json& answer) {
   const Json& a = GetObject(answer, "array");
@@ -251,8 +299,10 @@ void RunCancel(const ClientRuntime& rt, const CancelState& s) {
     return;
   }
   int first_failure = kExitOk;
+  MissingElements missing;
   for (const std::string& name : *refs) {
     auto answer = api->Post("/v1/jobs/" + name + "/cancel", "");
+    if (!answer.ok() && missing.Take(answer.status())) continue;
     if (!answer.ok()) {
       Report(rt, ForJob(answer.status(), name));
       if (first_failure == kExitOk) first_failure = rt.ctx->exit_code;
@@ -267,6 +317,7 @@ void RunCancel(const ClientRuntime& rt, const CancelState& s) {
                   ? "Cancelled job " + name + "\n"
                   : "Cancelling job " + name + " (" + state + "; it is being stopped)\n");
   }
+  if (missing.Report(rt) && first_failure == kExitOk) first_failure = rt.ctx->exit_code;
   rt.ctx->exit_code = first_failure;
 }
 
@@ -284,8 +335,10 @@ void RunHold(const ClientRuntime& rt, const IdsState& s, bool hold) {
   auto api = Connect(rt, s.conn);
   if (!api.ok()) return Report(rt, api.status());
   int first_failure = kExitOk;
+  MissingElements missing;
   for (const std::string& name : *refs) {
     auto answer = api->Post("/v1/jobs/" + name + (hold ? "/hold" : "/release"), "");
+    if (!answer.ok() && missing.Take(answer.status())) continue;
     if (!answer.ok()) {
       Report(rt, ForJob(answer.status(), name));
       if (first_failure == kExitOk) first_failure = rt.ctx->exit_code;
@@ -302,6 +355,7 @@ void RunHold(const ClientRuntime& rt, const IdsState& s, bool hold) {
     }
     Print(rt, std::string(hold ? "Held" : "Released") + " job " + name + "\n");
   }
+  if (missing.Report(rt) && first_failure == kExitOk) first_failure = rt.ctx->exit_code;
   rt.ctx->exit_code = first_failure;
 }
 

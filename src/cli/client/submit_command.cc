@@ -1,6 +1,7 @@
 // `gpupool submit [options] SCRIPT [ARGS...]` or `gpupool submit [options] -- COMMAND...`.
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 
@@ -53,6 +54,17 @@ Status ReadScript(const std::string& cwd, std::vector<std::string>* command,
   head.resize(static_cast<size_t>(in.gcount()));
   *content = head;
   if (head.size() > kScriptHeadBytes) head.resize(kScriptHeadBytes);
+  // Saved on Windows: the kernel would look for the interpreter "/bin/bash\r" (the job
+  // fails, saying its command is not found) and the shell would read every line with a
+  // \r (as sbatch, refused).
+  if (const size_t crlf = head.find("\r\n"); crlf != std::string::npos) {
+    const auto line = std::count(head.begin(), head.begin() + static_cast<ptrdiff_t>(crlf), '\n');
+    return Status::InvalidArgument("script '" + script + "' has DOS line breaks (\\r\\n, line " +
+                                   std::to_string(line + 1) +
+                                   ") where the shell expects Unix ones (\\n): convert it with "
+                                   "dos2unix " +
+                                   script);
+  }
   GP_ASSIGN_OR_RETURN(auto directives, ReadScriptDirectives(head, script));
   GP_ASSIGN_OR_RETURN(*script_flags, ParseDirectives(directives, script));
   // The job runs the script itself, so it must be executable (as with ./script).
