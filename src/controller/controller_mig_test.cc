@@ -247,6 +247,13 @@ TEST_P(ControllerMigLayoutTest, ALayoutChangedUnderRunningSharesHoldsItsGpuUntil
               std::string::npos)
         << got.pending_reason;
   }
+  // A restarted controller finds them again from its store.
+  c_.reset();
+  ControllerOptions o;
+  o.node_timeout_us = int64_t{3600} * 1'000'000 * 24;
+  c_ = Controller::Create(store_.get(), &clock_, o).value();
+  ASSERT_TRUE(c_->ScheduleOnce().ok());
+  for (const Job& j : next) EXPECT_EQ(Get(j.id).state, JobState::kPending) << "after a restart";
   NodeView v = c_->Nodes().at(0);
   EXPECT_EQ(v.allocated_milli.at(0), 1000);
   ASSERT_EQ(v.layout_held.count(0), 1u);
