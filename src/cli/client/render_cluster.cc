@@ -229,7 +229,7 @@ std::string LayoutChanged(const Json& nodes) {
       std::string jobs;
       for (const Json& h : under) {
         jobs += (jobs.empty() ? "" : ", ") +
-                (GetBool(h, "other_user") ? "another user's" : UserJobId(h, "job_id"));
+                (GetBool(h, "other_user") ? "another user's job" : UserJobId(h, "job_id"));
       }
       const bool one = under.size() == 1;
       out += CleanCell(GetString(node, "name")) + " GPU " + std::to_string(GetInt(g, "index")) +
