@@ -246,6 +246,8 @@ TEST_P(ControllerMigLayoutTest, ALayoutChangedUnderRunningSharesHoldsItsGpuUntil
                                       ", " + std::to_string(b.id) + ": held until they end"),
               std::string::npos)
         << got.pending_reason;
+    EXPECT_EQ(got.pending_reason.find("held until they end; node n1"), std::string::npos)
+        << "said once per GPU, not per instance: " << got.pending_reason;
   }
   // A restarted controller finds them again from its store.
   c_.reset();
