@@ -113,6 +113,21 @@ std::string FindMpsControl(const std::string& configured) {
   return "";
 }
 
+std::string LeftoverMpsControl(const std::string& state_dir, const std::string& fallback) {
+  bool left = false;
+  std::error_code ec;
+  for (const fs::directory_entry& e : fs::directory_iterator(state_dir + "/mps", ec)) {
+    const std::string gpu = e.path().filename().string();
+    if (!IsFolderSafe(gpu) || !e.is_directory(ec)) continue;
+    left = true;
+    // Written by the agent into its own folder (root's, 0711): no user's to swap.
+    Result<std::string> recorded = ReadFileToString(e.path().string() + "/control", 4096);
+    const std::string control = recorded.ok() ? std::string(Trim(*recorded)) : "";
+    if (!control.empty() && control.front() == '/' && IsExecutable(control)) return control;
+  }
+  return left ? fallback : "";
+}
+
 MpsLimits MpsLimitsFor(int gpu_milli, uint64_t memory_bytes) {
   MpsLimits l;
   l.thread_percentage = std::clamp((gpu_milli + 9) / 10, 1, 100);
@@ -182,6 +197,8 @@ Status MpsDaemons::Start(const std::string& gpu, uid_t uid, gid_t gid) {
   GP_RETURN_IF_ERROR(MakeOwnedDir(dir + "/pipe", uid, gid, 0700));
   GP_RETURN_IF_ERROR(MakeOwnedDir(dir + "/log", uid, gid, 0700));
   GP_RETURN_IF_ERROR(WriteFileAtomically(dir + "/owner", std::to_string(uid) + "\n"));
+  // For a later agent that no longer runs MPS, to quit it with (LeftoverMpsControl).
+  GP_RETURN_IF_ERROR(WriteFileAtomically(dir + "/control", options_.control + "\n"));
   SpawnOptions o;
   o.null_output = true;  // the daemon keeps what it inherits: no pipe of ours
   o.new_session = true;  // nor our process group: it outlives an agent restart
@@ -261,6 +278,11 @@ Result<std::string> MpsDaemons::Acquire(const std::string& gpu, const RunId& run
   std::map<RunId, MpsLimits>& runs = clients_[gpu];
   const std::string dir = Dir(gpu);
   if (!Answers(gpu)) {
+    if (options_.adopt_only) {
+      if (runs.empty()) clients_.erase(gpu);
+      return Status::Unavailable("the MPS control daemon of " + gpu +
+                                 " does not run, and this agent starts none (MPS is not its mode)");
+    }
     if (Status s = Start(gpu, uid, gid); !s.ok()) {
       if (runs.empty()) clients_.erase(gpu);
       return s;

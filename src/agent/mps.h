@@ -17,7 +17,8 @@
 // Files, under STATE/mps/<uuid>/: pipe/ and log/ (the daemon's CUDA_MPS_PIPE_DIRECTORY and
 // CUDA_MPS_LOG_DIRECTORY), owned by the share's user with mode 0700 so that no other user's
 // process can become a client; `owner`, that uid (or "shared" once the admin let a second
-// user's share onto the GPU: the folders are then root's, mode 1777).
+// user's share onto the GPU: the folders are then root's, mode 1777); `control`, the
+// control program that started it.
 //
 // Acquire(gpu, run, uid, limits) starts the GPU's daemon unless it answers already, counts
 // the run as its client and raises the ceiling to its limits; Release(run) drops it,
@@ -63,12 +64,23 @@ struct MpsOptions {
   // Variables every control command gets besides the daemon's folders and
   // CUDA_VISIBLE_DEVICES (PATH, LD_LIBRARY_PATH of the agent by default).
   std::vector<std::string> base_env;
+  // Acquire joins running daemons only and starts none: an agent whose GPUs are no longer
+  // in mps mode, quitting the daemons its predecessor left (LeftoverMpsControl).
+  bool adopt_only = false;
 };
 
 // The control program named by `configured` (a path; checked to be executable), else the
 // first nvidia-cuda-mps-control on PATH or in /usr/local/nvidia/bin, /usr/bin; empty
 // when there is none.
 std::string FindMpsControl(const std::string& configured);
+
+// Whether an earlier run of the agent left MPS daemon folders under `state_dir`/mps, and
+// the control program to quit those daemons with: the one recorded in a folder (the
+// program that started it, where it is still an executable), else `fallback`; "" when no
+// folder was left. An agent that no longer runs MPS quits them with it (adopt_only), those
+// of its adopted clients when they end, the rest at once: a daemon left running would let
+// its user reach a GPU later granted whole to another user (docs/sharing.md).
+std::string LeftoverMpsControl(const std::string& state_dir, const std::string& fallback);
 
 class MpsDaemons {
  public:

@@ -160,6 +160,41 @@ TEST_F(MpsTest, ARestartedAgentKeepsTheDaemonsItNeedsAndStopsTheRest) {
   EXPECT_NE(text->find("command quit"), std::string::npos) << *text;
 }
 
+// An agent restarted without MPS (s1b_mps_restart_as_none): the daemons its predecessor
+// left are found with the control program recorded in their folders; the one of an
+// adopted client is quit when that client ends, the others at once, and none is started.
+TEST_F(MpsTest, AnAgentNoLongerInMpsModeQuitsItsPredecessorsDaemons) {
+  EXPECT_EQ(LeftoverMpsControl(state_, "/usr/bin/true"), "");  // nothing left
+  const RunId a{1, 0, 1, 0}, b{2, 0, 1, 0};
+  {
+    MpsDaemons first(Options());
+    ASSERT_TRUE(first.Acquire("GPU-a", a, ::getuid(), ::getgid(), kHalf).ok());
+    ASSERT_TRUE(first.Acquire("GPU-b", b, ::getuid(), ::getgid(), kHalf).ok());
+  }  // the agent goes away; its daemons do not
+  MpsOptions o = Options();
+  o.control = LeftoverMpsControl(state_, "");
+  EXPECT_EQ(o.control, kStandIn);
+  o.adopt_only = true;
+  MpsDaemons second(o);
+  ASSERT_TRUE(second.Acquire("GPU-a", a, ::getuid(), ::getgid(), kHalf).ok());  // adopted
+  const std::string a_log = state_ + "/a.log", b_log = state_ + "/b.log";
+  fs::create_hard_link(state_ + "/mps/GPU-a/log/control.log", a_log);
+  fs::create_hard_link(state_ + "/mps/GPU-b/log/control.log", b_log);
+  EXPECT_TRUE(second.StopUnused().empty());
+  EXPECT_FALSE(fs::exists(state_ + "/mps/GPU-b"));
+  EXPECT_NE(ReadFileToString(b_log).value_or("").find("command quit"), std::string::npos);
+  // It starts no daemon, for a new run nor for one whose daemon is gone.
+  Result<std::string> pipe = second.Acquire("GPU-c", b, ::getuid(), ::getgid(), kHalf);
+  EXPECT_EQ(pipe.status().code(), StatusCode::kUnavailable);
+  EXPECT_FALSE(fs::exists(state_ + "/mps/GPU-c"));
+  // The adopted client ends: its daemon is quit, and nothing is left.
+  ASSERT_TRUE(fs::exists(state_ + "/mps/GPU-a"));
+  ASSERT_TRUE(second.Release(a).ok());
+  EXPECT_FALSE(fs::exists(state_ + "/mps/GPU-a"));
+  EXPECT_NE(ReadFileToString(a_log).value_or("").find("command quit"), std::string::npos);
+  EXPECT_EQ(LeftoverMpsControl(state_, "/usr/bin/true"), "");
+}
+
 // A daemon that died (or a folder left by a crash) is started afresh, not trusted.
 TEST_F(MpsTest, ADeadDaemonsFolderIsStartedAfresh) {
   fs::create_directories(state_ + "/mps/GPU-d/pipe");

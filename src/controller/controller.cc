@@ -105,8 +105,7 @@ void Controller::Touched(int64_t id) {
   slim->fence_node = job.fence_node;
   slim->fence_until_us = job.fence_until_us;
   slim->enforce_memory = job.enforce_memory;  // its shares only where memory is enforced
-  // Preemption (preemption_plan.h): who may be a victim, when, with what grace, and who
-  // is being stopped already.
+  // Preemption (preemption_plan.h): who may be a victim, when, with what grace, who stops.
   slim->preemptible = job.preemptible;
   slim->min_runtime_s = job.min_runtime_s;
   slim->preempt_grace_s = job.preempt_grace_s;
@@ -432,6 +431,7 @@ Status Controller::Load() {
   GP_ASSIGN_OR_RETURN(limits_, internal::StoredLimits(limits));
   listed_projects_.AddAll(limits_.limits);
   RestoreHolds(holds);
+  for (const auto& [name, e] : nodes_) UpdateLayoutHolds(name);
   spdlog::info("controller: loaded {} active jobs and {} nodes", active_.size(), nodes_.size());
   return Status::Ok();
 }
@@ -661,6 +661,7 @@ void Controller::TakeNodes(
     // A node whose health verdict is still to come takes no work, as a draining one.
     SchedNode copy{name, nullptr, e.cpu_milli, e.memory_mib, e.draining || e.health_pending, {}};
     internal::ReserveStrayGpus(e.stray_running, e.stray_gpus, user_id, &copy);
+    internal::ReserveLayoutHolds(layout_holds_, name, active_, &copy);
     for (const auto& [uuid, health] : e.gpu_health) {
       if (gpu::TakesWork(health.state)) continue;
       copy.out_of_service_gpus.push_back(
@@ -754,8 +755,7 @@ Status Controller::ScheduleOnce() {
   GP_RETURN_IF_ERROR(ApplyPreemptions(plan));
   Lock lock(mu_);
   last_pass_blocked_ = *applied == PlanApplied::kNone && !plan.capped;
-  // A capped pass left jobs it did not try: the next one goes on at once, not after the
-  // arrival batch or the period.
+  // A capped pass left jobs untried: the next one goes on at once, not after batch or period.
   if (plan.capped) WakeScheduler();
   if (plan_starts) {
     start_planned_ = true;

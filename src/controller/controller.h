@@ -51,6 +51,7 @@
 #include "controller/group_commit.h"
 #include "controller/job_index.h"
 #include "controller/job_lifecycle.h"
+#include "controller/layout_holds.h"
 #include "controller/limits.h"
 #include "controller/log_relay.h"
 #include "controller/metrics.h"
@@ -179,10 +180,9 @@ struct NodeView {
   std::map<std::string, int64_t> mig_jobs;
   // The health of the GPUs that are not healthy, by UUID (docs/health.md).
   std::map<std::string, gpu::GpuHealth> gpu_health;
-  // Its agent's health program has not given its first verdict since the agent registered:
-  // nothing new is placed on it until then (docs/health.md).
-  bool health_pending = false;
-  std::optional<protocol::DiskReport> disk;  // its agent's latest disk watch report
+  bool health_pending = false;  // no verdict from its health program yet: takes no work
+  std::map<size_t, std::vector<Holder>> layout_held;  // GPU -> jobs it changed layout under
+  std::optional<protocol::DiskReport> disk;           // its agent's latest disk watch report
   int running_jobs = 0;
 };
 
@@ -708,6 +708,7 @@ class Controller {
   };
   // Nodes' view of node `name` (entry `e`): its tasks from the job index.
   NodeView NodeViewLocked(const std::string& name, const NodeEntry& e) const REQUIRES(mu_);
+  void UpdateLayoutHolds(const std::string& node) REQUIRES(mu_);  // its jobs' (layout_holds.h)
 
   store::Store* store_;
   const Clock* clock_;
@@ -796,21 +797,19 @@ class Controller {
   // The last start plan's (ScheduleResult), with each later pass's reservation.
   std::map<int64_t, int64_t> start_estimates_us_ GUARDED_BY(mu_);
   std::map<int64_t, std::string> start_notes_ GUARDED_BY(mu_);
-  // Touched by the scheduler loop only.
-  bool start_planned_ = false;
+  bool start_planned_ = false;  // this and the next: touched by the scheduler loop only
   int64_t last_start_plan_mono_us_ = 0;
   // Preempted job -> the job it was preempted for (restored from stored holds that last).
   std::map<int64_t, int64_t> preempted_for_ GUARDED_BY(mu_);
-  // Preemptor -> its victims' GPUs, held for it; stored (one row per victim) with each
-  // victim's preemption, restored by Load, deleted when the hold ends (ForgetHolds).
+  // Preemptor -> its victims' GPUs, held for it; stored (one row per victim) with each victim's
+  // preemption, restored by Load, deleted when the hold ends (ForgetHolds).
   PreemptorHolds preempt_holds_ GUARDED_BY(mu_);
   std::map<std::string, NodeEntry> nodes_ GUARDED_BY(mu_);
-  // Stepped wherever nodes_ gains a node or a node's GPUs, CPUs or memory change (Load,
-  // RegisterNode, SetDrain): what fit_check_ was built from is then out of date.
+  LayoutHolds layout_holds_ GUARDED_BY(mu_);  // GPUs whose layout changed under running jobs
+  // Stepped when nodes_ gains a node or one's GPUs, CPUs or memory change: fit_check_ is stale.
   uint64_t nodes_generation_ GUARDED_BY(mu_) = 0;
-  // Submissions' check that some node could ever run the job (JobScheduler::NeverFits)
-  // over every node, built once per nodes_generation_ (NeverFitsLocked), not per
-  // submission: at 10,000 nodes building it is tens of ms under mu_.
+  // Submissions' check that some node could ever run the job (JobScheduler::NeverFits), built
+  // once per nodes_generation_ (NeverFitsLocked): at 10,000 nodes it takes tens of ms under mu_.
   std::shared_ptr<FitCheck> fit_check_ GUARDED_BY(mu_);
   uint64_t fit_checks_built_ GUARDED_BY(mu_) = 0;
   gpu::HealthPolicy health_policy_;  // immutable after Create

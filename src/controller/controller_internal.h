@@ -53,6 +53,15 @@ void ReserveStrayGpus(const std::set<std::pair<int64_t, int>>& running,
                       const std::map<std::pair<int64_t, int>, std::vector<std::string>>& gpus,
                       const std::function<std::string(int64_t)>& user_id, SchedNode* node);
 
+// The GPUs of `node` whose layout changed under jobs of `active` that still run there
+// (layout_holds.h): GPU UUID -> those jobs' ids.
+std::map<std::string, std::vector<int64_t>> LayoutHeld(const LayoutHolds& holds,
+                                                       const std::string& node,
+                                                       const std::map<int64_t, jobs::Job>& active);
+// Those GPUs out of service on `node` (nothing new placed there), saying why.
+void ReserveLayoutHolds(const LayoutHolds& holds, const std::string& name,
+                        const std::map<int64_t, jobs::Job>& active, SchedNode* node);
+
 // Whether a task of `job` is placed on `node`.
 inline bool OnNode(const jobs::Job& job, const std::string& node) {
   return std::any_of(job.placement.begin(), job.placement.end(),

@@ -183,5 +183,106 @@ TEST_F(ControllerMigTest, AShareLargerThanAnyInstanceWaitsSayingSo) {
   EXPECT_EQ(Get(whole.id).placement.at(0).gpu_uuids, std::vector<std::string>{"GPU-1"});
 }
 
+// The agent restarts, without a drain, with GPU 0's MIG layout changed under two running
+// shares (s5e_mig_layout_change_live): MIG turned off, or its instances remade. The shares
+// run on; GPU 0 takes nothing new, saying why, until both end, then it is free.
+class ControllerMigLayoutTest : public ControllerMigTest,
+                                public ::testing::WithParamInterface<bool> {
+ protected:
+  Event Ev(const Job& j, protocol::EventKind kind) {
+    Event e;
+    e.job_id = j.id;
+    e.attempt = j.attempt;
+    e.kind = kind;
+    e.time_us = clock_.NowMicros();
+    if (kind == protocol::EventKind::kExited) e.exit_code = 0;
+    return e;
+  }
+};
+
+TEST_P(ControllerMigLayoutTest, ALayoutChangedUnderRunningSharesHoldsItsGpuUntilTheyEnd) {
+  const Job whole = Submit(1, 0);  // GPU 1
+  const Job a = Submit(1, 8 * kGiB);
+  const Job b = Submit(1, 8 * kGiB);
+  ASSERT_TRUE(c_->ScheduleOnce().ok());
+  ASSERT_EQ(Get(a.id).placement.at(0).gpu_uuids, std::vector<std::string>{"MIG-s1"});
+  ASSERT_EQ(Get(b.id).placement.at(0).gpu_uuids, std::vector<std::string>{"MIG-s2"});
+  ASSERT_TRUE(c_->WaitForWork("n1", 0).ok());
+  std::vector<Event> started;
+  for (const Job& j : {whole, a, b})
+    started.push_back(Ev(Get(j.id), protocol::EventKind::kStarted));
+  ASSERT_TRUE(c_->ApplyEvents("n1", EventBatch{"n1", started, {}}).ok());
+
+  protocol::Registration r;
+  r.node = "n1";
+  r.info = MigNode();
+  if (GetParam()) {  // MIG off
+    r.info.gpus[0].mig_enabled = false;
+    r.info.gpus[0].mig_devices.clear();
+    r.info.gpus[0].enforcement = "none";
+  } else {  // seven 1g.10gb instances of new UUIDs
+    r.info.gpus[0].mig_devices.clear();
+    for (int i = 0; i < 7; ++i) {
+      r.info.gpus[0].mig_devices.push_back(
+          {"MIG-new" + std::to_string(i), "1g.10gb", 7 + i, 0, 10 * kGiB, {}});
+    }
+  }
+  r.cpu_milli = 64'000;
+  r.memory_mib = 256'000;
+  for (const Job& j : {whole, a, b}) r.running.push_back({j.id, 0, Get(j.id).attempt});
+  ASSERT_TRUE(c_->RegisterNode(r, "").ok());
+  EXPECT_EQ(Get(a.id).state, JobState::kRunning);
+  EXPECT_EQ(Get(b.id).state, JobState::kRunning);
+
+  // A whole GPU may go to GPU 0 only with MIG off; a share to a new instance or the GPU.
+  std::vector<Job> next;
+  if (GetParam()) next.push_back(Submit(1, 0));
+  next.push_back(Submit(1, 8 * kGiB));
+  ASSERT_TRUE(c_->ScheduleOnce().ok());
+  for (const Job& j : next) {
+    const Job got = Get(j.id);
+    EXPECT_EQ(got.state, JobState::kPending) << "job " << j.id << " on GPU 0 beside a and b";
+    EXPECT_NE(got.pending_reason.find("layout changed under running jobs " + std::to_string(a.id) +
+                                      ", " + std::to_string(b.id) + ": held until they end"),
+              std::string::npos)
+        << got.pending_reason;
+    EXPECT_EQ(got.pending_reason.find("held until they end; node n1"), std::string::npos)
+        << "said once per GPU, not per instance: " << got.pending_reason;
+  }
+  // A restarted controller finds them again from its store.
+  c_.reset();
+  ControllerOptions o;
+  o.node_timeout_us = int64_t{3600} * 1'000'000 * 24;
+  c_ = Controller::Create(store_.get(), &clock_, o).value();
+  ASSERT_TRUE(c_->ScheduleOnce().ok());
+  for (const Job& j : next) EXPECT_EQ(Get(j.id).state, JobState::kPending) << "after a restart";
+  NodeView v = c_->Nodes().at(0);
+  EXPECT_EQ(v.allocated_milli.at(0), 1000);
+  ASSERT_EQ(v.layout_held.count(0), 1u);
+  ASSERT_EQ(v.layout_held.at(0).size(), 2u);
+  EXPECT_EQ(v.layout_held.at(0)[0].job_id, a.id);
+  EXPECT_EQ(v.layout_held.at(0)[1].job_id, b.id);
+
+  // One ends: the other still holds GPU 0.
+  ASSERT_TRUE(
+      c_->ApplyEvents("n1", EventBatch{"n1", {Ev(Get(a.id), protocol::EventKind::kExited)}, {}})
+          .ok());
+  ASSERT_TRUE(c_->ScheduleOnce().ok());
+  for (const Job& j : next) EXPECT_EQ(Get(j.id).state, JobState::kPending);
+  // Both ended: GPU 0 is free again, as the agent reported it.
+  ASSERT_TRUE(
+      c_->ApplyEvents("n1", EventBatch{"n1", {Ev(Get(b.id), protocol::EventKind::kExited)}, {}})
+          .ok());
+  ASSERT_TRUE(c_->ScheduleOnce().ok());
+  const Job first = Get(next.front().id);  // the whole GPU 0, or a new instance
+  EXPECT_EQ(first.state, JobState::kAssigned) << first.pending_reason;
+  ASSERT_EQ(first.placement.size(), 1u);
+  EXPECT_EQ(first.placement[0].gpu_uuids.at(0), GetParam() ? "GPU-0" : "MIG-new0");
+  v = c_->Nodes().at(0);
+  EXPECT_TRUE(v.layout_held.empty());
+}
+
+INSTANTIATE_TEST_SUITE_P(MigOffOrRemade, ControllerMigLayoutTest, ::testing::Bool());
+
 }  // namespace mig_test
 }  // namespace gpupool::controller

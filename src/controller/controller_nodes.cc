@@ -253,6 +253,22 @@ NodeView Controller::NodeViewLocked(const std::string& name, const NodeEntry& e)
       for (const std::string& uuid : p.gpu_uuids) AllocateInView(e.info, job, p, uuid, v);
     }
   }
+  // A GPU whose layout changed under running jobs is theirs until they end.
+  for (const auto& [uuid, ids] : internal::LayoutHeld(layout_holds_, name, active_)) {
+    for (size_t g = 0; g < e.info.gpus.size(); ++g) {
+      if (e.info.gpus[g].uuid != uuid) continue;
+      v.allocated_milli[g] = 1000;
+      for (int64_t id : ids) {
+        const Job& job = active_.at(id);
+        const NodeView::Holder h{job.id, job.array_id, job.array_index, job.user, 1000};
+        v.layout_held[g].push_back(h);
+        auto& on = v.holders[g];
+        if (std::none_of(on.begin(), on.end(), [&](const auto& o) { return o.job_id == id; })) {
+          on.push_back(h);
+        }
+      }
+    }
+  }
   v.state = !e.up ? "down" : !e.draining ? "up" : v.running_jobs > 0 ? "draining" : "drained";
   return v;
 }
@@ -391,8 +407,7 @@ Result<protocol::RegistrationReply> Controller::RegisterNode(protocol::Registrat
     e.xid_count_seen.clear();               // a (re)started agent counts its Xids from 0 again
     e.health_pending = reg.health_pending;  // no work until its health verdict comes
     if (reg.health_pending) spdlog::info("node {}: waiting for its health check's verdict", name);
-    // Tasks the agent runs that no active job of ours expects there are stopped; tasks we
-    // believe run there that the agent does not know are gone.
+    // Tasks it runs that no active job expects are stopped; ours it does not list are gone.
     auto known = std::make_shared<std::set<std::pair<int64_t, int>>>();
     // A task whose end is on its way is not lost: its event follows the registration.
     for (const protocol::RunningTask& t : reg.ended) known->insert({t.job_id, t.attempt});
@@ -406,6 +421,7 @@ Result<protocol::RegistrationReply> Controller::RegisterNode(protocol::Registrat
         e.stray_running.insert({t.job_id, t.attempt});
       }
     }
+    UpdateLayoutHolds(name);  // running jobs whose devices the new inventory lacks
     // The GPUs of the strays it no longer runs are free; those of the others stay used.
     std::erase_if(e.stray_gpus,
                   [&e](const auto& g) { return e.stray_running.count(g.first) == 0; });

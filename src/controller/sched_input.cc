@@ -473,7 +473,9 @@ std::string SchedInput::OutOfServiceNote(const sched::QueuedJob& job) {
         }
       }
       for (size_t k = h; why && k < end; ++k) {
-        named.push_back("node " + cluster.node(node).name + ": " + out_of_service_[k].what);
+        // Once per GPU: a GPU in MIG mode is out of service with each of its instances.
+        std::string one = "node " + cluster.node(node).name + ": " + out_of_service_[k].what;
+        if (std::find(named.begin(), named.end(), one) == named.end()) named.push_back(one);
       }
     }
     h = end;

@@ -295,6 +295,32 @@ class MpsPoolTest(unittest.TestCase):
         wait_for("the adopted daemon to go after its client",
                  lambda: not os.path.exists(mps_dir(self.dir, uuid)))
 
+    def test_a_pool_restarted_without_mps_quits_the_daemons_it_left(self):
+        # s1b_mps_restart_as_none: the MPS flags forgotten at a restart. The daemon must not
+        # outlive its shares: its user could reach the GPU once it is granted to another.
+        p = self.pool(["--gpu-enforcement", "mps", "--mps-control", CONTROL])
+        a = p.submit("--gpu-share", "0.25", "--env", "OUT=" + self.out, "--", "sh", "-c", JOB)
+        uuid = p.wait(a, ("RUNNING",))["placement"][0]["gpu_uuids"][0]
+        read_env(self.out, a)
+        with open(os.path.join(mps_dir(self.dir, uuid), "pipe", "control.pid")) as f:
+            daemon = int(f.read().split()[0])
+        stale = mps_dir(self.dir, "GPU-stale")  # a folder a crash left: removed too
+        os.makedirs(os.path.join(stale, "pipe"))
+        p.stop(signal.SIGKILL)
+        self.pools.remove(p)
+        p2 = self.pool(["--gpu-enforcement", "none"])  # and no --mps-control
+        wait_for("the stale folder to go", lambda: not os.path.exists(stale))
+        self.assertEqual(p2.job(a)["state"], "RUNNING")
+        self.assertTrue(os.path.exists("/proc/%d" % daemon), "quit under its running client")
+        self.go(a)
+        p2.wait(a, ("SUCCEEDED", "FAILED", "LOST"))
+        wait_for("the daemon to quit after its client", lambda: not os.path.exists("/proc/%d" % daemon))
+        self.assertFalse(os.path.exists(mps_dir(self.dir, uuid)))
+        # The GPU granted whole afterwards: no daemon is started for it.
+        w = p2.submit("--gpus", "4", "--", "true")
+        p2.wait(w, ("SUCCEEDED",))
+        self.assertEqual(os.listdir(os.path.join(self.dir, "agent", "mps")), [])
+
     def test_a_daemon_that_cannot_start_fails_the_share_with_the_reason(self):
         # The agent hands the daemon no variable of its own but PATH and LD_LIBRARY_PATH:
         # the stand-in is told to refuse by a wrapper given as the control program.

@@ -374,9 +374,21 @@ Status NodeAgent::SetUpEnforcement(const std::string& agent_dir) {
         "(nvmlDeviceSetMemoryLimits_v1: NVIDIA driver R615 or later, GPUs not in MIG mode); "
         "run with --gpu-enforcement auto or none");
   }
-  if (mps_gpus > 0) {
+  // Daemons an earlier run left, while MPS is no longer the mode: quit once their adopted
+  // clients end (AgentLoop::AdoptMpsClients), the others at once; none started.
+  const std::string leftover =
+      mps_gpus > 0 ? "" : LeftoverMpsControl(agent_dir, FindMpsControl(options_.mps_control));
+  if (std::error_code ec;
+      mps_gpus == 0 && leftover.empty() && !fs::is_empty(agent_dir + "/mps", ec) && !ec) {
+    spdlog::warn(
+        "agent: MPS daemons of an earlier run may be left under {}/mps, and no "
+        "nvidia-cuda-mps-control is found to quit them with (--mps-control PATH)",
+        agent_dir);
+  }
+  if (mps_gpus > 0 || !leftover.empty()) {
     MpsOptions mo;
-    mo.control = control;
+    mo.control = mps_gpus > 0 ? control : leftover;
+    mo.adopt_only = mps_gpus == 0;
     mo.state_dir = agent_dir;
     for (const char* var : {"PATH", "LD_LIBRARY_PATH"}) {
       if (const char* v = std::getenv(var); v != nullptr)

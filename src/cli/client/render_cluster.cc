@@ -218,6 +218,28 @@ std::string HoldersCell(const Json& g) {
   return out.empty() ? "-" : out;
 }
 
+// "n1 GPU 0: layout changed under running jobs 1, 2: held until they end\n" per GPU whose
+// MIG layout changed under jobs that still run there (docs/sharing.md).
+std::string LayoutChanged(const Json& nodes) {
+  std::string out;
+  for (const Json& node : nodes) {
+    for (const Json& g : GetArray(node, "gpus")) {
+      const Json& under = GetArray(g, "layout_changed_under");
+      if (under.empty()) continue;
+      std::string jobs;
+      for (const Json& h : under) {
+        jobs += (jobs.empty() ? "" : ", ") +
+                (GetBool(h, "other_user") ? "another user's job" : UserJobId(h, "job_id"));
+      }
+      const bool one = under.size() == 1;
+      out += CleanCell(GetString(node, "name")) + " GPU " + std::to_string(GetInt(g, "index")) +
+             ": layout changed under running job" + (one ? " " : "s ") + jobs + ": held until " +
+             (one ? "it ends" : "they end") + "\n";
+    }
+  }
+  return out;
+}
+
 // "n1 GPU 0: 12 alice\n" per GPU that someone holds.
 std::string GpuHolders(const Json& nodes) {
   std::string out;
@@ -334,8 +356,10 @@ std::string RenderNodes(const Json& answer, int64_t now_us) {
   }
   const std::string readings = GpuReadings(GetArray(answer, "nodes"));
   const std::string holders = GpuHolders(GetArray(answer, "nodes"));
+  const std::string layout = LayoutChanged(GetArray(answer, "nodes"));
   return t.Render() + (readings.empty() ? "" : "GPUs, latest sample:\n" + readings) +
          (holders.empty() ? "" : "GPUs held (job, user, share):\n" + holders) +
+         (layout.empty() ? "" : "GPUs taking no new work (docs/sharing.md):\n" + layout) +
          (drains.empty() ? "" : "drained:\n" + drains) +
          (health.empty() ? "" : "GPU health (docs/health.md):\n" + health) +
          (checking.empty() ? ""
@@ -425,6 +449,9 @@ Result<std::string> RenderNode(const Json& answer, const std::string& name, int6
   }
   out += t.Render();
   if (!details.empty()) out += "GPU health (docs/health.md):\n" + details;
+  if (const std::string layout = LayoutChanged(Json::array({node})); !layout.empty()) {
+    out += "GPUs taking no new work (docs/sharing.md):\n" + layout;
+  }
   if (const std::string mig = MigInstances(name, GetArray(node, "gpus")); !mig.empty()) {
     out += "MIG instances, each held whole by one job:\n" + mig;
   }

@@ -415,6 +415,24 @@ TEST(RenderNodesTest, FractionsAndModels) {
 // A GPU in MIG mode: its instances, one a line, with the job holding each as its user
 // names it (an array's element ARRAY_INDEX, not its store id; another user's unnamed;
 // hostile strings cleaned); both views.
+// A GPU whose MIG layout changed under running jobs (docs/sharing.md) says so.
+TEST(RenderNodesTest, AGpuHeldByJobsItsLayoutChangedUnder) {
+  const Json answer = Parse(R"js({"nodes": [{"name": "n1", "state": "up", "gpus": [
+      {"index": 0, "name": "A100", "allocated_milli": 1000, "enforcement": "none",
+       "layout_changed_under": [{"job_id": 1, "user": "alice", "gpu_milli": 1000},
+                                {"other_user": true, "gpu_milli": 1000}]},
+      {"index": 1, "name": "A100", "allocated_milli": 0, "enforcement": "none"}]}]})js");
+  const std::string line =
+      "GPUs taking no new work (docs/sharing.md):\n"
+      "n1 GPU 0: layout changed under running jobs 1, another user's job: held until they end\n";
+  const std::string all = RenderNodes(answer, kRenderNow);
+  EXPECT_NE(all.find(line), std::string::npos) << all;
+  Result<std::string> one = RenderNode(answer, "n1", kRenderNow);
+  ASSERT_TRUE(one.ok());
+  EXPECT_NE(one->find(line), std::string::npos) << *one;
+  EXPECT_EQ(all.find("GPU 1: layout"), std::string::npos);
+}
+
 TEST(RenderNodesTest, MigInstancesAndWhoHoldsThem) {
   const Json answer = Parse(R"js({"nodes": [{"name": "gpu4", "state": "up", "gpus": [
       {"index": 0, "name": "A100", "allocated_milli": 375, "enforcement": "mig",

@@ -97,6 +97,10 @@ OrderedJson NodeViewToJson(const NodeView& v, const Caller& caller, int64_t leas
       }
       gpus.back()["mig_devices"] = std::move(instances);
     }
+    // Its layout changed under running jobs: theirs until they end (docs/sharing.md).
+    if (auto held = v.layout_held.find(g); held != v.layout_held.end()) {
+      gpus.back()["layout_changed_under"] = HoldersToJson(held->second, caller);
+    }
     if (auto t = latest.find(gi.index); t != latest.end() && v.state != "down") {
       gpus.back()["telemetry"] = GpuTelemetryToJson(t->second);
     }
