@@ -153,8 +153,7 @@ Status Server::OpenStore() {
 void Server::WatchStoreDisk(const std::string& sqlite_file) {
   if (sqlite_file.empty() || options_.disk_min_free.kind == DiskMinFree::Kind::kOff) return;
   const std::string dir = std::filesystem::path(sqlite_file).parent_path().string();
-  disk_watch_ = std::make_unique<StoreDiskWatch>(dir.empty() ? "." : dir, options_.disk_min_free,
-                                                 options_.disk_usage);
+  disk_watch_ = std::make_unique<StoreDiskWatch>(dir.empty() ? "." : dir, options_.disk_min_free);
   disk_watch_->Check();
   StoreDiskWatch* watch = disk_watch_.get();
   options_.controller.submission_room = [watch] { return watch->Room(); };

@@ -72,7 +72,6 @@ struct ServerOptions {
   // disk is its server's): the room to keep, and how often it is read.
   DiskMinFree disk_min_free;
   int64_t disk_check_interval_s = 10;
-  StoreDiskWatch::Reader disk_usage;  // tests: how the room is read (empty: statvfs)
   // Called on the lease thread when a standby starts leading (for the CLI's message).
   std::function<void(int64_t epoch)> on_lead;
 };
