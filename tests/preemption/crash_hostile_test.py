@@ -183,7 +183,7 @@ class CrashHostileTest(unittest.TestCase):
         self.marks = os.path.join(self.pool.dir, "marks")
         os.mkdir(self.marks)
         os.chmod(self.marks, 0o777)
-        self.ended = {}  # task -> when its first attempt's process was seen gone
+        self.ended = {}  # task -> when its first attempt's process ended (pooltest.Ended)
         self.watcher = Watcher(self.pool)
         self.watcher.start()
 
@@ -242,17 +242,13 @@ class CrashHostileTest(unittest.TestCase):
 
     def wait_attempt_one_gone(self, timeout=GRACE + 15):
         """Waits for every process of the victim's first attempt (tasks and helpers) to
-        end; returns when the last task's main process was seen gone (`self.ended`: when
-        each task's was)."""
+        end; returns when the last task's main process ended, a pooltest.Ended
+        (`self.ended`: when each task's did)."""
         mains = {int(r[2]): r[1] for r in self.lines("start") if r[0] == "1"}
-
-        def all_gone():
-            for pid, task in mains.items():
-                if task not in self.ended and not alive(pid):
-                    self.ended[task] = time.time()
-            return len(self.ended) == len(mains)
-        pooltest.wait_for("the first attempt's tasks to end", all_gone, timeout, 0.02)
-        gone = max(self.ended.values())
+        ends = pooltest.wait_ended("the first attempt's tasks to end", list(mains), timeout)
+        self.ended = {mains[pid]: e for pid, e in ends.items()}
+        gone = pooltest.Ended(max(e.alive_at for e in ends.values()),
+                              max(e.gone_at for e in ends.values()))
         pooltest.wait_for("the first attempt's helpers to end",
                           lambda: not any(alive(p) for p in self.attempt_one_pids()), 5, 0.02)
         return gone
@@ -265,17 +261,17 @@ class CrashHostileTest(unittest.TestCase):
         self.assertEqual((final["attempt"], final["preemptions"]), (2, 1), final)
         pre = self.wait_job(preemptor, ("SUCCEEDED",))
         with open(os.path.join(self.marks, "preemptor.start")) as f:
-            self.assertGreaterEqual(float(f.read()), gone - 0.05)
-        self.assertGreaterEqual(pre["start_time_us"] / 1e6, gone - 0.05)
+            self.assertGreaterEqual(float(f.read()), gone.alive_at)
+        self.assertGreaterEqual(pre["start_time_us"] / 1e6, gone.alive_at)
         starts = self.lines("start")
         self.assertEqual(sorted((r[0], r[1]) for r in starts),
                          sorted((a, str(t)) for a in ("1", "2") for t in range(tasks)))
         for r in starts:
             if r[0] == "2":
-                self.assertGreaterEqual(float(r[3]), gone - 0.05, "attempt 2 ran early")
+                self.assertGreaterEqual(float(r[3]), gone.alive_at, "attempt 2 ran early")
         self.assertEqual(sorted(r[1] for r in self.lines("end")), [str(t) for t in range(tasks)])
         # The stopped attempt's GPU-hours, once: each task's GPUs from its start to its end.
-        ran = sum(gpus * (self.ended[r[1]] - float(r[3])) for r in starts if r[0] == "1")
+        ran = sum(gpus * (self.ended[r[1]].gone_at - float(r[3])) for r in starts if r[0] == "1")
         self.assertAlmostEqual(final["preempted_gpu_hours"] * 3600, ran, delta=gpus * tasks * 1.5)
         self.assertIn("Preemptions: 1, costing", self.pool.cli("show", str(victim)).stdout)
         self.check_usage(final, pre)
@@ -311,8 +307,7 @@ class CrashHostileTest(unittest.TestCase):
                               lambda: not pooltest._shims_under(self.pool.agent_dir(i)), 10)
 
     def assert_killed_at(self, gone, deadline):
-        self.assertGreaterEqual(gone, deadline - 1.5)
-        self.assertLessEqual(gone, deadline + 2.5)
+        gone.assert_between(self, deadline - 1.5, deadline + 2.5)
 
     def requeued(self, victim, preemptor):
         """The victim requeued once, as preempted by `preemptor`. Under load its wait can
@@ -363,8 +358,8 @@ class CrashHostileTest(unittest.TestCase):
         self.assertEqual(r.returncode, 0, r.stderr)
         said = time.time()
         gone = self.wait_attempt_one_gone()
-        self.assertLess(gone, said + 3)  # at once, not at the deadline
-        self.assertLess(gone, deadline - 2)
+        self.assertLess(gone.gone_at, said + 3)  # at once, not at the deadline
+        self.assertLess(gone.gone_at, deadline - 2)
         self.requeued(victim, preemptor)
         self.check_outcome(victim, preemptor, gone, 1, 4)
 

@@ -199,22 +199,23 @@ class PreemptionCrashTest(unittest.TestCase):
         return victim, third, preemptor, pid, int(deadline), float(term_at)
 
     def wait_gone(self, pid, timeout):
-        """Waits for the victim's process and its child to end; when the first ended."""
-        pooltest.wait_for("process %d to end" % pid, lambda: not alive(pid), timeout, 0.02)
-        gone = time.time()
-        if self.child:
-            pooltest.wait_for("its child %d to end" % self.child, lambda: not alive(self.child),
-                              2)
-        return gone
+        """Waits for the victim's process and its child to end; when the last of them
+        ended (a pooltest.Ended)."""
+        pids = [pid] + ([self.child] if self.child else [])
+        ends = pooltest.wait_ended("the victim and its child to end", pids, timeout).values()
+        return pooltest.Ended(max(e.alive_at for e in ends), max(e.gone_at for e in ends))
 
-    def check_requeued_and_rerun(self, victim, third, preemptor):
+    def check_requeued_and_rerun(self, victim, third, preemptor, gone):
         """The victim requeued once (attempt 1's reason), the preemptor run on its GPUs
-        before the older third job, then the victim's attempt 2."""
+        after the victim's process ended (`gone`) and before the older third job, then
+        the victim's attempt 2."""
         again = pooltest.wait_requeued(self.pool.job, victim)
         if again["state"] == "PENDING":
             self.assertEqual(again["reason"], REASON % preemptor)
         self.assertEqual(again["preemptions"], 1, again)
         done = self.wait_job(preemptor, ("SUCCEEDED",))
+        self.assertGreaterEqual(done["start_time_us"] / 1e6, gone.alive_at)
+        self.assertGreaterEqual(float(self.wait_file("preemptor.start", 1)), gone.alive_at)
         after = self.wait_job(third, ("SUCCEEDED",))
         self.assertGreaterEqual(after["start_time_us"], done["end_time_us"])
         final = self.wait_job(victim, ("SUCCEEDED",))
@@ -254,11 +255,8 @@ class PreemptionCrashTest(unittest.TestCase):
             j = self.pool.job(victim)
             self.assertEqual((j["state"], j.get("preempted_by")), ("RUNNING", preemptor), j)
             gone = self.wait_gone(pid, GRACE + 10)
-        self.assertGreaterEqual(gone, deadline - 1.5)
-        self.assertLessEqual(gone, deadline + 2.5)
-        self.assertFalse(os.path.exists(os.path.join(self.marks, "preemptor.start")))
-        done = self.check_requeued_and_rerun(victim, third, preemptor)
-        self.assertGreaterEqual(done["start_time_us"] / 1e6, gone - 0.05)
+        gone.assert_between(self, deadline - 1.5, deadline + 2.5)
+        self.check_requeued_and_rerun(victim, third, preemptor, gone)
 
     def test_controller_killed_during_the_grace(self):
         self.crash_during_grace("server", False)
@@ -282,15 +280,15 @@ class PreemptionCrashTest(unittest.TestCase):
         self.assertTrue(alive(pid))
         self.pool.start_agent()
         gone = self.wait_gone(pid, GRACE + 10)
-        self.assertLessEqual(gone, deadline + 2.5)
+        self.assertLessEqual(gone.gone_at, deadline + 2.5)
         final = self.wait_job(victim, ("SUCCEEDED",))
         self.wait_job(preemptor, ("SUCCEEDED",))
         self.wait_job(third, ("SUCCEEDED",))
         for name in ("preemptor", "third"):
-            self.assertGreaterEqual(float(self.wait_file(name + ".start", 1)), gone - 0.05, name)
+            self.assertGreaterEqual(float(self.wait_file(name + ".start", 1)), gone.alive_at, name)
         starts = [r for r in self.runs() if r[0] == "start"]
         self.assertEqual([r[1] for r in starts], ["1", "2"])
-        self.assertGreaterEqual(float(starts[1][3]), gone - 0.05)
+        self.assertGreaterEqual(float(starts[1][3]), gone.alive_at)
         self.assertEqual(final["attempt"], 2)
         # Requeued as preempted, once, the node's loss named.
         self.assertEqual(lost["preemptions"], 1, lost)
@@ -302,7 +300,8 @@ class PreemptionCrashTest(unittest.TestCase):
         victim, third, preemptor, pid, deadline, term_at = self.start_preemption("finish")
         finished = float(self.wait_file("finished"))
         self.assertLess(finished, deadline)
-        self.check_requeued_and_rerun(victim, third, preemptor)
+        self.check_requeued_and_rerun(victim, third, preemptor,
+                                      self.wait_gone(pid, GRACE + 10))
 
     def test_a_victim_whose_work_ended_before_its_stop_arrived_succeeded(self):
         victim = self.pool.submit("--gpus", "4", "--preemptible", "--min-runtime", "1s",
@@ -345,9 +344,7 @@ class PreemptionCrashTest(unittest.TestCase):
         pooltest.wait_for("the hold's row deleted", lambda: self.pool.holds() == [], 30)
         # The SIGTERM cannot be taken back: the victim is still stopped at its deadline.
         self.assertEqual(self.pool.job(victim).get("preempted_by"), preemptor)
-        gone = self.wait_gone(pid, GRACE + 10)
-        self.assertGreaterEqual(gone, deadline - 1.5)
-        self.assertLessEqual(gone, deadline + 2.5)
+        self.wait_gone(pid, GRACE + 10).assert_between(self, deadline - 1.5, deadline + 2.5)
         final = self.wait_job(victim, ("SUCCEEDED",))
         self.assertEqual((final["attempt"], final["preemptions"]), (2, 1))
         # No hold keeps the GPUs: the third job runs, without the hold's 60 s margin.

@@ -119,6 +119,40 @@ def alive(pid):
     return _proc_stat(pid) is not None
 
 
+class Ended:
+    """When a watched process ended, as two polls bracket it: `alive_at`, the start of
+    the last poll that saw it running (0 if none did), and `gone_at`, the end of the
+    first that saw it ended. Its real end lies between them however late a poll ran
+    (a loaded machine can hold a poll back for a second): a check that something came
+    after the end compares with `alive_at`, one that the end came by a time with
+    `gone_at`."""
+
+    def __init__(self, alive_at, gone_at):
+        self.alive_at, self.gone_at = alive_at, gone_at
+
+    def assert_between(self, test, earliest, latest):
+        """Fails `test` unless the end surely lies within [earliest, latest]."""
+        test.assertGreaterEqual(self.alive_at, earliest, "ended too early")
+        test.assertLessEqual(self.gone_at, latest, "ended too late")
+
+
+def wait_ended(what, pids, timeout, poll=0.02):
+    """Polls until every pid has ended; returns {pid: Ended}."""
+    ended, seen = {}, {}
+
+    def check():
+        for pid in pids:
+            if pid not in ended:
+                t = time.time()
+                if alive(pid):
+                    seen[pid] = t
+                else:
+                    ended[pid] = Ended(seen.get(pid, 0.0), time.time())
+        return len(ended) == len(pids)
+    wait_for(what, check, timeout, poll)
+    return ended
+
+
 def _shims_under(state_dir):
     """The pids of the job supervisors (`gpupool-agent-shim --job-dir DIR`, or `gpupool
     agent-shim ...`) whose DIR is `state_dir` or inside it: the pool's under that
