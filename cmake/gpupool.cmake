@@ -1,6 +1,8 @@
 # gpupool_test(NAME SOURCES a_test.cc ... LIBS lib ... [LABELS l ...])
 # One GoogleTest executable; its cases are listed at test time so ctest shows each.
 # With LABELS slow and GPUPOOL_BUILD_SLOW_TESTS=OFF, neither the executable nor its tests exist.
+# GPUPOOL_TEST_COMPILE_OPTIONS (a list) is added to its own sources' flags, after the
+# build type's, so a later -O wins.
 function(gpupool_test name)
   if(NOT GPUPOOL_BUILD_TESTS)
     return()
@@ -10,6 +12,9 @@ function(gpupool_test name)
     return()
   endif()
   add_executable(${name} ${T_SOURCES})
+  if(GPUPOOL_TEST_COMPILE_OPTIONS)
+    target_compile_options(${name} PRIVATE ${GPUPOOL_TEST_COMPILE_OPTIONS})
+  endif()
   target_link_libraries(${name} PRIVATE ${T_LIBS} GTest::gtest GTest::gtest_main GTest::gmock)
   target_include_directories(${name} PRIVATE ${PROJECT_SOURCE_DIR}/src ${PROJECT_SOURCE_DIR})
   target_compile_definitions(${name} PRIVATE
