@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <sys/file.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -33,9 +34,18 @@ Result<FileLock> FileLock::TryLock(const std::string& path) {
   // Held read-only (flock needs no write access): a descriptor open for writing would keep
   // the file system from being remounted read-only, as the disk watch's tests do and an
   // operator may; the pid is written through a descriptor of its own, closed at once.
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+  // O_NONBLOCK: a FIFO (or a device) put in the lock file's place would otherwise block
+  // the open, and so the daemon's start, for ever; it is refused below.
+  const int fd =
+      ::open(path.c_str(), O_RDONLY | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, 0600);
   if (fd < 0) {
     return Status::Unavailable("cannot open the lock file '" + path + "': " + std::strerror(errno));
+  }
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    ::close(fd);
+    return Status::Unavailable("the lock file '" + path +
+                               "' is not a regular file: remove it (the daemon creates it)");
   }
   int rc;
   while ((rc = ::flock(fd, LOCK_EX | LOCK_NB)) != 0 && errno == EINTR) {
@@ -51,7 +61,7 @@ Result<FileLock> FileLock::TryLock(const std::string& path) {
   }
   // The holder's pid, for the message of whoever comes second; the lock is what counts.
   const std::string pid = std::to_string(::getpid()) + "\n";
-  const int out = ::open(path.c_str(), O_WRONLY | O_TRUNC | O_CLOEXEC | O_NOFOLLOW);
+  const int out = ::open(path.c_str(), O_WRONLY | O_TRUNC | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
   if (out >= 0) {
     // Not fatal if it fails: the lock is held, only a second daemon's message is vaguer.
     (void)!::write(out, pid.data(), pid.size());

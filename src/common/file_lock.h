@@ -27,7 +27,8 @@ class FileLock {
   // Takes the lock on `path` (created 0600 when absent) without waiting, and writes this
   // process's pid into the file. Errors: FailedPrecondition when another holds it (the
   // message is the holder: "pid N", or "another process" when the file names none),
-  // Unavailable when the file cannot be opened or locked (the errno's words).
+  // Unavailable when the file cannot be opened or locked (the errno's words), or is not
+  // a regular file (a FIFO put there would otherwise hang the caller).
   static Result<FileLock> TryLock(const std::string& path);
 
   bool held() const { return fd_ >= 0; }

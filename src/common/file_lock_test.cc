@@ -4,10 +4,13 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <spawn.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <filesystem>
+#include <future>
 #include <string>
 
 extern char** environ;
@@ -67,6 +70,25 @@ TEST_F(FileLockTest, AMovedLockStaysHeld) {
   FileLock moved = std::move(*first);
   EXPECT_FALSE(first->held());
   EXPECT_FALSE(FileLock::TryLock(path_).ok());
+}
+
+// A FIFO in the lock file's place (planted, or left by a mistake) is refused at once: a
+// blocking open would hang the daemon's start until someone opened its other end.
+TEST_F(FileLockTest, AFifoInItsPlaceIsRefusedWithoutWaiting) {
+  ASSERT_EQ(::mkfifo(path_.c_str(), 0600), 0);
+  auto tried = std::async(std::launch::async, [&] { return FileLock::TryLock(path_); });
+  if (tried.wait_for(std::chrono::seconds(10)) != std::future_status::ready) {
+    // Unblock it (a writer for its read-only open) so that the test can end.
+    const int w = ::open(path_.c_str(), O_RDWR | O_CLOEXEC);
+    tried.wait();
+    if (w >= 0) ::close(w);
+    FAIL() << "TryLock blocked on a FIFO";
+  }
+  Result<FileLock> lock = tried.get();
+  ASSERT_FALSE(lock.ok());
+  EXPECT_EQ(lock.status().code(), StatusCode::kUnavailable);
+  EXPECT_NE(lock.status().message().find("is not a regular file: remove it"), std::string::npos)
+      << lock.status().message();
 }
 
 TEST_F(FileLockTest, AFileNamingNoPidGivesAnotherProcess) {
