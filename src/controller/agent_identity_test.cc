@@ -1,7 +1,8 @@
 // Two agents under one node name (protocol::Registration::agent_id): a second agent of
 // another identity is refused while the node's agent is alive, and its registration
-// changes nothing (the first agent's jobs run on); a restart of the same agent, an older
-// agent without an id, and a new agent on a node whose agent died are taken.
+// changes nothing (the first agent's jobs run on), also after a controller's restart (the
+// id is stored with the node); a restart of the same agent, an older agent without an
+// id, and a new agent on a node whose agent died are taken.
 #include "controller/controller_test.h"
 
 namespace gpupool::controller::controller_test {
@@ -81,11 +82,37 @@ TEST_F(AgentIdentityTest, ANodeSweptDownIsTakenOver) {
   EXPECT_TRUE(RegisterAs("agent-b").ok());
 }
 
-// A controller restarted knows no agent's id (the store keeps none): the first to
-// register is the node's agent.
-TEST_F(AgentIdentityTest, AfterAControllerRestartTheFirstAgentIsTaken) {
+// The agent's id is stored with its node: after a controller's restart a second agent
+// under the name is refused as before it (it once was taken, and had the first agent's
+// running job declared lost), and the node's own agent comes back to its job.
+TEST_F(AgentIdentityTest, AfterAControllerRestartASecondAgentIsStillRefused) {
+  ASSERT_TRUE(RegisterAs("agent-a").ok());
+  const Job job = Started();
+  Restart();
+  clock_.AdvanceMicros(2'000'000);
+  Result<protocol::RegistrationReply> second = RegisterAs("agent-b", {}, "10.0.0.2");
+  ASSERT_FALSE(second.ok());
+  EXPECT_EQ(second.status().code(), StatusCode::kAlreadyExists);
+  EXPECT_NE(second.status().message().find(
+                "node n1 is run by another agent (at 10.0.0.1, registered before the "
+                "controller restarted, 2.0 s ago"),
+            std::string::npos)
+      << second.status().message();
+  EXPECT_EQ(Get(job.id).state, JobState::kRunning);
+  ASSERT_TRUE(RegisterAs("agent-a", {{job.id, 0, job.attempt}}).ok());
+  EXPECT_EQ(Get(job.id).state, JobState::kRunning);
+  EXPECT_EQ(Get(job.id).attempt, job.attempt);
+  EXPECT_EQ(RegisterAs("agent-b").status().code(), StatusCode::kAlreadyExists);
+}
+
+// ... until the node timeout from the restart has passed without the node's agent: then
+// the node may be taken over, as any node whose agent died.
+TEST_F(AgentIdentityTest, AfterAControllerRestartAnAgentThatNeverCameBackIsTakenOver) {
   ASSERT_TRUE(RegisterAs("agent-a").ok());
   Restart();
+  clock_.AdvanceMicros(9'000'000);
+  EXPECT_FALSE(RegisterAs("agent-b").ok());
+  clock_.AdvanceMicros(1'000'000);
   EXPECT_TRUE(RegisterAs("agent-b").ok());
   EXPECT_FALSE(RegisterAs("agent-a").ok());
 }

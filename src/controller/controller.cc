@@ -414,6 +414,7 @@ Status Controller::Load() {
     e.address = r.address.empty() ? r.name : r.address;
     e.draining = r.draining;
     e.drain_reason = r.drain_reason;
+    e.agent_id = r.agent_id;  // a second agent under its name is still refused
     Result<std::map<std::string, gpu::GpuHealth>> health =
         GpuHealthFromJson(r.gpu_health_json, "stored GPU health of node " + r.name);
     if (health.ok()) {

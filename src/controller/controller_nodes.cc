@@ -121,17 +121,19 @@ void GrantDevices(const gpu::NodeInfo& node, const Job& job, const std::vector<s
 
 // The node's current agent, as far as a registration under its name is concerned.
 struct CurrentAgent {
-  std::string id;  // "": an agent that sent none, or none registered since the load
+  std::string id;  // "": an agent that sent none (or stored before ids were)
   std::string address;
-  int64_t last_seen_us = 0;
-  bool up = false;  // polled since the load, and not timed out
+  int64_t last_seen_us = 0;  // its last poll, or the controller's load of the store
+  bool up = false;           // not timed out
+  bool heard = false;        // polled since the controller loaded the store
 };
 
 // A second agent under a node's name (a cloned machine, a copied command line) is not a
 // restart of the first: taken for one, it would have the first agent's running jobs
 // declared lost and both would poll as one node. Refused while the first is up and polled
-// within the node timeout; a node whose agent died may be taken over (a reinstalled
-// machine); an agent that sends no id (older) is taken as before.
+// within the node timeout, and after a controller's restart (the id is stored) until the
+// node timeout from the load has passed without it; a node whose agent died may be taken
+// over (a reinstalled machine); an agent that sends no id (older) is taken as before.
 Status CheckAgentIdentity(const std::string& node, const CurrentAgent& current,
                           const std::string& id, int64_t now_us, int64_t node_timeout_us) {
   if (id.empty() || current.id.empty() || id == current.id) return Status::Ok();
@@ -143,9 +145,12 @@ Status CheckAgentIdentity(const std::string& node, const CurrentAgent& current,
   }
   char ago[32];
   std::snprintf(ago, sizeof ago, "%.1f s", static_cast<double>(ago_us) / 1e6);
+  const std::string when =
+      current.heard ? "last poll " + std::string(ago) + " ago"
+                    : "registered before the controller restarted, " + std::string(ago) + " ago";
   return Status::AlreadyExists(
-      "node " + node + " is run by another agent (at " + current.address + ", last poll " + ago +
-      " ago; another machine or state directory): give this agent another --node-name, or "
+      "node " + node + " is run by another agent (at " + current.address + ", " + when +
+      "; another machine or state directory): give this agent another --node-name, or "
       "stop the other agent first (a node whose agent stopped polling for the node timeout, " +
       std::to_string(node_timeout_us / 1'000'000) + " s, may be taken over)");
 }
@@ -368,14 +373,15 @@ Result<protocol::RegistrationReply> Controller::RegisterNode(protocol::Registrat
   rec.last_heartbeat_us = now;
   rec.address = address;
   rec.protocol = protocol::VersionString(reg.version);
+  rec.agent_id = reg.agent_id;
   MutexLock write(node_write_mu_);
   {
     MutexLock lock(mu_);
     if (auto it = nodes_.find(name); it != nodes_.end()) {
       const NodeEntry& old = it->second;
-      GP_RETURN_IF_ERROR(CheckAgentIdentity(
-          name, {old.agent_id, old.address, old.last_seen_us, old.up && old.heard}, reg.agent_id,
-          now, options_.node_timeout_us));
+      GP_RETURN_IF_ERROR(
+          CheckAgentIdentity(name, {old.agent_id, old.address, old.last_seen_us, old.up, old.heard},
+                             reg.agent_id, now, options_.node_timeout_us));
       rec.draining = it->second.draining;  // a drain outlives the agent's restarts
       rec.drain_reason = it->second.drain_reason;
       rec.gpu_health_json = GpuHealthToJson(it->second.gpu_health);  // and GPU health

@@ -184,6 +184,10 @@ CREATE INDEX preempt_holds_preemptor ON preempt_holds(preemptor);
     R"sql(
 ALTER TABLE settings ADD COLUMN revision BIGINT NOT NULL DEFAULT 1;
 )sql",
+    // The id of the agent that registered each node last (NodeRecord::agent_id).
+    R"sql(
+ALTER TABLE nodes ADD COLUMN agent_id TEXT NOT NULL DEFAULT '';
+)sql",
 };
 
 // Held while migrating, so two controllers starting at once migrate one after the other.
@@ -491,18 +495,20 @@ class PostgresStore final : public Store, private PgSession {
     return FencedWrite([&] {
       return Run("INSERT INTO nodes(name, info_json, agent_url, cpu_milli, memory_mib, "
                  "registered_us, last_heartbeat_us, draining, address, protocol, drain_reason, "
-                 "gpu_health) "
-                 "VALUES($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12) ON CONFLICT(name) DO UPDATE SET "
+                 "gpu_health, agent_id) "
+                 "VALUES($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13) ON CONFLICT(name) DO UPDATE "
+                 "SET "
                  "info_json=EXCLUDED.info_json, agent_url=EXCLUDED.agent_url, "
                  "cpu_milli=EXCLUDED.cpu_milli, memory_mib=EXCLUDED.memory_mib, "
                  "registered_us=EXCLUDED.registered_us, "
                  "last_heartbeat_us=EXCLUDED.last_heartbeat_us, draining=EXCLUDED.draining, "
                  "address=EXCLUDED.address, protocol=EXCLUDED.protocol, "
-                 "drain_reason=EXCLUDED.drain_reason, gpu_health=EXCLUDED.gpu_health",
+                 "drain_reason=EXCLUDED.drain_reason, gpu_health=EXCLUDED.gpu_health, "
+                 "agent_id=EXCLUDED.agent_id",
                  {n.name, n.info_json, n.agent_url, std::to_string(n.cpu_milli),
                   std::to_string(n.memory_mib), std::to_string(n.registered_us),
                   std::to_string(n.last_heartbeat_us), n.draining ? "true" : "false", n.address,
-                  n.protocol, n.drain_reason, n.gpu_health_json},
+                  n.protocol, n.drain_reason, n.gpu_health_json, n.agent_id},
                  "store node " + n.name)
           .status();
     });
@@ -514,14 +520,14 @@ class PostgresStore final : public Store, private PgSession {
     GP_ASSIGN_OR_RETURN(
         PgResult r, Run("SELECT name, info_json, agent_url, cpu_milli, memory_mib, registered_us, "
                         "last_heartbeat_us, draining, address, protocol, drain_reason, "
-                        "gpu_health FROM nodes ORDER BY name",
+                        "gpu_health, agent_id FROM nodes ORDER BY name",
                         {}, "list nodes"));
     std::vector<NodeRecord> out;
     out.reserve(static_cast<size_t>(r.Rows()));
     for (int i = 0; i < r.Rows(); ++i) {
       out.push_back({r.Text(i, 0), r.Text(i, 1), r.Text(i, 2), r.Int(i, 3), r.Int(i, 4),
                      r.Int(i, 5), r.Int(i, 6), r.Bool(i, 7), r.Text(i, 8), r.Text(i, 9),
-                     r.Text(i, 10), r.Text(i, 11)});
+                     r.Text(i, 10), r.Text(i, 11), r.Text(i, 12)});
     }
     return out;
   }

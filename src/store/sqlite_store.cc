@@ -189,6 +189,10 @@ CREATE INDEX preempt_holds_preemptor ON preempt_holds(preemptor);
     R"sql(
 ALTER TABLE settings ADD COLUMN revision INTEGER NOT NULL DEFAULT 1;
 )sql",
+    // The id of the agent that registered each node last (NodeRecord::agent_id).
+    R"sql(
+ALTER TABLE nodes ADD COLUMN agent_id TEXT NOT NULL DEFAULT '';
+)sql",
 };
 
 class SqliteStore final : public Store {
@@ -468,13 +472,14 @@ class SqliteStore final : public Store {
     std::lock_guard lock(mu_);
     Stmt s(db_,
            "INSERT INTO nodes(name, info_json, agent_url, cpu_milli, memory_mib, registered_us, "
-           "last_heartbeat_us, draining, address, protocol, drain_reason, gpu_health) "
-           "VALUES(?,?,?,?,?,?,?,?,?,?,?,?) ON CONFLICT(name) DO UPDATE SET "
+           "last_heartbeat_us, draining, address, protocol, drain_reason, gpu_health, agent_id) "
+           "VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?) ON CONFLICT(name) DO UPDATE SET "
            "info_json=excluded.info_json, agent_url=excluded.agent_url, "
            "cpu_milli=excluded.cpu_milli, memory_mib=excluded.memory_mib, "
            "registered_us=excluded.registered_us, last_heartbeat_us=excluded.last_heartbeat_us, "
            "draining=excluded.draining, address=excluded.address, protocol=excluded.protocol, "
-           "drain_reason=excluded.drain_reason, gpu_health=excluded.gpu_health");
+           "drain_reason=excluded.drain_reason, gpu_health=excluded.gpu_health, "
+           "agent_id=excluded.agent_id");
     s.Bind(1, n.name);
     s.Bind(2, n.info_json);
     s.Bind(3, n.agent_url);
@@ -487,6 +492,7 @@ class SqliteStore final : public Store {
     s.Bind(10, n.protocol);
     s.Bind(11, n.drain_reason);
     s.Bind(12, n.gpu_health_json);
+    s.Bind(13, n.agent_id);
     if (s.Step() != SQLITE_DONE) return Error("store node " + n.name);
     return Status::Ok();
   }
@@ -495,13 +501,13 @@ class SqliteStore final : public Store {
     return Read([&](sqlite3* db, StmtCache&) -> Result<std::vector<NodeRecord>> {
       Stmt s(db,
              "SELECT name, info_json, agent_url, cpu_milli, memory_mib, registered_us, "
-             "last_heartbeat_us, draining, address, protocol, drain_reason, gpu_health FROM "
-             "nodes ORDER BY name");
+             "last_heartbeat_us, draining, address, protocol, drain_reason, gpu_health, "
+             "agent_id FROM nodes ORDER BY name");
       std::vector<NodeRecord> out;
       int rc;
       while ((rc = s.Step()) == SQLITE_ROW) {
         out.push_back({s.Text(0), s.Text(1), s.Text(2), s.Int(3), s.Int(4), s.Int(5), s.Int(6),
-                       s.Int(7) != 0, s.Text(8), s.Text(9), s.Text(10), s.Text(11)});
+                       s.Int(7) != 0, s.Text(8), s.Text(9), s.Text(10), s.Text(11), s.Text(12)});
       }
       if (rc != SQLITE_DONE) return SqliteError(db, "list nodes");
       return out;

@@ -54,6 +54,10 @@ struct NodeRecord {
   // The health of its GPUs that are not healthy, by UUID, as JSON (docs/health.md;
   // the controller's encoding); empty: all healthy.
   std::string gpu_health_json;
+  // The id of the agent that registered it last (Registration::agent_id; "" for an agent
+  // that sent none): a second agent under its name is refused after a controller's
+  // restart as before it.
+  std::string agent_id;
   friend bool operator==(const NodeRecord&, const NodeRecord&) = default;
 };
 
