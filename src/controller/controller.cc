@@ -543,7 +543,8 @@ Result<Controller::PlanApplied> Controller::ApplyPlan(ScheduleResult& plan) {
     if (!job.held_by.empty()) return Status::NotFound("held while the plan was made");
     for (const jobs::TaskPlacement& p : placement) {
       auto n = nodes_.find(p.node);
-      if (n == nodes_.end() || !n->second.up || n->second.draining || n->second.health_pending) {
+      if (n == nodes_.end() || !n->second.up || !n->second.heard || n->second.draining ||
+          n->second.health_pending) {
         return Status::NotFound("node " + p.node + " went down or was drained meanwhile");
       }
     }
@@ -659,8 +660,11 @@ void Controller::TakeNodes(
   };
   for (const auto& [name, e] : nodes_) {
     if (!e.up) continue;
-    // A node whose health verdict is still to come takes no work, as a draining one.
-    SchedNode copy{name, nullptr, e.cpu_milli, e.memory_mib, e.draining || e.health_pending, {}};
+    // A node whose health verdict is still to come takes no work, as a draining one; nor
+    // does one not heard from since the load (its agent may have died before the restart:
+    // jobs placed there were lost without running).
+    SchedNode copy{
+        name, nullptr, e.cpu_milli, e.memory_mib, e.draining || e.health_pending || !e.heard, {}};
     internal::ReserveStrayGpus(e.stray_running, e.stray_gpus, user_id, &copy);
     internal::ReserveLayoutHolds(layout_holds_, name, active_, &copy);
     for (const auto& [uuid, health] : e.gpu_health) {

@@ -430,6 +430,7 @@ TEST_F(ControllerTest, LimitsHoldJobsWithAReasonAndRefuseQueueingPastTheMax) {
       << Get(v.id).pending_reason;
 
   Restart();  // the limits are stored
+  HearEveryNode();
   EXPECT_EQ(c_->GetLimits().limits, l);
   ASSERT_TRUE(c_->Cancel(v.id, root_).ok());
   // Raising them lets the jobs start.
@@ -457,7 +458,6 @@ TEST_F(ControllerTest, ConcurrentSubmissionsCannotPassMaxQueuedTogether) {
   EXPECT_EQ(accepted.load(), 10);
   EXPECT_EQ(store_->ListJobs({})->size(), 10u);
 }
-
 
 // The server's watch of its store's disk (server/store_disk_watch.h) refuses new jobs
 // through ControllerOptions::submission_room; a retried submission that was taken before

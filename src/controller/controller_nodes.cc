@@ -274,7 +274,13 @@ NodeView Controller::NodeViewLocked(const std::string& name, const NodeEntry& e)
       }
     }
   }
-  v.state = !e.up ? "down" : !e.draining ? "up" : v.running_jobs > 0 ? "draining" : "drained";
+  // Not heard from since the controller loaded the store: its agent may be dead (it was
+  // "down" before the restart) or about to poll; Slurm calls such a node UNKNOWN.
+  v.state = !e.up                     ? "down"
+            : !e.heard && !e.draining ? "unknown"
+            : !e.draining             ? "up"
+            : v.running_jobs > 0      ? "draining"
+                                      : "drained";
   return v;
 }
 

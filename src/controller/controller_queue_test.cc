@@ -104,6 +104,7 @@ TEST_F(ControllerTest, HeldJobsWaitUntilReleasedAndAdminHoldsNeedAnAdmin) {
   EXPECT_EQ(Get(a.id).pending_reason, reason);
   EXPECT_TRUE(c_->Hold(a.id, alice_, true).ok());  // holding twice changes nothing
   Restart();                                       // the hold is stored
+  HearEveryNode();
   EXPECT_EQ(Get(a.id).held_by, "alice");
   ASSERT_TRUE(c_->ScheduleOnce().ok());
   EXPECT_EQ(Get(a.id).state, JobState::kPending);
@@ -157,6 +158,7 @@ TEST_F(ControllerTest, DependenciesWaitStartOrEndTheJobWithAReason) {
   ASSERT_TRUE(Apply({Ev(a, protocol::EventKind::kStarted)}).ok());
   ASSERT_TRUE(Apply({Ev(a, protocol::EventKind::kExited, 3)}).ok());
   Restart();  // what was decided is in the store
+  HearEveryNode();
   ASSERT_TRUE(c_->ScheduleOnce().ok());
   Job ended = Get(ok.id);
   EXPECT_EQ(ended.state, JobState::kCancelled);

@@ -624,6 +624,41 @@ TEST_F(ControllerTest, ARestartedControllerWaitsOutTheAgentsBackOffWhateverTheNo
   EXPECT_NE(lost.reason.find("no heartbeat for 15 s"), std::string::npos) << lost.reason;
 }
 
+// A restarted controller took every stored node for up, the dead ones too (their agents
+// killed before the restart), and placed new jobs there, which ended LOST without running
+// (or, with --requeue, waited out a node lease for an attempt that never started). A node
+// takes new work once its agent is heard from again; until then it shows as "unknown".
+TEST_F(ControllerTest, ARestartedControllerPlacesNothingOnANodeUntilItsAgentIsHeard) {
+  Register(2, {}, "n1");
+  Register(2, {}, "n2");
+  Restart();
+  std::vector<NodeView> views = c_->Nodes();
+  ASSERT_EQ(views.size(), 2u);
+  EXPECT_EQ(views[0].state, "unknown");
+  EXPECT_EQ(views[1].state, "unknown");
+  ASSERT_TRUE(c_->WaitForWork("n1", 0).ok());  // n1's agent polls; n2's is dead
+  std::vector<int64_t> ids;
+  for (int i = 0; i < 3; ++i) ids.push_back(c_->Submit(MakeJob(1), alice_).value().id);
+  ASSERT_TRUE(c_->ScheduleOnce().ok());
+  int placed = 0;
+  for (int64_t id : ids) {
+    const Job j = Get(id);
+    if (j.state != JobState::kAssigned) continue;
+    ++placed;
+    EXPECT_EQ(j.placement.at(0).node, "n1") << id;
+  }
+  EXPECT_EQ(placed, 2);
+  views = c_->Nodes();
+  EXPECT_EQ(views[0].state, "up");
+  EXPECT_EQ(views[1].state, "unknown");
+  // n2's agent comes back: it takes work again.
+  Register(2, {}, "n2");
+  EXPECT_EQ(c_->Nodes()[1].state, "up");
+  ASSERT_TRUE(c_->ScheduleOnce().ok());
+  EXPECT_EQ(Get(ids[2]).state, JobState::kAssigned);
+  EXPECT_EQ(Get(ids[2]).placement.at(0).node, "n2");
+}
+
 // Issue 25 item 1: jobs that ended while the agent was down (kill -9 of `gpupool up`)
 // were recorded LOST when it registered again, before their ends arrived.
 TEST_F(ControllerTest, ATaskThatEndedWhileTheAgentWasDownIsNotLostWhenItRegisters) {

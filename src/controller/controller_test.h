@@ -72,6 +72,11 @@ class ControllerTest : public ::testing::Test {
     ASSERT_TRUE(c.ok()) << c.status().ToString();
     c_ = std::move(c).value();
   }
+  // Every stored node's agent polls once: a restarted controller places work only on
+  // nodes heard from since (ARestartedControllerPlacesNothingOnANodeUntilItsAgentIsHeard).
+  void HearEveryNode() {
+    for (const NodeView& n : c_->Nodes()) ASSERT_TRUE(c_->WaitForWork(n.name, 0).ok()) << n.name;
+  }
   static std::unique_ptr<store::Store> OpenSqliteStore(const std::string& path) {
     return store::OpenSqliteStore(path).value();
   }

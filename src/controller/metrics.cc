@@ -211,7 +211,7 @@ std::string PoolMetrics::Render(const PoolSnapshot& pool) const {
            it == pool.pending_by_reason.end() ? 0 : static_cast<double>(it->second), &out);
   }
   Family("gpupool_nodes", "gauge", "Nodes by state.", &out);
-  for (const char* state : {"up", "down", "draining", "drained"}) {
+  for (const char* state : {"up", "unknown", "down", "draining", "drained"}) {
     auto it = pool.nodes_by_state.find(state);
     Sample("gpupool_nodes", Label("state", state),
            it == pool.nodes_by_state.end() ? 0 : static_cast<double>(it->second), &out);
