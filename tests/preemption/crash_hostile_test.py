@@ -249,8 +249,10 @@ class CrashHostileTest(unittest.TestCase):
         self.ended = {mains[pid]: e for pid, e in ends.items()}
         gone = pooltest.Ended(max(e.alive_at for e in ends.values()),
                               max(e.gone_at for e in ends.values()))
+        # The helpers die with their tasks' cgroups; a loaded machine can take seconds to
+        # reap them (5 s was too short once with five builds running).
         pooltest.wait_for("the first attempt's helpers to end",
-                          lambda: not any(alive(p) for p in self.attempt_one_pids()), 5, 0.02)
+                          lambda: not any(alive(p) for p in self.attempt_one_pids()), 20, 0.02)
         return gone
 
     def check_outcome(self, victim, preemptor, gone, tasks, gpus):
