@@ -659,7 +659,8 @@ class Controller {
                                          int64_t only = 0) const REQUIRES(mu_);
   // The GPUs held for preemptors (preemption_holds.h), for a pass at `now_us`: first ends the
   // holds whose preemptor no longer waits (started, held, cancelled, ended), that expired, or
-  // that name a node that is down or draining, and adds their preemptors to `ended` (ForgetHolds).
+  // that name a node that is down or draining, and adds their preemptors to `ended` (ForgetHolds);
+  // a hold ended by its user's withdrawal bars that user (BarPreemptor).
   PreemptorHolds HoldsForPass(int64_t now_us, std::vector<int64_t>* ended) REQUIRES(mu_);
   // A hold whose preemptor its user withdrew (ended before it started, or held by its
   // user) after it preempted another user's job bars that user from preempting others for
