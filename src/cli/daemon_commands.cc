@@ -116,6 +116,7 @@ struct ServerFlags {
   std::string preemption = "on";  // docs/preemption.md
   std::string preempt_min_runtime = "10m";
   std::string preempt_grace = "120s";
+  std::string preempt_withdraw_cooldown = "1h";
   std::string enforce_projects = "none";  // none, known or members (docs/security.md)
   std::string fair_by = "user";           // user or project (docs/deploy.md, "Fair share")
   std::vector<std::string> podman_args;   // global podman flags for image inspection
@@ -257,6 +258,8 @@ Result<server::ServerOptions> ServerOptionsOf(const ServerFlags& f,
   GP_ASSIGN_OR_RETURN(co.preempt_min_runtime_s,
                       ParseSeconds("--preempt-min-runtime", f.preempt_min_runtime));
   GP_ASSIGN_OR_RETURN(co.preempt_grace_s, ParseSeconds("--preempt-grace", f.preempt_grace));
+  GP_ASSIGN_OR_RETURN(co.preempt_withdraw_cooldown_s,
+                      ParseSeconds("--preempt-withdraw-cooldown", f.preempt_withdraw_cooldown));
   GP_ASSIGN_OR_RETURN(co.enforce_projects,
                       sched::ParseProjectEnforcement(f.enforce_projects, "--enforce-projects"));
   GP_ASSIGN_OR_RETURN(co.fair_by, sched::ParseFairShareGroup(f.fair_by, "--fair-by"));
@@ -331,6 +334,11 @@ void AddPreemptionFlags(CLI::App* cmd, ServerFlags* f) {
       ->capture_default_str();
   cmd->add_option("--preempt-grace", f->preempt_grace,
                   "time between a preemption's SIGTERM and SIGKILL for a job without --grace")
+      ->type_name("DURATION")
+      ->capture_default_str();
+  cmd->add_option("--preempt-withdraw-cooldown", f->preempt_withdraw_cooldown,
+                  "a user who withdraws (cancels, holds) a job that preempted another user's "
+                  "job before it started preempts no one for this long (0: never barred)")
       ->type_name("DURATION")
       ->capture_default_str();
 }

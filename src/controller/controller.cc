@@ -332,6 +332,7 @@ void Controller::Install(lifecycle::Transition t) {
   }
   if (fx.ended) {
     NoteEnded(t.next);  // dependants ask
+    NotePreemptorEnded(t.next);
     if (ends_watched_ && ends_.complete && ends_.jobs.size() < kMaxKeptEnds) {
       ends_.jobs.push_back(std::move(t.next));  // not read below
     } else if (ends_watched_) {
@@ -386,6 +387,7 @@ Status Controller::Load() {
   GP_ASSIGN_OR_RETURN(std::vector<store::NodeRecord> nodes, store_->ListNodes());
   GP_ASSIGN_OR_RETURN(store::SettingRecord limits, store_->GetSettingRecord("limits"));
   GP_ASSIGN_OR_RETURN(std::vector<store::PreemptHoldRecord> holds, store_->ListPreemptHolds());
+  GP_ASSIGN_OR_RETURN(std::optional<std::string> bars, store_->GetSetting(kPreemptBarsKey));
   MutexLock lock(mu_);  // nobody else has the controller yet; the analysis asks for it
   for (Job& j : jobs) {
     const int64_t id = j.id;
@@ -431,7 +433,7 @@ Status Controller::Load() {
   }
   GP_ASSIGN_OR_RETURN(limits_, internal::StoredLimits(limits));
   listed_projects_.AddAll(limits_.limits);
-  RestoreHolds(holds);
+  RestoreHolds(holds, bars);
   for (const auto& [name, e] : nodes_) UpdateLayoutHolds(name);
   spdlog::info("controller: loaded {} active jobs and {} nodes", active_.size(), nodes_.size());
   return Status::Ok();
@@ -711,6 +713,7 @@ Status Controller::ScheduleOnce() {
     BlockWhileEarlierAttemptsStop(&feed.stopping);
     holds = HoldsForPass(clock_->NowMicros(), &holds_ended);
     BlockPreemptedWhilePreemptorsWait(&feed.waiting);  // while their holds last
+    feed.preempt_barred = PreemptBarsForPass(clock_->NowMicros());
     any_pending = TakeJobChanges(&changes, &all_jobs);
     if (!any_pending) {
       last_pass_blocked_ = false;

@@ -659,13 +659,31 @@ class Controller {
                                          int64_t only = 0) const REQUIRES(mu_);
   // The GPUs held for preemptors (preemption_holds.h), for a pass at `now_us`: first ends the
   // holds whose preemptor no longer waits (started, held, cancelled, ended), that expired, or
-  // that name a node that is down or draining, and adds their preemptors to `ended` (ForgetHolds).
+  // that name a node that is down or draining, and adds their preemptors to `ended` (ForgetHolds);
+  // a hold ended by its user's withdrawal bars that user (BarPreemptor).
   PreemptorHolds HoldsForPass(int64_t now_us, std::vector<int64_t>* ended) REQUIRES(mu_);
-  // Deletes the ended holds from the store (before the pass that may preempt for the same
-  // jobs again); a failed delete is logged, and the next controller to load the hold ends it again.
+  // A hold whose preemptor its user withdrew (ended before it started, or held by its
+  // user) after it preempted another user's job bars that user from preempting others for
+  // --preempt-withdraw-cooldown (docs/preemption.md, "A preemptor withdrawn").
+  // Stores the bars if they changed (first: a bar is stored before its hold is deleted),
+  // then deletes the ended holds from the store (before the pass that may preempt for the
+  // same jobs again); a failed delete is logged, and the next controller to load the hold
+  // ends it again.
   void ForgetHolds(const std::vector<int64_t>& ended) EXCLUDES(mu_);
-  // The stored holds (Load), with each hold's victims waiting for their preemptor.
-  void RestoreHolds(const std::vector<store::PreemptHoldRecord>& rows) REQUIRES(mu_);
+  // The stored holds (Load), with each hold's victims waiting for their preemptor, and the
+  // stored bars (`bars`: the setting kPreemptBarsKey's value, if any).
+  void RestoreHolds(const std::vector<store::PreemptHoldRecord>& rows,
+                    const std::optional<std::string>& bars) REQUIRES(mu_);
+  // Install: `next`, a preemptor with a hold, ends before it started (a withdrawal, unless
+  // another user, an admin, cancelled it).
+  void NotePreemptorEnded(const jobs::Job& next) REQUIRES(mu_);
+  // Bars `user` from preempting others until --preempt-withdraw-cooldown after `now_us`,
+  // for withdrawing `job` (as its user names it); logs it and counts it.
+  void BarPreemptor(const std::string& user, const std::string& job, int64_t now_us) REQUIRES(mu_);
+  void RestoreBars(const std::optional<std::string>& bars) REQUIRES(mu_);  // RestoreHolds
+  // The users barred from preempting others at `now_us`, with why (AdmissionFeed); drops
+  // the bars that have ended.
+  std::map<std::string, std::string, std::less<>> PreemptBarsForPass(int64_t now_us) REQUIRES(mu_);
 
   struct NodeEntry {
     gpu::NodeInfo info;
@@ -804,6 +822,11 @@ class Controller {
   // Preemptor -> its victims' GPUs, held for it; stored (one row per victim) with each victim's
   // preemption, restored by Load, deleted when the hold ends (ForgetHolds).
   PreemptorHolds preempt_holds_ GUARDED_BY(mu_);
+  // User -> until when (µs) and for which withdrawn preemptor (as its user names it) that
+  // user's jobs preempt no other user's; stored as one setting (kPreemptBarsKey) when
+  // changed (preempt_bars_changed_), restored by Load.
+  std::map<std::string, std::pair<int64_t, std::string>, std::less<>> preempt_bars_ GUARDED_BY(mu_);
+  bool preempt_bars_changed_ GUARDED_BY(mu_) = false;
   std::map<std::string, NodeEntry> nodes_ GUARDED_BY(mu_);
   LayoutHolds layout_holds_ GUARDED_BY(mu_);  // GPUs whose layout changed under running jobs
   // Stepped when nodes_ gains a node or one's GPUs, CPUs or memory change: fit_check_ is stale.

@@ -61,6 +61,10 @@ struct ControllerOptions {
   bool preemption = true;
   int64_t preempt_min_runtime_s = 600;
   int64_t preempt_grace_s = 120;
+  // A preemptor its user withdrew (cancelled, held) before it started, after it had
+  // preempted another user's job, bars that user's jobs from preempting for this long
+  // (--preempt-withdraw-cooldown; 0: never barred).
+  int64_t preempt_withdraw_cooldown_s = 3600;
   ProjectEnforcement enforce_projects = ProjectEnforcement::kNone;  // --enforce-projects
   sched::FairShareGroup fair_by = sched::FairShareGroup::kUser;     // --fair-by (fair share)
   // Bounds on the queue (issue 25 item 7: one user queued 107,000 jobs in 25 s), from the

@@ -3,9 +3,12 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <ctime>
+#include <optional>
 #include <string>
 #include <string_view>
 
+#include "common/json.h"
 #include "controller/controller.h"
 #include "controller/controller_internal.h"
 #include "controller/job_lifecycle.h"
@@ -22,6 +25,16 @@ namespace {
 
 // The end of a requeued victim's reason while it waits for its preemptor.
 constexpr std::string_view kWaitsForPreemptor = ", which preempted it, to start first";
+
+// "2026-11-29 19:03:20 UTC".
+std::string FormatUtc(int64_t us) {
+  const std::time_t t = static_cast<std::time_t>(us / 1'000'000);
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%d %H:%M:%S UTC", &tm);
+  return buf;
+}
 
 }  // namespace
 
@@ -86,6 +99,10 @@ Status Controller::ApplyPreemptions(const ScheduleResult& plan) {
     PreemptorHold& hold = preempt_holds_[a->preempted_by];
     hold.placement = planned[i]->placement;
     hold.grace_end_us = std::max(hold.grace_end_us, (now_s + planned[i]->grace_s) * 1'000'000);
+    if (auto p = active_.find(a->preempted_by); p != active_.end()) {
+      hold.user = p->second.user;
+      hold.others = hold.others || a->user != p->second.user;
+    }
   }
   LogRefusals("preemption", answers);
   return Status::Ok();
@@ -103,6 +120,13 @@ PreemptorHolds Controller::HoldsForPass(int64_t now_us, std::vector<int64_t>* en
     }
     if (ends) {
       spdlog::debug("job {}: the GPUs held for it are released", it->first);
+      // Held by its user (an admin's hold on another's job is the admin's decision).
+      std::string withdrawn = it->second.withdrawn;
+      if (p != active_.end() && p->second.state == JobState::kPending &&
+          !p->second.held_by.empty() && !p->second.held_by_admin) {
+        withdrawn = lifecycle::UserJobId(p->second);
+      }
+      if (!withdrawn.empty() && it->second.others) BarPreemptor(it->second.user, withdrawn, now_us);
       ended->push_back(it->first);
       it = preempt_holds_.erase(it);
       continue;
@@ -113,7 +137,65 @@ PreemptorHolds Controller::HoldsForPass(int64_t now_us, std::vector<int64_t>* en
   return out;
 }
 
+void Controller::BarPreemptor(const std::string& user, const std::string& job, int64_t now_us) {
+  if (user.empty() || options_.preempt_withdraw_cooldown_s <= 0) return;
+  const int64_t until_us = now_us + options_.preempt_withdraw_cooldown_s * 1'000'000;
+  auto& bar = preempt_bars_[user];
+  if (until_us > bar.first) bar = {until_us, job};
+  preempt_bars_changed_ = true;
+  metrics_.CountWithdrawnPreemptor();
+  spdlog::warn(
+      "preemption: user {} withdrew job {} before it started, after it had preempted another "
+      "user's job; {}'s jobs preempt no other user's until {} (--preempt-withdraw-cooldown)",
+      user, job, user, FormatUtc(until_us));
+}
+
+void Controller::NotePreemptorEnded(const Job& next) {
+  auto h = preempt_holds_.find(next.id);
+  auto was = active_.find(next.id);
+  if (h == preempt_holds_.end() || was == active_.end() ||
+      was->second.state != JobState::kPending) {
+    return;  // no hold, or it had started
+  }
+  // Cancelled by another (an admin): the admin's decision, not its user's withdrawal.
+  if (next.reason.starts_with("cancelled by ") &&
+      !next.reason.starts_with("cancelled by " + next.user + " ")) {
+    return;
+  }
+  h->second.withdrawn = lifecycle::UserJobId(next);
+}
+
+std::map<std::string, std::string, std::less<>> Controller::PreemptBarsForPass(int64_t now_us) {
+  std::map<std::string, std::string, std::less<>> out;
+  std::erase_if(preempt_bars_, [&](const auto& b) { return b.second.first <= now_us; });
+  for (const auto& [user, bar] : preempt_bars_) {
+    out.emplace(user, "user " + user + " preempts no other user's job until " +
+                          FormatUtc(bar.first) + ": " + user + " withdrew job " + bar.second +
+                          " before it started, after it had preempted one");
+  }
+  return out;
+}
+
 void Controller::ForgetHolds(const std::vector<int64_t>& ended) {
+  std::optional<std::string> bars;  // first, so that a bar is stored before its hold goes
+  {
+    MutexLock lock(mu_);
+    if (preempt_bars_changed_) {
+      Json j = Json::object();
+      for (const auto& [user, bar] : preempt_bars_) {
+        j[user] = Json{{"until_us", bar.first}, {"job", bar.second}};
+      }
+      bars = j.dump();
+      preempt_bars_changed_ = false;
+    }
+  }
+  if (bars) {
+    if (Status s = store_->PutSetting(kPreemptBarsKey, *bars); !s.ok()) {
+      spdlog::warn("cannot store the users barred from preempting: {}", s.ToString());
+      MutexLock lock(mu_);
+      preempt_bars_changed_ = true;  // the next pass tries again
+    }
+  }
   for (int64_t id : ended) {
     if (Status s = store_->DeletePreemptHold(id); !s.ok()) {
       spdlog::warn("job {}: cannot delete the ended hold of its victims' GPUs: {}", id,
@@ -122,15 +204,42 @@ void Controller::ForgetHolds(const std::vector<int64_t>& ended) {
   }
 }
 
-void Controller::RestoreHolds(const std::vector<store::PreemptHoldRecord>& rows) {
+void Controller::RestoreHolds(const std::vector<store::PreemptHoldRecord>& rows,
+                              const std::optional<std::string>& bars) {
   for (const store::PreemptHoldRecord& r : rows) {
     PreemptorHold& hold = preempt_holds_[r.preemptor];
     hold.placement = r.placement;  // one plan's: the same for every victim of a hold
     hold.grace_end_us = std::max(hold.grace_end_us, r.grace_end_us);
     preempted_for_[r.victim] = r.preemptor;
+    // Who preempted whom, from the jobs (a preemptor already ended is not known as withdrawn).
+    auto p = active_.find(r.preemptor);
+    auto v = active_.find(r.victim);
+    if (p == active_.end()) continue;
+    hold.user = p->second.user;
+    hold.others = hold.others || (v != active_.end() && v->second.user != p->second.user);
   }
+  RestoreBars(bars);
   if (!rows.empty()) {
     spdlog::info("controller: restored the GPUs held for {} preemptors", preempt_holds_.size());
+  }
+}
+
+void Controller::RestoreBars(const std::optional<std::string>& bars) {
+  if (!bars) return;
+  Result<Json> j = ParseJson(*bars, std::string("stored setting ") + kPreemptBarsKey);
+  if (!j.ok() || !j->is_object()) {
+    spdlog::warn("ignoring the stored users barred from preempting: {}",
+                 j.ok() ? "not an object" : j.status().message());
+    return;
+  }
+  for (const auto& [user, bar] : j->items()) {
+    if (!bar.is_object() || !bar.contains("until_us") || !bar["until_us"].is_number_integer()) {
+      spdlog::warn("ignoring the stored bar from preempting of user {}: no until_us", user);
+      continue;
+    }
+    const Json job = bar.value("job", Json(""));
+    preempt_bars_[user] = {bar["until_us"].get<int64_t>(),
+                           job.is_string() ? job.get<std::string>() : ""};
   }
 }
 

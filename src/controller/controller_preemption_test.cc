@@ -427,5 +427,128 @@ TEST_F(ControllerPreemptionTest, ArrayElementsAreNamedArrayIndexInPreemptionReas
       << Get(victim.id).pending_reason;
 }
 
+// The hostile tester: bob, below his share, preempted alice's job and cancelled (or held)
+// his preemptor during her grace, again and again: she was stopped and requeued each time
+// and lost her work since her last checkpoint, and the GPUs went to whoever came next.
+// Now a preemptor withdrawn by its user after it preempted another user's job bars that
+// user from preempting others for --preempt-withdraw-cooldown (1h by default;
+// docs/preemption.md, "A preemptor withdrawn").
+class ControllerPreemptionWithdrawnTest : public ControllerPreemptionTest {
+ protected:
+  // alice's preemptible 2-GPU job, started and run 30 min (past its 10 min minimum).
+  Job RunVictim() {
+    Job v = Submit(alice_, 0, /*preemptible=*/true);
+    EXPECT_TRUE(c_->ScheduleOnce().ok());
+    EXPECT_EQ(Get(v.id).state, JobState::kAssigned);
+    EXPECT_TRUE(Report(Get(v.id), protocol::EventKind::kStarted).ok());
+    clock_.AdvanceMicros(int64_t{1800} * 1'000'000);
+    return Get(v.id);
+  }
+  // A 1-GPU job of `who`: below their share (1 of 2 GPUs) while alice holds both.
+  Job Small(const Caller& who) {
+    Job j;
+    j.command = {"train"};
+    j.request.gpus = 1;
+    j.request.cpu_milli = 100;
+    return c_->Submit(j, who).value();
+  }
+  // `who`'s small job after a pass: whether it preempted `victim`.
+  bool Preempts(const Caller& who, const Job& victim, Job* small) {
+    *small = Small(who);
+    EXPECT_TRUE(c_->ScheduleOnce().ok());
+    return Get(victim.id).preempted_by == small->id;
+  }
+  // The victim, told to stop, ends 10 s later, is requeued, starts again (nothing else
+  // waits) and runs 15 min, past its minimum run time again.
+  void VictimRunsAgain(const Job& victim) {
+    clock_.AdvanceMicros(10'000'000);
+    ASSERT_TRUE(Report(Get(victim.id), protocol::EventKind::kExited).ok());
+    ASSERT_EQ(Get(victim.id).state, JobState::kPending);
+    ASSERT_TRUE(c_->ScheduleOnce().ok());
+    ASSERT_EQ(Get(victim.id).state, JobState::kAssigned) << Get(victim.id).pending_reason;
+    ASSERT_TRUE(Report(Get(victim.id), protocol::EventKind::kStarted).ok());
+    clock_.AdvanceMicros(int64_t{900} * 1'000'000);
+  }
+  void Restart() {
+    c_.reset();
+    ControllerOptions o;
+    o.node_timeout_us = int64_t{3600} * 1'000'000 * 24;
+    c_ = Controller::Create(store_.get(), &clock_, o).value();
+  }
+  Caller carol_{"carol", 1002, 1002, false};
+};
+
+TEST_F(ControllerPreemptionWithdrawnTest, ACancelledPreemptorBarsItsUserButNoOtherUser) {
+  const Job victim = RunVictim();
+  Job first;
+  ASSERT_TRUE(Preempts(bob_, victim, &first));
+  ASSERT_TRUE(c_->Cancel(first.id, bob_).ok());  // in alice's grace
+  ASSERT_TRUE(c_->ScheduleOnce().ok());          // the hold ends: bob is barred
+  VictimRunsAgain(victim);
+  // 15 min later, alice's job has run its minimum again: bob's next job does not stop it,
+  // and says why.
+  Job second;
+  EXPECT_FALSE(Preempts(bob_, victim, &second));
+  const std::string why = Get(second.id).pending_reason;
+  EXPECT_NE(why.find("; user bob preempts no other user's job until "), std::string::npos) << why;
+  EXPECT_NE(why.find("bob withdrew job " + std::to_string(first.id) + " before it started"),
+            std::string::npos)
+      << why;
+  PoolSnapshot none;
+  const std::string metrics = c_->metrics().Render(none);
+  EXPECT_NE(metrics.find("gpupool_preemptors_withdrawn_total 1\n"), std::string::npos) << metrics;
+  // Carol, below her share too, is not barred: her job preempts alice's.
+  ASSERT_TRUE(c_->Cancel(second.id, bob_).ok());  // it preempted nothing: no new bar
+  Job carols;
+  EXPECT_TRUE(Preempts(carol_, victim, &carols)) << Get(carols.id).pending_reason;
+}
+
+// The bar is stored: a controller started anew on the store (a restart, a standby taking
+// the lead) keeps it; it ends after the cooldown, and bob preempts again. A preemptor held
+// by its user is withdrawn as a cancelled one is.
+TEST_F(ControllerPreemptionWithdrawnTest, AHeldPreemptorBarsItsUserForTheCooldownAcrossARestart) {
+  const Job victim = RunVictim();
+  Job first;
+  ASSERT_TRUE(Preempts(bob_, victim, &first));
+  ASSERT_TRUE(c_->Hold(first.id, bob_, true).ok());
+  ASSERT_TRUE(c_->ScheduleOnce().ok());
+  VictimRunsAgain(victim);
+  Restart();
+  Job second;
+  EXPECT_FALSE(Preempts(bob_, victim, &second));
+  EXPECT_NE(Get(second.id).pending_reason.find("user bob preempts no other user's job until"),
+            std::string::npos)
+      << Get(second.id).pending_reason;
+  // The cooldown (1h) counted from the withdrawal: 10 s and 15 min have passed.
+  clock_.AdvanceMicros(int64_t{3600 - 900} * 1'000'000);
+  ASSERT_TRUE(c_->ScheduleOnce().ok());
+  EXPECT_EQ(Get(victim.id).preempted_by, second.id) << Get(second.id).pending_reason;
+}
+
+// Only the user's own withdrawal bars them: an admin's cancel of bob's preemptor is the
+// admin's decision, and alice withdrawing a preemptor of her own jobs (a priority) costs no
+// one else. Bob withdrawing his own then bars him.
+TEST_F(ControllerPreemptionWithdrawnTest, OnlyAUsersOwnWithdrawalOfAPreemptorOfAnothersJobBars) {
+  const Job victim = RunVictim();
+  const Job urgent = Submit(alice_, 10, /*preemptible=*/false);
+  ASSERT_TRUE(c_->ScheduleOnce().ok());
+  ASSERT_EQ(Get(victim.id).preempted_by, urgent.id);
+  ASSERT_TRUE(c_->Cancel(urgent.id, alice_).ok());
+  ASSERT_TRUE(c_->ScheduleOnce().ok());
+  VictimRunsAgain(victim);
+  Job by_bob;
+  ASSERT_TRUE(Preempts(bob_, victim, &by_bob));
+  ASSERT_TRUE(c_->Cancel(by_bob.id, root_).ok());
+  ASSERT_TRUE(c_->ScheduleOnce().ok());
+  VictimRunsAgain(victim);
+  Job again;
+  ASSERT_TRUE(Preempts(bob_, victim, &again)) << Get(again.id).pending_reason;
+  ASSERT_TRUE(c_->Cancel(again.id, bob_).ok());
+  ASSERT_TRUE(c_->ScheduleOnce().ok());
+  VictimRunsAgain(victim);
+  Job barred;
+  EXPECT_FALSE(Preempts(bob_, victim, &barred));
+}
+
 }  // namespace preemption_test
 }  // namespace gpupool::controller

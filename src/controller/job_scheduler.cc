@@ -163,7 +163,8 @@ Result<ScheduleResult> JobScheduler::Plan(const std::vector<const jobs::Job*>& a
   }
   if (preemption_ && !r.capped) {
     GP_ASSIGN_OR_RETURN(result.preemptions,
-                        PlanPreemptions(in, now_s, *preemption_, *preempt_policy_, reasons, held));
+                        PlanPreemptions(in, now_s, *preemption_, *preempt_policy_, reasons, held,
+                                        feed.preempt_barred));
   }
   for (size_t i : held.pending) {
     if (reasons[i]) *reasons[i] += "; " + std::string(kHeldNote);

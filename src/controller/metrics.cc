@@ -43,7 +43,8 @@ std::string Label(const std::string& key, const std::string& value) {
 }
 
 // Preemption's counters (docs/preemption.md).
-void RenderPreemptions(uint64_t preemptions, double gpu_hours, std::string* out) {
+void RenderPreemptions(uint64_t preemptions, double gpu_hours, uint64_t withdrawn,
+                       std::string* out) {
   Family("gpupool_preemptions_total", "counter",
          "Running jobs the scheduler told to stop so that waiting jobs could start.", out);
   Sample("gpupool_preemptions_total", "", static_cast<double>(preemptions), out);
@@ -53,6 +54,11 @@ void RenderPreemptions(uint64_t preemptions, double gpu_hours, std::string* out)
          "most).",
          out);
   Sample("gpupool_preempted_gpu_seconds_total", "", gpu_hours * 3600, out);
+  Family("gpupool_preemptors_withdrawn_total", "counter",
+         "Jobs that preempted another user's job and were withdrawn by their user (cancelled, "
+         "held) before they started; each barred its user from preempting for a while.",
+         out);
+  Sample("gpupool_preemptors_withdrawn_total", "", static_cast<double>(withdrawn), out);
 }
 
 }  // namespace
@@ -123,6 +129,11 @@ void PoolMetrics::ObservePass(double seconds, int64_t placement_failures) {
 void PoolMetrics::CountPreemption() {
   std::lock_guard lock(mu_);
   ++preemptions_;
+}
+
+void PoolMetrics::CountWithdrawnPreemptor() {
+  std::lock_guard lock(mu_);
+  ++preemptors_withdrawn_;
 }
 
 void PoolMetrics::CountPreemptedGpuHours(double gpu_hours) {
@@ -286,7 +297,7 @@ std::string PoolMetrics::Render(const PoolSnapshot& pool) const {
   Family("gpupool_placement_failures_total", "counter",
          "Pending jobs a pass could not place for want of resources, added up over passes.", &out);
   Sample("gpupool_placement_failures_total", "", static_cast<double>(placement_failures_), &out);
-  RenderPreemptions(preemptions_, preempted_gpu_hours_, &out);
+  RenderPreemptions(preemptions_, preempted_gpu_hours_, preemptors_withdrawn_, &out);
   Family("gpupool_api_request_duration_seconds", "histogram",
          "API requests that do not wait (no long polls), by method and route.", &out);
   for (const auto& [key, h] : requests_) {

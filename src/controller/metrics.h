@@ -103,6 +103,8 @@ class PoolMetrics {
   // Preemption: a victim told to stop; a preempted attempt ended, having run `gpu_hours`.
   void CountPreemption();
   void CountPreemptedGpuHours(double gpu_hours);
+  // A preemptor withdrawn by its user after it preempted another user's job.
+  void CountWithdrawnPreemptor();
 
   // The whole exposition.
   std::string Render(const PoolSnapshot& pool) const;
@@ -114,6 +116,7 @@ class PoolMetrics {
   uint64_t placement_failures_ = 0;
   uint64_t preemptions_ = 0;
   double preempted_gpu_hours_ = 0;
+  uint64_t preemptors_withdrawn_ = 0;
   std::map<std::pair<std::string, std::string>, Histogram> requests_;
 };
 

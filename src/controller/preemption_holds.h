@@ -30,12 +30,23 @@ inline constexpr int64_t kPreemptHoldMarginS = 60;
 // Ends the pending reason of a preemptor whose victims' GPUs are held for it.
 inline constexpr const char* kHeldNote = "the GPUs of the jobs it preempted are held for it";
 
+// The setting (store::Store::PutSetting) that keeps the users barred from preempting
+// others after withdrawing a preemptor: {"USER": {"until_us": N, "job": "ID"}, ...}.
+inline constexpr const char* kPreemptBarsKey = "preempt_bars";
+
 // What is held for one preemptor: the placement planned for it when it preempted, and
 // when the grace of the last of its victims runs out (µs since the epoch). The controller
 // keeps it in memory and in the store (store::PreemptHoldRecord, one row per victim).
 struct PreemptorHold {
   std::vector<jobs::TaskPlacement> placement;
   int64_t grace_end_us = 0;
+  // The preemptor's user; whether a victim is another user's job (its withdrawal then
+  // costs that user: docs/preemption.md, "A preemptor withdrawn"); whether the preemptor
+  // has ended before it started by its user's doing (not an admin's cancel): then
+  // `withdrawn` names it as its user does.
+  std::string user;
+  bool others = false;
+  std::string withdrawn;
   // The hold ends then at the latest, started or not.
   int64_t ExpiresUs() const { return grace_end_us + kPreemptHoldMarginS * 1'000'000; }
 };

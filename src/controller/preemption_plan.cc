@@ -50,7 +50,7 @@ void EachGroupsFirst(const SchedInput& in, bool by_project, std::vector<size_t>*
 Result<std::vector<PlannedPreemption>> PlanPreemptions(
     const SchedInput& in, int64_t now_s, const PreemptionSettings& settings,
     sched::PlacementPolicy& policy, std::vector<std::optional<std::string>>& reasons,
-    const PassHolds& holds) {
+    const PassHolds& holds, const std::map<std::string, std::string, std::less<>>& barred) {
   std::vector<PlannedPreemption> out;
   std::vector<sched::PreemptibleRun> runs;
   std::vector<const jobs::Job*> run_source;
@@ -120,9 +120,16 @@ Result<std::vector<PlannedPreemption>> PlanPreemptions(
     }
     const sched::QueuedJob& q = *in.pending[w];
     const jobs::Job& wjob = *in.pending_source[w];
-    const std::vector<size_t> candidates =
-        sched::PreemptionCandidates(q, runs, use, now_s, options);
+    std::vector<size_t> candidates = sched::PreemptionCandidates(q, runs, use, now_s, options);
     if (candidates.empty()) continue;
+    if (auto b = barred.find(wjob.user); b != barred.end()) {
+      // Barred: its user's own jobs of a lower priority only. Where it could have stopped
+      // another user's, its reason says why it did not.
+      const size_t could = candidates.size();
+      std::erase_if(candidates, [&](size_t c) { return run_source[c]->user != wjob.user; });
+      if (candidates.size() < could) *reasons[w] += "; " + b->second;
+      if (candidates.empty()) continue;
+    }
     ++weighed;
     GP_ASSIGN_OR_RETURN(std::optional<sched::Victims> victims,
                         sched::ChooseVictims(trial, q, runs, candidates, policy));

@@ -13,7 +13,9 @@
 //    one's victims and placement are taken out of the trial cluster before the next is weighed, so
 //    two never count on the same GPUs;
 //  - a higher priority preempts only its own user's jobs (users choose priorities);
-//    between users only fair share does.
+//    between users only fair share does;
+//  - a user the controller bars (a preemptor of theirs withdrawn after it preempted
+//    another user's job) preempts no one until the bar ends.
 // Pure; thread-compatible.
 #pragma once
 
@@ -56,11 +58,13 @@ struct PlannedPreemption {
 // `reasons`: the pending reasons the pass gave, by index into in.pending, none for a job
 // it started (a waiting job's gets a note of its victims). A job with a hold preempts
 // nothing more: it waits for its victims, and the jobs weighed after it do not count on
-// their GPUs.
+// their GPUs. `barred`: users whose jobs preempt no one now (AdmissionFeed::preempt_barred),
+// with why; a job of theirs that could have preempted gets the why in its reason.
 Result<std::vector<PlannedPreemption>> PlanPreemptions(
     const SchedInput& in, int64_t now_s, const PreemptionSettings& settings,
     sched::PlacementPolicy& policy, std::vector<std::optional<std::string>>& reasons,
-    const PassHolds& holds = {});
+    const PassHolds& holds = {},
+    const std::map<std::string, std::string, std::less<>>& barred = {});
 
 // At submit: the admin's preemption defaults (limits.h) for the job's project, else its
 // user, else every user (a project's entry comes first only for its members and for the

@@ -78,6 +78,9 @@ struct AdmissionFeed {
   // EarlierAttemptGate: pending job id -> (attempt, node): that earlier attempt still
   // runs on the node (it came back) and is being stopped there.
   std::map<int64_t, std::pair<int32_t, std::string>> stopping;
+  // Preemption (preemption_plan.h): user -> why that user's jobs preempt no one now (a
+  // preemptor of theirs withdrawn after it preempted; docs/preemption.md).
+  std::map<std::string, std::string, std::less<>> preempt_barred;
 };
 
 // One device the scheduler sees on a node: a GPU (mig -1), or MIG instance `mig` of a
