@@ -270,5 +270,35 @@ TEST_F(XidAttributionTest, AnXidLongAfterTheLastJobLetTheGpuGoCountsAgainstTheGp
   EXPECT_NE(h.reason.find("no job on the GPU"), std::string::npos) << h.reason;
 }
 
+// A GPU shared by two users' jobs at each Xid (half a GPU each): the pair is one culprit,
+// and so is the one of them still there when the other has gone; a third user's Xid makes
+// it no one's, and the GPU is cordoned.
+TEST_F(XidAttributionTest, AGpuSharedByTwoUsersAtEachXidIsStillOneCulprit) {
+  Register(1);
+  const Job a = c_->Submit(MakeJob(1, 500), alice_).value();
+  const Job b = c_->Submit(MakeJob(1, 500), bob_).value();
+  ASSERT_TRUE(c_->ScheduleOnce().ok());
+  ASSERT_EQ(Get(a.id).state, JobState::kAssigned);
+  ASSERT_EQ(Get(b.id).state, JobState::kAssigned);
+  for (int k = 0; k < 3; ++k) {
+    ASSERT_TRUE(c_->ObserveGpuErrors("n1", {XidSample("GPU-1000", 43, ++xids_)}).ok());
+  }
+  EXPECT_EQ(StateOf(c_.get(), "GPU-1000"), gpu::GpuHealthState::kHealthy);
+  ASSERT_TRUE(c_->WaitForWork("n1", 0).ok());  // the launches
+  ASSERT_TRUE(Apply({Ev(Get(a.id), protocol::EventKind::kStarted)}).ok());
+  ASSERT_TRUE(Apply({Ev(Get(b.id), protocol::EventKind::kStarted)}).ok());
+  ASSERT_TRUE(Apply({Ev(Get(a.id), protocol::EventKind::kExited, 134)}).ok());
+  clock_.AdvanceMicros(60'000'000);
+  ASSERT_TRUE(c_->ObserveGpuErrors("n1", {XidSample("GPU-1000", 43, ++xids_)}).ok());
+  EXPECT_EQ(StateOf(c_.get(), "GPU-1000"), gpu::GpuHealthState::kHealthy);  // bob's, each time
+  ASSERT_TRUE(Apply({Ev(Get(b.id), protocol::EventKind::kExited, 134)}).ok());
+  clock_.AdvanceMicros(60'000'000);
+  const Job carol = c_->Submit(MakeJob(1, 500), Caller{"carol", 1002, 1002, false}).value();
+  ASSERT_TRUE(c_->ScheduleOnce().ok());
+  ASSERT_EQ(Get(carol.id).state, JobState::kAssigned);
+  ASSERT_TRUE(c_->ObserveGpuErrors("n1", {XidSample("GPU-1000", 43, ++xids_)}).ok());
+  EXPECT_EQ(StateOf(c_.get(), "GPU-1000"), gpu::GpuHealthState::kCordoned);
+}
+
 }  // namespace
 }  // namespace gpupool::controller::controller_test

@@ -207,8 +207,8 @@ Status Controller::ObserveGpuErrors(const std::string& node,
           users += (users.empty() ? "" : ", ") + u;
         }
         spdlog::info(
-            "node {} GPU {} ({}): Xid {} {} times within {} min, each time with one user's "
-            "jobs on it (now {}): theirs, not the GPU's fault; it stays in service",
+            "node {} GPU {} ({}): Xid {} {} times within {} min, each with jobs of one same "
+            "user on it (holders now: {}): theirs, not the GPU's fault; it stays in service",
             node, s.index, s.uuid, xid, o.next.recent_us.size(),
             health_policy_.repeat_window_us / 60'000'000, users);
       }
