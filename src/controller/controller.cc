@@ -67,6 +67,7 @@ void Controller::Touched(int64_t id) {
   // The queued counts: out with what slim_ had (the job as last touched), in with what
   // the job is now. A job's user and project never change.
   auto old = slim_.find(id);
+  if (old != slim_.end()) NoteGpusLetGo(*old->second, it == active_.end() ? nullptr : &it->second);
   if (old != slim_.end() && old->second->state == JobState::kPending) {
     CountQueued(*old->second, -1);
   }

@@ -719,6 +719,12 @@ class Controller {
     // has reported so far (its count since the agent started).
     std::map<std::string, gpu::GpuHealth> gpu_health;
     std::map<std::string, int64_t> xid_count_seen;
+    // Who let its GPUs go lately: device UUID (a GPU's, or a MIG instance's, as placements
+    // name them) -> user -> when a job of theirs last let it go (it ended, was requeued
+    // or moved). The agent's Xid watch runs every second, so the job that caused an Xid has
+    // often ended by the time it arrives: it is pinned on them too (XidHolders). Entries
+    // older than internal::kXidHolderWindowUs are dropped as the device is next let go.
+    std::map<std::string, std::map<std::string, int64_t>> let_go_us;
     // Registration::health_pending: nothing is placed on it until the verdict comes.
     bool health_pending = false;
     std::string agent_id;  // Registration::agent_id of its agent ("": none, not known)
@@ -727,6 +733,14 @@ class Controller {
   // Nodes' view of node `name` (entry `e`): its tasks from the job index.
   NodeView NodeViewLocked(const std::string& name, const NodeEntry& e) const REQUIRES(mu_);
   void UpdateLayoutHolds(const std::string& node) REQUIRES(mu_);  // its jobs' (layout_holds.h)
+  // Who an application Xid on GPU `gpu` of `node` (entry `e`) is pinned on at `now`
+  // (gpu::OnXid's holders): the users whose jobs hold it or one of its MIG instances, and
+  // those whose jobs let it go within internal::kXidHolderWindowUs (NodeEntry::let_go_us).
+  std::vector<std::string> XidHolders(const std::string& node, const NodeEntry& e,
+                                      const gpu::GpuInfo& gpu, int64_t now) const REQUIRES(mu_);
+  // After a change of job `before` (the slim_ copy) to `after` (nullptr: it left active_):
+  // the GPUs it held and holds no more are let go now, by its user (NodeEntry::let_go_us).
+  void NoteGpusLetGo(const jobs::Job& before, const jobs::Job* after) REQUIRES(mu_);
 
   store::Store* store_;
   const Clock* clock_;

@@ -195,5 +195,110 @@ TEST_F(ControllerTest, AFallenOffTheBusXidDrainsTheNodeAndApplicationXidsCordonO
   EXPECT_NE(bad.status().message().find("--health-xid"), std::string::npos);
 }
 
+// The state of node n1's GPU `uuid` (healthy when Nodes does not list it).
+gpu::GpuHealthState StateOf(Controller* c, const std::string& uuid) {
+  const NodeView n = c->Nodes().at(0);
+  auto h = n.gpu_health.find(uuid);
+  return h == n.gpu_health.end() ? gpu::GpuHealthState::kHealthy : h->second.state;
+}
+
+class XidAttributionTest : public ControllerTest {
+ protected:
+  // A 1-GPU job of `who` runs on n1's only GPU and fails; its Xid 43 reaches the
+  // controller `xid_after_s` after its end (negative: before it, while it runs).
+  void JobEndsWithXid(const Caller& who, int xid_after_s) {
+    const Job j = StartOne(c_.get(), who, clock_);
+    ASSERT_EQ(j.placement.at(0).gpu_uuids.at(0), "GPU-1000");
+    clock_.AdvanceMicros(60'000'000);
+    auto xid = [&] {
+      ASSERT_TRUE(c_->ObserveGpuErrors("n1", {XidSample("GPU-1000", 43, ++xids_)}).ok());
+    };
+    if (xid_after_s < 0) xid();
+    ASSERT_TRUE(Apply({Ev(j, protocol::EventKind::kExited, 134)}).ok());  // its assert
+    ASSERT_EQ(Get(j.id).state, JobState::kFailed);
+    if (xid_after_s >= 0) {
+      clock_.AdvanceMicros(int64_t{xid_after_s} * 1'000'000);
+      xid();
+    }
+  }
+  int64_t xids_ = 0;
+};
+
+// The hostile-testing defect: one user's jobs, each ending with a device-side assert
+// (Xid 43) on the same GPU, three (here four) within the hour, cordoned the GPU (and three
+// such cordons retired it). The Xids are pinned on that user, whether the Xid came while
+// the job ran or a second after it ended: the GPU stays in service, across a restart of the
+// controller (the attribution is stored with the GPU's health), and takes the next job.
+TEST_F(XidAttributionTest, OneUsersJobsEndingWithXidsLeaveTheGpuInService) {
+  Register(1);
+  JobEndsWithXid(alice_, -1);  // the Xid before the job's end
+  JobEndsWithXid(alice_, 1);   // the agent's Xid watch: a second after the end
+  JobEndsWithXid(alice_, 5);
+  EXPECT_EQ(StateOf(c_.get(), "GPU-1000"), gpu::GpuHealthState::kHealthy);
+  Restart();
+  Register(1);
+  JobEndsWithXid(alice_, 1);
+  EXPECT_EQ(StateOf(c_.get(), "GPU-1000"), gpu::GpuHealthState::kHealthy);
+  const Job next = c_->Submit(MakeJob(1), bob_).value();
+  ASSERT_TRUE(c_->ScheduleOnce().ok());
+  EXPECT_EQ(Get(next.id).state, JobState::kAssigned);
+}
+
+// Two users' jobs ending with Xids on the same GPU within the hour: the GPU is the likelier
+// cause, and the third cordons it (a strike), as does an Xid that came well after the last
+// job let the GPU go (no one to pin it on).
+TEST_F(XidAttributionTest, TwoUsersJobsEndingWithXidsCordonTheGpu) {
+  Register(1);
+  JobEndsWithXid(alice_, 1);
+  JobEndsWithXid(bob_, 1);
+  EXPECT_EQ(StateOf(c_.get(), "GPU-1000"), gpu::GpuHealthState::kHealthy);
+  JobEndsWithXid(alice_, 1);
+  const gpu::GpuHealth h = c_->Nodes().at(0).gpu_health.at("GPU-1000");
+  EXPECT_EQ(h.state, gpu::GpuHealthState::kCordoned);
+  EXPECT_EQ(h.strikes, 1);
+  EXPECT_NE(h.reason.find("Xid 43"), std::string::npos) << h.reason;
+  EXPECT_NE(h.reason.find("different users' jobs"), std::string::npos) << h.reason;
+}
+
+TEST_F(XidAttributionTest, AnXidLongAfterTheLastJobLetTheGpuGoCountsAgainstTheGpu) {
+  Register(1);
+  JobEndsWithXid(alice_, 1);
+  JobEndsWithXid(alice_, 1);
+  JobEndsWithXid(alice_, 30);  // 30 s after its end: past the holders' window
+  const gpu::GpuHealth h = c_->Nodes().at(0).gpu_health.at("GPU-1000");
+  EXPECT_EQ(h.state, gpu::GpuHealthState::kCordoned);
+  EXPECT_NE(h.reason.find("no job on the GPU"), std::string::npos) << h.reason;
+}
+
+// A GPU shared by two users' jobs at each Xid (half a GPU each): the pair is one culprit,
+// and so is the one of them still there when the other has gone; a third user's Xid makes
+// it no one's, and the GPU is cordoned.
+TEST_F(XidAttributionTest, AGpuSharedByTwoUsersAtEachXidIsStillOneCulprit) {
+  Register(1);
+  const Job a = c_->Submit(MakeJob(1, 500), alice_).value();
+  const Job b = c_->Submit(MakeJob(1, 500), bob_).value();
+  ASSERT_TRUE(c_->ScheduleOnce().ok());
+  ASSERT_EQ(Get(a.id).state, JobState::kAssigned);
+  ASSERT_EQ(Get(b.id).state, JobState::kAssigned);
+  for (int k = 0; k < 3; ++k) {
+    ASSERT_TRUE(c_->ObserveGpuErrors("n1", {XidSample("GPU-1000", 43, ++xids_)}).ok());
+  }
+  EXPECT_EQ(StateOf(c_.get(), "GPU-1000"), gpu::GpuHealthState::kHealthy);
+  ASSERT_TRUE(c_->WaitForWork("n1", 0).ok());  // the launches
+  ASSERT_TRUE(Apply({Ev(Get(a.id), protocol::EventKind::kStarted)}).ok());
+  ASSERT_TRUE(Apply({Ev(Get(b.id), protocol::EventKind::kStarted)}).ok());
+  ASSERT_TRUE(Apply({Ev(Get(a.id), protocol::EventKind::kExited, 134)}).ok());
+  clock_.AdvanceMicros(60'000'000);
+  ASSERT_TRUE(c_->ObserveGpuErrors("n1", {XidSample("GPU-1000", 43, ++xids_)}).ok());
+  EXPECT_EQ(StateOf(c_.get(), "GPU-1000"), gpu::GpuHealthState::kHealthy);  // bob's, each time
+  ASSERT_TRUE(Apply({Ev(Get(b.id), protocol::EventKind::kExited, 134)}).ok());
+  clock_.AdvanceMicros(60'000'000);
+  const Job carol = c_->Submit(MakeJob(1, 500), Caller{"carol", 1002, 1002, false}).value();
+  ASSERT_TRUE(c_->ScheduleOnce().ok());
+  ASSERT_EQ(Get(carol.id).state, JobState::kAssigned);
+  ASSERT_TRUE(c_->ObserveGpuErrors("n1", {XidSample("GPU-1000", 43, ++xids_)}).ok());
+  EXPECT_EQ(StateOf(c_.get(), "GPU-1000"), gpu::GpuHealthState::kCordoned);
+}
+
 }  // namespace
 }  // namespace gpupool::controller::controller_test

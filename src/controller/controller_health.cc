@@ -33,6 +33,7 @@ std::string GpuHealthToJson(const std::map<std::string, gpu::GpuHealth>& health)
     if (h.strikes > 0) out[uuid]["strikes"] = h.strikes;
     if (!h.strike_us.empty()) out[uuid]["strike_us"] = h.strike_us;
     if (h.last_error_us > 0) out[uuid]["last_error_us"] = h.last_error_us;
+    if (!h.recent_users.empty()) out[uuid]["recent_users"] = h.recent_users;
     if (!h.levels.empty()) out[uuid]["levels"] = h.levels;
   }
   return out.empty() ? std::string() : DumpJson(out);
@@ -73,6 +74,17 @@ Result<std::map<std::string, gpu::GpuHealth>> GpuHealthFromJson(const std::strin
           break;
         }
         h.recent_us.push_back(t.get<int64_t>());
+      }
+    }
+    // Absent in a record from before attribution: its Xids count against the GPU.
+    if (const Json* users = f.Array("recent_users")) {
+      for (const Json& at : *users) {
+        if (!at.is_array() ||
+            !std::all_of(at.begin(), at.end(), [](const Json& u) { return u.is_string(); })) {
+          f.Fail("recent_users", "not a list of lists of user names");
+          break;
+        }
+        h.recent_users.push_back(at.get<std::vector<std::string>>());
       }
     }
     if (const Json* levels = f.Member("levels"); levels != nullptr && levels->is_object()) {
@@ -116,6 +128,52 @@ Status Controller::StoreGpuHealth(const std::string& node) {
   return Status::Ok();  // not stored yet: its registration stores it
 }
 
+void Controller::NoteGpusLetGo(const Job& before, const Job* after) {
+  if (!internal::Occupies(before)) return;
+  const bool holds = after != nullptr && internal::Occupies(*after);
+  if (holds && after->placement == before.placement) return;  // most changes: the same GPUs
+  const int64_t now = clock_->NowMicros();
+  for (const jobs::TaskPlacement& p : before.placement) {
+    if (holds &&
+        std::find(after->placement.begin(), after->placement.end(), p) != after->placement.end()) {
+      continue;
+    }
+    auto n = nodes_.find(p.node);
+    if (n == nodes_.end()) continue;
+    for (const std::string& uuid : p.gpu_uuids) {
+      std::map<std::string, int64_t>& users = n->second.let_go_us[uuid];
+      std::erase_if(users,
+                    [&](const auto& u) { return u.second < now - internal::kXidHolderWindowUs; });
+      users[before.user] = now;
+    }
+  }
+}
+
+std::vector<std::string> Controller::XidHolders(const std::string& node, const NodeEntry& e,
+                                                const gpu::GpuInfo& gpu, int64_t now) const {
+  std::set<std::string> devices = {gpu.uuid};  // the GPU, and its MIG instances
+  for (const gpu::MigDevice& m : gpu.mig_devices) devices.insert(m.uuid);
+  std::vector<std::string> users;
+  for (int64_t id : index_.OnNode(node)) {
+    auto job = active_.find(id);
+    if (job == active_.end()) continue;
+    for (const jobs::TaskPlacement& p : job->second.placement) {
+      if (p.node == node && std::any_of(p.gpu_uuids.begin(), p.gpu_uuids.end(),
+                                        [&](const std::string& u) { return devices.count(u); })) {
+        users.push_back(job->second.user);
+      }
+    }
+  }
+  for (const std::string& d : devices) {
+    auto let_go = e.let_go_us.find(d);
+    if (let_go == e.let_go_us.end()) continue;
+    for (const auto& [user, at] : let_go->second) {
+      if (at >= now - internal::kXidHolderWindowUs) users.push_back(user);
+    }
+  }
+  return users;
+}
+
 Status Controller::ObserveGpuErrors(const std::string& node,
                                     const std::vector<protocol::GpuTelemetry>& samples) {
   std::vector<Change> failed;  // the jobs on GPUs that failed
@@ -130,16 +188,30 @@ Status Controller::ObserveGpuErrors(const std::string& node,
     for (const protocol::GpuTelemetry& s : samples) {  // oldest first
       if (!s.xid_count || !s.xid_errors || *s.xid_errors <= 0) continue;
       // Only the node's own GPUs: a node cannot report on another's.
-      const bool ours = std::any_of(e.info.gpus.begin(), e.info.gpus.end(),
-                                    [&](const gpu::GpuInfo& g) { return g.uuid == s.uuid; });
-      if (!ours) continue;
+      auto ours = std::find_if(e.info.gpus.begin(), e.info.gpus.end(),
+                               [&](const gpu::GpuInfo& g) { return g.uuid == s.uuid; });
+      if (ours == e.info.gpus.end()) continue;
       int64_t& seen = e.xid_count_seen[s.uuid];  // counts restart with the agent
       const int64_t fresh = *s.xid_count - seen;
       seen = *s.xid_count;
       if (fresh <= 0) continue;
       gpu::GpuHealth& health = e.gpu_health[s.uuid];
       const auto xid = static_cast<int>(std::min<int64_t>(*s.xid_errors, INT32_MAX));
-      gpu::XidOutcome o = gpu::OnXid(health, xid, fresh, now, health_policy_);
+      // An application Xid is pinned on the users whose jobs held the GPU (or just let it
+      // go): their repeats alone do not take it out of service.
+      const std::vector<std::string> holders = XidHolders(node, e, *ours, now);
+      gpu::XidOutcome o = gpu::OnXid(health, xid, fresh, now, health_policy_, holders);
+      if (o.pinned_on_user) {
+        std::string users;
+        for (const std::string& u : o.next.recent_users.back()) {
+          users += (users.empty() ? "" : ", ") + u;
+        }
+        spdlog::info(
+            "node {} GPU {} ({}): Xid {} {} times within {} min, each with jobs of one same "
+            "user on it (holders now: {}): theirs, not the GPU's fault; it stays in service",
+            node, s.index, s.uuid, xid, o.next.recent_us.size(),
+            health_policy_.repeat_window_us / 60'000'000, users);
+      }
       const bool takes_out = (gpu::TakesWork(health.state) && !gpu::TakesWork(o.next.state)) ||
                              (o.cordon_node && !e.draining);
       if (takes_out && !BreakerAllows(node, now)) {

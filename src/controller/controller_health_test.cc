@@ -13,6 +13,7 @@
 
 #include "common/clock.h"
 #include "controller/controller.h"
+#include "controller/controller_internal.h"
 #include "store/forwarding_store.h"
 #include "store/sqlite_store.h"
 #include "store/store.h"
@@ -102,6 +103,38 @@ class ControllerHealthTest : public ::testing::Test {
   Caller alice_{"alice", 1000, 1000, false};
   Caller root_{"root", 0, 0, true};
 };
+
+// The GPU health record's JSON (the node's stored record): the users each recent Xid was
+// pinned on round-trip; a record from before attribution (no recent_users) still loads, its
+// Xids counting against the GPU as then; a malformed list is refused, naming the field.
+TEST(GpuHealthJsonTest, AttributionRoundTripsAndARecordWithoutItLoads) {
+  const gpu::HealthPolicy policy = gpu::HealthPolicy::Create().value();
+  gpu::GpuHealth pinned = gpu::OnXid(gpu::GpuHealth{}, 43, 1, 1'000, policy, {"alice"}).next;
+  pinned = gpu::OnXid(pinned, 43, 1, 2'000, policy, {"bob", "alice"}).next;
+  const std::string text = GpuHealthToJson({{"GPU-1", pinned}});
+  EXPECT_NE(text.find("recent_users"), std::string::npos) << text;
+  Result<std::map<std::string, gpu::GpuHealth>> back = GpuHealthFromJson(text, "n1");
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(back->at("GPU-1"), pinned);
+  EXPECT_EQ(back->at("GPU-1").recent_users.at(1), (std::vector<std::string>{"alice", "bob"}));
+
+  const std::string before =
+      R"({"GPU-1":{"state":"healthy","reason":"","evidence":"Xid 43 x1","since_us":0,)"
+      R"("by":"policy","recent_us":[1000,2000]}})";
+  Result<std::map<std::string, gpu::GpuHealth>> old = GpuHealthFromJson(before, "n1");
+  ASSERT_TRUE(old.ok()) << old.status().ToString();
+  EXPECT_EQ(old->at("GPU-1").recent_us.size(), 2u);
+  EXPECT_TRUE(old->at("GPU-1").recent_users.empty());
+  EXPECT_EQ(gpu::OnXid(old->at("GPU-1"), 43, 1, 3'000, policy, {"alice"}).next.state,
+            gpu::GpuHealthState::kCordoned);
+
+  const std::string bad =
+      R"({"GPU-1":{"state":"healthy","recent_us":[1000],"recent_users":[["alice"],3]}})";
+  Result<std::map<std::string, gpu::GpuHealth>> refused = GpuHealthFromJson(bad, "n1");
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("recent_users"), std::string::npos)
+      << refused.status().ToString();
+}
 
 // Issue 29 item 5: a GPU the Xid policy cordoned returns by itself only at a passing
 // health check once no Xid came for --health-resume-after (here 1 h); a recurrence starts

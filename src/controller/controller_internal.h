@@ -45,6 +45,11 @@ inline constexpr size_t kMaxExecOutputHeld = 32 << 20;
 // InvalidArgument naming the setting when they do not parse.
 Result<RevisedLimits> StoredLimits(const store::SettingRecord& stored);
 
+// How long after a job let its GPU go an application Xid on that GPU is still pinned on
+// the job's user as well (Controller::XidHolders): the agent's Xid watch reads every
+// second and sends at once, while the job's end may reach the controller first.
+inline constexpr int64_t kXidHolderWindowUs = 10'000'000;
+
 // The GPUs of the earlier attempts a node still runs (`running`, strays being stopped):
 // those `gpus` names count as used on `node`; with one of unknown GPUs the node takes no
 // new work. Until their ends are reported (controller.h, NodeEntry::stray_gpus). The

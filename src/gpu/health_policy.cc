@@ -1,6 +1,8 @@
 #include "gpu/health_policy.h"
 
 #include <algorithm>
+#include <cstddef>
+#include <iterator>
 #include <optional>
 
 #include "common/strings.h"
@@ -66,6 +68,10 @@ const std::vector<XidRule>& BuiltinXidRules() {
       {92, A::kIgnore, "high single-bit ECC error rate (corrected)"},
       {94, A::kApplication, "contained ECC error (the application is stopped)"},
       {95, A::kCordonGpu, "uncontained ECC error"},
+      // NVIDIA lists every cause for it (the application, driver, memory, bus, thermal,
+      // hardware); the Kubernetes device plugin counts it among the application Xids.
+      // Pinned on the job's user it is theirs; repeated across users it cordons the GPU.
+      {109, A::kApplication, "context switch timeout (the application's, unless it repeats)"},
       {119, A::kCordonGpu, "GSP RPC timeout"},
       {120, A::kCordonGpu, "GSP error"},
   };
@@ -194,8 +200,60 @@ int StrikesWithin(const GpuHealth& health, int64_t now_us, int64_t window_us) {
   return copy.strikes - 1;  // less the strike AddStrike added at now_us
 }
 
+namespace {
+
+// Whether the recent Xids `users` (GpuHealth::recent_users) point at the GPU rather than
+// at one user's jobs: one of them was pinned on no one, or no user held the GPU at all.
+bool RepeatsBlameTheGpu(const std::vector<std::vector<std::string>>& users) {
+  if (users.empty()) return true;
+  std::vector<std::string> common = users.front();
+  for (const std::vector<std::string>& at : users) {
+    if (at.empty()) return true;
+    std::vector<std::string> both;
+    std::set_intersection(common.begin(), common.end(), at.begin(), at.end(),
+                          std::back_inserter(both));
+    common = std::move(both);
+  }
+  return common.empty();
+}
+
+// Records `keep` more Xids at `now_us` pinned on `users` (sorted; empty: on no one) in
+// `next`, after forgetting those at or before `now_us - window_us` and, past `most`, the
+// oldest. A record from before attribution first gets an empty entry for each Xid it has.
+void AddRecent(GpuHealth* next, const std::vector<std::string>& users, int64_t keep, int64_t now_us,
+               int64_t window_us, size_t most) {
+  std::vector<int64_t>& at = next->recent_us;
+  std::vector<std::vector<std::string>>& by = next->recent_users;
+  if (by.size() > at.size()) by.erase(by.begin(), by.end() - static_cast<ptrdiff_t>(at.size()));
+  by.insert(by.begin(), at.size() - by.size(), std::vector<std::string>{});
+  size_t kept = 0;
+  for (size_t k = 0; k < at.size(); ++k) {
+    if (at[k] <= now_us - window_us) continue;
+    if (kept != k) {
+      at[kept] = at[k];
+      by[kept] = std::move(by[k]);
+    }
+    ++kept;
+  }
+  at.resize(kept);
+  by.resize(kept);
+  for (int64_t k = 0; k < keep; ++k) {
+    at.push_back(now_us);
+    by.push_back(users);
+  }
+  if (at.size() > most) {
+    const auto drop = static_cast<ptrdiff_t>(at.size() - most);
+    at.erase(at.begin(), at.begin() + drop);
+    by.erase(by.begin(), by.begin() + drop);
+  }
+  // Nobody's Xids: none are stored (as a record from before attribution).
+  if (std::all_of(by.begin(), by.end(), [](const auto& u) { return u.empty(); })) by.clear();
+}
+
+}  // namespace
+
 XidOutcome OnXid(const GpuHealth& health, int xid, int64_t count, int64_t now_us,
-                 const HealthPolicy& policy) {
+                 const HealthPolicy& policy, const std::vector<std::string>& holders) {
   XidOutcome out;
   out.rule = policy.ForXid(xid);
   out.next = health;
@@ -231,16 +289,30 @@ XidOutcome OnXid(const GpuHealth& health, int xid, int64_t count, int64_t now_us
       return out;
     case HealthAction::kApplication:
     case HealthAction::kSuspect: {
-      // Repeats within the window: the GPU, not the application, is the likely cause.
-      std::erase_if(next.recent_us,
-                    [&](int64_t t) { return t <= now_us - policy.repeat_window_us; });
+      // Repeats within the window: the GPU, not the application, is the likely cause,
+      // unless one user's jobs held the GPU at each of them (application Xids only).
+      std::vector<std::string> users;
+      if (out.rule.action == HealthAction::kApplication) {
+        users = holders;
+        std::sort(users.begin(), users.end());
+        users.erase(std::unique(users.begin(), users.end()), users.end());
+      }
       // A count is the agent's word: at most what can cordon is kept, whatever it says.
-      const int64_t keep = std::clamp<int64_t>(count, 1, std::max(policy.repeats_to_cordon, 1));
-      for (int64_t k = 0; k < keep; ++k) next.recent_us.push_back(now_us);
+      const int most = std::max(policy.repeats_to_cordon, 1);
+      AddRecent(&next, users, std::clamp<int64_t>(count, 1, most), now_us, policy.repeat_window_us,
+                std::max<size_t>(kMostRecentKept, most));
       const bool repeated = static_cast<int64_t>(next.recent_us.size()) >= policy.repeats_to_cordon;
-      if (repeated && !out_of_service) {
+      const bool blames_gpu = RepeatsBlameTheGpu(next.recent_users);
+      if (repeated && !out_of_service && blames_gpu) {
         cordon(why + ", " + std::to_string(next.recent_us.size()) + " times within " +
-               std::to_string(policy.repeat_window_us / 60'000'000) + " min");
+               std::to_string(policy.repeat_window_us / 60'000'000) + " min" +
+               (next.recent_users.empty() ? ""
+                : std::any_of(next.recent_users.begin(), next.recent_users.end(),
+                              [](const auto& u) { return u.empty(); })
+                    ? ", at least once with no job on the GPU"
+                    : ", with different users' jobs on it"));
+      } else if (repeated && !blames_gpu) {
+        out.pinned_on_user = true;
       } else if (out.rule.action == HealthAction::kSuspect &&
                  next.state == GpuHealthState::kHealthy) {
         become(GpuHealthState::kSuspect, why);

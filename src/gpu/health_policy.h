@@ -9,6 +9,7 @@
 // Thread-compatible: a HealthPolicy is immutable once created.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <map>
 #include <optional>
@@ -126,8 +127,15 @@ struct GpuHealth {
   std::string evidence;       // what was seen: "Xid 95 x1"
   int64_t since_us = 0;       // when the state began (0: always healthy)
   std::string by = "policy";  // "policy", or the admin who set it
-  // When the recent application or suspect Xids came (within repeat_window_us).
+  // When the recent application or suspect Xids came (within repeat_window_us; at most
+  // kMostRecentKept of them, the newest).
   std::vector<int64_t> recent_us;
+  // Whose jobs each of them is pinned on, in the same order: the users whose jobs held
+  // the GPU when it came or had just let it go (sorted, each once); empty where it cannot
+  // be pinned on anyone (no job held the GPU, a suspect Xid, no attribution given), which
+  // counts against the GPU. A record from before attribution has fewer entries than
+  // recent_us: its older Xids count against the GPU, as they did then.
+  std::vector<std::vector<std::string>> recent_users;
   // How many times the policy took the GPU out of service (its strikes; kept when it
   // returns, cleared only when an admin returns a failed one), and when its last Xid
   // worth acting on came (not an ignored one): the quiet period counts from there.
@@ -144,6 +152,9 @@ struct GpuHealth {
   friend bool operator==(const GpuHealth&, const GpuHealth&) = default;
 };
 
+// The most recent Xids a GpuHealth keeps (or the policy's repeats_to_cordon, if more).
+inline constexpr size_t kMostRecentKept = 64;
+
 // What `count` new Xid `xid` events on a GPU do, at `now_us`.
 struct XidOutcome {
   GpuHealth next;
@@ -151,6 +162,9 @@ struct XidOutcome {
   bool changed = false;      // next differs from the health before
   bool end_jobs = false;     // the jobs on the GPU end (fail, or requeue when allowed)
   bool cordon_node = false;  // every GPU of the node stops taking work
+  // Application Xids came repeat_to_cordon times within the window, but one user's jobs
+  // held the GPU at each of them: theirs, not the GPU's fault; it stays in service.
+  bool pinned_on_user = false;
 };
 // One more strike on `health` at `now_us`: those at or before now_us - window_us (when
 // window_us > 0) are forgotten first, and a record's strikes without times count from
@@ -162,8 +176,16 @@ void AddStrike(GpuHealth* health, int64_t legacy_at_us, int64_t now_us, int64_t 
 int StrikesWithin(const GpuHealth& health, int64_t now_us, int64_t window_us);
 // A cordon by the policy is a strike; the policy.strikes_to_fail-th within the policy's
 // strike window fails the GPU instead.
+//
+// `holders`: the users whose jobs held the GPU when the Xid came, or let it go within the
+// last few seconds (the controller's record; any order, repeats allowed). Repeated
+// application Xids are the GPU's fault, and cordon it, only when they cannot be pinned on
+// one user: one of the window's came with no holder, or no user held the GPU at every one
+// of them (two users' jobs; a GPU shared by both at each Xid is still one culprit). Empty:
+// no job held it, or no attribution (the simulator): the Xid counts against the GPU, as
+// every Xid did before attribution. Suspect and reset- or reboot-class Xids ignore it.
 XidOutcome OnXid(const GpuHealth& health, int xid, int64_t count, int64_t now_us,
-                 const HealthPolicy& policy);
+                 const HealthPolicy& policy, const std::vector<std::string>& holders = {});
 
 // "Resume only when proven" (docs/health.md): what a passing run of the node's health
 // program at `now_us` does to a GPU the policy cordoned. It returns to service (healthy,

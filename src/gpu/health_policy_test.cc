@@ -33,8 +33,9 @@ TEST(HealthPolicyTest, EveryRowOfTheTable) {
       {64, S::kCordoned, true, false},  {68, S::kHealthy, false, false},
       {74, S::kCordoned, true, false},  {79, S::kCordoned, true, true},
       {92, S::kHealthy, false, false},  {94, S::kHealthy, false, false},
-      {95, S::kCordoned, true, false},  {119, S::kCordoned, true, false},
-      {120, S::kCordoned, true, false}, {61, S::kSuspect, false, false},  // unknown
+      {95, S::kCordoned, true, false},  {109, S::kHealthy, false, false},
+      {119, S::kCordoned, true, false}, {120, S::kCordoned, true, false},
+      {61, S::kSuspect, false, false},  // unknown
   };
   for (const Row& r : rows) {
     const XidOutcome o = OnXid(GpuHealth{}, r.xid, 1, kNow, policy);
@@ -179,6 +180,98 @@ TEST(HealthPolicyTest, StrikesOlderThanTheWindowNoLongerCount) {
   legacy.last_error_us = kNow;
   EXPECT_EQ(OnXid(legacy, 95, 1, kNow + 365 * kDay, policy).next.strikes, 1);
   EXPECT_EQ(OnXid(legacy, 95, 1, kNow + kDay, policy).next.state, GpuHealthState::kFailed);
+}
+
+// The hostile-testing defect: one user's application Xids (a device-side assert, Xid 43,
+// three times an hour) cordoned any GPU they got, and three cordons retired it. Repeats
+// pinned on one user are theirs: the GPU stays in service, for as long as they go on.
+TEST(HealthPolicyTest, OneUsersRepeatedApplicationXidsLeaveTheGpuInService) {
+  const HealthPolicy policy = Policy();
+  GpuHealth h;
+  XidOutcome o;
+  for (int k = 0; k < 10; ++k) {
+    o = OnXid(h, 43, 1, kNow + k * kMinute, policy, {"alice"});
+    h = o.next;
+    EXPECT_EQ(h.state, GpuHealthState::kHealthy) << "Xid " << k + 1;
+    EXPECT_EQ(h.strikes, 0);
+  }
+  EXPECT_TRUE(o.pinned_on_user);
+  EXPECT_EQ(h.recent_us.size(), 10u);
+  ASSERT_EQ(h.recent_users.size(), 10u);
+  EXPECT_EQ(h.recent_users.back(), std::vector<std::string>{"alice"});
+  // A GPU shared by two users at each Xid: the same pair is still one culprit (any order,
+  // named twice); so is a user common to all of them.
+  GpuHealth shared;
+  shared = OnXid(shared, 13, 1, kNow, policy, {"bob", "alice"}).next;
+  shared = OnXid(shared, 13, 1, kNow + kMinute, policy, {"alice", "bob", "alice"}).next;
+  shared = OnXid(shared, 31, 1, kNow + 2 * kMinute, policy, {"alice"}).next;
+  EXPECT_EQ(shared.state, GpuHealthState::kHealthy);
+  // A count of 3 from one report of one user's job: theirs too.
+  EXPECT_EQ(OnXid(GpuHealth{}, 43, 3, kNow, policy, {"alice"}).next.state,
+            GpuHealthState::kHealthy);
+  // Xid 109 (context switch timeout) is an application Xid as well.
+  GpuHealth timeouts;
+  for (int k = 0; k < 3; ++k) timeouts = OnXid(timeouts, 109, 1, kNow + k, policy, {"a"}).next;
+  EXPECT_EQ(timeouts.state, GpuHealthState::kHealthy);
+  // The list kept is bounded, however many come within the window.
+  for (int k = 0; k < 200; ++k)
+    h = OnXid(h, 43, 3, kNow + 11 * kMinute + k, policy, {"alice"}).next;
+  EXPECT_EQ(h.recent_us.size(), kMostRecentKept);
+  EXPECT_EQ(h.recent_users.size(), kMostRecentKept);
+  EXPECT_EQ(h.state, GpuHealthState::kHealthy);
+}
+
+// Repeats that cannot be pinned on one user count against the GPU: two users' jobs, or one
+// Xid with no job on the GPU; a suspect (unknown) Xid counts against it as before; a
+// reset-class Xid cordons whoever held it.
+TEST(HealthPolicyTest, RepeatsNotPinnedOnOneUserCordonTheGpu) {
+  const HealthPolicy policy = Policy();
+  GpuHealth two = OnXid(GpuHealth{}, 43, 1, kNow, policy, {"alice"}).next;
+  two = OnXid(two, 43, 1, kNow + kMinute, policy, {"alice"}).next;
+  const XidOutcome bob = OnXid(two, 43, 1, kNow + 2 * kMinute, policy, {"bob"});
+  EXPECT_EQ(bob.next.state, GpuHealthState::kCordoned);
+  EXPECT_FALSE(bob.pinned_on_user);
+  EXPECT_EQ(bob.next.strikes, 1);
+  EXPECT_NE(bob.next.reason.find("with different users' jobs on it"), std::string::npos)
+      << bob.next.reason;
+  EXPECT_EQ(bob.next.reason.find("alice"), std::string::npos);  // names no user (all see it)
+  const XidOutcome nobody = OnXid(two, 43, 1, kNow + 2 * kMinute, policy, {});
+  EXPECT_EQ(nobody.next.state, GpuHealthState::kCordoned);
+  EXPECT_NE(nobody.next.reason.find("at least once with no job on the GPU"), std::string::npos)
+      << nobody.next.reason;
+  // Pairs without one user common to all: {alice, bob}, {bob, carol}, {carol}.
+  GpuHealth pairs = OnXid(GpuHealth{}, 13, 1, kNow, policy, {"alice", "bob"}).next;
+  pairs = OnXid(pairs, 13, 1, kNow + 1, policy, {"bob", "carol"}).next;
+  EXPECT_EQ(OnXid(pairs, 13, 1, kNow + 2, policy, {"carol"}).next.state, GpuHealthState::kCordoned);
+  // No holders at all (the simulator): three cordon, as before attribution.
+  GpuHealth none;
+  for (int k = 0; k < 3; ++k) none = OnXid(none, 43, 1, kNow + k, policy).next;
+  EXPECT_EQ(none.state, GpuHealthState::kCordoned);
+  EXPECT_TRUE(none.recent_users.empty());  // nothing stored for it
+  // An unknown Xid is the GPU's, whoever held it.
+  EXPECT_EQ(OnXid(two, 61, 1, kNow + 2 * kMinute, policy, {"alice"}).next.state,
+            GpuHealthState::kCordoned);
+  EXPECT_EQ(OnXid(GpuHealth{}, 95, 1, kNow, policy, {"alice"}).next.state,
+            GpuHealthState::kCordoned);
+  // The first user's Xids leave the window: the rest are one user's again.
+  GpuHealth later = OnXid(GpuHealth{}, 43, 1, kNow, policy, {"bob"}).next;
+  later = OnXid(later, 43, 1, kNow + 61 * kMinute, policy, {"alice"}).next;
+  later = OnXid(later, 43, 1, kNow + 62 * kMinute, policy, {"alice"}).next;
+  EXPECT_EQ(OnXid(later, 43, 1, kNow + 63 * kMinute, policy, {"alice"}).next.state,
+            GpuHealthState::kHealthy);
+}
+
+// A record stored before attribution (recent_us without recent_users) is read as then:
+// its Xids count against the GPU, so one more, even one user's, cordons on the third.
+TEST(HealthPolicyTest, ARecordFromBeforeAttributionCountsItsXidsAgainstTheGpu) {
+  const HealthPolicy policy = Policy();
+  GpuHealth legacy;
+  legacy.recent_us = {kNow, kNow + kMinute};
+  const XidOutcome o = OnXid(legacy, 43, 1, kNow + 2 * kMinute, policy, {"alice"});
+  EXPECT_EQ(o.next.state, GpuHealthState::kCordoned);
+  ASSERT_EQ(o.next.recent_users.size(), 3u);
+  EXPECT_TRUE(o.next.recent_users[0].empty());
+  EXPECT_EQ(o.next.recent_users[2], std::vector<std::string>{"alice"});
 }
 
 // What a GPU's record shows as its strikes is what still counts: those in the window, not

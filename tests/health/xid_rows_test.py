@@ -1,11 +1,11 @@
 #!/usr/bin/env python3
 """Every row of the Xid table by injection (issue 29's tests, docs/health.md): a real
-`gpupool up` on a fake 15-GPU node whose GPU i reports the Xid of row i through the fake
+`gpupool up` on a fake 16-GPU node whose GPU i reports the Xid of row i through the fake
 node's scripted telemetry, all at the same moment, with a 60 s telemetry interval (the
 agent's Xid watch sends them at once) and the circuit breaker opened wide
 (--health-breaker 1). Within 10 s each GPU must be in the state its row says (cordon-gpu:
 cordoned; application, ignore: healthy; an unknown Xid: suspect), the node must stay up,
-and of fifteen one-GPU jobs submitted afterwards exactly those fitting on GPUs in service
+and of sixteen one-GPU jobs submitted afterwards exactly those fitting on GPUs in service
 must run, none on a cordoned GPU. Xid 79 (cordon-node) has its own test
 (xid79_gang_test.py): it would drain this one node.
 
@@ -29,8 +29,8 @@ XID_IN_S = 8
 # docs/health.md's table, row by row: Xid -> the state one occurrence leaves the GPU in.
 ROWS = [(13, "healthy"), (31, "healthy"), (43, "healthy"), (45, "healthy"), (48, "cordoned"),
         (63, "healthy"), (64, "cordoned"), (68, "healthy"), (74, "cordoned"), (92, "healthy"),
-        (94, "healthy"), (95, "cordoned"), (119, "cordoned"), (120, "cordoned"),
-        (999, "suspect")]
+        (94, "healthy"), (95, "cordoned"), (109, "healthy"), (119, "cordoned"),
+        (120, "cordoned"), (999, "suspect")]
 
 
 class XidRowsTest(unittest.TestCase):

@@ -200,8 +200,10 @@ Result<std::vector<GpuHit>> GpuFailureModel::Fail(int64_t now, sched::ClusterSta
     const auto ni = static_cast<size_t>(n);
     gpu::GpuHealth& h = health_[ni][static_cast<size_t>(e.gpu)];
     const bool was_out = Cordoned(n, e.gpu);
-    // The live controller's policy, table and overrides: gpu::OnXid.
-    const gpu::XidOutcome o = gpu::OnXid(h, e.xid, 1, now * kUsPerS, policy_);
+    // The live controller's policy, table and overrides: gpu::OnXid, with no attribution
+    // (no holders: every Xid counts against the GPU, as before the controller pinned
+    // application Xids on users).
+    const gpu::XidOutcome o = gpu::OnXid(h, e.xid, 1, now * kUsPerS, policy_, /*holders=*/{});
     ++by_action_[std::string(gpu::HealthActionName(o.rule.action))];
     h = o.next;
     if (!was_out && Cordoned(n, e.gpu)) repairs_.emplace(now + o_.repair_s, n, e.gpu);
