@@ -542,7 +542,9 @@ TEST_F(ApiAccessTest, NodesNameWhoHoldsEachGpuToThoseWhoMayReadTheJob) {
 // A MIG instance names the job holding it as its user does: an array's element carries
 // array_id and array_index (ARRAY_INDEX, as in holders), a plain job its id only; another
 // user's job is only `other_user`.
-TEST_F(ApiAccessTest, MigInstancesNameAnArrayElementByItsArrayAndIndex) {
+// Node "mig": one A100 80GB (GPU-1000) in MIG mode, cut into three 1g.10gb instances
+// MIG-0..2, registered as its agent does.
+std::string MigNodeRegistration() {
   gpu::NodeInfo n;
   gpu::GpuInfo g;
   g.vendor = gpu::Vendor::kNvidia;
@@ -557,10 +559,13 @@ TEST_F(ApiAccessTest, MigInstancesNameAnArrayElementByItsArrayAndIndex) {
         {"MIG-" + std::to_string(i), "1g.10gb", 9 + i, 0, uint64_t{10} << 30, {}});
   }
   n.gpus.push_back(g);
-  const std::string body = R"({"protocol": "1.2", "node": "mig", "cpu_milli": 8000, )"
-                           R"("memory_mib": 65536, "info": )" +
-                           DumpJson(gpu::NodeToJson(n)) + "}";
-  ASSERT_EQ(AsUid(0, "POST", "/v1/agent/register", {}, body).status, 200);
+  return R"({"protocol": "1.2", "node": "mig", "cpu_milli": 8000, )"
+         R"("memory_mib": 65536, "info": )" +
+         DumpJson(gpu::NodeToJson(n)) + "}";
+}
+
+TEST_F(ApiAccessTest, MigInstancesNameAnArrayElementByItsArrayAndIndex) {
+  ASSERT_EQ(AsUid(0, "POST", "/v1/agent/register", {}, MigNodeRegistration()).status, 200);
   const std::string share = R"("request": {"gpus": 1, "gpu_memory_bytes": 8589934592})";
   net::HttpResponse sub =
       AsUid(user_uid_, "POST", "/v1/jobs", {},
@@ -592,6 +597,46 @@ TEST_F(ApiAccessTest, MigInstancesNameAnArrayElementByItsArrayAndIndex) {
   };
   EXPECT_EQ(held(0), (std::set<std::string>{array + "_0", array + "_1", std::to_string(plain)}));
   EXPECT_EQ(held(user_uid_), (std::set<std::string>{array + "_0", array + "_1", "other"}));
+}
+
+// A GPU in MIG mode taken out of service (here cordoned by the node's health program,
+// which lets the job on it go on) takes no new work on any of its instances, so GET
+// /v1/nodes lists its idle ones as out of service, not free, and says why on the GPU as
+// for a GPU outside MIG mode; an instance a job holds still names the job. Before the
+// cordon nothing of this shows.
+TEST_F(ApiAccessTest, ACordonedMigGpuListsItsIdleInstancesAsOutOfService) {
+  ASSERT_EQ(AsUid(0, "POST", "/v1/agent/register", {}, MigNodeRegistration()).status, 200);
+  const net::HttpResponse sub = AsUid(0, "POST", "/v1/jobs", {},
+                                      R"({"command": ["true"], "workdir": "/", )"
+                                      R"("request": {"gpus": 1, "gpu_memory_bytes": 8589934592}})");
+  ASSERT_EQ(sub.status, 201) << sub.body;
+  const int64_t job = ParseJson(sub.body, "answer").value()["job"]["id"].get<int64_t>();
+  ASSERT_TRUE(controller_->ScheduleOnce().ok());
+  auto gpu = [&] {
+    return ParseJson(AsUid(0, "GET", "/v1/nodes").body, "answer").value()["nodes"][0]["gpus"][0];
+  };
+  Json g = gpu();
+  EXPECT_FALSE(g.contains("out_of_service")) << g.dump();
+  for (const Json& m : g["mig_devices"]) EXPECT_FALSE(m.contains("out_of_service")) << m.dump();
+
+  protocol::HealthReport bad;
+  bad.gpus = {{0, "ECC test failed"}};
+  ASSERT_TRUE(controller_->ObserveHealthReport("mig", bad).ok());
+  g = gpu();
+  ASSERT_EQ(g.value("health", Json::object()).value("state", ""), "cordoned") << g.dump();
+  EXPECT_EQ(g.value("out_of_service", "").rfind("cordoned: ", 0), 0u) << g.dump();
+  int held = 0;
+  int out = 0;
+  for (const Json& m : g["mig_devices"]) {
+    if (m.value("job", int64_t{0}) == job) {
+      ++held;
+      EXPECT_FALSE(m.contains("out_of_service")) << m.dump();
+    } else {
+      out += m.value("out_of_service", false) ? 1 : 0;
+    }
+  }
+  EXPECT_EQ(held, 1);
+  EXPECT_EQ(out, 2);
 }
 
 }  // namespace

@@ -182,7 +182,11 @@ struct NodeView {
   std::map<std::string, gpu::GpuHealth> gpu_health;
   bool health_pending = false;  // no verdict from its health program yet: takes no work
   std::map<size_t, std::vector<Holder>> layout_held;  // GPU -> jobs it changed layout under
-  std::optional<protocol::DiskReport> disk;           // its agent's latest disk watch report
+  // GPU (node.info.gpus order) -> why it takes no new work, as the scheduler holds it: its
+  // health ("cordoned: REASON", "failed: ..."), its layout changed under running jobs, or a
+  // stopped attempt still on it. A GPU in MIG mode takes none on any of its instances.
+  std::map<size_t, std::string> out_of_service;
+  std::optional<protocol::DiskReport> disk;  // its agent's latest disk watch report
   int running_jobs = 0;
 };
 

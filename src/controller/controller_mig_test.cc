@@ -11,7 +11,10 @@
 
 #include "common/clock.h"
 #include "controller/controller.h"
+#include "controller/pool_accounting.h"
 #include "controller/sched_input.h"
+#include "controller/telemetry_service.h"
+#include "controller/usage.h"
 #include "store/sqlite_store.h"
 #include "store/store.h"
 
@@ -117,20 +120,109 @@ class ControllerMigTest : public ::testing::Test {
     ASSERT_TRUE(c_->RegisterNode(r, "").ok());
   }
   Job Submit(int gpus, uint64_t gpu_memory_bytes) {
+    return SubmitAs(alice_, gpus, gpu_memory_bytes);
+  }
+  // `gpu_milli`: a --gpu-share (1000: none).
+  Job SubmitAs(const Caller& who, int gpus, uint64_t gpu_memory_bytes, int gpu_milli = 1000) {
     Job j;
     j.command = {"train"};
     j.request.gpus = gpus;
     j.request.cpu_milli = 100;
     j.request.gpu_memory_bytes = gpu_memory_bytes;
-    return c_->Submit(j, alice_).value();
+    j.request.gpu_milli = gpu_milli;
+    return c_->Submit(j, who).value();
   }
-  Job Get(int64_t id) { return c_->Get(id, alice_).value(); }
+  Job Get(int64_t id) { return c_->Get(id, root_).value(); }
+  Event Ev(const Job& j, protocol::EventKind kind) {
+    Event e;
+    e.job_id = j.id;
+    e.attempt = j.attempt;
+    e.kind = kind;
+    e.time_us = clock_.NowMicros();
+    if (kind == protocol::EventKind::kExited) e.exit_code = 0;
+    return e;
+  }
+  void Apply(const Job& j, protocol::EventKind kind) {
+    ASSERT_TRUE(c_->ApplyEvents("n1", EventBatch{"n1", {Ev(Get(j.id), kind)}, {}}).ok());
+  }
 
   ManualClock clock_{1'700'000'000'000'000};
   std::unique_ptr<store::Store> store_;
   std::unique_ptr<Controller> c_;
   Caller alice_{"alice", 1000, 1000, false};
+  Caller bob_{"bob", 1001, 1001, false};
+  Caller carol_{"carol", 1002, 1002, false};
+  Caller root_{"root", 0, 0, true};
 };
+
+// The charge rule (docs/sharing.md, "MIG instances"): a 1 MiB ask granted a 1g.10gb
+// instance of an 80 GiB GPU holds an eighth of the GPU's memory and is charged that, 0.125
+// GPU, not the 0.001 it asked for: on its placement (kept with the job), in its GPU-hours
+// (usage) and in /metrics' allocated GPU-seconds.
+TEST_F(ControllerMigTest, A1MibAskOnAnInstanceIsChargedTheInstance) {
+  const Job tiny = Submit(1, uint64_t{1} << 20);
+  ASSERT_TRUE(c_->ScheduleOnce().ok());
+  Job got = Get(tiny.id);
+  ASSERT_EQ(got.placement.at(0).gpu_uuids, std::vector<std::string>{"MIG-s1"});
+  EXPECT_EQ(got.placement[0].gpu_milli, 1);  // the share as asked, as the job sees it
+  EXPECT_EQ(got.placement[0].charged_milli, 125);
+  EXPECT_DOUBLE_EQ(jobs::PlacedGpus(got.placement[0]), 0.125);
+  ASSERT_TRUE(c_->WaitForWork("n1", 0).ok());
+  Apply(tiny, protocol::EventKind::kStarted);
+  clock_.AdvanceMicros(int64_t{3600} * 1'000'000);
+  Apply(tiny, protocol::EventKind::kExited);
+  got = Get(tiny.id);
+  ASSERT_EQ(got.state, JobState::kSucceeded);
+  const int64_t now = clock_.NowMicros();
+  EXPECT_NEAR(JobGpuHours(got, 0, now + 1, now), 0.125, 1e-6);
+  const std::vector<UsageRow> usage = ComputeUsage({got}, 0, now + 1, now, "user");
+  ASSERT_EQ(usage.size(), 1u);
+  EXPECT_NEAR(usage[0].gpu_hours, 0.125, 1e-6);
+  {  // GET /metrics: 450 GPU-seconds (0.125 x 3600), not 3.6
+    TelemetryService telemetry(c_.get(), store_.get(), &clock_);
+    PoolAccounting accounting(c_.get(), store_.get(), &clock_, &telemetry);
+    const std::string text = accounting.Scrape().value();
+    const std::string series = R"(gpupool_allocated_gpu_seconds_total{user="alice",)";
+    const size_t at = text.find(series);
+    ASSERT_NE(at, std::string::npos) << text;
+    const size_t value = text.find("} ", at);
+    EXPECT_NEAR(std::stod(text.substr(value + 2)), 450, 1e-3) << text.substr(at, 120);
+  }
+  // Stored and read back (a restarted controller, `show`): the charge stays with it.
+  c_.reset();
+  ControllerOptions o;
+  o.node_timeout_us = int64_t{3600} * 1'000'000 * 24;
+  c_ = Controller::Create(store_.get(), &clock_, o).value();
+  EXPECT_EQ(Get(tiny.id).placement.at(0).charged_milli, 125);
+}
+
+// Fair share counts what a job holds: alice, holding both 1g.10gb instances with 1 MiB
+// asks, has a quarter of GPU 0 (0.25 of the 1.75 GPUs the pool weighs), more than bob's
+// 0.05 share of GPU 1 (carol holds the 3g.40gb); so when both wait for the 0.95 of GPU 1
+// that is left, bob's job goes first although alice's waited longer. Charged their asks
+// (0.002 against 0.05), alice went first.
+TEST_F(ControllerMigTest, FairShareChargesTheInstancesAJobHolds) {
+  const Job s1 = Submit(1, uint64_t{1} << 20);
+  const Job s2 = Submit(1, uint64_t{1} << 20);
+  ASSERT_TRUE(c_->ScheduleOnce().ok());
+  const Job big = SubmitAs(carol_, 1, 20 * kGiB);
+  ASSERT_TRUE(c_->ScheduleOnce().ok());
+  const Job small = SubmitAs(bob_, 1, 0, 50);
+  ASSERT_TRUE(c_->ScheduleOnce().ok());
+  ASSERT_EQ(Get(s1.id).placement.at(0).gpu_uuids, std::vector<std::string>{"MIG-s1"});
+  ASSERT_EQ(Get(s2.id).placement.at(0).gpu_uuids, std::vector<std::string>{"MIG-s2"});
+  ASSERT_EQ(Get(big.id).placement.at(0).gpu_uuids, std::vector<std::string>{"MIG-big"});
+  ASSERT_EQ(Get(small.id).placement.at(0).gpu_uuids, std::vector<std::string>{"GPU-1"});
+  ASSERT_TRUE(c_->WaitForWork("n1", 0).ok());
+  for (const Job& j : {s1, s2, big, small}) Apply(j, protocol::EventKind::kStarted);
+  clock_.AdvanceMicros(1'000'000);
+  const Job alices = SubmitAs(alice_, 1, 0, 950);
+  clock_.AdvanceMicros(1'000'000);
+  const Job bobs = SubmitAs(bob_, 1, 0, 950);
+  ASSERT_TRUE(c_->ScheduleOnce().ok());
+  EXPECT_EQ(Get(bobs.id).state, JobState::kAssigned) << Get(bobs.id).pending_reason;
+  EXPECT_EQ(Get(alices.id).state, JobState::kPending);
+}
 
 TEST_F(ControllerMigTest, ASharesOrderReachesItsInstanceOnly) {
   const Job whole = Submit(1, 0);
@@ -187,18 +279,7 @@ TEST_F(ControllerMigTest, AShareLargerThanAnyInstanceWaitsSayingSo) {
 // shares (s5e_mig_layout_change_live): MIG turned off, or its instances remade. The shares
 // run on; GPU 0 takes nothing new, saying why, until both end, then it is free.
 class ControllerMigLayoutTest : public ControllerMigTest,
-                                public ::testing::WithParamInterface<bool> {
- protected:
-  Event Ev(const Job& j, protocol::EventKind kind) {
-    Event e;
-    e.job_id = j.id;
-    e.attempt = j.attempt;
-    e.kind = kind;
-    e.time_us = clock_.NowMicros();
-    if (kind == protocol::EventKind::kExited) e.exit_code = 0;
-    return e;
-  }
-};
+                                public ::testing::WithParamInterface<bool> {};
 
 TEST_P(ControllerMigLayoutTest, ALayoutChangedUnderRunningSharesHoldsItsGpuUntilTheyEnd) {
   const Job whole = Submit(1, 0);  // GPU 1

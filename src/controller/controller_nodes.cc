@@ -258,8 +258,23 @@ NodeView Controller::NodeViewLocked(const std::string& name, const NodeEntry& e)
       for (const std::string& uuid : p.gpu_uuids) AllocateInView(e.info, job, p, uuid, v);
     }
   }
-  // A GPU whose layout changed under running jobs is theirs until they end.
+  // The GPUs out of service, as the scheduler takes them (TakeNodes): by health, ...
+  auto out_of_service = [&](const std::string& uuid, const std::string& why) {
+    for (size_t g = 0; g < e.info.gpus.size(); ++g) {
+      if (e.info.gpus[g].uuid == uuid) v.out_of_service.try_emplace(g, why);
+    }
+  };
+  for (const auto& [uuid, health] : e.gpu_health) {
+    if (gpu::TakesWork(health.state)) continue;
+    out_of_service(uuid, std::string(gpu::GpuHealthStateName(health.state)) + ": " + health.reason);
+  }
+  for (const auto& [key, uuids] : e.stray_gpus) {  // ... by a stopped attempt still there,
+    if (!e.stray_running.contains(key)) continue;
+    for (const std::string& uuid : uuids) out_of_service(uuid, "still used by a stopped job");
+  }
+  // ... and by a layout changed under running jobs: theirs until they end.
   for (const auto& [uuid, ids] : internal::LayoutHeld(layout_holds_, name, active_)) {
+    out_of_service(uuid, "layout changed under running jobs");
     for (size_t g = 0; g < e.info.gpus.size(); ++g) {
       if (e.info.gpus[g].uuid != uuid) continue;
       v.allocated_milli[g] = 1000;

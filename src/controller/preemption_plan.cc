@@ -87,7 +87,9 @@ Result<std::vector<PlannedPreemption>> PlanPreemptions(
   options.by_project = settings.by_project;
   options.priority_within_user = true;  // users choose their priorities (--priority)
   options.weights = settings.weights;
-  sched::GroupUse use = sched::UseOf(runs, in.pending, trial.TotalCapacity().gpu_milli, options);
+  // Running jobs as charged (a MIG instance by its weight), against the weighed capacity.
+  sched::GroupUse use =
+      sched::UseOf(runs, in.pending, trial.TotalGpuWeightMilli(), options, &in.cluster);
   auto used = [&](const sched::QueuedJob& q) {  // per weight
     const std::string& g = settings.by_project ? q.project : q.user;
     auto it = use.gpu_milli.find(g);

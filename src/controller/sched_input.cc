@@ -561,6 +561,11 @@ std::vector<jobs::TaskPlacement> SchedInput::ToTaskPlacements(
     tp.node = n.name;
     tp.gpu_milli = job.tasks[t].num_gpu > 0 ? job.tasks[t].gpu_milli : 0;
     for (int32_t g : sp.gpus) {
+      // What it is charged (a MIG instance held whole: its part of the GPU), kept with the
+      // placement so that usage reads it from the job alone.
+      const sched::ClusterState& c = kept_ != nullptr ? kept_->layout.idle : cluster;
+      const int32_t charged = sched::ChargedGpuMilli(c.node(sp.node), g, tp.gpu_milli);
+      if (charged != tp.gpu_milli) tp.charged_milli = std::max(tp.charged_milli, charged);
       const SchedDevice& d = devices_()[static_cast<size_t>(sp.node)][static_cast<size_t>(g)];
       tp.gpu_indices.push_back(n.info->gpus[d.gpu].index);
       tp.gpu_uuids.push_back(SchedDeviceUuid(*n.info, d));

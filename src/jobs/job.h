@@ -63,6 +63,10 @@ struct TaskPlacement {
   std::vector<int> gpu_indices;  // vendor indices on that node
   std::vector<std::string> gpu_uuids;
   int gpu_milli = 1000;  // 0 for a CPU-only task
+  // Per GPU, what the task is charged when that is more than gpu_milli: a MIG instance held
+  // whole is charged its part of the GPU (sched::ChargedGpuMilli, docs/sharing.md); 0 =
+  // gpu_milli (every other placement, and placements stored before the field).
+  int charged_milli = 0;
   friend bool operator==(const TaskPlacement&, const TaskPlacement&) = default;
 };
 
@@ -344,10 +348,17 @@ int64_t SubmissionBytes(const Job& job);
 // control characters as '?', at most 128 bytes; "alloc" for an allocation without one.
 std::string DefaultJobName(const Job& job);
 
-// How many GPUs a task placed as `p` holds, counting a share as its fraction: what its
-// GPU-hours are counted from (in usage, /metrics and an attempt's history alike).
+// Per GPU, the thousandths a task placed as `p` is charged: charged_milli when set, else
+// its share as asked.
+inline int ChargedMilli(const TaskPlacement& p) {
+  return p.charged_milli > 0 ? p.charged_milli : p.gpu_milli;
+}
+
+// How many GPUs a task placed as `p` is charged for, counting a share as its fraction and
+// a MIG instance as its part of the GPU (ChargedMilli): what its GPU-hours are counted
+// from (in usage, /metrics and an attempt's history alike).
 inline double PlacedGpus(const TaskPlacement& p) {
-  return static_cast<double>(p.gpu_uuids.size()) * p.gpu_milli / 1000.0;
+  return static_cast<double>(p.gpu_uuids.size()) * ChargedMilli(p) / 1000.0;
 }
 
 // The project a job is accounted to for fair share and limits: its own, else its user's

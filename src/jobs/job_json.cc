@@ -259,6 +259,10 @@ OrderedJson JobToJson(const Job& job) {
                          {"gpu_indices", p.gpu_indices},
                          {"gpu_uuids", p.gpu_uuids},
                          {"gpu_milli", p.gpu_milli}});
+    // Only where it differs (a MIG instance held whole): other records stay as they were.
+    if (p.charged_milli > 0 && p.charged_milli != p.gpu_milli) {
+      placement.back()["charged_milli"] = p.charged_milli;
+    }
   }
   j["placement"] = std::move(placement);
   if (!job.tasks.empty()) {
@@ -455,7 +459,8 @@ Status PlacementFromJson(JsonFields& f, bool reject_unknown, Job* job_out) {
         }
       }
       pf.Optional("gpu_uuids", &p.gpu_uuids);
-      pf.Optional("gpu_milli", &p.gpu_milli, 0, 1000);  // 0 for CPU-only tasks
+      pf.Optional("gpu_milli", &p.gpu_milli, 0, 1000);          // 0 for CPU-only tasks
+      pf.Optional("charged_milli", &p.charged_milli, 0, 1000);  // absent: as gpu_milli
       GP_RETURN_IF_ERROR(pf.Finish());
       job.placement.push_back(std::move(p));
     }

@@ -67,6 +67,35 @@ TEST(JobJsonTest, RoundTrip) {
   EXPECT_EQ(*back, j);
 }
 
+// A placement's charge (a MIG instance held whole: its part of the GPU, sched::
+// ChargedGpuMilli) is kept with the job and counts in its GPU-hours; written only where it
+// differs from the share, so that other records stay as they were, and a record stored
+// before the field reads as charged its share.
+TEST(JobJsonTest, APlacementsChargeRoundTripsAndCountsInItsGpus) {
+  Job j;
+  j.request.gpus = 1;
+  j.request.gpu_milli = 1;
+  j.placement = {{"n1", {0}, {"MIG-a"}, 1, 125}};
+  const OrderedJson json = JobToJson(j);
+  EXPECT_EQ(json["placement"][0].value("charged_milli", 0), 125);
+  Result<Job> back = JobFromJson(Json::parse(DumpJson(json)));
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(*back, j);
+  EXPECT_DOUBLE_EQ(PlacedGpus(back->placement[0]), 0.125);
+  j.placement = {{"n1", {0}, {"GPU-a"}, 250}};
+  EXPECT_FALSE(JobToJson(j)["placement"][0].contains("charged_milli"));
+  EXPECT_DOUBLE_EQ(PlacedGpus(j.placement[0]), 0.25);
+  Json old = Json::parse(DumpJson(JobToJson(j)));  // a record from before the field
+  back = JobFromJson(old);
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(back->placement[0].charged_milli, 0);
+  EXPECT_EQ(ChargedMilli(back->placement[0]), 250);
+  old["placement"][0]["charged_milli"] = 1001;
+  EXPECT_NE(JobFromJson(old).status().message().find("placement[0].charged_milli"),
+            std::string::npos)
+      << JobFromJson(old).status().ToString();
+}
+
 // gpupool alloc's mark that its client says it is alive while the job waits: kept with
 // the job (the store keeps jobs as this JSON), so a restarted controller still watches it.
 TEST(JobJsonTest, AnAllocClientsKeepaliveMarkRoundTrips) {

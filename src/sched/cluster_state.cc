@@ -100,11 +100,35 @@ Status ClusterState::AddNode(const NodeSpec& s) {
   n.version = NextVersion();
   capacity_ += n.Capacity();
   free_ += n.Free();
+  for (int32_t g = 0; g < n.num_gpus(); ++g) gpu_weight_milli_ += InstanceWeightMilli(n, g);
   scan_order_.push_back(num_nodes());
   index_by_name_.emplace(n.name, num_nodes());
   nodes_.push_back(std::move(n));
   journal_.Restart();
   return Status::Ok();
+}
+
+int64_t InstanceWeightMilli(const NodeState& n, int32_t g) {
+  if ((n.whole_only_gpus >> g & 1) == 0 || n.gpu_memory_mib <= 0 || n.device_memory_mib.empty()) {
+    return 1000;
+  }
+  return n.device_memory_mib[static_cast<size_t>(g)] * 1000 / n.gpu_memory_mib;
+}
+
+int32_t ChargedGpuMilli(const NodeState& n, int32_t g, int32_t ask_milli) {
+  if ((n.whole_only_gpus >> g & 1) == 0) return ask_milli;
+  return static_cast<int32_t>(std::max<int64_t>(ask_milli, InstanceWeightMilli(n, g)));
+}
+
+int64_t ClusterState::ChargedGpuMilli(const Task& task, const Placement& p) const {
+  if (!task.NeedsGpu()) return 0;
+  if (p.node < 0 || p.node >= num_nodes() || p.gpus.size() != static_cast<size_t>(task.num_gpu)) {
+    return task.TotalGpuMilli();  // not a placement of this cluster: the ask
+  }
+  const NodeState& n = node(p.node);
+  int64_t sum = 0;
+  for (int32_t g : p.gpus) sum += sched::ChargedGpuMilli(n, g, task.gpu_milli);
+  return sum;
 }
 
 int64_t ClusterState::OwnerOf(int32_t i, int32_t g) const {

@@ -24,7 +24,9 @@
 // the smallest (lowest index on ties), so every policy, choosing between that one and
 // the node's other GPUs as it likes, keeps the large instances for large needs.
 // Whole-GPU tasks never use them (Blocked). An instance counts as one device (1000) in
-// the totals. Without whole-only GPUs nothing of this costs more than one test.
+// the totals (TotalCapacity, TotalFree); what a task on one is charged, and the GPU
+// capacity charges are measured against, count it by its weight (ChargedGpuMilli,
+// TotalGpuWeightMilli). Without whole-only GPUs nothing of this costs more than one test.
 //
 // Invariants (checked by Allocate/Release, which refuse rather than break them):
 //   0 <= cpu_free_milli <= cpu_capacity_milli, 0 <= memory_free_mib <= capacity,
@@ -111,6 +113,20 @@ struct Placement {
 // Kind key of a task for NodeState::gpu_task_kinds (see there); -1 for CPU-only tasks.
 int32_t GpuTaskKind(const Task& task);
 
+// GPU g of node n in thousandths of a physical GPU: 1000, or for a whole-only GPU (a MIG
+// instance) its memory's part of the parent GPU's (1000 when the parent's is unknown).
+// The one measure of an instance's size: the FGD scores, the simulator's capacity and
+// the charge below all weigh an instance by it.
+int64_t InstanceWeightMilli(const NodeState& n, int32_t g);
+
+// The charge rule: the thousandths of a GPU a task asking `ask_milli` per GPU is charged
+// for holding GPU g of node n (fair share, preemption's fair shares, usage, GPU-hours,
+// /metrics): its ask, or on a whole-only GPU (a MIG instance, which it holds whole
+// whatever it asked) the instance's weight (InstanceWeightMilli) when that is more. So a
+// 1 MiB ask granted a 1g.10gb instance of an A100 80GB is charged 0.118 GPU, not 0.001;
+// a GPU outside MIG mode charges the ask, as before.
+int32_t ChargedGpuMilli(const NodeState& n, int32_t g, int32_t ask_milli);
+
 class ClusterState {
  public:
   ClusterState() = default;
@@ -186,6 +202,14 @@ class ClusterState {
   // A fractional task's GPU memory need on node i, in MiB (see above).
   int64_t GpuMemoryNeedMib(int32_t i, const Task& task) const;
 
+  // The GPU thousandths a task placed at `p` is charged (ChargedGpuMilli summed over
+  // p.gpus; 0 for a CPU-only task; its ask when `p` is not one of its placements here).
+  int64_t ChargedGpuMilli(const Task& task, const Placement& p) const;
+  // The GPU capacity charges are measured against (fair share divides by it): every GPU's
+  // weight, InstanceWeightMilli (a GPU cut into instances weighs what they do together,
+  // not one GPU each). Equal to TotalCapacity().gpu_milli without whole-only GPUs.
+  int64_t TotalGpuWeightMilli() const { return gpu_weight_milli_; }
+
   Resources TotalCapacity() const { return capacity_; }
   Resources TotalFree() const { return free_; }
   int64_t TotalGpuMilliUsed() const { return capacity_.gpu_milli - free_.gpu_milli; }
@@ -217,6 +241,7 @@ class ClusterState {
   std::vector<int32_t> scan_order_;
   Resources capacity_;
   Resources free_;
+  int64_t gpu_weight_milli_ = 0;    // TotalGpuWeightMilli
   int32_t single_owner_nodes_ = 0;  // nodes with single_owner_gpus != 0
   // Per node, per GPU: the current owner (0 = none) of a single-owner GPU. Empty until a
   // node with single-owner GPUs is added; then one entry per node (empty without them).

@@ -97,13 +97,6 @@ int64_t FragmentationMeasure::ScaledNode(int32_t model_id, int64_t cpu_free_mill
   return sum;
 }
 
-int64_t InstanceWeightMilli(const NodeState& n, int32_t g) {
-  if ((n.whole_only_gpus >> g & 1) == 0 || n.gpu_memory_mib <= 0 || n.device_memory_mib.empty()) {
-    return 1000;
-  }
-  return n.device_memory_mib[static_cast<size_t>(g)] * 1000 / n.gpu_memory_mib;
-}
-
 int64_t FragmentationMeasure::ScaledMigNode(const NodeState& n, const int32_t* gpu_free,
                                             int64_t cpu_free_milli, int64_t memory_free_mib) const {
   const int32_t num_gpus = n.num_gpus();

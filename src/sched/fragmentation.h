@@ -59,10 +59,6 @@ class TargetWorkload {
   int64_t total_weight_ = 0;
 };
 
-// GPU g of node n in thousandths of a physical GPU: 1000, or for a whole-only GPU (a MIG
-// instance) its memory's part of the parent GPU's (1000 when the parent's is unknown).
-int64_t InstanceWeightMilli(const NodeState& n, int32_t g);
-
 // The measure bound to a cluster's GPU model table.
 class FragmentationMeasure {
  public:

@@ -161,6 +161,35 @@ TEST(MigPolicyTest, GangsTakeOneInstancePerTaskOrNone) {
   EXPECT_EQ(s.node(0).gpu_free_milli, (std::vector<int32_t>{1000, 1000, 1000, 1000, 0}));
 }
 
+// The charge rule (cluster_state.h, ChargedGpuMilli): a task on an instance is charged
+// the instance's part of its GPU, never less than its ask; elsewhere its ask.
+TEST(MigChargeTest, AnInstanceIsChargedItsPartOfTheGpuNeverLessThanTheAsk) {
+  const ClusterState s = MigCluster();
+  const NodeState& n = s.node(0);
+  EXPECT_EQ(ChargedGpuMilli(n, 3, 1), 125);    // 1 thousandth on a 1g.10gb: 1/8 of the GPU
+  EXPECT_EQ(ChargedGpuMilli(n, 0, 1), 500);    // on the 3g.40gb: half
+  EXPECT_EQ(ChargedGpuMilli(n, 1, 300), 300);  // more than the 2g.20gb's 250: the ask
+  EXPECT_EQ(ChargedGpuMilli(n, 4, 1), 1);      // outside MIG mode: the ask, as before
+  EXPECT_EQ(ChargedGpuMilli(n, 4, 1000), 1000);
+  // Over a placement (the ask where the placement is not one here).
+  EXPECT_EQ(s.ChargedGpuMilli(Share(1, 1), {0, {2}}), 125);
+  EXPECT_EQ(s.ChargedGpuMilli(Share(1, 1), {0, {4}}), 1);
+  EXPECT_EQ(s.ChargedGpuMilli(Whole(1), {0, {4}}), 1000);
+  EXPECT_EQ(s.ChargedGpuMilli(Share(7, 1), {5, {0}}), 7);
+  EXPECT_EQ(s.ChargedGpuMilli(Task{"c", "", 1000, 1024, 0, 0, {}, 0}, {0, {}}), 0);
+}
+
+// The capacity charges are weighed against counts an instance by its weight: the MIG GPU
+// weighs 1000 (its four instances together), not 4000 as in TotalCapacity.
+TEST(MigChargeTest, TheWeighedCapacityCountsAGpuInMigModeOnce) {
+  ClusterState s = MigCluster();
+  EXPECT_EQ(s.TotalCapacity().gpu_milli, 5000);
+  EXPECT_EQ(s.TotalGpuWeightMilli(), 2000);
+  ASSERT_TRUE(s.AddNode(NodeSpec{"plain", 64000, 262144, 2, "A100", 81920, 80}).ok());
+  EXPECT_EQ(s.TotalGpuWeightMilli(), 4000);
+  EXPECT_EQ(s.TotalCapacity().gpu_milli, 7000);
+}
+
 // The placement scores know instances (fgd_score.h, FragmentationMeasure::ScaledMigNode).
 
 // An idle instance is a piece only the shares whose memory need it holds can use: for

@@ -9,7 +9,8 @@ share gets the smallest instance that holds 10 GiB (2g.20gb: a 1g.10gb has 9.5 G
 runs with its MIG- UUID, `GPUPOOL_GPU_ENFORCEMENT=mig` and the instance's memory as its
 cap; a second share gets another instance (a 1g.10gb), never the one held; a share
 larger than the largest instance waits, saying so; `gpupool nodes`, `gpupool node` and
-`gpupool show` name the instances and who holds them (an array's element as ARRAY_INDEX).
+`gpupool show` name the instances and who holds them (an array's element as ARRAY_INDEX);
+a share is charged its instance's part of the GPU (`charged_milli`, `show`), not its ask.
 
 Usage: mig_pool_test.py PATH_TO_GPUPOOL
 Exit 77 (skipped) without root (the pool's jobs run as root here).
@@ -95,6 +96,14 @@ class MigPoolTest(unittest.TestCase):
         self.assertNotEqual(ub, ua)
         self.assertEqual(by_uuid[ub]["profile"], "1g.10gb")
         self.assertEqual(read_env(self.out, b)["CUDA_VISIBLE_DEVICES"], ub)
+        # Each is charged the instance it holds, its part of the GPU's memory (9728 and
+        # 19968 of 81920 MiB), not its ask (4 and 10 GiB of 80: 0.05, 0.125); the job still
+        # sees its share as asked.
+        self.assertEqual(jb["placement"][0]["gpu_milli"], 50)
+        self.assertEqual(jb["placement"][0]["charged_milli"], 118)
+        self.assertEqual(ja["placement"][0]["charged_milli"], 243)
+        self.assertEqual(read_env(self.out, b)["GPUPOOL_GPU_MILLI"], "50")
+        self.assertIn("charged 0.118 GPU", self.cli("show", str(b)).stdout)
 
         # Jobs that cannot start now go last: the queue keeps its order (no time limits
         # here for backfill to go by).

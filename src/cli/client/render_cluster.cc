@@ -119,22 +119,28 @@ std::string UserJobId(const Json& j, std::string_view id_key) {
   return std::to_string(GetInt(j, id_key, 0));
 }
 
-// Who holds a MIG instance (the API's mig_devices entry): "job 12", "job 40_3" for an
-// array's element, "another user's job" where the caller may not read it, or "free".
-std::string MigHolder(const Json& m) {
+// Who holds a MIG instance (the API's mig_devices entry, of GPU `g`): "job 12", "job 40_3"
+// for an array's element, "another user's job" where the caller may not read it, "not
+// available: GPU cordoned: REASON" where its GPU takes no new work, or "free".
+std::string MigHolder(const Json& g, const Json& m) {
   if (GetBool(m, "other_user")) return "another user's job";
-  return GetInt(m, "job", 0) > 0 ? "job " + UserJobId(m, "job") : "free";
+  if (GetInt(m, "job", 0) > 0) return "job " + UserJobId(m, "job");
+  if (GetBool(m, "out_of_service")) {
+    const std::string why = GetString(g, "out_of_service");
+    return "not available: GPU " + (why.empty() ? "out of service" : CleanCell(why));
+  }
+  return "free";
 }
 
 // The MIG instances of a node's GPUs in MIG mode, one line each: "n1 GPU 0 1g.10gb
-// (MIG-...): job 12" (MigHolder) or ": free"; "" without any.
+// (MIG-...): job 12" (MigHolder), ": free" or ": not available: ..."; "" without any.
 std::string MigInstances(const std::string& node, const Json& gpus) {
   std::string out;
   for (const Json& g : gpus) {
     for (const Json& m : GetArray(g, "mig_devices")) {
       out += CleanCell(node) + " GPU " + std::to_string(GetInt(g, "index")) + " " +
              CleanCell(GetString(m, "profile", "?")) + " (" + CleanCell(GetString(m, "uuid")) +
-             "): " + MigHolder(m) + "\n";
+             "): " + MigHolder(g, m) + "\n";
     }
   }
   return out;

@@ -205,6 +205,10 @@ void PlacementLines(const Json& job, const Line& line) {
     if (const int64_t milli = GetInt(p, "gpu_milli", 1000); milli < 1000) {
       text += ", share " + FormatMilli(milli);
     }
+    // What it is charged, where that is more than its share (a MIG instance held whole).
+    if (const int64_t charged = GetInt(p, "charged_milli", 0); charged > 0) {
+      text += ", charged " + FormatMilli(charged) + " GPU";
+    }
     // What happened to the task (gangs: each one's own state).
     const Json& tasks = GetArray(job, "tasks");
     if (placement.size() > 1 && i < tasks.size()) {

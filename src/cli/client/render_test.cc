@@ -466,6 +466,29 @@ TEST(RenderNodesTest, MigInstancesAndWhoHoldsThem) {
             std::string::npos);
 }
 
+// A GPU in MIG mode out of service (cordoned, failed, its layout changed under jobs): its
+// idle instances are not available, saying why, in both views; a held one names its job.
+TEST(RenderNodesTest, TheIdleInstancesOfAGpuOutOfServiceAreNotFree) {
+  const Json answer = Parse(R"js({"nodes": [{"name": "gpu4", "state": "up", "gpus": [
+      {"index": 0, "name": "A100", "allocated_milli": 125, "enforcement": "mig",
+       "out_of_service": "cordoned: Xid 95: uncontained ECC error",
+       "health": {"state": "cordoned", "reason": "Xid 95: uncontained ECC error"},
+       "mig_devices": [{"uuid": "MIG-a", "profile": "3g.40gb", "out_of_service": true},
+                       {"uuid": "MIG-b", "profile": "1g.10gb", "job": 12}]},
+      {"index": 1, "name": "A100", "allocated_milli": 0, "enforcement": "mig",
+       "mig_devices": [{"uuid": "MIG-c", "profile": "7g.80gb"}]}]}]})js");
+  const std::string instances =
+      "MIG instances, each held whole by one job:\n"
+      "gpu4 GPU 0 3g.40gb (MIG-a): not available: GPU cordoned: Xid 95: uncontained ECC error\n"
+      "gpu4 GPU 0 1g.10gb (MIG-b): job 12\n"
+      "gpu4 GPU 1 7g.80gb (MIG-c): free\n";
+  const std::string all = RenderNodes(answer, kRenderNow);
+  EXPECT_NE(all.find(instances), std::string::npos) << all;
+  Result<std::string> one = RenderNode(answer, "gpu4", kRenderNow);
+  ASSERT_TRUE(one.ok());
+  EXPECT_NE(one->find(instances), std::string::npos) << *one;
+}
+
 // AMD GPUs in a partitioned mode (docs/sharing.md, "AMD GPUs"): their modes and CUs,
 // grouped per node; both views; nothing for GPUs that report none.
 TEST(RenderNodesTest, AmdPartitionsAreListedPerNode) {

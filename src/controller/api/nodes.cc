@@ -93,9 +93,16 @@ OrderedJson NodeViewToJson(const NodeView& v, const Caller& caller, int64_t leas
           } else {
             one["other_user"] = true;
           }
+        } else if (v.out_of_service.contains(g)) {
+          // Not held, but its GPU takes no new work: not free (docs/sharing.md).
+          instances.back()["out_of_service"] = true;
         }
       }
       gpus.back()["mig_devices"] = std::move(instances);
+    }
+    // Why it takes no new work, where it takes none (health, layout, a stopped job).
+    if (auto out = v.out_of_service.find(g); out != v.out_of_service.end()) {
+      gpus.back()["out_of_service"] = out->second;
     }
     // Its layout changed under running jobs: theirs until they end (docs/sharing.md).
     if (auto held = v.layout_held.find(g); held != v.layout_held.end()) {

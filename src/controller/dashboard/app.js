@@ -279,9 +279,12 @@
           // Its holder as its user names it (an array's element ARRAY_INDEX), as in holders.
           for (const m of mig) {
             tip.push(`MIG ${m.profile} (${m.uuid}): ${m.other_user ? "another user's job"
-              : m.job ? `job ${jobIdText({ id: m.job, array_id: m.array_id, array_index: m.array_index })}` : 'free'}`);
+              : m.job ? `job ${jobIdText({ id: m.job, array_id: m.array_id, array_index: m.array_index })}`
+                : m.out_of_service ? 'not available (GPU out of service)' : 'free'}`);
           }
         }
+        // Why it takes no new work (health, a MIG layout changed under jobs, a stopped job).
+        if (g.out_of_service) tip.push(`out of service: ${g.out_of_service}`);
         let util = null;
         if (t && typeof t.util_pct === 'number') {
           util = h('div', { class: 'util' });

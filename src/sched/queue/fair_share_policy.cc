@@ -2,7 +2,9 @@
 // projects, on GPU, CPU and memory.
 //
 // A group's dominant share is the largest of its GPU, CPU and memory use divided by the
-// cluster's capacity of each, divided by the group's weight. The order is built by
+// cluster's capacity of each, divided by the group's weight. A running job's use is what
+// it is charged (ChargedUse: a MIG instance held whole by its weight, never less than the
+// ask), and the GPU capacity counts each instance by its weight too. The order is built by
 // progressive filling: repeatedly take the group with the lowest dominant share, emit
 // its oldest pending job, and add that job's request to the group's use as if it had
 // started. So within one pass a heavy and a light user alternate instead of the light
@@ -42,8 +44,15 @@ double DominantShare(const Resources& used, const Resources& capacity) {
 class FairOrder final : public QueueOrder {
  public:
   FairOrder(const QueuePolicyConfig& config, const QueueContext& ctx) : config_(config), ctx_(ctx) {
-    capacity_ = ctx.cluster != nullptr ? ctx.cluster->TotalCapacity() : Resources{};
-    for (const RunningJob& r : ctx.running) GroupOf(*r.job).used += r.job->Total();
+    // A running job counts as charged (a MIG instance by its weight, never less than the
+    // ask), against the GPU capacity charges are measured in (cluster_state.h).
+    if (ctx.cluster != nullptr) {
+      capacity_ = ctx.cluster->TotalCapacity();
+      capacity_.gpu_milli = ctx.cluster->TotalGpuWeightMilli();
+      for (const RunningJob& r : ctx.running) GroupOf(*r.job).used += ChargedUse(*ctx.cluster, r);
+    } else {
+      for (const RunningJob& r : ctx.running) GroupOf(*r.job).used += r.job->Total();
+    }
     // Aging: jobs waiting past fair_starving_after_s go first, oldest first, and count
     // in their groups' use as if started.
     const int64_t starving = config.fair_starving_after_s;

@@ -99,6 +99,28 @@ TEST(FairShareQueuePolicy, RunningUsageCountsSoTheUserBehindGoesFirst) {
   EXPECT_EQ(Users(jobs, FairOrder(jobs, running, cluster)), "LLLHHH");
 }
 
+// A user holding every MIG instance of a GPU with 1-thousandth asks is charged the whole
+// GPU (each instance by its memory's part of it), not 0.004 of it: the user holding half a
+// plain GPU goes first.
+TEST(FairShareQueuePolicy, AJobOnAMigInstanceCountsAsTheInstanceNotItsAsk) {
+  ClusterState cluster;
+  NodeSpec mig{"mig", 64000, 262144, 5, "A100", 81920, 80};
+  mig.whole_only_gpus = 0b01111;  // 3g.40gb, 2g.20gb, 1g.10gb, 1g.10gb; GPU 4 outside MIG
+  mig.device_memory_mib = {40960, 20480, 10240, 10240, 81920};
+  ASSERT_TRUE(cluster.AddNode(mig).ok());
+  QueuedJob m = Job("rm", "M", 0, {GpuTask(1, 1), GpuTask(1, 1), GpuTask(1, 1), GpuTask(1, 1)});
+  QueuedJob p = Job("rp", "P", 0, {GpuTask(1, 500)});
+  std::vector<RunningJob> running = {
+      RunningJob{&m, 0, {{0, {0}}, {0, {1}}, {0, {2}}, {0, {3}}}},
+      RunningJob{&p, 0, {{0, {4}}}},
+  };
+  EXPECT_EQ(ChargedUse(cluster, running[0]).gpu_milli, 1000);
+  EXPECT_EQ(ChargedUse(cluster, running[1]).gpu_milli, 500);
+  std::vector<QueuedJob> jobs = {Job("m1", "M", 1, {GpuTask(1, 1)}),
+                                 Job("p1", "P", 2, {GpuTask(1, 1)})};
+  EXPECT_EQ(Users(jobs, FairOrder(jobs, running, cluster)), "PM");
+}
+
 TEST(FairShareQueuePolicy, DominantResourceDecides) {
   // 16 GPUs, 128 cores. C runs a CPU-heavy job (96 of 128 cores = 0.75 dominant share);
   // G runs 4 GPUs (0.25). G goes first although C uses no GPU at all.

@@ -96,13 +96,14 @@ int64_t GroupUse::ShareOf(const std::string& group) const {
 
 GroupUse UseOf(const std::vector<PreemptibleRun>& running,
                const std::vector<const QueuedJob*>& pending, int64_t capacity_gpu_milli,
-               const PreemptionOptions& options) {
+               const PreemptionOptions& options, const ClusterState* cluster) {
   GroupUse use;
   use.capacity_gpu_milli = capacity_gpu_milli;
   std::set<std::string> active;
   for (const PreemptibleRun& r : running) {
     const std::string& g = GroupOf(*r.run->job, options);
-    use.gpu_milli[g] += GpuMilli(*r.run->job);
+    use.gpu_milli[g] +=
+        cluster != nullptr ? ChargedUse(*cluster, *r.run).gpu_milli : GpuMilli(*r.run->job);
     active.insert(g);
   }
   std::map<std::string, int64_t> demand = use.gpu_milli;

@@ -71,7 +71,10 @@ struct PreemptibleRun {
 };
 
 // The groups' GPU use (thousandths) from the running jobs, and how many groups have jobs
-// running or waiting.
+// running or waiting. With `cluster` (the running jobs' placements are its), a running
+// job's use is what it is charged there (ChargedUse: a MIG instance by its weight, never
+// less than the ask), to be weighed against cluster->TotalGpuWeightMilli() as
+// `capacity_gpu_milli`; without, its request. A waiting job counts its request.
 struct GroupUse {
   std::map<std::string, int64_t> gpu_milli;
   size_t active_groups = 0;
@@ -84,7 +87,7 @@ struct GroupUse {
 };
 GroupUse UseOf(const std::vector<PreemptibleRun>& running,
                const std::vector<const QueuedJob*>& pending, int64_t capacity_gpu_milli,
-               const PreemptionOptions& options);
+               const PreemptionOptions& options, const ClusterState* cluster = nullptr);
 
 // Rule 1: indices into `running` of the jobs `waiting` may preempt at `now_s`.
 std::vector<size_t> PreemptionCandidates(const QueuedJob& waiting,

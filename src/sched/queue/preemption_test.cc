@@ -59,6 +59,39 @@ TEST(PreemptionCandidates, OnlyPreemptibleJobsPastTheirMinimumRuntime) {
   EXPECT_TRUE(PreemptionCandidates(waiting, r.All(/*preemptible=*/false), use, 1000, o).empty());
 }
 
+// With the cluster, a job on a MIG instance counts as the instance's part of its GPU (the
+// charge rule, cluster_state.h), against the capacity counting a GPU in MIG mode once: bob,
+// holding every instance of a GPU and a thousandth of another with 1-thousandth asks, is
+// over his share of the two GPUs, and alice may preempt him.
+TEST(PreemptionCandidates, AJobOnAMigInstanceCountsAsTheInstance) {
+  ClusterState cluster;
+  NodeSpec mig{"mig", 64000, 262144, 5, "A100", 81920, 80};
+  mig.whole_only_gpus = 0b01111;  // 3g.40gb, 2g.20gb, 1g.10gb, 1g.10gb; GPU 4 outside MIG
+  mig.device_memory_mib = {40960, 20480, 10240, 10240, 81920};
+  ASSERT_TRUE(cluster.AddNode(mig).ok());
+  std::vector<QueuedJob> jobs;
+  jobs.reserve(5);
+  std::vector<RunningJob> runs;
+  for (int32_t g = 0; g < 5; ++g) {
+    jobs.push_back(Job("b" + std::to_string(g), "bob", 0, {GpuTask(1, 1)}));
+    ASSERT_TRUE(cluster.Allocate(jobs.back().tasks[0], {0, {g}}).ok());
+    runs.push_back(RunningJob{&jobs.back(), 0, {{0, {g}}}});
+  }
+  std::vector<PreemptibleRun> all;
+  for (const RunningJob& r : runs) all.push_back({&r, true});
+  PreemptionOptions o;
+  o.min_runtime_s = 0;
+  QueuedJob alice = Job("a", "alice", 10, {GpuTask(1, 1)});
+  const GroupUse use = UseOf(all, {&alice}, cluster.TotalGpuWeightMilli(), o, &cluster);
+  EXPECT_EQ(use.gpu_milli.at("bob"), 500 + 250 + 125 + 125 + 1);
+  EXPECT_EQ(use.FairShare(), 1000);
+  EXPECT_EQ(PreemptionCandidates(alice, all, use, 10, o).size(), 5u);
+  // Without the cluster, the asks: 5 thousandths, under any share.
+  const GroupUse asked = UseOf(all, {&alice}, cluster.TotalGpuWeightMilli(), o);
+  EXPECT_EQ(asked.gpu_milli.at("bob"), 5);
+  EXPECT_TRUE(PreemptionCandidates(alice, all, asked, 10, o).empty());
+}
+
 TEST(PreemptionCandidates, HigherPriorityOrAnUnderShareGroupAgainstAnOverShareOne) {
   RunningSet r(2, 4);
   r.Add("b1", "bob", 0, {GpuTask(4)});

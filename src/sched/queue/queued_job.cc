@@ -8,6 +8,17 @@ Resources QueuedJob::Total() const {
   return sum;
 }
 
+Resources ChargedUse(const ClusterState& cluster, const RunningJob& run) {
+  const QueuedJob& job = *run.job;
+  if (run.placements.size() != job.tasks.size()) return job.Total();
+  Resources sum;
+  for (size_t k = 0; k < job.tasks.size(); ++k) {
+    const Task& t = job.tasks[k];
+    sum += Resources{t.cpu_milli, t.memory_mib, cluster.ChargedGpuMilli(t, run.placements[k])};
+  }
+  return sum;
+}
+
 std::optional<int64_t> QueuedJob::SjfRuntime() const {
   if (runtime_estimate_s > 0) return runtime_estimate_s;
   if (time_limit_s > 0) return time_limit_s;

@@ -81,6 +81,12 @@ struct RunningJob {
   int64_t PlannedEnd() const;
 };
 
+// What a running job is charged (fair share, preemption's fair shares): its tasks' CPU
+// and memory as asked, their GPU as placed on `cluster` (ClusterState::ChargedGpuMilli: a
+// MIG instance by its weight, never less than the ask). Its request (Total) where its
+// placements do not match its tasks.
+Resources ChargedUse(const ClusterState& cluster, const RunningJob& run);
+
 // Resources held for one waiting job (the GPUs its preemption's victims free, held for
 // it against the other waiting jobs; docs/preemption.md). The caller allocates `tasks`
 // on `placements` on the cluster before the pass, so no other job is placed there; the

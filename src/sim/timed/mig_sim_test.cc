@@ -22,8 +22,10 @@ TraceJob MigShare(std::string id, int64_t submit, int64_t duration, int milli,
   return j;
 }
 
-std::map<std::string, JobRecord> RunOn(const std::string& spec, const std::vector<TraceJob>& jobs) {
+std::map<std::string, JobRecord> RunOn(const std::string& spec, const std::vector<TraceJob>& jobs,
+                                       const std::string& queue = "fifo") {
   TimedOptions o;  // the production default placement policy
+  o.queue_policy = queue;
   auto run = RunTimedExperiment(testing::Cluster(spec), jobs, o);
   EXPECT_TRUE(run.ok()) << run.status().ToString();
   std::map<std::string, JobRecord> m;
@@ -84,6 +86,33 @@ TEST(MigSimTest, WholeGpuJobsNeverLandOnMigGpus) {
   EXPECT_EQ(j["w2"].start_s, 100);
   EXPECT_EQ(j["w3"].fate, JobFate::kNeverFits);
   EXPECT_EQ(j["s"].start_s, 0);
+}
+
+// The fair queue charges a job on an instance the instance (docs/sharing.md, "MIG
+// instances"), as the live controller does: "m" holds all seven 1g.10gb instances of one
+// GPU with 1-thousandth asks, 0.875 GPU as charged; "p" holds 0.05 of the plain GPU (CPU
+// and memory asks too small to count). When both wait for the 0.95 left there, p's job
+// goes first although m's came first (charged the asks, 0.007 against 0.05, m's went).
+TEST(MigSimTest, TheFairQueueChargesAJobOnAnInstanceTheInstance) {
+  auto job = [](std::string id, std::string user, int64_t submit, int64_t duration, int milli,
+                int64_t gpu_memory_mib) {
+    TraceJob j = MigShare(std::move(id), submit, duration, milli, gpu_memory_mib);
+    j.user = j.project = std::move(user);
+    j.tasks[0].cpu_milli = 10;
+    j.tasks[0].memory_mib = 10;
+    return j;
+  };
+  std::vector<TraceJob> jobs;
+  for (int i = 0; i < 7; ++i) jobs.push_back(job("m" + std::to_string(i), "m", 0, 1000, 1, 0));
+  jobs.push_back(job("p", "p", 1, 1000, 50, 20 * 1024));  // only the plain GPU holds 20 GiB
+  jobs.push_back(job("mx", "m", 10, 100, 950, 20 * 1024));
+  jobs.push_back(job("px", "p", 10, 100, 950, 20 * 1024));
+  auto j = RunOn("1x1:A100:mig=1g.10gb+1g.10gb+1g.10gb+1g.10gb+1g.10gb+1g.10gb+1g.10gb,1x1:A100",
+                 jobs, "fair");
+  for (int i = 0; i < 7; ++i) EXPECT_EQ(j["m" + std::to_string(i)].start_s, 0) << i;
+  EXPECT_EQ(j["p"].start_s, 1);
+  EXPECT_EQ(j["px"].start_s, 10);
+  EXPECT_EQ(j["mx"].start_s, 110);
 }
 
 }  // namespace

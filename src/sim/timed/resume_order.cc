@@ -33,12 +33,15 @@ std::vector<size_t> FrontOf(const ResumeFront& front, const sched::QueueContext&
 
 // Keeps the front jobs whose group, with them started (and the front jobs kept before
 // them), holds at most its share of the GPUs: capacity x its weight / the weights of the
-// groups with jobs running or waiting.
+// groups with jobs running or waiting. Running jobs count as charged (sched::ChargedUse:
+// a MIG instance by its weight) against the weighed capacity, as the fair queue does.
 void KeepUnderShare(const sched::QueuePolicyConfig& config, const sched::QueueContext& ctx,
                     std::vector<size_t>* front) {
   std::map<std::string_view, int64_t> used;
   for (const sched::RunningJob& r : ctx.running) {
-    used[sched::FairShareGroupOf(*r.job, config.fair_group)] += r.job->Total().gpu_milli;
+    used[sched::FairShareGroupOf(*r.job, config.fair_group)] +=
+        ctx.cluster != nullptr ? sched::ChargedUse(*ctx.cluster, r).gpu_milli
+                               : r.job->Total().gpu_milli;
   }
   for (const sched::QueuedJob* q : ctx.pending)
     used[sched::FairShareGroupOf(*q, config.fair_group)];
@@ -49,7 +52,7 @@ void KeepUnderShare(const sched::QueuePolicyConfig& config, const sched::QueueCo
   double weights = 0;
   for (const auto& [g, u] : used) weights += weight(g);
   const double capacity =
-      ctx.cluster != nullptr ? static_cast<double>(ctx.cluster->TotalCapacity().gpu_milli) : 0;
+      ctx.cluster != nullptr ? static_cast<double>(ctx.cluster->TotalGpuWeightMilli()) : 0;
   std::erase_if(*front, [&](size_t i) {
     const sched::QueuedJob& q = *ctx.pending[i];
     const std::string_view g = sched::FairShareGroupOf(q, config.fair_group);

@@ -562,7 +562,8 @@ Status TimedLoop::Preempt(int64_t now, bool* preempted) {
   std::vector<sched::PreemptibleRun> runs;
   runs.reserve(running_.size());
   for (const RunningJob& r : running_) runs.push_back({&r, true});
-  sched::GroupUse use = sched::UseOf(runs, pending_, run_.capacity.gpu_milli, options_.preempt);
+  sched::GroupUse use =
+      sched::UseOf(runs, pending_, cluster_.TotalGpuWeightMilli(), options_.preempt, &cluster_);
   const std::vector<const QueuedJob*> order = PreemptOrder(now, use);
   bool stale = false;
   for (const QueuedJob* waiting : order) {
@@ -570,7 +571,8 @@ Status TimedLoop::Preempt(int64_t now, bool* preempted) {
     if (stale) {
       runs.clear();
       for (const RunningJob& r : running_) runs.push_back({&r, true});
-      use = sched::UseOf(runs, pending_, run_.capacity.gpu_milli, options_.preempt);
+      use =
+          sched::UseOf(runs, pending_, cluster_.TotalGpuWeightMilli(), options_.preempt, &cluster_);
       stale = false;
     }
     std::vector<size_t> candidates =
