@@ -256,7 +256,8 @@ std::string WhyIgnored(const CLI::App& parser, const std::string& name) {
 
 // The words of an #SBATCH line that gpupool reads (kSbatchOptions with their values); the
 // rest go into *ignored, one entry per option with the values after it. *per_job_gpus
-// is set to Slurm's -G/--gpus as written, a count for the whole job.
+// is set to Slurm's -G/--gpus as written, a count for the whole job (cleared by a later
+// --gpus-per-task, which replaces it).
 std::vector<std::string> SbatchWords(const CLI::App& parser, const Directive& d,
                                      std::string_view script_name,
                                      std::vector<std::string>* ignored, std::string* per_job_gpus) {
@@ -274,7 +275,7 @@ std::vector<std::string> SbatchWords(const CLI::App& parser, const Directive& d,
     if (read) {
       const bool flag = std::find(std::begin(kFlags), std::end(kFlags), name) != std::end(kFlags);
       if (!flag && name.size() == word.size() && end < w.size()) ++end;  // the value after it
-      if (name == "-G" || name == "--gpus") per_job_gpus->clear();
+      if (name == "-G" || name == "--gpus" || name == "--gpus-per-task") per_job_gpus->clear();
       kept.insert(kept.end(), w.begin() + static_cast<ptrdiff_t>(i),
                   w.begin() + static_cast<ptrdiff_t>(end));
       if (name == "-G" || name == "--gpus") {

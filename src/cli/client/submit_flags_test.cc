@@ -423,6 +423,11 @@ TEST(ScriptDirectivesTest, SbatchGpusPerJobWithTasksIsRefused) {
   ASSERT_TRUE(per_task.ok()) << per_task.status().ToString();
   EXPECT_EQ(per_task->gpus, "2");
   EXPECT_EQ(per_task->tasks, "4");
+  auto replaced = ParseDirectives(
+      {{2, {"-n", "4"}, true}, {3, {"-G", "8"}, true}, {4, {"--gpus-per-task", "2"}, true}},
+      "job.sh");
+  ASSERT_TRUE(replaced.ok()) << replaced.status().ToString();
+  EXPECT_EQ(replaced->gpus, "2");
 }
 
 TEST(ScriptDirectivesTest, NoShebangAndBackslashes) {
