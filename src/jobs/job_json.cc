@@ -483,9 +483,15 @@ Status CheckBounds(const Job& job, std::string_view path) {
     GP_RETURN_IF_ERROR(CheckString("env", k));
     GP_RETURN_IF_ERROR(CheckString("env", v));
   }
-  for (const auto* s : {&job.user, &job.project, &job.name, &job.workdir, &job.image,
-                        &job.environment, &job.env_dir}) {
-    GP_RETURN_IF_ERROR(CheckString(path, *s));
+  // Each named by its field ("job.name: longer than 65536 bytes").
+  for (const auto& [field, s] : {std::pair<const char*, const std::string*>{"user", &job.user},
+                                 {"project", &job.project},
+                                 {"name", &job.name},
+                                 {"workdir", &job.workdir},
+                                 {"image", &job.image},
+                                 {"environment", &job.environment},
+                                 {"env_dir", &job.env_dir}}) {
+    GP_RETURN_IF_ERROR(CheckString(std::string(path) + "." + field, *s));
   }
   if (job.mounts.size() > kMaxMounts) {
     return Status::InvalidArgument(std::string(path) + ".mounts: more than " +

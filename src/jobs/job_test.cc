@@ -230,6 +230,18 @@ TEST(JobJsonTest, RejectsBadRequests) {
 
 // Issue 15 A.2, "constraints silently dropped": `submit --vendor amd -- true` and
 // `--min-capability 9.5` without --gpus ran as CPU jobs.
+// A name, project or working directory past 64 KiB is refused naming its field (it said
+// "job: longer than 65536 bytes").
+TEST(JobJsonTest, ALongStringIsRefusedNamingItsField) {
+  for (const char* field : {"name", "project", "workdir"}) {
+    Json j = Json::object();
+    j[field] = std::string(70'000, 'x');
+    EXPECT_EQ(JobFromJson(j).status().message(),
+              "job." + std::string(field) + ": longer than 65536 bytes")
+        << field;
+  }
+}
+
 TEST(JobJsonTest, GpuConstraintsWithoutGpusAreRefusedByName) {
   auto err = [](const std::string& text) {
     Result<Job> r = JobFromJson(Json::parse(text));

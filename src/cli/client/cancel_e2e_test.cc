@@ -111,5 +111,22 @@ TEST_F(ClientE2eTest, ARangesElementsTheArrayLacksAreSaidOnce) {
   EXPECT_EQ(r.err, "gpupool: array 1 has no element 8 (it was submitted with --array 0-7)\n");
 }
 
+// A job named twice is cancelled once, as scancel does (the repeat was refused, "has
+// already ended", and the command exited 1).
+TEST_F(ClientE2eTest, AJobNamedTwiceIsCancelledOnce) {
+  std::atomic<int> cancels{0};
+  Serve([&cancels](const HttpRequest& r) {
+    if (r.path == "/v1/jobs/5_5/cancel" && cancels++ == 0) {
+      return JsonAnswer(200, R"js({"job": {"id": 9, "state": "CANCELLED"}})js");
+    }
+    return JsonAnswer(409, R"js({"error": "job 5_5 has already ended"})js");
+  });
+  RunResult r = Run({"cancel", "5_5", "5_5", "5_[5]"});
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.out, "Cancelled job 5_5\n");
+  EXPECT_EQ(r.err, "");
+  EXPECT_EQ(Requests().size(), 1u);
+}
+
 }  // namespace
 }  // namespace gpupool::cli

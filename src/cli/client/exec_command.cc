@@ -218,6 +218,7 @@ void SetExecExitCode(const ClientRuntime& rt, const Json& state) {
 Status RunExec(const ClientRuntime& rt, const ExecState& s) {
   std::string job;
   GP_ASSIGN_OR_RETURN(OrderedJson body, ExecRequest(rt, s, &job));
+  GP_RETURN_IF_ERROR(CheckSubmissionText(body));  // DumpJson would replace stray bytes
   GP_ASSIGN_OR_RETURN(ApiClient api, Connect(rt, s.conn));
   GP_ASSIGN_OR_RETURN(ApiAnswer started, Retrying([&] {
                         return api.Post("/v1/jobs/" + job + "/exec", DumpJson(body));

@@ -3,6 +3,7 @@
 #include <cctype>
 #include <map>
 #include <optional>
+#include <set>
 
 #include "cli/client/client_common.h"
 #include "cli/client/json_view.h"
@@ -123,13 +124,17 @@ struct CancelState {
   JobSelection select;  // --user, --state, --name: instead of ids (scancel -u/-t/-n)
 };
 
-// The references of `ids` (ParseJobRefs: an array's range is one per element), in order;
-// kInvalidArgument for the first that is none.
+// The references of `ids` (ParseJobRefs: an array's range is one per element), in order,
+// each once (`cancel 5_5 5_5` is one cancel, as scancel); kInvalidArgument for the first
+// that is none.
 Result<std::vector<std::string>> JobRefs(const std::vector<std::string>& ids) {
   std::vector<std::string> out;
+  std::set<std::string> seen;
   for (const std::string& text : ids) {
     GP_ASSIGN_OR_RETURN(std::vector<std::string> refs, ParseJobRefs(text));
-    out.insert(out.end(), refs.begin(), refs.end());
+    for (std::string& ref : refs) {
+      if (seen.insert(ref).second) out.push_back(std::move(ref));
+    }
   }
   return out;
 }

@@ -13,6 +13,7 @@
 #include <tuple>
 
 #include "cli/client/submit_flags.h"
+#include "cli/client/submit_io.h"
 #include "cli/client/units.h"
 #include "common/strings.h"
 #include "jobs/job.h"
@@ -289,6 +290,23 @@ Result<int64_t> DependencyId(const std::string& flag, const std::string& kind,
   return element;
 }
 
+// --time's value in seconds. Slurm's spellings of no limit (0, UNLIMITED, INFINITE) are
+// refused saying to leave --time out.
+Result<int64_t> TimeLimitSeconds(const std::string& time) {
+  const std::string no_limit = "; for no time limit leave --time out";
+  const std::string word = ToLower(Trim(time));
+  if (word == "unlimited" || word == "infinite") {
+    return OptionError("--time", time, "gpupool has no such word" + no_limit);
+  }
+  auto secs = ParseDuration(time);
+  if (!secs.ok()) return OptionError("--time", time, secs.status().message());
+  if (*secs <= 0) return OptionError("--time", time, "a time limit must be positive" + no_limit);
+  if (*secs > kMaxTimeLimitS) {
+    return OptionError("--time", time, "a time limit must be at most 10 years");
+  }
+  return *secs;
+}
+
 }  // namespace
 
 Result<OrderedJson> BuildSubmission(const SubmitFlags& f, const std::vector<std::string>& command,
@@ -336,13 +354,7 @@ Result<OrderedJson> BuildSubmission(const SubmitFlags& f, const std::vector<std:
     body["priority"] = p;
   }
   if (f.time) {
-    auto secs = ParseDuration(*f.time);
-    if (!secs.ok()) return OptionError("--time", *f.time, secs.status().message());
-    if (*secs <= 0) return OptionError("--time", *f.time, "a time limit must be positive");
-    if (*secs > kMaxTimeLimitS) {
-      return OptionError("--time", *f.time, "a time limit must be at most 10 years");
-    }
-    body["time_limit_s"] = *secs;
+    GP_ASSIGN_OR_RETURN(body["time_limit_s"], TimeLimitSeconds(*f.time));
   }
   if (f.requeue) body["requeue"] = *f.requeue;
   if (f.preemptible) body["preemptible"] = *f.preemptible;
@@ -428,6 +440,9 @@ bool OnlyMissingSockets(const ApiClient& api) {
 }  // namespace
 
 Result<ApiAnswer> PostSubmission(const ApiClient& api, OrderedJson* body) {
+  // Checked here, after every part is added (command, --env, --export, -o/-e, workdir):
+  // DumpJson would replace stray bytes, and the job would run something else.
+  GP_RETURN_IF_ERROR(CheckSubmissionText(*body));
   if (!body->contains("submit_key")) (*body)["submit_key"] = NewSubmitKey();
   const std::string text = DumpJson(*body);
   // For about a minute, at most a second apart: a takeover by a standby controller takes

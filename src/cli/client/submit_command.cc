@@ -13,10 +13,6 @@
 namespace gpupool::cli {
 namespace {
 
-// Directives live in the leading comment block; reading this much is plenty and keeps a
-// huge or binary "script" from being slurped.
-constexpr size_t kScriptHeadBytes = 1 << 20;
-
 struct SubmitState {
   ConnectionFlags conn;
   SubmitFlags flags;
@@ -24,10 +20,13 @@ struct SubmitState {
   bool json = false;
 };
 
-// A script's #GPUPOOL options, the command that runs it (its absolute path first) and
-// its content (the copy the job runs).
+// A script's #GPUPOOL and #SBATCH options (the #SBATCH options left out in *ignored), the
+// command that runs it (its absolute path first), its content (the copy the job runs; at
+// most kMaxScriptBytes + 1 bytes are read, so that a huge or binary "script" is not
+// slurped) and its size.
 Status ReadScript(const std::string& cwd, std::vector<std::string>* command,
-                  SubmitFlags* script_flags, std::string* content) {
+                  SubmitFlags* script_flags, std::vector<std::string>* ignored,
+                  std::string* content, uint64_t* file_bytes) {
   const std::string& script = (*command)[0];
   const std::string hint =
       "; to run a program that is not a file here, put it after --, e.g. gpupool submit "
@@ -48,12 +47,14 @@ Status ReadScript(const std::string& cwd, std::vector<std::string>* command,
     return Status::InvalidArgument("script '" + script +
                                    "': cannot be read; check its permissions");
   }
-  // One byte past the bound tells a script too large to copy (AddScript says so).
-  std::string head(std::max(kScriptHeadBytes, kMaxScriptBytes + 1), '\0');
+  // One byte past the bound tells a script too large to copy (AddScript says so, with the
+  // file's size).
+  std::string head(kMaxScriptBytes + 1, '\0');
   in.read(head.data(), static_cast<std::streamsize>(head.size()));
   head.resize(static_cast<size_t>(in.gcount()));
   *content = head;
-  if (head.size() > kScriptHeadBytes) head.resize(kScriptHeadBytes);
+  const auto size = std::filesystem::file_size(path, ec);
+  *file_bytes = ec ? head.size() : size;
   // Saved on Windows: the kernel would look for the interpreter "/bin/bash\r" (the job
   // fails, saying its command is not found) and the shell would read every line with a
   // \r (as sbatch, refused).
@@ -66,7 +67,7 @@ Status ReadScript(const std::string& cwd, std::vector<std::string>* command,
                                    script);
   }
   GP_ASSIGN_OR_RETURN(auto directives, ReadScriptDirectives(head, script));
-  GP_ASSIGN_OR_RETURN(*script_flags, ParseDirectives(directives, script));
+  GP_ASSIGN_OR_RETURN(*script_flags, ParseDirectives(directives, script, ignored));
   // The job runs the script itself, so it must be executable (as with ./script).
   if (access(path.c_str(), X_OK) != 0) {
     return Status::InvalidArgument("script '" + script + "' is not executable: run chmod +x " +
@@ -80,7 +81,8 @@ Status RunSubmit(const ClientRuntime& rt, const SubmitState& s, bool after_dashe
   std::vector<std::string> command = s.words;
   if (command.empty()) {
     return Status::InvalidArgument(
-        "nothing to run: give a SCRIPT [ARGS...] or -- COMMAND [ARGS...]");
+        "nothing to run: give a SCRIPT [ARGS...] or -- COMMAND [ARGS...]; a script is named "
+        "as a file (gpupool submit job.sh), not read from standard input");
   }
   const std::string cwd = rt.env.cwd();
   const bool workdir_absolute =
@@ -91,11 +93,17 @@ Status RunSubmit(const ClientRuntime& rt, const SubmitState& s, bool after_dashe
   }
   SubmitFlags script_flags;
   std::string script;
-  if (!after_dashes) GP_RETURN_IF_ERROR(ReadScript(cwd, &command, &script_flags, &script));
+  uint64_t script_bytes = 0;
+  if (!after_dashes) {
+    std::vector<std::string> ignored;
+    GP_RETURN_IF_ERROR(ReadScript(cwd, &command, &script_flags, &ignored, &script, &script_bytes));
+    // Said before any refusal below, so that a Slurm script's user sees what was not read.
+    for (const std::string& line : ignored) *rt.env.err << "gpupool: warning: " << line << "\n";
+  }
   const SubmitFlags flags = MergeFlags(script_flags, s.flags);
   GP_ASSIGN_OR_RETURN(OrderedJson body,
                       BuildSubmission(flags, command, cwd, ElementIds(rt, s.conn)));
-  if (!after_dashes) GP_RETURN_IF_ERROR(AddScript(s.words[0], script, &body));
+  if (!after_dashes) GP_RETURN_IF_ERROR(AddScript(s.words[0], script, script_bytes, &body));
   GP_RETURN_IF_ERROR(
       AddExport(flags, rt.env.environ ? rt.env.environ() : std::vector<std::string>{}, &body));
   const std::string workdir = body.value("workdir", std::string());

@@ -189,21 +189,22 @@ Result<std::vector<Directive>> ReadScriptDirectives(std::string_view text,
                                                     std::string_view script_name) {
   std::vector<Directive> out;
   std::vector<std::string> lines = Split(text, '\n');
-  constexpr std::string_view kTag = "#GPUPOOL";
   for (size_t i = 0; i < lines.size(); ++i) {
     const std::string_view line = Trim(lines[i]);
     if (i == 0 && StartsWith(line, "#!")) continue;
     if (line.empty()) continue;
     if (line[0] != '#') break;  // the leading comment block ends here
-    if (!StartsWith(line, kTag)) continue;
-    const std::string_view rest = line.substr(kTag.size());
+    const bool sbatch = StartsWith(line, "#SBATCH");
+    const std::string_view tag = sbatch ? "#SBATCH" : "#GPUPOOL";
+    if (!StartsWith(line, tag)) continue;
+    const std::string_view rest = line.substr(tag.size());
     if (!rest.empty() && rest[0] != ' ' && rest[0] != '\t') continue;  // e.g. "#GPUPOOLX"
     auto words = SplitWords(rest);
     if (!words.ok()) {
-      return Status::InvalidArgument(std::string(script_name) + ":" + std::to_string(i + 1) +
-                                     ": #GPUPOOL line: " + words.status().message());
+      return Status::InvalidArgument(std::string(script_name) + ":" + std::to_string(i + 1) + ": " +
+                                     std::string(tag) + " line: " + words.status().message());
     }
-    if (!words->empty()) out.push_back({static_cast<int>(i + 1), std::move(words).value()});
+    if (!words->empty()) out.push_back({static_cast<int>(i + 1), std::move(words).value(), sbatch});
   }
   return out;
 }
@@ -235,35 +236,125 @@ Status CheckLineSizes(const SubmitFlags& before, const SubmitFlags& after) {
 
 }  // namespace
 
-Result<SubmitFlags> ParseDirectives(const std::vector<Directive>& directives,
-                                    std::string_view script_name) {
-  SubmitFlags flags;
-  for (const Directive& d : directives) {
-    // A fresh parser per line, so an error names its line; all write into one SubmitFlags.
-    CLI::App parser;
-    parser.set_help_flag();
-    AddSubmitOptions(parser, &flags);
-    std::vector<std::string> args(d.words.rbegin(), d.words.rend());  // CLI11 wants reverse
-    const SubmitFlags before = flags;
-    try {
-      parser.parse(args);
-    } catch (const CLI::ParseError& e) {
-      std::string why = e.what();
-      for (const std::string& word : parser.remaining()) {
-        if (std::string s = ExplainUnknown(parser, word, "gpupool submit"); !s.empty()) {
-          why = std::move(s);
-          break;
-        }
-      }
-      return Status::InvalidArgument(std::string(script_name) + ":" + std::to_string(d.line) +
-                                     ": #GPUPOOL line: " + why);
-    }
-    if (Status s = CheckLineSizes(before, flags); !s.ok()) {
-      return Status::InvalidArgument(std::string(script_name) + ":" + std::to_string(d.line) +
-                                     ": #GPUPOOL line: " + s.message());
-    }
+namespace {
+
+bool IsOptionWord(std::string_view w) { return w.size() > 1 && w[0] == '-'; }
+
+// Why an #SBATCH option is left out, and what to write instead.
+std::string WhyIgnored(const CLI::App& parser, const std::string& name) {
+  if (name == "-p" || name == "--partition") {
+    return "gpupool has no partitions: every job may run on every node it fits (choose GPUs "
+           "with --gpu-model, --vendor or --min-capability)";
   }
-  return flags;
+  if (parser.get_option_no_throw(name) != nullptr) {
+    return "it means something else in Slurm; write gpupool's option on a #GPUPOOL line";
+  }
+  const std::string why = ExplainUnknown(parser, name, "gpupool submit");
+  if (const size_t at = why.find("`: "); at != std::string::npos) return why.substr(at + 3);
+  return "gpupool has no such option (docs/slurm.md)";
+}
+
+// The words of an #SBATCH line that gpupool reads (kSbatchOptions with their values); the
+// rest go into *ignored, one entry per option with the values after it. *per_job_gpus
+// is set to Slurm's -G/--gpus as written, a count for the whole job (cleared by a later
+// --gpus-per-task, which replaces it).
+std::vector<std::string> SbatchWords(const CLI::App& parser, const Directive& d,
+                                     std::string_view script_name,
+                                     std::vector<std::string>* ignored, std::string* per_job_gpus) {
+  static constexpr std::string_view kFlags[] = {"-H", "--hold", "--requeue", "--no-requeue"};
+  const std::vector<std::string>& w = d.words;
+  std::vector<std::string> kept;
+  for (size_t i = 0; i < w.size();) {
+    const std::string& word = w[i];
+    std::string name = word.substr(0, word.find('='));
+    if (name.size() > 2 && name[1] != '-') name.resize(2);  // -G2, -t60
+    size_t end = i + 1;
+    const bool read = IsOptionWord(word) &&
+                      std::find(std::begin(kSbatchOptions), std::end(kSbatchOptions), name) !=
+                          std::end(kSbatchOptions);
+    if (read) {
+      const bool flag = std::find(std::begin(kFlags), std::end(kFlags), name) != std::end(kFlags);
+      if (!flag && name.size() == word.size() && end < w.size()) ++end;  // the value after it
+      if (name == "-G" || name == "--gpus" || name == "--gpus-per-task") per_job_gpus->clear();
+      kept.insert(kept.end(), w.begin() + static_cast<ptrdiff_t>(i),
+                  w.begin() + static_cast<ptrdiff_t>(end));
+      if (name == "-G" || name == "--gpus") {
+        for (size_t k = i; k < end; ++k) *per_job_gpus += (k > i ? " " : "") + w[k];
+      }
+    } else {
+      while (end < w.size() && !IsOptionWord(w[end])) ++end;
+      std::string text;
+      for (size_t k = i; k < end; ++k) text += (k > i ? " " : "") + w[k];
+      if (ignored != nullptr) {
+        ignored->push_back(
+            std::string(script_name) + ":" + std::to_string(d.line) + ": #SBATCH " + text +
+            " ignored: " +
+            (IsOptionWord(word) ? WhyIgnored(parser, name) : "not an option (docs/slurm.md)"));
+      }
+    }
+    i = end;
+  }
+  return kept;
+}
+
+// One line's words parsed into *flags by a fresh parser, so that an error names its line.
+Status ParseLine(const std::vector<std::string>& words, const std::string& where,
+                 SubmitFlags* flags) {
+  CLI::App parser;
+  parser.set_help_flag();
+  AddSubmitOptions(parser, flags);
+  std::vector<std::string> args(words.rbegin(), words.rend());  // CLI11 wants reverse
+  const SubmitFlags before = *flags;
+  try {
+    parser.parse(args);
+  } catch (const CLI::ParseError& e) {
+    std::string why = e.what();
+    for (const std::string& word : parser.remaining()) {
+      if (std::string s = ExplainUnknown(parser, word, "gpupool submit"); !s.empty()) {
+        why = std::move(s);
+        break;
+      }
+    }
+    return Status::InvalidArgument(where + why);
+  }
+  if (Status s = CheckLineSizes(before, *flags); !s.ok()) {
+    return Status::InvalidArgument(where + s.message());
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Result<SubmitFlags> ParseDirectives(const std::vector<Directive>& directives,
+                                    std::string_view script_name,
+                                    std::vector<std::string>* ignored) {
+  SubmitFlags gpupool;
+  SubmitFlags sbatch;
+  CLI::App options;  // what gpupool's options are, for the names of ignored ones
+  SubmitFlags unused;
+  AddSubmitOptions(options, &unused);
+  std::string per_job_gpus;  // Slurm's -G/--gpus on an #SBATCH line, as written
+  std::string where_gpus;
+  for (const Directive& d : directives) {
+    const std::string where = std::string(script_name) + ":" + std::to_string(d.line) + ": " +
+                              (d.sbatch ? "#SBATCH" : "#GPUPOOL") + " line: ";
+    if (!d.sbatch) {
+      GP_RETURN_IF_ERROR(ParseLine(d.words, where, &gpupool));
+      continue;
+    }
+    const std::string before = per_job_gpus;
+    const std::vector<std::string> words =
+        SbatchWords(options, d, script_name, ignored, &per_job_gpus);
+    if (per_job_gpus != before) where_gpus = where;
+    if (!words.empty()) GP_RETURN_IF_ERROR(ParseLine(words, where, &sbatch));
+  }
+  // Slurm's --gpus counts for the whole job, gpupool's per task: the same with one task.
+  if (!per_job_gpus.empty() && sbatch.gpus && sbatch.tasks && Trim(*sbatch.tasks) != "1") {
+    return Status::InvalidArgument(where_gpus + per_job_gpus + " with --ntasks " + *sbatch.tasks +
+                                   ": Slurm counts --gpus for the whole job, gpupool per task; "
+                                   "write #SBATCH --gpus-per-task N (the GPUs each task needs)");
+  }
+  return MergeFlags(sbatch, gpupool);
 }
 
 SubmitFlags MergeFlags(const SubmitFlags& script, const SubmitFlags& cmdline) {

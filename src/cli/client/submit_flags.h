@@ -65,21 +65,60 @@ struct SubmitFlags {
 // Adds every submit option to `app`, writing into *flags (which must outlive app).
 void AddSubmitOptions(CLI::App& app, SubmitFlags* flags);
 
-// One `#GPUPOOL` line, split into words like a shell would (quotes, backslashes, and a
-// `#` at the start of a word begins a comment).
+// One `#GPUPOOL` or `#SBATCH` line, split into words like a shell would (quotes,
+// backslashes, and a `#` at the start of a word begins a comment).
 struct Directive {
   int line = 0;  // 1-based
   std::vector<std::string> words;
+  bool sbatch = false;  // an #SBATCH line
 };
 
-// The #GPUPOOL lines of a script's leading comment block: after an optional `#!` line,
-// up to the first line that is neither blank nor a comment.
+// The #GPUPOOL and #SBATCH lines of a script's leading comment block: after an optional
+// `#!` line, up to the first line that is neither blank nor a comment (where sbatch stops
+// reading #SBATCH lines too).
 Result<std::vector<Directive>> ReadScriptDirectives(std::string_view script_text,
                                                     std::string_view script_name);
 
-// Parses directives as submit options. Errors name the script and line.
+// Parses directives as submit options; #GPUPOOL lines win over #SBATCH lines. A #GPUPOOL
+// line takes every submit option. An #SBATCH line takes the sbatch options gpupool
+// spells the same way and means the same by (kSbatchOptions, docs/slurm.md); any other
+// option on it is left out, and said in *ignored ("job.sh:4: #SBATCH --partition=gpu
+// ignored: ..."). Errors name the script and line; Slurm's -G/--gpus (counted per job)
+// with --ntasks above 1 on #SBATCH lines is refused, naming --gpus-per-task.
 Result<SubmitFlags> ParseDirectives(const std::vector<Directive>& directives,
-                                    std::string_view script_name);
+                                    std::string_view script_name,
+                                    std::vector<std::string>* ignored = nullptr);
+
+// The sbatch options an #SBATCH line is read for: each the same option here as in Slurm.
+inline constexpr std::string_view kSbatchOptions[] = {"-G",
+                                                      "--gpus",
+                                                      "--gpus-per-task",
+                                                      "-c",
+                                                      "--cpus-per-task",
+                                                      "--mem",
+                                                      "-t",
+                                                      "--time",
+                                                      "-J",
+                                                      "--job-name",
+                                                      "-n",
+                                                      "--ntasks",
+                                                      "-N",
+                                                      "--nodes",
+                                                      "-a",
+                                                      "--array",
+                                                      "-d",
+                                                      "--dependency",
+                                                      "-D",
+                                                      "--chdir",
+                                                      "-o",
+                                                      "--output",
+                                                      "-e",
+                                                      "--error",
+                                                      "--export",
+                                                      "-H",
+                                                      "--hold",
+                                                      "--requeue",
+                                                      "--no-requeue"};
 
 // `cmdline` over `script`: each option given on the command line replaces the script's;
 // --env lists are concatenated (later wins for the same name); --gpu-model lists replace.

@@ -275,7 +275,13 @@ TEST(BuildSubmissionTest, EveryBadValueNamesItsOption) {
       "named environment (e.g. --env torch:2.4)";
   EXPECT_EQ(Error({"--env", "FOO"}), "--env FOO" + env_fix);
   EXPECT_EQ(Error({"--env", "1X=2"}), "--env 1X=2" + env_fix);
-  EXPECT_EQ(Error({"--time", "0"}), "--time 0: a time limit must be positive");
+  // Slurm's spellings of no limit: said to leave --time out.
+  EXPECT_EQ(Error({"--time", "0"}),
+            "--time 0: a time limit must be positive; for no time limit leave --time out");
+  EXPECT_EQ(Error({"-t", "UNLIMITED"}),
+            "--time UNLIMITED: gpupool has no such word; for no time limit leave --time out");
+  EXPECT_EQ(Error({"-t", "infinite"}),
+            "--time infinite: gpupool has no such word; for no time limit leave --time out");
   EXPECT_EQ(Error({"--time", "11000d"}), "--time 11000d: a time limit must be at most 10 years");
   EXPECT_NE(Error({"--time", "soon"}).find("--time soon: 'soon' is not a duration"),
             std::string::npos);
@@ -331,11 +337,97 @@ TEST(ScriptDirectivesTest, ReadsTheLeadingCommentBlockOnly) {
       "#GPUPOOL --gpus 5\n";
   auto d = ReadScriptDirectives(script, "job.sh");
   ASSERT_TRUE(d.ok()) << d.status().ToString();
-  ASSERT_EQ(d->size(), 2u);
+  ASSERT_EQ(d->size(), 3u);
   EXPECT_EQ((*d)[0].line, 3);
   EXPECT_EQ((*d)[0].words, (std::vector<std::string>{"--gpus", "2", "--name", "my run"}));
   EXPECT_EQ((*d)[1].line, 5);
   EXPECT_EQ((*d)[1].words, (std::vector<std::string>{"--env", "MSG=hello world"}));
+  EXPECT_FALSE((*d)[1].sbatch);
+  EXPECT_EQ((*d)[2].line, 7);
+  EXPECT_EQ((*d)[2].words, (std::vector<std::string>{"--gpus", "7"}));
+  EXPECT_TRUE((*d)[2].sbatch);
+}
+
+// A plain sbatch script's #SBATCH lines were ignored without a word: the job ran with no
+// GPU, no limit and its output in $HOME. The options gpupool spells and means as sbatch
+// does are read now (#GPUPOOL lines and the command line win); the rest are said.
+TEST(ScriptDirectivesTest, SbatchLinesAreReadWhereTheyMeanTheSameAndTheRestAreSaid) {
+  const char* script =
+      "#!/bin/bash\n"
+      "#SBATCH --gpus=2\n"
+      "#SBATCH --time 1:00:00 -J sb\n"
+      "#SBATCH --output=%x-%j.out\n"
+      "#SBATCH --partition=gpu --account proj\n"
+      "#SBATCH --gres=gpu:2\n"
+      "#SBATCH -c4 --mem=8G --requeue --exclusive\n"
+      "#SBATCH --priority 5\n"
+      "#GPUPOOL -J gp\n"
+      "python train.py\n";
+  auto d = ReadScriptDirectives(script, "job.sh");
+  ASSERT_TRUE(d.ok()) << d.status().ToString();
+  std::vector<std::string> ignored;
+  auto f = ParseDirectives(*d, "job.sh", &ignored);
+  ASSERT_TRUE(f.ok()) << f.status().ToString();
+  EXPECT_EQ(f->gpus, "2");
+  EXPECT_EQ(f->time, "1:00:00");
+  EXPECT_EQ(f->name, "gp");  // #GPUPOOL wins
+  EXPECT_EQ(f->output, "%x-%j.out");
+  EXPECT_EQ(f->cpus, "4");
+  EXPECT_EQ(f->mem, "8G");
+  EXPECT_EQ(f->requeue, true);
+  EXPECT_FALSE(f->partition);
+  EXPECT_FALSE(f->priority);
+  ASSERT_EQ(ignored.size(), 5u);
+  EXPECT_EQ(ignored[0],
+            "job.sh:5: #SBATCH --partition=gpu ignored: gpupool has no partitions: every job may "
+            "run on every node it fits (choose GPUs with --gpu-model, --vendor or "
+            "--min-capability)");
+  EXPECT_EQ(ignored[1],
+            "job.sh:5: #SBATCH --account proj ignored: Slurm's account is --project PROJECT here "
+            "(docs/slurm.md)");
+  EXPECT_EQ(ignored[2].rfind("job.sh:6: #SBATCH --gres=gpu:2 ignored: --gres=gpu:N is --gpus N "
+                             "here",
+                             0),
+            0u)
+      << ignored[2];
+  EXPECT_EQ(ignored[3].rfind("job.sh:7: #SBATCH --exclusive ignored: placement is the "
+                             "scheduler's",
+                             0),
+            0u)
+      << ignored[3];
+  EXPECT_EQ(ignored[4],
+            "job.sh:8: #SBATCH --priority 5 ignored: it means something else in Slurm; write "
+            "gpupool's option on a #GPUPOOL line");
+  // The command line wins over both.
+  SubmitFlags cmdline;
+  cmdline.gpus = "1";
+  EXPECT_EQ(MergeFlags(*f, cmdline).gpus, "1");
+  // A bad value names its #SBATCH line.
+  auto bad = ParseDirectives({{3, {"--mem=4000"}, true}}, "job.sh");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().message(),
+            "job.sh:3: #SBATCH line: --mem 4000: " + ParseMemorySize("4000").status().message());
+}
+
+// Slurm's --gpus counts for the whole job, gpupool's per task: with several tasks the
+// same words would ask for more GPUs, so they are refused naming --gpus-per-task.
+TEST(ScriptDirectivesTest, SbatchGpusPerJobWithTasksIsRefused) {
+  auto f = ParseDirectives({{2, {"--ntasks=4"}, true}, {3, {"--gpus=8"}, true}}, "job.sh");
+  ASSERT_FALSE(f.ok());
+  EXPECT_EQ(f.status().message(),
+            "job.sh:3: #SBATCH line: --gpus=8 with --ntasks 4: Slurm counts --gpus for the "
+            "whole job, gpupool per task; write #SBATCH --gpus-per-task N (the GPUs each task "
+            "needs)");
+  auto per_task =
+      ParseDirectives({{2, {"-n", "4"}, true}, {3, {"--gpus-per-task=2"}, true}}, "job.sh");
+  ASSERT_TRUE(per_task.ok()) << per_task.status().ToString();
+  EXPECT_EQ(per_task->gpus, "2");
+  EXPECT_EQ(per_task->tasks, "4");
+  auto replaced = ParseDirectives(
+      {{2, {"-n", "4"}, true}, {3, {"-G", "8"}, true}, {4, {"--gpus-per-task", "2"}, true}},
+      "job.sh");
+  ASSERT_TRUE(replaced.ok()) << replaced.status().ToString();
+  EXPECT_EQ(replaced->gpus, "2");
 }
 
 TEST(ScriptDirectivesTest, NoShebangAndBackslashes) {

@@ -17,30 +17,60 @@ bool IsName(std::string_view s) {
   });
 }
 
-// Whether `s` is UTF-8 (the JSON a job is stored as holds nothing else).
-bool IsUtf8(std::string_view s) {
-  size_t i = 0;
-  while (i < s.size()) {
-    const auto c = static_cast<unsigned char>(s[i]);
-    size_t extra = 0;
-    if (c < 0x80) {
-      extra = 0;
-    } else if ((c >> 5) == 0x6 && c >= 0xc2) {
-      extra = 1;
-    } else if ((c >> 4) == 0xe) {
-      extra = 2;
-    } else if ((c >> 3) == 0x1e && c <= 0xf4) {
-      extra = 3;
-    } else {
-      return false;
-    }
-    if (extra > 0 && i + extra >= s.size()) return false;
-    for (size_t k = 1; k <= extra; ++k) {
-      if ((static_cast<unsigned char>(s[i + k]) >> 6) != 0x2) return false;
-    }
-    i += extra + 1;
+// The length of the UTF-8 character at s[i], or 0 where the bytes there are none (a
+// stray continuation byte, a truncated sequence, an overlong form, a surrogate or a
+// code point past U+10FFFF): what nlohmann::json would replace when dumping.
+size_t Utf8CharLength(std::string_view s, size_t i) {
+  const auto c = static_cast<unsigned char>(s[i]);
+  size_t len = 0;
+  if (c < 0x80) {
+    len = 1;
+  } else if ((c & 0xE0) == 0xC0 && c >= 0xC2) {
+    len = 2;
+  } else if ((c & 0xF0) == 0xE0) {
+    len = 3;
+  } else if ((c & 0xF8) == 0xF0 && c <= 0xF4) {
+    len = 4;
   }
-  return true;
+  bool valid = len > 0 && i + len <= s.size();
+  for (size_t k = 1; valid && k < len; ++k) {
+    valid = (static_cast<unsigned char>(s[i + k]) & 0xC0) == 0x80;
+  }
+  if (valid && len == 3) {
+    const auto c1 = static_cast<unsigned char>(s[i + 1]);
+    valid = !(c == 0xE0 && c1 < 0xA0) && !(c == 0xED && c1 >= 0xA0);  // overlong, surrogate
+  }
+  if (valid && len == 4) {
+    const auto c1 = static_cast<unsigned char>(s[i + 1]);
+    valid = !(c == 0xF0 && c1 < 0x90) && !(c == 0xF4 && c1 >= 0x90);
+  }
+  return valid ? len : 0;
+}
+
+// The first text in `j` (a string value or an object's key) that is not UTF-8, and in
+// *where the key or the 1-based index it is under (empty for `j` itself).
+std::optional<std::string> FindNonUtf8(const OrderedJson& j, std::string* where) {
+  if (j.is_string()) {
+    const auto& s = j.get_ref<const std::string&>();
+    return IsUtf8(s) ? std::nullopt : std::optional<std::string>(s);
+  }
+  if (j.is_array()) {
+    for (size_t i = 0; i < j.size(); ++i) {
+      if (auto bad = FindNonUtf8(j[i], where)) {
+        if (where->empty()) *where = std::to_string(i + 1);
+        return bad;
+      }
+    }
+  } else if (j.is_object()) {
+    for (const auto& [key, value] : j.items()) {
+      if (!IsUtf8(key)) return key;
+      if (auto bad = FindNonUtf8(value, where)) {
+        if (where->empty()) *where = key;
+        return bad;
+      }
+    }
+  }
+  return std::nullopt;
 }
 
 std::string ToUpper(std::string_view s) {
@@ -61,6 +91,86 @@ bool IsContainerJob(const SubmitFlags& f) {
 }
 
 }  // namespace
+
+bool IsUtf8(std::string_view s) {
+  for (size_t i = 0; i < s.size();) {
+    const size_t len = Utf8CharLength(s, i);
+    if (len == 0) return false;
+    i += len;
+  }
+  return true;
+}
+
+std::string EscapeNonUtf8(std::string_view s) {
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string out;
+  out.reserve(s.size());
+  for (size_t i = 0; i < s.size();) {
+    if (const size_t len = Utf8CharLength(s, i); len > 0) {
+      out.append(s.substr(i, len));
+      i += len;
+    } else {
+      const auto c = static_cast<unsigned char>(s[i++]);
+      out += "\\x";
+      out += kHex[c >> 4];
+      out += kHex[c & 15];
+    }
+  }
+  return out;
+}
+
+Status CheckSubmissionText(const OrderedJson& body) {
+  if (!body.is_object()) return Status::Ok();
+  const std::string name_fix = "give a name in UTF-8 text";
+  const std::string file_fix =
+      "choose a file name in UTF-8 text (rename the file after the job if it must have those "
+      "bytes)";
+  for (const auto& [key, value] : body.items()) {
+    std::string where;
+    const std::optional<std::string> bad = FindNonUtf8(value, &where);
+    if (!bad) continue;
+    std::string option = key;
+    std::string fix = "give UTF-8 text";
+    if (key == "command") {
+      option = "the command's word " + where;
+      fix =
+          "rename the file to a UTF-8 name, or have a script make those bytes when it runs "
+          "(e.g. with printf '\\xe9')";
+    } else if (key == "env") {
+      option = where.empty() ? "--env" : "--env " + EscapeNonUtf8(where);
+      fix = "set the variable in the job's script instead (e.g. with printf '\\xe9')";
+    } else if (key == "workdir") {
+      option = "--workdir (by default the current directory)";
+      fix =
+          "work in a directory whose path is UTF-8: rename it, or link to it from one "
+          "(ln -s DIR ~/work) and give --workdir ~/work";
+    } else if (key == "output" || key == "error") {
+      option = "--" + key;
+      fix = file_fix;
+    } else if (key == "name") {
+      option = "--job-name";
+      fix = name_fix;
+    } else if (key == "project") {
+      option = "--project";
+      fix = name_fix;
+    } else if (key == "image" || key == "array") {
+      option = "--" + key;
+    } else if (key == "environment") {
+      option = "--env NAME:VERSION";
+    } else if (key == "mounts") {
+      option = "--mount";
+      fix = "mount a path whose name is UTF-8 (link to it from one: ln -s DIR ~/data)";
+    } else if (key == "request") {
+      option = "--gpu-model";
+    }
+    return Status::InvalidArgument(
+        option + " '" + EscapeNonUtf8(*bad) +
+        "' is not UTF-8 text, which a job cannot hold (the bytes would be replaced, and the "
+        "job would use another value than this one): " +
+        fix);
+  }
+  return Status::Ok();
+}
 
 bool AlwaysDenied(std::string_view name) {
   static constexpr std::string_view kNames[] = {"CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES",
@@ -210,12 +320,15 @@ std::vector<std::pair<std::string, std::string>> TerminalVariables(
   return out;
 }
 
-Status AddScript(const std::string& script_name, const std::string& content, OrderedJson* body) {
-  if (content.size() > kMaxScriptBytes) {
+Status AddScript(const std::string& script_name, const std::string& content, uint64_t file_bytes,
+                 OrderedJson* body) {
+  const uint64_t bytes = std::max<uint64_t>(file_bytes, content.size());
+  if (bytes > kMaxScriptBytes) {
     return Status::InvalidArgument(
-        "script '" + script_name + "' is " + std::to_string(content.size()) +
+        "script '" + script_name + "' is " + std::to_string(bytes) +
         " bytes; a job keeps a copy of at most " + std::to_string(kMaxScriptBytes) +
-        ": make it smaller (move data into files it reads), or run it in place with -- " +
+        " (1 MiB): make it smaller (move data into files it reads), or run it in place with "
+        "-- " +
         script_name + " (later edits then change the job)");
   }
   if (content.find('\0') != std::string::npos || !IsUtf8(content)) {
@@ -223,6 +336,22 @@ Status AddScript(const std::string& script_name, const std::string& content, Ord
         "script '" + script_name +
         "' is not UTF-8 text, so no copy of it can be stored; run it in place with -- " +
         script_name + " (later edits then change the job)");
+  }
+  // The job runs the script itself: the kernel reads its interpreter from a first line
+  // "#!..." and nothing else (sbatch refuses the same).
+  if (StartsWith(content, "\xEF\xBB\xBF")) {
+    return Status::InvalidArgument(
+        "script '" + script_name +
+        "' starts with a byte-order mark (the bytes EF BB BF some Windows editors write) "
+        "before its #! line, so it cannot run: remove it with sed -i '1s/^\\xEF\\xBB\\xBF//' " +
+        script_name);
+  }
+  if (!StartsWith(content, "#!")) {
+    return Status::InvalidArgument("script '" + script_name +
+                                   "' has no #! line, so it cannot run as a program: make its "
+                                   "first line name its interpreter, e.g. #!/bin/bash, or "
+                                   "submit it as -- bash " +
+                                   script_name);
   }
   (*body)["script"] = content;
   return Status::Ok();

@@ -13,14 +13,16 @@
 #include "cli/client/submit_flags.h"
 #include "common/json.h"
 #include "common/status.h"
+#include "jobs/output_pattern.h"
 
 namespace gpupool::cli {
 
 // The most bytes of exported environment a job stores (each NAME=value with its NUL, as
 // the kernel counts envp); past it the submission is refused naming --export.
 inline constexpr size_t kMaxExportBytes = size_t{128} * 1024;
-// The most bytes of a submitted script that are copied into the job.
-inline constexpr size_t kMaxScriptBytes = size_t{512} * 1024;
+// The most bytes of a submitted script that are copied into the job: the server's bound
+// (1 MiB, docs/api.md).
+inline constexpr size_t kMaxScriptBytes = jobs::kMaxScriptBytes;
 
 // --export's value, as Slurm reads it: ALL, NONE, or a comma list of NAME (its value
 // here) and NAME=value, optionally with ALL first ("ALL,NAME=value").
@@ -60,8 +62,26 @@ Status AddExport(const SubmitFlags& flags, const std::vector<std::string>& envir
 std::vector<std::pair<std::string, std::string>> TerminalVariables(
     const std::vector<std::string>& environ);
 
-// A script's content for body.script: refused past kMaxScriptBytes, naming the script.
-Status AddScript(const std::string& script_name, const std::string& content, OrderedJson* body);
+// A script's content for body.script. `file_bytes` is the script file's size (`content`
+// may hold only its first kMaxScriptBytes + 1). Refused, naming the script and the fix:
+// past kMaxScriptBytes (saying its size and the bound), not UTF-8 text, or not runnable
+// as a program: no `#!` line first, or a byte-order mark before it (as sbatch refuses).
+Status AddScript(const std::string& script_name, const std::string& content, uint64_t file_bytes,
+                 OrderedJson* body);
+
+// Whether `s` is well-formed UTF-8 (no stray bytes, overlong forms or surrogates).
+bool IsUtf8(std::string_view s);
+// `s` with each byte that is no part of a UTF-8 character written as \xNN (the shell's
+// $'...' spelling), for an error message.
+std::string EscapeNonUtf8(std::string_view s);
+
+// Refuses a job submission body (or an exec request) holding text that is not UTF-8: a
+// job is stored as JSON, which holds nothing else, so those bytes would be replaced and
+// the job would run another command, or write another file, than the one asked for.
+// The error names the option (the command's word N, --env NAME, --workdir, --output,
+// --error, --job-name, --project, ...), shows the value with its stray bytes as \xNN,
+// and says what to do instead.
+Status CheckSubmissionText(const OrderedJson& body);
 
 // -o/-e into body.output/body.error for a batch job. The default output is
 // gpupool-%j.out (gpupool-%A_%a.out for an array; gpupool-%j.%t.out with several tasks
