@@ -664,8 +664,7 @@ void Controller::TakeNodes(
   for (const auto& [name, e] : nodes_) {
     if (!e.up) continue;
     // A node whose health verdict is still to come takes no work, as a draining one; nor
-    // does one not heard from since the load (its agent may have died before the restart:
-    // jobs placed there were lost without running).
+    // does one not heard from since the load (its agent may have died before the restart).
     SchedNode copy{
         name, nullptr, e.cpu_milli, e.memory_mib, e.draining || e.health_pending || !e.heard, {}};
     internal::ReserveStrayGpus(e.stray_running, e.stray_gpus, user_id, &copy);

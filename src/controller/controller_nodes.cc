@@ -390,8 +390,7 @@ Result<protocol::RegistrationReply> Controller::RegisterNode(protocol::Registrat
   rec.info_json = DumpJson(gpu::NodeToJson(reg.info));
   rec.cpu_milli = reg.cpu_milli;
   rec.memory_mib = reg.memory_mib;
-  rec.registered_us = now;
-  rec.last_heartbeat_us = now;
+  rec.registered_us = rec.last_heartbeat_us = now;
   rec.address = address;
   rec.protocol = protocol::VersionString(reg.version);
   rec.agent_id = reg.agent_id;

@@ -185,9 +185,7 @@ CREATE INDEX preempt_holds_preemptor ON preempt_holds(preemptor);
 ALTER TABLE settings ADD COLUMN revision BIGINT NOT NULL DEFAULT 1;
 )sql",
     // The id of the agent that registered each node last (NodeRecord::agent_id).
-    R"sql(
-ALTER TABLE nodes ADD COLUMN agent_id TEXT NOT NULL DEFAULT '';
-)sql",
+    "ALTER TABLE nodes ADD COLUMN agent_id TEXT NOT NULL DEFAULT '';",
 };
 
 // Held while migrating, so two controllers starting at once migrate one after the other.
@@ -495,12 +493,10 @@ class PostgresStore final : public Store, private PgSession {
     return FencedWrite([&] {
       return Run("INSERT INTO nodes(name, info_json, agent_url, cpu_milli, memory_mib, "
                  "registered_us, last_heartbeat_us, draining, address, protocol, drain_reason, "
-                 "gpu_health, agent_id) "
-                 "VALUES($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13) ON CONFLICT(name) DO UPDATE "
-                 "SET "
-                 "info_json=EXCLUDED.info_json, agent_url=EXCLUDED.agent_url, "
-                 "cpu_milli=EXCLUDED.cpu_milli, memory_mib=EXCLUDED.memory_mib, "
-                 "registered_us=EXCLUDED.registered_us, "
+                 "gpu_health, agent_id) VALUES($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13) "
+                 "ON CONFLICT(name) DO UPDATE SET info_json=EXCLUDED.info_json, "
+                 "agent_url=EXCLUDED.agent_url, cpu_milli=EXCLUDED.cpu_milli, "
+                 "memory_mib=EXCLUDED.memory_mib, registered_us=EXCLUDED.registered_us, "
                  "last_heartbeat_us=EXCLUDED.last_heartbeat_us, draining=EXCLUDED.draining, "
                  "address=EXCLUDED.address, protocol=EXCLUDED.protocol, "
                  "drain_reason=EXCLUDED.drain_reason, gpu_health=EXCLUDED.gpu_health, "
