@@ -23,6 +23,10 @@ TEST(JobStateTest, TransitionsFollowTheStateMachine) {
   EXPECT_FALSE(IsValidTransition(JobState::kPending, JobState::kRunning));
   EXPECT_FALSE(IsValidTransition(JobState::kPending, JobState::kFailed));
   EXPECT_FALSE(IsValidTransition(JobState::kCancelled, JobState::kPending));
+  // An end reported late: a requeued job's lost attempt succeeded; a LOST job's record.
+  EXPECT_TRUE(IsValidTransition(JobState::kPending, JobState::kSucceeded));
+  EXPECT_TRUE(IsValidTransition(JobState::kLost, JobState::kLost));
+  EXPECT_FALSE(IsValidTransition(JobState::kLost, JobState::kSucceeded));
   for (JobState s : {JobState::kSucceeded, JobState::kFailed, JobState::kCancelled,
                      JobState::kTimeout, JobState::kLost}) {
     EXPECT_TRUE(IsTerminal(s));
