@@ -405,9 +405,17 @@ class Controller {
   // beyond, they are dropped and the next TakeEnds says so (`complete` false: the taker
   // reads the store instead). A standby has no controller, so every end is installed here.
   static constexpr size_t kMaxKeptEnds = 1'000'000;
+  // `late`: ended jobs whose records gained GPU-hours from a lost attempt's end reported
+  // late (Effects::late_gpu_hours), as installed, with those hours; kept whatever the
+  // count (they are rare), and handed over with the ends.
+  struct LateCharge {
+    jobs::Job job;
+    double gpu_hours = 0;
+  };
   struct Ends {
     std::vector<jobs::Job> jobs;
     bool complete = true;
+    std::vector<LateCharge> late;
   };
   void WatchEnds() EXCLUDES(mu_);
   Ends TakeEnds() EXCLUDES(mu_);
@@ -444,6 +452,10 @@ class Controller {
     std::function<Status(const jobs::Job&)> guard;
     // A preemption's hold, stored with the job's transition (Store::JobUpdate::hold).
     std::optional<store::PreemptHoldRecord> hold;
+    // A node's report of a task's end: when the job is not active it is read from the
+    // store and stepped as it is there, for the late end of a lost attempt of it
+    // (job_lifecycle_late.h); the transition leaves it ended and out of memory.
+    bool may_have_ended = false;
   };
   // What Commit does with a change whose job another writer changed after it was stepped.
   enum class OnConflict {
@@ -492,8 +504,10 @@ class Controller {
   };
   // Under mu_: steps changes `todo` (indexes into `changes`); the answers of those that
   // write nothing go in `answers`.
+  // `stored`: ended jobs as read from the store, for changes that may_have_ended.
   Stepped StepChanges(const std::vector<Change>& changes, const std::vector<size_t>& todo,
-                      std::vector<Result<jobs::Job>>& answers) REQUIRES(mu_);
+                      std::vector<Result<jobs::Job>>& answers,
+                      const std::map<int64_t, jobs::Job>& stored) REQUIRES(mu_);
   // Under mu_: installs a round's written steps, each change's answer in `answers`.
   void InstallSteps(Stepped& stepped, std::vector<Result<jobs::Job>>& answers) REQUIRES(mu_);
   // Puts a written transition in memory (the job in active_, or out of it) and carries

@@ -155,6 +155,29 @@ Status CheckAgentIdentity(const std::string& node, const CurrentAgent& current,
       std::to_string(node_timeout_us / 1'000'000) + " s, may be taken over)");
 }
 
+// Where node `reg` is reached (its --address, else where it registered from, else its name):
+// each task's host there, stored with its job; the store reads back no string over 64 KiB
+// nor one with a NUL byte (the fourth red team: a node's 70,000-byte address).
+Result<std::string> RegisteredAddress(const protocol::Registration& reg,
+                                      const std::string& remote_ip) {
+  if (reg.address.size() > 255 || HasControlCharacter(reg.address)) {
+    return Status::InvalidArgument(
+        "address: a host name or IP address of at most 255 characters without control "
+        "characters is required (the agent's --address)");
+  }
+  std::string address = reg.address;
+  if (address.empty()) address = RemoteIp(remote_ip);
+  if (address.empty()) address = reg.node;
+  return address;
+}
+
+// Whether `reg` lists attempt `attempt` of job `id` as ended there (its event follows).
+bool ListsEnded(const protocol::Registration& reg, int64_t id, int attempt) {
+  return std::any_of(reg.ended.begin(), reg.ended.end(), [&](const protocol::RunningTask& t) {
+    return t.job_id == id && t.attempt == attempt;
+  });
+}
+
 }  // namespace
 
 void internal::ReserveStrayGpus(
@@ -373,17 +396,7 @@ Result<protocol::RegistrationReply> Controller::RegisterNode(protocol::Registrat
   }
   GP_RETURN_IF_ERROR(
       protocol::CheckCompatible(protocol::kVersion, reg.version, "the agent on node " + name));
-  // The address becomes each task's host there, stored with its job; the store reads back
-  // no string over 64 KiB nor one with a NUL byte (the fourth red team: a node's 70,000-byte
-  // address left every job placed there unreadable, and the controller could not restart).
-  if (reg.address.size() > 255 || HasControlCharacter(reg.address)) {
-    return Status::InvalidArgument(
-        "address: a host name or IP address of at most 255 characters without control "
-        "characters is required (the agent's --address)");
-  }
-  std::string address = reg.address;
-  if (address.empty()) address = RemoteIp(remote_ip);
-  if (address.empty()) address = name;
+  GP_ASSIGN_OR_RETURN(const std::string address, RegisteredAddress(reg, remote_ip));
   const int64_t now = clock_->NowMicros();
   store::NodeRecord rec;
   rec.name = name;
@@ -470,9 +483,12 @@ Result<protocol::RegistrationReply> Controller::RegisterNode(protocol::Registrat
       }
     }
     // Jobs requeued when this node was lost wait for its lease no more: it listed what
-    // still runs here (stray_running, stopped before they start again).
+    // still runs here (stray_running, stopped before they start again). One whose lost
+    // attempt it lists as ended waits for that end, which follows (it may have
+    // succeeded: job_lifecycle_late.h); the end lifts the wait, as does the lease.
     for (int64_t id : index_.PendingFenced()) {
-      if (active_.at(id).fence_node == name) {
+      const Job& fenced = active_.at(id);
+      if (fenced.fence_node == name && !ListsEnded(reg, id, fenced.attempt)) {
         forgotten.push_back({id, lifecycle::FenceLifted{name}, {}});
       }
     }
@@ -863,7 +879,15 @@ Status Controller::ApplyEvents(const std::string& node, const EventBatch& batch)
         n->second.stray_gpus.erase({raw.job_id, raw.attempt});
       }
       auto job = active_.find(raw.job_id);
-      if (job == active_.end()) continue;  // already final: a resent event
+      if (job == active_.end()) {
+        // Ended: a resent event, or a lost attempt's late end (job_lifecycle_late.h).
+        if (raw.kind == protocol::EventKind::kExited) {
+          Change late{raw.job_id, LifecycleEvent(node, raw, time_us), {}};
+          late.may_have_ended = true;
+          changes.push_back(std::move(late));
+        }
+        continue;
+      }
       if (raw.kind == protocol::EventKind::kLost && raw.not_started && launch_failure.empty() &&
           IsUnstartedTaskHere(job->second, node, raw)) {
         launch_failure =

@@ -5,6 +5,7 @@
 #include <limits>
 #include <map>
 
+#include "controller/job_lifecycle_late.h"
 #include "controller/job_words.h"
 
 namespace gpupool::controller::lifecycle {
@@ -143,6 +144,7 @@ jobs::EarlierAttempt EndedAttempt(const Job& ended, jobs::AttemptEnd how,
                            .start_time_us = ended.start_time_us,
                            .gpu_hours = AttemptGpuHours(ended),
                            .reason = reason};
+  for (const jobs::TaskPlacement& p : ended.placement) run.gpus += jobs::PlacedGpus(p);
   for (const jobs::TaskStatus& ts : ended.tasks) {
     if (ts.start_time_us == 0) continue;
     if (run.start_time_us == 0 || ts.start_time_us < run.start_time_us) {
@@ -449,6 +451,7 @@ Result<Transition> OnStarted(const Job& job, const TaskStarted& e, int64_t now_u
 }
 
 Result<Transition> OnExited(const Job& job, const TaskExited& e, int64_t now_us) {
+  if (std::optional<Transition> late = LateEnd(job, e, now_us)) return *std::move(late);
   if (!IsTaskOf(job, e.node, e.task, e.attempt)) return Unchanged(job);
   const auto t = static_cast<size_t>(e.task);
   if (e.kill_cause == protocol::KillCause::kNodeLease && !job.cancel_requested &&

@@ -200,9 +200,12 @@ struct Effects {
   bool pending_reason_changed = false;  // next.pending_reason replaces the one shown
   bool preempting = false;              // a preemption began: its tasks are being stopped
   double preempted_gpu_hours = -1;      // >= 0: a preempted attempt ended and was requeued
-  std::vector<StrayStop> strays;        // tasks that may outlive the job's record
-  std::string log;                      // one line for the log, when worth one
-  bool log_warning = false;             // ... at warning level
+  // The GPU-hours an ended job's record gained from a lost attempt's end reported late
+  // (job_lifecycle_late.h): charged to its user and project on top of what its end was.
+  double late_gpu_hours = 0;
+  std::vector<StrayStop> strays;  // tasks that may outlive the job's record
+  std::string log;                // one line for the log, when worth one
+  bool log_warning = false;       // ... at warning level
   // A time the node reported that was kept bounded (BoundNodeTime): one line, at warning
   // level, with the node, job, task and the reported and kept times.
   std::string node_time_log;

@@ -115,6 +115,9 @@ TEST(JobLifecycleTable, EveryStateAndEvent) {
                                   Refused(), Refused(), Refused(), Same(),    Same(), Same(),
                                   Same(),    Same(),    Same(),    Refused(), Same()}
             : table.at(s);
+    // A LOST job's task, closed by the loss, ending after all: its record takes the late
+    // end (job_lifecycle_late.h); the job stays LOST.
+    if (s == S::kLost) row[2] = To(S::kLost);
     for (size_t e = 0; e < events.size(); ++e) {
       const Job job = InState(s);
       Result<Transition> t = Step(job, events[e], kNow);
@@ -502,7 +505,8 @@ TEST(JobLifecycleTest, ALostOrFailedAttemptKeepsItsGpuHours) {
                                   .start_time_us = kNow - 10 * kHourUs,
                                   .end_time_us = kNow,
                                   .gpu_hours = 19.0,  // 10 h + 9 h of one GPU each
-                                  .reason = "node n1 stopped responding"}));
+                                  .reason = "node n1 stopped responding",
+                                  .gpus = 2}));
   EXPECT_EQ(t->next.preemptions, 0);  // not a preemption
   EXPECT_EQ(t->next.preempted_gpu_hours, 0);
   EXPECT_LT(t->effects.preempted_gpu_hours, 0);
@@ -811,7 +815,8 @@ TEST(JobLifecycleTest, APreemptedGangStopsKeepsItsGpusUntilItsTasksEndThenIsRequ
                                   .start_time_us = kNow - 1800'000'000,
                                   .end_time_us = kNow,
                                   .gpu_hours = 1.0,
-                                  .reason = "preempted by job 9, of higher priority (10 > 0)"}));
+                                  .reason = "preempted by job 9, of higher priority (10 > 0)",
+                                  .gpus = 2}));
   EXPECT_FALSE(again.cancel_requested);
   EXPECT_EQ(again.preempted_by, 0);
   EXPECT_FALSE(again.checkpoint_done);

@@ -74,6 +74,7 @@ Status PoolAccounting::FoldEndedLocked(int64_t now_us, std::map<int64_t, Key>* k
   Controller::Ends fed = controller_->TakeEnds();
   // Until a read succeeds: the ends taken by a run whose read failed are in the store.
   if (!fed.complete) read_store_ = true;
+  std::set<int64_t> read;  // counted by this run's store read, late ends included
   if (read_store_) {
     store::JobFilter recent;
     recent.states = {jobs::JobState::kSucceeded, jobs::JobState::kFailed,
@@ -84,12 +85,18 @@ Status PoolAccounting::FoldEndedLocked(int64_t now_us, std::map<int64_t, Key>* k
     read_store_ = false;
     std::set<std::string> projects;  // after a restart, the controller knows none of them
     for (const jobs::Job& j : ended) {
+      if (recent_.count(j.id) == 0) read.insert(j.id);
       CountEndedLocked(j, now_us, keys);
       projects.insert(jobs::AccountingProject(j));
     }
     controller_->NoteListedProjects(projects);
   }
   for (const jobs::Job& j : fed.jobs) CountEndedLocked(j, now_us, keys);
+  // A late end's GPU-hours on a job counted before (by its end, or a read before this
+  // one); a job this run's read counted has them in its record already.
+  for (const Controller::LateCharge& c : fed.late) {
+    if (read.count(c.job.id) == 0) ended_gpu_hours_[MetricsKey(c.job)] += c.gpu_hours;
+  }
   read_until_us_ = now_us;
   while (!recent_order_.empty() && recent_order_.front().first < now_us - 2 * kEndedOverlapUs) {
     recent_.erase(recent_order_.front().second);

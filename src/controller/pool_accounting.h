@@ -4,7 +4,9 @@
 // kept here from run to run: jobs ended by state, and their allocated and used
 // (utilisation-weighted, telemetry.h) GPU-hours by (user, project).
 //
-// An ended job never changes, so a run adds only the jobs that ended since the last one,
+// An ended job's state never changes (its record may gain the GPU-hours of a lost
+// attempt's end reported late: those come as Ends::late and are added on top), so a run
+// adds only the jobs that ended since the last one,
 // not every job ever run: those the controller installed since (Controller::TakeEnds),
 // with no store read. The first run reads every ended job from the store, and so does a
 // run after the controller dropped ends (more than Controller::kMaxKeptEnds between two

@@ -29,7 +29,8 @@ double JobGpuHours(const jobs::Job& j, int64_t since_us, int64_t until_us, int64
     hours += EarlierGpuHoursInside(a, since_us, until_us);
   }
   if (j.start_time_us <= 0) return hours;  // the current attempt never ran
-  const int64_t end = j.end_time_us > 0 ? j.end_time_us : now_us;
+  // A LOST job's GPUs were held up to its real end when its node reported it late.
+  const int64_t end = j.end_time_us > 0 ? std::max(j.end_time_us, j.late_end_time_us) : now_us;
   const int64_t from = std::max(j.start_time_us, since_us);
   const int64_t to = std::min(end, until_us);
   if (to <= from) return hours;
@@ -59,7 +60,7 @@ bool HeldGpusInside(const jobs::Job& j, int64_t since_us, int64_t until_us, int6
     if (EarlierGpuHoursInside(a, since_us, until_us) > 0) return true;
   }
   if (j.start_time_us <= 0) return false;  // never ran
-  const int64_t end = j.end_time_us > 0 ? j.end_time_us : now_us;
+  const int64_t end = j.end_time_us > 0 ? std::max(j.end_time_us, j.late_end_time_us) : now_us;
   return std::min(end, until_us) > std::max(j.start_time_us, since_us);
 }
 

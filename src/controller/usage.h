@@ -35,7 +35,8 @@ struct UsageRow {
 };
 
 // The GPU-hours job `j` held inside [since_us, until_us) (up to now_us while it runs),
-// its earlier attempts' included.
+// its earlier attempts' included; a LOST job's up to its real end when its node reported
+// it late (Job::late_end_time_us).
 double JobGpuHours(const jobs::Job& j, int64_t since_us, int64_t until_us, int64_t now_us);
 
 // The (user, project) of /metrics' GPU-hours series (pool_accounting.h): project "(none)"

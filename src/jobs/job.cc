@@ -209,7 +209,9 @@ bool IsValidTransition(JobState from, JobState to) {
   using S = JobState;
   switch (from) {
     case S::kPending:
-      return to == S::kPending || to == S::kAssigned || to == S::kCancelled;
+      // SUCCEEDED: a requeued job whose lost attempt's node reported, late, that it had
+      // succeeded (docs/health.md, "An end reported late"): it is not run again.
+      return to == S::kPending || to == S::kAssigned || to == S::kCancelled || to == S::kSucceeded;
     case S::kAssigned:
     case S::kRunning:
       // ASSIGNED ends without running when its tasks fail to start or are stopped first;
@@ -223,7 +225,9 @@ bool IsValidTransition(JobState from, JobState to) {
     case S::kCancelled:
     case S::kTimeout:
     case S::kLost:
-      return false;
+      // An ended job's state is final; its record may still take the late end of a lost
+      // attempt (docs/health.md, "An end reported late"), in the same state.
+      return to == from;
   }
   return false;
 }

@@ -3,11 +3,12 @@
 // PENDING -> ASSIGNED -> RUNNING -> SUCCEEDED | FAILED | CANCELLED | TIMEOUT | LOST.
 // A pending job may also go straight to CANCELLED; an assigned one to any end (its tasks
 // failed to start, were stopped or lost before all of them ran); an assigned or running
-// one back to PENDING when its node was lost and it asked to be requeued. Ended states
-// are final. IsValidTransition is this table; controller/job_lifecycle.h makes every
-// transition and checks it. Every transition is persisted by the controller before it
-// is acted on.
-// Plain value types; not thread-safe to mutate concurrently.
+// one back to PENDING when its node was lost and it asked to be requeued; a requeued
+// pending one to SUCCEEDED when its lost attempt turns out, late, to have succeeded
+// (docs/health.md, "An end reported late"). Ended states are final (a transition to the
+// same state records a lost attempt's late end). IsValidTransition is this table;
+// controller/job_lifecycle.h makes every transition and checks it. Every transition is persisted by
+// the controller before it is acted on. Plain value types; not thread-safe to mutate concurrently.
 #pragma once
 
 #include <sys/types.h>
@@ -90,6 +91,9 @@ struct TaskStatus {
   std::string kill_detail;
   std::string stdout_path;  // on its node, set when it starts
   std::string stderr_path;
+  // Its end (end_time_us, exit_code, signal, reason) was reported by its node after the
+  // controller had declared it lost (docs/health.md, "An end reported late").
+  bool reported_late = false;
   bool failed() const {
     return ended && !cancelled && (timed_out || signal || !exit_code || *exit_code != 0);
   }
@@ -169,6 +173,14 @@ struct EarlierAttempt {
   int64_t end_time_us = 0;
   double gpu_hours = 0;
   std::string reason;
+  // The GPUs its tasks held together (0: kept before this was), for a late end's charge.
+  double gpus = 0;
+  // A lost attempt whose node reported its real end later (docs/health.md, "An end
+  // reported late"): when it was declared lost (its end until then; end_time_us and
+  // gpu_hours now run to the real end), and how it really ended, in words. 0 and empty
+  // for an attempt no late report came for.
+  int64_t lost_time_us = 0;
+  std::string late_reason;
   friend bool operator==(const EarlierAttempt&, const EarlierAttempt&) = default;
 };
 inline constexpr size_t kMaxEarlierAttempts = 16;
@@ -260,6 +272,15 @@ struct Job {
   int64_t end_time_us = 0;    // 0 = not ended
   std::optional<int> exit_code;
   std::optional<int> signal;
+  // A LOST job's real end, reported by its node after the loss (docs/health.md, "An end
+  // reported late"): the latest reported end of its tasks (its GPUs were held until then,
+  // and are charged so), how task 0 (or the first failed task) ended, in words and as an
+  // exit code or signal. The job stays LOST: what depended on its outcome acted on that.
+  // 0 / empty: no late report.
+  int64_t late_end_time_us = 0;
+  std::optional<int> late_exit_code;
+  std::optional<int> late_signal;
+  std::string late_reason;
   std::vector<TaskPlacement> placement;
   std::vector<TaskStatus> tasks;  // one per placement entry while placed (see TaskStatus)
   // The rendezvous port on task 0's node (MASTER_PORT), picked by that node's agent when

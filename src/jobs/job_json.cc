@@ -157,6 +157,7 @@ OrderedJson TaskStatusToJson(const TaskStatus& t) {
   if (!t.kill_detail.empty()) j["kill_detail"] = t.kill_detail;
   if (!t.stdout_path.empty()) j["stdout_path"] = t.stdout_path;
   if (!t.stderr_path.empty()) j["stderr_path"] = t.stderr_path;
+  if (t.reported_late) j["reported_late"] = true;
   return j;
 }
 
@@ -176,6 +177,7 @@ Result<TaskStatus> TaskStatusFromJson(const Json& j, std::string_view path, bool
   f.Optional("kill_detail", &t.kill_detail);
   f.Optional("stdout_path", &t.stdout_path);
   f.Optional("stderr_path", &t.stderr_path);
+  f.Optional("reported_late", &t.reported_late);
   GP_RETURN_IF_ERROR(f.Finish());
   for (const auto* s :
        {&t.host, &t.reason, &t.kill_cause, &t.kill_detail, &t.stdout_path, &t.stderr_path}) {
@@ -192,6 +194,18 @@ OrderedJson MountsToJson(const std::vector<Mount>& list) {
     mounts.push_back({{"source", m.source}, {"target", m.target}, {"read_only", m.read_only}});
   }
   return mounts;
+}
+
+// How the job ended, and a LOST job's end reported late (docs/health.md).
+void EndToJson(const Job& job, OrderedJson& j) {
+  if (job.exit_code) j["exit_code"] = *job.exit_code;
+  if (job.late_end_time_us != 0) {
+    j["late_end_time_us"] = job.late_end_time_us;
+    if (job.late_exit_code) j["late_exit_code"] = *job.late_exit_code;
+    if (job.late_signal) j["late_signal"] = *job.late_signal;
+    j["late_reason"] = job.late_reason;
+  }
+  if (job.signal) j["signal"] = *job.signal;
 }
 
 }  // namespace
@@ -251,8 +265,7 @@ OrderedJson JobToJson(const Job& job) {
   if (job.launch_failures != 0) j["launch_failures"] = job.launch_failures;
   j["start_time_us"] = job.start_time_us;
   j["end_time_us"] = job.end_time_us;
-  if (job.exit_code) j["exit_code"] = *job.exit_code;
-  if (job.signal) j["signal"] = *job.signal;
+  EndToJson(job, j);
   OrderedJson placement = OrderedJson::array();
   for (const TaskPlacement& p : job.placement) {
     placement.push_back({{"node", p.node},
@@ -307,6 +320,11 @@ OrderedJson JobToJson(const Job& job) {
       r["end_time_us"] = a.end_time_us;
       r["gpu_hours"] = a.gpu_hours;
       if (!a.reason.empty()) r["reason"] = a.reason;
+      if (a.gpus > 0) r["gpus"] = a.gpus;
+      if (a.lost_time_us != 0) {
+        r["lost_time_us"] = a.lost_time_us;
+        r["late_reason"] = a.late_reason;
+      }
       runs.push_back(std::move(r));
     }
     j["earlier_attempts"] = std::move(runs);
@@ -398,6 +416,9 @@ Status EarlierAttemptFromJson(const Json& run, const std::string& path, bool old
     af.Optional("merged", &a.merged, 1);
     af.Required("ended_by", &ended_by);
     af.Optional("reason", &a.reason);
+    af.Optional("gpus", &a.gpus);
+    af.Optional("lost_time_us", &a.lost_time_us, 0);
+    af.Optional("late_reason", &a.late_reason);
   }
   GP_RETURN_IF_ERROR(af.Finish());
   const std::optional<AttemptEnd> end = ParseAttemptEnd(ended_by);
@@ -407,10 +428,11 @@ Status EarlierAttemptFromJson(const Json& run, const std::string& path, bool old
   }
   a.ended_by = *end;
   if (!std::isfinite(a.gpu_hours) || a.gpu_hours < 0 || a.end_time_us < a.start_time_us ||
-      a.reason.size() > kMaxAttemptReason) {
+      !std::isfinite(a.gpus) || a.gpus < 0 || a.reason.size() > kMaxAttemptReason ||
+      a.late_reason.size() > kMaxAttemptReason) {
     return Status::InvalidArgument(path +
-                                   ": expected gpu_hours >= 0, end_time_us >= "
-                                   "start_time_us and a reason of at most " +
+                                   ": expected gpu_hours >= 0, gpus >= 0, end_time_us >= "
+                                   "start_time_us and a reason and late_reason of at most " +
                                    std::to_string(kMaxAttemptReason) + " bytes");
   }
   *out = std::move(a);
@@ -576,6 +598,10 @@ Result<Job> JobFromJson(const Json& j, std::string_view path, bool reject_unknow
   f.Optional("end_time_us", &job.end_time_us, 0);
   f.Optional("exit_code", &job.exit_code);
   f.Optional("signal", &job.signal);
+  f.Optional("late_end_time_us", &job.late_end_time_us, 0);
+  f.Optional("late_exit_code", &job.late_exit_code);
+  f.Optional("late_signal", &job.late_signal);
+  f.Optional("late_reason", &job.late_reason);
   GP_RETURN_IF_ERROR(PlacementFromJson(f, reject_unknown, &job));
   if (const Json* tasks = f.Array("tasks")) {
     for (size_t i = 0; i < tasks->size(); ++i) {

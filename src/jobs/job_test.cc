@@ -23,6 +23,10 @@ TEST(JobStateTest, TransitionsFollowTheStateMachine) {
   EXPECT_FALSE(IsValidTransition(JobState::kPending, JobState::kRunning));
   EXPECT_FALSE(IsValidTransition(JobState::kPending, JobState::kFailed));
   EXPECT_FALSE(IsValidTransition(JobState::kCancelled, JobState::kPending));
+  // An end reported late: a requeued job's lost attempt succeeded; a LOST job's record.
+  EXPECT_TRUE(IsValidTransition(JobState::kPending, JobState::kSucceeded));
+  EXPECT_TRUE(IsValidTransition(JobState::kLost, JobState::kLost));
+  EXPECT_FALSE(IsValidTransition(JobState::kLost, JobState::kSucceeded));
   for (JobState s : {JobState::kSucceeded, JobState::kFailed, JobState::kCancelled,
                      JobState::kTimeout, JobState::kLost}) {
     EXPECT_TRUE(IsTerminal(s));
@@ -185,6 +189,40 @@ TEST(JobJsonTest, EarlierAttemptsRoundTripAndStayBounded) {
 // Jobs stored by the previous version kept only their preempted attempts, as
 // preempted_attempts without a cause: they read as preempted attempts and are written
 // back in the new form.
+// An end reported late (docs/health.md): the job's, its task's and an earlier attempt's
+// records round-trip (a restarted controller, either store, reads them from the body).
+TEST(JobJsonTest, LateEndsRoundTrip) {
+  Job j;
+  j.id = 7;
+  j.state = JobState::kLost;
+  j.late_end_time_us = 500;
+  j.late_exit_code = 0;
+  j.late_reason = "exited with code 0, reported after its node was lost (the job stays LOST)";
+  j.placement = {{"n1", {0}, {"GPU-0"}, 1000}};
+  j.tasks.resize(1);
+  j.tasks[0].reported_late = true;
+  j.tasks[0].exit_code = 0;
+  AddEarlierAttempt(j, {.attempt = 1,
+                        .ended_by = AttemptEnd::kLost,
+                        .start_time_us = 100,
+                        .end_time_us = 400,
+                        .gpu_hours = 0.25,
+                        .reason = "node n1 stopped responding",
+                        .gpus = 2,
+                        .lost_time_us = 200,
+                        .late_reason = "exited with code 3, reported after its node was lost"});
+  const Json json = Json::parse(DumpJson(JobToJson(j)));
+  EXPECT_EQ(json["late_end_time_us"], 500);
+  EXPECT_EQ(json["tasks"][0]["reported_late"], true);
+  EXPECT_EQ(json["earlier_attempts"][0]["lost_time_us"], 200);
+  Result<Job> back = JobFromJson(json);
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(*back, j);
+  Json bad = json;
+  bad["earlier_attempts"][0]["gpus"] = -1;
+  EXPECT_FALSE(JobFromJson(bad).ok());
+}
+
 TEST(JobJsonTest, PreemptedAttemptsOfAnOlderStoreReadAsEarlierAttempts) {
   Result<Job> old = JobFromJson(
       Json::parse(R"({"preemptions": 1, "preempted_gpu_hours": 4, "preempted_attempts": [)"

@@ -466,6 +466,47 @@ class RecoveryTest(unittest.TestCase):
         self.assertRegex(show.stdout, r"Attempt 1: .*GPU-hours; lost: node .* stopped responding",
                          show.stdout + show.stderr)
 
+    def test_a_lost_jobs_real_end_reported_late_is_recorded_and_charged(self):
+        # adv4 findings 1 and 2 (docs/health.md, "An end reported late"): the agent dies,
+        # its jobs are declared lost, their processes go on and exit 0; the agent returns.
+        self._split_pool(node_timeout=2)
+        plain = self.pool.submit(["sh", "-c", "sleep 6; echo finished-ok"], gpus=1)
+        again = self.pool.submit(["sh", "-c", "sleep 6; echo finished-ok"], gpus=1,
+                                 requeue=True)
+        self.pool.wait_state(plain, ("RUNNING",))
+        self.pool.wait_state(again, ("RUNNING",))
+        self.pool.kill9("agent")
+        lost = self.pool.wait_state(plain, ("LOST",), timeout=30)
+        self.pool.wait_state(again, ("PENDING",), timeout=30)
+        time.sleep(7)  # both processes have exited 0 by now
+        self.pool.start_agent(self.token)
+        # The requeued job is not run again: its lost attempt succeeded.
+        j = self.pool.wait_state(again, FINAL, timeout=30)
+        self.assertEqual(j["state"], "SUCCEEDED", j)
+        self.assertEqual(j["attempt"], 1, j)
+        self.assertIn("attempt 1 on node itest succeeded", j["reason"])
+        run = j["earlier_attempts"][0]
+        self.assertIn("exited with code 0", run["late_reason"])
+        self.assertGreater(run["gpu_hours"], 5.5 / 3600, j)  # to its real end, not the loss
+        # The LOST job stays LOST; its record says the process succeeded, and when.
+        deadline = time.time() + 20
+        while time.time() < deadline and "late_end_time_us" not in self.pool.job(plain):
+            time.sleep(0.1)
+        late = self.pool.job(plain)
+        self.assertEqual(late["state"], "LOST", late)
+        self.assertEqual(late.get("late_exit_code"), 0, late)
+        self.assertGreater(late["late_end_time_us"] - late["start_time_us"], 5_500_000, late)
+        self.assertEqual(late["end_time_us"], lost["end_time_us"], late)
+        st, body, _ = call(self.pool.sock, "GET", "/v1/usage?by=user")
+        self.assertEqual(st, 200, body)
+        row = [r for r in body["rows"] if r["key"] == late["user"]][0]
+        self.assertGreater(row["gpu_hours"], 11 / 3600, body)  # both charged to their real end
+        env = dict(os.environ, GPUPOOL_SERVER="unix:" + self.pool.sock)
+        show = subprocess.run([GPUPOOL, "show", str(plain)], env=env, capture_output=True,
+                              text=True, timeout=60)
+        self.assertRegex(show.stdout, r"Late end: .*exited with code 0, reported after its node "
+                         r"was lost", show.stdout + show.stderr)
+
 
 class StopTest(unittest.TestCase):
     # Issue 15 A.5: "Ctrl-C on `up` takes 7-11 s and prints nothing".

@@ -255,6 +255,9 @@ void EarlierAttemptLines(const Json& job, const Line& line) {
     std::string text = FormatTimeUtc(start) + ", ran " + FormatDuration(ran_s) + ", " + hours +
                        " GPU-hours; " + (how == "gpu_failed" ? "its GPU failed" : how);
     if (auto r = GetString(a, "reason"); !r.empty()) text += ": " + r;
+    if (auto late = GetString(a, "late_reason"); !late.empty()) {
+      text += "; then it " + late + " at " + FormatTimeUtc(GetInt(a, "end_time_us"));
+    }
     line(key, text);
   }
 }
@@ -344,6 +347,10 @@ std::string RenderJob(const Json& job, int64_t now_us) {
   if (const Json* sig = Field(job, "signal")) line("Signal", sig->dump());
   if (auto r = GetString(job, "pending_reason"); !r.empty()) line("Waiting", r);
   if (auto r = GetString(job, "reason"); !r.empty()) line("Reason", r);
+  if (const int64_t late = GetInt(job, "late_end_time_us"); late > 0) {
+    // A LOST job whose node reported its real end afterwards (docs/health.md).
+    line("Late end", FormatTimeUtc(late) + ", " + GetString(job, "late_reason"));
+  }
   if (const Json& tasks = GetArray(job, "tasks"); tasks.size() == 1) {
     if (auto c = KillCause(tasks[0]); !c.empty()) line("Kill cause", c);
   }

@@ -183,6 +183,23 @@ TEST(RenderJobTest, EarlierAttempts) {
                      "  Attempt:    4\n"),
             std::string::npos)
       << out;
+  // Lost, then its end reported late (docs/health.md, "An end reported late").
+  const Json late = Parse(R"j({"id": 9, "state": "LOST", "attempt": 1,
+    "late_end_time_us": 1793527200000000, "late_exit_code": 0,
+    "late_reason": "exited with code 0, reported after its node was lost (the job stays LOST)",
+    "earlier_attempts": [{"attempt": 1, "ended_by": "lost", "start_time_us": 1793491200000000,
+     "end_time_us": 1793491260000000, "gpu_hours": 1, "lost_time_us": 1793491230000000,
+     "late_reason": "exited with code 3, reported after its node was lost"}]})j");
+  EXPECT_NE(RenderJob(late, kRenderNow)
+                .find("  Late end:   2026-11-01T10:00:00Z, exited with code 0, reported after its "
+                      "node was lost (the job stays LOST)\n"),
+            std::string::npos)
+      << RenderJob(late, kRenderNow);
+  EXPECT_NE(RenderJob(late, kRenderNow)
+                .find("lost; then it exited with code 3, reported after its node was lost at "
+                      "2026-11-01T00:01:00Z\n"),
+            std::string::npos)
+      << RenderJob(late, kRenderNow);
   const Json merged = Parse(R"({"id": 9, "attempt": 20, "earlier_attempts": [{"attempt": 1,
     "merged": 3, "ended_by": "preempted", "start_time_us": 1, "end_time_us": 1,
     "gpu_hours": 1}]})");

@@ -1,0 +1,164 @@
+// An end reported late (docs/health.md, "An end reported late"; job_lifecycle_late.h):
+// a node cut off past the node timeout comes back and reports the real end of a task the
+// controller had declared lost. adv4 findings 1 and 2 (s15, s22, s14).
+#include "controller/controller_test.h"
+#include "controller/pool_accounting.h"
+#include "controller/telemetry_service.h"
+#include "controller/usage.h"
+
+namespace gpupool::controller::controller_test {
+namespace {
+
+constexpr int64_t kS = 1'000'000;
+
+class LateEndTest : public ControllerTest {
+ protected:
+  void SetUp() override {
+    ControllerTest::SetUp();
+    ControllerOptions o;
+    o.node_lease_us = 60 * kS;
+    Restart(o);
+    Register(2, {}, "n1");
+  }
+  // A 2-GPU job of alice placed on n1 and started there; its start time.
+  Job Start(bool requeue) {
+    Job job = MakeJob(2);
+    job.requeue = requeue;
+    job = c_->Submit(job, alice_).value();
+    EXPECT_TRUE(c_->ScheduleOnce().ok());
+    job = Get(job.id);
+    EXPECT_EQ(job.state, JobState::kAssigned);
+    EXPECT_TRUE(Apply({Ev(job, protocol::EventKind::kStarted)}).ok());
+    return Get(job.id);
+  }
+  // n1 falls silent: time passes past the node timeout (10 s) in steps, swept after each.
+  void Silence(int64_t micros) {
+    while (micros > 0) {
+      const int64_t step = std::min<int64_t>(micros, 4 * kS);
+      clock_.AdvanceMicros(step);
+      micros -= step;
+      ASSERT_TRUE(c_->SweepNodes().ok());
+    }
+  }
+  // n1's agent comes back: it registers listing `job`'s task as ended, then reports that
+  // its process exited with `code` at `end_us`.
+  void ComesBackReporting(const Job& job, int attempt, int code, int64_t end_us) {
+    protocol::Registration r;
+    r.node = "n1";
+    r.info = MakeNode(2);
+    r.version = version_;
+    r.cpu_milli = 64'000;
+    r.memory_mib = 256'000;
+    r.ended.push_back({job.id, 0, attempt});
+    ASSERT_TRUE(c_->RegisterNode(r, "").ok());
+    Event e = Ev(job, protocol::EventKind::kExited, code);
+    e.attempt = attempt;
+    e.time_us = end_us;
+    ASSERT_TRUE(Apply({e}).ok());
+  }
+  double UsageOf(const Job& job) {
+    return JobGpuHours(Get(job.id), 0, INT64_MAX, clock_.NowMicros());
+  }
+};
+
+// s15 and s14: a job without --requeue is LOST when n1 falls silent; its process exits 0
+// 30 s after its start and n1 reports it later. The job stays LOST (its dependants acted
+// on that), its record says the process succeeded and when, and its 2 GPUs are charged
+// up to that end, in usage and in /metrics' ended GPU-hours, after a restart too.
+TEST_F(LateEndTest, ALostJobsLateSuccessIsRecordedAndChargedToItsRealEnd) {
+  TelemetryService telemetry(c_.get(), store_.get(), &clock_);
+  PoolAccounting accounting(c_.get(), store_.get(), &clock_, &telemetry);
+  ASSERT_TRUE(accounting.Fold().ok());
+  const Job job = Start(false);
+  const int64_t started = job.start_time_us;
+  Silence(12 * kS);
+  Job lost = Get(job.id);
+  ASSERT_EQ(lost.state, JobState::kLost);
+  const int64_t lost_at = lost.end_time_us;
+  ASSERT_TRUE(accounting.Fold().ok());
+  const auto key = std::make_pair(std::string("alice"), std::string("(none)"));
+  const double at_loss = 2.0 * static_cast<double>(lost_at - started) / 3.6e9;
+  EXPECT_NEAR(accounting.ended_totals().gpu_hours[key], at_loss, 1e-9);
+  clock_.AdvanceMicros(40 * kS);
+  ComesBackReporting(job, 1, 0, started + 30 * kS);
+  Job late = Get(job.id);
+  EXPECT_EQ(late.state, JobState::kLost);
+  EXPECT_EQ(late.end_time_us, lost_at);
+  EXPECT_EQ(late.late_end_time_us, started + 30 * kS);
+  EXPECT_EQ(late.late_exit_code, 0);
+  EXPECT_NE(late.late_reason.find("exited with code 0, reported after its node was lost"),
+            std::string::npos)
+      << late.late_reason;
+  ASSERT_EQ(late.tasks.size(), 1u);
+  EXPECT_TRUE(late.tasks[0].reported_late);
+  const double to_end = 2.0 * 30 / 3600;
+  EXPECT_NEAR(UsageOf(job), to_end, 1e-9);
+  ASSERT_TRUE(accounting.Fold().ok());
+  EXPECT_NEAR(accounting.ended_totals().gpu_hours[key], to_end, 1e-9);
+  // Reported again (the agent resends until acknowledged): nothing more.
+  ComesBackReporting(job, 1, 0, started + 30 * kS);
+  ASSERT_TRUE(accounting.Fold().ok());
+  EXPECT_NEAR(accounting.ended_totals().gpu_hours[key], to_end, 1e-9);
+  // The record is stored: a restarted controller (and a fresh accounting) read it.
+  Restart();
+  EXPECT_EQ(Get(job.id).late_end_time_us, started + 30 * kS);
+  TelemetryService telemetry2(c_.get(), store_.get(), &clock_);
+  PoolAccounting fresh(c_.get(), store_.get(), &clock_, &telemetry2);
+  ASSERT_TRUE(fresh.Fold().ok());
+  EXPECT_NEAR(fresh.ended_totals().gpu_hours[key], to_end, 1e-9);
+}
+
+// s22: a --requeue job whose n1 falls silent is PENDING for attempt 2, waiting for n1's
+// lease. n1 comes back listing attempt 1 as ended (exit 0): the job ends SUCCEEDED, it is
+// not run again, and attempt 1 is charged to its real end.
+TEST_F(LateEndTest, ARequeuedJobWhoseLostAttemptSucceededIsNotRunAgain) {
+  const Job job = Start(true);
+  const int64_t started = job.start_time_us;
+  Silence(12 * kS);
+  ASSERT_EQ(Get(job.id).state, JobState::kPending);
+  ASSERT_EQ(Get(job.id).fence_node, "n1");
+  clock_.AdvanceMicros(8 * kS);
+  ComesBackReporting(job, 1, 0, started + 14 * kS);
+  ASSERT_TRUE(c_->ScheduleOnce().ok());
+  Job done = Get(job.id);
+  EXPECT_EQ(done.state, JobState::kSucceeded) << done.reason << " / " << done.pending_reason;
+  EXPECT_EQ(done.attempt, 1);
+  EXPECT_EQ(done.exit_code, 0);
+  EXPECT_NE(done.reason.find("attempt 1 on node n1 succeeded"), std::string::npos) << done.reason;
+  EXPECT_NEAR(UsageOf(job), 2.0 * 14 / 3600, 1e-9);
+}
+
+// The late end comes after attempt 2 was placed (here: n1's lease ran out first): attempt
+// 2 goes on; attempt 1's GPU time is charged to its real end.
+TEST_F(LateEndTest, AfterTheNextAttemptStartedItGoesOnAndTheLostOneIsCharged) {
+  Register(2, {}, "n2");
+  const Job job = Start(true);
+  const std::string lost_node = job.placement.at(0).node;
+  const std::string other = lost_node == "n1" ? "n2" : "n1";
+  const int64_t started = job.start_time_us;
+  // Past the node timeout and the lease, the other node alive.
+  for (int i = 0; i < 20; ++i) {
+    clock_.AdvanceMicros(4 * kS);
+    ASSERT_TRUE(c_->WaitForWork(other, 0).ok());
+    ASSERT_TRUE(c_->SweepNodes().ok());
+  }
+  ASSERT_TRUE(c_->ScheduleOnce().ok());
+  Job second = Get(job.id);
+  ASSERT_EQ(second.attempt, 2) << second.pending_reason;
+  ASSERT_EQ(second.placement.at(0).node, other);
+  ASSERT_TRUE(Apply({Ev(second, protocol::EventKind::kStarted)}, other).ok());
+  Event e = Ev(job, protocol::EventKind::kExited, 0);
+  e.attempt = 1;
+  e.time_us = started + 50 * kS;
+  ASSERT_TRUE(Apply({e}, lost_node).ok());
+  Job running = Get(job.id);
+  EXPECT_EQ(running.state, JobState::kRunning);
+  EXPECT_EQ(running.attempt, 2);
+  ASSERT_EQ(running.earlier_attempts.size(), 1u);
+  EXPECT_EQ(running.earlier_attempts[0].end_time_us, started + 50 * kS);
+  EXPECT_NE(running.earlier_attempts[0].late_reason.find("exited with code 0"), std::string::npos);
+  EXPECT_NEAR(running.earlier_attempts[0].gpu_hours, 2.0 * 50 / 3600, 1e-9);
+}
+
+}  // namespace
+}  // namespace gpupool::controller::controller_test

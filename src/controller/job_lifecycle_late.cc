@@ -1,0 +1,197 @@
+#include "controller/job_lifecycle_late.h"
+
+#include <algorithm>
+#include <string>
+
+#include "controller/job_words.h"
+
+namespace gpupool::controller::lifecycle {
+namespace {
+
+using jobs::Job;
+using jobs::JobState;
+
+Transition Same(const Job& job) {
+  Transition t;
+  t.next = job;
+  t.expected = job.state;
+  return t;
+}
+
+// How the reported task ended, in words, with what the report adds.
+std::string LateOutcome(const jobs::TaskStatus& ts, const TaskExited& e) {
+  std::string out = words::TaskOutcome(ts);
+  if (e.cancelled) out += " (stopped by the controller, its job lost)";
+  return out;
+}
+
+// The GPUs held by the job's current placement.
+double PlacedGpusOf(const Job& job) {
+  double gpus = 0;
+  for (const jobs::TaskPlacement& p : job.placement) gpus += jobs::PlacedGpus(p);
+  return gpus;
+}
+
+// The end a LOST job's GPUs are charged up to (controller/usage.h's JobGpuHours).
+int64_t ChargedEnd(const Job& job) { return std::max(job.end_time_us, job.late_end_time_us); }
+
+std::optional<Transition> LateEndOfLostJob(const Job& job, const TaskExited& e, int64_t now_us) {
+  if (e.task < 0 || static_cast<size_t>(e.task) >= job.placement.size() ||
+      job.placement[static_cast<size_t>(e.task)].node != e.node) {
+    return Same(job);
+  }
+  const auto t = static_cast<size_t>(e.task);
+  Job next = job;
+  NormalizeTasks(next);
+  jobs::TaskStatus& ts = next.tasks[t];
+  // Only a task whose record the loss closed (no end of its own), once; one never known
+  // to have started has no start to charge from.
+  if (ts.reported_late || ts.exit_code || ts.signal || ts.start_time_us == 0) return Same(job);
+  ts.end_time_us = BoundNodeTime(e.time_us, ts.start_time_us, now_us);
+  ts.exit_code = e.exit_code;
+  ts.signal = e.signal;
+  ts.cancelled = e.cancelled;
+  ts.timed_out = e.timed_out;
+  ts.kill_cause = e.kill_cause ? std::string(protocol::KillCauseName(*e.kill_cause)) : "";
+  ts.kill_detail = e.kill_detail;
+  ts.reported_late = true;
+  const std::string outcome = LateOutcome(ts, e);
+  ts.reason = "reported after its node was lost: " + outcome;
+  next.late_end_time_us = std::max(next.late_end_time_us, ts.end_time_us);
+  // Task 0's outcome, or the first failure's, speaks for the job.
+  const bool failed_before = next.late_signal || (next.late_exit_code && *next.late_exit_code != 0);
+  const bool speaks = next.late_reason.empty() || (!failed_before && (t == 0 || ts.failed()));
+  if (speaks) {
+    next.late_exit_code = ts.exit_code;
+    next.late_signal = ts.signal;
+    next.late_reason = (next.tasks.size() > 1 ? words::TaskName(next, t) + " " : std::string()) +
+                       outcome + ", reported after its node was lost (the job stays LOST)";
+  }
+  Transition tr = Same(job);
+  tr.changed = true;
+  tr.next = std::move(next);
+  tr.effects.late_gpu_hours =
+      PlacedGpusOf(job) * static_cast<double>(ChargedEnd(tr.next) - ChargedEnd(job)) / 3.6e9;
+  tr.effects.log = "job " + std::to_string(job.id) + ": " + words::TaskName(job, t) + " ended at " +
+                   std::to_string(ts.end_time_us) + " us and " + outcome +
+                   ", reported after its node was lost: recorded and charged; the job stays LOST";
+  tr.effects.log_warning = true;
+  return tr;
+}
+
+// The lost (or GPU-failed) earlier attempt `e` reports about, or nullptr.
+const jobs::EarlierAttempt* LostAttempt(const Job& job, int attempt) {
+  for (const jobs::EarlierAttempt& a : job.earlier_attempts) {
+    if (a.attempt == attempt && a.merged == 1 &&
+        (a.ended_by == jobs::AttemptEnd::kLost || a.ended_by == jobs::AttemptEnd::kGpuFailed)) {
+      return &a;
+    }
+  }
+  return nullptr;
+}
+
+// The GPUs an earlier attempt held: as kept, else as the job asks for them.
+double AttemptGpus(const Job& job, const jobs::EarlierAttempt& a) {
+  if (a.gpus > 0) return a.gpus;
+  const double milli = job.request.gpu_memory_bytes > 0 ? 1000 : job.request.gpu_milli;
+  return job.request.gpus * milli / 1000.0 * std::max(1, job.request.tasks);
+}
+
+std::optional<Transition> LateEndOfEarlierAttempt(const Job& job, const TaskExited& e,
+                                                  int64_t now_us) {
+  const jobs::EarlierAttempt* found = LostAttempt(job, e.attempt);
+  if (found == nullptr) return Same(job);
+  Job next = job;
+  jobs::EarlierAttempt& a =
+      next.earlier_attempts[static_cast<size_t>(found - job.earlier_attempts.data())];
+  const int64_t lost_us = a.lost_time_us != 0 ? a.lost_time_us : a.end_time_us;
+  const int64_t start_us = a.start_time_us != 0 ? a.start_time_us : lost_us;
+  const int64_t end_us = BoundNodeTime(e.time_us, start_us, now_us);
+  if (a.lost_time_us != 0 && end_us <= a.end_time_us) return Same(job);  // resent, or earlier
+  // Its GPU-hours up to the loss, then all its GPUs up to the latest reported end (as
+  // the current attempt's are charged up to the job's end): the same for a resent report.
+  const double gpus = AttemptGpus(job, a);
+  const double at_loss =
+      std::max(0.0, a.gpu_hours - gpus * static_cast<double>(a.end_time_us - lost_us) / 3.6e9);
+  a.lost_time_us = lost_us;
+  a.end_time_us = std::max(lost_us, end_us);
+  a.gpu_hours = at_loss + gpus * static_cast<double>(a.end_time_us - lost_us) / 3.6e9;
+  jobs::TaskStatus ts;
+  ts.ended = true;
+  ts.exit_code = e.exit_code;
+  ts.signal = e.signal;
+  ts.timed_out = e.timed_out;
+  ts.kill_detail = e.kill_detail;
+  const std::string outcome = LateOutcome(ts, e);
+  a.late_reason = (job.request.tasks > 1 ? "task " + std::to_string(e.task) + " " : std::string()) +
+                  outcome + ", reported after its node was lost";
+  if (a.late_reason.size() > jobs::kMaxAttemptReason) {
+    size_t n = jobs::kMaxAttemptReason;  // cut on a UTF-8 character's first byte
+    while (n > 0 && (static_cast<unsigned char>(a.late_reason[n]) & 0xc0) == 0x80) --n;
+    a.late_reason.resize(n);
+  }
+  const double charged = a.gpu_hours - found->gpu_hours;
+  // Told to stop (a cancel, the stray stop after the loss, its node's lease): not done,
+  // whatever its exit status.
+  const bool stopped =
+      e.cancelled || e.timed_out || (e.kill_cause && *e.kill_cause != protocol::KillCause::kNone);
+  const bool succeeded = !ts.failed() && !stopped;
+  Transition tr = Same(job);
+  tr.changed = true;
+  tr.effects.log_warning = true;
+  const std::string id = std::to_string(job.id);
+  if (succeeded && job.state == JobState::kPending && job.attempt == e.attempt &&
+      job.request.tasks == 1 && job.interactive.empty() && !job.cancel_requested) {
+    // Its work is done, and no other attempt of it was placed: it must not run again.
+    next.state = JobState::kSucceeded;
+    next.start_time_us = a.start_time_us != 0 ? a.start_time_us : a.end_time_us;
+    next.end_time_us = a.end_time_us;
+    next.exit_code = e.exit_code;
+    next.signal = e.signal;
+    next.late_end_time_us = a.end_time_us;
+    next.late_exit_code = e.exit_code;
+    next.late_signal = e.signal;
+    next.late_reason = a.late_reason;
+    next.reason = "attempt " + std::to_string(e.attempt) + " on node " + e.node +
+                  " succeeded; its end was reported after the node was lost and the job " +
+                  "requeued: not run again";
+    next.pending_reason.clear();
+    next.fence_node.clear();
+    next.fence_until_us = 0;
+    tr.effects.ended = true;
+    tr.effects.freed = true;
+    tr.effects.pending_reason_changed = true;
+    tr.effects.notify_exec = true;
+    tr.effects.log = "job " + id + " SUCCEEDED: " + next.reason;
+  } else {
+    if (jobs::IsTerminal(job.state)) tr.effects.late_gpu_hours = charged;
+    if (job.state == JobState::kPending && job.fence_node == e.node) {
+      // Its node reported the lost attempt's end: nothing of it runs there any more.
+      next.fence_node.clear();
+      next.fence_until_us = 0;
+      tr.effects.queue_changed = true;
+    }
+    tr.effects.log = "job " + id + ": its lost attempt " + std::to_string(e.attempt) + " on node " +
+                     e.node + " " + a.late_reason + ": recorded and charged" +
+                     (jobs::IsTerminal(job.state) ? "" : "; the job goes on");
+  }
+  tr.next = std::move(next);
+  return tr;
+}
+
+}  // namespace
+
+std::optional<Transition> LateEnd(const Job& job, const TaskExited& e, int64_t now_us) {
+  if (job.state == JobState::kLost && e.attempt == job.attempt) {
+    return LateEndOfLostJob(job, e, now_us);
+  }
+  // A report of an attempt before the current one (or of the one a requeue closed).
+  // A requeue clears the placement: the job's attempt number is still the closed one's
+  // until the next placement (a PENDING job, or one cancelled while it waited).
+  const bool closed_attempt =
+      e.attempt < job.attempt || (e.attempt == job.attempt && job.placement.empty());
+  if (closed_attempt && e.attempt > 0) return LateEndOfEarlierAttempt(job, e, now_us);
+  return std::nullopt;
+}
+
+}  // namespace gpupool::controller::lifecycle

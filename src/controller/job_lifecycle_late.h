@@ -1,0 +1,29 @@
+// The job lifecycle's part for an end reported late (docs/health.md, "An end reported
+// late"): a node, cut off from the controller, reports the real end of a task of an
+// attempt the controller had already declared lost. Used by job_lifecycle.cc (Step's
+// TaskExited); pure, as it is.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+
+#include "controller/job_lifecycle.h"
+#include "jobs/job.h"
+
+namespace gpupool::controller::lifecycle {
+
+// What `e` does when it is the late end of a lost attempt of `job`; nullopt when it is not
+// one (an end of the current attempt: OnExited steps it as usual).
+//  - A LOST job (its current attempt lost): the task's record takes its real end and
+//    outcome (TaskStatus::reported_late), the job its latest real end and how it ended
+//    (Job::late_*); its GPUs are charged up to that end (Effects::late_gpu_hours). It
+//    stays LOST: what depended on its outcome acted on it.
+//  - An earlier attempt of a requeued job (EarlierAttempt lost or gpu_failed): the
+//    record's end and GPU-hours run to the real end (EarlierAttempt::lost_time_us,
+//    late_reason). A one-task batch job still PENDING for its next attempt (none placed)
+//    whose lost attempt exited 0 ends SUCCEEDED instead of running again; once the next
+//    attempt is placed, it goes on.
+// A resent report changes nothing (changed = false).
+std::optional<Transition> LateEnd(const jobs::Job& job, const TaskExited& e, int64_t now_us);
+
+}  // namespace gpupool::controller::lifecycle

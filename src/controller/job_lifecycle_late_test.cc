@@ -1,0 +1,171 @@
+// An end reported late (job_lifecycle_late.h, docs/health.md): a node reports the real
+// end of a task of an attempt the controller had declared lost.
+#include "controller/job_lifecycle_late.h"
+
+#include <gtest/gtest.h>
+
+#include "controller/usage.h"
+
+namespace gpupool::controller::lifecycle {
+namespace {
+
+using jobs::Job;
+using jobs::JobState;
+
+constexpr int64_t kS = 1'000'000;
+constexpr int64_t kT0 = int64_t{1'700'000'000} * kS;
+
+// Alice's one-task, 2-GPU job placed on n1 at kT0 (attempt 1), started at kT0 + 1 s.
+Job Running(bool requeue) {
+  Job j;
+  j.id = 7;
+  j.user = "alice";
+  j.command = {"true"};
+  j.requeue = requeue;
+  j.request.gpus = 2;
+  j.submit_time_us = kT0 - kS;
+  j.state = JobState::kPending;
+  Result<Transition> placed = Step(j, Placed{{{"n1", {0, 1}, {"GPU-0", "GPU-1"}, 1000}}, {}}, kT0);
+  EXPECT_TRUE(placed.ok());
+  Result<Transition> started =
+      Step(placed->next, TaskStarted{"n1", 0, 1, kT0 + kS, "", "", 0}, kT0 + kS);
+  EXPECT_TRUE(started.ok());
+  return started->next;
+}
+
+// Its node lost at kT0 + 6 s.
+Job LostAt6s(bool requeue) {
+  Result<Transition> t =
+      Step(Running(requeue), NodeLost{"n1", "node n1 stopped responding", 0}, kT0 + 6 * kS);
+  EXPECT_TRUE(t.ok());
+  return t->next;
+}
+
+TaskExited EndOf(int attempt, int64_t at_us, int code, bool cancelled = false) {
+  TaskExited e;
+  e.node = "n1";
+  e.attempt = attempt;
+  e.time_us = at_us;
+  e.exit_code = code;
+  e.cancelled = cancelled;
+  return e;
+}
+
+// s15: without --requeue, the job is LOST; its process exited 0 at +20 s and the agent
+// says so at +30 s. The job stays LOST (its dependants acted on it), its record says the
+// process succeeded, and its GPUs are charged up to +20 s.
+TEST(JobLifecycleLateEnd, ALostJobsLateSuccessIsRecordedAndChargedAndItStaysLost) {
+  const Job lost = LostAt6s(false);
+  ASSERT_EQ(lost.state, JobState::kLost);
+  EXPECT_NEAR(JobGpuHours(lost, 0, INT64_MAX, kT0 + 30 * kS), 2 * 5.0 / 3600, 1e-9);
+  Result<Transition> t = Step(lost, EndOf(1, kT0 + 20 * kS, 0), kT0 + 30 * kS);
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  ASSERT_TRUE(t->changed);
+  EXPECT_EQ(t->expected, JobState::kLost);
+  EXPECT_EQ(t->next.state, JobState::kLost);
+  EXPECT_EQ(t->next.end_time_us, kT0 + 6 * kS);  // when it was declared lost
+  EXPECT_EQ(t->next.late_end_time_us, kT0 + 20 * kS);
+  EXPECT_EQ(t->next.late_exit_code, 0);
+  EXPECT_EQ(t->next.late_reason,
+            "exited with code 0, reported after its node was lost (the job stays LOST)");
+  EXPECT_TRUE(t->next.tasks[0].reported_late);
+  EXPECT_EQ(t->next.tasks[0].end_time_us, kT0 + 20 * kS);
+  EXPECT_EQ(t->next.tasks[0].exit_code, 0);
+  EXPECT_FALSE(t->effects.ended);  // it ended before; nothing of it is active again
+  EXPECT_NEAR(t->effects.late_gpu_hours, 2 * 14.0 / 3600, 1e-9);
+  EXPECT_NEAR(JobGpuHours(t->next, 0, INT64_MAX, kT0 + 30 * kS), 2 * 19.0 / 3600, 1e-9);
+  // Sent again: nothing more.
+  Result<Transition> again = Step(t->next, EndOf(1, kT0 + 20 * kS, 0), kT0 + 31 * kS);
+  ASSERT_TRUE(again.ok());
+  EXPECT_FALSE(again->changed);
+  // A time past now is kept at now (a node's times are bounded).
+  Result<Transition> future = Step(lost, EndOf(1, kT0 + 900 * kS, 0), kT0 + 30 * kS);
+  ASSERT_TRUE(future.ok());
+  EXPECT_EQ(future->next.late_end_time_us, kT0 + 30 * kS);
+}
+
+// s22: with --requeue the job is PENDING again (attempt 2 not placed); attempt 1 exited
+// 0. It ends SUCCEEDED instead of running again, attempt 1's GPU-hours to its real end.
+TEST(JobLifecycleLateEnd, ARequeuedJobWhoseLostAttemptSucceededEndsSucceededIfNotPlacedAgain) {
+  const Job pending = LostAt6s(true);
+  ASSERT_EQ(pending.state, JobState::kPending);
+  ASSERT_EQ(pending.earlier_attempts.size(), 1u);
+  EXPECT_EQ(pending.earlier_attempts[0].gpus, 2);
+  Result<Transition> t = Step(pending, EndOf(1, kT0 + 20 * kS, 0), kT0 + 30 * kS);
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  ASSERT_TRUE(t->changed);
+  EXPECT_EQ(t->next.state, JobState::kSucceeded);
+  EXPECT_TRUE(jobs::IsValidTransition(JobState::kPending, JobState::kSucceeded));
+  EXPECT_TRUE(t->effects.ended);
+  EXPECT_EQ(t->next.exit_code, 0);
+  EXPECT_EQ(t->next.start_time_us, kT0 + kS);
+  EXPECT_EQ(t->next.end_time_us, kT0 + 20 * kS);
+  EXPECT_NE(t->next.reason.find("attempt 1 on node n1 succeeded"), std::string::npos)
+      << t->next.reason;
+  const jobs::EarlierAttempt& a = t->next.earlier_attempts[0];
+  EXPECT_EQ(a.lost_time_us, kT0 + 6 * kS);
+  EXPECT_EQ(a.end_time_us, kT0 + 20 * kS);
+  EXPECT_NEAR(a.gpu_hours, 2 * 19.0 / 3600, 1e-9);
+  EXPECT_NEAR(JobGpuHours(t->next, 0, INT64_MAX, kT0 + 30 * kS), 2 * 19.0 / 3600, 1e-9);
+}
+
+// A late failure of the lost attempt: recorded and charged; the job still runs again.
+TEST(JobLifecycleLateEnd, ARequeuedJobWhoseLostAttemptFailedStaysPending) {
+  const Job pending = LostAt6s(true);
+  Result<Transition> t = Step(pending, EndOf(1, kT0 + 10 * kS, 3), kT0 + 30 * kS);
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  ASSERT_TRUE(t->changed);
+  EXPECT_EQ(t->next.state, JobState::kPending);
+  EXPECT_FALSE(t->effects.ended);
+  EXPECT_EQ(t->next.earlier_attempts[0].late_reason,
+            "exited with code 3, reported after its node was lost");
+  EXPECT_NEAR(t->next.earlier_attempts[0].gpu_hours, 2 * 9.0 / 3600, 1e-9);
+  // Resent: no second charge.
+  Result<Transition> again = Step(t->next, EndOf(1, kT0 + 10 * kS, 3), kT0 + 31 * kS);
+  ASSERT_TRUE(again.ok());
+  EXPECT_FALSE(again->changed);
+}
+
+// Attempt 2 was placed before attempt 1's report came: it goes on; attempt 1 is charged
+// to its real end. Once the job has ended, a late report still adds its charge.
+TEST(JobLifecycleLateEnd, AfterTheNextAttemptWasPlacedItGoesOnAndTheLostOneIsCharged) {
+  Job pending = LostAt6s(true);
+  Result<Transition> placed =
+      Step(pending, Placed{{{"n2", {0, 1}, {"GPU-2", "GPU-3"}, 1000}}, {}}, kT0 + 8 * kS);
+  ASSERT_TRUE(placed.ok()) << placed.status().ToString();
+  Result<Transition> t = Step(placed->next, EndOf(1, kT0 + 20 * kS, 0), kT0 + 30 * kS);
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  ASSERT_TRUE(t->changed);
+  EXPECT_EQ(t->next.state, JobState::kAssigned);
+  EXPECT_EQ(t->next.attempt, 2);
+  EXPECT_EQ(t->next.placement[0].node, "n2");
+  EXPECT_NEAR(t->next.earlier_attempts[0].gpu_hours, 2 * 19.0 / 3600, 1e-9);
+  EXPECT_EQ(t->effects.late_gpu_hours, 0);  // an active job's hours are counted at its end
+  // Attempt 2's own end is stepped as usual.
+  TaskExited end2 = EndOf(2, kT0 + 40 * kS, 0);
+  end2.node = "n2";
+  Result<Transition> s2 =
+      Step(t->next, TaskStarted{"n2", 0, 2, kT0 + 9 * kS, "", "", 0}, kT0 + 9 * kS);
+  ASSERT_TRUE(s2.ok());
+  Result<Transition> done = Step(s2->next, end2, kT0 + 40 * kS);
+  ASSERT_TRUE(done.ok());
+  EXPECT_EQ(done->next.state, JobState::kSucceeded);
+  // Ended, attempt 1 reported late once more with a later end: charged on the ended job.
+  Result<Transition> later = Step(done->next, EndOf(1, kT0 + 25 * kS, 0), kT0 + 50 * kS);
+  ASSERT_TRUE(later.ok()) << later.status().ToString();
+  ASSERT_TRUE(later->changed);
+  EXPECT_EQ(later->next.state, JobState::kSucceeded);
+  EXPECT_NEAR(later->effects.late_gpu_hours, 2 * 5.0 / 3600, 1e-9);
+}
+
+// A report for a job that never lost an attempt changes nothing here.
+TEST(JobLifecycleLateEnd, NoLostAttemptNoLateEnd) {
+  Result<Transition> placed =
+      Step(LostAt6s(true), Placed{{{"n2", {0}, {"GPU-2"}, 1000}}, {}}, kT0 + 8 * kS);
+  ASSERT_TRUE(placed.ok());
+  EXPECT_FALSE(LateEnd(placed->next, EndOf(2, kT0 + 9 * kS, 0), kT0 + 9 * kS).has_value());
+  EXPECT_FALSE(LateEnd(Running(false), EndOf(1, kT0 + 9 * kS, 0), kT0 + 9 * kS).has_value());
+}
+
+}  // namespace
+}  // namespace gpupool::controller::lifecycle
