@@ -9,6 +9,7 @@
 
 #include "common/json.h"
 #include "common/strings.h"
+#include "controller/agent_identity.h"
 #include "controller/controller.h"
 #include "controller/controller_internal.h"
 #include "controller/job_lifecycle.h"
@@ -117,42 +118,6 @@ void GrantDevices(const gpu::NodeInfo& node, const Job& job, const std::vector<s
     }
     if (!granted) deny(g.device_nodes);
   }
-}
-
-// The node's current agent, as far as a registration under its name is concerned.
-struct CurrentAgent {
-  std::string id;  // "": an agent that sent none (or stored before ids were)
-  std::string address;
-  int64_t last_seen_us = 0;  // its last poll, or the controller's load of the store
-  bool up = false;           // not timed out
-  bool heard = false;        // polled since the controller loaded the store
-};
-
-// A second agent under a node's name (a cloned machine, a copied command line) is not a
-// restart of the first: taken for one, it would have the first agent's running jobs
-// declared lost and both would poll as one node. Refused while the first is up and polled
-// within the node timeout, and after a controller's restart (the id is stored) until the
-// node timeout from the load has passed without it; a node whose agent died may be taken
-// over (a reinstalled machine); an agent that sends no id (older) is taken as before.
-Status CheckAgentIdentity(const std::string& node, const CurrentAgent& current,
-                          const std::string& id, int64_t now_us, int64_t node_timeout_us) {
-  if (id.empty() || current.id.empty() || id == current.id) return Status::Ok();
-  const int64_t ago_us = std::max<int64_t>(0, now_us - current.last_seen_us);
-  if (!current.up || ago_us >= node_timeout_us) {
-    spdlog::warn("node {}: taken over by another agent (its agent at {} stopped polling)", node,
-                 current.address);
-    return Status::Ok();
-  }
-  char ago[32];
-  std::snprintf(ago, sizeof ago, "%.1f s", static_cast<double>(ago_us) / 1e6);
-  const std::string when =
-      current.heard ? "last poll " + std::string(ago) + " ago"
-                    : "registered before the controller restarted, " + std::string(ago) + " ago";
-  return Status::AlreadyExists(
-      "node " + node + " is run by another agent (at " + current.address + ", " + when +
-      "; another machine or state directory): give this agent another --node-name, or "
-      "stop the other agent first (a node whose agent stopped polling for the node timeout, " +
-      std::to_string(node_timeout_us / 1'000'000) + " s, may be taken over)");
 }
 
 // Where node `reg` is reached (its --address, else where it registered from, else its name):
@@ -412,9 +377,9 @@ Result<protocol::RegistrationReply> Controller::RegisterNode(protocol::Registrat
     MutexLock lock(mu_);
     if (auto it = nodes_.find(name); it != nodes_.end()) {
       const NodeEntry& old = it->second;
-      GP_RETURN_IF_ERROR(
-          CheckAgentIdentity(name, {old.agent_id, old.address, old.last_seen_us, old.up, old.heard},
-                             reg.agent_id, now, options_.node_timeout_us));
+      GP_RETURN_IF_ERROR(internal::CheckAgentIdentity(
+          name, {old.agent_id, old.address, old.last_seen_us, old.up, old.heard}, reg.agent_id, now,
+          options_.node_timeout_us));
       rec.draining = it->second.draining;  // a drain outlives the agent's restarts
       rec.drain_reason = it->second.drain_reason;
       rec.gpu_health_json = GpuHealthToJson(it->second.gpu_health);  // and GPU health

@@ -208,6 +208,21 @@ void EndToJson(const Job& job, OrderedJson& j) {
   if (job.signal) j["signal"] = *job.signal;
 }
 
+OrderedJson PlacementToJson(const std::vector<TaskPlacement>& tasks) {
+  OrderedJson placement = OrderedJson::array();
+  for (const TaskPlacement& p : tasks) {
+    placement.push_back({{"node", p.node},
+                         {"gpu_indices", p.gpu_indices},
+                         {"gpu_uuids", p.gpu_uuids},
+                         {"gpu_milli", p.gpu_milli}});
+    // Only where it differs (a MIG instance held whole): other records stay as they were.
+    if (p.charged_milli > 0 && p.charged_milli != p.gpu_milli) {
+      placement.back()["charged_milli"] = p.charged_milli;
+    }
+  }
+  return placement;
+}
+
 }  // namespace
 
 OrderedJson JobToJson(const Job& job) {
@@ -266,18 +281,7 @@ OrderedJson JobToJson(const Job& job) {
   j["start_time_us"] = job.start_time_us;
   j["end_time_us"] = job.end_time_us;
   EndToJson(job, j);
-  OrderedJson placement = OrderedJson::array();
-  for (const TaskPlacement& p : job.placement) {
-    placement.push_back({{"node", p.node},
-                         {"gpu_indices", p.gpu_indices},
-                         {"gpu_uuids", p.gpu_uuids},
-                         {"gpu_milli", p.gpu_milli}});
-    // Only where it differs (a MIG instance held whole): other records stay as they were.
-    if (p.charged_milli > 0 && p.charged_milli != p.gpu_milli) {
-      placement.back()["charged_milli"] = p.charged_milli;
-    }
-  }
-  j["placement"] = std::move(placement);
+  j["placement"] = PlacementToJson(job.placement);
   if (!job.tasks.empty()) {
     OrderedJson tasks = OrderedJson::array();
     for (const TaskStatus& t : job.tasks) tasks.push_back(TaskStatusToJson(t));
