@@ -128,6 +128,30 @@ TEST_F(LateEndTest, ARequeuedJobWhoseLostAttemptSucceededIsNotRunAgain) {
   EXPECT_NEAR(UsageOf(job), 2.0 * 14 / 3600, 1e-9);
 }
 
+// A node speaks only for itself: another node's report of attempt 1's end (a hostile
+// node with a node token) neither ends the requeued job SUCCEEDED nor charges its user.
+TEST_F(LateEndTest, AnotherNodesReportOfALostAttemptsEndChangesNothing) {
+  Register(2, {}, "n2");
+  const Job job = Start(true);
+  const std::string other = job.placement.at(0).node == "n1" ? "n2" : "n1";
+  const int64_t started = job.start_time_us;
+  clock_.AdvanceMicros(12 * kS);
+  ASSERT_TRUE(c_->WaitForWork(other, 0).ok());
+  ASSERT_TRUE(c_->SweepNodes().ok());
+  ASSERT_EQ(Get(job.id).state, JobState::kPending);
+  const Job before = Get(job.id);
+  ASSERT_EQ(before.earlier_attempts.size(), 1u);
+  EXPECT_EQ(before.earlier_attempts[0].nodes, std::vector<std::string>{job.placement.at(0).node});
+  Event e = Ev(job, protocol::EventKind::kExited, 0);
+  e.attempt = 1;
+  e.time_us = started + 11 * kS;
+  ASSERT_TRUE(Apply({e}, other).ok());
+  const Job after = Get(job.id);
+  EXPECT_EQ(after.state, JobState::kPending) << after.reason;
+  EXPECT_EQ(after.earlier_attempts, before.earlier_attempts);
+  EXPECT_EQ(after.late_end_time_us, 0);
+}
+
 // The late end comes after attempt 2 was placed (here: n1's lease ran out first): attempt
 // 2 goes on; attempt 1's GPU time is charged to its real end.
 TEST_F(LateEndTest, AfterTheNextAttemptStartedItGoesOnAndTheLostOneIsCharged) {

@@ -144,7 +144,10 @@ jobs::EarlierAttempt EndedAttempt(const Job& ended, jobs::AttemptEnd how,
                            .start_time_us = ended.start_time_us,
                            .gpu_hours = AttemptGpuHours(ended),
                            .reason = reason};
-  for (const jobs::TaskPlacement& p : ended.placement) run.gpus += jobs::PlacedGpus(p);
+  for (const jobs::TaskPlacement& p : ended.placement) {
+    run.gpus += jobs::PlacedGpus(p);
+    run.nodes.push_back(p.node);
+  }
   for (const jobs::TaskStatus& ts : ended.tasks) {
     if (ts.start_time_us == 0) continue;
     if (run.start_time_us == 0 || ts.start_time_us < run.start_time_us) {

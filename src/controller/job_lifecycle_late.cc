@@ -100,7 +100,12 @@ double AttemptGpus(const Job& job, const jobs::EarlierAttempt& a) {
 std::optional<Transition> LateEndOfEarlierAttempt(const Job& job, const TaskExited& e,
                                                   int64_t now_us) {
   const jobs::EarlierAttempt* found = LostAttempt(job, e.attempt);
-  if (found == nullptr) return Same(job);
+  // Only the task's own node speaks for it: another node (a hostile one) could otherwise
+  // end a requeued job SUCCEEDED or charge its user. A record without nodes takes none.
+  if (found == nullptr || e.task < 0 || static_cast<size_t>(e.task) >= found->nodes.size() ||
+      found->nodes[static_cast<size_t>(e.task)] != e.node) {
+    return Same(job);
+  }
   Job next = job;
   jobs::EarlierAttempt& a =
       next.earlier_attempts[static_cast<size_t>(found - job.earlier_attempts.data())];

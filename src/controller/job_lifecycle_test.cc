@@ -506,7 +506,8 @@ TEST(JobLifecycleTest, ALostOrFailedAttemptKeepsItsGpuHours) {
                                   .end_time_us = kNow,
                                   .gpu_hours = 19.0,  // 10 h + 9 h of one GPU each
                                   .reason = "node n1 stopped responding",
-                                  .gpus = 2}));
+                                  .gpus = 2,
+                                  .nodes = {"n1", "n2"}}));
   EXPECT_EQ(t->next.preemptions, 0);  // not a preemption
   EXPECT_EQ(t->next.preempted_gpu_hours, 0);
   EXPECT_LT(t->effects.preempted_gpu_hours, 0);
@@ -816,7 +817,8 @@ TEST(JobLifecycleTest, APreemptedGangStopsKeepsItsGpusUntilItsTasksEndThenIsRequ
                                   .end_time_us = kNow,
                                   .gpu_hours = 1.0,
                                   .reason = "preempted by job 9, of higher priority (10 > 0)",
-                                  .gpus = 2}));
+                                  .gpus = 2,
+                                  .nodes = {"n1", "n2"}}));
   EXPECT_FALSE(again.cancel_requested);
   EXPECT_EQ(again.preempted_by, 0);
   EXPECT_FALSE(again.checkpoint_done);

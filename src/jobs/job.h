@@ -175,6 +175,10 @@ struct EarlierAttempt {
   std::string reason;
   // The GPUs its tasks held together (0: kept before this was), for a late end's charge.
   double gpus = 0;
+  // The node of each of its tasks, by task index (empty in records kept before): only a
+  // task's own node may report its late end (docs/security.md, a node speaks only for
+  // itself).
+  std::vector<std::string> nodes;
   // A lost attempt whose node reported its real end later (docs/health.md, "An end
   // reported late"): when it was declared lost (its end until then; end_time_us and
   // gpu_hours now run to the real end), and how it really ended, in words. 0 and empty
@@ -185,6 +189,7 @@ struct EarlierAttempt {
 };
 inline constexpr size_t kMaxEarlierAttempts = 16;
 inline constexpr size_t kMaxAttemptReason = 256;
+inline constexpr size_t kMaxAttemptNodes = 4096;  // EarlierAttempt::nodes: one per task
 
 struct Job {
   int64_t id = 0;

@@ -1,5 +1,6 @@
 #include "jobs/job_json.h"
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 
@@ -325,6 +326,7 @@ OrderedJson JobToJson(const Job& job) {
       r["gpu_hours"] = a.gpu_hours;
       if (!a.reason.empty()) r["reason"] = a.reason;
       if (a.gpus > 0) r["gpus"] = a.gpus;
+      if (!a.nodes.empty()) r["nodes"] = a.nodes;
       if (a.lost_time_us != 0) {
         r["lost_time_us"] = a.lost_time_us;
         r["late_reason"] = a.late_reason;
@@ -421,6 +423,7 @@ Status EarlierAttemptFromJson(const Json& run, const std::string& path, bool old
     af.Required("ended_by", &ended_by);
     af.Optional("reason", &a.reason);
     af.Optional("gpus", &a.gpus);
+    af.Optional("nodes", &a.nodes);
     af.Optional("lost_time_us", &a.lost_time_us, 0);
     af.Optional("late_reason", &a.late_reason);
   }
@@ -431,6 +434,13 @@ Status EarlierAttemptFromJson(const Json& run, const std::string& path, bool old
                                    "'; expected preempted, lost or gpu_failed");
   }
   a.ended_by = *end;
+  if (a.nodes.size() > kMaxAttemptNodes ||
+      std::any_of(a.nodes.begin(), a.nodes.end(),
+                  [](const std::string& n) { return n.empty() || n.size() > 253; })) {
+    return Status::InvalidArgument(path + ".nodes: expected at most " +
+                                   std::to_string(kMaxAttemptNodes) +
+                                   " node names of 1..253 bytes, one per task");
+  }
   if (!std::isfinite(a.gpu_hours) || a.gpu_hours < 0 || a.end_time_us < a.start_time_us ||
       !std::isfinite(a.gpus) || a.gpus < 0 || a.reason.size() > kMaxAttemptReason ||
       a.late_reason.size() > kMaxAttemptReason) {
