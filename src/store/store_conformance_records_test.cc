@@ -159,7 +159,7 @@ TEST_P(StoreTest, NodesAndTokens) {
   n.draining = true;  // `gpupool node drain`, with its reason
   n.drain_reason = "disk swap (root)";
   n.gpu_health_json = R"({"GPU-1": {"state": "cordoned"}})";  // docs/health.md
-  n.agent_id = "5f0c9a2e41d7b388";  // the agent that registered it
+  n.agent_id = "5f0c9a2e41d7b388";                            // the agent that registered it
   ASSERT_TRUE(store_->PutNode(n).ok());
   auto nodes = store_->ListNodes();
   ASSERT_TRUE(nodes.ok());

@@ -241,12 +241,11 @@ TEST(SqliteStoreTest, SurvivesReopenAndRefusesNewerSchema) {
 // no settings' revisions, no agent ids.
 // Then sets user_version to `version`.
 void RevertToSchema12(const std::string& path, int version) {
-  ExecSqlite(
-      path,
-      "ALTER TABLE nodes DROP COLUMN agent_id; ALTER TABLE settings DROP COLUMN revision; "
-      "DROP TABLE preempt_holds; ALTER TABLE nodes "
-      "DROP COLUMN gpu_health; ALTER TABLE jobs DROP COLUMN version; PRAGMA user_version=" +
-          std::to_string(version));
+  ExecSqlite(path,
+             "ALTER TABLE nodes DROP COLUMN agent_id; ALTER TABLE settings DROP COLUMN revision; "
+             "DROP TABLE preempt_holds; ALTER TABLE nodes "
+             "DROP COLUMN gpu_health; ALTER TABLE jobs DROP COLUMN version; PRAGMA user_version=" +
+                 std::to_string(version));
 }
 
 // Makes the SQLite store at `path` what schema 11 left: each job whole in its body, no
