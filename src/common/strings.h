@@ -19,6 +19,11 @@ std::optional<int64_t> ParseInt64(std::string_view s);
 std::optional<uint64_t> ParseUint64(std::string_view s);
 std::optional<double> ParseDouble(std::string_view s);
 
+// The length of the UTF-8 character at s[i] (i < s.size()), or 0 where the bytes there
+// are none (a stray continuation byte, a truncated sequence, an overlong form, a surrogate
+// or a code point past U+10FFFF): what nlohmann::json would replace when dumping.
+size_t Utf8CharLength(std::string_view s, size_t i);
+
 // Replaces bytes that are not valid UTF-8 with '?', so text from drivers and files
 // can be printed and put into JSON safely.
 std::string SanitizeUtf8(std::string_view s);

@@ -17,36 +17,6 @@ bool IsName(std::string_view s) {
   });
 }
 
-// The length of the UTF-8 character at s[i], or 0 where the bytes there are none (a
-// stray continuation byte, a truncated sequence, an overlong form, a surrogate or a
-// code point past U+10FFFF): what nlohmann::json would replace when dumping.
-size_t Utf8CharLength(std::string_view s, size_t i) {
-  const auto c = static_cast<unsigned char>(s[i]);
-  size_t len = 0;
-  if (c < 0x80) {
-    len = 1;
-  } else if ((c & 0xE0) == 0xC0 && c >= 0xC2) {
-    len = 2;
-  } else if ((c & 0xF0) == 0xE0) {
-    len = 3;
-  } else if ((c & 0xF8) == 0xF0 && c <= 0xF4) {
-    len = 4;
-  }
-  bool valid = len > 0 && i + len <= s.size();
-  for (size_t k = 1; valid && k < len; ++k) {
-    valid = (static_cast<unsigned char>(s[i + k]) & 0xC0) == 0x80;
-  }
-  if (valid && len == 3) {
-    const auto c1 = static_cast<unsigned char>(s[i + 1]);
-    valid = !(c == 0xE0 && c1 < 0xA0) && !(c == 0xED && c1 >= 0xA0);  // overlong, surrogate
-  }
-  if (valid && len == 4) {
-    const auto c1 = static_cast<unsigned char>(s[i + 1]);
-    valid = !(c == 0xF0 && c1 < 0x90) && !(c == 0xF4 && c1 >= 0x90);
-  }
-  return valid ? len : 0;
-}
-
 // The first text in `j` (a string value or an object's key) that is not UTF-8, and in
 // *where the key or the 1-based index it is under (empty for `j` itself).
 std::optional<std::string> FindNonUtf8(const OrderedJson& j, std::string* where) {
