@@ -13,7 +13,9 @@ the lease in the database, agents and the CLI given the list of every controller
     nothing;
   * `gpupool up` refuses a store a server leads, and holds the lease against servers;
   * the leader is killed during a preempted job's grace: the standby restores the stored
-    hold, and the preemptor, not an older waiting job, gets the victim's GPUs.
+    hold, and the preemptor, not an older waiting job, gets the victim's GPUs;
+  * `cancel`, `release` and `node drain` sent right after the leader is killed land on
+    the standby once it takes over (they are safe to repeat), exit 0 and take effect.
 
 Usage: failover_test.py PATH_TO_GPUPOOL. Needs root (the test server runs as the
 `postgres` account) and postgresql-15; skips (exit 77) without them.
@@ -289,6 +291,55 @@ class FailoverTest(unittest.TestCase):
             self.assertEqual([line.split()[:2] for line in f], [["start", "1"], ["start", "2"],
                                                                  ["end", "2"]])
         self.assertEqual(site.pg.query("SELECT victim FROM preempt_holds"), [])
+
+    def test_cancel_release_and_drain_sent_during_a_takeover(self):
+        # Before, they failed with exit 5 ("no controller leads") when sent in the lease's
+        # gap, and the user had to find out and send them again.
+        self.site = site = hasite.Site(GPUPOOL, controllers=2, agents=1, lease_ms=2000)
+        site.wait_nodes(1)
+        env = dict(os.environ, GPUPOOL_SERVER=site.servers)
+
+        def cli(*args):
+            return subprocess.run([GPUPOOL] + list(args), capture_output=True, text=True,
+                                  env=env, timeout=120, cwd=site.root)
+
+        def submit(*args):
+            r = cli("submit", "--gpus", "1", "--cpus", "0.1", *args)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            return int(r.stdout.split()[-1])
+
+        running = [submit("--", "sleep", "300") for _ in range(2)]
+        held = [submit("--hold", "--", "true") for _ in range(2)]
+        for jid in running:
+            pooltest.wait_job(lambda j: site.api("/v1/jobs/%d" % j).get("job", {}), jid,
+                              ("RUNNING",), 30, log=site.log)
+        old = site.leader()
+        site.kill9(old)
+        cancel = cli("cancel", *[str(j) for j in running])
+        self.assertEqual(cancel.returncode, 0, cancel.stderr + site.log())
+        self.assertEqual(cancel.stdout.count("ancel"), 2, cancel.stdout)
+        self.assertIn("trying again", cancel.stderr)
+        release = cli("release", *[str(j) for j in held])
+        self.assertEqual(release.returncode, 0, release.stderr + site.log())
+        self.assertNotEqual(site.leader(), old)
+        jobs = site.wait_all(running + held)
+        self.assertEqual([jobs[j]["state"] for j in running + held],
+                         ["CANCELLED"] * 2 + ["SUCCEEDED"] * 2)
+        # A node action, the leader killed again (the old one is back as the standby).
+        site.start_controller(old)
+        def standing_by():
+            try:
+                return hasite.call(site.sock(old), "GET", "/readyz", timeout=2)[0] == 503
+            except (OSError, ValueError):
+                return False
+        pooltest.wait_for("the old leader back as a standby", standing_by, 30)
+        now = site.leader()
+        site.kill9(now)
+        drain = cli("node", "drain", "n0", "--reason", "takeover test")
+        self.assertEqual(drain.returncode, 0, drain.stderr + site.log())
+        self.assertEqual(site.leader(), old)
+        nodes = {n["name"]: n for n in site.api("/v1/nodes")["nodes"]}
+        self.assertIn(nodes["n0"]["state"], ("drained", "draining"), nodes["n0"])
 
 
 if __name__ == "__main__":

@@ -1,7 +1,10 @@
 #include "cli/client/api_client.h"
 
+#include <sys/stat.h>
+
 #include <algorithm>
 #include <filesystem>
+#include <thread>
 #include <utility>
 
 #include "common/strings.h"
@@ -16,6 +19,15 @@ std::string HeaderValue(const net::HttpResponse& r, std::string_view name) {
     if (ToLower(k) == name) return std::string(Trim(v));
   }
   return "";
+}
+
+// Whether every address is a Unix socket that does not exist: a pool that is not running.
+bool OnlyMissingSockets(const ApiClient& api) {
+  for (const net::ServerAddress& a : api.addresses()) {
+    struct stat st {};
+    if (a.kind != net::ServerAddress::Kind::kUnix || ::stat(a.path.c_str(), &st) == 0) return false;
+  }
+  return !api.addresses().empty();
 }
 
 }  // namespace
@@ -133,6 +145,29 @@ Result<LogChunk> ApiClient::ReadOutput(const std::string& path_and_query, int64_
   }
   chunk.eof = HeaderValue(resp, "x-gpupool-eof") == "1";
   return chunk;
+}
+
+Result<ApiAnswer> RetryDuringTakeover(const ApiClient& api,
+                                      const std::function<Result<ApiAnswer>()>& call,
+                                      std::ostream& err, bool* retried, const RetryTiming& timing) {
+  const auto start = std::chrono::steady_clock::now();
+  std::chrono::milliseconds pause = timing.first_pause;
+  for (int attempt = 0;; ++attempt) {
+    Result<ApiAnswer> r = call();
+    if (retried != nullptr) *retried = attempt > 0;
+    const bool again = !r.ok() && (r.status().code() == StatusCode::kUnavailable ||
+                                   (r.status().code() == StatusCode::kResourceExhausted &&
+                                    r.status().message().find("waiting") != std::string::npos));
+    if (!again || OnlyMissingSockets(api)) return r;
+    if (std::chrono::steady_clock::now() + pause > start + timing.window) return r;
+    if (attempt == 0) {  // said once: a wrong address should not look like a hang
+      err << "gpupool: " << r.status().message() << "\n  trying again for up to "
+          << std::chrono::duration_cast<std::chrono::seconds>(timing.window).count()
+          << " s (a controller may be taking over; Ctrl-C stops)\n";
+    }
+    std::this_thread::sleep_for(pause);
+    pause = std::min(pause * 2, timing.most_pause);
+  }
 }
 
 }  // namespace gpupool::cli

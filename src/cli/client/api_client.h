@@ -10,8 +10,11 @@
 
 #include <sys/types.h>
 
+#include <chrono>
 #include <cstdint>
+#include <functional>
 #include <optional>
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -85,5 +88,23 @@ class ApiClient {
                          const std::string& body) const;
   net::HttpClient http_;
 };
+
+// Sends a request that is safe to repeat (`call`: a submission with its submit_key, a
+// cancel, a hold) again while no controller answers it (kUnavailable, or a 429 saying the
+// server is waiting): a standby takes over in about its lease (5 s by default). Tries for
+// up to `window`, 200 ms apart at first and at most a second, and says once on `err` that
+// it is trying again. Gives up at once when every address is a Unix socket that does not
+// exist (a pool that is not running: a standby takes over through TCP addresses, never by
+// making a socket appear). `retried`, when given, is set when the answer is a later try's:
+// an earlier try may have been carried out before its answer was lost.
+struct RetryTiming {
+  std::chrono::milliseconds window{60'000};
+  std::chrono::milliseconds first_pause{200};
+  std::chrono::milliseconds most_pause{1'000};
+};
+Result<ApiAnswer> RetryDuringTakeover(const ApiClient& api,
+                                      const std::function<Result<ApiAnswer>()>& call,
+                                      std::ostream& err, bool* retried = nullptr,
+                                      const RetryTiming& timing = {});
 
 }  // namespace gpupool::cli

@@ -5,6 +5,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 
 #include "net/http_status.h"
 
@@ -101,6 +102,97 @@ TEST(ExitCodeForTest, DocumentedCodes) {
   EXPECT_EQ(ExitCodeFor(Status::NotFound("x")), 3);
   EXPECT_EQ(ExitCodeFor(Status::PermissionDenied("x")), 4);
   EXPECT_EQ(ExitCodeFor(Status::Unavailable("x")), 5);
+}
+
+// A client of a TCP address (never a missing socket) and short pauses for the retry tests.
+ApiClient TcpClient() {
+  net::ServerAddress a;
+  a.kind = net::ServerAddress::Kind::kTcp;
+  a.host = "127.0.0.1";
+  a.port = 1;
+  return ApiClient({a}, "");
+}
+constexpr RetryTiming kQuick{std::chrono::milliseconds(5'000), std::chrono::milliseconds(1),
+                             std::chrono::milliseconds(2)};
+
+// A takeover: no controller answers twice, then the new leader does. The request is sent
+// again, the first failure is said once, and the answer is marked as a later try's.
+TEST(RetryDuringTakeoverTest, SendsAgainUntilALeaderAnswers) {
+  int calls = 0;
+  std::ostringstream err;
+  bool retried = false;
+  auto r = RetryDuringTakeover(
+      TcpClient(),
+      [&]() -> Result<ApiAnswer> {
+        if (++calls < 3) return Status::Unavailable("no controller leads the pool now");
+        return ApiAnswer{Json::object(), "{}"};
+      },
+      err, &retried, kQuick);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(calls, 3);
+  EXPECT_TRUE(retried);
+  EXPECT_NE(err.str().find("no controller leads the pool now"), std::string::npos);
+  EXPECT_NE(err.str().find("trying again for up to 5 s"), std::string::npos);
+  EXPECT_EQ(err.str().find("trying again", err.str().find("trying again") + 1), std::string::npos)
+      << err.str();
+}
+
+// Answers that are not about a missing leader come back at once, from the first try.
+TEST(RetryDuringTakeoverTest, OtherAnswersAreNotSentAgain) {
+  for (const Status& s : {Status::NotFound("no job 7"), Status::FailedPrecondition("ended"),
+                          Status::ResourceExhausted("too many jobs queued")}) {
+    int calls = 0;
+    std::ostringstream err;
+    bool retried = true;
+    auto r = RetryDuringTakeover(
+        TcpClient(),
+        [&]() -> Result<ApiAnswer> {
+          ++calls;
+          return s;
+        },
+        err, &retried, kQuick);
+    EXPECT_EQ(r.status().code(), s.code());
+    EXPECT_EQ(calls, 1) << s.ToString();
+    EXPECT_FALSE(retried);
+    EXPECT_EQ(err.str(), "");
+  }
+}
+
+// No leader for the whole window: the last failure is the answer.
+TEST(RetryDuringTakeoverTest, GivesUpAfterTheWindow) {
+  int calls = 0;
+  std::ostringstream err;
+  const RetryTiming brief{std::chrono::milliseconds(30), std::chrono::milliseconds(1),
+                          std::chrono::milliseconds(2)};
+  auto r = RetryDuringTakeover(
+      TcpClient(),
+      [&]() -> Result<ApiAnswer> {
+        ++calls;
+        return Status::Unavailable("down " + std::to_string(calls));
+      },
+      err, nullptr, brief);
+  EXPECT_EQ(r.status().code(), StatusCode::kUnavailable);
+  EXPECT_GT(calls, 2);
+  EXPECT_EQ(r.status().message(), "down " + std::to_string(calls));
+}
+
+// Every address a socket that does not exist: a pool that is not running, said at once.
+TEST(RetryDuringTakeoverTest, AMissingSocketIsNotATakeover) {
+  net::ServerAddress a;
+  a.kind = net::ServerAddress::Kind::kUnix;
+  a.path = "/nonexistent-gpupool-test/gpupool.sock";
+  int calls = 0;
+  std::ostringstream err;
+  auto r = RetryDuringTakeover(
+      ApiClient({a}, ""),
+      [&]() -> Result<ApiAnswer> {
+        ++calls;
+        return Status::Unavailable("cannot connect");
+      },
+      err, nullptr, kQuick);
+  EXPECT_EQ(r.status().code(), StatusCode::kUnavailable);
+  EXPECT_EQ(calls, 1);
+  EXPECT_EQ(err.str(), "");
 }
 
 }  // namespace

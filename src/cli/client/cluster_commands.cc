@@ -402,10 +402,15 @@ Status RunNodeAction(const ClientRuntime& rt, const NodeActionState& s, const st
   OrderedJson body = OrderedJson::object();
   if (action == "drain") body["reason"] = s.reason;
   if (action == "resume" && !s.gpu.empty()) body["gpu"] = s.gpu;
-  GP_ASSIGN_OR_RETURN(
-      ApiAnswer answer,
-      // The name as given, escaped: `%6e1` must not drain n1, nor `n1?x` n1.
-      api.Post("/v1/nodes/" + net::UrlEncode(s.name) + "/" + action, DumpJson(body)));
+  GP_ASSIGN_OR_RETURN(ApiAnswer answer,
+                      // The name as given, escaped: `%6e1` must not drain n1, nor `n1?x` n1.
+                      RetryDuringTakeover(
+                          api,
+                          [&] {
+                            return api.Post("/v1/nodes/" + net::UrlEncode(s.name) + "/" + action,
+                                            DumpJson(body));
+                          },
+                          *rt.env.err));
   if (s.base.json) {
     PrintRaw(rt, answer.body);
     return Status::Ok();

@@ -291,6 +291,13 @@ Result<std::vector<std::string>> CancelRefs(const ApiClient& api, const CancelSt
   return JobRefs(s.ids);
 }
 
+// Whether a cancel's answer says the job was cancelled already: after a try whose answer
+// was lost in a takeover, that try did it.
+bool CancelledBefore(const Status& status) {
+  return status.code() == StatusCode::kFailedPrecondition &&
+         status.message().find(" has already ended (CANCELLED") != std::string::npos;
+}
+
 // Cancels each job in turn; one failure does not stop the others. The exit code is the
 // first failure's. "12" is a job, or for an array's id the whole array; "12_5" is element
 // 5 of array 12, "12_[5-7]" elements 5, 6 and 7.
@@ -306,8 +313,14 @@ void RunCancel(const ClientRuntime& rt, const CancelState& s) {
   int first_failure = kExitOk;
   MissingElements missing;
   for (const std::string& name : *refs) {
-    auto answer = api->Post("/v1/jobs/" + name + "/cancel", "");
+    bool retried = false;
+    auto answer = RetryDuringTakeover(
+        *api, [&] { return api->Post("/v1/jobs/" + name + "/cancel", ""); }, *rt.env.err, &retried);
     if (!answer.ok() && missing.Take(answer.status())) continue;
+    if (!answer.ok() && retried && CancelledBefore(answer.status())) {
+      Print(rt, "Cancelled job " + name + "\n");  // by a try whose answer was lost
+      continue;
+    }
     if (!answer.ok()) {
       Report(rt, ForJob(answer.status(), name));
       if (first_failure == kExitOk) first_failure = rt.ctx->exit_code;
@@ -342,7 +355,9 @@ void RunHold(const ClientRuntime& rt, const IdsState& s, bool hold) {
   int first_failure = kExitOk;
   MissingElements missing;
   for (const std::string& name : *refs) {
-    auto answer = api->Post("/v1/jobs/" + name + (hold ? "/hold" : "/release"), "");
+    auto answer = RetryDuringTakeover(
+        *api, [&] { return api->Post("/v1/jobs/" + name + (hold ? "/hold" : "/release"), ""); },
+        *rt.env.err);
     if (!answer.ok() && missing.Take(answer.status())) continue;
     if (!answer.ok()) {
       Report(rt, ForJob(answer.status(), name));
@@ -375,7 +390,8 @@ void RunCheckpointDone(const ClientRuntime& rt, const CancelState& s) {
   }
   auto api = Connect(rt, s.conn);
   if (!api.ok()) return Report(rt, api.status());
-  auto answer = api->Post("/v1/jobs/" + id + "/checkpoint-done", "");
+  auto answer = RetryDuringTakeover(
+      *api, [&] { return api->Post("/v1/jobs/" + id + "/checkpoint-done", ""); }, *rt.env.err);
   if (!answer.ok()) return Report(rt, ForJob(answer.status(), id));
   Print(rt, "Job " + id + " has checkpointed: it is stopped now and goes back to the queue\n");
 }

@@ -266,7 +266,8 @@ Status RunAlloc(const ClientRuntime& rt, const RunState& s) {
   }
   alive.reset();
   // The job ends as COMMAND did (SUCCEEDED for exit 0), as salloc's, not CANCELLED.
-  Result<ApiAnswer> cancelled = api.Post("/v1/jobs/" + ids + "/cancel", ended);
+  Result<ApiAnswer> cancelled = RetryDuringTakeover(
+      api, [&] { return api.Post("/v1/jobs/" + ids + "/cancel", ended); }, *rt.env.err);
   if (!cancelled.ok() && cancelled.status().code() != StatusCode::kFailedPrecondition) {
     *rt.env.err << "gpupool: could not release job " << id << ": " << cancelled.status().message()
                 << "; run gpupool cancel " << id << "\n";

@@ -1,15 +1,12 @@
 // BuildSubmission: submit options (as text) -> the POST /v1/jobs body. Declared in
 // submit_flags.h. The server checks everything again; these checks exist so that a
 // mistake is reported before any network round trip, in the user's own words.
-#include <sys/stat.h>
 
 #include <algorithm>
 #include <cctype>
-#include <chrono>
 #include <filesystem>
 #include <iostream>
 #include <random>
-#include <thread>
 #include <tuple>
 
 #include "cli/client/submit_flags.h"
@@ -425,47 +422,14 @@ Result<OrderedJson> BuildSubmission(const SubmitFlags& f, const std::vector<std:
   return body;
 }
 
-namespace {
-
-// Whether every address is a Unix socket that does not exist: a pool that is not running
-// (a standby takes over through TCP addresses, never by making a socket appear).
-bool OnlyMissingSockets(const ApiClient& api) {
-  for (const net::ServerAddress& a : api.addresses()) {
-    struct stat st {};
-    if (a.kind != net::ServerAddress::Kind::kUnix || ::stat(a.path.c_str(), &st) == 0) return false;
-  }
-  return !api.addresses().empty();
-}
-
-}  // namespace
-
 Result<ApiAnswer> PostSubmission(const ApiClient& api, OrderedJson* body) {
   // Checked here, after every part is added (command, --env, --export, -o/-e, workdir):
   // DumpJson would replace stray bytes, and the job would run something else.
   GP_RETURN_IF_ERROR(CheckSubmissionText(*body));
   if (!body->contains("submit_key")) (*body)["submit_key"] = NewSubmitKey();
   const std::string text = DumpJson(*body);
-  // For about a minute, at most a second apart: a takeover by a standby controller takes
-  // about its lease (5 s), and the submission should land soon after. A socket that is
-  // not there is no takeover (a standby takes over through TCP addresses, never by making
-  // a socket appear): the error comes at once, naming the socket and `gpupool up`.
-  const auto start = std::chrono::steady_clock::now();
-  int pause_ms = 200;
-  while (true) {
-    Result<ApiAnswer> r = api.Post("/v1/jobs", text);
-    const bool again = !r.ok() && (r.status().code() == StatusCode::kUnavailable ||
-                                   (r.status().code() == StatusCode::kResourceExhausted &&
-                                    r.status().message().find("waiting") != std::string::npos));
-    if (!again || OnlyMissingSockets(api)) return r;
-    if (std::chrono::steady_clock::now() >= start + std::chrono::seconds(60)) return r;
-    if (pause_ms == 200) {  // said once: a wrong address should not look like a hang
-      std::cerr << "gpupool: " << r.status().message()
-                << "\n  trying again for up to a minute (a controller may be taking over; "
-                   "Ctrl-C stops)\n";
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(pause_ms));
-    pause_ms = std::min(pause_ms * 2, 1000);
-  }
+  return RetryDuringTakeover(
+      api, [&] { return api.Post("/v1/jobs", text); }, std::cerr);
 }
 
 std::string NewSubmitKey() {

@@ -91,6 +91,9 @@ class AdmissionFilter : public FilterPlugin {
   // cannot run or narrows its nodes.
   virtual bool PreFilter(const QueuedJob& /*job*/, PreFilterResult* /*result*/) { return false; }
   virtual void PrepareCluster(ClusterState& /*cluster*/) const {}
+  // Adds the nodes that take no new work this pass at all (cluster indices): what runs
+  // there never comes free in a plan of the future (EASY's reservation, start estimates).
+  virtual void AddClosedNodes(std::vector<int32_t>* /*closed*/) const {}
 };
 
 // Gates and filters take no configuration (what they need comes with each pass).

@@ -1,8 +1,10 @@
 // The built-in admission filters (admission.h):
 //   drain      - nothing new is placed on a draining node. PrepareCluster takes what is
 //                free there (what runs there keeps its share), so placement, EASY
-//                planning and gang checks all see the node as full; explanations name
-//                the node ("1 draining (gpu2)").
+//                planning and gang checks all see the node as full; it is closed
+//                (AddClosedNodes), so that what runs there never comes free in EASY's
+//                or the start estimates' plans; explanations name the node ("1
+//                draining (gpu2)").
 //   env-compat - a job whose GPU tasks need a software environment (an image's CUDA and
 //                driver needs) may only use the nodes that can run it; the host says
 //                which (PassContext::environments), once per environment and pass. When
@@ -29,6 +31,9 @@ class DrainFilter final : public AdmissionFilter {
   std::string_view name() const override { return "drain"; }
   void BeginPass(const PassContext& ctx) override;
   void PrepareCluster(ClusterState& cluster) const override;
+  void AddClosedNodes(std::vector<int32_t>* closed) const override {
+    closed->insert(closed->end(), draining_.begin(), draining_.end());
+  }
   bool Filter(const ClusterState& state, const Task& task, int32_t node,
               std::string* reason) const override;
   bool NamesNodes() const override { return true; }

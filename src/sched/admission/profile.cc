@@ -180,7 +180,7 @@ Status SchedulingProfile::PlanStartTimes(const ClusterState& cluster, const Pass
     if (!gone) held.push_back(h);
   }
   GP_ASSIGN_OR_RETURN(std::vector<PlannedStart> plan,
-                      PlanStarts(cluster, ctx.now_s, running, queue, planner_, held));
+                      PlanStarts(cluster, ctx.now_s, running, queue, planner_, held, closed_));
   for (size_t i = 0; i < plan.size(); ++i) {
     result->planned_starts.emplace_back(admitted_index[which[i]], std::move(plan[i]));
   }
@@ -198,8 +198,12 @@ Result<ProfileResult> SchedulingProfile::Run(ClusterState& cluster, const PassCo
   admitted_index.clear();
   Admit(ctx, &admitted, &admitted_index, &result);
   for (const auto& f : filters_) f->PrepareCluster(cluster);
+  closed_.clear();  // nodes no new work goes to: what runs there never comes free in a plan
+  for (const auto& f : filters_) f->AddClosedNodes(&closed_);
+  std::sort(closed_.begin(), closed_.end());
+  closed_.erase(std::unique(closed_.begin(), closed_.end()), closed_.end());
   GP_ASSIGN_OR_RETURN(PassResult pass,
-                      pass_->Run(cluster, ctx.now_s, admitted, ctx.running, ctx.held));
+                      pass_->Run(cluster, ctx.now_s, admitted, ctx.running, ctx.held, closed_));
   if (explain) Explain(cluster, ctx, pass, admitted, admitted_index, &result);
   if (ctx.plan_starts > 0) {
     GP_RETURN_IF_ERROR(PlanStartTimes(cluster, ctx, pass, admitted, admitted_index, &result));

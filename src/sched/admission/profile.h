@@ -119,6 +119,7 @@ class SchedulingProfile {
   std::deque<QueuedJob> narrowed_;  // this pass's copies with narrowed nodes
   std::vector<const QueuedJob*> admitted_;
   std::vector<size_t> admitted_index_;  // admitted_[k] is PassContext::pending[admitted_index_[k]]
+  std::vector<int32_t> closed_;         // this pass's closed nodes (AddClosedNodes), sorted
 };
 
 }  // namespace gpupool::sched

@@ -161,6 +161,56 @@ TEST(SchedulingProfile, ReservationAndStartsNameThePendingJobsNotTheAdmittedOnes
             "time limits; 0/1 nodes are available: 1 insufficient GPUs");
 }
 
+// A draining node takes no new work, so what runs there never comes free for the head's
+// reservation: it reserves where it can really start (n1, once b ends), and a long job
+// that would take those GPUs does not backfill. Before, the head reserved n0 at a's end,
+// the long job started on n1, and the head waited for both.
+TEST(SchedulingProfile, AReservationIsNeverPlannedOnADrainingNode) {
+  ClusterState cluster = testing::MakeCluster(2, 4);  // n0 drains
+  std::vector<QueuedJob> running_jobs = {Job("a", "u", 0, {GpuTask(4)}, 600),
+                                         Job("b", "u", 0, {GpuTask(2)}, 3600)};
+  ASSERT_TRUE(cluster.Allocate(running_jobs[0].tasks[0], {0, {0, 1, 2, 3}}).ok());
+  ASSERT_TRUE(cluster.Allocate(running_jobs[1].tasks[0], {1, {0, 1}}).ok());
+  const std::vector<RunningJob> running = {{&running_jobs[0], 0, {{0, {0, 1, 2, 3}}}},
+                                           {&running_jobs[1], 0, {{1, {0, 1}}}}};
+  std::vector<QueuedJob> pending = {Job("head", "u", 1, {GpuTask(4)}, 100),
+                                    Job("long", "u", 2, {GpuTask(2)}, 7200)};
+  const std::vector<const QueuedJob*> ptrs = testing::Pointers(pending);
+  const std::vector<const QueuedJob*> occupying = {&running_jobs[0], &running_jobs[1]};
+  const std::vector<int32_t> draining = {0};
+  PassContext ctx;
+  ctx.pending = ptrs;
+  ctx.running = running;
+  ctx.occupying = occupying;
+  ctx.draining = draining;
+  ctx.plan_starts = 2;
+  auto r = Profile(StartRule::kEasyBackfill)->Run(cluster, ctx);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_TRUE(r->reserved_index.has_value());
+  EXPECT_EQ(*r->reserved_index, 0u);
+  EXPECT_EQ(r->reservation_start_s, 3600);
+  EXPECT_TRUE(r->started.empty()) << ById(pending, *r).at("long");
+  ASSERT_FALSE(r->planned_starts.empty());
+  EXPECT_EQ(r->planned_starts[0].first, 0u);
+  EXPECT_EQ(r->planned_starts[0].second.start_s, 3600);
+
+  // A job that fits only on the draining node holds nobody back: the next one reserves.
+  std::vector<QueuedJob> only_n0 = {Job("wide", "u", 1, {GpuTask(4)}, 100),
+                                    Job("next", "u", 2, {GpuTask(4)}, 100)};
+  only_n0[0].tasks[0].allowed_nodes = {"n0"};
+  const std::vector<const QueuedJob*> ptrs2 = testing::Pointers(only_n0);
+  ctx.pending = ptrs2;
+  ctx.plan_starts = 0;
+  ClusterState again = testing::MakeCluster(2, 4);
+  ASSERT_TRUE(again.Allocate(running_jobs[0].tasks[0], {0, {0, 1, 2, 3}}).ok());
+  ASSERT_TRUE(again.Allocate(running_jobs[1].tasks[0], {1, {0, 1}}).ok());
+  r = Profile(StartRule::kEasyBackfill)->Run(again, ctx);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_TRUE(r->reserved_index.has_value());
+  EXPECT_EQ(*r->reserved_index, 1u);
+  EXPECT_EQ(r->reservation_start_s, 3600);
+}
+
 // A fair queue between projects (the server's --fair-by project) says whose order a job
 // waits in: its project's share, not its user's.
 TEST(SchedulingProfile, AFairQueueByProjectSaysSoInTheReasonOfAJobWaitingItsTurn) {

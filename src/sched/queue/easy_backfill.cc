@@ -7,11 +7,9 @@
 
 namespace gpupool::sched {
 
-Result<std::unique_ptr<ReservationPlan>> ReservationPlan::Make(const ClusterState& cluster,
-                                                               int64_t now_s,
-                                                               std::span<const RunningJob> running,
-                                                               const QueuedJob& head,
-                                                               PlacementPolicy& policy) {
+Result<std::unique_ptr<ReservationPlan>> ReservationPlan::Make(
+    const ClusterState& cluster, int64_t now_s, std::span<const RunningJob> running,
+    const QueuedJob& head, PlacementPolicy& policy, std::span<const int32_t> closed) {
   ClusterState future = cluster;
   const Resources need = head.Total();
   std::vector<Placement> head_placements;
@@ -39,7 +37,7 @@ Result<std::unique_ptr<ReservationPlan>> ReservationPlan::Make(const ClusterStat
   });
   for (size_t k = 0; k < by_end.size(); ++k) {
     const RunningJob& r = running[by_end[k]];
-    GP_RETURN_IF_ERROR(ReleaseGang(future, r.job->tasks, r.placements));
+    GP_RETURN_IF_ERROR(ReleaseGangOutside(future, r.job->tasks, r.placements, closed));
     // Jobs planned to end at the same moment are all gone before anything starts then.
     if (k + 1 < by_end.size() && running[by_end[k + 1]].PlannedEnd() == r.PlannedEnd()) continue;
     GP_ASSIGN_OR_RETURN(bool fits, try_place());
@@ -54,7 +52,8 @@ Result<std::unique_ptr<ReservationPlan>> ReservationPlan::Make(const ClusterStat
   std::stable_sort(endless.begin(), endless.end(),
                    [&](size_t a, size_t b) { return running[a].start_s < running[b].start_s; });
   for (size_t i : endless) {
-    GP_RETURN_IF_ERROR(ReleaseGang(future, running[i].job->tasks, running[i].placements));
+    GP_RETURN_IF_ERROR(
+        ReleaseGangOutside(future, running[i].job->tasks, running[i].placements, closed));
     GP_ASSIGN_OR_RETURN(bool fits, try_place());
     if (fits) return plan_at(kNoPlannedEnd);
   }

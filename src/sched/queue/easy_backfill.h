@@ -14,6 +14,10 @@
 // and nothing but the head waits for those jobs (before, the pass stopped there, as
 // under strict, and one such head held every later job in the pool back).
 //
+// A running job's resources on a closed node (one that takes no new work: draining) never
+// come free in the plan: the head is not promised what it cannot be given, and later jobs
+// are not kept off resources for it there.
+//
 // The plan holds its own copy of the cluster; not thread-safe.
 #pragma once
 
@@ -35,11 +39,13 @@ class ReservationPlan {
   // (including any started earlier in the same pass). Returns null when the head job
   // cannot fit even after every running job has ended. `policy` is used on a
   // private copy of the cluster only; give it an instance that has not seen other
-  // clusters (policies may cache by node version, which copies share).
+  // clusters (policies may cache by node version, which copies share). `closed`: the
+  // closed nodes' indices, sorted.
   static Result<std::unique_ptr<ReservationPlan>> Make(const ClusterState& cluster, int64_t now_s,
                                                        std::span<const RunningJob> running,
                                                        const QueuedJob& head,
-                                                       PlacementPolicy& policy);
+                                                       PlacementPolicy& policy,
+                                                       std::span<const int32_t> closed = {});
 
   int64_t start_s() const { return start_s_; }
   const std::vector<Placement>& head_placements() const { return head_placements_; }

@@ -193,6 +193,23 @@ Status ReleaseGang(ClusterState& cluster, const std::vector<Task>& tasks,
   return Rollback(cluster, tasks, order, placements, tasks.size());
 }
 
+bool IsClosed(std::span<const int32_t> closed, const Placement& placement) {
+  return std::binary_search(closed.begin(), closed.end(), placement.node);
+}
+
+Status ReleaseGangOutside(ClusterState& cluster, const std::vector<Task>& tasks,
+                          const std::vector<Placement>& placements,
+                          std::span<const int32_t> closed) {
+  if (closed.empty() || placements.size() != tasks.size()) {
+    return ReleaseGang(cluster, tasks, placements);
+  }
+  for (size_t i = 0; i < tasks.size(); ++i) {
+    if (!IsClosed(closed, placements[i]))
+      GP_RETURN_IF_ERROR(cluster.Release(tasks[i], placements[i]));
+  }
+  return Status::Ok();
+}
+
 bool GangObviouslyUnplaceable(const ClusterState& cluster, const std::vector<Task>& tasks,
                               std::string* reason) {
   Resources total;

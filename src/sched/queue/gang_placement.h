@@ -8,6 +8,7 @@
 // multi-GPU task gets all its GPUs on one node, as ClusterState requires.
 #pragma once
 
+#include <span>
 #include <string>
 #include <vector>
 
@@ -38,6 +39,14 @@ Result<bool> AllocateGang(ClusterState& cluster, const std::vector<Task>& tasks,
 // Releases a placed gang (the inverse of a successful PlaceGang).
 Status ReleaseGang(ClusterState& cluster, const std::vector<Task>& tasks,
                    const std::vector<Placement>& placements);
+
+// ReleaseGang for a plan of the future: what lies on a `closed` node (sorted cluster
+// indices of nodes that take no new work: draining) stays taken, so that the plan never
+// counts it free. Whether a placement is on a closed node: IsClosed.
+Status ReleaseGangOutside(ClusterState& cluster, const std::vector<Task>& tasks,
+                          const std::vector<Placement>& placements,
+                          std::span<const int32_t> closed);
+bool IsClosed(std::span<const int32_t> closed, const Placement& placement);
 
 // True when no placement of `tasks` could ever exist on `cluster`, even idle: a task no
 // node can host, or more GPUs, CPU or memory than the whole cluster has. A gang that

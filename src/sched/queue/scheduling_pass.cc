@@ -83,10 +83,11 @@ namespace {
 
 // Whether `job`'s gang fits on `cluster` once every job of `running` has ended.
 Result<bool> FitsOnceAllEnd(const ClusterState& cluster, std::span<const RunningJob> running,
-                            const QueuedJob& job, PlacementPolicy& planner) {
+                            const QueuedJob& job, PlacementPolicy& planner,
+                            std::span<const int32_t> closed) {
   ClusterState idle = cluster;
   for (const RunningJob& r : running) {
-    GP_RETURN_IF_ERROR(ReleaseGang(idle, r.job->tasks, r.placements));
+    GP_RETURN_IF_ERROR(ReleaseGangOutside(idle, r.job->tasks, r.placements, closed));
   }
   GP_ASSIGN_OR_RETURN(GangPlacement g, PlaceGang(idle, job.tasks, planner));
   return g.placed;
@@ -181,7 +182,7 @@ Status SchedulingPass::StartHeldFirst(ClusterState& cluster,
 Result<std::unique_ptr<ReservationPlan>> SchedulingPass::PlanReservation(
     ClusterState& cluster, int64_t now_s, std::span<const QueuedJob* const> pending,
     std::span<const RunningJob> running, const PassResult& result, const QueuedJob& job,
-    const HeldResources* own, bool* ever) {
+    const HeldResources* own, std::span<const int32_t> closed, bool* ever) {
   std::vector<RunningJob> running_now(running.begin(), running.end());
   for (const PassResult::Started& s : result.started) {
     running_now.push_back(RunningJob{pending[s.pending_index], now_s, s.placements});
@@ -193,14 +194,14 @@ Result<std::unique_ptr<ReservationPlan>> SchedulingPass::PlanReservation(
   // What is held for the job is its own in its reservation.
   if (own != nullptr) GP_RETURN_IF_ERROR(ReleaseGang(cluster, own->tasks, own->placements));
   Result<std::unique_ptr<ReservationPlan>> made =
-      ReservationPlan::Make(cluster, now_s, running_now, job, *planner);
+      ReservationPlan::Make(cluster, now_s, running_now, job, *planner, closed);
   Result<bool> fits = true;
   if (made.ok() && *made == nullptr) {
     // A job that would not fit even with every running job gone (what is out of
     // service holds resources no job releases) can never start here: it holds nobody
     // back, and the next job that cannot start gets the reservation.
     GP_ASSIGN_OR_RETURN(std::unique_ptr<PlacementPolicy> fresh, make_planning_policy_());
-    fits = FitsOnceAllEnd(cluster, running_now, job, *fresh);
+    fits = FitsOnceAllEnd(cluster, running_now, job, *fresh, closed);
   }
   if (own != nullptr) GP_RETURN_IF_ERROR(TakeBack(cluster, *own));
   GP_RETURN_IF_ERROR(fits.status());
@@ -263,12 +264,14 @@ void SchedulingPass::Remember(const ClusterState& cluster, std::vector<Task> fai
 Result<PassResult> SchedulingPass::Run(ClusterState& cluster, int64_t now_s,
                                        std::span<const QueuedJob* const> pending,
                                        std::span<const RunningJob> running,
-                                       std::span<const HeldResources> held) {
+                                       std::span<const HeldResources> held,
+                                       std::span<const int32_t> closed) {
   // A job with held resources may start elsewhere and free them within the pass: no
   // shape is carried into such a pass (holds are rare: a preemption's few passes).
   std::vector<Task> carried = held.empty() ? StillFailing(cluster) : std::vector<Task>{};
   std::vector<Task> failed_now;
-  Result<PassResult> result = Walk(cluster, now_s, pending, running, held, &carried, &failed_now);
+  Result<PassResult> result =
+      Walk(cluster, now_s, pending, running, held, closed, &carried, &failed_now);
   // A carried shape no job of this pass reached still cannot fit: the pass only filled.
   for (Task& t : carried) failed_now.push_back(std::move(t));
   Remember(cluster, result.ok() ? std::move(failed_now) : std::vector<Task>{});
@@ -279,6 +282,7 @@ Result<PassResult> SchedulingPass::Walk(ClusterState& cluster, int64_t now_s,
                                         std::span<const QueuedJob* const> pending,
                                         std::span<const RunningJob> running,
                                         std::span<const HeldResources> held,
+                                        std::span<const int32_t> closed,
                                         std::vector<Task>* carried_shapes,
                                         std::vector<Task>* failed_now) {
   PassResult result;
@@ -362,8 +366,8 @@ Result<PassResult> SchedulingPass::Walk(ClusterState& cluster, int64_t now_s,
     if (options_.rule == StartRule::kStrict) break;
     if (options_.rule == StartRule::kSkipBlocked) continue;
     bool ever = true;
-    GP_ASSIGN_OR_RETURN(plan,
-                        PlanReservation(cluster, now_s, pending, running, result, job, own, &ever));
+    GP_ASSIGN_OR_RETURN(
+        plan, PlanReservation(cluster, now_s, pending, running, result, job, own, closed, &ever));
     if (!plan) {
       if (!ever) {
         blocked = false;

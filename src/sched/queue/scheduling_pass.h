@@ -103,10 +103,14 @@ class SchedulingPass {
   // anywhere it fits; one that starts leaves its held resources free (its own start
   // allocated instead), one that does not keeps them held, and under easy its
   // reservation is planned with them as its own. No other job is placed on them.
+  // `closed`: the sorted indices of nodes that take no new work (draining; their free
+  // resources taken on `cluster` by the caller): under easy, what runs there never comes
+  // free for a reservation (ReservationPlan).
   Result<PassResult> Run(ClusterState& cluster, int64_t now_s,
                          std::span<const QueuedJob* const> pending,
                          std::span<const RunningJob> running,
-                         std::span<const HeldResources> held = {});
+                         std::span<const HeldResources> held = {},
+                         std::span<const int32_t> closed = {});
 
  private:
   // Under easy, after a capped pass with a reservation: that reservation and the ids of
@@ -124,7 +128,7 @@ class SchedulingPass {
   Result<std::unique_ptr<ReservationPlan>> PlanReservation(
       ClusterState& cluster, int64_t now_s, std::span<const QueuedJob* const> pending,
       std::span<const RunningJob> running, const PassResult& result, const QueuedJob& job,
-      const HeldResources* own, bool* ever);
+      const HeldResources* own, std::span<const int32_t> closed, bool* ever);
   // Tries the jobs `held` is for (see Run): fills `hold_of` (by pending index) and
   // `started_first`, and adds their starts to `result`.
   Status StartHeldFirst(ClusterState& cluster, std::span<const QueuedJob* const> pending,
@@ -149,7 +153,8 @@ class SchedulingPass {
   Result<PassResult> Walk(ClusterState& cluster, int64_t now_s,
                           std::span<const QueuedJob* const> pending,
                           std::span<const RunningJob> running, std::span<const HeldResources> held,
-                          std::vector<Task>* carried_shapes, std::vector<Task>* failed_now);
+                          std::span<const int32_t> closed, std::vector<Task>* carried_shapes,
+                          std::vector<Task>* failed_now);
   // The carried shapes that still cannot fit: no node of `cluster` has more than at the
   // end of the last pass where one of them fits now.
   std::vector<Task> StillFailing(const ClusterState& cluster) const;

@@ -28,7 +28,8 @@ Result<std::vector<PlannedStart>> PlanStarts(const ClusterState& cluster, int64_
                                              std::span<const RunningJob> running,
                                              std::span<const QueuedJob* const> queue,
                                              const PlanningPolicyMaker& make_policy,
-                                             std::span<const HeldResources> held) {
+                                             std::span<const HeldResources> held,
+                                             std::span<const int32_t> closed) {
   // The plan: the cluster at time `t`, and the planned ends still to come (ends[next..],
   // in time order). Jobs without a planned end hold their resources forever.
   ClusterState at = cluster;
@@ -69,7 +70,7 @@ Result<std::vector<PlannedStart>> PlanStarts(const ClusterState& cluster, int64_
       // Jobs planned to end at the same moment are all gone before anything starts then.
       when = std::max(when, ends[k].at);
       for (const int64_t end = ends[k].at; k < ends.size() && ends[k].at == end; ++k) {
-        GP_RETURN_IF_ERROR(ReleaseGang(at, *ends[k].tasks, ends[k].placements));
+        GP_RETURN_IF_ERROR(ReleaseGangOutside(at, *ends[k].tasks, ends[k].placements, closed));
       }
     }
     if (placements.empty()) {
@@ -77,6 +78,7 @@ Result<std::vector<PlannedStart>> PlanStarts(const ClusterState& cluster, int64_
       // the plan goes on without it, as it was (what was released for it is taken again).
       for (size_t i = next; i < k; ++i) {
         for (size_t n = 0; n < ends[i].placements.size(); ++n) {
+          if (IsClosed(closed, ends[i].placements[n])) continue;  // never released
           GP_RETURN_IF_ERROR(at.Allocate((*ends[i].tasks)[n], ends[i].placements[n]));
         }
       }

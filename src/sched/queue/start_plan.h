@@ -41,10 +41,13 @@ struct PlannedStart {
 // of `running` (with its start); it is not changed: the plan is made on one copy of it,
 // with one placement policy from `make_policy` (one that has seen no other cluster).
 // `held`: resources held for pending jobs, their placeholders allocated on `cluster`.
+// `closed`: sorted indices of nodes that take no new work (draining): what runs there
+// never comes free in the plan (ReleaseGangOutside).
 Result<std::vector<PlannedStart>> PlanStarts(const ClusterState& cluster, int64_t now_s,
                                              std::span<const RunningJob> running,
                                              std::span<const QueuedJob* const> queue,
                                              const PlanningPolicyMaker& make_policy,
-                                             std::span<const HeldResources> held = {});
+                                             std::span<const HeldResources> held = {},
+                                             std::span<const int32_t> closed = {});
 
 }  // namespace gpupool::sched
