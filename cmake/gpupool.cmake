@@ -1,5 +1,6 @@
 # gpupool_test(NAME SOURCES a_test.cc ... LIBS lib ... [LABELS l ...])
-# One GoogleTest executable; its cases are listed at test time so ctest shows each.
+# One GoogleTest executable; its cases are listed at test time so ctest shows each, or with
+# GPUPOOL_TEST_WHOLE_EXECUTABLES it is one ctest test, named NAME, that runs them all.
 # With LABELS slow and GPUPOOL_BUILD_SLOW_TESTS=OFF, neither the executable nor its tests exist.
 # GPUPOOL_TEST_COMPILE_OPTIONS (a list) is added to its own sources' flags, after the
 # build type's, so a later -O wins.
@@ -24,7 +25,12 @@ function(gpupool_test name)
   if(T_LABELS)
     list(APPEND props LABELS "${T_LABELS}")
   endif()
-  gtest_discover_tests(${name} DISCOVERY_MODE PRE_TEST PROPERTIES ${props})
+  if(GPUPOOL_TEST_WHOLE_EXECUTABLES)
+    add_test(NAME ${name} COMMAND ${name})
+    set_tests_properties(${name} PROPERTIES ${props})
+  else()
+    gtest_discover_tests(${name} DISCOVERY_MODE PRE_TEST PROPERTIES ${props})
+  endif()
 endfunction()
 
 include(GoogleTest)

@@ -746,6 +746,10 @@ class Controller {
     // Registration::health_pending: nothing is placed on it until the verdict comes.
     bool health_pending = false;
     std::string agent_id;  // Registration::agent_id of its agent ("": none, not known)
+    // Its end reports for jobs not in memory looked up in the store in the minute that
+    // began at ended_lookups_since_us (internal::kMaxEndedLookupsPerMinute).
+    int64_t ended_lookups_since_us = 0;
+    int ended_lookups = 0;
     std::optional<protocol::DiskReport> disk;  // its agent's latest disk watch report
   };
   // Nodes' view of node `name` (entry `e`): its tasks from the job index.

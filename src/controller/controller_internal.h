@@ -25,6 +25,23 @@ inline constexpr int64_t kResendAfterUs = 5'000'000;
 // A node that answers stop orders for a job this long without reporting any of its
 // tasks' ends runs none of them.
 inline constexpr int64_t kStrayGiveUpUs = 60'000'000;
+// How many end reports for jobs not in memory (ended: a resent report, or a lost
+// attempt's late end, job_lifecycle_late.h) a node may have looked up in the store per
+// minute; each costs a store read. Past it, the rest of that minute's are dropped with a
+// warning: a node that cut off ran far fewer jobs, while a hostile node holding a node
+// token could otherwise make the controller read the store once per event it sends.
+inline constexpr int kMaxEndedLookupsPerMinute = 600;
+// One more such lookup for a node whose minute began at `*since_us` with `*count` lookups
+// (NodeEntry::ended_lookups*); false when the minute's are spent.
+inline bool TakeEndedLookup(int64_t* since_us, int* count, int64_t now_us) {
+  if (now_us - *since_us >= 60'000'000 || now_us < *since_us) {
+    *since_us = now_us;
+    *count = 0;
+  }
+  if (*count >= kMaxEndedLookupsPerMinute) return false;
+  ++*count;
+  return true;
+}
 // The least time a node has to poll a controller that has just loaded the pool (a restart,
 // a standby taking the lead) before it is lost, whatever --node-timeout: its agent tries
 // a failed call again after at most 5 s (agent_loop.cc), twice, with room for the call.

@@ -1,6 +1,9 @@
 // An end reported late (docs/health.md, "An end reported late"; job_lifecycle_late.h):
 // a node cut off past the node timeout comes back and reports the real end of a task the
 // controller had declared lost. adv4 findings 1 and 2 (s15, s22, s14).
+#include <atomic>
+
+#include "controller/controller_internal.h"
 #include "controller/controller_test.h"
 #include "controller/pool_accounting.h"
 #include "controller/telemetry_service.h"
@@ -182,6 +185,56 @@ TEST_F(LateEndTest, AfterTheNextAttemptStartedItGoesOnAndTheLostOneIsCharged) {
   EXPECT_EQ(running.earlier_attempts[0].end_time_us, started + 50 * kS);
   EXPECT_NE(running.earlier_attempts[0].late_reason.find("exited with code 0"), std::string::npos);
   EXPECT_NEAR(running.earlier_attempts[0].gpu_hours, 2.0 * 50 / 3600, 1e-9);
+}
+
+// Counts the store's reads of one job.
+class CountingStore final : public store::ForwardingStore {
+ public:
+  explicit CountingStore(std::unique_ptr<store::Store> inner) : ForwardingStore(std::move(inner)) {}
+  Result<Job> GetJob(int64_t id) override {
+    reads.fetch_add(1);
+    return inner()->GetJob(id);
+  }
+  std::atomic<int> reads{0};
+};
+
+// A hostile node with a node token sends end reports for jobs it never ran (ids of ended
+// jobs or of none): each would cost a store read. Past the node's budget a minute they are
+// dropped unread; a minute later it has its budget again, and a real late end of a job lost
+// there is still recorded then.
+TEST_F(LateEndTest, EndReportsOfJobsNotRunningAreLookedUpAtMost600TimesAMinutePerNode) {
+  auto counting = std::make_unique<CountingStore>(OpenSqliteStore(":memory:"));
+  CountingStore* store = counting.get();
+  c_.reset();  // before the store it uses goes
+  store_ = std::move(counting);
+  ControllerOptions o;
+  o.node_lease_us = 60 * kS;
+  Restart(o);
+  Register(2, {}, "n1");
+  Register(2, {}, "n2");
+  const Job job = Start(/*requeue=*/false);
+  Silence(12 * kS);
+  ASSERT_EQ(Get(job.id).state, JobState::kLost);
+  // n2 floods: 2,000 reports of ids that are not running.
+  std::vector<Event> flood;
+  for (int64_t id = 1000; id < 3000; ++id) {
+    Event e = Ev(job, protocol::EventKind::kExited, 0);
+    e.job_id = id;
+    flood.push_back(e);
+  }
+  const int before = store->reads.load();
+  ASSERT_TRUE(Apply(flood, "n2").ok());
+  EXPECT_EQ(store->reads.load() - before, internal::kMaxEndedLookupsPerMinute);
+  // n1's budget is its own: its late end is looked up and recorded.
+  ComesBackReporting(job, job.attempt, 0, clock_.NowMicros() - kS);
+  EXPECT_TRUE(Get(job.id).late_end_time_us > 0);
+  // n2's is spent for this minute; the next minute it is whole again.
+  const int spent = store->reads.load();
+  ASSERT_TRUE(Apply({flood[0]}, "n2").ok());
+  EXPECT_EQ(store->reads.load(), spent);
+  clock_.AdvanceMicros(61 * kS);
+  ASSERT_TRUE(Apply({flood[0]}, "n2").ok());
+  EXPECT_EQ(store->reads.load(), spent + 1);
 }
 
 }  // namespace

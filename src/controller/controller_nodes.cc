@@ -828,6 +828,7 @@ void Controller::DrainAfterLaunchFailure(const std::string& node, const std::str
 Status Controller::ApplyEvents(const std::string& node, const EventBatch& batch) {
   std::vector<Change> changes;
   std::string launch_failure;  // a job this node could not start by its own fault
+  int dropped = 0;             // end reports of ended jobs past the node's lookups
   {
     Lock lock(mu_);
     auto n = nodes_.find(node);  // nodes are never erased
@@ -846,6 +847,12 @@ Status Controller::ApplyEvents(const std::string& node, const EventBatch& batch)
       auto job = active_.find(raw.job_id);
       if (job == active_.end()) {
         // Ended: a resent event, or a lost attempt's late end (job_lifecycle_late.h).
+        if (raw.kind == protocol::EventKind::kExited && n != nodes_.end() &&
+            !internal::TakeEndedLookup(&n->second.ended_lookups_since_us, &n->second.ended_lookups,
+                                       clock_->NowMicros())) {
+          ++dropped;
+          continue;
+        }
         if (raw.kind == protocol::EventKind::kExited) {
           Change late{raw.job_id, LifecycleEvent(node, raw, time_us), {}};
           late.may_have_ended = true;
@@ -860,6 +867,12 @@ Status Controller::ApplyEvents(const std::string& node, const EventBatch& batch)
       }
       changes.push_back({raw.job_id, LifecycleEvent(node, raw, time_us), {}});
     }
+  }
+  if (dropped > 0) {
+    spdlog::warn(
+        "node {}: {} end reports for jobs that are not running were dropped unread: more than "
+        "{} a minute (a node that reports ends of jobs it never ran?)",
+        node, dropped, internal::kMaxEndedLookupsPerMinute);
   }
   // Drained before the job goes back to the queue, so the next pass does not send it here.
   if (!launch_failure.empty()) DrainAfterLaunchFailure(node, launch_failure);
