@@ -28,4 +28,14 @@ Status CheckAgentIdentity(const std::string& node, const CurrentAgent& current,
       std::to_string(node_timeout_us / 1'000'000) + " s, may be taken over)");
 }
 
+std::string RemoteIp(const std::string& remote) {
+  if (remote.empty() || remote == "unix") return "";
+  if (remote.front() == '[') {
+    const auto close = remote.find(']');
+    return close == std::string::npos ? "" : remote.substr(1, close - 1);
+  }
+  const auto colon = remote.rfind(':');
+  return colon == std::string::npos ? remote : remote.substr(0, colon);
+}
+
 }  // namespace gpupool::controller::internal

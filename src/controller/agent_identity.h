@@ -28,4 +28,8 @@ struct CurrentAgent {
 Status CheckAgentIdentity(const std::string& node, const CurrentAgent& current,
                           const std::string& id, int64_t now_us, int64_t node_timeout_us);
 
+// The IP address of an agent's connection, "1.2.3.4:5678" or "[::1]:5678"; "" for "unix"
+// and the unknown.
+std::string RemoteIp(const std::string& remote);
+
 }  // namespace gpupool::controller::internal

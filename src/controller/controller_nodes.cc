@@ -24,21 +24,11 @@ using internal::kResendAfterUs;
 using internal::kStrayGiveUpUs;
 using internal::Occupies;
 using internal::OnNode;
+using internal::RemoteIp;
 using jobs::Job;
 using jobs::JobState;
 
 namespace {
-
-// The IP address of "1.2.3.4:5678" or "[::1]:5678"; "" for "unix" and the unknown.
-std::string RemoteIp(const std::string& remote) {
-  if (remote.empty() || remote == "unix") return "";
-  if (remote.front() == '[') {
-    const auto close = remote.find(']');
-    return close == std::string::npos ? "" : remote.substr(1, close - 1);
-  }
-  const auto colon = remote.rfind(':');
-  return colon == std::string::npos ? remote : remote.substr(0, colon);
-}
 
 // The stop order for a job being stopped: a preempted one's carries what is left of its
 // grace (none once it said it has checkpointed) and its deadline (protocol/cancel_order.h).
@@ -373,10 +363,13 @@ Result<protocol::RegistrationReply> Controller::RegisterNode(protocol::Registrat
   rec.protocol = protocol::VersionString(reg.version);
   rec.agent_id = reg.agent_id;
   MutexLock write(node_write_mu_);
+  bool same_agent = true;  // the agent that ran the node's jobs so far (a restart of it)
   {
     MutexLock lock(mu_);
     if (auto it = nodes_.find(name); it != nodes_.end()) {
       const NodeEntry& old = it->second;
+      same_agent = old.agent_id.empty() || reg.agent_id.empty() || old.agent_id == reg.agent_id;
+      if (!same_agent) spdlog::warn("node {}: taken over by another agent", name);
       GP_RETURN_IF_ERROR(internal::CheckAgentIdentity(
           name, {old.agent_id, old.address, old.last_seen_us, old.up, old.heard}, reg.agent_id, now,
           options_.node_timeout_us));
@@ -450,10 +443,12 @@ Result<protocol::RegistrationReply> Controller::RegisterNode(protocol::Registrat
     // Jobs requeued when this node was lost wait for its lease no more: it listed what
     // still runs here (stray_running, stopped before they start again). One whose lost
     // attempt it lists as ended waits for that end, which follows (it may have
-    // succeeded: job_lifecycle_late.h); the end lifts the wait, as does the lease.
+    // succeeded: job_lifecycle_late.h); the end lifts the wait, as does the lease. Not
+    // for another agent taking the node over (a wiped or moved state directory): it
+    // cannot see what the old one's supervisors still run, so they wait for the lease.
     for (int64_t id : index_.PendingFenced()) {
       const Job& fenced = active_.at(id);
-      if (fenced.fence_node == name && !ListsEnded(reg, id, fenced.attempt)) {
+      if (fenced.fence_node == name && same_agent && !ListsEnded(reg, id, fenced.attempt)) {
         forgotten.push_back({id, lifecycle::FenceLifted{name}, {}});
       }
     }

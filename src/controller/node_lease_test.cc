@@ -124,6 +124,38 @@ TEST_F(NodeLeaseTest, ANodeThatRegistersAgainEndsTheWait) {
   EXPECT_EQ(Get(job.id).state, JobState::kAssigned);
 }
 
+// adv5 finding 1: another agent takes the lost node over (its state directory wiped or
+// moved): it cannot see the old agent's supervisors, one of which may still run attempt 1,
+// so its registration, which lists nothing, does not end the wait (before, attempt 2
+// started beside attempt 1 on the same GPUs). The node's own agent coming back does.
+TEST_F(NodeLeaseTest, AnotherAgentTakingTheNodeOverDoesNotEndTheWait) {
+  auto register_as = [&](const std::string& node, const std::string& id) {
+    protocol::Registration r;
+    r.node = node;
+    r.agent_id = id;
+    r.info = MakeNode(2);
+    if (node != "n1") {
+      for (gpu::GpuInfo& g : r.info.gpus) g.uuid += "-" + node;
+    }
+    r.version = version_;
+    r.cpu_milli = 64'000;
+    r.memory_mib = 256'000;
+    return c_->RegisterNode(r, "");
+  };
+  ASSERT_TRUE(register_as("n1", "agent-1").ok());
+  ASSERT_TRUE(register_as("n2", "agent-2").ok());
+  Job job = MakeJob(1);
+  job.requeue = true;
+  const std::string lost = StartJob(&job);
+  Pass(12'000'000, Other(lost));  // past the node timeout: another agent may take it over
+  ASSERT_NE(Get(job.id).fence_until_us, 0);
+  ASSERT_TRUE(register_as(lost, "agent-new").ok());
+  EXPECT_NE(Get(job.id).fence_until_us, 0);
+  ASSERT_TRUE(c_->ScheduleOnce().ok());
+  EXPECT_EQ(Get(job.id).state, JobState::kPending);
+  EXPECT_NE(Get(job.id).pending_reason.find("its lease stops it by"), std::string::npos);
+}
+
 TEST_F(NodeLeaseTest, ANodeThatComesBackStillRunningTheAttemptStopsItFirst) {
   Job job = MakeJob(1);
   job.requeue = true;

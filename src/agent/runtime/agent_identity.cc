@@ -84,4 +84,28 @@ Result<std::string> AgentIdentity(const std::string& agent_dir, const std::strin
   return id + ":" + (machine.ok() ? Digest(Trim(*machine)) : std::string("-"));
 }
 
+Status CheckNodeName(const std::string& agent_dir, const std::string& node_name,
+                     const std::vector<std::string>& running) {
+  Result<std::string> kept = ReadFileToString(agent_dir + "/node-name", 4096);
+  if (!kept.ok()) return Status::Ok();  // none recorded yet (a new or older state directory)
+  const std::string was(Trim(*kept));
+  if (was.empty() || was == node_name || running.empty()) return Status::Ok();
+  std::string jobs;
+  for (size_t i = 0; i < running.size() && i < 5; ++i) jobs += (i > 0 ? ", " : "") + running[i];
+  if (running.size() > 5) jobs += " and " + std::to_string(running.size() - 5) + " more";
+  return Status::AlreadyExists(
+      "this agent's state directory belongs to node '" + was + "', and " +
+      std::to_string(running.size()) + " job(s) it started there still run (" + jobs +
+      "); started as node '" + node_name +
+      "' it would report them for that node, where the controller would stop them: start it "
+      "with --node-name " +
+      was +
+      " again, or let those jobs end (or cancel them) before "
+      "renaming the node");
+}
+
+Status RecordNodeName(const std::string& agent_dir, const std::string& node_name) {
+  return WriteFileAtomically(agent_dir + "/node-name", node_name + "\n");
+}
+
 }  // namespace gpupool::agent

@@ -17,6 +17,7 @@
 
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "common/file_lock.h"
 #include "common/status.h"
@@ -39,5 +40,17 @@ Result<std::string> DrawAgentId();
 Result<std::string> AgentIdentity(const std::string& agent_dir,
                                   const std::string& machine_id_path = "/etc/machine-id",
                                   const std::function<Result<std::string>()>& draw = DrawAgentId);
+
+// The node a state directory's agent runs: AGENT_DIR/node-name, written by RecordNodeName
+// once the controller took the agent's registration. An agent started under another
+// --node-name while jobs it started under the old one still run here (`running`: the
+// jobs it adopted, as "job J" words) would report them for the new node: the controller
+// would stop them as strays there and declare them lost on the old one. Refused
+// (AlreadyExists: the agent exits 2 and is not restarted) naming both names and the jobs;
+// with nothing running, a node may be renamed. Slurm refuses a slurmd whose NodeName is
+// not its state's.
+Status CheckNodeName(const std::string& agent_dir, const std::string& node_name,
+                     const std::vector<std::string>& running);
+Status RecordNodeName(const std::string& agent_dir, const std::string& node_name);
 
 }  // namespace gpupool::agent

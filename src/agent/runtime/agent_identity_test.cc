@@ -100,5 +100,24 @@ TEST_F(AgentIdentityTest, ASecondAgentOnTheStateDirectoryIsRefused) {
   EXPECT_TRUE(LockAgentStateDir(state, agent).ok());
 }
 
+// adv5 finding 3: an agent restarted under another --node-name while jobs it started
+// still run would report them for the new name (stopped there as strays, lost on the
+// old node). Refused, naming both names, the jobs and the fix; an idle node may be renamed.
+TEST_F(AgentIdentityTest, AnotherNodeNameIsRefusedWhileTheOldNodesJobsRun) {
+  const std::string agent = (dir_ / "agent").string();
+  std::filesystem::create_directories(agent);
+  EXPECT_TRUE(CheckNodeName(agent, "nodeB", {"job 5"}).ok()) << "nothing recorded yet";
+  ASSERT_TRUE(RecordNodeName(agent, "nodeA").ok());
+  EXPECT_TRUE(CheckNodeName(agent, "nodeA", {"job 5"}).ok());
+  EXPECT_TRUE(CheckNodeName(agent, "nodeB", {}).ok()) << "an idle node may be renamed";
+  const Status s = CheckNodeName(agent, "nodeB", {"job 5", "job 6"});
+  ASSERT_EQ(s.code(), StatusCode::kAlreadyExists) << s.ToString();
+  EXPECT_NE(s.message().find("belongs to node 'nodeA', and 2 job(s) it started there still run "
+                             "(job 5, job 6); started as node 'nodeB'"),
+            std::string::npos)
+      << s.message();
+  EXPECT_NE(s.message().find("--node-name nodeA"), std::string::npos) << s.message();
+}
+
 }  // namespace
 }  // namespace gpupool::agent
