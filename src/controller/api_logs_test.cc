@@ -98,6 +98,22 @@ TEST_F(ApiLogRelayTest, AReadTheNodeCouldNotServeIsAnErrorNotTheEnd) {
   EXPECT_EQ(r.headers.count("X-Gpupool-Eof"), 0u);
 }
 
+// A file its node says is not there (deleted by its user) was "try again" (503, exit 5 in
+// `gpupool logs`, which scripts retry for ever): no retry finds it, so the answer is 404.
+TEST_F(ApiLogRelayTest, ALogFileTheNodeHasNotIsGoneNotTryAgain) {
+  const int64_t job = EndedJobOnVm();
+  int64_t asked = -1;
+  std::thread agent = AnswerOneRead({{"error", "not_found"}},
+                                    std::string("no file '") + kPath + "' on this node", &asked);
+  net::HttpResponse r = ReadLog(job, 0);
+  agent.join();
+  EXPECT_EQ(r.status, 404) << r.body;
+  EXPECT_EQ(Error(r), std::string("cannot read the log '") + kPath + "': no file '" + kPath +
+                          "' on this node (node vm), and this machine has no copy: it was "
+                          "deleted or moved");
+  EXPECT_EQ(r.headers.count("X-Gpupool-Eof"), 0u);
+}
+
 TEST_F(ApiLogRelayTest, ALogIsNotCutShortWhenALaterChunkCannotBeRead) {
   const int64_t job = EndedJobOnVm();
   // 600,000 bytes on the node: the first 512 KiB come, the rest cannot be read now.

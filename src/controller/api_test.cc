@@ -313,6 +313,25 @@ TEST_F(ApiAccessTest, QueueSortsTheWholeListThenPages) {
   EXPECT_NE(Error(bad).find("sort: give a field, one of id, user"), std::string::npos);
 }
 
+// `name=` with no name listed every job (as no filter): `gpupool cancel -n ""` then cancelled
+// them all. It is 400; names select as before.
+TEST_F(ApiAccessTest, AnEmptyNameFilterIsRefusedNotEveryName) {
+  for (const char* name : {"a", "b"}) {
+    net::HttpResponse sub = AsUid(0, "POST", "/v1/jobs", {},
+                                  std::string(R"({"command": ["true"], "workdir": "/", )") +
+                                      R"("hold": true, "name": ")" + name + R"("})");
+    ASSERT_EQ(sub.status, 201) << sub.body;
+  }
+  for (const char* empty : {"", ","}) {
+    net::HttpResponse bad = AsUid(0, "GET", "/v1/jobs", {{"active", "1"}, {"name", empty}});
+    EXPECT_EQ(bad.status, 400) << bad.body;
+    EXPECT_EQ(Error(bad), "name: no job name given; leave name out to list every name");
+  }
+  net::HttpResponse a = AsUid(0, "GET", "/v1/jobs", {{"active", "1"}, {"name", "a,"}});
+  ASSERT_EQ(a.status, 200) << a.body;
+  EXPECT_EQ(ParseJson(a.body, "answer").value()["jobs"].size(), 1u);
+}
+
 TEST_F(ApiAccessTest, HealthChecksNeedNoTokenAndReadySaysWhatIsMissing) {
   EXPECT_EQ(api_->Handle(Req("GET", "/healthz", {})).status, 200);
   net::HttpResponse r = api_->Handle(Req("GET", "/readyz", {}));

@@ -21,6 +21,60 @@ TEST_F(ClientE2eTest, CancelOfAnotherUsersJobsSaysCancelNotList) {
   EXPECT_EQ(r.err, "gpupool: only admins may list other users' jobs\n");
 }
 
+// `cancel -n "$NAME"` with NAME unset cancelled every job of the caller (the empty name
+// was dropped from the list's query). An empty value of any selector is refused, before
+// any request, naming its option; `queue` alike.
+TEST_F(ClientE2eTest, AnEmptySelectorValueIsRefusedNotEveryJob) {
+  Serve([](const HttpRequest&) { return JsonAnswer(200, R"({"jobs": []})"); });
+  const std::string unset = " (an unset shell variable?)";
+  for (const char* cmd : {"cancel", "queue"}) {
+    RunResult r = Run({cmd, "-n", ""});
+    EXPECT_EQ(r.code, 2) << cmd;
+    EXPECT_EQ(r.err,
+              "gpupool: --name: a job name is empty" + unset + "; give job names as train,eval\n");
+    r = Run({cmd, "-u", "alice", "--name", "train, "});
+    EXPECT_EQ(r.code, 2) << cmd;
+    EXPECT_EQ(r.err,
+              "gpupool: --name: a job name is empty" + unset + "; give job names as train,eval\n");
+    r = Run({cmd, "-u", ""});
+    EXPECT_EQ(r.code, 2) << cmd;
+    EXPECT_EQ(r.err, "gpupool: --user: the user name is empty" + unset + "; give a user name\n");
+    for (const char* states : {"", "PENDING, "}) {
+      r = Run({cmd, "-t", states});
+      EXPECT_EQ(r.code, 2) << cmd << " -t '" << states << "'";
+      EXPECT_EQ(r.err, "gpupool: --state: a state is empty" + unset +
+                           "; give states as PENDING,RUNNING\n");
+    }
+  }
+  EXPECT_TRUE(Requests().empty());
+  RunResult r = Run({"cancel", "-n", "train"});  // a name still selects
+  EXPECT_EQ(r.code, 0) << r.err;
+  ASSERT_EQ(Requests().size(), 1u);
+  EXPECT_EQ(Requests()[0].query.at("name"), "train");
+}
+
+// Slurm's state names (squeue -t COMPLETED, -t PD) were refused without their mapping;
+// those with one state here select it.
+TEST_F(ClientE2eTest, SlurmStateNamesSelectTheirStates) {
+  Serve([](const HttpRequest&) { return JsonAnswer(200, R"({"jobs": []})"); });
+  RunResult r = Run({"queue", "-t", "completed,PD,r,CA,F,TO,NODE_FAIL"});
+  EXPECT_EQ(r.code, 0) << r.err;
+  ASSERT_EQ(Requests().size(), 1u);
+  EXPECT_EQ(Requests()[0].query.at("state"),
+            "SUCCEEDED,PENDING,RUNNING,CANCELLED,FAILED,TIMEOUT,LOST");
+  r = Run({"cancel", "-t", "CD"});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(r.err,
+            "gpupool: --state CD: ended jobs cannot be cancelled; use PENDING, ASSIGNED "
+            "or RUNNING\n");
+  r = Run({"queue", "-t", "CG"});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(r.err,
+            "gpupool: --state CG: unknown state; use PENDING, ASSIGNED, RUNNING, SUCCEEDED, "
+            "FAILED, CANCELLED, TIMEOUT or LOST (or Slurm's PD, R, CD/COMPLETED, F, CA, TO, "
+            "NF/NODE_FAIL)\n");
+}
+
 // A second cancel of an array while its running elements stop: said so, not counted again
 // as running elements cancelled (as scancel, it is no error).
 TEST_F(ClientE2eTest, ARepeatedArrayCancelCountsOnlyWhatItCancelled) {

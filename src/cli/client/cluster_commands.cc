@@ -47,17 +47,29 @@ Status RunUsage(const ClientRuntime& rt, const UsageState& s) {
   const int64_t now = rt.env.now_us();
   std::string path = "/v1/usage";
   std::string sep = "?";
+  std::optional<int64_t> since;
   if (!s.since.empty()) {
     auto t = ParseTimePoint(s.since, now);
     if (!t.ok()) return Status::InvalidArgument("--since " + s.since + ": " + t.status().message());
+    since = *t;
     path += sep + "since_us=" + std::to_string(*t);
     sep = "&";
   }
+  int64_t until = now;
   if (!s.until.empty()) {
     auto t = ParseTimePoint(s.until, now);
     if (!t.ok()) return Status::InvalidArgument("--until " + s.until + ": " + t.status().message());
+    until = *t;
     path += sep + "until_us=" + std::to_string(*t);
     sep = "&";
+  }
+  // Said in the flags' words (the server's names its query: since_us, until_us).
+  if (since && *since >= until) {
+    return Status::InvalidArgument(
+        "--since " + s.since + " (" + FormatTimeUtc(*since) + ") is not before " +
+        (s.until.empty() ? std::string("now (--until's default)")
+                         : "--until " + s.until + " (" + FormatTimeUtc(until) + ")") +
+        ": give an earlier --since");
   }
   if (!s.by.empty()) {
     if (s.by != "user" && s.by != "project") {
@@ -77,6 +89,8 @@ struct TokenCreateState {
   std::string expires;  // a duration from now ("90d"); empty: never
 };
 
+constexpr int64_t kMaxExpiryS = int64_t{10} * 366 * 24 * 3600;  // the API's expires_in_s bound
+
 // Seconds from "90d", "12h", "1h30m", "45s": a unit is required, since a bare number
 // (minutes, as time limits read it) is easy to misread as days here.
 Result<int64_t> ParseExpiry(const std::string& text) {
@@ -86,6 +100,12 @@ Result<int64_t> ParseExpiry(const std::string& text) {
     return Status::InvalidArgument("--expires " + text +
                                    ": give how long the token lasts with a unit, e.g. 90d, 12h, "
                                    "30m or 45s");
+  }
+  // The server's bound (expires_in_s), said in the flag's words.
+  if (*secs > kMaxExpiryS) {
+    return Status::InvalidArgument("--expires " + text +
+                                   ": at most 3660d (10 years); leave --expires out for a token "
+                                   "that never expires");
   }
   return *secs;
 }

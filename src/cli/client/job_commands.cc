@@ -21,22 +21,64 @@ struct JobSelection {
   std::string user;
   std::vector<std::string> states;
   std::vector<std::string> names;
+  bool user_given = false;  // -u was given: an empty value is refused, not "no filter"
 };
 
+// An empty value is refused, never read as "no filter": `cancel -n "$NAME"` with NAME unset
+// cancelled every job of the caller.
+Status CheckSelection(const JobSelection& s) {
+  constexpr std::string_view kUnset = " (an unset shell variable?)";
+  if (s.user_given && Trim(s.user).empty()) {
+    return Status::InvalidArgument("--user: the user name is empty" + std::string(kUnset) +
+                                   "; give a user name");
+  }
+  const auto any_empty = [](const std::vector<std::string>& v) {
+    return std::any_of(v.begin(), v.end(), [](const std::string& x) { return Trim(x).empty(); });
+  };
+  if (any_empty(s.states)) {
+    return Status::InvalidArgument("--state: a state is empty" + std::string(kUnset) +
+                                   "; give states as PENDING,RUNNING");
+  }
+  if (any_empty(s.names)) {
+    return Status::InvalidArgument("--name: a job name is empty" + std::string(kUnset) +
+                                   "; give job names as train,eval");
+  }
+  return Status::Ok();
+}
+
+// Slurm's state names and squeue's abbreviations (-t COMPLETED, -t PD) that have one
+// state here; Slurm's others (COMPLETING, PREEMPTED, SUSPENDED, ...) have none.
+constexpr std::pair<std::string_view, std::string_view> kSlurmStates[] = {
+    {"PD", "PENDING"},          {"R", "RUNNING"}, {"CD", "SUCCEEDED"},
+    {"COMPLETED", "SUCCEEDED"}, {"F", "FAILED"},  {"CA", "CANCELLED"},
+    {"TO", "TIMEOUT"},          {"NF", "LOST"},   {"NODE_FAIL", "LOST"}};
+
+// A state as --state gives it (any case, or Slurm's name) as the API spells it;
+// kInvalidArgument naming it and the states there are.
+Result<std::string> StateName(const std::string& raw) {
+  std::string upper(Trim(raw));
+  for (char& c : upper) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  for (const auto& [slurm, ours] : kSlurmStates) {
+    if (upper == slurm) return std::string(ours);
+  }
+  if (!jobs::ParseJobState(upper)) {
+    return Status::InvalidArgument(
+        "--state " + raw +
+        ": unknown state; use PENDING, ASSIGNED, RUNNING, SUCCEEDED, FAILED, CANCELLED, "
+        "TIMEOUT or LOST (or Slurm's PD, R, CD/COMPLETED, F, CA, TO, NF/NODE_FAIL)");
+  }
+  return upper;
+}
+
 // The GET /v1/jobs path for a selection: without --state, the jobs still to run or
-// running; kInvalidArgument naming a state that is none.
+// running; kInvalidArgument naming a state that is none, or an empty value.
 Result<std::string> JobListPath(const JobSelection& s) {
+  GP_RETURN_IF_ERROR(CheckSelection(s));
   std::vector<std::string> query;
   std::string states;
   for (const std::string& raw : s.states) {
-    std::string upper(Trim(raw));
-    for (char& c : upper) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
-    if (!jobs::ParseJobState(upper)) {
-      return Status::InvalidArgument("--state " + raw +
-                                     ": unknown state; use PENDING, ASSIGNED, RUNNING, "
-                                     "SUCCEEDED, FAILED, CANCELLED, TIMEOUT or LOST");
-    }
-    states += (states.empty() ? "" : ",") + upper;
+    GP_ASSIGN_OR_RETURN(std::string name, StateName(raw));
+    states += (states.empty() ? "" : ",") + name;
   }
   query.push_back(states.empty() ? "active=1" : "state=" + net::UrlEncode(states));
   if (s.all) query.push_back("all=1");
@@ -248,10 +290,10 @@ constexpr std::string_view kOthersJobsListRefused = "only admins may list other 
 // server enforces), each as a reference that cancels that job alone (an array's element
 // as ARRAY_INDEX: its first element's id would be the whole array).
 Result<std::vector<std::string>> SelectedRefs(const ApiClient& api, const JobSelection& select) {
+  GP_RETURN_IF_ERROR(CheckSelection(select));
   for (const std::string& state : select.states) {
-    std::string upper(Trim(state));
-    for (char& c : upper) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
-    if (auto st = jobs::ParseJobState(upper); st && jobs::IsTerminal(*st)) {
+    GP_ASSIGN_OR_RETURN(std::string name, StateName(state));
+    if (auto st = jobs::ParseJobState(name); st && jobs::IsTerminal(*st)) {
       return Status::InvalidArgument("--state " + state +
                                      ": ended jobs cannot be cancelled; use PENDING, ASSIGNED "
                                      "or RUNNING");
@@ -278,8 +320,7 @@ Result<std::vector<std::string>> SelectedRefs(const ApiClient& api, const JobSel
 
 // What to cancel: the ids given, else the jobs the filters select.
 Result<std::vector<std::string>> CancelRefs(const ApiClient& api, const CancelState& s) {
-  const bool filtered =
-      !s.select.user.empty() || !s.select.states.empty() || !s.select.names.empty();
+  const bool filtered = s.select.user_given || !s.select.states.empty() || !s.select.names.empty();
   if (filtered && !s.ids.empty()) {
     return Status::InvalidArgument("cancel: give job ids or --user/--state/--name, not both");
   }
@@ -302,6 +343,7 @@ bool CancelledBefore(const Status& status) {
 // first failure's. "12" is a job, or for an array's id the whole array; "12_5" is element
 // 5 of array 12, "12_[5-7]" elements 5, 6 and 7.
 void RunCancel(const ClientRuntime& rt, const CancelState& s) {
+  if (Status bad = CheckSelection(s.select); !bad.ok()) return Report(rt, bad);
   auto api = Connect(rt, s.conn);
   if (!api.ok()) return Report(rt, api.status());
   auto refs = CancelRefs(*api, s);
@@ -426,7 +468,10 @@ void RegisterJobCommands(CLI::App& app, const RuntimePtr& rt) {
       "pending jobs and when the scheduler plans to start them (N/A: no plan, and why)");
   queue->add_flag("--json", q->json, "print the server's JSON");
   AddConnectionOptions(*queue, &q->conn);
-  queue->callback([rt, q] { Report(*rt, RunQueue(*rt, *q)); });
+  queue->callback([rt, q, queue] {
+    q->select.user_given = queue->count("--user") > 0;
+    Report(*rt, RunQueue(*rt, *q));
+  });
 
   auto sh = std::make_shared<ShowState>();
   CLI::App* show = app.add_subcommand("show", "Show everything about one job");
@@ -452,7 +497,10 @@ void RegisterJobCommands(CLI::App& app, const RuntimePtr& rt) {
       ->delimiter(',')
       ->allow_extra_args(false);
   AddConnectionOptions(*cancel, &c->conn);
-  cancel->callback([rt, c] { RunCancel(*rt, *c); });
+  cancel->callback([rt, c, cancel] {
+    c->select.user_given = cancel->count("--user") > 0;
+    RunCancel(*rt, *c);
+  });
 
   auto h = std::make_shared<IdsState>();
   CLI::App* hold = app.add_subcommand(

@@ -1,5 +1,6 @@
-// End to end (client_e2e_test.h): `limits set`'s preemption defaults are checked before
-// anything is sent, naming the flag and the values it takes.
+// End to end (client_e2e_test.h): `limits set`'s preemption defaults, `usage`'s period and
+// `token create`'s expiry are checked before anything is sent, naming the flag and the
+// values it takes.
 
 #include <gtest/gtest.h>
 
@@ -39,6 +40,31 @@ TEST_F(ClientE2eTest, LimitsSetRefusesPreemptionDurationsTheServerCannotHonour) 
   ASSERT_EQ(Requests().size(), 2u);
   EXPECT_EQ(Json::parse(Requests()[1].body)["users"]["a"],
             Json::parse(R"({"min_runtime_s": 1, "preempt_grace_s": 86400})"));
+}
+
+// `usage --since 2030-01-01` and `token create --expires 20y` were refused in the API's
+// words (since_us must be before until_us; expires_in_s ...): the flags are named, before
+// any request.
+TEST_F(ClientE2eTest, UsageAndTokenBoundsNameTheFlags) {
+  Serve([](const HttpRequest&) { return JsonAnswer(200, "{}"); });
+  RunResult r = Run({"usage", "--since", "2030-01-01"});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(r.err,
+            "gpupool: --since 2030-01-01 (2030-01-01T00:00:00Z) is not before now (--until's "
+            "default): give an earlier --since\n");
+  r = Run({"usage", "--since", "1d", "--until", "2d"});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(r.err,
+            "gpupool: --since 1d (2026-10-31T00:00:00Z) is not before --until 2d "
+            "(2026-10-30T00:00:00Z): give an earlier --since\n");
+  r = Run({"token", "create", "--user", "prom", "--expires", "3661d"});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(r.err,
+            "gpupool: --expires 3661d: at most 3660d (10 years); leave --expires out for a token "
+            "that never expires\n");
+  EXPECT_TRUE(Requests().empty());
+  EXPECT_EQ(Run({"usage", "--since", "2d", "--until", "1d"}).code, 0);
+  EXPECT_EQ(Requests().size(), 1u);
 }
 
 }  // namespace

@@ -105,6 +105,23 @@ const QueueField kFields[] = {
      [](const Json& j, int64_t) { return FormatJobGpus(j); }},
     {"nodes", "NODES", "nodes it runs on", [](const Json& j, int64_t) { return Nodes(j); }},
     {"time", "TIME>", "runtime, or time waited", &FormatJobTime},
+    // runtime and wait as --sort orders by them (jobs/job_sort.h).
+    {"runtime", "RUNTIME>", "start to end, else to now (- while not started)",
+     [](const Json& j, int64_t now_us) {
+       const int64_t start = GetInt(j, "start_time_us");
+       if (start <= 0) return std::string("-");
+       const int64_t end = GetInt(j, "end_time_us");
+       return FormatDuration(std::max<int64_t>(0, (end > 0 ? end : now_us) - start) / 1'000'000);
+     }},
+    {"wait", "WAIT>", "submit to start, else to its end, else to now",
+     [](const Json& j, int64_t now_us) {
+       const int64_t start = GetInt(j, "start_time_us");
+       const int64_t end = GetInt(j, "end_time_us");
+       const int64_t until = start > 0 ? start : end > 0 ? end : now_us;
+       const int64_t submit = GetInt(j, "submit_time_us");
+       if (submit <= 0) return std::string("-");
+       return FormatDuration(std::max<int64_t>(0, until - submit) / 1'000'000);
+     }},
     {"reason", "REASON", "why it waits, or how it ended", &Why},
     {"project", "PROJECT", "--project",
      [](const Json& j, int64_t) { return GetString(j, "project"); }},

@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 
 #include "cli/client/table.h"
+#include "common/strings.h"
+#include "jobs/job_sort.h"
 
 namespace gpupool::cli {
 namespace {
@@ -793,8 +795,8 @@ TEST(QueueFormatTest, ParsesNamesAndRefusesUnknownOnes) {
   ASSERT_FALSE(f.ok());
   EXPECT_EQ(f.status().message(),
             "--format id,nmae: unknown field 'nmae'; the fields are id,user,name,state,gpus,"
-            "nodes,time,reason,project,priority,tasks,cpus,memory,time_limit,submitted,start,"
-            "ended,exit,command,workdir");
+            "nodes,time,runtime,wait,reason,project,priority,tasks,cpus,memory,time_limit,"
+            "submitted,start,ended,exit,command,workdir");
   EXPECT_FALSE(ParseQueueFields(" , ").ok());
   EXPECT_NE(QueueFieldsHelp().find("  start: start time, or the scheduler's planned start"),
             std::string::npos);
@@ -835,6 +837,27 @@ TEST(QueueFormatTest, ColumnsInTheOrderGiven) {
     "start_estimate_note": "a job in its way has no time limit"}]})");
   EXPECT_EQ(RenderQueue(noted, kRenderNow, {"id", "start"}),
             "ID  START\n35  N/A (a job in its way has no time limit)\n");
+}
+
+// `--sort runtime` worked and `--format runtime` was refused: every field the list sorts
+// by is a column too, and runtime and wait show what they sort by.
+TEST(QueueFormatTest, EverySortFieldIsAColumn) {
+  for (const std::string& name : Split(jobs::JobSortFieldList(), ',')) {
+    EXPECT_TRUE(ParseQueueFields(std::string(Trim(name))).ok()) << name;
+  }
+  const Json answer = Parse(R"({"jobs": [
+    {"id": 1, "state": "PENDING", "submit_time_us": 1793487600000000, "request": {}},
+    {"id": 2, "state": "RUNNING", "submit_time_us": 1793487600000000,
+     "start_time_us": 1793487660000000, "request": {}},
+    {"id": 3, "state": "SUCCEEDED", "submit_time_us": 1793487600000000,
+     "start_time_us": 1793487660000000, "end_time_us": 1793487780000000, "request": {}}]})");
+  Result<std::vector<std::string>> f = ParseQueueFields("id,runtime,wait");
+  ASSERT_TRUE(f.ok()) << f.status().ToString();
+  EXPECT_EQ(RenderQueue(answer, kRenderNow, *f),
+            "ID  RUNTIME   WAIT\n"
+            " 1        -  1h00m\n"
+            " 2   59m00s  1m00s\n"
+            " 3    2m00s  1m00s\n");
 }
 
 // Issue 30: a user's row shows what it leaves to the default; unknown users never reach it.

@@ -101,6 +101,7 @@ Status RunSubmit(const ClientRuntime& rt, const SubmitState& s, bool after_dashe
     for (const std::string& line : ignored) *rt.env.err << "gpupool: warning: " << line << "\n";
   }
   const SubmitFlags flags = MergeFlags(script_flags, s.flags);
+  GP_RETURN_IF_ERROR(CheckPerJobGpus(flags));
   GP_ASSIGN_OR_RETURN(OrderedJson body,
                       BuildSubmission(flags, command, cwd, ElementIds(rt, s.conn)));
   if (!after_dashes) GP_RETURN_IF_ERROR(AddScript(s.words[0], script, script_bytes, &body));

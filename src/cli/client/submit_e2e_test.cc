@@ -50,6 +50,27 @@ TEST_F(ClientE2eTest, AnSbatchScriptsLinesAreReadOrSaid) {
   EXPECT_EQ(body["output"], "sb-%j.out");
 }
 
+// `sbatch -n 2 job.sh` with `#SBATCH --gpus=2` asks 2 GPUs in all; `gpupool submit -n 2`
+// took them per task (4). Refused before any request, naming the line; with -n 1 the
+// script's #SBATCH -n 4 no longer matters.
+TEST_F(ClientE2eTest, SbatchGpusPerJobWithTasksFromTheCommandLineIsRefused) {
+  Serve([](const HttpRequest&) { return JsonAnswer(201, R"({"job": {"id": 5}})"); });
+  WriteScript("g.sh", "#!/bin/bash\n#SBATCH --gpus=2\n#SBATCH -n 4\npython train.py\n", true);
+  RunResult r = Run({"submit", "-n", "2", "g.sh"});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(r.err,
+            "gpupool: g.sh:2: #SBATCH line: --gpus=2 with --ntasks 2: Slurm counts --gpus for "
+            "the whole job, gpupool per task; write #SBATCH --gpus-per-task N (the GPUs each "
+            "task needs), or give --gpus N (per task) on the command line\n");
+  EXPECT_TRUE(Requests().empty());
+  r = Run({"submit", "-n", "1", "g.sh"});
+  EXPECT_EQ(r.code, 0) << r.err;
+  ASSERT_EQ(Requests().size(), 1u);
+  Json body = Json::parse(Requests()[0].body);
+  EXPECT_EQ(body["request"]["gpus"], 2);
+  EXPECT_EQ(body["request"].value("tasks", 1), 1);
+}
+
 TEST_F(ClientE2eTest, ScriptsThatCannotRunAreRefusedAtSubmit) {
   Serve([](const HttpRequest&) { return JsonAnswer(201, R"({"job": {"id": 5}})"); });
   WriteScript("plain.sh", "echo no shebang\n", true);

@@ -348,13 +348,20 @@ Result<SubmitFlags> ParseDirectives(const std::vector<Directive>& directives,
     if (per_job_gpus != before) where_gpus = where;
     if (!words.empty()) GP_RETURN_IF_ERROR(ParseLine(words, where, &sbatch));
   }
-  // Slurm's --gpus counts for the whole job, gpupool's per task: the same with one task.
-  if (!per_job_gpus.empty() && sbatch.gpus && sbatch.tasks && Trim(*sbatch.tasks) != "1") {
-    return Status::InvalidArgument(where_gpus + per_job_gpus + " with --ntasks " + *sbatch.tasks +
-                                   ": Slurm counts --gpus for the whole job, gpupool per task; "
-                                   "write #SBATCH --gpus-per-task N (the GPUs each task needs)");
-  }
+  // Checked once the command line is merged too (CheckPerJobGpus): its -n counts as well.
+  if (!per_job_gpus.empty() && sbatch.gpus) sbatch.per_job_gpus = where_gpus + per_job_gpus;
   return MergeFlags(sbatch, gpupool);
+}
+
+Status CheckPerJobGpus(const SubmitFlags& merged) {
+  if (merged.per_job_gpus.empty() || !merged.gpus || !merged.tasks || Trim(*merged.tasks) == "1") {
+    return Status::Ok();  // one task (the default): per job and per task are the same
+  }
+  return Status::InvalidArgument(
+      merged.per_job_gpus + " with --ntasks " + *merged.tasks +
+      ": Slurm counts --gpus for the whole job, gpupool per task; write #SBATCH "
+      "--gpus-per-task N (the GPUs each task needs), or give --gpus N (per task) on the "
+      "command line");
 }
 
 SubmitFlags MergeFlags(const SubmitFlags& script, const SubmitFlags& cmdline) {
@@ -363,6 +370,7 @@ SubmitFlags MergeFlags(const SubmitFlags& script, const SubmitFlags& cmdline) {
     if (v) *into = v;
   };
   over(&m.gpus, cmdline.gpus);
+  if (cmdline.gpus) m.per_job_gpus = cmdline.per_job_gpus;
   over(&m.gpu_share, cmdline.gpu_share);
   over(&m.gpu_mem, cmdline.gpu_mem);
   // A share asked for on the command line replaces the script's way of sizing it, so a

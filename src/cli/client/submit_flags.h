@@ -60,6 +60,11 @@ struct SubmitFlags {
   std::optional<std::string> export_env;
   std::optional<std::string> output;  // -o/--output PATTERN (jobs/output_pattern.h)
   std::optional<std::string> error;   // -e/--error PATTERN
+  // Where `gpus` is Slurm's -G/--gpus of an #SBATCH line, a count for the whole job
+  // ("job.sh:3: #SBATCH line: --gpus=8"); empty when it came from elsewhere. Set by
+  // ParseDirectives, cleared by MergeFlags when a --gpus over it replaces it, and read by
+  // CheckPerJobGpus once every source is merged.
+  std::string per_job_gpus;
 };
 
 // Adds every submit option to `app`, writing into *flags (which must outlive app).
@@ -83,8 +88,8 @@ Result<std::vector<Directive>> ReadScriptDirectives(std::string_view script_text
 // line takes every submit option. An #SBATCH line takes the sbatch options gpupool
 // spells the same way and means the same by (kSbatchOptions, docs/slurm.md); any other
 // option on it is left out, and said in *ignored ("job.sh:4: #SBATCH --partition=gpu
-// ignored: ..."). Errors name the script and line; Slurm's -G/--gpus (counted per job)
-// with --ntasks above 1 on #SBATCH lines is refused, naming --gpus-per-task.
+// ignored: ..."). Errors name the script and line. Slurm's -G/--gpus (counted per job) on
+// an #SBATCH line is marked (per_job_gpus) for CheckPerJobGpus.
 Result<SubmitFlags> ParseDirectives(const std::vector<Directive>& directives,
                                     std::string_view script_name,
                                     std::vector<std::string>* ignored = nullptr);
@@ -123,6 +128,12 @@ inline constexpr std::string_view kSbatchOptions[] = {"-G",
 // `cmdline` over `script`: each option given on the command line replaces the script's;
 // --env lists are concatenated (later wins for the same name); --gpu-model lists replace.
 SubmitFlags MergeFlags(const SubmitFlags& script, const SubmitFlags& cmdline);
+
+// Slurm's --gpus counts for the whole job, gpupool's per task: the GPU count of an #SBATCH
+// -G/--gpus line (per_job_gpus) with more than one task in the end (from any line or the
+// command line) would ask each task for them all, so it is refused naming the line and
+// --gpus-per-task. Run on the flags merged from every source.
+Status CheckPerJobGpus(const SubmitFlags& merged);
 
 // The job id that an array element `ARRAY_INDEX` (e.g. "12_3") has, asked of the server.
 using ElementResolver = std::function<Result<int64_t>(const std::string& element)>;

@@ -410,24 +410,55 @@ TEST(ScriptDirectivesTest, SbatchLinesAreReadWhereTheyMeanTheSameAndTheRestAreSa
 }
 
 // Slurm's --gpus counts for the whole job, gpupool's per task: with several tasks the
-// same words would ask for more GPUs, so they are refused naming --gpus-per-task.
+// same words would ask for more GPUs, so they are refused naming --gpus-per-task. The task
+// count is the merged one: `gpupool submit -n 2 job.sh` or a #GPUPOOL --ntasks line with
+// #SBATCH --gpus=2 was taken as 2 GPUs per task, and #SBATCH -n 4 refused though the
+// command line said -n 1.
 TEST(ScriptDirectivesTest, SbatchGpusPerJobWithTasksIsRefused) {
-  auto f = ParseDirectives({{2, {"--ntasks=4"}, true}, {3, {"--gpus=8"}, true}}, "job.sh");
-  ASSERT_FALSE(f.ok());
-  EXPECT_EQ(f.status().message(),
-            "job.sh:3: #SBATCH line: --gpus=8 with --ntasks 4: Slurm counts --gpus for the "
-            "whole job, gpupool per task; write #SBATCH --gpus-per-task N (the GPUs each task "
-            "needs)");
+  const std::string why =
+      ": Slurm counts --gpus for the whole job, gpupool per task; write #SBATCH "
+      "--gpus-per-task N (the GPUs each task needs), or give --gpus N (per task) on the "
+      "command line";
+  // The script and command line merged, and checked, as submit does.
+  auto check = [](const std::vector<Directive>& lines, const SubmitFlags& cmdline) {
+    auto f = ParseDirectives(lines, "job.sh");
+    if (!f.ok()) return f.status().message();
+    Status s = CheckPerJobGpus(MergeFlags(*f, cmdline));
+    return s.ok() ? std::string("OK") : s.message();
+  };
+  SubmitFlags none;
+  EXPECT_EQ(check({{2, {"--ntasks=4"}, true}, {3, {"--gpus=8"}, true}}, none),
+            "job.sh:3: #SBATCH line: --gpus=8 with --ntasks 4" + why);
+  SubmitFlags two_tasks;
+  two_tasks.tasks = "2";
+  EXPECT_EQ(check({{2, {"--gpus=2"}, true}}, two_tasks),
+            "job.sh:2: #SBATCH line: --gpus=2 with --ntasks 2" + why);
+  EXPECT_EQ(check({{2, {"--ntasks", "2"}, false}, {3, {"-G", "2"}, true}}, none),
+            "job.sh:3: #SBATCH line: -G 2 with --ntasks 2" + why);
+  // One task in the end, whichever line said more: per job and per task are the same.
+  SubmitFlags one_task;
+  one_task.tasks = "1";
+  EXPECT_EQ(check({{2, {"-n", "4"}, true}, {3, {"--gpus=2"}, true}}, one_task), "OK");
+  EXPECT_EQ(check({{2, {"--gpus=2"}, true}}, none), "OK");
+  // GPUs given per task elsewhere replace the #SBATCH line's count.
+  SubmitFlags gpus;
+  gpus.gpus = "2";
+  EXPECT_EQ(check({{2, {"-n", "4"}, true}, {3, {"--gpus=8"}, true}}, gpus), "OK");
+  EXPECT_EQ(
+      check({{2, {"-n", "4"}, true}, {3, {"--gpus=8"}, true}, {4, {"--gpus", "2"}, false}}, none),
+      "OK");
   auto per_task =
       ParseDirectives({{2, {"-n", "4"}, true}, {3, {"--gpus-per-task=2"}, true}}, "job.sh");
   ASSERT_TRUE(per_task.ok()) << per_task.status().ToString();
   EXPECT_EQ(per_task->gpus, "2");
   EXPECT_EQ(per_task->tasks, "4");
+  EXPECT_TRUE(CheckPerJobGpus(*per_task).ok());
   auto replaced = ParseDirectives(
       {{2, {"-n", "4"}, true}, {3, {"-G", "8"}, true}, {4, {"--gpus-per-task", "2"}, true}},
       "job.sh");
   ASSERT_TRUE(replaced.ok()) << replaced.status().ToString();
   EXPECT_EQ(replaced->gpus, "2");
+  EXPECT_TRUE(CheckPerJobGpus(*replaced).ok());
 }
 
 TEST(ScriptDirectivesTest, NoShebangAndBackslashes) {

@@ -66,15 +66,23 @@ Result<LogRead> ReadJobLog(Controller* controller, const jobs::Job& job, const s
                            int64_t offset, const std::string& node) {
   if (path.empty()) return ReadLocalLog(path, offset, job.uid);  // no log (not started)
   std::string why = node.empty() ? std::string() : "node " + node + " is down";
+  bool gone = false;  // the node says the file is not there: no retry will find it
   if (!node.empty() && controller->NodeUp(node)) {
     Result<LogChunk> chunk =
         controller->log_relay().Fetch(node, path, offset, kMaxRelayedChunk, kRelayTimeout);
     if (chunk.ok()) return LogRead{std::move(chunk->data), chunk->size, "node " + node, true};
     spdlog::debug("log of job {} from node {}: {}", job.id, node, chunk.status().message());
     why = chunk.status().message();
+    // Before RUNNING the node may not have made the file yet.
+    gone = chunk.status().code() == StatusCode::kNotFound &&
+           (job.state == jobs::JobState::kRunning || jobs::IsTerminal(job.state));
   }
   LogRead local = ReadLocalLog(path, offset, job.uid);
   if (local.read || node.empty()) return local;
+  if (gone) {
+    return Status::NotFound("cannot read the log '" + path + "': " + why + " (node " + node +
+                            "), and this machine has no copy: it was deleted or moved");
+  }
   return Status::Unavailable("cannot read the log '" + path + "' from byte " +
                              std::to_string(offset) + ": " + why +
                              ", and this machine has no copy; try again");
@@ -321,6 +329,12 @@ net::HttpResponse ListJobs(const ApiContext& ctx, const Call& c) {
   std::set<std::string> names;
   for (const std::string& n : Split(r.Query("name"), ',')) {
     if (!n.empty()) names.insert(n);
+  }
+  // `name=` with no name is no "any name": a client that sent an unset variable would
+  // list (and `cancel -n` cancel) every job.
+  if (r.query.contains("name") && names.empty()) {
+    return ErrorResponse(
+        Status::InvalidArgument("name: no job name given; leave name out to list every name"));
   }
   f.limit = *limit > 0 && names.empty() ? static_cast<size_t>(*limit + *offset) : 0;
   Result<std::vector<jobs::Job>> jobs = ctx.controller->List(f, caller);
