@@ -25,6 +25,7 @@
 #include "common/file_util.h"
 #include "common/host.h"
 #include "common/strings.h"
+#include "controller/auth.h"
 #include "controller/controller.h"
 #include "controller/telemetry.h"
 #include "net/http.h"
@@ -228,6 +229,15 @@ Result<server::ServerOptions> ServerOptionsOf(const ServerFlags& f,
   o.port = f.port;
   o.listen = f.listen;
   o.admin_group = f.admin_group;
+  if (Status s = controller::CheckAdminGroup(f.admin_group); !s.ok()) {
+    if (s.code() == StatusCode::kInvalidArgument) return s;
+    // A directory service that does not answer yet at boot is no configuration mistake:
+    // each caller's group is looked up again when it calls.
+    spdlog::warn(
+        "--admin-group {}: {}; starting anyway, its members are admins once the "
+        "group database answers",
+        f.admin_group, s.message());
+  }
   controller::ControllerOptions& co = o.controller;
   co.placement_policy = f.placement_policy;
   co.queue_policy = f.queue_policy;

@@ -5,8 +5,11 @@
 #include <pwd.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cerrno>
 #include <cstdio>
 #include <fstream>
+#include <system_error>
 #include <vector>
 
 namespace gpupool::controller {
@@ -23,16 +26,39 @@ std::string Hex(const unsigned char* data, size_t n) {
   return out;
 }
 
+// getgrnam_r into `buf`, grown while the entry does not fit (a directory service's group of
+// thousands of members). NotFound: no such group; Unavailable: the lookup itself failed.
+Result<const struct group*> FindGroup(const std::string& name, size_t buffer_bytes,
+                                      std::vector<char>* buf, struct group* gr) {
+  constexpr size_t kMaxBuffer = size_t{64} << 20;
+  buf->resize(std::max<size_t>(buffer_bytes, 1));
+  for (;;) {
+    struct group* found = nullptr;
+    const int rc = getgrnam_r(name.c_str(), gr, buf->data(), buf->size(), &found);
+    if (rc == ERANGE && buf->size() < kMaxBuffer) {
+      buf->resize(buf->size() * 2);
+      continue;
+    }
+    // POSIX lets "not found" be reported as one of these too (getgrnam_r(3)).
+    if (found == nullptr && (rc == 0 || rc == ENOENT || rc == ESRCH)) {
+      return Status::NotFound("no group '" + name + "'");
+    }
+    if (found == nullptr) {
+      return Status::Unavailable("looking up group '" + name +
+                                 "': " + std::error_code(rc, std::generic_category()).message());
+    }
+    return found;
+  }
+}
+
 bool InGroup(const std::string& user, gid_t primary, const std::string& group) {
   if (group.empty()) return false;
-  std::vector<char> buf(16384);
+  std::vector<char> buf;
   struct group gr {};
-  struct group* found = nullptr;
-  if (getgrnam_r(group.c_str(), &gr, buf.data(), buf.size(), &found) != 0 || found == nullptr) {
-    return false;
-  }
-  if (found->gr_gid == primary) return true;
-  for (char** m = found->gr_mem; m != nullptr && *m != nullptr; ++m) {
+  Result<const struct group*> found = FindGroup(group, 16384, &buf, &gr);
+  if (!found.ok()) return false;
+  if ((*found)->gr_gid == primary) return true;
+  for (char** m = (*found)->gr_mem; m != nullptr && *m != nullptr; ++m) {
     if (user == *m) return true;
   }
   return false;
@@ -73,6 +99,19 @@ Caller CallerForUid(uint32_t uid, uint32_t gid, const AuthOptions& options) {
   }
   c.admin = uid == 0 || InGroup(c.user, c.gid, options.admin_group);
   return c;
+}
+
+Status CheckAdminGroup(const std::string& group, size_t buffer_bytes) {
+  if (group.empty()) return Status::Ok();
+  std::vector<char> buf;
+  struct group gr {};
+  Result<const struct group*> found = FindGroup(group, buffer_bytes, &buf, &gr);
+  if (found.ok()) return Status::Ok();
+  if (found.status().code() != StatusCode::kNotFound) return found.status();
+  return Status::InvalidArgument("--admin-group: no group '" + group +
+                                 "' on this machine, so nobody but root would be an admin: "
+                                 "create it (sudo groupadd " +
+                                 group + ") or fix the name (getent group lists the groups)");
 }
 
 std::string_view CallerKindName(CallerKind kind) {

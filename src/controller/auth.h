@@ -55,6 +55,13 @@ Result<Identity> Authenticate(const net::HttpRequest& request, store::Store& sto
 Result<std::pair<std::string, std::string>> NewToken();
 std::string HashToken(const std::string& token);
 
+// The admin group at start-up: Ok when `group` is empty or exists (members or not);
+// InvalidArgument naming --admin-group when the group database has no such group (a typo,
+// or a group not created yet: its members would be refused as non-admins); Unavailable
+// when the lookup itself failed (a directory service not answering). `buffer_bytes`: the
+// first buffer for getgrnam_r, grown as needed (tests start it small).
+Status CheckAdminGroup(const std::string& group, size_t buffer_bytes = 16384);
+
 // The caller for a local uid (name from the password database; admin per options).
 Caller CallerForUid(uint32_t uid, uint32_t gid, const AuthOptions& options);
 

@@ -9,6 +9,7 @@
 
 #include "gpu/fake/fake_backend.h"
 #include "gpu/gpu_backend.h"
+#include "gpu/node_json.h"
 #include "gpu/nvml/nvml_backend.h"
 #include "gpu/rocm/rocm_smi_backend.h"
 #include "gpu/sysfs/sysfs_backend.h"
@@ -148,6 +149,13 @@ Result<NodeInfo> DiscoverNode(const DiscoveryOptions& options) {
     if (a.vendor != b.vendor) return a.vendor < b.vendor;
     return a.index < b.index;
   });
+  // Backends that list two GPUs on one device node or minor number describe a node whose
+  // GPUs cannot all be given out: the agent refuses it (NodeAgent::Discover); `gpupool
+  // gpus` still lists it, saying what is wrong (gpus[N] as in its --json, hence sorted).
+  if (Status s = CheckNode(merged); !s.ok()) {
+    merged.diagnostics.push_back(
+        {"discovery", s.message() + "; an agent does not start with these GPUs"});
+  }
   return merged;
 }
 

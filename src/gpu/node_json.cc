@@ -332,7 +332,40 @@ Status ReadLink(const Json& j, const std::string& path, GpuLink* l, bool strict)
   return f.Finish();
 }
 
-// Cross-field rules: ids unique within the node, links between GPUs that exist.
+// Two GPUs on one device would each be granted it (the device rules, CDI, gres.conf): two
+// jobs on one device. A minor number is per vendor (NVIDIA's /dev/nvidiaN, the others' DRM
+// render minor), as is an index.
+Status CheckOwnDevices(const NodeInfo& node) {
+  std::map<std::pair<Vendor, int>, size_t> by_minor;
+  std::map<std::string, size_t> by_device_node;
+  for (size_t i = 0; i < node.gpus.size(); ++i) {
+    const GpuInfo& g = node.gpus[i];
+    const std::string path = Index("gpus", i);
+    if (g.minor_number >= 0) {
+      auto [it, fresh] = by_minor.emplace(std::make_pair(g.vendor, g.minor_number), i);
+      if (!fresh) {
+        return Status::InvalidArgument(
+            path + ".minor_number: " + std::string(VendorName(g.vendor)) + " minor number " +
+            std::to_string(g.minor_number) + " is already that of " + Index("gpus", it->second) +
+            "; every GPU needs its own device (two jobs would share one)");
+      }
+    }
+    for (const std::string& dev : g.device_nodes) {
+      auto [it, fresh] = by_device_node.emplace(dev, i);
+      if (!fresh && it->second != i) {
+        return Status::InvalidArgument(path + ".device_nodes: " + SanitizeUtf8(dev) +
+                                       " is already a device node of " + Index("gpus", it->second) +
+                                       "; every GPU needs its own device nodes (two jobs would "
+                                       "share one device)");
+      }
+    }
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+// Cross-field rules: ids and devices unique within the node, links between GPUs that exist.
 Status CheckNode(const NodeInfo& node) {
   std::map<std::string, size_t> by_bus;
   std::map<std::pair<Vendor, int>, size_t> by_index;
@@ -372,6 +405,7 @@ Status CheckNode(const NodeInfo& node) {
       GP_RETURN_IF_ERROR(claim_uuid(g.mig_devices[m].uuid, Index(path + ".mig_devices", m)));
     }
   }
+  GP_RETURN_IF_ERROR(CheckOwnDevices(node));
   std::set<std::pair<std::string, std::string>> pairs;
   for (size_t i = 0; i < node.links.size(); ++i) {
     const GpuLink& l = node.links[i];
@@ -395,6 +429,8 @@ Status CheckNode(const NodeInfo& node) {
   }
   return Status::Ok();
 }
+
+namespace {
 
 // The node file's "host" object (HostResources): CPUs (a number, thousandths count) and
 // memory in bytes, each optional and above zero.

@@ -7,9 +7,9 @@
 // of -1, an empty string, an empty optional or list) are left out, never invented.
 //
 // NodeFromJson treats its input as hostile: wrong types, unknown fields, negative sizes,
-// duplicate bus ids or indices, dangling links, device paths outside /dev, oversized
-// strings and more than kMaxGpusPerNode GPUs are errors that name the field's path
-// ("gpus[3].pci_bus_id") and say what to fix. Pure functions; thread-safe.
+// duplicate bus ids, indices, minor numbers or device nodes, dangling links, device paths
+// outside /dev, oversized strings and more than kMaxGpusPerNode GPUs are errors that name
+// the field's path ("gpus[3].pci_bus_id") and say what to fix. Pure functions; thread-safe.
 #pragma once
 
 #include <cstddef>
@@ -36,6 +36,12 @@ OrderedJson NodeToJson(const NodeInfo& node);
 // where a newer agent may send more); files and user input keep it true.
 Result<NodeInfo> NodeFromJson(const Json& json, std::string_view source,
                               bool reject_unknown = true);
+
+// The rules across a node's GPUs that NodeFromJson applies: uuid, PCI bus id, index (per
+// vendor), minor number (per vendor) and device nodes each belong to one GPU; links join
+// two GPUs of the node, each pair once. The agent applies them to what discovery found,
+// too: two GPUs on one device node would hand one device to two jobs.
+Status CheckNode(const NodeInfo& node);
 
 // What a node file says the machine offers jobs besides its GPUs, its optional
 // `"host": {"cpus": 16, "memory_bytes": 68719476736}`: an agent replaying the file

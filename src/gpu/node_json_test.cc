@@ -182,6 +182,31 @@ TEST(NodeJsonTest, DuplicateBusIdsAndIndicesAreRejected) {
   EXPECT_NE(uuid.find("gpus[1].uuid: GPU-1 is already used by gpus[0]"), std::string::npos) << uuid;
 }
 
+// Two GPUs on one device would each be granted it: two jobs on one device (finding 9 of
+// the fifth red-team round).
+TEST(NodeJsonTest, DuplicateDeviceNodesAndMinorNumbersAreRejected) {
+  const std::string dev = ErrorOf(std::string(kHead) + R"("gpus": [
+      {"vendor": "nvidia", "index": 0, "minor_number": 0, "device_nodes": ["/dev/nvidia0"]},
+      {"vendor": "nvidia", "index": 1, "minor_number": 1, "device_nodes": ["/dev/nvidia0"]}]})");
+  EXPECT_NE(dev.find("gpus[1].device_nodes: /dev/nvidia0 is already a device node of gpus[0]; "
+                     "every GPU needs its own device nodes"),
+            std::string::npos)
+      << dev;
+  const std::string minor = ErrorOf(std::string(kHead) + R"("gpus": [
+      {"vendor": "amd", "index": 0, "minor_number": 128},
+      {"vendor": "amd", "index": 1, "minor_number": 128}]})");
+  EXPECT_NE(minor.find("gpus[1].minor_number: amd minor number 128 is already that of gpus[0]; "
+                       "every GPU needs its own device"),
+            std::string::npos)
+      << minor;
+  // The same minor number under two vendors is two devices (/dev/nvidia0, renderD0); one
+  // GPU may list a node of its own twice (it is still its own).
+  EXPECT_EQ(ErrorOf(std::string(kHead) + R"("gpus": [
+      {"vendor": "nvidia", "minor_number": 0, "device_nodes": ["/dev/nvidia0", "/dev/nvidia0"]},
+      {"vendor": "amd", "minor_number": 0, "device_nodes": ["/dev/dri/renderD0"]}]})"),
+            "");
+}
+
 TEST(NodeJsonTest, LinksMustNameGpusOfTheNode) {
   const std::string e = ErrorOf(std::string(kHead) +
                                 R"("gpus": [{"vendor": "nvidia", "pci_bus_id": "0000:01:00.0"},

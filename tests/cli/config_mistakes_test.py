@@ -3,13 +3,14 @@
 file"; docs/cli.md, "Exit codes"), whether the value is caught while the command line and
 the file are parsed or checked after: against another option (--mps-one-size with
 --mps-multi-user), or by the module that takes it (--queue, --start-rule, --health-xid,
---node-lease, --preempt-grace; the agent's --gpu-mem-slack, --mps-control, --fake). The
+--node-lease, --preempt-grace, an --admin-group that does not exist; the agent's --gpu-mem-slack, --mps-control, --fake). The
 packaged units do not restart on 2 (RestartPreventExitStatus=2). A value from the file
 names the file, its line and key; a value from the command line names the flag. A failure
 at run time (an address the server cannot bind) stays 1: the units try again.
 
 Usage: config_mistakes_test.py PATH_TO_GPUPOOL
 """
+import grp
 import os
 import shutil
 import subprocess
@@ -30,6 +31,7 @@ SERVER_MISTAKES = [
     (["health-threshold = nonsense:1:2"], "health-threshold"),
     (["policy = tightest"], "policy"),
     (["max-connections = 10"], "max-connections"),
+    (["admin-group = gpupool-admni-no-such-group"], "admin-group"),
 ]
 # (lines under [agent], the key named) for `gpupool agent --config FILE`.
 AGENT_MISTAKES = [
@@ -87,7 +89,8 @@ class ConfigMistakesTest(unittest.TestCase):
 
     def test_the_same_values_as_flags_exit_2_naming_the_flag(self):
         state = os.path.join(self.dir, "state")
-        for args in (["--queue", "FAIR"], ["--node-lease", "1s"], ["--preempt-grace", "-5s"]):
+        for args in (["--queue", "FAIR"], ["--node-lease", "1s"], ["--preempt-grace", "-5s"],
+                     ["--admin-group", "gpupool-admni-no-such-group"]):
             with self.subTest(args=args):
                 r = subprocess.run([GPUPOOL, "server", "--config", "", "--port", "0",
                                     "--state-dir", state] + args,
@@ -95,6 +98,31 @@ class ConfigMistakesTest(unittest.TestCase):
                 self.assertEqual(r.returncode, 2, r.stdout + r.stderr)
                 self.assertIn(args[0], r.stderr)
                 self.assertNotIn("line", r.stderr)
+
+    def test_an_admin_group_that_does_not_exist_says_to_create_it(self):
+        # A typo, or "create it first" skipped: its members would get 403 later, with no hint.
+        for cmd in (["server", "--port", "0"], ["up", "--port", "0"]):
+            with self.subTest(cmd=cmd[0]):
+                r = self.run_daemon(cmd, "server", ["admin-group = gpupool-admni-no-such-group"])
+                self.assertEqual(r.returncode, 2, r.stdout + r.stderr)
+                self.assertIn("--admin-group: no group 'gpupool-admni-no-such-group'", r.stderr)
+                self.assertIn("sudo groupadd gpupool-admni-no-such-group", r.stderr)
+
+    def test_an_admin_group_without_members_is_fine(self):
+        # Its members may come later (or only as the primary group of some users).
+        empty = [g.gr_name for g in grp.getgrall() if not g.gr_mem]
+        if not empty:
+            self.skipTest("no group without members here")
+        state = os.path.join(self.dir, "state")
+        p = subprocess.Popen([GPUPOOL, "server", "--config", "", "--port", "0", "--state-dir",
+                              state, "--admin-group", empty[0]],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            line = p.stdout.readline()
+            self.assertIn("API on unix:", line, p.stderr.read() if not line else line)
+        finally:
+            p.terminate()
+            p.communicate(timeout=30)
 
     def test_a_failure_at_run_time_stays_1(self):
         # An address no interface has: the bind fails, which a restart may mend.

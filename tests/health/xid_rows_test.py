@@ -48,7 +48,8 @@ class XidRowsTest(unittest.TestCase):
         gpus = {}
         for i, (xid, _) in enumerate(ROWS):
             g = dict(template, index=i, uuid="GPU-00000000-1111-2222-3333-%012d" % i,
-                     pci_bus_id="0000:%02x:00.0" % (16 + i))
+                     pci_bus_id="0000:%02x:00.0" % (16 + i), minor_number=i,
+                     device_nodes=["/dev/nvidia%d" % i])
             node["gpus"].append(g)
             gpus[str(i)] = {"xid_errors": [xid if o else 0 for o in on],
                             "xid_count": [1 if o else 0 for o in on]}

@@ -207,6 +207,19 @@ Status NodeAgent::Discover() {
       for (gpu::MigDevice& m : g.mig_devices) m.uuid = NodeScopedUuid(m.uuid, options_.node_name);
     }
   }
+  // A replayed file was checked as it was read. What the backends found is checked here,
+  // where the operator sees it at once: the controller would refuse the registration
+  // anyway, and jobs on two GPUs of one device node would share one device.
+  if (options_.fake_file.empty()) {
+    if (Status s = gpu::CheckNode(node_); !s.ok()) {
+      return Status::FailedPrecondition(
+          "GPU discovery reported GPUs that cannot all be given out: " + s.message() +
+          " (gpus[N]: as in `gpupool gpus --json`); the agent does not start. Check the driver's "
+          "view "
+          "(nvidia-smi -q, rocm-smi --showbus, ls -l /dev/nvidia* /dev/dri) and restart the "
+          "agent once it lists each GPU once");
+    }
+  }
   if (node_.gpus.empty() && options_.stand_in_when_no_gpus) {
     node_ = FakeEightGpuNode();
     stand_in_ = true;
