@@ -202,6 +202,38 @@ gpu::GpuHealthState StateOf(Controller* c, const std::string& uuid) {
   return h == n.gpu_health.end() ? gpu::GpuHealthState::kHealthy : h->second.state;
 }
 
+// adv5 finding 7: a node's agent registers again without a GPU a running job holds (fallen
+// off the bus, taken out): before, the job went on "running" there, charged, with the
+// GPU nowhere in `nodes`. The node is drained, saying which GPU and job, so nothing new
+// goes there until an admin has looked; a GPU gone with no job on it changes nothing.
+TEST_F(ControllerTest, AGpuGoneUnderARunningJobDrainsTheNode) {
+  Register(3);
+  const Job a = StartOne(c_.get(), alice_, clock_);
+  const std::string held = a.placement[0].gpu_uuids.at(0);
+  protocol::Registration r;
+  r.node = "n1";
+  r.version = version_;
+  r.cpu_milli = 64'000;
+  r.memory_mib = 256'000;
+  r.running.push_back({a.id, 0, a.attempt});
+  r.info = MakeNode(3);
+  // First an idle GPU goes: the node stays up.
+  std::erase_if(r.info.gpus, [&](const gpu::GpuInfo& g) { return g.uuid != held && g.index == 2; });
+  ASSERT_TRUE(c_->RegisterNode(r, "").ok());
+  EXPECT_EQ(c_->Nodes().at(0).state, "up");
+  // Then the job's own.
+  std::erase_if(r.info.gpus, [&](const gpu::GpuInfo& g) { return g.uuid == held; });
+  ASSERT_TRUE(c_->RegisterNode(r, "").ok());
+  const NodeView n = c_->Nodes().at(0);
+  EXPECT_EQ(n.state, "draining");
+  EXPECT_NE(n.drain_reason.find("(" + held + ") is gone from its inventory under running job " +
+                                std::to_string(a.id) + " (fallen off the bus?"),
+            std::string::npos)
+      << n.drain_reason;
+  EXPECT_EQ(Get(a.id).state, JobState::kRunning);           // its end is the node's to report
+  EXPECT_TRUE(store_->ListNodes().value().at(0).draining);  // a drain outlives a restart
+}
+
 class XidAttributionTest : public ControllerTest {
  protected:
   // A 1-GPU job of `who` runs on n1's only GPU and fails; its Xid 43 reaches the

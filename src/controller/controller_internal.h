@@ -58,6 +58,18 @@ inline constexpr size_t kChunkUnderLock = 1000;
 // output, up to 16 KiB each); past it a session's output is relayed from its node.
 inline constexpr size_t kMaxExecOutputHeld = 32 << 20;
 
+// The stop order for a job being stopped: a preempted one's carries what is left of its
+// grace (none once it said it has checkpointed) and its deadline (protocol/cancel_order.h).
+inline protocol::CancelOrder StopOrder(const jobs::Job& job, int64_t now_us) {
+  protocol::CancelOrder order{job.id, job.attempt};
+  if (job.preempted_by != 0) {
+    order.grace_s =
+        job.checkpoint_done ? 0 : std::max<int64_t>(0, job.preempt_deadline_s - now_us / 1'000'000);
+    order.deadline_s = job.preempt_deadline_s;
+  }
+  return order;
+}
+
 // The limits of the stored setting at its revision (none stored: none, at 0);
 // InvalidArgument naming the setting when they do not parse.
 Result<RevisedLimits> StoredLimits(const store::SettingRecord& stored);

@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <iterator>
 #include <set>
+#include <tuple>
 
 #include "common/json.h"
 #include "common/strings.h"
@@ -14,6 +15,7 @@
 #include "controller/controller_internal.h"
 #include "controller/job_lifecycle.h"
 #include "controller/job_scheduler.h"
+#include "controller/layout_holds.h"
 #include "gpu/node_json.h"
 #include "jobs/job_json.h"
 #include "jobs/job_validation.h"
@@ -25,22 +27,11 @@ using internal::kStrayGiveUpUs;
 using internal::Occupies;
 using internal::OnNode;
 using internal::RemoteIp;
+using internal::StopOrder;
 using jobs::Job;
 using jobs::JobState;
 
 namespace {
-
-// The stop order for a job being stopped: a preempted one's carries what is left of its
-// grace (none once it said it has checkpointed) and its deadline (protocol/cancel_order.h).
-protocol::CancelOrder StopOrder(const Job& job, int64_t now_us) {
-  protocol::CancelOrder order{job.id, job.attempt};
-  if (job.preempted_by != 0) {
-    order.grace_s =
-        job.checkpoint_done ? 0 : std::max<int64_t>(0, job.preempt_deadline_s - now_us / 1'000'000);
-    order.deadline_s = job.preempt_deadline_s;
-  }
-  return order;
-}
 
 // Counts device `uuid` of task placement `p` of `job` in `v`: a GPU's share, or a MIG
 // instance held whole (its GPU's allocated_milli grows by the instance's part of the
@@ -375,6 +366,14 @@ Result<protocol::RegistrationReply> Controller::RegisterNode(protocol::Registrat
           options_.node_timeout_us));
       rec.draining = it->second.draining;  // a drain outlives the agent's restarts
       rec.drain_reason = it->second.drain_reason;
+      std::vector<const Job*> here;  // GPUs gone under running jobs drain the node
+      for (int64_t id : index_.OnNode(name)) {
+        if (Occupies(active_.at(id))) here.push_back(&active_.at(id));
+      }
+      if (std::string gone = GoneUnderJobs(name, old.info, reg.info, here); !gone.empty()) {
+        spdlog::error("node {}: {}", name, gone);
+        if (!rec.draining) std::tie(rec.draining, rec.drain_reason) = std::pair(true, gone);
+      }
       rec.gpu_health_json = GpuHealthToJson(it->second.gpu_health);  // and GPU health
     }
   }
@@ -395,6 +394,7 @@ Result<protocol::RegistrationReply> Controller::RegisterNode(protocol::Registrat
     e.address = address;
     e.version = reg.version;
     e.agent_id = reg.agent_id;
+    std::tie(e.draining, e.drain_reason) = std::pair(rec.draining, rec.drain_reason);
     e.launch_sent_us.clear();  // a (re)started agent gets every open order again
     e.cancel_sent_us.clear();
     e.stray_sent_us.clear();

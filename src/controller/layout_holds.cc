@@ -48,6 +48,43 @@ std::vector<NodeGpu> LayoutChangedGpus(const jobs::Job& job, const NodeInfoOf& i
   return gpus;
 }
 
+std::string GoneUnderJobs(const std::string& node, const gpu::NodeInfo& before,
+                          const gpu::NodeInfo& after, const std::vector<const jobs::Job*>& jobs) {
+  std::string gpus, holders;
+  int gone = 0;
+  for (const gpu::GpuInfo& g : before.gpus) {
+    if (g.uuid.empty() || std::any_of(after.gpus.begin(), after.gpus.end(),
+                                      [&](const auto& a) { return a.uuid == g.uuid; })) {
+      continue;
+    }
+    bool held = false;
+    for (const jobs::Job* job : jobs) {
+      for (const jobs::TaskPlacement& p : job->placement) {
+        if (p.node != node) continue;
+        for (const std::string& u : p.gpu_uuids) {
+          const bool on_it = u == g.uuid || std::any_of(g.mig_devices.begin(), g.mig_devices.end(),
+                                                        [&](const auto& m) { return m.uuid == u; });
+          if (!on_it) continue;
+          held = true;
+          const std::string id = std::to_string(job->id);
+          if (holders.find(" " + id + ",") == std::string::npos) holders += " " + id + ",";
+        }
+      }
+    }
+    if (!held) continue;
+    ++gone;
+    gpus += (gpus.empty() ? "" : ", ") + std::string("GPU ") + std::to_string(g.index) + " (" +
+            g.uuid + ")";
+  }
+  if (gone == 0) return "";
+  holders.pop_back();  // the last ","
+  const bool one = holders.find(',') == std::string::npos;
+  return gpus + (gone == 1 ? " is" : " are") + " gone from its inventory under running job" +
+         (one ? "" : "s") + holders +
+         " (fallen off the bus? `gpupool gpus` on the node): drained; `gpupool node resume " +
+         node + "` once it is checked";
+}
+
 std::string LayoutHeldWhy(const std::vector<std::string>& jobs) {
   std::string names;
   for (const std::string& j : jobs) names += (names.empty() ? "" : ", ") + j;

@@ -28,6 +28,14 @@ using NodeInfoOf = std::function<const gpu::NodeInfo*(const std::string& node)>;
 // by UUID, else by the vendor index the placement recorded.
 std::vector<NodeGpu> LayoutChangedGpus(const jobs::Job& job, const NodeInfoOf& info_of);
 
+// adv5 finding 7: the GPUs of `before` (a node's inventory) that `after` (its agent's new
+// registration) lacks, by UUID, while jobs of `jobs` (those occupying the node) hold them
+// or one of their MIG instances on `node`: a GPU fallen off the bus, or taken out, under
+// running jobs. "" when none; else the words for the node's drain: "GPU 2 (GPU-...) is
+// gone from its inventory under running job 5 (...): drained; ...".
+std::string GoneUnderJobs(const std::string& node, const gpu::NodeInfo& before,
+                          const gpu::NodeInfo& after, const std::vector<const jobs::Job*>& jobs);
+
 // The words for a held GPU: "layout changed under running jobs 1, 2: held until they end".
 std::string LayoutHeldWhy(const std::vector<std::string>& jobs);
 
