@@ -360,6 +360,50 @@ TEST(JobLifecycleTest, ARunJobsOutcomeIsItsCommands) {
   EXPECT_FALSE(Step(waiting, ClientAbsent{15, true}, kNow)->changed);
 }
 
+// A cancelled `run` job ends CANCELLED, saying who cancelled it, as a batch job and an
+// allocation do: the command the cancel ended (SIGTERM) is not a failure of the job (red
+// team 5, finding 6: it ended FAILED "the command was ended by SIGTERM"). So does one
+// the controller's time-limit backstop stopped: TIMEOUT.
+TEST(JobLifecycleTest, ACancelledOrTimedOutRunJobIsNotFailedByTheCommandTheStopEnded) {
+  Job j = InState(JobState::kRunning);
+  j.interactive = "run";
+  Result<Transition> cancel = Step(j, CancelRequested{"bob"}, kNow);
+  ASSERT_TRUE(cancel.ok()) << cancel.status().ToString();
+  CommandEnded c;
+  c.attempt = 1;
+  c.signal = 15;
+  Result<Transition> ended = Step(cancel->next, c, kNow);
+  ASSERT_TRUE(ended.ok()) << ended.status().ToString();
+  TaskExited end;
+  end.node = "n1";
+  end.attempt = 1;
+  end.time_us = kNow;
+  end.signal = 15;
+  end.cancelled = true;
+  end.reason = "cancelled (ended by SIGTERM)";
+  Result<Transition> done = Step(ended->next, end, kNow);
+  ASSERT_TRUE(done.ok()) << done.status().ToString();
+  EXPECT_EQ(done->next.state, JobState::kCancelled);
+  EXPECT_EQ(done->next.reason, "cancelled by bob (ended by SIGTERM)");
+  EXPECT_EQ(done->next.signal, 15);
+  // The task's end first, then the command's: the same.
+  done = Step(cancel->next, end, kNow);
+  ASSERT_TRUE(done.ok()) << done.status().ToString();
+  EXPECT_EQ(done->next.state, JobState::kCancelled);
+  EXPECT_FALSE(Step(done->next, c, kNow)->changed);
+  // The controller's time-limit backstop.
+  j.start_time_us = kNow - 100'000'000;
+  j.time_limit_s = 30;
+  Result<Transition> limit = Step(j, TimeLimit{60}, kNow);
+  ASSERT_TRUE(limit.ok() && limit->next.time_limit_hit);
+  ended = Step(limit->next, c, kNow);
+  ASSERT_TRUE(ended.ok()) << ended.status().ToString();
+  done = Step(ended->next, end, kNow);
+  ASSERT_TRUE(done.ok()) << done.status().ToString();
+  EXPECT_EQ(done->next.state, JobState::kTimeout);
+  EXPECT_NE(done->next.reason.find("time limit of 30 s"), std::string::npos) << done->next.reason;
+}
+
 // A gang ending LOST ends its tasks' records with it: the one that ran until now, the one
 // never started as such (found by testing: task 0 showed "running" for ever, and its GPU
 // time was left out).
