@@ -353,7 +353,7 @@ int RunTimed(const TimedFlags& f) {
     return 1;
   };
   sched::StartRule rule = sched::StartRule::kStrict;
-  sched::QueuePolicyConfig queue_config;
+  sched::QueuePolicyConfig queue_config = sim::TimedOptions{}.queue_config;  // site priorities
   if (Status s = CheckFlags(f, &rule, &queue_config); !s.ok()) {
     WriteStderr(fmt::format("gpupool sim timed: {}\n", s.message()));
     return 2;

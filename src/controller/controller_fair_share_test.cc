@@ -125,6 +125,31 @@ TEST_F(FairShareTest, FairSharePreemptionWeighsTheShares) {
   }
 }
 
+// A priority orders only its user's own jobs in preemption's weighing too: between users
+// the waiting job weighed first (and so taking the one victim there is) goes by fair share,
+// then queue order, never by a priority another user chose for themself (red team 5,
+// finding 4: bob's later job at 1000000 would take it from alice's).
+TEST_F(FairShareTest, AnotherUsersPriorityDoesNotGoFirstToPreempt) {
+  Start(sched::FairShareGroup::kUser);
+  const Caller dave{"dave", 1003, 1003, false};
+  std::vector<Job> running;
+  running.push_back(c_->Submit(MakeJob(4), dave).value());
+  Job two = MakeJob(2);
+  two.preemptible = true;
+  running.push_back(c_->Submit(two, carol_).value());
+  ASSERT_TRUE(c_->ScheduleOnce().ok());
+  StartPastTheMinimumRunTime(running);
+  if (HasFatalFailure()) return;
+  // Four users with jobs: a share of 1.5 GPUs each; carol holds 2, alice and bob none.
+  const Job first = SubmitTo(alice_, "");
+  Job urgent = MakeJob(1);
+  urgent.priority = 1000000;
+  urgent = c_->Submit(urgent, bob_).value();
+  ASSERT_TRUE(c_->ScheduleOnce().ok());
+  EXPECT_EQ(Get(running[1].id).preempted_by, first.id)
+      << Get(first.id).pending_reason << " / " << Get(urgent.id).pending_reason;
+}
+
 // Project A has two users, project B one; each submits many 1-GPU jobs, A's users first.
 // By user, A's two users get 4 of the 6 GPUs (twice B's); by project, each project 3.
 TEST_F(FairShareTest, ByProjectTwoUsersOfOneProjectDoNotGetTwiceTheOtherProjectsGpus) {

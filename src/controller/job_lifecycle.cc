@@ -655,8 +655,12 @@ Result<Transition> OnDependencyFailed(const Job& job, const DependencyFailed& e,
 
 Result<Transition> OnCommandEnded(const Job& job, const CommandEnded& e, int64_t now_us) {
   if (!Occupies(job) || e.attempt != job.attempt || job.command_ended) return Unchanged(job);
-  // An allocation already being stopped (a cancel, its time limit) ends as that stop does.
-  if (job.interactive == "alloc" && job.cancel_requested) return Unchanged(job);
+  // A run or an allocation already being stopped (a cancel, the controller's time-limit
+  // backstop, a client that never attached) ends as that stop does: CANCELLED "cancelled
+  // by bob", TIMEOUT, not FAILED from the command the stop ended (red team 5, finding 6).
+  if ((job.interactive == "alloc" || job.interactive == "run") && job.cancel_requested) {
+    return Unchanged(job);
+  }
   Job next = job;
   next.command_ended = true;
   next.command_exit_code = e.exit_code;

@@ -308,58 +308,6 @@ TEST(JobLifecycleTest, AnMpiJobSucceedsWhenMpirunDoesAndReleasesItsHeldTasks) {
   EXPECT_TRUE(end->next.reason.empty());
 }
 
-TEST(JobLifecycleTest, ARunJobsOutcomeIsItsCommands) {
-  Job j = InState(JobState::kRunning);
-  j.interactive = "run";
-  CommandEnded c;
-  c.attempt = 1;
-  c.exit_code = 4;
-  Result<Transition> t = Step(j, c, kNow);
-  ASSERT_TRUE(t.ok());
-  EXPECT_TRUE(t->next.command_ended);
-  EXPECT_EQ(t->next.reason, "the command exited with code 4");
-  Result<Transition> end = Step(t->next, Exit("n1", 0, std::nullopt, true), kNow);
-  ASSERT_TRUE(end.ok());
-  EXPECT_EQ(end->next.state, JobState::kFailed);
-  EXPECT_EQ(end->next.exit_code, 4);
-  // Hung up: the hang-up is the reason; a command that never ran exits 255.
-  c.exit_code.reset();
-  c.hung_up = true;
-  c.hangup_reason = "its terminal went away";
-  t = Step(j, c, kNow);
-  EXPECT_EQ(t->next.reason, "its terminal went away");
-  EXPECT_EQ(t->next.command_exit_code, 255);
-  // A client that never came.
-  t = Step(j, ClientAbsent{15}, kNow);
-  EXPECT_NE(t->next.reason.find("no terminal attached within 15 s"), std::string::npos);
-  EXPECT_TRUE(t->next.cancel_requested);
-  // An allocation's absent client is not a run job's, nor the other way round.
-  EXPECT_FALSE(Step(j, ClientAbsent{15, true}, kNow)->changed);
-  Job alloc = InState(JobState::kRunning);
-  alloc.interactive = "alloc";
-  EXPECT_FALSE(Step(alloc, ClientAbsent{15}, kNow)->changed);
-  t = Step(alloc, ClientAbsent{15, true}, kNow);
-  EXPECT_TRUE(t->next.cancel_requested);
-  EXPECT_NE(t->next.reason.find("no word from gpupool alloc for 15 s"), std::string::npos);
-  // Its client went away while it waited: the request is withdrawn, not left to start.
-  Job waiting;
-  waiting.id = 9;
-  waiting.interactive = "alloc";
-  waiting.pending_reason = "Resources";
-  EXPECT_FALSE(Step(waiting, ClientAbsent{15}, kNow)->changed);
-  t = Step(waiting, ClientAbsent{15, true}, kNow);
-  ASSERT_TRUE(t.ok());
-  EXPECT_EQ(t->next.state, JobState::kCancelled);
-  EXPECT_EQ(t->next.end_time_us, kNow);
-  EXPECT_TRUE(t->effects.ended);
-  EXPECT_EQ(t->next.reason,
-            "its client went away (no word from gpupool alloc for 15 s): the request was "
-            "withdrawn");
-  // A batch job that waits is no client's.
-  waiting.interactive.clear();
-  EXPECT_FALSE(Step(waiting, ClientAbsent{15, true}, kNow)->changed);
-}
-
 // A gang ending LOST ends its tasks' records with it: the one that ran until now, the one
 // never started as such (found by testing: task 0 showed "running" for ever, and its GPU
 // time was left out).

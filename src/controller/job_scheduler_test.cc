@@ -265,7 +265,8 @@ TEST(ConversionCacheTest, AChangedJobIsConvertedAgain) {
       JobScheduler::Create("default", "priority", "strict");
   ASSERT_TRUE(made.ok()) << made.status().ToString();
   JobScheduler& s = **made;
-  jobs::Job first = Whole(1, "alice", 0), second = Whole(2, "bob", 0);
+  // Both alice's: a priority orders only its user's own jobs.
+  jobs::Job first = Whole(1, "alice", 0), second = Whole(2, "alice", 0);
   auto plan = [&](std::vector<const jobs::Job*> active, const AdmissionFeed& feed = {}) {
     Result<ScheduleResult> r = s.Plan(active, nodes, kNowS, feed);
     EXPECT_TRUE(r.ok()) << r.status().ToString();

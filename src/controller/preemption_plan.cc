@@ -8,6 +8,7 @@
 #include "controller/metrics.h"
 #include "sched/queue/gang_placement.h"
 #include "sched/queue/preemption.h"
+#include "sched/queue/queue_policy.h"
 
 namespace gpupool::controller {
 namespace {
@@ -104,12 +105,12 @@ Result<std::vector<PlannedPreemption>> PlanPreemptions(
     const std::string kind = PendingReasonClass(*reasons[i]);
     if (kind == "resources" || kind == "queue") waiting.push_back(i);
   }
-  std::stable_sort(waiting.begin(), waiting.end(), [&](size_t a, size_t b) {
-    const sched::QueuedJob& qa = *in.pending[a];
-    const sched::QueuedJob& qb = *in.pending[b];
-    if (qa.priority != qb.priority) return qa.priority > qb.priority;
-    return used(qa) < used(qb);
-  });
+  std::stable_sort(waiting.begin(), waiting.end(),
+                   [&](size_t a, size_t b) { return used(*in.pending[a]) < used(*in.pending[b]); });
+  // A priority is its user's choice (--priority): it puts that user's jobs first among
+  // their own, never ahead of another user's in the race for victims.
+  sched::RankOwnJobsByPriority(sched::QueueContext{now_s, in.pending, {}, &in.cluster}, waiting,
+                               /*across_users=*/false);
   EachGroupsFirst(in, settings.by_project, &waiting);
   // At most max_waiting jobs that may stop someone are weighed (placing a gang is the
   // cost), among at most kInspectedPerWeighed times as many.

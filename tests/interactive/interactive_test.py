@@ -261,6 +261,34 @@ class InteractiveTest(unittest.TestCase):
         finally:
             t.close()
 
+    def test_a_run_stopped_by_its_time_limit_or_a_cancel_says_so(self):
+        # Red team 5, finding 6: at its time limit the job was TIMEOUT (signal 15) but the
+        # client exited 137 and said nothing; a cancelled run job ended FAILED ("the
+        # command was ended by SIGTERM"), not CANCELLED as a batch job or an alloc does.
+        r = self.pool.cli("run", "-t", "0:02", "--", "sleep", "60")
+        jid = job_id_of(r.stderr)
+        self.assertEqual(r.returncode, 128 + signal.SIGTERM, r.stderr)
+        self.assertIn("gpupool: job %d reached its time limit of 2 s" % jid, r.stderr)
+        self.assertEqual(self.pool.wait(jid, pooltest.FINAL_STATES)["state"], "TIMEOUT")
+        p = subprocess.Popen([GPUPOOL, "run", "--", "sh", "-c", "echo ready; sleep 60"],
+                             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True, env=self.pool.env)
+        try:
+            jid = job_id_of(p.stderr.readline())  # "job N submitted"
+            self.assertEqual(p.stdout.readline(), "ready\n")
+            c = self.pool.cli("cancel", str(jid))
+            self.assertEqual(c.returncode, 0, c.stderr)
+            _, err = p.communicate(timeout=30)
+        finally:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+        self.assertEqual(p.returncode, 128 + signal.SIGTERM, err)
+        self.assertIn("gpupool: job %d cancelled by " % jid, err)
+        job = self.pool.wait(jid, pooltest.FINAL_STATES)
+        self.assertEqual(job["state"], "CANCELLED", job)
+        self.assertTrue(job["reason"].startswith("cancelled by "), job)
+
     def test_ctrl_c_while_waiting_cancels_the_job(self):
         hog = self.pool.cli("submit", "--gpus", "4", "--", "sleep", "1000")
         self.assertEqual(hog.returncode, 0, hog.stderr)

@@ -176,6 +176,44 @@ Result<int64_t> WaitUntilPlaced(const ClientRuntime& rt, const ApiClient& api, i
   }
 }
 
+// A run job whose command a stop ended, not the command itself: a cancel or the time
+// limit. The session's status is then how the stop reached the command (at the time
+// limit the session goes with its job: SIGKILL), so the exit status is the job's, 128 +
+// the signal that ended it (docs/cli.md), and stderr says why (red team 5, finding 6).
+// Only a command ended by a signal is looked at; the job settles once its tasks have
+// ended too, which may come just after the session ends: asked for 10 s at most.
+int RunExitStatus(const ClientRuntime& rt, const ApiClient& api, int64_t id, int session_code) {
+  if (session_code <= 128 || session_code >= 255) return session_code;
+  const std::string path = "/v1/jobs/" + std::to_string(id);
+  for (int tries = 0; tries < 100; ++tries) {
+    Result<ApiAnswer> a = api.Get(path);
+    if (!a.ok()) return session_code;
+    const Json& job = GetObject(a->json, "job");
+    const std::string state = GetString(job, "state");
+    if (state == "PENDING" || state == "ASSIGNED" || state == "RUNNING") {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      continue;
+    }
+    if (state != "CANCELLED" && state != "TIMEOUT") return session_code;
+    std::string reason = GetString(job, "reason");
+    const std::string why = reason.empty() ? "" : " (" + reason + ")";
+    if (const size_t at = reason.find(" reached");
+        state == "TIMEOUT" && reason.starts_with("time limit") && at != std::string::npos) {
+      // The node's "time limit of 2 s reached (ended by SIGTERM)", said once.
+      *rt.env.err << "gpupool: job " << id << " reached its " << reason.erase(at, 8) << "\n";
+    } else if (state == "TIMEOUT") {
+      *rt.env.err << "gpupool: job " << id << " reached its time limit" << why << "\n";
+    } else if (reason.starts_with("cancelled")) {
+      *rt.env.err << "gpupool: job " << id << " " << reason << "\n";
+    } else {
+      *rt.env.err << "gpupool: job " << id << " was cancelled" << why << "\n";
+    }
+    const int64_t signal = GetInt(job, "signal");
+    return signal > 0 && signal < 127 ? 128 + static_cast<int>(signal) : session_code;
+  }
+  return session_code;
+}
+
 Status RunRun(const ClientRuntime& rt, const RunState& s) {
   if (s.command.empty() || s.command[0].empty()) {
     return Status::InvalidArgument(
@@ -195,7 +233,7 @@ Status RunRun(const ClientRuntime& rt, const RunState& s) {
   AttachOptions options;
   options.tty = s.pty;
   GP_ASSIGN_OR_RETURN(int code, AttachSession(rt, api, session, options));
-  rt.ctx->exit_code = code;
+  rt.ctx->exit_code = RunExitStatus(rt, api, id, code);
   return Status::Ok();
 }
 

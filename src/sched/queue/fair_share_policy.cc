@@ -12,8 +12,10 @@
 // group is further behind. Ties go to the group whose next job is older, then by name.
 // With fair_starving_after_s (aging), the jobs that have waited that long come first,
 // oldest first, ahead of that order. With fair_shortest_first a group's own jobs go
-// shortest first (as sjf) instead of oldest first. Lazy: the filling goes as far as the
-// pass reads the order (a pass capped at max_starts reads a few of 100,000 jobs).
+// shortest first (as sjf) instead of oldest first. Either way each user's jobs then go
+// highest priority first in the places they hold (RankOwnJobsByPriority). Lazy: the
+// filling goes as far as the pass reads the order (a pass capped at max_starts reads a
+// few of 100,000 jobs).
 // Two experiments of the simulator change the groups' key (QueuePolicyConfig): the
 // groups' service ratio from fair_service (least served first), or fair_sjf_bound (one
 // shortest-first order over every group, groups above the bound after the others);
@@ -94,6 +96,9 @@ class FairOrder final : public QueueOrder {
       if (!std::is_sorted(g.jobs.begin(), g.jobs.end(), before)) {
         std::stable_sort(g.jobs.begin(), g.jobs.end(), before);
       }
+      // A user's --priority reorders that user's own jobs in the group (by project, the
+      // places they hold among the project's), never another user's.
+      RankOwnJobsByPriority(ctx, g.jobs, config.priority_across_users);
     }
     for (const auto& [name, g] : groups_) Push(name, g);
   }
@@ -116,7 +121,7 @@ class FairOrder final : public QueueOrder {
     Resources used;
     double weight = 1;
     double service = 0;        // fair_service's ratio at ctx.now_s
-    std::vector<size_t> jobs;  // pending indices, oldest first
+    std::vector<size_t> jobs;  // pending indices, in the group's order
     size_t next = 0;
   };
 

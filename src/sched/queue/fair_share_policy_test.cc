@@ -160,6 +160,32 @@ TEST(FairShareQueuePolicy, GroupsByProjectWhenAsked) {
 
 // The server's and the simulator's --fair-by: its two values, and an error naming the
 // option and both values for anything else.
+// docs/cli.md: --priority orders a user's own jobs, under the fair queue too (the
+// default), and never another user's: by project, a user's priority reorders only the
+// places that user's jobs hold in the project's order.
+TEST(FairShareQueuePolicy, AUsersPriorityOrdersOnlyTheirOwnJobsInTheGroup) {
+  ClusterState cluster = MakeCluster(2, 8);
+  std::vector<QueuedJob> jobs = {
+      Job("a1", "alice", 1, {GpuTask(1)}), Job("b1", "bob", 2, {GpuTask(1)}),
+      Job("a2", "alice", 3, {GpuTask(1)}), Job("b2", "bob", 4, {GpuTask(1)})};
+  for (QueuedJob& j : jobs) j.project = "vision";
+  jobs[3].priority = 100;  // bob's later job
+  auto ids = [&](const std::vector<size_t>& order) {
+    std::string s;
+    for (size_t i : order) s += jobs[i].id + " ";
+    return s;
+  };
+  // By user: bob's b2 goes before his b1; alice and bob alternate as before (ties by
+  // the older next job: b1 before a2).
+  EXPECT_EQ(ids(FairOrder(jobs, {}, cluster)), "a1 b2 b1 a2 ");
+  // By project: one group; bob's b2 takes b1's place, not alice's a1's.
+  QueuePolicyConfig by_project;
+  by_project.fair_group = FairShareGroup::kProject;
+  EXPECT_EQ(ids(FairOrder(jobs, {}, cluster, by_project)), "a1 b2 a2 b1 ");
+  by_project.priority_across_users = true;  // the simulator's site priorities
+  EXPECT_EQ(ids(FairOrder(jobs, {}, cluster, by_project)), "b2 a1 b1 a2 ");
+}
+
 TEST(FairShareQueuePolicy, FairByParsesUserOrProjectAndNamesTheOptionOtherwise) {
   for (FairShareGroup g : {FairShareGroup::kUser, FairShareGroup::kProject}) {
     Result<FairShareGroup> parsed = ParseFairShareGroup(FairShareGroupName(g), "--fair-by");

@@ -30,7 +30,7 @@ TEST(FifoQueuePolicy, OrdersBySubmitTimeAndKeepsArrivalOrderOnTies) {
   EXPECT_EQ(OrderedIds("fifo", jobs), (std::vector<std::string>{"a", "b1", "b2", "c"}));
 }
 
-TEST(PriorityQueuePolicy, HigherPriorityFirstThenFifo) {
+TEST(PriorityQueuePolicy, HigherPriorityFirstThenFifoAmongOneUsersJobs) {
   std::vector<QueuedJob> jobs = {
       Job("low-old", "u", 1, {GpuTask(1)}), Job("high-new", "u", 5, {GpuTask(1)}),
       Job("high-old", "u", 2, {GpuTask(1)}), Job("neg", "u", 0, {GpuTask(1)})};
@@ -39,6 +39,26 @@ TEST(PriorityQueuePolicy, HigherPriorityFirstThenFifo) {
   jobs[3].priority = -1;
   EXPECT_EQ(OrderedIds("priority", jobs),
             (std::vector<std::string>{"high-old", "high-new", "low-old", "neg"}));
+}
+
+// docs/cli.md: --priority is "priority among your own jobs". A user's priority reorders
+// that user's jobs in the places they hold in first-come-first-served order, and never
+// moves one ahead of another user's earlier job (the red team's finding 4: mallory's
+// later job at 1000000 went before alice's).
+TEST(PriorityQueuePolicy, AUsersPriorityReordersOnlyTheirOwnJobs) {
+  std::vector<QueuedJob> jobs = {
+      Job("alice-1", "alice", 10, {GpuTask(1)}), Job("mallory-1", "mallory", 11, {GpuTask(1)}),
+      Job("alice-2", "alice", 12, {GpuTask(1)}), Job("mallory-2", "mallory", 13, {GpuTask(1)}),
+      Job("alice-3", "alice", 14, {GpuTask(1)})};
+  jobs[3].priority = 1000000;  // mallory's later job
+  jobs[4].priority = 5;        // alice's last job, above her others
+  EXPECT_EQ(OrderedIds("priority", jobs),
+            (std::vector<std::string>{"alice-3", "mallory-2", "alice-1", "mallory-1", "alice-2"}));
+  // The simulator's traces carry the site's priorities: they order every job.
+  QueuePolicyConfig site;
+  site.priority_across_users = true;
+  EXPECT_EQ(OrderedIds("priority", jobs, site),
+            (std::vector<std::string>{"mallory-2", "alice-3", "alice-1", "mallory-1", "alice-2"}));
 }
 
 TEST(ShortestJobFirstQueuePolicy, UsesEstimateThenLimitAndPutsUnknownLast) {

@@ -79,6 +79,11 @@ struct QueuePolicyConfig {
   std::shared_ptr<const GroupServiceSource> fair_service;
   double fair_sjf_bound = 0;
   double fair_sjf_penalty = 0;
+  // priority and fair: whose jobs a priority reorders. false (the live pool, where users
+  // choose their priorities with --priority, "among your own jobs"): only its user's own
+  // (RankOwnJobsByPriority); true (the simulator, whose traces' priorities are the
+  // site's, as PreemptionOptions::priority_within_user = false): every job.
+  bool priority_across_users = false;
 };
 
 // An order handed out one index at a time, so that a pass that stops early (at its
@@ -101,6 +106,12 @@ class QueuePolicy {
   // a policy whose order can be made as it is read (fair) overrides it.
   virtual std::unique_ptr<QueueOrder> Lazy(const QueueContext& ctx) const;
 };
+
+// Puts each user's jobs in `order` (indices of ctx.pending) highest priority first, in
+// the positions that user's jobs hold there and in `order`'s order on ties: one user's
+// priority never moves a job ahead of another user's job that `order` has earlier.
+// With across_users, the whole order goes highest priority first (stably).
+void RankOwnJobsByPriority(const QueueContext& ctx, std::span<size_t> order, bool across_users);
 
 // The group a job belongs to under `group`.
 const std::string& FairShareGroupOf(const QueuedJob& job, FairShareGroup group);

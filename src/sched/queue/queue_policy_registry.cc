@@ -63,8 +63,10 @@ const QueuePolicyRegistry& BuiltinQueuePolicies() {
     // error caught by the registry tests.
     (void)r->Register("fifo", "first come, first served (by submission time)",
                       [](const QueuePolicyConfig&) { return MakeFifoQueuePolicy(); });
-    (void)r->Register("priority", "higher priority first, then first come, first served",
-                      [](const QueuePolicyConfig&) { return MakePriorityQueuePolicy(); });
+    (void)r->Register("priority",
+                      "first come, first served, except that each user's own jobs go in the "
+                      "places they hold highest --priority first",
+                      [](const QueuePolicyConfig& c) { return MakePriorityQueuePolicy(c); });
     (void)r->Register("sjf",
                       "shortest job first on the runtime estimate (else the time limit); "
                       "jobs without either go last, first come, first served",

@@ -29,7 +29,7 @@ const QueuePolicyRegistry& BuiltinQueuePolicies();
 
 // Factories of the built-in policies, for registries of one's own.
 std::unique_ptr<QueuePolicy> MakeFifoQueuePolicy();
-std::unique_ptr<QueuePolicy> MakePriorityQueuePolicy();
+std::unique_ptr<QueuePolicy> MakePriorityQueuePolicy(const QueuePolicyConfig& config = {});
 std::unique_ptr<QueuePolicy> MakeShortestJobFirstQueuePolicy();
 std::unique_ptr<QueuePolicy> MakeFairShareQueuePolicy(const QueuePolicyConfig& config);
 

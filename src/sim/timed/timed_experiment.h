@@ -33,7 +33,10 @@ namespace gpupool::sim {
 
 struct TimedOptions {
   std::string queue_policy = "fifo";
-  sched::QueuePolicyConfig queue_config;
+  // A trace's priorities are the site's, so they order every job (as they preempt any
+  // lower job, PreemptionOptions::priority_within_user false); the live pool's, users'
+  // own choices, order only their user's jobs.
+  sched::QueuePolicyConfig queue_config = {.priority_across_users = true};
   sched::StartRule start_rule = sched::StartRule::kStrict;
   size_t max_backfill_tries = 0;  // see PassOptions
   std::string placement_policy = "default";
