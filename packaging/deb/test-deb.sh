@@ -120,7 +120,10 @@ echo "manual pages: $pages, groff clean"
 # packaged binary starts a server with it (command-line options winning over the file).
 root="$tmp/root"
 dpkg-deb -x "$deb" "$root"
-sed -E 's/^#([a-z-]+ =)/\1/' "$root/etc/gpupool/gpupool.conf" >"$tmp/all.conf"
+# (admin-group names a group of this machine: the example's need not exist here, and a
+# group the machine does not know stops the server.)
+sed -E 's/^#([a-z-]+ =)/\1/; s/^admin-group = .*/admin-group = root/' \
+  "$root/etc/gpupool/gpupool.conf" >"$tmp/all.conf"
 chmod 600 "$tmp/all.conf"
 keys=$(grep -cE '^[a-z-]+ =' "$tmp/all.conf")
 [ "$keys" -ge 20 ] || fail "gpupool.conf documents only $keys keys"
