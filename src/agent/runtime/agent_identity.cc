@@ -1,7 +1,9 @@
 #include "agent/runtime/agent_identity.h"
 
+#include <spdlog/spdlog.h>
 #include <sys/random.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdint>
 #include <cstring>
@@ -85,17 +87,22 @@ Result<std::string> AgentIdentity(const std::string& agent_dir, const std::strin
 }
 
 Status CheckNodeName(const std::string& agent_dir, const std::string& node_name,
-                     const std::vector<std::string>& running) {
+                     const std::vector<int64_t>& running) {
   Result<std::string> kept = ReadFileToString(agent_dir + "/node-name", 4096);
   if (!kept.ok()) return Status::Ok();  // none recorded yet (a new or older state directory)
   const std::string was(Trim(*kept));
   if (was.empty() || was == node_name || running.empty()) return Status::Ok();
-  std::string jobs;
-  for (size_t i = 0; i < running.size() && i < 5; ++i) jobs += (i > 0 ? ", " : "") + running[i];
-  if (running.size() > 5) jobs += " and " + std::to_string(running.size() - 5) + " more";
+  std::vector<int64_t> jobs(running);  // once each (a job's tasks share its id)
+  std::sort(jobs.begin(), jobs.end());
+  jobs.erase(std::unique(jobs.begin(), jobs.end()), jobs.end());
+  std::string names;
+  for (size_t i = 0; i < jobs.size() && i < 5; ++i) {
+    names += (i > 0 ? ", job " : "job ") + std::to_string(jobs[i]);
+  }
+  if (jobs.size() > 5) names += " and " + std::to_string(jobs.size() - 5) + " more";
   return Status::AlreadyExists(
       "this agent's state directory belongs to node '" + was + "', and " +
-      std::to_string(running.size()) + " job(s) it started there still run (" + jobs +
+      std::to_string(jobs.size()) + " job(s) it started there still run (" + names +
       "); started as node '" + node_name +
       "' it would report them for that node, where the controller would stop them: start it "
       "with --node-name " +
@@ -104,8 +111,10 @@ Status CheckNodeName(const std::string& agent_dir, const std::string& node_name,
       "renaming the node");
 }
 
-Status RecordNodeName(const std::string& agent_dir, const std::string& node_name) {
-  return WriteFileAtomically(agent_dir + "/node-name", node_name + "\n");
+void RecordNodeName(const std::string& agent_dir, const std::string& node_name) {
+  if (Status s = WriteFileAtomically(agent_dir + "/node-name", node_name + "\n"); !s.ok()) {
+    spdlog::warn("agent: cannot record the node's name in its state directory: {}", s.message());
+  }
 }
 
 }  // namespace gpupool::agent

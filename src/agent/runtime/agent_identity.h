@@ -15,6 +15,7 @@
 // (a clone whose machine id was made anew) is another agent too.
 #pragma once
 
+#include <cstdint>
 #include <functional>
 #include <string>
 #include <vector>
@@ -42,15 +43,15 @@ Result<std::string> AgentIdentity(const std::string& agent_dir,
                                   const std::function<Result<std::string>()>& draw = DrawAgentId);
 
 // The node a state directory's agent runs: AGENT_DIR/node-name, written by RecordNodeName
-// once the controller took the agent's registration. An agent started under another
-// --node-name while jobs it started under the old one still run here (`running`: the
-// jobs it adopted, as "job J" words) would report them for the new node: the controller
-// would stop them as strays there and declare them lost on the old one. Refused
-// (AlreadyExists: the agent exits 2 and is not restarted) naming both names and the jobs;
-// with nothing running, a node may be renamed. Slurm refuses a slurmd whose NodeName is
-// not its state's.
+// once the controller took the agent's registration (a failure to write it is logged). An
+// agent started under another --node-name while jobs it started under the old one still
+// run here (`running`: the ids of the jobs of the tasks it adopted) would report them for
+// the new node: the controller would stop them as strays there and declare them lost on
+// the old one. Refused (AlreadyExists: the agent exits 2 and is not restarted) naming
+// both names and the jobs; with nothing running, a node may be renamed. Slurm refuses a
+// slurmd whose NodeName is not its state's.
 Status CheckNodeName(const std::string& agent_dir, const std::string& node_name,
-                     const std::vector<std::string>& running);
-Status RecordNodeName(const std::string& agent_dir, const std::string& node_name);
+                     const std::vector<int64_t>& running);
+void RecordNodeName(const std::string& agent_dir, const std::string& node_name);
 
 }  // namespace gpupool::agent

@@ -5,12 +5,19 @@
 
 #include <filesystem>
 #include <fstream>
+#include <future>
 #include <string>
+#include <thread>
+
+#include "agent/runtime/agent_loop.h"
+#include "agent/runtime/idle_launcher_for_test.h"
+#include "protocol/fake_controller_link.h"
 
 namespace gpupool::agent {
 namespace {
 
 namespace fs = std::filesystem;
+using test_util::IdleLauncher;
 
 class AgentIdentityTest : public ::testing::Test {
  protected:
@@ -106,17 +113,65 @@ TEST_F(AgentIdentityTest, ASecondAgentOnTheStateDirectoryIsRefused) {
 TEST_F(AgentIdentityTest, AnotherNodeNameIsRefusedWhileTheOldNodesJobsRun) {
   const std::string agent = (dir_ / "agent").string();
   std::filesystem::create_directories(agent);
-  EXPECT_TRUE(CheckNodeName(agent, "nodeB", {"job 5"}).ok()) << "nothing recorded yet";
-  ASSERT_TRUE(RecordNodeName(agent, "nodeA").ok());
-  EXPECT_TRUE(CheckNodeName(agent, "nodeA", {"job 5"}).ok());
+  EXPECT_TRUE(CheckNodeName(agent, "nodeB", {5}).ok()) << "nothing recorded yet";
+  RecordNodeName(agent, "nodeA");
+  EXPECT_TRUE(CheckNodeName(agent, "nodeA", {5}).ok());
   EXPECT_TRUE(CheckNodeName(agent, "nodeB", {}).ok()) << "an idle node may be renamed";
-  const Status s = CheckNodeName(agent, "nodeB", {"job 5", "job 6"});
+  const Status s = CheckNodeName(agent, "nodeB", {6, 5, 6});
   ASSERT_EQ(s.code(), StatusCode::kAlreadyExists) << s.ToString();
   EXPECT_NE(s.message().find("belongs to node 'nodeA', and 2 job(s) it started there still run "
                              "(job 5, job 6); started as node 'nodeB'"),
             std::string::npos)
       << s.message();
   EXPECT_NE(s.message().find("--node-name nodeA"), std::string::npos) << s.message();
+}
+
+// adv5 finding 3: the agent of node n1, started again as n2 on the same state directory
+// while a job it started as n1 still runs, stops at once without registering (exit 2 from
+// the daemon: AlreadyExists); it registers as n1, and as n2 once nothing runs.
+TEST_F(AgentIdentityTest, AnAgentRenamedWhileItsJobsRunStopsWithoutRegistering) {
+  AgentLoopOptions ao;
+  ao.node_name = "n1";
+  ao.state_dir = (dir_ / "agent").string();
+  ao.telemetry_interval_s = 0;
+  std::filesystem::create_directories(ao.state_dir);
+  {
+    auto link = std::make_shared<protocol::FakeControllerLink>();
+    IdleLauncher launcher;
+    AgentLoop loop(ao, link, &launcher);
+    std::thread t([&] { EXPECT_TRUE(loop.Run().ok()); });
+    ASSERT_TRUE(link->WaitFor([](const auto& r) { return r.polls > 0; }));  // registered as n1
+    loop.Stop();
+    t.join();
+  }
+  agent::JobEvent running;
+  running.id = RunId{7, 0, 1, 0};
+  running.adopted = true;
+  ao.node_name = "n2";
+  auto link = std::make_shared<protocol::FakeControllerLink>();
+  IdleLauncher launcher;
+  launcher.adopt = {running};
+  AgentLoop loop(ao, link, &launcher);
+  std::promise<Status> ended;
+  std::thread t([&] { ended.set_value(loop.Run()); });  // returns by itself: no Stop
+  std::future<Status> f = ended.get_future();
+  ASSERT_EQ(f.wait_for(std::chrono::seconds(10)), std::future_status::ready)
+      << "the agent is still trying";
+  t.join();
+  const Status s = f.get();
+  EXPECT_EQ(s.code(), StatusCode::kAlreadyExists) << s.ToString();
+  EXPECT_NE(s.message().find("belongs to node 'n1'"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("(job 7)"), std::string::npos) << s.message();
+  EXPECT_TRUE(link->recorded().registrations.empty());
+  // Nothing runs any more: n2 it is.
+  auto idle_link = std::make_shared<protocol::FakeControllerLink>();
+  IdleLauncher idle;
+  AgentLoop renamed(ao, idle_link, &idle);
+  std::thread t2([&] { EXPECT_TRUE(renamed.Run().ok()); });
+  ASSERT_TRUE(idle_link->WaitFor([](const auto& r) { return r.polls > 0; }));
+  EXPECT_EQ(idle_link->recorded().registrations.at(0).node, "n2");
+  renamed.Stop();
+  t2.join();
 }
 
 }  // namespace

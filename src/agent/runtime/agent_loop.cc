@@ -85,11 +85,8 @@ Status AgentLoop::Register() {
       reg.ended.push_back({ev.id.job, ev.id.task, ev.id.attempt});
     }
   }
-  std::vector<std::string> running;  // its jobs, once each
-  for (const protocol::RunningTask& t : reg.running) {
-    const std::string job = "job " + std::to_string(t.job_id);
-    if (std::find(running.begin(), running.end(), job) == running.end()) running.push_back(job);
-  }
+  std::vector<int64_t> running;
+  for (const protocol::RunningTask& t : reg.running) running.push_back(t.job_id);
   if (Status s = CheckNodeName(options_.state_dir, options_.node_name, running); !s.ok()) {
     incompatible_ = s;  // stops the agent: retrying cannot help until the operator acts
     return s;
@@ -112,9 +109,7 @@ Status AgentLoop::Register() {
   incompatible_ = protocol::CheckCompatible(protocol::kVersion, reply.version, "the controller",
                                             "this agent (node " + options_.node_name + ")");
   GP_RETURN_IF_ERROR(incompatible_);
-  if (Status s = RecordNodeName(options_.state_dir, options_.node_name); !s.ok()) {
-    spdlog::warn("agent: cannot record the node's name in its state directory: {}", s.message());
-  }
+  RecordNodeName(options_.state_dir, options_.node_name);
   controller_minor_ = reply.version.major == 1 ? reply.version.minor : 99;
   RenewLease(sent_us, reply.node_lease_ms);
   {

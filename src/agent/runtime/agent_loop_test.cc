@@ -20,6 +20,7 @@
 #include "agent/cu_mask.h"
 #include "agent/job_env.h"
 #include "agent/launcher.h"
+#include "agent/runtime/idle_launcher_for_test.h"
 #include "gpu/telemetry.h"
 #include "protocol/agent_protocol.h"
 #include "protocol/fake_controller_link.h"
@@ -28,6 +29,7 @@ namespace gpupool::agent {
 namespace {
 
 namespace fs = std::filesystem;
+using test_util::IdleLauncher;
 
 class JobOfProcessTest : public ::testing::Test {
  protected:
@@ -87,47 +89,6 @@ TEST_F(JobOfProcessTest, ACgroupNamedLikeAJobsOutsideTheAgentsTreeIsNoJobs) {
   EXPECT_EQ(JobOfProcess(root_.string(), 22), 0);
   EXPECT_EQ(JobOfProcess(root_.string(), 23), 5);
 }
-
-// A launcher that runs nothing; with `accept` it records what it was asked to launch.
-class IdleLauncher final : public agent::Launcher {
- public:
-  using agent::Launcher::Launch;
-  Status Launch(const agent::LaunchSpec& spec, const agent::JobStdio&) override {
-    std::lock_guard lock(mu);
-    if (!accept) return Status::Unavailable("not in this test");
-    launched.push_back(spec);
-    cv.notify_all();
-    return Status::Ok();
-  }
-  std::mutex mu;
-  std::condition_variable cv;  // a launch was recorded
-  bool accept = false;
-  std::vector<agent::LaunchSpec> launched;
-  Status Cancel(const RunId&) override { return Status::NotFound("none"); }
-  std::vector<std::pair<RunId, StopRequest>> stops;  // what Stop was asked
-  Status Stop(const RunId& id, const StopRequest& stop) override {
-    std::lock_guard lock(mu);
-    stops.emplace_back(id, stop);
-    return Status::Ok();
-  }
-  std::vector<agent::JobEvent> Poll() override { return {}; }
-  // Nothing ever ends here: a wait for events lasts its timeout (at most 20 ms, so that the
-  // agent's reporter sees Stop soon), on the launcher's condition variable.
-  std::vector<agent::JobEvent> Wait(int timeout_ms) override {
-    std::unique_lock lock(mu);
-    cv.wait_for(lock, std::chrono::milliseconds(std::min(timeout_ms, 20)));
-    return {};
-  }
-  // What Adopt reports: runs still running from before a restart (none by default).
-  std::vector<agent::JobEvent> adopt;
-  Result<std::vector<agent::JobEvent>> Adopt() override { return adopt; }
-  Status Forget(const RunId&) override { return Status::Ok(); }
-  std::vector<RunId> Running() const override {
-    std::vector<RunId> ids;
-    for (const agent::JobEvent& e : adopt) ids.push_back(e.id);
-    return ids;
-  }
-};
 
 // One GPU at a fixed 42%, that had two Xid errors (the last 79) and 5 uncorrected ECC.
 class OneGpu final : public gpu::TelemetrySampler {
@@ -308,51 +269,6 @@ TEST_F(JobOfProcessTest, ARegistrationRefusedForATakenNodeIsTriedAgainEvery30s) 
   EXPECT_TRUE(link->WaitFor([](const auto& r) { return r.registrations.size() == 2; }));
   loop.Stop();
   t.join();
-}
-
-// adv5 finding 3: the agent of node n1, started again as n2 on the same state directory
-// while a job it started as n1 still runs, stops at once without registering (exit 2 from
-// the daemon: AlreadyExists); it registers as n1, and as n2 once nothing runs.
-TEST_F(JobOfProcessTest, AnAgentRenamedWhileItsJobsRunStopsWithoutRegistering) {
-  AgentLoopOptions ao = TestAgentOptions(root_);
-  std::filesystem::create_directories(ao.state_dir);
-  {
-    auto link = std::make_shared<protocol::FakeControllerLink>();
-    IdleLauncher launcher;
-    AgentLoop loop(ao, link, &launcher);
-    std::thread t([&] { EXPECT_TRUE(loop.Run().ok()); });
-    ASSERT_TRUE(link->WaitFor([](const auto& r) { return r.polls > 0; }));  // registered as n1
-    loop.Stop();
-    t.join();
-  }
-  agent::JobEvent running;
-  running.id = RunId{7, 0, 1, 0};
-  running.adopted = true;
-  ao.node_name = "n2";
-  auto link = std::make_shared<protocol::FakeControllerLink>();
-  IdleLauncher launcher;
-  launcher.adopt = {running};
-  AgentLoop loop(ao, link, &launcher);
-  std::promise<Status> ended;
-  std::thread t([&] { ended.set_value(loop.Run()); });  // returns by itself: no Stop
-  std::future<Status> f = ended.get_future();
-  ASSERT_EQ(f.wait_for(std::chrono::seconds(10)), std::future_status::ready)
-      << "the agent is still trying";
-  t.join();
-  const Status s = f.get();
-  EXPECT_EQ(s.code(), StatusCode::kAlreadyExists) << s.ToString();
-  EXPECT_NE(s.message().find("belongs to node 'n1'"), std::string::npos) << s.message();
-  EXPECT_NE(s.message().find("(job 7)"), std::string::npos) << s.message();
-  EXPECT_TRUE(link->recorded().registrations.empty());
-  // Nothing runs any more: n2 it is.
-  auto idle_link = std::make_shared<protocol::FakeControllerLink>();
-  IdleLauncher idle;
-  AgentLoop renamed(ao, idle_link, &idle);
-  std::thread t2([&] { EXPECT_TRUE(renamed.Run().ok()); });
-  ASSERT_TRUE(idle_link->WaitFor([](const auto& r) { return r.polls > 0; }));
-  EXPECT_EQ(idle_link->recorded().registrations.at(0).node, "n2");
-  renamed.Stop();
-  t2.join();
 }
 
 // A controller away (any error but a protocol too far off) is tried again until Stop,
