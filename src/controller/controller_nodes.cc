@@ -359,11 +359,11 @@ Result<protocol::RegistrationReply> Controller::RegisterNode(protocol::Registrat
     MutexLock lock(mu_);
     if (auto it = nodes_.find(name); it != nodes_.end()) {
       const NodeEntry& old = it->second;
-      same_agent = old.agent_id.empty() || reg.agent_id.empty() || old.agent_id == reg.agent_id;
-      if (!same_agent) spdlog::warn("node {}: taken over by another agent", name);
       GP_RETURN_IF_ERROR(internal::CheckAgentIdentity(
           name, {old.agent_id, old.address, old.last_seen_us, old.up, old.heard}, reg.agent_id, now,
           options_.node_timeout_us));
+      same_agent = old.agent_id.empty() || reg.agent_id.empty() || old.agent_id == reg.agent_id;
+      if (!same_agent) spdlog::warn("node {}: taken over by another agent", name);
       rec.draining = it->second.draining;  // a drain outlives the agent's restarts
       rec.drain_reason = it->second.drain_reason;
       std::vector<const Job*> here;  // GPUs gone under running jobs drain the node
