@@ -24,6 +24,10 @@ test: deps test-release test-asan
 build-release: build/release/build.ninja
 	cmake --build --preset release -j $(JOBS)
 
+# The release preset runs 4 tests at once even on 2 cores: these tests mostly wait on
+# daemons, jobs and timeouts (a third of 2 cores busy). The long end-to-end tests carry a
+# COST (seconds measured) so that ctest starts them first, also in a fresh clone without
+# cost data from an earlier run (docs/benchmarks.md, "CI time").
 test-release: build-release
 	ctest --preset release
 
