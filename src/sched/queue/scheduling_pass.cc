@@ -50,73 +50,6 @@ int64_t PlannedEndIfStartedAt(const QueuedJob& job, int64_t now_s) {
   return RunningJob{&job, now_s, {}}.PlannedEnd();
 }
 
-// A share of one GPU taken on the cluster for a while: see TakeFreeReservedGpus.
-struct TakenGpu {
-  Task task;
-  Placement placement;
-};
-
-// Takes on `cluster`, GPU by GPU, what the reservation's placements of `head` ask of the
-// GPUs that are free enough now (their CPU and memory are left out), so that a placement
-// made meanwhile stays off them. Put back with GiveBack.
-std::vector<TakenGpu> TakeFreeReservedGpus(ClusterState& cluster, const QueuedJob& head,
-                                           const std::vector<Placement>& placements) {
-  std::vector<TakenGpu> taken;
-  for (size_t i = 0; i < head.tasks.size() && i < placements.size(); ++i) {
-    const Task& t = head.tasks[i];
-    if (!t.NeedsGpu()) continue;
-    for (int32_t gpu : placements[i].gpus) {
-      TakenGpu one;
-      one.task.name = "reserved for " + head.id;
-      one.task.num_gpu = 1;
-      one.task.gpu_milli = t.gpu_milli;
-      one.task.owner = t.owner;
-      one.task.gpu_memory_mib = t.gpu_memory_mib;
-      one.placement = Placement{placements[i].node, {gpu}};
-      // One that does not fit now (a running job ends before the reservation) stays as it is.
-      if (cluster.Allocate(one.task, one.placement).ok()) taken.push_back(std::move(one));
-    }
-  }
-  return taken;
-}
-
-Status GiveBack(ClusterState& cluster, const std::vector<TakenGpu>& taken) {
-  for (size_t k = taken.size(); k-- > 0;) {
-    GP_RETURN_IF_ERROR(cluster.Release(taken[k].task, taken[k].placement));
-  }
-  return Status::Ok();
-}
-
-// Under easy: whether `job`, placed on `cluster` by `g`, may start without delaying the
-// reservation `plan` of `head`. A job that the placement policy put on the reservation's
-// GPUs is placed once more with the ones free now taken, so that it starts where there is
-// other room rather than waiting behind the head (the policy's first choice is often the
-// reserved node: the fullest, or the best fit). On false the job holds nothing on
-// `cluster`; on true `g` holds the placements it starts on.
-Result<bool> KeepsReservation(ClusterState& cluster, PlacementPolicy& policy, const QueuedJob& head,
-                              ReservationPlan& plan, const QueuedJob& job, int64_t now_s,
-                              GangPlacement* g) {
-  const int64_t end = PlannedEndIfStartedAt(job, now_s);
-  GP_ASSIGN_OR_RETURN(bool keeps, plan.Admit(job, g->placements, end));
-  if (keeps) return true;
-  GP_RETURN_IF_ERROR(ReleaseGang(cluster, job.tasks, g->placements));
-  const std::vector<TakenGpu> taken = TakeFreeReservedGpus(cluster, head, plan.head_placements());
-  Result<GangPlacement> again = taken.empty() ? Result<GangPlacement>(GangPlacement{})
-                                              : PlaceGang(cluster, job.tasks, policy);
-  if (again.ok() && again->placed) {
-    Result<bool> admitted = plan.Admit(job, again->placements, end);
-    if (admitted.ok() && *admitted) {
-      *g = std::move(*again);
-      keeps = true;
-    } else {
-      GP_RETURN_IF_ERROR(ReleaseGang(cluster, job.tasks, again->placements));
-    }
-  }
-  GP_RETURN_IF_ERROR(GiveBack(cluster, taken));
-  if (!again.ok()) return again.status();
-  return keeps;
-}
-
 }  // namespace
 
 std::string_view StartRuleName(StartRule rule) {
@@ -411,16 +344,14 @@ Result<PassResult> SchedulingPass::Walk(ClusterState& cluster, int64_t now_s,
     }
     if (g.placed) {
       if (plan) {
-        bool keeps = false;
-        if (same_reservation && carried->refused.count(job.id) != 0) {
-          GP_RETURN_IF_ERROR(ReleaseGang(cluster, job.tasks, g.placements));
-        } else {
-          GP_ASSIGN_OR_RETURN(
-              keeps, KeepsReservation(cluster, placement_policy_, *pending[*result.reserved_index],
-                                      *plan, job, now_s, &g));
+        bool keeps = !(same_reservation && carried->refused.count(job.id) != 0);
+        if (keeps) {
+          GP_ASSIGN_OR_RETURN(keeps,
+                              plan->Admit(job, g.placements, PlannedEndIfStartedAt(job, now_s)));
         }
         if (!keeps) {
           refused.insert(job.id);
+          GP_RETURN_IF_ERROR(ReleaseGang(cluster, job.tasks, g.placements));
           continue;
         }
       }
