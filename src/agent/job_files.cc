@@ -171,6 +171,11 @@ std::string ShimConfigToJson(const ShimConfig& config) {
   j["memory_bytes"] = s.memory_bytes;
   j["time_limit_s"] = s.time_limit_s;
   j["grace_s"] = s.grace_s;
+  if (s.warn_signal != 0) {
+    j["warn_signal"] = s.warn_signal;
+    j["warn_time_s"] = s.warn_time_s;
+    if (s.warn_main_only) j["warn_main_only"] = true;
+  }
   if (s.preemptible) j["preemptible"] = true;
   j["image"] = s.image;
   OrderedJson mounts = OrderedJson::array();
@@ -270,6 +275,9 @@ Result<ShimConfig> ShimConfigFromJson(const std::string& text, const std::string
   f.Optional("memory_bytes", &s.memory_bytes);
   f.Optional("time_limit_s", &s.time_limit_s, 0);
   f.Optional("grace_s", &s.grace_s, 0, int64_t{24} * 3600);
+  f.Optional("warn_signal", &s.warn_signal, 0, 64);
+  f.Optional("warn_time_s", &s.warn_time_s, 0, 65535);
+  f.Optional("warn_main_only", &s.warn_main_only);
   f.Optional("preemptible", &s.preemptible);
   f.Optional("image", &s.image);
   if (const Json* mounts = f.Array("mounts"); mounts != nullptr) {

@@ -88,6 +88,11 @@ struct LaunchSpec {
   uint64_t memory_bytes = 0;  // 0 = no memory limit
   int64_t time_limit_s = 0;   // 0 = none
   int64_t grace_s = 10;       // TERM -> KILL delay for cancel and time limit
+  // Slurm's --signal (jobs::Job::warn_signal): `warn_signal` (0 = none) warn_time_s before
+  // the time limit, to the process group, or with warn_main_only to the main process only.
+  int32_t warn_signal = 0;
+  int64_t warn_time_s = 0;
+  bool warn_main_only = false;
   // The job may be preempted: it gets GPUPOOL_PREEMPT_DEADLINE_FILE (stop_request.h).
   bool preemptible = false;
   // Container jobs (container.h): the command runs in `image` under podman; empty = a

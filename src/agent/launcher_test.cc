@@ -304,6 +304,43 @@ TEST_F(LauncherTest, TimeLimitStopsTheJob) {
   EXPECT_GE(e.time_us - e.start_time_us, 900'000);
 }
 
+// Slurm's --signal: warn_signal warn_time_s before the time limit, to every process of
+// the job, or (B:) to its main process only. The script reports how its child ended: by
+// the warning (10, USR1: exit status 138) or by the script's own TERM after it (143).
+std::vector<std::string> WarnedScript() {
+  return {"sh", "-c",
+          "trap 'echo warned' USR1; sleep 30 & c=$!; wait $c; kill $c 2>/dev/null; wait $c; "
+          "echo \"child $?\"; exit 5"};
+}
+
+TEST_F(LauncherTest, SignalIsSentBeforeTheTimeLimitToTheWholeJob) {
+  LaunchSpec spec = TestSpec(174, WarnedScript());
+  spec.time_limit_s = 3;
+  spec.warn_signal = SIGUSR1;
+  spec.warn_time_s = 2;
+  Start(spec);
+  JobEvent e = Finish(174, 8000);
+  EXPECT_EQ(e.kind, Kind::kExited);
+  EXPECT_FALSE(e.timed_out) << e.reason;  // it ended on the warning, a second in
+  EXPECT_EQ(e.exit_code, 5) << e.reason;
+  EXPECT_GE(e.time_us - e.start_time_us, 900'000);
+  EXPECT_EQ(ReadWholeFile(JobFile(174, kStdoutFile)), "warned\nchild 138\n");
+}
+
+TEST_F(LauncherTest, SignalWithBIsSentToTheMainProcessOnly) {
+  LaunchSpec spec = TestSpec(175, WarnedScript());
+  spec.time_limit_s = 3;
+  spec.warn_signal = SIGUSR1;
+  spec.warn_time_s = 2;
+  spec.warn_main_only = true;
+  Start(spec);
+  JobEvent e = Finish(175, 8000);
+  EXPECT_FALSE(e.timed_out) << e.reason;
+  EXPECT_EQ(e.exit_code, 5) << e.reason;
+  EXPECT_GE(e.time_us - e.start_time_us, 900'000);
+  EXPECT_EQ(ReadWholeFile(JobFile(175, kStdoutFile)), "warned\nchild 143\n");
+}
+
 TEST_F(LauncherTest, MissingCommandFailsWithReason) {
   ASSERT_TRUE(launcher_->Launch(TestSpec(181, {"gpupool-no-such-command", "x"})).ok());
   JobEvent e = Finish(181);

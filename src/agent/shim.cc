@@ -506,9 +506,18 @@ void Shim::Supervise() {
   const int64_t start_mono = MonoMicros();
   const int64_t limit_at =
       config_.spec.time_limit_s > 0 ? start_mono + config_.spec.time_limit_s * 1'000'000 : 0;
+  // --signal: warn_time_s before the limit, at the start when the limit is shorter.
+  int64_t warn_at = 0;
+  if (limit_at != 0 && config_.spec.warn_signal > 0) {
+    warn_at = std::max(start_mono, limit_at - config_.spec.warn_time_s * 1'000'000);
+  }
   while (true) {
     CheckLease();  // first: a fence is carried out below, in this round
     const int64_t now = MonoMicros();
+    if (warn_at != 0 && now >= warn_at && !stopping_) {
+      SendWarningSignal();
+      warn_at = 0;
+    }
     if (limit_at != 0 && now >= limit_at && !stopping_) {
       BeginStop(/*cancel=*/false, config_.spec.grace_s);
     }
@@ -537,6 +546,7 @@ void Shim::Supervise() {
     }
     int64_t next = now + 3'600'000'000LL;
     if (limit_at != 0 && !stopping_) next = std::min(next, limit_at);
+    if (warn_at != 0 && !stopping_) next = std::min(next, warn_at);
     if (stopping_ && !killed_) next = std::min(next, kill_at_mono_);
     if (stop_retry_at_mono_ != 0) next = std::min(next, stop_retry_at_mono_);
     if (term_at_mono_ != 0) next = std::min(next, term_at_mono_);
@@ -550,6 +560,26 @@ void Shim::Supervise() {
     } else if (sig == SIGCHLD && ReapChildren()) {
       return;
     }
+  }
+}
+
+void Shim::SendWarningSignal() {
+  const int sig = config_.spec.warn_signal;
+  const long long before =
+      static_cast<long long>(std::min(config_.spec.warn_time_s, config_.spec.time_limit_s));
+  if (container_) {
+    // podman signals the container's PID 1 (its init passes it on to the main process).
+    ShimLog("--signal: %s to container %s, %lld s before the time limit", SignalName(sig).c_str(),
+            container_name_.c_str(), before);
+    StartHelper({"kill", "--signal", std::to_string(sig), container_name_}, "podman kill");
+  } else if (config_.spec.warn_main_only) {
+    ShimLog("--signal: %s to process %d (B:, the main process only), %lld s before the time limit",
+            SignalName(sig).c_str(), static_cast<int>(job_pid_), before);
+    ::kill(job_pid_, sig);
+  } else {
+    ShimLog("--signal: %s to process group %d, %lld s before the time limit",
+            SignalName(sig).c_str(), static_cast<int>(job_pid_), before);
+    ::kill(-job_pid_, sig);
   }
 }
 

@@ -64,6 +64,8 @@ class Shim {
   void Supervise();
   bool ReapChildren();  // true once the job's main process ended
   void BeginStop(bool cancel, int64_t grace_s);
+  // Slurm's --signal: spec.warn_signal to the job, spec.warn_time_s before its time limit.
+  void SendWarningSignal();
   void SendStop(const char* what);
   void WriteDeadlineFile(int64_t deadline_s);
   // The node's own stop: its GPU memory watch's (stop_request.h) or its lease's (`cause`).

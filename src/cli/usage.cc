@@ -73,8 +73,8 @@ std::string SlurmHint(const std::string& path, const std::string& typed) {
       {{"-w", "--nodelist", "-x", "--exclude", "--exclusive", "--ntasks-per-node"},
        "placement is the scheduler's: choose GPUs with --gpu-model, --vendor or "
        "--min-capability, and the gang's size with -n"},
-      {{"--begin", "--deadline", "--signal", "--mail-type", "--mail-user", "--test-only",
-        "--licenses", "--open-mode"},
+      {{"--begin", "--deadline", "--mail-type", "--mail-user", "--test-only", "--licenses",
+        "--open-mode"},
        "gpupool has no such option"},
   };
   for (const Hint& h : kHints) {

@@ -225,7 +225,14 @@ struct Job {
   ResourceRequest request;
   int priority = 0;
   int64_t time_limit_s = 0;  // 0 = none
-  bool requeue = false;      // requeue when LOST
+  // Slurm's --signal=[B:]SIG[@TIME]: warn_signal (1-64; 0 = none) is sent warn_time_s
+  // before the time limit (less than the limit), to the job's whole process group, or with
+  // warn_main_only to its main process only (the batch script's shell, B:). A batch job
+  // with a time limit only.
+  int32_t warn_signal = 0;
+  int64_t warn_time_s = 0;
+  bool warn_main_only = false;
+  bool requeue = false;  // requeue when LOST
   // --enforce memory: a share runs only on a GPU that holds it to its memory (enforcement
   // mps, mig or dmem; docs/sharing.md). Whole GPUs are never shared, so it holds there.
   bool enforce_memory = false;

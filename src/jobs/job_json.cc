@@ -248,6 +248,11 @@ OrderedJson JobToJson(const Job& job) {
   j["request"] = RequestToJson(job.request);
   j["priority"] = job.priority;
   j["time_limit_s"] = job.time_limit_s;
+  if (job.warn_signal != 0) {
+    j["warn_signal"] = job.warn_signal;
+    j["warn_time_s"] = job.warn_time_s;
+    if (job.warn_main_only) j["warn_main_only"] = true;
+  }
   j["requeue"] = job.requeue;
   if (job.enforce_memory) j["enforce_memory"] = true;
   if (job.mpi) j["mpi"] = true;
@@ -588,6 +593,9 @@ Result<Job> JobFromJson(const Json& j, std::string_view path, bool reject_unknow
   }
   f.Optional("priority", &job.priority, -1'000'000, 1'000'000);
   f.Optional("time_limit_s", &job.time_limit_s, 0, int64_t{10} * 365 * 24 * 3600);
+  f.Optional("warn_signal", &job.warn_signal, 0, 64);
+  f.Optional("warn_time_s", &job.warn_time_s, 0, 65535);  // Slurm's bound
+  f.Optional("warn_main_only", &job.warn_main_only);
   f.Optional("requeue", &job.requeue);
   f.Optional("enforce_memory", &job.enforce_memory);
   f.Optional("mpi", &job.mpi);

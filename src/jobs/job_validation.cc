@@ -316,6 +316,30 @@ Status ValidateSubmission(const Job& job) {
     return Status::InvalidArgument(
         field + ": --min-runtime and --grace are for a preemptible job; add --preemptible");
   }
+  if (job.warn_signal == 0 && (job.warn_time_s > 0 || job.warn_main_only)) {
+    return Status::InvalidArgument(
+        std::string(job.warn_time_s > 0 ? "warn_time_s" : "warn_main_only") +
+        ": says when or to whom warn_signal is sent; give warn_signal "
+        "(--signal SIG[@SECONDS])");
+  }
+  if (job.warn_signal != 0 && !job.interactive.empty()) {
+    return Status::InvalidArgument("warn_signal: gpupool " + job.interactive +
+                                   " runs its commands through gpupool exec, which --signal does "
+                                   "not reach; submit a batch job (gpupool submit) for it");
+  }
+  if (job.warn_signal != 0 && job.time_limit_s == 0) {
+    return Status::InvalidArgument(
+        "warn_signal: --signal is sent a time before the time limit, and the job has none; "
+        "give --time (time_limit_s)");
+  }
+  if (job.warn_signal != 0 && job.warn_time_s >= job.time_limit_s) {
+    return Status::InvalidArgument(
+        "warn_time_s: --signal's " + std::to_string(job.warn_time_s) +
+        " s before the time limit is no earlier than the start (time limit " +
+        std::to_string(job.time_limit_s) +
+        " s), before the job could catch the signal; give fewer seconds (SIG@SECONDS, "
+        "default 60) or a longer --time");
+  }
   if (job.interactive == "alloc" && !job.command.empty()) {
     return Status::InvalidArgument(
         "command: gpupool alloc runs no command; enter the allocation with gpupool exec");

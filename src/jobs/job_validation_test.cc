@@ -214,5 +214,37 @@ TEST(SubmissionTest, MemoryAndShmSizesAreBytesOfAtLeastOneMiB) {
   EXPECT_TRUE(ValidateSubmission(j).ok());
 }
 
+// Slurm's --signal: sent before the time limit, so a job without one is refused, as are
+// its when and whom without the signal, and interactive jobs (their commands run through
+// gpupool exec, which it does not reach).
+TEST(SubmissionTest, AWarningSignalNeedsATimeLimitAndABatchJob) {
+  Job j;
+  j.command = {"train"};
+  j.workdir = "/w";
+  j.warn_signal = 10;
+  j.warn_time_s = 120;
+  EXPECT_EQ(ValidateSubmission(j).message(),
+            "warn_signal: --signal is sent a time before the time limit, and the job has none; "
+            "give --time (time_limit_s)");
+  j.time_limit_s = 120;  // sent at the start, before the job could catch it
+  EXPECT_EQ(ValidateSubmission(j).message(),
+            "warn_time_s: --signal's 120 s before the time limit is no earlier than the start "
+            "(time limit 120 s), before the job could catch the signal; give fewer seconds "
+            "(SIG@SECONDS, default 60) or a longer --time");
+  j.time_limit_s = 3600;
+  EXPECT_TRUE(ValidateSubmission(j).ok()) << ValidateSubmission(j).message();
+  j.interactive = "run";
+  EXPECT_NE(ValidateSubmission(j).message().find("warn_signal: gpupool run runs its commands"),
+            std::string::npos)
+      << ValidateSubmission(j).message();
+  j.interactive.clear();
+  j.warn_signal = 0;
+  EXPECT_NE(ValidateSubmission(j).message().find("warn_time_s: says when"), std::string::npos)
+      << ValidateSubmission(j).message();
+  j.warn_time_s = 0;
+  j.warn_main_only = true;
+  EXPECT_NE(ValidateSubmission(j).message().find("warn_main_only: "), std::string::npos);
+}
+
 }  // namespace
 }  // namespace gpupool::jobs

@@ -17,7 +17,7 @@ namespace {
 // change would still be stored right (the changed spec is stored as another row), only
 // not shared.
 // clang-format off
-constexpr std::array<std::string_view, 33> kSpecKeys = {
+constexpr std::array<std::string_view, 36> kSpecKeys = {
     "user",          "uid",
     "gid",           "project",
     "name",          "command",
@@ -34,7 +34,8 @@ constexpr std::array<std::string_view, 33> kSpecKeys = {
     "script",        "output",
     "error",         "preemptible",
     "min_runtime_s", "preempt_grace_s",
-    "client_keepalive",
+    "client_keepalive", "warn_signal",
+    "warn_time_s",   "warn_main_only",
 };
 // clang-format on
 

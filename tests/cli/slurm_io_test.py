@@ -128,6 +128,27 @@ class SlurmIoTest(unittest.TestCase):
         self.assertEqual(r.returncode, 2)
         self.assertIn("--export NONE,PATH: NONE comes alone", r.stderr)
 
+    def test_a_signal_from_an_sbatch_line_comes_before_the_time_limit(self):
+        # Slurm's --signal=B:USR1@SECONDS: the script's shell is told that long before its
+        # time limit, in time to save its work and end on its own (not TIMEOUT).
+        work = self.workdir("signal-work")
+        script = os.path.join(work, "warned.sh")
+        with open(script, "w") as f:
+            f.write("#!/bin/sh\n#SBATCH --time=00:00:08\n#SBATCH --signal=B:USR1@6\n"
+                    "trap 'echo warned; exit 0' USR1\nsleep 30 & wait $!\necho not warned\n")
+        os.chmod(script, 0o755)
+        jid = self.submit("warned.sh", cwd=work)
+        r = self.gp("show", str(jid))
+        self.assertIn("B:USR1@6", r.stdout)
+        job = self.wait(jid)
+        self.assertEqual(job["state"], "SUCCEEDED", job.get("reason"))
+        self.assertLess(job["end_time_us"] - job["start_time_us"], 7_000_000, job)
+        self.assertEqual(self.read(os.path.join(work, "gpupool-%d.out" % jid)), "warned\n")
+        # One with no time limit would never be told: refused, saying so.
+        r = self.gp("submit", "--signal", "USR1", "--", "true", cwd=work)
+        self.assertEqual(r.returncode, 2, r.stdout)
+        self.assertIn("give --time", r.stderr)
+
     def test_an_edited_script_does_not_change_the_queued_job(self):
         work = self.workdir("script-work")
         script = os.path.join(work, "job.sh")

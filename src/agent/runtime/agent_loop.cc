@@ -177,6 +177,9 @@ void AgentLoop::Launch(const protocol::LaunchOrder& order) {
   spec.memory_bytes = job.request.memory_bytes * static_cast<uint64_t>(covered);
   spec.time_limit_s = job.time_limit_s;
   spec.grace_s = options_.cancel_grace_s;
+  spec.warn_signal = job.warn_signal;
+  spec.warn_time_s = job.warn_time_s;
+  spec.warn_main_only = job.warn_main_only;
   spec.preemptible = job.preemptible;
   spec.lease_file = LeaseFileFor(job);  // fenced by the node lease (agent_lease.cc)
   spec.lease_grace_s = LeaseGraceFor(job);

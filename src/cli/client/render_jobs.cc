@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cstdio>
+#include <cstring>
 #include <set>
 
 #include "cli/client/json_view.h"
@@ -301,6 +302,17 @@ std::string RenderJob(const Json& job, int64_t now_us) {
   line("Priority", std::to_string(GetInt(job, "priority")));
   const int64_t limit = GetInt(job, "time_limit_s");
   line("Time limit", limit > 0 ? FormatDuration(limit) : "none");
+  if (const int64_t sig = GetInt(job, "warn_signal"); sig > 0) {
+    // As Slurm's --signal is written: [B:]SIG@SECONDS.
+    const char* abbrev = ::sigabbrev_np(static_cast<int>(sig));
+    const std::string name = abbrev != nullptr ? abbrev : std::to_string(sig);
+    const bool main_only = GetBool(job, "warn_main_only");
+    const int64_t before = GetInt(job, "warn_time_s");
+    line("Warn signal", std::string(main_only ? "B:" : "") + name + "@" + std::to_string(before) +
+                            " (SIG" + name + " " + std::to_string(before) +
+                            " s before the time limit, to " +
+                            (main_only ? "its main process only)" : "every process of the job)"));
+  }
   line("Requeue",
        GetBool(job, "requeue") ? "yes, if its node is lost or a GPU it holds fails" : "no");
   if (GetBool(job, "enforce_memory")) line("Enforce", "memory (shares only on GPUs that hold it)");

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <csignal>
 #include <filesystem>
 #include <iostream>
 #include <random>
@@ -304,6 +305,63 @@ Result<int64_t> TimeLimitSeconds(const std::string& time) {
   return *secs;
 }
 
+std::string Upper(std::string s) {
+  for (char& c : s) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  return s;
+}
+
+// Slurm's --signal=[{R|B}:]SIG[@SECONDS] into the submission's warn_signal, warn_time_s
+// and warn_main_only. SIG: a number 1-64 or a name, with or without SIG (USR1, SIGUSR1).
+Status AddWarnSignal(const std::string& value, OrderedJson* body) {
+  std::string text(Trim(value));
+  bool main_only = false;
+  if (const size_t colon = text.find(':'); colon != std::string::npos) {
+    const std::string who = Upper(text.substr(0, colon));
+    if (who == "R" || who == "RB" || who == "BR") {
+      return OptionError("--signal", value,
+                         "R: (the end of a reservation) does not apply: gpupool has no "
+                         "reservations; the signal is sent before the job's time limit");
+    }
+    if (who != "B") {
+      return OptionError("--signal", value, "write [B:]SIG[@SECONDS], e.g. B:USR1@120");
+    }
+    main_only = true;
+    text = text.substr(colon + 1);
+  }
+  int64_t seconds = 60;  // Slurm's default
+  if (const size_t at = text.find('@'); at != std::string::npos) {
+    GP_ASSIGN_OR_RETURN(seconds, WholeNumber("--signal", text.substr(at + 1), 0, 65535, "120"));
+    text.resize(at);
+  }
+  int sig = 0;
+  std::string name = Upper(text);
+  if (name.starts_with("SIG")) name = name.substr(3);
+  if (!name.empty() && std::all_of(name.begin(), name.end(), ::isdigit)) {
+    Result<int64_t> n = WholeNumber("--signal", name, 1, 64, "10");
+    if (!n.ok()) return n.status();
+    sig = static_cast<int>(*n);
+  } else {
+    static constexpr std::pair<std::string_view, int> kNames[] = {
+        {"HUP", SIGHUP},   {"INT", SIGINT},   {"QUIT", SIGQUIT}, {"ABRT", SIGABRT},
+        {"KILL", SIGKILL}, {"USR1", SIGUSR1}, {"USR2", SIGUSR2}, {"PIPE", SIGPIPE},
+        {"ALRM", SIGALRM}, {"TERM", SIGTERM}, {"CONT", SIGCONT}, {"STOP", SIGSTOP},
+        {"TSTP", SIGTSTP}, {"URG", SIGURG},   {"XCPU", SIGXCPU}, {"WINCH", SIGWINCH}};
+    for (const auto& [n, s] : kNames) {
+      if (name == n) sig = s;
+    }
+    if (sig == 0) {
+      return OptionError("--signal", value,
+                         "'" + text +
+                             "' is no signal; give a name (USR1, USR2, TERM, ...) or a "
+                             "number, e.g. --signal B:USR1@120");
+    }
+  }
+  (*body)["warn_signal"] = sig;
+  (*body)["warn_time_s"] = seconds;
+  if (main_only) (*body)["warn_main_only"] = true;
+  return Status::Ok();
+}
+
 }  // namespace
 
 Result<OrderedJson> BuildSubmission(const SubmitFlags& f, const std::vector<std::string>& command,
@@ -353,6 +411,7 @@ Result<OrderedJson> BuildSubmission(const SubmitFlags& f, const std::vector<std:
   if (f.time) {
     GP_ASSIGN_OR_RETURN(body["time_limit_s"], TimeLimitSeconds(*f.time));
   }
+  if (f.signal) GP_RETURN_IF_ERROR(AddWarnSignal(*f.signal, &body));
   if (f.requeue) body["requeue"] = *f.requeue;
   if (f.preemptible) body["preemptible"] = *f.preemptible;
   // The bounds are the server's (job_json.cc); said here with the flag the user typed.

@@ -105,6 +105,9 @@ void AddSubmitOptions(CLI::App& app, SubmitFlags* f) {
   Single(app, "--mem", &f->mem, "SIZE", "memory per task, e.g. 16G (binary units)");
   Single(app, "-t,--time", &f->time, "DURATION",
          "time limit: 1:30:00, 90m, 2h, 45s or 1-00:00:00; a plain number is minutes");
+  Single(app, "--signal", &f->signal, "[B:]SIG[@SECONDS]",
+         "send SIG (USR1, 10, ...) SECONDS (default 60) before the time limit (--time), to "
+         "every process of the job, or with B: to its main process (the script's shell) only");
   Single(app, "-J,--name,--job-name", &f->name, "NAME", "job name");
   Single(app, "--project", &f->project, "PROJECT", "project to account the usage to");
   Single(app, "--priority", &f->priority, "N", "priority within your own jobs (default 0)");
@@ -383,6 +386,7 @@ SubmitFlags MergeFlags(const SubmitFlags& script, const SubmitFlags& cmdline) {
   over(&m.cpus, cmdline.cpus);
   over(&m.mem, cmdline.mem);
   over(&m.time, cmdline.time);
+  over(&m.signal, cmdline.signal);
   over(&m.name, cmdline.name);
   over(&m.project, cmdline.project);
   over(&m.priority, cmdline.priority);

@@ -31,6 +31,7 @@ struct SubmitFlags {
   std::optional<std::string> cpus;
   std::optional<std::string> mem;
   std::optional<std::string> time;
+  std::optional<std::string> signal;  // --signal [B:]SIG[@SECONDS] (Slurm's)
   std::optional<std::string> name;
   std::optional<std::string> project;
   std::optional<std::string> priority;
@@ -103,6 +104,7 @@ inline constexpr std::string_view kSbatchOptions[] = {"-G",
                                                       "--mem",
                                                       "-t",
                                                       "--time",
+                                                      "--signal",
                                                       "-J",
                                                       "--job-name",
                                                       "-n",

@@ -351,6 +351,42 @@ TEST(ScriptDirectivesTest, ReadsTheLeadingCommentBlockOnly) {
 // A plain sbatch script's #SBATCH lines were ignored without a word: the job ran with no
 // GPU, no limit and its output in $HOME. The options gpupool spells and means as sbatch
 // does are read now (#GPUPOOL lines and the command line win); the rest are said.
+// Slurm's --signal=[B:]SIG[@TIME], on the command line or an #SBATCH line.
+TEST(BuildSubmissionTest, SignalIsSlurmsSpelling) {
+  auto fields = [](std::vector<std::string> words) {
+    words.insert(words.begin(), {"--time", "2h"});
+    auto b = BuildSubmission(ParseArgs(std::move(words)), {"x"}, "/w");
+    if (!b.ok()) return "ERROR: " + b.status().message();
+    std::string out = std::to_string((*b)["warn_signal"].get<int>()) + "@" +
+                      std::to_string((*b)["warn_time_s"].get<int64_t>());
+    if (b->contains("warn_main_only")) out += " main";
+    return out;
+  };
+  EXPECT_EQ(fields({"--signal", "USR1"}), "10@60");  // Slurm's default: 60 s before
+  EXPECT_EQ(fields({"--signal=B:USR1@120"}), "10@120 main");
+  EXPECT_EQ(fields({"--signal", "sigusr2@300"}), "12@300");
+  EXPECT_EQ(fields({"--signal", "b:10@0"}), "10@0 main");
+  EXPECT_EQ(fields({"--signal", "TERM"}), "15@60");
+  EXPECT_EQ(Error({"--time", "1h", "--signal", "R:USR1@60"}).rfind("--signal R:USR1@60: R: ", 0),
+            0u);
+  EXPECT_EQ(Error({"--time", "1h", "--signal", "USR9"}),
+            "--signal USR9: 'USR9' is no signal; give a name (USR1, USR2, TERM, ...) or a number, "
+            "e.g. --signal B:USR1@120");
+  EXPECT_NE(Error({"--time", "1h", "--signal", "65"}).find("--signal"), std::string::npos);
+  EXPECT_NE(Error({"--time", "1h", "--signal", "USR1@-5"}).find("--signal"), std::string::npos);
+  EXPECT_NE(Error({"--time", "1h", "--signal", "USR1@70000"}).find("--signal"), std::string::npos);
+  EXPECT_NE(Error({"--time", "1h", "--signal", "X:USR1"}).find("[B:]SIG[@SECONDS]"),
+            std::string::npos);
+  // An #SBATCH line is read for it.
+  auto d = ReadScriptDirectives("#!/bin/sh\n#SBATCH --signal=B:USR1@90\nrun\n", "job.sh");
+  ASSERT_TRUE(d.ok());
+  std::vector<std::string> ignored;
+  auto f = ParseDirectives(*d, "job.sh", &ignored);
+  ASSERT_TRUE(f.ok()) << f.status().ToString();
+  EXPECT_EQ(f->signal, "B:USR1@90");
+  EXPECT_TRUE(ignored.empty()) << ignored[0];
+}
+
 TEST(ScriptDirectivesTest, SbatchLinesAreReadWhereTheyMeanTheSameAndTheRestAreSaid) {
   const char* script =
       "#!/bin/bash\n"
