@@ -13,7 +13,6 @@ import os
 import re
 import subprocess
 import sys
-import time
 import unittest
 
 GPUPOOL = os.path.abspath(sys.argv.pop(1))
