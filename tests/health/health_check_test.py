@@ -16,7 +16,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 import unittest
 
 GPUPOOL = os.path.abspath(sys.argv.pop(1)) if len(sys.argv) > 1 else "gpupool"

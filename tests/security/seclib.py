@@ -331,7 +331,7 @@ def run_hold(spec):
         sk.setblocking(False)
         try:
             sk.connect(addr)
-        except (BlockingIOError, InterruptedError) as e:
+        except (BlockingIOError, InterruptedError):
             if unix:  # EAGAIN on a Unix socket: the backlog is full, not in progress
                 sk.close()
                 counts["refused"] += 1

@@ -81,7 +81,7 @@ class PreemptionTest(unittest.TestCase):
         """The deadline file was 0644: any user could read it, and lock it so that the
         shim waited for the lock before the SIGTERM and never stopped the job."""
         e = self.env
-        a = self.victim(e.alice)
+        self.victim(e.alice)
         out = os.path.join(e.alice.home, "victim.out")
         line = pooltest.wait_for("the job's output", lambda: os.path.exists(out) and [
             x for x in open(out).read().splitlines() if x.startswith("file=/")])
