@@ -30,6 +30,7 @@
 #include "controller/telemetry.h"
 #include "net/http.h"
 #include "net/http_client.h"
+#include "protocol/agent_protocol.h"
 #include "protocol/http_controller_link.h"
 #include "server/local_agent_token.h"
 #include "server/server.h"
@@ -107,6 +108,7 @@ struct ServerFlags {
   std::string node_lease = "auto";  // a duration, 0 or off, or auto: NodeLeaseOf
   int exec_client_timeout_s = 15;
   int time_limit_grace_s = 60;
+  std::string kill_wait = "10s";  // Slurm's KillWait
   std::string health_xid;
   std::string health_threshold;
   double health_breaker = 0.1;
@@ -247,6 +249,18 @@ Result<server::ServerOptions> ServerOptionsOf(const ServerFlags& f,
   GP_ASSIGN_OR_RETURN(co.node_lease_us, NodeLeaseOf(f));
   co.exec_client_timeout_us = int64_t{f.exec_client_timeout_s} * 1'000'000;
   co.time_limit_grace_s = f.time_limit_grace_s;
+  GP_ASSIGN_OR_RETURN(co.kill_wait_s, ParseSeconds("--kill-wait", f.kill_wait));
+  if (co.kill_wait_s < 1 || co.kill_wait_s > protocol::kMaxKillWaitS) {
+    return Status::InvalidArgument("--kill-wait " + f.kill_wait +
+                                   ": give 1s to 1h (Slurm's KillWait; default 10s)");
+  }
+  if (co.kill_wait_s >= co.time_limit_grace_s) {
+    return Status::InvalidArgument(
+        "--kill-wait " + f.kill_wait + " must be shorter than --time-limit-grace (" +
+        std::to_string(co.time_limit_grace_s) +
+        " s): past that the controller would end a job TIMEOUT while its node still waits "
+        "for it to stop; raise --time-limit-grace too");
+  }
   co.health_xid = f.health_xid;
   co.health_threshold = f.health_threshold;
   co.health_breaker_fraction = f.health_breaker;
@@ -491,6 +505,10 @@ void AddServerFlags(CLI::App* cmd, ServerFlags* f) {
                   "allocation is released")
       ->capture_default_str()
       ->check(CLI::Range(1, 86400));
+  cmd->add_option("--kill-wait", f->kill_wait,
+                  "DURATION between the SIGTERM and the SIGKILL of a cancelled or timed-out "
+                  "job on every node (Slurm's KillWait; 1s to 1h, less than --time-limit-grace)")
+      ->capture_default_str();
   cmd->add_option("--time-limit-grace", f->time_limit_grace_s,
                   "seconds a job may run past its --time before the controller stops it "
                   "itself (its node's shim stops it at the limit; this is the backstop)")

@@ -460,6 +460,7 @@ Result<protocol::RegistrationReply> Controller::RegisterNode(protocol::Registrat
   LogRefusals("registration of " + name, answers);
   protocol::RegistrationReply reply{protocol::kVersion, address};
   reply.node_lease_ms = options_.node_lease_us / 1000;
+  reply.kill_wait_s = options_.kill_wait_s;
   return reply;
 }
 

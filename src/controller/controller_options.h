@@ -28,13 +28,16 @@ struct ControllerOptions {
   // --max-starts-per-pass; 0 = no bound), so that the commit of one pass after a mass release
   // holds the lock and the loop for a bounded time; a capped pass is followed by the next at once.
   size_t max_starts_per_pass = 1000;
-  int64_t cancel_grace_s = 10;
+  // Server --kill-wait (Slurm's KillWait): the nodes' stop grace, SIGKILL this long after
+  // the SIGTERM of a cancel or a time limit; sent to each agent at its registration
+  // (RegistrationReply::kill_wait_s). Less than time_limit_grace_s.
+  int64_t kill_wait_s = 10;
   // An interactive exec session whose client made no request for this long is hung up (its
   // terminal went away); a `gpupool run` job whose client is absent that long is cancelled.
   int64_t exec_client_timeout_us = 15'000'000;
   // A running job whose node has not ended it this long past its time limit (--time) is
   // stopped by the controller and ends TIMEOUT (lifecycle::TimeLimit). The node's shim
-  // stops it at the limit (SIGTERM, cancel_grace_s, SIGKILL); this covers an agent cut off
+  // stops it at the limit (SIGTERM, kill_wait_s, SIGKILL); this covers an agent cut off
   // from the controller while the node still polls, or a supervisor that is gone.
   int64_t time_limit_grace_s = 60;
   // Overrides of the GPU health policy's Xid table, "XID:ACTION,..." (server option

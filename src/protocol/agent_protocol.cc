@@ -286,6 +286,7 @@ std::string_view EventKindName(EventKind kind) {
 OrderedJson EncodeRegistrationReply(const RegistrationReply& r) {
   OrderedJson j = {{"ok", true}, {"protocol", VersionString(r.version)}, {"address", r.address}};
   if (r.node_lease_ms > 0) j["node_lease_ms"] = r.node_lease_ms;
+  if (r.kill_wait_s > 0) j["kill_wait_s"] = r.kill_wait_s;
   return j;
 }
 
@@ -296,6 +297,7 @@ Result<RegistrationReply> DecodeRegistrationReply(const Json& j) {
   f.Optional("protocol", &version);
   f.Optional("address", &r.address);
   f.Optional("node_lease_ms", &r.node_lease_ms, 0, int64_t{7} * 24 * 3600 * 1000);
+  f.Optional("kill_wait_s", &r.kill_wait_s, 0, kMaxKillWaitS);
   GP_RETURN_IF_ERROR(f.Finish());
   if (version.empty()) {
     return Status::FailedPrecondition(

@@ -196,6 +196,9 @@ struct Registration {
   bool health_pending = false;
 };
 
+// The most a pool's stop grace may be (server --kill-wait), in seconds.
+inline constexpr int64_t kMaxKillWaitS = 3600;
+
 struct RegistrationReply {
   Version version = kVersion;  // the controller's
   std::string address;         // the address the controller recorded for the node
@@ -205,6 +208,10 @@ struct RegistrationReply {
   // starts such a job's next attempt only once it has run out. 0: no lease (a controller
   // without one, or run with --node-lease 0). Optional on the wire within protocol 1.3.
   int64_t node_lease_ms = 0;
+  // The pool's stop grace (server --kill-wait, Slurm's KillWait): SIGKILL this long after
+  // the SIGTERM of a cancel or a time limit, for the tasks the node starts from now on.
+  // 0: the agent's own (10 s; a controller without the setting). Optional on the wire.
+  int64_t kill_wait_s = 0;
   friend bool operator==(const RegistrationReply&, const RegistrationReply&) = default;
 };
 

@@ -23,6 +23,11 @@ void FakeControllerLink::SetNodeLease(int64_t lease_ms) {
   node_lease_ms_ = lease_ms;
 }
 
+void FakeControllerLink::SetKillWait(int64_t seconds) {
+  std::lock_guard lock(mu_);
+  kill_wait_s_ = seconds;
+}
+
 void FakeControllerLink::RefuseRegistrations(Status why) {
   std::lock_guard lock(mu_);
   refuse_registration_ = std::move(why);
@@ -88,7 +93,9 @@ Result<RegistrationReply> FakeControllerLink::Register(const Registration& regis
   Changed();
   if (!refuse_registration_.ok()) return refuse_registration_;
   forgot_node_ = false;
-  return RegistrationReply{version_, "fake", node_lease_ms_};
+  RegistrationReply reply{version_, "fake", node_lease_ms_};
+  reply.kill_wait_s = kill_wait_s_;
+  return reply;
 }
 
 Result<Work> FakeControllerLink::PollWork(const std::string& node, int wait_ms) {

@@ -52,6 +52,7 @@ class FakeControllerLink final : public ControllerLink {
 
   void SetVersion(Version v);
   void SetNodeLease(int64_t lease_ms);  // what later registrations are answered
+  void SetKillWait(int64_t seconds);    // likewise (RegistrationReply::kill_wait_s)
   // Later registrations are recorded and answered `why` (Ok: accepted again).
   void RefuseRegistrations(Status why);
   void SetAway(bool away);
@@ -88,6 +89,7 @@ class FakeControllerLink final : public ControllerLink {
   mutable std::condition_variable cv_;  // any change: work queued, a call recorded, stop
   Version version_ = kVersion;
   int64_t node_lease_ms_ = 0;
+  int64_t kill_wait_s_ = 0;
   bool away_ = false;
   bool forgot_node_ = false;
   bool hold_polls_ = false;

@@ -97,6 +97,14 @@ TEST_F(HttpControllerLinkTest, EveryCallGoesToItsEndpoint) {
   Result<RegistrationReply> reply = link_->Register(Registration{});
   ASSERT_TRUE(reply.ok()) << reply.status().ToString();
   EXPECT_EQ(reply->address, "10.0.0.9");
+  EXPECT_EQ(reply->kill_wait_s, 0);  // a controller without the setting: the agent's own
+  Answer(200, R"({"protocol": "1.3", "address": "10.0.0.9", "kill_wait_s": 45})");
+  reply = link_->Register(Registration{});
+  ASSERT_TRUE(reply.ok()) << reply.status().ToString();
+  EXPECT_EQ(reply->kill_wait_s, 45);
+  RegistrationReply sent;
+  sent.kill_wait_s = 45;
+  EXPECT_NE(DumpJson(EncodeRegistrationReply(sent)).find("\"kill_wait_s\":45"), std::string::npos);
   EXPECT_EQ(Last().path, kRegisterPath);
   Answer(200, "{}");
   ASSERT_TRUE(link_->PollWork("n 1", 250).ok());

@@ -32,6 +32,8 @@ SERVER_MISTAKES = [
     (["policy = tightest"], "policy"),
     (["max-connections = 10"], "max-connections"),
     (["admin-group = gpupool-admni-no-such-group"], "admin-group"),
+    (["kill-wait = 2h"], "kill-wait"),
+    (["kill-wait = 90s"], "kill-wait"),  # not less than time-limit-grace (60 s)
 ]
 # (lines under [agent], the key named) for `gpupool agent --config FILE`.
 AGENT_MISTAKES = [
@@ -90,7 +92,8 @@ class ConfigMistakesTest(unittest.TestCase):
     def test_the_same_values_as_flags_exit_2_naming_the_flag(self):
         state = os.path.join(self.dir, "state")
         for args in (["--queue", "FAIR"], ["--node-lease", "1s"], ["--preempt-grace", "-5s"],
-                     ["--admin-group", "gpupool-admni-no-such-group"]):
+                     ["--admin-group", "gpupool-admni-no-such-group"], ["--kill-wait", "0"],
+                     ["--kill-wait", "90s"]):
             with self.subTest(args=args):
                 r = subprocess.run([GPUPOOL, "server", "--config", "", "--port", "0",
                                     "--state-dir", state] + args,

@@ -58,7 +58,7 @@ int64_t AgentLoop::LeaseGraceFor(const jobs::Job& job) const {
   // At most an eighth of the lease: told at 5/8 of it at the earliest, after the
   // controller's node timeout (at most half of it) has passed.
   const int64_t most = lease_ms_ / 8000;
-  int64_t grace = options_.cancel_grace_s;  // as a cancel
+  int64_t grace = kill_wait_s_;  // as a cancel
   if (job.preemptible) grace = job.preempt_grace_s > 0 ? job.preempt_grace_s : most;
   return std::clamp<int64_t>(grace, 0, most);
 }

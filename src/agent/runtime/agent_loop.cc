@@ -34,6 +34,7 @@ int64_t NowMicros() {
 AgentLoop::AgentLoop(AgentLoopOptions options, std::shared_ptr<protocol::ControllerLink> link,
                      agent::Launcher* launcher)
     : options_(std::move(options)),
+      kill_wait_s_(options_.cancel_grace_s),
       link_(std::move(link)),
       launcher_(launcher),
       clock_(options_.clock != nullptr ? options_.clock : SystemClock::Get()) {
@@ -112,6 +113,8 @@ Status AgentLoop::Register() {
   RecordNodeName(options_.state_dir, options_.node_name);
   controller_minor_ = reply.version.major == 1 ? reply.version.minor : 99;
   RenewLease(sent_us, reply.node_lease_ms);
+  // The pool's stop grace for the tasks started from now on (running ones keep theirs).
+  kill_wait_s_ = reply.kill_wait_s > 0 ? reply.kill_wait_s : options_.cancel_grace_s;
   {
     // Together, as the disk watch reads them: it reports once after each registration.
     std::lock_guard lock(telemetry_mu_);
@@ -176,7 +179,7 @@ void AgentLoop::Launch(const protocol::LaunchOrder& order) {
   spec.cpu_milli = job.request.cpu_milli * covered;
   spec.memory_bytes = job.request.memory_bytes * static_cast<uint64_t>(covered);
   spec.time_limit_s = job.time_limit_s;
-  spec.grace_s = options_.cancel_grace_s;
+  spec.grace_s = kill_wait_s_;
   spec.warn_signal = job.warn_signal;
   spec.warn_time_s = job.warn_time_s;
   spec.warn_main_only = job.warn_main_only;

@@ -234,6 +234,9 @@ class AgentLoop {
   int64_t LeaseGraceFor(const jobs::Job& job) const;
 
   AgentLoopOptions options_;
+  // The stop grace of the tasks it starts: the controller's (RegistrationReply::
+  // kill_wait_s) from the registration on, options_.cancel_grace_s before or without it.
+  std::atomic<int64_t> kill_wait_s_;
   std::shared_ptr<protocol::ControllerLink> link_;
   agent::Launcher* launcher_;
   const Clock* clock_;  // options_.clock, or the system's

@@ -171,6 +171,19 @@ TEST_F(AgentLoopLeaseTest, OnlyRequeuedAndPreemptibleTasksAreFenced) {
   EXPECT_EQ(exec->spec.lease_file, "");
 }
 
+// The pool's stop grace (server --kill-wait, Slurm's KillWait) comes with the registration
+// and is the grace of the tasks started after it; without it, the agent's own.
+TEST_F(AgentLoopLeaseTest, ThePoolsKillWaitIsTheGraceOfTheTasksItStarts) {
+  link_->SetKillWait(42);
+  link_->QueueWork(Launch(36, "exec sleep 30", /*requeue=*/true));
+  StartLoop(/*fake_boot=*/false);
+  ASSERT_TRUE(Started(36));
+  Result<ShimConfig> c = ReadShimConfig(RunDir(36));
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->spec.grace_s, 42);
+  EXPECT_EQ(c->spec.lease_grace_s, 0);  // no lease here
+}
+
 // A controller without a lease (0): the file an earlier registration left is removed, and
 // no task carries it.
 TEST_F(AgentLoopLeaseTest, NoLeaseRemovesTheFileAndFencesNothing) {
