@@ -682,7 +682,7 @@ std::map<int, std::vector<protocol::TelemetryJob>> Controller::GpuHolders(const 
       if (p.node != node) continue;
       for (const std::string& uuid : p.gpu_uuids) {
         if (auto i = index_of.find(uuid); i != index_of.end()) {
-          out[i->second].push_back({id, p.gpu_milli});
+          out[i->second].push_back({id, p.gpu_milli, active_.at(id).start_time_us / 1000});
         }
       }
     }

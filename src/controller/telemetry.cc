@@ -124,7 +124,11 @@ size_t TelemetryHub::Ingest(const std::string& node, const protocol::TelemetryBa
         auto mine = process_pct.find(t.job_id);
         used = std::min(share, (mine == process_pct.end() ? 0.0 : mine->second) / 100.0);
       }
-      const double used_s = used * static_cast<double>(gap_ms) / 1000.0;
+      // Only from the job's start: a job that started after the GPU's previous sample was
+      // credited the whole gap, and short jobs read as using more than they held.
+      int64_t job_gap_ms = gap_ms;
+      if (t.start_ms > 0) job_gap_ms = std::clamp<int64_t>(g.at_ms - t.start_ms, 0, gap_ms);
+      const double used_s = used * static_cast<double>(job_gap_ms) / 1000.0;
       for (Bucket* x : {&jb, &js.total}) {
         x->util_sum += util;
         ++x->samples;

@@ -112,6 +112,32 @@ TEST_F(TelemetryHubTest, GapsCountAtMostAMinute) {
   EXPECT_NEAR(hub.Job(1)->used_gpu_hours, 60.0 / 3600, 1e-9);
 }
 
+// A job that started after the GPU's previous sample is credited only from its start (the
+// red team's sixth round: three 3 s jobs read 162%, 162% and 0% of what they held).
+TEST_F(TelemetryHubTest, AJobIsCreditedOnlyFromItsStart) {
+  TelemetryHub hub(&clock_);
+  protocol::TelemetryBatch b;
+  b.samples = {Sample(0, kT0Ms, 0, 1)};  // idle, no job
+  hub.Ingest("n1", b);
+  clock_.SetMicros((kT0Ms + 10'000) * 1000);
+  protocol::TelemetryJob job{1, 1000, kT0Ms + 8'000};  // started 2 s before this sample
+  b.samples = {Sample(0, kT0Ms + 10'000, 100, 1, {job})};
+  hub.Ingest("n1", b);
+  EXPECT_NEAR(hub.Job(1)->used_gpu_hours, 2.0 / 3600, 1e-9);
+  // The next interval counts whole.
+  clock_.SetMicros((kT0Ms + 20'000) * 1000);
+  b.samples = {Sample(0, kT0Ms + 20'000, 100, 1, {job})};
+  hub.Ingest("n1", b);
+  EXPECT_NEAR(hub.Job(1)->used_gpu_hours, 12.0 / 3600, 1e-9);
+  // A start after the sample (clocks apart) credits nothing rather than a negative.
+  protocol::TelemetryJob later{2, 1000, kT0Ms + 25'000};
+  b.samples = {Sample(1, kT0Ms + 10'000, 100, 1)};
+  hub.Ingest("n1", b);
+  b.samples = {Sample(1, kT0Ms + 20'000, 100, 1, {later})};
+  hub.Ingest("n1", b);
+  EXPECT_NEAR(hub.Job(2)->used_gpu_hours, 0, 1e-12);
+}
+
 TEST_F(TelemetryHubTest, IdleAfterThirtyMinutesBelowTheThresholdAndBusyAgainClearsIt) {
   TelemetryOptions o;
   TelemetryHub hub(&clock_, o);

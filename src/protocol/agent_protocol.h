@@ -319,6 +319,10 @@ struct EventBatch {
 struct TelemetryJob {
   int64_t job_id = 0;
   int gpu_milli = 1000;  // the task's share of this GPU
+  // When the job's attempt started (ms since the epoch; 0: unknown). Not on the wire: the
+  // controller sets it from its own record (Controller::GpuHolders), so that a sample
+  // credits the job's use only from its start, not the whole gap since the GPU's previous.
+  int64_t start_ms = 0;
   friend bool operator==(const TelemetryJob&, const TelemetryJob&) = default;
 };
 
