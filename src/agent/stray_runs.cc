@@ -14,6 +14,8 @@
 #include <map>
 
 #include "agent/cgroup.h"
+#include "agent/container.h"
+#include "agent/job_files.h"
 #include "common/file_util.h"
 #include "common/strings.h"
 
@@ -123,7 +125,7 @@ std::string StrayReason(const StrayScan& scan, const std::string& job_dir, int64
         return "";  // re-adopted: this agent's own
       }
     }
-    return "its run directory " + job_dir + " is not in this state directory any more";
+    return "this agent does not supervise its run directory " + job_dir;
   }
   if (AgentHolds(owner)) return "";  // a live agent's (another node's on this host, or a clone)
   Result<std::string> node = ReadFileToString(owner + "/node-name", 4096);
@@ -201,6 +203,13 @@ Status StopStrayRun(const StrayRun& run, const std::string& proc_root, int grace
     SleepMillis(20);
   }
   Status removed = RemoveCgroupDirs(run.dirs, timeout_ms);
+  // A container job's container (its processes died with the cgroups below the leaf):
+  // podman's record of it goes too, when the run's directory still names it.
+  if (Result<ShimConfig> config = ReadShimConfig(run.job_dir);
+      config.ok() && !config->spec.image.empty()) {
+    Result<bool> rm = RemoveContainer(config->container, ContainerName(config->spec), timeout_ms);
+    if (!rm.ok() && removed.ok()) removed = rm.status();
+  }
   if (run.shim_pid > 0) {
     // Its job ended, the shim records that in its run directory and exits; one that does
     // not within a second is killed (it holds no GPU, but nothing would ever stop it).

@@ -53,8 +53,10 @@ std::vector<StrayRun> FindStrayRuns(const StrayScan& scan, std::vector<std::stri
 
 // Stops `run`: SIGTERM to every process in its cgroups (and those below them, a
 // container's), up to `grace_ms` for them to end, then SIGKILL and the cgroups removed
-// (waiting up to `timeout_ms`), and its shim, once its job is gone, given a moment to
-// record the end and then killed. An error when a cgroup could not be emptied.
+// (waiting up to `timeout_ms`), a container job's container removed (podman rm, when its
+// run directory still names it), and its shim, once its job is gone, given a second to
+// record the end and then killed. An error when a cgroup could not be emptied or the
+// container not removed.
 Status StopStrayRun(const StrayRun& run, const std::string& proc_root, int grace_ms,
                     int timeout_ms);
 
