@@ -33,7 +33,9 @@ Status AgentLoop::StopStrays() {
   for (const StrayRun& s : strays) {
     spdlog::warn("agent: node {}: stopping job {}'s run {} left by a previous agent ({})",
                  options_.node_name, s.job, s.run, s.why);
-    Status st = StopStrayRun(s, options_.proc_root, grace_ms, /*timeout_ms=*/10'000);
+    // An emptied cgroup goes within milliseconds; the wait is for processes the kernel
+    // holds (uninterruptible sleep), at most the grace, within 1 to 10 s.
+    Status st = StopStrayRun(s, options_.proc_root, grace_ms, std::clamp(grace_ms, 1000, 10'000));
     if (!st.ok()) {
       failed +=
           (failed.empty() ? "" : "; ") + ("job " + std::to_string(s.job) + ": ") + st.message();
