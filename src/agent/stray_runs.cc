@@ -112,6 +112,18 @@ bool AgentHolds(const std::string& agent_dir) {
   return held;
 }
 
+// Whether the agent of `agent_dir` recorded a controller of `controllers`' (true when
+// either is unknown: an agent from before the record, or one not told its address).
+bool SharesAController(const std::string& agent_dir, const std::string& controllers) {
+  Result<std::string> kept = ReadFileToString(agent_dir + "/controller", 64 << 10);
+  if (!kept.ok() || Trim(*kept).empty() || controllers.empty()) return true;
+  const std::vector<std::string> ours = Split(controllers, ',');
+  for (const std::string& c : Split(Trim(*kept), ',')) {
+    if (std::find(ours.begin(), ours.end(), c) != ours.end()) return true;
+  }
+  return false;
+}
+
 // Why the run in `job_dir` (job `job`, run `run`) is a stray for `scan`'s agent, or "".
 std::string StrayReason(const StrayScan& scan, const std::string& job_dir, int64_t job,
                         const std::string& run) {
@@ -128,6 +140,7 @@ std::string StrayReason(const StrayScan& scan, const std::string& job_dir, int64
     return "this agent does not supervise its run directory " + job_dir;
   }
   if (AgentHolds(owner)) return "";  // a live agent's (another node's on this host, or a clone)
+  if (!SharesAController(owner, scan.controllers)) return "";  // another pool's
   Result<std::string> node = ReadFileToString(owner + "/node-name", 4096);
   if (node.ok()) {
     if (Trim(*node) != scan.node_name) return "";  // another node's agent on this host
@@ -193,6 +206,10 @@ std::vector<StrayRun> FindStrayRuns(const StrayScan& scan, std::vector<std::stri
     out.push_back(std::move(s));
   }
   return out;
+}
+
+void RecordController(const std::string& agent_dir, const std::string& controllers) {
+  (void)WriteFileAtomically(agent_dir + "/controller", controllers + "\n");
 }
 
 Status StopStrayRun(const StrayRun& run, const std::string& proc_root, int grace_ms,

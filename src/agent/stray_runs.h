@@ -13,9 +13,12 @@
 //   - its run directory is in this agent's state directory but this agent does not
 //     supervise the run (the directory was wiped and made again), or
 //   - its state directory is another one, no agent holds that directory's lock
-//     (agent.lock), and it recorded this node's name, or it is gone (wiped).
-// Leaves of another node's agent on the same host (tests run several) and of a live
-// agent are left alone; so are leaves whose shim is gone (nothing names their owner:
+//     (agent.lock), and it recorded this node's name and a controller list sharing an
+//     address with this agent's (`controller`, RecordController; not compared when
+//     either is unknown), or it is gone (wiped).
+// Leaves of another node's agent on the same host (tests run several), of another
+// pool's (two `gpupool up` on one host share the host's name) and of a live agent are
+// left alone; so are leaves whose shim is gone (nothing names their owner:
 // they are listed in `unknown` for a warning). Without cgroups (an agent not root, a
 // host without a cgroup file system) jobs have no leaf and nothing is found.
 #pragma once
@@ -45,7 +48,13 @@ struct StrayScan {
   std::string agent_dir;  // this agent's state directory (the launcher's)
   std::string node_name;
   std::vector<RunId> running;  // the runs this agent supervises (Launcher::Running())
+  // This agent's controllers as it hands them to its jobs ("unix:/x.sock" or
+  // "http://c1:8421,http://c2:8421"); empty: not compared.
+  std::string controllers;
 };
+
+// Records `controllers` in AGENT_DIR/controller, for a later agent's FindStrayRuns.
+void RecordController(const std::string& agent_dir, const std::string& controllers);
 
 // The stray leaves under scan.cgroup_root. `unknown` (may be null) gets the leaves
 // with processes whose owner cannot be told (their shim is gone).

@@ -105,6 +105,16 @@ TEST_F(StrayRunsTest, APreviousAgentsRunOfThisNodeIsAStray) {
   EXPECT_TRUE(unknown.empty());
 }
 
+TEST_F(StrayRunsTest, APreviousAgentOfThisPoolSharesOneOfItsControllers) {
+  scan_.controllers = "http://c1:8421,http://c2:8421";
+  const std::string a = OtherAgent("a", "n1");
+  RecordController(a, "http://c2:8421,http://c3:8421");
+  Leaf("", "job-7-0.1-100", 100, a + "/jobs/7/0.1", 101);
+  ASSERT_EQ(FindStrayRuns(scan_, nullptr).size(), 1u);
+  RecordController(a, "http://c3:8421");
+  EXPECT_TRUE(FindStrayRuns(scan_, nullptr).empty());
+}
+
 TEST_F(StrayRunsTest, AWipedStateDirectorysRunIsAStray) {
   // Its state directory is gone: no agent can adopt the run again.
   Leaf("", "job-8-0.2-200", 200, base_ + "/gone/agent/jobs/8/0.2", 201);
@@ -131,6 +141,11 @@ TEST_F(StrayRunsTest, RunsThisAgentOrAnotherLiveOneOwnsAreLeftAlone) {
   Result<FileLock> held = FileLock::TryLock(live + "/agent.lock");
   ASSERT_TRUE(held.ok()) << held.status().ToString();
   Leaf("", "job-3-0.1-300", 300, live + "/jobs/3/0.1", 301);
+  // Another pool's agent of a node of this name (two pools on one host).
+  scan_.controllers = "unix:/ours.sock";
+  const std::string other_pool = OtherAgent("pool2", "n1");
+  Write(other_pool + "/controller", "unix:/theirs.sock\n");
+  Leaf("", "job-6-0.1-600", 600, other_pool + "/jobs/6/0.1", 601);
   // A state directory that never recorded a node: not known to be this node's.
   Leaf("", "job-4-0.1-400", 400, OtherAgent("new", "") + "/jobs/4/0.1", 401);
   // The pid in the leaf's name is no shim now (reused): nothing names the owner.
@@ -140,7 +155,7 @@ TEST_F(StrayRunsTest, RunsThisAgentOrAnotherLiveOneOwnsAreLeftAlone) {
                                               10));
   // Not job leaves at all.
   fs::create_directories(scan_.cgroup_root + "/gpupool/user.slice");
-  fs::create_directories(scan_.cgroup_root + "/gpupool/job-x-0.1-600");
+  fs::create_directories(scan_.cgroup_root + "/gpupool/job-x-0.1-700");
   std::vector<std::string> unknown;
   EXPECT_TRUE(FindStrayRuns(scan_, &unknown).empty());
   EXPECT_EQ(unknown, std::vector<std::string>{reused});

@@ -103,6 +103,9 @@ class StrayRunsTest(unittest.TestCase):
                 return False
         pooltest.wait_for("the server", up, timeout=20)
         agent_a = self.start_agent("a")
+        # Which pool its runs are of, for the sweep (another pool's would be left alone).
+        with open(os.path.join(self.dir, "a", "agent", "controller")) as f:
+            self.assertEqual(f.read().strip(), "unix:" + self.sock)
         pidfile = os.path.join(self.dir, "old.pid")
         record = os.path.join(self.dir, "record")
         old = self.submit("echo $$ > %s.tmp && mv %s.tmp %s && exec sleep 4321" % (

@@ -13,13 +13,22 @@
 namespace gpupool::agent {
 
 Status AgentLoop::StopStrays() {
-  if (strays_stopped_ || options_.cgroup_root.empty()) return Status::Ok();
+  if (strays_stopped_) return Status::Ok();
+  // Which pool this state directory's runs are of, for a later agent's sweep.
+  if (!options_.server_for_jobs.empty()) {
+    RecordController(options_.state_dir, options_.server_for_jobs);
+  }
+  if (options_.cgroup_root.empty()) {
+    strays_stopped_ = true;
+    return Status::Ok();
+  }
   StrayScan scan;
   scan.cgroup_root = options_.cgroup_root;
   scan.proc_root = options_.proc_root;
   scan.agent_dir = options_.state_dir;
   scan.node_name = options_.node_name;
   scan.running = launcher_->Running();  // after Adopt: the runs this agent owns
+  scan.controllers = options_.server_for_jobs;
   std::vector<std::string> unknown;
   const std::vector<StrayRun> strays = FindStrayRuns(scan, &unknown);
   for (const std::string& dir : unknown) {
