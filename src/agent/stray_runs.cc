@@ -131,9 +131,14 @@ std::string StrayReason(const StrayScan& scan, const std::string& job_dir, int64
   if (at == std::string::npos) return "";
   const std::string owner = job_dir.substr(0, at);
   if (SamePath(owner, scan.agent_dir)) {
+    // The run as its directory's spec names it (either layout's leaf), else as the leaf
+    // of this layout does.
+    std::optional<RunId> id;
+    if (Result<ShimConfig> config = ReadShimConfig(job_dir); config.ok()) id = config->spec.id;
     for (const RunId& r : scan.running) {
-      if (!r.is_exec() && r.job == job &&
-          std::to_string(r.task) + "." + std::to_string(r.attempt) == run) {
+      if (id ? r == *id
+             : !r.is_exec() && r.job == job &&
+                   std::to_string(r.task) + "." + std::to_string(r.attempt) == run) {
         return "";  // re-adopted: this agent's own
       }
     }

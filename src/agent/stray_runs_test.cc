@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "agent/job_files.h"
 #include "agent/proc_util.h"
 #include "common/file_lock.h"
 
@@ -133,6 +134,17 @@ TEST_F(StrayRunsTest, RunsThisAgentOrAnotherLiveOneOwnsAreLeftAlone) {
   // Re-adopted from this agent's own state directory.
   Leaf("", "job-1-0.1-100", 100, scan_.agent_dir + "/jobs/1/0.1", 101);
   scan_.running = {RunId{1, 0, 1, 0}};
+  // An older agent's leaf (job-KEY-ATTEMPT-INSTANCE), re-adopted: its spec names the run.
+  const std::string legacy = scan_.agent_dir + "/jobs/1000-2";
+  Leaf("", "job-1000-2-150", 150, legacy, 151);
+  ShimConfig config;
+  config.spec.id = RunId{11, 0, 2, 0};
+  config.spec.user = "tester";
+  config.spec.argv = {"true"};
+  ASSERT_TRUE(ShimConfigFromJson(ShimConfigToJson(config), "spec").ok())
+      << ShimConfigFromJson(ShimConfigToJson(config), "spec").status().ToString();
+  Write(legacy + "/" + kSpecFile, ShimConfigToJson(config));
+  scan_.running.push_back(config.spec.id);
   // Another node's agent on this host (tests run several), not running now.
   Leaf("", "job-2-0.1-200", 200, OtherAgent("other", "n2") + "/jobs/2/0.1", 201);
   // An agent of this node's name that still runs (holds its lock): a clone the controller
