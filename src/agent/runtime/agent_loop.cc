@@ -92,6 +92,7 @@ Status AgentLoop::Register() {
     incompatible_ = s;  // stops the agent: retrying cannot help until the operator acts
     return s;
   }
+  GP_RETURN_IF_ERROR(StopStrays());  // before the node is reported with their GPUs free
   if (!mps_adopted_) {
     AdoptMpsClients();
     mps_adopted_ = true;

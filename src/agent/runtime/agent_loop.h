@@ -83,6 +83,10 @@ struct AgentLoopOptions {
   std::shared_ptr<gpu::TelemetrySampler> sampler;
   const Clock* clock = nullptr;
   std::string proc_root = "/proc";
+  // Where the launcher makes job cgroups (LauncherOptions::cgroup_root); empty: none.
+  // Before its first registration the agent stops the runs under it that a previous
+  // agent of this node left (agent/stray_runs.h, agent_strays.cc).
+  std::string cgroup_root;
   // GPU shares under MPS (docs/sharing.md): a share on a GPU whose node info says
   // enforcement "mps" is made a client of that GPU's daemon here. Null: no MPS (every
   // share is "none"). Must outlive the loop.
@@ -192,6 +196,9 @@ class AgentLoop {
   // Re-counts the adopted runs' MPS clients after an agent restart and stops the daemons
   // no run needs.
   void AdoptMpsClients();
+  // Stops the stray runs a previous agent of this node left (agent/stray_runs.h), once,
+  // before the first registration: an error while one is still there.
+  Status StopStrays();
   // The checks before an image job (podman, CDI, environment needs); fills the spec's
   // CDI devices. An error is the job's failure reason.
   Status PrepareContainerJob(const jobs::Job& job, agent::LaunchSpec* spec);
@@ -244,8 +251,9 @@ class AgentLoop {
   std::mutex pause_mu_;  // guards nothing: Pause's wait
   std::condition_variable pause_cv_;
   std::atomic<bool> registered_{false};
-  bool mps_adopted_ = false;  // AdoptMpsClients ran (once, at the first registration)
-  Status incompatible_;       // set by Register: a protocol too far off, or the node refused us
+  bool strays_stopped_ = false;  // StopStrays ran to its end
+  bool mps_adopted_ = false;     // AdoptMpsClients ran (once, at the first registration)
+  Status incompatible_;          // set by Register: a protocol too far off, or the node refused us
   std::atomic<int> controller_minor_{-1};  // the controller's protocol minor (major 1)
   std::atomic<int> registrations_{0};      // successful registrations so far
   std::atomic<bool> disk_check_now_{false};

@@ -485,6 +485,9 @@ Status NodeAgent::Start(std::shared_ptr<protocol::ControllerLink> link) {
   ao.health_check_timeout_s = options_.health_check_timeout_s;
   ao.disk_check_interval_s = options_.disk_check_interval_s;
   ao.disk_min_free = options_.disk_min_free;
+  // A root agent's job cgroups (JobCgroup skips them for any other): the runs a previous
+  // agent of this node left there are stopped before it registers.
+  if (::geteuid() == 0) ao.cgroup_root = lo.cgroup_root;
   loop_ = std::make_unique<AgentLoop>(ao, std::move(link), launcher_.get());
   AgentLoop* loop = loop_.get();
   thread_ = std::thread([this, loop] {
