@@ -251,6 +251,45 @@ TEST_F(LauncherTest, CancelSendsTermToAWorkerInItsOwnSession) {
   EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::milliseconds(4000));
 }
 
+// An exec session joins its task's cgroups but its cancel's SIGTERM is its own: the
+// task's processes, listed there too, are left alone.
+TEST_F(LauncherTest, CancellingAnExecSessionLeavesItsTaskAlone) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root for the job's cgroups";
+  const std::string mark = dir_.path() + "/task-term";
+  // The task notes every SIGTERM and runs on: killed after the grace of its own cancel.
+  LaunchSpec task = TestSpec(
+      154, {"sh", "-c",
+            "trap 'echo task-term >> " + mark + "' TERM; while :; do sleep 60 & wait; done"});
+  task.memory_bytes = 256ull << 20;  // a cgroup under v1 too
+  task.grace_s = 1;
+  Start(task);
+  Result<ShimRecord> rec = ReadShimRecord(JobDir(dir_.path(), TaskRun(154)));
+  ASSERT_TRUE(rec.ok()) << rec.status().ToString();
+  if (rec->cgroup_dirs.empty()) GTEST_SKIP() << "no cgroup for the job here";
+  LaunchSpec exec = task;
+  exec.id = RunId::ExecIn(TaskId{154, 0, 1}, 1);
+  exec.argv = {"sh", "-c", "echo ready; sleep 60"};
+  exec.join_cgroups = rec->cgroup_dirs;
+  exec.join_job_pid = rec->job_pid;
+  exec.join_job_start_ticks = rec->job_start_ticks;
+  ASSERT_TRUE(launcher_->Launch(exec).ok());
+  std::optional<JobEvent> started = WaitForEvent(*launcher_, exec.id, 5000);
+  ASSERT_TRUE(started.has_value());
+  ASSERT_EQ(started->kind, Kind::kStarted) << started->reason;
+  const std::string exec_dir = JobDir(dir_.path(), exec.id);
+  ASSERT_TRUE(WaitForFileContaining(exec_dir + "/" + kStdoutFile, "ready", 5000));
+  ASSERT_TRUE(launcher_->Cancel(exec.id).ok());
+  std::optional<JobEvent> ended = WaitForEvent(*launcher_, exec.id, 5000);
+  ASSERT_TRUE(ended.has_value());
+  EXPECT_TRUE(ended->cancelled);
+  // Its own cancel is the only SIGTERM the task got.
+  ASSERT_TRUE(launcher_->Cancel(TaskRun(154)).ok());
+  JobEvent e = Finish(154);
+  EXPECT_TRUE(e.cancelled) << e.reason;
+  EXPECT_EQ(e.signal, SIGKILL) << e.reason;
+  EXPECT_EQ(ReadWholeFile(mark), "task-term\n");
+}
+
 // A stopped job (kill -STOP) gets SIGCONT with its SIGTERM, so that its handler runs
 // instead of a SIGKILL after the grace.
 TEST_F(LauncherTest, CancelContinuesAStoppedJob) {
