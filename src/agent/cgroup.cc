@@ -14,6 +14,7 @@
 #include <csignal>
 #include <cstring>
 #include <ctime>
+#include <set>
 
 #include "agent/device_filter.h"
 #include "agent/dmem.h"
@@ -490,6 +491,24 @@ Status KillAndRemove(const std::vector<std::string>& dirs, int timeout_ms) {
 }
 
 }  // namespace
+
+int JobCgroup::SignalAll(int sig, pid_t skip_group) const {
+  // Under v1 the same processes are listed in every hierarchy's leaf: each once.
+  std::set<int> pids;
+  for (const std::string& dir : dirs_) {
+    std::vector<std::string> tree = ChildCgroups(dir);
+    tree.push_back(dir);
+    for (const std::string& c : tree) {
+      for (int pid : ReadPids(c + "/cgroup.procs")) pids.insert(pid);
+    }
+  }
+  pids.erase(static_cast<int>(::getpid()));
+  int sent = 0;
+  for (int pid : pids) {
+    if (::getpgid(pid) != skip_group && ::kill(pid, sig) == 0) ++sent;
+  }
+  return sent;
+}
 
 Status JobCgroup::Destroy(int timeout_ms) {
   for (const JoinFd& j : join_fds_) ::close(j.fd);

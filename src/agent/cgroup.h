@@ -15,6 +15,8 @@
 // the shim owns one per job.
 #pragma once
 
+#include <sys/types.h>
+
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -67,6 +69,14 @@ class JobCgroup {
   // The caller must be single-threaded (under v1 only the calling thread is moved, which
   // avoids a global kernel lock). Returns false when a move failed.
   bool JoinFromChild() const;
+
+  // Sends `sig` to every process listed in the created cgroups and in any cgroup below
+  // them, except the caller and the members of process group `skip_group` (the caller
+  // signals that group as a whole: a second SIGTERM reads as "exit now" to many programs);
+  // returns how many were signalled. Only pids the kernel lists there are signalled (read
+  // just before), so a pid reused elsewhere is not. Joined cgroups (Join: an exec
+  // session's task) are not the caller's to signal: none.
+  int SignalAll(int sig, pid_t skip_group) const;
 
   // Kills whatever still runs in the cgroups and in any cgroup below them (podman's, for a
   // container share's capped parent) and removes them all, deepest first, waiting up to

@@ -222,6 +222,103 @@ TEST_F(LauncherTest, CancelKillsAJobThatIgnoresTermAfterGrace) {
   EXPECT_LT(took, std::chrono::milliseconds(3000));
 }
 
+// A worker the job put in a session of its own (setsid) has left the job's process group
+// but not its cgroup: the cancel's SIGTERM reaches it there, and it ends in its grace.
+TEST_F(LauncherTest, CancelSendsTermToAWorkerInItsOwnSession) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root for the job's cgroups";
+  const std::string mark = dir_.path() + "/worker-term";
+  // The main shell waits for the worker after its own SIGTERM; the worker says it is
+  // ready once its trap is set.
+  const std::string worker =
+      "trap \"echo worker-term >> " + mark + "; exit 0\" TERM; echo ready; sleep 30 & wait";
+  LaunchSpec spec = TestSpec(
+      152, {"sh", "-c", "trap 'echo main-term' TERM; setsid sh -c '" + worker + "' & wait; wait"});
+  spec.memory_bytes = 256ull << 20;  // a cgroup under v1 too (v1 makes none for no limit)
+  spec.grace_s = 5;
+  Start(spec);
+  Result<ShimRecord> rec = ReadShimRecord(JobDir(dir_.path(), TaskRun(152)));
+  ASSERT_TRUE(rec.ok()) << rec.status().ToString();
+  if (rec->cgroup_dirs.empty()) GTEST_SKIP() << "no cgroup for the job here";
+  ASSERT_TRUE(WaitForFileContaining(JobFile(152, kStdoutFile), "ready", 5000));
+  const auto t0 = std::chrono::steady_clock::now();
+  ASSERT_TRUE(launcher_->Cancel(TaskRun(152)).ok());
+  JobEvent e = Finish(152, 10'000);
+  EXPECT_TRUE(e.cancelled);
+  EXPECT_EQ(ReadWholeFile(mark), "worker-term\n");
+  // One SIGTERM for the main shell too (its process group's, not again as the cgroup's).
+  EXPECT_EQ(ReadWholeFile(JobFile(152, kStdoutFile)), "ready\nmain-term\n");
+  EXPECT_EQ(e.reason.find("SIGKILL after the grace period"), std::string::npos) << e.reason;
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::milliseconds(4000));
+}
+
+// An exec session joins its task's cgroups but its cancel's SIGTERM is its own: the
+// task's processes, listed there too, are left alone.
+TEST_F(LauncherTest, CancellingAnExecSessionLeavesItsTaskAlone) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root for the job's cgroups";
+  const std::string mark = dir_.path() + "/task-term";
+  // The task notes every SIGTERM and runs on: killed after the grace of its own cancel.
+  LaunchSpec task = TestSpec(
+      154, {"sh", "-c",
+            "trap 'echo task-term >> " + mark + "' TERM; while :; do sleep 60 & wait; done"});
+  task.memory_bytes = 256ull << 20;  // a cgroup under v1 too
+  task.grace_s = 1;
+  Start(task);
+  Result<ShimRecord> rec = ReadShimRecord(JobDir(dir_.path(), TaskRun(154)));
+  ASSERT_TRUE(rec.ok()) << rec.status().ToString();
+  if (rec->cgroup_dirs.empty()) GTEST_SKIP() << "no cgroup for the job here";
+  LaunchSpec exec = task;
+  exec.id = RunId::ExecIn(TaskId{154, 0, 1}, 1);
+  exec.argv = {"sh", "-c", "echo ready; sleep 60"};
+  exec.join_cgroups = rec->cgroup_dirs;
+  exec.join_job_pid = rec->job_pid;
+  exec.join_job_start_ticks = rec->job_start_ticks;
+  ASSERT_TRUE(launcher_->Launch(exec).ok());
+  std::optional<JobEvent> started = WaitForEvent(*launcher_, exec.id, 5000);
+  ASSERT_TRUE(started.has_value());
+  ASSERT_EQ(started->kind, Kind::kStarted) << started->reason;
+  const std::string exec_dir = JobDir(dir_.path(), exec.id);
+  ASSERT_TRUE(WaitForFileContaining(exec_dir + "/" + kStdoutFile, "ready", 5000));
+  ASSERT_TRUE(launcher_->Cancel(exec.id).ok());
+  std::optional<JobEvent> ended = WaitForEvent(*launcher_, exec.id, 5000);
+  ASSERT_TRUE(ended.has_value());
+  EXPECT_TRUE(ended->cancelled);
+  // Its own cancel is the only SIGTERM the task got.
+  ASSERT_TRUE(launcher_->Cancel(TaskRun(154)).ok());
+  JobEvent e = Finish(154);
+  EXPECT_TRUE(e.cancelled) << e.reason;
+  EXPECT_EQ(e.signal, SIGKILL) << e.reason;
+  EXPECT_EQ(ReadWholeFile(mark), "task-term\n");
+}
+
+// A stopped job (kill -STOP) gets SIGCONT with its SIGTERM, so that its handler runs
+// instead of a SIGKILL after the grace.
+TEST_F(LauncherTest, CancelContinuesAStoppedJob) {
+  const std::string mark = dir_.path() + "/term-ran";
+  LaunchSpec spec = TestSpec(
+      153, {"sh", "-c", "trap 'echo term-ran >> " + mark + "; exit 0' TERM; kill -STOP $$"});
+  spec.grace_s = 5;
+  Start(spec);
+  Result<ShimRecord> rec = ReadShimRecord(JobDir(dir_.path(), TaskRun(153)));
+  ASSERT_TRUE(rec.ok()) << rec.status().ToString();
+  const std::string stat_path = "/proc/" + std::to_string(rec->job_pid) + "/stat";
+  // Stopped: state T, after the ") " that ends the command name.
+  ASSERT_TRUE(testing::PollUntil(
+      [&] {
+        const std::string stat = ReadWholeFile(stat_path);
+        const size_t end = stat.rfind(") ");
+        return end != std::string::npos && stat.compare(end + 2, 1, "T") == 0;
+      },
+      5000));
+  const auto t0 = std::chrono::steady_clock::now();
+  ASSERT_TRUE(launcher_->Cancel(TaskRun(153)).ok());
+  JobEvent e = Finish(153, 10'000);
+  EXPECT_TRUE(e.cancelled);
+  EXPECT_EQ(e.exit_code, 0);
+  EXPECT_EQ(ReadWholeFile(mark), "term-ran\n");
+  EXPECT_EQ(e.reason.find("SIGKILL after the grace period"), std::string::npos) << e.reason;
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::milliseconds(4000));
+}
+
 // Reads `fd` until EOF (or EIO: a terminal's last holder closed) or `timeout_ms`.
 std::string ReadUntilEnd(int fd, int timeout_ms, const std::string& stop_at = "") {
   std::string out;

@@ -366,8 +366,22 @@ void Shim::SendStop(const char* what) {
     term_at_mono_ = std::min(MonoMicros() + 1'000'000, kill_at_mono_);
     return;
   }
-  ShimLog("%s: SIGTERM to process group %d", what, static_cast<int>(job_pid_));
-  ::kill(-job_pid_, SIGTERM);
+  // SIGCONT after it, as Slurm does: a stopped process (kill -STOP) runs its handler.
+  const std::string to = SignalJob(SIGTERM);
+  SignalJob(SIGCONT);
+  ShimLog("%s: SIGTERM to process group %d%s, SIGCONT after it", what, static_cast<int>(job_pid_),
+          to.c_str());
+}
+
+// The process group, and the other processes of the job's cgroups: a process the job
+// started in a session of its own (setsid) has left the group but not the cgroup. Without cgroups
+// of its own (not root, isolation disabled, cgroup v1 with nothing to limit, an exec session in its
+// task's) the group alone; a container's are podman's to signal.
+std::string Shim::SignalJob(int sig) {
+  ::kill(-job_pid_, sig);
+  if (container_ || cgroup_ == nullptr || cgroup_->dirs().empty()) return "";
+  const int sent = cgroup_->SignalAll(sig, job_pid_);
+  return " and " + std::to_string(sent) + " other processes of its cgroups";
 }
 
 // The node's own stop with a grace (the lease's warning): the job is told as by a cancel
@@ -528,15 +542,19 @@ void Shim::Supervise() {
         ShimLog("container still running after the grace period: podman kill %s",
                 container_name_.c_str());
         StartHelper({"kill", "--signal", "KILL", container_name_}, "podman kill");
-      } else {
-        ShimLog("grace period over: SIGKILL to process group %d", static_cast<int>(job_pid_));
       }
-      ::kill(-job_pid_, SIGKILL);
+      const std::string to = SignalJob(SIGKILL);
+      if (!container_) {
+        ShimLog("grace period over: SIGKILL to process group %d%s", static_cast<int>(job_pid_),
+                to.c_str());
+      }
       killed_ = true;
     }
     if (term_at_mono_ != 0 && now >= term_at_mono_ && !killed_) {
-      ShimLog("SIGTERM to process group %d", static_cast<int>(job_pid_));
-      ::kill(-job_pid_, SIGTERM);
+      const std::string to = SignalJob(SIGTERM);
+      SignalJob(SIGCONT);
+      ShimLog("SIGTERM to process group %d%s, SIGCONT after it", static_cast<int>(job_pid_),
+              to.c_str());
       term_at_mono_ = 0;
     }
     if (stop_retry_at_mono_ != 0 && now >= stop_retry_at_mono_ && !killed_) {
@@ -577,9 +595,9 @@ void Shim::SendWarningSignal() {
             SignalName(sig).c_str(), static_cast<int>(job_pid_), before);
     ::kill(job_pid_, sig);
   } else {
-    ShimLog("--signal: %s to process group %d, %lld s before the time limit",
-            SignalName(sig).c_str(), static_cast<int>(job_pid_), before);
-    ::kill(-job_pid_, sig);
+    const std::string to = SignalJob(sig);
+    ShimLog("--signal: %s to process group %d%s, %lld s before the time limit",
+            SignalName(sig).c_str(), static_cast<int>(job_pid_), to.c_str(), before);
   }
 }
 

@@ -67,6 +67,9 @@ class Shim {
   // Slurm's --signal: spec.warn_signal to the job, spec.warn_time_s before its time limit.
   void SendWarningSignal();
   void SendStop(const char* what);
+  // `sig` to the job's process group and to every process of its cgroups (shim.cc); says
+  // " and N processes of its cgroups" for the log.
+  std::string SignalJob(int sig);
   void WriteDeadlineFile(int64_t deadline_s);
   // The node's own stop: its GPU memory watch's (stop_request.h) or its lease's (`cause`).
   void KillForNode(const std::string& reason,
