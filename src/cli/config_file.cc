@@ -43,6 +43,24 @@ char* ReadLine(char* str, int num, void* stream) {
   return str;
 }
 
+// libinih takes `#` as a comment at the start of a line only (inline, ` ;` only): in
+// `state-dir = /srv/x  # keep jobs here` the comment would be part of the value, for a
+// path a new empty state directory. No option takes a value with a ` #` (or starting with
+// `#`), and libinih has no quoting, so such a value is refused rather than guessed at.
+Status CheckNoTrailingComment(const ParseState& st, const char* section, const char* name,
+                              std::string_view value) {
+  for (size_t i = 0; i < value.size(); ++i) {
+    if (value[i] != '#') continue;
+    if (i > 0 && !std::isspace(static_cast<unsigned char>(value[i - 1]))) continue;
+    return Status::InvalidArgument(
+        st.path + " line " + std::to_string(st.line) + ": [" + section + "] " + name + " = '" +
+        std::string(value) +
+        "': a `#` after `=` is not a comment here but part of the value: put the comment on "
+        "a line of its own (or after ` ;`)");
+  }
+  return Status::Ok();
+}
+
 int OnEntry(void* user, const char* section, const char* name, const char* value) {
   auto* st = static_cast<ParseState*>(user);
   if (!st->error.ok()) return 0;
@@ -50,6 +68,10 @@ int OnEntry(void* user, const char* section, const char* name, const char* value
     st->error =
         Status::InvalidArgument(st->path + " line " + std::to_string(st->line) + ": key '" + name +
                                 "' is outside a section: put it under [server] or [agent]");
+    return 0;
+  }
+  if (Status s = CheckNoTrailingComment(*st, section, name, value); !s.ok()) {
+    st->error = std::move(s);
     return 0;
   }
   st->entries.push_back({section, name, value, st->line});

@@ -69,6 +69,22 @@ TEST(ConfigFileTest, SyntaxErrorsNameTheLine) {
   EXPECT_THAT(r.status().message(), HasSubstr("line 2: the line is longer than"));
 }
 
+// A `#` after a value is part of it (libinih): `state-dir = /srv/x  # keep jobs here` made a
+// new empty state directory named with the comment. It is refused, naming the line and key.
+TEST(ConfigFileTest, ACommentAfterAValueIsRefused) {
+  for (const char* line : {"state-dir = /tmp/x  # keep jobs here", "state-dir = /tmp/x\t#tab",
+                           "state-dir = # nothing yet"}) {
+    Result<ConfigFile> r = ParseConfigText("# ok\n[server]\n" + std::string(line) + "\n", "x.conf");
+    ASSERT_FALSE(r.ok()) << line;
+    EXPECT_THAT(r.status().message(), HasSubstr("x.conf line 3: [server] state-dir = '"));
+    EXPECT_THAT(r.status().message(), HasSubstr("put the comment on a line of its own"));
+  }
+  // A `#` inside a word stays part of the value; a ` ;` comment is libinih's own.
+  ConfigFile cfg = Parse("[server]\nstore = postgresql://h/db#x\nport = 9000 ; a comment\n");
+  EXPECT_EQ(cfg.entries[0].value, "postgresql://h/db#x");
+  EXPECT_EQ(cfg.entries[1].value, "9000");
+}
+
 TEST(ConfigFileTest, UnknownSectionsAndKeysAndRepeatsAreErrors) {
   CLI::App app;
   Flags f;

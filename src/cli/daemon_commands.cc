@@ -47,19 +47,30 @@ std::stop_source g_stop;
 // thread blocks them before it starts any other (threads inherit its mask), so no
 // handler runs in the middle of anything and the waiters wake on the stop at once. Jobs
 // and every other child start from an empty mask (SpawnCommand sets it). Made once
-// per process, before the daemon's threads; its thread ends with the process.
-void StopOnSignals() {
+// per process, before the daemons' threads; its thread ends with the process.
+// SIGHUP, which operators send out of habit to reload, is taken too and only logged:
+// left to its default it would end the daemon without a word, and there is no reload.
+// `how_to_restart`: the restart that does apply a change, for the warning.
+void StopOnSignals(std::string how_to_restart) {
   sigset_t set;
   sigemptyset(&set);
   sigaddset(&set, SIGINT);
   sigaddset(&set, SIGTERM);
+  sigaddset(&set, SIGHUP);
   ::pthread_sigmask(SIG_BLOCK, &set, nullptr);
   signal(SIGPIPE, SIG_IGN);
   // Its own handle on the stop's state, which outlives g_stop at the process's exit.
-  std::thread([set, stop = g_stop]() mutable {
+  std::thread([set, stop = g_stop, how = std::move(how_to_restart)]() mutable {
     for (;;) {
       int sig = 0;
-      if (::sigwait(&set, &sig) == 0) stop.request_stop();
+      if (::sigwait(&set, &sig) != 0) continue;
+      if (sig == SIGHUP) {
+        spdlog::warn(
+            "SIGHUP: gpupool does not reload its configuration; restart it to apply changes ({})",
+            how);
+        continue;
+      }
+      stop.request_stop();
     }
   }).detach();
 }
@@ -769,7 +780,7 @@ void RegisterUpCommand(CLI::App& app, CommandContext& ctx) {
   AddConfigFlag(up);
   up->callback([&ctx, up] {
     if (!ApplyConfigFile({"server", "agent"}, up, &ctx.exit_code)) return;
-    StopOnSignals();
+    StopOnSignals("stop it and run `gpupool up` again");
     PrivateUmask();
     ctx.exit_code = RunUp(flags, fake, containers, telemetry_interval_s);
   });
@@ -798,7 +809,7 @@ void RegisterServerCommand(CLI::App& app, CommandContext& ctx) {
   AddConfigFlag(server);
   server->callback([&ctx, server] {
     if (!ApplyConfigFile({"server"}, server, &ctx.exit_code)) return;
-    StopOnSignals();
+    StopOnSignals("systemctl restart gpupool-server");
     PrivateUmask();
     ctx.exit_code = RunServer(flags);
   });
@@ -829,7 +840,7 @@ void RegisterAgentCommand(CLI::App& app, CommandContext& ctx) {
   cmd->callback([&ctx, cmd] {
     const bool token_flag = cmd->count("--token") > 0;  // GPUPOOL_TOKEN beats the file
     if (!ApplyConfigFile({"agent"}, cmd, &ctx.exit_code)) return;
-    StopOnSignals();
+    StopOnSignals("systemctl restart gpupool-agent");
     PrivateUmask();
     ctx.exit_code = RunAgent(af, token_flag);
   });

@@ -73,8 +73,10 @@ std::string SlurmHint(const std::string& path, const std::string& typed) {
       {{"-w", "--nodelist", "-x", "--exclude", "--exclusive", "--ntasks-per-node"},
        "placement is the scheduler's: choose GPUs with --gpu-model, --vendor or "
        "--min-capability, and the gang's size with -n"},
-      {{"--begin", "--deadline", "--mail-type", "--mail-user", "--test-only", "--licenses",
-        "--open-mode"},
+      {{"-b", "--begin"},
+       "gpupool has no deferred start: submit the job when it should start, or submit it held "
+       "(-H/--hold) and `gpupool release ID` it then"},
+      {{"--deadline", "--mail-type", "--mail-user", "--test-only", "--licenses", "--open-mode"},
        "gpupool has no such option"},
   };
   for (const Hint& h : kHints) {

@@ -739,6 +739,7 @@ Result<Job> Controller::Hold(int64_t id, const Caller& caller, bool hold, bool* 
   };
   std::optional<Job> owner;  // the job's ids and owner, which never change
   bool held_before = false;
+  bool admin_before = false;  // a user's hold that an admin's hold replaces is a change
   {
     Lock lock(mu_);
     if (auto it = active_.find(id); it != active_.end()) {
@@ -747,12 +748,15 @@ Result<Job> Controller::Hold(int64_t id, const Caller& caller, bool hold, bool* 
       owner->uid = it->second.uid;
       owner->user = it->second.user;
       held_before = !it->second.held_by.empty();
+      admin_before = it->second.held_by_admin;
     }
   }
   if (owner) {
     Result<Job> r = CommitOne(
         {id, event(*owner), [&caller](const Job& job) { return CheckOwner(job, caller); }});
-    if (r.ok() && changed != nullptr) *changed = held_before != !r->held_by.empty();
+    if (r.ok() && changed != nullptr) {
+      *changed = held_before != !r->held_by.empty() || admin_before != r->held_by_admin;
+    }
     if (r.ok() || r.status().code() != StatusCode::kNotFound) return r;
   }
   GP_ASSIGN_OR_RETURN(Job job, store_->GetJob(id));

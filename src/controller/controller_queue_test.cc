@@ -128,6 +128,35 @@ TEST_F(ControllerTest, HeldJobsWaitUntilReleasedAndAdminHoldsNeedAnAdmin) {
   EXPECT_EQ(c_->Hold(424242, alice_, true).status().code(), StatusCode::kNotFound);
 }
 
+// As Slurm's: an admin's hold on a job its user held makes it an admin hold, so the user's
+// release is refused and the job does not start until an admin releases it.
+TEST_F(ControllerTest, AdminHoldOnAUserHeldJobBecomesAnAdminHold) {
+  Register(2);
+  Job a = c_->Submit(MakeJob(1), alice_).value();
+  ASSERT_TRUE(c_->Hold(a.id, alice_, true).ok());
+  bool changed = false;
+  Result<Job> held = c_->Hold(a.id, root_, true, &changed);
+  ASSERT_TRUE(held.ok()) << held.status().ToString();
+  EXPECT_TRUE(changed);  // the client says "Held", not "held already"
+  EXPECT_EQ(held->held_by, "root");
+  EXPECT_TRUE(held->held_by_admin);
+  EXPECT_EQ(Get(a.id).pending_reason, "held by root (admin): `gpupool release " +
+                                          std::to_string(a.id) + "` by an admin lets it start");
+  Result<Job> refused = c_->Hold(a.id, alice_, false);
+  EXPECT_EQ(refused.status().code(), StatusCode::kPermissionDenied);
+  ASSERT_TRUE(c_->ScheduleOnce().ok());
+  EXPECT_EQ(Get(a.id).state, JobState::kPending);
+  changed = true;
+  ASSERT_TRUE(c_->Hold(a.id, root_, true, &changed).ok());  // an admin hold again: no-op
+  EXPECT_FALSE(changed);
+  ASSERT_TRUE(c_->Hold(a.id, alice_, true, &changed).ok());  // the user cannot downgrade it
+  EXPECT_FALSE(changed);
+  EXPECT_TRUE(Get(a.id).held_by_admin);
+  ASSERT_TRUE(c_->Hold(a.id, root_, false).ok());
+  ASSERT_TRUE(c_->ScheduleOnce().ok());
+  EXPECT_EQ(Get(a.id).state, JobState::kAssigned);
+}
+
 // Issue 15 B.2: dependencies wait with a reason naming the job, start when met, and end
 // the job (and the jobs after it) when they can never be met.
 TEST_F(ControllerTest, DependenciesWaitStartOrEndTheJobWithAReason) {

@@ -617,14 +617,18 @@ Result<Transition> OnHold(const Job& job, const Hold& e) {
   if (job.state != JobState::kPending) {
     return NotPending(job, "held", " (`gpupool cancel` stops it)");
   }
-  if (!job.held_by.empty()) return Unchanged(job);  // already held
+  // An admin's hold on a job its user held makes it an admin hold, as Slurm's: else the
+  // user could release it and it would start against the admin's wish.
+  const bool to_admin = e.admin && !job.held_by_admin;
+  if (!job.held_by.empty() && !to_admin) return Unchanged(job);  // already held
   Job next = job;
   next.held_by = e.by;
   next.held_by_admin = e.admin;
   next.pending_reason = HeldReason(next);
   Transition t = Changed(job, std::move(next));
   t.effects.pending_reason_changed = true;
-  t.effects.log = "job " + Id(job) + " held by " + e.by;
+  t.effects.log = "job " + Id(job) + " held by " + e.by +
+                  (job.held_by.empty() ? "" : " (admin hold; was held by " + job.held_by + ")");
   return t;
 }
 

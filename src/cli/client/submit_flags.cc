@@ -257,6 +257,21 @@ std::string WhyIgnored(const CLI::App& parser, const std::string& name) {
   return "gpupool has no such option (docs/slurm.md)";
 }
 
+// An #SBATCH --begin (-b) is refused, not ignored as other options are: left out, the job
+// would start at once although its user asked for a later start.
+Status RefuseDeferredStart(const CLI::App& parser, const Directive& d,
+                           std::string_view script_name) {
+  for (const std::string& word : d.words) {
+    if (!IsOptionWord(word)) continue;
+    std::string name = word.substr(0, word.find('='));
+    if (name.size() > 2 && name[1] != '-') name.resize(2);  // -bnow
+    if (name != "--begin" && name != "-b") continue;
+    return Status::InvalidArgument(std::string(script_name) + ":" + std::to_string(d.line) +
+                                   ": #SBATCH " + word + ": " + WhyIgnored(parser, name));
+  }
+  return Status::Ok();
+}
+
 // The words of an #SBATCH line that gpupool reads (kSbatchOptions with their values); the
 // rest go into *ignored, one entry per option with the values after it. *per_job_gpus
 // is set to Slurm's -G/--gpus as written, a count for the whole job (cleared by a later
@@ -345,6 +360,7 @@ Result<SubmitFlags> ParseDirectives(const std::vector<Directive>& directives,
       GP_RETURN_IF_ERROR(ParseLine(d.words, where, &gpupool));
       continue;
     }
+    GP_RETURN_IF_ERROR(RefuseDeferredStart(options, d, script_name));
     const std::string before = per_job_gpus;
     const std::vector<std::string> words =
         SbatchWords(options, d, script_name, ignored, &per_job_gpus);

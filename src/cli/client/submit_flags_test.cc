@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "cli/client/units.h"
+#include "cli/usage.h"
 
 namespace gpupool::cli {
 namespace {
@@ -443,6 +444,31 @@ TEST(ScriptDirectivesTest, SbatchLinesAreReadWhereTheyMeanTheSameAndTheRestAreSa
   ASSERT_FALSE(bad.ok());
   EXPECT_EQ(bad.status().message(),
             "job.sh:3: #SBATCH line: --mem 4000: " + ParseMemorySize("4000").status().message());
+}
+
+// #SBATCH --begin was left out with a warning, so the job started at once although its user
+// asked for a later start: it is refused (exit 2), saying what to do instead.
+TEST(ScriptDirectivesTest, SbatchBeginIsRefusedNotIgnored) {
+  for (const std::vector<std::string>& words : {std::vector<std::string>{"--begin=now+1hour"},
+                                                {"-c", "2", "--begin", "16:00"},
+                                                {"-b", "now+60"},
+                                                {"-bnow+60"}}) {
+    std::vector<std::string> ignored;
+    auto f = ParseDirectives({{4, words, true}}, "job.sh", &ignored);
+    ASSERT_FALSE(f.ok()) << words[0];
+    EXPECT_EQ(f.status().code(), StatusCode::kInvalidArgument);
+    const std::string msg = f.status().message();
+    EXPECT_EQ(msg.rfind("job.sh:4: #SBATCH -", 0), 0u) << msg;
+    EXPECT_NE(msg.find("gpupool has no deferred start: submit the job when it should start, or "
+                       "submit it held (-H/--hold) and `gpupool release ID` it then"),
+              std::string::npos)
+        << msg;
+  }
+  // The command line's --begin is refused by the parser, with the same words.
+  CLI::App app("script lines");
+  EXPECT_NE(ExplainUnknown(app, "--begin=16:00", "gpupool submit")
+                .find("'--begin' of `gpupool submit`: gpupool has no deferred start"),
+            std::string::npos);
 }
 
 // Slurm's --gpus counts for the whole job, gpupool's per task: with several tasks the
