@@ -141,22 +141,7 @@ void AgentLoop::Launch(const protocol::LaunchOrder& order) {
     std::lock_guard lock(mu_);
     if (auto held = current_.find(slot); held != current_.end() && held->second != job.attempt) {
       if (held->second > job.attempt) return;  // an order of an attempt already replaced
-      // An earlier attempt of this task is still here (it outlived an agent restart while
-      // the controller requeued the job): it stops, and this one starts once its end is
-      // acknowledged. At most one attempt of a task runs at a time.
-      const bool fresh = deferred_.count(slot) == 0;
-      deferred_[slot] = order;
-      if (fresh) {
-        spdlog::info("agent: {} waits for attempt {} to end here", agent::ToString(id),
-                     held->second);
-        const RunId earlier{job.id, order.task_index, held->second, 0};
-        const std::vector<RunId> running = launcher_->Running();
-        if (std::find(running.begin(), running.end(), earlier) != running.end()) {
-          if (Status c = launcher_->Cancel(earlier); !c.ok() && c.code() != StatusCode::kNotFound) {
-            spdlog::warn("agent: stopping {}: {}", agent::ToString(earlier), c.message());
-          }
-        }
-      }
+      DeferLocked(order, id, held->second);
       return;
     }
     if (!launched_.insert(id).second) return;  // resent order
@@ -252,6 +237,21 @@ void AgentLoop::Launch(const protocol::LaunchOrder& order) {
       FailLaunch(id, "could not launch: " + s.message());
     } else {
       NodeCannotLaunch(id, s.message());
+    }
+  }
+}
+
+void AgentLoop::DeferLocked(const protocol::LaunchOrder& order, const RunId& id, int earlier_attempt) {
+  const TaskSlot slot = SlotOf(id);
+  const bool fresh = deferred_.count(slot) == 0;
+  deferred_[slot] = order;
+  if (!fresh) return;
+  spdlog::info("agent: {} waits for attempt {} to end here", agent::ToString(id), earlier_attempt);
+  const RunId earlier{id.job, id.task, earlier_attempt, 0};
+  const std::vector<RunId> running = launcher_->Running();
+  if (std::find(running.begin(), running.end(), earlier) != running.end()) {
+    if (Status c = launcher_->Cancel(earlier); !c.ok() && c.code() != StatusCode::kNotFound) {
+      spdlog::warn("agent: stopping {}: {}", agent::ToString(earlier), c.message());
     }
   }
 }

@@ -196,6 +196,10 @@ class AgentLoop {
   // Re-counts the adopted runs' MPS clients after an agent restart and stops the daemons
   // no run needs.
   void AdoptMpsClients();
+  // An earlier attempt of this task is still here (it outlived an agent restart while the
+  // controller requeued the job): it stops, and `order` starts once its end is
+  // acknowledged. At most one attempt of a task runs at a time.
+  void DeferLocked(const protocol::LaunchOrder& order, const RunId& id, int earlier_attempt);
   // Stops the stray runs a previous agent of this node left (agent/stray_runs.h), once,
   // before the first registration: an error while one is still there.
   Status StopStrays();
