@@ -14,6 +14,7 @@
 #include <csignal>
 #include <cstring>
 #include <ctime>
+#include <set>
 
 #include "agent/device_filter.h"
 #include "agent/dmem.h"
@@ -490,6 +491,20 @@ Status KillAndRemove(const std::vector<std::string>& dirs, int timeout_ms) {
 }
 
 }  // namespace
+
+int JobCgroup::Signal(int sig) const {
+  std::set<int> pids;  // under v1 every hierarchy lists the same processes
+  for (const std::string& dir : dirs_) {
+    std::vector<std::string> tree = ChildCgroups(dir);
+    tree.push_back(dir);
+    for (const std::string& c : tree) {
+      for (int pid : ReadPids(c + "/cgroup.procs")) pids.insert(pid);
+    }
+  }
+  int n = 0;
+  for (int pid : pids) n += ::kill(pid, sig) == 0 ? 1 : 0;
+  return n;
+}
 
 Status JobCgroup::Destroy(int timeout_ms) {
   for (const JoinFd& j : join_fds_) ::close(j.fd);

@@ -73,6 +73,11 @@ class JobCgroup {
   // `timeout_ms` for them to empty. The note of what happened is kept.
   Status Destroy(int timeout_ms);
 
+  // Sends `sig` once to every process in the cgroups and any cgroup below them; 0 only
+  // asks. Returns how many there were: a stop's SIGTERM reaches what joined the job's
+  // cgroups (exec sessions, a `gpupool run` command) as it reaches the job's own.
+  int Signal(int sig) const;
+
   // Whether the kernel's OOM killer killed a process of the job for reaching its memory
   // limit. Call before Destroy().
   bool OomKilled() const;

@@ -583,6 +583,31 @@ void Shim::SendWarningSignal() {
   }
 }
 
+// A stopped job's main process ended within its grace, but its cgroups may still hold
+// processes outside its process group: the command of `gpupool run` and `gpupool exec`
+// sessions, which joined the task's cgroups, or children that left the group. They get
+// SIGTERM too and the rest of the grace to end, before Finish's removal of the cgroups
+// kills them: a run's command at its time limit was killed at once, a held task ending
+// on its SIGTERM. The node's stop (KillForNode) still ends the wait at once.
+void Shim::StopJoinedProcesses() {
+  if (!stopping_ || killed_ || cgroup_ == nullptr || cgroup_->Signal(SIGTERM) == 0) return;
+  ShimLog("SIGTERM to the processes left in the job's cgroups; SIGKILL once the grace is over");
+  const sigset_t set = ShimSignals();
+  while (cgroup_->Signal(0) > 0) {
+    CheckLease();
+    const int64_t left_us = kill_at_mono_ - MonoMicros();
+    if (left_us <= 0) return;
+    // Polled: cgroup v1 has no event for its last process leaving.
+    const int64_t wait_us = std::min<int64_t>(left_us, 50'000);
+    struct timespec ts = {0, static_cast<long>(wait_us * 1000)};
+    siginfo_t info;
+    const int sig = ::sigtimedwait(&set, &info, &ts);
+    if (sig == SIGTERM || sig == SIGINT) OnStopSignal();
+    while (::waitpid(-1, nullptr, WNOHANG) > 0) {  // orphans we are the subreaper of
+    }
+  }
+}
+
 bool Shim::ReapChildren() {
   while (true) {
     // Look without reaping first: while the main process is a zombie its pid cannot be
@@ -803,6 +828,7 @@ int Shim::Run() {
   }
   Report("started " + std::to_string(final_.start_time_us));
   Supervise();
+  if (!container_) StopJoinedProcesses();
   if (container_) MapContainerExit();
   SetExitReason();
   return Finish();

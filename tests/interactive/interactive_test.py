@@ -289,6 +289,23 @@ class InteractiveTest(unittest.TestCase):
         self.assertEqual(job["state"], "CANCELLED", job)
         self.assertTrue(job["reason"].startswith("cancelled by "), job)
 
+    def test_a_run_at_its_time_limit_gets_sigterm_and_the_grace(self):
+        # The run's command got SIGKILL at once at the time limit (its held task ended on
+        # its SIGTERM, and the task's cgroups went with it) where a batch job gets
+        # SIGTERM, then SIGKILL after the 10 s grace: a command that cleans up on SIGTERM
+        # must have the time to.
+        mark = os.path.join(self.pool.dir, "run-term-mark")
+        script = ('trap "echo TERM > %s; exit 3" TERM; echo ready; '
+                  'while :; do sleep 0.1; done' % mark)
+        r = self.pool.cli("run", "-t", "0:02", "--", "sh", "-c", script)
+        jid = job_id_of(r.stderr)
+        self.assertIn("ready", r.stdout)
+        self.assertTrue(os.path.exists(mark), "the command saw no SIGTERM: " + r.stderr)
+        with open(mark) as f:
+            self.assertEqual(f.read(), "TERM\n")
+        self.assertEqual(r.returncode, 3, r.stderr)
+        self.assertEqual(self.pool.wait(jid, pooltest.FINAL_STATES)["state"], "TIMEOUT")
+
     def test_ctrl_c_while_waiting_cancels_the_job(self):
         hog = self.pool.cli("submit", "--gpus", "4", "--", "sleep", "1000")
         self.assertEqual(hog.returncode, 0, hog.stderr)

@@ -177,8 +177,8 @@ Result<int64_t> WaitUntilPlaced(const ClientRuntime& rt, const ApiClient& api, i
 }
 
 // A run job whose command a stop ended, not the command itself: a cancel or the time
-// limit. The session's status is then how the stop reached the command (at the time
-// limit the session goes with its job: SIGKILL), so the exit status is the job's, 128 +
+// limit. The session's status is then how the stop reached the command (SIGTERM, or
+// SIGKILL after the grace), so the exit status is the job's, 128 +
 // the signal that ended it (docs/cli.md), and stderr says why (red team 5, finding 6).
 // Only a command ended by a signal is looked at; the job settles once its tasks have
 // ended too, which may come just after the session ends: asked for 10 s at most.
