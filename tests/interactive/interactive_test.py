@@ -379,6 +379,35 @@ class InteractiveTest(unittest.TestCase):
                 os.killpg(p.pid, signal.SIGKILL)
                 p.wait()
 
+    def test_an_alloc_whose_allocation_is_revoked_says_so_and_ends(self):
+        # Its time limit or a cancel ended the job while COMMAND ran: alloc said nothing
+        # and the shell went on in an allocation that no longer existed. As salloc's "Job
+        # allocation N has been revoked.": said on stderr with the state and reason,
+        # COMMAND hung up, and a non-zero exit.
+        r = self.pool.cli("alloc", "-t", "0:02", "--", "sh", "-c", "echo ready; exec sleep 40",
+                          timeout=30)
+        jid = job_id_of(r.stderr)
+        self.assertIn("gpupool: job allocation %d has been revoked (it ended TIMEOUT: " % jid,
+                      r.stderr)
+        self.assertEqual(r.returncode, 128 + signal.SIGHUP, r.stderr)
+        self.assertNotIn("released the allocation", r.stderr)
+        p = subprocess.Popen([GPUPOOL, "alloc", "--", "sh", "-c", "echo ready; exec sleep 40"],
+                             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True, env=self.pool.env)
+        try:
+            self.assertEqual(p.stdout.readline(), "ready\n")
+            jid = job_id_of(p.stderr.readline())
+            c = self.pool.cli("cancel", str(jid))
+            self.assertEqual(c.returncode, 0, c.stderr)
+            _, err = p.communicate(timeout=30)
+        finally:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+        self.assertIn("gpupool: job allocation %d has been revoked (it ended CANCELLED: "
+                      "cancelled by " % jid, err)
+        self.assertEqual(p.returncode, 128 + signal.SIGHUP, err)
+
     def test_an_alloc_killed_while_it_waits_holds_nothing(self):
         # Killed outright while its job waits for GPUs: the request is withdrawn, or, if the
         # job starts first, its allocation released; it used to start and hold for good.
