@@ -486,9 +486,11 @@ std::string Shim::LeaseReason(int64_t now, bool warning) const {
       std::to_string(std::max<int64_t>(0, now - lease_->written_us) / 1'000'000);
   const std::string left =
       std::to_string((std::max<int64_t>(0, lease_->deadline_us - now) + 999'999) / 1'000'000);
-  return (warning ? "node lease running out in " + left + " s: node " + HostName() +
+  // The pool's name of the node, as the agent's messages and `gpupool nodes` say it.
+  const std::string node = config_.spec.node_name.empty() ? HostName() : config_.spec.node_name;
+  return (warning ? "node lease running out in " + left + " s: node " + node +
                         " has not reached the controller for " + ago + " s"
-                  : "node lease ran out: node " + HostName() +
+                  : "node lease ran out: node " + node +
                         " has not reached the controller for 3/4 of its lease (last renewed " +
                         ago + " s ago)") +
          ", and the job may be started again elsewhere; stopped here";
