@@ -200,6 +200,7 @@ std::string ShimConfigToJson(const ShimConfig& config) {
   if (!s.stderr_file.empty()) j["stderr_file"] = s.stderr_file;
   if (!s.lease_file.empty()) j["lease_file"] = s.lease_file;
   if (s.lease_grace_s > 0) j["lease_grace_s"] = s.lease_grace_s;
+  if (!s.node_name.empty()) j["node_name"] = s.node_name;
   j["cgroup_root"] = config.cgroup_root;
   j["container"] = ContainerToJson(config.container);
   if (config.user) {
@@ -297,6 +298,7 @@ Result<ShimConfig> ShimConfigFromJson(const std::string& text, const std::string
   f.Optional("stderr_file", &s.stderr_file);
   f.Optional("lease_file", &s.lease_file);
   f.Optional("lease_grace_s", &s.lease_grace_s, 0, int64_t{24} * 3600);
+  f.Optional("node_name", &s.node_name);
   f.Optional("tty", &s.tty);
   f.Optional("env_dir", &s.env_dir);
   f.Optional("share_enforcement", &s.share_enforcement);

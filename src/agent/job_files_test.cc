@@ -51,12 +51,14 @@ TEST(JobFilesTest, TheLeaseFileRoundTripsAndIsOptional) {
   c.spec.user = "bob";
   c.spec.argv = {"sleep", "5"};
   c.spec.lease_file = "/var/lib/gpupool/agent/node_lease";
+  c.spec.node_name = "gpu-07";
   const std::string json = ShimConfigToJson(c);
   EXPECT_NE(json.find("\"lease_file\": \"/var/lib/gpupool/agent/node_lease\""), std::string::npos)
       << json;
   Result<ShimConfig> back = ShimConfigFromJson(json, "spec.json");
   ASSERT_TRUE(back.ok()) << back.status().ToString();
   EXPECT_EQ(back->spec.lease_file, c.spec.lease_file);
+  EXPECT_EQ(back->spec.node_name, "gpu-07");
   c.spec.lease_file.clear();
   EXPECT_EQ(ShimConfigToJson(c).find("lease_file"), std::string::npos);
   Result<ShimConfig> old = ShimConfigFromJson(

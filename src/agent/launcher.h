@@ -144,6 +144,9 @@ struct LaunchSpec {
   // to stop (SIGTERM, or podman stop; a preemptible job's deadline file first), so that it
   // can checkpoint; the kill comes when the lease runs out. 0: no warning, only the kill.
   int64_t lease_grace_s = 0;
+  // The pool's name of this node (the agent's --node-name), as the agent's own messages
+  // name it, for the shim's (a lease's warning and fence); empty: the host's name.
+  std::string node_name;
   friend bool operator==(const LaunchSpec&, const LaunchSpec&) = default;
 };
 

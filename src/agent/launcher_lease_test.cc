@@ -72,7 +72,8 @@ class LauncherLeaseTest : public LauncherTest {
   LaunchSpec LeasedSpec(int64_t id, std::vector<std::string> argv) {
     LaunchSpec spec = TestSpec(id, std::move(argv));
     spec.lease_file = LeaseFile();
-    spec.grace_s = 100;  // a fence does not wait for the grace
+    spec.grace_s = 100;              // a fence does not wait for the grace
+    spec.node_name = "pool-node-7";  // not the host's name: the pool's, as the agent says
     return spec;
   }
   static void ExpectFenced(const JobEvent& e) {
@@ -81,7 +82,8 @@ class LauncherLeaseTest : public LauncherTest {
     EXPECT_FALSE(e.cancelled);
     EXPECT_FALSE(e.timed_out);
     EXPECT_EQ(e.kill_cause, protocol::KillCause::kNodeLease);
-    EXPECT_EQ(e.kill_detail.rfind("node lease ran out: node ", 0), 0u) << e.kill_detail;
+    EXPECT_EQ(e.kill_detail.rfind("node lease ran out: node pool-node-7 has not reached", 0), 0u)
+        << e.kill_detail;
     EXPECT_NE(e.kill_detail.find("may be started again elsewhere; stopped here"), std::string::npos)
         << e.kill_detail;
     EXPECT_LT(e.kill_detail.size(), 200u) << e.kill_detail;
@@ -166,7 +168,8 @@ TEST_F(LauncherLeaseTest, TheJobIsToldItsGraceBeforeTheLeaseRunsOut) {
   EXPECT_EQ(e.exit_code, 0) << e.reason;
   EXPECT_FALSE(e.cancelled);
   EXPECT_EQ(e.kill_cause, protocol::KillCause::kNodeLease);
-  EXPECT_EQ(e.kill_detail.rfind("node lease running out in 2 s: node ", 0), 0u) << e.kill_detail;
+  EXPECT_EQ(e.kill_detail.rfind("node lease running out in 2 s: node pool-node-7 has", 0), 0u)
+      << e.kill_detail;
   EXPECT_NE(e.kill_detail.find("may be started again elsewhere; stopped here"), std::string::npos)
       << e.kill_detail;
   // The deadline the job read on the signal: when its grace ends, in epoch seconds.
@@ -191,7 +194,8 @@ TEST_F(LauncherLeaseTest, AJobThatIgnoresTheWarningIsKilledWhenTheLeaseRunsOut) 
   EXPECT_LT(took, std::chrono::seconds(6));
   EXPECT_EQ(e.signal, SIGKILL);
   EXPECT_EQ(e.kill_cause, protocol::KillCause::kNodeLease);
-  EXPECT_EQ(e.kill_detail.rfind("node lease running out in 2 s: node ", 0), 0u) << e.kill_detail;
+  EXPECT_EQ(e.kill_detail.rfind("node lease running out in 2 s: node pool-node-7 has", 0), 0u)
+      << e.kill_detail;
   const std::string log = ReadWholeFile(JobFile(408, kShimLogFile));
   EXPECT_NE(log.find("node stop: SIGTERM to process group"), std::string::npos) << log;
 }

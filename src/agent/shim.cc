@@ -500,9 +500,11 @@ std::string Shim::LeaseReason(int64_t now, bool warning) const {
       std::to_string(std::max<int64_t>(0, now - lease_->written_us) / 1'000'000);
   const std::string left =
       std::to_string((std::max<int64_t>(0, lease_->deadline_us - now) + 999'999) / 1'000'000);
-  return (warning ? "node lease running out in " + left + " s: node " + HostName() +
+  // The pool's name of the node, as the agent's messages and `gpupool nodes` say it.
+  const std::string node = config_.spec.node_name.empty() ? HostName() : config_.spec.node_name;
+  return (warning ? "node lease running out in " + left + " s: node " + node +
                         " has not reached the controller for " + ago + " s"
-                  : "node lease ran out: node " + HostName() +
+                  : "node lease ran out: node " + node +
                         " has not reached the controller for 3/4 of its lease (last renewed " +
                         ago + " s ago)") +
          ", and the job may be started again elsewhere; stopped here";
@@ -598,6 +600,33 @@ void Shim::SendWarningSignal() {
     const std::string to = SignalJob(sig);
     ShimLog("--signal: %s to process group %d%s, %lld s before the time limit",
             SignalName(sig).c_str(), static_cast<int>(job_pid_), to.c_str(), before);
+  }
+}
+
+// A stopped job's main process ended within its grace, but its cgroups may still hold
+// processes outside its process group: the command of `gpupool run` and `gpupool exec`
+// sessions, which joined the task's cgroups, or children that left the group. The stop's
+// SIGTERM reached them too (SignalJob); they get the rest of the grace to end, before
+// Finish's removal of the cgroups kills them: a run's command at its time limit was
+// killed at once, a held task ending on its SIGTERM. The node's stop (KillForNode) still
+// ends the wait at once.
+void Shim::StopJoinedProcesses() {
+  // SignalAll with signal 0 only counts them (skipping no group).
+  if (!stopping_ || killed_ || cgroup_ == nullptr || cgroup_->SignalAll(0, 0) == 0) return;
+  ShimLog("waiting for the processes left in the job's cgroups; SIGKILL once the grace is over");
+  const sigset_t set = ShimSignals();
+  while (cgroup_->SignalAll(0, 0) > 0) {
+    CheckLease();
+    const int64_t left_us = kill_at_mono_ - MonoMicros();
+    if (left_us <= 0) return;
+    // Polled: cgroup v1 has no event for its last process leaving.
+    const int64_t wait_us = std::min<int64_t>(left_us, 50'000);
+    struct timespec ts = {0, static_cast<long>(wait_us * 1000)};
+    siginfo_t info;
+    const int sig = ::sigtimedwait(&set, &info, &ts);
+    if (sig == SIGTERM || sig == SIGINT) OnStopSignal();
+    while (::waitpid(-1, nullptr, WNOHANG) > 0) {  // orphans we are the subreaper of
+    }
   }
 }
 
@@ -821,6 +850,7 @@ int Shim::Run() {
   }
   Report("started " + std::to_string(final_.start_time_us));
   Supervise();
+  if (!container_) StopJoinedProcesses();
   if (container_) MapContainerExit();
   SetExitReason();
   return Finish();

@@ -63,6 +63,7 @@ class Shim {
   void MapContainerExit();
   void Supervise();
   bool ReapChildren();  // true once the job's main process ended
+  void StopJoinedProcesses();
   void BeginStop(bool cancel, int64_t grace_s);
   // Slurm's --signal: spec.warn_signal to the job, spec.warn_time_s before its time limit.
   void SendWarningSignal();

@@ -86,6 +86,30 @@ TEST(SchedInputTest, MpsGpusAreSingleOwnerAndSharesOwnedByTheirUser) {
   EXPECT_EQ(in.running.size(), 2u);
 }
 
+// A GPU whose memory discovery could not read (0, docs/node-schema.md) takes no share
+// sized by memory: it could not be checked there. With no known size anywhere the
+// submission is refused saying so (it said "the largest GPU here has 0.0 GiB").
+TEST(SchedInputTest, AShareSizedByMemoryNeedsAGpuOfKnownMemory) {
+  gpu::NodeInfo unknown = MpsNode("u", {"", ""});
+  for (gpu::GpuInfo& g : unknown.gpus) g.memory_total_bytes = 0;
+  const gpu::NodeInfo known = MpsNode("k", {""});
+  jobs::Job by_memory = Share(1, 1000, 1000);
+  by_memory.request.gpu_memory_bytes = uint64_t{20} << 30;
+  SchedInput alone({{"u", &unknown, 64000, 256000, false, {}}});
+  Result<sched::Task> refused = alone.TaskFor(by_memory);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("no GPU here has a known memory size"),
+            std::string::npos)
+      << refused.status().message();
+  EXPECT_TRUE(alone.TaskFor(Share(2, 1000, 250)).ok());  // a share by fraction is placed
+  SchedInput mixed(
+      {{"u", &unknown, 64000, 256000, false, {}}, {"k", &known, 64000, 256000, false, {}}});
+  Result<sched::Task> task = mixed.TaskFor(by_memory);
+  ASSERT_TRUE(task.ok()) << task.status().ToString();
+  EXPECT_FALSE(mixed.cluster.Fits(0, *task));
+  EXPECT_TRUE(mixed.cluster.Fits(1, *task));
+}
+
 // Under --mps-one-size a share is owned by its user and its size: MPS holds each client to
 // the largest share among its server's, so only shares of one size share an MPS GPU (each
 // then held to its own). A different fraction, a memory ask or another user is another

@@ -39,6 +39,7 @@ sched::NodeSpec SpecOf(const SchedNode& n, const std::vector<SchedDevice>& devic
     uint64_t min_mem = g.memory_total_bytes;
     for (const auto& other : n.info->gpus) min_mem = std::min(min_mem, other.memory_total_bytes);
     spec.gpu_memory_mib = static_cast<int64_t>(min_mem / kMiB);
+    spec.gpu_memory_unknown = spec.gpu_memory_mib == 0;  // some GPU's size was not read
     spec.gpu_capability = CapabilityOf(g);
     for (size_t i = 0; i < devices.size() && i < 64; ++i) {
       const gpu::GpuInfo& parent = n.info->gpus[devices[i].gpu];
@@ -139,8 +140,11 @@ void SchedInput::BuildLayout(const std::vector<SchedNode>& nodes, MpsSharing mps
                            [&](const GpuModelFacts& m) { return m.key == f.key; });
     if (it == out->models.end()) {
       out->models.push_back(f);
-    } else {
-      it->memory_bytes = std::min(it->memory_bytes, f.memory_bytes);
+    } else if (f.memory_bytes > 0) {
+      // The smallest known size: a node whose GPU memory is unknown (0) takes no share
+      // sized by memory (cluster_state.h), and must not make the model's size unknown.
+      it->memory_bytes =
+          it->memory_bytes == 0 ? f.memory_bytes : std::min(it->memory_bytes, f.memory_bytes);
     }
   }
 }
@@ -243,6 +247,13 @@ Result<sched::Task> SchedInput::TaskFor(const jobs::Job& job) const {
     if (best == 0) {
       const uint64_t largest =
           memories.empty() ? 0 : *std::max_element(memories.begin(), memories.end());
+      if (largest == 0 && !memories.empty()) {
+        return Status::FailedPrecondition(
+            "needs " + FormatGiB(r.gpu_memory_bytes) +
+            " of GPU memory (--gpu-mem), and no GPU here has a known memory size (its node's "
+            "discovery could not read it: docs/node-schema.md); ask a share by fraction "
+            "(--gpu-share) instead");
+      }
       return Status::FailedPrecondition("needs " + FormatGiB(r.gpu_memory_bytes) +
                                         " of GPU memory (--gpu-mem); the largest GPU here has " +
                                         FormatGiB(largest) + ": ask for at most that");

@@ -28,6 +28,7 @@
 #include "net/listen_socket.h"
 #include "net/local_peer.h"
 #include "net/request_framing.h"
+#include "net/url_unescape.h"
 #include "net/worker_pool.h"
 
 namespace gpupool::net {
@@ -52,6 +53,9 @@ struct ConnInfo {
   bool reserved_peer = false;
   std::optional<PeerCredentials> peer;  // Unix socket
   std::string remote;                   // "unix" or "ADDRESS:PORT"
+  // The request being read kept an escaped control byte (net/url_unescape.h): its path
+  // (or query part) as sent, to refuse it by. Cleared as each request reaches OnRequest.
+  std::string control_escape;
 };
 
 int64_t NowUs() { return SystemClock::Get()->MonotonicMicros(); }
@@ -338,7 +342,8 @@ class MhdServer final : public HttpServer {
         MHD_OPTION_THREAD_POOL_SIZE, threads, MHD_OPTION_CONNECTION_LIMIT, limit,
         MHD_OPTION_CONNECTION_TIMEOUT, static_cast<unsigned>(options_.connection_timeout_s),
         MHD_OPTION_NOTIFY_COMPLETED, &MhdServer::OnCompleted, this, MHD_OPTION_NOTIFY_CONNECTION,
-        &MhdServer::OnConnection, &ctx, MHD_OPTION_END);
+        &MhdServer::OnConnection, &ctx, MHD_OPTION_UNESCAPE_CALLBACK, &MhdServer::Unescape, nullptr,
+        MHD_OPTION_END);
   }
 
   // Drain: libmicrohttpd accepts no more on `d`'s listener; the connections waiting
@@ -381,6 +386,16 @@ class MhdServer final : public HttpServer {
     const MHD_ConnectionInfo* info =
         MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
     return info != nullptr ? static_cast<ConnInfo*>(info->socket_context) : nullptr;
+  }
+
+  // libmicrohttpd's decoding of the path and of each query name and value.
+  static size_t Unescape(void*, MHD_Connection* conn, char* s) {
+    bool control = false;
+    const size_t n = UnescapeUrlPart(s, &control);
+    if (ConnInfo* info = InfoOf(conn); control && info != nullptr && info->control_escape.empty()) {
+      info->control_escape = s;
+    }
+    return n;
   }
 
   static void OnConnection(void* cls, MHD_Connection* conn, void** socket_context,
@@ -738,6 +753,16 @@ class MhdServer final : public HttpServer {
       HeaderList all;
       MHD_get_connection_values(conn, MHD_HEADER_KIND, &MhdServer::ListHeader, &all);
       std::string refused = AmbiguousFraming(all);
+      if (ConnInfo* info = InfoOf(conn); info != nullptr && !info->control_escape.empty()) {
+        if (refused.empty()) {
+          const std::string& part = info->control_escape;
+          refused = "request path '" + std::string(url) + "'" +
+                    (part == url ? "" : ", its query part '" + part + "'") +
+                    ": a percent-encoded control byte (%00-%1F, %7F) is in no path or query "
+                    "of this API; send the request without it";
+        }
+        info->control_escape.clear();
+      }
       const int status = refused.empty() ? 503 : 400;
       if (refused.empty()) refused = self->HeadArrived(conn, HeadOf(conn, url, method));
       if (refused.empty()) return MHD_YES;

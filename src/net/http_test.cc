@@ -22,6 +22,7 @@
 #include "net/http_client.h"
 #include "net/http_server.h"
 #include "net/http_test_util.h"
+#include "net/url_unescape.h"
 
 namespace gpupool::net {
 namespace {
@@ -146,6 +147,39 @@ TEST_F(HttpTest, ABodyFramedTwoWaysIs400AndNeverReachesTheHandler) {
     EXPECT_NE(answer.find("body=xy"), std::string::npos) << framing << "\n" << answer;
   }
   EXPECT_EQ(calls_.load(), 2);
+}
+
+TEST(UnescapeUrlPartTest, DecodesButKeepsControlBytesAsSent) {
+  auto decode = [](std::string s, bool* control) {
+    *control = false;
+    s.resize(UnescapeUrlPart(s.data(), control));
+    return s;
+  };
+  bool control = false;
+  EXPECT_EQ(decode("/v1/a%20b%2Fc%zz%4", &control), "/v1/a b/c%zz%4");
+  EXPECT_FALSE(control);
+  EXPECT_EQ(decode("/v1/jobs/1%00abc", &control), "/v1/jobs/1%00abc");
+  EXPECT_TRUE(control);
+  EXPECT_EQ(decode("x%0a%7Fy%41", &control), "x%0a%7FyA");
+  EXPECT_TRUE(control);
+}
+
+TEST_F(HttpTest, AnEscapedControlByteInThePathOrQueryIs400NamingIt) {
+  // GET /v1/jobs/1%00abc was served as /v1/jobs/1: the decoded NUL ended the C string.
+  const std::string sock = (dir_ / "s.sock").string();
+  std::string answer = testing::ReadAll(testing::SendGet(sock, "/v1/jobs/1%00abc"));
+  EXPECT_EQ(answer.rfind("HTTP/1.1 400", 0), 0u) << answer;
+  EXPECT_NE(answer.find("request path '/v1/jobs/1%00abc': a percent-encoded control byte"),
+            std::string::npos)
+      << answer;
+  answer = testing::ReadAll(testing::SendGet(sock, "/v1/x?q=a%0Ab"));
+  EXPECT_EQ(answer.rfind("HTTP/1.1 400", 0), 0u) << answer;
+  EXPECT_NE(answer.find("request path '/v1/x', its query part 'a%0Ab'"), std::string::npos)
+      << answer;
+  EXPECT_EQ(calls_.load(), 0);
+  // Other escapes are decoded as before.
+  answer = testing::ReadAll(testing::SendGet(sock, "/v1/a%2Db?q=c%20d"));
+  EXPECT_NE(answer.find("GET /v1/a-b q=c d"), std::string::npos) << answer;
 }
 
 TEST_F(HttpTest, SecondServerOnTheSameSocketIsRefused) {

@@ -84,6 +84,7 @@ Status ClusterState::AddNode(const NodeSpec& s) {
     }
   }
   n.gpu_memory_mib = s.gpu_memory_mib;
+  n.gpu_memory_unknown = s.gpu_memory_unknown;
   n.gpu_capability = s.gpu_capability;
   n.gpu_free_milli.assign(static_cast<size_t>(s.num_gpus), 1000);
   n.gpu_free_total = int64_t{s.num_gpus} * 1000;
@@ -223,6 +224,9 @@ Status ClusterState::SetScanOrder(std::vector<int32_t> order) {
       !std::binary_search(task.allowed_nodes.begin(), task.allowed_nodes.end(), n.name)) {
     return Refusal::kNodeList;
   }
+  // A share sized by memory (--gpu-mem) cannot be checked against a GPU whose memory is
+  // unknown (discovery could not read it, docs/node-schema.md): it might not hold it.
+  if (task.gpu_memory_mib > 0 && n.gpu_memory_unknown) return Refusal::kGpuMemoryUnknown;
   return Refusal::kNone;
 }
 
@@ -294,6 +298,8 @@ std::string ClusterState::WhyNotFit(int32_t i, const Task& task) const {
                            task.min_capability % 10);
       case Refusal::kNodeList:
         return "not among the task's nodes";
+      case Refusal::kGpuMemoryUnknown:
+        return "GPU memory unknown (a --gpu-mem share is never placed there)";
       case Refusal::kNone:
         break;
     }

@@ -61,6 +61,11 @@ struct NodeSpec {
   std::string gpu_model;       // empty when num_gpus == 0
   int64_t gpu_memory_mib = 0;  // per GPU; 0 = unknown
   int32_t gpu_capability = 0;  // e.g. 80 for compute capability 8.0; 0 = unknown
+  // The node's discovery could not read a GPU's memory size (the controller: its
+  // memory_total_bytes 0, docs/node-schema.md): a share sized by memory
+  // (Task::gpu_memory_mib) is never placed here, as it could not be checked. The
+  // simulator's nodes, whose memory it does not model, leave it false.
+  bool gpu_memory_unknown = false;
   // Bit i set: GPU i serves the fractional tasks of one owner at a time (see above).
   uint64_t single_owner_gpus = 0;
   // Bit i set: GPU i is whole-only, a MIG instance (see above).
@@ -80,6 +85,7 @@ struct NodeState {
   int32_t model_id = -1;  // index into ClusterState::models(); -1 without GPUs
   int32_t gpu_capability = 0;
   int64_t gpu_memory_mib = 0;
+  bool gpu_memory_unknown = false;      // as NodeSpec's
   std::vector<int32_t> gpu_free_milli;  // per GPU, 0..1000
   int64_t gpu_free_total = 0;           // sum of gpu_free_milli
   uint64_t version = 0;                 // new, process-unique value on every change
@@ -158,8 +164,9 @@ class ClusterState {
   // Fit now: CPU, memory, model, capability and num_gpu GPUs with free >= gpu_milli.
   // It respects the single-owner rule (HeldByOthers).
   bool Fits(int32_t i, const Task& task) const;
-  // The static part of Fits: the node's GPU model, capability and name suit the task
-  // (always true for CPU-only tasks).
+  // The static part of Fits: the node's GPU model, capability and name suit the task,
+  // and a share sized by memory knows the node's GPU memory (always true for CPU-only
+  // tasks).
   bool Allows(int32_t i, const Task& task) const;
   // Why `task` does not fit node `i` now, in a few words that read after a count ("no
   // GPUs", "other GPU model", "insufficient GPUs", "single-owner GPUs held by another
@@ -215,7 +222,7 @@ class ClusterState {
   int64_t TotalGpuMilliUsed() const { return capacity_.gpu_milli - free_.gpu_milli; }
 
  private:
-  enum class Refusal { kNone, kModel, kCapability, kNodeList };
+  enum class Refusal { kNone, kModel, kCapability, kNodeList, kGpuMemoryUnknown };
   Status CheckPlacementShape(const Task& task, const Placement& p) const;
   bool FitsRestricted(int32_t i, const Task& task) const;
   uint64_t HeldByOthersThan(int32_t i, int64_t owner) const;

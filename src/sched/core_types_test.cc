@@ -199,5 +199,29 @@ TEST(ClusterStateTest, AllowedNodesConstrainGpuTasksOnly) {
   EXPECT_TRUE(s.Fits(0, cpu));
 }
 
+TEST(ClusterStateTest, AShareSizedByMemoryNeverLandsOnAGpuOfUnknownMemory) {
+  // Memory 0 is unknown (discovery could not read it): a --gpu-mem share of 10 GiB was
+  // placed there as 1/8 of the GPU, which may be far smaller than 80 GiB.
+  ClusterState s;
+  NodeSpec unknown{"unknown", 8000, 8192, 4, "A100"};
+  unknown.gpu_memory_unknown = true;
+  NodeSpec known{"known", 8000, 8192, 4, "A100"};
+  known.gpu_memory_mib = 81920;
+  ASSERT_TRUE(s.AddNode(unknown).ok());
+  ASSERT_TRUE(s.AddNode(known).ok());
+  Task share = MakeTask("s", 1000, 1, 125);
+  share.gpu_memory_mib = 10240;
+  EXPECT_FALSE(s.Fits(0, share));
+  EXPECT_FALSE(s.CouldEverHost(0, share));
+  EXPECT_EQ(s.WhyNotFit(0, share), "GPU memory unknown (a --gpu-mem share is never placed there)");
+  EXPECT_TRUE(s.Fits(1, share));
+  // A share by fraction, or a whole GPU, asks no memory: the GPU of unknown memory serves.
+  EXPECT_TRUE(s.Fits(0, MakeTask("f", 1000, 1, 125)));
+  EXPECT_TRUE(s.Fits(0, MakeTask("w", 1000, 1, 1000)));
+  // A node whose memory is merely not modelled (the simulator's: 0, not unknown) takes it.
+  ASSERT_TRUE(s.AddNode({"unmodelled", 8000, 8192, 4, "A100"}).ok());
+  EXPECT_TRUE(s.Fits(2, share));
+}
+
 }  // namespace
 }  // namespace gpupool::sched

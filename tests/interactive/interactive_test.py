@@ -289,6 +289,23 @@ class InteractiveTest(unittest.TestCase):
         self.assertEqual(job["state"], "CANCELLED", job)
         self.assertTrue(job["reason"].startswith("cancelled by "), job)
 
+    def test_a_run_at_its_time_limit_gets_sigterm_and_the_grace(self):
+        # The run's command got SIGKILL at once at the time limit (its held task ended on
+        # its SIGTERM, and the task's cgroups went with it) where a batch job gets
+        # SIGTERM, then SIGKILL after the 10 s grace: a command that cleans up on SIGTERM
+        # must have the time to.
+        mark = os.path.join(self.pool.dir, "run-term-mark")
+        script = ('trap "echo TERM > %s; exit 3" TERM; echo ready; '
+                  'while :; do sleep 0.1; done' % mark)
+        r = self.pool.cli("run", "-t", "0:02", "--", "sh", "-c", script)
+        jid = job_id_of(r.stderr)
+        self.assertIn("ready", r.stdout)
+        self.assertTrue(os.path.exists(mark), "the command saw no SIGTERM: " + r.stderr)
+        with open(mark) as f:
+            self.assertEqual(f.read(), "TERM\n")
+        self.assertEqual(r.returncode, 3, r.stderr)
+        self.assertEqual(self.pool.wait(jid, pooltest.FINAL_STATES)["state"], "TIMEOUT")
+
     def test_ctrl_c_while_waiting_cancels_the_job(self):
         hog = self.pool.cli("submit", "--gpus", "4", "--", "sleep", "1000")
         self.assertEqual(hog.returncode, 0, hog.stderr)
@@ -361,6 +378,35 @@ class InteractiveTest(unittest.TestCase):
             if p.poll() is None:
                 os.killpg(p.pid, signal.SIGKILL)
                 p.wait()
+
+    def test_an_alloc_whose_allocation_is_revoked_says_so_and_ends(self):
+        # Its time limit or a cancel ended the job while COMMAND ran: alloc said nothing
+        # and the shell went on in an allocation that no longer existed. As salloc's "Job
+        # allocation N has been revoked.": said on stderr with the state and reason,
+        # COMMAND hung up, and a non-zero exit.
+        r = self.pool.cli("alloc", "-t", "0:02", "--", "sh", "-c", "echo ready; exec sleep 40",
+                          timeout=30)
+        jid = job_id_of(r.stderr)
+        self.assertIn("gpupool: job allocation %d has been revoked (it ended TIMEOUT: " % jid,
+                      r.stderr)
+        self.assertEqual(r.returncode, 128 + signal.SIGHUP, r.stderr)
+        self.assertNotIn("released the allocation", r.stderr)
+        p = subprocess.Popen([GPUPOOL, "alloc", "--", "sh", "-c", "echo ready; exec sleep 40"],
+                             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True, env=self.pool.env)
+        try:
+            self.assertEqual(p.stdout.readline(), "ready\n")
+            jid = job_id_of(p.stderr.readline())
+            c = self.pool.cli("cancel", str(jid))
+            self.assertEqual(c.returncode, 0, c.stderr)
+            _, err = p.communicate(timeout=30)
+        finally:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+        self.assertIn("gpupool: job allocation %d has been revoked (it ended CANCELLED: "
+                      "cancelled by " % jid, err)
+        self.assertEqual(p.returncode, 128 + signal.SIGHUP, err)
 
     def test_an_alloc_killed_while_it_waits_holds_nothing(self):
         # Killed outright while its job waits for GPUs: the request is withdrawn, or, if the

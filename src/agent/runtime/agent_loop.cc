@@ -172,6 +172,7 @@ void AgentLoop::Launch(const protocol::LaunchOrder& order) {
   spec.preemptible = job.preemptible;
   spec.lease_file = LeaseFileFor(job);  // fenced by the node lease (agent_lease.cc)
   spec.lease_grace_s = LeaseGraceFor(job);
+  spec.node_name = options_.node_name;  // the shim's messages name the node as ours do
   spec.image = job.image;
   spec.shm_bytes = job.shm_bytes;
   spec.init = job.init;

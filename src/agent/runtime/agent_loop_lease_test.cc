@@ -154,6 +154,7 @@ TEST_F(AgentLoopLeaseTest, OnlyRequeuedAndPreemptibleTasksAreFenced) {
   EXPECT_EQ(spec_of(33).lease_grace_s, 7);  // the server's preemption grace: an eighth
   EXPECT_EQ(spec_of(34).lease_grace_s, 3);  // its own
   EXPECT_EQ(spec_of(35).lease_grace_s, 7);  // its own, cut to an eighth
+  EXPECT_EQ(spec_of(31).node_name, "n1");   // its messages name the node as the agent's do
   // An exec session in the fenced task: not fenced itself (it ends with its task).
   protocol::Work w;
   protocol::ExecRequest x;

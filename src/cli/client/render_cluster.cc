@@ -108,6 +108,15 @@ std::string Partitions(const std::string& node, const Json& gpus) {
   });
 }
 
+// "n1 GPU 3: memory unknown" per node and GPU whose memory size discovery could not read
+// (0, docs/node-schema.md; a GPU without the field says nothing): the scheduler places no
+// share sized by memory on that node.
+std::string UnknownMemory(const std::string& node, const Json& gpus) {
+  return GpusByMode(node, gpus, [](const Json& g) {
+    return GetInt(g, "memory_total_bytes", -1) == 0 ? std::string("memory unknown") : std::string();
+  });
+}
+
 constexpr const char* kPartitionsTitle =
     "AMD partitions, each scheduled as a GPU of its own (docs/sharing.md):\n";
 
@@ -326,10 +335,12 @@ std::string RenderNodes(const Json& answer, int64_t now_us) {
   std::string enforcement;  // "n1 GPUs 0-7: mps" per node and mode stated
   std::string mig;          // one line per MIG instance
   std::string partitions;   // "n1 GPUs 0-7: CPX, NPS4, 38 CUs" per node and mode
+  std::string unknown_memory;  // "n1 GPU 3: memory unknown" per node
   for (const Json& node : GetArray(answer, "nodes")) {
     const Json& gpus = GetArray(node, "gpus");
     enforcement += Enforcement(GetString(node, "name"), gpus);
     partitions += Partitions(GetString(node, "name"), gpus);
+    unknown_memory += UnknownMemory(GetString(node, "name"), gpus);
     mig += MigInstances(GetString(node, "name"), gpus);
     int64_t allocated = 0;
     for (const Json& g : gpus) {
@@ -376,7 +387,11 @@ std::string RenderNodes(const Json& answer, int64_t now_us) {
                          : "leases of nodes that stopped answering (docs/health.md):\n" + leases) +
          (enforcement.empty() ? "" : "GPU share enforcement (docs/sharing.md):\n" + enforcement) +
          (mig.empty() ? "" : "MIG instances, each held whole by one job:\n" + mig) +
-         (partitions.empty() ? "" : kPartitionsTitle + partitions);
+         (partitions.empty() ? "" : kPartitionsTitle + partitions) +
+         (unknown_memory.empty() ? ""
+                                 : "GPU memory unknown: no --gpu-mem share is placed on these "
+                                   "nodes (docs/node-schema.md):\n" +
+                                       unknown_memory);
 }
 
 Result<std::string> RenderNode(const Json& answer, const std::string& name, int64_t now_us) {
@@ -430,13 +445,15 @@ Result<std::string> RenderNode(const Json& answer, const std::string& name, int6
     const std::string state = GetString(h, "state", "healthy");
     const std::string index = std::to_string(GetInt(g, "index"));
     const int64_t used = GetInt(tel, "mem_used_mib", -1);
-    t.AddRow(
-        {index, GetString(g, "name", "?"),
-         FormatBytes(static_cast<uint64_t>(std::max<int64_t>(0, GetInt(g, "memory_total_bytes")))),
-         FormatMilli(GetInt(g, "allocated_milli")), GetString(g, "enforcement", "-"), state,
-         Reading(tel, "util_pct", "%"), used >= 0 ? Gib(used) + " GiB" : "-",
-         Reading(tel, "temp_c", " C"), Reading(tel, "power_w", " W"),
-         Reading(tel, "xid_errors", ""), HoldersCell(g)});
+    t.AddRow({index, GetString(g, "name", "?"),
+              GetInt(g, "memory_total_bytes", -1) == 0
+                  ? std::string("unknown")
+                  : FormatBytes(static_cast<uint64_t>(
+                        std::max<int64_t>(0, GetInt(g, "memory_total_bytes")))),
+              FormatMilli(GetInt(g, "allocated_milli")), GetString(g, "enforcement", "-"), state,
+              Reading(tel, "util_pct", "%"), used >= 0 ? Gib(used) + " GiB" : "-",
+              Reading(tel, "temp_c", " C"), Reading(tel, "power_w", " W"),
+              Reading(tel, "xid_errors", ""), HoldersCell(g)});
     if (!GetString(h, "state").empty()) {
       details += "GPU " + index + " (" + CleanCell(GetString(g, "uuid")) +
                  "): " + CleanCell(state) + " since " + FormatTimeUtc(GetInt(h, "since_us")) +

@@ -508,33 +508,6 @@ TEST(RenderNodesTest, TheIdleInstancesOfAGpuOutOfServiceAreNotFree) {
   EXPECT_NE(one->find(instances), std::string::npos) << *one;
 }
 
-// AMD GPUs in a partitioned mode (docs/sharing.md, "AMD GPUs"): their modes and CUs,
-// grouped per node; both views; nothing for GPUs that report none.
-TEST(RenderNodesTest, AmdPartitionsAreListedPerNode) {
-  const Json answer = Parse(R"js({"nodes": [{"name": "mi1", "state": "up", "gpus": [
-      {"index": 0, "name": "MI300X", "compute_partition": "CPX", "memory_partition": "NPS4",
-       "compute_units": 38},
-      {"index": 1, "name": "MI300X", "compute_partition": "CPX", "memory_partition": "NPS4",
-       "compute_units": 38},
-      {"index": 8, "name": "MI300X", "compute_partition": "SPX\u001b[2J",
-       "memory_partition": "NPS1"},
-      {"index": 9, "name": "MI210"}]}]})js");
-  const std::string parts =
-      "AMD partitions, each scheduled as a GPU of its own (docs/sharing.md):\n"
-      "mi1 GPUs 0,1: CPX, NPS4, 38 CUs\n"
-      "mi1 GPU 8: SPX [2J, NPS1\n";
-  const std::string all = RenderNodes(answer, kRenderNow);
-  EXPECT_NE(all.find(parts), std::string::npos) << all;
-  Result<std::string> one = RenderNode(answer, "mi1", kRenderNow);
-  ASSERT_TRUE(one.ok());
-  EXPECT_NE(one->find(parts), std::string::npos) << *one;
-  EXPECT_EQ(RenderNodes(Parse(R"({"nodes": [{"name": "n", "state": "up", "gpus": [
-                {"index": 0, "name": "MI210"}]}]})"),
-                        kRenderNow)
-                .find("AMD partitions"),
-            std::string::npos);
-}
-
 TEST(RenderNodeTest, OneNodeInFullWithItsGpusHealth) {
   const Json answer = Parse(R"js({"nodes": [
     {"name": "gpu0", "state": "up", "gpus": []},

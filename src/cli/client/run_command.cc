@@ -43,22 +43,43 @@ struct RunState {
 // withdrawn (while the job waits) or its allocation released after that timeout instead
 // of held for good. Stops when destroyed, or once the job has ended (or the controller
 // has no such endpoint).
+//
+// A job that ends while COMMAND runs had its allocation revoked (a cancel, its time
+// limit, its node lost): said on stderr with the job's state and reason, and COMMAND is
+// hung up (SIGHUP, SIGKILL after the stop grace), as salloc does, instead of a shell that
+// goes on in an allocation that no longer exists.
 class AllocKeepAlive {
  public:
-  AllocKeepAlive(ApiClient api, int64_t id)
+  AllocKeepAlive(ApiClient api, int64_t id, std::ostream* err)
       : api_(std::move(api)),
+        id_(id),
         path_("/v1/jobs/" + std::to_string(id) + "/alive"),
+        err_(err),
         thread_([this] { Run(); }) {}
   ~AllocKeepAlive() {
     {
       std::lock_guard lock(mu_);
       stop_ = true;
+      command_ = 0;
     }
     cv_.notify_all();
     thread_.join();
   }
   AllocKeepAlive(const AllocKeepAlive&) = delete;
   AllocKeepAlive& operator=(const AllocKeepAlive&) = delete;
+
+  // COMMAND runs as `pid` (0: it has ended, and must not be signalled any more).
+  void Watch(pid_t pid) {
+    {
+      std::lock_guard lock(mu_);
+      command_ = pid;
+    }
+    cv_.notify_all();
+  }
+  bool revoked() {
+    std::lock_guard lock(mu_);
+    return revoked_;
+  }
 
  private:
   void Run() {
@@ -71,20 +92,50 @@ class AllocKeepAlive {
       if (r.ok()) {
         every_ms =
             std::clamp<int64_t>(GetInt(r->json, "client_timeout_s", 3) * 1000 / 3, 200, 5000);
-      } else if (const StatusCode code = r.status().code(); code == StatusCode::kNotFound ||
-                                                            code == StatusCode::kInvalidArgument ||
-                                                            code == StatusCode::kPermissionDenied) {
-        return;  // ended, or refused: nothing more to keep (an unreachable server: again)
+      } else if (const StatusCode code = r.status().code(); code == StatusCode::kNotFound) {
+        // Ended: revoked, should COMMAND run (or start) before this client released it.
+        cv_.wait(lock, [this] { return stop_ || command_ != 0; });
+        if (!stop_) Revoke(lock);
+        return;
+      } else if (code == StatusCode::kInvalidArgument || code == StatusCode::kPermissionDenied) {
+        return;  // refused: nothing more to keep (an unreachable server: again)
       }
       cv_.wait_for(lock, std::chrono::milliseconds(every_ms), [this] { return stop_; });
     }
   }
 
+  void Revoke(std::unique_lock<std::mutex>& lock) {
+    lock.unlock();
+    std::string why = "it has ended";
+    if (Result<ApiAnswer> a = api_.Get("/v1/jobs/" + std::to_string(id_)); a.ok()) {
+      const Json& job = GetObject(a->json, "job");
+      const std::string reason = GetString(job, "reason");
+      why = "it ended " + GetString(job, "state") + (reason.empty() ? "" : ": " + reason);
+    }
+    lock.lock();
+    if (command_ == 0) return;  // COMMAND ended meanwhile: the usual end says the rest
+    revoked_ = true;
+    *err_ << "gpupool: job allocation " << id_ << " has been revoked (" << why
+          << "); hanging up the command\n"
+          << std::flush;
+    ::kill(command_, SIGHUP);
+    ::kill(command_, SIGCONT);
+    // One that ignores the hangup (nohup) is killed after a job's stop grace.
+    if (!cv_.wait_for(lock, std::chrono::seconds(kStopGraceS), [this] { return command_ == 0; })) {
+      ::kill(command_, SIGKILL);
+    }
+  }
+
+  static constexpr int kStopGraceS = 10;  // the default stop grace of a job (--kill-wait)
   const ApiClient api_;
+  const int64_t id_;
   const std::string path_;
+  std::ostream* const err_;
   std::mutex mu_;
   std::condition_variable cv_;
   bool stop_ = false;
+  pid_t command_ = 0;
+  bool revoked_ = false;
   std::thread thread_;  // last: it starts once the members above are made
 };
 
@@ -177,8 +228,8 @@ Result<int64_t> WaitUntilPlaced(const ClientRuntime& rt, const ApiClient& api, i
 }
 
 // A run job whose command a stop ended, not the command itself: a cancel or the time
-// limit. The session's status is then how the stop reached the command (at the time
-// limit the session goes with its job: SIGKILL), so the exit status is the job's, 128 +
+// limit. The session's status is then how the stop reached the command (SIGTERM, or
+// SIGKILL after the grace), so the exit status is the job's, 128 +
 // the signal that ended it (docs/cli.md), and stderr says why (red team 5, finding 6).
 // Only a command ended by a signal is looked at; the job settles once its tasks have
 // ended too, which may come just after the session ends: asked for 10 s at most.
@@ -243,7 +294,7 @@ Status RunAlloc(const ClientRuntime& rt, const RunState& s) {
   if (!s.quiet) *rt.env.err << "gpupool: job " << id << " submitted\n" << std::flush;
   // Alive while the job waits as while COMMAND runs (the job is marked client_keepalive).
   std::optional<AllocKeepAlive> alive;
-  alive.emplace(api, id);
+  alive.emplace(api, id, rt.env.err);
   Json job;
   GP_RETURN_IF_ERROR(WaitUntilPlaced(rt, api, id, s.quiet, &job).status());
   std::string nodes;
@@ -283,6 +334,7 @@ Status RunAlloc(const ClientRuntime& rt, const RunState& s) {
   int code = 127;
   std::string ended = R"({"exit_code": 127})";  // how COMMAND ended, for the job's record
   if (pid > 0) {
+    alive->Watch(pid);
     // Our terminal's ^C is the command's (its foreground job); we wait for it to end.
     struct sigaction ignore {};
     struct sigaction old_int {};
@@ -293,6 +345,7 @@ Status RunAlloc(const ClientRuntime& rt, const RunState& s) {
     int status = 0;
     while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
     }
+    alive->Watch(0);
     ::sigaction(SIGINT, &old_int, nullptr);
     ::sigaction(SIGQUIT, &old_quit, nullptr);
     code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
@@ -302,7 +355,13 @@ Status RunAlloc(const ClientRuntime& rt, const RunState& s) {
   } else {
     *rt.env.err << "gpupool: cannot start " << command[0] << ": " << std::strerror(errno) << "\n";
   }
+  const bool revoked = alive->revoked();
   alive.reset();
+  if (revoked) {
+    // Nothing left to release; never 0, as salloc's, even for a COMMAND that exited 0.
+    rt.ctx->exit_code = code != 0 ? code : 1;
+    return Status::Ok();
+  }
   // The job ends as COMMAND did (SUCCEEDED for exit 0), as salloc's, not CANCELLED.
   Result<ApiAnswer> cancelled = RetryDuringTakeover(
       api, [&] { return api.Post("/v1/jobs/" + ids + "/cancel", ended); }, *rt.env.err);
