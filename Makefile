@@ -24,10 +24,9 @@ test: deps test-release test-asan
 build-release: build/release/build.ninja
 	cmake --build --preset release -j $(JOBS)
 
-# The release preset runs 4 tests at once even on 2 cores: these tests mostly wait on
-# daemons, jobs and timeouts (a third of 2 cores busy). The long end-to-end tests carry a
-# COST (seconds measured) so that ctest starts them first, also in a fresh clone without
-# cost data from an earlier run (docs/benchmarks.md, "CI time").
+# The long end-to-end tests carry a COST (seconds measured) so that ctest starts them
+# first, also in a fresh clone without cost data from an earlier run (docs/benchmarks.md,
+# "CI time"). 2 at once: at 4, load-sensitive tests failed now and then.
 test-release: build-release
 	ctest --preset release
 
