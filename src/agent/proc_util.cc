@@ -1,5 +1,6 @@
 #include "agent/proc_util.h"
 
+#include <dirent.h>
 #include <poll.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -7,6 +8,8 @@
 #include <cerrno>
 #include <csignal>
 #include <cstring>
+#include <map>
+#include <set>
 
 #include "common/file_util.h"
 #include "common/strings.h"
@@ -17,16 +20,9 @@ Result<uint64_t> ProcessStartTicks(pid_t pid) {
   const std::string path = "/proc/" + std::to_string(pid) + "/stat";
   Result<std::string> text = ReadFileToString(path, 1u << 16);
   if (!text.ok()) return Status::NotFound("process " + std::to_string(pid) + " does not exist");
-  // The command name (field 2) may contain spaces and parentheses; fields after the
-  // last ')' are plain.
-  const size_t close = text->rfind(')');
-  if (close == std::string::npos) return Status::Internal("cannot parse '" + path + "'");
-  std::vector<std::string> fields = Split(Trim(std::string_view(*text).substr(close + 1)), ' ');
-  // fields[0] is field 3 (state), so field 22 is fields[19].
-  if (fields.size() < 20) return Status::Internal("cannot parse '" + path + "'");
-  std::optional<uint64_t> ticks = ParseUint64(fields[19]);
-  if (!ticks) return Status::Internal("cannot parse the start time in '" + path + "'");
-  return *ticks;
+  std::optional<ProcStat> st = ParseProcStat(pid, *text);
+  if (!st) return Status::Internal("cannot parse '" + path + "'");
+  return st->start_ticks;
 }
 
 std::string BootId() {
@@ -60,6 +56,65 @@ bool PidFdExited(int pidfd) {
 bool SignalProcess(int pidfd, pid_t pid, int sig) {
   if (pidfd >= 0) return ::syscall(SYS_pidfd_send_signal, pidfd, sig, nullptr, 0) == 0;
   return ::kill(pid, sig) == 0;
+}
+
+std::optional<ProcStat> ParseProcStat(pid_t pid, std::string_view text) {
+  // The command name (field 2) may contain spaces and parentheses; fields after the last
+  // ')' are plain: state (3), ppid (4), pgrp (5), ..., starttime (22).
+  const size_t close = text.rfind(')');
+  if (close == std::string_view::npos) return std::nullopt;
+  std::vector<std::string> fields = Split(Trim(text.substr(close + 1)), ' ');
+  if (fields.size() < 20 || fields[0].size() != 1) return std::nullopt;
+  std::optional<uint64_t> ppid = ParseUint64(fields[1]);
+  std::optional<uint64_t> pgid = ParseUint64(fields[2]);
+  std::optional<uint64_t> ticks = ParseUint64(fields[19]);
+  if (!ppid || !pgid || !ticks) return std::nullopt;
+  ProcStat st;
+  st.pid = pid;
+  st.ppid = static_cast<pid_t>(*ppid);
+  st.pgid = static_cast<pid_t>(*pgid);
+  st.state = fields[0][0];
+  st.start_ticks = *ticks;
+  return st;
+}
+
+std::vector<ProcStat> Descendants(pid_t root, const std::string& proc_root) {
+  std::multimap<pid_t, ProcStat> by_parent;
+  DIR* dir = ::opendir(proc_root.c_str());
+  if (dir == nullptr) return {};
+  while (const struct dirent* e = ::readdir(dir)) {
+    std::optional<uint64_t> pid = ParseUint64(e->d_name);
+    if (!pid || *pid == 0 || *pid > INT32_MAX) continue;
+    Result<std::string> text = ReadFileToString(proc_root + "/" + e->d_name + "/stat", 1u << 16);
+    if (!text.ok()) continue;  // ended while we looked
+    std::optional<ProcStat> st = ParseProcStat(static_cast<pid_t>(*pid), *text);
+    if (st && st->state != 'Z') by_parent.emplace(st->ppid, *st);
+  }
+  ::closedir(dir);
+  std::vector<ProcStat> out;
+  std::vector<pid_t> parents = {root};
+  std::set<pid_t> seen = {root};  // a made-up table may hold a loop
+  for (size_t i = 0; i < parents.size(); ++i) {
+    auto [first, last] = by_parent.equal_range(parents[i]);
+    for (auto it = first; it != last; ++it) {
+      if (!seen.insert(it->second.pid).second) continue;
+      out.push_back(it->second);
+      parents.push_back(it->second.pid);
+    }
+  }
+  return out;
+}
+
+int SignalDescendants(int sig, pid_t skip_group) {
+  int sent = 0;
+  for (const ProcStat& p : Descendants(::getpid())) {
+    if (skip_group != 0 && p.pgid == skip_group) continue;
+    const int fd = OpenVerifiedPidFd(p.pid, p.start_ticks);
+    if (fd == -1) continue;  // gone since, or the pid is another process's now
+    if (SignalProcess(fd, p.pid, sig)) ++sent;
+    if (fd >= 0) ::close(fd);
+  }
+  return sent;
 }
 
 std::string SignalName(int sig) {

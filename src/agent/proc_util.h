@@ -6,7 +6,10 @@
 #include <sys/types.h>
 
 #include <cstdint>
+#include <optional>
 #include <string>
+#include <string_view>
+#include <vector>
 
 #include "common/status.h"
 
@@ -28,6 +31,29 @@ bool PidFdExited(int pidfd);
 
 // Sends a signal through a pidfd (falls back to kill(pid) when pidfd < 0).
 bool SignalProcess(int pidfd, pid_t pid, int sig);
+
+// A process as /proc/<pid>/stat describes it.
+struct ProcStat {
+  pid_t pid = 0;
+  pid_t ppid = 0;
+  pid_t pgid = 0;
+  char state = '?';  // R, S, D, T, Z, ...
+  uint64_t start_ticks = 0;
+};
+
+// Parses the text of /proc/<pid>/stat; nullopt when it is not one.
+std::optional<ProcStat> ParseProcStat(pid_t pid, std::string_view text);
+
+// The living (not zombie) descendants of `root` in the process table under `proc_root`,
+// parents before their children. A process that left its parent stays a descendant of
+// the nearest subreaper above it (PR_SET_CHILD_SUBREAPER): of the job's supervisor, for
+// every process a job started, whatever sessions or double forks it went through.
+std::vector<ProcStat> Descendants(pid_t root, const std::string& proc_root = "/proc");
+
+// Sends `sig` to each living descendant of this process not in process group
+// `skip_group` (0: none), through a pidfd opened on the process seen in the walk, so a
+// pid reused since is never hit. Signal 0 only counts them. Returns how many it reached.
+int SignalDescendants(int sig, pid_t skip_group);
 
 // "SIGTERM" style name for messages; "signal N" when unknown.
 std::string SignalName(int sig);

@@ -114,10 +114,6 @@ void ShimLog(const char* fmt, ...) {
   (void)std::fflush(stderr);
 }
 
-// After `podman stop --time GRACE` the container should be gone; this much later the
-// shim kills it (`podman kill`) and its podman client itself.
-constexpr int64_t kContainerKillSlackS = 5;
-
 std::string HostName() {
   char buf[256] = {};
   if (::gethostname(buf, sizeof buf - 1) != 0) return "this node";
@@ -334,95 +330,6 @@ void Shim::CloseRelayedStreams() {
   args_.stdio_fd = -1;
 }
 
-void Shim::BeginStop(bool cancel, int64_t grace_s) {
-  if (stopping_) return;
-  stopping_ = true;
-  grace_s_ = grace_s;
-  if (cancel) {
-    final_.cancelled = true;
-  } else {
-    final_.timed_out = true;
-  }
-  SendStop(cancel ? "cancel" : "time limit");
-}
-
-// The stop's signals (stopping_ and grace_s_ set): SIGTERM now (a terminal's job: SIGHUP,
-// SIGTERM a second later), or podman stop; SIGKILL once the grace is over (Supervise).
-void Shim::SendStop(const char* what) {
-  if (container_) {
-    ShimLog("%s: podman stop --time %lld %s", what, static_cast<long long>(grace_s_),
-            container_name_.c_str());
-    StartHelper({"stop", "--time", std::to_string(grace_s_), container_name_}, "podman stop");
-    kill_at_mono_ = MonoMicros() + (grace_s_ + kContainerKillSlackS) * 1'000'000;
-    return;
-  }
-  kill_at_mono_ = MonoMicros() + grace_s_ * 1'000'000;
-  if (config_.spec.tty) {
-    // Its terminal hangs up first, as when an ssh connection drops (an interactive shell
-    // ignores SIGTERM but not SIGHUP); SIGTERM follows a second later.
-    ShimLog("%s: SIGHUP to process group %d", what, static_cast<int>(job_pid_));
-    ::kill(-job_pid_, SIGHUP);
-    ::kill(-job_pid_, SIGCONT);
-    term_at_mono_ = std::min(MonoMicros() + 1'000'000, kill_at_mono_);
-    return;
-  }
-  // SIGCONT after it, as Slurm does: a stopped process (kill -STOP) runs its handler.
-  const std::string to = SignalJob(SIGTERM);
-  SignalJob(SIGCONT);
-  ShimLog("%s: SIGTERM to process group %d%s, SIGCONT after it", what, static_cast<int>(job_pid_),
-          to.c_str());
-}
-
-// The process group, and the other processes of the job's cgroups: a process the job
-// started in a session of its own (setsid) has left the group but not the cgroup. Without cgroups
-// of its own (not root, isolation disabled, cgroup v1 with nothing to limit, an exec session in its
-// task's) the group alone; a container's are podman's to signal.
-std::string Shim::SignalJob(int sig) {
-  ::kill(-job_pid_, sig);
-  if (container_ || cgroup_ == nullptr || cgroup_->dirs().empty()) return "";
-  const int sent = cgroup_->SignalAll(sig, job_pid_);
-  return " and " + std::to_string(sent) + " other processes of its cgroups";
-}
-
-// The node's own stop with a grace (the lease's warning): the job is told as by a cancel
-// and killed after `grace_s` unless KillForNode comes first; it fails with `reason`. A
-// stop already under way keeps what it is.
-void Shim::WarnForNode(const std::string& reason, protocol::KillCause cause, int64_t grace_s) {
-  if (stopping_ || killed_) return;
-  stopping_ = true;
-  node_stop_reason_ = reason;
-  node_stop_cause_ = cause;
-  grace_s_ = grace_s;
-  ShimLog("stopped by the node: %s", reason.c_str());
-  if (config_.spec.preemptible) WriteDeadlineFile(WallMicros() / 1'000'000 + grace_s);
-  SendStop("node stop");
-}
-
-// Before the SIGTERM, so that a job reading it on the signal finds it. In place: a
-// container has the file itself mounted, and a new inode would not reach it.
-void Shim::WriteDeadlineFile(int64_t deadline_s) {
-  const std::string path = args_.job_dir + "/" + kPreemptDeadlineFile;
-  // Unlocked: the job may hold a lock on its file, which must not delay its stop. One
-  // write of a few bytes into an empty file: a reader sees it whole or not at all.
-  Status st = RewriteFileLocked(path, std::to_string(deadline_s) + "\n", /*lock=*/false);
-  if (!st.ok()) ShimLog("%s", st.message().c_str());
-}
-
-// The node's own stop: the job is killed now (the supervision loop sends SIGKILL, or
-// kills the container, at once) and fails with `reason`; a stop already under way keeps
-// what it is (a cancel stays a cancel) and only loses the rest of its grace.
-void Shim::KillForNode(const std::string& reason, protocol::KillCause cause) {
-  if (killed_) return;
-  ShimLog("stopped by the node: %s", reason.c_str());
-  if (!stopping_) {
-    stopping_ = true;
-    node_stop_reason_ = reason;
-    node_stop_cause_ = cause;
-  }
-  grace_s_ = 0;
-  kill_at_mono_ = MonoMicros();
-}
-
 // A SIGTERM or SIGINT: the node's own stop or a preemption's when the launcher left one
 // (stop_request.h), else a cancel with the spec's grace.
 void Shim::OnStopSignal() {
@@ -583,53 +490,6 @@ void Shim::Supervise() {
   }
 }
 
-void Shim::SendWarningSignal() {
-  const int sig = config_.spec.warn_signal;
-  const long long before =
-      static_cast<long long>(std::min(config_.spec.warn_time_s, config_.spec.time_limit_s));
-  if (container_) {
-    // podman signals the container's PID 1 (its init passes it on to the main process).
-    ShimLog("--signal: %s to container %s, %lld s before the time limit", SignalName(sig).c_str(),
-            container_name_.c_str(), before);
-    StartHelper({"kill", "--signal", std::to_string(sig), container_name_}, "podman kill");
-  } else if (config_.spec.warn_main_only) {
-    ShimLog("--signal: %s to process %d (B:, the main process only), %lld s before the time limit",
-            SignalName(sig).c_str(), static_cast<int>(job_pid_), before);
-    ::kill(job_pid_, sig);
-  } else {
-    const std::string to = SignalJob(sig);
-    ShimLog("--signal: %s to process group %d%s, %lld s before the time limit",
-            SignalName(sig).c_str(), static_cast<int>(job_pid_), to.c_str(), before);
-  }
-}
-
-// A stopped job's main process ended within its grace, but its cgroups may still hold
-// processes outside its process group: the command of `gpupool run` and `gpupool exec`
-// sessions, which joined the task's cgroups, or children that left the group. The stop's
-// SIGTERM reached them too (SignalJob); they get the rest of the grace to end, before
-// Finish's removal of the cgroups kills them: a run's command at its time limit was
-// killed at once, a held task ending on its SIGTERM. The node's stop (KillForNode) still
-// ends the wait at once.
-void Shim::StopJoinedProcesses() {
-  // SignalAll with signal 0 only counts them (skipping no group).
-  if (!stopping_ || killed_ || cgroup_ == nullptr || cgroup_->SignalAll(0, 0) == 0) return;
-  ShimLog("waiting for the processes left in the job's cgroups; SIGKILL once the grace is over");
-  const sigset_t set = ShimSignals();
-  while (cgroup_->SignalAll(0, 0) > 0) {
-    CheckLease();
-    const int64_t left_us = kill_at_mono_ - MonoMicros();
-    if (left_us <= 0) return;
-    // Polled: cgroup v1 has no event for its last process leaving.
-    const int64_t wait_us = std::min<int64_t>(left_us, 50'000);
-    struct timespec ts = {0, static_cast<long>(wait_us * 1000)};
-    siginfo_t info;
-    const int sig = ::sigtimedwait(&set, &info, &ts);
-    if (sig == SIGTERM || sig == SIGINT) OnStopSignal();
-    while (::waitpid(-1, nullptr, WNOHANG) > 0) {  // orphans we are the subreaper of
-    }
-  }
-}
-
 bool Shim::ReapChildren() {
   while (true) {
     // Look without reaping first: while the main process is a zombie its pid cannot be
@@ -728,6 +588,7 @@ int Shim::Finish() {
     Status st = cgroup_->Destroy(5000);
     if (!st.ok()) ShimLog("%s", st.message().c_str());
   };
+  if (!container_ && !HasOwnCgroups() && !final_.id.is_exec()) KillLeftovers();
   if (!container_) destroy_cgroup();  // a container's goes after the container
   if (container_ && final_.started) {
     // Whatever happened to podman's client (killed, crashed), conmon keeps a container

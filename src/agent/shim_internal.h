@@ -5,6 +5,7 @@
 
 #include <sys/types.h>
 
+#include <csignal>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -31,6 +32,8 @@ int64_t MonoMicros();
 void ShimNote(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
 void ShimLog(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
 std::string HostName();
+// The signals the shim waits for with sigtimedwait (blocked from its start).
+sigset_t ShimSignals();
 
 class Shim {
  public:
@@ -71,6 +74,9 @@ class Shim {
   // `sig` to the job's process group and to every process of its cgroups (shim.cc); says
   // " and N processes of its cgroups" for the log.
   std::string SignalJob(int sig);
+  bool HasOwnCgroups() const;
+  int SignalOthers(int sig, pid_t skip_group);
+  void KillLeftovers();
   void WriteDeadlineFile(int64_t deadline_s);
   // The node's own stop: its GPU memory watch's (stop_request.h) or its lease's (`cause`).
   void KillForNode(const std::string& reason,

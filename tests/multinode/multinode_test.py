@@ -356,11 +356,18 @@ def mpirun_command(pool, np, then=""):
             f.write('#!/bin/sh\nhost=$1\nshift\nmkdir -p "$GP_MPI_TMP/$host"\n'
                     'exec $GP_RSH_AGENT "$host" env TMPDIR="$GP_MPI_TMP/$host" "$@"\n')
         os.chmod(wrapper, 0o755)
+    # The daemons' TMPDIRs under a directory of this pool's own, not /tmp/gp-mpi-JOBID:
+    # another pool on this machine (a second suite, a leftover of an earlier run, another
+    # user's directory of that name) has jobs of the same numbers.
+    pool.mpi_tmp = os.path.join(pool.dir, "mpi")
+    if not os.path.isdir(pool.mpi_tmp):
+        os.mkdir(pool.mpi_tmp)
+        os.chmod(pool.mpi_tmp, 0o1777)
     return ["sh", "-c",
             "export EXEC=\"$OMPI_MCA_plm_rsh_agent\" GP_RSH_AGENT=\"$OMPI_MCA_plm_rsh_agent\" "
-            "GP_MPI_TMP=/tmp/gp-mpi-$GPUPOOL_JOB_ID && "
+            "GP_MPI_TMP=%s/$GPUPOOL_JOB_ID && "
             "OMPI_MCA_plm_rsh_agent=%s mpirun --hostfile $GPUPOOL_HOSTFILE -np %d %s %s && { %s; }" % (
-                wrapper, np, PYTHON, program, then or "true")]
+                pool.mpi_tmp, wrapper, np, PYTHON, program, then or "true")]
 
 
 def run_mpi_job(test, pool, np, then="", user=None, tasks=None, gpus=1):
@@ -369,7 +376,7 @@ def run_mpi_job(test, pool, np, then="", user=None, tasks=None, gpus=1):
     jid = pool.submit("--tasks", str(tasks or np), "--gpus", str(gpus), "--mpi", "--",
                       *mpirun_command(pool, np, then), user=user)
     job = pool.wait(jid, ("SUCCEEDED", "FAILED"), timeout=180)
-    shutil.rmtree("/tmp/gp-mpi-%d" % jid, ignore_errors=True)
+    shutil.rmtree(os.path.join(pool.mpi_tmp, str(jid)), ignore_errors=True)
     out = pool.logs(jid, 0)
     test.assertEqual(job["state"], "SUCCEEDED",
                      job["reason"] + out + pool.logs(jid, 0, "stderr"))
@@ -468,7 +475,7 @@ class MpiTest(unittest.TestCase):
         finally:
             open(gate, "w").close()
         job = self.pool.wait(jid, ("SUCCEEDED", "FAILED"), timeout=60)
-        shutil.rmtree("/tmp/gp-mpi-%d" % jid, ignore_errors=True)
+        shutil.rmtree(os.path.join(self.pool.mpi_tmp, str(jid)), ignore_errors=True)
         self.assertEqual(job["state"], "SUCCEEDED", job["reason"])
         for i in range(len(self.pool.hosts)):
             self.assertEqual(os.stat(self.pool.agent_state(i)).st_mode & 0o777, 0o711)
