@@ -148,6 +148,36 @@ class SlurmIoTest(unittest.TestCase):
         self.assertEqual(r.returncode, 2, r.stdout)
         self.assertIn("give --time", r.stderr)
 
+    def test_sbatch_wait_exits_with_the_jobs_exit_code(self):
+        # sbatch --wait in a pipeline: the next step runs once the job has ended, and knows
+        # how it went (its exit code; an array's highest; 1 for a cancelled one).
+        work = self.workdir("wait-work")
+        script = os.path.join(work, "w.sh")
+        with open(script, "w") as f:
+            f.write("#!/bin/sh\n#SBATCH --wait\necho ran > ran.txt\nexit 3\n")
+        os.chmod(script, 0o755)
+        r = self.gp("submit", "w.sh", cwd=work)
+        self.assertEqual(r.returncode, 3, r.stderr)
+        self.assertRegex(r.stdout, r"^Submitted job \d+\n$")
+        self.assertRegex(r.stderr, r"^gpupool: job \d+ FAILED: exited with code 3")
+        self.assertEqual(self.read(os.path.join(work, "ran.txt")), "ran\n")
+        r = self.gp("submit", "-W", "--array", "0-2", "--", "sh", "-c",
+                    "exit $GPUPOOL_ARRAY_TASK_ID", cwd=work)
+        self.assertEqual(r.returncode, 2, r.stderr)
+        self.assertIn("1 SUCCEEDED; exit code 2", r.stderr)
+        r = self.gp("submit", "--wait", "--", "true", cwd=work)
+        self.assertEqual((r.returncode, r.stderr), (0, ""))
+        # Held, then cancelled from elsewhere while submit waits.
+        waiting = subprocess.Popen([GPUPOOL, "submit", "-H", "-W", "--", "true"], cwd=work,
+                                   env=self.env, stdout=subprocess.PIPE,
+                                   stderr=subprocess.PIPE, text=True)
+        first = waiting.stdout.readline()
+        self.assertRegex(first, r"^Submitted job \d+\n$")
+        self.assertEqual(self.gp("cancel", first.split()[2]).returncode, 0)
+        out, err = waiting.communicate(timeout=30)
+        self.assertEqual(waiting.returncode, 1, err)
+        self.assertIn("CANCELLED", err)
+
     def test_an_edited_script_does_not_change_the_queued_job(self):
         work = self.workdir("script-work")
         script = os.path.join(work, "job.sh")

@@ -35,6 +35,9 @@ struct ClientEnvironment {
   // `logs`: a read the server could not serve now (503: the node did not send the bytes)
   // is made again this long after, a few times, before the command fails.
   int log_retry_pause_ms = 1'000;
+  // `submit --wait` looks at the job 100 ms after it was submitted, then twice as long
+  // after each look, up to this.
+  int wait_poll_max_ms = 2'000;
 
   // std::cout, std::cerr, the real environment, clock, directory and uid.
   static ClientEnvironment Process();

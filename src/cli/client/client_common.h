@@ -57,6 +57,12 @@ Result<int64_t> ResolveJobId(const ApiClient& api, const std::string& ref);
 std::function<Result<int64_t>(const std::string&)> ElementIds(const ClientRuntime& rt,
                                                               const ConnectionFlags& conn);
 
+// `submit --wait`: waits until the submitted `job` (every element of an array) has ended
+// and returns the exit code the command exits with (sbatch --wait's: the job's, 1 where it
+// did not exit by itself, an array's highest); says on stderr how a job that did not
+// succeed ended (submit_wait.cc).
+Result<int> WaitForSubmitted(const ClientRuntime& rt, const ApiClient& api, const Json& job);
+
 void RegisterSubmitCommand(CLI::App& app, const RuntimePtr& rt);    // submit_command.cc
 void RegisterJobCommands(CLI::App& app, const RuntimePtr& rt);      // job_commands.cc
 void RegisterLogsCommand(CLI::App& app, const RuntimePtr& rt);      // logs_command.cc

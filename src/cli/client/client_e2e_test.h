@@ -116,6 +116,7 @@ class ClientE2eTest : public ::testing::Test {
     env.uid = 1000;
     env.log_wait_ms = 100;
     env.log_retry_pause_ms = 10;
+    env.wait_poll_max_ms = 5;
     RegisterClientCommands(app, ctx, env);
     RunResult r;
     std::vector<std::string> reversed(args.rbegin(), args.rend());

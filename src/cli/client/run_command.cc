@@ -151,6 +151,10 @@ Result<int64_t> SubmitInteractive(const ClientRuntime& rt, const ApiClient& api,
     return Status::InvalidArgument("--array: gpupool " + mode +
                                    " is one job; submit arrays with gpupool submit");
   }
+  if (s.flags.wait) {
+    return Status::InvalidArgument("--wait: gpupool " + mode +
+                                   " waits for its job already; --wait is for gpupool submit");
+  }
   if (s.flags.mpi) {
     return Status::InvalidArgument("--mpi: gpupool " + mode +
                                    " holds every task already; run mpirun in it without --mpi");

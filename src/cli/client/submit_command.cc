@@ -111,20 +111,23 @@ Status RunSubmit(const ClientRuntime& rt, const SubmitState& s, bool after_dashe
   GP_RETURN_IF_ERROR(AddOutputFlags(flags, ::access(workdir.c_str(), W_OK) == 0, &body));
   GP_ASSIGN_OR_RETURN(ApiClient api, Connect(rt, s.conn));
   GP_ASSIGN_OR_RETURN(ApiAnswer answer, PostSubmission(api, &body));
+  const Json& job = GetObject(answer.json, "job");
+  const int64_t id = GetInt(job, "id");
   if (s.json) {
     PrintRaw(rt, answer.body);
   } else {
-    const int64_t id = GetInt(GetObject(answer.json, "job"), "id");
     if (id <= 0) {
       return Status::Internal("the server accepted the job but its answer has no job id");
     }
-    const Json& job = GetObject(answer.json, "job");
     if (GetInt(job, "array_id") == id) {
       Print(rt, "Submitted array job " + std::to_string(id) + " (" + GetString(job, "array") +
                     "; element N is " + std::to_string(id) + "_N)\n");
     } else {
       Print(rt, "Submitted job " + std::to_string(id) + "\n");
     }
+  }
+  if (flags.wait.value_or(false) && id > 0) {
+    GP_ASSIGN_OR_RETURN(rt.ctx->exit_code, WaitForSubmitted(rt, api, job));
   }
   return Status::Ok();
 }

@@ -98,5 +98,83 @@ TEST_F(ClientE2eTest, ScriptsThatCannotRunAreRefusedAtSubmit) {
   EXPECT_TRUE(Requests().empty());
 }
 
+// sbatch --wait (-W): submit stays until the job ended and exits with its exit code; 1
+// where it did not exit by itself; refused by run and alloc, which wait already.
+TEST_F(ClientE2eTest, SubmitWaitExitsWithTheJobsExitCode) {
+  std::atomic<int> looks = 0;
+  std::string end = R"("state": "FAILED", "exit_code": 3, "reason": "exited with code 3")";
+  Serve([&](const HttpRequest& r) {
+    if (r.method == "POST") return JsonAnswer(201, R"({"job": {"id": 5, "state": "PENDING"}})");
+    if (r.path != "/v1/jobs/5") return JsonAnswer(404, R"({"error": "no"})");
+    if (++looks < 3) return JsonAnswer(200, R"({"job": {"id": 5, "state": "RUNNING"}})");
+    return JsonAnswer(200, R"({"job": {"id": 5, )" + end + "}}");
+  });
+  RunResult r = Run({"submit", "--wait", "--", "false"});
+  EXPECT_EQ(r.code, 3) << r.err;
+  EXPECT_EQ(r.out, "Submitted job 5\n");
+  EXPECT_EQ(r.err, "gpupool: job 5 FAILED: exited with code 3\n");
+  EXPECT_EQ(looks, 3);
+  EXPECT_FALSE(Json::parse(Requests()[0].body).contains("wait"));  // the client's own
+
+  // From an #SBATCH line; a job that succeeded says nothing more.
+  looks = 0;
+  end = R"("state": "SUCCEEDED", "exit_code": 0)";
+  WriteScript("w.sh", "#!/bin/bash\n#SBATCH -W\ntrue\n", true);
+  r = Run({"submit", "w.sh"});
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.err, "");
+  EXPECT_EQ(looks, 3);
+
+  // Cancelled, timed out, killed by a signal: 1, as sbatch --wait.
+  for (const char* how : {R"("state": "CANCELLED", "reason": "cancelled by alice")",
+                          R"("state": "TIMEOUT", "signal": 15, "reason": "time limit")",
+                          R"("state": "FAILED", "signal": 9, "reason": "ended by SIGKILL")"}) {
+    looks = 0;
+    end = how;
+    r = Run({"submit", "-W", "--", "sleep", "100"});
+    EXPECT_EQ(r.code, 1) << how << r.err;
+  }
+  EXPECT_EQ(r.err, "gpupool: job 5 FAILED: ended by SIGKILL\n");
+
+  r = Run({"run", "--wait", "--", "true"});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(r.err,
+            "gpupool: --wait: gpupool run waits for its job already; --wait is for "
+            "gpupool submit\n");
+}
+
+// An array: every element's end is waited for; the highest exit code wins.
+TEST_F(ClientE2eTest, SubmitWaitOfAnArrayExitsWithTheHighestCode) {
+  std::atomic<int> lists = 0;
+  Serve([&](const HttpRequest& r) {
+    if (r.method == "POST") {
+      return JsonAnswer(201, R"({"job": {"id": 7, "array_id": 7, "array": "0-2"}})");
+    }
+    if (r.path == "/v1/jobs" && r.Query("active") == "1") {
+      // An element of another array, and then none of this one.
+      return JsonAnswer(200, ++lists < 3 ? R"({"jobs": [{"id": 4, "array_id": 3},
+                                                        {"id": 8, "array_id": 7}]})"
+                                         : R"({"jobs": [{"id": 4, "array_id": 3}]})");
+    }
+    if (r.path == "/v1/jobs/7_0") {
+      return JsonAnswer(200, R"({"job": {"id": 7, "state": "SUCCEEDED", "exit_code": 0}})");
+    }
+    if (r.path == "/v1/jobs/7_1") {
+      return JsonAnswer(200, R"({"job": {"id": 8, "state": "FAILED", "exit_code": 2,
+                                        "reason": "exited with code 2"}})");
+    }
+    if (r.path == "/v1/jobs/7_2") {
+      return JsonAnswer(200, R"({"job": {"id": 9, "state": "TIMEOUT", "signal": 15}})");
+    }
+    return JsonAnswer(404, R"({"error": "no"})");
+  });
+  RunResult r = Run({"submit", "--wait", "--array", "0-2", "--", "true"});
+  EXPECT_EQ(r.code, 2) << r.err;
+  EXPECT_EQ(lists, 3);
+  EXPECT_EQ(r.err,
+            "gpupool: job 7_1 FAILED: exited with code 2\n"
+            "gpupool: array 7: 1 FAILED, 1 SUCCEEDED, 1 TIMEOUT; exit code 2\n");
+}
+
 }  // namespace
 }  // namespace gpupool::cli

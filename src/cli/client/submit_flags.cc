@@ -151,6 +151,11 @@ void AddSubmitOptions(CLI::App& app, SubmitFlags* f) {
   app.add_flag_function(
       "-H,--hold", [f](int64_t count) { f->hold = count > 0; },
       "submit the job held: it waits until `gpupool release ID`");
+  app.add_flag_function(
+      "-W,--wait", [f](int64_t count) { f->wait = count > 0; },
+      "stay until the job (every element of an array) has ended, and exit with its exit "
+      "code: 0 when it succeeded, 1 when it did not exit by itself (a signal, cancelled, "
+      "timed out, lost), an array's highest (sbatch --wait)");
   for (const char* kind : {"after-ok", "after-any", "after-not-ok"}) {
     const std::string k = kind;
     const std::string when = k == "after-ok" ? "has succeeded"
@@ -279,7 +284,8 @@ Status RefuseDeferredStart(const CLI::App& parser, const Directive& d,
 std::vector<std::string> SbatchWords(const CLI::App& parser, const Directive& d,
                                      std::string_view script_name,
                                      std::vector<std::string>* ignored, std::string* per_job_gpus) {
-  static constexpr std::string_view kFlags[] = {"-H", "--hold", "--requeue", "--no-requeue"};
+  static constexpr std::string_view kFlags[] = {"-H",           "--hold", "--requeue",
+                                                "--no-requeue", "-W",     "--wait"};
   const std::vector<std::string>& w = d.words;
   std::vector<std::string> kept;
   for (size_t i = 0; i < w.size();) {
@@ -425,6 +431,7 @@ SubmitFlags MergeFlags(const SubmitFlags& script, const SubmitFlags& cmdline) {
   m.slurm_dependencies.insert(m.slurm_dependencies.end(), cmdline.slurm_dependencies.begin(),
                               cmdline.slurm_dependencies.end());
   if (cmdline.hold) m.hold = cmdline.hold;
+  if (cmdline.wait) m.wait = cmdline.wait;
   over(&m.nodes, cmdline.nodes);
   over(&m.partition, cmdline.partition);
   over(&m.export_env, cmdline.export_env);

@@ -55,6 +55,7 @@ struct SubmitFlags {
   // and turned into dependencies by BuildSubmission.
   std::vector<std::string> slurm_dependencies;
   std::optional<bool> hold;              // -H/--hold: the job is stored held
+  std::optional<bool> wait;              // -W/--wait: submit stays until the job ended
   std::optional<std::string> nodes;      // -N/--nodes: only 1, for a one-task job
   std::optional<std::string> partition;  // -p/--partition: refused (no partitions)
   // --export: ALL (the default), NONE, or [ALL,]NAME[=value],... (submit_io.h).
@@ -125,7 +126,9 @@ inline constexpr std::string_view kSbatchOptions[] = {"-G",
                                                       "-H",
                                                       "--hold",
                                                       "--requeue",
-                                                      "--no-requeue"};
+                                                      "--no-requeue",
+                                                      "-W",
+                                                      "--wait"};
 
 // `cmdline` over `script`: each option given on the command line replaces the script's;
 // --env lists are concatenated (later wins for the same name); --gpu-model lists replace.
