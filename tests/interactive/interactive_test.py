@@ -29,15 +29,16 @@ CLIENT_TIMEOUT_S = 2  # the server's --exec-client-timeout
 
 
 class Pool:
-    def __init__(self):
+    def __init__(self, kill_wait=None):
         self.dir = pooltest.make_test_dir("gp-it-")
         self.sock = os.path.join(self.dir, "gpupool.sock")
         self.env = dict(os.environ, GPUPOOL_SERVER="unix:" + self.sock)
         self.env.pop("GPUPOOL_JOB_ID", None)
         log = open(os.path.join(self.dir, "server.log"), "ab")
+        extra = ["--kill-wait", kill_wait] if kill_wait else []
         self.proc = subprocess.Popen(
             [GPUPOOL, "up", "--state-dir", self.dir, "--port", "0", "--fake", NODE,
-             "--exec-client-timeout", str(CLIENT_TIMEOUT_S)],
+             "--exec-client-timeout", str(CLIENT_TIMEOUT_S)] + extra,
             stdout=log, stderr=log, start_new_session=True)
         deadline = time.time() + 30
         while time.time() < deadline:
@@ -482,10 +483,78 @@ class InteractiveTest(unittest.TestCase):
         self.pool.cli("cancel", str(jid))
 
 
+class AllocStopGraceTest(unittest.TestCase):
+    """A revoked allocation's COMMAND that ignores its SIGHUP is killed after the pool's
+    stop grace (server --kill-wait), as the allocation's tasks were; it used to be a fixed
+    10 s whatever the pool's grace. One pool with a short grace, one with a long one."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.short = Pool(kill_wait="2s")
+        cls.long = Pool(kill_wait="12s")
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.short.stop()
+        cls.long.stop()
+
+    def revoke(self, pool, script):
+        """Runs `gpupool alloc -- sh -c SCRIPT`, cancels its job once SCRIPT said ready:
+        (seconds from the revocation's message to alloc's exit, exit status, stderr)."""
+        p = subprocess.Popen([GPUPOOL, "alloc", "--", "sh", "-c", script],
+                             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True, env=pool.env,
+                             start_new_session=True)
+        try:
+            self.assertEqual(p.stdout.readline(), "ready\n")
+            err = p.stderr.readline()
+            jid = job_id_of(err)
+            c = pool.cli("cancel", str(jid))
+            self.assertEqual(c.returncode, 0, c.stderr)
+            while "has been revoked" not in err:
+                line = p.stderr.readline()
+                self.assertTrue(line, "alloc said nothing of the revocation: " + err)
+                err += line
+            start = time.time()
+            p.wait(timeout=30)
+            took = time.time() - start
+            err += p.stderr.read()
+        finally:
+            if p.poll() is None:
+                os.killpg(p.pid, signal.SIGKILL)
+                p.wait()
+            p.stdout.close()
+            p.stderr.close()
+        self.assertIn("gpupool: job allocation %d has been revoked (it ended CANCELLED: "
+                      "cancelled by " % jid, err)
+        return took, p.returncode, err
+
+    def test_a_command_ignoring_the_hangup_is_killed_after_a_short_kill_wait(self):
+        took, code, err = self.revoke(
+            self.short, 'trap "" HUP; echo ready; while :; do sleep 0.2; done')
+        self.assertEqual(code, 128 + signal.SIGKILL, err)
+        # --kill-wait 2s: killed about 2 s after the hangup (it was 10 s).
+        self.assertGreaterEqual(took, 1.5, err)
+        self.assertLess(took, 7, err)
+        print("  --kill-wait 2s: the command ignoring SIGHUP was killed %.1f s after" % took)
+
+    def test_a_long_kill_wait_gives_the_command_its_time(self):
+        # --kill-wait 12s: a command that takes 10.5 s to clean up after its hangup ends
+        # by itself (exit 3), where the fixed 10 s killed it.
+        took, code, err = self.revoke(
+            self.long, 'trap "sleep 10.5; exit 3" HUP; echo ready; '
+                       'while :; do sleep 0.2; done')
+        self.assertEqual(code, 3, err)
+        self.assertGreaterEqual(took, 10, err)
+        print("  --kill-wait 12s: the command ended by itself %.1f s after its hangup" % took)
+
+
 if __name__ == "__main__":
     if os.geteuid() != 0:
         print("skipped: needs root (the agent runs jobs as their users)")
         sys.exit(77)
     runner = unittest.TextTestRunner(verbosity=2)
-    result = runner.run(unittest.defaultTestLoader.loadTestsFromTestCase(InteractiveTest))
+    loader = unittest.defaultTestLoader
+    result = runner.run(unittest.TestSuite([loader.loadTestsFromTestCase(InteractiveTest),
+                                            loader.loadTestsFromTestCase(AllocStopGraceTest)]))
     sys.exit(0 if result.wasSuccessful() else 1)

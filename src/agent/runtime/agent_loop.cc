@@ -242,7 +242,8 @@ void AgentLoop::Launch(const protocol::LaunchOrder& order) {
   }
 }
 
-void AgentLoop::DeferLocked(const protocol::LaunchOrder& order, const RunId& id, int earlier_attempt) {
+void AgentLoop::DeferLocked(const protocol::LaunchOrder& order, const RunId& id,
+                            int earlier_attempt) {
   const TaskSlot slot = SlotOf(id);
   const bool fresh = deferred_.count(slot) == 0;
   deferred_[slot] = order;
@@ -532,15 +533,8 @@ void AgentLoop::CancelOrdered(const protocol::CancelOrder& c) {
   }
 }
 
-Status AgentLoop::PollOnce() {
-  const int64_t sent_us = BootNow();
-  Result<protocol::Work> work = link_->PollWork(options_.node_name, options_.poll_wait_ms);
-  if (!work.ok()) {
-    if (work.status().code() == StatusCode::kNotFound) registered_ = false;
-    return work.status();
-  }
-  RenewLease(sent_us, lease_ms_);  // the controller knows this node: it answered the poll
-  for (const protocol::Rejected& r : work->rejected) {
+void AgentLoop::ApplyOrders(const protocol::Work& work) {
+  for (const protocol::Rejected& r : work.rejected) {
     spdlog::error("agent: unreadable {} from the controller: {}", r.what, r.error);
     if (r.job_id > 0 && r.what.rfind("launch", 0) == 0) {
       // The task is known: it fails with the reason rather than waiting forever.
@@ -548,8 +542,37 @@ Status AgentLoop::PollOnce() {
                  "the launch order could not be read: " + r.error);
     }
   }
-  for (const protocol::CancelOrder& c : work->cancel) CancelOrdered(c);
-  if (!work->logs.empty()) AnswerLogReads(work->logs);
+  for (const protocol::CancelOrder& c : work.cancel) CancelOrdered(c);
+  if (!work.logs.empty()) AnswerLogReads(work.logs);
+}
+
+Status AgentLoop::PollOnce() {
+  int64_t sent_us = BootNow();
+  Result<protocol::Work> work = link_->PollWork(options_.node_name, options_.poll_wait_ms);
+  if (!work.ok()) {
+    if (work.status().code() == StatusCode::kNotFound) registered_ = false;
+    return work.status();
+  }
+  RenewLease(sent_us, lease_ms_);  // the controller knows this node: it answered the poll
+  ApplyOrders(*work);
+  if (!work->launch.empty()) {
+    // The answer may be old: an agent frozen (SIGSTOP, a paused VM) while its poll was
+    // answered reads the launch only when it thaws, and a cancel given meanwhile waits at
+    // the controller for the next poll; the task would start, and run until that cancel
+    // came. So what the controller has now is taken first (a poll that does not wait):
+    // its cancels refuse the launches of their jobs (cancelled_, checked by Launch), which
+    // are reported ended, cancelled, without starting. The confirming answer's own
+    // launches are fresh, and go with these.
+    sent_us = BootNow();
+    if (Result<protocol::Work> now = link_->PollWork(options_.node_name, 0); now.ok()) {
+      RenewLease(sent_us, lease_ms_);
+      ApplyOrders(*now);
+      for (protocol::LaunchOrder& o : now->launch) work->launch.push_back(std::move(o));
+      for (protocol::ExecRequest& x : now->exec) work->exec.push_back(std::move(x));
+    } else if (now.status().code() == StatusCode::kNotFound) {
+      registered_ = false;  // registers again; the launches go ahead as they did before
+    }
+  }
   if (!work->launch.empty() || !work->exec.empty()) {
     std::lock_guard lock(mu_);
     for (protocol::LaunchOrder& o : work->launch) launch_queue_.push_back({std::move(o), {}});

@@ -169,6 +169,9 @@ class AgentLoop {
  private:
   Status Register();
   Status PollOnce();
+  // A poll answer's rejected orders, cancels and log reads, acted on at once (its
+  // launches and exec requests are queued by PollOnce).
+  void ApplyOrders(const protocol::Work& work);
   void AnswerLogReads(const std::vector<protocol::LogRequest>& reads);
   void CancelOrdered(const protocol::CancelOrder& c);
   // The runs here that a cancel order names (callers hold mu_); refuses the job's queued

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <filesystem>
 #include <fstream>
 #include <thread>
@@ -33,14 +34,15 @@ class AgentLoopLaunchTest : public ::testing::Test {
     launcher_.reset();
     testing::KillLeftoverJobs(dir_.path());
   }
-  void StartLoop() {
+  // `link`: the loop's link to the controller (null: link_).
+  void StartLoop(std::shared_ptr<protocol::ControllerLink> link = nullptr) {
     AgentLoopOptions ao;
     ao.node_name = "n1";
     ao.state_dir = dir_.path();
     ao.fake_node = true;
     ao.telemetry_interval_s = 0;
     ao.cancel_grace_s = 1;
-    loop_ = std::make_unique<AgentLoop>(ao, link_, launcher_.get());
+    loop_ = std::make_unique<AgentLoop>(ao, link ? link : link_, launcher_.get());
     thread_ = std::thread([this] { EXPECT_TRUE(loop_->Run().ok()); });
   }
   // A launch order of task 0 of single-task job `job`, attempt `attempt`.
@@ -205,6 +207,67 @@ TEST_F(AgentLoopLaunchTest, ALaunchAfterItsJobsCancelIsRefusedAndReportedEnded) 
   EXPECT_FALSE(Has(link_->recorded(), Kind::kStarted, 11, 0, 1));
   EXPECT_FALSE(fs::exists(dir_.path() + "/ran11"));
   EXPECT_FALSE(fs::exists(dir_.path() + "/ran12"));
+}
+
+// The controller as a slow network shows it to an agent: its second poll is answered
+// only once `ran` says "ran" (the launch it got from the first poll ran) or after 1.5 s,
+// whichever comes first; the rest goes straight to `inner`.
+class LateSecondPoll final : public protocol::ControllerLink {
+ public:
+  LateSecondPoll(std::shared_ptr<protocol::FakeControllerLink> inner, std::string ran)
+      : inner_(std::move(inner)), ran_(std::move(ran)) {}
+  Result<protocol::RegistrationReply> Register(const protocol::Registration& r) override {
+    return inner_->Register(r);
+  }
+  Result<protocol::Work> PollWork(const std::string& node, int wait_ms) override {
+    if (++polls_ == 2) (void)testing::WaitForFileContaining(ran_, "ran", 1500);
+    return inner_->PollWork(node, wait_ms);
+  }
+  Status PostEvents(const protocol::EventBatch& b) override { return inner_->PostEvents(b); }
+  Status PostTelemetry(const protocol::TelemetryBatch& b) override {
+    return inner_->PostTelemetry(b);
+  }
+  Status AnswerLogRead(const protocol::LogAnswer& a) override { return inner_->AnswerLogRead(a); }
+  Result<protocol::ExecOutputAck> PostExecOutput(int64_t exec_id, const std::string& node,
+                                                 const protocol::ExecOutput& output,
+                                                 int wait_ms) override {
+    return inner_->PostExecOutput(exec_id, node, output, wait_ms);
+  }
+  Result<protocol::ExecInput> TakeExecInput(int64_t exec_id, const std::string& node, int64_t after,
+                                            int wait_ms) override {
+    return inner_->TakeExecInput(exec_id, node, after, wait_ms);
+  }
+  void Shutdown() override { inner_->Shutdown(); }
+
+ private:
+  const std::shared_ptr<protocol::FakeControllerLink> inner_;
+  const std::string ran_;
+  std::atomic<int> polls_{0};
+};
+
+// An agent frozen (SIGSTOP) while its poll was answered with a launch, and whose job was
+// cancelled before it thawed: the cancel waits at the controller, behind the launch. The
+// agent used to start the task on the launch and stop it on the cancel of its next poll
+// (here answered once the task ran, as a network's delay let it run for real). It takes
+// what the controller has before it starts anything now: nothing of the job runs, and
+// the task is reported ended, cancelled, so the controller records the job CANCELLED.
+TEST_F(AgentLoopLaunchTest, ALaunchWhoseCancelWaitsBehindItAtTheControllerNeverStarts) {
+  const std::string ran = dir_.path() + "/ran21";
+  link_->QueueWork(Launch(21, 1, "echo ran > " + ran + "; exec sleep 30"));
+  protocol::Work cancel;
+  cancel.cancel = {{21, 1, 0}};
+  link_->QueueWork(cancel);
+  StartLoop(std::make_shared<LateSecondPoll>(link_, ran));
+  ASSERT_TRUE(link_->WaitFor([](const auto& r) { return Has(r, Kind::kExited, 21, 0, 1); }));
+  EXPECT_FALSE(Has(link_->recorded(), Kind::kStarted, 21, 0, 1));
+  for (const protocol::Event& e : link_->recorded().Events()) {
+    if (e.job_id != 21) continue;
+    EXPECT_TRUE(e.cancelled);
+    EXPECT_EQ(e.reason, "cancelled before it started");
+  }
+  EXPECT_FALSE(fs::exists(ran));
+  EXPECT_FALSE(fs::exists(dir_.path() + "/jobs/21/0.1/spec.json"));
+  EXPECT_TRUE(launcher_->Running().empty());
 }
 
 }  // namespace

@@ -25,6 +25,7 @@
 #include "cli/client/json_view.h"
 #include "cli/client/submit_flags.h"
 #include "cli/client/submit_io.h"
+#include "protocol/agent_protocol.h"  // kMaxKillWaitS
 
 namespace gpupool::cli {
 namespace {
@@ -46,8 +47,9 @@ struct RunState {
 //
 // A job that ends while COMMAND runs had its allocation revoked (a cancel, its time
 // limit, its node lost): said on stderr with the job's state and reason, and COMMAND is
-// hung up (SIGHUP, SIGKILL after the stop grace), as salloc does, instead of a shell that
-// goes on in an allocation that no longer exists.
+// hung up (SIGHUP, SIGKILL after the pool's stop grace: the alive answer's kill_wait_s,
+// the server's --kill-wait), as salloc does, instead of a shell that goes on in an
+// allocation that no longer exists.
 class AllocKeepAlive {
  public:
   AllocKeepAlive(ApiClient api, int64_t id, std::ostream* err)
@@ -92,6 +94,9 @@ class AllocKeepAlive {
       if (r.ok()) {
         every_ms =
             std::clamp<int64_t>(GetInt(r->json, "client_timeout_s", 3) * 1000 / 3, 200, 5000);
+        // A server without the field (older) stopped jobs after 10 s, the default.
+        stop_grace_s_ = std::clamp<int64_t>(GetInt(r->json, "kill_wait_s", kDefaultStopGraceS), 1,
+                                            protocol::kMaxKillWaitS);
       } else if (const StatusCode code = r.status().code(); code == StatusCode::kNotFound) {
         // Ended: revoked, should COMMAND run (or start) before this client released it.
         cv_.wait(lock, [this] { return stop_ || command_ != 0; });
@@ -120,13 +125,15 @@ class AllocKeepAlive {
           << std::flush;
     ::kill(command_, SIGHUP);
     ::kill(command_, SIGCONT);
-    // One that ignores the hangup (nohup) is killed after a job's stop grace.
-    if (!cv_.wait_for(lock, std::chrono::seconds(kStopGraceS), [this] { return command_ == 0; })) {
+    // One that ignores the hangup (nohup) is killed after the pool's stop grace, as the
+    // allocation's tasks were after their SIGTERM.
+    if (!cv_.wait_for(lock, std::chrono::seconds(stop_grace_s_),
+                      [this] { return command_ == 0; })) {
       ::kill(command_, SIGKILL);
     }
   }
 
-  static constexpr int kStopGraceS = 10;  // the default stop grace of a job (--kill-wait)
+  static constexpr int64_t kDefaultStopGraceS = 10;  // the server's default --kill-wait
   const ApiClient api_;
   const int64_t id_;
   const std::string path_;
@@ -136,7 +143,8 @@ class AllocKeepAlive {
   bool stop_ = false;
   pid_t command_ = 0;
   bool revoked_ = false;
-  std::thread thread_;  // last: it starts once the members above are made
+  int64_t stop_grace_s_ = kDefaultStopGraceS;  // GUARDED_BY(mu_)
+  std::thread thread_;                         // last: it starts once the members above are made
 };
 
 Result<int64_t> SubmitInteractive(const ClientRuntime& rt, const ApiClient& api, const RunState& s,

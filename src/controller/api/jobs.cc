@@ -487,7 +487,11 @@ net::HttpResponse CheckpointDone(const ApiContext& ctx, const Call& c) {
 net::HttpResponse AllocAlive(const ApiContext& ctx, const Call& c) {
   Result<int64_t> timeout_s = ctx.controller->AllocAlive(c.id, c.caller);
   if (!timeout_s.ok()) return ErrorResponse(timeout_s.status());
-  return JsonResponse(200, {{"job_id", c.id}, {"client_timeout_s", *timeout_s}});
+  // The pool's stop grace: `gpupool alloc` gives its revoked COMMAND as long after the
+  // hangup as the allocation's tasks had after their SIGTERM.
+  return JsonResponse(200, {{"job_id", c.id},
+                            {"client_timeout_s", *timeout_s},
+                            {"kill_wait_s", ctx.controller->options().kill_wait_s}});
 }
 
 net::HttpResponse ReadJobLogs(const ApiContext& ctx, const Call& c) {
