@@ -1,6 +1,8 @@
 // An end reported late (docs/health.md, "An end reported late"; job_lifecycle_late.h):
 // a node cut off past the node timeout comes back and reports the real end of a task the
-// controller had declared lost. adv4 findings 1 and 2 (s15, s22, s14).
+// controller had declared lost. adv4 findings 1 and 2 (s15, s22, s14). Each test runs on
+// SQLite in memory and on a real PostgreSQL (the test binary's server; skipped without
+// postgresql-15): what is recorded must come back from either store.
 #include <atomic>
 
 #include "controller/controller_internal.h"
@@ -8,16 +10,31 @@
 #include "controller/pool_accounting.h"
 #include "controller/telemetry_service.h"
 #include "controller/usage.h"
+#include "store/open_store.h"
+#include "store/postgres_test_server.h"
 
 namespace gpupool::controller::controller_test {
 namespace {
 
 constexpr int64_t kS = 1'000'000;
 
-class LateEndTest : public ControllerTest {
+class LateEndTest : public ControllerTest, public ::testing::WithParamInterface<std::string> {
  protected:
   void SetUp() override {
     ControllerTest::SetUp();
+    if (GetParam() == "postgresql") {
+      auto server = store::SharedPostgresTestServer();
+      if (!server.ok() && server.status().code() == StatusCode::kUnavailable) {
+        GTEST_SKIP() << server.status().message();
+      }
+      ASSERT_TRUE(server.ok()) << server.status().ToString();
+      Result<std::string> db = (*server)->CreateDatabase();
+      ASSERT_TRUE(db.ok()) << db.status().ToString();
+      c_.reset();  // before the store it uses goes
+      auto opened = store::OpenStore(*db);
+      ASSERT_TRUE(opened.ok()) << opened.status().ToString();
+      store_ = std::move(opened).value();
+    }
     ControllerOptions o;
     o.node_lease_us = 60 * kS;
     Restart(o);
@@ -59,6 +76,55 @@ class LateEndTest : public ControllerTest {
     e.time_us = end_us;
     ASSERT_TRUE(Apply({e}).ok());
   }
+  // A --requeue gang of two 1-GPU tasks, both placed on n1 (its only node then) and
+  // started there; n2 (2 GPUs) registers after, where its next attempt could go.
+  Job StartGang() {
+    Job job = MakeJob(1);
+    job.requeue = true;
+    job.request.tasks = 2;
+    job = c_->Submit(job, alice_).value();
+    EXPECT_TRUE(c_->ScheduleOnce().ok());
+    job = Get(job.id);
+    EXPECT_EQ(job.state, JobState::kAssigned);
+    Event s0 = Ev(job, protocol::EventKind::kStarted, 0, 0);
+    s0.master_port = 41000;
+    EXPECT_TRUE(Apply({s0, Ev(job, protocol::EventKind::kStarted, 0, 1)}).ok());
+    job = Get(job.id);
+    EXPECT_EQ(job.state, JobState::kRunning);
+    EXPECT_EQ(job.placement.size(), 2u);
+    for (const jobs::TaskPlacement& p : job.placement) EXPECT_EQ(p.node, "n1");
+    Register(2, {}, "n2");
+    return job;
+  }
+  // n1 falls silent while n2 is heard: swept each 4 s.
+  void SilenceN1(int64_t micros) {
+    while (micros > 0) {
+      const int64_t step = std::min<int64_t>(micros, 4 * kS);
+      clock_.AdvanceMicros(step);
+      micros -= step;
+      ASSERT_TRUE(c_->WaitForWork("n2", 0).ok());
+      ASSERT_TRUE(c_->SweepNodes().ok());
+    }
+  }
+  // n1's agent comes back listing both tasks of the gang's attempt as ended.
+  void GangNodeComesBack(const Job& job, int attempt) {
+    protocol::Registration r;
+    r.node = "n1";
+    r.info = MakeNode(2);
+    r.version = version_;
+    r.cpu_milli = 64'000;
+    r.memory_mib = 256'000;
+    r.ended.push_back({job.id, 0, attempt});
+    r.ended.push_back({job.id, 1, attempt});
+    ASSERT_TRUE(c_->RegisterNode(r, "").ok());
+  }
+  // ... and reports task `task`'s end.
+  void ReportsEnd(const Job& job, int attempt, int task, int code, int64_t end_us) {
+    Event e = Ev(job, protocol::EventKind::kExited, code, task);
+    e.attempt = attempt;
+    e.time_us = end_us;
+    ASSERT_TRUE(Apply({e}).ok());
+  }
   double UsageOf(const Job& job) {
     return JobGpuHours(Get(job.id), 0, INT64_MAX, clock_.NowMicros());
   }
@@ -68,7 +134,7 @@ class LateEndTest : public ControllerTest {
 // 30 s after its start and n1 reports it later. The job stays LOST (its dependants acted
 // on that), its record says the process succeeded and when, and its 2 GPUs are charged
 // up to that end, in usage and in /metrics' ended GPU-hours, after a restart too.
-TEST_F(LateEndTest, ALostJobsLateSuccessIsRecordedAndChargedToItsRealEnd) {
+TEST_P(LateEndTest, ALostJobsLateSuccessIsRecordedAndChargedToItsRealEnd) {
   TelemetryService telemetry(c_.get(), store_.get(), &clock_);
   PoolAccounting accounting(c_.get(), store_.get(), &clock_, &telemetry);
   ASSERT_TRUE(accounting.Fold().ok());
@@ -114,7 +180,7 @@ TEST_F(LateEndTest, ALostJobsLateSuccessIsRecordedAndChargedToItsRealEnd) {
 // s22: a --requeue job whose n1 falls silent is PENDING for attempt 2, waiting for n1's
 // lease. n1 comes back listing attempt 1 as ended (exit 0): the job ends SUCCEEDED, it is
 // not run again, and attempt 1 is charged to its real end.
-TEST_F(LateEndTest, ARequeuedJobWhoseLostAttemptSucceededIsNotRunAgain) {
+TEST_P(LateEndTest, ARequeuedJobWhoseLostAttemptSucceededIsNotRunAgain) {
   const Job job = Start(true);
   const int64_t started = job.start_time_us;
   Silence(12 * kS);
@@ -133,7 +199,7 @@ TEST_F(LateEndTest, ARequeuedJobWhoseLostAttemptSucceededIsNotRunAgain) {
 
 // A node speaks only for itself: another node's report of attempt 1's end (a hostile
 // node with a node token) neither ends the requeued job SUCCEEDED nor charges its user.
-TEST_F(LateEndTest, AnotherNodesReportOfALostAttemptsEndChangesNothing) {
+TEST_P(LateEndTest, AnotherNodesReportOfALostAttemptsEndChangesNothing) {
   Register(2, {}, "n2");
   const Job job = Start(true);
   const std::string other = job.placement.at(0).node == "n1" ? "n2" : "n1";
@@ -157,7 +223,7 @@ TEST_F(LateEndTest, AnotherNodesReportOfALostAttemptsEndChangesNothing) {
 
 // The late end comes after attempt 2 was placed (here: n1's lease ran out first): attempt
 // 2 goes on; attempt 1's GPU time is charged to its real end.
-TEST_F(LateEndTest, AfterTheNextAttemptStartedItGoesOnAndTheLostOneIsCharged) {
+TEST_P(LateEndTest, AfterTheNextAttemptStartedItGoesOnAndTheLostOneIsCharged) {
   Register(2, {}, "n2");
   const Job job = Start(true);
   const std::string lost_node = job.placement.at(0).node;
@@ -202,10 +268,10 @@ class CountingStore final : public store::ForwardingStore {
 // jobs or of none): each would cost a store read. Past the node's budget a minute they are
 // dropped unread; a minute later it has its budget again, and a real late end of a job lost
 // there is still recorded then.
-TEST_F(LateEndTest, EndReportsOfJobsNotRunningAreLookedUpAtMost600TimesAMinutePerNode) {
-  auto counting = std::make_unique<CountingStore>(OpenSqliteStore(":memory:"));
-  CountingStore* store = counting.get();
+TEST_P(LateEndTest, EndReportsOfJobsNotRunningAreLookedUpAtMost600TimesAMinutePerNode) {
   c_.reset();  // before the store it uses goes
+  auto counting = std::make_unique<CountingStore>(std::move(store_));
+  CountingStore* store = counting.get();
   store_ = std::move(counting);
   ControllerOptions o;
   o.node_lease_us = 60 * kS;
@@ -236,6 +302,90 @@ TEST_F(LateEndTest, EndReportsOfJobsNotRunningAreLookedUpAtMost600TimesAMinutePe
   ASSERT_TRUE(Apply({flood[0]}, "n2").ok());
   EXPECT_EQ(store->reads.load(), spent + 1);
 }
+
+// A --requeue gang whose two tasks ran on n1 when it fell silent: PENDING for attempt 2,
+// waiting for n1's lease. n1 comes back: task 0 exited 0; the job waits for task 1's end
+// (attempt 2 is not placed on n2, free), and once task 1's exit 0 comes it ends SUCCEEDED,
+// not run twice, charged up to the later end. The record comes back after a restart.
+TEST_P(LateEndTest, AGangWhoseLostTasksAllSucceededIsNotRunAgain) {
+  const Job job = StartGang();
+  const int64_t started = job.start_time_us;
+  SilenceN1(12 * kS);
+  ASSERT_EQ(Get(job.id).state, JobState::kPending);
+  ASSERT_EQ(Get(job.id).fence_node, "n1");
+  clock_.AdvanceMicros(8 * kS);
+  GangNodeComesBack(job, 1);
+  ReportsEnd(job, 1, 0, 0, started + 14 * kS);
+  ASSERT_TRUE(c_->ScheduleOnce().ok());
+  Job waiting = Get(job.id);
+  EXPECT_EQ(waiting.state, JobState::kPending) << waiting.reason;
+  EXPECT_EQ(waiting.attempt, 1);
+  EXPECT_EQ(waiting.fence_node, "n1");
+  ReportsEnd(job, 1, 1, 0, started + 12 * kS);
+  ASSERT_TRUE(c_->ScheduleOnce().ok());
+  Job done = Get(job.id);
+  EXPECT_EQ(done.state, JobState::kSucceeded) << done.reason << " / " << done.pending_reason;
+  EXPECT_EQ(done.attempt, 1);
+  EXPECT_EQ(done.exit_code, 0);
+  EXPECT_EQ(done.end_time_us, started + 14 * kS);
+  EXPECT_NE(done.reason.find("attempt 1 on node n1 succeeded (all 2 tasks)"), std::string::npos)
+      << done.reason;
+  EXPECT_NEAR(UsageOf(job), 2.0 * 14 / 3600, 1e-9);
+  Restart();
+  const Job stored = Get(job.id);
+  EXPECT_EQ(stored.state, JobState::kSucceeded);
+  EXPECT_EQ(stored.reason, done.reason);
+  ASSERT_EQ(stored.earlier_attempts.size(), 1u);
+  EXPECT_EQ(stored.earlier_attempts[0], done.earlier_attempts[0]);
+  EXPECT_EQ(stored.earlier_attempts[0].late_ends,
+            (std::vector<jobs::LateTaskEnd>{jobs::LateTaskEnd::kSucceeded,
+                                            jobs::LateTaskEnd::kSucceeded}));
+}
+
+// Only task 0's end comes: the job waits for task 1's as the one-task job waits for its
+// report, until n1's lease runs out; then attempt 2 is placed.
+TEST_P(LateEndTest, AGangWithATaskNotYetReportedWaitsForTheLease) {
+  const Job job = StartGang();
+  const int64_t started = job.start_time_us;
+  SilenceN1(12 * kS);
+  const int64_t lease_until = Get(job.id).fence_until_us;
+  ASSERT_GT(lease_until, clock_.NowMicros());
+  clock_.AdvanceMicros(8 * kS);
+  GangNodeComesBack(job, 1);
+  ReportsEnd(job, 1, 0, 0, started + 14 * kS);
+  ASSERT_TRUE(c_->ScheduleOnce().ok());
+  ASSERT_EQ(Get(job.id).state, JobState::kPending);
+  ASSERT_EQ(Get(job.id).attempt, 1);
+  clock_.AdvanceMicros(lease_until - clock_.NowMicros() + kS);
+  HearEveryNode();
+  ASSERT_TRUE(c_->SweepNodes().ok());
+  ASSERT_TRUE(c_->ScheduleOnce().ok());
+  const Job second = Get(job.id);
+  EXPECT_EQ(second.state, JobState::kAssigned) << second.pending_reason;
+  EXPECT_EQ(second.attempt, 2);
+}
+
+// Task 1 of the lost attempt failed: the job runs again (attempt 2 is placed as soon as
+// both ends came), the record saying which task failed.
+TEST_P(LateEndTest, AGangWithAFailedTaskRunsAgain) {
+  const Job job = StartGang();
+  const int64_t started = job.start_time_us;
+  SilenceN1(12 * kS);
+  clock_.AdvanceMicros(8 * kS);
+  GangNodeComesBack(job, 1);
+  ReportsEnd(job, 1, 0, 0, started + 14 * kS);
+  ReportsEnd(job, 1, 1, 1, started + 13 * kS);
+  ASSERT_TRUE(c_->ScheduleOnce().ok());
+  const Job second = Get(job.id);
+  EXPECT_EQ(second.state, JobState::kAssigned) << second.pending_reason;
+  EXPECT_EQ(second.attempt, 2);
+  ASSERT_EQ(second.earlier_attempts.size(), 1u);
+  EXPECT_EQ(second.earlier_attempts[0].late_reason,
+            "task 1 exited with code 1, reported after its node was lost");
+}
+
+INSTANTIATE_TEST_SUITE_P(Stores, LateEndTest, ::testing::Values("sqlite", "postgresql"),
+                         [](const ::testing::TestParamInfo<std::string>& p) { return p.param; });
 
 }  // namespace
 }  // namespace gpupool::controller::controller_test

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <string>
+#include <vector>
 
 #include "controller/job_words.h"
 
@@ -97,6 +98,64 @@ double AttemptGpus(const Job& job, const jobs::EarlierAttempt& a) {
   return job.request.gpus * milli / 1000.0 * std::max(1, job.request.tasks);
 }
 
+// Attempt `a`'s nodes in words, each once, in task order: "node n1", "nodes n1 and n2",
+// "nodes n1, n2, n3 and 5 more".
+std::string NodesInWords(const jobs::EarlierAttempt& a) {
+  std::vector<std::string> names;
+  for (const std::string& n : a.nodes) {
+    if (std::find(names.begin(), names.end(), n) == names.end()) names.push_back(n);
+  }
+  if (names.size() == 1) return "node " + names[0];
+  constexpr size_t kNamed = 3;
+  std::string out = "nodes ";
+  const size_t shown = std::min(names.size(), kNamed);
+  for (size_t i = 0; i < shown; ++i) {
+    if (i > 0) out += i + 1 == names.size() ? " and " : ", ";
+    out += names[i];
+  }
+  if (names.size() > shown) out += " and " + std::to_string(names.size() - shown) + " more";
+  return out;
+}
+
+// Whether every task of `a` reported that it exited 0 without being told to stop.
+bool EveryTaskSucceeded(const jobs::EarlierAttempt& a) {
+  return !a.nodes.empty() && a.late_ends.size() == a.nodes.size() &&
+         std::all_of(a.late_ends.begin(), a.late_ends.end(),
+                     [](jobs::LateTaskEnd e) { return e == jobs::LateTaskEnd::kSucceeded; });
+}
+
+// Whether a task of `a` on `node` has not reported its end yet.
+bool UnreportedOn(const jobs::EarlierAttempt& a, const std::string& node) {
+  for (size_t i = 0; i < a.nodes.size(); ++i) {
+    if (a.nodes[i] == node &&
+        (i >= a.late_ends.size() || a.late_ends[i] == jobs::LateTaskEnd::kUnreported)) {
+      return true;
+    }
+  }
+  return false;
+}
+
+// The job ends SUCCEEDED at its lost attempt `a`'s end: every task of it succeeded.
+void SucceededLate(const jobs::EarlierAttempt& a, const TaskExited& e, Job& next) {
+  next.state = JobState::kSucceeded;
+  next.start_time_us = a.start_time_us != 0 ? a.start_time_us : a.end_time_us;
+  next.end_time_us = a.end_time_us;
+  next.exit_code = e.exit_code;
+  next.signal = e.signal;
+  next.late_end_time_us = a.end_time_us;
+  next.late_exit_code = e.exit_code;
+  next.late_signal = e.signal;
+  next.late_reason = a.late_reason;
+  const bool one_node = NodesInWords(a).starts_with("node ");
+  next.reason = "attempt " + std::to_string(e.attempt) + " on " + NodesInWords(a) + " succeeded" +
+                (a.nodes.size() > 1 ? " (all " + std::to_string(a.nodes.size()) + " tasks)" : "") +
+                "; its end was reported after the " + (one_node ? "node was" : "nodes were") +
+                " lost and the job requeued: not run again";
+  next.pending_reason.clear();
+  next.fence_node.clear();
+  next.fence_until_us = 0;
+}
+
 std::optional<Transition> LateEndOfEarlierAttempt(const Job& job, const TaskExited& e,
                                                   int64_t now_us) {
   const jobs::EarlierAttempt* found = LostAttempt(job, e.attempt);
@@ -106,20 +165,26 @@ std::optional<Transition> LateEndOfEarlierAttempt(const Job& job, const TaskExit
       found->nodes[static_cast<size_t>(e.task)] != e.node) {
     return Same(job);
   }
+  const auto task = static_cast<size_t>(e.task);
+  if (task < found->late_ends.size() && found->late_ends[task] != jobs::LateTaskEnd::kUnreported) {
+    return Same(job);  // resent
+  }
   Job next = job;
   jobs::EarlierAttempt& a =
       next.earlier_attempts[static_cast<size_t>(found - job.earlier_attempts.data())];
   const int64_t lost_us = a.lost_time_us != 0 ? a.lost_time_us : a.end_time_us;
   const int64_t start_us = a.start_time_us != 0 ? a.start_time_us : lost_us;
   const int64_t end_us = BoundNodeTime(e.time_us, start_us, now_us);
-  if (a.lost_time_us != 0 && end_us <= a.end_time_us) return Same(job);  // resent, or earlier
+  // A record an older server kept took one report (it has no late_ends): resent, or earlier.
+  if (a.lost_time_us != 0 && a.late_ends.empty() && end_us <= a.end_time_us) return Same(job);
   // Its GPU-hours up to the loss, then all its GPUs up to the latest reported end (as
   // the current attempt's are charged up to the job's end): the same for a resent report.
+  // A task of a gang that ended before another one reported leaves the end as it is.
   const double gpus = AttemptGpus(job, a);
   const double at_loss =
       std::max(0.0, a.gpu_hours - gpus * static_cast<double>(a.end_time_us - lost_us) / 3.6e9);
   a.lost_time_us = lost_us;
-  a.end_time_us = std::max(lost_us, end_us);
+  a.end_time_us = std::max({lost_us, end_us, a.end_time_us});
   a.gpu_hours = at_loss + gpus * static_cast<double>(a.end_time_us - lost_us) / 3.6e9;
   jobs::TaskStatus ts;
   ts.ended = true;
@@ -128,41 +193,39 @@ std::optional<Transition> LateEndOfEarlierAttempt(const Job& job, const TaskExit
   ts.timed_out = e.timed_out;
   ts.kill_detail = e.kill_detail;
   const std::string outcome = LateOutcome(ts, e);
-  a.late_reason = (job.request.tasks > 1 ? "task " + std::to_string(e.task) + " " : std::string()) +
-                  outcome + ", reported after its node was lost";
-  if (a.late_reason.size() > jobs::kMaxAttemptReason) {
-    size_t n = jobs::kMaxAttemptReason;  // cut on a UTF-8 character's first byte
-    while (n > 0 && (static_cast<unsigned char>(a.late_reason[n]) & 0xc0) == 0x80) --n;
-    a.late_reason.resize(n);
-  }
-  const double charged = a.gpu_hours - found->gpu_hours;
   // Told to stop (a cancel, the stray stop after the loss, its node's lease): not done,
   // whatever its exit status.
   const bool stopped =
       e.cancelled || e.timed_out || (e.kill_cause && *e.kill_cause != protocol::KillCause::kNone);
   const bool succeeded = !ts.failed() && !stopped;
+  // The first report speaks for the attempt, or the first task that did not succeed.
+  const bool others_reported =
+      std::any_of(a.late_ends.begin(), a.late_ends.end(),
+                  [](jobs::LateTaskEnd x) { return x != jobs::LateTaskEnd::kUnreported; });
+  const bool other_failed =
+      std::any_of(a.late_ends.begin(), a.late_ends.end(),
+                  [](jobs::LateTaskEnd x) { return x == jobs::LateTaskEnd::kFailedOrStopped; });
+  a.late_ends.resize(a.nodes.size(), jobs::LateTaskEnd::kUnreported);
+  a.late_ends[task] =
+      succeeded ? jobs::LateTaskEnd::kSucceeded : jobs::LateTaskEnd::kFailedOrStopped;
+  if (!others_reported || (!succeeded && !other_failed)) {
+    a.late_reason = (a.nodes.size() > 1 ? "task " + std::to_string(e.task) + " " : std::string()) +
+                    outcome + ", reported after its node was lost";
+    if (a.late_reason.size() > jobs::kMaxAttemptReason) {
+      size_t n = jobs::kMaxAttemptReason;  // cut on a UTF-8 character's first byte
+      while (n > 0 && (static_cast<unsigned char>(a.late_reason[n]) & 0xc0) == 0x80) --n;
+      a.late_reason.resize(n);
+    }
+  }
+  const double charged = a.gpu_hours - found->gpu_hours;
   Transition tr = Same(job);
   tr.changed = true;
   tr.effects.log_warning = true;
   const std::string id = std::to_string(job.id);
-  if (succeeded && job.state == JobState::kPending && job.attempt == e.attempt &&
-      job.request.tasks == 1 && job.interactive.empty() && !job.cancel_requested) {
+  if (EveryTaskSucceeded(a) && job.state == JobState::kPending && job.attempt == e.attempt &&
+      job.interactive.empty() && !job.cancel_requested) {
     // Its work is done, and no other attempt of it was placed: it must not run again.
-    next.state = JobState::kSucceeded;
-    next.start_time_us = a.start_time_us != 0 ? a.start_time_us : a.end_time_us;
-    next.end_time_us = a.end_time_us;
-    next.exit_code = e.exit_code;
-    next.signal = e.signal;
-    next.late_end_time_us = a.end_time_us;
-    next.late_exit_code = e.exit_code;
-    next.late_signal = e.signal;
-    next.late_reason = a.late_reason;
-    next.reason = "attempt " + std::to_string(e.attempt) + " on node " + e.node +
-                  " succeeded; its end was reported after the node was lost and the job " +
-                  "requeued: not run again";
-    next.pending_reason.clear();
-    next.fence_node.clear();
-    next.fence_until_us = 0;
+    SucceededLate(a, e, next);
     tr.effects.ended = true;
     tr.effects.freed = true;
     tr.effects.pending_reason_changed = true;
@@ -170,14 +233,18 @@ std::optional<Transition> LateEndOfEarlierAttempt(const Job& job, const TaskExit
     tr.effects.log = "job " + id + " SUCCEEDED: " + next.reason;
   } else {
     if (jobs::IsTerminal(job.state)) tr.effects.late_gpu_hours = charged;
-    if (job.state == JobState::kPending && job.fence_node == e.node) {
-      // Its node reported the lost attempt's end: nothing of it runs there any more.
+    // Its node reported the lost attempt's end: nothing of it runs there any more, once
+    // every task of it there has reported (a gang's others may yet succeed: the next
+    // attempt waits for them, or for the lease).
+    if (job.state == JobState::kPending && job.fence_node == e.node && !UnreportedOn(a, e.node)) {
       next.fence_node.clear();
       next.fence_until_us = 0;
       tr.effects.queue_changed = true;
     }
     tr.effects.log = "job " + id + ": its lost attempt " + std::to_string(e.attempt) + " on node " +
-                     e.node + " " + a.late_reason + ": recorded and charged" +
+                     e.node + " " +
+                     (a.nodes.size() > 1 ? "task " + std::to_string(e.task) + " " : std::string()) +
+                     outcome + ", reported after its node was lost: recorded and charged" +
                      (jobs::IsTerminal(job.state) ? "" : "; the job goes on");
   }
   tr.next = std::move(next);

@@ -20,9 +20,11 @@ namespace gpupool::controller::lifecycle {
 //    stays LOST: what depended on its outcome acted on it.
 //  - An earlier attempt of a requeued job (EarlierAttempt lost or gpu_failed): the
 //    record's end and GPU-hours run to the real end (EarlierAttempt::lost_time_us,
-//    late_reason). A one-task batch job still PENDING for its next attempt (none placed)
-//    whose lost attempt exited 0 ends SUCCEEDED instead of running again; once the next
-//    attempt is placed, it goes on.
+//    late_reason), and the task's end is kept (EarlierAttempt::late_ends). A batch job
+//    still PENDING for its next attempt (none placed) every task of whose lost attempt
+//    reported that it exited 0 untold ends SUCCEEDED instead of running again; once the
+//    next attempt is placed, it goes on. A job waiting for the lost node's lease waits no
+//    more once each of the attempt's tasks there reported.
 // A resent report changes nothing (changed = false).
 std::optional<Transition> LateEnd(const jobs::Job& job, const TaskExited& e, int64_t now_us);
 

@@ -150,12 +150,22 @@ TEST(JobLifecycleLateEnd, AfterTheNextAttemptWasPlacedItGoesOnAndTheLostOneIsCha
   Result<Transition> done = Step(s2->next, end2, kT0 + 40 * kS);
   ASSERT_TRUE(done.ok());
   EXPECT_EQ(done->next.state, JobState::kSucceeded);
-  // Ended, attempt 1 reported late once more with a later end: charged on the ended job.
-  Result<Transition> later = Step(done->next, EndOf(1, kT0 + 25 * kS, 0), kT0 + 50 * kS);
+  // A task reports once: the same task again with a later end changes nothing.
+  Result<Transition> twice = Step(done->next, EndOf(1, kT0 + 25 * kS, 0), kT0 + 50 * kS);
+  ASSERT_TRUE(twice.ok()) << twice.status().ToString();
+  EXPECT_FALSE(twice->changed);
+  // Attempt 1's report comes only once the job ended: charged on the ended job.
+  Result<Transition> s2_unreported =
+      Step(placed->next, TaskStarted{"n2", 0, 2, kT0 + 9 * kS, "", "", 0}, kT0 + 9 * kS);
+  ASSERT_TRUE(s2_unreported.ok());
+  Result<Transition> ended_first = Step(s2_unreported->next, end2, kT0 + 40 * kS);
+  ASSERT_TRUE(ended_first.ok());
+  ASSERT_EQ(ended_first->next.state, JobState::kSucceeded);
+  Result<Transition> later = Step(ended_first->next, EndOf(1, kT0 + 25 * kS, 0), kT0 + 50 * kS);
   ASSERT_TRUE(later.ok()) << later.status().ToString();
   ASSERT_TRUE(later->changed);
   EXPECT_EQ(later->next.state, JobState::kSucceeded);
-  EXPECT_NEAR(later->effects.late_gpu_hours, 2 * 5.0 / 3600, 1e-9);
+  EXPECT_NEAR(later->effects.late_gpu_hours, 2 * 19.0 / 3600, 1e-9);
 }
 
 // A report for a job that never lost an attempt changes nothing here.
@@ -165,6 +175,134 @@ TEST(JobLifecycleLateEnd, NoLostAttemptNoLateEnd) {
   ASSERT_TRUE(placed.ok());
   EXPECT_FALSE(LateEnd(placed->next, EndOf(2, kT0 + 9 * kS, 0), kT0 + 9 * kS).has_value());
   EXPECT_FALSE(LateEnd(Running(false), EndOf(1, kT0 + 9 * kS, 0), kT0 + 9 * kS).has_value());
+}
+
+// A --requeue gang of two 1-GPU tasks, task 0 on `node0` and task 1 on `node1`, placed
+// at kT0 and started at kT0 + 1 s; both nodes lost at kT0 + 6 s (node0 first), node0's
+// lease running to kT0 + 66 s: PENDING for attempt 2, waiting for node0's lease.
+Job GangLost(const std::string& node0 = "n1", const std::string& node1 = "n1") {
+  Job j;
+  j.id = 8;
+  j.user = "alice";
+  j.command = {"true"};
+  j.requeue = true;
+  j.request.gpus = 1;
+  j.request.tasks = 2;
+  j.state = JobState::kPending;
+  Result<Transition> t =
+      Step(j, Placed{{{node0, {0}, {"GPU-0"}, 1000}, {node1, {1}, {"GPU-1"}, 1000}}, {}}, kT0);
+  EXPECT_TRUE(t.ok()) << t.status().ToString();
+  for (int task = 0; task < 2; ++task) {
+    t = Step(t->next, TaskStarted{task == 0 ? node0 : node1, task, 1, kT0 + kS, "", "", 41000},
+             kT0 + kS);
+    EXPECT_TRUE(t.ok()) << t.status().ToString();
+  }
+  EXPECT_EQ(t->next.state, JobState::kRunning);
+  for (const std::string& node : {node0, node1}) {
+    t = Step(t->next, NodeLost{node, "node " + node + " stopped responding", kT0 + 66 * kS},
+             kT0 + 6 * kS);
+    EXPECT_TRUE(t.ok()) << t.status().ToString();
+  }
+  EXPECT_EQ(t->next.state, JobState::kPending);
+  EXPECT_EQ(t->next.fence_node, node0);
+  return t->next;
+}
+
+TaskExited GangEnd(const std::string& node, int task, int64_t at_us, int code) {
+  TaskExited e = EndOf(1, at_us, code);
+  e.node = node;
+  e.task = task;
+  return e;
+}
+
+// Both tasks of the gang's lost attempt exited 0 untold: once the second one's end comes,
+// the job ends SUCCEEDED (not run twice), charged to the later end. Until then it waits:
+// its next attempt is not placed (the lease of the node still holds it back).
+TEST(JobLifecycleLateEnd, AGangWhoseLostTasksAllSucceededEndsSucceededOnceAllReported) {
+  const Job pending = GangLost();
+  Result<Transition> first = Step(pending, GangEnd("n1", 1, kT0 + 20 * kS, 0), kT0 + 30 * kS);
+  ASSERT_TRUE(first.ok()) << first.status().ToString();
+  ASSERT_TRUE(first->changed);
+  EXPECT_EQ(first->next.state, JobState::kPending);
+  EXPECT_FALSE(first->effects.ended);
+  EXPECT_EQ(first->next.fence_node, "n1");  // task 0 has not reported: it may succeed too
+  EXPECT_EQ(first->next.earlier_attempts[0].late_ends,
+            (std::vector<jobs::LateTaskEnd>{jobs::LateTaskEnd::kUnreported,
+                                            jobs::LateTaskEnd::kSucceeded}));
+  EXPECT_FALSE(Step(first->next,
+                    Placed{{{"n2", {0}, {"GPU-2"}, 1000}, {"n2", {1}, {"GPU-3"}, 1000}}, {}},
+                    kT0 + 31 * kS)
+                   .ok());
+  // Task 1 again (resent): nothing.
+  Result<Transition> again = Step(first->next, GangEnd("n1", 1, kT0 + 20 * kS, 0), kT0 + 31 * kS);
+  ASSERT_TRUE(again.ok());
+  EXPECT_FALSE(again->changed);
+  // Task 0 ended earlier than task 1: the attempt still ends at task 1's end.
+  Result<Transition> t = Step(first->next, GangEnd("n1", 0, kT0 + 18 * kS, 0), kT0 + 32 * kS);
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  ASSERT_TRUE(t->changed);
+  EXPECT_EQ(t->next.state, JobState::kSucceeded) << t->next.reason;
+  EXPECT_TRUE(t->effects.ended);
+  EXPECT_EQ(t->next.attempt, 1);
+  EXPECT_EQ(t->next.exit_code, 0);
+  EXPECT_EQ(t->next.start_time_us, kT0 + kS);
+  EXPECT_EQ(t->next.end_time_us, kT0 + 20 * kS);
+  EXPECT_EQ(t->next.reason,
+            "attempt 1 on node n1 succeeded (all 2 tasks); its end was reported after the node "
+            "was lost and the job requeued: not run again");
+  EXPECT_TRUE(t->next.fence_node.empty());
+  const jobs::EarlierAttempt& a = t->next.earlier_attempts[0];
+  EXPECT_EQ(a.lost_time_us, kT0 + 6 * kS);
+  EXPECT_EQ(a.end_time_us, kT0 + 20 * kS);
+  EXPECT_NEAR(a.gpu_hours, 2 * 19.0 / 3600, 1e-9);
+  EXPECT_NEAR(JobGpuHours(t->next, 0, INT64_MAX, kT0 + 40 * kS), 2 * 19.0 / 3600, 1e-9);
+}
+
+// The gang's tasks ran on two nodes, both lost: the reason names both.
+TEST(JobLifecycleLateEnd, AGangLostOnTwoNodesEndsSucceededNamingBoth) {
+  Result<Transition> t =
+      Step(GangLost("n1", "n2"), GangEnd("n2", 1, kT0 + 20 * kS, 0), kT0 + 30 * kS);
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  EXPECT_EQ(t->next.state, JobState::kPending);
+  // n2 cannot speak for task 0 (n1's).
+  Result<Transition> other = Step(t->next, GangEnd("n2", 0, kT0 + 20 * kS, 0), kT0 + 30 * kS);
+  ASSERT_TRUE(other.ok());
+  EXPECT_FALSE(other->changed);
+  t = Step(t->next, GangEnd("n1", 0, kT0 + 21 * kS, 0), kT0 + 31 * kS);
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  EXPECT_EQ(t->next.state, JobState::kSucceeded);
+  EXPECT_EQ(t->next.end_time_us, kT0 + 21 * kS);
+  EXPECT_NE(t->next.reason.find("attempt 1 on nodes n1 and n2 succeeded (all 2 tasks)"),
+            std::string::npos)
+      << t->next.reason;
+}
+
+// A task of the gang failed, or was stopped by its node's lease: the job runs again, its
+// lost node's lease holding it back no more once every task there reported; the record
+// names the task that did not succeed.
+TEST(JobLifecycleLateEnd, AGangWithATaskThatFailedOrWasStoppedRunsAgain) {
+  for (const bool lease_kill : {false, true}) {
+    SCOPED_TRACE(lease_kill ? "lease kill" : "exit 3");
+    Result<Transition> t = Step(GangLost(), GangEnd("n1", 0, kT0 + 20 * kS, 0), kT0 + 30 * kS);
+    ASSERT_TRUE(t.ok());
+    TaskExited bad = GangEnd("n1", 1, kT0 + 15 * kS, lease_kill ? 0 : 3);
+    if (lease_kill) bad.kill_cause = protocol::KillCause::kNodeLease;
+    t = Step(t->next, bad, kT0 + 31 * kS);
+    ASSERT_TRUE(t.ok()) << t.status().ToString();
+    ASSERT_TRUE(t->changed);
+    EXPECT_EQ(t->next.state, JobState::kPending);
+    EXPECT_FALSE(t->effects.ended);
+    EXPECT_TRUE(t->next.fence_node.empty());
+    EXPECT_TRUE(t->effects.queue_changed);
+    EXPECT_EQ(t->next.earlier_attempts[0].late_reason.rfind("task 1 ", 0), 0u)
+        << t->next.earlier_attempts[0].late_reason;
+    EXPECT_EQ(t->next.earlier_attempts[0].end_time_us, kT0 + 20 * kS);
+    Result<Transition> placed =
+        Step(t->next, Placed{{{"n2", {0}, {"GPU-2"}, 1000}, {"n2", {1}, {"GPU-3"}, 1000}}, {}},
+             kT0 + 32 * kS);
+    ASSERT_TRUE(placed.ok()) << placed.status().ToString();
+    EXPECT_EQ(placed->next.attempt, 2);
+  }
 }
 
 }  // namespace

@@ -126,6 +126,26 @@ std::optional<AttemptEnd> ParseAttemptEnd(std::string_view name) {
   return std::nullopt;
 }
 
+std::string_view LateTaskEndName(LateTaskEnd e) {
+  switch (e) {
+    case LateTaskEnd::kUnreported:
+      return "unreported";
+    case LateTaskEnd::kSucceeded:
+      return "succeeded";
+    case LateTaskEnd::kFailedOrStopped:
+      return "failed_or_stopped";
+  }
+  return "?";
+}
+
+std::optional<LateTaskEnd> ParseLateTaskEnd(std::string_view name) {
+  for (LateTaskEnd e :
+       {LateTaskEnd::kUnreported, LateTaskEnd::kSucceeded, LateTaskEnd::kFailedOrStopped}) {
+    if (LateTaskEndName(e) == name) return e;
+  }
+  return std::nullopt;
+}
+
 void AddEarlierAttempt(Job& job, EarlierAttempt a) {
   if (a.reason.size() > kMaxAttemptReason) {
     // Cut on a UTF-8 character's first byte, not inside one.

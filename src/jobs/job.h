@@ -160,6 +160,14 @@ enum class AttemptEnd { kPreempted, kLost, kGpuFailed };
 std::string_view AttemptEndName(AttemptEnd e);
 std::optional<AttemptEnd> ParseAttemptEnd(std::string_view name);
 
+// How a task of a lost attempt ended, as its node reported it late (EarlierAttempt::
+// late_ends): not reported (yet), exited 0 without being told to stop, or otherwise (a
+// failure, a signal, or stopped: a cancel, the stray stop, its node's lease).
+enum class LateTaskEnd { kUnreported, kSucceeded, kFailedOrStopped };
+// "unreported", "succeeded", "failed_or_stopped".
+std::string_view LateTaskEndName(LateTaskEnd e);
+std::optional<LateTaskEnd> ParseLateTaskEnd(std::string_view name);
+
 // An earlier attempt of a requeued job (Job::earlier_attempts): from its first task's
 // start to its last task's end (a lost task's: when it was declared lost), the GPU-hours
 // its tasks ran, how it ended and why (in words, at most kMaxAttemptReason bytes). A
@@ -185,6 +193,10 @@ struct EarlierAttempt {
   // for an attempt no late report came for.
   int64_t lost_time_us = 0;
   std::string late_reason;
+  // Each task's reported end, by task index (empty until a report came; shorter than
+  // `nodes` in none): a gang job waiting for its next attempt ends SUCCEEDED once every
+  // task of the lost attempt reported kSucceeded, and a task reported twice is known.
+  std::vector<LateTaskEnd> late_ends;
   friend bool operator==(const EarlierAttempt&, const EarlierAttempt&) = default;
 };
 inline constexpr size_t kMaxEarlierAttempts = 16;

@@ -336,6 +336,11 @@ OrderedJson JobToJson(const Job& job) {
         r["lost_time_us"] = a.lost_time_us;
         r["late_reason"] = a.late_reason;
       }
+      if (!a.late_ends.empty()) {
+        OrderedJson ends = OrderedJson::array();
+        for (LateTaskEnd e : a.late_ends) ends.push_back(LateTaskEndName(e));
+        r["late_ends"] = std::move(ends);
+      }
       runs.push_back(std::move(r));
     }
     j["earlier_attempts"] = std::move(runs);
@@ -417,6 +422,7 @@ Status DependenciesFromJson(JsonFields& f, bool reject_unknown, Job* job_out) {
 Status EarlierAttemptFromJson(const Json& run, const std::string& path, bool old_form,
                               bool reject_unknown, EarlierAttempt* out) {
   EarlierAttempt a;
+  std::vector<std::string> late_ends;
   JsonFields af(run, path, reject_unknown);
   af.Required("start_time_us", &a.start_time_us, 0);
   af.Required("end_time_us", &a.end_time_us, 0);
@@ -431,6 +437,7 @@ Status EarlierAttemptFromJson(const Json& run, const std::string& path, bool old
     af.Optional("nodes", &a.nodes);
     af.Optional("lost_time_us", &a.lost_time_us, 0);
     af.Optional("late_reason", &a.late_reason);
+    af.Optional("late_ends", &late_ends);
   }
   GP_RETURN_IF_ERROR(af.Finish());
   const std::optional<AttemptEnd> end = ParseAttemptEnd(ended_by);
@@ -439,6 +446,19 @@ Status EarlierAttemptFromJson(const Json& run, const std::string& path, bool old
                                    "'; expected preempted, lost or gpu_failed");
   }
   a.ended_by = *end;
+  if (late_ends.size() > kMaxAttemptNodes) {
+    return Status::InvalidArgument(path + ".late_ends: expected at most " +
+                                   std::to_string(kMaxAttemptNodes) + " entries, one per task");
+  }
+  for (size_t i = 0; i < late_ends.size(); ++i) {
+    const std::optional<LateTaskEnd> e = ParseLateTaskEnd(late_ends[i]);
+    if (!e) {
+      return Status::InvalidArgument(path + ".late_ends[" + std::to_string(i) + "]: unknown '" +
+                                     late_ends[i] +
+                                     "'; expected unreported, succeeded or failed_or_stopped");
+    }
+    a.late_ends.push_back(*e);
+  }
   if (a.nodes.size() > kMaxAttemptNodes ||
       std::any_of(a.nodes.begin(), a.nodes.end(),
                   [](const std::string& n) { return n.empty() || n.size() > 253; })) {

@@ -209,18 +209,27 @@ TEST(JobJsonTest, LateEndsRoundTrip) {
                         .gpu_hours = 0.25,
                         .reason = "node n1 stopped responding",
                         .gpus = 2,
+                        .nodes = {"n1", "n1"},
                         .lost_time_us = 200,
-                        .late_reason = "exited with code 3, reported after its node was lost"});
+                        .late_reason = "exited with code 3, reported after its node was lost",
+                        .late_ends = {LateTaskEnd::kUnreported, LateTaskEnd::kFailedOrStopped}});
   const Json json = Json::parse(DumpJson(JobToJson(j)));
   EXPECT_EQ(json["late_end_time_us"], 500);
   EXPECT_EQ(json["tasks"][0]["reported_late"], true);
   EXPECT_EQ(json["earlier_attempts"][0]["lost_time_us"], 200);
+  EXPECT_EQ(json["earlier_attempts"][0]["late_ends"],
+            Json::parse(R"(["unreported", "failed_or_stopped"])"));
   Result<Job> back = JobFromJson(json);
   ASSERT_TRUE(back.ok()) << back.status().ToString();
   EXPECT_EQ(*back, j);
   Json bad = json;
   bad["earlier_attempts"][0]["gpus"] = -1;
   EXPECT_FALSE(JobFromJson(bad).ok());
+  bad = json;
+  bad["earlier_attempts"][0]["late_ends"][1] = "ok";
+  EXPECT_EQ(JobFromJson(bad).status().message(),
+            "job.earlier_attempts[0].late_ends[1]: unknown 'ok'; expected unreported, "
+            "succeeded or failed_or_stopped");
 }
 
 TEST(JobJsonTest, PreemptedAttemptsOfAnOlderStoreReadAsEarlierAttempts) {
