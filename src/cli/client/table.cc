@@ -7,9 +7,26 @@
 namespace gpupool::cli {
 
 std::string CleanCell(const std::string& s) {
-  std::string out = SanitizeUtf8(s);
-  for (char& c : out) {
-    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) c = ' ';
+  const std::string text = SanitizeUtf8(s);
+  std::string out;
+  out.reserve(text.size());
+  for (size_t i = 0; i < text.size();) {
+    const size_t len = std::max<size_t>(Utf8CharLength(text, i), 1);
+    const auto b0 = static_cast<unsigned char>(text[i]);
+    const auto b1 = len > 1 ? static_cast<unsigned char>(text[i + 1]) : 0;
+    const auto b2 = len > 2 ? static_cast<unsigned char>(text[i + 2]) : 0;
+    if (b0 < 0x20 || b0 == 0x7f || (b0 == 0xC2 && b1 < 0xA0)) {
+      // C0, DEL and C1 (U+0080..U+009F: xterm takes U+009B for CSI in UTF-8 mode).
+      out += ' ';
+    } else if (b0 == 0xE2 && ((b1 == 0x80 && b2 >= 0xAA && b2 <= 0xAE) ||
+                              (b1 == 0x81 && b2 >= 0xA6 && b2 <= 0xA9))) {
+      // Bidirectional embeddings, overrides and isolates (U+202A..U+202E, U+2066..U+2069)
+      // reorder the rest of the line: another user's row could read as something else.
+      out += "\uFFFD";
+    } else {
+      out.append(text, i, len);
+    }
+    i += len;
   }
   return out;
 }

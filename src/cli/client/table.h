@@ -25,7 +25,8 @@ class Table {
   std::vector<std::vector<std::string>> rows_;
 };
 
-// Replaces control characters with spaces and invalid UTF-8 with '?'.
+// Makes text safe to print in a terminal: control characters (C0, DEL, C1) become spaces,
+// bidirectional embeddings, overrides and isolates U+FFFD, invalid UTF-8 "?".
 std::string CleanCell(const std::string& s);
 
 // Characters (UTF-8 code points) in s.
