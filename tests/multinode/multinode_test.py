@@ -209,7 +209,7 @@ class TorchrunTest(unittest.TestCase):
 
     def test_every_task_gets_its_rank_and_the_same_rendezvous(self):
         jid = self.pool.submit("--tasks", "3", "--gpus", "2", "--", "sh", "-c",
-                               "env | grep -E '^(GPUPOOL_|PET_|MASTER_|WORLD_SIZE|RANK)' | sort; "
+                               "env | grep -E '^(GPUPOOL_|PET_|MASTER_|WORLD_SIZE|RANK|LOCAL_)' | sort; "
                                "echo ==HF==; cat $GPUPOOL_HOSTFILE")
         job = self.pool.wait(jid, ("SUCCEEDED",))
         self.assertEqual([p["node"] for p in job["placement"]], ["node0", "node1", "node2"])
@@ -228,6 +228,8 @@ class TorchrunTest(unittest.TestCase):
             self.assertEqual(env["MASTER_ADDR"], HOSTS[0])
             self.assertEqual(env["WORLD_SIZE"], "3")
             self.assertEqual(env["RANK"], str(t))
+            # One process per task, seeing only its task's GPUs (red team 7, finding 3).
+            self.assertEqual((env["LOCAL_RANK"], env["LOCAL_WORLD_SIZE"]), ("0", "1"))
             self.assertEqual(env["PET_MASTER_PORT"], env["MASTER_PORT"])
             ports.add(env["MASTER_PORT"])
             self.assertEqual(text.split("==HF==")[1].split("\n")[1:4],

@@ -195,7 +195,8 @@ void AgentLoop::Launch(const protocol::LaunchOrder& order) {
   const std::string dir = agent::JobDir(options_.state_dir, id);
   const std::string hostfile = dir + "/" + agent::kHostFile;
   spec.hostfile = HostfileText(r);
-  spec.pool_env = RendezvousEnv(r, {hostfile, options_.exec_agent, options_.server_for_jobs});
+  spec.pool_env =
+      RendezvousEnv(r, {hostfile, options_.exec_agent, options_.server_for_jobs, job.mpi});
   if (!spec.image.empty()) {
     spec.mounts.push_back({hostfile, hostfile, /*read_only=*/true});
     spec.pool_env.erase("OMPI_MCA_plm_rsh_agent");  // no gpupool binary in the image

@@ -34,6 +34,16 @@ std::map<std::string, std::string> RendezvousEnv(const protocol::Rendezvous& r,
   env["MASTER_ADDR"] = master;
   env["WORLD_SIZE"] = tasks;
   env["RANK"] = index;
+  if (!c.mpi) {
+    // A task sees only its own GPUs and is torchrun's "node" (PET_NODE_RANK): a process
+    // it starts directly, one per task, is local rank 0 of 1, so the usual
+    // torch.cuda.set_device(int(os.environ["LOCAL_RANK"])) picks the task's first GPU.
+    // torchrun in the task gives its workers their own. Not for --mpi: mpirun's ranks
+    // have OMPI_COMM_WORLD_LOCAL_RANK, and a LOCAL_RANK of 0 inherited by every rank on
+    // a host would send them all to one GPU.
+    env["LOCAL_RANK"] = "0";
+    env["LOCAL_WORLD_SIZE"] = "1";
+  }
   if (r.master_port > 0) {
     env["PET_MASTER_PORT"] = std::to_string(r.master_port);
     env["MASTER_PORT"] = std::to_string(r.master_port);

@@ -27,6 +27,7 @@ struct RendezvousContext {
   std::string hostfile_path;  // where the task's host file is written
   std::string exec_agent;     // OMPI_MCA_plm_rsh_agent: "DIR/gpupool-exec" or "gpupool exec"
   std::string server;         // how jobs reach the controller (GPUPOOL_SERVER); "" = unset
+  bool mpi = false;           // a --mpi job: mpirun starts the ranks (no LOCAL_RANK)
 };
 
 std::map<std::string, std::string> RendezvousEnv(const protocol::Rendezvous& r,

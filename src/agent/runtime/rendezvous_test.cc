@@ -21,6 +21,9 @@ TEST(Rendezvous, EveryTaskGetsTheSameHostsAndItsOwnRank) {
   EXPECT_EQ(env["MASTER_PORT"], "41234");
   EXPECT_EQ(env["WORLD_SIZE"], "3");
   EXPECT_EQ(env["RANK"], "1");
+  // One process per task, seeing only the task's GPUs: local rank 0 of 1.
+  EXPECT_EQ(env["LOCAL_RANK"], "0");
+  EXPECT_EQ(env["LOCAL_WORLD_SIZE"], "1");
   EXPECT_EQ(env["OMPI_MCA_plm_rsh_agent"], "/usr/bin/gpupool exec");
   EXPECT_EQ(env["GPUPOOL_SERVER"], "unix:/s/gp.sock");
   EXPECT_EQ(HostfileText(r), "127.0.0.2 slots=2\n127.0.0.3 slots=1\n127.0.0.4 slots=8\n");
@@ -33,6 +36,15 @@ TEST(Rendezvous, NoPortYetMeansNoPortVariables) {
   EXPECT_EQ(env.count("GPUPOOL_HOSTFILE"), 0u);
   EXPECT_EQ(env.count("GPUPOOL_SERVER"), 0u);
   EXPECT_EQ(env["PET_NPROC_PER_NODE"], "4");
+}
+
+// mpirun's ranks have their own (OMPI_COMM_WORLD_LOCAL_RANK): none that all would inherit.
+TEST(Rendezvous, AnMpiJobGetsNoLocalRank) {
+  protocol::Rendezvous r{0, 2, {"n1", "n1"}, {1, 1}, 41234};
+  auto env = RendezvousEnv(r, {"", "", "", /*mpi=*/true});
+  EXPECT_EQ(env.count("LOCAL_RANK"), 0u);
+  EXPECT_EQ(env.count("LOCAL_WORLD_SIZE"), 0u);
+  EXPECT_EQ(env["RANK"], "0");
 }
 
 TEST(Rendezvous, PicksADifferentFreePortEachTime) {

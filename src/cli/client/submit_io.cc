@@ -147,7 +147,8 @@ bool AlwaysDenied(std::string_view name) {
                                                 "ROCR_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES",
                                                 "GPU_DEVICE_ORDINAL",   "MASTER_ADDR",
                                                 "MASTER_PORT",          "RANK",
-                                                "WORLD_SIZE",           "LOCAL_RANK"};
+                                                "WORLD_SIZE",           "LOCAL_RANK",
+                                                "LOCAL_WORLD_SIZE"};
   if (StartsWith(name, "GPUPOOL_") || StartsWith(name, "CUDA_MPS_") || StartsWith(name, "PET_")) {
     return true;
   }

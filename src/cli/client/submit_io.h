@@ -38,8 +38,8 @@ Result<ExportSpec> ParseExport(std::string_view text);
 // the server address, and what gpupool sets in every job), the GPU visibility variables
 // (CUDA_VISIBLE_DEVICES, NVIDIA_/ROCR_/HIP_VISIBLE_DEVICES, GPU_DEVICE_ORDINAL),
 // CUDA_MPS_*, the gang's rendezvous (MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE,
-// LOCAL_RANK, PET_*), LD_PRELOAD and LD_AUDIT, and the shell's own PWD, OLDPWD, SHLVL
-// and _.
+// LOCAL_RANK, LOCAL_WORLD_SIZE, PET_*), LD_PRELOAD and LD_AUDIT, and the shell's own PWD, OLDPWD,
+// SHLVL and _.
 bool DeniedFromExport(std::string_view name);
 // The part of the deny-list a variable named explicitly (--export=NAME) cannot pass
 // either: the above less LD_PRELOAD, LD_AUDIT and the shell's variables.
