@@ -419,7 +419,7 @@ Result<OrderedJson> BuildSubmission(const SubmitFlags& f, const std::vector<std:
        {std::tuple{"--min-runtime", &f.min_runtime, "min_runtime_s", int64_t{365} * 86400, "365d"},
         std::tuple{"--grace", &f.grace, "preempt_grace_s", int64_t{86400}, "24h"}}) {
     if (!*value) continue;
-    Result<int64_t> secs = ParseDuration(**value);
+    Result<int64_t> secs = ParseDurationWithUnit(**value);
     if (!secs.ok()) return OptionError(flag, **value, secs.status().message());
     if (*secs <= 0) return OptionError(flag, **value, "give a positive duration, e.g. 10m");
     if (*secs > most_s) return OptionError(flag, **value, std::string("at most ") + most);
