@@ -328,6 +328,7 @@ Status ParseLine(const std::vector<std::string>& words, const std::string& where
   parser.set_help_flag();
   AddSubmitOptions(parser, flags);
   std::vector<std::string> args(words.rbegin(), words.rend());  // CLI11 wants reverse
+  std::vector<std::string> again = args;                        // parse consumes its words
   const SubmitFlags before = *flags;
   try {
     parser.parse(args);
@@ -342,6 +343,20 @@ Status ParseLine(const std::vector<std::string>& words, const std::string& where
     return Status::InvalidArgument(where + why);
   }
   if (Status s = CheckLineSizes(before, *flags); !s.ok()) {
+    return Status::InvalidArgument(where + s.message());
+  }
+  // The line's own values again, alone (the parse above added them to every line's), so
+  // that a bad count, duration or signal is refused naming this line.
+  SubmitFlags own;
+  CLI::App alone;
+  alone.set_help_flag();
+  AddSubmitOptions(alone, &own);
+  try {
+    alone.parse(again);
+  } catch (const CLI::ParseError&) {
+    return Status::Ok();  // the same words parsed above
+  }
+  if (Status s = CheckLineValues(own); !s.ok()) {
     return Status::InvalidArgument(where + s.message());
   }
   return Status::Ok();

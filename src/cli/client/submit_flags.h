@@ -152,6 +152,13 @@ Result<OrderedJson> BuildSubmission(const SubmitFlags& flags,
                                     const std::vector<std::string>& command, const std::string& cwd,
                                     const ElementResolver& resolve = nullptr);
 
+// The values of one script line (a #GPUPOOL or #SBATCH line's options alone) that can be
+// checked without the others: the counts, sizes, durations and --signal, each with the
+// check BuildSubmission makes, so that a bad one is refused naming its line
+// (ParseDirectives). Options whose check needs others (a share and --gpus, --shm-size and
+// --image) are left to BuildSubmission.
+Status CheckLineValues(const SubmitFlags& line);
+
 // A fresh idempotency key for one submission (128 random bits, hex): the same body with
 // the same key, sent again after a timeout or a lost server, is created once.
 std::string NewSubmitKey();
