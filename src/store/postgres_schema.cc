@@ -147,6 +147,18 @@ ALTER TABLE settings ADD COLUMN revision BIGINT NOT NULL DEFAULT 1;
 )sql",
     // The id of the agent that registered each node last (NodeRecord::agent_id).
     "ALTER TABLE nodes ADD COLUMN agent_id TEXT NOT NULL DEFAULT '';",
+    // When a job's GPUs were let go after its end (LateEndUs, job_record.h: a lost task's
+    // or attempt's end reported late), which usage windows select on. Filled from the
+    // bodies of the ended jobs that hold a late end ("late_end_time_us", or an earlier
+    // attempt's "lost_time_us"/"late_reason").
+    R"sql(
+ALTER TABLE jobs ADD COLUMN late_end_us BIGINT NOT NULL DEFAULT 0;
+UPDATE jobs SET late_end_us=GREATEST(COALESCE((body::jsonb->>'late_end_time_us')::BIGINT, 0),
+  COALESCE((SELECT MAX((a.v->>'end_time_us')::BIGINT)
+            FROM jsonb_array_elements(body::jsonb->'earlier_attempts') AS a(v)), 0))
+  WHERE end_time_us>0 AND body LIKE '%"late%';
+UPDATE jobs SET late_end_us=0 WHERE late_end_us>0 AND late_end_us<=end_time_us;
+)sql",
 };
 
 }  // namespace

@@ -134,10 +134,11 @@ class PostgresStore final : public Store, private PgSession {
       const internal::JobRecord rec = internal::EncodeJobRecord(job);
       if (specs.insert(rec.spec_hash).second) AddSpec(rec, &stmts);
       stmts.push_back(
-          {"INSERT INTO jobs(id, username, state, node, end_time_us, body, spec_id, version) "
-           "VALUES($1,$2,$3,$4,$5,$6,(SELECT id FROM job_specs WHERE hash=$7),1)",
+          {"INSERT INTO jobs(id, username, state, node, end_time_us, body, spec_id, late_end_us, "
+           "version) VALUES($1,$2,$3,$4,$5,$6,(SELECT id FROM job_specs WHERE hash=$7),$8,1)",
            {id, job.user, std::string(jobs::JobStateName(job.state)), PrimaryNode(job),
-            std::to_string(job.end_time_us), rec.body, rec.spec_hash}});
+            std::to_string(job.end_time_us), rec.body, rec.spec_hash,
+            std::to_string(internal::LateEndUs(job))}});
       AddJobNodes(job, /*replace=*/false, &stmts);
       if (!job.submit_key.empty()) {
         key_at[stmts.size()] = &job;
@@ -211,6 +212,10 @@ class PostgresStore final : public Store, private PgSession {
       sql += " AND (end_time_us=0 OR end_time_us>=" + param(std::to_string(filter.ended_after_us)) +
              ")";
     }
+    if (filter.held_after_us > 0) {
+      const std::string after = param(std::to_string(filter.held_after_us));
+      sql += " AND (end_time_us=0 OR end_time_us>=" + after + " OR late_end_us>=" + after + ")";
+    }
     if (filter.array_id > 0) {
       // An array's elements come after its first (whose id is the array's).
       sql += " AND jobs.id>=" + param(std::to_string(filter.array_id)) +
@@ -267,13 +272,13 @@ class PostgresStore final : public Store, private PgSession {
       sets[stmts.size()] = k;
       stmts.push_back(
           {"WITH set AS (UPDATE jobs SET state=$1, node=$2, end_time_us=$3, "
-           "body=$4, spec_id=(SELECT id FROM job_specs WHERE hash=$7), version=version+1 "
-           "WHERE id=$5 AND state=$6 AND version=$8 RETURNING 1) "
+           "body=$4, spec_id=(SELECT id FROM job_specs WHERE hash=$7), late_end_us=$9, "
+           "version=version+1 WHERE id=$5 AND state=$6 AND version=$8 RETURNING 1) "
            "SELECT 1 / COUNT(*)::INT FROM set",
            {std::string(jobs::JobStateName(u.job.state)), PrimaryNode(u.job),
             std::to_string(u.job.end_time_us), rec.body, std::to_string(u.job.id),
             std::string(jobs::JobStateName(u.expected)), rec.spec_hash,
-            std::to_string(u.expected_version)}});
+            std::to_string(u.expected_version), std::to_string(internal::LateEndUs(u.job))}});
       AddJobNodes(u.job, /*replace=*/true, &stmts);
       if (u.hold) {
         stmts.push_back(

@@ -157,6 +157,18 @@ ALTER TABLE settings ADD COLUMN revision INTEGER NOT NULL DEFAULT 1;
     R"sql(
 ALTER TABLE nodes ADD COLUMN agent_id TEXT NOT NULL DEFAULT '';
 )sql",
+    // When a job's GPUs were let go after its end (LateEndUs, job_record.h: a lost task's
+    // or attempt's end reported late), which usage windows select on. Filled from the
+    // bodies of the ended jobs that hold a late end ("late_end_time_us", or an earlier
+    // attempt's "lost_time_us"/"late_reason").
+    R"sql(
+ALTER TABLE jobs ADD COLUMN late_end_us INTEGER NOT NULL DEFAULT 0;
+UPDATE jobs SET late_end_us=MAX(COALESCE(json_extract(body, '$.late_end_time_us'), 0),
+  COALESCE((SELECT MAX(json_extract(a.value, '$.end_time_us'))
+            FROM json_each(jobs.body, '$.earlier_attempts') AS a), 0))
+  WHERE end_time_us>0 AND body LIKE '%"late%';
+UPDATE jobs SET late_end_us=0 WHERE late_end_us>0 AND late_end_us<=end_time_us;
+)sql",
 };
 
 }  // namespace

@@ -167,6 +167,9 @@ class SqliteStore final : public Store {
       sql += ")";
     }
     if (filter.ended_after_us > 0) sql += " AND (end_time_us=0 OR end_time_us>=?3)";
+    if (filter.held_after_us > 0) {
+      sql += " AND (end_time_us=0 OR end_time_us>=?6 OR late_end_us>=?6)";
+    }
     // An array's elements come after its first (whose id is the array's).
     if (filter.array_id > 0) {
       sql += " AND jobs.id>=?4 AND json_extract(jobs.body,'$.array_id')=?4";
@@ -197,6 +200,7 @@ class SqliteStore final : public Store {
       if (filter.user) s.Bind(1, *filter.user);
       if (filter.node) s.Bind(2, *filter.node);
       if (filter.ended_after_us > 0) s.Bind(3, filter.ended_after_us);
+      if (filter.held_after_us > 0) s.Bind(6, filter.held_after_us);
       if (filter.array_id > 0) s.Bind(4, filter.array_id);
       if (internal::JobSortUsesNow(filter.sort)) s.Bind(5, filter.now_us);
       int rc;
@@ -245,7 +249,7 @@ class SqliteStore final : public Store {
       if (!spec_id.ok()) return Rollback(spec_id.status());
       Stmt s(stmts_, db_,
              "UPDATE jobs SET state=?1, node=?2, end_time_us=?3, body=?4, spec_id=?7, "
-             "version=version+1 WHERE id=?5 AND state=?6 AND version=?8");
+             "late_end_us=?9, version=version+1 WHERE id=?5 AND state=?6 AND version=?8");
       s.Bind(1, std::string(jobs::JobStateName(u.job.state)));
       s.Bind(2, PrimaryNode(u.job));
       s.Bind(3, u.job.end_time_us);
@@ -254,6 +258,7 @@ class SqliteStore final : public Store {
       s.Bind(6, std::string(jobs::JobStateName(u.expected)));
       s.Bind(7, *spec_id);
       s.Bind(8, u.expected_version);
+      s.Bind(9, internal::LateEndUs(u.job));
       if (s.Step() != SQLITE_DONE) return Rollback(Error("update job"));
       if (sqlite3_changes(db_) == 1) {
         Status nodes = WriteJobNodes(u.job, /*replace=*/true);
@@ -666,8 +671,8 @@ class SqliteStore final : public Store {
     const JobRecord rec = EncodeJobRecord(job);  // the id is the row's, not in the body
     GP_ASSIGN_OR_RETURN(int64_t spec_id, PutSpec(rec));
     Stmt s(stmts_, db_,
-           "INSERT INTO jobs(id, user, state, node, end_time_us, body, spec_id, version) "
-           "VALUES(NULLIF(?,0),?,?,?,?,?,?,1)");
+           "INSERT INTO jobs(id, user, state, node, end_time_us, body, spec_id, late_end_us, "
+           "version) VALUES(NULLIF(?,0),?,?,?,?,?,?,?,1)");
     if (!s.ok()) return Error("prepare insert");
     s.Bind(1, job.id);
     s.Bind(2, job.user);
@@ -676,6 +681,7 @@ class SqliteStore final : public Store {
     s.Bind(5, job.end_time_us);
     s.Bind(6, rec.body);
     s.Bind(7, spec_id);
+    s.Bind(8, internal::LateEndUs(job));
     if (s.Step() != SQLITE_DONE) return Error("insert job");
     const int64_t id = sqlite3_last_insert_rowid(db_);
     Job stored = job;
