@@ -5,6 +5,8 @@
 // postgresql-15): what is recorded must come back from either store.
 #include <atomic>
 
+#include "common/json.h"
+#include "controller/api.h"
 #include "controller/controller_internal.h"
 #include "controller/controller_test.h"
 #include "controller/pool_accounting.h"
@@ -128,6 +130,28 @@ class LateEndTest : public ControllerTest, public ::testing::WithParamInterface<
   double UsageOf(const Job& job) {
     return JobGpuHours(Get(job.id), 0, INT64_MAX, clock_.NowMicros());
   }
+  // GET /v1/usage over [since_us, until_us) as root: its rows.
+  Json UsageRows(int64_t since_us, int64_t until_us) {
+    Api api(c_.get(), store_.get(), &clock_, AuthOptions{});
+    net::HttpRequest r;
+    r.method = "GET";
+    r.path = "/v1/usage";
+    r.query = {{"since_us", std::to_string(since_us)}, {"until_us", std::to_string(until_us)}};
+    r.peer = net::PeerCredentials{1, 0, 0};
+    const net::HttpResponse got = api.Handle(r);
+    EXPECT_EQ(got.status, 200) << got.body;
+    Result<Json> body = ParseJson(got.body, "usage");
+    EXPECT_TRUE(body.ok()) << body.status().ToString();
+    return body.ok() ? (*body)["rows"] : Json::array();
+  }
+  // The one row of `rows`, alice's, with `gpu_hours`; nothing more.
+  static void ExpectAlicesHours(const Json& rows, double gpu_hours) {
+    ASSERT_EQ(rows.size(), 1u) << rows.dump();
+    EXPECT_EQ(rows[0]["key"], "alice");
+    EXPECT_NEAR(rows[0]["gpu_hours"].get<double>(), gpu_hours, 1e-9) << rows.dump();
+    EXPECT_EQ(rows[0]["jobs"], 1);
+    EXPECT_NEAR(rows[0]["norm_share"].get<double>(), 1.0, 1e-9);  // fair share counts her
+  }
 };
 
 // s15 and s14: a job without --requeue is LOST when n1 falls silent; its process exits 0
@@ -175,6 +199,46 @@ TEST_P(LateEndTest, ALostJobsLateSuccessIsRecordedAndChargedToItsRealEnd) {
   PoolAccounting fresh(c_.get(), store_.get(), &clock_, &telemetry2);
   ASSERT_TRUE(fresh.Fold().ok());
   EXPECT_NEAR(fresh.ended_totals().gpu_hours[key], to_end, 1e-9);
+}
+
+// A usage window that starts after the loss (and so after the job's end_time_us) but
+// before the late end: the job held its 2 GPUs inside it up to that end, and GET
+// /v1/usage counts that part, its user among the fair-share groups; a window after the
+// late end counts nothing.
+TEST_P(LateEndTest, AWindowAfterTheLossCountsTheGpusHeldUpToTheLateEnd) {
+  const Job job = Start(false);
+  const int64_t started = job.start_time_us;
+  Silence(12 * kS);
+  const int64_t lost_at = Get(job.id).end_time_us;
+  ASSERT_EQ(Get(job.id).state, JobState::kLost);
+  ASSERT_LT(lost_at, started + 20 * kS);
+  clock_.AdvanceMicros(40 * kS);
+  ComesBackReporting(job, 1, 0, started + 30 * kS);
+  ASSERT_EQ(Get(job.id).late_end_time_us, started + 30 * kS);
+  const int64_t now = clock_.NowMicros();
+  ExpectAlicesHours(UsageRows(started + 20 * kS, now), 2.0 * 10 / 3600);
+  ExpectAlicesHours(UsageRows(started + 20 * kS, started + 25 * kS), 2.0 * 5 / 3600);
+  EXPECT_TRUE(UsageRows(started + 31 * kS, now).empty());
+}
+
+// A --requeue job cancelled while it waited for its next attempt (its end_time_us the
+// cancel), whose lost attempt's end comes after: the attempt held its GPUs up to that
+// end, and a window from after the cancel counts them.
+TEST_P(LateEndTest, AWindowAfterACancelCountsTheLostAttemptUpToItsLateEnd) {
+  const Job job = Start(true);
+  const int64_t started = job.start_time_us;
+  Silence(12 * kS);
+  ASSERT_EQ(Get(job.id).state, JobState::kPending);
+  ASSERT_TRUE(c_->Cancel(job.id, alice_).ok());
+  const Job cancelled = Get(job.id);
+  ASSERT_EQ(cancelled.state, JobState::kCancelled);
+  ASSERT_LT(cancelled.end_time_us, started + 20 * kS);
+  clock_.AdvanceMicros(40 * kS);
+  ComesBackReporting(job, 1, 1, started + 30 * kS);
+  const Job after = Get(job.id);
+  ASSERT_EQ(after.earlier_attempts.size(), 1u);
+  ASSERT_EQ(after.earlier_attempts[0].end_time_us, started + 30 * kS);
+  ExpectAlicesHours(UsageRows(started + 20 * kS, clock_.NowMicros()), 2.0 * 10 / 3600);
 }
 
 // s22: a --requeue job whose n1 falls silent is PENDING for attempt 2, waiting for n1's
