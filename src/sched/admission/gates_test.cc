@@ -170,8 +170,8 @@ TEST(QuotaLimit, UsersAndProjectsStayWithinTheirLimits) {
   QueuedJob v = GpuJob("7", "carol", 2);
   v.project = "vision";
   EXPECT_EQ(Why(gate, v),
-            "waits: project vision has 0 GPUs in use or next to start; this job's 2 more would "
-            "pass the limit (max_gpus 1, `gpupool limits`)");
+            "waits: this job alone asks for 2 GPUs, more than project vision's limit (max_gpus "
+            "1): it starts only if an admin raises the limit (`gpupool limits`)");
   // Without limits every job is admitted.
   QuotaLimit open;
   open.BeginPass(Context(occupying));
