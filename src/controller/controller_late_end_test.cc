@@ -152,6 +152,35 @@ class LateEndTest : public ControllerTest, public ::testing::WithParamInterface<
     EXPECT_EQ(rows[0]["jobs"], 1);
     EXPECT_NEAR(rows[0]["norm_share"].get<double>(), 1.0, 1e-9);  // fair share counts her
   }
+  // A --requeue gang of two 2-GPU tasks started on n1 and n2 (one each), both of which fall
+  // silent past the node timeout, in one sweep (a rack cut off), while n3 (4 GPUs, where
+  // its next attempt could go) is heard: PENDING for attempt 2, waiting for both leases.
+  Job LoseGangOnTwoNodes() {
+    Register(2, {}, "n2");
+    Job job = MakeJob(2);
+    job.requeue = true;
+    job.request.tasks = 2;
+    job = c_->Submit(job, alice_).value();
+    EXPECT_TRUE(c_->ScheduleOnce().ok());
+    job = Get(job.id);
+    EXPECT_EQ(job.state, JobState::kAssigned);
+    EXPECT_EQ(job.placement.size(), 2u);
+    for (size_t i = 0; i < job.placement.size(); ++i) {
+      const std::string& node = job.placement[i].node;
+      Event e = Ev(job, protocol::EventKind::kStarted, 0, static_cast<int>(i));
+      if (i == 0) e.master_port = 41000;
+      EXPECT_TRUE(Apply({e}, node).ok());
+    }
+    job = Get(job.id);
+    EXPECT_EQ(job.state, JobState::kRunning);
+    Register(4, {}, "n3");
+    for (int i = 0; i < 3; ++i) {
+      clock_.AdvanceMicros(4 * kS);
+      EXPECT_TRUE(c_->WaitForWork("n3", 0).ok());
+      EXPECT_TRUE(c_->SweepNodes().ok());
+    }
+    return job;
+  }
 };
 
 // s15 and s14: a job without --requeue is LOST when n1 falls silent; its process exits 0
@@ -249,7 +278,7 @@ TEST_P(LateEndTest, ARequeuedJobWhoseLostAttemptSucceededIsNotRunAgain) {
   const int64_t started = job.start_time_us;
   Silence(12 * kS);
   ASSERT_EQ(Get(job.id).state, JobState::kPending);
-  ASSERT_EQ(Get(job.id).fence_node, "n1");
+  ASSERT_EQ(Get(job.id).fences.at(0).node, "n1");
   clock_.AdvanceMicros(8 * kS);
   ComesBackReporting(job, 1, 0, started + 14 * kS);
   ASSERT_TRUE(c_->ScheduleOnce().ok());
@@ -376,7 +405,7 @@ TEST_P(LateEndTest, AGangWhoseLostTasksAllSucceededIsNotRunAgain) {
   const int64_t started = job.start_time_us;
   SilenceN1(12 * kS);
   ASSERT_EQ(Get(job.id).state, JobState::kPending);
-  ASSERT_EQ(Get(job.id).fence_node, "n1");
+  ASSERT_EQ(Get(job.id).fences.at(0).node, "n1");
   clock_.AdvanceMicros(8 * kS);
   GangNodeComesBack(job, 1);
   ReportsEnd(job, 1, 0, 0, started + 14 * kS);
@@ -384,7 +413,7 @@ TEST_P(LateEndTest, AGangWhoseLostTasksAllSucceededIsNotRunAgain) {
   Job waiting = Get(job.id);
   EXPECT_EQ(waiting.state, JobState::kPending) << waiting.reason;
   EXPECT_EQ(waiting.attempt, 1);
-  EXPECT_EQ(waiting.fence_node, "n1");
+  EXPECT_EQ(waiting.fences.at(0).node, "n1");
   ReportsEnd(job, 1, 1, 0, started + 12 * kS);
   ASSERT_TRUE(c_->ScheduleOnce().ok());
   Job done = Get(job.id);
@@ -412,7 +441,7 @@ TEST_P(LateEndTest, AGangWithATaskNotYetReportedWaitsForTheLease) {
   const Job job = StartGang();
   const int64_t started = job.start_time_us;
   SilenceN1(12 * kS);
-  const int64_t lease_until = Get(job.id).fence_until_us;
+  const int64_t lease_until = jobs::FenceUntilUs(Get(job.id));
   ASSERT_GT(lease_until, clock_.NowMicros());
   clock_.AdvanceMicros(8 * kS);
   GangNodeComesBack(job, 1);
@@ -446,6 +475,91 @@ TEST_P(LateEndTest, AGangWithAFailedTaskRunsAgain) {
   ASSERT_EQ(second.earlier_attempts.size(), 1u);
   EXPECT_EQ(second.earlier_attempts[0].late_reason,
             "task 1 exited with code 1, reported after its node was lost");
+}
+
+// n1 comes back early, listing task 0 as ended, and reports its end (exit 1): n2, still
+// cut off, may run task 1 until its lease ends, so attempt 2 is not placed on n3 (before,
+// the wait was for the first node lost only, and attempt 2 started beside attempt 1's
+// task on n2). A restart keeps both waits. At n2's lease's end attempt 2 is placed.
+TEST_P(LateEndTest, AGangLostOnTwoNodesWaitsForTheOtherNodesLease) {
+  const Job job = LoseGangOnTwoNodes();
+  const int64_t lease_until = job.start_time_us + 60 * kS;  // both last heard at its start
+  Job waiting = Get(job.id);
+  ASSERT_EQ(waiting.state, JobState::kPending) << waiting.reason;
+  EXPECT_EQ(waiting.fences,
+            (std::vector<jobs::NodeFence>{{"n1", lease_until}, {"n2", lease_until}}));
+  // A restarted controller reads both from the store.
+  ControllerOptions o;
+  o.node_lease_us = 60 * kS;
+  Restart(o);
+  EXPECT_EQ(Get(job.id).fences, waiting.fences);
+  Register(4, {}, "n3");
+  ASSERT_TRUE(c_->ScheduleOnce().ok());
+  waiting = Get(job.id);
+  ASSERT_EQ(waiting.state, JobState::kPending);
+  EXPECT_NE(waiting.pending_reason.find("waits for attempt 1 to stop on nodes n1 and n2 (the "
+                                        "nodes were lost while it ran; their leases stop it by"),
+            std::string::npos)
+      << waiting.pending_reason;
+  // n1 is back: its registration lists task 0 as ended, and its end follows.
+  clock_.AdvanceMicros(4 * kS);
+  protocol::Registration r;
+  r.node = "n1";
+  r.info = MakeNode(2);
+  r.version = version_;
+  r.cpu_milli = 64'000;
+  r.memory_mib = 256'000;
+  r.ended.push_back({job.id, 0, 1});
+  ASSERT_TRUE(c_->RegisterNode(r, "").ok());
+  ReportsEnd(job, 1, 0, 1, job.start_time_us + 10 * kS);
+  ASSERT_TRUE(c_->WaitForWork("n3", 0).ok());
+  ASSERT_TRUE(c_->SweepNodes().ok());
+  ASSERT_TRUE(c_->ScheduleOnce().ok());
+  waiting = Get(job.id);
+  EXPECT_EQ(waiting.state, JobState::kPending) << waiting.reason;
+  EXPECT_EQ(waiting.attempt, 1);
+  EXPECT_EQ(waiting.fences, (std::vector<jobs::NodeFence>{{"n2", lease_until}}));
+  EXPECT_NE(waiting.pending_reason.find("waits for attempt 1 to stop on node n2 (the node was "
+                                        "lost while it ran; its lease stops it by"),
+            std::string::npos)
+      << waiting.pending_reason;
+  Restart(o);
+  EXPECT_EQ(Get(job.id).fences, waiting.fences);
+  // One second before n2's lease ends it still waits; at its end it is placed.
+  while (clock_.NowMicros() < lease_until - kS) {
+    clock_.AdvanceMicros(std::min<int64_t>(4 * kS, lease_until - kS - clock_.NowMicros()));
+    HearEveryNode();
+    Register(4, {}, "n3");
+    ASSERT_TRUE(c_->SweepNodes().ok());
+  }
+  ASSERT_TRUE(c_->ScheduleOnce().ok());
+  ASSERT_EQ(Get(job.id).state, JobState::kPending);
+  clock_.AdvanceMicros(kS);
+  ASSERT_TRUE(c_->WaitForWork("n3", 0).ok());
+  ASSERT_TRUE(c_->SweepNodes().ok());
+  ASSERT_TRUE(c_->ScheduleOnce().ok());
+  const Job second = Get(job.id);
+  EXPECT_EQ(second.state, JobState::kAssigned) << second.pending_reason;
+  EXPECT_EQ(second.attempt, 2);
+  EXPECT_TRUE(second.fences.empty());
+}
+
+// n1 and then n2 come back running nothing of the job: each ends the wait for itself, and
+// attempt 2 is placed once both have.
+TEST_P(LateEndTest, AGangLostOnTwoNodesStartsAgainOnceBothRegistered) {
+  const Job job = LoseGangOnTwoNodes();
+  ASSERT_EQ(Get(job.id).state, JobState::kPending);
+  Register(2, {}, "n1");
+  ASSERT_TRUE(c_->ScheduleOnce().ok());
+  Job waiting = Get(job.id);
+  EXPECT_EQ(waiting.state, JobState::kPending);
+  EXPECT_NE(waiting.pending_reason.find("to stop on node n2"), std::string::npos)
+      << waiting.pending_reason;
+  Register(2, {}, "n2");
+  ASSERT_TRUE(c_->ScheduleOnce().ok());
+  const Job second = Get(job.id);
+  EXPECT_EQ(second.state, JobState::kAssigned) << second.pending_reason;
+  EXPECT_EQ(second.attempt, 2);
 }
 
 INSTANTIATE_TEST_SUITE_P(Stores, LateEndTest, ::testing::Values("sqlite", "postgresql"),

@@ -4,6 +4,7 @@
 #include <string>
 #include <vector>
 
+#include "controller/job_lifecycle_fences.h"
 #include "controller/job_words.h"
 
 namespace gpupool::controller::lifecycle {
@@ -152,8 +153,7 @@ void SucceededLate(const jobs::EarlierAttempt& a, const TaskExited& e, Job& next
                 "; its end was reported after the " + (one_node ? "node was" : "nodes were") +
                 " lost and the job requeued: not run again";
   next.pending_reason.clear();
-  next.fence_node.clear();
-  next.fence_until_us = 0;
+  next.fences.clear();
 }
 
 std::optional<Transition> LateEndOfEarlierAttempt(const Job& job, const TaskExited& e,
@@ -235,11 +235,10 @@ std::optional<Transition> LateEndOfEarlierAttempt(const Job& job, const TaskExit
     if (jobs::IsTerminal(job.state)) tr.effects.late_gpu_hours = charged;
     // Its node reported the lost attempt's end: nothing of it runs there any more, once
     // every task of it there has reported (a gang's others may yet succeed: the next
-    // attempt waits for them, or for the lease).
-    if (job.state == JobState::kPending && job.fence_node == e.node && !UnreportedOn(a, e.node)) {
-      next.fence_node.clear();
-      next.fence_until_us = 0;
-      tr.effects.queue_changed = true;
+    // attempt waits for them, or for the lease). Another lost node of the attempt still
+    // holds the job back until it is heard from too (Job::fences).
+    if (job.state == JobState::kPending && !UnreportedOn(a, e.node)) {
+      tr.effects.queue_changed = DropFence(next, e.node);
     }
     tr.effects.log = "job " + id + ": its lost attempt " + std::to_string(e.attempt) + " on node " +
                      e.node + " " +

@@ -204,7 +204,8 @@ Job GangLost(const std::string& node0 = "n1", const std::string& node1 = "n1") {
     EXPECT_TRUE(t.ok()) << t.status().ToString();
   }
   EXPECT_EQ(t->next.state, JobState::kPending);
-  EXPECT_EQ(t->next.fence_node, node0);
+  EXPECT_NE(jobs::FenceOn(t->next, node0), nullptr);
+  EXPECT_EQ(jobs::FenceOn(t->next, node1)->until_us, kT0 + 66 * kS);  // lost too: waited for
   return t->next;
 }
 
@@ -225,7 +226,8 @@ TEST(JobLifecycleLateEnd, AGangWhoseLostTasksAllSucceededEndsSucceededOnceAllRep
   ASSERT_TRUE(first->changed);
   EXPECT_EQ(first->next.state, JobState::kPending);
   EXPECT_FALSE(first->effects.ended);
-  EXPECT_EQ(first->next.fence_node, "n1");  // task 0 has not reported: it may succeed too
+  EXPECT_NE(jobs::FenceOn(first->next, "n1"),
+            nullptr);  // task 0 has not reported: it may succeed too
   EXPECT_EQ(first->next.earlier_attempts[0].late_ends,
             (std::vector<jobs::LateTaskEnd>{jobs::LateTaskEnd::kUnreported,
                                             jobs::LateTaskEnd::kSucceeded}));
@@ -250,7 +252,7 @@ TEST(JobLifecycleLateEnd, AGangWhoseLostTasksAllSucceededEndsSucceededOnceAllRep
   EXPECT_EQ(t->next.reason,
             "attempt 1 on node n1 succeeded (all 2 tasks); its end was reported after the node "
             "was lost and the job requeued: not run again");
-  EXPECT_TRUE(t->next.fence_node.empty());
+  EXPECT_TRUE(t->next.fences.empty());
   const jobs::EarlierAttempt& a = t->next.earlier_attempts[0];
   EXPECT_EQ(a.lost_time_us, kT0 + 6 * kS);
   EXPECT_EQ(a.end_time_us, kT0 + 20 * kS);
@@ -292,7 +294,7 @@ TEST(JobLifecycleLateEnd, AGangWithATaskThatFailedOrWasStoppedRunsAgain) {
     ASSERT_TRUE(t->changed);
     EXPECT_EQ(t->next.state, JobState::kPending);
     EXPECT_FALSE(t->effects.ended);
-    EXPECT_TRUE(t->next.fence_node.empty());
+    EXPECT_TRUE(t->next.fences.empty());
     EXPECT_TRUE(t->effects.queue_changed);
     EXPECT_EQ(t->next.earlier_attempts[0].late_reason.rfind("task 1 ", 0), 0u)
         << t->next.earlier_attempts[0].late_reason;
@@ -303,6 +305,102 @@ TEST(JobLifecycleLateEnd, AGangWithATaskThatFailedOrWasStoppedRunsAgain) {
     ASSERT_TRUE(placed.ok()) << placed.status().ToString();
     EXPECT_EQ(placed->next.attempt, 2);
   }
+}
+
+// The gang of GangLost on n1 and n2 (tasks started at kT0 + 1 s), with each node's loss as
+// given: NodeLost{node, ..., lease_until_us} at `at_us`, in that order.
+Result<Transition> GangOnTwoNodesLost(const std::vector<std::pair<std::string, int64_t>>& losses,
+                                      int64_t at_us) {
+  Job j;
+  j.id = 9;
+  j.user = "alice";
+  j.command = {"true"};
+  j.requeue = true;
+  j.request.gpus = 1;
+  j.request.tasks = 2;
+  j.state = JobState::kPending;
+  Result<Transition> t =
+      Step(j, Placed{{{"n1", {0}, {"GPU-0"}, 1000}, {"n2", {1}, {"GPU-1"}, 1000}}, {}}, kT0);
+  for (int task = 0; task < 2 && t.ok(); ++task) {
+    t = Step(t->next, TaskStarted{task == 0 ? "n1" : "n2", task, 1, kT0 + kS, "", "", 41000},
+             kT0 + kS);
+  }
+  for (const auto& [node, lease] : losses) {
+    if (t.ok())
+      t = Step(t->next, NodeLost{node, "node " + node + " stopped responding", lease}, at_us);
+  }
+  return t;
+}
+
+const Placed kOnN3{{{"n3", {0}, {"GPU-2"}, 1000}, {"n3", {1}, {"GPU-3"}, 1000}}, {}};
+
+// A gang's two nodes both lost in one sweep (a rack cut off), n2's lease ending later than
+// n1's: the next attempt waits for each node, until its lease runs out or it is heard from
+// (it registered again, or reported the attempt's end there), whichever comes first. n1
+// back early does not let attempt 2 start while n2, cut off, may still run task 1.
+TEST(JobLifecycleLateEnd, AGangLostOnTwoNodesWaitsForEachOfThem) {
+  Result<Transition> lost =
+      GangOnTwoNodesLost({{"n1", kT0 + 66 * kS}, {"n2", kT0 + 70 * kS}}, kT0 + 6 * kS);
+  ASSERT_TRUE(lost.ok()) << lost.status().ToString();
+  const Job pending = lost->next;
+  ASSERT_EQ(pending.state, JobState::kPending);
+  ASSERT_EQ(pending.attempt, 1);
+  // n1 registers again: n2 still holds the job back, until its own lease's end.
+  Result<Transition> n1_back = Step(pending, FenceLifted{"n1"}, kT0 + 20 * kS);
+  ASSERT_TRUE(n1_back.ok()) << n1_back.status().ToString();
+  EXPECT_TRUE(n1_back->changed);
+  EXPECT_FALSE(n1_back->effects.queue_changed);
+  Result<Transition> early = Step(n1_back->next, kOnN3, kT0 + 21 * kS);
+  ASSERT_FALSE(early.ok());
+  EXPECT_NE(early.status().message().find("node n2's lease"), std::string::npos)
+      << early.status().ToString();
+  EXPECT_FALSE(Step(pending, kOnN3, kT0 + 67 * kS).ok());  // n1's lease is over, not n2's
+  EXPECT_TRUE(Step(pending, kOnN3, kT0 + 70 * kS).ok());
+  EXPECT_TRUE(Step(n1_back->next, kOnN3, kT0 + 70 * kS).ok());
+  // ... or until n2 registers again too.
+  Result<Transition> both_back = Step(n1_back->next, FenceLifted{"n2"}, kT0 + 22 * kS);
+  ASSERT_TRUE(both_back.ok());
+  EXPECT_TRUE(both_back->effects.queue_changed);
+  Result<Transition> placed = Step(both_back->next, kOnN3, kT0 + 22 * kS);
+  ASSERT_TRUE(placed.ok()) << placed.status().ToString();
+  EXPECT_EQ(placed->next.attempt, 2);
+  // Each node's report of its task's end ends the wait for that node only.
+  Result<Transition> r = Step(pending, GangEnd("n1", 0, kT0 + 15 * kS, 1), kT0 + 20 * kS);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->next.state, JobState::kPending);
+  EXPECT_FALSE(r->effects.queue_changed);
+  EXPECT_FALSE(Step(r->next, kOnN3, kT0 + 21 * kS).ok());
+  r = Step(r->next, GangEnd("n2", 1, kT0 + 16 * kS, 0), kT0 + 22 * kS);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_TRUE(r->effects.queue_changed);
+  EXPECT_TRUE(Step(r->next, kOnN3, kT0 + 22 * kS).ok());
+}
+
+// n2 is lost after n1, while the job waits for its next attempt (a later sweep): from
+// then on it waits for n2's lease too, even once n1 is back. A node of the attempt lost
+// without a lease, or lost again, changes nothing more; another node is none of its.
+TEST(JobLifecycleLateEnd, AGangsOtherNodeLostWhileItWaitsHoldsItBackToo) {
+  Result<Transition> t = GangOnTwoNodesLost({{"n1", kT0 + 66 * kS}}, kT0 + 6 * kS);
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  ASSERT_EQ(t->next.state, JobState::kPending);
+  const Job n1_lost = t->next;
+  t = Step(n1_lost, FenceLifted{"n1"}, kT0 + 8 * kS);
+  ASSERT_TRUE(t.ok());
+  EXPECT_TRUE(t->effects.queue_changed);  // n2, up, was told to stop: no wait for it
+  EXPECT_TRUE(Step(t->next, kOnN3, kT0 + 8 * kS).ok());
+  EXPECT_FALSE(Step(t->next, NodeLost{"n3", "gone", kT0 + 90 * kS}, kT0 + 9 * kS)->changed);
+  t = Step(t->next, NodeLost{"n2", "node n2 stopped responding", kT0 + 68 * kS}, kT0 + 9 * kS);
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  ASSERT_TRUE(t->changed);
+  EXPECT_EQ(t->next.state, JobState::kPending);
+  EXPECT_FALSE(Step(t->next, kOnN3, kT0 + 67 * kS).ok());
+  EXPECT_TRUE(Step(t->next, kOnN3, kT0 + 68 * kS).ok());
+  EXPECT_FALSE(Step(t->next, NodeLost{"n2", "again", kT0 + 99 * kS}, kT0 + 10 * kS)->changed);
+  // Lost with no lease: nothing stops its task, and nothing is waited for.
+  t = Step(n1_lost, NodeLost{"n2", "gone", 0}, kT0 + 9 * kS);
+  ASSERT_TRUE(t.ok());
+  EXPECT_FALSE(Step(t->next, kOnN3, kT0 + 65 * kS).ok());  // n1's lease still holds it
+  EXPECT_TRUE(Step(t->next, kOnN3, kT0 + 66 * kS).ok());
 }
 
 }  // namespace

@@ -13,6 +13,7 @@
 
 #include <sys/types.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <map>
 #include <optional>
@@ -203,6 +204,18 @@ inline constexpr size_t kMaxEarlierAttempts = 16;
 inline constexpr size_t kMaxAttemptReason = 256;
 inline constexpr size_t kMaxAttemptNodes = 4096;  // EarlierAttempt::nodes: one per task
 
+// A node a requeued job's lost attempt may still run a task on (Job::fences).
+struct NodeFence {
+  std::string node;
+  // When the node's lease runs out (controller clock, microseconds): the node was lost.
+  // 0: the node was up when the attempt was lost (a gang's other node, told to stop its
+  // task); the job does not wait for it, but its loss before the job is placed again
+  // sets this (its task may run on, cut off).
+  int64_t until_us = 0;
+  friend bool operator==(const NodeFence&, const NodeFence&) = default;
+};
+inline constexpr size_t kMaxFences = 4096;  // Job::fences: at most one per task's node
+
 struct Job {
   int64_t id = 0;
   // The store's count of this job's writes, for compare-and-set (store/store.h): 0 for a
@@ -351,12 +364,14 @@ struct Job {
   // stored before other ends were kept: every record there is a preempted one).
   std::vector<EarlierAttempt> earlier_attempts;
   // Set by the controller on a job requeued when its node was lost while a task of it
-  // ran there (docs/health.md, "A node cut off from the controller"): the node, and when
-  // its lease runs out (controller clock, microseconds). The node's supervisors stop the
-  // attempt by then (FencedOnLoss), so the job starts again only after it, or once the
-  // node has registered again and listed what it still runs. Cleared when it is placed.
-  std::string fence_node;
-  int64_t fence_until_us = 0;
+  // ran there (docs/health.md, "A node cut off from the controller"): each node of that
+  // attempt that may still run a task of it, in the order they were lost. The job starts
+  // again only once every lost one (NodeFence::until_us set) is gone: its lease ran out
+  // (its supervisors have stopped the attempt by then, FencedOnLoss) or it registered
+  // again and listed what it still runs, or reported the attempt's end there. Cleared
+  // when it is placed. JSON `fences`; a job stored with only `fence_node` and
+  // `fence_until_us` (one node) reads as one fence (job_json.cc).
+  std::vector<NodeFence> fences;
   friend bool operator==(const Job&, const Job&) = default;
 };
 
@@ -365,6 +380,22 @@ struct Job {
 // and a preemptible one (requeued when lost during its preemption). The tasks of such a
 // job are stopped by their node when its lease runs out (protocol::RegistrationReply).
 inline bool FencedOnLoss(const Job& job) { return job.requeue || job.preemptible; }
+
+// The latest lease end among the lost nodes `job` waits for (Job::fences), 0 when it
+// waits for none: it is not placed before, unless those nodes are heard from first.
+inline int64_t FenceUntilUs(const Job& job) {
+  int64_t until = 0;
+  for (const NodeFence& f : job.fences) until = std::max(until, f.until_us);
+  return until;
+}
+
+// The entry of `job.fences` for `node`, or nullptr.
+inline const NodeFence* FenceOn(const Job& job, const std::string& node) {
+  for (const NodeFence& f : job.fences) {
+    if (f.node == node) return &f;
+  }
+  return nullptr;
+}
 
 // Appends an ended attempt to `job` (its reason cut to kMaxAttemptReason bytes); past
 // kMaxEarlierAttempts the two oldest become one (their span, their GPU-hours and counts

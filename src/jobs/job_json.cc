@@ -224,6 +224,23 @@ OrderedJson PlacementToJson(const std::vector<TaskPlacement>& tasks) {
   return placement;
 }
 
+// Job::fences as `fences`, and the lost node whose lease ends last as `fence_node` and
+// `fence_until_us`: what a job stored before `fences` had (one node), for older readers.
+void FencesToJson(const Job& job, OrderedJson& j) {
+  if (job.fences.empty()) return;
+  OrderedJson fences = OrderedJson::array();
+  const NodeFence* last = nullptr;
+  for (const NodeFence& f : job.fences) {
+    fences.push_back(OrderedJson{{"node", f.node}, {"until_us", f.until_us}});
+    if (f.until_us != 0 && (last == nullptr || f.until_us > last->until_us)) last = &f;
+  }
+  if (last != nullptr) {
+    j["fence_node"] = last->node;
+    j["fence_until_us"] = last->until_us;
+  }
+  j["fences"] = std::move(fences);
+}
+
 }  // namespace
 
 OrderedJson JobToJson(const Job& job) {
@@ -299,10 +316,7 @@ OrderedJson JobToJson(const Job& job) {
   j["attempt"] = job.attempt;
   j["cancel_requested"] = job.cancel_requested;
   if (job.time_limit_hit) j["time_limit_hit"] = true;
-  if (job.fence_until_us != 0) {
-    j["fence_node"] = job.fence_node;
-    j["fence_until_us"] = job.fence_until_us;
-  }
+  FencesToJson(job, j);
   if (!job.held_by.empty()) {
     j["held_by"] = job.held_by;
     j["held_by_admin"] = job.held_by_admin;
@@ -413,6 +427,37 @@ Status DependenciesFromJson(JsonFields& f, bool reject_unknown, Job* job_out) {
       d.kind = *k;
       job.dependencies.push_back(d);
     }
+  }
+  return Status::Ok();
+}
+
+// `fences`, else (a job stored before it) `fence_node` and `fence_until_us` as one.
+Status FencesFromJson(JsonFields& f, bool reject_unknown, Job* job_out) {
+  std::string node;
+  int64_t until_us = 0;
+  f.Optional("fence_node", &node);
+  f.Optional("fence_until_us", &until_us, 0);
+  const Json* fences = f.Array("fences");
+  if (fences == nullptr) {
+    if (until_us != 0) job_out->fences.push_back({std::move(node), until_us});
+    return Status::Ok();
+  }
+  if (fences->size() > kMaxFences) {
+    return Status::InvalidArgument(f.PathOf("fences") + ": at most " + std::to_string(kMaxFences) +
+                                   " nodes");
+  }
+  for (size_t i = 0; i < fences->size(); ++i) {
+    const std::string path = f.PathOf("fences") + "[" + std::to_string(i) + "]";
+    NodeFence nf;
+    JsonFields ff((*fences)[i], path, reject_unknown);
+    ff.Required("node", &nf.node);
+    ff.Optional("until_us", &nf.until_us, 0);
+    GP_RETURN_IF_ERROR(ff.Finish());
+    if (nf.node.empty() || nf.node.size() > 253 || FenceOn(*job_out, nf.node) != nullptr) {
+      return Status::InvalidArgument(path + ".node: expected a node name of 1..253 bytes, " +
+                                     "each node once");
+    }
+    job_out->fences.push_back(std::move(nf));
   }
   return Status::Ok();
 }
@@ -660,8 +705,7 @@ Result<Job> JobFromJson(const Json& j, std::string_view path, bool reject_unknow
   f.Optional("cancel_requested", &job.cancel_requested);
   f.Optional("time_limit_hit", &job.time_limit_hit);
   f.Optional("held_by", &job.held_by);
-  f.Optional("fence_node", &job.fence_node);
-  f.Optional("fence_until_us", &job.fence_until_us, 0);
+  GP_RETURN_IF_ERROR(FencesFromJson(f, reject_unknown, &job));
   f.Optional("held_by_admin", &job.held_by_admin);
   f.Optional("preemptible", &job.preemptible);
   f.Optional("min_runtime_s", &job.min_runtime_s, 0, int64_t{365} * 24 * 3600);

@@ -232,6 +232,41 @@ TEST(JobJsonTest, LateEndsRoundTrip) {
             "succeeded or failed_or_stopped");
 }
 
+// The nodes a requeued job waits for (docs/health.md, "A node cut off from the
+// controller") round-trip as `fences`; the lost one whose lease ends last is also written
+// as `fence_node` and `fence_until_us`, all a job stored before `fences` had, which reads
+// as one fence.
+TEST(JobJsonTest, FencesRoundTripAndTheOlderFormReadsAsOneFence) {
+  Job j;
+  j.id = 7;
+  j.state = JobState::kPending;
+  j.fences = {{"n1", 500}, {"n2", 700}, {"n3", 0}};
+  const Json json = Json::parse(DumpJson(JobToJson(j)));
+  EXPECT_EQ(json["fence_node"], "n2");
+  EXPECT_EQ(json["fence_until_us"], 700);
+  EXPECT_EQ(json["fences"], Json::parse(R"([{"node": "n1", "until_us": 500},)"
+                                        R"( {"node": "n2", "until_us": 700},)"
+                                        R"( {"node": "n3", "until_us": 0}])"));
+  Result<Job> back = JobFromJson(json);
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(*back, j);
+  // A job stored by an older server: one node.
+  Result<Job> old = JobFromJson(
+      Json::parse(R"({"state": "PENDING", "fence_node": "n1", "fence_until_us": 500})"));
+  ASSERT_TRUE(old.ok()) << old.status().ToString();
+  EXPECT_EQ(old->fences, (std::vector<NodeFence>{{"n1", 500}}));
+  EXPECT_EQ(FenceUntilUs(*old), 500);
+  // None written for a job without fences; none lost: no fence_node.
+  EXPECT_FALSE(JobToJson(Job{}).contains("fences"));
+  Job up_only;
+  up_only.fences = {{"n3", 0}};
+  EXPECT_FALSE(JobToJson(up_only).contains("fence_node"));
+  Json bad = json;
+  bad["fences"][1]["node"] = "n1";
+  EXPECT_EQ(JobFromJson(bad).status().message(),
+            "job.fences[1].node: expected a node name of 1..253 bytes, each node once");
+}
+
 TEST(JobJsonTest, PreemptedAttemptsOfAnOlderStoreReadAsEarlierAttempts) {
   Result<Job> old = JobFromJson(
       Json::parse(R"({"preemptions": 1, "preempted_gpu_hours": 4, "preempted_attempts": [)"

@@ -128,7 +128,8 @@ const char* const kServerSetFields[] = {"id",
                                         "preempted_attempts",
                                         "earlier_attempts",
                                         "fence_node",
-                                        "fence_until_us"};
+                                        "fence_until_us",
+                                        "fences"};
 
 // The scheduler's start plan as readers attach it (Controller::StartEstimates, StartNotes).
 struct StartPlanView {
