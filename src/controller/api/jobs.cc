@@ -285,7 +285,23 @@ net::HttpResponse SubmitJob(const ApiContext& ctx, const Call& c) {
   // A retried submission (its submit_key was used): 200 with the job it made.
   if (duplicate)
     return JsonResponse(200, {{"job", jobs::JobToJson(*submitted)}, {"duplicate", true}});
-  return JsonResponse(201, {{"job", jobs::JobToJson(*submitted)}});
+  OrderedJson answer = {{"job", jobs::JobToJson(*submitted)}};
+  // An --exclude name no node has excludes nothing: accepted (a node may join later, and
+  // a list kept for several pools stays usable), but said, as it may be a typo.
+  std::string names;
+  if (!submitted->request.exclude.empty()) {
+    std::set<std::string> known;
+    for (const NodeView& n : ctx.controller->Nodes()) known.insert(n.name);
+    for (const std::string& n : submitted->request.exclude) {
+      if (!known.contains(n)) names += (names.empty() ? "" : ", ") + n;
+    }
+  }
+  if (!names.empty()) {
+    const bool one = names.find(',') == std::string::npos;
+    answer["warnings"] = {"--exclude " + names + ": no such node in this pool (`gpupool nodes`); " +
+                          (one ? "it excludes" : "they exclude") + " nothing"};
+  }
+  return JsonResponse(201, answer);
 }
 
 net::HttpResponse ListJobs(const ApiContext& ctx, const Call& c) {
