@@ -413,8 +413,9 @@ TEST_F(ApiAccessTest, NodeListsAreCheckedAgainstThePoolsNodes) {
   const Json answer = ParseJson(r.body, "answer").value();
   EXPECT_EQ(answer["job"]["request"]["nodelist"], Json::parse(R"(["vm", "nodeX"])"));
   EXPECT_EQ(answer["warnings"],
-            Json::parse(R"(["--exclude nodeY: no such node in this pool (`gpupool nodes`); it )"
-                        R"(excludes nothing"])"));
+            Json::parse(R"(["--nodelist nodeX: no such node in this pool (`gpupool nodes`); )"
+                        R"(the job runs on the others listed", "--exclude nodeY: no such node )"
+                        R"(in this pool (`gpupool nodes`); it excludes nothing"])"));
   r = submit(R"({"nodelist": ["vm"]})");
   ASSERT_EQ(r.status, 201) << r.body;
   EXPECT_FALSE(ParseJson(r.body, "answer").value().contains("warnings"));

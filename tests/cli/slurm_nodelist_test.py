@@ -128,6 +128,10 @@ class NodeListTest(unittest.TestCase):
         self.assertEqual(err, "gpupool: warning: --exclude nodeX: no such node in this pool "
                               "(`gpupool nodes`); it excludes nothing\n")
         self.assertEqual(self.node_of(jid), ["node1"])
+        jid, err = self.submit("-w", "nodeX,node0", "--", "true")
+        self.assertEqual(err, "gpupool: warning: --nodelist nodeX: no such node in this pool "
+                              "(`gpupool nodes`); the job runs on the others listed\n")
+        self.assertEqual(self.node_of(jid), ["node0"])
 
     def test_a_job_waiting_for_its_node_says_why(self):
         with open(NODE) as f:
