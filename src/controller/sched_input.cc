@@ -213,6 +213,12 @@ Result<sched::Task> SchedInput::TaskFor(const jobs::Job& job) const {
     t.min_capability = std::atoi(r.min_capability.substr(0, dot).c_str()) * 10 +
                        std::atoi(r.min_capability.substr(dot + 1).c_str());
   }
+  // The job's own node choice binds every task (sched/task.h), so it is set before the
+  // GPU part, which a CPU-only job skips.
+  t.nodelist = r.nodelist;
+  std::sort(t.nodelist.begin(), t.nodelist.end());
+  t.exclude = r.exclude;
+  std::sort(t.exclude.begin(), t.exclude.end());
   if (r.gpus == 0) return t;
   t.enforce_memory = job.enforce_memory;
   t.gpu_memory_mib = static_cast<int64_t>((r.gpu_memory_bytes + kMiB - 1) / kMiB);

@@ -56,6 +56,11 @@ struct ResourceRequest {
   std::string vendor;                   // "nvidia", "amd" or empty = any
   std::string min_capability;           // "8.0"; empty = any
   int tasks = 1;                        // gang size: all tasks placed or none
+  // Slurm's -w/--nodelist: every task runs on one of these nodes (names, expanded);
+  // empty = any. Unlike Slurm's, it does not ask that every listed node be used.
+  std::vector<std::string> nodelist;
+  // Slurm's -x/--exclude: no task runs on these nodes (names, expanded).
+  std::vector<std::string> exclude;
   friend bool operator==(const ResourceRequest&, const ResourceRequest&) = default;
 };
 

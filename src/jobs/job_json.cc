@@ -14,6 +14,7 @@ constexpr size_t kMaxArgs = 4096;
 constexpr size_t kMaxEnv = 1024;
 constexpr size_t kMaxString = 64 * 1024;
 constexpr size_t kMaxMounts = 64;
+constexpr size_t kMaxNodeNames = 65536;  // kMaxHostListNames
 
 Status CheckString(std::string_view field, const std::string& s) {
   if (s.size() > kMaxString) {
@@ -22,6 +23,29 @@ Status CheckString(std::string_view field, const std::string& s) {
   }
   if (s.find('\0') != std::string::npos) {
     return Status::InvalidArgument(std::string(field) + ": contains a NUL byte");
+  }
+  return Status::Ok();
+}
+
+// --nodelist / --exclude: node names as the agents register them (expanded: the client
+// expands Slurm's node[01-03]), so that a name that cannot be a node's is refused here.
+Status CheckNodeNames(std::string_view field, const std::vector<std::string>& names) {
+  if (names.size() > kMaxNodeNames) {
+    return Status::InvalidArgument(std::string(field) + ": more than " +
+                                   std::to_string(kMaxNodeNames) + " node names");
+  }
+  for (const std::string& n : names) {
+    bool ok = !n.empty() && n.size() <= 255;
+    for (size_t i = 0; ok && i < n.size(); ++i) {
+      const auto c = static_cast<unsigned char>(n[i]);
+      ok = c > ' ' && c != 0x7f && c != ',' && c != '[' && c != ']';
+    }
+    if (!ok) {
+      return Status::InvalidArgument(
+          std::string(field) + ": '" + n +
+          "' is not a node name (1..255 characters, no spaces, commas or brackets; expand a "
+          "hostlist like node[01-03] into its names)");
+    }
   }
   return Status::Ok();
 }
@@ -71,6 +95,14 @@ Status ValidateRequest(const ResourceRequest& r) {
     }
   }
   for (const auto& m : r.gpu_models) GP_RETURN_IF_ERROR(CheckString("gpu_models", m));
+  GP_RETURN_IF_ERROR(CheckNodeNames("nodelist", r.nodelist));
+  GP_RETURN_IF_ERROR(CheckNodeNames("exclude", r.exclude));
+  for (const std::string& n : r.nodelist) {
+    if (std::find(r.exclude.begin(), r.exclude.end(), n) != r.exclude.end()) {
+      return Status::InvalidArgument("nodelist, exclude: node '" + n +
+                                     "' is in both; leave it out of one of them");
+    }
+  }
   // A GPU constraint on a job that asks for no GPU would be dropped without a word.
   if (r.gpus == 0) {
     const char* field = !r.vendor.empty()           ? "vendor"
@@ -97,6 +129,8 @@ OrderedJson RequestToJson(const ResourceRequest& r) {
   if (!r.vendor.empty()) j["vendor"] = r.vendor;
   if (!r.min_capability.empty()) j["min_capability"] = r.min_capability;
   j["tasks"] = r.tasks;
+  if (!r.nodelist.empty()) j["nodelist"] = r.nodelist;
+  if (!r.exclude.empty()) j["exclude"] = r.exclude;
   return j;
 }
 
@@ -112,6 +146,8 @@ Result<ResourceRequest> RequestFromJson(const Json& j, std::string_view path, bo
   f.Optional("vendor", &r.vendor);
   f.Optional("min_capability", &r.min_capability);
   f.Optional("tasks", &r.tasks, 1, kMaxTasks);
+  f.Optional("nodelist", &r.nodelist);
+  f.Optional("exclude", &r.exclude);
   GP_RETURN_IF_ERROR(f.Finish());
   GP_RETURN_IF_ERROR(ValidateRequest(r).WithContext(std::string(path)));
   return r;

@@ -50,6 +50,8 @@ TEST(JobJsonTest, RoundTrip) {
   j.request.gpu_milli = 250;
   j.request.gpu_models = {"A100"};
   j.request.min_capability = "8.0";
+  j.request.nodelist = {"node1", "node3"};
+  j.request.exclude = {"node2"};
   j.time_limit_s = 3600;
   j.state = JobState::kRunning;
   j.submit_time_us = 1'800'000'000'000'000;
@@ -339,6 +341,26 @@ TEST(JobJsonTest, GpuConstraintsWithoutGpusAreRefusedByName) {
   EXPECT_EQ(err(R"({"request": {"gpus": 1, "vendor": "amd", "min_capability": "9.0"}})"), "ok");
 }
 
+// --nodelist / --exclude: node names as agents register them; a CPU-only job may name
+// them (they bind every task), a name that cannot be a node's or is in both is refused.
+TEST(JobJsonTest, NodeListsAreCheckedNamingTheirField) {
+  auto err = [](const std::string& text) {
+    Result<Job> r = JobFromJson(Json::parse(text));
+    return r.ok() ? std::string("ok") : r.status().message();
+  };
+  EXPECT_EQ(err(R"({"request": {"nodelist": ["n0", "n1"], "exclude": ["n2"]}})"), "ok");
+  EXPECT_EQ(err(R"({"request": {"nodelist": ["node[01-02]"]}})"),
+            "job.request: nodelist: 'node[01-02]' is not a node name (1..255 characters, no "
+            "spaces, commas or brackets; expand a hostlist like node[01-03] into its names)");
+  EXPECT_EQ(err(R"({"request": {"exclude": [""]}})").substr(0, 44),
+            "job.request: exclude: '' is not a node name ");
+  EXPECT_EQ(err(R"({"request": {"exclude": ["a b"]}})").substr(0, 47),
+            "job.request: exclude: 'a b' is not a node name ");
+  EXPECT_EQ(err(R"({"request": {"nodelist": ["n0", "n1"], "exclude": ["n1"]}})"),
+            "job.request: nodelist, exclude: node 'n1' is in both; leave it out of one of them");
+  EXPECT_EQ(err(R"({"request": {"nodelist": "n0"}})").substr(0, 22), "job.request.nodelist: ");
+}
+
 // What max-submission-bytes bounds: each string given with its NUL, as execve counts
 // argv and envp; fields left empty count nothing.
 TEST(SubmissionBytesTest, CountsEachStringGivenWithItsNul) {
@@ -350,7 +372,9 @@ TEST(SubmissionBytesTest, CountsEachStringGivenWithItsNul) {
   j.mounts = {{"/data", "/mnt", true}};  // 6 + 5
   j.request.gpu_models = {"A100"};       // 5
   j.array = "0-9";                       // 4
-  EXPECT_EQ(SubmissionBytes(j), 8 + 9 + 17 + 12 + 6 + 5 + 5 + 4);
+  j.request.nodelist = {"n1"};           // 3
+  j.request.exclude = {"gpu7"};          // 5
+  EXPECT_EQ(SubmissionBytes(j), 8 + 9 + 17 + 12 + 6 + 5 + 5 + 4 + 3 + 5);
   // Server-set state is no part of it.
   Job later = j;
   later.reason = std::string(1000, 'x');

@@ -68,6 +68,25 @@ std::string RequestText(const Json& r) {
   return Join(parts, ", ");
 }
 
+// The job's own node choice: "on node0 or node1 (--nodelist); not on gpu3 (--exclude)";
+// empty when it made none. Long lists are cut (the JSON, --json, has them whole).
+std::string NodeChoiceText(const Json& r) {
+  auto names = [](std::vector<std::string> v) {
+    constexpr size_t kShown = 16;
+    const size_t more = v.size() > kShown ? v.size() - kShown : 0;
+    v.resize(std::min(v.size(), kShown));
+    return Join(v, ", ") + (more > 0 ? " and " + std::to_string(more) + " more" : "");
+  };
+  std::vector<std::string> parts;
+  if (auto only = StringList(GetArray(r, "nodelist")); !only.empty()) {
+    parts.push_back("only on " + names(std::move(only)) + " (--nodelist)");
+  }
+  if (auto not_on = StringList(GetArray(r, "exclude")); !not_on.empty()) {
+    parts.push_back("not on " + names(std::move(not_on)) + " (--exclude)");
+  }
+  return Join(parts, "; ");
+}
+
 }  // namespace
 
 // Runtime for started jobs (to the end, or to now), time waited for jobs not started.
@@ -299,6 +318,7 @@ std::string RenderJob(const Json& job, int64_t now_us) {
   if (auto o = GetString(job, "output"); !o.empty()) line("Output", o);
   if (auto e = GetString(job, "error"); !e.empty()) line("Error", e);
   line("Request", RequestText(GetObject(job, "request")));
+  if (auto nodes = NodeChoiceText(GetObject(job, "request")); !nodes.empty()) line("Nodes", nodes);
   line("Priority", std::to_string(GetInt(job, "priority")));
   const int64_t limit = GetInt(job, "time_limit_s");
   line("Time limit", limit > 0 ? FormatDuration(limit) : "none");

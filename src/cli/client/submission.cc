@@ -13,6 +13,7 @@
 #include "cli/client/submit_flags.h"
 #include "cli/client/submit_io.h"
 #include "cli/client/units.h"
+#include "common/hostlist.h"
 #include "common/strings.h"
 #include "jobs/job.h"
 #include "jobs/job_json.h"
@@ -113,6 +114,23 @@ Status FillGpus(const SubmitFlags& f, jobs::ResourceRequest* r) {
   return Status::Ok();
 }
 
+// -w/--nodelist, -x/--exclude: a Slurm hostlist, expanded. Slurm reads a value with a
+// '/' as a file of names; gpupool does not, and says so rather than take it as a name.
+Result<std::vector<std::string>> NodeNames(std::string_view option, const std::string& value) {
+  if (value.find('/') != std::string::npos) {
+    return OptionError(option, value,
+                       "gpupool does not read node names from a file; give the names, e.g. "
+                       "node0,gpu[01-04]");
+  }
+  Result<std::vector<std::string>> names = ExpandHostList(Trim(value));
+  if (!names.ok()) {
+    return OptionError(
+        option, value,
+        names.status().message() + " (give node names or a hostlist like gpu[01-04])");
+  }
+  return names;
+}
+
 // Everything else of the request.
 Status FillRequest(const SubmitFlags& f, jobs::ResourceRequest* r) {
   GP_RETURN_IF_ERROR(FillGpus(f, r));
@@ -158,6 +176,18 @@ Status FillRequest(const SubmitFlags& f, jobs::ResourceRequest* r) {
   if (f.tasks) {
     GP_ASSIGN_OR_RETURN(int64_t tasks, WholeNumber("--tasks", *f.tasks, 1, 4096, "4"));
     r->tasks = static_cast<int>(tasks);
+  }
+  if (f.nodelist) {
+    GP_ASSIGN_OR_RETURN(r->nodelist, NodeNames("--nodelist", *f.nodelist));
+  }
+  if (f.exclude) {
+    GP_ASSIGN_OR_RETURN(r->exclude, NodeNames("--exclude", *f.exclude));
+  }
+  for (const std::string& n : r->nodelist) {
+    if (std::find(r->exclude.begin(), r->exclude.end(), n) != r->exclude.end()) {
+      return Status::InvalidArgument("--nodelist " + *f.nodelist + " and --exclude " + *f.exclude +
+                                     " both name " + n + ": leave it out of one of them");
+    }
   }
   // The codec's own invariants, so nothing the server would refuse leaves this machine.
   return jobs::ValidateRequest(*r);
@@ -530,6 +560,14 @@ Result<ApiAnswer> PostSubmission(const ApiClient& api, OrderedJson* body) {
   const std::string text = DumpJson(*body);
   return RetryDuringTakeover(
       api, [&] { return api.Post("/v1/jobs", text); }, std::cerr);
+}
+
+void PrintSubmitWarnings(const Json& answer, std::ostream& err) {
+  const auto it = answer.find("warnings");
+  if (it == answer.end() || !it->is_array()) return;
+  for (const Json& w : *it) {
+    if (w.is_string()) err << "gpupool: warning: " << w.get<std::string>() << "\n";
+  }
 }
 
 std::string NewSubmitKey() {

@@ -177,6 +177,11 @@ void AddSubmitOptions(CLI::App& app, SubmitFlags* f) {
            "Slurm's form of --after-ok, --after-any and --after-not-ok: afterok:ID[:ID...], "
            "afterany:ID, afternotok:ID, comma-separated (all must hold)",
            false);
+  Single(app, "-w,--nodelist", &f->nodelist, "NODELIST",
+         "run every task on one of these nodes: names or a Slurm hostlist, e.g. "
+         "node0,gpu[01-04] (unlike Slurm, not every listed node need be used)");
+  Single(app, "-x,--exclude", &f->exclude, "NODELIST",
+         "run no task on these nodes: names or a Slurm hostlist, e.g. gpu[01-02]");
   Single(app, "-p,--partition", &f->partition, "PARTITION",
          "refused: gpupool has no partitions (choose GPUs with --gpu-model, --vendor, "
          "--min-capability)");
@@ -449,6 +454,8 @@ SubmitFlags MergeFlags(const SubmitFlags& script, const SubmitFlags& cmdline) {
   if (cmdline.wait) m.wait = cmdline.wait;
   over(&m.nodes, cmdline.nodes);
   over(&m.partition, cmdline.partition);
+  over(&m.nodelist, cmdline.nodelist);
+  over(&m.exclude, cmdline.exclude);
   over(&m.export_env, cmdline.export_env);
   over(&m.output, cmdline.output);
   over(&m.error, cmdline.error);

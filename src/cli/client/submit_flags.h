@@ -58,6 +58,8 @@ struct SubmitFlags {
   std::optional<bool> wait;              // -W/--wait: submit stays until the job ended
   std::optional<std::string> nodes;      // -N/--nodes: only 1, for a one-task job
   std::optional<std::string> partition;  // -p/--partition: refused (no partitions)
+  std::optional<std::string> nodelist;   // -w/--nodelist NODELIST (a Slurm hostlist)
+  std::optional<std::string> exclude;    // -x/--exclude NODELIST
   // --export: ALL (the default), NONE, or [ALL,]NAME[=value],... (submit_io.h).
   std::optional<std::string> export_env;
   std::optional<std::string> output;  // -o/--output PATTERN (jobs/output_pattern.h)
@@ -128,7 +130,11 @@ inline constexpr std::string_view kSbatchOptions[] = {"-G",
                                                       "--requeue",
                                                       "--no-requeue",
                                                       "-W",
-                                                      "--wait"};
+                                                      "--wait",
+                                                      "-w",
+                                                      "--nodelist",
+                                                      "-x",
+                                                      "--exclude"};
 
 // `cmdline` over `script`: each option given on the command line replaces the script's;
 // --env lists are concatenated (later wins for the same name); --gpu-model lists replace.
@@ -168,5 +174,9 @@ std::string NewSubmitKey();
 // a server's failure or failover is created once. A 200 answer (the key was seen) is the
 // job the first attempt made.
 Result<ApiAnswer> PostSubmission(const ApiClient& api, OrderedJson* body);
+
+// The server's warnings on an accepted submission (its answer's `warnings`: an --exclude
+// name no node has), each as "gpupool: warning: ..." on `err`.
+void PrintSubmitWarnings(const Json& answer, std::ostream& err);
 
 }  // namespace gpupool::cli
