@@ -181,6 +181,68 @@ class LateEndTest : public ControllerTest, public ::testing::WithParamInterface<
     }
     return job;
   }
+  struct Run {
+    Job job;
+    int64_t started = 0;
+    int64_t lost_at = 0;
+  };
+  Run LoseN2(bool requeue) {
+    Register(2, {}, "n2");
+    Job job = MakeJob(2);
+    job.requeue = requeue;
+    job.request.tasks = 2;
+    job = c_->Submit(job, alice_).value();
+    EXPECT_TRUE(c_->ScheduleOnce().ok());
+    job = Get(job.id);
+    EXPECT_EQ(job.state, JobState::kAssigned);
+    EXPECT_EQ(job.placement.size(), 2u);
+    if (job.placement.size() != 2u) return {};
+    EXPECT_EQ(job.placement[0].node, "n1");
+    EXPECT_EQ(job.placement[1].node, "n2");
+    Event s0 = Ev(job, protocol::EventKind::kStarted, 0, 0);
+    s0.master_port = 41000;
+    EXPECT_TRUE(Apply({s0}, "n1").ok());
+    EXPECT_TRUE(Apply({Ev(job, protocol::EventKind::kStarted, 0, 1)}, "n2").ok());
+    job = Get(job.id);
+    EXPECT_EQ(job.state, JobState::kRunning);
+    const int64_t started = job.start_time_us;
+    for (int i = 0; i < 3; ++i) {  // n2 silent past the node timeout (10 s)
+      clock_.AdvanceMicros(4 * kS);
+      EXPECT_TRUE(c_->WaitForWork("n1", 0).ok());
+      EXPECT_TRUE(c_->SweepNodes().ok());
+    }
+    const Job after = Get(job.id);
+    EXPECT_EQ(after.state, requeue ? JobState::kPending : JobState::kLost);
+    const int64_t lost_at =
+        requeue ? (after.earlier_attempts.empty() ? 0 : after.earlier_attempts[0].end_time_us)
+                : after.end_time_us;
+    EXPECT_EQ(lost_at - started, 12 * kS);
+    return {job, started, lost_at};
+  }
+  // n1 reports task 0's end (stopped) at lost_at + 1 s; n2 comes back 12 s after the loss
+  // and reports task 1's (exit 9) at lost_at + 10 s.
+  void BothReport(const Run& run) {
+    clock_.AdvanceMicros(kS);
+    Event stop = Ev(run.job, protocol::EventKind::kExited, 143, 0);
+    stop.attempt = 1;
+    stop.time_us = run.lost_at + kS;
+    stop.cancelled = true;
+    ASSERT_TRUE(Apply({stop}, "n1").ok());
+    clock_.AdvanceMicros(11 * kS);
+    protocol::Registration r;
+    r.node = "n2";
+    r.info = MakeNode(2);
+    for (gpu::GpuInfo& g : r.info.gpus) g.uuid += "-n2";
+    r.version = version_;
+    r.cpu_milli = 64'000;
+    r.memory_mib = 256'000;
+    r.ended.push_back({run.job.id, 1, 1});
+    ASSERT_TRUE(c_->RegisterNode(r, "").ok());
+    Event e = Ev(run.job, protocol::EventKind::kExited, 9, 1);
+    e.attempt = 1;
+    e.time_us = run.lost_at + 10 * kS;
+    ASSERT_TRUE(Apply({e}, "n2").ok());
+  }
 };
 
 // s15 and s14: a job without --requeue is LOST when n1 falls silent; its process exits 0
@@ -423,7 +485,8 @@ TEST_P(LateEndTest, AGangWhoseLostTasksAllSucceededIsNotRunAgain) {
   EXPECT_EQ(done.end_time_us, started + 14 * kS);
   EXPECT_NE(done.reason.find("attempt 1 on node n1 succeeded (all 2 tasks)"), std::string::npos)
       << done.reason;
-  EXPECT_NEAR(UsageOf(job), 2.0 * 14 / 3600, 1e-9);
+  // Each task's GPU up to its own end (the GPUs up to the loss, then each task's).
+  EXPECT_NEAR(UsageOf(job), (14.0 + 12) / 3600, 1e-9);
   Restart();
   const Job stored = Get(job.id);
   EXPECT_EQ(stored.state, JobState::kSucceeded);
@@ -474,7 +537,71 @@ TEST_P(LateEndTest, AGangWithAFailedTaskRunsAgain) {
   EXPECT_EQ(second.attempt, 2);
   ASSERT_EQ(second.earlier_attempts.size(), 1u);
   EXPECT_EQ(second.earlier_attempts[0].late_reason,
-            "task 1 exited with code 1, reported after its node was lost");
+            "task 0 (node n1) exited with code 0; task 1 (node n1) exited with code 1, reported "
+            "after its node was lost");
+}
+
+// red team 7, finding 1: a gang of two 2-GPU tasks spread over n1 (task 0) and n2 (task
+// 1), started; n2 falls silent while n1 is heard, 12 s: n2 is lost, the job requeued (or,
+// without --requeue, LOST) and task 0 on n1 stopped. n1 reports task 0's end 1 s after
+// the loss; n2 comes back and reports task 1's, 10 s after the loss. Each task's GPUs are
+// charged up to its own end: 4 GPUs x 12 s, then 2 x 1 s and 2 x 10 s (70 GPU-seconds),
+// not 4 GPUs up to the latest end (88).
+TEST_P(LateEndTest, ARequeuedGangsLostAttemptIsChargedEachTasksGpusUpToItsOwnEnd) {
+  const Run run = LoseN2(true);
+  ASSERT_NE(run.lost_at, 0);
+  BothReport(run);
+  const Job job = Get(run.job.id);
+  ASSERT_EQ(job.earlier_attempts.size(), 1u);
+  const jobs::EarlierAttempt& a = job.earlier_attempts[0];
+  EXPECT_EQ(a.lost_time_us, run.lost_at);
+  EXPECT_EQ(a.end_time_us, run.lost_at + 10 * kS);
+  EXPECT_EQ(a.late_end_times_us, (std::vector<int64_t>{run.lost_at + kS, run.lost_at + 10 * kS}));
+  EXPECT_NEAR(a.gpu_hours, 70.0 / 3600, 1e-9);
+  EXPECT_NEAR(UsageOf(run.job), 70.0 / 3600, 1e-9);
+  EXPECT_EQ(a.late_reason,
+            "task 0 (node n1) exited with code 143 (stopped by the controller, its job lost); "
+            "task 1 (node n2) exited with code 9, reported after its node was lost");
+  // A window past task 0's end: n2's 2 GPUs only; one across the loss: 4 GPUs x 2 s,
+  // then n1's 2 x 1 s and n2's 2 x 4 s.
+  ExpectAlicesHours(UsageRows(run.lost_at + 3 * kS, run.lost_at + 7 * kS), 8.0 / 3600);
+  ExpectAlicesHours(UsageRows(run.lost_at - 2 * kS, run.lost_at + 4 * kS), 18.0 / 3600);
+  // Stored so: a restarted controller reads the same.
+  Restart();
+  EXPECT_EQ(Get(run.job.id).earlier_attempts[0], a);
+  ExpectAlicesHours(UsageRows(run.lost_at + 3 * kS, run.lost_at + 7 * kS), 8.0 / 3600);
+}
+
+TEST_P(LateEndTest, ALostGangIsChargedEachTasksGpusUpToItsOwnEndInUsageAndMetrics) {
+  TelemetryService telemetry(c_.get(), store_.get(), &clock_);
+  PoolAccounting accounting(c_.get(), store_.get(), &clock_, &telemetry);
+  ASSERT_TRUE(accounting.Fold().ok());
+  const Run run = LoseN2(false);
+  ASSERT_NE(run.lost_at, 0);
+  ASSERT_TRUE(accounting.Fold().ok());
+  const auto key = std::make_pair(std::string("alice"), std::string("(none)"));
+  EXPECT_NEAR(accounting.ended_totals().gpu_hours[key], 48.0 / 3600, 1e-9);
+  BothReport(run);
+  const Job job = Get(run.job.id);
+  EXPECT_EQ(job.state, JobState::kLost);
+  EXPECT_EQ(job.late_end_time_us, run.lost_at + 10 * kS);
+  EXPECT_EQ(job.tasks[0].end_time_us, run.lost_at + kS);
+  EXPECT_EQ(job.tasks[1].end_time_us, run.lost_at + 10 * kS);
+  EXPECT_EQ(job.late_reason,
+            "task 0 (node n1) exited with code 143 (stopped by the controller, its job lost); "
+            "task 1 (node n2) exited with code 9, reported after its node was lost (the job "
+            "stays LOST)");
+  EXPECT_NEAR(UsageOf(run.job), 70.0 / 3600, 1e-9);
+  ASSERT_TRUE(accounting.Fold().ok());
+  EXPECT_NEAR(accounting.ended_totals().gpu_hours[key], 70.0 / 3600, 1e-9);
+  ExpectAlicesHours(UsageRows(run.lost_at + 3 * kS, run.lost_at + 7 * kS), 8.0 / 3600);
+  ExpectAlicesHours(UsageRows(run.lost_at - 2 * kS, run.lost_at + 4 * kS), 18.0 / 3600);
+  // A fresh accounting reads the store: the same.
+  Restart();
+  TelemetryService telemetry2(c_.get(), store_.get(), &clock_);
+  PoolAccounting fresh(c_.get(), store_.get(), &clock_, &telemetry2);
+  ASSERT_TRUE(fresh.Fold().ok());
+  EXPECT_NEAR(fresh.ended_totals().gpu_hours[key], 70.0 / 3600, 1e-9);
 }
 
 // n1 comes back early, listing task 0 as ended, and reports its end (exit 1): n2, still

@@ -203,6 +203,11 @@ struct EarlierAttempt {
   // `nodes` in none): a gang job waiting for its next attempt ends SUCCEEDED once every
   // task of the lost attempt reported kSucceeded, and a task reported twice is known.
   std::vector<LateTaskEnd> late_ends;
+  // Each task's end as its node reported it late, by task index (0: not reported), beside
+  // late_ends: each task's GPUs (gpus / nodes.size()) are charged up to its own end, not
+  // the attempt's latest (controller/usage.h). Empty in records whose late reports an
+  // older server took: their GPUs are charged together up to end_time_us.
+  std::vector<int64_t> late_end_times_us;
   friend bool operator==(const EarlierAttempt&, const EarlierAttempt&) = default;
 };
 inline constexpr size_t kMaxEarlierAttempts = 16;
@@ -315,8 +320,9 @@ struct Job {
   std::optional<int> exit_code;
   std::optional<int> signal;
   // A LOST job's real end, reported by its node after the loss (docs/health.md, "An end
-  // reported late"): the latest reported end of its tasks (its GPUs were held until then,
-  // and are charged so), how task 0 (or the first failed task) ended, in words and as an
+  // reported late"): the latest reported end of its tasks (each task's GPUs were held up
+  // to its own end, TaskStatus::end_time_us with reported_late, and are charged so), every
+  // reported task's end in words, and how task 0 (or the first failed task) ended as an
   // exit code or signal. The job stays LOST: what depended on its outcome acted on that.
   // 0 / empty: no late report.
   int64_t late_end_time_us = 0;

@@ -391,6 +391,7 @@ OrderedJson JobToJson(const Job& job) {
         for (LateTaskEnd e : a.late_ends) ends.push_back(LateTaskEndName(e));
         r["late_ends"] = std::move(ends);
       }
+      if (!a.late_end_times_us.empty()) r["late_end_times_us"] = a.late_end_times_us;
       runs.push_back(std::move(r));
     }
     j["earlier_attempts"] = std::move(runs);
@@ -519,6 +520,17 @@ Status EarlierAttemptFromJson(const Json& run, const std::string& path, bool old
     af.Optional("lost_time_us", &a.lost_time_us, 0);
     af.Optional("late_reason", &a.late_reason);
     af.Optional("late_ends", &late_ends);
+    if (const Json* times = af.Array("late_end_times_us")) {
+      for (const Json& t : *times) {
+        if (!t.is_number_integer() || t.get<int64_t>() < 0 ||
+            a.late_end_times_us.size() >= kMaxAttemptNodes) {
+          af.Fail("late_end_times_us", "expected at most " + std::to_string(kMaxAttemptNodes) +
+                                           " times in microseconds (0 or more), one per task");
+          break;
+        }
+        a.late_end_times_us.push_back(t.get<int64_t>());
+      }
+    }
   }
   GP_RETURN_IF_ERROR(af.Finish());
   const std::optional<AttemptEnd> end = ParseAttemptEnd(ended_by);

@@ -214,7 +214,8 @@ TEST(JobJsonTest, LateEndsRoundTrip) {
                         .nodes = {"n1", "n1"},
                         .lost_time_us = 200,
                         .late_reason = "exited with code 3, reported after its node was lost",
-                        .late_ends = {LateTaskEnd::kUnreported, LateTaskEnd::kFailedOrStopped}});
+                        .late_ends = {LateTaskEnd::kUnreported, LateTaskEnd::kFailedOrStopped},
+                        .late_end_times_us = {0, 400}});
   const Json json = Json::parse(DumpJson(JobToJson(j)));
   EXPECT_EQ(json["late_end_time_us"], 500);
   EXPECT_EQ(json["tasks"][0]["reported_late"], true);
@@ -232,6 +233,12 @@ TEST(JobJsonTest, LateEndsRoundTrip) {
   EXPECT_EQ(JobFromJson(bad).status().message(),
             "job.earlier_attempts[0].late_ends[1]: unknown 'ok'; expected unreported, "
             "succeeded or failed_or_stopped");
+  EXPECT_EQ(json["earlier_attempts"][0]["late_end_times_us"], Json::parse("[0, 400]"));
+  bad = json;
+  bad["earlier_attempts"][0]["late_end_times_us"][1] = -1;
+  EXPECT_EQ(JobFromJson(bad).status().message(),
+            "job.earlier_attempts[0].late_end_times_us: expected at most 4096 times in "
+            "microseconds (0 or more), one per task");
 }
 
 // The nodes a requeued job waits for (docs/health.md, "A node cut off from the
