@@ -426,7 +426,9 @@ TEST_F(ControllerTest, LimitsHoldJobsWithAReasonAndRefuseQueueingPastTheMax) {
   v.project = "vision";
   v = c_->Submit(v, root_).value();
   ASSERT_TRUE(c_->ScheduleOnce().ok());
-  EXPECT_NE(Get(v.id).pending_reason.find("project vision has 0 GPUs in use"), std::string::npos)
+  EXPECT_NE(Get(v.id).pending_reason.find("this job alone asks for 2 GPUs, more than project "
+                                          "vision's limit"),
+            std::string::npos)
       << Get(v.id).pending_reason;
 
   Restart();  // the limits are stored
