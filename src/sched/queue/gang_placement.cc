@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <numeric>
 #include <tuple>
+#include <utility>
 
 namespace gpupool::sched {
 namespace {
@@ -24,6 +25,63 @@ Status Rollback(ClusterState& cluster, const std::vector<Task>& tasks,
   }
   return first;
 }
+
+// The GPU shares of one gang each get a GPU of their own (docs/sharing.md, "Gangs of
+// shares"): its tasks are the ranks of one distributed job, and NCCL refuses two ranks
+// of a communicator on one device ("Duplicate GPU detected"). Once a share of the gang
+// is placed, what is left of its GPU is held by a stand-in task for the rest of the
+// placement, so the policy sees that GPU full for the gang's later shares and no policy
+// needs to know about gangs. The holds go through Allocate and Release, so every cache
+// keyed by node version or synced from the journal (placement_policy.h) sees them, and
+// they are released before PlaceGang returns: shares of other jobs still pack onto the
+// GPU. A MIG instance is taken whole by a share, so it needs no hold; two instances of
+// one GPU are two devices to the scheduler (see the docs for what that means to NCCL).
+// Shares with Task::pack_shares (a gang held for mpirun) are not held apart.
+class SiblingHolds {
+ public:
+  explicit SiblingHolds(const std::vector<Task>& tasks) : active_(CountApart(tasks) > 1) {}
+
+  // The tasks of `tasks` that each need a GPU of their own: the shares not packed
+  // (Task::pack_shares: a gang held for mpirun, whose ranks on a node are one launch).
+  static int64_t CountApart(const std::vector<Task>& tasks) {
+    return std::count_if(tasks.begin(), tasks.end(), Apart);
+  }
+  static bool Apart(const Task& t) { return t.IsFractional() && !t.pack_shares; }
+
+  // Holds the rest of the GPU that share `t` took at `p`.
+  Status Hold(ClusterState& cluster, const Task& t, const Placement& p) {
+    if (!active_ || !Apart(t) || p.gpus.size() != 1) return Status::Ok();
+    const int32_t g = p.gpus.front();
+    const int32_t free = cluster.node(p.node).gpu_free_milli[static_cast<size_t>(g)];
+    if (free <= 0) return Status::Ok();
+    Task hold;
+    hold.name = "the rest of a GPU a task of the same gang shares";
+    hold.job_id = t.job_id;
+    hold.num_gpu = 1;
+    hold.gpu_milli = free;  // no owner: it may stand on a single-owner GPU the task owns
+    Placement at{p.node, {g}};
+    GP_RETURN_IF_ERROR(cluster.Allocate(hold, at));
+    holds_.emplace_back(std::move(hold), std::move(at));
+    return Status::Ok();
+  }
+
+  // Releases every hold, newest first; the first failure is returned, the rest still run.
+  Status ReleaseAll(ClusterState& cluster) {
+    Status first;
+    for (size_t k = holds_.size(); k-- > 0;) {
+      Status s = cluster.Release(holds_[k].first, holds_[k].second);
+      if (!s.ok() && first.ok()) first = s;
+    }
+    holds_.clear();
+    return first;
+  }
+
+  bool any() const { return !holds_.empty(); }
+
+ private:
+  bool active_;  // the gang has two shares or more
+  std::vector<std::pair<Task, Placement>> holds_;
+};
 
 std::string Cpus(int64_t milli) {
   return milli % 1000 == 0 ? fmt::format("{} CPU{}", milli / 1000, milli == 1000 ? "" : "s")
@@ -146,27 +204,43 @@ Result<GangPlacement> PlaceGang(ClusterState& cluster, const std::vector<Task>& 
            std::tuple(y.TotalGpuMilli(), y.cpu_milli, y.memory_mib);
   });
   out.placements.resize(tasks.size());
+  SiblingHolds holds(tasks);
+  // Undoes the holds and the first `count` placements of `order`.
+  auto undo = [&](size_t count) {
+    Status held = holds.ReleaseAll(cluster);
+    Status placed = Rollback(cluster, tasks, order, out.placements, count);
+    return held.ok() ? placed : held;
+  };
   for (size_t k = 0; k < order.size(); ++k) {
     const size_t i = order[k];
     PlacementDecision d = policy.Place(cluster, tasks[i]);
     if (!d.placed) {
-      GP_RETURN_IF_ERROR(Rollback(cluster, tasks, order, out.placements, k));
+      const bool held = holds.any();
+      GP_RETURN_IF_ERROR(undo(k));
       out.placements.clear();
       out.reason = tasks.size() == 1 ? d.reason
                                      : fmt::format("task {} of {} ('{}'): {}", i + 1, tasks.size(),
                                                    tasks[i].name, d.reason);
+      if (held && SiblingHolds::Apart(tasks[i])) {
+        out.reason += " (the GPU shares of one job each take a GPU of their own)";
+      }
       return out;
     }
     Status s = cluster.Allocate(tasks[i], d.placement);
     if (!s.ok()) {
-      GP_RETURN_IF_ERROR(Rollback(cluster, tasks, order, out.placements, k));
+      GP_RETURN_IF_ERROR(undo(k));
       return Status::Internal(
           fmt::format("placement policy '{}' proposed a placement the "
                       "cluster refused: {}",
                       policy.name(), s.message()));
     }
     out.placements[i] = std::move(d.placement);
+    if (Status h = holds.Hold(cluster, tasks[i], out.placements[i]); !h.ok()) {
+      GP_RETURN_IF_ERROR(undo(k + 1));
+      return Status::Internal("gang placement could not hold a share's GPU: " + h.message());
+    }
   }
+  GP_RETURN_IF_ERROR(holds.ReleaseAll(cluster));
   out.placed = true;
   return out;
 }
@@ -232,6 +306,29 @@ bool GangObviouslyUnplaceable(const ClusterState& cluster, const std::vector<Tas
                             total.ToString(), cluster.TotalCapacity().ToString());
     }
     return true;
+  }
+  if (const int64_t shares = SiblingHolds::CountApart(tasks); shares > 1) {
+    // Each share needs a GPU of its own (SiblingHolds); a node offers at most the GPUs
+    // the most accommodating of the shares could use there.
+    int64_t gpus = 0;
+    for (int32_t n = 0; n < cluster.num_nodes(); ++n) {
+      int32_t most = 0;
+      for (const Task& t : tasks) {
+        if (SiblingHolds::Apart(t) && cluster.CouldEverHost(n, t)) {
+          most = std::max(most, cluster.UsableGpus(n, t));
+        }
+      }
+      gpus += most;
+    }
+    if (gpus < shares) {
+      if (reason != nullptr) {
+        *reason = fmt::format(
+            "its {} tasks with a GPU share each need a GPU of their own (NCCL runs one rank "
+            "per GPU); the nodes that could host them have {} GPU{} in all",
+            shares, gpus, gpus == 1 ? "" : "s");
+      }
+      return true;
+    }
   }
   return false;
 }
