@@ -146,7 +146,10 @@ std::string PendingExplainer::Headline(const QueuedJob& job, const Survey& s) co
     return "needs " + CpuMemText(t) + "; no node has them free";
   }
   if (job.tasks.size() > 1) {
-    return fmt::format("needs {} tasks placed together; not all fit at once now", job.tasks.size());
+    // A gang's shares each take a GPU of their own (gang_placement.h), unless it packs.
+    const bool apart = t.IsFractional() && !t.pack_shares;
+    return fmt::format("needs {} tasks placed together{}; not all fit at once now",
+                       job.tasks.size(), apart ? ", each share on a GPU of its own" : "");
   }
   return "waiting for its turn: jobs ahead of it in the queue (" + queue_order_ +
          " order) come first";
