@@ -188,9 +188,7 @@ TEST_F(ControllerTest, NoShapeOfRequestPutsAnotherUsersShareOnAnMpsGpu) {
   array.array = "0-2";
   Job gang = MakeJob(1, 200);
   gang.request.tasks = 2;
-  // Held for mpirun, so its shares may pack onto the one GPU (other gangs' shares each
-  // need a GPU of their own, and this pool has one: refused at submission).
-  gang.mpi = true;
+  gang.mpi = true;  // its shares may pack onto the one GPU (gang_placement.h)
   Job urgent = MakeJob(1, 100);
   urgent.priority = 1000000;
   for (const Job& j : {by_memory, array, gang, urgent}) ASSERT_TRUE(c_->Submit(j, bob_).ok());
@@ -206,30 +204,6 @@ TEST_F(ControllerTest, NoShapeOfRequestPutsAnotherUsersShareOnAnMpsGpu) {
     EXPECT_EQ(j.state, JobState::kPending) << j.id;
   }
   EXPECT_EQ(bobs, 6);  // the array's three elements
-}
-
-// Red team 7, finding 3: the shares of a gang each get a GPU of their own (NCCL refuses
-// two ranks on one device), so a pool of one GPU refuses a gang of two shares, naming
-// why; an --mpi gang, whose node's tasks are one launch, still packs onto the one GPU:
-// the scheduler's copy of the job must say --mpi (it did not: its shares waited forever).
-TEST_F(ControllerTest, AGangsSharesEachNeedAGpuUnlessHeldForMpirun) {
-  Register(1);
-  Job gang = MakeJob(1, 250);
-  gang.request.tasks = 2;
-  Result<Job> refused = c_->Submit(gang, alice_);
-  ASSERT_FALSE(refused.ok());
-  EXPECT_NE(refused.status().message().find(
-                "its 2 tasks with a GPU share each need a GPU of their own (NCCL runs one rank "
-                "per GPU); the nodes that could host them have 1 GPU in all"),
-            std::string::npos)
-      << refused.status().message();
-  gang.mpi = true;
-  Job mpi = c_->Submit(gang, alice_).value();
-  ASSERT_TRUE(c_->ScheduleOnce().ok());
-  const Job placed = Get(mpi.id);
-  ASSERT_EQ(placed.state, JobState::kAssigned) << placed.pending_reason;
-  ASSERT_EQ(placed.placement.size(), 2u);
-  EXPECT_EQ(placed.placement[0].gpu_uuids, placed.placement[1].gpu_uuids);
 }
 
 // A share sized by more memory than any GPU has is refused at submit; the refusal names

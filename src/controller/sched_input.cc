@@ -50,6 +50,9 @@ sched::NodeSpec SpecOf(const SchedNode& n, const std::vector<SchedDevice>& devic
       }
     }
     if (spec.whole_only_gpus != 0) {
+      // A MIG instance's physical GPU: a gang's shares take instances of different GPUs.
+      for (const SchedDevice& d : devices)
+        spec.physical_gpus.push_back(static_cast<int32_t>(d.gpu));
       for (const SchedDevice& d : devices) {
         const gpu::GpuInfo& parent = n.info->gpus[d.gpu];
         const uint64_t bytes =

@@ -34,9 +34,10 @@ Status Rollback(ClusterState& cluster, const std::vector<Task>& tasks,
 // needs to know about gangs. The holds go through Allocate and Release, so every cache
 // keyed by node version or synced from the journal (placement_policy.h) sees them, and
 // they are released before PlaceGang returns: shares of other jobs still pack onto the
-// GPU. A MIG instance is taken whole by a share, so it needs no hold; two instances of
-// one GPU are two devices to the scheduler (see the docs for what that means to NCCL).
-// Shares with Task::pack_shares (a gang held for mpirun) are not held apart.
+// GPU. A MIG instance is taken whole by a share; the other instances of its physical GPU
+// (NodeState::physical_gpus) are held, as NCCL takes them for the same device (they
+// share its PCI bus id). Shares with Task::pack_shares (a gang held for mpirun) are not
+// held apart.
 class SiblingHolds {
  public:
   explicit SiblingHolds(const std::vector<Task>& tasks) : active_(CountApart(tasks) > 1) {}
@@ -48,20 +49,18 @@ class SiblingHolds {
   }
   static bool Apart(const Task& t) { return t.IsFractional() && !t.pack_shares; }
 
-  // Holds the rest of the GPU that share `t` took at `p`.
+  // Holds the rest of the physical GPU that share `t` took at `p`: of the device, and of
+  // the other instances of its GPU when it is a MIG instance.
   Status Hold(ClusterState& cluster, const Task& t, const Placement& p) {
     if (!active_ || !Apart(t) || p.gpus.size() != 1) return Status::Ok();
     const int32_t g = p.gpus.front();
-    const int32_t free = cluster.node(p.node).gpu_free_milli[static_cast<size_t>(g)];
-    if (free <= 0) return Status::Ok();
-    Task hold;
-    hold.name = "the rest of a GPU a task of the same gang shares";
-    hold.job_id = t.job_id;
-    hold.num_gpu = 1;
-    hold.gpu_milli = free;  // no owner: it may stand on a single-owner GPU the task owns
-    Placement at{p.node, {g}};
-    GP_RETURN_IF_ERROR(cluster.Allocate(hold, at));
-    holds_.emplace_back(std::move(hold), std::move(at));
+    GP_RETURN_IF_ERROR(HoldDevice(cluster, t, p.node, g));
+    const std::vector<int32_t>& physical = cluster.node(p.node).physical_gpus;
+    for (size_t h = 0; h < physical.size(); ++h) {
+      if (static_cast<int32_t>(h) != g && physical[h] == physical[static_cast<size_t>(g)]) {
+        GP_RETURN_IF_ERROR(HoldDevice(cluster, t, p.node, static_cast<int32_t>(h)));
+      }
+    }
     return Status::Ok();
   }
 
@@ -79,9 +78,43 @@ class SiblingHolds {
   bool any() const { return !holds_.empty(); }
 
  private:
+  // Holds what is free of GPU g of node `node`.
+  Status HoldDevice(ClusterState& cluster, const Task& t, int32_t node, int32_t g) {
+    const int32_t free = cluster.node(node).gpu_free_milli[static_cast<size_t>(g)];
+    if (free <= 0) return Status::Ok();
+    Task hold;
+    hold.name = "the rest of a GPU a task of the same gang shares";
+    hold.job_id = t.job_id;
+    hold.num_gpu = 1;
+    hold.gpu_milli = free;  // no owner: it may stand on a single-owner GPU the task owns
+    Placement at{node, {g}};
+    GP_RETURN_IF_ERROR(cluster.Allocate(hold, at));
+    holds_.emplace_back(std::move(hold), std::move(at));
+    return Status::Ok();
+  }
+
   bool active_;  // the gang has two shares or more
   std::vector<std::pair<Task, Placement>> holds_;
 };
+
+// How many physical GPUs of node n share `t` could ever use (ClusterState::UsableGpus,
+// with the MIG instances of one GPU counted once).
+int32_t PhysicalGpusFor(const ClusterState& cluster, int32_t n, const Task& t) {
+  const NodeState& node = cluster.node(n);
+  if (node.physical_gpus.empty() || node.whole_only_gpus == 0) return cluster.UsableGpus(n, t);
+  std::vector<int32_t> seen;
+  const int64_t need = cluster.GpuMemoryNeedMib(n, t);
+  for (int32_t g = 0; g < node.num_gpus(); ++g) {
+    const bool instance = (node.whole_only_gpus >> g & 1) != 0;
+    const int64_t memory = node.device_memory_mib.empty()
+                               ? node.gpu_memory_mib
+                               : node.device_memory_mib[static_cast<size_t>(g)];
+    if (instance && memory < need) continue;
+    seen.push_back(node.physical_gpus[static_cast<size_t>(g)]);
+  }
+  std::sort(seen.begin(), seen.end());
+  return static_cast<int32_t>(std::unique(seen.begin(), seen.end()) - seen.begin());
+}
 
 std::string Cpus(int64_t milli) {
   return milli % 1000 == 0 ? fmt::format("{} CPU{}", milli / 1000, milli == 1000 ? "" : "s")
@@ -308,14 +341,14 @@ bool GangObviouslyUnplaceable(const ClusterState& cluster, const std::vector<Tas
     return true;
   }
   if (const int64_t shares = SiblingHolds::CountApart(tasks); shares > 1) {
-    // Each share needs a GPU of its own (SiblingHolds); a node offers at most the GPUs
-    // the most accommodating of the shares could use there.
+    // Each share needs a physical GPU of its own (SiblingHolds); a node offers at most
+    // the ones the most accommodating of the shares could use there.
     int64_t gpus = 0;
     for (int32_t n = 0; n < cluster.num_nodes(); ++n) {
       int32_t most = 0;
       for (const Task& t : tasks) {
         if (SiblingHolds::Apart(t) && cluster.CouldEverHost(n, t)) {
-          most = std::max(most, cluster.UsableGpus(n, t));
+          most = std::max(most, PhysicalGpusFor(cluster, n, t));
         }
       }
       gpus += most;

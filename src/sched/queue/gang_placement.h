@@ -9,7 +9,8 @@
 //
 // The fractional tasks (GPU shares) of one gang never share a GPU with each other: each
 // gets a GPU of its own, on one node or several, because the tasks are the ranks of one
-// distributed job and NCCL refuses two ranks of a communicator on one device. Shares of
+// distributed job and NCCL refuses two ranks of a communicator on one device. MIG
+// instances of one physical GPU (NodeState::physical_gpus) count as one GPU here. Shares of
 // different jobs still pack onto one GPU, and so do the shares of a gang whose tasks
 // say Task::pack_shares (held for mpirun: one launch per node holds them all). The tasks
 // given to PlaceGang are one gang.

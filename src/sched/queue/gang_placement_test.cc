@@ -190,6 +190,39 @@ TEST(PlaceGang, SharesOfDifferentJobsStillPackOntoOneGpu) {
   EXPECT_EQ(whole.TotalFree().gpu_milli, 500);
 }
 
+// Two MIG instances of one GPU have its PCI bus id, which NCCL's duplicate check compares:
+// a gang's shares take instances of different physical GPUs.
+TEST(PlaceGang, TheSharesOfOneGangTakeMigInstancesOfDifferentGpus) {
+  NodeSpec spec{"mig", 64000, 262144, 4, "A100", 40960, 80};
+  spec.whole_only_gpus = 0xf;  // two GPUs, each cut into two 1g.10gb-like instances
+  spec.device_memory_mib = {10240, 10240, 10240, 10240};
+  spec.physical_gpus = {0, 0, 1, 1};
+  ClusterState cluster;
+  ASSERT_TRUE(cluster.AddNode(spec).ok());
+  FirstFitForTest policy;  // the smallest idle instance, first on ties: 0, then 1
+  std::vector<Task> two = Shares(2, 100);
+  for (Task& t : two) t.gpu_memory_mib = 4096;
+  auto g = PlaceGang(cluster, two, policy);
+  ASSERT_TRUE(g.ok()) << g.status().ToString();
+  ASSERT_TRUE(g->placed) << g->reason;
+  std::set<int32_t> physical;
+  for (const Placement& p : g->placements) physical.insert(spec.physical_gpus[p.gpus[0]]);
+  EXPECT_EQ(physical.size(), 2u);
+  EXPECT_EQ(cluster.TotalFree().gpu_milli, 2000);  // the two instances, nothing held
+  std::vector<Task> three = Shares(3, 100);
+  for (Task& t : three) t.gpu_memory_mib = 4096;
+  std::string why;
+  EXPECT_TRUE(GangObviouslyUnplaceable(cluster, three, &why));
+  EXPECT_NE(why.find("have 2 GPUs in all"), std::string::npos) << why;
+  // Two shares of another job still take the other instances of those GPUs.
+  auto other = PlaceGang(cluster, {GpuTask(1, 100)}, policy);
+  ASSERT_TRUE(other.ok() && other->placed);
+  NodeSpec bad = spec;
+  bad.name = "bad";
+  bad.physical_gpus = {0, 1};
+  EXPECT_FALSE(cluster.AddNode(bad).ok());
+}
+
 // A gang held for mpirun (--mpi, run/alloc --tasks) is launched as one per node, with all
 // its tasks' GPUs there: its shares pack (onto one GPU, which it then holds whole, as the
 // red team saw: GPUPOOL_GPU_ENFORCEMENT=exclusive), as any holder's would.
