@@ -105,6 +105,9 @@ void Controller::Touched(int64_t id) {
   slim->attempt = job.attempt;  // held back by the lease of a lost node (sched_input.cc)
   slim->fences = job.fences;
   slim->enforce_memory = job.enforce_memory;  // its shares only where memory is enforced
+  // Held for mpirun (--mpi, run, alloc): a gang whose shares pack (Task::pack_shares).
+  slim->mpi = job.mpi;
+  slim->interactive = job.interactive;
   // Preemption (preemption_plan.h): who may be a victim, when, with what grace, who stops.
   slim->preemptible = job.preemptible;
   slim->min_runtime_s = job.min_runtime_s;

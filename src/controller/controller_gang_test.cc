@@ -1,11 +1,36 @@
 // Gangs in the controller (GangTest, controller_test.h: two 2-GPU nodes): multi-task
 // jobs start in order, end together, survive restarts and lost nodes; exec into a
-// running task; agents' protocol versions.
+// running task; agents' protocol versions; the shares of a gang (one GPU each, unless
+// held for mpirun).
 
 #include "controller/controller_test.h"
 
 namespace gpupool::controller::controller_test {
 namespace {
+
+// Red team 7, finding 3: the shares of a gang each get a GPU of their own (NCCL refuses
+// two ranks on one device), so a pool of one GPU refuses a gang of two shares, naming
+// why; an --mpi gang, whose node's tasks are one launch, still packs onto the one GPU:
+// the scheduler's copy of the job must say --mpi (it did not: its shares waited forever).
+TEST_F(ControllerTest, AGangsSharesEachNeedAGpuUnlessHeldForMpirun) {
+  Register(1);
+  Job gang = MakeJob(1, 250);
+  gang.request.tasks = 2;
+  Result<Job> refused = c_->Submit(gang, alice_);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find(
+                "its 2 tasks with a GPU share each need a GPU of their own (NCCL runs one rank "
+                "per GPU); the nodes that could host them have 1 GPU in all"),
+            std::string::npos)
+      << refused.status().message();
+  gang.mpi = true;
+  Job mpi = c_->Submit(gang, alice_).value();
+  ASSERT_TRUE(c_->ScheduleOnce().ok());
+  const Job placed = Get(mpi.id);
+  ASSERT_EQ(placed.state, JobState::kAssigned) << placed.pending_reason;
+  ASSERT_EQ(placed.placement.size(), 2u);
+  EXPECT_EQ(placed.placement[0].gpu_uuids, placed.placement[1].gpu_uuids);
+}
 
 TEST_F(GangTest, TasksSpreadStartInOrderAndSucceedTogether) {
   Job j = SubmitGang();

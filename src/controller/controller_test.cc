@@ -188,6 +188,7 @@ TEST_F(ControllerTest, NoShapeOfRequestPutsAnotherUsersShareOnAnMpsGpu) {
   array.array = "0-2";
   Job gang = MakeJob(1, 200);
   gang.request.tasks = 2;
+  gang.mpi = true;  // its shares may pack onto the one GPU (gang_placement.h)
   Job urgent = MakeJob(1, 100);
   urgent.priority = 1000000;
   for (const Job& j : {by_memory, array, gang, urgent}) ASSERT_TRUE(c_->Submit(j, bob_).ok());

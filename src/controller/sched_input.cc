@@ -50,6 +50,9 @@ sched::NodeSpec SpecOf(const SchedNode& n, const std::vector<SchedDevice>& devic
       }
     }
     if (spec.whole_only_gpus != 0) {
+      // A MIG instance's physical GPU: a gang's shares take instances of different GPUs.
+      for (const SchedDevice& d : devices)
+        spec.physical_gpus.push_back(static_cast<int32_t>(d.gpu));
       for (const SchedDevice& d : devices) {
         const gpu::GpuInfo& parent = n.info->gpus[d.gpu];
         const uint64_t bytes =
@@ -221,6 +224,10 @@ Result<sched::Task> SchedInput::TaskFor(const jobs::Job& job) const {
   std::sort(t.exclude.begin(), t.exclude.end());
   if (r.gpus == 0) return t;
   t.enforce_memory = job.enforce_memory;
+  // A gang held for mpirun launches a node's tasks as one, with all their GPUs
+  // (controller_nodes.cc, MakeLaunchOrder): its shares pack as one holder's; the shares
+  // of any other gang each get a GPU of their own (NCCL: one rank per device).
+  t.pack_shares = job.mpi || !job.interactive.empty();
   t.gpu_memory_mib = static_cast<int64_t>((r.gpu_memory_bytes + kMiB - 1) / kMiB);
   // A share's owner: MPS GPUs take one user's shares (of one size) at a time
   // (cluster_state.h).

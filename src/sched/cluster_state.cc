@@ -71,6 +71,12 @@ Status ClusterState::AddNode(const NodeSpec& s) {
         "node '{}' gives {} GPU memory sizes for {} GPUs; give one size >= 0 per GPU or none",
         s.name, s.device_memory_mib.size(), s.num_gpus));
   }
+  if (!s.physical_gpus.empty() && s.physical_gpus.size() != static_cast<size_t>(s.num_gpus)) {
+    return Status::InvalidArgument(
+        fmt::format("node '{}' gives the physical GPUs of {} GPUs but has {}; give one per GPU "
+                    "or none",
+                    s.name, s.physical_gpus.size(), s.num_gpus));
+  }
   NodeState n;
   n.name = s.name;
   n.cpu_capacity_milli = n.cpu_free_milli = s.cpu_milli;
@@ -91,6 +97,7 @@ Status ClusterState::AddNode(const NodeSpec& s) {
   n.single_owner_gpus = s.single_owner_gpus;
   n.whole_only_gpus = s.whole_only_gpus;
   n.device_memory_mib = s.device_memory_mib;
+  n.physical_gpus = s.physical_gpus;
   if (s.single_owner_gpus != 0) {
     gpu_owner_.resize(nodes_.size());  // the first such node sizes the table
     ++single_owner_nodes_;

@@ -73,6 +73,11 @@ struct NodeSpec {
   // Per GPU, its memory in MiB; empty = every GPU has gpu_memory_mib. Needed for
   // whole-only GPUs (an instance's memory); others' entries are informational.
   std::vector<int64_t> device_memory_mib;
+  // Per GPU, the physical GPU it is part of (a MIG instance: its GPU's number; equal
+  // numbers = one physical GPU); empty = every GPU is a physical GPU of its own. Gang
+  // placement keeps the shares of one gang on distinct physical GPUs: NCCL takes two
+  // instances of one GPU for one device (gang_placement.h).
+  std::vector<int32_t> physical_gpus;
 };
 
 struct NodeState {
@@ -98,6 +103,7 @@ struct NodeState {
   // As NodeSpec's (device_memory_mib is empty or has one entry per GPU).
   uint64_t whole_only_gpus = 0;
   std::vector<int64_t> device_memory_mib;
+  std::vector<int32_t> physical_gpus;  // as NodeSpec's (empty or one entry per GPU)
 
   int32_t num_gpus() const { return static_cast<int32_t>(gpu_free_milli.size()); }
   int64_t gpu_capacity_milli() const { return int64_t{num_gpus()} * 1000; }

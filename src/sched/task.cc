@@ -53,7 +53,8 @@ TaskShape ShapeOf(const Task& t) {
           t.nodelist,
           t.exclude,
           t.IsFractional() ? t.owner : 0,
-          t.IsFractional() ? t.gpu_memory_mib : 0};
+          t.IsFractional() ? t.gpu_memory_mib : 0,
+          t.IsFractional() && t.pack_shares};
 }
 
 size_t HashShape(const TaskShape& s) {
@@ -65,6 +66,7 @@ size_t HashShape(const TaskShape& s) {
   mix(std::hash<int32_t>{}(s.min_capability));
   mix(std::hash<int64_t>{}(s.owner));
   mix(std::hash<int64_t>{}(s.gpu_memory_mib));
+  mix(std::hash<bool>{}(s.pack_shares));
   for (const auto& m : s.gpu_models) mix(std::hash<std::string>{}(m));
   for (const auto& n : s.allowed_nodes) mix(std::hash<std::string>{}(n));
   // Only when set, so that every other shape hashes as before; the size keeps a nodelist

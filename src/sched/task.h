@@ -48,6 +48,12 @@ struct Task {
   // GPU memory a share needs on a MIG instance (cluster_state.h), in MiB: the job's
   // --gpu-mem; 0 = gpu_milli thousandths of the node's GPU memory. >= 0.
   int64_t gpu_memory_mib = 0;
+  // The gang's shares may share a GPU with each other (gang_placement.h): a gang held for
+  // mpirun (--mpi, and run/alloc with --tasks), whose first task on a node is launched
+  // with every GPU of the job's tasks there, so that the node's ranks are one holder of
+  // a GPU they pack onto. Without it (torchrun, one process per task) each share of a
+  // gang gets a GPU of its own. Matters only for fractional tasks of a gang.
+  bool pack_shares = false;
 
   int64_t TotalGpuMilli() const { return int64_t{num_gpu} * gpu_milli; }
   bool IsFractional() const { return num_gpu == 1 && gpu_milli < 1000; }
@@ -75,6 +81,7 @@ struct TaskShape {
   std::vector<std::string> exclude;
   int64_t owner = 0;  // the task's owner when it is fractional, else 0 (it matters only then)
   int64_t gpu_memory_mib = 0;  // when fractional, else 0 (it matters only then)
+  bool pack_shares = false;    // when fractional, else false (it matters only then)
   friend bool operator==(const TaskShape&, const TaskShape&) = default;
 };
 

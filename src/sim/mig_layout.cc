@@ -167,8 +167,12 @@ Status ApplyMigLayout(const MigLayout& layout, sched::NodeSpec& node) {
         node.name, node.num_gpus, per_gpu, devices));
   }
   node.device_memory_mib.clear();
+  node.physical_gpus.clear();
   for (int32_t g = 0; g < node.num_gpus; ++g) {
-    for (const MigInstance& i : layout.instances) node.device_memory_mib.push_back(i.memory_mib);
+    for (const MigInstance& i : layout.instances) {
+      node.device_memory_mib.push_back(i.memory_mib);
+      node.physical_gpus.push_back(g);  // a gang's shares take instances of different GPUs
+    }
   }
   node.num_gpus = static_cast<int32_t>(devices);
   node.whole_only_gpus = devices == 64 ? ~uint64_t{0} : (uint64_t{1} << devices) - 1;

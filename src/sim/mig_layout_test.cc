@@ -66,6 +66,8 @@ TEST(MigLayoutTest, ApplyCutsEveryGpuIntoWholeOnlyInstances) {
   EXPECT_EQ(n.gpu_memory_mib, 81920);
   EXPECT_EQ(n.device_memory_mib,
             (std::vector<int64_t>{40960, 20480, 10240, 10240, 40960, 20480, 10240, 10240}));
+  // Each instance's GPU: a gang's shares take instances of different GPUs (NCCL).
+  EXPECT_EQ(n.physical_gpus, (std::vector<int32_t>{0, 0, 0, 0, 1, 1, 1, 1}));
   EXPECT_EQ(SpecGpuCapacityMilli(n), 2000);  // two GPUs, every GB in an instance
   Status again = ApplyMigLayout(*ParseMigLayout("7g.80gb"), n);
   EXPECT_NE(again.message().find("already has MIG instances"), std::string::npos);

@@ -148,7 +148,10 @@ std::string PendingExplainer::Headline(const QueuedJob& job, const Survey& s) co
            (t.PicksNodes() ? " its --nodelist / --exclude leave" : "") + " has them free";
   }
   if (job.tasks.size() > 1) {
-    return fmt::format("needs {} tasks placed together; not all fit at once now", job.tasks.size());
+    // A gang's shares each take a GPU of their own (gang_placement.h), unless it packs.
+    const bool apart = t.IsFractional() && !t.pack_shares;
+    return fmt::format("needs {} tasks placed together{}; not all fit at once now",
+                       job.tasks.size(), apart ? ", each share on a GPU of its own" : "");
   }
   return "waiting for its turn: jobs ahead of it in the queue (" + queue_order_ +
          " order) come first";

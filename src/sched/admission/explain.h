@@ -14,6 +14,7 @@
 //   needs 4 CPUs ... beside its GPUs; no node with the GPUs has them free
 //   needs 2 CPUs; no node has them free  (a CPU-only job no node can take)
 //   needs 3 tasks placed together; not all fit at once now
+//   needs 3 tasks placed together, each share on a GPU of its own; not all fit at once now
 //   waiting for its turn: jobs ahead of it in the queue (fifo order) come first
 // The headlines' first words are what metrics.cc classifies by; keep them.
 //

@@ -131,6 +131,13 @@ TEST_F(ExplainTest, JobsThatFitSomewhereWaitForTheQueueOrTheirGang) {
   EXPECT_EQ(Explain(Job("j", "u", 0, {GpuTask(4), GpuTask(4)})),
             "needs 2 tasks placed together; not all fit at once now; 1/4 nodes are available: "
             "1 insufficient GPUs, 1 draining (v2), 1 no GPUs");
+  // Six shares need six GPUs with room (red team 7, finding 3); five have it now.
+  std::vector<Task> shares(6, GpuTask(1, 250, 100, 0));
+  EXPECT_EQ(Explain(Job("s", "u", 0, shares)),
+            "needs 6 tasks placed together, each share on a GPU of its own; not all fit at once "
+            "now; 2/4 nodes are available: 1 draining (v2), 1 no GPUs");
+  for (Task& t : shares) t.pack_shares = true;  // held for mpirun: they may pack
+  EXPECT_EQ(Explain(Job("s", "u", 0, shares)).rfind("needs 6 tasks placed together; ", 0), 0u);
 }
 
 TEST_F(ExplainTest, HopelessJobsAndTheReservationHolder) {

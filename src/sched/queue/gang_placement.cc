@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <numeric>
 #include <tuple>
+#include <utility>
 
 namespace gpupool::sched {
 namespace {
@@ -23,6 +24,96 @@ Status Rollback(ClusterState& cluster, const std::vector<Task>& tasks,
     if (!s.ok() && first.ok()) first = s;
   }
   return first;
+}
+
+// The GPU shares of one gang each get a GPU of their own (docs/sharing.md, "Gangs of
+// shares"): its tasks are the ranks of one distributed job, and NCCL refuses two ranks
+// of a communicator on one device ("Duplicate GPU detected"). Once a share of the gang
+// is placed, what is left of its GPU is held by a stand-in task for the rest of the
+// placement, so the policy sees that GPU full for the gang's later shares and no policy
+// needs to know about gangs. The holds go through Allocate and Release, so every cache
+// keyed by node version or synced from the journal (placement_policy.h) sees them, and
+// they are released before PlaceGang returns: shares of other jobs still pack onto the
+// GPU. A MIG instance is taken whole by a share; the other instances of its physical GPU
+// (NodeState::physical_gpus) are held, as NCCL takes them for the same device (they
+// share its PCI bus id). Shares with Task::pack_shares (a gang held for mpirun) are not
+// held apart.
+class SiblingHolds {
+ public:
+  explicit SiblingHolds(const std::vector<Task>& tasks) : active_(CountApart(tasks) > 1) {}
+
+  // The tasks of `tasks` that each need a GPU of their own: the shares not packed
+  // (Task::pack_shares: a gang held for mpirun, whose ranks on a node are one launch).
+  static int64_t CountApart(const std::vector<Task>& tasks) {
+    return std::count_if(tasks.begin(), tasks.end(), Apart);
+  }
+  static bool Apart(const Task& t) { return t.IsFractional() && !t.pack_shares; }
+
+  // Holds the rest of the physical GPU that share `t` took at `p`: of the device, and of
+  // the other instances of its GPU when it is a MIG instance.
+  Status Hold(ClusterState& cluster, const Task& t, const Placement& p) {
+    if (!active_ || !Apart(t) || p.gpus.size() != 1) return Status::Ok();
+    const int32_t g = p.gpus.front();
+    GP_RETURN_IF_ERROR(HoldDevice(cluster, t, p.node, g));
+    const std::vector<int32_t>& physical = cluster.node(p.node).physical_gpus;
+    for (size_t h = 0; h < physical.size(); ++h) {
+      if (static_cast<int32_t>(h) != g && physical[h] == physical[static_cast<size_t>(g)]) {
+        GP_RETURN_IF_ERROR(HoldDevice(cluster, t, p.node, static_cast<int32_t>(h)));
+      }
+    }
+    return Status::Ok();
+  }
+
+  // Releases every hold, newest first; the first failure is returned, the rest still run.
+  Status ReleaseAll(ClusterState& cluster) {
+    Status first;
+    for (size_t k = holds_.size(); k-- > 0;) {
+      Status s = cluster.Release(holds_[k].first, holds_[k].second);
+      if (!s.ok() && first.ok()) first = s;
+    }
+    holds_.clear();
+    return first;
+  }
+
+  bool any() const { return !holds_.empty(); }
+
+ private:
+  // Holds what is free of GPU g of node `node`.
+  Status HoldDevice(ClusterState& cluster, const Task& t, int32_t node, int32_t g) {
+    const int32_t free = cluster.node(node).gpu_free_milli[static_cast<size_t>(g)];
+    if (free <= 0) return Status::Ok();
+    Task hold;
+    hold.name = "the rest of a GPU a task of the same gang shares";
+    hold.job_id = t.job_id;
+    hold.num_gpu = 1;
+    hold.gpu_milli = free;  // no owner: it may stand on a single-owner GPU the task owns
+    Placement at{node, {g}};
+    GP_RETURN_IF_ERROR(cluster.Allocate(hold, at));
+    holds_.emplace_back(std::move(hold), std::move(at));
+    return Status::Ok();
+  }
+
+  bool active_;  // the gang has two shares or more
+  std::vector<std::pair<Task, Placement>> holds_;
+};
+
+// How many physical GPUs of node n share `t` could ever use (ClusterState::UsableGpus,
+// with the MIG instances of one GPU counted once).
+int32_t PhysicalGpusFor(const ClusterState& cluster, int32_t n, const Task& t) {
+  const NodeState& node = cluster.node(n);
+  if (node.physical_gpus.empty() || node.whole_only_gpus == 0) return cluster.UsableGpus(n, t);
+  std::vector<int32_t> seen;
+  const int64_t need = cluster.GpuMemoryNeedMib(n, t);
+  for (int32_t g = 0; g < node.num_gpus(); ++g) {
+    const bool instance = (node.whole_only_gpus >> g & 1) != 0;
+    const int64_t memory = node.device_memory_mib.empty()
+                               ? node.gpu_memory_mib
+                               : node.device_memory_mib[static_cast<size_t>(g)];
+    if (instance && memory < need) continue;
+    seen.push_back(node.physical_gpus[static_cast<size_t>(g)]);
+  }
+  std::sort(seen.begin(), seen.end());
+  return static_cast<int32_t>(std::unique(seen.begin(), seen.end()) - seen.begin());
 }
 
 std::string Cpus(int64_t milli) {
@@ -188,27 +279,43 @@ Result<GangPlacement> PlaceGang(ClusterState& cluster, const std::vector<Task>& 
            std::tuple(y.TotalGpuMilli(), y.cpu_milli, y.memory_mib);
   });
   out.placements.resize(tasks.size());
+  SiblingHolds holds(tasks);
+  // Undoes the holds and the first `count` placements of `order`.
+  auto undo = [&](size_t count) {
+    Status held = holds.ReleaseAll(cluster);
+    Status placed = Rollback(cluster, tasks, order, out.placements, count);
+    return held.ok() ? placed : held;
+  };
   for (size_t k = 0; k < order.size(); ++k) {
     const size_t i = order[k];
     PlacementDecision d = policy.Place(cluster, tasks[i]);
     if (!d.placed) {
-      GP_RETURN_IF_ERROR(Rollback(cluster, tasks, order, out.placements, k));
+      const bool held = holds.any();
+      GP_RETURN_IF_ERROR(undo(k));
       out.placements.clear();
       out.reason = tasks.size() == 1 ? d.reason
                                      : fmt::format("task {} of {} ('{}'): {}", i + 1, tasks.size(),
                                                    tasks[i].name, d.reason);
+      if (held && SiblingHolds::Apart(tasks[i])) {
+        out.reason += " (the GPU shares of one job each take a GPU of their own)";
+      }
       return out;
     }
     Status s = cluster.Allocate(tasks[i], d.placement);
     if (!s.ok()) {
-      GP_RETURN_IF_ERROR(Rollback(cluster, tasks, order, out.placements, k));
+      GP_RETURN_IF_ERROR(undo(k));
       return Status::Internal(
           fmt::format("placement policy '{}' proposed a placement the "
                       "cluster refused: {}",
                       policy.name(), s.message()));
     }
     out.placements[i] = std::move(d.placement);
+    if (Status h = holds.Hold(cluster, tasks[i], out.placements[i]); !h.ok()) {
+      GP_RETURN_IF_ERROR(undo(k + 1));
+      return Status::Internal("gang placement could not hold a share's GPU: " + h.message());
+    }
   }
+  GP_RETURN_IF_ERROR(holds.ReleaseAll(cluster));
   out.placed = true;
   return out;
 }
@@ -291,6 +398,29 @@ bool GangObviouslyUnplaceable(const ClusterState& cluster, const std::vector<Tas
                             total.ToString(), cluster.TotalCapacity().ToString());
     }
     return true;
+  }
+  if (const int64_t shares = SiblingHolds::CountApart(tasks); shares > 1) {
+    // Each share needs a physical GPU of its own (SiblingHolds); a node offers at most
+    // the ones the most accommodating of the shares could use there.
+    int64_t gpus = 0;
+    for (int32_t n = 0; n < cluster.num_nodes(); ++n) {
+      int32_t most = 0;
+      for (const Task& t : tasks) {
+        if (SiblingHolds::Apart(t) && cluster.CouldEverHost(n, t)) {
+          most = std::max(most, PhysicalGpusFor(cluster, n, t));
+        }
+      }
+      gpus += most;
+    }
+    if (gpus < shares) {
+      if (reason != nullptr) {
+        *reason = fmt::format(
+            "its {} tasks with a GPU share each need a GPU of their own (NCCL runs one rank "
+            "per GPU); the nodes that could host them have {} GPU{} in all",
+            shares, gpus, gpus == 1 ? "" : "s");
+      }
+      return true;
+    }
   }
   return false;
 }

@@ -6,6 +6,14 @@
 // fit. If any task cannot be placed, the tasks placed so far are released in reverse
 // order and the cluster is left exactly as it was. A task never spans nodes: a
 // multi-GPU task gets all its GPUs on one node, as ClusterState requires.
+//
+// The fractional tasks (GPU shares) of one gang never share a GPU with each other: each
+// gets a GPU of its own, on one node or several, because the tasks are the ranks of one
+// distributed job and NCCL refuses two ranks of a communicator on one device. MIG
+// instances of one physical GPU (NodeState::physical_gpus) count as one GPU here. Shares of
+// different jobs still pack onto one GPU, and so do the shares of a gang whose tasks
+// say Task::pack_shares (held for mpirun: one launch per node holds them all). The tasks
+// given to PlaceGang are one gang.
 #pragma once
 
 #include <span>
@@ -49,7 +57,8 @@ Status ReleaseGangOutside(ClusterState& cluster, const std::vector<Task>& tasks,
 bool IsClosed(std::span<const int32_t> closed, const Placement& placement);
 
 // True when no placement of `tasks` could ever exist on `cluster`, even idle: a task no
-// node can host, or more GPUs, CPU or memory than the whole cluster has. A gang that
+// node can host, more GPUs, CPU or memory than the whole cluster has, or more GPU shares
+// than the GPUs that could host them (each needs its own). A gang that
 // passes may still never fit if its tasks cannot share the nodes that can host them;
 // callers that need certainty try PlaceGang on an idle copy.
 bool GangObviouslyUnplaceable(const ClusterState& cluster, const std::vector<Task>& tasks,

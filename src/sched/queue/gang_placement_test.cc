@@ -2,6 +2,10 @@
 
 #include <gtest/gtest.h>
 
+#include <set>
+#include <utility>
+
+#include "sched/policy_registry.h"
 #include "sched/queue/first_fit_for_test.h"
 #include "sched/queue/queue_test_util.h"
 
@@ -80,14 +84,213 @@ TEST(PlaceGang, HonoursGpuModelConstraints) {
   EXPECT_EQ(Snapshot(cluster), before);
 }
 
-TEST(PlaceGang, FractionalTasksShareOneGpu) {
-  ClusterState cluster = MakeCluster(1, 2);
-  FirstFitForTest policy;
-  auto g = PlaceGang(cluster, {GpuTask(1, 500), GpuTask(1, 300), GpuTask(1, 200)}, policy);
+// Red team 7, finding 3: `--tasks 4 --gpu-share 0.25` put all four ranks on GPU 0, and
+// NCCL refuses two ranks of a communicator on one device ("Duplicate GPU detected").
+std::vector<Task> Shares(int n, int milli, const std::string& job = "g") {
+  std::vector<Task> tasks(static_cast<size_t>(n), GpuTask(1, milli));
+  for (Task& t : tasks) t.job_id = job;
+  return tasks;
+}
+
+std::set<std::pair<int32_t, int32_t>> GpusOf(const std::vector<Placement>& placements) {
+  std::set<std::pair<int32_t, int32_t>> out;
+  for (const Placement& p : placements) {
+    for (int32_t g : p.gpus) out.emplace(p.node, g);
+  }
+  return out;
+}
+
+TEST(PlaceGang, TheSharesOfOneGangEachTakeADistinctGpu) {
+  ClusterState cluster = MakeCluster(1, 8);
+  FirstFitForTest policy;  // the tightest GPU first: it packed all four onto GPU 0
+  const std::vector<Task> tasks = Shares(4, 250);
+  auto g = PlaceGang(cluster, tasks, policy);
   ASSERT_TRUE(g.ok());
   ASSERT_TRUE(g->placed) << g->reason;
+  EXPECT_EQ(GpusOf(g->placements).size(), 4u);
+  // Only the shares are taken: the holds that kept siblings apart are gone.
+  EXPECT_EQ(cluster.TotalFree().gpu_milli, 8000 - 4 * 250);
+  EXPECT_EQ(cluster.node(0).FullyFreeGpus(), 4);
+  ASSERT_TRUE(ReleaseGang(cluster, tasks, g->placements).ok());
+  EXPECT_EQ(cluster.TotalFree(), cluster.TotalCapacity());
+}
+
+TEST(PlaceGang, SharesOfAGangSpreadOverNodesWhenOneNodeHasTooFewGpus) {
+  ClusterState cluster = MakeCluster(3, 2);
+  FirstFitForTest policy;
+  auto g = PlaceGang(cluster, Shares(5, 300), policy);
+  ASSERT_TRUE(g.ok());
+  ASSERT_TRUE(g->placed) << g->reason;
+  EXPECT_EQ(GpusOf(g->placements).size(), 5u);
+}
+
+TEST(PlaceGang, AGangWithMoreSharesThanGpusWaitsOrNeverRuns) {
+  ClusterState cluster = MakeCluster(1, 2);
+  FirstFitForTest policy;
+  const auto before = Snapshot(cluster);
+  // 4 x 0.25 fits one GPU by capacity, but the gang needs 4 GPUs.
+  auto g = PlaceGang(cluster, Shares(4, 250), policy);
+  ASSERT_TRUE(g.ok());
+  EXPECT_FALSE(g->placed);
+  EXPECT_TRUE(g->placements.empty());
+  EXPECT_NE(g->reason.find("task 3 of 4"), std::string::npos) << g->reason;
+  EXPECT_NE(g->reason.find("a GPU of their own"), std::string::npos) << g->reason;
+  EXPECT_EQ(Snapshot(cluster), before);
+  std::string why;
+  EXPECT_TRUE(GangObviouslyUnplaceable(cluster, Shares(4, 250), &why));
+  EXPECT_EQ(why,
+            "its 4 tasks with a GPU share each need a GPU of their own (NCCL runs one rank per "
+            "GPU); the nodes that could host them have 2 GPUs in all");
+  // Mixed sizes, as before this rule packed onto one GPU (FractionalTasksShareOneGpu).
+  EXPECT_TRUE(
+      GangObviouslyUnplaceable(cluster, {GpuTask(1, 500), GpuTask(1, 300), GpuTask(1, 200)}, &why));
+  EXPECT_FALSE(GangObviouslyUnplaceable(cluster, Shares(2, 250), &why));
+  EXPECT_FALSE(GangObviouslyUnplaceable(MakeCluster(1, 8), Shares(4, 250), &why));
+  // Only the nodes that could host a share count: 2 GPUs of the right model.
+  ClusterState mixed = MakeCluster(1, 2);
+  ASSERT_TRUE(mixed.AddNode(NodeSpec{"a", 64000, 262144, 8, "A100", 0, 0}).ok());
+  std::vector<Task> v100 = Shares(3, 250);
+  for (Task& t : v100) t.gpu_models = {"V100"};
+  EXPECT_TRUE(GangObviouslyUnplaceable(mixed, v100, &why));
+  EXPECT_NE(why.find("have 2 GPUs in all"), std::string::npos) << why;
+
+  // Busy now, possible later: the gang waits (not placed) and is not "never".
+  ClusterState busy = MakeCluster(1, 4);
+  ASSERT_TRUE(busy.Allocate(GpuTask(2), Placement{0, {0, 1}}).ok());
+  auto w = PlaceGang(busy, Shares(3, 100), policy);
+  ASSERT_TRUE(w.ok());
+  EXPECT_FALSE(w->placed);
+  EXPECT_FALSE(GangObviouslyUnplaceable(busy, Shares(3, 100), &why));
+}
+
+TEST(PlaceGang, SharesOfDifferentJobsStillPackOntoOneGpu) {
+  ClusterState cluster = MakeCluster(1, 8);
+  FirstFitForTest policy;
+  auto a = PlaceGang(cluster, Shares(4, 250, "a"), policy);
+  ASSERT_TRUE(a.ok());
+  ASSERT_TRUE(a->placed) << a->reason;
+  auto b = PlaceGang(cluster, Shares(4, 250, "b"), policy);
+  ASSERT_TRUE(b.ok());
+  ASSERT_TRUE(b->placed) << b->reason;
+  // b's ranks join a's GPUs (the tightest), one each: 4 GPUs half used, 4 idle.
+  EXPECT_EQ(GpusOf(b->placements), GpusOf(a->placements));
+  EXPECT_EQ(cluster.node(0).FullyFreeGpus(), 4);
+  // Single-task jobs pack as before: two halves of two jobs on one GPU.
+  ClusterState one = MakeCluster(1, 2);
+  auto x = PlaceGang(one, {GpuTask(1, 500)}, policy);
+  auto y = PlaceGang(one, {GpuTask(1, 500)}, policy);
+  ASSERT_TRUE(x.ok() && y.ok());
+  ASSERT_TRUE(x->placed && y->placed);
+  EXPECT_EQ(x->placements, y->placements);
+  // A gang with one share and whole GPUs is not held apart from anything.
+  ClusterState whole = MakeCluster(1, 2);
+  auto m = PlaceGang(whole, {GpuTask(1), GpuTask(1, 500)}, policy);
+  ASSERT_TRUE(m.ok());
+  ASSERT_TRUE(m->placed) << m->reason;
+  EXPECT_EQ(whole.TotalFree().gpu_milli, 500);
+}
+
+// Two MIG instances of one GPU have its PCI bus id, which NCCL's duplicate check compares:
+// a gang's shares take instances of different physical GPUs.
+TEST(PlaceGang, TheSharesOfOneGangTakeMigInstancesOfDifferentGpus) {
+  NodeSpec spec{"mig", 64000, 262144, 4, "A100", 40960, 80};
+  spec.whole_only_gpus = 0xf;  // two GPUs, each cut into two 1g.10gb-like instances
+  spec.device_memory_mib = {10240, 10240, 10240, 10240};
+  spec.physical_gpus = {0, 0, 1, 1};
+  ClusterState cluster;
+  ASSERT_TRUE(cluster.AddNode(spec).ok());
+  FirstFitForTest policy;  // the smallest idle instance, first on ties: 0, then 1
+  std::vector<Task> two = Shares(2, 100);
+  for (Task& t : two) t.gpu_memory_mib = 4096;
+  auto g = PlaceGang(cluster, two, policy);
+  ASSERT_TRUE(g.ok()) << g.status().ToString();
+  ASSERT_TRUE(g->placed) << g->reason;
+  std::set<int32_t> physical;
+  for (const Placement& p : g->placements) physical.insert(spec.physical_gpus[p.gpus[0]]);
+  EXPECT_EQ(physical.size(), 2u);
+  EXPECT_EQ(cluster.TotalFree().gpu_milli, 2000);  // the two instances, nothing held
+  std::vector<Task> three = Shares(3, 100);
+  for (Task& t : three) t.gpu_memory_mib = 4096;
+  std::string why;
+  EXPECT_TRUE(GangObviouslyUnplaceable(cluster, three, &why));
+  EXPECT_NE(why.find("have 2 GPUs in all"), std::string::npos) << why;
+  // Two shares of another job still take the other instances of those GPUs.
+  auto other = PlaceGang(cluster, {GpuTask(1, 100)}, policy);
+  ASSERT_TRUE(other.ok() && other->placed);
+  NodeSpec bad = spec;
+  bad.name = "bad";
+  bad.physical_gpus = {0, 1};
+  EXPECT_FALSE(cluster.AddNode(bad).ok());
+}
+
+// A gang held for mpirun (--mpi, run/alloc --tasks) is launched as one per node, with all
+// its tasks' GPUs there: its shares pack (onto one GPU, which it then holds whole, as the
+// red team saw: GPUPOOL_GPU_ENFORCEMENT=exclusive), as any holder's would.
+TEST(PlaceGang, TheSharesOfAGangHeldForMpirunStillPack) {
+  ClusterState cluster = MakeCluster(1, 2);
+  FirstFitForTest policy;
+  std::vector<Task> tasks = Shares(4, 250);
+  for (Task& t : tasks) t.pack_shares = true;
+  std::string why;
+  EXPECT_FALSE(GangObviouslyUnplaceable(cluster, tasks, &why)) << why;
+  auto g = PlaceGang(cluster, tasks, policy);
+  ASSERT_TRUE(g.ok());
+  ASSERT_TRUE(g->placed) << g->reason;
+  EXPECT_EQ(GpusOf(g->placements).size(), 1u);
   EXPECT_EQ(cluster.node(0).FullyFreeGpus(), 1);
-  EXPECT_EQ(cluster.TotalFree().gpu_milli, 1000);
+  // The flag is part of a share's shape, so that no cache (failed gangs in a pass, the
+  // explain step's) takes one kind of gang for the other; a whole-GPU task ignores it.
+  EXPECT_FALSE(ShapeOf(tasks[0]) == ShapeOf(Shares(1, 250)[0]));
+  Task whole = GpuTask(1);
+  whole.pack_shares = true;
+  EXPECT_TRUE(ShapeOf(whole) == ShapeOf(GpuTask(1)));
+}
+
+// Every built-in policy (FrameworkPolicy: score indexes keyed by task shape, synced from
+// the journal) keeps a gang's shares apart, also when its index for the shape was built
+// before the gang's first share changed a GPU.
+TEST(PlaceGang, EveryPolicyAndItsCachedIndexKeepAGangsSharesApart) {
+  for (const auto& e : BuiltinPlacementPolicies().List()) {
+    SCOPED_TRACE(e.name);
+    auto policy = BuiltinPlacementPolicies().Create(e.name);
+    ASSERT_TRUE(policy.ok()) << policy.status().ToString();
+    ClusterState cluster = MakeCluster(2, 4);
+    // A share of another job, placed first so that the policy has the shape cached and
+    // a GPU half used for the gang's shares to pack onto.
+    auto other = PlaceGang(cluster, Shares(1, 250, "other"), **policy);
+    ASSERT_TRUE(other.ok() && other->placed);
+    const std::vector<Task> tasks = Shares(6, 250);
+    auto g = PlaceGang(cluster, tasks, **policy);
+    ASSERT_TRUE(g.ok()) << g.status().ToString();
+    ASSERT_TRUE(g->placed) << g->reason;
+    EXPECT_EQ(GpusOf(g->placements).size(), 6u);
+    EXPECT_EQ(cluster.TotalFree().gpu_milli, 8000 - 7 * 250);
+    // The policy's cache after the gang: another gang of the shape is kept apart too.
+    const std::vector<Task> more = Shares(2, 250, "more");
+    auto h = PlaceGang(cluster, more, **policy);
+    ASSERT_TRUE(h.ok());
+    ASSERT_TRUE(h->placed) << h->reason;
+    EXPECT_EQ(GpusOf(h->placements).size(), 2u);
+  }
+}
+
+// On single-owner (MPS) GPUs the holds have no owner: they neither take a GPU's owner
+// nor keep it once the gang is gone.
+TEST(PlaceGang, GangSharesOnSingleOwnerGpusKeepTheOwnerRule) {
+  ClusterState cluster;
+  NodeSpec spec{"m", 64000, 262144, 4, "A100", 0, 0};
+  spec.single_owner_gpus = 0xf;
+  ASSERT_TRUE(cluster.AddNode(spec).ok());
+  FirstFitForTest policy;
+  std::vector<Task> tasks = Shares(3, 250);
+  for (Task& t : tasks) t.owner = 7;
+  auto g = PlaceGang(cluster, tasks, policy);
+  ASSERT_TRUE(g.ok()) << g.status().ToString();
+  ASSERT_TRUE(g->placed) << g->reason;
+  EXPECT_EQ(GpusOf(g->placements).size(), 3u);
+  for (const Placement& p : g->placements) EXPECT_EQ(cluster.OwnerOf(0, p.gpus[0]), 7);
+  ASSERT_TRUE(ReleaseGang(cluster, tasks, g->placements).ok());
+  for (int32_t i = 0; i < 4; ++i) EXPECT_EQ(cluster.OwnerOf(0, i), 0);
 }
 
 TEST(PlaceGang, EmptyGangIsTriviallyPlaced) {
