@@ -43,6 +43,38 @@ TEST_F(ApiAccessTest, HoldAndReleaseByTheOwnerOrAnAdmin) {
             400);
 }
 
+// POST /v1/jobs/ID/checkpoint-done takes the task that says it ({"task": N}, the client run
+// inside that task): the owner's (or an admin's) only, as ever; a task the job does not
+// have is 400 naming the field; a body of another shape is 400; a job not being
+// preempted is 409 with or without a task.
+TEST_F(ApiAccessTest, CheckpointDoneTakesTheTaskThatSaysIt) {
+  net::HttpResponse sub =
+      AsUid(user_uid_, "POST", "/v1/jobs", {},
+            R"({"command": ["true"], "request": {"gpus": 0, "tasks": 2}, "workdir": "/"})");
+  ASSERT_EQ(sub.status, 201) << sub.body;
+  const std::string path =
+      "/v1/jobs/" +
+      std::to_string(ParseJson(sub.body, "answer").value()["job"]["id"].get<int64_t>()) +
+      "/checkpoint-done";
+  EXPECT_EQ(AsUid(user_uid_ + 1, "POST", path, {}, R"({"task": 5})").status, 403);
+  net::HttpResponse r = AsUid(user_uid_, "POST", path, {}, R"({"task": 5})");
+  EXPECT_EQ(r.status, 400);
+  EXPECT_EQ(Error(r).rfind("task: job ", 0), 0u) << r.body;
+  EXPECT_NE(Error(r).find(" has tasks 0..1, not 5"), std::string::npos) << r.body;
+  r = AsUid(user_uid_, "POST", path, {}, R"({"task": "one"})");
+  EXPECT_EQ(r.status, 400);
+  EXPECT_NE(Error(r).find("task"), std::string::npos) << r.body;
+  r = AsUid(user_uid_, "POST", path, {}, R"({"rank": 1})");
+  EXPECT_EQ(r.status, 400);
+  EXPECT_NE(Error(r).find("rank"), std::string::npos) << r.body;
+  EXPECT_EQ(AsUid(user_uid_, "POST", path, {}, "[1]").status, 400);
+  for (const char* body : {"", R"({"task": 1})"}) {
+    r = AsUid(user_uid_, "POST", path, {}, body);
+    EXPECT_EQ(r.status, 409) << body;
+    EXPECT_NE(Error(r).find("not being preempted"), std::string::npos) << r.body;
+  }
+}
+
 // `"hold": true` (gpupool submit --hold) stores the job held by its submitter in the same
 // insert: no scheduling pass, however idle the pool, starts it before it is released.
 TEST_F(ApiAccessTest, AJobSubmittedHeldIsStoredHeldAndStartsOnlyOnceReleased) {

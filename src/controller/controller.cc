@@ -212,6 +212,12 @@ void Controller::Install(lifecycle::Transition t) {
       if (auto n = nodes_.find(p.node); n != nodes_.end()) n->second.cancel_sent_us.erase(id);
     }
   }
+  for (int task : fx.stop_tasks) {
+    // Only that task's node polls again for its stop orders (StopOrders).
+    if (task < 0 || static_cast<size_t>(task) >= t.next.placement.size()) continue;
+    const std::string& node = t.next.placement[static_cast<size_t>(task)].node;
+    if (auto n = nodes_.find(node); n != nodes_.end()) n->second.cancel_sent_us.erase(id);
+  }
   if (!fx.node_time_log.empty()) spdlog::warn("{}", fx.node_time_log);
   if (!fx.log.empty()) {
     if (fx.log_warning) {

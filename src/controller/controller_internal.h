@@ -58,16 +58,29 @@ inline constexpr size_t kChunkUnderLock = 1000;
 // output, up to 16 KiB each); past it a session's output is relayed from its node.
 inline constexpr size_t kMaxExecOutputHeld = 32 << 20;
 
-// The stop order for a job being stopped: a preempted one's carries what is left of its
-// grace (none once it said it has checkpointed) and its deadline (protocol/cancel_order.h).
-inline protocol::CancelOrder StopOrder(const jobs::Job& job, int64_t now_us) {
+// The stop orders for a job being stopped, for its tasks on `node`: the job's (a
+// preempted one's carries what is left of its grace, none once it said it has
+// checkpointed, and its deadline: protocol/cancel_order.h), then one without grace for
+// each task there that said checkpoint-done itself (its grace alone ended; after the
+// job's, so that an agent reading both keeps the shorter).
+inline std::vector<protocol::CancelOrder> StopOrders(const jobs::Job& job, const std::string& node,
+                                                     int64_t now_us) {
   protocol::CancelOrder order{job.id, job.attempt};
-  if (job.preempted_by != 0) {
-    order.grace_s =
-        job.checkpoint_done ? 0 : std::max<int64_t>(0, job.preempt_deadline_s - now_us / 1'000'000);
-    order.deadline_s = job.preempt_deadline_s;
+  if (job.preempted_by == 0) return {order};
+  order.grace_s =
+      job.checkpoint_done ? 0 : std::max<int64_t>(0, job.preempt_deadline_s - now_us / 1'000'000);
+  order.deadline_s = job.preempt_deadline_s;
+  std::vector<protocol::CancelOrder> orders{order};
+  if (job.checkpoint_done) return orders;
+  for (size_t t = 0; t < job.tasks.size() && t < job.placement.size(); ++t) {
+    const jobs::TaskStatus& ts = job.tasks[t];
+    if (!ts.checkpoint_done || ts.ended || job.placement[t].node != node) continue;
+    protocol::CancelOrder own = order;
+    own.grace_s = 0;
+    own.task = static_cast<int>(t);
+    orders.push_back(own);
   }
-  return order;
+  return orders;
 }
 
 // The limits of the stored setting at its revision (none stored: none, at 0);

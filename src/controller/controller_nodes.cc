@@ -27,7 +27,7 @@ using internal::kStrayGiveUpUs;
 using internal::Occupies;
 using internal::OnNode;
 using internal::RemoteIp;
-using internal::StopOrder;
+using internal::StopOrders;
 using jobs::Job;
 using jobs::JobState;
 
@@ -569,7 +569,7 @@ Result<AgentWork> Controller::TakeWorkLocked(const std::string& node) {
     if (job.cancel_requested) {
       auto sent = e.cancel_sent_us.find(id);
       if (sent == e.cancel_sent_us.end() || now - sent->second > kResendAfterUs) {
-        work.cancel.push_back(StopOrder(job, now));
+        for (protocol::CancelOrder& o : StopOrders(job, node, now)) work.cancel.push_back(o);
         e.cancel_sent_us[id] = now;
         cancel_sent = true;
       }
@@ -595,7 +595,7 @@ Result<AgentWork> Controller::TakeWorkLocked(const std::string& node) {
       e.launch_sent_us[{id, static_cast<int>(t)}] = now;
     }
     if (job.cancel_requested && !cancel_sent && work.launch.size() > launches_before) {
-      work.cancel.push_back(StopOrder(job, now));
+      for (protocol::CancelOrder& o : StopOrders(job, node, now)) work.cancel.push_back(o);
       e.cancel_sent_us[id] = now;
     }
   }

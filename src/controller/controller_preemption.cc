@@ -243,8 +243,8 @@ void Controller::RestoreBars(const std::optional<std::string>& bars) {
   }
 }
 
-Result<Job> Controller::CheckpointDone(int64_t id, const Caller& caller) {
-  const lifecycle::Event event = lifecycle::CheckpointDone{caller.user};
+Result<Job> Controller::CheckpointDone(int64_t id, const Caller& caller, std::optional<int> task) {
+  const lifecycle::Event event = lifecycle::CheckpointDone{caller.user, task};
   Result<Job> r = CommitOne(
       {id, event, [&caller](const Job& job) { return internal::CheckOwner(job, caller); }});
   if (r.ok() || r.status().code() != StatusCode::kNotFound) return r;

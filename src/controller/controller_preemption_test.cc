@@ -139,6 +139,81 @@ TEST_F(ControllerPreemptionTest, AVictimStopsWithItsGraceHoldsItsGpusAndIsRequeu
   EXPECT_EQ(c_->CheckpointDone(victim.id, alice_).status().code(), StatusCode::kFailedPrecondition);
 }
 
+// A preempted gang (2 tasks of 1 GPU) whose task 1 says checkpoint-done (red team 7,
+// finding 2): owner or admin only, a task the job lacks refused naming the field; then a
+// stop order without grace for task 1 alone goes out beside the job's, whose grace goes
+// on for task 0. Once task 0 says it too (task 1 ended), the job's own order has no grace.
+TEST_F(ControllerPreemptionTest, ATaskOfAGangEndsItsOwnGraceOnly) {
+  Job gang;
+  gang.command = {"train"};
+  gang.request.gpus = 1;
+  gang.request.tasks = 2;
+  gang.request.cpu_milli = 100;
+  gang.preemptible = true;
+  gang.preempt_grace_s = 30;
+  gang = c_->Submit(gang, alice_).value();
+  ASSERT_TRUE(c_->ScheduleOnce().ok());
+  gang = Get(gang.id);
+  auto report = [&](int task, protocol::EventKind kind) {
+    protocol::Event e;
+    e.job_id = gang.id;
+    e.attempt = gang.attempt;
+    e.task_index = task;
+    e.kind = kind;
+    e.time_us = clock_.NowMicros();
+    if (kind == protocol::EventKind::kStarted && task == 0) e.master_port = 29500;
+    if (kind == protocol::EventKind::kExited) {
+      e.exit_code = 0;
+      e.cancelled = true;
+    }
+    return c_->ApplyEvents("n1", protocol::EventBatch{"n1", {e}, {}});
+  };
+  ASSERT_TRUE(report(0, protocol::EventKind::kStarted).ok());
+  ASSERT_TRUE(report(1, protocol::EventKind::kStarted).ok());
+  clock_.AdvanceMicros(int64_t{1800} * 1'000'000);
+  const Job urgent = Submit(alice_, 10, /*preemptible=*/false);
+  ASSERT_TRUE(c_->ScheduleOnce().ok());
+  ASSERT_EQ(Get(gang.id).preempted_by, urgent.id);
+  AgentWork w = c_->WaitForWork("n1", 0).value();
+  ASSERT_EQ(w.cancel.size(), 1u);
+  EXPECT_EQ(w.cancel[0].grace_s, 30);
+  EXPECT_EQ(w.cancel[0].task, -1);
+
+  EXPECT_EQ(c_->CheckpointDone(gang.id, bob_, 1).status().code(), StatusCode::kPermissionDenied);
+  Result<Job> r = c_->CheckpointDone(gang.id, alice_, 2);
+  EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(r.status().message().rfind(
+                "task: job " + std::to_string(gang.id) + " has tasks 0..1, not 2", 0),
+            0u)
+      << r.status().message();
+  r = c_->CheckpointDone(gang.id, alice_, 1);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_TRUE(r->tasks[1].checkpoint_done);
+  EXPECT_FALSE(r->checkpoint_done);
+  EXPECT_TRUE(store_->GetJob(gang.id)->tasks[1].checkpoint_done);  // stored
+  w = c_->WaitForWork("n1", 0).value();
+  ASSERT_EQ(w.cancel.size(), 2u);
+  EXPECT_EQ(w.cancel[0].task, -1);  // the job's: task 0 keeps its grace
+  EXPECT_EQ(w.cancel[0].grace_s, 30);
+  EXPECT_EQ(w.cancel[1].task, 1);  // task 1's own, without grace
+  EXPECT_EQ(w.cancel[1].grace_s, 0);
+  EXPECT_EQ(w.cancel[1].deadline_s, w.cancel[0].deadline_s);
+
+  clock_.AdvanceMicros(1'000'000);
+  ASSERT_TRUE(report(1, protocol::EventKind::kExited).ok());
+  EXPECT_EQ(Get(gang.id).state, JobState::kRunning);  // task 0 still saves
+  r = c_->CheckpointDone(gang.id, alice_, 0);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_TRUE(r->checkpoint_done);  // every task ended or said it
+  w = c_->WaitForWork("n1", 0).value();
+  ASSERT_EQ(w.cancel.size(), 1u);
+  EXPECT_EQ(w.cancel[0].task, -1);
+  EXPECT_EQ(w.cancel[0].grace_s, 0);
+  ASSERT_TRUE(report(0, protocol::EventKind::kExited).ok());
+  EXPECT_EQ(Get(gang.id).state, JobState::kPending);
+  EXPECT_EQ(Get(gang.id).preemptions, 1);
+}
+
 // The victim's node is lost during its grace (its agent away past the node timeout): the
 // victim is requeued as preempted (counted, the node's loss named). The agent comes back
 // while the victim's supervisor still runs it (SIGKILL at the deadline): its GPUs are in

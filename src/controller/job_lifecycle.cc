@@ -5,6 +5,7 @@
 #include <limits>
 #include <map>
 
+#include "controller/job_lifecycle_checkpoint.h"
 #include "controller/job_lifecycle_fences.h"
 #include "controller/job_lifecycle_late.h"
 #include "controller/job_words.h"
@@ -218,6 +219,8 @@ Transition Settle(const Job& job, Job next, int64_t now_us) {
   const bool all_ended = std::all_of(next.tasks.begin(), next.tasks.end(),
                                      [](const jobs::TaskStatus& s) { return s.ended; });
   if (!all_ended || next.tasks.empty()) {
+    // The tasks left all said checkpoint-done: the job's grace as a whole is over.
+    if (EveryTaskCheckpointedOrEnded(next)) next.checkpoint_done = true;
     Transition t = Changed(job, std::move(next));
     t.effects.notify_nodes = true;
     return t;
@@ -751,22 +754,6 @@ Result<Transition> OnPreempt(const Job& job, const Preempt& e, int64_t now_us) {
   t.effects.preempting = true;
   t.effects.log = "job " + Id(job) + " " + t.next.reason + ": SIGTERM, SIGKILL after " +
                   std::to_string(e.grace_s) + " s";
-  return t;
-}
-
-Result<Transition> OnCheckpointDone(const Job& job, const CheckpointDone& e) {
-  if (!Occupies(job) || job.preempted_by == 0) {
-    return Status::FailedPrecondition(
-        "job " + UserJobId(job) + " is " + StateOf(job) +
-        " and not being preempted; checkpoint-done ends the grace period of a preempted job");
-  }
-  if (job.checkpoint_done) return Unchanged(job);
-  Job next = job;
-  next.checkpoint_done = true;
-  Transition t = Changed(job, std::move(next));
-  t.effects.resend_stop = true;  // a stop order without grace
-  t.effects.notify_nodes = true;
-  t.effects.log = "job " + Id(job) + ": " + e.by + " says it has checkpointed; its grace ends";
   return t;
 }
 

@@ -168,10 +168,16 @@ struct Preempt {
   std::string by_name;  // by_job as its user names it (UserJobId); empty: its id
 };
 // The preempted job's user says it has checkpointed (`gpupool checkpoint-done`): its
-// grace ends now (a stop order without grace). FailedPrecondition for a job not being
-// preempted.
+// grace ends now (a stop order without grace). With `task`, in a job of several tasks,
+// only that task's grace ends (a stop order without grace for it alone), as its exit
+// would end it; the job's once every task has ended or said it
+// (job_lifecycle_checkpoint.h). FailedPrecondition for a job not being preempted;
+// InvalidArgument naming `task` for an index the job does not have.
 struct CheckpointDone {
   std::string by;
+  // The task that says it (the client run inside it); nullopt: the whole job (said from
+  // outside it, or by a client older than the field).
+  std::optional<int> task;
 };
 
 using Event =
@@ -199,9 +205,12 @@ struct Effects {
   bool requeued = false;       // it went back to the queue (a new attempt will be placed)
   bool queue_changed = false;  // a pending job may start now (released): an arrival pass
   bool resend_stop = false;    // stop orders for its tasks go out at the next poll of each node
-  bool notify_nodes = false;   // agents' polls may have new work (launches, stops)
-  bool notify_exec = false;    // exec clients waiting on the job's tasks look again
-  bool stop_execs = false;     // exec sessions in the job end with it
+  // Tasks whose own grace ended (checkpoint-done said inside them): the stop order without
+  // grace for each (internal::StopOrders) goes out at the next poll of its node.
+  std::vector<int> stop_tasks;
+  bool notify_nodes = false;            // agents' polls may have new work (launches, stops)
+  bool notify_exec = false;             // exec clients waiting on the job's tasks look again
+  bool stop_execs = false;              // exec sessions in the job end with it
   bool pending_reason_changed = false;  // next.pending_reason replaces the one shown
   bool preempting = false;              // a preemption began: its tasks are being stopped
   double preempted_gpu_hours = -1;      // >= 0: a preempted attempt ended and was requeued

@@ -67,7 +67,8 @@ std::vector<Event> OneOfEach() {
           GpuFailed{"n1", "GPU-0", "Xid 95: uncontained ECC error"},
           Preempt{9, "of higher priority (10 > 0)", 120, kNowS + 120},
           CheckpointDone{"alice"},
-          FenceLifted{"n1"}};
+          FenceLifted{"n1"},
+          CheckpointDone{"alice", 0}};  // said inside task 0: in a job of one task, the job's
 }
 
 // What an event does to a job in a state: an error code, nothing, or the next state.
@@ -84,24 +85,24 @@ Expect Refused() { return {Expect::kError, JobState::kPending, StatusCode::kFail
 TEST(JobLifecycleTable, EveryStateAndEvent) {
   using S = JobState;
   const std::vector<std::string> names = {
-      "Placed",         "TaskStarted",     "TaskExited", "TaskLost",  "NodeLost",
-      "AgentForgot",    "CancelRequested", "Hold",       "Release",   "DependencyFailed",
-      "CommandEnded",   "ClientAbsent",    "TimeLimit",  "GpuFailed", "Preempt",
-      "CheckpointDone", "FenceLifted"};
+      "Placed",         "TaskStarted",     "TaskExited",    "TaskLost",  "NodeLost",
+      "AgentForgot",    "CancelRequested", "Hold",          "Release",   "DependencyFailed",
+      "CommandEnded",   "ClientAbsent",    "TimeLimit",     "GpuFailed", "Preempt",
+      "CheckpointDone", "FenceLifted",     "CheckpointDone"};
   // Rows: the job's state; columns: the events above, in order.
   const std::map<S, std::vector<Expect>> table = {
       {S::kPending,
        {To(S::kAssigned), Same(), Same(), Same(), Same(), Same(), To(S::kCancelled),
         To(S::kPending), Same(), To(S::kCancelled), Same(), Same(), Same(), Same(), Same(),
-        Refused(), Same()}},
+        Refused(), Same(), Refused()}},
       {S::kAssigned,
        {Refused(), To(S::kRunning), To(S::kSucceeded), To(S::kLost), To(S::kLost), Same(),
         To(S::kAssigned), Refused(), Refused(), Same(), To(S::kAssigned), Same(), Same(),
-        To(S::kFailed), To(S::kAssigned), Refused(), Same()}},
+        To(S::kFailed), To(S::kAssigned), Refused(), Same(), Refused()}},
       {S::kRunning,
        {Refused(), Same(), To(S::kSucceeded), To(S::kLost), To(S::kLost), To(S::kLost),
         To(S::kRunning), Refused(), Refused(), Same(), To(S::kRunning), Same(), Same(),
-        To(S::kFailed), To(S::kRunning), Refused(), Same()}},
+        To(S::kFailed), To(S::kRunning), Refused(), Same(), Refused()}},
   };
   std::vector<Event> events = OneOfEach();
   ASSERT_EQ(events.size(), names.size());
@@ -113,7 +114,7 @@ TEST(JobLifecycleTable, EveryStateAndEvent) {
         jobs::IsTerminal(s)
             ? std::vector<Expect>{Refused(), Same(),    Same(),    Same(),    Same(), Same(),
                                   Refused(), Refused(), Refused(), Same(),    Same(), Same(),
-                                  Same(),    Same(),    Same(),    Refused(), Same()}
+                                  Same(),    Same(),    Same(),    Refused(), Same(), Refused()}
             : table.at(s);
     // A LOST job's task, closed by the loss, ending after all: its record takes the late
     // end (job_lifecycle_late.h); the job stays LOST.

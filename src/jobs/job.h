@@ -100,6 +100,9 @@ struct TaskStatus {
   // Its end (end_time_us, exit_code, signal, reason) was reported by its node after the
   // controller had declared it lost (docs/health.md, "An end reported late").
   bool reported_late = false;
+  // Being preempted, it said it has checkpointed (`gpupool checkpoint-done` run inside it):
+  // its own grace ended, the other tasks' goes on (docs/preemption.md).
+  bool checkpoint_done = false;
   bool failed() const {
     return ended && !cancelled && (timed_out || signal || !exit_code || *exit_code != 0);
   }

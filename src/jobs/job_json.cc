@@ -195,6 +195,7 @@ OrderedJson TaskStatusToJson(const TaskStatus& t) {
   if (!t.stdout_path.empty()) j["stdout_path"] = t.stdout_path;
   if (!t.stderr_path.empty()) j["stderr_path"] = t.stderr_path;
   if (t.reported_late) j["reported_late"] = true;
+  if (t.checkpoint_done) j["checkpoint_done"] = true;
   return j;
 }
 
@@ -215,6 +216,7 @@ Result<TaskStatus> TaskStatusFromJson(const Json& j, std::string_view path, bool
   f.Optional("stdout_path", &t.stdout_path);
   f.Optional("stderr_path", &t.stderr_path);
   f.Optional("reported_late", &t.reported_late);
+  f.Optional("checkpoint_done", &t.checkpoint_done);
   GP_RETURN_IF_ERROR(f.Finish());
   for (const auto* s :
        {&t.host, &t.reason, &t.kill_cause, &t.kill_detail, &t.stdout_path, &t.stderr_path}) {

@@ -132,6 +132,31 @@ TEST(JobJsonTest, APreemptorsNameRoundTrips) {
   EXPECT_EQ(*back, j);
 }
 
+// A gang's task that said checkpoint-done keeps the mark in its task record (the store
+// keeps jobs as this JSON); a job stored before the mark existed reads as none said it.
+TEST(JobJsonTest, ATasksCheckpointDoneRoundTripsAndIsAbsentFromOlderStores) {
+  Job j;
+  j.id = 12;
+  j.state = JobState::kRunning;
+  j.preempted_by = 9;
+  j.preempt_deadline_s = 1'800'000'000;
+  j.placement = {{"n1", {0}, {"GPU-0"}, 1000}, {"n1", {1}, {"GPU-1"}, 1000}};
+  j.tasks.resize(2);
+  j.tasks[1].checkpoint_done = true;
+  const Json json = JobToJson(j);
+  EXPECT_FALSE(json["tasks"][0].contains("checkpoint_done"));
+  EXPECT_EQ(json["tasks"][1]["checkpoint_done"], true);
+  EXPECT_FALSE(json.contains("checkpoint_done"));  // the job's own grace goes on
+  Result<Job> back = JobFromJson(Json::parse(DumpJson(json)));
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(*back, j);
+  Json old = json;
+  old["tasks"][1].erase("checkpoint_done");
+  Result<Job> older = JobFromJson(old);
+  ASSERT_TRUE(older.ok()) << older.status().ToString();
+  EXPECT_FALSE(older->tasks[1].checkpoint_done);
+}
+
 // An ended attempt's run is kept with the job, for the usage of a window (the current
 // attempt's times say nothing of it); a job requeued again and again keeps at most
 // kMaxEarlierAttempts of them, the oldest merged, its GPU-hours exact.

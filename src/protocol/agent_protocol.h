@@ -107,6 +107,9 @@ struct CancelOrder {
   // which the job finds in its GPUPOOL_PREEMPT_DEADLINE_FILE.
   int64_t grace_s = -1;
   int64_t deadline_s = 0;
+  // Added within 1.3 (cancel_order.h): only this task of the job (-1: all of them on the
+  // node), as a preempted gang's task that said checkpoint-done.
+  int task = -1;
   friend bool operator==(const CancelOrder&, const CancelOrder&) = default;
 };
 

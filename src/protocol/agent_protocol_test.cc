@@ -113,6 +113,32 @@ TEST(ProtocolWork, APreemptionsStopCarriesItsGraceAndDeadline) {
   EXPECT_EQ(back->cancel.size(), 1u);
 }
 
+// A preempted gang's task that said checkpoint-done gets a stop of its own: the order
+// names the task; a job's order does not (it reads back as every task of the job).
+TEST(ProtocolWork, ATasksOwnStopNamesItsTask) {
+  Work w;
+  CancelOrder job{7, 2};
+  job.grace_s = 95;
+  job.deadline_s = 1'700'000'095;
+  CancelOrder task = job;
+  task.grace_s = 0;
+  task.task = 3;
+  w.cancel = {job, task};
+  OrderedJson j = EncodeWork(w);
+  EXPECT_FALSE(j["cancel"][0].contains("task"));
+  EXPECT_EQ(j["cancel"][1]["task"], 3);
+  Result<Work> back = DecodeWork(Reparse(j));
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(back->cancel, w.cancel);
+  EXPECT_EQ(back->cancel[0].task, -1);
+  Json bad = Reparse(j);
+  bad["cancel"][1]["task"] = -1;
+  back = DecodeWork(bad);
+  ASSERT_TRUE(back.ok());
+  ASSERT_EQ(back->rejected.size(), 1u);
+  EXPECT_NE(back->rejected[0].error.find("task"), std::string::npos) << back->rejected[0].error;
+}
+
 TEST(ProtocolWork, AnOlderPeerGetsNoExecRequests) {
   Work w;
   w.exec.push_back({9, 7, 2, 1, {"true"}});

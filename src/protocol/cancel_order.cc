@@ -1,10 +1,16 @@
 #include "protocol/cancel_order.h"
 
 namespace gpupool::protocol {
+namespace {
+
+constexpr int kMaxTaskIndex = 4095;  // a job has at most 4096 tasks (agent_protocol.cc)
+
+}  // namespace
 
 OrderedJson EncodeCancelOrder(const CancelOrder& c) {
   if (c.exec_id != 0) return {{"exec_id", c.exec_id}};
   OrderedJson j = {{"job_id", c.job_id}, {"attempt", c.attempt}};
+  if (c.task >= 0) j["task"] = c.task;
   if (c.grace_s >= 0) {
     j["grace_s"] = c.grace_s;
     j["deadline_s"] = c.deadline_s;
@@ -20,6 +26,7 @@ Result<CancelOrder> DecodeCancelOrder(const Json& j, const std::string& path) {
   f.Optional("exec_id", &c.exec_id, 1);
   f.Optional("grace_s", &c.grace_s, 0, int64_t{24} * 3600);
   f.Optional("deadline_s", &c.deadline_s, 0);
+  f.Optional("task", &c.task, 0, kMaxTaskIndex);
   GP_RETURN_IF_ERROR(f.Finish());
   if ((c.job_id == 0) == (c.exec_id == 0)) {
     return Status::InvalidArgument(path + ": give job_id or exec_id");

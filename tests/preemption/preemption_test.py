@@ -13,6 +13,8 @@
 - A preemptible job inside its --min-runtime is not chosen.
 - A victim that ignores SIGTERM and says `gpupool checkpoint-done` is killed at once, not
   after its 120 s grace.
+- In a preempted gang of two tasks, task 1 says `gpupool checkpoint-done` at once and is
+  killed at once; task 0 keeps its grace and still saves its shard, 3 s later.
 - The pool is killed and started again during a victim's grace: the hold was stored with
   the preemption, so the older third job still does not take the victim's GPUs when the
   victim ends; the preemptor does.
@@ -35,6 +37,7 @@ sys.path.insert(0, os.path.join(HERE, "..", "testlib"))
 import pooltest  # noqa: E402  (tests/testlib)
 NODE = os.path.join(HERE, "..", "integration", "node-4gpu.json")
 VICTIM = os.path.join(HERE, "victim.py")
+GANG_VICTIM = os.path.join(HERE, "gang_ckpt_victim.py")
 
 
 class PreemptionTest(unittest.TestCase):
@@ -224,6 +227,27 @@ class PreemptionTest(unittest.TestCase):
         r = self.cli("checkpoint-done", str(victim))
         self.assertNotEqual(r.returncode, 0)
         self.assertIn("not being preempted", r.stderr)
+
+    def test_a_gangs_task_says_checkpoint_done_for_itself_alone(self):
+        marks = self.markers("g")
+        victim = self.submit("--tasks", "2", "--gpus", "2", "--preemptible", "--min-runtime",
+                             "1s", "--grace", "60s", "--", "python3", GANG_VICTIM, marks,
+                             GPUPOOL, self.server)
+        self.read(marks, "started0")
+        self.read(marks, "started1")
+        self.wait_running_for(victim, 1)
+        urgent = self.submit("--gpus", "4", "--priority", "10", "--", "true")
+        said_at = float(self.read(marks, "saying1"))
+        # Task 0 kept its grace after task 1's word and saved its shard (red team 7,
+        # finding 2: the whole job's grace ended and task 0 was killed mid-save).
+        self.assertEqual(self.read(marks, "shard0"), "saved\n")
+        # Task 1, ignoring SIGTERM, was killed at once, not at the 60 s deadline.
+        urgent_job = pooltest.wait_job(self.job, urgent, ("SUCCEEDED",), 30, log=self.server_log)
+        self.assertLess(urgent_job["start_time_us"] / 1e6 - said_at, 15)
+        again = pooltest.wait_job(self.job, victim, ("SUCCEEDED",), 60, log=self.server_log)
+        self.assertEqual(again["preemptions"], 1)
+        self.assertEqual(self.read(marks, "attempt2.0"), "ran\n")
+        self.assertEqual(self.read(marks, "attempt2.1"), "ran\n")
 
     def test_the_admins_defaults_make_a_users_jobs_preemptible(self):
         r = self.cli("limits", "set", "--user", "root", "--preemptible", "yes", "--min-runtime",

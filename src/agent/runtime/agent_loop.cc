@@ -490,10 +490,13 @@ std::vector<RunId> AgentLoop::RunsToCancelLocked(const protocol::CancelOrder& c)
     }
     return ids;
   }
-  // Launches of this job still queued here are refused from now on.
-  cancelled_.insert({c.job_id, c.attempt});
+  // Launches of this job still queued here are refused from now on. An order for one task
+  // (a preempted gang's task that said checkpoint-done) stops that task alone; the job's
+  // own order refuses the launches.
+  if (c.task < 0) cancelled_.insert({c.job_id, c.attempt});
   for (const RunId& id : launched_) {
     if (id.job != c.job_id || (c.attempt != 0 && id.attempt != c.attempt)) continue;
+    if (c.task >= 0 && id.task != c.task) continue;
     // A task holds one attempt at a time: stopping another attempt of the same task
     // would stop the wrong one.
     auto held = current_.find(SlotOf(id));
@@ -503,7 +506,8 @@ std::vector<RunId> AgentLoop::RunsToCancelLocked(const protocol::CancelOrder& c)
   // A launch waiting for its earlier attempt to end is cancelled before it starts.
   for (auto d = deferred_.begin(); d != deferred_.end();) {
     const jobs::Job& j = d->second.job;
-    if (j.id == c.job_id && (c.attempt == 0 || j.attempt == c.attempt)) {
+    if (j.id == c.job_id && (c.attempt == 0 || j.attempt == c.attempt) &&
+        (c.task < 0 || d->first.second == c.task)) {
       const RunId id{j.id, d->first.second, j.attempt, 0};
       launched_.insert(id);
       FailLaunchLocked(id, "cancelled before it started", true);

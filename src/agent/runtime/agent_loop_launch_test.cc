@@ -270,5 +270,50 @@ TEST_F(AgentLoopLaunchTest, ALaunchWhoseCancelWaitsBehindItAtTheControllerNeverS
   EXPECT_TRUE(launcher_->Running().empty());
 }
 
+// A preempted gang's task that said checkpoint-done gets a stop of its own beside the
+// job's (CancelOrder::task, grace 0): that task is killed at once, and its sibling on the
+// node keeps the job's grace (red team 7, finding 2: it was killed mid-checkpoint too).
+TEST_F(AgentLoopLaunchTest, AStopForOneTaskOfAGangStopsThatTaskAlone) {
+  // Both ignore SIGTERM (as a task saving its shard would go on): only SIGKILL ends them.
+  protocol::Work w = Launch(16, 1, "trap '' TERM; while :; do sleep 0.2; done");
+  w.launch[0].job.request.tasks = 2;
+  w.launch[0].rendezvous = {0, 2, {"h", "h"}, {1, 1}, 29500};
+  w.launch.push_back(w.launch[0]);
+  w.launch[1].task_index = 1;
+  w.launch[1].rendezvous.task_index = 1;
+  link_->QueueWork(w);
+  StartLoop();
+  ASSERT_TRUE(link_->WaitFor([](const auto& r) {
+    return Has(r, Kind::kStarted, 16, 0, 1) && Has(r, Kind::kStarted, 16, 1, 1);
+  }));
+  protocol::CancelOrder job{16, 1};
+  job.grace_s = 60;
+  job.deadline_s = 2'000'000'000;
+  protocol::CancelOrder own = job;
+  own.grace_s = 0;
+  own.task = 1;
+  protocol::Work stop;
+  stop.cancel = {job, own};
+  link_->QueueWork(stop);
+  // Task 0's supervisor took the job's stop with its grace (one with none, the order for
+  // task 1 read as the job's, would say "grace 0 s" here or "the grace now ends in 0 s").
+  const std::string log0 = dir_.path() + "/jobs/16/0.1/shim.log";
+  ASSERT_TRUE(testing::WaitForFileContaining(log0, "preempted: grace 60 s", 5000))
+      << testing::ReadWholeFile(log0);
+  ASSERT_TRUE(link_->WaitFor([](const auto& r) { return Has(r, Kind::kExited, 16, 1, 1); }));
+  // Two more rounds of polls (each answered at once): an end of task 0 would have been
+  // reported by then.
+  const int polls = link_->recorded().polls;
+  link_->QueueWork(protocol::Work{});
+  link_->QueueWork(protocol::Work{});
+  ASSERT_TRUE(link_->WaitFor([polls](const auto& r) { return r.polls >= polls + 2; }));
+  EXPECT_FALSE(Has(link_->recorded(), Kind::kExited, 16, 0, 1));
+  EXPECT_EQ(testing::ReadWholeFile(log0).find("grace now ends"), std::string::npos)
+      << testing::ReadWholeFile(log0);
+  const std::vector<RunId> running = launcher_->Running();
+  EXPECT_NE(std::find(running.begin(), running.end(), RunId{16, 0, 1, 0}), running.end());
+  EXPECT_EQ(std::find(running.begin(), running.end(), RunId{16, 1, 1, 0}), running.end());
+}
+
 }  // namespace
 }  // namespace gpupool::agent

@@ -182,5 +182,61 @@ TEST_F(ClientE2eTest, AJobNamedTwiceIsCancelledOnce) {
   EXPECT_EQ(Requests().size(), 1u);
 }
 
+// checkpoint-done run inside a task of a gang (GPUPOOL_JOB_ID and GPUPOOL_TASK_INDEX in its
+// environment) says which task it is: only that task's grace ends (red team 7, finding
+// 2). From outside the job (or naming another job) it says no task: the whole job's.
+// --task names one explicitly; a task index that is none is refused naming it.
+TEST_F(ClientE2eTest, CheckpointDoneInsideATaskSaysWhichTask) {
+  Serve([](const HttpRequest& r) {
+    if (r.path != "/v1/jobs/5/checkpoint-done" && r.path != "/v1/jobs/6/checkpoint-done") {
+      return JsonAnswer(404, R"js({"error": "no such path"})js");
+    }
+    if (r.body.find(R"("task":7)") != std::string::npos) {
+      return JsonAnswer(400, R"js({"error": "task: job 5 has tasks 0..3, not 7 (inside a task, )js"
+                             R"js(GPUPOOL_TASK_INDEX is its index)"})js");
+    }
+    // The whole job's grace ended unless a task said it.
+    const bool job_done = r.body.find("task") == std::string::npos;
+    return JsonAnswer(200, std::string(R"js({"job": {"id": 5, "state": "RUNNING", )js") +
+                               R"js("checkpoint_done": )js" + (job_done ? "true" : "false") + "}}");
+  });
+  env_["GPUPOOL_JOB_ID"] = "5";
+  env_["GPUPOOL_TASK_INDEX"] = "1";
+  RunResult r = Run({"checkpoint-done"});
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.out,
+            "Task 1 of job 5 has checkpointed: it is stopped now; the job's other tasks keep "
+            "their grace\n");
+  r = Run({"checkpoint-done", "5"});  // the job named is the task's own
+  EXPECT_EQ(r.code, 0) << r.err;
+  r = Run({"checkpoint-done", "6"});  // another job: said from outside it
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.out, "Job 6 has checkpointed: it is stopped now and goes back to the queue\n");
+  r = Run({"checkpoint-done", "--task", "7"});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(r.err,
+            "gpupool: task: job 5 has tasks 0..3, not 7 (inside a task, GPUPOOL_TASK_INDEX is "
+            "its index)\n");
+  env_["GPUPOOL_TASK_INDEX"] = "one";
+  r = Run({"checkpoint-done"});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(r.err,
+            "gpupool: checkpoint-done: GPUPOOL_TASK_INDEX=one is not a task index: give --task "
+            "N\n");
+  env_.clear();  // the user's terminal
+  r = Run({"checkpoint-done", "5"});
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.out, "Job 5 has checkpointed: it is stopped now and goes back to the queue\n");
+  r = Run({"checkpoint-done", "5", "--task", "2"});
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.out,
+            "Task 2 of job 5 has checkpointed: it is stopped now; the job's other tasks keep "
+            "their grace\n");
+  std::vector<std::string> bodies;
+  for (const HttpRequest& q : Requests()) bodies.push_back(q.body);
+  EXPECT_EQ(bodies, (std::vector<std::string>{R"({"task":1})", R"({"task":1})", "", R"({"task":7})",
+                                              "", R"({"task":2})"}));
+}
+
 }  // namespace
 }  // namespace gpupool::cli

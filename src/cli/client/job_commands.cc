@@ -421,21 +421,55 @@ void RunHold(const ClientRuntime& rt, const IdsState& s, bool hold) {
   rt.ctx->exit_code = first_failure;
 }
 
-// `gpupool checkpoint-done [ID]`: the preempted job (ID, else $GPUPOOL_JOB_ID inside a
-// job) has checkpointed; its grace ends now (docs/preemption.md).
-void RunCheckpointDone(const ClientRuntime& rt, const CancelState& s) {
+struct CheckpointDoneState {
+  ConnectionFlags conn;
+  std::vector<std::string> ids;
+  std::optional<int> task;  // --task
+};
+
+// The task that says checkpoint-done: --task, else, inside a task of the job named
+// (GPUPOOL_JOB_ID is it), GPUPOOL_TASK_INDEX; nullopt: the whole job (said from outside).
+Result<std::optional<int>> CheckpointDoneTask(const ClientRuntime& rt, const CheckpointDoneState& s,
+                                              const std::string& id) {
+  if (s.task) return s.task;
+  if (rt.env.getenv("GPUPOOL_JOB_ID") != id) return std::optional<int>();
+  const std::string index = rt.env.getenv("GPUPOOL_TASK_INDEX");
+  if (index.empty()) return std::optional<int>();
+  const std::optional<int64_t> t = ParseInt64(index);
+  if (!t || *t < 0 || *t > 4095) {
+    return Status::InvalidArgument("checkpoint-done: GPUPOOL_TASK_INDEX=" + index +
+                                   " is not a task index: give --task N");
+  }
+  return std::optional<int>(static_cast<int>(*t));
+}
+
+// `gpupool checkpoint-done [ID] [--task N]`: the preempted job (ID, else $GPUPOOL_JOB_ID
+// inside a job) has checkpointed. Run inside a task of a job of several (or with --task),
+// only that task's grace ends, as its exit would end it; else the whole job's
+// (docs/preemption.md).
+void RunCheckpointDone(const ClientRuntime& rt, const CheckpointDoneState& s) {
   std::string id = s.ids.empty() ? rt.env.getenv("GPUPOOL_JOB_ID") : s.ids[0];
   if (id.empty()) {
     return Report(rt, Status::InvalidArgument(
                           "checkpoint-done: give the job ID (GPUPOOL_JOB_ID is not set: this "
                           "is not inside a job)"));
   }
+  Result<std::optional<int>> task = CheckpointDoneTask(rt, s, id);
+  if (!task.ok()) return Report(rt, task.status());
+  const std::string body = *task ? DumpJson(Json{{"task", **task}}) : "";
   auto api = Connect(rt, s.conn);
   if (!api.ok()) return Report(rt, api.status());
   auto answer = RetryDuringTakeover(
-      *api, [&] { return api->Post("/v1/jobs/" + id + "/checkpoint-done", ""); }, *rt.env.err);
+      *api, [&] { return api->Post("/v1/jobs/" + id + "/checkpoint-done", body); }, *rt.env.err);
   if (!answer.ok()) return Report(rt, ForJob(answer.status(), id));
-  Print(rt, "Job " + id + " has checkpointed: it is stopped now and goes back to the queue\n");
+  // The answer says whose grace ended: the job's (said without a task, in a job of one
+  // task, or by the last of its tasks) or the task's alone.
+  if (!*task || GetBool(GetObject(answer->json, "job"), "checkpoint_done")) {
+    return Print(rt,
+                 "Job " + id + " has checkpointed: it is stopped now and goes back to the queue\n");
+  }
+  Print(rt, "Task " + std::to_string(**task) + " of job " + id +
+                " has checkpointed: it is stopped now; the job's other tasks keep their grace\n");
 }
 
 }  // namespace
@@ -513,11 +547,16 @@ void RegisterJobCommands(CLI::App& app, const RuntimePtr& rt) {
   release->add_option("ids", rl->ids, "job ids, ARRAY_INDEX or ARRAY_[INDICES]")->required();
   AddConnectionOptions(*release, &rl->conn);
   release->callback([rt, rl] { RunHold(*rt, *rl, false); });
-  auto cd = std::make_shared<CancelState>();
+  auto cd = std::make_shared<CheckpointDoneState>();
   CLI::App* done = app.add_subcommand(
       "checkpoint-done",
-      "Inside a preempted job: it has checkpointed, end its grace period now (SIGKILL)");
+      "Inside a preempted job: it has checkpointed, end its grace period now (SIGKILL); "
+      "inside one task of several, that task's alone");
   done->add_option("id", cd->ids, "job id (default: $GPUPOOL_JOB_ID)")->expected(0, 1);
+  done->add_option("--task", cd->task,
+                   "only this task's grace ends (default inside a task of the job: "
+                   "$GPUPOOL_TASK_INDEX; outside: the whole job's)")
+      ->type_name("N");
   AddConnectionOptions(*done, &cd->conn);
   done->callback([rt, cd] { RunCheckpointDone(*rt, *cd); });
 }

@@ -148,12 +148,27 @@ namespace {
 
 // `show`'s lines about preemption (docs/preemption.md): being stopped, or a cancel; the
 // job's preemptibility; its preemptions so far.
+// The tasks of a gang being preempted that said checkpoint-done (their own grace ended):
+// " (checkpoint done: tasks 1, 3)", or "" when none did.
+std::string TasksCheckpointed(const Json& job) {
+  std::string tasks;
+  const Json& list = GetArray(job, "tasks");
+  for (size_t t = 0; t < list.size(); ++t) {
+    if (!GetBool(list[t], "checkpoint_done")) continue;
+    tasks += (tasks.empty() ? "" : ", ") + std::to_string(t);
+  }
+  if (tasks.empty()) return "";
+  return " (checkpoint done: task" +
+         std::string(tasks.find(',') == std::string::npos ? " " : "s ") + tasks + ")";
+}
+
 template <class Line>
 void PreemptionLines(const Json& job, const Line& line) {
   if (const int64_t by = GetInt(job, "preempted_by"); by > 0) {
     line("Preempted", "by job " + PreemptorName(job, by) + "; SIGKILL at " +
                           FormatTimeUtc(GetInt(job, "preempt_deadline_s") * 1'000'000) +
-                          (GetBool(job, "checkpoint_done") ? " (checkpoint done: now)" : ""));
+                          (GetBool(job, "checkpoint_done") ? " (checkpoint done: now)"
+                                                           : TasksCheckpointed(job)));
   } else if (const std::string state = GetString(job, "state");
              GetBool(job, "cancel_requested") && (state == "RUNNING" || state == "ASSIGNED")) {
     line("Cancel", "requested; the job is being stopped");  // once ended, its state says it

@@ -283,6 +283,16 @@ TEST(RenderJobTest, Preemptions) {
   EXPECT_EQ(out.find("Cancel:"), std::string::npos) << out;
   EXPECT_NE(out.find("  Preemptible: yes, min runtime 30m00s, grace 1m00s\n"), std::string::npos)
       << out;
+  // A gang's tasks that said it themselves: their own grace ended, the job's goes on.
+  Json gang = stopping;
+  gang["checkpoint_done"] = false;
+  gang["tasks"] = Parse(R"([{}, {"checkpoint_done": true}, {}, {"checkpoint_done": true}])");
+  out = RenderJob(gang, kRenderNow);
+  EXPECT_NE(out.find("2027-01-15T08:00:00Z (checkpoint done: tasks 1, 3)\n"), std::string::npos)
+      << out;
+  gang["tasks"][3].erase("checkpoint_done");
+  out = RenderJob(gang, kRenderNow);
+  EXPECT_NE(out.find("2027-01-15T08:00:00Z (checkpoint done: task 1)\n"), std::string::npos) << out;
   const Json again = Parse(R"({"id": 5, "user": "alice", "state": "PENDING",
     "request": {"gpus": 4}, "pending_reason": "waits for job 9, which preempted it, to start first",
     "preemptions": 2, "preempted_gpu_hours": 1.25})");

@@ -512,8 +512,22 @@ net::HttpResponse ReleaseJob(const ApiContext& ctx, const Call& c) {
   return HoldOrRelease(ctx, c, /*hold=*/false);
 }
 
+// POST /v1/jobs/ID/checkpoint-done: the body's optional `task` is the task that says it (the
+// client run inside it); without one, the whole job (docs/preemption.md).
 net::HttpResponse CheckpointDone(const ApiContext& ctx, const Call& c) {
-  Result<jobs::Job> j = ctx.controller->CheckpointDone(c.id, c.caller);
+  std::optional<int> task;
+  {
+    Result<Json> body = BodyJson(c.r, 1 << 12, 4, /*empty_is_object=*/true);
+    if (!body.ok()) return ErrorResponse(body.status());
+    if (!body->is_object()) {
+      return ErrorResponse(
+          Status::InvalidArgument("request body: expected a JSON object, e.g. {\"task\": 1}"));
+    }
+    JsonFields f(*body, "");
+    f.Optional("task", &task);
+    if (Status s = f.Finish(); !s.ok()) return ErrorResponse(s);
+  }
+  Result<jobs::Job> j = ctx.controller->CheckpointDone(c.id, c.caller, task);
   if (!j.ok()) return ErrorResponse(j.status());
   return JsonResponse(200, {{"job", jobs::JobToJson(*j)}});
 }
