@@ -108,17 +108,17 @@ TEST(NodeChoice, NoNodeLeftIsNamedAsNeverRunning) {
   ASSERT_TRUE(cluster.AddNode(NodeSpec{"big", 64000, 262144, 4, "V100", 0, 0}).ok());
   const auto got = RunPass(cluster, pending, "default");
   EXPECT_EQ(got.at("why:typo"),
-            "cannot run on any node: no node could ever host task 1: --nodelist n7, n8: no such "
+            "cannot run on any node: no node could ever host it: --nodelist n7, n8: no such "
             "node in this pool; its nodes are big, n0, n1 (`gpupool nodes` lists them)");
   EXPECT_EQ(got.at("why:all-out"),
-            "cannot run on any node: no node could ever host task 1: --exclude leaves no node: it "
+            "cannot run on any node: no node could ever host it: --exclude leaves no node: it "
             "names every node of the pool (big, n0, n1)");
   EXPECT_EQ(got.at("why:too-big"),
             "cannot run on any node: the job asks for cpu=2000m mem=2048Mi gpu=4.000 in total, "
             "more than the nodes its --nodelist / --exclude leave have (cpu=64000m "
             "mem=262144Mi gpu=2.000)");
   EXPECT_EQ(got.at("why:no-gpus-there"),
-            "cannot run on any node: no node could ever host task 1: it asks for 4 GPUs on one "
+            "cannot run on any node: no node could ever host it: it asks for 4 GPUs on one "
             "node; the most any node has is 2 (of the nodes its --nodelist / --exclude leave: "
             "n1)");
 }

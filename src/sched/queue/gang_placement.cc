@@ -369,7 +369,10 @@ bool GangObviouslyUnplaceable(const ClusterState& cluster, const std::vector<Tas
     for (int32_t n = 0; n < cluster.num_nodes() && !any; ++n) any = cluster.CouldEverHost(n, t);
     if (!any) {
       if (reason != nullptr) {
-        *reason = fmt::format("no node could ever host task {}: {}", i + 1,
+        // Task indices count from 0, as GPUPOOL_TASK_INDEX and `--task N` do.
+        *reason = fmt::format("no node could ever host {}: {}",
+                              tasks.size() == 1 ? std::string("it")
+                                                : fmt::format("task {} of its {}", i, tasks.size()),
                               WhyNoNodeCouldHost(cluster, t));
       }
       return true;

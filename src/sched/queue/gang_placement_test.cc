@@ -360,35 +360,42 @@ TEST(GangObviouslyUnplaceable, TheReasonNamesTheConstraintThatFails) {
     return why;
   };
   EXPECT_EQ(never(GpuTask(9)),
-            "no node could ever host task 1: it asks for 9 GPUs on one node; the most any node "
+            "no node could ever host it: it asks for 9 GPUs on one node; the most any node "
             "has is 8");
   Task model = GpuTask(8);
   model.gpu_models = {"A100"};
   EXPECT_EQ(never(model),
-            "no node could ever host task 1: GPU model A100: the nodes with 8 GPUs "
+            "no node could ever host it: GPU model A100: the nodes with 8 GPUs "
             "have V100");
   Task cap = GpuTask(1);
   cap.min_capability = 95;
   EXPECT_EQ(never(cap),
-            "no node could ever host task 1: compute capability 9.5 or newer (--min-capability): "
+            "no node could ever host it: compute capability 9.5 or newer (--min-capability): "
             "the newest of the nodes that could otherwise host it is 8.0");
   Task env = GpuTask(8);
   env.allowed_nodes = {"a"};
   EXPECT_EQ(never(env),
-            "no node could ever host task 1: its environment runs only on a, none of "
+            "no node could ever host it: its environment runs only on a, none of "
             "which has the GPUs it asks for");
   Task cpu = GpuTask(4);
   cpu.cpu_milli = 32000;
   cpu.gpu_models = {"A100"};
   EXPECT_EQ(never(cpu),
-            "no node could ever host task 1: it asks for 32 CPUs (--cpus); the most "
+            "no node could ever host it: it asks for 32 CPUs (--cpus); the most "
             "any node with the GPUs has is 16 CPUs");
   Task mem;
   mem.cpu_milli = 1500;
   mem.memory_mib = 300 * 1024;
   EXPECT_EQ(never(mem),
-            "no node could ever host task 1: it asks for 307200 MiB of memory "
+            "no node could ever host it: it asks for 307200 MiB of memory "
             "(--mem); the most any node has is 262144 MiB");
+  // A gang's task is named from 0, as GPUPOOL_TASK_INDEX (red team 7, finding 7: "task 1"
+  // named a one-task job's only task).
+  why.clear();
+  EXPECT_TRUE(GangObviouslyUnplaceable(cluster, {GpuTask(9), GpuTask(9)}, &why));
+  EXPECT_EQ(why,
+            "no node could ever host task 0 of its 2: it asks for 9 GPUs on one node; the most "
+            "any node has is 8");
 }
 
 }  // namespace
