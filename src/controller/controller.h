@@ -199,6 +199,15 @@ struct ArrayCancelled {
   int stopping = 0;  // elements an earlier cancel is stopping still (not counted above)
 };
 
+// What a signal to a job, or to an array's running elements, did (Controller::SignalJob).
+struct SignalSent {
+  bool array = false;  // sent to an array's running elements
+  int jobs = 0;        // running jobs it was sent to
+  int tasks = 0;       // their tasks it was sent to (each task's agent gets it once)
+  // Running tasks it could not be sent to, and why ("job 12 task 1: node n2 is down").
+  std::vector<std::string> missed;
+};
+
 // The start plan (`queue --start`, sched/queue/start_plan.h): the first this many pending
 // jobs that may start, in queue order, planned at most every this often.
 inline constexpr size_t kStartPlanJobs = 100;
@@ -256,6 +265,16 @@ class Controller {
   // stop is no error and counts them as `stopping`. FailedPrecondition when none was: the
   // array has ended. InvalidArgument when `array_id` is no array's id.
   Result<ArrayCancelled> CancelArray(int64_t array_id, const Caller& caller);
+  // `gpupool cancel --signal` (Slurm's scancel --signal): `sig` (1..64) to the running job
+  // `id`, which goes on running (its state is unchanged), or with `whole_array` and the id
+  // of an array to every running element of it. To every task that runs, or with
+  // main_only to task 0's main process only (scancel --batch); an --mpi job's to task 0
+  // (its other tasks hold mpirun's daemons, which pass USR1 and USR2 on). Queued for the
+  // tasks' agents, sent once (never resent): owners and admins only, as Cancel.
+  // FailedPrecondition: the job does not run (pending, starting, ended) or is a gpupool
+  // run/alloc session, or no task could be reached (the message says why).
+  Result<SignalSent> SignalJob(int64_t id, const Caller& caller, int sig, bool main_only,
+                               bool whole_array);
   Result<jobs::Job> Get(int64_t id, const Caller& caller);
   // The last pass's planned starts of pending jobs (µs since the epoch) by id: under the easy
   // start rule the reservation's holder has one (`queue --start`); none otherwise.
@@ -751,7 +770,13 @@ class Controller {
     int64_t ended_lookups_since_us = 0;
     int ended_lookups = 0;
     std::optional<protocol::DiskReport> disk;  // its agent's latest disk watch report
+    // gpupool cancel --signal's orders for its next poll answer (at most once: never
+    // resent; lost with a poll answer the agent never reads).
+    std::vector<protocol::SignalOrder> signals;
   };
+  // SignalJob's orders for one running job's tasks, or why a task was missed.
+  void QueueSignalLocked(const jobs::Job& job, int sig, bool main_only, SignalSent* out)
+      REQUIRES(mu_);
   // Nodes' view of node `name` (entry `e`): its tasks from the job index.
   NodeView NodeViewLocked(const std::string& name, const NodeEntry& e) const REQUIRES(mu_);
   void UpdateLayoutHolds(const std::string& node) REQUIRES(mu_);  // its jobs' (layout_holds.h)

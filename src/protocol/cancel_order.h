@@ -5,6 +5,9 @@
 // seconds left of its grace, 0 once the job said it has checkpointed) and "deadline_s"
 // (when the grace ends, epoch seconds): an agent that does not know them reads a plain
 // stop, and an order without them reads as grace_s = -1 (the job's own).
+//
+// A signal order (Work::signal, protocol 1.4): {"job_id": J, "attempt": A, "task_index":
+// T, "signal": S} and, for the main process only, "main_only": true.
 // Pure; thread-compatible.
 #pragma once
 
@@ -17,5 +20,9 @@ namespace gpupool::protocol {
 OrderedJson EncodeCancelOrder(const CancelOrder& c);
 // `path`: "cancel[3]", for errors.
 Result<CancelOrder> DecodeCancelOrder(const Json& j, const std::string& path);
+
+OrderedJson EncodeSignalOrder(const SignalOrder& s);
+// `path`: "signal[0]", for errors.
+Result<SignalOrder> DecodeSignalOrder(const Json& j, const std::string& path);
 
 }  // namespace gpupool::protocol
