@@ -4,6 +4,7 @@
 // and never again, as the signal is fire and forget.
 #include <spdlog/spdlog.h>
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -41,9 +42,13 @@ std::string WhyNotSignalled(const Job& job) {
   }
 }
 
-}  // namespace
+// Where a task's order goes: its node's queue, or null and why not.
+using QueueOf =
+    std::function<std::vector<protocol::SignalOrder>*(const std::string& node, std::string* why)>;
 
-void Controller::QueueSignalLocked(const Job& job, int sig, bool main_only, SignalSent* out) {
+// The orders for one running job's tasks, or why a task was missed.
+void QueueSignal(const Job& job, int sig, bool main_only, const QueueOf& queue_of,
+                 SignalSent* out) {
   int sent = 0;
   for (size_t t = 0; t < job.tasks.size() && t < job.placement.size(); ++t) {
     const jobs::TaskStatus& ts = job.tasks[t];
@@ -52,25 +57,21 @@ void Controller::QueueSignalLocked(const Job& job, int sig, bool main_only, Sign
     // tasks run nothing of the user's but mpirun's daemons, which mpirun signals itself.
     if ((main_only || job.mpi) && t > 0) continue;
     const std::string& node = job.placement[t].node;
-    const std::string what =
-        "job " + lifecycle::UserJobId(job) + " task " + std::to_string(t) + ": node " + node;
-    auto n = nodes_.find(node);
-    if (n == nodes_.end() || !n->second.up) {
-      out->missed.push_back(what + " is down");
+    std::string why;
+    std::vector<protocol::SignalOrder>* queue = queue_of(node, &why);
+    if (queue == nullptr) {
+      out->missed.push_back("job " + lifecycle::UserJobId(job) + " task " + std::to_string(t) +
+                            ": node " + node + why);
       continue;
     }
-    if (!protocol::SupportsSignal(n->second.version)) {
-      out->missed.push_back(what + "'s agent (agent protocol " +
-                            protocol::VersionString(n->second.version) +
-                            ") cannot signal jobs: upgrade it");
-      continue;
-    }
-    n->second.signals.push_back({job.id, job.attempt, static_cast<int>(t), sig, main_only});
+    queue->push_back({job.id, job.attempt, static_cast<int>(t), sig, main_only});
     ++sent;
   }
   out->tasks += sent;
   if (sent > 0) ++out->jobs;
 }
+
+}  // namespace
 
 Result<SignalSent> Controller::SignalJob(int64_t id, const Caller& caller, int sig, bool main_only,
                                          bool whole_array) {
@@ -85,18 +86,31 @@ Result<SignalSent> Controller::SignalJob(int64_t id, const Caller& caller, int s
   out.array = array;
   {
     MutexLock lock(mu_);
+    const QueueOf queue_of = [this](const std::string& node, std::string* why) REQUIRES(mu_) {
+      auto n = nodes_.find(node);
+      if (n == nodes_.end() || !n->second.up) {
+        *why = " is down";
+        return static_cast<std::vector<protocol::SignalOrder>*>(nullptr);
+      }
+      if (!protocol::SupportsSignal(n->second.version)) {
+        *why = "'s agent (agent protocol " + protocol::VersionString(n->second.version) +
+               ") cannot signal jobs: upgrade it";
+        return static_cast<std::vector<protocol::SignalOrder>*>(nullptr);
+      }
+      return &n->second.signals;
+    };
     if (!array) {
       auto it = active_.find(id);
       const Job& job = it != active_.end() ? it->second : head;
       if (std::string why = WhyNotSignalled(job); !why.empty()) {
         return Status::FailedPrecondition(why);
       }
-      QueueSignalLocked(job, sig, main_only, &out);
+      QueueSignal(job, sig, main_only, queue_of, &out);
     } else {
       for (int64_t element : index_.ArrayElements(id)) {
         const Job& job = active_.at(element);
         GP_RETURN_IF_ERROR(internal::CheckOwner(job, caller));
-        if (job.state == JobState::kRunning) QueueSignalLocked(job, sig, main_only, &out);
+        if (job.state == JobState::kRunning) QueueSignal(job, sig, main_only, queue_of, &out);
       }
       if (out.tasks == 0 && out.missed.empty()) {
         return Status::FailedPrecondition("array " + std::to_string(id) +
