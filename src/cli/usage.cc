@@ -70,9 +70,10 @@ std::string SlurmHint(const std::string& path, const std::string& typed) {
       {{"--parsable"}, "--json prints the new job for scripts"},
       {{"--container", "--container-image"}, "container jobs take --image REF"},
       {{"-q", "--qos"}, "gpupool has no QOS: limits are per user and project (`gpupool limits`)"},
-      {{"-w", "--nodelist", "-x", "--exclude", "--exclusive", "--ntasks-per-node"},
+      {{"--exclusive", "--ntasks-per-node"},
        "placement is the scheduler's: choose GPUs with --gpu-model, --vendor or "
-       "--min-capability, and the gang's size with -n"},
+       "--min-capability, nodes with -w/--nodelist or -x/--exclude, and the gang's size with "
+       "-n"},
       {{"-b", "--begin"},
        "gpupool has no deferred start: submit the job when it should start, or submit it held "
        "(-H/--hold) and `gpupool release ID` it then"},

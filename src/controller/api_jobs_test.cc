@@ -391,6 +391,39 @@ TEST_F(ApiAccessTest, LimitsAreReadByAnyoneAndSetByAdmins) {
 // queued bytes 429 (it may pass once jobs have started), each naming its key. The body
 // of a submission of max-submission-bytes is read whole (MaxRequestBodyBytes, 2 MiB by
 // default), so the refusal is the one that names the key, not a parse error.
+// --nodelist naming no node of the pool is refused naming it and the pool's nodes; an
+// --exclude name no node has is accepted with a warning; a name that cannot be a node's
+// is 400 naming the field.
+TEST_F(ApiAccessTest, NodeListsAreCheckedAgainstThePoolsNodes) {
+  const std::string vm = Token("vm", "node");
+  ASSERT_EQ(WithToken(vm, "POST", "/v1/agent/register", {}, RegisterBody("vm", 2)).status, 200);
+  auto submit = [&](const std::string& request) {
+    return AsUid(user_uid_, "POST", "/v1/jobs", {},
+                 R"({"command": ["true"], "workdir": "/", "request": )" + request + "}");
+  };
+  net::HttpResponse r = submit(R"({"nodelist": ["nodeX"]})");
+  EXPECT_EQ(r.status, 409) << r.body;
+  EXPECT_NE(Error(r).find("--nodelist nodeX: no such node in this pool; its nodes are vm"),
+            std::string::npos)
+      << r.body;
+  r = submit(R"({"exclude": ["vm"]})");
+  EXPECT_NE(Error(r).find("--exclude leaves no node"), std::string::npos) << r.body;
+  r = submit(R"({"nodelist": ["vm", "nodeX"], "exclude": ["nodeY"]})");
+  ASSERT_EQ(r.status, 201) << r.body;
+  const Json answer = ParseJson(r.body, "answer").value();
+  EXPECT_EQ(answer["job"]["request"]["nodelist"], Json::parse(R"(["vm", "nodeX"])"));
+  EXPECT_EQ(answer["warnings"],
+            Json::parse(R"(["--nodelist nodeX: no such node in this pool (`gpupool nodes`); )"
+                        R"(the job runs on the others listed", "--exclude nodeY: no such node )"
+                        R"(in this pool (`gpupool nodes`); it excludes nothing"])"));
+  r = submit(R"({"nodelist": ["vm"]})");
+  ASSERT_EQ(r.status, 201) << r.body;
+  EXPECT_FALSE(ParseJson(r.body, "answer").value().contains("warnings"));
+  r = submit(R"({"exclude": ["gpu[1-2]"]})");
+  EXPECT_EQ(r.status, 400);
+  EXPECT_NE(Error(r).find("exclude: 'gpu[1-2]' is not a node name"), std::string::npos) << r.body;
+}
+
 TEST_F(ApiAccessTest, SubmissionsPastTheByteBoundsAre413And429NamingTheirKeys) {
   // Variables of 60,000 bytes: one may have 64 KiB.
   auto job = [](int vars) {

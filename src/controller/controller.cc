@@ -103,8 +103,7 @@ void Controller::Touched(int64_t id) {
   slim->held_by = job.held_by;  // held jobs are not started
   slim->held_by_admin = job.held_by_admin;
   slim->attempt = job.attempt;  // held back by the lease of a lost node (sched_input.cc)
-  slim->fence_node = job.fence_node;
-  slim->fence_until_us = job.fence_until_us;
+  slim->fences = job.fences;
   slim->enforce_memory = job.enforce_memory;  // its shares only where memory is enforced
   // Preemption (preemption_plan.h): who may be a victim, when, with what grace, who stops.
   slim->preemptible = job.preemptible;
@@ -730,25 +729,35 @@ Status Controller::SweepNodes() {
       // Its supervisors stop what a requeue would start again by then (docs/health.md).
       const int64_t lease_until =
           options_.node_lease_us > 0 ? e.last_seen_us + options_.node_lease_us : 0;
-      for (int64_t id : index_.OnNode(name)) {
+      // Its jobs, and the requeued ones whose lost attempt may still run a task here (a
+      // gang's other node, lost in this sweep too or later): they wait for its lease.
+      std::set<int64_t> ids = index_.OnNode(name);
+      for (int64_t id : index_.PendingFenced()) {
+        if (jobs::FenceOn(active_.at(id), name) != nullptr) ids.insert(id);
+      }
+      for (int64_t id : ids) {
         // Looked at again when committed: a node that registered again meanwhile has
-        // dealt with its jobs, and a job may have ended or moved.
+        // dealt with its jobs, and a job may have ended or moved (or, requeued by the
+        // loss of its other node a step before, waits for this one's lease too).
         Change c{id, lifecycle::NodeLost{name, reason, lease_until}, {}};
         c.guard = [this, name = name](const Job& job) {
           mu_.AssertHeld();  // guards run under mu_ (Commit)
-          if (!Occupies(job) || !OnNode(job, name) || nodes_.at(name).up) {
-            return Status::NotFound("no longer on a lost node");
-          }
+          const bool here = (Occupies(job) && OnNode(job, name)) ||
+                            (job.state == JobState::kPending && jobs::FenceOn(job, name));
+          if (!here || nodes_.at(name).up) return Status::NotFound("no longer on a lost node");
           return Status::Ok();
         };
         lost.push_back(std::move(c));
       }
       WakeScheduler();
     }
+    // Each lost node's lease that ran out ends the wait for it (FenceLifted: one node).
     for (int64_t id : index_.PendingFenced()) {
-      const Job& job = active_.at(id);
-      if (job.fence_until_us > now) continue;
-      lost.push_back({id, lifecycle::FenceLifted{job.fence_node}, {}});
+      for (const jobs::NodeFence& f : active_.at(id).fences) {
+        if (f.until_us != 0 && f.until_us <= now) {
+          lost.push_back({id, lifecycle::FenceLifted{f.node}, {}});
+        }
+      }
     }
   }
   GP_ASSIGN_OR_RETURN(std::vector<Result<Job>> answers,

@@ -446,9 +446,11 @@ Result<protocol::RegistrationReply> Controller::RegisterNode(protocol::Registrat
     // succeeded: job_lifecycle_late.h); the end lifts the wait, as does the lease. Not
     // for another agent taking the node over (a wiped or moved state directory): it
     // cannot see what the old one's supervisors still run, so they wait for the lease.
+    // Another lost node of the attempt holds the job back until it is heard from too.
     for (int64_t id : index_.PendingFenced()) {
       const Job& fenced = active_.at(id);
-      if (fenced.fence_node == name && same_agent && !ListsEnded(reg, id, fenced.attempt)) {
+      if (jobs::FenceOn(fenced, name) != nullptr && same_agent &&
+          !ListsEnded(reg, id, fenced.attempt)) {
         forgotten.push_back({id, lifecycle::FenceLifted{name}, {}});
       }
     }

@@ -19,7 +19,7 @@ bool HoldsResources(const jobs::Job& job) {
 bool Timed(const jobs::Job& job) { return job.time_limit_s > 0; }
 bool IsRun(const jobs::Job& job) { return job.interactive == "run"; }
 bool WaitsForLease(const jobs::Job& job) {
-  return job.state == jobs::JobState::kPending && job.fence_until_us != 0;
+  return job.state == jobs::JobState::kPending && !job.fences.empty();
 }
 
 template <typename Key, typename Less>

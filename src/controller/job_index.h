@@ -40,8 +40,9 @@ class JobIndex {
   const std::set<int64_t>& OfUser(const std::string& user) const;
   // The PENDING jobs with dependencies (--after-ok ...): what dependency resolution reads.
   const std::set<int64_t>& PendingWithDependencies() const { return pending_deps_; }
-  // The PENDING jobs waiting for a lost node's lease (Job::fence_until_us set): what the
-  // node sweep, a registration and the earlier-attempt gate read.
+  // The PENDING jobs with fenced nodes (Job::fences: a lost node's lease to wait for, or
+  // a node whose loss would add one): what the node sweep, a registration and the
+  // earlier-attempt gate read.
   const std::set<int64_t>& PendingFenced() const { return pending_fenced_; }
   // The active elements of array `array_id` (its first element's id).
   const std::set<int64_t>& ArrayElements(int64_t array_id) const;

@@ -42,7 +42,7 @@ TEST(JobIndexTest, RandomUpdatesMatchAWalk) {
       if (rng() % 3 == 0) j.dependencies.push_back({static_cast<int64_t>(rng() % 60)});
       j.time_limit_s = rng() % 2 == 0 ? 60 : 0;
       if (rng() % 3 == 0) j.interactive = "run";
-      if (rng() % 3 == 0) j.fence_until_us = 1 + static_cast<int64_t>(rng() % 100);
+      if (rng() % 3 == 0) j.fences.push_back({"n1", static_cast<int64_t>(rng() % 100)});
       for (int t = 0, n = static_cast<int>(rng() % 3); t < n; ++t) {
         jobs::TaskPlacement p;
         p.node = "n" + std::to_string(rng() % 4);  // two tasks may share a node
@@ -59,7 +59,7 @@ TEST(JobIndexTest, RandomUpdatesMatchAWalk) {
   EXPECT_TRUE(index.ArrayElements(12345).empty());
   for (const auto& [id, j] : active) {
     EXPECT_EQ(index.PendingFenced().count(id) != 0,
-              j.state == JobState::kPending && j.fence_until_us != 0);
+              j.state == JobState::kPending && !j.fences.empty());
   }
 }
 

@@ -5,6 +5,7 @@
 #include <limits>
 #include <map>
 
+#include "controller/job_lifecycle_fences.h"
 #include "controller/job_lifecycle_late.h"
 #include "controller/job_words.h"
 
@@ -387,13 +388,14 @@ Result<Transition> OnPlaced(const Job& job, const Placed& e, int64_t now_us) {
   if (e.placement.empty()) {
     return Status::InvalidArgument("job " + Id(job) + ": a placement needs at least one task");
   }
-  if (job.fence_until_us > now_us) {
-    return Status::FailedPrecondition("job " + UserJobId(job) + " waits for node " +
-                                      job.fence_node + "'s lease to run out");
+  for (const jobs::NodeFence& f : job.fences) {
+    if (f.until_us > now_us) {
+      return Status::FailedPrecondition("job " + UserJobId(job) + " waits for node " + f.node +
+                                        "'s lease to run out");
+    }
   }
   Job next = job;
-  next.fence_node.clear();
-  next.fence_until_us = 0;
+  next.fences.clear();
   next.state = JobState::kAssigned;
   next.placement = e.placement;
   next.tasks.assign(next.placement.size(), jobs::TaskStatus{});
@@ -528,6 +530,7 @@ Result<Transition> OnTaskLost(const Job& job, const TaskLost& e, int64_t now_us)
 }
 
 Result<Transition> OnNodeLost(const Job& job, const NodeLost& e, int64_t now_us) {
+  if (job.state == JobState::kPending) return FencedNodeLost(job, e, now_us);
   if (!Occupies(job) || !OnNode(job, e.node)) return Unchanged(job);
   // Under a lease the node stops a preemptible job itself (jobs::FencedOnLoss): it goes
   // back to the queue, as a preempted one does, rather than ending LOST.
@@ -539,28 +542,22 @@ Result<Transition> OnNodeLost(const Job& job, const NodeLost& e, int64_t now_us)
   }
   // A task sent there and not known to have ended may run on, its node cut off: the next
   // attempt waits for the node's lease, by which its supervisors have stopped it.
-  Job lost = job;
-  NormalizeTasks(lost);
-  for (size_t i = 0; i < lost.placement.size(); ++i) {
-    if (lost.placement[i].node != e.node || lost.tasks[i].ended) continue;
-    t.next.fence_node = e.node;
-    t.next.fence_until_us = e.lease_until_us;
+  t.next.fences = FencesOnLoss(job, e, now_us);
+  if (jobs::FenceUntilUs(t.next) != 0) {
     t.effects.log += "; it waits for the node's lease, until " +
                      std::to_string(e.lease_until_us / 1'000'000) + " (epoch s)";
-    break;
   }
   return t;
 }
 
 Result<Transition> OnFenceLifted(const Job& job, const FenceLifted& e) {
-  if (job.state != JobState::kPending || job.fence_until_us == 0 || job.fence_node != e.node) {
+  if (job.state != JobState::kPending || jobs::FenceOn(job, e.node) == nullptr) {
     return Unchanged(job);
   }
   Job next = job;
-  next.fence_node.clear();
-  next.fence_until_us = 0;
+  const bool free = DropFence(next, e.node);
   Transition t = Changed(job, std::move(next));
-  t.effects.queue_changed = true;  // it may start now: an arrival pass
+  t.effects.queue_changed = free;  // it may start now: an arrival pass
   return t;
 }
 

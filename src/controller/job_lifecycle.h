@@ -79,14 +79,19 @@ inline constexpr int kMaxLaunchFailures = 5;
 // `lease_until_us` (0: none): when the node's lease runs out, by which its supervisors
 // have stopped the tasks of a job its loss requeues (jobs::FencedOnLoss); such a job,
 // requeued with a task of it there not known to have ended, waits until then
-// (Job::fence_until_us: Placed is refused before it) unless FenceLifted comes first.
+// (Job::fences: Placed is refused before it) unless FenceLifted comes first. The job's
+// other nodes with such a task are kept in Job::fences too: if one of them is lost
+// before the next attempt is placed (the job PENDING), the job waits for its lease as
+// well, each lost node's wait ending on its own.
 struct NodeLost {
   std::string node;
   std::string reason;
   int64_t lease_until_us = 0;
 };
 // `node`'s agent registered again: it listed what it still runs (the controller stops
-// those strays before the job starts again), so the job waits for its lease no more.
+// those strays before the job starts again), so the job waits for its lease no more; or
+// its lease ran out. It ends the wait for that node only (Job::fences): the job is
+// placed once no lost node is left.
 struct FenceLifted {
   std::string node;
 };

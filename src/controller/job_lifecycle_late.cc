@@ -2,9 +2,12 @@
 
 #include <algorithm>
 #include <string>
+#include <string_view>
 #include <vector>
 
+#include "controller/job_lifecycle_fences.h"
 #include "controller/job_words.h"
+#include "controller/usage.h"
 
 namespace gpupool::controller::lifecycle {
 namespace {
@@ -26,15 +29,39 @@ std::string LateOutcome(const jobs::TaskStatus& ts, const TaskExited& e) {
   return out;
 }
 
-// The GPUs held by the job's current placement.
-double PlacedGpusOf(const Job& job) {
-  double gpus = 0;
-  for (const jobs::TaskPlacement& p : job.placement) gpus += jobs::PlacedGpus(p);
-  return gpus;
+// Cuts `s` to at most `max` bytes, on a UTF-8 character's first byte.
+void CutUtf8(std::string& s, size_t max) {
+  if (s.size() <= max) return;
+  size_t n = max;
+  while (n > 0 && (static_cast<unsigned char>(s[n]) & 0xc0) == 0x80) --n;
+  s.resize(n);
 }
 
-// The end a LOST job's GPUs are charged up to (controller/usage.h's JobGpuHours).
-int64_t ChargedEnd(const Job& job) { return std::max(job.end_time_us, job.late_end_time_us); }
+// Adds one task's late end, in words, to `reason`, which names each task reported so far
+// in the order they came ("task 0 (node n1) exited with code 0; task 1 (node n2) ...")
+// followed by `suffix`; at most `max` bytes: tasks past that are "and others".
+void AddLateTask(std::string& reason, const std::string& words, std::string_view suffix,
+                 size_t max) {
+  constexpr std::string_view kOthers = "; and others";
+  std::string head = reason;
+  if (head.ends_with(suffix)) head.resize(head.size() - suffix.size());
+  if (head.ends_with(kOthers)) return;  // full already
+  std::string next = head.empty() ? words : head + "; " + words;
+  if (next.size() + suffix.size() > max) {
+    if (head.empty()) {
+      next = words;
+      CutUtf8(next, max - suffix.size());
+    } else {
+      next = head;
+      CutUtf8(next, max - suffix.size() - kOthers.size());
+      next += kOthers;
+    }
+  }
+  reason = next + std::string(suffix);
+}
+
+// A LOST job's late_reason, at most this long: a gang's names each reported task.
+constexpr size_t kMaxLateReason = 1024;
 
 std::optional<Transition> LateEndOfLostJob(const Job& job, const TaskExited& e, int64_t now_us) {
   if (e.task < 0 || static_cast<size_t>(e.task) >= job.placement.size() ||
@@ -59,20 +86,22 @@ std::optional<Transition> LateEndOfLostJob(const Job& job, const TaskExited& e, 
   const std::string outcome = LateOutcome(ts, e);
   ts.reason = "reported after its node was lost: " + outcome;
   next.late_end_time_us = std::max(next.late_end_time_us, ts.end_time_us);
-  // Task 0's outcome, or the first failure's, speaks for the job.
+  // Task 0's outcome, or the first failure's, speaks for the job's late exit status.
   const bool failed_before = next.late_signal || (next.late_exit_code && *next.late_exit_code != 0);
   const bool speaks = next.late_reason.empty() || (!failed_before && (t == 0 || ts.failed()));
   if (speaks) {
     next.late_exit_code = ts.exit_code;
     next.late_signal = ts.signal;
-    next.late_reason = (next.tasks.size() > 1 ? words::TaskName(next, t) + " " : std::string()) +
-                       outcome + ", reported after its node was lost (the job stays LOST)";
   }
+  // The words name every task reported (each with its own end: show pairs them).
+  AddLateTask(next.late_reason,
+              (next.tasks.size() > 1 ? words::TaskName(next, t) + " " : std::string()) + outcome,
+              ", reported after its node was lost (the job stays LOST)", kMaxLateReason);
   Transition tr = Same(job);
   tr.changed = true;
   tr.next = std::move(next);
-  tr.effects.late_gpu_hours =
-      PlacedGpusOf(job) * static_cast<double>(ChargedEnd(tr.next) - ChargedEnd(job)) / 3.6e9;
+  // This task's GPUs up to its own end, past the loss (usage.h's JobGpuHours).
+  tr.effects.late_gpu_hours = LateGpuHours(tr.next, 0, INT64_MAX) - LateGpuHours(job, 0, INT64_MAX);
   tr.effects.log = "job " + std::to_string(job.id) + ": " + words::TaskName(job, t) + " ended at " +
                    std::to_string(ts.end_time_us) + " us and " + outcome +
                    ", reported after its node was lost: recorded and charged; the job stays LOST";
@@ -152,8 +181,37 @@ void SucceededLate(const jobs::EarlierAttempt& a, const TaskExited& e, Job& next
                 "; its end was reported after the " + (one_node ? "node was" : "nodes were") +
                 " lost and the job requeued: not run again";
   next.pending_reason.clear();
-  next.fence_node.clear();
-  next.fence_until_us = 0;
+  next.fences.clear();
+}
+
+// Charges task `task` of lost attempt `a` (declared lost at lost_us), whose node reported
+// it ended at end_us: its GPUs (the attempt's over its tasks) from the loss up to that
+// end, kept by task (EarlierAttempt::late_end_times_us; usage.h's JobGpuHours windows
+// them). A record whose reports an older server took, without each task's end: all its
+// GPUs up to the latest end, as then.
+void ChargeLateTask(const Job& job, size_t task, int64_t lost_us, int64_t end_us,
+                    jobs::EarlierAttempt& a) {
+  const double gpus = AttemptGpus(job, a);
+  const bool by_task =
+      !a.nodes.empty() && (a.lost_time_us == 0 || a.late_end_times_us.size() == a.nodes.size());
+  if (by_task) {
+    a.gpus = gpus;
+    a.late_end_times_us.resize(a.nodes.size(), 0);
+    a.late_end_times_us[task] = end_us;
+    if (end_us > lost_us) {
+      a.gpu_hours += gpus / static_cast<double>(a.nodes.size()) *
+                     static_cast<double>(end_us - lost_us) / 3.6e9;
+    }
+  } else {
+    const double at_loss =
+        std::max(0.0, a.gpu_hours - gpus * static_cast<double>(a.end_time_us - lost_us) / 3.6e9);
+    a.gpu_hours =
+        at_loss +
+        gpus * static_cast<double>(std::max({lost_us, end_us, a.end_time_us}) - lost_us) / 3.6e9;
+  }
+  a.lost_time_us = lost_us;
+  // A task of a gang that ended before another one reported leaves the end as it is.
+  a.end_time_us = std::max({lost_us, end_us, a.end_time_us});
 }
 
 std::optional<Transition> LateEndOfEarlierAttempt(const Job& job, const TaskExited& e,
@@ -177,15 +235,7 @@ std::optional<Transition> LateEndOfEarlierAttempt(const Job& job, const TaskExit
   const int64_t end_us = BoundNodeTime(e.time_us, start_us, now_us);
   // A record an older server kept took one report (it has no late_ends): resent, or earlier.
   if (a.lost_time_us != 0 && a.late_ends.empty() && end_us <= a.end_time_us) return Same(job);
-  // Its GPU-hours up to the loss, then all its GPUs up to the latest reported end (as
-  // the current attempt's are charged up to the job's end): the same for a resent report.
-  // A task of a gang that ended before another one reported leaves the end as it is.
-  const double gpus = AttemptGpus(job, a);
-  const double at_loss =
-      std::max(0.0, a.gpu_hours - gpus * static_cast<double>(a.end_time_us - lost_us) / 3.6e9);
-  a.lost_time_us = lost_us;
-  a.end_time_us = std::max({lost_us, end_us, a.end_time_us});
-  a.gpu_hours = at_loss + gpus * static_cast<double>(a.end_time_us - lost_us) / 3.6e9;
+  ChargeLateTask(job, task, lost_us, end_us, a);
   jobs::TaskStatus ts;
   ts.ended = true;
   ts.exit_code = e.exit_code;
@@ -198,25 +248,15 @@ std::optional<Transition> LateEndOfEarlierAttempt(const Job& job, const TaskExit
   const bool stopped =
       e.cancelled || e.timed_out || (e.kill_cause && *e.kill_cause != protocol::KillCause::kNone);
   const bool succeeded = !ts.failed() && !stopped;
-  // The first report speaks for the attempt, or the first task that did not succeed.
-  const bool others_reported =
-      std::any_of(a.late_ends.begin(), a.late_ends.end(),
-                  [](jobs::LateTaskEnd x) { return x != jobs::LateTaskEnd::kUnreported; });
-  const bool other_failed =
-      std::any_of(a.late_ends.begin(), a.late_ends.end(),
-                  [](jobs::LateTaskEnd x) { return x == jobs::LateTaskEnd::kFailedOrStopped; });
   a.late_ends.resize(a.nodes.size(), jobs::LateTaskEnd::kUnreported);
   a.late_ends[task] =
       succeeded ? jobs::LateTaskEnd::kSucceeded : jobs::LateTaskEnd::kFailedOrStopped;
-  if (!others_reported || (!succeeded && !other_failed)) {
-    a.late_reason = (a.nodes.size() > 1 ? "task " + std::to_string(e.task) + " " : std::string()) +
-                    outcome + ", reported after its node was lost";
-    if (a.late_reason.size() > jobs::kMaxAttemptReason) {
-      size_t n = jobs::kMaxAttemptReason;  // cut on a UTF-8 character's first byte
-      while (n > 0 && (static_cast<unsigned char>(a.late_reason[n]) & 0xc0) == 0x80) --n;
-      a.late_reason.resize(n);
-    }
-  }
+  // The words name every task reported, in the order they came.
+  AddLateTask(a.late_reason,
+              (a.nodes.size() > 1 ? "task " + std::to_string(e.task) + " (node " + e.node + ") "
+                                  : std::string()) +
+                  outcome,
+              ", reported after its node was lost", jobs::kMaxAttemptReason);
   const double charged = a.gpu_hours - found->gpu_hours;
   Transition tr = Same(job);
   tr.changed = true;
@@ -235,11 +275,10 @@ std::optional<Transition> LateEndOfEarlierAttempt(const Job& job, const TaskExit
     if (jobs::IsTerminal(job.state)) tr.effects.late_gpu_hours = charged;
     // Its node reported the lost attempt's end: nothing of it runs there any more, once
     // every task of it there has reported (a gang's others may yet succeed: the next
-    // attempt waits for them, or for the lease).
-    if (job.state == JobState::kPending && job.fence_node == e.node && !UnreportedOn(a, e.node)) {
-      next.fence_node.clear();
-      next.fence_until_us = 0;
-      tr.effects.queue_changed = true;
+    // attempt waits for them, or for the lease). Another lost node of the attempt still
+    // holds the job back until it is heard from too (Job::fences).
+    if (job.state == JobState::kPending && !UnreportedOn(a, e.node)) {
+      tr.effects.queue_changed = DropFence(next, e.node);
     }
     tr.effects.log = "job " + id + ": its lost attempt " + std::to_string(e.attempt) + " on node " +
                      e.node + " " +

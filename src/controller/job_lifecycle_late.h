@@ -16,11 +16,14 @@ namespace gpupool::controller::lifecycle {
 // one (an end of the current attempt: OnExited steps it as usual).
 //  - A LOST job (its current attempt lost): the task's record takes its real end and
 //    outcome (TaskStatus::reported_late), the job its latest real end and how it ended
-//    (Job::late_*); its GPUs are charged up to that end (Effects::late_gpu_hours). It
-//    stays LOST: what depended on its outcome acted on it.
+//    (Job::late_*, late_reason naming every task reported); that task's GPUs are charged
+//    up to its own end (Effects::late_gpu_hours; usage.h's JobGpuHours). It stays LOST:
+//    what depended on its outcome acted on it.
 //  - An earlier attempt of a requeued job (EarlierAttempt lost or gpu_failed): the
-//    record's end and GPU-hours run to the real end (EarlierAttempt::lost_time_us,
-//    late_reason), and the task's end is kept (EarlierAttempt::late_ends). A batch job
+//    record's end runs to the latest real end and its GPU-hours gain the task's GPUs up
+//    to its own end (EarlierAttempt::lost_time_us, late_reason naming every task
+//    reported), and the task's end is kept (EarlierAttempt::late_ends,
+//    late_end_times_us). A batch job
 //    still PENDING for its next attempt (none placed) every task of whose lost attempt
 //    reported that it exited 0 untold ends SUCCEEDED instead of running again; once the
 //    next attempt is placed, it goes on. A job waiting for the lost node's lease waits no

@@ -204,7 +204,8 @@ Job GangLost(const std::string& node0 = "n1", const std::string& node1 = "n1") {
     EXPECT_TRUE(t.ok()) << t.status().ToString();
   }
   EXPECT_EQ(t->next.state, JobState::kPending);
-  EXPECT_EQ(t->next.fence_node, node0);
+  EXPECT_NE(jobs::FenceOn(t->next, node0), nullptr);
+  EXPECT_EQ(jobs::FenceOn(t->next, node1)->until_us, kT0 + 66 * kS);  // lost too: waited for
   return t->next;
 }
 
@@ -225,7 +226,8 @@ TEST(JobLifecycleLateEnd, AGangWhoseLostTasksAllSucceededEndsSucceededOnceAllRep
   ASSERT_TRUE(first->changed);
   EXPECT_EQ(first->next.state, JobState::kPending);
   EXPECT_FALSE(first->effects.ended);
-  EXPECT_EQ(first->next.fence_node, "n1");  // task 0 has not reported: it may succeed too
+  EXPECT_NE(jobs::FenceOn(first->next, "n1"),
+            nullptr);  // task 0 has not reported: it may succeed too
   EXPECT_EQ(first->next.earlier_attempts[0].late_ends,
             (std::vector<jobs::LateTaskEnd>{jobs::LateTaskEnd::kUnreported,
                                             jobs::LateTaskEnd::kSucceeded}));
@@ -250,12 +252,13 @@ TEST(JobLifecycleLateEnd, AGangWhoseLostTasksAllSucceededEndsSucceededOnceAllRep
   EXPECT_EQ(t->next.reason,
             "attempt 1 on node n1 succeeded (all 2 tasks); its end was reported after the node "
             "was lost and the job requeued: not run again");
-  EXPECT_TRUE(t->next.fence_node.empty());
+  EXPECT_TRUE(t->next.fences.empty());
   const jobs::EarlierAttempt& a = t->next.earlier_attempts[0];
   EXPECT_EQ(a.lost_time_us, kT0 + 6 * kS);
   EXPECT_EQ(a.end_time_us, kT0 + 20 * kS);
-  EXPECT_NEAR(a.gpu_hours, 2 * 19.0 / 3600, 1e-9);
-  EXPECT_NEAR(JobGpuHours(t->next, 0, INT64_MAX, kT0 + 40 * kS), 2 * 19.0 / 3600, 1e-9);
+  // Each task's GPU up to its own end: both 5 s to the loss, then 14 s and 12 s.
+  EXPECT_NEAR(a.gpu_hours, (10 + 14 + 12) / 3600.0, 1e-9);
+  EXPECT_NEAR(JobGpuHours(t->next, 0, INT64_MAX, kT0 + 40 * kS), (10 + 14 + 12) / 3600.0, 1e-9);
 }
 
 // The gang's tasks ran on two nodes, both lost: the reason names both.
@@ -292,9 +295,10 @@ TEST(JobLifecycleLateEnd, AGangWithATaskThatFailedOrWasStoppedRunsAgain) {
     ASSERT_TRUE(t->changed);
     EXPECT_EQ(t->next.state, JobState::kPending);
     EXPECT_FALSE(t->effects.ended);
-    EXPECT_TRUE(t->next.fence_node.empty());
+    EXPECT_TRUE(t->next.fences.empty());
     EXPECT_TRUE(t->effects.queue_changed);
-    EXPECT_EQ(t->next.earlier_attempts[0].late_reason.rfind("task 1 ", 0), 0u)
+    EXPECT_NE(t->next.earlier_attempts[0].late_reason.find("; task 1 (node n1) "),
+              std::string::npos)
         << t->next.earlier_attempts[0].late_reason;
     EXPECT_EQ(t->next.earlier_attempts[0].end_time_us, kT0 + 20 * kS);
     Result<Transition> placed =
@@ -303,6 +307,224 @@ TEST(JobLifecycleLateEnd, AGangWithATaskThatFailedOrWasStoppedRunsAgain) {
     ASSERT_TRUE(placed.ok()) << placed.status().ToString();
     EXPECT_EQ(placed->next.attempt, 2);
   }
+}
+
+// The gang of GangLost on n1 and n2 (tasks started at kT0 + 1 s), with each node's loss as
+// given: NodeLost{node, ..., lease_until_us} at `at_us`, in that order.
+Result<Transition> GangOnTwoNodesLost(const std::vector<std::pair<std::string, int64_t>>& losses,
+                                      int64_t at_us) {
+  Job j;
+  j.id = 9;
+  j.user = "alice";
+  j.command = {"true"};
+  j.requeue = true;
+  j.request.gpus = 1;
+  j.request.tasks = 2;
+  j.state = JobState::kPending;
+  Result<Transition> t =
+      Step(j, Placed{{{"n1", {0}, {"GPU-0"}, 1000}, {"n2", {1}, {"GPU-1"}, 1000}}, {}}, kT0);
+  for (int task = 0; task < 2 && t.ok(); ++task) {
+    t = Step(t->next, TaskStarted{task == 0 ? "n1" : "n2", task, 1, kT0 + kS, "", "", 41000},
+             kT0 + kS);
+  }
+  for (const auto& [node, lease] : losses) {
+    if (t.ok())
+      t = Step(t->next, NodeLost{node, "node " + node + " stopped responding", lease}, at_us);
+  }
+  return t;
+}
+
+const Placed kOnN3{{{"n3", {0}, {"GPU-2"}, 1000}, {"n3", {1}, {"GPU-3"}, 1000}}, {}};
+
+// A gang's two nodes both lost in one sweep (a rack cut off), n2's lease ending later than
+// n1's: the next attempt waits for each node, until its lease runs out or it is heard from
+// (it registered again, or reported the attempt's end there), whichever comes first. n1
+// back early does not let attempt 2 start while n2, cut off, may still run task 1.
+TEST(JobLifecycleLateEnd, AGangLostOnTwoNodesWaitsForEachOfThem) {
+  Result<Transition> lost =
+      GangOnTwoNodesLost({{"n1", kT0 + 66 * kS}, {"n2", kT0 + 70 * kS}}, kT0 + 6 * kS);
+  ASSERT_TRUE(lost.ok()) << lost.status().ToString();
+  const Job pending = lost->next;
+  ASSERT_EQ(pending.state, JobState::kPending);
+  ASSERT_EQ(pending.attempt, 1);
+  // n1 registers again: n2 still holds the job back, until its own lease's end.
+  Result<Transition> n1_back = Step(pending, FenceLifted{"n1"}, kT0 + 20 * kS);
+  ASSERT_TRUE(n1_back.ok()) << n1_back.status().ToString();
+  EXPECT_TRUE(n1_back->changed);
+  EXPECT_FALSE(n1_back->effects.queue_changed);
+  Result<Transition> early = Step(n1_back->next, kOnN3, kT0 + 21 * kS);
+  ASSERT_FALSE(early.ok());
+  EXPECT_NE(early.status().message().find("node n2's lease"), std::string::npos)
+      << early.status().ToString();
+  EXPECT_FALSE(Step(pending, kOnN3, kT0 + 67 * kS).ok());  // n1's lease is over, not n2's
+  EXPECT_TRUE(Step(pending, kOnN3, kT0 + 70 * kS).ok());
+  EXPECT_TRUE(Step(n1_back->next, kOnN3, kT0 + 70 * kS).ok());
+  // ... or until n2 registers again too.
+  Result<Transition> both_back = Step(n1_back->next, FenceLifted{"n2"}, kT0 + 22 * kS);
+  ASSERT_TRUE(both_back.ok());
+  EXPECT_TRUE(both_back->effects.queue_changed);
+  Result<Transition> placed = Step(both_back->next, kOnN3, kT0 + 22 * kS);
+  ASSERT_TRUE(placed.ok()) << placed.status().ToString();
+  EXPECT_EQ(placed->next.attempt, 2);
+  // Each node's report of its task's end ends the wait for that node only.
+  Result<Transition> r = Step(pending, GangEnd("n1", 0, kT0 + 15 * kS, 1), kT0 + 20 * kS);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->next.state, JobState::kPending);
+  EXPECT_FALSE(r->effects.queue_changed);
+  EXPECT_FALSE(Step(r->next, kOnN3, kT0 + 21 * kS).ok());
+  r = Step(r->next, GangEnd("n2", 1, kT0 + 16 * kS, 0), kT0 + 22 * kS);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_TRUE(r->effects.queue_changed);
+  EXPECT_TRUE(Step(r->next, kOnN3, kT0 + 22 * kS).ok());
+}
+
+// n2 is lost after n1, while the job waits for its next attempt (a later sweep): from
+// then on it waits for n2's lease too, even once n1 is back. A node of the attempt lost
+// without a lease, or lost again, changes nothing more; another node is none of its.
+TEST(JobLifecycleLateEnd, AGangsOtherNodeLostWhileItWaitsHoldsItBackToo) {
+  Result<Transition> t = GangOnTwoNodesLost({{"n1", kT0 + 66 * kS}}, kT0 + 6 * kS);
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  ASSERT_EQ(t->next.state, JobState::kPending);
+  const Job n1_lost = t->next;
+  t = Step(n1_lost, FenceLifted{"n1"}, kT0 + 8 * kS);
+  ASSERT_TRUE(t.ok());
+  EXPECT_TRUE(t->effects.queue_changed);  // n2, up, was told to stop: no wait for it
+  EXPECT_TRUE(Step(t->next, kOnN3, kT0 + 8 * kS).ok());
+  EXPECT_FALSE(Step(t->next, NodeLost{"n3", "gone", kT0 + 90 * kS}, kT0 + 9 * kS)->changed);
+  t = Step(t->next, NodeLost{"n2", "node n2 stopped responding", kT0 + 68 * kS}, kT0 + 9 * kS);
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  ASSERT_TRUE(t->changed);
+  EXPECT_EQ(t->next.state, JobState::kPending);
+  EXPECT_FALSE(Step(t->next, kOnN3, kT0 + 67 * kS).ok());
+  EXPECT_TRUE(Step(t->next, kOnN3, kT0 + 68 * kS).ok());
+  EXPECT_FALSE(Step(t->next, NodeLost{"n2", "again", kT0 + 99 * kS}, kT0 + 10 * kS)->changed);
+  // Lost with no lease: nothing stops its task, and nothing is waited for.
+  t = Step(n1_lost, NodeLost{"n2", "gone", 0}, kT0 + 9 * kS);
+  ASSERT_TRUE(t.ok());
+  EXPECT_FALSE(Step(t->next, kOnN3, kT0 + 65 * kS).ok());  // n1's lease still holds it
+  EXPECT_TRUE(Step(t->next, kOnN3, kT0 + 66 * kS).ok());
+}
+
+// red team 7, finding 1: a gang of two 8-GPU tasks, task 0 on n1 and task 1 on n2, placed
+// at kT0 and started at kT0 + 1 s; n2 is lost at kT0 + 11 s (n1 is not). With --requeue
+// the job is PENDING again; without, it is LOST.
+Job SpreadGangLost(bool requeue) {
+  Job j;
+  j.id = 9;
+  j.user = "alice";
+  j.command = {"true"};
+  j.requeue = requeue;
+  j.request.gpus = 8;
+  j.request.tasks = 2;
+  j.state = JobState::kPending;
+  std::vector<std::string> n1_gpus, n2_gpus;
+  std::vector<int> indices;
+  for (int g = 0; g < 8; ++g) {
+    indices.push_back(g);
+    n1_gpus.push_back("GPU-n1-" + std::to_string(g));
+    n2_gpus.push_back("GPU-n2-" + std::to_string(g));
+  }
+  Result<Transition> t =
+      Step(j, Placed{{{"n1", indices, n1_gpus, 1000}, {"n2", indices, n2_gpus, 1000}}, {}}, kT0);
+  EXPECT_TRUE(t.ok()) << t.status().ToString();
+  for (int task = 0; task < 2; ++task) {
+    t = Step(t->next, TaskStarted{task == 0 ? "n1" : "n2", task, 1, kT0 + kS, "", "", 41000},
+             kT0 + kS);
+    EXPECT_TRUE(t.ok()) << t.status().ToString();
+  }
+  t = Step(t->next, NodeLost{"n2", "node n2 stopped responding", kT0 + 71 * kS}, kT0 + 11 * kS);
+  EXPECT_TRUE(t.ok()) << t.status().ToString();
+  EXPECT_EQ(t->next.state, requeue ? JobState::kPending : JobState::kLost);
+  return t->next;
+}
+
+// Task 0 on n1, stopped at the loss, reports its end at kT0 + 12 s (exit 143); task 1 on
+// n2, whose node comes back, that it exited with code 9 at kT0 + 21 s.
+Job BothReported(Job job, std::vector<double>* charged) {
+  TaskExited stop = GangEnd("n1", 0, kT0 + 12 * kS, 143);
+  stop.cancelled = true;
+  Result<Transition> t = Step(job, stop, kT0 + 12 * kS);
+  EXPECT_TRUE(t.ok()) << t.status().ToString();
+  EXPECT_TRUE(t->changed);
+  charged->push_back(t->effects.late_gpu_hours);
+  t = Step(t->next, GangEnd("n2", 1, kT0 + 21 * kS, 9), kT0 + 23 * kS);
+  EXPECT_TRUE(t.ok()) << t.status().ToString();
+  EXPECT_TRUE(t->changed);
+  charged->push_back(t->effects.late_gpu_hours);
+  return t->next;
+}
+
+// The requeued gang's lost attempt: its 16 GPUs up to the loss (10 s), then n1's 8 up to
+// task 0's end (1 s more) and n2's 8 up to task 1's (10 s more): 248 GPU-seconds, not 16
+// GPUs up to the latest end (320). A window is cut per task.
+TEST(JobLifecycleLateEnd, AGangsLostAttemptChargesEachTasksGpusUpToItsOwnEnd) {
+  std::vector<double> charged;
+  const Job job = BothReported(SpreadGangLost(true), &charged);
+  ASSERT_EQ(job.state, JobState::kPending);
+  const jobs::EarlierAttempt& a = job.earlier_attempts[0];
+  EXPECT_EQ(a.lost_time_us, kT0 + 11 * kS);
+  EXPECT_EQ(a.end_time_us, kT0 + 21 * kS);
+  EXPECT_EQ(a.late_end_times_us, (std::vector<int64_t>{kT0 + 12 * kS, kT0 + 21 * kS}));
+  EXPECT_NEAR(a.gpu_hours, 248.0 / 3600, 1e-12);
+  EXPECT_NEAR(JobGpuHours(job, 0, INT64_MAX, kT0 + 30 * kS), 248.0 / 3600, 1e-12);
+  EXPECT_EQ(charged, (std::vector<double>{0, 0}));  // a waiting job's are in its record
+  // Past task 0's end: only n2's 8 GPUs (3 s).
+  EXPECT_NEAR(JobGpuHours(job, kT0 + 16 * kS, kT0 + 19 * kS, kT0 + 30 * kS), 24.0 / 3600, 1e-12);
+  // Across the loss: 16 GPUs x 5 s, then n1's 8 x 1 s and n2's 8 x 5 s.
+  EXPECT_NEAR(JobGpuHours(job, kT0 + 6 * kS, kT0 + 16 * kS, kT0 + 30 * kS), 128.0 / 3600, 1e-12);
+  EXPECT_EQ(a.late_reason,
+            "task 0 (node n1) exited with code 143 (stopped by the controller, its job lost); "
+            "task 1 (node n2) exited with code 9, reported after its node was lost");
+  // Cancelled while it waits: a later report's charge counts in /metrics (nothing here:
+  // both reported); the record keeps its hours.
+  Result<Transition> again = Step(job, GangEnd("n2", 1, kT0 + 21 * kS, 9), kT0 + 24 * kS);
+  ASSERT_TRUE(again.ok());
+  EXPECT_FALSE(again->changed);
+}
+
+// The same gang without --requeue ends LOST: its 16 GPUs up to the loss, then each task's
+// 8 up to its own end, as reported; each report charges its own task's part.
+TEST(JobLifecycleLateEnd, ALostGangChargesEachTasksGpusUpToItsOwnEnd) {
+  std::vector<double> charged;
+  const Job lost = SpreadGangLost(false);
+  EXPECT_NEAR(JobGpuHours(lost, 0, INT64_MAX, kT0 + 30 * kS), 160.0 / 3600, 1e-12);
+  const Job job = BothReported(lost, &charged);
+  ASSERT_EQ(job.state, JobState::kLost);
+  EXPECT_EQ(job.end_time_us, kT0 + 11 * kS);
+  EXPECT_EQ(job.late_end_time_us, kT0 + 21 * kS);
+  EXPECT_EQ(job.tasks[0].end_time_us, kT0 + 12 * kS);
+  EXPECT_EQ(job.tasks[1].end_time_us, kT0 + 21 * kS);
+  ASSERT_EQ(charged.size(), 2u);
+  EXPECT_NEAR(charged[0], 8.0 / 3600, 1e-12);
+  EXPECT_NEAR(charged[1], 80.0 / 3600, 1e-12);
+  EXPECT_NEAR(JobGpuHours(job, 0, INT64_MAX, kT0 + 30 * kS), 248.0 / 3600, 1e-12);
+  EXPECT_NEAR(JobGpuHours(job, kT0 + 16 * kS, kT0 + 19 * kS, kT0 + 30 * kS), 24.0 / 3600, 1e-12);
+  EXPECT_NEAR(JobGpuHours(job, kT0 + 6 * kS, kT0 + 16 * kS, kT0 + 30 * kS), 128.0 / 3600, 1e-12);
+  EXPECT_EQ(job.late_reason,
+            "task 0 (node n1) exited with code 143 (stopped by the controller, its job lost); "
+            "task 1 (node n2) exited with code 9, reported after its node was lost (the job "
+            "stays LOST)");
+  // Task 0's outcome speaks for the job's late exit status.
+  EXPECT_EQ(job.late_exit_code, 143);
+  // Stored by an older server (no task's own end): all its GPUs up to the latest end.
+  Job old = job;
+  old.tasks[1].reported_late = false;
+  EXPECT_NEAR(JobGpuHours(old, 0, INT64_MAX, kT0 + 30 * kS), 320.0 / 3600, 1e-12);
+}
+
+// A one-task job is charged as before: its GPUs up to its end, and a window cut there.
+TEST(JobLifecycleLateEnd, AOneTaskAttemptsWindowIsAsBefore) {
+  Result<Transition> t = Step(LostAt6s(true), EndOf(1, kT0 + 20 * kS, 3), kT0 + 30 * kS);
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  // 2 GPUs x 3 s before the loss, 2 x 4 s after it.
+  EXPECT_NEAR(JobGpuHours(t->next, kT0 + 3 * kS, kT0 + 10 * kS, kT0 + 30 * kS), 14.0 / 3600, 1e-12);
+  EXPECT_NEAR(JobGpuHours(t->next, 0, INT64_MAX, kT0 + 30 * kS), 38.0 / 3600, 1e-12);
+  EXPECT_EQ(t->next.earlier_attempts[0].late_reason,
+            "exited with code 3, reported after its node was lost");
+  // A record whose report an older server took (no task's own end): spread as then.
+  Job old = t->next;
+  old.earlier_attempts[0].late_end_times_us.clear();
+  EXPECT_NEAR(JobGpuHours(old, kT0 + 3 * kS, kT0 + 10 * kS, kT0 + 30 * kS), 14.0 / 3600, 1e-12);
 }
 
 }  // namespace

@@ -367,8 +367,8 @@ TEST(JobLifecycleTest, ALostNodesLeaseHoldsBackTheNextAttemptOfAFencedJob) {
   Result<Transition> t = Step(j, NodeLost{"n1", "node n1 stopped responding", kNow + 60}, kNow);
   ASSERT_TRUE(t.ok()) << t.status().ToString();
   ASSERT_EQ(t->next.state, JobState::kPending);
-  EXPECT_EQ(t->next.fence_node, "n1");
-  EXPECT_EQ(t->next.fence_until_us, kNow + 60);
+  // n2, up, was told to stop its task: kept, in case it is lost before the job is placed.
+  EXPECT_EQ(t->next.fences, (std::vector<jobs::NodeFence>{{"n1", kNow + 60}, {"n2", 0}}));
   // Not placed before the lease ends; at its end it is, and the fence is gone.
   Result<Transition> early = Step(t->next, Placed{{{"n3", {0}, {"GPU-3"}, 1000}}, {}}, kNow + 59);
   ASSERT_FALSE(early.ok());
@@ -376,29 +376,29 @@ TEST(JobLifecycleTest, ALostNodesLeaseHoldsBackTheNextAttemptOfAFencedJob) {
   EXPECT_NE(early.status().message().find("node n1's lease"), std::string::npos);
   Result<Transition> placed = Step(t->next, Placed{{{"n3", {0}, {"GPU-3"}, 1000}}, {}}, kNow + 60);
   ASSERT_TRUE(placed.ok()) << placed.status().ToString();
-  EXPECT_EQ(placed->next.fence_until_us, 0);
-  EXPECT_TRUE(placed->next.fence_node.empty());
+  EXPECT_TRUE(placed->next.fences.empty());
   // The node registered again: the wait ends; another node's return changes nothing.
-  EXPECT_FALSE(Step(t->next, FenceLifted{"n2"}, kNow)->changed);
+  EXPECT_FALSE(Step(t->next, FenceLifted{"n3"}, kNow)->changed);
   Result<Transition> lifted = Step(t->next, FenceLifted{"n1"}, kNow);
   ASSERT_TRUE(lifted->changed);
-  EXPECT_EQ(lifted->next.fence_until_us, 0);
+  EXPECT_EQ(jobs::FenceUntilUs(lifted->next), 0);
   EXPECT_TRUE(lifted->effects.queue_changed);
   // No fence: a lease already over, a job its loss ends (LOST), a task there that had
   // ended, or no lease at all.
-  EXPECT_EQ(Step(j, NodeLost{"n1", "gone", kNow}, kNow)->next.fence_until_us, 0);
-  EXPECT_EQ(Step(j, NodeLost{"n1", "gone"}, kNow)->next.fence_until_us, 0);
+  EXPECT_EQ(jobs::FenceUntilUs(Step(j, NodeLost{"n1", "gone", kNow}, kNow)->next), 0);
+  EXPECT_EQ(jobs::FenceUntilUs(Step(j, NodeLost{"n1", "gone"}, kNow)->next), 0);
   Job ended_there = j;
   ended_there.tasks[0].ended = true;
-  EXPECT_EQ(Step(ended_there, NodeLost{"n1", "gone", kNow + 60}, kNow)->next.fence_until_us, 0);
+  EXPECT_EQ(jobs::FenceUntilUs(Step(ended_there, NodeLost{"n1", "gone", kNow + 60}, kNow)->next),
+            0);
   Job plain = j;
   plain.requeue = false;
   EXPECT_EQ(Step(plain, NodeLost{"n1", "gone", kNow + 60}, kNow)->next.state, JobState::kLost);
-  EXPECT_EQ(Step(plain, NodeLost{"n1", "gone", kNow + 60}, kNow)->next.fence_until_us, 0);
+  EXPECT_EQ(jobs::FenceUntilUs(Step(plain, NodeLost{"n1", "gone", kNow + 60}, kNow)->next), 0);
   // A task placed there whose start was never reported may run there too.
   Job assigned = InState(JobState::kAssigned);
   assigned.requeue = true;
-  EXPECT_EQ(Step(assigned, NodeLost{"n1", "gone", kNow + 60}, kNow)->next.fence_until_us,
+  EXPECT_EQ(jobs::FenceUntilUs(Step(assigned, NodeLost{"n1", "gone", kNow + 60}, kNow)->next),
             kNow + 60);
 }
 

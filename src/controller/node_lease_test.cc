@@ -69,8 +69,7 @@ TEST_F(NodeLeaseTest, ARequeuedJobWaitsForItsLostNodesLeaseThenStartsElsewhere) 
   Pass(12'000'000, Other(lost));  // past the node timeout of 10 s
   Job waiting = Get(job.id);
   ASSERT_EQ(waiting.state, JobState::kPending);
-  EXPECT_EQ(waiting.fence_node, lost);
-  EXPECT_EQ(waiting.fence_until_us, last_seen + kLeaseUs);
+  EXPECT_EQ(waiting.fences, (std::vector<jobs::NodeFence>{{lost, last_seen + kLeaseUs}}));
   // Another node has room, but the lost one may still run attempt 1 until its lease ends.
   ASSERT_TRUE(c_->ScheduleOnce().ok());
   waiting = Get(job.id);
@@ -90,8 +89,7 @@ TEST_F(NodeLeaseTest, ARequeuedJobWaitsForItsLostNodesLeaseThenStartsElsewhere) 
   ASSERT_EQ(placed.state, JobState::kAssigned) << placed.pending_reason;
   EXPECT_EQ(placed.attempt, 2);
   EXPECT_EQ(placed.placement.at(0).node, Other(lost));
-  EXPECT_EQ(placed.fence_until_us, 0);
-  EXPECT_TRUE(placed.fence_node.empty());
+  EXPECT_TRUE(placed.fences.empty());
 }
 
 TEST_F(NodeLeaseTest, TheLeaseOutlivesAControllerRestart) {
@@ -100,7 +98,7 @@ TEST_F(NodeLeaseTest, TheLeaseOutlivesAControllerRestart) {
   job.requeue = true;
   const std::string lost = StartJob(&job);
   Pass(12'000'000, Other(lost));
-  ASSERT_NE(Get(job.id).fence_until_us, 0);
+  ASSERT_NE(jobs::FenceUntilUs(Get(job.id)), 0);
   ControllerOptions o;
   o.node_lease_us = kLeaseUs;
   Restart(o);
@@ -115,11 +113,11 @@ TEST_F(NodeLeaseTest, ANodeThatRegistersAgainEndsTheWait) {
   job.requeue = true;
   const std::string lost = StartJob(&job);
   Pass(12'000'000, Other(lost));
-  ASSERT_NE(Get(job.id).fence_until_us, 0);
+  ASSERT_NE(jobs::FenceUntilUs(Get(job.id)), 0);
   // It comes back running nothing of the job: the job may start at once.
   Register(2, {}, lost);
   Job back = Get(job.id);
-  EXPECT_EQ(back.fence_until_us, 0);
+  EXPECT_EQ(jobs::FenceUntilUs(back), 0);
   ASSERT_TRUE(c_->ScheduleOnce().ok());
   EXPECT_EQ(Get(job.id).state, JobState::kAssigned);
 }
@@ -148,9 +146,9 @@ TEST_F(NodeLeaseTest, AnotherAgentTakingTheNodeOverDoesNotEndTheWait) {
   job.requeue = true;
   const std::string lost = StartJob(&job);
   Pass(12'000'000, Other(lost));  // past the node timeout: another agent may take it over
-  ASSERT_NE(Get(job.id).fence_until_us, 0);
+  ASSERT_NE(jobs::FenceUntilUs(Get(job.id)), 0);
   ASSERT_TRUE(register_as(lost, "agent-new").ok());
-  EXPECT_NE(Get(job.id).fence_until_us, 0);
+  EXPECT_NE(jobs::FenceUntilUs(Get(job.id)), 0);
   ASSERT_TRUE(c_->ScheduleOnce().ok());
   EXPECT_EQ(Get(job.id).state, JobState::kPending);
   EXPECT_NE(Get(job.id).pending_reason.find("its lease stops it by"), std::string::npos);
@@ -165,7 +163,7 @@ TEST_F(NodeLeaseTest, ANodeThatComesBackStillRunningTheAttemptStopsItFirst) {
   ASSERT_TRUE(c_->ScheduleOnce().ok());
   Job waiting = Get(job.id);
   EXPECT_EQ(waiting.state, JobState::kPending);
-  EXPECT_EQ(waiting.fence_until_us, 0);
+  EXPECT_EQ(jobs::FenceUntilUs(waiting), 0);
   EXPECT_NE(waiting.pending_reason.find("it still ran there when the node came back"),
             std::string::npos)
       << waiting.pending_reason;
@@ -180,7 +178,7 @@ TEST_F(NodeLeaseTest, APreemptibleJobIsRequeuedWhenItsNodeIsLost) {
   Pass(12'000'000, Other(lost));
   Job again = Get(job.id);
   EXPECT_EQ(again.state, JobState::kPending);
-  EXPECT_EQ(again.fence_node, lost);
+  EXPECT_EQ(again.fences.at(0).node, lost);
   ASSERT_TRUE(c_->ScheduleOnce().ok());
   EXPECT_EQ(Get(job.id).state, JobState::kPending);
   Restart();  // no lease
@@ -199,7 +197,7 @@ TEST_F(NodeLeaseTest, AJobItsLossDoesNotRequeueWaitsForNothing) {
   Pass(12'000'000, Other(lost));
   Job ended = Get(plain.id);
   EXPECT_EQ(ended.state, JobState::kLost);
-  EXPECT_EQ(ended.fence_until_us, 0);
+  EXPECT_EQ(jobs::FenceUntilUs(ended), 0);
 }
 
 TEST_F(NodeLeaseTest, WithoutALeaseARequeuedJobStartsAtOnce) {
@@ -210,7 +208,7 @@ TEST_F(NodeLeaseTest, WithoutALeaseARequeuedJobStartsAtOnce) {
   job.requeue = true;
   const std::string lost = StartJob(&job);
   Pass(12'000'000, Other(lost));
-  EXPECT_EQ(Get(job.id).fence_until_us, 0);
+  EXPECT_EQ(jobs::FenceUntilUs(Get(job.id)), 0);
   ASSERT_TRUE(c_->ScheduleOnce().ok());
   EXPECT_EQ(Get(job.id).state, JobState::kAssigned);
 }
@@ -228,7 +226,7 @@ TEST_F(NodeLeaseTest, ATaskItsNodeStoppedForTheLeaseIsLostWithTheNode) {
       again.reason.find("task 0 (node " + node + ") was stopped by its node: node lease ran out"),
       std::string::npos)
       << again.reason;
-  EXPECT_EQ(again.fence_until_us, 0);  // it has ended: nothing to wait for
+  EXPECT_EQ(jobs::FenceUntilUs(again), 0);  // it has ended: nothing to wait for
   ASSERT_EQ(again.earlier_attempts.size(), 1u);
   EXPECT_EQ(again.earlier_attempts[0].ended_by, jobs::AttemptEnd::kLost);
   // A preemptible job goes back too (only such jobs and --requeue ones are stopped for the

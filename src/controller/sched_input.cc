@@ -213,6 +213,12 @@ Result<sched::Task> SchedInput::TaskFor(const jobs::Job& job) const {
     t.min_capability = std::atoi(r.min_capability.substr(0, dot).c_str()) * 10 +
                        std::atoi(r.min_capability.substr(dot + 1).c_str());
   }
+  // The job's own node choice binds every task (sched/task.h), so it is set before the
+  // GPU part, which a CPU-only job skips.
+  t.nodelist = r.nodelist;
+  std::sort(t.nodelist.begin(), t.nodelist.end());
+  t.exclude = r.exclude;
+  std::sort(t.exclude.begin(), t.exclude.end());
   if (r.gpus == 0) return t;
   t.enforce_memory = job.enforce_memory;
   t.gpu_memory_mib = static_cast<int64_t>((r.gpu_memory_bytes + kMiB - 1) / kMiB);
@@ -292,9 +298,30 @@ sched::EnvironmentNodes SchedInput::NodesForEnvironment(std::string_view environ
 
 namespace {
 
-// When a job's node lease runs out, in epoch seconds (at least 1); 0: it waits for none.
+// When the last lease of a job's lost nodes runs out, in epoch seconds (at least 1); 0:
+// it waits for none.
 int64_t FenceUntilS(const jobs::Job& job) {
-  return job.fence_until_us == 0 ? 0 : std::max<int64_t>(1, job.fence_until_us / 1'000'000);
+  const int64_t until = jobs::FenceUntilUs(job);
+  return until == 0 ? 0 : std::max<int64_t>(1, until / 1'000'000);
+}
+
+// The lost nodes a job waits for (Job::fences with a lease), in words: "n1", "n1 and
+// n2", "n1, n2, n3 and 5 more"; their count in *count.
+std::string FencedNodesInWords(const jobs::Job& job, int32_t* count) {
+  std::vector<const std::string*> names;
+  for (const jobs::NodeFence& f : job.fences) {
+    if (f.until_us != 0) names.push_back(&f.node);
+  }
+  *count = static_cast<int32_t>(names.size());
+  constexpr size_t kNamed = 3;
+  const size_t shown = std::min(names.size(), kNamed);
+  std::string out;
+  for (size_t i = 0; i < shown; ++i) {
+    if (i > 0) out += i + 1 == names.size() ? " and " : ", ";
+    out += *names[i];
+  }
+  if (names.size() > shown) out += " and " + std::to_string(names.size() - shown) + " more";
+  return out;
 }
 
 }  // namespace
@@ -311,15 +338,16 @@ sched::QueuedJob SchedInput::ToQueuedJob(const jobs::Job& job, const AdmissionFe
   a.held_by = job.held_by;
   a.held_by_admin = job.held_by_admin;
   if (auto w = feed.waiting.find(job.id); w != feed.waiting.end()) a.waits_for = w->second;
-  if (job.fence_until_us != 0) {
-    // Its node was lost while the attempt ran: its lease stops it (lifecycle::NodeLost).
+  if (jobs::FenceUntilUs(job) != 0) {
+    // Its nodes were lost while the attempt ran: their leases stop it (lifecycle::NodeLost).
     a.stopping_attempt = job.attempt;
-    a.stopping_node = job.fence_node;
+    a.stopping_node = FencedNodesInWords(job, &a.stopping_nodes);
     a.stopping_until_s = FenceUntilS(job);
   }
   if (auto s = feed.stopping.find(job.id); s != feed.stopping.end()) {
     a.stopping_attempt = s->second.first;
     a.stopping_node = s->second.second;
+    a.stopping_nodes = 1;
     a.stopping_until_s = 0;
   }
   if (job.array_id != 0) {
@@ -340,6 +368,14 @@ sched::QueuedJob SchedInput::ToQueuedJob(const jobs::Job& job, const AdmissionFe
 
 namespace {
 
+// Whether `a` names the lost nodes `job` waits for: a gang's wait for several ends node
+// by node, the last lease's end staying the same (Job::fences).
+bool SameFencedNodes(const sched::AdmissionFacts& a, const jobs::Job& job) {
+  if (jobs::FenceUntilUs(job) == 0) return true;  // stopping_until_s 0: compared already
+  int32_t count = 0;
+  return a.stopping_node == FencedNodesInWords(job, &count) && a.stopping_nodes == count;
+}
+
 // Whether ToQueuedJob would make of `job` what `e` holds (the feed aside).
 bool SameInputs(const ConversionCache::Entry& e, const jobs::Job& job) {
   const sched::QueuedJob& q = e.job;
@@ -351,7 +387,7 @@ bool SameInputs(const ConversionCache::Entry& e, const jobs::Job& job) {
          q.priority == job.priority && q.submit_s == job.submit_time_us / 1'000'000 &&
          q.time_limit_s == job.time_limit_s && a.held_by == job.held_by &&
          a.held_by_admin == job.held_by_admin && a.array_max_running == job.array_max_running &&
-         a.stopping_until_s == FenceUntilS(job) &&
+         a.stopping_until_s == FenceUntilS(job) && SameFencedNodes(a, job) &&
          (has_environment ? a.environment == job.needs.source : a.environment.empty());
 }
 

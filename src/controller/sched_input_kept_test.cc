@@ -255,7 +255,8 @@ std::string Describe(const sched::QueuedJob& q) {
                     std::to_string(q.submit_s) + "|" + std::to_string(q.time_limit_s) + "|" +
                     std::to_string(q.runtime_estimate_s) + "|" + a.held_by + "|" +
                     std::to_string(a.held_by_admin) + "|" + a.waits_for + "|" +
-                    std::to_string(a.stopping_attempt) + a.stopping_node + "|" + a.array_id + "|" +
+                    std::to_string(a.stopping_attempt) + a.stopping_node + "/" +
+                    std::to_string(a.stopping_nodes) + "|" + a.array_id + "|" +
                     std::to_string(a.array_max_running) + "|" + std::to_string(a.gpus) + "|" +
                     a.environment + "|" + a.unplaceable;
   for (const sched::Task& t : q.tasks) {

@@ -35,9 +35,16 @@ struct UsageRow {
 };
 
 // The GPU-hours job `j` held inside [since_us, until_us) (up to now_us while it runs),
-// its earlier attempts' included; a LOST job's up to its real end when its node reported
-// it late (Job::late_end_time_us).
+// its earlier attempts' included. A LOST job's, or a lost attempt's, whose nodes reported
+// its tasks' real ends late (docs/health.md, "An end reported late"): all its GPUs up to
+// the loss, then each task's GPUs up to that task's own end (a task never reported, or
+// ended by the loss, adds nothing past it); a record kept without each task's end (an
+// older server's): all its GPUs up to the latest end.
 double JobGpuHours(const jobs::Job& j, int64_t since_us, int64_t until_us, int64_t now_us);
+
+// The part of JobGpuHours a LOST job's tasks held past its end_time_us (the loss), up to
+// the ends their nodes reported late, inside [since_us, until_us); 0 without a late end.
+double LateGpuHours(const jobs::Job& j, int64_t since_us, int64_t until_us);
 
 // The (user, project) of /metrics' GPU-hours series (pool_accounting.h): project "(none)"
 // for a job without one.

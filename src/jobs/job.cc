@@ -203,6 +203,8 @@ int64_t SubmissionBytes(const Job& job) {
     add(m.target);
   }
   for (const std::string& m : job.request.gpu_models) add(m);
+  for (const std::string& m : job.request.nodelist) add(m);
+  for (const std::string& m : job.request.exclude) add(m);
   for (const std::string* s :
        {&job.workdir, &job.name, &job.project, &job.image, &job.environment, &job.env_dir,
         &job.request.vendor, &job.request.min_capability, &job.interactive, &job.array,

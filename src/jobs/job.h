@@ -13,6 +13,7 @@
 
 #include <sys/types.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <map>
 #include <optional>
@@ -55,6 +56,11 @@ struct ResourceRequest {
   std::string vendor;                   // "nvidia", "amd" or empty = any
   std::string min_capability;           // "8.0"; empty = any
   int tasks = 1;                        // gang size: all tasks placed or none
+  // Slurm's -w/--nodelist: every task runs on one of these nodes (names, expanded);
+  // empty = any. Unlike Slurm's, it does not ask that every listed node be used.
+  std::vector<std::string> nodelist;
+  // Slurm's -x/--exclude: no task runs on these nodes (names, expanded).
+  std::vector<std::string> exclude;
   friend bool operator==(const ResourceRequest&, const ResourceRequest&) = default;
 };
 
@@ -197,11 +203,28 @@ struct EarlierAttempt {
   // `nodes` in none): a gang job waiting for its next attempt ends SUCCEEDED once every
   // task of the lost attempt reported kSucceeded, and a task reported twice is known.
   std::vector<LateTaskEnd> late_ends;
+  // Each task's end as its node reported it late, by task index (0: not reported), beside
+  // late_ends: each task's GPUs (gpus / nodes.size()) are charged up to its own end, not
+  // the attempt's latest (controller/usage.h). Empty in records whose late reports an
+  // older server took: their GPUs are charged together up to end_time_us.
+  std::vector<int64_t> late_end_times_us;
   friend bool operator==(const EarlierAttempt&, const EarlierAttempt&) = default;
 };
 inline constexpr size_t kMaxEarlierAttempts = 16;
 inline constexpr size_t kMaxAttemptReason = 256;
 inline constexpr size_t kMaxAttemptNodes = 4096;  // EarlierAttempt::nodes: one per task
+
+// A node a requeued job's lost attempt may still run a task on (Job::fences).
+struct NodeFence {
+  std::string node;
+  // When the node's lease runs out (controller clock, microseconds): the node was lost.
+  // 0: the node was up when the attempt was lost (a gang's other node, told to stop its
+  // task); the job does not wait for it, but its loss before the job is placed again
+  // sets this (its task may run on, cut off).
+  int64_t until_us = 0;
+  friend bool operator==(const NodeFence&, const NodeFence&) = default;
+};
+inline constexpr size_t kMaxFences = 4096;  // Job::fences: at most one per task's node
 
 struct Job {
   int64_t id = 0;
@@ -297,8 +320,9 @@ struct Job {
   std::optional<int> exit_code;
   std::optional<int> signal;
   // A LOST job's real end, reported by its node after the loss (docs/health.md, "An end
-  // reported late"): the latest reported end of its tasks (its GPUs were held until then,
-  // and are charged so), how task 0 (or the first failed task) ended, in words and as an
+  // reported late"): the latest reported end of its tasks (each task's GPUs were held up
+  // to its own end, TaskStatus::end_time_us with reported_late, and are charged so), every
+  // reported task's end in words, and how task 0 (or the first failed task) ended as an
   // exit code or signal. The job stays LOST: what depended on its outcome acted on that.
   // 0 / empty: no late report.
   int64_t late_end_time_us = 0;
@@ -351,12 +375,14 @@ struct Job {
   // stored before other ends were kept: every record there is a preempted one).
   std::vector<EarlierAttempt> earlier_attempts;
   // Set by the controller on a job requeued when its node was lost while a task of it
-  // ran there (docs/health.md, "A node cut off from the controller"): the node, and when
-  // its lease runs out (controller clock, microseconds). The node's supervisors stop the
-  // attempt by then (FencedOnLoss), so the job starts again only after it, or once the
-  // node has registered again and listed what it still runs. Cleared when it is placed.
-  std::string fence_node;
-  int64_t fence_until_us = 0;
+  // ran there (docs/health.md, "A node cut off from the controller"): each node of that
+  // attempt that may still run a task of it, in the order they were lost. The job starts
+  // again only once every lost one (NodeFence::until_us set) is gone: its lease ran out
+  // (its supervisors have stopped the attempt by then, FencedOnLoss) or it registered
+  // again and listed what it still runs, or reported the attempt's end there. Cleared
+  // when it is placed. JSON `fences`; a job stored with only `fence_node` and
+  // `fence_until_us` (one node) reads as one fence (job_json.cc).
+  std::vector<NodeFence> fences;
   friend bool operator==(const Job&, const Job&) = default;
 };
 
@@ -365,6 +391,22 @@ struct Job {
 // and a preemptible one (requeued when lost during its preemption). The tasks of such a
 // job are stopped by their node when its lease runs out (protocol::RegistrationReply).
 inline bool FencedOnLoss(const Job& job) { return job.requeue || job.preemptible; }
+
+// The latest lease end among the lost nodes `job` waits for (Job::fences), 0 when it
+// waits for none: it is not placed before, unless those nodes are heard from first.
+inline int64_t FenceUntilUs(const Job& job) {
+  int64_t until = 0;
+  for (const NodeFence& f : job.fences) until = std::max(until, f.until_us);
+  return until;
+}
+
+// The entry of `job.fences` for `node`, or nullptr.
+inline const NodeFence* FenceOn(const Job& job, const std::string& node) {
+  for (const NodeFence& f : job.fences) {
+    if (f.node == node) return &f;
+  }
+  return nullptr;
+}
 
 // Appends an ended attempt to `job` (its reason cut to kMaxAttemptReason bytes); past
 // kMaxEarlierAttempts the two oldest become one (their span, their GPU-hours and counts

@@ -14,6 +14,7 @@ constexpr size_t kMaxArgs = 4096;
 constexpr size_t kMaxEnv = 1024;
 constexpr size_t kMaxString = 64 * 1024;
 constexpr size_t kMaxMounts = 64;
+constexpr size_t kMaxNodeNames = 65536;  // kMaxHostListNames
 
 Status CheckString(std::string_view field, const std::string& s) {
   if (s.size() > kMaxString) {
@@ -22,6 +23,29 @@ Status CheckString(std::string_view field, const std::string& s) {
   }
   if (s.find('\0') != std::string::npos) {
     return Status::InvalidArgument(std::string(field) + ": contains a NUL byte");
+  }
+  return Status::Ok();
+}
+
+// --nodelist / --exclude: node names as the agents register them (expanded: the client
+// expands Slurm's node[01-03]), so that a name that cannot be a node's is refused here.
+Status CheckNodeNames(std::string_view field, const std::vector<std::string>& names) {
+  if (names.size() > kMaxNodeNames) {
+    return Status::InvalidArgument(std::string(field) + ": more than " +
+                                   std::to_string(kMaxNodeNames) + " node names");
+  }
+  for (const std::string& n : names) {
+    bool ok = !n.empty() && n.size() <= 255;
+    for (size_t i = 0; ok && i < n.size(); ++i) {
+      const auto c = static_cast<unsigned char>(n[i]);
+      ok = c > ' ' && c != 0x7f && c != ',' && c != '[' && c != ']';
+    }
+    if (!ok) {
+      return Status::InvalidArgument(
+          std::string(field) + ": '" + n +
+          "' is not a node name (1..255 characters, no spaces, commas or brackets; expand a "
+          "hostlist like node[01-03] into its names)");
+    }
   }
   return Status::Ok();
 }
@@ -71,6 +95,14 @@ Status ValidateRequest(const ResourceRequest& r) {
     }
   }
   for (const auto& m : r.gpu_models) GP_RETURN_IF_ERROR(CheckString("gpu_models", m));
+  GP_RETURN_IF_ERROR(CheckNodeNames("nodelist", r.nodelist));
+  GP_RETURN_IF_ERROR(CheckNodeNames("exclude", r.exclude));
+  for (const std::string& n : r.nodelist) {
+    if (std::find(r.exclude.begin(), r.exclude.end(), n) != r.exclude.end()) {
+      return Status::InvalidArgument("nodelist, exclude: node '" + n +
+                                     "' is in both; leave it out of one of them");
+    }
+  }
   // A GPU constraint on a job that asks for no GPU would be dropped without a word.
   if (r.gpus == 0) {
     const char* field = !r.vendor.empty()           ? "vendor"
@@ -97,6 +129,8 @@ OrderedJson RequestToJson(const ResourceRequest& r) {
   if (!r.vendor.empty()) j["vendor"] = r.vendor;
   if (!r.min_capability.empty()) j["min_capability"] = r.min_capability;
   j["tasks"] = r.tasks;
+  if (!r.nodelist.empty()) j["nodelist"] = r.nodelist;
+  if (!r.exclude.empty()) j["exclude"] = r.exclude;
   return j;
 }
 
@@ -112,6 +146,8 @@ Result<ResourceRequest> RequestFromJson(const Json& j, std::string_view path, bo
   f.Optional("vendor", &r.vendor);
   f.Optional("min_capability", &r.min_capability);
   f.Optional("tasks", &r.tasks, 1, kMaxTasks);
+  f.Optional("nodelist", &r.nodelist);
+  f.Optional("exclude", &r.exclude);
   GP_RETURN_IF_ERROR(f.Finish());
   GP_RETURN_IF_ERROR(ValidateRequest(r).WithContext(std::string(path)));
   return r;
@@ -224,6 +260,23 @@ OrderedJson PlacementToJson(const std::vector<TaskPlacement>& tasks) {
   return placement;
 }
 
+// Job::fences as `fences`, and the lost node whose lease ends last as `fence_node` and
+// `fence_until_us`: what a job stored before `fences` had (one node), for older readers.
+void FencesToJson(const Job& job, OrderedJson& j) {
+  if (job.fences.empty()) return;
+  OrderedJson fences = OrderedJson::array();
+  const NodeFence* last = nullptr;
+  for (const NodeFence& f : job.fences) {
+    fences.push_back(OrderedJson{{"node", f.node}, {"until_us", f.until_us}});
+    if (f.until_us != 0 && (last == nullptr || f.until_us > last->until_us)) last = &f;
+  }
+  if (last != nullptr) {
+    j["fence_node"] = last->node;
+    j["fence_until_us"] = last->until_us;
+  }
+  j["fences"] = std::move(fences);
+}
+
 }  // namespace
 
 OrderedJson JobToJson(const Job& job) {
@@ -299,10 +352,7 @@ OrderedJson JobToJson(const Job& job) {
   j["attempt"] = job.attempt;
   j["cancel_requested"] = job.cancel_requested;
   if (job.time_limit_hit) j["time_limit_hit"] = true;
-  if (job.fence_until_us != 0) {
-    j["fence_node"] = job.fence_node;
-    j["fence_until_us"] = job.fence_until_us;
-  }
+  FencesToJson(job, j);
   if (!job.held_by.empty()) {
     j["held_by"] = job.held_by;
     j["held_by_admin"] = job.held_by_admin;
@@ -341,6 +391,7 @@ OrderedJson JobToJson(const Job& job) {
         for (LateTaskEnd e : a.late_ends) ends.push_back(LateTaskEndName(e));
         r["late_ends"] = std::move(ends);
       }
+      if (!a.late_end_times_us.empty()) r["late_end_times_us"] = a.late_end_times_us;
       runs.push_back(std::move(r));
     }
     j["earlier_attempts"] = std::move(runs);
@@ -417,6 +468,37 @@ Status DependenciesFromJson(JsonFields& f, bool reject_unknown, Job* job_out) {
   return Status::Ok();
 }
 
+// `fences`, else (a job stored before it) `fence_node` and `fence_until_us` as one.
+Status FencesFromJson(JsonFields& f, bool reject_unknown, Job* job_out) {
+  std::string node;
+  int64_t until_us = 0;
+  f.Optional("fence_node", &node);
+  f.Optional("fence_until_us", &until_us, 0);
+  const Json* fences = f.Array("fences");
+  if (fences == nullptr) {
+    if (until_us != 0) job_out->fences.push_back({std::move(node), until_us});
+    return Status::Ok();
+  }
+  if (fences->size() > kMaxFences) {
+    return Status::InvalidArgument(f.PathOf("fences") + ": at most " + std::to_string(kMaxFences) +
+                                   " nodes");
+  }
+  for (size_t i = 0; i < fences->size(); ++i) {
+    const std::string path = f.PathOf("fences") + "[" + std::to_string(i) + "]";
+    NodeFence nf;
+    JsonFields ff((*fences)[i], path, reject_unknown);
+    ff.Required("node", &nf.node);
+    ff.Optional("until_us", &nf.until_us, 0);
+    GP_RETURN_IF_ERROR(ff.Finish());
+    if (nf.node.empty() || nf.node.size() > 253 || FenceOn(*job_out, nf.node) != nullptr) {
+      return Status::InvalidArgument(path + ".node: expected a node name of 1..253 bytes, " +
+                                     "each node once");
+    }
+    job_out->fences.push_back(std::move(nf));
+  }
+  return Status::Ok();
+}
+
 // One record of earlier_attempts (or of the older preempted_attempts, which had only
 // the span and the GPU-hours: every one a preempted attempt).
 Status EarlierAttemptFromJson(const Json& run, const std::string& path, bool old_form,
@@ -438,6 +520,17 @@ Status EarlierAttemptFromJson(const Json& run, const std::string& path, bool old
     af.Optional("lost_time_us", &a.lost_time_us, 0);
     af.Optional("late_reason", &a.late_reason);
     af.Optional("late_ends", &late_ends);
+    if (const Json* times = af.Array("late_end_times_us")) {
+      for (const Json& t : *times) {
+        if (!t.is_number_integer() || t.get<int64_t>() < 0 ||
+            a.late_end_times_us.size() >= kMaxAttemptNodes) {
+          af.Fail("late_end_times_us", "expected at most " + std::to_string(kMaxAttemptNodes) +
+                                           " times in microseconds (0 or more), one per task");
+          break;
+        }
+        a.late_end_times_us.push_back(t.get<int64_t>());
+      }
+    }
   }
   GP_RETURN_IF_ERROR(af.Finish());
   const std::optional<AttemptEnd> end = ParseAttemptEnd(ended_by);
@@ -660,8 +753,7 @@ Result<Job> JobFromJson(const Json& j, std::string_view path, bool reject_unknow
   f.Optional("cancel_requested", &job.cancel_requested);
   f.Optional("time_limit_hit", &job.time_limit_hit);
   f.Optional("held_by", &job.held_by);
-  f.Optional("fence_node", &job.fence_node);
-  f.Optional("fence_until_us", &job.fence_until_us, 0);
+  GP_RETURN_IF_ERROR(FencesFromJson(f, reject_unknown, &job));
   f.Optional("held_by_admin", &job.held_by_admin);
   f.Optional("preemptible", &job.preemptible);
   f.Optional("min_runtime_s", &job.min_runtime_s, 0, int64_t{365} * 24 * 3600);

@@ -50,6 +50,8 @@ TEST(JobJsonTest, RoundTrip) {
   j.request.gpu_milli = 250;
   j.request.gpu_models = {"A100"};
   j.request.min_capability = "8.0";
+  j.request.nodelist = {"node1", "node3"};
+  j.request.exclude = {"node2"};
   j.time_limit_s = 3600;
   j.state = JobState::kRunning;
   j.submit_time_us = 1'800'000'000'000'000;
@@ -212,7 +214,8 @@ TEST(JobJsonTest, LateEndsRoundTrip) {
                         .nodes = {"n1", "n1"},
                         .lost_time_us = 200,
                         .late_reason = "exited with code 3, reported after its node was lost",
-                        .late_ends = {LateTaskEnd::kUnreported, LateTaskEnd::kFailedOrStopped}});
+                        .late_ends = {LateTaskEnd::kUnreported, LateTaskEnd::kFailedOrStopped},
+                        .late_end_times_us = {0, 400}});
   const Json json = Json::parse(DumpJson(JobToJson(j)));
   EXPECT_EQ(json["late_end_time_us"], 500);
   EXPECT_EQ(json["tasks"][0]["reported_late"], true);
@@ -230,6 +233,47 @@ TEST(JobJsonTest, LateEndsRoundTrip) {
   EXPECT_EQ(JobFromJson(bad).status().message(),
             "job.earlier_attempts[0].late_ends[1]: unknown 'ok'; expected unreported, "
             "succeeded or failed_or_stopped");
+  EXPECT_EQ(json["earlier_attempts"][0]["late_end_times_us"], Json::parse("[0, 400]"));
+  bad = json;
+  bad["earlier_attempts"][0]["late_end_times_us"][1] = -1;
+  EXPECT_EQ(JobFromJson(bad).status().message(),
+            "job.earlier_attempts[0].late_end_times_us: expected at most 4096 times in "
+            "microseconds (0 or more), one per task");
+}
+
+// The nodes a requeued job waits for (docs/health.md, "A node cut off from the
+// controller") round-trip as `fences`; the lost one whose lease ends last is also written
+// as `fence_node` and `fence_until_us`, all a job stored before `fences` had, which reads
+// as one fence.
+TEST(JobJsonTest, FencesRoundTripAndTheOlderFormReadsAsOneFence) {
+  Job j;
+  j.id = 7;
+  j.state = JobState::kPending;
+  j.fences = {{"n1", 500}, {"n2", 700}, {"n3", 0}};
+  const Json json = Json::parse(DumpJson(JobToJson(j)));
+  EXPECT_EQ(json["fence_node"], "n2");
+  EXPECT_EQ(json["fence_until_us"], 700);
+  EXPECT_EQ(json["fences"], Json::parse(R"([{"node": "n1", "until_us": 500},)"
+                                        R"( {"node": "n2", "until_us": 700},)"
+                                        R"( {"node": "n3", "until_us": 0}])"));
+  Result<Job> back = JobFromJson(json);
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(*back, j);
+  // A job stored by an older server: one node.
+  Result<Job> old = JobFromJson(
+      Json::parse(R"({"state": "PENDING", "fence_node": "n1", "fence_until_us": 500})"));
+  ASSERT_TRUE(old.ok()) << old.status().ToString();
+  EXPECT_EQ(old->fences, (std::vector<NodeFence>{{"n1", 500}}));
+  EXPECT_EQ(FenceUntilUs(*old), 500);
+  // None written for a job without fences; none lost: no fence_node.
+  EXPECT_FALSE(JobToJson(Job{}).contains("fences"));
+  Job up_only;
+  up_only.fences = {{"n3", 0}};
+  EXPECT_FALSE(JobToJson(up_only).contains("fence_node"));
+  Json bad = json;
+  bad["fences"][1]["node"] = "n1";
+  EXPECT_EQ(JobFromJson(bad).status().message(),
+            "job.fences[1].node: expected a node name of 1..253 bytes, each node once");
 }
 
 TEST(JobJsonTest, PreemptedAttemptsOfAnOlderStoreReadAsEarlierAttempts) {
@@ -304,6 +348,26 @@ TEST(JobJsonTest, GpuConstraintsWithoutGpusAreRefusedByName) {
   EXPECT_EQ(err(R"({"request": {"gpus": 1, "vendor": "amd", "min_capability": "9.0"}})"), "ok");
 }
 
+// --nodelist / --exclude: node names as agents register them; a CPU-only job may name
+// them (they bind every task), a name that cannot be a node's or is in both is refused.
+TEST(JobJsonTest, NodeListsAreCheckedNamingTheirField) {
+  auto err = [](const std::string& text) {
+    Result<Job> r = JobFromJson(Json::parse(text));
+    return r.ok() ? std::string("ok") : r.status().message();
+  };
+  EXPECT_EQ(err(R"({"request": {"nodelist": ["n0", "n1"], "exclude": ["n2"]}})"), "ok");
+  EXPECT_EQ(err(R"({"request": {"nodelist": ["node[01-02]"]}})"),
+            "job.request: nodelist: 'node[01-02]' is not a node name (1..255 characters, no "
+            "spaces, commas or brackets; expand a hostlist like node[01-03] into its names)");
+  EXPECT_EQ(err(R"({"request": {"exclude": [""]}})").substr(0, 44),
+            "job.request: exclude: '' is not a node name ");
+  EXPECT_EQ(err(R"({"request": {"exclude": ["a b"]}})").substr(0, 47),
+            "job.request: exclude: 'a b' is not a node name ");
+  EXPECT_EQ(err(R"({"request": {"nodelist": ["n0", "n1"], "exclude": ["n1"]}})"),
+            "job.request: nodelist, exclude: node 'n1' is in both; leave it out of one of them");
+  EXPECT_EQ(err(R"({"request": {"nodelist": "n0"}})").substr(0, 22), "job.request.nodelist: ");
+}
+
 // What max-submission-bytes bounds: each string given with its NUL, as execve counts
 // argv and envp; fields left empty count nothing.
 TEST(SubmissionBytesTest, CountsEachStringGivenWithItsNul) {
@@ -315,7 +379,9 @@ TEST(SubmissionBytesTest, CountsEachStringGivenWithItsNul) {
   j.mounts = {{"/data", "/mnt", true}};  // 6 + 5
   j.request.gpu_models = {"A100"};       // 5
   j.array = "0-9";                       // 4
-  EXPECT_EQ(SubmissionBytes(j), 8 + 9 + 17 + 12 + 6 + 5 + 5 + 4);
+  j.request.nodelist = {"n1"};           // 3
+  j.request.exclude = {"gpu7"};          // 5
+  EXPECT_EQ(SubmissionBytes(j), 8 + 9 + 17 + 12 + 6 + 5 + 5 + 4 + 3 + 5);
   // Server-set state is no part of it.
   Job later = j;
   later.reason = std::string(1000, 'x');

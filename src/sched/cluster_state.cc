@@ -212,6 +212,8 @@ Status ClusterState::SetScanOrder(std::vector<int32_t> order) {
 // Inlined into Fits, which placement calls for every node and task.
 [[gnu::always_inline]] inline ClusterState::Refusal ClusterState::StaticRefusal(
     const NodeState& n, const Task& task) const {
+  if (task.PicksNodes() && !task.NodeChosen(n.name)) [[unlikely]]
+    return Refusal::kNotChosen;
   if (task.num_gpu == 0) return Refusal::kNone;
   if (!task.gpu_models.empty() && std::find(task.gpu_models.begin(), task.gpu_models.end(),
                                             n.gpu_model) == task.gpu_models.end()) {
@@ -261,7 +263,7 @@ int32_t ClusterState::UsableGpus(int32_t i, const Task& task) const {
 bool ClusterState::Fits(int32_t i, const Task& task) const {
   const NodeState& n = node(i);
   if (n.cpu_free_milli < task.cpu_milli || n.memory_free_mib < task.memory_mib) return false;
-  if (task.num_gpu == 0) return true;
+  if (task.num_gpu == 0) return !task.PicksNodes() || task.NodeChosen(n.name);
   // Placement calls this for every node and task: a task with an owner or a node with
   // whole-only GPUs takes the other way, so that the plain check below costs what it did
   // before owners (one test) and MIG (one more).
@@ -288,6 +290,11 @@ bool ClusterState::Fits(int32_t i, const Task& task) const {
 
 std::string ClusterState::WhyNotFit(int32_t i, const Task& task) const {
   const NodeState& n = node(i);
+  if (task.PicksNodes() && !task.NodeChosen(n.name)) {
+    return std::binary_search(task.exclude.begin(), task.exclude.end(), n.name)
+               ? "excluded (--exclude)"
+               : "not in its --nodelist";
+  }
   if (task.num_gpu > 0) {
     if (n.num_gpus() == 0) return "no GPUs";
     switch (StaticRefusal(n, task)) {
@@ -298,6 +305,8 @@ std::string ClusterState::WhyNotFit(int32_t i, const Task& task) const {
                            task.min_capability % 10);
       case Refusal::kNodeList:
         return "not among the task's nodes";
+      case Refusal::kNotChosen:  // said above
+        break;
       case Refusal::kGpuMemoryUnknown:
         return "GPU memory unknown (a --gpu-mem share is never placed there)";
       case Refusal::kNone:

@@ -161,12 +161,13 @@ class ClusterState {
   // How many GPUs of node i `task` could ever use: all, less the whole-only ones that
   // are not for it (a whole-GPU task: none of them; a share: those too small).
   int32_t UsableGpus(int32_t i, const Task& task) const;
-  // Fit now: CPU, memory, model, capability and num_gpu GPUs with free >= gpu_milli.
+  // Fit now: CPU, memory, model, capability, the task's --nodelist / --exclude (every
+  // task) and num_gpu GPUs with free >= gpu_milli.
   // It respects the single-owner rule (HeldByOthers).
   bool Fits(int32_t i, const Task& task) const;
   // The static part of Fits: the node's GPU model, capability and name suit the task,
-  // and a share sized by memory knows the node's GPU memory (always true for CPU-only
-  // tasks).
+  // and a share sized by memory knows the node's GPU memory (for CPU-only tasks: only
+  // that --nodelist / --exclude let it use the node).
   bool Allows(int32_t i, const Task& task) const;
   // Why `task` does not fit node `i` now, in a few words that read after a count ("no
   // GPUs", "other GPU model", "insufficient GPUs", "single-owner GPUs held by another
@@ -222,7 +223,9 @@ class ClusterState {
   int64_t TotalGpuMilliUsed() const { return capacity_.gpu_milli - free_.gpu_milli; }
 
  private:
-  enum class Refusal { kNone, kModel, kCapability, kNodeList, kGpuMemoryUnknown };
+  // kNodeList: not in allowed_nodes (a GPU task's environment); kNotChosen: left out by
+  // the task's own --nodelist / --exclude (every task).
+  enum class Refusal { kNone, kModel, kCapability, kNodeList, kGpuMemoryUnknown, kNotChosen };
   Status CheckPlacementShape(const Task& task, const Placement& p) const;
   bool FitsRestricted(int32_t i, const Task& task) const;
   uint64_t HeldByOthersThan(int32_t i, int64_t owner) const;

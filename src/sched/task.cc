@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <functional>
 
 namespace gpupool::sched {
@@ -28,7 +29,17 @@ Status ValidateTask(const Task& t) {
   if (t.min_capability < 0) return bad("min_capability", "is negative");
   if (t.owner < 0) return bad("owner", "is negative; give 0 (no owner) or an owner id > 0");
   if (t.gpu_memory_mib < 0) return bad("gpu_memory_mib", "is negative; give a value >= 0");
+  if (!std::is_sorted(t.nodelist.begin(), t.nodelist.end()))
+    return bad("nodelist", "is not sorted");
+  if (!std::is_sorted(t.exclude.begin(), t.exclude.end())) return bad("exclude", "is not sorted");
   return Status::Ok();
+}
+
+bool Task::NodeChosen(const std::string& node) const {
+  if (!nodelist.empty() && !std::binary_search(nodelist.begin(), nodelist.end(), node)) {
+    return false;
+  }
+  return !std::binary_search(exclude.begin(), exclude.end(), node);
 }
 
 TaskShape ShapeOf(const Task& t) {
@@ -39,6 +50,8 @@ TaskShape ShapeOf(const Task& t) {
           t.gpu_models,
           t.min_capability,
           t.allowed_nodes,
+          t.nodelist,
+          t.exclude,
           t.IsFractional() ? t.owner : 0,
           t.IsFractional() ? t.gpu_memory_mib : 0};
 }
@@ -54,6 +67,13 @@ size_t HashShape(const TaskShape& s) {
   mix(std::hash<int64_t>{}(s.gpu_memory_mib));
   for (const auto& m : s.gpu_models) mix(std::hash<std::string>{}(m));
   for (const auto& n : s.allowed_nodes) mix(std::hash<std::string>{}(n));
+  // Only when set, so that every other shape hashes as before; the size keeps a nodelist
+  // {a} apart from an exclude {a}.
+  if (!s.nodelist.empty() || !s.exclude.empty()) {
+    mix(s.nodelist.size());
+    for (const auto& n : s.nodelist) mix(std::hash<std::string>{}(n));
+    for (const auto& n : s.exclude) mix(std::hash<std::string>{}(n));
+  }
   return h;
 }
 

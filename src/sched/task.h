@@ -34,6 +34,11 @@ struct Task {
   // Nodes whose software stack can run the task's environment, sorted; empty = any.
   // Like gpu_models it constrains GPU tasks only (CPU-only tasks need no GPU driver).
   std::vector<std::string> allowed_nodes;
+  // The job's own node choice (--nodelist, --exclude; sorted): unlike allowed_nodes these
+  // bind every task, CPU-only ones too. `nodelist` empty = any node; a node in `exclude`
+  // is never used.
+  std::vector<std::string> nodelist;
+  std::vector<std::string> exclude;
   // Whose share this is; 0 = no one. Matters only for fractional tasks on single-owner
   // GPUs (cluster_state.h); >= 0.
   int64_t owner = 0;
@@ -47,6 +52,9 @@ struct Task {
   int64_t TotalGpuMilli() const { return int64_t{num_gpu} * gpu_milli; }
   bool IsFractional() const { return num_gpu == 1 && gpu_milli < 1000; }
   bool NeedsGpu() const { return num_gpu > 0; }
+  bool PicksNodes() const { return !nodelist.empty() || !exclude.empty(); }
+  // Whether --nodelist and --exclude let this task use the node named `node`.
+  bool NodeChosen(const std::string& node) const;
   Resources Total() const { return {cpu_milli, memory_mib, TotalGpuMilli()}; }
 };
 
@@ -63,6 +71,8 @@ struct TaskShape {
   std::vector<std::string> gpu_models;
   int32_t min_capability = 0;
   std::vector<std::string> allowed_nodes;
+  std::vector<std::string> nodelist;
+  std::vector<std::string> exclude;
   int64_t owner = 0;  // the task's owner when it is fractional, else 0 (it matters only then)
   int64_t gpu_memory_mib = 0;  // when fractional, else 0 (it matters only then)
   friend bool operator==(const TaskShape&, const TaskShape&) = default;

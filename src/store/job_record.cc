@@ -86,6 +86,13 @@ JobRecord EncodeJobRecord(const jobs::Job& job) {
   return r;
 }
 
+int64_t LateEndUs(const jobs::Job& job) {
+  if (job.end_time_us <= 0) return 0;
+  int64_t late = job.late_end_time_us;
+  for (const jobs::EarlierAttempt& a : job.earlier_attempts) late = std::max(late, a.end_time_us);
+  return late > job.end_time_us ? late : 0;
+}
+
 Result<jobs::Job> DecodeJobRecord(int64_t id, int64_t version, std::string_view body,
                                   const Json* spec) {
   const std::string where = "stored job " + std::to_string(id);

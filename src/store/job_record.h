@@ -33,6 +33,13 @@ struct JobRecord {
 
 JobRecord EncodeJobRecord(const jobs::Job& job);
 
+// When an ended job's GPUs were let go, when that is after its end_time_us (the stores'
+// `late_end_us` column, which JobFilter::held_after_us reads): a LOST job's real end
+// reported late (Job::late_end_time_us), or an earlier attempt's reported end
+// (EarlierAttempt::end_time_us) after the job ended (it was cancelled while it waited,
+// or its next attempt ended first); 0 otherwise, and for a job that has not ended.
+int64_t LateEndUs(const jobs::Job& job);
+
 // The job from its row: its id and version (columns), its body and the text of the spec
 // it refers to; `spec` empty for a row written whole (before job_specs existed). Errors
 // name "stored job".

@@ -30,6 +30,7 @@
 #include "store/lease.h"
 #include "store/pg_session.h"
 #include "store/preempt_hold_row.h"
+#include "store/schema.h"
 #include "store/store_pool.h"
 #include "store/telemetry_query.h"
 
@@ -40,153 +41,6 @@ using internal::JobNodes;
 using internal::PrimaryNode;
 using jobs::Job;
 using jobs::JobState;
-
-// PostgreSQL schema versions, applied in order; the one-row table schema_version records
-// how far a database got. This list is PostgreSQL's own: its version 1 is the schema the
-// SQLite store reached at its version 8.
-const char* const kPgMigrations[] = {
-    R"sql(
-CREATE TABLE jobs (
-  id BIGSERIAL PRIMARY KEY,
-  username TEXT NOT NULL,
-  state TEXT NOT NULL,
-  node TEXT NOT NULL DEFAULT '',
-  end_time_us BIGINT NOT NULL DEFAULT 0,
-  body TEXT NOT NULL
-);
-CREATE INDEX jobs_state ON jobs(state);
-CREATE INDEX jobs_user ON jobs(username);
-CREATE TABLE job_nodes (
-  job_id BIGINT NOT NULL REFERENCES jobs(id) ON DELETE CASCADE,
-  node TEXT NOT NULL,
-  PRIMARY KEY (job_id, node)
-);
-CREATE INDEX job_nodes_node ON job_nodes(node);
-CREATE TABLE nodes (
-  name TEXT COLLATE "C" PRIMARY KEY,
-  info_json TEXT NOT NULL,
-  agent_url TEXT NOT NULL,
-  cpu_milli BIGINT NOT NULL,
-  memory_mib BIGINT NOT NULL,
-  registered_us BIGINT NOT NULL,
-  last_heartbeat_us BIGINT NOT NULL,
-  draining BOOLEAN NOT NULL,
-  address TEXT NOT NULL DEFAULT '',
-  protocol TEXT NOT NULL DEFAULT '',
-  drain_reason TEXT NOT NULL DEFAULT ''
-);
-CREATE TABLE tokens (
-  token_hash TEXT PRIMARY KEY,
-  username TEXT NOT NULL,
-  kind TEXT NOT NULL,
-  created_us BIGINT NOT NULL,
-  expires_us BIGINT NOT NULL DEFAULT 0,
-  last_used_us BIGINT NOT NULL DEFAULT 0
-);
-CREATE TABLE environments (
-  name TEXT COLLATE "C" NOT NULL,
-  version TEXT COLLATE "C" NOT NULL,
-  kind TEXT NOT NULL,
-  location TEXT NOT NULL,
-  needs_json TEXT NOT NULL,
-  owner TEXT NOT NULL,
-  created_us BIGINT NOT NULL,
-  image_id TEXT NOT NULL DEFAULT '',
-  dir_digest TEXT NOT NULL DEFAULT '',
-  PRIMARY KEY (name, version)
-);
-CREATE TABLE settings (
-  key TEXT PRIMARY KEY,
-  value TEXT NOT NULL
-);
-)sql",
-    // Submissions' idempotency keys (a retried submit is created once), per uid.
-    R"sql(
-CREATE TABLE submit_keys (
-  uid BIGINT NOT NULL,
-  key TEXT COLLATE "C" NOT NULL,
-  job_id BIGINT NOT NULL,
-  PRIMARY KEY (uid, key)
-);
-)sql",
-    // Leadership among controllers sharing this database (lease.h): one row, the lease,
-    // whose epoch every fenced write checks; and the controllers alive, for `status`.
-    R"sql(
-CREATE TABLE leader_lease (
-  id INTEGER PRIMARY KEY CHECK (id = 1),
-  holder TEXT NOT NULL DEFAULT '',
-  address TEXT NOT NULL DEFAULT '',
-  epoch BIGINT NOT NULL DEFAULT 0,
-  acquired_at TIMESTAMPTZ NOT NULL DEFAULT 'epoch',
-  expires_at TIMESTAMPTZ NOT NULL DEFAULT 'epoch'
-);
-INSERT INTO leader_lease(id) VALUES (1);
-CREATE TABLE controllers (
-  id TEXT COLLATE "C" PRIMARY KEY,
-  address TEXT NOT NULL,
-  started_at TIMESTAMPTZ NOT NULL,
-  last_seen TIMESTAMPTZ NOT NULL
-);
-)sql",
-    // GPU telemetry: 1-minute points of GPUs and jobs (controller/telemetry.h), kept for
-    // the retention the controller is given.
-    R"sql(
-CREATE TABLE telemetry (
-  scope TEXT COLLATE "C" NOT NULL,
-  key TEXT COLLATE "C" NOT NULL,
-  t_ms BIGINT NOT NULL,
-  util_sum DOUBLE PRECISION NOT NULL,
-  samples BIGINT NOT NULL,
-  peak_pct DOUBLE PRECISION NOT NULL,
-  mem_max_mib BIGINT NOT NULL,
-  used_gpu_s DOUBLE PRECISION NOT NULL,
-  gpus INTEGER NOT NULL,
-  PRIMARY KEY (scope, key, t_ms)
-);
-CREATE INDEX telemetry_time ON telemetry(t_ms);
-)sql",
-    // Telemetry's per-job totals ("job_total", at the job's first minute) and the pool's
-    // minutes ("pool"), which the controller keeps for the whole retention while GPU and
-    // job minutes stay in its memory for a window only: made from the points stored so far.
-    kTelemetryTotalsFromPoints,
-    // Submissions stored once per distinct content (job_record.h): an array's elements
-    // share one. Rows written before keep their whole job in body (spec_id NULL) until
-    // their next update.
-    R"sql(
-CREATE TABLE job_specs (
-  id BIGSERIAL PRIMARY KEY,
-  hash TEXT COLLATE "C" NOT NULL UNIQUE,
-  body TEXT NOT NULL
-);
-ALTER TABLE jobs ADD COLUMN spec_id BIGINT REFERENCES job_specs(id);
-)sql",
-    // Each job's version (jobs::Job::version): every update is a compare-and-set on its
-    // state and version, and stores the version + 1. The jobs stored before are at 1.
-    R"sql(
-ALTER TABLE jobs ADD COLUMN version BIGINT NOT NULL DEFAULT 1;
-)sql",
-    // GPU health (docs/health.md): the node's GPUs that are not healthy.
-    R"sql(
-ALTER TABLE nodes ADD COLUMN gpu_health TEXT NOT NULL DEFAULT '';
-)sql",
-    // The victims' GPUs held for their preemptor (PreemptHoldRecord), one row per victim.
-    R"sql(
-CREATE TABLE preempt_holds (
-  victim BIGINT PRIMARY KEY,
-  preemptor BIGINT NOT NULL,
-  placement TEXT NOT NULL,
-  grace_end_us BIGINT NOT NULL
-);
-CREATE INDEX preempt_holds_preemptor ON preempt_holds(preemptor);
-)sql",
-    // Each setting's revision (SettingRecord): every write adds 1, and PutSettingIf is a
-    // compare-and-set on it. Settings stored before were written once at least: 1.
-    R"sql(
-ALTER TABLE settings ADD COLUMN revision BIGINT NOT NULL DEFAULT 1;
-)sql",
-    // The id of the agent that registered each node last (NodeRecord::agent_id).
-    "ALTER TABLE nodes ADD COLUMN agent_id TEXT NOT NULL DEFAULT '';",
-};
 
 // Held while migrating, so two controllers starting at once migrate one after the other.
 constexpr const char* kMigrationLockKey = "7450863113";
@@ -203,7 +57,7 @@ class PostgresStore final : public Store, private PgSession {
 
   Status Init() {
     std::lock_guard lock(mu_);
-    const auto known = static_cast<int64_t>(std::size(kPgMigrations));
+    const auto known = static_cast<int64_t>(internal::PostgresMigrations().size());
     for (;;) {
       GP_RETURN_IF_ERROR(Begin());
       Status s = Run("SELECT pg_advisory_xact_lock($1)", {kMigrationLockKey}, "lock for migration")
@@ -234,7 +88,7 @@ class PostgresStore final : public Store, private PgSession {
       if (!s.ok()) return Rollback(s);
       if (version == known) return Commit();
       // Migrations hold several statements and no values: the simple protocol runs them.
-      PgResult m(PQexec(conn_, kPgMigrations[version]));
+      PgResult m(PQexec(conn_, internal::PostgresMigrations()[static_cast<size_t>(version)]));
       if (!m.ok()) {
         return Rollback(
             Error(m, "").WithContext("schema migration " + std::to_string(version + 1)));
@@ -280,10 +134,11 @@ class PostgresStore final : public Store, private PgSession {
       const internal::JobRecord rec = internal::EncodeJobRecord(job);
       if (specs.insert(rec.spec_hash).second) AddSpec(rec, &stmts);
       stmts.push_back(
-          {"INSERT INTO jobs(id, username, state, node, end_time_us, body, spec_id, version) "
-           "VALUES($1,$2,$3,$4,$5,$6,(SELECT id FROM job_specs WHERE hash=$7),1)",
+          {"INSERT INTO jobs(id, username, state, node, end_time_us, body, spec_id, late_end_us, "
+           "version) VALUES($1,$2,$3,$4,$5,$6,(SELECT id FROM job_specs WHERE hash=$7),$8,1)",
            {id, job.user, std::string(jobs::JobStateName(job.state)), PrimaryNode(job),
-            std::to_string(job.end_time_us), rec.body, rec.spec_hash}});
+            std::to_string(job.end_time_us), rec.body, rec.spec_hash,
+            std::to_string(internal::LateEndUs(job))}});
       AddJobNodes(job, /*replace=*/false, &stmts);
       if (!job.submit_key.empty()) {
         key_at[stmts.size()] = &job;
@@ -357,6 +212,10 @@ class PostgresStore final : public Store, private PgSession {
       sql += " AND (end_time_us=0 OR end_time_us>=" + param(std::to_string(filter.ended_after_us)) +
              ")";
     }
+    if (filter.held_after_us > 0) {
+      const std::string after = param(std::to_string(filter.held_after_us));
+      sql += " AND (end_time_us=0 OR end_time_us>=" + after + " OR late_end_us>=" + after + ")";
+    }
     if (filter.array_id > 0) {
       // An array's elements come after its first (whose id is the array's).
       sql += " AND jobs.id>=" + param(std::to_string(filter.array_id)) +
@@ -413,13 +272,13 @@ class PostgresStore final : public Store, private PgSession {
       sets[stmts.size()] = k;
       stmts.push_back(
           {"WITH set AS (UPDATE jobs SET state=$1, node=$2, end_time_us=$3, "
-           "body=$4, spec_id=(SELECT id FROM job_specs WHERE hash=$7), version=version+1 "
-           "WHERE id=$5 AND state=$6 AND version=$8 RETURNING 1) "
+           "body=$4, spec_id=(SELECT id FROM job_specs WHERE hash=$7), late_end_us=$9, "
+           "version=version+1 WHERE id=$5 AND state=$6 AND version=$8 RETURNING 1) "
            "SELECT 1 / COUNT(*)::INT FROM set",
            {std::string(jobs::JobStateName(u.job.state)), PrimaryNode(u.job),
             std::to_string(u.job.end_time_us), rec.body, std::to_string(u.job.id),
             std::string(jobs::JobStateName(u.expected)), rec.spec_hash,
-            std::to_string(u.expected_version)}});
+            std::to_string(u.expected_version), std::to_string(internal::LateEndUs(u.job))}});
       AddJobNodes(u.job, /*replace=*/true, &stmts);
       if (u.hold) {
         stmts.push_back(

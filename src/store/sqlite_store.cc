@@ -21,6 +21,7 @@
 #include "store/job_record.h"
 #include "store/job_sort_sql.h"
 #include "store/preempt_hold_row.h"
+#include "store/schema.h"
 #include "store/sqlite_conn.h"
 #include "store/store.h"
 #include "store/telemetry_query.h"
@@ -39,161 +40,6 @@ using internal::Stmt;
 using internal::StmtCache;
 using jobs::Job;
 using jobs::JobState;
-
-// Schema versions, applied in order; PRAGMA user_version records how far a file got.
-const char* const kMigrations[] = {
-    R"sql(
-CREATE TABLE jobs (
-  id INTEGER PRIMARY KEY AUTOINCREMENT,
-  user TEXT NOT NULL,
-  state TEXT NOT NULL,
-  node TEXT NOT NULL DEFAULT '',
-  end_time_us INTEGER NOT NULL DEFAULT 0,
-  body TEXT NOT NULL
-);
-CREATE INDEX jobs_state ON jobs(state);
-CREATE INDEX jobs_user ON jobs(user);
-CREATE INDEX jobs_node ON jobs(node);
-CREATE TABLE nodes (
-  name TEXT PRIMARY KEY,
-  info_json TEXT NOT NULL,
-  agent_url TEXT NOT NULL,
-  cpu_milli INTEGER NOT NULL,
-  memory_mib INTEGER NOT NULL,
-  registered_us INTEGER NOT NULL,
-  last_heartbeat_us INTEGER NOT NULL,
-  draining INTEGER NOT NULL
-);
-CREATE TABLE tokens (
-  token_hash TEXT PRIMARY KEY,
-  user TEXT NOT NULL,
-  kind TEXT NOT NULL,
-  created_us INTEGER NOT NULL
-);
-)sql",
-    R"sql(
-CREATE TABLE environments (
-  name TEXT NOT NULL,
-  version TEXT NOT NULL,
-  kind TEXT NOT NULL,
-  location TEXT NOT NULL,
-  needs_json TEXT NOT NULL,
-  owner TEXT NOT NULL,
-  created_us INTEGER NOT NULL,
-  PRIMARY KEY (name, version)
-);
-)sql",
-    // What a named environment is pinned to: an image's id, a directory's digest.
-    R"sql(
-ALTER TABLE environments ADD COLUMN image_id TEXT NOT NULL DEFAULT '';
-ALTER TABLE environments ADD COLUMN dir_digest TEXT NOT NULL DEFAULT '';
-)sql",
-    // Tokens may expire, and record (coarsely) when they were last used.
-    R"sql(
-ALTER TABLE tokens ADD COLUMN expires_us INTEGER NOT NULL DEFAULT 0;
-ALTER TABLE tokens ADD COLUMN last_used_us INTEGER NOT NULL DEFAULT 0;
-)sql",
-    // Where a node's peers reach it, and the agent protocol it speaks.
-    R"sql(
-ALTER TABLE nodes ADD COLUMN address TEXT NOT NULL DEFAULT '';
-ALTER TABLE nodes ADD COLUMN protocol TEXT NOT NULL DEFAULT '';
-)sql",
-    // Why an admin drained a node.
-    R"sql(
-ALTER TABLE nodes ADD COLUMN drain_reason TEXT NOT NULL DEFAULT '';
-)sql",
-    // Pool-wide settings (the usage limits).
-    R"sql(
-CREATE TABLE settings (
-  key TEXT PRIMARY KEY,
-  value TEXT NOT NULL
-);
-)sql",
-    // Every node of a job's tasks (a gang has several; the node column holds the first),
-    // filled from the placements in the stored job bodies.
-    R"sql(
-CREATE TABLE job_nodes (
-  job_id INTEGER NOT NULL REFERENCES jobs(id) ON DELETE CASCADE,
-  node TEXT NOT NULL,
-  PRIMARY KEY (job_id, node)
-) WITHOUT ROWID;
-CREATE INDEX job_nodes_node ON job_nodes(node);
-INSERT OR IGNORE INTO job_nodes(job_id, node)
-  SELECT jobs.id, json_extract(p.value, '$.node') FROM jobs, json_each(jobs.body, '$.placement') AS p
-  WHERE json_extract(p.value, '$.node') IS NOT NULL;
-)sql",
-    // Submissions' idempotency keys (a retried submit is created once), per uid.
-    R"sql(
-CREATE TABLE submit_keys (
-  uid INTEGER NOT NULL,
-  key TEXT NOT NULL,
-  job_id INTEGER NOT NULL,
-  PRIMARY KEY (uid, key)
-) WITHOUT ROWID;
-)sql",
-    // GPU telemetry: 1-minute points of GPUs and jobs (controller/telemetry.h), kept for
-    // the retention the controller is given.
-    R"sql(
-CREATE TABLE telemetry (
-  scope TEXT NOT NULL,
-  key TEXT NOT NULL,
-  t_ms INTEGER NOT NULL,
-  util_sum REAL NOT NULL,
-  samples INTEGER NOT NULL,
-  peak_pct REAL NOT NULL,
-  mem_max_mib INTEGER NOT NULL,
-  used_gpu_s REAL NOT NULL,
-  gpus INTEGER NOT NULL,
-  PRIMARY KEY (scope, key, t_ms)
-) WITHOUT ROWID;
-CREATE INDEX telemetry_time ON telemetry(t_ms);
-)sql",
-    // Telemetry's per-job totals ("job_total", at the job's first minute) and the pool's
-    // minutes ("pool"), which the controller keeps for the whole retention while GPU and
-    // job minutes stay in its memory for a window only: made from the points stored so far.
-    kTelemetryTotalsFromPoints,
-    // Submissions stored once per distinct content (job_record.h): an array's elements
-    // share one. Rows written before keep their whole job in body (spec_id NULL) until
-    // their next update. Every write of spec_id comes after its job_specs row in the
-    // same transaction, and specs are never deleted (nor jobs), so no foreign key is
-    // declared (one would keep the column from ever being dropped).
-    R"sql(
-CREATE TABLE job_specs (
-  id INTEGER PRIMARY KEY,
-  hash TEXT NOT NULL UNIQUE,
-  body TEXT NOT NULL
-);
-ALTER TABLE jobs ADD COLUMN spec_id INTEGER;
-)sql",
-    // Each job's version (jobs::Job::version): every update is a compare-and-set on its
-    // state and version, and stores the version + 1. The jobs stored before are at 1.
-    R"sql(
-ALTER TABLE jobs ADD COLUMN version INTEGER NOT NULL DEFAULT 1;
-)sql",
-    // GPU health (docs/health.md): the node's GPUs that are not healthy.
-    R"sql(
-ALTER TABLE nodes ADD COLUMN gpu_health TEXT NOT NULL DEFAULT '';
-)sql",
-    // The victims' GPUs held for their preemptor (PreemptHoldRecord), one row per victim.
-    R"sql(
-CREATE TABLE preempt_holds (
-  victim INTEGER PRIMARY KEY,
-  preemptor INTEGER NOT NULL,
-  placement TEXT NOT NULL,
-  grace_end_us INTEGER NOT NULL
-);
-CREATE INDEX preempt_holds_preemptor ON preempt_holds(preemptor);
-)sql",
-    // Each setting's revision (SettingRecord): every write adds 1, and PutSettingIf is a
-    // compare-and-set on it. Settings stored before were written once at least: 1.
-    R"sql(
-ALTER TABLE settings ADD COLUMN revision INTEGER NOT NULL DEFAULT 1;
-)sql",
-    // The id of the agent that registered each node last (NodeRecord::agent_id).
-    R"sql(
-ALTER TABLE nodes ADD COLUMN agent_id TEXT NOT NULL DEFAULT '';
-)sql",
-};
 
 class SqliteStore final : public Store {
  public:
@@ -221,7 +67,7 @@ class SqliteStore final : public Store {
       Stmt s(db_, "PRAGMA user_version");
       if (s.Step() == SQLITE_ROW) version = s.Int(0);
     }
-    const auto known = static_cast<int64_t>(std::size(kMigrations));
+    const auto known = static_cast<int64_t>(internal::SqliteMigrations().size());
     if (version > known) {
       return Status::FailedPrecondition("the store's schema version " + std::to_string(version) +
                                         " is newer than this gpupool understands (" +
@@ -230,7 +76,7 @@ class SqliteStore final : public Store {
     }
     for (int64_t v = version; v < known; ++v) {
       GP_RETURN_IF_ERROR(Exec("BEGIN IMMEDIATE"));
-      Status s = Exec(kMigrations[v]);
+      Status s = Exec(internal::SqliteMigrations()[static_cast<size_t>(v)]);
       if (s.ok()) s = Exec("PRAGMA user_version=" + std::to_string(v + 1));
       if (!s.ok()) {
         (void)Exec("ROLLBACK");
@@ -321,6 +167,9 @@ class SqliteStore final : public Store {
       sql += ")";
     }
     if (filter.ended_after_us > 0) sql += " AND (end_time_us=0 OR end_time_us>=?3)";
+    if (filter.held_after_us > 0) {
+      sql += " AND (end_time_us=0 OR end_time_us>=?6 OR late_end_us>=?6)";
+    }
     // An array's elements come after its first (whose id is the array's).
     if (filter.array_id > 0) {
       sql += " AND jobs.id>=?4 AND json_extract(jobs.body,'$.array_id')=?4";
@@ -351,6 +200,7 @@ class SqliteStore final : public Store {
       if (filter.user) s.Bind(1, *filter.user);
       if (filter.node) s.Bind(2, *filter.node);
       if (filter.ended_after_us > 0) s.Bind(3, filter.ended_after_us);
+      if (filter.held_after_us > 0) s.Bind(6, filter.held_after_us);
       if (filter.array_id > 0) s.Bind(4, filter.array_id);
       if (internal::JobSortUsesNow(filter.sort)) s.Bind(5, filter.now_us);
       int rc;
@@ -399,7 +249,7 @@ class SqliteStore final : public Store {
       if (!spec_id.ok()) return Rollback(spec_id.status());
       Stmt s(stmts_, db_,
              "UPDATE jobs SET state=?1, node=?2, end_time_us=?3, body=?4, spec_id=?7, "
-             "version=version+1 WHERE id=?5 AND state=?6 AND version=?8");
+             "late_end_us=?9, version=version+1 WHERE id=?5 AND state=?6 AND version=?8");
       s.Bind(1, std::string(jobs::JobStateName(u.job.state)));
       s.Bind(2, PrimaryNode(u.job));
       s.Bind(3, u.job.end_time_us);
@@ -408,6 +258,7 @@ class SqliteStore final : public Store {
       s.Bind(6, std::string(jobs::JobStateName(u.expected)));
       s.Bind(7, *spec_id);
       s.Bind(8, u.expected_version);
+      s.Bind(9, internal::LateEndUs(u.job));
       if (s.Step() != SQLITE_DONE) return Rollback(Error("update job"));
       if (sqlite3_changes(db_) == 1) {
         Status nodes = WriteJobNodes(u.job, /*replace=*/true);
@@ -820,8 +671,8 @@ class SqliteStore final : public Store {
     const JobRecord rec = EncodeJobRecord(job);  // the id is the row's, not in the body
     GP_ASSIGN_OR_RETURN(int64_t spec_id, PutSpec(rec));
     Stmt s(stmts_, db_,
-           "INSERT INTO jobs(id, user, state, node, end_time_us, body, spec_id, version) "
-           "VALUES(NULLIF(?,0),?,?,?,?,?,?,1)");
+           "INSERT INTO jobs(id, user, state, node, end_time_us, body, spec_id, late_end_us, "
+           "version) VALUES(NULLIF(?,0),?,?,?,?,?,?,?,1)");
     if (!s.ok()) return Error("prepare insert");
     s.Bind(1, job.id);
     s.Bind(2, job.user);
@@ -830,6 +681,7 @@ class SqliteStore final : public Store {
     s.Bind(5, job.end_time_us);
     s.Bind(6, rec.body);
     s.Bind(7, spec_id);
+    s.Bind(8, internal::LateEndUs(job));
     if (s.Step() != SQLITE_DONE) return Error("insert job");
     const int64_t id = sqlite3_last_insert_rowid(db_);
     Job stored = job;

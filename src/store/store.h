@@ -27,8 +27,13 @@ struct JobFilter {
   std::vector<jobs::JobState> states;  // empty = any state
   bool active_only = false;            // PENDING, ASSIGNED, RUNNING
   std::optional<std::string> node;     // placed on this node, by any task of a gang
-  int64_t ended_after_us = 0;          // terminal jobs ending before this are left out
-  size_t limit = 0;                    // 0 = no limit; newest first when limited
+  int64_t ended_after_us = 0;          // terminal jobs whose end_time_us is before this: out
+  // Terminal jobs whose GPUs were all let go before this are left out: those ending
+  // before it, unless the end of a lost task or attempt, reported late, is at or after it
+  // (Job::late_end_time_us, an EarlierAttempt's end_time_us: docs/health.md, "An end
+  // reported late"). A usage window's jobs (GET /v1/usage).
+  int64_t held_after_us = 0;
+  size_t limit = 0;  // 0 = no limit; newest first when limited
   // In this order (jobs/job_sort.h; ties by id), the first `limit` of it when limited;
   // empty: by id as above. `now_us`: the time wait and runtime run to.
   std::vector<jobs::JobSortKey> sort;

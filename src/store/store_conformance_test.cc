@@ -604,6 +604,85 @@ TEST_P(StoreTest, ListFiltersCombine) {
   EXPECT_EQ(store_->ListJobs(states)->size(), 2u);
 }
 
+// JobFilter::held_after_us (a usage window's jobs: GET /v1/usage): a job declared lost
+// before it whose node reported its real end after it held its GPUs in the window
+// (docs/health.md, "An end reported late"), and so did a job cancelled while it waited
+// whose lost attempt's reported end came after; ended_after_us goes by the job's end
+// alone. Written by an update and by an insert; a database of the schema before the
+// column is filled from the job bodies when opened.
+TEST_P(StoreTest, HeldAfterCountsTheEndsReportedLate) {
+  auto ids = [&](const JobFilter& f) {
+    const std::vector<Job> listed = store_->ListJobs(f).value();
+    std::vector<int64_t> out;
+    for (const Job& j : listed) out.push_back(j.id);
+    return out;
+  };
+  Job late = MakeJob("alice");  // lost at 1000; its real end, 5000, reported after
+  late.id = store_->InsertJob(late).value();
+  late.state = JobState::kLost;
+  late.start_time_us = 500;
+  late.end_time_us = 1000;
+  ASSERT_TRUE(store_->UpdateJob(late, JobState::kPending, 1).ok());
+  late.late_end_time_us = 5000;
+  late.late_reason = "exited with code 0, reported after its node was lost (the job stays LOST)";
+  ASSERT_TRUE(store_->UpdateJob(late, JobState::kLost, 2).ok());
+  Job plain = MakeJob("bob");  // lost at 1000, nothing reported
+  plain.state = JobState::kLost;
+  plain.start_time_us = 500;
+  plain.end_time_us = 1000;
+  plain.id = store_->InsertJob(plain).value();
+  Job cancelled = MakeJob("carol");  // cancelled at 1000; attempt 1's end, 6000, came after
+  cancelled.state = JobState::kCancelled;
+  cancelled.end_time_us = 1000;
+  cancelled.earlier_attempts = {{.attempt = 1,
+                                 .ended_by = jobs::AttemptEnd::kLost,
+                                 .start_time_us = 100,
+                                 .end_time_us = 6000,
+                                 .gpu_hours = 1,
+                                 .lost_time_us = 900,
+                                 .late_reason = "exited with code 1, reported after its node "
+                                                "was lost"}};
+  cancelled.id = store_->InsertJob(cancelled).value();
+  Job ended = MakeJob("dave");
+  ended.state = JobState::kSucceeded;
+  ended.end_time_us = 4000;
+  ended.id = store_->InsertJob(ended).value();
+  const int64_t pending = store_->InsertJob(MakeJob("erin")).value();
+  auto check = [&] {
+    JobFilter held;
+    held.held_after_us = 3000;
+    EXPECT_EQ(ids(held), (std::vector<int64_t>{late.id, cancelled.id, ended.id, pending}));
+    held.held_after_us = 5000;
+    EXPECT_EQ(ids(held), (std::vector<int64_t>{late.id, cancelled.id, pending}));
+    held.held_after_us = 6001;
+    EXPECT_EQ(ids(held), (std::vector<int64_t>{pending}));
+    held.held_after_us = 3000;
+    held.user = "alice";  // with the other filters, each value in its place
+    held.states = {JobState::kLost};
+    EXPECT_EQ(ids(held), (std::vector<int64_t>{late.id}));
+    JobFilter by_end;
+    by_end.ended_after_us = 3000;
+    EXPECT_EQ(ids(by_end), (std::vector<int64_t>{ended.id, pending}));
+  };
+  check();
+  // The schema before: no column; opened again, it is filled from the bodies.
+  const bool pg = GetParam() == "postgresql";
+  const std::optional<std::string> version =
+      Raw(pg ? "SELECT version FROM schema_version" : "PRAGMA user_version");
+  if (!version) return;  // in memory: nothing else opens it
+  store_.reset();
+  ASSERT_TRUE(ExecRaw("ALTER TABLE jobs DROP COLUMN late_end_us; " +
+                      std::string(pg ? "UPDATE schema_version SET version="
+                                     : "PRAGMA "
+                                       "user_version=") +
+                      std::to_string(std::stoi(*version) - 1)));
+  auto reopened = OpenStore(path_);
+  ASSERT_TRUE(reopened.ok()) << reopened.status().ToString();
+  store_ = std::move(reopened).value();
+  EXPECT_EQ(Raw(pg ? "SELECT version FROM schema_version" : "PRAGMA user_version"), version);
+  check();
+}
+
 // JobFilter::array_id lists one array's elements, whatever their state, also where other
 // jobs were stored between them (`gpupool show 12_3` of an ended element).
 TEST_P(StoreTest, AnArraysElementsAreListedByItsId) {

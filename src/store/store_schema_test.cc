@@ -129,13 +129,14 @@ TEST(PostgresStoreTest, MigratesJobsOfVersion6ToVersion1) {
     ASSERT_TRUE((*s)->PutSetting("limits", "{}").ok());
   }
   RunSql(spec,
+         "ALTER TABLE jobs DROP COLUMN late_end_us; "
          "ALTER TABLE nodes DROP COLUMN agent_id; ALTER TABLE settings DROP COLUMN revision; "
          "DROP TABLE preempt_holds; ALTER TABLE nodes "
          "DROP COLUMN gpu_health; ALTER TABLE jobs DROP COLUMN version; UPDATE schema_version "
          "SET version=6");
   auto s = OpenStore(spec);
   ASSERT_TRUE(s.ok()) << s.status().ToString();
-  EXPECT_EQ(RunSql(spec, "SELECT version FROM schema_version"), "11");
+  EXPECT_EQ(RunSql(spec, "SELECT version FROM schema_version"), "12");
   ended.version = 1;
   pending.version = 1;
   EXPECT_EQ((*s)->ListJobs({}).value(), (std::vector<Job>{ended, pending}));
@@ -238,10 +239,11 @@ TEST(SqliteStoreTest, SurvivesReopenAndRefusesNewerSchema) {
 }
 
 // Makes the SQLite store at `path` what schema 12 left: no job versions, no GPU health,
-// no settings' revisions, no agent ids.
+// no settings' revisions, no agent ids, no late ends.
 // Then sets user_version to `version`.
 void RevertToSchema12(const std::string& path, int version) {
   ExecSqlite(path,
+             "ALTER TABLE jobs DROP COLUMN late_end_us; "
              "ALTER TABLE nodes DROP COLUMN agent_id; ALTER TABLE settings DROP COLUMN revision; "
              "DROP TABLE preempt_holds; ALTER TABLE nodes "
              "DROP COLUMN gpu_health; ALTER TABLE jobs DROP COLUMN version; PRAGMA user_version=" +

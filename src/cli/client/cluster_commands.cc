@@ -251,10 +251,10 @@ Status PreemptionDefaults(const LimitsState& s, std::map<std::string, int64_t>* 
       (*values)[key] = -1;
       continue;
     }
-    Result<int64_t> secs = ParseDuration(**value);
+    Result<int64_t> secs = ParseDurationWithUnit(**value);
     if (!secs.ok() || *secs <= 0 || *secs > most_s) {
       return Status::InvalidArgument(std::string(flag) + " " + **value +
-                                     ": a duration from 1s to " + most +
+                                     ": a duration with its unit from 1s to " + most +
                                      " (90s, 10m, 2h), or none");
     }
     (*values)[key] = *secs;

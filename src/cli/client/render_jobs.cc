@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <cstring>
 #include <set>
+#include <string_view>
 
 #include "cli/client/json_view.h"
 #include "cli/client/render.h"
@@ -66,6 +67,25 @@ std::string RequestText(const Json& r) {
     parts.push_back("each of " + std::to_string(tasks) + " tasks");
   }
   return Join(parts, ", ");
+}
+
+// The job's own node choice: "on node0 or node1 (--nodelist); not on gpu3 (--exclude)";
+// empty when it made none. Long lists are cut (the JSON, --json, has them whole).
+std::string NodeChoiceText(const Json& r) {
+  auto names = [](std::vector<std::string> v) {
+    constexpr size_t kShown = 16;
+    const size_t more = v.size() > kShown ? v.size() - kShown : 0;
+    v.resize(std::min(v.size(), kShown));
+    return Join(v, ", ") + (more > 0 ? " and " + std::to_string(more) + " more" : "");
+  };
+  std::vector<std::string> parts;
+  if (auto only = StringList(GetArray(r, "nodelist")); !only.empty()) {
+    parts.push_back("only on " + names(std::move(only)) + " (--nodelist)");
+  }
+  if (auto not_on = StringList(GetArray(r, "exclude")); !not_on.empty()) {
+    parts.push_back("not on " + names(std::move(not_on)) + " (--exclude)");
+  }
+  return Join(parts, "; ");
 }
 
 }  // namespace
@@ -257,10 +277,38 @@ void EarlierAttemptLines(const Json& job, const Line& line) {
                        " GPU-hours; " + (how == "gpu_failed" ? "its GPU failed" : how);
     if (auto r = GetString(a, "reason"); !r.empty()) text += ": " + r;
     if (auto late = GetString(a, "late_reason"); !late.empty()) {
-      text += "; then it " + late + " at " + FormatTimeUtc(GetInt(a, "end_time_us"));
+      // A gang's names each task reported ("task 0 (node n1) exited ...; task 1 ..."),
+      // the end the latest of theirs.
+      const std::string at = FormatTimeUtc(GetInt(a, "end_time_us"));
+      text += late.starts_with("task ") ? "; then " + late + " (the last at " + at + ")"
+                                        : "; then it " + late + " at " + at;
     }
     line(key, text);
   }
+}
+
+// A LOST job whose node reported its real end afterwards (docs/health.md): a gang's each
+// reported task with its own end (tasks[].reported_late; late_end_time_us is only the
+// latest of them), else that end and the words.
+template <class Line>
+void LateEndLines(const Json& job, const Line& line) {
+  const int64_t late = GetInt(job, "late_end_time_us");
+  if (late <= 0) return;
+  const Json& tasks = GetArray(job, "tasks");
+  const Json& placement = GetArray(job, "placement");
+  bool named = false;
+  for (size_t t = 0; tasks.size() > 1 && t < tasks.size(); ++t) {
+    if (!GetBool(tasks[t], "reported_late")) continue;
+    constexpr std::string_view kPrefix = "reported after its node was lost: ";
+    std::string what = GetString(tasks[t], "reason");
+    if (what.starts_with(kPrefix)) what.erase(0, kPrefix.size());
+    std::string name = "task " + std::to_string(t);
+    if (t < placement.size()) name += " (node " + GetString(placement[t], "node") + ")";
+    line("Late end", FormatTimeUtc(GetInt(tasks[t], "end_time_us")) + ", " + name + " " + what +
+                         ", reported after its node was lost");
+    named = true;
+  }
+  if (!named) line("Late end", FormatTimeUtc(late) + ", " + GetString(job, "late_reason"));
 }
 
 }  // namespace
@@ -299,6 +347,7 @@ std::string RenderJob(const Json& job, int64_t now_us) {
   if (auto o = GetString(job, "output"); !o.empty()) line("Output", o);
   if (auto e = GetString(job, "error"); !e.empty()) line("Error", e);
   line("Request", RequestText(GetObject(job, "request")));
+  if (auto nodes = NodeChoiceText(GetObject(job, "request")); !nodes.empty()) line("Nodes", nodes);
   line("Priority", std::to_string(GetInt(job, "priority")));
   const int64_t limit = GetInt(job, "time_limit_s");
   line("Time limit", limit > 0 ? FormatDuration(limit) : "none");
@@ -359,10 +408,7 @@ std::string RenderJob(const Json& job, int64_t now_us) {
   if (const Json* sig = Field(job, "signal")) line("Signal", sig->dump());
   if (auto r = GetString(job, "pending_reason"); !r.empty()) line("Waiting", r);
   if (auto r = GetString(job, "reason"); !r.empty()) line("Reason", r);
-  if (const int64_t late = GetInt(job, "late_end_time_us"); late > 0) {
-    // A LOST job whose node reported its real end afterwards (docs/health.md).
-    line("Late end", FormatTimeUtc(late) + ", " + GetString(job, "late_reason"));
-  }
+  LateEndLines(job, line);
   if (const Json& tasks = GetArray(job, "tasks"); tasks.size() == 1) {
     if (auto c = KillCause(tasks[0]); !c.empty()) line("Kill cause", c);
   }

@@ -227,6 +227,7 @@ TEST(RenderJobTest, PendingShareAndGang) {
   const std::string out = RenderJob(job, kRenderNow);
   EXPECT_NE(out.find("Job 3: PENDING\n"), std::string::npos) << out;
   EXPECT_NE(out.find("  Request:    0.25 of 1 GPU, 0.5 CPU\n"), std::string::npos) << out;
+  EXPECT_EQ(out.find("  Nodes:"), std::string::npos) << out;  // no choice made: no line
   EXPECT_NE(out.find("  Waiting:    waiting for a GPU\n"), std::string::npos) << out;
   EXPECT_NE(out.find("  Signal:     9\n"), std::string::npos) << out;
   EXPECT_NE(out.find("  Time limit: none\n"), std::string::npos) << out;
@@ -872,6 +873,23 @@ TEST(RenderNodesTest, EachGpusLatestSample) {
             std::string::npos)
       << shown;
   EXPECT_EQ(shown.find("gpu2    0"), std::string::npos) << shown;
+}
+
+// --nodelist / --exclude show on a line of their own, a long list cut (--json has it all).
+TEST(RenderJobTest, TheJobsNodeChoiceIsShown) {
+  Json job = Parse(R"({"id": 3, "user": "alice", "state": "PENDING", "command": ["true"],
+    "request": {"gpus": 0, "cpu_milli": 1000, "nodelist": ["n0", "n1"], "exclude": ["gpu7"]}})");
+  std::string out = RenderJob(job, kRenderNow);
+  EXPECT_NE(out.find("  Nodes:      only on n0, n1 (--nodelist); not on gpu7 (--exclude)\n"),
+            std::string::npos)
+      << out;
+  job["request"].erase("nodelist");
+  for (int i = 0; i < 20; ++i) job["request"]["exclude"].push_back("x" + std::to_string(i));
+  out = RenderJob(job, kRenderNow);
+  EXPECT_NE(out.find("  Nodes:      not on gpu7, x0, x1, x2, x3, x4, x5, x6, x7, x8, x9, x10, x11, "
+                     "x12, x13, x14 and 5 more (--exclude)\n"),
+            std::string::npos)
+      << out;
 }
 
 }  // namespace

@@ -196,6 +196,7 @@ Result<int64_t> SubmitInteractive(const ClientRuntime& rt, const ApiClient& api,
     }
   }
   GP_ASSIGN_OR_RETURN(ApiAnswer answer, PostSubmission(api, &body));
+  PrintSubmitWarnings(answer.json, *rt.env.err);
   const int64_t id = GetInt(GetObject(answer.json, "job"), "id");
   if (id <= 0) return Status::Internal("the server accepted the job but its answer has no id");
   return id;

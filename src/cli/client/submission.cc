@@ -13,6 +13,7 @@
 #include "cli/client/submit_flags.h"
 #include "cli/client/submit_io.h"
 #include "cli/client/units.h"
+#include "common/hostlist.h"
 #include "common/strings.h"
 #include "jobs/job.h"
 #include "jobs/job_json.h"
@@ -56,6 +57,25 @@ bool IsCapability(std::string_view s) {
   return true;
 }
 
+std::string Upper(std::string s) {
+  for (char& c : s) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  return s;
+}
+
+// --gpus N. Slurm's typed form, --gpus=a100:2 (or --gpus-per-task), is refused saying
+// how gpupool asks for a model.
+Result<int64_t> GpuCount(const std::string& value) {
+  const size_t colon = value.rfind(':');
+  if (colon != std::string::npos && colon > 0 && ParseInt64(value.substr(colon + 1))) {
+    const std::string model = Upper(value.substr(0, colon));
+    return OptionError("--gpus", value,
+                       "Slurm's typed form; gpupool asks for the model apart: write --gpus " +
+                           value.substr(colon + 1) + " --gpu-model " + model +
+                           " (`gpupool nodes` shows the models)");
+  }
+  return WholeNumber("--gpus", value, 0, 1024, "2");
+}
+
 // The GPU part of the request: --gpus, --gpu-share, --gpu-mem.
 Status FillGpus(const SubmitFlags& f, jobs::ResourceRequest* r) {
   if (f.gpu_share && f.gpu_mem) {
@@ -64,7 +84,7 @@ Status FillGpus(const SubmitFlags& f, jobs::ResourceRequest* r) {
   }
   std::optional<int64_t> gpus;
   if (f.gpus) {
-    GP_ASSIGN_OR_RETURN(gpus, WholeNumber("--gpus", *f.gpus, 0, 1024, "2"));
+    GP_ASSIGN_OR_RETURN(gpus, GpuCount(*f.gpus));
   }
   if (f.gpu_share) {
     auto milli = ParseGpuShare(*f.gpu_share);
@@ -92,6 +112,23 @@ Status FillGpus(const SubmitFlags& f, jobs::ResourceRequest* r) {
   }
   r->gpus = static_cast<int>(gpus.value_or(0));
   return Status::Ok();
+}
+
+// -w/--nodelist, -x/--exclude: a Slurm hostlist, expanded. Slurm reads a value with a
+// '/' as a file of names; gpupool does not, and says so rather than take it as a name.
+Result<std::vector<std::string>> NodeNames(std::string_view option, const std::string& value) {
+  if (value.find('/') != std::string::npos) {
+    return OptionError(option, value,
+                       "gpupool does not read node names from a file; give the names, e.g. "
+                       "node0,gpu[01-04]");
+  }
+  Result<std::vector<std::string>> names = ExpandHostList(Trim(value));
+  if (!names.ok()) {
+    return OptionError(
+        option, value,
+        names.status().message() + " (give node names or a hostlist like gpu[01-04])");
+  }
+  return names;
 }
 
 // Everything else of the request.
@@ -139,6 +176,18 @@ Status FillRequest(const SubmitFlags& f, jobs::ResourceRequest* r) {
   if (f.tasks) {
     GP_ASSIGN_OR_RETURN(int64_t tasks, WholeNumber("--tasks", *f.tasks, 1, 4096, "4"));
     r->tasks = static_cast<int>(tasks);
+  }
+  if (f.nodelist) {
+    GP_ASSIGN_OR_RETURN(r->nodelist, NodeNames("--nodelist", *f.nodelist));
+  }
+  if (f.exclude) {
+    GP_ASSIGN_OR_RETURN(r->exclude, NodeNames("--exclude", *f.exclude));
+  }
+  for (const std::string& n : r->nodelist) {
+    if (std::find(r->exclude.begin(), r->exclude.end(), n) != r->exclude.end()) {
+      return Status::InvalidArgument("--nodelist " + *f.nodelist + " and --exclude " + *f.exclude +
+                                     " both name " + n + ": leave it out of one of them");
+    }
   }
   // The codec's own invariants, so nothing the server would refuse leaves this machine.
   return jobs::ValidateRequest(*r);
@@ -305,11 +354,6 @@ Result<int64_t> TimeLimitSeconds(const std::string& time) {
   return *secs;
 }
 
-std::string Upper(std::string s) {
-  for (char& c : s) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
-  return s;
-}
-
 // Slurm's --signal=[{R|B}:]SIG[@SECONDS] into the submission's warn_signal, warn_time_s
 // and warn_main_only. SIG: a number 1-64 or a name, with or without SIG (USR1, SIGUSR1).
 Status AddWarnSignal(const std::string& value, OrderedJson* body) {
@@ -340,6 +384,22 @@ Status AddWarnSignal(const std::string& value, OrderedJson* body) {
   return Status::Ok();
 }
 
+// --min-runtime and --grace into body. The bounds are the server's (job_json.cc); said here
+// with the flag the user typed.
+Status AddPreemptDurations(const SubmitFlags& f, OrderedJson* body) {
+  for (const auto& [flag, value, key, most_s, most] :
+       {std::tuple{"--min-runtime", &f.min_runtime, "min_runtime_s", int64_t{365} * 86400, "365d"},
+        std::tuple{"--grace", &f.grace, "preempt_grace_s", int64_t{86400}, "24h"}}) {
+    if (!*value) continue;
+    Result<int64_t> secs = ParseDurationWithUnit(**value);
+    if (!secs.ok()) return OptionError(flag, **value, secs.status().message());
+    if (*secs <= 0) return OptionError(flag, **value, "give a positive duration, e.g. 10m");
+    if (*secs > most_s) return OptionError(flag, **value, std::string("at most ") + most);
+    (*body)[key] = *secs;
+  }
+  return Status::Ok();
+}
+
 }  // namespace
 
 Result<int> ParseSignalName(std::string_view option, const std::string& text,
@@ -363,6 +423,27 @@ Result<int> ParseSignalName(std::string_view option, const std::string& text,
                          "' is no signal; give a name (USR1, USR2, TERM, ...) or a number, "
                          "e.g. " +
                          std::string(option) + " " + std::string(example));
+}
+
+Status CheckLineValues(const SubmitFlags& line) {
+  if (line.gpus) GP_RETURN_IF_ERROR(GpuCount(*line.gpus).status());
+  if (line.gpu_share) {
+    auto milli = ParseGpuShare(*line.gpu_share);
+    if (!milli.ok()) return OptionError("--gpu-share", *line.gpu_share, milli.status().message());
+  }
+  if (line.cpus) {
+    auto milli = ParseCpus(*line.cpus);
+    if (!milli.ok()) return OptionError("--cpus", *line.cpus, milli.status().message());
+  }
+  if (line.tasks) GP_RETURN_IF_ERROR(WholeNumber("--tasks", *line.tasks, 1, 4096, "4").status());
+  if (line.priority) {
+    GP_RETURN_IF_ERROR(
+        WholeNumber("--priority", *line.priority, -1'000'000, 1'000'000, "10").status());
+  }
+  if (line.time) GP_RETURN_IF_ERROR(TimeLimitSeconds(*line.time).status());
+  OrderedJson scratch;
+  if (line.signal) GP_RETURN_IF_ERROR(AddWarnSignal(*line.signal, &scratch));
+  return AddPreemptDurations(line, &scratch);
 }
 
 Result<OrderedJson> BuildSubmission(const SubmitFlags& f, const std::vector<std::string>& command,
@@ -415,17 +496,7 @@ Result<OrderedJson> BuildSubmission(const SubmitFlags& f, const std::vector<std:
   if (f.signal) GP_RETURN_IF_ERROR(AddWarnSignal(*f.signal, &body));
   if (f.requeue) body["requeue"] = *f.requeue;
   if (f.preemptible) body["preemptible"] = *f.preemptible;
-  // The bounds are the server's (job_json.cc); said here with the flag the user typed.
-  for (const auto& [flag, value, key, most_s, most] :
-       {std::tuple{"--min-runtime", &f.min_runtime, "min_runtime_s", int64_t{365} * 86400, "365d"},
-        std::tuple{"--grace", &f.grace, "preempt_grace_s", int64_t{86400}, "24h"}}) {
-    if (!*value) continue;
-    Result<int64_t> secs = ParseDuration(**value);
-    if (!secs.ok()) return OptionError(flag, **value, secs.status().message());
-    if (*secs <= 0) return OptionError(flag, **value, "give a positive duration, e.g. 10m");
-    if (*secs > most_s) return OptionError(flag, **value, std::string("at most ") + most);
-    body[key] = *secs;
-  }
+  GP_RETURN_IF_ERROR(AddPreemptDurations(f, &body));
   if (f.enforce) {
     if (*f.enforce != "memory") {
       return OptionError("--enforce", *f.enforce,
@@ -490,6 +561,14 @@ Result<ApiAnswer> PostSubmission(const ApiClient& api, OrderedJson* body) {
   const std::string text = DumpJson(*body);
   return RetryDuringTakeover(
       api, [&] { return api.Post("/v1/jobs", text); }, std::cerr);
+}
+
+void PrintSubmitWarnings(const Json& answer, std::ostream& err) {
+  const auto it = answer.find("warnings");
+  if (it == answer.end() || !it->is_array()) return;
+  for (const Json& w : *it) {
+    if (w.is_string()) err << "gpupool: warning: " << w.get<std::string>() << "\n";
+  }
 }
 
 std::string NewSubmitKey() {

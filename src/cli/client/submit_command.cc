@@ -111,6 +111,7 @@ Status RunSubmit(const ClientRuntime& rt, const SubmitState& s, bool after_dashe
   GP_RETURN_IF_ERROR(AddOutputFlags(flags, ::access(workdir.c_str(), W_OK) == 0, &body));
   GP_ASSIGN_OR_RETURN(ApiClient api, Connect(rt, s.conn));
   GP_ASSIGN_OR_RETURN(ApiAnswer answer, PostSubmission(api, &body));
+  PrintSubmitWarnings(answer.json, *rt.env.err);
   const Json& job = GetObject(answer.json, "job");
   const int64_t id = GetInt(job, "id");
   if (s.json) {

@@ -71,6 +71,64 @@ TEST_F(ClientE2eTest, SbatchGpusPerJobWithTasksFromTheCommandLineIsRefused) {
   EXPECT_EQ(body["request"].value("tasks", 1), 1);
 }
 
+// Slurm's -w/--nodelist and -x/--exclude, hostlists expanded, from the command line and
+// from #SBATCH lines (the command line wins); bad ones refused before any request.
+TEST_F(ClientE2eTest, NodelistAndExcludeAreSentExpanded) {
+  Serve([](const HttpRequest&) { return JsonAnswer(201, R"({"job": {"id": 5}})"); });
+  RunResult r = Run({"submit", "-x", "node[01-02,07],gpu3", "--nodelist=n5", "--", "true"});
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.err, "");
+  ASSERT_EQ(Requests().size(), 1u);
+  Json body = Json::parse(Requests()[0].body);
+  EXPECT_EQ(body["request"]["exclude"], Json::parse(R"(["node01", "node02", "node07", "gpu3"])"));
+  EXPECT_EQ(body["request"]["nodelist"], Json::parse(R"(["n5"])"));
+
+  WriteScript("w.sh",
+              "#!/bin/bash\n#SBATCH -w node0\n#SBATCH --exclude=node[1-2]\npython train.py\n",
+              true);
+  r = Run({"submit", "w.sh"});
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.err, "");  // read, not "ignored"
+  ASSERT_EQ(Requests().size(), 2u);
+  body = Json::parse(Requests()[1].body);
+  EXPECT_EQ(body["request"]["nodelist"], Json::parse(R"(["node0"])"));
+  EXPECT_EQ(body["request"]["exclude"], Json::parse(R"(["node1", "node2"])"));
+  r = Run({"submit", "--nodelist", "node3", "w.sh"});
+  EXPECT_EQ(r.code, 0) << r.err;
+  ASSERT_EQ(Requests().size(), 3u);
+  body = Json::parse(Requests()[2].body);
+  EXPECT_EQ(body["request"]["nodelist"], Json::parse(R"(["node3"])"));
+
+  r = Run({"submit", "-x", "node[3-1]", "--", "true"});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(r.err,
+            "gpupool: --exclude node[3-1]: 'node[3-1]': the range 3-1 ends below its start (give "
+            "node names or a hostlist like gpu[01-04])\n");
+  r = Run({"submit", "-w", "n1", "-x", "n[0-1]", "--", "true"});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(r.err,
+            "gpupool: --nodelist n1 and --exclude n[0-1] both name n1: leave it out of one of "
+            "them\n");
+  r = Run({"submit", "-w", "./hosts.txt", "--", "true"});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("gpupool: --nodelist ./hosts.txt: gpupool does not read node names from "
+                       "a file"),
+            std::string::npos)
+      << r.err;
+  EXPECT_EQ(Requests().size(), 3u);
+}
+
+// The server accepts an --exclude name no node has, with a warning the client prints.
+TEST_F(ClientE2eTest, TheServersSubmitWarningsArePrinted) {
+  Serve([](const HttpRequest&) {
+    return JsonAnswer(201, R"({"job": {"id": 5}, "warnings": ["--exclude nx: no such node"]})");
+  });
+  RunResult r = Run({"submit", "-x", "nx", "--", "true"});
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.out, "Submitted job 5\n");
+  EXPECT_EQ(r.err, "gpupool: warning: --exclude nx: no such node\n");
+}
+
 TEST_F(ClientE2eTest, ScriptsThatCannotRunAreRefusedAtSubmit) {
   Serve([](const HttpRequest&) { return JsonAnswer(201, R"({"job": {"id": 5}})"); });
   WriteScript("plain.sh", "echo no shebang\n", true);

@@ -177,6 +177,11 @@ void AddSubmitOptions(CLI::App& app, SubmitFlags* f) {
            "Slurm's form of --after-ok, --after-any and --after-not-ok: afterok:ID[:ID...], "
            "afterany:ID, afternotok:ID, comma-separated (all must hold)",
            false);
+  Single(app, "-w,--nodelist", &f->nodelist, "NODELIST",
+         "run every task on one of these nodes: names or a Slurm hostlist, e.g. "
+         "node0,gpu[01-04] (unlike Slurm, not every listed node need be used)");
+  Single(app, "-x,--exclude", &f->exclude, "NODELIST",
+         "run no task on these nodes: names or a Slurm hostlist, e.g. gpu[01-02]");
   Single(app, "-p,--partition", &f->partition, "PARTITION",
          "refused: gpupool has no partitions (choose GPUs with --gpu-model, --vendor, "
          "--min-capability)");
@@ -328,6 +333,7 @@ Status ParseLine(const std::vector<std::string>& words, const std::string& where
   parser.set_help_flag();
   AddSubmitOptions(parser, flags);
   std::vector<std::string> args(words.rbegin(), words.rend());  // CLI11 wants reverse
+  std::vector<std::string> again = args;                        // parse consumes its words
   const SubmitFlags before = *flags;
   try {
     parser.parse(args);
@@ -342,6 +348,20 @@ Status ParseLine(const std::vector<std::string>& words, const std::string& where
     return Status::InvalidArgument(where + why);
   }
   if (Status s = CheckLineSizes(before, *flags); !s.ok()) {
+    return Status::InvalidArgument(where + s.message());
+  }
+  // The line's own values again, alone (the parse above added them to every line's), so
+  // that a bad count, duration or signal is refused naming this line.
+  SubmitFlags own;
+  CLI::App alone;
+  alone.set_help_flag();
+  AddSubmitOptions(alone, &own);
+  try {
+    alone.parse(again);
+  } catch (const CLI::ParseError&) {
+    return Status::Ok();  // the same words parsed above
+  }
+  if (Status s = CheckLineValues(own); !s.ok()) {
     return Status::InvalidArgument(where + s.message());
   }
   return Status::Ok();
@@ -434,6 +454,8 @@ SubmitFlags MergeFlags(const SubmitFlags& script, const SubmitFlags& cmdline) {
   if (cmdline.wait) m.wait = cmdline.wait;
   over(&m.nodes, cmdline.nodes);
   over(&m.partition, cmdline.partition);
+  over(&m.nodelist, cmdline.nodelist);
+  over(&m.exclude, cmdline.exclude);
   over(&m.export_env, cmdline.export_env);
   over(&m.output, cmdline.output);
   over(&m.error, cmdline.error);

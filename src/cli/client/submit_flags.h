@@ -58,6 +58,8 @@ struct SubmitFlags {
   std::optional<bool> wait;              // -W/--wait: submit stays until the job ended
   std::optional<std::string> nodes;      // -N/--nodes: only 1, for a one-task job
   std::optional<std::string> partition;  // -p/--partition: refused (no partitions)
+  std::optional<std::string> nodelist;   // -w/--nodelist NODELIST (a Slurm hostlist)
+  std::optional<std::string> exclude;    // -x/--exclude NODELIST
   // --export: ALL (the default), NONE, or [ALL,]NAME[=value],... (submit_io.h).
   std::optional<std::string> export_env;
   std::optional<std::string> output;  // -o/--output PATTERN (jobs/output_pattern.h)
@@ -128,7 +130,11 @@ inline constexpr std::string_view kSbatchOptions[] = {"-G",
                                                       "--requeue",
                                                       "--no-requeue",
                                                       "-W",
-                                                      "--wait"};
+                                                      "--wait",
+                                                      "-w",
+                                                      "--nodelist",
+                                                      "-x",
+                                                      "--exclude"};
 
 // `cmdline` over `script`: each option given on the command line replaces the script's;
 // --env lists are concatenated (later wins for the same name); --gpu-model lists replace.
@@ -158,6 +164,13 @@ Result<OrderedJson> BuildSubmission(const SubmitFlags& flags,
                                     const std::vector<std::string>& command, const std::string& cwd,
                                     const ElementResolver& resolve = nullptr);
 
+// The values of one script line (a #GPUPOOL or #SBATCH line's options alone) that can be
+// checked without the others: the counts, sizes, durations and --signal, each with the
+// check BuildSubmission makes, so that a bad one is refused naming its line
+// (ParseDirectives). Options whose check needs others (a share and --gpus, --shm-size and
+// --image) are left to BuildSubmission.
+Status CheckLineValues(const SubmitFlags& line);
+
 // A fresh idempotency key for one submission (128 random bits, hex): the same body with
 // the same key, sent again after a timeout or a lost server, is created once.
 std::string NewSubmitKey();
@@ -167,5 +180,9 @@ std::string NewSubmitKey();
 // a server's failure or failover is created once. A 200 answer (the key was seen) is the
 // job the first attempt made.
 Result<ApiAnswer> PostSubmission(const ApiClient& api, OrderedJson* body);
+
+// The server's warnings on an accepted submission (its answer's `warnings`: an --exclude
+// name no node has), each as "gpupool: warning: ..." on `err`.
+void PrintSubmitWarnings(const Json& answer, std::ostream& err);
 
 }  // namespace gpupool::cli

@@ -255,6 +255,14 @@ TEST(BuildSubmissionTest, EveryBadValueNamesItsOption) {
   EXPECT_EQ(Error({"--preemptible", "--min-runtime", "400d"}), "--min-runtime 400d: at most 365d");
   EXPECT_EQ(Error({"--preemptible", "--grace", "0"}),
             "--grace 0: give a positive duration, e.g. 10m");
+  // Red team 7, finding 8: 60 was 60 minutes; Slurm's GraceTime counts seconds.
+  EXPECT_EQ(Error({"--preemptible", "--grace", "60"}),
+            "--grace 60: give a unit: 60s or 60m (a bare number would be minutes, as --time "
+            "reads it)");
+  EXPECT_EQ(Error({"--preemptible", "--min-runtime", "10"}),
+            "--min-runtime 10: give a unit: 10s or 10m (a bare number would be minutes, as "
+            "--time reads it)");
+  EXPECT_EQ(Error({"--preemptible", "--grace", "90s", "--min-runtime", "1:00:00"}), "OK");
   EXPECT_EQ(Error({"--gpus", "two"}), "--gpus two: use a whole number from 0 to 1024, e.g. 2");
   EXPECT_EQ(Error({"--gpus", "-1"}), "--gpus -1: use a whole number from 0 to 1024, e.g. 2");
   EXPECT_EQ(Error({"--gpus", "1.5"}), "--gpus 1.5: use a whole number from 0 to 1024, e.g. 2");

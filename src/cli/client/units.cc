@@ -209,6 +209,16 @@ Result<int64_t> ParseDuration(std::string_view text) {
   return ParseClockDuration(t, text);
 }
 
+Result<int64_t> ParseDurationWithUnit(std::string_view text) {
+  const std::string_view t = Trim(text);
+  if (!t.empty() && t.find_first_not_of("0123456789") == std::string_view::npos &&
+      t.find_first_not_of('0') != std::string_view::npos) {  // 0 is 0 in any unit
+    return Status::InvalidArgument("give a unit: " + std::string(t) + "s or " + std::string(t) +
+                                   "m (a bare number would be minutes, as --time reads it)");
+  }
+  return ParseDuration(text);
+}
+
 Result<int> ParseGpuShare(std::string_view text) {
   std::string_view t = Trim(text);
   const bool percent = !t.empty() && t.back() == '%';

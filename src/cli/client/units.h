@@ -30,6 +30,10 @@ Result<uint64_t> ParseMemorySize(std::string_view text);
 // Seconds from "90" (minutes, as Slurm reads it), "MM:SS", "HH:MM:SS", "D-HH",
 // "D-HH:MM", "D-HH:MM:SS", or unit forms "45s", "90m", "2h", "1d", "1h30m".
 Result<int64_t> ParseDuration(std::string_view text);
+// ParseDuration's forms without a bare number, for durations that are not time limits
+// (--grace, --min-runtime): "60" would be 60 minutes there, where Slurm's GraceTime and
+// Kubernetes' grace periods count seconds. The message says to give a unit.
+Result<int64_t> ParseDurationWithUnit(std::string_view text);
 
 // Thousandths of one GPU from "0.25" or "25%"; must be in (0, 1] and at least 0.001.
 Result<int> ParseGpuShare(std::string_view text);

@@ -128,7 +128,8 @@ const char* const kServerSetFields[] = {"id",
                                         "preempted_attempts",
                                         "earlier_attempts",
                                         "fence_node",
-                                        "fence_until_us"};
+                                        "fence_until_us",
+                                        "fences"};
 
 // The scheduler's start plan as readers attach it (Controller::StartEstimates, StartNotes).
 struct StartPlanView {
@@ -227,6 +228,35 @@ Result<std::vector<jobs::JobSortKey>> ListOrder(const net::HttpRequest& r) {
   return jobs::ParseJobSort(text, order == "desc", "sort");
 }
 
+// Names of --nodelist / --exclude that no node has: accepted (a node may join later, and
+// a list kept for several pools stays usable; a --nodelist naming no node at all was
+// refused by Submit), but said, as each may be a typo.
+std::vector<std::string> UnknownNodeWarnings(const ApiContext& ctx,
+                                             const jobs::ResourceRequest& r) {
+  std::vector<std::string> out;
+  if (r.nodelist.empty() && r.exclude.empty()) return out;
+  std::set<std::string> known;
+  for (const NodeView& n : ctx.controller->Nodes()) known.insert(n.name);
+  auto unknown = [&](const std::vector<std::string>& names) {
+    std::string text;
+    for (const std::string& n : names) {
+      if (!known.contains(n)) text += (text.empty() ? "" : ", ") + n;
+    }
+    return text;
+  };
+  if (std::string names = unknown(r.nodelist); !names.empty()) {
+    out.push_back("--nodelist " + names +
+                  ": no such node in this pool (`gpupool nodes`); the job runs on the others "
+                  "listed");
+  }
+  if (std::string names = unknown(r.exclude); !names.empty()) {
+    out.push_back("--exclude " + names + ": no such node in this pool (`gpupool nodes`); " +
+                  (names.find(',') == std::string::npos ? "it excludes" : "they exclude") +
+                  " nothing");
+  }
+  return out;
+}
+
 }  // namespace
 
 net::HttpResponse SubmitJob(const ApiContext& ctx, const Call& c) {
@@ -285,7 +315,11 @@ net::HttpResponse SubmitJob(const ApiContext& ctx, const Call& c) {
   // A retried submission (its submit_key was used): 200 with the job it made.
   if (duplicate)
     return JsonResponse(200, {{"job", jobs::JobToJson(*submitted)}, {"duplicate", true}});
-  return JsonResponse(201, {{"job", jobs::JobToJson(*submitted)}});
+  OrderedJson answer = {{"job", jobs::JobToJson(*submitted)}};
+  if (std::vector<std::string> w = UnknownNodeWarnings(ctx, submitted->request); !w.empty()) {
+    answer["warnings"] = w;
+  }
+  return JsonResponse(201, answer);
 }
 
 net::HttpResponse ListJobs(const ApiContext& ctx, const Call& c) {

@@ -39,7 +39,7 @@ Status AddFairShares(const ApiContext& ctx, const std::vector<jobs::Job>& jobs, 
     groups = UsageGroups(jobs, since, until, now, by_project);
   } else {
     store::JobFilter f;
-    f.ended_after_us = since;
+    f.held_after_us = since;  // a LOST job's GPUs held past its end count (usage.h)
     GP_ASSIGN_OR_RETURN(std::vector<jobs::Job> all, ctx.store->ListJobs(f));
     groups = UsageGroups(all, since, until, now, by_project);
   }
@@ -97,8 +97,11 @@ net::HttpResponse ReportUsage(const ApiContext& ctx, const Call& c) {
     return ErrorResponse(Status::InvalidArgument("shares: use 1 (the default) or 0"));
   }
   TelemetryHub& hub = ctx.telemetry->hub();
+  // The jobs that held GPUs in the window: a job declared lost before it whose node
+  // reported its real end inside it held them there (docs/health.md, "An end reported
+  // late"), though its end_time_us is before.
   store::JobFilter f;
-  f.ended_after_us = *since;
+  f.held_after_us = *since;
   if (!everyone) f.user = caller.user;
   Result<std::vector<jobs::Job>> jobs = ctx.store->ListJobs(f);
   if (!jobs.ok()) return ErrorResponse(jobs.status());

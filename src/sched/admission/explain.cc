@@ -126,6 +126,7 @@ std::string PendingExplainer::Headline(const QueuedJob& job, const Survey& s) co
       of += fmt::format(" on the {} node{} that can run its environment", t.allowed_nodes.size(),
                         t.allowed_nodes.size() == 1 ? "" : "s");
     }
+    if (t.PicksNodes()) of += " on the nodes its --nodelist / --exclude leave";
     if (t.IsFractional() && s.best_share < t.gpu_milli) {
       if (s.held_fits)
         return "needs " + FormatShare(t.gpu_milli) + " of one GPU" + of + "; " + single_owner_note_;
@@ -143,7 +144,8 @@ std::string PendingExplainer::Headline(const QueuedJob& job, const Survey& s) co
       return "needs " + CpuMemText(t) + " beside its GPUs; no node with the GPUs has them free";
     }
   } else if (s.available == 0) {
-    return "needs " + CpuMemText(t) + "; no node has them free";
+    return "needs " + CpuMemText(t) + "; no node" +
+           (t.PicksNodes() ? " its --nodelist / --exclude leave" : "") + " has them free";
   }
   if (job.tasks.size() > 1) {
     return fmt::format("needs {} tasks placed together; not all fit at once now", job.tasks.size());

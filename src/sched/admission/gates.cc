@@ -28,10 +28,12 @@ bool DependencyGate::Admit(const QueuedJob& job, std::string* why) {
 bool EarlierAttemptGate::Admit(const QueuedJob& job, std::string* why) {
   if (job.admission.stopping_attempt <= 0) return true;
   if (job.admission.stopping_until_s > 0) {
+    const bool one = job.admission.stopping_nodes <= 1;
     *why = fmt::format(
-        "waits for attempt {} to stop on node {} (the node was lost while it ran; its lease "
-        "stops it by {:%Y-%m-%d %H:%M:%S} UTC)",
-        job.admission.stopping_attempt, job.admission.stopping_node,
+        "waits for attempt {} to stop on {} {} (the {} lost while it ran; {} stop{} it by "
+        "{:%Y-%m-%d %H:%M:%S} UTC)",
+        job.admission.stopping_attempt, one ? "node" : "nodes", job.admission.stopping_node,
+        one ? "node was" : "nodes were", one ? "its lease" : "their leases", one ? "s" : "",
         fmt::gmtime(static_cast<std::time_t>(job.admission.stopping_until_s)));
     return false;
   }

@@ -65,6 +65,15 @@ TEST(EarlierAttemptGate, WaitsWhileANodeStopsTheEarlierAttempt) {
   j.admission.stopping_node = "n1";
   EXPECT_EQ(Why(gate, j),
             "waits for attempt 2 to stop on node n1 (it still ran there when the node came back)");
+  j.admission.stopping_until_s = 1'764'408'665;  // 2025-11-29 09:31:05 UTC
+  EXPECT_EQ(Why(gate, j),
+            "waits for attempt 2 to stop on node n1 (the node was lost while it ran; its lease "
+            "stops it by 2025-11-29 09:31:05 UTC)");
+  j.admission.stopping_node = "n1 and n2";
+  j.admission.stopping_nodes = 2;
+  EXPECT_EQ(Why(gate, j),
+            "waits for attempt 2 to stop on nodes n1 and n2 (the nodes were lost while it ran; "
+            "their leases stop it by 2025-11-29 09:31:05 UTC)");
 }
 
 TEST(ArrayThrottle, RunsAtMostNElementsCountingRunningAndAdmittedOnes) {
@@ -170,8 +179,8 @@ TEST(QuotaLimit, UsersAndProjectsStayWithinTheirLimits) {
   QueuedJob v = GpuJob("7", "carol", 2);
   v.project = "vision";
   EXPECT_EQ(Why(gate, v),
-            "waits: project vision has 0 GPUs in use or next to start; this job's 2 more would "
-            "pass the limit (max_gpus 1, `gpupool limits`)");
+            "waits: this job alone asks for 2 GPUs, more than project vision's limit (max_gpus "
+            "1): it starts only if an admin raises the limit (`gpupool limits`)");
   // Without limits every job is admitted.
   QuotaLimit open;
   open.BeginPass(Context(occupying));

@@ -185,6 +185,12 @@ std::string LimitReason(const std::string& who, const Limit& l, int64_t used_gpu
            " jobs running or next to start, the limit (max_running " +
            std::to_string(l.max_running) + ", `gpupool limits`)";
   }
+  if (l.max_gpus >= 0 && job_gpus > l.max_gpus) {
+    // Nothing ending makes room for it: said so, not "GPUs in use" with none in use.
+    return "this job alone asks for " + std::to_string(job_gpus) + " GPUs, more than " + who +
+           "'s limit (max_gpus " + std::to_string(l.max_gpus) +
+           "): it starts only if an admin raises the limit (`gpupool limits`)";
+  }
   if (l.max_gpus >= 0 && job_gpus > 0 && used_gpus + job_gpus > l.max_gpus) {
     return who + " has " + std::to_string(used_gpus) +
            " GPUs in use or next to start; this job's " + std::to_string(job_gpus) +

@@ -154,6 +154,10 @@ TEST(LimitReasonTest, NamesWhoAndWhichLimit) {
             "project vision has 6 GPUs in use or next to start; this job's 4 more would pass the "
             "limit (max_gpus 8, `gpupool limits`)");
   EXPECT_EQ(LimitReason("user alice", l, 8, 0, 0), "");  // a CPU job needs no GPU
+  // Red team 7, finding 9: a gang bigger than the limit itself waits for no job's end.
+  EXPECT_EQ(LimitReason("user alice", l, 0, 0, 12),
+            "this job alone asks for 12 GPUs, more than user alice's limit (max_gpus 8): it "
+            "starts only if an admin raises the limit (`gpupool limits`)");
 }
 
 }  // namespace

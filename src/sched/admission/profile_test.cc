@@ -116,8 +116,8 @@ TEST(SchedulingProfile, RunsGatesFiltersThePassAndExplainsInThatOrder) {
             "array 9 runs at most 1 elements at once (--array ...%1); its earlier elements come "
             "first");
   EXPECT_EQ(got.at("greedy"),
-            "waits: user bob has 0 GPUs in use or next to start; this job's 2 more would pass "
-            "the limit (max_gpus 1, `gpupool limits`)");
+            "waits: this job alone asks for 2 GPUs, more than user bob's limit (max_gpus 1): it "
+            "starts only if an admin raises the limit (`gpupool limits`)");
   EXPECT_EQ(got.at("nomodel"), "cannot run on any node: no node has GPUs of model H100");
   EXPECT_EQ(got.at("env"),
             "needs 1 idle GPU on the 1 node that can run its environment; largest idle block on "

@@ -32,13 +32,36 @@ std::string Cpus(int64_t milli) {
 
 std::string Capability(int32_t c) { return fmt::format("{}.{}", c / 10, c % 10); }
 
-// Why no node of `cluster` could host `t` even idle: the nodes are narrowed one
-// constraint at a time (GPU count, model, capability, environment, CPU, memory), and
-// the first constraint that leaves none is named with the best any remaining node has.
-std::string WhyNoNodeCouldHost(const ClusterState& cluster, const Task& t) {
-  std::vector<const NodeState*> left;
-  for (int32_t n = 0; n < cluster.num_nodes(); ++n) left.push_back(&cluster.node(n));
-  if (left.empty()) return "there are no nodes";
+// Up to 8 names, then how many more.
+std::string SomeNames(const std::vector<std::string>& names) {
+  constexpr size_t kShown = 8;
+  std::string out;
+  for (size_t i = 0; i < names.size() && i < kShown; ++i) out += (i ? ", " : "") + names[i];
+  if (names.size() > kShown) out += fmt::format(" and {} more", names.size() - kShown);
+  return out;
+}
+
+// Why --nodelist / --exclude leave `t` no node of `cluster` (which has some).
+std::string NoChosenNode(const ClusterState& cluster, const Task& t) {
+  std::vector<std::string> known;
+  for (const NodeState& n : cluster.nodes()) known.push_back(n.name);
+  std::sort(known.begin(), known.end());
+  if (t.nodelist.empty()) {
+    return fmt::format("--exclude leaves no node: it names every node of the pool ({})",
+                       SomeNames(known));
+  }
+  const bool any_known = std::any_of(t.nodelist.begin(), t.nodelist.end(), [&](const auto& n) {
+    return std::binary_search(known.begin(), known.end(), n);
+  });
+  if (any_known) return "--exclude leaves none of the nodes of its --nodelist";
+  return fmt::format(
+      "--nodelist {}: no such node in this pool; its nodes are {} (`gpupool nodes` lists them)",
+      SomeNames(t.nodelist), SomeNames(known));
+}
+
+// WhyNoNodeCouldHost on the nodes `left` (not empty).
+std::string WhyNoneOfCouldHost(const ClusterState& cluster, const Task& t,
+                               std::vector<const NodeState*> left) {
   const std::string with = t.num_gpu > 0 ? " with the GPUs" : "";
   if (t.num_gpu > 0) {
     int32_t most = 0;
@@ -120,6 +143,25 @@ std::string WhyNoNodeCouldHost(const ClusterState& cluster, const Task& t) {
                        t.memory_mib, with, most_mem);
   }
   return "";  // some node could
+}
+
+// Why no node of `cluster` could host `t` even idle: the nodes are narrowed one
+// constraint at a time (its --nodelist / --exclude, GPU count, model, capability,
+// environment, CPU, memory), and the first constraint that leaves none is named with the
+// best any remaining node has.
+std::string WhyNoNodeCouldHost(const ClusterState& cluster, const Task& t) {
+  std::vector<const NodeState*> left;
+  for (int32_t n = 0; n < cluster.num_nodes(); ++n) left.push_back(&cluster.node(n));
+  if (left.empty()) return "there are no nodes";
+  if (!t.PicksNodes()) return WhyNoneOfCouldHost(cluster, t, std::move(left));
+  std::erase_if(left, [&](const NodeState* n) { return !t.NodeChosen(n->name); });
+  if (left.empty()) return NoChosenNode(cluster, t);
+  std::vector<std::string> names;
+  for (const NodeState* n : left) names.push_back(n->name);
+  std::string why = WhyNoneOfCouldHost(cluster, t, std::move(left));
+  if (!why.empty())
+    why += " (of the nodes its --nodelist / --exclude leave: " + SomeNames(names) + ")";
+  return why;
 }
 
 }  // namespace
@@ -222,6 +264,23 @@ bool GangObviouslyUnplaceable(const ClusterState& cluster, const std::vector<Tas
       if (reason != nullptr) {
         *reason = fmt::format("no node could ever host task {}: {}", i + 1,
                               WhyNoNodeCouldHost(cluster, t));
+      }
+      return true;
+    }
+  }
+  // Tasks of one job choose the same nodes: their capacity bounds the gang.
+  if (!tasks.empty() && tasks.front().PicksNodes()) {
+    Resources chosen;
+    for (const NodeState& n : cluster.nodes()) {
+      if (!tasks.front().NodeChosen(n.name)) continue;
+      chosen += n.Capacity();
+    }
+    if (!chosen.Contains(total)) {
+      if (reason != nullptr) {
+        *reason = fmt::format(
+            "the job asks for {} in total, more than the nodes its --nodelist / --exclude "
+            "leave have ({})",
+            total.ToString(), chosen.ToString());
       }
       return true;
     }

@@ -32,9 +32,12 @@ struct AdmissionFacts {
   std::string waits_for;
   // EarlierAttemptGate: an earlier attempt of the job that a node still runs and is
   // being stopped there; attempt 0 = none. With stopping_until_s (epoch seconds; 0: not),
-  // the node is cut off, and its lease stops the attempt by then (docs/health.md).
+  // the node is cut off, and its lease stops the attempt by then (docs/health.md); a gang
+  // cut off on several nodes names them all in stopping_node ("n1 and n2", as
+  // stopping_nodes says), stopping_until_s the last of their leases.
   int32_t stopping_attempt = 0;
   std::string stopping_node;
+  int32_t stopping_nodes = 1;
   int64_t stopping_until_s = 0;
   // HoldGate: how the job's user names it when that is not `id` (the controller's array
   // elements: ARRAY_INDEX, "582_2"); empty: `id`.
