@@ -377,8 +377,12 @@ Status AddWarnSignal(const std::string& value, OrderedJson* body) {
     GP_ASSIGN_OR_RETURN(seconds, WholeNumber("--signal", text.substr(at + 1), 0, 65535, "120"));
     text.resize(at);
   }
-  GP_ASSIGN_OR_RETURN(const int sig, ParseSignalName("--signal", text, "B:USR1@120"));
-  (*body)["warn_signal"] = sig;
+  Result<int> sig = ParseSignalName("--signal", text, "B:USR1@120");
+  if (!sig.ok()) {  // named as written, B: and @SECONDS included
+    const std::string& m = sig.status().message();
+    return OptionError("--signal", value, m.substr(m.find(": ") + 2));
+  }
+  (*body)["warn_signal"] = *sig;
   (*body)["warn_time_s"] = seconds;
   if (main_only) (*body)["warn_main_only"] = true;
   return Status::Ok();
