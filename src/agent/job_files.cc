@@ -332,6 +332,7 @@ std::string ShimRecordToJson(const ShimRecord& r) {
   j["start_time_us"] = r.start_time_us;
   j["isolation"] = r.isolation;
   j["cgroup_dirs"] = r.cgroup_dirs;
+  if (r.signal_requests) j["signal_requests"] = true;
   return DumpJson(j, 2);
 }
 
@@ -349,6 +350,7 @@ Result<ShimRecord> ShimRecordFromJson(const std::string& text, const std::string
   f.Optional("start_time_us", &r.start_time_us, 0);
   f.Optional("isolation", &r.isolation);
   f.Optional("cgroup_dirs", &r.cgroup_dirs);
+  f.Optional("signal_requests", &r.signal_requests);
   GP_RETURN_IF_ERROR(f.Finish());
   return r;
 }

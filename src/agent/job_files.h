@@ -60,6 +60,9 @@ struct ShimRecord {
   int64_t start_time_us = 0;
   std::string isolation;
   std::vector<std::string> cgroup_dirs;  // to remove if the shim dies
+  // The shim takes signal requests (stop_request.h, kSignalRequestOffset): false in the
+  // record of a shim older than them, which the request's signal would kill.
+  bool signal_requests = false;
 };
 
 // How an attempt ended.

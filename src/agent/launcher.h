@@ -214,6 +214,18 @@ class Launcher {
     return Cancel(id);
   }
 
+  // gpupool cancel --signal (Slurm's scancel --signal): `sig` to the run's job, which goes
+  // on: to every process of it, as a cancel's SIGTERM goes, or with main_only to its main
+  // process only (scancel --batch); a container's by podman kill. Carried out by its shim
+  // (stop_request.h), at most once; returns at once. NotFound when the launcher does not
+  // supervise the run or it has ended; FailedPrecondition when its shim predates signal
+  // requests (started by an older agent).
+  virtual Status SignalJob(const RunId& id, int sig, bool main_only) {
+    (void)sig;
+    (void)main_only;
+    return Status::Unimplemented(ToString(id) + ": this launcher cannot signal jobs");
+  }
+
   // Events since the last call, oldest first. Never blocks.
   virtual std::vector<JobEvent> Poll() = 0;
 

@@ -5,6 +5,7 @@
 #include <poll.h>
 #include <sys/eventfd.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -159,6 +160,7 @@ class ProcessLauncher final : public Launcher {
   Status Launch(const LaunchSpec& spec, const JobStdio& stdio) override;
   Status Cancel(const RunId& id) override;
   Status Stop(const RunId& id, const StopRequest& stop) override;
+  Status SignalJob(const RunId& id, int sig, bool main_only) override;
   std::vector<JobEvent> Poll() override;
   std::vector<JobEvent> Wait(int timeout_ms) override;
   Result<std::vector<JobEvent>> Adopt() override;
@@ -427,6 +429,43 @@ Status ProcessLauncher::Signal(const RunId& id, const StopRequest* stop) {
   // ended, its final event is on its way and there is nothing to do.
   if (!ShimExited(it->second)) {
     SignalProcess(it->second.pidfd, it->second.shim_pid, SIGTERM);
+  }
+  return Status::Ok();
+}
+
+Status ProcessLauncher::SignalJob(const RunId& id, int sig, bool main_only) {
+  if (sig < 1 || sig > 64) {
+    return Status::InvalidArgument("signal " + std::to_string(sig) + ": give 1..64");
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = jobs_.find(id);
+  if (it == jobs_.end() || ShimExited(it->second)) {
+    return Status::NotFound(ToString(id) + " is not running on this node");
+  }
+  const Supervised& s = it->second;
+  // The request's signal would kill a shim that does not wait for it.
+  Result<ShimRecord> rec = ReadShimRecord(s.dir);
+  if (!rec.ok() || !rec->signal_requests) {
+    return Status::FailedPrecondition(
+        ToString(id) +
+        "'s supervisor was started by an older gpupool agent and takes no "
+        "signal requests; signal the job's processes yourself (kill, or gpupool "
+        "exec into it)");
+  }
+  // Queued with its value, so that requests in a row are each carried out (stop_request.h).
+  siginfo_t info{};
+  info.si_signo = SignalRequestSignal();
+  info.si_code = SI_QUEUE;
+  info.si_pid = ::getpid();
+  info.si_uid = ::getuid();
+  info.si_value.sival_int = EncodeSignalRequest(sig, main_only);
+  const int rc =
+      s.pidfd >= 0
+          ? static_cast<int>(::syscall(SYS_pidfd_send_signal, s.pidfd, info.si_signo, &info, 0))
+          : ::sigqueue(s.shim_pid, info.si_signo, info.si_value);
+  if (rc != 0) {
+    return Status::Unavailable(ToString(id) + ": cannot reach its supervisor (pid " +
+                               std::to_string(s.shim_pid) + "): " + std::strerror(errno));
   }
   return Status::Ok();
 }

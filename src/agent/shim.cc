@@ -123,7 +123,9 @@ std::string HostName() {
 sigset_t ShimSignals() {
   sigset_t set;
   sigemptyset(&set);
-  for (int sig : {SIGCHLD, SIGTERM, SIGINT, SIGHUP, SIGQUIT}) sigaddset(&set, sig);
+  for (int sig : {SIGCHLD, SIGTERM, SIGINT, SIGHUP, SIGQUIT, SignalRequestSignal()}) {
+    sigaddset(&set, sig);
+  }
   return set;
 }
 
@@ -484,6 +486,8 @@ void Shim::Supervise() {
     const int sig = ::sigtimedwait(&set, &info, &ts);
     if (sig == SIGTERM || sig == SIGINT) {
       OnStopSignal();
+    } else if (sig == SignalRequestSignal()) {
+      OnSignalRequest(info);
     } else if (sig == SIGCHLD && ReapChildren()) {
       return;
     }
@@ -697,6 +701,7 @@ int Shim::Run() {
   record_.pid = ::getpid();
   record_.start_ticks = ProcessStartTicks(record_.pid).value_or(0);
   record_.boot_id = BootId();
+  record_.signal_requests = true;  // blocked since the start of Run, taken in Supervise
   Status st = WriteFileDurably(args_.job_dir + "/" + kShimFile, ShimRecordToJson(record_), 0600,
                                /*sync=*/false);
   if (st.ok()) st = Prepare();

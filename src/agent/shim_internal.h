@@ -70,6 +70,9 @@ class Shim {
   void BeginStop(bool cancel, int64_t grace_s);
   // Slurm's --signal: spec.warn_signal to the job, spec.warn_time_s before its time limit.
   void SendWarningSignal();
+  void SendJobSignal(int sig, bool main_only, const char* what, const std::string& when);
+  // gpupool cancel --signal: a signal request (stop_request.h) the shim was sent.
+  void OnSignalRequest(const siginfo_t& info);
   void SendStop(const char* what);
   // `sig` to the job's process group and to every process of its cgroups (shim.cc); says
   // " and N processes of its cgroups" for the log.

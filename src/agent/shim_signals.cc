@@ -123,23 +123,48 @@ void Shim::KillForNode(const std::string& reason, protocol::KillCause cause) {
 }
 
 void Shim::SendWarningSignal() {
-  const int sig = config_.spec.warn_signal;
   const long long before =
       static_cast<long long>(std::min(config_.spec.warn_time_s, config_.spec.time_limit_s));
+  SendJobSignal(config_.spec.warn_signal, config_.spec.warn_main_only, "--signal",
+                ", " + std::to_string(before) + " s before the time limit");
+}
+
+// `sig` to the job, which goes on: to every process of it, or to its main process only
+// (Slurm's B: and --batch). `what` starts the log line and `when` ends it.
+void Shim::SendJobSignal(int sig, bool main_only, const char* what, const std::string& when) {
   if (container_) {
     // podman signals the container's PID 1 (its init passes it on to the main process).
-    ShimLog("--signal: %s to container %s, %lld s before the time limit", SignalName(sig).c_str(),
-            container_name_.c_str(), before);
+    ShimLog("%s: %s to container %s%s", what, SignalName(sig).c_str(), container_name_.c_str(),
+            when.c_str());
     StartHelper({"kill", "--signal", std::to_string(sig), container_name_}, "podman kill");
-  } else if (config_.spec.warn_main_only) {
-    ShimLog("--signal: %s to process %d (B:, the main process only), %lld s before the time limit",
-            SignalName(sig).c_str(), static_cast<int>(job_pid_), before);
+  } else if (main_only) {
+    ShimLog("%s: %s to process %d (the main process only)%s", what, SignalName(sig).c_str(),
+            static_cast<int>(job_pid_), when.c_str());
+    // The main process is our child and not reaped before ReapChildren: its pid is its own.
     ::kill(job_pid_, sig);
   } else {
     const std::string to = SignalJob(sig);
-    ShimLog("--signal: %s to process group %d%s, %lld s before the time limit",
-            SignalName(sig).c_str(), static_cast<int>(job_pid_), to.c_str(), before);
+    ShimLog("%s: %s to process group %d%s%s", what, SignalName(sig).c_str(),
+            static_cast<int>(job_pid_), to.c_str(), when.c_str());
   }
+}
+
+// A signal request from the launcher (stop_request.h): `value` carries the signal. Once
+// the job is being killed there is nothing left to tell it.
+void Shim::OnSignalRequest(const siginfo_t& info) {
+  int sig = 0;
+  bool main_only = false;
+  if (info.si_code != SI_QUEUE || !DecodeSignalRequest(info.si_value.sival_int, &sig, &main_only)) {
+    ShimLog("ignored a signal request without a valid signal (from pid %d)",
+            static_cast<int>(info.si_pid));
+    return;
+  }
+  if (killed_) {
+    ShimLog("gpupool cancel --signal: %s not sent, the job is being killed",
+            SignalName(sig).c_str());
+    return;
+  }
+  SendJobSignal(sig, main_only, "gpupool cancel --signal", "");
 }
 
 // A stopped job's main process ended within its grace, but the job may still have

@@ -11,6 +11,14 @@
 // A stop with a `reason` is the node's own (the agent's GPU memory watch, agent_loop.h):
 // the job is killed at once (SIGKILL, no grace, no deadline file), is not cancelled (it
 // fails), and its end carries the reason.
+//
+// A signal request (`gpupool cancel --signal`, Launcher::Signal) needs no file: the
+// launcher queues the real-time signal SignalRequestSignal() to the shim with the signal
+// to send in its value (EncodeSignalRequest), so that two requests in a row are both
+// carried out, each once. The shim sends it to the job as its --signal warning goes: to
+// every process of the job, or with main_only to the main process only; a container's by
+// `podman kill --signal`. A shim takes them once its record says signal_requests
+// (job_files.h): to an older shim the real-time signal would be fatal.
 // Plain functions; thread-safe.
 #pragma once
 
@@ -31,6 +39,13 @@ struct StopRequest {
   std::string reason;      // non-empty: the node's own stop, and why (see above)
   friend bool operator==(const StopRequest&, const StopRequest&) = default;
 };
+
+// SIGRTMIN + 2 (SIGRTMIN is the C library's, hence a function).
+int SignalRequestSignal();
+// The value carried with SignalRequestSignal(): `sig` (1..64) and whether to the main
+// process only; DecodeSignalRequest gives false for a value that is none.
+int EncodeSignalRequest(int sig, bool main_only);
+bool DecodeSignalRequest(int value, int* sig, bool* main_only);
 
 // Writes DIR/stop.json (mode 0600, root's).
 Status WriteStopRequest(const std::string& dir, const StopRequest& stop);

@@ -98,7 +98,7 @@ TEST_F(ApiAccessTest, MetricsCountEachEndedJobOnceAcrossScrapes) {
 TEST_F(ApiAccessTest, AnAgentOfAnIncompatibleProtocolIsRefusedWithTheControllersVersion) {
   const std::string vm = Token("vm", "node");
   std::string body = RegisterBody("vm", 1);
-  body.replace(body.find("\"1.2\""), 5, "\"9.0\"");
+  body.replace(body.find("\"1.4\""), 5, "\"9.0\"");
   const net::HttpResponse r = WithToken(vm, "POST", "/v1/agent/register", {}, body);
   EXPECT_EQ(r.status, 409) << r.body;
   const Json j = ParseJson(r.body, "answer").value();
@@ -498,7 +498,7 @@ TEST_F(ApiAccessTest, NodesShowAnAmdGpusPartitioning) {
   g.memory_partition.clear();
   g.compute_units = 0;
   n.gpus.push_back(g);
-  const std::string body = R"({"protocol": "1.2", "node": "mi", "cpu_milli": 8000, )"
+  const std::string body = R"({"protocol": "1.4", "node": "mi", "cpu_milli": 8000, )"
                            R"("memory_mib": 65536, "info": )" +
                            DumpJson(gpu::NodeToJson(n)) + "}";
   ASSERT_EQ(AsUid(0, "POST", "/v1/agent/register", {}, body).status, 200);
@@ -578,7 +578,7 @@ std::string MigNodeRegistration() {
         {"MIG-" + std::to_string(i), "1g.10gb", 9 + i, 0, uint64_t{10} << 30, {}});
   }
   n.gpus.push_back(g);
-  return R"({"protocol": "1.2", "node": "mig", "cpu_milli": 8000, )"
+  return R"({"protocol": "1.4", "node": "mig", "cpu_milli": 8000, )"
          R"("memory_mib": 65536, "info": )" +
          DumpJson(gpu::NodeToJson(n)) + "}";
 }

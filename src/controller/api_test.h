@@ -97,7 +97,7 @@ class ApiAccessTest : public ::testing::Test {
   }
   static std::string RegisterBody(const std::string& node, int gpus,
                                   const std::string& enforcement = "") {
-    return R"({"protocol": "1.2", "node": ")" + node +
+    return R"({"protocol": "1.4", "node": ")" + node +
            R"(", "cpu_milli": 8000, "memory_mib": 65536, "info": )" +
            NodeInfoJson(gpus, enforcement) + "}";
   }

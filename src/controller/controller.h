@@ -51,6 +51,7 @@
 #include "controller/group_commit.h"
 #include "controller/job_index.h"
 #include "controller/job_lifecycle.h"
+#include "controller/job_signal.h"
 #include "controller/layout_holds.h"
 #include "controller/limits.h"
 #include "controller/log_relay.h"
@@ -258,6 +259,8 @@ class Controller {
   // stop is no error and counts them as `stopping`. FailedPrecondition when none was: the
   // array has ended. InvalidArgument when `array_id` is no array's id.
   Result<ArrayCancelled> CancelArray(int64_t array_id, const Caller& caller);
+  // `gpupool cancel --signal` (Slurm's scancel --signal): job_signal.h says what it does.
+  Result<SignalSent> SignalJob(int64_t id, const Caller& c, int sig, bool main_only, bool array);
   Result<jobs::Job> Get(int64_t id, const Caller& caller);
   // The last pass's planned starts of pending jobs (µs since the epoch) by id: under the easy
   // start rule the reservation's holder has one (`queue --start`); none otherwise.
@@ -476,8 +479,7 @@ class Controller {
   // lifecycle's refusal. Its own error only when the store fails.
   Result<std::vector<Result<jobs::Job>>> Commit(std::vector<Change> changes, OnConflict on_conflict)
       EXCLUDES(mu_);
-  // Logs the answers of a Commit that are refusals (NotFound is no refusal: the change
-  // no longer applies).
+  // Logs a Commit's answers that are refusals (NotFound is none: the change no longer applies).
   static void LogRefusals(std::string_view what, const std::vector<Result<jobs::Job>>& answers);
   // What Cancel, Hold and release answer for job `id` when it is not active (read from
   // the store, without mu_): NotFound, PermissionDenied, or the lifecycle's refusal.
@@ -563,8 +565,7 @@ class Controller {
   // What a poll of `node` gets now (maybe nothing); NotFound for an unknown or lost node.
   // Marks the orders it hands out as sent, and the node as seen.
   Result<AgentWork> TakeWorkLocked(const std::string& node) REQUIRES(mu_);
-  // AwaitWork's thread: answers the waiting polls that notifications or their time made
-  // due, until Stop.
+  // AwaitWork's thread, until Stop: answers the polls that notifications or their time made due.
   void PollLoop();
   // After job `id` changed in active_ (or left it): updates index_, slim_ and the queued
   // counts. Every change of active_ must call it.
@@ -635,8 +636,7 @@ class Controller {
   // or all of it after a resync. True when a job is pending.
   bool TakeJobChanges(std::vector<std::pair<int64_t, std::shared_ptr<const jobs::Job>>>* changes,
                       bool* all) REQUIRES(mu_);
-  // Under mu_: the pass's nodes, their infos copied only when they changed since the
-  // last pass (sched_infos_).
+  // Under mu_: the pass's nodes, with infos copied only if changed since last (sched_infos_).
   void TakeNodes(std::vector<std::pair<SchedNode, std::shared_ptr<const gpu::NodeInfo>>>* out)
       REQUIRES(mu_);
   // Dependency resolution reads the store only without mu_, in three steps. Under mu_:
@@ -752,7 +752,8 @@ class Controller {
     // began at ended_lookups_since_us (internal::kMaxEndedLookupsPerMinute).
     int64_t ended_lookups_since_us = 0;
     int ended_lookups = 0;
-    std::optional<protocol::DiskReport> disk;  // its agent's latest disk watch report
+    std::optional<protocol::DiskReport> disk;    // its agent's latest disk watch report
+    std::vector<protocol::SignalOrder> signals;  // for its next poll, once (job_signal.h)
   };
   // Nodes' view of node `name` (entry `e`): its tasks from the job index.
   NodeView NodeViewLocked(const std::string& name, const NodeEntry& e) const REQUIRES(mu_);

@@ -646,6 +646,10 @@ Result<AgentWork> Controller::TakeWorkLocked(const std::string& node) {
       x.sent_us = now;
     }
   }
+  if (protocol::SupportsSignal(e.version)) {
+    work.signal = std::move(e.signals);
+    e.signals.clear();
+  }
   work.logs = log_relay_.Take(node);
   return work;
 }

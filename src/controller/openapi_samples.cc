@@ -1,6 +1,6 @@
 // Real answers of the API for openapi_schema_test.py: drives an Api over a real controller
 // and an in-memory SQLite store through a job's life (register a node, submit, place,
-// start, exec, hold, cancel, jobs that end: time limit, exit code, alloc, preemption with
+// start, signal, exec, hold, cancel, jobs that end: time limit, exit code, alloc, preemption with
 // checkpoint-done, start estimate; drain, limits, usage, tokens, environments, errors) and
 // prints every request and answer as a JSON array on stdout:
 //   [{"method", "pattern", "path", "status", "content_type", "headers", "body"}, ...]
@@ -180,6 +180,18 @@ class Scenario {
   // Exec sessions in the running job, one plain and one interactive.
   void Exec() {
     const std::string& id = id_;
+    // gpupool cancel --signal USR1: the agent's next work carries the order, once; a
+    // pending element has nothing to signal.
+    Expect(200, Root("POST", "/v1/jobs/{id}/signal", "/v1/jobs/" + id + "/signal", {},
+                     R"({"signal": 10})"));
+    Json work = Expect(200, Root("GET", "/v1/agent/work", "/v1/agent/work", {{"node", "vm"}}));
+    if (!work.contains("signal") || work["signal"].size() != 1) {
+      Fail("the agent's work should carry the signal order: " + work.dump());
+    }
+    Expect(409, Root("POST", "/v1/jobs/{id}/signal", "/v1/jobs/" + head_ + "_2/signal", {},
+                     R"({"signal": 10, "batch": true})"));
+    Expect(400, Root("POST", "/v1/jobs/{id}/signal", "/v1/jobs/" + id + "/signal", {},
+                     R"({"signal": 0})"));
     // An exec session in the running job.
     Json exec = Expect(201, Root("POST", "/v1/jobs/{id}/exec", "/v1/jobs/" + id + "/exec", {},
                                  R"({"task": 0, "argv": ["hostname"]})"));
@@ -390,7 +402,7 @@ class Scenario {
       g.compute_capability = gpu::ComputeCapability{9, 0};
       n.gpus.push_back(g);
     }
-    return R"({"protocol": "1.2", "node": ")" + node +
+    return R"({"protocol": "1.4", "node": ")" + node +
            R"(", "cpu_milli": 8000, "memory_mib": 65536, "info": )" + DumpJson(gpu::NodeToJson(n)) +
            "}";
   }

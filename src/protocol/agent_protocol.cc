@@ -271,6 +271,8 @@ bool SupportsExec(Version v) { return v.major > 1 || (v.major == 1 && v.minor >=
 bool SupportsInteractiveExec(Version v) { return v.major > 1 || (v.major == 1 && v.minor >= 2); }
 bool SupportsTelemetry(Version v) { return v.major > 1 || (v.major == 1 && v.minor >= 3); }
 
+bool SupportsSignal(Version v) { return v.major > 1 || (v.major == 1 && v.minor >= 4); }
+
 std::string_view EventKindName(EventKind kind) {
   switch (kind) {
     case EventKind::kStarted:
@@ -413,6 +415,11 @@ OrderedJson EncodeWork(const Work& w, Version peer) {
     }
     j["exec"] = std::move(exec);
   }
+  if (SupportsSignal(peer) && !w.signal.empty()) {
+    OrderedJson signal = OrderedJson::array();
+    for (const SignalOrder& s : w.signal) signal.push_back(EncodeSignalOrder(s));
+    j["signal"] = std::move(signal);
+  }
   return j;
 }
 
@@ -423,7 +430,18 @@ Result<Work> DecodeWork(const Json& j) {
   const Json* cancel = f.Array("cancel");
   const Json* logs = f.Array("logs");
   const Json* exec = f.Array("exec");
+  const Json* signal = f.Array("signal");
   GP_RETURN_IF_ERROR(f.Finish());
+  if (signal != nullptr) {
+    for (size_t i = 0; i < signal->size(); ++i) {
+      Result<SignalOrder> s = DecodeSignalOrder((*signal)[i], Index("signal", i));
+      if (!s.ok()) {
+        w.rejected.push_back({Index("signal", i), 0, 0, 1, 0, s.status().message()});
+        continue;
+      }
+      w.signal.push_back(*s);
+    }
+  }
   if (launch != nullptr) {
     for (size_t i = 0; i < launch->size(); ++i) {
       const std::string what = Index("launch", i);

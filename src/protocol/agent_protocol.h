@@ -15,7 +15,9 @@
 // minor 2 adds interactive exec sessions (a terminal or standard input: ExecRequest's
 // tty and stdin, and the exec I/O messages below); minor 3 adds GPU telemetry (the
 // TelemetryBatch below, POST /v1/agent/telemetry), which an agent sends only to a
-// controller of minor 3 or later (SupportsTelemetry).
+// controller of minor 3 or later (SupportsTelemetry); minor 4 adds signal orders (Work's
+// `signal`, `gpupool cancel --signal`), which the controller sends only to an agent of
+// minor 4 or later (SupportsSignal).
 // Stateless and thread-safe.
 #pragma once
 
@@ -40,7 +42,7 @@ struct Version {
   friend bool operator==(const Version&, const Version&) = default;
 };
 
-inline constexpr Version kVersion{1, 3};
+inline constexpr Version kVersion{1, 4};
 
 std::string VersionString(Version v);                 // "1.1"
 Result<Version> ParseVersion(std::string_view text);  // InvalidArgument naming the text
@@ -55,6 +57,8 @@ bool SupportsExec(Version v);
 bool SupportsInteractiveExec(Version v);
 // Whether a peer at `v` takes telemetry batches (minor 3 on).
 bool SupportsTelemetry(Version v);
+// Whether a peer at `v` carries out signal orders (minor 4 on).
+bool SupportsSignal(Version v);
 
 // One GPU given to a task.
 struct GpuGrant {
@@ -113,6 +117,20 @@ struct CancelOrder {
   friend bool operator==(const CancelOrder&, const CancelOrder&) = default;
 };
 
+// Send a signal to one running task of a job (`gpupool cancel --signal`, Slurm's scancel
+// --signal) without stopping it: to every process of the task (its process group and its
+// cgroups' processes, or its supervisor's descendants), or with main_only to its main
+// process only (scancel --batch). A container's task: `podman kill --signal`. At most once:
+// the controller never resends one (cancel_order.h has the codec).
+struct SignalOrder {
+  int64_t job_id = 0;
+  int attempt = 0;  // the attempt that runs; another is not signalled
+  int task_index = 0;
+  int signal = 0;  // 1..64
+  bool main_only = false;
+  friend bool operator==(const SignalOrder&, const SignalOrder&) = default;
+};
+
 // Read bytes [offset, offset + max_bytes) of a log file of one of the node's jobs.
 struct LogRequest {
   int64_t id = 0;
@@ -163,8 +181,11 @@ struct Work {
   std::vector<CancelOrder> cancel;
   std::vector<LogRequest> logs;
   std::vector<ExecRequest> exec;
-  std::vector<Rejected> rejected;  // filled by the reader only
-  bool empty() const { return launch.empty() && cancel.empty() && logs.empty() && exec.empty(); }
+  std::vector<SignalOrder> signal;  // minor 4 on
+  std::vector<Rejected> rejected;   // filled by the reader only
+  bool empty() const {
+    return launch.empty() && cancel.empty() && logs.empty() && exec.empty() && signal.empty();
+  }
 };
 
 // A task the agent runs, or ran (reported when it registers).

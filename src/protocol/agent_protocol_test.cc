@@ -139,6 +139,47 @@ TEST(ProtocolWork, ATasksOwnStopNamesItsTask) {
   EXPECT_NE(back->rejected[0].error.find("task"), std::string::npos) << back->rejected[0].error;
 }
 
+// gpupool cancel --signal: one order per task, main_only only when set; an agent older
+// than 1.4 is sent none (it would ignore them, and the user be told they were sent).
+TEST(ProtocolWork, ASignalOrderRoundTripsAndGoesOnlyToMinorFour) {
+  Work w;
+  w.signal.push_back({7, 2, 0, 10, /*main_only=*/true});
+  w.signal.push_back({7, 2, 3, 12, false});
+  OrderedJson j = EncodeWork(w);
+  EXPECT_EQ(j["signal"][0]["main_only"], true);
+  EXPECT_FALSE(j["signal"][1].contains("main_only"));
+  EXPECT_EQ(j["signal"][1]["task_index"], 3);
+  Result<Work> back = DecodeWork(Reparse(j));
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_TRUE(back->rejected.empty());
+  EXPECT_EQ(back->signal, w.signal);
+  EXPECT_FALSE(back->empty());
+  EXPECT_FALSE(EncodeWork(w, Version{1, 3}).contains("signal"));
+  EXPECT_FALSE(SupportsSignal({1, 3}));
+  EXPECT_TRUE(SupportsSignal({1, 4}));
+  EXPECT_TRUE(SupportsSignal({2, 0}));
+  // A bad one is rejected alone, naming its field.
+  Json bad = Reparse(j);
+  bad["signal"][0]["signal"] = 65;
+  bad["signal"][1]["unknown_field"] = "ignored";
+  back = DecodeWork(bad);
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  ASSERT_EQ(back->rejected.size(), 1u);
+  EXPECT_EQ(back->rejected[0].what, "signal[0]");
+  EXPECT_NE(back->rejected[0].error.find("signal[0].signal"), std::string::npos)
+      << back->rejected[0].error;
+  ASSERT_EQ(back->signal.size(), 1u);
+  EXPECT_EQ(back->signal[0], w.signal[1]);
+  for (const char* field : {"job_id", "attempt", "task_index", "signal"}) {
+    Json missing = Reparse(j);
+    missing["signal"][0].erase(field);
+    back = DecodeWork(missing);
+    ASSERT_TRUE(back.ok());
+    ASSERT_EQ(back->rejected.size(), 1u) << field;
+    EXPECT_NE(back->rejected[0].error.find(field), std::string::npos) << back->rejected[0].error;
+  }
+}
+
 TEST(ProtocolWork, AnOlderPeerGetsNoExecRequests) {
   Work w;
   w.exec.push_back({9, 7, 2, 1, {"true"}});
@@ -708,7 +749,8 @@ TEST(ProtocolTelemetry, XidCountAndEccNeedNoVersionBump) {
   want.samples[0].xid_count.reset();
   want.samples[0].ecc_uncorrected.reset();
   EXPECT_EQ(*back, want);
-  EXPECT_EQ(kVersion, (Version{1, 3}));
+  // (1.4 came later, for signal orders.)
+  EXPECT_EQ(kVersion, (Version{1, 4}));
 }
 
 TEST(ProtocolTelemetry, BadFieldsAreErrorsNamingThem) {
@@ -759,7 +801,7 @@ TEST(ProtocolTelemetry, SentOnlyToMinorThreeAndLater) {
   EXPECT_FALSE(SupportsTelemetry({1, 2}));
   EXPECT_TRUE(SupportsTelemetry({1, 3}));
   EXPECT_TRUE(SupportsTelemetry({2, 0}));
-  EXPECT_TRUE(CheckCompatible(kVersion, {1, 2}, "agent").ok());  // 1.3 still talks to 1.2
+  EXPECT_TRUE(CheckCompatible({1, 3}, {1, 2}, "agent").ok());  // 1.3 still talks to 1.2
 }
 
 }  // namespace

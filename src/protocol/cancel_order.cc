@@ -34,4 +34,25 @@ Result<CancelOrder> DecodeCancelOrder(const Json& j, const std::string& path) {
   return c;
 }
 
+OrderedJson EncodeSignalOrder(const SignalOrder& s) {
+  OrderedJson j = {{"job_id", s.job_id},
+                   {"attempt", s.attempt},
+                   {"task_index", s.task_index},
+                   {"signal", s.signal}};
+  if (s.main_only) j["main_only"] = true;
+  return j;
+}
+
+Result<SignalOrder> DecodeSignalOrder(const Json& j, const std::string& path) {
+  SignalOrder s;
+  JsonFields f(j, path, kLenient);
+  f.Required("job_id", &s.job_id, 1);
+  f.Required("attempt", &s.attempt, 1);
+  f.Required("task_index", &s.task_index, 0, 4095);  // as a launch order's
+  f.Required("signal", &s.signal, 1, 64);
+  f.Optional("main_only", &s.main_only);
+  GP_RETURN_IF_ERROR(f.Finish());
+  return s;
+}
+
 }  // namespace gpupool::protocol

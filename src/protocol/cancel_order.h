@@ -9,6 +9,10 @@
 // checkpoint-done gets {"job_id", "attempt", "task", "grace_s": 0, "deadline_s"} while the
 // job's own order keeps the other tasks' grace. An agent older than the field reads it as
 // a stop without grace of all the job's tasks on the node, as every agent did before.
+//
+// A signal order (Work::signal, protocol 1.4): {"job_id": J, "attempt": A, "task_index":
+// T, "signal": S} and, for the main process only, "main_only": true.
+//
 // Pure; thread-compatible.
 #pragma once
 
@@ -21,5 +25,9 @@ namespace gpupool::protocol {
 OrderedJson EncodeCancelOrder(const CancelOrder& c);
 // `path`: "cancel[3]", for errors.
 Result<CancelOrder> DecodeCancelOrder(const Json& j, const std::string& path);
+
+OrderedJson EncodeSignalOrder(const SignalOrder& s);
+// `path`: "signal[0]", for errors.
+Result<SignalOrder> DecodeSignalOrder(const Json& j, const std::string& path);
 
 }  // namespace gpupool::protocol

@@ -4,7 +4,8 @@ the real `gpupool` binary on a real `gpupool up` with a fake 4-GPU node: the sub
 shell's environment (--export=ALL: a venv's python found through PATH; --export=NONE and a
 list), the script copied at submit (an edit after submit does not change the queued job;
 `show --script`), and output files (-o/-e with %j/%u, the default gpupool-%j.out) created
-as the job's user, a symbolic link planted in a shared directory refused.
+as the job's user, a symbolic link planted in a shared directory refused; scancel
+--signal's USR1 to a running job that traps it and carries on.
 
 Usage: slurm_io_test.py PATH_TO_GPUPOOL NODE_JSON
 """
@@ -147,6 +148,39 @@ class SlurmIoTest(unittest.TestCase):
         r = self.gp("submit", "--signal", "USR1", "--", "true", cwd=work)
         self.assertEqual(r.returncode, 2, r.stdout)
         self.assertIn("give --time", r.stderr)
+
+    def test_scancel_signal_tells_a_running_job_which_carries_on(self):
+        # scancel --signal=USR1 JOB: the job's handler runs (it checkpoints) and the job goes
+        # on to end by itself, SUCCEEDED; a pending job and another user's are refused.
+        work = self.workdir("cancel-signal-work")
+        go = os.path.join(work, "go")
+        with open(os.path.join(work, "ckpt.sh"), "w") as f:
+            f.write("#!/bin/sh\ntrap 'echo checkpoint' USR1\necho ready\n"
+                    "while [ ! -e %s ]; do sleep 0.1; done\necho done\n" % go)
+        os.chmod(os.path.join(work, "ckpt.sh"), 0o755)
+        jid = self.submit("ckpt.sh", cwd=work)
+        out = os.path.join(work, "gpupool-%d.out" % jid)
+        pooltest.wait_for("the job's trap", lambda: os.path.exists(out) and "ready" in self.read(out))
+        r = self.gp("cancel", "--signal", "USR1", str(jid))
+        self.assertEqual((r.returncode, r.stdout), (0, "Signal USR1 sent to job %d (1 task)\n" % jid),
+                         r.stderr)
+        pooltest.wait_for("the job's checkpoint", lambda: "checkpoint" in self.read(out))
+        self.assertEqual(self.job(jid)["state"], "RUNNING")
+        r = self.gp("cancel", "-s", "USR1", str(jid), user=NOBODY)
+        self.assertEqual(r.returncode, 4, r.stderr)
+        held = self.submit("--hold", "--", "true", cwd=work)
+        r = self.gp("cancel", "--signal", "USR1", str(held))
+        self.assertEqual(r.returncode, 1, r.stdout)
+        self.assertIn("job %d is pending and has no process to signal" % held, r.stderr)
+        self.assertEqual(self.gp("cancel", str(held)).returncode, 0)
+        with open(go, "w"):
+            pass
+        job = self.wait(jid)
+        self.assertEqual(job["state"], "SUCCEEDED", job.get("reason"))
+        # The shell's `sleep` had the signal too (every process of the job), which the shell
+        # reports ("User defined signal 1"); -b would have spared it.
+        lines = [line for line in self.read(out).splitlines() if "signal" not in line]
+        self.assertEqual(lines, ["ready", "checkpoint", "done"], self.read(out))
 
     def test_sbatch_wait_exits_with_the_jobs_exit_code(self):
         # sbatch --wait in a pipeline: the next step runs once the job has ended, and knows

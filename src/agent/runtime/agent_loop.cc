@@ -538,6 +538,19 @@ void AgentLoop::CancelOrdered(const protocol::CancelOrder& c) {
   }
 }
 
+// gpupool cancel --signal: at most once, as the controller sends it; what became of it is
+// in the agent's log and the job's shim.log.
+void AgentLoop::SignalOrdered(const protocol::SignalOrder& o) {
+  const RunId id{o.job_id, o.task_index, o.attempt, 0};
+  const Status s = launcher_->SignalJob(id, o.signal, o.main_only);
+  if (!s.ok()) {
+    spdlog::warn("agent: signal {} to {}: {}", o.signal, agent::ToString(id), s.message());
+    return;
+  }
+  spdlog::info("agent: signal {} to {}{}", o.signal, agent::ToString(id),
+               o.main_only ? " (its main process)" : "");
+}
+
 void AgentLoop::ApplyOrders(const protocol::Work& work) {
   for (const protocol::Rejected& r : work.rejected) {
     spdlog::error("agent: unreadable {} from the controller: {}", r.what, r.error);
@@ -548,6 +561,7 @@ void AgentLoop::ApplyOrders(const protocol::Work& work) {
     }
   }
   for (const protocol::CancelOrder& c : work.cancel) CancelOrdered(c);
+  for (const protocol::SignalOrder& o : work.signal) SignalOrdered(o);
   if (!work.logs.empty()) AnswerLogReads(work.logs);
 }
 

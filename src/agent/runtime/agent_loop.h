@@ -173,6 +173,7 @@ class AgentLoop {
   // launches and exec requests are queued by PollOnce).
   void ApplyOrders(const protocol::Work& work);
   void AnswerLogReads(const std::vector<protocol::LogRequest>& reads);
+  void SignalOrdered(const protocol::SignalOrder& o);
   void CancelOrdered(const protocol::CancelOrder& c);
   // The runs here that a cancel order names (callers hold mu_); refuses the job's queued
   // and deferred launches.

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <csignal>
 #include <filesystem>
 #include <fstream>
 #include <thread>
@@ -313,6 +314,31 @@ TEST_F(AgentLoopLaunchTest, AStopForOneTaskOfAGangStopsThatTaskAlone) {
   const std::vector<RunId> running = launcher_->Running();
   EXPECT_NE(std::find(running.begin(), running.end(), RunId{16, 0, 1, 0}), running.end());
   EXPECT_EQ(std::find(running.begin(), running.end(), RunId{16, 1, 1, 0}), running.end());
+}
+
+// gpupool cancel --signal: a work answer's signal order reaches the task named by its job,
+// task and attempt (another attempt's order, none), and the task runs on to its own end.
+TEST_F(AgentLoopLaunchTest, ASignalOrderReachesItsTaskWhichRunsOn) {
+  const std::string go = dir_.path() + "/go";
+  link_->QueueWork(Launch(31, 2,
+                          "trap 'echo usr1' USR1; echo ready; while [ ! -e " + go +
+                              " ]; do sleep 0.05; done; echo done"));
+  StartLoop();
+  ASSERT_TRUE(link_->WaitFor([](const auto& r) { return Has(r, Kind::kStarted, 31, 0, 2); }));
+  const std::string out = JobDir(dir_.path(), RunId{31, 0, 2, 0}) + "/" + kStdoutFile;
+  ASSERT_TRUE(testing::WaitForFileContaining(out, "ready", 5000));
+  protocol::Work w;
+  w.signal = {{31, 1, 0, SIGUSR1, false}, {31, 2, 0, SIGUSR1, false}};
+  link_->QueueWork(w);
+  ASSERT_TRUE(testing::WaitForFileContaining(out, "usr1", 5000)) << testing::ReadWholeFile(out);
+  { std::ofstream(go) << ""; }
+  ASSERT_TRUE(link_->WaitFor([](const auto& r) { return Has(r, Kind::kExited, 31, 0, 2); }));
+  for (const protocol::Event& e : link_->recorded().Events()) {
+    if (e.kind != Kind::kExited) continue;
+    EXPECT_EQ(e.exit_code, 0) << e.reason;
+    EXPECT_FALSE(e.cancelled);
+  }
+  EXPECT_EQ(testing::ReadWholeFile(out), "ready\nusr1\ndone\n");
 }
 
 }  // namespace

@@ -433,9 +433,18 @@ TEST_F(TelemetryAgentTest, AnAgentWithAHealthProgramRegistersWithItsVerdictPendi
   t.join();
 }
 
-TEST_F(TelemetryAgentTest, AOneMinorOlderControllerIsSentNoTelemetry) {
-  Start(2);
-  EXPECT_EQ(loop_->TelemetryRound(), 0u);  // the round is dropped
+// A 1.2 controller takes no telemetry (1.3 added it). Since 1.4 (signal orders) it is two
+// minors older than the agent: refused at registration, it is sent nothing at all.
+TEST_F(TelemetryAgentTest, AControllerOlderThanTelemetryIsRefusedAndSentNone) {
+  link_->SetVersion({1, 2});
+  AgentLoopOptions ao = Options();
+  ao.sampler = std::make_shared<OneGpu>();
+  AgentLoop loop(ao, link_, &launcher_);
+  const Status st = loop.Run();
+  EXPECT_EQ(st.code(), StatusCode::kFailedPrecondition) << st.ToString();
+  EXPECT_NE(st.message().find("upgrade gpupool on the controller"), std::string::npos)
+      << st.message();
+  EXPECT_EQ(link_->recorded().polls, 0);
   EXPECT_EQ(link_->recorded().telemetry_posts, 0);
 }
 

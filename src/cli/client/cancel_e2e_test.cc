@@ -238,5 +238,71 @@ TEST_F(ClientE2eTest, CheckpointDoneInsideATaskSaysWhichTask) {
                                               "", R"({"task":2})"}));
 }
 
+// gpupool cancel --signal SIG (scancel --signal): one request per job with the signal's
+// number, no cancel; what the server says per job; a running job's tasks it could not
+// reach are an error.
+TEST_F(ClientE2eTest, CancelWithASignalSignalsRunningJobsInsteadOfCancellingThem) {
+  Serve([](const HttpRequest& r) {
+    if (r.path == "/v1/jobs/12/signal") {
+      return JsonAnswer(200, R"({"signal": 10, "batch": false, "array": false, "jobs": 1,
+                                 "tasks": 2, "missed": []})");
+    }
+    if (r.path == "/v1/jobs/13/signal") {
+      return JsonAnswer(200, R"({"signal": 10, "batch": false, "array": true, "jobs": 3,
+                                 "tasks": 3, "missed": []})");
+    }
+    if (r.path == "/v1/jobs/14/signal") {
+      return JsonAnswer(200, R"({"signal": 10, "batch": false, "array": false, "jobs": 1,
+                                 "tasks": 1, "missed": ["job 14 task 1: node n2 is down"]})");
+    }
+    return JsonAnswer(409, R"js({"error": "job 15 is pending and has no process to signal: only )js"
+                           R"js(a running job can be signalled"})js");
+  });
+  RunResult r = Run({"cancel", "--signal", "USR1", "12", "13"});
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.out,
+            "Signal USR1 sent to job 12 (2 tasks)\n"
+            "Signal USR1 sent to array 13: 3 running elements (3 tasks)\n");
+  ASSERT_EQ(Requests().size(), 2u);
+  EXPECT_EQ(Requests()[0].method, "POST");
+  EXPECT_EQ(Json::parse(Requests()[0].body), Json::parse(R"({"signal": 10, "batch": false})"));
+  // scancel's spellings: -s, SIG prefix, a number, -b for the batch shell only.
+  for (const std::vector<std::string>& args :
+       {std::vector<std::string>{"cancel", "-s", "SIGUSR1", "-b", "12"},
+        std::vector<std::string>{"cancel", "--signal=10", "--batch", "12"}}) {
+    r = Run(args);
+    EXPECT_EQ(r.code, 0) << r.err;
+    EXPECT_EQ(Json::parse(Requests().back().body), Json::parse(R"({"signal": 10, "batch": true})"));
+  }
+  r = Run({"cancel", "-s", "usr1", "-f", "14", "15"});
+  EXPECT_EQ(r.code, 1);  // the first failure's
+  EXPECT_EQ(r.out, "Signal USR1 sent to job 14 (1 task)\n");
+  EXPECT_EQ(r.err,
+            "gpupool: signal USR1 not sent to job 14 task 1: node n2 is down\n"
+            "gpupool: job 15 is pending and has no process to signal: only a running job can "
+            "be signalled\n");
+  // Refused before any request, naming the option.
+  const size_t sent = Requests().size();
+  r = Run({"cancel", "--signal", "USR9", "12"});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(r.err,
+            "gpupool: --signal USR9: 'USR9' is no signal; give a name (USR1, USR2, TERM, ...) or "
+            "a number, e.g. --signal USR1\n");
+  r = Run({"cancel", "--signal", "65", "12"});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(r.err, "gpupool: --signal 65: use a whole number from 1 to 64, e.g. 10\n");
+  r = Run({"cancel", "--batch", "12"});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(r.err,
+            "gpupool: --batch: only with --signal SIG (gpupool cancel --signal USR1 --batch ID); "
+            "a cancel stops every process of the job\n");
+  r = Run({"cancel", "--signal", "USR1", "-u", "alice"});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(r.err,
+            "gpupool: cancel --signal: give job ids; --user, --state and --name select jobs to "
+            "cancel only\n");
+  EXPECT_EQ(Requests().size(), sent);
+}
+
 }  // namespace
 }  // namespace gpupool::cli

@@ -1,6 +1,7 @@
 // `gpupool queue`, `gpupool show ID`, `gpupool cancel ID...`, `gpupool hold|release ID...`.
 #include <algorithm>
 #include <cctype>
+#include <cstring>
 #include <map>
 #include <optional>
 #include <set>
@@ -8,6 +9,7 @@
 #include "cli/client/client_common.h"
 #include "cli/client/json_view.h"
 #include "cli/client/render.h"
+#include "cli/client/submit_flags.h"
 #include "common/strings.h"
 #include "jobs/job.h"
 #include "jobs/job_sort.h"
@@ -164,6 +166,11 @@ struct CancelState {
   ConnectionFlags conn;
   std::vector<std::string> ids;
   JobSelection select;  // --user, --state, --name: instead of ids (scancel -u/-t/-n)
+  // -s/--signal SIG: send it instead of cancelling (scancel --signal); -b/--batch: to the
+  // main process of task 0 only; -f/--full: to every process (the default here).
+  std::optional<std::string> signal;
+  bool batch = false;
+  bool full = false;
 };
 
 // The references of `ids` (ParseJobRefs: an array's range is one per element), in order,
@@ -381,6 +388,73 @@ void RunCancel(const ClientRuntime& rt, const CancelState& s) {
   rt.ctx->exit_code = first_failure;
 }
 
+// "USR1" for 10; the number when the C library has no name for it.
+std::string SignalWord(int sig) {
+  const char* abbrev = ::sigabbrev_np(sig);
+  return abbrev != nullptr ? abbrev : std::to_string(sig);
+}
+
+// "Signal USR1 sent to job 12 (2 tasks)", or to an array's running elements.
+std::string SignalSentText(const std::string& name, const std::string& sig, const Json& a) {
+  const int64_t tasks = GetInt(a, "tasks");
+  const int64_t jobs = GetInt(a, "jobs");
+  const std::string what = std::to_string(tasks) + (tasks == 1 ? " task" : " tasks");
+  if (GetBool(a, "array")) {
+    return "Signal " + sig + " sent to array " + name + ": " + std::to_string(jobs) + " running " +
+           (jobs == 1 ? "element" : "elements") + " (" + what + ")\n";
+  }
+  return "Signal " + sig + " sent to job " + name + " (" + what + ")\n";
+}
+
+// gpupool cancel --signal SIG ID...: the signal to each job in turn, which goes on
+// running; one failure does not stop the others, and the exit code is the first's. Not
+// retried across a takeover: a signal is sent at most once.
+void RunSignal(const ClientRuntime& rt, const CancelState& s) {
+  Result<int> sig = ParseSignalName("--signal", *s.signal, "USR1");
+  if (!sig.ok()) return Report(rt, sig.status());
+  if (s.batch && s.full) {
+    return Report(rt, Status::InvalidArgument(
+                          "cancel --batch --full: give one: --batch signals the main process "
+                          "of task 0 only, --full (the default) every process of the job"));
+  }
+  if (s.select.user_given || !s.select.states.empty() || !s.select.names.empty()) {
+    return Report(rt, Status::InvalidArgument(
+                          "cancel --signal: give job ids; --user, --state and --name select "
+                          "jobs to cancel only"));
+  }
+  if (s.ids.empty()) {
+    return Report(rt, Status::InvalidArgument(
+                          "cancel --signal: give the ids of running jobs, e.g. gpupool cancel "
+                          "--signal USR1 12"));
+  }
+  auto refs = JobRefs(s.ids);
+  if (!refs.ok()) return Report(rt, refs.status());
+  auto api = Connect(rt, s.conn);
+  if (!api.ok()) return Report(rt, api.status());
+  const std::string body = OrderedJson{{"signal", *sig}, {"batch", s.batch}}.dump();
+  const std::string word = SignalWord(*sig);
+  int first_failure = kExitOk;
+  MissingElements missing;
+  for (const std::string& name : *refs) {
+    auto answer = api->Post("/v1/jobs/" + name + "/signal", body);
+    if (!answer.ok() && missing.Take(answer.status())) continue;
+    if (!answer.ok()) {
+      Report(rt, ForJob(answer.status(), name));
+      if (first_failure == kExitOk) first_failure = rt.ctx->exit_code;
+      continue;
+    }
+    Print(rt, SignalSentText(name, word, answer->json));
+    for (const Json& m : GetArray(answer->json, "missed")) {
+      // Some tasks were reached, these not: said, and an error exit.
+      Report(rt, Status::FailedPrecondition("signal " + word + " not sent to " +
+                                            (m.is_string() ? m.get<std::string>() : m.dump())));
+      if (first_failure == kExitOk) first_failure = rt.ctx->exit_code;
+    }
+  }
+  if (missing.Report(rt) && first_failure == kExitOk) first_failure = rt.ctx->exit_code;
+  rt.ctx->exit_code = first_failure;
+}
+
 // "PENDING, held by alice" for a held job's answer.
 std::string HeldByText(const Json& job) {
   std::string text = GetString(job, "state");
@@ -530,9 +604,23 @@ void RegisterJobCommands(CLI::App& app, const RuntimePtr& rt) {
   cancel->add_option("-n,--name", c->select.names, "instead of ids: jobs of these names")
       ->delimiter(',')
       ->allow_extra_args(false);
+  cancel->add_option("-s,--signal", c->signal,
+                     "send this signal (USR1, SIGUSR1, 10, ...) to the running jobs instead of "
+                     "cancelling them; they go on running (scancel --signal)");
+  cancel->add_flag("-b,--batch", c->batch,
+                   "with --signal: to the main process of task 0 only (the batch script's shell)");
+  cancel->add_flag("-f,--full", c->full,
+                   "with --signal: to every process of the job (the default; scancel --full)");
   AddConnectionOptions(*cancel, &c->conn);
   cancel->callback([rt, c, cancel] {
     c->select.user_given = cancel->count("--user") > 0;
+    if (c->signal) return RunSignal(*rt, *c);
+    if (c->batch || c->full) {
+      return Report(*rt, Status::InvalidArgument(
+                             std::string(c->batch ? "--batch" : "--full") +
+                             ": only with --signal SIG (gpupool cancel --signal USR1 --batch "
+                             "ID); a cancel stops every process of the job"));
+    }
     RunCancel(*rt, *c);
   });
 

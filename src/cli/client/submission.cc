@@ -377,30 +377,12 @@ Status AddWarnSignal(const std::string& value, OrderedJson* body) {
     GP_ASSIGN_OR_RETURN(seconds, WholeNumber("--signal", text.substr(at + 1), 0, 65535, "120"));
     text.resize(at);
   }
-  int sig = 0;
-  std::string name = Upper(text);
-  if (name.starts_with("SIG")) name = name.substr(3);
-  if (!name.empty() && std::all_of(name.begin(), name.end(), ::isdigit)) {
-    Result<int64_t> n = WholeNumber("--signal", name, 1, 64, "10");
-    if (!n.ok()) return n.status();
-    sig = static_cast<int>(*n);
-  } else {
-    static constexpr std::pair<std::string_view, int> kNames[] = {
-        {"HUP", SIGHUP},   {"INT", SIGINT},   {"QUIT", SIGQUIT}, {"ABRT", SIGABRT},
-        {"KILL", SIGKILL}, {"USR1", SIGUSR1}, {"USR2", SIGUSR2}, {"PIPE", SIGPIPE},
-        {"ALRM", SIGALRM}, {"TERM", SIGTERM}, {"CONT", SIGCONT}, {"STOP", SIGSTOP},
-        {"TSTP", SIGTSTP}, {"URG", SIGURG},   {"XCPU", SIGXCPU}, {"WINCH", SIGWINCH}};
-    for (const auto& [n, s] : kNames) {
-      if (name == n) sig = s;
-    }
-    if (sig == 0) {
-      return OptionError("--signal", value,
-                         "'" + text +
-                             "' is no signal; give a name (USR1, USR2, TERM, ...) or a "
-                             "number, e.g. --signal B:USR1@120");
-    }
+  Result<int> sig = ParseSignalName("--signal", text, "B:USR1@120");
+  if (!sig.ok()) {  // named as written, B: and @SECONDS included
+    const std::string& m = sig.status().message();
+    return OptionError("--signal", value, m.substr(m.find(": ") + 2));
   }
-  (*body)["warn_signal"] = sig;
+  (*body)["warn_signal"] = *sig;
   (*body)["warn_time_s"] = seconds;
   if (main_only) (*body)["warn_main_only"] = true;
   return Status::Ok();
@@ -423,6 +405,29 @@ Status AddPreemptDurations(const SubmitFlags& f, OrderedJson* body) {
 }
 
 }  // namespace
+
+Result<int> ParseSignalName(std::string_view option, const std::string& text,
+                            std::string_view example) {
+  std::string name = Upper(std::string(Trim(text)));
+  if (name.starts_with("SIG")) name = name.substr(3);
+  if (!name.empty() && std::all_of(name.begin(), name.end(), ::isdigit)) {
+    GP_ASSIGN_OR_RETURN(const int64_t n, WholeNumber(option, name, 1, 64, "10"));
+    return static_cast<int>(n);
+  }
+  static constexpr std::pair<std::string_view, int> kNames[] = {
+      {"HUP", SIGHUP},   {"INT", SIGINT},   {"QUIT", SIGQUIT}, {"ABRT", SIGABRT},
+      {"KILL", SIGKILL}, {"USR1", SIGUSR1}, {"USR2", SIGUSR2}, {"PIPE", SIGPIPE},
+      {"ALRM", SIGALRM}, {"TERM", SIGTERM}, {"CONT", SIGCONT}, {"STOP", SIGSTOP},
+      {"TSTP", SIGTSTP}, {"URG", SIGURG},   {"XCPU", SIGXCPU}, {"WINCH", SIGWINCH}};
+  for (const auto& [n, s] : kNames) {
+    if (name == n) return s;
+  }
+  return OptionError(option, text,
+                     "'" + text +
+                         "' is no signal; give a name (USR1, USR2, TERM, ...) or a number, "
+                         "e.g. " +
+                         std::string(option) + " " + std::string(example));
+}
 
 Status CheckLineValues(const SubmitFlags& line) {
   if (line.gpus) GP_RETURN_IF_ERROR(GpuCount(*line.gpus).status());

@@ -146,6 +146,12 @@ SubmitFlags MergeFlags(const SubmitFlags& script, const SubmitFlags& cmdline);
 // --gpus-per-task. Run on the flags merged from every source.
 Status CheckPerJobGpus(const SubmitFlags& merged);
 
+// A signal as Slurm's options take it (--signal of submit, cancel --signal): a number 1-64
+// or a name, with or without SIG, any case (USR1, SIGUSR1, usr1). kInvalidArgument naming
+// `option` and `text`, with `example` (a value of the option) as the fix.
+Result<int> ParseSignalName(std::string_view option, const std::string& text,
+                            std::string_view example);
+
 // The job id that an array element `ARRAY_INDEX` (e.g. "12_3") has, asked of the server.
 using ElementResolver = std::function<Result<int64_t>(const std::string& element)>;
 

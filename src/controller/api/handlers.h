@@ -31,6 +31,7 @@ net::HttpResponse SubmitJob(const ApiContext& ctx, const Call& c);
 net::HttpResponse ListJobs(const ApiContext& ctx, const Call& c);
 net::HttpResponse GetJob(const ApiContext& ctx, const Call& c);
 net::HttpResponse CancelJobOrArray(const ApiContext& ctx, const Call& c);
+net::HttpResponse SignalJob(const ApiContext& ctx, const Call& c);
 net::HttpResponse HoldJob(const ApiContext& ctx, const Call& c);
 net::HttpResponse ReleaseJob(const ApiContext& ctx, const Call& c);
 net::HttpResponse CheckpointDone(const ApiContext& ctx, const Call& c);

@@ -491,6 +491,32 @@ net::HttpResponse CancelJobOrArray(const ApiContext& ctx, const Call& c) {
   return JsonResponse(200, {{"job", jobs::JobToJson(*j)}});
 }
 
+// POST /v1/jobs/ID/signal {"signal": N, "batch": B}: gpupool cancel --signal. The id of
+// an array (its first element's) signals every running element; ARRAY_INDEX one element.
+net::HttpResponse SignalJob(const ApiContext& ctx, const Call& c) {
+  Result<Json> body = BodyJson(c.r, 1 << 12, 4, /*empty_is_object=*/true);
+  if (!body.ok()) return ErrorResponse(body.status());
+  if (!body->is_object()) {
+    return ErrorResponse(
+        Status::InvalidArgument(R"(request body: expected a JSON object, e.g. {"signal": 10})"));
+  }
+  int sig = 0;
+  bool batch = false;
+  JsonFields f(*body, "");
+  f.Required("signal", &sig, 1, 64);
+  f.Optional("batch", &batch);
+  if (Status st = f.Finish(); !st.ok()) return ErrorResponse(st);
+  Result<SignalSent> sent =
+      ctx.controller->SignalJob(c.id, c.caller, sig, batch, /*whole_array=*/c.element < 0);
+  if (!sent.ok()) return ErrorResponse(sent.status());
+  return JsonResponse(200, {{"signal", sig},
+                            {"batch", batch},
+                            {"array", sent->array},
+                            {"jobs", sent->jobs},
+                            {"tasks", sent->tasks},
+                            {"missed", sent->missed}});
+}
+
 namespace {
 
 // `changed`: false when the job was held already (hold) or not held (release): the
