@@ -238,10 +238,8 @@ class Controller {
   // admin put on another user's job is released by admins only). Holding a held job or
   // releasing one that is not held changes nothing (*changed: false); a running one is refused.
   Result<jobs::Job> Hold(int64_t id, const Caller& caller, bool hold, bool* changed = nullptr);
-  // checkpoint-done: the preempted job `id` (owner or admin) checkpointed: its grace ends;
-  // with `task` (a job of several tasks), only that task's (lifecycle::CheckpointDone).
-  Result<jobs::Job> CheckpointDone(int64_t id, const Caller& caller,
-                                   std::optional<int> task = std::nullopt);
+  // checkpoint-done: preempted job `id` checkpointed; its grace ends (a `task`'s alone).
+  Result<jobs::Job> CheckpointDone(int64_t id, const Caller& caller, std::optional<int> task = {});
   // The usage limits (limits.h) at their revision: anyone reads them; admins replace them
   // whole, if at revision `expected` when >= 0 (else FailedPrecondition naming both), and
   // if `check` passes on the limits replaced (its error otherwise).

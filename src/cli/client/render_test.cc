@@ -2,7 +2,6 @@
 
 #include <gtest/gtest.h>
 
-#include "cli/client/table.h"
 #include "common/strings.h"
 #include "jobs/job_sort.h"
 
@@ -13,27 +12,6 @@ constexpr int64_t kRenderNow = 1'793'491'200'000'000;  // 2026-11-01T00:00:00Z
 constexpr int64_t kMin = 60'000'000;
 
 Json Parse(const char* text) { return Json::parse(text); }
-
-TEST(TableTest, PadsAlignsAndCleans) {
-  Table t({"ID>", "NAME", "NOTE"});
-  t.AddRow({"7", "a\nb", "x"});
-  t.AddRow({"123", "élan", ""});
-  EXPECT_EQ(t.Render(),
-            " ID  NAME  NOTE\n"
-            "  7  a b   x\n"
-            "123  élan\n");
-}
-
-// Another user's job name or command reaches an admin's terminal: the 8-bit CSI (U+009B,
-// which xterm honours in UTF-8 mode), NEL and a right-to-left override (which reverses the
-// rest of the row) are made harmless; text in other scripts is left as it is.
-TEST(TableTest, C1ControlsAndBidiOverridesAreMadeHarmless) {
-  EXPECT_EQ(CleanCell("x\u009b2Jy\u0085z"), "x 2Jy z");
-  EXPECT_EQ(CleanCell("adv7a \u202eGNINNUR"), "adv7a \ufffdGNINNUR");
-  EXPECT_EQ(CleanCell("a\u2066b\u2069c\u202ad"), "a\ufffdb\ufffdc\ufffdd");
-  EXPECT_EQ(CleanCell("\u00a0\u00e9\u05d0\u202f\u2070"), "\u00a0\u00e9\u05d0\u202f\u2070");
-  EXPECT_EQ(CleanCell("\x1b[2J\x7f"), " [2J ");
-}
 
 TEST(RenderQueueTest, CannedJobs) {
   const Json answer = Parse(R"({"jobs": [

@@ -234,5 +234,27 @@ TEST_F(ClientE2eTest, SubmitWaitOfAnArrayExitsWithTheHighestCode) {
             "gpupool: array 7: 1 FAILED, 1 SUCCEEDED, 1 TIMEOUT; exit code 2\n");
 }
 
+// Red team 7, finding 6: the values of --gpus, --time, ... on an #SBATCH line were refused
+// without the line; Slurm's typed --gpus got no word about --gpu-model.
+TEST_F(ClientE2eTest, ABadValueOnAScriptLineNamesTheLine) {
+  Serve([](const HttpRequest&) { return JsonAnswer(201, R"({"job": {"id": 5}})"); });
+  WriteScript("sb.sh", "#!/bin/sh\n#SBATCH --time=10\n#SBATCH --gpus=a100:2\ntrue\n", true);
+  RunResult r = Run({"submit", "sb.sh"});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(r.err,
+            "gpupool: sb.sh:3: #SBATCH line: --gpus a100:2: Slurm's typed form; gpupool asks for "
+            "the model apart: write --gpus 2 --gpu-model A100 (`gpupool nodes` shows the "
+            "models)\n");
+  WriteScript("sb.sh", "#!/bin/sh\n#SBATCH --time=abc\ntrue\n", true);
+  r = Run({"submit", "sb.sh"});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(r.err.rfind("gpupool: sb.sh:2: #SBATCH line: --time abc: ", 0), 0u) << r.err;
+  WriteScript("sb.sh", "#!/bin/sh\n#SBATCH -n 2\n#SBATCH --signal=B:FOO@10\ntrue\n", true);
+  r = Run({"submit", "sb.sh"});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(r.err.rfind("gpupool: sb.sh:3: #SBATCH line: --signal B:FOO@10: ", 0), 0u) << r.err;
+  EXPECT_TRUE(Requests().empty());
+}
+
 }  // namespace
 }  // namespace gpupool::cli
