@@ -562,6 +562,8 @@ void Controller::TakeNodes(
     // does one not heard from since the load (its agent may have died before the restart).
     SchedNode copy{
         name, nullptr, e.cpu_milli, e.memory_mib, e.draining || e.health_pending || !e.heard, {}};
+    if (!e.draining && !e.heard) copy.closed_why = "unknown";
+    if (!e.draining && e.heard && e.health_pending) copy.closed_why = "health check pending";
     internal::ReserveStrayGpus(e.stray_running, e.stray_gpus, user_id, &copy);
     internal::ReserveLayoutHolds(layout_holds_, name, active_, &copy);
     for (const auto& [uuid, health] : e.gpu_health) {

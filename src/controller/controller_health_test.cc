@@ -251,7 +251,7 @@ TEST_F(ControllerHealthTest, NoWorkLandsOnANodeBeforeItsFirstHealthVerdict) {
   const Job j = SubmitTwoGpus();
   ASSERT_TRUE(c_->ScheduleOnce().ok());
   EXPECT_EQ(Get(j.id).state, JobState::kPending);
-  EXPECT_NE(Get(j.id).pending_reason.find("draining (n1)"), std::string::npos)
+  EXPECT_NE(Get(j.id).pending_reason.find("1 health check pending (n1)"), std::string::npos)
       << Get(j.id).pending_reason;
   Pass();
   EXPECT_FALSE(c_->Nodes().at(0).health_pending);

@@ -109,16 +109,8 @@ std::map<std::string, std::vector<int64_t>> LayoutHeld(const LayoutHolds& holds,
 void ReserveLayoutHolds(const LayoutHolds& holds, const std::string& name,
                         const std::map<int64_t, jobs::Job>& active, SchedNode* node);
 
-// Whether a task of `job` is placed on `node`.
-inline bool OnNode(const jobs::Job& job, const std::string& node) {
-  return std::any_of(job.placement.begin(), job.placement.end(),
-                     [&](const jobs::TaskPlacement& p) { return p.node == node; });
-}
-
-// Whether `job` holds resources on its nodes (ASSIGNED or RUNNING).
-inline bool Occupies(const jobs::Job& job) {
-  return job.state == jobs::JobState::kAssigned || job.state == jobs::JobState::kRunning;
-}
+using jobs::Occupies;  // jobs/job.h
+using jobs::OnNode;
 
 // PermissionDenied unless `caller` is an admin or owns `job`.
 inline Status CheckOwner(const jobs::Job& job, const Caller& caller) {

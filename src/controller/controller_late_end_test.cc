@@ -270,7 +270,7 @@ TEST_P(LateEndTest, ALostJobsLateSuccessIsRecordedAndChargedToItsRealEnd) {
   EXPECT_EQ(late.end_time_us, lost_at);
   EXPECT_EQ(late.late_end_time_us, started + 30 * kS);
   EXPECT_EQ(late.late_exit_code, 0);
-  EXPECT_NE(late.late_reason.find("exited with code 0, reported after its node was lost"),
+  EXPECT_NE(late.late_reason.find("exited with code 0, reported after the loss"),
             std::string::npos)
       << late.late_reason;
   ASSERT_EQ(late.tasks.size(), 1u);
@@ -538,7 +538,7 @@ TEST_P(LateEndTest, AGangWithAFailedTaskRunsAgain) {
   ASSERT_EQ(second.earlier_attempts.size(), 1u);
   EXPECT_EQ(second.earlier_attempts[0].late_reason,
             "task 0 (node n1) exited with code 0; task 1 (node n1) exited with code 1, reported "
-            "after its node was lost");
+            "after the loss");
 }
 
 // red team 7, finding 1: a gang of two 2-GPU tasks spread over n1 (task 0) and n2 (task
@@ -561,7 +561,7 @@ TEST_P(LateEndTest, ARequeuedGangsLostAttemptIsChargedEachTasksGpusUpToItsOwnEnd
   EXPECT_NEAR(UsageOf(run.job), 70.0 / 3600, 1e-9);
   EXPECT_EQ(a.late_reason,
             "task 0 (node n1) exited with code 143 (stopped by the controller, its job lost); "
-            "task 1 (node n2) exited with code 9, reported after its node was lost");
+            "task 1 (node n2) exited with code 9, reported after the loss");
   // A window past task 0's end: n2's 2 GPUs only; one across the loss: 4 GPUs x 2 s,
   // then n1's 2 x 1 s and n2's 2 x 4 s.
   ExpectAlicesHours(UsageRows(run.lost_at + 3 * kS, run.lost_at + 7 * kS), 8.0 / 3600);
@@ -589,7 +589,7 @@ TEST_P(LateEndTest, ALostGangIsChargedEachTasksGpusUpToItsOwnEndInUsageAndMetric
   EXPECT_EQ(job.tasks[1].end_time_us, run.lost_at + 10 * kS);
   EXPECT_EQ(job.late_reason,
             "task 0 (node n1) exited with code 143 (stopped by the controller, its job lost); "
-            "task 1 (node n2) exited with code 9, reported after its node was lost (the job "
+            "task 1 (node n2) exited with code 9, reported after the loss (the job "
             "stays LOST)");
   EXPECT_NEAR(UsageOf(run.job), 70.0 / 3600, 1e-9);
   ASSERT_TRUE(accounting.Fold().ok());

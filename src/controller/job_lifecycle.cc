@@ -28,14 +28,8 @@ struct Overloaded : F... {
 template <class... F>
 Overloaded(F...) -> Overloaded<F...>;
 
-bool Occupies(const Job& job) {
-  return job.state == JobState::kAssigned || job.state == JobState::kRunning;
-}
-
-bool OnNode(const Job& job, const std::string& node) {
-  return std::any_of(job.placement.begin(), job.placement.end(),
-                     [&](const jobs::TaskPlacement& p) { return p.node == node; });
-}
+using jobs::Occupies;
+using jobs::OnNode;
 
 // The store id, for logs; what its user reads names the job as they do (UserJobId).
 std::string Id(const Job& job) { return std::to_string(job.id); }
@@ -66,21 +60,6 @@ std::string NodeTimeLog(const Job& job, const std::string& node, int task, const
 // was kept.
 std::string PreemptorName(const Job& job) {
   return job.preempted_by_name.empty() ? std::to_string(job.preempted_by) : job.preempted_by_name;
-}
-
-Transition Unchanged(const Job& job) {
-  Transition t;
-  t.next = job;
-  t.expected = job.state;
-  return t;
-}
-
-Transition Changed(const Job& job, Job next) {
-  Transition t;
-  t.changed = true;
-  t.next = std::move(next);
-  t.expected = job.state;
-  return t;
 }
 
 // Whether a task event names a task of the job's current attempt placed on `node`.

@@ -232,6 +232,22 @@ struct Transition {
   Effects effects;
 };
 
+// The steps' two outcomes (job_lifecycle*.cc): nothing to write; or `next`, written if
+// `job` is still in its state.
+inline Transition Unchanged(const jobs::Job& job) {
+  Transition t;
+  t.next = job;
+  t.expected = job.state;
+  return t;
+}
+inline Transition Changed(const jobs::Job& job, jobs::Job next) {
+  Transition t;
+  t.changed = true;
+  t.next = std::move(next);
+  t.expected = job.state;
+  return t;
+}
+
 // What `event` does to `job` at `now_us`. FailedPrecondition (naming the job, its state
 // and what can be done) for an event the job's state refuses, as a user's request on
 // an ended or running job; PermissionDenied for a release of an admin's hold by a

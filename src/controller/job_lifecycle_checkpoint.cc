@@ -4,30 +4,9 @@
 #include <string>
 
 namespace gpupool::controller::lifecycle {
-// Its own namespace: job_lifecycle.cc's helpers of the same names share a unity build.
-namespace checkpoint {
 namespace {
 
 using jobs::Job;
-
-bool Occupies(const Job& job) {
-  return job.state == jobs::JobState::kAssigned || job.state == jobs::JobState::kRunning;
-}
-
-Transition Unchanged(const Job& job) {
-  Transition t;
-  t.next = job;
-  t.expected = job.state;
-  return t;
-}
-
-Transition Changed(const Job& job, Job next) {
-  Transition t;
-  t.changed = true;
-  t.next = std::move(next);
-  t.expected = job.state;
-  return t;
-}
 
 // The whole job's grace ends: one stop order without grace for all its tasks.
 Transition WholeJobDone(const Job& job, Job next, const std::string& log) {
@@ -40,9 +19,6 @@ Transition WholeJobDone(const Job& job, Job next, const std::string& log) {
 }
 
 }  // namespace
-}  // namespace checkpoint
-
-namespace ck = checkpoint;
 
 bool EveryTaskCheckpointedOrEnded(const jobs::Job& job) {
   const auto& tasks = job.tasks;
@@ -62,34 +38,32 @@ Result<Transition> OnCheckpointDone(const jobs::Job& job, const CheckpointDone& 
                                    std::to_string(*e.task) +
                                    " (inside a task, GPUPOOL_TASK_INDEX is its index)");
   }
-  if (!ck::Occupies(job) || job.preempted_by == 0) {
+  if (!jobs::Occupies(job) || job.preempted_by == 0) {
     return Status::FailedPrecondition(
         "job " + UserJobId(job) + " is " + std::string(jobs::JobStateName(job.state)) +
         " and not being preempted; checkpoint-done ends the grace period of a preempted job");
   }
-  if (job.checkpoint_done) return ck::Unchanged(job);
+  if (job.checkpoint_done) return Unchanged(job);
   jobs::Job next = job;
   NormalizeTasks(next);
   // A job of one task, or one said from outside it: the whole job's grace, as ever.
   if (!e.task || next.tasks.size() <= 1) {
-    return ck::WholeJobDone(
-        job, std::move(next),
-        "job " + id + ": " + e.by + " says it has checkpointed; its grace ends");
+    return WholeJobDone(job, std::move(next),
+                        "job " + id + ": " + e.by + " says it has checkpointed; its grace ends");
   }
   const auto t = static_cast<size_t>(*e.task);
-  if (t >= next.tasks.size()) return ck::Unchanged(job);  // cannot be: placed as submitted
+  if (t >= next.tasks.size()) return Unchanged(job);  // cannot be: placed as submitted
   jobs::TaskStatus& task = next.tasks[t];
   // Ended, its grace is over already; said again, nothing new.
-  if (task.ended || task.checkpoint_done) return ck::Unchanged(job);
+  if (task.ended || task.checkpoint_done) return Unchanged(job);
   task.checkpoint_done = true;
   const std::string said = "job " + id + " task " + std::to_string(t) + ": " + e.by +
                            " says it has checkpointed; its grace ends";
   if (EveryTaskCheckpointedOrEnded(next)) {
-    return ck::WholeJobDone(
-        job, std::move(next),
-        said + ", and every task has ended or checkpointed: the job's grace ends");
+    return WholeJobDone(job, std::move(next),
+                        said + ", and every task has ended or checkpointed: the job's grace ends");
   }
-  Transition tr = ck::Changed(job, std::move(next));
+  Transition tr = Changed(job, std::move(next));
   tr.effects.stop_tasks.push_back(static_cast<int>(t));  // a stop order without grace, its own
   tr.effects.notify_nodes = true;
   tr.effects.log = said + " (the other tasks' goes on)";

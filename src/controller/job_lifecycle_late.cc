@@ -15,13 +15,6 @@ namespace {
 using jobs::Job;
 using jobs::JobState;
 
-Transition Same(const Job& job) {
-  Transition t;
-  t.next = job;
-  t.expected = job.state;
-  return t;
-}
-
 // How the reported task ended, in words, with what the report adds.
 std::string LateOutcome(const jobs::TaskStatus& ts, const TaskExited& e) {
   std::string out = words::TaskOutcome(ts);
@@ -66,7 +59,7 @@ constexpr size_t kMaxLateReason = 1024;
 std::optional<Transition> LateEndOfLostJob(const Job& job, const TaskExited& e, int64_t now_us) {
   if (e.task < 0 || static_cast<size_t>(e.task) >= job.placement.size() ||
       job.placement[static_cast<size_t>(e.task)].node != e.node) {
-    return Same(job);
+    return Unchanged(job);
   }
   const auto t = static_cast<size_t>(e.task);
   Job next = job;
@@ -74,7 +67,7 @@ std::optional<Transition> LateEndOfLostJob(const Job& job, const TaskExited& e, 
   jobs::TaskStatus& ts = next.tasks[t];
   // Only a task whose record the loss closed (no end of its own), once; one never known
   // to have started has no start to charge from.
-  if (ts.reported_late || ts.exit_code || ts.signal || ts.start_time_us == 0) return Same(job);
+  if (ts.reported_late || ts.exit_code || ts.signal || ts.start_time_us == 0) return Unchanged(job);
   ts.end_time_us = BoundNodeTime(e.time_us, ts.start_time_us, now_us);
   ts.exit_code = e.exit_code;
   ts.signal = e.signal;
@@ -84,7 +77,7 @@ std::optional<Transition> LateEndOfLostJob(const Job& job, const TaskExited& e, 
   ts.kill_detail = e.kill_detail;
   ts.reported_late = true;
   const std::string outcome = LateOutcome(ts, e);
-  ts.reason = "reported after its node was lost: " + outcome;
+  ts.reason = "reported after the loss: " + outcome;
   next.late_end_time_us = std::max(next.late_end_time_us, ts.end_time_us);
   // Task 0's outcome, or the first failure's, speaks for the job's late exit status.
   const bool failed_before = next.late_signal || (next.late_exit_code && *next.late_exit_code != 0);
@@ -96,15 +89,15 @@ std::optional<Transition> LateEndOfLostJob(const Job& job, const TaskExited& e, 
   // The words name every task reported (each with its own end: show pairs them).
   AddLateTask(next.late_reason,
               (next.tasks.size() > 1 ? words::TaskName(next, t) + " " : std::string()) + outcome,
-              ", reported after its node was lost (the job stays LOST)", kMaxLateReason);
-  Transition tr = Same(job);
+              ", reported after the loss (the job stays LOST)", kMaxLateReason);
+  Transition tr = Unchanged(job);
   tr.changed = true;
   tr.next = std::move(next);
   // This task's GPUs up to its own end, past the loss (usage.h's JobGpuHours).
   tr.effects.late_gpu_hours = LateGpuHours(tr.next, 0, INT64_MAX) - LateGpuHours(job, 0, INT64_MAX);
   tr.effects.log = "job " + std::to_string(job.id) + ": " + words::TaskName(job, t) + " ended at " +
                    std::to_string(ts.end_time_us) + " us and " + outcome +
-                   ", reported after its node was lost: recorded and charged; the job stays LOST";
+                   ", reported after the loss: recorded and charged; the job stays LOST";
   tr.effects.log_warning = true;
   return tr;
 }
@@ -221,11 +214,11 @@ std::optional<Transition> LateEndOfEarlierAttempt(const Job& job, const TaskExit
   // end a requeued job SUCCEEDED or charge its user. A record without nodes takes none.
   if (found == nullptr || e.task < 0 || static_cast<size_t>(e.task) >= found->nodes.size() ||
       found->nodes[static_cast<size_t>(e.task)] != e.node) {
-    return Same(job);
+    return Unchanged(job);
   }
   const auto task = static_cast<size_t>(e.task);
   if (task < found->late_ends.size() && found->late_ends[task] != jobs::LateTaskEnd::kUnreported) {
-    return Same(job);  // resent
+    return Unchanged(job);  // resent
   }
   Job next = job;
   jobs::EarlierAttempt& a =
@@ -234,7 +227,7 @@ std::optional<Transition> LateEndOfEarlierAttempt(const Job& job, const TaskExit
   const int64_t start_us = a.start_time_us != 0 ? a.start_time_us : lost_us;
   const int64_t end_us = BoundNodeTime(e.time_us, start_us, now_us);
   // A record an older server kept took one report (it has no late_ends): resent, or earlier.
-  if (a.lost_time_us != 0 && a.late_ends.empty() && end_us <= a.end_time_us) return Same(job);
+  if (a.lost_time_us != 0 && a.late_ends.empty() && end_us <= a.end_time_us) return Unchanged(job);
   ChargeLateTask(job, task, lost_us, end_us, a);
   jobs::TaskStatus ts;
   ts.ended = true;
@@ -256,9 +249,9 @@ std::optional<Transition> LateEndOfEarlierAttempt(const Job& job, const TaskExit
               (a.nodes.size() > 1 ? "task " + std::to_string(e.task) + " (node " + e.node + ") "
                                   : std::string()) +
                   outcome,
-              ", reported after its node was lost", jobs::kMaxAttemptReason);
+              ", reported after the loss", jobs::kMaxAttemptReason);
   const double charged = a.gpu_hours - found->gpu_hours;
-  Transition tr = Same(job);
+  Transition tr = Unchanged(job);
   tr.changed = true;
   tr.effects.log_warning = true;
   const std::string id = std::to_string(job.id);
@@ -283,7 +276,7 @@ std::optional<Transition> LateEndOfEarlierAttempt(const Job& job, const TaskExit
     tr.effects.log = "job " + id + ": its lost attempt " + std::to_string(e.attempt) + " on node " +
                      e.node + " " +
                      (a.nodes.size() > 1 ? "task " + std::to_string(e.task) + " " : std::string()) +
-                     outcome + ", reported after its node was lost: recorded and charged" +
+                     outcome + ", reported after the loss: recorded and charged" +
                      (jobs::IsTerminal(job.state) ? "" : "; the job goes on");
   }
   tr.next = std::move(next);

@@ -67,7 +67,7 @@ TEST(JobLifecycleLateEnd, ALostJobsLateSuccessIsRecordedAndChargedAndItStaysLost
   EXPECT_EQ(t->next.late_end_time_us, kT0 + 20 * kS);
   EXPECT_EQ(t->next.late_exit_code, 0);
   EXPECT_EQ(t->next.late_reason,
-            "exited with code 0, reported after its node was lost (the job stays LOST)");
+            "exited with code 0, reported after the loss (the job stays LOST)");
   EXPECT_TRUE(t->next.tasks[0].reported_late);
   EXPECT_EQ(t->next.tasks[0].end_time_us, kT0 + 20 * kS);
   EXPECT_EQ(t->next.tasks[0].exit_code, 0);
@@ -117,8 +117,7 @@ TEST(JobLifecycleLateEnd, ARequeuedJobWhoseLostAttemptFailedStaysPending) {
   ASSERT_TRUE(t->changed);
   EXPECT_EQ(t->next.state, JobState::kPending);
   EXPECT_FALSE(t->effects.ended);
-  EXPECT_EQ(t->next.earlier_attempts[0].late_reason,
-            "exited with code 3, reported after its node was lost");
+  EXPECT_EQ(t->next.earlier_attempts[0].late_reason, "exited with code 3, reported after the loss");
   EXPECT_NEAR(t->next.earlier_attempts[0].gpu_hours, 2 * 9.0 / 3600, 1e-9);
   // Resent: no second charge.
   Result<Transition> again = Step(t->next, EndOf(1, kT0 + 10 * kS, 3), kT0 + 31 * kS);
@@ -474,7 +473,7 @@ TEST(JobLifecycleLateEnd, AGangsLostAttemptChargesEachTasksGpusUpToItsOwnEnd) {
   EXPECT_NEAR(JobGpuHours(job, kT0 + 6 * kS, kT0 + 16 * kS, kT0 + 30 * kS), 128.0 / 3600, 1e-12);
   EXPECT_EQ(a.late_reason,
             "task 0 (node n1) exited with code 143 (stopped by the controller, its job lost); "
-            "task 1 (node n2) exited with code 9, reported after its node was lost");
+            "task 1 (node n2) exited with code 9, reported after the loss");
   // Cancelled while it waits: a later report's charge counts in /metrics (nothing here:
   // both reported); the record keeps its hours.
   Result<Transition> again = Step(job, GangEnd("n2", 1, kT0 + 21 * kS, 9), kT0 + 24 * kS);
@@ -502,7 +501,7 @@ TEST(JobLifecycleLateEnd, ALostGangChargesEachTasksGpusUpToItsOwnEnd) {
   EXPECT_NEAR(JobGpuHours(job, kT0 + 6 * kS, kT0 + 16 * kS, kT0 + 30 * kS), 128.0 / 3600, 1e-12);
   EXPECT_EQ(job.late_reason,
             "task 0 (node n1) exited with code 143 (stopped by the controller, its job lost); "
-            "task 1 (node n2) exited with code 9, reported after its node was lost (the job "
+            "task 1 (node n2) exited with code 9, reported after the loss (the job "
             "stays LOST)");
   // Task 0's outcome speaks for the job's late exit status.
   EXPECT_EQ(job.late_exit_code, 143);
@@ -519,8 +518,7 @@ TEST(JobLifecycleLateEnd, AOneTaskAttemptsWindowIsAsBefore) {
   // 2 GPUs x 3 s before the loss, 2 x 4 s after it.
   EXPECT_NEAR(JobGpuHours(t->next, kT0 + 3 * kS, kT0 + 10 * kS, kT0 + 30 * kS), 14.0 / 3600, 1e-12);
   EXPECT_NEAR(JobGpuHours(t->next, 0, INT64_MAX, kT0 + 30 * kS), 38.0 / 3600, 1e-12);
-  EXPECT_EQ(t->next.earlier_attempts[0].late_reason,
-            "exited with code 3, reported after its node was lost");
+  EXPECT_EQ(t->next.earlier_attempts[0].late_reason, "exited with code 3, reported after the loss");
   // A record whose report an older server took (no task's own end): spread as then.
   Job old = t->next;
   old.earlier_attempts[0].late_end_times_us.clear();
@@ -528,4 +526,36 @@ TEST(JobLifecycleLateEnd, AOneTaskAttemptsWindowIsAsBefore) {
 }
 
 }  // namespace
+// A gang whose task 1 could not start on n2 goes back to the queue; task 0, stopped on
+// n1 (which was never lost), reports its end: the words do not say its node was lost.
+TEST(JobLifecycleLateEnd, ATaskStoppedBecauseAnotherCouldNotStartIsNotSaidToHaveLostItsNode) {
+  Job j;
+  j.id = 10;
+  j.user = "alice";
+  j.command = {"true"};
+  j.request.gpus = 1;
+  j.request.tasks = 2;
+  j.state = JobState::kPending;
+  Result<Transition> t =
+      Step(j, Placed{{{"n1", {0}, {"GPU-0"}, 1000}, {"n2", {0}, {"GPU-1"}, 1000}}, {}}, kT0);
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  t = Step(t->next, TaskStarted{"n1", 0, 1, kT0 + kS, "", "", 41000}, kT0 + kS);
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  TaskLost no_start{"n2", 1, 1, "task 1 could not start on n2: no such image"};
+  no_start.not_started = true;
+  t = Step(t->next, no_start, kT0 + 2 * kS);
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  ASSERT_EQ(t->next.state, JobState::kPending);
+  TaskExited stop = GangEnd("n1", 0, kT0 + 3 * kS, 143);
+  stop.cancelled = true;
+  t = Step(t->next, stop, kT0 + 3 * kS);
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  ASSERT_TRUE(t->changed);
+  ASSERT_EQ(t->next.earlier_attempts.size(), 1u);
+  EXPECT_EQ(t->next.earlier_attempts[0].late_reason,
+            "task 0 (node n1) exited with code 143 (stopped by the controller, its job lost), "
+            "reported after the loss");
+  EXPECT_EQ(t->effects.log.find("node was lost"), std::string::npos) << t->effects.log;
+}
+
 }  // namespace gpupool::controller::lifecycle

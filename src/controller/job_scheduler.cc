@@ -118,6 +118,7 @@ Result<ScheduleResult> JobScheduler::Plan(const std::vector<const jobs::Job*>& a
   ctx.project_enforcement = project_enforcement_;
   ctx.plan_starts = plan_starts;
   ctx.draining = in.draining;
+  ctx.draining_why = in.draining_why;
   std::sort(in.memory_enforced_nodes.begin(), in.memory_enforced_nodes.end());
   ctx.memory_enforced_nodes = in.memory_enforced_nodes;
   ctx.environments = [&in](std::string_view env) { return in.NodesForEnvironment(env); };

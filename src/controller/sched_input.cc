@@ -183,7 +183,10 @@ SchedInput::SchedInput(const std::vector<SchedNode>& nodes, MpsSharing mps_shari
   for (size_t i = 0; i < layout_->pos.size(); ++i) {
     const SchedNode& n = nodes[layout_->pos[i]];
     node_of_.push_back(&n);
-    if (n.draining) draining.push_back(static_cast<int32_t>(i));
+    if (n.draining) {
+      draining.push_back(static_cast<int32_t>(i));
+      draining_why.push_back(n.closed_why);
+    }
   }
   memory_enforced_nodes = layout_->memory_enforced_nodes;
   if (cache_ != nullptr) {

@@ -69,6 +69,9 @@ struct SchedNode {
   // GPUs the health policy took out of service: they count as fully used, so nothing new
   // lands on them; what runs there is counted as is.
   std::vector<OutOfServiceGpu> out_of_service_gpus;
+  // A node closed without an admin's drain: why, as pending reasons name it ("unknown",
+  // "health check pending"); "" for a drain (DrainFilter says drained or draining).
+  std::string closed_why;
 };
 
 // What the controller knows that the gates need beyond the jobs themselves.
@@ -258,7 +261,8 @@ class SchedInput {
                               const AdmissionFeed& feed) const;
 
   sched::ClusterState cluster;
-  std::vector<int32_t> draining;  // cluster indices
+  std::vector<int32_t> draining;          // cluster indices
+  std::vector<std::string> draining_why;  // SchedNode::closed_why of each draining[i]
   // Nodes (sorted) whose GPUs all hold a share to its memory: enforcement mps, mig or
   // dmem (EnforceMemoryFilter).
   std::vector<std::string> memory_enforced_nodes;

@@ -395,6 +395,17 @@ struct Job {
 // job are stopped by their node when its lease runs out (protocol::RegistrationReply).
 inline bool FencedOnLoss(const Job& job) { return job.requeue || job.preemptible; }
 
+// Whether `job` holds resources on its nodes (ASSIGNED or RUNNING).
+inline bool Occupies(const Job& job) {
+  return job.state == JobState::kAssigned || job.state == JobState::kRunning;
+}
+
+// Whether a task of `job` is placed on `node`.
+inline bool OnNode(const Job& job, const std::string& node) {
+  return std::any_of(job.placement.begin(), job.placement.end(),
+                     [&](const TaskPlacement& p) { return p.node == node; });
+}
+
 // The latest lease end among the lost nodes `job` waits for (Job::fences), 0 when it
 // waits for none: it is not placed before, unless those nodes are heard from first.
 inline int64_t FenceUntilUs(const Job& job) {

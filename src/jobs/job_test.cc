@@ -224,7 +224,7 @@ TEST(JobJsonTest, LateEndsRoundTrip) {
   j.state = JobState::kLost;
   j.late_end_time_us = 500;
   j.late_exit_code = 0;
-  j.late_reason = "exited with code 0, reported after its node was lost (the job stays LOST)";
+  j.late_reason = "exited with code 0, reported after the loss (the job stays LOST)";
   j.placement = {{"n1", {0}, {"GPU-0"}, 1000}};
   j.tasks.resize(1);
   j.tasks[0].reported_late = true;
@@ -238,7 +238,7 @@ TEST(JobJsonTest, LateEndsRoundTrip) {
                         .gpus = 2,
                         .nodes = {"n1", "n1"},
                         .lost_time_us = 200,
-                        .late_reason = "exited with code 3, reported after its node was lost",
+                        .late_reason = "exited with code 3, reported after the loss",
                         .late_ends = {LateTaskEnd::kUnreported, LateTaskEnd::kFailedOrStopped},
                         .late_end_times_us = {0, 400}});
   const Json json = Json::parse(DumpJson(JobToJson(j)));

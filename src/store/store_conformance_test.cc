@@ -624,7 +624,7 @@ TEST_P(StoreTest, HeldAfterCountsTheEndsReportedLate) {
   late.end_time_us = 1000;
   ASSERT_TRUE(store_->UpdateJob(late, JobState::kPending, 1).ok());
   late.late_end_time_us = 5000;
-  late.late_reason = "exited with code 0, reported after its node was lost (the job stays LOST)";
+  late.late_reason = "exited with code 0, reported after the loss (the job stays LOST)";
   ASSERT_TRUE(store_->UpdateJob(late, JobState::kLost, 2).ok());
   Job plain = MakeJob("bob");  // lost at 1000, nothing reported
   plain.state = JobState::kLost;

@@ -314,13 +314,17 @@ void LateEndLines(const Json& job, const Line& line) {
   bool named = false;
   for (size_t t = 0; tasks.size() > 1 && t < tasks.size(); ++t) {
     if (!GetBool(tasks[t], "reported_late")) continue;
-    constexpr std::string_view kPrefix = "reported after its node was lost: ";
+    // Servers before 2026-11-30 wrote "its node was lost", also for a task whose own node
+    // was not (a gang's task stopped because another node was lost).
     std::string what = GetString(tasks[t], "reason");
-    if (what.starts_with(kPrefix)) what.erase(0, kPrefix.size());
+    for (std::string_view prefix :
+         {"reported after the loss: ", "reported after its node was lost: "}) {
+      if (what.starts_with(prefix)) what.erase(0, prefix.size());
+    }
     std::string name = "task " + std::to_string(t);
     if (t < placement.size()) name += " (node " + GetString(placement[t], "node") + ")";
     line("Late end", FormatTimeUtc(GetInt(tasks[t], "end_time_us")) + ", " + name + " " + what +
-                         ", reported after its node was lost");
+                         ", reported after the loss");
     named = true;
   }
   if (!named) line("Late end", FormatTimeUtc(late) + ", " + GetString(job, "late_reason"));

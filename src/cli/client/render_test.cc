@@ -177,17 +177,17 @@ TEST(RenderJobTest, EarlierAttempts) {
   // Lost, then its end reported late (docs/health.md, "An end reported late").
   const Json late = Parse(R"j({"id": 9, "state": "LOST", "attempt": 1,
     "late_end_time_us": 1793527200000000, "late_exit_code": 0,
-    "late_reason": "exited with code 0, reported after its node was lost (the job stays LOST)",
+    "late_reason": "exited with code 0, reported after the loss (the job stays LOST)",
     "earlier_attempts": [{"attempt": 1, "ended_by": "lost", "start_time_us": 1793491200000000,
      "end_time_us": 1793491260000000, "gpu_hours": 1, "lost_time_us": 1793491230000000,
-     "late_reason": "exited with code 3, reported after its node was lost"}]})j");
+     "late_reason": "exited with code 3, reported after the loss"}]})j");
   EXPECT_NE(RenderJob(late, kRenderNow)
-                .find("  Late end:   2026-11-01T10:00:00Z, exited with code 0, reported after its "
-                      "node was lost (the job stays LOST)\n"),
+                .find("  Late end:   2026-11-01T10:00:00Z, exited with code 0, reported after the "
+                      "loss (the job stays LOST)\n"),
             std::string::npos)
       << RenderJob(late, kRenderNow);
   EXPECT_NE(RenderJob(late, kRenderNow)
-                .find("lost; then it exited with code 3, reported after its node was lost at "
+                .find("lost; then it exited with code 3, reported after the loss at "
                       "2026-11-01T00:01:00Z\n"),
             std::string::npos)
       << RenderJob(late, kRenderNow);

@@ -59,7 +59,10 @@ struct PassContext {
   // ProjectGate: who may charge which project (project_access.h); kNone: anyone.
   ProjectEnforcement project_enforcement = ProjectEnforcement::kNone;
   std::span<const int32_t> draining;  // DrainFilter: cluster indices of draining nodes
-  EnvironmentLookup environments;     // EnvCompatFilter; empty = no node is constrained
+  // DrainFilter: why each draining[i] is closed when not by a drain ("unknown", "health
+  // check pending"); empty, or "" for one: "drained", or "draining" while a job runs there.
+  std::span<const std::string> draining_why;
+  EnvironmentLookup environments;  // EnvCompatFilter; empty = no node is constrained
   // EnforceMemoryFilter: the nodes (names, sorted) whose GPUs all hold a share to its
   // memory (enforcement mps, mig or dmem).
   std::span<const std::string> memory_enforced_nodes;

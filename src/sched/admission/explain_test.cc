@@ -62,7 +62,7 @@ TEST_F(ExplainTest, TooFewIdleGpusOfTheModelCountsEveryNodesReason) {
   t.gpu_models = {"V100"};
   EXPECT_EQ(Explain(Job("j", "u", 0, {t})),
             "needs 2 idle GPUs of model V100; largest idle block on any node: 0; 0/4 nodes are "
-            "available: 1 insufficient GPUs, 1 draining (v2), 1 other GPU model, 1 no GPUs");
+            "available: 1 insufficient GPUs, 1 drained (v2), 1 other GPU model, 1 no GPUs");
 }
 
 TEST_F(ExplainTest, FractionalShareNamesTheMostFreeOnAnyGpuItMayUse) {
@@ -70,7 +70,7 @@ TEST_F(ExplainTest, FractionalShareNamesTheMostFreeOnAnyGpuItMayUse) {
   t.gpu_models = {"V100"};
   EXPECT_EQ(Explain(Job("j", "u", 0, {t})),
             "needs 0.5 of one GPU of model V100; the most free on any GPU: 0.25; 0/4 nodes are "
-            "available: 1 insufficient GPU share, 1 draining (v2), 1 other GPU model, 1 no GPUs");
+            "available: 1 insufficient GPU share, 1 drained (v2), 1 other GPU model, 1 no GPUs");
 }
 
 // A single-owner GPU with another owner's share: the share that could go there waits for
@@ -115,27 +115,27 @@ TEST_F(ExplainTest, CpuOrMemoryBesideTheGpus) {
   ASSERT_TRUE(cluster_.Allocate(GpuTask(0, 0, 2000, 0), {2, {}}).ok());  // a1: 6 CPUs free
   EXPECT_EQ(Explain(Job("j", "u", 0, {GpuTask(2, 1000, 7000, 0)})),
             "needs 7 CPUs beside its GPUs; no node with the GPUs has them free; 0/4 nodes are "
-            "available: 1 insufficient GPUs, 1 draining (v2), 1 insufficient CPU, 1 no GPUs");
+            "available: 1 insufficient GPUs, 1 drained (v2), 1 insufficient CPU, 1 no GPUs");
 }
 
 TEST_F(ExplainTest, CpuOnlyJobThatNoNodeCanTake) {
   EXPECT_EQ(Explain(Job("j", "u", 0, {GpuTask(0, 0, 10000, 4096)})),
             "needs 10 CPUs and 4096 MiB memory; no node has them free; 0/4 nodes are available: "
-            "3 insufficient CPU, 1 draining (v2)");
+            "3 insufficient CPU, 1 drained (v2)");
 }
 
 TEST_F(ExplainTest, JobsThatFitSomewhereWaitForTheQueueOrTheirGang) {
   EXPECT_EQ(Explain(Job("j", "u", 0, {GpuTask(0, 0, 1000, 0)})),
             "waiting for its turn: jobs ahead of it in the queue (fifo order) come first; 3/4 "
-            "nodes are available: 1 draining (v2)");
+            "nodes are available: 1 drained (v2)");
   EXPECT_EQ(Explain(Job("j", "u", 0, {GpuTask(4), GpuTask(4)})),
             "needs 2 tasks placed together; not all fit at once now; 1/4 nodes are available: "
-            "1 insufficient GPUs, 1 draining (v2), 1 no GPUs");
+            "1 insufficient GPUs, 1 drained (v2), 1 no GPUs");
   // Six shares need six GPUs with room (red team 7, finding 3); five have it now.
   std::vector<Task> shares(6, GpuTask(1, 250, 100, 0));
   EXPECT_EQ(Explain(Job("s", "u", 0, shares)),
             "needs 6 tasks placed together, each share on a GPU of its own; not all fit at once "
-            "now; 2/4 nodes are available: 1 draining (v2), 1 no GPUs");
+            "now; 2/4 nodes are available: 1 drained (v2), 1 no GPUs");
   for (Task& t : shares) t.pack_shares = true;  // held for mpirun: they may pack
   EXPECT_EQ(Explain(Job("s", "u", 0, shares)).rfind("needs 6 tasks placed together; ", 0), 0u);
 }
@@ -146,7 +146,7 @@ TEST_F(ExplainTest, HopelessJobsAndTheReservationHolder) {
   EXPECT_EQ(
       Explain(Job("j", "u", 0, {GpuTask(4)}), &in_600),
       "next in line; resources reserved from 600 s from now, when running jobs reach their "
-      "time limits; 1/4 nodes are available: 1 insufficient GPUs, 1 draining (v2), 1 no GPUs");
+      "time limits; 1/4 nodes are available: 1 insufficient GPUs, 1 drained (v2), 1 no GPUs");
   // Reserved behind jobs without a time limit (a start no one knows): what it needs.
   PendingExplainer::Reservation never{true, 0};
   EXPECT_EQ(Explain(Job("j", "u", 0, {GpuTask(4)}), &never),
@@ -161,7 +161,7 @@ TEST_F(ExplainTest, EnvironmentNodesAndFiltersOfOnesOwn) {
   EXPECT_EQ(Explain(Job("j", "u", 0, {t})),
             "needs 2 idle GPUs on the 2 nodes that can run its environment; largest idle block on "
             "any node: 0; 0/4 nodes are available: 2 cannot run its environment, 1 insufficient "
-            "GPUs, 1 draining (v2)");
+            "GPUs, 1 drained (v2)");
   ClusterState c;
   ASSERT_TRUE(c.AddNode({"hot", 8000, 65536, 1, "T4"}).ok());
   ASSERT_TRUE(c.AddNode({"cool", 8000, 65536, 1, "T4"}).ok());

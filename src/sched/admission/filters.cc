@@ -7,6 +7,17 @@ namespace gpupool::sched {
 void DrainFilter::BeginPass(const PassContext& ctx) {
   draining_.assign(ctx.draining.begin(), ctx.draining.end());
   std::sort(draining_.begin(), draining_.end());
+  why_.clear();
+  for (size_t i = 0; i < ctx.draining.size() && i < ctx.draining_why.size(); ++i) {
+    if (!ctx.draining_why[i].empty()) why_.emplace_back(ctx.draining[i], ctx.draining_why[i]);
+  }
+  std::sort(why_.begin(), why_.end());
+  // A drained node where something still runs is "draining", as `gpupool nodes` says.
+  busy_.clear();
+  for (const RunningJob& run : ctx.running) {
+    for (const Placement& p : run.placements) busy_.push_back(p.node);
+  }
+  std::sort(busy_.begin(), busy_.end());
 }
 
 void DrainFilter::PrepareCluster(ClusterState& cluster) const {
@@ -32,7 +43,14 @@ void DrainFilter::PrepareCluster(ClusterState& cluster) const {
 bool DrainFilter::Filter(const ClusterState&, const Task&, int32_t node,
                          std::string* reason) const {
   if (!std::binary_search(draining_.begin(), draining_.end(), node)) return true;
-  if (reason != nullptr) *reason = "draining";
+  if (reason == nullptr) return false;
+  const auto why = std::lower_bound(why_.begin(), why_.end(), node,
+                                    [](const auto& w, int32_t n) { return w.first < n; });
+  if (why != why_.end() && why->first == node) {
+    *reason = why->second;
+  } else {
+    *reason = std::binary_search(busy_.begin(), busy_.end(), node) ? "draining" : "drained";
+  }
   return false;
 }
 

@@ -3,8 +3,10 @@
 //                free there (what runs there keeps its share), so placement, EASY
 //                planning and gang checks all see the node as full; it is closed
 //                (AddClosedNodes), so that what runs there never comes free in EASY's
-//                or the start estimates' plans; explanations name the node ("1
-//                draining (gpu2)").
+//                or the start estimates' plans; explanations name the node and why,
+//                as `gpupool nodes` says it: "1 draining (gpu2)" while a job still
+//                runs there, "drained" when none does, or the host's reason for a node
+//                closed without a drain ("unknown", "health check pending").
 //   env-compat - a job whose GPU tasks need a software environment (an image's CUDA and
 //                driver needs) may only use the nodes that can run it; the host says
 //                which (PassContext::environments), once per environment and pass. When
@@ -20,6 +22,7 @@
 #include <map>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "sched/admission/admission.h"
@@ -40,6 +43,8 @@ class DrainFilter final : public AdmissionFilter {
 
  private:
   std::vector<int32_t> draining_;
+  std::vector<int32_t> busy_;  // nodes where a running job holds something (sorted)
+  std::vector<std::pair<int32_t, std::string>> why_;  // PassContext::draining_why, sorted
 };
 
 class EnvCompatFilter final : public AdmissionFilter {

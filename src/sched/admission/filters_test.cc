@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <string>
 #include <vector>
 
 #include "sched/queue/queue_test_util.h"
@@ -26,15 +27,33 @@ TEST(DrainFilter, RefusesDrainingNodesAndTakesWhatIsFreeThere) {
   ClusterState c = MakeCluster(2, 2);
   ASSERT_TRUE(c.Allocate(GpuTask(1, 500), {1, {0}}).ok());  // runs on n1 and keeps running
   const std::vector<int32_t> draining = {1};
+  const QueuedJob held = Job("j7", "alice", 0, {GpuTask(1, 500)});
+  const std::vector<RunningJob> running = {{.job = &held, .placements = {{1, {0}}}}};
   PassContext ctx;
   ctx.draining = draining;
+  ctx.running = running;
   DrainFilter f;
   f.BeginPass(ctx);
   EXPECT_TRUE(f.NamesNodes());
   std::string reason;
   EXPECT_TRUE(f.Filter(c, GpuTask(1), 0, &reason));
   EXPECT_FALSE(f.Filter(c, GpuTask(1), 1, &reason));
-  EXPECT_EQ(reason, "draining");
+  EXPECT_EQ(reason, "draining");  // a job still runs there
+  // Drained with nothing running there: "drained", as `gpupool nodes` says.
+  const std::vector<int32_t> drained = {0};
+  ctx.draining = drained;
+  f.BeginPass(ctx);
+  EXPECT_FALSE(f.Filter(c, GpuTask(1), 0, &reason));
+  EXPECT_EQ(reason, "drained");
+  // Closed without a drain: the host's reason.
+  const std::vector<std::string> why = {"health check pending"};
+  ctx.draining_why = why;
+  f.BeginPass(ctx);
+  EXPECT_FALSE(f.Filter(c, GpuTask(1), 0, &reason));
+  EXPECT_EQ(reason, "health check pending");
+  ctx.draining_why = {};
+  ctx.draining = draining;
+  f.BeginPass(ctx);
   f.PrepareCluster(c);
   for (const Task& t : {GpuTask(1), GpuTask(1, 100), GpuTask(0, 0, 1, 0), GpuTask(0, 0, 0, 1)}) {
     EXPECT_FALSE(c.Fits(1, t)) << t.num_gpu << " " << t.gpu_milli;  // enforced: nothing fits

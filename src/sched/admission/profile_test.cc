@@ -121,10 +121,10 @@ TEST(SchedulingProfile, RunsGatesFiltersThePassAndExplainsInThatOrder) {
   EXPECT_EQ(got.at("nomodel"), "cannot run on any node: no node has GPUs of model H100");
   EXPECT_EQ(got.at("env"),
             "needs 1 idle GPU on the 1 node that can run its environment; largest idle block on "
-            "any node: 0; 0/2 nodes are available: 1 cannot run its environment, 1 draining (n1)");
+            "any node: 0; 0/2 nodes are available: 1 cannot run its environment, 1 drained (n1)");
   EXPECT_EQ(got.at("big"),
             "needs 2 idle GPUs; largest idle block on any node: 1; 0/2 nodes are available: 1 "
-            "insufficient GPUs, 1 draining (n1)");
+            "insufficient GPUs, 1 drained (n1)");
   EXPECT_EQ(cluster.node(0).gpu_free_milli, (std::vector<int32_t>{0, 1000}));  // a1 on n0
 
   // Without the explain step only refusals come back.
