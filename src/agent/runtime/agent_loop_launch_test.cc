@@ -129,6 +129,8 @@ class AgentLoopLaunchTest : public ::testing::Test {
       std::make_shared<protocol::FakeControllerLink>();
   std::unique_ptr<AgentLoop> loop_;
   std::thread thread_;
+  // A launcher a test puts before launcher_ (StartLoop's `launcher`): it outlives the loop.
+  std::unique_ptr<Launcher> wrapper_;
 };
 
 // Issue 25 item 2, kept with (job, task, attempt) identities: a launch order of a later
@@ -325,7 +327,7 @@ TEST_F(AgentLoopLaunchTest, ALaunchWhoseCancelWaitsBehindItAtTheControllerNeverS
 // node keeps the job's grace (red team 7, finding 2: it was killed mid-checkpoint too).
 TEST_F(AgentLoopLaunchTest, AStopForOneTaskOfAGangStopsThatTaskAlone) {
   // Both ignore SIGTERM (as a task saving its shard would go on): only SIGKILL ends them.
-  protocol::Work w = Launch(16, 1, "trap '' TERM; while :; do sleep 0.2; done");
+  protocol::Work w = Launch(16, 1, "trap '' TERM; echo ready; while :; do sleep 0.2; done");
   w.launch[0].job.request.tasks = 2;
   w.launch[0].rendezvous = {0, 2, {"h", "h"}, {1, 1}, 29500};
   w.launch.push_back(w.launch[0]);
@@ -336,6 +338,11 @@ TEST_F(AgentLoopLaunchTest, AStopForOneTaskOfAGangStopsThatTaskAlone) {
   ASSERT_TRUE(link_->WaitFor([](const auto& r) {
     return Has(r, Kind::kStarted, 16, 0, 1) && Has(r, Kind::kStarted, 16, 1, 1);
   }));
+  // Their traps are set (a SIGTERM before would end them: the test failed 2 runs in 30).
+  for (const char* task : {"0.1", "1.1"}) {
+    ASSERT_TRUE(testing::WaitForFileContaining(dir_.path() + "/jobs/16/" + task + "/" + kStdoutFile,
+                                               "ready", 5000));
+  }
   protocol::CancelOrder job{16, 1};
   job.grace_s = 60;
   job.deadline_s = 2'000'000'000;
@@ -548,7 +555,9 @@ class SlowExecLauncher final : public Launcher {
 // stop then; it is stopped once it has started, instead of running until the
 // controller's next resend of the cancel.
 TEST_F(AgentLoopLaunchTest, AnExecCancelledWhileItStartsIsStoppedOnceStarted) {
-  SlowExecLauncher slow(launcher_.get());
+  auto owned = std::make_unique<SlowExecLauncher>(launcher_.get());
+  SlowExecLauncher& slow = *owned;
+  wrapper_ = std::move(owned);
   link_->QueueWork(Launch(29, 1, "exec sleep 30"));
   StartLoop(nullptr, &slow);
   ASSERT_TRUE(link_->WaitFor([](const auto& r) { return Has(r, Kind::kStarted, 29, 0, 1); }));
