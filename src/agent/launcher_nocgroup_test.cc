@@ -1,11 +1,12 @@
 // A job without cgroups of its own (a non-root agent, isolation off, cgroup v1 with
 // nothing to limit), through the real shim: its processes outside its process group are
 // the supervisor's descendants. A stop's SIGTERM reaches a worker in a session of its
-// own, and what the job leaves running when its main process ends is killed with it, as
-// removing its cgroups would.
+// own, and what the job (or an exec session in it) leaves running when its main process
+// ends is killed with it, as removing its cgroups would.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <csignal>
 #include <memory>
 #include <string>
@@ -90,6 +91,34 @@ TEST_F(NoCgroupLauncherTest, WhatAJobLeavesRunningEndsWithIt) {
   EXPECT_NE(ReadWholeFile(JobDir(dir_.path(), TaskRun(301)) + "/" + kShimLogFile)
                 .find("SIGKILL to 1 processes the job left running"),
             std::string::npos);
+}
+
+// An exec session (gpupool exec, mpirun's rsh agent) in a task without cgroups: what it
+// leaves running when its command ends (a worker in a session of its own) ends with the
+// session, not with the job, whose supervisor never sees it; the task runs on.
+TEST_F(NoCgroupLauncherTest, WhatAnExecSessionLeavesRunningEndsWithIt) {
+  Start(TestSpec(303, {"sleep", "30"}));
+  const std::string pidfile = File("exec-worker.pid");
+  LaunchSpec exec = TestSpec(
+      303, {"sh", "-c",
+            "(setsid sh -c 'echo $$ > " + pidfile + ".tmp; mv " + pidfile + ".tmp " + pidfile +
+                "; exec sleep 300' &); "
+                "while [ ! -s " +
+                pidfile + " ]; do sleep 0.01; done; echo ready"});
+  exec.id = RunId::ExecIn(TaskId{303, 0, 1}, 1);
+  Start(exec);
+  std::optional<JobEvent> e = WaitForEvent(*launcher_, exec.id, 10'000);
+  ASSERT_TRUE(e.has_value());
+  EXPECT_EQ(e->kind, Kind::kExited) << e->reason;
+  EXPECT_EQ(e->exit_code, 0) << e->reason;
+  const pid_t worker = PidIn(pidfile);
+  ASSERT_GT(worker, 0);
+  EXPECT_FALSE(Alive(worker)) << "the exec session's worker outlived it";
+  EXPECT_NE(ReadWholeFile(JobDir(dir_.path(), exec.id) + "/" + kShimLogFile)
+                .find("SIGKILL to 1 processes the job left running"),
+            std::string::npos);
+  const std::vector<RunId> running = launcher_->Running();
+  EXPECT_NE(std::find(running.begin(), running.end(), TaskRun(303)), running.end());
 }
 
 // A cancel's SIGTERM reaches the worker in its own session, which ends in its grace; the

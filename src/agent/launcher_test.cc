@@ -10,6 +10,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <csignal>
 #include <filesystem>
@@ -288,6 +289,37 @@ TEST_F(LauncherTest, CancellingAnExecSessionLeavesItsTaskAlone) {
   EXPECT_TRUE(e.cancelled) << e.reason;
   EXPECT_EQ(e.signal, SIGKILL) << e.reason;
   EXPECT_EQ(ReadWholeFile(mark), "task-term\n");
+}
+
+// An exec session in its task's cgroups: what it leaves running when its command ends
+// goes with it (it used to stay in the task's cgroups until the task ended), and the task
+// runs on.
+TEST_F(LauncherTest, WhatAnExecSessionInItsTasksCgroupsLeavesRunningEndsWithIt) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root for the job's cgroups";
+  LaunchSpec task = TestSpec(155, {"sleep", "30"});
+  task.memory_bytes = 256ull << 20;  // a cgroup under v1 too
+  Start(task);
+  Result<ShimRecord> rec = ReadShimRecord(JobDir(dir_.path(), TaskRun(155)));
+  ASSERT_TRUE(rec.ok()) << rec.status().ToString();
+  if (rec->cgroup_dirs.empty()) GTEST_SKIP() << "no cgroup for the job here";
+  const std::string pidfile = dir_.path() + "/exec-worker.pid";
+  LaunchSpec exec = task;
+  exec.id = RunId::ExecIn(TaskId{155, 0, 1}, 1);
+  exec.argv = {"sh", "-c",
+               "(setsid sh -c 'echo $$ > " + pidfile + ".tmp; mv " + pidfile + ".tmp " + pidfile +
+                   "; exec sleep 300' &); while [ ! -s " + pidfile + " ]; do sleep 0.01; done"};
+  exec.join_cgroups = rec->cgroup_dirs;
+  Start(exec);
+  std::optional<JobEvent> ended = WaitForEvent(*launcher_, exec.id, 10'000);
+  ASSERT_TRUE(ended.has_value());
+  EXPECT_EQ(ended->exit_code, 0) << ended->reason;
+  const std::optional<uint64_t> worker = ParseUint64(Trim(ReadWholeFile(pidfile)));
+  ASSERT_TRUE(worker.has_value());
+  const bool alive = ProcessAlive(static_cast<int>(*worker));
+  if (alive) ::kill(static_cast<pid_t>(*worker), SIGKILL);
+  EXPECT_FALSE(alive) << "the exec session's worker outlived it";
+  const std::vector<RunId> running = launcher_->Running();
+  EXPECT_NE(std::find(running.begin(), running.end(), TaskRun(155)), running.end());
 }
 
 // A stopped job (kill -STOP) gets SIGCONT with its SIGTERM, so that its handler runs

@@ -592,7 +592,9 @@ int Shim::Finish() {
     Status st = cgroup_->Destroy(5000);
     if (!st.ok()) ShimLog("%s", st.message().c_str());
   };
-  if (!container_ && !HasOwnCgroups() && !final_.id.is_exec()) KillLeftovers();
+  // An exec session never has cgroups of its own (it joins its task's, or none): what it
+  // left running goes with it, as a task's goes with its cgroups.
+  if (!container_ && !HasOwnCgroups()) KillLeftovers();
   if (!container_) destroy_cgroup();  // a container's goes after the container
   if (container_ && final_.started) {
     // Whatever happened to podman's client (killed, crashed), conmon keeps a container

@@ -196,9 +196,11 @@ void Shim::StopJoinedProcesses() {
 
 // Without cgroups of its own, what a job left running when its main process ended (a
 // daemon it started, a worker in a session of its own) would outlive it and hold its
-// GPUs: it is killed, as removing the job's cgroups kills it. An exec session's are left
-// (an mpirun daemon started through it may have to outlive it; the task's end takes them
-// with cgroups only).
+// GPUs: it is killed, as removing the job's cgroups kills it. An exec session's too, with
+// or without its task's cgroups joined (a srun step's processes end with the step): it
+// is the subreaper of all of them, and without cgroups nothing else would ever find them
+// (its task's supervisor does not see them). mpirun's daemons started through one
+// (orted, prted, hydra_pmi_proxy) stay in the foreground as its main process.
 void Shim::KillLeftovers() {
   const int left = SignalDescendants(SIGKILL, 0);
   if (left == 0) return;

@@ -8,13 +8,15 @@ answer, which the frozen agent does not read. The job is cancelled (the cancel w
 the controller, behind the launch), then the agent thawed. The agent used to start the
 task on the launch and stop it on the cancel of its next poll: the job's command ran. It
 takes the controller's cancel before it starts anything now: the job ends CANCELLED
-"before it started", and its command never wrote its marker.
+"before it started", and its command never wrote its marker. The same for an exec
+session's request and its cancel.
 
 Needs root (jobs run as the submitting user). Usage: frozen_launch_test.py PATH_TO_GPUPOOL
 """
 import os
 import signal
 import sys
+import time
 import unittest
 
 GPUPOOL = os.path.abspath(sys.argv.pop(1)) if len(sys.argv) > 1 else "gpupool"
@@ -54,7 +56,7 @@ class FrozenLaunchTest(unittest.TestCase):
         self.assertEqual(st, 200, body)
         return body["job"]
 
-    def test_a_launch_cancelled_while_its_agent_was_frozen_never_runs(self):
+    def start_pool(self):
         self.sock = os.path.join(self.dir, "gpupool.sock")
         # A node timeout well past the freeze: the node stays up, its poll waits (up to
         # half of it) at the controller.
@@ -71,12 +73,22 @@ class FrozenLaunchTest(unittest.TestCase):
         st, body = call(self.sock, "POST", "/v1/tokens", {"user": "n1", "kind": "node"})
         self.assertEqual(st, 201, body)
         self.agent = pooltest.spawn_logged(
-            [GPUPOOL, "agent", "--controller", "unix:" + self.sock, "--token", body["token"],
+            [GPUPOOL, "--log-level", "info", "agent", "--controller", "unix:" + self.sock, "--token", body["token"],
              "--state-dir", os.path.join(self.dir, "n1"), "--fake", NODE, "--node-name", "n1",
              "--telemetry-interval", "0"], os.path.join(self.dir, "agent.log"), self.procs)
         pooltest.wait_for("node n1 up", lambda: self.node().get("state") == "up")
 
+    def freeze_agent_in_its_poll(self):
+        # Its poll waits at the controller once the node is heard from after now (the
+        # controller notes it at a poll's start, and every 5 s while it waits).
+        now_us = int(time.time() * 1e6)
+        pooltest.wait_for("the agent's poll", lambda: self.node().get("last_heartbeat_us", 0) >= now_us,
+                          timeout=10)
         os.kill(self.agent.pid, signal.SIGSTOP)
+
+    def test_a_launch_cancelled_while_its_agent_was_frozen_never_runs(self):
+        self.start_pool()
+        self.freeze_agent_in_its_poll()
         marker = os.path.join(self.dir, "ran")
         st, body = call(self.sock, "POST", "/v1/jobs", {
             "command": ["sh", "-c", "echo ran > %s; exec sleep 60" % marker],
@@ -99,6 +111,46 @@ class FrozenLaunchTest(unittest.TestCase):
         self.assertIn("before it started", j.get("reason", ""), j)
         self.assertFalse(os.path.exists(marker), "the cancelled job's command ran")
         self.assertEqual(self.node().get("state"), "up")
+
+    def test_an_exec_cancelled_while_its_agent_was_frozen_never_runs(self):
+        # The same for a gpupool exec session (and so for mpirun's daemons): its request in
+        # the frozen agent's poll answer, its cancel (DELETE, as its client going away
+        # does) waiting behind it.
+        self.start_pool()
+        st, body = call(self.sock, "POST", "/v1/jobs", {
+            "command": ["sleep", "300"], "workdir": self.dir, "request": {"gpus": 1}})
+        self.assertEqual(st, 201, body)
+        jid = body["job"]["id"]
+        pooltest.wait_job(self.job, jid, ("RUNNING",), 20)
+        self.freeze_agent_in_its_poll()
+        marker = os.path.join(self.dir, "exec-ran")
+        # The controller answers the waiting poll as it takes the request: noted then.
+        asked_us = int(time.time() * 1e6)
+        st, body = call(self.sock, "POST", "/v1/jobs/%d/exec" % jid, {
+            "task": 0, "argv": ["sh", "-c", "echo ran > %s; exec sleep 60" % marker]})
+        self.assertEqual(st, 201, body)
+        eid = body["id"]
+        pooltest.wait_for("the exec request in the frozen agent's poll answer",
+                          lambda: self.node().get("last_heartbeat_us", 0) >= asked_us,
+                          timeout=10)
+        st, body = call(self.sock, "DELETE", "/v1/exec/%s" % eid)
+        self.assertEqual(st, 200, body)
+        os.kill(self.agent.pid, signal.SIGCONT)
+
+        def session():
+            st, body = call(self.sock, "GET", "/v1/exec/%s" % eid)
+            self.assertEqual(st, 200, body)
+            return body
+        pooltest.wait_for("the exec session's end", lambda: session().get("ended"), timeout=20)
+        x = session()
+        self.assertFalse(x.get("started"), x)
+        self.assertIn("before it started", x.get("error", ""), x)
+        self.assertFalse(os.path.exists(marker), "the cancelled exec session's command ran")
+        # Refused by the agent, which had the request (not ended by the controller unsent).
+        with open(os.path.join(self.dir, "agent.log")) as f:
+            self.assertIn("exec %s in job %d task 0 attempt 1 not started: cancelled before it "
+                          "started" % (eid, jid), f.read())
+        self.assertEqual(self.job(jid)["state"], "RUNNING")
 
 
 if __name__ == "__main__":

@@ -86,6 +86,10 @@ Status AgentLoop::Register() {
       reg.ended.push_back({ev.id.job, ev.id.task, ev.id.attempt});
     }
   }
+  // A task that ended while no agent watched ends the exec sessions still running in it.
+  for (const agent::JobEvent& ev : adopted) {
+    if (!ev.id.is_exec() && IsFinal(ev.kind)) StopExecSessionsOf(ev.id);
+  }
   std::vector<int64_t> running;
   for (const protocol::RunningTask& t : reg.running) running.push_back(t.job_id);
   if (Status s = CheckNodeName(options_.state_dir, options_.node_name, running); !s.ok()) {
@@ -259,117 +263,6 @@ void AgentLoop::DeferLocked(const protocol::LaunchOrder& order, const RunId& id,
   }
 }
 
-void AgentLoop::StartExec(const protocol::ExecRequest& x) {
-  const agent::TaskId task_id{x.job_id, x.task_index, x.attempt};
-  const RunId id = RunId::ExecIn(task_id, x.id);
-  agent::LaunchSpec spec;
-  std::string task_dir;
-  std::string error;
-  {
-    std::lock_guard lock(mu_);
-    if (!launched_.insert(id).second) return;  // resent
-    auto task = held_.find(RunId::Of(task_id));
-    if (task == held_.end()) {
-      error = "task " + std::to_string(x.task_index) + " of job " + std::to_string(x.job_id) +
-              " does not run on node " + options_.node_name;
-    } else if (cancelled_.count({x.job_id, x.attempt}) != 0) {
-      error = "job " + std::to_string(x.job_id) + " is stopping";
-    } else {
-      spec = task->second.spec;
-      task_dir = task->second.dir;
-    }
-  }
-  if (!error.empty()) {
-    FailLaunch(id, error);
-    return;
-  }
-  // The task's user, GPUs, device rules, limits and variables, in the task's own
-  // cgroups; its own command.
-  Result<agent::ShimRecord> task_shim = agent::ReadShimRecord(task_dir);
-  if (task_shim.ok()) {
-    spec.join_cgroups = task_shim->cgroup_dirs;  // and its /dev/shm (agent/job_mounts.h):
-    spec.join_job_pid = task_shim->job_pid;
-    spec.join_job_start_ticks = task_shim->job_start_ticks;
-  }
-  spec.id = id;
-  spec.argv = x.argv;
-  // Its output is its own, in its directory: not the task's script or output files.
-  spec.script.clear();
-  spec.stdout_file.clear();
-  spec.stderr_file.clear();
-  spec.time_limit_s = 0;  // it ends with its job (cancelled with it), and is not fenced
-  spec.lease_file.clear();
-  // GPUPOOL_HOSTFILE (and a container's mount of it) names the task's host file, written
-  // when the task started: the session needs no copy of its own.
-  spec.hostfile.clear();
-  if (x.master_port > 0 && spec.pool_env.count("MASTER_PORT") == 0) {
-    // A held task of an --mpi job started before task 0 had picked the port.
-    spec.pool_env["PET_MASTER_PORT"] = std::to_string(x.master_port);
-    spec.pool_env["MASTER_PORT"] = std::to_string(x.master_port);
-  }
-  if (!spec.image.empty()) {
-    // A container task: the command runs in a container of the same image, GPUs and
-    // mounts beside the task's.
-    spec.pool_env.erase("OMPI_MCA_plm_rsh_agent");
-  }
-  std::unique_ptr<SessionStreams> streams;
-  if (x.interactive()) {
-    // Its terminal (or pipes) stay with this agent, relayed to the controller.
-    Result<std::unique_ptr<SessionStreams>> made =
-        MakeSessionStreams(x.tty, x.rows, x.cols, spec.uid);
-    if (!made.ok()) {
-      FailLaunch(id, made.status().message());
-      return;
-    }
-    streams = std::move(*made);
-    spec.stdio_relayed = true;
-    spec.tty = x.tty;
-    for (const auto& [name, value] : x.env) spec.env[name] = value;  // the client's terminal
-  }
-  const std::string dir = agent::JobDir(options_.state_dir, id);
-  {
-    std::lock_guard lock(mu_);
-    held_[id] = {spec, dir};
-    if (streams) relays_[id] = nullptr;
-  }
-  Status s = streams ? launcher_->Launch(spec, streams->child) : launcher_->Launch(spec);
-  if (!s.ok()) {
-    {
-      std::lock_guard lock(mu_);
-      relays_.erase(id);
-      ended_before_relay_.erase(id);
-    }
-    FailLaunch(id, "could not start: " + s.message());
-    return;
-  }
-  if (!streams) return;
-  std::shared_ptr<ExecRelay> relay = ExecRelay::Start(
-      x.id, options_.node_name, std::move(streams), link_,
-      [dir] {
-        Result<agent::ShimRecord> rec = agent::ReadShimRecord(dir);
-        return rec.ok() ? static_cast<int>(rec->job_pid) : 0;
-      },
-      clock_);
-  std::lock_guard lock(mu_);
-  if (ended_before_relay_.erase(id) != 0 || stopping_) {
-    relay->Finish();
-    relays_.erase(id);
-  } else {
-    relays_[id] = std::move(relay);
-  }
-}
-
-void AgentLoop::SessionEndedLocked(const RunId& id) {
-  auto it = relays_.find(id);
-  if (it == relays_.end()) return;
-  if (it->second == nullptr) {
-    ended_before_relay_.insert(id);
-    return;
-  }
-  it->second->Finish();
-  relays_.erase(it);
-}
-
 void AgentLoop::FailLaunch(const RunId& id, const std::string& reason, bool cancelled) {
   std::lock_guard lock(mu_);
   FailLaunchLocked(id, reason, cancelled);
@@ -485,6 +378,8 @@ void AgentLoop::AnswerLogReads(const std::vector<protocol::LogRequest>& reads) {
 std::vector<RunId> AgentLoop::RunsToCancelLocked(const protocol::CancelOrder& c) {
   std::vector<RunId> ids;
   if (c.exec_id != 0) {
+    // Its request may still come (queued here, or sent again): it is refused then.
+    RememberExecCancelLocked(c.exec_id);
     for (const RunId& id : launched_) {
       if (id.exec == c.exec_id) ids.push_back(id);
     }
@@ -574,14 +469,15 @@ Status AgentLoop::PollOnce() {
   }
   RenewLease(sent_us, lease_ms_);  // the controller knows this node: it answered the poll
   ApplyOrders(*work);
-  if (!work->launch.empty()) {
+  if (!work->launch.empty() || !work->exec.empty()) {
     // The answer may be old: an agent frozen (SIGSTOP, a paused VM) while its poll was
     // answered reads the launch only when it thaws, and a cancel given meanwhile waits at
     // the controller for the next poll; the task would start, and run until that cancel
     // came. So what the controller has now is taken first (a poll that does not wait):
-    // its cancels refuse the launches of their jobs (cancelled_, checked by Launch), which
-    // are reported ended, cancelled, without starting. The confirming answer's own
-    // launches are fresh, and go with these.
+    // its cancels refuse the launches of their jobs (cancelled_, checked by Launch), and
+    // exec sessions whose own cancel (exec_cancelled_) or job's came, which are reported
+    // ended, cancelled, without starting. The confirming answer's own launches and exec
+    // requests are fresh, and go with these.
     sent_us = BootNow();
     if (Result<protocol::Work> now = link_->PollWork(options_.node_name, 0); now.ok()) {
       RenewLease(sent_us, lease_ms_);
@@ -708,6 +604,9 @@ void AgentLoop::ReportEvents() {
       }
       batch = unsent_;
     }
+    // A task's exec sessions end with it (its cgroups took their processes; without
+    // cgroups they would run on).
+    for (const RunId& id : ended) StopExecSessionsOf(id);
     // A share's MPS daemon goes with its last client (out of the lock: a control command).
     for (const RunId& id : ended) {
       if (options_.mps == nullptr) break;

@@ -187,6 +187,18 @@ class AgentLoop {
   Status BatchIo(const jobs::Job& job, int task, agent::LaunchSpec* spec) const;
   void RememberOutputLocked(const agent::LaunchSpec& spec);  // callers hold mu_
   void StartExec(const protocol::ExecRequest& x);
+  // Why exec session `x` must not start (callers hold mu_): its cancel came first, its
+  // job is stopping, or its task does not run here (any more); "" when it may.
+  std::string ExecRefusalLocked(const protocol::ExecRequest& x) const;
+  // An exec session that started while its cancel, its job's or its task's end came (they
+  // found nothing running to stop) is stopped now (callers hold no lock).
+  void StopIfStaleExec(const protocol::ExecRequest& x, const RunId& id);
+  // A task's end ends its exec sessions: with cgroups their processes went with the
+  // task's, without them they would run on (callers hold no lock).
+  void StopExecSessionsOf(const RunId& task);
+  // An exec session's cancel, remembered (callers hold mu_): a request read later (it
+  // waited in the launch queue, or the controller sent it again) is refused.
+  void RememberExecCancelLocked(int64_t exec_id);
   // Converts a launcher event into the wire's task event or exec report.
   void ToWire(const agent::JobEvent& ev, protocol::EventBatch* batch);
   // A share's enforcement (LaunchSpec::share_enforcement, share_memory_bytes and, under
@@ -295,6 +307,11 @@ class AgentLoop {
   std::deque<std::string> output_order_;
   std::set<RunId> launched_;                     // runs seen (launched, refused or adopted)
   std::set<std::pair<int64_t, int>> cancelled_;  // (job, attempt) told to stop here
+  // Exec sessions told to stop here (CancelOrder::exec_id), seen or not: at most
+  // kMaxExecCancels, the oldest forgotten first (exec_cancel_order_).
+  static constexpr size_t kMaxExecCancels = 100'000;
+  std::set<int64_t> exec_cancelled_;
+  std::deque<int64_t> exec_cancel_order_;
   // The attempt each task holds here: it runs, or it ended and its end is not
   // acknowledged yet (the launcher then still has its spec). One per task.
   std::map<TaskSlot, int> current_;

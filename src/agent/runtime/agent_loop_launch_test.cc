@@ -8,11 +8,13 @@
 #include <csignal>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <thread>
 
 #include "agent/job_files.h"
 #include "agent/launcher_test_util.h"
 #include "agent/runtime/agent_loop.h"
+#include "common/strings.h"
 #include "protocol/fake_controller_link.h"
 
 namespace gpupool::agent {
@@ -35,15 +37,18 @@ class AgentLoopLaunchTest : public ::testing::Test {
     launcher_.reset();
     testing::KillLeftoverJobs(dir_.path());
   }
-  // `link`: the loop's link to the controller (null: link_).
-  void StartLoop(std::shared_ptr<protocol::ControllerLink> link = nullptr) {
+  // `link`: the loop's link to the controller (null: link_); `launcher`: its launcher
+  // (null: launcher_).
+  void StartLoop(std::shared_ptr<protocol::ControllerLink> link = nullptr,
+                 Launcher* launcher = nullptr) {
     AgentLoopOptions ao;
     ao.node_name = "n1";
     ao.state_dir = dir_.path();
     ao.fake_node = true;
     ao.telemetry_interval_s = 0;
     ao.cancel_grace_s = 1;
-    loop_ = std::make_unique<AgentLoop>(ao, link ? link : link_, launcher_.get());
+    loop_ = std::make_unique<AgentLoop>(ao, link ? link : link_,
+                                        launcher != nullptr ? launcher : launcher_.get());
     thread_ = std::thread([this] { EXPECT_TRUE(loop_->Run().ok()); });
   }
   // A launch order of task 0 of single-task job `job`, attempt `attempt`.
@@ -60,6 +65,41 @@ class AgentLoopLaunchTest : public ::testing::Test {
     protocol::Work w;
     w.launch = {o};
     return w;
+  }
+  // An exec request for session `exec` in task 0 (attempt 1) of `job`, running `script`.
+  static protocol::Work Exec(int64_t exec, int64_t job, const std::string& script) {
+    protocol::ExecRequest x;
+    x.id = exec;
+    x.job_id = job;
+    x.task_index = 0;
+    x.attempt = 1;
+    x.argv = {"sh", "-c", script};
+    protocol::Work w;
+    w.exec = {x};
+    return w;
+  }
+  // The reports of exec session `exec` the controller acknowledged, in order.
+  static std::vector<protocol::ExecReport> Reports(const protocol::FakeControllerLink::Recorded& r,
+                                                   int64_t exec) {
+    std::vector<protocol::ExecReport> out;
+    for (const protocol::EventBatch& b : r.event_batches) {
+      for (const protocol::ExecReport& x : b.exec) {
+        if (x.id == exec) out.push_back(x);
+      }
+    }
+    return out;
+  }
+  static bool ExecEnded(const protocol::FakeControllerLink::Recorded& r, int64_t exec) {
+    const std::vector<protocol::ExecReport> reports = Reports(r, exec);
+    return std::any_of(reports.begin(), reports.end(),
+                       [](const protocol::ExecReport& x) { return x.ended; });
+  }
+  // The launcher makes no cgroups (a non-root agent, isolation off, cgroup v1 with nothing
+  // to limit), whatever this machine has. Before StartLoop.
+  void WithoutCgroups() {
+    LauncherOptions o = testing::TestOptions(dir_.path());
+    o.cgroup_root = "";
+    launcher_ = NewProcessLauncher(o);
   }
   // Whether the controller has acknowledged an event of `kind` for (job, task, attempt).
   static bool Has(const protocol::FakeControllerLink::Recorded& r, Kind kind, int64_t job, int task,
@@ -89,6 +129,8 @@ class AgentLoopLaunchTest : public ::testing::Test {
       std::make_shared<protocol::FakeControllerLink>();
   std::unique_ptr<AgentLoop> loop_;
   std::thread thread_;
+  // A launcher a test puts before launcher_ (StartLoop's `launcher`): it outlives the loop.
+  std::unique_ptr<Launcher> wrapper_;
 };
 
 // Issue 25 item 2, kept with (job, task, attempt) identities: a launch order of a later
@@ -210,19 +252,25 @@ TEST_F(AgentLoopLaunchTest, ALaunchAfterItsJobsCancelIsRefusedAndReportedEnded) 
   EXPECT_FALSE(fs::exists(dir_.path() + "/ran12"));
 }
 
-// The controller as a slow network shows it to an agent: its second poll is answered
-// only once `ran` says "ran" (the launch it got from the first poll ran) or after 1.5 s,
-// whichever comes first; the rest goes straight to `inner`.
-class LateSecondPoll final : public protocol::ControllerLink {
+// The controller as a slow network shows it to an agent: the poll after the first answer
+// that `late_after` picks is answered only once `ran` says "ran" (what that answer
+// ordered ran) or after 1.5 s, whichever comes first; the rest goes straight to `inner`.
+class LatePollAfter final : public protocol::ControllerLink {
  public:
-  LateSecondPoll(std::shared_ptr<protocol::FakeControllerLink> inner, std::string ran)
-      : inner_(std::move(inner)), ran_(std::move(ran)) {}
+  LatePollAfter(std::shared_ptr<protocol::FakeControllerLink> inner, std::string ran,
+                std::function<bool(const protocol::Work&)> late_after)
+      : inner_(std::move(inner)), ran_(std::move(ran)), late_after_(std::move(late_after)) {}
   Result<protocol::RegistrationReply> Register(const protocol::Registration& r) override {
     return inner_->Register(r);
   }
   Result<protocol::Work> PollWork(const std::string& node, int wait_ms) override {
-    if (++polls_ == 2) (void)testing::WaitForFileContaining(ran_, "ran", 1500);
-    return inner_->PollWork(node, wait_ms);
+    if (armed_.exchange(false)) (void)testing::WaitForFileContaining(ran_, "ran", 1500);
+    Result<protocol::Work> work = inner_->PollWork(node, wait_ms);
+    if (work.ok() && !picked_ && late_after_(*work)) {
+      picked_ = true;
+      armed_ = true;
+    }
+    return work;
   }
   Status PostEvents(const protocol::EventBatch& b) override { return inner_->PostEvents(b); }
   Status PostTelemetry(const protocol::TelemetryBatch& b) override {
@@ -243,7 +291,9 @@ class LateSecondPoll final : public protocol::ControllerLink {
  private:
   const std::shared_ptr<protocol::FakeControllerLink> inner_;
   const std::string ran_;
-  std::atomic<int> polls_{0};
+  const std::function<bool(const protocol::Work&)> late_after_;
+  bool picked_ = false;  // polls come from the loop's thread alone
+  std::atomic<bool> armed_{false};
 };
 
 // An agent frozen (SIGSTOP) while its poll was answered with a launch, and whose job was
@@ -258,7 +308,8 @@ TEST_F(AgentLoopLaunchTest, ALaunchWhoseCancelWaitsBehindItAtTheControllerNeverS
   protocol::Work cancel;
   cancel.cancel = {{21, 1, 0}};
   link_->QueueWork(cancel);
-  StartLoop(std::make_shared<LateSecondPoll>(link_, ran));
+  StartLoop(std::make_shared<LatePollAfter>(
+      link_, ran, [](const protocol::Work& w) { return !w.launch.empty(); }));
   ASSERT_TRUE(link_->WaitFor([](const auto& r) { return Has(r, Kind::kExited, 21, 0, 1); }));
   EXPECT_FALSE(Has(link_->recorded(), Kind::kStarted, 21, 0, 1));
   for (const protocol::Event& e : link_->recorded().Events()) {
@@ -276,7 +327,7 @@ TEST_F(AgentLoopLaunchTest, ALaunchWhoseCancelWaitsBehindItAtTheControllerNeverS
 // node keeps the job's grace (red team 7, finding 2: it was killed mid-checkpoint too).
 TEST_F(AgentLoopLaunchTest, AStopForOneTaskOfAGangStopsThatTaskAlone) {
   // Both ignore SIGTERM (as a task saving its shard would go on): only SIGKILL ends them.
-  protocol::Work w = Launch(16, 1, "trap '' TERM; while :; do sleep 0.2; done");
+  protocol::Work w = Launch(16, 1, "trap '' TERM; echo ready; while :; do sleep 0.2; done");
   w.launch[0].job.request.tasks = 2;
   w.launch[0].rendezvous = {0, 2, {"h", "h"}, {1, 1}, 29500};
   w.launch.push_back(w.launch[0]);
@@ -287,6 +338,11 @@ TEST_F(AgentLoopLaunchTest, AStopForOneTaskOfAGangStopsThatTaskAlone) {
   ASSERT_TRUE(link_->WaitFor([](const auto& r) {
     return Has(r, Kind::kStarted, 16, 0, 1) && Has(r, Kind::kStarted, 16, 1, 1);
   }));
+  // Their traps are set (a SIGTERM before would end them: the test failed 2 runs in 30).
+  for (const char* task : {"0.1", "1.1"}) {
+    ASSERT_TRUE(testing::WaitForFileContaining(dir_.path() + "/jobs/16/" + task + "/" + kStdoutFile,
+                                               "ready", 5000));
+  }
   protocol::CancelOrder job{16, 1};
   job.grace_s = 60;
   job.deadline_s = 2'000'000'000;
@@ -339,6 +395,184 @@ TEST_F(AgentLoopLaunchTest, ASignalOrderReachesItsTaskWhichRunsOn) {
     EXPECT_FALSE(e.cancelled);
   }
   EXPECT_EQ(testing::ReadWholeFile(out), "ready\nusr1\ndone\n");
+}
+
+// A task without cgroups ends (here by itself) while an exec session runs in it: the
+// session is stopped with it, as the removal of the task's cgroups kills its processes
+// elsewhere. It used to run on, its task gone, with nothing left to end it.
+TEST_F(AgentLoopLaunchTest, AnExecSessionEndsWithItsTask) {
+  WithoutCgroups();
+  const std::string go = dir_.path() + "/go";
+  const std::string pidfile = dir_.path() + "/exec.pid";
+  link_->QueueWork(Launch(24, 1, "while [ ! -e " + go + " ]; do sleep 0.05; done"));
+  StartLoop();
+  ASSERT_TRUE(link_->WaitFor([](const auto& r) { return Has(r, Kind::kStarted, 24, 0, 1); }));
+  link_->QueueWork(Exec(
+      41, 24,
+      "echo $$ > " + pidfile + ".tmp; mv " + pidfile + ".tmp " + pidfile + "; exec sleep 300"));
+  ASSERT_TRUE(testing::WaitForFileContaining(pidfile, "\n", 10'000));
+  const std::optional<int64_t> session = ParseInt64(Trim(testing::ReadWholeFile(pidfile)));
+  ASSERT_TRUE(session.has_value());
+  { std::ofstream(go) << ""; }
+  ASSERT_TRUE(link_->WaitFor([](const auto& r) { return Has(r, Kind::kExited, 24, 0, 1); }));
+  EXPECT_TRUE(link_->WaitFor([](const auto& r) { return ExecEnded(r, 41); }))
+      << "the exec session outlived its task";
+  const bool ended = testing::WaitForExit(static_cast<int>(*session), 5000);
+  if (!ended) ::kill(static_cast<pid_t>(*session), SIGKILL);
+  EXPECT_TRUE(ended);
+}
+
+// A job's cancel reaches every process of its exec sessions, here on a node without cgroups
+// a worker that an exec session started in a session of its own: it gets its SIGTERM (and
+// its grace), as a task's own worker does, from the session's supervisor.
+TEST_F(AgentLoopLaunchTest, AJobsCancelReachesEveryProcessOfItsExecSessions) {
+  WithoutCgroups();
+  const std::string mark = dir_.path() + "/worker-term";
+  link_->QueueWork(Launch(25, 1, "exec sleep 30"));
+  StartLoop();
+  ASSERT_TRUE(link_->WaitFor([](const auto& r) { return Has(r, Kind::kStarted, 25, 0, 1); }));
+  const std::string worker =
+      "trap \"echo worker-term >> " + mark + "; exit 0\" TERM; echo ready; sleep 30 & wait";
+  link_->QueueWork(Exec(42, 25, "setsid sh -c '" + worker + "' & wait"));
+  ASSERT_TRUE(
+      testing::WaitForFileContaining(dir_.path() + "/jobs/25/exec-42/stdout.log", "ready", 10'000));
+  protocol::Work cancel;
+  cancel.cancel = {{25, 1, 0}};
+  link_->QueueWork(cancel);
+  ASSERT_TRUE(link_->WaitFor(
+      [](const auto& r) { return Has(r, Kind::kExited, 25, 0, 1) && ExecEnded(r, 42); }));
+  EXPECT_EQ(testing::ReadWholeFile(mark), "worker-term\n");
+}
+
+// An agent frozen while its poll was answered with an exec request, whose session was
+// cancelled (its client went away) before the agent thawed: the cancel waits at the
+// controller behind the request. As for a launch, what the controller has is taken before
+// the session starts: it never runs, and is reported ended without starting.
+TEST_F(AgentLoopLaunchTest, AnExecWhoseCancelWaitsBehindItAtTheControllerNeverStarts) {
+  const std::string ran = dir_.path() + "/ran43";
+  link_->QueueWork(Launch(26, 1, "exec sleep 30"));
+  StartLoop(std::make_shared<LatePollAfter>(
+      link_, ran, [](const protocol::Work& w) { return !w.exec.empty(); }));
+  ASSERT_TRUE(link_->WaitFor([](const auto& r) { return Has(r, Kind::kStarted, 26, 0, 1); }));
+  link_->QueueWork(Exec(43, 26, "echo ran > " + ran + "; exec sleep 30"));
+  protocol::Work cancel;
+  cancel.cancel = {{0, 0, 43}};
+  link_->QueueWork(cancel);
+  ASSERT_TRUE(link_->WaitFor([](const auto& r) { return ExecEnded(r, 43); }));
+  for (const protocol::ExecReport& x : Reports(link_->recorded(), 43)) {
+    EXPECT_FALSE(x.started);
+    EXPECT_EQ(x.error, "cancelled before it started");
+  }
+  EXPECT_FALSE(fs::exists(ran));
+  EXPECT_FALSE(fs::exists(dir_.path() + "/jobs/26/exec-43/spec.json"));
+}
+
+// An exec session's cancel read before its request (the request waited, or was lost with
+// a poll's answer and is sent again after the cancel; the controller puts an answer's
+// cancels before its exec requests) is remembered: the request is refused as cancelled,
+// and nothing of it runs.
+TEST_F(AgentLoopLaunchTest, AnExecCancelReadBeforeItsRequestRefusesIt) {
+  link_->QueueWork(Launch(27, 1, "exec sleep 30"));
+  StartLoop();
+  ASSERT_TRUE(link_->WaitFor([](const auto& r) { return Has(r, Kind::kStarted, 27, 0, 1); }));
+  protocol::Work cancel;
+  cancel.cancel = {{0, 0, 44}};
+  link_->QueueWork(cancel);  // one answer, the request in the next
+  link_->QueueWork(Exec(44, 27, "echo ran > " + dir_.path() + "/ran44"));
+  protocol::Work both = Exec(45, 27, "echo ran > " + dir_.path() + "/ran45");
+  both.cancel = {{0, 0, 45}};  // both in one answer
+  link_->QueueWork(both);
+  ASSERT_TRUE(link_->WaitFor([](const auto& r) { return ExecEnded(r, 44) && ExecEnded(r, 45); }));
+  for (int64_t exec : {44, 45}) {
+    for (const protocol::ExecReport& x : Reports(link_->recorded(), exec)) {
+      EXPECT_FALSE(x.started) << exec;
+      EXPECT_EQ(x.error, "cancelled before it started") << exec;
+    }
+    EXPECT_FALSE(fs::exists(dir_.path() + "/ran" + std::to_string(exec)));
+  }
+}
+
+// An exec request for a task that has ended here, its end not yet acknowledged (the agent
+// still holds its spec), is refused: the session would run in no task, outside any cgroup
+// and past the job's end.
+TEST_F(AgentLoopLaunchTest, AnExecInATaskThatHasEndedIsRefused) {
+  link_->RefuseEvents(true);
+  link_->QueueWork(Launch(28, 1, "true"));
+  StartLoop();
+  ASSERT_TRUE(
+      link_->WaitFor([](const auto& r) { return Refused(r, Kind::kExited, 28, 0, 1) >= 1; }));
+  link_->QueueWork(Exec(46, 28, "echo ran > " + dir_.path() + "/ran46"));
+  // Its answer was offered (and refused) with the task's end: the end is still unacknowledged.
+  ASSERT_TRUE(link_->WaitFor([](const auto& r) {
+    return std::any_of(r.refused_event_batches.begin(), r.refused_event_batches.end(),
+                       [](const protocol::EventBatch& b) {
+                         return std::any_of(
+                             b.exec.begin(), b.exec.end(),
+                             [](const protocol::ExecReport& x) { return x.id == 46; });
+                       });
+  }));
+  link_->RefuseEvents(false);
+  ASSERT_TRUE(link_->WaitFor([](const auto& r) { return ExecEnded(r, 46); }));
+  for (const protocol::ExecReport& x : Reports(link_->recorded(), 46)) {
+    EXPECT_FALSE(x.started);
+    EXPECT_EQ(x.error, "task 0 of job 28 has ended on node n1");
+  }
+  EXPECT_FALSE(fs::exists(dir_.path() + "/ran46"));
+}
+
+// The real launcher, except that an exec session's launch waits until `release`: the
+// agent is busy starting the session (its supervisor not up yet) while orders come.
+class SlowExecLauncher final : public Launcher {
+ public:
+  explicit SlowExecLauncher(Launcher* inner) : inner_(inner) {}
+  using Launcher::Launch;
+  Status Launch(const LaunchSpec& spec, const JobStdio& stdio) override {
+    if (spec.id.is_exec()) {
+      launching = true;
+      (void)testing::PollUntil([this] { return release.load(); }, 10'000);
+    }
+    return inner_->Launch(spec, stdio);
+  }
+  Status Cancel(const RunId& id) override { return inner_->Cancel(id); }
+  Status Stop(const RunId& id, const StopRequest& stop) override { return inner_->Stop(id, stop); }
+  Status SignalJob(const RunId& id, int sig, bool main_only) override {
+    return inner_->SignalJob(id, sig, main_only);
+  }
+  std::vector<JobEvent> Poll() override { return inner_->Poll(); }
+  std::vector<JobEvent> Wait(int timeout_ms) override { return inner_->Wait(timeout_ms); }
+  Result<std::vector<JobEvent>> Adopt() override { return inner_->Adopt(); }
+  Status Forget(const RunId& id) override { return inner_->Forget(id); }
+  std::vector<RunId> Running() const override { return inner_->Running(); }
+
+  std::atomic<bool> launching{false};
+  std::atomic<bool> release{false};
+
+ private:
+  Launcher* const inner_;
+};
+
+// An exec session whose cancel comes while the agent starts it finds nothing running to
+// stop then; it is stopped once it has started, instead of running until the
+// controller's next resend of the cancel.
+TEST_F(AgentLoopLaunchTest, AnExecCancelledWhileItStartsIsStoppedOnceStarted) {
+  auto owned = std::make_unique<SlowExecLauncher>(launcher_.get());
+  SlowExecLauncher& slow = *owned;
+  wrapper_ = std::move(owned);
+  link_->QueueWork(Launch(29, 1, "exec sleep 30"));
+  StartLoop(nullptr, &slow);
+  ASSERT_TRUE(link_->WaitFor([](const auto& r) { return Has(r, Kind::kStarted, 29, 0, 1); }));
+  link_->QueueWork(Exec(47, 29, "exec sleep 300"));
+  ASSERT_TRUE(testing::PollUntil([&] { return slow.launching.load(); }, 10'000));
+  const int polls = link_->recorded().polls;
+  protocol::Work cancel;
+  cancel.cancel = {{0, 0, 47}};
+  link_->QueueWork(cancel);
+  link_->QueueWork(protocol::Work{});
+  // Two more polls: the cancel's answer was taken, and applied before the poll after it.
+  ASSERT_TRUE(link_->WaitFor([polls](const auto& r) { return r.polls >= polls + 2; }));
+  slow.release = true;
+  ASSERT_TRUE(link_->WaitFor([](const auto& r) { return ExecEnded(r, 47); }))
+      << "the exec session runs on";
 }
 
 }  // namespace
