@@ -147,6 +147,12 @@ Result<LogChunk> ApiClient::ReadOutput(const std::string& path_and_query, int64_
   return chunk;
 }
 
+bool IsTransient(const Status& status) {
+  return status.code() == StatusCode::kUnavailable ||
+         (status.code() == StatusCode::kResourceExhausted &&
+          status.message().find("waiting") != std::string::npos);
+}
+
 Result<ApiAnswer> RetryDuringTakeover(const ApiClient& api,
                                       const std::function<Result<ApiAnswer>()>& call,
                                       std::ostream& err, bool* retried, const RetryTiming& timing) {
@@ -155,9 +161,7 @@ Result<ApiAnswer> RetryDuringTakeover(const ApiClient& api,
   for (int attempt = 0;; ++attempt) {
     Result<ApiAnswer> r = call();
     if (retried != nullptr) *retried = attempt > 0;
-    const bool again = !r.ok() && (r.status().code() == StatusCode::kUnavailable ||
-                                   (r.status().code() == StatusCode::kResourceExhausted &&
-                                    r.status().message().find("waiting") != std::string::npos));
+    const bool again = !r.ok() && IsTransient(r.status());
     if (!again || OnlyMissingSockets(api)) return r;
     if (std::chrono::steady_clock::now() + pause > start + timing.window) return r;
     if (attempt == 0) {  // said once: a wrong address should not look like a hang

@@ -97,6 +97,11 @@ class ApiClient {
 // exist (a pool that is not running: a standby takes over through TCP addresses, never by
 // making a socket appear). `retried`, when given, is set when the answer is a later try's:
 // an earlier try may have been carried out before its answer was lost.
+// Whether a failed request may well succeed if made again: no server answered (one
+// restarting, a standby during a takeover, a timeout), or one asked the client to wait
+// (its request limiter).
+bool IsTransient(const Status& status);
+
 struct RetryTiming {
   std::chrono::milliseconds window{60'000};
   std::chrono::milliseconds first_pause{200};

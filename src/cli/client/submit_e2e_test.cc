@@ -1,5 +1,11 @@
 // End to end (client_e2e_test.h): what submit refuses or reads of what it is given, before
 // any request: text that is not UTF-8, scripts that cannot run, sbatch scripts.
+#include <atomic>
+#include <chrono>
+#include <filesystem>
+#include <string>
+#include <thread>
+
 #include "cli/client/client_e2e_test.h"
 
 namespace gpupool::cli {
@@ -199,6 +205,44 @@ TEST_F(ClientE2eTest, SubmitWaitExitsWithTheJobsExitCode) {
   EXPECT_EQ(r.err,
             "gpupool: --wait: gpupool run waits for its job already; --wait is for "
             "gpupool submit\n");
+}
+
+// Red team 8, finding 2: the server going away (a restart, a failover, a stop that removes
+// its socket) ended the wait at once with exit code 5, read as the job's. The wait asks
+// again until the server answers, says so once, and ends with the job.
+TEST_F(ClientE2eTest, SubmitWaitGoesOnWhileTheServerIsAway) {
+  std::atomic<int> looks = 0;
+  const std::string away = socket_ + ".away";
+  std::thread back;
+  Serve([&](const HttpRequest& r) {
+    if (r.method == "POST") return JsonAnswer(201, R"({"job": {"id": 5, "state": "PENDING"}})");
+    const int n = ++looks;
+    if (n == 1) {
+      // Its socket goes for a while (a clean stop), after one refusal (a standby).
+      std::filesystem::rename(socket_, away);
+      back = std::thread([&] {
+        std::this_thread::sleep_for(std::chrono::milliseconds(300));  // the outage
+        std::filesystem::rename(away, socket_);
+      });
+      return JsonAnswer(503, R"({"error": "this controller is a standby; the leader is "})");
+    }
+    if (n < 4) return JsonAnswer(200, R"({"job": {"id": 5, "state": "RUNNING"}})");
+    return JsonAnswer(200, R"({"job": {"id": 5, "state": "FAILED", "exit_code": 7,
+                                      "reason": "exited with code 7"}})");
+  });
+  RunResult r = Run({"submit", "-W", "--", "false"});
+  if (back.joinable()) back.join();
+  EXPECT_EQ(r.code, 7) << r.err;
+  EXPECT_EQ(looks, 4);
+  const std::string said =
+      "\n  still waiting for job 5, which goes on without the server: asking "
+      "again until it answers (Ctrl-C stops the wait, not the job)\n"
+      "gpupool: the server answers again\n"
+      "gpupool: job 5 FAILED: exited with code 7\n";
+  ASSERT_GT(r.err.size(), said.size()) << r.err;
+  EXPECT_EQ(r.err.substr(r.err.size() - said.size()), said) << r.err;
+  EXPECT_EQ(r.err.find("gpupool: "), 0u) << r.err;
+  EXPECT_EQ(r.err.find("still waiting"), r.err.rfind("still waiting")) << r.err;  // once
 }
 
 // An array: every element's end is waited for; the highest exit code wins.

@@ -4,7 +4,9 @@
 #include <algorithm>
 #include <chrono>
 #include <map>
+#include <string>
 #include <thread>
+#include <utility>
 
 #include "cli/client/client_common.h"
 #include "cli/client/json_view.h"
@@ -36,7 +38,7 @@ std::string Because(const Json& job) {
 // Between two looks: 100 ms at first, so that a short job's pipeline goes on at once,
 // twice as long each time up to the environment's most (2 s), as a long job's wait
 // should not load the server. Polled, not a long poll: it goes on across a controller's
-// failover or restart, as the client's every request does.
+// failover or restart (Looker).
 class Pause {
  public:
   explicit Pause(int most_ms) : most_ms_(std::max(most_ms, 1)), ms_(std::min(100, most_ms_)) {}
@@ -50,10 +52,47 @@ class Pause {
   int ms_;
 };
 
+// The wait's requests. A server that does not answer (restarted, failing over, stopped
+// with its socket removed, busy) says nothing about the job, which goes on: the wait asks
+// again until it answers, as sbatch --wait does while slurmctld is away (red team 8,
+// finding 2: one refused look ended the wait with exit code 5, which a pipeline reads as
+// the job's). Said once on stderr per outage, and when the server answers again.
+class Looker {
+ public:
+  Looker(const ClientRuntime& rt, const ApiClient& api, std::string what)
+      : rt_(rt), api_(api), what_(std::move(what)) {}
+
+  Result<ApiAnswer> Get(const std::string& path) {
+    Pause pause(rt_.env.wait_poll_max_ms);
+    while (true) {
+      Result<ApiAnswer> a = api_.Get(path);
+      if (a.ok() || !IsTransient(a.status())) {
+        if (a.ok() && away_) *rt_.env.err << "gpupool: the server answers again\n";
+        away_ = false;
+        return a;
+      }
+      if (!away_) {
+        *rt_.env.err << "gpupool: " << a.status().message() << "\n  still waiting for " << what_
+                     << ", which goes on without the server: asking again until it answers "
+                        "(Ctrl-C stops the wait, not the job)\n";
+        away_ = true;
+      }
+      pause();
+    }
+  }
+
+ private:
+  const ClientRuntime& rt_;
+  const ApiClient& api_;
+  std::string what_;
+  bool away_ = false;
+};
+
 Result<int> WaitForJob(const ClientRuntime& rt, const ApiClient& api, int64_t id) {
   Pause pause(rt.env.wait_poll_max_ms);
+  Looker looker(rt, api, "job " + std::to_string(id));
   while (true) {
-    GP_ASSIGN_OR_RETURN(ApiAnswer a, api.Get("/v1/jobs/" + std::to_string(id)));
+    GP_ASSIGN_OR_RETURN(ApiAnswer a, looker.Get("/v1/jobs/" + std::to_string(id)));
     const Json& job = GetObject(a.json, "job");
     if (Ended(job)) {
       const std::string state = GetString(job, "state");
@@ -77,12 +116,13 @@ Result<int> WaitForArray(const ClientRuntime& rt, const ApiClient& api, int64_t 
                             "', which this client cannot read: " + array.status().message());
   }
   Pause pause(rt.env.wait_poll_max_ms);
+  Looker looker(rt, api, "array " + std::to_string(id));
   int worst = 0;
   std::map<std::string, int> states;
   std::string first_failed;
   bool all_ended = false;
   while (!all_ended) {
-    GP_ASSIGN_OR_RETURN(ApiAnswer a, api.Get("/v1/jobs?active=1"));
+    GP_ASSIGN_OR_RETURN(ApiAnswer a, looker.Get("/v1/jobs?active=1"));
     const Json& list = GetArray(a.json, "jobs");
     if (std::any_of(list.begin(), list.end(),
                     [&](const Json& j) { return GetInt(j, "array_id") == id; })) {
@@ -95,7 +135,7 @@ Result<int> WaitForArray(const ClientRuntime& rt, const ApiClient& api, int64_t 
     all_ended = true;
     for (int index : array->indices) {
       const std::string element = std::to_string(id) + "_" + std::to_string(index);
-      GP_ASSIGN_OR_RETURN(ApiAnswer e, api.Get("/v1/jobs/" + element));
+      GP_ASSIGN_OR_RETURN(ApiAnswer e, looker.Get("/v1/jobs/" + element));
       const Json& job = GetObject(e.json, "job");
       if (!Ended(job)) {  // requeued since the list was read: wait again
         all_ended = false;
