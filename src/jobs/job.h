@@ -213,6 +213,8 @@ struct EarlierAttempt {
   std::vector<int64_t> late_end_times_us;
   friend bool operator==(const EarlierAttempt&, const EarlierAttempt&) = default;
 };
+// The most tasks one job may have (--tasks): task indices run from 0 to kMaxTasks - 1.
+inline constexpr int kMaxTasks = 4096;
 inline constexpr size_t kMaxEarlierAttempts = 16;
 inline constexpr size_t kMaxAttemptReason = 256;
 inline constexpr size_t kMaxAttemptNodes = 4096;  // EarlierAttempt::nodes: one per task

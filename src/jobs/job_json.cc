@@ -8,7 +8,6 @@ namespace gpupool::jobs {
 namespace {
 
 constexpr int kMaxGpusPerTask = 1024;
-constexpr int kMaxTasks = 4096;
 constexpr int64_t kMaxCpuMilli = 100'000'000;  // 100k cores
 constexpr size_t kMaxArgs = 4096;
 constexpr size_t kMaxEnv = 1024;

@@ -3,6 +3,10 @@
 
 #include <gtest/gtest.h>
 
+#include <string>
+#include <utility>
+#include <vector>
+
 #include "cli/client/client_e2e_test.h"
 
 namespace gpupool::cli {
@@ -296,6 +300,25 @@ TEST_F(ClientE2eTest, CancelWithASignalSignalsRunningJobsInsteadOfCancellingThem
   EXPECT_EQ(r.err,
             "gpupool: --batch: only with --signal SIG (gpupool cancel --signal USR1 --batch ID); "
             "a cancel stops every process of the job\n");
+  r = Run({"cancel", "-f", "12"});  // its example showed --batch
+  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(r.err,
+            "gpupool: --full: only with --signal SIG (gpupool cancel --signal USR1 --full ID); "
+            "a cancel stops every process of the job\n");
+  // A task index that is no number, or out of range, says what to write (CLI11's own
+  // said "Could not convert" or "Value x not in range 0 to 4095").
+  for (const auto& [args, value] :
+       {std::pair{std::vector<std::string>{"checkpoint-done", "--task", "1x", "5"}, "1x"},
+        std::pair{std::vector<std::string>{"logs", "--task", "x", "5"}, "x"},
+        std::pair{std::vector<std::string>{"exec", "--job", "5", "--task", "4096", "--", "true"},
+                  "4096"}}) {
+    r = Run(args);
+    EXPECT_EQ(r.code, 2) << args[0];
+    EXPECT_EQ(r.err, std::string("--task: '") + value +
+                         "' is no task index: use a whole number from 0 to 4095, e.g. --task 1 "
+                         "(task 0 is the first)\nRun with --help for more information.\n")
+        << args[0];
+  }
   r = Run({"cancel", "--signal", "USR1", "-u", "alice"});
   EXPECT_EQ(r.code, 2);
   EXPECT_EQ(r.err,

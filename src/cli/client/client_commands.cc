@@ -94,6 +94,17 @@ void PrintRaw(const ClientRuntime& rt, const std::string& body) {
   Print(rt, !body.empty() && body.back() == '\n' ? body : body + "\n");
 }
 
+CLI::Validator TaskIndexCheck() {
+  return CLI::Validator(
+      [](const std::string& text) -> std::string {
+        const std::optional<int64_t> v = ParseInt64(Trim(text));
+        if (v && *v >= 0 && *v < jobs::kMaxTasks) return "";
+        return "'" + text + "' is no task index: use a whole number from 0 to " +
+               std::to_string(jobs::kMaxTasks - 1) + ", e.g. --task 1 (task 0 is the first)";
+      },
+      "N");
+}
+
 Result<int64_t> ParseJobId(const std::string& text) {
   auto id = ParseInt64(Trim(text));
   if (!id || *id <= 0) {

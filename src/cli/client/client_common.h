@@ -41,6 +41,11 @@ void PrintRaw(const ClientRuntime& rt, const std::string& body);
 
 // A job id from the command line: a positive whole number, else kInvalidArgument.
 Result<int64_t> ParseJobId(const std::string& text);
+
+// The check of a --task N option (logs, exec, checkpoint-done), run on the text before
+// CLI11 converts it: its refusal says what to write ("'1x' is no task index: use a whole
+// number from 0 to 4095, e.g. --task 1"), where CLI11's own said "Could not convert".
+CLI::Validator TaskIndexCheck();
 // A job as commands name it: its id (17), or an element of an array as `gpupool queue`
 // prints it, ARRAY_INDEX (17_3). Returns it as the API's job routes take it for {id},
 // else kInvalidArgument saying what forms there are.

@@ -246,7 +246,7 @@ void RegisterExecCommand(CLI::App& app, const RuntimePtr& rt) {
       "the job, or ARRAY_INDEX for an array's element (default: $GPUPOOL_JOB_ID with HOST "
       "CMD...)");
   cmd->add_option("--task", s->task, "which task (default 0, or the task on HOST)")
-      ->check(CLI::Range(0, 4095));
+      ->check(TaskIndexCheck());
   cmd->add_flag("--pty", s->pty,
                 "give the command a terminal and this one's input (gpupool exec --job ID --pty "
                 "-- bash)");

@@ -616,10 +616,13 @@ void RegisterJobCommands(CLI::App& app, const RuntimePtr& rt) {
     c->select.user_given = cancel->count("--user") > 0;
     if (c->signal) return RunSignal(*rt, *c);
     if (c->batch || c->full) {
-      return Report(*rt, Status::InvalidArgument(
-                             std::string(c->batch ? "--batch" : "--full") +
-                             ": only with --signal SIG (gpupool cancel --signal USR1 --batch "
-                             "ID); a cancel stops every process of the job"));
+      const std::string flag = c->batch ? "--batch" : "--full";
+      return Report(*rt, Status::InvalidArgument(flag +
+                                                 ": only with --signal SIG (gpupool cancel "
+                                                 "--signal USR1 " +
+                                                 flag +
+                                                 " ID); a cancel stops every process of "
+                                                 "the job"));
     }
     RunCancel(*rt, *c);
   });
@@ -644,7 +647,7 @@ void RegisterJobCommands(CLI::App& app, const RuntimePtr& rt) {
   done->add_option("--task", cd->task,
                    "only this task's grace ends (default inside a task of the job: "
                    "$GPUPOOL_TASK_INDEX; outside: the whole job's)")
-      ->type_name("N");
+      ->check(TaskIndexCheck());
   AddConnectionOptions(*done, &cd->conn);
   done->callback([rt, cd] { RunCheckpointDone(*rt, *cd); });
 }

@@ -78,7 +78,7 @@ void RegisterLogsCommand(CLI::App& app, const RuntimePtr& rt) {
   cmd->add_flag("--stderr", s->stderr_stream, "the job's standard error instead of its output");
   cmd->add_flag("-f,--follow", s->follow, "keep printing new output until the job ends");
   cmd->add_option("--task", s->task, "which task of a multi-task job (default 0)")
-      ->check(CLI::Range(0, 4095));
+      ->check(TaskIndexCheck());
   AddConnectionOptions(*cmd, &s->conn);
   cmd->callback([rt, s] { Report(*rt, RunLogs(*rt, *s)); });
 }

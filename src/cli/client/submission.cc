@@ -445,6 +445,8 @@ Status CheckLineValues(const SubmitFlags& line) {
         WholeNumber("--priority", *line.priority, -1'000'000, 1'000'000, "10").status());
   }
   if (line.time) GP_RETURN_IF_ERROR(TimeLimitSeconds(*line.time).status());
+  if (line.nodelist) GP_RETURN_IF_ERROR(NodeNames("--nodelist", *line.nodelist).status());
+  if (line.exclude) GP_RETURN_IF_ERROR(NodeNames("--exclude", *line.exclude).status());
   OrderedJson scratch;
   if (line.signal) GP_RETURN_IF_ERROR(AddWarnSignal(*line.signal, &scratch));
   return AddPreemptDurations(line, &scratch);

@@ -297,6 +297,16 @@ TEST_F(ClientE2eTest, ABadValueOnAScriptLineNamesTheLine) {
   r = Run({"submit", "sb.sh"});
   EXPECT_EQ(r.code, 2);
   EXPECT_EQ(r.err.rfind("gpupool: sb.sh:3: #SBATCH line: --signal B:FOO@10: ", 0), 0u) << r.err;
+  // Red team 8, finding 6: a bad hostlist did not name its line.
+  WriteScript("sb.sh", "#!/bin/sh\n#SBATCH -w n[1-99999999]\ntrue\n", true);
+  r = Run({"submit", "sb.sh"});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(r.err.rfind("gpupool: sb.sh:2: #SBATCH line: --nodelist n[1-99999999]: ", 0), 0u)
+      << r.err;
+  WriteScript("sb.sh", "#!/bin/sh\n#SBATCH --exclude=/etc/hosts\ntrue\n", true);
+  r = Run({"submit", "sb.sh"});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(r.err.rfind("gpupool: sb.sh:2: #SBATCH line: --exclude /etc/hosts: ", 0), 0u) << r.err;
   EXPECT_TRUE(Requests().empty());
 }
 

@@ -259,8 +259,16 @@ std::string WhyIgnored(const CLI::App& parser, const std::string& name) {
     return "gpupool has no partitions: every job may run on every node it fits (choose GPUs "
            "with --gpu-model, --vendor or --min-capability)";
   }
-  if (parser.get_option_no_throw(name) != nullptr) {
+  // gpupool's options that sbatch has too, meaning something else there (--priority is
+  // an admin's in Slurm; --json prints another answer).
+  static constexpr std::string_view kOtherMeaning[] = {"--priority", "--json"};
+  if (std::find(std::begin(kOtherMeaning), std::end(kOtherMeaning), name) !=
+      std::end(kOtherMeaning)) {
     return "it means something else in Slurm; write gpupool's option on a #GPUPOOL line";
+  }
+  if (parser.get_option_no_throw(name) != nullptr) {
+    return "not an sbatch option (a gpupool one): write it on a #GPUPOOL line, which takes "
+           "gpupool's options";
   }
   const std::string why = ExplainUnknown(parser, name, "gpupool submit");
   if (const size_t at = why.find("`: "); at != std::string::npos) return why.substr(at + 3);

@@ -406,6 +406,7 @@ TEST(ScriptDirectivesTest, SbatchLinesAreReadWhereTheyMeanTheSameAndTheRestAreSa
       "#SBATCH --gres=gpu:2\n"
       "#SBATCH -c4 --mem=8G --requeue --exclusive\n"
       "#SBATCH --priority 5\n"
+      "#SBATCH --grace 60s\n"
       "#GPUPOOL -J gp\n"
       "python train.py\n";
   auto d = ReadScriptDirectives(script, "job.sh");
@@ -422,7 +423,7 @@ TEST(ScriptDirectivesTest, SbatchLinesAreReadWhereTheyMeanTheSameAndTheRestAreSa
   EXPECT_EQ(f->requeue, true);
   EXPECT_FALSE(f->partition);
   EXPECT_FALSE(f->priority);
-  ASSERT_EQ(ignored.size(), 5u);
+  ASSERT_EQ(ignored.size(), 6u);
   EXPECT_EQ(ignored[0],
             "job.sh:5: #SBATCH --partition=gpu ignored: gpupool has no partitions: every job may "
             "run on every node it fits (choose GPUs with --gpu-model, --vendor or "
@@ -443,6 +444,10 @@ TEST(ScriptDirectivesTest, SbatchLinesAreReadWhereTheyMeanTheSameAndTheRestAreSa
   EXPECT_EQ(ignored[4],
             "job.sh:8: #SBATCH --priority 5 ignored: it means something else in Slurm; write "
             "gpupool's option on a #GPUPOOL line");
+  // Red team 8, finding 6: sbatch has no --grace; it said "means something else in Slurm".
+  EXPECT_EQ(ignored[5],
+            "job.sh:9: #SBATCH --grace 60s ignored: not an sbatch option (a gpupool one): write "
+            "it on a #GPUPOOL line, which takes gpupool's options");
   // The command line wins over both.
   SubmitFlags cmdline;
   cmdline.gpus = "1";
