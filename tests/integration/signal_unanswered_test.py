@@ -135,13 +135,12 @@ class SignalUnansweredTest(unittest.TestCase):
         self.assertIn("else drops it", r.stderr)
         self.assertEqual(self.job(jid)["state"], "RUNNING")
         os.kill(self.agent.pid, signal.SIGCONT)
-        pooltest.wait_for("the agent to drop the late order",
-                          lambda: "signal 12 to job %d task 0 attempt 1 dropped" % jid
-                          in self.agent_log())
+        # The thawed agent reads the late answer before it polls for ALRM's.
         r = self.cancel_signal("ALRM", jid)
         self.assertEqual(r.returncode, 0, r.stderr)
         pooltest.wait_for("ALRM in the job", lambda: "alrm" in self.received())
         self.assertEqual(self.received(), ["usr1", "alrm"])  # USR2 never came
+        self.assertIn("signal 12 to job %d task 0 attempt 1 dropped" % jid, self.agent_log())
 
         # Killed: no poll takes HUP, which is withdrawn; a new agent never gets it.
         self.agent.kill()
@@ -155,7 +154,7 @@ class SignalUnansweredTest(unittest.TestCase):
         self.assertEqual(self.job(jid)["state"], "RUNNING")
         r = self.cancel_signal("USR1", jid)
         self.assertEqual(r.returncode, 0, r.stderr)
-        pooltest.wait_for("USR1 again in the job", lambda: len(self.received()) == 3)
+        pooltest.wait_for("USR1 again in the job", lambda: self.received().count("usr1") == 2)
         self.assertEqual(self.received(), ["usr1", "alrm", "usr1"])  # HUP never came
 
     def test_a_job_whose_node_was_declared_lost_is_refused_naming_its_state(self):
