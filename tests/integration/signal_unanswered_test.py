@@ -16,6 +16,9 @@ writes each one's name to a file.
      it, HUP never does.
 A second server (`--node-timeout 2 --node-lease 12`) whose node is declared lost while its
 agent is frozen: the lost job is refused naming its state (LOST), not "sent".
+An array of four elements of 4 GPUs each (one runs at a time): its id signals the running
+element; a pending element, a held one, an ended one and an array none of whose elements
+runs (two cancelled, two held) are refused, each naming the state.
 
 Needs root (jobs run as the submitting user). Usage: signal_unanswered_test.py PATH_TO_GPUPOOL
 """
@@ -84,10 +87,12 @@ class SignalUnansweredTest(unittest.TestCase):
         self.assertEqual(st, 200, body)
         return body["job"]
 
-    def cancel_signal(self, sig, jid):
-        return subprocess.run([GPUPOOL, "cancel", "--signal", sig, str(jid)],
-                              capture_output=True, text=True, timeout=60,
+    def cli(self, *args):
+        return subprocess.run([GPUPOOL] + list(args), capture_output=True, text=True, timeout=60,
                               env=dict(os.environ, GPUPOOL_SERVER="unix:" + self.sock))
+
+    def cancel_signal(self, sig, jid):
+        return self.cli("cancel", "--signal", sig, str(jid))
 
     def agent_log(self):
         with open(os.path.join(self.dir, "agent.log"), errors="replace") as f:
@@ -168,6 +173,47 @@ class SignalUnansweredTest(unittest.TestCase):
         self.assertIn("job %d has ended (LOST): only a running job can be signalled" % jid,
                       r.stderr)
         self.assertEqual(self.received(), [])
+
+    def test_jobs_that_do_not_run_and_arrays_are_refused_naming_their_state(self):
+        self.start_server("--node-timeout", "30")
+        self.start_agent()
+        st, resp = call(self.sock, "POST", "/v1/jobs", {
+            "command": ["sh", "-c", "trap '' USR1; exec sleep 300"], "workdir": self.dir,
+            "request": {"gpus": 4}, "array": "0-3"})
+        self.assertEqual(st, 201, resp)
+        a = resp["job"]["id"]
+        pooltest.wait_job(self.job, a, ("RUNNING",), 30)
+        r = self.cancel_signal("USR1", a)
+        self.assertEqual((r.returncode, r.stdout, r.stderr),
+                         (0, "Signal USR1 sent to array %d: 1 running element (1 task)\n" % a,
+                          ""))
+        r = self.cancel_signal("USR1", "%d_3" % a)
+        self.assertEqual(r.returncode, 1, r.stdout)
+        self.assertIn("gpupool: job %d_3 is pending and has no process to signal" % a, r.stderr)
+        for held in (a + 2, a + 3):  # so that none runs once the first two are cancelled
+            st, body = call(self.sock, "POST", "/v1/jobs/%d/hold" % held, {})
+            self.assertEqual(st, 200, body)
+        r = self.cancel_signal("USR1", "%d_2" % a)
+        self.assertEqual(r.returncode, 1, r.stdout)
+        self.assertIn("gpupool: job %d_2 is held (by root) and has no process to signal" % a,
+                      r.stderr)
+        r = self.cli("cancel", "%d_0" % a)
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        pooltest.wait_job(self.job, a, pooltest.FINAL_STATES, 30)
+        r = self.cancel_signal("USR1", "%d_0" % a)
+        self.assertEqual(r.returncode, 1, r.stdout)
+        self.assertIn("gpupool: job %d_0 has ended (CANCELLED): only a running job can be "
+                      "signalled" % a, r.stderr)
+        pooltest.wait_job(self.job, a + 1, ("RUNNING",), 30)  # the next element
+        r = self.cancel_signal("USR1", "%d_1" % a)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        r = self.cli("cancel", "%d_1" % a)
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        pooltest.wait_job(self.job, a + 1, pooltest.FINAL_STATES, 30)
+        r = self.cancel_signal("USR1", a)
+        self.assertEqual(r.returncode, 1, r.stdout)
+        self.assertIn("gpupool: array %d has no running element to signal (2 held): "
+                      "only running jobs can be signalled" % a, r.stderr)
 
 
 if __name__ == "__main__":
