@@ -7,7 +7,6 @@
 #include <iterator>
 #include <set>
 #include <tuple>
-#include <utility>
 
 #include "common/json.h"
 #include "common/strings.h"
@@ -535,9 +534,8 @@ int64_t Controller::PollDeadline(int64_t wait_ms) const {
 Result<AgentWork> Controller::WaitForWork(const std::string& node, int64_t wait_ms) {
   const int64_t deadline = PollDeadline(wait_ms);
   Lock lock(mu_);
-  bool arrived = true;  // a poll that arrived confirms the signal orders taken before it
-  while (true) {
-    Result<AgentWork> work = TakeWorkLocked(node, std::exchange(arrived, false));
+  for (bool arrived = true;; arrived = false) {  // a poll arrives once, then waits
+    Result<AgentWork> work = TakeWorkLocked(node, arrived);
     if (!work.ok() || !work->empty() || stopping_ || clock_->MonotonicMicros() >= deadline) {
       return work;
     }
@@ -564,10 +562,7 @@ Result<AgentWork> Controller::TakeWorkLocked(const std::string& node, bool arriv
   }
   e.last_seen_us = now;
   e.heard = true;
-  if (arrived) {
-    NotePollArrived(e.signals, clock_->MonotonicMicros());
-    signal_cv_.notify_all();
-  }
+  if (arrived) NotePollArrived(e.signals, clock_->MonotonicMicros(), signal_cv_);
   AgentWork work;
   for (int64_t id : index_.OnNode(node)) {
     const Job& job = active_.at(id);
@@ -653,8 +648,7 @@ Result<AgentWork> Controller::TakeWorkLocked(const std::string& node, bool arriv
     }
   }
   if (protocol::SupportsSignal(e.version)) {
-    work.signal = TakeSignalOrders(e.signals, clock_->MonotonicMicros());
-    if (!work.signal.empty()) signal_cv_.notify_all();
+    work.signal = TakeSignalOrders(e.signals, clock_->MonotonicMicros(), signal_cv_);
   }
   work.logs = log_relay_.Take(node);
   return work;

@@ -159,12 +159,14 @@ void AwaitConfirmations(const Clock& clock, std::condition_variable& cv,
 
 }  // namespace
 
-void NotePollArrived(SignalQueue& q, int64_t now_us) {
+void NotePollArrived(SignalQueue& q, int64_t now_us, std::condition_variable& waiting) {
   ++q.polls;
   q.poll_mono_us = now_us;
+  waiting.notify_all();
 }
 
-std::vector<protocol::SignalOrder> TakeSignalOrders(SignalQueue& q, int64_t now_us) {
+std::vector<protocol::SignalOrder> TakeSignalOrders(SignalQueue& q, int64_t now_us,
+                                                    std::condition_variable& waiting) {
   std::vector<protocol::SignalOrder> out = std::move(q.orders);
   q.orders.clear();
   if (out.empty()) return out;
@@ -173,6 +175,7 @@ std::vector<protocol::SignalOrder> TakeSignalOrders(SignalQueue& q, int64_t now_
   const int64_t held_ms =
       q.poll_mono_us == 0 ? 0 : std::max<int64_t>(0, now_us - q.poll_mono_us) / 1000;
   for (protocol::SignalOrder& o : out) o.held_ms = held_ms;
+  waiting.notify_all();
   return out;
 }
 

@@ -20,6 +20,7 @@
 // message says why for each). Plain data; thread-compatible.
 #pragma once
 
+#include <condition_variable>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -53,10 +54,12 @@ struct SignalQueue {
 };
 
 // A poll of the node's agent arrived at monotonic time `now_us`: it confirms the orders
-// taken before it.
-void NotePollArrived(SignalQueue& q, int64_t now_us);
+// taken before it. Notifies `waiting` (SignalJob's).
+void NotePollArrived(SignalQueue& q, int64_t now_us, std::condition_variable& waiting);
 // The orders for the answer to the poll that arrived last, each with how long the
 // controller held that poll (held_ms, for the agent's age check); empty when none.
-std::vector<protocol::SignalOrder> TakeSignalOrders(SignalQueue& q, int64_t now_us);
+// Notifies `waiting` when it takes some.
+std::vector<protocol::SignalOrder> TakeSignalOrders(SignalQueue& q, int64_t now_us,
+                                                    std::condition_variable& waiting);
 
 }  // namespace gpupool::controller
