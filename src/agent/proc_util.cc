@@ -117,6 +117,58 @@ int SignalDescendants(int sig, pid_t skip_group) {
   return sent;
 }
 
+namespace {
+
+// The target of /proc/<pid>/ns/pid ("pid:[4026531836]"); empty when unreadable.
+std::string PidNamespace(const std::string& proc_root, pid_t pid) {
+  char buf[64];
+  const std::string link = proc_root + "/" + std::to_string(pid) + "/ns/pid";
+  const ssize_t n = ::readlink(link.c_str(), buf, sizeof(buf));
+  return n > 0 ? std::string(buf, static_cast<size_t>(n)) : std::string();
+}
+
+// Whether the process is its namespace's init: NSpid's last field (its pid there) is 1.
+bool IsNamespaceInit(const std::string& proc_root, pid_t pid) {
+  Result<std::string> status =
+      ReadFileToString(proc_root + "/" + std::to_string(pid) + "/status", 1u << 16);
+  if (!status.ok()) return false;
+  for (const std::string& line : Split(*status, '\n')) {
+    if (!StartsWith(line, "NSpid:")) continue;
+    // Tab separated, the outermost namespace's pid first.
+    const std::string_view pids = Trim(std::string_view(line).substr(6));
+    const size_t last = pids.find_last_of(" \t");
+    return (last == std::string_view::npos ? pids : pids.substr(last + 1)) == "1";
+  }
+  return false;
+}
+
+}  // namespace
+
+std::vector<ProcStat> OtherNamespaceDescendants(pid_t root, bool skip_init,
+                                                const std::string& proc_root) {
+  const std::string own = PidNamespace(proc_root, root);
+  std::vector<ProcStat> out;
+  if (own.empty()) return out;
+  for (const ProcStat& p : Descendants(root, proc_root)) {
+    const std::string ns = PidNamespace(proc_root, p.pid);
+    if (ns.empty() || ns == own) continue;
+    if (skip_init && IsNamespaceInit(proc_root, p.pid)) continue;
+    out.push_back(p);
+  }
+  return out;
+}
+
+int SignalContainerProcesses(int sig, bool skip_init) {
+  int sent = 0;
+  for (const ProcStat& p : OtherNamespaceDescendants(::getpid(), skip_init)) {
+    const int fd = OpenVerifiedPidFd(p.pid, p.start_ticks);
+    if (fd == -1) continue;  // gone since, or the pid is another process's now
+    if (SignalProcess(fd, p.pid, sig)) ++sent;
+    if (fd >= 0) ::close(fd);
+  }
+  return sent;
+}
+
 std::string SignalName(int sig) {
   const char* abbrev = ::sigabbrev_np(sig);
   if (abbrev != nullptr) return std::string("SIG") + abbrev;

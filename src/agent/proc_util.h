@@ -55,6 +55,17 @@ std::vector<ProcStat> Descendants(pid_t root, const std::string& proc_root = "/p
 // pid reused since is never hit. Signal 0 only counts them. Returns how many it reached.
 int SignalDescendants(int sig, pid_t skip_group);
 
+// The living descendants of `root` (under `proc_root`) in another pid namespace than
+// root's own: a container's processes, which podman's conmon holds below the job's
+// supervisor (their subreaper). With `skip_init`, not the namespace's init (pid 1 in it,
+// /proc/<pid>/status NSpid), which passes a signal on to the main process itself.
+std::vector<ProcStat> OtherNamespaceDescendants(pid_t root, bool skip_init,
+                                                const std::string& proc_root = "/proc");
+
+// Sends `sig` to each of OtherNamespaceDescendants(getpid(), skip_init), through pidfds
+// as SignalDescendants. Returns how many it reached.
+int SignalContainerProcesses(int sig, bool skip_init);
+
 // "SIGTERM" style name for messages; "signal N" when unknown.
 std::string SignalName(int sig);
 

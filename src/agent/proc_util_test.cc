@@ -87,6 +87,35 @@ TEST_F(DescendantsTest, AMadeUpLoopEnds) {
   EXPECT_EQ(got, std::vector<pid_t>{31});
 }
 
+// A container job: the supervisor (10) runs podman (11), whose conmon (12) it holds as
+// their subreaper; conmon's container (init 13, main 14, what main started 15) is in a
+// pid namespace of its own. Those are the container's processes, but for its init with
+// skip_init; the supervisor's, podman's and conmon's namespace is not the container's.
+TEST_F(DescendantsTest, OtherNamespaceDescendantsAreAContainersProcesses) {
+  const auto add = [&](pid_t pid, pid_t ppid, const char* ns, const char* nspid) {
+    Add(pid, ppid);
+    fs::create_directories(root_ + "/" + std::to_string(pid) + "/ns");
+    fs::create_symlink(ns, root_ + "/" + std::to_string(pid) + "/ns/pid");
+    std::ofstream(root_ + "/" + std::to_string(pid) + "/status")
+        << "Name:\tsh\nNSpid:\t" << nspid << "\nPPid:\t" << ppid << "\n";
+  };
+  add(10, 1, "pid:[1000]", "10");
+  add(11, 10, "pid:[1000]", "11");
+  add(12, 10, "pid:[1000]", "12");
+  add(13, 12, "pid:[2000]", "13\t1");
+  add(14, 13, "pid:[2000]", "14\t2");
+  add(15, 14, "pid:[2000]", "15\t3");
+  add(20, 1, "pid:[3000]", "20\t1");  // another container's, not below the supervisor
+  const auto pids = [&](bool skip_init) {
+    std::vector<pid_t> out;
+    for (const ProcStat& p : OtherNamespaceDescendants(10, skip_init, root_)) out.push_back(p.pid);
+    std::sort(out.begin(), out.end());
+    return out;
+  };
+  EXPECT_EQ(pids(true), (std::vector<pid_t>{14, 15}));
+  EXPECT_EQ(pids(false), (std::vector<pid_t>{13, 14, 15}));
+}
+
 // The real table: a grandchild in a session of its own is found and signalled; the
 // process group that is skipped is not.
 TEST(SignalDescendantsTest, ReachesAGrandchildInASessionOfItsOwn) {

@@ -132,7 +132,14 @@ void Shim::SendWarningSignal() {
 // `sig` to the job, which goes on: to every process of it, or to its main process only
 // (Slurm's B: and --batch). `what` starts the log line and `when` ends it.
 void Shim::SendJobSignal(int sig, bool main_only, const char* what, const std::string& when) {
-  if (container_) {
+  // Every process of a container: podman kill reaches its PID 1 alone, whose init
+  // (catatonit) passes it on to the main process only, and what that one started never
+  // got it. Its init is skipped, as it would pass the signal on a second time.
+  const int sent = container_ && !main_only ? SignalContainerProcesses(sig, config_.spec.init) : 0;
+  if (sent > 0) {
+    ShimLog("%s: %s to the %d processes of container %s%s", what, SignalName(sig).c_str(), sent,
+            container_name_.c_str(), when.c_str());
+  } else if (container_) {
     // podman signals the container's PID 1 (its init passes it on to the main process).
     ShimLog("%s: %s to container %s%s", what, SignalName(sig).c_str(), container_name_.c_str(),
             when.c_str());

@@ -1,5 +1,8 @@
 // POST /v1/jobs/ID/signal (gpupool cancel --signal): who may, which jobs take it (running
-// ones; an array's running elements), and the order the tasks' agent gets once.
+// ones; an array's running elements), the order the tasks' agent gets once, and what the
+// answer says when the agent does not take it or confirm it (job_signal.h).
+#include <future>
+
 #include "controller/api_test.h"
 
 namespace gpupool::controller::api_test {
@@ -30,6 +33,27 @@ class ApiSignalTest : public ApiAccessTest {
   net::HttpResponse Signal(uint32_t uid, const std::string& ref, const std::string& body) {
     return AsUid(uid, "POST", "/v1/jobs/" + ref + "/signal", {}, body);
   }
+  // A signal the controller waits on: its answer comes once the agent took the orders and
+  // polled again, or the wait ran out (the clock moves only when the test says).
+  std::future<net::HttpResponse> SignalAsync(uint32_t uid, const std::string& ref,
+                                             const std::string& body) {
+    return std::async(std::launch::async, [=, this] { return Signal(uid, ref, body); });
+  }
+  // A poll that waits for work (the signal's orders): the agent takes them.
+  Json WorkWhenQueued() {
+    net::HttpResponse work =
+        WithToken(vm_, "GET", "/v1/agent/work", {{"node", "vm"}, {"wait_ms", "60000"}});
+    EXPECT_EQ(work.status, 200) << work.body;
+    return ParseJson(work.body, "answer").value();
+  }
+  // A signal its agent takes (`*taken`: that answer) and confirms by polling again.
+  net::HttpResponse SignalTaken(uint32_t uid, const std::string& ref, const std::string& body,
+                                Json* taken) {
+    std::future<net::HttpResponse> answer = SignalAsync(uid, ref, body);
+    *taken = WorkWhenQueued();
+    Work();
+    return answer.get();
+  }
   std::string vm_;
 };
 
@@ -56,19 +80,19 @@ TEST_F(ApiSignalTest, TheOwnerSignalsARunningJobWhichGoesOnAndTheAgentGetsItOnce
   EXPECT_EQ(Signal(user_uid_, ref, R"({"signal": 10, "batch": "yes"})").status, 400);
   EXPECT_TRUE(Work()["signal"].is_null());  // none of these was sent
 
-  r = Signal(user_uid_, ref, R"({"signal": 10, "batch": true})");
+  Json work;
+  r = SignalTaken(user_uid_, ref, R"({"signal": 10, "batch": true})", &work);
   ASSERT_EQ(r.status, 200) << r.body;
   EXPECT_EQ(ParseJson(r.body, "answer").value(),
             Json::parse(R"({"signal": 10, "batch": true, "array": false, "jobs": 1, "tasks": 1,
-                            "missed": []})"));
-  Json work = Work();
+                            "missed": [], "unconfirmed": []})"));
   EXPECT_EQ(work["signal"], Json::parse(R"([{"job_id": )" + ref +
                                         R"(, "attempt": 1, "task_index": 0, "signal": 10,
                                             "main_only": true}])"));
   EXPECT_TRUE(Work()["signal"].is_null());  // at most once: never resent
   // An admin may too; the job's state is untouched.
-  ASSERT_EQ(Signal(0, ref, R"({"signal": 12})").status, 200);
-  EXPECT_EQ(Work()["signal"][0]["signal"], 12);
+  ASSERT_EQ(SignalTaken(0, ref, R"({"signal": 12})", &work).status, 200);
+  EXPECT_EQ(work["signal"][0]["signal"], 12);
   Result<jobs::Job> job = controller_->Get(id, Caller{"root", 0, 0, true});
   ASSERT_TRUE(job.ok());
   EXPECT_EQ(job->state, jobs::JobState::kRunning);
@@ -86,29 +110,102 @@ TEST_F(ApiSignalTest, AnArraysIdSignalsItsRunningElementsAndArrayIndexOne) {
   const int64_t array = Submit(
       R"({"command": ["sleep", "60"], "request": {"gpus": 1}, "workdir": "/", "array": "0-2"})");
   const std::string ref = std::to_string(array);
-  EXPECT_EQ(Signal(user_uid_, ref, R"({"signal": 10})").status, 409);  // none runs
+  net::HttpResponse none = Signal(user_uid_, ref, R"({"signal": 10})");
+  EXPECT_EQ(none.status, 409);
+  EXPECT_EQ(Error(none), "array " + ref +
+                             " has no running element to signal (3 pending): only running jobs "
+                             "can be signalled");
   ASSERT_TRUE(controller_->ScheduleOnce().ok());
   Json work = Work();
   ASSERT_EQ(work["launch"].size(), 2u) << work.dump();  // two GPUs: elements 0 and 1
   for (const Json& launch : work["launch"]) Started(launch["job"]["id"].get<int64_t>());
   EXPECT_EQ(Signal(user_uid_ + 1, ref, R"({"signal": 10})").status, 403);
-  net::HttpResponse r = Signal(user_uid_, ref, R"({"signal": 10})");
+  net::HttpResponse r = SignalTaken(user_uid_, ref, R"({"signal": 10})", &work);
   ASSERT_EQ(r.status, 200) << r.body;
   Json answer = ParseJson(r.body, "answer").value();
   EXPECT_EQ(answer["array"], true);
   EXPECT_EQ(answer["jobs"], 2);
   EXPECT_EQ(answer["tasks"], 2);
-  EXPECT_EQ(Work()["signal"].size(), 2u);
+  EXPECT_EQ(work["signal"].size(), 2u);
   // One element, as queue prints it; the pending one is refused.
-  r = Signal(user_uid_, ref + "_1", R"({"signal": 12})");
+  r = SignalTaken(user_uid_, ref + "_1", R"({"signal": 12})", &work);
   ASSERT_EQ(r.status, 200) << r.body;
   EXPECT_EQ(ParseJson(r.body, "answer").value()["array"], false);
-  work = Work();
   ASSERT_EQ(work["signal"].size(), 1u);
   EXPECT_EQ(work["signal"][0]["job_id"], array + 1);
   r = Signal(user_uid_, ref + "_2", R"({"signal": 12})");
   EXPECT_EQ(r.status, 409);
   EXPECT_NE(Error(r).find("job " + ref + "_2 is pending"), std::string::npos) << Error(r);
+  // Held, it says so; the array's answer counts it apart from the pending ones.
+  ASSERT_EQ(AsUid(user_uid_, "POST", "/v1/jobs/" + std::to_string(array + 2) + "/hold").status,
+            200);
+  r = Signal(user_uid_, ref + "_2", R"({"signal": 12})");
+  EXPECT_EQ(r.status, 409);
+  EXPECT_EQ(Error(r), "job " + ref +
+                          "_2 is held (by nobody) and has no process to signal: only a running "
+                          "job can be signalled (gpupool release it; it can be signalled once it "
+                          "runs)");
+  for (int64_t element : {array, array + 1}) {
+    const std::string exited = R"({"node": "vm", "events": [{"job_id": )" +
+                               std::to_string(element) +
+                               R"(, "attempt": 1, "kind": "exited", "exit_code": 0}]})";
+    ASSERT_EQ(WithToken(vm_, "POST", "/v1/agent/events", {}, exited).status, 200);
+  }
+  none = Signal(user_uid_, ref, R"({"signal": 10})");
+  EXPECT_EQ(none.status, 409);
+  EXPECT_EQ(Error(none), "array " + ref +
+                             " has no running element to signal (1 held): only running jobs can "
+                             "be signalled");
+}
+
+// An agent that takes no order within kSignalConfirmUs (stopped, killed, cut off, its node
+// not yet declared lost): the answer says it is not answering, and the order is withdrawn,
+// so that the agent never gets it when it answers again.
+TEST_F(ApiSignalTest, AnAgentThatTakesNoOrderIsNotAnsweringAndNeverGetsItLater) {
+  const int64_t id =
+      Submit(R"({"command": ["sleep", "60"], "request": {"gpus": 1}, "workdir": "/"})");
+  const std::string ref = std::to_string(id);
+  ASSERT_TRUE(controller_->ScheduleOnce().ok());
+  Work();
+  Started(id);
+  const int waiting = clock_.Waiters();
+  std::future<net::HttpResponse> answer = SignalAsync(user_uid_, ref, R"({"signal": 10})");
+  ASSERT_TRUE(clock_.WaitForWaiters(waiting + 1));  // the controller waits for the agent
+  clock_.AdvanceMicros(kSignalConfirmUs);
+  net::HttpResponse r = answer.get();
+  EXPECT_EQ(r.status, 409);
+  EXPECT_EQ(Error(r), "signal 10 not sent: job " + ref +
+                          " task 0: node vm is not answering (its agent has not polled for 5 s): "
+                          "withdrawn, its agent never gets it");
+  EXPECT_TRUE(Work()["signal"].is_null());
+  EXPECT_EQ(controller_->Get(id, Caller{"root", 0, 0, true})->state, jobs::JobState::kRunning);
+}
+
+// The agent takes the order with a poll the controller held 2 s (held_ms, for its age
+// check) and does not poll again: not confirmed, and the answer says what becomes of it.
+TEST_F(ApiSignalTest, AnOrderTakenAndNotConfirmedIsSaidSo) {
+  const int64_t id =
+      Submit(R"({"command": ["sleep", "60"], "request": {"gpus": 1}, "workdir": "/"})");
+  const std::string ref = std::to_string(id);
+  ASSERT_TRUE(controller_->ScheduleOnce().ok());
+  Work();
+  Started(id);
+  const int waiting = clock_.Waiters();
+  std::future<Json> poll = std::async(std::launch::async, [this] { return WorkWhenQueued(); });
+  ASSERT_TRUE(clock_.WaitForWaiters(waiting + 1));  // the poll waits at the controller
+  clock_.AdvanceMicros(2'000'000);
+  std::future<net::HttpResponse> answer = SignalAsync(user_uid_, ref, R"({"signal": 10})");
+  const Json taken = poll.get();
+  ASSERT_EQ(taken["signal"].size(), 1u) << taken.dump();
+  EXPECT_EQ(taken["signal"][0]["held_ms"], 2000);
+  clock_.AdvanceMicros(kSignalConfirmUs);  // no poll after it
+  net::HttpResponse r = answer.get();
+  EXPECT_EQ(r.status, 409);
+  EXPECT_EQ(Error(r), "signal 10 not confirmed: job " + ref +
+                          " task 0: node vm stopped answering as its agent was handed it (no poll "
+                          "since): its agent carries it out only if it reads it within 3 s, else "
+                          "drops it");
+  EXPECT_TRUE(Work()["signal"].is_null());  // never resent
 }
 
 // The node of a running task is lost: the signal is not sent, and the answer says why.

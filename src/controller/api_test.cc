@@ -34,6 +34,9 @@ TEST(ApiTest, MayBlockPicksTheRequestsThatWait) {
   EXPECT_FALSE(Api::MayBlock(Req("GET", "/v1/jobs")));
   EXPECT_FALSE(Api::MayBlock(Req("GET", "/v1/jobs/12")));
   EXPECT_FALSE(Api::MayBlock(Req("POST", "/v1/jobs/12/cancel")));
+  // A signal waits (up to 5 s) for the agents to confirm it: on a pool thread, it held up
+  // the very poll answers that carry it (controller/job_signal.h).
+  EXPECT_TRUE(Api::MayBlock(Req("POST", "/v1/jobs/12/signal", {}, R"({"signal": 10})")));
   EXPECT_FALSE(Api::MayBlock(Req("POST", "/v1/agent/logs", {{"id", "1"}}, "bytes")));
   EXPECT_FALSE(Api::MayBlock(Req("POST", "/v1/agent/events", {}, "{}")));
   EXPECT_FALSE(Api::MayBlock(Req("GET", "/v1/nodes")));

@@ -561,8 +561,8 @@ class Controller {
   // When a poll asking to wait wait_ms is answered at the latest (monotonic).
   int64_t PollDeadline(int64_t wait_ms) const;
   // What a poll of `node` gets now (maybe nothing); NotFound for an unknown or lost node.
-  // Marks the orders it hands out as sent, and the node as seen.
-  Result<AgentWork> TakeWorkLocked(const std::string& node) REQUIRES(mu_);
+  // Marks the orders it hands out as sent, the node as seen, a poll that `arrived`.
+  Result<AgentWork> TakeWorkLocked(const std::string& node, bool arrived = false) REQUIRES(mu_);
   // AwaitWork's thread, until Stop: answers the polls that notifications or their time made due.
   void PollLoop();
   // After job `id` changed in active_ (or left it): updates index_, slim_ and the queued
@@ -750,8 +750,8 @@ class Controller {
     // began at ended_lookups_since_us (internal::kMaxEndedLookupsPerMinute).
     int64_t ended_lookups_since_us = 0;
     int ended_lookups = 0;
-    std::optional<protocol::DiskReport> disk;    // its agent's latest disk watch report
-    std::vector<protocol::SignalOrder> signals;  // for its next poll, once (job_signal.h)
+    std::optional<protocol::DiskReport> disk;  // its agent's latest disk watch report
+    SignalQueue signals;                       // orders for its next poll, once (job_signal.h)
   };
   // Nodes' view of node `name` (entry `e`): its tasks from the job index.
   NodeView NodeViewLocked(const std::string& name, const NodeEntry& e) const REQUIRES(mu_);
@@ -776,17 +776,17 @@ class Controller {
   // Serialises writes of settings (limits), which happen without mu_.
   Mutex settings_write_mu_ ACQUIRED_BEFORE(mu_);
   std::condition_variable work_cv_;    // agents waiting for work in WaitForWork
+  std::condition_variable signal_cv_;  // SignalJob waiting: a poll arrived or took orders
   PollWaiters polls_ GUARDED_BY(mu_);  // and in AwaitWork, served by poll_thread_
   std::condition_variable poll_cv_;
   std::thread poll_thread_;  // started by the first AwaitWork that waits
   // Notified by every Install: a Commit whose write lost to another writer's waits on
   // it for that writer's transition to be in memory before it steps again.
   std::condition_variable install_cv_;
-  std::condition_variable scheduler_cv_;           // the loop waiting for a reason to run
-  bool capacity_changed_ GUARDED_BY(mu_) = false;  // resources freed, nodes changed: plan at once
-  bool jobs_arrived_ GUARDED_BY(mu_) = false;      // new submissions
-  bool last_pass_blocked_ GUARDED_BY(mu_) =
-      false;  // the last pass had pending jobs and started none
+  std::condition_variable scheduler_cv_;            // the loop waiting for a reason to run
+  bool capacity_changed_ GUARDED_BY(mu_) = false;   // resources freed, nodes changed: plan at once
+  bool jobs_arrived_ GUARDED_BY(mu_) = false;       // new submissions
+  bool last_pass_blocked_ GUARDED_BY(mu_) = false;  // pending jobs, and it started none
   bool stopping_ GUARDED_BY(mu_) = false;
   std::map<int64_t, jobs::Job> active_ GUARDED_BY(mu_);  // non-terminal jobs by id
   // Of ended jobs others depend on: their states, and the names of an array's elements

@@ -534,8 +534,8 @@ int64_t Controller::PollDeadline(int64_t wait_ms) const {
 Result<AgentWork> Controller::WaitForWork(const std::string& node, int64_t wait_ms) {
   const int64_t deadline = PollDeadline(wait_ms);
   Lock lock(mu_);
-  while (true) {
-    Result<AgentWork> work = TakeWorkLocked(node);
+  for (bool arrived = true;; arrived = false) {  // a poll arrives once, then waits
+    Result<AgentWork> work = TakeWorkLocked(node, arrived);
     if (!work.ok() || !work->empty() || stopping_ || clock_->MonotonicMicros() >= deadline) {
       return work;
     }
@@ -545,7 +545,7 @@ Result<AgentWork> Controller::WaitForWork(const std::string& node, int64_t wait_
   }
 }
 
-Result<AgentWork> Controller::TakeWorkLocked(const std::string& node) {
+Result<AgentWork> Controller::TakeWorkLocked(const std::string& node, bool arrived) {
   auto it = nodes_.find(node);
   if (it == nodes_.end()) {
     return Status::NotFound("node " + node + " is not registered: register it first");
@@ -562,6 +562,7 @@ Result<AgentWork> Controller::TakeWorkLocked(const std::string& node) {
   }
   e.last_seen_us = now;
   e.heard = true;
+  if (arrived) NotePollArrived(e.signals, clock_->MonotonicMicros(), signal_cv_);
   AgentWork work;
   for (int64_t id : index_.OnNode(node)) {
     const Job& job = active_.at(id);
@@ -647,8 +648,7 @@ Result<AgentWork> Controller::TakeWorkLocked(const std::string& node) {
     }
   }
   if (protocol::SupportsSignal(e.version)) {
-    work.signal = std::move(e.signals);
-    e.signals.clear();
+    work.signal = TakeSignalOrders(e.signals, clock_->MonotonicMicros(), signal_cv_);
   }
   work.logs = log_relay_.Take(node);
   return work;

@@ -15,7 +15,7 @@ uint64_t Controller::AwaitWork(const std::string& node, int64_t wait_ms, WorkCal
   Result<AgentWork> now = AgentWork{};
   {
     MutexLock lock(mu_);
-    now = TakeWorkLocked(node);
+    now = TakeWorkLocked(node, /*arrived=*/true);
     const int64_t mono = clock_->MonotonicMicros();
     if (now.ok() && now->empty() && !stopping_ && mono < deadline) {
       if (!poll_thread_.joinable()) poll_thread_ = std::thread([this] { PollLoop(); });

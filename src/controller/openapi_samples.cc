@@ -13,8 +13,10 @@
 #include <spdlog/spdlog.h>
 
 #include <chrono>
+#include <future>
 #include <iostream>
 #include <map>
+#include <mutex>
 #include <string>
 #include <thread>
 
@@ -180,14 +182,20 @@ class Scenario {
   // Exec sessions in the running job, one plain and one interactive.
   void Exec() {
     const std::string& id = id_;
-    // gpupool cancel --signal USR1: the agent's next work carries the order, once; a
-    // pending element has nothing to signal.
-    Expect(200, Root("POST", "/v1/jobs/{id}/signal", "/v1/jobs/" + id + "/signal", {},
-                     R"({"signal": 10})"));
-    Json work = Expect(200, Root("GET", "/v1/agent/work", "/v1/agent/work", {{"node", "vm"}}));
+    // gpupool cancel --signal USR1: the agent's next work carries the order, once, and
+    // the answer comes once the agent polled again (it waits for that, on a thread of its
+    // own here); a pending element has nothing to signal.
+    std::future<net::HttpResponse> signal = std::async(std::launch::async, [&] {
+      return Root("POST", "/v1/jobs/{id}/signal", "/v1/jobs/" + id + "/signal", {},
+                  R"({"signal": 10})");
+    });
+    Json work = Expect(200, Root("GET", "/v1/agent/work", "/v1/agent/work",
+                                 {{"node", "vm"}, {"wait_ms", "60000"}}));
     if (!work.contains("signal") || work["signal"].size() != 1) {
       Fail("the agent's work should carry the signal order: " + work.dump());
     }
+    Root("GET", "/v1/agent/work", "/v1/agent/work", {{"node", "vm"}});
+    Expect(200, signal.get());
     Expect(409, Root("POST", "/v1/jobs/{id}/signal", "/v1/jobs/" + head_ + "_2/signal", {},
                      R"({"signal": 10, "batch": true})"));
     Expect(400, Root("POST", "/v1/jobs/{id}/signal", "/v1/jobs/" + id + "/signal", {},
@@ -411,6 +419,7 @@ class Scenario {
     net::HttpResponse resp = api_->Handle(r);
     OrderedJson headers = OrderedJson::object();
     for (const auto& [k, v] : resp.headers) headers[k] = v;
+    std::lock_guard lock(samples_mu_);  // a signal's request runs beside the agent's polls
     samples_.push_back({{"method", r.method},
                         {"pattern", pattern},
                         {"path", r.path},
@@ -475,6 +484,7 @@ class Scenario {
   std::unique_ptr<Api> api_;
   uint32_t user_uid_ = 65534;
   OrderedJson samples_ = OrderedJson::array();
+  std::mutex samples_mu_;  // guards samples_
   bool ok_ = true;
   std::string id_;    // the GPU job (Submit)
   std::string head_;  // the array (Submit)

@@ -128,8 +128,15 @@ struct SignalOrder {
   int task_index = 0;
   int signal = 0;  // 1..64
   bool main_only = false;
+  // How long the controller held the poll it answers with the order: the agent drops an
+  // order that reaches it more than kSignalOrderMaxAgeMs after the answer (the agent was
+  // frozen or cut off meanwhile), as the requester was told it may never arrive.
+  // Optional on the wire (0).
+  int64_t held_ms = 0;
   friend bool operator==(const SignalOrder&, const SignalOrder&) = default;
 };
+
+inline constexpr int64_t kSignalOrderMaxAgeMs = 3'000;
 
 // Read bytes [offset, offset + max_bytes) of a log file of one of the node's jobs.
 struct LogRequest {

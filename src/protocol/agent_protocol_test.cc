@@ -144,10 +144,13 @@ TEST(ProtocolWork, ATasksOwnStopNamesItsTask) {
 TEST(ProtocolWork, ASignalOrderRoundTripsAndGoesOnlyToMinorFour) {
   Work w;
   w.signal.push_back({7, 2, 0, 10, /*main_only=*/true});
-  w.signal.push_back({7, 2, 3, 12, false});
+  w.signal.push_back({7, 2, 3, 12, false, /*held_ms=*/4200});
   OrderedJson j = EncodeWork(w);
   EXPECT_EQ(j["signal"][0]["main_only"], true);
   EXPECT_FALSE(j["signal"][1].contains("main_only"));
+  // How long the controller held the poll: optional, 0 when absent (the agent's age check).
+  EXPECT_FALSE(j["signal"][0].contains("held_ms"));
+  EXPECT_EQ(j["signal"][1]["held_ms"], 4200);
   EXPECT_EQ(j["signal"][1]["task_index"], 3);
   Result<Work> back = DecodeWork(Reparse(j));
   ASSERT_TRUE(back.ok()) << back.status().ToString();

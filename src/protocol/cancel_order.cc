@@ -40,6 +40,7 @@ OrderedJson EncodeSignalOrder(const SignalOrder& s) {
                    {"task_index", s.task_index},
                    {"signal", s.signal}};
   if (s.main_only) j["main_only"] = true;
+  if (s.held_ms > 0) j["held_ms"] = s.held_ms;
   return j;
 }
 
@@ -51,6 +52,7 @@ Result<SignalOrder> DecodeSignalOrder(const Json& j, const std::string& path) {
   f.Required("task_index", &s.task_index, 0, 4095);  // as a launch order's
   f.Required("signal", &s.signal, 1, 64);
   f.Optional("main_only", &s.main_only);
+  f.Optional("held_ms", &s.held_ms, int64_t{0}, int64_t{3'600'000});
   GP_RETURN_IF_ERROR(f.Finish());
   return s;
 }

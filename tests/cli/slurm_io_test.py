@@ -151,7 +151,7 @@ class SlurmIoTest(unittest.TestCase):
 
     def test_scancel_signal_tells_a_running_job_which_carries_on(self):
         # scancel --signal=USR1 JOB: the job's handler runs (it checkpoints) and the job goes
-        # on to end by itself, SUCCEEDED; a pending job and another user's are refused.
+        # on to end by itself, SUCCEEDED; a held job (named so) and another user's are refused.
         work = self.workdir("cancel-signal-work")
         go = os.path.join(work, "go")
         with open(os.path.join(work, "ckpt.sh"), "w") as f:
@@ -171,7 +171,7 @@ class SlurmIoTest(unittest.TestCase):
         held = self.submit("--hold", "--", "true", cwd=work)
         r = self.gp("cancel", "--signal", "USR1", str(held))
         self.assertEqual(r.returncode, 1, r.stdout)
-        self.assertIn("job %d is pending and has no process to signal" % held, r.stderr)
+        self.assertIn("job %d is held (by root) and has no process to signal" % held, r.stderr)
         self.assertEqual(self.gp("cancel", str(held)).returncode, 0)
         with open(go, "w"):
             pass

@@ -365,6 +365,48 @@ class ContainerPoolTest(unittest.TestCase):
         self.assertIn("gpupool-job-%d-1" % jid, names.split())
         self.assertEqual(j["state"], "CANCELLED", j)
 
+    def test_cancel_signal_reaches_the_container_and_batch_only_its_main_process(self):
+        """gpupool cancel --signal USR1 (scancel --signal) reaches every process in a
+        container job, as it does a process job's; with -b (--batch) only the main
+        process (under --init, catatonit's child; before, every signal went to PID 1
+        alone and a process the main one started never got it)."""
+        e = self.env
+        for f in ("sig-main", "sig-child", "sig-ready"):
+            if os.path.exists(os.path.join(e.work, f)):
+                os.unlink(os.path.join(e.work, f))
+        child = ("trap 'echo usr1 >> sig-child' USR1; touch sig-ready; "
+                 "while :; do sleep 0.1; done")
+        r = e.cli("submit", "--gpus", "1", "--cpus", "0.1", "--image",
+                  "localhost/gpupool-itest-cu124:1", "--", "sh", "-c",
+                  "trap 'echo usr1 >> sig-main' USR1; sh -c \"%s\" & "
+                  "while :; do sleep 0.1; done" % child, user=65534)
+        jid = submitted_id(r)
+        e.wait(jid, ["RUNNING"])
+
+        def lines(name):
+            try:
+                with open(os.path.join(e.work, name)) as f:
+                    return f.read().splitlines()
+            except FileNotFoundError:
+                return []
+        try:
+            pooltest.wait_for("the job's child to trap USR1",
+                              lambda: os.path.exists(os.path.join(e.work, "sig-ready")))
+            b = e.cli("cancel", "--signal", "USR1", "-b", str(jid), user=65534)
+            self.assertEqual(b.stdout, "Signal USR1 sent to job %d (1 task)\n" % jid)
+            pooltest.wait_for("the batch-only USR1 to reach the main process",
+                              lambda: lines("sig-main") == ["usr1"])
+            a = e.cli("cancel", "--signal", "USR1", str(jid), user=65534)
+            self.assertEqual(a.stdout, "Signal USR1 sent to job %d (1 task)\n" % jid)
+            pooltest.wait_for("USR1 to reach every process of the container",
+                              lambda: len(lines("sig-main")) == 2 and lines("sig-child"))
+            # -b reached the main process only: the child has the second signal alone.
+            self.assertEqual(lines("sig-child"), ["usr1"])
+            self.assertEqual(e.job(jid)["state"], "RUNNING")
+        finally:
+            e.cli("cancel", str(jid), user=65534)
+        e.wait(jid, pooltest.FINAL_STATES)
+
     def test_fake_node_gpu_job_finds_stand_in_driver_by_soname(self):
         """Issue 15 A.1: a fake node (--fake, --dev-root) whose driver libraries are not on
         this machine. Before, every GPU container job failed with "command 'sh' not found

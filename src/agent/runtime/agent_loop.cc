@@ -434,9 +434,19 @@ void AgentLoop::CancelOrdered(const protocol::CancelOrder& c) {
 }
 
 // gpupool cancel --signal: at most once, as the controller sends it; what became of it is
-// in the agent's log and the job's shim.log.
-void AgentLoop::SignalOrdered(const protocol::SignalOrder& o) {
+// in the agent's log and the job's shim.log. Delivered at once or never: an order read
+// long after the controller answered with it (the agent was frozen, a paused VM, or the
+// answer was slow to come) is dropped, as its requester was told it may not arrive, and a
+// signal much later would surprise them (job_signal.h).
+void AgentLoop::SignalOrdered(const protocol::SignalOrder& o, int64_t age_ms) {
   const RunId id{o.job_id, o.task_index, o.attempt, 0};
+  if (age_ms > protocol::kSignalOrderMaxAgeMs) {
+    spdlog::warn(
+        "agent: signal {} to {} dropped: it reached this agent {} ms after the controller "
+        "sent it (more than {} ms: the agent was frozen or cut off meanwhile)",
+        o.signal, agent::ToString(id), age_ms, protocol::kSignalOrderMaxAgeMs);
+    return;
+  }
   const Status s = launcher_->SignalJob(id, o.signal, o.main_only);
   if (!s.ok()) {
     spdlog::warn("agent: signal {} to {}: {}", o.signal, agent::ToString(id), s.message());
@@ -446,7 +456,7 @@ void AgentLoop::SignalOrdered(const protocol::SignalOrder& o) {
                o.main_only ? " (its main process)" : "");
 }
 
-void AgentLoop::ApplyOrders(const protocol::Work& work) {
+void AgentLoop::ApplyOrders(const protocol::Work& work, int64_t took_ms) {
   for (const protocol::Rejected& r : work.rejected) {
     spdlog::error("agent: unreadable {} from the controller: {}", r.what, r.error);
     if (r.job_id > 0 && r.what.rfind("launch", 0) == 0) {
@@ -456,7 +466,7 @@ void AgentLoop::ApplyOrders(const protocol::Work& work) {
     }
   }
   for (const protocol::CancelOrder& c : work.cancel) CancelOrdered(c);
-  for (const protocol::SignalOrder& o : work.signal) SignalOrdered(o);
+  for (const protocol::SignalOrder& o : work.signal) SignalOrdered(o, took_ms - o.held_ms);
   if (!work.logs.empty()) AnswerLogReads(work.logs);
 }
 
@@ -468,7 +478,7 @@ Status AgentLoop::PollOnce() {
     return work.status();
   }
   RenewLease(sent_us, lease_ms_);  // the controller knows this node: it answered the poll
-  ApplyOrders(*work);
+  ApplyOrders(*work, (BootNow() - sent_us) / 1000);
   if (!work->launch.empty() || !work->exec.empty()) {
     // The answer may be old: an agent frozen (SIGSTOP, a paused VM) while its poll was
     // answered reads the launch only when it thaws, and a cancel given meanwhile waits at
@@ -481,7 +491,7 @@ Status AgentLoop::PollOnce() {
     sent_us = BootNow();
     if (Result<protocol::Work> now = link_->PollWork(options_.node_name, 0); now.ok()) {
       RenewLease(sent_us, lease_ms_);
-      ApplyOrders(*now);
+      ApplyOrders(*now, (BootNow() - sent_us) / 1000);
       for (protocol::LaunchOrder& o : now->launch) work->launch.push_back(std::move(o));
       for (protocol::ExecRequest& x : now->exec) work->exec.push_back(std::move(x));
     } else if (now.status().code() == StatusCode::kNotFound) {

@@ -169,11 +169,13 @@ class AgentLoop {
  private:
   Status Register();
   Status PollOnce();
-  // A poll answer's rejected orders, cancels and log reads, acted on at once (its
-  // launches and exec requests are queued by PollOnce).
-  void ApplyOrders(const protocol::Work& work);
+  // A poll answer's rejected orders, cancels, signals and log reads, acted on at once
+  // (its launches and exec requests are queued by PollOnce). `took_ms`: how long the poll
+  // took, sent to answered (the signals' age check).
+  void ApplyOrders(const protocol::Work& work, int64_t took_ms);
   void AnswerLogReads(const std::vector<protocol::LogRequest>& reads);
-  void SignalOrdered(const protocol::SignalOrder& o);
+  // A signal order from an answer read `age_ms` after the controller gave it.
+  void SignalOrdered(const protocol::SignalOrder& o, int64_t age_ms);
   void CancelOrdered(const protocol::CancelOrder& c);
   // The runs here that a cancel order names (callers hold mu_); refuses the job's queued
   // and deferred launches.

@@ -13,6 +13,7 @@
 
 #include "agent/job_files.h"
 #include "agent/launcher_test_util.h"
+#include "agent/node_lease.h"
 #include "agent/runtime/agent_loop.h"
 #include "common/strings.h"
 #include "protocol/fake_controller_link.h"
@@ -38,10 +39,11 @@ class AgentLoopLaunchTest : public ::testing::Test {
     testing::KillLeftoverJobs(dir_.path());
   }
   // `link`: the loop's link to the controller (null: link_); `launcher`: its launcher
-  // (null: launcher_).
+  // (null: launcher_); `boot_clock`: the node lease's clock (null: the system's).
   void StartLoop(std::shared_ptr<protocol::ControllerLink> link = nullptr,
-                 Launcher* launcher = nullptr) {
+                 Launcher* launcher = nullptr, std::function<int64_t()> boot_clock = nullptr) {
     AgentLoopOptions ao;
+    ao.boot_clock = std::move(boot_clock);
     ao.node_name = "n1";
     ao.state_dir = dir_.path();
     ao.fake_node = true;
@@ -573,6 +575,73 @@ TEST_F(AgentLoopLaunchTest, AnExecCancelledWhileItStartsIsStoppedOnceStarted) {
   slow.release = true;
   ASSERT_TRUE(link_->WaitFor([](const auto& r) { return ExecEnded(r, 47); }))
       << "the exec session runs on";
+}
+
+// An agent frozen (SIGSTOP, a paused VM) as its poll was answered: `frozen_ms` passes on
+// the boot clock (`offset_us`) between the answer and the agent reading it, for an answer
+// that carries signal orders.
+class FrozenAtSignals final : public protocol::ControllerLink {
+ public:
+  FrozenAtSignals(std::shared_ptr<protocol::FakeControllerLink> inner,
+                  std::atomic<int64_t>* offset_us, int64_t frozen_ms)
+      : inner_(std::move(inner)), offset_us_(offset_us), frozen_ms_(frozen_ms) {}
+  Result<protocol::RegistrationReply> Register(const protocol::Registration& r) override {
+    return inner_->Register(r);
+  }
+  Result<protocol::Work> PollWork(const std::string& node, int wait_ms) override {
+    Result<protocol::Work> w = inner_->PollWork(node, wait_ms);
+    if (w.ok() && !w->signal.empty()) *offset_us_ += frozen_ms_ * 1000;
+    return w;
+  }
+  Status PostEvents(const protocol::EventBatch& b) override { return inner_->PostEvents(b); }
+  Status PostTelemetry(const protocol::TelemetryBatch& b) override {
+    return inner_->PostTelemetry(b);
+  }
+  Status AnswerLogRead(const protocol::LogAnswer& a) override { return inner_->AnswerLogRead(a); }
+  Result<protocol::ExecOutputAck> PostExecOutput(int64_t exec_id, const std::string& node,
+                                                 const protocol::ExecOutput& output,
+                                                 int wait_ms) override {
+    return inner_->PostExecOutput(exec_id, node, output, wait_ms);
+  }
+  Result<protocol::ExecInput> TakeExecInput(int64_t exec_id, const std::string& node, int64_t after,
+                                            int wait_ms) override {
+    return inner_->TakeExecInput(exec_id, node, after, wait_ms);
+  }
+  void Shutdown() override { inner_->Shutdown(); }
+
+ private:
+  const std::shared_ptr<protocol::FakeControllerLink> inner_;
+  std::atomic<int64_t>* const offset_us_;
+  const int64_t frozen_ms_;
+};
+
+// Delivered at once or never (controller/job_signal.h): an order the agent reads more than
+// kSignalOrderMaxAgeMs after the controller answered with it is dropped, as the user was
+// told it may never arrive. Its age is the poll's time less the time the controller held
+// the poll (held_ms): the agent was frozen 10 s after an answer to a poll held 9.5 s, so
+// the USR2 order (held 9.5 s) is 0.5 s old and carried out, the USR1 one (held 0 s, in an
+// answer read 10 s after its poll) dropped.
+TEST_F(AgentLoopLaunchTest, ASignalOrderReadLongAfterTheAnswerIsDropped) {
+  const std::string go = dir_.path() + "/go";
+  link_->QueueWork(
+      Launch(32, 1,
+             "trap 'echo usr1' USR1; trap 'echo usr2' USR2; echo ready; while [ ! -e " + go +
+                 " ]; do sleep 0.05; done; echo done"));
+  std::atomic<int64_t> offset_us{0};
+  StartLoop(std::make_shared<FrozenAtSignals>(link_, &offset_us, 10'000), nullptr,
+            [&offset_us] { return BootMicros() + offset_us.load(); });
+  ASSERT_TRUE(link_->WaitFor([](const auto& r) { return Has(r, Kind::kStarted, 32, 0, 1); }));
+  const std::string out = JobDir(dir_.path(), RunId{32, 0, 1, 0}) + "/" + kStdoutFile;
+  ASSERT_TRUE(testing::WaitForFileContaining(out, "ready", 5000));
+  protocol::Work w;
+  w.signal = {{32, 1, 0, SIGUSR1, false, /*held_ms=*/0},
+              {32, 1, 0, SIGUSR2, false, /*held_ms=*/9'500}};
+  link_->QueueWork(w);
+  // The orders are carried out in turn: USR1's was dropped before USR2 went.
+  ASSERT_TRUE(testing::WaitForFileContaining(out, "usr2", 5000)) << testing::ReadWholeFile(out);
+  { std::ofstream(go) << ""; }
+  ASSERT_TRUE(link_->WaitFor([](const auto& r) { return Has(r, Kind::kExited, 32, 0, 1); }));
+  EXPECT_EQ(testing::ReadWholeFile(out), "ready\nusr2\ndone\n");
 }
 
 }  // namespace

@@ -257,7 +257,8 @@ TEST_F(ClientE2eTest, CancelWithASignalSignalsRunningJobsInsteadOfCancellingThem
     }
     if (r.path == "/v1/jobs/14/signal") {
       return JsonAnswer(200, R"({"signal": 10, "batch": false, "array": false, "jobs": 1,
-                                 "tasks": 1, "missed": ["job 14 task 1: node n2 is down"]})");
+                                 "tasks": 1, "missed": ["job 14 task 1: node n2 is down"],
+                                 "unconfirmed": ["job 14 task 2: node n3 stopped answering"]})");
     }
     return JsonAnswer(409, R"js({"error": "job 15 is pending and has no process to signal: only )js"
                            R"js(a running job can be signalled"})js");
@@ -283,6 +284,7 @@ TEST_F(ClientE2eTest, CancelWithASignalSignalsRunningJobsInsteadOfCancellingThem
   EXPECT_EQ(r.out, "Signal USR1 sent to job 14 (1 task)\n");
   EXPECT_EQ(r.err,
             "gpupool: signal USR1 not sent to job 14 task 1: node n2 is down\n"
+            "gpupool: signal USR1 not confirmed by job 14 task 2: node n3 stopped answering\n"
             "gpupool: job 15 is pending and has no process to signal: only a running job can "
             "be signalled\n");
   // Refused before any request, naming the option.

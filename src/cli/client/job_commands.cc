@@ -444,11 +444,15 @@ void RunSignal(const ClientRuntime& rt, const CancelState& s) {
       continue;
     }
     Print(rt, SignalSentText(name, word, answer->json));
-    for (const Json& m : GetArray(answer->json, "missed")) {
-      // Some tasks were reached, these not: said, and an error exit.
-      Report(rt, Status::FailedPrecondition("signal " + word + " not sent to " +
-                                            (m.is_string() ? m.get<std::string>() : m.dump())));
-      if (first_failure == kExitOk) first_failure = rt.ctx->exit_code;
+    // Some tasks were reached, these not (or not for sure): said, and an error exit.
+    for (const char* field : {"missed", "unconfirmed"}) {
+      const std::string what =
+          std::string(field) == "missed" ? " not sent to " : " not confirmed by ";
+      for (const Json& m : GetArray(answer->json, field)) {
+        Report(rt, Status::FailedPrecondition("signal " + word + what +
+                                              (m.is_string() ? m.get<std::string>() : m.dump())));
+        if (first_failure == kExitOk) first_failure = rt.ctx->exit_code;
+      }
     }
   }
   if (missing.Report(rt) && first_failure == kExitOk) first_failure = rt.ctx->exit_code;

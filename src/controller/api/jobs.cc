@@ -514,7 +514,8 @@ net::HttpResponse SignalJob(const ApiContext& ctx, const Call& c) {
                             {"array", sent->array},
                             {"jobs", sent->jobs},
                             {"tasks", sent->tasks},
-                            {"missed", sent->missed}});
+                            {"missed", sent->missed},
+                            {"unconfirmed", sent->unconfirmed}});
 }
 
 namespace {

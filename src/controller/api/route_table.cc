@@ -51,7 +51,7 @@ constexpr Route kRoutes[] = {
     {"GET", "/v1/jobs", ListJobs, kPeopleOrSession, kNever},
     {"GET", "/v1/jobs/{id}", GetJob, kPeopleOrSession, kNever},
     {"POST", "/v1/jobs/{id}/cancel", CancelJobOrArray, kPeopleOrSession, kNever},
-    {"POST", "/v1/jobs/{id}/signal", SignalJob, kPeople, kNever},
+    {"POST", "/v1/jobs/{id}/signal", SignalJob, kPeople, kAlways},  // waits for the agents
     {"POST", "/v1/jobs/{id}/hold", HoldJob, kPeople, kNever},
     {"POST", "/v1/jobs/{id}/release", ReleaseJob, kPeople, kNever},
     {"POST", "/v1/jobs/{id}/checkpoint-done", CheckpointDone, kPeople, kNever},
