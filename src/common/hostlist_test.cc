@@ -32,5 +32,32 @@ TEST(HostListTest, MistakesAreNamed) {
             std::string::npos);
 }
 
+// At most 4096 names (a job's --nodelist / --exclude bound, jobs::kMaxNodeNames), counted
+// before anything is expanded: a huge range is refused at no cost, saying how many it names.
+TEST(HostListTest, AtMost4096NamesCountedWithoutExpanding) {
+  EXPECT_EQ(kMaxHostListNames, 4096u);
+  EXPECT_EQ(ExpandHostList("n[1-4096]").value().size(), 4096u);
+  EXPECT_EQ(ExpandHostList("a[1-4095],b").value().size(), 4096u);
+  EXPECT_EQ(ExpandHostList("n[1-4097]").status().message(),
+            "'n[1-4097]': names 4097 nodes, more than the 4096 one list may name");
+  EXPECT_EQ(ExpandHostList("a[0-65534],n1").status().message(),
+            "'a[0-65534],n1': names 65536 nodes, more than the 4096 one list may name");
+  EXPECT_EQ(HostListSize("a[0-65534],n1").value(), 65536u);
+  EXPECT_EQ(HostListSize("r[01-10]n[1-4,7]x").value(), 50u);
+  EXPECT_EQ(HostListSize("r[0-99999]n[0-99999]").value(), 10'000'000'000u);
+  EXPECT_EQ(HostListSize("a[0-999999999]b[0-999999999]c[0-999999999]").value(),
+            kHostListSizeSaturated);
+  EXPECT_EQ(ExpandHostList("a[0-999999999]b[0-999999999]c[0-999999999]").status().message(),
+            "'a[0-999999999]b[0-999999999]c[0-999999999]': names too many nodes, more than the "
+            "4096 one list may name");
+  EXPECT_FALSE(HostListSize("n[1-").ok());
+  // A list of thousands of names written out is cut where a message quotes it.
+  std::string written;
+  for (int i = 0; i < 5000; ++i) written += (i ? ",n" : "n") + std::to_string(i);
+  const std::string m = ExpandHostList(written).status().message();
+  EXPECT_EQ(m, "'" + written.substr(0, 80) +
+                   "...': names 5000 nodes, more than the 4096 one list may name");
+}
+
 }  // namespace
 }  // namespace gpupool

@@ -456,6 +456,43 @@ TEST_F(ApiAccessTest, NodeListsAreCheckedAgainstThePoolsNodes) {
   EXPECT_NE(Error(r).find("exclude: 'gpu[1-2]' is not a node name"), std::string::npos) << r.body;
 }
 
+// A list past 4096 names is 400 naming the field, the count and what to do instead; the
+// names no node has of a long list are warned of by the first few and how many more (the
+// warning named every one: 230 KB for 30000 names).
+TEST_F(ApiAccessTest, NodeListsPast4096NamesAre400AndLongWarningsAreCut) {
+  const std::string vm = Token("vm", "node");
+  ASSERT_EQ(WithToken(vm, "POST", "/v1/agent/register", {}, RegisterBody("vm", 2)).status, 200);
+  auto names = [](const std::string& prefix, int n) {
+    Json a = Json::array({"vm"});
+    for (int i = 0; i < n; ++i) a.push_back(prefix + std::to_string(i));
+    return a;
+  };
+  auto submit = [&](const Json& request) {
+    return AsUid(
+        user_uid_, "POST", "/v1/jobs", {},
+        Json{{"command", Json::array({"true"})}, {"workdir", "/"}, {"request", request}}.dump());
+  };
+  net::HttpResponse r = submit({{"nodelist", names("a", 4096)}});
+  EXPECT_EQ(r.status, 400);
+  EXPECT_EQ(Error(r).rfind("request.nodelist: at most 4096 node names (got 4097); ", 0), 0u)
+      << Error(r);
+  Json exclude = names("b", 4097);
+  exclude.erase(exclude.begin());  // not vm: 4097 names
+  r = submit({{"exclude", exclude}});
+  EXPECT_EQ(r.status, 400);
+  EXPECT_EQ(Error(r).rfind("request.exclude: at most 4096 node names (got 4097); ", 0), 0u)
+      << Error(r);
+  exclude = names("b", 10);
+  exclude.erase(exclude.begin());
+  r = submit({{"nodelist", names("a", 20)}, {"exclude", exclude}});
+  ASSERT_EQ(r.status, 201) << r.body;
+  EXPECT_EQ(ParseJson(r.body, "answer").value()["warnings"],
+            Json::parse(R"(["--nodelist a0, a1, a2, a3, a4, a5, a6, a7 and 12 more: no such )"
+                        R"(node in this pool (`gpupool nodes`); the job runs on the others )"
+                        R"(listed", "--exclude b0, b1, b2, b3, b4, b5, b6, b7 and 2 more: no )"
+                        R"(such node in this pool (`gpupool nodes`); they exclude nothing"])"));
+}
+
 TEST_F(ApiAccessTest, SubmissionsPastTheByteBoundsAre413And429NamingTheirKeys) {
   // Variables of 60,000 bytes: one may have 64 KiB.
   auto job = [](int vars) {

@@ -393,6 +393,25 @@ TEST(JobJsonTest, NodeListsAreCheckedNamingTheirField) {
   EXPECT_EQ(err(R"({"request": {"nodelist": "n0"}})").substr(0, 22), "job.request.nodelist: ");
 }
 
+// The check that no name is in both lists, on lists of thousands of names: it sorts one
+// list (O(n log n) whatever the names), so it finds the one shared name wherever it is.
+TEST(JobJsonTest, ANameInBothOfLongListsIsFound) {
+  ResourceRequest r;
+  for (int i = 0; i < 4096; ++i) {
+    r.nodelist.push_back("a" + std::to_string(i));
+    r.exclude.push_back("b" + std::to_string(4095 - i));
+  }
+  EXPECT_TRUE(ValidateRequest(r).ok());
+  r.exclude[0] = "a4095";  // the last of --nodelist, the first of --exclude
+  EXPECT_EQ(ValidateRequest(r).message(),
+            "nodelist, exclude: node 'a4095' is in both; leave it out of one of them");
+  r.exclude[0] = "b4095";
+  r.exclude.back() = "a0";
+  r.exclude.push_back("a17");  // the first of --nodelist in both is named
+  EXPECT_EQ(ValidateRequest(r).message(),
+            "nodelist, exclude: node 'a0' is in both; leave it out of one of them");
+}
+
 // What max-submission-bytes bounds: each string given with its NUL, as execve counts
 // argv and envp; fields left empty count nothing.
 TEST(SubmissionBytesTest, CountsEachStringGivenWithItsNul) {

@@ -1,7 +1,9 @@
 #include "jobs/job_validation.h"
 
 #include <cctype>
+#include <string>
 #include <string_view>
+#include <tuple>
 #include <vector>
 
 #include "common/strings.h"
@@ -223,6 +225,21 @@ Status ValidateGpuShare(const ResourceRequest& r) {
   return Status::Ok();
 }
 
+// Checked at submit only, as ValidateGpuShare: a job stored with a longer list loads.
+Status ValidateNodeChoice(const ResourceRequest& r) {
+  for (const auto& [field, names, other] :
+       {std::tuple{"nodelist", &r.nodelist, "exclude the few it may not use (exclude)"},
+        std::tuple{"exclude", &r.exclude, "name the few it may use (nodelist)"}}) {
+    if (names->size() > kMaxNodeNames) {
+      return Status::InvalidArgument(
+          std::string("request.") + field + ": at most " + std::to_string(kMaxNodeNames) +
+          " node names (got " + std::to_string(names->size()) + "); name fewer, or " + other +
+          ", or choose nodes by their GPUs (gpu_models, min_capability)");
+    }
+  }
+  return Status::Ok();
+}
+
 // Checked at submit only, as ValidateGpuShare.
 Status ValidateMemorySizes(const Job& job) {
   const uint64_t mem = job.request.memory_bytes;
@@ -252,6 +269,7 @@ Status ValidateSubmission(const Job& job) {
   }
   GP_RETURN_IF_ERROR(ValidateGpuShare(job.request));
   GP_RETURN_IF_ERROR(ValidateMemorySizes(job));
+  GP_RETURN_IF_ERROR(ValidateNodeChoice(job.request));
   if (!job.image.empty()) GP_RETURN_IF_ERROR(ValidateImageRef(job.image));
   for (const auto& [k, v] : job.env) {
     GP_RETURN_IF_ERROR(ValidateEnvName(k, "env." + k));

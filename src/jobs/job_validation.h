@@ -32,6 +32,13 @@ Status ValidateProjectName(const std::string& project, const std::string& field 
 inline constexpr uint64_t kMinGpuMemoryBytes = uint64_t{1} << 20;
 Status ValidateGpuShare(const ResourceRequest& r);
 
+// A submitted job's --nodelist and --exclude: at most this many names each (the CLI's
+// hostlist expansion stops at the same count, kMaxHostListNames). A pool has far fewer
+// nodes; a job stored by an earlier server (up to 65536 names) still loads, as this is
+// checked at submit only.
+inline constexpr size_t kMaxNodeNames = 4096;
+Status ValidateNodeChoice(const ResourceRequest& r);
+
 // A submitted job's CPU memory (request.memory_bytes) and container /dev/shm (shm_bytes):
 // each 0 (the default: no explicit request; podman's 64 MiB) or at least this (1 MiB), as
 // gpu_memory_bytes: a smaller size is a unit mistake (the fields count bytes).
@@ -40,7 +47,8 @@ Status ValidateMemorySizes(const Job& job);
 
 // Every field of a submitted job that a tool will see: image, variable names and values,
 // working directory and mount paths, and its project; and its GPU share
-// (ValidateGpuShare) and memory sizes (ValidateMemorySizes). Called by the controller at
+// (ValidateGpuShare), memory sizes (ValidateMemorySizes) and node lists
+// (ValidateNodeChoice). Called by the controller at
 // submit.
 Status ValidateSubmission(const Job& job);
 

@@ -246,5 +246,31 @@ TEST(SubmissionTest, AWarningSignalNeedsATimeLimitAndABatchJob) {
   EXPECT_NE(ValidateSubmission(j).message().find("warn_main_only: "), std::string::npos);
 }
 
+// --nodelist / --exclude: at most 4096 names each at submit, refused naming the field,
+// the count and what to do instead; a job read back from the store is not held to it
+// (JobFromJson takes longer lists: store/job_record_test.cc).
+TEST(SubmissionTest, NodeListsHaveAtMost4096NamesEach) {
+  Job j;
+  j.command = {"x"};
+  for (size_t i = 0; i < kMaxNodeNames; ++i) {
+    j.request.nodelist.push_back("a" + std::to_string(i));
+    j.request.exclude.push_back("b" + std::to_string(i));
+  }
+  EXPECT_TRUE(ValidateSubmission(j).ok());
+  j.request.nodelist.push_back("a-more");
+  Status s = ValidateSubmission(j);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(s.message(),
+            "request.nodelist: at most 4096 node names (got 4097); name fewer, or exclude the "
+            "few it may not use (exclude), or choose nodes by their GPUs (gpu_models, "
+            "min_capability)");
+  j.request.nodelist.pop_back();
+  j.request.exclude.resize(65536, "b");
+  s = ValidateSubmission(j);
+  EXPECT_EQ(s.message(),
+            "request.exclude: at most 4096 node names (got 65536); name fewer, or name the few "
+            "it may use (nodelist), or choose nodes by their GPUs (gpu_models, min_capability)");
+}
+
 }  // namespace
 }  // namespace gpupool::jobs

@@ -127,5 +127,30 @@ TEST(DecodeJobRowsTest, TheFirstBadRowsErrorWhateverTheSlices) {
   }
 }
 
+// A job stored by a server from before the 4096-name bound on --nodelist / --exclude
+// (it took 65536 each) still loads: decoding applies no submit-time bound, and its check
+// that no name is in both lists sorts rather than searching one list per name of the
+// other (which took 25 s for these lists, on each read of the row).
+TEST(DecodeJobRecordTest, AStoredJobWithLongNodeListsStillDecodes) {
+  jobs::Job j;
+  j.command = {"true"};
+  for (int i = 0; i < 65535; ++i) j.request.nodelist.push_back("a" + std::to_string(i));
+  j.request.nodelist.push_back("n1");
+  for (int i = 0; i < 65536; ++i) j.request.exclude.push_back("b" + std::to_string(i));
+  const JobRecord r = EncodeJobRecord(j);
+  Result<jobs::Job> back = DecodeJobRecord(9, 1, r.body, r.spec);
+  ASSERT_TRUE(back.ok()) << back.status().message().substr(0, 300);
+  EXPECT_EQ(back->request.nodelist, j.request.nodelist);
+  EXPECT_EQ(back->request.exclude, j.request.exclude);
+  // A name in both is still found in such lists (the last of each list here).
+  j.request.exclude.back() = "n1";
+  const JobRecord both = EncodeJobRecord(j);
+  back = DecodeJobRecord(9, 1, both.body, both.spec);
+  ASSERT_FALSE(back.ok());
+  EXPECT_NE(back.status().message().find("nodelist, exclude: node 'n1' is in both"),
+            std::string::npos)
+      << back.status().message();
+}
+
 }  // namespace
 }  // namespace gpupool::store::internal

@@ -17,9 +17,13 @@
 #include "common/strings.h"
 #include "jobs/job.h"
 #include "jobs/job_json.h"
+#include "jobs/job_validation.h"
 
 namespace gpupool::cli {
 namespace {
+
+// -w/-x stop where the server does, so that a list it would refuse is refused here.
+static_assert(kMaxHostListNames == jobs::kMaxNodeNames);
 
 constexpr int64_t kMaxTimeLimitS = int64_t{10} * 365 * 24 * 3600;  // the server's limit
 
@@ -114,21 +118,51 @@ Status FillGpus(const SubmitFlags& f, jobs::ResourceRequest* r) {
   return Status::Ok();
 }
 
+// A value as an error quotes it: a list of thousands of names written out is cut.
+std::string Shown(const std::string& value) {
+  constexpr size_t kShown = 80;
+  return value.size() <= kShown ? value : value.substr(0, kShown) + "...";
+}
+
 // -w/--nodelist, -x/--exclude: a Slurm hostlist, expanded. Slurm reads a value with a
 // '/' as a file of names; gpupool does not, and says so rather than take it as a name.
+// At most kMaxHostListNames names, the server's bound (jobs::kMaxNodeNames), counted
+// before anything is expanded.
 Result<std::vector<std::string>> NodeNames(std::string_view option, const std::string& value) {
   if (value.find('/') != std::string::npos) {
-    return OptionError(option, value,
+    return OptionError(option, Shown(value),
                        "gpupool does not read node names from a file; give the names, e.g. "
                        "node0,gpu[01-04]");
+  }
+  if (Result<uint64_t> n = HostListSize(Trim(value)); n.ok() && *n > kMaxHostListNames) {
+    const bool only = option == "--nodelist";
+    return OptionError(
+        option, Shown(value),
+        "at most " + std::to_string(kMaxHostListNames) + " node names (got " +
+            (*n >= kHostListSizeSaturated ? "far more" : std::to_string(*n)) + "); " +
+            (only ? "name fewer nodes, or exclude the few the job may not use (-x/--exclude)"
+                  : "exclude fewer nodes, or name the few the job may use (-w/--nodelist)") +
+            ", or choose nodes by their GPUs (--gpu-model, --min-capability)");
   }
   Result<std::vector<std::string>> names = ExpandHostList(Trim(value));
   if (!names.ok()) {
     return OptionError(
-        option, value,
+        option, Shown(value),
         names.status().message() + " (give node names or a hostlist like gpu[01-04])");
   }
   return names;
+}
+
+// The first name of `nodelist` that `exclude` has too, or nullptr. Sorted, not a search
+// of one list per name of the other: thousands of names each cost no more than a sort.
+const std::string* InBoth(const std::vector<std::string>& nodelist,
+                          const std::vector<std::string>& exclude) {
+  std::vector<std::string_view> sorted(exclude.begin(), exclude.end());
+  std::sort(sorted.begin(), sorted.end());
+  for (const std::string& n : nodelist) {
+    if (std::binary_search(sorted.begin(), sorted.end(), std::string_view(n))) return &n;
+  }
+  return nullptr;
 }
 
 // Everything else of the request.
@@ -183,11 +217,10 @@ Status FillRequest(const SubmitFlags& f, jobs::ResourceRequest* r) {
   if (f.exclude) {
     GP_ASSIGN_OR_RETURN(r->exclude, NodeNames("--exclude", *f.exclude));
   }
-  for (const std::string& n : r->nodelist) {
-    if (std::find(r->exclude.begin(), r->exclude.end(), n) != r->exclude.end()) {
-      return Status::InvalidArgument("--nodelist " + *f.nodelist + " and --exclude " + *f.exclude +
-                                     " both name " + n + ": leave it out of one of them");
-    }
+  if (const std::string* n = InBoth(r->nodelist, r->exclude); n != nullptr) {
+    return Status::InvalidArgument("--nodelist " + Shown(*f.nodelist) + " and --exclude " +
+                                   Shown(*f.exclude) + " both name " + *n +
+                                   ": leave it out of one of them");
   }
   // The codec's own invariants, so nothing the server would refuse leaves this machine.
   return jobs::ValidateRequest(*r);

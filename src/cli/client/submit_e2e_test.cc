@@ -124,6 +124,32 @@ TEST_F(ClientE2eTest, NodelistAndExcludeAreSentExpanded) {
   EXPECT_EQ(Requests().size(), 3u);
 }
 
+// -w/-x name at most 4096 nodes (the server's bound), counted before anything is
+// expanded: a longer list is refused naming the option and what to do instead, and
+// nothing is sent.
+TEST_F(ClientE2eTest, NodeListsPast4096NamesAreRefusedBeforeAnyRequest) {
+  Serve([](const HttpRequest&) { return JsonAnswer(201, R"({"job": {"id": 5}})"); });
+  RunResult r = Run({"submit", "-w", "a[0-65534],n1", "-x", "b[0-65535]", "--", "true"});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(r.err,
+            "gpupool: --nodelist a[0-65534],n1: at most 4096 node names (got 65536); name fewer "
+            "nodes, or exclude the few the job may not use (-x/--exclude), or choose nodes by "
+            "their GPUs (--gpu-model, --min-capability)\n");
+  r = Run({"submit", "-x", "b[1-4097]", "--", "true"});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(r.err,
+            "gpupool: --exclude b[1-4097]: at most 4096 node names (got 4097); exclude fewer "
+            "nodes, or name the few the job may use (-w/--nodelist), or choose nodes by their "
+            "GPUs (--gpu-model, --min-capability)\n");
+  EXPECT_EQ(Requests().size(), 0u);
+  r = Run({"submit", "-w", "a[1-4096]", "-x", "b[1-4096]", "--", "true"});
+  EXPECT_EQ(r.code, 0) << r.err;
+  ASSERT_EQ(Requests().size(), 1u);
+  const Json body = Json::parse(Requests()[0].body);
+  EXPECT_EQ(body["request"]["nodelist"].size(), 4096u);
+  EXPECT_EQ(body["request"]["exclude"].size(), 4096u);
+}
+
 // The server accepts an --exclude name no node has, with a warning the client prints.
 TEST_F(ClientE2eTest, TheServersSubmitWarningsArePrinted) {
   Serve([](const HttpRequest&) {

@@ -230,18 +230,24 @@ Result<std::vector<jobs::JobSortKey>> ListOrder(const net::HttpRequest& r) {
 
 // Names of --nodelist / --exclude that no node has: accepted (a node may join later, and
 // a list kept for several pools stays usable; a --nodelist naming no node at all was
-// refused by Submit), but said, as each may be a typo.
+// refused by Submit), but said, as each may be a typo. The first few are named, then how
+// many more: a list of thousands of names is not printed back whole.
 std::vector<std::string> UnknownNodeWarnings(const ApiContext& ctx,
                                              const jobs::ResourceRequest& r) {
+  constexpr size_t kNamed = 8;
   std::vector<std::string> out;
   if (r.nodelist.empty() && r.exclude.empty()) return out;
   std::set<std::string> known;
   for (const NodeView& n : ctx.controller->Nodes()) known.insert(n.name);
+  size_t count = 0;
   auto unknown = [&](const std::vector<std::string>& names) {
     std::string text;
+    count = 0;
     for (const std::string& n : names) {
-      if (!known.contains(n)) text += (text.empty() ? "" : ", ") + n;
+      if (known.contains(n)) continue;
+      if (++count <= kNamed) text += (text.empty() ? "" : ", ") + n;
     }
+    if (count > kNamed) text += " and " + std::to_string(count - kNamed) + " more";
     return text;
   };
   if (std::string names = unknown(r.nodelist); !names.empty()) {
@@ -251,8 +257,7 @@ std::vector<std::string> UnknownNodeWarnings(const ApiContext& ctx,
   }
   if (std::string names = unknown(r.exclude); !names.empty()) {
     out.push_back("--exclude " + names + ": no such node in this pool (`gpupool nodes`); " +
-                  (names.find(',') == std::string::npos ? "it excludes" : "they exclude") +
-                  " nothing");
+                  (count == 1 ? "it excludes" : "they exclude") + " nothing");
   }
   return out;
 }
