@@ -1,6 +1,7 @@
 // gpupool cancel --signal through the process launcher and a real shim (Launcher::SignalJob,
 // stop_request.h): the signal reaches the job's processes, the job goes on running.
 #include <gtest/gtest.h>
+#include <signal.h>
 
 #include <csignal>
 #include <string>
@@ -116,6 +117,59 @@ TEST_F(LauncherTest, ASignalIsNotSentToAShimThatTakesNoRequests) {
   JobEvent e = Finish(183);
   EXPECT_EQ(e.exit_code, 0) << e.reason;
   EXPECT_EQ(ReadWholeFile(JobFile(183, kStdoutFile)).find("usr1"), std::string::npos);
+}
+
+// Red team 8, finding 4: a signal request and a stop pending at the shim together (it is
+// frozen here, as a busy one would be): the lowest-numbered signal is taken first, so the
+// stop's SIGTERM came before the USR1 sent before it (a checkpoint request arriving after
+// the stop). The queued requests are carried out first, as the shim's log shows (the job
+// itself cannot tell: signals pending together reach its traps by number).
+TEST_F(LauncherTest, ASignalSentBeforeAStopIsCarriedOutBeforeIt) {
+  LaunchSpec spec =
+      TestSpec(184, {"sh", "-c",
+                     "trap 'echo usr1' USR1; trap 'echo term; exit 0' TERM; echo ready; "
+                     "while :; do sleep 0.05; done"});
+  spec.grace_s = 30;
+  Start(spec);
+  const std::string out = JobFile(184, kStdoutFile);
+  ASSERT_TRUE(WaitForFileContaining(out, "ready", 5000));
+  Result<ShimRecord> rec = ReadShimRecord(JobDir(dir_.path(), TaskRun(184)));
+  ASSERT_TRUE(rec.ok()) << rec.status().ToString();
+  ASSERT_EQ(::kill(rec->pid, SIGSTOP), 0);
+  ASSERT_TRUE(launcher_->SignalJob(TaskRun(184), SIGUSR1, false).ok());
+  ASSERT_TRUE(launcher_->Cancel(TaskRun(184)).ok());
+  ASSERT_EQ(::kill(rec->pid, SIGCONT), 0);
+  JobEvent e = Finish(184);
+  EXPECT_EQ(e.exit_code, 0) << e.reason;
+  EXPECT_EQ(ReadWholeFile(out), "ready\nusr1\nterm\n");
+  const std::string log = ReadWholeFile(JobFile(184, kShimLogFile));
+  const size_t usr1 = log.find("gpupool cancel --signal: SIGUSR1 to");
+  ASSERT_NE(usr1, std::string::npos) << log;
+  EXPECT_LT(usr1, log.find("cancel: SIGTERM to")) << log;
+}
+
+// ... and a STOP asked for while the job is being stopped is not sent: frozen, the job
+// could not run its SIGTERM handler, and would be killed at the grace's end.
+TEST_F(LauncherTest, AStopSignalIsNotSentToAJobBeingStopped) {
+  LaunchSpec spec = TestSpec(
+      185, {"sh", "-c",
+            "trap 'sleep 0.5; echo term; exit 0' TERM; echo ready; while :; do sleep 0.05; "
+            "done"});
+  spec.grace_s = 30;
+  Start(spec);
+  const std::string out = JobFile(185, kStdoutFile);
+  const std::string log = JobFile(185, kShimLogFile);
+  ASSERT_TRUE(WaitForFileContaining(out, "ready", 5000));
+  ASSERT_TRUE(launcher_->Cancel(TaskRun(185)).ok());
+  ASSERT_TRUE(WaitForFileContaining(log, "SIGCONT after it", 5000)) << ReadWholeFile(log);
+  ASSERT_TRUE(launcher_->SignalJob(TaskRun(185), SIGSTOP, false).ok());
+  JobEvent e = Finish(185);
+  EXPECT_EQ(e.exit_code, 0) << e.reason;
+  EXPECT_FALSE(e.signal.has_value()) << e.reason;
+  EXPECT_EQ(ReadWholeFile(out), "ready\nterm\n");
+  EXPECT_NE(ReadWholeFile(log).find("SIGSTOP not sent, the job is being stopped"),
+            std::string::npos)
+      << ReadWholeFile(log);
 }
 
 }  // namespace

@@ -485,6 +485,7 @@ void Shim::Supervise() {
     siginfo_t info;
     const int sig = ::sigtimedwait(&set, &info, &ts);
     if (sig == SIGTERM || sig == SIGINT) {
+      TakeSignalRequests();
       OnStopSignal();
     } else if (sig == SignalRequestSignal()) {
       OnSignalRequest(info);

@@ -73,6 +73,8 @@ class Shim {
   void SendJobSignal(int sig, bool main_only, const char* what, const std::string& when);
   // gpupool cancel --signal: a signal request (stop_request.h) the shim was sent.
   void OnSignalRequest(const siginfo_t& info);
+  // The signal requests queued behind a stop's SIGTERM, carried out first.
+  void TakeSignalRequests();
   void SendStop(const char* what);
   // `sig` to the job's process group and to every process of its cgroups (shim.cc); says
   // " and N processes of its cgroups" for the log.

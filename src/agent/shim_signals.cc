@@ -158,6 +158,19 @@ void Shim::SendJobSignal(int sig, bool main_only, const char* what, const std::s
 
 // A signal request from the launcher (stop_request.h): `value` carries the signal. Once
 // the job is being killed there is nothing left to tell it.
+// A stop (SIGTERM) and signal requests pending together: the lowest-numbered signal is
+// taken first, SIGTERM before the real-time request, though the agent sent the request
+// first (AgentLoop::ApplyOrders). The requests already queued are carried out before the
+// stop.
+void Shim::TakeSignalRequests() {
+  sigset_t only;
+  sigemptyset(&only);
+  sigaddset(&only, SignalRequestSignal());
+  const struct timespec now = {0, 0};
+  siginfo_t info;
+  while (::sigtimedwait(&only, &info, &now) == SignalRequestSignal()) OnSignalRequest(info);
+}
+
 void Shim::OnSignalRequest(const siginfo_t& info) {
   int sig = 0;
   bool main_only = false;
@@ -169,6 +182,15 @@ void Shim::OnSignalRequest(const siginfo_t& info) {
   if (killed_) {
     ShimLog("gpupool cancel --signal: %s not sent, the job is being killed",
             SignalName(sig).c_str());
+    return;
+  }
+  if (stopping_ && (sig == SIGSTOP || sig == SIGTSTP || sig == SIGTTIN || sig == SIGTTOU)) {
+    // Frozen, it could not run its SIGTERM handler: SIGKILL at the grace's end instead of
+    // a clean stop (red team 8, finding 4).
+    ShimLog(
+        "gpupool cancel --signal: %s not sent, the job is being stopped (its grace is for "
+        "its SIGTERM handler)",
+        SignalName(sig).c_str());
     return;
   }
   SendJobSignal(sig, main_only, "gpupool cancel --signal", "");

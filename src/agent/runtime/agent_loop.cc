@@ -465,8 +465,12 @@ void AgentLoop::ApplyOrders(const protocol::Work& work, int64_t took_ms) {
                  "the launch order could not be read: " + r.error);
     }
   }
-  for (const protocol::CancelOrder& c : work.cancel) CancelOrdered(c);
+  // Signals before stops: a `cancel --signal` given before a cancel arrives with it in one
+  // answer when the two came close together, and after the stop's SIGTERM a USR1 (save a
+  // checkpoint) would come too late and a STOP freeze the job through its grace (red team
+  // 8, finding 4). The shim keeps this order (Shim::TakeSignalRequests).
   for (const protocol::SignalOrder& o : work.signal) SignalOrdered(o, took_ms - o.held_ms);
+  for (const protocol::CancelOrder& c : work.cancel) CancelOrdered(c);
   if (!work.logs.empty()) AnswerLogReads(work.logs);
 }
 

@@ -9,7 +9,11 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
 #include <thread>
+#include <vector>
 
 #include "agent/job_files.h"
 #include "agent/launcher_test_util.h"
@@ -524,15 +528,12 @@ TEST_F(AgentLoopLaunchTest, AnExecInATaskThatHasEndedIsRefused) {
 
 // The real launcher, except that an exec session's launch waits until `release`: the
 // agent is busy starting the session (its supervisor not up yet) while orders come.
-class SlowExecLauncher final : public Launcher {
+// Passes every call on to `inner`; tests override what they watch or hold up.
+class ForwardingLauncher : public Launcher {
  public:
-  explicit SlowExecLauncher(Launcher* inner) : inner_(inner) {}
+  explicit ForwardingLauncher(Launcher* inner) : inner_(inner) {}
   using Launcher::Launch;
   Status Launch(const LaunchSpec& spec, const JobStdio& stdio) override {
-    if (spec.id.is_exec()) {
-      launching = true;
-      (void)testing::PollUntil([this] { return release.load(); }, 10'000);
-    }
     return inner_->Launch(spec, stdio);
   }
   Status Cancel(const RunId& id) override { return inner_->Cancel(id); }
@@ -546,11 +547,24 @@ class SlowExecLauncher final : public Launcher {
   Status Forget(const RunId& id) override { return inner_->Forget(id); }
   std::vector<RunId> Running() const override { return inner_->Running(); }
 
-  std::atomic<bool> launching{false};
-  std::atomic<bool> release{false};
-
  private:
   Launcher* const inner_;
+};
+
+class SlowExecLauncher final : public ForwardingLauncher {
+ public:
+  using ForwardingLauncher::ForwardingLauncher;
+  using Launcher::Launch;
+  Status Launch(const LaunchSpec& spec, const JobStdio& stdio) override {
+    if (spec.id.is_exec()) {
+      launching = true;
+      (void)testing::PollUntil([this] { return release.load(); }, 10'000);
+    }
+    return ForwardingLauncher::Launch(spec, stdio);
+  }
+
+  std::atomic<bool> launching{false};
+  std::atomic<bool> release{false};
 };
 
 // An exec session whose cancel comes while the agent starts it finds nothing running to
@@ -642,6 +656,65 @@ TEST_F(AgentLoopLaunchTest, ASignalOrderReadLongAfterTheAnswerIsDropped) {
   { std::ofstream(go) << ""; }
   ASSERT_TRUE(link_->WaitFor([](const auto& r) { return Has(r, Kind::kExited, 32, 0, 1); }));
   EXPECT_EQ(testing::ReadWholeFile(out), "ready\nusr2\ndone\n");
+}
+
+// Records the order of the agent's stops and signals.
+class OrderLauncher final : public ForwardingLauncher {
+ public:
+  using ForwardingLauncher::ForwardingLauncher;
+  Status Cancel(const RunId& id) override {
+    Note("stop");
+    return ForwardingLauncher::Cancel(id);
+  }
+  Status Stop(const RunId& id, const StopRequest& stop) override {
+    Note("stop");
+    return ForwardingLauncher::Stop(id, stop);
+  }
+  Status SignalJob(const RunId& id, int sig, bool main_only) override {
+    Note("signal");
+    return ForwardingLauncher::SignalJob(id, sig, main_only);
+  }
+
+  std::mutex mu;
+  std::vector<std::string> calls;
+
+ private:
+  void Note(const char* what) {
+    std::lock_guard<std::mutex> lock(mu);
+    calls.emplace_back(what);
+  }
+};
+
+// Red team 8, finding 4: a signal given just before a cancel comes in the same answer; it
+// was applied after the cancel, so a USR1 (save a checkpoint) came after the SIGTERM and
+// a STOP froze the job through its grace. Signals go first.
+TEST_F(AgentLoopLaunchTest, ASignalInTheAnswerOfACancelReachesTheTaskBeforeTheStop) {
+  link_->QueueWork(Launch(33, 1,
+                          "trap 'echo usr1' USR1; trap 'echo term; exit 0' TERM; echo ready; "
+                          "while :; do sleep 0.05; done"));
+  auto owned = std::make_unique<OrderLauncher>(launcher_.get());
+  OrderLauncher& order = *owned;
+  wrapper_ = std::move(owned);
+  StartLoop(nullptr, &order);
+  ASSERT_TRUE(link_->WaitFor([](const auto& r) { return Has(r, Kind::kStarted, 33, 0, 1); }));
+  const std::string out = JobDir(dir_.path(), RunId{33, 0, 1, 0}) + "/" + kStdoutFile;
+  ASSERT_TRUE(testing::WaitForFileContaining(out, "ready", 5000));
+  protocol::Work w;
+  w.cancel = {{33, 1, 0}};
+  w.signal = {{33, 1, 0, SIGUSR1, false}};
+  link_->QueueWork(w);
+  ASSERT_TRUE(link_->WaitFor([](const auto& r) { return Has(r, Kind::kExited, 33, 0, 1); }));
+  EXPECT_EQ(testing::ReadWholeFile(out), "ready\nusr1\nterm\n");
+  // The shim's log says the order (signals pending together reach the traps by number).
+  const std::string log =
+      testing::ReadWholeFile(JobDir(dir_.path(), RunId{33, 0, 1, 0}) + "/" + kShimLogFile);
+  const size_t usr1 = log.find("gpupool cancel --signal: SIGUSR1 to");
+  ASSERT_NE(usr1, std::string::npos) << log;
+  EXPECT_LT(usr1, log.find("cancel: SIGTERM to")) << log;
+  // And the launcher was asked in that order (a shim that took the stop before the
+  // signal came would have carried them out the other way round).
+  std::lock_guard<std::mutex> lock(order.mu);
+  EXPECT_EQ(order.calls, (std::vector<std::string>{"signal", "stop"}));
 }
 
 }  // namespace
