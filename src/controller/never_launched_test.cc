@@ -168,6 +168,27 @@ TEST_F(NeverLaunchedTest, ItIsPlacedOnAnotherNodeAtOnce) {
   EXPECT_EQ(j.placement.at(0).node, "n2");
 }
 
+// n1 declared lost while the job's placement there was being written (the sweep did not
+// see it): no launch went out either, and it goes back to the queue.
+TEST_F(NeverLaunchedTest, AJobPlacedOnANodeLostWhileItsPlacementWasWrittenIsQueuedAgain) {
+  auto gate = std::make_unique<GateStore>(OpenSqliteStore(":memory:"));
+  GateStore* g = gate.get();
+  c_.reset();
+  store_ = std::move(gate);
+  Restart();
+  Register(2);
+  Job j = c_->Submit(MakeJob(1), alice_).value();
+  g->Close(JobState::kAssigned);
+  std::thread pass([&] { EXPECT_TRUE(c_->ScheduleOnce().ok()); });
+  g->WaitUntilHeld();
+  SilenceN1();
+  g->Open();
+  pass.join();
+  j = Get(j.id);
+  EXPECT_EQ(j.state, JobState::kPending);
+  EXPECT_EQ(j.reason, kN1Reason);
+}
+
 TEST_F(NeverLaunchedTest, AJobWhoseLaunchAPollAnswerCarriedIsLost) {
   Job j = PlaceOnN1();
   // Produced for n1's poll: the answer may have reached its agent as it died.
