@@ -23,6 +23,20 @@ using internal::OnNode;
 using jobs::Job;
 using jobs::JobState;
 
+namespace {
+
+// Whether no poll answer carried a launch of `job`'s attempt (NodeLost::never_launched).
+// `unlaunched` (Controller::unlaunched_): the jobs this controller placed, id -> attempt,
+// until the first launch order of one is produced for a poll (TakeWorkLocked: produced
+// counts, as the answer may reach its agent as it dies) or it leaves ASSIGNED (Install).
+// Empty after a restart: a job not in it counts as launched, and its loss is as before.
+bool NeverLaunched(const std::map<int64_t, int>& unlaunched, const Job& job) {
+  auto it = unlaunched.find(job.id);
+  return it != unlaunched.end() && it->second == job.attempt && job.state == JobState::kAssigned;
+}
+
+}  // namespace
+
 Controller::Controller(store::Store* store, const Clock* clock, ControllerOptions options)
     : store_(store),
       clock_(clock),
@@ -225,6 +239,11 @@ void Controller::Install(lifecycle::Transition t) {
     } else {
       spdlog::info("{}", fx.log);
     }
+  }
+  if (t.next.state != JobState::kAssigned) {
+    unlaunched_.erase(id);
+  } else if (t.expected == JobState::kPending) {
+    unlaunched_[id] = t.next.attempt;  // placed: no agent has its launch yet
   }
   if (fx.ended) {
     NoteEnded(t.next);  // dependants ask
@@ -502,7 +521,10 @@ Result<Controller::PlanApplied> Controller::ApplyPlan(ScheduleResult& plan) {
             // Its sweep did not see the job: it ends here as it would have there.
             const std::string why =
                 "node " + p.node + " stopped responding while the job was placed";
-            orphans.push_back({job->id, lifecycle::NodeLost{p.node, why}, {}});
+            orphans.push_back(
+                {job->id,
+                 lifecycle::NodeLost{p.node, why, 0, NeverLaunched(unlaunched_, *job)},
+                 {}});
             break;
           }
         }
@@ -750,7 +772,11 @@ Status Controller::SweepNodes() {
         // Looked at again when committed: a node that registered again meanwhile has
         // dealt with its jobs, and a job may have ended or moved (or, requeued by the
         // loss of its other node a step before, waits for this one's lease too).
-        Change c{id, lifecycle::NodeLost{name, reason, lease_until}, {}};
+        // No launch of it handed out: none will be while the node is down (TakeWorkLocked).
+        Change c{id,
+                 lifecycle::NodeLost{name, reason, lease_until,
+                                     NeverLaunched(unlaunched_, active_.at(id))},
+                 {}};
         c.guard = [this, name = name](const Job& job) {
           mu_.AssertHeld();  // guards run under mu_ (Commit)
           const bool here = (Occupies(job) && OnNode(job, name)) ||

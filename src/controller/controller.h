@@ -398,8 +398,8 @@ class Controller {
   bool SchedulerLooping() const;
 
   // --- metrics (GET /metrics) ---
-  // The active jobs by state and pending reason, the nodes by state, the GPUs.
-  // `nodes`, when given, receives the Nodes() the snapshot was made from.
+  // The active jobs by state and pending reason, the nodes by state, the GPUs; `nodes`, when
+  // given, receives the Nodes() the snapshot was made from.
   PoolSnapshot MetricsSnapshot(std::vector<NodeView>* nodes = nullptr);
   PoolMetrics& metrics() { return metrics_; }
   // For the metrics' accounting (pool_accounting.h), which then reads no ended job from
@@ -683,10 +683,9 @@ class Controller {
   // A hold whose preemptor its user withdrew (ended before it started, or held by its
   // user) after it preempted another user's job bars that user from preempting others for
   // --preempt-withdraw-cooldown (docs/preemption.md, "A preemptor withdrawn").
-  // Stores the bars if they changed (first: a bar is stored before its hold is deleted),
-  // then deletes the ended holds from the store (before the pass that may preempt for the
-  // same jobs again); a failed delete is logged, and the next controller to load the hold
-  // ends it again.
+  // Stores the bars if they changed (first: a bar is stored before its hold is deleted), then
+  // deletes the ended holds from the store (before the pass that may preempt for the same jobs
+  // again); a failed delete is logged, and the next controller to load the hold ends it again.
   void ForgetHolds(const std::vector<int64_t>& ended) EXCLUDES(mu_);
   // The stored holds (Load), with each hold's victims waiting for their preemptor, and the
   // stored bars (`bars`: the setting kPreemptBarsKey's value, if any).
@@ -789,6 +788,7 @@ class Controller {
   bool last_pass_blocked_ GUARDED_BY(mu_) = false;  // pending jobs, and it started none
   bool stopping_ GUARDED_BY(mu_) = false;
   std::map<int64_t, jobs::Job> active_ GUARDED_BY(mu_);  // non-terminal jobs by id
+  std::map<int64_t, int> unlaunched_ GUARDED_BY(mu_);    // NeverLaunched (controller.cc)
   // Of ended jobs others depend on: their states, and the names of an array's elements
   // among them but its first ("51_3", as reasons name them).
   std::map<int64_t, jobs::JobState> ended_states_ GUARDED_BY(mu_);

@@ -576,6 +576,15 @@ Result<AgentWork> Controller::TakeWorkLocked(const std::string& node, bool arriv
       }
     }
     if (job.state != JobState::kAssigned) continue;
+    // A node of it declared lost: that loss, being committed, decides the job's fate
+    // (NodeLost::never_launched counts on no launch of it going out meanwhile).
+    if (std::any_of(job.placement.begin(), job.placement.end(), [this](const auto& p) {
+          mu_.AssertHeld();
+          auto n = nodes_.find(p.node);
+          return n != nodes_.end() && !n->second.up;
+        })) {
+      continue;
+    }
     // A job cancelled before it started still gets its tasks' launch orders, each after
     // the cancel in the same answer: an agent that never had a launch (it was down, or
     // lost the answer) refuses it as cancelled and reports the task ended, where a cancel
@@ -594,6 +603,7 @@ Result<AgentWork> Controller::TakeWorkLocked(const std::string& node, bool arriv
       if (sent != e.launch_sent_us.end() && now - sent->second <= kResendAfterUs) continue;
       work.launch.push_back(MakeLaunchOrder(job, t));
       e.launch_sent_us[{id, static_cast<int>(t)}] = now;
+      unlaunched_.erase(id);  // handed out: it may run from now on
     }
     if (job.cancel_requested && !cancel_sent && work.launch.size() > launches_before) {
       for (protocol::CancelOrder& o : StopOrders(job, node, now)) work.cancel.push_back(o);
@@ -659,18 +669,6 @@ bool Controller::SchedulerLooping() const {
   // A round at least once per period (a long pass may take a few more).
   return seen != 0 && clock_->MonotonicMicros() - seen <=
                           std::max<int64_t>(3 * options_.scheduler_period_us, 5'000'000);
-}
-
-protocol::Version Controller::NodeVersion(const std::string& node) {
-  MutexLock lock(mu_);
-  auto it = nodes_.find(node);
-  return it == nodes_.end() ? protocol::Version{1, 0} : it->second.version;
-}
-
-bool Controller::NodeUp(const std::string& node) {
-  MutexLock lock(mu_);
-  auto it = nodes_.find(node);
-  return it != nodes_.end() && it->second.up;
 }
 
 std::map<int, std::vector<protocol::TelemetryJob>> Controller::GpuHolders(const std::string& node) {

@@ -1,6 +1,7 @@
 // Agents' long polls without a thread each (issue 31): AwaitWork files a waiting poll,
 // notifications (WakeAgent, WakeAgents) mark it dirty, and one thread answers it once
 // its node has work or its deadline passes (poll_waiters.h).
+#include <algorithm>
 #include <limits>
 #include <utility>
 #include <vector>
@@ -27,6 +28,18 @@ uint64_t Controller::AwaitWork(const std::string& node, int64_t wait_ms, WorkCal
   }
   done(std::move(now));
   return 0;
+}
+
+protocol::Version Controller::NodeVersion(const std::string& node) {
+  MutexLock lock(mu_);
+  auto it = nodes_.find(node);
+  return it == nodes_.end() ? protocol::Version{1, 0} : it->second.version;
+}
+
+bool Controller::NodeUp(const std::string& node) {
+  MutexLock lock(mu_);
+  auto it = nodes_.find(node);
+  return it != nodes_.end() && it->second.up;
 }
 
 void Controller::CancelWorkWait(uint64_t ticket) {

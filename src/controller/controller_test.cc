@@ -544,6 +544,8 @@ TEST_F(ControllerTest, SilentNodeLosesItsJobsAndRequeuesWhenAsked) {
   again.requeue = true;
   again = c_->Submit(again, alice_).value();
   ASSERT_TRUE(c_->ScheduleOnce().ok());
+  // Their launches are handed out (one that never was is queued again: never_launched_test).
+  ASSERT_EQ(c_->WaitForWork("n1", 0).value().launch.size(), 2u);
   clock_.AdvanceMicros(11'000'000);
   ASSERT_TRUE(c_->SweepNodes().ok());
   Job lost = Get(plain.id);

@@ -142,6 +142,11 @@ class GateStore final : public store::ForwardingStore {
     std::unique_lock l(m_);
     cv_.wait(l, [&] { return held_ >= n; });
   }
+  // The same, false after `timeout`: a write expected at the gate that went elsewhere.
+  bool WaitUntilHeldFor(std::chrono::milliseconds timeout, int n = 1) {
+    std::unique_lock l(m_);
+    return cv_.wait_for(l, timeout, [&] { return held_ >= n; });
+  }
 
   Status UpdateJobs(const std::vector<JobUpdate>& updates,
                     std::vector<store::JobConflict>* conflicts) override {

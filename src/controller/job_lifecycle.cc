@@ -511,9 +511,47 @@ Result<Transition> OnTaskLost(const Job& job, const TaskLost& e, int64_t now_us)
   return Lose(job, reason, e.node, now_us);
 }
 
+// Whether nothing of the job's attempt can run anywhere: placed (ASSIGNED), no launch of
+// it handed to an agent (NodeLost::never_launched), no task started or ended, not being
+// stopped.
+bool NeverLaunched(const Job& job, const NodeLost& e) {
+  if (!e.never_launched || job.state != JobState::kAssigned || job.cancel_requested ||
+      job.preempted_by != 0) {
+    return false;
+  }
+  return std::none_of(job.tasks.begin(), job.tasks.end(),
+                      [](const jobs::TaskStatus& s) { return s.start_time_us != 0 || s.ended; });
+}
+
+// A job whose node was lost before any agent had its launch: back to the queue as it was
+// (no attempt of it ran: none recorded, no launch failure counted). Stop orders still go
+// to its nodes for its attempt: a node that registered again while the loss was written
+// may have polled its launch meanwhile.
+Transition NeverStarted(const Job& job, const NodeLost& e) {
+  Job again = Requeued(job, "placed on node " + e.node +
+                                ", whose agent stopped answering before it could be started; "
+                                "it was put back in the queue");
+  Transition t = Changed(job, std::move(again));
+  std::map<std::string, StrayStop> nodes;
+  for (const jobs::TaskPlacement& p : job.placement) {
+    StrayStop& s = nodes[p.node];
+    s.node = p.node;
+    s.attempt = job.attempt;
+    s.gpu_uuids.insert(s.gpu_uuids.end(), p.gpu_uuids.begin(), p.gpu_uuids.end());
+  }
+  for (auto& [node, s] : nodes) t.effects.strays.push_back(std::move(s));
+  t.effects.requeued = true;
+  t.effects.freed = true;
+  t.effects.notify_nodes = true;
+  t.effects.stop_execs = true;
+  t.effects.log = "job " + Id(job) + " " + t.next.reason;
+  return t;
+}
+
 Result<Transition> OnNodeLost(const Job& job, const NodeLost& e, int64_t now_us) {
   if (job.state == JobState::kPending) return FencedNodeLost(job, e, now_us);
   if (!Occupies(job) || !OnNode(job, e.node)) return Unchanged(job);
+  if (NeverLaunched(job, e)) return NeverStarted(job, e);
   // Under a lease the node stops a preemptible job itself (jobs::FencedOnLoss): it goes
   // back to the queue, as a preempted one does, rather than ending LOST.
   Transition t = Lose(job, e.reason, e.node, now_us, JobState::kLost,

@@ -9,8 +9,8 @@
 //
 // Gang rules live here: the first task that fails stops the others; an --mpi job ends
 // when task 0 (mpirun) does; a `gpupool run` job's outcome is its command's; a --requeue
-// job whose node is lost, and a preempted job once its tasks have ended, go back to the
-// queue as a new attempt.
+// job whose node is lost, one whose node is lost before any agent had its launch, and a
+// preempted job once its tasks have ended, go back to the queue as a new attempt.
 //
 // Pure: no I/O, no clock (now_us is given), no locks; thread-compatible.
 #pragma once
@@ -83,10 +83,17 @@ inline constexpr int kMaxLaunchFailures = 5;
 // other nodes with such a task are kept in Job::fences too: if one of them is lost
 // before the next attempt is placed (the job PENDING), the job waits for its lease as
 // well, each lost node's wait ending on its own.
+//
+// `never_launched`: the controller knows that no poll answer of any agent carried a launch
+// order of the job's current attempt (it placed the attempt itself and has handed out
+// none since; after a restart it cannot know: false). Nothing of it can run: an ASSIGNED
+// job none of whose tasks started or ended goes back to the queue, --requeue or not,
+// with no earlier attempt recorded and no launch failure counted (docs/health.md).
 struct NodeLost {
   std::string node;
   std::string reason;
   int64_t lease_until_us = 0;
+  bool never_launched = false;
 };
 // `node`'s agent registered again: it listed what it still runs (the controller stops
 // those strays before the job starts again), so the job waits for its lease no more; or
