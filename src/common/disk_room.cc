@@ -4,9 +4,10 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <cstdio>
 #include <cstring>
 #include <iterator>
+
+#include "common/strings.h"
 
 namespace gpupool {
 
@@ -48,14 +49,10 @@ std::string BytesForPeople(uint64_t bytes) {
     v /= 1024.0;
     ++u;
   }
-  // No fmt here: the binaries that never log (the shim, gpupool-exec) link this library.
-  char buf[64];
   if (u == 0 || v >= 100.0 || v == static_cast<double>(static_cast<uint64_t>(v))) {
-    std::snprintf(buf, sizeof buf, "%.0f %s", v, kUnits[u]);
-  } else {
-    std::snprintf(buf, sizeof buf, "%.1f %s", v, kUnits[u]);
+    return StrFormat("%.0f %s", v, kUnits[u]);
   }
-  return buf;
+  return StrFormat("%.1f %s", v, kUnits[u]);
 }
 
 namespace {
@@ -64,11 +61,8 @@ std::string MinFreeText(const DiskMinFree& min, uint64_t level) {
   switch (min.kind) {
     case DiskMinFree::Kind::kDefault:
       return BytesForPeople(level) + " (the default: 1 GiB or 5% of the filesystem, the smaller)";
-    case DiskMinFree::Kind::kPercent: {
-      char buf[64];
-      std::snprintf(buf, sizeof buf, "%g%%", min.percent);
-      return std::string(buf) + " (" + BytesForPeople(level) + ")";
-    }
+    case DiskMinFree::Kind::kPercent:
+      return StrFormat("%g%%", min.percent) + " (" + BytesForPeople(level) + ")";
     default:
       return BytesForPeople(level);
   }

@@ -49,8 +49,9 @@ Status Status::WithContext(std::string_view context) const {
 
 namespace internal {
 void DieOnBadResultAccess(const Status& status) {
-  std::fprintf(stderr, "gpupool: internal error: value() of a failed Result: %s\n",
-               status.ToString().c_str());
+  // Ignored: the process aborts next, and there is nowhere else to report a failed write.
+  (void)std::fprintf(stderr, "gpupool: internal error: value() of a failed Result: %s\n",
+                     status.ToString().c_str());
   std::abort();
 }
 }  // namespace internal

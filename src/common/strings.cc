@@ -3,7 +3,9 @@
 #include <cctype>
 #include <charconv>
 #include <cmath>
+#include <cstdarg>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <utility>
 
@@ -36,6 +38,26 @@ bool StartsWith(std::string_view s, std::string_view prefix) {
 std::string ToLower(std::string_view s) {
   std::string out(s);
   for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return out;
+}
+
+std::string StrFormat(const char* format, ...) {
+  va_list ap;
+  va_start(ap, format);
+  va_list again;
+  va_copy(again, ap);
+  char small[128];
+  const int n = std::vsnprintf(small, sizeof small, format, ap);
+  va_end(ap);
+  std::string out;
+  if (n >= 0 && static_cast<size_t>(n) < sizeof small) {
+    out.assign(small, static_cast<size_t>(n));
+  } else if (n > 0) {
+    out.resize(static_cast<size_t>(n));
+    // Sized by the call above, with the same arguments: it cannot fail or truncate here.
+    (void)std::vsnprintf(out.data(), out.size() + 1, format, again);
+  }
+  va_end(again);
   return out;
 }
 

@@ -14,6 +14,11 @@ std::vector<std::string> Split(std::string_view s, char sep);  // keeps empty fi
 bool StartsWith(std::string_view s, std::string_view prefix);
 std::string ToLower(std::string_view s);
 
+// printf into a std::string of whatever length the text needs, for the numbers
+// std::to_string cannot write ("%.1f", "%g", "%04x"). Not fmt: the binaries that never log
+// (the shim, gpupool-exec) link this library without libfmt. An invalid format gives "".
+std::string StrFormat(const char* format, ...) __attribute__((format(printf, 1, 2)));
+
 // Whole-string numeric parses: no sign games, no trailing junk, no overflow.
 std::optional<int64_t> ParseInt64(std::string_view s);
 std::optional<uint64_t> ParseUint64(std::string_view s);

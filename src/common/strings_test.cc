@@ -105,5 +105,17 @@ TEST(StringsTest, Base64RoundTripsEveryByteAndRefusesJunk) {
   EXPECT_FALSE(Base64Decode("Z=g="));
 }
 
+TEST(StringsTest, StrFormatWritesTextOfAnyLength) {
+  EXPECT_EQ(StrFormat("%.1f %s", 1.25, "GiB"), "1.2 GiB");
+  EXPECT_EQ(StrFormat("%04x:%02x", 0xab, 3), "00ab:03");
+  EXPECT_EQ(StrFormat("%s", ""), "");
+  // Around the 128-byte buffer that short texts go through, and well past it.
+  for (size_t n : {126, 127, 128, 129, 1000}) {
+    const std::string text(n, 'x');
+    EXPECT_EQ(StrFormat("%s", text.c_str()), text) << n;
+    EXPECT_EQ(StrFormat("<%s>", text.c_str()), "<" + text + ">") << n;
+  }
+}
+
 }  // namespace
 }  // namespace gpupool

@@ -25,6 +25,7 @@ struct Version {
   std::vector<int> parts;
   static std::optional<Version> Parse(std::string_view text);
   std::string ToString() const;
+  // NOLINTNEXTLINE(modernize-use-nullptr): the 0 is the compiler's own (llvm-project#53961)
   friend auto operator<=>(const Version& a, const Version& b) = default;
 };
 

@@ -47,7 +47,7 @@ std::optional<CudaCode> ParseCudaCodeName(std::string_view name) {
     ++digits;
   }
   const std::string_view rest = name.substr(digits);
-  if (digits < 2 || (rest != "" && rest != "a" && rest != "f")) return std::nullopt;
+  if (digits < 2 || (!rest.empty() && rest != "a" && rest != "f")) return std::nullopt;
   c.suffix = std::string(rest);
   return c;
 }

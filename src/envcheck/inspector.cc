@@ -84,7 +84,7 @@ const LibraryPattern kLibraries[] = {
 // The version after `prefix` in `file` when it is MAJOR.MINOR[.PATCH...][-BUILD], else "".
 std::string VersionAfter(const std::string& file, std::string_view prefix) {
   if (!StartsWith(file, prefix)) return "";
-  const std::string v = file.substr(prefix.size());
+  std::string v = file.substr(prefix.size());  // not const: returned, so moved
   int dots = 0;
   bool digit_before = false;
   for (size_t i = 0; i < v.size(); ++i) {
@@ -95,7 +95,7 @@ std::string VersionAfter(const std::string& file, std::string_view prefix) {
       ++dots;
       digit_before = false;
     } else if (c == '-' && digit_before && dots >= 1) {
-      digit_before = false;  // ROCm's "6.1.40091-a8dbc0c19" style build suffix
+      // ROCm's "6.1.40091-a8dbc0c19" style build suffix
       for (size_t k = i + 1; k < v.size(); ++k) {
         if (!std::isalnum(static_cast<unsigned char>(v[k]))) return "";
       }

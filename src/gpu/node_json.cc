@@ -442,7 +442,7 @@ Status ReadHost(const Json& j, bool strict, HostResources* out) {
   f.Optional("memory_bytes", &bytes, 0, int64_t{1} << 50);
   if (f.ok() && (cpus < 0 || cpus > 1e6)) f.Fail("cpus", "a number of CPUs, e.g. 16 or 0.5");
   GP_RETURN_IF_ERROR(f.Finish());
-  out->cpu_milli = static_cast<int64_t>(cpus * 1000 + 0.5);
+  out->cpu_milli = std::llround(cpus * 1000);  // cpus >= 0 here
   out->memory_mib = bytes >> 20;
   return Status::Ok();
 }

@@ -129,7 +129,8 @@ void SetHardwareHealth(const std::string& field, double v, HardwareHealth* hw) {
 
 class FakeSampler final : public TelemetrySampler {
  public:
-  FakeSampler(Profile profile, NodeInfo node) : profile_(std::move(profile)), node_(node) {}
+  FakeSampler(Profile profile, NodeInfo node)
+      : profile_(std::move(profile)), node_(std::move(node)) {}
   std::string_view name() const override { return "fake"; }
   Result<std::vector<GpuSample>> Sample(int64_t now_us) override {
     const int64_t step = now_us / 1'000'000 / profile_.step_s;

@@ -13,7 +13,7 @@ constexpr int kMaxGpusPerTask = 1024;
 constexpr int64_t kMaxCpuMilli = 100'000'000;  // 100k cores
 constexpr size_t kMaxArgs = 4096;
 constexpr size_t kMaxEnv = 1024;
-constexpr size_t kMaxString = 64 * 1024;
+constexpr size_t kMaxString = size_t{64} * 1024;
 constexpr size_t kMaxMounts = 64;
 
 Status CheckString(std::string_view field, const std::string& s) {

@@ -54,7 +54,7 @@ struct ConnectionLimits {
   int64_t head_timeout_us = 10'000'000;
   int64_t idle_timeout_us = 5'000'000;
   int64_t transfer_floor_us = 10'000'000;
-  int64_t min_bytes_per_s = 16 * 1024;
+  int64_t min_bytes_per_s = int64_t{16} * 1024;
 };
 
 class ConnectionTable {

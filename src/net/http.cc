@@ -11,7 +11,8 @@ std::string HttpRequest::Header(std::string_view name) const {
 
 std::string HttpRequest::Query(std::string_view name, std::string fallback) const {
   auto it = query.find(std::string(name));
-  return it == query.end() ? std::move(fallback) : it->second;
+  if (it == query.end()) return fallback;  // moved: a ?: with it->second would copy it
+  return it->second;
 }
 
 std::string ServerAddress::ToString() const {

@@ -884,10 +884,11 @@ Result<std::unique_ptr<HttpServer>> StartHttpServer(const HttpServerOptions& opt
 
 Result<std::unique_ptr<HttpServer>> StartHttpServer(const HttpServerOptions& options,
                                                     HttpHandler handler) {
-  return StartHttpServer(options, [handler = std::move(handler)](
-                                      const HttpRequest& r, std::shared_ptr<HttpResponder> out) {
-    out->Complete(handler(r));
-  });
+  return StartHttpServer(options,
+                         [handler = std::move(handler)](const HttpRequest& r,
+                                                        const std::shared_ptr<HttpResponder>& out) {
+                           out->Complete(handler(r));
+                         });
 }
 
 }  // namespace gpupool::net

@@ -1,7 +1,6 @@
 #include "protocol/agent_protocol.h"
 
 #include <algorithm>
-#include <cstdio>
 #include <cstdlib>
 
 #include "common/strings.h"
@@ -667,9 +666,7 @@ void OptionalNumber(JsonFields& f, std::string_view key, std::optional<double>* 
   f.Optional(key, &v);
   if (!f.ok() || !v) return;
   if (!(*v >= min && *v <= max)) {
-    char range[64];
-    std::snprintf(range, sizeof range, "%g..%g", min, max);
-    f.Fail(key, std::string("expected a number in ") + range);
+    f.Fail(key, "expected a number in " + StrFormat("%g..%g", min, max));
     return;
   }
   *out = v;

@@ -4,6 +4,9 @@ namespace gpupool::protocol {
 namespace {
 
 constexpr int kMaxTaskIndex = 4095;  // a job has at most 4096 tasks (agent_protocol.cc)
+// JsonFields' reject_unknown: readers ignore new fields, as agent_protocol.cc's kLenient.
+// A name of its own: a unity build compiles both files in one unit, a plain build each alone.
+constexpr bool kRejectUnknown = false;
 
 }  // namespace
 
@@ -20,7 +23,7 @@ OrderedJson EncodeCancelOrder(const CancelOrder& c) {
 
 Result<CancelOrder> DecodeCancelOrder(const Json& j, const std::string& path) {
   CancelOrder c;
-  JsonFields f(j, path, kLenient);
+  JsonFields f(j, path, kRejectUnknown);
   f.Optional("job_id", &c.job_id, 1);
   f.Optional("attempt", &c.attempt, 0);
   f.Optional("exec_id", &c.exec_id, 1);
@@ -46,7 +49,7 @@ OrderedJson EncodeSignalOrder(const SignalOrder& s) {
 
 Result<SignalOrder> DecodeSignalOrder(const Json& j, const std::string& path) {
   SignalOrder s;
-  JsonFields f(j, path, kLenient);
+  JsonFields f(j, path, kRejectUnknown);
   f.Required("job_id", &s.job_id, 1);
   f.Required("attempt", &s.attempt, 1);
   f.Required("task_index", &s.task_index, 0, 4095);  // as a launch order's

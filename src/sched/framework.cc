@@ -164,7 +164,7 @@ void FrameworkPolicy::SyncIndex(const ClusterState& state, const TaskShape& key,
   };
   const bool rebuild = index.journal_id() != journal.id() || index.synced() < journal.first() ||
                        index.size() != n ||
-                       journal.end() - index.synced() > static_cast<uint64_t>(n / 2 + 64);
+                       journal.end() - index.synced() > static_cast<uint64_t>(n) / 2 + 64;
   bool pending = false;
   if (rebuild) {
     index.Reset(n);

@@ -115,9 +115,11 @@ class Registry {
 
   std::vector<Entry> List() const {
     std::vector<const Slot*> v;
+    v.reserve(slots_.size());
     for (const auto& [name, slot] : slots_) v.push_back(&slot);
     std::sort(v.begin(), v.end(), [](const Slot* a, const Slot* b) { return a->order < b->order; });
     std::vector<Entry> out;
+    out.reserve(v.size());
     for (const Slot* s : v) out.push_back(s->entry);
     return out;
   }

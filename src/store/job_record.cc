@@ -59,7 +59,7 @@ std::string Sha256Hex(std::string_view text) {
   EVP_Digest(text.data(), text.size(), digest, &len, EVP_sha256(), nullptr);
   static constexpr char kHex[] = "0123456789abcdef";
   std::string out;
-  out.reserve(2 * len);
+  out.reserve(size_t{2} * len);
   for (unsigned int i = 0; i < len; ++i) {
     out += kHex[digest[i] >> 4];
     out += kHex[digest[i] & 0xf];

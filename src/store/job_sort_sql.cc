@@ -38,8 +38,9 @@ class SortSql {
   std::string Collate() const { return d_ == SqlDialect::kPostgres ? " COLLATE \"C\"" : ""; }
 
   std::string Expr(JobSortField f) const {
-    const std::string start = StateInt("start_time_us");
-    const std::string submit = StateInt("submit_time_us");
+    // Not const: two of the cases return them, and const would block the automatic move.
+    std::string start = StateInt("start_time_us");
+    std::string submit = StateInt("submit_time_us");
     switch (f) {
       case JobSortField::kId:
         return "jobs.id";

@@ -15,7 +15,6 @@ namespace gpupool::store {
 namespace {
 
 using internal::Connect;
-using internal::OneLine;
 using internal::Params;
 using internal::PgResult;
 using internal::PgSession;
@@ -124,6 +123,7 @@ class PostgresLeaseStore final : public LeaseStore, private PgSession {
             "millisecond' ORDER BY id",
             {std::to_string(within_ms)}, "list controllers"));
     std::vector<ControllerRecord> out;
+    out.reserve(static_cast<size_t>(r.Rows()));
     for (int i = 0; i < r.Rows(); ++i) {
       out.push_back({r.Text(i, 0), r.Text(i, 1), r.Int(i, 2), r.Int(i, 3)});
     }

@@ -12,7 +12,6 @@
 #include <algorithm>
 #include <atomic>
 #include <charconv>
-#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <functional>
@@ -22,6 +21,7 @@
 #include <set>
 
 #include "common/json.h"
+#include "common/strings.h"
 #include "jobs/job_json.h"
 #include "store/job_cas.h"
 #include "store/job_nodes.h"
@@ -46,7 +46,6 @@ using jobs::JobState;
 constexpr const char* kMigrationLockKey = "7450863113";
 
 using internal::Connect;
-using internal::OneLine;
 using internal::Params;
 using internal::PgResult;
 using internal::PgSession;
@@ -116,6 +115,7 @@ class PostgresStore final : public Store, private PgSession {
                               " job ids, got " + std::to_string(seq.Rows()));
     }
     std::vector<int64_t> ids;
+    ids.reserve(jobs.size());
     for (int i = 0; i < seq.Rows(); ++i) ids.push_back(seq.Int(i, 0));
     std::sort(ids.begin(), ids.end());
     std::vector<Stmt> stmts;
@@ -679,11 +679,7 @@ class PostgresStore final : public Store, private PgSession {
   }
 
   // A double as text that reads back as the same double.
-  static std::string Real(double v) {
-    char buf[40];
-    std::snprintf(buf, sizeof buf, "%.17g", v);
-    return buf;
-  }
+  static std::string Real(double v) { return StrFormat("%.17g", v); }
 
   static TokenRecord Token(const PgResult& r, int i) {
     return {r.Text(i, 0), r.Text(i, 1), r.Text(i, 2), r.Int(i, 3), r.Int(i, 4), r.Int(i, 5)};

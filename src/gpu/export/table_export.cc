@@ -4,10 +4,10 @@
 // would bring its shared library and the shared libstdc++ into each of their starts.
 #include <algorithm>
 #include <cmath>
-#include <cstdio>
 #include <string>
 #include <vector>
 
+#include "common/strings.h"
 #include "gpu/export/export_util.h"
 #include "gpu/export/exporters.h"
 
@@ -26,9 +26,7 @@ std::string OnOff(const std::optional<bool>& v) {
 
 std::string Watts(const std::optional<double>& v) {
   if (!v || !std::isfinite(*v)) return "-";
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "%.0f", *v);
-  return buf;
+  return StrFormat("%.0f", *v);
 }
 
 // Left-aligned columns separated by two spaces; the last column is not padded.

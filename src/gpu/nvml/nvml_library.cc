@@ -232,7 +232,7 @@ std::string NvmlLibrary::ErrorText(Return code) const {
     text = SanitizeUtf8(std::string_view(s, strnlen(s, 256)));
   }
   const char* name = ReturnCodeName(code);
-  const std::string code_name =
+  std::string code_name =  // not const: returned, so moved
       name != nullptr ? std::string(name) : "NVML error " + std::to_string(code);
   if (text.empty()) return code_name;
   return text + " (" + code_name + ")";

@@ -1,7 +1,6 @@
 #include "gpu/nvml/nvml_values.h"
 
 #include <climits>
-#include <cstdio>
 #include <cstring>
 
 #include "common/strings.h"
@@ -33,9 +32,7 @@ std::optional<std::string> PciBusIdFromInfo(const PciInfo& info, bool legacy_lay
   if (IsCanonicalPciBusId(legacy)) return legacy;
   if (info.domain <= 0xffff && info.bus <= 0xff && info.device <= 0x1f &&
       (info.domain | info.bus | info.device) != 0) {
-    char buf[32];
-    std::snprintf(buf, sizeof buf, "%04x:%02x:%02x.0", info.domain, info.bus, info.device);
-    return std::string(buf);
+    return StrFormat("%04x:%02x:%02x.0", info.domain, info.bus, info.device);
   }
   return std::nullopt;
 }

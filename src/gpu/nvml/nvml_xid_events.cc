@@ -17,15 +17,18 @@ std::string JoinIndices(const std::vector<int>& indices) {
 
 XidEvents::XidEvents(const NvmlLibrary& library, const std::vector<Gpu>& gpus) : library_(library) {
   const Functions& fn = library.fn();
-  std::string missing;
-  for (const auto& [present, name] :
-       {std::pair{fn.event_set_create != nullptr, "nvmlEventSetCreate"},
-        std::pair{fn.device_register_events != nullptr, "nvmlDeviceRegisterEvents"},
-        std::pair{fn.event_set_wait != nullptr, "nvmlEventSetWait_v2 (or nvmlEventSetWait)"},
-        std::pair{fn.event_set_free != nullptr, "nvmlEventSetFree"}}) {
-    if (!present) missing += (missing.empty() ? "" : ", ") + std::string(name);
-  }
-  if (!missing.empty()) {
+  // Tested pointer by pointer (not only through the list below), so that clang-tidy's
+  // analyzer sees each one non-null where it is called.
+  if (fn.event_set_create == nullptr || fn.device_register_events == nullptr ||
+      fn.event_set_wait == nullptr || fn.event_set_free == nullptr) {
+    std::string missing;
+    for (const auto& [present, name] :
+         {std::pair{fn.event_set_create != nullptr, "nvmlEventSetCreate"},
+          std::pair{fn.device_register_events != nullptr, "nvmlDeviceRegisterEvents"},
+          std::pair{fn.event_set_wait != nullptr, "nvmlEventSetWait_v2 (or nvmlEventSetWait)"},
+          std::pair{fn.event_set_free != nullptr, "nvmlEventSetFree"}}) {
+      if (!present) missing += (missing.empty() ? "" : ", ") + std::string(name);
+    }
     note_ = "Xid errors are not reported: libnvidia-ml lacks " + missing +
             "; a current NVIDIA driver has them";
     return;

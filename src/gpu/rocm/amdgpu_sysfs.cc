@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cinttypes>
-#include <cstdio>
 #include <set>
 
 #include "common/strings.h"
@@ -22,11 +21,7 @@ bool IsCardName(std::string_view name) {
   return name.substr(4).find_first_not_of("0123456789") == std::string_view::npos;
 }
 
-std::string UniqueIdString(uint64_t id) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "0x%016" PRIx64, id);
-  return buf;
-}
+std::string UniqueIdString(uint64_t id) { return StrFormat("0x%016" PRIx64, id); }
 
 // Temperature and average power from the first hwmon directory that has them.
 void ReadHwmon(const SysfsReader& reader, const std::string& device_dir, GpuInfo* gpu,

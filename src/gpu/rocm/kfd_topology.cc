@@ -1,7 +1,6 @@
 #include "gpu/rocm/kfd_topology.h"
 
 #include <algorithm>
-#include <cstdio>
 #include <map>
 #include <optional>
 
@@ -36,11 +35,9 @@ std::string KfdBusId(uint64_t domain, uint64_t location_id) {
   unsigned function = static_cast<unsigned>(location_id & 0x7);
   const unsigned partition = static_cast<unsigned>((location_id >> 28) & 0xf);
   if (function == 0 && partition > 0 && partition < 8) function = partition;
-  char buf[48];
-  std::snprintf(buf, sizeof buf, "%04x:%02x:%02x.%x", static_cast<unsigned>(domain & 0xffffffff),
-                static_cast<unsigned>((location_id >> 8) & 0xff),
-                static_cast<unsigned>((location_id >> 3) & 0x1f), function);
-  return buf;
+  return StrFormat("%04x:%02x:%02x.%x", static_cast<unsigned>(domain & 0xffffffff),
+                   static_cast<unsigned>((location_id >> 8) & 0xff),
+                   static_cast<unsigned>((location_id >> 3) & 0x1f), function);
 }
 
 std::string KfdNode::pci_bus_id() const { return KfdBusId(domain, location_id); }
@@ -86,10 +83,8 @@ std::vector<KfdNode> ReadKfdTopology(const SysfsReader& reader, DiagnosticSink* 
 
 std::string GfxTargetName(uint64_t v) {
   if (v == 0) return "";
-  char buf[48];
-  std::snprintf(buf, sizeof buf, "gfx%u%x%x", static_cast<unsigned>(v / 10000),
-                static_cast<unsigned>((v / 100) % 100), static_cast<unsigned>(v % 100));
-  return buf;
+  return StrFormat("gfx%u%x%x", static_cast<unsigned>(v / 10000),
+                   static_cast<unsigned>((v / 100) % 100), static_cast<unsigned>(v % 100));
 }
 
 const KfdNode* FindKfdGpu(const std::vector<KfdNode>& nodes, const std::string& pci_bus_id) {

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <map>
 
+#include "common/strings.h"
 #include "gpu/rocm/rocm_smi_library.h"
 #include "gpu/telemetry.h"
 
@@ -19,11 +20,9 @@ constexpr uint32_t kMaxProcessGpus = 1024;
 
 std::string BusIdOfBdf(uint64_t bdf) {
   // rocm-smi packs (domain << 32) | (bus << 8) | (device << 3) | function.
-  char buf[48];
-  std::snprintf(buf, sizeof buf, "%04x:%02x:%02x.%x", static_cast<unsigned>(bdf >> 32),
-                static_cast<unsigned>((bdf >> 8) & 0xff), static_cast<unsigned>((bdf >> 3) & 0x1f),
-                static_cast<unsigned>(bdf & 0x7));
-  return buf;
+  return StrFormat("%04x:%02x:%02x.%x", static_cast<unsigned>(bdf >> 32),
+                   static_cast<unsigned>((bdf >> 8) & 0xff),
+                   static_cast<unsigned>((bdf >> 3) & 0x1f), static_cast<unsigned>(bdf & 0x7));
 }
 
 class RocmSmiSampler final : public TelemetrySampler {

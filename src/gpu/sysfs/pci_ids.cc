@@ -1,6 +1,5 @@
 #include "gpu/sysfs/pci_ids.h"
 
-#include <cstdio>
 #include <fstream>
 #include <string_view>
 
@@ -66,9 +65,7 @@ std::string GpuNameFromPciIds(uint32_t vendor_id, uint32_t device_id,
   if (vendor == "unknown") vendor = "PCI";
   auto it = names.find({vendor_id, device_id});
   if (it != names.end() && !it->second.empty()) return vendor + " " + it->second;
-  char ids[32];
-  std::snprintf(ids, sizeof ids, "[%04x:%04x]", vendor_id & 0xffff, device_id & 0xffff);
-  return vendor + " GPU " + ids;
+  return vendor + " GPU " + StrFormat("[%04x:%04x]", vendor_id & 0xffff, device_id & 0xffff);
 }
 
 }  // namespace gpupool::gpu

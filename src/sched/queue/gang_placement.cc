@@ -242,12 +242,14 @@ std::string WhyNoneOfCouldHost(const ClusterState& cluster, const Task& t,
 // best any remaining node has.
 std::string WhyNoNodeCouldHost(const ClusterState& cluster, const Task& t) {
   std::vector<const NodeState*> left;
+  left.reserve(static_cast<size_t>(cluster.num_nodes()));
   for (int32_t n = 0; n < cluster.num_nodes(); ++n) left.push_back(&cluster.node(n));
   if (left.empty()) return "there are no nodes";
   if (!t.PicksNodes()) return WhyNoneOfCouldHost(cluster, t, std::move(left));
   std::erase_if(left, [&](const NodeState* n) { return !t.NodeChosen(n->name); });
   if (left.empty()) return NoChosenNode(cluster, t);
   std::vector<std::string> names;
+  names.reserve(left.size());
   for (const NodeState* n : left) names.push_back(n->name);
   std::string why = WhyNoneOfCouldHost(cluster, t, std::move(left));
   if (!why.empty())

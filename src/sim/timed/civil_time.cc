@@ -72,7 +72,8 @@ std::optional<int64_t> ParseTimestampSeconds(std::string_view text) {
     minute = *mi;
     second = *se;
   }
-  return DaysFromCivil(*year, *month, *day) * 86400 + hour * 3600 + minute * 60 + second;
+  return DaysFromCivil(*year, *month, *day) * 86400 + int64_t{hour} * 3600 + int64_t{minute} * 60 +
+         second;
 }
 
 }  // namespace gpupool::sim

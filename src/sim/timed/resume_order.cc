@@ -149,7 +149,7 @@ int64_t ResumeFront::SeqOf(const std::string& job_id) const {
 }
 
 std::unique_ptr<sched::QueuePolicyRegistry> ResumeFirstPolicies(
-    std::shared_ptr<const ResumeFront> front, bool under_share_only) {
+    const std::shared_ptr<const ResumeFront>& front, bool under_share_only) {
   auto registry = std::make_unique<sched::QueuePolicyRegistry>();
   const sched::QueuePolicyRegistry& builtin = sched::BuiltinQueuePolicies();
   for (const auto& entry : builtin.List()) {

@@ -51,7 +51,7 @@ class ResumeFront {
 // group (config.fair_group) holds at most an equal share of the GPUs. `front` must outlive
 // the policies made.
 std::unique_ptr<sched::QueuePolicyRegistry> ResumeFirstPolicies(
-    std::shared_ptr<const ResumeFront> front, bool under_share_only);
+    const std::shared_ptr<const ResumeFront>& front, bool under_share_only);
 
 // A victim's shortest-first key under kRemaining: `key_s` (its estimate, else its time
 // limit, as sched::QueuedJob::SjfRuntime) less the work `kept_s` it keeps from its
