@@ -102,7 +102,8 @@ CLI::Validator TaskIndexCheck() {
         return "'" + text + "' is no task index: use a whole number from 0 to " +
                std::to_string(jobs::kMaxTasks - 1) + ", e.g. --task 1 (task 0 is the first)";
       },
-      "N");
+      // As CLI::Range described it in --help: "--task N in [0 - 4095]".
+      "in [0 - " + std::to_string(jobs::kMaxTasks - 1) + "]");
 }
 
 Result<int64_t> ParseJobId(const std::string& text) {
