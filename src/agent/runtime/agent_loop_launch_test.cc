@@ -261,22 +261,16 @@ TEST_F(AgentLoopLaunchTest, ALaunchAfterItsJobsCancelIsRefusedAndReportedEnded) 
 // The controller as a slow network shows it to an agent: the poll after the first answer
 // that `late_after` picks is answered only once `ran` says "ran" (what that answer
 // ordered ran) or after 1.5 s, whichever comes first; the rest goes straight to `inner`.
-class LatePollAfter final : public protocol::ControllerLink {
+// Passes every call on to `inner`; tests override what they hold up or watch.
+class ForwardingLink : public protocol::ControllerLink {
  public:
-  LatePollAfter(std::shared_ptr<protocol::FakeControllerLink> inner, std::string ran,
-                std::function<bool(const protocol::Work&)> late_after)
-      : inner_(std::move(inner)), ran_(std::move(ran)), late_after_(std::move(late_after)) {}
+  explicit ForwardingLink(std::shared_ptr<protocol::FakeControllerLink> inner)
+      : inner_(std::move(inner)) {}
   Result<protocol::RegistrationReply> Register(const protocol::Registration& r) override {
     return inner_->Register(r);
   }
   Result<protocol::Work> PollWork(const std::string& node, int wait_ms) override {
-    if (armed_.exchange(false)) (void)testing::WaitForFileContaining(ran_, "ran", 1500);
-    Result<protocol::Work> work = inner_->PollWork(node, wait_ms);
-    if (work.ok() && !picked_ && late_after_(*work)) {
-      picked_ = true;
-      armed_ = true;
-    }
-    return work;
+    return inner_->PollWork(node, wait_ms);
   }
   Status PostEvents(const protocol::EventBatch& b) override { return inner_->PostEvents(b); }
   Status PostTelemetry(const protocol::TelemetryBatch& b) override {
@@ -296,6 +290,26 @@ class LatePollAfter final : public protocol::ControllerLink {
 
  private:
   const std::shared_ptr<protocol::FakeControllerLink> inner_;
+};
+
+class LatePollAfter final : public ForwardingLink {
+ public:
+  LatePollAfter(std::shared_ptr<protocol::FakeControllerLink> inner, std::string ran,
+                std::function<bool(const protocol::Work&)> late_after)
+      : ForwardingLink(std::move(inner)),
+        ran_(std::move(ran)),
+        late_after_(std::move(late_after)) {}
+  Result<protocol::Work> PollWork(const std::string& node, int wait_ms) override {
+    if (armed_.exchange(false)) (void)testing::WaitForFileContaining(ran_, "ran", 1500);
+    Result<protocol::Work> work = ForwardingLink::PollWork(node, wait_ms);
+    if (work.ok() && !picked_ && late_after_(*work)) {
+      picked_ = true;
+      armed_ = true;
+    }
+    return work;
+  }
+
+ private:
   const std::string ran_;
   const std::function<bool(const protocol::Work&)> late_after_;
   bool picked_ = false;  // polls come from the loop's thread alone
@@ -594,37 +608,18 @@ TEST_F(AgentLoopLaunchTest, AnExecCancelledWhileItStartsIsStoppedOnceStarted) {
 // An agent frozen (SIGSTOP, a paused VM) as its poll was answered: `frozen_ms` passes on
 // the boot clock (`offset_us`) between the answer and the agent reading it, for an answer
 // that carries signal orders.
-class FrozenAtSignals final : public protocol::ControllerLink {
+class FrozenAtSignals final : public ForwardingLink {
  public:
   FrozenAtSignals(std::shared_ptr<protocol::FakeControllerLink> inner,
                   std::atomic<int64_t>* offset_us, int64_t frozen_ms)
-      : inner_(std::move(inner)), offset_us_(offset_us), frozen_ms_(frozen_ms) {}
-  Result<protocol::RegistrationReply> Register(const protocol::Registration& r) override {
-    return inner_->Register(r);
-  }
+      : ForwardingLink(std::move(inner)), offset_us_(offset_us), frozen_ms_(frozen_ms) {}
   Result<protocol::Work> PollWork(const std::string& node, int wait_ms) override {
-    Result<protocol::Work> w = inner_->PollWork(node, wait_ms);
+    Result<protocol::Work> w = ForwardingLink::PollWork(node, wait_ms);
     if (w.ok() && !w->signal.empty()) *offset_us_ += frozen_ms_ * 1000;
     return w;
   }
-  Status PostEvents(const protocol::EventBatch& b) override { return inner_->PostEvents(b); }
-  Status PostTelemetry(const protocol::TelemetryBatch& b) override {
-    return inner_->PostTelemetry(b);
-  }
-  Status AnswerLogRead(const protocol::LogAnswer& a) override { return inner_->AnswerLogRead(a); }
-  Result<protocol::ExecOutputAck> PostExecOutput(int64_t exec_id, const std::string& node,
-                                                 const protocol::ExecOutput& output,
-                                                 int wait_ms) override {
-    return inner_->PostExecOutput(exec_id, node, output, wait_ms);
-  }
-  Result<protocol::ExecInput> TakeExecInput(int64_t exec_id, const std::string& node, int64_t after,
-                                            int wait_ms) override {
-    return inner_->TakeExecInput(exec_id, node, after, wait_ms);
-  }
-  void Shutdown() override { inner_->Shutdown(); }
 
  private:
-  const std::shared_ptr<protocol::FakeControllerLink> inner_;
   std::atomic<int64_t>* const offset_us_;
   const int64_t frozen_ms_;
 };
