@@ -5,6 +5,7 @@
 #include "controller/job_index.h"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <map>
 #include <optional>
@@ -97,7 +98,10 @@ class ControllerIndexTest : public ::testing::Test {
   static constexpr int64_t kTimeoutUs = 10'000'000;
 
   void SetUp() override {
-    path_ = ::testing::TempDir() + "job_index_test_" +
+    // The process's id: ctest runs each test in a process of its own, two at once, and
+    // two started in the same millisecond got the same random seed, one store file, and
+    // "table jobs already exists" (a CI run, 2026-11-30).
+    path_ = ::testing::TempDir() + "job_index_test_" + std::to_string(::getpid()) + "_" +
             std::to_string(::testing::UnitTest::GetInstance()->random_seed()) + ".db";
     std::remove(path_.c_str());
     store_ = store::OpenSqliteStore(path_).value();
